@@ -1,0 +1,1 @@
+//! gex shared-memory conduit: processes on one host

@@ -1,0 +1,139 @@
+//! Error types, one enum per operation family. Every variant is documented; the enums
+//! are `#[non_exhaustive]` so new conduits can add failure modes without breaking users.
+
+use crate::boot::BootError;
+use crate::types::{EpAddr, HandlerIndex};
+use thiserror::Error;
+
+/// Errors from active-message injection (requests and replies).
+///
+/// Back-pressure is not an error: see [`crate::Injected::WouldBlock`].
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AmError {
+    /// The destination rank is not in the job.
+    #[error("no such rank {rank} (job has {size} ranks)")]
+    BadRank {
+        /// The rank given.
+        rank: u32,
+        /// Ranks in the job.
+        size: u32,
+    },
+    /// The destination rank has no endpoint with that index.
+    #[error("{dst} does not exist (that rank has {eps} endpoints)")]
+    BadEndpoint {
+        /// The address given.
+        dst: EpAddr,
+        /// Endpoints the rank has.
+        eps: u16,
+    },
+    /// More arguments than [`crate::Limits::max_args`].
+    #[error("{given} AM arguments exceed the maximum of {max}")]
+    TooManyArgs {
+        /// Arguments given.
+        given: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// The payload is larger than the maximum for this category and peer.
+    #[error("payload of {len} bytes exceeds the maximum of {max} for this AM category and peer")]
+    PayloadTooLarge {
+        /// Payload length given.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// No handler is registered at this index on the sending endpoint (handler tables
+    /// must be identical on every rank, so the sender's table is authoritative).
+    #[error("no handler registered at index {0}")]
+    UnregisteredHandler(HandlerIndex),
+    /// A Long payload's destination range is not inside the target's segment.
+    #[error("Long destination [{offset}, {offset}+{len}) is outside the {seg_len}-byte segment of {dst}")]
+    OutOfSegment {
+        /// Target endpoint.
+        dst: EpAddr,
+        /// Offset given.
+        offset: usize,
+        /// Payload length.
+        len: usize,
+        /// Length of the target's segment.
+        seg_len: usize,
+    },
+    /// A second reply from the same request handler.
+    #[error("a request handler may reply at most once")]
+    AlreadyReplied,
+    /// A reply attempted from a reply handler.
+    #[error("a reply handler may not reply")]
+    ReplyFromReply,
+    /// A prepared (negotiated-payload) message was committed with more bytes than prepared.
+    #[error("commit of {len} bytes exceeds the {prepared} bytes prepared")]
+    CommitTooLarge {
+        /// Length committed.
+        len: usize,
+        /// Length prepared.
+        prepared: usize,
+    },
+    /// The conduit failed (the peer or the network is gone).
+    #[error("conduit failure: {0}")]
+    Conduit(String),
+}
+
+/// Errors from handler registration.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegisterError {
+    /// Index 0 is never valid.
+    #[error("handler index 0 is invalid")]
+    Zero,
+    /// Indices below [`crate::FIRST_CLIENT_HANDLER`] are reserved for gex's layers.
+    #[error("handler index {0} is reserved for gex (clients use 128..=255)")]
+    Reserved(HandlerIndex),
+    /// A handler is already registered at this index.
+    #[error("a handler is already registered at index {0}")]
+    AlreadyRegistered(HandlerIndex),
+}
+
+/// Errors from client initialisation and endpoint creation.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum InitError {
+    /// The bootstrap failed.
+    #[error(transparent)]
+    Boot(#[from] BootError),
+    /// A configuration value (builder or `GEX_*` variable) is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The conduit could not be opened.
+    #[error("conduit {conduit}: {msg}")]
+    Conduit {
+        /// Conduit name.
+        conduit: &'static str,
+        /// What failed.
+        msg: String,
+    },
+    /// An operating-system call failed.
+    #[error("{what}: {err}")]
+    Os {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        err: std::io::Error,
+    },
+}
+
+/// Errors from taking an endpoint from a client.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EpError {
+    /// The index is at or above the number of endpoints the client was built with.
+    #[error("endpoint {index} does not exist (client has {count}; raise ClientBuilder::endpoints or GEX_ENDPOINTS)")]
+    NoSuchEndpoint {
+        /// Index asked for.
+        index: u16,
+        /// Endpoints provisioned.
+        count: u16,
+    },
+    /// The endpoint was already taken.
+    #[error("endpoint {0} was already taken")]
+    Taken(u16),
+}

@@ -1,0 +1,177 @@
+//! `Loopback`: the smallest complete conduit — a job of one rank whose endpoints talk to
+//! each other inside the process. It is the conduit of singleton programs and doc
+//! examples, and the reference for conduit authors: it implements only AM injection,
+//! polling and segments, which is all the SPI requires.
+//!
+//! Each endpoint's inbox is a mutex-protected queue (endpoints may live on different
+//! threads); that is acceptable here because loopback is never a performance path.
+
+use crate::boot::Bootstrap;
+use crate::error::{AmError, InitError};
+use crate::spi::{Capabilities, Conduit, ConduitEp, Deliver, Incoming, JobLayout, Limits, OpenParams, OutMsg, ReplyTx};
+use crate::types::{Category, EpAddr, EpIndex, HandlerIndex, Injected, Kind};
+use std::collections::VecDeque;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const LIMITS: Limits = Limits { max_args: 16, max_medium: 65536, max_long: usize::MAX };
+
+#[derive(Debug)]
+struct Msg {
+    src: EpAddr,
+    handler: HandlerIndex,
+    kind: Kind,
+    category: Category,
+    args: Vec<u32>,
+    payload: Vec<u8>,
+    offset: usize,
+    len: usize,
+}
+
+/// Segment memory, 64-byte aligned, owned by the conduit.
+#[derive(Debug)]
+struct SegMem {
+    mem: Box<[std::cell::UnsafeCell<u64>]>,
+    len: usize,
+}
+
+// Segments are raw shared memory by contract: every access goes through raw pointers.
+// SAFETY-free: the `UnsafeCell` wrapper makes writes through shared references legal;
+// Sync is sound because gex's contract puts data races on segment bytes on the user.
+#[allow(unsafe_code)]
+// SAFETY: see above — segments are accessed only through raw pointers, and concurrent
+// conflicting accesses are the application's responsibility, as on every conduit.
+unsafe impl Sync for SegMem {}
+
+impl SegMem {
+    fn new(len: usize) -> Self {
+        let words = len.div_ceil(8).max(1);
+        SegMem { mem: (0..words).map(|_| std::cell::UnsafeCell::new(0)).collect(), len }
+    }
+    fn base(&self) -> NonNull<u8> {
+        NonNull::new(self.mem[0].get().cast::<u8>()).expect("non-null")
+    }
+}
+
+/// The loopback conduit (one rank). See the [module documentation](self).
+#[derive(Debug)]
+pub struct Loopback {
+    inboxes: Vec<Arc<Mutex<VecDeque<Msg>>>>,
+    segs: Vec<SegMem>,
+}
+
+/// A loopback endpoint.
+#[derive(Debug)]
+pub struct LoopbackEp {
+    index: EpIndex,
+    conduit: Arc<Loopback>,
+}
+
+impl Conduit for Loopback {
+    type Ep = LoopbackEp;
+    const NAME: &'static str = "loopback";
+
+    fn open(boot: &mut dyn Bootstrap, params: &OpenParams<'_>) -> Result<(Arc<Self>, Vec<LoopbackEp>), InitError> {
+        let JobLayout { eps, seg_len, .. } = params.layout;
+        if boot.size() != 1 {
+            return Err(InitError::Conduit { conduit: Self::NAME, msg: format!("supports one rank, job has {}", boot.size()) });
+        }
+        let n = eps[0] as usize;
+        let c = Arc::new(Loopback {
+            inboxes: (0..n).map(|_| Arc::new(Mutex::new(VecDeque::new()))).collect(),
+            segs: (0..n).map(|_| SegMem::new(seg_len[0])).collect(),
+        });
+        let v = (0..n as u16).map(|index| LoopbackEp { index, conduit: c.clone() }).collect();
+        Ok((c, v))
+    }
+}
+
+impl LoopbackEp {
+    fn push(&self, dst: EpAddr, msg: &OutMsg<'_>) {
+        let target = &self.conduit.segs[dst.ep as usize];
+        let (payload, len) = if msg.category == Category::Long {
+            #[allow(unsafe_code)]
+            // SAFETY: the core checked offset+len against the segment length; the
+            // source is a caller buffer distinct from segment memory or, if it is
+            // inside a segment, `copy` handles overlap.
+            unsafe {
+                std::ptr::copy(msg.payload.as_ptr(), target.base().as_ptr().add(msg.offset), msg.payload.len())
+            };
+            (Vec::new(), msg.payload.len())
+        } else {
+            (msg.payload.to_vec(), msg.payload.len())
+        };
+        let m = Msg {
+            src: EpAddr::new(0, self.index),
+            handler: msg.handler,
+            kind: msg.kind,
+            category: msg.category,
+            args: msg.args.to_vec(),
+            payload,
+            offset: msg.offset,
+            len,
+        };
+        self.conduit.inboxes[dst.ep as usize].lock().unwrap_or_else(|e| e.into_inner()).push_back(m);
+    }
+}
+
+impl ReplyTx for LoopbackEp {
+    fn reply(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError> {
+        self.push(dst, msg);
+        Ok(())
+    }
+}
+
+impl ConduitEp for LoopbackEp {
+    fn index(&self) -> EpIndex {
+        self.index
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::SHARED_MEMORY
+    }
+    fn limits(&self, _dst: EpAddr) -> Limits {
+        LIMITS
+    }
+    fn local_segment(&self) -> (NonNull<u8>, usize) {
+        let s = &self.conduit.segs[self.index as usize];
+        (s.base(), s.len)
+    }
+    fn peer_segment(&self, dst: EpAddr) -> Option<(NonNull<u8>, usize)> {
+        self.conduit.segs.get(dst.ep as usize).filter(|_| dst.rank == 0).map(|s| (s.base(), s.len))
+    }
+    fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, AmError> {
+        self.push(dst, msg);
+        Ok(Injected::Sent)
+    }
+    fn poll<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize {
+        let inbox = self.conduit.inboxes[self.index as usize].clone();
+        let mut n = 0;
+        while n < budget {
+            let Some(m) = inbox.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else { break };
+            let seg = &self.conduit.segs[self.index as usize];
+            let long;
+            let payload: &[u8] = if m.category == Category::Long {
+                #[allow(unsafe_code)]
+                // SAFETY: the range was bounds-checked by the core at injection and the
+                // segment lives as long as the conduit.
+                unsafe {
+                    long = std::slice::from_raw_parts(seg.base().as_ptr().add(m.offset), m.len);
+                }
+                long
+            } else {
+                &m.payload
+            };
+            let inc = Incoming { src: m.src, handler: m.handler, kind: m.kind, category: m.category, args: &m.args, payload, offset: m.offset };
+            d.deliver(&inc, self);
+            n += 1;
+        }
+        n
+    }
+    fn has_incoming(&self) -> bool {
+        !self.conduit.inboxes[self.index as usize].lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+    fn block(&mut self, _timeout: Duration) {
+        std::thread::yield_now();
+    }
+}

@@ -1,0 +1,243 @@
+//! The conduit SPI: the contract a network implements.
+//!
+//! A conduit is one crate (`gex-conduit-<net>`) that depends on gex-core and implements
+//! [`Conduit`] and [`ConduitEp`]. Everything above the core (the AM API in
+//! [`crate::Endpoint`], and later RMA and collectives) is written once against these
+//! traits and monomorphised per conduit: no function-pointer tables on the data path.
+//!
+//! `docs/conduit-guide.md` in the repository lists every item with its exact semantics;
+//! the summary:
+//!
+//! | family | items | semantics |
+//! |---|---|---|
+//! | setup | [`Conduit::open`] | collective; creates `params.layout.eps[rank]` endpoints, each with its segment, and publishes them |
+//! | description | [`Conduit::NAME`], [`ConduitEp::capabilities`], [`ConduitEp::limits`] | capability flags must match what is implemented (checked by the conformance suite) |
+//! | AM injection | [`ConduitEp::inject`] | request injection; `Ok(Sent)` means the payload source may be reused; `Ok(WouldBlock)` only when `imm` |
+//! | replies | [`ReplyTx::reply`] | never blocks and never fails for lack of resources (the conduit reserves or defers) |
+//! | negotiated payload | [`ConduitEp::prepare`], [`ConduitEp::commit`] | optional; the default returns `None` and the core uses a bounce buffer |
+//! | progress | [`ConduitEp::poll`] | drains incoming messages of this EP only, calling [`Deliver::deliver`] once per message |
+//! | waiting | [`ConduitEp::block`] | sleeps until a message may have arrived (spurious returns allowed) |
+//! | neighbourhood | [`ConduitEp::local_segment`], [`ConduitEp::peer_segment`] | local mapping of a peer's segment when it shares memory |
+//! | teardown | `Drop` of the conduit and its EPs | releases everything; nothing may be left in `/dev/shm` |
+//!
+//! Validation of arguments (ranks, endpoint indices, argument counts, payload sizes,
+//! segment bounds, handler registration, reply rules) is done by the core *before* the
+//! conduit is called, so a conduit may assume its inputs are valid.
+
+use crate::boot::Bootstrap;
+use crate::error::{AmError, InitError};
+use crate::types::{Category, EpAddr, EpIndex, HandlerIndex, Injected, Kind};
+use bitflags::bitflags;
+use gex_sync::wait::WaitPolicy;
+use std::ptr::NonNull;
+use std::time::Duration;
+
+bitflags! {
+    /// What a conduit implements natively. Each flag must match what is wired; the
+    /// conformance suite checks it.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct Capabilities: u32 {
+        /// [`ConduitEp::prepare`]/[`ConduitEp::commit`] build payloads in place.
+        const NP_IN_PLACE = 1;
+        /// [`ConduitEp::peer_segment`] maps neighbours' segments (RMA to them is a copy).
+        const SHARED_MEMORY = 1 << 1;
+        /// [`ConduitEp::block`] sleeps in the kernel rather than returning at once.
+        const BLOCKING_WAIT = 1 << 2;
+    }
+}
+
+/// Size limits of a conduit. Per-peer queries go through [`ConduitEp::limits`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Maximum number of 32-bit AM arguments (at least 16).
+    pub max_args: usize,
+    /// Maximum Medium payload, requests and replies.
+    pub max_medium: usize,
+    /// Maximum Long payload, requests and replies (also bounded by the segment).
+    pub max_long: usize,
+}
+
+/// Minimum number of AM arguments every conduit supports.
+pub const MIN_MAX_ARGS: usize = 16;
+
+/// The shape of the job, agreed by every rank before the conduit opens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobLayout {
+    /// Number of endpoints of every rank.
+    pub eps: Vec<u16>,
+    /// Segment length of every rank's endpoints (each EP of a rank has a segment of this length).
+    pub seg_len: Vec<usize>,
+    /// Host identifier of every rank (equal means shared memory is possible).
+    pub host: Vec<u32>,
+}
+
+impl JobLayout {
+    /// Number of ranks.
+    pub fn size(&self) -> u32 {
+        self.eps.len() as u32
+    }
+    /// Ranks that share this rank's host, in rank order (including `rank`).
+    pub fn neighbours(&self, rank: u32) -> Vec<u32> {
+        let h = self.host[rank as usize];
+        (0..self.size()).filter(|&r| self.host[r as usize] == h).collect()
+    }
+}
+
+/// Parameters of [`Conduit::open`].
+#[derive(Debug)]
+pub struct OpenParams<'a> {
+    /// This rank.
+    pub rank: u32,
+    /// The agreed job layout.
+    pub layout: &'a JobLayout,
+    /// The wait policy this rank's endpoints use (a conduit that wakes sleepers needs it).
+    pub wait: WaitPolicy,
+    /// Configuration, for conduit-specific `GEX_*` settings.
+    pub config: &'a crate::config::Config,
+    /// A conduit-specific object from [`crate::ClientBuilder::conduit_context`].
+    pub context: Option<&'a (dyn std::any::Any + Send + Sync)>,
+}
+
+/// Answer of [`ConduitEp::prepare`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prepare {
+    /// Build the payload here, then [`ConduitEp::commit`] (or [`ConduitEp::cancel`]).
+    InPlace(NonNull<[u8]>),
+    /// No resources now; the core polls and asks again (or reports would-block).
+    WouldBlock,
+    /// Not supported for this message: the core uses a bounce buffer and [`ConduitEp::inject`].
+    Bounce,
+}
+
+/// One outgoing message, already validated by the core.
+#[derive(Clone, Copy, Debug)]
+pub struct OutMsg<'a> {
+    /// Handler index at the target.
+    pub handler: HandlerIndex,
+    /// Request or reply.
+    pub kind: Kind,
+    /// Category.
+    pub category: Category,
+    /// Arguments (at most `max_args`).
+    pub args: &'a [u32],
+    /// Payload (empty for Short).
+    pub payload: &'a [u8],
+    /// Long only: destination offset in the target EP's segment (checked in bounds).
+    pub offset: usize,
+}
+
+/// One incoming message as handed to [`Deliver::deliver`].
+#[derive(Clone, Copy, Debug)]
+pub struct Incoming<'a> {
+    /// Sending endpoint.
+    pub src: EpAddr,
+    /// Handler index.
+    pub handler: HandlerIndex,
+    /// Request or reply.
+    pub kind: Kind,
+    /// Category.
+    pub category: Category,
+    /// Arguments.
+    pub args: &'a [u32],
+    /// Medium: the payload, valid during delivery. Long: the bytes just written into
+    /// this EP's segment. Short: empty.
+    pub payload: &'a [u8],
+    /// Long only: the offset of the payload in this EP's segment.
+    pub offset: usize,
+}
+
+/// The reply half of a conduit endpoint, handed to [`Deliver::deliver`] so request
+/// handlers can reply while the conduit is iterating its receive queues.
+pub trait ReplyTx {
+    /// Sends a reply. Must not block and must not fail for lack of resources: a conduit
+    /// reserves reply resources or defers the reply internally.
+    ///
+    /// # Errors
+    /// [`AmError::Conduit`] if the peer or network failed.
+    fn reply(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError>;
+}
+
+/// Receiver of incoming messages during [`ConduitEp::poll`] (implemented by the core).
+pub trait Deliver {
+    /// Called once per incoming message, in arrival order per sender.
+    fn deliver(&mut self, msg: &Incoming<'_>, tx: &mut dyn ReplyTx);
+}
+
+/// A conduit: the per-rank network instance. See the [module documentation](self).
+pub trait Conduit: Send + Sync + Sized + 'static {
+    /// The conduit's endpoint type.
+    type Ep: ConduitEp;
+    /// Short name, e.g. `"smp"`; `GEX_CONDUIT` selects by it.
+    const NAME: &'static str;
+    /// Opens the conduit: collective over `boot`, creates every endpoint of this rank
+    /// (with its segment, zero-filled) and connects to every peer.
+    ///
+    /// Returns the conduit and this rank's endpoints in index order.
+    ///
+    /// # Errors
+    /// [`InitError`] naming the conduit and what failed.
+    fn open(
+        boot: &mut dyn Bootstrap,
+        params: &OpenParams<'_>,
+    ) -> Result<(std::sync::Arc<Self>, Vec<Self::Ep>), InitError>;
+}
+
+/// One endpoint of a conduit: an injection and completion domain driven by one thread
+/// at a time (`Send`, not required to be `Sync`).
+pub trait ConduitEp: Send + 'static {
+    /// This endpoint's index.
+    fn index(&self) -> EpIndex;
+    /// What this conduit implements natively.
+    fn capabilities(&self) -> Capabilities;
+    /// Limits for messages to `dst` (per peer).
+    fn limits(&self, dst: EpAddr) -> Limits;
+    /// This EP's segment: base and length. Valid for the life of the conduit.
+    fn local_segment(&self) -> (NonNull<u8>, usize);
+    /// The local mapping of `dst`'s segment if it shares memory with this rank.
+    fn peer_segment(&self, dst: EpAddr) -> Option<(NonNull<u8>, usize)>;
+    /// Injects a request. Returns `Ok(Sent)` once the payload source may be reused;
+    /// `Ok(WouldBlock)` if resources are lacking and `imm` is set. Without `imm` the
+    /// conduit may also return `WouldBlock`; the core then polls and retries.
+    ///
+    /// # Errors
+    /// [`AmError::Conduit`] if the network failed.
+    fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, AmError>;
+    /// Drains incoming messages (at most about `budget`), delivering each to `d`.
+    /// Returns the number delivered. Must not block.
+    fn poll<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize;
+    /// True if a message is waiting (cheap; used before sleeping).
+    fn has_incoming(&self) -> bool;
+    /// Sleeps until a message may have arrived or `timeout` passed. Spurious returns are
+    /// allowed; a conduit without a wait object returns at once.
+    fn block(&mut self, timeout: Duration);
+    /// Reserves space for a request payload of up to `max_len` bytes to be built in
+    /// place (negotiated payload). The default answers [`Prepare::Bounce`] and the core
+    /// builds the payload in its own buffer, then injects it. An in-place buffer stays
+    /// valid and unaliased until [`commit`](ConduitEp::commit) or
+    /// [`cancel`](ConduitEp::cancel), and no other method of this EP is called in between.
+    ///
+    /// # Errors
+    /// [`AmError::Conduit`] if the network failed.
+    fn prepare(
+        &mut self,
+        dst: EpAddr,
+        category: Category,
+        max_len: usize,
+        offset: usize,
+        imm: bool,
+    ) -> Result<Prepare, AmError> {
+        let _ = (dst, category, max_len, offset, imm);
+        Ok(Prepare::Bounce)
+    }
+    /// Publishes a prepared message with `msg.payload.len()` bytes taken from the
+    /// prepared buffer (`msg.payload` points at it).
+    ///
+    /// # Errors
+    /// [`AmError::Conduit`] if the network failed.
+    fn commit(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError> {
+        let _ = (dst, msg);
+        unreachable!("commit without a successful prepare")
+    }
+    /// Abandons a prepared message: nothing is sent.
+    fn cancel(&mut self) {}
+}

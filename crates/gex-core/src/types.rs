@@ -1,0 +1,95 @@
+//! Small value types shared by every layer: ranks, endpoint addresses, AM kinds.
+
+use bitflags::bitflags;
+
+/// A process (or thread) rank in the job, `0..size`.
+pub type Rank = u32;
+
+/// Index of an endpoint within its rank; EP 0 exists from initialisation.
+pub type EpIndex = u16;
+
+/// Index into an endpoint's handler table. Indices are identical on every rank.
+///
+/// `0` is never valid; `1..=127` are reserved for gex's own layers;
+/// `128..=255` belong to the client (as in GASNet-EX).
+pub type HandlerIndex = u8;
+
+/// First handler index available to clients.
+pub const FIRST_CLIENT_HANDLER: HandlerIndex = 128;
+
+/// Job-wide address of an endpoint: (rank, endpoint index). AMs and RMA may target any EP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct EpAddr {
+    /// The rank that owns the endpoint.
+    pub rank: Rank,
+    /// The endpoint's index within that rank.
+    pub ep: EpIndex,
+}
+
+impl EpAddr {
+    /// Address of endpoint `ep` of `rank`.
+    pub const fn new(rank: Rank, ep: EpIndex) -> Self {
+        EpAddr { rank, ep }
+    }
+    /// Address of EP 0 of `rank` (the primordial endpoint).
+    pub const fn rank(rank: Rank) -> Self {
+        EpAddr { rank, ep: 0 }
+    }
+}
+
+impl std::fmt::Display for EpAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rank {} ep {}", self.rank, self.ep)
+    }
+}
+
+/// Active-message category.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Category {
+    /// Arguments only.
+    Short,
+    /// Arguments and a payload delivered in a temporary buffer valid during the handler.
+    Medium,
+    /// Arguments and a payload written into the target endpoint's segment, at an offset
+    /// the sender chooses, before the handler runs.
+    Long,
+}
+
+/// Whether a message is a request or a reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A request: its handler may reply at most once.
+    Request,
+    /// A reply: its handler may not reply.
+    Reply,
+}
+
+bitflags! {
+    /// Flags for AM injection.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct Flags: u32 {
+        /// Do not wait for resources: if the message cannot be injected now, return
+        /// [`Injected::WouldBlock`] instead of polling until it can.
+        const IMMEDIATE = 1;
+    }
+}
+
+/// Outcome of an injection that did not fail.
+///
+/// Back-pressure is a result, not an error: `WouldBlock` is only returned when
+/// [`Flags::IMMEDIATE`] was given.
+#[must_use = "an IMMEDIATE injection may not have happened; check for WouldBlock"]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Injected {
+    /// The message was injected (and its payload source may be reused).
+    Sent,
+    /// Resources were not available and `IMMEDIATE` was given; nothing was sent.
+    WouldBlock,
+}
+
+impl Injected {
+    /// True if the message was sent.
+    pub fn is_sent(self) -> bool {
+        self == Injected::Sent
+    }
+}

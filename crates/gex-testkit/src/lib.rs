@@ -1,0 +1,1 @@
+//! gex test kit: simulated fabric conduit and conformance suite

@@ -1,0 +1,1 @@
+//! gex facade: builder, conduit choice, re-exports
