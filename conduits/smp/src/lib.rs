@@ -1,1 +1,35 @@
-//! gex shared-memory conduit: processes on one host
+//! # gex-conduit-smp
+//!
+//! The shared-memory conduit: every rank of the job is a process on one host.
+//!
+//! ## How it works
+//! - **Memory.** Each rank creates one anonymous `memfd` region holding its endpoints'
+//!   doorbells, their incoming AM rings and their segments. Peers map it by opening
+//!   `/proc/<pid>/fd/<fd>` during initialisation, so every rank's segment is mapped into
+//!   every rank (a Long AM, and later RMA, to a neighbour is one copy). A memfd has no
+//!   name: nothing is ever created in `/dev/shm`, so nothing can be left there, not even
+//!   after `kill -9`; the memory goes away with the last mapping. The region is created
+//!   with mode 0600 and the descriptor is closed as soon as every rank has mapped it.
+//! - **Rings.** For every ordered pair (sender EP, receiver EP) there is a request ring
+//!   and a reply ring ([`gex_sync::ring`]): single-producer single-consumer, lock-free,
+//!   head on its own cache line, and polled through the record tag itself so a message
+//!   costs the receiver one cache miss. A Medium payload is copied once into the ring and
+//!   handed to the handler in place (one copy in, none out).
+//! - **Waking.** Each endpoint has a [`gex_sync::wait::Doorbell`]. A sender rings it after
+//!   publishing; that is one relaxed load unless the receiver may sleep (wait policy
+//!   `block`/`spin-then-block`, chosen automatically when ranks outnumber cores).
+//! - **Replies never block.** If a reply ring is full the reply is queued locally and
+//!   requests from that peer are not drained until it has been delivered, which bounds the
+//!   queue to one reply per peer and rules out request/reply deadlock.
+//!
+//! ## What it does not do
+//! Ranks on several hosts (use a network conduit), or ranks as threads of one process.
+//!
+//! ## Configuration
+//! `GEX_SMP_RING_SIZE` (bytes per ring, power of two, default 256 KiB) and
+//! `GEX_SMP_MAX_MEDIUM` (default 64 KiB); see `docs/env.md`.
+
+mod region;
+mod smp;
+
+pub use smp::{Smp, SmpEp, DEFAULT_MAX_MEDIUM, DEFAULT_RING_SIZE};

@@ -68,6 +68,7 @@ pub mod spi;
 mod types;
 
 pub use client::{Client, ClientBuilder, Team, DEFAULT_SEGMENT_SIZE};
+pub use config::Config;
 pub use endpoint::{Am, EpStats, Endpoint, Handler, LcEvent, Prepared, Segment, Token};
 pub use error::{AmError, EpError, InitError, RegisterError};
 pub use gex_sync::wait::WaitPolicy;

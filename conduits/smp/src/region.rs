@@ -1,0 +1,179 @@
+//! One rank's shared region: layout, creation (memfd), and mapping of peers' regions.
+//!
+//! Layout (all offsets page- or cache-line aligned):
+//! ```text
+//! [Header: one page]
+//! [Doorbell of EP 0 .. EP E-1: 64 bytes each, rounded to a page]
+//! [rings: for receiver EP e, for sender global EP g, for {request, reply}:
+//!         RingCtl + data (ring_bytes_needed(cap)), rounded to a page]
+//! [segment of EP 0 .. EP E-1: seg_len rounded to a page each]
+//! ```
+//!
+//! # Safety
+//! `Mapping` owns an `mmap` of a whole region; raw pointers into it are handed out for
+//! the life of the mapping, which the conduit keeps alive (in an `Arc`) for as long as any
+//! endpoint exists. The header is written once by the owner before the region is
+//! published through the bootstrap and only read afterwards.
+#![allow(unsafe_code)]
+
+use gex_core::InitError;
+use gex_sync::ring;
+use gex_sync::wait::Doorbell;
+use rustix::fd::{AsFd, OwnedFd};
+use rustix::fs::{Mode, OFlags};
+use rustix::mm::{MapFlags, ProtFlags};
+use std::ptr::NonNull;
+
+const PAGE: usize = 4096;
+const MAGIC: u64 = 0x6765_785f_736d_7031; // "gex_smp1"
+
+const fn round_up(n: usize, to: usize) -> usize {
+    n.div_ceil(to) * to
+}
+
+/// The first page of every region.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Header {
+    pub magic: u64,
+    pub rank: u64,
+    pub eps: u64,
+    pub total_eps: u64,
+    pub ring_cap: u64,
+    pub max_medium: u64,
+    pub seg_len: u64,
+    pub len: u64,
+}
+
+/// Offsets inside one rank's region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub eps: usize,
+    pub total_eps: usize,
+    pub ring_cap: usize,
+    pub seg_len: usize,
+    bells: usize,
+    rings: usize,
+    ring_stride: usize,
+    segs: usize,
+    seg_stride: usize,
+    pub len: usize,
+}
+
+impl Layout {
+    pub(crate) fn new(eps: usize, total_eps: usize, ring_cap: usize, seg_len: usize) -> Option<Layout> {
+        let bells = PAGE;
+        let rings = bells + round_up(eps * std::mem::size_of::<Doorbell>(), PAGE);
+        let ring_stride = ring::ring_bytes_needed(ring_cap);
+        let segs = rings + round_up(eps.checked_mul(total_eps)?.checked_mul(2)?.checked_mul(ring_stride)?, PAGE);
+        let seg_stride = round_up(seg_len.max(1), PAGE);
+        let len = segs.checked_add(eps.checked_mul(seg_stride)?)?;
+        Some(Layout { eps, total_eps, ring_cap, seg_len, bells, rings, ring_stride, segs, seg_stride, len })
+    }
+    pub(crate) fn bell(&self, ep: usize) -> usize {
+        self.bells + ep * std::mem::size_of::<Doorbell>()
+    }
+    /// Offset of the ring carrying messages from global sender EP `g` to local EP `ep`.
+    pub(crate) fn ring(&self, ep: usize, g: usize, reply: bool) -> usize {
+        self.rings + ((ep * self.total_eps + g) * 2 + reply as usize) * self.ring_stride
+    }
+    pub(crate) fn segment(&self, ep: usize) -> usize {
+        self.segs + ep * self.seg_stride
+    }
+}
+
+/// An mmap of a whole region (own or a peer's).
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a Mapping is just an address range; all accesses through it are raw-pointer
+// accesses whose synchronisation is the rings' and the users' business.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    pub(crate) fn map(fd: impl AsFd, len: usize) -> Result<Mapping, InitError> {
+        // SAFETY: a fresh shared mapping at a kernel-chosen address; nothing aliases it yet.
+        let p = unsafe {
+            rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd, 0)
+        }
+        .map_err(|e| os("mmap of a shared region", e))?;
+        Ok(Mapping { base: NonNull::new(p.cast()).expect("mmap returned null"), len })
+    }
+    pub(crate) fn at(&self, off: usize) -> *mut u8 {
+        assert!(off <= self.len);
+        // SAFETY: in bounds of the mapping (checked).
+        unsafe { self.base.as_ptr().add(off) }
+    }
+    pub(crate) fn header(&self) -> Header {
+        // SAFETY: the mapping is at least a page long and page aligned; the header was
+        // written by the owner before publication.
+        unsafe { self.base.as_ptr().cast::<Header>().read() }
+    }
+    pub(crate) fn write_header(&self, h: Header) {
+        // SAFETY: as in `header`; only the owner writes, before publication.
+        unsafe { self.base.as_ptr().cast::<Header>().write(h) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `map` mapped; the conduit drops mappings only when no
+        // endpoint (and so no pointer into them) remains.
+        let _ = unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+pub(crate) fn os(what: &str, e: rustix::io::Errno) -> InitError {
+    InitError::Os { what: what.to_string(), err: std::io::Error::from_raw_os_error(e.raw_os_error()) }
+}
+
+/// Creates this rank's region: an anonymous memfd of `layout.len` bytes, mode 0600.
+pub(crate) fn create(layout: &Layout, rank: u32, max_medium: usize) -> Result<(OwnedFd, Mapping), InitError> {
+    let fd = rustix::fs::memfd_create("gex-smp", rustix::fs::MemfdFlags::CLOEXEC).map_err(|e| os("memfd_create", e))?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600)).map_err(|e| os("fchmod 0600 of the smp region", e))?;
+    rustix::fs::ftruncate(&fd, layout.len as u64).map_err(|e| os("sizing the smp region (ftruncate)", e))?;
+    let m = Mapping::map(&fd, layout.len)?;
+    for ep in 0..layout.eps {
+        // SAFETY: the doorbell slot is inside the mapping, 64-byte aligned (page base +
+        // multiple of size_of::<Doorbell>(), itself a multiple of 64), and unused yet.
+        unsafe { Doorbell::init_in_place(m.at(layout.bell(ep)).cast()) };
+        for g in 0..layout.total_eps {
+            for reply in [false, true] {
+                // SAFETY: the ring control block is inside the mapping, page aligned
+                // plus a multiple of ring_bytes_needed (a multiple of 64), unused yet.
+                unsafe { ring::RingCtl::init_in_place(m.at(layout.ring(ep, g, reply)).cast()) };
+            }
+        }
+    }
+    m.write_header(Header {
+        magic: MAGIC,
+        rank: rank as u64,
+        eps: layout.eps as u64,
+        total_eps: layout.total_eps as u64,
+        ring_cap: layout.ring_cap as u64,
+        max_medium: max_medium as u64,
+        seg_len: layout.seg_len as u64,
+        len: layout.len as u64,
+    });
+    Ok((fd, m))
+}
+
+/// Maps peer `rank`'s region through `/proc/<pid>/fd/<fd>` and checks its header.
+pub(crate) fn map_peer(rank: u32, pid: u32, fd: u32, len: usize) -> Result<Mapping, InitError> {
+    let path = format!("/proc/{pid}/fd/{fd}");
+    let f = rustix::fs::open(&path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).map_err(|e| InitError::Os {
+        what: format!("opening rank {rank}'s shared region {path} (the smp conduit needs same-user access to peers' /proc entries)"),
+        err: std::io::Error::from_raw_os_error(e.raw_os_error()),
+    })?;
+    let m = Mapping::map(&f, len)?;
+    let h = m.header();
+    if h.magic != MAGIC || h.rank != rank as u64 || h.len != len as u64 {
+        return Err(InitError::Conduit { conduit: "smp", msg: format!("rank {rank}'s region has a bad header: {h:?}") });
+    }
+    Ok(m)
+}

@@ -1,0 +1,554 @@
+//! The smp conduit and its endpoints.
+//!
+//! # Safety
+//! Endpoints hold raw pointers into the shared regions (ring memory, doorbells, peer
+//! segments). They stay valid because every endpoint holds an `Arc<Smp>`, which owns the
+//! mappings. Each ring has exactly one producer (the sending endpoint, which is `!Sync`
+//! and unique per global EP index) and one consumer (the receiving endpoint). Long
+//! payload writes into a peer's segment are bounds-checked by gex-core before the
+//! conduit sees them and checked again on receipt.
+#![allow(unsafe_code)]
+
+use crate::region::{self, Layout, Mapping};
+use gex_core::boot::Bootstrap;
+use gex_core::spi::{
+    Capabilities, Conduit, ConduitEp, Deliver, Incoming, Limits, OpenParams, OutMsg, Prepare, ReplyTx,
+};
+use gex_core::{AmError, Category, EpAddr, EpIndex, InitError, Injected, Kind};
+use gex_sync::ring::{self, Consumer, Producer};
+use gex_sync::wait::{Doorbell, WaitPolicy};
+use std::collections::VecDeque;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default bytes per ring.
+pub const DEFAULT_RING_SIZE: usize = 256 << 10;
+/// Default largest Medium payload.
+pub const DEFAULT_MAX_MEDIUM: usize = 64 << 10;
+/// Bytes reserved for arguments in a negotiated-payload Medium record.
+const NP_ARGS_AREA: usize = 64;
+
+// Layout of the 32-bit user word of a ring record.
+const U_CAT_SHIFT: u32 = 8;
+const U_REPLY: u32 = 1 << 10;
+const U_NARGS_SHIFT: u32 = 11;
+const U_FIXED_ARGS: u32 = 1 << 16;
+
+#[inline(always)]
+fn args_area(nargs: usize) -> usize {
+    (nargs * 4 + 7) & !7
+}
+
+#[inline(always)]
+fn user_word(msg: &OutMsg<'_>) -> u32 {
+    let cat = match msg.category {
+        Category::Short => 0,
+        Category::Medium => 1,
+        Category::Long => 2,
+    };
+    let reply = if msg.kind == Kind::Reply { U_REPLY } else { 0 };
+    msg.handler as u32 | (cat << U_CAT_SHIFT) | reply | ((msg.args.len() as u32) << U_NARGS_SHIFT)
+}
+
+/// A pointer that may cross threads with its endpoint (see the module's Safety section).
+#[derive(Clone, Copy, Debug)]
+struct Raw<T>(NonNull<T>);
+// SAFETY: points into shared mappings kept alive by the endpoint's Arc<Smp>; the pointee
+// types (Doorbell: atomics; segment bytes: raw memory) are designed for cross-process use.
+unsafe impl<T> Send for Raw<T> {}
+
+impl<T> Raw<T> {
+    fn new(p: *mut u8) -> Self {
+        Raw(NonNull::new(p.cast()).expect("non-null shared pointer"))
+    }
+    #[inline(always)]
+    fn get(&self) -> &T {
+        // SAFETY: valid for the life of the endpoint (module Safety section); only used for
+        // types that are sound to share (Doorbell).
+        unsafe { self.0.as_ref() }
+    }
+}
+
+/// The shared-memory conduit. See the [crate documentation](crate).
+#[derive(Debug)]
+pub struct Smp {
+    maps: Vec<Mapping>,
+    layouts: Vec<Layout>,
+    g_base: Vec<usize>,
+    max_medium: Vec<usize>,
+}
+
+/// A segment mapping (base, length) of some endpoint.
+#[derive(Clone, Copy, Debug)]
+struct Seg {
+    base: Raw<u8>,
+    len: usize,
+}
+
+/// Sending side of an endpoint: one request and one reply producer per destination
+/// global EP, plus the destinations' doorbells and segments.
+#[derive(Debug)]
+struct Tx {
+    req: Vec<Producer>,
+    rep: Vec<Producer>,
+    bells: Vec<Raw<Doorbell>>,
+    segs: Vec<Seg>,
+    g_base: Vec<usize>,
+    /// Replies that found their ring full, per destination (rare; see crate docs).
+    pending: Vec<VecDeque<(u32, Vec<u8>)>>,
+    npending: usize,
+}
+
+/// Receiving side: one request and one reply consumer per source global EP.
+#[derive(Debug)]
+struct Rx {
+    req: Vec<Consumer>,
+    rep: Vec<Consumer>,
+    src: Vec<EpAddr>,
+    seg: Seg,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Np {
+    g: usize,
+    body: *mut u8,
+    body_len: usize,
+}
+
+/// An smp endpoint.
+#[derive(Debug)]
+pub struct SmpEp {
+    index: EpIndex,
+    tx: Tx,
+    rx: Rx,
+    bell: Raw<Doorbell>,
+    limits: Limits,
+    np: Option<Np>,
+    conduit: Arc<Smp>,
+}
+
+// SAFETY: `np.body` is a pointer into this endpoint's own reservation, only used by the
+// thread that owns the endpoint; every other field is Send.
+unsafe impl Send for SmpEp {}
+
+impl Conduit for Smp {
+    type Ep = SmpEp;
+    const NAME: &'static str = "smp";
+
+    fn open(boot: &mut dyn Bootstrap, params: &OpenParams<'_>) -> Result<(Arc<Smp>, Vec<SmpEp>), InitError> {
+        let jl = params.layout;
+        let n = jl.size() as usize;
+        let rank = params.rank as usize;
+        if jl.host.iter().any(|&h| h != jl.host[0]) {
+            return Err(InitError::Conduit {
+                conduit: "smp",
+                msg: "all ranks must run on one host (this job spans several; use a network conduit)".into(),
+            });
+        }
+        let ring_cap = params.config.size("GEX_SMP_RING_SIZE", DEFAULT_RING_SIZE)?;
+        if !ring::is_valid_capacity(ring_cap) || ring_cap < 4096 {
+            return Err(InitError::Config(format!(
+                "GEX_SMP_RING_SIZE={ring_cap}: must be a power of two between 4096 and {}",
+                ring::MAX_CAPACITY
+            )));
+        }
+        let max_medium = params.config.size("GEX_SMP_MAX_MEDIUM", DEFAULT_MAX_MEDIUM)?;
+        let room = ring::max_body(ring_cap) - NP_ARGS_AREA;
+        if max_medium > room {
+            return Err(InitError::Config(format!(
+                "GEX_SMP_MAX_MEDIUM={max_medium} does not fit a {ring_cap}-byte ring (at most {room}); raise GEX_SMP_RING_SIZE"
+            )));
+        }
+        let mut g_base = Vec::with_capacity(n + 1);
+        let mut total = 0usize;
+        for &e in &jl.eps {
+            g_base.push(total);
+            total += e as usize;
+        }
+        let my_eps = jl.eps[rank] as usize;
+        let mine = Layout::new(my_eps, total, ring_cap, jl.seg_len[rank])
+            .ok_or_else(|| InitError::Config("smp region size overflows".into()))?;
+        let (fd, own) = region::create(&mine, params.rank, max_medium)?;
+        for e in 0..my_eps {
+            // SAFETY: initialised by `create`, inside the mapping.
+            let bell = unsafe { &*own.at(mine.bell(e)).cast::<Doorbell>() };
+            bell.set_may_block(params.wait != WaitPolicy::Spin);
+        }
+        let mut blob = Vec::with_capacity(16);
+        blob.extend_from_slice(&rustix::process::getpid().as_raw_nonzero().get().to_le_bytes());
+        blob.extend_from_slice(&(rustix::fd::AsRawFd::as_raw_fd(&fd)).to_le_bytes());
+        blob.extend_from_slice(&(mine.len as u64).to_le_bytes());
+        let all = boot.exchange(&blob)?;
+        let mut own = Some(own);
+        let mut maps = Vec::with_capacity(n);
+        for (r, b) in all.iter().enumerate() {
+            if r == rank {
+                maps.push(own.take().expect("own mapping"));
+                continue;
+            }
+            if b.len() != 16 {
+                return Err(InitError::Conduit { conduit: "smp", msg: format!("rank {r} sent a {}-byte region blob", b.len()) });
+            }
+            let pid = u32::from_le_bytes(b[0..4].try_into().expect("4"));
+            let pfd = u32::from_le_bytes(b[4..8].try_into().expect("4"));
+            let len = u64::from_le_bytes(b[8..16].try_into().expect("8")) as usize;
+            maps.push(region::map_peer(r as u32, pid, pfd, len)?);
+        }
+        // Everyone has mapped everyone: the descriptor (the region's last name) can go.
+        boot.barrier()?;
+        drop(fd);
+        let mut layouts = Vec::with_capacity(n);
+        let mut max_med = Vec::with_capacity(n);
+        for (r, m) in maps.iter().enumerate() {
+            let h = m.header();
+            let l = Layout::new(h.eps as usize, h.total_eps as usize, h.ring_cap as usize, h.seg_len as usize)
+                .filter(|l| l.len == h.len as usize && l.total_eps == total && h.eps as usize == jl.eps[r] as usize)
+                .ok_or_else(|| InitError::Conduit { conduit: "smp", msg: format!("rank {r}'s region layout disagrees with the job layout") })?;
+            layouts.push(l);
+            max_med.push((h.max_medium as usize).min(ring::max_body(l.ring_cap) - NP_ARGS_AREA));
+        }
+        let smp = Arc::new(Smp { maps, layouts, g_base, max_medium: max_med });
+        let eps = (0..my_eps).map(|e| smp.make_ep(rank, e, total)).collect();
+        tracing::debug!(rank, ranks = n, ring_cap, max_medium, "smp conduit open");
+        Ok((smp, eps))
+    }
+}
+
+impl Smp {
+    fn ring_ptrs(&self, r: usize, ep: usize, g: usize, reply: bool) -> (*const ring::RingCtl, *mut u8, usize) {
+        let l = &self.layouts[r];
+        let base = self.maps[r].at(l.ring(ep, g, reply));
+        // SAFETY: base + DATA_OFFSET + cap is inside the ring's slot of the mapping.
+        let data = unsafe { base.add(ring::DATA_OFFSET) };
+        (base.cast_const().cast(), data, l.ring_cap)
+    }
+
+    fn make_ep(self: &Arc<Self>, rank: usize, e: usize, total: usize) -> SmpEp {
+        let me_g = self.g_base[rank] + e;
+        let mut tx = Tx {
+            req: Vec::with_capacity(total),
+            rep: Vec::with_capacity(total),
+            bells: Vec::with_capacity(total),
+            segs: Vec::with_capacity(total),
+            g_base: self.g_base.clone(),
+            pending: (0..total).map(|_| VecDeque::new()).collect(),
+            npending: 0,
+        };
+        let mut rx = Rx {
+            req: Vec::with_capacity(total),
+            rep: Vec::with_capacity(total),
+            src: Vec::with_capacity(total),
+            seg: Seg { base: Raw::new(self.maps[rank].at(self.layouts[rank].segment(e))), len: self.layouts[rank].seg_len },
+        };
+        for (r, l) in self.layouts.iter().enumerate() {
+            for de in 0..l.eps {
+                for reply in [false, true] {
+                    let (ctl, data, cap) = self.ring_ptrs(r, de, me_g, reply);
+                    // SAFETY: ctl/data/cap describe an initialised ring in a live mapping;
+                    // this endpoint is the only producer of the ring (me_g -> (r, de)).
+                    let p = unsafe { Producer::new(ctl, data, cap) };
+                    if reply { tx.rep.push(p) } else { tx.req.push(p) }
+                }
+                tx.bells.push(Raw::new(self.maps[r].at(l.bell(de))));
+                tx.segs.push(Seg { base: Raw::new(self.maps[r].at(l.segment(de))), len: l.seg_len });
+                let g = self.g_base[r] + de;
+                for reply in [false, true] {
+                    let (ctl, data, cap) = self.ring_ptrs(rank, e, g, reply);
+                    // SAFETY: as above; this endpoint is the only consumer of (g -> me).
+                    let c = unsafe { Consumer::new(ctl, data, cap) };
+                    if reply { rx.rep.push(c) } else { rx.req.push(c) }
+                }
+                rx.src.push(EpAddr::new(r as u32, de as u16));
+            }
+        }
+        let max_medium = self.max_medium[rank];
+        SmpEp {
+            index: e as u16,
+            tx,
+            rx,
+            bell: Raw::new(self.maps[rank].at(self.layouts[rank].bell(e))),
+            limits: Limits { max_args: 16, max_medium, max_long: usize::MAX },
+            np: None,
+            conduit: self.clone(),
+        }
+    }
+}
+
+/// Writes one message (args, then Medium payload or Long descriptor) into `body`; for
+/// Long, first copies the payload into the destination segment.
+///
+/// # Safety
+/// `body` must be valid for `body_len(msg)` bytes and 8-byte aligned; for Long, `seg`
+/// must be the destination's segment and `msg.offset + msg.payload.len() <= seg.len`.
+#[inline(always)]
+unsafe fn encode(body: *mut u8, msg: &OutMsg<'_>, seg: Seg) {
+    let area = args_area(msg.args.len());
+    // SAFETY: caller guarantees `body` has room for the args area and what follows.
+    unsafe {
+        std::ptr::copy_nonoverlapping(msg.args.as_ptr().cast::<u8>(), body, msg.args.len() * 4);
+        match msg.category {
+            Category::Short => {}
+            Category::Medium => {
+                std::ptr::copy_nonoverlapping(msg.payload.as_ptr(), body.add(area), msg.payload.len());
+            }
+            Category::Long => {
+                let dst = seg.base.0.as_ptr().add(msg.offset);
+                if dst.cast_const() != msg.payload.as_ptr() {
+                    // `copy`, not `copy_nonoverlapping`: the source may be in a segment.
+                    std::ptr::copy(msg.payload.as_ptr(), dst, msg.payload.len());
+                }
+                body.add(area).cast::<u64>().write(msg.offset as u64);
+                body.add(area + 8).cast::<u64>().write(msg.payload.len() as u64);
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn body_len(msg: &OutMsg<'_>) -> usize {
+    let area = args_area(msg.args.len());
+    match msg.category {
+        Category::Short => area,
+        Category::Medium => area + msg.payload.len(),
+        Category::Long => area + 16,
+    }
+}
+
+/// Publishes `msg` into `prod`; false if the ring is full.
+#[inline(always)]
+fn put(prod: &mut Producer, msg: &OutMsg<'_>, seg: Seg) -> bool {
+    let len = body_len(msg);
+    let Some(mut r) = prod.reserve(len) else { return false };
+    // SAFETY: the reservation is `len` bytes, 8-byte aligned; the core checked Long bounds.
+    unsafe { encode(r.body_ptr(), msg, seg) };
+    r.commit(user_word(msg), len);
+    true
+}
+
+impl Tx {
+    #[inline(always)]
+    fn g(&self, dst: EpAddr) -> usize {
+        self.g_base[dst.rank as usize] + dst.ep as usize
+    }
+
+    #[cold]
+    fn defer(&mut self, g: usize, msg: &OutMsg<'_>) {
+        let len = body_len(msg);
+        let mut buf = vec![0u64; len.div_ceil(8)];
+        // SAFETY: `buf` has `len` bytes (rounded up), 8-byte aligned.
+        unsafe { encode(buf.as_mut_ptr().cast(), msg, self.segs[g]) };
+        // SAFETY: a u64 buffer viewed as its bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), len) }.to_vec();
+        self.pending[g].push_back((user_word(msg), bytes));
+        self.npending += 1;
+    }
+
+    #[cold]
+    fn flush(&mut self) {
+        for g in 0..self.pending.len() {
+            let mut sent = false;
+            while let Some((user, body)) = self.pending[g].front() {
+                if !self.rep[g].push(*user, &[body]) {
+                    break;
+                }
+                self.pending[g].pop_front();
+                self.npending -= 1;
+                sent = true;
+            }
+            if sent {
+                self.bells[g].get().ring();
+            }
+        }
+    }
+}
+
+impl ReplyTx for Tx {
+    #[inline]
+    fn reply(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError> {
+        let g = self.g(dst);
+        if self.pending[g].is_empty() && put(&mut self.rep[g], msg, self.segs[g]) {
+            self.bells[g].get().ring();
+        } else {
+            self.defer(g, msg);
+        }
+        Ok(())
+    }
+}
+
+/// Delivers up to `budget` records of one ring.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn drain<D: Deliver>(c: &mut Consumer, src: EpAddr, g: usize, seg: Seg, kind: Kind, d: &mut D, tx: &mut Tx, budget: usize) -> usize {
+    let mut n = 0;
+    while n < budget {
+        let Some((user, body)) = c.peek() else { break };
+        let nargs = ((user >> U_NARGS_SHIFT) & 31) as usize;
+        let area = if user & U_FIXED_ARGS != 0 { NP_ARGS_AREA } else { args_area(nargs) };
+        assert!(nargs <= 16 && body.len() >= area, "gex smp: corrupt record from {src}");
+        // SAFETY: bodies are 8-byte aligned and hold `nargs` u32 arguments first.
+        let args = unsafe { std::slice::from_raw_parts(body.as_ptr().cast::<u32>(), nargs) };
+        let (category, payload, offset): (Category, &[u8], usize) = match (user >> U_CAT_SHIFT) & 3 {
+            0 => (Category::Short, &[], 0),
+            1 => (Category::Medium, &body[area..], 0),
+            _ => {
+                // SAFETY: the body holds two u64 (offset, length) after the args area.
+                let (off, len) = unsafe {
+                    let p = body.as_ptr().add(area).cast::<u64>();
+                    (p.read() as usize, p.add(1).read() as usize)
+                };
+                assert!(off.checked_add(len).is_some_and(|e| e <= seg.len), "gex smp: Long from {src} outside the segment");
+                // SAFETY: in bounds of this endpoint's segment (checked); the sender wrote
+                // it before publishing the record we acquired.
+                let p = unsafe { std::slice::from_raw_parts(seg.base.0.as_ptr().add(off), len) };
+                (Category::Long, p, off)
+            }
+        };
+        let inc = Incoming { src, handler: user as u8, kind, category, args, payload, offset };
+        d.deliver(&inc, tx);
+        c.pop();
+        n += 1;
+        if kind == Kind::Request && !tx.pending[g].is_empty() {
+            break;
+        }
+    }
+    n
+}
+
+impl SmpEp {
+    fn dst_g(&self, dst: EpAddr) -> usize {
+        self.tx.g(dst)
+    }
+}
+
+impl ConduitEp for SmpEp {
+    fn index(&self) -> EpIndex {
+        self.index
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::NP_IN_PLACE | Capabilities::SHARED_MEMORY | Capabilities::BLOCKING_WAIT
+    }
+    #[inline]
+    fn limits(&self, _dst: EpAddr) -> Limits {
+        self.limits
+    }
+    fn local_segment(&self) -> (NonNull<u8>, usize) {
+        (self.rx.seg.base.0, self.rx.seg.len)
+    }
+    fn peer_segment(&self, dst: EpAddr) -> Option<(NonNull<u8>, usize)> {
+        let r = dst.rank as usize;
+        if r >= self.conduit.layouts.len() || dst.ep as usize >= self.conduit.layouts[r].eps {
+            return None;
+        }
+        let s = self.tx.segs[self.dst_g(dst)];
+        Some((s.base.0, s.len))
+    }
+
+    #[inline]
+    fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, AmError> {
+        let g = self.tx.g(dst);
+        if put(&mut self.tx.req[g], msg, self.tx.segs[g]) {
+            self.tx.bells[g].get().ring();
+            Ok(Injected::Sent)
+        } else {
+            Ok(Injected::WouldBlock)
+        }
+    }
+
+    #[inline]
+    fn poll<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize {
+        if self.tx.npending > 0 {
+            self.tx.flush();
+        }
+        let mut n = 0;
+        let rx = &mut self.rx;
+        for g in 0..rx.rep.len() {
+            if n >= budget {
+                return n;
+            }
+            n += drain(&mut rx.rep[g], rx.src[g], g, rx.seg, Kind::Reply, d, &mut self.tx, budget - n);
+        }
+        for g in 0..rx.req.len() {
+            if n >= budget {
+                return n;
+            }
+            if !self.tx.pending[g].is_empty() {
+                continue;
+            }
+            n += drain(&mut rx.req[g], rx.src[g], g, rx.seg, Kind::Request, d, &mut self.tx, budget - n);
+        }
+        n
+    }
+
+    fn has_incoming(&self) -> bool {
+        self.rx.rep.iter().chain(self.rx.req.iter()).any(|c| c.has_data())
+    }
+
+    fn block(&mut self, timeout: Duration) {
+        if self.tx.npending > 0 {
+            // Our deferred replies wait for the peer, which does not ring us: stay awake.
+            std::thread::yield_now();
+            return;
+        }
+        let rx = &self.rx;
+        self.bell.get().wait_until_timeout(WaitPolicy::Block, timeout, || {
+            rx.rep.iter().chain(rx.req.iter()).any(|c| c.has_data())
+        });
+    }
+
+    fn prepare(&mut self, dst: EpAddr, category: Category, max_len: usize, offset: usize, _imm: bool) -> Result<Prepare, AmError> {
+        let g = self.tx.g(dst);
+        match category {
+            Category::Short => Ok(Prepare::Bounce),
+            Category::Medium => {
+                let body_len = NP_ARGS_AREA + max_len;
+                let Some(mut r) = self.tx.req[g].reserve(body_len) else { return Ok(Prepare::WouldBlock) };
+                let body = r.body_ptr();
+                drop(r); // re-reserved identically at commit: nothing else uses this ring meanwhile
+                self.np = Some(Np { g, body, body_len });
+                // SAFETY: the reservation covers NP_ARGS_AREA + max_len bytes from `body`.
+                let p = unsafe { body.add(NP_ARGS_AREA) };
+                Ok(Prepare::InPlace(NonNull::slice_from_raw_parts(NonNull::new(p).expect("non-null"), max_len)))
+            }
+            Category::Long => {
+                let body_len = NP_ARGS_AREA + 16;
+                if self.tx.req[g].reserve(body_len).is_none() {
+                    return Ok(Prepare::WouldBlock);
+                }
+                self.np = Some(Np { g, body: std::ptr::null_mut(), body_len });
+                let seg = self.tx.segs[g];
+                // SAFETY: the core checked offset + max_len against the destination segment.
+                let p = unsafe { seg.base.0.as_ptr().add(offset) };
+                Ok(Prepare::InPlace(NonNull::slice_from_raw_parts(NonNull::new(p).expect("non-null"), max_len)))
+            }
+        }
+    }
+
+    fn commit(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError> {
+        let np = self.np.take().expect("commit without prepare");
+        let g = np.g;
+        debug_assert_eq!(g, self.tx.g(dst));
+        let seg = self.tx.segs[g];
+        match msg.category {
+            Category::Medium => {
+                let mut r = self.tx.req[g].reserve(np.body_len).expect("space reserved at prepare");
+                let body = r.body_ptr();
+                assert_eq!(body, np.body, "gex smp: negotiated-payload reservation moved");
+                // SAFETY: the first NP_ARGS_AREA bytes of the reservation hold the args.
+                unsafe { std::ptr::copy_nonoverlapping(msg.args.as_ptr().cast::<u8>(), body, msg.args.len() * 4) };
+                r.commit(user_word(msg) | U_FIXED_ARGS, NP_ARGS_AREA + msg.payload.len());
+            }
+            _ => {
+                // The payload is already in the destination segment; publish the descriptor.
+                let ok = put(&mut self.tx.req[g], msg, seg);
+                assert!(ok, "gex smp: space reserved at prepare vanished");
+            }
+        }
+        self.tx.bells[g].get().ring();
+        Ok(())
+    }
+
+    fn cancel(&mut self) {
+        self.np = None;
+    }
+}
