@@ -1,0 +1,83 @@
+//! `gex-run`: run a gex job of `N` ranks on this host.
+//!
+//! ```text
+//! gex-run -n N [--conduit NAME] [--] prog args…
+//! ```
+//!
+//! Exits with the job's exit code (see `gex_boot::launch` for how it is
+//! computed), 127 if `prog` cannot be executed, 2 for a usage error and 1 if the
+//! launcher itself fails.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::Parser;
+use gex_boot::launch::{JobSpec, LaunchError, run_job};
+
+/// Run a gex job of N ranks of PROG on this host.
+///
+/// Every rank inherits stdin, stdout and stderr and gets GEX_BOOT=fork, GEX_RANK,
+/// GEX_SIZE, GEX_JOB_ID, GEX_LOCAL_RANK, GEX_LOCAL_SIZE and GEX_BOOT_FD in its
+/// environment. If a rank fails, exits or aborts, every other rank is terminated
+/// and gex-run exits with that rank's code.
+#[derive(Debug, Parser)]
+#[command(name = "gex-run", version)]
+struct Args {
+    /// Number of ranks (at least 1).
+    #[arg(short = 'n', long = "ranks", value_name = "N", value_parser = parse_ranks)]
+    ranks: u32,
+    /// Conduit the ranks should use (sets GEX_CONDUIT=NAME).
+    #[arg(long, value_name = "NAME")]
+    conduit: Option<OsString>,
+    /// The program to run, and its arguments.
+    #[arg(
+        value_name = "PROG",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    command: Vec<OsString>,
+}
+
+fn parse_ranks(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Err("the number of ranks must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("`{s}` is not a number of ranks: {e}")),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let mut command = args.command.into_iter();
+    let Some(program) = command.next() else {
+        eprintln!("gex-run: no program given");
+        return ExitCode::from(2);
+    };
+    let mut spec = JobSpec::new(args.ranks, program)
+        .args(command)
+        .forward_signals(true);
+    if let Some(conduit) = args.conduit {
+        spec = spec.env(gex_boot::env::CONDUIT, conduit);
+    }
+    match run_job(&spec) {
+        Ok(code) => exit_code(code),
+        Err(e @ LaunchError::Spawn { .. }) => {
+            eprintln!("gex-run: {e}");
+            ExitCode::from(127)
+        }
+        Err(e @ LaunchError::NoRanks) => {
+            eprintln!("gex-run: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("gex-run: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The low 8 bits of the job's code, as `exit(2)` would report them.
+fn exit_code(code: i32) -> ExitCode {
+    ExitCode::from(code.to_le_bytes()[0])
+}

@@ -1,0 +1,408 @@
+//! The rank side of the fork launcher: [`ForkClient`], a [`Bootstrap`] over the
+//! socket the launcher left open in the rank.
+//!
+//! # Safety
+//!
+//! The only `unsafe` here turns the descriptor number found in `GEX_BOOT_FD`
+//! into a [`BorrowedFd`] for two `fcntl` calls: one duplicates it into a
+//! descriptor this client owns, the other marks the inherited one close-on-exec.
+//! The launcher guarantees the descriptor is open in the rank when it starts;
+//! the borrow lasts only for those two calls and nothing in this module closes
+//! the inherited descriptor. Everything after that uses the owned duplicate.
+
+#![allow(unsafe_code)]
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+
+use gex_core::boot::{BootError, Bootstrap};
+use rustix::io::{Errno, FdFlags};
+use rustix::net::{RecvFlags, SendFlags};
+
+use crate::env;
+use crate::proto::{self, ToLauncher, ToRank};
+
+/// The bootstrap of a rank started by the fork launcher ([`crate::launch`]).
+///
+/// Created by [`from_env`](crate::from_env) when `GEX_BOOT=fork`; it says HELLO on
+/// creation and learns the host map from the launcher's reply. Every call blocks
+/// until the launcher answers; if the launcher goes away the call returns
+/// [`BootError::Lost`].
+///
+/// ```no_run
+/// use gex_core::boot::Bootstrap;
+/// // Inside a process started by `gex-run -n 4 ...`:
+/// let mut boot = gex_boot::fork::ForkClient::from_env()?;
+/// let all = boot.exchange(&boot.rank().to_le_bytes())?;
+/// assert_eq!(all.len(), boot.size() as usize);
+/// boot.finalize(0)?;
+/// # Ok::<(), gex_core::boot::BootError>(())
+/// ```
+#[derive(Debug)]
+pub struct ForkClient {
+    sock: OwnedFd,
+    rank: u32,
+    size: u32,
+    hosts: Vec<u32>,
+    seq: u64,
+}
+
+fn env_u32(name: &str) -> Result<u32, BootError> {
+    let v = std::env::var_os(name).ok_or_else(|| {
+        BootError::Environment(format!("{name} is not set (GEX_BOOT=fork needs it)"))
+    })?;
+    v.to_str()
+        .and_then(|s| s.parse::<u32>().ok())
+        .ok_or_else(|| {
+            BootError::Environment(format!("{name}={v:?} is not a non-negative integer"))
+        })
+}
+
+fn lost_or_io(e: Errno, what: &str) -> BootError {
+    match e {
+        Errno::PIPE | Errno::CONNRESET | Errno::NOTCONN => {
+            BootError::Lost(format!("the launcher went away ({what}: {e})"))
+        }
+        e => BootError::Io(std::io::Error::from(e)),
+    }
+}
+
+impl ForkClient {
+    /// Connects to the launcher described by `GEX_BOOT_FD`, `GEX_RANK` and
+    /// `GEX_SIZE` (see [`crate::env`](mod@crate::env)) and says HELLO.
+    ///
+    /// # Errors
+    /// [`BootError::Environment`] if a variable is missing or malformed or the
+    /// descriptor is not a socket; [`BootError::Lost`] if the launcher is gone.
+    pub fn from_env() -> Result<Self, BootError> {
+        let fd = env_u32(env::BOOT_FD)?;
+        let rank = env_u32(env::RANK)?;
+        let size = env_u32(env::SIZE)?;
+        let Ok(raw) = RawFd::try_from(fd) else {
+            return Err(BootError::Environment(format!(
+                "{}={fd} is out of range",
+                env::BOOT_FD
+            )));
+        };
+        if raw <= 2 {
+            return Err(BootError::Environment(format!(
+                "{}={fd} names a standard stream, not a launcher socket",
+                env::BOOT_FD
+            )));
+        }
+        // SAFETY: the launcher left descriptor `raw` open in this process for the
+        // bootstrap (see the module's Safety section); the borrow is used for the
+        // two fcntl calls below only, and nothing closes `raw` meanwhile.
+        let inherited = unsafe { BorrowedFd::borrow_raw(raw) };
+        let owned = rustix::io::fcntl_dupfd_cloexec(inherited, 3).map_err(|e| {
+            BootError::Environment(format!(
+                "{}={fd} is not an open descriptor ({e}); was this process started by gex-run?",
+                env::BOOT_FD
+            ))
+        })?;
+        // Keep the inherited descriptor away from programs this rank may start.
+        rustix::io::fcntl_setfd(inherited, FdFlags::CLOEXEC)
+            .map_err(|e| BootError::Io(e.into()))?;
+        let stat = rustix::fs::fstat(&owned).map_err(|e| BootError::Io(e.into()))?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::Socket {
+            return Err(BootError::Environment(format!(
+                "{}={fd} is not a socket; was this process started by gex-run?",
+                env::BOOT_FD
+            )));
+        }
+        Self::connect(owned, rank, size)
+    }
+
+    /// Says HELLO as `rank` of `size` over `sock` and waits for the launcher's
+    /// WELCOME.
+    pub(crate) fn connect(sock: OwnedFd, rank: u32, size: u32) -> Result<Self, BootError> {
+        if size == 0 || rank >= size {
+            return Err(BootError::Environment(format!(
+                "{}={rank} is not below {}={size}",
+                env::RANK,
+                env::SIZE
+            )));
+        }
+        let mut me = ForkClient {
+            sock,
+            rank,
+            size,
+            hosts: Vec::new(),
+            seq: 0,
+        };
+        me.send(&ToLauncher::Hello {
+            version: proto::VERSION,
+            rank,
+            size,
+        })?;
+        match me.recv()? {
+            ToRank::Welcome { hosts } if hosts.len() == size as usize => me.hosts = hosts,
+            other => {
+                return Err(BootError::Protocol(format!(
+                    "expected WELCOME with {size} host ids, got {other:?}"
+                )));
+            }
+        }
+        Ok(me)
+    }
+
+    fn send(&mut self, msg: &ToLauncher) -> Result<(), BootError> {
+        let frame = msg.encode().map_err(|e| BootError::Protocol(e.0))?;
+        let mut rest = &frame[..];
+        while !rest.is_empty() {
+            match rustix::net::send(&self.sock, rest, SendFlags::NOSIGNAL) {
+                Ok(n) => rest = &rest[n..],
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(lost_or_io(e, "send")),
+            }
+        }
+        Ok(())
+    }
+
+    fn recv_exact(&mut self, buf: &mut [u8]) -> Result<(), BootError> {
+        let mut got = 0;
+        while got < buf.len() {
+            match rustix::net::recv(self.sock.as_fd(), &mut buf[got..], RecvFlags::empty()) {
+                Ok((0, _)) => {
+                    return Err(BootError::Lost(
+                        "the launcher closed the bootstrap connection (the job is ending)".into(),
+                    ));
+                }
+                Ok((n, _)) => got += n,
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(lost_or_io(e, "recv")),
+            }
+        }
+        Ok(())
+    }
+
+    fn recv(&mut self) -> Result<ToRank, BootError> {
+        let mut head = [0u8; proto::HEADER];
+        self.recv_exact(&mut head)?;
+        let len = proto::body_len(&head, proto::MAX_LAUNCHER_FRAME)
+            .map_err(|e| BootError::Protocol(e.0))?
+            .unwrap_or(0);
+        let mut body = vec![0u8; len];
+        self.recv_exact(&mut body)?;
+        ToRank::decode(&body).map_err(|e| BootError::Protocol(e.0))
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        let s = self.seq;
+        self.seq += 1;
+        s
+    }
+
+    fn unexpected(what: &str, seq: u64, got: &ToRank) -> BootError {
+        BootError::Protocol(format!("expected the result of {what} #{seq}, got {got:?}"))
+    }
+}
+
+impl Bootstrap for ForkClient {
+    fn name(&self) -> &'static str {
+        "fork"
+    }
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+    fn size(&self) -> u32 {
+        self.size
+    }
+    fn host_ids(&self) -> &[u32] {
+        &self.hosts
+    }
+    fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
+        let seq = self.next_seq();
+        self.send(&ToLauncher::Exchange {
+            seq,
+            blob: mine.to_vec(),
+        })?;
+        match self.recv()? {
+            ToRank::Exchanged { seq: s, blobs }
+                if s == seq && blobs.len() == self.size as usize =>
+            {
+                Ok(blobs)
+            }
+            other => Err(Self::unexpected("exchange", seq, &other)),
+        }
+    }
+    fn barrier(&mut self) -> Result<(), BootError> {
+        let seq = self.next_seq();
+        self.send(&ToLauncher::Barrier { seq })?;
+        match self.recv()? {
+            ToRank::BarrierDone { seq: s } if s == seq => Ok(()),
+            other => Err(Self::unexpected("barrier", seq, &other)),
+        }
+    }
+    fn broadcast(&mut self, root: u32, data: &[u8]) -> Result<Vec<u8>, BootError> {
+        let seq = self.next_seq();
+        let blob = if root == self.rank {
+            data.to_vec()
+        } else {
+            Vec::new()
+        };
+        self.send(&ToLauncher::Broadcast { seq, root, blob })?;
+        match self.recv()? {
+            ToRank::BroadcastDone { seq: s, blob } if s == seq => Ok(blob),
+            other => Err(Self::unexpected("broadcast", seq, &other)),
+        }
+    }
+    fn abort(&mut self, code: i32, msg: &str) -> ! {
+        let code = if code == 0 { 1 } else { code };
+        let sent = self.send(&ToLauncher::Abort {
+            code,
+            msg: msg.to_owned(),
+        });
+        if sent.is_err() {
+            // The launcher cannot print the message for us.
+            eprintln!(
+                "gex: rank {} aborted the job (code {code}): {msg}",
+                self.rank
+            );
+        }
+        std::process::exit(code)
+    }
+    fn finalize(&mut self, code: i32) -> Result<(), BootError> {
+        self.send(&ToLauncher::Finalize { code })
+    }
+    fn request_exit(&mut self, code: i32) {
+        if let Err(e) = self.send(&ToLauncher::Exit { code }) {
+            tracing::debug!(rank = self.rank, code, error = %e, "exit request not delivered");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::FrameBuf;
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+
+    /// A fake launcher on the other end of a socketpair: reads one frame, answers
+    /// with `reply(msg)` until `reply` returns `None`.
+    fn fake_launcher(
+        sock: OwnedFd,
+        mut reply: impl FnMut(ToLauncher) -> Option<Vec<ToRank>> + Send + 'static,
+    ) -> std::thread::JoinHandle<Vec<ToLauncher>> {
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            let mut fb = FrameBuf::new(proto::MAX_RANK_FRAME);
+            let mut buf = [0u8; 4096];
+            loop {
+                while let Some(body) = fb.next_frame().unwrap() {
+                    let m = ToLauncher::decode(&body).unwrap();
+                    seen.push(m.clone());
+                    match reply(m) {
+                        Some(rs) => {
+                            for r in rs {
+                                rustix::net::send(&sock, &r.encode().unwrap(), SendFlags::NOSIGNAL)
+                                    .unwrap();
+                            }
+                        }
+                        None => return seen,
+                    }
+                }
+                let (n, _) = rustix::net::recv(&sock, &mut buf, RecvFlags::empty()).unwrap();
+                if n == 0 {
+                    return seen;
+                }
+                fb.push(&buf[..n]);
+            }
+        })
+    }
+
+    fn pair() -> (OwnedFd, OwnedFd) {
+        rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn client_speaks_the_protocol() {
+        let (a, b) = pair();
+        let launcher = fake_launcher(b, |m| match m {
+            ToLauncher::Hello { .. } => Some(vec![ToRank::Welcome { hosts: vec![0, 0] }]),
+            ToLauncher::Exchange { seq, blob } => Some(vec![ToRank::Exchanged {
+                seq,
+                blobs: vec![b"zero".to_vec(), blob],
+            }]),
+            ToLauncher::Barrier { seq } => Some(vec![ToRank::BarrierDone { seq }]),
+            ToLauncher::Broadcast { seq, .. } => Some(vec![ToRank::BroadcastDone {
+                seq,
+                blob: b"from root".to_vec(),
+            }]),
+            ToLauncher::Finalize { .. } => None,
+            other => panic!("unexpected {other:?}"),
+        });
+        let mut c = ForkClient::connect(a, 1, 2).unwrap();
+        assert_eq!((c.rank(), c.size(), c.host_ids()), (1, 2, &[0, 0][..]));
+        assert_eq!(
+            c.exchange(b"one").unwrap(),
+            vec![b"zero".to_vec(), b"one".to_vec()]
+        );
+        c.barrier().unwrap();
+        assert_eq!(c.broadcast(0, b"ignored").unwrap(), b"from root");
+        c.finalize(0).unwrap();
+        let seen = launcher.join().unwrap();
+        assert_eq!(
+            seen,
+            vec![
+                ToLauncher::Hello {
+                    version: proto::VERSION,
+                    rank: 1,
+                    size: 2
+                },
+                ToLauncher::Exchange {
+                    seq: 0,
+                    blob: b"one".to_vec()
+                },
+                ToLauncher::Barrier { seq: 1 },
+                ToLauncher::Broadcast {
+                    seq: 2,
+                    root: 0,
+                    blob: vec![]
+                },
+                ToLauncher::Finalize { code: 0 },
+            ]
+        );
+    }
+
+    #[test]
+    fn launcher_eof_is_lost() {
+        let (a, b) = pair();
+        let launcher = fake_launcher(b, |m| match m {
+            ToLauncher::Hello { .. } => Some(vec![ToRank::Welcome { hosts: vec![0] }]),
+            _ => None,
+        });
+        let mut c = ForkClient::connect(a, 0, 1).unwrap();
+        let e = c.barrier().unwrap_err();
+        assert!(matches!(e, BootError::Lost(_)), "{e:?}");
+        launcher.join().unwrap();
+    }
+
+    #[test]
+    fn wrong_reply_is_a_protocol_error() {
+        let (a, b) = pair();
+        let launcher = fake_launcher(b, |m| match m {
+            ToLauncher::Hello { .. } => Some(vec![ToRank::Welcome { hosts: vec![0] }]),
+            ToLauncher::Barrier { seq } => Some(vec![ToRank::BarrierDone { seq: seq + 1 }]),
+            _ => None,
+        });
+        let mut c = ForkClient::connect(a, 0, 1).unwrap();
+        assert!(matches!(c.barrier(), Err(BootError::Protocol(_))));
+        drop(c);
+        launcher.join().unwrap();
+    }
+
+    #[test]
+    fn bad_rank_is_refused_before_talking() {
+        let (a, _b) = pair();
+        assert!(matches!(
+            ForkClient::connect(a, 2, 2),
+            Err(BootError::Environment(_))
+        ));
+    }
+}

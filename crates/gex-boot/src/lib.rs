@@ -1,0 +1,199 @@
+//! gex-boot: launching gex jobs and the rank side of their bootstrap.
+//!
+//! A gex job is a set of *ranks*, usually one process each. Before any conduit can
+//! move data, each rank must learn its rank and the job size and swap a few small
+//! blobs (addresses, segment names) with the others. That is the *bootstrap*,
+//! whose contract is [`gex_core::boot::Bootstrap`]. This crate provides:
+//!
+//! - [`launch`]: the **local fork launcher**. [`launch::run_job`] starts `N`
+//!   processes of a program on this host, serves their bootstrap collectives over
+//!   anonymous socketpairs, and ends the job as a unit: when any rank fails, exits
+//!   or aborts, every other rank is terminated within about a second and the job's
+//!   exit code says what happened. The `gex-run` binary is a thin command line over
+//!   it: `gex-run -n N [--conduit NAME] [--] prog args…`.
+//! - [`from_env`]: the **rank side**. It reads [`GEX_BOOT`](env::BOOT) and returns the
+//!   matching [`Bootstrap`]: the fork client ([`fork::ForkClient`]) under the fork
+//!   launcher, or a one-rank [`Singleton`] when the program was started on its own.
+//! - [`spawn_self`] and [`spawn_self_test`]: **self-launch** for tests and
+//!   benchmarks. The same executable is both launcher and ranks: the first call
+//!   runs a job of copies of the current executable and returns its exit code; in
+//!   the copies, the same call returns their bootstrap.
+//!
+//! Every environment variable involved is listed in [`env`](mod@env); the exit semantics
+//! and the wire protocol are in [`launch`].
+//!
+//! # What it does not do (yet)
+//!
+//! - Multi-host jobs. The fork launcher runs every rank on the local host (every
+//!   host id is 0).
+//! - External launchers. A PMI-1 client (MPICH Hydra's `mpiexec`, Slurm's `srun
+//!   --mpi=pmi2`) and PMIx (Open MPI's `mpirun`/`prterun`, `srun --mpi=pmix`) come
+//!   in a later issue, with recipes here. Until then, under those launchers each
+//!   process sees no `GEX_BOOT` and runs as a singleton.
+//! - Platforms other than Linux: the launcher relies on pidfds and
+//!   `PR_SET_PDEATHSIG` (Linux 5.3 or later).
+//!
+//! # Recipes
+//!
+//! - A local job: `gex-run -n 4 ./my-app args…` (add `--conduit smp` to choose the
+//!   conduit through `GEX_CONDUIT`). Exit code, failure messages and cleanup are
+//!   described in [`launch`].
+//! - A test or benchmark that launches itself: [`spawn_self_test`] inside a
+//!   `#[test]`, [`spawn_self`] in a `main`.
+//! - `mpiexec` (MPICH Hydra), `srun` (Slurm) and `prterun`/`mpirun` (PMIx): not yet
+//!   supported; the PMI-1 and PMIx bootstraps and their recipes come in a later issue.
+//!
+//! # Words
+//!
+//! - **rank**: one member of a job, numbered `0..size`.
+//! - **launcher**: the process that starts the ranks and serves their bootstrap
+//!   (`gex-run`, or a test that called [`spawn_self`]).
+//! - **HELLO / FINALIZE**: the first and last bootstrap messages of a gex rank. A
+//!   rank that said HELLO and ends without FINALIZE has failed.
+//!
+//! # Example
+//!
+//! ```
+//! use gex_core::boot::Bootstrap;
+//!
+//! // Started without a launcher (as here), this is a job of one rank.
+//! let mut boot = gex_boot::from_env()?;
+//! let all = boot.exchange(b"my address")?;
+//! assert_eq!(all.len(), boot.size() as usize);
+//! boot.finalize(0)?;
+//! # Ok::<(), gex_core::boot::BootError>(())
+//! ```
+
+mod child;
+mod coord;
+pub mod env;
+pub mod fork;
+pub mod launch;
+mod proto;
+mod signals;
+
+use std::ffi::OsString;
+
+use gex_core::boot::{BootError, Bootstrap, Singleton};
+
+use crate::launch::{JobSpec, LaunchError};
+
+/// Returns this process's bootstrap, chosen by [`GEX_BOOT`](env::BOOT):
+///
+/// | `GEX_BOOT` | bootstrap |
+/// |---|---|
+/// | unset or empty | [`Singleton`]: a job of one rank |
+/// | `fork` | [`fork::ForkClient`] over the socket inherited from the fork launcher; it says HELLO before this returns |
+/// | anything else | error |
+///
+/// ```
+/// let boot = gex_boot::from_env()?;
+/// assert!(boot.rank() < boot.size());
+/// # Ok::<(), gex_core::boot::BootError>(())
+/// ```
+///
+/// # Errors
+/// [`BootError::Environment`] for an unknown `GEX_BOOT` value or a malformed job
+/// environment; [`BootError::Lost`] if the launcher is already gone.
+pub fn from_env() -> Result<Box<dyn Bootstrap>, BootError> {
+    match env::boot() {
+        None => Ok(Box::new(Singleton::new())),
+        Some(v) if v == env::BOOT_FORK => Ok(Box::new(fork::ForkClient::from_env()?)),
+        Some(v) => Err(BootError::Environment(format!(
+            "{}={v:?} names no known bootstrap (expected `{}`, or unset for a single rank)",
+            env::BOOT,
+            env::BOOT_FORK
+        ))),
+    }
+}
+
+/// What [`spawn_self`] made of this process.
+#[derive(Debug)]
+pub enum Role {
+    /// This process is a rank of the job: here is its bootstrap.
+    Rank(Box<dyn Bootstrap>),
+    /// This process launched the job, which has ended with this exit code.
+    Launcher(i32),
+}
+
+/// Whether this process was started by a launcher (`GEX_BOOT` is set).
+fn is_rank() -> bool {
+    env::boot().is_some()
+}
+
+fn self_job(ranks: u32, args: Vec<OsString>) -> Result<Role, LaunchError> {
+    if is_rank() {
+        // A rank never launches again, whatever it was asked: this is what
+        // prevents a self-launching program from recursing.
+        return Ok(Role::Rank(from_env()?));
+    }
+    let exe = std::env::current_exe().map_err(LaunchError::CurrentExe)?;
+    let spec = JobSpec::new(ranks, exe).args(args).require_hello(true);
+    launch::run_job(&spec).map(Role::Launcher)
+}
+
+/// Runs this executable as a job of `ranks` ranks.
+///
+/// In a process started without a launcher, starts `ranks` copies of
+/// [`std::env::current_exe`] with the same arguments under the fork launcher, waits
+/// for the job and returns [`Role::Launcher`] with its exit code. In those copies
+/// (`GEX_BOOT` is set), returns [`Role::Rank`] with their bootstrap instead, so one
+/// `main` serves as both. Every copy must create its bootstrap (this function does
+/// it) and finalize it, or the job fails.
+///
+/// ```no_run
+/// use gex_boot::{spawn_self, Role};
+///
+/// fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     match spawn_self(4)? {
+///         Role::Launcher(code) => std::process::exit(code),
+///         Role::Rank(mut boot) => {
+///             boot.barrier()?;
+///             println!("rank {} of {}", boot.rank(), boot.size());
+///             boot.finalize(0)?;
+///         }
+///     }
+///     Ok(())
+/// }
+/// ```
+///
+/// # Errors
+/// As for [`launch::run_job`]; in a rank, [`LaunchError::Boot`] if its bootstrap
+/// cannot be created.
+pub fn spawn_self(ranks: u32) -> Result<Role, LaunchError> {
+    self_job(ranks, std::env::args_os().skip(1).collect())
+}
+
+/// [`spawn_self`] for use inside a `#[test]` function of a libtest harness.
+///
+/// The copies are started as `<test binary> <test_path> --exact --nocapture
+/// --test-threads=1`, so that each copy runs exactly the calling test, which then
+/// takes the [`Role::Rank`] branch. `test_path` is the test's full path in its
+/// binary: the function name for a test at the top of an integration-test file,
+/// `module::tests::name` for a unit test. A copy that runs no test (a wrong path)
+/// exits without creating its bootstrap, which fails the job.
+///
+/// ```no_run
+/// use gex_boot::{spawn_self_test, Role};
+///
+/// #[test]
+/// fn four_ranks_barrier() {
+///     match spawn_self_test(4, "four_ranks_barrier").unwrap() {
+///         Role::Launcher(code) => assert_eq!(code, 0),
+///         Role::Rank(mut boot) => {
+///             boot.barrier().unwrap();
+///             boot.finalize(0).unwrap();
+///         }
+///     }
+/// }
+/// ```
+///
+/// # Errors
+/// As for [`spawn_self`].
+pub fn spawn_self_test(ranks: u32, test_path: &str) -> Result<Role, LaunchError> {
+    let args = [test_path, "--exact", "--nocapture", "--test-threads=1"]
+        .into_iter()
+        .map(OsString::from)
+        .collect();
+    self_job(ranks, args)
+}

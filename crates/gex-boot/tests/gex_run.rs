@@ -1,0 +1,298 @@
+//! The `gex-run` binary with real rank processes (`sh -c` programs).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const GEX_RUN: &str = env!("CARGO_BIN_EXE_gex-run");
+
+fn gex_run(args: &[&str]) -> (Output, Duration) {
+    let start = Instant::now();
+    let out = Command::new(GEX_RUN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("start gex-run");
+    (out, start.elapsed())
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A fresh directory for one test, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let p = std::env::temp_dir().join(format!("gex-boot-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir(&p).unwrap();
+        TempDir(p)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+    fn s(&self) -> String {
+        self.0.display().to_string()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Whether `pid` is gone (no such process, or a zombie waiting for its new parent).
+fn is_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+    }
+}
+
+fn read_pids(dir: &Path, ranks: &[u32]) -> Vec<u32> {
+    ranks
+        .iter()
+        .map(|r| {
+            let s = std::fs::read_to_string(dir.join(format!("pid.{r}"))).unwrap();
+            s.trim().parse().unwrap()
+        })
+        .collect()
+}
+
+fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}
+
+#[test]
+fn all_ranks_exit_zero() {
+    let (out, _) = gex_run(&["-n", "3", "sh", "-c", "exit 0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(out.stderr.is_empty(), "{}", stderr(&out));
+}
+
+#[test]
+fn ranks_get_their_environment() {
+    let script = r#"
+        test "$GEX_BOOT" = fork || exit 11
+        test "$GEX_SIZE" = 3 || exit 12
+        test "$GEX_LOCAL_SIZE" = 3 || exit 13
+        test "$GEX_LOCAL_RANK" = "$GEX_RANK" || exit 14
+        test "$GEX_RANK" -ge 0 && test "$GEX_RANK" -lt 3 || exit 15
+        test -n "$GEX_JOB_ID" || exit 16
+        test -S "/proc/self/fd/$GEX_BOOT_FD" || test -e "/proc/$$/fd/$GEX_BOOT_FD" || exit 17
+        test "$GEX_CONDUIT" = smp || exit 18
+        test "$1" = "-x" || exit 19
+        exit 0
+    "#;
+    let (out, _) = gex_run(&[
+        "-n",
+        "3",
+        "--conduit",
+        "smp",
+        "--",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        "-x",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn a_failing_rank_ends_the_job_with_its_code() {
+    let script = r#"if [ "$GEX_RANK" = 2 ]; then exit 7; fi; sleep 30"#;
+    let (out, took) = gex_run(&["-n", "4", "sh", "-c", script]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(7), "{err}");
+    assert!(took < Duration::from_secs(2), "gex-run took {took:?}");
+    assert!(
+        err.contains("rank 2 (pid ") && err.contains("exited with code 7"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "exactly one line expected: {err}");
+}
+
+#[test]
+fn a_rank_killed_by_sigkill_ends_the_job() {
+    let dir = TempDir::new("kill9");
+    let d = dir.s();
+    let script = format!(
+        r#"
+        if [ "$GEX_RANK" = 1 ]; then
+            i=0
+            while [ $i -lt 100 ] && ! {{ [ -e {d}/pid.0 ] && [ -e {d}/pid.2 ] && [ -e {d}/pid.3 ]; }}; do
+                sleep 0.05; i=$((i+1))
+            done
+            kill -9 $$
+        fi
+        echo $$ > {d}/pid.tmp.$GEX_RANK && mv {d}/pid.tmp.$GEX_RANK {d}/pid.$GEX_RANK
+        sleep 30
+    "#
+    );
+    let (out, took) = gex_run(&["-n", "4", "sh", "-c", &script]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(137), "{err}");
+    assert!(
+        err.contains("rank 1 (pid ") && err.contains("killed by signal 9 (SIGKILL)"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(8), "gex-run took {took:?}");
+    for pid in read_pids(dir.path(), &[0, 2, 3]) {
+        assert!(is_gone(pid), "rank process {pid} is still running");
+    }
+}
+
+#[test]
+fn zero_ranks_is_a_usage_error() {
+    let (out, _) = gex_run(&["-n", "0", "true"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("at least 1"), "{err}");
+}
+
+#[test]
+fn missing_program_exits_127() {
+    let (out, _) = gex_run(&["-n", "2", "gex-boot-no-such-program"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(127), "{err}");
+    assert!(
+        err.contains("cannot execute gex-boot-no-such-program"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_non_gex_program_exiting_nonzero_is_named() {
+    let (out, _) = gex_run(&["-n", "1", "sh", "-c", "exit 3"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("rank 0 (pid ") && err.contains("exited with code 3"),
+        "{err}"
+    );
+}
+
+#[test]
+fn killing_the_launcher_kills_every_rank() {
+    let dir = TempDir::new("pdeathsig");
+    let d = dir.s();
+    // `exec` so that the recorded pid is the process that runs until the end
+    // (a shell's children do not inherit PR_SET_PDEATHSIG).
+    let script = format!(
+        "echo $$ > {d}/pid.tmp.$GEX_RANK && mv {d}/pid.tmp.$GEX_RANK {d}/pid.$GEX_RANK; exec sleep 60"
+    );
+    let mut launcher = Command::new(GEX_RUN)
+        .args(["-n", "3", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ready = wait_until(Duration::from_secs(5), || {
+        (0..3).all(|r| dir.path().join(format!("pid.{r}")).exists())
+    });
+    if !ready {
+        let _ = launcher.kill();
+        let _ = launcher.wait();
+        panic!("the ranks did not start");
+    }
+    let pids = read_pids(dir.path(), &[0, 1, 2]);
+    launcher.kill().unwrap(); // SIGKILL
+    launcher.wait().unwrap();
+    let gone = wait_until(Duration::from_secs(2), || pids.iter().all(|&p| is_gone(p)));
+    if !gone {
+        // Do not leave them behind when the test fails.
+        for &p in &pids {
+            if let Some(pid) = rustix::process::Pid::from_raw(p as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+    }
+    assert!(gone, "rank processes {pids:?} outlived their launcher");
+}
+
+#[test]
+fn sigterm_to_the_launcher_ends_the_ranks() {
+    let dir = TempDir::new("sigterm");
+    let d = dir.s();
+    let script = format!(
+        "echo $$ > {d}/pid.tmp.$GEX_RANK && mv {d}/pid.tmp.$GEX_RANK {d}/pid.$GEX_RANK; sleep 30"
+    );
+    let mut launcher = Command::new(GEX_RUN)
+        .args(["-n", "2", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = wait_until(Duration::from_secs(5), || {
+        (0..2).all(|r| dir.path().join(format!("pid.{r}")).exists())
+    });
+    let pid = rustix::process::Pid::from_child(&launcher);
+    if !ready {
+        let _ = launcher.kill();
+        let _ = launcher.wait();
+        panic!("the ranks did not start");
+    }
+    let pids = read_pids(dir.path(), &[0, 1]);
+    let start = Instant::now();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let out = launcher.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + 15), "{err}");
+    assert!(err.contains("SIGTERM"), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert!(pids.iter().all(|&p| is_gone(p)), "ranks {pids:?} survived");
+}
+
+fn gex_shm_entries() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains("gex"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn nothing_is_left_in_dev_shm() {
+    let before = gex_shm_entries();
+    let (out, _) = gex_run(&[
+        "-n",
+        "3",
+        "sh",
+        "-c",
+        r#"[ "$GEX_RANK" = 1 ] && kill -9 $$; sleep 5"#,
+    ]);
+    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    let (out, _) = gex_run(&["-n", "2", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let after = gex_shm_entries();
+    let new: Vec<_> = after.iter().filter(|e| !before.contains(e)).collect();
+    assert!(new.is_empty(), "new /dev/shm entries: {new:?}");
+}
