@@ -32,4 +32,4 @@
 mod region;
 mod smp;
 
-pub use smp::{Smp, SmpEp, DEFAULT_MAX_MEDIUM, DEFAULT_RING_SIZE};
+pub use smp::{DEFAULT_MAX_MEDIUM, DEFAULT_RING_SIZE, Smp, SmpEp};

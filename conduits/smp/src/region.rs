@@ -61,14 +61,36 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    pub(crate) fn new(eps: usize, total_eps: usize, ring_cap: usize, seg_len: usize) -> Option<Layout> {
+    pub(crate) fn new(
+        eps: usize,
+        total_eps: usize,
+        ring_cap: usize,
+        seg_len: usize,
+    ) -> Option<Layout> {
         let bells = PAGE;
         let rings = bells + round_up(eps * std::mem::size_of::<Doorbell>(), PAGE);
         let ring_stride = ring::ring_bytes_needed(ring_cap);
-        let segs = rings + round_up(eps.checked_mul(total_eps)?.checked_mul(2)?.checked_mul(ring_stride)?, PAGE);
+        let segs = rings
+            + round_up(
+                eps.checked_mul(total_eps)?
+                    .checked_mul(2)?
+                    .checked_mul(ring_stride)?,
+                PAGE,
+            );
         let seg_stride = round_up(seg_len.max(1), PAGE);
         let len = segs.checked_add(eps.checked_mul(seg_stride)?)?;
-        Some(Layout { eps, total_eps, ring_cap, seg_len, bells, rings, ring_stride, segs, seg_stride, len })
+        Some(Layout {
+            eps,
+            total_eps,
+            ring_cap,
+            seg_len,
+            bells,
+            rings,
+            ring_stride,
+            segs,
+            seg_stride,
+            len,
+        })
     }
     pub(crate) fn bell(&self, ep: usize) -> usize {
         self.bells + ep * std::mem::size_of::<Doorbell>()
@@ -99,10 +121,20 @@ impl Mapping {
     pub(crate) fn map(fd: impl AsFd, len: usize) -> Result<Mapping, InitError> {
         // SAFETY: a fresh shared mapping at a kernel-chosen address; nothing aliases it yet.
         let p = unsafe {
-            rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd, 0)
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )
         }
         .map_err(|e| os("mmap of a shared region", e))?;
-        Ok(Mapping { base: NonNull::new(p.cast()).expect("mmap returned null"), len })
+        Ok(Mapping {
+            base: NonNull::new(p.cast()).expect("mmap returned null"),
+            len,
+        })
     }
     pub(crate) fn at(&self, off: usize) -> *mut u8 {
         assert!(off <= self.len);
@@ -129,14 +161,24 @@ impl Drop for Mapping {
 }
 
 pub(crate) fn os(what: &str, e: rustix::io::Errno) -> InitError {
-    InitError::Os { what: what.to_string(), err: std::io::Error::from_raw_os_error(e.raw_os_error()) }
+    InitError::Os {
+        what: what.to_string(),
+        err: std::io::Error::from_raw_os_error(e.raw_os_error()),
+    }
 }
 
 /// Creates this rank's region: an anonymous memfd of `layout.len` bytes, mode 0600.
-pub(crate) fn create(layout: &Layout, rank: u32, max_medium: usize) -> Result<(OwnedFd, Mapping), InitError> {
-    let fd = rustix::fs::memfd_create("gex-smp", rustix::fs::MemfdFlags::CLOEXEC).map_err(|e| os("memfd_create", e))?;
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600)).map_err(|e| os("fchmod 0600 of the smp region", e))?;
-    rustix::fs::ftruncate(&fd, layout.len as u64).map_err(|e| os("sizing the smp region (ftruncate)", e))?;
+pub(crate) fn create(
+    layout: &Layout,
+    rank: u32,
+    max_medium: usize,
+) -> Result<(OwnedFd, Mapping), InitError> {
+    let fd = rustix::fs::memfd_create("gex-smp", rustix::fs::MemfdFlags::CLOEXEC)
+        .map_err(|e| os("memfd_create", e))?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))
+        .map_err(|e| os("fchmod 0600 of the smp region", e))?;
+    rustix::fs::ftruncate(&fd, layout.len as u64)
+        .map_err(|e| os("sizing the smp region (ftruncate)", e))?;
     let m = Mapping::map(&fd, layout.len)?;
     for ep in 0..layout.eps {
         // SAFETY: the doorbell slot is inside the mapping, 64-byte aligned (page base +
@@ -173,7 +215,10 @@ pub(crate) fn map_peer(rank: u32, pid: u32, fd: u32, len: usize) -> Result<Mappi
     let m = Mapping::map(&f, len)?;
     let h = m.header();
     if h.magic != MAGIC || h.rank != rank as u64 || h.len != len as u64 {
-        return Err(InitError::Conduit { conduit: "smp", msg: format!("rank {rank}'s region has a bad header: {h:?}") });
+        return Err(InitError::Conduit {
+            conduit: "smp",
+            msg: format!("rank {rank}'s region has a bad header: {h:?}"),
+        });
     }
     Ok(m)
 }

@@ -12,7 +12,8 @@
 use crate::region::{self, Layout, Mapping};
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{
-    Capabilities, Conduit, ConduitEp, Deliver, Incoming, Limits, OpenParams, OutMsg, Prepare, ReplyTx,
+    Capabilities, Conduit, ConduitEp, Deliver, Incoming, Limits, OpenParams, OutMsg, Prepare,
+    ReplyTx,
 };
 use gex_core::{AmError, Category, EpAddr, EpIndex, InitError, Injected, Kind};
 use gex_sync::ring::{self, Consumer, Producer};
@@ -136,14 +137,19 @@ impl Conduit for Smp {
     type Ep = SmpEp;
     const NAME: &'static str = "smp";
 
-    fn open(boot: &mut dyn Bootstrap, params: &OpenParams<'_>) -> Result<(Arc<Smp>, Vec<SmpEp>), InitError> {
+    fn open(
+        boot: &mut dyn Bootstrap,
+        params: &OpenParams<'_>,
+    ) -> Result<(Arc<Smp>, Vec<SmpEp>), InitError> {
         let jl = params.layout;
         let n = jl.size() as usize;
         let rank = params.rank as usize;
         if jl.host.iter().any(|&h| h != jl.host[0]) {
             return Err(InitError::Conduit {
                 conduit: "smp",
-                msg: "all ranks must run on one host (this job spans several; use a network conduit)".into(),
+                msg:
+                    "all ranks must run on one host (this job spans several; use a network conduit)"
+                        .into(),
             });
         }
         let ring_cap = params.config.size("GEX_SMP_RING_SIZE", DEFAULT_RING_SIZE)?;
@@ -153,7 +159,9 @@ impl Conduit for Smp {
                 ring::MAX_CAPACITY
             )));
         }
-        let max_medium = params.config.size("GEX_SMP_MAX_MEDIUM", DEFAULT_MAX_MEDIUM)?;
+        let max_medium = params
+            .config
+            .size("GEX_SMP_MAX_MEDIUM", DEFAULT_MAX_MEDIUM)?;
         let room = ring::max_body(ring_cap) - NP_ARGS_AREA;
         if max_medium > room {
             return Err(InitError::Config(format!(
@@ -176,7 +184,12 @@ impl Conduit for Smp {
             bell.set_may_block(params.wait != WaitPolicy::Spin);
         }
         let mut blob = Vec::with_capacity(16);
-        blob.extend_from_slice(&rustix::process::getpid().as_raw_nonzero().get().to_le_bytes());
+        blob.extend_from_slice(
+            &rustix::process::getpid()
+                .as_raw_nonzero()
+                .get()
+                .to_le_bytes(),
+        );
         blob.extend_from_slice(&(rustix::fd::AsRawFd::as_raw_fd(&fd)).to_le_bytes());
         blob.extend_from_slice(&(mine.len as u64).to_le_bytes());
         let all = boot.exchange(&blob)?;
@@ -188,7 +201,10 @@ impl Conduit for Smp {
                 continue;
             }
             if b.len() != 16 {
-                return Err(InitError::Conduit { conduit: "smp", msg: format!("rank {r} sent a {}-byte region blob", b.len()) });
+                return Err(InitError::Conduit {
+                    conduit: "smp",
+                    msg: format!("rank {r} sent a {}-byte region blob", b.len()),
+                });
             }
             let pid = u32::from_le_bytes(b[0..4].try_into().expect("4"));
             let pfd = u32::from_le_bytes(b[4..8].try_into().expect("4"));
@@ -202,13 +218,30 @@ impl Conduit for Smp {
         let mut max_med = Vec::with_capacity(n);
         for (r, m) in maps.iter().enumerate() {
             let h = m.header();
-            let l = Layout::new(h.eps as usize, h.total_eps as usize, h.ring_cap as usize, h.seg_len as usize)
-                .filter(|l| l.len == h.len as usize && l.total_eps == total && h.eps as usize == jl.eps[r] as usize)
-                .ok_or_else(|| InitError::Conduit { conduit: "smp", msg: format!("rank {r}'s region layout disagrees with the job layout") })?;
+            let l = Layout::new(
+                h.eps as usize,
+                h.total_eps as usize,
+                h.ring_cap as usize,
+                h.seg_len as usize,
+            )
+            .filter(|l| {
+                l.len == h.len as usize
+                    && l.total_eps == total
+                    && h.eps as usize == jl.eps[r] as usize
+            })
+            .ok_or_else(|| InitError::Conduit {
+                conduit: "smp",
+                msg: format!("rank {r}'s region layout disagrees with the job layout"),
+            })?;
             layouts.push(l);
             max_med.push((h.max_medium as usize).min(ring::max_body(l.ring_cap) - NP_ARGS_AREA));
         }
-        let smp = Arc::new(Smp { maps, layouts, g_base, max_medium: max_med });
+        let smp = Arc::new(Smp {
+            maps,
+            layouts,
+            g_base,
+            max_medium: max_med,
+        });
         let eps = (0..my_eps).map(|e| smp.make_ep(rank, e, total)).collect();
         tracing::debug!(rank, ranks = n, ring_cap, max_medium, "smp conduit open");
         Ok((smp, eps))
@@ -216,7 +249,13 @@ impl Conduit for Smp {
 }
 
 impl Smp {
-    fn ring_ptrs(&self, r: usize, ep: usize, g: usize, reply: bool) -> (*const ring::RingCtl, *mut u8, usize) {
+    fn ring_ptrs(
+        &self,
+        r: usize,
+        ep: usize,
+        g: usize,
+        reply: bool,
+    ) -> (*const ring::RingCtl, *mut u8, usize) {
         let l = &self.layouts[r];
         let base = self.maps[r].at(l.ring(ep, g, reply));
         // SAFETY: base + DATA_OFFSET + cap is inside the ring's slot of the mapping.
@@ -239,7 +278,10 @@ impl Smp {
             req: Vec::with_capacity(total),
             rep: Vec::with_capacity(total),
             src: Vec::with_capacity(total),
-            seg: Seg { base: Raw::new(self.maps[rank].at(self.layouts[rank].segment(e))), len: self.layouts[rank].seg_len },
+            seg: Seg {
+                base: Raw::new(self.maps[rank].at(self.layouts[rank].segment(e))),
+                len: self.layouts[rank].seg_len,
+            },
         };
         for (r, l) in self.layouts.iter().enumerate() {
             for de in 0..l.eps {
@@ -248,16 +290,27 @@ impl Smp {
                     // SAFETY: ctl/data/cap describe an initialised ring in a live mapping;
                     // this endpoint is the only producer of the ring (me_g -> (r, de)).
                     let p = unsafe { Producer::new(ctl, data, cap) };
-                    if reply { tx.rep.push(p) } else { tx.req.push(p) }
+                    if reply {
+                        tx.rep.push(p)
+                    } else {
+                        tx.req.push(p)
+                    }
                 }
                 tx.bells.push(Raw::new(self.maps[r].at(l.bell(de))));
-                tx.segs.push(Seg { base: Raw::new(self.maps[r].at(l.segment(de))), len: l.seg_len });
+                tx.segs.push(Seg {
+                    base: Raw::new(self.maps[r].at(l.segment(de))),
+                    len: l.seg_len,
+                });
                 let g = self.g_base[r] + de;
                 for reply in [false, true] {
                     let (ctl, data, cap) = self.ring_ptrs(rank, e, g, reply);
                     // SAFETY: as above; this endpoint is the only consumer of (g -> me).
                     let c = unsafe { Consumer::new(ctl, data, cap) };
-                    if reply { rx.rep.push(c) } else { rx.req.push(c) }
+                    if reply {
+                        rx.rep.push(c)
+                    } else {
+                        rx.req.push(c)
+                    }
                 }
                 rx.src.push(EpAddr::new(r as u32, de as u16));
             }
@@ -268,7 +321,11 @@ impl Smp {
             tx,
             rx,
             bell: Raw::new(self.maps[rank].at(self.layouts[rank].bell(e))),
-            limits: Limits { max_args: 16, max_medium, max_long: usize::MAX },
+            limits: Limits {
+                max_args: 16,
+                max_medium,
+                max_long: usize::MAX,
+            },
             np: None,
             conduit: self.clone(),
         }
@@ -290,7 +347,11 @@ unsafe fn encode(body: *mut u8, msg: &OutMsg<'_>, seg: Seg) {
         match msg.category {
             Category::Short => {}
             Category::Medium => {
-                std::ptr::copy_nonoverlapping(msg.payload.as_ptr(), body.add(area), msg.payload.len());
+                std::ptr::copy_nonoverlapping(
+                    msg.payload.as_ptr(),
+                    body.add(area),
+                    msg.payload.len(),
+                );
             }
             Category::Long => {
                 let dst = seg.base.0.as_ptr().add(msg.offset);
@@ -299,7 +360,9 @@ unsafe fn encode(body: *mut u8, msg: &OutMsg<'_>, seg: Seg) {
                     std::ptr::copy(msg.payload.as_ptr(), dst, msg.payload.len());
                 }
                 body.add(area).cast::<u64>().write(msg.offset as u64);
-                body.add(area + 8).cast::<u64>().write(msg.payload.len() as u64);
+                body.add(area + 8)
+                    .cast::<u64>()
+                    .write(msg.payload.len() as u64);
             }
         }
     }
@@ -319,7 +382,9 @@ fn body_len(msg: &OutMsg<'_>) -> usize {
 #[inline(always)]
 fn put(prod: &mut Producer, msg: &OutMsg<'_>, seg: Seg) -> bool {
     let len = body_len(msg);
-    let Some(mut r) = prod.reserve(len) else { return false };
+    let Some(mut r) = prod.reserve(len) else {
+        return false;
+    };
     // SAFETY: the reservation is `len` bytes, 8-byte aligned; the core checked Long bounds.
     unsafe { encode(r.body_ptr(), msg, seg) };
     r.commit(user_word(msg), len);
@@ -379,16 +444,33 @@ impl ReplyTx for Tx {
 /// Delivers up to `budget` records of one ring.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn drain<D: Deliver>(c: &mut Consumer, src: EpAddr, g: usize, seg: Seg, kind: Kind, d: &mut D, tx: &mut Tx, budget: usize) -> usize {
+fn drain<D: Deliver>(
+    c: &mut Consumer,
+    src: EpAddr,
+    g: usize,
+    seg: Seg,
+    kind: Kind,
+    d: &mut D,
+    tx: &mut Tx,
+    budget: usize,
+) -> usize {
     let mut n = 0;
     while n < budget {
         let Some((user, body)) = c.peek() else { break };
         let nargs = ((user >> U_NARGS_SHIFT) & 31) as usize;
-        let area = if user & U_FIXED_ARGS != 0 { NP_ARGS_AREA } else { args_area(nargs) };
-        assert!(nargs <= 16 && body.len() >= area, "gex smp: corrupt record from {src}");
+        let area = if user & U_FIXED_ARGS != 0 {
+            NP_ARGS_AREA
+        } else {
+            args_area(nargs)
+        };
+        assert!(
+            nargs <= 16 && body.len() >= area,
+            "gex smp: corrupt record from {src}"
+        );
         // SAFETY: bodies are 8-byte aligned and hold `nargs` u32 arguments first.
         let args = unsafe { std::slice::from_raw_parts(body.as_ptr().cast::<u32>(), nargs) };
-        let (category, payload, offset): (Category, &[u8], usize) = match (user >> U_CAT_SHIFT) & 3 {
+        let (category, payload, offset): (Category, &[u8], usize) = match (user >> U_CAT_SHIFT) & 3
+        {
             0 => (Category::Short, &[], 0),
             1 => (Category::Medium, &body[area..], 0),
             _ => {
@@ -397,14 +479,25 @@ fn drain<D: Deliver>(c: &mut Consumer, src: EpAddr, g: usize, seg: Seg, kind: Ki
                     let p = body.as_ptr().add(area).cast::<u64>();
                     (p.read() as usize, p.add(1).read() as usize)
                 };
-                assert!(off.checked_add(len).is_some_and(|e| e <= seg.len), "gex smp: Long from {src} outside the segment");
+                assert!(
+                    off.checked_add(len).is_some_and(|e| e <= seg.len),
+                    "gex smp: Long from {src} outside the segment"
+                );
                 // SAFETY: in bounds of this endpoint's segment (checked); the sender wrote
                 // it before publishing the record we acquired.
                 let p = unsafe { std::slice::from_raw_parts(seg.base.0.as_ptr().add(off), len) };
                 (Category::Long, p, off)
             }
         };
-        let inc = Incoming { src, handler: user as u8, kind, category, args, payload, offset };
+        let inc = Incoming {
+            src,
+            handler: user as u8,
+            kind,
+            category,
+            args,
+            payload,
+            offset,
+        };
         d.deliver(&inc, tx);
         c.pop();
         n += 1;
@@ -466,7 +559,16 @@ impl ConduitEp for SmpEp {
             if n >= budget {
                 return n;
             }
-            n += drain(&mut rx.rep[g], rx.src[g], g, rx.seg, Kind::Reply, d, &mut self.tx, budget - n);
+            n += drain(
+                &mut rx.rep[g],
+                rx.src[g],
+                g,
+                rx.seg,
+                Kind::Reply,
+                d,
+                &mut self.tx,
+                budget - n,
+            );
         }
         for g in 0..rx.req.len() {
             if n >= budget {
@@ -475,13 +577,26 @@ impl ConduitEp for SmpEp {
             if !self.tx.pending[g].is_empty() {
                 continue;
             }
-            n += drain(&mut rx.req[g], rx.src[g], g, rx.seg, Kind::Request, d, &mut self.tx, budget - n);
+            n += drain(
+                &mut rx.req[g],
+                rx.src[g],
+                g,
+                rx.seg,
+                Kind::Request,
+                d,
+                &mut self.tx,
+                budget - n,
+            );
         }
         n
     }
 
     fn has_incoming(&self) -> bool {
-        self.rx.rep.iter().chain(self.rx.req.iter()).any(|c| c.has_data())
+        self.rx
+            .rep
+            .iter()
+            .chain(self.rx.req.iter())
+            .any(|c| c.has_data())
     }
 
     fn block(&mut self, timeout: Duration) {
@@ -491,35 +606,56 @@ impl ConduitEp for SmpEp {
             return;
         }
         let rx = &self.rx;
-        self.bell.get().wait_until_timeout(WaitPolicy::Block, timeout, || {
-            rx.rep.iter().chain(rx.req.iter()).any(|c| c.has_data())
-        });
+        self.bell
+            .get()
+            .wait_until_timeout(WaitPolicy::Block, timeout, || {
+                rx.rep.iter().chain(rx.req.iter()).any(|c| c.has_data())
+            });
     }
 
-    fn prepare(&mut self, dst: EpAddr, category: Category, max_len: usize, offset: usize, _imm: bool) -> Result<Prepare, AmError> {
+    fn prepare(
+        &mut self,
+        dst: EpAddr,
+        category: Category,
+        max_len: usize,
+        offset: usize,
+        _imm: bool,
+    ) -> Result<Prepare, AmError> {
         let g = self.tx.g(dst);
         match category {
             Category::Short => Ok(Prepare::Bounce),
             Category::Medium => {
                 let body_len = NP_ARGS_AREA + max_len;
-                let Some(mut r) = self.tx.req[g].reserve(body_len) else { return Ok(Prepare::WouldBlock) };
+                let Some(mut r) = self.tx.req[g].reserve(body_len) else {
+                    return Ok(Prepare::WouldBlock);
+                };
                 let body = r.body_ptr();
                 drop(r); // re-reserved identically at commit: nothing else uses this ring meanwhile
                 self.np = Some(Np { g, body, body_len });
                 // SAFETY: the reservation covers NP_ARGS_AREA + max_len bytes from `body`.
                 let p = unsafe { body.add(NP_ARGS_AREA) };
-                Ok(Prepare::InPlace(NonNull::slice_from_raw_parts(NonNull::new(p).expect("non-null"), max_len)))
+                Ok(Prepare::InPlace(NonNull::slice_from_raw_parts(
+                    NonNull::new(p).expect("non-null"),
+                    max_len,
+                )))
             }
             Category::Long => {
                 let body_len = NP_ARGS_AREA + 16;
                 if self.tx.req[g].reserve(body_len).is_none() {
                     return Ok(Prepare::WouldBlock);
                 }
-                self.np = Some(Np { g, body: std::ptr::null_mut(), body_len });
+                self.np = Some(Np {
+                    g,
+                    body: std::ptr::null_mut(),
+                    body_len,
+                });
                 let seg = self.tx.segs[g];
                 // SAFETY: the core checked offset + max_len against the destination segment.
                 let p = unsafe { seg.base.0.as_ptr().add(offset) };
-                Ok(Prepare::InPlace(NonNull::slice_from_raw_parts(NonNull::new(p).expect("non-null"), max_len)))
+                Ok(Prepare::InPlace(NonNull::slice_from_raw_parts(
+                    NonNull::new(p).expect("non-null"),
+                    max_len,
+                )))
             }
         }
     }
@@ -531,12 +667,26 @@ impl ConduitEp for SmpEp {
         let seg = self.tx.segs[g];
         match msg.category {
             Category::Medium => {
-                let mut r = self.tx.req[g].reserve(np.body_len).expect("space reserved at prepare");
+                let mut r = self.tx.req[g]
+                    .reserve(np.body_len)
+                    .expect("space reserved at prepare");
                 let body = r.body_ptr();
-                assert_eq!(body, np.body, "gex smp: negotiated-payload reservation moved");
+                assert_eq!(
+                    body, np.body,
+                    "gex smp: negotiated-payload reservation moved"
+                );
                 // SAFETY: the first NP_ARGS_AREA bytes of the reservation hold the args.
-                unsafe { std::ptr::copy_nonoverlapping(msg.args.as_ptr().cast::<u8>(), body, msg.args.len() * 4) };
-                r.commit(user_word(msg) | U_FIXED_ARGS, NP_ARGS_AREA + msg.payload.len());
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        msg.args.as_ptr().cast::<u8>(),
+                        body,
+                        msg.args.len() * 4,
+                    )
+                };
+                r.commit(
+                    user_word(msg) | U_FIXED_ARGS,
+                    NP_ARGS_AREA + msg.payload.len(),
+                );
             }
             _ => {
                 // The payload is already in the destination segment; publish the descriptor.

@@ -2,11 +2,11 @@
 //! cover: the shared-memory mechanics themselves (memfd regions, peer segment mappings,
 //! reply deferral under a full ring, blocking waits, nothing left in /dev/shm).
 
-use gex_boot::{spawn_self_test, Role};
+use gex_boot::{Role, spawn_self_test};
 use gex_conduit_smp::Smp;
 use gex_core::{Am, ClientBuilder, Config, EpAddr, Flags, Injected, Token, WaitPolicy};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Runs `body` on `n` ranks (processes) of this test binary; asserts the job succeeded.
 fn job(n: u32, name: &str, body: impl FnOnce(Box<dyn gex_core::boot::Bootstrap>)) {
@@ -18,14 +18,21 @@ fn job(n: u32, name: &str, body: impl FnOnce(Box<dyn gex_core::boot::Bootstrap>)
 
 fn shm_entries() -> Vec<String> {
     std::fs::read_dir("/dev/shm")
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 #[test]
 fn ping_pong_every_pair() {
     job(3, "ping_pong_every_pair", |boot| {
-        let c = ClientBuilder::new().segment_size(1 << 20).init::<Smp>(boot).unwrap();
+        let c = ClientBuilder::new()
+            .segment_size(1 << 20)
+            .init::<Smp>(boot)
+            .unwrap();
         let mut ep = c.endpoint(0).unwrap();
         let got = Arc::new(AtomicU64::new(0));
         let g = got.clone();
@@ -45,7 +52,14 @@ fn ping_pong_every_pair() {
             for len in [0usize, 1, 7, 4096, 65536] {
                 let fill = (peer * 31 + len as u32) as u8;
                 let buf = vec![fill; len];
-                ep.request_medium(EpAddr::rank(peer), 130, &[len as u32, fill as u32], &buf, Flags::empty()).unwrap();
+                ep.request_medium(
+                    EpAddr::rank(peer),
+                    130,
+                    &[len as u32, fill as u32],
+                    &buf,
+                    Flags::empty(),
+                )
+                .unwrap();
                 want += 1;
                 ep.wait_until(|| got.load(Ordering::Relaxed) == want);
             }
@@ -57,7 +71,10 @@ fn ping_pong_every_pair() {
 #[test]
 fn long_lands_in_mapped_peer_segment() {
     job(2, "long_lands_in_mapped_peer_segment", |boot| {
-        let c = ClientBuilder::new().segment_size(1 << 16).init::<Smp>(boot).unwrap();
+        let c = ClientBuilder::new()
+            .segment_size(1 << 16)
+            .init::<Smp>(boot)
+            .unwrap();
         let mut ep = c.endpoint(0).unwrap();
         let seen = Arc::new(AtomicU64::new(0));
         let s = seen.clone();
@@ -68,10 +85,13 @@ fn long_lands_in_mapped_peer_segment() {
         })
         .unwrap();
         let peer = EpAddr::rank(1 - c.rank());
-        ep.request_long(peer, 140, &[], &[0xab; 1000], 100, Flags::empty()).unwrap();
+        ep.request_long(peer, 140, &[], &[0xab; 1000], 100, Flags::empty())
+            .unwrap();
         ep.wait_until(|| seen.load(Ordering::Relaxed) == 1);
         // The peer's segment is mapped here: its bytes are visible through the mapping.
-        let (base, len) = gex_core::spi::ConduitEp::peer_segment(ep.conduit_ep(), EpAddr::rank(c.rank())).unwrap();
+        let (base, len) =
+            gex_core::spi::ConduitEp::peer_segment(ep.conduit_ep(), EpAddr::rank(c.rank()))
+                .unwrap();
         assert_eq!(len, 1 << 16);
         let mut own = [0u8; 1000];
         ep.segment().read(100, &mut own).unwrap();
@@ -85,12 +105,22 @@ fn long_lands_in_mapped_peer_segment() {
 #[test]
 fn replies_survive_full_rings() {
     job(2, "replies_survive_full_rings", |boot| {
-        let cfg = Config::from_pairs([("GEX_SMP_RING_SIZE", "4096"), ("GEX_SMP_MAX_MEDIUM", "1024")]);
-        let c = ClientBuilder::new().segment_size(4096).config(cfg).init::<Smp>(boot).unwrap();
+        let cfg = Config::from_pairs([
+            ("GEX_SMP_RING_SIZE", "4096"),
+            ("GEX_SMP_MAX_MEDIUM", "1024"),
+        ]);
+        let c = ClientBuilder::new()
+            .segment_size(4096)
+            .config(cfg)
+            .init::<Smp>(boot)
+            .unwrap();
         let mut ep = c.endpoint(0).unwrap();
         let replies = Arc::new(AtomicU64::new(0));
         let r = replies.clone();
-        ep.register(150, |t: &mut Token<'_>, am: Am<'_>| t.reply_medium(151, am.args(), am.payload()).unwrap()).unwrap();
+        ep.register(150, |t: &mut Token<'_>, am: Am<'_>| {
+            t.reply_medium(151, am.args(), am.payload()).unwrap()
+        })
+        .unwrap();
         ep.register(151, move |_t: &mut Token<'_>, am: Am<'_>| {
             assert_eq!(am.payload().len(), 1000);
             r.fetch_add(1, Ordering::Relaxed);
@@ -101,7 +131,10 @@ fn replies_survive_full_rings() {
         let total = 5000;
         let mut sent = 0;
         while sent < total {
-            match ep.request_medium(peer, 150, &[sent], &[7u8; 1000], Flags::IMMEDIATE).unwrap() {
+            match ep
+                .request_medium(peer, 150, &[sent], &[7u8; 1000], Flags::IMMEDIATE)
+                .unwrap()
+            {
                 Injected::Sent => sent += 1,
                 Injected::WouldBlock => {
                     would_block += 1;
@@ -119,12 +152,19 @@ fn replies_survive_full_rings() {
 #[test]
 fn blocking_waits_wake() {
     job(4, "blocking_waits_wake", |boot| {
-        let c = ClientBuilder::new().segment_size(4096).wait_policy(WaitPolicy::Block).init::<Smp>(boot).unwrap();
+        let c = ClientBuilder::new()
+            .segment_size(4096)
+            .wait_policy(WaitPolicy::Block)
+            .init::<Smp>(boot)
+            .unwrap();
         let mut ep = c.endpoint(0).unwrap();
         assert_eq!(ep.wait_policy(), WaitPolicy::Block);
         let got = Arc::new(AtomicU64::new(0));
         let g = got.clone();
-        ep.register(160, |t: &mut Token<'_>, _am: Am<'_>| t.reply_short(161, &[]).unwrap()).unwrap();
+        ep.register(160, |t: &mut Token<'_>, _am: Am<'_>| {
+            t.reply_short(161, &[]).unwrap()
+        })
+        .unwrap();
         ep.register(161, move |_t: &mut Token<'_>, _am: Am<'_>| {
             g.fetch_add(1, Ordering::Relaxed);
         })
@@ -143,7 +183,11 @@ fn blocking_waits_wake() {
 #[test]
 fn endpoints_on_threads() {
     job(2, "endpoints_on_threads", |boot| {
-        let c = ClientBuilder::new().segment_size(4096).endpoints(3).init::<Smp>(boot).unwrap();
+        let c = ClientBuilder::new()
+            .segment_size(4096)
+            .endpoints(3)
+            .init::<Smp>(boot)
+            .unwrap();
         let peer_rank = 1 - c.rank();
         std::thread::scope(|s| {
             for e in 0..3u16 {
@@ -151,7 +195,10 @@ fn endpoints_on_threads() {
                 s.spawn(move || {
                     let got = Arc::new(AtomicU64::new(0));
                     let g = got.clone();
-                    ep.register(170, |t: &mut Token<'_>, am: Am<'_>| t.reply_short(171, am.args()).unwrap()).unwrap();
+                    ep.register(170, |t: &mut Token<'_>, am: Am<'_>| {
+                        t.reply_short(171, am.args()).unwrap()
+                    })
+                    .unwrap();
                     ep.register(171, move |t: &mut Token<'_>, am: Am<'_>| {
                         assert_eq!(t.src().ep as u32, am.args()[0]);
                         g.fetch_add(1, Ordering::Relaxed);
@@ -159,7 +206,8 @@ fn endpoints_on_threads() {
                     .unwrap();
                     let dst = EpAddr::new(peer_rank, e);
                     for i in 1..=1000 {
-                        ep.request_short(dst, 170, &[e as u32], Flags::empty()).unwrap();
+                        ep.request_short(dst, 170, &[e as u32], Flags::empty())
+                            .unwrap();
                         ep.wait_until(|| got.load(Ordering::Relaxed) == i);
                     }
                     ep.barrier().unwrap();
@@ -173,7 +221,10 @@ fn endpoints_on_threads() {
 fn nothing_left_in_dev_shm() {
     let before = shm_entries();
     job(2, "nothing_left_in_dev_shm", |boot| {
-        let c = ClientBuilder::new().segment_size(1 << 20).init::<Smp>(boot).unwrap();
+        let c = ClientBuilder::new()
+            .segment_size(1 << 20)
+            .init::<Smp>(boot)
+            .unwrap();
         let mut ep = c.endpoint(0).unwrap();
         ep.barrier().unwrap();
     });

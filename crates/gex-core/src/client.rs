@@ -2,7 +2,7 @@
 //! hands out endpoints.
 
 use crate::boot::Bootstrap;
-use crate::config::{resolve_wait, Config};
+use crate::config::{Config, resolve_wait};
 use crate::endpoint::Endpoint;
 use crate::error::{EpError, InitError};
 use crate::spi::{Conduit, JobLayout, OpenParams};
@@ -83,44 +83,79 @@ impl ClientBuilder {
     /// fails, [`InitError::Conduit`]/[`InitError::Os`] if the conduit cannot open.
     pub fn init<C: Conduit>(self, mut boot: Box<dyn Bootstrap>) -> Result<Client<C>, InitError> {
         let config = self.config.unwrap_or_else(Config::from_env);
-        let seg = config.size("GEX_SEGMENT_SIZE", self.segment_size.unwrap_or(DEFAULT_SEGMENT_SIZE))?;
+        let seg = config.size(
+            "GEX_SEGMENT_SIZE",
+            self.segment_size.unwrap_or(DEFAULT_SEGMENT_SIZE),
+        )?;
         let eps = config.u64("GEX_ENDPOINTS", self.endpoints.unwrap_or(1) as u64)?;
-        let eps = u16::try_from(eps)
-            .ok()
-            .filter(|&e| e >= 1)
-            .ok_or_else(|| InitError::Config(format!("GEX_ENDPOINTS/endpoints must be 1..=65535, got {eps}")))?;
+        let eps = u16::try_from(eps).ok().filter(|&e| e >= 1).ok_or_else(|| {
+            InitError::Config(format!(
+                "GEX_ENDPOINTS/endpoints must be 1..=65535, got {eps}"
+            ))
+        })?;
         let mode = config.wait_mode()?;
         let rank = boot.rank();
         let size = boot.size();
         if rank == 0 && config.bool("GEX_VERBOSEENV", false)? {
-            eprint!("gex: configuration (conduit {}):\n{}", C::NAME, config.describe());
+            eprint!(
+                "gex: configuration (conduit {}):\n{}",
+                C::NAME,
+                config.describe()
+            );
         }
         // Agree on the job layout.
         let mut mine = Vec::with_capacity(10);
         mine.extend_from_slice(&eps.to_le_bytes());
         mine.extend_from_slice(&(seg as u64).to_le_bytes());
         let all = boot.exchange(&mine)?;
-        let mut layout = JobLayout { eps: Vec::new(), seg_len: Vec::new(), host: boot.host_ids().to_vec() };
+        let mut layout = JobLayout {
+            eps: Vec::new(),
+            seg_len: Vec::new(),
+            host: boot.host_ids().to_vec(),
+        };
         for (r, b) in all.iter().enumerate() {
             if b.len() != 10 {
-                return Err(InitError::Boot(crate::boot::BootError::Protocol(format!("layout blob of rank {r} has {} bytes", b.len()))));
+                return Err(InitError::Boot(crate::boot::BootError::Protocol(format!(
+                    "layout blob of rank {r} has {} bytes",
+                    b.len()
+                ))));
             }
             layout.eps.push(u16::from_le_bytes([b[0], b[1]]));
-            layout.seg_len.push(u64::from_le_bytes(b[2..10].try_into().expect("8 bytes")) as usize);
+            layout
+                .seg_len
+                .push(u64::from_le_bytes(b[2..10].try_into().expect("8 bytes")) as usize);
         }
         if layout.host.len() != size as usize {
-            return Err(InitError::Config(format!("bootstrap gave {} host ids for {size} ranks", layout.host.len())));
+            return Err(InitError::Config(format!(
+                "bootstrap gave {} host ids for {size} ranks",
+                layout.host.len()
+            )));
         }
         let on_host = layout.neighbours(rank).len();
         let policy = self.wait.unwrap_or_else(|| resolve_wait(mode, on_host));
         let (conduit, ceps) = {
-            let params = OpenParams { rank, layout: &layout, wait: policy, config: &config, context: self.context.as_deref() };
+            let params = OpenParams {
+                rank,
+                layout: &layout,
+                wait: policy,
+                config: &config,
+                context: self.context.as_deref(),
+            };
             C::open(&mut *boot, &params)?
         };
         if ceps.len() != eps as usize {
-            return Err(InitError::Conduit { conduit: C::NAME, msg: format!("opened {} endpoints, {eps} asked", ceps.len()) });
+            return Err(InitError::Conduit {
+                conduit: C::NAME,
+                msg: format!("opened {} endpoints, {eps} asked", ceps.len()),
+            });
         }
-        tracing::debug!(rank, size, conduit = C::NAME, ?policy, "gex client initialised");
+        tracing::debug!(
+            rank,
+            size,
+            conduit = C::NAME,
+            ?policy,
+            "gex client initialised"
+        );
         let shared = Arc::new(Shared { rank, size, layout });
         Ok(Client {
             shared,
@@ -149,7 +184,11 @@ pub struct Client<C: Conduit> {
 
 impl<C: Conduit> std::fmt::Debug for Client<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("conduit", &C::NAME).field("rank", &self.shared.rank).field("size", &self.shared.size).finish()
+        f.debug_struct("Client")
+            .field("conduit", &C::NAME)
+            .field("rank", &self.shared.rank)
+            .field("size", &self.shared.size)
+            .finish()
     }
 }
 
@@ -198,14 +237,24 @@ impl<C: Conduit> Client<C> {
     pub fn endpoint(&self, index: u16) -> Result<Endpoint<C>, EpError> {
         let mut eps = self.eps.lock().unwrap_or_else(|e| e.into_inner());
         let count = eps.len() as u16;
-        let slot = eps.get_mut(index as usize).ok_or(EpError::NoSuchEndpoint { index, count })?;
+        let slot = eps
+            .get_mut(index as usize)
+            .ok_or(EpError::NoSuchEndpoint { index, count })?;
         let cep = slot.take().ok_or(EpError::Taken(index))?;
-        Ok(Endpoint::new(cep, self.shared.clone(), self.conduit.clone(), self.policy))
+        Ok(Endpoint::new(
+            cep,
+            self.shared.clone(),
+            self.conduit.clone(),
+            self.policy,
+        ))
     }
 
     /// The primordial team: EP 0 of every rank, in rank order.
     pub fn primordial_team(&self) -> Team {
-        Team { members: (0..self.shared.size).map(EpAddr::rank).collect(), me: self.shared.rank }
+        Team {
+            members: (0..self.shared.size).map(EpAddr::rank).collect(),
+            me: self.shared.rank,
+        }
     }
 
     /// A bootstrap barrier (slow path; does not poll endpoints — use

@@ -25,24 +25,96 @@ pub struct EnvVar {
 
 /// Every `GEX_*` variable gex reads or sets.
 pub const ENV_VARS: &[EnvVar] = &[
-    EnvVar { name: "GEX_CONDUIT", default: "smp", doc: "Conduit to use, among those compiled in (facade, gex-perf, gex-run --conduit)." },
-    EnvVar { name: "GEX_ENDPOINTS", default: "1", doc: "Endpoints provisioned per rank at initialisation (EP 0 plus extra communication domains); overrides ClientBuilder::endpoints." },
-    EnvVar { name: "GEX_SEGMENT_SIZE", default: "67108864", doc: "Bytes of segment per endpoint (suffixes K, M, G accepted); overrides ClientBuilder::segment_size." },
-    EnvVar { name: "GEX_WAIT", default: "auto", doc: "Wait policy: spin, block, spin-then-block, or auto (spin when ranks on the host <= cores, else spin-then-block)." },
-    EnvVar { name: "GEX_SPIN", default: "(gex_sync::wait::default_spins)", doc: "Spin iterations before blocking under spin-then-block." },
-    EnvVar { name: "GEX_VERBOSEENV", default: "0", doc: "1: rank 0 prints every GEX_* variable and its effective value at initialisation." },
-    EnvVar { name: "GEX_SMP_RING_SIZE", default: "262144", doc: "smp conduit: bytes per AM ring (one request and one reply ring per ordered endpoint pair); power of two." },
-    EnvVar { name: "GEX_SMP_MAX_MEDIUM", default: "65536", doc: "smp conduit: largest Medium payload; must fit a ring record." },
-    EnvVar { name: "GEX_SIM_SEED", default: "0", doc: "sim conduit: seed of the deterministic delivery schedule." },
-    EnvVar { name: "GEX_SIM_LATENCY_NS", default: "0", doc: "sim conduit: modelled one-way latency in nanoseconds." },
-    EnvVar { name: "GEX_SIM_REORDER", default: "0", doc: "sim conduit: 1 to let messages from different senders overtake each other." },
-    EnvVar { name: "GEX_BOOT", default: "", doc: "Set by the launcher: bootstrap backend of this rank (fork). Unset: singleton job." },
-    EnvVar { name: "GEX_BOOT_FD", default: "", doc: "Set by the fork launcher: inherited socket to the launcher." },
-    EnvVar { name: "GEX_RANK", default: "", doc: "Set by the launcher: this process's rank." },
-    EnvVar { name: "GEX_SIZE", default: "", doc: "Set by the launcher: number of ranks." },
-    EnvVar { name: "GEX_JOB_ID", default: "", doc: "Set by the launcher: unique job identifier." },
-    EnvVar { name: "GEX_LOCAL_RANK", default: "", doc: "Set by the launcher: rank among the ranks of this host." },
-    EnvVar { name: "GEX_LOCAL_SIZE", default: "", doc: "Set by the launcher: ranks on this host." },
+    EnvVar {
+        name: "GEX_CONDUIT",
+        default: "smp",
+        doc: "Conduit to use, among those compiled in (facade, gex-perf, gex-run --conduit).",
+    },
+    EnvVar {
+        name: "GEX_ENDPOINTS",
+        default: "1",
+        doc: "Endpoints provisioned per rank at initialisation (EP 0 plus extra communication domains); overrides ClientBuilder::endpoints.",
+    },
+    EnvVar {
+        name: "GEX_SEGMENT_SIZE",
+        default: "67108864",
+        doc: "Bytes of segment per endpoint (suffixes K, M, G accepted); overrides ClientBuilder::segment_size.",
+    },
+    EnvVar {
+        name: "GEX_WAIT",
+        default: "auto",
+        doc: "Wait policy: spin, block, spin-then-block, or auto (spin when ranks on the host <= cores, else spin-then-block).",
+    },
+    EnvVar {
+        name: "GEX_SPIN",
+        default: "(gex_sync::wait::default_spins)",
+        doc: "Spin iterations before blocking under spin-then-block.",
+    },
+    EnvVar {
+        name: "GEX_VERBOSEENV",
+        default: "0",
+        doc: "1: rank 0 prints every GEX_* variable and its effective value at initialisation.",
+    },
+    EnvVar {
+        name: "GEX_SMP_RING_SIZE",
+        default: "262144",
+        doc: "smp conduit: bytes per AM ring (one request and one reply ring per ordered endpoint pair); power of two.",
+    },
+    EnvVar {
+        name: "GEX_SMP_MAX_MEDIUM",
+        default: "65536",
+        doc: "smp conduit: largest Medium payload; must fit a ring record.",
+    },
+    EnvVar {
+        name: "GEX_SIM_SEED",
+        default: "0",
+        doc: "sim conduit: seed of the deterministic delivery schedule.",
+    },
+    EnvVar {
+        name: "GEX_SIM_LATENCY_NS",
+        default: "0",
+        doc: "sim conduit: modelled one-way latency in nanoseconds.",
+    },
+    EnvVar {
+        name: "GEX_SIM_REORDER",
+        default: "0",
+        doc: "sim conduit: 1 to let messages from different senders overtake each other.",
+    },
+    EnvVar {
+        name: "GEX_BOOT",
+        default: "",
+        doc: "Set by the launcher: bootstrap backend of this rank (fork). Unset: singleton job.",
+    },
+    EnvVar {
+        name: "GEX_BOOT_FD",
+        default: "",
+        doc: "Set by the fork launcher: inherited socket to the launcher.",
+    },
+    EnvVar {
+        name: "GEX_RANK",
+        default: "",
+        doc: "Set by the launcher: this process's rank.",
+    },
+    EnvVar {
+        name: "GEX_SIZE",
+        default: "",
+        doc: "Set by the launcher: number of ranks.",
+    },
+    EnvVar {
+        name: "GEX_JOB_ID",
+        default: "",
+        doc: "Set by the launcher: unique job identifier.",
+    },
+    EnvVar {
+        name: "GEX_LOCAL_RANK",
+        default: "",
+        doc: "Set by the launcher: rank among the ranks of this host.",
+    },
+    EnvVar {
+        name: "GEX_LOCAL_SIZE",
+        default: "",
+        doc: "Set by the launcher: ranks on this host.",
+    },
 ];
 
 /// How blocking waits behave.
@@ -76,7 +148,12 @@ impl Config {
         K: Into<String>,
         V: Into<String>,
     {
-        Config { vars: pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect() }
+        Config {
+            vars: pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        }
     }
 
     /// Sets one variable (overriding the environment).
@@ -96,8 +173,9 @@ impl Config {
     pub fn size(&self, name: &str, default: usize) -> Result<usize, InitError> {
         match self.get(name) {
             None => Ok(default),
-            Some(v) => parse_size(v)
-                .ok_or_else(|| InitError::Config(format!("{name}={v:?} is not a size (e.g. 65536, 64K, 16M)"))),
+            Some(v) => parse_size(v).ok_or_else(|| {
+                InitError::Config(format!("{name}={v:?} is not a size (e.g. 65536, 64K, 16M)"))
+            }),
         }
     }
 
@@ -125,7 +203,9 @@ impl Config {
             Some(v) => match v.as_str() {
                 "1" | "true" | "yes" | "on" => Ok(true),
                 "0" | "false" | "no" | "off" | "" => Ok(false),
-                _ => Err(InitError::Config(format!("{name}={v:?} is not a boolean (1/0)"))),
+                _ => Err(InitError::Config(format!(
+                    "{name}={v:?} is not a boolean (1/0)"
+                ))),
             },
         }
     }
@@ -136,8 +216,13 @@ impl Config {
     /// [`InitError::Config`] if either is malformed.
     pub fn wait_mode(&self) -> Result<WaitMode, InitError> {
         let spins = self.u64("GEX_SPIN", gex_sync::wait::default_spins() as u64)?;
-        let spins = u32::try_from(spins).map_err(|_| InitError::Config("GEX_SPIN is too large".into()))?;
-        match self.get("GEX_WAIT").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        let spins =
+            u32::try_from(spins).map_err(|_| InitError::Config("GEX_SPIN is too large".into()))?;
+        match self
+            .get("GEX_WAIT")
+            .map(|v| v.trim().to_ascii_lowercase())
+            .as_deref()
+        {
             None | Some("auto") | Some("") => Ok(WaitMode::Auto),
             Some("spin") => Ok(WaitMode::Fixed(WaitPolicy::Spin)),
             Some("block") => Ok(WaitMode::Fixed(WaitPolicy::Block)),
@@ -158,7 +243,10 @@ impl Config {
                 Some(x) => (x.to_string(), "set"),
                 None => (v.default.to_string(), "default"),
             };
-            s.push_str(&format!("{:<20} = {:<12} ({src})  {}\n", v.name, val, v.doc));
+            s.push_str(&format!(
+                "{:<20} = {:<12} ({src})  {}\n",
+                v.name, val, v.doc
+            ));
         }
         for k in self.vars.keys() {
             if !ENV_VARS.iter().any(|v| v.name == k) {
@@ -186,7 +274,9 @@ pub fn resolve_wait(mode: WaitMode, ranks_on_host: usize) -> WaitPolicy {
     match mode {
         WaitMode::Fixed(p) => p,
         WaitMode::Auto => {
-            let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+            let cores = std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1);
             gex_sync::wait::auto_policy(ranks_on_host, cores)
         }
     }
@@ -221,7 +311,10 @@ mod tests {
         let c = Config::from_pairs([("GEX_WAIT", "block")]);
         assert_eq!(c.wait_mode().unwrap(), WaitMode::Fixed(WaitPolicy::Block));
         let c = Config::from_pairs([("GEX_WAIT", "spin-then-block"), ("GEX_SPIN", "7")]);
-        assert_eq!(c.wait_mode().unwrap(), WaitMode::Fixed(WaitPolicy::SpinThenBlock { spins: 7 }));
+        assert_eq!(
+            c.wait_mode().unwrap(),
+            WaitMode::Fixed(WaitPolicy::SpinThenBlock { spins: 7 })
+        );
         assert_eq!(Config::default().wait_mode().unwrap(), WaitMode::Auto);
     }
 

@@ -14,11 +14,13 @@
 //!   and the slice views are `unsafe` with the data-race rule written down.
 #![allow(unsafe_code)]
 
-use crate::error::{AmError, RegisterError};
-use crate::spi::{Conduit, ConduitEp, Deliver, Incoming, Limits, OutMsg, Prepare, ReplyTx};
-use crate::types::{Category, EpAddr, EpIndex, Flags, HandlerIndex, Injected, Kind, Rank};
-use crate::types::FIRST_CLIENT_HANDLER;
 use crate::client::Shared;
+use crate::error::{AmError, RegisterError};
+use crate::spi::{
+    Conduit, ConduitEp, Deliver, Incoming, Limits, OutMsg, OwnedInjected, Prepare, ReplyTx,
+};
+use crate::types::FIRST_CLIENT_HANDLER;
+use crate::types::{Category, EpAddr, EpIndex, Flags, HandlerIndex, Injected, Kind, Rank};
 use gex_sync::wait::WaitPolicy;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
@@ -88,7 +90,11 @@ pub struct Token<'t> {
 
 impl std::fmt::Debug for Token<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Token").field("src", &self.src).field("kind", &self.kind).field("replied", &self.replied).finish()
+        f.debug_struct("Token")
+            .field("src", &self.src)
+            .field("kind", &self.kind)
+            .field("replied", &self.replied)
+            .finish()
     }
 }
 
@@ -117,26 +123,61 @@ impl Token<'_> {
     ///
     /// # Errors
     /// As [`reply_short`](Token::reply_short), plus [`AmError::PayloadTooLarge`].
-    pub fn reply_medium(&mut self, handler: HandlerIndex, args: &[u32], payload: &[u8]) -> Result<(), AmError> {
+    pub fn reply_medium(
+        &mut self,
+        handler: HandlerIndex,
+        args: &[u32],
+        payload: &[u8],
+    ) -> Result<(), AmError> {
         self.reply(Category::Medium, handler, args, payload, 0)
     }
     /// Replies with a Long AM written at `offset` in the requester's segment.
     ///
     /// # Errors
     /// As [`reply_medium`](Token::reply_medium), plus [`AmError::OutOfSegment`].
-    pub fn reply_long(&mut self, handler: HandlerIndex, args: &[u32], payload: &[u8], offset: usize) -> Result<(), AmError> {
+    pub fn reply_long(
+        &mut self,
+        handler: HandlerIndex,
+        args: &[u32],
+        payload: &[u8],
+        offset: usize,
+    ) -> Result<(), AmError> {
         self.reply(Category::Long, handler, args, payload, offset)
     }
 
-    fn reply(&mut self, category: Category, handler: HandlerIndex, args: &[u32], payload: &[u8], offset: usize) -> Result<(), AmError> {
+    fn reply(
+        &mut self,
+        category: Category,
+        handler: HandlerIndex,
+        args: &[u32],
+        payload: &[u8],
+        offset: usize,
+    ) -> Result<(), AmError> {
         if self.kind == Kind::Reply {
             return Err(AmError::ReplyFromReply);
         }
         if self.replied {
             return Err(AmError::AlreadyReplied);
         }
-        check_msg(self.shared, self.registered, &self.limits, self.src, category, handler, args, payload, offset)?;
-        let msg = OutMsg { handler, kind: Kind::Reply, category, args, payload, offset };
+        check_msg(
+            self.shared,
+            self.registered,
+            &self.limits,
+            self.src,
+            category,
+            handler,
+            args,
+            payload,
+            offset,
+        )?;
+        let msg = OutMsg {
+            handler,
+            kind: Kind::Reply,
+            category,
+            args,
+            payload,
+            offset,
+        };
         self.tx.reply(self.src, &msg)?;
         self.replied = true;
         am_trace!("reply", self.src, handler, category, payload.len());
@@ -188,14 +229,20 @@ fn check_msg(
 ) -> Result<(), AmError> {
     let size = shared.size;
     if dst.rank >= size {
-        return Err(AmError::BadRank { rank: dst.rank, size });
+        return Err(AmError::BadRank {
+            rank: dst.rank,
+            size,
+        });
     }
     let eps = shared.layout.eps[dst.rank as usize];
     if dst.ep >= eps {
         return Err(AmError::BadEndpoint { dst, eps });
     }
     if args.len() > limits.max_args {
-        return Err(AmError::TooManyArgs { given: args.len(), max: limits.max_args });
+        return Err(AmError::TooManyArgs {
+            given: args.len(),
+            max: limits.max_args,
+        });
     }
     if handler == 0 || !registered.get(handler) {
         return Err(AmError::UnregisteredHandler(handler));
@@ -204,17 +251,30 @@ fn check_msg(
         Category::Short => {}
         Category::Medium => {
             if payload.len() > limits.max_medium {
-                return Err(AmError::PayloadTooLarge { len: payload.len(), max: limits.max_medium });
+                return Err(AmError::PayloadTooLarge {
+                    len: payload.len(),
+                    max: limits.max_medium,
+                });
             }
         }
         Category::Long => {
             if payload.len() > limits.max_long {
-                return Err(AmError::PayloadTooLarge { len: payload.len(), max: limits.max_long });
+                return Err(AmError::PayloadTooLarge {
+                    len: payload.len(),
+                    max: limits.max_long,
+                });
             }
             let seg_len = shared.layout.seg_len[dst.rank as usize];
             match offset.checked_add(payload.len()) {
                 Some(end) if end <= seg_len => {}
-                _ => return Err(AmError::OutOfSegment { dst, offset, len: payload.len(), seg_len }),
+                _ => {
+                    return Err(AmError::OutOfSegment {
+                        dst,
+                        offset,
+                        len: payload.len(),
+                        seg_len,
+                    });
+                }
             }
         }
     }
@@ -225,6 +285,17 @@ fn check_msg(
 /// segment. `Send` but not `Sync`: one thread drives it at a time, so its injection
 /// path takes no lock. Threads that communicate concurrently each take their own
 /// endpoint from the [`Client`](crate::Client).
+///
+/// Sharing one endpoint between threads does not compile:
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<gex_core::Endpoint<gex_core::loopback::Loopback>>();
+/// ```
+/// while moving it to another thread does:
+/// ```
+/// fn sent<T: Send>() {}
+/// sent::<gex_core::Endpoint<gex_core::loopback::Loopback>>();
+/// ```
 ///
 /// ```
 /// use gex_core::{Am, Token};
@@ -259,7 +330,11 @@ pub struct Endpoint<C: Conduit> {
 
 impl<C: Conduit> std::fmt::Debug for Endpoint<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Endpoint").field("conduit", &C::NAME).field("addr", &self.me).field("policy", &self.policy).finish()
+        f.debug_struct("Endpoint")
+            .field("conduit", &C::NAME)
+            .field("addr", &self.me)
+            .field("policy", &self.policy)
+            .finish()
     }
 }
 
@@ -292,7 +367,14 @@ impl Deliver for Dispatch<'_> {
                     registered: self.registered,
                     limits: self.limits,
                 };
-                let am = Am { src: m.src, category: m.category, kind: m.kind, args: m.args, payload: m.payload, offset: m.offset };
+                let am = Am {
+                    src: m.src,
+                    category: m.category,
+                    kind: m.kind,
+                    args: m.args,
+                    payload: m.payload,
+                    offset: m.offset,
+                };
                 h(&mut t, am);
                 if t.replied {
                     self.stats.sent[m.src.rank as usize] += 1;
@@ -316,7 +398,10 @@ impl Dispatch<'_> {
                 let round = m.args[1] as usize;
                 self.core.arrivals[parity][round] += 1;
             }
-            h => panic!("gex: {} received an AM for unknown core handler {h} from {}", self.me, m.src),
+            h => panic!(
+                "gex: {} received an AM for unknown core handler {h} from {}",
+                self.me, m.src
+            ),
         }
     }
 }
@@ -325,7 +410,12 @@ impl Dispatch<'_> {
 const STALL_REPORT: Duration = Duration::from_secs(60);
 
 impl<C: Conduit> Endpoint<C> {
-    pub(crate) fn new(cep: C::Ep, shared: Arc<Shared>, conduit: Arc<C>, policy: WaitPolicy) -> Self {
+    pub(crate) fn new(
+        cep: C::Ep,
+        shared: Arc<Shared>,
+        conduit: Arc<C>,
+        policy: WaitPolicy,
+    ) -> Self {
         let me = EpAddr::new(shared.rank, cep.index());
         let limits = cep.limits(me);
         let n = shared.size as usize;
@@ -336,7 +426,10 @@ impl<C: Conduit> Endpoint<C> {
             handlers: (0..256).map(|_| None).collect(),
             registered,
             core: CoreState::default(),
-            stats: EpStats { sent: vec![0; n], received: vec![0; n] },
+            stats: EpStats {
+                sent: vec![0; n],
+                received: vec![0; n],
+            },
             limits,
             policy,
             me,
@@ -394,7 +487,13 @@ impl<C: Conduit> Endpoint<C> {
     }
     /// Largest Long payload to `dst` (also bounded by `dst`'s segment).
     pub fn max_long(&self, dst: EpAddr) -> usize {
-        let seg = self.shared.layout.seg_len.get(dst.rank as usize).copied().unwrap_or(0);
+        let seg = self
+            .shared
+            .layout
+            .seg_len
+            .get(dst.rank as usize)
+            .copied()
+            .unwrap_or(0);
         self.cep.limits(dst).max_long.min(seg)
     }
     /// Segment length of `rank`'s endpoints.
@@ -430,7 +529,7 @@ impl<C: Conduit> Endpoint<C> {
     where
         F: for<'t, 'a> FnMut(&mut Token<'t>, Am<'a>) + Send + 'static,
     {
-        if index < CORE_HANDLERS || index >= FIRST_CLIENT_HANDLER {
+        if !(CORE_HANDLERS..FIRST_CLIENT_HANDLER).contains(&index) {
             return Err(RegisterError::Reserved(index));
         }
         self.install(index, Box::new(f))
@@ -460,7 +559,13 @@ impl<C: Conduit> Endpoint<C> {
     /// [`AmError::BadRank`], [`AmError::BadEndpoint`], [`AmError::TooManyArgs`],
     /// [`AmError::UnregisteredHandler`], [`AmError::Conduit`].
     #[inline]
-    pub fn request_short(&mut self, dst: EpAddr, handler: HandlerIndex, args: &[u32], flags: Flags) -> Result<Injected, AmError> {
+    pub fn request_short(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerIndex,
+        args: &[u32],
+        flags: Flags,
+    ) -> Result<Injected, AmError> {
         self.request(dst, Category::Short, handler, args, &[], 0, flags)
     }
 
@@ -470,7 +575,14 @@ impl<C: Conduit> Endpoint<C> {
     /// # Errors
     /// As [`request_short`](Endpoint::request_short), plus [`AmError::PayloadTooLarge`].
     #[inline]
-    pub fn request_medium(&mut self, dst: EpAddr, handler: HandlerIndex, args: &[u32], payload: &[u8], flags: Flags) -> Result<Injected, AmError> {
+    pub fn request_medium(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerIndex,
+        args: &[u32],
+        payload: &[u8],
+        flags: Flags,
+    ) -> Result<Injected, AmError> {
         self.request(dst, Category::Medium, handler, args, payload, 0, flags)
     }
 
@@ -481,26 +593,157 @@ impl<C: Conduit> Endpoint<C> {
     /// As [`request_medium`](Endpoint::request_medium), plus [`AmError::OutOfSegment`].
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    pub fn request_long(&mut self, dst: EpAddr, handler: HandlerIndex, args: &[u32], payload: &[u8], offset: usize, flags: Flags) -> Result<Injected, AmError> {
+    pub fn request_long(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerIndex,
+        args: &[u32],
+        payload: &[u8],
+        offset: usize,
+        flags: Flags,
+    ) -> Result<Injected, AmError> {
         self.request(dst, Category::Long, handler, args, payload, offset, flags)
     }
 
-    /// Sends a Medium request from an owned buffer and returns a local-completion
-    /// event that gives the buffer back once the conduit no longer needs it.
+    /// Sends a Medium request from an owned buffer without waiting for local completion:
+    /// the returned event gives the buffer back once the conduit no longer reads it
+    /// (at once on conduits that copy at injection; later on conduits that send from the
+    /// buffer). Drive it with [`lc_test`](Endpoint::lc_test) or
+    /// [`lc_wait`](Endpoint::lc_wait).
     ///
     /// # Errors
     /// As [`request_medium`](Endpoint::request_medium) (never `WouldBlock`).
-    pub fn request_medium_lc(&mut self, dst: EpAddr, handler: HandlerIndex, args: &[u32], payload: Vec<u8>) -> Result<LcEvent, AmError> {
-        let r = self.request(dst, Category::Medium, handler, args, &payload, 0, Flags::empty())?;
-        debug_assert_eq!(r, Injected::Sent);
-        Ok(LcEvent { buf: Some(payload) })
+    pub fn request_medium_lc(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerIndex,
+        args: &[u32],
+        payload: Vec<u8>,
+    ) -> Result<LcEvent, AmError> {
+        self.request_owned(dst, Category::Medium, handler, args, payload, 0)
+    }
+
+    /// Like [`request_medium_lc`](Endpoint::request_medium_lc) for a Long request
+    /// landing at `offset` in `dst`'s segment.
+    ///
+    /// # Errors
+    /// As [`request_long`](Endpoint::request_long) (never `WouldBlock`).
+    pub fn request_long_lc(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerIndex,
+        args: &[u32],
+        payload: Vec<u8>,
+        offset: usize,
+    ) -> Result<LcEvent, AmError> {
+        self.request_owned(dst, Category::Long, handler, args, payload, offset)
+    }
+
+    fn request_owned(
+        &mut self,
+        dst: EpAddr,
+        category: Category,
+        handler: HandlerIndex,
+        args: &[u32],
+        mut payload: Vec<u8>,
+        offset: usize,
+    ) -> Result<LcEvent, AmError> {
+        check_msg(
+            &self.shared,
+            &self.registered,
+            &self.limits,
+            dst,
+            category,
+            handler,
+            args,
+            &payload,
+            offset,
+        )?;
+        let msg = OutMsg {
+            handler,
+            kind: Kind::Request,
+            category,
+            args,
+            payload: &[],
+            offset,
+        };
+        loop {
+            match self.cep.inject_owned(dst, &msg, payload, false)? {
+                OwnedInjected::Done(buf) => {
+                    self.stats.sent[dst.rank as usize] += 1;
+                    return Ok(LcEvent {
+                        state: LcState::Done(buf),
+                    });
+                }
+                OwnedInjected::Pending(ticket) => {
+                    self.stats.sent[dst.rank as usize] += 1;
+                    return Ok(LcEvent {
+                        state: LcState::Pending(ticket),
+                    });
+                }
+                OwnedInjected::WouldBlock(buf) => {
+                    payload = buf;
+                    self.poll();
+                }
+            }
+        }
+    }
+
+    /// True once `ev`'s payload buffer is free (polls the conduit's completions, not
+    /// handlers).
+    pub fn lc_test(&mut self, ev: &mut LcEvent) -> bool {
+        if let LcState::Pending(t) = ev.state {
+            if let Some(buf) = self.cep.lc_test(t) {
+                ev.state = LcState::Done(buf);
+            }
+        }
+        matches!(ev.state, LcState::Done(_))
+    }
+
+    /// Waits (polling, so handlers run) until `ev` is locally complete and returns its
+    /// buffer.
+    pub fn lc_wait(&mut self, mut ev: LcEvent) -> Vec<u8> {
+        while !self.lc_test(&mut ev) {
+            self.poll();
+            gex_sync::hint::spin_loop();
+        }
+        match std::mem::replace(&mut ev.state, LcState::Taken) {
+            LcState::Done(b) => b,
+            _ => unreachable!("tested complete"),
+        }
     }
 
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    fn request(&mut self, dst: EpAddr, category: Category, handler: HandlerIndex, args: &[u32], payload: &[u8], offset: usize, flags: Flags) -> Result<Injected, AmError> {
-        check_msg(&self.shared, &self.registered, &self.limits, dst, category, handler, args, payload, offset)?;
-        let msg = OutMsg { handler, kind: Kind::Request, category, args, payload, offset };
+    fn request(
+        &mut self,
+        dst: EpAddr,
+        category: Category,
+        handler: HandlerIndex,
+        args: &[u32],
+        payload: &[u8],
+        offset: usize,
+        flags: Flags,
+    ) -> Result<Injected, AmError> {
+        check_msg(
+            &self.shared,
+            &self.registered,
+            &self.limits,
+            dst,
+            category,
+            handler,
+            args,
+            payload,
+            offset,
+        )?;
+        let msg = OutMsg {
+            handler,
+            kind: Kind::Request,
+            category,
+            args,
+            payload,
+            offset,
+        };
         let imm = flags.contains(Flags::IMMEDIATE);
         loop {
             match self.cep.inject(dst, &msg, imm)? {
@@ -525,7 +768,12 @@ impl<C: Conduit> Endpoint<C> {
     /// # Errors
     /// [`AmError::BadRank`], [`AmError::BadEndpoint`], [`AmError::PayloadTooLarge`],
     /// [`AmError::Conduit`].
-    pub fn prepare_request_medium(&mut self, dst: EpAddr, max_len: usize, flags: Flags) -> Result<Option<Prepared<'_, C>>, AmError> {
+    pub fn prepare_request_medium(
+        &mut self,
+        dst: EpAddr,
+        max_len: usize,
+        flags: Flags,
+    ) -> Result<Option<Prepared<'_, C>>, AmError> {
         self.prepare(dst, Category::Medium, max_len, 0, flags)
     }
 
@@ -535,15 +783,31 @@ impl<C: Conduit> Endpoint<C> {
     /// # Errors
     /// As [`prepare_request_medium`](Endpoint::prepare_request_medium), plus
     /// [`AmError::OutOfSegment`].
-    pub fn prepare_request_long(&mut self, dst: EpAddr, max_len: usize, offset: usize, flags: Flags) -> Result<Option<Prepared<'_, C>>, AmError> {
+    pub fn prepare_request_long(
+        &mut self,
+        dst: EpAddr,
+        max_len: usize,
+        offset: usize,
+        flags: Flags,
+    ) -> Result<Option<Prepared<'_, C>>, AmError> {
         self.prepare(dst, Category::Long, max_len, offset, flags)
     }
 
-    fn prepare(&mut self, dst: EpAddr, category: Category, max_len: usize, offset: usize, flags: Flags) -> Result<Option<Prepared<'_, C>>, AmError> {
+    fn prepare(
+        &mut self,
+        dst: EpAddr,
+        category: Category,
+        max_len: usize,
+        offset: usize,
+        flags: Flags,
+    ) -> Result<Option<Prepared<'_, C>>, AmError> {
         // Validate the shape now; handler and args are checked at commit.
         let size = self.shared.size;
         if dst.rank >= size {
-            return Err(AmError::BadRank { rank: dst.rank, size });
+            return Err(AmError::BadRank {
+                rank: dst.rank,
+                size,
+            });
         }
         let eps = self.shared.layout.eps[dst.rank as usize];
         if dst.ep >= eps {
@@ -559,7 +823,12 @@ impl<C: Conduit> Endpoint<C> {
         if category == Category::Long {
             let seg_len = self.shared.layout.seg_len[dst.rank as usize];
             if offset.checked_add(max_len).is_none_or(|e| e > seg_len) {
-                return Err(AmError::OutOfSegment { dst, offset, len: max_len, seg_len });
+                return Err(AmError::OutOfSegment {
+                    dst,
+                    offset,
+                    len: max_len,
+                    seg_len,
+                });
             }
         }
         let imm = flags.contains(Flags::IMMEDIATE);
@@ -567,7 +836,14 @@ impl<C: Conduit> Endpoint<C> {
             match self.cep.prepare(dst, category, max_len, offset, imm)? {
                 Prepare::InPlace(buf) => {
                     debug_assert!(buf.len() >= max_len);
-                    return Ok(Some(Prepared { ep: self, dst, category, offset, buf: Some(buf), len: max_len }));
+                    return Ok(Some(Prepared {
+                        ep: self,
+                        dst,
+                        category,
+                        offset,
+                        buf: Some(buf),
+                        len: max_len,
+                    }));
                 }
                 Prepare::WouldBlock => {
                     if imm {
@@ -578,7 +854,14 @@ impl<C: Conduit> Endpoint<C> {
                 Prepare::Bounce => {
                     self.bounce.clear();
                     self.bounce.resize(max_len, 0);
-                    return Ok(Some(Prepared { ep: self, dst, category, offset, buf: None, len: max_len }));
+                    return Ok(Some(Prepared {
+                        ep: self,
+                        dst,
+                        category,
+                        offset,
+                        buf: None,
+                        len: max_len,
+                    }));
                 }
             }
         }
@@ -626,7 +909,12 @@ impl<C: Conduit> Endpoint<C> {
             if checks & 0xffff == 0 {
                 let t0 = *started.get_or_insert_with(Instant::now);
                 if t0.elapsed() > STALL_REPORT {
-                    eprintln!("gex: {} has waited {:?} without progress; counters: {:?}", self.me, t0.elapsed(), self.stats);
+                    eprintln!(
+                        "gex: {} has waited {:?} without progress; counters: {:?}",
+                        self.me,
+                        t0.elapsed(),
+                        self.stats
+                    );
                     started = Some(Instant::now());
                 }
             }
@@ -650,7 +938,15 @@ impl<C: Conduit> Endpoint<C> {
         while dist < n {
             let to = EpAddr::new((self.me.rank + dist) % n, self.me.ep);
             let args = [epoch as u32, round];
-            let _sent = self.request(to, Category::Short, H_BARRIER, &args, &[], 0, Flags::empty())?;
+            let _sent = self.request(
+                to,
+                Category::Short,
+                H_BARRIER,
+                &args,
+                &[],
+                0,
+                Flags::empty(),
+            )?;
             let r = round as usize;
             // Wait for the message of this round from rank - dist.
             loop {
@@ -678,24 +974,35 @@ impl<C: Conduit> Endpoint<C> {
     /// A view of this endpoint's segment.
     pub fn segment(&self) -> Segment<'_> {
         let (base, len) = self.cep.local_segment();
-        Segment { base, len, me: self.me, _ep: PhantomData }
+        Segment {
+            base,
+            len,
+            me: self.me,
+            _ep: PhantomData,
+        }
     }
 }
 
-/// A local-completion event for a payload sent from an owned buffer.
+/// A local-completion event for a payload sent from an owned buffer
+/// ([`Endpoint::request_medium_lc`]). It owns the buffer (or the conduit's claim on
+/// it), so the buffer cannot be touched while the conduit may still read it.
 #[derive(Debug)]
+#[must_use = "the payload buffer comes back through Endpoint::lc_wait"]
 pub struct LcEvent {
-    buf: Option<Vec<u8>>,
+    state: LcState,
+}
+
+#[derive(Debug)]
+enum LcState {
+    Done(Vec<u8>),
+    Pending(u64),
+    Taken,
 }
 
 impl LcEvent {
-    /// True once the payload source may be reused.
+    /// True if local completion is already known (without polling).
     pub fn is_complete(&self) -> bool {
-        true
-    }
-    /// Waits for local completion and gives the buffer back.
-    pub fn wait(mut self) -> Vec<u8> {
-        self.buf.take().unwrap_or_default()
+        matches!(self.state, LcState::Done(_))
     }
 }
 
@@ -713,7 +1020,11 @@ pub struct Prepared<'e, C: Conduit> {
 
 impl<C: Conduit> std::fmt::Debug for Prepared<'_, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Prepared").field("dst", &self.dst).field("len", &self.len).field("in_place", &self.buf.is_some()).finish()
+        f.debug_struct("Prepared")
+            .field("dst", &self.dst)
+            .field("len", &self.len)
+            .field("in_place", &self.buf.is_some())
+            .finish()
     }
 }
 
@@ -734,20 +1045,47 @@ impl<C: Conduit> Prepared<'_, C> {
     /// # Errors
     /// [`AmError::CommitTooLarge`], [`AmError::TooManyArgs`],
     /// [`AmError::UnregisteredHandler`], [`AmError::Conduit`]. On error nothing is sent.
-    pub fn commit(mut self, handler: HandlerIndex, args: &[u32], len: usize) -> Result<(), AmError> {
+    pub fn commit(
+        mut self,
+        handler: HandlerIndex,
+        args: &[u32],
+        len: usize,
+    ) -> Result<(), AmError> {
         if len > self.len {
-            return Err(AmError::CommitTooLarge { len, prepared: self.len });
+            return Err(AmError::CommitTooLarge {
+                len,
+                prepared: self.len,
+            });
         }
         let ep = &mut *self.ep;
         match self.buf.take() {
             Some(p) => {
                 // SAFETY: as in `buffer`; the slice is only read by the conduit's commit.
-                let payload = unsafe { std::slice::from_raw_parts(p.as_ptr().cast::<u8>().cast_const(), len) };
-                if let Err(e) = check_msg(&ep.shared, &ep.registered, &ep.limits, self.dst, self.category, handler, args, payload, self.offset) {
+                let payload = unsafe {
+                    std::slice::from_raw_parts(p.as_ptr().cast::<u8>().cast_const(), len)
+                };
+                if let Err(e) = check_msg(
+                    &ep.shared,
+                    &ep.registered,
+                    &ep.limits,
+                    self.dst,
+                    self.category,
+                    handler,
+                    args,
+                    payload,
+                    self.offset,
+                ) {
                     ep.cep.cancel();
                     return Err(e);
                 }
-                let msg = OutMsg { handler, kind: Kind::Request, category: self.category, args, payload, offset: self.offset };
+                let msg = OutMsg {
+                    handler,
+                    kind: Kind::Request,
+                    category: self.category,
+                    args,
+                    payload,
+                    offset: self.offset,
+                };
                 ep.cep.commit(self.dst, &msg)?;
                 ep.stats.sent[self.dst.rank as usize] += 1;
                 Ok(())
@@ -756,7 +1094,15 @@ impl<C: Conduit> Prepared<'_, C> {
                 let payload = std::mem::take(&mut ep.bounce);
                 // The bounce path waits for resources even after an IMMEDIATE prepare:
                 // the caller has already built the payload.
-                let r = ep.request(self.dst, self.category, handler, args, &payload[..len], self.offset, Flags::empty());
+                let r = ep.request(
+                    self.dst,
+                    self.category,
+                    handler,
+                    args,
+                    &payload[..len],
+                    self.offset,
+                    Flags::empty(),
+                );
                 ep.bounce = payload;
                 r.map(|_| ())
             }
@@ -799,7 +1145,12 @@ impl Segment<'_> {
     fn check(&self, offset: usize, len: usize) -> Result<(), AmError> {
         match offset.checked_add(len) {
             Some(e) if e <= self.len => Ok(()),
-            _ => Err(AmError::OutOfSegment { dst: self.me, offset, len, seg_len: self.len }),
+            _ => Err(AmError::OutOfSegment {
+                dst: self.me,
+                offset,
+                len,
+                seg_len: self.len,
+            }),
         }
     }
     /// Copies `out.len()` bytes at `offset` into `out`.
@@ -810,7 +1161,13 @@ impl Segment<'_> {
         self.check(offset, out.len())?;
         // SAFETY: the range is inside the mapped segment (checked above); `out` is a
         // distinct local buffer, so the regions do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(self.base.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.base.as_ptr().add(offset),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
         Ok(())
     }
     /// Copies `data` into the segment at `offset`.
@@ -820,7 +1177,9 @@ impl Segment<'_> {
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), AmError> {
         self.check(offset, data.len())?;
         // SAFETY: as in `read`, with the roles of source and destination swapped.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.as_ptr().add(offset), data.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.as_ptr().add(offset), data.len())
+        };
         Ok(())
     }
     /// The segment as a slice.

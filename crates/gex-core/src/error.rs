@@ -48,7 +48,9 @@ pub enum AmError {
     #[error("no handler registered at index {0}")]
     UnregisteredHandler(HandlerIndex),
     /// A Long payload's destination range is not inside the target's segment.
-    #[error("Long destination [{offset}, {offset}+{len}) is outside the {seg_len}-byte segment of {dst}")]
+    #[error(
+        "Long destination [{offset}, {offset}+{len}) is outside the {seg_len}-byte segment of {dst}"
+    )]
     OutOfSegment {
         /// Target endpoint.
         dst: EpAddr,
@@ -126,7 +128,9 @@ pub enum InitError {
 #[non_exhaustive]
 pub enum EpError {
     /// The index is at or above the number of endpoints the client was built with.
-    #[error("endpoint {index} does not exist (client has {count}; raise ClientBuilder::endpoints or GEX_ENDPOINTS)")]
+    #[error(
+        "endpoint {index} does not exist (client has {count}; raise ClientBuilder::endpoints or GEX_ENDPOINTS)"
+    )]
     NoSuchEndpoint {
         /// Index asked for.
         index: u16,

@@ -67,17 +67,19 @@ pub mod loopback;
 pub mod spi;
 mod types;
 
-pub use client::{Client, ClientBuilder, Team, DEFAULT_SEGMENT_SIZE};
+pub use client::{Client, ClientBuilder, DEFAULT_SEGMENT_SIZE, Team};
 pub use config::Config;
-pub use endpoint::{Am, EpStats, Endpoint, Handler, LcEvent, Prepared, Segment, Token};
+pub use endpoint::{Am, Endpoint, EpStats, Handler, LcEvent, Prepared, Segment, Token};
 pub use error::{AmError, EpError, InitError, RegisterError};
 pub use gex_sync::wait::WaitPolicy;
+pub use spi::OwnedInjected;
 pub use spi::{Capabilities, Limits};
-pub use types::{Category, EpAddr, EpIndex, Flags, HandlerIndex, Injected, Kind, Rank, FIRST_CLIENT_HANDLER};
+pub use types::{
+    Category, EpAddr, EpIndex, FIRST_CLIENT_HANDLER, Flags, HandlerIndex, Injected, Kind, Rank,
+};
 
 /// Back-compat alias used in doc examples.
 #[doc(hidden)]
 pub mod testing {
     pub use crate::loopback::Loopback;
 }
-

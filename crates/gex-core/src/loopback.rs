@@ -3,19 +3,32 @@
 //! examples, and the reference for conduit authors: it implements only AM injection,
 //! polling and segments, which is all the SPI requires.
 //!
+//! Owned Medium payloads ([`ConduitEp::inject_owned`]) travel with the message without a
+//! copy and are handed back when the message has been delivered, so loopback exercises
+//! deferred local completion for real.
+//!
 //! Each endpoint's inbox is a mutex-protected queue (endpoints may live on different
 //! threads); that is acceptable here because loopback is never a performance path.
 
 use crate::boot::Bootstrap;
 use crate::error::{AmError, InitError};
-use crate::spi::{Capabilities, Conduit, ConduitEp, Deliver, Incoming, JobLayout, Limits, OpenParams, OutMsg, ReplyTx};
+use crate::spi::{
+    Capabilities, Conduit, ConduitEp, Deliver, Incoming, JobLayout, Limits, OpenParams, OutMsg,
+    OwnedInjected, ReplyTx,
+};
 use crate::types::{Category, EpAddr, EpIndex, HandlerIndex, Injected, Kind};
+use gex_sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-const LIMITS: Limits = Limits { max_args: 16, max_medium: 65536, max_long: usize::MAX };
+const LIMITS: Limits = Limits {
+    max_args: 16,
+    max_medium: 65536,
+    max_long: usize::MAX,
+};
 
 #[derive(Debug)]
 struct Msg {
@@ -27,6 +40,8 @@ struct Msg {
     payload: Vec<u8>,
     offset: usize,
     len: usize,
+    /// Deferred local completion: hand `payload` back under this ticket once delivered.
+    ticket: Option<u64>,
 }
 
 /// Segment memory, 64-byte aligned, owned by the conduit.
@@ -47,7 +62,10 @@ unsafe impl Sync for SegMem {}
 impl SegMem {
     fn new(len: usize) -> Self {
         let words = len.div_ceil(8).max(1);
-        SegMem { mem: (0..words).map(|_| std::cell::UnsafeCell::new(0)).collect(), len }
+        SegMem {
+            mem: (0..words).map(|_| std::cell::UnsafeCell::new(0)).collect(),
+            len,
+        }
     }
     fn base(&self) -> NonNull<u8> {
         NonNull::new(self.mem[0].get().cast::<u8>()).expect("non-null")
@@ -59,6 +77,8 @@ impl SegMem {
 pub struct Loopback {
     inboxes: Vec<Arc<Mutex<VecDeque<Msg>>>>,
     segs: Vec<SegMem>,
+    next_ticket: AtomicU64,
+    completed: Mutex<HashMap<u64, Vec<u8>>>,
 }
 
 /// A loopback endpoint.
@@ -72,23 +92,48 @@ impl Conduit for Loopback {
     type Ep = LoopbackEp;
     const NAME: &'static str = "loopback";
 
-    fn open(boot: &mut dyn Bootstrap, params: &OpenParams<'_>) -> Result<(Arc<Self>, Vec<LoopbackEp>), InitError> {
+    fn open(
+        boot: &mut dyn Bootstrap,
+        params: &OpenParams<'_>,
+    ) -> Result<(Arc<Self>, Vec<LoopbackEp>), InitError> {
         let JobLayout { eps, seg_len, .. } = params.layout;
         if boot.size() != 1 {
-            return Err(InitError::Conduit { conduit: Self::NAME, msg: format!("supports one rank, job has {}", boot.size()) });
+            return Err(InitError::Conduit {
+                conduit: Self::NAME,
+                msg: format!("supports one rank, job has {}", boot.size()),
+            });
         }
         let n = eps[0] as usize;
         let c = Arc::new(Loopback {
-            inboxes: (0..n).map(|_| Arc::new(Mutex::new(VecDeque::new()))).collect(),
+            inboxes: (0..n)
+                .map(|_| Arc::new(Mutex::new(VecDeque::new())))
+                .collect(),
             segs: (0..n).map(|_| SegMem::new(seg_len[0])).collect(),
+            next_ticket: AtomicU64::new(1),
+            completed: Mutex::new(HashMap::new()),
         });
-        let v = (0..n as u16).map(|index| LoopbackEp { index, conduit: c.clone() }).collect();
+        let v = (0..n as u16)
+            .map(|index| LoopbackEp {
+                index,
+                conduit: c.clone(),
+            })
+            .collect();
         Ok((c, v))
     }
 }
 
 impl LoopbackEp {
     fn push(&self, dst: EpAddr, msg: &OutMsg<'_>) {
+        self.push_owned(dst, msg, None, None)
+    }
+
+    fn push_owned(
+        &self,
+        dst: EpAddr,
+        msg: &OutMsg<'_>,
+        owned: Option<Vec<u8>>,
+        ticket: Option<u64>,
+    ) {
         let target = &self.conduit.segs[dst.ep as usize];
         let (payload, len) = if msg.category == Category::Long {
             #[allow(unsafe_code)]
@@ -96,9 +141,16 @@ impl LoopbackEp {
             // source is a caller buffer distinct from segment memory or, if it is
             // inside a segment, `copy` handles overlap.
             unsafe {
-                std::ptr::copy(msg.payload.as_ptr(), target.base().as_ptr().add(msg.offset), msg.payload.len())
+                std::ptr::copy(
+                    msg.payload.as_ptr(),
+                    target.base().as_ptr().add(msg.offset),
+                    msg.payload.len(),
+                )
             };
             (Vec::new(), msg.payload.len())
+        } else if let Some(buf) = owned {
+            let len = buf.len();
+            (buf, len)
         } else {
             (msg.payload.to_vec(), msg.payload.len())
         };
@@ -111,8 +163,12 @@ impl LoopbackEp {
             payload,
             offset: msg.offset,
             len,
+            ticket,
         };
-        self.conduit.inboxes[dst.ep as usize].lock().unwrap_or_else(|e| e.into_inner()).push_back(m);
+        self.conduit.inboxes[dst.ep as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(m);
     }
 }
 
@@ -138,17 +194,52 @@ impl ConduitEp for LoopbackEp {
         (s.base(), s.len)
     }
     fn peer_segment(&self, dst: EpAddr) -> Option<(NonNull<u8>, usize)> {
-        self.conduit.segs.get(dst.ep as usize).filter(|_| dst.rank == 0).map(|s| (s.base(), s.len))
+        self.conduit
+            .segs
+            .get(dst.ep as usize)
+            .filter(|_| dst.rank == 0)
+            .map(|s| (s.base(), s.len))
     }
     fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, AmError> {
         self.push(dst, msg);
         Ok(Injected::Sent)
     }
+    fn inject_owned(
+        &mut self,
+        dst: EpAddr,
+        msg: &OutMsg<'_>,
+        payload: Vec<u8>,
+        _imm: bool,
+    ) -> Result<OwnedInjected, AmError> {
+        if msg.category != Category::Medium {
+            let m = OutMsg {
+                payload: &payload,
+                ..*msg
+            };
+            self.push(dst, &m);
+            return Ok(OwnedInjected::Done(payload));
+        }
+        let ticket = self.conduit.next_ticket.fetch_add(1, Ordering::Relaxed);
+        // The buffer itself travels with the message: no copy.
+        self.push_owned(dst, msg, Some(payload), Some(ticket));
+        Ok(OwnedInjected::Pending(ticket))
+    }
+
+    fn lc_test(&mut self, ticket: u64) -> Option<Vec<u8>> {
+        self.conduit
+            .completed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&ticket)
+    }
+
     fn poll<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize {
         let inbox = self.conduit.inboxes[self.index as usize].clone();
         let mut n = 0;
         while n < budget {
-            let Some(m) = inbox.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else { break };
+            let Some(m) = inbox.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else {
+                break;
+            };
             let seg = &self.conduit.segs[self.index as usize];
             let long;
             let payload: &[u8] = if m.category == Category::Long {
@@ -162,14 +253,32 @@ impl ConduitEp for LoopbackEp {
             } else {
                 &m.payload
             };
-            let inc = Incoming { src: m.src, handler: m.handler, kind: m.kind, category: m.category, args: &m.args, payload, offset: m.offset };
+            let inc = Incoming {
+                src: m.src,
+                handler: m.handler,
+                kind: m.kind,
+                category: m.category,
+                args: &m.args,
+                payload,
+                offset: m.offset,
+            };
             d.deliver(&inc, self);
+            if let Some(t) = m.ticket {
+                self.conduit
+                    .completed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(t, m.payload);
+            }
             n += 1;
         }
         n
     }
     fn has_incoming(&self) -> bool {
-        !self.conduit.inboxes[self.index as usize].lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        !self.conduit.inboxes[self.index as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
     }
     fn block(&mut self, _timeout: Duration) {
         std::thread::yield_now();

@@ -13,6 +13,7 @@
 //! | setup | [`Conduit::open`] | collective; creates `params.layout.eps[rank]` endpoints, each with its segment, and publishes them |
 //! | description | [`Conduit::NAME`], [`ConduitEp::capabilities`], [`ConduitEp::limits`] | capability flags must match what is implemented (checked by the conformance suite) |
 //! | AM injection | [`ConduitEp::inject`] | request injection; `Ok(Sent)` means the payload source may be reused; `Ok(WouldBlock)` only when `imm` |
+//! | local completion | [`ConduitEp::inject_owned`], [`ConduitEp::lc_test`] | optional; owned payloads whose release may be deferred; the default completes synchronously |
 //! | replies | [`ReplyTx::reply`] | never blocks and never fails for lack of resources (the conduit reserves or defers) |
 //! | negotiated payload | [`ConduitEp::prepare`], [`ConduitEp::commit`] | optional; the default returns `None` and the core uses a bounce buffer |
 //! | progress | [`ConduitEp::poll`] | drains incoming messages of this EP only, calling [`Deliver::deliver`] once per message |
@@ -79,7 +80,9 @@ impl JobLayout {
     /// Ranks that share this rank's host, in rank order (including `rank`).
     pub fn neighbours(&self, rank: u32) -> Vec<u32> {
         let h = self.host[rank as usize];
-        (0..self.size()).filter(|&r| self.host[r as usize] == h).collect()
+        (0..self.size())
+            .filter(|&r| self.host[r as usize] == h)
+            .collect()
     }
 }
 
@@ -107,6 +110,18 @@ pub enum Prepare {
     WouldBlock,
     /// Not supported for this message: the core uses a bounce buffer and [`ConduitEp::inject`].
     Bounce,
+}
+
+/// Answer of [`ConduitEp::inject_owned`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum OwnedInjected {
+    /// Sent, and the payload buffer is free again (synchronous local completion).
+    Done(Vec<u8>),
+    /// Sent; the conduit keeps the buffer until [`ConduitEp::lc_test`] returns it for
+    /// this ticket (deferred local completion).
+    Pending(u64),
+    /// Not sent for lack of resources (only when `imm`); the buffer is handed back.
+    WouldBlock(Vec<u8>),
 }
 
 /// One outgoing message, already validated by the core.
@@ -202,6 +217,35 @@ pub trait ConduitEp: Send + 'static {
     /// # Errors
     /// [`AmError::Conduit`] if the network failed.
     fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, AmError>;
+    /// Injects a request whose payload buffer the conduit takes over, so local
+    /// completion may be deferred without copying (`msg.payload` is empty; the payload
+    /// is `payload`). The default injects synchronously and hands the buffer back.
+    ///
+    /// # Errors
+    /// [`AmError::Conduit`] if the network failed.
+    fn inject_owned(
+        &mut self,
+        dst: EpAddr,
+        msg: &OutMsg<'_>,
+        payload: Vec<u8>,
+        imm: bool,
+    ) -> Result<OwnedInjected, AmError> {
+        let m = OutMsg {
+            payload: &payload,
+            ..*msg
+        };
+        Ok(match self.inject(dst, &m, imm)? {
+            Injected::Sent => OwnedInjected::Done(payload),
+            Injected::WouldBlock => OwnedInjected::WouldBlock(payload),
+        })
+    }
+    /// Returns the buffer of a [`OwnedInjected::Pending`] injection once it is locally
+    /// complete (`None`: not yet; call [`poll`](ConduitEp::poll) and ask again). Each
+    /// ticket is returned once.
+    fn lc_test(&mut self, ticket: u64) -> Option<Vec<u8>> {
+        let _ = ticket;
+        None
+    }
     /// Drains incoming messages (at most about `budget`), delivering each to `d`.
     /// Returns the number delivered. Must not block.
     fn poll<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize;

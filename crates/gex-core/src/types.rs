@@ -77,8 +77,8 @@ bitflags! {
 /// Outcome of an injection that did not fail.
 ///
 /// Back-pressure is a result, not an error: `WouldBlock` is only returned when
-/// [`Flags::IMMEDIATE`] was given.
-#[must_use = "an IMMEDIATE injection may not have happened; check for WouldBlock"]
+/// [`Flags::IMMEDIATE`] was given, so callers that never pass it may ignore the value;
+/// callers that do must check it (nothing was sent).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Injected {
     /// The message was injected (and its payload source may be reused).
