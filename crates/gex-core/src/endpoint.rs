@@ -85,7 +85,10 @@ pub struct Token<'t> {
     replied: bool,
     shared: &'t Shared,
     registered: &'t Bitset,
-    limits: Limits,
+    limits: &'t [Limits],
+    /// Lowest handler index this handler may reply to (reserved indices only from
+    /// handlers that were themselves invoked at a reserved index).
+    min_handler: HandlerIndex,
 }
 
 impl std::fmt::Debug for Token<'_> {
@@ -162,7 +165,8 @@ impl Token<'_> {
         check_msg(
             self.shared,
             self.registered,
-            &self.limits,
+            self.limits,
+            self.min_handler,
             self.src,
             category,
             handler,
@@ -219,7 +223,8 @@ struct CoreState {
 fn check_msg(
     shared: &Shared,
     registered: &Bitset,
-    limits: &Limits,
+    limits: &[Limits],
+    min_handler: HandlerIndex,
     dst: EpAddr,
     category: Category,
     handler: HandlerIndex,
@@ -237,6 +242,10 @@ fn check_msg(
     let eps = shared.layout.eps[dst.rank as usize];
     if dst.ep >= eps {
         return Err(AmError::BadEndpoint { dst, eps });
+    }
+    let limits = &limits[dst.rank as usize];
+    if handler != 0 && handler < min_handler {
+        return Err(AmError::ReservedHandler(handler));
     }
     if args.len() > limits.max_args {
         return Err(AmError::TooManyArgs {
@@ -319,7 +328,8 @@ pub struct Endpoint<C: Conduit> {
     registered: Bitset,
     core: CoreState,
     stats: EpStats,
-    limits: Limits,
+    /// Limits for messages to each rank (the conduit's per-peer answer, cached).
+    limits: Vec<Limits>,
     policy: WaitPolicy,
     me: EpAddr,
     bounce: Vec<u8>,
@@ -344,7 +354,7 @@ struct Dispatch<'e> {
     core: &'e mut CoreState,
     stats: &'e mut EpStats,
     shared: &'e Shared,
-    limits: Limits,
+    limits: &'e [Limits],
     me: EpAddr,
 }
 
@@ -366,6 +376,11 @@ impl Deliver for Dispatch<'_> {
                     shared: self.shared,
                     registered: self.registered,
                     limits: self.limits,
+                    min_handler: if m.handler < FIRST_CLIENT_HANDLER {
+                        CORE_HANDLERS
+                    } else {
+                        FIRST_CLIENT_HANDLER
+                    },
                 };
                 let am = Am {
                     src: m.src,
@@ -393,7 +408,7 @@ impl Dispatch<'_> {
     #[cold]
     fn core_handler(&mut self, m: &Incoming<'_>) {
         match m.handler {
-            H_BARRIER => {
+            H_BARRIER if m.args.len() == 2 && (m.args[1] as usize) < 32 => {
                 let parity = (m.args[0] & 1) as usize;
                 let round = m.args[1] as usize;
                 self.core.arrivals[parity][round] += 1;
@@ -417,7 +432,9 @@ impl<C: Conduit> Endpoint<C> {
         policy: WaitPolicy,
     ) -> Self {
         let me = EpAddr::new(shared.rank, cep.index());
-        let limits = cep.limits(me);
+        let limits = (0..shared.size)
+            .map(|r| cep.limits(EpAddr::rank(r)))
+            .collect();
         let n = shared.size as usize;
         let mut registered = Bitset::default();
         registered.set(H_BARRIER);
@@ -479,7 +496,7 @@ impl<C: Conduit> Endpoint<C> {
 
     /// Maximum number of AM arguments.
     pub fn max_args(&self) -> usize {
-        self.limits.max_args
+        self.limits[self.me.rank as usize].max_args
     }
     /// Largest Medium payload to `dst` (requests and replies).
     pub fn max_medium(&self, dst: EpAddr) -> usize {
@@ -566,7 +583,46 @@ impl<C: Conduit> Endpoint<C> {
         args: &[u32],
         flags: Flags,
     ) -> Result<Injected, AmError> {
-        self.request(dst, Category::Short, handler, args, &[], 0, flags)
+        self.request(
+            dst,
+            Category::Short,
+            handler,
+            args,
+            &[],
+            0,
+            flags,
+            FIRST_CLIENT_HANDLER,
+        )
+    }
+
+    /// Sends a request to a handler in the range reserved for gex's layers
+    /// (`16..128`, registered with [`register_reserved`](Endpoint::register_reserved)).
+    /// Not for clients.
+    ///
+    /// # Errors
+    /// As [`request_long`](Endpoint::request_long).
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn request_reserved(
+        &mut self,
+        dst: EpAddr,
+        category: Category,
+        handler: HandlerIndex,
+        args: &[u32],
+        payload: &[u8],
+        offset: usize,
+        flags: Flags,
+    ) -> Result<Injected, AmError> {
+        self.request(
+            dst,
+            category,
+            handler,
+            args,
+            payload,
+            offset,
+            flags,
+            CORE_HANDLERS,
+        )
     }
 
     /// Sends a Medium request. The payload is consumed (copied) before this returns,
@@ -583,7 +639,16 @@ impl<C: Conduit> Endpoint<C> {
         payload: &[u8],
         flags: Flags,
     ) -> Result<Injected, AmError> {
-        self.request(dst, Category::Medium, handler, args, payload, 0, flags)
+        self.request(
+            dst,
+            Category::Medium,
+            handler,
+            args,
+            payload,
+            0,
+            flags,
+            FIRST_CLIENT_HANDLER,
+        )
     }
 
     /// Sends a Long request: `payload` is written at `offset` in `dst`'s segment before
@@ -602,7 +667,16 @@ impl<C: Conduit> Endpoint<C> {
         offset: usize,
         flags: Flags,
     ) -> Result<Injected, AmError> {
-        self.request(dst, Category::Long, handler, args, payload, offset, flags)
+        self.request(
+            dst,
+            Category::Long,
+            handler,
+            args,
+            payload,
+            offset,
+            flags,
+            FIRST_CLIENT_HANDLER,
+        )
     }
 
     /// Sends a Medium request from an owned buffer without waiting for local completion:
@@ -648,10 +722,12 @@ impl<C: Conduit> Endpoint<C> {
         mut payload: Vec<u8>,
         offset: usize,
     ) -> Result<LcEvent, AmError> {
+        let min_handler = FIRST_CLIENT_HANDLER;
         check_msg(
             &self.shared,
             &self.registered,
             &self.limits,
+            min_handler,
             dst,
             category,
             handler,
@@ -703,9 +779,10 @@ impl<C: Conduit> Endpoint<C> {
     /// Waits (polling, so handlers run) until `ev` is locally complete and returns its
     /// buffer.
     pub fn lc_wait(&mut self, mut ev: LcEvent) -> Vec<u8> {
+        let mut spins = 0u32;
         while !self.lc_test(&mut ev) {
             self.poll();
-            gex_sync::hint::spin_loop();
+            self.idle(&mut spins);
         }
         match std::mem::replace(&mut ev.state, LcState::Taken) {
             LcState::Done(b) => b,
@@ -724,11 +801,13 @@ impl<C: Conduit> Endpoint<C> {
         payload: &[u8],
         offset: usize,
         flags: Flags,
+        min_handler: HandlerIndex,
     ) -> Result<Injected, AmError> {
         check_msg(
             &self.shared,
             &self.registered,
             &self.limits,
+            min_handler,
             dst,
             category,
             handler,
@@ -779,6 +858,10 @@ impl<C: Conduit> Endpoint<C> {
 
     /// Like [`prepare_request_medium`](Endpoint::prepare_request_medium) for a Long
     /// request whose payload lands at `offset` in `dst`'s segment.
+    ///
+    /// The buffer may be the destination range itself (conduits with shared memory
+    /// build the payload in place), so a dropped `Prepared` sends no message but may
+    /// have written `[offset, offset + max_len)` of the destination segment.
     ///
     /// # Errors
     /// As [`prepare_request_medium`](Endpoint::prepare_request_medium), plus
@@ -876,7 +959,7 @@ impl<C: Conduit> Endpoint<C> {
             core: &mut self.core,
             stats: &mut self.stats,
             shared: &self.shared,
-            limits: self.limits,
+            limits: &self.limits,
             me: self.me,
         };
         self.cep.poll(&mut d, 64)
@@ -894,17 +977,7 @@ impl<C: Conduit> Endpoint<C> {
             if cond() {
                 return;
             }
-            let block = match self.policy {
-                WaitPolicy::Spin => false,
-                WaitPolicy::Block => true,
-                WaitPolicy::SpinThenBlock { spins: budget } => spins >= budget,
-            };
-            if block {
-                self.cep.block(Duration::from_millis(10));
-            } else {
-                spins = spins.saturating_add(1);
-                gex_sync::hint::spin_loop();
-            }
+            self.idle(&mut spins);
             checks = checks.wrapping_add(1);
             if checks & 0xffff == 0 {
                 let t0 = *started.get_or_insert_with(Instant::now);
@@ -935,6 +1008,7 @@ impl<C: Conduit> Endpoint<C> {
         let parity = (epoch & 1) as usize;
         let mut round = 0u32;
         let mut dist = 1u32;
+        let mut spins = 0u32;
         while dist < n {
             let to = EpAddr::new((self.me.rank + dist) % n, self.me.ep);
             let args = [epoch as u32, round];
@@ -946,6 +1020,7 @@ impl<C: Conduit> Endpoint<C> {
                 &[],
                 0,
                 Flags::empty(),
+                H_BARRIER,
             )?;
             let r = round as usize;
             // Wait for the message of this round from rank - dist.
@@ -955,7 +1030,7 @@ impl<C: Conduit> Endpoint<C> {
                     self.core.arrivals[parity][r] -= 1;
                     break;
                 }
-                self.idle_once();
+                self.idle(&mut spins);
             }
             round += 1;
             dist <<= 1;
@@ -963,11 +1038,20 @@ impl<C: Conduit> Endpoint<C> {
         Ok(())
     }
 
+    /// One step of waiting under the wait policy: spin, or sleep in the conduit until a
+    /// message may have arrived once the spin budget (`spins`) is used up.
     #[inline]
-    fn idle_once(&mut self) {
-        match self.policy {
-            WaitPolicy::Block => self.cep.block(Duration::from_millis(10)),
-            _ => gex_sync::hint::spin_loop(),
+    fn idle(&mut self, spins: &mut u32) {
+        let block = match self.policy {
+            WaitPolicy::Spin => false,
+            WaitPolicy::Block => true,
+            WaitPolicy::SpinThenBlock { spins: budget } => *spins >= budget,
+        };
+        if block {
+            self.cep.block(Duration::from_millis(10));
+        } else {
+            *spins = spins.saturating_add(1);
+            gex_sync::hint::spin_loop();
         }
     }
 
@@ -1068,6 +1152,7 @@ impl<C: Conduit> Prepared<'_, C> {
                     &ep.shared,
                     &ep.registered,
                     &ep.limits,
+                    FIRST_CLIENT_HANDLER,
                     self.dst,
                     self.category,
                     handler,
@@ -1102,6 +1187,7 @@ impl<C: Conduit> Prepared<'_, C> {
                     &payload[..len],
                     self.offset,
                     Flags::empty(),
+                    FIRST_CLIENT_HANDLER,
                 );
                 ep.bounce = payload;
                 r.map(|_| ())

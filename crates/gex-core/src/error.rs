@@ -47,6 +47,9 @@ pub enum AmError {
     /// must be identical on every rank, so the sender's table is authoritative).
     #[error("no handler registered at index {0}")]
     UnregisteredHandler(HandlerIndex),
+    /// The handler index is reserved for gex's own layers (clients use `128..=255`).
+    #[error("handler index {0} is reserved for gex (clients use 128..=255)")]
+    ReservedHandler(HandlerIndex),
     /// A Long payload's destination range is not inside the target's segment.
     #[error(
         "Long destination [{offset}, {offset}+{len}) is outside the {seg_len}-byte segment of {dst}"

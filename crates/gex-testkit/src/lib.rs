@@ -1,1 +1,74 @@
-//! gex test kit: simulated fabric conduit and conformance suite
+//! # gex-testkit
+//!
+//! Test infrastructure for gex, used by every conduit and layer crate's tests
+//! (`publish = false`):
+//!
+//! - [`boot`]: a bootstrap ([`boot::ThreadJob`], [`boot::ThreadBoot`]) for jobs whose
+//!   ranks are threads of one process.
+//! - [`sim`]: a simulated fabric conduit ([`sim::Sim`]) for thread ranks, with seeded
+//!   delays, reordering, bounded queues (back-pressure) and per-peer limits, and the
+//!   launcher [`sim::run_sim`] with a watchdog.
+//! - [`conformance`]: the conformance suite, written once against the conduit SPI and
+//!   run on every conduit, and the [`conformance_tests!`] macro that turns it into one
+//!   `#[test]` per case in a conduit's `tests/`.
+//!
+//! ## What it does not do
+//! - It is not a network: `sim` moves bytes between threads of one process; it models
+//!   latency and reordering, not bandwidth or the LogGP gap (yet).
+//! - It does not launch processes: process-based conduits bring their own runner (see
+//!   [`conformance`], which shows the one for gex-boot's `spawn_self_test`).
+//!
+//! ## Words
+//! - **job**: the ranks that initialised one client each together; here often threads.
+//! - **case**: one conformance check, a function every rank of a fresh job runs.
+//! - **runner**: what starts a job and runs a case on each rank ([`conformance::Runner`]).
+//! - **exclusion**: a case a conduit declares it cannot pass, with the reason; shown as
+//!   an ignored test, never as a pass.
+//!
+//! ## Running the conformance suite on your conduit
+//! In the conduit crate, add `gex-testkit` as a dev-dependency and write
+//! `tests/conformance.rs`:
+//! ```ignore
+//! gex_testkit::conformance_tests! {
+//!     conduit: my_conduit::MyConduit,
+//!     runner: my_runner,      // starts N ranks, calls conformance::run_on_rank on each
+//!     ranks: 3,
+//!     endpoints: 2,
+//!     exclude: {
+//!         back_pressure: "MyConduit's queues are unbounded, IMMEDIATE never reports WouldBlock",
+//!     },
+//! }
+//! ```
+//! `cargo test --test conformance` then runs every case (`cargo test --test conformance
+//! many_in_flight` one of them). Thread-based conduits use [`sim::SimRunner`]-like
+//! runners; one-rank conduits use [`conformance::SingletonRunner`]; process-based
+//! conduits re-execute the test binary per rank (exact code in [`conformance`]).
+//!
+//! ## Example: a job of thread ranks on the simulator
+//! ```
+//! use gex_core::ClientBuilder;
+//! use gex_testkit::sim::{run_sim, SimConfig};
+//!
+//! let ranks = run_sim(4, SimConfig::default(), || ClientBuilder::new().segment_size(4096), |client| {
+//!     let mut ep = client.endpoint(0).unwrap();
+//!     ep.barrier().unwrap();
+//!     client.rank()
+//! });
+//! assert_eq!(ranks, vec![0, 1, 2, 3]);
+//! ```
+
+pub mod boot;
+pub mod conformance;
+pub mod rng;
+pub mod sim;
+
+/// The text of a panic payload (`&str` or `String`).
+pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(non-string panic payload)".to_string()
+    }
+}

@@ -1,0 +1,556 @@
+//! Setup, registration and validation cases.
+
+use super::util::{Errs, expect_err, sent, wait_for};
+use gex_core::spi::Conduit;
+use gex_core::spi::{ConduitEp, MIN_MAX_ARGS};
+use gex_core::{Am, AmError, Client, EpAddr, EpError, Flags, RegisterError, Token};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Segments: every endpoint's segment has the agreed length, reads as zeros before
+/// anyone writes it, round-trips local writes, and rejects out-of-range accesses.
+/// Endpoints can be taken once each.
+pub(crate) fn segment_basics<C: Conduit>(client: &Client<C>) -> Result<(), String> {
+    let me = client.rank();
+    let count = client.endpoint_count();
+    let mut eps = Vec::new();
+    for i in 0..count {
+        eps.push(
+            client
+                .endpoint(i)
+                .map_err(|e| format!("endpoint({i}): {e}"))?,
+        );
+    }
+    expect_ep_err(client.endpoint(0).map(|_| ()), EpError::Taken(0))?;
+    expect_ep_err(
+        client.endpoint(count).map(|_| ()),
+        EpError::NoSuchEndpoint {
+            index: count,
+            count,
+        },
+    )?;
+    let seg_len = client.layout().seg_len[me as usize];
+    for (i, ep) in eps.iter_mut().enumerate() {
+        if ep.addr() != EpAddr::new(me, i as u16)
+            || ep.index() != i as u16
+            || ep.rank() != me
+            || ep.size() != client.size()
+        {
+            return Err(format!(
+                "endpoint {i} reports addr {} / index {} / size {}",
+                ep.addr(),
+                ep.index(),
+                ep.size()
+            ));
+        }
+        if ep.max_args() < MIN_MAX_ARGS {
+            return Err(format!("max_args {} < {MIN_MAX_ARGS}", ep.max_args()));
+        }
+        let seg = ep.segment();
+        if seg.len() != seg_len || ep.segment_len_of(me) != Some(seg_len) {
+            return Err(format!(
+                "EP {i}: segment length {} (layout says {seg_len})",
+                seg.len()
+            ));
+        }
+        let (base, len) = ep.conduit_ep().local_segment();
+        if base.as_ptr() != ep.segment().as_ptr() || len != seg_len {
+            return Err(format!(
+                "EP {i}: local_segment disagrees with Endpoint::segment"
+            ));
+        }
+        // Zero-filled.
+        let seg = ep.segment();
+        let mut buf = vec![0u8; 64 << 10];
+        let mut off = 0;
+        while off < seg_len {
+            let n = buf.len().min(seg_len - off);
+            seg.read(off, &mut buf[..n]).map_err(|e| e.to_string())?;
+            if let Some(p) = buf[..n].iter().position(|&b| b != 0) {
+                return Err(format!(
+                    "EP {i}: segment byte {} is {:#x}, not zero, before any write",
+                    off + p,
+                    buf[p]
+                ));
+            }
+            off += n;
+        }
+        // Local round trip at both ends.
+        let data: Vec<u8> = (0..seg_len.min(16)).map(|k| k as u8 ^ 0xa5).collect();
+        for at in [0, seg_len - data.len()] {
+            seg.write(at, &data).map_err(|e| e.to_string())?;
+            let mut back = vec![0; data.len()];
+            seg.read(at, &mut back).map_err(|e| e.to_string())?;
+            if back != data {
+                return Err(format!(
+                    "EP {i}: segment write/read round trip at {at} failed"
+                ));
+            }
+        }
+        let oos = |offset: usize, len: usize| AmError::OutOfSegment {
+            dst: EpAddr::new(me, i as u16),
+            offset,
+            len,
+            seg_len,
+        };
+        expect_err(
+            seg.read(seg_len, &mut [0u8; 1]),
+            &oos(seg_len, 1),
+            "read past the end",
+        )?;
+        expect_err(
+            seg.write(usize::MAX, &[1u8, 2]),
+            &oos(usize::MAX, 2),
+            "write with overflowing offset",
+        )?;
+    }
+    for ep in &mut eps {
+        ep.barrier().map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn expect_ep_err(r: Result<(), EpError>, want: EpError) -> Result<(), String> {
+    match r {
+        Err(e) if e == want => Ok(()),
+        other => Err(format!("expected Err({want:?}), got {other:?}")),
+    }
+}
+
+/// Registration: index 0 and the reserved range are refused, a second registration
+/// at an index is refused and does not replace the first handler.
+pub(crate) fn register_errors<C: Conduit>(client: &Client<C>) -> Result<(), String> {
+    let mut ep = client.endpoint(0).map_err(|e| e.to_string())?;
+    let noop = |_: &mut Token<'_>, _: Am<'_>| {};
+    let reg = |r: Result<(), RegisterError>,
+               want: Option<RegisterError>,
+               what: &str|
+     -> Result<(), String> {
+        match (r, want) {
+            (Ok(()), None) => Ok(()),
+            (Err(e), Some(w)) if e == w => Ok(()),
+            (r, w) => Err(format!("{what}: expected {w:?}, got {r:?}")),
+        }
+    };
+    reg(
+        ep.register(0, noop),
+        Some(RegisterError::Zero),
+        "register(0)",
+    )?;
+    for i in [1u8, 2, 15, 16, 64, 127] {
+        reg(
+            ep.register(i, noop),
+            Some(RegisterError::Reserved(i)),
+            &format!("register({i})"),
+        )?;
+        if i > 1 && ep.is_registered(i) {
+            return Err(format!(
+                "index {i} reads as registered after a refused registration"
+            ));
+        }
+    }
+    let first = Arc::new(AtomicU32::new(0));
+    let second = Arc::new(AtomicU32::new(0));
+    let (f, s) = (first.clone(), second.clone());
+    if ep.is_registered(128) {
+        return Err("index 128 registered before anything was registered".into());
+    }
+    reg(
+        ep.register(128, move |_: &mut Token<'_>, _: Am<'_>| {
+            f.fetch_add(1, Ordering::Relaxed);
+        }),
+        None,
+        "register(128)",
+    )?;
+    reg(
+        ep.register(128, move |_: &mut Token<'_>, _: Am<'_>| {
+            s.fetch_add(1, Ordering::Relaxed);
+        }),
+        Some(RegisterError::AlreadyRegistered(128)),
+        "second register(128)",
+    )?;
+    reg(ep.register(255, noop), None, "register(255)")?;
+    reg(
+        ep.register(255, noop),
+        Some(RegisterError::AlreadyRegistered(255)),
+        "second register(255)",
+    )?;
+    if !ep.is_registered(128) || !ep.is_registered(255) || ep.is_registered(200) {
+        return Err("is_registered disagrees with the registrations made".into());
+    }
+    ep.barrier().map_err(|e| e.to_string())?;
+    sent(
+        ep.request_short(ep.addr(), 128, &[], Flags::empty()),
+        "self request",
+    )?;
+    wait_for(&mut ep, "the self request", || {
+        first.load(Ordering::Relaxed) == 1
+    })?;
+    if second.load(Ordering::Relaxed) != 0 {
+        return Err("a refused registration replaced the first handler".into());
+    }
+    ep.barrier().map_err(|e| e.to_string())
+}
+
+/// Sender-side validation: bad rank, bad endpoint, too many args, unregistered
+/// handler, payload too large, Long out of segment (also with offset overflow); with
+/// and without IMMEDIATE; a failed request sends nothing.
+pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), String> {
+    const H: u8 = 128;
+    let (me, n) = (client.rank(), client.size());
+    let mut ep = client.endpoint(0).map_err(|e| e.to_string())?;
+    let got = Arc::new(AtomicU32::new(0));
+    let g = got.clone();
+    ep.register(H, move |_: &mut Token<'_>, _: Am<'_>| {
+        g.fetch_add(1, Ordering::Relaxed);
+    })
+    .map_err(|e| e.to_string())?;
+    ep.barrier().map_err(|e| e.to_string())?;
+
+    let dst = EpAddr::rank((me + 1) % n);
+    let eps_of = client.layout().eps[dst.rank as usize];
+    let seg_d = ep
+        .segment_len_of(dst.rank)
+        .ok_or("no segment length for dst")?;
+    let max_args = ep.max_args();
+    let sent_before: u64 = ep.stats().sent.iter().sum();
+    for flags in [Flags::empty(), Flags::IMMEDIATE] {
+        let f = flags;
+        let bad_rank = EpAddr::rank(n);
+        let e = AmError::BadRank { rank: n, size: n };
+        expect_err(
+            ep.request_short(bad_rank, H, &[], f),
+            &e,
+            "short to rank == size",
+        )?;
+        expect_err(
+            ep.request_medium(bad_rank, H, &[], &[1], f),
+            &e,
+            "medium to rank == size",
+        )?;
+        expect_err(
+            ep.request_long(bad_rank, H, &[], &[1], 0, f),
+            &e,
+            "long to rank == size",
+        )?;
+        let e = AmError::BadRank {
+            rank: u32::MAX,
+            size: n,
+        };
+        expect_err(
+            ep.request_short(EpAddr::rank(u32::MAX), H, &[], f),
+            &e,
+            "short to rank u32::MAX",
+        )?;
+
+        let bad_ep = EpAddr::new(dst.rank, eps_of);
+        let e = AmError::BadEndpoint {
+            dst: bad_ep,
+            eps: eps_of,
+        };
+        expect_err(
+            ep.request_short(bad_ep, H, &[], f),
+            &e,
+            "short to a missing EP",
+        )?;
+        expect_err(
+            ep.request_medium(bad_ep, H, &[], &[1], f),
+            &e,
+            "medium to a missing EP",
+        )?;
+        expect_err(
+            ep.request_long(bad_ep, H, &[], &[1], 0, f),
+            &e,
+            "long to a missing EP",
+        )?;
+        let e = AmError::BadEndpoint {
+            dst: EpAddr::new(dst.rank, u16::MAX),
+            eps: eps_of,
+        };
+        expect_err(
+            ep.request_short(EpAddr::new(dst.rank, u16::MAX), H, &[], f),
+            &e,
+            "short to EP u16::MAX",
+        )?;
+
+        let many = vec![0u32; max_args + 1];
+        let e = AmError::TooManyArgs {
+            given: max_args + 1,
+            max: max_args,
+        };
+        expect_err(
+            ep.request_short(dst, H, &many, f),
+            &e,
+            "short with too many args",
+        )?;
+        expect_err(
+            ep.request_medium(dst, H, &many, &[], f),
+            &e,
+            "medium with too many args",
+        )?;
+        expect_err(
+            ep.request_long(dst, H, &many, &[], 0, f),
+            &e,
+            "long with too many args",
+        )?;
+
+        for h in [0u8, 1, 5, 127, 200, 255] {
+            // 1..=127 belong to gex itself (1 is the core barrier's, registered by the
+            // core): clients may not send to them at all.
+            let e = if (1..128).contains(&h) {
+                AmError::ReservedHandler(h)
+            } else {
+                AmError::UnregisteredHandler(h)
+            };
+            expect_err(
+                ep.request_short(dst, h, &[], f),
+                &e,
+                &format!("short to unregistered handler {h}"),
+            )?;
+            expect_err(
+                ep.request_medium(dst, h, &[], &[1], f),
+                &e,
+                &format!("medium to unregistered handler {h}"),
+            )?;
+            expect_err(
+                ep.request_long(dst, h, &[], &[1], 0, f),
+                &e,
+                &format!("long to unregistered handler {h}"),
+            )?;
+        }
+
+        let maxm = ep.max_medium(dst);
+        let big = vec![0u8; maxm + 1];
+        expect_err(
+            ep.request_medium(dst, H, &[], &big, f),
+            &AmError::PayloadTooLarge {
+                len: maxm + 1,
+                max: maxm,
+            },
+            "medium over max_medium",
+        )?;
+
+        let climit = ep.conduit_ep().limits(dst).max_long;
+        if climit < seg_d {
+            let big = vec![0u8; climit + 1];
+            expect_err(
+                ep.request_long(dst, H, &[], &big, 0, f),
+                &AmError::PayloadTooLarge {
+                    len: climit + 1,
+                    max: climit,
+                },
+                "long over max_long",
+            )?;
+        } else if ep.max_long(dst) != seg_d {
+            return Err(format!(
+                "max_long({dst}) = {} but the conduit limit {climit} >= segment {seg_d}",
+                ep.max_long(dst)
+            ));
+        }
+        let big = vec![0u8; seg_d + 1];
+        let r = ep.request_long(dst, H, &[], &big, 0, f);
+        match r {
+            Err(AmError::OutOfSegment { .. } | AmError::PayloadTooLarge { .. }) => {}
+            other => {
+                return Err(format!(
+                    "long of segment length + 1: expected OutOfSegment or PayloadTooLarge, got {other:?}"
+                ));
+            }
+        }
+        let mut ranges = vec![(seg_d, 1usize), (usize::MAX, 1), (usize::MAX - 2, 4)];
+        if seg_d <= climit {
+            ranges.push((1, seg_d));
+        }
+        if seg_d >= 3 {
+            ranges.push((seg_d - 3, 4));
+        }
+        for (offset, len) in ranges {
+            let payload = vec![0u8; len];
+            let e = AmError::OutOfSegment {
+                dst,
+                offset,
+                len,
+                seg_len: seg_d,
+            };
+            expect_err(
+                ep.request_long(dst, H, &[], &payload, offset, f),
+                &e,
+                &format!("long of {len} at {offset}"),
+            )?;
+        }
+    }
+    let sent_after: u64 = ep.stats().sent.iter().sum();
+    if sent_after != sent_before {
+        return Err(format!(
+            "failed requests were counted as sent ({sent_before} -> {sent_after})"
+        ));
+    }
+    // One valid request each; then nothing else may arrive.
+    sent(
+        ep.request_short(dst, H, &[], Flags::empty()),
+        "valid request",
+    )?;
+    wait_for(&mut ep, "one request from the left neighbour", || {
+        got.load(Ordering::Relaxed) >= 1
+    })?;
+    ep.barrier().map_err(|e| e.to_string())?;
+    ep.barrier().map_err(|e| e.to_string())?;
+    match got.load(Ordering::Relaxed) {
+        1 => Ok(()),
+        k => Err(format!(
+            "{k} requests arrived; failed requests must send nothing"
+        )),
+    }
+}
+
+/// Reply rules and reply validation, checked inside handlers: too many args,
+/// unregistered handler, payload too large, Long out of the requester's segment,
+/// then one good reply, then `AlreadyReplied` for every category; a reply handler
+/// gets `ReplyFromReply` for every category. Failed replies send nothing.
+pub(crate) fn reply_errors<C: Conduit>(client: &Client<C>) -> Result<(), String> {
+    const RQ: u8 = 130;
+    const RP: u8 = 131;
+    let (me, n) = (client.rank(), client.size());
+    let mut ep = client.endpoint(0).map_err(|e| e.to_string())?;
+    let errs = Errs::new();
+    let handled = Arc::new(AtomicU32::new(0));
+    let replies = Arc::new(AtomicU32::new(0));
+    let max_args = ep.max_args();
+    let max_medium: Vec<usize> = (0..n).map(|r| ep.max_medium(EpAddr::rank(r))).collect();
+    let seg_lens: Vec<usize> = (0..n).map(|r| ep.segment_len_of(r).unwrap_or(0)).collect();
+    {
+        let (e, handled) = (errs.clone(), handled.clone());
+        ep.register(RQ, move |t: &mut Token<'_>, am: Am<'_>| {
+            let src = am.src();
+            let (maxm, seg) = (max_medium[src.rank as usize], seg_lens[src.rank as usize]);
+            e.check(t.is_request() && !t.has_replied() && t.src() == src, || {
+                "request token state wrong".into()
+            });
+            let ex = |r: Result<(), AmError>, want: AmError, what: &str| {
+                if let Err(m) = expect_err(r, &want, what) {
+                    e.push(m);
+                }
+            };
+            ex(
+                t.reply_short(RP, &vec![0; max_args + 1]),
+                AmError::TooManyArgs {
+                    given: max_args + 1,
+                    max: max_args,
+                },
+                "reply with too many args",
+            );
+            ex(
+                t.reply_short(250, &[]),
+                AmError::UnregisteredHandler(250),
+                "reply to unregistered 250",
+            );
+            ex(
+                t.reply_medium(0, &[], &[]),
+                AmError::UnregisteredHandler(0),
+                "reply to handler 0",
+            );
+            ex(
+                t.reply_short(1, &[0, 0]),
+                AmError::ReservedHandler(1),
+                "reply to the core's reserved barrier handler",
+            );
+            ex(
+                t.reply_medium(RP, &[], &vec![0; maxm + 1]),
+                AmError::PayloadTooLarge {
+                    len: maxm + 1,
+                    max: maxm,
+                },
+                "reply medium over max",
+            );
+            ex(
+                t.reply_long(RP, &[], &[1], seg),
+                AmError::OutOfSegment {
+                    dst: src,
+                    offset: seg,
+                    len: 1,
+                    seg_len: seg,
+                },
+                "reply long past the end",
+            );
+            ex(
+                t.reply_long(RP, &[], &[1, 2], usize::MAX - 1),
+                AmError::OutOfSegment {
+                    dst: src,
+                    offset: usize::MAX - 1,
+                    len: 2,
+                    seg_len: seg,
+                },
+                "reply long with overflowing offset",
+            );
+            e.check(!t.has_replied(), || {
+                "has_replied() after failed replies only".into()
+            });
+            if let Err(x) = t.reply_short(RP, &[7]) {
+                e.push(format!("good reply failed: {x}"));
+            }
+            e.check(t.has_replied(), || {
+                "has_replied() false after a reply".into()
+            });
+            ex(
+                t.reply_short(RP, &[]),
+                AmError::AlreadyReplied,
+                "second reply (short)",
+            );
+            ex(
+                t.reply_medium(RP, &[], &[1]),
+                AmError::AlreadyReplied,
+                "second reply (medium)",
+            );
+            ex(
+                t.reply_long(RP, &[], &[1], 0),
+                AmError::AlreadyReplied,
+                "second reply (long)",
+            );
+            handled.fetch_add(1, Ordering::Relaxed);
+        })
+        .map_err(|e| e.to_string())?;
+        let (e, replies) = (errs.clone(), replies.clone());
+        ep.register(RP, move |t: &mut Token<'_>, am: Am<'_>| {
+            e.check(
+                !t.is_request() && am.kind() == gex_core::Kind::Reply && am.args() == [7],
+                || format!("reply handler saw {:?} args {:?}", am.kind(), am.args()),
+            );
+            for (what, r) in [
+                ("short", t.reply_short(RP, &[])),
+                ("medium", t.reply_medium(RP, &[], &[1])),
+                ("long", t.reply_long(RP, &[], &[1], 0)),
+            ] {
+                if let Err(m) = expect_err(
+                    r,
+                    &AmError::ReplyFromReply,
+                    &format!("reply from a reply handler ({what})"),
+                ) {
+                    e.push(m);
+                }
+            }
+            replies.fetch_add(1, Ordering::Relaxed);
+        })
+        .map_err(|e| e.to_string())?;
+    }
+    ep.barrier().map_err(|e| e.to_string())?;
+    sent(
+        ep.request_short(EpAddr::rank((me + 1) % n), RQ, &[me], Flags::empty()),
+        "request",
+    )?;
+    wait_for(&mut ep, "the reply and the neighbour's request", || {
+        replies.load(Ordering::Relaxed) >= 1 && handled.load(Ordering::Relaxed) >= 1
+    })?;
+    ep.barrier().map_err(|e| e.to_string())?;
+    ep.barrier().map_err(|e| e.to_string())?;
+    errs.result()?;
+    let (h, r) = (
+        handled.load(Ordering::Relaxed),
+        replies.load(Ordering::Relaxed),
+    );
+    if (h, r) != (1, 1) {
+        return Err(format!(
+            "{h} requests handled and {r} replies received; expected exactly 1 and 1"
+        ));
+    }
+    Ok(())
+}

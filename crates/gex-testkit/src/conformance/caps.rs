@@ -1,0 +1,249 @@
+//! The capabilities case: every flag a conduit reports must match its behaviour.
+
+use super::raw::{peer_read, peer_write};
+use super::util::{sent, wait_for};
+use crate::rng::hash_words;
+use gex_core::spi::{Conduit, ConduitEp, Prepare};
+use gex_core::{Am, Capabilities, Category, Client, EpAddr, Flags, Token, WaitPolicy};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+fn bytes(a: u32, b: u32, what: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| hash_words(&[a as u64, b as u64, what, i as u64]) as u8)
+        .collect()
+}
+
+/// Capability flags against behaviour:
+/// - `SHARED_MEMORY`: `peer_segment` maps exactly the neighbours (and, if anything, its
+///   own segment at the local address); bytes written through a mapping are read by the
+///   owner after a barrier, and bytes a Long request wrote are visible through the
+///   mapping once its handler replied. Without the flag no peer is mapped.
+/// - `NP_IN_PLACE`: `prepare` answers `InPlace` when resources are free; without it,
+///   `Bounce`.
+/// - `BLOCKING_WAIT`: `block` really sleeps when nothing arrives (few returns in
+///   300 ms), and a sleeper is woken by an arriving message (well before its 10 s
+///   timeout); then an endpoint with `WaitPolicy::Block` receives it. Without the flag,
+///   `block` returns promptly.
+pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String> {
+    const NOTE: u8 = 220;
+    const LONG: u8 = 221;
+    const ACK: u8 = 222;
+    let (me, n) = (client.rank(), client.size());
+    let mut ep = client.endpoint(0).map_err(err)?;
+    let notes = Arc::new(AtomicU64::new(0));
+    let acks = Arc::new(AtomicU64::new(0));
+    {
+        let notes = notes.clone();
+        ep.register(NOTE, move |_t: &mut Token<'_>, _am: Am<'_>| {
+            notes.fetch_add(1, Ordering::Release);
+        })
+        .map_err(err)?;
+        ep.register(LONG, |t: &mut Token<'_>, _am: Am<'_>| {
+            t.reply_short(ACK, &[]).expect("ack");
+        })
+        .map_err(err)?;
+        let acks = acks.clone();
+        ep.register(ACK, move |_t: &mut Token<'_>, _am: Am<'_>| {
+            acks.fetch_add(1, Ordering::Release);
+        })
+        .map_err(err)?;
+    }
+    ep.barrier().map_err(err)?;
+    let caps = ep.conduit_ep().capabilities();
+    let seg = client.layout().seg_len.clone();
+    let neighbours = client.neighbours();
+
+    // SHARED_MEMORY
+    let local = ep.conduit_ep().local_segment();
+    let mut mapped = Vec::new();
+    for r in 0..n {
+        let m = ep.conduit_ep().peer_segment(EpAddr::rank(r));
+        if r == me {
+            if let Some(p) = m {
+                if p != local {
+                    return Err("peer_segment(self) differs from local_segment".into());
+                }
+            }
+        } else if caps.contains(Capabilities::SHARED_MEMORY) && neighbours.contains(&r) {
+            match m {
+                Some((_, len)) if len == seg[r as usize] => mapped.push((r, m.expect("some"))),
+                Some((_, len)) => {
+                    return Err(format!(
+                        "mapping of rank {r}'s segment has {len} bytes, not {}",
+                        seg[r as usize]
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "SHARED_MEMORY is set but neighbour rank {r}'s segment is not mapped"
+                    ));
+                }
+            }
+        } else if m.is_some() {
+            let why = if caps.contains(Capabilities::SHARED_MEMORY) {
+                "is not a neighbour"
+            } else {
+                "is mapped without SHARED_MEMORY"
+            };
+            return Err(format!(
+                "peer_segment(rank {r}) returned a mapping, but rank {r} {why}"
+            ));
+        }
+    }
+    let slot = 64usize;
+    if !mapped.is_empty() {
+        if seg.iter().any(|&s| s < 2 * slot * n as usize) {
+            return Err(format!(
+                "segments of {seg:?} bytes are too small for this case (need {})",
+                2 * slot * n as usize
+            ));
+        }
+        for &(r, map) in &mapped {
+            peer_write(map, slot * me as usize, &bytes(me, r, 1, slot))?;
+        }
+    }
+    ep.barrier().map_err(err)?;
+    for &(r, _) in &mapped {
+        let mut got = vec![0; slot];
+        ep.segment()
+            .read(slot * r as usize, &mut got)
+            .map_err(err)?;
+        if got != bytes(r, me, 1, slot) {
+            return Err(format!(
+                "bytes rank {r} wrote through its mapping of this segment are not visible after a barrier"
+            ));
+        }
+    }
+    for &(r, map) in &mapped {
+        let off = slot * (n + me) as usize;
+        let data = bytes(me, r, 2, slot);
+        let before = acks.load(Ordering::Acquire);
+        sent(
+            ep.request_long(EpAddr::rank(r), LONG, &[], &data, off, Flags::empty()),
+            "Long to a neighbour",
+        )?;
+        wait_for(&mut ep, "the Long handler's ack", || {
+            acks.load(Ordering::Acquire) > before
+        })?;
+        let mut got = vec![0; slot];
+        peer_read(map, off, &mut got)?;
+        if got != data {
+            return Err(format!(
+                "a Long payload delivered to rank {r} is not visible through the mapping"
+            ));
+        }
+    }
+    ep.barrier().map_err(err)?;
+
+    // NP_IN_PLACE
+    let me_addr = ep.addr();
+    let r = ep
+        .conduit_ep()
+        .prepare(me_addr, Category::Medium, 16, 0, false)
+        .map_err(err)?;
+    match (caps.contains(Capabilities::NP_IN_PLACE), r) {
+        (true, Prepare::InPlace(_)) => ep.conduit_ep().cancel(),
+        (false, Prepare::Bounce) => {}
+        (flag, r) => {
+            if let Prepare::InPlace(_) = r {
+                ep.conduit_ep().cancel();
+            }
+            return Err(format!(
+                "NP_IN_PLACE is {flag} but an idle prepare answered {r:?}"
+            ));
+        }
+    }
+    ep.barrier().map_err(err)?;
+
+    // BLOCKING_WAIT
+    if caps.contains(Capabilities::BLOCKING_WAIT) {
+        let window = Duration::from_millis(300);
+        let t0 = Instant::now();
+        let mut calls = 0u32;
+        while t0.elapsed() < window {
+            if ep.conduit_ep().has_incoming() {
+                let before = ep.stats().clone();
+                let k = ep.poll();
+                return Err(format!(
+                    "a message arrived while every rank was idle (polled {k}; stats {before:?} -> {:?}; notes {} acks {})",
+                    ep.stats(),
+                    notes.load(Ordering::Relaxed),
+                    acks.load(Ordering::Relaxed)
+                ));
+            }
+            ep.conduit_ep().block(window - t0.elapsed().min(window));
+            calls += 1;
+        }
+        if calls > 100 {
+            return Err(format!(
+                "BLOCKING_WAIT is set but block() returned {calls} times in {window:?} with nothing to receive"
+            ));
+        }
+        // Not an AM barrier: its messages could reach a rank still in its idle window.
+        client.boot_barrier().map_err(err)?;
+        let sleeper_wakes = |ep: &mut gex_core::Endpoint<C>| -> Result<(), String> {
+            let t0 = Instant::now();
+            while !ep.conduit_ep().has_incoming() {
+                if t0.elapsed() > Duration::from_secs(5) {
+                    return Err(format!(
+                        "a sleeper in block(10 s) was not woken by an arriving message ({:?})",
+                        t0.elapsed()
+                    ));
+                }
+                ep.conduit_ep().block(Duration::from_secs(10));
+            }
+            ep.set_wait_policy(WaitPolicy::Block);
+            wait_for(ep, "the note", || notes.load(Ordering::Acquire) == 1)
+        };
+        if n >= 2 {
+            match me {
+                0 => sleeper_wakes(&mut ep)?,
+                1 => {
+                    std::thread::sleep(Duration::from_millis(100));
+                    sent(
+                        ep.request_short(EpAddr::rank(0), NOTE, &[], Flags::empty()),
+                        "note",
+                    )?;
+                }
+                _ => {}
+            }
+        } else if client.endpoint_count() >= 2 {
+            let mut ep1 = client.endpoint(1).map_err(err)?;
+            ep1.register(NOTE, |_t: &mut Token<'_>, _am: Am<'_>| {})
+                .map_err(err)?;
+            std::thread::scope(|s| {
+                let h = s.spawn(move || {
+                    std::thread::sleep(Duration::from_millis(100));
+                    sent(
+                        ep1.request_short(EpAddr::rank(me), NOTE, &[], Flags::empty()),
+                        "note",
+                    )
+                });
+                let r = sleeper_wakes(&mut ep);
+                h.join()
+                    .map_err(|_| "sender thread panicked".to_string())?
+                    .and(r)
+            })?;
+        } else {
+            eprintln!(
+                "conformance capabilities: wake-up of a sleeper not checked (needs 2 ranks or 2 endpoints)"
+            );
+        }
+    } else {
+        let t0 = Instant::now();
+        ep.conduit_ep().block(Duration::from_secs(1));
+        if t0.elapsed() > Duration::from_millis(500) {
+            return Err(format!(
+                "BLOCKING_WAIT is not set but block(1 s) slept {:?}",
+                t0.elapsed()
+            ));
+        }
+    }
+    ep.barrier().map_err(err)
+}

@@ -1,0 +1,244 @@
+//! Negotiated-payload case.
+
+use super::util::{Errs, Pattern, expect_err, wait_for};
+use crate::rng::hash_words;
+use gex_core::spi::Conduit;
+use gex_core::{Am, AmError, Category, Client, EpAddr, Flags, Prepared, Token};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Prepares with IMMEDIATE, polling while the conduit lacks resources (bounded).
+fn prepare<'e, C: Conduit>(
+    ep: &'e mut gex_core::Endpoint<C>,
+    dst: EpAddr,
+    cat: Category,
+    len: usize,
+    offset: usize,
+    imm: bool,
+) -> Result<Prepared<'e, C>, String> {
+    let flags = if imm {
+        Flags::IMMEDIATE
+    } else {
+        Flags::empty()
+    };
+    let deadline = Instant::now() + super::CASE_WAIT;
+    // Probe first so the returned borrow is the only one held at return.
+    if imm {
+        loop {
+            let ready = match cat {
+                Category::Long => ep
+                    .prepare_request_long(dst, len, offset, flags)
+                    .map_err(err)?
+                    .is_some(),
+                _ => ep
+                    .prepare_request_medium(dst, len, flags)
+                    .map_err(err)?
+                    .is_some(),
+            };
+            // A probe that succeeded was dropped (sending nothing); resources are free now.
+            if ready {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err("IMMEDIATE prepare never found resources".into());
+            }
+            ep.poll();
+        }
+    }
+    let p = match cat {
+        Category::Long => ep.prepare_request_long(dst, len, offset, Flags::empty()),
+        _ => ep.prepare_request_medium(dst, len, Flags::empty()),
+    };
+    p.map_err(err)?
+        .ok_or_else(|| "prepare without IMMEDIATE returned None".to_string())
+}
+
+/// Negotiated payloads to every rank: Medium and Long buffers prepared, filled in place
+/// and committed with fewer bytes than prepared; zero-byte commits; IMMEDIATE prepares;
+/// dropping a prepared message and every failed commit (`CommitTooLarge`,
+/// `UnregisteredHandler`, `TooManyArgs`) send nothing; prepare-time errors
+/// (`PayloadTooLarge`, `OutOfSegment`, `BadRank`, `BadEndpoint`).
+pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), String> {
+    const H: u8 = 210;
+    let (me, n) = (client.rank(), client.size());
+    let mut ep = client.endpoint(0).map_err(err)?;
+    let seg: Vec<usize> = client.layout().seg_len.clone();
+    let maxm: Vec<usize> = (0..n).map(|r| ep.max_medium(EpAddr::rank(r))).collect();
+    let maxl: Vec<usize> = (0..n).map(|r| ep.max_long(EpAddr::rank(r))).collect();
+    let pat = Arc::new(Pattern::new(4096));
+    let errs = Errs::new();
+    let got = Arc::new(AtomicU64::new(0));
+    let seed = |s: u32, d: u32, step: u32| hash_words(&[s as u64, d as u64, step as u64, 3]);
+    let slot = |d: usize| seg[d] / n as usize;
+    let long_off = |d: usize, s: u32| slot(d) * s as usize + 3;
+    {
+        let (errs, got, pat, seg) = (errs.clone(), got.clone(), pat.clone(), seg.clone());
+        ep.register(H, move |_t: &mut Token<'_>, am: Am<'_>| {
+            let a = am.args();
+            let (src, step, len) = (am.src(), a[1], a[2] as usize);
+            if a[0] != src.rank {
+                errs.push(format!("message from {src} claims rank {}", a[0]));
+            }
+            let want_cat = if step == 1 {
+                Category::Long
+            } else {
+                Category::Medium
+            };
+            if am.category() != want_cat {
+                errs.push(format!(
+                    "step {step} from {src} arrived as {:?}",
+                    am.category()
+                ));
+            }
+            if step == 1 {
+                let off = seg[me as usize] / n as usize * src.rank as usize + 3;
+                if am.offset() != off {
+                    errs.push(format!(
+                        "Long from {src} at {} (prepared at {off})",
+                        am.offset()
+                    ));
+                }
+            }
+            if let Some(d) = pat.diff(seed(src.rank, me, step), len, am.payload()) {
+                errs.push(format!("step {step} from {src}: {d}"));
+            }
+            got.fetch_add(1, Ordering::Release);
+        })
+        .map_err(err)?;
+    }
+    ep.barrier().map_err(err)?;
+    let max_args = ep.max_args();
+    for k in 0..n {
+        let d = ((me + k) % n) as usize;
+        let dst = EpAddr::rank(d as u32);
+        let imm = k % 2 == 1;
+        // Medium, commit fewer bytes than prepared.
+        let plen = maxm[d].min(300);
+        let clen = plen.saturating_sub(7);
+        let mut p = prepare(&mut ep, dst, Category::Medium, plen, 0, imm)?;
+        if p.buffer().len() != plen {
+            return Err(format!(
+                "prepared buffer has {} bytes, {plen} asked",
+                p.buffer().len()
+            ));
+        }
+        p.buffer()[..clen].copy_from_slice(pat.get(seed(me, d as u32, 0), clen));
+        p.commit(H, &[me, 0, clen as u32], clen)
+            .map_err(|e| format!("medium commit: {e}"))?;
+        // Long into a per-sender slot, commit fewer bytes.
+        let off = long_off(d, me);
+        let plen = maxl[d].min(slot(d) - 3 - 16).min(1000);
+        let clen = plen.saturating_sub(5);
+        let mut p = prepare(&mut ep, dst, Category::Long, plen, off, imm)?;
+        p.buffer()[..clen].copy_from_slice(pat.get(seed(me, d as u32, 1), clen));
+        p.commit(H, &[me, 1, clen as u32], clen)
+            .map_err(|e| format!("long commit: {e}"))?;
+        // Zero-byte commit.
+        let p = prepare(&mut ep, dst, Category::Medium, 16.min(maxm[d]), 0, imm)?;
+        p.commit(H, &[me, 2, 0], 0)
+            .map_err(|e| format!("zero-byte commit: {e}"))?;
+        // Dropped and failed messages send nothing.
+        let mut p = prepare(&mut ep, dst, Category::Medium, 16.min(maxm[d]), 0, imm)?;
+        p.buffer().fill(0xab);
+        drop(p);
+        // A conduit may build Long payloads directly in the target segment, so prepares
+        // that send nothing use their own range (the committed one's handler may not
+        // have run yet).
+        let spare = off + plen;
+        let mut p = prepare(&mut ep, dst, Category::Long, 16.min(maxl[d]), spare, imm)?;
+        p.buffer().fill(0xab);
+        drop(p);
+        let pl = 16.min(maxm[d]);
+        let p = prepare(&mut ep, dst, Category::Medium, pl, 0, imm)?;
+        expect_err(
+            p.commit(H, &[me, 9, 0], pl + 1),
+            &AmError::CommitTooLarge {
+                len: pl + 1,
+                prepared: pl,
+            },
+            "commit larger than prepared",
+        )?;
+        let p = prepare(&mut ep, dst, Category::Medium, pl, 0, imm)?;
+        expect_err(
+            p.commit(250, &[me, 9, 0], 0),
+            &AmError::UnregisteredHandler(250),
+            "commit to an unregistered handler",
+        )?;
+        let p = prepare(&mut ep, dst, Category::Long, 16.min(maxl[d]), spare, imm)?;
+        expect_err(
+            p.commit(H, &vec![0; max_args + 1], 0),
+            &AmError::TooManyArgs {
+                given: max_args + 1,
+                max: max_args,
+            },
+            "commit with too many args",
+        )?;
+        // Prepare-time errors.
+        for f in [Flags::empty(), Flags::IMMEDIATE] {
+            expect_err(
+                ep.prepare_request_medium(dst, maxm[d] + 1, f)
+                    .map(|p| p.is_some()),
+                &AmError::PayloadTooLarge {
+                    len: maxm[d] + 1,
+                    max: maxm[d],
+                },
+                "prepare medium over max",
+            )?;
+            let e = AmError::OutOfSegment {
+                dst,
+                offset: seg[d],
+                len: 1,
+                seg_len: seg[d],
+            };
+            expect_err(
+                ep.prepare_request_long(dst, 1, seg[d], f)
+                    .map(|p| p.is_some()),
+                &e,
+                "prepare long past the end",
+            )?;
+            let e = AmError::OutOfSegment {
+                dst,
+                offset: usize::MAX,
+                len: 1,
+                seg_len: seg[d],
+            };
+            expect_err(
+                ep.prepare_request_long(dst, 1, usize::MAX, f)
+                    .map(|p| p.is_some()),
+                &e,
+                "prepare long with overflowing offset",
+            )?;
+            expect_err(
+                ep.prepare_request_medium(EpAddr::rank(n), 1, f)
+                    .map(|p| p.is_some()),
+                &AmError::BadRank { rank: n, size: n },
+                "prepare to a bad rank",
+            )?;
+            let eps = client.layout().eps[d];
+            let bad = EpAddr::new(d as u32, eps);
+            expect_err(
+                ep.prepare_request_medium(bad, 1, f).map(|p| p.is_some()),
+                &AmError::BadEndpoint { dst: bad, eps },
+                "prepare to a bad EP",
+            )?;
+        }
+    }
+    let want = 3 * n as u64;
+    wait_for(&mut ep, "every committed message", || {
+        got.load(Ordering::Acquire) >= want
+    })?;
+    ep.barrier().map_err(err)?;
+    ep.barrier().map_err(err)?;
+    errs.result()?;
+    match got.load(Ordering::Acquire) {
+        g if g == want => Ok(()),
+        g => Err(format!(
+            "{g} messages arrived, {want} were committed: dropped or failed prepares sent something"
+        )),
+    }
+}

@@ -1,0 +1,51 @@
+//! Raw access to a peer's segment through the local mapping a conduit hands out
+//! ([`ConduitEp::peer_segment`](gex_core::spi::ConduitEp::peer_segment)).
+//!
+//! # Safety
+//!
+//! A conduit promises that a mapping `(base, len)` returned by `peer_segment` stays
+//! valid for reads and writes of `len` bytes for the life of the conduit. Both helpers
+//! bounds-check the range against `len` before copying, and copy with
+//! `copy_nonoverlapping` between the mapping and a distinct local buffer. The cases
+//! that use them make every writer of a byte range distinct and order readers after
+//! writers with a barrier or a reply, so there are no data races.
+#![allow(unsafe_code)]
+
+use std::ptr::NonNull;
+
+fn check(map: (NonNull<u8>, usize), offset: usize, len: usize) -> Result<(), String> {
+    match offset.checked_add(len) {
+        Some(e) if e <= map.1 => Ok(()),
+        _ => Err(format!(
+            "range {offset}+{len} outside a {}-byte mapping",
+            map.1
+        )),
+    }
+}
+
+/// Copies `data` into the mapped peer segment at `offset`.
+pub(crate) fn peer_write(
+    map: (NonNull<u8>, usize),
+    offset: usize,
+    data: &[u8],
+) -> Result<(), String> {
+    check(map, offset, data.len())?;
+    // SAFETY: in bounds of a mapping the conduit keeps valid (checked above); `data` is
+    // a local buffer distinct from the mapping.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), map.0.as_ptr().add(offset), data.len()) };
+    Ok(())
+}
+
+/// Copies from the mapped peer segment at `offset` into `out`.
+pub(crate) fn peer_read(
+    map: (NonNull<u8>, usize),
+    offset: usize,
+    out: &mut [u8],
+) -> Result<(), String> {
+    check(map, offset, out.len())?;
+    // SAFETY: as in `peer_write`, with source and destination swapped.
+    unsafe {
+        std::ptr::copy_nonoverlapping(map.0.as_ptr().add(offset), out.as_mut_ptr(), out.len())
+    };
+    Ok(())
+}

@@ -1,0 +1,276 @@
+//! Configuration of the simulated fabric.
+
+use gex_core::InitError;
+use gex_core::config::Config;
+use std::time::Duration;
+
+/// A delay in the simulator's two clocks. A message is deliverable once **both** parts
+/// have elapsed since it was queued:
+/// - `polls`: the receiving endpoint has polled this many times (deterministic, the
+///   clock of choice for reproducible tests);
+/// - `nanos`: this much wall-clock time has passed (realistic, not reproducible).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Delay {
+    /// Receiver polls.
+    pub polls: u64,
+    /// Wall-clock nanoseconds.
+    pub nanos: u64,
+}
+
+impl Delay {
+    /// No delay.
+    pub const ZERO: Delay = Delay { polls: 0, nanos: 0 };
+    /// A delay of `n` receiver polls.
+    pub const fn polls(n: u64) -> Self {
+        Delay { polls: n, nanos: 0 }
+    }
+    /// A delay of `n` nanoseconds.
+    pub const fn nanos(n: u64) -> Self {
+        Delay { polls: 0, nanos: n }
+    }
+    /// True if both parts are zero.
+    pub const fn is_zero(&self) -> bool {
+        self.polls == 0 && self.nanos == 0
+    }
+}
+
+/// A deliberate conduit bug, for checking that the conformance suite (and other tests)
+/// catch it. Not for anything else.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Fault {
+    /// A correct conduit.
+    #[default]
+    None,
+    /// Each endpoint's `n`-th request (1-based) is reported sent but never delivered.
+    DropRequest(u64),
+    /// Each endpoint's `n`-th request is delivered twice.
+    DuplicateRequest(u64),
+    /// The last byte of every Medium payload of 2 bytes or more is inverted on delivery.
+    CorruptMedium,
+    /// Long payloads are written one byte after their offset (when that fits).
+    ShiftLong,
+    /// An IMMEDIATE request that finds its lane full is sent anyway, yet reported as
+    /// `WouldBlock`.
+    IgnoreImmediate,
+    /// `BLOCKING_WAIT` is reported, but `block` returns at once.
+    FakeBlockingWait,
+}
+
+/// Configuration of a simulated fabric ([`SimFabric`](super::SimFabric)).
+///
+/// Delivery model: every message gets a due time = queueing time + `latency` + a
+/// random extra delay drawn uniformly from `0..=jitter` (each part separately), and a
+/// random tie-break key. Both draws come from a generator owned by the *sending*
+/// endpoint and seeded by `(seed, sender rank, sender EP)`, so the schedule of each
+/// sender's stream is a pure function of the seed and the stream.
+/// - `reorder == false`: per (sender EP, receiver EP, request/reply) FIFO; a message
+///   waits for the ones queued before it on the same lane.
+/// - `reorder == true`: deliverable messages are delivered in (due, key) order, so
+///   messages overtake each other, also messages of one sender to one receiver.
+///
+/// With poll-based delays only, and a receiver that starts polling after its senders
+/// queued, the delivery order is fully reproducible from the seed (tested); wall-clock
+/// delays and thread interleavings make it reproducible only per sender stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimConfig {
+    /// Seed of every sender's schedule generator (`GEX_SIM_SEED`).
+    pub seed: u64,
+    /// One-way latency (`GEX_SIM_LATENCY_NS` sets `latency.nanos`). LogGP's *L*.
+    pub latency: Delay,
+    /// Upper bound of the random extra delay of each message.
+    pub jitter: Delay,
+    /// LogGP's *g* (minimum interval between injections of one endpoint). Kept for the
+    /// performance model of the autotuner; **not enforced** by the simulator yet.
+    pub gap: Delay,
+    /// Let messages overtake each other (`GEX_SIM_REORDER`), see the type docs.
+    pub reorder: bool,
+    /// Bytes of requests in flight per ordered endpoint pair before request injection
+    /// reports back-pressure (each message costs [`MSG_OVERHEAD`](super::MSG_OVERHEAD)
+    /// plus 4 bytes per argument plus its payload). A message is always accepted into
+    /// an empty lane. Replies never count and never block.
+    pub ring_capacity: usize,
+    /// Maximum number of AM arguments (at least 16).
+    pub max_args: usize,
+    /// Largest Medium payload to a peer on the same host.
+    pub max_medium: usize,
+    /// Largest Medium payload to a peer on another host (`None`: same as `max_medium`).
+    /// Per-peer limits exercise the core's per-peer queries.
+    pub max_medium_off_host: Option<usize>,
+    /// Largest Long payload (also bounded by the target segment).
+    pub max_long: usize,
+    /// [`run_sim`](super::run_sim) places rank `r` on host `r / ranks_per_host`
+    /// (0: every rank on host 0). Ranks on different hosts do not map each other's
+    /// segments.
+    pub ranks_per_host: u32,
+    /// Map neighbours' segments ([`Capabilities::SHARED_MEMORY`](gex_core::Capabilities)).
+    pub shared_memory: bool,
+    /// Sleep in `block` on a per-endpoint doorbell
+    /// ([`Capabilities::BLOCKING_WAIT`](gex_core::Capabilities)); otherwise `block` only
+    /// yields the CPU.
+    pub blocking_wait: bool,
+    /// Build negotiated payloads in a conduit-owned buffer
+    /// ([`Capabilities::NP_IN_PLACE`](gex_core::Capabilities)); otherwise the core's
+    /// bounce buffer is used.
+    pub np_in_place: bool,
+    /// Owned Medium payloads ([`request_medium_lc`](gex_core::Endpoint::request_medium_lc))
+    /// travel with the message and are handed back only once it was delivered
+    /// (deferred local completion); otherwise they complete at injection.
+    pub deferred_lc: bool,
+    /// Yield the CPU on a poll that found nothing deliverable and on back-pressure, so
+    /// many rank threads on few cores still make progress quickly.
+    pub yield_when_idle: bool,
+    /// A deliberate bug to inject (default: none). For testing tests.
+    pub fault: Fault,
+    /// Watchdog of [`run_sim`](super::run_sim) and bound of every bootstrap collective:
+    /// a job still running after this long fails loudly.
+    pub timeout: Duration,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            seed: 0,
+            latency: Delay::ZERO,
+            jitter: Delay::ZERO,
+            gap: Delay::ZERO,
+            reorder: false,
+            ring_capacity: 64 << 10,
+            max_args: 16,
+            max_medium: 16 << 10,
+            max_medium_off_host: None,
+            max_long: 1 << 20,
+            ranks_per_host: 0,
+            shared_memory: true,
+            blocking_wait: true,
+            np_in_place: true,
+            deferred_lc: true,
+            yield_when_idle: true,
+            fault: Fault::None,
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl SimConfig {
+    /// The defaults overridden by `GEX_SIM_SEED`, `GEX_SIM_LATENCY_NS` and
+    /// `GEX_SIM_REORDER` from the process environment.
+    ///
+    /// # Errors
+    /// [`InitError::Config`] naming a malformed variable.
+    pub fn from_env() -> Result<Self, InitError> {
+        Self::default().with_config(&Config::from_env())
+    }
+
+    /// `self` overridden by the `GEX_SIM_*` variables set in `c` (unset ones keep
+    /// their value). When a reorder is switched on this way and no jitter was set, a
+    /// jitter of 4 polls is added so that overtaking happens across polls too.
+    ///
+    /// # Errors
+    /// [`InitError::Config`] naming a malformed variable.
+    pub fn with_config(mut self, c: &Config) -> Result<Self, InitError> {
+        self.seed = c.u64("GEX_SIM_SEED", self.seed)?;
+        self.latency.nanos = c.u64("GEX_SIM_LATENCY_NS", self.latency.nanos)?;
+        let reorder = c.bool("GEX_SIM_REORDER", self.reorder)?;
+        if reorder && !self.reorder && self.jitter.is_zero() {
+            self.jitter = Delay::polls(4);
+        }
+        self.reorder = reorder;
+        Ok(self)
+    }
+
+    /// Sets the seed.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+    /// Sets the latency.
+    pub fn latency(mut self, d: Delay) -> Self {
+        self.latency = d;
+        self
+    }
+    /// Sets the jitter.
+    pub fn jitter(mut self, d: Delay) -> Self {
+        self.jitter = d;
+        self
+    }
+    /// Switches reordering on or off.
+    pub fn reorder(mut self, on: bool) -> Self {
+        self.reorder = on;
+        self
+    }
+    /// Sets the request capacity per endpoint pair, in bytes.
+    pub fn ring_capacity(mut self, bytes: usize) -> Self {
+        self.ring_capacity = bytes;
+        self
+    }
+    /// Sets the number of ranks per simulated host (0: one host).
+    pub fn ranks_per_host(mut self, n: u32) -> Self {
+        self.ranks_per_host = n;
+        self
+    }
+    /// Sets the watchdog timeout.
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// Host id of every rank of a job of `ranks` ranks, from `ranks_per_host`.
+    pub fn hosts(&self, ranks: u32) -> Vec<u32> {
+        (0..ranks)
+            .map(|r| r.checked_div(self.ranks_per_host).unwrap_or(0))
+            .collect()
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        if self.max_args < gex_core::spi::MIN_MAX_ARGS {
+            return Err(format!(
+                "max_args {} is below the minimum {}",
+                self.max_args,
+                gex_core::spi::MIN_MAX_ARGS
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_overrides() {
+        let c = Config::from_pairs([
+            ("GEX_SIM_SEED", "42"),
+            ("GEX_SIM_LATENCY_NS", "1500"),
+            ("GEX_SIM_REORDER", "1"),
+        ]);
+        let s = SimConfig::default().with_config(&c).unwrap();
+        assert_eq!(s.seed, 42);
+        assert_eq!(s.latency, Delay::nanos(1500));
+        assert!(s.reorder);
+        assert_eq!(s.jitter, Delay::polls(4));
+        let bad = Config::from_pairs([("GEX_SIM_SEED", "x")]);
+        assert!(
+            SimConfig::default()
+                .with_config(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("GEX_SIM_SEED")
+        );
+        let none = SimConfig::default()
+            .seed(9)
+            .with_config(&Config::default())
+            .unwrap();
+        assert_eq!(none.seed, 9);
+    }
+
+    #[test]
+    fn hosts_layout() {
+        assert_eq!(SimConfig::default().hosts(3), vec![0, 0, 0]);
+        assert_eq!(
+            SimConfig::default().ranks_per_host(2).hosts(5),
+            vec![0, 0, 1, 1, 2]
+        );
+    }
+}

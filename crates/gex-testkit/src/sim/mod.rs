@@ -1,0 +1,1009 @@
+//! `sim`: a simulated fabric conduit for jobs whose ranks are threads of one process.
+//!
+//! [`Sim`] implements [`gex_core::spi::Conduit`] the way a network would, but in memory:
+//! every endpoint has an inbox with one request lane and one reply lane per sending
+//! endpoint, a segment (raw zero-filled memory every rank thread can address), and a
+//! doorbell to sleep on. What it adds over gex-core's one-rank
+//! [`Loopback`](gex_core::loopback::Loopback) is what makes protocols fail in tests:
+//! seeded delays, reordering, bounded request lanes (back-pressure) and per-peer limits.
+//! See [`SimConfig`] for the delivery model.
+//!
+//! # Wiring
+//! One [`SimFabric`] is one job. Every rank thread builds its client with the same
+//! fabric as conduit context; [`run_sim`] does all of it (threads, bootstrap,
+//! watchdog):
+//! ```
+//! use gex_core::{Am, ClientBuilder, EpAddr, Flags, Token};
+//! use gex_testkit::sim::{run_sim, SimConfig};
+//! use std::sync::{Arc, atomic::{AtomicU32, Ordering}};
+//!
+//! let sums = run_sim(3, SimConfig::default().reorder(true), || ClientBuilder::new().segment_size(4096), |client| {
+//!     let mut ep = client.endpoint(0).unwrap();
+//!     let got = Arc::new(AtomicU32::new(0));
+//!     let g = got.clone();
+//!     ep.register(128, move |_t: &mut Token<'_>, am: Am<'_>| { g.fetch_add(am.args()[0], Ordering::Relaxed); }).unwrap();
+//!     ep.barrier().unwrap(); // every rank registered its handler
+//!     for r in 0..client.size() {
+//!         ep.request_short(EpAddr::rank(r), 128, &[client.rank() + 1], Flags::empty()).unwrap();
+//!     }
+//!     ep.wait_until(|| got.load(Ordering::Relaxed) == 1 + 2 + 3);
+//!     ep.barrier().unwrap();
+//!     got.load(Ordering::Relaxed)
+//! });
+//! assert_eq!(sums, vec![6, 6, 6]);
+//! ```
+//! Without a context, [`Sim`] opens a private fabric for a job of one rank (configured
+//! from `GEX_SIM_*`), so `ClientBuilder::new().init::<Sim>(Box::new(Singleton::new()))`
+//! works too.
+//!
+//! # Capabilities
+//! [`NP_IN_PLACE`](Capabilities::NP_IN_PLACE) (a conduit-owned staging buffer),
+//! [`SHARED_MEMORY`](Capabilities::SHARED_MEMORY) (neighbours' segments are mapped) and
+//! [`BLOCKING_WAIT`](Capabilities::BLOCKING_WAIT) (a per-endpoint
+//! [`Doorbell`]) are each reported exactly when switched on in
+//! [`SimConfig`].
+//!
+//! # Failure
+//! [`SimFabric::poison`] kills the job: every later `poll` and injection panics with the
+//! reason, sleeping endpoints wake. [`run_sim`] poisons the fabric when a rank panics
+//! or its watchdog fires, so one failing rank ends the whole job promptly.
+
+mod config;
+mod run;
+mod seg;
+
+pub use config::{Delay, Fault, SimConfig};
+pub use run::{SimRunner, run_sim};
+
+use crate::rng::{SplitMix64, hash_words};
+use gex_core::boot::Bootstrap;
+use gex_core::spi::{
+    Conduit, ConduitEp, Deliver, Incoming, JobLayout, OpenParams, OutMsg, OwnedInjected, Prepare,
+    ReplyTx,
+};
+use gex_core::{
+    AmError, Capabilities, Category, EpAddr, EpIndex, HandlerIndex, InitError, Injected, Kind,
+    Limits,
+};
+use gex_sync::wait::{Doorbell, WaitPolicy};
+use seg::SegMem;
+use std::any::Any;
+use std::cmp::{Ordering as CmpOrdering, Reverse};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Bytes a request costs in its lane on top of its arguments and payload (the header
+/// a real conduit would write).
+pub const MSG_OVERHEAD: usize = 64;
+
+/// One queued message.
+#[derive(Debug)]
+struct Msg {
+    src: EpAddr,
+    src_gid: usize,
+    handler: HandlerIndex,
+    kind: Kind,
+    category: Category,
+    args: Box<[u32]>,
+    /// Medium payload (Long payloads are already in the segment).
+    payload: Vec<u8>,
+    offset: usize,
+    len: usize,
+    due_poll: u64,
+    due_ns: u64,
+    key: u64,
+    /// Tie-break: queueing order at this inbox.
+    seq: u64,
+    /// Bytes charged to the request lane (0 for replies).
+    cost: usize,
+    /// Deferred local completion: hand `payload` back to the sender under this ticket
+    /// once delivered.
+    ticket: Option<u64>,
+}
+
+impl Msg {
+    fn order(&self) -> (u64, u64, u64, u64) {
+        (self.due_poll, self.due_ns, self.key, self.seq)
+    }
+    fn eligible(&self, clock: u64, now_ns: u64) -> bool {
+        self.due_poll <= clock && self.due_ns <= now_ns
+    }
+}
+
+/// Heap entry of the reordering inbox, ordered by (due, key, seq).
+#[derive(Debug)]
+struct Keyed(Msg);
+
+impl PartialEq for Keyed {
+    fn eq(&self, o: &Self) -> bool {
+        self.0.order() == o.0.order()
+    }
+}
+impl Eq for Keyed {}
+impl PartialOrd for Keyed {
+    fn partial_cmp(&self, o: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Keyed {
+    fn cmp(&self, o: &Self) -> CmpOrdering {
+        self.0.order().cmp(&o.0.order())
+    }
+}
+
+#[derive(Debug)]
+struct Inbox {
+    /// Polls of the owning endpoint so far.
+    clock: u64,
+    /// FIFO mode: lane `2 * src_gid + (kind == Reply)`.
+    lanes: Vec<VecDeque<Msg>>,
+    /// Round-robin start among lanes.
+    rr: usize,
+    /// Reorder mode: every queued message.
+    heap: BinaryHeap<Reverse<Keyed>>,
+    /// Bytes of requests queued per sending endpoint.
+    req_bytes: Vec<usize>,
+    seq: u64,
+}
+
+#[derive(Debug)]
+struct EpSlot {
+    inbox: Mutex<Inbox>,
+    queued: AtomicUsize,
+    arrivals: AtomicU64,
+    delivered: AtomicU64,
+    bell: Doorbell,
+    seg: SegMem,
+    /// Owned payloads of this endpoint's deferred injections, handed back by receivers.
+    completed: Mutex<HashMap<u64, Vec<u8>>>,
+    /// Requests this endpoint has sent (for fault injection).
+    requests: AtomicU64,
+}
+
+impl EpSlot {
+    fn lock(&self) -> MutexGuard<'_, Inbox> {
+        self.inbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The job's endpoints, created by the first rank that opens.
+#[derive(Debug)]
+struct Net {
+    layout: JobLayout,
+    /// Global endpoint id of `(rank, 0)`.
+    first_gid: Vec<usize>,
+    slots: Vec<EpSlot>,
+    opened: Vec<AtomicBool>,
+}
+
+impl Net {
+    fn new(layout: &JobLayout, cfg: &SimConfig) -> Net {
+        let mut first_gid = Vec::with_capacity(layout.eps.len());
+        let mut total = 0usize;
+        for &e in &layout.eps {
+            first_gid.push(total);
+            total += e as usize;
+        }
+        let mut slots = Vec::with_capacity(total);
+        for (r, &e) in layout.eps.iter().enumerate() {
+            for _ in 0..e {
+                let bell = Doorbell::new();
+                bell.set_may_block(cfg.blocking_wait);
+                slots.push(EpSlot {
+                    inbox: Mutex::new(Inbox {
+                        clock: 0,
+                        lanes: if cfg.reorder {
+                            Vec::new()
+                        } else {
+                            (0..2 * total).map(|_| VecDeque::new()).collect()
+                        },
+                        rr: 0,
+                        heap: BinaryHeap::new(),
+                        req_bytes: vec![0; total],
+                        seq: 0,
+                    }),
+                    queued: AtomicUsize::new(0),
+                    arrivals: AtomicU64::new(0),
+                    delivered: AtomicU64::new(0),
+                    bell,
+                    seg: SegMem::new(layout.seg_len[r]),
+                    completed: Mutex::new(HashMap::new()),
+                    requests: AtomicU64::new(0),
+                });
+            }
+        }
+        Net {
+            layout: layout.clone(),
+            first_gid,
+            slots,
+            opened: (0..layout.eps.len())
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+        }
+    }
+
+    fn gid(&self, a: EpAddr) -> Option<usize> {
+        let r = a.rank as usize;
+        if r < self.layout.eps.len() && a.ep < self.layout.eps[r] {
+            Some(self.first_gid[r] + a.ep as usize)
+        } else {
+            None
+        }
+    }
+
+    fn addr(&self, gid: usize) -> EpAddr {
+        let r = self.first_gid.partition_point(|&f| f <= gid) - 1;
+        EpAddr::new(r as u32, (gid - self.first_gid[r]) as u16)
+    }
+}
+
+#[derive(Debug)]
+struct FabricInner {
+    cfg: SimConfig,
+    net: OnceLock<Net>,
+    dead: AtomicBool,
+    why: Mutex<Option<String>>,
+    epoch: Instant,
+    timed: bool,
+}
+
+impl FabricInner {
+    fn net(&self) -> &Net {
+        self.net
+            .get()
+            .expect("sim: fabric used before any rank opened it")
+    }
+    fn now_ns(&self) -> u64 {
+        if self.timed {
+            self.epoch.elapsed().as_nanos() as u64
+        } else {
+            0
+        }
+    }
+    #[cold]
+    fn die(&self) -> ! {
+        let why = self
+            .why
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_default();
+        panic!("gex-testkit sim: the job was killed: {why}");
+    }
+    #[inline]
+    fn check_alive(&self) {
+        if self.dead.load(Ordering::Relaxed) {
+            self.die();
+        }
+    }
+}
+
+/// A simulated fabric: the state one job of [`Sim`] ranks shares. A cheap handle
+/// (clone it freely); pass it to every rank's
+/// [`ClientBuilder::conduit_context`](gex_core::ClientBuilder::conduit_context) via
+/// [`context`](SimFabric::context). One fabric carries one job.
+#[derive(Clone, Debug)]
+pub struct SimFabric {
+    inner: Arc<FabricInner>,
+}
+
+impl SimFabric {
+    /// A fabric with this configuration.
+    pub fn new(cfg: SimConfig) -> Self {
+        let timed = cfg.latency.nanos > 0 || cfg.jitter.nanos > 0;
+        SimFabric {
+            inner: Arc::new(FabricInner {
+                cfg,
+                net: OnceLock::new(),
+                dead: AtomicBool::new(false),
+                why: Mutex::new(None),
+                epoch: Instant::now(),
+                timed,
+            }),
+        }
+    }
+
+    /// The object to hand to `ClientBuilder::conduit_context`.
+    pub fn context(&self) -> Arc<dyn Any + Send + Sync> {
+        Arc::new(self.clone())
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SimConfig {
+        &self.inner.cfg
+    }
+
+    /// Kills the job: every later poll or injection on this fabric panics with `why`
+    /// (the first reason wins) and sleeping endpoints are woken.
+    pub fn poison(&self, why: &str) {
+        {
+            let mut w = self.inner.why.lock().unwrap_or_else(|e| e.into_inner());
+            if w.is_none() {
+                *w = Some(why.to_string());
+            }
+        }
+        self.inner.dead.store(true, Ordering::SeqCst);
+        if let Some(net) = self.inner.net.get() {
+            for s in &net.slots {
+                s.bell.ring();
+            }
+        }
+    }
+
+    /// True once [`poison`](Self::poison) was called.
+    pub fn is_poisoned(&self) -> bool {
+        self.inner.dead.load(Ordering::SeqCst)
+    }
+
+    /// One line per endpoint: messages queued, delivered, request bytes in flight and
+    /// poll clock. For diagnosing a stalled job.
+    pub fn describe(&self) -> String {
+        let Some(net) = self.inner.net.get() else {
+            return "sim: no rank opened the fabric yet\n".into();
+        };
+        let mut s = String::new();
+        for (gid, slot) in net.slots.iter().enumerate() {
+            let ib = slot.lock();
+            let inflight: usize = ib.req_bytes.iter().sum();
+            s.push_str(&format!(
+                "sim {}: queued {}, arrived {}, delivered {}, request bytes queued {}, polls {}\n",
+                net.addr(gid),
+                slot.queued.load(Ordering::Relaxed),
+                slot.arrivals.load(Ordering::Relaxed),
+                slot.delivered.load(Ordering::Relaxed),
+                inflight,
+                ib.clock
+            ));
+        }
+        s
+    }
+}
+
+/// The simulated-fabric conduit. See the [module documentation](self).
+#[derive(Debug)]
+pub struct Sim {
+    fabric: SimFabric,
+    rank: u32,
+}
+
+impl Sim {
+    /// The fabric this rank belongs to.
+    pub fn fabric(&self) -> &SimFabric {
+        &self.fabric
+    }
+    /// This rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+}
+
+impl Conduit for Sim {
+    type Ep = SimEp;
+    const NAME: &'static str = "sim";
+
+    fn open(
+        boot: &mut dyn Bootstrap,
+        params: &OpenParams<'_>,
+    ) -> Result<(Arc<Self>, Vec<SimEp>), InitError> {
+        let err = |msg: String| InitError::Conduit {
+            conduit: Self::NAME,
+            msg,
+        };
+        let fabric = match params.context {
+            Some(c) => c
+                .downcast_ref::<SimFabric>()
+                .ok_or_else(|| {
+                    err("the conduit context is not a gex_testkit::sim::SimFabric".into())
+                })?
+                .clone(),
+            None if boot.size() == 1 => {
+                SimFabric::new(SimConfig::default().with_config(params.config)?)
+            }
+            None => {
+                return Err(err(format!(
+                    "a job of {} ranks needs a shared SimFabric as conduit context (see gex_testkit::sim::run_sim)",
+                    boot.size()
+                )));
+            }
+        };
+        fabric.inner.cfg.validate().map_err(err)?;
+        let cfg = &fabric.inner.cfg;
+        let net = fabric
+            .inner
+            .net
+            .get_or_init(|| Net::new(params.layout, cfg));
+        if net.layout != *params.layout {
+            return Err(err(
+                "the fabric already carries a job with another layout (one SimFabric per job)"
+                    .into(),
+            ));
+        }
+        let rank = params.rank;
+        let Some(opened) = net.opened.get(rank as usize) else {
+            return Err(err(format!(
+                "rank {rank} is outside the job of {}",
+                net.layout.eps.len()
+            )));
+        };
+        if opened.swap(true, Ordering::SeqCst) {
+            return Err(err(format!(
+                "rank {rank} opened this fabric twice (one SimFabric per job)"
+            )));
+        }
+        let seed = cfg.seed;
+        let eps = (0..params.layout.eps[rank as usize])
+            .map(|index| {
+                let me = EpAddr::new(rank, index);
+                SimEp {
+                    fabric: fabric.inner.clone(),
+                    me,
+                    gid: net.gid(me).expect("own endpoint"),
+                    rng: SplitMix64::new(hash_words(&[seed, rank as u64, index as u64])),
+                    staging: Vec::new(),
+                    prepared: false,
+                    next_ticket: 1,
+                }
+            })
+            .collect();
+        Ok((Arc::new(Sim { fabric, rank }), eps))
+    }
+}
+
+/// One endpoint of the [`Sim`] conduit.
+#[derive(Debug)]
+pub struct SimEp {
+    fabric: Arc<FabricInner>,
+    me: EpAddr,
+    gid: usize,
+    rng: SplitMix64,
+    staging: Vec<u8>,
+    prepared: bool,
+    next_ticket: u64,
+}
+
+fn lock_map<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn conduit_err(msg: String) -> AmError {
+    AmError::Conduit(format!("sim: {msg}"))
+}
+
+fn same_host(net: &Net, a: u32, b: u32) -> bool {
+    net.layout.host[a as usize] == net.layout.host[b as usize]
+}
+
+fn limits_for(cfg: &SimConfig, net: &Net, me: u32, dst: EpAddr) -> Limits {
+    let off_host = (dst.rank as usize) < net.layout.host.len() && !same_host(net, me, dst.rank);
+    let max_medium = match cfg.max_medium_off_host {
+        Some(m) if off_host => m,
+        _ => cfg.max_medium,
+    };
+    Limits {
+        max_args: cfg.max_args,
+        max_medium,
+        max_long: cfg.max_long,
+    }
+}
+
+/// An owned payload offered to [`push`]: taken (Medium: it travels with the message
+/// and comes back under `ticket` once delivered) or left in place.
+struct Owned<'a> {
+    buf: &'a mut Option<Vec<u8>>,
+    ticket: u64,
+}
+
+/// Queues `msg` from `src` to `dst`. Requests respect the lane capacity.
+#[allow(clippy::too_many_arguments)]
+fn push(
+    fab: &FabricInner,
+    src: EpAddr,
+    src_gid: usize,
+    rng: &mut SplitMix64,
+    dst: EpAddr,
+    msg: &OutMsg<'_>,
+    capacity: bool,
+    mut owned: Option<Owned<'_>>,
+) -> Result<Injected, AmError> {
+    fab.check_alive();
+    let cfg = &fab.cfg;
+    let net = fab.net();
+    let dgid = net
+        .gid(dst)
+        .ok_or_else(|| conduit_err(format!("core passed a bad destination {dst}")))?;
+    let lim = limits_for(cfg, net, src.rank, dst);
+    if msg.args.len() > lim.max_args {
+        return Err(conduit_err(format!(
+            "core passed {} args (max {})",
+            msg.args.len(),
+            lim.max_args
+        )));
+    }
+    let slot = &net.slots[dgid];
+    let payload: &[u8] = match &owned {
+        Some(o) => o.buf.as_deref().unwrap_or_default(),
+        None => msg.payload,
+    };
+    match msg.category {
+        Category::Short if !payload.is_empty() => {
+            return Err(conduit_err("core passed a Short AM with a payload".into()));
+        }
+        Category::Medium if payload.len() > lim.max_medium => {
+            return Err(conduit_err(format!(
+                "core passed a {}-byte Medium payload to {dst}, over this peer's limit of {}",
+                payload.len(),
+                lim.max_medium
+            )));
+        }
+        Category::Long
+            if payload.len() > lim.max_long
+                || msg
+                    .offset
+                    .checked_add(payload.len())
+                    .is_none_or(|e| e > slot.seg.len()) =>
+        {
+            return Err(conduit_err(format!(
+                "core passed an out-of-range Long ({} bytes at {} to {dst})",
+                payload.len(),
+                msg.offset
+            )));
+        }
+        _ => {}
+    }
+    let request = msg.kind == Kind::Request;
+    let cost = if request {
+        MSG_OVERHEAD + 4 * msg.args.len() + payload.len()
+    } else {
+        0
+    };
+    let now_ns = fab.now_ns();
+    let mut ib = slot.lock();
+    if capacity && request {
+        let used = ib.req_bytes[src_gid];
+        if used > 0 && used + cost > cfg.ring_capacity {
+            return Ok(Injected::WouldBlock);
+        }
+    }
+    let mut copies = 1;
+    if request {
+        let nth = net.slots[src_gid].requests.fetch_add(1, Ordering::Relaxed) + 1;
+        match cfg.fault {
+            Fault::DropRequest(n) if n == nth => return Ok(Injected::Sent),
+            Fault::DuplicateRequest(n) if n == nth => copies = 2,
+            _ => {}
+        }
+    }
+    if msg.category == Category::Long {
+        let shift = cfg.fault == Fault::ShiftLong
+            && !payload.is_empty()
+            && msg.offset + 1 + payload.len() <= slot.seg.len();
+        slot.seg.write(msg.offset + usize::from(shift), payload);
+    }
+    let len = payload.len();
+    let (mut body, ticket) = match (msg.category, owned.as_mut()) {
+        (Category::Medium, Some(o)) => (o.buf.take().unwrap_or_default(), Some(o.ticket)),
+        (Category::Medium, None) => (msg.payload.to_vec(), None),
+        _ => (Vec::new(), None),
+    };
+    // Draw only for messages that are sent: a sender's schedule depends on its stream.
+    for copy in 0..copies {
+        let jp = rng.up_to(cfg.jitter.polls);
+        let jn = rng.up_to(cfg.jitter.nanos);
+        let key = rng.next_u64();
+        let seq = ib.seq;
+        ib.seq += 1;
+        let m = Msg {
+            src,
+            src_gid,
+            handler: msg.handler,
+            kind: msg.kind,
+            category: msg.category,
+            args: msg.args.into(),
+            payload: if copy + 1 == copies {
+                std::mem::take(&mut body)
+            } else {
+                body.clone()
+            },
+            offset: msg.offset,
+            len,
+            due_poll: ib
+                .clock
+                .saturating_add(cfg.latency.polls)
+                .saturating_add(jp),
+            due_ns: if fab.timed {
+                now_ns.saturating_add(cfg.latency.nanos).saturating_add(jn)
+            } else {
+                0
+            },
+            key,
+            seq,
+            cost: if copy == 0 { cost } else { 0 },
+            ticket: if copy + 1 == copies { ticket } else { None },
+        };
+        ib.req_bytes[src_gid] += m.cost;
+        if cfg.reorder {
+            ib.heap.push(Reverse(Keyed(m)));
+        } else {
+            let lane = 2 * src_gid + usize::from(msg.kind == Kind::Reply);
+            ib.lanes[lane].push_back(m);
+        }
+    }
+    slot.queued.fetch_add(copies, Ordering::Release);
+    slot.arrivals.fetch_add(copies as u64, Ordering::Release);
+    drop(ib);
+    slot.bell.ring();
+    Ok(Injected::Sent)
+}
+
+/// Takes the next deliverable message (FIFO mode: round-robin over lanes, front only),
+/// releasing its lane bytes.
+fn pop_one(ib: &mut Inbox, reorder: bool, clock: u64, now_ns: u64) -> Option<Msg> {
+    let m = if reorder {
+        match ib.heap.peek() {
+            Some(Reverse(Keyed(m))) if m.eligible(clock, now_ns) => {
+                ib.heap.pop().map(|Reverse(Keyed(m))| m)
+            }
+            _ => None,
+        }
+    } else {
+        let lanes = ib.lanes.len();
+        let start = ib.rr;
+        let lane = (0..lanes).map(|k| (start + k) % lanes).find(|&l| {
+            ib.lanes[l]
+                .front()
+                .is_some_and(|m| m.eligible(clock, now_ns))
+        })?;
+        ib.rr = (lane + 1) % lanes;
+        ib.lanes[lane].pop_front()
+    }?;
+    ib.req_bytes[m.src_gid] -= m.cost;
+    Some(m)
+}
+
+/// The reply path handed to the core during delivery.
+struct Replier<'a> {
+    fab: &'a FabricInner,
+    me: EpAddr,
+    gid: usize,
+    rng: &'a mut SplitMix64,
+}
+
+impl ReplyTx for Replier<'_> {
+    fn reply(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError> {
+        push(self.fab, self.me, self.gid, self.rng, dst, msg, false, None).map(|_| ())
+    }
+}
+
+impl SimEp {
+    fn back_off(&self) {
+        if self.fabric.cfg.yield_when_idle {
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl ConduitEp for SimEp {
+    fn index(&self) -> EpIndex {
+        self.me.ep
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let cfg = &self.fabric.cfg;
+        let mut c = Capabilities::empty();
+        c.set(Capabilities::NP_IN_PLACE, cfg.np_in_place);
+        c.set(Capabilities::SHARED_MEMORY, cfg.shared_memory);
+        c.set(
+            Capabilities::BLOCKING_WAIT,
+            cfg.blocking_wait || cfg.fault == Fault::FakeBlockingWait,
+        );
+        c
+    }
+
+    fn limits(&self, dst: EpAddr) -> Limits {
+        limits_for(&self.fabric.cfg, self.fabric.net(), self.me.rank, dst)
+    }
+
+    fn local_segment(&self) -> (NonNull<u8>, usize) {
+        let s = &self.fabric.net().slots[self.gid].seg;
+        (s.base(), s.len())
+    }
+
+    fn peer_segment(&self, dst: EpAddr) -> Option<(NonNull<u8>, usize)> {
+        if !self.fabric.cfg.shared_memory {
+            return None;
+        }
+        let net = self.fabric.net();
+        let gid = net.gid(dst)?;
+        if !same_host(net, self.me.rank, dst.rank) {
+            return None;
+        }
+        let s = &net.slots[gid].seg;
+        Some((s.base(), s.len()))
+    }
+
+    fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, AmError> {
+        debug_assert!(!self.prepared, "inject between prepare and commit/cancel");
+        if msg.kind != Kind::Request {
+            return Err(conduit_err(
+                "inject is for requests; replies go through ReplyTx".into(),
+            ));
+        }
+        let r = push(
+            &self.fabric,
+            self.me,
+            self.gid,
+            &mut self.rng,
+            dst,
+            msg,
+            true,
+            None,
+        )?;
+        if r == Injected::WouldBlock && imm && self.fabric.cfg.fault == Fault::IgnoreImmediate {
+            // Fault: send anyway and claim nothing was sent.
+            push(
+                &self.fabric,
+                self.me,
+                self.gid,
+                &mut self.rng,
+                dst,
+                msg,
+                false,
+                None,
+            )?;
+        }
+        if r == Injected::WouldBlock && !imm {
+            self.back_off();
+        }
+        Ok(r)
+    }
+
+    fn inject_owned(
+        &mut self,
+        dst: EpAddr,
+        msg: &OutMsg<'_>,
+        payload: Vec<u8>,
+        imm: bool,
+    ) -> Result<OwnedInjected, AmError> {
+        debug_assert!(!self.prepared, "inject between prepare and commit/cancel");
+        let deferred = self.fabric.cfg.deferred_lc && msg.category == Category::Medium;
+        let ticket = self.next_ticket;
+        let mut buf = Some(payload);
+        let owned = deferred.then_some(Owned {
+            buf: &mut buf,
+            ticket,
+        });
+        let sent = match owned {
+            Some(o) => push(
+                &self.fabric,
+                self.me,
+                self.gid,
+                &mut self.rng,
+                dst,
+                msg,
+                true,
+                Some(o),
+            )?,
+            None => {
+                let m = OutMsg {
+                    payload: buf.as_deref().unwrap_or_default(),
+                    ..*msg
+                };
+                push(
+                    &self.fabric,
+                    self.me,
+                    self.gid,
+                    &mut self.rng,
+                    dst,
+                    &m,
+                    true,
+                    None,
+                )?
+            }
+        };
+        match (sent, buf) {
+            (Injected::WouldBlock, Some(b)) => {
+                if !imm {
+                    self.back_off();
+                }
+                Ok(OwnedInjected::WouldBlock(b))
+            }
+            (Injected::Sent, Some(b)) => Ok(OwnedInjected::Done(b)),
+            (Injected::Sent, None) => {
+                self.next_ticket += 1;
+                Ok(OwnedInjected::Pending(ticket))
+            }
+            (Injected::WouldBlock, None) => Err(conduit_err("lost an owned payload".into())),
+        }
+    }
+
+    fn lc_test(&mut self, ticket: u64) -> Option<Vec<u8>> {
+        lock_map(&self.fabric.net().slots[self.gid].completed).remove(&ticket)
+    }
+
+    fn poll<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize {
+        let fab = &*self.fabric;
+        fab.check_alive();
+        let net = fab.net();
+        let slot = &net.slots[self.gid];
+        let (clock, now_ns) = {
+            let mut ib = slot.lock();
+            ib.clock += 1;
+            (
+                ib.clock,
+                if slot.queued.load(Ordering::Acquire) > 0 {
+                    fab.now_ns()
+                } else {
+                    0
+                },
+            )
+        };
+        let mut tx = Replier {
+            fab,
+            me: self.me,
+            gid: self.gid,
+            rng: &mut self.rng,
+        };
+        let mut n = 0;
+        // One message per lock: a handler that panics loses only its own message.
+        while n < budget && slot.queued.load(Ordering::Acquire) > 0 {
+            let Some(m) = pop_one(&mut slot.lock(), fab.cfg.reorder, clock, now_ns) else {
+                break;
+            };
+            slot.queued.fetch_sub(1, Ordering::Release);
+            slot.delivered.fetch_add(1, Ordering::Relaxed);
+            n += 1;
+            let corrupted: Vec<u8>;
+            let payload: &[u8] = match m.category {
+                Category::Long => slot.seg.slice(m.offset, m.len),
+                Category::Medium
+                    if fab.cfg.fault == Fault::CorruptMedium && m.payload.len() >= 2 =>
+                {
+                    corrupted = m
+                        .payload
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &b)| if i + 1 == m.payload.len() { !b } else { b })
+                        .collect();
+                    &corrupted
+                }
+                _ => &m.payload,
+            };
+            let inc = Incoming {
+                src: m.src,
+                handler: m.handler,
+                kind: m.kind,
+                category: m.category,
+                args: &m.args,
+                payload,
+                offset: m.offset,
+            };
+            d.deliver(&inc, &mut tx);
+            if let Some(t) = m.ticket {
+                lock_map(&net.slots[m.src_gid].completed).insert(t, m.payload);
+            }
+        }
+        if n == 0 {
+            self.back_off();
+        }
+        n
+    }
+
+    fn has_incoming(&self) -> bool {
+        self.fabric.net().slots[self.gid]
+            .queued
+            .load(Ordering::Acquire)
+            > 0
+    }
+
+    fn block(&mut self, timeout: Duration) {
+        let fab = &*self.fabric;
+        if fab.dead.load(Ordering::Relaxed) {
+            return;
+        }
+        if !fab.cfg.blocking_wait || fab.cfg.fault == Fault::FakeBlockingWait {
+            std::thread::yield_now();
+            return;
+        }
+        let slot = &fab.net().slots[self.gid];
+        let seen = slot.arrivals.load(Ordering::Acquire);
+        let mut nap = timeout;
+        if slot.queued.load(Ordering::Acquire) > 0 {
+            if !fab.timed {
+                // Poll-clock delays need polls, not sleep.
+                return;
+            }
+            // Sleep until the earliest queued message is due (or something arrives).
+            let ib = slot.lock();
+            let earliest = if fab.cfg.reorder {
+                ib.heap.peek().map(|Reverse(Keyed(m))| m.due_ns)
+            } else {
+                ib.lanes
+                    .iter()
+                    .filter_map(|l| l.front().map(|m| m.due_ns))
+                    .min()
+            };
+            drop(ib);
+            let Some(due) = earliest else { return };
+            let now = fab.now_ns();
+            if due <= now {
+                return;
+            }
+            nap = nap.min(Duration::from_nanos(due - now));
+        }
+        slot.bell.wait_until_timeout(WaitPolicy::Block, nap, || {
+            slot.arrivals.load(Ordering::Acquire) != seen || fab.dead.load(Ordering::Acquire)
+        });
+    }
+
+    fn prepare(
+        &mut self,
+        dst: EpAddr,
+        category: Category,
+        max_len: usize,
+        offset: usize,
+        imm: bool,
+    ) -> Result<Prepare, AmError> {
+        let fab = &*self.fabric;
+        if !fab.cfg.np_in_place {
+            return Ok(Prepare::Bounce);
+        }
+        fab.check_alive();
+        let net = fab.net();
+        let dgid = net
+            .gid(dst)
+            .ok_or_else(|| conduit_err(format!("core passed a bad destination {dst}")))?;
+        let lim = limits_for(&fab.cfg, net, self.me.rank, dst);
+        let max = if category == Category::Long {
+            lim.max_long
+        } else {
+            lim.max_medium
+        };
+        if max_len > max {
+            return Err(conduit_err(format!(
+                "core prepared {max_len} bytes, over the limit {max}"
+            )));
+        }
+        {
+            let ib = net.slots[dgid].lock();
+            let used = ib.req_bytes[self.gid];
+            if used > 0 && used + MSG_OVERHEAD + max_len > fab.cfg.ring_capacity {
+                drop(ib);
+                if !imm {
+                    self.back_off();
+                }
+                return Ok(Prepare::WouldBlock);
+            }
+        }
+        let _ = offset;
+        self.staging.clear();
+        self.staging.resize(max_len, 0);
+        self.prepared = true;
+        Ok(Prepare::InPlace(NonNull::from(self.staging.as_mut_slice())))
+    }
+
+    fn commit(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError> {
+        if !self.prepared {
+            return Err(conduit_err("commit without prepare".into()));
+        }
+        self.prepared = false;
+        // The lane had room at prepare time and only this endpoint sends on it.
+        push(
+            &self.fabric,
+            self.me,
+            self.gid,
+            &mut self.rng,
+            dst,
+            msg,
+            false,
+            None,
+        )
+        .map(|_| ())
+    }
+
+    fn cancel(&mut self) {
+        self.prepared = false;
+    }
+}

@@ -1,0 +1,29 @@
+//! The conformance suite on gex-core's one-rank `Loopback` conduit.
+
+use gex_core::loopback::Loopback;
+use gex_testkit::conformance::SingletonRunner;
+
+gex_testkit::conformance_tests! {
+    conduit: Loopback,
+    runner: SingletonRunner::default(),
+    ranks: 1,
+    exclude: {
+        flood_one_rank: "needs 3 ranks; loopback runs a job of one",
+        back_pressure: "loopback's queues are unbounded: IMMEDIATE never reports WouldBlock",
+    },
+}
+
+mod two_endpoints {
+    use super::*;
+
+    gex_testkit::conformance_tests! {
+        conduit: Loopback,
+        runner: SingletonRunner::default(),
+        ranks: 1,
+        endpoints: 2,
+        exclude: {
+            flood_one_rank: "needs 3 ranks; loopback runs a job of one",
+            back_pressure: "loopback's queues are unbounded: IMMEDIATE never reports WouldBlock",
+        },
+    }
+}

@@ -1,0 +1,73 @@
+//! The conformance suite must fail on a broken conduit: each test injects one
+//! deliberate bug into the simulator and checks that the case meant to catch it fails,
+//! for the right reason.
+
+use gex_testkit::conformance::{self, Job, Runner};
+use gex_testkit::sim::{Fault, Sim, SimConfig, SimRunner};
+use std::time::Duration;
+
+/// Runs `case` on `ranks` ranks of a simulator with `fault`; returns the failure text.
+fn fails(case: &str, ranks: u32, fault: Fault) -> String {
+    let mut cfg = SimConfig::default().timeout(Duration::from_secs(5));
+    cfg.fault = fault;
+    let c = conformance::case::<Sim>(case).expect("a case");
+    let job = Job {
+        case,
+        ranks,
+        endpoints: 1,
+        test_path: case,
+    };
+    match SimRunner::new(cfg).run(&job, &c) {
+        Ok(()) => panic!("case {case} passed on a simulator with {fault:?}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn lost_messages_are_caught() {
+    // The job cannot complete: the watchdog (5 s here) reports it.
+    let e = fails("many_in_flight", 2, Fault::DropRequest(500));
+    assert!(e.contains("watchdog") || e.contains("timed out"), "{e}");
+}
+
+#[test]
+fn duplicated_messages_are_caught() {
+    let e = fails("many_in_flight", 2, Fault::DuplicateRequest(500));
+    assert!(e.contains("duplicate"), "{e}");
+    let e = fails("long_offsets", 2, Fault::DuplicateRequest(3));
+    assert!(e.contains("Long requests arrived"), "{e}");
+}
+
+#[test]
+fn corrupt_payloads_are_caught() {
+    let e = fails("am_categories", 2, Fault::CorruptMedium);
+    assert!(e.contains("payload differs"), "{e}");
+    let e = fails("payload_source_reuse", 2, Fault::CorruptMedium);
+    assert!(e.contains("payload differs"), "{e}");
+}
+
+#[test]
+fn misplaced_long_payloads_are_caught() {
+    let e = fails("long_offsets", 2, Fault::ShiftLong);
+    assert!(
+        e.contains("payload differs") || e.contains("segment byte"),
+        "{e}"
+    );
+    let e = fails("am_categories", 2, Fault::ShiftLong);
+    assert!(e.contains("Long"), "{e}");
+}
+
+#[test]
+fn phantom_sends_behind_wouldblock_are_caught() {
+    let e = fails("immediate_flood", 2, Fault::IgnoreImmediate);
+    assert!(
+        e.contains("lost or phantom") || e.contains("duplicate message"),
+        "{e}"
+    );
+}
+
+#[test]
+fn false_capability_flags_are_caught() {
+    let e = fails("capabilities", 2, Fault::FakeBlockingWait);
+    assert!(e.contains("BLOCKING_WAIT"), "{e}");
+}

@@ -1,0 +1,468 @@
+//! Behaviour specific to the simulated fabric and its launcher: delivery order and
+//! determinism, delays, back-pressure, deferred local completion, failure reporting.
+
+use gex_core::boot::Singleton;
+use gex_core::{Am, AmError, ClientBuilder, EpAddr, Flags, Injected, Token, WaitPolicy};
+use gex_testkit::boot::ThreadJob;
+use gex_testkit::sim::{Delay, Sim, SimConfig, SimFabric, run_sim};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const H: u8 = 128;
+
+fn small() -> ClientBuilder {
+    ClientBuilder::new().segment_size(4096)
+}
+
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// Rank 1 (and 2, ...) send `n` Short requests `[sender, seq]` to rank 0 while rank 0
+/// does not poll; then rank 0 drains. Returns rank 0's arrival order.
+fn arrival_order(ranks: u32, cfg: SimConfig, n: u32) -> Vec<(u32, u32)> {
+    let out = run_sim(ranks, cfg, small, |client| {
+        let mut ep = client.endpoint(0).unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let l = log.clone();
+        ep.register(H, move |_t: &mut Token<'_>, am: Am<'_>| {
+            l.lock().unwrap().push((am.args()[0], am.args()[1]))
+        })
+        .unwrap();
+        ep.barrier().unwrap();
+        client.boot_barrier().unwrap(); // rank 0 stops polling before anyone sends
+        if client.rank() != 0 {
+            for seq in 0..n {
+                assert_eq!(
+                    ep.request_short(EpAddr::rank(0), H, &[client.rank(), seq], Flags::empty())
+                        .unwrap(),
+                    Injected::Sent
+                );
+            }
+        }
+        client.boot_barrier().unwrap(); // rank 0 has not polled since the barrier
+        let want = (n * (ranks - 1)) as usize;
+        if client.rank() == 0 {
+            ep.wait_until(|| log.lock().unwrap().len() == want);
+        }
+        ep.barrier().unwrap();
+        log.lock().unwrap().clone()
+    });
+    out.into_iter().next().unwrap()
+}
+
+fn per_sender(order: &[(u32, u32)], s: u32) -> Vec<u32> {
+    order
+        .iter()
+        .filter(|(src, _)| *src == s)
+        .map(|&(_, q)| q)
+        .collect()
+}
+
+#[test]
+fn fifo_per_pair_without_reorder_even_with_jitter() {
+    let cfg = SimConfig::default()
+        .jitter(Delay::polls(7))
+        .latency(Delay::polls(2))
+        .ring_capacity(1 << 20);
+    let order = arrival_order(3, cfg, 300);
+    for s in [1, 2] {
+        assert_eq!(
+            per_sender(&order, s),
+            (0..300).collect::<Vec<_>>(),
+            "sender {s}"
+        );
+    }
+}
+
+#[test]
+fn reorder_overtakes_within_one_sender_and_loses_nothing() {
+    let cfg = SimConfig::default()
+        .reorder(true)
+        .jitter(Delay::polls(5))
+        .ring_capacity(1 << 20);
+    let order = arrival_order(2, cfg, 300);
+    let got = per_sender(&order, 1);
+    assert_ne!(
+        got,
+        (0..300).collect::<Vec<_>>(),
+        "no message overtook another"
+    );
+    let mut sorted = got.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (0..300).collect::<Vec<_>>());
+}
+
+#[test]
+fn delivery_order_is_a_function_of_the_seed() {
+    let cfg = |seed| {
+        SimConfig::default()
+            .seed(seed)
+            .reorder(true)
+            .jitter(Delay::polls(3))
+            .ring_capacity(1 << 20)
+    };
+    let a = arrival_order(2, cfg(1), 200);
+    let b = arrival_order(2, cfg(1), 200);
+    let c = arrival_order(2, cfg(2), 200);
+    assert_eq!(a, b, "same seed, different order");
+    assert_ne!(a, c, "different seeds, same order");
+}
+
+#[test]
+fn latency_in_polls_holds_messages_back() {
+    let cfg = SimConfig::default().latency(Delay::polls(5));
+    run_sim(2, cfg, small, |client| {
+        let mut ep = client.endpoint(0).unwrap();
+        let got = Arc::new(AtomicU32::new(0));
+        let g = got.clone();
+        ep.register(H, move |_t: &mut Token<'_>, _am: Am<'_>| {
+            g.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        ep.barrier().unwrap();
+        client.boot_barrier().unwrap(); // rank 0 stops polling before rank 1 sends
+        if client.rank() == 1 {
+            ep.request_short(EpAddr::rank(0), H, &[], Flags::empty())
+                .unwrap();
+        }
+        client.boot_barrier().unwrap();
+        if client.rank() == 0 {
+            for k in 1..5 {
+                ep.poll();
+                assert_eq!(got.load(Ordering::Relaxed), 0, "delivered after {k} polls");
+            }
+            ep.poll();
+            assert_eq!(
+                got.load(Ordering::Relaxed),
+                1,
+                "not delivered after 5 polls"
+            );
+        }
+        ep.barrier().unwrap();
+    });
+}
+
+#[test]
+fn latency_in_nanoseconds_holds_messages_back_and_sleepers_wake() {
+    let cfg = SimConfig::default().latency(Delay::nanos(50_000_000));
+    let sent_at = Arc::new(Mutex::new(None::<Instant>));
+    run_sim(2, cfg, small, |client| {
+        let mut ep = client.endpoint(0).unwrap();
+        ep.set_wait_policy(WaitPolicy::Block);
+        let got = Arc::new(Mutex::new(None::<Instant>));
+        let g = got.clone();
+        ep.register(H, move |_t: &mut Token<'_>, _am: Am<'_>| {
+            *g.lock().unwrap() = Some(Instant::now());
+        })
+        .unwrap();
+        ep.barrier().unwrap();
+        if client.rank() == 1 {
+            *sent_at.lock().unwrap() = Some(Instant::now());
+            ep.request_short(EpAddr::rank(0), H, &[], Flags::empty())
+                .unwrap();
+        } else {
+            ep.wait_until(|| got.lock().unwrap().is_some());
+            let dt = got.lock().unwrap().unwrap() - sent_at.lock().unwrap().unwrap();
+            assert!(dt >= Duration::from_millis(50), "delivered after {dt:?}");
+            assert!(
+                dt < Duration::from_secs(5),
+                "a blocked receiver slept through: {dt:?}"
+            );
+        }
+        ep.barrier().unwrap();
+    });
+}
+
+#[test]
+fn back_pressure_follows_ring_capacity_and_replies_never_block() {
+    // 100-byte Medium, no args: 64 + 100 = 164 bytes each; 6 fit in 1000 bytes.
+    let cfg = SimConfig::default().ring_capacity(1000);
+    run_sim(2, cfg, small, |client| {
+        let mut ep = client.endpoint(0).unwrap();
+        let got = Arc::new(AtomicU32::new(0));
+        let replies = Arc::new(AtomicU32::new(0));
+        let g = got.clone();
+        ep.register(H, move |t: &mut Token<'_>, am: Am<'_>| {
+            g.fetch_add(1, Ordering::Relaxed);
+            if am.args().is_empty() {
+                // 4 KiB replies to a rank that is not polling: must never block.
+                t.reply_medium(H + 1, &[], &[7; 4096]).unwrap();
+            }
+        })
+        .unwrap();
+        let r = replies.clone();
+        ep.register(H + 1, move |_t: &mut Token<'_>, _am: Am<'_>| {
+            r.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        ep.barrier().unwrap();
+        client.boot_barrier().unwrap(); // barrier traffic drained: the lanes are empty
+        if client.rank() == 0 {
+            let dst = EpAddr::rank(1);
+            let mut sent = 0;
+            while ep
+                .request_medium(dst, H, &[1], &[0; 96], Flags::IMMEDIATE)
+                .unwrap()
+                == Injected::Sent
+            {
+                sent += 1;
+                assert!(sent < 100, "no back-pressure");
+            }
+            assert_eq!(sent, 6, "6 messages of 164 bytes fit in 1000");
+        }
+        client.boot_barrier().unwrap();
+        if client.rank() == 1 {
+            ep.wait_until(|| got.load(Ordering::Relaxed) == 6);
+            // Many requests to self, each replied to rank 1 itself; all replies queue up.
+            for _ in 0..50 {
+                ep.request_short(EpAddr::rank(1), H, &[], Flags::empty())
+                    .unwrap();
+            }
+            ep.wait_until(|| replies.load(Ordering::Relaxed) == 50);
+        }
+        ep.barrier().unwrap();
+    });
+}
+
+#[test]
+fn deferred_local_completion_waits_for_delivery() {
+    run_sim(2, SimConfig::default(), small, |client| {
+        let mut ep = client.endpoint(0).unwrap();
+        ep.register(H, |_t: &mut Token<'_>, _am: Am<'_>| {})
+            .unwrap();
+        ep.barrier().unwrap();
+        client.boot_barrier().unwrap(); // rank 1 stops polling before rank 0 sends
+        if client.rank() == 0 {
+            let mut ev = ep
+                .request_medium_lc(EpAddr::rank(1), H, &[], vec![5; 64])
+                .unwrap();
+            for _ in 0..10 {
+                ep.poll();
+                assert!(!ep.lc_test(&mut ev), "complete before the receiver polled");
+            }
+            client.boot_barrier().unwrap(); // rank 1 polls after this
+            let buf = ep.lc_wait(ev);
+            assert_eq!(buf, vec![5; 64]);
+        } else {
+            client.boot_barrier().unwrap();
+        }
+        ep.barrier().unwrap();
+    });
+}
+
+#[test]
+fn unregistered_handler_at_the_receiver_panics_with_a_clear_message() {
+    run_sim(2, SimConfig::default(), small, |client| {
+        let mut ep = client.endpoint(0).unwrap();
+        if client.rank() == 1 {
+            ep.register(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
+                .unwrap();
+        }
+        ep.barrier().unwrap();
+        if client.rank() == 1 {
+            ep.request_short(EpAddr::rank(0), 200, &[], Flags::empty())
+                .unwrap();
+        }
+        client.boot_barrier().unwrap();
+        if client.rank() == 0 {
+            let p = catch_unwind(AssertUnwindSafe(|| {
+                loop {
+                    ep.poll();
+                }
+            }))
+            .unwrap_err();
+            let msg = panic_text(&*p);
+            assert!(
+                msg.contains("unregistered handler 200") && msg.contains("rank 1"),
+                "{msg}"
+            );
+        }
+        ep.barrier().unwrap();
+    });
+}
+
+#[test]
+fn a_panicking_rank_is_reported_and_the_others_do_not_hang() {
+    let t0 = Instant::now();
+    let p = catch_unwind(|| {
+        run_sim(3, SimConfig::default(), small, |client| {
+            let mut ep = client.endpoint(0).unwrap();
+            if client.rank() == 1 {
+                panic!("boom");
+            }
+            ep.barrier().unwrap(); // would wait for rank 1 forever
+        })
+    })
+    .unwrap_err();
+    let msg = panic_text(&*p);
+    assert!(msg.contains("rank 1 panicked: boom"), "{msg}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn the_watchdog_fails_a_stuck_job_loudly() {
+    let p = catch_unwind(|| {
+        run_sim(
+            2,
+            SimConfig::default().timeout(Duration::from_millis(300)),
+            small,
+            |client| {
+                let mut ep = client.endpoint(0).unwrap();
+                ep.wait_until(|| false);
+            },
+        )
+    })
+    .unwrap_err();
+    let msg = panic_text(&*p);
+    assert!(msg.contains("watchdog") && msg.contains("[0, 1]"), "{msg}");
+}
+
+#[test]
+fn a_rank_that_calls_exit_ends_the_job_without_ending_the_process() {
+    let p = catch_unwind(|| {
+        run_sim(2, SimConfig::default(), small, |client| {
+            if client.rank() == 0 {
+                client.exit(3);
+            }
+            client.endpoint(0).unwrap().barrier().unwrap();
+        })
+    })
+    .unwrap_err();
+    let msg = panic_text(&*p);
+    assert!(msg.contains("exit code 3"), "{msg}");
+}
+
+#[test]
+fn one_rank_without_a_context_gets_a_private_fabric() {
+    let client = ClientBuilder::new()
+        .segment_size(4096)
+        .init::<Sim>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut ep = client.endpoint(0).unwrap();
+    let got = Arc::new(AtomicU32::new(0));
+    let g = got.clone();
+    ep.register(H, move |_t: &mut Token<'_>, _am: Am<'_>| {
+        g.fetch_add(1, Ordering::Relaxed);
+    })
+    .unwrap();
+    ep.request_short(ep.addr(), H, &[], Flags::empty()).unwrap();
+    ep.wait_until(|| got.load(Ordering::Relaxed) == 1);
+}
+
+#[test]
+fn bad_contexts_are_refused_at_init() {
+    let job = ThreadJob::new(2);
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let b = job.boot(r);
+                s.spawn(move || {
+                    let builder = small().conduit_context(Arc::new(5u32));
+                    builder
+                        .init::<Sim>(Box::new(b))
+                        .map(|_| ())
+                        .unwrap_err()
+                        .to_string()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(
+        errs.iter()
+            .all(|e| e.contains("not a gex_testkit::sim::SimFabric")),
+        "{errs:?}"
+    );
+    let job = ThreadJob::new(2);
+    let e = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let b = job.boot(r);
+                s.spawn(move || {
+                    small()
+                        .init::<Sim>(Box::new(b))
+                        .map(|_| ())
+                        .unwrap_err()
+                        .to_string()
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    assert!(
+        e.iter().all(|e| e.contains("needs a shared SimFabric")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_fabric_carries_one_job() {
+    let fabric = SimFabric::new(SimConfig::default());
+    let open = |job: &ThreadJob| -> Vec<Result<(), String>> {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..job.size())
+                .map(|r| {
+                    let (b, ctx) = (job.boot(r), fabric.context());
+                    s.spawn(move || {
+                        small()
+                            .conduit_context(ctx)
+                            .init::<Sim>(Box::new(b))
+                            .map(|c| drop(c.finalize()))
+                            .map_err(|e| e.to_string())
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+    assert!(open(&ThreadJob::new(2)).iter().all(Result::is_ok));
+    let again = open(&ThreadJob::with_hosts_and_timeout(
+        vec![0, 0],
+        Duration::from_secs(2),
+    ));
+    assert!(
+        again.iter().any(|r| r
+            .as_ref()
+            .is_err_and(|e| e.contains("one SimFabric per job"))),
+        "{again:?}"
+    );
+}
+
+/// Payload limits are per peer (`ConduitEp::limits(dst)`): the core must validate a
+/// request against the destination's limit, so a message over an off-host peer's
+/// smaller limit fails with `PayloadTooLarge` instead of reaching the conduit.
+/// (Regression test: the core once checked against the sender's own limits.)
+#[test]
+fn payload_limits_are_per_peer() {
+    let mut cfg = SimConfig::default().ranks_per_host(1);
+    cfg.max_medium_off_host = Some(1024);
+    run_sim(2, cfg, small, |client| {
+        let mut ep = client.endpoint(0).unwrap();
+        ep.register(H, |_t: &mut Token<'_>, _am: Am<'_>| {})
+            .unwrap();
+        ep.barrier().unwrap();
+        let peer = EpAddr::rank(1 - client.rank());
+        assert_eq!(ep.max_medium(peer), 1024);
+        let r = ep.request_medium(peer, H, &[], &[0; 2000], Flags::empty());
+        assert_eq!(
+            r,
+            Err(AmError::PayloadTooLarge {
+                len: 2000,
+                max: 1024
+            })
+        );
+        ep.barrier().unwrap();
+    });
+}
