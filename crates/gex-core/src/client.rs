@@ -59,7 +59,7 @@ impl ClientBuilder {
         self.endpoints = Some(n);
         self
     }
-    /// Fixes the wait policy (otherwise `GEX_WAIT`, default automatic).
+    /// Sets the wait policy (`GEX_WAIT`, when set, overrides it; default automatic).
     pub fn wait_policy(mut self, p: WaitPolicy) -> Self {
         self.wait = Some(p);
         self
@@ -132,7 +132,12 @@ impl ClientBuilder {
             )));
         }
         let on_host = layout.neighbours(rank).len();
-        let policy = self.wait.unwrap_or_else(|| resolve_wait(mode, on_host));
+        // GEX_WAIT, when set, overrides the builder like every other GEX_* variable.
+        let mode = match (config.get("GEX_WAIT"), self.wait) {
+            (None, Some(p)) => crate::config::WaitMode::Fixed(p),
+            _ => mode,
+        };
+        let policy = resolve_wait(mode, on_host);
         let (conduit, ceps) = {
             let params = OpenParams {
                 rank,

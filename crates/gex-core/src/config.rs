@@ -1,8 +1,9 @@
 //! Configuration: every `GEX_*` environment variable gex reads, in one place.
 //!
 //! [`ENV_VARS`] is the single registry: name, default and meaning of every variable read
-//! by any gex crate (conduits and launchers included). `docs/env.md` mirrors it, and a
-//! test keeps the two in step. Set `GEX_VERBOSEENV=1` to have rank 0 print every
+//! by any gex crate (conduits and launchers included). `docs/env.md` mirrors it, and
+//! `ci/check-env-docs` keeps the two in step (and finds `GEX_*` names used anywhere
+//! in the sources but missing here). Set `GEX_VERBOSEENV=1` to have rank 0 print every
 //! variable with its effective value at start-up.
 //!
 //! Values are read once, when a [`Config`] is built; nothing re-reads the environment
@@ -47,8 +48,8 @@ pub const ENV_VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "GEX_SPIN",
-        default: "(gex_sync::wait::default_spins)",
-        doc: "Spin iterations before blocking under spin-then-block.",
+        default: "1000",
+        doc: "Spin iterations before blocking under spin-then-block (also when auto picks it).",
     },
     EnvVar {
         name: "GEX_VERBOSEENV",
@@ -120,8 +121,12 @@ pub const ENV_VARS: &[EnvVar] = &[
 /// How blocking waits behave.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WaitMode {
-    /// Pick from the number of ranks on the host and the cores available.
-    Auto,
+    /// Pick from the number of ranks on the host and the cores available; `spins` is
+    /// the budget used if that choice is spin-then-block.
+    Auto {
+        /// Spin iterations before blocking.
+        spins: u32,
+    },
     /// Always this policy.
     Fixed(WaitPolicy),
 }
@@ -223,7 +228,7 @@ impl Config {
             .map(|v| v.trim().to_ascii_lowercase())
             .as_deref()
         {
-            None | Some("auto") | Some("") => Ok(WaitMode::Auto),
+            None | Some("auto") | Some("") => Ok(WaitMode::Auto { spins }),
             Some("spin") => Ok(WaitMode::Fixed(WaitPolicy::Spin)),
             Some("block") => Ok(WaitMode::Fixed(WaitPolicy::Block)),
             Some("spin-then-block") | Some("spinblock") => {
@@ -273,11 +278,14 @@ pub fn parse_size(v: &str) -> Option<usize> {
 pub fn resolve_wait(mode: WaitMode, ranks_on_host: usize) -> WaitPolicy {
     match mode {
         WaitMode::Fixed(p) => p,
-        WaitMode::Auto => {
+        WaitMode::Auto { spins } => {
             let cores = std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1);
-            gex_sync::wait::auto_policy(ranks_on_host, cores)
+            match gex_sync::wait::auto_policy(ranks_on_host, cores) {
+                WaitPolicy::SpinThenBlock { .. } => WaitPolicy::SpinThenBlock { spins },
+                p => p,
+            }
         }
     }
 }
@@ -315,7 +323,30 @@ mod tests {
             c.wait_mode().unwrap(),
             WaitMode::Fixed(WaitPolicy::SpinThenBlock { spins: 7 })
         );
-        assert_eq!(Config::default().wait_mode().unwrap(), WaitMode::Auto);
+        assert_eq!(
+            Config::default().wait_mode().unwrap(),
+            WaitMode::Auto {
+                spins: gex_sync::wait::default_spins()
+            }
+        );
+        let c = Config::from_pairs([("GEX_SPIN", "42")]);
+        assert_eq!(c.wait_mode().unwrap(), WaitMode::Auto { spins: 42 });
+        // More ranks than any machine has cores: auto must pick spin-then-block and keep
+        // the configured budget; one rank always spins.
+        assert_eq!(
+            resolve_wait(WaitMode::Auto { spins: 42 }, 1 << 20),
+            WaitPolicy::SpinThenBlock { spins: 42 }
+        );
+        assert_eq!(
+            resolve_wait(WaitMode::Auto { spins: 42 }, 1),
+            WaitPolicy::Spin
+        );
+    }
+
+    #[test]
+    fn spin_default_matches_the_registry() {
+        let v = ENV_VARS.iter().find(|v| v.name == "GEX_SPIN").unwrap();
+        assert_eq!(v.default, gex_sync::wait::default_spins().to_string());
     }
 
     #[test]

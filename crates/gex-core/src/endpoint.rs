@@ -743,16 +743,19 @@ impl<C: Conduit> Endpoint<C> {
             payload: &[],
             offset,
         };
+        let mut spins = 0u32;
         loop {
             match self.cep.inject_owned(dst, &msg, payload, false)? {
                 OwnedInjected::Done(buf) => {
                     self.stats.sent[dst.rank as usize] += 1;
+                    am_trace!("request", dst, handler, category, buf.len());
                     return Ok(LcEvent {
                         state: LcState::Done(buf),
                     });
                 }
                 OwnedInjected::Pending(ticket) => {
                     self.stats.sent[dst.rank as usize] += 1;
+                    am_trace!("request", dst, handler, category, 0usize);
                     return Ok(LcEvent {
                         state: LcState::Pending(ticket),
                     });
@@ -760,6 +763,7 @@ impl<C: Conduit> Endpoint<C> {
                 OwnedInjected::WouldBlock(buf) => {
                     payload = buf;
                     self.poll();
+                    self.backoff(&mut spins);
                 }
             }
         }
@@ -824,6 +828,7 @@ impl<C: Conduit> Endpoint<C> {
             offset,
         };
         let imm = flags.contains(Flags::IMMEDIATE);
+        let mut spins = 0u32;
         loop {
             match self.cep.inject(dst, &msg, imm)? {
                 Injected::Sent => {
@@ -834,6 +839,7 @@ impl<C: Conduit> Endpoint<C> {
                 Injected::WouldBlock if imm => return Ok(Injected::WouldBlock),
                 Injected::WouldBlock => {
                     self.poll();
+                    self.backoff(&mut spins);
                 }
             }
         }
@@ -1036,6 +1042,24 @@ impl<C: Conduit> Endpoint<C> {
             dist <<= 1;
         }
         Ok(())
+    }
+
+    /// One step of waiting for send resources: the peer that frees them does not wake
+    /// us, so instead of sleeping, yield the core (once the spin budget is used up) to
+    /// let it run when ranks outnumber cores.
+    #[inline]
+    fn backoff(&mut self, spins: &mut u32) {
+        let yield_now = match self.policy {
+            WaitPolicy::Spin => false,
+            WaitPolicy::Block => true,
+            WaitPolicy::SpinThenBlock { spins: budget } => *spins >= budget,
+        };
+        if yield_now {
+            std::thread::yield_now();
+        } else {
+            *spins = spins.saturating_add(1);
+            gex_sync::hint::spin_loop();
+        }
     }
 
     /// One step of waiting under the wait policy: spin, or sleep in the conduit until a

@@ -120,7 +120,7 @@ pub enum OwnedInjected {
     /// Sent; the conduit keeps the buffer until [`ConduitEp::lc_test`] returns it for
     /// this ticket (deferred local completion).
     Pending(u64),
-    /// Not sent for lack of resources (only when `imm`); the buffer is handed back.
+    /// Not sent for lack of resources; the buffer is handed back.
     WouldBlock(Vec<u8>),
 }
 
@@ -219,7 +219,9 @@ pub trait ConduitEp: Send + 'static {
     fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, AmError>;
     /// Injects a request whose payload buffer the conduit takes over, so local
     /// completion may be deferred without copying (`msg.payload` is empty; the payload
-    /// is `payload`). The default injects synchronously and hands the buffer back.
+    /// is `payload`). The default injects synchronously and hands the buffer back. Like
+    /// [`inject`](ConduitEp::inject) it may answer `WouldBlock` (with the buffer) when
+    /// resources are lacking; without `imm` the core polls and retries.
     ///
     /// # Errors
     /// [`AmError::Conduit`] if the network failed.
@@ -249,7 +251,9 @@ pub trait ConduitEp: Send + 'static {
     /// Drains incoming messages (at most about `budget`), delivering each to `d`.
     /// Returns the number delivered. Must not block.
     fn poll<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize;
-    /// True if a message is waiting (cheap; used before sleeping).
+    /// True if a message is waiting (cheap). Conduits use it before sleeping in
+    /// [`block`](ConduitEp::block); the conformance suite uses it to check
+    /// [`Capabilities::BLOCKING_WAIT`].
     fn has_incoming(&self) -> bool;
     /// Sleeps until a message may have arrived or `timeout` passed. Spurious returns are
     /// allowed; a conduit without a wait object returns at once.
@@ -257,8 +261,10 @@ pub trait ConduitEp: Send + 'static {
     /// Reserves space for a request payload of up to `max_len` bytes to be built in
     /// place (negotiated payload). The default answers [`Prepare::Bounce`] and the core
     /// builds the payload in its own buffer, then injects it. An in-place buffer stays
-    /// valid and unaliased until [`commit`](ConduitEp::commit) or
-    /// [`cancel`](ConduitEp::cancel), and no other method of this EP is called in between.
+    /// valid until [`commit`](ConduitEp::commit) or [`cancel`](ConduitEp::cancel), no
+    /// other method of this EP is called in between, and gex hands it to nobody else.
+    /// For Long it may be the destination range itself (shared-memory conduits), so
+    /// `cancel` sends nothing but cannot undo bytes already written there.
     ///
     /// # Errors
     /// [`AmError::Conduit`] if the network failed.
