@@ -1,0 +1,232 @@
+use super::*;
+
+fn next(rx: &mut Consumer) -> Option<(u32, Vec<u8>)> {
+    let r = rx.peek().map(|(u, b)| (u, b.to_vec()));
+    if r.is_some() {
+        rx.pop();
+    }
+    r
+}
+
+#[test]
+fn constants() {
+    assert_eq!(record_size(0), 16);
+    assert_eq!(record_size(1), 24);
+    assert_eq!(record_size(8), 24);
+    assert_eq!(max_body(256), 112);
+    assert_eq!(record_size(max_body(256)), 128);
+    assert!(is_valid_capacity(MIN_CAPACITY) && is_valid_capacity(MAX_CAPACITY));
+    assert!(!is_valid_capacity(128) && !is_valid_capacity(257) && !is_valid_capacity(1 << 32));
+}
+
+#[test]
+fn empty_ring() {
+    let (mut tx, mut rx) = channel(256);
+    assert!(tx.is_empty());
+    assert!(!rx.has_data());
+    assert_eq!(rx.peek(), None);
+    assert_eq!(rx.capacity(), 256);
+}
+
+#[test]
+fn push_peek_pop_in_order() {
+    let (mut tx, mut rx) = channel(4096);
+    for i in 0..10u32 {
+        let body = vec![i as u8; i as usize * 3];
+        assert!(tx.push(i, &[&body[..]]));
+    }
+    assert!(!tx.is_empty());
+    for i in 0..10u32 {
+        assert!(rx.has_data());
+        // A second peek returns the same record.
+        let first = rx.peek().map(|(u, b)| (u, b.to_vec()));
+        assert_eq!(first, next(&mut rx));
+        assert_eq!(first, Some((i, vec![i as u8; i as usize * 3])));
+    }
+    assert_eq!(rx.peek(), None);
+    assert!(tx.is_empty());
+}
+
+#[test]
+fn gather_push_concatenates() {
+    let (mut tx, mut rx) = channel(256);
+    assert!(tx.push(u32::MAX, &[b"ab", b"", b"cde"]));
+    assert_eq!(next(&mut rx), Some((u32::MAX, b"abcde".to_vec())));
+}
+
+#[test]
+fn max_body_fits_at_every_offset() {
+    for cap in [256usize, 512, 4096] {
+        let (mut tx, mut rx) = channel(cap);
+        let max = tx.max_body();
+        // Walk the tail through every 8-byte offset with small records, and check that a
+        // maximal record always fits into the then-empty ring.
+        for step in 0..(2 * cap / 8) {
+            assert!(tx.push(step as u32, &[]), "small record at step {step}");
+            assert_eq!(next(&mut rx), Some((step as u32, vec![])));
+            assert!(tx.is_empty());
+            let body: Vec<u8> = (0..max).map(|i| (i + step) as u8).collect();
+            assert!(tx.push(7, &[&body[..]]), "cap {cap} step {step}");
+            assert_eq!(next(&mut rx), Some((7, body)));
+        }
+    }
+}
+
+#[test]
+fn back_pressure_and_release() {
+    let (mut tx, mut rx) = channel(256);
+    // 128 + 120 = 248 bytes of records + 8 slack = 256: full.
+    assert!(tx.push(1, &[&[1u8; 112]]));
+    assert!(tx.push(2, &[&[2u8; 104]]));
+    assert!(tx.reserve(0).is_none());
+    assert!(!tx.push(3, &[]));
+    // Releasing the first record frees room; the next one wraps with a pad.
+    assert_eq!(next(&mut rx), Some((1, vec![1u8; 112])));
+    assert!(tx.push(3, &[&[3u8; 100]]));
+    assert_eq!(next(&mut rx), Some((2, vec![2u8; 104])));
+    assert_eq!(next(&mut rx), Some((3, vec![3u8; 100])));
+    assert_eq!(next(&mut rx), None);
+    assert!(tx.is_empty());
+}
+
+#[test]
+fn cancel_publishes_nothing_and_space_is_reused() {
+    let (mut tx, mut rx) = channel(256);
+    for _ in 0..100 {
+        let mut r = tx.reserve(112).unwrap();
+        r.body().fill(0xAB);
+        drop(r);
+    }
+    assert!(!rx.has_data());
+    assert!(tx.is_empty());
+    assert!(tx.push(5, &[b"x"]));
+    assert_eq!(next(&mut rx), Some((5, b"x".to_vec())));
+}
+
+#[test]
+fn commit_shorter_than_reserved() {
+    let (mut tx, mut rx) = channel(256);
+    let mut r = tx.reserve(100).unwrap();
+    assert_eq!(r.body().len(), 100);
+    assert_eq!(r.body_ptr() as usize % 8, 0);
+    r.body()[..3].copy_from_slice(b"abc");
+    r.commit(1, 3);
+    assert!(tx.push(2, &[b"d"]));
+    assert_eq!(next(&mut rx), Some((1, b"abc".to_vec())));
+    assert_eq!(next(&mut rx), Some((2, b"d".to_vec())));
+}
+
+/// Fills reserved bodies (committed and cancelled) with words equal to the tags that would be
+/// valid at their positions in this and the next laps; the consumer must never take one for a
+/// record.
+#[test]
+fn stale_bytes_that_look_like_tags_are_ignored() {
+    let cap = 256usize;
+    let (mut tx, mut rx) = channel(cap);
+    let mut expect = Vec::new();
+    for round in 0..400u64 {
+        let len = (round as usize * 37) % (max_body(cap) + 1);
+        let mut r = tx.reserve(len).unwrap();
+        let body_pos = r.pos + RECORD_HEADER as u64;
+        for (i, w) in r.body().chunks_exact_mut(8).enumerate() {
+            let pos = body_pos + 8 * i as u64;
+            let tag = pos + 1 + (i as u64 % 3) * cap as u64;
+            w.copy_from_slice(&tag.to_le_bytes());
+        }
+        if round % 3 == 0 {
+            drop(r);
+        } else {
+            let commit_len = len / 2;
+            let body = r.body()[..commit_len].to_vec();
+            r.commit(round as u32, commit_len);
+            expect.push((round as u32, body));
+            assert_eq!(next(&mut rx), expect.pop());
+        }
+        assert_eq!(rx.peek(), None, "round {round}");
+        assert!(!rx.has_data());
+    }
+}
+
+#[test]
+fn attach_to_existing_memory() {
+    #[repr(C, align(64))]
+    struct Mem {
+        ctl: RingCtl,
+        data: [u8; 512],
+    }
+    let mut mem = Box::new(Mem {
+        ctl: RingCtl::new(),
+        data: [0; 512],
+    });
+    // SAFETY: `mem` outlives both endpoints, is aligned, zeroed, and these are the only ones.
+    let (mut tx, mut rx) = unsafe {
+        RingCtl::init_in_place(&mut mem.ctl);
+        let data = mem.data.as_mut_ptr();
+        (
+            Producer::new(&mem.ctl, data, 512),
+            Consumer::new(&mem.ctl, data, 512),
+        )
+    };
+    for i in 0..1000u32 {
+        assert!(tx.push(i, &[&i.to_le_bytes()[..(i % 5) as usize]]));
+        assert_eq!(
+            next(&mut rx),
+            Some((i, i.to_le_bytes()[..(i % 5) as usize].to_vec()))
+        );
+    }
+    let bytes: u64 = (0..1000).map(|i| record_size(i % 5) as u64).sum();
+    // The head covers all records plus the pads at the lap ends (at most one per lap).
+    let head = mem.ctl.head();
+    assert_eq!(head, tx.tail);
+    assert!(
+        head >= bytes && head < bytes + 24 * (bytes / 512 + 1),
+        "{head} vs {bytes}"
+    );
+    drop((tx, rx));
+    // SAFETY: as above; the ring is empty and the old endpoints are gone.
+    let (mut tx, mut rx) = unsafe {
+        let data = mem.data.as_mut_ptr();
+        (
+            Producer::new(&mem.ctl, data, 512),
+            Consumer::new(&mem.ctl, data, 512),
+        )
+    };
+    assert!(!rx.has_data());
+    assert!(tx.push(9, &[b"again"]));
+    assert_eq!(next(&mut rx), Some((9, b"again".to_vec())));
+}
+
+#[test]
+#[should_panic(expected = "pop without a record")]
+fn pop_without_peek_panics() {
+    let (_tx, mut rx) = channel(256);
+    rx.pop();
+}
+
+#[test]
+#[should_panic(expected = "power of two")]
+fn bad_capacity_panics() {
+    let _ = channel(300);
+}
+
+#[test]
+#[should_panic(expected = "max_body")]
+#[cfg(debug_assertions)]
+fn oversized_reserve_panics_in_debug() {
+    let (mut tx, _rx) = channel(256);
+    let _ = tx.reserve(113);
+}
+
+#[test]
+#[should_panic(expected = "commit length")]
+fn overlong_commit_panics() {
+    let (mut tx, _rx) = channel(256);
+    tx.reserve(8).unwrap().commit(0, 9);
+}
+
+#[test]
+fn endpoints_are_send() {
+    fn is_send<T: Send>() {}
+    is_send::<Producer>();
+    is_send::<Consumer>();
+}
