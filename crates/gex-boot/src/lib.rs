@@ -11,9 +11,12 @@
 //!   or aborts, every other rank is terminated within about a second and the job's
 //!   exit code says what happened. The `gex-run` binary is a thin command line over
 //!   it: `gex-run -n N [--conduit NAME] [--] prog args…`.
-//! - [`from_env`]: the **rank side**. It reads [`GEX_BOOT`](env::BOOT) and returns the
-//!   matching [`Bootstrap`]: the fork client ([`fork::ForkClient`]) under the fork
-//!   launcher, or a one-rank [`Singleton`] when the program was started on its own.
+//! - [`from_env`]: the **rank side**. It reads [`GEX_BOOT`](env::BOOT) and the
+//!   PMI variables and returns the matching [`Bootstrap`]: the fork client
+//!   ([`fork::ForkClient`]) under the fork launcher, the PMI-1 client
+//!   ([`pmi::PmiClient`]) under MPICH's Hydra `mpiexec` or Slurm's `srun
+//!   --mpi=pmi2`, or a one-rank [`Singleton`] when the program was started on its
+//!   own.
 //! - [`spawn_self`] and [`spawn_self_test`]: **self-launch** for tests and
 //!   benchmarks. The same executable is both launcher and ranks: the first call
 //!   runs a job of copies of the current executable and returns its exit code; in
@@ -24,12 +27,12 @@
 //!
 //! # What it does not do (yet)
 //!
-//! - Multi-host jobs. The fork launcher runs every rank on the local host (every
-//!   host id is 0).
-//! - External launchers. A PMI-1 client (MPICH Hydra's `mpiexec`, Slurm's `srun
-//!   --mpi=pmi2`) and PMIx (Open MPI's `mpirun`/`prterun`, `srun --mpi=pmix`) come
-//!   in a later issue, with recipes here. Until then, under those launchers each
-//!   process sees no `GEX_BOOT` and runs as a singleton.
+//! - Multi-host jobs with its own launcher. The fork launcher runs every rank on
+//!   the local host (every host id is 0); for several hosts, start the job with
+//!   `mpiexec` or `srun` (the PMI-1 client reports their host layout).
+//! - PMIx (Open MPI's `mpirun`/`prterun`, `srun --mpi=pmix`): comes in a later
+//!   issue. Under those launchers a process sees neither `GEX_BOOT` nor the PMI-1
+//!   variables and runs as a singleton.
 //! - Platforms other than Linux: the launcher relies on pidfds and
 //!   `PR_SET_PDEATHSIG` (Linux 5.3 or later).
 //!
@@ -40,14 +43,18 @@
 //!   described in [`launch`].
 //! - A test or benchmark that launches itself: [`spawn_self_test`] inside a
 //!   `#[test]`, [`spawn_self`] in a `main`.
-//! - `mpiexec` (MPICH Hydra), `srun` (Slurm) and `prterun`/`mpirun` (PMIx): not yet
-//!   supported; the PMI-1 and PMIx bootstraps and their recipes come in a later issue.
+//! - MPICH's Hydra: `mpiexec -n 4 ./my-app args…`; Slurm: `srun --mpi=pmi2 -n 4
+//!   ./my-app args…` (not tested here). The ranks find the PMI-1 server through
+//!   `PMI_FD` or `PMI_PORT`; [`from_env`] (and [`spawn_self`], which then never
+//!   launches) returns a [`pmi::PmiClient`]. Faults are handled by the launcher:
+//!   see [`pmi`](mod@pmi#ending-the-job).
+//! - `prterun`/`mpirun` (PMIx): not yet supported.
 //!
 //! # Words
 //!
 //! - **rank**: one member of a job, numbered `0..size`.
 //! - **launcher**: the process that starts the ranks and serves their bootstrap
-//!   (`gex-run`, or a test that called [`spawn_self`]).
+//!   (`gex-run`, a test that called [`spawn_self`], or `mpiexec`).
 //! - **HELLO / FINALIZE**: the first and last bootstrap messages of a gex rank. A
 //!   rank that said HELLO and ends without FINALIZE has failed.
 //!
@@ -69,6 +76,7 @@ mod coord;
 pub mod env;
 pub mod fork;
 pub mod launch;
+pub mod pmi;
 mod proto;
 mod signals;
 
@@ -78,13 +86,19 @@ use gex_core::boot::{BootError, Bootstrap, Singleton};
 
 use crate::launch::{JobSpec, LaunchError};
 
-/// Returns this process's bootstrap, chosen by [`GEX_BOOT`](env::BOOT):
+/// Returns this process's bootstrap, chosen by [`GEX_BOOT`](env::BOOT) and the
+/// PMI variables:
 ///
-/// | `GEX_BOOT` | bootstrap |
-/// |---|---|
-/// | unset or empty | [`Singleton`]: a job of one rank |
-/// | `fork` | [`fork::ForkClient`] over the socket inherited from the fork launcher; it says HELLO before this returns |
-/// | anything else | error |
+/// | `GEX_BOOT` | PMI variables | bootstrap |
+/// |---|---|---|
+/// | unset or empty | [`PMI_FD`](env::PMI_FD) or [`PMI_PORT`](env::PMI_PORT) set | [`pmi::PmiClient`]: started by `mpiexec` (Hydra) or `srun --mpi=pmi2`; the PMI-1 handshake is done before this returns |
+/// | unset or empty | neither set | [`Singleton`]: a job of one rank |
+/// | `fork` | (ignored) | [`fork::ForkClient`] over the socket inherited from the fork launcher; it says HELLO before this returns |
+/// | `pmi` | required | [`pmi::PmiClient`] |
+/// | anything else | | error |
+///
+/// Under a PMI launcher every rank must call this (it may make a collective
+/// exchange; see [`pmi::PmiClient::from_env`]).
 ///
 /// ```
 /// let boot = gex_boot::from_env()?;
@@ -94,15 +108,19 @@ use crate::launch::{JobSpec, LaunchError};
 ///
 /// # Errors
 /// [`BootError::Environment`] for an unknown `GEX_BOOT` value or a malformed job
-/// environment; [`BootError::Lost`] if the launcher is already gone.
+/// environment; [`BootError::Lost`] if the launcher is already gone;
+/// [`BootError::Protocol`] if a PMI server answers unexpectedly.
 pub fn from_env() -> Result<Box<dyn Bootstrap>, BootError> {
     match env::boot() {
+        None if env::pmi_present() => Ok(Box::new(pmi::PmiClient::from_env()?)),
         None => Ok(Box::new(Singleton::new())),
         Some(v) if v == env::BOOT_FORK => Ok(Box::new(fork::ForkClient::from_env()?)),
+        Some(v) if v == env::BOOT_PMI => Ok(Box::new(pmi::PmiClient::from_env()?)),
         Some(v) => Err(BootError::Environment(format!(
-            "{}={v:?} names no known bootstrap (expected `{}`, or unset for a single rank)",
+            "{}={v:?} names no known bootstrap (expected `{}` or `{}`, or unset)",
             env::BOOT,
-            env::BOOT_FORK
+            env::BOOT_FORK,
+            env::BOOT_PMI
         ))),
     }
 }
@@ -116,9 +134,10 @@ pub enum Role {
     Launcher(i32),
 }
 
-/// Whether this process was started by a launcher (`GEX_BOOT` is set).
+/// Whether this process was started by a launcher (`GEX_BOOT` is set, or a PMI
+/// launcher's `PMI_FD`/`PMI_PORT`).
 fn is_rank() -> bool {
-    env::boot().is_some()
+    env::boot().is_some() || env::pmi_present()
 }
 
 fn self_job(ranks: u32, args: Vec<OsString>) -> Result<Role, LaunchError> {
@@ -139,7 +158,9 @@ fn self_job(ranks: u32, args: Vec<OsString>) -> Result<Role, LaunchError> {
 /// for the job and returns [`Role::Launcher`] with its exit code. In those copies
 /// (`GEX_BOOT` is set), returns [`Role::Rank`] with their bootstrap instead, so one
 /// `main` serves as both. Every copy must create its bootstrap (this function does
-/// it) and finalize it, or the job fails.
+/// it) and finalize it, or the job fails. A process started by `mpiexec` or `srun`
+/// (`PMI_FD` or `PMI_PORT` is set) is a rank too: `ranks` is then ignored and the
+/// launcher's job size applies.
 ///
 /// ```no_run
 /// use gex_boot::{spawn_self, Role};

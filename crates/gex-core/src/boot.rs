@@ -4,8 +4,8 @@
 //! A bootstrap is *slow path only*: it is used during client initialisation, at
 //! finalisation and on abort. Nothing on a data path may call it.
 //!
-//! Backends live outside gex-core (`gex-boot`: local fork spawner, singleton; later
-//! PMI-1 and PMIx). Conduits receive a `&mut dyn Bootstrap` in [`crate::spi::Conduit::open`].
+//! Backends live outside gex-core (`gex-boot`: the local fork launcher, the PMI-1
+//! client used under `mpiexec`/`srun`, and [`Singleton`]; PMIx later). Conduits receive a `&mut dyn Bootstrap` in [`crate::spi::Conduit::open`].
 //!
 //! # Contract (every backend must provide)
 //!

@@ -84,7 +84,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "GEX_BOOT",
         default: "",
-        doc: "Set by the launcher: bootstrap backend of this rank (fork). Unset: singleton job.",
+        doc: "Bootstrap backend: fork (set by the gex fork launcher) or pmi (force the PMI-1 client). Unset: PMI-1 if PMI_FD or PMI_PORT is set (mpiexec, srun), else a singleton job.",
     },
     EnvVar {
         name: "GEX_BOOT_FD",

@@ -1,0 +1,1049 @@
+//! The PMI-1 bootstrap: [`PmiClient`], a native client of the PMI-1 "simple" wire
+//! protocol, for ranks started by MPICH's Hydra `mpiexec` or by Slurm's `srun
+//! --mpi=pmi2` (whose plugin also serves PMI-1 clients).
+//!
+//! No PMI library is linked: the client speaks the text protocol itself over the
+//! socket the launcher provides. [`from_env`](crate::from_env) picks it when `PMI_FD`
+//! or `PMI_PORT` is set and `GEX_BOOT` is not (or `GEX_BOOT=pmi` forces it).
+//!
+//! # Environment
+//!
+//! | variable | set by | meaning |
+//! |---|---|---|
+//! | [`PMI_FD`](crate::env::PMI_FD) | Hydra (default) | number of an inherited, connected stream socket to the launcher's PMI server |
+//! | [`PMI_PORT`](crate::env::PMI_PORT) | Hydra with `-pmi-port`, other PMI-1 servers | `host:port` of the PMI server, used when `PMI_FD` is not set |
+//! | [`PMI_ID`](crate::env::PMI_ID) | with `PMI_PORT` | identity sent in the `initack` handshake (falls back to `PMI_RANK`) |
+//! | [`PMI_RANK`](crate::env::PMI_RANK) | with `PMI_FD` | this process's rank, `0..PMI_SIZE` |
+//! | [`PMI_SIZE`](crate::env::PMI_SIZE) | with `PMI_FD` | number of ranks in the job |
+//!
+//! With `PMI_PORT`, rank and size come from the server's `initack` reply and the
+//! `PMI_RANK`/`PMI_SIZE` variables are not needed. Nothing else is read; in
+//! particular the fork launcher's `GEX_JOB_ID`, `GEX_LOCAL_RANK` and
+//! `GEX_LOCAL_SIZE` are not set under `mpiexec`.
+//!
+//! # Protocol subset
+//!
+//! Every request is one line `cmd=NAME key=value …\n` and gets one reply line
+//! (except `abort`, which gets none). Keys and values are printable ASCII without
+//! spaces or `=`.
+//!
+//! | request | reply | used for |
+//! |---|---|---|
+//! | `cmd=initack pmiid=ID` | `cmd=initack`, then `cmd=set size=N`, `cmd=set rank=R`, `cmd=set debug=D` | first message, `PMI_PORT` only |
+//! | `cmd=init pmi_version=1 pmi_subversion=1` | `cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0` | version check |
+//! | `cmd=get_maxes` | `cmd=maxes kvsname_max=… keylen_max=… vallen_max=…` | size limits (Hydra: 256, 64, 1024) |
+//! | `cmd=get_appnum` | `cmd=appnum appnum=A` | [`PmiClient::appnum`] |
+//! | `cmd=get_my_kvsname` | `cmd=my_kvsname kvsname=K` | the job's key-value space |
+//! | `cmd=put kvsname=K key=… value=…` | `cmd=put_result rc=0 …` | publishing a blob |
+//! | `cmd=barrier_in` | `cmd=barrier_out` | barrier; also makes every earlier `put` visible to every rank |
+//! | `cmd=get kvsname=K key=…` | `cmd=get_result rc=0 value=…` (`rc` ≠ 0: no such key) | reading a blob, `PMI_process_mapping` |
+//! | `cmd=abort exitcode=C` | none: the launcher ends the job | [`abort`](Bootstrap::abort), [`request_exit`](Bootstrap::request_exit) |
+//! | `cmd=finalize` | `cmd=finalize_ack` | [`finalize`](Bootstrap::finalize) |
+//!
+//! # How the collectives map onto the KVS
+//!
+//! Exchange, barrier and broadcast share one sequence counter `seq`, starting at 0
+//! (every rank makes the same calls in the same order, so the counters agree).
+//!
+//! - A blob is encoded as unpadded base64url (`A-Z a-z 0-9 - _`) and split into
+//!   chunks that fit both `vallen_max` and a 1024-byte request line (MPICH's
+//!   `PMIU_MAXLINE`): about 680 bytes of blob per chunk under Hydra. Rank `r`
+//!   publishes chunk `i` of collective `seq` under the key `gex.<seq>.<r>.<i>`;
+//!   chunk 0's value starts with the chunk count and a dot (`3.QUJD…`).
+//! - **exchange**: put this rank's chunks, barrier, get every other rank's chunks.
+//! - **broadcast**: the root puts its chunks, barrier, the others get them.
+//! - **barrier**: `barrier_in` / `barrier_out`.
+//!
+//! A rank that finds another rank's key missing after the barrier reports
+//! [`BootError::Protocol`] (the ranks made different bootstrap calls).
+//!
+//! # Host ids
+//!
+//! From the `PMI_process_mapping` key (see [`parse_process_mapping`]) when the
+//! launcher publishes it (Hydra and Slurm do). Otherwise the ranks exchange their
+//! host names (`uname` node name) with one collective exchange during
+//! [`PmiClient::from_env`], and ranks with equal names share a host id (ids are
+//! numbered in order of first appearance by rank).
+//!
+//! # Ending the job
+//!
+//! PMI-1 has no "end the job with this code" request other than `abort`, so:
+//!
+//! - [`abort`](Bootstrap::abort) prints `gex: rank R aborted the job (code C): msg`
+//!   on stderr (Hydra does not print abort messages), sends `cmd=abort exitcode=C`
+//!   and exits with `C` (1 if 0). Hydra kills every other rank and `mpiexec` exits
+//!   with `C`.
+//! - Hydra kills the job as soon as it handles `abort`, dropping output still in
+//!   the ranks' stdout and stderr pipes. So before sending `abort` (for
+//!   [`abort`](Bootstrap::abort) and [`request_exit`](Bootstrap::request_exit)) the
+//!   client flushes stdout and stderr and, when they are pipes, waits until the
+//!   launcher has read them (at most 1 s).
+//! - [`request_exit`](Bootstrap::request_exit) (GASNet's `gasnet_exit`) sends
+//!   `cmd=abort exitcode=C` without printing anything: that is the only way to ask
+//!   the launcher to end the other ranks. `mpiexec` then exits with `C`, also when
+//!   `C` is 0.
+//! - [`finalize`](Bootstrap::finalize) sends `cmd=finalize` and waits for the
+//!   acknowledgement. PMI-1 carries no exit code there: the job's exit code is
+//!   decided by `mpiexec` from the processes' exit statuses (Hydra 4.0: their
+//!   bitwise OR).
+//! - A rank that dies is handled by the launcher, not by this client: Hydra kills
+//!   the job when any rank exits with a non-zero code, is killed by a signal, or
+//!   closes its PMI connection without finalizing (Hydra 4.0 then exits with 0 if
+//!   that rank's own code was 0).
+//!
+//! # Safety
+//!
+//! The only `unsafe` here turns the descriptor number found in `PMI_FD` into a
+//! [`BorrowedFd`] for two `fcntl` calls: one duplicates it into a descriptor this
+//! client owns, the other marks the inherited one close-on-exec. The launcher
+//! guarantees the descriptor is open in the process when it starts; the borrow
+//! lasts only for those two calls and nothing in this module closes the inherited
+//! descriptor. Everything after that uses the owned duplicate.
+
+#![allow(unsafe_code)]
+
+mod b64;
+mod mapping;
+mod wire;
+
+pub use mapping::parse_process_mapping;
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use gex_core::boot::{BootError, Bootstrap};
+use rustix::io::FdFlags;
+
+use crate::env;
+use wire::{Conn, MAX_REQUEST_LINE, Msg};
+
+/// Upper bound on the length of the keys this client makes (`gex.<seq>.<rank>.<chunk>`
+/// with a `u64` and two `u32` in decimal is at most 46 bytes).
+const KEY_BOUND: usize = 48;
+
+/// Room kept in chunk 0 for the chunk count and its dot.
+const COUNT_PREFIX: usize = 11;
+
+/// Smallest number of base64 characters per chunk this client accepts to work with.
+const MIN_CHUNK: usize = 16;
+
+/// Largest chunk count accepted in another rank's chunk 0 (a corrupt count must
+/// not make this rank issue billions of requests).
+const MAX_CHUNKS: usize = 1 << 26;
+
+/// Longest [`drain_output`] waits for the launcher to read this rank's output.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(1);
+
+/// Fixed text of a `put` request line: `cmd=put kvsname=`, ` key=`, ` value=`, `\n`.
+const PUT_OVERHEAD: usize = 16 + 5 + 7 + 1;
+
+/// The bootstrap of a rank started by a PMI-1 launcher (Hydra's `mpiexec`, Slurm's
+/// `srun --mpi=pmi2`). See the [module documentation](self) for the protocol and
+/// the exit semantics.
+///
+/// Every call blocks until the PMI server answers; if the server goes away the call
+/// returns [`BootError::Lost`].
+///
+/// ```no_run
+/// use gex_core::boot::Bootstrap;
+/// // Inside a process started by `mpiexec -n 4 ...`:
+/// let mut boot = gex_boot::pmi::PmiClient::from_env()?;
+/// let all = boot.exchange(&boot.rank().to_le_bytes())?;
+/// assert_eq!(all.len(), boot.size() as usize);
+/// boot.finalize(0)?;
+/// # Ok::<(), gex_core::boot::BootError>(())
+/// ```
+#[derive(Debug)]
+pub struct PmiClient {
+    conn: Conn,
+    rank: u32,
+    size: u32,
+    hosts: Vec<u32>,
+    kvs: String,
+    appnum: i64,
+    keylen_max: usize,
+    /// Base64 characters per chunk.
+    chunk: usize,
+    seq: u64,
+    finalized: bool,
+}
+
+/// How a connection learns its rank and size.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ident {
+    /// From the environment (`PMI_FD` mode).
+    Known { rank: u32, size: u32 },
+    /// From the server's `initack` reply to this id (`PMI_PORT` mode).
+    Handshake { pmiid: u32 },
+}
+
+fn env_str(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn env_u32(name: &str, why: &str) -> Result<u32, BootError> {
+    let v = std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| BootError::Environment(format!("{name} is not set ({why})")))?;
+    v.to_str()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .ok_or_else(|| {
+            BootError::Environment(format!("{name}={v:?} is not a non-negative integer"))
+        })
+}
+
+fn to_u32(m: &Msg, key: &str) -> Result<u32, BootError> {
+    let v = m.int(key)?;
+    u32::try_from(v).map_err(|_| {
+        BootError::Protocol(format!(
+            "PMI reply cmd={}: {key}={v} is out of range",
+            m.cmd
+        ))
+    })
+}
+
+fn to_usize(m: &Msg, key: &str) -> Result<usize, BootError> {
+    let v = m.int(key)?;
+    usize::try_from(v).map_err(|_| {
+        BootError::Protocol(format!(
+            "PMI reply cmd={}: {key}={v} is out of range",
+            m.cmd
+        ))
+    })
+}
+
+/// Flushes stdout and stderr and, for each of them that is a pipe (as under Hydra,
+/// whose proxy reads the other end), waits until the pipe is empty, at most
+/// [`OUTPUT_DRAIN`] in all. Hydra kills the whole job as soon as it handles a PMI
+/// `abort`, and drops what is still in the ranks' pipes then: without this, the
+/// abort message printed just before would often be lost.
+fn drain_output() {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    let deadline = Instant::now() + OUTPUT_DRAIN;
+    let (out, err) = (std::io::stdout(), std::io::stderr());
+    for fd in [out.as_fd(), err.as_fd()] {
+        let is_pipe = rustix::fs::fstat(fd).is_ok_and(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Fifo
+        });
+        // FIONREAD on either end of a pipe counts the bytes not yet read.
+        while is_pipe
+            && Instant::now() < deadline
+            && rustix::io::ioctl_fionread(fd).is_ok_and(|n| n > 0)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Host ids from host names: equal names, equal ids; ids numbered by first
+/// appearance.
+fn host_ids_from_names(names: &[Vec<u8>]) -> Vec<u32> {
+    let mut seen: Vec<&[u8]> = Vec::new();
+    names
+        .iter()
+        .map(|n| match seen.iter().position(|s| *s == n.as_slice()) {
+            Some(i) => i as u32,
+            None => {
+                seen.push(n);
+                (seen.len() - 1) as u32
+            }
+        })
+        .collect()
+}
+
+impl PmiClient {
+    /// Connects to the PMI server described by the environment (see the [module
+    /// documentation](self#environment)): the inherited socket `PMI_FD` with
+    /// `PMI_RANK` and `PMI_SIZE`, or else `PMI_PORT` with `PMI_ID`. Then performs
+    /// the PMI-1 handshake, learns the job's key-value space and limits, and works
+    /// out the host ids, which may take one collective exchange (so every rank must
+    /// call this).
+    ///
+    /// # Errors
+    /// [`BootError::Environment`] if the variables are missing or malformed or the
+    /// descriptor is not a socket; [`BootError::Lost`] if the server is gone;
+    /// [`BootError::Protocol`] if it answers something unexpected.
+    pub fn from_env() -> Result<Self, BootError> {
+        if env_str(env::PMI_FD).is_some() {
+            let fd = env_u32(env::PMI_FD, "")?;
+            let why = "PMI_FD is set, so the launcher must set it too";
+            let rank = env_u32(env::PMI_RANK, why)?;
+            let size = env_u32(env::PMI_SIZE, why)?;
+            let sock = Self::inherited_socket(fd)?;
+            Self::connect(sock, Ident::Known { rank, size })
+        } else if let Some(port) = env_str(env::PMI_PORT) {
+            let pmiid = if env_str(env::PMI_ID).is_some() {
+                env_u32(env::PMI_ID, "")?
+            } else {
+                env_u32(
+                    env::PMI_RANK,
+                    "PMI_PORT is set without PMI_ID: one of them is needed",
+                )?
+            };
+            let stream = std::net::TcpStream::connect(port.as_str()).map_err(|e| {
+                BootError::Environment(format!(
+                    "{}={port:?}: cannot connect to the PMI server: {e}",
+                    env::PMI_PORT
+                ))
+            })?;
+            // Every request waits for its reply: do not let Nagle delay it.
+            stream.set_nodelay(true)?;
+            Self::connect(OwnedFd::from(stream), Ident::Handshake { pmiid })
+        } else {
+            Err(BootError::Environment(format!(
+                "neither {} nor {} is set: this process was not started by a PMI launcher \
+                 (mpiexec, srun --mpi=pmi2)",
+                env::PMI_FD,
+                env::PMI_PORT
+            )))
+        }
+    }
+
+    /// Takes a private, close-on-exec duplicate of descriptor `fd` and makes the
+    /// inherited one close-on-exec as well.
+    fn inherited_socket(fd: u32) -> Result<OwnedFd, BootError> {
+        let Ok(raw) = RawFd::try_from(fd) else {
+            return Err(BootError::Environment(format!(
+                "{}={fd} is out of range",
+                env::PMI_FD
+            )));
+        };
+        if raw <= 2 {
+            return Err(BootError::Environment(format!(
+                "{}={fd} names a standard stream, not a PMI socket",
+                env::PMI_FD
+            )));
+        }
+        // SAFETY: the launcher left descriptor `raw` open in this process for PMI
+        // (see the module's Safety section); the borrow is used for the two fcntl
+        // calls below only, and nothing closes `raw` meanwhile.
+        let inherited = unsafe { BorrowedFd::borrow_raw(raw) };
+        let owned = rustix::io::fcntl_dupfd_cloexec(inherited, 3).map_err(|e| {
+            BootError::Environment(format!(
+                "{}={fd} is not an open descriptor ({e}); was this process started by mpiexec?",
+                env::PMI_FD
+            ))
+        })?;
+        // Keep the inherited descriptor away from programs this rank may start.
+        rustix::io::fcntl_setfd(inherited, FdFlags::CLOEXEC)
+            .map_err(|e| BootError::Io(e.into()))?;
+        let stat = rustix::fs::fstat(&owned).map_err(|e| BootError::Io(e.into()))?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::Socket {
+            return Err(BootError::Environment(format!(
+                "{}={fd} is not a socket; was this process started by mpiexec?",
+                env::PMI_FD
+            )));
+        }
+        Ok(owned)
+    }
+
+    /// Runs the PMI-1 handshake over `sock` and works out the host ids.
+    pub(crate) fn connect(sock: OwnedFd, ident: Ident) -> Result<Self, BootError> {
+        let mut conn = Conn::new(sock);
+        let (rank, size) = match ident {
+            Ident::Known { rank, size } => (rank, size),
+            Ident::Handshake { pmiid } => Self::initack(&mut conn, pmiid)?,
+        };
+        if size == 0 || rank >= size {
+            return Err(BootError::Environment(format!(
+                "PMI rank {rank} is not below the job size {size}"
+            )));
+        }
+        let m = conn.call(
+            "cmd=init pmi_version=1 pmi_subversion=1\n",
+            "response_to_init",
+        )?;
+        if m.rc()? != 0 || m.get("pmi_version").is_some_and(|v| v != "1") {
+            return Err(BootError::Protocol(format!(
+                "the PMI server refused PMI version 1.1: {m:?}"
+            )));
+        }
+        let m = conn.call("cmd=get_maxes\n", "maxes")?;
+        let kvsname_max = to_usize(&m, "kvsname_max")?;
+        let keylen_max = to_usize(&m, "keylen_max")?;
+        let vallen_max = to_usize(&m, "vallen_max")?;
+        let m = conn.call("cmd=get_appnum\n", "appnum")?;
+        let appnum = m.int("appnum")?;
+        let m = conn.call("cmd=get_my_kvsname\n", "my_kvsname")?;
+        let kvs = m.require("kvsname")?.to_owned();
+        if !wire::is_token(&kvs) || kvs.len() >= kvsname_max.max(1) {
+            return Err(BootError::Protocol(format!(
+                "the PMI server gave an unusable key-value space name {kvs:?}"
+            )));
+        }
+        // Values carry NUL-terminated C strings on the server: vallen_max - 1 bytes,
+        // and the whole put line must fit MAX_REQUEST_LINE.
+        let room = vallen_max
+            .saturating_sub(1)
+            .min(MAX_REQUEST_LINE.saturating_sub(PUT_OVERHEAD + kvs.len() + KEY_BOUND));
+        let chunk = room.saturating_sub(COUNT_PREFIX);
+        if chunk < MIN_CHUNK {
+            return Err(BootError::Protocol(format!(
+                "the PMI server allows values of only {vallen_max} bytes (key-value space \
+                 {kvs:?}): too small to exchange blobs"
+            )));
+        }
+        let mut me = PmiClient {
+            conn,
+            rank,
+            size,
+            hosts: Vec::new(),
+            kvs,
+            appnum,
+            keylen_max,
+            chunk,
+            seq: 0,
+            finalized: false,
+        };
+        let mapping = me.get("PMI_process_mapping")?;
+        let from_mapping = match &mapping {
+            Some(v) => parse_process_mapping(v, size)?,
+            None => None,
+        };
+        me.hosts = match from_mapping {
+            Some(ids) => ids,
+            None => {
+                let name = rustix::system::uname().nodename().to_bytes().to_vec();
+                let names = me.exchange(&name)?;
+                host_ids_from_names(&names)
+            }
+        };
+        tracing::debug!(
+            rank,
+            size,
+            kvs = me.kvs.as_str(),
+            appnum,
+            vallen_max,
+            chunk = me.chunk,
+            mapping = mapping.as_deref().unwrap_or("(none: host names exchanged)"),
+            "PMI-1 bootstrap connected"
+        );
+        Ok(me)
+    }
+
+    /// The `PMI_PORT` handshake: `cmd=initack pmiid=ID`, answered by `cmd=initack`
+    /// and three `cmd=set` lines (size, rank, debug).
+    fn initack(conn: &mut Conn, pmiid: u32) -> Result<(u32, u32), BootError> {
+        conn.call(&format!("cmd=initack pmiid={pmiid}\n"), "initack")?;
+        let (mut rank, mut size) = (None, None);
+        for _ in 0..3 {
+            let m = conn.recv_msg()?;
+            if m.cmd != "set" {
+                return Err(BootError::Protocol(format!(
+                    "expected cmd=set after cmd=initack, got {m:?}"
+                )));
+            }
+            if m.get("size").is_some() {
+                size = Some(to_u32(&m, "size")?);
+            }
+            if m.get("rank").is_some() {
+                rank = Some(to_u32(&m, "rank")?);
+            }
+        }
+        match (rank, size) {
+            (Some(r), Some(s)) => Ok((r, s)),
+            _ => Err(BootError::Protocol(
+                "the PMI server's initack did not give both rank and size".into(),
+            )),
+        }
+    }
+
+    /// The application number of this process (`mpiexec` runs several programs as
+    /// one job with `prog1 : prog2`; they are numbered from 0).
+    pub fn appnum(&self) -> i64 {
+        self.appnum
+    }
+
+    /// The name of the job's PMI key-value space.
+    pub fn kvs_name(&self) -> &str {
+        &self.kvs
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        let s = self.seq;
+        self.seq += 1;
+        s
+    }
+
+    fn check_open(&self, what: &str) -> Result<(), BootError> {
+        if self.finalized {
+            Err(BootError::Protocol(format!(
+                "bootstrap {what} called after finalize"
+            )))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn key(&self, seq: u64, rank: u32, chunk: usize) -> Result<String, BootError> {
+        let k = format!("gex.{seq}.{rank}.{chunk}");
+        if k.len() >= self.keylen_max {
+            return Err(BootError::Protocol(format!(
+                "PMI key {k:?} is longer than the server allows ({} bytes)",
+                self.keylen_max
+            )));
+        }
+        Ok(k)
+    }
+
+    fn put(&mut self, key: &str, value: &str) -> Result<(), BootError> {
+        debug_assert!(wire::is_token(key) && wire::is_token(value));
+        let line = format!("cmd=put kvsname={} key={key} value={value}\n", self.kvs);
+        debug_assert!(line.len() <= MAX_REQUEST_LINE);
+        let m = self.conn.call(&line, "put_result")?;
+        if m.rc()? != 0 {
+            return Err(BootError::Protocol(format!(
+                "PMI put of {key:?} failed: {}",
+                m.get("msg").unwrap_or("(no message)")
+            )));
+        }
+        Ok(())
+    }
+
+    /// The value of `key`, or `None` if the KVS has no such key.
+    fn get(&mut self, key: &str) -> Result<Option<String>, BootError> {
+        let line = format!("cmd=get kvsname={} key={key}\n", self.kvs);
+        let m = self.conn.call(&line, "get_result")?;
+        if m.rc()? != 0 {
+            return Ok(None);
+        }
+        Ok(Some(m.require("value")?.to_owned()))
+    }
+
+    fn pmi_barrier(&mut self) -> Result<(), BootError> {
+        self.conn.call("cmd=barrier_in\n", "barrier_out")?;
+        Ok(())
+    }
+
+    /// Publishes `blob` as this rank's contribution to collective `seq`.
+    fn put_blob(&mut self, seq: u64, blob: &[u8]) -> Result<(), BootError> {
+        let enc = b64::encode(blob);
+        // Base64url is ASCII: splitting at any byte index is splitting at a char.
+        let pieces: Vec<&str> = if enc.is_empty() {
+            vec![""]
+        } else {
+            enc.as_bytes()
+                .chunks(self.chunk)
+                .map(|c| std::str::from_utf8(c).expect("base64 is ASCII"))
+                .collect()
+        };
+        let n = pieces.len();
+        for (i, piece) in pieces.into_iter().enumerate() {
+            let key = self.key(seq, self.rank, i)?;
+            if i == 0 {
+                self.put(&key, &format!("{n}.{piece}"))?;
+            } else {
+                self.put(&key, piece)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads rank `rank`'s contribution to collective `seq`.
+    fn get_blob(&mut self, seq: u64, rank: u32) -> Result<Vec<u8>, BootError> {
+        let missing = |i: usize| {
+            BootError::Protocol(format!(
+                "rank {rank} published no chunk {i} for bootstrap collective #{seq} \
+                 (did every rank make the same bootstrap calls?)"
+            ))
+        };
+        let key = self.key(seq, rank, 0)?;
+        let first = self.get(&key)?.ok_or_else(|| missing(0))?;
+        let (count, data) = first
+            .split_once('.')
+            .and_then(|(c, d)| Some((c.parse::<usize>().ok()?, d)))
+            .filter(|&(c, _)| (1..=MAX_CHUNKS).contains(&c))
+            .ok_or_else(|| {
+                BootError::Protocol(format!(
+                    "PMI value of {key:?} has no chunk count: {first:?}"
+                ))
+            })?;
+        let mut enc = String::from(data);
+        for i in 1..count {
+            let key = self.key(seq, rank, i)?;
+            enc.push_str(&self.get(&key)?.ok_or_else(|| missing(i))?);
+        }
+        b64::decode(&enc)
+    }
+
+    /// Sends `cmd=abort exitcode=code` (the server sends no reply), after letting
+    /// the launcher read this rank's pending output ([`drain_output`]).
+    fn send_abort(&mut self, code: i32) -> Result<(), BootError> {
+        drain_output();
+        self.conn.send_line(&format!("cmd=abort exitcode={code}\n"))
+    }
+}
+
+impl Bootstrap for PmiClient {
+    fn name(&self) -> &'static str {
+        "pmi"
+    }
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+    fn size(&self) -> u32 {
+        self.size
+    }
+    fn host_ids(&self) -> &[u32] {
+        &self.hosts
+    }
+    fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
+        self.check_open("exchange")?;
+        let seq = self.next_seq();
+        self.put_blob(seq, mine)?;
+        self.pmi_barrier()?;
+        (0..self.size)
+            .map(|r| {
+                if r == self.rank {
+                    Ok(mine.to_vec())
+                } else {
+                    self.get_blob(seq, r)
+                }
+            })
+            .collect()
+    }
+    fn barrier(&mut self) -> Result<(), BootError> {
+        self.check_open("barrier")?;
+        self.next_seq();
+        self.pmi_barrier()
+    }
+    fn broadcast(&mut self, root: u32, data: &[u8]) -> Result<Vec<u8>, BootError> {
+        self.check_open("broadcast")?;
+        if root >= self.size {
+            return Err(BootError::Protocol(format!(
+                "broadcast root {root} is not a rank of this job of {}",
+                self.size
+            )));
+        }
+        let seq = self.next_seq();
+        if root == self.rank {
+            self.put_blob(seq, data)?;
+        }
+        self.pmi_barrier()?;
+        if root == self.rank {
+            Ok(data.to_vec())
+        } else {
+            self.get_blob(seq, root)
+        }
+    }
+    fn abort(&mut self, code: i32, msg: &str) -> ! {
+        let code = if code == 0 { 1 } else { code };
+        // Hydra does not print abort messages: say it here, once.
+        eprintln!(
+            "gex: rank {} aborted the job (code {code}): {msg}",
+            self.rank
+        );
+        if let Err(e) = self.send_abort(code) {
+            tracing::debug!(rank = self.rank, code, error = %e, "PMI abort not delivered");
+        }
+        std::process::exit(code)
+    }
+    fn finalize(&mut self, _code: i32) -> Result<(), BootError> {
+        if self.finalized {
+            return Ok(());
+        }
+        self.conn.call("cmd=finalize\n", "finalize_ack")?;
+        self.finalized = true;
+        Ok(())
+    }
+    fn request_exit(&mut self, code: i32) {
+        if let Err(e) = self.send_abort(code) {
+            tracing::debug!(rank = self.rank, code, error = %e, "exit request not delivered");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixStream;
+    use std::sync::{Arc, Barrier, Mutex};
+
+    /// How the fake PMI server behaves.
+    #[derive(Clone)]
+    struct Server {
+        size: u32,
+        vallen_max: usize,
+        mapping: Option<String>,
+        handshake: bool,
+    }
+
+    /// What the fake server saw.
+    #[derive(Default)]
+    struct Seen {
+        requests: Vec<String>,
+        aborts: Vec<i32>,
+    }
+
+    /// A PMI-1 server for `size` clients in threads of this process: one thread per
+    /// connection, a shared KVS and a barrier. It checks the limits a real server
+    /// imposes (line length, value length, printable tokens).
+    fn serve(
+        cfg: Server,
+    ) -> (
+        Vec<OwnedFd>,
+        Vec<std::thread::JoinHandle<()>>,
+        Arc<Mutex<Seen>>,
+    ) {
+        let kvs: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+        let barrier = Arc::new(Barrier::new(cfg.size as usize));
+        let seen: Arc<Mutex<Seen>> = Arc::default();
+        let mut clients = Vec::new();
+        let mut threads = Vec::new();
+        for rank in 0..cfg.size {
+            let (a, b) = UnixStream::pair().unwrap();
+            clients.push(OwnedFd::from(a));
+            let (cfg, kvs, barrier, seen) =
+                (cfg.clone(), kvs.clone(), barrier.clone(), seen.clone());
+            threads.push(std::thread::spawn(move || {
+                let mut out = b.try_clone().unwrap();
+                let mut reply = |s: &str| out.write_all(s.as_bytes()).unwrap();
+                for line in BufReader::new(b).lines() {
+                    let line = line.unwrap();
+                    assert!(line.len() < MAX_REQUEST_LINE, "request too long: {line}");
+                    seen.lock().unwrap().requests.push(line.clone());
+                    let m = Msg::parse(&line).unwrap();
+                    for (k, v) in &m.attrs {
+                        assert!(wire::is_token(k) && wire::is_token(v), "{line}");
+                    }
+                    match m.cmd.as_str() {
+                        "initack" => {
+                            assert!(cfg.handshake);
+                            assert_eq!(m.get("pmiid"), Some(rank.to_string().as_str()));
+                            reply(&format!(
+                                "cmd=initack\ncmd=set size={}\ncmd=set rank={rank}\ncmd=set debug=0\n",
+                                cfg.size
+                            ));
+                        }
+                        "init" => reply("cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n"),
+                        "get_maxes" => reply(&format!(
+                            "cmd=maxes kvsname_max=256 keylen_max=64 vallen_max={}\n",
+                            cfg.vallen_max
+                        )),
+                        "get_appnum" => reply("cmd=appnum appnum=0\n"),
+                        "get_my_kvsname" => reply("cmd=my_kvsname kvsname=kvs_test_0\n"),
+                        "put" => {
+                            let v = m.get("value").unwrap();
+                            assert!(v.len() < cfg.vallen_max, "value too long: {line}");
+                            kvs.lock()
+                                .unwrap()
+                                .insert(m.get("key").unwrap().into(), v.into());
+                            reply("cmd=put_result rc=0 msg=success\n");
+                        }
+                        "get" => {
+                            assert_eq!(m.get("kvsname"), Some("kvs_test_0"));
+                            let key = m.get("key").unwrap();
+                            let v = if key == "PMI_process_mapping" {
+                                cfg.mapping.clone()
+                            } else {
+                                kvs.lock().unwrap().get(key).cloned()
+                            };
+                            match v {
+                                Some(v) => reply(&format!(
+                                    "cmd=get_result rc=0 msg=success value={v}\n"
+                                )),
+                                None => reply(&format!(
+                                    "cmd=get_result rc=-1 msg=key_{key}_not_found value=unknown\n"
+                                )),
+                            }
+                        }
+                        "barrier_in" => {
+                            barrier.wait();
+                            reply("cmd=barrier_out\n");
+                        }
+                        "abort" => {
+                            seen.lock()
+                                .unwrap()
+                                .aborts
+                                .push(m.int("exitcode").unwrap() as i32);
+                            return;
+                        }
+                        "finalize" => {
+                            reply("cmd=finalize_ack\n");
+                            return;
+                        }
+                        other => panic!("unexpected command {other}"),
+                    }
+                }
+            }));
+        }
+        (clients, threads, seen)
+    }
+
+    /// Runs `body` on every client of a fake server, each in its own thread.
+    fn job<T: Send + 'static>(
+        cfg: Server,
+        body: impl Fn(PmiClient) -> T + Send + Sync + 'static,
+    ) -> (Vec<T>, Arc<Mutex<Seen>>) {
+        let handshake = cfg.handshake;
+        let size = cfg.size;
+        let (clients, servers, seen) = serve(cfg);
+        let body = Arc::new(body);
+        let ranks: Vec<_> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(r, sock)| {
+                let body = body.clone();
+                std::thread::spawn(move || {
+                    let r = r as u32;
+                    let ident = if handshake {
+                        Ident::Handshake { pmiid: r }
+                    } else {
+                        Ident::Known { rank: r, size }
+                    };
+                    body(PmiClient::connect(sock, ident).unwrap())
+                })
+            })
+            .collect();
+        let out = ranks.into_iter().map(|t| t.join().unwrap()).collect();
+        for s in servers {
+            s.join().unwrap();
+        }
+        (out, seen)
+    }
+
+    fn blob(rank: u32, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i as u32 * 7 + rank * 13) as u8).collect()
+    }
+
+    #[test]
+    fn collectives_with_small_values_need_many_chunks() {
+        let cfg = Server {
+            size: 3,
+            vallen_max: 40,
+            mapping: Some("(vector,(0,1,3))".into()),
+            handshake: false,
+        };
+        let (chunks, _) = job(cfg, |mut c| {
+            assert_eq!(c.name(), "pmi");
+            assert_eq!(c.host_ids(), &[0, 0, 0]);
+            assert_eq!((c.kvs_name(), c.appnum()), ("kvs_test_0", 0));
+            let chunk = c.chunk;
+            let me = c.rank();
+            for len in [0usize, 1, 2, 3, 27, 28, 29, 500, 3000] {
+                let lens = |r: u32| len + r as usize;
+                let all = c.exchange(&blob(me, lens(me))).unwrap();
+                for (r, b) in all.iter().enumerate() {
+                    assert_eq!(b, &blob(r as u32, lens(r as u32)), "len {len} rank {r}");
+                }
+            }
+            c.barrier().unwrap();
+            let got = c.broadcast(1, &blob(me, 777)).unwrap();
+            assert_eq!(got, blob(1, 777));
+            assert_eq!(c.broadcast(2, b"").unwrap(), b"");
+            c.finalize(0).unwrap();
+            assert!(matches!(c.barrier(), Err(BootError::Protocol(_))));
+            c.finalize(0).unwrap();
+            chunk
+        });
+        // 40-byte values leave room for 39 - 11 base64 characters per chunk.
+        assert_eq!(chunks, [28, 28, 28]);
+    }
+
+    #[test]
+    fn put_lines_fit_the_line_limit() {
+        let cfg = Server {
+            size: 2,
+            vallen_max: 1 << 20,
+            mapping: Some("(vector,(0,2,1))".into()),
+            handshake: false,
+        };
+        let (_, seen) = job(cfg, |mut c| {
+            assert_eq!(c.host_ids(), &[0, 1]);
+            let all = c.exchange(&blob(c.rank(), 10_000)).unwrap();
+            assert_eq!(all[1 - c.rank() as usize], blob(1 - c.rank(), 10_000));
+            c.finalize(0).unwrap();
+        });
+        // The server asserted every line fits; check chunking actually happened.
+        let puts = seen
+            .lock()
+            .unwrap()
+            .requests
+            .iter()
+            .filter(|l| l.starts_with("cmd=put "))
+            .count();
+        assert!(puts > 2 * 10, "{puts} puts");
+    }
+
+    #[test]
+    fn port_handshake_gives_rank_and_size() {
+        let cfg = Server {
+            size: 2,
+            vallen_max: 1024,
+            mapping: Some("(vector,(0,1,2))".into()),
+            handshake: true,
+        };
+        let (ranks, seen) = job(cfg, |mut c| {
+            let r = (c.rank(), c.size());
+            c.barrier().unwrap();
+            c.finalize(0).unwrap();
+            r
+        });
+        assert_eq!(ranks, [(0, 2), (1, 2)]);
+        let seen = seen.lock().unwrap();
+        assert!(seen.requests.iter().any(|l| l == "cmd=initack pmiid=1"));
+    }
+
+    #[test]
+    fn without_a_mapping_host_names_are_exchanged() {
+        let cfg = Server {
+            size: 3,
+            vallen_max: 1024,
+            mapping: None,
+            handshake: false,
+        };
+        let (hosts, seen) = job(cfg, |mut c| {
+            let h = c.host_ids().to_vec();
+            // The exchange of host names used sequence number 0.
+            assert_eq!(c.seq, 1);
+            c.finalize(0).unwrap();
+            h
+        });
+        assert_eq!(hosts, vec![vec![0, 0, 0]; 3]);
+        assert!(
+            seen.lock()
+                .unwrap()
+                .requests
+                .iter()
+                .any(|l| l.starts_with("cmd=put kvsname=kvs_test_0 key=gex.0.2.0 value=1."))
+        );
+    }
+
+    #[test]
+    fn host_ids_number_names_by_first_appearance() {
+        let n = |s: &[&str]| s.iter().map(|x| x.as_bytes().to_vec()).collect::<Vec<_>>();
+        assert_eq!(
+            host_ids_from_names(&n(&["b", "a", "b", "c", "a"])),
+            [0, 1, 0, 2, 1]
+        );
+        assert_eq!(host_ids_from_names(&n(&["x"])), [0]);
+        assert_eq!(host_ids_from_names(&[]), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn request_exit_sends_abort_with_the_code() {
+        let cfg = Server {
+            size: 1,
+            vallen_max: 1024,
+            mapping: Some("(vector,(0,1,1))".into()),
+            handshake: false,
+        };
+        let (_, seen) = job(cfg, |mut c| c.request_exit(5));
+        assert_eq!(seen.lock().unwrap().aborts, [5]);
+    }
+
+    #[test]
+    fn mismatched_collectives_are_protocol_errors() {
+        let cfg = Server {
+            size: 2,
+            vallen_max: 1024,
+            mapping: Some("(vector,(0,1,1))".into()),
+            handshake: false,
+        };
+        let (res, _) = job(cfg, |mut c| {
+            let r = if c.rank() == 0 {
+                c.barrier().map(|_| Vec::new())
+            } else {
+                c.exchange(b"x")
+            };
+            c.finalize(0).unwrap();
+            r
+        });
+        assert!(res[0].is_ok());
+        assert!(
+            matches!(&res[1], Err(BootError::Protocol(m)) if m.contains("rank 0")),
+            "{res:?}"
+        );
+    }
+
+    /// A scripted server: answers each request line with the next canned reply.
+    fn scripted(replies: &'static [&'static str]) -> OwnedFd {
+        let (a, b) = UnixStream::pair().unwrap();
+        std::thread::spawn(move || {
+            let mut out = b.try_clone().unwrap();
+            let mut lines = BufReader::new(b).lines();
+            for r in replies {
+                if lines.next().is_none() {
+                    return;
+                }
+                out.write_all(r.as_bytes()).unwrap();
+            }
+            // Then hang up.
+        });
+        OwnedFd::from(a)
+    }
+
+    const HELLO: [&str; 4] = [
+        "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n",
+        "cmd=maxes kvsname_max=256 keylen_max=64 vallen_max=1024\n",
+        "cmd=appnum appnum=3\n",
+        "cmd=my_kvsname kvsname=kvs_1\n",
+    ];
+
+    #[test]
+    fn server_hanging_up_is_lost() {
+        static R: [&str; 5] = [
+            HELLO[0],
+            HELLO[1],
+            HELLO[2],
+            HELLO[3],
+            "cmd=get_result rc=0 msg=success value=(vector,(0,1,1))\n",
+        ];
+        let mut c = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 2 }).unwrap();
+        assert_eq!(c.appnum(), 3);
+        assert_eq!(c.host_ids(), &[0, 0]);
+        let e = c.barrier().unwrap_err();
+        assert!(matches!(e, BootError::Lost(_)), "{e:?}");
+    }
+
+    #[test]
+    fn version_refusal_is_a_protocol_error() {
+        static R: [&str; 1] = ["cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=-1\n"];
+        let e = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 1 }).unwrap_err();
+        assert!(matches!(e, BootError::Protocol(_)), "{e:?}");
+    }
+
+    #[test]
+    fn wrong_reply_is_a_protocol_error() {
+        static R: [&str; 1] = ["cmd=barrier_out\n"];
+        let e = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 1 }).unwrap_err();
+        assert!(matches!(e, BootError::Protocol(_)), "{e:?}");
+    }
+
+    #[test]
+    fn tiny_values_are_refused() {
+        static R: [&str; 4] = [
+            HELLO[0],
+            "cmd=maxes kvsname_max=256 keylen_max=64 vallen_max=20\n",
+            HELLO[2],
+            HELLO[3],
+        ];
+        let e = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 1 }).unwrap_err();
+        assert!(matches!(e, BootError::Protocol(_)), "{e:?}");
+    }
+
+    #[test]
+    fn bad_mapping_is_a_protocol_error() {
+        static R: [&str; 5] = [
+            HELLO[0],
+            HELLO[1],
+            HELLO[2],
+            HELLO[3],
+            "cmd=get_result rc=0 msg=success value=(vector,(0,1))\n",
+        ];
+        let e = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 1 }).unwrap_err();
+        assert!(matches!(e, BootError::Protocol(_)), "{e:?}");
+    }
+
+    #[test]
+    fn bad_rank_is_refused_before_talking() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let e =
+            PmiClient::connect(OwnedFd::from(a), Ident::Known { rank: 2, size: 2 }).unwrap_err();
+        assert!(matches!(e, BootError::Environment(_)), "{e:?}");
+    }
+}
