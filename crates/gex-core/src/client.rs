@@ -11,6 +11,10 @@ use gex_sync::wait::WaitPolicy;
 use std::any::Any;
 use std::sync::{Arc, Mutex};
 
+/// Default number of `sched_yield`s between the spin and the sleep phases of
+/// spin-then-block (`GEX_YIELDS`).
+pub const DEFAULT_YIELDS: u32 = 64;
+
 /// Default segment length per endpoint.
 pub const DEFAULT_SEGMENT_SIZE: usize = 64 << 20;
 
@@ -20,6 +24,8 @@ pub(crate) struct Shared {
     pub(crate) rank: Rank,
     pub(crate) size: u32,
     pub(crate) layout: JobLayout,
+    /// `sched_yield`s between spinning and sleeping under spin-then-block.
+    pub(crate) yields: u32,
 }
 
 /// Builds a [`Client`]. Values given here are overridden by the matching `GEX_*`
@@ -161,7 +167,15 @@ impl ClientBuilder {
             ?policy,
             "gex client initialised"
         );
-        let shared = Arc::new(Shared { rank, size, layout });
+        let yields = config.u64("GEX_YIELDS", DEFAULT_YIELDS as u64)?;
+        let yields = u32::try_from(yields)
+            .map_err(|_| InitError::Config("GEX_YIELDS is too large".into()))?;
+        let shared = Arc::new(Shared {
+            rank,
+            size,
+            layout,
+            yields,
+        });
         Ok(Client {
             shared,
             conduit,

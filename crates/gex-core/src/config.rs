@@ -52,6 +52,11 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "Spin iterations before blocking under spin-then-block (also when auto picks it).",
     },
     EnvVar {
+        name: "GEX_YIELDS",
+        default: "64",
+        doc: "Under spin-then-block: sched_yield calls between the spin phase and the sleep, so an oversubscribed rank hands its core to the peer it waits for before paying for a sleep and a wake-up.",
+    },
+    EnvVar {
         name: "GEX_VERBOSEENV",
         default: "0",
         doc: "1: rank 0 prints every GEX_* variable and its effective value at initialisation.",
@@ -341,6 +346,12 @@ mod tests {
             resolve_wait(WaitMode::Auto { spins: 42 }, 1),
             WaitPolicy::Spin
         );
+    }
+
+    #[test]
+    fn yields_default_matches_the_registry() {
+        let v = ENV_VARS.iter().find(|v| v.name == "GEX_YIELDS").unwrap();
+        assert_eq!(v.default, crate::DEFAULT_YIELDS.to_string());
     }
 
     #[test]

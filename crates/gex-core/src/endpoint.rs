@@ -331,6 +331,8 @@ pub struct Endpoint<C: Conduit> {
     /// Limits for messages to each rank (the conduit's per-peer answer, cached).
     limits: Vec<Limits>,
     policy: WaitPolicy,
+    /// Yields between spinning and sleeping under spin-then-block (`GEX_YIELDS`).
+    yields: u32,
     me: EpAddr,
     bounce: Vec<u8>,
     shared: Arc<Shared>,
@@ -449,6 +451,7 @@ impl<C: Conduit> Endpoint<C> {
             },
             limits,
             policy,
+            yields: shared.yields,
             me,
             bounce: Vec::new(),
             shared,
@@ -1066,16 +1069,22 @@ impl<C: Conduit> Endpoint<C> {
     /// message may have arrived once the spin budget (`spins`) is used up.
     #[inline]
     fn idle(&mut self, spins: &mut u32) {
-        let block = match self.policy {
-            WaitPolicy::Spin => false,
-            WaitPolicy::Block => true,
-            WaitPolicy::SpinThenBlock { spins: budget } => *spins >= budget,
-        };
-        if block {
-            self.cep.block(Duration::from_millis(10));
-        } else {
-            *spins = spins.saturating_add(1);
-            gex_sync::hint::spin_loop();
+        match self.policy {
+            WaitPolicy::Spin => gex_sync::hint::spin_loop(),
+            WaitPolicy::Block => self.cep.block(Duration::from_millis(10)),
+            WaitPolicy::SpinThenBlock { spins: budget } => {
+                let n = *spins;
+                *spins = n.saturating_add(1);
+                if n < budget {
+                    gex_sync::hint::spin_loop();
+                } else if n < budget.saturating_add(self.yields) {
+                    // Oversubscribed: hand the core to a runnable rank (likely the peer
+                    // we wait for) before paying for a sleep and a wake-up.
+                    std::thread::yield_now();
+                } else {
+                    self.cep.block(Duration::from_millis(10));
+                }
+            }
         }
     }
 

@@ -67,7 +67,7 @@ pub mod loopback;
 pub mod spi;
 mod types;
 
-pub use client::{Client, ClientBuilder, DEFAULT_SEGMENT_SIZE, Team};
+pub use client::{Client, ClientBuilder, DEFAULT_SEGMENT_SIZE, DEFAULT_YIELDS, Team};
 pub use config::Config;
 pub use endpoint::{Am, Endpoint, EpStats, Handler, LcEvent, Prepared, Segment, Token};
 pub use error::{AmError, EpError, InitError, RegisterError};
