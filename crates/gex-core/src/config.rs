@@ -72,6 +72,31 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "smp conduit: largest Medium payload; must fit a ring record.",
     },
     EnvVar {
+        name: "GEX_OFI_PROVIDER",
+        default: "tcp",
+        doc: "ofi conduit: libfabric provider for RDM endpoints (tcp = tcp;ofi_rxm, shm, verbs, ...); auto lets libfabric choose (its FI_PROVIDER applies, and is used when this is unset).",
+    },
+    EnvVar {
+        name: "GEX_OFI_DOMAIN",
+        default: "",
+        doc: "ofi conduit: libfabric domain or fabric name (lo, eth0, shm, ...); unset: lo when all ranks share a host, else the provider's first offer.",
+    },
+    EnvVar {
+        name: "GEX_OFI_MAX_MEDIUM",
+        default: "8192",
+        doc: "ofi conduit: largest Medium (and, until native RMA, Long) payload, 512..=1048576; the job uses the smallest value of all ranks.",
+    },
+    EnvVar {
+        name: "GEX_OFI_CREDITS",
+        default: "64",
+        doc: "ofi conduit: request credits per ordered endpoint pair (2..=4096); bounds unprocessed requests at a receiver and queued replies at a sender.",
+    },
+    EnvVar {
+        name: "GEX_OFI_MULTI_RECV",
+        default: "1",
+        doc: "ofi conduit: 0 posts single receive buffers even when the provider offers FI_MULTI_RECV.",
+    },
+    EnvVar {
         name: "GEX_SIM_SEED",
         default: "0",
         doc: "sim conduit: seed of the deterministic delivery schedule.",

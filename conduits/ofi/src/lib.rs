@@ -1,0 +1,73 @@
+//! # gex-conduit-ofi
+//!
+//! The libfabric conduit: gex active messages over any libfabric provider that offers
+//! reliable datagram endpoints (`FI_EP_RDM`) with `FI_MSG`, on one host or several.
+//! Tested with `tcp;ofi_rxm` and `shm` (libfabric 1.17).
+//!
+//! ## How it works
+//! - **Endpoints as communication domains.** Every gex endpoint opens its own libfabric
+//!   domain, RDM endpoint, completion queue and address vector (`FI_THREAD_DOMAIN`), so
+//!   threads that each drive their own gex endpoint share no libfabric object and no
+//!   lock (seed 002). AMs may target any endpoint of any rank: every endpoint's address
+//!   is in every endpoint's address vector.
+//! - **Addresses** (`fi_getname`) are exchanged through the bootstrap at open and
+//!   inserted into each address vector; then every endpoint says hello to every
+//!   endpoint, so connections exist before the first AM and an unreachable peer is
+//!   reported at initialisation.
+//! - **AMs over `FI_MSG`.** One libfabric message per AM: a 16-byte header (handler,
+//!   category, kind, argument count, source endpoint, returned credits, payload length;
+//!   Long adds the destination offset), the arguments, the payload. Small messages go
+//!   with `fi_inject`; others from registered bounce buffers with `fi_send`. Messages
+//!   land in pre-posted receive buffers (multi-receive buffers when the provider offers
+//!   `FI_MULTI_RECV`), are delivered in place, and the buffers are reposted.
+//! - **Long** payloads travel inside the message and the receiver copies them into its
+//!   segment before running the handler (native RMA comes later), so the largest Long
+//!   payload is the largest Medium payload.
+//! - **Flow control.** Each ordered endpoint pair has a window of request credits
+//!   (`GEX_OFI_CREDITS`); a request without a credit, or one the provider refuses with
+//!   `-FI_EAGAIN`, reports `WouldBlock`. Credits come back on replies, on any message
+//!   toward the requester, or on a credit-only message. **Replies never block**: one
+//!   that cannot leave at once is queued and sent from `poll`, and it holds back its
+//!   request's credit, so the queue is bounded by the window.
+//! - **Progress** happens in `poll`: it drains the completion queue (send completions
+//!   free bounce buffers; receive completions deliver), sends queued replies and owed
+//!   credits. When the wait policy may block, the completion queue gets a wait object
+//!   and `block` sleeps in `fi_cq_sread` (`BLOCKING_WAIT`).
+//! - **Memory registration** honours the provider's `mr_mode`: `FI_MR_LOCAL` (bounce
+//!   and receive buffers are registered and their descriptors passed), `FI_MR_ENDPOINT`
+//!   (regions bound to the endpoint and enabled), `FI_MR_PROV_KEY` (keys read back),
+//!   `FI_MR_VIRT_ADDR` (published addresses are virtual or offsets). When the provider
+//!   offers `FI_RMA`, every segment of a rank is registered in every endpoint's domain
+//!   (redundant registration) and keys are exchanged, ready for native RMA.
+//! - **Degradation.** A provider lacking `FI_RMA`, `FI_MULTI_RECV`, send-after-send
+//!   ordering or a CQ wait object is still used, with the reference path for what it
+//!   lacks; [`OfiReport`] (from [`Ofi::report`]) says which path each operation uses
+//!   and why.
+//!
+//! ## Configuration
+//! `GEX_OFI_PROVIDER` (default `tcp`, i.e. `tcp;ofi_rxm`; `auto` leaves the choice to
+//! libfabric and its `FI_PROVIDER`), `GEX_OFI_DOMAIN`, `GEX_OFI_MAX_MEDIUM` (default
+//! 8 KiB), `GEX_OFI_CREDITS` (default 64), `GEX_OFI_MULTI_RECV` (default 1). See
+//! `docs/ofi.md` and `docs/env.md`.
+//!
+//! ## Errors and faults
+//! A provider that does not exist or cannot be opened, a registration that fails, a
+//! peer that cannot be reached at wire-up: `open` fails with an `InitError` naming the
+//! provider and the failing libfabric call (e.g. `conduit ofi: fi_getinfo(provider=verbs,
+//! FI_EP_RDM, FI_MSG): No data available ...`). A network failure after open (an error
+//! completion: a peer that went away mid-transfer) makes `inject` and replies return
+//! `AmError::Conduit`, and `poll`, which cannot return an error, panics with the same
+//! text: the rank ends and the launcher ends the job, rather than hanging.
+//!
+//! ## What it does not do (yet)
+//! Native RMA and atomics over `FI_RMA` (gex-rma's AM-based reference serves them),
+//! Long payloads larger than a Medium, shared-memory bypass to neighbours (use the
+//! `shm` provider), hybrid shm+network jobs, and multi-host tests.
+
+mod fabric;
+mod ofi;
+mod wire;
+
+pub use ofi::{
+    DEFAULT_CREDITS, DEFAULT_MAX_MEDIUM, DEFAULT_PROVIDER, Ofi, OfiEp, OfiReport, PathChoice,
+};

@@ -1,0 +1,1454 @@
+//! The ofi conduit and its endpoints.
+//!
+//! # Safety
+//! - **Buffers posted to libfabric** (send bounce buffers, receive buffers) live in
+//!   [`Mem`] allocations owned by the endpoint's pools. They are allocated once, never
+//!   moved, and freed only after the libfabric endpoint is closed: [`OfiEp`] declares
+//!   `objs` (endpoint first) before `tx` and `rx`, so the endpoint is closed before the
+//!   pools are dropped. A send buffer leaves the free list when it is posted and comes
+//!   back only when its completion is read; a receive buffer is reposted only after the
+//!   message in it has been delivered.
+//! - **Contexts** handed to libfabric are slots of a `fi_context2`-sized array parallel
+//!   to each pool, so a completion's context pointer names its buffer; it is checked to
+//!   lie inside one of the two arrays before it is used.
+//! - **Segments** are zero-filled [`Mem`] allocations owned by [`Ofi`], which every
+//!   endpoint keeps alive through its `Arc`. Long payloads are written into them at
+//!   offsets the receiver checks against the segment length before copying.
+//! - A received message is read through a slice of the receive buffer it landed in, of
+//!   the length the completion reports (checked against the buffer's bounds).
+#![allow(unsafe_code)]
+
+use crate::fabric::{
+    Av, CQ_BATCH, Completion, Cq, Desc, Domain, EpHandle, Errno, Fabric, Hints, Info, InfoList, Mr,
+    flags,
+};
+use crate::wire::{self, Credits, HEADER};
+use gex_core::boot::Bootstrap;
+use gex_core::spi::{
+    Capabilities, Conduit, ConduitEp, Deliver, Incoming, Limits, OpenParams, OutMsg, ReplyTx,
+};
+use gex_core::{AmError, Category, EpAddr, EpIndex, InitError, Injected, Kind, WaitPolicy};
+use std::collections::VecDeque;
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Default provider (`GEX_OFI_PROVIDER`): libfabric's `tcp`, which offers RDM endpoints
+/// through the `ofi_rxm` utility provider (`tcp;ofi_rxm`).
+pub const DEFAULT_PROVIDER: &str = "tcp";
+/// Default largest Medium (and Long) payload (`GEX_OFI_MAX_MEDIUM`).
+pub const DEFAULT_MAX_MEDIUM: usize = 8192;
+/// Default request credits per ordered endpoint pair (`GEX_OFI_CREDITS`).
+pub const DEFAULT_CREDITS: u16 = 64;
+
+const MAX_ARGS: usize = 16;
+/// Send bounce buffers per endpoint.
+const SEND_BUFS: usize = 64;
+/// Receive buffers per endpoint without multi-receive.
+const RECV_BUFS: usize = 128;
+/// Multi-receive buffers per endpoint.
+const MULTI_BUFS: usize = 4;
+/// Completion queue entries.
+const CQ_SIZE: usize = 4096;
+/// Longest the wire-up in `open` may take before it reports which peers are silent.
+const WIREUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn conduit_err(msg: impl Into<String>) -> InitError {
+    InitError::Conduit {
+        conduit: "ofi",
+        msg: msg.into(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Memory
+
+/// A zero-filled, page-aligned heap allocation at a fixed address.
+#[derive(Debug)]
+struct Mem {
+    ptr: NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: plain memory; every access goes through raw pointers under the rules of the
+// module's Safety section (segments: the application's responsibility, as on every
+// conduit; pools: only the endpoint that owns them).
+unsafe impl Send for Mem {}
+// SAFETY: as above.
+unsafe impl Sync for Mem {}
+
+impl Mem {
+    fn new(len: usize) -> Result<Mem, InitError> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096)
+            .map_err(|_| InitError::Config(format!("ofi: {len}-byte allocation too large")))?;
+        // SAFETY: non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr =
+            NonNull::new(p).ok_or_else(|| conduit_err(format!("out of memory ({len} bytes)")))?;
+        Ok(Mem { ptr, layout })
+    }
+    fn base(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for Mem {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+/// `count` buffers of `stride` bytes, with a libfabric context slot each.
+#[derive(Debug)]
+struct Pool {
+    mem: Mem,
+    stride: usize,
+    count: usize,
+    ctx: Mem,
+    desc: Desc,
+}
+
+impl Pool {
+    fn new(count: usize, stride: usize) -> Result<Pool, InitError> {
+        Ok(Pool {
+            mem: Mem::new(count * stride)?,
+            stride,
+            count,
+            ctx: Mem::new(count * flags::CONTEXT_BYTES)?,
+            desc: Desc::NONE,
+        })
+    }
+    #[inline(always)]
+    fn buf(&self, i: usize) -> *mut u8 {
+        debug_assert!(i < self.count);
+        // SAFETY: i < count: inside the allocation.
+        unsafe { self.mem.base().add(i * self.stride) }
+    }
+    #[inline(always)]
+    fn ctx(&self, i: usize) -> *mut std::ffi::c_void {
+        // SAFETY: i < count: inside the context array.
+        unsafe { self.ctx.base().add(i * flags::CONTEXT_BYTES) }.cast()
+    }
+    /// The buffer index of a context pointer, if it is one of this pool's.
+    #[inline(always)]
+    fn index_of(&self, ctx: *mut std::ffi::c_void) -> Option<usize> {
+        let (p, b) = (ctx as usize, self.ctx.base() as usize);
+        let off = p.checked_sub(b)?;
+        (off < self.count * flags::CONTEXT_BYTES && off % flags::CONTEXT_BYTES == 0)
+            .then_some(off / flags::CONTEXT_BYTES)
+    }
+    fn len(&self) -> usize {
+        self.count * self.stride
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Configuration and provider selection
+
+/// How one operation is carried out, and why (see [`OfiReport`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathChoice {
+    /// The operation (e.g. `"AM receive"`, `"RMA put/get"`).
+    pub operation: &'static str,
+    /// The path used.
+    pub path: String,
+    /// Why this path.
+    pub reason: String,
+}
+
+/// What the ofi conduit opened and which path each operation uses, with the reason
+/// (for `gex-info` and diagnostics). `Display` prints it as a table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OfiReport {
+    provider: String,
+    fabric: String,
+    domain: String,
+    threading: String,
+    progress: String,
+    mr_mode: Vec<&'static str>,
+    paths: Vec<PathChoice>,
+}
+
+impl OfiReport {
+    /// The libfabric provider opened, as libfabric names it (e.g. `tcp;ofi_rxm`, `shm`).
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+    /// The fabric name (e.g. `127.0.0.1/32`).
+    pub fn fabric(&self) -> &str {
+        &self.fabric
+    }
+    /// The domain name (e.g. `lo`).
+    pub fn domain(&self) -> &str {
+        &self.domain
+    }
+    /// The memory-registration modes the provider requires (`FI_MR_*` names).
+    pub fn mr_mode(&self) -> &[&'static str] {
+        &self.mr_mode
+    }
+    /// Which path each operation uses, and why.
+    pub fn paths(&self) -> &[PathChoice] {
+        &self.paths
+    }
+    /// The path chosen for `operation`, if listed.
+    pub fn path(&self, operation: &str) -> Option<&PathChoice> {
+        self.paths.iter().find(|p| p.operation == operation)
+    }
+}
+
+impl fmt::Display for OfiReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "ofi: provider {} (fabric {}, domain {}), provider threading {}, data progress {}, mr_mode [{}]",
+            self.provider,
+            self.fabric,
+            self.domain,
+            self.threading,
+            self.progress,
+            self.mr_mode.join(", ")
+        )?;
+        for p in &self.paths {
+            writeln!(f, "  {}: {} -- {}", p.operation, p.path, p.reason)?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct Settings {
+    provider: Option<String>,
+    provider_shown: String,
+    domain: Option<String>,
+    max_medium: usize,
+    credits: u16,
+    multi_recv: bool,
+}
+
+fn settings(params: &OpenParams<'_>) -> Result<Settings, InitError> {
+    let c = params.config;
+    let (provider, provider_shown) = match c.get("GEX_OFI_PROVIDER").map(str::trim) {
+        Some("") | Some("auto") => (None, "any (libfabric's choice; FI_PROVIDER applies)".into()),
+        Some(p) => (Some(p.to_string()), p.to_string()),
+        None => match std::env::var("FI_PROVIDER") {
+            // libfabric's own selection: let it filter.
+            Ok(p) if !p.trim().is_empty() => (None, format!("FI_PROVIDER={p}")),
+            _ => (
+                Some(DEFAULT_PROVIDER.to_string()),
+                DEFAULT_PROVIDER.to_string(),
+            ),
+        },
+    };
+    let domain = c
+        .get("GEX_OFI_DOMAIN")
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(String::from);
+    let max_medium = c.size("GEX_OFI_MAX_MEDIUM", DEFAULT_MAX_MEDIUM)?;
+    if !(512..=(1 << 20)).contains(&max_medium) {
+        return Err(InitError::Config(format!(
+            "GEX_OFI_MAX_MEDIUM={max_medium}: must be between 512 and 1048576"
+        )));
+    }
+    let credits = c.u64("GEX_OFI_CREDITS", u64::from(DEFAULT_CREDITS))?;
+    if !(2..=4096).contains(&credits) {
+        return Err(InitError::Config(format!(
+            "GEX_OFI_CREDITS={credits}: must be between 2 and 4096"
+        )));
+    }
+    Ok(Settings {
+        provider,
+        provider_shown,
+        domain,
+        max_medium,
+        credits: credits as u16,
+        multi_recv: c.bool("GEX_OFI_MULTI_RECV", true)?,
+    })
+}
+
+/// The offer chosen, what it lacks, and why.
+struct Chosen {
+    info: Info,
+    attrs: crate::fabric::Attrs,
+    multi_recv: Result<(), String>,
+    rma: Result<(), String>,
+    ordered: bool,
+}
+
+fn mr_mode_names(m: i32) -> Vec<&'static str> {
+    [
+        (flags::MR_LOCAL, "FI_MR_LOCAL"),
+        (flags::MR_VIRT_ADDR, "FI_MR_VIRT_ADDR"),
+        (flags::MR_ALLOCATED, "FI_MR_ALLOCATED"),
+        (flags::MR_PROV_KEY, "FI_MR_PROV_KEY"),
+        (flags::MR_ENDPOINT, "FI_MR_ENDPOINT"),
+    ]
+    .into_iter()
+    .filter(|(f, _)| m & f != 0)
+    .map(|(_, n)| n)
+    .collect()
+}
+
+/// `fi_getinfo` with the wanted capabilities, dropping optional ones the provider lacks
+/// (RMA, then multi-receive, then send-after-send ordering) instead of failing.
+fn choose(s: &Settings, single_host: bool) -> Result<Chosen, InitError> {
+    let rma_caps =
+        flags::RMA | flags::READ | flags::WRITE | flags::REMOTE_READ | flags::REMOTE_WRITE;
+    let mut want_rma = true;
+    let mut want_multi = s.multi_recv;
+    let mut want_order = true;
+    let mut notes_rma = String::new();
+    let mut notes_multi = if s.multi_recv {
+        String::new()
+    } else {
+        "disabled by GEX_OFI_MULTI_RECV=0".to_string()
+    };
+    loop {
+        let hints = Hints {
+            provider: s.provider.clone(),
+            caps: flags::MSG
+                | if want_rma { rma_caps } else { 0 }
+                | if want_multi { flags::MULTI_RECV } else { 0 },
+            mr_mode: flags::MR_LOCAL
+                | flags::MR_VIRT_ADDR
+                | flags::MR_ALLOCATED
+                | flags::MR_PROV_KEY
+                | flags::MR_ENDPOINT,
+            mode: flags::CONTEXT | flags::CONTEXT2,
+            msg_order: if want_order { flags::ORDER_SAS } else { 0 },
+        };
+        match InfoList::get(&hints) {
+            Ok(list) => {
+                let entries = list.entries();
+                let pick = match &s.domain {
+                    Some(d) => entries.iter().find(|e| {
+                        let a = e.attrs();
+                        &a.domain == d || &a.fabric == d
+                    }),
+                    // One host: keep the traffic on the loopback interface if offered.
+                    None if single_host => entries
+                        .iter()
+                        .find(|e| e.attrs().domain == "lo")
+                        .or(entries.first()),
+                    None => entries.first(),
+                };
+                let Some(pick) = pick else {
+                    let offered: Vec<String> = entries
+                        .iter()
+                        .map(|e| {
+                            let a = e.attrs();
+                            format!("{} ({})", a.domain, a.fabric)
+                        })
+                        .collect();
+                    return Err(conduit_err(format!(
+                        "fi_getinfo(provider={}): no domain or fabric named {:?} (GEX_OFI_DOMAIN); offered: {}",
+                        s.provider_shown,
+                        s.domain.as_deref().unwrap_or(""),
+                        offered.join(", ")
+                    )));
+                };
+                let attrs = pick.attrs();
+                return Ok(Chosen {
+                    info: pick.dup(),
+                    multi_recv: if want_multi { Ok(()) } else { Err(notes_multi) },
+                    rma: if want_rma { Ok(()) } else { Err(notes_rma) },
+                    ordered: want_order,
+                    attrs,
+                });
+            }
+            Err(Errno::NODATA) if want_rma => {
+                want_rma = false;
+                notes_rma = "provider does not offer FI_RMA with FI_MSG".into();
+            }
+            Err(Errno::NODATA) if want_multi => {
+                want_multi = false;
+                notes_multi = "provider does not offer FI_MULTI_RECV".into();
+            }
+            Err(Errno::NODATA) if want_order => want_order = false,
+            Err(e) => {
+                let mut msg = format!(
+                    "fi_getinfo(provider={}, FI_EP_RDM, FI_MSG): {e}",
+                    s.provider_shown
+                );
+                if e == Errno::NODATA {
+                    msg.push_str(
+                        " (no such provider offers RDM endpoints here; `fi_info -t FI_EP_RDM` lists those that do; set GEX_OFI_PROVIDER)",
+                    );
+                }
+                if let Ok(fp) = std::env::var("FI_PROVIDER") {
+                    msg.push_str(&format!(
+                        " [libfabric's FI_PROVIDER={fp} also filters providers]"
+                    ));
+                }
+                return Err(conduit_err(msg));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The conduit
+
+/// A peer endpoint's segment as published at open: base address, length and the key of
+/// its registration in its own domain (for native RMA, which comes later).
+#[derive(Clone, Copy, Debug)]
+#[allow(dead_code)] // read by native RMA (a later issue); published and checked now
+struct RemoteSeg {
+    base: u64,
+    len: usize,
+    key: u64,
+}
+
+/// The libfabric conduit. See the [crate documentation](crate).
+#[derive(Debug)]
+pub struct Ofi {
+    report: OfiReport,
+    segs: Vec<Mem>,
+    seg_len: usize,
+    #[allow(dead_code)] // for native RMA (a later issue)
+    remote: Vec<Option<RemoteSeg>>,
+    // Closed last: every domain (one per endpoint) is closed by then.
+    _fabric: Fabric,
+    _info: Info,
+}
+
+impl Ofi {
+    /// What was opened and which path each operation uses, with reasons.
+    pub fn report(&self) -> &OfiReport {
+        &self.report
+    }
+}
+
+/// libfabric objects of one endpoint, in closing order: the endpoint first, its domain
+/// last (Rust drops fields in declaration order).
+#[derive(Debug)]
+struct Objects {
+    ep: crate::fabric::Endpoint,
+    /// Held only to be closed after the endpoint and before the domain.
+    _mrs: Vec<Mr>,
+    cq: Cq,
+    av: Av,
+    /// Held only to be closed last.
+    _domain: Domain,
+}
+
+/// Sending half of an endpoint (also the [`ReplyTx`] handed to handlers).
+#[derive(Debug)]
+struct Tx {
+    h: EpHandle,
+    rank: u32,
+    index: u16,
+    g_base: Vec<usize>,
+    addrs: Vec<u64>,
+    inject_max: usize,
+    pool: Pool,
+    free: Vec<u32>,
+    credits: Credits,
+    /// Replies that could not leave at once, per destination (FIFO).
+    queued: Vec<VecDeque<Vec<u8>>>,
+    nqueued: usize,
+    /// Destinations that may be owed a credit-only message.
+    due: Vec<usize>,
+    in_due: Vec<bool>,
+    scratch: Vec<u8>,
+    fatal: Option<String>,
+    who: Arc<str>,
+}
+
+/// Receiving half of an endpoint.
+#[derive(Debug)]
+struct Rx {
+    h: EpHandle,
+    pool: Pool,
+    multi: bool,
+    repost: Vec<u32>,
+    seg: *mut u8,
+    seg_len: usize,
+    g_base: Vec<usize>,
+    eps: Vec<u16>,
+    /// Completions read by `block` and not processed yet.
+    stash: VecDeque<Completion>,
+    hellos: usize,
+}
+
+/// An ofi endpoint: its own libfabric domain, endpoint, completion queue and address
+/// vector (a communication domain in the sense of seed 002).
+#[derive(Debug)]
+pub struct OfiEp {
+    // Field order is drop order: libfabric objects (endpoint first) before the buffers
+    // they may still reference, and the conduit (segments, fabric) last.
+    objs: Objects,
+    tx: Tx,
+    rx: Rx,
+    index: EpIndex,
+    limits: Limits,
+    caps: Capabilities,
+    conduit: Arc<Ofi>,
+}
+
+// SAFETY: `rx.seg` points into a segment owned by `conduit` (kept alive by the Arc);
+// every other raw pointer is owned by this endpoint, which one thread drives at a time.
+unsafe impl Send for OfiEp {}
+
+impl Tx {
+    #[inline(always)]
+    fn g(&self, dst: EpAddr) -> usize {
+        self.g_base[dst.rank as usize] + dst.ep as usize
+    }
+
+    #[cold]
+    fn fail(&mut self, what: String, e: Errno) -> AmError {
+        let msg = format!("{}: {what}: {e}", self.who);
+        if self.fatal.is_none() {
+            self.fatal = Some(msg.clone());
+        }
+        AmError::Conduit(msg)
+    }
+
+    /// Sends one message of `len` bytes built by `build` to `g`, with the credits owed
+    /// to `g`. `Ok(false)`: no resources now (nothing sent, nothing changed).
+    #[inline]
+    fn send_now(
+        &mut self,
+        g: usize,
+        len: usize,
+        build: impl FnOnce(&mut [u8]),
+    ) -> Result<bool, AmError> {
+        let credits = self.credits.returnable(g);
+        if len <= self.inject_max {
+            let mut s = std::mem::take(&mut self.scratch);
+            s.resize(len, 0);
+            build(&mut s);
+            wire::set_credits(&mut s, credits);
+            let r = self.h.inject(&s, self.addrs[g]);
+            self.scratch = s;
+            return match r {
+                Ok(()) => {
+                    self.credits.sent_back(g, credits);
+                    Ok(true)
+                }
+                Err(Errno::AGAIN) => Ok(false),
+                Err(e) => Err(self.fail(format!("fi_inject of {len} bytes to endpoint {g}"), e)),
+            };
+        }
+        let Some(i) = self.free.pop() else {
+            return Ok(false);
+        };
+        let i = i as usize;
+        let p = self.pool.buf(i);
+        // SAFETY: a free buffer of `stride >= len` bytes that libfabric does not hold.
+        let buf = unsafe { std::slice::from_raw_parts_mut(p, len) };
+        build(buf);
+        wire::set_credits(buf, credits);
+        // SAFETY: the buffer and its context slot stay untouched (off the free list)
+        // until the send completion is read in `poll` (module Safety section).
+        let r = unsafe {
+            self.h
+                .send(p, len, self.pool.desc, self.addrs[g], self.pool.ctx(i))
+        };
+        match r {
+            Ok(()) => {
+                self.credits.sent_back(g, credits);
+                Ok(true)
+            }
+            Err(Errno::AGAIN) => {
+                self.free.push(i as u32);
+                Ok(false)
+            }
+            Err(e) => {
+                self.free.push(i as u32);
+                Err(self.fail(format!("fi_send of {len} bytes to endpoint {g}"), e))
+            }
+        }
+    }
+
+    #[inline]
+    fn send_msg(&mut self, g: usize, msg: &OutMsg<'_>) -> Result<bool, AmError> {
+        let len = wire::wire_len(msg.category, msg.args.len(), msg.payload.len());
+        let (rank, index) = (self.rank, self.index);
+        self.send_now(g, len, |b| {
+            wire::encode(
+                b,
+                rank,
+                index,
+                msg.handler,
+                msg.kind,
+                msg.category,
+                msg.args,
+                msg.payload,
+                msg.offset,
+            )
+        })
+    }
+
+    /// Sends queued replies, oldest first, while resources last.
+    #[cold]
+    fn flush(&mut self) -> Result<(), AmError> {
+        for g in 0..self.queued.len() {
+            while let Some(m) = self.queued[g].pop_front() {
+                self.credits.release(g);
+                let r = self.send_now(g, m.len(), |b| b.copy_from_slice(&m));
+                match r {
+                    Ok(true) => self.nqueued -= 1,
+                    Ok(false) => {
+                        self.credits.hold(g);
+                        self.queued[g].push_front(m);
+                        break;
+                    }
+                    Err(e) => {
+                        self.credits.hold(g);
+                        self.queued[g].push_front(m);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn mark_due(&mut self, g: usize) {
+        if !self.in_due[g] {
+            self.in_due[g] = true;
+            self.due.push(g);
+        }
+    }
+
+    /// Sends credit-only messages where half a window is owed.
+    fn return_credits(&mut self) -> Result<(), AmError> {
+        let mut i = 0;
+        while i < self.due.len() {
+            let g = self.due[i];
+            if self.credits.returnable(g) == 0 {
+                self.in_due[g] = false;
+                self.due.swap_remove(i);
+                continue;
+            }
+            if self.credits.due(g) && self.queued[g].is_empty() {
+                let (rank, index) = (self.rank, self.index);
+                let sent = self.send_now(g, HEADER, |b| {
+                    let mut h = [0u8; HEADER];
+                    wire::encode_credit(&mut h, rank, index, false);
+                    b.copy_from_slice(&h);
+                })?;
+                if sent {
+                    self.in_due[g] = false;
+                    self.due.swap_remove(i);
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+}
+
+impl ReplyTx for Tx {
+    #[inline]
+    fn reply(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError> {
+        if let Some(f) = &self.fatal {
+            return Err(AmError::Conduit(f.clone()));
+        }
+        let g = self.g(dst);
+        if self.queued[g].is_empty() && self.send_msg(g, msg)? {
+            return Ok(());
+        }
+        // No resources now: queue it (never block); bounded by the credit window.
+        let mut v = vec![0u8; wire::wire_len(msg.category, msg.args.len(), msg.payload.len())];
+        wire::encode(
+            &mut v,
+            self.rank,
+            self.index,
+            msg.handler,
+            msg.kind,
+            msg.category,
+            msg.args,
+            msg.payload,
+            msg.offset,
+        );
+        self.queued[g].push_back(v);
+        self.nqueued += 1;
+        self.credits.hold(g);
+        Ok(())
+    }
+}
+
+impl Rx {
+    /// Posts receive buffer `i`; `Ok(false)` if the provider has no room now.
+    fn post(&mut self, i: usize) -> Result<bool, Errno> {
+        // SAFETY: buffer i is not held by libfabric (never posted, or its message was
+        // delivered); buffer and context live until the endpoint is closed.
+        let r = unsafe {
+            self.h.recv(
+                self.pool.buf(i),
+                self.pool.stride,
+                self.pool.desc,
+                self.pool.ctx(i),
+                self.multi,
+            )
+        };
+        match r {
+            Ok(()) => Ok(true),
+            Err(Errno::AGAIN) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn repost_pending(&mut self) -> Result<(), Errno> {
+        while let Some(&i) = self.repost.last() {
+            if !self.post(i as usize)? {
+                break;
+            }
+            self.repost.pop();
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn g_of(&self, rank: u32, ep: u16) -> Option<usize> {
+        let r = rank as usize;
+        (r < self.eps.len() && ep < self.eps[r]).then(|| self.g_base[r] + ep as usize)
+    }
+}
+
+/// What a processed completion was.
+enum Done {
+    Nothing,
+    Delivered,
+}
+
+impl OfiEp {
+    #[cold]
+    fn die(&mut self, what: String) -> ! {
+        let msg = format!("{}: {what}", self.tx.who);
+        self.tx.fatal.get_or_insert(msg.clone());
+        // poll cannot return an error: end this rank with the reason; the launcher ends
+        // the job (docs/ofi.md, "Faults").
+        panic!("gex {msg}");
+    }
+
+    /// Processes one completion.
+    #[inline]
+    fn complete<D: Deliver>(&mut self, c: Completion, d: &mut D) -> Done {
+        if let Some(i) = self.tx.pool.index_of(c.ctx) {
+            self.tx.free.push(i as u32);
+            return Done::Nothing;
+        }
+        let Some(i) = self.rx.pool.index_of(c.ctx) else {
+            self.die(format!("completion with an unknown context {:p}", c.ctx));
+        };
+        let mut done = Done::Nothing;
+        if c.flags & flags::RECV != 0 && c.len > 0 {
+            let start = if self.rx.multi {
+                c.buf.cast::<u8>()
+            } else {
+                self.rx.pool.buf(i)
+            };
+            let (lo, hi) = (
+                self.rx.pool.buf(i) as usize,
+                self.rx.pool.buf(i) as usize + self.rx.pool.stride,
+            );
+            if (start as usize) < lo || start as usize + c.len > hi {
+                self.die(format!(
+                    "a {}-byte message at {start:p} lies outside its receive buffer",
+                    c.len
+                ));
+            }
+            // SAFETY: inside receive buffer i (checked above), written by libfabric before
+            // it reported the completion; not reposted until after delivery.
+            let msg = unsafe { std::slice::from_raw_parts(start, c.len) };
+            done = self.deliver(msg, d);
+        }
+        if !self.rx.multi || c.flags & flags::MULTI_RECV != 0 {
+            match self.rx.post(i) {
+                Ok(true) => {}
+                Ok(false) => self.rx.repost.push(i as u32),
+                Err(e) => self.die(format!("fi_recvmsg (repost): {e}")),
+            }
+        }
+        done
+    }
+
+    #[inline]
+    fn deliver<D: Deliver>(&mut self, msg: &[u8], d: &mut D) -> Done {
+        let h = match wire::decode(msg, MAX_ARGS) {
+            Ok(h) => h,
+            Err(e) => self.die(format!("malformed message: {e}")),
+        };
+        let Some(g) = self.rx.g_of(h.src_rank, h.src_ep) else {
+            self.die(format!(
+                "message from a nonexistent endpoint (rank {}, EP {})",
+                h.src_rank, h.src_ep
+            ));
+        };
+        if h.credits > 0 {
+            self.tx.credits.returned(g, h.credits);
+        }
+        let Some(category) = h.category else {
+            if h.hello {
+                self.rx.hellos += 1;
+            }
+            return Done::Nothing;
+        };
+        let mut argbuf = [0u32; 32];
+        let args = wire::args(msg, &h, &mut argbuf);
+        let body = &msg[h.payload_at()..];
+        let payload: &[u8] = match category {
+            Category::Short => &[],
+            Category::Medium => body,
+            Category::Long => {
+                if h.offset
+                    .checked_add(h.len)
+                    .is_none_or(|e| e > self.rx.seg_len)
+                {
+                    self.die(format!(
+                        "Long from rank {} EP {} outside the segment ([{}, +{}) of {})",
+                        h.src_rank, h.src_ep, h.offset, h.len, self.rx.seg_len
+                    ));
+                }
+                // SAFETY: in bounds of this endpoint's segment (checked); the source is a
+                // receive buffer, distinct from segment memory.
+                unsafe {
+                    let dst = self.rx.seg.add(h.offset);
+                    std::ptr::copy_nonoverlapping(body.as_ptr(), dst, h.len);
+                    std::slice::from_raw_parts(dst, h.len)
+                }
+            }
+        };
+        if h.kind == Kind::Request {
+            self.tx.credits.delivered(g);
+            self.tx.mark_due(g);
+        }
+        let inc = Incoming {
+            src: EpAddr::new(h.src_rank, h.src_ep),
+            handler: h.handler,
+            kind: h.kind,
+            category,
+            args,
+            payload,
+            offset: h.offset,
+        };
+        d.deliver(&inc, &mut self.tx);
+        Done::Delivered
+    }
+
+    /// Reads and processes completions; returns messages delivered.
+    fn progress<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize {
+        if let Some(f) = self.tx.fatal.clone() {
+            panic!("gex {f}");
+        }
+        if self.tx.nqueued > 0 {
+            if let Err(e) = self.tx.flush() {
+                self.die(format!("sending a queued reply: {e}"));
+            }
+        }
+        if !self.rx.repost.is_empty() {
+            if let Err(e) = self.rx.repost_pending() {
+                self.die(format!("fi_recvmsg (repost): {e}"));
+            }
+        }
+        let mut n = 0;
+        let mut comps = [Completion {
+            ctx: std::ptr::null_mut(),
+            flags: 0,
+            len: 0,
+            buf: std::ptr::null_mut(),
+        }; CQ_BATCH];
+        while let Some(c) = self.rx.stash.pop_front() {
+            if let Done::Delivered = self.complete(c, d) {
+                n += 1;
+            }
+        }
+        while n < budget {
+            let k = match self.objs.cq.read(&mut comps) {
+                Ok(0) => break,
+                Ok(k) => k,
+                Err(Errno::AVAIL) => {
+                    let e = match self.objs.cq.read_error() {
+                        Ok(e) => e,
+                        Err(e) => self.die(format!("fi_cq_readerr: {e}")),
+                    };
+                    let what = if self.tx.pool.index_of(e.ctx).is_some() {
+                        "send"
+                    } else if e.flags & flags::RECV != 0 {
+                        "receive"
+                    } else {
+                        "operation"
+                    };
+                    self.die(format!(
+                        "{what} completed in error: {} (a peer may have exited)",
+                        e.text
+                    ));
+                }
+                Err(e) => self.die(format!("fi_cq_read: {e}")),
+            };
+            for c in comps.iter().take(k) {
+                if let Done::Delivered = self.complete(*c, d) {
+                    n += 1;
+                }
+            }
+        }
+        if !self.tx.due.is_empty() {
+            if let Err(e) = self.tx.return_credits() {
+                self.die(format!("returning credits: {e}"));
+            }
+        }
+        n
+    }
+}
+
+/// A [`Deliver`] for the wire-up in `open`, where only hello messages may arrive.
+struct NoDeliver;
+impl Deliver for NoDeliver {
+    fn deliver(&mut self, msg: &Incoming<'_>, _tx: &mut dyn ReplyTx) {
+        panic!(
+            "gex ofi: an active message from {} arrived during initialisation",
+            msg.src
+        );
+    }
+}
+
+fn fi_init(prov: &str, what: String, e: Errno) -> InitError {
+    conduit_err(format!("{prov}: {what}: {e}"))
+}
+
+impl Conduit for Ofi {
+    type Ep = OfiEp;
+    const NAME: &'static str = "ofi";
+
+    fn open(
+        boot: &mut dyn Bootstrap,
+        params: &OpenParams<'_>,
+    ) -> Result<(Arc<Ofi>, Vec<OfiEp>), InitError> {
+        let jl = params.layout;
+        let n = jl.size() as usize;
+        let rank = params.rank as usize;
+        let s = settings(params)?;
+        let single_host = jl.host.iter().all(|&h| h == jl.host[0]);
+        let chosen = choose(&s, single_host)?;
+        let a = chosen.attrs.clone();
+        let prov = a.provider.clone();
+        let fab = Fabric::open(&chosen.info)
+            .map_err(|e| fi_init(&prov, format!("fi_fabric({})", a.fabric), e))?;
+        let mr_local = a.mr_mode & flags::MR_LOCAL != 0;
+        let mr_endpoint = a.mr_mode & flags::MR_ENDPOINT != 0;
+        let virt_addr = a.mr_mode & flags::MR_VIRT_ADDR != 0;
+        let multi = chosen.multi_recv.is_ok();
+        let rma = chosen.rma.is_ok();
+
+        let mut g_base = Vec::with_capacity(n);
+        let mut total = 0usize;
+        for &e in &jl.eps {
+            g_base.push(total);
+            total += e as usize;
+        }
+        let my_eps = jl.eps[rank] as usize;
+        let seg_len = jl.seg_len[rank];
+        let wire_max = wire::wire_len(Category::Long, MAX_ARGS, s.max_medium);
+        if wire_max > a.max_msg_size {
+            return Err(conduit_err(format!(
+                "{prov}: messages of {wire_max} bytes exceed the provider's max_msg_size {} (lower GEX_OFI_MAX_MEDIUM)",
+                a.max_msg_size
+            )));
+        }
+        let stride = wire_max.next_multiple_of(64);
+        let (rx_count, rx_stride) = if multi {
+            (MULTI_BUFS, (256 << 10).max(stride * 16))
+        } else {
+            (RECV_BUFS, stride)
+        };
+        let segs: Vec<Mem> = (0..my_eps)
+            .map(|_| Mem::new(seg_len))
+            .collect::<Result<_, _>>()?;
+
+        // Per endpoint: domain, CQ, AV, endpoint, pools, registrations.
+        let wait_obj = params.wait != WaitPolicy::Spin;
+        let mut objs = Vec::with_capacity(my_eps);
+        let mut pools = Vec::with_capacity(my_eps);
+        let mut names = Vec::with_capacity(my_eps);
+        let mut own_keys = Vec::with_capacity(my_eps);
+        let mut waitable = true;
+        for e in 0..my_eps {
+            let p = prov.as_str();
+            let err = |what: String| move |x: Errno| fi_init(p, format!("EP {e}: {what}"), x);
+            let domain = Domain::open(&fab, &chosen.info)
+                .map_err(err(format!("fi_domain({})", a.domain)))?;
+            let cq = match Cq::open(&domain, CQ_SIZE, wait_obj) {
+                Ok(cq) => cq,
+                Err(_) if wait_obj => {
+                    waitable = false;
+                    Cq::open(&domain, CQ_SIZE, false).map_err(err("fi_cq_open".into()))?
+                }
+                Err(x) => return Err(err("fi_cq_open".into())(x)),
+            };
+            waitable &= cq.waitable();
+            let av =
+                Av::open(&domain, total).map_err(err(format!("fi_av_open({total} addresses)")))?;
+            let mut ep = crate::fabric::Endpoint::open(&domain, &chosen.info)
+                .map_err(err("fi_endpoint".into()))?;
+            ep.bind_cq(&cq).map_err(err("fi_ep_bind(cq)".into()))?;
+            ep.bind_av(&av).map_err(err("fi_ep_bind(av)".into()))?;
+            ep.enable().map_err(err("fi_enable".into()))?;
+            // After fi_enable: shm 1.17 creates its receive context there.
+            if multi {
+                ep.set_min_multi_recv(stride)
+                    .map_err(err("fi_setopt(FI_OPT_MIN_MULTI_RECV)".into()))?;
+            }
+            let name = ep.name().map_err(err("fi_getname".into()))?;
+            let mut tx_pool = Pool::new(SEND_BUFS, stride)?;
+            let mut rx_pool = Pool::new(rx_count, rx_stride)?;
+            let mut mrs = Vec::new();
+            let register = |base: *const u8,
+                            len: usize,
+                            access: u64,
+                            key: u64,
+                            what: &str|
+             -> Result<Mr, InitError> {
+                // SAFETY: the memory (a pool or a segment) outlives the registration: MRs
+                // are closed with the endpoint's objects, before pools and segments are
+                // freed (module Safety section).
+                let mut mr =
+                    unsafe { Mr::register(&domain, base, len, access, key) }.map_err(|x| {
+                        fi_init(&prov, format!("EP {e}: fi_mr_reg({what}, {len} bytes)"), x)
+                    })?;
+                if mr_endpoint {
+                    mr.bind(&ep).map_err(|x| {
+                        fi_init(&prov, format!("EP {e}: fi_mr_bind/fi_mr_enable({what})"), x)
+                    })?;
+                }
+                Ok(mr)
+            };
+            let key_base = (e as u64) << 32;
+            if mr_local {
+                let mr = register(
+                    tx_pool.mem.base(),
+                    tx_pool.len(),
+                    flags::SEND,
+                    key_base | 1,
+                    "send buffers",
+                )?;
+                tx_pool.desc = mr.desc();
+                mrs.push(mr);
+                let mr = register(
+                    rx_pool.mem.base(),
+                    rx_pool.len(),
+                    flags::RECV,
+                    key_base | 2,
+                    "receive buffers",
+                )?;
+                rx_pool.desc = mr.desc();
+                mrs.push(mr);
+            }
+            // Redundant registration: every segment of this rank in this endpoint's
+            // domain, so any endpoint can use any local segment as an RMA source or
+            // target without sharing a domain (seed 002).
+            let mut own_key = 0u64;
+            if rma {
+                let access = flags::READ
+                    | flags::WRITE
+                    | flags::REMOTE_READ
+                    | flags::REMOTE_WRITE
+                    | flags::SEND
+                    | flags::RECV;
+                for (j, sm) in segs.iter().enumerate() {
+                    let mr = register(
+                        sm.base(),
+                        seg_len,
+                        access,
+                        key_base | (16 + j as u64),
+                        &format!("segment of EP {j}"),
+                    )?;
+                    if j == e {
+                        own_key = mr.key();
+                    }
+                    mrs.push(mr);
+                }
+            }
+            own_keys.push(own_key);
+            names.push(name);
+            pools.push((tx_pool, rx_pool));
+            objs.push(Objects {
+                ep,
+                _mrs: mrs,
+                cq,
+                av,
+                _domain: domain,
+            });
+        }
+
+        // Exchange provider, limits, addresses and segment keys.
+        let mut blob = Vec::new();
+        let put = |b: &mut Vec<u8>, x: &[u8]| {
+            b.extend_from_slice(&(x.len() as u32).to_le_bytes());
+            b.extend_from_slice(x);
+        };
+        put(&mut blob, prov.as_bytes());
+        blob.extend_from_slice(&(s.max_medium as u64).to_le_bytes());
+        blob.extend_from_slice(&(my_eps as u32).to_le_bytes());
+        for (e, name) in names.iter().enumerate() {
+            put(&mut blob, name);
+            blob.extend_from_slice(&(segs[e].base() as u64).to_le_bytes());
+            blob.extend_from_slice(&own_keys[e].to_le_bytes());
+        }
+        let all = boot.exchange(&blob)?;
+        let mut addrs_all: Vec<Vec<u8>> = Vec::with_capacity(total);
+        let mut remote = Vec::with_capacity(total);
+        let mut max_medium = s.max_medium;
+        for (r, b) in all.iter().enumerate() {
+            let bad = || conduit_err(format!("rank {r} sent a malformed address blob"));
+            let mut at = 0usize;
+            let mut take = |k: usize| -> Result<&[u8], InitError> {
+                let x = b.get(at..at + k).ok_or_else(bad)?;
+                at += k;
+                Ok(x)
+            };
+            let u32_of = |x: &[u8]| u32::from_le_bytes(x.try_into().expect("4 bytes"));
+            let u64_of = |x: &[u8]| u64::from_le_bytes(x.try_into().expect("8 bytes"));
+            let plen = u32_of(take(4)?) as usize;
+            let p = String::from_utf8_lossy(take(plen)?).into_owned();
+            if p != prov {
+                return Err(conduit_err(format!(
+                    "rank {r} opened provider {p}, this rank (rank {rank}) {prov}: every rank must use the same provider (GEX_OFI_PROVIDER, FI_PROVIDER)"
+                )));
+            }
+            max_medium = max_medium.min(u64_of(take(8)?) as usize);
+            let k = u32_of(take(4)?) as usize;
+            if k != jl.eps[r] as usize {
+                return Err(conduit_err(format!(
+                    "rank {r} published {k} endpoints, the layout says {}",
+                    jl.eps[r]
+                )));
+            }
+            for _ in 0..k {
+                let l = u32_of(take(4)?) as usize;
+                addrs_all.push(take(l)?.to_vec());
+                let base = u64_of(take(8)?);
+                let key = u64_of(take(8)?);
+                remote.push(rma.then_some(RemoteSeg {
+                    base: if virt_addr { base } else { 0 },
+                    len: jl.seg_len[r],
+                    key,
+                }));
+            }
+        }
+        let mut addrs_per_ep = Vec::with_capacity(my_eps);
+        for (e, o) in objs.iter_mut().enumerate() {
+            let mut v = Vec::with_capacity(total);
+            for (g, name) in addrs_all.iter().enumerate() {
+                v.push(o.av.insert(name).map_err(|x| {
+                    fi_init(
+                        &prov,
+                        format!("EP {e}: fi_av_insert(address of endpoint {g})"),
+                        x,
+                    )
+                })?);
+            }
+            addrs_per_ep.push(v);
+        }
+
+        let who_of = |e: usize| -> Arc<str> { format!("ofi({prov}) rank {rank} EP {e}").into() };
+        let report = OfiReport {
+            provider: prov.clone(),
+            fabric: a.fabric.clone(),
+            domain: a.domain.clone(),
+            threading: a.threading.to_string(),
+            progress: a.data_progress.to_string(),
+            mr_mode: mr_mode_names(a.mr_mode),
+            paths: vec![
+                PathChoice {
+                    operation: "AM injection",
+                    path: format!("FI_MSG: fi_inject up to {} bytes, else fi_send from {SEND_BUFS} bounce buffers", a.inject_size),
+                    reason: format!("RDM endpoint per gex EP; {} request credits per endpoint pair", s.credits),
+                },
+                PathChoice {
+                    operation: "AM receive",
+                    path: if multi {
+                        format!("FI_MULTI_RECV: {MULTI_BUFS} buffers of {} KiB", rx_stride >> 10)
+                    } else {
+                        format!("{RECV_BUFS} pre-posted buffers of {rx_stride} bytes")
+                    },
+                    reason: match &chosen.multi_recv {
+                        Ok(()) => "provider offers FI_MULTI_RECV".into(),
+                        Err(why) => why.clone(),
+                    },
+                },
+                PathChoice {
+                    operation: "AM Long",
+                    path: "payload inside the FI_MSG message, copied into the segment by the receiver".into(),
+                    reason: "native RMA is not wired yet, so max Long = max Medium".into(),
+                },
+                PathChoice {
+                    operation: "RMA put/get",
+                    path: "reference: AM-based, in gex-rma".into(),
+                    reason: match &chosen.rma {
+                        Ok(()) => "provider offers FI_RMA, segments are registered in every EP's domain and keys exchanged, but the native path is not wired yet".into(),
+                        Err(why) => why.clone(),
+                    },
+                },
+                PathChoice {
+                    operation: "atomics",
+                    path: "reference: AM-based".into(),
+                    reason: "native atomics not wired yet".into(),
+                },
+                PathChoice {
+                    operation: "ordering",
+                    path: if chosen.ordered { "FI_ORDER_SAS".into() } else { "none".into() },
+                    reason: if chosen.ordered {
+                        "per-sender delivery order from the provider".into()
+                    } else {
+                        "provider does not offer FI_ORDER_SAS: messages from one sender may be delivered out of order".into()
+                    },
+                },
+                PathChoice {
+                    operation: "waiting",
+                    path: if waitable { "fi_cq_sread on the CQ's wait object".into() } else { "yield, no wait object".into() },
+                    reason: if !wait_obj {
+                        "wait policy is spin, and a wait object would cost every completion a signal".into()
+                    } else if waitable {
+                        "wait policy may block".into()
+                    } else {
+                        "provider offers no file-descriptor wait object for CQs".into()
+                    }
+                },
+                PathChoice {
+                    operation: "threading",
+                    path: "one domain, endpoint, CQ and AV per gex EP; FI_THREAD_DOMAIN".into(),
+                    reason: "endpoints driven by different threads share no libfabric object, as in seed 002".into(),
+                },
+            ],
+        };
+        let caps = if waitable && wait_obj {
+            Capabilities::BLOCKING_WAIT
+        } else {
+            Capabilities::empty()
+        };
+        let limits = Limits {
+            max_args: MAX_ARGS,
+            max_medium,
+            max_long: max_medium,
+        };
+        tracing::debug!(rank, provider = %prov, "ofi conduit open:\n{report}");
+        let ofi = Arc::new(Ofi {
+            report,
+            seg_len,
+            remote,
+            segs,
+            _fabric: fab,
+            _info: chosen.info,
+        });
+
+        let mut eps = Vec::with_capacity(my_eps);
+        for (e, (o, ((tx_pool, rx_pool), addrs))) in objs
+            .into_iter()
+            .zip(pools.into_iter().zip(addrs_per_ep))
+            .enumerate()
+        {
+            let h = o.ep.handle();
+            let mut ep = OfiEp {
+                tx: Tx {
+                    h,
+                    rank: rank as u32,
+                    index: e as u16,
+                    g_base: g_base.clone(),
+                    addrs,
+                    inject_max: a.inject_size,
+                    free: (0..SEND_BUFS as u32).rev().collect(),
+                    pool: tx_pool,
+                    credits: Credits::new(total, s.credits),
+                    queued: (0..total).map(|_| VecDeque::new()).collect(),
+                    nqueued: 0,
+                    due: Vec::new(),
+                    in_due: vec![false; total],
+                    scratch: Vec::with_capacity(a.inject_size.min(stride)),
+                    fatal: None,
+                    who: who_of(e),
+                },
+                rx: Rx {
+                    h,
+                    multi,
+                    repost: Vec::new(),
+                    seg: ofi.segs[e].base(),
+                    seg_len,
+                    g_base: g_base.clone(),
+                    eps: jl.eps.clone(),
+                    stash: VecDeque::new(),
+                    hellos: 0,
+                    pool: rx_pool,
+                },
+                objs: o,
+                index: e as u16,
+                limits,
+                caps,
+                conduit: ofi.clone(),
+            };
+            for i in 0..ep.rx.pool.count {
+                match ep.rx.post(i) {
+                    Ok(true) => {}
+                    Ok(false) => ep.rx.repost.push(i as u32),
+                    Err(x) => return Err(fi_init(&prov, format!("EP {e}: fi_recvmsg"), x)),
+                }
+            }
+            eps.push(ep);
+        }
+
+        // Wire-up: every endpoint says hello to every endpoint of the job (itself
+        // included) and waits to hear from all of them, so that connections exist
+        // before any AM (a connection-oriented provider under ofi_rxm connects lazily,
+        // and a lazy connection needs both sides to make progress) and an unreachable
+        // peer is reported here, by name, instead of hanging later.
+        wireup(&mut eps, total, &g_base, &prov)?;
+        boot.barrier()?;
+        Ok((ofi, eps))
+    }
+}
+
+fn wireup(eps: &mut [OfiEp], total: usize, g_base: &[usize], prov: &str) -> Result<(), InitError> {
+    let t0 = Instant::now();
+    let mut next = vec![0usize; eps.len()];
+    loop {
+        let mut all_sent = true;
+        let mut all_heard = true;
+        for (e, ep) in eps.iter_mut().enumerate() {
+            while next[e] < total {
+                let g = next[e];
+                let (rank, index) = (ep.tx.rank, ep.tx.index);
+                let sent = ep
+                    .tx
+                    .send_now(g, HEADER, |b| {
+                        let mut h = [0u8; HEADER];
+                        wire::encode_credit(&mut h, rank, index, true);
+                        b.copy_from_slice(&h);
+                    })
+                    .map_err(|x| conduit_err(format!("wire-up: {x}")))?;
+                if !sent {
+                    break;
+                }
+                next[e] += 1;
+            }
+            all_sent &= next[e] == total;
+            ep.progress(&mut NoDeliver, usize::MAX);
+            all_heard &= ep.rx.hellos >= total;
+        }
+        if all_sent && all_heard {
+            return Ok(());
+        }
+        if t0.elapsed() > WIREUP_TIMEOUT {
+            let status: Vec<String> = eps
+                .iter()
+                .enumerate()
+                .map(|(e, ep)| {
+                    format!(
+                        "EP {e} sent {}/{total}, heard from {}/{total}",
+                        next[e], ep.rx.hellos
+                    )
+                })
+                .collect();
+            let _ = g_base;
+            return Err(conduit_err(format!(
+                "{prov}: wire-up did not complete within {WIREUP_TIMEOUT:?} ({}): a peer is unreachable over this provider",
+                status.join("; ")
+            )));
+        }
+        std::thread::yield_now();
+    }
+}
+
+impl ConduitEp for OfiEp {
+    fn index(&self) -> EpIndex {
+        self.index
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.caps
+    }
+    #[inline]
+    fn limits(&self, _dst: EpAddr) -> Limits {
+        self.limits
+    }
+    fn local_segment(&self) -> (NonNull<u8>, usize) {
+        (
+            NonNull::new(self.conduit.segs[self.index as usize].base()).expect("non-null"),
+            self.conduit.seg_len,
+        )
+    }
+    fn peer_segment(&self, _dst: EpAddr) -> Option<(NonNull<u8>, usize)> {
+        None
+    }
+
+    #[inline]
+    fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, AmError> {
+        if let Some(f) = &self.tx.fatal {
+            return Err(AmError::Conduit(f.clone()));
+        }
+        if self.tx.nqueued > 0 {
+            self.tx.flush()?;
+        }
+        let g = self.tx.g(dst);
+        if !self.tx.queued[g].is_empty() || !self.tx.credits.take(g) {
+            return Ok(Injected::WouldBlock);
+        }
+        match self.tx.send_msg(g, msg) {
+            Ok(true) => Ok(Injected::Sent),
+            Ok(false) => {
+                self.tx.credits.untake(g);
+                Ok(Injected::WouldBlock)
+            }
+            Err(e) => {
+                self.tx.credits.untake(g);
+                Err(e)
+            }
+        }
+    }
+
+    /// Drains this endpoint's completion queue: frees send buffers, delivers messages,
+    /// reposts receive buffers, sends queued replies and owed credits.
+    ///
+    /// # Panics
+    /// On a fatal network error (an error completion, a malformed message), with a
+    /// message naming the provider, rank, endpoint and operation: `poll` cannot return
+    /// an error, and continuing would hang. The launcher then ends the job.
+    #[inline]
+    fn poll<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize {
+        self.progress(d, budget)
+    }
+
+    fn has_incoming(&self) -> bool {
+        self.rx.stash.iter().any(|c| c.flags & flags::RECV != 0)
+    }
+
+    fn block(&mut self, timeout: Duration) {
+        let credits_due = {
+            let c = &self.tx.credits;
+            self.tx.due.iter().any(|&g| c.due(g))
+        };
+        if !self.caps.contains(Capabilities::BLOCKING_WAIT)
+            || self.tx.nqueued > 0
+            || credits_due
+            || !self.rx.repost.is_empty()
+            || !self.rx.stash.is_empty()
+        {
+            // Work only this endpoint's progress completes, or no wait object: stay awake.
+            std::thread::yield_now();
+            return;
+        }
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+        let mut comps = [Completion {
+            ctx: std::ptr::null_mut(),
+            flags: 0,
+            len: 0,
+            buf: std::ptr::null_mut(),
+        }; CQ_BATCH];
+        // Timed out, interrupted, or an error completion (`poll` reports errors): return.
+        if let Ok(k) = self.objs.cq.sread(&mut comps, ms) {
+            for c in comps.iter().take(k) {
+                // Send completions only free a bounce buffer: do it now. Receives wait
+                // for `poll`, which delivers them.
+                match self.tx.pool.index_of(c.ctx) {
+                    Some(i) => self.tx.free.push(i as u32),
+                    None => self.rx.stash.push_back(*c),
+                }
+            }
+        }
+    }
+}

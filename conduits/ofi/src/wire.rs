@@ -1,0 +1,400 @@
+//! The ofi conduit's message format and credit accounting: pure logic, no I/O, so it is
+//! unit-tested here and identical whatever the provider.
+//!
+//! # Message format
+//! One libfabric message (`FI_MSG`) carries one AM:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0 | handler index |
+//! | 1 | bits 0–1 category (0 Short, 1 Medium, 2 Long, 3 credit-only), bit 2 reply, bit 3 hello |
+//! | 2 | number of arguments |
+//! | 3 | reserved (0) |
+//! | 4–5 | source endpoint index (little-endian) |
+//! | 6–7 | request credits returned to the receiver (little-endian) |
+//! | 8–11 | source rank |
+//! | 12–15 | payload length |
+//! | 16–23 | Long only: destination offset in the target endpoint's segment |
+//! | then | arguments (4 bytes each, little-endian), then the payload |
+//!
+//! # Credits
+//! Every ordered pair (sending EP, receiving EP) starts with `credits` request credits.
+//! A request spends one; the receiver owes it back once the request has been delivered
+//! and its reply, if any, has left. Owed credits ride on any message going back to the
+//! requester (the header's credit field), or on a credit-only message once half the
+//! window is owed. So at most `credits` requests per pair are ever unprocessed at a
+//! receiver, and replies that cannot leave at once (queued locally, never blocking) are
+//! bounded by the same number: a reply holds back its request's credit until it leaves.
+
+use gex_core::{Category, Kind};
+
+/// Fixed header length.
+pub(crate) const HEADER: usize = 16;
+/// Extra header bytes of a Long message (the destination offset).
+pub(crate) const LONG_EXTRA: usize = 8;
+/// Category code of a credit-only message (no handler runs).
+pub(crate) const CAT_CREDIT: u8 = 3;
+const F_REPLY: u8 = 1 << 2;
+const F_HELLO: u8 = 1 << 3;
+
+/// Bytes a message with `nargs` arguments and `payload` bytes takes on the wire.
+#[inline(always)]
+pub(crate) fn wire_len(category: Category, nargs: usize, payload: usize) -> usize {
+    HEADER
+        + if category == Category::Long {
+            LONG_EXTRA
+        } else {
+            0
+        }
+        + 4 * nargs
+        + payload
+}
+
+/// The decoded fixed part of a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub(crate) handler: u8,
+    /// `None` for a credit-only message.
+    pub(crate) category: Option<Category>,
+    pub(crate) kind: Kind,
+    pub(crate) hello: bool,
+    pub(crate) nargs: usize,
+    pub(crate) src_rank: u32,
+    pub(crate) src_ep: u16,
+    pub(crate) credits: u16,
+    pub(crate) len: usize,
+    pub(crate) offset: usize,
+}
+
+impl Header {
+    /// Offset of the arguments in the message.
+    #[inline(always)]
+    pub(crate) fn args_at(&self) -> usize {
+        HEADER
+            + if self.category == Some(Category::Long) {
+                LONG_EXTRA
+            } else {
+                0
+            }
+    }
+    /// Offset of the payload in the message.
+    #[inline(always)]
+    pub(crate) fn payload_at(&self) -> usize {
+        self.args_at() + 4 * self.nargs
+    }
+}
+
+fn cat_code(c: Category) -> u8 {
+    match c {
+        Category::Short => 0,
+        Category::Medium => 1,
+        Category::Long => 2,
+    }
+}
+
+/// Writes a message into `out` (exactly [`wire_len`] bytes). The credit field is 0;
+/// [`set_credits`] fills it in when the message actually leaves.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn encode(
+    out: &mut [u8],
+    src_rank: u32,
+    src_ep: u16,
+    handler: u8,
+    kind: Kind,
+    category: Category,
+    args: &[u32],
+    payload: &[u8],
+    offset: usize,
+) {
+    debug_assert_eq!(out.len(), wire_len(category, args.len(), payload.len()));
+    out[0] = handler;
+    out[1] = cat_code(category) | if kind == Kind::Reply { F_REPLY } else { 0 };
+    out[2] = args.len() as u8;
+    out[3] = 0;
+    out[4..6].copy_from_slice(&src_ep.to_le_bytes());
+    out[6..8].copy_from_slice(&0u16.to_le_bytes());
+    out[8..12].copy_from_slice(&src_rank.to_le_bytes());
+    out[12..16].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    let mut at = HEADER;
+    if category == Category::Long {
+        out[at..at + 8].copy_from_slice(&(offset as u64).to_le_bytes());
+        at += LONG_EXTRA;
+    }
+    for a in args {
+        out[at..at + 4].copy_from_slice(&a.to_le_bytes());
+        at += 4;
+    }
+    out[at..].copy_from_slice(payload);
+}
+
+/// Writes a credit-only message (`hello` marks the wire-up message of `open`).
+pub(crate) fn encode_credit(out: &mut [u8; HEADER], src_rank: u32, src_ep: u16, hello: bool) {
+    *out = [0; HEADER];
+    out[1] = CAT_CREDIT | if hello { F_HELLO } else { 0 };
+    out[4..6].copy_from_slice(&src_ep.to_le_bytes());
+    out[8..12].copy_from_slice(&src_rank.to_le_bytes());
+}
+
+/// Sets the credit field of an encoded message.
+#[inline(always)]
+pub(crate) fn set_credits(msg: &mut [u8], credits: u16) {
+    msg[6..8].copy_from_slice(&credits.to_le_bytes());
+}
+
+/// Decodes and checks a received message of `msg.len()` bytes. `max_args` bounds the
+/// argument count. Returns a description of the problem for a malformed message.
+pub(crate) fn decode(msg: &[u8], max_args: usize) -> Result<Header, String> {
+    if msg.len() < HEADER {
+        return Err(format!(
+            "{}-byte message is shorter than a header",
+            msg.len()
+        ));
+    }
+    let u16_at = |i: usize| u16::from_le_bytes([msg[i], msg[i + 1]]);
+    let u32_at = |i: usize| u32::from_le_bytes([msg[i], msg[i + 1], msg[i + 2], msg[i + 3]]);
+    let category = match msg[1] & 3 {
+        0 => Some(Category::Short),
+        1 => Some(Category::Medium),
+        2 => Some(Category::Long),
+        _ => None,
+    };
+    let mut h = Header {
+        handler: msg[0],
+        category,
+        kind: if msg[1] & F_REPLY != 0 {
+            Kind::Reply
+        } else {
+            Kind::Request
+        },
+        hello: msg[1] & F_HELLO != 0,
+        nargs: msg[2] as usize,
+        src_ep: u16_at(4),
+        credits: u16_at(6),
+        src_rank: u32_at(8),
+        len: u32_at(12) as usize,
+        offset: 0,
+    };
+    if h.nargs > max_args {
+        return Err(format!("{} arguments (at most {max_args})", h.nargs));
+    }
+    if category == Some(Category::Long) {
+        if msg.len() < HEADER + LONG_EXTRA {
+            return Err("Long message without its offset".into());
+        }
+        let mut o = [0u8; 8];
+        o.copy_from_slice(&msg[HEADER..HEADER + 8]);
+        h.offset = usize::try_from(u64::from_le_bytes(o)).map_err(|_| "offset overflows")?;
+    }
+    if category.is_none() && (h.nargs != 0 || h.len != 0) {
+        return Err("credit-only message with a body".into());
+    }
+    let want = h.payload_at() + h.len;
+    if msg.len() != want {
+        return Err(format!(
+            "{} bytes received, header says {want} ({} args, {} payload bytes)",
+            msg.len(),
+            h.nargs,
+            h.len
+        ));
+    }
+    Ok(h)
+}
+
+/// Reads the arguments of a decoded message into `out`; returns them as a slice.
+#[inline]
+pub(crate) fn args<'a>(msg: &[u8], h: &Header, out: &'a mut [u32; 32]) -> &'a [u32] {
+    let at = h.args_at();
+    for (i, o) in out.iter_mut().take(h.nargs).enumerate() {
+        let p = at + 4 * i;
+        *o = u32::from_le_bytes([msg[p], msg[p + 1], msg[p + 2], msg[p + 3]]);
+    }
+    &out[..h.nargs]
+}
+
+/// Credit accounting of one endpoint toward every endpoint of the job (indexed by
+/// global endpoint number). See the [module documentation](self).
+#[derive(Debug)]
+pub(crate) struct Credits {
+    window: u16,
+    /// Requests this EP may still send to each peer.
+    avail: Vec<u16>,
+    /// Requests from each peer delivered here and not yet credited back.
+    owed: Vec<u32>,
+    /// Replies to each peer queued locally (each holds back one owed credit).
+    held: Vec<u32>,
+}
+
+impl Credits {
+    /// `window` credits toward each of `peers` endpoints.
+    pub(crate) fn new(peers: usize, window: u16) -> Self {
+        Credits {
+            window,
+            avail: vec![window; peers],
+            owed: vec![0; peers],
+            held: vec![0; peers],
+        }
+    }
+
+    /// Takes a request credit toward `g`; false if none is left.
+    #[inline(always)]
+    pub(crate) fn take(&mut self, g: usize) -> bool {
+        if self.avail[g] == 0 {
+            return false;
+        }
+        self.avail[g] -= 1;
+        true
+    }
+
+    /// Gives back a credit taken by [`Credits::take`] whose request did not leave.
+    #[inline(always)]
+    pub(crate) fn untake(&mut self, g: usize) {
+        self.avail[g] += 1;
+    }
+
+    /// Credits returned by `g` (the header of a message from it).
+    #[inline(always)]
+    pub(crate) fn returned(&mut self, g: usize, n: u16) {
+        self.avail[g] = self.avail[g].saturating_add(n).min(self.window);
+    }
+
+    /// A request from `g` is about to be delivered.
+    #[inline(always)]
+    pub(crate) fn delivered(&mut self, g: usize) {
+        self.owed[g] += 1;
+    }
+
+    /// A reply to `g` was queued instead of sent.
+    pub(crate) fn hold(&mut self, g: usize) {
+        self.held[g] += 1;
+    }
+
+    /// A queued reply to `g` is being sent.
+    pub(crate) fn release(&mut self, g: usize) {
+        self.held[g] -= 1;
+    }
+
+    /// Credits a message to `g` leaving now may carry back.
+    #[inline(always)]
+    pub(crate) fn returnable(&self, g: usize) -> u16 {
+        self.owed[g]
+            .saturating_sub(self.held[g])
+            .min(u32::from(u16::MAX)) as u16
+    }
+
+    /// A message carrying `n` credits to `g` has left.
+    #[inline(always)]
+    pub(crate) fn sent_back(&mut self, g: usize, n: u16) {
+        self.owed[g] -= u32::from(n);
+    }
+
+    /// True if a credit-only message to `g` is due (half the window owed).
+    #[inline(always)]
+    pub(crate) fn due(&self, g: usize) -> bool {
+        u32::from(self.returnable(g)) * 2 >= u32::from(self.window).max(2)
+    }
+
+    /// Requests this EP may still send to `g`.
+    #[cfg(test)]
+    pub(crate) fn available(&self, g: usize) -> u16 {
+        self.avail[g]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(cat: Category, kind: Kind, args: &[u32], payload: &[u8], offset: usize) {
+        let mut buf = vec![0u8; wire_len(cat, args.len(), payload.len())];
+        encode(&mut buf, 7, 3, 200, kind, cat, args, payload, offset);
+        set_credits(&mut buf, 41);
+        let h = decode(&buf, 16).expect("decodes");
+        assert_eq!(h.handler, 200);
+        assert_eq!(h.category, Some(cat));
+        assert_eq!(h.kind, kind);
+        assert_eq!((h.src_rank, h.src_ep, h.credits), (7, 3, 41));
+        assert_eq!(h.len, payload.len());
+        let mut a = [0; 32];
+        assert_eq!(args_of(&buf, &h, &mut a), args);
+        assert_eq!(&buf[h.payload_at()..], payload);
+        if cat == Category::Long {
+            assert_eq!(h.offset, offset);
+        }
+        assert_eq!(buf[1] & F_REPLY != 0, kind == Kind::Reply);
+    }
+
+    fn args_of<'a>(b: &[u8], h: &Header, a: &'a mut [u32; 32]) -> &'a [u32] {
+        args(b, h, a)
+    }
+
+    #[test]
+    fn messages_round_trip() {
+        roundtrip(Category::Short, Kind::Request, &[], &[], 0);
+        roundtrip(Category::Short, Kind::Reply, &[1, 2, u32::MAX], &[], 0);
+        roundtrip(Category::Medium, Kind::Request, &[5; 16], &[9; 100], 0);
+        roundtrip(Category::Long, Kind::Reply, &[3], &[1, 2, 3], 1 << 40);
+        roundtrip(Category::Long, Kind::Request, &[], &[], 0);
+    }
+
+    #[test]
+    fn credit_messages() {
+        let mut b = [0u8; HEADER];
+        encode_credit(&mut b, 2, 1, true);
+        set_credits(&mut b, 9);
+        let h = decode(&b, 16).unwrap();
+        assert_eq!(h.category, None);
+        assert!(h.hello);
+        assert_eq!((h.src_rank, h.src_ep, h.credits), (2, 1, 9));
+    }
+
+    #[test]
+    fn malformed_messages_are_rejected() {
+        assert!(decode(&[0; 8], 16).is_err());
+        let mut b = vec![0u8; wire_len(Category::Medium, 2, 4)];
+        encode(
+            &mut b,
+            0,
+            0,
+            1,
+            Kind::Request,
+            Category::Medium,
+            &[1, 2],
+            &[0; 4],
+            0,
+        );
+        assert!(decode(&b[..b.len() - 1], 16).is_err());
+        assert!(decode(&b, 1).is_err());
+        let mut c = [0u8; HEADER];
+        encode_credit(&mut c, 0, 0, false);
+        c[2] = 1;
+        assert!(decode(&c, 16).is_err());
+    }
+
+    #[test]
+    fn credits_bound_requests_and_held_replies() {
+        let mut c = Credits::new(2, 4);
+        for _ in 0..4 {
+            assert!(c.take(1));
+        }
+        assert!(!c.take(1));
+        c.untake(1);
+        assert!(c.take(1));
+        // The peer delivered three of them, replied to one at once and queued one.
+        let mut peer = Credits::new(2, 4);
+        for _ in 0..3 {
+            peer.delivered(0);
+        }
+        peer.hold(0);
+        assert_eq!(peer.returnable(0), 2);
+        assert!(peer.due(0));
+        peer.sent_back(0, 2);
+        assert_eq!(peer.returnable(0), 0);
+        peer.release(0);
+        assert_eq!(peer.returnable(0), 1);
+        c.returned(1, 2);
+        assert_eq!(c.available(1), 2);
+        c.returned(1, 100);
+        assert_eq!(c.available(1), 4, "never above the window");
+    }
+}

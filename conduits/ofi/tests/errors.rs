@@ -1,0 +1,173 @@
+//! Bad input and faults on the ofi conduit: every failure is a clear error naming the
+//! provider and the operation, and a job whose peer disappears ends instead of hanging.
+
+use gex_conduit_ofi::Ofi;
+use gex_core::boot::Singleton;
+use gex_core::{Am, Client, ClientBuilder, Config, EpAddr, Flags, InitError, Token};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+fn singleton(pairs: &[(&str, &str)]) -> Result<Client<Ofi>, InitError> {
+    ClientBuilder::new()
+        .config(Config::from_pairs(pairs.iter().copied()))
+        .segment_size(64 << 10)
+        .init::<Ofi>(Box::new(Singleton::new()))
+}
+
+fn init_error(pairs: &[(&str, &str)]) -> String {
+    match singleton(pairs) {
+        Ok(_) => panic!("init with {pairs:?} succeeded"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn unknown_provider_names_provider_and_call() {
+    let e = init_error(&[("GEX_OFI_PROVIDER", "no-such-provider")]);
+    assert!(
+        e.contains("conduit ofi")
+            && e.contains("fi_getinfo(provider=no-such-provider")
+            && e.contains("No data available"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unknown_domain_lists_what_is_offered() {
+    let e = init_error(&[("GEX_OFI_PROVIDER", "tcp"), ("GEX_OFI_DOMAIN", "nic9")]);
+    assert!(e.contains("nic9") && e.contains("lo"), "{e}");
+}
+
+#[test]
+fn bad_settings_name_the_variable() {
+    for (k, v) in [
+        ("GEX_OFI_CREDITS", "1"),
+        ("GEX_OFI_CREDITS", "many"),
+        ("GEX_OFI_MAX_MEDIUM", "10"),
+        ("GEX_OFI_MULTI_RECV", "maybe"),
+    ] {
+        let e = init_error(&[(k, v)]);
+        assert!(e.contains(k), "{k}={v}: {e}");
+    }
+}
+
+/// A one-rank job over tcp;ofi_rxm: the report names the provider, the loopback domain
+/// and the path of each operation; an AM to itself goes through the provider.
+#[test]
+fn report_and_self_send_over_tcp() {
+    let client = singleton(&[("GEX_OFI_PROVIDER", "tcp")]).expect("tcp;ofi_rxm opens");
+    let report = client.conduit().report().clone();
+    assert_eq!(report.provider(), "tcp;ofi_rxm");
+    assert_eq!(report.domain(), "lo", "one-host jobs stay on loopback");
+    let recv = report.path("AM receive").expect("listed");
+    assert!(recv.path.contains("FI_MULTI_RECV"), "{recv:?}");
+    assert!(report.path("RMA put/get").is_some());
+    let text = report.to_string();
+    eprintln!("{text}");
+    assert!(
+        text.contains("tcp;ofi_rxm") && text.contains("AM injection"),
+        "{text}"
+    );
+
+    let mut ep = client.endpoint(0).expect("ep");
+    let got = Arc::new(AtomicU64::new(0));
+    let g = got.clone();
+    ep.register(200, move |_t: &mut Token<'_>, am: Am<'_>| {
+        g.fetch_add(u64::from(am.args()[0]), Ordering::Release);
+    })
+    .expect("register");
+    for i in 0..100 {
+        let r = ep.request_medium(EpAddr::rank(0), 200, &[i], &[7; 3000], Flags::empty());
+        assert!(r.expect("request").is_sent());
+    }
+    ep.wait_until(|| got.load(Ordering::Acquire) == (0..100).sum());
+}
+
+#[test]
+fn multi_receive_can_be_turned_off() {
+    let client =
+        singleton(&[("GEX_OFI_PROVIDER", "shm"), ("GEX_OFI_MULTI_RECV", "0")]).expect("shm opens");
+    let r = client.conduit().report();
+    assert_eq!(r.provider(), "shm");
+    let recv = r.path("AM receive").expect("listed");
+    assert!(
+        recv.path.contains("pre-posted") && recv.reason.contains("GEX_OFI_MULTI_RECV=0"),
+        "{recv:?}"
+    );
+}
+
+/// Rank 1 disappears (exits without finalizing) while rank 0 floods it with requests:
+/// the job ends promptly with a non-zero code instead of hanging.
+#[test]
+fn peer_exit_mid_transfer_ends_the_job() {
+    let t0 = Instant::now();
+    match gex_boot::spawn_self_test(2, "peer_exit_mid_transfer_ends_the_job").expect("spawn") {
+        gex_boot::Role::Launcher(code) => {
+            assert_ne!(code, 0, "a rank died: the job must fail");
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "took {:?}",
+                t0.elapsed()
+            );
+        }
+        gex_boot::Role::Rank(boot) => {
+            let client = ClientBuilder::new()
+                .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
+                .segment_size(64 << 10)
+                .init::<Ofi>(boot)
+                .expect("init");
+            let mut ep = client.endpoint(0).expect("ep");
+            let got = Arc::new(AtomicU64::new(0));
+            let g = got.clone();
+            ep.register(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
+                g.fetch_add(1, Ordering::Relaxed);
+            })
+            .expect("register");
+            ep.barrier().expect("barrier");
+            if client.rank() == 1 {
+                ep.wait_until(|| got.load(Ordering::Relaxed) >= 100);
+                std::process::exit(7);
+            }
+            // Rank 0 keeps sending until the job is ended under it (or the conduit
+            // reports the failure).
+            loop {
+                if let Err(e) =
+                    ep.request_medium(EpAddr::rank(1), 200, &[], &[1; 2000], Flags::empty())
+                {
+                    eprintln!("rank 0: {e}");
+                    std::process::exit(9);
+                }
+            }
+        }
+    }
+}
+
+/// With a wait policy that may block, tcp;ofi_rxm sleeps in its CQ's file-descriptor
+/// wait object (`BLOCKING_WAIT`); shm 1.17 offers none, so it degrades to yielding and
+/// says why.
+#[test]
+fn waiting_paths_follow_the_provider() {
+    for (prov, sleeps) in [("tcp", true), ("shm", false)] {
+        let client = ClientBuilder::new()
+            .config(Config::from_pairs([("GEX_OFI_PROVIDER", prov)]))
+            .segment_size(64 << 10)
+            .wait_policy(gex_core::WaitPolicy::Block)
+            .init::<Ofi>(Box::new(Singleton::new()))
+            .expect("opens");
+        let w = client
+            .conduit()
+            .report()
+            .path("waiting")
+            .expect("listed")
+            .clone();
+        let mut ep = client.endpoint(0).expect("ep");
+        let caps = gex_core::spi::ConduitEp::capabilities(ep.conduit_ep());
+        assert_eq!(
+            caps.contains(gex_core::Capabilities::BLOCKING_WAIT),
+            sleeps,
+            "{prov}: {w:?}"
+        );
+        assert_eq!(w.path.contains("fi_cq_sread"), sleeps, "{prov}: {w:?}");
+    }
+}
