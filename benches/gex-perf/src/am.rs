@@ -1,0 +1,651 @@
+//! The `am` benchmarks.
+//!
+//! Ranks pair up as `(0,1), (2,3), …`; in each pair the even rank (the *leader*)
+//! drives and the odd rank (the *follower*) only answers, inside its handlers, while it
+//! waits for the leader's STOP. An odd last rank idles. Every pair runs every test
+//! point at the same time; points are separated by [`Endpoint::barrier`]. A job of one
+//! rank pairs rank 0 with itself (useful on the loopback conduit).
+//!
+//! A point is measured as: warm-up (which also estimates the time per iteration),
+//! then `B` timed batches of `k` iterations; the value is the median batch and min/max
+//! the extreme batches. Rank 0 reports the median of the pairs' values and the extremes
+//! of their min/max. Nothing is allocated inside the timed loops; handlers only touch
+//! atomics captured through an `Arc`. While waiting, a rank whose wait policy is
+//! [`WaitPolicy::Spin`] (every rank has a core) polls in a tight loop, like GASNet's
+//! `GASNET_BLOCKUNTIL`; otherwise (ranks outnumber cores: spin then block) it waits
+//! through [`Endpoint::wait_until`], which sleeps in the kernel after its spin budget.
+
+use crate::report::{Record, Reporter, median};
+use crate::{AmArgs, PinMode, TestName, complain};
+use gex::spi::Conduit;
+use gex::{Am, Client, ClientBuilder, Endpoint, EpAddr, Flags, Job, Token, WaitPolicy};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Request: Short ping, answered by [`H_PONG_SHORT`].
+const H_PING_SHORT: u8 = 128;
+/// Reply: Short pong.
+const H_PONG_SHORT: u8 = 129;
+/// Request: Medium ping, echoed by [`H_PONG_MEDIUM`].
+const H_PING_MEDIUM: u8 = 130;
+/// Reply: Medium pong.
+const H_PONG_MEDIUM: u8 = 131;
+/// Request: Long ping, answered by a Long [`H_PONG_LONG`] of the same size.
+const H_PING_LONG: u8 = 132;
+/// Reply: Long pong.
+const H_PONG_LONG: u8 = 133;
+/// Request (any category): one flood message; counted, never answered.
+const H_FLOOD: u8 = 134;
+/// Request: end of a flood; answered by [`H_FLOOD_ACK`] with the count received.
+const H_FLOOD_END: u8 = 135;
+/// Reply: flood acknowledgement, args = count (low, high).
+const H_FLOOD_ACK: u8 = 136;
+/// Request: leader → follower, "point `args[0]` is over".
+const H_STOP: u8 = 137;
+/// Request: leader → rank 0, the pair's result of a point.
+const H_RESULT: u8 = 138;
+
+/// Largest Long size of the default sweep.
+const LONG_MAX_DEFAULT: usize = 1 << 20;
+/// Largest segment gex-perf asks for by itself.
+const SEGMENT_MAX: usize = 256 << 20;
+
+/// State the handlers update. Handlers run on the thread that polls, so relaxed
+/// atomics suffice; they are atomics only because handlers must be `Send`.
+#[derive(Debug, Default)]
+struct Counters {
+    /// Replies received by the leader (every pong kind).
+    pong: AtomicU64,
+    /// Flood messages received since the last flood end.
+    arrivals: AtomicU64,
+    /// Flood acknowledgements received.
+    ack_seq: AtomicU64,
+    /// Count carried by the last acknowledgement.
+    ack_count: AtomicU64,
+    /// Highest point id a STOP was received for (+1).
+    stop: AtomicU64,
+    /// Results from other pairs (rank 0 only).
+    results: Mutex<Vec<PairResult>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PairResult {
+    point: u32,
+    stats: Stats,
+}
+
+/// One pair's figure for a point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Stats {
+    value: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Stats {
+    fn to_args(self, point: u32) -> [u32; 7] {
+        let (v, lo, hi) = (self.value.to_bits(), self.min.to_bits(), self.max.to_bits());
+        [
+            point,
+            v as u32,
+            (v >> 32) as u32,
+            lo as u32,
+            (lo >> 32) as u32,
+            hi as u32,
+            (hi >> 32) as u32,
+        ]
+    }
+    fn from_args(a: &[u32]) -> Option<(u32, Stats)> {
+        if a.len() != 7 {
+            return None;
+        }
+        let f = |i: usize| f64::from_bits(u64::from(a[i]) | (u64::from(a[i + 1]) << 32));
+        Some((
+            a[0],
+            Stats {
+                value: f(1),
+                min: f(3),
+                max: f(5),
+            },
+        ))
+    }
+}
+
+/// How long each phase of a point lasts.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    warm: Duration,
+    batch: Duration,
+    batches: u32,
+    iters: Option<u64>,
+}
+
+/// One test at one size.
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    test: TestName,
+    size: usize,
+}
+
+/// This rank's part in the pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Leader { peer: EpAddr },
+    Follower,
+    Idle,
+}
+
+/// The `am` job: runs on every rank once the client exists.
+#[derive(Debug)]
+pub(crate) struct AmJob {
+    pub(crate) args: AmArgs,
+    pub(crate) pin: PinMode,
+}
+
+impl AmJob {
+    /// The client settings: a segment large enough for the largest Long payload, at
+    /// most [`SEGMENT_MAX`] (`GEX_SEGMENT_SIZE` still overrides; larger sizes are
+    /// skipped with a note).
+    pub(crate) fn builder(&self) -> ClientBuilder {
+        let largest = self
+            .args
+            .sizes
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(LONG_MAX_DEFAULT)
+            .clamp(LONG_MAX_DEFAULT, SEGMENT_MAX);
+        ClientBuilder::new().segment_size(largest.next_multiple_of(4096))
+    }
+}
+
+impl Job for AmJob {
+    type Output = ();
+
+    fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
+        match run_am(&self, &client) {
+            Ok(()) => {
+                if let Err(e) = client.finalize() {
+                    complain(&format!("finalisation failed: {e}"));
+                    std::process::exit(1);
+                }
+            }
+            Err(e) => client.abort(1, &format!("gex-perf: rank {}: {e}", client.rank())),
+        }
+    }
+}
+
+fn register<C: Conduit>(ep: &mut Endpoint<C>, c: &Arc<Counters>) -> Res<()> {
+    ep.register(H_PING_SHORT, |t: &mut Token<'_>, _am: Am<'_>| {
+        t.reply_short(H_PONG_SHORT, &[])
+            .expect("gex-perf: Short reply failed");
+    })?;
+    ep.register(H_PING_MEDIUM, |t: &mut Token<'_>, am: Am<'_>| {
+        t.reply_medium(H_PONG_MEDIUM, &[], am.payload())
+            .expect("gex-perf: Medium reply failed");
+    })?;
+    ep.register(H_PING_LONG, |t: &mut Token<'_>, am: Am<'_>| {
+        // Send the bytes that just landed in this segment back to the same offset of
+        // the requester's segment.
+        t.reply_long(H_PONG_LONG, &[], am.payload(), am.offset())
+            .expect("gex-perf: Long reply failed");
+    })?;
+    for h in [H_PONG_SHORT, H_PONG_MEDIUM, H_PONG_LONG] {
+        let c = c.clone();
+        ep.register(h, move |_t: &mut Token<'_>, _am: Am<'_>| {
+            c.pong.fetch_add(1, Relaxed);
+        })?;
+    }
+    let cc = c.clone();
+    ep.register(H_FLOOD, move |_t: &mut Token<'_>, _am: Am<'_>| {
+        cc.arrivals.fetch_add(1, Relaxed);
+    })?;
+    let cc = c.clone();
+    ep.register(H_FLOOD_END, move |t: &mut Token<'_>, _am: Am<'_>| {
+        // Messages from one sender are delivered in order: every flood message has
+        // been counted by now.
+        let n = cc.arrivals.swap(0, Relaxed);
+        t.reply_short(H_FLOOD_ACK, &[n as u32, (n >> 32) as u32])
+            .expect("gex-perf: ack reply failed");
+    })?;
+    let cc = c.clone();
+    ep.register(H_FLOOD_ACK, move |_t: &mut Token<'_>, am: Am<'_>| {
+        let a = am.args();
+        cc.ack_count
+            .store(u64::from(a[0]) | (u64::from(a[1]) << 32), Relaxed);
+        cc.ack_seq.fetch_add(1, Relaxed);
+    })?;
+    let cc = c.clone();
+    ep.register(H_STOP, move |_t: &mut Token<'_>, am: Am<'_>| {
+        cc.stop.fetch_max(u64::from(am.args()[0]) + 1, Relaxed);
+    })?;
+    let cc = c.clone();
+    ep.register(H_RESULT, move |_t: &mut Token<'_>, am: Am<'_>| {
+        let (point, stats) =
+            Stats::from_args(am.args()).expect("gex-perf: malformed result message");
+        cc.results
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(PairResult { point, stats });
+    })?;
+    Ok(())
+}
+
+/// Powers of two from `lo` up to `hi` (inclusive), plus `hi` itself when it is not one.
+fn pow2_sweep(lo: usize, hi: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut s = lo;
+    while s <= hi {
+        v.push(s);
+        s *= 2;
+    }
+    if hi >= lo && v.last() != Some(&hi) {
+        v.push(hi);
+    }
+    v
+}
+
+/// The test points, identical on every rank.
+fn plan(args: &AmArgs, max_medium: usize, max_long: usize) -> (Vec<Point>, Vec<String>) {
+    let tests: Vec<TestName> = if args.tests.is_empty() {
+        TestName::ALL.to_vec()
+    } else {
+        TestName::ALL
+            .iter()
+            .copied()
+            .filter(|t| args.tests.contains(t))
+            .collect()
+    };
+    let long_top = max_long.min(LONG_MAX_DEFAULT);
+    let mut points = Vec::new();
+    let mut notes = Vec::new();
+    for t in tests {
+        let (limit, default): (usize, Vec<usize>) = match (t, args.quick) {
+            (TestName::ShortRtt | TestName::ShortFlood, _) => {
+                points.push(Point { test: t, size: 0 });
+                continue;
+            }
+            (TestName::MediumRtt, false) => (max_medium, pow2_sweep(8, max_medium)),
+            (TestName::MediumRtt, true) => (max_medium, vec![8, 4096]),
+            (TestName::LongRtt, false) => (max_long, pow2_sweep(8, long_top)),
+            (TestName::LongRtt, true) => (max_long, vec![8, 4096, 65536]),
+            (TestName::MediumFloodBw, false) => (max_medium, pow2_sweep(4096, max_medium)),
+            (TestName::MediumFloodBw, true) => (max_medium, vec![max_medium.min(65536)]),
+            (TestName::LongFloodBw, false) => (max_long, pow2_sweep(4096, long_top)),
+            (TestName::LongFloodBw, true) => (max_long, vec![65536]),
+        };
+        let sizes = if args.sizes.is_empty() {
+            default
+        } else {
+            args.sizes.clone()
+        };
+        for s in sizes {
+            if s <= limit {
+                points.push(Point { test: t, size: s });
+            } else {
+                notes.push(format!("{}: size {s} skipped (limit {limit})", t.name()));
+            }
+        }
+    }
+    (points, notes)
+}
+
+fn run_am<C: Conduit>(job: &AmJob, client: &Client<C>) -> Res<()> {
+    let (me, n) = (client.rank(), client.size());
+    let mut ep = client.endpoint(0)?;
+    let counters = Arc::new(Counters::default());
+    register(&mut ep, &counters)?;
+
+    // Decide before pinning: the affinity mask shrinks to one core afterwards.
+    let cores = crate::pin::allowed_cores()?.len();
+    let neighbours = client.neighbours();
+    let on_host = neighbours.len();
+    // Rank among the ranks of this host: consecutive ranks (a pair) land on
+    // different cores.
+    let local = neighbours.iter().position(|&r| r == me).unwrap_or(0) as u32;
+    let pinned = match job.pin {
+        PinMode::On => true,
+        PinMode::Off => false,
+        PinMode::Auto => on_host > cores,
+    }
+    .then(|| crate::pin::pin_to_nth_allowed(local))
+    .transpose()?;
+
+    let role = if n == 1 {
+        Role::Leader { peer: ep.addr() }
+    } else if me % 2 == 0 && me + 1 < n {
+        Role::Leader {
+            peer: EpAddr::rank(me + 1),
+        }
+    } else if me % 2 == 1 {
+        Role::Follower
+    } else {
+        Role::Idle
+    };
+    let pairs = (n / 2).max(1);
+    // Every rank computes the same plan from the limits towards rank 1 (or itself).
+    let probe = EpAddr::rank(1 % n);
+    let (points, notes) = plan(&job.args, ep.max_medium(probe), ep.max_long(probe));
+    let (warm, batch, batches) = if job.args.quick {
+        (Duration::from_millis(5), Duration::from_millis(4), 5)
+    } else {
+        (Duration::from_millis(40), Duration::from_millis(50), 7)
+    };
+    let timing = Timing {
+        warm,
+        batch,
+        batches: job.args.batches.unwrap_or(batches),
+        iters: job.args.iters,
+    };
+
+    let reporter = Reporter::new(job.args.json);
+    if me == 0 {
+        let mut lines = vec![
+            format!(
+                "gex-perf am: {n} ranks ({pairs} pair{}), conduit {}, wait policy {:?}, pinning {}",
+                if pairs == 1 { "" } else { "s" },
+                client.conduit_name(),
+                ep.wait_policy(),
+                match pinned {
+                    Some(cpu) =>
+                        format!("on (rank 0 on core {cpu}; {on_host} ranks on {cores} cores)"),
+                    None => format!("off ({on_host} ranks on {cores} cores)"),
+                }
+            ),
+            format!(
+                "value: median of {} batches{}; min/max: extreme batches; us per round trip or message, GB/s = 1e9 B/s",
+                timing.batches,
+                if pairs > 1 {
+                    " (median over pairs)"
+                } else {
+                    ""
+                }
+            ),
+        ];
+        if job.args.json {
+            notes.iter().for_each(|n| complain(n));
+        } else {
+            lines.extend(notes);
+        }
+        reporter.header(&lines);
+    }
+
+    let buf = vec![0xa5u8; points.iter().map(|p| p.size).max().unwrap_or(0).max(8)];
+    let spin = ep.wait_policy() == WaitPolicy::Spin;
+    let mut bench = Bench {
+        ep,
+        c: counters,
+        buf,
+        timing,
+        spin,
+    };
+    for (id, point) in points.iter().enumerate() {
+        let id = id as u32;
+        bench.ep.barrier()?;
+        match role {
+            Role::Leader { peer } => {
+                let stats = bench.measure(*point, peer)?;
+                if peer.rank != me {
+                    let _sent = bench
+                        .ep
+                        .request_short(peer, H_STOP, &[id], Flags::empty())?;
+                }
+                if me != 0 {
+                    let _sent = bench.ep.request_short(
+                        EpAddr::rank(0),
+                        H_RESULT,
+                        &stats.to_args(id),
+                        Flags::empty(),
+                    )?;
+                } else {
+                    let c = bench.c.clone();
+                    let others = pairs as usize - 1;
+                    bench.ep.wait_until(|| {
+                        c.results.lock().unwrap_or_else(|e| e.into_inner()).len() >= others
+                    });
+                    let mut all: Vec<Stats> =
+                        std::mem::take(&mut *c.results.lock().unwrap_or_else(|e| e.into_inner()))
+                            .into_iter()
+                            .map(|r| {
+                                if r.point == id {
+                                    Ok(r.stats)
+                                } else {
+                                    Err(format!(
+                                        "result of point {} arrived during point {id}",
+                                        r.point
+                                    ))
+                                }
+                            })
+                            .collect::<Result<_, _>>()?;
+                    all.push(stats);
+                    let min = all.iter().map(|s| s.min).fold(f64::INFINITY, f64::min);
+                    let max = all.iter().map(|s| s.max).fold(f64::NEG_INFINITY, f64::max);
+                    let value = median(&mut all.iter().map(|s| s.value).collect::<Vec<_>>());
+                    reporter.record(&Record {
+                        name: point.test.name(),
+                        size: point.size,
+                        ranks: n,
+                        conduit: client.conduit_name(),
+                        value,
+                        unit: point.test.unit(),
+                        min: Some(min),
+                        max: Some(max),
+                    });
+                }
+            }
+            Role::Follower => {
+                let c = bench.c.clone();
+                let want = u64::from(id) + 1;
+                wait(&mut bench.ep, bench.spin, || c.stop.load(Relaxed) >= want);
+            }
+            Role::Idle => {}
+        }
+    }
+    bench.ep.barrier()?;
+    Ok(())
+}
+
+/// The leader's side of the measurements.
+struct Bench<C: Conduit> {
+    ep: Endpoint<C>,
+    c: Arc<Counters>,
+    buf: Vec<u8>,
+    timing: Timing,
+    /// Poll in a tight loop while waiting (the wait policy is spin).
+    spin: bool,
+}
+
+/// Waits until `cond` holds, running handlers meanwhile: a tight poll loop when `spin`
+/// (no pause between polls), else [`Endpoint::wait_until`] (the endpoint's policy).
+#[inline(always)]
+fn wait<C: Conduit>(ep: &mut Endpoint<C>, spin: bool, mut cond: impl FnMut() -> bool) {
+    if spin {
+        while !cond() {
+            ep.poll();
+        }
+    } else {
+        ep.wait_until(cond);
+    }
+}
+
+impl<C: Conduit> Bench<C> {
+    /// Measures one point against `peer`; values in the test's unit.
+    fn measure(&mut self, p: Point, peer: EpAddr) -> Res<Stats> {
+        let s = p.size;
+        // Seconds per iteration of each batch.
+        let per_iter = match p.test {
+            TestName::ShortRtt => self.batches(|b, k| b.short_rtt(peer, k))?,
+            TestName::MediumRtt => self.batches(|b, k| b.medium_rtt(peer, s, k))?,
+            TestName::LongRtt => self.batches(|b, k| b.long_rtt(peer, s, k))?,
+            TestName::ShortFlood => self.batches(|b, k| b.flood(peer, Kind::Short, 0, k))?,
+            TestName::MediumFloodBw => self.batches(|b, k| b.flood(peer, Kind::Medium, s, k))?,
+            TestName::LongFloodBw => self.batches(|b, k| b.flood(peer, Kind::Long, s, k))?,
+        };
+        let mut vals: Vec<f64> = match p.test.unit() {
+            "GB/s" => per_iter.iter().map(|t| s as f64 / t / 1e9).collect(),
+            _ => per_iter.iter().map(|t| t * 1e6).collect(),
+        };
+        let min = vals.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        Ok(Stats {
+            value: median(&mut vals),
+            min,
+            max,
+        })
+    }
+
+    /// Warm-up (estimating the time of one iteration), then the timed batches.
+    fn batches(&mut self, mut op: impl FnMut(&mut Self, u64) -> Res<()>) -> Res<Vec<f64>> {
+        let t = self.timing;
+        let iters = match t.iters {
+            Some(k) => {
+                op(self, (k / 10).max(1))?;
+                k.div_ceil(u64::from(t.batches)).max(1)
+            }
+            None => {
+                let mut k = 1u64;
+                let mut spent = Duration::ZERO;
+                let per = loop {
+                    let t0 = Instant::now();
+                    op(self, k)?;
+                    let e = t0.elapsed();
+                    spent += e;
+                    if spent >= t.warm || k >= 1 << 30 {
+                        break e.as_secs_f64() / k as f64;
+                    }
+                    k *= 2;
+                };
+                ((t.batch.as_secs_f64() / per.max(1e-9)) as u64).clamp(1, 1 << 30)
+            }
+        };
+        let mut out = Vec::with_capacity(t.batches as usize);
+        for _ in 0..t.batches {
+            let t0 = Instant::now();
+            op(self, iters)?;
+            out.push(t0.elapsed().as_secs_f64() / iters as f64);
+        }
+        Ok(out)
+    }
+
+    fn short_rtt(&mut self, peer: EpAddr, k: u64) -> Res<()> {
+        let c = &*self.c;
+        let start = c.pong.load(Relaxed);
+        for want in start + 1..=start + k {
+            let _sent = self
+                .ep
+                .request_short(peer, H_PING_SHORT, &[], Flags::empty())?;
+            wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
+        }
+        Ok(())
+    }
+
+    fn medium_rtt(&mut self, peer: EpAddr, size: usize, k: u64) -> Res<()> {
+        let c = &*self.c;
+        let payload = &self.buf[..size];
+        let start = c.pong.load(Relaxed);
+        for want in start + 1..=start + k {
+            let _sent =
+                self.ep
+                    .request_medium(peer, H_PING_MEDIUM, &[], payload, Flags::empty())?;
+            wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
+        }
+        Ok(())
+    }
+
+    fn long_rtt(&mut self, peer: EpAddr, size: usize, k: u64) -> Res<()> {
+        let c = &*self.c;
+        let payload = &self.buf[..size];
+        let start = c.pong.load(Relaxed);
+        for want in start + 1..=start + k {
+            let _sent = self
+                .ep
+                .request_long(peer, H_PING_LONG, &[], payload, 0, Flags::empty())?;
+            wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
+        }
+        Ok(())
+    }
+
+    /// `k` back-to-back requests of one category, then a flood end and its ack.
+    fn flood(&mut self, peer: EpAddr, kind: Kind, size: usize, k: u64) -> Res<()> {
+        let c = &*self.c;
+        let payload = &self.buf[..size];
+        let ep = &mut self.ep;
+        match kind {
+            Kind::Short => {
+                for _ in 0..k {
+                    let _sent = ep.request_short(peer, H_FLOOD, &[], Flags::empty())?;
+                }
+            }
+            Kind::Medium => {
+                for _ in 0..k {
+                    let _sent = ep.request_medium(peer, H_FLOOD, &[], payload, Flags::empty())?;
+                }
+            }
+            Kind::Long => {
+                for _ in 0..k {
+                    let _sent = ep.request_long(peer, H_FLOOD, &[], payload, 0, Flags::empty())?;
+                }
+            }
+        }
+        let want = c.ack_seq.load(Relaxed) + 1;
+        let _sent = ep.request_short(peer, H_FLOOD_END, &[], Flags::empty())?;
+        wait(ep, self.spin, || c.ack_seq.load(Relaxed) >= want);
+        let got = c.ack_count.load(Relaxed);
+        if got != k {
+            return Err(format!("flood: {peer} acknowledged {got} messages, {k} were sent").into());
+        }
+        Ok(())
+    }
+}
+
+/// AM category of a flood.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Short,
+    Medium,
+    Long,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweeps() {
+        assert_eq!(pow2_sweep(8, 64), vec![8, 16, 32, 64]);
+        assert_eq!(
+            pow2_sweep(4096, 65000),
+            vec![4096, 8192, 16384, 32768, 65000]
+        );
+        assert!(pow2_sweep(4096, 100).is_empty());
+    }
+
+    #[test]
+    fn stats_round_trip() {
+        let s = Stats {
+            value: 0.4375,
+            min: 0.25,
+            max: 1e9,
+        };
+        assert_eq!(Stats::from_args(&s.to_args(42)), Some((42, s)));
+    }
+
+    #[test]
+    fn plan_filters_and_limits() {
+        let args = AmArgs {
+            json: false,
+            quick: false,
+            sizes: vec![8, 1 << 20],
+            iters: None,
+            batches: None,
+            tests: vec![TestName::MediumRtt, TestName::ShortRtt],
+        };
+        let (points, notes) = plan(&args, 65536, 1 << 26);
+        let names: Vec<_> = points.iter().map(|p| (p.test.name(), p.size)).collect();
+        assert_eq!(names, vec![("am_short_rtt", 0), ("am_medium_rtt", 8)]);
+        assert_eq!(notes.len(), 1);
+    }
+}

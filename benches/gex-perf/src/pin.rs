@@ -1,0 +1,26 @@
+//! Pinning a rank to one core (`--pin`).
+
+use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
+
+/// The cores this thread may run on.
+pub(crate) fn allowed_cores() -> Result<Vec<usize>, String> {
+    let allowed = sched_getaffinity(None).map_err(|e| format!("sched_getaffinity: {e}"))?;
+    let cpus: Vec<usize> = (0..CpuSet::MAX_CPU)
+        .filter(|&c| allowed.is_set(c))
+        .collect();
+    if cpus.is_empty() {
+        return Err("sched_getaffinity returned no allowed core".into());
+    }
+    Ok(cpus)
+}
+
+/// Pins the calling thread to the `(index mod n)`-th of the `n` cores it may run
+/// on, and returns that core's number.
+pub(crate) fn pin_to_nth_allowed(index: u32) -> Result<usize, String> {
+    let cpus = allowed_cores()?;
+    let cpu = cpus[index as usize % cpus.len()];
+    let mut set = CpuSet::new();
+    set.set(cpu);
+    sched_setaffinity(None, &set).map_err(|e| format!("sched_setaffinity(core {cpu}): {e}"))?;
+    Ok(cpu)
+}

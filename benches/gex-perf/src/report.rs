@@ -1,0 +1,143 @@
+//! Output: the human table (like GASNet's testam) and JSON lines.
+
+use serde::Serialize;
+use std::io::Write;
+
+/// One measured figure.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Record {
+    /// Test name, e.g. `am_short_rtt`.
+    pub(crate) name: &'static str,
+    /// Payload size in bytes (0 for Short).
+    pub(crate) size: usize,
+    /// Ranks in the job.
+    pub(crate) ranks: u32,
+    /// Conduit name.
+    pub(crate) conduit: &'static str,
+    /// Median over batches (and over pairs).
+    pub(crate) value: f64,
+    /// `us` or `GB/s`.
+    pub(crate) unit: &'static str,
+    /// Smallest batch value over every pair.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) min: Option<f64>,
+    /// Largest batch value over every pair.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max: Option<f64>,
+}
+
+/// Writes records to stdout, flushing each line.
+#[derive(Debug)]
+pub(crate) struct Reporter {
+    json: bool,
+}
+
+impl Reporter {
+    pub(crate) fn new(json: bool) -> Self {
+        Reporter { json }
+    }
+
+    /// Prints the header (human format only).
+    pub(crate) fn header(&self, lines: &[String]) {
+        if self.json {
+            return;
+        }
+        let mut out = std::io::stdout().lock();
+        for l in lines {
+            let _ = writeln!(out, "# {l}");
+        }
+        let _ = writeln!(
+            out,
+            "{:<20} {:>9} {:>12} {:<5} {:>12} {:>12}",
+            "name", "size", "value", "unit", "min", "max"
+        );
+        let _ = out.flush();
+    }
+
+    /// Prints one record.
+    pub(crate) fn record(&self, r: &Record) {
+        let mut out = std::io::stdout().lock();
+        if self.json {
+            match serde_json::to_string(r) {
+                Ok(s) => {
+                    let _ = writeln!(out, "{s}");
+                }
+                Err(e) => crate::complain(&format!("cannot encode a record: {e}")),
+            }
+        } else {
+            let opt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), fmt_value);
+            let _ = writeln!(
+                out,
+                "{:<20} {:>9} {:>12} {:<5} {:>12} {:>12}",
+                r.name,
+                r.size,
+                fmt_value(r.value),
+                r.unit,
+                opt(r.min),
+                opt(r.max)
+            );
+        }
+        let _ = out.flush();
+    }
+}
+
+/// Four significant digits, at least three decimals below 10.
+fn fmt_value(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{v:.1}")
+    } else if v >= 10.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// Median of a non-empty slice (sorted in place; mean of the two middle values
+/// when the length is even).
+pub(crate) fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&mut []).is_nan());
+    }
+
+    #[test]
+    fn json_keys() {
+        let r = Record {
+            name: "am_short_rtt",
+            size: 0,
+            ranks: 2,
+            conduit: "smp",
+            value: 0.5,
+            unit: "us",
+            min: Some(0.4),
+            max: Some(0.6),
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
+        assert_eq!(keys.len(), 8);
+        for k in [
+            "name", "size", "ranks", "conduit", "value", "unit", "min", "max",
+        ] {
+            assert!(keys.iter().any(|x| x == k), "{k}");
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! End-to-end runs of the `gex-perf` binary.
+
+use std::process::Command;
+
+fn gex_perf() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gex-perf"));
+    // A rank started by these tests must not think it runs under a launcher.
+    c.env_remove("GEX_BOOT");
+    c
+}
+
+#[test]
+fn quick_json_on_loopback_has_the_documented_keys() {
+    let out = gex_perf()
+        .args([
+            "-n",
+            "1",
+            "--conduit",
+            "loopback",
+            "am",
+            "--quick",
+            "--json",
+        ])
+        .output()
+        .expect("gex-perf runs");
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let mut names = Vec::new();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("one JSON object per line");
+        let o = v.as_object().expect("an object");
+        let mut keys: Vec<&str> = o.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "conduit", "max", "min", "name", "ranks", "size", "unit", "value"
+            ]
+        );
+        assert_eq!(o["conduit"], "loopback");
+        assert_eq!(o["ranks"], 1);
+        let unit = o["unit"].as_str().expect("unit");
+        assert!(unit == "us" || unit == "GB/s", "{unit}");
+        let (value, min, max) = (
+            o["value"].as_f64().unwrap(),
+            o["min"].as_f64().unwrap(),
+            o["max"].as_f64().unwrap(),
+        );
+        assert!(min <= value && value <= max && min > 0.0, "{line}");
+        names.push(o["name"].as_str().unwrap().to_string());
+    }
+    for t in [
+        "am_short_rtt",
+        "am_medium_rtt",
+        "am_long_rtt",
+        "am_short_flood",
+        "am_medium_flood_bw",
+        "am_long_flood_bw",
+    ] {
+        assert!(names.iter().any(|n| n == t), "{t} missing from {names:?}");
+    }
+}
+
+#[test]
+fn test_selection_and_sizes() {
+    let out = gex_perf()
+        .args([
+            "-n",
+            "1",
+            "--conduit",
+            "loopback",
+            "am",
+            "--quick",
+            "--json",
+            "--test",
+            "am_medium_rtt",
+            "--sizes",
+            "16,1K",
+            "--iters",
+            "50",
+        ])
+        .output()
+        .expect("gex-perf runs");
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let sizes: Vec<u64> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["size"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(sizes, [16, 1024]);
+}
+
+#[test]
+fn unknown_conduit_fails_with_a_message() {
+    let out = gex_perf()
+        .args(["--conduit", "carrier-pigeon", "am"])
+        .output()
+        .expect("gex-perf runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("carrier-pigeon") && err.contains("loopback"),
+        "{err}"
+    );
+}
+
+#[cfg(feature = "smp")]
+fn rows(args: &[&str]) -> Vec<serde_json::Value> {
+    let out = gex_perf().args(args).output().expect("gex-perf runs");
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect()
+}
+
+#[cfg(feature = "smp")]
+#[test]
+fn smp_pairs_run_concurrently_and_rank0_reports() {
+    // 3 ranks: one pair and an idle rank; 4 ranks: two pairs, median over pairs.
+    for n in ["2", "3", "4"] {
+        let rows = rows(&[
+            "-n",
+            n,
+            "am",
+            "--json",
+            "--test",
+            "am_short_rtt",
+            "--test",
+            "am_long_rtt",
+            "--test",
+            "am_short_flood",
+            "--sizes",
+            "8,4K",
+            "--iters",
+            "400",
+            "--batches",
+            "3",
+        ]);
+        let got: Vec<(String, u64)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r["name"].as_str().unwrap().to_string(),
+                    r["size"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("am_short_rtt".into(), 0),
+                ("am_long_rtt".into(), 8),
+                ("am_long_rtt".into(), 4096),
+                ("am_short_flood".into(), 0)
+            ],
+            "n = {n}"
+        );
+        for r in &rows {
+            assert_eq!(r["conduit"], "smp");
+            assert_eq!(r["ranks"].as_u64().unwrap().to_string(), n);
+        }
+    }
+}
