@@ -309,7 +309,7 @@ fn run_am<C: Conduit>(job: &AmJob, client: &Client<C>) -> Res<()> {
     let pinned = match job.pin {
         PinMode::On => true,
         PinMode::Off => false,
-        PinMode::Auto => on_host > cores,
+        PinMode::Auto => true,
     }
     .then(|| crate::pin::pin_to_nth_allowed(local))
     .transpose()?;
@@ -458,17 +458,12 @@ struct Bench<C: Conduit> {
     spin: bool,
 }
 
-/// Waits until `cond` holds, running handlers meanwhile: a tight poll loop when `spin`
-/// (no pause between polls), else [`Endpoint::wait_until`] (the endpoint's policy).
+/// Waits until `cond` holds, running handlers meanwhile, under the endpoint's wait
+/// policy ([`Endpoint::wait_until`]: under spin it pauses only every few polls and
+/// yields after a long fruitless spin).
 #[inline(always)]
-fn wait<C: Conduit>(ep: &mut Endpoint<C>, spin: bool, mut cond: impl FnMut() -> bool) {
-    if spin {
-        while !cond() {
-            ep.poll();
-        }
-    } else {
-        ep.wait_until(cond);
-    }
+fn wait<C: Conduit>(ep: &mut Endpoint<C>, _spin: bool, cond: impl FnMut() -> bool) {
+    ep.wait_until(cond);
 }
 
 impl<C: Conduit> Bench<C> {

@@ -35,15 +35,17 @@ struct Cli {
     /// Conduit to use (default: GEX_CONDUIT, else smp).
     #[arg(long, value_name = "NAME", global = true)]
     conduit: Option<String>,
-    /// Pin rank i to the (i mod ncores)-th allowed core, always.
+    /// Pin rank i to the (i mod ncores)-th allowed core (the default).
     ///
-    /// Default: pin only when the ranks on this host outnumber its cores. Measured on
-    /// the 2-vCPU development VM: with 8 ranks, pinning (every pair split over the two
-    /// cores) took the short AM round trip from 9-20 us to about 4-5 us and made it
-    /// stable; with 2 ranks it made no measurable difference, so it stays off there.
+    /// The anchors (ping-pong, ucx_perftest -c) pin too, so figures compare like for
+    /// like. Measured on the 2-vCPU development VM: with 8 ranks, pinning (every pair
+    /// split over the two cores) took the short AM round trip from 9-20 us to about
+    /// 4-5 us; with 2 ranks on a quiet machine it made no difference, but with other
+    /// load the kernel sometimes put both spinning ranks on one core, and every round
+    /// trip then waited for a scheduler tick.
     #[arg(long, global = true, conflicts_with = "no_pin")]
     pin: bool,
-    /// Never pin (see --pin).
+    /// Never pin: leave placement to the kernel (see --pin).
     #[arg(long, global = true)]
     no_pin: bool,
     /// What to measure.

@@ -432,7 +432,9 @@ impl ReplyTx for Tx {
     #[inline]
     fn reply(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError> {
         let g = self.g(dst);
-        if self.pending[g].is_empty() && put(&mut self.rep[g], msg, self.segs[g]) {
+        if (self.npending == 0 || self.pending[g].is_empty())
+            && put(&mut self.rep[g], msg, self.segs[g])
+        {
             self.bells[g].get().ring();
         } else {
             self.defer(g, msg);
@@ -501,7 +503,7 @@ fn drain<D: Deliver>(
         d.deliver(&inc, tx);
         c.pop();
         n += 1;
-        if kind == Kind::Request && !tx.pending[g].is_empty() {
+        if kind == Kind::Request && tx.npending != 0 && !tx.pending[g].is_empty() {
             break;
         }
     }
@@ -574,7 +576,7 @@ impl ConduitEp for SmpEp {
             if n >= budget {
                 return n;
             }
-            if !self.tx.pending[g].is_empty() {
+            if self.tx.npending != 0 && !self.tx.pending[g].is_empty() {
                 continue;
             }
             n += drain(

@@ -1,11 +1,48 @@
 use super::*;
 
+/// Takes the next record like a polling consumer does: peek, pop, and peek again (an
+/// empty peek publishes the head, handing the space back to the producer).
 fn next(rx: &mut Consumer) -> Option<(u32, Vec<u8>)> {
     let r = rx.peek().map(|(u, b)| (u, b.to_vec()));
     if r.is_some() {
         rx.pop();
+        let _ = rx.peek();
     }
     r
+}
+
+#[test]
+fn head_is_published_in_batches_and_when_empty() {
+    let (mut tx, mut rx) = channel(4096);
+    for i in 0..8u32 {
+        assert!(tx.push(i, &[&[0u8; 48]]));
+    }
+    // Popping without reaching the end publishes nothing until a quarter ring (1024
+    // bytes = 16 records of 64) has been released.
+    for _ in 0..4 {
+        assert!(rx.peek().is_some());
+        rx.pop();
+    }
+    assert!(!tx.is_empty());
+    assert_eq!(rx.peek().map(|(u, _)| u), Some(4));
+    for _ in 4..8 {
+        assert!(rx.peek().is_some());
+        rx.pop();
+    }
+    // Caught up: the empty peek publishes.
+    assert!(rx.peek().is_none());
+    assert!(tx.is_empty());
+    // A quarter ring of pops publishes without an empty peek.
+    for i in 0..17u32 {
+        assert!(tx.push(i, &[&[0u8; 48]]));
+    }
+    for _ in 0..16 {
+        assert!(rx.peek().is_some());
+        rx.pop();
+    }
+    assert!(!tx.is_empty(), "one record is still unconsumed");
+    let free_now = tx.reserve(2000).is_some();
+    assert!(free_now, "the 1024 published bytes plus the rest make room");
 }
 
 #[test]
