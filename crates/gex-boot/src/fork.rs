@@ -1,21 +1,13 @@
 //! The rank side of the fork launcher: [`ForkClient`], a [`Bootstrap`] over the
 //! socket the launcher left open in the rank.
 //!
-//! # Safety
-//!
-//! The only `unsafe` here turns the descriptor number found in `GEX_BOOT_FD`
-//! into a [`BorrowedFd`] for two `fcntl` calls: one duplicates it into a
-//! descriptor this client owns, the other marks the inherited one close-on-exec.
-//! The launcher guarantees the descriptor is open in the rank when it starts;
-//! the borrow lasts only for those two calls and nothing in this module closes
-//! the inherited descriptor. Everything after that uses the owned duplicate.
+//! The inherited socket is adopted by the crate's `inherit` module; this module has
+//! no `unsafe` code.
 
-#![allow(unsafe_code)]
-
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 
 use gex_core::boot::{BootError, Bootstrap};
-use rustix::io::{Errno, FdFlags};
+use rustix::io::Errno;
 use rustix::net::{RecvFlags, SendFlags};
 
 use crate::env;
@@ -77,38 +69,7 @@ impl ForkClient {
         let fd = env_u32(env::BOOT_FD)?;
         let rank = env_u32(env::RANK)?;
         let size = env_u32(env::SIZE)?;
-        let Ok(raw) = RawFd::try_from(fd) else {
-            return Err(BootError::Environment(format!(
-                "{}={fd} is out of range",
-                env::BOOT_FD
-            )));
-        };
-        if raw <= 2 {
-            return Err(BootError::Environment(format!(
-                "{}={fd} names a standard stream, not a launcher socket",
-                env::BOOT_FD
-            )));
-        }
-        // SAFETY: the launcher left descriptor `raw` open in this process for the
-        // bootstrap (see the module's Safety section); the borrow is used for the
-        // two fcntl calls below only, and nothing closes `raw` meanwhile.
-        let inherited = unsafe { BorrowedFd::borrow_raw(raw) };
-        let owned = rustix::io::fcntl_dupfd_cloexec(inherited, 3).map_err(|e| {
-            BootError::Environment(format!(
-                "{}={fd} is not an open descriptor ({e}); was this process started by gex-run?",
-                env::BOOT_FD
-            ))
-        })?;
-        // Keep the inherited descriptor away from programs this rank may start.
-        rustix::io::fcntl_setfd(inherited, FdFlags::CLOEXEC)
-            .map_err(|e| BootError::Io(e.into()))?;
-        let stat = rustix::fs::fstat(&owned).map_err(|e| BootError::Io(e.into()))?;
-        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::Socket {
-            return Err(BootError::Environment(format!(
-                "{}={fd} is not a socket; was this process started by gex-run?",
-                env::BOOT_FD
-            )));
-        }
+        let owned = crate::inherit::socket(env::BOOT_FD, fd, "gex-run")?;
         Self::connect(owned, rank, size)
     }
 

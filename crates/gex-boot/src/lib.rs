@@ -75,6 +75,7 @@ mod child;
 mod coord;
 pub mod env;
 pub mod fork;
+mod inherit;
 pub mod launch;
 pub mod pmi;
 mod proto;

@@ -91,16 +91,8 @@
 //!   closes its PMI connection without finalizing (Hydra 4.0 then exits with 0 if
 //!   that rank's own code was 0).
 //!
-//! # Safety
-//!
-//! The only `unsafe` here turns the descriptor number found in `PMI_FD` into a
-//! [`BorrowedFd`] for two `fcntl` calls: one duplicates it into a descriptor this
-//! client owns, the other marks the inherited one close-on-exec. The launcher
-//! guarantees the descriptor is open in the process when it starts; the borrow
-//! lasts only for those two calls and nothing in this module closes the inherited
-//! descriptor. Everything after that uses the owned duplicate.
-
-#![allow(unsafe_code)]
+//! The inherited `PMI_FD` socket is adopted by the crate's `inherit` module; this
+//! module has no `unsafe` code.
 
 mod b64;
 mod mapping;
@@ -108,11 +100,10 @@ mod wire;
 
 pub use mapping::parse_process_mapping;
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use gex_core::boot::{BootError, Bootstrap};
-use rustix::io::FdFlags;
 
 use crate::env;
 use wire::{Conn, MAX_REQUEST_LINE, Msg};
@@ -301,42 +292,9 @@ impl PmiClient {
         }
     }
 
-    /// Takes a private, close-on-exec duplicate of descriptor `fd` and makes the
-    /// inherited one close-on-exec as well.
+    /// Adopts the PMI socket the launcher left open as descriptor `fd`.
     fn inherited_socket(fd: u32) -> Result<OwnedFd, BootError> {
-        let Ok(raw) = RawFd::try_from(fd) else {
-            return Err(BootError::Environment(format!(
-                "{}={fd} is out of range",
-                env::PMI_FD
-            )));
-        };
-        if raw <= 2 {
-            return Err(BootError::Environment(format!(
-                "{}={fd} names a standard stream, not a PMI socket",
-                env::PMI_FD
-            )));
-        }
-        // SAFETY: the launcher left descriptor `raw` open in this process for PMI
-        // (see the module's Safety section); the borrow is used for the two fcntl
-        // calls below only, and nothing closes `raw` meanwhile.
-        let inherited = unsafe { BorrowedFd::borrow_raw(raw) };
-        let owned = rustix::io::fcntl_dupfd_cloexec(inherited, 3).map_err(|e| {
-            BootError::Environment(format!(
-                "{}={fd} is not an open descriptor ({e}); was this process started by mpiexec?",
-                env::PMI_FD
-            ))
-        })?;
-        // Keep the inherited descriptor away from programs this rank may start.
-        rustix::io::fcntl_setfd(inherited, FdFlags::CLOEXEC)
-            .map_err(|e| BootError::Io(e.into()))?;
-        let stat = rustix::fs::fstat(&owned).map_err(|e| BootError::Io(e.into()))?;
-        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::Socket {
-            return Err(BootError::Environment(format!(
-                "{}={fd} is not a socket; was this process started by mpiexec?",
-                env::PMI_FD
-            )));
-        }
-        Ok(owned)
+        crate::inherit::socket(env::PMI_FD, fd, "mpiexec")
     }
 
     /// Runs the PMI-1 handshake over `sock` and works out the host ids.
