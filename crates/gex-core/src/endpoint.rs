@@ -582,6 +582,10 @@ impl<C: Conduit> Endpoint<C> {
     pub fn segment_len_of(&self, rank: Rank) -> Option<usize> {
         self.shared.layout.seg_len.get(rank as usize).copied()
     }
+    /// Number of endpoints `rank` has (`None` for a rank outside the job).
+    pub fn endpoints_of(&self, rank: Rank) -> Option<u16> {
+        self.shared.layout.eps.get(rank as usize).copied()
+    }
 
     /// Registers a client handler at `index` (`128..=255`). Tables must be identical on
     /// every rank: register the same handlers at the same indices everywhere.

@@ -59,6 +59,7 @@
 
 pub mod boot;
 pub mod conformance;
+pub mod rma;
 pub mod rng;
 pub mod sim;
 

@@ -1,0 +1,1352 @@
+//! [`RmaEp`]: the RMA state of one endpoint, the direct (shared-memory) path and the
+//! AM reference path.
+//!
+//! # Safety
+//!
+//! Unsafe code here does three things:
+//! - copies between local buffers and a peer's segment mapped by the conduit
+//!   ([`ConduitEp::peer_segment`]); the conduit keeps the mapping alive for the life of
+//!   the conduit, which the wrapped endpoint keeps alive; every range was checked against
+//!   the published segment length before the copy. `std::ptr::copy` is used because
+//!   self-targeted ranges may overlap the source.
+//! - lets AM handlers write get replies into local destinations recorded as raw
+//!   pointers in the pending-operation table. A destination is either borrowed by a
+//!   blocking call that waits for completion before returning (and deletes the entry
+//!   if it returns early with an error, so late replies are dropped), owned by a
+//!   [`GetEvent`] that leaks it instead of freeing it while the operation may still be
+//!   pending, or supplied by the caller of an `unsafe` function whose `# Safety`
+//!   contract keeps it alive and untouched until completion.
+//! - lets handlers read and write their own endpoint's segment (mapped for the life of
+//!   the conduit) within ranges they bounds-check themselves.
+#![allow(unsafe_code)]
+
+use crate::RmaError;
+use crate::event::{Completion, Event, GetEvent, PutEvent};
+use crate::ptr::{GlobalPtr, Strided, Vis};
+use bytemuck::Pod;
+use gex_core::spi::{Conduit, ConduitEp};
+use gex_core::{Am, Category, Endpoint, EpAddr, Flags, HandlerIndex, Token};
+use std::collections::HashMap;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// First handler index gex-rma uses. gex-rma owns `16..=47` (it uses 16..=22 today);
+/// `48..=127` are reserved for gex-coll; `1..=15` belong to gex-core.
+pub const FIRST_RMA_HANDLER: HandlerIndex = 16;
+/// Last handler index reserved for gex-rma.
+pub const LAST_RMA_HANDLER: HandlerIndex = 47;
+
+const H_PUT_LONG: HandlerIndex = 16;
+const H_PUT_PACKED: HandlerIndex = 17;
+const H_ACK: HandlerIndex = 18;
+const H_GET: HandlerIndex = 19;
+const H_GET_PACKED: HandlerIndex = 20;
+const H_GET_REPLY: HandlerIndex = 21;
+const H_MEMSET: HandlerIndex = 22;
+
+/// Bytes of one packed-piece header: offset (u64 LE) and length (u32 LE).
+const PIECE_HDR: usize = 12;
+
+/// A byte range to move: `len` bytes at `remote` in the target segment and at `local`
+/// from the local base pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Chunk {
+    pub(crate) remote: usize,
+    pub(crate) local: usize,
+    pub(crate) len: usize,
+}
+
+/// A raw pointer that may cross into handler closures (see the module's `# Safety`).
+#[derive(Clone, Copy, Debug)]
+struct RawPtr(*mut u8);
+// SAFETY: the pointer is only dereferenced under the rules in the module docs, on the
+// thread that drives the endpoint.
+unsafe impl Send for RawPtr {}
+
+#[derive(Debug)]
+struct Op {
+    /// Outstanding acknowledgements (puts, memset) or bytes (gets).
+    remaining: usize,
+    /// Get destination base (null for puts).
+    dst: RawPtr,
+    /// Bytes valid from `dst`.
+    dst_len: usize,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    ops: HashMap<u32, Op>,
+    next: u32,
+    /// Messages handlers could not match or had to refuse (protocol errors).
+    dropped: u64,
+}
+
+type Shared = Arc<Mutex<State>>;
+
+fn lock(s: &Shared) -> MutexGuard<'_, State> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Retires the completed ids of `ids`; true when none is left.
+fn retire(s: &Shared, ids: &mut Vec<u32>) -> bool {
+    if ids.is_empty() {
+        return true;
+    }
+    let mut st = lock(s);
+    ids.retain(|id| match st.ops.get(id) {
+        Some(op) if op.remaining > 0 => true,
+        Some(_) => {
+            st.ops.remove(id);
+            false
+        }
+        None => false,
+    });
+    ids.is_empty()
+}
+
+fn lo(x: usize) -> u32 {
+    x as u64 as u32
+}
+fn hi(x: usize) -> u32 {
+    ((x as u64) >> 32) as u32
+}
+fn join(l: u32, h: u32) -> usize {
+    (((h as u64) << 32) | l as u64) as usize
+}
+
+#[derive(Debug, Default)]
+struct Nbi {
+    puts: Vec<u32>,
+    gets: Vec<u32>,
+    region: Option<Vec<u32>>,
+}
+
+/// An endpoint with RMA: owns the [`Endpoint`] (reachable through `Deref`/`DerefMut`,
+/// so AMs still work) and the state of its pending RMA operations.
+///
+/// Every rank must wrap the endpoint with the same index (handler tables must be
+/// identical), and the endpoint must keep being polled by whoever targets it with AM
+/// reference traffic: RMA to a rank that does not share memory with the initiator is
+/// served by handlers that run when the *target* polls (any gex call that waits, or
+/// [`Endpoint::poll`]).
+///
+/// Like the endpoint it is `Send` but not `Sync`:
+/// ```
+/// fn sent<T: Send>() {}
+/// sent::<gex_rma::RmaEp<gex_core::loopback::Loopback>>();
+/// ```
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<gex_rma::RmaEp<gex_core::loopback::Loopback>>();
+/// ```
+pub struct RmaEp<C: Conduit> {
+    ep: Endpoint<C>,
+    st: Shared,
+    size: u32,
+    /// Published segment length of every rank.
+    seg_lens: Vec<usize>,
+    /// Per rank: the number of endpoints it has (published at initialisation).
+    known_eps: Vec<u32>,
+    /// Per rank: the mapping of the segment of its endpoint with our index (`None`:
+    /// not asked yet; `Some(None)`: not mapped). Mappings live as long as the conduit.
+    #[cfg_attr(gex_force_am_rma, allow(dead_code))]
+    direct_cache: Vec<Option<Option<RawPtr>>>,
+    nbi: Nbi,
+}
+
+impl<C: Conduit> std::fmt::Debug for RmaEp<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = lock(&self.st);
+        f.debug_struct("RmaEp")
+            .field("ep", &self.ep)
+            .field("pending", &st.ops.len())
+            .field("dropped", &st.dropped)
+            .finish()
+    }
+}
+
+impl<C: Conduit> std::ops::Deref for RmaEp<C> {
+    type Target = Endpoint<C>;
+    fn deref(&self) -> &Endpoint<C> {
+        &self.ep
+    }
+}
+impl<C: Conduit> std::ops::DerefMut for RmaEp<C> {
+    fn deref_mut(&mut self) -> &mut Endpoint<C> {
+        &mut self.ep
+    }
+}
+
+impl<C: Conduit> RmaEp<C> {
+    /// Wraps `ep`, registering gex-rma's handlers at the reserved indices `16..=22`
+    /// (gex-rma owns `16..=47`). Not collective, but every rank must wrap the same
+    /// endpoint index before any peer targets it with RMA.
+    ///
+    /// # Errors
+    /// [`RmaError::Register`] if an index is taken (another layer registered in
+    /// `16..=22`); the endpoint is dropped with the error.
+    pub fn new(mut ep: Endpoint<C>) -> Result<RmaEp<C>, RmaError> {
+        let st: Shared = Arc::default();
+        let (base, seg_len) = ep.conduit_ep().local_segment();
+        let seg = RawPtr(base.as_ptr());
+
+        // Long put: the core has written the payload; acknowledge.
+        ep.register_reserved(H_PUT_LONG, |t: &mut Token<'_>, am: Am<'_>| {
+            let _ = t.reply_short(H_ACK, &am.args()[..1]);
+        })?;
+        // Packed put: pieces (offset, len, bytes) written into this segment.
+        let s = st.clone();
+        ep.register_reserved(H_PUT_PACKED, move |t: &mut Token<'_>, am: Am<'_>| {
+            let seg = seg;
+            let mut p = am.payload();
+            while p.len() >= PIECE_HDR {
+                let off = u64::from_le_bytes(p[..8].try_into().unwrap_or_default()) as usize;
+                let len = u32::from_le_bytes(p[8..12].try_into().unwrap_or_default()) as usize;
+                p = &p[PIECE_HDR..];
+                let ok = len <= p.len() && off.checked_add(len).is_some_and(|e| e <= seg_len);
+                if !ok {
+                    lock(&s).dropped += 1;
+                    break;
+                }
+                // SAFETY: [off, off+len) is inside this EP's segment (checked); the
+                // payload is a separate buffer or, if not, `copy` tolerates overlap.
+                unsafe { std::ptr::copy(p.as_ptr(), seg.0.add(off), len) };
+                p = &p[len..];
+            }
+            let _ = t.reply_short(H_ACK, &am.args()[..1]);
+        })?;
+        // Acknowledgement of a put or memset message.
+        let s = st.clone();
+        ep.register_reserved(H_ACK, move |_t: &mut Token<'_>, am: Am<'_>| {
+            let mut st = lock(&s);
+            match st.ops.get_mut(&am.args()[0]) {
+                Some(op) if op.remaining > 0 => op.remaining -= 1,
+                _ => st.dropped += 1,
+            }
+        })?;
+        // Get: [op, off lo, off hi, len, local lo, local hi] -> Medium reply.
+        let s = st.clone();
+        let mut bounce = Vec::new();
+        ep.register_reserved(H_GET, move |t: &mut Token<'_>, am: Am<'_>| {
+            let seg = seg;
+            let a = am.args();
+            let (off, len) = (join(a[1], a[2]), a[3] as usize);
+            if off.checked_add(len).is_none_or(|e| e > seg_len) {
+                lock(&s).dropped += 1;
+                return;
+            }
+            bounce.resize(len, 0);
+            // SAFETY: the range is inside this EP's segment (checked); `bounce` is ours.
+            unsafe { std::ptr::copy_nonoverlapping(seg.0.add(off), bounce.as_mut_ptr(), len) };
+            let _ = t.reply_medium(H_GET_REPLY, &[a[0], a[4], a[5]], &bounce);
+        })?;
+        // Packed get: [op, local lo, local hi], payload pieces (offset, len) -> one reply.
+        let s = st.clone();
+        let mut bounce = Vec::new();
+        ep.register_reserved(H_GET_PACKED, move |t: &mut Token<'_>, am: Am<'_>| {
+            let seg = seg;
+            let a = am.args();
+            bounce.clear();
+            for e in am.payload().chunks_exact(PIECE_HDR) {
+                let off = u64::from_le_bytes(e[..8].try_into().unwrap_or_default()) as usize;
+                let len = u32::from_le_bytes(e[8..12].try_into().unwrap_or_default()) as usize;
+                if off.checked_add(len).is_none_or(|x| x > seg_len) {
+                    lock(&s).dropped += 1;
+                    return;
+                }
+                let at = bounce.len();
+                bounce.resize(at + len, 0);
+                // SAFETY: the range is inside this EP's segment (checked); `bounce` is ours.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(seg.0.add(off), bounce.as_mut_ptr().add(at), len)
+                };
+            }
+            let _ = t.reply_medium(H_GET_REPLY, &[a[0], a[1], a[2]], &bounce);
+        })?;
+        // Get reply: copy into the recorded destination.
+        let s = st.clone();
+        ep.register_reserved(H_GET_REPLY, move |_t: &mut Token<'_>, am: Am<'_>| {
+            let a = am.args();
+            let at = join(a[1], a[2]);
+            let p = am.payload();
+            let mut st = lock(&s);
+            let ok = match st.ops.get_mut(&a[0]) {
+                Some(op)
+                    if !op.dst.0.is_null()
+                        && op.remaining >= p.len()
+                        && at.checked_add(p.len()).is_some_and(|e| e <= op.dst_len) =>
+                {
+                    // SAFETY: the destination is alive (module docs) and
+                    // [at, at+len) is inside it (checked).
+                    unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), op.dst.0.add(at), p.len()) };
+                    op.remaining -= p.len();
+                    true
+                }
+                _ => false,
+            };
+            if !ok {
+                st.dropped += 1;
+            }
+        })?;
+        // Memset: [op, off lo, off hi, len lo, len hi, byte].
+        let s = st.clone();
+        ep.register_reserved(H_MEMSET, move |t: &mut Token<'_>, am: Am<'_>| {
+            let seg = seg;
+            let a = am.args();
+            let (off, len) = (join(a[1], a[2]), join(a[3], a[4]));
+            if off.checked_add(len).is_some_and(|e| e <= seg_len) {
+                // SAFETY: the range is inside this EP's segment (checked).
+                unsafe { std::ptr::write_bytes(seg.0.add(off), a[5] as u8, len) };
+            } else {
+                lock(&s).dropped += 1;
+            }
+            let _ = t.reply_short(H_ACK, &a[..1]);
+        })?;
+
+        let size = ep.size();
+        let seg_lens = (0..size)
+            .map(|r| ep.segment_len_of(r).unwrap_or(0))
+            .collect();
+        let known_eps: Vec<u32> = (0..size)
+            .map(|r| u32::from(ep.endpoints_of(r).unwrap_or(0)))
+            .collect();
+        Ok(RmaEp {
+            ep,
+            st,
+            size,
+            seg_lens,
+            known_eps,
+            direct_cache: vec![None; size as usize],
+            nbi: Nbi::default(),
+        })
+    }
+
+    /// A typed pointer to byte `byte_offset` of the segment of `addr`. Nothing is
+    /// checked until an operation uses it.
+    pub fn global_ptr<T>(&self, addr: EpAddr, byte_offset: usize) -> GlobalPtr<T> {
+        GlobalPtr::new(addr, byte_offset)
+    }
+
+    /// The wrapped endpoint.
+    pub fn endpoint(&mut self) -> &mut Endpoint<C> {
+        &mut self.ep
+    }
+
+    /// Messages of the reference protocol that handlers had to drop (replies for
+    /// operations abandoned after an error, or malformed requests). Zero in a healthy
+    /// job; exposed for diagnosis and tests.
+    pub fn dropped_messages(&self) -> u64 {
+        lock(&self.st).dropped
+    }
+
+    /// Operations still pending in this endpoint's table (including those of events
+    /// that were dropped or forgotten before completion).
+    pub fn pending_ops(&self) -> usize {
+        lock(&self.st).ops.len()
+    }
+
+    // ------------------------------------------------------------------ checks
+
+    /// Checks rank and endpoint; returns the target's segment length.
+    #[inline]
+    fn check_target(&mut self, dst: EpAddr) -> Result<usize, RmaError> {
+        if dst.rank >= self.size {
+            return Err(RmaError::BadRank {
+                rank: dst.rank,
+                size: self.size,
+            });
+        }
+        let r = dst.rank as usize;
+        if u32::from(dst.ep) >= self.known_eps[r] {
+            return Err(RmaError::BadEndpoint { dst });
+        }
+        Ok(self.seg_lens[r])
+    }
+
+    #[inline]
+    fn check_range(&mut self, dst: EpAddr, offset: usize, len: usize) -> Result<(), RmaError> {
+        let seg_len = self.check_target(dst)?;
+        match offset.checked_add(len) {
+            Some(e) if e <= seg_len => Ok(()),
+            _ => Err(RmaError::OutOfSegment {
+                dst,
+                offset,
+                len,
+                seg_len,
+            }),
+        }
+    }
+
+    /// The local mapping of `dst`'s segment, if the direct path may be used.
+    #[inline]
+    fn direct(&mut self, dst: EpAddr) -> Option<NonNull<u8>> {
+        #[cfg(gex_force_am_rma)]
+        {
+            let _ = dst;
+            None
+        }
+        #[cfg(not(gex_force_am_rma))]
+        {
+            if dst.ep != self.ep.index() {
+                return self.ep.conduit_ep().peer_segment(dst).map(|(p, _)| p);
+            }
+            let slot = &mut self.direct_cache[dst.rank as usize];
+            let m = match *slot {
+                Some(m) => m,
+                None => {
+                    let m = self
+                        .ep
+                        .conduit_ep()
+                        .peer_segment(dst)
+                        .map(|(p, _)| RawPtr(p.as_ptr()));
+                    *slot = Some(m);
+                    m
+                }
+            };
+            m.and_then(|p| NonNull::new(p.0))
+        }
+    }
+
+    // ------------------------------------------------------------------ engine
+
+    fn new_op(&mut self, remaining: usize, dst: *mut u8, dst_len: usize) -> u32 {
+        let mut st = lock(&self.st);
+        loop {
+            st.next = st.next.wrapping_add(1);
+            let id = st.next;
+            if let std::collections::hash_map::Entry::Vacant(v) = st.ops.entry(id) {
+                v.insert(Op {
+                    remaining,
+                    dst: RawPtr(dst),
+                    dst_len,
+                });
+                return id;
+            }
+        }
+    }
+
+    fn bump(&self, id: u32) {
+        if let Some(op) = lock(&self.st).ops.get_mut(&id) {
+            op.remaining += 1;
+        }
+    }
+
+    /// Forgets an operation after an error: late messages for it are dropped.
+    fn abandon(&self, id: u32) {
+        lock(&self.st).ops.remove(&id);
+    }
+
+    fn send(
+        &mut self,
+        dst: EpAddr,
+        cat: Category,
+        h: HandlerIndex,
+        args: &[u32],
+        payload: &[u8],
+        offset: usize,
+    ) -> Result<(), RmaError> {
+        self.ep
+            .request_reserved(dst, cat, h, args, payload, offset, Flags::empty())?;
+        Ok(())
+    }
+
+    /// Starts a put of `chunks` (already validated) from `src`. Returns the pending
+    /// operation, or `None` if it completed.
+    ///
+    /// # Safety
+    /// `src + c.local .. + c.len` is readable for every chunk until this returns.
+    #[inline]
+    unsafe fn start_put(
+        &mut self,
+        dst: EpAddr,
+        chunks: &[Chunk],
+        src: *const u8,
+    ) -> Result<Option<u32>, RmaError> {
+        if let Some(base) = self.direct(dst) {
+            for c in chunks {
+                // SAFETY: the remote range is inside the mapped segment (validated by
+                // the caller); the source is readable (contract); they may overlap.
+                unsafe { std::ptr::copy(src.add(c.local), base.as_ptr().add(c.remote), c.len) };
+            }
+            return Ok(None);
+        }
+        let id = self.new_op(0, std::ptr::null_mut(), 0);
+        // SAFETY: forwarded contract.
+        match unsafe { self.am_put(dst, id, chunks, src) } {
+            Ok(()) => Ok(self.pending(id)),
+            Err(e) => {
+                self.abandon(id);
+                Err(e)
+            }
+        }
+    }
+
+    /// `Some(id)` if the operation is still pending, else retires it.
+    fn pending(&self, id: u32) -> Option<u32> {
+        let mut ids = vec![id];
+        if retire(&self.st, &mut ids) {
+            None
+        } else {
+            Some(id)
+        }
+    }
+
+    /// # Safety
+    /// As [`start_put`](Self::start_put).
+    unsafe fn am_put(
+        &mut self,
+        dst: EpAddr,
+        id: u32,
+        chunks: &[Chunk],
+        src: *const u8,
+    ) -> Result<(), RmaError> {
+        let max_long = self.ep.max_long(dst).max(1);
+        let max_med = self.ep.max_medium(dst);
+        let pack = chunks.len() > 1 && max_med > PIECE_HDR;
+        let mut pkt: Vec<u8> = Vec::new();
+        for c in chunks.iter().filter(|c| c.len > 0) {
+            // SAFETY: readable for the call (contract).
+            let bytes = unsafe { std::slice::from_raw_parts(src.add(c.local), c.len) };
+            if pack && PIECE_HDR + c.len <= max_med {
+                if pkt.len() + PIECE_HDR + c.len > max_med {
+                    self.bump(id);
+                    self.send(dst, Category::Medium, H_PUT_PACKED, &[id], &pkt, 0)?;
+                    pkt.clear();
+                }
+                pkt.extend_from_slice(&(c.remote as u64).to_le_bytes());
+                pkt.extend_from_slice(&(c.len as u32).to_le_bytes());
+                pkt.extend_from_slice(bytes);
+                continue;
+            }
+            for (i, piece) in bytes.chunks(max_long).enumerate() {
+                self.bump(id);
+                let off = c.remote + i * max_long;
+                self.send(dst, Category::Long, H_PUT_LONG, &[id], piece, off)?;
+            }
+        }
+        if !pkt.is_empty() {
+            self.bump(id);
+            self.send(dst, Category::Medium, H_PUT_PACKED, &[id], &pkt, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Starts a get of `chunks` (already validated) into `dst` (`dst_len` bytes).
+    ///
+    /// # Safety
+    /// `dst .. dst + dst_len` is writable and untouched by anyone else until the
+    /// operation completes, or it is abandoned, or (if leaked) forever.
+    #[inline]
+    unsafe fn start_get(
+        &mut self,
+        src: EpAddr,
+        chunks: &[Chunk],
+        dst: *mut u8,
+        dst_len: usize,
+    ) -> Result<Option<u32>, RmaError> {
+        if let Some(base) = self.direct(src) {
+            for c in chunks {
+                // SAFETY: the remote range is inside the mapped segment, the local one
+                // inside the destination (validated by the caller); may overlap.
+                unsafe { std::ptr::copy(base.as_ptr().add(c.remote), dst.add(c.local), c.len) };
+            }
+            return Ok(None);
+        }
+        let total = chunks.iter().map(|c| c.len).sum();
+        let id = self.new_op(total, dst, dst_len);
+        match self.am_get(src, id, chunks) {
+            Ok(()) => Ok(self.pending(id)),
+            Err(e) => {
+                self.abandon(id);
+                Err(e)
+            }
+        }
+    }
+
+    fn am_get(&mut self, src: EpAddr, id: u32, chunks: &[Chunk]) -> Result<(), RmaError> {
+        let max_med = self.ep.max_medium(src).max(1);
+        let pack = chunks.len() > 1 && max_med >= PIECE_HDR;
+        // Current packet: entries, reply bytes, first local offset.
+        let mut ents: Vec<u8> = Vec::new();
+        let (mut acc, mut start) = (0usize, 0usize);
+        for c in chunks.iter().filter(|c| c.len > 0) {
+            if pack && c.len <= max_med {
+                let fits = ents.len() + PIECE_HDR <= max_med
+                    && acc + c.len <= max_med
+                    && c.local == start + acc;
+                if !fits && !ents.is_empty() {
+                    self.send(
+                        src,
+                        Category::Medium,
+                        H_GET_PACKED,
+                        &[id, lo(start), hi(start)],
+                        &ents,
+                        0,
+                    )?;
+                    ents.clear();
+                }
+                if ents.is_empty() {
+                    start = c.local;
+                    acc = 0;
+                }
+                ents.extend_from_slice(&(c.remote as u64).to_le_bytes());
+                ents.extend_from_slice(&(c.len as u32).to_le_bytes());
+                acc += c.len;
+                continue;
+            }
+            let mut done = 0;
+            while done < c.len {
+                let n = (c.len - done).min(max_med);
+                let (r, l) = (c.remote + done, c.local + done);
+                let args = [id, lo(r), hi(r), n as u32, lo(l), hi(l)];
+                self.send(src, Category::Short, H_GET, &args, &[], 0)?;
+                done += n;
+            }
+        }
+        if !ents.is_empty() {
+            let args = [id, lo(start), hi(start)];
+            self.send(src, Category::Medium, H_GET_PACKED, &args, &ents, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for one operation (blocking calls).
+    fn wait_id(&mut self, id: Option<u32>) {
+        if let Some(id) = id {
+            let mut ids = vec![id];
+            let st = &self.st;
+            self.ep.wait_until(|| retire(st, &mut ids));
+        }
+    }
+
+    fn ev(id: Option<u32>) -> Event {
+        Event {
+            ids: id.into_iter().collect(),
+        }
+    }
+
+    fn track(&mut self, id: Option<u32>, get: bool) {
+        if let Some(id) = id {
+            match (&mut self.nbi.region, get) {
+                (Some(r), _) => r.push(id),
+                (None, true) => self.nbi.gets.push(id),
+                (None, false) => self.nbi.puts.push(id),
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ contiguous
+
+    /// Checks a contiguous op and starts a put from `src`.
+    #[inline]
+    fn put_start<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &[T]) -> Result<Option<u32>, RmaError> {
+        let bytes: &[u8] = bytemuck::cast_slice(src);
+        self.check_range(dst.addr(), dst.offset, bytes.len())?;
+        let c = [Chunk {
+            remote: dst.offset,
+            local: 0,
+            len: bytes.len(),
+        }];
+        // SAFETY: `bytes` is borrowed for this call.
+        unsafe { self.start_put(dst.addr(), &c, bytes.as_ptr()) }
+    }
+
+    /// # Safety
+    /// As [`start_get`](Self::start_get) for `dst`.
+    #[inline]
+    unsafe fn get_start<T: Pod>(
+        &mut self,
+        dst: *mut T,
+        n: usize,
+        src: GlobalPtr<T>,
+    ) -> Result<Option<u32>, RmaError> {
+        let len = n * std::mem::size_of::<T>();
+        self.check_range(src.addr(), src.offset, len)?;
+        let c = [Chunk {
+            remote: src.offset,
+            local: 0,
+            len,
+        }];
+        // SAFETY: forwarded contract.
+        unsafe { self.start_get(src.addr(), &c, dst.cast(), len) }
+    }
+
+    /// Blocking put: copies `src` to `dst..dst+src.len()`. Returns once the data is
+    /// visible at the target (remote completion). To a neighbour that shares memory it
+    /// is one `memcpy`; otherwise it sends Long AMs and polls until they are
+    /// acknowledged.
+    ///
+    /// # Errors
+    /// [`RmaError::BadRank`], [`RmaError::BadEndpoint`], [`RmaError::OutOfSegment`],
+    /// [`RmaError::Am`].
+    #[inline]
+    pub fn put<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &[T]) -> Result<(), RmaError> {
+        let id = self.put_start(dst, src)?;
+        self.wait_id(id);
+        Ok(())
+    }
+
+    /// Blocking get: copies `src..src+dst.len()` into `dst`.
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    #[inline]
+    pub fn get<T: Pod>(&mut self, dst: &mut [T], src: GlobalPtr<T>) -> Result<(), RmaError> {
+        let n = dst.len();
+        // SAFETY: `dst` is borrowed until we return, and we return only after the
+        // operation completed or was abandoned.
+        let id = unsafe { self.get_start(dst.as_mut_ptr(), n, src)? };
+        self.wait_id(id);
+        Ok(())
+    }
+
+    /// Blocking put of one value of at most 8 bytes (a larger `T` does not compile).
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    #[inline]
+    pub fn put_val<T: Pod>(&mut self, dst: GlobalPtr<T>, v: T) -> Result<(), RmaError> {
+        const {
+            assert!(
+                std::mem::size_of::<T>() <= 8,
+                "put_val takes values of at most 8 bytes"
+            )
+        };
+        self.put(dst, std::slice::from_ref(&v))
+    }
+
+    /// Blocking get of one value of at most 8 bytes (a larger `T` does not compile).
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    #[inline]
+    pub fn get_val<T: Pod>(&mut self, src: GlobalPtr<T>) -> Result<T, RmaError> {
+        const {
+            assert!(
+                std::mem::size_of::<T>() <= 8,
+                "get_val takes values of at most 8 bytes"
+            )
+        };
+        let mut v = T::zeroed();
+        self.get(std::slice::from_mut(&mut v), src)?;
+        Ok(v)
+    }
+
+    fn memset_start(
+        &mut self,
+        dst: GlobalPtr<u8>,
+        byte: u8,
+        len: usize,
+    ) -> Result<Option<u32>, RmaError> {
+        let a = dst.addr();
+        self.check_range(a, dst.offset, len)?;
+        if len == 0 {
+            return Ok(None);
+        }
+        if let Some(base) = self.direct(a) {
+            // SAFETY: the range is inside the mapped segment (checked).
+            unsafe { std::ptr::write_bytes(base.as_ptr().add(dst.offset), byte, len) };
+            return Ok(None);
+        }
+        let id = self.new_op(1, std::ptr::null_mut(), 0);
+        let o = dst.offset;
+        let args = [id, lo(o), hi(o), lo(len), hi(len), u32::from(byte)];
+        match self.send(a, Category::Short, H_MEMSET, &args, &[], 0) {
+            Ok(()) => Ok(self.pending(id)),
+            Err(e) => {
+                self.abandon(id);
+                Err(e)
+            }
+        }
+    }
+
+    /// Blocking memset: sets `len` bytes at `dst` to `byte`.
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    pub fn memset(&mut self, dst: GlobalPtr<u8>, byte: u8, len: usize) -> Result<(), RmaError> {
+        let id = self.memset_start(dst, byte, len)?;
+        self.wait_id(id);
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ NB
+
+    /// Nonblocking put of an owned buffer. The returned event gives the buffer back at
+    /// local completion ([`PutEvent::lc`]) or when waited on.
+    ///
+    /// # Errors
+    /// As [`put`](Self::put) (nothing was sent; the buffer is dropped).
+    pub fn put_nb<T: Pod>(
+        &mut self,
+        dst: GlobalPtr<T>,
+        src: Vec<T>,
+    ) -> Result<PutEvent<T>, RmaError> {
+        let id = self.put_start(dst, &src)?;
+        Ok(PutEvent {
+            ev: Self::ev(id),
+            buf: Some(src),
+        })
+    }
+
+    /// Nonblocking put that consumes `src` before returning (local completion on
+    /// return); the event signals remote completion.
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    pub fn put_nb_copy<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &[T]) -> Result<Event, RmaError> {
+        Ok(Self::ev(self.put_start(dst, src)?))
+    }
+
+    /// Nonblocking put without copying guarantees.
+    ///
+    /// # Safety
+    /// `src` must stay alive and unmodified until the event completes (today's
+    /// conduits consume it before returning, but conduits with deferred local
+    /// completion may not).
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    pub unsafe fn put_nb_raw<T: Pod>(
+        &mut self,
+        dst: GlobalPtr<T>,
+        src: &[T],
+    ) -> Result<Event, RmaError> {
+        Ok(Self::ev(self.put_start(dst, src)?))
+    }
+
+    /// Nonblocking get into an owned buffer (its length is the number of elements);
+    /// [`wait`](Self::wait) returns the filled buffer. Dropping or forgetting the event
+    /// before completion leaks the buffer (it is never freed while data may arrive).
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    pub fn get_nb<T: Pod>(
+        &mut self,
+        mut dst: Vec<T>,
+        src: GlobalPtr<T>,
+    ) -> Result<GetEvent<T>, RmaError> {
+        let n = dst.len();
+        // SAFETY: the Vec's heap buffer moves into the event, which never frees it
+        // while the operation may be pending (leaks it instead).
+        let id = unsafe { self.get_start(dst.as_mut_ptr(), n, src)? };
+        Ok(GetEvent {
+            ev: Self::ev(id),
+            buf: Some(dst),
+        })
+    }
+
+    /// Nonblocking get into a borrowed buffer.
+    ///
+    /// # Safety
+    /// `dst` must stay alive and must not be read or written until the event
+    /// completes (waited or tested true). Dropping the event does not end the
+    /// transfer.
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    pub unsafe fn get_nb_raw<T: Pod>(
+        &mut self,
+        dst: &mut [T],
+        src: GlobalPtr<T>,
+    ) -> Result<Event, RmaError> {
+        // SAFETY: forwarded contract.
+        Ok(Self::ev(unsafe {
+            self.get_start(dst.as_mut_ptr(), dst.len(), src)?
+        }))
+    }
+
+    /// Nonblocking memset.
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    pub fn memset_nb(
+        &mut self,
+        dst: GlobalPtr<u8>,
+        byte: u8,
+        len: usize,
+    ) -> Result<Event, RmaError> {
+        Ok(Self::ev(self.memset_start(dst, byte, len)?))
+    }
+
+    // ------------------------------------------------------------------ events
+
+    /// Polls once and reports whether `ev` is complete (then [`wait`](Self::wait)
+    /// returns at once).
+    pub fn test<E: Completion>(&mut self, ev: &mut E) -> bool {
+        if ev.ids().is_empty() {
+            return true;
+        }
+        self.ep.poll();
+        retire(&self.st, ev.ids())
+    }
+
+    /// Waits until `ev` is complete (polling, following the endpoint's wait policy) and
+    /// returns its output: `()` for [`Event`], the buffer for [`GetEvent`] and
+    /// [`PutEvent`].
+    pub fn wait<E: Completion>(&mut self, mut ev: E) -> E::Output {
+        let st = &self.st;
+        let ids = ev.ids();
+        self.ep.wait_until(|| retire(st, ids));
+        ev.finish()
+    }
+
+    /// Waits until every event is complete.
+    pub fn wait_all(&mut self, evs: &mut [Event]) {
+        let st = &self.st;
+        self.ep.wait_until(|| {
+            // Retire every event (no short circuit), then report.
+            let mut all = true;
+            for e in evs.iter_mut() {
+                all &= retire(st, &mut e.ids);
+            }
+            all
+        });
+    }
+
+    /// Waits until at least one event is complete (at once if `evs` is empty) and
+    /// returns the indices of all complete ones, in order.
+    pub fn wait_some(&mut self, evs: &mut [Event]) -> Vec<usize> {
+        if evs.is_empty() {
+            return Vec::new();
+        }
+        let st = &self.st;
+        self.ep.wait_until(|| {
+            let mut any = false;
+            for e in evs.iter_mut() {
+                any |= retire(st, &mut e.ids);
+            }
+            any
+        });
+        (0..evs.len()).filter(|&i| evs[i].ids.is_empty()).collect()
+    }
+
+    // ------------------------------------------------------------------ NBI
+
+    /// Implicit-event put; the source is consumed before returning. Completed by
+    /// [`wait_syncnbi_puts`](Self::wait_syncnbi_puts) (or the access region's event).
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    pub fn put_nbi<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &[T]) -> Result<(), RmaError> {
+        let id = self.put_start(dst, src)?;
+        self.track(id, false);
+        Ok(())
+    }
+
+    /// Implicit-event get.
+    ///
+    /// # Safety
+    /// `dst` must stay alive and untouched until a sync of gets (or of the access
+    /// region) completes.
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    pub unsafe fn get_nbi<T: Pod>(
+        &mut self,
+        dst: &mut [T],
+        src: GlobalPtr<T>,
+    ) -> Result<(), RmaError> {
+        // SAFETY: forwarded contract.
+        let id = unsafe { self.get_start(dst.as_mut_ptr(), dst.len(), src)? };
+        self.track(id, true);
+        Ok(())
+    }
+
+    /// Implicit-event memset (synced with the puts).
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    pub fn memset_nbi(&mut self, dst: GlobalPtr<u8>, byte: u8, len: usize) -> Result<(), RmaError> {
+        let id = self.memset_start(dst, byte, len)?;
+        self.track(id, false);
+        Ok(())
+    }
+
+    /// Waits for every implicit-event put and memset issued outside access regions.
+    pub fn wait_syncnbi_puts(&mut self) {
+        let st = &self.st;
+        let ids = &mut self.nbi.puts;
+        self.ep.wait_until(|| retire(st, ids));
+    }
+    /// Waits for every implicit-event get issued outside access regions.
+    pub fn wait_syncnbi_gets(&mut self) {
+        let st = &self.st;
+        let ids = &mut self.nbi.gets;
+        self.ep.wait_until(|| retire(st, ids));
+    }
+    /// Both [`wait_syncnbi_puts`](Self::wait_syncnbi_puts) and [`wait_syncnbi_gets`](Self::wait_syncnbi_gets).
+    pub fn wait_syncnbi_all(&mut self) {
+        self.wait_syncnbi_puts();
+        self.wait_syncnbi_gets();
+    }
+    /// Polls once; true if every implicit-event put is complete.
+    pub fn test_syncnbi_puts(&mut self) -> bool {
+        self.ep.poll();
+        retire(&self.st, &mut self.nbi.puts)
+    }
+    /// Polls once; true if every implicit-event get is complete.
+    pub fn test_syncnbi_gets(&mut self) -> bool {
+        self.ep.poll();
+        retire(&self.st, &mut self.nbi.gets)
+    }
+    /// Polls once; true if every implicit-event operation is complete.
+    pub fn test_syncnbi_all(&mut self) -> bool {
+        self.ep.poll();
+        let p = retire(&self.st, &mut self.nbi.puts);
+        retire(&self.st, &mut self.nbi.gets) && p
+    }
+
+    /// Opens an access region: every implicit-event operation issued until
+    /// [`end_nbi_accessregion`](Self::end_nbi_accessregion) is gathered into the event
+    /// that call returns (and is not covered by the `syncnbi` calls).
+    ///
+    /// # Errors
+    /// [`RmaError::NestedAccessRegion`] if one is open.
+    pub fn begin_nbi_accessregion(&mut self) -> Result<(), RmaError> {
+        if self.nbi.region.is_some() {
+            return Err(RmaError::NestedAccessRegion);
+        }
+        self.nbi.region = Some(Vec::new());
+        Ok(())
+    }
+
+    /// Closes the access region; the event completes when all its operations have.
+    ///
+    /// # Errors
+    /// [`RmaError::NoAccessRegion`] if none is open.
+    pub fn end_nbi_accessregion(&mut self) -> Result<Event, RmaError> {
+        match self.nbi.region.take() {
+            Some(ids) => Ok(Event { ids }),
+            None => Err(RmaError::NoAccessRegion),
+        }
+    }
+
+    // ------------------------------------------------------------------ VIS
+
+    /// Decomposes a VIS description over a local buffer of `local_len` elements into
+    /// validated byte chunks (adjacent pieces merged).
+    fn vis_chunks<T>(
+        &mut self,
+        vis: &Vis<'_, T>,
+        local_len: usize,
+    ) -> Result<(EpAddr, Vec<Chunk>), RmaError> {
+        let es = std::mem::size_of::<T>();
+        let mut out: Vec<Chunk> = Vec::new();
+        // (remote element offset from base ptr, local element index, elements, base ptr)
+        let mut push = |me: &mut Self,
+                        p: GlobalPtr<T>,
+                        rel: i128,
+                        loc: i128,
+                        n: usize|
+         -> Result<(), RmaError> {
+            let dst = p.addr();
+            let seg_len = me.check_target(dst)?;
+            if loc < 0 || loc as u128 + n as u128 > local_len as u128 {
+                return Err(RmaError::LocalOutOfBounds {
+                    start: loc.max(0).min(usize::MAX as i128) as usize,
+                    len: n,
+                    slice_len: local_len,
+                });
+            }
+            let len = n * es;
+            let rb = p.offset as i128 + rel * es as i128;
+            if rb < 0 || rb + len as i128 > seg_len as i128 {
+                return Err(RmaError::OutOfSegment {
+                    dst,
+                    offset: if rb < 0 {
+                        usize::MAX
+                    } else {
+                        rb.min(usize::MAX as i128) as usize
+                    },
+                    len,
+                    seg_len,
+                });
+            }
+            let c = Chunk {
+                remote: rb as usize,
+                local: loc as usize * es,
+                len,
+            };
+            if n == 0 {
+                return Ok(());
+            }
+            match out.last_mut() {
+                Some(l) if l.remote + l.len == c.remote && l.local + l.len == c.local => {
+                    l.len += c.len
+                }
+                _ => out.push(c),
+            }
+            Ok(())
+        };
+        let first = match vis {
+            Vis::Strided { ptr, shape } => {
+                let target = ptr.addr();
+                self.check_target(target)?;
+                strided_walk(self, *ptr, shape, local_len, &mut push)?;
+                target
+            }
+            Vis::Vector(list) => {
+                let total = list.iter().try_fold(0usize, |a, p| a.checked_add(p.1));
+                if total != Some(local_len) {
+                    return Err(RmaError::ShapeMismatch(format!(
+                        "vector pieces hold {} elements, the local buffer {local_len}",
+                        total.map_or("more than usize::MAX".to_string(), |t| t.to_string())
+                    )));
+                }
+                let target = list.first().map(|p| p.0.addr());
+                let mut loc = 0usize;
+                for &(p, n) in list.iter() {
+                    let t = target.unwrap_or(p.addr());
+                    if p.addr() != t {
+                        return Err(RmaError::MixedTargets {
+                            first: t,
+                            other: p.addr(),
+                        });
+                    }
+                    push(self, p, 0, loc as i128, n)?;
+                    loc += n;
+                }
+                target.unwrap_or(self.ep.addr())
+            }
+            Vis::Indexed { ptrs, each } => {
+                if ptrs.len().checked_mul(*each) != Some(local_len) {
+                    return Err(RmaError::ShapeMismatch(format!(
+                        "{} pieces of {each} elements do not match the local buffer of {local_len}",
+                        ptrs.len()
+                    )));
+                }
+                let target = ptrs.first().map(|p| p.addr());
+                for (i, &p) in ptrs.iter().enumerate() {
+                    let t = target.unwrap_or(p.addr());
+                    if p.addr() != t {
+                        return Err(RmaError::MixedTargets {
+                            first: t,
+                            other: p.addr(),
+                        });
+                    }
+                    push(self, p, 0, (i as i128) * (*each as i128), *each)?;
+                }
+                target.unwrap_or(self.ep.addr())
+            }
+        };
+        Ok((first, out))
+    }
+
+    fn vis_put_start<T: Pod>(
+        &mut self,
+        vis: &Vis<'_, T>,
+        src: &[T],
+    ) -> Result<Option<u32>, RmaError> {
+        let (dst, chunks) = self.vis_chunks(vis, src.len())?;
+        // SAFETY: `src` is borrowed for the call; every chunk lies inside it.
+        unsafe { self.start_put(dst, &chunks, src.as_ptr().cast()) }
+    }
+
+    /// # Safety
+    /// As [`start_get`](Self::start_get) for `dst..dst+n`.
+    unsafe fn vis_get_start<T: Pod>(
+        &mut self,
+        dst: *mut T,
+        n: usize,
+        vis: &Vis<'_, T>,
+    ) -> Result<Option<u32>, RmaError> {
+        let (src, chunks) = self.vis_chunks(vis, n)?;
+        // SAFETY: forwarded contract; every chunk lies inside the destination.
+        unsafe { self.start_get(src, &chunks, dst.cast(), n * std::mem::size_of::<T>()) }
+    }
+
+    /// Blocking VIS put: the local side is `src` (see [`Vis`]).
+    ///
+    /// # Errors
+    /// As [`put`](Self::put), plus [`RmaError::LocalOutOfBounds`],
+    /// [`RmaError::ShapeMismatch`], [`RmaError::MixedTargets`]; all checked before
+    /// any byte moves.
+    pub fn put_vis<T: Pod>(&mut self, dst: Vis<'_, T>, src: &[T]) -> Result<(), RmaError> {
+        let id = self.vis_put_start(&dst, src)?;
+        self.wait_id(id);
+        Ok(())
+    }
+    /// Blocking VIS get into `dst`.
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    pub fn get_vis<T: Pod>(&mut self, dst: &mut [T], src: Vis<'_, T>) -> Result<(), RmaError> {
+        // SAFETY: `dst` is borrowed until the operation completed or was abandoned.
+        let id = unsafe { self.vis_get_start(dst.as_mut_ptr(), dst.len(), &src)? };
+        self.wait_id(id);
+        Ok(())
+    }
+    /// Nonblocking VIS put; `src` is consumed before returning.
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    pub fn put_vis_nb<T: Pod>(&mut self, dst: Vis<'_, T>, src: &[T]) -> Result<Event, RmaError> {
+        Ok(Self::ev(self.vis_put_start(&dst, src)?))
+    }
+    /// Nonblocking VIS get into an owned buffer, returned by [`wait`](Self::wait).
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    pub fn get_vis_nb<T: Pod>(
+        &mut self,
+        mut dst: Vec<T>,
+        src: Vis<'_, T>,
+    ) -> Result<GetEvent<T>, RmaError> {
+        let n = dst.len();
+        // SAFETY: as in `get_nb`: the buffer moves into the event, which leaks it
+        // rather than freeing it while pending.
+        let id = unsafe { self.vis_get_start(dst.as_mut_ptr(), n, &src)? };
+        Ok(GetEvent {
+            ev: Self::ev(id),
+            buf: Some(dst),
+        })
+    }
+    /// Implicit-event VIS put; `src` is consumed before returning.
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    pub fn put_vis_nbi<T: Pod>(&mut self, dst: Vis<'_, T>, src: &[T]) -> Result<(), RmaError> {
+        let id = self.vis_put_start(&dst, src)?;
+        self.track(id, false);
+        Ok(())
+    }
+    /// Implicit-event VIS get.
+    ///
+    /// # Safety
+    /// As [`get_nbi`](Self::get_nbi).
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    pub unsafe fn get_vis_nbi<T: Pod>(
+        &mut self,
+        dst: &mut [T],
+        src: Vis<'_, T>,
+    ) -> Result<(), RmaError> {
+        // SAFETY: forwarded contract.
+        let id = unsafe { self.vis_get_start(dst.as_mut_ptr(), dst.len(), &src)? };
+        self.track(id, true);
+        Ok(())
+    }
+
+    /// Blocking strided put (see [`Strided`]).
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    pub fn put_strided<T: Pod>(
+        &mut self,
+        dst: GlobalPtr<T>,
+        src: &[T],
+        shape: Strided<'_>,
+    ) -> Result<(), RmaError> {
+        self.put_vis(Vis::Strided { ptr: dst, shape }, src)
+    }
+    /// Blocking strided get (see [`Strided`]).
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    pub fn get_strided<T: Pod>(
+        &mut self,
+        dst: &mut [T],
+        src: GlobalPtr<T>,
+        shape: Strided<'_>,
+    ) -> Result<(), RmaError> {
+        self.get_vis(dst, Vis::Strided { ptr: src, shape })
+    }
+    /// Blocking vector put: pieces `(ptr, elements)`, taken from `src` in order.
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    pub fn put_vector<T: Pod>(
+        &mut self,
+        dst: &[(GlobalPtr<T>, usize)],
+        src: &[T],
+    ) -> Result<(), RmaError> {
+        self.put_vis(Vis::Vector(dst), src)
+    }
+    /// Blocking vector get: pieces `(ptr, elements)`, stored into `dst` in order.
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    pub fn get_vector<T: Pod>(
+        &mut self,
+        dst: &mut [T],
+        src: &[(GlobalPtr<T>, usize)],
+    ) -> Result<(), RmaError> {
+        self.get_vis(dst, Vis::Vector(src))
+    }
+    /// Blocking indexed put: `each` elements at every pointer, taken from `src` in order.
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    pub fn put_indexed<T: Pod>(
+        &mut self,
+        dst: &[GlobalPtr<T>],
+        each: usize,
+        src: &[T],
+    ) -> Result<(), RmaError> {
+        self.put_vis(Vis::Indexed { ptrs: dst, each }, src)
+    }
+    /// Blocking indexed get: `each` elements at every pointer, stored into `dst` in order.
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    pub fn get_indexed<T: Pod>(
+        &mut self,
+        dst: &mut [T],
+        src: &[GlobalPtr<T>],
+        each: usize,
+    ) -> Result<(), RmaError> {
+        self.get_vis(dst, Vis::Indexed { ptrs: src, each })
+    }
+}
+
+type Push<'p, M, T> =
+    dyn FnMut(&mut M, GlobalPtr<T>, i128, i128, usize) -> Result<(), RmaError> + 'p;
+
+/// Walks a strided shape, calling `push(me, ptr, remote element offset, local element
+/// index, elements)` per contiguous run (dimension 0 is a run when both strides are 1).
+fn strided_walk<M, T>(
+    me: &mut M,
+    ptr: GlobalPtr<T>,
+    s: &Strided<'_>,
+    _local_len: usize,
+    push: &mut Push<'_, M, T>,
+) -> Result<(), RmaError> {
+    let n = s.counts.len();
+    if s.remote_strides.len() != n || s.local_strides.len() != n {
+        return Err(RmaError::ShapeMismatch(format!(
+            "{n} counts, {} remote strides, {} local strides",
+            s.remote_strides.len(),
+            s.local_strides.len()
+        )));
+    }
+    if s.counts.contains(&0) {
+        return Ok(());
+    }
+    let run = n > 0 && s.remote_strides[0] == 1 && s.local_strides[0] == 1;
+    let first_dim = usize::from(run);
+    let run_len = if run { s.counts[0] } else { 1 };
+    let mut idx = vec![0usize; n];
+    loop {
+        let (mut r, mut l) = (0i128, s.local_start as i128);
+        for (d, &i) in idx.iter().enumerate().skip(first_dim) {
+            r += i as i128 * s.remote_strides[d] as i128;
+            l += i as i128 * s.local_strides[d] as i128;
+        }
+        push(me, ptr, r, l, run_len)?;
+        // Next multi-index over dims first_dim..n.
+        let mut d = first_dim;
+        loop {
+            if d == n {
+                return Ok(());
+            }
+            idx[d] += 1;
+            if idx[d] < s.counts[d] {
+                break;
+            }
+            idx[d] = 0;
+            d += 1;
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! The error enum of every RMA operation.
+
+use gex_core::{AmError, EpAddr, RegisterError};
+use thiserror::Error;
+
+/// Errors of RMA operations and of [`RmaEp::new`](crate::RmaEp::new).
+///
+/// Every operation validates all of its arguments before moving any byte, so an
+/// operation that returns an error has written nothing (local or remote).
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RmaError {
+    /// The target rank is not in the job.
+    #[error("no such rank {rank} (job has {size} ranks)")]
+    BadRank {
+        /// The rank given.
+        rank: u32,
+        /// Ranks in the job.
+        size: u32,
+    },
+    /// The target rank has no endpoint with that index.
+    #[error("{dst} does not exist")]
+    BadEndpoint {
+        /// The address given.
+        dst: EpAddr,
+    },
+    /// The remote range `[offset, offset + len)` (bytes) is not inside the target's
+    /// published segment, or computing it overflowed (then `len` is the length of the
+    /// piece that failed and `offset` the global pointer's offset, or `usize::MAX` when
+    /// a strided offset went negative).
+    #[error(
+        "remote range [{offset}, {offset}+{len}) is outside the {seg_len}-byte segment of {dst}"
+    )]
+    OutOfSegment {
+        /// Target endpoint.
+        dst: EpAddr,
+        /// Byte offset of the range.
+        offset: usize,
+        /// Byte length of the range.
+        len: usize,
+        /// Length of the target's segment.
+        seg_len: usize,
+    },
+    /// A local element index (VIS local side) is outside the local slice.
+    #[error(
+        "local element range [{start}, {start}+{len}) is outside the {slice_len}-element buffer"
+    )]
+    LocalOutOfBounds {
+        /// First element index of the piece.
+        start: usize,
+        /// Elements of the piece.
+        len: usize,
+        /// Length of the local buffer.
+        slice_len: usize,
+    },
+    /// The arguments of a VIS operation do not describe one shape (e.g. stride and
+    /// count lists of different lengths, or list lengths that do not add up to the
+    /// local buffer's length).
+    #[error("inconsistent shape: {0}")]
+    ShapeMismatch(String),
+    /// A vector or indexed operation names more than one target endpoint (each VIS
+    /// operation targets exactly one endpoint).
+    #[error("VIS operation targets both {first} and {other}")]
+    MixedTargets {
+        /// The first target.
+        first: EpAddr,
+        /// Another target found in the list.
+        other: EpAddr,
+    },
+    /// [`begin_nbi_accessregion`](crate::RmaEp::begin_nbi_accessregion) inside an open region.
+    #[error("NBI access regions do not nest")]
+    NestedAccessRegion,
+    /// [`end_nbi_accessregion`](crate::RmaEp::end_nbi_accessregion) without an open region.
+    #[error("no NBI access region is open")]
+    NoAccessRegion,
+    /// Registering gex-rma's handlers failed (typically: the endpoint was already
+    /// wrapped, or another layer took indices `16..=47`).
+    #[error("registering RMA handlers: {0}")]
+    Register(#[from] RegisterError),
+    /// The AM layer failed (reference path), e.g. the conduit failed.
+    #[error(transparent)]
+    Am(#[from] AmError),
+}

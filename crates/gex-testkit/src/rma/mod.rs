@@ -1,0 +1,245 @@
+//! The RMA conformance suite: cases for gex-rma ([`gex_rma::RmaEp`]), written once
+//! against the conduit SPI and run on every conduit with the same runners as the AM
+//! suite ([`conformance::Runner`]: [`SimRunner`](crate::sim::SimRunner), the smp
+//! process runner, ...).
+//!
+//! Each case wraps EP 0 of every rank in an `RmaEp`, partitions every segment into
+//! one slot per rank (rank `r` only writes slot `r` of any target), and ends with a
+//! barrier so that no rank leaves while peers still need it to serve AM-path traffic.
+//! Run both ways: as built, and with `RUSTFLAGS="--cfg gex_force_am_rma"` (reference
+//! path everywhere).
+//!
+//! # Cases
+//! | case | checks |
+//! |---|---|
+//! | `rma_contiguous` | blocking put/get, every rank to every rank (self included), sizes 0, 1, 7, 8, 4096, 65537, 1 MiB (as the slot allows), unaligned offsets; data checked at the target and read back |
+//! | `rma_large` | one 1 MiB and one 16 MiB put/get (if the segment allows) |
+//! | `rma_values_memset` | `put_val`/`get_val` for 1-, 2-, 4-, 8-byte types; `memset` of several lengths |
+//! | `rma_nb_events` | `put_nb` (buffer back at LC), `put_nb_copy`, `get_nb`, raw variants; `test`, `wait`, `wait_all`, `wait_some`; a forgotten get event |
+//! | `rma_nbi_regions` | NBI puts/gets/memsets with `wait_syncnbi_*`/`test_syncnbi_*`; access regions (and their nesting errors); overlapping NBI puts each synced: the last synced value is visible |
+//! | `rma_vis_shapes` | strided (random shapes, negative and zero strides, transposes, reflections, degenerate shapes), vector and indexed, blocking/NB/NBI, against a local model |
+//! | `rma_multi_ep` | (2 EPs) one thread per endpoint; each puts/gets into the *other* endpoint of every rank and reads what the other ranks wrote there |
+//! | `rma_errors` | `BadRank`, `BadEndpoint`, `OutOfSegment` (incl. offset overflow), `LocalOutOfBounds`, `ShapeMismatch`, `MixedTargets`; failed operations write nothing, local or remote |
+//!
+//! # Running it
+//! ```ignore
+//! mod r3 {
+//!     gex_testkit::rma_conformance_tests! {
+//!         conduit: gex_testkit::sim::Sim,
+//!         runner: gex_testkit::sim::SimRunner::new(Default::default()).segment_size(4 << 20),
+//!         ranks: 3,
+//!     }
+//! }
+//! ```
+//! Runners should give segments of at least 1 MiB (4 MiB or more to exercise the 1 MiB
+//! size on every pair; 17 MiB for the 16 MiB case).
+
+mod cases;
+
+use crate::conformance::{self, Case, Job, Runner};
+use gex_core::spi::Conduit;
+use std::time::Instant;
+
+/// Names of every RMA case, in registry order.
+pub const CASE_NAMES: &[&str] = &[
+    "rma_contiguous",
+    "rma_large",
+    "rma_values_memset",
+    "rma_nb_events",
+    "rma_nbi_regions",
+    "rma_vis_shapes",
+    "rma_errors",
+    "rma_multi_ep",
+];
+
+/// Every RMA case, in [`CASE_NAMES`] order.
+pub fn cases<C: Conduit>() -> Vec<Case<C>> {
+    fn c<C: Conduit>(
+        name: &'static str,
+        about: &'static str,
+        run: fn(&gex_core::Client<C>) -> Result<(), String>,
+    ) -> Case<C> {
+        Case {
+            name,
+            about,
+            min_ranks: 1,
+            min_eps: 1,
+            run,
+        }
+    }
+    vec![
+        c(
+            "rma_contiguous",
+            "blocking put/get, all pairs, many sizes and offsets",
+            cases::contiguous::<C>,
+        ),
+        c("rma_large", "1 MiB and 16 MiB transfers", cases::large::<C>),
+        c(
+            "rma_values_memset",
+            "put_val/get_val and memset",
+            cases::values_memset::<C>,
+        ),
+        c(
+            "rma_nb_events",
+            "NB operations with test/wait/wait_all/wait_some",
+            cases::nb_events::<C>,
+        ),
+        c(
+            "rma_nbi_regions",
+            "NBI operations, syncs and access regions",
+            cases::nbi_regions::<C>,
+        ),
+        c(
+            "rma_vis_shapes",
+            "strided/vector/indexed against a model",
+            cases::vis_shapes::<C>,
+        ),
+        c(
+            "rma_errors",
+            "every argument error; failed operations write nothing",
+            cases::errors::<C>,
+        ),
+        Case {
+            name: "rma_multi_ep",
+            about: "one thread per endpoint; RMA into the other endpoint of every rank",
+            min_ranks: 1,
+            min_eps: 2,
+            run: cases::multi_ep::<C>,
+        },
+    ]
+}
+
+/// True if `name` is an RMA case (used by the macro's exclusion check).
+pub const fn is_case_name(name: &str) -> bool {
+    let mut i = 0;
+    while i < CASE_NAMES.len() {
+        let (a, b) = (CASE_NAMES[i].as_bytes(), name.as_bytes());
+        if a.len() == b.len() {
+            let mut j = 0;
+            while j < a.len() && a[j] == b[j] {
+                j += 1;
+            }
+            if j == a.len() {
+                return true;
+            }
+        }
+        i += 1;
+    }
+    false
+}
+
+/// The body of every test [`rma_conformance_tests!`](crate::rma_conformance_tests)
+/// generates.
+///
+/// # Panics
+/// If `name` is not an RMA case or the case fails.
+pub fn run_case<C: Conduit, R: Runner<C> + ?Sized>(
+    name: &str,
+    runner: &R,
+    ranks: u32,
+    endpoints: u16,
+    module_path: &str,
+) {
+    let case = cases::<C>()
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("{name} is not an RMA conformance case"));
+    let path = conformance::test_path(module_path, name);
+    let job = Job {
+        case: name,
+        ranks: ranks.max(case.min_ranks),
+        endpoints: endpoints.max(case.min_eps),
+        test_path: &path,
+    };
+    let t0 = Instant::now();
+    let path_kind = if cfg!(gex_force_am_rma) {
+        "forced AM"
+    } else {
+        "auto"
+    };
+    match runner.run(&job, &case) {
+        Ok(()) => eprintln!(
+            "rma conformance {}: {name} passed ({} ranks, {path_kind} path, {:?})",
+            C::NAME,
+            job.ranks,
+            t0.elapsed()
+        ),
+        Err(e) => panic!(
+            "rma conformance {}: {name} FAILED ({} ranks, {path_kind} path): {e}",
+            C::NAME,
+            job.ranks
+        ),
+    }
+}
+
+/// Expands one `#[test]` per RMA conformance case; same syntax as
+/// [`conformance_tests!`](crate::conformance_tests) (`conduit`, `runner`, `ranks`,
+/// optional `endpoints` and `exclude: { case: "reason" }`).
+#[macro_export]
+macro_rules! rma_conformance_tests {
+    (
+        conduit: $c:ty,
+        runner: $r:expr,
+        ranks: $n:expr
+        $(, endpoints: $e:expr)?
+        $(, exclude: { $($x:ident : $why:literal),* $(,)? })?
+        $(,)?
+    ) => {
+        $crate::__gex_rma_conformance_impl! {
+            ($) [$c] [$r] [$n] [$crate::__gex_first!($($e,)? 1u16)] [$($($x : $why),*)?]
+        }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __gex_rma_conformance_impl {
+    (($d:tt) [$c:ty] [$r:expr] [$n:expr] [$e:expr] [$($x:ident : $why:literal),*]) => {
+        $(
+            const _: () = ::core::assert!(
+                $crate::rma::is_case_name(::core::stringify!($x)),
+                ::core::concat!("rma_conformance_tests!: `", ::core::stringify!($x), "` is not an RMA case"),
+            );
+        )*
+        macro_rules! __gex_rma_one {
+            $(
+                ($x) => {
+                    #[test]
+                    #[ignore = $why]
+                    fn $x() {
+                        $crate::rma::run_case::<$c, _>(::core::stringify!($x), &$r, $n, $e, ::core::module_path!());
+                    }
+                };
+            )*
+            ($d name:ident) => {
+                #[test]
+                fn $d name() {
+                    $crate::rma::run_case::<$c, _>(::core::stringify!($d name), &$r, $n, $e, ::core::module_path!());
+                }
+            };
+        }
+        __gex_rma_one!(rma_contiguous);
+        __gex_rma_one!(rma_large);
+        __gex_rma_one!(rma_values_memset);
+        __gex_rma_one!(rma_nb_events);
+        __gex_rma_one!(rma_nbi_regions);
+        __gex_rma_one!(rma_vis_shapes);
+        __gex_rma_one!(rma_errors);
+        __gex_rma_one!(rma_multi_ep);
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_matches_names() {
+        let names: Vec<&str> = cases::<gex_core::loopback::Loopback>()
+            .iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, CASE_NAMES);
+        assert!(is_case_name("rma_errors") && !is_case_name("rma_error"));
+    }
+}
