@@ -16,16 +16,18 @@ fn job(n: u32, name: &str, body: impl FnOnce(Box<dyn gex_core::boot::Bootstrap>)
     }
 }
 
+/// Entries of /dev/shm that look like gex's (other software, e.g. libfabric's shm
+/// provider in concurrent tests, may come and go there).
 fn shm_entries() -> Vec<String> {
     std::fs::read_dir("/dev/shm")
         .map(|d| {
             d.filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.to_ascii_lowercase().contains("gex"))
                 .collect()
         })
         .unwrap_or_default()
 }
-
 #[test]
 fn ping_pong_every_pair() {
     job(3, "ping_pong_every_pair", |boot| {
@@ -215,6 +217,85 @@ fn endpoints_on_threads() {
             }
         });
     });
+}
+
+/// Runs `name` as a job of `n` ranks that is expected to fail; returns the job's code
+/// and how long the whole job took (rank start-up included).
+fn failing_job(
+    n: u32,
+    name: &str,
+    body: impl FnOnce(Box<dyn gex_core::boot::Bootstrap>),
+) -> Option<(i32, std::time::Duration)> {
+    let t0 = std::time::Instant::now();
+    match spawn_self_test(n, name).expect("launch") {
+        Role::Rank(boot) => {
+            body(boot);
+            None
+        }
+        Role::Launcher(code) => Some((code, t0.elapsed())),
+    }
+}
+
+/// A rank killed with SIGKILL while its peers spin in `wait_until` for a message that
+/// will never come: the launcher ends the job promptly with 128 + 9 and nothing is left
+/// in /dev/shm.
+#[test]
+fn kill_9_of_a_rank_ends_the_job() {
+    let before = shm_entries();
+    let r = failing_job(3, "kill_9_of_a_rank_ends_the_job", |boot| {
+        let c = ClientBuilder::new()
+            .segment_size(1 << 20)
+            .init::<Smp>(boot)
+            .unwrap();
+        let mut ep = c.endpoint(0).unwrap();
+        ep.barrier().unwrap();
+        if c.rank() == 1 {
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL)
+                .unwrap();
+        }
+        ep.wait_until(|| false);
+    });
+    if let Some((code, took)) = r {
+        assert_eq!(code, 128 + 9, "job code");
+        assert!(
+            took < std::time::Duration::from_secs(5),
+            "job took {took:?}"
+        );
+        let after = shm_entries();
+        assert!(
+            after.iter().all(|e| before.contains(e)),
+            "new /dev/shm entries: {after:?}"
+        );
+    }
+}
+
+/// A panic inside an AM handler ends the job with the panic's exit code (101).
+#[test]
+fn panic_in_a_handler_ends_the_job() {
+    let r = failing_job(2, "panic_in_a_handler_ends_the_job", |boot| {
+        let c = ClientBuilder::new()
+            .segment_size(1 << 16)
+            .init::<Smp>(boot)
+            .unwrap();
+        let mut ep = c.endpoint(0).unwrap();
+        ep.register(190, |_t: &mut Token<'_>, _am: Am<'_>| {
+            panic!("handler failure (expected by the test)")
+        })
+        .unwrap();
+        ep.barrier().unwrap();
+        if c.rank() == 0 {
+            ep.request_short(EpAddr::rank(1), 190, &[], Flags::empty())
+                .unwrap();
+        }
+        ep.wait_until(|| false);
+    });
+    if let Some((code, took)) = r {
+        assert_eq!(code, 101, "job code");
+        assert!(
+            took < std::time::Duration::from_secs(5),
+            "job took {took:?}"
+        );
+    }
 }
 
 #[test]
