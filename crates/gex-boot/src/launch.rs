@@ -144,6 +144,11 @@ pub struct JobSpec {
     /// (default `false`; [`spawn_self`](crate::spawn_self) turns it on so a
     /// mistyped test name cannot pass silently).
     pub require_hello: bool,
+    /// Send the ranks' standard output to the launcher's standard error (default
+    /// `false`). [`spawn_self_test`](crate::spawn_self_test) turns it on, so the rank
+    /// copies' own test-harness lines do not mix with the harness output of the test
+    /// that launched them.
+    pub stdout_to_stderr: bool,
 }
 
 impl JobSpec {
@@ -156,6 +161,7 @@ impl JobSpec {
             env: Vec::new(),
             forward_signals: false,
             require_hello: false,
+            stdout_to_stderr: false,
         }
     }
     /// Appends one argument.
@@ -185,6 +191,11 @@ impl JobSpec {
     /// Sets [`require_hello`](Self::require_hello).
     pub fn require_hello(mut self, yes: bool) -> Self {
         self.require_hello = yes;
+        self
+    }
+    /// Sets [`stdout_to_stderr`](Self::stdout_to_stderr).
+    pub fn stdout_to_stderr(mut self, yes: bool) -> Self {
+        self.stdout_to_stderr = yes;
         self
     }
 }
@@ -358,6 +369,16 @@ pub fn run_job(spec: &JobSpec) -> Result<i32, LaunchError> {
             .env(env::LOCAL_RANK, rank.to_string())
             .env(env::LOCAL_SIZE, n.to_string())
             .process_group(0);
+        if spec.stdout_to_stderr {
+            let err = std::io::stderr()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|source| LaunchError::Io {
+                    context: "duplicating standard error",
+                    source,
+                })?;
+            cmd.stdout(std::process::Stdio::from(err));
+        }
         let child =
             child::spawn_rank(&mut cmd, &theirs, me).map_err(|source| LaunchError::Spawn {
                 program: spec.program.clone(),

@@ -141,14 +141,17 @@ fn is_rank() -> bool {
     env::boot().is_some() || env::pmi_present()
 }
 
-fn self_job(ranks: u32, args: Vec<OsString>) -> Result<Role, LaunchError> {
+fn self_job(ranks: u32, args: Vec<OsString>, quiet_stdout: bool) -> Result<Role, LaunchError> {
     if is_rank() {
         // A rank never launches again, whatever it was asked: this is what
         // prevents a self-launching program from recursing.
         return Ok(Role::Rank(from_env()?));
     }
     let exe = std::env::current_exe().map_err(LaunchError::CurrentExe)?;
-    let spec = JobSpec::new(ranks, exe).args(args).require_hello(true);
+    let spec = JobSpec::new(ranks, exe)
+        .args(args)
+        .require_hello(true)
+        .stdout_to_stderr(quiet_stdout);
     launch::run_job(&spec).map(Role::Launcher)
 }
 
@@ -183,7 +186,7 @@ fn self_job(ranks: u32, args: Vec<OsString>) -> Result<Role, LaunchError> {
 /// As for [`launch::run_job`]; in a rank, [`LaunchError::Boot`] if its bootstrap
 /// cannot be created.
 pub fn spawn_self(ranks: u32) -> Result<Role, LaunchError> {
-    self_job(ranks, std::env::args_os().skip(1).collect())
+    self_job(ranks, std::env::args_os().skip(1).collect(), false)
 }
 
 /// [`spawn_self`] for use inside a `#[test]` function of a libtest harness.
@@ -192,7 +195,7 @@ pub fn spawn_self(ranks: u32) -> Result<Role, LaunchError> {
 /// --test-threads=1`, so that each copy runs exactly the calling test, which then
 /// takes the [`Role::Rank`] branch. `test_path` is the test's full path in its
 /// binary: the function name for a test at the top of an integration-test file,
-/// `module::tests::name` for a unit test. A copy that runs no test (a wrong path)
+/// `module::tests::name` for a unit test. A copy that runs no test (a wrong path, false)
 /// exits without creating its bootstrap, which fails the job.
 ///
 /// ```no_run
@@ -217,5 +220,5 @@ pub fn spawn_self_test(ranks: u32, test_path: &str) -> Result<Role, LaunchError>
         .into_iter()
         .map(OsString::from)
         .collect();
-    self_job(ranks, args)
+    self_job(ranks, args, true)
 }
