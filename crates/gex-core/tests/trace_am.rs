@@ -1,0 +1,60 @@
+//! With the `trace-am` feature, every AM sent, replied and delivered emits a `tracing`
+//! event under the target `gex::am`; without it the macro expands to nothing (this file
+//! then has no tests). Run: `cargo test -p gex-core --features trace-am --test trace_am`.
+#![cfg(feature = "trace-am")]
+
+use gex_core::boot::Singleton;
+use gex_core::loopback::Loopback;
+use gex_core::{Am, ClientBuilder, EpAddr, Flags, Token};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Metadata, Subscriber};
+
+/// Counts events whose target is `gex::am`.
+struct Counter(Arc<AtomicUsize>);
+
+impl Subscriber for Counter {
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &Attributes<'_>) -> Id {
+        Id::from_u64(1)
+    }
+    fn record(&self, _: &Id, _: &Record<'_>) {}
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn event(&self, e: &Event<'_>) {
+        if e.metadata().target() == "gex::am" {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    fn enter(&self, _: &Id) {}
+    fn exit(&self, _: &Id) {}
+}
+
+#[test]
+fn am_path_emits_events() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let _guard = tracing::subscriber::set_default(Counter(n.clone()));
+    let c = ClientBuilder::new()
+        .segment_size(4096)
+        .config(gex_core::Config::default())
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut ep = c.endpoint(0).unwrap();
+    let done = Arc::new(AtomicUsize::new(0));
+    let d = done.clone();
+    ep.register(130, |t: &mut Token<'_>, _am: Am<'_>| {
+        t.reply_short(131, &[]).unwrap()
+    })
+    .unwrap();
+    ep.register(131, move |_t: &mut Token<'_>, _am: Am<'_>| {
+        d.fetch_add(1, Ordering::Relaxed);
+    })
+    .unwrap();
+    ep.request_short(EpAddr::rank(0), 130, &[], Flags::empty())
+        .unwrap();
+    ep.wait_until(|| done.load(Ordering::Relaxed) == 1);
+    // request + delivery of the request + reply + delivery of the reply.
+    assert_eq!(n.load(Ordering::Relaxed), 4);
+}
