@@ -27,6 +27,7 @@
 //! |---|---|---|
 //! | `smp` | `smp` (default) | processes on one host, over shared memory |
 //! | `loopback` | always | one rank (singleton programs, examples, tests) |
+//! | `ofi` | `ofi` (off by default) | libfabric (system libfabric >= 1.17): `tcp;ofi_rxm`, `shm`, ... |
 //!
 //! ## Example
 //!
@@ -109,6 +110,12 @@ pub mod conduit {
     pub mod smp {
         pub use gex_conduit_smp::*;
     }
+
+    /// The libfabric conduit (feature `ofi`, off by default).
+    #[cfg(feature = "ofi")]
+    pub mod ofi {
+        pub use gex_conduit_ofi::*;
+    }
 }
 
 pub use gex_core::loopback::Loopback;
@@ -147,10 +154,13 @@ pub const DEFAULT_CONDUIT: &str = <DefaultConduit as Conduit>::NAME;
 /// ```
 pub const CONDUIT_VAR: &str = "GEX_CONDUIT";
 
-#[cfg(feature = "smp")]
-const CONDUITS: &[&str] = &["smp", "loopback"];
-#[cfg(not(feature = "smp"))]
-const CONDUITS: &[&str] = &["loopback"];
+const CONDUITS: &[&str] = &[
+    #[cfg(feature = "smp")]
+    "smp",
+    "loopback",
+    #[cfg(feature = "ofi")]
+    "ofi",
+];
 
 /// Names of the conduits compiled into this build, the default first.
 ///
@@ -298,6 +308,8 @@ fn dispatch<J: Job>(
         #[cfg(feature = "smp")]
         "smp" => Ok(job.run(builder.init::<gex_conduit_smp::Smp>(boot)?)),
         "loopback" => Ok(job.run(builder.init::<Loopback>(boot)?)),
+        #[cfg(feature = "ofi")]
+        "ofi" => Ok(job.run(builder.init::<gex_conduit_ofi::Ofi>(boot)?)),
         other => Err(InitError::Config(format!(
             "conduit {other:?} is not compiled in (compiled in: {})",
             CONDUITS.join(", ")
