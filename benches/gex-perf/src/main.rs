@@ -15,6 +15,7 @@
 mod am;
 mod pin;
 mod report;
+mod rma;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
@@ -65,6 +66,24 @@ enum Cmd {
     /// "min","max"}; units "us" (latency, per message for floods) and "GB/s" (1e9 B/s).
     /// The full run takes about 20-30 s on 2 cores, --quick about 1 s.
     Am(AmArgs),
+    /// One-sided puts (gex-rma): put_lat, put_observed_lat (µs) for 8 B..4 KiB and
+    /// put_bw (GB/s) for 1 KiB..64 MiB; rank 0 reports its own pair.
+    Put(RmaArgs),
+    /// One-sided gets (gex-rma): get_lat (µs) for 8 B..4 KiB and get_bw (GB/s).
+    Get(RmaArgs),
+    /// gex-rma's barrier over every rank, back to back: barrier_lat (µs).
+    Barrier(RmaArgs),
+}
+
+/// Options of the `put`, `get` and `barrier` benchmarks.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct RmaArgs {
+    /// One JSON object per line (keys: name, size, ranks, conduit, value, unit, min, max).
+    #[arg(long)]
+    json: bool,
+    /// Smoke run: few sizes, short timings.
+    #[arg(long)]
+    quick: bool,
 }
 
 /// Options of the `am` benchmarks.
@@ -202,14 +221,29 @@ fn main() -> ExitCode {
         }
     };
     let rank = boot.rank();
+    let pin = match (cli.pin, cli.no_pin) {
+        (true, _) => PinMode::On,
+        (_, true) => PinMode::Off,
+        _ => PinMode::Auto,
+    };
     let outcome = match cli.cmd {
         Cmd::Am(args) => {
-            let pin = match (cli.pin, cli.no_pin) {
-                (true, _) => PinMode::On,
-                (_, true) => PinMode::Off,
-                _ => PinMode::Auto,
-            };
             let job = am::AmJob { args, pin };
+            gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)
+        }
+        cmd @ (Cmd::Put(_) | Cmd::Get(_) | Cmd::Barrier(_)) => {
+            let (family, a) = match cmd {
+                Cmd::Put(a) => (rma::Family::Put, a),
+                Cmd::Get(a) => (rma::Family::Get, a),
+                Cmd::Barrier(a) => (rma::Family::Barrier, a),
+                Cmd::Am(_) => unreachable!("matched above"),
+            };
+            let job = rma::RmaJob {
+                family,
+                json: a.json,
+                quick: a.quick,
+                pin,
+            };
             gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)
         }
     };

@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// First handler index gex-rma uses. gex-rma owns `16..=47` (it uses 16..=22 today);
+/// First handler index gex-rma uses. gex-rma owns `16..=47` (it uses 16..=24 today);
 /// `48..=127` are reserved for gex-coll; `1..=15` belong to gex-core.
 pub const FIRST_RMA_HANDLER: HandlerIndex = 16;
 /// Last handler index reserved for gex-rma.
@@ -58,15 +58,15 @@ pub(crate) struct Chunk {
 
 /// A raw pointer that may cross into handler closures (see the module's `# Safety`).
 #[derive(Clone, Copy, Debug)]
-struct RawPtr(*mut u8);
+pub(crate) struct RawPtr(pub(crate) *mut u8);
 // SAFETY: the pointer is only dereferenced under the rules in the module docs, on the
 // thread that drives the endpoint.
 unsafe impl Send for RawPtr {}
 
 #[derive(Debug)]
-struct Op {
+pub(crate) struct Op {
     /// Outstanding acknowledgements (puts, memset) or bytes (gets).
-    remaining: usize,
+    pub(crate) remaining: usize,
     /// Get destination base (null for puts).
     dst: RawPtr,
     /// Bytes valid from `dst`.
@@ -74,17 +74,36 @@ struct Op {
 }
 
 #[derive(Debug, Default)]
-struct State {
-    ops: HashMap<u32, Op>,
+pub(crate) struct State {
+    pub(crate) ops: HashMap<u32, Op>,
     next: u32,
     /// Messages handlers could not match or had to refuse (protocol errors).
-    dropped: u64,
+    pub(crate) dropped: u64,
+    /// Barrier state.
+    pub(crate) bar: crate::barrier::Bar,
 }
 
-type Shared = Arc<Mutex<State>>;
+pub(crate) type Shared = Arc<Mutex<State>>;
 
-fn lock(s: &Shared) -> MutexGuard<'_, State> {
+pub(crate) fn lock(s: &Shared) -> MutexGuard<'_, State> {
     s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Waits (following the endpoint's wait policy) until `cond` holds, advancing the
+/// barrier whenever a barrier message lets it (rounds are sent outside `wait_until`,
+/// which only polls).
+pub(crate) fn drive<C: Conduit>(ep: &mut Endpoint<C>, st: &Shared, mut cond: impl FnMut() -> bool) {
+    loop {
+        let mut bar = false;
+        ep.wait_until(|| {
+            bar = crate::barrier::ready(st);
+            cond() || bar
+        });
+        if !bar {
+            return;
+        }
+        crate::barrier::advance(ep, st);
+    }
 }
 
 /// Retires the completed ids of `ids`; true when none is left.
@@ -110,7 +129,7 @@ fn lo(x: usize) -> u32 {
 fn hi(x: usize) -> u32 {
     ((x as u64) >> 32) as u32
 }
-fn join(l: u32, h: u32) -> usize {
+pub(crate) fn join(l: u32, h: u32) -> usize {
     (((h as u64) << 32) | l as u64) as usize
 }
 
@@ -118,6 +137,7 @@ fn join(l: u32, h: u32) -> usize {
 struct Nbi {
     puts: Vec<u32>,
     gets: Vec<u32>,
+    atomics: Vec<u32>,
     region: Option<Vec<u32>>,
 }
 
@@ -140,8 +160,8 @@ struct Nbi {
 /// shared::<gex_rma::RmaEp<gex_core::loopback::Loopback>>();
 /// ```
 pub struct RmaEp<C: Conduit> {
-    ep: Endpoint<C>,
-    st: Shared,
+    pub(crate) ep: Endpoint<C>,
+    pub(crate) st: Shared,
     size: u32,
     /// Published segment length of every rank.
     seg_lens: Vec<usize>,
@@ -178,13 +198,13 @@ impl<C: Conduit> std::ops::DerefMut for RmaEp<C> {
 }
 
 impl<C: Conduit> RmaEp<C> {
-    /// Wraps `ep`, registering gex-rma's handlers at the reserved indices `16..=22`
+    /// Wraps `ep`, registering gex-rma's handlers at the reserved indices `16..=24`
     /// (gex-rma owns `16..=47`). Not collective, but every rank must wrap the same
     /// endpoint index before any peer targets it with RMA.
     ///
     /// # Errors
     /// [`RmaError::Register`] if an index is taken (another layer registered in
-    /// `16..=22`); the endpoint is dropped with the error.
+    /// `16..=24`); the endpoint is dropped with the error.
     pub fn new(mut ep: Endpoint<C>) -> Result<RmaEp<C>, RmaError> {
         let st: Shared = Arc::default();
         let (base, seg_len) = ep.conduit_ep().local_segment();
@@ -303,6 +323,9 @@ impl<C: Conduit> RmaEp<C> {
             let _ = t.reply_short(H_ACK, &a[..1]);
         })?;
 
+        crate::atomic::register(&mut ep, seg, seg_len, st.clone(), H_ACK, H_GET_REPLY)?;
+        crate::barrier::register(&mut ep, st.clone())?;
+
         let size = ep.size();
         let seg_lens = (0..size)
             .map(|r| ep.segment_len_of(r).unwrap_or(0))
@@ -364,7 +387,12 @@ impl<C: Conduit> RmaEp<C> {
     }
 
     #[inline]
-    fn check_range(&mut self, dst: EpAddr, offset: usize, len: usize) -> Result<(), RmaError> {
+    pub(crate) fn check_range(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        len: usize,
+    ) -> Result<(), RmaError> {
         let seg_len = self.check_target(dst)?;
         match offset.checked_add(len) {
             Some(e) if e <= seg_len => Ok(()),
@@ -379,7 +407,7 @@ impl<C: Conduit> RmaEp<C> {
 
     /// The local mapping of `dst`'s segment, if the direct path may be used.
     #[inline]
-    fn direct(&mut self, dst: EpAddr) -> Option<NonNull<u8>> {
+    pub(crate) fn direct(&mut self, dst: EpAddr) -> Option<NonNull<u8>> {
         #[cfg(gex_force_am_rma)]
         {
             let _ = dst;
@@ -409,7 +437,7 @@ impl<C: Conduit> RmaEp<C> {
 
     // ------------------------------------------------------------------ engine
 
-    fn new_op(&mut self, remaining: usize, dst: *mut u8, dst_len: usize) -> u32 {
+    pub(crate) fn new_op(&mut self, remaining: usize, dst: *mut u8, dst_len: usize) -> u32 {
         let mut st = lock(&self.st);
         loop {
             st.next = st.next.wrapping_add(1);
@@ -432,11 +460,11 @@ impl<C: Conduit> RmaEp<C> {
     }
 
     /// Forgets an operation after an error: late messages for it are dropped.
-    fn abandon(&self, id: u32) {
+    pub(crate) fn abandon(&self, id: u32) {
         lock(&self.st).ops.remove(&id);
     }
 
-    fn send(
+    pub(crate) fn send(
         &mut self,
         dst: EpAddr,
         cat: Category,
@@ -482,7 +510,7 @@ impl<C: Conduit> RmaEp<C> {
     }
 
     /// `Some(id)` if the operation is still pending, else retires it.
-    fn pending(&self, id: u32) -> Option<u32> {
+    pub(crate) fn pending(&self, id: u32) -> Option<u32> {
         let mut ids = vec![id];
         if retire(&self.st, &mut ids) {
             None
@@ -611,15 +639,15 @@ impl<C: Conduit> RmaEp<C> {
     }
 
     /// Waits for one operation (blocking calls).
-    fn wait_id(&mut self, id: Option<u32>) {
+    pub(crate) fn wait_id(&mut self, id: Option<u32>) {
         if let Some(id) = id {
             let mut ids = vec![id];
             let st = &self.st;
-            self.ep.wait_until(|| retire(st, &mut ids));
+            drive(&mut self.ep, st, || retire(st, &mut ids));
         }
     }
 
-    fn ev(id: Option<u32>) -> Event {
+    pub(crate) fn ev(id: Option<u32>) -> Event {
         Event {
             ids: id.into_iter().collect(),
         }
@@ -631,6 +659,15 @@ impl<C: Conduit> RmaEp<C> {
                 (Some(r), _) => r.push(id),
                 (None, true) => self.nbi.gets.push(id),
                 (None, false) => self.nbi.puts.push(id),
+            }
+        }
+    }
+
+    pub(crate) fn track_atomic(&mut self, id: Option<u32>) {
+        if let Some(id) = id {
+            match &mut self.nbi.region {
+                Some(r) => r.push(id),
+                None => self.nbi.atomics.push(id),
             }
         }
     }
@@ -878,6 +915,7 @@ impl<C: Conduit> RmaEp<C> {
             return true;
         }
         self.ep.poll();
+        crate::barrier::advance(&mut self.ep, &self.st);
         retire(&self.st, ev.ids())
     }
 
@@ -887,14 +925,14 @@ impl<C: Conduit> RmaEp<C> {
     pub fn wait<E: Completion>(&mut self, mut ev: E) -> E::Output {
         let st = &self.st;
         let ids = ev.ids();
-        self.ep.wait_until(|| retire(st, ids));
+        drive(&mut self.ep, st, || retire(st, ids));
         ev.finish()
     }
 
     /// Waits until every event is complete.
     pub fn wait_all(&mut self, evs: &mut [Event]) {
         let st = &self.st;
-        self.ep.wait_until(|| {
+        drive(&mut self.ep, st, || {
             // Retire every event (no short circuit), then report.
             let mut all = true;
             for e in evs.iter_mut() {
@@ -911,7 +949,7 @@ impl<C: Conduit> RmaEp<C> {
             return Vec::new();
         }
         let st = &self.st;
-        self.ep.wait_until(|| {
+        drive(&mut self.ep, st, || {
             let mut any = false;
             for e in evs.iter_mut() {
                 any |= retire(st, &mut e.ids);
@@ -967,34 +1005,54 @@ impl<C: Conduit> RmaEp<C> {
     pub fn wait_syncnbi_puts(&mut self) {
         let st = &self.st;
         let ids = &mut self.nbi.puts;
-        self.ep.wait_until(|| retire(st, ids));
+        drive(&mut self.ep, st, || retire(st, ids));
     }
     /// Waits for every implicit-event get issued outside access regions.
     pub fn wait_syncnbi_gets(&mut self) {
         let st = &self.st;
         let ids = &mut self.nbi.gets;
-        self.ep.wait_until(|| retire(st, ids));
+        drive(&mut self.ep, st, || retire(st, ids));
     }
-    /// Both [`wait_syncnbi_puts`](Self::wait_syncnbi_puts) and [`wait_syncnbi_gets`](Self::wait_syncnbi_gets).
+    /// Waits for every implicit-event atomic operation (see
+    /// [`AtomicDomain::op_nbi`](crate::AtomicDomain::op_nbi)) issued outside access regions.
+    pub fn wait_syncnbi_atomics(&mut self) {
+        let st = &self.st;
+        let ids = &mut self.nbi.atomics;
+        drive(&mut self.ep, st, || retire(st, ids));
+    }
+    /// [`wait_syncnbi_puts`](Self::wait_syncnbi_puts),
+    /// [`wait_syncnbi_gets`](Self::wait_syncnbi_gets) and
+    /// [`wait_syncnbi_atomics`](Self::wait_syncnbi_atomics).
     pub fn wait_syncnbi_all(&mut self) {
         self.wait_syncnbi_puts();
         self.wait_syncnbi_gets();
+        self.wait_syncnbi_atomics();
+    }
+    /// Polls once; true if every implicit-event atomic operation is complete.
+    pub fn test_syncnbi_atomics(&mut self) -> bool {
+        self.ep.poll();
+        crate::barrier::advance(&mut self.ep, &self.st);
+        retire(&self.st, &mut self.nbi.atomics)
     }
     /// Polls once; true if every implicit-event put is complete.
     pub fn test_syncnbi_puts(&mut self) -> bool {
         self.ep.poll();
+        crate::barrier::advance(&mut self.ep, &self.st);
         retire(&self.st, &mut self.nbi.puts)
     }
     /// Polls once; true if every implicit-event get is complete.
     pub fn test_syncnbi_gets(&mut self) -> bool {
         self.ep.poll();
+        crate::barrier::advance(&mut self.ep, &self.st);
         retire(&self.st, &mut self.nbi.gets)
     }
     /// Polls once; true if every implicit-event operation is complete.
     pub fn test_syncnbi_all(&mut self) -> bool {
         self.ep.poll();
+        crate::barrier::advance(&mut self.ep, &self.st);
         let p = retire(&self.st, &mut self.nbi.puts);
-        retire(&self.st, &mut self.nbi.gets) && p
+        let a = retire(&self.st, &mut self.nbi.atomics);
+        retire(&self.st, &mut self.nbi.gets) && p && a
     }
 
     /// Opens an access region: every implicit-event operation issued until

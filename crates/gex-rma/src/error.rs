@@ -73,6 +73,47 @@ pub enum RmaError {
     /// [`end_nbi_accessregion`](crate::RmaEp::end_nbi_accessregion) without an open region.
     #[error("no NBI access region is open")]
     NoAccessRegion,
+    /// An atomic operation's word is not naturally aligned (offset, or the address in
+    /// the target's segment, not a multiple of the element size).
+    #[error("atomic word at offset {offset} of {dst} is not {align}-byte aligned")]
+    Misaligned {
+        /// Target endpoint.
+        dst: EpAddr,
+        /// Byte offset of the word.
+        offset: usize,
+        /// Required alignment (the element size).
+        align: usize,
+    },
+    /// The atomic operation is not in the domain's declared op set.
+    #[error("atomic operation {op:?} is not in the domain's op set")]
+    OpNotInDomain {
+        /// The operation.
+        op: crate::AtomicOp,
+    },
+    /// A fetching call (`fetch`, `fetch_nb`, `fetch_nbi`) was given a non-fetching
+    /// operation.
+    #[error("atomic operation {op:?} does not fetch")]
+    NotFetching {
+        /// The operation.
+        op: crate::AtomicOp,
+    },
+    /// An atomic domain's op set has operations its type does not support (bitwise
+    /// operations on a float type).
+    #[error("operations {ops:?} are not supported by the domain's type")]
+    BadOpSet {
+        /// The unsupported operations.
+        ops: crate::AtomicOps,
+    },
+    /// Barrier ids did not match: two ranks notified different named ids (reported by
+    /// every rank), or this rank's wait/try named another id than its notify.
+    #[error("barrier id mismatch")]
+    BarrierMismatch,
+    /// `barrier_notify` (or `barrier`, `barrier_nb`) while a barrier is in progress.
+    #[error("a barrier is already in progress")]
+    BarrierAlreadyNotified,
+    /// `barrier_wait`/`barrier_try` without a preceding `barrier_notify`.
+    #[error("no barrier was notified")]
+    BarrierNotNotified,
     /// Registering gex-rma's handlers failed (typically: the endpoint was already
     /// wrapped, or another layer took indices `16..=47`).
     #[error("registering RMA handlers: {0}")]

@@ -72,8 +72,34 @@ impl<T> Drop for GetEvent<T> {
     }
 }
 
+/// Event of a nonblocking fetching atomic
+/// ([`AtomicDomain::fetch_nb`](crate::AtomicDomain::fetch_nb));
+/// [`RmaEp::wait`](crate::RmaEp::wait) returns the old value. Dropping it before
+/// completion leaks its one-element buffer (as [`GetEvent`]).
+#[derive(Debug)]
+#[must_use = "the fetched value comes back from RmaEp::wait"]
+pub struct FetchEvent<T> {
+    pub(crate) inner: GetEvent<T>,
+}
+
+impl<T: bytemuck::Pod> Completion for FetchEvent<T> {
+    /// The value of the word before the operation.
+    type Output = T;
+    fn ids(&mut self) -> &mut Vec<u32> {
+        &mut self.inner.ev.ids
+    }
+    fn finish(mut self) -> T {
+        self.inner
+            .buf
+            .take()
+            .and_then(|b| b.first().copied())
+            .unwrap_or_else(T::zeroed)
+    }
+}
+
 mod sealed {
     pub trait Sealed {}
+    impl<T> Sealed for super::FetchEvent<T> {}
     impl Sealed for super::Event {}
     impl<T> Sealed for super::PutEvent<T> {}
     impl<T> Sealed for super::GetEvent<T> {}

@@ -8,7 +8,18 @@
 //!   ([`RmaEp::put_nb`], [`RmaEp::get_nb`], ...) and with implicit events
 //!   ([`RmaEp::put_nbi`], [`RmaEp::wait_syncnbi_puts`], access regions);
 //! - VIS: strided (signed strides, any number of dimensions), vector and indexed
-//!   transfers ([`Vis`], [`RmaEp::put_strided`], [`RmaEp::get_vis_nb`], ...).
+//!   transfers ([`Vis`], [`RmaEp::put_strided`], [`RmaEp::get_vis_nb`], ...);
+//! - remote atomics: [`AtomicDomain`]s over (primordial team, type, op set) for
+//!   `i32`/`u32`/`i64`/`u64`/`f32`/`f64`, every GASNet-EX operation fetching and not
+//!   ([`AtomicOp`]), blocking, NB ([`FetchEvent`]) and NBI
+//!   ([`RmaEp::wait_syncnbi_atomics`]), with [`AtomicFlags`] for acquire/release. CPU
+//!   atomics through the mapping for neighbours, AMs executing the same CPU atomics at
+//!   the target otherwise (the two are coherent);
+//! - a barrier on the primordial team ([`RmaEp::barrier`], [`RmaEp::barrier_nb`],
+//!   split-phase [`RmaEp::barrier_notify`] / [`RmaEp::barrier_wait`] /
+//!   [`RmaEp::barrier_try`] with ids, [`BarrierFlags::ANONYMOUS`] entries and
+//!   [`RmaError::BarrierMismatch`] reported on every rank): a dissemination barrier over
+//!   gex-rma AMs whose rounds advance inside gex-rma's waiting and testing calls.
 //!
 //! Two data paths, chosen per operation with no dynamic dispatch: **direct** when the
 //! conduit maps the target's segment locally ([`ConduitEp::peer_segment`]: smp
@@ -18,7 +29,13 @@
 //! Building with `--cfg gex_force_am_rma` forces the reference path everywhere.
 //!
 //! ## What it does not do
-//! - No remote atomics and no barrier (yet; use [`Endpoint::barrier`](gex_core::Endpoint::barrier)).
+//! - The barrier progresses only inside gex-rma calls that wait or test (and
+//!   [`RmaEp::barrier_try`]); a rank that notified and then only calls
+//!   [`Endpoint::poll`](gex_core::Endpoint::poll) delays its peers. `RmaEp::barrier`
+//!   shadows [`Endpoint::barrier`](gex_core::Endpoint::barrier) (the core one is still
+//!   reachable through [`RmaEp::endpoint`]); the two are independent.
+//! - No NIC-offloaded atomics: every atomic is a CPU atomic (direct or in an AM
+//!   handler at the target); a conduit hook for offload is future work.
 //! - No ordering between nonblocking operations: two overlapping puts in flight at
 //!   once land in an unspecified order; after a put completes (blocking return, event
 //!   waited, or sync), its bytes are visible to later operations of any rank that
@@ -50,7 +67,7 @@
 //! untouched until completion (`get_nb_raw`, `get_nbi`, `get_vis_nbi`).
 //!
 //! ## Handler indices
-//! gex-rma registers its handlers at `16..=22` and owns `16..=47`
+//! gex-rma registers its handlers at `16..=24` (23: atomics, 24: barrier) and owns `16..=47`
 //! ([`FIRST_RMA_HANDLER`]..=[`LAST_RMA_HANDLER`]); `48..=127` are reserved for gex-coll.
 //!
 //! ## Example
@@ -79,21 +96,29 @@
 //! })?;
 //! assert_eq!(rev, [4, 3, 2, 1]);
 //!
+//! // A split-phase barrier with an id (one rank here).
+//! rma.barrier_notify(7, gex_rma::BarrierFlags::empty())?;
+//! rma.barrier_wait(7, gex_rma::BarrierFlags::empty())?;
+//!
 //! // Out-of-segment accesses are errors, never stray writes.
 //! assert!(rma.put_val(rma.global_ptr::<u64>(me, (1 << 16) - 4), 7).is_err());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![warn(missing_docs)]
 
+mod atomic;
+mod barrier;
 mod ep;
 mod error;
 mod event;
 mod ptr;
 
+pub use atomic::{AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, AtomicType};
+pub use barrier::BarrierFlags;
 pub use bytemuck::Pod;
 pub use ep::{FIRST_RMA_HANDLER, LAST_RMA_HANDLER, RmaEp};
 pub use error::RmaError;
-pub use event::{Completion, Event, GetEvent, PutEvent};
+pub use event::{Completion, Event, FetchEvent, GetEvent, PutEvent};
 pub use ptr::{GlobalPtr, Strided, Vis};
 
 #[cfg(doc)]

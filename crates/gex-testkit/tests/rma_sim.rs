@@ -4,7 +4,8 @@
 //! `cargo test -p gex-testkit --test rma_sim` and
 //! `RUSTFLAGS="--cfg gex_force_am_rma" CARGO_TARGET_DIR=target/force-am cargo test -p gex-testkit --test rma_sim`.
 //!
-//! Exclusions: none.
+//! Exclusions: none. The atomic cases (`rma_atomic_*`) run on every module; the
+//! `prop_atomics` property test checks concurrent commutative atomics against a model.
 
 use gex_testkit::sim::{Sim, SimConfig, SimRunner};
 
@@ -182,6 +183,184 @@ mod prop_strided {
             seed in any::<u64>(),
         ) {
             prop_assert_eq!(run(&shapes, shared, seed), Ok(()));
+        }
+    }
+}
+
+/// Property test: random sequences of commutative atomic operations issued concurrently
+/// by three ranks (blocking, NB or NBI) on a few words of every rank, direct or AM path,
+/// checked against a sequential model of the final values (the operations on one word
+/// commute, so any interleaving gives the model's result).
+mod prop_atomics {
+    use gex_core::{ClientBuilder, EpAddr};
+    use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, RmaEp};
+    use gex_testkit::sim::{SimConfig, run_sim};
+    use proptest::prelude::*;
+
+    const RANKS: u32 = 3;
+    /// Words per rank: 0 u64 add/sub/inc/dec, 1 u64 xor, 2 i64 min, 3 i64 max,
+    /// 4 u32 or, 5 f64 add of small integers (exact).
+    const WORDS: usize = 6;
+
+    /// (target rank, word, op variant, operand, completion mode)
+    type Step = (u32, usize, u8, u64, u8);
+
+    fn arb_steps() -> impl Strategy<Value = Vec<Step>> {
+        prop::collection::vec(
+            (0..RANKS, 0..WORDS, any::<u8>(), any::<u64>(), 0u8..3),
+            0..40,
+        )
+    }
+
+    fn op_of(word: usize, v: u8) -> AtomicOp {
+        use AtomicOp::*;
+        match word {
+            0 => [Add, Fadd, Sub, Fsub, Inc, Finc, Dec, Fdec][v as usize % 8],
+            1 => [Xor, Fxor][v as usize % 2],
+            2 => [Min, Fmin][v as usize % 2],
+            3 => [Max, Fmax][v as usize % 2],
+            4 => [Or, For][v as usize % 2],
+            _ => [Add, Fadd][v as usize % 2],
+        }
+    }
+
+    /// Final words of every rank, from the sequential model.
+    fn model(all: &[Vec<Step>]) -> Vec<[u64; WORDS]> {
+        let init = [0u64, 0, i64::MAX as u64, i64::MIN as u64, 0, 0f64.to_bits()];
+        let mut m = vec![init; RANKS as usize];
+        for &(t, w, v, x, _) in all.iter().flatten() {
+            let word = &mut m[t as usize][w];
+            let op = op_of(w, v);
+            *word = match (w, op) {
+                (0, AtomicOp::Add | AtomicOp::Fadd) => word.wrapping_add(x),
+                (0, AtomicOp::Sub | AtomicOp::Fsub) => word.wrapping_sub(x),
+                (0, AtomicOp::Inc | AtomicOp::Finc) => word.wrapping_add(1),
+                (0, _) => word.wrapping_sub(1),
+                (1, _) => *word ^ x,
+                (2, _) => (*word as i64).min(x as i64) as u64,
+                (3, _) => (*word as i64).max(x as i64) as u64,
+                (4, _) => u64::from(*word as u32 | x as u32),
+                _ => (f64::from_bits(*word) + (x % 100) as f64).to_bits(),
+            };
+        }
+        m
+    }
+
+    fn run(all: &[Vec<Step>], shared: bool, seed: u64) -> Result<(), String> {
+        let mut cfg = SimConfig::default().reorder(true).seed(seed);
+        cfg.shared_memory = shared;
+        cfg.timeout = std::time::Duration::from_secs(10);
+        let want = model(all);
+        let out = run_sim(
+            RANKS,
+            cfg,
+            || ClientBuilder::new().segment_size(1 << 12),
+            |client| -> Result<(), String> {
+                let es = |e: gex_rma::RmaError| e.to_string();
+                let mut r = RmaEp::new(client.endpoint(0).unwrap()).map_err(es)?;
+                let f = AtomicFlags::empty();
+                let u64d = r.atomic_domain::<u64>(AtomicOps::all()).map_err(es)?;
+                let i64d = r.atomic_domain::<i64>(AtomicOps::all()).map_err(es)?;
+                let u32d = r.atomic_domain::<u32>(AtomicOps::all()).map_err(es)?;
+                let f64d = r
+                    .atomic_domain::<f64>(AtomicOps::all() - AtomicOps::BITWISE)
+                    .map_err(es)?;
+                let me = r.addr();
+                let ptr = |rank: u32, w: usize| GlobalPtr::<u64>::new(EpAddr::rank(rank), w * 8);
+                u64d.op(
+                    &mut r,
+                    AtomicOp::Set,
+                    ptr(me.rank, 2),
+                    i64::MAX as u64,
+                    0,
+                    f,
+                )
+                .map_err(es)?;
+                u64d.op(
+                    &mut r,
+                    AtomicOp::Set,
+                    ptr(me.rank, 3),
+                    i64::MIN as u64,
+                    0,
+                    f,
+                )
+                .map_err(es)?;
+                r.barrier().map_err(|e| e.to_string())?;
+                let mut evs = Vec::new();
+                for &(t, w, v, x, mode) in &all[me.rank as usize] {
+                    let op = op_of(w, v);
+                    let p = ptr(t, w);
+                    let ev = match w {
+                        0 | 1 => match mode {
+                            0 => u64d.op(&mut r, op, p, x, 0, f).map(|()| None),
+                            1 => u64d.op_nb(&mut r, op, p, x, 0, f).map(Some),
+                            _ => u64d.op_nbi(&mut r, op, p, x, 0, f).map(|()| None),
+                        },
+                        2 | 3 => {
+                            let p = GlobalPtr::<i64>::new(p.addr(), p.offset);
+                            match mode {
+                                0 if op.is_fetching() => {
+                                    i64d.fetch_nb(&mut r, op, p, x as i64, 0, f).map(|e| {
+                                        let _ = r.wait(e);
+                                        None
+                                    })
+                                }
+                                0 => i64d.op(&mut r, op, p, x as i64, 0, f).map(|()| None),
+                                1 => i64d.op_nb(&mut r, op, p, x as i64, 0, f).map(Some),
+                                _ => i64d.op_nbi(&mut r, op, p, x as i64, 0, f).map(|()| None),
+                            }
+                        }
+                        4 => {
+                            let p = GlobalPtr::<u32>::new(p.addr(), p.offset);
+                            u32d.op_nb(&mut r, op, p, x as u32, 0, f).map(Some)
+                        }
+                        _ => {
+                            let p = GlobalPtr::<f64>::new(p.addr(), p.offset);
+                            f64d.op_nbi(&mut r, op, p, (x % 100) as f64, 0.0, f)
+                                .map(|()| None)
+                        }
+                    }
+                    .map_err(es)?;
+                    evs.extend(ev);
+                }
+                r.wait_all(&mut evs);
+                r.wait_syncnbi_all();
+                r.barrier().map_err(|e| e.to_string())?;
+                // Check, but reach the final barrier either way (peers wait there).
+                let mut check = Ok(());
+                if me.rank == 0 {
+                    for t in 0..RANKS {
+                        let mut got = [0u64; WORDS];
+                        r.get(&mut got, ptr(t, 0)).map_err(es)?;
+                        got[4] &= 0xffff_ffff;
+                        if got != want[t as usize] && check.is_ok() {
+                            check = Err(format!(
+                                "rank {t}: words {got:x?}, model {:x?}",
+                                want[t as usize]
+                            ));
+                        }
+                    }
+                }
+                r.barrier().map_err(|e| e.to_string())?;
+                check?;
+                if r.dropped_messages() != 0 {
+                    return Err("dropped messages".into());
+                }
+                Ok(())
+            },
+        );
+        out.into_iter().collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 16, ..ProptestConfig::default() })]
+        #[test]
+        fn atomics_match_model(
+            all in prop::collection::vec(arb_steps(), RANKS as usize),
+            shared in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            prop_assert_eq!(run(&all, shared, seed), Ok(()));
         }
     }
 }

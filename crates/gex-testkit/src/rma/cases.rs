@@ -16,11 +16,11 @@ use std::time::Instant;
 
 type R<T = ()> = Result<T, String>;
 
-fn e2s<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
+pub(super) fn e2s<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
-fn setup<C: Conduit>(client: &Client<C>) -> R<RmaEp<C>> {
+pub(super) fn setup<C: Conduit>(client: &Client<C>) -> R<RmaEp<C>> {
     let ep = client.endpoint(0).map_err(e2s("endpoint 0"))?;
     let mut r = RmaEp::new(ep).map_err(e2s("RmaEp::new"))?;
     r.barrier().map_err(e2s("barrier"))?;
@@ -28,7 +28,7 @@ fn setup<C: Conduit>(client: &Client<C>) -> R<RmaEp<C>> {
 }
 
 /// Slot length (bytes, multiple of 64) each rank owns in every segment.
-fn slot_len<C: Conduit>(r: &RmaEp<C>) -> usize {
+pub(super) fn slot_len<C: Conduit>(r: &RmaEp<C>) -> usize {
     (r.segment().len() / r.size() as usize) & !63
 }
 
@@ -64,7 +64,7 @@ fn expect_err<T: std::fmt::Debug>(r: Result<T, RmaError>, want: &RmaError, what:
     }
 }
 
-fn finish<C: Conduit>(r: &mut RmaEp<C>) -> R {
+pub(super) fn finish<C: Conduit>(r: &mut RmaEp<C>) -> R {
     r.barrier().map_err(e2s("final barrier"))?;
     let d = r.dropped_messages();
     if d != 0 {

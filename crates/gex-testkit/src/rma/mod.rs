@@ -5,7 +5,7 @@
 //!
 //! Each case wraps EP 0 of every rank in an `RmaEp`, partitions every segment into
 //! one slot per rank (rank `r` only writes slot `r` of any target), and ends with a
-//! barrier so that no rank leaves while peers still need it to serve AM-path traffic.
+//! barrier (gex-rma's own, [`gex_rma::RmaEp::barrier`]) so that no rank leaves while peers still need it to serve AM-path traffic.
 //! Run both ways: as built, and with `RUSTFLAGS="--cfg gex_force_am_rma"` (reference
 //! path everywhere).
 //!
@@ -19,6 +19,10 @@
 //! | `rma_nbi_regions` | NBI puts/gets/memsets with `wait_syncnbi_*`/`test_syncnbi_*`; access regions (and their nesting errors); overlapping NBI puts each synced: the last synced value is visible |
 //! | `rma_vis_shapes` | strided (random shapes, negative and zero strides, transposes, reflections, degenerate shapes), vector and indexed, blocking/NB/NBI, against a local model |
 //! | `rma_multi_ep` | (2 EPs) one thread per endpoint; each puts/gets into the *other* endpoint of every rank and reads what the other ranks wrote there |
+//! | `rma_atomic_ops` | every atomic op of every type (`i32`, `u32`, `i64`, `u64`, `f32`, `f64`; bitwise ops for integers) in every completion mode (blocking, NB, NBI with `wait_syncnbi_atomics`/`wait_syncnbi_all`/`test_syncnbi_atomics`, access region), random flags and operands (extremes, `-0.0`, infinity), on a private word at every rank: fetched values and the word checked against a sequential model |
+//! | `rma_atomic_concurrency` | all ranks on words of the last rank: fetch-add (blocking and NB) whose fetched values must form a permutation of `0..n*k`, NBI fetch-dec, a CAS lock (acquire/release) protecting a plain counter, min/max convergence, f64/f32 sums and products, or/and/xor |
+//! | `rma_atomic_errors` | `BadOpSet`, `OpNotInDomain`, `NotFetching`, `Misaligned`, `OutOfSegment` (incl. overflow), `BadRank`; failed atomics change nothing |
+//! | `rma_barrier` | gex-rma's barrier: `BarrierNotNotified`/`BarrierAlreadyNotified`; 60 barriers in a row (blocking, `barrier_nb`, split-phase with named ids, anonymous/named mixes with `barrier_try`); a mismatch (two named ids) reported on every rank through wait and try, and a clean barrier after it; barriers with NBI puts synced before notify (visible after wait) and atomics between notify and wait |
 //! | `rma_errors` | `BadRank`, `BadEndpoint`, `OutOfSegment` (incl. offset overflow), `LocalOutOfBounds`, `ShapeMismatch`, `MixedTargets`; failed operations write nothing, local or remote |
 //!
 //! # Running it
@@ -34,6 +38,7 @@
 //! Runners should give segments of at least 1 MiB (4 MiB or more to exercise the 1 MiB
 //! size on every pair; 17 MiB for the 16 MiB case).
 
+mod atomics;
 mod cases;
 
 use crate::conformance::{self, Case, Job, Runner};
@@ -50,6 +55,10 @@ pub const CASE_NAMES: &[&str] = &[
     "rma_vis_shapes",
     "rma_errors",
     "rma_multi_ep",
+    "rma_atomic_ops",
+    "rma_atomic_concurrency",
+    "rma_atomic_errors",
+    "rma_barrier",
 ];
 
 /// Every RMA case, in [`CASE_NAMES`] order.
@@ -106,6 +115,26 @@ pub fn cases<C: Conduit>() -> Vec<Case<C>> {
             min_eps: 2,
             run: cases::multi_ep::<C>,
         },
+        c(
+            "rma_atomic_ops",
+            "every atomic op x type x completion mode against a model",
+            atomics::atomic_ops::<C>,
+        ),
+        c(
+            "rma_atomic_concurrency",
+            "all ranks on shared words: fetch-add permutation, CAS lock, min/max, floats, bitwise",
+            atomics::atomic_concurrency::<C>,
+        ),
+        c(
+            "rma_atomic_errors",
+            "atomic argument errors; failed atomics change nothing",
+            atomics::atomic_errors::<C>,
+        ),
+        c(
+            "rma_barrier",
+            "gex-rma barrier: flavours, ids, anonymous mixes, mismatch everywhere, with RMA traffic",
+            atomics::barrier::<C>,
+        ),
     ]
 }
 
@@ -226,6 +255,10 @@ macro_rules! __gex_rma_conformance_impl {
         __gex_rma_one!(rma_vis_shapes);
         __gex_rma_one!(rma_errors);
         __gex_rma_one!(rma_multi_ep);
+        __gex_rma_one!(rma_atomic_ops);
+        __gex_rma_one!(rma_atomic_concurrency);
+        __gex_rma_one!(rma_atomic_errors);
+        __gex_rma_one!(rma_barrier);
     };
 }
 

@@ -1,0 +1,301 @@
+//! One-sided benchmarks over gex-rma, and the barrier: `put`, `get`, `barrier`.
+//!
+//! Ranks pair up as `(0,1), (2,3), …` like the `am` tests and every pair measures at
+//! the same time; rank 0 reports its own pair (barrier: every rank takes part).
+//! - `put_lat` / `get_lat` (µs): a blocking put / get of `size` bytes into / from the
+//!   peer's segment (remote completion), averaged over a batch.
+//! - `put_observed_lat` (µs, one-way): rank A puts a sequence number into B's segment,
+//!   B polls its own segment until it sees it and puts it back; half the round trip.
+//!   This is UCX's `put_lat` (the peer polls memory) and needs no handler on B.
+//! - `put_bw` / `get_bw` (GB/s = 1e9 B/s): NBI puts of `size` bytes back to back, then
+//!   one sync (`wait_syncnbi_puts`); blocking gets back to back.
+//! - `barrier_lat` (µs): gex-rma's barrier (primordial team), every rank, back to back.
+//!
+//! # Safety
+//! `put_observed_lat` reads the word that the peer writes into this rank's segment
+//! through an `AtomicU64` made from the segment's address: the segment is mapped for
+//! the life of the client, the offset is 8-byte aligned (segments are page aligned),
+//! and the peer writes the word as one 8-byte copy.
+#![allow(unsafe_code)]
+
+use crate::report::{Record, Reporter, median};
+use crate::{PinMode, complain};
+use gex::spi::Conduit;
+use gex::{Client, ClientBuilder, EpAddr, Job};
+use gex_rma::{GlobalPtr, RmaEp};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Which one-sided benchmark family to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    /// put_lat, put_observed_lat, put_bw.
+    Put,
+    /// get_lat, get_bw.
+    Get,
+    /// barrier_lat.
+    Barrier,
+}
+
+/// A `put`, `get` or `barrier` run.
+pub(crate) struct RmaJob {
+    pub(crate) family: Family,
+    pub(crate) json: bool,
+    pub(crate) quick: bool,
+    pub(crate) pin: PinMode,
+}
+
+/// Largest bandwidth size (and segment length) of a full run.
+const BW_MAX: usize = 64 << 20;
+/// Where the observed-latency word lives in every segment.
+const FLAG_OFFSET: usize = 0;
+/// Where bulk data goes (after the flag's cache line).
+const DATA_OFFSET: usize = 4096;
+
+impl RmaJob {
+    pub(crate) fn builder(&self) -> ClientBuilder {
+        let max = if self.quick { 1 << 20 } else { BW_MAX };
+        ClientBuilder::new().segment_size(DATA_OFFSET + max)
+    }
+
+    fn timing(&self) -> (Duration, u32) {
+        if self.quick {
+            (Duration::from_millis(4), 3)
+        } else {
+            (Duration::from_millis(40), 7)
+        }
+    }
+}
+
+impl Job for RmaJob {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
+        match run(&self, &client) {
+            Ok(()) => {
+                if let Err(e) = client.finalize() {
+                    complain(&format!("finalisation failed: {e}"));
+                    std::process::exit(1);
+                }
+            }
+            Err(e) => client.abort(1, &format!("gex-perf: rank {}: {e}", client.rank())),
+        }
+    }
+}
+
+/// Runs `op(k)` in batches sized to about `batch` each; returns seconds per iteration
+/// of every batch.
+fn batches(batch: Duration, count: u32, mut op: impl FnMut(u64) -> Res<()>) -> Res<Vec<f64>> {
+    let mut k = 1u64;
+    let per = loop {
+        let t0 = Instant::now();
+        op(k)?;
+        let e = t0.elapsed();
+        if e >= batch / 4 || k >= 1 << 30 {
+            break e.as_secs_f64() / k as f64;
+        }
+        k *= 2;
+    };
+    let iters = ((batch.as_secs_f64() / per.max(1e-9)) as u64).clamp(1, 1 << 30);
+    (0..count)
+        .map(|_| {
+            let t0 = Instant::now();
+            op(iters)?;
+            Ok(t0.elapsed().as_secs_f64() / iters as f64)
+        })
+        .collect()
+}
+
+fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
+    let (me, n) = (client.rank(), client.size());
+    let mut r = RmaEp::new(client.endpoint(0)?)?;
+    let neighbours = client.neighbours();
+    let local = neighbours.iter().position(|&x| x == me).unwrap_or(0) as u32;
+    if job.pin != PinMode::Off {
+        crate::pin::pin_to_nth_allowed(local)?;
+    }
+    let reporter = Reporter::new(job.json);
+    let (batch, count) = job.timing();
+    if me == 0 {
+        reporter.header(&[format!(
+            "gex-perf {:?}: {n} ranks, conduit {}, wait policy {:?}; value: median of {count} batches, min/max: extreme batches",
+            job.family,
+            client.conduit_name(),
+            r.endpoint().wait_policy()
+        )]);
+    }
+    let report = |name: &'static str, size: usize, unit: &'static str, mut v: Vec<f64>| {
+        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        reporter.record(&Record {
+            name,
+            size,
+            ranks: n,
+            conduit: client.conduit_name(),
+            value: median(&mut v),
+            unit,
+            min: Some(min),
+            max: Some(max),
+        });
+    };
+    let leader = me % 2 == 0 && me + 1 < n;
+    let follower = me % 2 == 1;
+    let peer = if leader { me + 1 } else { me.wrapping_sub(1) };
+    let seg_len = r.endpoint().segment().len();
+    let lat_sizes: Vec<usize> = if job.quick {
+        vec![8, 4096]
+    } else {
+        (3..=12).map(|p| 1usize << p).collect()
+    };
+    let bw_sizes: Vec<usize> = if job.quick {
+        vec![1 << 10, 1 << 20]
+    } else {
+        (10..=26)
+            .step_by(2)
+            .map(|p| 1usize << p)
+            .filter(|&s| DATA_OFFSET + s <= seg_len)
+            .collect()
+    };
+    let buf = vec![
+        0x5au8;
+        bw_sizes
+            .iter()
+            .chain(&lat_sizes)
+            .copied()
+            .max()
+            .unwrap_or(8)
+    ];
+    let mut dst = vec![0u8; buf.len()];
+    match job.family {
+        Family::Barrier => {
+            // Every rank must run the same number of barriers, so the count is fixed
+            // rather than calibrated per rank.
+            let k: u64 = if job.quick { 2_000 } else { 20_000 };
+            for _ in 0..k / 10 {
+                r.barrier()?;
+            }
+            let mut v = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                let t0 = Instant::now();
+                for _ in 0..k {
+                    r.barrier()?;
+                }
+                v.push(t0.elapsed().as_secs_f64() / k as f64);
+            }
+            if me == 0 {
+                report("barrier_lat", 0, "us", v.iter().map(|t| t * 1e6).collect());
+            }
+        }
+        Family::Put | Family::Get if n >= 2 => {
+            let data: GlobalPtr<u8> = r.global_ptr(EpAddr::rank(peer), DATA_OFFSET);
+            for &s in &lat_sizes {
+                r.endpoint().barrier()?;
+                if leader {
+                    let v = if job.family == Family::Put {
+                        batches(batch, count, |k| {
+                            for _ in 0..k {
+                                r.put(data, &buf[..s])?;
+                            }
+                            Ok(())
+                        })?
+                    } else {
+                        batches(batch, count, |k| {
+                            for _ in 0..k {
+                                r.get(&mut dst[..s], data)?;
+                            }
+                            Ok(())
+                        })?
+                    };
+                    if me == 0 {
+                        let name = if job.family == Family::Put {
+                            "put_lat"
+                        } else {
+                            "get_lat"
+                        };
+                        report(name, s, "us", v.iter().map(|t| t * 1e6).collect());
+                    }
+                }
+            }
+            if job.family == Family::Put {
+                // Observed latency: a sequence number ping-pongs through the segments.
+                r.endpoint().barrier()?;
+                let flag: GlobalPtr<u64> = r.global_ptr(EpAddr::rank(peer), FLAG_OFFSET);
+                let base = r.endpoint().segment().as_ptr();
+                // SAFETY: see the module's Safety section (aligned, mapped, 8-byte writes).
+                let mine = unsafe { AtomicU64::from_ptr(base.add(FLAG_OFFSET).cast::<u64>()) };
+                let mut seq = 0u64;
+                if leader {
+                    let v = batches(batch, count, |k| {
+                        for _ in 0..k {
+                            seq += 1;
+                            r.put_val(flag, seq)?;
+                            while mine.load(Ordering::Acquire) != seq {
+                                r.endpoint().poll();
+                            }
+                        }
+                        Ok(())
+                    })?;
+                    r.put_val(flag, u64::MAX)?;
+                    if me == 0 {
+                        report(
+                            "put_observed_lat",
+                            8,
+                            "us",
+                            v.iter().map(|t| t * 1e6 / 2.0).collect(),
+                        );
+                    }
+                } else if follower {
+                    loop {
+                        let v = mine.load(Ordering::Acquire);
+                        if v == u64::MAX {
+                            break;
+                        }
+                        if v > seq {
+                            seq = v;
+                            r.put_val(flag, v)?;
+                        }
+                        r.endpoint().poll();
+                    }
+                }
+            }
+            for &s in &bw_sizes {
+                r.endpoint().barrier()?;
+                if leader {
+                    let v = if job.family == Family::Put {
+                        batches(batch, count, |k| {
+                            for _ in 0..k {
+                                r.put_nbi(data, &buf[..s])?;
+                            }
+                            r.wait_syncnbi_puts();
+                            Ok(())
+                        })?
+                    } else {
+                        batches(batch, count, |k| {
+                            for _ in 0..k {
+                                r.get(&mut dst[..s], data)?;
+                            }
+                            Ok(())
+                        })?
+                    };
+                    if me == 0 {
+                        let name = if job.family == Family::Put {
+                            "put_bw"
+                        } else {
+                            "get_bw"
+                        };
+                        report(
+                            name,
+                            s,
+                            "GB/s",
+                            v.iter().map(|t| s as f64 / t / 1e9).collect(),
+                        );
+                    }
+                }
+            }
+        }
+        _ => return Err("put and get need at least 2 ranks".into()),
+    }
+    r.endpoint().barrier()?;
+    Ok(())
+}
