@@ -192,21 +192,16 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             for &s in &lat_sizes {
                 r.endpoint().barrier()?;
                 if leader {
-                    let v = if job.family == Family::Put {
-                        batches(batch, count, |k| {
-                            for _ in 0..k {
-                                r.put(data, &buf[..s])?;
-                            }
-                            Ok(())
-                        })?
-                    } else {
-                        batches(batch, count, |k| {
-                            for _ in 0..k {
-                                r.get(&mut dst[..s], data)?;
-                            }
-                            Ok(())
-                        })?
-                    };
+                    let v = transfers(
+                        &mut r,
+                        job.family,
+                        Mode::Blocking,
+                        data,
+                        &buf[..s],
+                        &mut dst[..s],
+                        batch,
+                        count,
+                    )?;
                     if me == 0 {
                         let name = if job.family == Family::Put {
                             "put_lat"
@@ -262,22 +257,16 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             for &s in &bw_sizes {
                 r.endpoint().barrier()?;
                 if leader {
-                    let v = if job.family == Family::Put {
-                        batches(batch, count, |k| {
-                            for _ in 0..k {
-                                r.put_nbi(data, &buf[..s])?;
-                            }
-                            r.wait_syncnbi_puts();
-                            Ok(())
-                        })?
-                    } else {
-                        batches(batch, count, |k| {
-                            for _ in 0..k {
-                                r.get(&mut dst[..s], data)?;
-                            }
-                            Ok(())
-                        })?
-                    };
+                    let v = transfers(
+                        &mut r,
+                        job.family,
+                        Mode::Stream,
+                        data,
+                        &buf[..s],
+                        &mut dst[..s],
+                        batch,
+                        count,
+                    )?;
                     if me == 0 {
                         let name = if job.family == Family::Put {
                             "put_bw"
@@ -298,4 +287,40 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
     }
     r.endpoint().barrier()?;
     Ok(())
+}
+
+/// How a batch of transfers completes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Every operation blocks until complete (latency).
+    Blocking,
+    /// Puts are NBI with one sync per batch; gets stay blocking (bandwidth).
+    Stream,
+}
+
+/// Times batches of puts of `src` (or gets into `dst`) at `data`; seconds per operation.
+#[allow(clippy::too_many_arguments)]
+fn transfers<C: Conduit>(
+    r: &mut RmaEp<C>,
+    family: Family,
+    mode: Mode,
+    data: GlobalPtr<u8>,
+    src: &[u8],
+    dst: &mut [u8],
+    batch: Duration,
+    count: u32,
+) -> Res<Vec<f64>> {
+    batches(batch, count, |k| {
+        for _ in 0..k {
+            match (family, mode) {
+                (Family::Put, Mode::Blocking) => r.put(data, src)?,
+                (Family::Put, Mode::Stream) => r.put_nbi(data, src)?,
+                _ => r.get(dst, data)?,
+            }
+        }
+        if family == Family::Put && mode == Mode::Stream {
+            r.wait_syncnbi_puts();
+        }
+        Ok(())
+    })
 }
