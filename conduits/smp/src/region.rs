@@ -4,6 +4,7 @@
 //! ```text
 //! [Header: one page]
 //! [Doorbell of EP 0 .. EP E-1: 64 bytes each, rounded to a page]
+//! [auxiliary area of EP 0 .. EP E-1: AUX_LEN bytes each (a multiple of the page)]
 //! [rings: for receiver EP e, for sender global EP g, for {request, reply}:
 //!         RingCtl + data (ring_bytes_needed(cap)), rounded to a page]
 //! [segment of EP 0 .. EP E-1: seg_len rounded to a page each]
@@ -17,6 +18,7 @@
 #![allow(unsafe_code)]
 
 use gex_core::InitError;
+use gex_core::spi::AUX_LEN;
 use gex_sync::ring;
 use gex_sync::wait::Doorbell;
 use rustix::fd::{AsFd, OwnedFd};
@@ -53,6 +55,7 @@ pub(crate) struct Layout {
     pub ring_cap: usize,
     pub seg_len: usize,
     bells: usize,
+    aux: usize,
     rings: usize,
     ring_stride: usize,
     segs: usize,
@@ -68,7 +71,8 @@ impl Layout {
         seg_len: usize,
     ) -> Option<Layout> {
         let bells = PAGE;
-        let rings = bells + round_up(eps * std::mem::size_of::<Doorbell>(), PAGE);
+        let aux = bells + round_up(eps * std::mem::size_of::<Doorbell>(), PAGE);
+        let rings = aux + eps.checked_mul(round_up(AUX_LEN, PAGE))?;
         let ring_stride = ring::ring_bytes_needed(ring_cap);
         let segs = rings
             + round_up(
@@ -85,6 +89,7 @@ impl Layout {
             ring_cap,
             seg_len,
             bells,
+            aux,
             rings,
             ring_stride,
             segs,
@@ -94,6 +99,10 @@ impl Layout {
     }
     pub(crate) fn bell(&self, ep: usize) -> usize {
         self.bells + ep * std::mem::size_of::<Doorbell>()
+    }
+    /// Offset of EP `ep`'s auxiliary area ([`AUX_LEN`] bytes).
+    pub(crate) fn aux(&self, ep: usize) -> usize {
+        self.aux + ep * round_up(AUX_LEN, PAGE)
     }
     /// Offset of the ring carrying messages from global sender EP `g` to local EP `ep`.
     pub(crate) fn ring(&self, ep: usize, g: usize, reply: bool) -> usize {

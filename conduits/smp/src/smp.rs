@@ -95,6 +95,8 @@ struct Tx {
     rep: Vec<Producer>,
     bells: Vec<Raw<Doorbell>>,
     segs: Vec<Seg>,
+    /// Auxiliary areas of every global EP (all share this host).
+    aux: Vec<Raw<u8>>,
     g_base: Vec<usize>,
     /// Replies that found their ring full, per destination (rare; see crate docs).
     pending: Vec<VecDeque<(u32, Vec<u8>)>>,
@@ -124,6 +126,9 @@ pub struct SmpEp {
     tx: Tx,
     rx: Rx,
     bell: Raw<Doorbell>,
+    /// The doorbell's epoch when `block` last returned: a later `wake` makes the next
+    /// `block` return at once.
+    seen: u32,
     limits: Limits,
     np: Option<Np>,
     conduit: Arc<Smp>,
@@ -270,6 +275,7 @@ impl Smp {
             rep: Vec::with_capacity(total),
             bells: Vec::with_capacity(total),
             segs: Vec::with_capacity(total),
+            aux: Vec::with_capacity(total),
             g_base: self.g_base.clone(),
             pending: (0..total).map(|_| VecDeque::new()).collect(),
             npending: 0,
@@ -297,6 +303,7 @@ impl Smp {
                     }
                 }
                 tx.bells.push(Raw::new(self.maps[r].at(l.bell(de))));
+                tx.aux.push(Raw::new(self.maps[r].at(l.aux(de))));
                 tx.segs.push(Seg {
                     base: Raw::new(self.maps[r].at(l.segment(de))),
                     len: l.seg_len,
@@ -321,6 +328,7 @@ impl Smp {
             tx,
             rx,
             bell: Raw::new(self.maps[rank].at(self.layouts[rank].bell(e))),
+            seen: 0,
             limits: Limits {
                 max_args: 16,
                 max_medium,
@@ -608,11 +616,27 @@ impl ConduitEp for SmpEp {
             return;
         }
         let rx = &self.rx;
-        self.bell
-            .get()
-            .wait_until_timeout(WaitPolicy::Block, timeout, || {
-                rx.rep.iter().chain(rx.req.iter()).any(|c| c.has_data())
-            });
+        let bell = self.bell.get();
+        let seen = self.seen;
+        bell.wait_until_timeout(WaitPolicy::Block, timeout, || {
+            bell.epoch() != seen || rx.rep.iter().chain(rx.req.iter()).any(|c| c.has_data())
+        });
+        self.seen = bell.epoch();
+    }
+
+    fn aux(&self, dst: EpAddr) -> Option<NonNull<u8>> {
+        let r = dst.rank as usize;
+        if r >= self.conduit.layouts.len() || dst.ep as usize >= self.conduit.layouts[r].eps {
+            return None;
+        }
+        Some(self.tx.aux[self.dst_g(dst)].0)
+    }
+
+    fn wake(&self, dst: EpAddr) {
+        let r = dst.rank as usize;
+        if r < self.conduit.layouts.len() && (dst.ep as usize) < self.conduit.layouts[r].eps {
+            self.tx.bells[self.dst_g(dst)].get().wake();
+        }
     }
 
     fn prepare(

@@ -47,9 +47,14 @@ struct Msg {
 /// Segment memory, 64-byte aligned, owned by the conduit.
 #[derive(Debug)]
 struct SegMem {
-    mem: Box<[std::cell::UnsafeCell<u64>]>,
+    mem: Box<[Line]>,
     len: usize,
 }
+
+/// One cache line of segment memory.
+#[derive(Debug)]
+#[repr(C, align(64))]
+struct Line(std::cell::UnsafeCell<[u64; 8]>);
 
 // Segments are raw shared memory by contract: every access goes through raw pointers.
 // SAFETY-free: the `UnsafeCell` wrapper makes writes through shared references legal;
@@ -61,14 +66,16 @@ unsafe impl Sync for SegMem {}
 
 impl SegMem {
     fn new(len: usize) -> Self {
-        let words = len.div_ceil(8).max(1);
+        let lines = len.div_ceil(64).max(1);
         SegMem {
-            mem: (0..words).map(|_| std::cell::UnsafeCell::new(0)).collect(),
+            mem: (0..lines)
+                .map(|_| Line(std::cell::UnsafeCell::new([0; 8])))
+                .collect(),
             len,
         }
     }
     fn base(&self) -> NonNull<u8> {
-        NonNull::new(self.mem[0].get().cast::<u8>()).expect("non-null")
+        NonNull::new(self.mem[0].0.get().cast::<u8>()).expect("non-null")
     }
 }
 
@@ -77,6 +84,7 @@ impl SegMem {
 pub struct Loopback {
     inboxes: Vec<Arc<Mutex<VecDeque<Msg>>>>,
     segs: Vec<SegMem>,
+    aux: Vec<SegMem>,
     next_ticket: AtomicU64,
     completed: Mutex<HashMap<u64, Vec<u8>>>,
 }
@@ -109,6 +117,7 @@ impl Conduit for Loopback {
                 .map(|_| Arc::new(Mutex::new(VecDeque::new())))
                 .collect(),
             segs: (0..n).map(|_| SegMem::new(seg_len[0])).collect(),
+            aux: (0..n).map(|_| SegMem::new(crate::spi::AUX_LEN)).collect(),
             next_ticket: AtomicU64::new(1),
             completed: Mutex::new(HashMap::new()),
         });
@@ -199,6 +208,13 @@ impl ConduitEp for LoopbackEp {
             .get(dst.ep as usize)
             .filter(|_| dst.rank == 0)
             .map(|s| (s.base(), s.len))
+    }
+    fn aux(&self, dst: EpAddr) -> Option<NonNull<u8>> {
+        self.conduit
+            .aux
+            .get(dst.ep as usize)
+            .filter(|_| dst.rank == 0)
+            .map(SegMem::base)
     }
     fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, AmError> {
         self.push(dst, msg);

@@ -19,11 +19,19 @@
 //! | progress | [`ConduitEp::poll`] | drains incoming messages of this EP only, calling [`Deliver::deliver`] once per message |
 //! | waiting | [`ConduitEp::block`] | sleeps until a message may have arrived (spurious returns allowed) |
 //! | neighbourhood | [`ConduitEp::local_segment`], [`ConduitEp::peer_segment`] | local mapping of a peer's segment when it shares memory |
+//! | auxiliary area | [`ConduitEp::aux`], [`ConduitEp::wake`] | a small zeroed area per EP, mapped by its neighbours, for the layers above (shared-memory barrier, collectives); waking a neighbour's blocked waiter |
+//! | native RMA | [`ConduitEp::native_put`], [`ConduitEp::native_get`], [`ConduitEp::native_test`] | optional ([`Capabilities::NATIVE_RMA`]); one-sided transfers done by the network |
+//! | native atomics | [`ConduitEp::native_atomic_supported`], [`ConduitEp::native_atomic`] | optional ([`Capabilities::NATIVE_ATOMICS`]); NIC-offloaded atomics, chosen per atomic domain |
 //! | teardown | `Drop` of the conduit and its EPs | releases everything; nothing may be left in `/dev/shm` |
 //!
 //! Validation of arguments (ranks, endpoint indices, argument counts, payload sizes,
 //! segment bounds, handler registration, reply rules) is done by the core *before* the
 //! conduit is called, so a conduit may assume its inputs are valid.
+//!
+//! # Safety
+//! This module declares the `unsafe` native-operation methods (their callers promise
+//! buffer lifetimes, see each `# Safety` section); it contains no unsafe block.
+#![allow(unsafe_code)]
 
 use crate::boot::Bootstrap;
 use crate::error::{AmError, InitError};
@@ -44,6 +52,12 @@ bitflags! {
         const SHARED_MEMORY = 1 << 1;
         /// [`ConduitEp::block`] sleeps in the kernel rather than returning at once.
         const BLOCKING_WAIT = 1 << 2;
+        /// [`ConduitEp::native_put`]/[`ConduitEp::native_get`] move data without the
+        /// target's CPU (for peers outside the shared-memory neighbourhood).
+        const NATIVE_RMA = 1 << 3;
+        /// [`ConduitEp::native_atomic`] performs at least the operations
+        /// [`ConduitEp::native_atomic_supported`] lists, without the target's CPU.
+        const NATIVE_ATOMICS = 1 << 4;
     }
 }
 
@@ -99,6 +113,126 @@ pub struct OpenParams<'a> {
     pub config: &'a crate::config::Config,
     /// A conduit-specific object from [`crate::ClientBuilder::conduit_context`].
     pub context: Option<&'a (dyn std::any::Any + Send + Sync)>,
+}
+
+/// Length in bytes of every endpoint's auxiliary area ([`ConduitEp::aux`]).
+///
+/// The area belongs to the layers above the core, split as follows (gex-core owns the
+/// map so the layers never overlap):
+///
+/// | bytes | owner |
+/// |---|---|
+/// | [`AUX_RMA`] | gex-rma (the shared-memory barrier) |
+/// | [`AUX_COLL`] | gex-coll (shared-memory collectives) |
+pub const AUX_LEN: usize = 16 << 10;
+/// The part of the auxiliary area that gex-rma uses.
+pub const AUX_RMA: std::ops::Range<usize> = 0..4096;
+/// The part of the auxiliary area that gex-coll uses.
+pub const AUX_COLL: std::ops::Range<usize> = 4096..AUX_LEN;
+
+/// Element type of a native atomic operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AtomicKind {
+    /// `i32`
+    I32,
+    /// `u32`
+    U32,
+    /// `i64`
+    I64,
+    /// `u64`
+    U64,
+    /// `f32`
+    F32,
+    /// `f64`
+    F64,
+}
+
+impl AtomicKind {
+    /// Every kind.
+    pub const ALL: [AtomicKind; 6] = [
+        AtomicKind::I32,
+        AtomicKind::U32,
+        AtomicKind::I64,
+        AtomicKind::U64,
+        AtomicKind::F32,
+        AtomicKind::F64,
+    ];
+    /// Width in bytes (4 or 8).
+    pub fn size(self) -> usize {
+        match self {
+            AtomicKind::I32 | AtomicKind::U32 | AtomicKind::F32 => 4,
+            _ => 8,
+        }
+    }
+}
+
+/// Operation of a native atomic, without the fetching choice (see [`NativeAtomic`]).
+/// Integers wrap; floats follow gex-rma's rules (bit-pattern compare for `Cswap`, a NaN
+/// operand never wins `Min`/`Max`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AtomicBase {
+    /// Store `a`.
+    Set,
+    /// Load (always fetching).
+    Get,
+    /// Store `a`, fetch the old value (always fetching).
+    Swap,
+    /// If the word equals `a`, store `b`.
+    Cswap,
+    /// Add `a`.
+    Add,
+    /// Subtract `a`.
+    Sub,
+    /// Multiply by `a`.
+    Mult,
+    /// Minimum with `a`.
+    Min,
+    /// Maximum with `a`.
+    Max,
+    /// Add one.
+    Inc,
+    /// Subtract one.
+    Dec,
+    /// Bitwise and with `a` (integers).
+    And,
+    /// Bitwise or with `a` (integers).
+    Or,
+    /// Bitwise xor with `a` (integers).
+    Xor,
+}
+
+/// One native atomic operation: `kind`, `base`, whether the old value is fetched, and
+/// the operands as bit patterns in the low bits (`a`, `b`; unused ones are zero).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NativeAtomic {
+    /// Element type.
+    pub kind: AtomicKind,
+    /// Operation.
+    pub base: AtomicBase,
+    /// Whether the old value is returned.
+    pub fetch: bool,
+    /// First operand (bit pattern).
+    pub a: u64,
+    /// Second operand (bit pattern; `Cswap` only).
+    pub b: u64,
+    /// Acquire semantics at the target word.
+    pub acquire: bool,
+    /// Release semantics at the target word.
+    pub release: bool,
+}
+
+/// Answer of the native operations ([`ConduitEp::native_put`], ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Native {
+    /// Complete already: data at the target (put), in the local buffer (get), result
+    /// written (fetching atomic).
+    Done,
+    /// Started; complete once [`ConduitEp::native_test`] returns true for this ticket.
+    Pending(u64),
+    /// No resources now: poll and try again.
+    WouldBlock,
+    /// Not offered for this peer or operation: the caller uses another path.
+    Unsupported,
 }
 
 /// Answer of [`ConduitEp::prepare`].
@@ -290,4 +424,99 @@ pub trait ConduitEp: Send + 'static {
     }
     /// Abandons a prepared message: nothing is sent.
     fn cancel(&mut self) {}
+
+    /// The local mapping of `dst`'s auxiliary area ([`AUX_LEN`] bytes, zero-filled at
+    /// open, aligned to 64 bytes) when `dst` shares memory with this rank, this EP
+    /// included; `None` otherwise. A conduit that maps peers' segments
+    /// ([`Capabilities::SHARED_MEMORY`]) must provide it for exactly the peers whose
+    /// segments it maps. The area outlives every endpoint of the conduit. Accesses from
+    /// several processes must use atomics (the layers above own the protocol; the
+    /// conduit never touches the area after open).
+    fn aux(&self, dst: EpAddr) -> Option<NonNull<u8>> {
+        let _ = dst;
+        None
+    }
+    /// Makes a [`block`](ConduitEp::block)ed waiter of neighbour `dst` return (used after
+    /// writing a flag it waits for in an auxiliary area). No effect where `aux(dst)` is
+    /// `None` or the conduit never sleeps. Must not block.
+    fn wake(&self, dst: EpAddr) {
+        let _ = dst;
+    }
+
+    /// Starts a put of `len` bytes from `src` to offset `offset` of `dst`'s segment,
+    /// done by the network ([`Capabilities::NATIVE_RMA`]). Completion ([`Native::Done`]
+    /// or a true [`native_test`](ConduitEp::native_test)) means the bytes are at the
+    /// target and `src` may be reused. The default answers [`Native::Unsupported`]; a
+    /// conduit may also answer it per peer or size, and the caller then uses AMs.
+    ///
+    /// # Safety
+    /// `src..src+len` must stay valid and unmodified until completion; the range was
+    /// checked by the caller to lie in `dst`'s segment.
+    ///
+    /// # Errors
+    /// [`AmError::Conduit`] if the network failed.
+    unsafe fn native_put(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<Native, AmError> {
+        let _ = (dst, offset, src, len);
+        Ok(Native::Unsupported)
+    }
+    /// Starts a get of `len` bytes at offset `offset` of `dst`'s segment into `out`,
+    /// done by the network. Completion means the bytes are in `out`.
+    ///
+    /// # Safety
+    /// `out..out+len` must stay valid, and not be read or written by anyone else, until
+    /// completion.
+    ///
+    /// # Errors
+    /// [`AmError::Conduit`] if the network failed.
+    unsafe fn native_get(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        out: *mut u8,
+        len: usize,
+    ) -> Result<Native, AmError> {
+        let _ = (dst, offset, out, len);
+        Ok(Native::Unsupported)
+    }
+    /// Whether [`native_atomic`](ConduitEp::native_atomic) performs `base` (fetching or
+    /// not, as `fetch` says) on `kind` for every peer. Atomic domains ask once at
+    /// creation and use the NIC for all their operations only if every one is offered
+    /// (NIC and CPU atomics are not coherent with each other). Default: false.
+    fn native_atomic_supported(&self, kind: AtomicKind, base: AtomicBase, fetch: bool) -> bool {
+        let _ = (kind, base, fetch);
+        false
+    }
+    /// Starts an atomic on the naturally aligned word at offset `offset` of `dst`'s
+    /// segment (any peer, this rank included). For fetching operations the old value
+    /// (bit pattern, zero-extended) is written to `result` before completion.
+    ///
+    /// # Safety
+    /// `result` must be valid for a write of a `u64`, and not be accessed by anyone
+    /// else, until completion (it may be null when `op.fetch` is false).
+    ///
+    /// # Errors
+    /// [`AmError::Conduit`] if the network failed.
+    unsafe fn native_atomic(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        op: &NativeAtomic,
+        result: *mut u64,
+    ) -> Result<Native, AmError> {
+        let _ = (dst, offset, op, result);
+        Ok(Native::Unsupported)
+    }
+    /// True once the native operation `ticket` (from [`Native::Pending`]) is complete;
+    /// each ticket reports true once. Completions are found by [`poll`](ConduitEp::poll)
+    /// (and may be by this call).
+    fn native_test(&mut self, ticket: u64) -> bool {
+        let _ = ticket;
+        true
+    }
 }

@@ -247,6 +247,27 @@ impl Doorbell {
         }
     }
 
+    /// Like [`ring`](Self::ring), but also advances the [`epoch`](Self::epoch) when no
+    /// sleeper is announced, so a waiter that compares epochs across its own checks
+    /// cannot miss it (for conditions that the doorbell's waiters do not check
+    /// themselves, such as a flag in other shared memory).
+    pub fn wake(&self) {
+        if self.may_block.load(Ordering::Relaxed) {
+            self.word.fetch_add(1, Ordering::Release);
+            fence(Ordering::SeqCst);
+            if self.sleepers.load(Ordering::Acquire) != 0 {
+                self.futex_wake_all();
+            }
+        }
+    }
+
+    /// The wake-up counter: it advances on every [`wake`](Self::wake) (and on a
+    /// [`ring`](Self::ring) that finds a sleeper). `Acquire`: what the waker wrote before
+    /// waking is visible once the new value is seen.
+    pub fn epoch(&self) -> u32 {
+        self.word.load(Ordering::Acquire)
+    }
+
     #[inline(never)]
     fn ring_blocking(&self) {
         fence(Ordering::SeqCst);

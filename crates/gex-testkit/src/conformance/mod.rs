@@ -103,6 +103,7 @@
 //! should use segments of a few hundred KiB at most).
 
 mod am;
+mod aux;
 mod basic;
 mod caps;
 mod load;
@@ -165,6 +166,7 @@ pub const CASE_NAMES: &[&str] = &[
     "negotiated_payload",
     "barrier_with_traffic",
     "capabilities",
+    "aux_area",
 ];
 
 /// Every case, in [`CASE_NAMES`] order.
@@ -296,6 +298,13 @@ pub fn cases<C: Conduit>() -> Vec<Case<C>> {
             1,
             1,
             caps::capabilities::<C>,
+        ),
+        c(
+            "aux_area",
+            "auxiliary areas: offered with the segment mappings, shared, zeroed; wake",
+            1,
+            1,
+            aux::aux_area::<C>,
         ),
     ]
 }
@@ -597,6 +606,7 @@ macro_rules! __gex_conformance_for_each {
         $cb!(negotiated_payload);
         $cb!(barrier_with_traffic);
         $cb!(capabilities);
+        $cb!(aux_area);
     };
 }
 

@@ -49,3 +49,26 @@ pub(crate) fn peer_read(
     };
     Ok(())
 }
+
+/// The `u64` word at `offset` of an auxiliary area ([`gex_core::spi::AUX_LEN`] bytes,
+/// 64-byte aligned), as an atomic shared with the other processes that map it.
+pub(crate) fn aux_word(
+    area: NonNull<u8>,
+    offset: usize,
+) -> Result<&'static gex_sync::atomic::AtomicU64, String> {
+    if offset % 8 != 0 || offset + 8 > gex_core::spi::AUX_LEN {
+        return Err(format!("aux offset {offset} is misaligned or out of range"));
+    }
+    if area.as_ptr() as usize % 64 != 0 {
+        return Err(format!("aux area {area:p} is not 64-byte aligned"));
+    }
+    // SAFETY: in bounds and 8-byte aligned (checked); the conduit keeps the area mapped
+    // for the life of the conduit, which outlives the case (the `'static` is not used
+    // beyond it); every access to these words in the case is atomic.
+    Ok(unsafe {
+        &*area
+            .as_ptr()
+            .add(offset)
+            .cast::<gex_sync::atomic::AtomicU64>()
+    })
+}

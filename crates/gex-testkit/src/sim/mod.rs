@@ -157,6 +157,11 @@ struct EpSlot {
     delivered: AtomicU64,
     bell: Doorbell,
     seg: SegMem,
+    /// Auxiliary area (`AUX_LEN` bytes), mapped by same-host endpoints when
+    /// `shared_memory` is on.
+    aux: SegMem,
+    /// Wake-ups requested by neighbours through `ConduitEp::wake`.
+    wakes: AtomicU64,
     /// Owned payloads of this endpoint's deferred injections, handed back by receivers.
     completed: Mutex<HashMap<u64, Vec<u8>>>,
     /// Requests this endpoint has sent (for fault injection).
@@ -210,6 +215,8 @@ impl Net {
                     delivered: AtomicU64::new(0),
                     bell,
                     seg: SegMem::new(layout.seg_len[r]),
+                    aux: SegMem::new(gex_core::spi::AUX_LEN),
+                    wakes: AtomicU64::new(0),
                     completed: Mutex::new(HashMap::new()),
                     requests: AtomicU64::new(0),
                 });
@@ -445,6 +452,7 @@ impl Conduit for Sim {
                     staging: Vec::new(),
                     prepared: false,
                     next_ticket: 1,
+                    seen_wakes: 0,
                 }
             })
             .collect();
@@ -462,6 +470,8 @@ pub struct SimEp {
     staging: Vec<u8>,
     prepared: bool,
     next_ticket: u64,
+    /// `wakes` of this endpoint's slot when `block` last returned.
+    seen_wakes: u64,
 }
 
 fn lock_map<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -724,6 +734,30 @@ impl ConduitEp for SimEp {
         Some((s.base(), s.len()))
     }
 
+    fn aux(&self, dst: EpAddr) -> Option<NonNull<u8>> {
+        if !self.fabric.cfg.shared_memory {
+            return None;
+        }
+        let net = self.fabric.net();
+        let gid = net.gid(dst)?;
+        if !same_host(net, self.me.rank, dst.rank) {
+            return None;
+        }
+        Some(net.slots[gid].aux.base())
+    }
+
+    fn wake(&self, dst: EpAddr) {
+        if self.aux(dst).is_none() {
+            return;
+        }
+        let net = self.fabric.net();
+        if let Some(gid) = net.gid(dst) {
+            let slot = &net.slots[gid];
+            slot.wakes.fetch_add(1, Ordering::Release);
+            slot.bell.wake();
+        }
+    }
+
     fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, AmError> {
         debug_assert!(!self.prepared, "inject between prepare and commit/cancel");
         if msg.kind != Kind::Request {
@@ -899,43 +933,10 @@ impl ConduitEp for SimEp {
     }
 
     fn block(&mut self, timeout: Duration) {
-        let fab = &*self.fabric;
-        if fab.dead.load(Ordering::Relaxed) {
-            return;
-        }
-        if !fab.cfg.blocking_wait || fab.cfg.fault == Fault::FakeBlockingWait {
-            std::thread::yield_now();
-            return;
-        }
-        let slot = &fab.net().slots[self.gid];
-        let seen = slot.arrivals.load(Ordering::Acquire);
-        let mut nap = timeout;
-        if slot.queued.load(Ordering::Acquire) > 0 {
-            if !fab.timed {
-                // Poll-clock delays need polls, not sleep.
-                return;
-            }
-            // Sleep until the earliest queued message is due (or something arrives).
-            let ib = slot.lock();
-            let earliest = if fab.cfg.reorder {
-                ib.heap.peek().map(|Reverse(Keyed(m))| m.due_ns)
-            } else {
-                ib.lanes
-                    .iter()
-                    .filter_map(|l| l.front().map(|m| m.due_ns))
-                    .min()
-            };
-            drop(ib);
-            let Some(due) = earliest else { return };
-            let now = fab.now_ns();
-            if due <= now {
-                return;
-            }
-            nap = nap.min(Duration::from_nanos(due - now));
-        }
-        slot.bell.wait_until_timeout(WaitPolicy::Block, nap, || {
-            slot.arrivals.load(Ordering::Acquire) != seen || fab.dead.load(Ordering::Acquire)
-        });
+        self.block_inner(timeout);
+        self.seen_wakes = self.fabric.net().slots[self.gid]
+            .wakes
+            .load(Ordering::Acquire);
     }
 
     fn prepare(
@@ -1005,5 +1006,50 @@ impl ConduitEp for SimEp {
 
     fn cancel(&mut self) {
         self.prepared = false;
+    }
+}
+
+impl SimEp {
+    fn block_inner(&mut self, timeout: Duration) {
+        let fab = &*self.fabric;
+        if fab.dead.load(Ordering::Relaxed) {
+            return;
+        }
+        if !fab.cfg.blocking_wait || fab.cfg.fault == Fault::FakeBlockingWait {
+            std::thread::yield_now();
+            return;
+        }
+        let slot = &fab.net().slots[self.gid];
+        let seen = slot.arrivals.load(Ordering::Acquire);
+        let mut nap = timeout;
+        if slot.queued.load(Ordering::Acquire) > 0 {
+            if !fab.timed {
+                // Poll-clock delays need polls, not sleep.
+                return;
+            }
+            // Sleep until the earliest queued message is due (or something arrives).
+            let ib = slot.lock();
+            let earliest = if fab.cfg.reorder {
+                ib.heap.peek().map(|Reverse(Keyed(m))| m.due_ns)
+            } else {
+                ib.lanes
+                    .iter()
+                    .filter_map(|l| l.front().map(|m| m.due_ns))
+                    .min()
+            };
+            drop(ib);
+            let Some(due) = earliest else { return };
+            let now = fab.now_ns();
+            if due <= now {
+                return;
+            }
+            nap = nap.min(Duration::from_nanos(due - now));
+        }
+        let seen_wakes = self.seen_wakes;
+        slot.bell.wait_until_timeout(WaitPolicy::Block, nap, || {
+            slot.arrivals.load(Ordering::Acquire) != seen
+                || slot.wakes.load(Ordering::Acquire) != seen_wakes
+                || fab.dead.load(Ordering::Acquire)
+        });
     }
 }
