@@ -64,3 +64,22 @@ mod four_ranks_small_rings {
         ranks: 4,
     }
 }
+
+/// Five ranks that sleep when they wait (`WaitPolicy::Block`): the shared-memory
+/// barrier's releases must wake them (a lost wake-up costs a 10 ms sleep per barrier,
+/// and the cases' watchdog ends a hang).
+mod five_ranks_blocking {
+    use super::*;
+    fn runner(job: &Job<'_>, case: &Case<Smp>) -> Result<(), String> {
+        run(job, case, || {
+            ClientBuilder::new()
+                .segment_size(2 << 20)
+                .wait_policy(gex_core::WaitPolicy::Block)
+        })
+    }
+    gex_testkit::rma_conformance_tests! {
+        conduit: Smp,
+        runner: runner,
+        ranks: 5,
+    }
+}

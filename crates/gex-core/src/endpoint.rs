@@ -582,6 +582,12 @@ impl<C: Conduit> Endpoint<C> {
     pub fn segment_len_of(&self, rank: Rank) -> Option<usize> {
         self.shared.layout.seg_len.get(rank as usize).copied()
     }
+    /// Host identifier of `rank` from the job layout (equal ids: the same host; `None`
+    /// for a rank outside the job). Whether two ranks on one host share memory is the
+    /// conduit's answer ([`ConduitEp::peer_segment`](crate::spi::ConduitEp::peer_segment)).
+    pub fn host_of(&self, rank: Rank) -> Option<u32> {
+        self.shared.layout.host.get(rank as usize).copied()
+    }
     /// Number of endpoints `rank` has (`None` for a rank outside the job).
     pub fn endpoints_of(&self, rank: Rank) -> Option<u16> {
         self.shared.layout.eps.get(rank as usize).copied()

@@ -325,6 +325,7 @@ impl<C: Conduit> RmaEp<C> {
 
         crate::atomic::register(&mut ep, seg, seg_len, st.clone(), H_ACK, H_GET_REPLY)?;
         crate::barrier::register(&mut ep, st.clone())?;
+        crate::barrier::setup(&mut ep, &st);
 
         let size = ep.size();
         let seg_lens = (0..size)

@@ -112,6 +112,7 @@ mod ep;
 mod error;
 mod event;
 mod ptr;
+mod shmbar;
 
 pub use atomic::{AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, AtomicType};
 pub use barrier::BarrierFlags;

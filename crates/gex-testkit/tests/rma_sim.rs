@@ -48,6 +48,19 @@ mod r5_no_shm {
     }
 }
 
+/// Seven ranks, three per simulated host (groups of 3, 3 and 1): the hierarchical
+/// barrier (shared-memory groups, AM rounds between their leaders), shared-memory
+/// RMA inside a host and the AM path between hosts, with reordering.
+mod r7_three_per_host {
+    use super::*;
+    gex_testkit::rma_conformance_tests! {
+        conduit: Sim,
+        runner: SimRunner::new(SimConfig::default().reorder(true).ranks_per_host(3).seed(5))
+            .segment_size(4 << 20),
+        ranks: 7,
+    }
+}
+
 /// Property test: random strided shapes (0–3 dimensions, counts 0–5, strides −6..=6 on
 /// both sides) put and got by rank 0 into rank 1's segment, on the direct or the AM
 /// path, against a sequential model of the remote region.
