@@ -168,8 +168,14 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
         let mut calls = 0u32;
         while t0.elapsed() < window {
             if ep.conduit_ep().has_incoming() {
+                // Conduit-internal traffic (e.g. credits returned late by a peer) may
+                // arrive in the window: only an AM delivered here is an error.
                 let before = ep.stats().clone();
                 let k = ep.poll();
+                if k == 0 {
+                    calls += 1;
+                    continue;
+                }
                 return Err(format!(
                     "a message arrived while every rank was idle (polled {k}; stats {before:?} -> {:?}; notes {} acks {})",
                     ep.stats(),
