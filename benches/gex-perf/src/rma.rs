@@ -1,4 +1,4 @@
-//! One-sided benchmarks over gex-rma, and the barrier: `put`, `get`, `barrier`.
+//! One-sided benchmarks over gex-rma, and the barrier: `put`, `get`, `atomic`, `barrier`.
 //!
 //! Ranks pair up as `(0,1), (2,3), …` like the `am` tests and every pair measures at
 //! the same time; rank 0 reports its own pair (barrier: every rank takes part).
@@ -9,6 +9,12 @@
 //!   This is UCX's `put_lat` (the peer polls memory) and needs no handler on B.
 //! - `put_bw` / `get_bw` (GB/s = 1e9 B/s): NBI puts of `size` bytes back to back, then
 //!   one sync (`wait_syncnbi_puts`); blocking gets back to back.
+//! - `atomic_fadd_lat` (µs): a blocking fetch-add (`u64` domain) on a word of the
+//!   peer's segment, averaged over a batch: a round trip on the AM path, one CPU atomic
+//!   through the mapping on smp, a NIC atomic where the conduit offers them.
+//! - `atomic_fadd_rate` (Mop/s = 1e6 operations/s): NBI fetch-adds (value discarded)
+//!   back to back, one `wait_syncnbi_atomics` per batch. After both, the leader checks
+//!   the word holds the number of adds it made.
 //! - `barrier_lat` (µs): gex-rma's barrier (primordial team), every rank, back to back.
 //!
 //! # Safety
@@ -22,7 +28,7 @@ use crate::report::{Record, Reporter, median};
 use crate::{PinMode, complain};
 use gex::spi::Conduit;
 use gex::{Client, ClientBuilder, EpAddr, Job};
-use gex_rma::{GlobalPtr, RmaEp};
+use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, RmaEp};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -35,6 +41,8 @@ pub(crate) enum Family {
     Put,
     /// get_lat, get_bw.
     Get,
+    /// atomic_fadd_lat, atomic_fadd_rate.
+    Atomic,
     /// barrier_lat.
     Barrier,
 }
@@ -187,6 +195,49 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
                 report("barrier_lat", 0, "us", v.iter().map(|t| t * 1e6).collect());
             }
         }
+        Family::Atomic if n >= 2 => {
+            let ad = r.atomic_domain::<u64>(AtomicOps::FADD | AtomicOps::GET)?;
+            // The leader's counter lives in the peer's segment (first data word).
+            let word: GlobalPtr<u64> = r.global_ptr(EpAddr::rank(peer), DATA_OFFSET);
+            let f = AtomicFlags::empty();
+            r.endpoint().barrier()?;
+            if leader {
+                let mut adds = 0u64;
+                let lat = batches(batch, count, |k| {
+                    for _ in 0..k {
+                        std::hint::black_box(ad.fetch(&mut r, AtomicOp::Fadd, word, 1, 0, f)?);
+                    }
+                    adds += k;
+                    Ok(())
+                })?;
+                let rate = batches(batch, count, |k| {
+                    for _ in 0..k {
+                        ad.op_nbi(&mut r, AtomicOp::Fadd, word, 1, 0, f)?;
+                    }
+                    r.wait_syncnbi_atomics();
+                    adds += k;
+                    Ok(())
+                })?;
+                let got = ad.fetch(&mut r, AtomicOp::Get, word, 0, 0, f)?;
+                if got != adds {
+                    return Err(format!("the counter holds {got}, {adds} adds were made").into());
+                }
+                if me == 0 {
+                    report(
+                        "atomic_fadd_lat",
+                        8,
+                        "us",
+                        lat.iter().map(|t| t * 1e6).collect(),
+                    );
+                    report(
+                        "atomic_fadd_rate",
+                        8,
+                        "Mop/s",
+                        rate.iter().map(|t| 1e-6 / t).collect(),
+                    );
+                }
+            }
+        }
         Family::Put | Family::Get if n >= 2 => {
             let data: GlobalPtr<u8> = r.global_ptr(EpAddr::rank(peer), DATA_OFFSET);
             for &s in &lat_sizes {
@@ -283,7 +334,7 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
                 }
             }
         }
-        _ => return Err("put and get need at least 2 ranks".into()),
+        _ => return Err("put, get and atomic need at least 2 ranks".into()),
     }
     r.endpoint().barrier()?;
     Ok(())
