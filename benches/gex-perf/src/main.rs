@@ -88,6 +88,11 @@ pub(crate) struct RmaArgs {
     /// Smoke run: few sizes, short timings.
     #[arg(long)]
     quick: bool,
+    /// `put` only: also report `am_short_rtt` (µs) measured in the same process, in
+    /// batches alternating with those of an 8-byte blocking `put_lat_8_alt` (µs), so
+    /// the AM-reference put can be compared with an AM round trip under the same load.
+    #[arg(long)]
+    am_ref: bool,
 }
 
 /// Options of the `am` benchmarks.
@@ -247,6 +252,7 @@ fn main() -> ExitCode {
                 family,
                 json: a.json,
                 quick: a.quick,
+                am_ref: a.am_ref,
                 pin,
             };
             gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)

@@ -27,8 +27,9 @@
 use crate::report::{Record, Reporter, median};
 use crate::{PinMode, complain};
 use gex::spi::Conduit;
-use gex::{Client, ClientBuilder, EpAddr, Job};
+use gex::{Am, Client, ClientBuilder, EpAddr, Flags, Job, Token};
 use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, RmaEp};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,7 @@ pub(crate) struct RmaJob {
     pub(crate) family: Family,
     pub(crate) json: bool,
     pub(crate) quick: bool,
+    pub(crate) am_ref: bool,
     pub(crate) pin: PinMode,
 }
 
@@ -115,9 +117,72 @@ fn batches(batch: Duration, count: u32, mut op: impl FnMut(u64) -> Res<()>) -> R
         .collect()
 }
 
+/// Client handlers of the `--am-ref` round trip.
+const H_REF_PING: gex::HandlerIndex = 200;
+const H_REF_PONG: gex::HandlerIndex = 201;
+
+/// `--am-ref`: batches of Short AM round trips and of 8-byte blocking puts, alternating
+/// (same iteration count per batch); seconds per operation of each batch.
+fn am_ref<C: Conduit>(
+    r: &mut RmaEp<C>,
+    pongs: &AtomicU64,
+    peer: u32,
+    data: GlobalPtr<u8>,
+    batch: Duration,
+    count: u32,
+) -> Res<(Vec<f64>, Vec<f64>)> {
+    let src = [0x5au8; 8];
+    let rtt = |r: &mut RmaEp<C>, k: u64| -> Res<()> {
+        let start = pongs.load(Ordering::Relaxed);
+        for want in start + 1..=start + k {
+            r.endpoint()
+                .request_short(EpAddr::rank(peer), H_REF_PING, &[], Flags::empty())?;
+            r.endpoint()
+                .wait_until(|| pongs.load(Ordering::Relaxed) >= want);
+        }
+        Ok(())
+    };
+    // Calibrate on the round trip, then alternate.
+    let mut k = 1u64;
+    let per = loop {
+        let t0 = Instant::now();
+        rtt(r, k)?;
+        let e = t0.elapsed();
+        if e >= batch / 4 || k >= 1 << 30 {
+            break e.as_secs_f64() / k as f64;
+        }
+        k *= 2;
+    };
+    let iters = ((batch.as_secs_f64() / per.max(1e-9)) as u64).clamp(1, 1 << 30);
+    let (mut a, mut p) = (Vec::new(), Vec::new());
+    for _ in 0..count {
+        let t0 = Instant::now();
+        rtt(r, iters)?;
+        a.push(t0.elapsed().as_secs_f64() / iters as f64);
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            r.put(data, &src)?;
+        }
+        p.push(t0.elapsed().as_secs_f64() / iters as f64);
+    }
+    Ok((a, p))
+}
+
 fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
     let mut r = RmaEp::new(client.endpoint(0)?)?;
+    let pongs = Arc::new(AtomicU64::new(0));
+    if job.am_ref {
+        r.endpoint()
+            .register(H_REF_PING, |t: &mut Token<'_>, _am: Am<'_>| {
+                let _ = t.reply_short(H_REF_PONG, &[]);
+            })?;
+        let p = pongs.clone();
+        r.endpoint()
+            .register(H_REF_PONG, move |_t: &mut Token<'_>, _am: Am<'_>| {
+                p.fetch_add(1, Ordering::Relaxed);
+            })?;
+    }
     let neighbours = client.neighbours();
     let local = neighbours.iter().position(|&x| x == me).unwrap_or(0) as u32;
     if job.pin != PinMode::Off {
@@ -260,6 +325,23 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
                             "get_lat"
                         };
                         report(name, s, "us", v.iter().map(|t| t * 1e6).collect());
+                    }
+                }
+            }
+            if job.family == Family::Put && job.am_ref {
+                r.endpoint().barrier()?;
+                if leader {
+                    let (a, p) = am_ref(&mut r, &pongs, peer, data, batch, count)?;
+                    if me == 0 {
+                        let ratio: Vec<f64> = p.iter().zip(&a).map(|(p, a)| p / a).collect();
+                        report("am_short_rtt", 0, "us", a.iter().map(|t| t * 1e6).collect());
+                        report(
+                            "put_lat_8_alt",
+                            8,
+                            "us",
+                            p.iter().map(|t| t * 1e6).collect(),
+                        );
+                        report("put_over_am_rtt", 8, "x", ratio);
                     }
                 }
             }

@@ -51,6 +51,16 @@ const H_GET: HandlerIndex = 19;
 const H_GET_PACKED: HandlerIndex = 20;
 const H_GET_REPLY: HandlerIndex = 21;
 const H_MEMSET: HandlerIndex = 22;
+/// Small put carried in the arguments: `[op, off lo, off hi, len, data words...]`.
+const H_PUT_SHORT: HandlerIndex = 30;
+/// Acknowledgement of a small put from a blocking call (op 0): counted, no table.
+const H_ACK_FAST: HandlerIndex = 31;
+
+/// Argument words before the data of an [`H_PUT_SHORT`] request.
+const SHORT_HDR: usize = 4;
+/// Largest put sent as a Short AM with its bytes in the arguments (every conduit
+/// carries at least [`gex_core::spi::MIN_MAX_ARGS`] arguments).
+pub(crate) const SHORT_PUT_MAX: usize = 4 * (gex_core::spi::MIN_MAX_ARGS - SHORT_HDR);
 
 /// Bytes of one packed-piece header: offset (u64 LE) and length (u32 LE).
 const PIECE_HDR: usize = 12;
@@ -288,6 +298,9 @@ pub struct RmaEp<C: Conduit> {
     pub(crate) native_atomics: bool,
     /// Native operations in flight.
     pub(crate) native: Vec<NativePend>,
+    /// Small blocking puts acknowledged so far ([`H_ACK_FAST`]) and sent so far.
+    fast_acks: Arc<gex_sync::atomic::AtomicU64>,
+    fast_sent: u64,
 }
 
 impl<C: Conduit> std::fmt::Debug for RmaEp<C> {
@@ -439,6 +452,40 @@ impl<C: Conduit> RmaEp<C> {
             let _ = t.reply_short(H_ACK, &a[..1]);
         })?;
 
+        // Small put: bytes in the arguments, written here; acknowledged by a Short reply
+        // (counted by the initiator for op 0, else through the table).
+        let s = st.clone();
+        ep.register_reserved(H_PUT_SHORT, move |t: &mut Token<'_>, am: Am<'_>| {
+            let seg = seg;
+            let a = am.args();
+            let (off, len) = (join(a[1], a[2]), a[3] as usize);
+            let ok = a.len() >= SHORT_HDR
+                && len <= 4 * (a.len() - SHORT_HDR)
+                && off.checked_add(len).is_some_and(|e| e <= seg_len);
+            if ok {
+                let mut bytes = [0u8; 4 * (gex_core::spi::MIN_MAX_ARGS - SHORT_HDR)];
+                let words = a[SHORT_HDR..].iter().take(bytes.len() / 4);
+                for (i, w) in words.enumerate() {
+                    bytes[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+                }
+                let n = len.min(bytes.len());
+                // SAFETY: [off, off+len) is inside this EP's segment (checked).
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), seg.0.add(off), n) };
+            } else {
+                lock(&s).dropped += 1;
+            }
+            let _ = if a[0] == 0 {
+                t.reply_short(H_ACK_FAST, &[])
+            } else {
+                t.reply_short(H_ACK, &a[..1])
+            };
+        })?;
+        let fast_acks: Arc<gex_sync::atomic::AtomicU64> = Arc::default();
+        let f = fast_acks.clone();
+        ep.register_reserved(H_ACK_FAST, move |_t: &mut Token<'_>, _am: Am<'_>| {
+            f.fetch_add(1, gex_sync::atomic::Ordering::Release);
+        })?;
+
         crate::atomic::register(&mut ep, seg, seg_len, st.clone(), H_ACK, H_GET_REPLY)?;
         crate::barrier::register(&mut ep, st.clone())?;
 
@@ -455,6 +502,8 @@ impl<C: Conduit> RmaEp<C> {
             native_rma: native_ok && caps.contains(gex_core::Capabilities::NATIVE_RMA),
             native_atomics: native_ok && caps.contains(gex_core::Capabilities::NATIVE_ATOMICS),
             native: Vec::new(),
+            fast_acks,
+            fast_sent: 0,
             ep,
             st,
             size,
@@ -625,9 +674,59 @@ impl<C: Conduit> RmaEp<C> {
             // SAFETY: forwarded contract.
             return unsafe { self.native_put(dst, chunks, src, life) };
         }
+        if let [c] = chunks {
+            if c.len == 0 {
+                return Ok(None);
+            }
+            if c.len <= SHORT_PUT_MAX {
+                // SAFETY: the chunk is readable for the call (contract).
+                let bytes = unsafe { std::slice::from_raw_parts(src.add(c.local), c.len) };
+                return self.short_put(dst, c.remote, bytes, life == Life::Blocking);
+            }
+        }
         let id = self.new_op(0, std::ptr::null_mut(), 0);
         // SAFETY: forwarded contract.
         match unsafe { self.am_put(dst, id, chunks, src) } {
+            Ok(()) => Ok(self.pending(id)),
+            Err(e) => {
+                self.abandon(id);
+                Err(e)
+            }
+        }
+    }
+
+    /// A put of at most [`SHORT_PUT_MAX`] bytes on the AM path: one Short request with
+    /// the bytes in its arguments, acknowledged by a Short reply. A blocking call waits
+    /// for its acknowledgement through a counter (no operation entry, no lock, no
+    /// allocation) and returns `None`.
+    fn short_put(
+        &mut self,
+        dst: EpAddr,
+        off: usize,
+        bytes: &[u8],
+        blocking: bool,
+    ) -> Result<Option<u32>, RmaError> {
+        let mut args = [0u32; gex_core::spi::MIN_MAX_ARGS];
+        for (i, c) in bytes.chunks(4).enumerate() {
+            let mut w = [0u8; 4];
+            w[..c.len()].copy_from_slice(c);
+            args[SHORT_HDR + i] = u32::from_le_bytes(w);
+        }
+        let nargs = SHORT_HDR + bytes.len().div_ceil(4);
+        (args[1], args[2], args[3]) = (lo(off), hi(off), bytes.len() as u32);
+        if blocking {
+            self.send(dst, Category::Short, H_PUT_SHORT, &args[..nargs], &[], 0)?;
+            self.fast_sent += 1;
+            let (acks, want) = (&self.fast_acks, self.fast_sent);
+            // Only our own acknowledgement is awaited: the barrier needs no round from
+            // us for it, so plain polling suffices (rounds advance at the next drive).
+            self.ep
+                .wait_until(|| acks.load(gex_sync::atomic::Ordering::Acquire) >= want);
+            return Ok(None);
+        }
+        let id = self.new_op(1, std::ptr::null_mut(), 0);
+        args[0] = id;
+        match self.send(dst, Category::Short, H_PUT_SHORT, &args[..nargs], &[], 0) {
             Ok(()) => Ok(self.pending(id)),
             Err(e) => {
                 self.abandon(id);
