@@ -19,7 +19,15 @@
 //! each other: within a domain, neighbours using the mapping and remote ranks using AMs
 //! may target the same word concurrently. A NIC-offload implementation would not be
 //! coherent with CPU atomics; that is why the op set and type are declared up front
-//! (a future conduit hook would choose one implementation per domain).
+//! (the conduit hook chooses one implementation per domain, see below).
+//!
+//! **NIC atomics**: when the conduit offers
+//! [`NATIVE_ATOMICS`](gex_core::Capabilities::NATIVE_ATOMICS) and
+//! [`native_atomic_supported`](gex_core::spi::ConduitEp::native_atomic_supported) holds
+//! for every operation of the op set and the type, the domain is created native
+//! ([`AtomicDomain::is_native`]) and performs **every** operation with
+//! [`native_atomic`](gex_core::spi::ConduitEp::native_atomic), to any rank including
+//! itself. Never with `--cfg gex_force_am_rma`.
 //!
 //! # Rules
 //! - The target word must be naturally aligned ([`RmaError::Misaligned`]) and inside

@@ -38,7 +38,7 @@ use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// First handler index gex-rma uses. gex-rma owns `16..=47` (it uses 16..=24 today);
+/// First handler index gex-rma uses. gex-rma owns `16..=47` (it uses 16..=24 and 30..=31 today);
 /// `48..=127` are reserved for gex-coll; `1..=15` belong to gex-core.
 pub const FIRST_RMA_HANDLER: HandlerIndex = 16;
 /// Last handler index reserved for gex-rma.
@@ -328,12 +328,13 @@ impl<C: Conduit> std::ops::DerefMut for RmaEp<C> {
 
 impl<C: Conduit> RmaEp<C> {
     /// Wraps `ep`, registering gex-rma's handlers at the reserved indices `16..=24`
+    /// and `30..=31`
     /// (gex-rma owns `16..=47`). Not collective, but every rank must wrap the same
     /// endpoint index before any peer targets it with RMA.
     ///
     /// # Errors
     /// [`RmaError::Register`] if an index is taken (another layer registered in
-    /// `16..=24`); the endpoint is dropped with the error.
+    /// `16..=24` or `30..=31`); the endpoint is dropped with the error.
     pub fn new(mut ep: Endpoint<C>) -> Result<RmaEp<C>, RmaError> {
         let st: Shared = Arc::default();
         let (base, seg_len) = ep.conduit_ep().local_segment();
