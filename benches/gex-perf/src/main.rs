@@ -71,11 +71,15 @@ enum Cmd {
     Put(RmaArgs),
     /// One-sided gets (gex-rma): get_lat (µs) for 8 B..4 KiB and get_bw (GB/s).
     Get(RmaArgs),
+    /// Remote atomics (gex-rma, u64 domain): atomic_fadd_lat (µs per blocking fetch-add
+    /// to the peer's word, a round trip) and atomic_fadd_rate (Mop/s, NBI fetch-adds
+    /// back to back, one sync per batch); rank 0 reports its own pair.
+    Atomic(RmaArgs),
     /// gex-rma's barrier over every rank, back to back: barrier_lat (µs).
     Barrier(RmaArgs),
 }
 
-/// Options of the `put`, `get` and `barrier` benchmarks.
+/// Options of the `put`, `get`, `atomic` and `barrier` benchmarks.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct RmaArgs {
     /// One JSON object per line (keys: name, size, ranks, conduit, value, unit, min, max).
@@ -84,6 +88,11 @@ pub(crate) struct RmaArgs {
     /// Smoke run: few sizes, short timings.
     #[arg(long)]
     quick: bool,
+    /// `put` only: also report `am_short_rtt` (µs) measured in the same process, in
+    /// batches alternating with those of an 8-byte blocking `put_lat_8_alt` (µs), so
+    /// the AM-reference put can be compared with an AM round trip under the same load.
+    #[arg(long)]
+    am_ref: bool,
 }
 
 /// Options of the `am` benchmarks.
@@ -231,10 +240,11 @@ fn main() -> ExitCode {
             let job = am::AmJob { args, pin };
             gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)
         }
-        cmd @ (Cmd::Put(_) | Cmd::Get(_) | Cmd::Barrier(_)) => {
+        cmd @ (Cmd::Put(_) | Cmd::Get(_) | Cmd::Atomic(_) | Cmd::Barrier(_)) => {
             let (family, a) = match cmd {
                 Cmd::Put(a) => (rma::Family::Put, a),
                 Cmd::Get(a) => (rma::Family::Get, a),
+                Cmd::Atomic(a) => (rma::Family::Atomic, a),
                 Cmd::Barrier(a) => (rma::Family::Barrier, a),
                 Cmd::Am(_) => unreachable!("matched above"),
             };
@@ -242,6 +252,7 @@ fn main() -> ExitCode {
                 family,
                 json: a.json,
                 quick: a.quick,
+                am_ref: a.am_ref,
                 pin,
             };
             gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)

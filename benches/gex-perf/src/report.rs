@@ -16,7 +16,7 @@ pub(crate) struct Record {
     pub(crate) conduit: &'static str,
     /// Median over batches (and over pairs).
     pub(crate) value: f64,
-    /// `us` or `GB/s`.
+    /// `us`, `GB/s` or `Mop/s`.
     pub(crate) unit: &'static str,
     /// Smallest batch value over every pair.
     #[serde(skip_serializing_if = "Option::is_none")]

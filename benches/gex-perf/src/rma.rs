@@ -1,4 +1,4 @@
-//! One-sided benchmarks over gex-rma, and the barrier: `put`, `get`, `barrier`.
+//! One-sided benchmarks over gex-rma, and the barrier: `put`, `get`, `atomic`, `barrier`.
 //!
 //! Ranks pair up as `(0,1), (2,3), …` like the `am` tests and every pair measures at
 //! the same time; rank 0 reports its own pair (barrier: every rank takes part).
@@ -9,6 +9,12 @@
 //!   This is UCX's `put_lat` (the peer polls memory) and needs no handler on B.
 //! - `put_bw` / `get_bw` (GB/s = 1e9 B/s): NBI puts of `size` bytes back to back, then
 //!   one sync (`wait_syncnbi_puts`); blocking gets back to back.
+//! - `atomic_fadd_lat` (µs): a blocking fetch-add (`u64` domain) on a word of the
+//!   peer's segment, averaged over a batch: a round trip on the AM path, one CPU atomic
+//!   through the mapping on smp, a NIC atomic where the conduit offers them.
+//! - `atomic_fadd_rate` (Mop/s = 1e6 operations/s): NBI fetch-adds (value discarded)
+//!   back to back, one `wait_syncnbi_atomics` per batch. After both, the leader checks
+//!   the word holds the number of adds it made.
 //! - `barrier_lat` (µs): gex-rma's barrier (primordial team), every rank, back to back.
 //!
 //! # Safety
@@ -21,8 +27,9 @@
 use crate::report::{Record, Reporter, median};
 use crate::{PinMode, complain};
 use gex::spi::Conduit;
-use gex::{Client, ClientBuilder, EpAddr, Job};
-use gex_rma::{GlobalPtr, RmaEp};
+use gex::{Am, Client, ClientBuilder, EpAddr, Flags, Job, Token};
+use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, RmaEp};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -35,6 +42,8 @@ pub(crate) enum Family {
     Put,
     /// get_lat, get_bw.
     Get,
+    /// atomic_fadd_lat, atomic_fadd_rate.
+    Atomic,
     /// barrier_lat.
     Barrier,
 }
@@ -44,6 +53,7 @@ pub(crate) struct RmaJob {
     pub(crate) family: Family,
     pub(crate) json: bool,
     pub(crate) quick: bool,
+    pub(crate) am_ref: bool,
     pub(crate) pin: PinMode,
 }
 
@@ -107,9 +117,72 @@ fn batches(batch: Duration, count: u32, mut op: impl FnMut(u64) -> Res<()>) -> R
         .collect()
 }
 
+/// Client handlers of the `--am-ref` round trip.
+const H_REF_PING: gex::HandlerIndex = 200;
+const H_REF_PONG: gex::HandlerIndex = 201;
+
+/// `--am-ref`: batches of Short AM round trips and of 8-byte blocking puts, alternating
+/// (same iteration count per batch); seconds per operation of each batch.
+fn am_ref<C: Conduit>(
+    r: &mut RmaEp<C>,
+    pongs: &AtomicU64,
+    peer: u32,
+    data: GlobalPtr<u8>,
+    batch: Duration,
+    count: u32,
+) -> Res<(Vec<f64>, Vec<f64>)> {
+    let src = [0x5au8; 8];
+    let rtt = |r: &mut RmaEp<C>, k: u64| -> Res<()> {
+        let start = pongs.load(Ordering::Relaxed);
+        for want in start + 1..=start + k {
+            r.endpoint()
+                .request_short(EpAddr::rank(peer), H_REF_PING, &[], Flags::empty())?;
+            r.endpoint()
+                .wait_until(|| pongs.load(Ordering::Relaxed) >= want);
+        }
+        Ok(())
+    };
+    // Calibrate on the round trip, then alternate.
+    let mut k = 1u64;
+    let per = loop {
+        let t0 = Instant::now();
+        rtt(r, k)?;
+        let e = t0.elapsed();
+        if e >= batch / 4 || k >= 1 << 30 {
+            break e.as_secs_f64() / k as f64;
+        }
+        k *= 2;
+    };
+    let iters = ((batch.as_secs_f64() / per.max(1e-9)) as u64).clamp(1, 1 << 30);
+    let (mut a, mut p) = (Vec::new(), Vec::new());
+    for _ in 0..count {
+        let t0 = Instant::now();
+        rtt(r, iters)?;
+        a.push(t0.elapsed().as_secs_f64() / iters as f64);
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            r.put(data, &src)?;
+        }
+        p.push(t0.elapsed().as_secs_f64() / iters as f64);
+    }
+    Ok((a, p))
+}
+
 fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
     let mut r = RmaEp::new(client.endpoint(0)?)?;
+    let pongs = Arc::new(AtomicU64::new(0));
+    if job.am_ref {
+        r.endpoint()
+            .register(H_REF_PING, |t: &mut Token<'_>, _am: Am<'_>| {
+                let _ = t.reply_short(H_REF_PONG, &[]);
+            })?;
+        let p = pongs.clone();
+        r.endpoint()
+            .register(H_REF_PONG, move |_t: &mut Token<'_>, _am: Am<'_>| {
+                p.fetch_add(1, Ordering::Relaxed);
+            })?;
+    }
     let neighbours = client.neighbours();
     let local = neighbours.iter().position(|&x| x == me).unwrap_or(0) as u32;
     if job.pin != PinMode::Off {
@@ -187,6 +260,49 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
                 report("barrier_lat", 0, "us", v.iter().map(|t| t * 1e6).collect());
             }
         }
+        Family::Atomic if n >= 2 => {
+            let ad = r.atomic_domain::<u64>(AtomicOps::FADD | AtomicOps::GET)?;
+            // The leader's counter lives in the peer's segment (first data word).
+            let word: GlobalPtr<u64> = r.global_ptr(EpAddr::rank(peer), DATA_OFFSET);
+            let f = AtomicFlags::empty();
+            r.endpoint().barrier()?;
+            if leader {
+                let mut adds = 0u64;
+                let lat = batches(batch, count, |k| {
+                    for _ in 0..k {
+                        std::hint::black_box(ad.fetch(&mut r, AtomicOp::Fadd, word, 1, 0, f)?);
+                    }
+                    adds += k;
+                    Ok(())
+                })?;
+                let rate = batches(batch, count, |k| {
+                    for _ in 0..k {
+                        ad.op_nbi(&mut r, AtomicOp::Fadd, word, 1, 0, f)?;
+                    }
+                    r.wait_syncnbi_atomics();
+                    adds += k;
+                    Ok(())
+                })?;
+                let got = ad.fetch(&mut r, AtomicOp::Get, word, 0, 0, f)?;
+                if got != adds {
+                    return Err(format!("the counter holds {got}, {adds} adds were made").into());
+                }
+                if me == 0 {
+                    report(
+                        "atomic_fadd_lat",
+                        8,
+                        "us",
+                        lat.iter().map(|t| t * 1e6).collect(),
+                    );
+                    report(
+                        "atomic_fadd_rate",
+                        8,
+                        "Mop/s",
+                        rate.iter().map(|t| 1e-6 / t).collect(),
+                    );
+                }
+            }
+        }
         Family::Put | Family::Get if n >= 2 => {
             let data: GlobalPtr<u8> = r.global_ptr(EpAddr::rank(peer), DATA_OFFSET);
             for &s in &lat_sizes {
@@ -209,6 +325,23 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
                             "get_lat"
                         };
                         report(name, s, "us", v.iter().map(|t| t * 1e6).collect());
+                    }
+                }
+            }
+            if job.family == Family::Put && job.am_ref {
+                r.endpoint().barrier()?;
+                if leader {
+                    let (a, p) = am_ref(&mut r, &pongs, peer, data, batch, count)?;
+                    if me == 0 {
+                        let ratio: Vec<f64> = p.iter().zip(&a).map(|(p, a)| p / a).collect();
+                        report("am_short_rtt", 0, "us", a.iter().map(|t| t * 1e6).collect());
+                        report(
+                            "put_lat_8_alt",
+                            8,
+                            "us",
+                            p.iter().map(|t| t * 1e6).collect(),
+                        );
+                        report("put_over_am_rtt", 8, "x", ratio);
                     }
                 }
             }
@@ -283,7 +416,7 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
                 }
             }
         }
-        _ => return Err("put and get need at least 2 ranks".into()),
+        _ => return Err("put, get and atomic need at least 2 ranks".into()),
     }
     r.endpoint().barrier()?;
     Ok(())

@@ -179,3 +179,34 @@ fn smp_pairs_run_concurrently_and_rank0_reports() {
         }
     }
 }
+
+#[cfg(feature = "smp")]
+#[test]
+fn smp_atomic_reports_fetch_add_latency_and_rate() {
+    let rows = rows(&["-n", "2", "atomic", "--json", "--quick"]);
+    let got: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap(), r["unit"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [("atomic_fadd_lat", "us"), ("atomic_fadd_rate", "Mop/s")]
+    );
+    for r in &rows {
+        assert_eq!(r["conduit"], "smp");
+        assert_eq!(r["ranks"], 2);
+        assert_eq!(r["size"], 8);
+        let (v, min, max) = (
+            r["value"].as_f64().unwrap(),
+            r["min"].as_f64().unwrap(),
+            r["max"].as_f64().unwrap(),
+        );
+        assert!(0.0 < min && min <= v && v <= max, "{r}");
+    }
+    // One rank has no peer: a clear error, not a hang.
+    let out = gex_perf()
+        .args(["-n", "1", "atomic", "--quick"])
+        .output()
+        .expect("gex-perf runs");
+    assert!(!out.status.success());
+}

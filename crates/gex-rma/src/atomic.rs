@@ -19,7 +19,15 @@
 //! each other: within a domain, neighbours using the mapping and remote ranks using AMs
 //! may target the same word concurrently. A NIC-offload implementation would not be
 //! coherent with CPU atomics; that is why the op set and type are declared up front
-//! (a future conduit hook would choose one implementation per domain).
+//! (the conduit hook chooses one implementation per domain, see below).
+//!
+//! **NIC atomics**: when the conduit offers
+//! [`NATIVE_ATOMICS`](gex_core::Capabilities::NATIVE_ATOMICS) and
+//! [`native_atomic_supported`](gex_core::spi::ConduitEp::native_atomic_supported) holds
+//! for every operation of the op set and the type, the domain is created native
+//! ([`AtomicDomain::is_native`]) and performs **every** operation with
+//! [`native_atomic`](gex_core::spi::ConduitEp::native_atomic), to any rank including
+//! itself. Never with `--cfg gex_force_am_rma`.
 //!
 //! # Rules
 //! - The target word must be naturally aligned ([`RmaError::Misaligned`]) and inside
@@ -51,11 +59,11 @@
 #![allow(unsafe_code)]
 
 use crate::RmaError;
-use crate::ep::{RawPtr, Shared, lock};
+use crate::ep::{NativePend, RawPtr, Shared, lock, native_progress, store_word};
 use crate::event::{Event, FetchEvent, GetEvent};
 use crate::{GlobalPtr, RmaEp};
 use bytemuck::Pod;
-use gex_core::spi::Conduit;
+use gex_core::spi::{AtomicBase, AtomicKind, Conduit, ConduitEp, Native, NativeAtomic};
 use gex_core::{Am, Category, Endpoint, HandlerIndex, Token};
 use gex_sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 use std::marker::PhantomData;
@@ -216,6 +224,27 @@ impl AtomicOp {
         Self::ALL.get(c as usize).copied()
     }
 
+    /// The SPI's description of this operation: (base, fetching).
+    fn native(self) -> (AtomicBase, bool) {
+        let b = match self.base() {
+            Base::Set => AtomicBase::Set,
+            Base::Get => AtomicBase::Get,
+            Base::Swap => AtomicBase::Swap,
+            Base::Cswap => AtomicBase::Cswap,
+            Base::Add => AtomicBase::Add,
+            Base::Sub => AtomicBase::Sub,
+            Base::Mult => AtomicBase::Mult,
+            Base::Min => AtomicBase::Min,
+            Base::Max => AtomicBase::Max,
+            Base::Inc => AtomicBase::Inc,
+            Base::Dec => AtomicBase::Dec,
+            Base::And => AtomicBase::And,
+            Base::Or => AtomicBase::Or,
+            Base::Xor => AtomicBase::Xor,
+        };
+        (b, self.is_fetching())
+    }
+
     fn base(self) -> Base {
         use AtomicOp::*;
         match self {
@@ -291,6 +320,16 @@ impl Kind {
     }
     fn is_float(self) -> bool {
         matches!(self, Kind::F32 | Kind::F64)
+    }
+    fn native(self) -> AtomicKind {
+        match self {
+            Kind::I32 => AtomicKind::I32,
+            Kind::U32 => AtomicKind::U32,
+            Kind::I64 => AtomicKind::I64,
+            Kind::U64 => AtomicKind::U64,
+            Kind::F32 => AtomicKind::F32,
+            Kind::F64 => AtomicKind::F64,
+        }
     }
 }
 
@@ -586,6 +625,8 @@ pub(crate) fn register<C: Conduit>(
 #[derive(Debug)]
 pub struct AtomicDomain<T> {
     ops: AtomicOps,
+    /// Every operation goes through the conduit's NIC atomics.
+    native: bool,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -611,13 +652,25 @@ impl<C: Conduit> RmaEp<C> {
                 ops: ops & AtomicOps::BITWISE,
             });
         }
+        let native = self.native_atomics && {
+            let cep = self.ep.conduit_ep();
+            AtomicOp::ALL
+                .iter()
+                .filter(|op| ops.contains(op.flag()))
+                .all(|op| {
+                    let (base, fetch) = op.native();
+                    cep.native_atomic_supported(T::KIND.native(), base, fetch)
+                })
+        };
         Ok(AtomicDomain {
             ops,
+            native,
             _t: PhantomData,
         })
     }
 
     /// Starts an atomic; writes the old value to `res` (if non-null and the op fetches).
+    /// `blocking`: the caller waits for completion before returning.
     ///
     /// # Safety
     /// `res`, if non-null, is writable for one `T` and untouched until the operation
@@ -632,6 +685,7 @@ impl<C: Conduit> RmaEp<C> {
         b: T,
         f: AtomicFlags,
         res: *mut T,
+        blocking: bool,
     ) -> Result<Option<u32>, RmaError> {
         if !ad.ops.contains(op.flag()) {
             return Err(RmaError::OpNotInDomain { op });
@@ -648,6 +702,25 @@ impl<C: Conduit> RmaEp<C> {
         }
         let want = op.is_fetching() && !res.is_null();
         let (x, y) = (a.to_bits(), b.to_bits());
+        if ad.native {
+            let (base, fetch) = op.native();
+            let na = NativeAtomic {
+                kind: T::KIND.native(),
+                base,
+                fetch,
+                a: x,
+                b: y,
+                acquire: f.contains(AtomicFlags::ACQUIRE),
+                release: f.contains(AtomicFlags::RELEASE),
+            };
+            let res = if want {
+                res.cast()
+            } else {
+                std::ptr::null_mut()
+            };
+            // SAFETY: forwarded contract.
+            return unsafe { self.native_atomic(dst, p.offset, &na, res, size, blocking) };
+        }
         if let Some(base) = self.direct(dst) {
             // SAFETY: the offset is inside the mapped segment (checked).
             let at = unsafe { base.as_ptr().add(p.offset) };
@@ -694,10 +767,122 @@ impl<C: Conduit> RmaEp<C> {
     }
 }
 
+impl<C: Conduit> RmaEp<C> {
+    /// The NIC path of a native domain: the conduit's `native_atomic` for every target.
+    /// The fetched word lands in a heap word (a stack word for blocking calls) and is
+    /// stored into `res` (`size` bytes; null: discarded) at completion.
+    ///
+    /// # Safety
+    /// As [`atomic_start`](Self::atomic_start).
+    unsafe fn native_atomic(
+        &mut self,
+        dst: gex_core::EpAddr,
+        offset: usize,
+        na: &NativeAtomic,
+        res: *mut u8,
+        size: usize,
+        blocking: bool,
+    ) -> Result<Option<u32>, RmaError> {
+        let refused = || {
+            RmaError::Am(gex_core::AmError::Conduit(format!(
+                "{}: native atomic {:?} on {:?} refused after being offered",
+                C::NAME,
+                na.base,
+                na.kind
+            )))
+        };
+        if blocking {
+            let mut w = 0u64;
+            let wp: *mut u64 = if na.fetch {
+                &mut w
+            } else {
+                std::ptr::null_mut()
+            };
+            loop {
+                // SAFETY: the word was range- and alignment-checked; `w` outlives the
+                // operation (we wait for it below before returning).
+                match unsafe { self.ep.conduit_ep().native_atomic(dst, offset, na, wp) }? {
+                    Native::Done => break,
+                    Native::Pending(t) => {
+                        self.wait_ticket(t);
+                        break;
+                    }
+                    Native::WouldBlock => {
+                        self.ep.poll();
+                        native_progress(&mut self.ep, &self.st, &mut self.native);
+                    }
+                    Native::Unsupported => return Err(refused()),
+                }
+            }
+            // SAFETY: `res` is null or writable for `size` bytes (contract).
+            unsafe { store_word(res, size, w) };
+            return Ok(None);
+        }
+        let land: *mut u64 = if na.fetch {
+            Box::into_raw(Box::new(0u64))
+        } else {
+            std::ptr::null_mut()
+        };
+        let free = |l: *mut u64| {
+            if !l.is_null() {
+                // SAFETY: from `Box::into_raw` above, no longer used by the conduit.
+                drop(unsafe { Box::from_raw(l) });
+            }
+        };
+        loop {
+            // SAFETY: checked word; `land` lives until completion (freed there).
+            let r = unsafe { self.ep.conduit_ep().native_atomic(dst, offset, na, land) };
+            match r {
+                Ok(Native::Done) => {
+                    if !land.is_null() {
+                        // SAFETY: complete: the conduit wrote the word and is done.
+                        let v = unsafe { *land };
+                        // SAFETY: `res` is null or writable (contract).
+                        unsafe { store_word(res, size, v) };
+                    }
+                    free(land);
+                    return Ok(None);
+                }
+                Ok(Native::Pending(ticket)) => {
+                    let mut id = None;
+                    let pend = NativePend {
+                        ticket,
+                        id: 0,
+                        src: None,
+                        land: (!land.is_null()).then_some((RawPtr(land.cast()), RawPtr(res), size)),
+                    };
+                    self.push_native(&mut id, std::ptr::null_mut(), 0, pend);
+                    return Ok(id.and_then(|op| self.pending(op)));
+                }
+                Ok(Native::WouldBlock) => {
+                    self.ep.poll();
+                    native_progress(&mut self.ep, &self.st, &mut self.native);
+                }
+                Ok(Native::Unsupported) => {
+                    free(land);
+                    return Err(refused());
+                }
+                Err(e) => {
+                    free(land);
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+}
+
 impl<T: AtomicType> AtomicDomain<T> {
     /// The declared op set.
     pub fn ops(&self) -> AtomicOps {
         self.ops
+    }
+
+    /// True if this domain performs every operation with the conduit's NIC atomics
+    /// (decided at creation: the conduit offers
+    /// [`NATIVE_ATOMICS`](gex_core::Capabilities::NATIVE_ATOMICS) and every operation of
+    /// the op set for this type); false: CPU atomics, directly or through AMs.
+    pub fn is_native(&self) -> bool {
+        self.native
     }
 
     /// Blocking atomic `op` on the word at `p` (operands `a`, `b`: see [`AtomicOp`];
@@ -717,7 +902,7 @@ impl<T: AtomicType> AtomicDomain<T> {
         f: AtomicFlags,
     ) -> Result<(), RmaError> {
         // SAFETY: no result location.
-        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, std::ptr::null_mut())? };
+        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, std::ptr::null_mut(), true)? };
         rma.wait_id(id);
         Ok(())
     }
@@ -741,7 +926,7 @@ impl<T: AtomicType> AtomicDomain<T> {
         let mut out = T::zeroed();
         // SAFETY: `out` lives until we return, and we return only after completion or
         // abandonment (late replies are then dropped).
-        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, &mut out)? };
+        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, &mut out, true)? };
         rma.wait_id(id);
         Ok(out)
     }
@@ -761,7 +946,7 @@ impl<T: AtomicType> AtomicDomain<T> {
         f: AtomicFlags,
     ) -> Result<Event, RmaError> {
         // SAFETY: no result location.
-        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, std::ptr::null_mut())? };
+        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, std::ptr::null_mut(), false)? };
         Ok(RmaEp::<C>::ev(id))
     }
 
@@ -784,7 +969,7 @@ impl<T: AtomicType> AtomicDomain<T> {
         let mut buf = vec![T::zeroed()];
         // SAFETY: the Vec's heap buffer moves into the event, which leaks it rather
         // than freeing it while the operation may be pending.
-        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, buf.as_mut_ptr())? };
+        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, buf.as_mut_ptr(), false)? };
         Ok(FetchEvent {
             inner: GetEvent {
                 ev: RmaEp::<C>::ev(id),
@@ -808,7 +993,7 @@ impl<T: AtomicType> AtomicDomain<T> {
         f: AtomicFlags,
     ) -> Result<(), RmaError> {
         // SAFETY: no result location.
-        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, std::ptr::null_mut())? };
+        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, std::ptr::null_mut(), false)? };
         rma.track_atomic(id);
         Ok(())
     }
@@ -836,7 +1021,7 @@ impl<T: AtomicType> AtomicDomain<T> {
             return Err(RmaError::NotFetching { op });
         }
         // SAFETY: forwarded contract.
-        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, result)? };
+        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, result, false)? };
         rma.track_atomic(id);
         Ok(())
     }

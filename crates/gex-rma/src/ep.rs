@@ -18,19 +18,27 @@
 //!   contract keeps it alive and untouched until completion.
 //! - lets handlers read and write their own endpoint's segment (mapped for the life of
 //!   the conduit) within ranges they bounds-check themselves.
+//! - hands buffers to the conduit's native operations ([`ConduitEp::native_put`],
+//!   [`ConduitEp::native_get`], [`ConduitEp::native_atomic`]), which may use them until
+//!   the operation completes. A buffer passed to a pending native operation is one of:
+//!   borrowed by a blocking call that waits for the ticket before returning (also on
+//!   error: started operations are drained first); a copy owned by the pending entry
+//!   ([`NativePend`]) for nonblocking puts whose source the caller may reuse at once; a
+//!   get destination or fetch result under the same rules as the AM path (owned by an
+//!   event that leaks it while pending, or promised by an `unsafe` caller).
 #![allow(unsafe_code)]
 
 use crate::RmaError;
 use crate::event::{Completion, Event, GetEvent, PutEvent};
 use crate::ptr::{GlobalPtr, Strided, Vis};
 use bytemuck::Pod;
-use gex_core::spi::{Conduit, ConduitEp};
+use gex_core::spi::{Conduit, ConduitEp, Native};
 use gex_core::{Am, Category, Endpoint, EpAddr, Flags, HandlerIndex, Token};
 use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// First handler index gex-rma uses. gex-rma owns `16..=47` (it uses 16..=24 today);
+/// First handler index gex-rma uses. gex-rma owns `16..=47` (it uses 16..=24 and 30..=31 today);
 /// `48..=127` are reserved for gex-coll; `1..=15` belong to gex-core.
 pub const FIRST_RMA_HANDLER: HandlerIndex = 16;
 /// Last handler index reserved for gex-rma.
@@ -43,6 +51,16 @@ const H_GET: HandlerIndex = 19;
 const H_GET_PACKED: HandlerIndex = 20;
 const H_GET_REPLY: HandlerIndex = 21;
 const H_MEMSET: HandlerIndex = 22;
+/// Small put carried in the arguments: `[op, off lo, off hi, len, data words...]`.
+const H_PUT_SHORT: HandlerIndex = 30;
+/// Acknowledgement of a small put from a blocking call (op 0): counted, no table.
+const H_ACK_FAST: HandlerIndex = 31;
+
+/// Argument words before the data of an [`H_PUT_SHORT`] request.
+const SHORT_HDR: usize = 4;
+/// Largest put sent as a Short AM with its bytes in the arguments (every conduit
+/// carries at least [`gex_core::spi::MIN_MAX_ARGS`] arguments).
+pub(crate) const SHORT_PUT_MAX: usize = 4 * (gex_core::spi::MIN_MAX_ARGS - SHORT_HDR);
 
 /// Bytes of one packed-piece header: offset (u64 LE) and length (u32 LE).
 const PIECE_HDR: usize = 12;
@@ -87,6 +105,106 @@ pub(crate) type Shared = Arc<Mutex<State>>;
 
 pub(crate) fn lock(s: &Shared) -> MutexGuard<'_, State> {
     s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How long the source of a put stays valid, which decides what a pending native put
+/// may read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Life {
+    /// Borrowed by a blocking call that waits for completion before returning.
+    Blocking,
+    /// Kept alive and unmodified by the caller until completion (`unsafe` contract).
+    Kept,
+    /// Consumed on return (local completion on return): a native put reads a copy.
+    Copy,
+}
+
+/// A native operation in flight ([`Native::Pending`]), retired by [`native_progress`].
+#[derive(Debug)]
+pub(crate) struct NativePend {
+    pub(crate) ticket: u64,
+    /// The operation it counts toward (one unit of its `remaining`).
+    pub(crate) id: u32,
+    /// Copy of a put's source, read by the conduit (through a raw pointer) until
+    /// completion: held, never read here.
+    #[allow(dead_code)]
+    pub(crate) src: Option<Arc<[u8]>>,
+    /// Fetching atomic: the word the conduit writes (from `Box::into_raw` of a
+    /// `Box<u64>`, freed at completion), where to store its value (null: discard) and
+    /// the element width (4 or 8).
+    pub(crate) land: Option<(RawPtr, RawPtr, usize)>,
+}
+
+/// Tests the conduit for completed native operations and retires them: fetched values
+/// are stored, source copies released, and their operations' counts decremented.
+pub(crate) fn native_progress<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    st: &Shared,
+    native: &mut Vec<NativePend>,
+) {
+    if native.is_empty() {
+        return;
+    }
+    let cep = ep.conduit_ep();
+    let mut guard: Option<MutexGuard<'_, State>> = None;
+    native.retain(|p| {
+        if !cep.native_test(p.ticket) {
+            return true;
+        }
+        if let Some((w, res, size)) = p.land {
+            // SAFETY: `w` came from `Box::into_raw` and the conduit no longer writes it
+            // (complete); it is freed exactly once, here.
+            let v = *unsafe { Box::from_raw(w.0.cast::<u64>()) };
+            // SAFETY: a fetch result location stays valid until its operation
+            // completes (module docs); `size` is the width of its element.
+            unsafe { store_word(res.0, size, v) };
+        }
+        let g = guard.get_or_insert_with(|| lock(st));
+        match g.ops.get_mut(&p.id) {
+            Some(op) if op.remaining > 0 => op.remaining -= 1,
+            _ => g.dropped += 1,
+        }
+        false
+    });
+}
+
+/// Stores the bit pattern `v` of a `size`-byte element at `res` (nothing if null).
+///
+/// # Safety
+/// `res` is null or valid for a write of `size` bytes.
+pub(crate) unsafe fn store_word(res: *mut u8, size: usize, v: u64) {
+    if res.is_null() {
+        return;
+    }
+    // SAFETY: valid for `size` bytes (contract); unaligned writes need no alignment.
+    unsafe {
+        if size == 4 {
+            res.cast::<u32>().write_unaligned(v as u32);
+        } else {
+            res.cast::<u64>().write_unaligned(v);
+        }
+    }
+}
+
+/// [`drive`], also retiring native operations: while any is in flight, polls (and
+/// advances the barrier) in a loop without sleeping, since a native completion does
+/// not wake a blocked endpoint.
+pub(crate) fn drive_native<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    st: &Shared,
+    native: &mut Vec<NativePend>,
+    mut cond: impl FnMut() -> bool,
+) {
+    while !native.is_empty() {
+        native_progress(ep, st, native);
+        if cond() {
+            return;
+        }
+        // One poll, plus barrier rounds if a message made one ready.
+        drive(ep, st, || true);
+        std::hint::spin_loop();
+    }
+    drive(ep, st, cond);
 }
 
 /// Waits (following the endpoint's wait policy) until `cond` holds, advancing the
@@ -172,6 +290,17 @@ pub struct RmaEp<C: Conduit> {
     #[cfg_attr(gex_force_am_rma, allow(dead_code))]
     direct_cache: Vec<Option<Option<RawPtr>>>,
     nbi: Nbi,
+    /// The conduit offers native RMA ([`Capabilities::NATIVE_RMA`](gex_core::Capabilities)),
+    /// used for peers it does not map (never with `gex_force_am_rma`).
+    native_rma: bool,
+    /// The conduit offers NIC atomics (never with `gex_force_am_rma`); atomic domains
+    /// decide at creation whether they use them.
+    pub(crate) native_atomics: bool,
+    /// Native operations in flight.
+    pub(crate) native: Vec<NativePend>,
+    /// Small blocking puts acknowledged so far ([`H_ACK_FAST`]) and sent so far.
+    fast_acks: Arc<gex_sync::atomic::AtomicU64>,
+    fast_sent: u64,
 }
 
 impl<C: Conduit> std::fmt::Debug for RmaEp<C> {
@@ -199,12 +328,13 @@ impl<C: Conduit> std::ops::DerefMut for RmaEp<C> {
 
 impl<C: Conduit> RmaEp<C> {
     /// Wraps `ep`, registering gex-rma's handlers at the reserved indices `16..=24`
+    /// and `30..=31`
     /// (gex-rma owns `16..=47`). Not collective, but every rank must wrap the same
     /// endpoint index before any peer targets it with RMA.
     ///
     /// # Errors
     /// [`RmaError::Register`] if an index is taken (another layer registered in
-    /// `16..=24`); the endpoint is dropped with the error.
+    /// `16..=24` or `30..=31`); the endpoint is dropped with the error.
     pub fn new(mut ep: Endpoint<C>) -> Result<RmaEp<C>, RmaError> {
         let st: Shared = Arc::default();
         let (base, seg_len) = ep.conduit_ep().local_segment();
@@ -323,6 +453,40 @@ impl<C: Conduit> RmaEp<C> {
             let _ = t.reply_short(H_ACK, &a[..1]);
         })?;
 
+        // Small put: bytes in the arguments, written here; acknowledged by a Short reply
+        // (counted by the initiator for op 0, else through the table).
+        let s = st.clone();
+        ep.register_reserved(H_PUT_SHORT, move |t: &mut Token<'_>, am: Am<'_>| {
+            let seg = seg;
+            let a = am.args();
+            let (off, len) = (join(a[1], a[2]), a[3] as usize);
+            let ok = a.len() >= SHORT_HDR
+                && len <= 4 * (a.len() - SHORT_HDR)
+                && off.checked_add(len).is_some_and(|e| e <= seg_len);
+            if ok {
+                let mut bytes = [0u8; 4 * (gex_core::spi::MIN_MAX_ARGS - SHORT_HDR)];
+                let words = a[SHORT_HDR..].iter().take(bytes.len() / 4);
+                for (i, w) in words.enumerate() {
+                    bytes[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+                }
+                let n = len.min(bytes.len());
+                // SAFETY: [off, off+len) is inside this EP's segment (checked).
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), seg.0.add(off), n) };
+            } else {
+                lock(&s).dropped += 1;
+            }
+            let _ = if a[0] == 0 {
+                t.reply_short(H_ACK_FAST, &[])
+            } else {
+                t.reply_short(H_ACK, &a[..1])
+            };
+        })?;
+        let fast_acks: Arc<gex_sync::atomic::AtomicU64> = Arc::default();
+        let f = fast_acks.clone();
+        ep.register_reserved(H_ACK_FAST, move |_t: &mut Token<'_>, _am: Am<'_>| {
+            f.fetch_add(1, gex_sync::atomic::Ordering::Release);
+        })?;
+
         crate::atomic::register(&mut ep, seg, seg_len, st.clone(), H_ACK, H_GET_REPLY)?;
         crate::barrier::register(&mut ep, st.clone())?;
         crate::barrier::setup(&mut ep, &st);
@@ -334,7 +498,14 @@ impl<C: Conduit> RmaEp<C> {
         let known_eps: Vec<u32> = (0..size)
             .map(|r| u32::from(ep.endpoints_of(r).unwrap_or(0)))
             .collect();
+        let caps = ep.conduit_ep().capabilities();
+        let native_ok = !cfg!(gex_force_am_rma);
         Ok(RmaEp {
+            native_rma: native_ok && caps.contains(gex_core::Capabilities::NATIVE_RMA),
+            native_atomics: native_ok && caps.contains(gex_core::Capabilities::NATIVE_ATOMICS),
+            native: Vec::new(),
+            fast_acks,
+            fast_sent: 0,
             ep,
             st,
             size,
@@ -483,13 +654,15 @@ impl<C: Conduit> RmaEp<C> {
     /// operation, or `None` if it completed.
     ///
     /// # Safety
-    /// `src + c.local .. + c.len` is readable for every chunk until this returns.
+    /// `src + c.local .. + c.len` is readable for every chunk until this returns, and
+    /// beyond as `life` says.
     #[inline]
     unsafe fn start_put(
         &mut self,
         dst: EpAddr,
         chunks: &[Chunk],
         src: *const u8,
+        life: Life,
     ) -> Result<Option<u32>, RmaError> {
         if let Some(base) = self.direct(dst) {
             for c in chunks {
@@ -498,6 +671,20 @@ impl<C: Conduit> RmaEp<C> {
                 unsafe { std::ptr::copy(src.add(c.local), base.as_ptr().add(c.remote), c.len) };
             }
             return Ok(None);
+        }
+        if self.native_rma {
+            // SAFETY: forwarded contract.
+            return unsafe { self.native_put(dst, chunks, src, life) };
+        }
+        if let [c] = chunks {
+            if c.len == 0 {
+                return Ok(None);
+            }
+            if c.len <= SHORT_PUT_MAX {
+                // SAFETY: the chunk is readable for the call (contract).
+                let bytes = unsafe { std::slice::from_raw_parts(src.add(c.local), c.len) };
+                return self.short_put(dst, c.remote, bytes, life == Life::Blocking);
+            }
         }
         let id = self.new_op(0, std::ptr::null_mut(), 0);
         // SAFETY: forwarded contract.
@@ -508,6 +695,230 @@ impl<C: Conduit> RmaEp<C> {
                 Err(e)
             }
         }
+    }
+
+    /// A put of at most [`SHORT_PUT_MAX`] bytes on the AM path: one Short request with
+    /// the bytes in its arguments, acknowledged by a Short reply. A blocking call waits
+    /// for its acknowledgement through a counter (no operation entry, no lock, no
+    /// allocation) and returns `None`.
+    fn short_put(
+        &mut self,
+        dst: EpAddr,
+        off: usize,
+        bytes: &[u8],
+        blocking: bool,
+    ) -> Result<Option<u32>, RmaError> {
+        let mut args = [0u32; gex_core::spi::MIN_MAX_ARGS];
+        for (i, c) in bytes.chunks(4).enumerate() {
+            let mut w = [0u8; 4];
+            w[..c.len()].copy_from_slice(c);
+            args[SHORT_HDR + i] = u32::from_le_bytes(w);
+        }
+        let nargs = SHORT_HDR + bytes.len().div_ceil(4);
+        (args[1], args[2], args[3]) = (lo(off), hi(off), bytes.len() as u32);
+        if blocking {
+            self.send(dst, Category::Short, H_PUT_SHORT, &args[..nargs], &[], 0)?;
+            self.fast_sent += 1;
+            let (acks, want) = (&self.fast_acks, self.fast_sent);
+            // Only our own acknowledgement is awaited: the barrier needs no round from
+            // us for it, so plain polling suffices (rounds advance at the next drive).
+            self.ep
+                .wait_until(|| acks.load(gex_sync::atomic::Ordering::Acquire) >= want);
+            return Ok(None);
+        }
+        let id = self.new_op(1, std::ptr::null_mut(), 0);
+        args[0] = id;
+        match self.send(dst, Category::Short, H_PUT_SHORT, &args[..nargs], &[], 0) {
+            Ok(()) => Ok(self.pending(id)),
+            Err(e) => {
+                self.abandon(id);
+                Err(e)
+            }
+        }
+    }
+
+    /// Polls until native operation `ticket` completes (blocking calls: no operation
+    /// entry, no lock, no allocation).
+    pub(crate) fn wait_ticket(&mut self, ticket: u64) {
+        loop {
+            self.ep.poll();
+            if self.ep.conduit_ep().native_test(ticket) {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Records a pending native operation for `id` (created on first use).
+    pub(crate) fn push_native(
+        &mut self,
+        id: &mut Option<u32>,
+        dst: *mut u8,
+        dst_len: usize,
+        mut pend: NativePend,
+    ) {
+        let op = *id.get_or_insert_with(|| self.new_op(0, dst, dst_len));
+        self.bump(op);
+        pend.id = op;
+        self.native.push(pend);
+    }
+
+    /// After an error: waits for the native operations of `id` already started (they
+    /// may use buffers the caller is about to release), then forgets the operation.
+    pub(crate) fn drain_abandon(&mut self, id: Option<u32>) {
+        let Some(id) = id else { return };
+        while self.native.iter().any(|p| p.id == id) {
+            self.ep.poll();
+            native_progress(&mut self.ep, &self.st, &mut self.native);
+        }
+        self.abandon(id);
+    }
+
+    /// The native-RMA put path: one native put per chunk; `WouldBlock` polls and
+    /// retries, `Unsupported` sends the remaining chunks through the AM path.
+    ///
+    /// # Safety
+    /// As [`start_put`](Self::start_put).
+    unsafe fn native_put(
+        &mut self,
+        dst: EpAddr,
+        chunks: &[Chunk],
+        src: *const u8,
+        life: Life,
+    ) -> Result<Option<u32>, RmaError> {
+        let inline = life == Life::Blocking && chunks.len() == 1;
+        // The conduit may read the source after we return: give it a copy.
+        let copy: Option<Arc<[u8]>> = (life == Life::Copy).then(|| {
+            let end = chunks.iter().map(|c| c.local + c.len).max().unwrap_or(0);
+            // SAFETY: every chunk lies in `src..src+end`, readable now (contract).
+            Arc::from(unsafe { std::slice::from_raw_parts(src, end) })
+        });
+        let base = copy.as_ref().map_or(src, |c| c.as_ptr());
+        let mut id: Option<u32> = None;
+        for (i, c) in chunks.iter().enumerate() {
+            if c.len == 0 {
+                continue;
+            }
+            loop {
+                // SAFETY: the remote range was validated; the source stays valid until
+                // completion: waited for below (blocking), kept by the caller, or a
+                // copy held by the pending entry.
+                let r = unsafe {
+                    self.ep
+                        .conduit_ep()
+                        .native_put(dst, c.remote, base.add(c.local), c.len)
+                };
+                match r {
+                    Ok(Native::Done) => break,
+                    Ok(Native::Pending(t)) if inline => {
+                        self.wait_ticket(t);
+                        break;
+                    }
+                    Ok(Native::Pending(ticket)) => {
+                        let pend = NativePend {
+                            ticket,
+                            id: 0,
+                            src: copy.clone(),
+                            land: None,
+                        };
+                        self.push_native(&mut id, std::ptr::null_mut(), 0, pend);
+                        break;
+                    }
+                    Ok(Native::WouldBlock) => {
+                        self.ep.poll();
+                        native_progress(&mut self.ep, &self.st, &mut self.native);
+                    }
+                    Ok(Native::Unsupported) => {
+                        let op = *id.get_or_insert_with(|| self.new_op(0, std::ptr::null_mut(), 0));
+                        // SAFETY: the AM path consumes the source before returning.
+                        return match unsafe { self.am_put(dst, op, &chunks[i..], src) } {
+                            Ok(()) => Ok(self.pending(op)),
+                            Err(e) => {
+                                self.drain_abandon(id);
+                                Err(e)
+                            }
+                        };
+                    }
+                    Err(e) => {
+                        self.drain_abandon(id);
+                        return Err(e.into());
+                    }
+                }
+            }
+        }
+        Ok(id.and_then(|op| self.pending(op)))
+    }
+
+    /// The native-RMA get path (see [`native_put`](Self::native_put)).
+    ///
+    /// # Safety
+    /// As [`start_get`](Self::start_get).
+    unsafe fn native_get(
+        &mut self,
+        src: EpAddr,
+        chunks: &[Chunk],
+        dst: *mut u8,
+        dst_len: usize,
+        blocking: bool,
+    ) -> Result<Option<u32>, RmaError> {
+        let inline = blocking && chunks.len() == 1;
+        let mut id: Option<u32> = None;
+        for (i, c) in chunks.iter().enumerate() {
+            if c.len == 0 {
+                continue;
+            }
+            loop {
+                // SAFETY: the remote range was validated and the local one lies in the
+                // destination, which stays valid until completion (contract; a blocking
+                // call waits, also on error).
+                let r = unsafe {
+                    self.ep
+                        .conduit_ep()
+                        .native_get(src, c.remote, dst.add(c.local), c.len)
+                };
+                match r {
+                    Ok(Native::Done) => break,
+                    Ok(Native::Pending(t)) if inline => {
+                        self.wait_ticket(t);
+                        break;
+                    }
+                    Ok(Native::Pending(ticket)) => {
+                        let pend = NativePend {
+                            ticket,
+                            id: 0,
+                            src: None,
+                            land: None,
+                        };
+                        self.push_native(&mut id, dst, dst_len, pend);
+                        break;
+                    }
+                    Ok(Native::WouldBlock) => {
+                        self.ep.poll();
+                        native_progress(&mut self.ep, &self.st, &mut self.native);
+                    }
+                    Ok(Native::Unsupported) => {
+                        let rest = &chunks[i..];
+                        let bytes: usize = rest.iter().map(|c| c.len).sum();
+                        let op = *id.get_or_insert_with(|| self.new_op(0, dst, dst_len));
+                        if let Some(o) = lock(&self.st).ops.get_mut(&op) {
+                            o.remaining += bytes;
+                        }
+                        return match self.am_get(src, op, rest) {
+                            Ok(()) => Ok(self.pending(op)),
+                            Err(e) => {
+                                self.drain_abandon(id);
+                                Err(e)
+                            }
+                        };
+                    }
+                    Err(e) => {
+                        self.drain_abandon(id);
+                        return Err(e.into());
+                    }
+                }
+            }
+        }
+        Ok(id.and_then(|op| self.pending(op)))
     }
 
     /// `Some(id)` if the operation is still pending, else retires it.
@@ -560,7 +971,8 @@ impl<C: Conduit> RmaEp<C> {
         Ok(())
     }
 
-    /// Starts a get of `chunks` (already validated) into `dst` (`dst_len` bytes).
+    /// Starts a get of `chunks` (already validated) into `dst` (`dst_len` bytes);
+    /// `blocking`: the caller waits for completion before returning.
     ///
     /// # Safety
     /// `dst .. dst + dst_len` is writable and untouched by anyone else until the
@@ -572,6 +984,7 @@ impl<C: Conduit> RmaEp<C> {
         chunks: &[Chunk],
         dst: *mut u8,
         dst_len: usize,
+        blocking: bool,
     ) -> Result<Option<u32>, RmaError> {
         if let Some(base) = self.direct(src) {
             for c in chunks {
@@ -580,6 +993,10 @@ impl<C: Conduit> RmaEp<C> {
                 unsafe { std::ptr::copy(base.as_ptr().add(c.remote), dst.add(c.local), c.len) };
             }
             return Ok(None);
+        }
+        if self.native_rma {
+            // SAFETY: forwarded contract.
+            return unsafe { self.native_get(src, chunks, dst, dst_len, blocking) };
         }
         let total = chunks.iter().map(|c| c.len).sum();
         let id = self.new_op(total, dst, dst_len);
@@ -644,7 +1061,7 @@ impl<C: Conduit> RmaEp<C> {
         if let Some(id) = id {
             let mut ids = vec![id];
             let st = &self.st;
-            drive(&mut self.ep, st, || retire(st, &mut ids));
+            drive_native(&mut self.ep, st, &mut self.native, || retire(st, &mut ids));
         }
     }
 
@@ -677,7 +1094,15 @@ impl<C: Conduit> RmaEp<C> {
 
     /// Checks a contiguous op and starts a put from `src`.
     #[inline]
-    fn put_start<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &[T]) -> Result<Option<u32>, RmaError> {
+    ///
+    /// `life`: see [`Life`]; with [`Life::Kept`] the caller must keep `src` alive and
+    /// unmodified until completion (only `unsafe` callers pass it).
+    fn put_start<T: Pod>(
+        &mut self,
+        dst: GlobalPtr<T>,
+        src: &[T],
+        life: Life,
+    ) -> Result<Option<u32>, RmaError> {
         let bytes: &[u8] = bytemuck::cast_slice(src);
         self.check_range(dst.addr(), dst.offset, bytes.len())?;
         let c = [Chunk {
@@ -685,8 +1110,9 @@ impl<C: Conduit> RmaEp<C> {
             local: 0,
             len: bytes.len(),
         }];
-        // SAFETY: `bytes` is borrowed for this call.
-        unsafe { self.start_put(dst.addr(), &c, bytes.as_ptr()) }
+        // SAFETY: `bytes` is borrowed for this call, and beyond as `life` says (the
+        // callers choose it from their own lifetime rules).
+        unsafe { self.start_put(dst.addr(), &c, bytes.as_ptr(), life) }
     }
 
     /// # Safety
@@ -697,6 +1123,7 @@ impl<C: Conduit> RmaEp<C> {
         dst: *mut T,
         n: usize,
         src: GlobalPtr<T>,
+        blocking: bool,
     ) -> Result<Option<u32>, RmaError> {
         let len = n * std::mem::size_of::<T>();
         self.check_range(src.addr(), src.offset, len)?;
@@ -706,7 +1133,7 @@ impl<C: Conduit> RmaEp<C> {
             len,
         }];
         // SAFETY: forwarded contract.
-        unsafe { self.start_get(src.addr(), &c, dst.cast(), len) }
+        unsafe { self.start_get(src.addr(), &c, dst.cast(), len, blocking) }
     }
 
     /// Blocking put: copies `src` to `dst..dst+src.len()`. Returns once the data is
@@ -719,7 +1146,7 @@ impl<C: Conduit> RmaEp<C> {
     /// [`RmaError::Am`].
     #[inline]
     pub fn put<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &[T]) -> Result<(), RmaError> {
-        let id = self.put_start(dst, src)?;
+        let id = self.put_start(dst, src, Life::Blocking)?;
         self.wait_id(id);
         Ok(())
     }
@@ -733,7 +1160,7 @@ impl<C: Conduit> RmaEp<C> {
         let n = dst.len();
         // SAFETY: `dst` is borrowed until we return, and we return only after the
         // operation completed or was abandoned.
-        let id = unsafe { self.get_start(dst.as_mut_ptr(), n, src)? };
+        let id = unsafe { self.get_start(dst.as_mut_ptr(), n, src, true)? };
         self.wait_id(id);
         Ok(())
     }
@@ -820,7 +1247,7 @@ impl<C: Conduit> RmaEp<C> {
         dst: GlobalPtr<T>,
         src: Vec<T>,
     ) -> Result<PutEvent<T>, RmaError> {
-        let id = self.put_start(dst, &src)?;
+        let id = self.put_start(dst, &src, Life::Copy)?;
         Ok(PutEvent {
             ev: Self::ev(id),
             buf: Some(src),
@@ -833,7 +1260,7 @@ impl<C: Conduit> RmaEp<C> {
     /// # Errors
     /// As [`put`](Self::put).
     pub fn put_nb_copy<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &[T]) -> Result<Event, RmaError> {
-        Ok(Self::ev(self.put_start(dst, src)?))
+        Ok(Self::ev(self.put_start(dst, src, Life::Copy)?))
     }
 
     /// Nonblocking put without copying guarantees.
@@ -850,7 +1277,7 @@ impl<C: Conduit> RmaEp<C> {
         dst: GlobalPtr<T>,
         src: &[T],
     ) -> Result<Event, RmaError> {
-        Ok(Self::ev(self.put_start(dst, src)?))
+        Ok(Self::ev(self.put_start(dst, src, Life::Kept)?))
     }
 
     /// Nonblocking get into an owned buffer (its length is the number of elements);
@@ -867,7 +1294,7 @@ impl<C: Conduit> RmaEp<C> {
         let n = dst.len();
         // SAFETY: the Vec's heap buffer moves into the event, which never frees it
         // while the operation may be pending (leaks it instead).
-        let id = unsafe { self.get_start(dst.as_mut_ptr(), n, src)? };
+        let id = unsafe { self.get_start(dst.as_mut_ptr(), n, src, false)? };
         Ok(GetEvent {
             ev: Self::ev(id),
             buf: Some(dst),
@@ -890,7 +1317,7 @@ impl<C: Conduit> RmaEp<C> {
     ) -> Result<Event, RmaError> {
         // SAFETY: forwarded contract.
         Ok(Self::ev(unsafe {
-            self.get_start(dst.as_mut_ptr(), dst.len(), src)?
+            self.get_start(dst.as_mut_ptr(), dst.len(), src, false)?
         }))
     }
 
@@ -916,6 +1343,7 @@ impl<C: Conduit> RmaEp<C> {
             return true;
         }
         self.ep.poll();
+        native_progress(&mut self.ep, &self.st, &mut self.native);
         crate::barrier::advance(&mut self.ep, &self.st);
         retire(&self.st, ev.ids())
     }
@@ -926,14 +1354,14 @@ impl<C: Conduit> RmaEp<C> {
     pub fn wait<E: Completion>(&mut self, mut ev: E) -> E::Output {
         let st = &self.st;
         let ids = ev.ids();
-        drive(&mut self.ep, st, || retire(st, ids));
+        drive_native(&mut self.ep, st, &mut self.native, || retire(st, ids));
         ev.finish()
     }
 
     /// Waits until every event is complete.
     pub fn wait_all(&mut self, evs: &mut [Event]) {
         let st = &self.st;
-        drive(&mut self.ep, st, || {
+        drive_native(&mut self.ep, st, &mut self.native, || {
             // Retire every event (no short circuit), then report.
             let mut all = true;
             for e in evs.iter_mut() {
@@ -950,7 +1378,7 @@ impl<C: Conduit> RmaEp<C> {
             return Vec::new();
         }
         let st = &self.st;
-        drive(&mut self.ep, st, || {
+        drive_native(&mut self.ep, st, &mut self.native, || {
             let mut any = false;
             for e in evs.iter_mut() {
                 any |= retire(st, &mut e.ids);
@@ -968,7 +1396,7 @@ impl<C: Conduit> RmaEp<C> {
     /// # Errors
     /// As [`put`](Self::put).
     pub fn put_nbi<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &[T]) -> Result<(), RmaError> {
-        let id = self.put_start(dst, src)?;
+        let id = self.put_start(dst, src, Life::Copy)?;
         self.track(id, false);
         Ok(())
     }
@@ -987,7 +1415,7 @@ impl<C: Conduit> RmaEp<C> {
         src: GlobalPtr<T>,
     ) -> Result<(), RmaError> {
         // SAFETY: forwarded contract.
-        let id = unsafe { self.get_start(dst.as_mut_ptr(), dst.len(), src)? };
+        let id = unsafe { self.get_start(dst.as_mut_ptr(), dst.len(), src, false)? };
         self.track(id, true);
         Ok(())
     }
@@ -1006,20 +1434,20 @@ impl<C: Conduit> RmaEp<C> {
     pub fn wait_syncnbi_puts(&mut self) {
         let st = &self.st;
         let ids = &mut self.nbi.puts;
-        drive(&mut self.ep, st, || retire(st, ids));
+        drive_native(&mut self.ep, st, &mut self.native, || retire(st, ids));
     }
     /// Waits for every implicit-event get issued outside access regions.
     pub fn wait_syncnbi_gets(&mut self) {
         let st = &self.st;
         let ids = &mut self.nbi.gets;
-        drive(&mut self.ep, st, || retire(st, ids));
+        drive_native(&mut self.ep, st, &mut self.native, || retire(st, ids));
     }
     /// Waits for every implicit-event atomic operation (see
     /// [`AtomicDomain::op_nbi`](crate::AtomicDomain::op_nbi)) issued outside access regions.
     pub fn wait_syncnbi_atomics(&mut self) {
         let st = &self.st;
         let ids = &mut self.nbi.atomics;
-        drive(&mut self.ep, st, || retire(st, ids));
+        drive_native(&mut self.ep, st, &mut self.native, || retire(st, ids));
     }
     /// [`wait_syncnbi_puts`](Self::wait_syncnbi_puts),
     /// [`wait_syncnbi_gets`](Self::wait_syncnbi_gets) and
@@ -1032,24 +1460,28 @@ impl<C: Conduit> RmaEp<C> {
     /// Polls once; true if every implicit-event atomic operation is complete.
     pub fn test_syncnbi_atomics(&mut self) -> bool {
         self.ep.poll();
+        native_progress(&mut self.ep, &self.st, &mut self.native);
         crate::barrier::advance(&mut self.ep, &self.st);
         retire(&self.st, &mut self.nbi.atomics)
     }
     /// Polls once; true if every implicit-event put is complete.
     pub fn test_syncnbi_puts(&mut self) -> bool {
         self.ep.poll();
+        native_progress(&mut self.ep, &self.st, &mut self.native);
         crate::barrier::advance(&mut self.ep, &self.st);
         retire(&self.st, &mut self.nbi.puts)
     }
     /// Polls once; true if every implicit-event get is complete.
     pub fn test_syncnbi_gets(&mut self) -> bool {
         self.ep.poll();
+        native_progress(&mut self.ep, &self.st, &mut self.native);
         crate::barrier::advance(&mut self.ep, &self.st);
         retire(&self.st, &mut self.nbi.gets)
     }
     /// Polls once; true if every implicit-event operation is complete.
     pub fn test_syncnbi_all(&mut self) -> bool {
         self.ep.poll();
+        native_progress(&mut self.ep, &self.st, &mut self.native);
         crate::barrier::advance(&mut self.ep, &self.st);
         let p = retire(&self.st, &mut self.nbi.puts);
         let a = retire(&self.st, &mut self.nbi.atomics);
@@ -1196,10 +1628,12 @@ impl<C: Conduit> RmaEp<C> {
         &mut self,
         vis: &Vis<'_, T>,
         src: &[T],
+        life: Life,
     ) -> Result<Option<u32>, RmaError> {
         let (dst, chunks) = self.vis_chunks(vis, src.len())?;
-        // SAFETY: `src` is borrowed for the call; every chunk lies inside it.
-        unsafe { self.start_put(dst, &chunks, src.as_ptr().cast()) }
+        // SAFETY: `src` is borrowed for the call (and as `life` says); every chunk lies
+        // inside it.
+        unsafe { self.start_put(dst, &chunks, src.as_ptr().cast(), life) }
     }
 
     /// # Safety
@@ -1209,10 +1643,12 @@ impl<C: Conduit> RmaEp<C> {
         dst: *mut T,
         n: usize,
         vis: &Vis<'_, T>,
+        blocking: bool,
     ) -> Result<Option<u32>, RmaError> {
         let (src, chunks) = self.vis_chunks(vis, n)?;
+        let len = n * std::mem::size_of::<T>();
         // SAFETY: forwarded contract; every chunk lies inside the destination.
-        unsafe { self.start_get(src, &chunks, dst.cast(), n * std::mem::size_of::<T>()) }
+        unsafe { self.start_get(src, &chunks, dst.cast(), len, blocking) }
     }
 
     /// Blocking VIS put: the local side is `src` (see [`Vis`]).
@@ -1222,7 +1658,7 @@ impl<C: Conduit> RmaEp<C> {
     /// [`RmaError::ShapeMismatch`], [`RmaError::MixedTargets`]; all checked before
     /// any byte moves.
     pub fn put_vis<T: Pod>(&mut self, dst: Vis<'_, T>, src: &[T]) -> Result<(), RmaError> {
-        let id = self.vis_put_start(&dst, src)?;
+        let id = self.vis_put_start(&dst, src, Life::Blocking)?;
         self.wait_id(id);
         Ok(())
     }
@@ -1232,7 +1668,7 @@ impl<C: Conduit> RmaEp<C> {
     /// As [`put_vis`](Self::put_vis).
     pub fn get_vis<T: Pod>(&mut self, dst: &mut [T], src: Vis<'_, T>) -> Result<(), RmaError> {
         // SAFETY: `dst` is borrowed until the operation completed or was abandoned.
-        let id = unsafe { self.vis_get_start(dst.as_mut_ptr(), dst.len(), &src)? };
+        let id = unsafe { self.vis_get_start(dst.as_mut_ptr(), dst.len(), &src, true)? };
         self.wait_id(id);
         Ok(())
     }
@@ -1241,7 +1677,7 @@ impl<C: Conduit> RmaEp<C> {
     /// # Errors
     /// As [`put_vis`](Self::put_vis).
     pub fn put_vis_nb<T: Pod>(&mut self, dst: Vis<'_, T>, src: &[T]) -> Result<Event, RmaError> {
-        Ok(Self::ev(self.vis_put_start(&dst, src)?))
+        Ok(Self::ev(self.vis_put_start(&dst, src, Life::Copy)?))
     }
     /// Nonblocking VIS get into an owned buffer, returned by [`wait`](Self::wait).
     ///
@@ -1255,7 +1691,7 @@ impl<C: Conduit> RmaEp<C> {
         let n = dst.len();
         // SAFETY: as in `get_nb`: the buffer moves into the event, which leaks it
         // rather than freeing it while pending.
-        let id = unsafe { self.vis_get_start(dst.as_mut_ptr(), n, &src)? };
+        let id = unsafe { self.vis_get_start(dst.as_mut_ptr(), n, &src, false)? };
         Ok(GetEvent {
             ev: Self::ev(id),
             buf: Some(dst),
@@ -1266,7 +1702,7 @@ impl<C: Conduit> RmaEp<C> {
     /// # Errors
     /// As [`put_vis`](Self::put_vis).
     pub fn put_vis_nbi<T: Pod>(&mut self, dst: Vis<'_, T>, src: &[T]) -> Result<(), RmaError> {
-        let id = self.vis_put_start(&dst, src)?;
+        let id = self.vis_put_start(&dst, src, Life::Copy)?;
         self.track(id, false);
         Ok(())
     }
@@ -1283,7 +1719,7 @@ impl<C: Conduit> RmaEp<C> {
         src: Vis<'_, T>,
     ) -> Result<(), RmaError> {
         // SAFETY: forwarded contract.
-        let id = unsafe { self.vis_get_start(dst.as_mut_ptr(), dst.len(), &src)? };
+        let id = unsafe { self.vis_get_start(dst.as_mut_ptr(), dst.len(), &src, false)? };
         self.track(id, true);
         Ok(())
     }

@@ -21,10 +21,13 @@
 //!   [`RmaError::BarrierMismatch`] reported on every rank): a dissemination barrier over
 //!   gex-rma AMs whose rounds advance inside gex-rma's waiting and testing calls.
 //!
-//! Two data paths, chosen per operation with no dynamic dispatch: **direct** when the
+//! Three data paths, chosen per operation with no dynamic dispatch: **direct** when the
 //! conduit maps the target's segment locally ([`ConduitEp::peer_segment`]: smp
 //! neighbours, loopback, sim with shared memory) — a `memcpy`, complete on return —
-//! and the **AM reference** path otherwise (puts as acknowledged Long AMs, gets as Short
+//! **native** for other peers when the conduit offers
+//! [`NATIVE_RMA`](gex_core::Capabilities::NATIVE_RMA) ([`ConduitEp::native_put`],
+//! [`ConduitEp::native_get`]), and the **AM reference** path otherwise (puts of up to 48
+//! bytes in the arguments of one Short AM, larger ones as acknowledged Long AMs, gets as Short
 //! requests answered by Medium replies, many small VIS pieces packed into one Medium).
 //! Building with `--cfg gex_force_am_rma` forces the reference path everywhere.
 //!
@@ -34,8 +37,9 @@
 //!   [`Endpoint::poll`](gex_core::Endpoint::poll) delays its peers. `RmaEp::barrier`
 //!   shadows [`Endpoint::barrier`](gex_core::Endpoint::barrier) (the core one is still
 //!   reachable through [`RmaEp::endpoint`]); the two are independent.
-//! - No NIC-offloaded atomics: every atomic is a CPU atomic (direct or in an AM
-//!   handler at the target); a conduit hook for offload is future work.
+//! - NIC atomics and native RMA only where the conduit offers them
+//!   ([`ConduitEp::native_put`], [`ConduitEp::native_atomic`]); a domain uses NIC
+//!   atomics only if the conduit offers its whole op set (see [`AtomicDomain`]).
 //! - No ordering between nonblocking operations: two overlapping puts in flight at
 //!   once land in an unspecified order; after a put completes (blocking return, event
 //!   waited, or sync), its bytes are visible to later operations of any rank that
@@ -67,7 +71,8 @@
 //! untouched until completion (`get_nb_raw`, `get_nbi`, `get_vis_nbi`).
 //!
 //! ## Handler indices
-//! gex-rma registers its handlers at `16..=24` (23: atomics, 24: barrier) and owns `16..=47`
+//! gex-rma registers its handlers at `16..=24` (23: atomics, 24: barrier) and `30..=31`
+//! (small puts in arguments) and owns `16..=47`
 //! ([`FIRST_RMA_HANDLER`]..=[`LAST_RMA_HANDLER`]); `48..=127` are reserved for gex-coll.
 //!
 //! ## Example

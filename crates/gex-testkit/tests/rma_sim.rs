@@ -4,6 +4,9 @@
 //! `cargo test -p gex-testkit --test rma_sim` and
 //! `RUSTFLAGS="--cfg gex_force_am_rma" CARGO_TARGET_DIR=target/force-am cargo test -p gex-testkit --test rma_sim`.
 //!
+//! `r4_native` runs the suite with the simulated NIC on (native RMA between hosts, NIC
+//! atomics everywhere); `native_paths` proves those paths are taken.
+//!
 //! Exclusions: none. The atomic cases (`rma_atomic_*`) run on every module; the
 //! `prop_atomics` property test checks concurrent commutative atomics against a model.
 
@@ -58,6 +61,229 @@ mod r7_three_per_host {
         runner: SimRunner::new(SimConfig::default().reorder(true).ranks_per_host(3).seed(5))
             .segment_size(4 << 20),
         ranks: 7,
+    }
+}
+
+/// Four ranks on two hosts (two per host) with the simulated NIC on: neighbours use
+/// the mapping, the other host native RMA (completed two polls after it starts, so
+/// the `Pending` path runs), and every atomic domain NIC atomics (all ops offered);
+/// reordering on for the AM traffic that remains (memset, barrier). 17 MiB segments
+/// for the 16 MiB case.
+mod r4_native {
+    use super::*;
+    fn cfg() -> SimConfig {
+        SimConfig::default()
+            .reorder(true)
+            .seed(5)
+            .ranks_per_host(2)
+            .latency(gex_testkit::sim::Delay::polls(2))
+            .native(true, true)
+    }
+    gex_testkit::rma_conformance_tests! {
+        conduit: Sim,
+        runner: SimRunner::new(cfg()).segment_size(17 << 20),
+        ranks: 4,
+    }
+}
+
+/// The native paths are really taken (the simulated NIC counts what it performed, and
+/// no AM carries the data), pending operations are tracked by events, and a domain
+/// whose op set the NIC does not fully offer falls back to CPU atomics. With
+/// `gex_force_am_rma` the NIC must stay unused.
+mod native_paths {
+    use gex_core::spi::AtomicBase;
+    use gex_core::{ClientBuilder, EpAddr};
+    use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, RmaEp, Strided};
+    use gex_testkit::sim::{Delay, NativeCounts, Sim, SimConfig, run_sim};
+
+    const FORCED: bool = cfg!(gex_force_am_rma);
+
+    fn counts(r: &mut RmaEp<Sim>) -> NativeCounts {
+        r.conduit_ep().native_counts()
+    }
+
+    /// Messages this endpoint has sent so far.
+    fn sent(r: &RmaEp<Sim>) -> u64 {
+        r.stats().sent.iter().sum()
+    }
+
+    fn check(what: &str, ok: bool) -> Result<(), String> {
+        if ok { Ok(()) } else { Err(what.to_string()) }
+    }
+
+    #[test]
+    fn rma_and_atomics_go_through_the_nic() {
+        let cfg = SimConfig::default()
+            .ranks_per_host(1)
+            .latency(Delay::polls(3))
+            .native(true, true);
+        let out = run_sim(
+            2,
+            cfg,
+            || ClientBuilder::new().segment_size(1 << 16),
+            |client| -> Result<(), String> {
+                let es = |e: gex_rma::RmaError| e.to_string();
+                let mut r = RmaEp::new(client.endpoint(0).unwrap()).map_err(es)?;
+                r.barrier().map_err(es)?;
+                let mut result = Ok(());
+                if r.rank() == 0 {
+                    result = (|| -> Result<(), String> {
+                        let p = GlobalPtr::<u8>::new(EpAddr::rank(1), 100);
+                        let data: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 1) as u8).collect();
+                        let (c0, s0) = (counts(&mut r), sent(&r));
+                        // Blocking put and get: no AM at all on the native path.
+                        r.put(p, &data).map_err(es)?;
+                        let mut back = vec![0u8; data.len()];
+                        r.get(&mut back, p).map_err(es)?;
+                        check("blocking round trip", back == data)?;
+                        let c1 = counts(&mut r);
+                        if FORCED {
+                            check("forced AM: NIC unused", c1 == NativeCounts::default())?;
+                            check("forced AM: messages sent", sent(&r) > s0)?;
+                        } else {
+                            check(
+                                "one native put, one get",
+                                (c1.puts, c1.gets) == (c0.puts + 1, c0.gets + 1),
+                            )?;
+                            check("no AM for native put/get", sent(&r) == s0)?;
+                        }
+                        // NB put of a temporary: pending after the call (3-poll
+                        // latency), the source reusable at once (copied).
+                        let mut tmp = vec![9u8; 500];
+                        let ev = r.put_nb_copy(p.add(4000), &tmp).map_err(es)?;
+                        check("NB put is pending on return", !ev.is_done())?;
+                        tmp.fill(1);
+                        r.wait(ev);
+                        let ev = r.get_nb(vec![0u8; 500], p.add(4000)).map_err(es)?;
+                        check(
+                            "NB get sees the original source",
+                            r.wait(ev) == vec![9u8; 500],
+                        )?;
+                        // NBI and VIS (a reflection: 4 one-element chunks).
+                        r.put_nbi(p.add(5000), &tmp).map_err(es)?;
+                        let rev = Strided {
+                            counts: &[4],
+                            remote_strides: &[-1],
+                            local_start: 0,
+                            local_strides: &[1],
+                        };
+                        r.put_strided(p.add(6003), &[1u8, 2, 3, 4], rev)
+                            .map_err(es)?;
+                        r.wait_syncnbi_puts();
+                        let mut four = [0u8; 4];
+                        r.get(&mut four, p.add(6000)).map_err(es)?;
+                        check("strided reflection", four == [4, 3, 2, 1])?;
+                        let mut nbi = vec![0u8; 500];
+                        r.get(&mut nbi, p.add(5000)).map_err(es)?;
+                        check("NBI put", nbi == tmp)?;
+                        let c2 = counts(&mut r);
+                        if !FORCED {
+                            // put_nb_copy, put_nbi, 4 strided pieces; get_nb, 2 gets.
+                            check(
+                                "native NB/NBI/VIS",
+                                (c2.puts, c2.gets) == (c1.puts + 6, c1.gets + 3),
+                            )?;
+                        }
+                        // Atomics: a fully offered domain uses the NIC for every target,
+                        // this rank included.
+                        let ad = r
+                            .atomic_domain::<u64>(AtomicOps::FADD | AtomicOps::GET | AtomicOps::SET)
+                            .map_err(es)?;
+                        check("domain native iff not forced", ad.is_native() != FORCED)?;
+                        let f = AtomicFlags::empty();
+                        for t in 0..2 {
+                            let w = GlobalPtr::<u64>::new(EpAddr::rank(t), 8192);
+                            ad.op(&mut r, AtomicOp::Set, w, 40, 0, f).map_err(es)?;
+                            let old = ad.fetch(&mut r, AtomicOp::Fadd, w, 2, 0, f).map_err(es)?;
+                            let ev = ad
+                                .fetch_nb(&mut r, AtomicOp::Fadd, w, 3, 0, f)
+                                .map_err(es)?;
+                            let old2 = r.wait(ev);
+                            let now = ad.fetch(&mut r, AtomicOp::Get, w, 0, 0, f).map_err(es)?;
+                            check("native fetch-add values", (old, old2, now) == (40, 42, 45))?;
+                        }
+                        let c3 = counts(&mut r);
+                        let want = if FORCED { 0 } else { c2.atomics + 8 };
+                        check(
+                            &format!("NIC atomics {} (want {want})", c3.atomics),
+                            c3.atomics == want,
+                        )?;
+                        Ok(())
+                    })();
+                }
+                r.barrier().map_err(es)?;
+                result
+            },
+        );
+        for (rank, o) in out.into_iter().enumerate() {
+            assert_eq!(o, Ok(()), "rank {rank}");
+        }
+    }
+
+    #[test]
+    fn partly_offered_op_set_falls_back_to_cpu_atomics() {
+        let mut cfg = SimConfig::default().ranks_per_host(1).native(false, true);
+        cfg.native_atomic_bases = Some(vec![AtomicBase::Add, AtomicBase::Get, AtomicBase::Set]);
+        let out = run_sim(
+            2,
+            cfg,
+            || ClientBuilder::new().segment_size(1 << 12),
+            |client| -> Result<(), String> {
+                let es = |e: gex_rma::RmaError| e.to_string();
+                let mut r = RmaEp::new(client.endpoint(0).unwrap()).map_err(es)?;
+                r.barrier().map_err(es)?;
+                let f = AtomicFlags::empty();
+                let offered = r
+                    .atomic_domain::<i64>(AtomicOps::FADD | AtomicOps::GET)
+                    .map_err(es)?;
+                let partly = r
+                    .atomic_domain::<i64>(AtomicOps::FADD | AtomicOps::GET | AtomicOps::FMULT)
+                    .map_err(es)?;
+                check("offered domain native", offered.is_native() != FORCED)?;
+                check("partly offered domain not native", !partly.is_native())?;
+                // Both ranks hammer rank 1's word through the CPU-atomic domain.
+                let w = GlobalPtr::<i64>::new(EpAddr::rank(1), 64);
+                let before = counts(&mut r);
+                for _ in 0..50 {
+                    partly
+                        .fetch(&mut r, AtomicOp::Fadd, w, 1, 0, f)
+                        .map_err(es)?;
+                }
+                check(
+                    "no NIC atomics for the fallback domain",
+                    counts(&mut r) == before,
+                )?;
+                r.barrier().map_err(es)?;
+                let v = partly
+                    .fetch(&mut r, AtomicOp::Fmult, w, 2, 0, f)
+                    .map_err(es)?;
+                r.barrier().map_err(es)?;
+                let end = partly
+                    .fetch(&mut r, AtomicOp::Get, w, 0, 0, f)
+                    .map_err(es)?;
+                check("fallback results", end == 400 && (v == 100 || v == 200))?;
+                // The offered domain on another word does use the NIC.
+                let w2 = GlobalPtr::<i64>::new(EpAddr::rank(0), 128);
+                offered
+                    .op(&mut r, AtomicOp::Fadd, w2, 5, 0, f)
+                    .map_err(es)?;
+                let nic = counts(&mut r).atomics - before.atomics;
+                check(
+                    &format!("offered domain: {nic} NIC atomics"),
+                    nic == u64::from(!FORCED),
+                )?;
+                r.barrier().map_err(es)?;
+                let got = offered
+                    .fetch(&mut r, AtomicOp::Get, w2, 0, 0, f)
+                    .map_err(es)?;
+                check("offered domain result", got == 10)?;
+                r.barrier().map_err(es)?;
+                Ok(())
+            },
+        );
+        for (rank, o) in out.into_iter().enumerate() {
+            assert_eq!(o, Ok(()), "rank {rank}");
+        }
     }
 }
 

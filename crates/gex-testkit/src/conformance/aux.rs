@@ -80,10 +80,10 @@ pub(crate) fn aux_area<C: Conduit>(client: &Client<C>) -> Result<(), String> {
             ));
         }
     }
-    // wake: rank 1 sleeps in `block`, rank 0 stores a flag in rank 1's area and wakes
-    // it, 7 times; the median delay from wake to rank 1 noticing must be far below
-    // the 100 ms after which a sleeper would notice the flag anyway (safety-net
-    // timeouts), so a lost wake-up fails the case.
+    // wake: rank 1 sleeps in `block(10 s)`, rank 0 stores a flag in rank 1's area and
+    // wakes it, 7 times. `block` returns only for a message, a wake or its timeout, so
+    // a lost wake-up costs 10 s: the median delay must be far below that (2 s leaves
+    // room for a heavily loaded machine).
     let peer = if me == 0 { 1 } else { 0 };
     let pair = n >= 2 && neighbours.iter().any(|&(r, _)| r == peer);
     if caps.contains(Capabilities::BLOCKING_WAIT) && pair && me < 2 {
@@ -133,7 +133,7 @@ pub(crate) fn aux_area<C: Conduit>(client: &Client<C>) -> Result<(), String> {
         if me == 1 {
             delays.sort();
             let median = delays[delays.len() / 2];
-            if median > Duration::from_millis(20) {
+            if median > Duration::from_secs(2) {
                 return Err(format!(
                     "wake-ups took {delays:?} (median {median:?}): wake does not end block"
                 ));

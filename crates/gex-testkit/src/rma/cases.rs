@@ -129,32 +129,69 @@ pub(super) fn contiguous<C: Conduit>(client: &Client<C>) -> R {
     finish(&mut r)
 }
 
+/// Sizes of `rma_large`: geometric from 0 to 16 MiB, most of them odd.
+const LARGE_SIZES: [usize; 10] = [
+    0,
+    1,
+    17,
+    301,
+    4099,
+    65_539,
+    (1 << 20) + 3,
+    (4 << 20) + 1,
+    (8 << 20) - 5,
+    16 << 20,
+];
+
 pub(super) fn large<C: Conduit>(client: &Client<C>) -> R {
     let mut r = setup(client)?;
     let (me, n) = (r.rank(), r.size());
     let seg = r.segment().len();
-    let dst = (me + 1) % n;
-    for (k, big) in [1usize << 20, 16 << 20].into_iter().enumerate() {
-        if big > seg {
+    let right = (me + 1) % n;
+    for (k, size) in LARGE_SIZES.into_iter().enumerate() {
+        let off = 3 + k % 5; // unaligned
+        if off + size > seg {
             continue;
         }
-        // Only rank 0 writes (to its right neighbour, or itself alone).
+        // Rank 0 writes to its right neighbour and to itself (one target alone);
+        // the completion mode rotates with the size.
+        let targets: Vec<u32> = if right == 0 { vec![0] } else { vec![right, 0] };
         if me == 0 {
-            let p = r.global_ptr::<u8>(EpAddr::rank(dst), 0);
-            let data = bytes(seed(0, dst, 77 + k as u64), big);
-            r.put(p, &data).map_err(e2s("large put"))?;
-            let ev = r.get_nb(vec![0u8; big], p).map_err(e2s("large get_nb"))?;
-            let back = r.wait(ev);
-            check_eq(&back, &data, &format!("{big}-byte round trip"))?;
+            for &t in &targets {
+                let p = r.global_ptr::<u8>(EpAddr::rank(t), off);
+                let data = bytes(seed(0, t, 77 + k as u64), size);
+                let what = format!("{size} bytes at offset {off} of rank {t}");
+                let back = match k % 3 {
+                    0 => {
+                        r.put(p, &data).map_err(e2s("large put"))?;
+                        let ev = r.get_nb(vec![0u8; size], p).map_err(e2s("large get_nb"))?;
+                        r.wait(ev)
+                    }
+                    1 => {
+                        r.put_nbi(p, &data).map_err(e2s("large put_nbi"))?;
+                        r.wait_syncnbi_puts();
+                        let mut back = vec![0u8; size];
+                        r.get(&mut back, p).map_err(e2s("large get"))?;
+                        back
+                    }
+                    _ => {
+                        let ev = r.put_nb(p, data.clone()).map_err(e2s("large put_nb"))?;
+                        let _ = r.wait(ev);
+                        let mut back = vec![0u8; size];
+                        // SAFETY: `back` is untouched until the sync returns.
+                        unsafe { r.get_nbi(&mut back, p) }.map_err(e2s("large get_nbi"))?;
+                        r.wait_syncnbi_gets();
+                        back
+                    }
+                };
+                check_eq(&back, &data, &format!("{what}: read back"))?;
+            }
         }
         r.barrier().map_err(e2s("barrier"))?;
-        if me == 1 % n {
-            let got = read_local(&r, 0, big)?;
-            check_eq(
-                &got,
-                &bytes(seed(0, me, 77 + k as u64), big),
-                "large put at the target",
-            )?;
+        if me == 0 || me == right {
+            let got = read_local(&r, off, size)?;
+            let want = bytes(seed(0, me, 77 + k as u64), size);
+            check_eq(&got, &want, &format!("{size}-byte put at the target {me}"))?;
         }
         r.barrier().map_err(e2s("barrier"))?;
     }

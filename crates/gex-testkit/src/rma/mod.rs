@@ -13,7 +13,7 @@
 //! | case | checks |
 //! |---|---|
 //! | `rma_contiguous` | blocking put/get, every rank to every rank (self included), sizes 0, 1, 7, 8, 4096, 65537, 1 MiB (as the slot allows), unaligned offsets; data checked at the target and read back |
-//! | `rma_large` | one 1 MiB and one 16 MiB put/get (if the segment allows) |
+//! | `rma_large` | sizes 0, 1, 17, 301, 4099, 65539, 1 MiB+3, 4 MiB+1, 8 MiB-5 and 16 MiB (as the segment allows) at unaligned offsets, from rank 0 to its right neighbour and to itself, blocking/NB/NBI in rotation; read back and checked by content at the target |
 //! | `rma_values_memset` | `put_val`/`get_val` for 1-, 2-, 4-, 8-byte types; `memset` of several lengths |
 //! | `rma_nb_events` | `put_nb` (buffer back at LC), `put_nb_copy`, `get_nb`, raw variants; `test`, `wait`, `wait_all`, `wait_some`; a forgotten get event |
 //! | `rma_nbi_regions` | NBI puts/gets/memsets with `wait_syncnbi_*`/`test_syncnbi_*`; access regions (and their nesting errors); overlapping NBI puts each synced: the last synced value is visible |
@@ -82,7 +82,11 @@ pub fn cases<C: Conduit>() -> Vec<Case<C>> {
             "blocking put/get, all pairs, many sizes and offsets",
             cases::contiguous::<C>,
         ),
-        c("rma_large", "1 MiB and 16 MiB transfers", cases::large::<C>),
+        c(
+            "rma_large",
+            "sizes 0..16 MiB, unaligned, to a neighbour and to itself",
+            cases::large::<C>,
+        ),
         c(
             "rma_values_memset",
             "put_val/get_val and memset",

@@ -120,6 +120,21 @@ pub struct SimConfig {
     /// Yield the CPU on a poll that found nothing deliverable and on back-pressure, so
     /// many rank threads on few cores still make progress quickly.
     pub yield_when_idle: bool,
+    /// A simulated NIC for native RMA
+    /// ([`Capabilities::NATIVE_RMA`](gex_core::Capabilities)): `native_put`/`native_get`
+    /// to peers on *other* simulated hosts answer `Pending`, and the initiator's thread
+    /// moves the bytes at a later poll (after `latency`, at least one poll); peers on
+    /// the same host answer `Unsupported`.
+    pub native_rma: bool,
+    /// Simulated NIC atomics ([`Capabilities::NATIVE_ATOMICS`](gex_core::Capabilities))
+    /// for every peer, this rank included, performed like native RMA at a later poll
+    /// of the initiator, as CPU atomics (sequentially consistent) on the target's
+    /// segment memory.
+    pub native_atomics: bool,
+    /// With `native_atomics`: the operations offered (`None`: all of them, bitwise
+    /// ones for integers only). Lets tests check that a domain whose op set is not
+    /// fully offered falls back to CPU atomics.
+    pub native_atomic_bases: Option<Vec<gex_core::spi::AtomicBase>>,
     /// A deliberate bug to inject (default: none). For testing tests.
     pub fault: Fault,
     /// Watchdog of [`run_sim`](super::run_sim) and bound of every bootstrap collective:
@@ -146,6 +161,9 @@ impl Default for SimConfig {
             np_in_place: true,
             deferred_lc: true,
             yield_when_idle: true,
+            native_rma: false,
+            native_atomics: false,
+            native_atomic_bases: None,
             fault: Fault::None,
             timeout: Duration::from_secs(60),
         }
@@ -207,6 +225,12 @@ impl SimConfig {
     /// Sets the number of ranks per simulated host (0: one host).
     pub fn ranks_per_host(mut self, n: u32) -> Self {
         self.ranks_per_host = n;
+        self
+    }
+    /// Switches the simulated NIC (native RMA and NIC atomics) on or off.
+    pub fn native(mut self, rma: bool, atomics: bool) -> Self {
+        self.native_rma = rma;
+        self.native_atomics = atomics;
         self
     }
     /// Sets the watchdog timeout.

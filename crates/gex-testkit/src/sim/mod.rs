@@ -49,17 +49,19 @@
 //! or its watchdog fires, so one failing rank ends the whole job promptly.
 
 mod config;
+mod nic;
 mod run;
 mod seg;
 
 pub use config::{Delay, Fault, SimConfig};
+pub use nic::NativeCounts;
 pub use run::{SimRunner, run_sim};
 
 use crate::rng::{SplitMix64, hash_words};
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{
-    Conduit, ConduitEp, Deliver, Incoming, JobLayout, OpenParams, OutMsg, OwnedInjected, Prepare,
-    ReplyTx,
+    AtomicBase, AtomicKind, Conduit, ConduitEp, Deliver, Incoming, JobLayout, Native, NativeAtomic,
+    OpenParams, OutMsg, OwnedInjected, Prepare, ReplyTx,
 };
 use gex_core::{
     AmError, Capabilities, Category, EpAddr, EpIndex, HandlerIndex, InitError, Injected, Kind,
@@ -453,6 +455,7 @@ impl Conduit for Sim {
                     prepared: false,
                     next_ticket: 1,
                     seen_wakes: 0,
+                    nic: nic::Nic::default(),
                 }
             })
             .collect();
@@ -472,6 +475,8 @@ pub struct SimEp {
     next_ticket: u64,
     /// `wakes` of this endpoint's slot when `block` last returned.
     seen_wakes: u64,
+    /// The simulated NIC (native RMA and atomics).
+    nic: nic::Nic,
 }
 
 fn lock_map<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -688,6 +693,50 @@ impl ReplyTx for Replier<'_> {
 }
 
 impl SimEp {
+    /// Native operations this endpoint's simulated NIC has performed.
+    pub fn native_counts(&self) -> NativeCounts {
+        self.nic.counts
+    }
+
+    /// Checks a native RMA target: `Ok(None)` when not offered for it (NIC off, same
+    /// host), else the address of `off..off+len` in its segment.
+    fn nic_rma_target(
+        &self,
+        dst: EpAddr,
+        off: usize,
+        len: usize,
+    ) -> Result<Option<*mut u8>, AmError> {
+        let fab = &*self.fabric;
+        fab.check_alive();
+        if !fab.cfg.native_rma {
+            return Ok(None);
+        }
+        let net = fab.net();
+        let gid = net
+            .gid(dst)
+            .ok_or_else(|| conduit_err(format!("core passed a bad destination {dst}")))?;
+        if same_host(net, self.me.rank, dst.rank) {
+            return Ok(None);
+        }
+        nic::at(&net.slots[gid].seg, off, len)
+            .map(Some)
+            .ok_or_else(|| {
+                conduit_err(format!(
+                    "native RMA of {len} bytes at {off} of {dst} is out of segment"
+                ))
+            })
+    }
+
+    fn nic_issue(&mut self, work: nic::Work) -> Native {
+        let fab = &*self.fabric;
+        let due_ns = if fab.timed {
+            fab.now_ns().saturating_add(fab.cfg.latency.nanos)
+        } else {
+            0
+        };
+        Native::Pending(self.nic.issue(work, fab.cfg.latency.polls, due_ns))
+    }
+
     fn back_off(&self) {
         if self.fabric.cfg.yield_when_idle {
             std::thread::yield_now();
@@ -709,7 +758,89 @@ impl ConduitEp for SimEp {
             Capabilities::BLOCKING_WAIT,
             cfg.blocking_wait || cfg.fault == Fault::FakeBlockingWait,
         );
+        c.set(Capabilities::NATIVE_RMA, cfg.native_rma);
+        c.set(Capabilities::NATIVE_ATOMICS, cfg.native_atomics);
         c
+    }
+
+    #[allow(unsafe_code)]
+    unsafe fn native_put(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<Native, AmError> {
+        let Some(to) = self.nic_rma_target(dst, offset, len)? else {
+            return Ok(Native::Unsupported);
+        };
+        if len == 0 {
+            return Ok(Native::Done);
+        }
+        Ok(self.nic_issue(nic::Work::Put { src, dst: to, len }))
+    }
+
+    #[allow(unsafe_code)]
+    unsafe fn native_get(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        out: *mut u8,
+        len: usize,
+    ) -> Result<Native, AmError> {
+        let Some(from) = self.nic_rma_target(dst, offset, len)? else {
+            return Ok(Native::Unsupported);
+        };
+        if len == 0 {
+            return Ok(Native::Done);
+        }
+        Ok(self.nic_issue(nic::Work::Get {
+            src: from,
+            dst: out,
+            len,
+        }))
+    }
+
+    fn native_atomic_supported(&self, kind: AtomicKind, base: AtomicBase, fetch: bool) -> bool {
+        let _ = fetch;
+        let cfg = &self.fabric.cfg;
+        cfg.native_atomics && nic::offers(cfg.native_atomic_bases.as_deref(), kind, base)
+    }
+
+    #[allow(unsafe_code)]
+    unsafe fn native_atomic(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        op: &NativeAtomic,
+        result: *mut u64,
+    ) -> Result<Native, AmError> {
+        let fab = &*self.fabric;
+        fab.check_alive();
+        if !self.native_atomic_supported(op.kind, op.base, op.fetch) {
+            return Ok(Native::Unsupported);
+        }
+        let net = fab.net();
+        let gid = net
+            .gid(dst)
+            .ok_or_else(|| conduit_err(format!("core passed a bad destination {dst}")))?;
+        let size = op.kind.size();
+        let word = nic::at(&net.slots[gid].seg, offset, size)
+            .filter(|p| *p as usize % size == 0)
+            .ok_or_else(|| {
+                conduit_err(format!(
+                    "native atomic at {offset} of {dst}: out of segment or misaligned"
+                ))
+            })?;
+        Ok(self.nic_issue(nic::Work::Atomic {
+            word,
+            op: *op,
+            result,
+        }))
+    }
+
+    fn native_test(&mut self, ticket: u64) -> bool {
+        self.nic.test(ticket)
     }
 
     fn limits(&self, dst: EpAddr) -> Limits {
@@ -874,6 +1005,7 @@ impl ConduitEp for SimEp {
                 },
             )
         };
+        let nic_done = self.nic.progress(if fab.timed { fab.now_ns() } else { 0 });
         let mut tx = Replier {
             fab,
             me: self.me,
@@ -919,7 +1051,7 @@ impl ConduitEp for SimEp {
                 lock_map(&net.slots[m.src_gid].completed).insert(t, m.payload);
             }
         }
-        if n == 0 {
+        if n == 0 && nic_done == 0 {
             self.back_off();
         }
         n
@@ -1012,7 +1144,8 @@ impl ConduitEp for SimEp {
 impl SimEp {
     fn block_inner(&mut self, timeout: Duration) {
         let fab = &*self.fabric;
-        if fab.dead.load(Ordering::Relaxed) {
+        if fab.dead.load(Ordering::Relaxed) || self.nic.busy() {
+            // Native operations complete in polls: do not sleep on them.
             return;
         }
         if !fab.cfg.blocking_wait || fab.cfg.fault == Fault::FakeBlockingWait {
