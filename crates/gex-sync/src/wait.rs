@@ -251,13 +251,14 @@ impl Doorbell {
     /// sleeper is announced, so a waiter that compares epochs across its own checks
     /// cannot miss it (for conditions that the doorbell's waiters do not check
     /// themselves, such as a flag in other shared memory).
+    ///
+    /// The epoch advances even when the waiter never sleeps (`may_block == false`):
+    /// such a waiter may still wait with a condition that compares epochs, yielding.
     pub fn wake(&self) {
-        if self.may_block.load(Ordering::Relaxed) {
-            self.word.fetch_add(1, Ordering::Release);
-            fence(Ordering::SeqCst);
-            if self.sleepers.load(Ordering::Acquire) != 0 {
-                self.futex_wake_all();
-            }
+        self.word.fetch_add(1, Ordering::Release);
+        fence(Ordering::SeqCst);
+        if self.sleepers.load(Ordering::Acquire) != 0 {
+            self.futex_wake_all();
         }
     }
 
