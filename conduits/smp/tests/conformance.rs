@@ -18,6 +18,7 @@ fn run(
         gex_boot::Role::Launcher(0) => Ok(()),
         gex_boot::Role::Launcher(code) => Err(format!("job exited with code {code}")),
         gex_boot::Role::Rank(boot) => {
+            conformance::rank_watchdog(job.test_path);
             let client = builder()
                 .segment_size(1 << 20)
                 .endpoints(job.endpoints)
