@@ -60,6 +60,8 @@ struct Collective {
 #[derive(Debug)]
 pub(crate) struct Coordinator {
     size: usize,
+    /// Host id of each rank, sent in WELCOME.
+    hosts: Vec<u32>,
     require_hello: bool,
     ranks: Vec<RankState>,
     pending: Option<Collective>,
@@ -114,6 +116,7 @@ impl Coordinator {
     pub(crate) fn new(size: usize, require_hello: bool) -> Self {
         Coordinator {
             size,
+            hosts: vec![0; size],
             require_hello,
             ranks: (0..size).map(|_| RankState::default()).collect(),
             pending: None,
@@ -121,6 +124,12 @@ impl Coordinator {
             first_nonzero: None,
             ended: None,
         }
+    }
+
+    /// Sets the host id of every rank (default: all 0, one host).
+    pub(crate) fn set_hosts(&mut self, hosts: Vec<u32>) {
+        debug_assert_eq!(hosts.len(), self.size);
+        self.hosts = hosts;
     }
 
     /// Records the process id of `rank` (for messages).
@@ -222,7 +231,7 @@ impl Coordinator {
                     out,
                     rank,
                     &ToRank::Welcome {
-                        hosts: vec![0; self.size],
+                        hosts: self.hosts.clone(),
                     },
                 )
             }
@@ -584,6 +593,20 @@ mod tests {
         assert!(e.message.unwrap().contains("a Rust panic exits with 101"));
         let (mut c, _) = job(2);
         assert_eq!(c.exited(1, Status::Code(0)).unwrap().code, 1);
+    }
+
+    #[test]
+    fn welcome_carries_the_host_ids() {
+        let mut c = Coordinator::new(4, false);
+        c.set_hosts(vec![0, 0, 1, 1]);
+        let mut out = Vec::new();
+        hello(&mut c, 2, &mut out);
+        assert_eq!(
+            decode(&out[0].1),
+            ToRank::Welcome {
+                hosts: vec![0, 0, 1, 1]
+            }
+        );
     }
 
     #[test]

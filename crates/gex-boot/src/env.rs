@@ -7,8 +7,8 @@
 //! | [`GEX_RANK`](RANK) | launcher | fork client | this process's rank, `0..GEX_SIZE` | required with `GEX_BOOT=fork` |
 //! | [`GEX_SIZE`](SIZE) | launcher | fork client | number of ranks in the job | required with `GEX_BOOT=fork` |
 //! | [`GEX_JOB_ID`](JOB_ID) | launcher | conduits (not gex-boot) | identifier unique to this job on this host, for naming job-wide resources | none |
-//! | [`GEX_LOCAL_RANK`](LOCAL_RANK) | launcher | conduits (not gex-boot) | rank among the ranks on this host (the fork launcher runs one host: equals `GEX_RANK`) | none |
-//! | [`GEX_LOCAL_SIZE`](LOCAL_SIZE) | launcher | conduits (not gex-boot) | number of ranks on this host (fork launcher: equals `GEX_SIZE`) | none |
+//! | [`GEX_LOCAL_RANK`](LOCAL_RANK) | launcher | conduits (not gex-boot) | rank among the ranks on this host (fork launcher: equals `GEX_RANK` unless `gex-run --hosts` / `JobSpec::hosts` names several hosts) | none |
+//! | [`GEX_LOCAL_SIZE`](LOCAL_SIZE) | launcher | conduits (not gex-boot) | number of ranks on this host (fork launcher: equals `GEX_SIZE` unless several hosts are named) | none |
 //! | [`GEX_CONDUIT`](CONDUIT) | `gex-run --conduit NAME` | the `gex` facade (not gex-boot) | conduit the ranks should open | the facade's default |
 //! | [`PMI_FD`] | `mpiexec` (Hydra) | [`from_env`](crate::from_env), PMI client | the rank's inherited socket to the PMI server | — |
 //! | [`PMI_PORT`] | `mpiexec -pmi-port`, other PMI-1 servers | [`from_env`](crate::from_env), PMI client | `host:port` of the PMI server (used when `PMI_FD` is not set) | — |

@@ -29,6 +29,45 @@
 //! children of the calling *thread*: `PR_SET_PDEATHSIG` fires when that thread
 //! ends, and `run_job` returns only after every rank has been reaped.
 //!
+//! # Several (simulated) hosts
+//!
+//! By default every rank runs on this host and gets host id 0. With
+//! [`JobSpec::hosts`] each rank is given a host *name*; ranks with the same name
+//! share a host. The launcher then:
+//!
+//! - numbers the distinct names in order of first appearance (`a,a,b,b` → host ids
+//!   `0,0,1,1`) and sends those ids in WELCOME, so a rank's
+//!   [`host_ids`](gex_core::boot::Bootstrap::host_ids) (and the client's
+//!   `JobLayout.host`) say which ranks share a host;
+//! - sets `GEX_LOCAL_RANK` / `GEX_LOCAL_SIZE` per host (rank among, and number of,
+//!   the ranks with the same name);
+//! - starts each rank through [`JobSpec::host_exec`], a command prefix in which
+//!   every `{host}` is replaced by the rank's host name: with the prefix
+//!   `ip netns exec {host}`, rank 2 of `a,a,b,b` runs as
+//!   `ip netns exec b prog args…`. The prefix must `exec` the program in the same
+//!   process (as `ip netns exec`, `env`, `nsenter`, `chroot` do): the rank keeps
+//!   its inherited bootstrap socket, its process group and its parent-death
+//!   signal. A prefix that forks and waits (`ssh`, `sudo` with `use_pty`) is not
+//!   supported: the socket to the launcher does not cross machines.
+//!
+//! Without a prefix the names only shape the host ids: that simulates a layout for
+//! tests while every process stays on this host. The bootstrap runs over
+//! socketpairs, which network namespaces do not affect, so the hosts can be
+//! network namespaces of this machine (see `docs/launching.md`).
+//!
+//! ```
+//! use gex_boot::launch::{run_job, JobSpec};
+//!
+//! // Ranks 0,1 on host "a", ranks 2,3 on host "b"; each rank checks that its prefix
+//! // ran (H) and its per-host local rank and size.
+//! let spec = JobSpec::new(4, "sh")
+//!     .args(["-c", r#"case "$GEX_RANK$H$GEX_LOCAL_RANK$GEX_LOCAL_SIZE" in 0a02|1a12|2b02|3b12) ;; *) exit 9;; esac"#])
+//!     .hosts(["a", "a", "b", "b"])
+//!     .host_exec(["env", "H={host}"]);
+//! assert_eq!(run_job(&spec)?, 0);
+//! # Ok::<(), gex_boot::launch::LaunchError>(())
+//! ```
+//!
 //! # Exit semantics
 //!
 //! | event | effect | job exit code |
@@ -69,7 +108,7 @@
 //! | `0x05` | rank → launcher | FINALIZE | `code:i32` | this rank finished cleanly and will exit with `code` |
 //! | `0x06` | rank → launcher | EXIT | `code:i32` | end the whole job with `code` |
 //! | `0x07` | rank → launcher | ABORT | `code:i32 msg…` | end the whole job with `code`, printing `msg` (UTF-8) |
-//! | `0x81` | launcher → rank | WELCOME | `n:u32 host:u32 × n` | reply to HELLO: one host id per rank (all 0: one host) |
+//! | `0x81` | launcher → rank | WELCOME | `n:u32 host:u32 × n` | reply to HELLO: one host id per rank (all 0 unless [`JobSpec::hosts`] is set) |
 //! | `0x82` | launcher → rank | EXCHANGED | `seq:u64 n:u32 blob × n` | result of all-gather `seq`, indexed by rank |
 //! | `0x83` | launcher → rank | BARRIER_DONE | `seq:u64` | barrier `seq` is complete |
 //! | `0x84` | launcher → rank | BCAST_DONE | `seq:u64 bytes…` | result of broadcast `seq`: the root's blob |
@@ -149,6 +188,13 @@ pub struct JobSpec {
     /// copies' own test-harness lines do not mix with the harness output of the test
     /// that launched them.
     pub stdout_to_stderr: bool,
+    /// Host name of each rank, one per rank (default empty: every rank on this
+    /// host, host id 0). See [several hosts](self#several-simulated-hosts).
+    pub hosts: Vec<String>,
+    /// Command prefix that starts a rank on its host, one word per element; every
+    /// `{host}` in a word is replaced by the rank's host name (default empty: the
+    /// program is started directly). Requires [`hosts`](Self::hosts).
+    pub host_exec: Vec<OsString>,
 }
 
 impl JobSpec {
@@ -162,6 +208,8 @@ impl JobSpec {
             forward_signals: false,
             require_hello: false,
             stdout_to_stderr: false,
+            hosts: Vec::new(),
+            host_exec: Vec::new(),
         }
     }
     /// Appends one argument.
@@ -198,6 +246,167 @@ impl JobSpec {
         self.stdout_to_stderr = yes;
         self
     }
+    /// Sets [`hosts`](Self::hosts): the host name of each rank.
+    pub fn hosts<I, S>(mut self, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.hosts = hosts.into_iter().map(Into::into).collect();
+        self
+    }
+    /// Sets [`host_exec`](Self::host_exec): the command prefix, one word per item.
+    pub fn host_exec<I, S>(mut self, words: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.host_exec = words.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
+/// Parses a host list as `gex-run --hosts` takes it: comma-separated host names,
+/// each optionally followed by `*COUNT` for `COUNT` consecutive ranks on that host.
+///
+/// ```
+/// use gex_boot::launch::parse_hosts;
+/// assert_eq!(parse_hosts("a,a,b").unwrap(), ["a", "a", "b"]);
+/// assert_eq!(parse_hosts("ns1*2,ns2*2").unwrap(), ["ns1", "ns1", "ns2", "ns2"]);
+/// assert!(parse_hosts("a,,b").is_err());
+/// ```
+///
+/// # Errors
+/// [`LaunchError::Hosts`] for an empty name, a name with whitespace or `{`/`}`, or
+/// a `COUNT` that is not a positive number.
+pub fn parse_hosts(list: &str) -> Result<Vec<String>, LaunchError> {
+    let mut hosts = Vec::new();
+    for item in list.split(',') {
+        let (name, count) = match item.rsplit_once('*') {
+            Some((name, count)) => match count.parse::<usize>() {
+                Ok(c) if c > 0 => (name, c),
+                _ => {
+                    return Err(LaunchError::Hosts(format!(
+                        "`{item}` in the host list: the count after `*` must be a positive number"
+                    )));
+                }
+            },
+            None => (item, 1),
+        };
+        check_host_name(name)?;
+        hosts.extend(std::iter::repeat_n(name.to_string(), count));
+    }
+    Ok(hosts)
+}
+
+fn check_host_name(name: &str) -> Result<(), LaunchError> {
+    if name.is_empty() {
+        return Err(LaunchError::Hosts(
+            "empty host name in the host list".into(),
+        ));
+    }
+    if name
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '{' | '}' | ',' | '*'))
+    {
+        return Err(LaunchError::Hosts(format!(
+            "host name {name:?} contains whitespace, a control character or one of `{{}},*`"
+        )));
+    }
+    Ok(())
+}
+
+/// Splits a `gex-run --host-exec` command prefix into words at whitespace (no
+/// quoting: a word cannot contain a space).
+///
+/// ```
+/// use gex_boot::launch::parse_host_exec;
+/// assert_eq!(parse_host_exec("ip netns exec {host}"), ["ip", "netns", "exec", "{host}"]);
+/// ```
+pub fn parse_host_exec(prefix: &str) -> Vec<OsString> {
+    prefix.split_whitespace().map(OsString::from).collect()
+}
+
+/// Where each rank runs: host id, rank on its host and number of ranks on its host.
+#[derive(Debug, PartialEq, Eq)]
+struct HostMap {
+    ids: Vec<u32>,
+    local_rank: Vec<usize>,
+    local_size: Vec<usize>,
+}
+
+impl HostMap {
+    /// Checks `spec`'s hosts and numbers them in order of first appearance.
+    fn new(spec: &JobSpec) -> Result<HostMap, LaunchError> {
+        let n = spec.ranks as usize;
+        if spec.hosts.is_empty() {
+            if !spec.host_exec.is_empty() {
+                return Err(LaunchError::Hosts(
+                    "a host command prefix (host_exec, --host-exec) needs a host list (hosts, --hosts)".into(),
+                ));
+            }
+            return Ok(HostMap {
+                ids: vec![0; n],
+                local_rank: (0..n).collect(),
+                local_size: vec![n; n],
+            });
+        }
+        if spec.hosts.len() != n {
+            return Err(LaunchError::Hosts(format!(
+                "the host list names {} hosts for {n} ranks (one host per rank)",
+                spec.hosts.len()
+            )));
+        }
+        let mut names: Vec<&str> = Vec::new();
+        let mut ids = Vec::with_capacity(n);
+        let mut local_rank = Vec::with_capacity(n);
+        for h in &spec.hosts {
+            check_host_name(h)?;
+            let id = match names.iter().position(|x| x == h) {
+                Some(i) => i,
+                None => {
+                    names.push(h);
+                    names.len() - 1
+                }
+            };
+            local_rank.push(ids.iter().filter(|&&x| x == id).count());
+            ids.push(id);
+        }
+        let local_size = ids
+            .iter()
+            .map(|&id| ids.iter().filter(|&&x| x == id).count())
+            .collect();
+        let ids = ids
+            .into_iter()
+            .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
+            .collect();
+        Ok(HostMap {
+            ids,
+            local_rank,
+            local_size,
+        })
+    }
+}
+
+/// The command that starts `rank`: `program args…`, behind the host prefix if any.
+fn rank_command(spec: &JobSpec, rank: usize) -> Command {
+    let Some((first, rest)) = spec.host_exec.split_first() else {
+        let mut cmd = Command::new(&spec.program);
+        cmd.args(&spec.args);
+        return cmd;
+    };
+    let host = &spec.hosts[rank];
+    let subst = |w: &OsString| -> OsString {
+        match w.to_str() {
+            Some(s) if s.contains("{host}") => s.replace("{host}", host).into(),
+            _ => w.clone(),
+        }
+    };
+    let mut cmd = Command::new(subst(first));
+    cmd.args(rest.iter().map(subst))
+        .arg(&spec.program)
+        .args(&spec.args);
+    cmd
 }
 
 /// Errors that prevent a job from running (a job that runs and fails is not an
@@ -230,6 +439,10 @@ pub enum LaunchError {
         #[source]
         source: io::Error,
     },
+    /// The host list or the host command prefix is malformed (`gex-run` exits
+    /// with 2).
+    #[error("{0}")]
+    Hosts(String),
     /// This process is a rank and its bootstrap could not be created.
     #[error(transparent)]
     Boot(#[from] BootError),
@@ -322,7 +535,8 @@ struct Job {
 /// ```
 ///
 /// # Errors
-/// [`LaunchError::NoRanks`] for `ranks == 0`; [`LaunchError::Spawn`] if the
+/// [`LaunchError::NoRanks`] for `ranks == 0`; [`LaunchError::Hosts`] for a host
+/// list that does not give one valid name per rank; [`LaunchError::Spawn`] if the
 /// program cannot be executed (ranks already started are killed);
 /// [`LaunchError::Io`] if a system call of the launcher fails (ranks are killed).
 pub fn run_job(spec: &JobSpec) -> Result<i32, LaunchError> {
@@ -337,6 +551,7 @@ pub fn run_job(spec: &JobSpec) -> Result<i32, LaunchError> {
     } else {
         None
     };
+    let hosts = HostMap::new(spec)?;
     let n = spec.ranks as usize;
     let me = rustix::process::getpid();
     let nanos = SystemTime::now()
@@ -349,6 +564,7 @@ pub fn run_job(spec: &JobSpec) -> Result<i32, LaunchError> {
         coord: Coordinator::new(n, spec.require_hello),
         kill_at: None,
     };
+    job.coord.set_hosts(hosts.ids.clone());
     for rank in 0..n {
         let (mine, theirs) = rustix::net::socketpair(
             AddressFamily::UNIX,
@@ -358,16 +574,15 @@ pub fn run_job(spec: &JobSpec) -> Result<i32, LaunchError> {
         )
         .map_err(io_err("creating a socketpair"))?;
         let theirs = Arc::new(theirs);
-        let mut cmd = Command::new(&spec.program);
-        cmd.args(&spec.args)
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        let mut cmd = rank_command(spec, rank);
+        cmd.envs(spec.env.iter().map(|(k, v)| (k, v)))
             .env(env::BOOT, env::BOOT_FORK)
             .env(env::BOOT_FD, theirs.as_raw_fd().to_string())
             .env(env::RANK, rank.to_string())
             .env(env::SIZE, n.to_string())
             .env(env::JOB_ID, &job_id)
-            .env(env::LOCAL_RANK, rank.to_string())
-            .env(env::LOCAL_SIZE, n.to_string())
+            .env(env::LOCAL_RANK, hosts.local_rank[rank].to_string())
+            .env(env::LOCAL_SIZE, hosts.local_size[rank].to_string())
             .process_group(0);
         if spec.stdout_to_stderr {
             let err = std::io::stderr()
@@ -381,7 +596,7 @@ pub fn run_job(spec: &JobSpec) -> Result<i32, LaunchError> {
         }
         let child =
             child::spawn_rank(&mut cmd, &theirs, me).map_err(|source| LaunchError::Spawn {
-                program: spec.program.clone(),
+                program: cmd.get_program().into(),
                 source,
             })?;
         // Close the launcher's copies of the rank's end (the hook holds one).
@@ -642,5 +857,76 @@ impl Job {
             }
             r.signal_group(sig);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_lists_parse() {
+        assert_eq!(parse_hosts("a").unwrap(), ["a"]);
+        assert_eq!(parse_hosts("a*3,b").unwrap(), ["a", "a", "a", "b"]);
+        assert_eq!(parse_hosts("b,a,b").unwrap(), ["b", "a", "b"]);
+        for bad in [
+            "", "a,", ",a", "a*0", "a*x", "a*", "*2", "a b", "{host}", "a**2",
+        ] {
+            let e = parse_hosts(bad).expect_err(bad);
+            assert!(matches!(e, LaunchError::Hosts(_)), "{bad}: {e}");
+        }
+        assert_eq!(
+            parse_host_exec("  ip netns  exec {host} "),
+            ["ip", "netns", "exec", "{host}"]
+        );
+        assert!(parse_host_exec("  ").is_empty());
+    }
+
+    #[test]
+    fn host_ids_follow_first_appearance() {
+        let spec = JobSpec::new(5, "x").hosts(["b", "a", "b", "c", "a"]);
+        assert_eq!(
+            HostMap::new(&spec).unwrap(),
+            HostMap {
+                ids: vec![0, 1, 0, 2, 1],
+                local_rank: vec![0, 0, 1, 0, 1],
+                local_size: vec![2, 2, 2, 1, 2],
+            }
+        );
+        let one = HostMap::new(&JobSpec::new(3, "x")).unwrap();
+        assert_eq!(one.ids, [0, 0, 0]);
+        assert_eq!(one.local_rank, [0, 1, 2]);
+        assert_eq!(one.local_size, [3, 3, 3]);
+    }
+
+    #[test]
+    fn bad_host_specs_are_refused() {
+        let e = HostMap::new(&JobSpec::new(3, "x").hosts(["a", "b"])).unwrap_err();
+        assert!(e.to_string().contains("2 hosts for 3 ranks"), "{e}");
+        let e = HostMap::new(&JobSpec::new(1, "x").host_exec(["env"])).unwrap_err();
+        assert!(e.to_string().contains("needs a host list"), "{e}");
+        let e = HostMap::new(&JobSpec::new(1, "x").hosts([""])).unwrap_err();
+        assert!(e.to_string().contains("empty host name"), "{e}");
+        let e = run_job(&JobSpec::new(2, "true").hosts(["a"])).unwrap_err();
+        assert!(matches!(e, LaunchError::Hosts(_)), "{e}");
+    }
+
+    #[test]
+    fn prefix_words_get_the_host_name() {
+        let spec = JobSpec::new(2, "prog")
+            .arg("x{host}")
+            .hosts(["n1", "n2"])
+            .host_exec(["ip", "netns", "exec", "{host}", "--opt={host}.{host}"]);
+        let cmd = rank_command(&spec, 1);
+        assert_eq!(cmd.get_program(), "ip");
+        let args: Vec<_> = cmd.get_args().collect();
+        // The program's own arguments are not substituted.
+        assert_eq!(
+            args,
+            ["netns", "exec", "n2", "--opt=n2.n2", "prog", "x{host}"]
+        );
+        let cmd = rank_command(&JobSpec::new(1, "prog").arg("a"), 0);
+        assert_eq!(cmd.get_program(), "prog");
+        assert_eq!(cmd.get_args().collect::<Vec<_>>(), ["a"]);
     }
 }

@@ -10,7 +10,8 @@
 //!   anonymous socketpairs, and ends the job as a unit: when any rank fails, exits
 //!   or aborts, every other rank is terminated within about a second and the job's
 //!   exit code says what happened. The `gex-run` binary is a thin command line over
-//!   it: `gex-run -n N [--conduit NAME] [--] prog args…`.
+//!   it: `gex-run -n N [--conduit NAME] [--hosts LIST [--host-exec PREFIX]] [--]
+//!   prog args…`.
 //! - [`from_env`]: the **rank side**. It reads [`GEX_BOOT`](env::BOOT) and the
 //!   PMI variables and returns the matching [`Bootstrap`]: the fork client
 //!   ([`fork::ForkClient`]) under the fork launcher, the PMI-1 client
@@ -27,9 +28,12 @@
 //!
 //! # What it does not do (yet)
 //!
-//! - Multi-host jobs with its own launcher. The fork launcher runs every rank on
-//!   the local host (every host id is 0); for several hosts, start the job with
-//!   `mpiexec` or `srun` (the PMI-1 client reports their host layout).
+//! - Multi-host jobs across machines with its own launcher. The fork launcher runs
+//!   every rank on the local host; it can give ranks distinct host ids and start
+//!   them through a prefix such as `ip netns exec {host}` (simulated hosts: network
+//!   namespaces of this machine, see [`launch`](launch#several-simulated-hosts)),
+//!   but not over `ssh`. For several machines, start the job with `mpiexec` or
+//!   `srun` (the PMI-1 client reports their host layout).
 //! - PMIx (Open MPI's `mpirun`/`prterun`, `srun --mpi=pmix`): comes in a later
 //!   issue. Under those launchers a process sees neither `GEX_BOOT` nor the PMI-1
 //!   variables and runs as a singleton.
@@ -141,7 +145,12 @@ fn is_rank() -> bool {
     env::boot().is_some() || env::pmi_present()
 }
 
-fn self_job(ranks: u32, args: Vec<OsString>, quiet_stdout: bool) -> Result<Role, LaunchError> {
+fn self_job(
+    ranks: u32,
+    args: Vec<OsString>,
+    quiet_stdout: bool,
+    configure: impl FnOnce(JobSpec) -> JobSpec,
+) -> Result<Role, LaunchError> {
     if is_rank() {
         // A rank never launches again, whatever it was asked: this is what
         // prevents a self-launching program from recursing.
@@ -152,7 +161,7 @@ fn self_job(ranks: u32, args: Vec<OsString>, quiet_stdout: bool) -> Result<Role,
         .args(args)
         .require_hello(true)
         .stdout_to_stderr(quiet_stdout);
-    launch::run_job(&spec).map(Role::Launcher)
+    launch::run_job(&configure(spec)).map(Role::Launcher)
 }
 
 /// Runs this executable as a job of `ranks` ranks.
@@ -186,7 +195,7 @@ fn self_job(ranks: u32, args: Vec<OsString>, quiet_stdout: bool) -> Result<Role,
 /// As for [`launch::run_job`]; in a rank, [`LaunchError::Boot`] if its bootstrap
 /// cannot be created.
 pub fn spawn_self(ranks: u32) -> Result<Role, LaunchError> {
-    self_job(ranks, std::env::args_os().skip(1).collect(), false)
+    self_job(ranks, std::env::args_os().skip(1).collect(), false, |s| s)
 }
 
 /// [`spawn_self`] for use inside a `#[test]` function of a libtest harness.
@@ -216,9 +225,41 @@ pub fn spawn_self(ranks: u32) -> Result<Role, LaunchError> {
 /// # Errors
 /// As for [`spawn_self`].
 pub fn spawn_self_test(ranks: u32, test_path: &str) -> Result<Role, LaunchError> {
+    spawn_self_test_with(ranks, test_path, |s| s)
+}
+
+/// [`spawn_self_test`] with a say in the job: in the launching process, `configure`
+/// receives the [`JobSpec`] about to run and returns the one to run (to add
+/// [`hosts`](JobSpec::hosts), a [`host_exec`](JobSpec::host_exec) prefix or
+/// environment variables). In a rank, `configure` is not called.
+///
+/// ```no_run
+/// use gex_boot::{spawn_self_test_with, Role};
+/// use gex_core::boot::Bootstrap;
+///
+/// #[test]
+/// fn two_hosts() {
+///     let job = spawn_self_test_with(4, "two_hosts", |s| s.hosts(["a", "a", "b", "b"]));
+///     match job.unwrap() {
+///         Role::Launcher(code) => assert_eq!(code, 0),
+///         Role::Rank(mut boot) => {
+///             assert_eq!(boot.host_ids(), [0, 0, 1, 1]);
+///             boot.finalize(0).unwrap();
+///         }
+///     }
+/// }
+/// ```
+///
+/// # Errors
+/// As for [`spawn_self`].
+pub fn spawn_self_test_with(
+    ranks: u32,
+    test_path: &str,
+    configure: impl FnOnce(JobSpec) -> JobSpec,
+) -> Result<Role, LaunchError> {
     let args = [test_path, "--exact", "--nocapture", "--test-threads=1"]
         .into_iter()
         .map(OsString::from)
         .collect();
-    self_job(ranks, args, true)
+    self_job(ranks, args, true, configure)
 }

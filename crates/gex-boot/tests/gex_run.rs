@@ -159,6 +159,88 @@ fn a_rank_killed_by_sigkill_ends_the_job() {
     }
 }
 
+/// `--hosts` sets the per-host local rank and size, `--host-exec` starts each rank
+/// through its prefix with `{host}` replaced (host ids in WELCOME: tests/self_launch.rs).
+#[test]
+fn hosts_and_host_exec_prefix() {
+    let script = r#"
+        case "$GEX_RANK:$GEX_TEST_HOST:$GEX_LOCAL_RANK:$GEX_LOCAL_SIZE:$1" in
+            0:a:0:2:-x|1:a:1:2:-x|2:b:0:1:-x|3:c:0:1:-x) exit 0 ;;
+            *) echo "unexpected $GEX_RANK:$GEX_TEST_HOST:$GEX_LOCAL_RANK:$GEX_LOCAL_SIZE:$1" >&2; exit 9 ;;
+        esac
+    "#;
+    let (out, _) = gex_run(&[
+        "-n",
+        "4",
+        "--hosts",
+        "a*2,b,c",
+        "--host-exec",
+        "env GEX_TEST_HOST={host}",
+        "--",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        "-x",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Without a prefix the names still shape GEX_LOCAL_*.
+    let (out, _) = gex_run(&[
+        "-n",
+        "3",
+        "--hosts",
+        "p,q,p",
+        "sh",
+        "-c",
+        r#"case "$GEX_RANK:$GEX_LOCAL_RANK:$GEX_LOCAL_SIZE" in 0:0:2|1:0:1|2:1:2) exit 0 ;; *) exit 9 ;; esac"#,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn bad_host_lists_are_usage_errors() {
+    for (args, want) in [
+        (
+            &["-n", "3", "--hosts", "a,b", "true"][..],
+            "2 hosts for 3 ranks",
+        ),
+        (&["-n", "2", "--hosts", "a,", "true"][..], "empty host name"),
+        (
+            &["-n", "2", "--hosts", "a*x", "true"][..],
+            "positive number",
+        ),
+        (&["-n", "2", "--host-exec", "env", "true"][..], "--hosts"),
+        (
+            &["-n", "1", "--hosts", "a", "--host-exec", " ", "true"][..],
+            "empty command prefix",
+        ),
+    ] {
+        let (out, _) = gex_run(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn missing_host_prefix_program_exits_127() {
+    let (out, _) = gex_run(&[
+        "-n",
+        "2",
+        "--hosts",
+        "a,b",
+        "--host-exec",
+        "gex-boot-no-such-prefix {host}",
+        "true",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(127), "{err}");
+    assert!(
+        err.contains("cannot execute gex-boot-no-such-prefix"),
+        "{err}"
+    );
+}
+
 #[test]
 fn zero_ranks_is_a_usage_error() {
     let (out, _) = gex_run(&["-n", "0", "true"]);

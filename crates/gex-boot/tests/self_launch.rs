@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use gex_boot::{Role, spawn_self_test};
+use gex_boot::{Role, spawn_self_test, spawn_self_test_with};
 
 /// In a rank: end the process if the launcher has not ended the job in time, so a
 /// broken launcher makes the test fail instead of hang.
@@ -66,6 +66,35 @@ fn four_ranks_exchange_barrier_broadcast() {
             let want: Vec<Vec<u8>> = (0..4).map(|r| format!("again {r}").into_bytes()).collect();
             assert_eq!(all, want);
             boot.barrier().unwrap();
+            boot.finalize(0).unwrap();
+        }
+    }
+}
+
+/// Host names given to the launcher reach the ranks as host ids (WELCOME), and every
+/// rank was started through the host prefix with its own host name.
+#[test]
+fn hosts_reach_the_ranks() {
+    let job = spawn_self_test_with(4, "hosts_reach_the_ranks", |s| {
+        s.hosts(["x", "y", "x", "y"])
+            .host_exec(["env", "GEX_TEST_HOST=host-{host}"])
+    });
+    match job.unwrap() {
+        Role::Launcher(code) => assert_eq!(code, 0),
+        Role::Rank(mut boot) => {
+            watchdog();
+            let rank = boot.rank();
+            assert_eq!(boot.host_ids(), &[0, 1, 0, 1]);
+            let host = if rank % 2 == 0 { "host-x" } else { "host-y" };
+            assert_eq!(std::env::var("GEX_TEST_HOST").unwrap(), host);
+            assert_eq!(
+                std::env::var("GEX_LOCAL_RANK").unwrap(),
+                (rank / 2).to_string()
+            );
+            assert_eq!(std::env::var("GEX_LOCAL_SIZE").unwrap(), "2");
+            // The prefix exec'd the rank in place: its parent is still the launcher.
+            let launcher = boot.broadcast(0, &parent_pid().to_le_bytes()).unwrap();
+            assert_eq!(launcher, parent_pid().to_le_bytes());
             boot.finalize(0).unwrap();
         }
     }

@@ -1,8 +1,13 @@
 //! `gex-run`: run a gex job of `N` ranks on this host.
 //!
 //! ```text
-//! gex-run -n N [--conduit NAME] [--] prog args…
+//! gex-run -n N [--conduit NAME] [--hosts LIST [--host-exec PREFIX]] [--] prog args…
 //! ```
+//!
+//! `--hosts a,a,b,b` (or `a*2,b*2`) puts each rank on a named host: ranks with the
+//! same name share a host id. `--host-exec 'ip netns exec {host}'` starts each rank
+//! through that prefix, `{host}` replaced by its host name (see
+//! `gex_boot::launch`, "Several hosts").
 //!
 //! Exits with the job's exit code (see `gex_boot::launch` for how it is
 //! computed), 127 if `prog` cannot be executed, 2 for a usage error and 1 if the
@@ -12,7 +17,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::Parser;
-use gex_boot::launch::{JobSpec, LaunchError, run_job};
+use gex_boot::launch::{JobSpec, LaunchError, parse_host_exec, parse_hosts, run_job};
 
 /// Run a gex job of N ranks of PROG on this host.
 ///
@@ -29,6 +34,15 @@ struct Args {
     /// Conduit the ranks should use (sets GEX_CONDUIT=NAME).
     #[arg(long, value_name = "NAME")]
     conduit: Option<OsString>,
+    /// Host of each rank, comma-separated (NAME or NAME*COUNT); ranks with the same
+    /// name share a host id. Must name exactly N ranks.
+    #[arg(long, value_name = "LIST")]
+    hosts: Option<String>,
+    /// Command prefix that starts a rank on its host; every `{host}` is replaced
+    /// by the rank's host name; split at whitespace (e.g. 'ip netns exec {host}').
+    /// Needs --hosts.
+    #[arg(long, value_name = "PREFIX", requires = "hosts")]
+    host_exec: Option<String>,
     /// The program to run, and its arguments.
     #[arg(
         value_name = "PROG",
@@ -60,13 +74,30 @@ fn main() -> ExitCode {
     if let Some(conduit) = args.conduit {
         spec = spec.env(gex_boot::env::CONDUIT, conduit);
     }
+    if let Some(list) = &args.hosts {
+        match parse_hosts(list) {
+            Ok(hosts) => spec = spec.hosts(hosts),
+            Err(e) => {
+                eprintln!("gex-run: --hosts: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Some(prefix) = &args.host_exec {
+        let words = parse_host_exec(prefix);
+        if words.is_empty() {
+            eprintln!("gex-run: --host-exec: empty command prefix");
+            return ExitCode::from(2);
+        }
+        spec = spec.host_exec(words);
+    }
     match run_job(&spec) {
         Ok(code) => exit_code(code),
         Err(e @ LaunchError::Spawn { .. }) => {
             eprintln!("gex-run: {e}");
             ExitCode::from(127)
         }
-        Err(e @ LaunchError::NoRanks) => {
+        Err(e @ (LaunchError::NoRanks | LaunchError::Hosts(_))) => {
             eprintln!("gex-run: {e}");
             ExitCode::from(2)
         }
