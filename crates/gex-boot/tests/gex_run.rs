@@ -164,9 +164,9 @@ fn a_rank_killed_by_sigkill_ends_the_job() {
 #[test]
 fn hosts_and_host_exec_prefix() {
     let script = r#"
-        case "$GEX_RANK:$GEX_TEST_HOST:$GEX_LOCAL_RANK:$GEX_LOCAL_SIZE:$1" in
+        case "$GEX_RANK:$BOOT_TEST_HOST:$GEX_LOCAL_RANK:$GEX_LOCAL_SIZE:$1" in
             0:a:0:2:-x|1:a:1:2:-x|2:b:0:1:-x|3:c:0:1:-x) exit 0 ;;
-            *) echo "unexpected $GEX_RANK:$GEX_TEST_HOST:$GEX_LOCAL_RANK:$GEX_LOCAL_SIZE:$1" >&2; exit 9 ;;
+            *) echo "unexpected $GEX_RANK:$BOOT_TEST_HOST:$GEX_LOCAL_RANK:$GEX_LOCAL_SIZE:$1" >&2; exit 9 ;;
         esac
     "#;
     let (out, _) = gex_run(&[
@@ -175,7 +175,7 @@ fn hosts_and_host_exec_prefix() {
         "--hosts",
         "a*2,b,c",
         "--host-exec",
-        "env GEX_TEST_HOST={host}",
+        "env BOOT_TEST_HOST={host}",
         "--",
         "sh",
         "-c",

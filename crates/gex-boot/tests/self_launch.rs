@@ -77,7 +77,7 @@ fn four_ranks_exchange_barrier_broadcast() {
 fn hosts_reach_the_ranks() {
     let job = spawn_self_test_with(4, "hosts_reach_the_ranks", |s| {
         s.hosts(["x", "y", "x", "y"])
-            .host_exec(["env", "GEX_TEST_HOST=host-{host}"])
+            .host_exec(["env", "BOOT_TEST_HOST=host-{host}"])
     });
     match job.unwrap() {
         Role::Launcher(code) => assert_eq!(code, 0),
@@ -86,7 +86,7 @@ fn hosts_reach_the_ranks() {
             let rank = boot.rank();
             assert_eq!(boot.host_ids(), &[0, 1, 0, 1]);
             let host = if rank % 2 == 0 { "host-x" } else { "host-y" };
-            assert_eq!(std::env::var("GEX_TEST_HOST").unwrap(), host);
+            assert_eq!(std::env::var("BOOT_TEST_HOST").unwrap(), host);
             assert_eq!(
                 std::env::var("GEX_LOCAL_RANK").unwrap(),
                 (rank / 2).to_string()

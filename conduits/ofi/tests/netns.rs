@@ -1,0 +1,319 @@
+//! Multi-host conformance on one machine (issue 5, point 7): two network namespaces
+//! joined by a veth pair stand for two hosts, and a 4-rank job with 2 ranks in each
+//! namespace runs the core AM conformance suite over libfabric's `tcp;ofi_rxm`.
+//!
+//! Every test (one per conformance case) makes its own pair, named after this process
+//! and a counter so that parallel tests and parallel runs never clash:
+//!
+//! | namespace | veth end | address |
+//! |---|---|---|
+//! | `gexns<pid>_<n>a` | `gxv<pid>_<n>a` | 10.77.0.1/24 |
+//! | `gexns<pid>_<n>b` | `gxv<pid>_<n>b` | 10.77.0.2/24 |
+//!
+//! with `lo` up in each and no IPv6 address on the veth (`addrgenmode none`). Both veth
+//! ends are created directly inside their namespaces, so nothing is ever added to the
+//! machine's own network namespace; the test waits until both ends have carrier, since
+//! libfabric's tcp provider does not offer an interface that is not running yet. The job runs
+//! through `gex_boot`'s host list: ranks 0 and 1 on the first namespace, ranks 2 and 3
+//! on the second, each started as `ip netns exec <namespace> <this test binary> …`.
+//! Each rank checks that the conduit opened the veth's domain (fabric `10.77.0.0/24`,
+//! not `lo`), so traffic between ranks in different namespaces crosses the veth pair;
+//! after the job the launcher checks that both veth ends sent packets.
+//! A guard deletes both namespaces (which deletes the veth pair) when the test ends,
+//! whether it passed or panicked, and the test then checks that they are gone. Before
+//! making its pair, a test deletes `gexns<pid>_*` namespaces whose process no longer
+//! exists (left by a run killed before its guard could run).
+//!
+//! Needs root (`CAP_SYS_ADMIN` and `CAP_NET_ADMIN`) and iproute2's `ip`. Without them
+//! every test fails with a message saying so, unless `GEX_SKIP_NETNS=1` is set: the
+//! tests then pass after printing why they did not run.
+//!
+//! Exclusions: none.
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use gex_conduit_ofi::Ofi;
+use gex_core::{ClientBuilder, Config};
+use gex_testkit::conformance::{self, Case, Job};
+
+/// Subnet of the veth pair, as libfabric's tcp provider names the fabric.
+const FABRIC: &str = "10.77.0.0/24";
+const ADDR: [&str; 2] = ["10.77.0.1/24", "10.77.0.2/24"];
+
+/// Longest one case may run on one rank.
+const CASE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Runs `ip args…`, returning its stderr on failure.
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run `ip {}`: {e}", args.join(" ")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`ip {}` failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Why network namespaces cannot be made here, if they cannot.
+fn unavailable() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or("?");
+    if euid != "0" {
+        return Some(format!(
+            "the network-namespace tests need root (effective uid is {euid})"
+        ));
+    }
+    match Command::new("ip").arg("-V").output() {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => Some(format!("`ip -V` failed ({})", o.status)),
+        Err(e) => Some(format!(
+            "the network-namespace tests need iproute2's `ip` command: {e}"
+        )),
+    }
+}
+
+/// Two network namespaces joined by a veth pair; dropping it deletes them.
+struct NetnsPair {
+    /// The namespaces made so far (deleted on drop).
+    names: Vec<String>,
+    /// The veth end in each namespace.
+    veth: [String; 2],
+}
+
+impl NetnsPair {
+    fn new() -> Result<NetnsPair, String> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let tag = format!(
+            "{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        sweep_stale();
+        let ns = [format!("gexns{tag}a"), format!("gexns{tag}b")];
+        let veth = [format!("gxv{tag}a"), format!("gxv{tag}b")];
+        let mut pair = NetnsPair {
+            names: Vec::new(),
+            veth: veth.clone(),
+        };
+        for n in &ns {
+            ip(&["netns", "add", n])?;
+            pair.names.push(n.clone());
+        }
+        ip(&[
+            "link", "add", &veth[0], "netns", &ns[0], "type", "veth", "peer", "name", &veth[1],
+            "netns", &ns[1],
+        ])?;
+        for i in 0..2 {
+            // No IPv6 link-local address: nothing but the job's IPv4 traffic (and its
+            // ARP) crosses the pair, so its packet counters prove the job used it.
+            ip(&["-n", &ns[i], "link", "set", &veth[i], "addrgenmode", "none"])?;
+            ip(&["-n", &ns[i], "addr", "add", ADDR[i], "dev", &veth[i]])?;
+            ip(&["-n", &ns[i], "link", "set", "lo", "up"])?;
+            ip(&["-n", &ns[i], "link", "set", &veth[i], "up"])?;
+        }
+        // The kernel reports carrier (IFF_RUNNING) on the veth ends asynchronously (up
+        // to a second later), and libfabric's tcp provider offers only running
+        // interfaces: a rank started before would see only `lo`.
+        for i in 0..2 {
+            wait_running(&ns[i], &veth[i])?;
+        }
+        Ok(pair)
+    }
+}
+
+/// Packets sent by `dev` in namespace `ns`.
+fn tx_packets(ns: &str, dev: &str) -> Result<u64, String> {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-j", "-s", "link", "show", "dev", dev])
+        .output()
+        .map_err(|e| format!("cannot run ip: {e}"))?;
+    let json = String::from_utf8_lossy(&out.stdout);
+    let tx = json
+        .split_once("\"tx\":{")
+        .and_then(|(_, t)| t.split_once("\"packets\":"))
+        .map(|(_, t)| {
+            t.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .and_then(|n| n.parse().ok());
+    tx.ok_or_else(|| format!("no tx packet count for {dev} in {ns}: {json}"))
+}
+
+/// Deletes `gexns<pid>_*` namespaces left by a test process that no longer exists
+/// (one killed before its guard ran).
+fn sweep_stale() {
+    let Ok(dir) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("gexns")
+            .and_then(|r| r.split_once('_'))
+            .and_then(|(p, _)| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            eprintln!("netns test: deleting {name}, left by process {pid} which is gone");
+            let _ = ip(&["netns", "del", &name]);
+        }
+    }
+}
+
+/// Waits until `dev` in namespace `ns` has carrier (`LOWER_UP`, operstate `UP`).
+fn wait_running(ns: &str, dev: &str) -> Result<(), String> {
+    let t0 = std::time::Instant::now();
+    loop {
+        let out = Command::new("ip")
+            .args(["-n", ns, "-o", "link", "show", "dev", dev])
+            .output()
+            .map_err(|e| format!("cannot run ip: {e}"))?;
+        let line = String::from_utf8_lossy(&out.stdout);
+        if line.contains("LOWER_UP") && line.contains("state UP") {
+            return Ok(());
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(10) {
+            return Err(format!("{dev} in {ns} is not running after 10 s: {line}"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+impl Drop for NetnsPair {
+    fn drop(&mut self) {
+        for n in &self.names {
+            if let Err(e) = ip(&["netns", "del", n]) {
+                eprintln!("netns test: cleanup: {e}");
+            }
+        }
+    }
+}
+
+/// Whether a named network namespace exists.
+fn netns_exists(name: &str) -> bool {
+    std::path::Path::new("/run/netns").join(name).exists()
+}
+
+fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+    if std::env::var_os(gex_boot::env::BOOT).is_some() {
+        return rank(job, case);
+    }
+    if let Some(why) = unavailable() {
+        if std::env::var("GEX_SKIP_NETNS").is_ok_and(|v| v == "1") {
+            eprintln!("netns test {} NOT RUN (GEX_SKIP_NETNS=1): {why}", job.case);
+            return Ok(());
+        }
+        return Err(format!(
+            "{why}; set GEX_SKIP_NETNS=1 to skip the network-namespace tests"
+        ));
+    }
+    let pair = NetnsPair::new()?;
+    let names = pair.names.clone();
+    let (a, b) = (names[0].as_str(), names[1].as_str());
+    let hosts = host_ids(job.ranks).map(|h| if h == 0 { a } else { b });
+    let result = gex_boot::spawn_self_test_with(job.ranks, job.test_path, |spec| {
+        spec.hosts(hosts)
+            .host_exec(["ip", "netns", "exec", "{host}"])
+    });
+    let tx = [tx_packets(a, &pair.veth[0]), tx_packets(b, &pair.veth[1])];
+    drop(pair);
+    for n in &names {
+        if netns_exists(n) {
+            return Err(format!("network namespace {n} is left after the test"));
+        }
+    }
+    match result.map_err(|e| e.to_string())? {
+        gex_boot::Role::Launcher(0) => {
+            let [ta, tb] = tx;
+            let (ta, tb) = (ta?, tb?);
+            if ta == 0 || tb == 0 {
+                return Err(format!(
+                    "the job passed but the veth pair carried no traffic ({ta} and {tb} packets sent)"
+                ));
+            }
+            eprintln!(
+                "netns test {}: the veth ends sent {ta} and {tb} packets",
+                job.case
+            );
+            Ok(())
+        }
+        gex_boot::Role::Launcher(code) => Err(format!("job exited with code {code}")),
+        gex_boot::Role::Rank(_) => unreachable!("GEX_BOOT is not set in the launcher"),
+    }
+}
+
+/// The first half of the ranks on host 0, the others on host 1.
+fn host_ids(ranks: u32) -> impl Iterator<Item = u32> {
+    (0..ranks).map(move |r| u32::from(r >= ranks / 2))
+}
+
+/// One rank: check the host layout and the domain, then run the case.
+fn rank(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+    let boot = gex_boot::from_env().map_err(|e| e.to_string())?;
+    let case_name = job.test_path.to_string();
+    std::thread::spawn(move || {
+        std::thread::sleep(CASE_LIMIT);
+        eprintln!("ofi netns: {case_name} still running after {CASE_LIMIT:?}; ending this rank");
+        std::process::exit(124);
+    });
+    let me = boot.rank();
+    let hosts = boot.host_ids().to_vec();
+    let client = ClientBuilder::new()
+        .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
+        .segment_size(256 << 10)
+        .endpoints(job.endpoints)
+        .init::<Ofi>(boot)
+        .map_err(|e| e.to_string())?;
+    let report = client.conduit().report().clone();
+    let want: Vec<u32> = host_ids(job.ranks).collect();
+    let check = if hosts != want {
+        Err(format!("rank {me}: host ids {hosts:?}, want {want:?}"))
+    } else if report.domain() == "lo" || report.fabric() != FABRIC {
+        Err(format!(
+            "rank {me}: the conduit opened domain {} (fabric {}), want the veth on {FABRIC}",
+            report.domain(),
+            report.fabric()
+        ))
+    } else {
+        conformance::run_on_rank(&client, case)
+    };
+    if let Err(e) = check {
+        client.abort(1, &e);
+    }
+    client.finalize().map_err(|e| e.to_string())
+}
+
+/// 4 ranks, 2 per namespace, one endpoint each.
+mod two_hosts {
+    use super::*;
+    gex_testkit::conformance_tests! {
+        conduit: Ofi,
+        runner: runner,
+        ranks: 4,
+    }
+}
+
+/// 4 ranks, 2 per namespace, two endpoints each (one libfabric domain per endpoint).
+mod two_hosts_two_eps {
+    use super::*;
+    gex_testkit::conformance_tests! {
+        conduit: Ofi,
+        runner: runner,
+        ranks: 4,
+        endpoints: 2,
+    }
+}
