@@ -889,6 +889,13 @@ impl OfiEp {
                     n += 1;
                 }
             }
+            // A short batch drained the queue. Reading again would cost a whole provider
+            // progress pass (tcp: a poll(2) over every socket plus the read of its
+            // signal fd) between a reply's arrival and the caller seeing it: on the
+            // round trip's critical path.
+            if k < comps.len() {
+                break;
+            }
         }
         if !self.tx.due.is_empty() {
             if let Err(e) = self.tx.return_credits() {
@@ -1293,8 +1300,8 @@ impl Conduit for Ofi {
             eps.push(ep);
         }
 
-        // Wire-up: every endpoint says hello to every endpoint of the job (itself
-        // included) and waits to hear from all of them, so that connections exist
+        // Wire-up: every endpoint says hello to every other endpoint of the job and
+        // waits to hear from all of them, so that connections exist
         // before any AM (a connection-oriented provider under ofi_rxm connects lazily,
         // and a lazy connection needs both sides to make progress) and an unreachable
         // peer is reported here, by name, instead of hanging later.
@@ -1311,8 +1318,17 @@ fn wireup(eps: &mut [OfiEp], total: usize, g_base: &[usize], prov: &str) -> Resu
         let mut all_sent = true;
         let mut all_heard = true;
         for (e, ep) in eps.iter_mut().enumerate() {
+            let own = g_base[ep.tx.rank as usize] + e;
             while next[e] < total {
                 let g = next[e];
+                if g == own {
+                    // Not to itself: its own progress serves both ends of a connection
+                    // to itself, so that one can be made lazily, if an AM to self ever
+                    // needs it. Made here, its two sockets would join the provider's
+                    // poll set for the whole job (tcp: every progress pass polls them).
+                    next[e] += 1;
+                    continue;
+                }
                 let (rank, index) = (ep.tx.rank, ep.tx.index);
                 let sent = ep
                     .tx
@@ -1329,7 +1345,7 @@ fn wireup(eps: &mut [OfiEp], total: usize, g_base: &[usize], prov: &str) -> Resu
             }
             all_sent &= next[e] == total;
             ep.progress(&mut NoDeliver, usize::MAX);
-            all_heard &= ep.rx.hellos >= total;
+            all_heard &= ep.rx.hellos + 1 >= total;
         }
         if all_sent && all_heard {
             return Ok(());
@@ -1341,11 +1357,11 @@ fn wireup(eps: &mut [OfiEp], total: usize, g_base: &[usize], prov: &str) -> Resu
                 .map(|(e, ep)| {
                     format!(
                         "EP {e} sent {}/{total}, heard from {}/{total}",
-                        next[e], ep.rx.hellos
+                        next[e],
+                        ep.rx.hellos + 1
                     )
                 })
                 .collect();
-            let _ = g_base;
             return Err(conduit_err(format!(
                 "{prov}: wire-up did not complete within {WIREUP_TIMEOUT:?} ({}): a peer is unreachable over this provider",
                 status.join("; ")
