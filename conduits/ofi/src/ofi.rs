@@ -1306,8 +1306,51 @@ impl Conduit for Ofi {
         // and a lazy connection needs both sides to make progress) and an unreachable
         // peer is reported here, by name, instead of hanging later.
         wireup(&mut eps, total, &g_base, &prov)?;
+        if prov == "shm" {
+            // Every peer has now mapped each of this rank's shm regions (a hello from a
+            // peer was written into the region, and every peer inserted every address
+            // before saying hello). Their names are no longer needed: unlink them now,
+            // so that nothing is left in /dev/shm even if this rank is killed with
+            // SIGKILL, which the provider's own cleanup (at close, or in its handlers
+            // of catchable signals) cannot see.
+            for (e, name) in names.iter().enumerate() {
+                unlink_shm_region(name)
+                    .map_err(|x| conduit_err(format!("shm: EP {e}: shm_unlink: {x}")))?;
+            }
+        }
         boot.barrier()?;
         Ok((ofi, eps))
+    }
+}
+
+/// Unlinks the shm region named by an address of libfabric's `shm` provider.
+///
+/// libfabric 1.17's `shm` names an endpoint `fi_shm://<pid>:<uid>:<index>` (NUL
+/// terminated) and backs it with the POSIX shared-memory object `/<pid>:<uid>:<index>`
+/// (`/dev/shm/<pid>:<uid>:<index>`), which peers open by name when they insert the
+/// address into their AV, and which the provider unlinks itself only when the endpoint
+/// is closed or on a catchable signal. An address of another form (another version's
+/// format) is left alone: `Ok(false)`. An object already gone is not an error.
+fn unlink_shm_region(addr: &[u8]) -> Result<bool, std::io::Error> {
+    let addr = addr.split(|&b| b == 0).next().unwrap_or_default();
+    let Some(rest) = addr.strip_prefix(b"fi_shm://") else {
+        return Ok(false);
+    };
+    if rest.is_empty() || rest.contains(&b'/') {
+        return Ok(false);
+    }
+    let mut path = Vec::with_capacity(rest.len() + 2);
+    path.push(b'/');
+    path.extend_from_slice(rest);
+    let path = std::ffi::CString::new(path).map_err(std::io::Error::other)?;
+    // SAFETY: a NUL-terminated name; shm_unlink only removes the name (the mappings of
+    // this process and its peers stay valid).
+    if unsafe { libc::shm_unlink(path.as_ptr()) } == 0 {
+        return Ok(true);
+    }
+    match std::io::Error::last_os_error() {
+        e if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        e => Err(e),
     }
 }
 
