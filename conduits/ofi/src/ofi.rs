@@ -51,6 +51,12 @@ const RECV_BUFS: usize = 128;
 const MULTI_BUFS: usize = 4;
 /// Completion queue entries.
 const CQ_SIZE: usize = 4096;
+/// Progress passes in a row without a completion after which an endpoint probes the
+/// peers it waits on ([`Tx::probe`]); `block` counts a fruitless sleep as
+/// `PROBE_AFTER / 64` passes. About 0.1-0.3 s of tcp polling, or 64 sleeps.
+const PROBE_AFTER: u32 = 1 << 18;
+/// A liveness probe still pending after this long means its peer is gone.
+const PROBE_DEADLINE: Duration = Duration::from_secs(5);
 /// Longest the wire-up in `open` may take before it reports which peers are silent.
 const WIREUP_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -455,6 +461,17 @@ struct Tx {
     scratch: Vec<u8>,
     fatal: Option<String>,
     who: Arc<str>,
+    /// Progress passes in a row that found nothing (see [`PROBE_AFTER`]).
+    idle: u32,
+    /// Whether liveness probes are sent (not with `shm`: a dead peer's queue takes
+    /// messages until it is full, and a full queue of a live peer that computes
+    /// without polling would look the same).
+    probing: bool,
+    /// Per send buffer: 1 + the endpoint its pending liveness probe went to, or 0.
+    probe_buf: Vec<u32>,
+    /// Per endpoint: when its pending liveness probe was first tried, and whether the
+    /// provider accepted it ([`Tx::probe`]).
+    probe_since: Vec<Option<(Instant, bool)>>,
 }
 
 /// Receiving half of an endpoint.
@@ -616,6 +633,89 @@ impl Tx {
         }
     }
 
+    /// Liveness probe of the peers this endpoint waits on -- those it has requests
+    /// outstanding to (not all credits came back). A peer's process that dies is not
+    /// reported to a rank that only waits: tcp;ofi_rxm sees the connection close, then
+    /// retries connecting in silence, holding every later send. So each such peer gets
+    /// a credit-only message sent with `fi_send` (a completion, unlike `fi_inject`); its
+    /// send completion clears the probe ([`Tx::sent`]). With the job's credit window the
+    /// data in flight to a peer stays far below a socket's buffer, so a live peer's
+    /// probe completes locally even if it does not poll; a probe still pending, or still refused
+    /// with `-FI_EAGAIN`, after [`PROBE_DEADLINE`] (or one that completes in error)
+    /// means the peer is gone.
+    #[cold]
+    fn probe(&mut self, own: usize) -> Result<(), AmError> {
+        for g in 0..self.queued.len() {
+            if g == own || !self.credits.outstanding(g) {
+                continue;
+            }
+            if let Some((t, in_flight)) = self.probe_since[g] {
+                if t.elapsed() > PROBE_DEADLINE {
+                    let msg = format!(
+                        "{}: endpoint {g} is unreachable: a liveness probe first tried {:?} ago has not completed while requests to it are outstanding (its process may have exited; the provider retries the connection in silence)",
+                        self.who,
+                        t.elapsed()
+                    );
+                    self.fatal.get_or_insert(msg.clone());
+                    return Err(AmError::Conduit(msg));
+                }
+                if in_flight {
+                    continue;
+                }
+            }
+            // No buffer free now: the next probe tries again.
+            let Some(i) = self.free.pop() else {
+                return Ok(());
+            };
+            let i = i as usize;
+            let credits = self.credits.returnable(g);
+            let p = self.pool.buf(i);
+            let mut h = [0u8; HEADER];
+            wire::encode_credit(&mut h, self.rank, self.index, false);
+            wire::set_credits(&mut h, credits);
+            // SAFETY: a free buffer of `stride >= HEADER` bytes that libfabric does not
+            // hold; it and its context slot stay off the free list until the send
+            // completion is read (module Safety section).
+            let r = unsafe {
+                std::ptr::copy_nonoverlapping(h.as_ptr(), p, HEADER);
+                self.h
+                    .send(p, HEADER, self.pool.desc, self.addrs[g], self.pool.ctx(i))
+            };
+            match r {
+                Ok(()) => {
+                    self.credits.sent_back(g, credits);
+                    self.probe_buf[i] = g as u32 + 1;
+                    let t = self.probe_since[g].map_or_else(Instant::now, |(t, _)| t);
+                    self.probe_since[g] = Some((t, true));
+                }
+                Err(Errno::AGAIN) => {
+                    // ofi_rxm refuses sends while it (re)connects: keep trying, from the
+                    // time of the first attempt.
+                    self.free.push(i as u32);
+                    if self.probe_since[g].is_none() {
+                        self.probe_since[g] = Some((Instant::now(), false));
+                    }
+                }
+                Err(e) => {
+                    self.free.push(i as u32);
+                    return Err(self.fail(format!("fi_send of a probe to endpoint {g}"), e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Send buffer `i` completed: back on the free list (and its probe, if it carried
+    /// one, answered).
+    #[inline(always)]
+    fn sent(&mut self, i: usize) {
+        if self.probe_buf[i] != 0 {
+            self.probe_since[self.probe_buf[i] as usize - 1] = None;
+            self.probe_buf[i] = 0;
+        }
+        self.free.push(i as u32);
+    }
+
     /// Sends credit-only messages where half a window is owed.
     fn return_credits(&mut self) -> Result<(), AmError> {
         let mut i = 0;
@@ -733,7 +833,7 @@ impl OfiEp {
     #[inline]
     fn complete<D: Deliver>(&mut self, c: Completion, d: &mut D) -> Done {
         if let Some(i) = self.tx.pool.index_of(c.ctx) {
-            self.tx.free.push(i as u32);
+            self.tx.sent(i);
             return Done::Nothing;
         }
         let Some(i) = self.rx.pool.index_of(c.ctx) else {
@@ -856,6 +956,7 @@ impl OfiEp {
             len: 0,
             buf: std::ptr::null_mut(),
         }; CQ_BATCH];
+        let mut seen = !self.rx.stash.is_empty();
         while let Some(c) = self.rx.stash.pop_front() {
             if let Done::Delivered = self.complete(c, d) {
                 n += 1;
@@ -884,6 +985,7 @@ impl OfiEp {
                 }
                 Err(e) => self.die(format!("fi_cq_read: {e}")),
             };
+            seen |= k > 0;
             for c in comps.iter().take(k) {
                 if let Done::Delivered = self.complete(*c, d) {
                     n += 1;
@@ -902,7 +1004,29 @@ impl OfiEp {
                 self.die(format!("returning credits: {e}"));
             }
         }
+        if seen {
+            self.tx.idle = 0;
+        } else if self.tx.probing {
+            self.tx.idle += 1;
+            if self.tx.idle >= PROBE_AFTER {
+                self.idle_probe();
+            }
+        }
         n
+    }
+
+    #[cold]
+    fn idle_probe(&mut self) {
+        self.tx.idle = 0;
+        let own = self.tx.g(EpAddr::new(self.tx.rank, self.index));
+        if let Err(e) = self.tx.probe(own) {
+            let msg = match e {
+                AmError::Conduit(m) => m,
+                e => format!("{}: probing a silent peer: {e}", self.tx.who),
+            };
+            self.tx.fatal.get_or_insert(msg.clone());
+            panic!("gex {msg}");
+        }
     }
 }
 
@@ -1271,6 +1395,10 @@ impl Conduit for Ofi {
                     scratch: Vec::with_capacity(a.inject_size.min(stride)),
                     fatal: None,
                     who: who_of(e),
+                    idle: 0,
+                    probing: prov != "shm",
+                    probe_buf: vec![0; SEND_BUFS],
+                    probe_since: vec![None; total],
                 },
                 rx: Rx {
                     h,
@@ -1500,11 +1628,15 @@ impl ConduitEp for OfiEp {
         }; CQ_BATCH];
         // Timed out, interrupted, or an error completion (`poll` reports errors): return.
         if let Ok(k) = self.objs.cq.sread(&mut comps, ms) {
+            if k == 0 {
+                // A fruitless sleep weighs as much as many fruitless polls.
+                self.tx.idle = self.tx.idle.saturating_add(PROBE_AFTER / 64);
+            }
             for c in comps.iter().take(k) {
                 // Send completions only free a bounce buffer: do it now. Receives wait
                 // for `poll`, which delivers them.
                 match self.tx.pool.index_of(c.ctx) {
-                    Some(i) => self.tx.free.push(i as u32),
+                    Some(i) => self.tx.sent(i),
                     None => self.rx.stash.push_back(*c),
                 }
             }
