@@ -640,13 +640,21 @@ impl Tx {
     /// a credit-only message sent with `fi_send` (a completion, unlike `fi_inject`); its
     /// send completion clears the probe ([`Tx::sent`]). With the job's credit window the
     /// data in flight to a peer stays far below a socket's buffer, so a live peer's
-    /// probe completes locally even if it does not poll; a probe still pending, or still refused
-    /// with `-FI_EAGAIN`, after [`PROBE_DEADLINE`] (or one that completes in error)
-    /// means the peer is gone.
+    /// probe completes locally even if it does not poll; a probe still pending, or
+    /// still refused with `-FI_EAGAIN`, after [`PROBE_DEADLINE`] (or one that completes
+    /// in error) means the peer is gone.
     #[cold]
     fn probe(&mut self, own: usize) -> Result<(), AmError> {
         for g in 0..self.queued.len() {
-            if g == own || !self.credits.outstanding(g) {
+            if g == own {
+                continue;
+            }
+            if !self.credits.outstanding(g) {
+                // Not waited on any more: forget a probe the provider never took (one
+                // in flight clears itself when it completes).
+                if matches!(self.probe_since[g], Some((_, false))) {
+                    self.probe_since[g] = None;
+                }
                 continue;
             }
             if let Some((t, in_flight)) = self.probe_since[g] {
