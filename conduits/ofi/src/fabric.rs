@@ -40,6 +40,8 @@ impl Errno {
     pub(crate) const AGAIN: Errno = Errno(fi::FI_EAGAIN as i32);
     /// An error completion is waiting (`fi_cq_readerr`).
     pub(crate) const AVAIL: Errno = Errno(fi::FI_EAVAIL as i32);
+    /// Out of memory (shm 1.17: no free receive entry when posting a buffer).
+    pub(crate) const NOMEM: Errno = Errno(fi::FI_ENOMEM as i32);
     /// No data available (`fi_getinfo` found nothing matching).
     pub(crate) const NODATA: Errno = Errno(fi::FI_ENODATA as i32);
     /// The buffer given is too small (`fi_getname`).

@@ -784,7 +784,9 @@ impl ReplyTx for Tx {
 }
 
 impl Rx {
-    /// Posts receive buffer `i`; `Ok(false)` if the provider has no room now.
+    /// Posts receive buffer `i`; `Ok(false)` if the provider has no room now
+    /// (`-FI_EAGAIN`, or `-FI_ENOMEM`, which libfabric 1.17's shm returns while its pool
+    /// of receive entries is used up by unexpected messages): `poll` retries it.
     fn post(&mut self, i: usize) -> Result<bool, Errno> {
         // SAFETY: buffer i is not held by libfabric (never posted, or its message was
         // delivered); buffer and context live until the endpoint is closed.
@@ -799,7 +801,7 @@ impl Rx {
         };
         match r {
             Ok(()) => Ok(true),
-            Err(Errno::AGAIN) => Ok(false),
+            Err(Errno::AGAIN | Errno::NOMEM) => Ok(false),
             Err(e) => Err(e),
         }
     }
