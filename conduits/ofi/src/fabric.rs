@@ -402,8 +402,9 @@ impl Cq {
 
     #[inline]
     fn read_inner(&mut self, out: &mut [Completion], wait: Option<i32>) -> Result<usize, Errno> {
-        // SAFETY: plain data, fully written by libfabric for the entries it returns.
-        let mut raw: [fi::fi_cq_data_entry; CQ_BATCH] = unsafe { std::mem::zeroed() };
+        // Not initialised: this runs on every poll, and libfabric writes the entries it
+        // returns (only those are read below).
+        let mut raw = [const { std::mem::MaybeUninit::<fi::fi_cq_data_entry>::uninit() }; CQ_BATCH];
         let n = out.len().min(CQ_BATCH);
         let rc = match wait {
             // SAFETY: open CQ of FI_CQ_FORMAT_DATA; `raw` has room for `n` entries.
@@ -415,8 +416,10 @@ impl Cq {
         };
         match rc {
             Ok(k) => {
-                let k = k as usize;
+                let k = (k as usize).min(n);
                 for (o, r) in out.iter_mut().zip(&raw[..k]) {
+                    // SAFETY: libfabric wrote the first `k` entries before returning `k`.
+                    let r = unsafe { r.assume_init_ref() };
                     *o = Completion {
                         ctx: r.op_context,
                         flags: r.flags,

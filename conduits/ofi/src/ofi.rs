@@ -487,6 +487,8 @@ struct Rx {
     eps: Vec<u16>,
     /// Completions read by `block` and not processed yet.
     stash: VecDeque<Completion>,
+    /// Where `poll` reads completions (kept here: not re-initialised on every poll).
+    comps: [Completion; CQ_BATCH],
     hellos: usize,
 }
 
@@ -960,12 +962,6 @@ impl OfiEp {
             }
         }
         let mut n = 0;
-        let mut comps = [Completion {
-            ctx: std::ptr::null_mut(),
-            flags: 0,
-            len: 0,
-            buf: std::ptr::null_mut(),
-        }; CQ_BATCH];
         let mut seen = !self.rx.stash.is_empty();
         while let Some(c) = self.rx.stash.pop_front() {
             if let Done::Delivered = self.complete(c, d) {
@@ -973,7 +969,7 @@ impl OfiEp {
             }
         }
         while n < budget {
-            let k = match self.objs.cq.read(&mut comps) {
+            let k = match self.objs.cq.read(&mut self.rx.comps) {
                 Ok(0) => break,
                 Ok(k) => k,
                 Err(Errno::AVAIL) => {
@@ -996,8 +992,9 @@ impl OfiEp {
                 Err(e) => self.die(format!("fi_cq_read: {e}")),
             };
             seen |= k > 0;
-            for c in comps.iter().take(k) {
-                if let Done::Delivered = self.complete(*c, d) {
+            for j in 0..k {
+                let c = self.rx.comps[j];
+                if let Done::Delivered = self.complete(c, d) {
                     n += 1;
                 }
             }
@@ -1005,7 +1002,7 @@ impl OfiEp {
             // progress pass (tcp: a poll(2) over every socket plus the read of its
             // signal fd) between a reply's arrival and the caller seeing it: on the
             // round trip's critical path.
-            if k < comps.len() {
+            if k < CQ_BATCH {
                 break;
             }
         }
@@ -1419,6 +1416,12 @@ impl Conduit for Ofi {
                     g_base: g_base.clone(),
                     eps: jl.eps.clone(),
                     stash: VecDeque::new(),
+                    comps: [Completion {
+                        ctx: std::ptr::null_mut(),
+                        flags: 0,
+                        len: 0,
+                        buf: std::ptr::null_mut(),
+                    }; CQ_BATCH],
                     hellos: 0,
                     pool: rx_pool,
                 },
