@@ -342,12 +342,16 @@ fn run_am<C: Conduit>(job: &AmJob, client: &Client<C>) -> Res<()> {
     };
 
     let reporter = Reporter::new(job.args.json);
+    let provider = crate::report::provider_of(client);
     if me == 0 {
         let mut lines = vec![
             format!(
                 "gex-perf am: {n} ranks ({pairs} pair{}), conduit {}, wait policy {:?}, pinning {}",
                 if pairs == 1 { "" } else { "s" },
-                client.conduit_name(),
+                match &provider {
+                    Some(p) => format!("{} ({p})", client.conduit_name()),
+                    None => client.conduit_name().to_string(),
+                },
                 ep.wait_policy(),
                 match pinned {
                     Some(cpu) =>
@@ -429,6 +433,7 @@ fn run_am<C: Conduit>(job: &AmJob, client: &Client<C>) -> Res<()> {
                         size: point.size,
                         ranks: n,
                         conduit: client.conduit_name(),
+                        provider: provider.clone(),
                         value,
                         unit: point.test.unit(),
                         min: Some(min),

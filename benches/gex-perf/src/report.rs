@@ -1,7 +1,23 @@
 //! Output: the human table (like GASNet's testam) and JSON lines.
 
+use gex::Client;
+use gex::spi::Conduit;
 use serde::Serialize;
 use std::io::Write;
+
+/// The provider behind the client's conduit, for conduits that have one: the libfabric
+/// provider the ofi conduit opened (`Ofi::report`). `None` for the others.
+pub(crate) fn provider_of<C: Conduit>(client: &Client<C>) -> Option<String> {
+    #[cfg(feature = "ofi")]
+    {
+        let any: &dyn std::any::Any = &**client.conduit();
+        if let Some(ofi) = any.downcast_ref::<gex::conduit::ofi::Ofi>() {
+            return Some(ofi.report().provider().to_string());
+        }
+    }
+    let _ = client;
+    None
+}
 
 /// One measured figure.
 #[derive(Debug, Clone, Serialize)]
@@ -14,6 +30,10 @@ pub(crate) struct Record {
     pub(crate) ranks: u32,
     /// Conduit name.
     pub(crate) conduit: &'static str,
+    /// The network provider under the conduit, for conduits that have one (ofi: the
+    /// libfabric provider, e.g. `tcp;ofi_rxm`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) provider: Option<String>,
     /// Median over batches (and over pairs).
     pub(crate) value: f64,
     /// `us`, `GB/s` or `Mop/s`.
@@ -125,6 +145,7 @@ mod tests {
             size: 0,
             ranks: 2,
             conduit: "smp",
+            provider: None,
             value: 0.5,
             unit: "us",
             min: Some(0.4),
@@ -139,5 +160,13 @@ mod tests {
         ] {
             assert!(keys.iter().any(|x| x == k), "{k}");
         }
+        let with = Record {
+            provider: Some("tcp;ofi_rxm".into()),
+            ..r
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&with).unwrap()).unwrap();
+        assert_eq!(v["provider"], "tcp;ofi_rxm");
+        assert_eq!(v.as_object().unwrap().len(), 9);
     }
 }

@@ -189,6 +189,7 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
         crate::pin::pin_to_nth_allowed(local)?;
     }
     let reporter = Reporter::new(job.json);
+    let provider = crate::report::provider_of(client);
     let (batch, count) = job.timing();
     if me == 0 {
         reporter.header(&[format!(
@@ -206,6 +207,7 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             size,
             ranks: n,
             conduit: client.conduit_name(),
+            provider: provider.clone(),
             value: median(&mut v),
             unit,
             min: Some(min),

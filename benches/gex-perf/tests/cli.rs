@@ -210,3 +210,45 @@ fn smp_atomic_reports_fetch_add_latency_and_rate() {
         .expect("gex-perf runs");
     assert!(!out.status.success());
 }
+
+/// Over the libfabric conduit the JSON lines name the conduit and the provider
+/// (issue 5's interface): `"conduit":"ofi"`, `"provider":"tcp;ofi_rxm"` with
+/// `GEX_OFI_PROVIDER=tcp`, `"provider":"shm"` with `shm`.
+#[cfg(feature = "ofi")]
+#[test]
+fn json_lines_over_ofi_carry_conduit_and_provider() {
+    for (prov, want) in [("tcp", "tcp;ofi_rxm"), ("shm", "shm")] {
+        let out = gex_perf()
+            .env("GEX_OFI_PROVIDER", prov)
+            .args([
+                "-n",
+                "2",
+                "--no-pin",
+                "--conduit",
+                "ofi",
+                "am",
+                "--test",
+                "am_short_rtt",
+                "--iters",
+                "200",
+                "--batches",
+                "1",
+                "--json",
+            ])
+            .output()
+            .expect("gex-perf runs");
+        assert!(
+            out.status.success(),
+            "{prov}: stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 1, "{prov}: {text}");
+        let v: serde_json::Value = serde_json::from_str(lines[0]).expect("a JSON object");
+        assert_eq!(v["conduit"], "ofi", "{prov}: {text}");
+        assert_eq!(v["provider"], want, "{prov}: {text}");
+        assert_eq!(v["name"], "am_short_rtt", "{prov}: {text}");
+        assert!(v["value"].as_f64().is_some_and(|x| x > 0.0), "{text}");
+    }
+}

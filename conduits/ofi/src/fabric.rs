@@ -40,6 +40,8 @@ impl Errno {
     pub(crate) const AGAIN: Errno = Errno(fi::FI_EAGAIN as i32);
     /// An error completion is waiting (`fi_cq_readerr`).
     pub(crate) const AVAIL: Errno = Errno(fi::FI_EAVAIL as i32);
+    /// Out of memory (shm 1.17: no free receive entry when posting a buffer).
+    pub(crate) const NOMEM: Errno = Errno(fi::FI_ENOMEM as i32);
     /// No data available (`fi_getinfo` found nothing matching).
     pub(crate) const NODATA: Errno = Errno(fi::FI_ENODATA as i32);
     /// The buffer given is too small (`fi_getname`).
@@ -400,8 +402,9 @@ impl Cq {
 
     #[inline]
     fn read_inner(&mut self, out: &mut [Completion], wait: Option<i32>) -> Result<usize, Errno> {
-        // SAFETY: plain data, fully written by libfabric for the entries it returns.
-        let mut raw: [fi::fi_cq_data_entry; CQ_BATCH] = unsafe { std::mem::zeroed() };
+        // Not initialised: this runs on every poll, and libfabric writes the entries it
+        // returns (only those are read below).
+        let mut raw = [const { std::mem::MaybeUninit::<fi::fi_cq_data_entry>::uninit() }; CQ_BATCH];
         let n = out.len().min(CQ_BATCH);
         let rc = match wait {
             // SAFETY: open CQ of FI_CQ_FORMAT_DATA; `raw` has room for `n` entries.
@@ -413,8 +416,10 @@ impl Cq {
         };
         match rc {
             Ok(k) => {
-                let k = k as usize;
+                let k = (k as usize).min(n);
                 for (o, r) in out.iter_mut().zip(&raw[..k]) {
+                    // SAFETY: libfabric wrote the first `k` entries before returning `k`.
+                    let r = unsafe { r.assume_init_ref() };
                     *o = Completion {
                         ctx: r.op_context,
                         flags: r.flags,

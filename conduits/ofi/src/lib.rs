@@ -11,9 +11,11 @@
 //!   lock (seed 002). AMs may target any endpoint of any rank: every endpoint's address
 //!   is in every endpoint's address vector.
 //! - **Addresses** (`fi_getname`) are exchanged through the bootstrap at open and
-//!   inserted into each address vector; then every endpoint says hello to every
+//!   inserted into each address vector; then every endpoint says hello to every other
 //!   endpoint, so connections exist before the first AM and an unreachable peer is
-//!   reported at initialisation.
+//!   reported at initialisation. With the `shm` provider the names of this rank's
+//!   shared-memory regions are unlinked then (every peer has mapped them), so nothing is
+//!   left in /dev/shm even after `kill -9`.
 //! - **AMs over `FI_MSG`.** One libfabric message per AM: a 16-byte header (handler,
 //!   category, kind, argument count, source endpoint, returned credits, payload length;
 //!   Long adds the destination offset), the arguments, the payload. Small messages go

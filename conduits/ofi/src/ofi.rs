@@ -51,6 +51,12 @@ const RECV_BUFS: usize = 128;
 const MULTI_BUFS: usize = 4;
 /// Completion queue entries.
 const CQ_SIZE: usize = 4096;
+/// Progress passes in a row without a completion after which an endpoint probes the
+/// peers it waits on ([`Tx::probe`]); `block` counts a fruitless sleep as
+/// `PROBE_AFTER / 64` passes. About 0.1-0.3 s of tcp polling, or 64 sleeps.
+const PROBE_AFTER: u32 = 1 << 18;
+/// A liveness probe still pending after this long means its peer is gone.
+const PROBE_DEADLINE: Duration = Duration::from_secs(5);
 /// Longest the wire-up in `open` may take before it reports which peers are silent.
 const WIREUP_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -455,6 +461,17 @@ struct Tx {
     scratch: Vec<u8>,
     fatal: Option<String>,
     who: Arc<str>,
+    /// Progress passes in a row that found nothing (see [`PROBE_AFTER`]).
+    idle: u32,
+    /// Whether liveness probes are sent (not with `shm`: a dead peer's queue takes
+    /// messages until it is full, and a full queue of a live peer that computes
+    /// without polling would look the same).
+    probing: bool,
+    /// Per send buffer: 1 + the endpoint its pending liveness probe went to, or 0.
+    probe_buf: Vec<u32>,
+    /// Per endpoint: when its pending liveness probe was first tried, and whether the
+    /// provider accepted it ([`Tx::probe`]).
+    probe_since: Vec<Option<(Instant, bool)>>,
 }
 
 /// Receiving half of an endpoint.
@@ -470,6 +487,8 @@ struct Rx {
     eps: Vec<u16>,
     /// Completions read by `block` and not processed yet.
     stash: VecDeque<Completion>,
+    /// Where `poll` reads completions (kept here: not re-initialised on every poll).
+    comps: [Completion; CQ_BATCH],
     hellos: usize,
 }
 
@@ -616,6 +635,97 @@ impl Tx {
         }
     }
 
+    /// Liveness probe of the peers this endpoint waits on -- those it has requests
+    /// outstanding to (not all credits came back). A peer's process that dies is not
+    /// reported to a rank that only waits: tcp;ofi_rxm sees the connection close, then
+    /// retries connecting in silence, holding every later send. So each such peer gets
+    /// a credit-only message sent with `fi_send` (a completion, unlike `fi_inject`); its
+    /// send completion clears the probe ([`Tx::sent`]). With the job's credit window the
+    /// data in flight to a peer stays far below a socket's buffer, so a live peer's
+    /// probe completes locally even if it does not poll; a probe still pending, or
+    /// still refused with `-FI_EAGAIN`, after [`PROBE_DEADLINE`] (or one that completes
+    /// in error) means the peer is gone.
+    #[cold]
+    fn probe(&mut self, own: usize) -> Result<(), AmError> {
+        for g in 0..self.queued.len() {
+            if g == own {
+                continue;
+            }
+            if !self.credits.outstanding(g) {
+                // Not waited on any more: forget a probe the provider never took (one
+                // in flight clears itself when it completes).
+                if matches!(self.probe_since[g], Some((_, false))) {
+                    self.probe_since[g] = None;
+                }
+                continue;
+            }
+            if let Some((t, in_flight)) = self.probe_since[g] {
+                if t.elapsed() > PROBE_DEADLINE {
+                    let msg = format!(
+                        "{}: endpoint {g} is unreachable: a liveness probe first tried {:?} ago has not completed while requests to it are outstanding (its process may have exited; the provider retries the connection in silence)",
+                        self.who,
+                        t.elapsed()
+                    );
+                    self.fatal.get_or_insert(msg.clone());
+                    return Err(AmError::Conduit(msg));
+                }
+                if in_flight {
+                    continue;
+                }
+            }
+            // No buffer free now: the next probe tries again.
+            let Some(i) = self.free.pop() else {
+                return Ok(());
+            };
+            let i = i as usize;
+            let credits = self.credits.returnable(g);
+            let p = self.pool.buf(i);
+            let mut h = [0u8; HEADER];
+            wire::encode_credit(&mut h, self.rank, self.index, false);
+            wire::set_credits(&mut h, credits);
+            // SAFETY: a free buffer of `stride >= HEADER` bytes that libfabric does not
+            // hold; it and its context slot stay off the free list until the send
+            // completion is read (module Safety section).
+            let r = unsafe {
+                std::ptr::copy_nonoverlapping(h.as_ptr(), p, HEADER);
+                self.h
+                    .send(p, HEADER, self.pool.desc, self.addrs[g], self.pool.ctx(i))
+            };
+            match r {
+                Ok(()) => {
+                    self.credits.sent_back(g, credits);
+                    self.probe_buf[i] = g as u32 + 1;
+                    let t = self.probe_since[g].map_or_else(Instant::now, |(t, _)| t);
+                    self.probe_since[g] = Some((t, true));
+                }
+                Err(Errno::AGAIN) => {
+                    // ofi_rxm refuses sends while it (re)connects: keep trying, from the
+                    // time of the first attempt.
+                    self.free.push(i as u32);
+                    if self.probe_since[g].is_none() {
+                        self.probe_since[g] = Some((Instant::now(), false));
+                    }
+                }
+                Err(e) => {
+                    self.free.push(i as u32);
+                    return Err(self.fail(format!("fi_send of a probe to endpoint {g}"), e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Send buffer `i` completed: back on the free list (and its probe, if it carried
+    /// one, answered).
+    #[inline(always)]
+    fn sent(&mut self, i: usize) {
+        if self.probe_buf[i] != 0 {
+            self.probe_since[self.probe_buf[i] as usize - 1] = None;
+            self.probe_buf[i] = 0;
+        }
+        self.free.push(i as u32);
+    }
+
     /// Sends credit-only messages where half a window is owed.
     fn return_credits(&mut self) -> Result<(), AmError> {
         let mut i = 0;
@@ -676,7 +786,9 @@ impl ReplyTx for Tx {
 }
 
 impl Rx {
-    /// Posts receive buffer `i`; `Ok(false)` if the provider has no room now.
+    /// Posts receive buffer `i`; `Ok(false)` if the provider has no room now
+    /// (`-FI_EAGAIN`, or `-FI_ENOMEM`, which libfabric 1.17's shm returns while its pool
+    /// of receive entries is used up by unexpected messages): `poll` retries it.
     fn post(&mut self, i: usize) -> Result<bool, Errno> {
         // SAFETY: buffer i is not held by libfabric (never posted, or its message was
         // delivered); buffer and context live until the endpoint is closed.
@@ -691,7 +803,7 @@ impl Rx {
         };
         match r {
             Ok(()) => Ok(true),
-            Err(Errno::AGAIN) => Ok(false),
+            Err(Errno::AGAIN | Errno::NOMEM) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -733,7 +845,7 @@ impl OfiEp {
     #[inline]
     fn complete<D: Deliver>(&mut self, c: Completion, d: &mut D) -> Done {
         if let Some(i) = self.tx.pool.index_of(c.ctx) {
-            self.tx.free.push(i as u32);
+            self.tx.sent(i);
             return Done::Nothing;
         }
         let Some(i) = self.rx.pool.index_of(c.ctx) else {
@@ -850,19 +962,14 @@ impl OfiEp {
             }
         }
         let mut n = 0;
-        let mut comps = [Completion {
-            ctx: std::ptr::null_mut(),
-            flags: 0,
-            len: 0,
-            buf: std::ptr::null_mut(),
-        }; CQ_BATCH];
+        let mut seen = !self.rx.stash.is_empty();
         while let Some(c) = self.rx.stash.pop_front() {
             if let Done::Delivered = self.complete(c, d) {
                 n += 1;
             }
         }
         while n < budget {
-            let k = match self.objs.cq.read(&mut comps) {
+            let k = match self.objs.cq.read(&mut self.rx.comps) {
                 Ok(0) => break,
                 Ok(k) => k,
                 Err(Errno::AVAIL) => {
@@ -884,10 +991,19 @@ impl OfiEp {
                 }
                 Err(e) => self.die(format!("fi_cq_read: {e}")),
             };
-            for c in comps.iter().take(k) {
-                if let Done::Delivered = self.complete(*c, d) {
+            seen |= k > 0;
+            for j in 0..k {
+                let c = self.rx.comps[j];
+                if let Done::Delivered = self.complete(c, d) {
                     n += 1;
                 }
+            }
+            // A short batch drained the queue. Reading again would cost a whole provider
+            // progress pass (tcp: a poll(2) over every socket plus the read of its
+            // signal fd) between a reply's arrival and the caller seeing it: on the
+            // round trip's critical path.
+            if k < CQ_BATCH {
+                break;
             }
         }
         if !self.tx.due.is_empty() {
@@ -895,7 +1011,29 @@ impl OfiEp {
                 self.die(format!("returning credits: {e}"));
             }
         }
+        if seen {
+            self.tx.idle = 0;
+        } else if self.tx.probing {
+            self.tx.idle += 1;
+            if self.tx.idle >= PROBE_AFTER {
+                self.idle_probe();
+            }
+        }
         n
+    }
+
+    #[cold]
+    fn idle_probe(&mut self) {
+        self.tx.idle = 0;
+        let own = self.tx.g(EpAddr::new(self.tx.rank, self.index));
+        if let Err(e) = self.tx.probe(own) {
+            let msg = match e {
+                AmError::Conduit(m) => m,
+                e => format!("{}: probing a silent peer: {e}", self.tx.who),
+            };
+            self.tx.fatal.get_or_insert(msg.clone());
+            panic!("gex {msg}");
+        }
     }
 }
 
@@ -1264,6 +1402,10 @@ impl Conduit for Ofi {
                     scratch: Vec::with_capacity(a.inject_size.min(stride)),
                     fatal: None,
                     who: who_of(e),
+                    idle: 0,
+                    probing: prov != "shm",
+                    probe_buf: vec![0; SEND_BUFS],
+                    probe_since: vec![None; total],
                 },
                 rx: Rx {
                     h,
@@ -1274,6 +1416,12 @@ impl Conduit for Ofi {
                     g_base: g_base.clone(),
                     eps: jl.eps.clone(),
                     stash: VecDeque::new(),
+                    comps: [Completion {
+                        ctx: std::ptr::null_mut(),
+                        flags: 0,
+                        len: 0,
+                        buf: std::ptr::null_mut(),
+                    }; CQ_BATCH],
                     hellos: 0,
                     pool: rx_pool,
                 },
@@ -1293,14 +1441,57 @@ impl Conduit for Ofi {
             eps.push(ep);
         }
 
-        // Wire-up: every endpoint says hello to every endpoint of the job (itself
-        // included) and waits to hear from all of them, so that connections exist
+        // Wire-up: every endpoint says hello to every other endpoint of the job and
+        // waits to hear from all of them, so that connections exist
         // before any AM (a connection-oriented provider under ofi_rxm connects lazily,
         // and a lazy connection needs both sides to make progress) and an unreachable
         // peer is reported here, by name, instead of hanging later.
         wireup(&mut eps, total, &g_base, &prov)?;
+        if prov == "shm" {
+            // Every peer has now mapped each of this rank's shm regions (a hello from a
+            // peer was written into the region, and every peer inserted every address
+            // before saying hello). Their names are no longer needed: unlink them now,
+            // so that nothing is left in /dev/shm even if this rank is killed with
+            // SIGKILL, which the provider's own cleanup (at close, or in its handlers
+            // of catchable signals) cannot see.
+            for (e, name) in names.iter().enumerate() {
+                unlink_shm_region(name)
+                    .map_err(|x| conduit_err(format!("shm: EP {e}: shm_unlink: {x}")))?;
+            }
+        }
         boot.barrier()?;
         Ok((ofi, eps))
+    }
+}
+
+/// Unlinks the shm region named by an address of libfabric's `shm` provider.
+///
+/// libfabric 1.17's `shm` names an endpoint `fi_shm://<pid>:<uid>:<index>` (NUL
+/// terminated) and backs it with the POSIX shared-memory object `/<pid>:<uid>:<index>`
+/// (`/dev/shm/<pid>:<uid>:<index>`), which peers open by name when they insert the
+/// address into their AV, and which the provider unlinks itself only when the endpoint
+/// is closed or on a catchable signal. An address of another form (another version's
+/// format) is left alone: `Ok(false)`. An object already gone is not an error.
+fn unlink_shm_region(addr: &[u8]) -> Result<bool, std::io::Error> {
+    let addr = addr.split(|&b| b == 0).next().unwrap_or_default();
+    let Some(rest) = addr.strip_prefix(b"fi_shm://") else {
+        return Ok(false);
+    };
+    if rest.is_empty() || rest.contains(&b'/') {
+        return Ok(false);
+    }
+    let mut path = Vec::with_capacity(rest.len() + 2);
+    path.push(b'/');
+    path.extend_from_slice(rest);
+    let path = std::ffi::CString::new(path).map_err(std::io::Error::other)?;
+    // SAFETY: a NUL-terminated name; shm_unlink only removes the name (the mappings of
+    // this process and its peers stay valid).
+    if unsafe { libc::shm_unlink(path.as_ptr()) } == 0 {
+        return Ok(true);
+    }
+    match std::io::Error::last_os_error() {
+        e if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        e => Err(e),
     }
 }
 
@@ -1311,8 +1502,17 @@ fn wireup(eps: &mut [OfiEp], total: usize, g_base: &[usize], prov: &str) -> Resu
         let mut all_sent = true;
         let mut all_heard = true;
         for (e, ep) in eps.iter_mut().enumerate() {
+            let own = g_base[ep.tx.rank as usize] + e;
             while next[e] < total {
                 let g = next[e];
+                if g == own {
+                    // Not to itself: its own progress serves both ends of a connection
+                    // to itself, so that one can be made lazily, if an AM to self ever
+                    // needs it. Made here, its two sockets would join the provider's
+                    // poll set for the whole job (tcp: every progress pass polls them).
+                    next[e] += 1;
+                    continue;
+                }
                 let (rank, index) = (ep.tx.rank, ep.tx.index);
                 let sent = ep
                     .tx
@@ -1329,7 +1529,7 @@ fn wireup(eps: &mut [OfiEp], total: usize, g_base: &[usize], prov: &str) -> Resu
             }
             all_sent &= next[e] == total;
             ep.progress(&mut NoDeliver, usize::MAX);
-            all_heard &= ep.rx.hellos >= total;
+            all_heard &= ep.rx.hellos + 1 >= total;
         }
         if all_sent && all_heard {
             return Ok(());
@@ -1341,11 +1541,11 @@ fn wireup(eps: &mut [OfiEp], total: usize, g_base: &[usize], prov: &str) -> Resu
                 .map(|(e, ep)| {
                     format!(
                         "EP {e} sent {}/{total}, heard from {}/{total}",
-                        next[e], ep.rx.hellos
+                        next[e],
+                        ep.rx.hellos + 1
                     )
                 })
                 .collect();
-            let _ = g_base;
             return Err(conduit_err(format!(
                 "{prov}: wire-up did not complete within {WIREUP_TIMEOUT:?} ({}): a peer is unreachable over this provider",
                 status.join("; ")
@@ -1441,11 +1641,15 @@ impl ConduitEp for OfiEp {
         }; CQ_BATCH];
         // Timed out, interrupted, or an error completion (`poll` reports errors): return.
         if let Ok(k) = self.objs.cq.sread(&mut comps, ms) {
+            if k == 0 {
+                // A fruitless sleep weighs as much as many fruitless polls.
+                self.tx.idle = self.tx.idle.saturating_add(PROBE_AFTER / 64);
+            }
             for c in comps.iter().take(k) {
                 // Send completions only free a bounce buffer: do it now. Receives wait
                 // for `poll`, which delivers them.
                 match self.tx.pool.index_of(c.ctx) {
-                    Some(i) => self.tx.free.push(i as u32),
+                    Some(i) => self.tx.sent(i),
                     None => self.rx.stash.push_back(*c),
                 }
             }

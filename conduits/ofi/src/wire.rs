@@ -299,6 +299,13 @@ impl Credits {
     pub(crate) fn available(&self, g: usize) -> u16 {
         self.avail[g]
     }
+
+    /// True if requests to `g` are outstanding (not all credits came back): this EP
+    /// waits on `g`.
+    #[inline]
+    pub(crate) fn outstanding(&self, g: usize) -> bool {
+        self.avail[g] < self.window
+    }
 }
 
 #[cfg(test)]

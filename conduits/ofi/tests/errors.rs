@@ -171,3 +171,239 @@ fn waiting_paths_follow_the_provider() {
         assert_eq!(w.path.contains("fi_cq_sread"), sleeps, "{prov}: {w:?}");
     }
 }
+
+/// Where the ranks of a job launched by process `launcher` record their pids (see
+/// [`kill_9_of_a_rank_leaves_nothing_in_dev_shm`]).
+fn rank_pids_dir(launcher: u32) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("gex-ofi-kill9-{launcher}"))
+}
+
+/// Entries of /dev/shm named by one of `pids` (libfabric's shm provider names its
+/// regions `<pid>:<uid>:<index>`; gex's own objects contain "gex").
+fn shm_entries_of(pids: &[String]) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| pids.iter().any(|p| n.starts_with(&format!("{p}:"))))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Over the shm provider, a rank killed with SIGKILL in the middle of a flood (2 ranks,
+/// 2 endpoints each): the job ends promptly with a non-zero code, and nothing named by
+/// one of its ranks remains in /dev/shm (the conduit unlinks the provider's regions once
+/// every peer has mapped them).
+#[test]
+fn kill_9_of_a_rank_leaves_nothing_in_dev_shm() {
+    let t0 = Instant::now();
+    match gex_boot::spawn_self_test(2, "kill_9_of_a_rank_leaves_nothing_in_dev_shm").expect("spawn")
+    {
+        gex_boot::Role::Launcher(code) => {
+            let took = t0.elapsed();
+            let dir = rank_pids_dir(std::process::id());
+            let pids: Vec<String> = std::fs::read_dir(&dir)
+                .map(|d| {
+                    d.filter_map(|e| e.ok())
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let _ = std::fs::remove_dir_all(&dir);
+            assert_ne!(code, 0, "a rank was killed: the job must fail");
+            assert!(took < Duration::from_secs(60), "took {took:?}");
+            assert_eq!(pids.len(), 2, "both ranks recorded their pid in {dir:?}");
+            // The launcher has reaped every rank when it returns.
+            let left = shm_entries_of(&pids);
+            // Fail without leaving them behind for the next run.
+            for n in &left {
+                let _ = std::fs::remove_file(std::path::Path::new("/dev/shm").join(n));
+            }
+            assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+        }
+        gex_boot::Role::Rank(boot) => {
+            let client = ClientBuilder::new()
+                .config(Config::from_pairs([("GEX_OFI_PROVIDER", "shm")]))
+                .segment_size(64 << 10)
+                .endpoints(2)
+                .init::<Ofi>(boot)
+                .expect("init");
+            // A rank's parent is the launcher (the test process).
+            let dir = rank_pids_dir(std::os::unix::process::parent_id());
+            std::fs::create_dir_all(&dir).expect("pid dir");
+            std::fs::write(dir.join(std::process::id().to_string()), b"").expect("pid file");
+            let mut ep = client.endpoint(0).expect("ep");
+            let got = Arc::new(AtomicU64::new(0));
+            let g = got.clone();
+            ep.register(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
+                g.fetch_add(1, Ordering::Relaxed);
+            })
+            .expect("register");
+            ep.barrier().expect("barrier");
+            if client.rank() == 1 {
+                ep.wait_until(|| got.load(Ordering::Relaxed) >= 100);
+                let _ = std::process::Command::new("kill")
+                    .args(["-9", &std::process::id().to_string()])
+                    .status();
+                std::process::exit(3); // not reached
+            }
+            loop {
+                if let Err(e) =
+                    ep.request_medium(EpAddr::rank(1), 200, &[], &[1; 2000], Flags::empty())
+                {
+                    eprintln!("rank 0: {e}");
+                    std::process::exit(9);
+                }
+            }
+        }
+    }
+}
+
+/// A peer whose endpoint vanishes (its thread panics, closing its libfabric objects
+/// without finalizing; no launcher watches thread ranks) while this rank floods it over
+/// tcp;ofi_rxm: this rank gets a clear error naming the provider, the rank and the
+/// operation, instead of waiting forever.
+#[test]
+fn vanished_peer_over_tcp_is_a_clear_error() {
+    use gex_testkit::boot::ThreadJob;
+    let job = ThreadJob::new(2);
+    let (gone_tx, gone_rx) = std::sync::mpsc::channel::<()>();
+    let init = |boot: gex_testkit::boot::ThreadBoot| {
+        ClientBuilder::new()
+            .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
+            .segment_size(64 << 10)
+            .init::<Ofi>(Box::new(boot))
+            .expect("init")
+    };
+    let b1 = job.boot(1);
+    let peer = std::thread::spawn(move || {
+        let client = init(b1);
+        let mut ep = client.endpoint(0).expect("ep");
+        ep.register(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
+            .expect("register");
+        ep.barrier().expect("barrier");
+        // Vanish: unwinding drops endpoint and client without finalizing.
+        let _ = gone_tx.send(());
+        std::panic::resume_unwind(Box::new("rank 1 vanishes (on purpose)"));
+    });
+    let client = init(job.boot(0));
+    let mut ep = client.endpoint(0).expect("ep");
+    ep.register(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
+        .expect("register");
+    ep.barrier().expect("barrier");
+    gone_rx.recv().expect("rank 1 reached the barrier");
+    assert!(peer.join().is_err(), "rank 1 panicked on purpose");
+    std::thread::sleep(Duration::from_millis(100));
+    let t0 = Instant::now();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        loop {
+            match ep.request_medium(EpAddr::rank(1), 200, &[], &[7; 2000], Flags::IMMEDIATE) {
+                Err(e) => return e.to_string(),
+                Ok(_) => {
+                    ep.poll();
+                }
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "no error 30 s after the peer vanished"
+            );
+        }
+    }));
+    let msg = match outcome {
+        Ok(m) => m,
+        Err(p) => p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default(),
+    };
+    eprintln!("rank 0 saw: {msg}");
+    assert!(
+        msg.contains("ofi(tcp;ofi_rxm) rank 0 EP 0"),
+        "names provider, rank and endpoint: {msg}"
+    );
+    assert!(!msg.contains("no error 30 s"), "{msg}");
+    // Finalizing would wait for rank 1 in the bootstrap's barrier: end the job instead.
+    job.poison("rank 1 vanished (on purpose)");
+    drop(ep);
+    drop(client);
+}
+
+/// A rank that only waits -- for the reply to a request whose handler makes its peer
+/// vanish -- over tcp;ofi_rxm: the provider reports nothing by itself, but the conduit
+/// probes a peer it waits on once it has been silent for a while, and the probe's error
+/// completion ends the wait with a clear message instead of a hang.
+#[test]
+fn waiting_on_a_vanished_peer_over_tcp_is_a_clear_error() {
+    use gex_testkit::boot::ThreadJob;
+    let job = ThreadJob::new(2);
+    let init = |boot: gex_testkit::boot::ThreadBoot| {
+        ClientBuilder::new()
+            .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
+            .segment_size(64 << 10)
+            .init::<Ofi>(Box::new(boot))
+            .expect("init")
+    };
+    let b1 = job.boot(1);
+    let peer = std::thread::spawn(move || {
+        let client = init(b1);
+        let mut ep = client.endpoint(0).expect("ep");
+        let asked = Arc::new(AtomicU64::new(0));
+        let a = asked.clone();
+        ep.register(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
+            a.store(1, Ordering::Relaxed); // never replies
+        })
+        .expect("register");
+        ep.register(201, |_t: &mut Token<'_>, _am: Am<'_>| {})
+            .expect("register");
+        ep.barrier().expect("barrier");
+        ep.wait_until(|| asked.load(Ordering::Relaxed) == 1);
+        // Vanish: unwinding drops endpoint and client without finalizing.
+        std::panic::resume_unwind(Box::new("rank 1 vanishes (on purpose)"));
+    });
+    let client = init(job.boot(0));
+    let mut ep = client.endpoint(0).expect("ep");
+    let replies = Arc::new(AtomicU64::new(0));
+    let r = replies.clone();
+    ep.register(201, move |_t: &mut Token<'_>, _am: Am<'_>| {
+        r.fetch_add(1, Ordering::Relaxed);
+    })
+    .expect("register");
+    ep.register(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
+        .expect("register");
+    ep.barrier().expect("barrier");
+    ep.request_short(EpAddr::rank(1), 200, &[], Flags::empty())
+        .expect("request");
+    assert!(peer.join().is_err(), "rank 1 panicked on purpose");
+    let t0 = Instant::now();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ep.wait_until(|| {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "no error 30 s after the peer vanished"
+            );
+            replies.load(Ordering::Relaxed) > 0
+        })
+    }));
+    let took = t0.elapsed();
+    let msg = match outcome {
+        Ok(()) => "the reply arrived".to_string(),
+        Err(p) => p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default(),
+    };
+    eprintln!("rank 0 saw after {took:?}: {msg}");
+    assert!(
+        msg.contains("ofi(tcp;ofi_rxm) rank 0 EP 0")
+            && (msg.contains("endpoint 1 is unreachable") || msg.contains("completed in error")),
+        "names provider, rank, endpoint and what failed: {msg}"
+    );
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    // Finalizing would wait for rank 1 in the bootstrap's barrier: end the job instead.
+    job.poison("rank 1 vanished (on purpose)");
+    drop(ep);
+    drop(client);
+}
