@@ -7,6 +7,9 @@
 //! A hardware (NIC) collective plugs in as one more [`Algorithm`] registered with
 //! [`CollEp::register_algorithm`](crate::CollEp::register_algorithm).
 
+// Messages are lists of ranges; a list of one range is the common case, not a typo.
+#![allow(clippy::single_range_in_vec_init)]
+
 use crate::op::{AddrMode, OpKind, SyncMode, SyncModes, Transport};
 use crate::sched::{Action, Local, RecvStep, Schedule, SendStep};
 use crate::tune::LogGP;
@@ -510,6 +513,7 @@ fn rel(r: u32, root: u32, p: u32) -> u32 {
 
 /// Broadcast of `range` (same on every rank) from `root` along `tree`, pipelined by
 /// `seg` bytes (0: one piece). Tags `base..`.
+#[allow(clippy::too_many_arguments)]
 fn k_bcast(
     s: &mut Schedule,
     tree: Tree,
@@ -572,6 +576,7 @@ fn k_bcast(
 
 /// Tree reduction (or, with `Action::Copy`, a fan-in of empty messages) of `range`
 /// to `root`: children combine into the range in ascending order. Tags `base`.
+#[allow(clippy::too_many_arguments)]
 fn k_reduce(
     s: &mut Schedule,
     tree: Tree,

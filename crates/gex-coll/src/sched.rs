@@ -369,12 +369,7 @@ pub mod model {
         // (src, dst, tag) -> arrival time at dst
         let mut arrivals: HashMap<(u32, u32, u32), f64> = HashMap::new();
         let mut sent = vec![false; p];
-        let mut done = 0usize;
-        for r in 0..p {
-            if scheds[r].rounds.is_empty() {
-                done += 1;
-            }
-        }
+        let mut done = scheds.iter().filter(|s| s.rounds.is_empty()).count();
         // Process ranks in a work list; a rank blocks when a receive has not been sent.
         let mut stuck_passes = 0;
         while done < p {

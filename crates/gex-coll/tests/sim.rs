@@ -1,0 +1,713 @@
+//! Collectives on the simulated fabric (thread ranks): every algorithm × operation ×
+//! element type × size class × team size (1, 2, 3, 5, 8) against the sequential
+//! reference, single address mode with every transport and sync mode, the in-my
+//! entry rule, teams (split, lists, scratch) and concurrent collectives on
+//! overlapping teams.
+
+mod common;
+
+use common::{bytes, reference};
+use gex_coll::{
+    BuiltinOp, CollEp, CollError, Elem, OpKind, Opts, ReduceOp, Scratch, Single, SyncMode, Team,
+};
+use gex_core::{Client, ClientBuilder};
+use gex_rma::RmaEp;
+use gex_testkit::sim::{Delay, Sim, SimConfig, run_sim};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+const SEG: usize = 1 << 20;
+
+fn coll(client: &Client<Sim>) -> CollEp<Sim> {
+    CollEp::new(RmaEp::new(client.endpoint(0).unwrap()).unwrap()).unwrap()
+}
+
+/// Affine maps x -> m·x + c (mod 2^32) packed as (m << 32 | c); composition in rank
+/// order is associative and not commutative.
+fn affine() -> ReduceOp<u64> {
+    ReduceOp::user(false, |a: &u64, b: &u64| {
+        let (m1, c1) = ((a >> 32) as u32, *a as u32);
+        let (m2, c2) = ((b >> 32) as u32, *b as u32);
+        (u64::from(m2.wrapping_mul(m1)) << 32) | u64::from(m2.wrapping_mul(c1).wrapping_add(c2))
+    })
+}
+
+fn to_vec<T: Elem>(b: &[u8]) -> Vec<T> {
+    let mut v = vec![bytemuck::Zeroable::zeroed(); b.len() / size_of::<T>()];
+    bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(b);
+    v
+}
+
+/// Runs `op` with algorithm `alg` (None: tuned) on `team` and checks the result on
+/// this rank against the reference. Returns false if the algorithm cannot run it.
+#[allow(clippy::too_many_arguments)]
+fn run_one<T: Elem>(
+    c: &mut CollEp<Sim>,
+    team: &Team,
+    op: OpKind,
+    alg: Option<&str>,
+    root: u32,
+    count: usize,
+    red: &ReduceOp<T>,
+    salt: u64,
+) -> bool {
+    let p = team.size();
+    let me = team.rank();
+    let n = count * size_of::<T>();
+    let inputs: Vec<Vec<u8>> = (0..p)
+        .map(|r| bytes(r as usize, salt, op.shape(p, r, root).0.max(1) * n))
+        .collect();
+    let opts = Opts {
+        algorithm: alg,
+        ..Opts::default()
+    };
+    let data: Vec<T> = to_vec(&inputs[me as usize]);
+    let h = match op {
+        OpKind::Barrier => c.barrier_nb(team, &opts).map(|h| (Some(h), None)),
+        OpKind::Broadcast => c
+            .broadcast_nb(team, root, data, &opts)
+            .map(|h| (None, Some(h))),
+        OpKind::Scatter => c
+            .scatter_nb(team, root, data, count, &opts)
+            .map(|h| (None, Some(h))),
+        OpKind::Gather => c
+            .gather_nb(team, root, data, &opts)
+            .map(|h| (None, Some(h))),
+        OpKind::GatherAll => c.gather_all_nb(team, data, &opts).map(|h| (None, Some(h))),
+        OpKind::Exchange => c.exchange_nb(team, data, &opts).map(|h| (None, Some(h))),
+        OpKind::Reduce => c
+            .reduce_nb(team, root, data, red, &opts)
+            .map(|h| (None, Some(h))),
+        OpKind::Allreduce => c
+            .allreduce_nb(team, data, red, &opts)
+            .map(|h| (None, Some(h))),
+        OpKind::ReduceScatter => c
+            .reduce_scatter_nb(team, data, red, &opts)
+            .map(|h| (None, Some(h))),
+        OpKind::Scan => c.scan_nb(team, data, red, &opts).map(|h| (None, Some(h))),
+        OpKind::Exscan => c.exscan_nb(team, data, red, &opts).map(|h| (None, Some(h))),
+    };
+    let got: Vec<u8> = match h {
+        Err(CollError::Unsupported { .. }) => return false,
+        Err(e) => panic!("{op} {alg:?}: {e}"),
+        Ok((Some(b), _)) => {
+            c.wait(b).unwrap();
+            vec![]
+        }
+        Ok((None, Some(h))) => bytemuck::cast_slice(&c.wait(h).unwrap()).to_vec(),
+        Ok(_) => unreachable!(),
+    };
+    let want = reference(
+        op,
+        root as usize,
+        n,
+        &inputs,
+        op.reduces().then_some(red.func()),
+    );
+    assert_eq!(
+        got, want[me as usize],
+        "{op} alg={alg:?} P={p} root={root} count={count} rank {me}"
+    );
+    true
+}
+
+/// Every registered algorithm of every op, plus the tuned choice.
+fn matrix(c: &mut CollEp<Sim>, team: &Team, counts: &[usize]) -> usize {
+    let sum32 = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+    let max_f64 = ReduceOp::<f64>::builtin(BuiltinOp::Max).unwrap();
+    let bxor8 = ReduceOp::<i8>::builtin(BuiltinOp::Bxor).unwrap();
+    let aff = affine();
+    let p = team.size();
+    let mut ran = 0;
+    let mut salt = 0;
+    for op in OpKind::ALL {
+        let mut algs: Vec<Option<String>> = c.algorithms(op).into_iter().map(Some).collect();
+        algs.push(None);
+        for alg in &algs {
+            for &count in counts {
+                salt += 1;
+                let root = if op.rooted() { (salt as u32) % p } else { 0 };
+                let a = alg.as_deref();
+                ran += usize::from(run_one(c, team, op, a, root, count, &sum32, salt));
+                if op.reduces() {
+                    ran += usize::from(run_one(c, team, op, a, root, count, &aff, salt));
+                }
+            }
+        }
+        // More element types with the tuned choice.
+        let root = if op.rooted() { p - 1 } else { 0 };
+        run_one(c, team, op, None, root, 7, &max_f64, 99);
+        run_one(c, team, op, None, root, 9, &bxor8, 98);
+        run_one(
+            c,
+            team,
+            op,
+            None,
+            root,
+            3,
+            &ReduceOp::<u128>::builtin(BuiltinOp::Prod).unwrap(),
+            97,
+        );
+        run_one(
+            c,
+            team,
+            op,
+            None,
+            root,
+            5,
+            &ReduceOp::<i16>::builtin(BuiltinOp::Land).unwrap(),
+            96,
+        );
+    }
+    ran
+}
+
+/// Size classes: empty, one element, odd, and (4500 × 4 bytes) above the 16 KiB
+/// Medium limit (fragmented messages).
+const ALL_COUNTS: &[usize] = &[0, 1, 13, 4500];
+
+fn matrix_job(p: u32, cfg: SimConfig, counts: &[usize]) {
+    let ran = run_sim(
+        p,
+        cfg,
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let n = matrix(&mut c, &w, counts);
+            c.barrier(&w).unwrap();
+            assert_eq!(c.dropped_messages(), 0);
+            n
+        },
+    );
+    assert!(ran[0] > 100, "only {} cases ran", ran[0]);
+}
+
+#[test]
+fn matrix_1() {
+    matrix_job(1, SimConfig::default(), ALL_COUNTS);
+}
+#[test]
+fn matrix_2() {
+    matrix_job(2, SimConfig::default(), ALL_COUNTS);
+}
+#[test]
+fn matrix_3_reordered() {
+    matrix_job(3, SimConfig::default().reorder(true).seed(5), ALL_COUNTS);
+}
+#[test]
+fn matrix_5_reordered_one_per_host() {
+    matrix_job(
+        5,
+        SimConfig::default().reorder(true).seed(9).ranks_per_host(1),
+        ALL_COUNTS,
+    );
+}
+#[test]
+fn matrix_8() {
+    matrix_job(8, SimConfig::default().seed(2), &[0, 13, 700]);
+}
+
+/// Split teams: the matrix on both halves of 8 ranks (sizes 3 and 5), at once.
+#[test]
+fn matrix_on_split_teams() {
+    let ran = run_sim(
+        8,
+        SimConfig::default().reorder(true).seed(4),
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let r = w.rank();
+            let t = c
+                .split(&w, Some(u32::from(r % 8 < 3)), 100 - r, Scratch::None)
+                .unwrap()
+                .unwrap();
+            assert_eq!(t.size(), if r < 3 { 3 } else { 5 });
+            let n = matrix(&mut c, &t, &[1, 33]);
+            c.barrier(&w).unwrap();
+            n
+        },
+    );
+    assert!(ran.iter().all(|&n| n > 100), "{ran:?}");
+}
+
+/// Single address mode: broadcast and gather_all with every algorithm (eager, put,
+/// rendezvous) under every sync mode, with different offsets on every rank.
+#[test]
+fn single_mode_transports_and_sync_modes() {
+    run_sim(
+        5,
+        SimConfig::default()
+            .reorder(true)
+            .seed(21)
+            .ranks_per_host(2),
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let (p, me) = (w.size(), w.rank());
+            let modes = [SyncMode::No, SyncMode::My, SyncMode::All];
+            let mut salt = 0u64;
+            let mut by_transport = [0usize; 3];
+            for op in [OpKind::Broadcast, OpKind::GatherAll] {
+                for alg in c.algorithms(op) {
+                    let all_modes = [
+                        "flat+put",
+                        "binomial+rdv",
+                        "ring+put",
+                        "chain64k+rdv",
+                        "binomial",
+                    ]
+                    .contains(&alg.as_str());
+                    for count in [3usize, 5000] {
+                        for i in modes {
+                            for o in modes {
+                                if !all_modes && (i != o || i == SyncMode::All) {
+                                    continue;
+                                }
+                                salt += 1;
+                                let n = count * 4;
+                                let root = (salt % u64::from(p)) as u32;
+                                // Source at 0, destinations at rank-dependent offsets.
+                                let dst: Vec<usize> =
+                                    (0..p as usize).map(|r| 200_000 + 64 * r).collect();
+                                let src_len = n;
+                                let inputs: Vec<Vec<u8>> =
+                                    (0..p as usize).map(|r| bytes(r, salt, src_len)).collect();
+                                let ep = c.endpoint();
+                                ep.segment().write(0, &inputs[me as usize]).unwrap();
+                                ep.segment()
+                                    .write(dst[me as usize], &vec![0xEE; p as usize * n])
+                                    .unwrap();
+                                c.barrier(&w).unwrap();
+                                let addrs = Single {
+                                    src: Some(vec![0; p as usize]),
+                                    dst: dst.clone(),
+                                };
+                                let opts = Opts::sync(i, o).with_algorithm(&alg);
+                                let h = match c
+                                    .start_single::<u32>(&w, op, root, count, &addrs, None, &opts)
+                                {
+                                    Err(CollError::Unsupported { .. }) => continue,
+                                    r => r.unwrap(),
+                                };
+                                c.wait(h).unwrap();
+                                let want = reference(op, root as usize, n, &inputs, None);
+                                let mut got = vec![0u8; want[me as usize].len()];
+                                c.endpoint()
+                                    .segment()
+                                    .read(dst[me as usize], &mut got)
+                                    .unwrap();
+                                assert_eq!(
+                                    got, want[me as usize],
+                                    "{op} {alg} in={i:?} out={o:?} count={count}"
+                                );
+                                by_transport[usize::from(alg.ends_with("+put"))
+                                    + 2 * usize::from(alg.ends_with("+rdv"))] += 1;
+                                c.barrier(&w).unwrap();
+                            }
+                        }
+                    }
+                }
+            }
+            assert!(by_transport.iter().all(|&x| x > 0), "{by_transport:?}");
+        },
+    );
+}
+
+/// Single address mode for every other operation (tuned algorithm), out of place and
+/// in place.
+#[test]
+fn single_mode_every_op() {
+    run_sim(
+        3,
+        SimConfig::default().reorder(true).seed(8),
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let (p, me) = (w.size() as usize, w.rank() as usize);
+            let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+            for (k, op) in OpKind::ALL.into_iter().enumerate() {
+                for in_place in [false, true] {
+                    if in_place
+                        && matches!(
+                            op,
+                            OpKind::Scatter
+                                | OpKind::Exchange
+                                | OpKind::ReduceScatter
+                                | OpKind::Barrier
+                        )
+                    {
+                        continue;
+                    }
+                    let count = 6;
+                    let n = count * 4;
+                    let root = (k % p) as u32;
+                    let inputs: Vec<Vec<u8>> = (0..p)
+                        .map(|r| {
+                            bytes(r, k as u64, op.shape(p as u32, r as u32, root).0.max(1) * n)
+                        })
+                        .collect();
+                    let (src, dst) = (1000usize, 50_000usize);
+                    let ep = c.endpoint();
+                    ep.segment().write(dst, &vec![0u8; p * n]).unwrap();
+                    if in_place {
+                        let at = if matches!(op, OpKind::Gather | OpKind::GatherAll) {
+                            dst + me * n
+                        } else {
+                            dst
+                        };
+                        ep.segment().write(at, &inputs[me]).unwrap();
+                    } else {
+                        ep.segment().write(src, &inputs[me]).unwrap();
+                    }
+                    let addrs = if in_place {
+                        Single::in_place(p as u32, dst)
+                    } else {
+                        Single::uniform(p as u32, src, dst)
+                    };
+                    let red = op.reduces().then_some(&sum);
+                    let h = c
+                        .start_single::<u32>(&w, op, root, count, &addrs, red, &Opts::default())
+                        .unwrap();
+                    c.wait(h).unwrap();
+                    let want = reference(op, root as usize, n, &inputs, red.map(|r| r.func()));
+                    let mut got = vec![0u8; want[me].len()];
+                    c.endpoint().segment().read(dst, &mut got).unwrap();
+                    assert_eq!(got, want[me], "{op} in_place={in_place}");
+                    c.barrier(&w).unwrap();
+                }
+            }
+        },
+    );
+}
+
+/// Under in-my, a signaling put may not land in a member's destination before that
+/// member entered; under in-no it may (and does, here).
+#[test]
+fn in_my_sync_is_honoured() {
+    for mode in [SyncMode::My, SyncMode::No] {
+        let started = AtomicBool::new(false);
+        let started = &started;
+        run_sim(
+            2,
+            SimConfig::default(),
+            || ClientBuilder::new().segment_size(SEG),
+            move |client| {
+                let mut c = coll(&client);
+                let w = c.world().clone();
+                let me = w.rank();
+                let dst = 4096;
+                let n = 256;
+                if me == 0 {
+                    c.endpoint().segment().write(0, &[7u8; 256]).unwrap();
+                }
+                c.endpoint().segment().write(dst, &[0xEE; 256]).unwrap();
+                c.barrier(&w).unwrap();
+                let addrs = Single {
+                    src: Some(vec![0, 0]),
+                    dst: vec![dst, dst],
+                };
+                let opts = Opts::sync(mode, SyncMode::My).with_algorithm("flat+put");
+                if me == 0 {
+                    let mut h = c
+                        .start_single::<u8>(&w, OpKind::Broadcast, 0, n, &addrs, None, &opts)
+                        .unwrap();
+                    for _ in 0..10 {
+                        c.test(&mut h).unwrap();
+                    }
+                    started.store(true, Ordering::SeqCst);
+                    c.wait(h).unwrap();
+                } else {
+                    while !started.load(Ordering::SeqCst) {
+                        std::thread::yield_now();
+                    }
+                    // Keep polling (as any gex call would) before entering.
+                    let t0 = Instant::now();
+                    let mut buf = [0u8; 256];
+                    loop {
+                        c.endpoint().poll();
+                        c.endpoint().segment().read(dst, &mut buf).unwrap();
+                        if buf != [0xEE; 256] || t0.elapsed() > Duration::from_millis(200) {
+                            break;
+                        }
+                        std::thread::yield_now();
+                    }
+                    match mode {
+                        SyncMode::My => {
+                            assert_eq!(buf, [0xEE; 256], "data landed before rank 1 entered")
+                        }
+                        _ => assert_eq!(buf, [7u8; 256], "in-no: the put should land early here"),
+                    }
+                    let h = c
+                        .start_single::<u8>(&w, OpKind::Broadcast, 0, n, &addrs, None, &opts)
+                        .unwrap();
+                    c.wait(h).unwrap();
+                    c.endpoint().segment().read(dst, &mut buf).unwrap();
+                    assert_eq!(buf, [7u8; 256]);
+                }
+                c.barrier(&w).unwrap();
+            },
+        );
+    }
+}
+
+/// Split by (color, key), creation from a list, rank translation, scratch space
+/// (given and allocated, freed on destroy), and collectives in flight at once on
+/// overlapping teams started in different orders on different ranks.
+#[test]
+fn teams_and_concurrent_collectives() {
+    run_sim(
+        6,
+        SimConfig::default()
+            .reorder(true)
+            .seed(13)
+            .latency(Delay::polls(2)),
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            c.set_scratch_region(SEG / 2..SEG).unwrap();
+            let w = c.world().clone();
+            let r = w.rank();
+            // Odd/even, ordered by descending rank.
+            let half = c
+                .split(&w, Some(r % 2), 100 - r, Scratch::Alloc(1000))
+                .unwrap()
+                .unwrap();
+            let expect: Vec<u32> = (0..6).rev().filter(|x| x % 2 == r % 2).collect();
+            let jr: Vec<u32> = (0..half.size())
+                .map(|i| half.job_rank(i).unwrap())
+                .collect();
+            assert_eq!(jr, expect);
+            assert_eq!(half.rank_of(w.member(r).unwrap()), Some(half.rank()));
+            assert_eq!(half.scratch().len(), 3);
+            assert!(
+                half.scratch()
+                    .iter()
+                    .all(|&(o, l)| o >= SEG / 2 && l == 1000)
+            );
+            // Ranks 0 and 5 join no team.
+            let mid = c
+                .split(
+                    &w,
+                    (1..5).contains(&r).then_some(0),
+                    r,
+                    Scratch::Given(64 * r as usize, 64),
+                )
+                .unwrap();
+            assert_eq!(
+                mid.as_ref().map(|t| t.size()),
+                (1..5).contains(&r).then_some(4)
+            );
+            if let Some(m) = &mid {
+                let want: Vec<(usize, usize)> = (1..5).map(|x| (64 * x, 64)).collect();
+                assert_eq!(m.scratch(), &want[..]);
+            }
+            // A team from a list (members 4, 1, 3 in that order).
+            let list = [4u32, 1, 3];
+            let lt = if list.contains(&r) {
+                Some(c.create_team(&w, &list, Scratch::None).unwrap())
+            } else {
+                None
+            };
+            if let Some(t) = &lt {
+                assert_eq!(t.job_rank(0), Some(4));
+                assert_eq!(t.rank(), list.iter().position(|&x| x == r).unwrap() as u32);
+            }
+            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+            for iter in 0..5u64 {
+                // Start on world, half, mid and the list team in a rank-dependent order.
+                let mut hs = Vec::new();
+                let mut order: Vec<usize> = vec![0, 1, 2, 3];
+                order.rotate_left((r as usize + iter as usize) % 4);
+                let mut h_world = None;
+                let mut h_half = None;
+                let mut h_mid = None;
+                let mut h_list = None;
+                for k in order {
+                    match k {
+                        0 => {
+                            h_world = Some(
+                                c.allreduce_nb(
+                                    &w,
+                                    vec![u64::from(r) + iter; 3],
+                                    &sum,
+                                    &Opts::default(),
+                                )
+                                .unwrap(),
+                            )
+                        }
+                        1 => {
+                            h_half = Some(
+                                c.gather_all_nb(
+                                    &half,
+                                    vec![u64::from(r) * 10 + iter],
+                                    &Opts::default(),
+                                )
+                                .unwrap(),
+                            )
+                        }
+                        2 => {
+                            if let Some(m) = &mid {
+                                h_mid = Some(
+                                    c.broadcast_nb(
+                                        m,
+                                        2,
+                                        vec![u64::from(r) + 1000 * iter; 4000],
+                                        &Opts::default(),
+                                    )
+                                    .unwrap(),
+                                );
+                            }
+                        }
+                        _ => {
+                            if let Some(t) = &lt {
+                                h_list = Some(
+                                    c.exchange_nb(
+                                        t,
+                                        (0..3).map(|j| u64::from(r) * 100 + j + iter).collect(),
+                                        &Opts::default(),
+                                    )
+                                    .unwrap(),
+                                );
+                            }
+                        }
+                    }
+                }
+                hs.push(0);
+                if let Some(h) = h_list {
+                    let v = c.wait(h).unwrap();
+                    let me = lt.as_ref().unwrap().rank() as u64;
+                    assert_eq!(
+                        v,
+                        list.iter()
+                            .map(|&s| u64::from(s) * 100 + me + iter)
+                            .collect::<Vec<_>>()
+                    );
+                }
+                if let Some(h) = h_mid {
+                    let m = mid.as_ref().unwrap();
+                    let root_job = u64::from(m.job_rank(2).unwrap());
+                    assert_eq!(c.wait(h).unwrap(), vec![root_job + 1000 * iter; 4000]);
+                }
+                let g = c.wait(h_half.unwrap()).unwrap();
+                assert_eq!(
+                    g,
+                    expect
+                        .iter()
+                        .map(|&x| u64::from(x) * 10 + iter)
+                        .collect::<Vec<_>>()
+                );
+                let a = c.wait(h_world.unwrap()).unwrap();
+                assert_eq!(a, vec![15 + 6 * iter; 3]);
+            }
+            // Destroy frees the allocated scratch: the same range is allocated again.
+            let first = half.scratch()[half.rank() as usize];
+            c.barrier(&w).unwrap();
+            c.destroy_team(half).unwrap();
+            let again = c
+                .split(&w, Some(0), r, Scratch::Alloc(1000))
+                .unwrap()
+                .unwrap();
+            assert_eq!(again.scratch()[again.rank() as usize], first);
+            assert!(matches!(
+                c.destroy_team(w.clone()),
+                Err(CollError::BadMembers(_))
+            ));
+            c.barrier(&w).unwrap();
+        },
+    );
+}
+
+/// GEX_COLL_<OP> overrides through the client's configuration, and errors.
+#[test]
+fn env_override_and_errors() {
+    use gex_coll::{AddrMode, Query, SyncModes};
+    use gex_core::Config;
+    let builder = || {
+        ClientBuilder::new()
+            .segment_size(SEG)
+            .config(Config::from_pairs([
+                ("GEX_COLL_BROADCAST", "chain"),
+                ("GEX_COLL_LOGGP", "6.2,0.5,0.5,0.0001"),
+            ]))
+    };
+    run_sim(3, SimConfig::default(), builder, |client| {
+        let mut c = CollEp::with_config(
+            RmaEp::new(client.endpoint(0).unwrap()).unwrap(),
+            client.config(),
+        )
+        .unwrap();
+        let w = c.world().clone();
+        let q = Query {
+            op: OpKind::Broadcast,
+            size: 3,
+            bytes: 8,
+            addr: AddrMode::Local,
+            sync: SyncModes::default(),
+            commutative: true,
+        };
+        let why = c.explain(&q).unwrap();
+        assert_eq!((why.algorithm.as_str(), why.reason), ("chain", "override"));
+        assert_eq!(c.tuner().model().l, 6.2);
+        // The chain broadcast from rank 0 sends exactly one message per non-last rank.
+        let before = c.endpoint().stats().clone();
+        let mut b = [u64::from(w.rank()); 4];
+        c.broadcast(&w, 0, &mut b).unwrap();
+        assert_eq!(b, [0; 4]);
+        let after = c.endpoint().stats().clone();
+        let sent = |s: &gex_core::EpStats| -> u64 { s.sent.iter().sum() };
+        assert_eq!(sent(&after) - sent(&before), u64::from(w.rank() < 2));
+        // Forced algorithms are checked.
+        let e = c
+            .gather_all_nb(&w, vec![1u8], &Opts::default().with_algorithm("recdbl"))
+            .unwrap_err();
+        assert!(matches!(e, CollError::Unsupported { .. }));
+        let e = c
+            .barrier_nb(&w, &Opts::default().with_algorithm("nonesuch"))
+            .unwrap_err();
+        assert!(matches!(e, CollError::UnknownAlgorithm { .. }));
+        assert!(matches!(
+            c.broadcast_nb(&w, 3, vec![1u8], &Opts::default()),
+            Err(CollError::BadRank { .. })
+        ));
+        assert!(matches!(
+            c.exchange_nb(&w, vec![1u8; 4], &Opts::default()),
+            Err(CollError::BadLength { .. })
+        ));
+        let mut out = [0u8; 2];
+        assert!(matches!(
+            c.gather_all(&w, &[1u8], &mut out),
+            Err(CollError::BadLength { .. })
+        ));
+        let bad = Single {
+            src: None,
+            dst: vec![0; 2],
+        };
+        assert!(matches!(
+            c.start_single::<u8>(&w, OpKind::Broadcast, 0, 1, &bad, None, &Opts::default()),
+            Err(CollError::BadAddress(_))
+        ));
+        c.barrier(&w).unwrap();
+    });
+    // An override naming an algorithm that does not implement the op is an error.
+    run_sim(
+        1,
+        SimConfig::default(),
+        || {
+            ClientBuilder::new()
+                .segment_size(SEG)
+                .config(Config::from_pairs([("GEX_COLL_BARRIER", "ring")]))
+        },
+        |client| {
+            let e = CollEp::with_config(
+                RmaEp::new(client.endpoint(0).unwrap()).unwrap(),
+                client.config(),
+            )
+            .unwrap_err();
+            assert!(matches!(e, CollError::UnknownAlgorithm { .. }));
+        },
+    );
+}
