@@ -6,10 +6,8 @@
 
 mod common;
 
-use common::{bytes, reference};
-use gex_coll::{
-    BuiltinOp, CollEp, CollError, Elem, OpKind, Opts, ReduceOp, Scratch, Single, SyncMode, Team,
-};
+use common::{bytes, matrix, reference};
+use gex_coll::{BuiltinOp, CollEp, CollError, OpKind, Opts, ReduceOp, Scratch, Single, SyncMode};
 use gex_core::{Client, ClientBuilder};
 use gex_rma::RmaEp;
 use gex_testkit::sim::{Delay, Sim, SimConfig, run_sim};
@@ -20,146 +18,6 @@ const SEG: usize = 1 << 20;
 
 fn coll(client: &Client<Sim>) -> CollEp<Sim> {
     CollEp::new(RmaEp::new(client.endpoint(0).unwrap()).unwrap()).unwrap()
-}
-
-/// Affine maps x -> m·x + c (mod 2^32) packed as (m << 32 | c); composition in rank
-/// order is associative and not commutative.
-fn affine() -> ReduceOp<u64> {
-    ReduceOp::user(false, |a: &u64, b: &u64| {
-        let (m1, c1) = ((a >> 32) as u32, *a as u32);
-        let (m2, c2) = ((b >> 32) as u32, *b as u32);
-        (u64::from(m2.wrapping_mul(m1)) << 32) | u64::from(m2.wrapping_mul(c1).wrapping_add(c2))
-    })
-}
-
-fn to_vec<T: Elem>(b: &[u8]) -> Vec<T> {
-    let mut v = vec![bytemuck::Zeroable::zeroed(); b.len() / size_of::<T>()];
-    bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(b);
-    v
-}
-
-/// Runs `op` with algorithm `alg` (None: tuned) on `team` and checks the result on
-/// this rank against the reference. Returns false if the algorithm cannot run it.
-#[allow(clippy::too_many_arguments)]
-fn run_one<T: Elem>(
-    c: &mut CollEp<Sim>,
-    team: &Team,
-    op: OpKind,
-    alg: Option<&str>,
-    root: u32,
-    count: usize,
-    red: &ReduceOp<T>,
-    salt: u64,
-) -> bool {
-    let p = team.size();
-    let me = team.rank();
-    let n = count * size_of::<T>();
-    let inputs: Vec<Vec<u8>> = (0..p)
-        .map(|r| bytes(r as usize, salt, op.shape(p, r, root).0.max(1) * n))
-        .collect();
-    let opts = Opts {
-        algorithm: alg,
-        ..Opts::default()
-    };
-    let data: Vec<T> = to_vec(&inputs[me as usize]);
-    let h = match op {
-        OpKind::Barrier => c.barrier_nb(team, &opts).map(|h| (Some(h), None)),
-        OpKind::Broadcast => c
-            .broadcast_nb(team, root, data, &opts)
-            .map(|h| (None, Some(h))),
-        OpKind::Scatter => c
-            .scatter_nb(team, root, data, count, &opts)
-            .map(|h| (None, Some(h))),
-        OpKind::Gather => c
-            .gather_nb(team, root, data, &opts)
-            .map(|h| (None, Some(h))),
-        OpKind::GatherAll => c.gather_all_nb(team, data, &opts).map(|h| (None, Some(h))),
-        OpKind::Exchange => c.exchange_nb(team, data, &opts).map(|h| (None, Some(h))),
-        OpKind::Reduce => c
-            .reduce_nb(team, root, data, red, &opts)
-            .map(|h| (None, Some(h))),
-        OpKind::Allreduce => c
-            .allreduce_nb(team, data, red, &opts)
-            .map(|h| (None, Some(h))),
-        OpKind::ReduceScatter => c
-            .reduce_scatter_nb(team, data, red, &opts)
-            .map(|h| (None, Some(h))),
-        OpKind::Scan => c.scan_nb(team, data, red, &opts).map(|h| (None, Some(h))),
-        OpKind::Exscan => c.exscan_nb(team, data, red, &opts).map(|h| (None, Some(h))),
-    };
-    let got: Vec<u8> = match h {
-        Err(CollError::Unsupported { .. }) => return false,
-        Err(e) => panic!("{op} {alg:?}: {e}"),
-        Ok((Some(b), _)) => {
-            c.wait(b).unwrap();
-            vec![]
-        }
-        Ok((None, Some(h))) => bytemuck::cast_slice(&c.wait(h).unwrap()).to_vec(),
-        Ok(_) => unreachable!(),
-    };
-    let want = reference(
-        op,
-        root as usize,
-        n,
-        &inputs,
-        op.reduces().then_some(red.func()),
-    );
-    assert_eq!(
-        got, want[me as usize],
-        "{op} alg={alg:?} P={p} root={root} count={count} rank {me}"
-    );
-    true
-}
-
-/// Every registered algorithm of every op, plus the tuned choice.
-fn matrix(c: &mut CollEp<Sim>, team: &Team, counts: &[usize]) -> usize {
-    let sum32 = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
-    let max_f64 = ReduceOp::<f64>::builtin(BuiltinOp::Max).unwrap();
-    let bxor8 = ReduceOp::<i8>::builtin(BuiltinOp::Bxor).unwrap();
-    let aff = affine();
-    let p = team.size();
-    let mut ran = 0;
-    let mut salt = 0;
-    for op in OpKind::ALL {
-        let mut algs: Vec<Option<String>> = c.algorithms(op).into_iter().map(Some).collect();
-        algs.push(None);
-        for alg in &algs {
-            for &count in counts {
-                salt += 1;
-                let root = if op.rooted() { (salt as u32) % p } else { 0 };
-                let a = alg.as_deref();
-                ran += usize::from(run_one(c, team, op, a, root, count, &sum32, salt));
-                if op.reduces() {
-                    ran += usize::from(run_one(c, team, op, a, root, count, &aff, salt));
-                }
-            }
-        }
-        // More element types with the tuned choice.
-        let root = if op.rooted() { p - 1 } else { 0 };
-        run_one(c, team, op, None, root, 7, &max_f64, 99);
-        run_one(c, team, op, None, root, 9, &bxor8, 98);
-        run_one(
-            c,
-            team,
-            op,
-            None,
-            root,
-            3,
-            &ReduceOp::<u128>::builtin(BuiltinOp::Prod).unwrap(),
-            97,
-        );
-        run_one(
-            c,
-            team,
-            op,
-            None,
-            root,
-            5,
-            &ReduceOp::<i16>::builtin(BuiltinOp::Land).unwrap(),
-            96,
-        );
-    }
-    ran
 }
 
 /// Size classes: empty, one element, odd, and (4500 × 4 bytes) above the 16 KiB
