@@ -242,11 +242,11 @@ fn single_mode_every_op() {
     );
 }
 
-/// Under in-my, a signaling put may not land in a member's destination before that
-/// member entered; under in-no it may (and does, here).
+/// Under in-my (and in-all), a signaling put may not land in a member's destination
+/// before that member entered; under in-no it may (and does, here).
 #[test]
 fn in_my_sync_is_honoured() {
-    for mode in [SyncMode::My, SyncMode::No] {
+    for mode in [SyncMode::My, SyncMode::All, SyncMode::No] {
         let started = AtomicBool::new(false);
         let started = &started;
         run_sim(
@@ -294,10 +294,13 @@ fn in_my_sync_is_honoured() {
                         std::thread::yield_now();
                     }
                     match mode {
-                        SyncMode::My => {
-                            assert_eq!(buf, [0xEE; 256], "data landed before rank 1 entered")
+                        SyncMode::No => {
+                            assert_eq!(buf, [7u8; 256], "in-no: the put should land early here")
                         }
-                        _ => assert_eq!(buf, [7u8; 256], "in-no: the put should land early here"),
+                        _ => assert_eq!(
+                            buf, [0xEE; 256],
+                            "{mode:?}: data landed before rank 1 entered"
+                        ),
                     }
                     let h = c
                         .start_single::<u8>(&w, OpKind::Broadcast, 0, n, &addrs, None, &opts)
@@ -568,4 +571,69 @@ fn env_override_and_errors() {
             assert!(matches!(e, CollError::UnknownAlgorithm { .. }));
         },
     );
+}
+
+/// Exit modes: a rendezvous broadcast's root under out-no completes before the
+/// receiver even entered; under out-my it cannot (its data has not been read); an
+/// eager broadcast's root completes at once under out-my but not under out-all.
+#[test]
+fn out_sync_modes() {
+    // (algorithm, exit mode, may the root complete before rank 1 enters?)
+    let cases = [
+        ("flat+rdv", SyncMode::No, true),
+        ("flat+rdv", SyncMode::My, false),
+        ("flat", SyncMode::My, true),
+        ("flat", SyncMode::All, false),
+    ];
+    for (alg, out, early) in cases {
+        let entered = AtomicBool::new(false);
+        let entered = &entered;
+        run_sim(
+            2,
+            SimConfig::default(),
+            || ClientBuilder::new().segment_size(SEG),
+            move |client| {
+                let mut c = coll(&client);
+                let w = c.world().clone();
+                let n = 1000;
+                c.endpoint().segment().write(0, &[3u8; 1000]).unwrap();
+                c.barrier(&w).unwrap();
+                let addrs = Single {
+                    src: Some(vec![0, 0]),
+                    dst: vec![8192, 8192],
+                };
+                let opts = Opts::sync(SyncMode::No, out).with_algorithm(alg);
+                if w.rank() == 0 {
+                    let mut h = c
+                        .start_single::<u8>(&w, OpKind::Broadcast, 0, n, &addrs, None, &opts)
+                        .unwrap();
+                    let t0 = Instant::now();
+                    let mut done = false;
+                    while t0.elapsed() < Duration::from_millis(100) && !done {
+                        done = c.test(&mut h).unwrap();
+                    }
+                    assert_eq!(done, early, "{alg} out={out:?}");
+                    entered.store(true, Ordering::SeqCst);
+                    c.wait(h).unwrap();
+                } else {
+                    while !entered.load(Ordering::SeqCst) {
+                        std::thread::yield_now();
+                    }
+                    let h = c
+                        .start_single::<u8>(&w, OpKind::Broadcast, 0, n, &addrs, None, &opts)
+                        .unwrap();
+                    c.wait(h).unwrap();
+                    let mut buf = [0u8; 1000];
+                    c.endpoint().segment().read(8192, &mut buf).unwrap();
+                    assert_eq!(buf, [3u8; 1000]);
+                }
+                c.barrier(&w).unwrap();
+                // Nothing is left in flight (out-no work finished in the background).
+                for _ in 0..100 {
+                    c.progress().unwrap();
+                }
+                assert_eq!(c.in_flight(), 0);
+            },
+        );
+    }
 }
