@@ -637,3 +637,37 @@ fn out_sync_modes() {
         );
     }
 }
+
+mod prop {
+    use super::*;
+    use common::{affine, run_one};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// Random (operation, algorithm, team size, root, count, schedule seed,
+        /// reordering) executed on the simulated fabric against the reference, with a
+        /// commutative and a non-commutative operator.
+        #[test]
+        fn prop_random_collectives_on_sim(
+            oi in 0usize..11, ai in 0usize..64, p in 1u32..7, rs in 0u32..64,
+            count in 0usize..300, seed in 0u64..1000, reorder: bool,
+        ) {
+            let op = OpKind::ALL[oi];
+            let cfg = SimConfig::default().reorder(reorder).seed(seed);
+            run_sim(p, cfg, || ClientBuilder::new().segment_size(SEG), |client| {
+                let mut c = coll(&client);
+                let w = c.world().clone();
+                let algs = c.algorithms(op);
+                let alg = algs[ai % algs.len()].clone();
+                let root = rs % p;
+                let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+                run_one(&mut c, &w, op, Some(&alg), root, count, &sum, seed);
+                if op.reduces() {
+                    run_one(&mut c, &w, op, Some(&alg), root, count, &affine(), seed + 1);
+                }
+                c.barrier(&w).unwrap();
+            });
+        }
+    }
+}
