@@ -119,6 +119,7 @@ pub struct Builtin {
     transport: Transport,
     name: String,
     ops: Vec<OpKind>,
+    sizes: (usize, usize),
 }
 
 impl Builtin {
@@ -187,7 +188,24 @@ impl Builtin {
             transport,
             name,
             ops,
+            sizes: (0, usize::MAX),
         }
+    }
+
+    /// This algorithm restricted to blocks of `min..=max` bytes (it declares no
+    /// support outside; a forced use there is [`CollError::Unsupported`](crate::CollError::Unsupported)).
+    ///
+    /// ```
+    /// use gex_coll::{AddrMode, Algorithm, Builtin, Kind, OpKind, Query, SyncModes, Transport};
+    /// let a = Builtin::new(Kind::Chain, 0, 8192, Transport::Eager).with_sizes(16384, usize::MAX);
+    /// let q = |bytes| Query { op: OpKind::Broadcast, size: 4, bytes, addr: AddrMode::Local,
+    ///                         sync: SyncModes::default(), commutative: true };
+    /// assert!(!a.supports(&q(100)));
+    /// assert!(a.supports(&q(1 << 20)));
+    /// ```
+    pub fn with_sizes(mut self, min: usize, max: usize) -> Builtin {
+        self.sizes = (min, max);
+        self
     }
 
     /// The family.
@@ -217,8 +235,9 @@ pub fn catalog() -> Vec<Arc<dyn Algorithm>> {
         Builtin::new(Kind::Kary, 2, 0, e),
         Builtin::new(Kind::Kary, 4, 0, e),
         Builtin::new(Kind::Chain, 0, 0, e),
-        Builtin::new(Kind::Chain, 0, 8 << 10, e),
-        Builtin::new(Kind::Chain, 0, 64 << 10, e),
+        // Pipelining pays only with at least two segments.
+        Builtin::new(Kind::Chain, 0, 8 << 10, e).with_sizes(16 << 10, usize::MAX),
+        Builtin::new(Kind::Chain, 0, 64 << 10, e).with_sizes(128 << 10, usize::MAX),
         Builtin::new(Kind::Dissemination, 2, 0, e),
         Builtin::new(Kind::Dissemination, 3, 0, e),
         Builtin::new(Kind::Dissemination, 4, 0, e),
@@ -275,7 +294,7 @@ impl Algorithm for Builtin {
 
     fn supports(&self, q: &Query) -> bool {
         use OpKind::*;
-        if !self.ops.contains(&q.op) {
+        if !self.ops.contains(&q.op) || q.bytes < self.sizes.0 || q.bytes > self.sizes.1 {
             return false;
         }
         if self.transport != Transport::Eager {

@@ -353,6 +353,39 @@ impl<C: Conduit> CollEp<C> {
 
     /// Adds an algorithm (for example a NIC collective) for the tuner to consider and
     /// for [`Opts::algorithm`] to name. Every rank must register the same algorithms.
+    ///
+    /// ```
+    /// use gex_coll::{sched::Schedule, Algorithm, Builtin, CollEp, Kind, LogGP, OpKind, PlanCtx, Query, Transport};
+    /// use gex_core::ClientBuilder;
+    /// use gex_rma::RmaEp;
+    /// use gex_testkit::sim::{run_sim, SimConfig};
+    /// use std::sync::Arc;
+    ///
+    /// /// A "hardware" broadcast: plans like a binomial tree here, claims to be free.
+    /// #[derive(Debug)]
+    /// struct Nic(Builtin);
+    /// impl Algorithm for Nic {
+    ///     fn name(&self) -> &str { "nic" }
+    ///     fn ops(&self) -> &[OpKind] { &[OpKind::Broadcast] }
+    ///     fn supports(&self, q: &Query) -> bool { q.op == OpKind::Broadcast }
+    ///     fn cost(&self, _: &Query, _: &LogGP) -> f64 { 0.0 }
+    ///     fn plan(&self, c: &PlanCtx) -> Schedule { self.0.plan(c) }
+    /// }
+    ///
+    /// let out = run_sim(3, SimConfig::default(), || ClientBuilder::new().segment_size(1 << 16), |client| {
+    ///     let mut coll = CollEp::new(RmaEp::new(client.endpoint(0).unwrap()).unwrap()).unwrap();
+    ///     coll.register_algorithm(Arc::new(Nic(Builtin::new(Kind::Knomial, 2, 0, Transport::Eager))));
+    ///     let w = coll.world().clone();
+    ///     let q = Query { op: OpKind::Broadcast, size: 3, bytes: 8, addr: gex_coll::AddrMode::Local,
+    ///                     sync: Default::default(), commutative: true };
+    ///     assert_eq!(coll.explain(&q).unwrap().algorithm, "nic");
+    ///     let mut v = [w.rank(); 2];
+    ///     coll.broadcast(&w, 1, &mut v).unwrap();
+    ///     coll.barrier(&w).unwrap();
+    ///     v
+    /// });
+    /// assert_eq!(out, vec![[1, 1]; 3]);
+    /// ```
     pub fn register_algorithm(&mut self, a: Arc<dyn Algorithm>) {
         self.tuner.register(a);
     }
@@ -1368,6 +1401,32 @@ impl<C: Conduit> CollEp<C> {
     /// block; `reduce` is required by reducing operations and `root` is used by
     /// rooted ones. Broadcasts and gather_alls can then move data by signaling put or
     /// rendezvous (algorithms `…+put`, `…+rdv`).
+    ///
+    /// ```
+    /// use gex_coll::{CollEp, OpKind, Opts, Single, SyncMode};
+    /// use gex_core::ClientBuilder;
+    /// use gex_rma::RmaEp;
+    /// use gex_testkit::sim::{run_sim, SimConfig};
+    ///
+    /// let ok = run_sim(2, SimConfig::default(), || ClientBuilder::new().segment_size(1 << 16), |client| {
+    ///     let mut coll = CollEp::new(RmaEp::new(client.endpoint(0).unwrap()).unwrap()).unwrap();
+    ///     let w = coll.world().clone();
+    ///     // The root's source is at offset 0 of its segment; destinations at 1024.
+    ///     if w.rank() == 0 {
+    ///         coll.endpoint().segment().write(0, &[42u8; 64]).unwrap();
+    ///     }
+    ///     coll.barrier(&w).unwrap();
+    ///     // Signaling put straight into the destinations, after each receiver entered.
+    ///     let opts = Opts::sync(SyncMode::My, SyncMode::My).with_algorithm("flat+put");
+    ///     let h = coll.start_single::<u8>(&w, OpKind::Broadcast, 0, 64, &Single::uniform(2, 0, 1024), None, &opts).unwrap();
+    ///     coll.wait(h).unwrap();
+    ///     let mut got = [0u8; 64];
+    ///     coll.endpoint().segment().read(1024, &mut got).unwrap();
+    ///     coll.barrier(&w).unwrap();
+    ///     got == [42u8; 64]
+    /// });
+    /// assert_eq!(ok, vec![true, true]);
+    /// ```
     ///
     /// # Errors
     /// [`CollError::BadAddress`] for a wrong offset list or a range outside the
