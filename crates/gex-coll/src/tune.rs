@@ -313,6 +313,68 @@ impl Tuner {
         })
     }
 
+    /// A human-readable table of the choice for every operation and a range of size
+    /// classes on a team of `size` members (commutative operators, default sync modes):
+    /// the chosen algorithm, its predicted time and the runner-up.
+    ///
+    /// ```
+    /// let mut t = gex_coll::Tuner::new(gex_coll::algo::catalog(), gex_coll::LogGP::RANGER);
+    /// let table = t.table(1024, gex_coll::AddrMode::Local);
+    /// assert!(table.contains("allreduce") && table.contains("1048576"));
+    /// ```
+    pub fn table(&mut self, size: u32, addr: AddrMode) -> String {
+        use std::fmt::Write as _;
+        let mut out = format!(
+            "team size {size}, {addr:?} address mode, model {:?}\n",
+            self.model
+        );
+        let _ = writeln!(
+            out,
+            "{:<15} {:>9}  {:<16} {:>12}  {:<16} {:>12}",
+            "op", "bytes", "choice", "µs", "runner-up", "µs"
+        );
+        for op in OpKind::ALL {
+            for bytes in [8usize, 512, 4096, 65536, 1 << 20] {
+                let q = Query {
+                    op,
+                    size,
+                    bytes,
+                    addr,
+                    sync: crate::op::SyncModes::default(),
+                    commutative: true,
+                };
+                match self.explain(&q) {
+                    Ok(c) => {
+                        let (a, ac) = c.candidates.first().cloned().unwrap_or_default();
+                        let (b, bc) = c.candidates.get(1).cloned().unwrap_or_default();
+                        let chosen = if c.algorithm == a {
+                            a
+                        } else {
+                            format!("{} ({})", c.algorithm, c.reason)
+                        };
+                        let _ = writeln!(
+                            out,
+                            "{:<15} {:>9}  {:<16} {:>12.2}  {:<16} {:>12.2}",
+                            op.name(),
+                            bytes,
+                            chosen,
+                            ac,
+                            b,
+                            bc
+                        );
+                    }
+                    Err(e) => {
+                        let _ = writeln!(out, "{:<15} {:>9}  error: {e}", op.name(), bytes);
+                    }
+                }
+                if op == OpKind::Barrier {
+                    break;
+                }
+            }
+        }
+        out
+    }
+
     /// Explains the choice for `q` (no caching): candidates with their predicted
     /// cost.
     ///

@@ -464,6 +464,11 @@ fn teams_and_concurrent_collectives() {
                 let a = c.wait(h_world.unwrap()).unwrap();
                 assert_eq!(a, vec![15 + 6 * iter; 3]);
             }
+            // A team with a collective in flight cannot be destroyed.
+            let h = c.barrier_nb(&half, &Opts::default()).unwrap();
+            let e = c.destroy_team(half.clone()).unwrap_err();
+            assert!(matches!(e, CollError::TeamBusy { pending: 1, .. }), "{e}");
+            c.wait(h).unwrap();
             // Destroy frees the allocated scratch: the same range is allocated again.
             let first = half.scratch()[half.rank() as usize];
             c.barrier(&w).unwrap();
