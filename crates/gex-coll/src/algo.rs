@@ -382,12 +382,18 @@ impl Algorithm for Builtin {
         let c = match (self.kind, q.op) {
             (Kind::Flat, Barrier) => 2.0 * ((pf - 2.0) * inj(0.0) + msg(0.0)),
             (Kind::Flat, Broadcast | Scatter) => (pf - 2.0) * inj(nf) + msg(nf),
-            (Kind::Flat, Gather | Reduce) => (pf - 1.0) * (m.o + nf * m.copy) + msg(nf),
+            // The root receives P - 1 messages through one endpoint: overhead or gap
+            // per message plus the bandwidth of all the bytes.
+            (Kind::Flat, Gather | Reduce) => {
+                (pf - 1.0) * (m.o.max(m.g) + nf * (m.big_g + m.copy)) + msg(nf)
+            }
             (Kind::Flat, GatherAll | Exchange | Allreduce | ReduceScatter) => {
                 (pf - 2.0) * inj(nf) + msg(nf) + (pf - 1.0) * (m.o + nf * m.copy)
             }
             (Kind::Flat, Scan | Exscan) => (pf - 2.0) * inj(nf) + msg(nf) + pf * m.o,
             (Kind::Knomial | Kind::Kary | Kind::Chain, Barrier) => 2.0 * tree(t, 0.0),
+            // Reductions are not pipelined.
+            (Kind::Chain, Reduce) => (pf - 1.0) * msg(nf),
             (Kind::Knomial | Kind::Kary | Kind::Chain, Broadcast | Reduce) => tree(t, nf),
             (Kind::Knomial | Kind::Chain, Scatter | Gather) => {
                 f64::from(log_ceil(p, self.radix.max(2))) * msg(0.0)

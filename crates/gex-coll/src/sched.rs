@@ -357,8 +357,10 @@ pub mod model {
     /// Predicted completion time (µs, the slowest rank) of a set of consistent
     /// schedules under LogGP: a send costs the sender `o` and occupies its injection
     /// for `max(g, o + (k - 1)·G)` for `k` bytes; the message arrives `L + (k - 1)·G`
-    /// after injection; a receive costs the receiver `o` after arrival (receives are
-    /// serialised). Local steps are free. Every rank enters at time 0.
+    /// after injection, but a receiver's link absorbs at most one byte per `G` (so
+    /// messages converging on one rank serialise); a receive costs the receiver `o`
+    /// after arrival (receives are serialised). Local steps are free. Every rank
+    /// enters at time 0.
     ///
     /// # Errors
     /// [`ModelError::Deadlock`] if the schedules are inconsistent.
@@ -369,6 +371,7 @@ pub mod model {
         // (src, dst, tag) -> arrival time at dst
         let mut arrivals: HashMap<(u32, u32, u32), f64> = HashMap::new();
         let mut sent = vec![false; p];
+        let mut rx_free = vec![0f64; p];
         let mut done = scheds.iter().filter(|s| s.rounds.is_empty()).count();
         // Process ranks in a work list; a rank blocks when a receive has not been sent.
         let mut stuck_passes = 0;
@@ -402,6 +405,11 @@ pub mod model {
                         let a = arrivals
                             .remove(&(v.peer, r as u32, v.tag))
                             .expect("checked above");
+                        // The receiving link absorbs one byte per G: messages from
+                        // several senders to one receiver serialise.
+                        let k = span(&v.ranges) as f64;
+                        let a = a.max(rx_free[r] + (k - 1.0).max(0.0) * m.big_g);
+                        rx_free[r] = a;
                         t = t.max(a) + m.o;
                     }
                     clock[r] = t;

@@ -447,6 +447,15 @@ mod tests {
     }
 
     #[test]
+    fn table_has_a_row_per_op_and_size() {
+        let mut t = Tuner::new(catalog(), LogGP::RANGER);
+        let table = t.table(1024, AddrMode::Local);
+        println!("{table}");
+        assert_eq!(table.lines().count(), 2 + 1 + 10 * 5);
+        assert!(!table.contains("error"));
+    }
+
+    #[test]
     fn overrides_and_errors() {
         let mut t = Tuner::new(catalog(), LogGP::default());
         t.configure(|k| (k == "GEX_COLL_BROADCAST").then(|| "chain".to_string()))

@@ -210,3 +210,57 @@ fn exchange_crossover(p: u32) {
         "{crossovers:?}"
     );
 }
+
+/// The cost formulas against the schedule-level LogGP simulation: for every operation
+/// on 48 ranks and three sizes, the algorithm the tuner picks from its formulas is
+/// within a factor of the best simulated algorithm (the formulas are approximations;
+/// the factor bounds how far they may drift from the schedules they describe).
+#[test]
+fn tuner_choice_is_near_the_simulated_best() {
+    use gex_coll::Tuner;
+    let p = 48u32;
+    let m = LogGP::RANGER;
+    let mut t = Tuner::new(catalog(), m);
+    let mut worst: (f64, String) = (1.0, String::new());
+    for op in OpKind::ALL {
+        for bytes in [8usize, 4096, 65536] {
+            let q = Query {
+                op,
+                size: p,
+                bytes,
+                addr: AddrMode::Local,
+                sync: SyncModes::default(),
+                commutative: true,
+            };
+            let sim = |a: &dyn gex_coll::Algorithm| {
+                let s: Vec<_> = (0..p)
+                    .map(|r| {
+                        a.plan(&PlanCtx {
+                            op,
+                            size: p,
+                            rank: r,
+                            root: 0,
+                            block: bytes,
+                            elem: 8,
+                            commutative: true,
+                        })
+                    })
+                    .collect();
+                model::loggp_time(&s, &m).unwrap()
+            };
+            let cat = catalog();
+            let best = cat
+                .iter()
+                .filter(|a| a.supports(&q))
+                .map(|a| sim(&**a))
+                .fold(f64::INFINITY, f64::min);
+            let chosen = t.select(&q, None).unwrap().clone();
+            let ratio = sim(&*chosen) / best.max(1e-9);
+            println!("{op:<15} {bytes:>6} {:<14} {ratio:.2}", chosen.name());
+            if ratio > worst.0 {
+                worst = (ratio, format!("{op} {bytes} {}", chosen.name()));
+            }
+        }
+    }
+    assert!(worst.0 < 2.0, "worst: {worst:?}");
+}
