@@ -66,6 +66,19 @@ fn matrix_8() {
     matrix_job(8, SimConfig::default().seed(2), &[0, 13, 700]);
 }
 
+/// Back-pressure and many fragments: 4 KiB of requests in flight per pair, 1 KiB
+/// Medium payloads, reordering.
+#[test]
+fn matrix_4_small_rings() {
+    let mut cfg = SimConfig::default()
+        .reorder(true)
+        .seed(17)
+        .ring_capacity(4096);
+    cfg.max_medium = 1024;
+    cfg.max_long = 2048;
+    matrix_job(4, cfg, &[1, 700]);
+}
+
 /// Split teams: the matrix on both halves of 8 ranks (sizes 3 and 5), at once.
 #[test]
 fn matrix_on_split_teams() {
@@ -94,12 +107,32 @@ fn matrix_on_split_teams() {
 /// rendezvous) under every sync mode, with different offsets on every rank.
 #[test]
 fn single_mode_transports_and_sync_modes() {
-    run_sim(
+    single_mode_job(
         5,
         SimConfig::default()
             .reorder(true)
             .seed(21)
             .ranks_per_host(2),
+    );
+}
+
+/// The same with small Long and Medium limits (signaling puts and rendezvous gets in
+/// many pieces) and back-pressure.
+#[test]
+fn single_mode_small_limits() {
+    let mut cfg = SimConfig::default()
+        .reorder(true)
+        .seed(3)
+        .ring_capacity(8192);
+    cfg.max_medium = 1024;
+    cfg.max_long = 3000;
+    single_mode_job(3, cfg);
+}
+
+fn single_mode_job(p: u32, cfg: SimConfig) {
+    run_sim(
+        p,
+        cfg,
         || ClientBuilder::new().segment_size(SEG),
         |client| {
             let mut c = coll(&client);
