@@ -15,6 +15,7 @@ fn main() {
                 addr: AddrMode::Local,
                 sync: SyncModes::default(),
                 commutative: true,
+                scratch: false,
             })
         })
         .collect();

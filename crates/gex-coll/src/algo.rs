@@ -34,6 +34,10 @@ pub struct Query {
     pub sync: SyncModes,
     /// The reduction operator is commutative (true for non-reducing operations).
     pub commutative: bool,
+    /// Local address mode only: every member's team scratch space can hold the
+    /// output (`P × bytes`), so symmetric algorithms may move data by signaling put or
+    /// rendezvous through it.
+    pub scratch: bool,
 }
 
 /// Everything a rank needs to compute its schedule.
@@ -72,7 +76,7 @@ pub trait Algorithm: Send + Sync + fmt::Debug {
     /// The schedule of rank `ctx.rank`.
     fn plan(&self, ctx: &PlanCtx) -> Schedule;
     /// How messages move (only [`Transport::Eager`] unless the schedule is
-    /// symmetric and the address mode is single).
+    /// symmetric and the address mode single or the team scratch large enough).
     fn transport(&self) -> Transport {
         Transport::Eager
     }
@@ -127,7 +131,7 @@ impl Builtin {
     /// Bruck (at least 2; k-ary at least 1); `seg` is the pipelining segment of chain
     /// broadcasts (0: no pipelining); `transport` other than eager applies to
     /// broadcasts and to flat/ring/recursive-doubling gather_all in single address
-    /// mode.
+    /// mode or through team scratch space.
     pub fn new(kind: Kind, radix: u32, seg: usize, transport: Transport) -> Builtin {
         use OpKind::*;
         let radix = match kind {
@@ -199,7 +203,7 @@ impl Builtin {
     /// use gex_coll::{AddrMode, Algorithm, Builtin, Kind, OpKind, Query, SyncModes, Transport};
     /// let a = Builtin::new(Kind::Chain, 0, 8192, Transport::Eager).with_sizes(16384, usize::MAX);
     /// let q = |bytes| Query { op: OpKind::Broadcast, size: 4, bytes, addr: AddrMode::Local,
-    ///                         sync: SyncModes::default(), commutative: true };
+    ///                         sync: SyncModes::default(), commutative: true, scratch: false };
     /// assert!(!a.supports(&q(100)));
     /// assert!(a.supports(&q(1 << 20)));
     /// ```
@@ -300,7 +304,7 @@ impl Algorithm for Builtin {
         if self.transport != Transport::Eager {
             // Signaling puts and rendezvous need every member's destination in its
             // segment (single mode) and bytes to move.
-            if q.addr != AddrMode::Single || q.bytes == 0 {
+            if !(q.addr == AddrMode::Single || q.scratch) || q.bytes == 0 {
                 return false;
             }
             // Without entry synchronisation a put could land before its receiver

@@ -155,6 +155,9 @@ struct OpState {
     /// mirrors.
     mirror: Option<Vec<usize>>,
     need_ready: bool,
+    /// Mirrors the team's scratch space (local mode with put/rendezvous): starts
+    /// only once earlier such collectives of the team finished here.
+    uses_scratch: bool,
     started: bool,
     round: usize,
     /// Sends of the current round not yet issued.
@@ -377,7 +380,7 @@ impl<C: Conduit> CollEp<C> {
     ///     coll.register_algorithm(Arc::new(Nic(Builtin::new(Kind::Knomial, 2, 0, Transport::Eager))));
     ///     let w = coll.world().clone();
     ///     let q = Query { op: OpKind::Broadcast, size: 3, bytes: 8, addr: gex_coll::AddrMode::Local,
-    ///                     sync: Default::default(), commutative: true };
+    ///                     sync: Default::default(), commutative: true, scratch: false };
     ///     assert_eq!(coll.explain(&q).unwrap().algorithm, "nic");
     ///     let mut v = [w.rank(); 2];
     ///     coll.broadcast(&w, 1, &mut v).unwrap();
@@ -632,6 +635,12 @@ impl<C: Conduit> CollEp<C> {
             AddrMode::Single
         };
         let commutative = reduce.as_ref().is_none_or(|x| x.1);
+        // Local mode can use signaling put / rendezvous through the team's scratch
+        // space when every member's can hold the whole output.
+        let scratch_ok = addr == AddrMode::Local
+            && n > 0
+            && team.scratch().len() == p as usize
+            && team.scratch().iter().all(|x| x.1 >= p as usize * n);
         let q = Query {
             op,
             size: p,
@@ -639,6 +648,7 @@ impl<C: Conduit> CollEp<C> {
             addr,
             sync: opts.sync,
             commutative,
+            scratch: scratch_ok,
         };
         let algo = self.tuner.select(&q, opts.algorithm)?.clone();
         let ctx = PlanCtx {
@@ -651,7 +661,7 @@ impl<C: Conduit> CollEp<C> {
             commutative,
         };
         let mut s = algo.plan(&ctx);
-        let transport = if s.symmetric && addr == AddrMode::Single {
+        let transport = if s.symmetric && (addr == AddrMode::Single || scratch_ok) {
             algo.transport()
         } else {
             Transport::Eager
@@ -682,7 +692,9 @@ impl<C: Conduit> CollEp<C> {
         let (out, mirror) = match input {
             Ok(bytes) => {
                 place_input(&s, &mut work, &bytes)?;
-                (Out::Local, None)
+                let mirror = (transport != Transport::Eager)
+                    .then(|| team.scratch().iter().map(|x| x.0).collect::<Vec<_>>());
+                (Out::Local, mirror)
             }
             Err(single) => {
                 let pl = p as usize;
@@ -712,26 +724,20 @@ impl<C: Conduit> CollEp<C> {
                 self.rma.endpoint().segment().read(src, &mut bytes)?;
                 place_input(&s, &mut work, &bytes)?;
                 let mirror = (transport != Transport::Eager).then(|| single.dst.clone());
-                if let Some(m) = &mirror {
-                    if s.work_len != out_blocks * n {
-                        return Err(CollError::BadAddress(
-                            "mirrored schedule does not match the output".into(),
-                        ));
-                    }
-                    // Write the placed input through to our destination.
-                    for (src, at) in &s.input {
-                        let piece = &work[*at..*at + src.len()];
-                        self.rma
-                            .endpoint()
-                            .segment()
-                            .write(m[r as usize] + at, piece)?;
-                    }
+                if mirror.is_some() && s.work_len != out_blocks * n {
+                    return Err(CollError::BadAddress(
+                        "mirrored schedule does not match the output".into(),
+                    ));
                 }
                 (Out::Seg(dst), mirror)
             }
         };
         let out_no = opts.sync.output == SyncMode::No && addr == AddrMode::Single;
-        let need_ready = transport == Transport::Put && opts.sync.input == SyncMode::My;
+        let uses_scratch = addr == AddrMode::Local && transport != Transport::Eager;
+        // Through scratch, a put may land only once the receiver started this
+        // collective (and so finished the previous one using the scratch).
+        let need_ready =
+            transport == Transport::Put && (opts.sync.input == SyncMode::My || uses_scratch);
         let id = self.next_op;
         self.next_op += 1;
         let mut st = OpState {
@@ -743,6 +749,7 @@ impl<C: Conduit> CollEp<C> {
             transport,
             mirror,
             need_ready,
+            uses_scratch,
             started: false,
             round: 0,
             pending_sends: Vec::new(),
@@ -792,6 +799,16 @@ impl<C: Conduit> CollEp<C> {
         Ok(())
     }
 
+    /// An earlier collective of `st`'s team still uses the scratch space here.
+    fn scratch_busy(&self, st: &OpState) -> bool {
+        self.ops.values().any(|o| {
+            o.uses_scratch
+                && o.team.id() == st.team.id()
+                && o.seq < st.seq
+                && !(o.result.is_some() && self.acks_done(o))
+        })
+    }
+
     fn acks_done(&self, st: &OpState) -> bool {
         st.acks_expected == 0
             || lock(&self.mb)
@@ -814,7 +831,20 @@ impl<C: Conduit> CollEp<C> {
         let (tlo, thi) = split64(tid);
         let me = st.team.rank();
         if !st.started {
+            if st.uses_scratch && self.scratch_busy(st) {
+                return Ok(());
+            }
             st.started = true;
+            // Write the placed input through to the mirrored region.
+            if let Some(m) = &st.mirror {
+                for (src, at) in &st.sched.input {
+                    let piece = &st.work[*at..*at + src.len()];
+                    self.rma
+                        .endpoint()
+                        .segment()
+                        .write(m[me as usize] + at, piece)?;
+                }
+            }
             if st.need_ready {
                 let mut readies = Vec::new();
                 for rd in &st.sched.rounds {

@@ -39,11 +39,11 @@
 //! ## What it does not do
 //! - Progress happens only inside gex-coll calls ([`CollEp::test`], [`CollEp::wait`],
 //!   [`CollEp::progress`], starting a collective); there is no progress thread.
-//! - Signaling put and rendezvous apply to broadcast and gather_all (flat, ring,
-//!   recursive doubling) in single address mode; everything else moves eagerly
+//! - Signaling put and rendezvous apply to broadcast and gather_all (trees; flat,
+//!   ring, recursive doubling): in single address mode into the destinations, in
+//!   local mode through team scratch space large enough for the output (such
+//!   collectives of one team take turns on it). Everything else moves eagerly
 //!   through Medium AMs and a mailbox (one copy at the receiver).
-//! - Team scratch space is allocated and published but no algorithm stages data in
-//!   it yet.
 //! - No offline calibration (`gex-tune`), no online timing of candidates, no
 //!   hierarchical (shared-memory-aware) or fork trees yet.
 //! - Out-no applies to single address mode; with owned buffers it behaves as out-my.

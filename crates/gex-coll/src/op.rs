@@ -175,7 +175,7 @@ pub enum AddrMode {
 }
 
 /// How messages move in algorithms that can choose (trees for broadcast, gather_all
-/// without rotation), in single address mode.
+/// without rotation), in single address mode or through team scratch space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Transport {
     /// Medium AMs, copied out of a mailbox by the receiver.

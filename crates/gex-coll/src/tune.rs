@@ -124,6 +124,7 @@ fn key(q: &Query) -> u64 {
         | (u64::from(q.addr == AddrMode::Single) << 5)
         | (sm(q.sync.input) << 6)
         | (sm(q.sync.output) << 8)
+        | (u64::from(q.scratch) << 17)
         | (u64::from(size_class(q.bytes)) << 10)
         | (u64::from(q.size) << 20)
 }
@@ -342,6 +343,7 @@ impl Tuner {
                     addr,
                     sync: crate::op::SyncModes::default(),
                     commutative: true,
+                    scratch: false,
                 };
                 match self.explain(&q) {
                     Ok(c) => {
@@ -417,6 +419,7 @@ mod tests {
             addr: AddrMode::Local,
             sync: SyncModes::default(),
             commutative: true,
+            scratch: false,
         }
     }
 

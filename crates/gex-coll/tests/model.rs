@@ -45,6 +45,7 @@ fn check(
         },
         sync: SyncModes::default(),
         commutative: comm,
+        scratch: false,
     };
     if !alg.supports(&q) {
         return Ok(());
@@ -142,6 +143,7 @@ fn every_op_has_a_non_commutative_algorithm_for_every_size() {
                 addr: AddrMode::Local,
                 sync: SyncModes::default(),
                 commutative: false,
+                scratch: false,
             };
             let n = catalog().iter().filter(|a| a.supports(&q)).count();
             assert!(n >= 2, "{op} P={p}: {n} algorithms");
@@ -231,6 +233,7 @@ fn tuner_choice_is_near_the_simulated_best() {
                 addr: AddrMode::Local,
                 sync: SyncModes::default(),
                 commutative: true,
+                scratch: false,
             };
             let sim = |a: &dyn gex_coll::Algorithm| {
                 let s: Vec<_> = (0..p)

@@ -547,6 +547,7 @@ fn env_override_and_errors() {
             addr: AddrMode::Local,
             sync: SyncModes::default(),
             commutative: true,
+            scratch: false,
         };
         let why = c.explain(&q).unwrap();
         assert_eq!((why.algorithm.as_str(), why.reason), ("chain", "override"));
@@ -708,4 +709,75 @@ mod prop {
             });
         }
     }
+}
+
+/// Local address mode through team scratch space: signaling put and rendezvous
+/// broadcasts and gather_alls, several in flight at once on one team (they take
+/// turns on the scratch space), checked against the reference; the data visibly
+/// passes through each member's scratch.
+#[test]
+fn local_mode_through_scratch() {
+    run_sim(
+        4,
+        SimConfig::default()
+            .reorder(true)
+            .seed(31)
+            .ranks_per_host(1),
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            c.set_scratch_region(SEG / 2..SEG).unwrap();
+            let w = c.world().clone();
+            let t = c
+                .split(&w, Some(0), 10 - w.rank(), Scratch::Alloc(64 << 10))
+                .unwrap()
+                .unwrap();
+            let (p, me) = (t.size(), t.rank());
+            let algs = [
+                (OpKind::Broadcast, "flat+put"),
+                (OpKind::GatherAll, "ring+rdv"),
+                (OpKind::Broadcast, "binomial+rdv"),
+                (OpKind::GatherAll, "recdbl+put"),
+                (OpKind::Broadcast, "chain64k+put"),
+                (OpKind::GatherAll, "flat+rdv"),
+            ];
+            for round in 0..3u64 {
+                let mut hs = Vec::new();
+                for (k, (op, alg)) in algs.iter().enumerate() {
+                    let salt = round * 100 + k as u64;
+                    let count = 100 + 37 * k;
+                    let data: Vec<u64> = (0..count as u64)
+                        .map(|i| i * 1000 + u64::from(me) + salt)
+                        .collect();
+                    let opts = Opts::default().with_algorithm(alg);
+                    let h = match op {
+                        OpKind::Broadcast => {
+                            c.broadcast_nb(&t, (k as u32) % p, data, &opts).unwrap()
+                        }
+                        _ => c.gather_all_nb(&t, data, &opts).unwrap(),
+                    };
+                    hs.push((k, *op, count, salt, h));
+                }
+                for (k, op, count, salt, h) in hs.into_iter().rev() {
+                    let got = c.wait(h).unwrap();
+                    let block =
+                        |r: u32| (0..count as u64).map(move |i| i * 1000 + u64::from(r) + salt);
+                    let want: Vec<u64> = match op {
+                        OpKind::Broadcast => block((k as u32) % p).collect(),
+                        _ => (0..p).flat_map(block).collect(),
+                    };
+                    assert_eq!(got, want, "{op} {}", algs[k].1);
+                    if k == algs.len() - 1 {
+                        // The last collective's output is what the scratch holds now.
+                        let (off, _) = t.scratch()[me as usize];
+                        let mut raw = vec![0u8; want.len() * 8];
+                        c.endpoint().segment().read(off, &mut raw).unwrap();
+                        assert_eq!(raw, bytemuck::cast_slice::<u64, u8>(&want));
+                    }
+                }
+            }
+            c.barrier(&w).unwrap();
+            assert_eq!(c.in_flight(), 0);
+        },
+    );
 }
