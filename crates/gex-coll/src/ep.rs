@@ -97,8 +97,9 @@ impl<T: Pod> Output for Vec<T> {
 }
 
 /// A collective in flight: test it with [`CollEp::test`], complete it with
-/// [`CollEp::wait`]. Dropping a handle does not cancel the collective (it keeps
-/// progressing inside later calls; its result is discarded).
+/// [`CollEp::wait`]. Dropping a handle does not cancel the collective: it keeps
+/// progressing inside later calls (other members may depend on it), but its state
+/// is released only by `wait`, so always wait for every handle.
 #[must_use = "a collective completes only through CollEp::wait or CollEp::test"]
 #[derive(Debug)]
 pub struct Handle<T> {
@@ -1123,6 +1124,11 @@ impl<C: Conduit> CollEp<C> {
         }
         let st = self.ops.get_mut(&h.id).expect("present");
         let res = st.result.take().expect("done");
+        if res.is_err() {
+            // A failed collective is abandoned: nothing more will complete it.
+            self.ops.remove(&h.id);
+            return res.map(T::from_bytes);
+        }
         st.result = Some(Ok(Vec::new()));
         st.taken = true;
         // Remove now if nothing remains to finish in the background.
