@@ -53,6 +53,17 @@ fn matrix_2() {
 fn matrix_3_reordered() {
     matrix_job(3, SimConfig::default().reorder(true).seed(5), ALL_COUNTS);
 }
+/// Latency and jitter in wall-clock time (messages overtake each other by up to
+/// 20 µs).
+#[test]
+fn matrix_3_latency_jitter() {
+    let cfg = SimConfig::default()
+        .reorder(true)
+        .seed(77)
+        .latency(Delay::nanos(2_000))
+        .jitter(Delay::nanos(20_000));
+    matrix_job(3, cfg, &[1, 13]);
+}
 #[test]
 fn matrix_5_reordered_one_per_host() {
     matrix_job(
