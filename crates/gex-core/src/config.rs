@@ -97,6 +97,66 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "ofi conduit: 0 posts single receive buffers even when the provider offers FI_MULTI_RECV.",
     },
     EnvVar {
+        name: "GEX_COLL_BARRIER",
+        default: "",
+        doc: "gex-coll: algorithm of every barrier (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
+    },
+    EnvVar {
+        name: "GEX_COLL_BROADCAST",
+        default: "",
+        doc: "gex-coll: algorithm of every broadcast (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
+    },
+    EnvVar {
+        name: "GEX_COLL_SCATTER",
+        default: "",
+        doc: "gex-coll: algorithm of every scatter (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
+    },
+    EnvVar {
+        name: "GEX_COLL_GATHER",
+        default: "",
+        doc: "gex-coll: algorithm of every gather (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
+    },
+    EnvVar {
+        name: "GEX_COLL_GATHER_ALL",
+        default: "",
+        doc: "gex-coll: algorithm of every gather_all (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
+    },
+    EnvVar {
+        name: "GEX_COLL_EXCHANGE",
+        default: "",
+        doc: "gex-coll: algorithm of every exchange (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
+    },
+    EnvVar {
+        name: "GEX_COLL_REDUCE",
+        default: "",
+        doc: "gex-coll: algorithm of every reduce (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
+    },
+    EnvVar {
+        name: "GEX_COLL_ALLREDUCE",
+        default: "",
+        doc: "gex-coll: algorithm of every allreduce (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
+    },
+    EnvVar {
+        name: "GEX_COLL_REDUCE_SCATTER",
+        default: "",
+        doc: "gex-coll: algorithm of every reduce_scatter (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
+    },
+    EnvVar {
+        name: "GEX_COLL_SCAN",
+        default: "",
+        doc: "gex-coll: algorithm of every scan (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
+    },
+    EnvVar {
+        name: "GEX_COLL_EXSCAN",
+        default: "",
+        doc: "gex-coll: algorithm of every exscan (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
+    },
+    EnvVar {
+        name: "GEX_COLL_LOGGP",
+        default: "",
+        doc: "gex-coll: LogGP parameters of the autotuner's cost models, L,o,g,G[,copy] in microseconds (G and copy per byte); unset: built-in shared-memory defaults.",
+    },
+    EnvVar {
         name: "GEX_SIM_SEED",
         default: "0",
         doc: "sim conduit: seed of the deterministic delivery schedule.",

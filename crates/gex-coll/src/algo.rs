@@ -1,0 +1,1507 @@
+//! Algorithms: schedule generators for every operation, their capabilities and their
+//! LogGP cost models.
+//!
+//! [`Algorithm`] is the plug-in point: a value that says what it supports, what it
+//! costs and how one rank executes it (a [`Schedule`]). The built-in algorithms are
+//! values of [`Builtin`]; [`catalog`] lists the instances the autotuner considers.
+//! A hardware (NIC) collective plugs in as one more [`Algorithm`] registered with
+//! [`CollEp::register_algorithm`](crate::CollEp::register_algorithm).
+
+// Messages are lists of ranges; a list of one range is the common case, not a typo.
+#![allow(clippy::single_range_in_vec_init)]
+
+use crate::op::{AddrMode, OpKind, SyncMode, SyncModes, Transport};
+use crate::sched::{Action, Local, RecvStep, Schedule, SendStep};
+use crate::tune::LogGP;
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// What a selection is about: one operation on one team with one size and set of
+/// modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Query {
+    /// The operation.
+    pub op: OpKind,
+    /// Team size.
+    pub size: u32,
+    /// Bytes per block (a block is what one member contributes or receives:
+    /// `count × size_of::<T>()`).
+    pub bytes: usize,
+    /// Address mode.
+    pub addr: AddrMode,
+    /// Synchronisation modes.
+    pub sync: SyncModes,
+    /// The reduction operator is commutative (true for non-reducing operations).
+    pub commutative: bool,
+    /// Local address mode only: every member's team scratch space can hold the
+    /// output (`P × bytes`), so symmetric algorithms may move data by signaling put or
+    /// rendezvous through it.
+    pub scratch: bool,
+}
+
+/// Everything a rank needs to compute its schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanCtx {
+    /// The operation.
+    pub op: OpKind,
+    /// Team size.
+    pub size: u32,
+    /// This member's team rank.
+    pub rank: u32,
+    /// Root (team rank) of rooted operations, else 0.
+    pub root: u32,
+    /// Bytes per block.
+    pub block: usize,
+    /// Bytes per element (reductions split blocks only at element boundaries).
+    pub elem: usize,
+    /// The reduction operator is commutative.
+    pub commutative: bool,
+}
+
+/// A collective algorithm: capabilities, cost model and per-rank plan.
+///
+/// Implementations must be pure: `plan` depends only on its argument (every rank
+/// computes its own part of one consistent set of schedules), `cost` only on its
+/// arguments.
+pub trait Algorithm: Send + Sync + fmt::Debug {
+    /// Unique name (`binomial`, `knomial4`, `ring`, `binomial+put`, ...).
+    fn name(&self) -> &str;
+    /// The operations it implements.
+    fn ops(&self) -> &[OpKind];
+    /// True if it can run `q` (op, team size, modes, commutativity).
+    fn supports(&self, q: &Query) -> bool;
+    /// Predicted time in µs under LogGP parameters `m`.
+    fn cost(&self, q: &Query, m: &LogGP) -> f64;
+    /// The schedule of rank `ctx.rank`.
+    fn plan(&self, ctx: &PlanCtx) -> Schedule;
+    /// How messages move (only [`Transport::Eager`] unless the schedule is
+    /// symmetric and the address mode single or the team scratch large enough).
+    fn transport(&self) -> Transport {
+        Transport::Eager
+    }
+}
+
+/// The families of built-in algorithms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Direct: the root (or every member) talks to every other member.
+    Flat,
+    /// k-nomial tree of radix `radix` (binomial for 2).
+    Knomial,
+    /// k-ary tree (heap numbering), `radix` children per node.
+    Kary,
+    /// Chain (pipelined by `seg` bytes for broadcast).
+    Chain,
+    /// Dissemination with radix `radix` (barrier).
+    Dissemination,
+    /// Bruck with radix `radix` (gather_all, exchange).
+    Bruck,
+    /// Ring (gather_all, reduce_scatter; allreduce as ring reduce_scatter + ring
+    /// gather_all).
+    Ring,
+    /// Recursive doubling.
+    RecDoubling,
+    /// Recursive halving (reduce_scatter; allreduce as halving + doubling).
+    RecHalving,
+    /// Pairwise exchange (P - 1 rounds).
+    Pairwise,
+    /// Composition: allreduce = reduce + broadcast (binomial trees).
+    ReduceBcast,
+    /// Composition: gather_all = gather + broadcast (binomial trees).
+    GatherBcast,
+    /// Composition: reduce_scatter = reduce + scatter (binomial trees).
+    ReduceScatter,
+}
+
+/// A built-in algorithm: a family with its parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Builtin {
+    kind: Kind,
+    radix: u32,
+    seg: usize,
+    transport: Transport,
+    name: String,
+    ops: Vec<OpKind>,
+    sizes: (usize, usize),
+}
+
+impl Builtin {
+    /// A built-in algorithm. `radix` is used by k-nomial, k-ary, dissemination and
+    /// Bruck (at least 2; k-ary at least 1); `seg` is the pipelining segment of chain
+    /// broadcasts (0: no pipelining); `transport` other than eager applies to
+    /// broadcasts and to flat/ring/recursive-doubling gather_all in single address
+    /// mode or through team scratch space.
+    pub fn new(kind: Kind, radix: u32, seg: usize, transport: Transport) -> Builtin {
+        use OpKind::*;
+        let radix = match kind {
+            Kind::Knomial | Kind::Dissemination | Kind::Bruck => radix.max(2),
+            Kind::Kary => radix.max(1),
+            _ => radix,
+        };
+        let mut name = match kind {
+            Kind::Flat => "flat".to_string(),
+            Kind::Knomial if radix == 2 => "binomial".to_string(),
+            Kind::Knomial => format!("knomial{radix}"),
+            Kind::Kary => format!("kary{radix}"),
+            Kind::Chain if seg == 0 => "chain".to_string(),
+            Kind::Chain => format!("chain{}k", seg.div_ceil(1024)),
+            Kind::Dissemination => format!("dissem{radix}"),
+            Kind::Bruck => format!("bruck{radix}"),
+            Kind::Ring => "ring".to_string(),
+            Kind::RecDoubling => "recdbl".to_string(),
+            Kind::RecHalving => "rechalv".to_string(),
+            Kind::Pairwise => "pairwise".to_string(),
+            Kind::ReduceBcast => "reduce+bcast".to_string(),
+            Kind::GatherBcast => "gather+bcast".to_string(),
+            Kind::ReduceScatter => "reduce+scatter".to_string(),
+        };
+        if transport != Transport::Eager {
+            name = format!("{name}+{}", transport.name());
+        }
+        let ops: Vec<OpKind> = match kind {
+            Kind::Flat => OpKind::ALL.to_vec(),
+            Kind::Knomial => vec![Barrier, Broadcast, Scatter, Gather, Reduce],
+            Kind::Kary => vec![Broadcast, Reduce],
+            Kind::Chain => vec![Broadcast, Scatter, Gather, Reduce, Scan, Exscan],
+            Kind::Dissemination => vec![Barrier],
+            Kind::Bruck => vec![GatherAll, Exchange],
+            Kind::Ring => vec![GatherAll, ReduceScatter, Allreduce],
+            Kind::RecDoubling => vec![Barrier, GatherAll, Allreduce, Scan, Exscan],
+            Kind::RecHalving => vec![ReduceScatter, Allreduce],
+            Kind::Pairwise => vec![Exchange],
+            Kind::ReduceBcast => vec![Allreduce],
+            Kind::GatherBcast => vec![GatherAll],
+            Kind::ReduceScatter => vec![ReduceScatter],
+        };
+        let ops = if transport == Transport::Eager {
+            ops
+        } else {
+            ops.into_iter()
+                .filter(|o| {
+                    *o == Broadcast
+                        || (*o == GatherAll
+                            && matches!(kind, Kind::Flat | Kind::Ring | Kind::RecDoubling))
+                })
+                .collect()
+        };
+        Builtin {
+            kind,
+            radix,
+            seg,
+            transport,
+            name,
+            ops,
+            sizes: (0, usize::MAX),
+        }
+    }
+
+    /// This algorithm restricted to blocks of `min..=max` bytes (it declares no
+    /// support outside; a forced use there is [`CollError::Unsupported`](crate::CollError::Unsupported)).
+    ///
+    /// ```
+    /// use gex_coll::{AddrMode, Algorithm, Builtin, Kind, OpKind, Query, SyncModes, Transport};
+    /// let a = Builtin::new(Kind::Chain, 0, 8192, Transport::Eager).with_sizes(16384, usize::MAX);
+    /// let q = |bytes| Query { op: OpKind::Broadcast, size: 4, bytes, addr: AddrMode::Local,
+    ///                         sync: SyncModes::default(), commutative: true, scratch: false };
+    /// assert!(!a.supports(&q(100)));
+    /// assert!(a.supports(&q(1 << 20)));
+    /// ```
+    pub fn with_sizes(mut self, min: usize, max: usize) -> Builtin {
+        self.sizes = (min, max);
+        self
+    }
+
+    /// The family.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    fn tree(&self, p: u32) -> Tree {
+        match self.kind {
+            Kind::Flat => Tree::Knomial(p.max(2)),
+            Kind::Knomial => Tree::Knomial(self.radix),
+            Kind::Kary => Tree::Kary(self.radix),
+            Kind::Chain => Tree::Chain,
+            _ => Tree::Knomial(2),
+        }
+    }
+}
+
+/// The algorithm instances the autotuner considers by default.
+pub fn catalog() -> Vec<Arc<dyn Algorithm>> {
+    let e = Transport::Eager;
+    let mut v: Vec<Builtin> = vec![
+        Builtin::new(Kind::Flat, 0, 0, e),
+        Builtin::new(Kind::Knomial, 2, 0, e),
+        Builtin::new(Kind::Knomial, 4, 0, e),
+        Builtin::new(Kind::Knomial, 8, 0, e),
+        Builtin::new(Kind::Kary, 2, 0, e),
+        Builtin::new(Kind::Kary, 4, 0, e),
+        Builtin::new(Kind::Chain, 0, 0, e),
+        // Pipelining pays only with at least two segments.
+        Builtin::new(Kind::Chain, 0, 8 << 10, e).with_sizes(16 << 10, usize::MAX),
+        Builtin::new(Kind::Chain, 0, 64 << 10, e).with_sizes(128 << 10, usize::MAX),
+        Builtin::new(Kind::Dissemination, 2, 0, e),
+        Builtin::new(Kind::Dissemination, 3, 0, e),
+        Builtin::new(Kind::Dissemination, 4, 0, e),
+        Builtin::new(Kind::Bruck, 2, 0, e),
+        Builtin::new(Kind::Bruck, 4, 0, e),
+        Builtin::new(Kind::Ring, 0, 0, e),
+        Builtin::new(Kind::RecDoubling, 0, 0, e),
+        Builtin::new(Kind::RecHalving, 0, 0, e),
+        Builtin::new(Kind::Pairwise, 0, 0, e),
+        Builtin::new(Kind::ReduceBcast, 0, 0, e),
+        Builtin::new(Kind::GatherBcast, 0, 0, e),
+        Builtin::new(Kind::ReduceScatter, 0, 0, e),
+    ];
+    for t in [Transport::Put, Transport::Rendezvous] {
+        v.push(Builtin::new(Kind::Flat, 0, 0, t));
+        v.push(Builtin::new(Kind::Knomial, 2, 0, t));
+        v.push(Builtin::new(Kind::Knomial, 4, 0, t));
+        v.push(Builtin::new(Kind::Kary, 2, 0, t));
+        v.push(Builtin::new(Kind::Chain, 0, 64 << 10, t));
+        v.push(Builtin::new(Kind::Ring, 0, 0, t));
+        v.push(Builtin::new(Kind::RecDoubling, 0, 0, t));
+    }
+    v.into_iter()
+        .filter(|b| !b.ops.is_empty())
+        .map(|b| Arc::new(b) as Arc<dyn Algorithm>)
+        .collect()
+}
+
+fn pow2(p: u32) -> bool {
+    p.is_power_of_two()
+}
+
+fn log_ceil(p: u32, k: u32) -> u32 {
+    let (mut n, mut x) = (0, 1u64);
+    while x < u64::from(p) {
+        x *= u64::from(k.max(2));
+        n += 1;
+    }
+    n
+}
+
+impl Algorithm for Builtin {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn ops(&self) -> &[OpKind] {
+        &self.ops
+    }
+
+    fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    fn supports(&self, q: &Query) -> bool {
+        use OpKind::*;
+        if !self.ops.contains(&q.op) || q.bytes < self.sizes.0 || q.bytes > self.sizes.1 {
+            return false;
+        }
+        if self.transport != Transport::Eager {
+            // Signaling puts and rendezvous need every member's destination in its
+            // segment (single mode) and bytes to move.
+            if !(q.addr == AddrMode::Single || q.scratch) || q.bytes == 0 {
+                return false;
+            }
+            // Without entry synchronisation a put could land before its receiver
+            // entered; that is what in-no permits and in-my forbids, and both are
+            // handled (in-my adds a ready message). Nothing to exclude here.
+        }
+        let p = q.size;
+        let comm = q.commutative || !q.op.reduces();
+        match (self.kind, q.op) {
+            (Kind::Kary, Reduce) => comm,
+            (Kind::RecDoubling, Barrier | GatherAll) => pow2(p),
+            (Kind::RecDoubling, Allreduce) => pow2(p) || comm,
+            (Kind::Ring, ReduceScatter | Allreduce) => comm,
+            (Kind::RecHalving, _) => comm && pow2(p),
+            _ => true,
+        }
+    }
+
+    fn cost(&self, q: &Query, m: &LogGP) -> f64 {
+        use OpKind::*;
+        let p = q.size.max(1);
+        if p == 1 {
+            return 0.0;
+        }
+        let pf = f64::from(p);
+        let n = q.bytes;
+        let nf = n as f64;
+        let msg = |k: f64| m.l + 2.0 * m.o + (k - 1.0).max(0.0) * m.big_g + k * m.copy;
+        let inj = |k: f64| m.g.max(m.o + (k - 1.0).max(0.0) * m.big_g);
+        let lg2 = f64::from(log_ceil(p, 2));
+        let tree = |t: Tree, bytes: f64| -> f64 {
+            match t {
+                Tree::Knomial(k) => {
+                    let k = k.min(p);
+                    f64::from(log_ceil(p, k)) * (f64::from(k - 2) * inj(bytes) + msg(bytes))
+                }
+                Tree::Kary(k) => {
+                    let mut depth = 0u32;
+                    let (mut level, mut covered) = (1u64, 1u64);
+                    while covered < u64::from(p) {
+                        level *= u64::from(k);
+                        covered += level;
+                        depth += 1;
+                    }
+                    f64::from(depth) * (f64::from(k.saturating_sub(1)) * inj(bytes) + msg(bytes))
+                }
+                Tree::Chain => {
+                    let seg = if self.seg == 0 {
+                        bytes
+                    } else {
+                        (self.seg as f64).min(bytes)
+                    };
+                    let nseg = if seg > 0.0 {
+                        (bytes / seg).ceil().max(1.0)
+                    } else {
+                        1.0
+                    };
+                    (pf - 2.0 + nseg) * msg(seg)
+                }
+            }
+        };
+        let transport_extra = match self.transport {
+            Transport::Eager => 0.0,
+            // No receiver copy; in-my adds a ready message per hop, hidden behind the
+            // data's own latency except for the first.
+            Transport::Put => {
+                -(nf * m.copy) * lg2
+                    + if q.sync.input == SyncMode::My {
+                        msg(0.0)
+                    } else {
+                        0.0
+                    }
+            }
+            // Announce, get (request + reply), acknowledge: per hop about three
+            // latencies instead of one.
+            Transport::Rendezvous => lg2 * (2.0 * m.l + 4.0 * m.o) - (nf * m.copy) * lg2,
+        };
+        let t = self.tree(p);
+        let c = match (self.kind, q.op) {
+            (Kind::Flat, Barrier) => 2.0 * ((pf - 2.0) * inj(0.0) + msg(0.0)),
+            (Kind::Flat, Broadcast | Scatter) => (pf - 2.0) * inj(nf) + msg(nf),
+            // The root receives P - 1 messages through one endpoint: overhead or gap
+            // per message plus the bandwidth of all the bytes.
+            (Kind::Flat, Gather | Reduce) => {
+                (pf - 1.0) * (m.o.max(m.g) + nf * (m.big_g + m.copy)) + msg(nf)
+            }
+            (Kind::Flat, GatherAll | Exchange | Allreduce | ReduceScatter) => {
+                (pf - 2.0) * inj(nf) + msg(nf) + (pf - 1.0) * (m.o + nf * m.copy)
+            }
+            (Kind::Flat, Scan | Exscan) => (pf - 2.0) * inj(nf) + msg(nf) + pf * m.o,
+            (Kind::Knomial | Kind::Kary | Kind::Chain, Barrier) => 2.0 * tree(t, 0.0),
+            // Reductions are not pipelined.
+            (Kind::Chain, Reduce) => (pf - 1.0) * msg(nf),
+            (Kind::Knomial | Kind::Kary | Kind::Chain, Broadcast | Reduce) => tree(t, nf),
+            (Kind::Knomial | Kind::Chain, Scatter | Gather) => {
+                f64::from(log_ceil(p, self.radix.max(2))) * msg(0.0)
+                    + (pf - 1.0) * nf * (m.big_g + m.copy)
+            }
+            (Kind::Chain, Scan | Exscan) => (pf - 1.0) * msg(nf),
+            (Kind::Dissemination, _) => {
+                let k = self.radix;
+                f64::from(log_ceil(p, k)) * (f64::from(k - 2) * inj(0.0) + msg(0.0))
+            }
+            (Kind::Bruck, GatherAll) => {
+                let k = self.radix;
+                f64::from(log_ceil(p, k)) * (f64::from(k - 2) * inj(0.0) + msg(0.0))
+                    + (pf - 1.0) * nf * (m.big_g + m.copy)
+            }
+            (Kind::Bruck, _) => {
+                let k = f64::from(self.radix);
+                let rounds = f64::from(log_ceil(p, self.radix));
+                // Each round moves about P/k blocks to each of k - 1 peers.
+                rounds * ((k - 2.0) * inj(0.0) + msg(0.0))
+                    + rounds * (k - 1.0) * (pf / k) * nf * (m.big_g + 2.0 * m.copy)
+            }
+            (Kind::Ring, Allreduce) => 2.0 * (pf - 1.0) * msg(nf / pf),
+            (Kind::Ring, ReduceScatter) => (pf - 1.0) * msg(nf),
+            (Kind::Ring, _) => (pf - 1.0) * msg(nf),
+            (Kind::RecDoubling, Barrier) => lg2 * msg(0.0),
+            (Kind::RecDoubling, GatherAll) => {
+                lg2 * (m.l + 2.0 * m.o) + (pf - 1.0) * nf * (m.big_g + m.copy)
+            }
+            (Kind::RecDoubling, Allreduce) => {
+                lg2 * msg(nf) + if pow2(p) { 0.0 } else { 2.0 * msg(nf) }
+            }
+            (Kind::RecDoubling, _) => lg2 * msg(nf),
+            (Kind::RecHalving, ReduceScatter) => {
+                lg2 * (m.l + 2.0 * m.o) + (pf - 1.0) * nf * (m.big_g + m.copy)
+            }
+            (Kind::RecHalving, _) => {
+                2.0 * lg2 * (m.l + 2.0 * m.o) + 2.0 * (pf - 1.0) / pf * nf * (m.big_g + m.copy)
+            }
+            (Kind::Pairwise, _) => (pf - 1.0) * msg(nf),
+            (Kind::ReduceBcast, _) => 2.0 * tree(Tree::Knomial(2), nf),
+            (Kind::GatherBcast, _) => {
+                lg2 * msg(0.0)
+                    + (pf - 1.0) * nf * (m.big_g + m.copy)
+                    + tree(Tree::Knomial(2), pf * nf)
+            }
+            (Kind::ReduceScatter, _) => {
+                tree(Tree::Knomial(2), pf * nf) + lg2 * msg(0.0) + (pf - 1.0) * nf * m.big_g
+            }
+            _ => f64::INFINITY,
+        };
+        (c + transport_extra).max(0.0)
+    }
+
+    fn plan(&self, ctx: &PlanCtx) -> Schedule {
+        plan_builtin(self, ctx)
+    }
+}
+
+// ----------------------------------------------------------------------- trees
+
+/// Tree shapes over relative ranks (root = 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tree {
+    /// k-nomial; subtrees are contiguous ranges.
+    Knomial(u32),
+    /// k-ary heap; subtrees are not contiguous.
+    Kary(u32),
+    /// Chain v -> v + 1; subtrees are contiguous.
+    Chain,
+}
+
+impl Tree {
+    fn parent(self, v: u32) -> Option<u32> {
+        if v == 0 {
+            return None;
+        }
+        Some(match self {
+            Tree::Knomial(k) => {
+                let mut d = 1u32;
+                while (v / d) % k == 0 {
+                    d *= k;
+                }
+                v - ((v / d) % k) * d
+            }
+            Tree::Kary(k) => (v - 1) / k,
+            Tree::Chain => v - 1,
+        })
+    }
+
+    /// Children in ascending order, each with the (exclusive) end of its subtree for
+    /// contiguous trees (`u32::MAX` for k-ary).
+    fn children(self, v: u32, p: u32) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        match self {
+            Tree::Knomial(k) => {
+                let lim = if v == 0 {
+                    u64::MAX
+                } else {
+                    let mut d = 1u64;
+                    while (u64::from(v) / d) % u64::from(k) == 0 {
+                        d *= u64::from(k);
+                    }
+                    d
+                };
+                let mut pw = 1u64;
+                while pw < lim && pw < u64::from(p) {
+                    for i in 1..u64::from(k) {
+                        let c = u64::from(v) + i * pw;
+                        if c < u64::from(p) {
+                            out.push((c as u32, (c + pw).min(u64::from(p)) as u32));
+                        }
+                    }
+                    pw *= u64::from(k);
+                }
+            }
+            Tree::Kary(k) => {
+                for i in 1..=u64::from(k) {
+                    let c = u64::from(v) * u64::from(k) + i;
+                    if c < u64::from(p) {
+                        out.push((c as u32, u32::MAX));
+                    }
+                }
+            }
+            Tree::Chain => {
+                if v + 1 < p {
+                    out.push((v + 1, p));
+                }
+            }
+        }
+        out
+    }
+}
+
+fn abs(v: u32, root: u32, p: u32) -> u32 {
+    ((u64::from(v) + u64::from(root)) % u64::from(p)) as u32
+}
+
+fn rel(r: u32, root: u32, p: u32) -> u32 {
+    ((u64::from(r) + u64::from(p) - u64::from(root)) % u64::from(p)) as u32
+}
+
+/// Broadcast of `range` (same on every rank) from `root` along `tree`, pipelined by
+/// `seg` bytes (0: one piece). Tags `base..`.
+#[allow(clippy::too_many_arguments)]
+fn k_bcast(
+    s: &mut Schedule,
+    tree: Tree,
+    p: u32,
+    r: u32,
+    root: u32,
+    range: Range<usize>,
+    seg: usize,
+    base: u32,
+) {
+    let len = range.len();
+    let nseg = if seg == 0 || len == 0 {
+        1
+    } else {
+        len.div_ceil(seg)
+    };
+    let piece = |i: usize| {
+        if seg == 0 || len == 0 {
+            range.clone()
+        } else {
+            let a = range.start + i * seg;
+            a..(a + seg).min(range.end)
+        }
+    };
+    let v = rel(r, root, p);
+    let mut kids: Vec<u32> = tree.children(v, p).into_iter().map(|c| c.0).collect();
+    kids.reverse(); // largest subtree first
+    let parent = tree.parent(v);
+    let rounds = if parent.is_some() {
+        nseg + usize::from(!kids.is_empty())
+    } else {
+        nseg
+    };
+    for t in 0..rounds {
+        let rd = s.round();
+        let send_seg = if parent.is_some() {
+            t.checked_sub(1)
+        } else {
+            Some(t)
+        };
+        if let Some(i) = send_seg.filter(|&i| i < nseg) {
+            for &c in &kids {
+                rd.sends.push(SendStep {
+                    peer: abs(c, root, p),
+                    tag: base + i as u32,
+                    ranges: vec![piece(i)],
+                });
+            }
+        }
+        if let Some(par) = parent.filter(|_| t < nseg) {
+            rd.recvs.push(RecvStep {
+                peer: abs(par, root, p),
+                tag: base + t as u32,
+                ranges: vec![piece(t)],
+                action: Action::Copy,
+            });
+        }
+    }
+}
+
+/// Tree reduction (or, with `Action::Copy`, a fan-in of empty messages) of `range`
+/// to `root`: children combine into the range in ascending order. Tags `base`.
+#[allow(clippy::too_many_arguments)]
+fn k_reduce(
+    s: &mut Schedule,
+    tree: Tree,
+    p: u32,
+    r: u32,
+    root: u32,
+    range: Range<usize>,
+    action: Action,
+    base: u32,
+) {
+    let v = rel(r, root, p);
+    let kids = tree.children(v, p);
+    if !kids.is_empty() {
+        let rd = s.round();
+        for (c, _) in kids {
+            rd.recvs.push(RecvStep {
+                peer: abs(c, root, p),
+                tag: base,
+                ranges: vec![range.clone()],
+                action,
+            });
+        }
+    }
+    if let Some(par) = tree.parent(v) {
+        s.round().sends.push(SendStep {
+            peer: abs(par, root, p),
+            tag: base,
+            ranges: vec![range],
+        });
+    }
+}
+
+/// Reduction to `root` honouring rank order: over absolute ranks with root 0 (the
+/// subtrees of contiguous trees are rank ranges), then 0 -> root.
+fn k_reduce_ordered(
+    s: &mut Schedule,
+    tree: Tree,
+    p: u32,
+    r: u32,
+    root: u32,
+    range: Range<usize>,
+    base: u32,
+) {
+    k_reduce(s, tree, p, r, 0, range.clone(), Action::ReduceRight, base);
+    if root != 0 {
+        if r == 0 {
+            s.round().sends.push(SendStep {
+                peer: root,
+                tag: base + 1,
+                ranges: vec![range],
+            });
+        } else if r == root {
+            s.round().recvs.push(RecvStep {
+                peer: 0,
+                tag: base + 1,
+                ranges: vec![range],
+                action: Action::Copy,
+            });
+        }
+    }
+}
+
+/// Scatter along a contiguous tree: node `v` holds blocks of relative ranks
+/// `[v, end)` at `(u - v) * n`. Returns the work length.
+fn k_scatter(s: &mut Schedule, tree: Tree, p: u32, r: u32, root: u32, n: usize, base: u32) {
+    let v = rel(r, root, p);
+    let end = subtree_end(tree, v, p);
+    if let Some(par) = tree.parent(v) {
+        s.round().recvs.push(RecvStep {
+            peer: abs(par, root, p),
+            tag: base,
+            ranges: vec![0..(end - v) as usize * n],
+            action: Action::Copy,
+        });
+    }
+    let mut kids = tree.children(v, p);
+    kids.reverse();
+    if !kids.is_empty() {
+        let rd = s.round();
+        for (c, ce) in kids {
+            rd.sends.push(SendStep {
+                peer: abs(c, root, p),
+                tag: base,
+                ranges: vec![(c - v) as usize * n..(ce - v) as usize * n],
+            });
+        }
+    }
+}
+
+/// Gather along a contiguous tree (the mirror of [`k_scatter`]).
+fn k_gather(s: &mut Schedule, tree: Tree, p: u32, r: u32, root: u32, n: usize, base: u32) {
+    let v = rel(r, root, p);
+    let end = subtree_end(tree, v, p);
+    let kids = tree.children(v, p);
+    if !kids.is_empty() {
+        let rd = s.round();
+        for (c, ce) in kids {
+            rd.recvs.push(RecvStep {
+                peer: abs(c, root, p),
+                tag: base,
+                ranges: vec![(c - v) as usize * n..(ce - v) as usize * n],
+                action: Action::Copy,
+            });
+        }
+    }
+    if let Some(par) = tree.parent(v) {
+        s.round().sends.push(SendStep {
+            peer: abs(par, root, p),
+            tag: base,
+            ranges: vec![0..(end - v) as usize * n],
+        });
+    }
+}
+
+fn subtree_end(tree: Tree, v: u32, p: u32) -> u32 {
+    match tree.parent(v) {
+        None => p,
+        Some(par) => tree
+            .children(par, p)
+            .into_iter()
+            .find(|c| c.0 == v)
+            .map_or(v + 1, |c| c.1),
+    }
+}
+
+/// Byte ranges of `p` blocks splitting `total` bytes at element boundaries (the first
+/// `count % p` blocks get one element more).
+fn split(total: usize, elem: usize, p: u32) -> Vec<Range<usize>> {
+    let elem = elem.max(1);
+    let count = total / elem;
+    let p = p as usize;
+    let (q, rem) = (count / p, count % p);
+    let mut at = 0;
+    (0..p)
+        .map(|i| {
+            let len = (q + usize::from(i < rem)) * elem;
+            let r = at..at + len;
+            at += len;
+            r
+        })
+        .collect()
+}
+
+fn blocks(n: usize, p: u32) -> Vec<Range<usize>> {
+    (0..p as usize).map(|i| i * n..(i + 1) * n).collect()
+}
+
+fn join(b: &[Range<usize>], lo: usize, hi: usize) -> Range<usize> {
+    b[lo].start..b[hi - 1].end
+}
+
+/// Ring reduce_scatter over block layout `b` (commutative): rank r ends with block r.
+fn k_ring_rs(s: &mut Schedule, p: u32, r: u32, b: &[Range<usize>], base: u32) {
+    let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
+    for i in 0..p.saturating_sub(1) {
+        let sb = ((r + 2 * p - i - 1) % p) as usize;
+        let rb = ((r + 2 * p - i - 2) % p) as usize;
+        let rd = s.round();
+        rd.sends.push(SendStep {
+            peer: next,
+            tag: base + i,
+            ranges: vec![b[sb].clone()],
+        });
+        rd.recvs.push(RecvStep {
+            peer: prev,
+            tag: base + i,
+            ranges: vec![b[rb].clone()],
+            action: Action::ReduceRight,
+        });
+    }
+}
+
+/// Ring gather_all over block layout `b`: rank r starts with block r.
+fn k_ring_ag(s: &mut Schedule, p: u32, r: u32, b: &[Range<usize>], base: u32) {
+    let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
+    for i in 0..p.saturating_sub(1) {
+        let sb = ((r + p - i) % p) as usize;
+        let rb = ((r + 2 * p - i - 1) % p) as usize;
+        let rd = s.round();
+        rd.sends.push(SendStep {
+            peer: next,
+            tag: base + i,
+            ranges: vec![b[sb].clone()],
+        });
+        rd.recvs.push(RecvStep {
+            peer: prev,
+            tag: base + i,
+            ranges: vec![b[rb].clone()],
+            action: Action::Copy,
+        });
+    }
+}
+
+/// Recursive-doubling gather_all over block layout `b` (power-of-two `p`).
+fn k_recdbl_ag(s: &mut Schedule, p: u32, r: u32, b: &[Range<usize>], base: u32) {
+    let mut d = 1u32;
+    let mut k = 0;
+    while d < p {
+        let partner = r ^ d;
+        let mine = (r / d * d) as usize;
+        let theirs = (partner / d * d) as usize;
+        let rd = s.round();
+        rd.sends.push(SendStep {
+            peer: partner,
+            tag: base + k,
+            ranges: vec![join(b, mine, mine + d as usize)],
+        });
+        rd.recvs.push(RecvStep {
+            peer: partner,
+            tag: base + k,
+            ranges: vec![join(b, theirs, theirs + d as usize)],
+            action: Action::Copy,
+        });
+        d *= 2;
+        k += 1;
+    }
+}
+
+/// Recursive-halving reduce_scatter over block layout `b` (power-of-two `p`,
+/// commutative).
+fn k_rechalv_rs(s: &mut Schedule, p: u32, r: u32, b: &[Range<usize>], base: u32) {
+    let (mut lo, mut hi) = (0usize, p as usize);
+    let mut mask = p / 2;
+    let mut k = 0;
+    while mask >= 1 {
+        let partner = r ^ mask;
+        let mid = (lo + hi) / 2;
+        let (keep, give) = if r & mask == 0 {
+            ((lo, mid), (mid, hi))
+        } else {
+            ((mid, hi), (lo, mid))
+        };
+        let rd = s.round();
+        rd.sends.push(SendStep {
+            peer: partner,
+            tag: base + k,
+            ranges: vec![join(b, give.0, give.1)],
+        });
+        rd.recvs.push(RecvStep {
+            peer: partner,
+            tag: base + k,
+            ranges: vec![join(b, keep.0, keep.1)],
+            action: Action::ReduceRight,
+        });
+        (lo, hi) = keep;
+        mask /= 2;
+        k += 1;
+    }
+}
+
+fn plan_builtin(a: &Builtin, c: &PlanCtx) -> Schedule {
+    use OpKind::*;
+    let (p, r, root, n) = (c.size, c.rank, c.root, c.block);
+    let pn = p as usize * n;
+    let comm = c.commutative;
+    let tree = a.tree(p);
+    let contiguous = !matches!(tree, Tree::Kary(_));
+    let mut s;
+    match (c.op, a.kind) {
+        // ------------------------------------------------------------ barrier
+        (Barrier, Kind::Dissemination) => {
+            s = Schedule::new(0, 0);
+            let k = a.radix;
+            let (mut d, mut j) = (1u64, 0u32);
+            while d < u64::from(p) {
+                let rd = s.round();
+                for i in 1..u64::from(k) {
+                    if i * d >= u64::from(p) {
+                        break;
+                    }
+                    let dist = (i * d) as u32;
+                    let tag = j * k + i as u32;
+                    rd.sends.push(SendStep {
+                        peer: (r + dist) % p,
+                        tag,
+                        ranges: vec![],
+                    });
+                    rd.recvs.push(RecvStep {
+                        peer: (r + p - dist) % p,
+                        tag,
+                        ranges: vec![],
+                        action: Action::Copy,
+                    });
+                }
+                d *= u64::from(k);
+                j += 1;
+            }
+        }
+        (Barrier, Kind::RecDoubling) => {
+            s = Schedule::new(0, 0);
+            let (mut d, mut k) = (1, 0);
+            while d < p {
+                let rd = s.round();
+                rd.sends.push(SendStep {
+                    peer: r ^ d,
+                    tag: k,
+                    ranges: vec![],
+                });
+                rd.recvs.push(RecvStep {
+                    peer: r ^ d,
+                    tag: k,
+                    ranges: vec![],
+                    action: Action::Copy,
+                });
+                d *= 2;
+                k += 1;
+            }
+        }
+        (Barrier, _) => {
+            s = Schedule::new(0, 0);
+            k_reduce(&mut s, tree, p, r, 0, 0..0, Action::Copy, 0);
+            k_bcast(&mut s, tree, p, r, 0, 0..0, 0, 1);
+        }
+        // ------------------------------------------------------------ broadcast
+        (Broadcast, _) => {
+            s = Schedule::new(n, n);
+            if r == root {
+                s.input.push((0..n, 0));
+            }
+            let seg = if a.kind == Kind::Chain { a.seg } else { 0 };
+            k_bcast(&mut s, tree, p, r, root, 0..n, seg, 0);
+            s.output.push((0..n, 0));
+            s.symmetric = true;
+        }
+        // ------------------------------------------------------------ scatter
+        (Scatter, _) => {
+            let v = rel(r, root, p);
+            let sub = if contiguous {
+                subtree_end(tree, v, p) - v
+            } else {
+                1
+            };
+            s = Schedule::new(sub as usize * n, n);
+            if r == root {
+                for u in 0..p {
+                    let t = abs(u, root, p) as usize;
+                    s.input.push((t * n..(t + 1) * n, u as usize * n));
+                }
+            }
+            k_scatter(&mut s, tree, p, r, root, n, 0);
+            s.output.push((0..n, 0));
+        }
+        // ------------------------------------------------------------ gather
+        (Gather, _) => {
+            let v = rel(r, root, p);
+            let sub = subtree_end(tree, v, p) - v;
+            s = Schedule::new(sub as usize * n, if r == root { pn } else { 0 });
+            s.input.push((0..n, 0));
+            k_gather(&mut s, tree, p, r, root, n, 0);
+            if r == root {
+                for u in 0..p {
+                    let t = abs(u, root, p) as usize;
+                    s.output.push((u as usize * n..(u as usize + 1) * n, t * n));
+                }
+            }
+        }
+        // ------------------------------------------------------------ gather_all
+        (GatherAll, Kind::Flat) => {
+            s = Schedule::new(pn, pn);
+            let rn = r as usize * n;
+            s.input.push((0..n, rn));
+            let rd = s.round();
+            for j in (1..p).map(|i| (r + i) % p) {
+                rd.sends.push(SendStep {
+                    peer: j,
+                    tag: 0,
+                    ranges: vec![rn..rn + n],
+                });
+            }
+            for j in (1..p).map(|i| (r + p - i) % p) {
+                let jn = j as usize * n;
+                rd.recvs.push(RecvStep {
+                    peer: j,
+                    tag: 0,
+                    ranges: vec![jn..jn + n],
+                    action: Action::Copy,
+                });
+            }
+            s.output.push((0..pn, 0));
+            s.symmetric = true;
+        }
+        (GatherAll, Kind::Ring | Kind::RecDoubling) => {
+            s = Schedule::new(pn, pn);
+            s.input.push((0..n, r as usize * n));
+            let b = blocks(n, p);
+            if a.kind == Kind::Ring {
+                k_ring_ag(&mut s, p, r, &b, 0);
+            } else {
+                k_recdbl_ag(&mut s, p, r, &b, 0);
+            }
+            s.output.push((0..pn, 0));
+            s.symmetric = true;
+        }
+        (GatherAll, Kind::Bruck) => {
+            s = Schedule::new(pn, pn);
+            s.input.push((0..n, 0));
+            let k = u64::from(a.radix);
+            let (mut d, mut j) = (1u64, 0u32);
+            while d < u64::from(p) {
+                let rd = s.round();
+                for i in 1..k {
+                    if i * d >= u64::from(p) {
+                        break;
+                    }
+                    let cnt = d.min(u64::from(p) - i * d) as usize;
+                    let dist = (i * d) as u32;
+                    let tag = j * a.radix + i as u32;
+                    rd.sends.push(SendStep {
+                        peer: (r + p - dist) % p,
+                        tag,
+                        ranges: vec![0..cnt * n],
+                    });
+                    let at = (i * d) as usize * n;
+                    rd.recvs.push(RecvStep {
+                        peer: (r + dist) % p,
+                        tag,
+                        ranges: vec![at..at + cnt * n],
+                        action: Action::Copy,
+                    });
+                }
+                d *= k;
+                j += 1;
+            }
+            for bidx in 0..p {
+                let t = ((r + bidx) % p) as usize;
+                s.output
+                    .push((bidx as usize * n..(bidx as usize + 1) * n, t * n));
+            }
+        }
+        (GatherAll, _) => {
+            // gather + broadcast over binomial trees rooted at 0.
+            let t2 = Tree::Knomial(2);
+            let sub = subtree_end(t2, r, p) - r;
+            let mut g = Schedule::new(sub as usize * n, 0);
+            g.input.push((0..n, 0));
+            k_gather(&mut g, t2, p, r, 0, n, 0);
+            let mut bsch = Schedule::new(pn, pn);
+            k_bcast(&mut bsch, t2, p, r, 0, 0..pn, 0, 0);
+            s = g.then(bsch, 1);
+            s.out_len = pn;
+            s.output.push((0..pn, 0));
+        }
+        // ------------------------------------------------------------ exchange
+        (Exchange, Kind::Flat | Kind::Pairwise) => {
+            s = Schedule::new(2 * pn, pn);
+            s.input.push((0..pn, 0));
+            let rn = r as usize * n;
+            s.input.push((rn..rn + n, pn + rn));
+            if a.kind == Kind::Flat {
+                let rd = s.round();
+                for j in (1..p).map(|i| (r + i) % p) {
+                    let jn = j as usize * n;
+                    rd.sends.push(SendStep {
+                        peer: j,
+                        tag: 0,
+                        ranges: vec![jn..jn + n],
+                    });
+                }
+                for j in (1..p).map(|i| (r + p - i) % p) {
+                    let jn = j as usize * n;
+                    rd.recvs.push(RecvStep {
+                        peer: j,
+                        tag: 0,
+                        ranges: vec![pn + jn..pn + jn + n],
+                        action: Action::Copy,
+                    });
+                }
+            } else {
+                for i in 1..p {
+                    let (to, from) = ((r + i) % p, (r + p - i) % p);
+                    let (tn, fnn) = (to as usize * n, from as usize * n);
+                    let rd = s.round();
+                    rd.sends.push(SendStep {
+                        peer: to,
+                        tag: i,
+                        ranges: vec![tn..tn + n],
+                    });
+                    rd.recvs.push(RecvStep {
+                        peer: from,
+                        tag: i,
+                        ranges: vec![pn + fnn..pn + fnn + n],
+                        action: Action::Copy,
+                    });
+                }
+            }
+            s.output.push((pn..2 * pn, 0));
+        }
+        (Exchange, _) => {
+            // Bruck, radix k.
+            s = Schedule::new(pn, pn);
+            for bidx in 0..p as usize {
+                let t = (r as usize + bidx) % p as usize;
+                s.input.push((t * n..(t + 1) * n, bidx * n));
+            }
+            let k = u64::from(a.radix);
+            let (mut pw, mut j) = (1u64, 0u32);
+            while pw < u64::from(p) {
+                let rd = s.round();
+                for i in 1..k {
+                    let set: Vec<Range<usize>> = (0..u64::from(p))
+                        .filter(|b| (b / pw) % k == i)
+                        .map(|b| b as usize * n..(b as usize + 1) * n)
+                        .collect();
+                    if set.is_empty() {
+                        continue;
+                    }
+                    let dist = ((i * pw) % u64::from(p)) as u32;
+                    let tag = j * a.radix + i as u32;
+                    rd.sends.push(SendStep {
+                        peer: (r + dist) % p,
+                        tag,
+                        ranges: set.clone(),
+                    });
+                    rd.recvs.push(RecvStep {
+                        peer: (r + p - dist) % p,
+                        tag,
+                        ranges: set,
+                        action: Action::Copy,
+                    });
+                }
+                pw *= k;
+                j += 1;
+            }
+            for bidx in 0..p {
+                let from = ((r + p - bidx) % p) as usize;
+                s.output
+                    .push((bidx as usize * n..(bidx as usize + 1) * n, from * n));
+            }
+        }
+        // ------------------------------------------------------------ reduce
+        (Reduce, Kind::Flat) => {
+            // Root receives everyone's input into its own slot and combines in
+            // rank order: lower ranks from the left, higher from the right.
+            s = Schedule::new(n, if r == root { n } else { 0 });
+            s.input.push((0..n, 0));
+            if r == root {
+                let rd = s.round();
+                for j in (0..root).rev() {
+                    rd.recvs.push(RecvStep {
+                        peer: j,
+                        tag: 0,
+                        ranges: vec![0..n],
+                        action: Action::ReduceLeft,
+                    });
+                }
+                for j in root + 1..p {
+                    rd.recvs.push(RecvStep {
+                        peer: j,
+                        tag: 0,
+                        ranges: vec![0..n],
+                        action: Action::ReduceRight,
+                    });
+                }
+                s.output.push((0..n, 0));
+            } else {
+                s.round().sends.push(SendStep {
+                    peer: root,
+                    tag: 0,
+                    ranges: vec![0..n],
+                });
+            }
+        }
+        (Reduce, _) => {
+            s = Schedule::new(n, if r == root { n } else { 0 });
+            s.input.push((0..n, 0));
+            if comm || !contiguous {
+                k_reduce(&mut s, tree, p, r, root, 0..n, Action::ReduceRight, 0);
+            } else {
+                k_reduce_ordered(&mut s, tree, p, r, root, 0..n, 0);
+            }
+            if r == root {
+                s.output.push((0..n, 0));
+            }
+        }
+        // ------------------------------------------------------------ allreduce
+        (Allreduce, Kind::Flat) => {
+            s = Schedule::new(n, n);
+            s.input.push((0..n, 0));
+            let rd = s.round();
+            for j in (1..p).map(|i| (r + i) % p) {
+                rd.sends.push(SendStep {
+                    peer: j,
+                    tag: 0,
+                    ranges: vec![0..n],
+                });
+            }
+            for j in (0..r).rev() {
+                rd.recvs.push(RecvStep {
+                    peer: j,
+                    tag: 0,
+                    ranges: vec![0..n],
+                    action: Action::ReduceLeft,
+                });
+            }
+            for j in r + 1..p {
+                rd.recvs.push(RecvStep {
+                    peer: j,
+                    tag: 0,
+                    ranges: vec![0..n],
+                    action: Action::ReduceRight,
+                });
+            }
+            s.output.push((0..n, 0));
+        }
+        (Allreduce, Kind::RecDoubling) => {
+            s = Schedule::new(n, n);
+            s.input.push((0..n, 0));
+            let p2 = if pow2(p) {
+                p
+            } else {
+                1 << (31 - p.leading_zeros())
+            };
+            let rem = p - p2;
+            if rem > 0 {
+                if r >= p2 {
+                    s.round().sends.push(SendStep {
+                        peer: r - p2,
+                        tag: 0,
+                        ranges: vec![0..n],
+                    });
+                } else if r < rem {
+                    s.round().recvs.push(RecvStep {
+                        peer: r + p2,
+                        tag: 0,
+                        ranges: vec![0..n],
+                        action: Action::ReduceRight,
+                    });
+                }
+            }
+            if r < p2 {
+                let (mut d, mut k) = (1, 1);
+                while d < p2 {
+                    let partner = r ^ d;
+                    let act = if partner < r {
+                        Action::ReduceLeft
+                    } else {
+                        Action::ReduceRight
+                    };
+                    let rd = s.round();
+                    rd.sends.push(SendStep {
+                        peer: partner,
+                        tag: k,
+                        ranges: vec![0..n],
+                    });
+                    rd.recvs.push(RecvStep {
+                        peer: partner,
+                        tag: k,
+                        ranges: vec![0..n],
+                        action: act,
+                    });
+                    d *= 2;
+                    k += 1;
+                }
+            }
+            if rem > 0 {
+                if r < rem {
+                    s.round().sends.push(SendStep {
+                        peer: r + p2,
+                        tag: 100,
+                        ranges: vec![0..n],
+                    });
+                } else if r >= p2 {
+                    s.round().recvs.push(RecvStep {
+                        peer: r - p2,
+                        tag: 100,
+                        ranges: vec![0..n],
+                        action: Action::Copy,
+                    });
+                }
+            }
+            s.output.push((0..n, 0));
+        }
+        (Allreduce, Kind::Ring | Kind::RecHalving) => {
+            s = Schedule::new(n, n);
+            s.input.push((0..n, 0));
+            let b = split(n, c.elem, p);
+            if a.kind == Kind::Ring {
+                k_ring_rs(&mut s, p, r, &b, 0);
+                // After the ring reduce_scatter rank r holds block r; the ring
+                // gather_all starts from block r.
+                k_ring_ag(&mut s, p, r, &b, p);
+            } else {
+                k_rechalv_rs(&mut s, p, r, &b, 0);
+                k_recdbl_ag(&mut s, p, r, &b, 64);
+            }
+            s.output.push((0..n, 0));
+        }
+        (Allreduce, _) => {
+            // reduce + broadcast over binomial trees rooted at 0.
+            s = Schedule::new(n, n);
+            s.input.push((0..n, 0));
+            k_reduce_ordered(&mut s, Tree::Knomial(2), p, r, 0, 0..n, 0);
+            k_bcast(&mut s, Tree::Knomial(2), p, r, 0, 0..n, 0, 2);
+            s.output.push((0..n, 0));
+        }
+        // ------------------------------------------------------------ reduce_scatter
+        (ReduceScatter, Kind::Flat) => {
+            s = Schedule::new(pn, n);
+            s.input.push((0..pn, 0));
+            let rn = r as usize * n;
+            let rd = s.round();
+            for j in (1..p).map(|i| (r + i) % p) {
+                let jn = j as usize * n;
+                rd.sends.push(SendStep {
+                    peer: j,
+                    tag: 0,
+                    ranges: vec![jn..jn + n],
+                });
+            }
+            for j in (0..r).rev() {
+                rd.recvs.push(RecvStep {
+                    peer: j,
+                    tag: 0,
+                    ranges: vec![rn..rn + n],
+                    action: Action::ReduceLeft,
+                });
+            }
+            for j in r + 1..p {
+                rd.recvs.push(RecvStep {
+                    peer: j,
+                    tag: 0,
+                    ranges: vec![rn..rn + n],
+                    action: Action::ReduceRight,
+                });
+            }
+            s.output.push((rn..rn + n, 0));
+        }
+        (ReduceScatter, Kind::Ring | Kind::RecHalving) => {
+            s = Schedule::new(pn, n);
+            s.input.push((0..pn, 0));
+            let b = blocks(n, p);
+            if a.kind == Kind::Ring {
+                k_ring_rs(&mut s, p, r, &b, 0);
+            } else {
+                k_rechalv_rs(&mut s, p, r, &b, 0);
+            }
+            s.output.push((b[r as usize].clone(), 0));
+        }
+        (ReduceScatter, _) => {
+            // reduce (ordered binomial to 0) + binomial scatter from 0.
+            s = Schedule::new(pn, n);
+            s.input.push((0..pn, 0));
+            k_reduce_ordered(&mut s, Tree::Knomial(2), p, r, 0, 0..pn, 0);
+            k_scatter(&mut s, Tree::Knomial(2), p, r, 0, n, 2);
+            s.output.push((0..n, 0));
+        }
+        // ------------------------------------------------------------ scan / exscan
+        (Scan | Exscan, _) => {
+            let ex = c.op == Exscan;
+            // [0,n) inclusive partial, [n,2n) exclusive partial, [2n,3n) incoming.
+            s = Schedule::new(3 * n, if ex && r == 0 { 0 } else { n });
+            s.input.push((0..n, 0));
+            let (incl, excl, tmp) = (0..n, n..2 * n, 2 * n..3 * n);
+            match a.kind {
+                Kind::RecDoubling => {
+                    let (mut d, mut k) = (1, 0);
+                    while d < p {
+                        let rd = s.round();
+                        if r + d < p {
+                            rd.sends.push(SendStep {
+                                peer: r + d,
+                                tag: k,
+                                ranges: vec![incl.clone()],
+                            });
+                        }
+                        if r >= d {
+                            rd.recvs.push(RecvStep {
+                                peer: r - d,
+                                tag: k,
+                                ranges: vec![tmp.clone()],
+                                action: Action::Copy,
+                            });
+                            if ex {
+                                rd.post.push(if k == 0 {
+                                    Local::Copy {
+                                        src: tmp.clone(),
+                                        dst: excl.start,
+                                    }
+                                } else {
+                                    Local::ReduceLeft {
+                                        src: tmp.clone(),
+                                        dst: excl.start,
+                                    }
+                                });
+                            }
+                            rd.post.push(Local::ReduceLeft {
+                                src: tmp.clone(),
+                                dst: incl.start,
+                            });
+                        }
+                        d *= 2;
+                        k += 1;
+                    }
+                }
+                Kind::Chain => {
+                    if r > 0 {
+                        let rd = s.round();
+                        rd.recvs.push(RecvStep {
+                            peer: r - 1,
+                            tag: 0,
+                            ranges: vec![excl.clone()],
+                            action: Action::Copy,
+                        });
+                        rd.post.push(Local::ReduceLeft {
+                            src: excl.clone(),
+                            dst: incl.start,
+                        });
+                    }
+                    if r + 1 < p {
+                        s.round().sends.push(SendStep {
+                            peer: r + 1,
+                            tag: 0,
+                            ranges: vec![incl.clone()],
+                        });
+                    }
+                }
+                _ => {
+                    // flat: everyone sends its input to every higher rank.
+                    let rd = s.round();
+                    for j in r + 1..p {
+                        rd.sends.push(SendStep {
+                            peer: j,
+                            tag: 0,
+                            ranges: vec![incl.clone()],
+                        });
+                    }
+                    for (i, j) in (0..r).rev().enumerate() {
+                        rd.recvs.push(RecvStep {
+                            peer: j,
+                            tag: 0,
+                            ranges: vec![excl.clone()],
+                            action: if i == 0 {
+                                Action::Copy
+                            } else {
+                                Action::ReduceLeft
+                            },
+                        });
+                    }
+                    if r > 0 {
+                        rd.post.push(Local::ReduceLeft {
+                            src: excl.clone(),
+                            dst: incl.start,
+                        });
+                    }
+                }
+            }
+            if !ex {
+                s.output.push((incl, 0));
+            } else if r > 0 {
+                s.output.push((excl, 0));
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knomial_tree_shape() {
+        let t = Tree::Knomial(2);
+        assert_eq!(
+            t.children(0, 8).iter().map(|c| c.0).collect::<Vec<_>>(),
+            vec![1, 2, 4]
+        );
+        assert_eq!(t.children(4, 8), vec![(5, 6), (6, 8)]);
+        assert_eq!(t.parent(6), Some(4));
+        assert_eq!(t.parent(5), Some(4));
+        let t3 = Tree::Knomial(3);
+        assert_eq!(
+            t3.children(0, 10).iter().map(|c| c.0).collect::<Vec<_>>(),
+            vec![1, 2, 3, 6, 9]
+        );
+        assert_eq!(t3.parent(7), Some(6));
+        assert_eq!(subtree_end(t3, 3, 10), 6);
+        assert_eq!(
+            Tree::Kary(2).children(1, 6),
+            vec![(3, u32::MAX), (4, u32::MAX)]
+        );
+    }
+
+    #[test]
+    fn split_blocks() {
+        assert_eq!(split(40, 4, 3), vec![0..16, 16..28, 28..40]);
+        assert_eq!(split(4, 4, 3), vec![0..4, 4..4, 4..4]);
+    }
+
+    #[test]
+    fn names_are_unique() {
+        let c = catalog();
+        let mut names: Vec<&str> = c.iter().map(|a| a.name()).collect();
+        names.sort_unstable();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(n, names.len());
+    }
+}

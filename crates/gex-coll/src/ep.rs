@@ -1,0 +1,1746 @@
+//! The collective endpoint: the engine that executes schedules over a conduit, teams
+//! and the public operations.
+
+use crate::algo::{Algorithm, PlanCtx, Query};
+use crate::error::CollError;
+use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceOp, SyncMode, Transport};
+use crate::sched::{self, Action, ReduceFn, Schedule, span};
+use crate::team::{Scratch, SegAlloc, Team, mix_all};
+use crate::tune::{Choice, LogGP, Tuner};
+use bytemuck::Pod;
+use gex_core::spi::Conduit;
+use gex_core::{Am, Category, Config, Endpoint, EpAddr, Flags, HandlerIndex, Token};
+use gex_rma::{GetEvent, GlobalPtr, RmaEp};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// First handler index gex-coll registers (it owns `48..=127`).
+pub const FIRST_COLL_HANDLER: HandlerIndex = 48;
+/// Last handler index reserved for gex-coll.
+pub const LAST_COLL_HANDLER: HandlerIndex = 127;
+
+const H_EAGER: HandlerIndex = 48;
+const H_LONG: HandlerIndex = 49;
+const H_READY: HandlerIndex = 50;
+const H_RDV: HandlerIndex = 51;
+const H_ACK: HandlerIndex = 52;
+
+/// Tags of the entry barrier (in-all) and of the exit barrier (out-all).
+const TAG_PRE: u32 = 0x4000_0000;
+const TAG_POST: u32 = 0x6000_0000;
+
+/// (team id, sequence number, source team rank, tag).
+type MsgKey = (u64, u32, u32, u32);
+
+#[derive(Debug)]
+struct Partial {
+    buf: Vec<u8>,
+    got: usize,
+}
+
+/// What the handlers share with the engine.
+#[derive(Debug, Default)]
+struct Mailbox {
+    eager: HashMap<MsgKey, Partial>,
+    /// Bytes landed by signaling puts.
+    long: HashMap<MsgKey, usize>,
+    /// (team, seq, receiver, tag): the receiver entered and may be written.
+    ready: HashSet<MsgKey>,
+    /// Rendezvous announcements: (offset, len) in the sender's segment.
+    rdv: HashMap<MsgKey, (usize, usize)>,
+    /// Acknowledgements of rendezvous gets per (team, seq).
+    acks: HashMap<(u64, u32), u32>,
+    /// Malformed messages dropped.
+    dropped: u64,
+}
+
+type Shared = Arc<Mutex<Mailbox>>;
+
+fn lock(m: &Shared) -> MutexGuard<'_, Mailbox> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn split64(x: u64) -> (u32, u32) {
+    (x as u32, (x >> 32) as u32)
+}
+
+fn join64(lo: u32, hi: u32) -> u64 {
+    u64::from(lo) | (u64::from(hi) << 32)
+}
+
+fn key_of(a: &[u32]) -> Option<MsgKey> {
+    (a.len() >= 5).then(|| (join64(a[0], a[1]), a[2], a[3], a[4]))
+}
+
+/// Output types of collective handles (sealed).
+pub trait Output: sealed::Sealed + Sized {
+    #[doc(hidden)]
+    fn from_bytes(b: Vec<u8>) -> Self;
+}
+mod sealed {
+    pub trait Sealed {}
+}
+impl sealed::Sealed for () {}
+impl Output for () {
+    fn from_bytes(_: Vec<u8>) -> Self {}
+}
+impl<T: Pod> sealed::Sealed for Vec<T> {}
+impl<T: Pod> Output for Vec<T> {
+    fn from_bytes(b: Vec<u8>) -> Self {
+        let mut v: Vec<T> = vec![bytemuck::Zeroable::zeroed(); b.len() / size_of::<T>().max(1)];
+        let n = v.len() * size_of::<T>();
+        bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(&b[..n]);
+        v
+    }
+}
+
+/// A collective in flight: test it with [`CollEp::test`], complete it with
+/// [`CollEp::wait`]. Dropping a handle does not cancel the collective: it keeps
+/// progressing inside later calls (other members may depend on it), but its state
+/// is released only by `wait`, so always wait for every handle.
+#[must_use = "a collective completes only through CollEp::wait or CollEp::test"]
+#[derive(Debug)]
+pub struct Handle<T> {
+    id: u64,
+    _t: PhantomData<fn() -> T>,
+}
+
+/// Segment offsets of a single-address-mode collective, per team rank (bytes, in the
+/// segment of the member's team endpoint).
+///
+/// `src: None` is the in-place variant: each member's input is read from its
+/// destination (at block `rank` for gather and gather_all, at the start otherwise).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Single {
+    /// Source offset of every member (`None`: in place).
+    pub src: Option<Vec<usize>>,
+    /// Destination offset of every member.
+    pub dst: Vec<usize>,
+}
+
+impl Single {
+    /// The same source and destination offsets on every member of a team of `size`.
+    pub fn uniform(size: u32, src: usize, dst: usize) -> Single {
+        Single {
+            src: Some(vec![src; size as usize]),
+            dst: vec![dst; size as usize],
+        }
+    }
+
+    /// In place, the same destination offset on every member.
+    pub fn in_place(size: u32, dst: usize) -> Single {
+        Single {
+            src: None,
+            dst: vec![dst; size as usize],
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Out {
+    Local,
+    /// Write the output at this offset of our segment (unless mirrored).
+    Seg(usize),
+}
+
+struct OpState {
+    team: Team,
+    seq: u32,
+    sched: Schedule,
+    work: Vec<u8>,
+    reduce: Option<ReduceFn>,
+    transport: Transport,
+    /// Signaling put / rendezvous: the segment offset every member's work buffer
+    /// mirrors.
+    mirror: Option<Vec<usize>>,
+    need_ready: bool,
+    /// Mirrors the team's scratch space (local mode with put/rendezvous): starts
+    /// only once earlier such collectives of the team finished here.
+    uses_scratch: bool,
+    started: bool,
+    round: usize,
+    /// Sends of the current round not yet issued.
+    pending_sends: Vec<usize>,
+    round_open: bool,
+    applied: usize,
+    gets: HashMap<usize, GetEvent<u8>>,
+    fetched: HashMap<usize, Vec<u8>>,
+    acks_expected: u32,
+    out: Out,
+    out_no: bool,
+    finished_rounds: bool,
+    result: Option<Result<Vec<u8>, CollError>>,
+    taken: bool,
+}
+
+impl std::fmt::Debug for OpState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpState")
+            .field("team", &self.team)
+            .field("seq", &self.seq)
+            .field("round", &self.round)
+            .field("rounds", &self.sched.rounds.len())
+            .finish()
+    }
+}
+
+impl OpState {
+    fn user_done(&self) -> bool {
+        self.result.is_some()
+    }
+}
+
+/// A collective endpoint: wraps an [`RmaEp`] (and so an [`Endpoint`]), registers
+/// gex-coll's handlers on it, owns the world team, the autotuner and every collective
+/// in flight.
+///
+/// Like the endpoint it is `Send` but not `Sync`; several thread-ranks in one process
+/// each own theirs (there is no process-global state).
+pub struct CollEp<C: Conduit> {
+    rma: RmaEp<C>,
+    mb: Shared,
+    ops: BTreeMap<u64, OpState>,
+    next_op: u64,
+    tuner: Tuner,
+    world: Team,
+    alloc: SegAlloc,
+    seg_len: usize,
+}
+
+impl<C: Conduit> std::fmt::Debug for CollEp<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CollEp")
+            .field("addr", &self.rma.addr())
+            .field("in_flight", &self.ops.len())
+            .field("tuner", &self.tuner)
+            .finish()
+    }
+}
+
+impl<C: Conduit> CollEp<C> {
+    /// Wraps `rma`, registering handlers `48..=52`, with the default cost model and
+    /// no environment overrides. Every rank must wrap the same endpoint index.
+    ///
+    /// # Errors
+    /// [`CollError::Register`] if an index is taken.
+    pub fn new(rma: RmaEp<C>) -> Result<CollEp<C>, CollError> {
+        Self::build(rma, Tuner::new(crate::algo::catalog(), LogGP::default()))
+    }
+
+    /// As [`new`](Self::new), then applies the client's configuration snapshot:
+    /// `GEX_COLL_<OP>` algorithm overrides and `GEX_COLL_LOGGP`.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new), plus [`CollError::UnknownAlgorithm`] and
+    /// [`CollError::Config`] for bad variables.
+    pub fn with_config(rma: RmaEp<C>, cfg: &Config) -> Result<CollEp<C>, CollError> {
+        let mut t = Tuner::new(crate::algo::catalog(), LogGP::default());
+        t.configure(|k| cfg.get(k).map(str::to_string))?;
+        Self::build(rma, t)
+    }
+
+    fn build(mut rma: RmaEp<C>, tuner: Tuner) -> Result<CollEp<C>, CollError> {
+        let mb: Shared = Arc::default();
+        let ep = rma.endpoint();
+        let m = mb.clone();
+        ep.register_reserved(H_EAGER, move |_t: &mut Token<'_>, am: Am<'_>| {
+            let a = am.args();
+            let mut mb = lock(&m);
+            let Some(k) = key_of(a).filter(|_| a.len() >= 7) else {
+                mb.dropped += 1;
+                return;
+            };
+            let (off, total) = (a[5] as usize, a[6] as usize);
+            let p = am.payload();
+            let e = mb.eager.entry(k).or_insert_with(|| Partial {
+                buf: vec![0; total],
+                got: 0,
+            });
+            if e.buf.len() != total || off.checked_add(p.len()).is_none_or(|x| x > total) {
+                mb.dropped += 1;
+                return;
+            }
+            e.buf[off..off + p.len()].copy_from_slice(p);
+            e.got += p.len();
+        })?;
+        let m = mb.clone();
+        ep.register_reserved(H_LONG, move |_t: &mut Token<'_>, am: Am<'_>| {
+            let mut mb = lock(&m);
+            match key_of(am.args()) {
+                Some(k) => *mb.long.entry(k).or_insert(0) += am.payload().len(),
+                None => mb.dropped += 1,
+            }
+        })?;
+        let m = mb.clone();
+        ep.register_reserved(H_READY, move |_t: &mut Token<'_>, am: Am<'_>| {
+            let mut mb = lock(&m);
+            match key_of(am.args()) {
+                Some(k) => {
+                    mb.ready.insert(k);
+                }
+                None => mb.dropped += 1,
+            }
+        })?;
+        let m = mb.clone();
+        ep.register_reserved(H_RDV, move |_t: &mut Token<'_>, am: Am<'_>| {
+            let a = am.args();
+            let mut mb = lock(&m);
+            match key_of(a).filter(|_| a.len() >= 9) {
+                Some(k) => {
+                    mb.rdv.insert(
+                        k,
+                        (join64(a[5], a[6]) as usize, join64(a[7], a[8]) as usize),
+                    );
+                }
+                None => mb.dropped += 1,
+            }
+        })?;
+        let m = mb.clone();
+        ep.register_reserved(H_ACK, move |_t: &mut Token<'_>, am: Am<'_>| {
+            let a = am.args();
+            let mut mb = lock(&m);
+            if a.len() >= 3 {
+                *mb.acks.entry((join64(a[0], a[1]), a[2])).or_insert(0) += 1;
+            } else {
+                mb.dropped += 1;
+            }
+        })?;
+        let me = ep.addr();
+        let size = ep.size();
+        let members = (0..size).map(|r| EpAddr::new(r, me.ep)).collect();
+        let world = Team::new(0, members, me.rank, Vec::new(), None);
+        let seg_len = ep.segment().len();
+        Ok(CollEp {
+            rma,
+            mb,
+            ops: BTreeMap::new(),
+            next_op: 1,
+            tuner,
+            world,
+            alloc: SegAlloc::default(),
+            seg_len,
+        })
+    }
+
+    /// The team of this endpoint index on every rank, in rank order (team rank = job
+    /// rank).
+    pub fn world(&self) -> &Team {
+        &self.world
+    }
+
+    /// The wrapped RMA endpoint.
+    pub fn rma(&mut self) -> &mut RmaEp<C> {
+        &mut self.rma
+    }
+
+    /// The wrapped endpoint.
+    pub fn endpoint(&mut self) -> &mut Endpoint<C> {
+        self.rma.endpoint()
+    }
+
+    /// The autotuner (cost model, algorithms, cached choices).
+    pub fn tuner(&mut self) -> &mut Tuner {
+        &mut self.tuner
+    }
+
+    /// Names of every registered algorithm that implements `op`.
+    pub fn algorithms(&self, op: OpKind) -> Vec<String> {
+        self.tuner
+            .algorithms()
+            .iter()
+            .filter(|a| a.ops().contains(&op))
+            .map(|a| a.name().to_string())
+            .collect()
+    }
+
+    /// Adds an algorithm (for example a NIC collective) for the tuner to consider and
+    /// for [`Opts::algorithm`] to name. Every rank must register the same algorithms.
+    ///
+    /// ```
+    /// use gex_coll::{sched::Schedule, Algorithm, Builtin, CollEp, Kind, LogGP, OpKind, PlanCtx, Query, Transport};
+    /// use gex_core::ClientBuilder;
+    /// use gex_rma::RmaEp;
+    /// use gex_testkit::sim::{run_sim, SimConfig};
+    /// use std::sync::Arc;
+    ///
+    /// /// A "hardware" broadcast: plans like a binomial tree here, claims to be free.
+    /// #[derive(Debug)]
+    /// struct Nic(Builtin);
+    /// impl Algorithm for Nic {
+    ///     fn name(&self) -> &str { "nic" }
+    ///     fn ops(&self) -> &[OpKind] { &[OpKind::Broadcast] }
+    ///     fn supports(&self, q: &Query) -> bool { q.op == OpKind::Broadcast }
+    ///     fn cost(&self, _: &Query, _: &LogGP) -> f64 { 0.0 }
+    ///     fn plan(&self, c: &PlanCtx) -> Schedule { self.0.plan(c) }
+    /// }
+    ///
+    /// let out = run_sim(3, SimConfig::default(), || ClientBuilder::new().segment_size(1 << 16), |client| {
+    ///     let mut coll = CollEp::new(RmaEp::new(client.endpoint(0).unwrap()).unwrap()).unwrap();
+    ///     coll.register_algorithm(Arc::new(Nic(Builtin::new(Kind::Knomial, 2, 0, Transport::Eager))));
+    ///     let w = coll.world().clone();
+    ///     let q = Query { op: OpKind::Broadcast, size: 3, bytes: 8, addr: gex_coll::AddrMode::Local,
+    ///                     sync: Default::default(), commutative: true, scratch: false };
+    ///     assert_eq!(coll.explain(&q).unwrap().algorithm, "nic");
+    ///     let mut v = [w.rank(); 2];
+    ///     coll.broadcast(&w, 1, &mut v).unwrap();
+    ///     coll.barrier(&w).unwrap();
+    ///     v
+    /// });
+    /// assert_eq!(out, vec![[1, 1]; 3]);
+    /// ```
+    pub fn register_algorithm(&mut self, a: Arc<dyn Algorithm>) {
+        self.tuner.register(a);
+    }
+
+    /// Explains which algorithm a call would use and why.
+    ///
+    /// # Errors
+    /// As [`Tuner::select`].
+    pub fn explain(&mut self, q: &Query) -> Result<Choice, CollError> {
+        self.tuner.explain(q)
+    }
+
+    /// Lets [`Scratch::Alloc`] allocate from `region` (bytes of this endpoint's
+    /// segment that the client leaves to gex-coll).
+    ///
+    /// # Errors
+    /// [`CollError::Scratch`] if the region is outside the segment.
+    pub fn set_scratch_region(&mut self, region: Range<usize>) -> Result<(), CollError> {
+        if region.end > self.seg_len || region.start > region.end {
+            return Err(CollError::Scratch(format!(
+                "region {region:?} is outside the {}-byte segment",
+                self.seg_len
+            )));
+        }
+        self.alloc = SegAlloc::new(region);
+        Ok(())
+    }
+
+    /// Messages that gex-coll's handlers dropped as malformed (0 in a healthy job).
+    pub fn dropped_messages(&self) -> u64 {
+        lock(&self.mb).dropped
+    }
+
+    /// Collectives in flight on this endpoint (including completed-but-not-waited and
+    /// out-no collectives still finishing in the background).
+    pub fn in_flight(&self) -> usize {
+        self.ops.len()
+    }
+
+    // ---------------------------------------------------------------- teams
+
+    /// Splits `parent` by `color`: members with the same `Some(color)` form a new team,
+    /// ordered by (`key`, parent rank); `None` joins no team (returns `Ok(None)`).
+    ///
+    /// # Collective
+    /// Over every member of `parent`, in the same order as its other collectives.
+    ///
+    /// # Errors
+    /// [`CollError::NotMember`], [`CollError::Scratch`], or a communication error.
+    pub fn split(
+        &mut self,
+        parent: &Team,
+        color: Option<u32>,
+        key: u32,
+        scratch: Scratch,
+    ) -> Result<Option<Team>, CollError> {
+        let mine = [u32::from(color.is_some()), color.unwrap_or(0), key];
+        let all: Vec<u32> = self.gather_all_v(parent, mine.to_vec())?;
+        let idx = parent
+            .inner
+            .splits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(c) = color else {
+            return Ok(None);
+        };
+        let mut m: Vec<(u32, u32)> = (0..parent.size())
+            .filter(|&i| {
+                let e = &all[i as usize * 3..i as usize * 3 + 3];
+                e[0] == 1 && e[1] == c
+            })
+            .map(|i| (all[i as usize * 3 + 2], i))
+            .collect();
+        m.sort_unstable();
+        let members: Vec<u32> = m.iter().map(|x| x.1).collect();
+        let id = mix_all(&[parent.id(), u64::from(idx), u64::from(c), 0x5311]);
+        self.form(parent, &members, id, scratch).map(Some)
+    }
+
+    /// Creates a team of the parent-team ranks `members` (in that order).
+    ///
+    /// # Collective
+    /// Over the listed members only; they must create teams from one parent with the
+    /// same list in the same order.
+    ///
+    /// # Errors
+    /// [`CollError::BadMembers`], [`CollError::BadRank`], [`CollError::NotMember`] (the
+    /// caller is not listed), [`CollError::Scratch`].
+    pub fn create_team(
+        &mut self,
+        parent: &Team,
+        members: &[u32],
+        scratch: Scratch,
+    ) -> Result<Team, CollError> {
+        if members.is_empty() {
+            return Err(CollError::BadMembers("empty".into()));
+        }
+        let mut seen = HashSet::new();
+        for &m in members {
+            if m >= parent.size() {
+                return Err(CollError::BadRank {
+                    rank: m,
+                    size: parent.size(),
+                });
+            }
+            if !seen.insert(m) {
+                return Err(CollError::BadMembers(format!("rank {m} listed twice")));
+            }
+        }
+        if !members.contains(&parent.rank()) {
+            return Err(CollError::NotMember { team: 0 });
+        }
+        let lh = mix_all(&members.iter().map(|&m| u64::from(m)).collect::<Vec<_>>());
+        let n = {
+            let mut c = parent
+                .inner
+                .creates
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let e = c.entry(lh).or_insert(0);
+            *e += 1;
+            *e
+        };
+        let id = mix_all(&[parent.id(), lh, u64::from(n), 0xc4ea]);
+        self.form(parent, members, id, scratch)
+    }
+
+    fn form(
+        &mut self,
+        parent: &Team,
+        members: &[u32],
+        id: u64,
+        scratch: Scratch,
+    ) -> Result<Team, CollError> {
+        let addrs: Vec<EpAddr> = members
+            .iter()
+            .map(|&m| parent.inner.members[m as usize])
+            .collect();
+        let me = members
+            .iter()
+            .position(|&m| m == parent.rank())
+            .ok_or(CollError::NotMember { team: id })? as u32;
+        let (local, allocated) = match scratch {
+            Scratch::None => (None, None),
+            Scratch::Given(off, len) => {
+                if off.checked_add(len).is_none_or(|e| e > self.seg_len) {
+                    return Err(CollError::Scratch(format!(
+                        "[{off}, +{len}) is outside the segment"
+                    )));
+                }
+                (Some((off, len)), None)
+            }
+            Scratch::Alloc(len) => {
+                let r = self.alloc.alloc(len).ok_or_else(|| {
+                    CollError::Scratch(format!("cannot allocate {len} bytes (set_scratch_region)"))
+                })?;
+                (Some((r.start, len)), Some(r))
+            }
+        };
+        let provisional = Team::new(id, addrs.clone(), me, Vec::new(), None);
+        let table = match local {
+            None => Vec::new(),
+            Some((off, len)) => {
+                let v: Vec<u64> = self.gather_all_v(&provisional, vec![off as u64, len as u64])?;
+                v.chunks_exact(2)
+                    .map(|c| (c[0] as usize, c[1] as usize))
+                    .collect()
+            }
+        };
+        let t = Team::new(id, addrs, me, table, allocated);
+        // Continue the provisional team's sequence numbers.
+        t.inner.seq.store(
+            provisional
+                .inner
+                .seq
+                .load(std::sync::atomic::Ordering::Relaxed),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        Ok(t)
+    }
+
+    /// Destroys a team: frees scratch this endpoint allocated for it. Not collective.
+    ///
+    /// # Errors
+    /// [`CollError::TeamBusy`] if collectives of the team are in flight here;
+    /// [`CollError::BadMembers`] for the world team.
+    pub fn destroy_team(&mut self, team: Team) -> Result<(), CollError> {
+        if team.id() == 0 {
+            return Err(CollError::BadMembers(
+                "the world team cannot be destroyed".into(),
+            ));
+        }
+        self.progress()?;
+        let pending = self
+            .ops
+            .values()
+            .filter(|o| o.team.id() == team.id())
+            .count();
+        if pending > 0 {
+            return Err(CollError::TeamBusy {
+                team: team.id(),
+                pending,
+            });
+        }
+        if let Some(r) = team.inner.allocated.clone() {
+            self.alloc.release(r);
+        }
+        Ok(())
+    }
+
+    fn gather_all_v<T: Elem>(&mut self, team: &Team, v: Vec<T>) -> Result<Vec<T>, CollError> {
+        let h = self.gather_all_nb(team, v, &Opts::default())?;
+        self.wait(h)
+    }
+
+    // ---------------------------------------------------------------- engine
+
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        &mut self,
+        team: &Team,
+        op: OpKind,
+        root: u32,
+        elem: usize,
+        count: usize,
+        input: Result<Vec<u8>, &Single>,
+        reduce: Option<(ReduceFn, bool)>,
+        opts: &Opts<'_>,
+    ) -> Result<u64, CollError> {
+        let p = team.size();
+        if root >= p {
+            return Err(CollError::BadRank {
+                rank: root,
+                size: p,
+            });
+        }
+        let r = team.rank();
+        if team.member(r) != Some(self.rma.addr()) {
+            return Err(CollError::NotMember { team: team.id() });
+        }
+        let n = elem * count;
+        let addr = if input.is_ok() {
+            AddrMode::Local
+        } else {
+            AddrMode::Single
+        };
+        let commutative = reduce.as_ref().is_none_or(|x| x.1);
+        // Local mode can use signaling put / rendezvous through the team's scratch
+        // space when every member's can hold the whole output.
+        let scratch_ok = addr == AddrMode::Local
+            && n > 0
+            && team.scratch().len() == p as usize
+            && team.scratch().iter().all(|x| x.1 >= p as usize * n);
+        let q = Query {
+            op,
+            size: p,
+            bytes: n,
+            addr,
+            sync: opts.sync,
+            commutative,
+            scratch: scratch_ok,
+        };
+        let algo = self.tuner.select(&q, opts.algorithm)?.clone();
+        let ctx = PlanCtx {
+            op,
+            size: p,
+            rank: r,
+            root,
+            block: n,
+            elem,
+            commutative,
+        };
+        let mut s = algo.plan(&ctx);
+        let transport = if s.symmetric && (addr == AddrMode::Single || scratch_ok) {
+            algo.transport()
+        } else {
+            Transport::Eager
+        };
+        if opts.sync.input == SyncMode::All || opts.sync.output == SyncMode::All {
+            let b =
+                crate::algo::Builtin::new(crate::algo::Kind::Dissemination, 2, 0, Transport::Eager)
+                    .plan(&PlanCtx {
+                        op: OpKind::Barrier,
+                        ..ctx
+                    });
+            let mut rounds = Vec::new();
+            if opts.sync.input == SyncMode::All {
+                let mut pre = b.clone();
+                shift_tags(&mut pre, TAG_PRE);
+                rounds.extend(pre.rounds);
+            }
+            rounds.append(&mut s.rounds);
+            if opts.sync.output == SyncMode::All {
+                let mut post = b;
+                shift_tags(&mut post, TAG_POST);
+                rounds.extend(post.rounds);
+            }
+            s.rounds = rounds;
+        }
+        let (in_blocks, out_blocks) = op.shape(p, r, root);
+        let mut work = vec![0u8; s.work_len];
+        let (out, mirror) = match input {
+            Ok(bytes) => {
+                place_input(&s, &mut work, &bytes)?;
+                let mirror = (transport != Transport::Eager)
+                    .then(|| team.scratch().iter().map(|x| x.0).collect::<Vec<_>>());
+                (Out::Local, mirror)
+            }
+            Err(single) => {
+                let pl = p as usize;
+                if single.dst.len() != pl || single.src.as_ref().is_some_and(|v| v.len() != pl) {
+                    return Err(CollError::BadAddress(format!(
+                        "offset lists must have {pl} entries"
+                    )));
+                }
+                let dst = single.dst[r as usize];
+                let in_len = in_blocks * n;
+                let src = match &single.src {
+                    Some(v) => v[r as usize],
+                    None if matches!(op, OpKind::Gather | OpKind::GatherAll) => {
+                        dst + r as usize * n
+                    }
+                    None => dst,
+                };
+                for (o, l) in [(src, in_len), (dst, out_blocks * n)] {
+                    if o.checked_add(l).is_none_or(|e| e > self.seg_len) {
+                        return Err(CollError::BadAddress(format!(
+                            "[{o}, +{l}) is outside the {}-byte segment",
+                            self.seg_len
+                        )));
+                    }
+                }
+                let mut bytes = vec![0u8; in_len];
+                self.rma.endpoint().segment().read(src, &mut bytes)?;
+                place_input(&s, &mut work, &bytes)?;
+                let mirror = (transport != Transport::Eager).then(|| single.dst.clone());
+                if mirror.is_some() && s.work_len != out_blocks * n {
+                    return Err(CollError::BadAddress(
+                        "mirrored schedule does not match the output".into(),
+                    ));
+                }
+                (Out::Seg(dst), mirror)
+            }
+        };
+        let out_no = opts.sync.output == SyncMode::No && addr == AddrMode::Single;
+        let uses_scratch = addr == AddrMode::Local && transport != Transport::Eager;
+        // Through scratch, a put may land only once the receiver started this
+        // collective (and so finished the previous one using the scratch).
+        let need_ready =
+            transport == Transport::Put && (opts.sync.input == SyncMode::My || uses_scratch);
+        let id = self.next_op;
+        self.next_op += 1;
+        let mut st = OpState {
+            seq: team.next_seq(),
+            team: team.clone(),
+            sched: s,
+            work,
+            reduce: reduce.map(|x| x.0),
+            transport,
+            mirror,
+            need_ready,
+            uses_scratch,
+            started: false,
+            round: 0,
+            pending_sends: Vec::new(),
+            round_open: false,
+            applied: 0,
+            gets: HashMap::new(),
+            fetched: HashMap::new(),
+            acks_expected: 0,
+            out,
+            out_no,
+            finished_rounds: false,
+            result: None,
+            taken: false,
+        };
+        if let Err(e) = self.advance(&mut st) {
+            st.result = Some(Err(e));
+        }
+        self.ops.insert(id, st);
+        Ok(id)
+    }
+
+    /// Polls the endpoint and advances every collective in flight.
+    ///
+    /// # Errors
+    /// Never for communication problems of one collective (those complete that
+    /// collective with the error); reserved for future use.
+    pub fn progress(&mut self) -> Result<(), CollError> {
+        self.rma.endpoint().poll();
+        let ids: Vec<u64> = self.ops.keys().copied().collect();
+        for id in ids {
+            let Some(mut st) = self.ops.remove(&id) else {
+                continue;
+            };
+            if st.result.as_ref().is_none_or(|r| r.is_ok()) {
+                if let Err(e) = self.advance(&mut st) {
+                    st.result = Some(Err(e));
+                }
+            }
+            let acked = self.acks_done(&st);
+            let gone = st.taken && (acked || st.result.as_ref().is_some_and(|r| r.is_err()));
+            if !gone {
+                self.ops.insert(id, st);
+            } else {
+                lock(&self.mb).acks.remove(&(st.team.id(), st.seq));
+            }
+        }
+        Ok(())
+    }
+
+    /// An earlier collective of `st`'s team still uses the scratch space here.
+    fn scratch_busy(&self, st: &OpState) -> bool {
+        self.ops.values().any(|o| {
+            o.uses_scratch
+                && o.team.id() == st.team.id()
+                && o.seq < st.seq
+                && !(o.result.is_some() && self.acks_done(o))
+        })
+    }
+
+    fn acks_done(&self, st: &OpState) -> bool {
+        st.acks_expected == 0
+            || lock(&self.mb)
+                .acks
+                .get(&(st.team.id(), st.seq))
+                .copied()
+                .unwrap_or(0)
+                >= st.acks_expected
+    }
+
+    fn uses_transport(st: &OpState, ranges: &[Range<usize>], tag: u32) -> bool {
+        st.transport != Transport::Eager
+            && tag < TAG_PRE
+            && ranges.len() == 1
+            && !ranges[0].is_empty()
+    }
+
+    fn advance(&mut self, st: &mut OpState) -> Result<(), CollError> {
+        let (tid, seq) = (st.team.id(), st.seq);
+        let (tlo, thi) = split64(tid);
+        let me = st.team.rank();
+        if !st.started {
+            if st.uses_scratch && self.scratch_busy(st) {
+                return Ok(());
+            }
+            st.started = true;
+            // Write the placed input through to the mirrored region.
+            if let Some(m) = &st.mirror {
+                for (src, at) in &st.sched.input {
+                    let piece = &st.work[*at..*at + src.len()];
+                    self.rma
+                        .endpoint()
+                        .segment()
+                        .write(m[me as usize] + at, piece)?;
+                }
+            }
+            if st.need_ready {
+                let mut readies = Vec::new();
+                for rd in &st.sched.rounds {
+                    for v in &rd.recvs {
+                        if v.action == Action::Copy && Self::uses_transport(st, &v.ranges, v.tag) {
+                            readies.push((v.peer, v.tag));
+                        }
+                    }
+                }
+                for (peer, tag) in readies {
+                    let dst = st.team.inner.members[peer as usize];
+                    self.rma.endpoint().request_reserved(
+                        dst,
+                        Category::Short,
+                        H_READY,
+                        &[tlo, thi, seq, me, tag],
+                        &[],
+                        0,
+                        Flags::empty(),
+                    )?;
+                }
+            }
+        }
+        while st.round < st.sched.rounds.len() {
+            if !st.round_open {
+                st.round_open = true;
+                st.pending_sends = (0..st.sched.rounds[st.round].sends.len()).collect();
+                st.applied = 0;
+            }
+            // Sends (eager snapshots leave now; puts may wait for readiness).
+            let mut still = Vec::new();
+            for i in std::mem::take(&mut st.pending_sends) {
+                if !self.try_send(st, i)? {
+                    still.push(i);
+                }
+            }
+            st.pending_sends = still;
+            // Receives, applied in order.
+            let nrecv = st.sched.rounds[st.round].recvs.len();
+            while st.applied < nrecv {
+                let i = st.applied;
+                let Some(msg) = self.take_recv(st, i)? else {
+                    break;
+                };
+                let v = &st.sched.rounds[st.round].recvs[i];
+                if msg.len() != span(&v.ranges) {
+                    return Err(CollError::BadLength {
+                        what: "message",
+                        expected: span(&v.ranges),
+                        got: msg.len(),
+                    });
+                }
+                sched::apply_recv(&mut st.work, v, &msg, st.reduce.as_ref());
+                if let Some(m) = &st.mirror {
+                    let base = m[me as usize];
+                    for r in v.ranges.clone() {
+                        self.rma
+                            .endpoint()
+                            .segment()
+                            .write(base + r.start, &st.work[r])?;
+                    }
+                }
+                st.applied += 1;
+            }
+            if st.applied < nrecv || !st.pending_sends.is_empty() {
+                return Ok(());
+            }
+            let post = std::mem::take(&mut st.sched.rounds[st.round].post);
+            for l in &post {
+                sched::apply_local(&mut st.work, l, st.reduce.as_ref());
+            }
+            st.round += 1;
+            st.round_open = false;
+        }
+        if !st.finished_rounds {
+            st.finished_rounds = true;
+        }
+        if st.result.is_none() && (st.out_no || self.acks_done(st)) {
+            let mut out = vec![0u8; st.sched.out_len];
+            for (src, dst) in &st.sched.output {
+                out[*dst..*dst + src.len()].copy_from_slice(&st.work[src.clone()]);
+            }
+            match st.out {
+                Out::Local => st.result = Some(Ok(out)),
+                Out::Seg(off) => {
+                    if st.mirror.is_none() {
+                        self.rma.endpoint().segment().write(off, &out)?;
+                    }
+                    st.result = Some(Ok(Vec::new()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Issues send `i` of the current round; false if it must wait (readiness).
+    fn try_send(&mut self, st: &mut OpState, i: usize) -> Result<bool, CollError> {
+        let (tid, seq) = (st.team.id(), st.seq);
+        let (tlo, thi) = split64(tid);
+        let me = st.team.rank();
+        let s = &st.sched.rounds[st.round].sends[i];
+        let dst = st.team.inner.members[s.peer as usize];
+        if Self::uses_transport(st, &s.ranges, s.tag) {
+            let r = s.ranges[0].clone();
+            let m = st.mirror.as_ref().expect("transports need mirrors");
+            match st.transport {
+                Transport::Put => {
+                    if st.need_ready && !lock(&self.mb).ready.remove(&(tid, seq, s.peer, s.tag)) {
+                        return Ok(false);
+                    }
+                    let total = r.len();
+                    let base = m[s.peer as usize] + r.start;
+                    let chunk = self.rma.endpoint().max_long(dst).max(1);
+                    let mut off = 0;
+                    while off < total {
+                        let len = chunk.min(total - off);
+                        let args = [tlo, thi, seq, me, s.tag, off as u32, total as u32];
+                        let payload = &st.work[r.start + off..r.start + off + len];
+                        self.rma.endpoint().request_reserved(
+                            dst,
+                            Category::Long,
+                            H_LONG,
+                            &args,
+                            payload,
+                            base + off,
+                            Flags::empty(),
+                        )?;
+                        off += len;
+                    }
+                }
+                _ => {
+                    let (olo, ohi) = split64((m[me as usize] + r.start) as u64);
+                    let (llo, lhi) = split64(r.len() as u64);
+                    let args = [tlo, thi, seq, me, s.tag, olo, ohi, llo, lhi];
+                    self.rma.endpoint().request_reserved(
+                        dst,
+                        Category::Short,
+                        H_RDV,
+                        &args,
+                        &[],
+                        0,
+                        Flags::empty(),
+                    )?;
+                    st.acks_expected += 1;
+                }
+            }
+            return Ok(true);
+        }
+        let data = sched::pack(&st.work, &s.ranges);
+        let total = data.len();
+        let chunk = self.rma.endpoint().max_medium(dst).max(1);
+        let mut off = 0;
+        loop {
+            let len = chunk.min(total - off);
+            let args = [tlo, thi, seq, me, s.tag, off as u32, total as u32];
+            self.rma.endpoint().request_reserved(
+                dst,
+                Category::Medium,
+                H_EAGER,
+                &args,
+                &data[off..off + len],
+                0,
+                Flags::empty(),
+            )?;
+            off += len;
+            if off >= total {
+                break;
+            }
+        }
+        Ok(true)
+    }
+
+    /// The bytes of receive `i` of the current round, if they are here.
+    fn take_recv(&mut self, st: &mut OpState, i: usize) -> Result<Option<Vec<u8>>, CollError> {
+        let (tid, seq) = (st.team.id(), st.seq);
+        let v = &st.sched.rounds[st.round].recvs[i];
+        let key = (tid, seq, v.peer, v.tag);
+        if Self::uses_transport(st, &v.ranges, v.tag) && v.action == Action::Copy {
+            let r = v.ranges[0].clone();
+            let me = st.team.rank() as usize;
+            let base = st.mirror.as_ref().expect("transports need mirrors")[me];
+            match st.transport {
+                Transport::Put => {
+                    let mut mb = lock(&self.mb);
+                    if mb.long.get(&key).copied().unwrap_or(0) < r.len() {
+                        return Ok(None);
+                    }
+                    mb.long.remove(&key);
+                    drop(mb);
+                    let mut buf = vec![0u8; r.len()];
+                    self.rma
+                        .endpoint()
+                        .segment()
+                        .read(base + r.start, &mut buf)?;
+                    return Ok(Some(buf));
+                }
+                _ => {
+                    // Rendezvous: get once announced, acknowledge when complete.
+                    if let Some(b) = st.fetched.remove(&i) {
+                        return Ok(Some(b));
+                    }
+                    if let Some(ev) = st.gets.get_mut(&i) {
+                        if !self.rma.test(ev) {
+                            return Ok(None);
+                        }
+                        let ev = st.gets.remove(&i).expect("present");
+                        let buf = self.rma.wait(ev);
+                        let (tlo, thi) = split64(tid);
+                        let src = st.team.inner.members[v.peer as usize];
+                        self.rma.endpoint().request_reserved(
+                            src,
+                            Category::Short,
+                            H_ACK,
+                            &[tlo, thi, seq],
+                            &[],
+                            0,
+                            Flags::empty(),
+                        )?;
+                        return Ok(Some(buf));
+                    }
+                    let note = lock(&self.mb).rdv.remove(&key);
+                    let Some((off, len)) = note else {
+                        return Ok(None);
+                    };
+                    let src = st.team.inner.members[v.peer as usize];
+                    let ev = self
+                        .rma
+                        .get_nb(vec![0u8; len], GlobalPtr::<u8>::new(src, off))?;
+                    st.gets.insert(i, ev);
+                    return Ok(None);
+                }
+            }
+        }
+        let mut mb = lock(&self.mb);
+        match mb.eager.get(&key) {
+            Some(p) if p.got == p.buf.len() => Ok(mb.eager.remove(&key).map(|p| p.buf)),
+            _ => Ok(None),
+        }
+    }
+
+    // ---------------------------------------------------------------- handles
+
+    /// Advances everything once and reports whether `h` is complete (then
+    /// [`wait`](Self::wait) returns at once).
+    ///
+    /// # Errors
+    /// [`CollError::BadHandle`] if the handle is not in flight here.
+    pub fn test<T: Output>(&mut self, h: &mut Handle<T>) -> Result<bool, CollError> {
+        self.progress()?;
+        self.ops
+            .get(&h.id)
+            .map(OpState::user_done)
+            .ok_or(CollError::BadHandle(h.id))
+    }
+
+    /// Waits for `h` (advancing every collective in flight meanwhile) and returns its
+    /// output: the received elements for local-mode operations, `()` otherwise.
+    ///
+    /// # Errors
+    /// The collective's error, or [`CollError::BadHandle`].
+    pub fn wait<T: Output>(&mut self, h: Handle<T>) -> Result<T, CollError> {
+        let mut spins = 0u32;
+        loop {
+            match self.ops.get(&h.id) {
+                None => return Err(CollError::BadHandle(h.id)),
+                Some(st) if st.user_done() => break,
+                Some(_) => {}
+            }
+            self.progress()?;
+            spins += 1;
+            if spins > 16 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        let st = self.ops.get_mut(&h.id).expect("present");
+        let res = st.result.take().expect("done");
+        if res.is_err() {
+            // A failed collective is abandoned: nothing more will complete it.
+            self.ops.remove(&h.id);
+            return res.map(T::from_bytes);
+        }
+        st.result = Some(Ok(Vec::new()));
+        st.taken = true;
+        // Remove now if nothing remains to finish in the background.
+        self.progress()?;
+        res.map(T::from_bytes)
+    }
+
+    /// Waits for every handle, in order.
+    ///
+    /// # Errors
+    /// The first error.
+    pub fn wait_all<T: Output>(&mut self, hs: Vec<Handle<T>>) -> Result<Vec<T>, CollError> {
+        hs.into_iter().map(|h| self.wait(h)).collect()
+    }
+
+    fn handle<T>(&mut self, id: Result<u64, CollError>) -> Result<Handle<T>, CollError> {
+        id.map(|id| Handle {
+            id,
+            _t: PhantomData,
+        })
+    }
+
+    // ---------------------------------------------------------------- operations
+
+    /// Starts a barrier.
+    ///
+    /// # Collective
+    /// Over `team`.
+    ///
+    /// # Errors
+    /// See [`CollError`].
+    pub fn barrier_nb(&mut self, team: &Team, opts: &Opts<'_>) -> Result<Handle<()>, CollError> {
+        let id = self.start(team, OpKind::Barrier, 0, 1, 0, Ok(Vec::new()), None, opts);
+        self.handle(id)
+    }
+
+    /// Starts a broadcast of the root's `data` (every member passes a buffer of the
+    /// same length; non-roots' contents are ignored). The output is the root's data.
+    ///
+    /// # Collective
+    /// Over `team`, with the same `root` and length everywhere.
+    ///
+    /// # Errors
+    /// See [`CollError`].
+    pub fn broadcast_nb<T: Elem>(
+        &mut self,
+        team: &Team,
+        root: u32,
+        data: Vec<T>,
+        opts: &Opts<'_>,
+    ) -> Result<Handle<Vec<T>>, CollError> {
+        let count = data.len();
+        let id = self.start(
+            team,
+            OpKind::Broadcast,
+            root,
+            size_of::<T>(),
+            count,
+            Ok(to_bytes(&data)),
+            None,
+            opts,
+        );
+        self.handle(id)
+    }
+
+    /// Starts a scatter of `count` elements per member from the root's `data`
+    /// (`P × count` elements at the root; ignored elsewhere).
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`] at the root; see [`CollError`].
+    pub fn scatter_nb<T: Elem>(
+        &mut self,
+        team: &Team,
+        root: u32,
+        data: Vec<T>,
+        count: usize,
+        opts: &Opts<'_>,
+    ) -> Result<Handle<Vec<T>>, CollError> {
+        if team.rank() == root {
+            check_len("scatter input", team.size() as usize * count, data.len())?;
+        }
+        let id = self.start(
+            team,
+            OpKind::Scatter,
+            root,
+            size_of::<T>(),
+            count,
+            Ok(to_bytes(&data)),
+            None,
+            opts,
+        );
+        self.handle(id)
+    }
+
+    /// Starts a gather of every member's `data` (same length everywhere) to the root,
+    /// which gets `P × count` elements in team-rank order (others get none).
+    ///
+    /// # Errors
+    /// See [`CollError`].
+    pub fn gather_nb<T: Elem>(
+        &mut self,
+        team: &Team,
+        root: u32,
+        data: Vec<T>,
+        opts: &Opts<'_>,
+    ) -> Result<Handle<Vec<T>>, CollError> {
+        let count = data.len();
+        let id = self.start(
+            team,
+            OpKind::Gather,
+            root,
+            size_of::<T>(),
+            count,
+            Ok(to_bytes(&data)),
+            None,
+            opts,
+        );
+        self.handle(id)
+    }
+
+    /// Starts a gather_all: every member gets every member's `data` in team-rank
+    /// order.
+    ///
+    /// # Errors
+    /// See [`CollError`].
+    pub fn gather_all_nb<T: Elem>(
+        &mut self,
+        team: &Team,
+        data: Vec<T>,
+        opts: &Opts<'_>,
+    ) -> Result<Handle<Vec<T>>, CollError> {
+        let count = data.len();
+        let id = self.start(
+            team,
+            OpKind::GatherAll,
+            0,
+            size_of::<T>(),
+            count,
+            Ok(to_bytes(&data)),
+            None,
+            opts,
+        );
+        self.handle(id)
+    }
+
+    /// Starts an exchange (all-to-all) of `P` blocks of `data.len() / P` elements.
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`] if the length is not a multiple of `P`.
+    pub fn exchange_nb<T: Elem>(
+        &mut self,
+        team: &Team,
+        data: Vec<T>,
+        opts: &Opts<'_>,
+    ) -> Result<Handle<Vec<T>>, CollError> {
+        let p = team.size() as usize;
+        check_len("exchange input", data.len().div_ceil(p) * p, data.len())?;
+        let id = self.start(
+            team,
+            OpKind::Exchange,
+            0,
+            size_of::<T>(),
+            data.len() / p,
+            Ok(to_bytes(&data)),
+            None,
+            opts,
+        );
+        self.handle(id)
+    }
+
+    /// Starts a reduction of every member's `data` to the root (the others get an
+    /// empty vector).
+    ///
+    /// # Errors
+    /// See [`CollError`].
+    pub fn reduce_nb<T: Elem>(
+        &mut self,
+        team: &Team,
+        root: u32,
+        data: Vec<T>,
+        op: &ReduceOp<T>,
+        opts: &Opts<'_>,
+    ) -> Result<Handle<Vec<T>>, CollError> {
+        let count = data.len();
+        let id = self.start(
+            team,
+            OpKind::Reduce,
+            root,
+            size_of::<T>(),
+            count,
+            Ok(to_bytes(&data)),
+            Some((op.func().clone(), op.is_commutative())),
+            opts,
+        );
+        self.handle(id)
+    }
+
+    /// Starts an allreduce.
+    ///
+    /// # Errors
+    /// See [`CollError`].
+    pub fn allreduce_nb<T: Elem>(
+        &mut self,
+        team: &Team,
+        data: Vec<T>,
+        op: &ReduceOp<T>,
+        opts: &Opts<'_>,
+    ) -> Result<Handle<Vec<T>>, CollError> {
+        let count = data.len();
+        let id = self.start(
+            team,
+            OpKind::Allreduce,
+            0,
+            size_of::<T>(),
+            count,
+            Ok(to_bytes(&data)),
+            Some((op.func().clone(), op.is_commutative())),
+            opts,
+        );
+        self.handle(id)
+    }
+
+    /// Starts a reduce_scatter of `P` blocks of `data.len() / P` elements: member `i`
+    /// gets block `i` of the reduction.
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`] if the length is not a multiple of `P`.
+    pub fn reduce_scatter_nb<T: Elem>(
+        &mut self,
+        team: &Team,
+        data: Vec<T>,
+        op: &ReduceOp<T>,
+        opts: &Opts<'_>,
+    ) -> Result<Handle<Vec<T>>, CollError> {
+        let p = team.size() as usize;
+        check_len(
+            "reduce_scatter input",
+            data.len().div_ceil(p) * p,
+            data.len(),
+        )?;
+        let id = self.start(
+            team,
+            OpKind::ReduceScatter,
+            0,
+            size_of::<T>(),
+            data.len() / p,
+            Ok(to_bytes(&data)),
+            Some((op.func().clone(), op.is_commutative())),
+            opts,
+        );
+        self.handle(id)
+    }
+
+    /// Starts an inclusive scan (prefix reduction in team-rank order).
+    ///
+    /// # Errors
+    /// See [`CollError`].
+    pub fn scan_nb<T: Elem>(
+        &mut self,
+        team: &Team,
+        data: Vec<T>,
+        op: &ReduceOp<T>,
+        opts: &Opts<'_>,
+    ) -> Result<Handle<Vec<T>>, CollError> {
+        let count = data.len();
+        let id = self.start(
+            team,
+            OpKind::Scan,
+            0,
+            size_of::<T>(),
+            count,
+            Ok(to_bytes(&data)),
+            Some((op.func().clone(), op.is_commutative())),
+            opts,
+        );
+        self.handle(id)
+    }
+
+    /// Starts an exclusive scan; team rank 0 gets an empty vector.
+    ///
+    /// # Errors
+    /// See [`CollError`].
+    pub fn exscan_nb<T: Elem>(
+        &mut self,
+        team: &Team,
+        data: Vec<T>,
+        op: &ReduceOp<T>,
+        opts: &Opts<'_>,
+    ) -> Result<Handle<Vec<T>>, CollError> {
+        let count = data.len();
+        let id = self.start(
+            team,
+            OpKind::Exscan,
+            0,
+            size_of::<T>(),
+            count,
+            Ok(to_bytes(&data)),
+            Some((op.func().clone(), op.is_commutative())),
+            opts,
+        );
+        self.handle(id)
+    }
+
+    /// Starts any operation in single address mode: inputs and outputs live in the
+    /// members' segments at the offsets of `addrs`, `count` elements of `T` per
+    /// block; `reduce` is required by reducing operations and `root` is used by
+    /// rooted ones. Broadcasts and gather_alls can then move data by signaling put or
+    /// rendezvous (algorithms `…+put`, `…+rdv`).
+    ///
+    /// ```
+    /// use gex_coll::{CollEp, OpKind, Opts, Single, SyncMode};
+    /// use gex_core::ClientBuilder;
+    /// use gex_rma::RmaEp;
+    /// use gex_testkit::sim::{run_sim, SimConfig};
+    ///
+    /// let ok = run_sim(2, SimConfig::default(), || ClientBuilder::new().segment_size(1 << 16), |client| {
+    ///     let mut coll = CollEp::new(RmaEp::new(client.endpoint(0).unwrap()).unwrap()).unwrap();
+    ///     let w = coll.world().clone();
+    ///     // The root's source is at offset 0 of its segment; destinations at 1024.
+    ///     if w.rank() == 0 {
+    ///         coll.endpoint().segment().write(0, &[42u8; 64]).unwrap();
+    ///     }
+    ///     coll.barrier(&w).unwrap();
+    ///     // Signaling put straight into the destinations, after each receiver entered.
+    ///     let opts = Opts::sync(SyncMode::My, SyncMode::My).with_algorithm("flat+put");
+    ///     let h = coll.start_single::<u8>(&w, OpKind::Broadcast, 0, 64, &Single::uniform(2, 0, 1024), None, &opts).unwrap();
+    ///     coll.wait(h).unwrap();
+    ///     let mut got = [0u8; 64];
+    ///     coll.endpoint().segment().read(1024, &mut got).unwrap();
+    ///     coll.barrier(&w).unwrap();
+    ///     got == [42u8; 64]
+    /// });
+    /// assert_eq!(ok, vec![true, true]);
+    /// ```
+    ///
+    /// # Errors
+    /// [`CollError::BadAddress`] for a wrong offset list or a range outside the
+    /// segment; see [`CollError`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_single<T: Elem>(
+        &mut self,
+        team: &Team,
+        op: OpKind,
+        root: u32,
+        count: usize,
+        addrs: &Single,
+        reduce: Option<&ReduceOp<T>>,
+        opts: &Opts<'_>,
+    ) -> Result<Handle<()>, CollError> {
+        if op.reduces() && reduce.is_none() {
+            return Err(CollError::UnsupportedOp {
+                op: "none".into(),
+                ty: std::any::type_name::<T>(),
+            });
+        }
+        let red = reduce.map(|o| (o.func().clone(), o.is_commutative()));
+        let id = self.start(team, op, root, size_of::<T>(), count, Err(addrs), red, opts);
+        self.handle(id)
+    }
+
+    // ---------------------------------------------------------------- blocking
+
+    /// Barrier (blocking).
+    ///
+    /// # Errors
+    /// See [`CollError`].
+    pub fn barrier(&mut self, team: &Team) -> Result<(), CollError> {
+        let h = self.barrier_nb(team, &Opts::default())?;
+        self.wait(h)
+    }
+
+    /// Broadcast in place (blocking): non-roots' `buf` is overwritten with the root's.
+    ///
+    /// # Errors
+    /// See [`CollError`].
+    pub fn broadcast<T: Elem>(
+        &mut self,
+        team: &Team,
+        root: u32,
+        buf: &mut [T],
+    ) -> Result<(), CollError> {
+        let h = self.broadcast_nb(team, root, buf.to_vec(), &Opts::default())?;
+        buf.copy_from_slice(&self.wait(h)?);
+        Ok(())
+    }
+
+    /// Scatter (blocking): `dst` receives this member's block of the root's `src`.
+    ///
+    /// # Errors
+    /// See [`CollError`].
+    pub fn scatter<T: Elem>(
+        &mut self,
+        team: &Team,
+        root: u32,
+        src: &[T],
+        dst: &mut [T],
+    ) -> Result<(), CollError> {
+        let h = self.scatter_nb(team, root, src.to_vec(), dst.len(), &Opts::default())?;
+        dst.copy_from_slice(&self.wait(h)?);
+        Ok(())
+    }
+
+    /// Gather (blocking): at the root `dst` (`P × src.len()`) receives every block;
+    /// elsewhere `dst` is untouched (may be empty).
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`] for a root `dst` of the wrong length.
+    pub fn gather<T: Elem>(
+        &mut self,
+        team: &Team,
+        root: u32,
+        src: &[T],
+        dst: &mut [T],
+    ) -> Result<(), CollError> {
+        if team.rank() == root {
+            check_len("gather output", src.len() * team.size() as usize, dst.len())?;
+        }
+        let h = self.gather_nb(team, root, src.to_vec(), &Opts::default())?;
+        let v = self.wait(h)?;
+        if team.rank() == root {
+            dst.copy_from_slice(&v);
+        }
+        Ok(())
+    }
+
+    /// gather_all (blocking); `dst` has `P × src.len()` elements.
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`].
+    pub fn gather_all<T: Elem>(
+        &mut self,
+        team: &Team,
+        src: &[T],
+        dst: &mut [T],
+    ) -> Result<(), CollError> {
+        check_len(
+            "gather_all output",
+            src.len() * team.size() as usize,
+            dst.len(),
+        )?;
+        let h = self.gather_all_nb(team, src.to_vec(), &Opts::default())?;
+        dst.copy_from_slice(&self.wait(h)?);
+        Ok(())
+    }
+
+    /// Exchange (blocking); `src` and `dst` have `P` blocks.
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`].
+    pub fn exchange<T: Elem>(
+        &mut self,
+        team: &Team,
+        src: &[T],
+        dst: &mut [T],
+    ) -> Result<(), CollError> {
+        check_len("exchange output", src.len(), dst.len())?;
+        let h = self.exchange_nb(team, src.to_vec(), &Opts::default())?;
+        dst.copy_from_slice(&self.wait(h)?);
+        Ok(())
+    }
+
+    /// Reduce (blocking): the root's `dst` gets the reduction; elsewhere untouched.
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`].
+    pub fn reduce<T: Elem>(
+        &mut self,
+        team: &Team,
+        root: u32,
+        src: &[T],
+        dst: &mut [T],
+        op: &ReduceOp<T>,
+    ) -> Result<(), CollError> {
+        if team.rank() == root {
+            check_len("reduce output", src.len(), dst.len())?;
+        }
+        let h = self.reduce_nb(team, root, src.to_vec(), op, &Opts::default())?;
+        let v = self.wait(h)?;
+        if team.rank() == root {
+            dst.copy_from_slice(&v);
+        }
+        Ok(())
+    }
+
+    /// Allreduce (blocking).
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`].
+    pub fn allreduce<T: Elem>(
+        &mut self,
+        team: &Team,
+        src: &[T],
+        dst: &mut [T],
+        op: &ReduceOp<T>,
+    ) -> Result<(), CollError> {
+        check_len("allreduce output", src.len(), dst.len())?;
+        let h = self.allreduce_nb(team, src.to_vec(), op, &Opts::default())?;
+        dst.copy_from_slice(&self.wait(h)?);
+        Ok(())
+    }
+
+    /// Allreduce in place (blocking).
+    ///
+    /// # Errors
+    /// See [`CollError`].
+    pub fn allreduce_in_place<T: Elem>(
+        &mut self,
+        team: &Team,
+        buf: &mut [T],
+        op: &ReduceOp<T>,
+    ) -> Result<(), CollError> {
+        let h = self.allreduce_nb(team, buf.to_vec(), op, &Opts::default())?;
+        buf.copy_from_slice(&self.wait(h)?);
+        Ok(())
+    }
+
+    /// reduce_scatter (blocking); `src` has `P × dst.len()` elements.
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`].
+    pub fn reduce_scatter<T: Elem>(
+        &mut self,
+        team: &Team,
+        src: &[T],
+        dst: &mut [T],
+        op: &ReduceOp<T>,
+    ) -> Result<(), CollError> {
+        check_len(
+            "reduce_scatter input",
+            dst.len() * team.size() as usize,
+            src.len(),
+        )?;
+        let h = self.reduce_scatter_nb(team, src.to_vec(), op, &Opts::default())?;
+        dst.copy_from_slice(&self.wait(h)?);
+        Ok(())
+    }
+
+    /// Inclusive scan (blocking).
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`].
+    pub fn scan<T: Elem>(
+        &mut self,
+        team: &Team,
+        src: &[T],
+        dst: &mut [T],
+        op: &ReduceOp<T>,
+    ) -> Result<(), CollError> {
+        check_len("scan output", src.len(), dst.len())?;
+        let h = self.scan_nb(team, src.to_vec(), op, &Opts::default())?;
+        dst.copy_from_slice(&self.wait(h)?);
+        Ok(())
+    }
+
+    /// Exclusive scan (blocking); team rank 0's `dst` is untouched.
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`].
+    pub fn exscan<T: Elem>(
+        &mut self,
+        team: &Team,
+        src: &[T],
+        dst: &mut [T],
+        op: &ReduceOp<T>,
+    ) -> Result<(), CollError> {
+        check_len("exscan output", src.len(), dst.len())?;
+        let h = self.exscan_nb(team, src.to_vec(), op, &Opts::default())?;
+        let v = self.wait(h)?;
+        if team.rank() > 0 {
+            dst.copy_from_slice(&v);
+        }
+        Ok(())
+    }
+}
+
+fn to_bytes<T: Pod>(v: &[T]) -> Vec<u8> {
+    bytemuck::cast_slice::<T, u8>(v).to_vec()
+}
+
+fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), CollError> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(CollError::BadLength {
+            what,
+            expected,
+            got,
+        })
+    }
+}
+
+fn place_input(s: &Schedule, work: &mut [u8], bytes: &[u8]) -> Result<(), CollError> {
+    for (src, dst) in &s.input {
+        if src.end > bytes.len() {
+            return Err(CollError::BadLength {
+                what: "input (bytes)",
+                expected: src.end,
+                got: bytes.len(),
+            });
+        }
+        work[*dst..*dst + src.len()].copy_from_slice(&bytes[src.clone()]);
+    }
+    Ok(())
+}
+
+fn shift_tags(s: &mut Schedule, by: u32) {
+    for r in &mut s.rounds {
+        for x in &mut r.sends {
+            x.tag += by;
+        }
+        for x in &mut r.recvs {
+            x.tag += by;
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! # gex-coll
+//!
+//! Collectives for gex, modelled on the GASNet collectives of seed 003: teams,
+//! nonblocking collectives with handles, synchronisation and address modes, many
+//! algorithms, and an autotuner that picks among them with LogGP cost models. Generic
+//! over the conduit SPI; every piece of state hangs off a [`CollEp`] (one per rank
+//! and endpoint), so thread-ranks in one process work.
+//!
+//! - **Teams** ([`Team`]): the world team, [`CollEp::split`] by (color, key),
+//!   [`CollEp::create_team`] from a member list, rank translation
+//!   ([`Team::member`], [`Team::rank_of`]), scratch space per team ([`Scratch`]:
+//!   client-given or allocated from a region of the segment), [`CollEp::destroy_team`].
+//! - **Operations** ([`OpKind`]): barrier, broadcast, scatter, gather, gather_all,
+//!   exchange, reduce, allreduce, reduce_scatter, scan, exscan. Each starts
+//!   nonblocking (`*_nb`, returning a [`Handle`] to [`CollEp::test`] or
+//!   [`CollEp::wait`]) and has a blocking wrapper. Reductions take a [`ReduceOp`]:
+//!   built-in ([`BuiltinOp`] on every primitive numeric type [`Elem`]) or
+//!   user-defined, commutative or not (non-commutative ones combine in rank order).
+//! - **Modes** (seed 003 §2): [`SyncModes`] = in × out over [`SyncMode`] `{No, My, All}`;
+//!   [`AddrMode`]: local (owned buffers) or single ([`CollEp::start_single`], every
+//!   member's segment offsets given, in-place with `src: None`); roots by team rank.
+//! - **Algorithms** ([`algo`]): flat, binomial, k-nomial, k-ary, chain (pipelined),
+//!   dissemination, Bruck (radix k), ring, recursive doubling and halving, pairwise,
+//!   and compositions (reduce+bcast, gather+bcast, reduce+scatter, ring
+//!   reduce_scatter+gather_all); transfers by eager AM, signaling put (Long AM, then a
+//!   flag) or rendezvous (get, then acknowledge). Each is a value behind the
+//!   [`Algorithm`] trait, which is also the plug-in point for a hardware collective.
+//! - **Autotuner** ([`Tuner`]): capability filter + LogGP cost model, a cached lookup
+//!   per (op, team size, size class, modes, commutativity), overrides by
+//!   `GEX_COLL_<OP>=<algorithm>` and parameters by `GEX_COLL_LOGGP`.
+//!
+//! ## How it works
+//! An algorithm produces, for each rank, a [`Schedule`](sched::Schedule): rounds of
+//! sends, receives (copy or combine) and local steps over a work buffer — pure data,
+//! no I/O. The engine in [`CollEp`] executes schedules over AMs; [`sched::model`]
+//! runs the schedules of a whole team in one thread (the tests' reference) and
+//! predicts their time under LogGP (simulations of thousands of ranks).
+//!
+//! ## What it does not do
+//! - Progress happens only inside gex-coll calls ([`CollEp::test`], [`CollEp::wait`],
+//!   [`CollEp::progress`], starting a collective); there is no progress thread.
+//! - Signaling put and rendezvous apply to broadcast and gather_all (trees; flat,
+//!   ring, recursive doubling): in single address mode into the destinations, in
+//!   local mode through team scratch space large enough for the output (such
+//!   collectives of one team take turns on it). Everything else moves eagerly
+//!   through Medium AMs and a mailbox (one copy at the receiver).
+//! - No offline calibration (`gex-tune`), no online timing of candidates, no
+//!   hierarchical (shared-memory-aware) or fork trees yet.
+//! - Out-no applies to single address mode; with owned buffers it behaves as out-my.
+//!
+//! ## Words
+//! - **team rank**: position in a team; **job rank**: the rank of the process/thread.
+//! - **block**: what one member contributes or receives (`count` elements).
+//! - **sequence number**: the per-team count of collectives started; with the team id
+//!   it keys every message.
+//!
+//! ## Handler indices
+//! gex-coll registers `48..=52` and owns `48..=127` ([`FIRST_COLL_HANDLER`]..=
+//! [`LAST_COLL_HANDLER`]).
+//!
+//! ## Example
+//! ```
+//! use gex_coll::{BuiltinOp, CollEp, Opts, ReduceOp};
+//! use gex_core::ClientBuilder;
+//! use gex_rma::RmaEp;
+//! use gex_testkit::sim::{run_sim, SimConfig};
+//!
+//! let out = run_sim(3, SimConfig::default(), || ClientBuilder::new().segment_size(1 << 16), |client| {
+//!     let mut coll = CollEp::new(RmaEp::new(client.endpoint(0).unwrap()).unwrap()).unwrap();
+//!     let world = coll.world().clone();
+//!     let me = world.rank() as u64;
+//!     // Nonblocking allreduce and gather_all in flight together.
+//!     let sum = ReduceOp::builtin(BuiltinOp::Sum).unwrap();
+//!     let h1 = coll.allreduce_nb(&world, vec![me, 10 * me], &sum, &Opts::default()).unwrap();
+//!     let h2 = coll.gather_all_nb(&world, vec![me as u8], &Opts::default()).unwrap();
+//!     let all = coll.wait(h2).unwrap();
+//!     let s = coll.wait(h1).unwrap();
+//!     // Split into even and odd ranks.
+//!     let sub = coll.split(&world, Some(me as u32 % 2), 0, Default::default()).unwrap().unwrap();
+//!     let mut b = [me as u32];
+//!     coll.broadcast(&sub, 0, &mut b).unwrap();
+//!     coll.barrier(&world).unwrap();
+//!     (s, all, b[0])
+//! });
+//! assert_eq!(out[0].0, vec![3, 30]);
+//! assert_eq!(out[2].1, vec![0, 1, 2]);
+//! assert_eq!(out.iter().map(|x| x.2).collect::<Vec<_>>(), vec![0, 1, 0]);
+//! ```
+#![warn(missing_docs)]
+
+pub mod algo;
+mod ep;
+mod error;
+mod op;
+pub mod sched;
+mod team;
+mod tune;
+
+pub use algo::{Algorithm, Builtin, Kind, PlanCtx, Query};
+pub use ep::{CollEp, FIRST_COLL_HANDLER, Handle, LAST_COLL_HANDLER, Output, Single};
+pub use error::CollError;
+pub use op::{AddrMode, BuiltinOp, Elem, OpKind, Opts, ReduceOp, SyncMode, SyncModes, Transport};
+pub use sched::ReduceFn;
+pub use team::{Scratch, Team};
+pub use tune::{Choice, LogGP, Tuner, size_class};

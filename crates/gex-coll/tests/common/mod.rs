@@ -1,0 +1,214 @@
+//! Sequential reference of every collective, shared by the tests.
+#![allow(dead_code, unreachable_pub)]
+
+use gex_coll::{BuiltinOp, CollEp, CollError, Elem, OpKind, Opts, ReduceFn, ReduceOp, Team};
+use gex_core::spi::Conduit;
+
+/// Expected output of every rank for `op` on `inputs` (bytes per rank), blocks of `n`
+/// bytes, reduction `f` combining in rank order.
+pub fn reference(
+    op: OpKind,
+    root: usize,
+    n: usize,
+    inputs: &[Vec<u8>],
+    f: Option<&ReduceFn>,
+) -> Vec<Vec<u8>> {
+    let p = inputs.len();
+    let fold = |parts: &mut dyn Iterator<Item = Vec<u8>>| -> Vec<u8> {
+        let mut acc: Option<Vec<u8>> = None;
+        for x in parts {
+            acc = Some(match acc {
+                None => x,
+                Some(mut a) => {
+                    (f.expect("reduction"))(&mut a, &x, false);
+                    a
+                }
+            });
+        }
+        acc.unwrap_or_default()
+    };
+    let block = |r: usize, b: usize| inputs[r][b * n..(b + 1) * n].to_vec();
+    (0..p)
+        .map(|i| match op {
+            OpKind::Barrier => vec![],
+            OpKind::Broadcast => inputs[root][..n].to_vec(),
+            OpKind::Scatter => block(root, i),
+            OpKind::Gather if i == root => (0..p).flat_map(|r| block(r, 0)).collect(),
+            OpKind::Gather => vec![],
+            OpKind::GatherAll => (0..p).flat_map(|r| block(r, 0)).collect(),
+            OpKind::Exchange => (0..p).flat_map(|r| block(r, i)).collect(),
+            OpKind::Reduce if i == root => fold(&mut (0..p).map(|r| block(r, 0))),
+            OpKind::Reduce => vec![],
+            OpKind::Allreduce => fold(&mut (0..p).map(|r| block(r, 0))),
+            OpKind::ReduceScatter => fold(&mut (0..p).map(|r| block(r, i))),
+            OpKind::Scan => fold(&mut (0..=i).map(|r| block(r, 0))),
+            OpKind::Exscan if i == 0 => vec![],
+            OpKind::Exscan => fold(&mut (0..i).map(|r| block(r, 0))),
+        })
+        .collect()
+}
+
+/// 2x2 matrix product with wrapping arithmetic: associative, not commutative.
+pub fn matmul(a: &[u64; 4], b: &[u64; 4]) -> [u64; 4] {
+    let m = |x: u64, y: u64| x.wrapping_mul(y);
+    [
+        m(a[0], b[0]).wrapping_add(m(a[1], b[2])),
+        m(a[0], b[1]).wrapping_add(m(a[1], b[3])),
+        m(a[2], b[0]).wrapping_add(m(a[3], b[2])),
+        m(a[2], b[1]).wrapping_add(m(a[3], b[3])),
+    ]
+}
+
+/// Deterministic pseudo-random bytes for (rank, salt).
+pub fn bytes(rank: usize, salt: u64, len: usize) -> Vec<u8> {
+    let mut x = (rank as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ salt.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// Affine maps x -> m·x + c (mod 2^32) packed as (m << 32 | c); composition in rank
+/// order is associative and not commutative.
+pub fn affine() -> ReduceOp<u64> {
+    ReduceOp::user(false, |a: &u64, b: &u64| {
+        let (m1, c1) = ((a >> 32) as u32, *a as u32);
+        let (m2, c2) = ((b >> 32) as u32, *b as u32);
+        (u64::from(m2.wrapping_mul(m1)) << 32) | u64::from(m2.wrapping_mul(c1).wrapping_add(c2))
+    })
+}
+
+pub fn to_vec<T: Elem>(b: &[u8]) -> Vec<T> {
+    let mut v = vec![bytemuck::Zeroable::zeroed(); b.len() / size_of::<T>()];
+    bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(b);
+    v
+}
+
+/// Runs `op` with algorithm `alg` (None: tuned) on `team` and checks the result on
+/// this rank against the reference. Returns false if the algorithm cannot run it.
+#[allow(clippy::too_many_arguments)]
+pub fn run_one<C: Conduit, T: Elem>(
+    c: &mut CollEp<C>,
+    team: &Team,
+    op: OpKind,
+    alg: Option<&str>,
+    root: u32,
+    count: usize,
+    red: &ReduceOp<T>,
+    salt: u64,
+) -> bool {
+    let p = team.size();
+    let me = team.rank();
+    let n = count * size_of::<T>();
+    let inputs: Vec<Vec<u8>> = (0..p)
+        .map(|r| bytes(r as usize, salt, op.shape(p, r, root).0.max(1) * n))
+        .collect();
+    let opts = Opts {
+        algorithm: alg,
+        ..Opts::default()
+    };
+    let data: Vec<T> = to_vec(&inputs[me as usize]);
+    let h = match op {
+        OpKind::Barrier => c.barrier_nb(team, &opts).map(|h| (Some(h), None)),
+        OpKind::Broadcast => c
+            .broadcast_nb(team, root, data, &opts)
+            .map(|h| (None, Some(h))),
+        OpKind::Scatter => c
+            .scatter_nb(team, root, data, count, &opts)
+            .map(|h| (None, Some(h))),
+        OpKind::Gather => c
+            .gather_nb(team, root, data, &opts)
+            .map(|h| (None, Some(h))),
+        OpKind::GatherAll => c.gather_all_nb(team, data, &opts).map(|h| (None, Some(h))),
+        OpKind::Exchange => c.exchange_nb(team, data, &opts).map(|h| (None, Some(h))),
+        OpKind::Reduce => c
+            .reduce_nb(team, root, data, red, &opts)
+            .map(|h| (None, Some(h))),
+        OpKind::Allreduce => c
+            .allreduce_nb(team, data, red, &opts)
+            .map(|h| (None, Some(h))),
+        OpKind::ReduceScatter => c
+            .reduce_scatter_nb(team, data, red, &opts)
+            .map(|h| (None, Some(h))),
+        OpKind::Scan => c.scan_nb(team, data, red, &opts).map(|h| (None, Some(h))),
+        OpKind::Exscan => c.exscan_nb(team, data, red, &opts).map(|h| (None, Some(h))),
+    };
+    let got: Vec<u8> = match h {
+        Err(CollError::Unsupported { .. }) => return false,
+        Err(e) => panic!("{op} {alg:?}: {e}"),
+        Ok((Some(b), _)) => {
+            c.wait(b).unwrap();
+            vec![]
+        }
+        Ok((None, Some(h))) => bytemuck::cast_slice(&c.wait(h).unwrap()).to_vec(),
+        Ok(_) => unreachable!(),
+    };
+    let want = reference(
+        op,
+        root as usize,
+        n,
+        &inputs,
+        op.reduces().then_some(red.func()),
+    );
+    assert_eq!(
+        got, want[me as usize],
+        "{op} alg={alg:?} P={p} root={root} count={count} rank {me}"
+    );
+    true
+}
+
+/// Every registered algorithm of every op, plus the tuned choice.
+pub fn matrix<C: Conduit>(c: &mut CollEp<C>, team: &Team, counts: &[usize]) -> usize {
+    let sum32 = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+    let max_f64 = ReduceOp::<f64>::builtin(BuiltinOp::Max).unwrap();
+    let bxor8 = ReduceOp::<i8>::builtin(BuiltinOp::Bxor).unwrap();
+    let aff = affine();
+    let p = team.size();
+    let mut ran = 0;
+    let mut salt = 0;
+    for op in OpKind::ALL {
+        let mut algs: Vec<Option<String>> = c.algorithms(op).into_iter().map(Some).collect();
+        algs.push(None);
+        for alg in &algs {
+            for &count in counts {
+                salt += 1;
+                let root = if op.rooted() { (salt as u32) % p } else { 0 };
+                let a = alg.as_deref();
+                ran += usize::from(run_one(c, team, op, a, root, count, &sum32, salt));
+                if op.reduces() {
+                    ran += usize::from(run_one(c, team, op, a, root, count, &aff, salt));
+                }
+            }
+        }
+        // More element types with the tuned choice.
+        let root = if op.rooted() { p - 1 } else { 0 };
+        run_one(c, team, op, None, root, 7, &max_f64, 99);
+        run_one(c, team, op, None, root, 9, &bxor8, 98);
+        run_one(
+            c,
+            team,
+            op,
+            None,
+            root,
+            3,
+            &ReduceOp::<u128>::builtin(BuiltinOp::Prod).unwrap(),
+            97,
+        );
+        run_one(
+            c,
+            team,
+            op,
+            None,
+            root,
+            5,
+            &ReduceOp::<i16>::builtin(BuiltinOp::Land).unwrap(),
+            96,
+        );
+    }
+    ran
+}

@@ -1,0 +1,103 @@
+//! Collectives in real multi-process jobs launched by gex-boot's self-launcher, on
+//! the conduit the facade selects (`GEX_CONDUIT`, default `smp`: processes sharing
+//! memory through rings). The code is generic over the conduit, like the rest of
+//! gex-coll. A smaller matrix than on the simulator: every operation with every
+//! algorithm on 4 processes for two sizes (one above the Medium limit), the tuned
+//! choice on split teams, and single address mode with signaling put and rendezvous
+//! (3 processes).
+
+mod common;
+
+use common::{bytes, matrix, reference};
+use gex::spi::Conduit;
+use gex::{Client, ClientBuilder, Job};
+use gex_coll::{CollEp, OpKind, Opts, Scratch, Single, SyncMode};
+use gex_rma::RmaEp;
+
+struct Matrix;
+
+impl Job for Matrix {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        let mut c = CollEp::new(RmaEp::new(client.endpoint(0).unwrap()).unwrap()).unwrap();
+        let w = c.world().clone();
+        let ran = matrix(&mut c, &w, &[1, 9000]);
+        assert!(ran > 100, "{ran}");
+        let r = w.rank();
+        let t = c.split(&w, Some(r / 2), r, Scratch::None).unwrap().unwrap();
+        assert_eq!(t.size(), 2);
+        matrix(&mut c, &t, &[5]);
+        c.barrier(&w).unwrap();
+        assert_eq!(c.dropped_messages(), 0);
+        drop(c);
+        client.finalize().unwrap();
+    }
+}
+
+struct SingleMode;
+
+impl Job for SingleMode {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        let mut c = CollEp::new(RmaEp::new(client.endpoint(0).unwrap()).unwrap()).unwrap();
+        let w = c.world().clone();
+        let (p, me) = (w.size(), w.rank() as usize);
+        let mut salt = 0;
+        for op in [OpKind::Broadcast, OpKind::GatherAll] {
+            for alg in c.algorithms(op).into_iter().filter(|a| a.contains('+')) {
+                for (i, o) in [
+                    (SyncMode::My, SyncMode::My),
+                    (SyncMode::No, SyncMode::No),
+                    (SyncMode::All, SyncMode::All),
+                ] {
+                    salt += 1;
+                    let n = 40_000usize;
+                    let root = salt % p;
+                    let dst: Vec<usize> = (0..p as usize).map(|r| 300_000 + 128 * r).collect();
+                    let inputs: Vec<Vec<u8>> = (0..p as usize)
+                        .map(|r| bytes(r, u64::from(salt), n))
+                        .collect();
+                    c.endpoint().segment().write(0, &inputs[me]).unwrap();
+                    c.barrier(&w).unwrap();
+                    let addrs = Single {
+                        src: Some(vec![0; p as usize]),
+                        dst: dst.clone(),
+                    };
+                    let opts = Opts::sync(i, o).with_algorithm(&alg);
+                    let h = match c.start_single::<u8>(&w, op, root, n, &addrs, None, &opts) {
+                        Err(gex_coll::CollError::Unsupported { .. }) => continue,
+                        x => x.unwrap(),
+                    };
+                    c.wait(h).unwrap();
+                    let want = reference(op, root as usize, n, &inputs, None);
+                    let mut got = vec![0u8; want[me].len()];
+                    c.endpoint().segment().read(dst[me], &mut got).unwrap();
+                    assert!(got == want[me], "{op} {alg} {i:?} {o:?}");
+                    c.barrier(&w).unwrap();
+                }
+            }
+        }
+        drop(c);
+        client.finalize().unwrap();
+    }
+}
+
+fn launch<J: Job<Output = ()>>(ranks: u32, name: &str, job: J) {
+    match gex_boot::spawn_self_test(ranks, name).unwrap() {
+        gex_boot::Role::Launcher(code) => assert_eq!(code, 0, "job {name} failed"),
+        gex_boot::Role::Rank(boot) => {
+            gex::init_with_boot(ClientBuilder::new().segment_size(2 << 20), boot, None, job)
+                .unwrap();
+        }
+    }
+}
+
+#[test]
+fn procs_matrix_4() {
+    launch(4, "procs_matrix_4", Matrix);
+}
+
+#[test]
+fn procs_single_mode_3() {
+    launch(3, "procs_single_mode_3", SingleMode);
+}

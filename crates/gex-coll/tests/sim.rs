@@ -1,0 +1,794 @@
+//! Collectives on the simulated fabric (thread ranks): every algorithm × operation ×
+//! element type × size class × team size (1, 2, 3, 5, 8) against the sequential
+//! reference, single address mode with every transport and sync mode, the in-my
+//! entry rule, teams (split, lists, scratch) and concurrent collectives on
+//! overlapping teams.
+
+mod common;
+
+use common::{bytes, matrix, reference};
+use gex_coll::{BuiltinOp, CollEp, CollError, OpKind, Opts, ReduceOp, Scratch, Single, SyncMode};
+use gex_core::{Client, ClientBuilder};
+use gex_rma::RmaEp;
+use gex_testkit::sim::{Delay, Sim, SimConfig, run_sim};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+const SEG: usize = 1 << 20;
+
+fn coll(client: &Client<Sim>) -> CollEp<Sim> {
+    CollEp::new(RmaEp::new(client.endpoint(0).unwrap()).unwrap()).unwrap()
+}
+
+/// Size classes: empty, one element, odd, and (4500 × 4 bytes) above the 16 KiB
+/// Medium limit (fragmented messages).
+const ALL_COUNTS: &[usize] = &[0, 1, 13, 4500];
+
+fn matrix_job(p: u32, cfg: SimConfig, counts: &[usize]) {
+    let ran = run_sim(
+        p,
+        cfg,
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let n = matrix(&mut c, &w, counts);
+            c.barrier(&w).unwrap();
+            assert_eq!(c.dropped_messages(), 0);
+            n
+        },
+    );
+    assert!(ran[0] > 100, "only {} cases ran", ran[0]);
+}
+
+#[test]
+fn matrix_1() {
+    matrix_job(1, SimConfig::default(), ALL_COUNTS);
+}
+#[test]
+fn matrix_2() {
+    matrix_job(2, SimConfig::default(), ALL_COUNTS);
+}
+#[test]
+fn matrix_3_reordered() {
+    matrix_job(3, SimConfig::default().reorder(true).seed(5), ALL_COUNTS);
+}
+/// Latency and jitter in wall-clock time (messages overtake each other by up to
+/// 20 µs).
+#[test]
+fn matrix_3_latency_jitter() {
+    let cfg = SimConfig::default()
+        .reorder(true)
+        .seed(77)
+        .latency(Delay::nanos(2_000))
+        .jitter(Delay::nanos(20_000));
+    matrix_job(3, cfg, &[1, 13]);
+}
+#[test]
+fn matrix_5_reordered_one_per_host() {
+    matrix_job(
+        5,
+        SimConfig::default().reorder(true).seed(9).ranks_per_host(1),
+        ALL_COUNTS,
+    );
+}
+#[test]
+fn matrix_8() {
+    matrix_job(8, SimConfig::default().seed(2), &[0, 13, 700]);
+}
+
+/// Back-pressure and many fragments: 4 KiB of requests in flight per pair, 1 KiB
+/// Medium payloads, reordering.
+#[test]
+fn matrix_4_small_rings() {
+    let mut cfg = SimConfig::default()
+        .reorder(true)
+        .seed(17)
+        .ring_capacity(4096);
+    cfg.max_medium = 1024;
+    cfg.max_long = 2048;
+    matrix_job(4, cfg, &[1, 700]);
+}
+
+/// Split teams: the matrix on both halves of 8 ranks (sizes 3 and 5), at once.
+#[test]
+fn matrix_on_split_teams() {
+    let ran = run_sim(
+        8,
+        SimConfig::default().reorder(true).seed(4),
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let r = w.rank();
+            let t = c
+                .split(&w, Some(u32::from(r % 8 < 3)), 100 - r, Scratch::None)
+                .unwrap()
+                .unwrap();
+            assert_eq!(t.size(), if r < 3 { 3 } else { 5 });
+            let n = matrix(&mut c, &t, &[1, 33]);
+            c.barrier(&w).unwrap();
+            n
+        },
+    );
+    assert!(ran.iter().all(|&n| n > 100), "{ran:?}");
+}
+
+/// Single address mode: broadcast and gather_all with every algorithm (eager, put,
+/// rendezvous) under every sync mode, with different offsets on every rank.
+#[test]
+fn single_mode_transports_and_sync_modes() {
+    single_mode_job(
+        5,
+        SimConfig::default()
+            .reorder(true)
+            .seed(21)
+            .ranks_per_host(2),
+    );
+}
+
+/// The same with small Long and Medium limits (signaling puts and rendezvous gets in
+/// many pieces) and back-pressure.
+#[test]
+fn single_mode_small_limits() {
+    let mut cfg = SimConfig::default()
+        .reorder(true)
+        .seed(3)
+        .ring_capacity(8192);
+    cfg.max_medium = 1024;
+    cfg.max_long = 3000;
+    single_mode_job(3, cfg);
+}
+
+fn single_mode_job(p: u32, cfg: SimConfig) {
+    run_sim(
+        p,
+        cfg,
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let (p, me) = (w.size(), w.rank());
+            let modes = [SyncMode::No, SyncMode::My, SyncMode::All];
+            let mut salt = 0u64;
+            let mut by_transport = [0usize; 3];
+            for op in [OpKind::Broadcast, OpKind::GatherAll] {
+                for alg in c.algorithms(op) {
+                    let all_modes = [
+                        "flat+put",
+                        "binomial+rdv",
+                        "ring+put",
+                        "chain64k+rdv",
+                        "binomial",
+                    ]
+                    .contains(&alg.as_str());
+                    for count in [3usize, 5000] {
+                        for i in modes {
+                            for o in modes {
+                                if !all_modes && (i != o || i == SyncMode::All) {
+                                    continue;
+                                }
+                                salt += 1;
+                                let n = count * 4;
+                                let root = (salt % u64::from(p)) as u32;
+                                // Source at 0, destinations at rank-dependent offsets.
+                                let dst: Vec<usize> =
+                                    (0..p as usize).map(|r| 200_000 + 64 * r).collect();
+                                let src_len = n;
+                                let inputs: Vec<Vec<u8>> =
+                                    (0..p as usize).map(|r| bytes(r, salt, src_len)).collect();
+                                let ep = c.endpoint();
+                                ep.segment().write(0, &inputs[me as usize]).unwrap();
+                                ep.segment()
+                                    .write(dst[me as usize], &vec![0xEE; p as usize * n])
+                                    .unwrap();
+                                c.barrier(&w).unwrap();
+                                let addrs = Single {
+                                    src: Some(vec![0; p as usize]),
+                                    dst: dst.clone(),
+                                };
+                                let opts = Opts::sync(i, o).with_algorithm(&alg);
+                                let h = match c
+                                    .start_single::<u32>(&w, op, root, count, &addrs, None, &opts)
+                                {
+                                    Err(CollError::Unsupported { .. }) => continue,
+                                    r => r.unwrap(),
+                                };
+                                c.wait(h).unwrap();
+                                let want = reference(op, root as usize, n, &inputs, None);
+                                let mut got = vec![0u8; want[me as usize].len()];
+                                c.endpoint()
+                                    .segment()
+                                    .read(dst[me as usize], &mut got)
+                                    .unwrap();
+                                assert_eq!(
+                                    got, want[me as usize],
+                                    "{op} {alg} in={i:?} out={o:?} count={count}"
+                                );
+                                by_transport[usize::from(alg.ends_with("+put"))
+                                    + 2 * usize::from(alg.ends_with("+rdv"))] += 1;
+                                c.barrier(&w).unwrap();
+                            }
+                        }
+                    }
+                }
+            }
+            assert!(by_transport.iter().all(|&x| x > 0), "{by_transport:?}");
+        },
+    );
+}
+
+/// Single address mode for every other operation (tuned algorithm), out of place and
+/// in place.
+#[test]
+fn single_mode_every_op() {
+    run_sim(
+        3,
+        SimConfig::default().reorder(true).seed(8),
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let (p, me) = (w.size() as usize, w.rank() as usize);
+            let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+            for (k, op) in OpKind::ALL.into_iter().enumerate() {
+                for in_place in [false, true] {
+                    if in_place
+                        && matches!(
+                            op,
+                            OpKind::Scatter
+                                | OpKind::Exchange
+                                | OpKind::ReduceScatter
+                                | OpKind::Barrier
+                        )
+                    {
+                        continue;
+                    }
+                    let count = 6;
+                    let n = count * 4;
+                    let root = (k % p) as u32;
+                    let inputs: Vec<Vec<u8>> = (0..p)
+                        .map(|r| {
+                            bytes(r, k as u64, op.shape(p as u32, r as u32, root).0.max(1) * n)
+                        })
+                        .collect();
+                    let (src, dst) = (1000usize, 50_000usize);
+                    let ep = c.endpoint();
+                    ep.segment().write(dst, &vec![0u8; p * n]).unwrap();
+                    if in_place {
+                        let at = if matches!(op, OpKind::Gather | OpKind::GatherAll) {
+                            dst + me * n
+                        } else {
+                            dst
+                        };
+                        ep.segment().write(at, &inputs[me]).unwrap();
+                    } else {
+                        ep.segment().write(src, &inputs[me]).unwrap();
+                    }
+                    let addrs = if in_place {
+                        Single::in_place(p as u32, dst)
+                    } else {
+                        Single::uniform(p as u32, src, dst)
+                    };
+                    let red = op.reduces().then_some(&sum);
+                    let h = c
+                        .start_single::<u32>(&w, op, root, count, &addrs, red, &Opts::default())
+                        .unwrap();
+                    c.wait(h).unwrap();
+                    let want = reference(op, root as usize, n, &inputs, red.map(|r| r.func()));
+                    let mut got = vec![0u8; want[me].len()];
+                    c.endpoint().segment().read(dst, &mut got).unwrap();
+                    assert_eq!(got, want[me], "{op} in_place={in_place}");
+                    c.barrier(&w).unwrap();
+                }
+            }
+        },
+    );
+}
+
+/// Under in-my (and in-all), a signaling put may not land in a member's destination
+/// before that member entered; under in-no it may (and does, here).
+#[test]
+fn in_my_sync_is_honoured() {
+    for mode in [SyncMode::My, SyncMode::All, SyncMode::No] {
+        let started = AtomicBool::new(false);
+        let started = &started;
+        run_sim(
+            2,
+            SimConfig::default(),
+            || ClientBuilder::new().segment_size(SEG),
+            move |client| {
+                let mut c = coll(&client);
+                let w = c.world().clone();
+                let me = w.rank();
+                let dst = 4096;
+                let n = 256;
+                if me == 0 {
+                    c.endpoint().segment().write(0, &[7u8; 256]).unwrap();
+                }
+                c.endpoint().segment().write(dst, &[0xEE; 256]).unwrap();
+                c.barrier(&w).unwrap();
+                let addrs = Single {
+                    src: Some(vec![0, 0]),
+                    dst: vec![dst, dst],
+                };
+                let opts = Opts::sync(mode, SyncMode::My).with_algorithm("flat+put");
+                if me == 0 {
+                    let mut h = c
+                        .start_single::<u8>(&w, OpKind::Broadcast, 0, n, &addrs, None, &opts)
+                        .unwrap();
+                    for _ in 0..10 {
+                        c.test(&mut h).unwrap();
+                    }
+                    started.store(true, Ordering::SeqCst);
+                    c.wait(h).unwrap();
+                } else {
+                    while !started.load(Ordering::SeqCst) {
+                        std::thread::yield_now();
+                    }
+                    // Keep polling (as any gex call would) before entering.
+                    let t0 = Instant::now();
+                    let mut buf = [0u8; 256];
+                    loop {
+                        c.endpoint().poll();
+                        c.endpoint().segment().read(dst, &mut buf).unwrap();
+                        if buf != [0xEE; 256] || t0.elapsed() > Duration::from_millis(200) {
+                            break;
+                        }
+                        std::thread::yield_now();
+                    }
+                    match mode {
+                        SyncMode::No => {
+                            assert_eq!(buf, [7u8; 256], "in-no: the put should land early here")
+                        }
+                        _ => assert_eq!(
+                            buf, [0xEE; 256],
+                            "{mode:?}: data landed before rank 1 entered"
+                        ),
+                    }
+                    let h = c
+                        .start_single::<u8>(&w, OpKind::Broadcast, 0, n, &addrs, None, &opts)
+                        .unwrap();
+                    c.wait(h).unwrap();
+                    c.endpoint().segment().read(dst, &mut buf).unwrap();
+                    assert_eq!(buf, [7u8; 256]);
+                }
+                c.barrier(&w).unwrap();
+            },
+        );
+    }
+}
+
+/// Split by (color, key), creation from a list, rank translation, scratch space
+/// (given and allocated, freed on destroy), and collectives in flight at once on
+/// overlapping teams started in different orders on different ranks.
+#[test]
+fn teams_and_concurrent_collectives() {
+    run_sim(
+        6,
+        SimConfig::default()
+            .reorder(true)
+            .seed(13)
+            .latency(Delay::polls(2)),
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            c.set_scratch_region(SEG / 2..SEG).unwrap();
+            let w = c.world().clone();
+            let r = w.rank();
+            // Odd/even, ordered by descending rank.
+            let half = c
+                .split(&w, Some(r % 2), 100 - r, Scratch::Alloc(1000))
+                .unwrap()
+                .unwrap();
+            let expect: Vec<u32> = (0..6).rev().filter(|x| x % 2 == r % 2).collect();
+            let jr: Vec<u32> = (0..half.size())
+                .map(|i| half.job_rank(i).unwrap())
+                .collect();
+            assert_eq!(jr, expect);
+            assert_eq!(half.rank_of(w.member(r).unwrap()), Some(half.rank()));
+            assert_eq!(half.scratch().len(), 3);
+            assert!(
+                half.scratch()
+                    .iter()
+                    .all(|&(o, l)| o >= SEG / 2 && l == 1000)
+            );
+            // Ranks 0 and 5 join no team.
+            let mid = c
+                .split(
+                    &w,
+                    (1..5).contains(&r).then_some(0),
+                    r,
+                    Scratch::Given(64 * r as usize, 64),
+                )
+                .unwrap();
+            assert_eq!(
+                mid.as_ref().map(|t| t.size()),
+                (1..5).contains(&r).then_some(4)
+            );
+            if let Some(m) = &mid {
+                let want: Vec<(usize, usize)> = (1..5).map(|x| (64 * x, 64)).collect();
+                assert_eq!(m.scratch(), &want[..]);
+            }
+            // A team from a list (members 4, 1, 3 in that order).
+            let list = [4u32, 1, 3];
+            let lt = if list.contains(&r) {
+                Some(c.create_team(&w, &list, Scratch::None).unwrap())
+            } else {
+                None
+            };
+            if let Some(t) = &lt {
+                assert_eq!(t.job_rank(0), Some(4));
+                assert_eq!(t.rank(), list.iter().position(|&x| x == r).unwrap() as u32);
+            }
+            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+            for iter in 0..5u64 {
+                // Start on world, half, mid and the list team in a rank-dependent order.
+                let mut hs = Vec::new();
+                let mut order: Vec<usize> = vec![0, 1, 2, 3];
+                order.rotate_left((r as usize + iter as usize) % 4);
+                let mut h_world = None;
+                let mut h_half = None;
+                let mut h_mid = None;
+                let mut h_list = None;
+                for k in order {
+                    match k {
+                        0 => {
+                            h_world = Some(
+                                c.allreduce_nb(
+                                    &w,
+                                    vec![u64::from(r) + iter; 3],
+                                    &sum,
+                                    &Opts::default(),
+                                )
+                                .unwrap(),
+                            )
+                        }
+                        1 => {
+                            h_half = Some(
+                                c.gather_all_nb(
+                                    &half,
+                                    vec![u64::from(r) * 10 + iter],
+                                    &Opts::default(),
+                                )
+                                .unwrap(),
+                            )
+                        }
+                        2 => {
+                            if let Some(m) = &mid {
+                                h_mid = Some(
+                                    c.broadcast_nb(
+                                        m,
+                                        2,
+                                        vec![u64::from(r) + 1000 * iter; 4000],
+                                        &Opts::default(),
+                                    )
+                                    .unwrap(),
+                                );
+                            }
+                        }
+                        _ => {
+                            if let Some(t) = &lt {
+                                h_list = Some(
+                                    c.exchange_nb(
+                                        t,
+                                        (0..3).map(|j| u64::from(r) * 100 + j + iter).collect(),
+                                        &Opts::default(),
+                                    )
+                                    .unwrap(),
+                                );
+                            }
+                        }
+                    }
+                }
+                hs.push(0);
+                if let Some(h) = h_list {
+                    let v = c.wait(h).unwrap();
+                    let me = lt.as_ref().unwrap().rank() as u64;
+                    assert_eq!(
+                        v,
+                        list.iter()
+                            .map(|&s| u64::from(s) * 100 + me + iter)
+                            .collect::<Vec<_>>()
+                    );
+                }
+                if let Some(h) = h_mid {
+                    let m = mid.as_ref().unwrap();
+                    let root_job = u64::from(m.job_rank(2).unwrap());
+                    assert_eq!(c.wait(h).unwrap(), vec![root_job + 1000 * iter; 4000]);
+                }
+                let g = c.wait(h_half.unwrap()).unwrap();
+                assert_eq!(
+                    g,
+                    expect
+                        .iter()
+                        .map(|&x| u64::from(x) * 10 + iter)
+                        .collect::<Vec<_>>()
+                );
+                let a = c.wait(h_world.unwrap()).unwrap();
+                assert_eq!(a, vec![15 + 6 * iter; 3]);
+            }
+            // A team with a collective in flight cannot be destroyed.
+            let h = c.barrier_nb(&half, &Opts::default()).unwrap();
+            let e = c.destroy_team(half.clone()).unwrap_err();
+            assert!(matches!(e, CollError::TeamBusy { pending: 1, .. }), "{e}");
+            c.wait(h).unwrap();
+            // Destroy frees the allocated scratch: the same range is allocated again.
+            let first = half.scratch()[half.rank() as usize];
+            c.barrier(&w).unwrap();
+            c.destroy_team(half).unwrap();
+            let again = c
+                .split(&w, Some(0), r, Scratch::Alloc(1000))
+                .unwrap()
+                .unwrap();
+            assert_eq!(again.scratch()[again.rank() as usize], first);
+            assert!(matches!(
+                c.destroy_team(w.clone()),
+                Err(CollError::BadMembers(_))
+            ));
+            c.barrier(&w).unwrap();
+        },
+    );
+}
+
+/// GEX_COLL_<OP> overrides through the client's configuration, and errors.
+#[test]
+fn env_override_and_errors() {
+    use gex_coll::{AddrMode, Query, SyncModes};
+    use gex_core::Config;
+    let builder = || {
+        ClientBuilder::new()
+            .segment_size(SEG)
+            .config(Config::from_pairs([
+                ("GEX_COLL_BROADCAST", "chain"),
+                ("GEX_COLL_LOGGP", "6.2,0.5,0.5,0.0001"),
+            ]))
+    };
+    run_sim(3, SimConfig::default(), builder, |client| {
+        let mut c = CollEp::with_config(
+            RmaEp::new(client.endpoint(0).unwrap()).unwrap(),
+            client.config(),
+        )
+        .unwrap();
+        let w = c.world().clone();
+        let q = Query {
+            op: OpKind::Broadcast,
+            size: 3,
+            bytes: 8,
+            addr: AddrMode::Local,
+            sync: SyncModes::default(),
+            commutative: true,
+            scratch: false,
+        };
+        let why = c.explain(&q).unwrap();
+        assert_eq!((why.algorithm.as_str(), why.reason), ("chain", "override"));
+        assert_eq!(c.tuner().model().l, 6.2);
+        // The chain broadcast from rank 0 sends exactly one message per non-last rank.
+        let before = c.endpoint().stats().clone();
+        let mut b = [u64::from(w.rank()); 4];
+        c.broadcast(&w, 0, &mut b).unwrap();
+        assert_eq!(b, [0; 4]);
+        let after = c.endpoint().stats().clone();
+        let sent = |s: &gex_core::EpStats| -> u64 { s.sent.iter().sum() };
+        assert_eq!(sent(&after) - sent(&before), u64::from(w.rank() < 2));
+        // Forced algorithms are checked.
+        let e = c
+            .gather_all_nb(&w, vec![1u8], &Opts::default().with_algorithm("recdbl"))
+            .unwrap_err();
+        assert!(matches!(e, CollError::Unsupported { .. }));
+        let e = c
+            .barrier_nb(&w, &Opts::default().with_algorithm("nonesuch"))
+            .unwrap_err();
+        assert!(matches!(e, CollError::UnknownAlgorithm { .. }));
+        assert!(matches!(
+            c.broadcast_nb(&w, 3, vec![1u8], &Opts::default()),
+            Err(CollError::BadRank { .. })
+        ));
+        assert!(matches!(
+            c.exchange_nb(&w, vec![1u8; 4], &Opts::default()),
+            Err(CollError::BadLength { .. })
+        ));
+        let mut out = [0u8; 2];
+        assert!(matches!(
+            c.gather_all(&w, &[1u8], &mut out),
+            Err(CollError::BadLength { .. })
+        ));
+        let bad = Single {
+            src: None,
+            dst: vec![0; 2],
+        };
+        assert!(matches!(
+            c.start_single::<u8>(&w, OpKind::Broadcast, 0, 1, &bad, None, &Opts::default()),
+            Err(CollError::BadAddress(_))
+        ));
+        c.barrier(&w).unwrap();
+    });
+    // An override naming an algorithm that does not implement the op is an error.
+    run_sim(
+        1,
+        SimConfig::default(),
+        || {
+            ClientBuilder::new()
+                .segment_size(SEG)
+                .config(Config::from_pairs([("GEX_COLL_BARRIER", "ring")]))
+        },
+        |client| {
+            let e = CollEp::with_config(
+                RmaEp::new(client.endpoint(0).unwrap()).unwrap(),
+                client.config(),
+            )
+            .unwrap_err();
+            assert!(matches!(e, CollError::UnknownAlgorithm { .. }));
+        },
+    );
+}
+
+/// Exit modes: a rendezvous broadcast's root under out-no completes before the
+/// receiver even entered; under out-my it cannot (its data has not been read); an
+/// eager broadcast's root completes at once under out-my but not under out-all.
+#[test]
+fn out_sync_modes() {
+    // (algorithm, exit mode, may the root complete before rank 1 enters?)
+    let cases = [
+        ("flat+rdv", SyncMode::No, true),
+        ("flat+rdv", SyncMode::My, false),
+        ("flat", SyncMode::My, true),
+        ("flat", SyncMode::All, false),
+    ];
+    for (alg, out, early) in cases {
+        let entered = AtomicBool::new(false);
+        let entered = &entered;
+        run_sim(
+            2,
+            SimConfig::default(),
+            || ClientBuilder::new().segment_size(SEG),
+            move |client| {
+                let mut c = coll(&client);
+                let w = c.world().clone();
+                let n = 1000;
+                c.endpoint().segment().write(0, &[3u8; 1000]).unwrap();
+                c.barrier(&w).unwrap();
+                let addrs = Single {
+                    src: Some(vec![0, 0]),
+                    dst: vec![8192, 8192],
+                };
+                let opts = Opts::sync(SyncMode::No, out).with_algorithm(alg);
+                if w.rank() == 0 {
+                    let mut h = c
+                        .start_single::<u8>(&w, OpKind::Broadcast, 0, n, &addrs, None, &opts)
+                        .unwrap();
+                    let t0 = Instant::now();
+                    let mut done = false;
+                    while t0.elapsed() < Duration::from_millis(100) && !done {
+                        done = c.test(&mut h).unwrap();
+                    }
+                    assert_eq!(done, early, "{alg} out={out:?}");
+                    entered.store(true, Ordering::SeqCst);
+                    c.wait(h).unwrap();
+                } else {
+                    while !entered.load(Ordering::SeqCst) {
+                        std::thread::yield_now();
+                    }
+                    let h = c
+                        .start_single::<u8>(&w, OpKind::Broadcast, 0, n, &addrs, None, &opts)
+                        .unwrap();
+                    c.wait(h).unwrap();
+                    let mut buf = [0u8; 1000];
+                    c.endpoint().segment().read(8192, &mut buf).unwrap();
+                    assert_eq!(buf, [3u8; 1000]);
+                }
+                c.barrier(&w).unwrap();
+                // Nothing is left in flight (out-no work finished in the background).
+                for _ in 0..100 {
+                    c.progress().unwrap();
+                }
+                assert_eq!(c.in_flight(), 0);
+            },
+        );
+    }
+}
+
+mod prop {
+    use super::*;
+    use common::{affine, run_one};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// Random (operation, algorithm, team size, root, count, schedule seed,
+        /// reordering) executed on the simulated fabric against the reference, with a
+        /// commutative and a non-commutative operator.
+        #[test]
+        fn prop_random_collectives_on_sim(
+            oi in 0usize..11, ai in 0usize..64, p in 1u32..7, rs in 0u32..64,
+            count in 0usize..300, seed in 0u64..1000, reorder: bool,
+        ) {
+            let op = OpKind::ALL[oi];
+            let cfg = SimConfig::default().reorder(reorder).seed(seed);
+            run_sim(p, cfg, || ClientBuilder::new().segment_size(SEG), |client| {
+                let mut c = coll(&client);
+                let w = c.world().clone();
+                let algs = c.algorithms(op);
+                let alg = algs[ai % algs.len()].clone();
+                let root = rs % p;
+                let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+                run_one(&mut c, &w, op, Some(&alg), root, count, &sum, seed);
+                if op.reduces() {
+                    run_one(&mut c, &w, op, Some(&alg), root, count, &affine(), seed + 1);
+                }
+                c.barrier(&w).unwrap();
+            });
+        }
+    }
+}
+
+/// Local address mode through team scratch space: signaling put and rendezvous
+/// broadcasts and gather_alls, several in flight at once on one team (they take
+/// turns on the scratch space), checked against the reference; the data visibly
+/// passes through each member's scratch.
+#[test]
+fn local_mode_through_scratch() {
+    run_sim(
+        4,
+        SimConfig::default()
+            .reorder(true)
+            .seed(31)
+            .ranks_per_host(1),
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            c.set_scratch_region(SEG / 2..SEG).unwrap();
+            let w = c.world().clone();
+            let t = c
+                .split(&w, Some(0), 10 - w.rank(), Scratch::Alloc(64 << 10))
+                .unwrap()
+                .unwrap();
+            let (p, me) = (t.size(), t.rank());
+            let algs = [
+                (OpKind::Broadcast, "flat+put"),
+                (OpKind::GatherAll, "ring+rdv"),
+                (OpKind::Broadcast, "binomial+rdv"),
+                (OpKind::GatherAll, "recdbl+put"),
+                (OpKind::Broadcast, "chain64k+put"),
+                (OpKind::GatherAll, "flat+rdv"),
+            ];
+            for round in 0..3u64 {
+                let mut hs = Vec::new();
+                for (k, (op, alg)) in algs.iter().enumerate() {
+                    let salt = round * 100 + k as u64;
+                    let count = 100 + 37 * k;
+                    let data: Vec<u64> = (0..count as u64)
+                        .map(|i| i * 1000 + u64::from(me) + salt)
+                        .collect();
+                    let opts = Opts::default().with_algorithm(alg);
+                    let h = match op {
+                        OpKind::Broadcast => {
+                            c.broadcast_nb(&t, (k as u32) % p, data, &opts).unwrap()
+                        }
+                        _ => c.gather_all_nb(&t, data, &opts).unwrap(),
+                    };
+                    hs.push((k, *op, count, salt, h));
+                }
+                for (k, op, count, salt, h) in hs.into_iter().rev() {
+                    let got = c.wait(h).unwrap();
+                    let block =
+                        |r: u32| (0..count as u64).map(move |i| i * 1000 + u64::from(r) + salt);
+                    let want: Vec<u64> = match op {
+                        OpKind::Broadcast => block((k as u32) % p).collect(),
+                        _ => (0..p).flat_map(block).collect(),
+                    };
+                    assert_eq!(got, want, "{op} {}", algs[k].1);
+                    if k == algs.len() - 1 {
+                        // The last collective's output is what the scratch holds now.
+                        let (off, _) = t.scratch()[me as usize];
+                        let mut raw = vec![0u8; want.len() * 8];
+                        c.endpoint().segment().read(off, &mut raw).unwrap();
+                        assert_eq!(raw, bytemuck::cast_slice::<u64, u8>(&want));
+                    }
+                }
+            }
+            c.barrier(&w).unwrap();
+            assert_eq!(c.in_flight(), 0);
+        },
+    );
+}
