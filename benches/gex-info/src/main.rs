@@ -1,0 +1,171 @@
+//! `gex-info`: what this build of gex offers and what it would choose.
+//!
+//! ```text
+//! gex-info conduits            compiled conduits: capabilities and limits (one-rank probe)
+//! gex-info env                 every GEX_* variable: value here, default, meaning
+//! gex-info coll [-n N] [--single]
+//!                              the collective algorithm chosen per operation and size
+//!                              on a team of N (default 8), with the runner-up and why
+//! gex-info ofi                 (built with --features ofi) the libfabric provider,
+//!                              domain and the path of every operation, with reasons
+//! ```
+//!
+//! Everything is read from this process's environment (`GEX_*`), as a gex program
+//! would: `GEX_COLL_<OP>` overrides and `GEX_COLL_LOGGP` change `coll`,
+//! `GEX_OFI_PROVIDER` changes `ofi`.
+
+use clap::{Parser, Subcommand};
+use gex::spi::{Conduit, ConduitEp};
+use gex::{Client, ClientBuilder, EpAddr, Job};
+use std::io::Write as _;
+use std::process::ExitCode;
+
+/// Writes to stdout; a closed pipe (`gex-info env | head`) ends the output quietly.
+fn out(text: &str) {
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "gex-info",
+    about = "What this gex build offers and would choose"
+)]
+struct Cli {
+    #[command(subcommand)]
+    what: Option<What>,
+}
+
+#[derive(Subcommand, Debug)]
+enum What {
+    /// Compiled conduits with their capabilities and limits.
+    Conduits,
+    /// Every GEX_* variable with its value here, default and meaning.
+    Env,
+    /// The collective algorithm chosen per operation and size, and why.
+    Coll {
+        /// Team size.
+        #[arg(short = 'n', long, default_value_t = 8)]
+        size: u32,
+        /// Single address mode (every member's addresses known) instead of local.
+        #[arg(long)]
+        single: bool,
+    },
+    /// The libfabric conduit's provider, domain and per-operation paths.
+    Ofi,
+}
+
+struct Describe;
+
+impl Job for Describe {
+    type Output = String;
+    fn run<C: Conduit>(self, client: Client<C>) -> String {
+        let mut ep = match client.endpoint(0) {
+            Ok(ep) => ep,
+            Err(e) => return format!("  endpoint 0: {e}\n"),
+        };
+        let me = EpAddr::rank(0);
+        let caps = ep.conduit_ep().capabilities();
+        let lim = ep.conduit_ep().limits(me);
+        format!(
+            "  capabilities: {caps:?}\n  limits: {} args, Medium {} B, Long {}\n  wait policy: {:?}\n",
+            lim.max_args,
+            lim.max_medium,
+            if lim.max_long == usize::MAX {
+                "up to the segment".to_string()
+            } else {
+                format!("{} B", lim.max_long)
+            },
+            client.wait_policy()
+        )
+    }
+}
+
+fn conduits() -> Result<(), String> {
+    for &name in gex::conduits() {
+        let default = if name == gex::DEFAULT_CONDUIT {
+            " (default)"
+        } else {
+            ""
+        };
+        out(&format!("{name}{default}\n"));
+        let boot = Box::new(gex::boot::Singleton::new());
+        match gex::init_with_boot(
+            ClientBuilder::new().segment_size(1 << 16),
+            boot,
+            Some(name),
+            Describe,
+        ) {
+            Ok(s) => out(&s),
+            Err(e) => out(&format!("  cannot open here: {e}\n")),
+        }
+    }
+    Ok(())
+}
+
+fn env() -> Result<(), String> {
+    for v in gex::config::ENV_VARS {
+        let value = std::env::var(v.name).unwrap_or_default();
+        let shown = if value.is_empty() {
+            "(unset)".to_string()
+        } else {
+            value
+        };
+        let default = if v.default.is_empty() { "-" } else { v.default };
+        println!(
+            "{:<24} {:<14} default {:<10} {}",
+            v.name, shown, default, v.doc
+        );
+    }
+    Ok(())
+}
+
+fn coll(size: u32, single: bool) -> Result<(), String> {
+    if size == 0 {
+        return Err("a team has at least one member (-n 1 or more)".into());
+    }
+    let mut t = gex_coll::Tuner::new(gex_coll::algo::catalog(), gex_coll::LogGP::default());
+    t.configure(|k| std::env::var(k).ok())
+        .map_err(|e| e.to_string())?;
+    let addr = if single {
+        gex_coll::AddrMode::Single
+    } else {
+        gex_coll::AddrMode::Local
+    };
+    out(&t.table(size, addr));
+    Ok(())
+}
+
+#[cfg(feature = "ofi")]
+fn ofi() -> Result<(), String> {
+    let client = ClientBuilder::new()
+        .segment_size(1 << 16)
+        .init::<gex_conduit_ofi::Ofi>(Box::new(gex::boot::Singleton::new()))
+        .map_err(|e| e.to_string())?;
+    out(&format!("{}\n", client.conduit().report()));
+    Ok(())
+}
+
+#[cfg(not(feature = "ofi"))]
+fn ofi() -> Result<(), String> {
+    Err(
+        "this gex-info was built without the ofi conduit (cargo build -p gex-info --features ofi)"
+            .into(),
+    )
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.what.unwrap_or(What::Conduits) {
+        What::Conduits => conduits(),
+        What::Env => env(),
+        What::Coll { size, single } => coll(size, single),
+        What::Ofi => ofi(),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gex-info: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! gex-info's command line: each view prints what the build offers, errors exit 2.
+
+use std::process::{Command, Output};
+
+fn gex_info(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gex-info"));
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("gex-info runs")
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(o.status.success(), "{o:?}");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn conduits_lists_every_compiled_conduit_with_capabilities() {
+    let text = stdout(&gex_info(&["conduits"], &[]));
+    for name in gex::conduits() {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+    assert!(text.contains("(default)"), "{text}");
+    // The shared-memory conduit maps neighbours and builds payloads in place.
+    #[cfg(feature = "smp")]
+    assert!(
+        text.contains("NP_IN_PLACE | SHARED_MEMORY | BLOCKING_WAIT"),
+        "{text}"
+    );
+}
+
+#[test]
+fn env_shows_values_and_defaults() {
+    let text = stdout(&gex_info(&["env"], &[("GEX_SEGMENT_SIZE", "3M")]));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("GEX_SEGMENT_SIZE "))
+        .expect("listed");
+    assert!(line.contains("3M") && line.contains("default"), "{line}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("GEX_")).count(),
+        gex::config::ENV_VARS.len()
+    );
+}
+
+#[test]
+fn coll_prints_a_choice_per_operation_and_follows_overrides() {
+    let text = stdout(&gex_info(&["coll", "-n", "16"], &[]));
+    assert!(text.starts_with("team size 16"), "{text}");
+    for op in ["barrier", "broadcast", "allreduce", "exchange", "scan"] {
+        assert!(text.lines().any(|l| l.starts_with(op)), "{op}:\n{text}");
+    }
+    let forced = stdout(&gex_info(
+        &["coll", "-n", "16"],
+        &[("GEX_COLL_BROADCAST", "binomial")],
+    ));
+    let rows: Vec<&str> = forced
+        .lines()
+        .filter(|l| l.starts_with("broadcast"))
+        .collect();
+    assert!(!rows.is_empty());
+    for r in rows {
+        assert_eq!(r.split_whitespace().nth(2), Some("binomial"), "{r}");
+    }
+}
+
+#[test]
+fn bad_input_exits_2_with_a_message() {
+    let o = gex_info(&["coll", "-n", "0"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("at least one member"));
+    let o = gex_info(&["coll"], &[("GEX_COLL_BROADCAST", "no-such-algorithm")]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    #[cfg(not(feature = "ofi"))]
+    {
+        let o = gex_info(&["ofi"], &[]);
+        assert_eq!(o.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("--features ofi"));
+    }
+}
+
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_reports_provider_and_paths() {
+    let text = stdout(&gex_info(&["ofi"], &[("GEX_OFI_PROVIDER", "tcp")]));
+    assert!(text.contains("tcp;ofi_rxm"), "{text}");
+    assert!(text.contains("RMA put/get"), "{text}");
+}
