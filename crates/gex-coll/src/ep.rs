@@ -451,7 +451,7 @@ impl<C: Conduit> CollEp<C> {
         let idx = parent
             .inner
             .splits
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(1, gex_sync::atomic::Ordering::Relaxed);
         let Some(c) = color else {
             return Ok(None);
         };
@@ -564,8 +564,8 @@ impl<C: Conduit> CollEp<C> {
             provisional
                 .inner
                 .seq
-                .load(std::sync::atomic::Ordering::Relaxed),
-            std::sync::atomic::Ordering::Relaxed,
+                .load(gex_sync::atomic::Ordering::Relaxed),
+            gex_sync::atomic::Ordering::Relaxed,
         );
         Ok(t)
     }

@@ -2,10 +2,10 @@
 //! optional scratch space.
 
 use gex_core::{EpAddr, Rank};
+use gex_sync::atomic::{AtomicU32, Ordering};
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Where a new team's scratch space comes from (per member, in its segment).
