@@ -18,7 +18,7 @@
 //!   wrappers are `Send` and not `Sync`. The fabric itself is only used while opening
 //!   (by the one thread running `Conduit::open`) and when closing.
 //! - Data-path calls that hand libfabric a buffer or a context ([`EpHandle::send`],
-//!   [`EpHandle::recv`]) are `unsafe fn`s: the caller keeps the buffer and the context
+//!   [`EpHandle::recv`], [`EpHandle::write`], [`EpHandle::read`]) are `unsafe fn`s: the caller keeps the buffer and the context
 //!   alive and untouched until the matching completion has been read from the CQ (or the
 //!   endpoint is closed), the rule rust-ibverbs writes down for posted work.
 //! - `fi_info` structures are only created by libfabric (`fi_allocinfo`, `fi_getinfo`,
@@ -680,6 +680,71 @@ impl EpHandle {
         // SAFETY: by the caller's contract; `msg`, `iov` and `d` are only read during the
         // call.
         fi_call!(unsafe { fi::fi_recvmsg(self.0, &msg, flags) })?;
+        Ok(())
+    }
+
+    /// `fi_writemsg`: writes `buf..buf+len` to `addr` (under `key`) at `dest`, with a
+    /// completion reported with `ctx`, asking for `FI_DELIVERY_COMPLETE` (the completion
+    /// is generated once the data is visible at the target).
+    ///
+    /// # Safety
+    /// `buf..buf+len` and `ctx` (an `fi_context2`) stay valid, and the source unmodified,
+    /// until the completion for `ctx` has been read or the endpoint is closed.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn write(
+        &self,
+        buf: *const u8,
+        len: usize,
+        desc: Desc,
+        dest: u64,
+        addr: u64,
+        key: u64,
+        ctx: *mut c_void,
+    ) -> Result<(), Errno> {
+        let iov = libc::iovec {
+            iov_base: buf.cast_mut().cast(),
+            iov_len: len,
+        };
+        let rma = fi::fi_rma_iov { addr, len, key };
+        let mut d = desc.0;
+        let msg = fi::fi_msg_rma {
+            msg_iov: &iov,
+            desc: &mut d,
+            iov_count: 1,
+            addr: dest,
+            rma_iov: &rma,
+            rma_iov_count: 1,
+            context: ctx,
+            data: 0,
+        };
+        let flags = u64::from(fi::FI_COMPLETION | fi::FI_DELIVERY_COMPLETE);
+        // SAFETY: by the caller's contract; `msg`, `iov`, `rma` and `d` are only read
+        // during the call.
+        fi_call!(unsafe { fi::fi_writemsg(self.0, &msg, flags) })?;
+        Ok(())
+    }
+
+    /// `fi_read`: reads `len` bytes at `addr` (under `key`) of `src` into `buf`, with a
+    /// completion reported with `ctx` once the bytes are in `buf`.
+    ///
+    /// # Safety
+    /// `buf..buf+len` and `ctx` stay valid, and `buf` untouched by anyone else, until the
+    /// completion for `ctx` has been read or the endpoint is closed.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn read(
+        &self,
+        buf: *mut u8,
+        len: usize,
+        desc: Desc,
+        src: u64,
+        addr: u64,
+        key: u64,
+        ctx: *mut c_void,
+    ) -> Result<(), Errno> {
+        // SAFETY: by the caller's contract.
+        fi_call!(unsafe { fi::fi_read(self.0, buf.cast(), len, desc.0, src, addr, key, ctx) })?;
         Ok(())
     }
 }

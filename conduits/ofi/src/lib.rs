@@ -71,5 +71,6 @@ mod ofi;
 mod wire;
 
 pub use ofi::{
-    DEFAULT_CREDITS, DEFAULT_MAX_MEDIUM, DEFAULT_PROVIDER, Ofi, OfiEp, OfiReport, PathChoice,
+    DEFAULT_CREDITS, DEFAULT_MAX_MEDIUM, DEFAULT_PROVIDER, Ofi, OfiEp, OfiReport, OfiStats,
+    PathChoice,
 };

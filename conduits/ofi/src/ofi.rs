@@ -25,13 +25,15 @@ use crate::fabric::{
 use crate::wire::{self, Credits, HEADER};
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{
-    Capabilities, Conduit, ConduitEp, Deliver, Incoming, Limits, OpenParams, OutMsg, ReplyTx,
+    Capabilities, Conduit, ConduitEp, Deliver, Incoming, Limits, Native, OpenParams, OutMsg,
+    ReplyTx,
 };
 use gex_core::{AmError, Category, EpAddr, EpIndex, InitError, Injected, Kind, WaitPolicy};
 use std::collections::VecDeque;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Default provider (`GEX_OFI_PROVIDER`): libfabric's `tcp`, which offers RDM endpoints
@@ -231,6 +233,7 @@ struct Settings {
     max_medium: usize,
     credits: u16,
     multi_recv: bool,
+    rma: bool,
 }
 
 fn settings(params: &OpenParams<'_>) -> Result<Settings, InitError> {
@@ -271,6 +274,7 @@ fn settings(params: &OpenParams<'_>) -> Result<Settings, InitError> {
         max_medium,
         credits: credits as u16,
         multi_recv: c.bool("GEX_OFI_MULTI_RECV", true)?,
+        rma: c.bool("GEX_OFI_RMA", true)?,
     })
 }
 
@@ -302,10 +306,14 @@ fn mr_mode_names(m: i32) -> Vec<&'static str> {
 fn choose(s: &Settings, single_host: bool) -> Result<Chosen, InitError> {
     let rma_caps =
         flags::RMA | flags::READ | flags::WRITE | flags::REMOTE_READ | flags::REMOTE_WRITE;
-    let mut want_rma = true;
+    let mut want_rma = s.rma;
     let mut want_multi = s.multi_recv;
     let mut want_order = true;
-    let mut notes_rma = String::new();
+    let mut notes_rma = if s.rma {
+        String::new()
+    } else {
+        "disabled by GEX_OFI_RMA=0".to_string()
+    };
     let mut notes_multi = if s.multi_recv {
         String::new()
     } else {
@@ -397,14 +405,52 @@ fn choose(s: &Settings, single_host: bool) -> Result<Chosen, InitError> {
 // ---------------------------------------------------------------------------------------
 // The conduit
 
-/// A peer endpoint's segment as published at open: base address, length and the key of
-/// its registration in its own domain (for native RMA, which comes later).
+/// A peer endpoint's segment as published at open: the address its offset 0 has in RMA
+/// operations (its virtual address under `FI_MR_VIRT_ADDR`, else 0), length and the key
+/// of its registration in its own domain (the domain of the endpoint RMA targets).
 #[derive(Clone, Copy, Debug)]
-#[allow(dead_code)] // read by native RMA (a later issue); published and checked now
 struct RemoteSeg {
     base: u64,
+    #[allow(dead_code)] // ranges are checked by the caller (gex-rma); kept for diagnostics
     len: usize,
     key: u64,
+}
+
+/// Counters of one endpoint's native operations (written only by the thread driving
+/// that endpoint; read by [`Ofi::stats`]). A cache line each, so that endpoints driven
+/// by different threads do not share one.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct EpCounters {
+    puts: AtomicU64,
+    gets: AtomicU64,
+    put_bytes: AtomicU64,
+    get_bytes: AtomicU64,
+}
+
+impl EpCounters {
+    /// Adds one operation of `len` bytes (single writer: a load and a store suffice).
+    #[inline(always)]
+    fn add(ops: &AtomicU64, bytes: &AtomicU64, len: usize) {
+        ops.store(ops.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        bytes.store(
+            bytes.load(Ordering::Relaxed) + len as u64,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// Native RMA operations this rank's endpoints started (see [`Ofi::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OfiStats {
+    /// `fi_writemsg` calls accepted by the provider (native puts).
+    pub native_puts: u64,
+    /// `fi_read` calls accepted by the provider (native gets).
+    pub native_gets: u64,
+    /// Bytes of those puts.
+    pub native_put_bytes: u64,
+    /// Bytes of those gets.
+    pub native_get_bytes: u64,
 }
 
 /// The libfabric conduit. See the [crate documentation](crate).
@@ -413,8 +459,8 @@ pub struct Ofi {
     report: OfiReport,
     segs: Vec<Mem>,
     seg_len: usize,
-    #[allow(dead_code)] // for native RMA (a later issue)
     remote: Vec<Option<RemoteSeg>>,
+    counters: Vec<EpCounters>,
     // Closed last: every domain (one per endpoint) is closed by then.
     _fabric: Fabric,
     _info: Info,
@@ -424,6 +470,90 @@ impl Ofi {
     /// What was opened and which path each operation uses, with reasons.
     pub fn report(&self) -> &OfiReport {
         &self.report
+    }
+
+    /// Native RMA operations started so far by this rank's endpoints (summed), e.g. to
+    /// check that puts took the `FI_RMA` path rather than gex-rma's AM reference path.
+    pub fn stats(&self) -> OfiStats {
+        let mut s = OfiStats::default();
+        for c in &self.counters {
+            s.native_puts += c.puts.load(Ordering::Relaxed);
+            s.native_gets += c.gets.load(Ordering::Relaxed);
+            s.native_put_bytes += c.put_bytes.load(Ordering::Relaxed);
+            s.native_get_bytes += c.get_bytes.load(Ordering::Relaxed);
+        }
+        s
+    }
+}
+
+/// Native RMA slots per endpoint: operations in flight, or complete and not yet
+/// reported by `native_test`.
+const RMA_SLOTS: usize = 1024;
+
+/// Native RMA state of one endpoint: a fixed table of slots, each with an
+/// `fi_context2` handed to libfabric; a ticket is `generation << 32 | slot`.
+#[derive(Debug)]
+struct Rma {
+    /// `FI_RMA` granted and wired (and not disabled by `GEX_OFI_RMA=0`).
+    on: bool,
+    ctx: Mem,
+    /// Per slot: generation (bumped when the slot is freed) and state.
+    epoch: Vec<u32>,
+    state: Vec<u8>,
+    free: Vec<u32>,
+    /// This rank's segments (address, length, descriptor of their registration in this
+    /// endpoint's domain), for local descriptors.
+    local: Vec<(usize, usize, Desc)>,
+    /// `FI_MR_LOCAL`: a buffer outside the registered segments cannot be used.
+    mr_local: bool,
+}
+
+const SLOT_FREE: u8 = 0;
+const SLOT_PENDING: u8 = 1;
+const SLOT_DONE: u8 = 2;
+
+impl Rma {
+    fn new(on: bool, local: Vec<(usize, usize, Desc)>, mr_local: bool) -> Result<Rma, InitError> {
+        let n = if on { RMA_SLOTS } else { 0 };
+        Ok(Rma {
+            on,
+            ctx: Mem::new(n * flags::CONTEXT_BYTES)?,
+            epoch: vec![0; n],
+            state: vec![SLOT_FREE; n],
+            free: (0..n as u32).rev().collect(),
+            local,
+            mr_local,
+        })
+    }
+    #[inline(always)]
+    fn ctx(&self, i: usize) -> *mut std::ffi::c_void {
+        debug_assert!(i < self.state.len());
+        // SAFETY: i < slots: inside the context array.
+        unsafe { self.ctx.base().add(i * flags::CONTEXT_BYTES) }.cast()
+    }
+    /// The slot of a context pointer, if it is one of the table's.
+    #[inline(always)]
+    fn index_of(&self, ctx: *mut std::ffi::c_void) -> Option<usize> {
+        let off = (ctx as usize).checked_sub(self.ctx.base() as usize)?;
+        (off < self.state.len() * flags::CONTEXT_BYTES && off % flags::CONTEXT_BYTES == 0)
+            .then_some(off / flags::CONTEXT_BYTES)
+    }
+    /// The local descriptor for `p..p+len`: its segment's, or none where the provider
+    /// does not need one; `None` if it needs one and the range is not registered.
+    #[inline]
+    fn desc(&self, p: *const u8, len: usize) -> Option<Desc> {
+        let p = p as usize;
+        for &(b, l, d) in &self.local {
+            if p >= b && p - b <= l && len <= l - (p - b) {
+                return Some(d);
+            }
+        }
+        (!self.mr_local).then_some(Desc::NONE)
+    }
+    /// Marks the operation of slot `i` complete.
+    #[inline]
+    fn completed(&mut self, i: usize) {
+        self.state[i] = SLOT_DONE;
     }
 }
 
@@ -501,6 +631,7 @@ pub struct OfiEp {
     objs: Objects,
     tx: Tx,
     rx: Rx,
+    rma: Rma,
     index: EpIndex,
     limits: Limits,
     caps: Capabilities,
@@ -848,6 +979,10 @@ impl OfiEp {
             self.tx.sent(i);
             return Done::Nothing;
         }
+        if let Some(i) = self.rma.index_of(c.ctx) {
+            self.rma.completed(i);
+            return Done::Nothing;
+        }
         let Some(i) = self.rx.pool.index_of(c.ctx) else {
             self.die(format!("completion with an unknown context {:p}", c.ctx));
         };
@@ -979,6 +1114,8 @@ impl OfiEp {
                     };
                     let what = if self.tx.pool.index_of(e.ctx).is_some() {
                         "send"
+                    } else if self.rma.index_of(e.ctx).is_some() {
+                        "native RMA (fi_writemsg/fi_read)"
                     } else if e.flags & flags::RECV != 0 {
                         "receive"
                     } else {
@@ -1107,6 +1244,7 @@ impl Conduit for Ofi {
         let mut pools = Vec::with_capacity(my_eps);
         let mut names = Vec::with_capacity(my_eps);
         let mut own_keys = Vec::with_capacity(my_eps);
+        let mut seg_descs = Vec::with_capacity(my_eps);
         let mut waitable = true;
         for e in 0..my_eps {
             let p = prov.as_str();
@@ -1183,6 +1321,7 @@ impl Conduit for Ofi {
             // domain, so any endpoint can use any local segment as an RMA source or
             // target without sharing a domain (seed 002).
             let mut own_key = 0u64;
+            let mut descs = Vec::new();
             if rma {
                 let access = flags::READ
                     | flags::WRITE
@@ -1201,10 +1340,12 @@ impl Conduit for Ofi {
                     if j == e {
                         own_key = mr.key();
                     }
+                    descs.push((sm.base() as usize, seg_len, mr.desc()));
                     mrs.push(mr);
                 }
             }
             own_keys.push(own_key);
+            seg_descs.push(descs);
             names.push(name);
             pools.push((tx_pool, rx_pool));
             objs.push(Objects {
@@ -1319,9 +1460,17 @@ impl Conduit for Ofi {
                 },
                 PathChoice {
                     operation: "RMA put/get",
-                    path: "reference: AM-based, in gex-rma".into(),
+                    path: if rma {
+                        format!(
+                            "native FI_RMA: fi_writemsg(FI_DELIVERY_COMPLETE) / fi_read, {RMA_SLOTS} in flight per EP, remote address = {}",
+                            if virt_addr { "segment base + offset (FI_MR_VIRT_ADDR)" } else { "offset" }
+                        )
+                    } else {
+                        "reference: AM-based, in gex-rma".into()
+                    },
                     reason: match &chosen.rma {
-                        Ok(()) => "provider offers FI_RMA, segments are registered in every EP's domain and keys exchanged, but the native path is not wired yet".into(),
+                        Ok(()) if mr_local => "provider offers FI_RMA; segments registered in every EP's domain, keys exchanged; FI_MR_LOCAL: a local buffer outside this rank's segments takes the AM path".into(),
+                        Ok(()) => "provider offers FI_RMA; segments registered in every EP's domain, keys exchanged".into(),
                         Err(why) => why.clone(),
                     },
                 },
@@ -1357,11 +1506,14 @@ impl Conduit for Ofi {
                 },
             ],
         };
-        let caps = if waitable && wait_obj {
+        let mut caps = if waitable && wait_obj {
             Capabilities::BLOCKING_WAIT
         } else {
             Capabilities::empty()
         };
+        if rma {
+            caps |= Capabilities::NATIVE_RMA;
+        }
         let limits = Limits {
             max_args: MAX_ARGS,
             max_medium,
@@ -1372,14 +1524,16 @@ impl Conduit for Ofi {
             report,
             seg_len,
             remote,
+            counters: (0..my_eps).map(|_| EpCounters::default()).collect(),
             segs,
             _fabric: fab,
             _info: chosen.info,
         });
 
         let mut eps = Vec::with_capacity(my_eps);
-        for (e, (o, ((tx_pool, rx_pool), addrs))) in objs
+        for (e, ((o, descs), ((tx_pool, rx_pool), addrs))) in objs
             .into_iter()
+            .zip(seg_descs)
             .zip(pools.into_iter().zip(addrs_per_ep))
             .enumerate()
         {
@@ -1425,6 +1579,7 @@ impl Conduit for Ofi {
                     hellos: 0,
                     pool: rx_pool,
                 },
+                rma: Rma::new(rma, descs, mr_local)?,
                 objs: o,
                 index: e as u16,
                 limits,
@@ -1613,6 +1768,148 @@ impl ConduitEp for OfiEp {
         self.progress(d, budget)
     }
 
+    /// `fi_writemsg` with `FI_DELIVERY_COMPLETE` into `dst`'s registered segment.
+    /// `Unsupported` when native RMA is off, or under `FI_MR_LOCAL` for a source outside
+    /// this rank's segments; `WouldBlock` when all slots are in use or the provider
+    /// answers `-FI_EAGAIN`.
+    #[inline]
+    unsafe fn native_put(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<Native, AmError> {
+        if !self.rma.on {
+            return Ok(Native::Unsupported);
+        }
+        if let Some(f) = &self.tx.fatal {
+            return Err(AmError::Conduit(f.clone()));
+        }
+        if len == 0 {
+            return Ok(Native::Done);
+        }
+        let g = self.tx.g(dst);
+        let (Some(Some(r)), Some(desc)) = (self.conduit.remote.get(g), self.rma.desc(src, len))
+        else {
+            return Ok(Native::Unsupported);
+        };
+        let (addr, key) = (r.base + offset as u64, r.key);
+        let Some(slot) = self.rma.free.pop() else {
+            return Ok(Native::WouldBlock);
+        };
+        let i = slot as usize;
+        let ctx = self.rma.ctx(i);
+        // SAFETY: the source stays valid and unmodified until completion (caller's
+        // contract); the context is slot `i`'s, not reused before its completion is read
+        // and reported by `native_test`; the remote range lies in `dst`'s registered
+        // segment (checked by the caller).
+        match unsafe {
+            self.tx
+                .h
+                .write(src, len, desc, self.tx.addrs[g], addr, key, ctx)
+        } {
+            Ok(()) => {
+                self.rma.state[i] = SLOT_PENDING;
+                let c = &self.conduit.counters[self.index as usize];
+                EpCounters::add(&c.puts, &c.put_bytes, len);
+                Ok(Native::Pending(
+                    u64::from(self.rma.epoch[i]) << 32 | u64::from(slot),
+                ))
+            }
+            Err(Errno::AGAIN) => {
+                self.rma.free.push(slot);
+                Ok(Native::WouldBlock)
+            }
+            Err(e) => {
+                self.rma.free.push(slot);
+                Err(self.tx.fail(
+                    format!(
+                        "fi_writemsg to rank {} EP {} ({len} bytes)",
+                        dst.rank, dst.ep
+                    ),
+                    e,
+                ))
+            }
+        }
+    }
+
+    /// `fi_read` from `dst`'s registered segment (see [`native_put`](Self::native_put)
+    /// for the answers).
+    #[inline]
+    unsafe fn native_get(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        out: *mut u8,
+        len: usize,
+    ) -> Result<Native, AmError> {
+        if !self.rma.on {
+            return Ok(Native::Unsupported);
+        }
+        if let Some(f) = &self.tx.fatal {
+            return Err(AmError::Conduit(f.clone()));
+        }
+        if len == 0 {
+            return Ok(Native::Done);
+        }
+        let g = self.tx.g(dst);
+        let (Some(Some(r)), Some(desc)) = (self.conduit.remote.get(g), self.rma.desc(out, len))
+        else {
+            return Ok(Native::Unsupported);
+        };
+        let (addr, key) = (r.base + offset as u64, r.key);
+        let Some(slot) = self.rma.free.pop() else {
+            return Ok(Native::WouldBlock);
+        };
+        let i = slot as usize;
+        let ctx = self.rma.ctx(i);
+        // SAFETY: `out` stays valid and untouched by others until completion (caller's
+        // contract); the context is slot `i`'s (as in `native_put`); the remote range
+        // lies in `dst`'s registered segment (checked by the caller).
+        match unsafe {
+            self.tx
+                .h
+                .read(out, len, desc, self.tx.addrs[g], addr, key, ctx)
+        } {
+            Ok(()) => {
+                self.rma.state[i] = SLOT_PENDING;
+                let c = &self.conduit.counters[self.index as usize];
+                EpCounters::add(&c.gets, &c.get_bytes, len);
+                Ok(Native::Pending(
+                    u64::from(self.rma.epoch[i]) << 32 | u64::from(slot),
+                ))
+            }
+            Err(Errno::AGAIN) => {
+                self.rma.free.push(slot);
+                Ok(Native::WouldBlock)
+            }
+            Err(e) => {
+                self.rma.free.push(slot);
+                Err(self.tx.fail(
+                    format!("fi_read from rank {} EP {} ({len} bytes)", dst.rank, dst.ep),
+                    e,
+                ))
+            }
+        }
+    }
+
+    /// True once the completion of `ticket` has been read from the CQ (by `poll` or
+    /// `block`); frees its slot, so a ticket reports true once.
+    #[inline]
+    fn native_test(&mut self, ticket: u64) -> bool {
+        let i = (ticket & u64::from(u32::MAX)) as usize;
+        let epoch = (ticket >> 32) as u32;
+        if i >= self.rma.state.len() || self.rma.epoch[i] != epoch || self.rma.state[i] != SLOT_DONE
+        {
+            return false;
+        }
+        self.rma.state[i] = SLOT_FREE;
+        self.rma.epoch[i] = epoch.wrapping_add(1);
+        self.rma.free.push(i as u32);
+        true
+    }
+
     fn has_incoming(&self) -> bool {
         self.rx.stash.iter().any(|c| c.flags & flags::RECV != 0)
     }
@@ -1646,11 +1943,15 @@ impl ConduitEp for OfiEp {
                 self.tx.idle = self.tx.idle.saturating_add(PROBE_AFTER / 64);
             }
             for c in comps.iter().take(k) {
-                // Send completions only free a bounce buffer: do it now. Receives wait
-                // for `poll`, which delivers them.
-                match self.tx.pool.index_of(c.ctx) {
-                    Some(i) => self.tx.sent(i),
-                    None => self.rx.stash.push_back(*c),
+                // Send and RMA completions only free a bounce buffer or mark an
+                // operation done: do it now. Receives wait for `poll`, which delivers
+                // them.
+                if let Some(i) = self.tx.pool.index_of(c.ctx) {
+                    self.tx.sent(i);
+                } else if let Some(i) = self.rma.index_of(c.ctx) {
+                    self.rma.completed(i);
+                } else {
+                    self.rx.stash.push_back(*c);
                 }
             }
         }

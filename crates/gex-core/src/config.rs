@@ -97,6 +97,11 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "ofi conduit: 0 posts single receive buffers even when the provider offers FI_MULTI_RECV.",
     },
     EnvVar {
+        name: "GEX_OFI_RMA",
+        default: "1",
+        doc: "ofi conduit: 0 leaves native RMA (fi_writemsg/fi_read) off, so gex-rma uses its AM reference path even when the provider offers FI_RMA.",
+    },
+    EnvVar {
         name: "GEX_SIM_SEED",
         default: "0",
         doc: "sim conduit: seed of the deterministic delivery schedule.",
