@@ -18,9 +18,10 @@
 //!   wrappers are `Send` and not `Sync`. The fabric itself is only used while opening
 //!   (by the one thread running `Conduit::open`) and when closing.
 //! - Data-path calls that hand libfabric a buffer or a context ([`EpHandle::send`],
-//!   [`EpHandle::recv`], [`EpHandle::write`], [`EpHandle::read`]) are `unsafe fn`s: the caller keeps the buffer and the context
-//!   alive and untouched until the matching completion has been read from the CQ (or the
-//!   endpoint is closed), the rule rust-ibverbs writes down for posted work.
+//!   [`EpHandle::recv`], [`EpHandle::write`], [`EpHandle::read`]) are `unsafe fn`s: the
+//!   caller keeps the buffer and the context alive and untouched until the matching
+//!   completion has been read from the CQ (or the endpoint is closed), the rule
+//!   rust-ibverbs writes down for posted work.
 //! - `fi_info` structures are only created by libfabric (`fi_allocinfo`, `fi_getinfo`,
 //!   `fi_dupinfo`) and freed with `fi_freeinfo`; strings stored into them are allocated
 //!   with `strdup`, because `fi_freeinfo` frees them with `free`.

@@ -1456,7 +1456,7 @@ impl Conduit for Ofi {
                 PathChoice {
                     operation: "AM Long",
                     path: "payload inside the FI_MSG message, copied into the segment by the receiver".into(),
-                    reason: "native RMA is not wired yet, so max Long = max Medium".into(),
+                    reason: "Long over native RMA is not done yet, so max Long = max Medium".into(),
                 },
                 PathChoice {
                     operation: "RMA put/get",
