@@ -29,8 +29,10 @@
 //!   when the provider grants it: a put is one `fi_writemsg` with `FI_DELIVERY_COMPLETE`
 //!   (complete = the bytes are at the target), a get one `fi_read`, into the target
 //!   endpoint's segment as registered in its domain; completions arrive on the CQ with
-//!   the AM completions and are collected by `poll`. `GEX_OFI_RMA=0` turns it off;
-//!   [`Ofi::stats`] counts native operations.
+//!   the AM completions and are collected by `poll`. Atomics go over `FI_ATOMIC`
+//!   ([`Capabilities::NATIVE_ATOMICS`](gex_core::Capabilities)) where the provider
+//!   validates them. `GEX_OFI_RMA=0` turns both off; [`Ofi::stats`] counts native
+//!   operations.
 //! - **Flow control.** Each ordered endpoint pair has a window of request credits
 //!   (`GEX_OFI_CREDITS`); a request without a credit, or one the provider refuses with
 //!   `-FI_EAGAIN`, reports `WouldBlock`. Credits come back on replies, on any message
@@ -70,9 +72,8 @@
 //! text: the rank ends and the launcher ends the job, rather than hanging.
 //!
 //! ## What it does not do (yet)
-//! Native atomics (gex-rma's AM-based reference serves them), Long payloads larger than
-//! a Medium, a registration cache for RMA buffers outside the segments under
-//! `FI_MR_LOCAL`, shared-memory bypass to neighbours (use the
+//! Long payloads larger than a Medium, a registration cache for RMA buffers outside the
+//! segments under `FI_MR_LOCAL` (and native atomics there), shared-memory bypass to neighbours (use the
 //! `shm` provider), hybrid shm+network jobs, and multi-host tests.
 
 mod fabric;

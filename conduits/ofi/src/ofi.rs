@@ -19,14 +19,14 @@
 #![allow(unsafe_code)]
 
 use crate::fabric::{
-    Av, CQ_BATCH, Completion, Cq, Desc, Domain, EpHandle, Errno, Fabric, Hints, Info, InfoList, Mr,
-    flags,
+    AtomicCall, Av, CQ_BATCH, Completion, Cq, Desc, Domain, EpHandle, Errno, Fabric, Hints, Info,
+    InfoList, Mr, flags,
 };
 use crate::wire::{self, Credits, HEADER};
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{
-    Capabilities, Conduit, ConduitEp, Deliver, Incoming, Limits, Native, OpenParams, OutMsg,
-    ReplyTx,
+    AtomicBase, AtomicKind, Capabilities, Conduit, ConduitEp, Deliver, Incoming, Limits, Native,
+    NativeAtomic, OpenParams, OutMsg, ReplyTx,
 };
 use gex_core::{AmError, Category, EpAddr, EpIndex, InitError, Injected, Kind, WaitPolicy};
 use std::collections::VecDeque;
@@ -284,6 +284,7 @@ struct Chosen {
     attrs: crate::fabric::Attrs,
     multi_recv: Result<(), String>,
     rma: Result<(), String>,
+    atomics: Result<(), String>,
     ordered: bool,
 }
 
@@ -307,6 +308,12 @@ fn choose(s: &Settings, single_host: bool) -> Result<Chosen, InitError> {
     let rma_caps =
         flags::RMA | flags::READ | flags::WRITE | flags::REMOTE_READ | flags::REMOTE_WRITE;
     let mut want_rma = s.rma;
+    let mut want_atomic = s.rma;
+    let mut notes_atomic = if s.rma {
+        String::new()
+    } else {
+        "disabled by GEX_OFI_RMA=0".to_string()
+    };
     let mut want_multi = s.multi_recv;
     let mut want_order = true;
     let mut notes_rma = if s.rma {
@@ -324,6 +331,7 @@ fn choose(s: &Settings, single_host: bool) -> Result<Chosen, InitError> {
             provider: s.provider.clone(),
             caps: flags::MSG
                 | if want_rma { rma_caps } else { 0 }
+                | if want_atomic { flags::ATOMIC } else { 0 }
                 | if want_multi { flags::MULTI_RECV } else { 0 },
             mr_mode: flags::MR_LOCAL
                 | flags::MR_VIRT_ADDR
@@ -368,9 +376,18 @@ fn choose(s: &Settings, single_host: bool) -> Result<Chosen, InitError> {
                     info: pick.dup(),
                     multi_recv: if want_multi { Ok(()) } else { Err(notes_multi) },
                     rma: if want_rma { Ok(()) } else { Err(notes_rma) },
+                    atomics: if want_atomic {
+                        Ok(())
+                    } else {
+                        Err(notes_atomic)
+                    },
                     ordered: want_order,
                     attrs,
                 });
+            }
+            Err(Errno::NODATA) if want_atomic => {
+                want_atomic = false;
+                notes_atomic = "provider does not offer FI_ATOMIC with FI_MSG and FI_RMA".into();
             }
             Err(Errno::NODATA) if want_rma => {
                 want_rma = false;
@@ -426,6 +443,7 @@ struct EpCounters {
     gets: AtomicU64,
     put_bytes: AtomicU64,
     get_bytes: AtomicU64,
+    atomics: AtomicU64,
 }
 
 impl EpCounters {
@@ -451,6 +469,8 @@ pub struct OfiStats {
     pub native_put_bytes: u64,
     /// Bytes of those gets.
     pub native_get_bytes: u64,
+    /// Native atomics (`fi_atomic`, `fi_fetch_atomic`, `fi_compare_atomic`) accepted.
+    pub native_atomics: u64,
 }
 
 /// The libfabric conduit. See the [crate documentation](crate).
@@ -481,6 +501,7 @@ impl Ofi {
             s.native_gets += c.gets.load(Ordering::Relaxed);
             s.native_put_bytes += c.put_bytes.load(Ordering::Relaxed);
             s.native_get_bytes += c.get_bytes.load(Ordering::Relaxed);
+            s.native_atomics += c.atomics.load(Ordering::Relaxed);
         }
         s
     }
@@ -506,6 +527,11 @@ struct Rma {
     local: Vec<(usize, usize, Desc)>,
     /// `FI_MR_LOCAL`: a buffer outside the registered segments cannot be used.
     mr_local: bool,
+    /// `FI_ATOMIC` granted (and no `FI_MR_LOCAL`, which the operand words would need).
+    atomics: bool,
+    /// Per slot: an atomic's operands (`[operand, compare]`) and, for a compare-and-swap
+    /// whose old value is not wanted, where it lands.
+    words: Mem,
 }
 
 const SLOT_FREE: u8 = 0;
@@ -513,9 +539,16 @@ const SLOT_PENDING: u8 = 1;
 const SLOT_DONE: u8 = 2;
 
 impl Rma {
-    fn new(on: bool, local: Vec<(usize, usize, Desc)>, mr_local: bool) -> Result<Rma, InitError> {
+    fn new(
+        on: bool,
+        atomics: bool,
+        local: Vec<(usize, usize, Desc)>,
+        mr_local: bool,
+    ) -> Result<Rma, InitError> {
         let n = if on { RMA_SLOTS } else { 0 };
         Ok(Rma {
+            atomics: on && atomics && !mr_local,
+            words: Mem::new(n * 24)?,
             on,
             ctx: Mem::new(n * flags::CONTEXT_BYTES)?,
             epoch: vec![0; n],
@@ -549,6 +582,14 @@ impl Rma {
             }
         }
         (!self.mr_local).then_some(Desc::NONE)
+    }
+    /// Slot `i`'s words: operand, compare value, discarded result.
+    #[inline(always)]
+    fn words(&self, i: usize) -> *mut u64 {
+        debug_assert!(i < self.state.len());
+        // SAFETY: i < slots: inside the 24-byte-per-slot array (8-byte aligned: page
+        // aligned base).
+        unsafe { self.words.base().add(i * 24) }.cast()
     }
     /// Marks the operation of slot `i` complete.
     #[inline]
@@ -1115,7 +1156,7 @@ impl OfiEp {
                     let what = if self.tx.pool.index_of(e.ctx).is_some() {
                         "send"
                     } else if self.rma.index_of(e.ctx).is_some() {
-                        "native RMA (fi_writemsg/fi_read)"
+                        "native RMA or atomic"
                     } else if e.flags & flags::RECV != 0 {
                         "receive"
                     } else {
@@ -1212,6 +1253,7 @@ impl Conduit for Ofi {
         let virt_addr = a.mr_mode & flags::MR_VIRT_ADDR != 0;
         let multi = chosen.multi_recv.is_ok();
         let rma = chosen.rma.is_ok();
+        let atomics = rma && chosen.atomics.is_ok() && !mr_local;
 
         let mut g_base = Vec::with_capacity(n);
         let mut total = 0usize;
@@ -1476,8 +1518,16 @@ impl Conduit for Ofi {
                 },
                 PathChoice {
                     operation: "atomics",
-                    path: "reference: AM-based".into(),
-                    reason: "native atomics not wired yet".into(),
+                    path: if atomics {
+                        "native FI_ATOMIC (fi_atomic / fi_fetch_atomic / fi_compare_atomic) for atomic domains whose every operation fi_*atomicvalid accepts; others AM-based".into()
+                    } else {
+                        "reference: AM-based".into()
+                    },
+                    reason: match &chosen.atomics {
+                        Ok(()) if mr_local => "FI_MR_LOCAL: operand words are not registered".into(),
+                        Ok(()) => "provider offers FI_ATOMIC".into(),
+                        Err(why) => why.clone(),
+                    },
                 },
                 PathChoice {
                     operation: "ordering",
@@ -1513,6 +1563,9 @@ impl Conduit for Ofi {
         };
         if rma {
             caps |= Capabilities::NATIVE_RMA;
+        }
+        if atomics {
+            caps |= Capabilities::NATIVE_ATOMICS;
         }
         let limits = Limits {
             max_args: MAX_ARGS,
@@ -1579,7 +1632,7 @@ impl Conduit for Ofi {
                     hellos: 0,
                     pool: rx_pool,
                 },
-                rma: Rma::new(rma, descs, mr_local)?,
+                rma: Rma::new(rma, atomics, descs, mr_local)?,
                 objs: o,
                 index: e as u16,
                 limits,
@@ -1627,6 +1680,68 @@ impl Conduit for Ofi {
 /// address into their AV, and which the provider unlinks itself only when the endpoint
 /// is closed or on a catchable signal. An address of another form (another version's
 /// format) is left alone: `Ok(false)`. An object already gone is not an error.
+/// The libfabric call, datatype and operation that perform `base` on `kind` (fetching
+/// as `fetch` says), or `None` where there is none (bitwise operations on floats).
+/// `Sub`, `Inc` and `Dec` are `FI_SUM` of a transformed operand ([`atomic_operand`]).
+fn fi_atomic_of(
+    kind: AtomicKind,
+    base: AtomicBase,
+    fetch: bool,
+) -> Option<(AtomicCall, libfabric_sys::fi_datatype, libfabric_sys::fi_op)> {
+    use libfabric_sys as fi;
+    let float = matches!(kind, AtomicKind::F32 | AtomicKind::F64);
+    let dt = match kind {
+        AtomicKind::I32 => fi::FI_INT32,
+        AtomicKind::U32 => fi::FI_UINT32,
+        AtomicKind::I64 => fi::FI_INT64,
+        AtomicKind::U64 => fi::FI_UINT64,
+        AtomicKind::F32 => fi::FI_FLOAT,
+        AtomicKind::F64 => fi::FI_DOUBLE,
+    };
+    let op = match base {
+        AtomicBase::Cswap => return Some((AtomicCall::Compare, dt, fi::FI_CSWAP)),
+        AtomicBase::Set | AtomicBase::Swap => fi::FI_ATOMIC_WRITE,
+        AtomicBase::Get => fi::FI_ATOMIC_READ,
+        AtomicBase::Add | AtomicBase::Sub | AtomicBase::Inc | AtomicBase::Dec => fi::FI_SUM,
+        AtomicBase::Mult => fi::FI_PROD,
+        AtomicBase::Min => fi::FI_MIN,
+        AtomicBase::Max => fi::FI_MAX,
+        AtomicBase::And | AtomicBase::Or | AtomicBase::Xor if float => return None,
+        AtomicBase::And => fi::FI_BAND,
+        AtomicBase::Or => fi::FI_BOR,
+        AtomicBase::Xor => fi::FI_BXOR,
+    };
+    let call = if fetch || matches!(base, AtomicBase::Get | AtomicBase::Swap) {
+        AtomicCall::Fetch
+    } else {
+        AtomicCall::Plain
+    };
+    Some((call, dt, op))
+}
+
+/// The operand libfabric gets for `base` with gex operand `a` (bit pattern, low bits):
+/// `Sub` adds the negation (exact for floats, wrapping for integers), `Inc`/`Dec` add
+/// plus or minus one.
+fn atomic_operand(kind: AtomicKind, base: AtomicBase, a: u64) -> u64 {
+    let neg = |x: u64| match kind {
+        AtomicKind::I32 | AtomicKind::U32 => u64::from((x as u32).wrapping_neg()),
+        AtomicKind::I64 | AtomicKind::U64 => x.wrapping_neg(),
+        AtomicKind::F32 => x ^ 0x8000_0000,
+        AtomicKind::F64 => x ^ (1 << 63),
+    };
+    let one = match kind {
+        AtomicKind::F32 => u64::from(1f32.to_bits()),
+        AtomicKind::F64 => 1f64.to_bits(),
+        _ => 1,
+    };
+    match base {
+        AtomicBase::Sub => neg(a),
+        AtomicBase::Inc => one,
+        AtomicBase::Dec => neg(one),
+        _ => a,
+    }
+}
+
 fn unlink_shm_region(addr: &[u8]) -> Result<bool, std::io::Error> {
     let addr = addr.split(|&b| b == 0).next().unwrap_or_default();
     let Some(rest) = addr.strip_prefix(b"fi_shm://") else {
@@ -1888,6 +2003,100 @@ impl ConduitEp for OfiEp {
                 self.rma.free.push(slot);
                 Err(self.tx.fail(
                     format!("fi_read from rank {} EP {} ({len} bytes)", dst.rank, dst.ep),
+                    e,
+                ))
+            }
+        }
+    }
+
+    fn native_atomic_supported(&self, kind: AtomicKind, base: AtomicBase, fetch: bool) -> bool {
+        self.rma.atomics
+            && fi_atomic_of(kind, base, fetch)
+                .is_some_and(|(call, dt, op)| self.tx.h.atomic_valid(call, dt, op))
+    }
+
+    /// One `fi_atomic`/`fi_fetch_atomic`/`fi_compare_atomic` on `dst`'s registered
+    /// segment; operands live in the slot until completion.
+    #[inline]
+    unsafe fn native_atomic(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        op: &NativeAtomic,
+        result: *mut u64,
+    ) -> Result<Native, AmError> {
+        if !self.rma.atomics {
+            return Ok(Native::Unsupported);
+        }
+        if let Some(f) = &self.tx.fatal {
+            return Err(AmError::Conduit(f.clone()));
+        }
+        let g = self.tx.g(dst);
+        let (Some(Some(r)), Some((call, dt, fop))) = (
+            self.conduit.remote.get(g),
+            fi_atomic_of(op.kind, op.base, op.fetch),
+        ) else {
+            return Ok(Native::Unsupported);
+        };
+        let (addr, key) = (r.base + offset as u64, r.key);
+        let Some(slot) = self.rma.free.pop() else {
+            return Ok(Native::WouldBlock);
+        };
+        let i = slot as usize;
+        let ctx = self.rma.ctx(i);
+        let w = self.rma.words(i);
+        // SAFETY: slot i's three words, owned by this free slot.
+        let (buf, compare, scratch) = unsafe { (w, w.add(1), w.add(2)) };
+        let (operand, cmp) = match op.base {
+            // fi_compare_atomic: `buf` is stored if the word equals `compare`.
+            AtomicBase::Cswap => (op.b, op.a),
+            _ => (atomic_operand(op.kind, op.base, op.a), 0),
+        };
+        // SAFETY: slot i's words (above), not in use by any operation.
+        unsafe {
+            buf.write(operand);
+            compare.write(cmp);
+        }
+        let res = if result.is_null() { scratch } else { result };
+        // SAFETY: operands and the discarded-result word belong to slot i until its
+        // completion is read; `result` stays valid until completion (caller's contract);
+        // the word is aligned and inside `dst`'s registered segment (checked by the
+        // caller).
+        let rc = unsafe {
+            self.tx.h.atomic(
+                call,
+                buf,
+                compare,
+                res,
+                self.tx.addrs[g],
+                addr,
+                key,
+                dt,
+                fop,
+                ctx,
+            )
+        };
+        match rc {
+            Ok(()) => {
+                self.rma.state[i] = SLOT_PENDING;
+                let c = &self.conduit.counters[self.index as usize];
+                c.atomics
+                    .store(c.atomics.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                Ok(Native::Pending(
+                    u64::from(self.rma.epoch[i]) << 32 | u64::from(slot),
+                ))
+            }
+            Err(Errno::AGAIN) => {
+                self.rma.free.push(slot);
+                Ok(Native::WouldBlock)
+            }
+            Err(e) => {
+                self.rma.free.push(slot);
+                Err(self.tx.fail(
+                    format!(
+                        "native atomic {:?} on {:?} to rank {} EP {}",
+                        op.base, op.kind, dst.rank, dst.ep
+                    ),
                     e,
                 ))
             }

@@ -9,7 +9,7 @@
 
 use gex_conduit_ofi::Ofi;
 use gex_core::{ClientBuilder, Config, EpAddr, WaitPolicy};
-use gex_rma::RmaEp;
+use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, RmaEp};
 use gex_testkit::conformance::{self, Case, Job};
 
 const SEGMENT: usize = 2 << 20;
@@ -116,9 +116,11 @@ mod shm_am {
     }
 }
 
-/// One rank's part of [`native_path_is_taken`]: rank 0 puts 1 MiB to rank 1 and gets it
+/// One rank's part of `native_path_is_taken_*`: rank 0 puts 1 MiB to rank 1 and gets it
 /// back; with native RMA on, the conduit counts native operations and hardly any AM
-/// leaves rank 0 (the AM path would need more than 128 Long requests of 8 KiB).
+/// leaves rank 0 (the AM path would need more than 128 Long requests of 8 KiB). Then
+/// every rank fetch-adds 100 times to a word of rank 1: the `u64` domain is native
+/// exactly when native RMA is on (both providers grant `FI_ATOMIC`).
 fn native_rank(
     boot: Box<dyn gex_core::boot::Bootstrap>,
     provider: &str,
@@ -172,6 +174,47 @@ fn native_rank(
         } else if s.native_puts + s.native_gets != 0 || ams < 64 {
             return Err(format!("GEX_OFI_RMA=0 but {s:?} and {ams} AMs"));
         }
+    }
+    r.barrier().map_err(|e| e.to_string())?;
+    let ad = r
+        .atomic_domain::<u64>(AtomicOps::FADD | AtomicOps::GET)
+        .map_err(|e| e.to_string())?;
+    // Both tested providers grant FI_ATOMIC (tcp;ofi_rxm emulates it in the target's
+    // provider progress); the report says whether it is used.
+    let atomics = report
+        .path("atomics")
+        .ok_or("no atomics path in the report")?;
+    let want_native = native;
+    if atomics.path.starts_with("native") != want_native {
+        return Err(format!(
+            "{provider} GEX_OFI_RMA={rma}: report says {atomics:?}"
+        ));
+    }
+    if ad.is_native() != want_native {
+        return Err(format!(
+            "{provider} GEX_OFI_RMA={rma}: atomic domain native = {}, expected {want_native}",
+            ad.is_native()
+        ));
+    }
+    let word = r.global_ptr::<u64>(EpAddr::rank(1), 64);
+    let f = AtomicFlags::empty();
+    let before = client.conduit().stats().native_atomics;
+    for _ in 0..100 {
+        ad.fetch(&mut r, AtomicOp::Fadd, word, 1, 0, f)
+            .map_err(|e| e.to_string())?;
+    }
+    let counted = client.conduit().stats().native_atomics - before;
+    if counted != if want_native { 100 } else { 0 } {
+        return Err(format!(
+            "{counted} native atomics counted for 100 fetch-adds"
+        ));
+    }
+    r.barrier().map_err(|e| e.to_string())?;
+    let total = ad
+        .fetch(&mut r, AtomicOp::Get, word, 0, 0, f)
+        .map_err(|e| e.to_string())?;
+    if total != 100 * u64::from(r.size()) {
+        return Err(format!("word holds {total} after 100 fetch-adds per rank"));
     }
     r.barrier().map_err(|e| e.to_string())?;
     drop(r);

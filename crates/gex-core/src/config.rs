@@ -99,7 +99,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "GEX_OFI_RMA",
         default: "1",
-        doc: "ofi conduit: 0 leaves native RMA (fi_writemsg/fi_read) off, so gex-rma uses its AM reference path even when the provider offers FI_RMA.",
+        doc: "ofi conduit: 0 leaves native RMA (fi_writemsg/fi_read) and atomics (fi_atomic) off, so gex-rma uses its AM reference path even when the provider offers FI_RMA/FI_ATOMIC.",
     },
     EnvVar {
         name: "GEX_SIM_SEED",
