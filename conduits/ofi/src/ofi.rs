@@ -10,7 +10,14 @@
 //!   message in it has been delivered.
 //! - **Contexts** handed to libfabric are slots of a `fi_context2`-sized array parallel
 //!   to each pool, so a completion's context pointer names its buffer; it is checked to
-//!   lie inside one of the two arrays before it is used.
+//!   lie inside one of the arrays before it is used.
+//! - **Native RMA and atomics** use the slots of [`Rma`]: a context and three operand
+//!   words per slot, in [`Mem`] allocations that `OfiEp` declares after `objs`, so they
+//!   outlive the libfabric endpoint. A slot is taken when an operation is posted and
+//!   freed only after its completion has been read and reported by `native_test`. The
+//!   user buffers of puts and gets are the caller's to keep valid until completion
+//!   (`ConduitEp::native_put`'s contract); remote addresses are the peer's published
+//!   segment base (or 0) plus an offset the caller checked against the segment.
 //! - **Segments** are zero-filled [`Mem`] allocations owned by [`Ofi`], which every
 //!   endpoint keeps alive through its `Arc`. Long payloads are written into them at
 //!   offsets the receiver checks against the segment length before copying.
@@ -234,6 +241,7 @@ struct Settings {
     credits: u16,
     multi_recv: bool,
     rma: bool,
+    atomics: bool,
 }
 
 fn settings(params: &OpenParams<'_>) -> Result<Settings, InitError> {
@@ -275,6 +283,7 @@ fn settings(params: &OpenParams<'_>) -> Result<Settings, InitError> {
         credits: credits as u16,
         multi_recv: c.bool("GEX_OFI_MULTI_RECV", true)?,
         rma: c.bool("GEX_OFI_RMA", true)?,
+        atomics: c.bool("GEX_OFI_ATOMICS", true)?,
     })
 }
 
@@ -308,11 +317,13 @@ fn choose(s: &Settings, single_host: bool) -> Result<Chosen, InitError> {
     let rma_caps =
         flags::RMA | flags::READ | flags::WRITE | flags::REMOTE_READ | flags::REMOTE_WRITE;
     let mut want_rma = s.rma;
-    let mut want_atomic = s.rma;
-    let mut notes_atomic = if s.rma {
-        String::new()
-    } else {
+    let mut want_atomic = s.rma && s.atomics;
+    let mut notes_atomic = if !s.rma {
         "disabled by GEX_OFI_RMA=0".to_string()
+    } else if !s.atomics {
+        "disabled by GEX_OFI_ATOMICS=0".to_string()
+    } else {
+        String::new()
     };
     let mut want_multi = s.multi_recv;
     let mut want_order = true;

@@ -120,17 +120,19 @@ mod shm_am {
 /// back; with native RMA on, the conduit counts native operations and hardly any AM
 /// leaves rank 0 (the AM path would need more than 128 Long requests of 8 KiB). Then
 /// every rank fetch-adds 100 times to a word of rank 1: the `u64` domain is native
-/// exactly when native RMA is on (both providers grant `FI_ATOMIC`).
+/// exactly when native RMA and atomics are on (both providers grant `FI_ATOMIC`).
 fn native_rank(
     boot: Box<dyn gex_core::boot::Bootstrap>,
     provider: &str,
     rma: &str,
+    atomics: &str,
 ) -> Result<(), String> {
     let client = ClientBuilder::new()
         .segment_size(SEGMENT)
         .config(Config::from_pairs([
             ("GEX_OFI_PROVIDER", provider),
             ("GEX_OFI_RMA", rma),
+            ("GEX_OFI_ATOMICS", atomics),
         ]))
         .init::<Ofi>(boot)
         .map_err(|e| e.to_string())?;
@@ -181,13 +183,13 @@ fn native_rank(
         .map_err(|e| e.to_string())?;
     // Both tested providers grant FI_ATOMIC (tcp;ofi_rxm emulates it in the target's
     // provider progress); the report says whether it is used.
-    let atomics = report
+    let want_native = native && atomics == "1";
+    let apath = report
         .path("atomics")
         .ok_or("no atomics path in the report")?;
-    let want_native = native;
-    if atomics.path.starts_with("native") != want_native {
+    if apath.path.starts_with("native") != want_native {
         return Err(format!(
-            "{provider} GEX_OFI_RMA={rma}: report says {atomics:?}"
+            "{provider} GEX_OFI_RMA={rma} GEX_OFI_ATOMICS={atomics}: report says {apath:?}"
         ));
     }
     if ad.is_native() != want_native {
@@ -221,12 +223,12 @@ fn native_rank(
     client.finalize().map_err(|e| e.to_string())
 }
 
-fn native_job(test: &str, provider: &str, rma: &str) {
+fn native_job(test: &str, provider: &str, rma: &str, atomics: &str) {
     match gex_boot::spawn_self_test(2, test).expect("spawn") {
         gex_boot::Role::Launcher(code) => assert_eq!(code, 0, "{test}: job failed"),
         gex_boot::Role::Rank(boot) => {
             conformance::rank_watchdog(test);
-            let code = match native_rank(boot, provider, rma) {
+            let code = match native_rank(boot, provider, rma, atomics) {
                 Ok(()) => 0,
                 Err(e) => {
                     eprintln!("{test}: {e}");
@@ -240,15 +242,21 @@ fn native_job(test: &str, provider: &str, rma: &str) {
 
 #[test]
 fn native_path_is_taken_tcp() {
-    native_job("native_path_is_taken_tcp", "tcp", "1");
+    native_job("native_path_is_taken_tcp", "tcp", "1", "1");
 }
 
 #[test]
 fn native_path_is_taken_shm() {
-    native_job("native_path_is_taken_shm", "shm", "1");
+    native_job("native_path_is_taken_shm", "shm", "1", "1");
 }
 
 #[test]
 fn am_path_with_rma_off() {
-    native_job("am_path_with_rma_off", "tcp", "0");
+    native_job("am_path_with_rma_off", "tcp", "0", "1");
+}
+
+/// `GEX_OFI_ATOMICS=0`: native RMA, AM-based atomic domains.
+#[test]
+fn atomics_off_keeps_native_rma() {
+    native_job("atomics_off_keeps_native_rma", "shm", "1", "0");
 }
