@@ -18,9 +18,10 @@
 //!   wrappers are `Send` and not `Sync`. The fabric itself is only used while opening
 //!   (by the one thread running `Conduit::open`) and when closing.
 //! - Data-path calls that hand libfabric a buffer or a context ([`EpHandle::send`],
-//!   [`EpHandle::recv`]) are `unsafe fn`s: the caller keeps the buffer and the context
-//!   alive and untouched until the matching completion has been read from the CQ (or the
-//!   endpoint is closed), the rule rust-ibverbs writes down for posted work.
+//!   [`EpHandle::recv`], [`EpHandle::write`], [`EpHandle::read`], [`EpHandle::atomic`]) are `unsafe fn`s: the
+//!   caller keeps the buffer and the context alive and untouched until the matching
+//!   completion has been read from the CQ (or the endpoint is closed), the rule
+//!   rust-ibverbs writes down for posted work.
 //! - `fi_info` structures are only created by libfabric (`fi_allocinfo`, `fi_getinfo`,
 //!   `fi_dupinfo`) and freed with `fi_freeinfo`; strings stored into them are allocated
 //!   with `strdup`, because `fi_freeinfo` frees them with `free`.
@@ -682,6 +683,169 @@ impl EpHandle {
         fi_call!(unsafe { fi::fi_recvmsg(self.0, &msg, flags) })?;
         Ok(())
     }
+
+    /// `fi_writemsg`: writes `buf..buf+len` to `addr` (under `key`) at `dest`, with a
+    /// completion reported with `ctx`, asking for `FI_DELIVERY_COMPLETE` (the completion
+    /// is generated once the data is visible at the target).
+    ///
+    /// # Safety
+    /// `buf..buf+len` and `ctx` (an `fi_context2`) stay valid, and the source unmodified,
+    /// until the completion for `ctx` has been read or the endpoint is closed.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn write(
+        &self,
+        buf: *const u8,
+        len: usize,
+        desc: Desc,
+        dest: u64,
+        addr: u64,
+        key: u64,
+        ctx: *mut c_void,
+    ) -> Result<(), Errno> {
+        let iov = libc::iovec {
+            iov_base: buf.cast_mut().cast(),
+            iov_len: len,
+        };
+        let rma = fi::fi_rma_iov { addr, len, key };
+        let mut d = desc.0;
+        let msg = fi::fi_msg_rma {
+            msg_iov: &iov,
+            desc: &mut d,
+            iov_count: 1,
+            addr: dest,
+            rma_iov: &rma,
+            rma_iov_count: 1,
+            context: ctx,
+            data: 0,
+        };
+        let flags = u64::from(fi::FI_COMPLETION | fi::FI_DELIVERY_COMPLETE);
+        // SAFETY: by the caller's contract; `msg`, `iov`, `rma` and `d` are only read
+        // during the call.
+        fi_call!(unsafe { fi::fi_writemsg(self.0, &msg, flags) })?;
+        Ok(())
+    }
+
+    /// An atomic on one `dt` word at `addr` (under `key`) of `dest`, with a completion
+    /// reported with `ctx`: `fi_atomic` (operand `buf`), `fi_fetch_atomic` (old value
+    /// into `result`) or `fi_compare_atomic` (`compare`, then `buf` stored, old value
+    /// into `result`), as `call` says.
+    ///
+    /// # Safety
+    /// `buf`, `compare` and `result` (as used by `call`) and `ctx` stay valid, and
+    /// `result` untouched by others, until the completion for `ctx` has been read or the
+    /// endpoint is closed.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn atomic(
+        &self,
+        call: AtomicCall,
+        buf: *const u64,
+        compare: *const u64,
+        result: *mut u64,
+        dest: u64,
+        addr: u64,
+        key: u64,
+        dt: fi::fi_datatype,
+        op: fi::fi_op,
+        ctx: *mut c_void,
+    ) -> Result<(), Errno> {
+        let nd = ptr::null_mut();
+        // SAFETY: by the caller's contract (one element, no descriptors: only used
+        // where the provider does not require FI_MR_LOCAL).
+        fi_call!(unsafe {
+            match call {
+                AtomicCall::Plain => {
+                    fi::fi_atomic(self.0, buf.cast(), 1, nd, dest, addr, key, dt, op, ctx)
+                }
+                AtomicCall::Fetch => fi::fi_fetch_atomic(
+                    self.0,
+                    buf.cast(),
+                    1,
+                    nd,
+                    result.cast(),
+                    nd,
+                    dest,
+                    addr,
+                    key,
+                    dt,
+                    op,
+                    ctx,
+                ),
+                AtomicCall::Compare => fi::fi_compare_atomic(
+                    self.0,
+                    buf.cast(),
+                    1,
+                    nd,
+                    compare.cast(),
+                    nd,
+                    result.cast(),
+                    nd,
+                    dest,
+                    addr,
+                    key,
+                    dt,
+                    op,
+                    ctx,
+                ),
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Whether the provider performs `op` on `dt` as `call` (`fi_atomicvalid`,
+    /// `fi_fetch_atomicvalid`, `fi_compare_atomicvalid`) for at least one element.
+    pub(crate) fn atomic_valid(
+        &self,
+        call: AtomicCall,
+        dt: fi::fi_datatype,
+        op: fi::fi_op,
+    ) -> bool {
+        let mut count = 0usize;
+        // SAFETY: open, enabled endpoint; `count` is a local written by the call.
+        let rc = unsafe {
+            match call {
+                AtomicCall::Plain => fi::fi_atomicvalid(self.0, dt, op, &mut count),
+                AtomicCall::Fetch => fi::fi_fetch_atomicvalid(self.0, dt, op, &mut count),
+                AtomicCall::Compare => fi::fi_compare_atomicvalid(self.0, dt, op, &mut count),
+            }
+        };
+        rc == 0 && count >= 1
+    }
+
+    /// `fi_read`: reads `len` bytes at `addr` (under `key`) of `src` into `buf`, with a
+    /// completion reported with `ctx` once the bytes are in `buf`.
+    ///
+    /// # Safety
+    /// `buf..buf+len` and `ctx` stay valid, and `buf` untouched by anyone else, until the
+    /// completion for `ctx` has been read or the endpoint is closed.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn read(
+        &self,
+        buf: *mut u8,
+        len: usize,
+        desc: Desc,
+        src: u64,
+        addr: u64,
+        key: u64,
+        ctx: *mut c_void,
+    ) -> Result<(), Errno> {
+        // SAFETY: by the caller's contract.
+        fi_call!(unsafe { fi::fi_read(self.0, buf.cast(), len, desc.0, src, addr, key, ctx) })?;
+        Ok(())
+    }
+}
+
+/// Which libfabric atomic call an operation uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AtomicCall {
+    /// `fi_atomic`: no result.
+    Plain,
+    /// `fi_fetch_atomic`: the old value is returned.
+    Fetch,
+    /// `fi_compare_atomic`: compare-and-swap, the old value is returned.
+    Compare,
 }
 
 /// An endpoint.
@@ -773,6 +937,7 @@ pub(crate) mod flags {
     use libfabric_sys as fi;
     pub(crate) const MSG: u64 = fi::FI_MSG as u64;
     pub(crate) const RMA: u64 = fi::FI_RMA as u64;
+    pub(crate) const ATOMIC: u64 = fi::FI_ATOMIC as u64;
     pub(crate) const READ: u64 = fi::FI_READ as u64;
     pub(crate) const WRITE: u64 = fi::FI_WRITE as u64;
     pub(crate) const SEND: u64 = fi::FI_SEND as u64;

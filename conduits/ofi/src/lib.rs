@@ -23,8 +23,16 @@
 //!   land in pre-posted receive buffers (multi-receive buffers when the provider offers
 //!   `FI_MULTI_RECV`), are delivered in place, and the buffers are reposted.
 //! - **Long** payloads travel inside the message and the receiver copies them into its
-//!   segment before running the handler (native RMA comes later), so the largest Long
-//!   payload is the largest Medium payload.
+//!   segment before running the handler, so the largest Long payload is the largest
+//!   Medium payload.
+//! - **Native RMA over `FI_RMA`** ([`Capabilities::NATIVE_RMA`](gex_core::Capabilities))
+//!   when the provider grants it: a put is one `fi_writemsg` with `FI_DELIVERY_COMPLETE`
+//!   (complete = the bytes are at the target), a get one `fi_read`, into the target
+//!   endpoint's segment as registered in its domain; completions arrive on the CQ with
+//!   the AM completions and are collected by `poll`. Atomics go over `FI_ATOMIC`
+//!   ([`Capabilities::NATIVE_ATOMICS`](gex_core::Capabilities)) where the provider
+//!   validates them. `GEX_OFI_RMA=0` turns both off; [`Ofi::stats`] counts native
+//!   operations.
 //! - **Flow control.** Each ordered endpoint pair has a window of request credits
 //!   (`GEX_OFI_CREDITS`); a request without a credit, or one the provider refuses with
 //!   `-FI_EAGAIN`, reports `WouldBlock`. Credits come back on replies, on any message
@@ -40,7 +48,8 @@
 //!   (regions bound to the endpoint and enabled), `FI_MR_PROV_KEY` (keys read back),
 //!   `FI_MR_VIRT_ADDR` (published addresses are virtual or offsets). When the provider
 //!   offers `FI_RMA`, every segment of a rank is registered in every endpoint's domain
-//!   (redundant registration) and keys are exchanged, ready for native RMA.
+//!   (redundant registration) and keys are exchanged for native RMA; under
+//!   `FI_MR_LOCAL` an RMA buffer outside the segments takes gex-rma's AM path.
 //! - **Degradation.** A provider lacking `FI_RMA`, `FI_MULTI_RECV`, send-after-send
 //!   ordering or a CQ wait object is still used, with the reference path for what it
 //!   lacks; [`OfiReport`] (from [`Ofi::report`]) says which path each operation uses
@@ -49,7 +58,8 @@
 //! ## Configuration
 //! `GEX_OFI_PROVIDER` (default `tcp`, i.e. `tcp;ofi_rxm`; `auto` leaves the choice to
 //! libfabric and its `FI_PROVIDER`), `GEX_OFI_DOMAIN`, `GEX_OFI_MAX_MEDIUM` (default
-//! 8 KiB), `GEX_OFI_CREDITS` (default 64), `GEX_OFI_MULTI_RECV` (default 1). See
+//! 8 KiB), `GEX_OFI_CREDITS` (default 64), `GEX_OFI_MULTI_RECV` (default 1),
+//! `GEX_OFI_RMA` (default 1). See
 //! `docs/ofi.md` and `docs/env.md`.
 //!
 //! ## Errors and faults
@@ -62,8 +72,8 @@
 //! text: the rank ends and the launcher ends the job, rather than hanging.
 //!
 //! ## What it does not do (yet)
-//! Native RMA and atomics over `FI_RMA` (gex-rma's AM-based reference serves them),
-//! Long payloads larger than a Medium, shared-memory bypass to neighbours (use the
+//! Long payloads larger than a Medium, a registration cache for RMA buffers outside the
+//! segments under `FI_MR_LOCAL` (and native atomics there), shared-memory bypass to neighbours (use the
 //! `shm` provider), hybrid shm+network jobs, and multi-host tests.
 
 mod fabric;
@@ -71,5 +81,6 @@ mod ofi;
 mod wire;
 
 pub use ofi::{
-    DEFAULT_CREDITS, DEFAULT_MAX_MEDIUM, DEFAULT_PROVIDER, Ofi, OfiEp, OfiReport, PathChoice,
+    DEFAULT_CREDITS, DEFAULT_MAX_MEDIUM, DEFAULT_PROVIDER, Ofi, OfiEp, OfiReport, OfiStats,
+    PathChoice,
 };

@@ -10,7 +10,14 @@
 //!   message in it has been delivered.
 //! - **Contexts** handed to libfabric are slots of a `fi_context2`-sized array parallel
 //!   to each pool, so a completion's context pointer names its buffer; it is checked to
-//!   lie inside one of the two arrays before it is used.
+//!   lie inside one of the arrays before it is used.
+//! - **Native RMA and atomics** use the slots of [`Rma`]: a context and three operand
+//!   words per slot, in [`Mem`] allocations that `OfiEp` declares after `objs`, so they
+//!   outlive the libfabric endpoint. A slot is taken when an operation is posted and
+//!   freed only after its completion has been read and reported by `native_test`. The
+//!   user buffers of puts and gets are the caller's to keep valid until completion
+//!   (`ConduitEp::native_put`'s contract); remote addresses are the peer's published
+//!   segment base (or 0) plus an offset the caller checked against the segment.
 //! - **Segments** are zero-filled [`Mem`] allocations owned by [`Ofi`], which every
 //!   endpoint keeps alive through its `Arc`. Long payloads are written into them at
 //!   offsets the receiver checks against the segment length before copying.
@@ -19,19 +26,21 @@
 #![allow(unsafe_code)]
 
 use crate::fabric::{
-    Av, CQ_BATCH, Completion, Cq, Desc, Domain, EpHandle, Errno, Fabric, Hints, Info, InfoList, Mr,
-    flags,
+    AtomicCall, Av, CQ_BATCH, Completion, Cq, Desc, Domain, EpHandle, Errno, Fabric, Hints, Info,
+    InfoList, Mr, flags,
 };
 use crate::wire::{self, Credits, HEADER};
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{
-    Capabilities, Conduit, ConduitEp, Deliver, Incoming, Limits, OpenParams, OutMsg, ReplyTx,
+    AtomicBase, AtomicKind, Capabilities, Conduit, ConduitEp, Deliver, Incoming, Limits, Native,
+    NativeAtomic, OpenParams, OutMsg, ReplyTx,
 };
 use gex_core::{AmError, Category, EpAddr, EpIndex, InitError, Injected, Kind, WaitPolicy};
 use std::collections::VecDeque;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Default provider (`GEX_OFI_PROVIDER`): libfabric's `tcp`, which offers RDM endpoints
@@ -231,6 +240,8 @@ struct Settings {
     max_medium: usize,
     credits: u16,
     multi_recv: bool,
+    rma: bool,
+    atomics: bool,
 }
 
 fn settings(params: &OpenParams<'_>) -> Result<Settings, InitError> {
@@ -271,6 +282,8 @@ fn settings(params: &OpenParams<'_>) -> Result<Settings, InitError> {
         max_medium,
         credits: credits as u16,
         multi_recv: c.bool("GEX_OFI_MULTI_RECV", true)?,
+        rma: c.bool("GEX_OFI_RMA", true)?,
+        atomics: c.bool("GEX_OFI_ATOMICS", true)?,
     })
 }
 
@@ -280,6 +293,7 @@ struct Chosen {
     attrs: crate::fabric::Attrs,
     multi_recv: Result<(), String>,
     rma: Result<(), String>,
+    atomics: Result<(), String>,
     ordered: bool,
 }
 
@@ -302,10 +316,22 @@ fn mr_mode_names(m: i32) -> Vec<&'static str> {
 fn choose(s: &Settings, single_host: bool) -> Result<Chosen, InitError> {
     let rma_caps =
         flags::RMA | flags::READ | flags::WRITE | flags::REMOTE_READ | flags::REMOTE_WRITE;
-    let mut want_rma = true;
+    let mut want_rma = s.rma;
+    let mut want_atomic = s.rma && s.atomics;
+    let mut notes_atomic = if !s.rma {
+        "disabled by GEX_OFI_RMA=0".to_string()
+    } else if !s.atomics {
+        "disabled by GEX_OFI_ATOMICS=0".to_string()
+    } else {
+        String::new()
+    };
     let mut want_multi = s.multi_recv;
     let mut want_order = true;
-    let mut notes_rma = String::new();
+    let mut notes_rma = if s.rma {
+        String::new()
+    } else {
+        "disabled by GEX_OFI_RMA=0".to_string()
+    };
     let mut notes_multi = if s.multi_recv {
         String::new()
     } else {
@@ -316,6 +342,7 @@ fn choose(s: &Settings, single_host: bool) -> Result<Chosen, InitError> {
             provider: s.provider.clone(),
             caps: flags::MSG
                 | if want_rma { rma_caps } else { 0 }
+                | if want_atomic { flags::ATOMIC } else { 0 }
                 | if want_multi { flags::MULTI_RECV } else { 0 },
             mr_mode: flags::MR_LOCAL
                 | flags::MR_VIRT_ADDR
@@ -360,9 +387,18 @@ fn choose(s: &Settings, single_host: bool) -> Result<Chosen, InitError> {
                     info: pick.dup(),
                     multi_recv: if want_multi { Ok(()) } else { Err(notes_multi) },
                     rma: if want_rma { Ok(()) } else { Err(notes_rma) },
+                    atomics: if want_atomic {
+                        Ok(())
+                    } else {
+                        Err(notes_atomic)
+                    },
                     ordered: want_order,
                     attrs,
                 });
+            }
+            Err(Errno::NODATA) if want_atomic => {
+                want_atomic = false;
+                notes_atomic = "provider does not offer FI_ATOMIC with FI_MSG and FI_RMA".into();
             }
             Err(Errno::NODATA) if want_rma => {
                 want_rma = false;
@@ -397,14 +433,55 @@ fn choose(s: &Settings, single_host: bool) -> Result<Chosen, InitError> {
 // ---------------------------------------------------------------------------------------
 // The conduit
 
-/// A peer endpoint's segment as published at open: base address, length and the key of
-/// its registration in its own domain (for native RMA, which comes later).
+/// A peer endpoint's segment as published at open: the address its offset 0 has in RMA
+/// operations (its virtual address under `FI_MR_VIRT_ADDR`, else 0), length and the key
+/// of its registration in its own domain (the domain of the endpoint RMA targets).
 #[derive(Clone, Copy, Debug)]
-#[allow(dead_code)] // read by native RMA (a later issue); published and checked now
 struct RemoteSeg {
     base: u64,
+    #[allow(dead_code)] // ranges are checked by the caller (gex-rma); kept for diagnostics
     len: usize,
     key: u64,
+}
+
+/// Counters of one endpoint's native operations (written only by the thread driving
+/// that endpoint; read by [`Ofi::stats`]). A cache line each, so that endpoints driven
+/// by different threads do not share one.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct EpCounters {
+    puts: AtomicU64,
+    gets: AtomicU64,
+    put_bytes: AtomicU64,
+    get_bytes: AtomicU64,
+    atomics: AtomicU64,
+}
+
+impl EpCounters {
+    /// Adds one operation of `len` bytes (single writer: a load and a store suffice).
+    #[inline(always)]
+    fn add(ops: &AtomicU64, bytes: &AtomicU64, len: usize) {
+        ops.store(ops.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        bytes.store(
+            bytes.load(Ordering::Relaxed) + len as u64,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// Native RMA operations this rank's endpoints started (see [`Ofi::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OfiStats {
+    /// `fi_writemsg` calls accepted by the provider (native puts).
+    pub native_puts: u64,
+    /// `fi_read` calls accepted by the provider (native gets).
+    pub native_gets: u64,
+    /// Bytes of those puts.
+    pub native_put_bytes: u64,
+    /// Bytes of those gets.
+    pub native_get_bytes: u64,
+    /// Native atomics (`fi_atomic`, `fi_fetch_atomic`, `fi_compare_atomic`) accepted.
+    pub native_atomics: u64,
 }
 
 /// The libfabric conduit. See the [crate documentation](crate).
@@ -413,8 +490,8 @@ pub struct Ofi {
     report: OfiReport,
     segs: Vec<Mem>,
     seg_len: usize,
-    #[allow(dead_code)] // for native RMA (a later issue)
     remote: Vec<Option<RemoteSeg>>,
+    counters: Vec<EpCounters>,
     // Closed last: every domain (one per endpoint) is closed by then.
     _fabric: Fabric,
     _info: Info,
@@ -424,6 +501,111 @@ impl Ofi {
     /// What was opened and which path each operation uses, with reasons.
     pub fn report(&self) -> &OfiReport {
         &self.report
+    }
+
+    /// Native RMA operations started so far by this rank's endpoints (summed), e.g. to
+    /// check that puts took the `FI_RMA` path rather than gex-rma's AM reference path.
+    pub fn stats(&self) -> OfiStats {
+        let mut s = OfiStats::default();
+        for c in &self.counters {
+            s.native_puts += c.puts.load(Ordering::Relaxed);
+            s.native_gets += c.gets.load(Ordering::Relaxed);
+            s.native_put_bytes += c.put_bytes.load(Ordering::Relaxed);
+            s.native_get_bytes += c.get_bytes.load(Ordering::Relaxed);
+            s.native_atomics += c.atomics.load(Ordering::Relaxed);
+        }
+        s
+    }
+}
+
+/// Native RMA slots per endpoint: operations in flight, or complete and not yet
+/// reported by `native_test`.
+const RMA_SLOTS: usize = 1024;
+
+/// Native RMA state of one endpoint: a fixed table of slots, each with an
+/// `fi_context2` handed to libfabric; a ticket is `generation << 32 | slot`.
+#[derive(Debug)]
+struct Rma {
+    /// `FI_RMA` granted and wired (and not disabled by `GEX_OFI_RMA=0`).
+    on: bool,
+    ctx: Mem,
+    /// Per slot: generation (bumped when the slot is freed) and state.
+    epoch: Vec<u32>,
+    state: Vec<u8>,
+    free: Vec<u32>,
+    /// This rank's segments (address, length, descriptor of their registration in this
+    /// endpoint's domain), for local descriptors.
+    local: Vec<(usize, usize, Desc)>,
+    /// `FI_MR_LOCAL`: a buffer outside the registered segments cannot be used.
+    mr_local: bool,
+    /// `FI_ATOMIC` granted (and no `FI_MR_LOCAL`, which the operand words would need).
+    atomics: bool,
+    /// Per slot: an atomic's operands (`[operand, compare]`) and, for a compare-and-swap
+    /// whose old value is not wanted, where it lands.
+    words: Mem,
+}
+
+const SLOT_FREE: u8 = 0;
+const SLOT_PENDING: u8 = 1;
+const SLOT_DONE: u8 = 2;
+
+impl Rma {
+    fn new(
+        on: bool,
+        atomics: bool,
+        local: Vec<(usize, usize, Desc)>,
+        mr_local: bool,
+    ) -> Result<Rma, InitError> {
+        let n = if on { RMA_SLOTS } else { 0 };
+        Ok(Rma {
+            atomics: on && atomics && !mr_local,
+            words: Mem::new(n * 24)?,
+            on,
+            ctx: Mem::new(n * flags::CONTEXT_BYTES)?,
+            epoch: vec![0; n],
+            state: vec![SLOT_FREE; n],
+            free: (0..n as u32).rev().collect(),
+            local,
+            mr_local,
+        })
+    }
+    #[inline(always)]
+    fn ctx(&self, i: usize) -> *mut std::ffi::c_void {
+        debug_assert!(i < self.state.len());
+        // SAFETY: i < slots: inside the context array.
+        unsafe { self.ctx.base().add(i * flags::CONTEXT_BYTES) }.cast()
+    }
+    /// The slot of a context pointer, if it is one of the table's.
+    #[inline(always)]
+    fn index_of(&self, ctx: *mut std::ffi::c_void) -> Option<usize> {
+        let off = (ctx as usize).checked_sub(self.ctx.base() as usize)?;
+        (off < self.state.len() * flags::CONTEXT_BYTES && off % flags::CONTEXT_BYTES == 0)
+            .then_some(off / flags::CONTEXT_BYTES)
+    }
+    /// The local descriptor for `p..p+len`: its segment's, or none where the provider
+    /// does not need one; `None` if it needs one and the range is not registered.
+    #[inline]
+    fn desc(&self, p: *const u8, len: usize) -> Option<Desc> {
+        let p = p as usize;
+        for &(b, l, d) in &self.local {
+            if p >= b && p - b <= l && len <= l - (p - b) {
+                return Some(d);
+            }
+        }
+        (!self.mr_local).then_some(Desc::NONE)
+    }
+    /// Slot `i`'s words: operand, compare value, discarded result.
+    #[inline(always)]
+    fn words(&self, i: usize) -> *mut u64 {
+        debug_assert!(i < self.state.len());
+        // SAFETY: i < slots: inside the 24-byte-per-slot array (8-byte aligned: page
+        // aligned base).
+        unsafe { self.words.base().add(i * 24) }.cast()
+    }
+    /// Marks the operation of slot `i` complete.
+    #[inline]
+    fn completed(&mut self, i: usize) {
+        self.state[i] = SLOT_DONE;
     }
 }
 
@@ -501,6 +683,7 @@ pub struct OfiEp {
     objs: Objects,
     tx: Tx,
     rx: Rx,
+    rma: Rma,
     index: EpIndex,
     limits: Limits,
     caps: Capabilities,
@@ -848,6 +1031,10 @@ impl OfiEp {
             self.tx.sent(i);
             return Done::Nothing;
         }
+        if let Some(i) = self.rma.index_of(c.ctx) {
+            self.rma.completed(i);
+            return Done::Nothing;
+        }
         let Some(i) = self.rx.pool.index_of(c.ctx) else {
             self.die(format!("completion with an unknown context {:p}", c.ctx));
         };
@@ -979,6 +1166,8 @@ impl OfiEp {
                     };
                     let what = if self.tx.pool.index_of(e.ctx).is_some() {
                         "send"
+                    } else if self.rma.index_of(e.ctx).is_some() {
+                        "native RMA or atomic"
                     } else if e.flags & flags::RECV != 0 {
                         "receive"
                     } else {
@@ -1075,6 +1264,7 @@ impl Conduit for Ofi {
         let virt_addr = a.mr_mode & flags::MR_VIRT_ADDR != 0;
         let multi = chosen.multi_recv.is_ok();
         let rma = chosen.rma.is_ok();
+        let atomics = rma && chosen.atomics.is_ok() && !mr_local;
 
         let mut g_base = Vec::with_capacity(n);
         let mut total = 0usize;
@@ -1107,6 +1297,7 @@ impl Conduit for Ofi {
         let mut pools = Vec::with_capacity(my_eps);
         let mut names = Vec::with_capacity(my_eps);
         let mut own_keys = Vec::with_capacity(my_eps);
+        let mut seg_descs = Vec::with_capacity(my_eps);
         let mut waitable = true;
         for e in 0..my_eps {
             let p = prov.as_str();
@@ -1183,6 +1374,7 @@ impl Conduit for Ofi {
             // domain, so any endpoint can use any local segment as an RMA source or
             // target without sharing a domain (seed 002).
             let mut own_key = 0u64;
+            let mut descs = Vec::new();
             if rma {
                 let access = flags::READ
                     | flags::WRITE
@@ -1201,10 +1393,12 @@ impl Conduit for Ofi {
                     if j == e {
                         own_key = mr.key();
                     }
+                    descs.push((sm.base() as usize, seg_len, mr.desc()));
                     mrs.push(mr);
                 }
             }
             own_keys.push(own_key);
+            seg_descs.push(descs);
             names.push(name);
             pools.push((tx_pool, rx_pool));
             objs.push(Objects {
@@ -1315,20 +1509,36 @@ impl Conduit for Ofi {
                 PathChoice {
                     operation: "AM Long",
                     path: "payload inside the FI_MSG message, copied into the segment by the receiver".into(),
-                    reason: "native RMA is not wired yet, so max Long = max Medium".into(),
+                    reason: "Long over native RMA is not done yet, so max Long = max Medium".into(),
                 },
                 PathChoice {
                     operation: "RMA put/get",
-                    path: "reference: AM-based, in gex-rma".into(),
+                    path: if rma {
+                        format!(
+                            "native FI_RMA: fi_writemsg(FI_DELIVERY_COMPLETE) / fi_read, {RMA_SLOTS} in flight per EP, remote address = {}",
+                            if virt_addr { "segment base + offset (FI_MR_VIRT_ADDR)" } else { "offset" }
+                        )
+                    } else {
+                        "reference: AM-based, in gex-rma".into()
+                    },
                     reason: match &chosen.rma {
-                        Ok(()) => "provider offers FI_RMA, segments are registered in every EP's domain and keys exchanged, but the native path is not wired yet".into(),
+                        Ok(()) if mr_local => "provider offers FI_RMA; segments registered in every EP's domain, keys exchanged; FI_MR_LOCAL: a local buffer outside this rank's segments takes the AM path".into(),
+                        Ok(()) => "provider offers FI_RMA; segments registered in every EP's domain, keys exchanged".into(),
                         Err(why) => why.clone(),
                     },
                 },
                 PathChoice {
                     operation: "atomics",
-                    path: "reference: AM-based".into(),
-                    reason: "native atomics not wired yet".into(),
+                    path: if atomics {
+                        "native FI_ATOMIC (fi_atomic / fi_fetch_atomic / fi_compare_atomic) for atomic domains whose every operation fi_*atomicvalid accepts; others AM-based".into()
+                    } else {
+                        "reference: AM-based".into()
+                    },
+                    reason: match &chosen.atomics {
+                        Ok(()) if mr_local => "FI_MR_LOCAL: operand words are not registered".into(),
+                        Ok(()) => "provider offers FI_ATOMIC".into(),
+                        Err(why) => why.clone(),
+                    },
                 },
                 PathChoice {
                     operation: "ordering",
@@ -1357,11 +1567,17 @@ impl Conduit for Ofi {
                 },
             ],
         };
-        let caps = if waitable && wait_obj {
+        let mut caps = if waitable && wait_obj {
             Capabilities::BLOCKING_WAIT
         } else {
             Capabilities::empty()
         };
+        if rma {
+            caps |= Capabilities::NATIVE_RMA;
+        }
+        if atomics {
+            caps |= Capabilities::NATIVE_ATOMICS;
+        }
         let limits = Limits {
             max_args: MAX_ARGS,
             max_medium,
@@ -1372,14 +1588,16 @@ impl Conduit for Ofi {
             report,
             seg_len,
             remote,
+            counters: (0..my_eps).map(|_| EpCounters::default()).collect(),
             segs,
             _fabric: fab,
             _info: chosen.info,
         });
 
         let mut eps = Vec::with_capacity(my_eps);
-        for (e, (o, ((tx_pool, rx_pool), addrs))) in objs
+        for (e, ((o, descs), ((tx_pool, rx_pool), addrs))) in objs
             .into_iter()
+            .zip(seg_descs)
             .zip(pools.into_iter().zip(addrs_per_ep))
             .enumerate()
         {
@@ -1425,6 +1643,7 @@ impl Conduit for Ofi {
                     hellos: 0,
                     pool: rx_pool,
                 },
+                rma: Rma::new(rma, atomics, descs, mr_local)?,
                 objs: o,
                 index: e as u16,
                 limits,
@@ -1472,6 +1691,68 @@ impl Conduit for Ofi {
 /// address into their AV, and which the provider unlinks itself only when the endpoint
 /// is closed or on a catchable signal. An address of another form (another version's
 /// format) is left alone: `Ok(false)`. An object already gone is not an error.
+/// The libfabric call, datatype and operation that perform `base` on `kind` (fetching
+/// as `fetch` says), or `None` where there is none (bitwise operations on floats).
+/// `Sub`, `Inc` and `Dec` are `FI_SUM` of a transformed operand ([`atomic_operand`]).
+fn fi_atomic_of(
+    kind: AtomicKind,
+    base: AtomicBase,
+    fetch: bool,
+) -> Option<(AtomicCall, libfabric_sys::fi_datatype, libfabric_sys::fi_op)> {
+    use libfabric_sys as fi;
+    let float = matches!(kind, AtomicKind::F32 | AtomicKind::F64);
+    let dt = match kind {
+        AtomicKind::I32 => fi::FI_INT32,
+        AtomicKind::U32 => fi::FI_UINT32,
+        AtomicKind::I64 => fi::FI_INT64,
+        AtomicKind::U64 => fi::FI_UINT64,
+        AtomicKind::F32 => fi::FI_FLOAT,
+        AtomicKind::F64 => fi::FI_DOUBLE,
+    };
+    let op = match base {
+        AtomicBase::Cswap => return Some((AtomicCall::Compare, dt, fi::FI_CSWAP)),
+        AtomicBase::Set | AtomicBase::Swap => fi::FI_ATOMIC_WRITE,
+        AtomicBase::Get => fi::FI_ATOMIC_READ,
+        AtomicBase::Add | AtomicBase::Sub | AtomicBase::Inc | AtomicBase::Dec => fi::FI_SUM,
+        AtomicBase::Mult => fi::FI_PROD,
+        AtomicBase::Min => fi::FI_MIN,
+        AtomicBase::Max => fi::FI_MAX,
+        AtomicBase::And | AtomicBase::Or | AtomicBase::Xor if float => return None,
+        AtomicBase::And => fi::FI_BAND,
+        AtomicBase::Or => fi::FI_BOR,
+        AtomicBase::Xor => fi::FI_BXOR,
+    };
+    let call = if fetch || matches!(base, AtomicBase::Get | AtomicBase::Swap) {
+        AtomicCall::Fetch
+    } else {
+        AtomicCall::Plain
+    };
+    Some((call, dt, op))
+}
+
+/// The operand libfabric gets for `base` with gex operand `a` (bit pattern, low bits):
+/// `Sub` adds the negation (exact for floats, wrapping for integers), `Inc`/`Dec` add
+/// plus or minus one.
+fn atomic_operand(kind: AtomicKind, base: AtomicBase, a: u64) -> u64 {
+    let neg = |x: u64| match kind {
+        AtomicKind::I32 | AtomicKind::U32 => u64::from((x as u32).wrapping_neg()),
+        AtomicKind::I64 | AtomicKind::U64 => x.wrapping_neg(),
+        AtomicKind::F32 => x ^ 0x8000_0000,
+        AtomicKind::F64 => x ^ (1 << 63),
+    };
+    let one = match kind {
+        AtomicKind::F32 => u64::from(1f32.to_bits()),
+        AtomicKind::F64 => 1f64.to_bits(),
+        _ => 1,
+    };
+    match base {
+        AtomicBase::Sub => neg(a),
+        AtomicBase::Inc => one,
+        AtomicBase::Dec => neg(one),
+        _ => a,
+    }
+}
+
 fn unlink_shm_region(addr: &[u8]) -> Result<bool, std::io::Error> {
     let addr = addr.split(|&b| b == 0).next().unwrap_or_default();
     let Some(rest) = addr.strip_prefix(b"fi_shm://") else {
@@ -1613,6 +1894,242 @@ impl ConduitEp for OfiEp {
         self.progress(d, budget)
     }
 
+    /// `fi_writemsg` with `FI_DELIVERY_COMPLETE` into `dst`'s registered segment.
+    /// `Unsupported` when native RMA is off, or under `FI_MR_LOCAL` for a source outside
+    /// this rank's segments; `WouldBlock` when all slots are in use or the provider
+    /// answers `-FI_EAGAIN`.
+    #[inline]
+    unsafe fn native_put(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<Native, AmError> {
+        if !self.rma.on {
+            return Ok(Native::Unsupported);
+        }
+        if let Some(f) = &self.tx.fatal {
+            return Err(AmError::Conduit(f.clone()));
+        }
+        if len == 0 {
+            return Ok(Native::Done);
+        }
+        let g = self.tx.g(dst);
+        let (Some(Some(r)), Some(desc)) = (self.conduit.remote.get(g), self.rma.desc(src, len))
+        else {
+            return Ok(Native::Unsupported);
+        };
+        let (addr, key) = (r.base + offset as u64, r.key);
+        let Some(slot) = self.rma.free.pop() else {
+            return Ok(Native::WouldBlock);
+        };
+        let i = slot as usize;
+        let ctx = self.rma.ctx(i);
+        // SAFETY: the source stays valid and unmodified until completion (caller's
+        // contract); the context is slot `i`'s, not reused before its completion is read
+        // and reported by `native_test`; the remote range lies in `dst`'s registered
+        // segment (checked by the caller).
+        match unsafe {
+            self.tx
+                .h
+                .write(src, len, desc, self.tx.addrs[g], addr, key, ctx)
+        } {
+            Ok(()) => {
+                self.rma.state[i] = SLOT_PENDING;
+                let c = &self.conduit.counters[self.index as usize];
+                EpCounters::add(&c.puts, &c.put_bytes, len);
+                Ok(Native::Pending(
+                    u64::from(self.rma.epoch[i]) << 32 | u64::from(slot),
+                ))
+            }
+            Err(Errno::AGAIN) => {
+                self.rma.free.push(slot);
+                Ok(Native::WouldBlock)
+            }
+            Err(e) => {
+                self.rma.free.push(slot);
+                Err(self.tx.fail(
+                    format!(
+                        "fi_writemsg to rank {} EP {} ({len} bytes)",
+                        dst.rank, dst.ep
+                    ),
+                    e,
+                ))
+            }
+        }
+    }
+
+    /// `fi_read` from `dst`'s registered segment (see [`native_put`](Self::native_put)
+    /// for the answers).
+    #[inline]
+    unsafe fn native_get(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        out: *mut u8,
+        len: usize,
+    ) -> Result<Native, AmError> {
+        if !self.rma.on {
+            return Ok(Native::Unsupported);
+        }
+        if let Some(f) = &self.tx.fatal {
+            return Err(AmError::Conduit(f.clone()));
+        }
+        if len == 0 {
+            return Ok(Native::Done);
+        }
+        let g = self.tx.g(dst);
+        let (Some(Some(r)), Some(desc)) = (self.conduit.remote.get(g), self.rma.desc(out, len))
+        else {
+            return Ok(Native::Unsupported);
+        };
+        let (addr, key) = (r.base + offset as u64, r.key);
+        let Some(slot) = self.rma.free.pop() else {
+            return Ok(Native::WouldBlock);
+        };
+        let i = slot as usize;
+        let ctx = self.rma.ctx(i);
+        // SAFETY: `out` stays valid and untouched by others until completion (caller's
+        // contract); the context is slot `i`'s (as in `native_put`); the remote range
+        // lies in `dst`'s registered segment (checked by the caller).
+        match unsafe {
+            self.tx
+                .h
+                .read(out, len, desc, self.tx.addrs[g], addr, key, ctx)
+        } {
+            Ok(()) => {
+                self.rma.state[i] = SLOT_PENDING;
+                let c = &self.conduit.counters[self.index as usize];
+                EpCounters::add(&c.gets, &c.get_bytes, len);
+                Ok(Native::Pending(
+                    u64::from(self.rma.epoch[i]) << 32 | u64::from(slot),
+                ))
+            }
+            Err(Errno::AGAIN) => {
+                self.rma.free.push(slot);
+                Ok(Native::WouldBlock)
+            }
+            Err(e) => {
+                self.rma.free.push(slot);
+                Err(self.tx.fail(
+                    format!("fi_read from rank {} EP {} ({len} bytes)", dst.rank, dst.ep),
+                    e,
+                ))
+            }
+        }
+    }
+
+    fn native_atomic_supported(&self, kind: AtomicKind, base: AtomicBase, fetch: bool) -> bool {
+        self.rma.atomics
+            && fi_atomic_of(kind, base, fetch)
+                .is_some_and(|(call, dt, op)| self.tx.h.atomic_valid(call, dt, op))
+    }
+
+    /// One `fi_atomic`/`fi_fetch_atomic`/`fi_compare_atomic` on `dst`'s registered
+    /// segment; operands live in the slot until completion.
+    #[inline]
+    unsafe fn native_atomic(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        op: &NativeAtomic,
+        result: *mut u64,
+    ) -> Result<Native, AmError> {
+        if !self.rma.atomics {
+            return Ok(Native::Unsupported);
+        }
+        if let Some(f) = &self.tx.fatal {
+            return Err(AmError::Conduit(f.clone()));
+        }
+        let g = self.tx.g(dst);
+        let (Some(Some(r)), Some((call, dt, fop))) = (
+            self.conduit.remote.get(g),
+            fi_atomic_of(op.kind, op.base, op.fetch),
+        ) else {
+            return Ok(Native::Unsupported);
+        };
+        let (addr, key) = (r.base + offset as u64, r.key);
+        let Some(slot) = self.rma.free.pop() else {
+            return Ok(Native::WouldBlock);
+        };
+        let i = slot as usize;
+        let ctx = self.rma.ctx(i);
+        let w = self.rma.words(i);
+        // SAFETY: slot i's three words, owned by this free slot.
+        let (buf, compare, scratch) = unsafe { (w, w.add(1), w.add(2)) };
+        let (operand, cmp) = match op.base {
+            // fi_compare_atomic: `buf` is stored if the word equals `compare`.
+            AtomicBase::Cswap => (op.b, op.a),
+            _ => (atomic_operand(op.kind, op.base, op.a), 0),
+        };
+        // SAFETY: slot i's words (above), not in use by any operation.
+        unsafe {
+            buf.write(operand);
+            compare.write(cmp);
+        }
+        let res = if result.is_null() { scratch } else { result };
+        // SAFETY: operands and the discarded-result word belong to slot i until its
+        // completion is read; `result` stays valid until completion (caller's contract);
+        // the word is aligned and inside `dst`'s registered segment (checked by the
+        // caller).
+        let rc = unsafe {
+            self.tx.h.atomic(
+                call,
+                buf,
+                compare,
+                res,
+                self.tx.addrs[g],
+                addr,
+                key,
+                dt,
+                fop,
+                ctx,
+            )
+        };
+        match rc {
+            Ok(()) => {
+                self.rma.state[i] = SLOT_PENDING;
+                let c = &self.conduit.counters[self.index as usize];
+                c.atomics
+                    .store(c.atomics.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                Ok(Native::Pending(
+                    u64::from(self.rma.epoch[i]) << 32 | u64::from(slot),
+                ))
+            }
+            Err(Errno::AGAIN) => {
+                self.rma.free.push(slot);
+                Ok(Native::WouldBlock)
+            }
+            Err(e) => {
+                self.rma.free.push(slot);
+                Err(self.tx.fail(
+                    format!(
+                        "native atomic {:?} on {:?} to rank {} EP {}",
+                        op.base, op.kind, dst.rank, dst.ep
+                    ),
+                    e,
+                ))
+            }
+        }
+    }
+
+    /// True once the completion of `ticket` has been read from the CQ (by `poll` or
+    /// `block`); frees its slot, so a ticket reports true once.
+    #[inline]
+    fn native_test(&mut self, ticket: u64) -> bool {
+        let i = (ticket & u64::from(u32::MAX)) as usize;
+        let epoch = (ticket >> 32) as u32;
+        if i >= self.rma.state.len() || self.rma.epoch[i] != epoch || self.rma.state[i] != SLOT_DONE
+        {
+            return false;
+        }
+        self.rma.state[i] = SLOT_FREE;
+        self.rma.epoch[i] = epoch.wrapping_add(1);
+        self.rma.free.push(i as u32);
+        true
+    }
+
     fn has_incoming(&self) -> bool {
         self.rx.stash.iter().any(|c| c.flags & flags::RECV != 0)
     }
@@ -1646,11 +2163,15 @@ impl ConduitEp for OfiEp {
                 self.tx.idle = self.tx.idle.saturating_add(PROBE_AFTER / 64);
             }
             for c in comps.iter().take(k) {
-                // Send completions only free a bounce buffer: do it now. Receives wait
-                // for `poll`, which delivers them.
-                match self.tx.pool.index_of(c.ctx) {
-                    Some(i) => self.tx.sent(i),
-                    None => self.rx.stash.push_back(*c),
+                // Send and RMA completions only free a bounce buffer or mark an
+                // operation done: do it now. Receives wait for `poll`, which delivers
+                // them.
+                if let Some(i) = self.tx.pool.index_of(c.ctx) {
+                    self.tx.sent(i);
+                } else if let Some(i) = self.rma.index_of(c.ctx) {
+                    self.rma.completed(i);
+                } else {
+                    self.rx.stash.push_back(*c);
                 }
             }
         }

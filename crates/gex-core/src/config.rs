@@ -157,6 +157,16 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "gex-coll: LogGP parameters of the autotuner's cost models, L,o,g,G[,copy] in microseconds (G and copy per byte); unset: built-in shared-memory defaults.",
     },
     EnvVar {
+        name: "GEX_OFI_RMA",
+        default: "1",
+        doc: "ofi conduit: 0 leaves native RMA (fi_writemsg/fi_read) and atomics (fi_atomic) off, so gex-rma uses its AM reference path even when the provider offers FI_RMA/FI_ATOMIC.",
+    },
+    EnvVar {
+        name: "GEX_OFI_ATOMICS",
+        default: "1",
+        doc: "ofi conduit: 0 leaves native atomics (fi_atomic) off while native RMA stays on, so gex-rma's atomic domains use AMs.",
+    },
+    EnvVar {
         name: "GEX_SIM_SEED",
         default: "0",
         doc: "sim conduit: seed of the deterministic delivery schedule.",
