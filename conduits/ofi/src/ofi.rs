@@ -36,11 +36,11 @@ use gex_core::spi::{
     NativeAtomic, OpenParams, OutMsg, ReplyTx,
 };
 use gex_core::{AmError, Category, EpAddr, EpIndex, InitError, Injected, Kind, WaitPolicy};
+use gex_sync::atomic::{AtomicU64, Ordering};
 use std::collections::VecDeque;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Default provider (`GEX_OFI_PROVIDER`): libfabric's `tcp`, which offers RDM endpoints

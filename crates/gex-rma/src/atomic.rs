@@ -63,7 +63,7 @@ use crate::ep::{NativePend, RawPtr, Shared, lock, native_progress, store_word};
 use crate::event::{Event, FetchEvent, GetEvent};
 use crate::{GlobalPtr, RmaEp};
 use bytemuck::Pod;
-use gex_core::spi::{AtomicBase, AtomicKind, Conduit, ConduitEp, Native, NativeAtomic};
+use gex_core::spi::{AtomicBase, Conduit, ConduitEp, Native, NativeAtomic};
 use gex_core::{Am, Category, Endpoint, HandlerIndex, Token};
 use gex_sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 use std::marker::PhantomData;
@@ -226,23 +226,7 @@ impl AtomicOp {
 
     /// The SPI's description of this operation: (base, fetching).
     fn native(self) -> (AtomicBase, bool) {
-        let b = match self.base() {
-            Base::Set => AtomicBase::Set,
-            Base::Get => AtomicBase::Get,
-            Base::Swap => AtomicBase::Swap,
-            Base::Cswap => AtomicBase::Cswap,
-            Base::Add => AtomicBase::Add,
-            Base::Sub => AtomicBase::Sub,
-            Base::Mult => AtomicBase::Mult,
-            Base::Min => AtomicBase::Min,
-            Base::Max => AtomicBase::Max,
-            Base::Inc => AtomicBase::Inc,
-            Base::Dec => AtomicBase::Dec,
-            Base::And => AtomicBase::And,
-            Base::Or => AtomicBase::Or,
-            Base::Xor => AtomicBase::Xor,
-        };
-        (b, self.is_fetching())
+        (self.base(), self.is_fetching())
     }
 
     fn base(self) -> Base {
@@ -266,70 +250,32 @@ impl AtomicOp {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Base {
-    Set,
-    Get,
-    Swap,
-    Cswap,
-    Add,
-    Sub,
-    Mult,
-    Min,
-    Max,
-    Inc,
-    Dec,
-    And,
-    Or,
-    Xor,
-}
+/// The operation without the fetching choice: the SPI's (one list for both).
+use gex_core::spi::AtomicBase as Base;
 
 mod sealed {
-    /// Element kinds of atomic domains (wire code = discriminant).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Kind {
-        I32 = 0,
-        U32,
-        I64,
-        U64,
-        F32,
-        F64,
-    }
     pub trait Sealed {}
 }
-use sealed::Kind;
+/// Element kinds of atomic domains: the SPI's (wire code = position in
+/// [`AtomicKind::ALL`]).
+use gex_core::spi::AtomicKind as Kind;
 
-impl Kind {
+/// What gex-rma needs of a kind beyond the SPI's methods.
+trait KindExt: Sized + Copy {
+    fn from_code(c: u32) -> Option<Self>;
+    fn code(self) -> u32;
+    fn is_float(self) -> bool;
+}
+
+impl KindExt for Kind {
     fn from_code(c: u32) -> Option<Kind> {
-        [
-            Kind::I32,
-            Kind::U32,
-            Kind::I64,
-            Kind::U64,
-            Kind::F32,
-            Kind::F64,
-        ]
-        .get(c as usize)
-        .copied()
+        Kind::ALL.get(c as usize).copied()
     }
-    fn size(self) -> usize {
-        match self {
-            Kind::I32 | Kind::U32 | Kind::F32 => 4,
-            _ => 8,
-        }
+    fn code(self) -> u32 {
+        Kind::ALL.iter().position(|&k| k == self).unwrap_or(0) as u32
     }
     fn is_float(self) -> bool {
         matches!(self, Kind::F32 | Kind::F64)
-    }
-    fn native(self) -> AtomicKind {
-        match self {
-            Kind::I32 => AtomicKind::I32,
-            Kind::U32 => AtomicKind::U32,
-            Kind::I64 => AtomicKind::I64,
-            Kind::U64 => AtomicKind::U64,
-            Kind::F32 => AtomicKind::F32,
-            Kind::F64 => AtomicKind::F64,
-        }
     }
 }
 
@@ -659,7 +605,7 @@ impl<C: Conduit> RmaEp<C> {
                 .filter(|op| ops.contains(op.flag()))
                 .all(|op| {
                     let (base, fetch) = op.native();
-                    cep.native_atomic_supported(T::KIND.native(), base, fetch)
+                    cep.native_atomic_supported(T::KIND, base, fetch)
                 })
         };
         Ok(AtomicDomain {
@@ -705,7 +651,7 @@ impl<C: Conduit> RmaEp<C> {
         if ad.native {
             let (base, fetch) = op.native();
             let na = NativeAtomic {
-                kind: T::KIND.native(),
+                kind: T::KIND,
                 base,
                 fetch,
                 a: x,
@@ -745,7 +691,7 @@ impl<C: Conduit> RmaEp<C> {
             self.new_op(1, std::ptr::null_mut(), 0)
         };
         let code =
-            op as u32 | ((T::KIND as u32) << 8) | (f.bits() << 16) | if want { WANT } else { 0 };
+            op as u32 | (T::KIND.code() << 8) | (f.bits() << 16) | if want { WANT } else { 0 };
         let o = p.offset as u64;
         let args = [
             id,
