@@ -434,6 +434,7 @@ fn run_am<C: Conduit>(job: &AmJob, client: &Client<C>) -> Res<()> {
                         ranks: n,
                         conduit: client.conduit_name(),
                         provider: provider.clone(),
+                        algorithm: None,
                         value,
                         unit: point.test.unit(),
                         min: Some(min),

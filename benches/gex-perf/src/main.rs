@@ -13,6 +13,7 @@
 //! each test measures.
 
 mod am;
+mod coll;
 mod pin;
 mod report;
 mod rma;
@@ -77,6 +78,44 @@ enum Cmd {
     Atomic(RmaArgs),
     /// gex-rma's barrier over every rank, back to back: barrier_lat (µs).
     Barrier(RmaArgs),
+    /// Collectives (gex-coll) on the world team: coll_<op>_lat (µs per call, rank 0's
+    /// median batch) for barrier, broadcast, reduce, allreduce, gather_all and exchange
+    /// with u8 blocks of 8 B..64 KiB per rank; each line names the algorithm (the
+    /// tuner's choice, or the one forced with --algorithm).
+    Coll(CollArgs),
+}
+
+/// Options of the `coll` benchmark.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct CollArgs {
+    /// One JSON object per line (keys as for the other tests, plus `algorithm`).
+    #[arg(long)]
+    json: bool,
+    /// Smoke run: sizes 8 B and 4 KiB, short timings.
+    #[arg(long)]
+    quick: bool,
+    /// Only this operation (repeatable): barrier, broadcast, reduce, allreduce,
+    /// gather_all, exchange. Default: all of them.
+    #[arg(long = "op", value_name = "OP", value_parser = parse_op)]
+    ops: Vec<gex_coll::OpKind>,
+    /// `tuned` (the autotuner's choice, the default) or an algorithm name, as
+    /// `gex-info coll` and `CollEp::algorithms` list them (e.g. binomial, knomial4).
+    #[arg(long, value_name = "ALG", default_value = "tuned")]
+    algorithm: String,
+}
+
+fn parse_op(s: &str) -> Result<gex_coll::OpKind, String> {
+    coll::OPS
+        .iter()
+        .copied()
+        .find(|o| o.name() == s)
+        .ok_or_else(|| {
+            let names: Vec<&str> = coll::OPS.iter().map(|o| o.name()).collect();
+            format!(
+                "`{s}` is not an operation gex-perf coll measures ({})",
+                names.join(", ")
+            )
+        })
 }
 
 /// Options of the `put`, `get`, `atomic` and `barrier` benchmarks.
@@ -246,13 +285,27 @@ fn main() -> ExitCode {
                 Cmd::Get(a) => (rma::Family::Get, a),
                 Cmd::Atomic(a) => (rma::Family::Atomic, a),
                 Cmd::Barrier(a) => (rma::Family::Barrier, a),
-                Cmd::Am(_) => unreachable!("matched above"),
+                Cmd::Am(_) | Cmd::Coll(_) => unreachable!("matched above"),
             };
             let job = rma::RmaJob {
                 family,
                 json: a.json,
                 quick: a.quick,
                 am_ref: a.am_ref,
+                pin,
+            };
+            gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)
+        }
+        Cmd::Coll(a) => {
+            let job = coll::CollJob {
+                ops: if a.ops.is_empty() {
+                    coll::OPS.to_vec()
+                } else {
+                    a.ops
+                },
+                algorithm: (a.algorithm != "tuned").then_some(a.algorithm),
+                json: a.json,
+                quick: a.quick,
                 pin,
             };
             gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)

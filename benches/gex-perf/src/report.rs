@@ -34,6 +34,9 @@ pub(crate) struct Record {
     /// libfabric provider, e.g. `tcp;ofi_rxm`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) provider: Option<String>,
+    /// The algorithm measured, for collectives (`coll`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) algorithm: Option<String>,
     /// Median over batches (and over pairs).
     pub(crate) value: f64,
     /// `us`, `GB/s` or `Mop/s`.
@@ -88,13 +91,16 @@ impl Reporter {
             let opt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), fmt_value);
             let _ = writeln!(
                 out,
-                "{:<20} {:>9} {:>12} {:<5} {:>12} {:>12}",
+                "{:<20} {:>9} {:>12} {:<5} {:>12} {:>12}{}",
                 r.name,
                 r.size,
                 fmt_value(r.value),
                 r.unit,
                 opt(r.min),
-                opt(r.max)
+                opt(r.max),
+                r.algorithm
+                    .as_deref()
+                    .map_or_else(String::new, |a| format!("  {a}"))
             );
         }
         let _ = out.flush();
@@ -146,6 +152,7 @@ mod tests {
             ranks: 2,
             conduit: "smp",
             provider: None,
+            algorithm: None,
             value: 0.5,
             unit: "us",
             min: Some(0.4),

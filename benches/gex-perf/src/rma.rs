@@ -208,6 +208,7 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             ranks: n,
             conduit: client.conduit_name(),
             provider: provider.clone(),
+            algorithm: None,
             value: median(&mut v),
             unit,
             min: Some(min),

@@ -252,3 +252,72 @@ fn json_lines_over_ofi_carry_conduit_and_provider() {
         assert!(v["value"].as_f64().is_some_and(|x| x > 0.0), "{text}");
     }
 }
+
+/// `coll`: one `coll_<op>_lat` line per operation and size with the algorithm that ran;
+/// `--algorithm` forces it, and a name the operation does not have fails the job.
+#[cfg(feature = "smp")]
+#[test]
+fn coll_reports_latency_and_algorithm_per_op_and_size() {
+    let all = rows(&["-n", "3", "coll", "--quick", "--json"]);
+    let names: Vec<&str> = all.iter().filter_map(|r| r["name"].as_str()).collect();
+    for op in [
+        "barrier",
+        "broadcast",
+        "reduce",
+        "allreduce",
+        "gather_all",
+        "exchange",
+    ] {
+        let name = format!("coll_{op}_lat");
+        assert!(names.contains(&name.as_str()), "{name} missing: {names:?}");
+    }
+    for r in &all {
+        assert_eq!(r["ranks"], 3, "{r}");
+        assert_eq!(r["unit"], "us", "{r}");
+        assert!(r["value"].as_f64().is_some_and(|v| v > 0.0), "{r}");
+        assert!(
+            r["algorithm"].as_str().is_some_and(|a| !a.is_empty()),
+            "{r}"
+        );
+    }
+    let forced = rows(&[
+        "-n",
+        "2",
+        "coll",
+        "--quick",
+        "--json",
+        "--op",
+        "broadcast",
+        "--algorithm",
+        "binomial",
+    ]);
+    assert_eq!(forced.len(), 2, "{forced:?}");
+    for r in &forced {
+        assert_eq!(r["name"], "coll_broadcast_lat");
+        assert_eq!(r["algorithm"], "binomial");
+    }
+    let out = gex_perf()
+        .args([
+            "-n",
+            "2",
+            "coll",
+            "--quick",
+            "--op",
+            "allreduce",
+            "--algorithm",
+            "nosuch",
+        ])
+        .output()
+        .expect("gex-perf runs");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not an algorithm of allreduce"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = gex_perf()
+        .args(["coll", "--op", "teleport"])
+        .output()
+        .expect("gex-perf runs");
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1,0 +1,245 @@
+//! Collective latency over gex-coll: `gex-perf -n N coll [--op OP] [--algorithm ALG|tuned]`.
+//!
+//! Every rank runs the operation on the world team (every rank's EP 0), back to back,
+//! with `u8` blocks of `size` bytes per rank (barrier: size 0); the value is rank 0's
+//! time per call, median of the batches (batches are sized to a time budget after a
+//! warm-up). Names: `coll_<op>_lat` (µs), with an `algorithm` key: the tuner's choice
+//! for the (op, team size, size) query, or the forced algorithm. Owned buffers cycle
+//! through the nonblocking calls (`gather_all` allocates its small input per call).
+
+use crate::PinMode;
+use crate::report::{Record, Reporter, median};
+use gex::spi::Conduit;
+use gex::{Client, ClientBuilder, Job};
+use gex_coll::{AddrMode, BuiltinOp, CollEp, OpKind, Opts, Query, ReduceOp};
+use gex_rma::RmaEp;
+use std::time::{Duration, Instant};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// The operations `coll` measures (the others follow the same schedules).
+pub(crate) const OPS: [OpKind; 6] = [
+    OpKind::Barrier,
+    OpKind::Broadcast,
+    OpKind::Reduce,
+    OpKind::Allreduce,
+    OpKind::GatherAll,
+    OpKind::Exchange,
+];
+
+/// A `coll` run.
+pub(crate) struct CollJob {
+    pub(crate) ops: Vec<OpKind>,
+    /// `None`: the tuner's choice.
+    pub(crate) algorithm: Option<String>,
+    pub(crate) json: bool,
+    pub(crate) quick: bool,
+    pub(crate) pin: PinMode,
+}
+
+impl CollJob {
+    pub(crate) fn builder(&self) -> ClientBuilder {
+        ClientBuilder::new().segment_size(16 << 20)
+    }
+}
+
+impl Job for CollJob {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
+        match run(&self, &client) {
+            Ok(()) => {
+                if let Err(e) = client.finalize() {
+                    crate::complain(&format!("finalisation failed: {e}"));
+                    std::process::exit(1);
+                }
+            }
+            Err(e) => client.abort(1, &format!("gex-perf: rank {}: {e}", client.rank())),
+        }
+    }
+}
+
+/// The JSON name of an operation's latency.
+fn record_name(op: OpKind) -> &'static str {
+    match op {
+        OpKind::Barrier => "coll_barrier_lat",
+        OpKind::Broadcast => "coll_broadcast_lat",
+        OpKind::Scatter => "coll_scatter_lat",
+        OpKind::Gather => "coll_gather_lat",
+        OpKind::GatherAll => "coll_gather_all_lat",
+        OpKind::Exchange => "coll_exchange_lat",
+        OpKind::Reduce => "coll_reduce_lat",
+        OpKind::Allreduce => "coll_allreduce_lat",
+        OpKind::ReduceScatter => "coll_reduce_scatter_lat",
+        OpKind::Scan => "coll_scan_lat",
+        OpKind::Exscan => "coll_exscan_lat",
+    }
+}
+
+/// Runs `k` calls of `op` with blocks of `bytes`.
+fn calls<C: Conduit>(
+    c: &mut CollEp<C>,
+    op: OpKind,
+    bytes: usize,
+    opts: &Opts<'_>,
+    k: u64,
+) -> Res<()> {
+    let w = c.world().clone();
+    let p = w.size() as usize;
+    let sum = ReduceOp::<u8>::builtin(BuiltinOp::Sum)?;
+    let mut buf = vec![
+        1u8;
+        if op == OpKind::Exchange {
+            bytes * p
+        } else {
+            bytes
+        }
+    ];
+    for _ in 0..k {
+        buf = match op {
+            OpKind::Barrier => {
+                let h = c.barrier_nb(&w, opts)?;
+                c.wait(h)?;
+                buf
+            }
+            OpKind::Broadcast => {
+                let h = c.broadcast_nb(&w, 0, buf, opts)?;
+                c.wait(h)?
+            }
+            OpKind::Reduce => {
+                let h = c.reduce_nb(&w, 0, buf, &sum, opts)?;
+                let mut out = c.wait(h)?;
+                out.resize(bytes, 1);
+                out
+            }
+            OpKind::Allreduce => {
+                let h = c.allreduce_nb(&w, buf, &sum, opts)?;
+                c.wait(h)?
+            }
+            OpKind::GatherAll => {
+                let h = c.gather_all_nb(&w, buf[..bytes].to_vec(), opts)?;
+                c.wait(h)?
+            }
+            OpKind::Exchange => {
+                let h = c.exchange_nb(&w, buf, opts)?;
+                c.wait(h)?
+            }
+            other => return Err(format!("gex-perf coll does not measure {}", other.name()).into()),
+        };
+    }
+    Ok(())
+}
+
+fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
+    let (me, n) = (client.rank(), client.size());
+    let neighbours = client.neighbours();
+    let local = neighbours.iter().position(|&x| x == me).unwrap_or(0) as u32;
+    if job.pin != PinMode::Off {
+        crate::pin::pin_to_nth_allowed(local)?;
+    }
+    let rma = RmaEp::new(client.endpoint(0)?)?;
+    let mut c = CollEp::with_config(rma, client.config())?;
+    if let Some(a) = &job.algorithm {
+        for &op in &job.ops {
+            if !c.algorithms(op).iter().any(|x| x == a) {
+                return Err(format!(
+                    "{a} is not an algorithm of {} (offered: {})",
+                    op.name(),
+                    c.algorithms(op).join(", ")
+                )
+                .into());
+            }
+        }
+    }
+    let rep = Reporter::new(job.json);
+    if me == 0 {
+        rep.header(&[format!(
+            "gex-perf coll: {n} ranks, conduit {}, wait policy {:?}, algorithm {}; value: rank 0's median batch",
+            client.conduit_name(),
+            client.wait_policy(),
+            job.algorithm.as_deref().unwrap_or("tuned")
+        )]);
+    }
+    let (batch, count) = if job.quick {
+        (Duration::from_millis(4), 3u32)
+    } else {
+        (Duration::from_millis(40), 7)
+    };
+    let sizes: &[usize] = if job.quick {
+        &[8, 4096]
+    } else {
+        &[8, 64, 512, 4096, 65536]
+    };
+    let provider = crate::report::provider_of(client);
+    for &op in &job.ops {
+        for &bytes in if op == OpKind::Barrier {
+            &[0][..]
+        } else {
+            sizes
+        } {
+            let opts = match &job.algorithm {
+                Some(a) => Opts::default().with_algorithm(a),
+                None => Opts::default(),
+            };
+            let algorithm = match &job.algorithm {
+                Some(a) => a.clone(),
+                None => {
+                    let q = Query {
+                        op,
+                        size: n,
+                        bytes,
+                        addr: AddrMode::Local,
+                        sync: Default::default(),
+                        commutative: true,
+                        scratch: false,
+                    };
+                    c.explain(&q)?.algorithm
+                }
+            };
+            // Calibrate (every rank runs the same number of calls: rank 0 decides).
+            let mut k = 1u64;
+            loop {
+                c.barrier(&c.world().clone())?;
+                let t0 = Instant::now();
+                calls(&mut c, op, bytes, &opts, k)?;
+                let long = t0.elapsed() >= batch / 4 || k >= 1 << 24;
+                let mut all = [0u8];
+                c.allreduce(
+                    &c.world().clone(),
+                    &[u8::from(long)],
+                    &mut all,
+                    &ReduceOp::builtin(BuiltinOp::Max)?,
+                )?;
+                if all[0] == 1 {
+                    break;
+                }
+                k *= 2;
+            }
+            let iters = (k * 4).max(1);
+            let mut per = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                c.barrier(&c.world().clone())?;
+                let t0 = Instant::now();
+                calls(&mut c, op, bytes, &opts, iters)?;
+                per.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
+            }
+            if me == 0 {
+                let (lo, hi) = per
+                    .iter()
+                    .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+                rep.record(&Record {
+                    name: record_name(op),
+                    size: bytes,
+                    ranks: n,
+                    conduit: C::NAME,
+                    provider: provider.clone(),
+                    algorithm: Some(algorithm),
+                    value: median(&mut per),
+                    unit: "us",
+                    min: Some(lo),
+                    max: Some(hi),
+                });
+            }
+        }
+    }
+    Ok(())
+}
