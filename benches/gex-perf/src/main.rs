@@ -78,7 +78,7 @@ enum Cmd {
     Atomic(RmaArgs),
     /// gex-rma's barrier over every rank, back to back: barrier_lat (µs).
     Barrier(RmaArgs),
-    /// Collectives (gex-coll) on the world team: coll_<op>_lat (µs per call, rank 0's
+    /// Collectives (gex-coll) on the world team: `coll_<op>_lat` (µs per call, rank 0's
     /// median batch) for barrier, broadcast, reduce, allreduce, gather_all and exchange
     /// with u8 blocks of 8 B..64 KiB per rank; each line names the algorithm (the
     /// tuner's choice, or the one forced with --algorithm).
