@@ -1014,7 +1014,94 @@ enum Done {
     Delivered,
 }
 
+/// Direction of a native RMA transfer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dir {
+    /// Put: local buffer to the peer's segment.
+    Write,
+    /// Get: the peer's segment to a local buffer.
+    Read,
+}
+
 impl OfiEp {
+    /// The shared body of `native_put` (`Dir::Write`: `fi_writemsg` from `buf`) and
+    /// `native_get` (`Dir::Read`: `fi_read` into `buf`): slot, remote address and key,
+    /// the call, counters, and the answers documented on `native_put`.
+    ///
+    /// # Safety
+    /// As `ConduitEp::native_put` (write: `buf` readable and unmodified until
+    /// completion) or `native_get` (read: `buf` writable and untouched by others until
+    /// completion).
+    #[inline]
+    unsafe fn native_rma(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        buf: *mut u8,
+        len: usize,
+        dir: Dir,
+    ) -> Result<Native, AmError> {
+        if !self.rma.on {
+            return Ok(Native::Unsupported);
+        }
+        if let Some(f) = &self.tx.fatal {
+            return Err(AmError::Conduit(f.clone()));
+        }
+        if len == 0 {
+            return Ok(Native::Done);
+        }
+        let g = self.tx.g(dst);
+        let (Some(Some(r)), Some(desc)) = (self.conduit.remote.get(g), self.rma.desc(buf, len))
+        else {
+            return Ok(Native::Unsupported);
+        };
+        let (addr, key) = (r.base + offset as u64, r.key);
+        let Some(slot) = self.rma.free.pop() else {
+            return Ok(Native::WouldBlock);
+        };
+        let i = slot as usize;
+        let ctx = self.rma.ctx(i);
+        let peer = self.tx.addrs[g];
+        // SAFETY: `buf` stays valid (and, for a write, unmodified; for a read, untouched
+        // by others) until completion (caller's contract); the context is slot `i`'s,
+        // not reused before its completion is read and reported by `native_test`; the
+        // remote range lies in `dst`'s registered segment (checked by the caller).
+        let r = unsafe {
+            match dir {
+                Dir::Write => self.tx.h.write(buf, len, desc, peer, addr, key, ctx),
+                Dir::Read => self.tx.h.read(buf, len, desc, peer, addr, key, ctx),
+            }
+        };
+        match r {
+            Ok(()) => {
+                self.rma.state[i] = SLOT_PENDING;
+                let c = &self.conduit.counters[self.index as usize];
+                match dir {
+                    Dir::Write => EpCounters::add(&c.puts, &c.put_bytes, len),
+                    Dir::Read => EpCounters::add(&c.gets, &c.get_bytes, len),
+                }
+                Ok(Native::Pending(
+                    u64::from(self.rma.epoch[i]) << 32 | u64::from(slot),
+                ))
+            }
+            Err(Errno::AGAIN) => {
+                self.rma.free.push(slot);
+                Ok(Native::WouldBlock)
+            }
+            Err(e) => {
+                self.rma.free.push(slot);
+                let what = match dir {
+                    Dir::Write => "fi_writemsg to",
+                    Dir::Read => "fi_read from",
+                };
+                Err(self.tx.fail(
+                    format!("{what} rank {} EP {} ({len} bytes)", dst.rank, dst.ep),
+                    e,
+                ))
+            }
+        }
+    }
+
     #[cold]
     fn die(&mut self, what: String) -> ! {
         let msg = format!("{}: {what}", self.tx.who);
@@ -1906,58 +1993,8 @@ impl ConduitEp for OfiEp {
         src: *const u8,
         len: usize,
     ) -> Result<Native, AmError> {
-        if !self.rma.on {
-            return Ok(Native::Unsupported);
-        }
-        if let Some(f) = &self.tx.fatal {
-            return Err(AmError::Conduit(f.clone()));
-        }
-        if len == 0 {
-            return Ok(Native::Done);
-        }
-        let g = self.tx.g(dst);
-        let (Some(Some(r)), Some(desc)) = (self.conduit.remote.get(g), self.rma.desc(src, len))
-        else {
-            return Ok(Native::Unsupported);
-        };
-        let (addr, key) = (r.base + offset as u64, r.key);
-        let Some(slot) = self.rma.free.pop() else {
-            return Ok(Native::WouldBlock);
-        };
-        let i = slot as usize;
-        let ctx = self.rma.ctx(i);
-        // SAFETY: the source stays valid and unmodified until completion (caller's
-        // contract); the context is slot `i`'s, not reused before its completion is read
-        // and reported by `native_test`; the remote range lies in `dst`'s registered
-        // segment (checked by the caller).
-        match unsafe {
-            self.tx
-                .h
-                .write(src, len, desc, self.tx.addrs[g], addr, key, ctx)
-        } {
-            Ok(()) => {
-                self.rma.state[i] = SLOT_PENDING;
-                let c = &self.conduit.counters[self.index as usize];
-                EpCounters::add(&c.puts, &c.put_bytes, len);
-                Ok(Native::Pending(
-                    u64::from(self.rma.epoch[i]) << 32 | u64::from(slot),
-                ))
-            }
-            Err(Errno::AGAIN) => {
-                self.rma.free.push(slot);
-                Ok(Native::WouldBlock)
-            }
-            Err(e) => {
-                self.rma.free.push(slot);
-                Err(self.tx.fail(
-                    format!(
-                        "fi_writemsg to rank {} EP {} ({len} bytes)",
-                        dst.rank, dst.ep
-                    ),
-                    e,
-                ))
-            }
-        }
+        // SAFETY: forwarded contract of `native_put` (`src` only read).
+        unsafe { self.native_rma(dst, offset, src.cast_mut(), len, Dir::Write) }
     }
 
     /// `fi_read` from `dst`'s registered segment (see [`native_put`](Self::native_put)
@@ -1970,54 +2007,8 @@ impl ConduitEp for OfiEp {
         out: *mut u8,
         len: usize,
     ) -> Result<Native, AmError> {
-        if !self.rma.on {
-            return Ok(Native::Unsupported);
-        }
-        if let Some(f) = &self.tx.fatal {
-            return Err(AmError::Conduit(f.clone()));
-        }
-        if len == 0 {
-            return Ok(Native::Done);
-        }
-        let g = self.tx.g(dst);
-        let (Some(Some(r)), Some(desc)) = (self.conduit.remote.get(g), self.rma.desc(out, len))
-        else {
-            return Ok(Native::Unsupported);
-        };
-        let (addr, key) = (r.base + offset as u64, r.key);
-        let Some(slot) = self.rma.free.pop() else {
-            return Ok(Native::WouldBlock);
-        };
-        let i = slot as usize;
-        let ctx = self.rma.ctx(i);
-        // SAFETY: `out` stays valid and untouched by others until completion (caller's
-        // contract); the context is slot `i`'s (as in `native_put`); the remote range
-        // lies in `dst`'s registered segment (checked by the caller).
-        match unsafe {
-            self.tx
-                .h
-                .read(out, len, desc, self.tx.addrs[g], addr, key, ctx)
-        } {
-            Ok(()) => {
-                self.rma.state[i] = SLOT_PENDING;
-                let c = &self.conduit.counters[self.index as usize];
-                EpCounters::add(&c.gets, &c.get_bytes, len);
-                Ok(Native::Pending(
-                    u64::from(self.rma.epoch[i]) << 32 | u64::from(slot),
-                ))
-            }
-            Err(Errno::AGAIN) => {
-                self.rma.free.push(slot);
-                Ok(Native::WouldBlock)
-            }
-            Err(e) => {
-                self.rma.free.push(slot);
-                Err(self.tx.fail(
-                    format!("fi_read from rank {} EP {} ({len} bytes)", dst.rank, dst.ep),
-                    e,
-                ))
-            }
-        }
+        // SAFETY: forwarded contract of `native_get`.
+        unsafe { self.native_rma(dst, offset, out, len, Dir::Read) }
     }
 
     fn native_atomic_supported(&self, kind: AtomicKind, base: AtomicBase, fetch: bool) -> bool {
