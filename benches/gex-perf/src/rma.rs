@@ -8,7 +8,10 @@
 //!   B polls its own segment until it sees it and puts it back; half the round trip.
 //!   This is UCX's `put_lat` (the peer polls memory) and needs no handler on B.
 //! - `put_bw` / `get_bw` (GB/s = 1e9 B/s): NBI puts of `size` bytes back to back, then
-//!   one sync (`wait_syncnbi_puts`); blocking gets back to back.
+//!   one sync (`wait_syncnbi_puts`); blocking gets back to back. The puts defer local
+//!   completion to the sync (`put_nbi_deferred`, GASNet-EX's `GEX_EVENT_DEFER`, the
+//!   form of GASNet's bulk-put bandwidth tests and of a raw `fi_write` flood): the
+//!   source is not copied first.
 //! - `atomic_fadd_lat` (µs): a blocking fetch-add (`u64` domain) on a word of the
 //!   peer's segment, averaged over a batch: a round trip on the AM path, one CPU atomic
 //!   through the mapping on smp, a NIC atomic where the conduit offers them.
@@ -450,7 +453,9 @@ fn transfers<C: Conduit>(
         for _ in 0..k {
             match (family, mode) {
                 (Family::Put, Mode::Blocking) => r.put(data, src)?,
-                (Family::Put, Mode::Stream) => r.put_nbi(data, src)?,
+                // SAFETY: `src` is borrowed for this whole batch, which ends with the
+                // sync below, and nothing writes it meanwhile.
+                (Family::Put, Mode::Stream) => unsafe { r.put_nbi_deferred(data, src)? },
                 _ => r.get(dst, data)?,
             }
         }

@@ -1431,6 +1431,45 @@ impl<C: Conduit> RmaEp<C> {
         Ok(())
     }
 
+    /// Implicit-event put with deferred local completion (GASNet-EX's
+    /// `GEX_EVENT_DEFER`): the source is not copied, and it is locally complete only
+    /// when the sync that completes the put returns
+    /// ([`wait_syncnbi_puts`](Self::wait_syncnbi_puts), or the access region's event).
+    ///
+    /// This is the bulk-transfer form: where the conduit moves the bytes itself after
+    /// the call returns (native RMA on a network), [`put_nbi`](Self::put_nbi) must
+    /// first copy the source to keep its promise that the caller may reuse it at
+    /// once; this one does not. To a mapped neighbour, or over the AM path, both
+    /// consume the source before returning.
+    ///
+    /// # Safety
+    /// `src` must stay alive and unmodified until a sync of puts (or of the access
+    /// region the put was issued in) has completed.
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    ///
+    /// # Examples
+    /// ```
+    /// # use gex_rma::GlobalPtr;
+    /// # fn demo<C: gex_core::spi::Conduit>(r: &mut gex_rma::RmaEp<C>, dst: GlobalPtr<u8>) -> Result<(), gex_rma::RmaError> {
+    /// let block = vec![7u8; 4096];
+    /// // SAFETY: `block` is neither dropped nor written before the sync below.
+    /// unsafe { r.put_nbi_deferred(dst, &block)? };
+    /// r.wait_syncnbi_puts();
+    /// drop(block);
+    /// # Ok(()) }
+    /// ```
+    pub unsafe fn put_nbi_deferred<T: Pod>(
+        &mut self,
+        dst: GlobalPtr<T>,
+        src: &[T],
+    ) -> Result<(), RmaError> {
+        let id = self.put_start(dst, src, Life::Kept)?;
+        self.track(id, false);
+        Ok(())
+    }
+
     /// Implicit-event get.
     ///
     /// # Safety

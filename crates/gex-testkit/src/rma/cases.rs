@@ -161,7 +161,7 @@ pub(super) fn large<C: Conduit>(client: &Client<C>) -> R {
                 let p = r.global_ptr::<u8>(EpAddr::rank(t), off);
                 let data = bytes(seed(0, t, 77 + k as u64), size);
                 let what = format!("{size} bytes at offset {off} of rank {t}");
-                let back = match k % 3 {
+                let back = match k % 4 {
                     0 => {
                         r.put(p, &data).map_err(e2s("large put"))?;
                         let ev = r.get_nb(vec![0u8; size], p).map_err(e2s("large get_nb"))?;
@@ -169,6 +169,15 @@ pub(super) fn large<C: Conduit>(client: &Client<C>) -> R {
                     }
                     1 => {
                         r.put_nbi(p, &data).map_err(e2s("large put_nbi"))?;
+                        r.wait_syncnbi_puts();
+                        let mut back = vec![0u8; size];
+                        r.get(&mut back, p).map_err(e2s("large get"))?;
+                        back
+                    }
+                    2 => {
+                        // SAFETY: `data` is neither dropped nor written before the sync.
+                        unsafe { r.put_nbi_deferred(p, &data) }
+                            .map_err(e2s("large put_nbi_deferred"))?;
                         r.wait_syncnbi_puts();
                         let mut back = vec![0u8; size];
                         r.get(&mut back, p).map_err(e2s("large get"))?;
