@@ -804,8 +804,62 @@ impl<C: Conduit> RmaEp<C> {
         self.abandon(id);
     }
 
-    /// The native-RMA put path: one native put per chunk; `WouldBlock` polls and
-    /// retries, `Unsupported` sends the remaining chunks through the AM path.
+    /// Starts `chunks` one native operation each (`issue`), for the native put and get
+    /// paths: `Done` needs nothing more, `Pending` waits inline (`inline`: a blocking
+    /// single-chunk call) or is recorded under `id` with `land` (a get's destination)
+    /// and `src` (a put's source copy), `WouldBlock` polls and retries. Returns
+    /// `Some(i)` when the conduit answered `Unsupported` for chunk `i`: the caller
+    /// carries `chunks[i..]` on the AM path. On error the operations already started
+    /// are drained first.
+    fn native_chunks(
+        &mut self,
+        id: &mut Option<u32>,
+        chunks: &[Chunk],
+        inline: bool,
+        land: (*mut u8, usize),
+        src: Option<&Arc<[u8]>>,
+        mut issue: impl FnMut(&mut C::Ep, &Chunk) -> Result<Native, gex_core::AmError>,
+    ) -> Result<Option<usize>, RmaError> {
+        for (i, c) in chunks.iter().enumerate() {
+            if c.len == 0 {
+                continue;
+            }
+            loop {
+                match issue(self.ep.conduit_ep(), c) {
+                    Ok(Native::Done) => break,
+                    Ok(Native::Pending(t)) if inline => {
+                        self.wait_ticket(t);
+                        break;
+                    }
+                    Ok(Native::Pending(ticket)) => {
+                        let pend = NativePend {
+                            ticket,
+                            id: 0,
+                            src: src.cloned(),
+                            land: None,
+                        };
+                        self.push_native(id, land.0, land.1, pend);
+                        break;
+                    }
+                    Ok(Native::WouldBlock) => {
+                        self.ep.poll();
+                        native_progress(&mut self.ep, &self.st, &mut self.native);
+                    }
+                    Ok(Native::Unsupported) => return Ok(Some(i)),
+                    Err(e) => {
+                        self.drain_abandon(*id);
+                        return Err(e.into());
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The native-RMA put path: one native put per chunk ([`native_chunks`]);
+    /// `Unsupported` sends the remaining chunks through the AM path.
+    ///
+    /// [`native_chunks`]: Self::native_chunks
     ///
     /// # Safety
     /// As [`start_put`](Self::start_put).
@@ -825,56 +879,24 @@ impl<C: Conduit> RmaEp<C> {
         });
         let base = copy.as_ref().map_or(src, |c| c.as_ptr());
         let mut id: Option<u32> = None;
-        for (i, c) in chunks.iter().enumerate() {
-            if c.len == 0 {
-                continue;
-            }
-            loop {
+        let land = (std::ptr::null_mut(), 0);
+        let started =
+            self.native_chunks(&mut id, chunks, inline, land, copy.as_ref(), |ep, c| {
                 // SAFETY: the remote range was validated; the source stays valid until
-                // completion: waited for below (blocking), kept by the caller, or a
-                // copy held by the pending entry.
-                let r = unsafe {
-                    self.ep
-                        .conduit_ep()
-                        .native_put(dst, c.remote, base.add(c.local), c.len)
-                };
-                match r {
-                    Ok(Native::Done) => break,
-                    Ok(Native::Pending(t)) if inline => {
-                        self.wait_ticket(t);
-                        break;
-                    }
-                    Ok(Native::Pending(ticket)) => {
-                        let pend = NativePend {
-                            ticket,
-                            id: 0,
-                            src: copy.clone(),
-                            land: None,
-                        };
-                        self.push_native(&mut id, std::ptr::null_mut(), 0, pend);
-                        break;
-                    }
-                    Ok(Native::WouldBlock) => {
-                        self.ep.poll();
-                        native_progress(&mut self.ep, &self.st, &mut self.native);
-                    }
-                    Ok(Native::Unsupported) => {
-                        let op = *id.get_or_insert_with(|| self.new_op(0, std::ptr::null_mut(), 0));
-                        // SAFETY: the AM path consumes the source before returning.
-                        return match unsafe { self.am_put(dst, op, &chunks[i..], src) } {
-                            Ok(()) => Ok(self.pending(op)),
-                            Err(e) => {
-                                self.drain_abandon(id);
-                                Err(e)
-                            }
-                        };
-                    }
-                    Err(e) => {
-                        self.drain_abandon(id);
-                        return Err(e.into());
-                    }
+                // completion: waited for (blocking), kept by the caller, or a copy held
+                // by the pending entry.
+                unsafe { ep.native_put(dst, c.remote, base.add(c.local), c.len) }
+            })?;
+        if let Some(i) = started {
+            let op = *id.get_or_insert_with(|| self.new_op(0, std::ptr::null_mut(), 0));
+            // SAFETY: the AM path consumes the source before returning.
+            return match unsafe { self.am_put(dst, op, &chunks[i..], src) } {
+                Ok(()) => Ok(self.pending(op)),
+                Err(e) => {
+                    self.drain_abandon(id);
+                    Err(e)
                 }
-            }
+            };
         }
         Ok(id.and_then(|op| self.pending(op)))
     }
@@ -893,60 +915,27 @@ impl<C: Conduit> RmaEp<C> {
     ) -> Result<Option<u32>, RmaError> {
         let inline = blocking && chunks.len() == 1;
         let mut id: Option<u32> = None;
-        for (i, c) in chunks.iter().enumerate() {
-            if c.len == 0 {
-                continue;
-            }
-            loop {
+        let started =
+            self.native_chunks(&mut id, chunks, inline, (dst, dst_len), None, |ep, c| {
                 // SAFETY: the remote range was validated and the local one lies in the
                 // destination, which stays valid until completion (contract; a blocking
                 // call waits, also on error).
-                let r = unsafe {
-                    self.ep
-                        .conduit_ep()
-                        .native_get(src, c.remote, dst.add(c.local), c.len)
-                };
-                match r {
-                    Ok(Native::Done) => break,
-                    Ok(Native::Pending(t)) if inline => {
-                        self.wait_ticket(t);
-                        break;
-                    }
-                    Ok(Native::Pending(ticket)) => {
-                        let pend = NativePend {
-                            ticket,
-                            id: 0,
-                            src: None,
-                            land: None,
-                        };
-                        self.push_native(&mut id, dst, dst_len, pend);
-                        break;
-                    }
-                    Ok(Native::WouldBlock) => {
-                        self.ep.poll();
-                        native_progress(&mut self.ep, &self.st, &mut self.native);
-                    }
-                    Ok(Native::Unsupported) => {
-                        let rest = &chunks[i..];
-                        let bytes: usize = rest.iter().map(|c| c.len).sum();
-                        let op = *id.get_or_insert_with(|| self.new_op(0, dst, dst_len));
-                        if let Some(o) = lock(&self.st).ops.get_mut(&op) {
-                            o.remaining += bytes;
-                        }
-                        return match self.am_get(src, op, rest) {
-                            Ok(()) => Ok(self.pending(op)),
-                            Err(e) => {
-                                self.drain_abandon(id);
-                                Err(e)
-                            }
-                        };
-                    }
-                    Err(e) => {
-                        self.drain_abandon(id);
-                        return Err(e.into());
-                    }
-                }
+                unsafe { ep.native_get(src, c.remote, dst.add(c.local), c.len) }
+            })?;
+        if let Some(i) = started {
+            let rest = &chunks[i..];
+            let bytes: usize = rest.iter().map(|c| c.len).sum();
+            let op = *id.get_or_insert_with(|| self.new_op(0, dst, dst_len));
+            if let Some(o) = lock(&self.st).ops.get_mut(&op) {
+                o.remaining += bytes;
             }
+            return match self.am_get(src, op, rest) {
+                Ok(()) => Ok(self.pending(op)),
+                Err(e) => {
+                    self.drain_abandon(id);
+                    Err(e)
+                }
+            };
         }
         Ok(id.and_then(|op| self.pending(op)))
     }
