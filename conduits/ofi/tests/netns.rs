@@ -1,6 +1,12 @@
 //! Multi-host conformance on one machine (issue 5, point 7): two network namespaces
 //! joined by a veth pair stand for two hosts, and a 4-rank job with 2 ranks in each
-//! namespace runs the core AM conformance suite over libfabric's `tcp;ofi_rxm`.
+//! namespace runs the core AM conformance suite and the RMA suite over libfabric's
+//! `tcp;ofi_rxm` in hybrid mode (the default for such a job): the two ranks of a
+//! namespace talk through shared memory, the namespaces through the veth.
+//! `paths_are_counted` checks with `Ofi::stats()` that same-host requests went through
+//! the rings and cross-host ones through libfabric; `loopback_only_is_a_clear_error`
+//! runs a job in two namespaces that have only `lo` and checks it fails promptly with a
+//! message naming the provider, instead of hanging in the wire-up.
 //!
 //! Every test (one per conformance case) makes its own pair, named after this process
 //! and a counter so that parallel tests and parallel runs never clash:
@@ -17,7 +23,8 @@
 //! through `gex_boot`'s host list: ranks 0 and 1 on the first namespace, ranks 2 and 3
 //! on the second, each started as `ip netns exec <namespace> <this test binary> …`.
 //! Each rank checks that the conduit opened the veth's domain (fabric `10.77.0.0/24`,
-//! not `lo`), so traffic between ranks in different namespaces crosses the veth pair;
+//! not `lo`), so traffic between ranks in different namespaces crosses the veth pair,
+//! and that it reaches exactly the ranks of its namespace through shared memory;
 //! after the job the launcher checks that both veth ends sent packets.
 //! A guard deletes both namespaces (which deletes the veth pair) when the test ends,
 //! whether it passed or panicked, and the test then checks that they are gone. Before
@@ -32,6 +39,8 @@
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+mod hybrid_common;
 
 use gex_conduit_ofi::Ofi;
 use gex_core::{ClientBuilder, Config};
@@ -94,6 +103,11 @@ struct NetnsPair {
 
 impl NetnsPair {
     fn new() -> Result<NetnsPair, String> {
+        NetnsPair::make(true)
+    }
+
+    /// Two namespaces; joined by the veth pair if `veth`, else with only `lo` up.
+    fn make(veth_pair: bool) -> Result<NetnsPair, String> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let tag = format!(
             "{}_{}",
@@ -110,6 +124,12 @@ impl NetnsPair {
         for n in &ns {
             ip(&["netns", "add", n])?;
             pair.names.push(n.clone());
+        }
+        if !veth_pair {
+            for n in &ns {
+                ip(&["-n", n, "link", "set", "lo", "up"])?;
+            }
+            return Ok(pair);
         }
         ip(&[
             "link", "add", &veth[0], "netns", &ns[0], "type", "veth", "peer", "name", &veth[1],
@@ -209,17 +229,46 @@ fn netns_exists(name: &str) -> bool {
 }
 
 fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
-    if std::env::var_os(gex_boot::env::BOOT).is_some() {
-        return rank(job, case);
+    launch(
+        job,
+        |client| conformance::run_on_rank(client, case),
+        256 << 10,
+    )
+}
+
+fn rma_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+    launch(
+        job,
+        |client| conformance::run_on_rank(client, case),
+        2 << 20,
+    )
+}
+
+/// `None` if namespaces can be made here; otherwise `Some(result)` for a test that
+/// cannot run: a pass (printing why) with `GEX_SKIP_NETNS=1`, else a failure.
+fn skip(what: &str) -> Option<Result<(), String>> {
+    let why = unavailable()?;
+    if std::env::var("GEX_SKIP_NETNS").is_ok_and(|v| v == "1") {
+        eprintln!("netns test {what} NOT RUN (GEX_SKIP_NETNS=1): {why}");
+        return Some(Ok(()));
     }
-    if let Some(why) = unavailable() {
-        if std::env::var("GEX_SKIP_NETNS").is_ok_and(|v| v == "1") {
-            eprintln!("netns test {} NOT RUN (GEX_SKIP_NETNS=1): {why}", job.case);
-            return Ok(());
-        }
-        return Err(format!(
-            "{why}; set GEX_SKIP_NETNS=1 to skip the network-namespace tests"
-        ));
+    Some(Err(format!(
+        "{why}; set GEX_SKIP_NETNS=1 to skip the network-namespace tests"
+    )))
+}
+
+/// Runs `body` on every rank of a job of `job.ranks` ranks, half in each of two
+/// namespaces joined by a veth pair, after the checks of [`rank`].
+fn launch(
+    job: &Job<'_>,
+    body: impl FnOnce(&gex_core::Client<Ofi>) -> Result<(), String>,
+    segment: usize,
+) -> Result<(), String> {
+    if std::env::var_os(gex_boot::env::BOOT).is_some() {
+        return rank(job, body, segment);
+    }
+    if let Some(r) = skip(job.case) {
+        return r;
     }
     let pair = NetnsPair::new()?;
     let names = pair.names.clone();
@@ -261,8 +310,13 @@ fn host_ids(ranks: u32) -> impl Iterator<Item = u32> {
     (0..ranks).map(move |r| u32::from(r >= ranks / 2))
 }
 
-/// One rank: check the host layout and the domain, then run the case.
-fn rank(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+/// One rank: check the host layout, the domain and the shared-memory peers, then run
+/// `body`.
+fn rank(
+    job: &Job<'_>,
+    body: impl FnOnce(&gex_core::Client<Ofi>) -> Result<(), String>,
+    segment: usize,
+) -> Result<(), String> {
     let boot = gex_boot::from_env().map_err(|e| e.to_string())?;
     let case_name = job.test_path.to_string();
     std::thread::spawn(move || {
@@ -274,12 +328,15 @@ fn rank(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
     let hosts = boot.host_ids().to_vec();
     let client = ClientBuilder::new()
         .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
-        .segment_size(256 << 10)
+        .segment_size(segment)
         .endpoints(job.endpoints)
         .init::<Ofi>(boot)
         .map_err(|e| e.to_string())?;
     let report = client.conduit().report().clone();
     let want: Vec<u32> = host_ids(job.ranks).collect();
+    let near: Vec<u32> = (0..job.ranks)
+        .filter(|&r| want[r as usize] == want[me as usize])
+        .collect();
     let check = if hosts != want {
         Err(format!("rank {me}: host ids {hosts:?}, want {want:?}"))
     } else if report.domain() == "lo" || report.fabric() != FABRIC {
@@ -288,8 +345,13 @@ fn rank(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
             report.domain(),
             report.fabric()
         ))
+    } else if client.conduit().shared_memory_peers() != near.as_slice() {
+        Err(format!(
+            "rank {me}: reaches {:?} through shared memory, want its namespace's ranks {near:?}",
+            client.conduit().shared_memory_peers()
+        ))
     } else {
-        conformance::run_on_rank(&client, case)
+        body(&client)
     };
     if let Err(e) = check {
         client.abort(1, &e);
@@ -315,5 +377,109 @@ mod two_hosts_two_eps {
         runner: runner,
         ranks: 4,
         endpoints: 2,
+    }
+}
+
+/// The RMA suite, 4 ranks, 2 per namespace: direct copies within a namespace, native
+/// `FI_RMA` across the veth.
+mod rma_two_hosts {
+    use super::*;
+    gex_testkit::rma_conformance_tests! {
+        conduit: Ofi,
+        runner: rma_runner,
+        ranks: 4,
+    }
+}
+
+/// Requests to the rank's own namespace go through the rings, the others through
+/// libfabric over the veth; puts across are native, puts to a neighbour plain copies.
+#[test]
+fn paths_are_counted() {
+    let job = Job {
+        case: "paths_are_counted",
+        test_path: "paths_are_counted",
+        ranks: 4,
+        endpoints: 1,
+    };
+    let r = launch(
+        &job,
+        |client| {
+            let me = client.rank();
+            let near: Vec<u32> = host_ids(4)
+                .enumerate()
+                .filter(|&(_, h)| h == u32::from(me >= 2))
+                .map(|(r, _)| r as u32)
+                .collect();
+            hybrid_common::check_paths(client, true, &near)
+        },
+        1 << 20,
+    );
+    if let Err(e) = r {
+        panic!("{e}");
+    }
+}
+
+/// Two namespaces with only `lo` (no veth): a 4-rank job across them cannot work, and
+/// every rank must fail at initialisation with a message naming the provider and the
+/// problem, so the job ends at once with a non-zero code instead of hanging in the
+/// wire-up (which would give up only after a minute).
+#[test]
+fn loopback_only_is_a_clear_error() {
+    const NAME: &str = "loopback_only_is_a_clear_error";
+    const DIR: &str = "GEXTEST_NETNS_DIR";
+    if let Some(dir) = std::env::var_os(DIR) {
+        let boot = gex_boot::from_env().expect("bootstrap");
+        let me = boot.rank();
+        let r = ClientBuilder::new()
+            .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
+            .segment_size(64 << 10)
+            .init::<Ofi>(boot);
+        let msg = match r {
+            Ok(_) => "initialised".to_string(),
+            Err(e) => e.to_string(),
+        };
+        std::fs::write(std::path::Path::new(&dir).join(format!("rank.{me}")), &msg).unwrap();
+        std::process::exit(3);
+    }
+    if let Some(r) = skip(NAME) {
+        return r.unwrap();
+    }
+    let pair = NetnsPair::make(false).expect("namespaces");
+    let names = pair.names.clone();
+    let dir = std::env::temp_dir().join(format!("gex-netns-lo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hosts = host_ids(4).map(|h| names[h as usize].clone());
+    let t0 = std::time::Instant::now();
+    let result = gex_boot::spawn_self_test_with(4, NAME, |spec| {
+        spec.hosts(hosts)
+            .host_exec(["ip", "netns", "exec", "{host}"])
+            .env(DIR, &dir)
+    });
+    let took = t0.elapsed();
+    drop(pair);
+    let msgs: Vec<String> = (0..4)
+        .filter_map(|r| std::fs::read_to_string(dir.join(format!("rank.{r}"))).ok())
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    for n in &names {
+        assert!(
+            !netns_exists(n),
+            "network namespace {n} is left after the test"
+        );
+    }
+    match result.expect("launch") {
+        gex_boot::Role::Launcher(code) => assert_ne!(code, 0, "the job succeeded"),
+        gex_boot::Role::Rank(_) => unreachable!(),
+    }
+    eprintln!("{NAME}: job failed after {took:?}: {msgs:?}");
+    assert!(took < std::time::Duration::from_secs(30), "took {took:?}");
+    assert!(!msgs.is_empty(), "no rank reported");
+    for m in &msgs {
+        assert!(
+            m.contains("tcp")
+                && m.contains("only the loopback interface")
+                && m.contains("spans 2 hosts"),
+            "unclear message: {m}"
+        );
     }
 }
