@@ -264,7 +264,7 @@ fn launch(
     body: impl FnOnce(&gex_core::Client<Ofi>) -> Result<(), String>,
     segment: usize,
 ) -> Result<(), String> {
-    if std::env::var_os(gex_boot::env::BOOT).is_some() {
+    if is_rank() {
         return rank(job, body, segment);
     }
     if let Some(r) = skip(job.case) {
@@ -302,6 +302,139 @@ fn launch(
         }
         gex_boot::Role::Launcher(code) => Err(format!("job exited with code {code}")),
         gex_boot::Role::Rank(_) => unreachable!("GEX_BOOT is not set in the launcher"),
+    }
+}
+
+/// Whether this process is a rank (started by gex-run's launcher or by Hydra).
+fn is_rank() -> bool {
+    ["GEX_BOOT", "PMI_FD", "PMI_PORT"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+}
+
+/// MPICH's Hydra launcher, if installed.
+fn find_mpiexec() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    ["mpiexec.hydra", "mpiexec.mpich"].iter().find_map(|name| {
+        std::env::split_paths(&path)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Longest an mpiexec job may take before the test ends it.
+const MPIEXEC_LIMIT: std::time::Duration = std::time::Duration::from_secs(150);
+
+/// Like [`launch`], but the job is started by Hydra: `mpiexec.hydra` runs inside the
+/// first namespace with the two veth addresses as its hosts (`-hosts
+/// 10.77.0.1:2,10.77.0.2:2`), its control socket on the first veth end (`-iface`), and
+/// the `rsh` launcher pointed (`-launcher-exec`) at a small script that starts Hydra's
+/// proxy for the second address with `ip netns exec <second namespace>`. The ranks
+/// bootstrap through PMI-1; their host layout comes from Hydra's
+/// `PMI_process_mapping`.
+fn launch_mpiexec(
+    job: &Job<'_>,
+    body: impl FnOnce(&gex_core::Client<Ofi>) -> Result<(), String>,
+    segment: usize,
+) -> Result<(), String> {
+    if is_rank() {
+        return rank(job, body, segment);
+    }
+    if let Some(r) = skip(job.case) {
+        return r;
+    }
+    let Some(mpiexec) = find_mpiexec() else {
+        if std::env::var("GEXTEST_ALLOW_NO_MPIEXEC").is_ok_and(|v| v == "1") {
+            eprintln!(
+                "netns test {} NOT RUN (GEXTEST_ALLOW_NO_MPIEXEC=1): no mpiexec.hydra",
+                job.case
+            );
+            return Ok(());
+        }
+        return Err(
+            "MPICH's mpiexec.hydra is not in PATH (apt-get install mpich), or set GEXTEST_ALLOW_NO_MPIEXEC=1"
+                .into(),
+        );
+    };
+    let pair = NetnsPair::new()?;
+    let names = pair.names.clone();
+    let (a, b) = (names[0].as_str(), names[1].as_str());
+    let ip_of = |i: usize| ADDR[i].split('/').next().expect("address");
+    let dir = std::env::temp_dir().join(format!("gex-netns-mpiexec-{a}"));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let script = dir.join("launch.sh");
+    // Hydra's rsh launcher runs `<exec> <host> <proxy command line>`.
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nh=\"$1\"; shift\ncase \"$h\" in\n  {}) ns={a};;\n  {}) ns={b};;\n  *) echo \"launch.sh: unknown host $h\" >&2; exit 1;;\nesac\nexec ip netns exec \"$ns\" sh -c \"$*\"\n",
+            ip_of(0),
+            ip_of(1)
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| e.to_string())?;
+    }
+    let half = job.ranks / 2;
+    let hosts = format!("{}:{half},{}:{}", ip_of(0), ip_of(1), job.ranks - half);
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", a])
+        .arg(&mpiexec)
+        .args(["-launcher", "rsh", "-launcher-exec"])
+        .arg(&script)
+        .args(["-iface", &pair.veth[0], "-hosts", &hosts, "-n"])
+        .arg(job.ranks.to_string())
+        .arg(&exe)
+        .args([job.test_path, "--exact", "--nocapture", "--test-threads=1"])
+        .env_remove("GEX_BOOT")
+        .stdin(std::process::Stdio::null());
+    eprintln!("+ {cmd:?}");
+    let t0 = std::time::Instant::now();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start mpiexec: {e}"))?;
+    let status = loop {
+        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
+            break Some(st);
+        }
+        if t0.elapsed() > MPIEXEC_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let tx = [tx_packets(a, &pair.veth[0]), tx_packets(b, &pair.veth[1])];
+    drop(pair);
+    let _ = std::fs::remove_dir_all(&dir);
+    for n in &names {
+        if netns_exists(n) {
+            return Err(format!("network namespace {n} is left after the test"));
+        }
+    }
+    match status.and_then(|s| s.code()) {
+        Some(0) => {
+            let (ta, tb) = (tx[0].clone()?, tx[1].clone()?);
+            if ta == 0 || tb == 0 {
+                return Err(format!(
+                    "the job passed but the veth pair carried no traffic ({ta} and {tb} packets sent)"
+                ));
+            }
+            eprintln!(
+                "netns test {} under mpiexec: {:?}, the veth ends sent {ta} and {tb} packets",
+                job.case,
+                t0.elapsed()
+            );
+            Ok(())
+        }
+        _ => Err(format!(
+            "mpiexec ended with {status:?} after {:?}",
+            t0.elapsed()
+        )),
     }
 }
 
@@ -481,5 +614,65 @@ fn loopback_only_is_a_clear_error() {
                 && m.contains("spans 2 hosts"),
             "unclear message: {m}"
         );
+    }
+}
+
+fn mpiexec_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+    launch_mpiexec(
+        job,
+        |client| conformance::run_on_rank(client, case),
+        256 << 10,
+    )
+}
+
+fn mpiexec_rma_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+    launch_mpiexec(
+        job,
+        |client| conformance::run_on_rank(client, case),
+        2 << 20,
+    )
+}
+
+/// The core conformance suite under Hydra's `mpiexec`, 2 ranks per namespace.
+mod mpiexec_two_hosts {
+    use super::*;
+    gex_testkit::conformance_tests! {
+        conduit: Ofi,
+        runner: mpiexec_runner,
+        ranks: 4,
+    }
+}
+
+/// The RMA suite under Hydra's `mpiexec`, 2 ranks per namespace.
+mod mpiexec_rma_two_hosts {
+    use super::*;
+    gex_testkit::rma_conformance_tests! {
+        conduit: Ofi,
+        runner: mpiexec_rma_runner,
+        ranks: 4,
+    }
+}
+
+/// `paths_are_counted` under Hydra's `mpiexec`: the neighbourhood comes from
+/// `PMI_process_mapping`.
+#[test]
+fn mpiexec_paths_are_counted() {
+    let job = Job {
+        case: "mpiexec_paths_are_counted",
+        test_path: "mpiexec_paths_are_counted",
+        ranks: 4,
+        endpoints: 1,
+    };
+    let r = launch_mpiexec(
+        &job,
+        |client| {
+            let me = client.rank();
+            let near: Vec<u32> = (0..4).filter(|&r| (r >= 2) == (me >= 2)).collect();
+            hybrid_common::check_paths(client, true, &near)
+        },
+        1 << 20,
+    );
+    if let Err(e) = r {
+        panic!("{e}");
     }
 }
