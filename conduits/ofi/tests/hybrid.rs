@@ -5,7 +5,8 @@
 //! (`GEX_OFI_DOMAIN=lo`: the "hosts" share this machine's loopback).
 //!
 //! Runs the core conformance suite (1 and 2 endpoints per rank) and the RMA suite in
-//! that shape, and `paths_are_counted` / `hybrid_off_uses_the_network_only` check with
+//! that shape, the core suite on 3 ranks of one host with `GEX_OFI_HYBRID=1`
+//! (`one_host_forced`: every peer through shared memory), and `paths_are_counted` / `hybrid_off_uses_the_network_only` check with
 //! `Ofi::stats()` which path each peer's traffic took. `conduits/ofi/tests/netns.rs`
 //! runs the same across two network namespaces.
 //!
@@ -40,7 +41,17 @@ fn config(extra: &[(&'static str, &'static str)]) -> Config {
 
 /// Launches the job on two "hosts"; each rank checks it is hybrid and runs the case.
 fn run(job: &Job<'_>, case: &Case<Ofi>, segment: usize) -> Result<(), String> {
-    let h = hosts(job.ranks);
+    run_on(job, case, segment, true)
+}
+
+/// Launches the job on two "hosts" (`two_hosts`) or one host with `GEX_OFI_HYBRID=1`;
+/// each rank checks which ranks it reaches through shared memory and runs the case.
+fn run_on(job: &Job<'_>, case: &Case<Ofi>, segment: usize, two_hosts: bool) -> Result<(), String> {
+    let h = if two_hosts {
+        hosts(job.ranks)
+    } else {
+        vec!["a"; job.ranks as usize]
+    };
     match gex_boot::spawn_self_test_with(job.ranks, job.test_path, |s| s.hosts(h))
         .map_err(|e| e.to_string())?
     {
@@ -48,14 +59,23 @@ fn run(job: &Job<'_>, case: &Case<Ofi>, segment: usize) -> Result<(), String> {
         gex_boot::Role::Launcher(code) => Err(format!("job exited with code {code}")),
         gex_boot::Role::Rank(boot) => {
             conformance::rank_watchdog(job.test_path);
+            let extra: &[(&'static str, &'static str)] = if two_hosts {
+                &[]
+            } else {
+                &[("GEX_OFI_HYBRID", "1")]
+            };
             let client = ClientBuilder::new()
-                .config(config(&[]))
+                .config(config(extra))
                 .segment_size(segment)
                 .endpoints(job.endpoints)
                 .init::<Ofi>(boot)
                 .map_err(|e| e.to_string())?;
             let me = client.rank();
-            let want = neighbours(job.ranks, me);
+            let want = if two_hosts {
+                neighbours(job.ranks, me)
+            } else {
+                (0..job.ranks).collect()
+            };
             let check = if client.conduit().shared_memory_peers() != want.as_slice() {
                 Err(format!(
                     "rank {me}: shared-memory peers {:?}, want {want:?}",
@@ -111,6 +131,20 @@ mod rma_two_hosts {
         conduit: Ofi,
         runner: rma_runner,
         ranks: 4,
+    }
+}
+
+/// One host, 3 ranks, `GEX_OFI_HYBRID=1`: every peer through shared memory; libfabric
+/// carries only what gex-rma asks of the NIC (native atomic domains).
+mod one_host_forced {
+    use super::*;
+    fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+        run_on(job, case, 256 << 10, false)
+    }
+    gex_testkit::conformance_tests! {
+        conduit: Ofi,
+        runner: runner,
+        ranks: 3,
     }
 }
 
