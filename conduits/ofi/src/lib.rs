@@ -59,8 +59,9 @@
 //!   other hosts. `poll` drains the rings first and reads the completion queue on every
 //!   pass only while network operations are in flight; otherwise at intervals that
 //!   double after each fruitless read up to 1024 polls, so the network's progress
-//!   engine (tcp: a `poll(2)` per read) does not slow shared-memory traffic. Hybrid
-//!   endpoints do not sleep (`block` yields). [`Ofi::stats`] counts AMs per path.
+//!   engine (tcp: a `poll(2)` per read) does not slow shared-memory traffic. A hybrid
+//!   endpoint's `block` naps on the smp doorbell for at most 200 µs (it cannot also
+//!   sleep on the CQ). [`Ofi::stats`] counts AMs per path.
 //! - **Degradation.** A provider lacking `FI_RMA`, `FI_MULTI_RECV`, send-after-send
 //!   ordering or a CQ wait object is still used, with the reference path for what it
 //!   lacks; [`OfiReport`] (from [`Ofi::report`]) says which path each operation uses
@@ -85,7 +86,8 @@
 //!
 //! ## What it does not do (yet)
 //! Long payloads larger than a Medium, a registration cache for RMA buffers outside the
-//! segments under `FI_MR_LOCAL` (and native atomics there), sleeping in a hybrid job.
+//! segments under `FI_MR_LOCAL` (and native atomics there), a combined sleep on the
+//! rings and the CQ in a hybrid job.
 
 mod fabric;
 mod ofi;

@@ -72,6 +72,9 @@ const WIREUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Hybrid jobs: longest interval, in polls, between completion-queue reads while no
 /// network operation of the endpoint is in flight (see `OfiEp::poll`).
 const NET_POLL_MAX: u32 = 1024;
+/// Hybrid jobs: longest nap of `block` on the shared-memory doorbell (the network is
+/// not watched meanwhile).
+const NET_NAP: Duration = Duration::from_micros(200);
 
 fn conduit_err(msg: impl Into<String>) -> InitError {
     InitError::Conduit {
@@ -1500,12 +1503,12 @@ impl Conduit for Ofi {
             )));
         }
         let (smp, mut near_eps) = if hybrid {
-            // The doorbells are never slept on (`block` yields in a hybrid job), so
-            // senders need not check for sleepers: open them as for a spinning job.
+            // The doorbells are armed as the smp conduit arms them (senders check for
+            // sleepers only when the policy may block): `block` naps on them.
             let p = OpenParams {
                 rank: params.rank,
                 layout: jl,
-                wait: WaitPolicy::Spin,
+                wait: params.wait,
                 config: params.config,
                 context: None,
             };
@@ -2388,6 +2391,20 @@ impl ConduitEp for OfiEp {
             let c = &self.tx.credits;
             self.tx.due.iter().any(|&g| c.due(g))
         };
+        if self.near.is_some() {
+            // Hybrid: the rings have a doorbell, the CQ a file descriptor, and one thread
+            // cannot sleep on both. Nap on the doorbell (a neighbour's message wakes it
+            // at once) for at most NET_NAP, so that network traffic is seen soon after;
+            // stay awake while network operations or owed credits are pending.
+            if self.net_busy() || credits_due {
+                std::thread::yield_now();
+            } else if let Some(near) = &mut self.near {
+                near.block(timeout.min(NET_NAP));
+                // Read the CQ at the next poll.
+                self.net_countdown = 0;
+            }
+            return;
+        }
         if !self.caps.contains(Capabilities::BLOCKING_WAIT)
             || self.tx.nqueued > 0
             || credits_due
