@@ -458,6 +458,16 @@ fn choose(s: &Settings, single_host: bool) -> Result<Chosen, InitError> {
     }
 }
 
+/// Whether a job is hybrid: `setting` is `GEX_OFI_HYBRID` (`None` = auto), `hosts` the
+/// number of distinct hosts, `crowded` whether some host has several ranks.
+fn hybrid_mode(setting: Option<bool>, hosts: usize, crowded: bool) -> bool {
+    match setting {
+        Some(false) => false,
+        Some(true) => crowded,
+        None => hosts > 1 && crowded,
+    }
+}
+
 /// Whether an offer is the loopback interface (tcp names it domain `lo`, fabric
 /// `127.0.0.0/8` or `::1/128`).
 fn is_loopback(a: &crate::fabric::Attrs) -> bool {
@@ -1488,11 +1498,7 @@ impl Conduit for Ofi {
         // Hybrid: shared memory between the ranks of a host (decided identically on
         // every rank from the layout and GEX_OFI_HYBRID, which is checked to agree).
         let crowded = (0..n as u32).any(|r| jl.neighbours(r).len() > 1);
-        let hybrid = match s.hybrid {
-            Some(false) => false,
-            Some(true) => crowded,
-            None => hosts > 1 && crowded,
-        };
+        let hybrid = hybrid_mode(s.hybrid, hosts, crowded);
         let votes = boot.exchange(&[u8::from(hybrid)])?;
         if let Some(r) = votes
             .iter()
@@ -2441,5 +2447,48 @@ impl ConduitEp for OfiEp {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hybrid_mode_follows_the_setting_and_the_layout() {
+        // auto: several hosts and a host with several ranks.
+        assert!(hybrid_mode(None, 2, true));
+        assert!(
+            !hybrid_mode(None, 1, true),
+            "one host: the smp conduit's job"
+        );
+        assert!(
+            !hybrid_mode(None, 4, false),
+            "one rank per host: nothing to share"
+        );
+        // 1: whenever a host has several ranks.
+        assert!(hybrid_mode(Some(true), 1, true));
+        assert!(!hybrid_mode(Some(true), 3, false));
+        // 0: never.
+        assert!(!hybrid_mode(Some(false), 2, true));
+    }
+
+    #[test]
+    fn loopback_offers_are_recognised() {
+        let attrs = |domain: &str, fabric: &str| crate::fabric::Attrs {
+            provider: "tcp;ofi_rxm".into(),
+            fabric: fabric.into(),
+            domain: domain.into(),
+            mr_mode: 0,
+            inject_size: 64,
+            max_msg_size: 1 << 20,
+            threading: "FI_THREAD_SAFE",
+            data_progress: "FI_PROGRESS_MANUAL",
+        };
+        assert!(is_loopback(&attrs("lo", "127.0.0.1/32")));
+        assert!(is_loopback(&attrs("x", "127.0.0.0/8")));
+        assert!(is_loopback(&attrs("x", "::1/128")));
+        assert!(!is_loopback(&attrs("eth0", "192.0.2.0/24")));
+        assert!(!is_loopback(&attrs("gxv1a", "10.77.0.0/24")));
     }
 }
