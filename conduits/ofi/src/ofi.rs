@@ -19,7 +19,10 @@
 //!   (`ConduitEp::native_put`'s contract); remote addresses are the peer's published
 //!   segment base (or 0) plus an offset the caller checked against the segment.
 //! - **Segments** are zero-filled [`Mem`] allocations owned by [`Ofi`], which every
-//!   endpoint keeps alive through its `Arc`. Long payloads are written into them at
+//!   endpoint keeps alive through its `Arc`; in a hybrid job they are the endpoints'
+//!   segments inside the node-local shared region (`Mem::shared`, not freed by `Mem`),
+//!   whose mapping the `Arc<Smp>` held by [`Ofi`] keeps alive until every endpoint, and
+//!   so every libfabric registration of them, is closed. Long payloads are written into them at
 //!   offsets the receiver checks against the segment length before copying.
 //! - A received message is read through a slice of the receive buffer it landed in, of
 //!   the length the completion reports (checked against the buffer's bounds).
