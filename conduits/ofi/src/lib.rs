@@ -50,6 +50,18 @@
 //!   offers `FI_RMA`, every segment of a rank is registered in every endpoint's domain
 //!   (redundant registration) and keys are exchanged for native RMA; under
 //!   `FI_MR_LOCAL` an RMA buffer outside the segments takes gex-rma's AM path.
+//! - **Hybrid jobs.** When the job spans several hosts and a host has several ranks
+//!   (`GEX_OFI_HYBRID`, default `auto`), ranks of one host talk through the smp
+//!   conduit's shared memory, reused as a library ([`gex_conduit_smp::node`]): AMs to
+//!   them go into SPSC rings, their segments are mapped (`SHARED_MEMORY`, so gex-rma
+//!   copies directly and runs its shared-memory barrier in the aux areas), and each
+//!   endpoint's segment lives in the shared region, registered with libfabric for the
+//!   other hosts. `poll` drains the rings first and reads the completion queue on every
+//!   pass only while network operations are in flight; otherwise at intervals that
+//!   double after each fruitless read up to 1024 polls, so the network's progress
+//!   engine (tcp: a `poll(2)` per read) does not slow shared-memory traffic. A hybrid
+//!   endpoint's `block` naps on the smp doorbell for at most 200 µs (it cannot also
+//!   sleep on the CQ). [`Ofi::stats`] counts AMs per path.
 //! - **Degradation.** A provider lacking `FI_RMA`, `FI_MULTI_RECV`, send-after-send
 //!   ordering or a CQ wait object is still used, with the reference path for what it
 //!   lacks; [`OfiReport`] (from [`Ofi::report`]) says which path each operation uses
@@ -59,7 +71,8 @@
 //! `GEX_OFI_PROVIDER` (default `tcp`, i.e. `tcp;ofi_rxm`; `auto` leaves the choice to
 //! libfabric and its `FI_PROVIDER`), `GEX_OFI_DOMAIN`, `GEX_OFI_MAX_MEDIUM` (default
 //! 8 KiB), `GEX_OFI_CREDITS` (default 64), `GEX_OFI_MULTI_RECV` (default 1),
-//! `GEX_OFI_RMA` (default 1). See
+//! `GEX_OFI_RMA` (default 1), `GEX_OFI_ATOMICS` (default 1), `GEX_OFI_HYBRID` (default
+//! `auto`). See
 //! `docs/ofi.md` and `docs/env.md`.
 //!
 //! ## Errors and faults
@@ -73,8 +86,8 @@
 //!
 //! ## What it does not do (yet)
 //! Long payloads larger than a Medium, a registration cache for RMA buffers outside the
-//! segments under `FI_MR_LOCAL` (and native atomics there), shared-memory bypass to neighbours (use the
-//! `shm` provider), hybrid shm+network jobs, and multi-host tests.
+//! segments under `FI_MR_LOCAL` (and native atomics there), a combined sleep on the
+//! rings and the CQ in a hybrid job.
 
 mod fabric;
 mod ofi;

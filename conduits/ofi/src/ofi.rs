@@ -19,7 +19,10 @@
 //!   (`ConduitEp::native_put`'s contract); remote addresses are the peer's published
 //!   segment base (or 0) plus an offset the caller checked against the segment.
 //! - **Segments** are zero-filled [`Mem`] allocations owned by [`Ofi`], which every
-//!   endpoint keeps alive through its `Arc`. Long payloads are written into them at
+//!   endpoint keeps alive through its `Arc`; in a hybrid job they are the endpoints'
+//!   segments inside the node-local shared region (`Mem::shared`, not freed by `Mem`),
+//!   whose mapping the `Arc<Smp>` held by [`Ofi`] keeps alive until every endpoint, and
+//!   so every libfabric registration of them, is closed. Long payloads are written into them at
 //!   offsets the receiver checks against the segment length before copying.
 //! - A received message is read through a slice of the receive buffer it landed in, of
 //!   the length the completion reports (checked against the buffer's bounds).
@@ -30,6 +33,7 @@ use crate::fabric::{
     InfoList, Mr, flags,
 };
 use crate::wire::{self, Credits, HEADER};
+use gex_conduit_smp::{Smp, SmpEp};
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{
     AtomicBase, AtomicKind, Capabilities, Conduit, ConduitEp, Deliver, Incoming, Limits, Native,
@@ -68,6 +72,12 @@ const PROBE_AFTER: u32 = 1 << 18;
 const PROBE_DEADLINE: Duration = Duration::from_secs(5);
 /// Longest the wire-up in `open` may take before it reports which peers are silent.
 const WIREUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// Hybrid jobs: longest interval, in polls, between completion-queue reads while no
+/// network operation of the endpoint is in flight (see `OfiEp::poll`).
+const NET_POLL_MAX: u32 = 1024;
+/// Hybrid jobs: longest nap of `block` on the shared-memory doorbell (the network is
+/// not watched meanwhile).
+const NET_NAP: Duration = Duration::from_micros(200);
 
 fn conduit_err(msg: impl Into<String>) -> InitError {
     InitError::Conduit {
@@ -79,11 +89,13 @@ fn conduit_err(msg: impl Into<String>) -> InitError {
 // ---------------------------------------------------------------------------------------
 // Memory
 
-/// A zero-filled, page-aligned heap allocation at a fixed address.
+/// A zero-filled, page-aligned heap allocation at a fixed address, or (hybrid jobs) a
+/// segment inside the node-local shared region, which the conduit's `Smp` owns.
 #[derive(Debug)]
 struct Mem {
     ptr: NonNull<u8>,
-    layout: std::alloc::Layout,
+    /// `None`: not owned (a segment of the shared region, freed with the `Smp`).
+    layout: Option<std::alloc::Layout>,
 }
 
 // SAFETY: plain memory; every access goes through raw pointers under the rules of the
@@ -101,7 +113,14 @@ impl Mem {
         let p = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr =
             NonNull::new(p).ok_or_else(|| conduit_err(format!("out of memory ({len} bytes)")))?;
-        Ok(Mem { ptr, layout })
+        Ok(Mem {
+            ptr,
+            layout: Some(layout),
+        })
+    }
+    /// A segment of the node-local shared region (hybrid jobs), not owned.
+    fn shared(ptr: NonNull<u8>) -> Mem {
+        Mem { ptr, layout: None }
     }
     fn base(&self) -> *mut u8 {
         self.ptr.as_ptr()
@@ -110,8 +129,10 @@ impl Mem {
 
 impl Drop for Mem {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout, freed once.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+        if let Some(layout) = self.layout {
+            // SAFETY: allocated in `new` with this layout, freed once.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+        }
     }
 }
 
@@ -242,6 +263,8 @@ struct Settings {
     multi_recv: bool,
     rma: bool,
     atomics: bool,
+    /// `GEX_OFI_HYBRID`: `None` = auto.
+    hybrid: Option<bool>,
 }
 
 fn settings(params: &OpenParams<'_>) -> Result<Settings, InitError> {
@@ -284,6 +307,10 @@ fn settings(params: &OpenParams<'_>) -> Result<Settings, InitError> {
         multi_recv: c.bool("GEX_OFI_MULTI_RECV", true)?,
         rma: c.bool("GEX_OFI_RMA", true)?,
         atomics: c.bool("GEX_OFI_ATOMICS", true)?,
+        hybrid: match c.get("GEX_OFI_HYBRID").map(str::trim) {
+            None | Some("") | Some("auto") => None,
+            Some(_) => Some(c.bool("GEX_OFI_HYBRID", false)?),
+        },
     })
 }
 
@@ -365,7 +392,11 @@ fn choose(s: &Settings, single_host: bool) -> Result<Chosen, InitError> {
                         .iter()
                         .find(|e| e.attrs().domain == "lo")
                         .or(entries.first()),
-                    None => entries.first(),
+                    // Several hosts: the loopback interface cannot reach the others.
+                    None => entries
+                        .iter()
+                        .find(|e| !is_loopback(&e.attrs()))
+                        .or(entries.first()),
                 };
                 let Some(pick) = pick else {
                     let offered: Vec<String> = entries
@@ -430,6 +461,22 @@ fn choose(s: &Settings, single_host: bool) -> Result<Chosen, InitError> {
     }
 }
 
+/// Whether a job is hybrid: `setting` is `GEX_OFI_HYBRID` (`None` = auto), `hosts` the
+/// number of distinct hosts, `crowded` whether some host has several ranks.
+fn hybrid_mode(setting: Option<bool>, hosts: usize, crowded: bool) -> bool {
+    match setting {
+        Some(false) => false,
+        Some(true) => crowded,
+        None => hosts > 1 && crowded,
+    }
+}
+
+/// Whether an offer is the loopback interface (tcp names it domain `lo`, fabric
+/// `127.0.0.0/8` or `::1/128`).
+fn is_loopback(a: &crate::fabric::Attrs) -> bool {
+    a.domain == "lo" || a.fabric.starts_with("127.") || a.fabric.starts_with("::1/")
+}
+
 // ---------------------------------------------------------------------------------------
 // The conduit
 
@@ -455,9 +502,19 @@ struct EpCounters {
     put_bytes: AtomicU64,
     get_bytes: AtomicU64,
     atomics: AtomicU64,
+    shm_sent: AtomicU64,
+    net_sent: AtomicU64,
+    shm_recv: AtomicU64,
+    net_recv: AtomicU64,
 }
 
 impl EpCounters {
+    /// Adds `n` to a counter (single writer: a load and a store suffice).
+    #[inline(always)]
+    fn bump(c: &AtomicU64, n: u64) {
+        c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    }
+
     /// Adds one operation of `len` bytes (single writer: a load and a store suffice).
     #[inline(always)]
     fn add(ops: &AtomicU64, bytes: &AtomicU64, len: usize) {
@@ -482,6 +539,15 @@ pub struct OfiStats {
     pub native_get_bytes: u64,
     /// Native atomics (`fi_atomic`, `fi_fetch_atomic`, `fi_compare_atomic`) accepted.
     pub native_atomics: u64,
+    /// AM requests sent to ranks of this host through the shared-memory rings (hybrid
+    /// jobs; replies are not counted here).
+    pub shm_am_requests: u64,
+    /// AM requests sent through libfabric.
+    pub net_am_requests: u64,
+    /// AMs (requests and replies) delivered from the shared-memory rings.
+    pub shm_am_delivered: u64,
+    /// AMs (requests and replies) delivered from libfabric.
+    pub net_am_delivered: u64,
 }
 
 /// The libfabric conduit. See the [crate documentation](crate).
@@ -495,6 +561,9 @@ pub struct Ofi {
     // Closed last: every domain (one per endpoint) is closed by then.
     _fabric: Fabric,
     _info: Info,
+    /// Hybrid jobs: the node-local shared memory (owns the segments' memory, which
+    /// stays mapped until every endpoint, and so every registration, is closed).
+    smp: Option<Arc<Smp>>,
 }
 
 impl Ofi {
@@ -513,8 +582,29 @@ impl Ofi {
             s.native_put_bytes += c.put_bytes.load(Ordering::Relaxed);
             s.native_get_bytes += c.get_bytes.load(Ordering::Relaxed);
             s.native_atomics += c.atomics.load(Ordering::Relaxed);
+            s.shm_am_requests += c.shm_sent.load(Ordering::Relaxed);
+            s.net_am_requests += c.net_sent.load(Ordering::Relaxed);
+            s.shm_am_delivered += c.shm_recv.load(Ordering::Relaxed);
+            s.net_am_delivered += c.net_recv.load(Ordering::Relaxed);
         }
         s
+    }
+
+    /// Whether `rank` is reached through shared memory (hybrid jobs: a rank of this host).
+    #[inline(always)]
+    fn near(&self, rank: u32) -> bool {
+        self.smp.as_ref().is_some_and(|s| s.is_neighbour(rank))
+    }
+
+    /// Whether this is a hybrid job: ranks of this host talk through shared memory.
+    pub fn is_hybrid(&self) -> bool {
+        self.smp.is_some()
+    }
+
+    /// The ranks this rank reaches through shared memory (this rank included): the
+    /// ranks of its host in a hybrid job, else none.
+    pub fn shared_memory_peers(&self) -> &[u32] {
+        self.smp.as_ref().map_or(&[], |s| s.neighbours())
     }
 }
 
@@ -687,6 +777,14 @@ pub struct OfiEp {
     index: EpIndex,
     limits: Limits,
     caps: Capabilities,
+    /// Hybrid jobs: the shared-memory endpoint serving the ranks of this host.
+    near: Option<SmpEp>,
+    /// Polls left before the next completion-queue read (hybrid jobs; see `poll`).
+    net_countdown: u32,
+    /// Current interval between completion-queue reads (hybrid jobs).
+    net_interval: u32,
+    /// Whether the last progress pass found completions.
+    net_seen: bool,
     conduit: Arc<Ofi>,
 }
 
@@ -1287,6 +1385,7 @@ impl OfiEp {
                 self.die(format!("returning credits: {e}"));
             }
         }
+        self.net_seen = seen;
         if seen {
             self.tx.idle = 0;
         } else if self.tx.probing {
@@ -1296,6 +1395,44 @@ impl OfiEp {
             }
         }
         n
+    }
+
+    /// Injects a request through libfabric (credits, then `fi_inject` or `fi_send`).
+    #[inline]
+    fn inject_net(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<Injected, AmError> {
+        if let Some(f) = &self.tx.fatal {
+            return Err(AmError::Conduit(f.clone()));
+        }
+        if self.tx.nqueued > 0 {
+            self.tx.flush()?;
+        }
+        let g = self.tx.g(dst);
+        if !self.tx.queued[g].is_empty() || !self.tx.credits.take(g) {
+            return Ok(Injected::WouldBlock);
+        }
+        match self.tx.send_msg(g, msg) {
+            Ok(true) => Ok(Injected::Sent),
+            Ok(false) => {
+                self.tx.credits.untake(g);
+                Ok(Injected::WouldBlock)
+            }
+            Err(e) => {
+                self.tx.credits.untake(g);
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether network operations of this endpoint are in flight, whose completions
+    /// only a CQ read collects: send buffers, native RMA and atomics, queued replies,
+    /// receive buffers to repost, stashed completions.
+    #[inline(always)]
+    fn net_busy(&self) -> bool {
+        self.tx.free.len() < SEND_BUFS
+            || self.rma.free.len() < self.rma.state.len()
+            || self.tx.nqueued > 0
+            || !self.rx.repost.is_empty()
+            || !self.rx.stash.is_empty()
     }
 
     #[cold]
@@ -1344,6 +1481,51 @@ impl Conduit for Ofi {
         let chosen = choose(&s, single_host)?;
         let a = chosen.attrs.clone();
         let prov = a.provider.clone();
+        let hosts = {
+            let mut h = jl.host.clone();
+            h.sort_unstable();
+            h.dedup();
+            h.len()
+        };
+        if hosts > 1 && s.domain.is_none() && is_loopback(&a) {
+            return Err(conduit_err(format!(
+                "{prov}: fi_getinfo offers only the loopback interface (domain {}, fabric {}) but this job spans {hosts} hosts, which it cannot reach: bring a network interface up (with carrier) or name one with GEX_OFI_DOMAIN or FI_TCP_IFACE",
+                a.domain, a.fabric
+            )));
+        }
+        if hosts > 1 && prov == "shm" {
+            return Err(conduit_err(format!(
+                "shm: fi_getinfo chose the shm provider, which reaches only processes of one host, but this job spans {hosts} hosts: choose a network provider (GEX_OFI_PROVIDER)"
+            )));
+        }
+        // Hybrid: shared memory between the ranks of a host (decided identically on
+        // every rank from the layout and GEX_OFI_HYBRID, which is checked to agree).
+        let crowded = (0..n as u32).any(|r| jl.neighbours(r).len() > 1);
+        let hybrid = hybrid_mode(s.hybrid, hosts, crowded);
+        let votes = boot.exchange(&[u8::from(hybrid)])?;
+        if let Some(r) = votes
+            .iter()
+            .position(|v| v.as_slice() != [u8::from(hybrid)])
+        {
+            return Err(conduit_err(format!(
+                "rank {r} and rank {rank} disagree on the hybrid mode (GEX_OFI_HYBRID must be the same on every rank)"
+            )));
+        }
+        let (smp, mut near_eps) = if hybrid {
+            // The doorbells are armed as the smp conduit arms them (senders check for
+            // sleepers only when the policy may block): `block` naps on them.
+            let p = OpenParams {
+                rank: params.rank,
+                layout: jl,
+                wait: params.wait,
+                config: params.config,
+                context: None,
+            };
+            let (smp, eps) = gex_conduit_smp::node::open(boot, &p)?;
+            (Some(smp), eps.into_iter().map(Some).collect::<Vec<_>>())
+        } else {
+            (None, Vec::new())
+        };
         let fab = Fabric::open(&chosen.info)
             .map_err(|e| fi_init(&prov, format!("fi_fabric({})", a.fabric), e))?;
         let mr_local = a.mr_mode & flags::MR_LOCAL != 0;
@@ -1374,12 +1556,21 @@ impl Conduit for Ofi {
         } else {
             (RECV_BUFS, stride)
         };
-        let segs: Vec<Mem> = (0..my_eps)
-            .map(|_| Mem::new(seg_len))
-            .collect::<Result<_, _>>()?;
+        let segs: Vec<Mem> = if hybrid {
+            // The segments live in the shared region, mapped by every rank of the host.
+            near_eps
+                .iter()
+                .map(|e| Mem::shared(e.as_ref().expect("smp endpoint").local_segment().0))
+                .collect()
+        } else {
+            (0..my_eps)
+                .map(|_| Mem::new(seg_len))
+                .collect::<Result<_, _>>()?
+        };
 
         // Per endpoint: domain, CQ, AV, endpoint, pools, registrations.
-        let wait_obj = params.wait != WaitPolicy::Spin;
+        // A hybrid endpoint never sleeps in the CQ (it must watch the rings too).
+        let wait_obj = params.wait != WaitPolicy::Spin && !hybrid;
         let mut objs = Vec::with_capacity(my_eps);
         let mut pools = Vec::with_capacity(my_eps);
         let mut names = Vec::with_capacity(my_eps);
@@ -1639,13 +1830,32 @@ impl Conduit for Ofi {
                 PathChoice {
                     operation: "waiting",
                     path: if waitable { "fi_cq_sread on the CQ's wait object".into() } else { "yield, no wait object".into() },
-                    reason: if !wait_obj {
+                    reason: if hybrid {
+                        "hybrid job: an endpoint watches its rings and its CQ, so it cannot sleep in either".into()
+                    } else if !wait_obj {
                         "wait policy is spin, and a wait object would cost every completion a signal".into()
                     } else if waitable {
                         "wait policy may block".into()
                     } else {
                         "provider offers no file-descriptor wait object for CQs".into()
                     }
+                },
+                PathChoice {
+                    operation: "neighbours",
+                    path: match &smp {
+                        Some(smp) => format!(
+                            "shared memory (smp rings, doorbells, mapped segments) to ranks {:?}; libfabric to the others; CQ read every pass while network operations are in flight, else at most every {NET_POLL_MAX} polls",
+                            smp.neighbours()
+                        ),
+                        None => "libfabric, like every other peer".into(),
+                    },
+                    reason: match (hybrid, s.hybrid) {
+                        (true, Some(true)) => "GEX_OFI_HYBRID=1 and a host has several ranks".into(),
+                        (true, _) => "the job spans several hosts and a host has several ranks (GEX_OFI_HYBRID=auto)".into(),
+                        (false, Some(false)) => "disabled by GEX_OFI_HYBRID=0".into(),
+                        (false, _) if !crowded => "every host has one rank".into(),
+                        (false, _) => "one host (GEX_OFI_HYBRID=auto; the smp conduit serves one-host jobs)".into(),
+                    },
                 },
                 PathChoice {
                     operation: "threading",
@@ -1665,6 +1875,9 @@ impl Conduit for Ofi {
         if atomics {
             caps |= Capabilities::NATIVE_ATOMICS;
         }
+        if hybrid {
+            caps |= Capabilities::SHARED_MEMORY;
+        }
         let limits = Limits {
             max_args: MAX_ARGS,
             max_medium,
@@ -1679,6 +1892,7 @@ impl Conduit for Ofi {
             segs,
             _fabric: fab,
             _info: chosen.info,
+            smp,
         });
 
         let mut eps = Vec::with_capacity(my_eps);
@@ -1735,6 +1949,10 @@ impl Conduit for Ofi {
                 index: e as u16,
                 limits,
                 caps,
+                near: near_eps.get_mut(e).and_then(Option::take),
+                net_countdown: 0,
+                net_interval: 1,
+                net_seen: false,
                 conduit: ofi.clone(),
             };
             for i in 0..ep.rx.pool.count {
@@ -1931,8 +2149,11 @@ impl ConduitEp for OfiEp {
         self.caps
     }
     #[inline]
-    fn limits(&self, _dst: EpAddr) -> Limits {
-        self.limits
+    fn limits(&self, dst: EpAddr) -> Limits {
+        match &self.near {
+            Some(near) if self.conduit.near(dst.rank) => near.limits(dst),
+            _ => self.limits,
+        }
     }
     fn local_segment(&self) -> (NonNull<u8>, usize) {
         (
@@ -1940,37 +2161,56 @@ impl ConduitEp for OfiEp {
             self.conduit.seg_len,
         )
     }
-    fn peer_segment(&self, _dst: EpAddr) -> Option<(NonNull<u8>, usize)> {
-        None
+    fn peer_segment(&self, dst: EpAddr) -> Option<(NonNull<u8>, usize)> {
+        self.near.as_ref()?.peer_segment(dst)
     }
 
+    fn aux(&self, dst: EpAddr) -> Option<NonNull<u8>> {
+        self.near.as_ref()?.aux(dst)
+    }
+
+    fn wake(&self, dst: EpAddr) {
+        if let Some(near) = &self.near {
+            near.wake(dst);
+        }
+    }
+
+    /// A request to a rank of this host (hybrid jobs) goes into its ring; any other
+    /// through libfabric.
     #[inline]
-    fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, AmError> {
-        if let Some(f) = &self.tx.fatal {
-            return Err(AmError::Conduit(f.clone()));
-        }
-        if self.tx.nqueued > 0 {
-            self.tx.flush()?;
-        }
-        let g = self.tx.g(dst);
-        if !self.tx.queued[g].is_empty() || !self.tx.credits.take(g) {
-            return Ok(Injected::WouldBlock);
-        }
-        match self.tx.send_msg(g, msg) {
-            Ok(true) => Ok(Injected::Sent),
-            Ok(false) => {
-                self.tx.credits.untake(g);
-                Ok(Injected::WouldBlock)
+    fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, AmError> {
+        if let Some(near) = &mut self.near {
+            let c = &self.conduit.counters[self.index as usize];
+            if self.conduit.near(dst.rank) {
+                let r = near.inject(dst, msg, imm);
+                if let Ok(Injected::Sent) = r {
+                    EpCounters::bump(&c.shm_sent, 1);
+                }
+                return r;
             }
-            Err(e) => {
-                self.tx.credits.untake(g);
-                Err(e)
+            // A reply (or completion) is coming: read the CQ on the next polls.
+            self.net_countdown = 0;
+            self.net_interval = 1;
+            let r = self.inject_net(dst, msg);
+            if let Ok(Injected::Sent) = r {
+                let c = &self.conduit.counters[self.index as usize];
+                EpCounters::bump(&c.net_sent, 1);
             }
+            return r;
         }
+        let r = self.inject_net(dst, msg);
+        if let Ok(Injected::Sent) = r {
+            let c = &self.conduit.counters[self.index as usize];
+            EpCounters::bump(&c.net_sent, 1);
+        }
+        r
     }
 
     /// Drains this endpoint's completion queue: frees send buffers, delivers messages,
-    /// reposts receive buffers, sends queued replies and owed credits.
+    /// reposts receive buffers, sends queued replies and owed credits. In a hybrid job
+    /// it first drains the shared-memory rings, and reads the completion queue only
+    /// every `net_interval` polls unless network operations are in flight (see
+    /// `docs/ofi.md`, Hybrid jobs).
     ///
     /// # Panics
     /// On a fatal network error (an error completion, a malformed message), with a
@@ -1978,7 +2218,36 @@ impl ConduitEp for OfiEp {
     /// an error, and continuing would hang. The launcher then ends the job.
     #[inline]
     fn poll<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize {
-        self.progress(d, budget)
+        let Some(near) = &mut self.near else {
+            let m = self.progress(d, budget);
+            if m > 0 {
+                let c = &self.conduit.counters[self.index as usize];
+                EpCounters::bump(&c.net_recv, m as u64);
+            }
+            return m;
+        };
+        let n = near.poll(d, budget);
+        let c = &self.conduit.counters[self.index as usize];
+        if n > 0 {
+            EpCounters::bump(&c.shm_recv, n as u64);
+        }
+        if self.net_countdown > 0 && !self.net_busy() {
+            self.net_countdown -= 1;
+            return n;
+        }
+        let m = self.progress(d, budget.saturating_sub(n).max(1));
+        let c = &self.conduit.counters[self.index as usize];
+        if m > 0 {
+            EpCounters::bump(&c.net_recv, m as u64);
+        }
+        if self.net_seen {
+            // The CQ had completions: keep reading it.
+            self.net_interval = 1;
+        } else {
+            self.net_interval = (self.net_interval * 2).min(NET_POLL_MAX);
+        }
+        self.net_countdown = self.net_interval;
+        n + m
     }
 
     /// `fi_writemsg` with `FI_DELIVERY_COMPLETE` into `dst`'s registered segment.
@@ -2122,7 +2391,8 @@ impl ConduitEp for OfiEp {
     }
 
     fn has_incoming(&self) -> bool {
-        self.rx.stash.iter().any(|c| c.flags & flags::RECV != 0)
+        self.near.as_ref().is_some_and(|n| n.has_incoming())
+            || self.rx.stash.iter().any(|c| c.flags & flags::RECV != 0)
     }
 
     fn block(&mut self, timeout: Duration) {
@@ -2130,6 +2400,20 @@ impl ConduitEp for OfiEp {
             let c = &self.tx.credits;
             self.tx.due.iter().any(|&g| c.due(g))
         };
+        if self.near.is_some() {
+            // Hybrid: the rings have a doorbell, the CQ a file descriptor, and one thread
+            // cannot sleep on both. Nap on the doorbell (a neighbour's message wakes it
+            // at once) for at most NET_NAP, so that network traffic is seen soon after;
+            // stay awake while network operations or owed credits are pending.
+            if self.net_busy() || credits_due {
+                std::thread::yield_now();
+            } else if let Some(near) = &mut self.near {
+                near.block(timeout.min(NET_NAP));
+                // Read the CQ at the next poll.
+                self.net_countdown = 0;
+            }
+            return;
+        }
         if !self.caps.contains(Capabilities::BLOCKING_WAIT)
             || self.tx.nqueued > 0
             || credits_due
@@ -2166,5 +2450,48 @@ impl ConduitEp for OfiEp {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hybrid_mode_follows_the_setting_and_the_layout() {
+        // auto: several hosts and a host with several ranks.
+        assert!(hybrid_mode(None, 2, true));
+        assert!(
+            !hybrid_mode(None, 1, true),
+            "one host: the smp conduit's job"
+        );
+        assert!(
+            !hybrid_mode(None, 4, false),
+            "one rank per host: nothing to share"
+        );
+        // 1: whenever a host has several ranks.
+        assert!(hybrid_mode(Some(true), 1, true));
+        assert!(!hybrid_mode(Some(true), 3, false));
+        // 0: never.
+        assert!(!hybrid_mode(Some(false), 2, true));
+    }
+
+    #[test]
+    fn loopback_offers_are_recognised() {
+        let attrs = |domain: &str, fabric: &str| crate::fabric::Attrs {
+            provider: "tcp;ofi_rxm".into(),
+            fabric: fabric.into(),
+            domain: domain.into(),
+            mr_mode: 0,
+            inject_size: 64,
+            max_msg_size: 1 << 20,
+            threading: "FI_THREAD_SAFE",
+            data_progress: "FI_PROGRESS_MANUAL",
+        };
+        assert!(is_loopback(&attrs("lo", "127.0.0.1/32")));
+        assert!(is_loopback(&attrs("x", "127.0.0.0/8")));
+        assert!(is_loopback(&attrs("x", "::1/128")));
+        assert!(!is_loopback(&attrs("eth0", "192.0.2.0/24")));
+        assert!(!is_loopback(&attrs("gxv1a", "10.77.0.0/24")));
     }
 }

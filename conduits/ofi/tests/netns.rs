@@ -1,6 +1,12 @@
 //! Multi-host conformance on one machine (issue 5, point 7): two network namespaces
 //! joined by a veth pair stand for two hosts, and a 4-rank job with 2 ranks in each
-//! namespace runs the core AM conformance suite over libfabric's `tcp;ofi_rxm`.
+//! namespace runs the core AM conformance suite and the RMA suite over libfabric's
+//! `tcp;ofi_rxm` in hybrid mode (the default for such a job): the two ranks of a
+//! namespace talk through shared memory, the namespaces through the veth.
+//! `paths_are_counted` checks with `Ofi::stats()` that same-host requests went through
+//! the rings and cross-host ones through libfabric; `loopback_only_is_a_clear_error`
+//! runs a job in two namespaces that have only `lo` and checks it fails promptly with a
+//! message naming the provider, instead of hanging in the wire-up.
 //!
 //! Every test (one per conformance case) makes its own pair, named after this process
 //! and a counter so that parallel tests and parallel runs never clash:
@@ -17,7 +23,8 @@
 //! through `gex_boot`'s host list: ranks 0 and 1 on the first namespace, ranks 2 and 3
 //! on the second, each started as `ip netns exec <namespace> <this test binary> …`.
 //! Each rank checks that the conduit opened the veth's domain (fabric `10.77.0.0/24`,
-//! not `lo`), so traffic between ranks in different namespaces crosses the veth pair;
+//! not `lo`), so traffic between ranks in different namespaces crosses the veth pair,
+//! and that it reaches exactly the ranks of its namespace through shared memory;
 //! after the job the launcher checks that both veth ends sent packets.
 //! A guard deletes both namespaces (which deletes the veth pair) when the test ends,
 //! whether it passed or panicked, and the test then checks that they are gone. Before
@@ -32,6 +39,8 @@
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+mod hybrid_common;
 
 use gex_conduit_ofi::Ofi;
 use gex_core::{ClientBuilder, Config};
@@ -94,6 +103,11 @@ struct NetnsPair {
 
 impl NetnsPair {
     fn new() -> Result<NetnsPair, String> {
+        NetnsPair::make(true)
+    }
+
+    /// Two namespaces; joined by the veth pair if `veth`, else with only `lo` up.
+    fn make(veth_pair: bool) -> Result<NetnsPair, String> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let tag = format!(
             "{}_{}",
@@ -110,6 +124,12 @@ impl NetnsPair {
         for n in &ns {
             ip(&["netns", "add", n])?;
             pair.names.push(n.clone());
+        }
+        if !veth_pair {
+            for n in &ns {
+                ip(&["-n", n, "link", "set", "lo", "up"])?;
+            }
+            return Ok(pair);
         }
         ip(&[
             "link", "add", &veth[0], "netns", &ns[0], "type", "veth", "peer", "name", &veth[1],
@@ -209,17 +229,46 @@ fn netns_exists(name: &str) -> bool {
 }
 
 fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
-    if std::env::var_os(gex_boot::env::BOOT).is_some() {
-        return rank(job, case);
+    launch(
+        job,
+        |client| conformance::run_on_rank(client, case),
+        256 << 10,
+    )
+}
+
+fn rma_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+    launch(
+        job,
+        |client| conformance::run_on_rank(client, case),
+        2 << 20,
+    )
+}
+
+/// `None` if namespaces can be made here; otherwise `Some(result)` for a test that
+/// cannot run: a pass (printing why) with `GEX_SKIP_NETNS=1`, else a failure.
+fn skip(what: &str) -> Option<Result<(), String>> {
+    let why = unavailable()?;
+    if std::env::var("GEX_SKIP_NETNS").is_ok_and(|v| v == "1") {
+        eprintln!("netns test {what} NOT RUN (GEX_SKIP_NETNS=1): {why}");
+        return Some(Ok(()));
     }
-    if let Some(why) = unavailable() {
-        if std::env::var("GEX_SKIP_NETNS").is_ok_and(|v| v == "1") {
-            eprintln!("netns test {} NOT RUN (GEX_SKIP_NETNS=1): {why}", job.case);
-            return Ok(());
-        }
-        return Err(format!(
-            "{why}; set GEX_SKIP_NETNS=1 to skip the network-namespace tests"
-        ));
+    Some(Err(format!(
+        "{why}; set GEX_SKIP_NETNS=1 to skip the network-namespace tests"
+    )))
+}
+
+/// Runs `body` on every rank of a job of `job.ranks` ranks, half in each of two
+/// namespaces joined by a veth pair, after the checks of [`rank`].
+fn launch(
+    job: &Job<'_>,
+    body: impl FnOnce(&gex_core::Client<Ofi>) -> Result<(), String>,
+    segment: usize,
+) -> Result<(), String> {
+    if is_rank() {
+        return rank(job, body, segment);
+    }
+    if let Some(r) = skip(job.case) {
+        return r;
     }
     let pair = NetnsPair::new()?;
     let names = pair.names.clone();
@@ -256,13 +305,151 @@ fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
     }
 }
 
+/// Whether this process is a rank (started by gex-run's launcher or by Hydra).
+fn is_rank() -> bool {
+    ["GEX_BOOT", "PMI_FD", "PMI_PORT"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+}
+
+/// MPICH's Hydra launcher, if installed.
+fn find_mpiexec() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    ["mpiexec.hydra", "mpiexec.mpich"].iter().find_map(|name| {
+        std::env::split_paths(&path)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Longest an mpiexec job may take before the test ends it.
+const MPIEXEC_LIMIT: std::time::Duration = std::time::Duration::from_secs(150);
+
+/// Like [`launch`], but the job is started by Hydra: `mpiexec.hydra` runs inside the
+/// first namespace with the two veth addresses as its hosts (`-hosts
+/// 10.77.0.1:2,10.77.0.2:2`), its control socket on the first veth end (`-iface`), and
+/// the `rsh` launcher pointed (`-launcher-exec`) at a small script that starts Hydra's
+/// proxy for the second address with `ip netns exec <second namespace>`. The ranks
+/// bootstrap through PMI-1; their host layout comes from Hydra's
+/// `PMI_process_mapping`.
+fn launch_mpiexec(
+    job: &Job<'_>,
+    body: impl FnOnce(&gex_core::Client<Ofi>) -> Result<(), String>,
+    segment: usize,
+) -> Result<(), String> {
+    if is_rank() {
+        return rank(job, body, segment);
+    }
+    if let Some(r) = skip(job.case) {
+        return r;
+    }
+    let Some(mpiexec) = find_mpiexec() else {
+        if std::env::var("GEXTEST_ALLOW_NO_MPIEXEC").is_ok_and(|v| v == "1") {
+            eprintln!(
+                "netns test {} NOT RUN (GEXTEST_ALLOW_NO_MPIEXEC=1): no mpiexec.hydra",
+                job.case
+            );
+            return Ok(());
+        }
+        return Err(
+            "MPICH's mpiexec.hydra is not in PATH (apt-get install mpich), or set GEXTEST_ALLOW_NO_MPIEXEC=1"
+                .into(),
+        );
+    };
+    let pair = NetnsPair::new()?;
+    let names = pair.names.clone();
+    let (a, b) = (names[0].as_str(), names[1].as_str());
+    let ip_of = |i: usize| ADDR[i].split('/').next().expect("address");
+    let dir = std::env::temp_dir().join(format!("gex-netns-mpiexec-{a}"));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let script = dir.join("launch.sh");
+    // Hydra's rsh launcher runs `<exec> <host> <proxy command line>`.
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nh=\"$1\"; shift\ncase \"$h\" in\n  {}) ns={a};;\n  {}) ns={b};;\n  *) echo \"launch.sh: unknown host $h\" >&2; exit 1;;\nesac\nexec ip netns exec \"$ns\" sh -c \"$*\"\n",
+            ip_of(0),
+            ip_of(1)
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| e.to_string())?;
+    }
+    let half = job.ranks / 2;
+    let hosts = format!("{}:{half},{}:{}", ip_of(0), ip_of(1), job.ranks - half);
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", a])
+        .arg(&mpiexec)
+        .args(["-launcher", "rsh", "-launcher-exec"])
+        .arg(&script)
+        .args(["-iface", &pair.veth[0], "-hosts", &hosts, "-n"])
+        .arg(job.ranks.to_string())
+        .arg(&exe)
+        .args([job.test_path, "--exact", "--nocapture", "--test-threads=1"])
+        .env_remove("GEX_BOOT")
+        .stdin(std::process::Stdio::null());
+    eprintln!("+ {cmd:?}");
+    let t0 = std::time::Instant::now();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start mpiexec: {e}"))?;
+    let status = loop {
+        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
+            break Some(st);
+        }
+        if t0.elapsed() > MPIEXEC_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let tx = [tx_packets(a, &pair.veth[0]), tx_packets(b, &pair.veth[1])];
+    drop(pair);
+    let _ = std::fs::remove_dir_all(&dir);
+    for n in &names {
+        if netns_exists(n) {
+            return Err(format!("network namespace {n} is left after the test"));
+        }
+    }
+    match status.and_then(|s| s.code()) {
+        Some(0) => {
+            let (ta, tb) = (tx[0].clone()?, tx[1].clone()?);
+            if ta == 0 || tb == 0 {
+                return Err(format!(
+                    "the job passed but the veth pair carried no traffic ({ta} and {tb} packets sent)"
+                ));
+            }
+            eprintln!(
+                "netns test {} under mpiexec: {:?}, the veth ends sent {ta} and {tb} packets",
+                job.case,
+                t0.elapsed()
+            );
+            Ok(())
+        }
+        _ => Err(format!(
+            "mpiexec ended with {status:?} after {:?}",
+            t0.elapsed()
+        )),
+    }
+}
+
 /// The first half of the ranks on host 0, the others on host 1.
 fn host_ids(ranks: u32) -> impl Iterator<Item = u32> {
     (0..ranks).map(move |r| u32::from(r >= ranks / 2))
 }
 
-/// One rank: check the host layout and the domain, then run the case.
-fn rank(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+/// One rank: check the host layout, the domain and the shared-memory peers, then run
+/// `body`.
+fn rank(
+    job: &Job<'_>,
+    body: impl FnOnce(&gex_core::Client<Ofi>) -> Result<(), String>,
+    segment: usize,
+) -> Result<(), String> {
     let boot = gex_boot::from_env().map_err(|e| e.to_string())?;
     let case_name = job.test_path.to_string();
     std::thread::spawn(move || {
@@ -274,12 +461,15 @@ fn rank(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
     let hosts = boot.host_ids().to_vec();
     let client = ClientBuilder::new()
         .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
-        .segment_size(256 << 10)
+        .segment_size(segment)
         .endpoints(job.endpoints)
         .init::<Ofi>(boot)
         .map_err(|e| e.to_string())?;
     let report = client.conduit().report().clone();
     let want: Vec<u32> = host_ids(job.ranks).collect();
+    let near: Vec<u32> = (0..job.ranks)
+        .filter(|&r| want[r as usize] == want[me as usize])
+        .collect();
     let check = if hosts != want {
         Err(format!("rank {me}: host ids {hosts:?}, want {want:?}"))
     } else if report.domain() == "lo" || report.fabric() != FABRIC {
@@ -288,8 +478,13 @@ fn rank(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
             report.domain(),
             report.fabric()
         ))
+    } else if client.conduit().shared_memory_peers() != near.as_slice() {
+        Err(format!(
+            "rank {me}: reaches {:?} through shared memory, want its namespace's ranks {near:?}",
+            client.conduit().shared_memory_peers()
+        ))
     } else {
-        conformance::run_on_rank(&client, case)
+        body(&client)
     };
     if let Err(e) = check {
         client.abort(1, &e);
@@ -315,5 +510,169 @@ mod two_hosts_two_eps {
         runner: runner,
         ranks: 4,
         endpoints: 2,
+    }
+}
+
+/// The RMA suite, 4 ranks, 2 per namespace: direct copies within a namespace, native
+/// `FI_RMA` across the veth.
+mod rma_two_hosts {
+    use super::*;
+    gex_testkit::rma_conformance_tests! {
+        conduit: Ofi,
+        runner: rma_runner,
+        ranks: 4,
+    }
+}
+
+/// Requests to the rank's own namespace go through the rings, the others through
+/// libfabric over the veth; puts across are native, puts to a neighbour plain copies.
+#[test]
+fn paths_are_counted() {
+    let job = Job {
+        case: "paths_are_counted",
+        test_path: "paths_are_counted",
+        ranks: 4,
+        endpoints: 1,
+    };
+    let r = launch(
+        &job,
+        |client| {
+            let me = client.rank();
+            let near: Vec<u32> = host_ids(4)
+                .enumerate()
+                .filter(|&(_, h)| h == u32::from(me >= 2))
+                .map(|(r, _)| r as u32)
+                .collect();
+            hybrid_common::check_paths(client, true, &near)
+        },
+        1 << 20,
+    );
+    if let Err(e) = r {
+        panic!("{e}");
+    }
+}
+
+/// Two namespaces with only `lo` (no veth): a 4-rank job across them cannot work, and
+/// every rank must fail at initialisation with a message naming the provider and the
+/// problem, so the job ends at once with a non-zero code instead of hanging in the
+/// wire-up (which would give up only after a minute).
+#[test]
+fn loopback_only_is_a_clear_error() {
+    const NAME: &str = "loopback_only_is_a_clear_error";
+    const DIR: &str = "GEXTEST_NETNS_DIR";
+    if let Some(dir) = std::env::var_os(DIR) {
+        let boot = gex_boot::from_env().expect("bootstrap");
+        let me = boot.rank();
+        let r = ClientBuilder::new()
+            .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
+            .segment_size(64 << 10)
+            .init::<Ofi>(boot);
+        let msg = match r {
+            Ok(_) => "initialised".to_string(),
+            Err(e) => e.to_string(),
+        };
+        std::fs::write(std::path::Path::new(&dir).join(format!("rank.{me}")), &msg).unwrap();
+        std::process::exit(3);
+    }
+    if let Some(r) = skip(NAME) {
+        return r.unwrap();
+    }
+    let pair = NetnsPair::make(false).expect("namespaces");
+    let names = pair.names.clone();
+    let dir = std::env::temp_dir().join(format!("gex-netns-lo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hosts = host_ids(4).map(|h| names[h as usize].clone());
+    let t0 = std::time::Instant::now();
+    let result = gex_boot::spawn_self_test_with(4, NAME, |spec| {
+        spec.hosts(hosts)
+            .host_exec(["ip", "netns", "exec", "{host}"])
+            .env(DIR, &dir)
+    });
+    let took = t0.elapsed();
+    drop(pair);
+    let msgs: Vec<String> = (0..4)
+        .filter_map(|r| std::fs::read_to_string(dir.join(format!("rank.{r}"))).ok())
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    for n in &names {
+        assert!(
+            !netns_exists(n),
+            "network namespace {n} is left after the test"
+        );
+    }
+    match result.expect("launch") {
+        gex_boot::Role::Launcher(code) => assert_ne!(code, 0, "the job succeeded"),
+        gex_boot::Role::Rank(_) => unreachable!(),
+    }
+    eprintln!("{NAME}: job failed after {took:?}: {msgs:?}");
+    assert!(took < std::time::Duration::from_secs(30), "took {took:?}");
+    assert!(!msgs.is_empty(), "no rank reported");
+    for m in &msgs {
+        assert!(
+            m.contains("tcp")
+                && m.contains("only the loopback interface")
+                && m.contains("spans 2 hosts"),
+            "unclear message: {m}"
+        );
+    }
+}
+
+fn mpiexec_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+    launch_mpiexec(
+        job,
+        |client| conformance::run_on_rank(client, case),
+        256 << 10,
+    )
+}
+
+fn mpiexec_rma_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+    launch_mpiexec(
+        job,
+        |client| conformance::run_on_rank(client, case),
+        2 << 20,
+    )
+}
+
+/// The core conformance suite under Hydra's `mpiexec`, 2 ranks per namespace.
+mod mpiexec_two_hosts {
+    use super::*;
+    gex_testkit::conformance_tests! {
+        conduit: Ofi,
+        runner: mpiexec_runner,
+        ranks: 4,
+    }
+}
+
+/// The RMA suite under Hydra's `mpiexec`, 2 ranks per namespace.
+mod mpiexec_rma_two_hosts {
+    use super::*;
+    gex_testkit::rma_conformance_tests! {
+        conduit: Ofi,
+        runner: mpiexec_rma_runner,
+        ranks: 4,
+    }
+}
+
+/// `paths_are_counted` under Hydra's `mpiexec`: the neighbourhood comes from
+/// `PMI_process_mapping`.
+#[test]
+fn mpiexec_paths_are_counted() {
+    let job = Job {
+        case: "mpiexec_paths_are_counted",
+        test_path: "mpiexec_paths_are_counted",
+        ranks: 4,
+        endpoints: 1,
+    };
+    let r = launch_mpiexec(
+        &job,
+        |client| {
+            let me = client.rank();
+            let near: Vec<u32> = (0..4).filter(|&r| (r >= 2) == (me >= 2)).collect();
+            hybrid_common::check_paths(client, true, &near)
+        },
+        1 << 20,
+    );
+    if let Err(e) = r {
+        panic!("{e}");
     }
 }

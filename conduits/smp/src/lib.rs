@@ -24,11 +24,14 @@
 //!
 //! ## What it does not do
 //! Ranks on several hosts (use a network conduit), or ranks as threads of one process.
+//! A network conduit can reuse this machinery for the ranks of one host in a job that
+//! spans several: see [`node`].
 //!
 //! ## Configuration
 //! `GEX_SMP_RING_SIZE` (bytes per ring, power of two, default 256 KiB) and
 //! `GEX_SMP_MAX_MEDIUM` (default 64 KiB); see `docs/env.md`.
 
+pub mod node;
 mod region;
 mod smp;
 

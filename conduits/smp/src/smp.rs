@@ -74,11 +74,23 @@ impl<T> Raw<T> {
 /// The shared-memory conduit. See the [crate documentation](crate).
 #[derive(Debug)]
 pub struct Smp {
+    /// Region of every rank of this host, by local index.
     maps: Vec<Mapping>,
+    /// Layout of every rank's region of this host, by local index.
     layouts: Vec<Layout>,
+    /// Global rank of every local index (the ranks of this host, in rank order).
+    ranks: Vec<u32>,
+    /// Local index of every rank of the job, or `NOT_LOCAL`.
+    local_of: Vec<u32>,
+    /// First global EP number (among the EPs of this host) of every rank of the job;
+    /// `usize::MAX` for ranks of other hosts.
     g_base: Vec<usize>,
+    /// Largest Medium payload of every rank of this host, by local index.
     max_medium: Vec<usize>,
 }
+
+/// `Smp::local_of` of a rank on another host.
+const NOT_LOCAL: u32 = u32::MAX;
 
 /// A segment mapping (base, length) of some endpoint.
 #[derive(Clone, Copy, Debug)]
@@ -147,8 +159,6 @@ impl Conduit for Smp {
         params: &OpenParams<'_>,
     ) -> Result<(Arc<Smp>, Vec<SmpEp>), InitError> {
         let jl = params.layout;
-        let n = jl.size() as usize;
-        let rank = params.rank as usize;
         if jl.host.iter().any(|&h| h != jl.host[0]) {
             return Err(InitError::Conduit {
                 conduit: "smp",
@@ -157,6 +167,23 @@ impl Conduit for Smp {
                         .into(),
             });
         }
+        Smp::open_node(boot, params)
+    }
+}
+
+impl Smp {
+    /// Opens the node-local part of a job: rings, doorbells, auxiliary areas and
+    /// segments shared by the ranks on this rank's host (`params.layout.host`), mapped
+    /// into each of them. Collective over every rank of the job (one bootstrap
+    /// exchange and one barrier), also on hosts with a single rank. The endpoints can
+    /// only address ranks of this host: see [`crate::node`].
+    pub(crate) fn open_node(
+        boot: &mut dyn Bootstrap,
+        params: &OpenParams<'_>,
+    ) -> Result<(Arc<Smp>, Vec<SmpEp>), InitError> {
+        let jl = params.layout;
+        let n = jl.size() as usize;
+        let rank = params.rank as usize;
         let ring_cap = params.config.size("GEX_SMP_RING_SIZE", DEFAULT_RING_SIZE)?;
         if !ring::is_valid_capacity(ring_cap) || ring_cap < 4096 {
             return Err(InitError::Config(format!(
@@ -173,12 +200,17 @@ impl Conduit for Smp {
                 "GEX_SMP_MAX_MEDIUM={max_medium} does not fit a {ring_cap}-byte ring (at most {room}); raise GEX_SMP_RING_SIZE"
             )));
         }
-        let mut g_base = Vec::with_capacity(n + 1);
+        // The ranks of this host, in rank order, and their global EP numbering.
+        let ranks: Vec<u32> = jl.neighbours(params.rank);
+        let mut local_of = vec![NOT_LOCAL; n];
+        let mut g_base = vec![usize::MAX; n];
         let mut total = 0usize;
-        for &e in &jl.eps {
-            g_base.push(total);
-            total += e as usize;
+        for (li, &r) in ranks.iter().enumerate() {
+            local_of[r as usize] = li as u32;
+            g_base[r as usize] = total;
+            total += jl.eps[r as usize] as usize;
         }
+        let me = local_of[rank] as usize;
         let my_eps = jl.eps[rank] as usize;
         let mine = Layout::new(my_eps, total, ring_cap, jl.seg_len[rank])
             .ok_or_else(|| InitError::Config("smp region size overflows".into()))?;
@@ -199,12 +231,14 @@ impl Conduit for Smp {
         blob.extend_from_slice(&(mine.len as u64).to_le_bytes());
         let all = boot.exchange(&blob)?;
         let mut own = Some(own);
-        let mut maps = Vec::with_capacity(n);
-        for (r, b) in all.iter().enumerate() {
+        let mut maps = Vec::with_capacity(ranks.len());
+        for &r in &ranks {
+            let r = r as usize;
             if r == rank {
                 maps.push(own.take().expect("own mapping"));
                 continue;
             }
+            let b = &all[r];
             if b.len() != 16 {
                 return Err(InitError::Conduit {
                     conduit: "smp",
@@ -219,9 +253,10 @@ impl Conduit for Smp {
         // Everyone has mapped everyone: the descriptor (the region's last name) can go.
         boot.barrier()?;
         drop(fd);
-        let mut layouts = Vec::with_capacity(n);
-        let mut max_med = Vec::with_capacity(n);
-        for (r, m) in maps.iter().enumerate() {
+        let mut layouts = Vec::with_capacity(ranks.len());
+        let mut max_med = Vec::with_capacity(ranks.len());
+        for (m, &r) in maps.iter().zip(&ranks) {
+            let r = r as usize;
             let h = m.header();
             let l = Layout::new(
                 h.eps as usize,
@@ -244,16 +279,51 @@ impl Conduit for Smp {
         let smp = Arc::new(Smp {
             maps,
             layouts,
+            ranks,
+            local_of,
             g_base,
             max_medium: max_med,
         });
-        let eps = (0..my_eps).map(|e| smp.make_ep(rank, e, total)).collect();
-        tracing::debug!(rank, ranks = n, ring_cap, max_medium, "smp conduit open");
+        let eps = (0..my_eps).map(|e| smp.make_ep(me, e, total)).collect();
+        tracing::debug!(
+            rank,
+            ranks = n,
+            neighbours = smp.ranks.len(),
+            ring_cap,
+            max_medium,
+            "smp open"
+        );
         Ok((smp, eps))
+    }
+
+    /// Whether `rank` is on this host (its memory is mapped here). False for ranks
+    /// outside the job.
+    #[inline(always)]
+    pub fn is_neighbour(&self, rank: u32) -> bool {
+        self.local_of
+            .get(rank as usize)
+            .is_some_and(|&l| l != NOT_LOCAL)
+    }
+
+    /// The ranks of this host (this rank included), in rank order.
+    pub fn neighbours(&self) -> &[u32] {
+        &self.ranks
+    }
+
+    /// Whether `dst` is an endpoint of a rank on this host.
+    #[inline(always)]
+    fn has(&self, dst: EpAddr) -> bool {
+        let l = self
+            .local_of
+            .get(dst.rank as usize)
+            .copied()
+            .unwrap_or(NOT_LOCAL);
+        l != NOT_LOCAL && (dst.ep as usize) < self.layouts[l as usize].eps
     }
 }
 
 impl Smp {
+    /// The ring from global EP `g` to EP `ep` of the rank with local index `r`.
     fn ring_ptrs(
         &self,
         r: usize,
@@ -268,8 +338,9 @@ impl Smp {
         (base.cast_const().cast(), data, l.ring_cap)
     }
 
-    fn make_ep(self: &Arc<Self>, rank: usize, e: usize, total: usize) -> SmpEp {
-        let me_g = self.g_base[rank] + e;
+    /// Endpoint `e` of the rank with local index `me`.
+    fn make_ep(self: &Arc<Self>, me: usize, e: usize, total: usize) -> SmpEp {
+        let me_g = self.g_base[self.ranks[me] as usize] + e;
         let mut tx = Tx {
             req: Vec::with_capacity(total),
             rep: Vec::with_capacity(total),
@@ -285,11 +356,12 @@ impl Smp {
             rep: Vec::with_capacity(total),
             src: Vec::with_capacity(total),
             seg: Seg {
-                base: Raw::new(self.maps[rank].at(self.layouts[rank].segment(e))),
-                len: self.layouts[rank].seg_len,
+                base: Raw::new(self.maps[me].at(self.layouts[me].segment(e))),
+                len: self.layouts[me].seg_len,
             },
         };
         for (r, l) in self.layouts.iter().enumerate() {
+            let global = self.ranks[r];
             for de in 0..l.eps {
                 for reply in [false, true] {
                     let (ctl, data, cap) = self.ring_ptrs(r, de, me_g, reply);
@@ -308,9 +380,9 @@ impl Smp {
                     base: Raw::new(self.maps[r].at(l.segment(de))),
                     len: l.seg_len,
                 });
-                let g = self.g_base[r] + de;
+                let g = self.g_base[global as usize] + de;
                 for reply in [false, true] {
-                    let (ctl, data, cap) = self.ring_ptrs(rank, e, g, reply);
+                    let (ctl, data, cap) = self.ring_ptrs(me, e, g, reply);
                     // SAFETY: as above; this endpoint is the only consumer of (g -> me).
                     let c = unsafe { Consumer::new(ctl, data, cap) };
                     if reply {
@@ -319,15 +391,15 @@ impl Smp {
                         rx.req.push(c)
                     }
                 }
-                rx.src.push(EpAddr::new(r as u32, de as u16));
+                rx.src.push(EpAddr::new(global, de as u16));
             }
         }
-        let max_medium = self.max_medium[rank];
+        let max_medium = self.max_medium[me];
         SmpEp {
             index: e as u16,
             tx,
             rx,
-            bell: Raw::new(self.maps[rank].at(self.layouts[rank].bell(e))),
+            bell: Raw::new(self.maps[me].at(self.layouts[me].bell(e))),
             seen: 0,
             limits: Limits {
                 max_args: 16,
@@ -402,7 +474,9 @@ fn put(prod: &mut Producer, msg: &OutMsg<'_>, seg: Seg) -> bool {
 impl Tx {
     #[inline(always)]
     fn g(&self, dst: EpAddr) -> usize {
-        self.g_base[dst.rank as usize] + dst.ep as usize
+        let b = self.g_base[dst.rank as usize];
+        debug_assert!(b != usize::MAX, "gex smp: {dst} is not on this host");
+        b + dst.ep as usize
     }
 
     #[cold]
@@ -539,8 +613,7 @@ impl ConduitEp for SmpEp {
         (self.rx.seg.base.0, self.rx.seg.len)
     }
     fn peer_segment(&self, dst: EpAddr) -> Option<(NonNull<u8>, usize)> {
-        let r = dst.rank as usize;
-        if r >= self.conduit.layouts.len() || dst.ep as usize >= self.conduit.layouts[r].eps {
+        if !self.conduit.has(dst) {
             return None;
         }
         let s = self.tx.segs[self.dst_g(dst)];
@@ -625,16 +698,14 @@ impl ConduitEp for SmpEp {
     }
 
     fn aux(&self, dst: EpAddr) -> Option<NonNull<u8>> {
-        let r = dst.rank as usize;
-        if r >= self.conduit.layouts.len() || dst.ep as usize >= self.conduit.layouts[r].eps {
+        if !self.conduit.has(dst) {
             return None;
         }
         Some(self.tx.aux[self.dst_g(dst)].0)
     }
 
     fn wake(&self, dst: EpAddr) {
-        let r = dst.rank as usize;
-        if r < self.conduit.layouts.len() && (dst.ep as usize) < self.conduit.layouts[r].eps {
+        if self.conduit.has(dst) {
             self.tx.bells[self.dst_g(dst)].get().wake();
         }
     }

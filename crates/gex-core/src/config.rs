@@ -167,6 +167,11 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "ofi conduit: 0 leaves native atomics (fi_atomic) off while native RMA stays on, so gex-rma's atomic domains use AMs.",
     },
     EnvVar {
+        name: "GEX_OFI_HYBRID",
+        default: "auto",
+        doc: "ofi conduit: shared memory between ranks of one host (hybrid job). auto: when the job spans several hosts and a host has several ranks; 1: whenever a host has several ranks; 0: never (network only).",
+    },
+    EnvVar {
         name: "GEX_SIM_SEED",
         default: "0",
         doc: "sim conduit: seed of the deterministic delivery schedule.",
