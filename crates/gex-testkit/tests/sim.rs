@@ -258,19 +258,31 @@ fn deferred_local_completion_waits_for_delivery() {
 
 #[test]
 fn unregistered_handler_at_the_receiver_panics_with_a_clear_message() {
-    run_sim(2, SimConfig::default(), small, |client| {
+    // The AM must reach rank 0 inside catch_unwind, not while rank 0 still polls in
+    // the AM barrier: the boot barrier (which delivers no AMs) separates the two. And
+    // rank 0's (caught) panic poisons the job for the boot barrier: rank 0 provokes it
+    // only once rank 1 has left the boot barrier (a test-local flag, not an AM).
+    let left = Arc::new(AtomicU32::new(0));
+    run_sim(2, SimConfig::default(), small, move |client| {
         let mut ep = client.endpoint(0).unwrap();
         if client.rank() == 1 {
             ep.register(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
                 .unwrap();
         }
         ep.barrier().unwrap();
+        client.boot_barrier().unwrap();
         if client.rank() == 1 {
             ep.request_short(EpAddr::rank(0), 200, &[], Flags::empty())
                 .unwrap();
         }
         client.boot_barrier().unwrap();
+        if client.rank() == 1 {
+            left.store(1, Ordering::Release);
+        }
         if client.rank() == 0 {
+            while left.load(Ordering::Acquire) == 0 {
+                std::thread::yield_now();
+            }
             let p = catch_unwind(AssertUnwindSafe(|| {
                 loop {
                     ep.poll();
