@@ -58,9 +58,9 @@
 //!   endpoint's segment lives in the shared region, registered with libfabric for the
 //!   other hosts. `poll` drains the rings first and reads the completion queue on every
 //!   pass only while network operations are in flight; otherwise at intervals that
-//!   double after each fruitless read up to 1024 polls, so the network's progress
+//!   double after each fruitless read up to 256 polls, so the network's progress
 //!   engine (tcp: a `poll(2)` per read) does not slow shared-memory traffic. A hybrid
-//!   endpoint's `block` naps on the smp doorbell for at most 200 µs (it cannot also
+//!   endpoint's `block` naps on the smp doorbell for at most 50 µs (it cannot also
 //!   sleep on the CQ). [`Ofi::stats`] counts AMs per path.
 //! - **Degradation.** A provider lacking `FI_RMA`, `FI_MULTI_RECV`, send-after-send
 //!   ordering or a CQ wait object is still used, with the reference path for what it

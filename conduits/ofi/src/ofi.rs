@@ -74,10 +74,10 @@ const PROBE_DEADLINE: Duration = Duration::from_secs(5);
 const WIREUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Hybrid jobs: longest interval, in polls, between completion-queue reads while no
 /// network operation of the endpoint is in flight (see `OfiEp::poll`).
-const NET_POLL_MAX: u32 = 1024;
+const NET_POLL_MAX: u32 = 256;
 /// Hybrid jobs: longest nap of `block` on the shared-memory doorbell (the network is
 /// not watched meanwhile).
-const NET_NAP: Duration = Duration::from_micros(200);
+const NET_NAP: Duration = Duration::from_micros(50);
 
 fn conduit_err(msg: impl Into<String>) -> InitError {
     InitError::Conduit {
