@@ -191,6 +191,7 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
                         sync: Default::default(),
                         commutative: true,
                         scratch: false,
+                        shm: c.shared_memory(&c.world().clone()),
                     };
                     c.explain(&q)?.algorithm
                 }

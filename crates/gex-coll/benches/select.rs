@@ -16,6 +16,7 @@ fn main() {
                 sync: SyncModes::default(),
                 commutative: true,
                 scratch: false,
+                shm: false,
             })
         })
         .collect();

@@ -38,6 +38,10 @@ pub struct Query {
     /// output (`P × bytes`), so symmetric algorithms may move data by signaling put or
     /// rendezvous through it.
     pub scratch: bool,
+    /// Every member maps every other member's auxiliary area and the team holds a
+    /// shared-memory channel, so the `shm` algorithm can run (see
+    /// [`CollEp::shared_memory`](crate::CollEp::shared_memory)).
+    pub shm: bool,
 }
 
 /// Everything a rank needs to compute its schedule.
@@ -79,6 +83,11 @@ pub trait Algorithm: Send + Sync + fmt::Debug {
     /// symmetric and the address mode single or the team scratch large enough).
     fn transport(&self) -> Transport {
         Transport::Eager
+    }
+    /// True for an algorithm the engine runs through shared memory instead of its
+    /// schedule (the built-in `shm`); its schedule then only serves the model.
+    fn is_shared_memory(&self) -> bool {
+        false
     }
 }
 
@@ -203,7 +212,8 @@ impl Builtin {
     /// use gex_coll::{AddrMode, Algorithm, Builtin, Kind, OpKind, Query, SyncModes, Transport};
     /// let a = Builtin::new(Kind::Chain, 0, 8192, Transport::Eager).with_sizes(16384, usize::MAX);
     /// let q = |bytes| Query { op: OpKind::Broadcast, size: 4, bytes, addr: AddrMode::Local,
-    ///                         sync: SyncModes::default(), commutative: true, scratch: false };
+    ///                         sync: SyncModes::default(), commutative: true, scratch: false,
+    ///                         shm: false };
     /// assert!(!a.supports(&q(100)));
     /// assert!(a.supports(&q(1 << 20)));
     /// ```

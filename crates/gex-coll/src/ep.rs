@@ -5,12 +5,17 @@ use crate::algo::{Algorithm, PlanCtx, Query};
 use crate::error::CollError;
 use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceOp, SyncMode, Transport};
 use crate::sched::{self, Action, ReduceFn, Schedule, span};
+use crate::shm::{Area, Expected, NCH, ShmOp, ShmTeam};
 use crate::team::{Scratch, SegAlloc, Team, mix_all};
 use crate::tune::{Choice, LogGP, Tuner};
 use bytemuck::Pod;
 use gex_core::spi::Conduit;
-use gex_core::{Am, Category, Config, Endpoint, EpAddr, Flags, HandlerIndex, Token};
+use gex_core::spi::ConduitEp;
+use gex_core::{
+    Am, Capabilities, Category, Config, Endpoint, EpAddr, Flags, HandlerIndex, Token, WaitPolicy,
+};
 use gex_rma::{GetEvent, GlobalPtr, RmaEp};
+use gex_sync::atomic::AtomicU32;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -30,6 +35,26 @@ const H_ACK: HandlerIndex = 52;
 /// Tags of the entry barrier (in-all) and of the exit barrier (out-all).
 const TAG_PRE: u32 = 0x4000_0000;
 const TAG_POST: u32 = 0x6000_0000;
+
+/// Polls before a waiter under the spin policy yields now and then.
+const SPIN_YIELD_AFTER: u32 = 1 << 14;
+
+/// The gex-coll parts of the auxiliary areas of `members`, if the conduit maps all of
+/// them (never under `gex_force_am_rma`, which keeps the message paths tested).
+fn shm_areas<C: Conduit>(ep: &mut Endpoint<C>, members: &[EpAddr]) -> Option<Vec<Area>> {
+    if cfg!(gex_force_am_rma)
+        || !ep
+            .conduit_ep()
+            .capabilities()
+            .contains(Capabilities::SHARED_MEMORY)
+    {
+        return None;
+    }
+    members
+        .iter()
+        .map(|&a| ep.conduit_ep().aux(a).map(Area::new))
+        .collect()
+}
 
 /// (team id, sequence number, source team rank, tag).
 type MsgKey = (u64, u32, u32, u32);
@@ -89,6 +114,11 @@ impl Output for () {
 impl<T: Pod> sealed::Sealed for Vec<T> {}
 impl<T: Pod> Output for Vec<T> {
     fn from_bytes(b: Vec<u8>) -> Self {
+        // Byte-aligned element types take the buffer as it is (no copy).
+        let b = match bytemuck::allocation::try_cast_vec::<u8, T>(b) {
+            Ok(v) => return v,
+            Err((_, b)) => b,
+        };
         let mut v: Vec<T> = vec![bytemuck::Zeroable::zeroed(); b.len() / size_of::<T>().max(1)];
         let n = v.len() * size_of::<T>();
         bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(&b[..n]);
@@ -173,6 +203,8 @@ struct OpState {
     finished_rounds: bool,
     result: Option<Result<Vec<u8>, CollError>>,
     taken: bool,
+    /// A shared-memory collective (the `shm` algorithm) instead of the schedule.
+    shm: Option<ShmOp>,
 }
 
 impl std::fmt::Debug for OpState {
@@ -207,6 +239,12 @@ pub struct CollEp<C: Conduit> {
     world: Team,
     alloc: SegAlloc,
     seg_len: usize,
+    /// Shared-memory channels in use on this endpoint (bit 0: the world team).
+    shm_used: Arc<AtomicU32>,
+    /// Acknowledgements expected per channel and slot of this endpoint's area.
+    shm_expected: Expected,
+    /// Generation of this `CollEp` on its endpoint (0: no shared-memory collectives).
+    shm_gen: u64,
 }
 
 impl<C: Conduit> std::fmt::Debug for CollEp<C> {
@@ -309,9 +347,29 @@ impl<C: Conduit> CollEp<C> {
         })?;
         let me = ep.addr();
         let size = ep.size();
-        let members = (0..size).map(|r| EpAddr::new(r, me.ep)).collect();
-        let world = Team::new(0, members, me.rank, Vec::new(), None);
+        let members: Vec<EpAddr> = (0..size).map(|r| EpAddr::new(r, me.ep)).collect();
         let seg_len = ep.segment().len();
+        let mut tuner = tuner;
+        tuner.register(Arc::new(crate::shm::Shm));
+        let shm_used = Arc::new(AtomicU32::new(1));
+        let mut shm_expected: Expected = [[0; 2]; NCH];
+        let mut shm_gen = 0;
+        if let Some(own) = shm_areas(ep, &[me]).map(|v| v[0]) {
+            shm_gen = own.next_generation();
+            for (c, e) in shm_expected.iter_mut().enumerate() {
+                *e = [own.acks(c, 0), own.acks(c, 1)];
+            }
+        }
+        let world_shm = (shm_gen > 0 && size > 1)
+            .then(|| shm_areas(ep, &members))
+            .flatten()
+            .map(|areas| ShmTeam {
+                ch: 0,
+                areas,
+                generation: shm_gen,
+                used: shm_used.clone(),
+            });
+        let world = Team::new(0, members, me.rank, Vec::new(), None, world_shm);
         Ok(CollEp {
             rma,
             mb,
@@ -321,7 +379,17 @@ impl<C: Conduit> CollEp<C> {
             world,
             alloc: SegAlloc::default(),
             seg_len,
+            shm_used,
+            shm_expected,
+            shm_gen,
         })
+    }
+
+    /// True if `team` runs the `shm` algorithm: every member maps every other
+    /// member's auxiliary area and the team holds one of the endpoint's
+    /// shared-memory channels (the value of [`Query::shm`] for the team).
+    pub fn shared_memory(&self, team: &Team) -> bool {
+        team.inner.shm.is_some()
     }
 
     /// The team of this endpoint index on every rank, in rank order (team rank = job
@@ -381,7 +449,7 @@ impl<C: Conduit> CollEp<C> {
     ///     coll.register_algorithm(Arc::new(Nic(Builtin::new(Kind::Knomial, 2, 0, Transport::Eager))));
     ///     let w = coll.world().clone();
     ///     let q = Query { op: OpKind::Broadcast, size: 3, bytes: 8, addr: gex_coll::AddrMode::Local,
-    ///                     sync: Default::default(), commutative: true, scratch: false };
+    ///                     sync: Default::default(), commutative: true, scratch: false, shm: false };
     ///     assert_eq!(coll.explain(&q).unwrap().algorithm, "nic");
     ///     let mut v = [w.rank(); 2];
     ///     coll.broadcast(&w, 1, &mut v).unwrap();
@@ -548,7 +616,7 @@ impl<C: Conduit> CollEp<C> {
                 (Some((r.start, len)), Some(r))
             }
         };
-        let provisional = Team::new(id, addrs.clone(), me, Vec::new(), None);
+        let provisional = Team::new(id, addrs.clone(), me, Vec::new(), None, None);
         let table = match local {
             None => Vec::new(),
             Some((off, len)) => {
@@ -558,7 +626,8 @@ impl<C: Conduit> CollEp<C> {
                     .collect()
             }
         };
-        let t = Team::new(id, addrs, me, table, allocated);
+        let shm = self.agree_channel(&provisional)?;
+        let t = Team::new(id, addrs, me, table, allocated, shm);
         // Continue the provisional team's sequence numbers.
         t.inner.seq.store(
             provisional
@@ -568,6 +637,31 @@ impl<C: Conduit> CollEp<C> {
             gex_sync::atomic::Ordering::Relaxed,
         );
         Ok(t)
+    }
+
+    /// Agrees with the members of a new team on a shared-memory channel free on all
+    /// of them (collective over the provisional team).
+    fn agree_channel(&mut self, team: &Team) -> Result<Option<ShmTeam>, CollError> {
+        if team.size() < 2 || self.shm_gen == 0 {
+            return Ok(None);
+        }
+        let areas = shm_areas(self.rma.endpoint(), &team.inner.members);
+        let free = !self.shm_used.load(gex_sync::atomic::Ordering::Relaxed) & ((1u32 << NCH) - 1);
+        let mine = if areas.is_some() { free } else { 0 };
+        let all: Vec<u32> = self.gather_all_v(team, vec![mine])?;
+        let common = all.iter().fold(u32::MAX, |a, &b| a & b);
+        let (Some(areas), true) = (areas, common != 0) else {
+            return Ok(None);
+        };
+        let ch = common.trailing_zeros() as usize;
+        self.shm_used
+            .fetch_or(1 << ch, gex_sync::atomic::Ordering::Relaxed);
+        Ok(Some(ShmTeam {
+            ch,
+            areas,
+            generation: self.shm_gen,
+            used: self.shm_used.clone(),
+        }))
     }
 
     /// Destroys a team: frees scratch this endpoint allocated for it. Not collective.
@@ -650,8 +744,34 @@ impl<C: Conduit> CollEp<C> {
             sync: opts.sync,
             commutative,
             scratch: scratch_ok,
+            shm: team.inner.shm.is_some(),
         };
-        let algo = self.tuner.select(&q, opts.algorithm)?.clone();
+        let mut algo = self.tuner.select(&q, opts.algorithm)?.clone();
+        if algo.is_shared_memory() {
+            let ch = team.inner.shm.as_ref().map_or(0, |t| t.ch);
+            let (_, out_blocks) = op.shape(p, r, root);
+            // Only local mode reaches here (`Shm::supports`).
+            if input.is_ok() && ShmOp::fits(op, p, elem, ch) {
+                let bytes = input.unwrap_or_default();
+                let seq = team.next_seq();
+                let shm = ShmOp::new(
+                    op,
+                    (p, r, root),
+                    elem,
+                    n,
+                    bytes,
+                    out_blocks * n,
+                    reduce.map(|x| x.0),
+                    opts.sync,
+                    (team.id(), seq),
+                    ch,
+                );
+                return Ok(self.start_shm(team, seq, shm));
+            }
+            // An element larger than a chunk: a message algorithm, chosen alike on
+            // every member.
+            algo = self.tuner.select(&Query { shm: false, ..q }, None)?.clone();
+        }
         let ctx = PlanCtx {
             op,
             size: p,
@@ -764,12 +884,78 @@ impl<C: Conduit> CollEp<C> {
             finished_rounds: false,
             result: None,
             taken: false,
+            shm: None,
         };
         if let Err(e) = self.advance(&mut st) {
             st.result = Some(Err(e));
         }
         self.ops.insert(id, st);
         Ok(id)
+    }
+
+    /// Starts a shared-memory collective (sequence number `seq` of `team`).
+    fn start_shm(&mut self, team: &Team, seq: u32, shm: ShmOp) -> u64 {
+        let id = self.next_op;
+        self.next_op += 1;
+        let st = OpState {
+            seq,
+            team: team.clone(),
+            sched: Schedule::default(),
+            work: Vec::new(),
+            reduce: None,
+            transport: Transport::Eager,
+            mirror: None,
+            need_ready: false,
+            uses_scratch: false,
+            started: false,
+            round: 0,
+            pending_sends: Vec::new(),
+            round_open: false,
+            applied: 0,
+            gets: HashMap::new(),
+            fetched: HashMap::new(),
+            acks_expected: 0,
+            out: Out::Local,
+            out_no: false,
+            finished_rounds: false,
+            result: None,
+            taken: false,
+            shm: Some(shm),
+        };
+        self.ops.insert(id, st);
+        self.advance_shm(id);
+        id
+    }
+
+    /// Advances shared-memory collective `id`: it starts once the earlier ones of its
+    /// team finished here (they share the team's channel). Works in place (no
+    /// removal from the map: no allocation on the polling path).
+    fn advance_shm(&mut self, id: u64) {
+        let Some(st) = self.ops.get(&id) else {
+            return;
+        };
+        if st.result.is_some() {
+            return;
+        }
+        if !st.started {
+            let (tid, seq) = (st.team.id(), st.seq);
+            let busy = self.ops.values().any(|o| {
+                o.shm.is_some() && o.team.id() == tid && o.seq < seq && o.result.is_none()
+            });
+            if busy {
+                return;
+            }
+        }
+        let Some(st) = self.ops.get_mut(&id) else {
+            return;
+        };
+        st.started = true;
+        let (Some(op), Some(t)) = (st.shm.as_mut(), st.team.inner.shm.as_ref()) else {
+            return;
+        };
+        if op.step(t, &mut self.shm_expected) {
+            st.result = Some(Ok(op.take_output()));
+        }
     }
 
     /// Polls the endpoint and advances every collective in flight.
@@ -779,8 +965,16 @@ impl<C: Conduit> CollEp<C> {
     /// collective with the error); reserved for future use.
     pub fn progress(&mut self) -> Result<(), CollError> {
         self.rma.endpoint().poll();
-        let ids: Vec<u64> = self.ops.keys().copied().collect();
-        for id in ids {
+        let mut next = self.ops.keys().next().copied();
+        while let Some(id) = next {
+            next = self.ops.range(id + 1..).next().map(|(&k, _)| k);
+            if self.ops.get(&id).is_some_and(|o| o.shm.is_some()) {
+                self.advance_shm(id);
+                if self.ops.get(&id).is_some_and(|o| o.taken) {
+                    self.ops.remove(&id);
+                }
+                continue;
+            }
             let Some(mut st) = self.ops.remove(&id) else {
                 continue;
             };
@@ -1108,6 +1302,12 @@ impl<C: Conduit> CollEp<C> {
     /// The collective's error, or [`CollError::BadHandle`].
     pub fn wait<T: Output>(&mut self, h: Handle<T>) -> Result<T, CollError> {
         let mut spins = 0u32;
+        // Under spin-then-block ranks often outnumber cores: the members this one
+        // waits for may need its core, so it yields early (as gex-rma's barrier).
+        let spin_limit = match self.rma.endpoint().wait_policy() {
+            WaitPolicy::Spin => SPIN_YIELD_AFTER,
+            _ => 16,
+        };
         loop {
             match self.ops.get(&h.id) {
                 None => return Err(CollError::BadHandle(h.id)),
@@ -1115,11 +1315,11 @@ impl<C: Conduit> CollEp<C> {
                 Some(_) => {}
             }
             self.progress()?;
-            spins += 1;
-            if spins > 16 {
+            spins = spins.saturating_add(1);
+            if spins > spin_limit && (spin_limit < SPIN_YIELD_AFTER || spins % 256 == 0) {
                 std::thread::yield_now();
             } else {
-                std::hint::spin_loop();
+                gex_sync::hint::spin_loop();
             }
         }
         let st = self.ops.get_mut(&h.id).expect("present");
@@ -1187,7 +1387,7 @@ impl<C: Conduit> CollEp<C> {
             root,
             size_of::<T>(),
             count,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             None,
             opts,
         );
@@ -1216,7 +1416,7 @@ impl<C: Conduit> CollEp<C> {
             root,
             size_of::<T>(),
             count,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             None,
             opts,
         );
@@ -1242,7 +1442,7 @@ impl<C: Conduit> CollEp<C> {
             root,
             size_of::<T>(),
             count,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             None,
             opts,
         );
@@ -1267,7 +1467,7 @@ impl<C: Conduit> CollEp<C> {
             0,
             size_of::<T>(),
             count,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             None,
             opts,
         );
@@ -1292,7 +1492,7 @@ impl<C: Conduit> CollEp<C> {
             0,
             size_of::<T>(),
             data.len() / p,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             None,
             opts,
         );
@@ -1319,7 +1519,7 @@ impl<C: Conduit> CollEp<C> {
             root,
             size_of::<T>(),
             count,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             Some((op.func().clone(), op.is_commutative())),
             opts,
         );
@@ -1344,7 +1544,7 @@ impl<C: Conduit> CollEp<C> {
             0,
             size_of::<T>(),
             count,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             Some((op.func().clone(), op.is_commutative())),
             opts,
         );
@@ -1375,7 +1575,7 @@ impl<C: Conduit> CollEp<C> {
             0,
             size_of::<T>(),
             data.len() / p,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             Some((op.func().clone(), op.is_commutative())),
             opts,
         );
@@ -1400,7 +1600,7 @@ impl<C: Conduit> CollEp<C> {
             0,
             size_of::<T>(),
             count,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             Some((op.func().clone(), op.is_commutative())),
             opts,
         );
@@ -1425,7 +1625,7 @@ impl<C: Conduit> CollEp<C> {
             0,
             size_of::<T>(),
             count,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             Some((op.func().clone(), op.is_commutative())),
             opts,
         );
@@ -1704,8 +1904,11 @@ impl<C: Conduit> CollEp<C> {
     }
 }
 
-fn to_bytes<T: Pod>(v: &[T]) -> Vec<u8> {
-    bytemuck::cast_slice::<T, u8>(v).to_vec()
+/// The bytes of `v`: its own allocation when `T` has the alignment of a byte (no
+/// copy), else a copy.
+fn into_bytes<T: Pod>(v: Vec<T>) -> Vec<u8> {
+    bytemuck::allocation::try_cast_vec::<T, u8>(v)
+        .unwrap_or_else(|(_, v)| bytemuck::cast_slice::<T, u8>(&v).to_vec())
 }
 
 fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), CollError> {

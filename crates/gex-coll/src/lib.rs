@@ -93,6 +93,7 @@ mod ep;
 mod error;
 mod op;
 pub mod sched;
+mod shm;
 mod team;
 mod tune;
 
@@ -101,5 +102,6 @@ pub use ep::{CollEp, FIRST_COLL_HANDLER, Handle, LAST_COLL_HANDLER, Output, Sing
 pub use error::CollError;
 pub use op::{AddrMode, BuiltinOp, Elem, OpKind, Opts, ReduceOp, SyncMode, SyncModes, Transport};
 pub use sched::ReduceFn;
+pub use shm::Shm;
 pub use team::{Scratch, Team};
 pub use tune::{Choice, LogGP, Tuner, size_class};

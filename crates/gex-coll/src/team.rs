@@ -44,6 +44,8 @@ pub(crate) struct TeamInner {
     pub(crate) scratch: Vec<(usize, usize)>,
     /// The range this endpoint allocated for the team (freed on destroy).
     pub(crate) allocated: Option<Range<usize>>,
+    /// The team's shared-memory channel, if it has one.
+    pub(crate) shm: Option<crate::shm::ShmTeam>,
 }
 
 impl fmt::Debug for Team {
@@ -69,6 +71,7 @@ impl Team {
         me: u32,
         scratch: Vec<(usize, usize)>,
         allocated: Option<Range<usize>>,
+        shm: Option<crate::shm::ShmTeam>,
     ) -> Team {
         Team {
             inner: Arc::new(TeamInner {
@@ -80,6 +83,7 @@ impl Team {
                 creates: Mutex::new(HashMap::new()),
                 scratch,
                 allocated,
+                shm,
             }),
         }
     }

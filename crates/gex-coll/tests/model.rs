@@ -46,6 +46,7 @@ fn check(
         sync: SyncModes::default(),
         commutative: comm,
         scratch: false,
+        shm: false,
     };
     if !alg.supports(&q) {
         return Ok(());
@@ -144,6 +145,7 @@ fn every_op_has_a_non_commutative_algorithm_for_every_size() {
                 sync: SyncModes::default(),
                 commutative: false,
                 scratch: false,
+                shm: false,
             };
             let n = catalog().iter().filter(|a| a.supports(&q)).count();
             assert!(n >= 2, "{op} P={p}: {n} algorithms");
@@ -234,6 +236,7 @@ fn tuner_choice_is_near_the_simulated_best() {
                 sync: SyncModes::default(),
                 commutative: true,
                 scratch: false,
+                shm: false,
             };
             let sim = |a: &dyn gex_coll::Algorithm| {
                 let s: Vec<_> = (0..p)
