@@ -25,6 +25,9 @@
 //!   reduce_scatter+gather_all); transfers by eager AM, signaling put (Long AM, then a
 //!   flag) or rendezvous (get, then acknowledge). Each is a value behind the
 //!   [`Algorithm`] trait, which is also the plug-in point for a hardware collective.
+//! - **Shared memory** ([`Shm`], `shm`): on a team whose members map each other's
+//!   auxiliary areas (one host), every operation moves by loads and stores through
+//!   per-member slots with flag words, no AMs ([`CollEp::shared_memory`]).
 //! - **Autotuner** ([`Tuner`]): capability filter + LogGP cost model, a cached lookup
 //!   per (op, team size, size class, modes, commutativity), overrides by
 //!   `GEX_COLL_<OP>=<algorithm>` and parameters by `GEX_COLL_LOGGP`.
@@ -44,8 +47,9 @@
 //!   local mode through team scratch space large enough for the output (such
 //!   collectives of one team take turns on it). Everything else moves eagerly
 //!   through Medium AMs and a mailbox (one copy at the receiver).
-//! - No offline calibration (`gex-tune`), no online timing of candidates, no
-//!   hierarchical (shared-memory-aware) or fork trees yet.
+//! - No offline calibration (`gex-tune`), no online timing of candidates; no
+//!   hierarchical algorithm across hosts (shared memory inside each, a tree among
+//!   leaders) or fork trees yet: `shm` serves teams inside one host.
 //! - Out-no applies to single address mode; with owned buffers it behaves as out-my.
 //!
 //! ## Words

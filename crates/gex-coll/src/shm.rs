@@ -15,9 +15,9 @@
 //!
 //! Reductions combine in rank order (`in_0 ⊕ in_1 ⊕ …`), so non-commutative operators
 //! are exact. Blocks larger than a slot go in several rounds (chunks); each member has
-//! two slots per channel and alternates them, so publishing round `g + 1` overlaps the
-//! readers of round `g`. Entry (in-all) and exit (out-all) synchronisation add one
-//! empty round each.
+//! two slots per channel and alternates them (by round and by collective), so
+//! publishing round `g + 1` or the next collective overlaps the readers of round `g`.
+//! Entry (in-all) and exit (out-all) synchronisation add one empty round each.
 //!
 //! **Channels.** The area holds [`NCH`] channels; the world team uses channel 0 (the
 //! largest), a new team agrees at creation on a channel free on all its members (an
@@ -60,7 +60,7 @@ const GEN: usize = 0;
 /// Bytes before the first channel.
 const HDR: usize = 64;
 /// Bytes of channel 0 (two slots).
-const WORLD_CH: usize = 32 << 10;
+const WORLD_CH: usize = 256 << 10;
 /// Bytes of every other channel.
 const OTHER_CH: usize = ((AUX_COLL.end - AUX_COLL.start - HDR - WORLD_CH) / (NCH - 1)) & !127;
 /// Slot header: `POST` at 0, `ACK` at 64 (separate cache lines).
@@ -427,7 +427,9 @@ impl ShmOp {
         let own = team.areas[self.me as usize];
         while self.g < self.total() {
             let g = self.g;
-            let s = g % 2;
+            // Consecutive collectives alternate too (the sequence number is the
+            // team's), so a root may run one collective ahead of its readers.
+            let s = (self.seq as usize + g) % 2;
             let tag = mix_all(&[team.generation, self.tid, u64::from(self.seq), g as u64]);
             let data = self.data_round(g);
             if !self.published {

@@ -124,8 +124,10 @@ pub struct OpenParams<'a> {
 /// |---|---|
 /// | [`AUX_RMA`] | gex-rma (the shared-memory barrier) |
 /// | [`AUX_COLL`] | gex-coll (shared-memory collectives: flag words and two data slots per
-/// channel; 60 KiB so a 64 KiB block moves in a few rounds) |
-pub const AUX_LEN: usize = 64 << 10;
+/// channel, the world team's of 128 KiB, so a 64 KiB block moves in one round) |
+///
+/// Conduits map it lazily (pages are touched only where a layer writes).
+pub const AUX_LEN: usize = 512 << 10;
 /// The part of the auxiliary area that gex-rma uses.
 pub const AUX_RMA: std::ops::Range<usize> = 0..4096;
 /// The part of the auxiliary area that gex-coll uses.
