@@ -192,6 +192,7 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
                         commutative: true,
                         scratch: false,
                         shm: c.shared_memory(&c.world().clone()),
+                        hier: false,
                     };
                     c.explain(&q)?.algorithm
                 }

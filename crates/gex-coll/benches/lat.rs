@@ -41,6 +41,7 @@ impl Job for Lat {
                     commutative: true,
                     scratch: false,
                     shm: c.shared_memory(&w),
+                    hier: false,
                 };
                 let alg = c.explain(&q).map(|x| x.algorithm).unwrap_or_default();
                 let run = |c: &mut CollEp<C>| match op {

@@ -17,6 +17,7 @@ fn main() {
                 commutative: true,
                 scratch: false,
                 shm: false,
+                hier: false,
             })
         })
         .collect();

@@ -42,6 +42,10 @@ pub struct Query {
     /// shared-memory channel, so the `shm` algorithm can run (see
     /// [`CollEp::shared_memory`](crate::CollEp::shared_memory)).
     pub shm: bool,
+    /// The team spans several hosts and has host and leader sub-teams, so the `hier`
+    /// algorithm can run (see
+    /// [`CollEp::hierarchical`](crate::CollEp::hierarchical)).
+    pub hier: bool,
 }
 
 /// Everything a rank needs to compute its schedule.
@@ -87,6 +91,11 @@ pub trait Algorithm: Send + Sync + fmt::Debug {
     /// True for an algorithm the engine runs through shared memory instead of its
     /// schedule (the built-in `shm`); its schedule then only serves the model.
     fn is_shared_memory(&self) -> bool {
+        false
+    }
+    /// True for an algorithm the engine runs as stages on the team's host and leader
+    /// sub-teams (the built-in `hier`); its schedule then only serves the model.
+    fn is_hierarchical(&self) -> bool {
         false
     }
 }
@@ -213,7 +222,7 @@ impl Builtin {
     /// let a = Builtin::new(Kind::Chain, 0, 8192, Transport::Eager).with_sizes(16384, usize::MAX);
     /// let q = |bytes| Query { op: OpKind::Broadcast, size: 4, bytes, addr: AddrMode::Local,
     ///                         sync: SyncModes::default(), commutative: true, scratch: false,
-    ///                         shm: false };
+    ///                         shm: false, hier: false };
     /// assert!(!a.supports(&q(100)));
     /// assert!(a.supports(&q(1 << 20)));
     /// ```

@@ -3,6 +3,7 @@
 
 use crate::algo::{Algorithm, PlanCtx, Query};
 use crate::error::CollError;
+use crate::hier::{Hier, HierOp};
 use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceOp, SyncMode, Transport};
 use crate::sched::{self, Action, ReduceFn, Schedule, span};
 use crate::shm::{Area, Expected, NCH, ShmOp, ShmTeam};
@@ -205,6 +206,8 @@ struct OpState {
     taken: bool,
     /// A shared-memory collective (the `shm` algorithm) instead of the schedule.
     shm: Option<ShmOp>,
+    /// A hierarchical collective (the `hier` algorithm) instead of the schedule.
+    hier: Option<HierOp>,
 }
 
 impl std::fmt::Debug for OpState {
@@ -351,6 +354,7 @@ impl<C: Conduit> CollEp<C> {
         let seg_len = ep.segment().len();
         let mut tuner = tuner;
         tuner.register(Arc::new(crate::shm::Shm));
+        tuner.register(Arc::new(crate::hier::HierAlgo));
         let shm_used = Arc::new(AtomicU32::new(1));
         let mut shm_expected: Expected = [[0; 2]; NCH];
         let mut shm_gen = 0;
@@ -390,6 +394,13 @@ impl<C: Conduit> CollEp<C> {
     /// shared-memory channels (the value of [`Query::shm`] for the team).
     pub fn shared_memory(&self, team: &Team) -> bool {
         team.inner.shm.is_some()
+    }
+
+    /// True if `team` runs the `hier` algorithm: it spans several hosts, one of them
+    /// with two or more members, and got host and leader sub-teams at creation (the
+    /// value of [`Query::hier`] for the team). The world team never does.
+    pub fn hierarchical(&self, team: &Team) -> bool {
+        team.inner.hier.get().is_some()
     }
 
     /// The team of this endpoint index on every rank, in rank order (team rank = job
@@ -449,7 +460,7 @@ impl<C: Conduit> CollEp<C> {
     ///     coll.register_algorithm(Arc::new(Nic(Builtin::new(Kind::Knomial, 2, 0, Transport::Eager))));
     ///     let w = coll.world().clone();
     ///     let q = Query { op: OpKind::Broadcast, size: 3, bytes: 8, addr: gex_coll::AddrMode::Local,
-    ///                     sync: Default::default(), commutative: true, scratch: false, shm: false };
+    ///                     sync: Default::default(), commutative: true, scratch: false, shm: false, hier: false };
     ///     assert_eq!(coll.explain(&q).unwrap().algorithm, "nic");
     ///     let mut v = [w.rank(); 2];
     ///     coll.broadcast(&w, 1, &mut v).unwrap();
@@ -628,6 +639,7 @@ impl<C: Conduit> CollEp<C> {
         };
         let shm = self.agree_channel(&provisional)?;
         let t = Team::new(id, addrs, me, table, allocated, shm);
+        self.setup_hier(&t)?;
         // Continue the provisional team's sequence numbers.
         t.inner.seq.store(
             provisional
@@ -662,6 +674,59 @@ impl<C: Conduit> CollEp<C> {
             generation: self.shm_gen,
             used: self.shm_used.clone(),
         }))
+    }
+
+    /// Gives a team that spans hosts its host and leader sub-teams (collective over
+    /// the team: every member forms its host team, leaders the leaders team).
+    fn setup_hier(&mut self, t: &Team) -> Result<(), CollError> {
+        if t.size() < 3 || self.shm_gen == 0 {
+            return Ok(());
+        }
+        let ep = self.rma.endpoint();
+        let hosts: Vec<u32> = t
+            .members()
+            .iter()
+            .map(|a| ep.host_of(a.rank).unwrap_or(u32::MAX - a.rank))
+            .collect();
+        let mut ids: Vec<u32> = Vec::new();
+        let mut count: Vec<u32> = Vec::new();
+        let mut leader_of: Vec<u32> = Vec::new();
+        let mut place = Vec::with_capacity(hosts.len());
+        for (r, h) in hosts.iter().enumerate() {
+            let i = match ids.iter().position(|x| x == h) {
+                Some(i) => i,
+                None => {
+                    ids.push(*h);
+                    count.push(0);
+                    leader_of.push(r as u32);
+                    ids.len() - 1
+                }
+            };
+            place.push((i as u32, count[i]));
+            count[i] += 1;
+        }
+        if ids.len() < 2 || ids.len() == hosts.len() {
+            return Ok(());
+        }
+        let me = t.rank();
+        let my_host = place[me as usize].0;
+        let members: Vec<u32> = (0..t.size())
+            .filter(|&r| place[r as usize].0 == my_host)
+            .collect();
+        let hid = mix_all(&[t.id(), 0x4057, u64::from(my_host)]);
+        let host = self.form(t, &members, hid, Scratch::None)?;
+        let leaders = if leader_of[my_host as usize] == me {
+            let lid = mix_all(&[t.id(), 0x1ead]);
+            Some(self.form(t, &leader_of, lid, Scratch::None)?)
+        } else {
+            None
+        };
+        let _ = t.inner.hier.set(Hier {
+            host,
+            leaders,
+            place,
+        });
+        Ok(())
     }
 
     /// Destroys a team: frees scratch this endpoint allocated for it. Not collective.
@@ -745,8 +810,30 @@ impl<C: Conduit> CollEp<C> {
             commutative,
             scratch: scratch_ok,
             shm: team.inner.shm.is_some(),
+            hier: team.inner.hier.get().is_some(),
         };
         let mut algo = self.tuner.select(&q, opts.algorithm)?.clone();
+        if algo.is_hierarchical() {
+            if let Ok(bytes) = input {
+                let seq = team.next_seq();
+                let h = HierOp {
+                    op,
+                    root,
+                    elem,
+                    count,
+                    data: bytes,
+                    reduce,
+                    stage: 0,
+                    sub: None,
+                };
+                return Ok(self.start_composite(team, seq, None, Some(h)));
+            }
+            return Err(CollError::Unsupported {
+                algorithm: algo.name().to_string(),
+                op,
+                size: p,
+            });
+        }
         if algo.is_shared_memory() {
             let ch = team.inner.shm.as_ref().map_or(0, |t| t.ch);
             let (_, out_blocks) = op.shape(p, r, root);
@@ -766,7 +853,7 @@ impl<C: Conduit> CollEp<C> {
                     (team.id(), seq),
                     ch,
                 );
-                return Ok(self.start_shm(team, seq, shm));
+                return Ok(self.start_composite(team, seq, Some(shm), None));
             }
             // An element larger than a chunk: a message algorithm, chosen alike on
             // every member.
@@ -885,6 +972,7 @@ impl<C: Conduit> CollEp<C> {
             result: None,
             taken: false,
             shm: None,
+            hier: None,
         };
         if let Err(e) = self.advance(&mut st) {
             st.result = Some(Err(e));
@@ -893,8 +981,15 @@ impl<C: Conduit> CollEp<C> {
         Ok(id)
     }
 
-    /// Starts a shared-memory collective (sequence number `seq` of `team`).
-    fn start_shm(&mut self, team: &Team, seq: u32, shm: ShmOp) -> u64 {
+    /// Starts a shared-memory or hierarchical collective (sequence number `seq` of
+    /// `team`).
+    fn start_composite(
+        &mut self,
+        team: &Team,
+        seq: u32,
+        shm: Option<ShmOp>,
+        hier: Option<HierOp>,
+    ) -> u64 {
         let id = self.next_op;
         self.next_op += 1;
         let st = OpState {
@@ -920,11 +1015,132 @@ impl<C: Conduit> CollEp<C> {
             finished_rounds: false,
             result: None,
             taken: false,
-            shm: Some(shm),
+            shm,
+            hier,
         };
         self.ops.insert(id, st);
-        self.advance_shm(id);
+        self.advance_special(id);
         id
+    }
+
+    /// Advances a shared-memory or hierarchical collective.
+    fn advance_special(&mut self, id: u64) {
+        if self.ops.get(&id).is_some_and(|o| o.hier.is_some()) {
+            self.advance_hier(id);
+        } else {
+            self.advance_shm(id);
+        }
+    }
+
+    /// Advances hierarchical collective `id`: starts its stages on the sub-teams one
+    /// after the other; it starts once the earlier ones of its team finished here.
+    fn advance_hier(&mut self, id: u64) {
+        let Some(st) = self.ops.get(&id) else {
+            return;
+        };
+        if st.result.is_some() {
+            return;
+        }
+        if !st.started {
+            let (tid, seq) = (st.team.id(), st.seq);
+            let busy = self.ops.values().any(|o| {
+                o.hier.is_some() && o.team.id() == tid && o.seq < seq && o.result.is_none()
+            });
+            if busy {
+                return;
+            }
+        }
+        loop {
+            let Some(st) = self.ops.get_mut(&id) else {
+                return;
+            };
+            st.started = true;
+            let team = st.team.clone();
+            let me = team.rank();
+            let Some(h) = st.hier.as_mut() else {
+                return;
+            };
+            if let Some(sub) = h.sub {
+                let done = match self.ops.get_mut(&sub) {
+                    None => Some(Err(CollError::BadHandle(sub))),
+                    Some(o) => match o.result.take() {
+                        None => None,
+                        Some(r) => {
+                            o.result = Some(Ok(Vec::new()));
+                            o.taken = true;
+                            Some(r)
+                        }
+                    },
+                };
+                let Some(res) = done else {
+                    return;
+                };
+                let st = self.ops.get_mut(&id).expect("present");
+                let h = st.hier.as_mut().expect("hierarchical");
+                h.sub = None;
+                match res {
+                    Ok(bytes) => {
+                        if h.op != OpKind::Barrier {
+                            h.data = bytes;
+                        }
+                    }
+                    Err(e) => {
+                        st.result = Some(Err(e));
+                        return;
+                    }
+                }
+            }
+            let st = self.ops.get_mut(&id).expect("present");
+            let h = st.hier.as_mut().expect("hierarchical");
+            if h.stage >= 3 {
+                let out = if h.op == OpKind::Barrier || (h.op == OpKind::Reduce && me != h.root) {
+                    Vec::new()
+                } else {
+                    std::mem::take(&mut h.data)
+                };
+                st.result = Some(Ok(out));
+                return;
+            }
+            let Some(sub_team) = team.inner.hier.get() else {
+                st.result = Some(Err(CollError::NotMember { team: team.id() }));
+                return;
+            };
+            let stage = crate::hier::stage(sub_team, me, h.op, h.root, h.stage);
+            h.stage += 1;
+            let Some((t, op, root)) = stage else {
+                continue;
+            };
+            let n = h.elem * h.count;
+            let input = match op {
+                OpKind::Barrier => Vec::new(),
+                _ => {
+                    let mut d = std::mem::take(&mut h.data);
+                    d.resize(n, 0);
+                    d
+                }
+            };
+            let (elem, count, reduce) = (h.elem, h.count, h.reduce.clone());
+            match self.start(
+                &t,
+                op,
+                root,
+                elem,
+                count,
+                Ok(input),
+                reduce,
+                &Opts::default(),
+            ) {
+                Ok(sub) => {
+                    let st = self.ops.get_mut(&id).expect("present");
+                    st.hier.as_mut().expect("hierarchical").sub = Some(sub);
+                }
+                Err(e) => {
+                    let st = self.ops.get_mut(&id).expect("present");
+                    st.result = Some(Err(e));
+                    return;
+                }
+            }
+        }
     }
 
     /// Advances shared-memory collective `id`: it starts once the earlier ones of its
@@ -968,8 +1184,12 @@ impl<C: Conduit> CollEp<C> {
         let mut next = self.ops.keys().next().copied();
         while let Some(id) = next {
             next = self.ops.range(id + 1..).next().map(|(&k, _)| k);
-            if self.ops.get(&id).is_some_and(|o| o.shm.is_some()) {
-                self.advance_shm(id);
+            if self
+                .ops
+                .get(&id)
+                .is_some_and(|o| o.shm.is_some() || o.hier.is_some())
+            {
+                self.advance_special(id);
                 if self.ops.get(&id).is_some_and(|o| o.taken) {
                     self.ops.remove(&id);
                 }

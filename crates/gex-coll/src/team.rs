@@ -46,6 +46,8 @@ pub(crate) struct TeamInner {
     pub(crate) allocated: Option<Range<usize>>,
     /// The team's shared-memory channel, if it has one.
     pub(crate) shm: Option<crate::shm::ShmTeam>,
+    /// Sub-teams of a team spanning hosts (set once, at creation).
+    pub(crate) hier: std::sync::OnceLock<crate::hier::Hier>,
 }
 
 impl fmt::Debug for Team {
@@ -84,6 +86,7 @@ impl Team {
                 scratch,
                 allocated,
                 shm,
+                hier: std::sync::OnceLock::new(),
             }),
         }
     }

@@ -126,6 +126,7 @@ fn key(q: &Query) -> u64 {
         | (sm(q.sync.output) << 8)
         | (u64::from(q.scratch) << 17)
         | (u64::from(q.shm) << 18)
+        | (u64::from(q.hier) << 19)
         | (u64::from(size_class(q.bytes)) << 10)
         | (u64::from(q.size) << 20)
 }
@@ -346,6 +347,7 @@ impl Tuner {
                     commutative: true,
                     scratch: false,
                     shm: false,
+                    hier: false,
                 };
                 match self.explain(&q) {
                     Ok(c) => {
@@ -423,6 +425,7 @@ mod tests {
             commutative: true,
             scratch: false,
             shm: false,
+            hier: false,
         }
     }
 

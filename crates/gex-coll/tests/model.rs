@@ -47,6 +47,7 @@ fn check(
         commutative: comm,
         scratch: false,
         shm: false,
+        hier: false,
     };
     if !alg.supports(&q) {
         return Ok(());
@@ -146,6 +147,7 @@ fn every_op_has_a_non_commutative_algorithm_for_every_size() {
                 commutative: false,
                 scratch: false,
                 shm: false,
+                hier: false,
             };
             let n = catalog().iter().filter(|a| a.supports(&q)).count();
             assert!(n >= 2, "{op} P={p}: {n} algorithms");
@@ -237,6 +239,7 @@ fn tuner_choice_is_near_the_simulated_best() {
                 commutative: true,
                 scratch: false,
                 shm: false,
+                hier: false,
             };
             let sim = |a: &dyn gex_coll::Algorithm| {
                 let s: Vec<_> = (0..p)

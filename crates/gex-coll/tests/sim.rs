@@ -561,6 +561,7 @@ fn env_override_and_errors() {
             commutative: true,
             scratch: false,
             shm: false,
+            hier: false,
         };
         let why = c.explain(&q).unwrap();
         assert_eq!((why.algorithm.as_str(), why.reason), ("chain", "override"));
@@ -808,7 +809,8 @@ fn shm_per_host_teams_and_cross_host_leaders() {
         SimConfig::default()
             .reorder(true)
             .seed(77)
-            .ranks_per_host(3),
+            .ranks_per_host(3)
+            .timeout(Duration::from_secs(300)),
         || ClientBuilder::new().segment_size(SEG),
         |client| {
             let mut c = coll(&client);
@@ -836,18 +838,19 @@ fn shm_per_host_teams_and_cross_host_leaders() {
                 commutative: true,
                 scratch: false,
                 shm,
+                hier: false,
             };
             assert_eq!(c.explain(&q).unwrap().algorithm == "shm", shm);
             // 9000 u32 = 36 KB per block: three rounds on a world-sized slot, eight
             // on a team channel's.
-            let n = matrix(&mut c, &host, &[0, 1, 13, 9000]);
+            let n = matrix(&mut c, &host, &[0, 13, 9000]);
             let leaders = c
                 .split(&w, (r % 3 == 0).then_some(0), r, Scratch::None)
                 .unwrap();
             if let Some(l) = &leaders {
                 assert_eq!(l.size(), 3);
                 assert!(!c.shared_memory(l));
-                matrix(&mut c, l, &[1, 33]);
+                matrix(&mut c, l, &[33]);
             }
             c.barrier(&w).unwrap();
             n
@@ -920,4 +923,84 @@ fn shm_channels_concurrency_and_sync_modes() {
             assert_eq!(c.in_flight(), 0);
         },
     );
+}
+
+/// The `hier` algorithm: on three simulated hosts a team of every rank, and a split
+/// team with hosts of 3, 2 and 1 members, get host and leader sub-teams; every
+/// algorithm × operation (`hier` forced and tuned included) matches the reference on
+/// them, with every root; the world team (built without communication) does not.
+#[test]
+fn hier_across_hosts() {
+    let ran = run_sim(
+        9,
+        SimConfig::default()
+            .reorder(true)
+            .seed(13)
+            .ranks_per_host(3)
+            // Nine debug-built thread ranks, every algorithm: slow on a busy machine.
+            .timeout(Duration::from_secs(300)),
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let r = w.rank();
+            let on = !cfg!(gex_force_am_rma);
+            assert!(!c.hierarchical(&w));
+            let all: Vec<u32> = (0..9).collect();
+            let t = c.create_team(&w, &all, Scratch::None).unwrap();
+            assert_eq!(c.hierarchical(&t), on);
+            let q = gex_coll::Query {
+                op: OpKind::Allreduce,
+                size: 9,
+                bytes: 8,
+                addr: gex_coll::AddrMode::Local,
+                sync: Default::default(),
+                commutative: true,
+                scratch: false,
+                shm: false,
+                hier: on,
+            };
+            assert_eq!(c.explain(&q).unwrap().algorithm == "hier", on);
+            let mut n = matrix(&mut c, &t, &[1, 4500]);
+            if on {
+                // Forced, every root: leaders and non-leaders of every host.
+                let hier = Opts::default().with_algorithm("hier");
+                let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+                for root in 0..9u32 {
+                    let v = vec![u64::from(r) * 10 + u64::from(root); 5];
+                    let h = c.broadcast_nb(&t, root, v.clone(), &hier).unwrap();
+                    assert_eq!(c.wait(h).unwrap(), vec![u64::from(root) * 11; 5]);
+                    let h = c.reduce_nb(&t, root, v, &sum, &hier).unwrap();
+                    let want = if r == root {
+                        vec![(0..9).map(|x| x * 10 + u64::from(root)).sum::<u64>(); 5]
+                    } else {
+                        vec![]
+                    };
+                    assert_eq!(c.wait(h).unwrap(), want);
+                }
+                let h = c
+                    .allreduce_nb(&t, vec![u64::from(r); 3], &sum, &hier)
+                    .unwrap();
+                assert_eq!(c.wait(h).unwrap(), vec![36; 3]);
+                let h = c.barrier_nb(&t, &hier).unwrap();
+                c.wait(h).unwrap();
+            }
+            let odd = c
+                .split(
+                    &w,
+                    [0, 1, 2, 3, 4, 6].contains(&r).then_some(1),
+                    9 - r,
+                    Scratch::None,
+                )
+                .unwrap();
+            if let Some(o) = &odd {
+                assert_eq!(o.size(), 6);
+                assert_eq!(c.hierarchical(o), on);
+                n += matrix(&mut c, o, &[13]);
+            }
+            c.barrier(&w).unwrap();
+            n
+        },
+    );
+    assert!(ran.iter().all(|&n| n > 100), "{ran:?}");
 }
