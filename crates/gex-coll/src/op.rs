@@ -391,20 +391,27 @@ impl<T: Elem> ReduceOp<T> {
 fn elementwise<T: Pod + Send + Sync + 'static>(
     f: impl Fn(T, T) -> T + Send + Sync + 'static,
 ) -> ReduceFn {
-    let sz = std::mem::size_of::<T>();
     Arc::new(move |acc: &mut [u8], inc: &[u8], inc_left: bool| {
-        let step = |a: &mut [u8], b: &[u8], left: bool| {
+        // Aligned buffers (the usual case: allocations and shared-memory slots are
+        // aligned) are combined as typed slices, which vectorises; others element
+        // by element through unaligned reads.
+        if let (Ok(a), Ok(b)) = (
+            bytemuck::try_cast_slice_mut::<u8, T>(acc),
+            bytemuck::try_cast_slice::<u8, T>(inc),
+        ) {
+            if inc_left {
+                a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(y, *x));
+            } else {
+                a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(*x, y));
+            }
+            return;
+        }
+        let sz = std::mem::size_of::<T>();
+        for (a, b) in acc.chunks_exact_mut(sz).zip(inc.chunks_exact(sz)) {
             let x: T = bytemuck::pod_read_unaligned(a);
             let y: T = bytemuck::pod_read_unaligned(b);
-            let z = if left { f(y, x) } else { f(x, y) };
+            let z = if inc_left { f(y, x) } else { f(x, y) };
             a.copy_from_slice(bytemuck::bytes_of(&z));
-        };
-        // Two loops so the direction is not tested per element.
-        let pairs = acc.chunks_exact_mut(sz).zip(inc.chunks_exact(sz));
-        if inc_left {
-            pairs.for_each(|(a, b)| step(a, b, true));
-        } else {
-            pairs.for_each(|(a, b)| step(a, b, false));
         }
     })
 }
