@@ -6,7 +6,7 @@ use crate::error::CollError;
 use crate::hier::{Hier, HierOp};
 use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceOp, SyncMode, Transport};
 use crate::sched::{self, Action, ReduceFn, Schedule, span};
-use crate::shm::{Area, Expected, NCH, ShmOp, ShmTeam};
+use crate::shm::{Area, Expected, NCH, NSLOT, ShmOp, ShmTeam};
 use crate::team::{Scratch, SegAlloc, Team, mix_all};
 use crate::tune::{Choice, LogGP, Tuner};
 use bytemuck::Pod;
@@ -356,12 +356,14 @@ impl<C: Conduit> CollEp<C> {
         tuner.register(Arc::new(crate::shm::Shm));
         tuner.register(Arc::new(crate::hier::HierAlgo));
         let shm_used = Arc::new(AtomicU32::new(1));
-        let mut shm_expected: Expected = [[0; 2]; NCH];
+        let mut shm_expected: Expected = [[0; NSLOT]; NCH];
         let mut shm_gen = 0;
         if let Some(own) = shm_areas(ep, &[me]).map(|v| v[0]) {
             shm_gen = own.next_generation();
             for (c, e) in shm_expected.iter_mut().enumerate() {
-                *e = [own.acks(c, 0), own.acks(c, 1)];
+                for (s, x) in e.iter_mut().enumerate() {
+                    *x = own.acks(c, s);
+                }
             }
         }
         let world_shm = (shm_gen > 0 && size > 1)

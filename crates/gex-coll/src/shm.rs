@@ -15,8 +15,10 @@
 //!
 //! Reductions combine in rank order (`in_0 ⊕ in_1 ⊕ …`), so non-commutative operators
 //! are exact. Blocks larger than a slot go in several rounds (chunks); each member has
-//! two slots per channel and alternates them (by round and by collective), so
-//! publishing round `g + 1` or the next collective overlaps the readers of round `g`.
+//! two large slots per channel and alternates them (by round and by collective), so
+//! publishing round `g + 1` or the next collective overlaps the readers of round `g`;
+//! collectives of one round that fit a small slot take eight small slots in turn, so
+//! a root runs up to seven of them ahead of its slowest reader.
 //! Entry (in-all) and exit (out-all) synchronisation add one empty round each.
 //!
 //! **Channels.** The area holds [`NCH`] channels; the world team uses channel 0 (the
@@ -59,7 +61,7 @@ pub(crate) const NCH: usize = 4;
 const GEN: usize = 0;
 /// Bytes before the first channel.
 const HDR: usize = 64;
-/// Bytes of channel 0 (two slots).
+/// Bytes of channel 0 (two large slots and the small ones).
 const WORLD_CH: usize = 256 << 10;
 /// Bytes of every other channel.
 const OTHER_CH: usize = ((AUX_COLL.end - AUX_COLL.start - HDR - WORLD_CH) / (NCH - 1)) & !127;
@@ -67,7 +69,15 @@ const OTHER_CH: usize = ((AUX_COLL.end - AUX_COLL.start - HDR - WORLD_CH) / (NCH
 const SLOT_HDR: usize = 128;
 const POST: usize = 0;
 const ACK: usize = 64;
-const _: () = assert!(OTHER_CH >= 2 * (SLOT_HDR + 1024));
+/// Small slots per channel: collectives of one round that fit one take them in turn
+/// (by sequence number), so a root can run up to `NSMALL - 1` of them ahead of its
+/// slowest reader.
+const NSMALL: usize = 8;
+/// Bytes of a small slot (header included).
+const SMALL_LEN: usize = 1024;
+/// Slots per channel: two large, then the small ones.
+pub(crate) const NSLOT: usize = 2 + NSMALL;
+const _: () = assert!(OTHER_CH >= NSMALL * SMALL_LEN + 2 * (SLOT_HDR + 1024));
 const _: () = assert!(HDR + WORLD_CH + (NCH - 1) * OTHER_CH <= AUX_COLL.end - AUX_COLL.start);
 
 /// Largest team `shm` serves (readers poll every member: quadratic traffic).
@@ -81,14 +91,18 @@ fn chan_base(c: usize) -> usize {
     }
 }
 
+/// Bytes of a large slot of channel `c` (header included).
 fn slot_len(c: usize) -> usize {
-    (if c == 0 { WORLD_CH } else { OTHER_CH }) / 2
+    (((if c == 0 { WORLD_CH } else { OTHER_CH }) - NSMALL * SMALL_LEN) / 2) & !127
 }
 
-/// Data bytes of one slot of channel `c`.
+/// Data bytes of a large slot of channel `c`.
 pub(crate) fn slot_cap(c: usize) -> usize {
     slot_len(c) - SLOT_HDR
 }
+
+/// Data bytes of a small slot.
+const SMALL_CAP: usize = SMALL_LEN - SLOT_HDR;
 
 /// The gex-coll part ([`AUX_COLL`]) of one mapped auxiliary area.
 #[derive(Clone, Copy, Debug)]
@@ -116,7 +130,12 @@ impl Area {
     }
 
     fn slot(&self, c: usize, s: usize) -> usize {
-        chan_base(c) + s * slot_len(c)
+        debug_assert!(s < NSLOT);
+        if s < 2 {
+            chan_base(c) + s * slot_len(c)
+        } else {
+            chan_base(c) + 2 * slot_len(c) + (s - 2) * SMALL_LEN
+        }
     }
 
     fn post(&self, c: usize, s: usize) -> &AtomicU64 {
@@ -127,7 +146,8 @@ impl Area {
         self.word(self.slot(c, s) + ACK)
     }
 
-    /// Data of slot `s` of channel `c` (`slot_cap(c)` bytes).
+    /// Data of slot `s` of channel `c` (`slot_cap(c)` bytes for `s < 2`, else
+    /// `SMALL_CAP`).
     fn data(&self, c: usize, s: usize) -> *mut u8 {
         // SAFETY: the slot lies inside AUX_COLL (constant layout, asserted above).
         unsafe { self.0.as_ptr().add(self.slot(c, s) + SLOT_HDR) }
@@ -170,7 +190,7 @@ impl Drop for ShmTeam {
 }
 
 /// Per channel: acknowledgements expected on each slot of this endpoint's area.
-pub(crate) type Expected = [[u64; 2]; NCH];
+pub(crate) type Expected = [[u64; NSLOT]; NCH];
 
 /// The `shm` algorithm (see the module docs).
 #[derive(Debug, Default)]
@@ -252,6 +272,8 @@ pub(crate) struct ShmOp {
     chunk: usize,
     /// Data rounds.
     data_rounds: usize,
+    /// One round in a small slot.
+    small: bool,
     pre: bool,
     post: bool,
     input: Vec<u8>,
@@ -292,7 +314,11 @@ impl ShmOp {
     /// Bytes of a block per round on channel `ch` (0: an element does not fit, the
     /// caller then uses a message algorithm, the same on every member).
     fn chunk_of(op: OpKind, p: u32, elem: usize, ch: usize) -> usize {
-        let cap = slot_cap(ch);
+        Self::chunk_in(op, p, elem, slot_cap(ch))
+    }
+
+    /// Bytes of a block per round in a slot of `cap` data bytes.
+    fn chunk_in(op: OpKind, p: u32, elem: usize, cap: usize) -> usize {
         let per = if per_dest(op) {
             cap / (p.max(2) as usize - 1)
         } else {
@@ -322,7 +348,19 @@ impl ShmOp {
         team: (u64, u32),
         ch: usize,
     ) -> ShmOp {
-        let chunk = Self::chunk_of(op, p, elem, ch).max(1);
+        let (pre, post) = (
+            sync.input == crate::op::SyncMode::All,
+            sync.output == crate::op::SyncMode::All,
+        );
+        // One round that fits a small slot: take the small slots in turn.
+        let small_chunk = Self::chunk_in(op, p, elem, SMALL_CAP);
+        let small =
+            !pre && !post && (op == OpKind::Barrier || (small_chunk > 0 && n <= small_chunk));
+        let chunk = if small {
+            small_chunk.max(1)
+        } else {
+            Self::chunk_of(op, p, elem, ch).max(1)
+        };
         let data_rounds = if op == OpKind::Barrier {
             1
         } else {
@@ -356,8 +394,9 @@ impl ShmOp {
             n,
             chunk,
             data_rounds,
-            pre: sync.input == crate::op::SyncMode::All,
-            post: sync.output == crate::op::SyncMode::All,
+            pre,
+            post,
+            small,
             input,
             out,
             reduce,
@@ -429,7 +468,11 @@ impl ShmOp {
             let g = self.g;
             // Consecutive collectives alternate too (the sequence number is the
             // team's), so a root may run one collective ahead of its readers.
-            let s = (self.seq as usize + g) % 2;
+            let s = if self.small {
+                2 + self.seq as usize % NSMALL
+            } else {
+                (self.seq as usize + g) % 2
+            };
             let tag = mix_all(&[team.generation, self.tid, u64::from(self.seq), g as u64]);
             let data = self.data_round(g);
             if !self.published {
@@ -504,8 +547,9 @@ impl ShmOp {
         if per_dest(self.op) {
             for d in (0..self.p).filter(|&d| d != self.me) {
                 let src = &self.input[d as usize * self.n + pc.start..][..len];
-                // SAFETY: the slot has `slot_cap` bytes and compact(d) < p - 1 pieces
-                // of `chunk` ≥ len bytes fit it (chunk = cap / (p - 1)); this member
+                // SAFETY: the slot has `cap` data bytes (large or small, the one
+                // `chunk` was computed for) and compact(d) < p - 1 pieces of `chunk` ≥
+                // len bytes fit it (chunk ≤ cap / (p - 1)); this member
                 // owns the slot until the readers acknowledge (module `# Safety`).
                 unsafe {
                     std::ptr::copy_nonoverlapping(
@@ -516,7 +560,7 @@ impl ShmOp {
                 }
             }
         } else {
-            // SAFETY: len ≤ chunk ≤ slot_cap; owned as above.
+            // SAFETY: len ≤ chunk ≤ the slot's capacity; owned as above.
             unsafe { std::ptr::copy_nonoverlapping(self.input[pc].as_ptr(), dst, len) };
         }
     }
