@@ -191,6 +191,8 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
                         sync: Default::default(),
                         commutative: true,
                         scratch: false,
+                        shm: c.shared_memory(&c.world().clone()),
+                        hier: false,
                     };
                     c.explain(&q)?.algorithm
                 }

@@ -40,6 +40,8 @@ impl Job for Lat {
                     sync: Default::default(),
                     commutative: true,
                     scratch: false,
+                    shm: c.shared_memory(&w),
+                    hier: false,
                 };
                 let alg = c.explain(&q).map(|x| x.algorithm).unwrap_or_default();
                 let run = |c: &mut CollEp<C>| match op {

@@ -16,6 +16,8 @@ fn main() {
                 sync: SyncModes::default(),
                 commutative: true,
                 scratch: false,
+                shm: false,
+                hier: false,
             })
         })
         .collect();

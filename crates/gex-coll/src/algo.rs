@@ -38,6 +38,14 @@ pub struct Query {
     /// output (`P × bytes`), so symmetric algorithms may move data by signaling put or
     /// rendezvous through it.
     pub scratch: bool,
+    /// Every member maps every other member's auxiliary area and the team holds a
+    /// shared-memory channel, so the `shm` algorithm can run (see
+    /// [`CollEp::shared_memory`](crate::CollEp::shared_memory)).
+    pub shm: bool,
+    /// The team spans several hosts and has host and leader sub-teams, so the `hier`
+    /// algorithm can run (see
+    /// [`CollEp::hierarchical`](crate::CollEp::hierarchical)).
+    pub hier: bool,
 }
 
 /// Everything a rank needs to compute its schedule.
@@ -79,6 +87,16 @@ pub trait Algorithm: Send + Sync + fmt::Debug {
     /// symmetric and the address mode single or the team scratch large enough).
     fn transport(&self) -> Transport {
         Transport::Eager
+    }
+    /// True for an algorithm the engine runs through shared memory instead of its
+    /// schedule (the built-in `shm`); its schedule then only serves the model.
+    fn is_shared_memory(&self) -> bool {
+        false
+    }
+    /// True for an algorithm the engine runs as stages on the team's host and leader
+    /// sub-teams (the built-in `hier`); its schedule then only serves the model.
+    fn is_hierarchical(&self) -> bool {
+        false
     }
 }
 
@@ -203,7 +221,8 @@ impl Builtin {
     /// use gex_coll::{AddrMode, Algorithm, Builtin, Kind, OpKind, Query, SyncModes, Transport};
     /// let a = Builtin::new(Kind::Chain, 0, 8192, Transport::Eager).with_sizes(16384, usize::MAX);
     /// let q = |bytes| Query { op: OpKind::Broadcast, size: 4, bytes, addr: AddrMode::Local,
-    ///                         sync: SyncModes::default(), commutative: true, scratch: false };
+    ///                         sync: SyncModes::default(), commutative: true, scratch: false,
+    ///                         shm: false, hier: false };
     /// assert!(!a.supports(&q(100)));
     /// assert!(a.supports(&q(1 << 20)));
     /// ```

@@ -3,14 +3,20 @@
 
 use crate::algo::{Algorithm, PlanCtx, Query};
 use crate::error::CollError;
+use crate::hier::{Hier, HierOp};
 use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceOp, SyncMode, Transport};
 use crate::sched::{self, Action, ReduceFn, Schedule, span};
+use crate::shm::{Area, Expected, NCH, NSLOT, ShmOp, ShmTeam};
 use crate::team::{Scratch, SegAlloc, Team, mix_all};
 use crate::tune::{Choice, LogGP, Tuner};
 use bytemuck::Pod;
 use gex_core::spi::Conduit;
-use gex_core::{Am, Category, Config, Endpoint, EpAddr, Flags, HandlerIndex, Token};
+use gex_core::spi::ConduitEp;
+use gex_core::{
+    Am, Capabilities, Category, Config, Endpoint, EpAddr, Flags, HandlerIndex, Token, WaitPolicy,
+};
 use gex_rma::{GetEvent, GlobalPtr, RmaEp};
+use gex_sync::atomic::AtomicU32;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -30,6 +36,26 @@ const H_ACK: HandlerIndex = 52;
 /// Tags of the entry barrier (in-all) and of the exit barrier (out-all).
 const TAG_PRE: u32 = 0x4000_0000;
 const TAG_POST: u32 = 0x6000_0000;
+
+/// Polls before a waiter under the spin policy yields now and then.
+const SPIN_YIELD_AFTER: u32 = 1 << 14;
+
+/// The gex-coll parts of the auxiliary areas of `members`, if the conduit maps all of
+/// them (never under `gex_force_am_rma`, which keeps the message paths tested).
+fn shm_areas<C: Conduit>(ep: &mut Endpoint<C>, members: &[EpAddr]) -> Option<Vec<Area>> {
+    if cfg!(gex_force_am_rma)
+        || !ep
+            .conduit_ep()
+            .capabilities()
+            .contains(Capabilities::SHARED_MEMORY)
+    {
+        return None;
+    }
+    members
+        .iter()
+        .map(|&a| ep.conduit_ep().aux(a).map(Area::new))
+        .collect()
+}
 
 /// (team id, sequence number, source team rank, tag).
 type MsgKey = (u64, u32, u32, u32);
@@ -89,6 +115,11 @@ impl Output for () {
 impl<T: Pod> sealed::Sealed for Vec<T> {}
 impl<T: Pod> Output for Vec<T> {
     fn from_bytes(b: Vec<u8>) -> Self {
+        // Byte-aligned element types take the buffer as it is (no copy).
+        let b = match bytemuck::allocation::try_cast_vec::<u8, T>(b) {
+            Ok(v) => return v,
+            Err((_, b)) => b,
+        };
         let mut v: Vec<T> = vec![bytemuck::Zeroable::zeroed(); b.len() / size_of::<T>().max(1)];
         let n = v.len() * size_of::<T>();
         bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(&b[..n]);
@@ -173,6 +204,10 @@ struct OpState {
     finished_rounds: bool,
     result: Option<Result<Vec<u8>, CollError>>,
     taken: bool,
+    /// A shared-memory collective (the `shm` algorithm) instead of the schedule.
+    shm: Option<ShmOp>,
+    /// A hierarchical collective (the `hier` algorithm) instead of the schedule.
+    hier: Option<HierOp>,
 }
 
 impl std::fmt::Debug for OpState {
@@ -207,6 +242,12 @@ pub struct CollEp<C: Conduit> {
     world: Team,
     alloc: SegAlloc,
     seg_len: usize,
+    /// Shared-memory channels in use on this endpoint (bit 0: the world team).
+    shm_used: Arc<AtomicU32>,
+    /// Acknowledgements expected per channel and slot of this endpoint's area.
+    shm_expected: Expected,
+    /// Generation of this `CollEp` on its endpoint (0: no shared-memory collectives).
+    shm_gen: u64,
 }
 
 impl<C: Conduit> std::fmt::Debug for CollEp<C> {
@@ -309,9 +350,32 @@ impl<C: Conduit> CollEp<C> {
         })?;
         let me = ep.addr();
         let size = ep.size();
-        let members = (0..size).map(|r| EpAddr::new(r, me.ep)).collect();
-        let world = Team::new(0, members, me.rank, Vec::new(), None);
+        let members: Vec<EpAddr> = (0..size).map(|r| EpAddr::new(r, me.ep)).collect();
         let seg_len = ep.segment().len();
+        let mut tuner = tuner;
+        tuner.register(Arc::new(crate::shm::Shm));
+        tuner.register(Arc::new(crate::hier::HierAlgo));
+        let shm_used = Arc::new(AtomicU32::new(1));
+        let mut shm_expected: Expected = [[0; NSLOT]; NCH];
+        let mut shm_gen = 0;
+        if let Some(own) = shm_areas(ep, &[me]).map(|v| v[0]) {
+            shm_gen = own.next_generation();
+            for (c, e) in shm_expected.iter_mut().enumerate() {
+                for (s, x) in e.iter_mut().enumerate() {
+                    *x = own.acks(c, s);
+                }
+            }
+        }
+        let world_shm = (shm_gen > 0 && size > 1)
+            .then(|| shm_areas(ep, &members))
+            .flatten()
+            .map(|areas| ShmTeam {
+                ch: 0,
+                areas,
+                generation: shm_gen,
+                used: shm_used.clone(),
+            });
+        let world = Team::new(0, members, me.rank, Vec::new(), None, world_shm);
         Ok(CollEp {
             rma,
             mb,
@@ -321,7 +385,24 @@ impl<C: Conduit> CollEp<C> {
             world,
             alloc: SegAlloc::default(),
             seg_len,
+            shm_used,
+            shm_expected,
+            shm_gen,
         })
+    }
+
+    /// True if `team` runs the `shm` algorithm: every member maps every other
+    /// member's auxiliary area and the team holds one of the endpoint's
+    /// shared-memory channels (the value of [`Query::shm`] for the team).
+    pub fn shared_memory(&self, team: &Team) -> bool {
+        team.inner.shm.is_some()
+    }
+
+    /// True if `team` runs the `hier` algorithm: it spans several hosts, one of them
+    /// with two or more members, and got host and leader sub-teams at creation (the
+    /// value of [`Query::hier`] for the team). The world team never does.
+    pub fn hierarchical(&self, team: &Team) -> bool {
+        team.inner.hier.get().is_some()
     }
 
     /// The team of this endpoint index on every rank, in rank order (team rank = job
@@ -381,7 +462,7 @@ impl<C: Conduit> CollEp<C> {
     ///     coll.register_algorithm(Arc::new(Nic(Builtin::new(Kind::Knomial, 2, 0, Transport::Eager))));
     ///     let w = coll.world().clone();
     ///     let q = Query { op: OpKind::Broadcast, size: 3, bytes: 8, addr: gex_coll::AddrMode::Local,
-    ///                     sync: Default::default(), commutative: true, scratch: false };
+    ///                     sync: Default::default(), commutative: true, scratch: false, shm: false, hier: false };
     ///     assert_eq!(coll.explain(&q).unwrap().algorithm, "nic");
     ///     let mut v = [w.rank(); 2];
     ///     coll.broadcast(&w, 1, &mut v).unwrap();
@@ -548,7 +629,7 @@ impl<C: Conduit> CollEp<C> {
                 (Some((r.start, len)), Some(r))
             }
         };
-        let provisional = Team::new(id, addrs.clone(), me, Vec::new(), None);
+        let provisional = Team::new(id, addrs.clone(), me, Vec::new(), None, None);
         let table = match local {
             None => Vec::new(),
             Some((off, len)) => {
@@ -558,7 +639,9 @@ impl<C: Conduit> CollEp<C> {
                     .collect()
             }
         };
-        let t = Team::new(id, addrs, me, table, allocated);
+        let shm = self.agree_channel(&provisional)?;
+        let t = Team::new(id, addrs, me, table, allocated, shm);
+        self.setup_hier(&t)?;
         // Continue the provisional team's sequence numbers.
         t.inner.seq.store(
             provisional
@@ -568,6 +651,84 @@ impl<C: Conduit> CollEp<C> {
             gex_sync::atomic::Ordering::Relaxed,
         );
         Ok(t)
+    }
+
+    /// Agrees with the members of a new team on a shared-memory channel free on all
+    /// of them (collective over the provisional team).
+    fn agree_channel(&mut self, team: &Team) -> Result<Option<ShmTeam>, CollError> {
+        if team.size() < 2 || self.shm_gen == 0 {
+            return Ok(None);
+        }
+        let areas = shm_areas(self.rma.endpoint(), &team.inner.members);
+        let free = !self.shm_used.load(gex_sync::atomic::Ordering::Relaxed) & ((1u32 << NCH) - 1);
+        let mine = if areas.is_some() { free } else { 0 };
+        let all: Vec<u32> = self.gather_all_v(team, vec![mine])?;
+        let common = all.iter().fold(u32::MAX, |a, &b| a & b);
+        let (Some(areas), true) = (areas, common != 0) else {
+            return Ok(None);
+        };
+        let ch = common.trailing_zeros() as usize;
+        self.shm_used
+            .fetch_or(1 << ch, gex_sync::atomic::Ordering::Relaxed);
+        Ok(Some(ShmTeam {
+            ch,
+            areas,
+            generation: self.shm_gen,
+            used: self.shm_used.clone(),
+        }))
+    }
+
+    /// Gives a team that spans hosts its host and leader sub-teams (collective over
+    /// the team: every member forms its host team, leaders the leaders team).
+    fn setup_hier(&mut self, t: &Team) -> Result<(), CollError> {
+        if t.size() < 3 || self.shm_gen == 0 {
+            return Ok(());
+        }
+        let ep = self.rma.endpoint();
+        let hosts: Vec<u32> = t
+            .members()
+            .iter()
+            .map(|a| ep.host_of(a.rank).unwrap_or(u32::MAX - a.rank))
+            .collect();
+        let mut ids: Vec<u32> = Vec::new();
+        let mut count: Vec<u32> = Vec::new();
+        let mut leader_of: Vec<u32> = Vec::new();
+        let mut place = Vec::with_capacity(hosts.len());
+        for (r, h) in hosts.iter().enumerate() {
+            let i = match ids.iter().position(|x| x == h) {
+                Some(i) => i,
+                None => {
+                    ids.push(*h);
+                    count.push(0);
+                    leader_of.push(r as u32);
+                    ids.len() - 1
+                }
+            };
+            place.push((i as u32, count[i]));
+            count[i] += 1;
+        }
+        if ids.len() < 2 || ids.len() == hosts.len() {
+            return Ok(());
+        }
+        let me = t.rank();
+        let my_host = place[me as usize].0;
+        let members: Vec<u32> = (0..t.size())
+            .filter(|&r| place[r as usize].0 == my_host)
+            .collect();
+        let hid = mix_all(&[t.id(), 0x4057, u64::from(my_host)]);
+        let host = self.form(t, &members, hid, Scratch::None)?;
+        let leaders = if leader_of[my_host as usize] == me {
+            let lid = mix_all(&[t.id(), 0x1ead]);
+            Some(self.form(t, &leader_of, lid, Scratch::None)?)
+        } else {
+            None
+        };
+        let _ = t.inner.hier.set(Hier {
+            host,
+            leaders,
+            place,
+        });
+        Ok(())
     }
 
     /// Destroys a team: frees scratch this endpoint allocated for it. Not collective.
@@ -650,8 +811,56 @@ impl<C: Conduit> CollEp<C> {
             sync: opts.sync,
             commutative,
             scratch: scratch_ok,
+            shm: team.inner.shm.is_some(),
+            hier: team.inner.hier.get().is_some(),
         };
-        let algo = self.tuner.select(&q, opts.algorithm)?.clone();
+        let mut algo = self.tuner.select(&q, opts.algorithm)?.clone();
+        if algo.is_hierarchical() {
+            if let Ok(bytes) = input {
+                let seq = team.next_seq();
+                let h = HierOp {
+                    op,
+                    root,
+                    elem,
+                    count,
+                    data: bytes,
+                    reduce,
+                    stage: 0,
+                    sub: None,
+                };
+                return Ok(self.start_composite(team, seq, None, Some(h)));
+            }
+            return Err(CollError::Unsupported {
+                algorithm: algo.name().to_string(),
+                op,
+                size: p,
+            });
+        }
+        if algo.is_shared_memory() {
+            let ch = team.inner.shm.as_ref().map_or(0, |t| t.ch);
+            let (_, out_blocks) = op.shape(p, r, root);
+            // Only local mode reaches here (`Shm::supports`).
+            if input.is_ok() && ShmOp::fits(op, p, elem, ch) {
+                let bytes = input.unwrap_or_default();
+                let seq = team.next_seq();
+                let shm = ShmOp::new(
+                    op,
+                    (p, r, root),
+                    elem,
+                    n,
+                    bytes,
+                    out_blocks * n,
+                    reduce.map(|x| x.0),
+                    opts.sync,
+                    (team.id(), seq),
+                    ch,
+                );
+                return Ok(self.start_composite(team, seq, Some(shm), None));
+            }
+            // An element larger than a chunk: a message algorithm, chosen alike on
+            // every member.
+            algo = self.tuner.select(&Query { shm: false, ..q }, None)?.clone();
+        }
         let ctx = PlanCtx {
             op,
             size: p,
@@ -764,12 +973,207 @@ impl<C: Conduit> CollEp<C> {
             finished_rounds: false,
             result: None,
             taken: false,
+            shm: None,
+            hier: None,
         };
         if let Err(e) = self.advance(&mut st) {
             st.result = Some(Err(e));
         }
         self.ops.insert(id, st);
         Ok(id)
+    }
+
+    /// Starts a shared-memory or hierarchical collective (sequence number `seq` of
+    /// `team`).
+    fn start_composite(
+        &mut self,
+        team: &Team,
+        seq: u32,
+        shm: Option<ShmOp>,
+        hier: Option<HierOp>,
+    ) -> u64 {
+        let id = self.next_op;
+        self.next_op += 1;
+        let st = OpState {
+            seq,
+            team: team.clone(),
+            sched: Schedule::default(),
+            work: Vec::new(),
+            reduce: None,
+            transport: Transport::Eager,
+            mirror: None,
+            need_ready: false,
+            uses_scratch: false,
+            started: false,
+            round: 0,
+            pending_sends: Vec::new(),
+            round_open: false,
+            applied: 0,
+            gets: HashMap::new(),
+            fetched: HashMap::new(),
+            acks_expected: 0,
+            out: Out::Local,
+            out_no: false,
+            finished_rounds: false,
+            result: None,
+            taken: false,
+            shm,
+            hier,
+        };
+        self.ops.insert(id, st);
+        self.advance_special(id);
+        id
+    }
+
+    /// Advances a shared-memory or hierarchical collective.
+    fn advance_special(&mut self, id: u64) {
+        if self.ops.get(&id).is_some_and(|o| o.hier.is_some()) {
+            self.advance_hier(id);
+        } else {
+            self.advance_shm(id);
+        }
+    }
+
+    /// Advances hierarchical collective `id`: starts its stages on the sub-teams one
+    /// after the other; it starts once the earlier ones of its team finished here.
+    fn advance_hier(&mut self, id: u64) {
+        let Some(st) = self.ops.get(&id) else {
+            return;
+        };
+        if st.result.is_some() {
+            return;
+        }
+        if !st.started {
+            let (tid, seq) = (st.team.id(), st.seq);
+            let busy = self.ops.values().any(|o| {
+                o.hier.is_some() && o.team.id() == tid && o.seq < seq && o.result.is_none()
+            });
+            if busy {
+                return;
+            }
+        }
+        loop {
+            let Some(st) = self.ops.get_mut(&id) else {
+                return;
+            };
+            st.started = true;
+            let team = st.team.clone();
+            let me = team.rank();
+            let Some(h) = st.hier.as_mut() else {
+                return;
+            };
+            if let Some(sub) = h.sub {
+                let done = match self.ops.get_mut(&sub) {
+                    None => Some(Err(CollError::BadHandle(sub))),
+                    Some(o) => match o.result.take() {
+                        None => None,
+                        Some(r) => {
+                            o.result = Some(Ok(Vec::new()));
+                            o.taken = true;
+                            Some(r)
+                        }
+                    },
+                };
+                let Some(res) = done else {
+                    return;
+                };
+                let st = self.ops.get_mut(&id).expect("present");
+                let h = st.hier.as_mut().expect("hierarchical");
+                h.sub = None;
+                match res {
+                    Ok(bytes) => {
+                        if h.op != OpKind::Barrier {
+                            h.data = bytes;
+                        }
+                    }
+                    Err(e) => {
+                        st.result = Some(Err(e));
+                        return;
+                    }
+                }
+            }
+            let st = self.ops.get_mut(&id).expect("present");
+            let h = st.hier.as_mut().expect("hierarchical");
+            if h.stage >= 3 {
+                let out = if h.op == OpKind::Barrier || (h.op == OpKind::Reduce && me != h.root) {
+                    Vec::new()
+                } else {
+                    std::mem::take(&mut h.data)
+                };
+                st.result = Some(Ok(out));
+                return;
+            }
+            let Some(sub_team) = team.inner.hier.get() else {
+                st.result = Some(Err(CollError::NotMember { team: team.id() }));
+                return;
+            };
+            let stage = crate::hier::stage(sub_team, me, h.op, h.root, h.stage);
+            h.stage += 1;
+            let Some((t, op, root)) = stage else {
+                continue;
+            };
+            let n = h.elem * h.count;
+            let input = match op {
+                OpKind::Barrier => Vec::new(),
+                _ => {
+                    let mut d = std::mem::take(&mut h.data);
+                    d.resize(n, 0);
+                    d
+                }
+            };
+            let (elem, count, reduce) = (h.elem, h.count, h.reduce.clone());
+            match self.start(
+                &t,
+                op,
+                root,
+                elem,
+                count,
+                Ok(input),
+                reduce,
+                &Opts::default(),
+            ) {
+                Ok(sub) => {
+                    let st = self.ops.get_mut(&id).expect("present");
+                    st.hier.as_mut().expect("hierarchical").sub = Some(sub);
+                }
+                Err(e) => {
+                    let st = self.ops.get_mut(&id).expect("present");
+                    st.result = Some(Err(e));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Advances shared-memory collective `id`: it starts once the earlier ones of its
+    /// team finished here (they share the team's channel). Works in place (no
+    /// removal from the map: no allocation on the polling path).
+    fn advance_shm(&mut self, id: u64) {
+        let Some(st) = self.ops.get(&id) else {
+            return;
+        };
+        if st.result.is_some() {
+            return;
+        }
+        if !st.started {
+            let (tid, seq) = (st.team.id(), st.seq);
+            let busy = self.ops.values().any(|o| {
+                o.shm.is_some() && o.team.id() == tid && o.seq < seq && o.result.is_none()
+            });
+            if busy {
+                return;
+            }
+        }
+        let Some(st) = self.ops.get_mut(&id) else {
+            return;
+        };
+        st.started = true;
+        let (Some(op), Some(t)) = (st.shm.as_mut(), st.team.inner.shm.as_ref()) else {
+            return;
+        };
+        if op.step(t, &mut self.shm_expected) {
+            st.result = Some(Ok(op.take_output()));
+        }
     }
 
     /// Polls the endpoint and advances every collective in flight.
@@ -779,8 +1183,20 @@ impl<C: Conduit> CollEp<C> {
     /// collective with the error); reserved for future use.
     pub fn progress(&mut self) -> Result<(), CollError> {
         self.rma.endpoint().poll();
-        let ids: Vec<u64> = self.ops.keys().copied().collect();
-        for id in ids {
+        let mut next = self.ops.keys().next().copied();
+        while let Some(id) = next {
+            next = self.ops.range(id + 1..).next().map(|(&k, _)| k);
+            if self
+                .ops
+                .get(&id)
+                .is_some_and(|o| o.shm.is_some() || o.hier.is_some())
+            {
+                self.advance_special(id);
+                if self.ops.get(&id).is_some_and(|o| o.taken) {
+                    self.ops.remove(&id);
+                }
+                continue;
+            }
             let Some(mut st) = self.ops.remove(&id) else {
                 continue;
             };
@@ -1108,6 +1524,12 @@ impl<C: Conduit> CollEp<C> {
     /// The collective's error, or [`CollError::BadHandle`].
     pub fn wait<T: Output>(&mut self, h: Handle<T>) -> Result<T, CollError> {
         let mut spins = 0u32;
+        // Under spin-then-block ranks often outnumber cores: the members this one
+        // waits for may need its core, so it yields early (as gex-rma's barrier).
+        let spin_limit = match self.rma.endpoint().wait_policy() {
+            WaitPolicy::Spin => SPIN_YIELD_AFTER,
+            _ => 16,
+        };
         loop {
             match self.ops.get(&h.id) {
                 None => return Err(CollError::BadHandle(h.id)),
@@ -1115,11 +1537,11 @@ impl<C: Conduit> CollEp<C> {
                 Some(_) => {}
             }
             self.progress()?;
-            spins += 1;
-            if spins > 16 {
+            spins = spins.saturating_add(1);
+            if spins > spin_limit && (spin_limit < SPIN_YIELD_AFTER || spins % 256 == 0) {
                 std::thread::yield_now();
             } else {
-                std::hint::spin_loop();
+                gex_sync::hint::spin_loop();
             }
         }
         let st = self.ops.get_mut(&h.id).expect("present");
@@ -1187,7 +1609,7 @@ impl<C: Conduit> CollEp<C> {
             root,
             size_of::<T>(),
             count,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             None,
             opts,
         );
@@ -1216,7 +1638,7 @@ impl<C: Conduit> CollEp<C> {
             root,
             size_of::<T>(),
             count,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             None,
             opts,
         );
@@ -1242,7 +1664,7 @@ impl<C: Conduit> CollEp<C> {
             root,
             size_of::<T>(),
             count,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             None,
             opts,
         );
@@ -1267,7 +1689,7 @@ impl<C: Conduit> CollEp<C> {
             0,
             size_of::<T>(),
             count,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             None,
             opts,
         );
@@ -1292,7 +1714,7 @@ impl<C: Conduit> CollEp<C> {
             0,
             size_of::<T>(),
             data.len() / p,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             None,
             opts,
         );
@@ -1319,7 +1741,7 @@ impl<C: Conduit> CollEp<C> {
             root,
             size_of::<T>(),
             count,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             Some((op.func().clone(), op.is_commutative())),
             opts,
         );
@@ -1344,7 +1766,7 @@ impl<C: Conduit> CollEp<C> {
             0,
             size_of::<T>(),
             count,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             Some((op.func().clone(), op.is_commutative())),
             opts,
         );
@@ -1375,7 +1797,7 @@ impl<C: Conduit> CollEp<C> {
             0,
             size_of::<T>(),
             data.len() / p,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             Some((op.func().clone(), op.is_commutative())),
             opts,
         );
@@ -1400,7 +1822,7 @@ impl<C: Conduit> CollEp<C> {
             0,
             size_of::<T>(),
             count,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             Some((op.func().clone(), op.is_commutative())),
             opts,
         );
@@ -1425,7 +1847,7 @@ impl<C: Conduit> CollEp<C> {
             0,
             size_of::<T>(),
             count,
-            Ok(to_bytes(&data)),
+            Ok(into_bytes(data)),
             Some((op.func().clone(), op.is_commutative())),
             opts,
         );
@@ -1704,8 +2126,11 @@ impl<C: Conduit> CollEp<C> {
     }
 }
 
-fn to_bytes<T: Pod>(v: &[T]) -> Vec<u8> {
-    bytemuck::cast_slice::<T, u8>(v).to_vec()
+/// The bytes of `v`: its own allocation when `T` has the alignment of a byte (no
+/// copy), else a copy.
+fn into_bytes<T: Pod>(v: Vec<T>) -> Vec<u8> {
+    bytemuck::allocation::try_cast_vec::<T, u8>(v)
+        .unwrap_or_else(|(_, v)| bytemuck::cast_slice::<T, u8>(&v).to_vec())
 }
 
 fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), CollError> {

@@ -25,6 +25,12 @@
 //!   reduce_scatter+gather_all); transfers by eager AM, signaling put (Long AM, then a
 //!   flag) or rendezvous (get, then acknowledge). Each is a value behind the
 //!   [`Algorithm`] trait, which is also the plug-in point for a hardware collective.
+//! - **Shared memory** ([`Shm`], `shm`): on a team whose members map each other's
+//!   auxiliary areas (one host), every operation moves by loads and stores through
+//!   per-member slots with flag words, no AMs ([`CollEp::shared_memory`]).
+//! - **Across hosts** ([`HierAlgo`], `hier`): a team spanning hosts runs barrier,
+//!   broadcast, reduce and allreduce as stages on internal host teams (`shm`) and a
+//!   leaders team ([`CollEp::hierarchical`]).
 //! - **Autotuner** ([`Tuner`]): capability filter + LogGP cost model, a cached lookup
 //!   per (op, team size, size class, modes, commutativity), overrides by
 //!   `GEX_COLL_<OP>=<algorithm>` and parameters by `GEX_COLL_LOGGP`.
@@ -44,8 +50,8 @@
 //!   local mode through team scratch space large enough for the output (such
 //!   collectives of one team take turns on it). Everything else moves eagerly
 //!   through Medium AMs and a mailbox (one copy at the receiver).
-//! - No offline calibration (`gex-tune`), no online timing of candidates, no
-//!   hierarchical (shared-memory-aware) or fork trees yet.
+//! - No offline calibration (`gex-tune`), no online timing of candidates, no fork
+//!   trees; `hier` covers four operations on teams created by split/create_team.
 //! - Out-no applies to single address mode; with owned buffers it behaves as out-my.
 //!
 //! ## Words
@@ -91,15 +97,19 @@
 pub mod algo;
 mod ep;
 mod error;
+mod hier;
 mod op;
 pub mod sched;
+mod shm;
 mod team;
 mod tune;
 
 pub use algo::{Algorithm, Builtin, Kind, PlanCtx, Query};
 pub use ep::{CollEp, FIRST_COLL_HANDLER, Handle, LAST_COLL_HANDLER, Output, Single};
 pub use error::CollError;
+pub use hier::HierAlgo;
 pub use op::{AddrMode, BuiltinOp, Elem, OpKind, Opts, ReduceOp, SyncMode, SyncModes, Transport};
 pub use sched::ReduceFn;
+pub use shm::Shm;
 pub use team::{Scratch, Team};
 pub use tune::{Choice, LogGP, Tuner, size_class};

@@ -366,16 +366,18 @@ impl<T: Elem> ReduceOp<T> {
                 ty: std::any::type_name::<T>(),
             });
         }
-        let sz = std::mem::size_of::<T>();
-        let func: ReduceFn = Arc::new(move |acc: &mut [u8], inc: &[u8], inc_left: bool| {
-            for (a, b) in acc.chunks_exact_mut(sz).zip(inc.chunks_exact(sz)) {
-                let x: T = bytemuck::pod_read_unaligned(a);
-                let y: T = bytemuck::pod_read_unaligned(b);
-                let (l, r) = if inc_left { (y, x) } else { (x, y) };
-                let z = T::builtin(op, l, r).unwrap_or(l);
-                a.copy_from_slice(bytemuck::bytes_of(&z));
-            }
-        });
+        // One closure per operator, so the operator is a constant inside the loop
+        // (no per-element dispatch; the loop vectorises).
+        macro_rules! per_op {
+            ($($o:ident),*) => {
+                match op {
+                    $(BuiltinOp::$o => elementwise::<T>(|l, r| {
+                        T::builtin(BuiltinOp::$o, l, r).unwrap_or(l)
+                    }),)*
+                }
+            };
+        }
+        let func = per_op!(Sum, Prod, Min, Max, Band, Bor, Bxor, Land, Lor);
         Ok(ReduceOp {
             f: func,
             commutative: true,
@@ -383,6 +385,35 @@ impl<T: Elem> ReduceOp<T> {
             _t: std::marker::PhantomData,
         })
     }
+}
+
+/// The byte-level function of the elementwise operator `f(left, right)`.
+fn elementwise<T: Pod + Send + Sync + 'static>(
+    f: impl Fn(T, T) -> T + Send + Sync + 'static,
+) -> ReduceFn {
+    Arc::new(move |acc: &mut [u8], inc: &[u8], inc_left: bool| {
+        // Aligned buffers (the usual case: allocations and shared-memory slots are
+        // aligned) are combined as typed slices, which vectorises; others element
+        // by element through unaligned reads.
+        if let (Ok(a), Ok(b)) = (
+            bytemuck::try_cast_slice_mut::<u8, T>(acc),
+            bytemuck::try_cast_slice::<u8, T>(inc),
+        ) {
+            if inc_left {
+                a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(y, *x));
+            } else {
+                a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(*x, y));
+            }
+            return;
+        }
+        let sz = std::mem::size_of::<T>();
+        for (a, b) in acc.chunks_exact_mut(sz).zip(inc.chunks_exact(sz)) {
+            let x: T = bytemuck::pod_read_unaligned(a);
+            let y: T = bytemuck::pod_read_unaligned(b);
+            let z = if inc_left { f(y, x) } else { f(x, y) };
+            a.copy_from_slice(bytemuck::bytes_of(&z));
+        }
+    })
 }
 
 /// Options of one collective call.

@@ -44,6 +44,10 @@ pub(crate) struct TeamInner {
     pub(crate) scratch: Vec<(usize, usize)>,
     /// The range this endpoint allocated for the team (freed on destroy).
     pub(crate) allocated: Option<Range<usize>>,
+    /// The team's shared-memory channel, if it has one.
+    pub(crate) shm: Option<crate::shm::ShmTeam>,
+    /// Sub-teams of a team spanning hosts (set once, at creation).
+    pub(crate) hier: std::sync::OnceLock<crate::hier::Hier>,
 }
 
 impl fmt::Debug for Team {
@@ -69,6 +73,7 @@ impl Team {
         me: u32,
         scratch: Vec<(usize, usize)>,
         allocated: Option<Range<usize>>,
+        shm: Option<crate::shm::ShmTeam>,
     ) -> Team {
         Team {
             inner: Arc::new(TeamInner {
@@ -80,6 +85,8 @@ impl Team {
                 creates: Mutex::new(HashMap::new()),
                 scratch,
                 allocated,
+                shm,
+                hier: std::sync::OnceLock::new(),
             }),
         }
     }

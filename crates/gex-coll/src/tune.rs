@@ -125,6 +125,8 @@ fn key(q: &Query) -> u64 {
         | (sm(q.sync.input) << 6)
         | (sm(q.sync.output) << 8)
         | (u64::from(q.scratch) << 17)
+        | (u64::from(q.shm) << 18)
+        | (u64::from(q.hier) << 19)
         | (u64::from(size_class(q.bytes)) << 10)
         | (u64::from(q.size) << 20)
 }
@@ -344,6 +346,8 @@ impl Tuner {
                     sync: crate::op::SyncModes::default(),
                     commutative: true,
                     scratch: false,
+                    shm: false,
+                    hier: false,
                 };
                 match self.explain(&q) {
                     Ok(c) => {
@@ -420,6 +424,8 @@ mod tests {
             sync: SyncModes::default(),
             commutative: true,
             scratch: false,
+            shm: false,
+            hier: false,
         }
     }
 

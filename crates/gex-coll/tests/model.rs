@@ -46,6 +46,8 @@ fn check(
         sync: SyncModes::default(),
         commutative: comm,
         scratch: false,
+        shm: false,
+        hier: false,
     };
     if !alg.supports(&q) {
         return Ok(());
@@ -144,6 +146,8 @@ fn every_op_has_a_non_commutative_algorithm_for_every_size() {
                 sync: SyncModes::default(),
                 commutative: false,
                 scratch: false,
+                shm: false,
+                hier: false,
             };
             let n = catalog().iter().filter(|a| a.supports(&q)).count();
             assert!(n >= 2, "{op} P={p}: {n} algorithms");
@@ -234,6 +238,8 @@ fn tuner_choice_is_near_the_simulated_best() {
                 sync: SyncModes::default(),
                 commutative: true,
                 scratch: false,
+                shm: false,
+                hier: false,
             };
             let sim = |a: &dyn gex_coll::Algorithm| {
                 let s: Vec<_> = (0..p)

@@ -2,7 +2,8 @@
 //! element type × size class × team size (1, 2, 3, 5, 8) against the sequential
 //! reference, single address mode with every transport and sync mode, the in-my
 //! entry rule, teams (split, lists, scratch) and concurrent collectives on
-//! overlapping teams.
+//! overlapping teams; the shared-memory algorithm on per-host teams, its channels and
+//! where it must not run.
 
 mod common;
 
@@ -559,6 +560,8 @@ fn env_override_and_errors() {
             sync: SyncModes::default(),
             commutative: true,
             scratch: false,
+            shm: false,
+            hier: false,
         };
         let why = c.explain(&q).unwrap();
         assert_eq!((why.algorithm.as_str(), why.reason), ("chain", "override"));
@@ -791,4 +794,213 @@ fn local_mode_through_scratch() {
             assert_eq!(c.in_flight(), 0);
         },
     );
+}
+
+/// The `shm` algorithm where it is valid and only there: on three simulated hosts of
+/// three ranks the world team (spanning hosts) has no shared-memory channel and
+/// refuses a forced `shm`, while the per-host teams of a split have one, the tuner
+/// picks `shm` for them, and every algorithm × operation (shm forced, tuned, the
+/// message algorithms) matches the reference there, with blocks several rounds long;
+/// a team of the host leaders (across hosts) runs the message algorithms.
+#[test]
+fn shm_per_host_teams_and_cross_host_leaders() {
+    let ran = run_sim(
+        9,
+        SimConfig::default()
+            .reorder(true)
+            .seed(77)
+            .ranks_per_host(3)
+            .timeout(Duration::from_secs(300)),
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let r = w.rank();
+            assert!(!c.shared_memory(&w));
+            let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+            let forced =
+                c.allreduce_nb(&w, vec![1u32], &sum, &Opts::default().with_algorithm("shm"));
+            assert!(
+                matches!(forced, Err(CollError::Unsupported { .. })),
+                "{forced:?}"
+            );
+            let host = c.split(&w, Some(r / 3), r, Scratch::None).unwrap().unwrap();
+            assert_eq!(host.size(), 3);
+            // `--cfg gex_force_am_rma` keeps every collective on messages.
+            let shm = !cfg!(gex_force_am_rma);
+            assert_eq!(c.shared_memory(&host), shm);
+            let q = gex_coll::Query {
+                op: OpKind::Allreduce,
+                size: 3,
+                bytes: 8,
+                addr: gex_coll::AddrMode::Local,
+                sync: Default::default(),
+                commutative: true,
+                scratch: false,
+                shm,
+                hier: false,
+            };
+            assert_eq!(c.explain(&q).unwrap().algorithm == "shm", shm);
+            // 9000 u32 = 36 KB per block: three rounds on a world-sized slot, eight
+            // on a team channel's.
+            let n = matrix(&mut c, &host, &[0, 13, 9000]);
+            let leaders = c
+                .split(&w, (r % 3 == 0).then_some(0), r, Scratch::None)
+                .unwrap();
+            if let Some(l) = &leaders {
+                assert_eq!(l.size(), 3);
+                assert!(!c.shared_memory(l));
+                matrix(&mut c, l, &[33]);
+            }
+            c.barrier(&w).unwrap();
+            n
+        },
+    );
+    assert!(ran.iter().all(|&n| n > 100), "{ran:?}");
+}
+
+/// Channels: a single-host job of 4 has the world's channel and three more; teams
+/// created beyond them get none (and run message algorithms), a channel comes back
+/// when its team is dropped. Collectives of four teams in flight at once, started in
+/// rank-dependent orders, under every sync mode, all complete with the right values.
+#[test]
+fn shm_channels_concurrency_and_sync_modes() {
+    run_sim(
+        4,
+        SimConfig::default().reorder(true).seed(5),
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let (p, me) = (w.size(), w.rank());
+            let on = !cfg!(gex_force_am_rma);
+            assert_eq!(c.shared_memory(&w), on);
+            let all: Vec<u32> = (0..p).collect();
+            let mut teams: Vec<_> = (0..4)
+                .map(|_| c.create_team(&w, &all, Scratch::None).unwrap())
+                .collect();
+            let shm: Vec<bool> = teams.iter().map(|t| c.shared_memory(t)).collect();
+            assert_eq!(shm, vec![on, on, on, false]);
+            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+            let modes = [SyncMode::No, SyncMode::My, SyncMode::All];
+            let mut salt = 0u64;
+            for i in modes {
+                for o in modes {
+                    salt += 1;
+                    // Rank-dependent start order over the teams, three collectives each.
+                    let mut hs = Vec::new();
+                    for k in 0..teams.len() {
+                        let t = (k + me as usize) % teams.len();
+                        let opts = Opts::sync(i, o);
+                        for j in 0..3u64 {
+                            let len = 1 + (salt as usize * 997 + j as usize * 4099) % 5000;
+                            let v: Vec<u64> = (0..len as u64)
+                                .map(|x| x * 7 + u64::from(me) * 1000 + salt + j)
+                                .collect();
+                            let h = c.allreduce_nb(&teams[t], v, &sum, &opts).unwrap();
+                            hs.push((len, j, h));
+                        }
+                    }
+                    for (len, j, h) in hs.into_iter().rev() {
+                        let got = c.wait(h).unwrap();
+                        let want: Vec<u64> = (0..len as u64)
+                            .map(|x| (0..u64::from(p)).map(|r| x * 7 + r * 1000 + salt + j).sum())
+                            .collect();
+                        assert_eq!(got, want, "in={i:?} out={o:?}");
+                    }
+                }
+            }
+            // Dropping a team frees its channel for the next team.
+            teams.remove(1);
+            let again = c.create_team(&w, &all, Scratch::None).unwrap();
+            assert_eq!(c.shared_memory(&again), on);
+            let h = c
+                .gather_all_nb(&again, vec![me as u8; 3], &Opts::default())
+                .unwrap();
+            let g = c.wait(h).unwrap();
+            assert_eq!(g, (0..p as u8).flat_map(|r| [r; 3]).collect::<Vec<_>>());
+            c.barrier(&w).unwrap();
+            assert_eq!(c.in_flight(), 0);
+        },
+    );
+}
+
+/// The `hier` algorithm: on three simulated hosts a team of every rank, and a split
+/// team with hosts of 3, 2 and 1 members, get host and leader sub-teams; every
+/// algorithm × operation (`hier` forced and tuned included) matches the reference on
+/// them, with every root; the world team (built without communication) does not.
+#[test]
+fn hier_across_hosts() {
+    let ran = run_sim(
+        9,
+        SimConfig::default()
+            .reorder(true)
+            .seed(13)
+            .ranks_per_host(3)
+            // Nine debug-built thread ranks, every algorithm: slow on a busy machine.
+            .timeout(Duration::from_secs(300)),
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let r = w.rank();
+            let on = !cfg!(gex_force_am_rma);
+            assert!(!c.hierarchical(&w));
+            let all: Vec<u32> = (0..9).collect();
+            let t = c.create_team(&w, &all, Scratch::None).unwrap();
+            assert_eq!(c.hierarchical(&t), on);
+            let q = gex_coll::Query {
+                op: OpKind::Allreduce,
+                size: 9,
+                bytes: 8,
+                addr: gex_coll::AddrMode::Local,
+                sync: Default::default(),
+                commutative: true,
+                scratch: false,
+                shm: false,
+                hier: on,
+            };
+            assert_eq!(c.explain(&q).unwrap().algorithm == "hier", on);
+            let mut n = matrix(&mut c, &t, &[1, 4500]);
+            if on {
+                // Forced, every root: leaders and non-leaders of every host.
+                let hier = Opts::default().with_algorithm("hier");
+                let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+                for root in 0..9u32 {
+                    let v = vec![u64::from(r) * 10 + u64::from(root); 5];
+                    let h = c.broadcast_nb(&t, root, v.clone(), &hier).unwrap();
+                    assert_eq!(c.wait(h).unwrap(), vec![u64::from(root) * 11; 5]);
+                    let h = c.reduce_nb(&t, root, v, &sum, &hier).unwrap();
+                    let want = if r == root {
+                        vec![(0..9).map(|x| x * 10 + u64::from(root)).sum::<u64>(); 5]
+                    } else {
+                        vec![]
+                    };
+                    assert_eq!(c.wait(h).unwrap(), want);
+                }
+                let h = c
+                    .allreduce_nb(&t, vec![u64::from(r); 3], &sum, &hier)
+                    .unwrap();
+                assert_eq!(c.wait(h).unwrap(), vec![36; 3]);
+                let h = c.barrier_nb(&t, &hier).unwrap();
+                c.wait(h).unwrap();
+            }
+            let odd = c
+                .split(
+                    &w,
+                    [0, 1, 2, 3, 4, 6].contains(&r).then_some(1),
+                    9 - r,
+                    Scratch::None,
+                )
+                .unwrap();
+            if let Some(o) = &odd {
+                assert_eq!(o.size(), 6);
+                assert_eq!(c.hierarchical(o), on);
+                n += matrix(&mut c, o, &[13]);
+            }
+            c.barrier(&w).unwrap();
+            n
+        },
+    );
+    assert!(ran.iter().all(|&n| n > 100), "{ran:?}");
 }

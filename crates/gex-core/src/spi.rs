@@ -123,8 +123,11 @@ pub struct OpenParams<'a> {
 /// | bytes | owner |
 /// |---|---|
 /// | [`AUX_RMA`] | gex-rma (the shared-memory barrier) |
-/// | [`AUX_COLL`] | gex-coll (shared-memory collectives) |
-pub const AUX_LEN: usize = 16 << 10;
+/// | [`AUX_COLL`] | gex-coll (shared-memory collectives: flag words and data slots per
+/// channel, the world team's large ones of 124 KiB, so a 64 KiB block moves in one round) |
+///
+/// Conduits map it lazily (pages are touched only where a layer writes).
+pub const AUX_LEN: usize = 512 << 10;
 /// The part of the auxiliary area that gex-rma uses.
 pub const AUX_RMA: std::ops::Range<usize> = 0..4096;
 /// The part of the auxiliary area that gex-coll uses.

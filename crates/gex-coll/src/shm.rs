@@ -1,0 +1,601 @@
+//! Shared-memory collectives: the `shm` algorithm.
+//!
+//! When every member of a team maps every other member's auxiliary area
+//! ([`ConduitEp::aux`](gex_core::spi::ConduitEp::aux), the [`AUX_COLL`] part), data
+//! moves by plain loads and stores through those areas, synchronised by flag words,
+//! with no AM at all. Every operation is the same pattern, repeated per *round*:
+//!
+//! 1. **publish**: a member that has data for others in this round waits until every
+//!    reader of its previous publication in the same slot acknowledged it, copies its
+//!    piece(s) into the slot of its own area and stores the round's tag in the slot's
+//!    `POST` word (release);
+//! 2. **read**: each member waits for the tag in the `POST` word of every member it
+//!    reads from (acquire), in rank order, copies or combines the bytes into its
+//!    output, and increments that slot's `ACK` word (release).
+//!
+//! Reductions combine in rank order (`in_0 ⊕ in_1 ⊕ …`), so non-commutative operators
+//! are exact. Blocks larger than a slot go in several rounds (chunks); each member has
+//! two large slots per channel and alternates them (by round and by collective), so
+//! publishing round `g + 1` or the next collective overlaps the readers of round `g`;
+//! collectives of one round that fit a small slot take eight small slots in turn, so
+//! a root runs up to seven of them ahead of its slowest reader.
+//! Entry (in-all) and exit (out-all) synchronisation add one empty round each.
+//!
+//! **Channels.** The area holds [`NCH`] channels; the world team uses channel 0 (the
+//! largest), a new team agrees at creation on a channel free on all its members (an
+//! AND of their masks), and frees it when its last handle is dropped. A team that gets
+//! no channel (all busy, members on several hosts, no mapping, `gex_force_am_rma`)
+//! never offers `shm` ([`Query::shm`] is false). Collectives of one team use its
+//! channel one at a time, in sequence order (the engine enforces it), so members never
+//! wait for each other in different orders.
+//!
+//! **Tags.** A `POST` word holds `mix(generation, team id, sequence number, round)`:
+//! a reader waits for the exact tag, so a stale publication of another team, of an
+//! earlier collective or of an earlier `CollEp` on the same endpoint (the generation
+//! word counts them) is never mistaken for the awaited one.
+//!
+//! # Safety
+//! [`Area`] turns the base of a mapped auxiliary area plus fixed offsets into atomics
+//! (8-byte aligned: the area is 64-byte aligned and every offset is a multiple of
+//! 64) and into raw data pointers inside the area. The conduit keeps the areas mapped
+//! for the life of the conduit, which the endpoint inside [`CollEp`](crate::CollEp)
+//! keeps alive. Flag words are only accessed atomically. Slot data are written by
+//! their owner only after every reader of the previous publication acknowledged it
+//! (acquire on `ACK`), and read by others only after they saw the tag (acquire on
+//! `POST`) and before they acknowledge (release on `ACK`): no data race.
+#![allow(unsafe_code)]
+
+use crate::algo::{Algorithm, Builtin, Kind, PlanCtx, Query};
+use crate::op::{AddrMode, OpKind, Transport};
+use crate::sched::{ReduceFn, Schedule};
+use crate::team::mix_all;
+use crate::tune::LogGP;
+use gex_core::spi::AUX_COLL;
+use gex_sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// Channels in the gex-coll part of an auxiliary area (channel 0: the world team).
+pub(crate) const NCH: usize = 4;
+/// Offset of the generation word (counts the `CollEp`s built on the endpoint).
+const GEN: usize = 0;
+/// Bytes before the first channel.
+const HDR: usize = 64;
+/// Bytes of channel 0 (two large slots and the small ones).
+const WORLD_CH: usize = 256 << 10;
+/// Bytes of every other channel.
+const OTHER_CH: usize = ((AUX_COLL.end - AUX_COLL.start - HDR - WORLD_CH) / (NCH - 1)) & !127;
+/// Slot header: `POST` at 0, `ACK` at 64 (separate cache lines).
+const SLOT_HDR: usize = 128;
+const POST: usize = 0;
+const ACK: usize = 64;
+/// Small slots per channel: collectives of one round that fit one take them in turn
+/// (by sequence number), so a root can run up to `NSMALL - 1` of them ahead of its
+/// slowest reader.
+const NSMALL: usize = 8;
+/// Bytes of a small slot (header included).
+const SMALL_LEN: usize = 1024;
+/// Slots per channel: two large, then the small ones.
+pub(crate) const NSLOT: usize = 2 + NSMALL;
+const _: () = assert!(OTHER_CH >= NSMALL * SMALL_LEN + 2 * (SLOT_HDR + 1024));
+const _: () = assert!(HDR + WORLD_CH + (NCH - 1) * OTHER_CH <= AUX_COLL.end - AUX_COLL.start);
+
+/// Largest team `shm` serves (readers poll every member: quadratic traffic).
+pub(crate) const MAX_SIZE: u32 = 64;
+
+fn chan_base(c: usize) -> usize {
+    if c == 0 {
+        HDR
+    } else {
+        HDR + WORLD_CH + (c - 1) * OTHER_CH
+    }
+}
+
+/// Bytes of a large slot of channel `c` (header included).
+fn slot_len(c: usize) -> usize {
+    (((if c == 0 { WORLD_CH } else { OTHER_CH }) - NSMALL * SMALL_LEN) / 2) & !127
+}
+
+/// Data bytes of a large slot of channel `c`.
+pub(crate) fn slot_cap(c: usize) -> usize {
+    slot_len(c) - SLOT_HDR
+}
+
+/// Data bytes of a small slot.
+const SMALL_CAP: usize = SMALL_LEN - SLOT_HDR;
+
+/// The gex-coll part ([`AUX_COLL`]) of one mapped auxiliary area.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Area(NonNull<u8>);
+
+// SAFETY: an address in memory shared between processes and threads, accessed through
+// atomics and the flag protocol of the module (`# Safety`).
+unsafe impl Send for Area {}
+// SAFETY: as above.
+unsafe impl Sync for Area {}
+
+impl Area {
+    /// The gex-coll part of the area based at `aux`.
+    pub(crate) fn new(aux: NonNull<u8>) -> Area {
+        // SAFETY: AUX_COLL lies inside the AUX_LEN-byte area.
+        Area(unsafe { aux.add(AUX_COLL.start) })
+    }
+
+    fn word(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off % 8 == 0 && off + 8 <= AUX_COLL.end - AUX_COLL.start);
+        // SAFETY: in bounds and 8-byte aligned (offsets are multiples of 8 inside
+        // AUX_COLL, the area is 64-byte aligned); mapped for the life of the conduit;
+        // only ever accessed atomically (module `# Safety`).
+        unsafe { &*self.0.as_ptr().add(off).cast::<AtomicU64>() }
+    }
+
+    fn slot(&self, c: usize, s: usize) -> usize {
+        debug_assert!(s < NSLOT);
+        if s < 2 {
+            chan_base(c) + s * slot_len(c)
+        } else {
+            chan_base(c) + 2 * slot_len(c) + (s - 2) * SMALL_LEN
+        }
+    }
+
+    fn post(&self, c: usize, s: usize) -> &AtomicU64 {
+        self.word(self.slot(c, s) + POST)
+    }
+
+    fn ack(&self, c: usize, s: usize) -> &AtomicU64 {
+        self.word(self.slot(c, s) + ACK)
+    }
+
+    /// Data of slot `s` of channel `c` (`slot_cap(c)` bytes for `s < 2`, else
+    /// `SMALL_CAP`).
+    fn data(&self, c: usize, s: usize) -> *mut u8 {
+        // SAFETY: the slot lies inside AUX_COLL (constant layout, asserted above).
+        unsafe { self.0.as_ptr().add(self.slot(c, s) + SLOT_HDR) }
+    }
+
+    /// Counts one more `CollEp` on this endpoint; returns its generation (from 1).
+    pub(crate) fn next_generation(&self) -> u64 {
+        self.word(GEN).fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Acknowledgements received so far on slot `s` of channel `c`.
+    pub(crate) fn acks(&self, c: usize, s: usize) -> u64 {
+        self.ack(c, s).load(Ordering::Acquire)
+    }
+}
+
+/// A team's shared-memory channel (kept in the team; frees the channel when the last
+/// handle of the team goes).
+pub(crate) struct ShmTeam {
+    /// Channel index.
+    pub(crate) ch: usize,
+    /// Every member's area, by team rank.
+    pub(crate) areas: Vec<Area>,
+    /// Generation of the `CollEp` (same on every member).
+    pub(crate) generation: u64,
+    /// The endpoint's mask of channels in use.
+    pub(crate) used: Arc<AtomicU32>,
+}
+
+impl std::fmt::Debug for ShmTeam {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmTeam").field("ch", &self.ch).finish()
+    }
+}
+
+impl Drop for ShmTeam {
+    fn drop(&mut self) {
+        self.used.fetch_and(!(1u32 << self.ch), Ordering::Relaxed);
+    }
+}
+
+/// Per channel: acknowledgements expected on each slot of this endpoint's area.
+pub(crate) type Expected = [[u64; NSLOT]; NCH];
+
+/// The `shm` algorithm (see the module docs).
+#[derive(Debug, Default)]
+pub struct Shm;
+
+const ALL_OPS: [OpKind; 11] = OpKind::ALL;
+
+impl Algorithm for Shm {
+    fn name(&self) -> &str {
+        "shm"
+    }
+
+    fn ops(&self) -> &[OpKind] {
+        &ALL_OPS
+    }
+
+    fn supports(&self, q: &Query) -> bool {
+        q.shm && q.addr == AddrMode::Local && q.size <= MAX_SIZE
+    }
+
+    fn cost(&self, q: &Query, m: &LogGP) -> f64 {
+        use OpKind::*;
+        let p = q.size.max(1);
+        if p == 1 {
+            return 0.0;
+        }
+        let pf = f64::from(p);
+        let n = q.bytes as f64;
+        // The world's channel; other teams have smaller slots (a lower bound is fine).
+        let cap = slot_cap(0) as f64;
+        let per_dest = matches!(q.op, Scatter | Exchange | ReduceScatter);
+        let chunk = if per_dest { cap / (pf - 1.0) } else { cap };
+        let rounds = (n / chunk).ceil().max(1.0)
+            + f64::from(u8::from(q.sync.input == crate::op::SyncMode::All))
+            + f64::from(u8::from(q.sync.output == crate::op::SyncMode::All));
+        // Per round: one flag handoff (a cache line moving between cores, about one
+        // overhead o) plus a poll of every other member's flag.
+        let sync = rounds * (m.o + (pf - 1.0) * m.g * 0.5);
+        // Bytes copied or combined on the busiest member.
+        let bytes = match q.op {
+            Barrier => 0.0,
+            Broadcast => 2.0 * n,
+            Scatter | Gather | GatherAll | Reduce | Allreduce | Scan | Exscan => pf * n,
+            Exchange | ReduceScatter => 2.0 * (pf - 1.0) * n,
+        };
+        sync + bytes * m.copy
+    }
+
+    fn plan(&self, ctx: &PlanCtx) -> Schedule {
+        // The equivalent message schedule (used only by the schedule model).
+        Builtin::new(Kind::Flat, 0, 0, Transport::Eager).plan(ctx)
+    }
+
+    fn is_shared_memory(&self) -> bool {
+        true
+    }
+}
+
+/// Which members a reader takes pieces from, and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Apply {
+    /// Synchronisation only.
+    Nothing,
+    /// Copy into the output.
+    Copy,
+    /// Combine in rank order into the output.
+    Combine,
+}
+
+/// One shared-memory collective in flight on one member.
+pub(crate) struct ShmOp {
+    op: OpKind,
+    p: u32,
+    me: u32,
+    root: u32,
+    /// Bytes per block.
+    n: usize,
+    /// Bytes per chunk of a block per round.
+    chunk: usize,
+    /// Data rounds.
+    data_rounds: usize,
+    /// One round in a small slot.
+    small: bool,
+    pre: bool,
+    post: bool,
+    input: Vec<u8>,
+    out: Vec<u8>,
+    reduce: Option<ReduceFn>,
+    tid: u64,
+    seq: u32,
+    /// Current round (pre-barrier included).
+    g: usize,
+    published: bool,
+    /// Next contributor to read in the current round.
+    k: u32,
+}
+
+impl std::fmt::Debug for ShmOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmOp")
+            .field("op", &self.op)
+            .field("round", &self.g)
+            .finish()
+    }
+}
+
+/// True for operations whose input holds one block per member.
+fn per_dest(op: OpKind) -> bool {
+    matches!(
+        op,
+        OpKind::Scatter | OpKind::Exchange | OpKind::ReduceScatter
+    )
+}
+
+/// Position of reader `r`'s piece in publisher `q`'s slot (publishers skip themselves).
+fn compact(r: u32, q: u32) -> usize {
+    (r - u32::from(r > q)) as usize
+}
+
+impl ShmOp {
+    /// Bytes of a block per round on channel `ch` (0: an element does not fit, the
+    /// caller then uses a message algorithm, the same on every member).
+    fn chunk_of(op: OpKind, p: u32, elem: usize, ch: usize) -> usize {
+        Self::chunk_in(op, p, elem, slot_cap(ch))
+    }
+
+    /// Bytes of a block per round in a slot of `cap` data bytes.
+    fn chunk_in(op: OpKind, p: u32, elem: usize, cap: usize) -> usize {
+        let per = if per_dest(op) {
+            cap / (p.max(2) as usize - 1)
+        } else {
+            cap
+        };
+        let unit = if op.reduces() { elem.max(1) } else { 1 };
+        per / unit * unit
+    }
+
+    /// True if `op` on `p` members with `elem`-byte elements can run on channel `ch`.
+    pub(crate) fn fits(op: OpKind, p: u32, elem: usize, ch: usize) -> bool {
+        Self::chunk_of(op, p, elem, ch) > 0
+    }
+
+    /// A shared-memory collective of member `me` of `p` (root `root`) with blocks of
+    /// `n` bytes; [`fits`](Self::fits) must hold.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        op: OpKind,
+        (p, me, root): (u32, u32, u32),
+        elem: usize,
+        n: usize,
+        input: Vec<u8>,
+        out_len: usize,
+        reduce: Option<ReduceFn>,
+        sync: crate::op::SyncModes,
+        team: (u64, u32),
+        ch: usize,
+    ) -> ShmOp {
+        let (pre, post) = (
+            sync.input == crate::op::SyncMode::All,
+            sync.output == crate::op::SyncMode::All,
+        );
+        // One round that fits a small slot: take the small slots in turn.
+        let small_chunk = Self::chunk_in(op, p, elem, SMALL_CAP);
+        let small =
+            !pre && !post && (op == OpKind::Barrier || (small_chunk > 0 && n <= small_chunk));
+        let chunk = if small {
+            small_chunk.max(1)
+        } else {
+            Self::chunk_of(op, p, elem, ch).max(1)
+        };
+        let data_rounds = if op == OpKind::Barrier {
+            1
+        } else {
+            n.div_ceil(chunk).max(1)
+        };
+        let mut out = vec![0u8; out_len];
+        let nn = n;
+        // Pieces that stay on this member.
+        match op {
+            OpKind::Broadcast if me == root => out.copy_from_slice(&input[..nn]),
+            OpKind::Scatter if me == root => {
+                out.copy_from_slice(&input[root as usize * nn..(root as usize + 1) * nn]);
+            }
+            OpKind::Gather if me == root => {
+                out[me as usize * nn..(me as usize + 1) * nn].copy_from_slice(&input[..nn]);
+            }
+            OpKind::GatherAll => {
+                out[me as usize * nn..(me as usize + 1) * nn].copy_from_slice(&input[..nn]);
+            }
+            OpKind::Exchange => {
+                let r = me as usize * nn..(me as usize + 1) * nn;
+                out[r.clone()].copy_from_slice(&input[r]);
+            }
+            _ => {}
+        }
+        ShmOp {
+            op,
+            p,
+            me,
+            root,
+            n,
+            chunk,
+            data_rounds,
+            pre,
+            post,
+            small,
+            input,
+            out,
+            reduce,
+            tid: team.0,
+            seq: team.1,
+            g: 0,
+            published: false,
+            k: 0,
+        }
+    }
+
+    fn total(&self) -> usize {
+        self.data_rounds + usize::from(self.pre) + usize::from(self.post)
+    }
+
+    /// Data round index of round `g`, `None` for a synchronisation round.
+    fn data_round(&self, g: usize) -> Option<usize> {
+        let i = g.checked_sub(usize::from(self.pre))?;
+        (i < self.data_rounds && self.op != OpKind::Barrier).then_some(i)
+    }
+
+    /// Readers of this member's publication in data rounds (0: it publishes nothing).
+    fn readers(&self) -> u64 {
+        let (p, me, root) = (u64::from(self.p), self.me, self.root);
+        match self.op {
+            OpKind::Barrier => p - 1,
+            OpKind::Broadcast | OpKind::Scatter => {
+                if me == root {
+                    p - 1
+                } else {
+                    0
+                }
+            }
+            OpKind::Gather | OpKind::Reduce => u64::from(me != root),
+            OpKind::GatherAll | OpKind::Exchange | OpKind::Allreduce | OpKind::ReduceScatter => {
+                p - 1
+            }
+            OpKind::Scan | OpKind::Exscan => p - 1 - u64::from(me),
+        }
+    }
+
+    /// Contributors this member reads in data rounds, and how.
+    fn contributors(&self) -> (std::ops::Range<u32>, Apply) {
+        let (p, me, root) = (self.p, self.me, self.root);
+        match self.op {
+            OpKind::Barrier => (0..p, Apply::Nothing),
+            OpKind::Broadcast | OpKind::Scatter if me != root => (root..root + 1, Apply::Copy),
+            OpKind::Gather if me == root => (0..p, Apply::Copy),
+            OpKind::GatherAll | OpKind::Exchange => (0..p, Apply::Copy),
+            OpKind::Reduce if me == root => (0..p, Apply::Combine),
+            OpKind::Allreduce | OpKind::ReduceScatter => (0..p, Apply::Combine),
+            OpKind::Scan => (0..me + 1, Apply::Combine),
+            OpKind::Exscan => (0..me, Apply::Combine),
+            _ => (0..0, Apply::Nothing),
+        }
+    }
+
+    /// Byte range of chunk `i` inside a block.
+    fn piece(&self, i: usize) -> std::ops::Range<usize> {
+        let a = (i * self.chunk).min(self.n);
+        a..(a + self.chunk).min(self.n)
+    }
+
+    /// Advances as far as possible without waiting; true once complete.
+    pub(crate) fn step(&mut self, team: &ShmTeam, expected: &mut Expected) -> bool {
+        let ch = team.ch;
+        let own = team.areas[self.me as usize];
+        while self.g < self.total() {
+            let g = self.g;
+            // Consecutive collectives alternate too (the sequence number is the
+            // team's), so a root may run one collective ahead of its readers.
+            let s = if self.small {
+                2 + self.seq as usize % NSMALL
+            } else {
+                (self.seq as usize + g) % 2
+            };
+            let tag = mix_all(&[team.generation, self.tid, u64::from(self.seq), g as u64]);
+            let data = self.data_round(g);
+            if !self.published {
+                let readers = if data.is_some() {
+                    self.readers()
+                } else {
+                    u64::from(self.p) - 1
+                };
+                if readers > 0 {
+                    if own.acks(ch, s) < expected[ch][s] {
+                        return false;
+                    }
+                    if let Some(i) = data {
+                        self.write(own.data(ch, s), i);
+                    }
+                    own.post(ch, s).store(tag, Ordering::Release);
+                    expected[ch][s] += readers;
+                }
+                self.published = true;
+                self.k = match data {
+                    Some(_) => self.contributors().0.start,
+                    None => 0,
+                };
+            }
+            let (range, apply) = match data {
+                Some(_) => self.contributors(),
+                None => (0..self.p, Apply::Nothing),
+            };
+            while self.k < range.end {
+                let q = self.k;
+                let first = q == range.start;
+                if q == self.me {
+                    if apply == Apply::Combine {
+                        let i = data.expect("combining happens in data rounds");
+                        let pc = self.piece(i);
+                        let src = if per_dest(self.op) {
+                            self.me as usize * self.n + pc.start
+                        } else {
+                            pc.start
+                        };
+                        let len = pc.len();
+                        let (inp, out) = (&self.input[src..src + len], &mut self.out[pc]);
+                        if first {
+                            out.copy_from_slice(inp);
+                        } else if let Some(f) = &self.reduce {
+                            f(out, inp, false);
+                        }
+                    }
+                    self.k += 1;
+                    continue;
+                }
+                let a = team.areas[q as usize];
+                if a.post(ch, s).load(Ordering::Acquire) != tag {
+                    return false;
+                }
+                if let Some(i) = data {
+                    self.read(a.data(ch, s), q, i, apply, first);
+                }
+                a.ack(ch, s).fetch_add(1, Ordering::Release);
+                self.k += 1;
+            }
+            self.g += 1;
+            self.published = false;
+        }
+        true
+    }
+
+    /// Writes this member's pieces of data round `i` into its slot at `dst`.
+    fn write(&self, dst: *mut u8, i: usize) {
+        let pc = self.piece(i);
+        let len = pc.len();
+        if per_dest(self.op) {
+            for d in (0..self.p).filter(|&d| d != self.me) {
+                let src = &self.input[d as usize * self.n + pc.start..][..len];
+                // SAFETY: the slot has `cap` data bytes (large or small, the one
+                // `chunk` was computed for) and compact(d) < p - 1 pieces of `chunk` ≥
+                // len bytes fit it (chunk ≤ cap / (p - 1)); this member
+                // owns the slot until the readers acknowledge (module `# Safety`).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        src.as_ptr(),
+                        dst.add(compact(d, self.me) * self.chunk),
+                        len,
+                    );
+                }
+            }
+        } else {
+            // SAFETY: len ≤ chunk ≤ the slot's capacity; owned as above.
+            unsafe { std::ptr::copy_nonoverlapping(self.input[pc].as_ptr(), dst, len) };
+        }
+    }
+
+    /// Applies member `q`'s piece of data round `i` from its slot at `src`.
+    fn read(&mut self, src: *const u8, q: u32, i: usize, apply: Apply, first: bool) {
+        let pc = self.piece(i);
+        let len = pc.len();
+        let at = if per_dest(self.op) {
+            compact(self.me, q) * self.chunk
+        } else {
+            0
+        };
+        // SAFETY: inside the slot (as in `write`); the publisher does not touch it
+        // until this member acknowledges (module `# Safety`).
+        let inc = unsafe { std::slice::from_raw_parts(src.add(at), len) };
+        let dst = match self.op {
+            OpKind::Gather | OpKind::GatherAll | OpKind::Exchange => q as usize * self.n + pc.start,
+            _ => pc.start,
+        };
+        let out = &mut self.out[dst..dst + len];
+        match apply {
+            Apply::Nothing => {}
+            Apply::Copy => out.copy_from_slice(inc),
+            Apply::Combine if first => out.copy_from_slice(inc),
+            Apply::Combine => {
+                if let Some(f) = &self.reduce {
+                    f(out, inc, false);
+                }
+            }
+        }
+    }
+
+    /// The output (after [`step`](Self::step) returned true).
+    pub(crate) fn take_output(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.out)
+    }
+}
