@@ -89,6 +89,7 @@
 #![warn(missing_docs)]
 
 pub mod algo;
+pub mod des;
 mod ep;
 mod error;
 mod op;
