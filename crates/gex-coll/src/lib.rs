@@ -27,7 +27,12 @@
 //!   [`Algorithm`] trait, which is also the plug-in point for a hardware collective.
 //! - **Autotuner** ([`Tuner`]): capability filter + LogGP cost model, a cached lookup
 //!   per (op, team size, size class, modes, commutativity), overrides by
-//!   `GEX_COLL_<OP>=<algorithm>` and parameters by `GEX_COLL_LOGGP`.
+//!   `GEX_COLL_<OP>=<algorithm>`, parameters by `GEX_COLL_LOGGP`, measured choices
+//!   from a [`Profile`] written by `gex-tune` (`GEX_COLL_PROFILE`), online timing of
+//!   the surviving candidates on first use (`GEX_COLL_TUNE=online`), and the
+//!   [`Reason`] of every choice.
+//! - **Simulation at scale** ([`des`]): a discrete-event LogGP simulator of the same
+//!   schedules on thousands of ranks, with transports and data.
 //!
 //! ## How it works
 //! An algorithm produces, for each rank, a [`Schedule`](sched::Schedule): rounds of
@@ -44,8 +49,8 @@
 //!   local mode through team scratch space large enough for the output (such
 //!   collectives of one team take turns on it). Everything else moves eagerly
 //!   through Medium AMs and a mailbox (one copy at the receiver).
-//! - No offline calibration (`gex-tune`), no online timing of candidates, no
-//!   hierarchical (shared-memory-aware) or fork trees yet.
+//! - No hierarchical (shared-memory-aware) or fork trees yet; roots are named by
+//!   team rank only.
 //! - Out-no applies to single address mode; with owned buffers it behaves as out-my.
 //!
 //! ## Words
