@@ -1,8 +1,10 @@
 //! Collective latency over gex-coll: `gex-perf -n N coll [--op OP] [--algorithm ALG|tuned|all] [--svg FILE]`.
 //!
-//! `--algorithm all` measures, per (op, size), the tuner's choice and then every fixed
-//! algorithm that supports the call, and prints the tuned / best-fixed ratio per cell
-//! (table on stdout, or on stderr with `--json`). `--svg FILE` plots every series.
+//! `--algorithm all` measures, per (op, size), the tuner's choice and every fixed
+//! algorithm that supports the call, with their batches interleaved
+//! (`gex_tune::measure::time_interleaved`, 40 ms × 7), and prints the tuned /
+//! best-fixed ratio per cell (table on stdout, or on stderr with `--json`). `--svg
+//! FILE` plots every series.
 //!
 //! Every rank runs the operation on the world team (every rank's EP 0), back to back,
 //! with `u8` blocks of `size` bytes per rank (barrier: size 0); the value is rank 0's
@@ -254,16 +256,38 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
                 }
                 Some(a) => vec![(a.clone(), Some(a.clone()))],
             };
-            for (label, forced) in runs {
-                let opts = match &forced {
+            let algorithms: Vec<String> = runs
+                .iter()
+                .map(|(_, forced)| match forced {
+                    Some(a) => Ok(a.clone()),
+                    None => c.explain(&q).map(|x| x.algorithm),
+                })
+                .collect::<Result<_, _>>()?;
+            let per: Vec<Vec<f64>> = if all {
+                // Batches of the tuned choice and of every fixed algorithm interleaved,
+                // so that load changes during the cell hit them alike.
+                let opts: Vec<Opts<'_>> = runs
+                    .iter()
+                    .map(|(_, f)| match f {
+                        Some(a) => Opts::default().with_algorithm(a),
+                        None => Opts::default(),
+                    })
+                    .collect();
+                let budget = if job.quick {
+                    gex_tune::measure::Budget::QUICK
+                } else {
+                    gex_tune::measure::Budget::FULL
+                };
+                gex_tune::measure::time_interleaved(&mut c, op, bytes, &opts, budget)?
+            } else {
+                let opts = match &runs[0].1 {
                     Some(a) => Opts::default().with_algorithm(a),
                     None => Opts::default(),
                 };
-                let algorithm = match &forced {
-                    Some(a) => a.clone(),
-                    None => c.explain(&q)?.algorithm,
-                };
-                let mut per = measure(&mut c, op, bytes, &opts, job.quick)?;
+                vec![measure(&mut c, op, bytes, &opts, job.quick)?]
+            };
+            for (((label, forced), algorithm), mut per) in runs.into_iter().zip(algorithms).zip(per)
+            {
                 if me == 0 {
                     let (lo, hi) = per
                         .iter()

@@ -22,7 +22,7 @@ use gex::{Client, ClientBuilder, Job};
 use gex_coll::profile::{Cell, Profile};
 use gex_coll::{CollEp, CollError, LogGP, OpKind, Opts};
 use gex_rma::RmaEp;
-use gex_tune::measure::{Budget, median, query, time_cell};
+use gex_tune::measure::{Budget, median, query, time_cell, time_interleaved};
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -312,18 +312,21 @@ fn tune<C: Conduit>(args: &TuneArgs, client: &Client<C>) -> Res<i32> {
             }
             return Ok(STOPPED);
         }
-        let mut times = Vec::with_capacity(cands.len());
-        for name in cands {
-            progress.step(&format!("{} {bytes} B {name}", op.name()));
-            let t = time_cell(
-                &mut c,
-                *op,
-                *bytes,
-                &Opts::default().with_algorithm(name),
-                budget,
-            )?;
-            times.push((name.clone(), median(&t)));
-        }
+        // Every candidate of the cell, batches interleaved (load changes hit all).
+        progress.step(
+            &format!("{} {bytes} B ({} candidates)", op.name(), cands.len()),
+            cands.len(),
+        );
+        let opts: Vec<Opts<'_>> = cands
+            .iter()
+            .map(|n| Opts::default().with_algorithm(n))
+            .collect();
+        let t = time_interleaved(&mut c, *op, *bytes, &opts, budget)?;
+        let times: Vec<(String, f64)> = cands
+            .iter()
+            .zip(&t)
+            .map(|(n, v)| (n.clone(), median(v)))
+            .collect();
         if me == 0 {
             if let Some(cell) = Cell::from_times(*op, p, *bytes, times) {
                 prof.cells.push(cell);
@@ -410,7 +413,8 @@ impl Progress {
         }
     }
 
-    fn step(&mut self, what: &str) {
+    /// Shows `what` as under way, then counts `n` more steps done.
+    fn step(&mut self, what: &str, n: usize) {
         if self.on {
             let frac = self.done as f64 / self.total.max(1) as f64;
             let width = 30;
@@ -430,7 +434,7 @@ impl Progress {
             );
             let _ = std::io::stderr().lock().write_all(line.as_bytes());
         }
-        self.done += 1;
+        self.done += n;
     }
 
     fn finish(&mut self) {
