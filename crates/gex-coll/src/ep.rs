@@ -239,11 +239,12 @@ impl<C: Conduit> CollEp<C> {
     }
 
     /// As [`new`](Self::new), then applies the client's configuration snapshot:
-    /// `GEX_COLL_<OP>` algorithm overrides and `GEX_COLL_LOGGP`.
+    /// `GEX_COLL_<OP>` algorithm overrides, `GEX_COLL_LOGGP`, `GEX_COLL_PROFILE` (a
+    /// [`Profile`](crate::Profile) written by `gex-tune`) and `GEX_COLL_TUNE`.
     ///
     /// # Errors
-    /// As [`new`](Self::new), plus [`CollError::UnknownAlgorithm`] and
-    /// [`CollError::Config`] for bad variables.
+    /// As [`new`](Self::new), plus [`CollError::UnknownAlgorithm`],
+    /// [`CollError::Config`] and [`CollError::Profile`] for bad variables or files.
     pub fn with_config(rma: RmaEp<C>, cfg: &Config) -> Result<CollEp<C>, CollError> {
         let mut t = Tuner::new(crate::algo::catalog(), LogGP::default());
         t.configure(|k| cfg.get(k).map(str::to_string))?;
