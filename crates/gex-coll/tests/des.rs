@@ -134,7 +134,7 @@ fn exchange_dissemination_vs_flat_crossover_256_ranks() {
     exchange_crossover(256, &[8, 32, 128, 512, 2048, 8192]);
 }
 
-/// The same on 1024 ranks: about 40 s in release builds, several minutes in debug
+/// The same on 1024 ranks: about 25 s in release builds, several minutes in debug
 /// (`cargo test -p gex-coll --release --test des -- --ignored`).
 #[test]
 #[ignore = "a million messages per flat exchange: run with --release -- --ignored"]
