@@ -1,4 +1,10 @@
-//! Collective latency over gex-coll: `gex-perf -n N coll [--op OP] [--algorithm ALG|tuned]`.
+//! Collective latency over gex-coll: `gex-perf -n N coll [--op OP] [--algorithm ALG|tuned|all] [--svg FILE]`.
+//!
+//! `--algorithm all` measures, per (op, size), the tuner's choice and every fixed
+//! algorithm that supports the call, with their batches interleaved
+//! (`gex_tune::measure::time_interleaved`, 40 ms × 7), and prints the tuned /
+//! best-fixed ratio per cell (table on stdout, or on stderr with `--json`). `--svg
+//! FILE` plots every series.
 //!
 //! Every rank runs the operation on the world team (every rank's EP 0), back to back,
 //! with `u8` blocks of `size` bytes per rank (barrier: size 0); the value is rank 0's
@@ -35,6 +41,8 @@ pub(crate) struct CollJob {
     pub(crate) json: bool,
     pub(crate) quick: bool,
     pub(crate) pin: PinMode,
+    /// Write an SVG plot of latency against size per algorithm here (rank 0).
+    pub(crate) svg: Option<String>,
 }
 
 impl CollJob {
@@ -129,6 +137,58 @@ fn calls<C: Conduit>(
     Ok(())
 }
 
+/// Times `op` with blocks of `bytes` under `opts`: this rank's µs per call of every
+/// timed batch (batches sized on the slowest rank, so every rank runs the same calls).
+fn measure<C: Conduit>(
+    c: &mut CollEp<C>,
+    op: OpKind,
+    bytes: usize,
+    opts: &Opts<'_>,
+    quick: bool,
+) -> Res<Vec<f64>> {
+    let (batch, count) = if quick {
+        (Duration::from_millis(4), 3u32)
+    } else {
+        (Duration::from_millis(40), 7)
+    };
+    let mut k = 1u64;
+    loop {
+        c.barrier(&c.world().clone())?;
+        let t0 = Instant::now();
+        calls(c, op, bytes, opts, k)?;
+        let long = t0.elapsed() >= batch / 4 || k >= 1 << 24;
+        let mut all = [0u8];
+        c.allreduce(
+            &c.world().clone(),
+            &[u8::from(long)],
+            &mut all,
+            &ReduceOp::builtin(BuiltinOp::Max)?,
+        )?;
+        if all[0] == 1 {
+            break;
+        }
+        k *= 2;
+    }
+    let iters = (k * 4).max(1);
+    let mut per = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        c.barrier(&c.world().clone())?;
+        let t0 = Instant::now();
+        calls(c, op, bytes, opts, iters)?;
+        per.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
+    }
+    Ok(per)
+}
+
+/// One figure kept by rank 0 for the comparison and the plot.
+struct Point {
+    op: OpKind,
+    bytes: usize,
+    /// `tuned` or the forced algorithm.
+    label: String,
+    value: f64,
+}
+
 fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
     let neighbours = client.neighbours();
@@ -138,7 +198,8 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
     }
     let rma = RmaEp::new(client.endpoint(0)?)?;
     let mut c = CollEp::with_config(rma, client.config())?;
-    if let Some(a) = &job.algorithm {
+    let all = job.algorithm.as_deref() == Some("all");
+    if let Some(a) = job.algorithm.as_ref().filter(|_| !all) {
         for &op in &job.ops {
             if !c.algorithms(op).iter().any(|x| x == a) {
                 return Err(format!(
@@ -159,89 +220,207 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
             job.algorithm.as_deref().unwrap_or("tuned")
         )]);
     }
-    let (batch, count) = if job.quick {
-        (Duration::from_millis(4), 3u32)
-    } else {
-        (Duration::from_millis(40), 7)
-    };
     let sizes: &[usize] = if job.quick {
         &[8, 4096]
     } else {
         &[8, 64, 512, 4096, 65536]
     };
     let provider = crate::report::provider_of(client);
+    let mut points: Vec<Point> = Vec::new();
     for &op in &job.ops {
         for &bytes in if op == OpKind::Barrier {
             &[0][..]
         } else {
             sizes
         } {
-            let opts = match &job.algorithm {
-                Some(a) => Opts::default().with_algorithm(a),
-                None => Opts::default(),
+            let q = Query {
+                op,
+                size: n,
+                bytes,
+                addr: AddrMode::Local,
+                sync: Default::default(),
+                commutative: true,
+                scratch: false,
+                shm: c.shared_memory(&c.world().clone()),
+                hier: false,
             };
-            let algorithm = match &job.algorithm {
-                Some(a) => a.clone(),
-                None => {
-                    let q = Query {
-                        op,
-                        size: n,
-                        bytes,
-                        addr: AddrMode::Local,
-                        sync: Default::default(),
-                        commutative: true,
-                        scratch: false,
-                        shm: c.shared_memory(&c.world().clone()),
-                        hier: false,
-                    };
-                    c.explain(&q)?.algorithm
+            // (label, forced algorithm): the tuner's choice and/or fixed algorithms.
+            let runs: Vec<(String, Option<String>)> = match &job.algorithm {
+                None => vec![("tuned".into(), None)],
+                Some(_) if all => {
+                    let mut v = vec![("tuned".to_string(), None)];
+                    for a in c.tuner().algorithms() {
+                        if a.supports(&q) {
+                            v.push((a.name().to_string(), Some(a.name().to_string())));
+                        }
+                    }
+                    v
                 }
+                Some(a) => vec![(a.clone(), Some(a.clone()))],
             };
-            // Calibrate (every rank runs the same number of calls: rank 0 decides).
-            let mut k = 1u64;
-            loop {
-                c.barrier(&c.world().clone())?;
-                let t0 = Instant::now();
-                calls(&mut c, op, bytes, &opts, k)?;
-                let long = t0.elapsed() >= batch / 4 || k >= 1 << 24;
-                let mut all = [0u8];
-                c.allreduce(
-                    &c.world().clone(),
-                    &[u8::from(long)],
-                    &mut all,
-                    &ReduceOp::builtin(BuiltinOp::Max)?,
-                )?;
-                if all[0] == 1 {
-                    break;
-                }
-                k *= 2;
-            }
-            let iters = (k * 4).max(1);
-            let mut per = Vec::with_capacity(count as usize);
-            for _ in 0..count {
-                c.barrier(&c.world().clone())?;
-                let t0 = Instant::now();
-                calls(&mut c, op, bytes, &opts, iters)?;
-                per.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
-            }
-            if me == 0 {
-                let (lo, hi) = per
+            let algorithms: Vec<String> = runs
+                .iter()
+                .map(|(_, forced)| match forced {
+                    Some(a) => Ok(a.clone()),
+                    None => c.explain(&q).map(|x| x.algorithm),
+                })
+                .collect::<Result<_, _>>()?;
+            let per: Vec<Vec<f64>> = if all {
+                // Batches of the tuned choice and of every fixed algorithm interleaved,
+                // so that load changes during the cell hit them alike.
+                let opts: Vec<Opts<'_>> = runs
                     .iter()
-                    .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
-                rep.record(&Record {
-                    name: record_name(op),
-                    size: bytes,
-                    ranks: n,
-                    conduit: C::NAME,
-                    provider: provider.clone(),
-                    algorithm: Some(algorithm),
-                    value: median(&mut per),
-                    unit: "us",
-                    min: Some(lo),
-                    max: Some(hi),
-                });
+                    .map(|(_, f)| match f {
+                        Some(a) => Opts::default().with_algorithm(a),
+                        None => Opts::default(),
+                    })
+                    .collect();
+                let budget = if job.quick {
+                    gex_tune::measure::Budget::QUICK
+                } else {
+                    gex_tune::measure::Budget::FULL
+                };
+                gex_tune::measure::time_interleaved(&mut c, op, bytes, &opts, budget)?
+            } else {
+                let opts = match &runs[0].1 {
+                    Some(a) => Opts::default().with_algorithm(a),
+                    None => Opts::default(),
+                };
+                vec![measure(&mut c, op, bytes, &opts, job.quick)?]
+            };
+            for (((label, forced), algorithm), mut per) in runs.into_iter().zip(algorithms).zip(per)
+            {
+                if me == 0 {
+                    let (lo, hi) = per
+                        .iter()
+                        .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+                    let value = median(&mut per);
+                    rep.record(&Record {
+                        name: record_name(op),
+                        size: bytes,
+                        ranks: n,
+                        conduit: C::NAME,
+                        provider: provider.clone(),
+                        algorithm: Some(if forced.is_none() && all {
+                            format!("tuned:{algorithm}")
+                        } else {
+                            algorithm
+                        }),
+                        value,
+                        unit: "us",
+                        min: Some(lo),
+                        max: Some(hi),
+                    });
+                    points.push(Point {
+                        op,
+                        bytes,
+                        label,
+                        value,
+                    });
+                }
             }
         }
     }
+    if me == 0 {
+        if all {
+            compare(&points, &job.ops, job.json);
+        }
+        if let Some(path) = &job.svg {
+            std::fs::write(path, plot(&points, &job.ops, n, C::NAME))
+                .map_err(|e| format!("{path}: {e}"))?;
+        }
+    }
     Ok(())
+}
+
+/// Prints, per (op, size), the tuner's choice against the best fixed algorithm
+/// measured in the same run: `ratio = tuned / best` (1.00 = as fast as the best).
+fn compare(points: &[Point], ops: &[OpKind], json: bool) {
+    let mut worst = (0.0f64, String::new());
+    let mut lines = vec![format!(
+        "# tuned vs best fixed algorithm (same run)\n{:<15} {:>8}  {:>10}  {:<16} {:>10}  {:>6}",
+        "op", "bytes", "tuned us", "best fixed", "us", "ratio"
+    )];
+    for &op in ops {
+        let mut sizes: Vec<usize> = points
+            .iter()
+            .filter(|p| p.op == op)
+            .map(|p| p.bytes)
+            .collect();
+        sizes.dedup();
+        for bytes in sizes {
+            let cell: Vec<&Point> = points
+                .iter()
+                .filter(|p| p.op == op && p.bytes == bytes)
+                .collect();
+            let Some(tuned) = cell.iter().find(|p| p.label == "tuned") else {
+                continue;
+            };
+            let Some(best) = cell
+                .iter()
+                .filter(|p| p.label != "tuned")
+                .min_by(|a, b| a.value.total_cmp(&b.value))
+            else {
+                continue;
+            };
+            let ratio = tuned.value / best.value.max(1e-9);
+            if ratio > worst.0 {
+                worst = (ratio, format!("{} {bytes} B", op.name()));
+            }
+            lines.push(format!(
+                "{:<15} {:>8}  {:>10.2}  {:<16} {:>10.2}  {:>6.2}",
+                op.name(),
+                bytes,
+                tuned.value,
+                best.label,
+                best.value,
+                ratio
+            ));
+        }
+    }
+    lines.push(format!("# worst ratio {:.2} ({})", worst.0, worst.1));
+    let text = lines.join("\n") + "\n";
+    // With --json the comparison goes to stderr, so stdout stays JSON lines.
+    if json {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
+    }
+}
+
+/// An SVG page: one chart per operation, latency against size per algorithm.
+fn plot(points: &[Point], ops: &[OpKind], n: u32, conduit: &str) -> String {
+    use gex_tune::svg::{Chart, Series, page};
+    let mut charts = Vec::new();
+    for &op in ops {
+        let mut labels: Vec<&str> = Vec::new();
+        for p in points.iter().filter(|p| p.op == op) {
+            if !labels.contains(&p.label.as_str()) {
+                labels.push(&p.label);
+            }
+        }
+        let series = labels
+            .iter()
+            .map(|l| Series {
+                name: (*l).to_string(),
+                points: points
+                    .iter()
+                    .filter(|p| p.op == op && p.label == *l)
+                    // Barrier: plotted at 1 B (log axis).
+                    .map(|p| (p.bytes.max(1) as f64, p.value))
+                    .collect(),
+            })
+            .collect();
+        charts.push(Chart {
+            title: format!("{}, {n} ranks", op.name()),
+            x_label: "bytes per block".into(),
+            y_label: "latency (us, rank 0 median)".into(),
+            series,
+        });
+    }
+    page(
+        &format!("gex-perf coll on {conduit}, {n} ranks"),
+        &charts,
+        2,
+    )
 }

@@ -98,10 +98,16 @@ pub(crate) struct CollArgs {
     /// gather_all, exchange. Default: all of them.
     #[arg(long = "op", value_name = "OP", value_parser = parse_op)]
     ops: Vec<gex_coll::OpKind>,
-    /// `tuned` (the autotuner's choice, the default) or an algorithm name, as
-    /// `gex-info coll` and `CollEp::algorithms` list them (e.g. binomial, knomial4).
+    /// `tuned` (the autotuner's choice, the default), an algorithm name, as
+    /// `gex-info coll` and `CollEp::algorithms` list them (e.g. binomial, knomial4),
+    /// or `all`: the tuner's choice and every fixed algorithm per cell, then a table of
+    /// tuned / best-fixed ratios.
     #[arg(long, value_name = "ALG", default_value = "tuned")]
     algorithm: String,
+    /// Also write an SVG plot of latency against size, one chart per operation and
+    /// one line per algorithm measured.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<String>,
 }
 
 fn parse_op(s: &str) -> Result<gex_coll::OpKind, String> {
@@ -307,6 +313,7 @@ fn main() -> ExitCode {
                 json: a.json,
                 quick: a.quick,
                 pin,
+                svg: a.svg,
             };
             gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)
         }

@@ -9,7 +9,7 @@
 //!   This is UCX's `put_lat` (the peer polls memory) and needs no handler on B.
 //! - `put_bw` / `get_bw` (GB/s = 1e9 B/s): NBI puts of `size` bytes back to back, then
 //!   one sync (`wait_syncnbi_puts`); blocking gets back to back. The puts defer local
-//!   completion to the sync (`put_nbi_deferred`, GASNet-EX's `GEX_EVENT_DEFER`, the
+//!   completion to the sync (`put_nbi_deferred`, GASNet-EX's deferred local completion, the
 //!   form of GASNet's bulk-put bandwidth tests and of a raw `fi_write` flood): the
 //!   source is not copied first.
 //! - `atomic_fadd_lat` (µs): a blocking fetch-add (`u64` domain) on a word of the

@@ -283,10 +283,17 @@ pub fn catalog() -> Vec<Arc<dyn Algorithm>> {
         v.push(Builtin::new(Kind::Ring, 0, 0, t));
         v.push(Builtin::new(Kind::RecDoubling, 0, 0, t));
     }
-    v.into_iter()
+    let mut all: Vec<Arc<dyn Algorithm>> = v
+        .into_iter()
         .filter(|b| !b.ops.is_empty())
         .map(|b| Arc::new(b) as Arc<dyn Algorithm>)
-        .collect()
+        .collect();
+    // The shared-memory and hierarchical algorithms support only teams that have a
+    // channel / host sub-teams (`Query::shm`, `Query::hier`); they are part of the
+    // catalogue so that profiles naming them load wherever the catalogue is used.
+    all.push(Arc::new(crate::shm::Shm));
+    all.push(Arc::new(crate::hier::HierAlgo));
+    all
 }
 
 fn pow2(p: u32) -> bool {

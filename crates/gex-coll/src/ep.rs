@@ -8,7 +8,7 @@ use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceOp, SyncMode, Transport};
 use crate::sched::{self, Action, ReduceFn, Schedule, span};
 use crate::shm::{Area, Expected, NCH, NSLOT, ShmOp, ShmTeam};
 use crate::team::{Scratch, SegAlloc, Team, mix_all};
-use crate::tune::{Choice, LogGP, Tuner};
+use crate::tune::{Choice, LogGP, TuneMode, Tuner};
 use bytemuck::Pod;
 use gex_core::spi::Conduit;
 use gex_core::spi::ConduitEp;
@@ -248,7 +248,16 @@ pub struct CollEp<C: Conduit> {
     shm_expected: Expected,
     /// Generation of this `CollEp` on its endpoint (0: no shared-memory collectives).
     shm_gen: u64,
+    /// An online trial is running (its calls are not tuned online themselves).
+    in_trial: bool,
+    /// Cells timed online so far.
+    online_trials: u64,
 }
+
+/// Timed calls per candidate in an online trial (after one warm-up call).
+const TRIAL_CALLS: u32 = 8;
+/// Candidates an online trial times at most.
+const TRIAL_CANDIDATES: usize = 4;
 
 impl<C: Conduit> std::fmt::Debug for CollEp<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -271,11 +280,12 @@ impl<C: Conduit> CollEp<C> {
     }
 
     /// As [`new`](Self::new), then applies the client's configuration snapshot:
-    /// `GEX_COLL_<OP>` algorithm overrides and `GEX_COLL_LOGGP`.
+    /// `GEX_COLL_<OP>` algorithm overrides, `GEX_COLL_LOGGP`, `GEX_COLL_PROFILE` (a
+    /// [`Profile`](crate::Profile) written by `gex-tune`) and `GEX_COLL_TUNE`.
     ///
     /// # Errors
-    /// As [`new`](Self::new), plus [`CollError::UnknownAlgorithm`] and
-    /// [`CollError::Config`] for bad variables.
+    /// As [`new`](Self::new), plus [`CollError::UnknownAlgorithm`],
+    /// [`CollError::Config`] and [`CollError::Profile`] for bad variables or files.
     pub fn with_config(rma: RmaEp<C>, cfg: &Config) -> Result<CollEp<C>, CollError> {
         let mut t = Tuner::new(crate::algo::catalog(), LogGP::default());
         t.configure(|k| cfg.get(k).map(str::to_string))?;
@@ -352,9 +362,6 @@ impl<C: Conduit> CollEp<C> {
         let size = ep.size();
         let members: Vec<EpAddr> = (0..size).map(|r| EpAddr::new(r, me.ep)).collect();
         let seg_len = ep.segment().len();
-        let mut tuner = tuner;
-        tuner.register(Arc::new(crate::shm::Shm));
-        tuner.register(Arc::new(crate::hier::HierAlgo));
         let shm_used = Arc::new(AtomicU32::new(1));
         let mut shm_expected: Expected = [[0; NSLOT]; NCH];
         let mut shm_gen = 0;
@@ -388,6 +395,8 @@ impl<C: Conduit> CollEp<C> {
             shm_used,
             shm_expected,
             shm_gen,
+            in_trial: false,
+            online_trials: 0,
         })
     }
 
@@ -765,6 +774,98 @@ impl<C: Conduit> CollEp<C> {
         self.wait(h)
     }
 
+    // ---------------------------------------------------------------- online tuning
+
+    /// Cells timed online so far on this endpoint (`GEX_COLL_TUNE=online`).
+    pub fn online_trials(&self) -> u64 {
+        self.online_trials
+    }
+
+    /// Times the surviving candidates of `q` on `team` (every member does the same
+    /// calls in the same order, so this is collective), agrees on the slowest
+    /// member's time per candidate and records the fastest.
+    #[allow(clippy::too_many_arguments)]
+    fn online_trial(
+        &mut self,
+        team: &Team,
+        q: &Query,
+        root: u32,
+        elem: usize,
+        count: usize,
+        reduce: &Option<(ReduceFn, bool)>,
+        opts: &Opts<'_>,
+    ) -> Result<usize, CollError> {
+        let cands = self.tuner.online_candidates(q, TRIAL_CANDIDATES);
+        let winner = if cands.len() <= 1 {
+            *cands.first().ok_or(CollError::NoAlgorithm {
+                op: q.op,
+                size: q.size,
+            })?
+        } else {
+            self.in_trial = true;
+            let r = self.time_candidates(team, q, &cands, root, elem, count, reduce, opts);
+            self.in_trial = false;
+            r?
+        };
+        self.tuner.record_online(team.id(), q, winner);
+        self.online_trials += 1;
+        Ok(winner)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn time_candidates(
+        &mut self,
+        team: &Team,
+        q: &Query,
+        cands: &[usize],
+        root: u32,
+        elem: usize,
+        count: usize,
+        reduce: &Option<(ReduceFn, bool)>,
+        opts: &Opts<'_>,
+    ) -> Result<usize, CollError> {
+        let in_len = q.op.shape(q.size, root, root).0.max(1) * elem * count;
+        let names: Vec<String> = cands
+            .iter()
+            .map(|&i| self.tuner.algorithms()[i].name().to_string())
+            .collect();
+        let mut times = Vec::with_capacity(names.len());
+        for name in &names {
+            let o = Opts {
+                sync: opts.sync,
+                algorithm: Some(name),
+            };
+            let mut t0 = std::time::Instant::now();
+            for rep in 0..=TRIAL_CALLS {
+                if rep == 1 {
+                    t0 = std::time::Instant::now();
+                }
+                let id = self.start(
+                    team,
+                    q.op,
+                    root,
+                    elem,
+                    count,
+                    Ok(vec![0u8; in_len]),
+                    reduce.clone(),
+                    &o,
+                );
+                let h: Handle<Vec<u8>> = self.handle(id)?;
+                self.wait(h)?;
+            }
+            times.push(t0.elapsed().as_secs_f64() * 1e6 / f64::from(TRIAL_CALLS));
+        }
+        let max = ReduceOp::<f64>::builtin(crate::op::BuiltinOp::Max)?;
+        let h = self.allreduce_nb(team, times, &max, &Opts::default())?;
+        let agreed: Vec<f64> = self.wait(h)?;
+        let best = agreed
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(b.1))
+            .map_or(0, |x| x.0);
+        Ok(cands[best])
+    }
+
     // ---------------------------------------------------------------- engine
 
     #[allow(clippy::too_many_arguments)]
@@ -814,7 +915,19 @@ impl<C: Conduit> CollEp<C> {
             shm: team.inner.shm.is_some(),
             hier: team.inner.hier.get().is_some(),
         };
-        let mut algo = self.tuner.select(&q, opts.algorithm)?.clone();
+        let online = opts.algorithm.is_none()
+            && !self.in_trial
+            && addr == AddrMode::Local
+            && self.tuner.mode() == TuneMode::Online
+            && !self.tuner.fixed_by_config(&q);
+        let mut algo = match online.then(|| self.tuner.online_choice(team.id(), &q).cloned()) {
+            Some(Some(a)) => a,
+            Some(None) => {
+                let i = self.online_trial(team, &q, root, elem, count, &reduce, opts)?;
+                self.tuner.algorithms()[i].clone()
+            }
+            None => self.tuner.select(&q, opts.algorithm)?.clone(),
+        };
         if algo.is_hierarchical() {
             if let Ok(bytes) = input {
                 let seq = team.next_seq();

@@ -101,6 +101,16 @@ pub enum CollError {
     /// A configuration value (environment) is malformed.
     #[error("configuration: {0}")]
     Config(String),
+    /// A tuning profile (`GEX_COLL_PROFILE`) cannot be read or is malformed.
+    #[error("profile {path}:{line}: {reason}")]
+    Profile {
+        /// The file.
+        path: String,
+        /// 1-based line (0: the whole file).
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
     /// The handle does not belong to this endpoint or was already completed.
     #[error("unknown collective handle {0}")]
     BadHandle(u64),

@@ -33,7 +33,12 @@
 //!   leaders team ([`CollEp::hierarchical`]).
 //! - **Autotuner** ([`Tuner`]): capability filter + LogGP cost model, a cached lookup
 //!   per (op, team size, size class, modes, commutativity), overrides by
-//!   `GEX_COLL_<OP>=<algorithm>` and parameters by `GEX_COLL_LOGGP`.
+//!   `GEX_COLL_<OP>=<algorithm>`, parameters by `GEX_COLL_LOGGP`, measured choices
+//!   from a [`Profile`] written by `gex-tune` (`GEX_COLL_PROFILE`), online timing of
+//!   the surviving candidates on first use (`GEX_COLL_TUNE=online`), and the
+//!   [`Reason`] of every choice.
+//! - **Simulation at scale** ([`des`]): a discrete-event LogGP simulator of the same
+//!   schedules on thousands of ranks, with transports and data.
 //!
 //! ## How it works
 //! An algorithm produces, for each rank, a [`Schedule`](sched::Schedule): rounds of
@@ -50,8 +55,8 @@
 //!   local mode through team scratch space large enough for the output (such
 //!   collectives of one team take turns on it). Everything else moves eagerly
 //!   through Medium AMs and a mailbox (one copy at the receiver).
-//! - No offline calibration (`gex-tune`), no online timing of candidates, no fork
-//!   trees; `hier` covers four operations on teams created by split/create_team.
+//! - No fork trees; roots are named by team rank only; `hier` covers four operations
+//!   on teams created by split/create_team.
 //! - Out-no applies to single address mode; with owned buffers it behaves as out-my.
 //!
 //! ## Words
@@ -95,10 +100,12 @@
 #![warn(missing_docs)]
 
 pub mod algo;
+pub mod des;
 mod ep;
 mod error;
 mod hier;
 mod op;
+pub mod profile;
 pub mod sched;
 mod shm;
 mod team;
@@ -109,7 +116,8 @@ pub use ep::{CollEp, FIRST_COLL_HANDLER, Handle, LAST_COLL_HANDLER, Output, Sing
 pub use error::CollError;
 pub use hier::HierAlgo;
 pub use op::{AddrMode, BuiltinOp, Elem, OpKind, Opts, ReduceOp, SyncMode, SyncModes, Transport};
+pub use profile::Profile;
 pub use sched::ReduceFn;
 pub use shm::Shm;
 pub use team::{Scratch, Team};
-pub use tune::{Choice, LogGP, Tuner, size_class};
+pub use tune::{Choice, LogGP, Reason, TuneMode, Tuner, size_class};

@@ -1,9 +1,14 @@
 //! The autotuner core: LogGP parameters, candidate filtering by capability, choice by
-//! cost model, a per-key cache and per-operation overrides.
+//! cost model or by a measured profile, a per-key cache and per-operation overrides.
+//!
+//! Adding an algorithm needs nothing here: the tuner considers every registered
+//! [`Algorithm`] (its `supports` and `cost`), and a profile or an online trial names
+//! algorithms by [`Algorithm::name`].
 
 use crate::algo::{Algorithm, Query};
 use crate::error::CollError;
 use crate::op::{AddrMode, OpKind, SyncMode};
+use crate::profile::Profile;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -149,16 +154,66 @@ impl Hasher for KeyHasher {
     }
 }
 
-/// Why an algorithm was chosen (what `gex-info coll` would print).
+/// Why an algorithm was chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// `GEX_COLL_<OP>` names it.
+    Override,
+    /// A measured cell of the loaded profile (`GEX_COLL_PROFILE`).
+    Profile,
+    /// Timed on first use (`GEX_COLL_TUNE=online`).
+    Online,
+    /// The cheapest supporting candidate under the LogGP cost model.
+    Model,
+}
+
+impl Reason {
+    /// `override`, `profile`, `online` or `model`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Override => "override",
+            Reason::Profile => "profile",
+            Reason::Online => "online",
+            Reason::Model => "model",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why an algorithm was chosen (what `gex-info coll` prints).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Choice {
     /// The chosen algorithm.
     pub algorithm: String,
-    /// `"override"` (env var or option) or `"model"`.
-    pub reason: &'static str,
+    /// Where the choice comes from.
+    pub reason: Reason,
     /// (name, predicted µs) of every candidate that supports the query, cheapest
     /// first.
     pub candidates: Vec<(String, f64)>,
+    /// (name, measured µs) of the profile cell used (empty unless the reason is
+    /// [`Reason::Profile`]), fastest first.
+    pub measured: Vec<(String, f64)>,
+    /// One line: the evidence (the variable, the measured or predicted time against
+    /// the runner-up).
+    pub detail: String,
+}
+
+/// How the tuner fills a cache miss.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TuneMode {
+    /// Profile cell if one applies, else the cost model (`GEX_COLL_TUNE=model`, the
+    /// default).
+    #[default]
+    Model,
+    /// As `Model` for the first guess, but [`CollEp`](crate::CollEp) times the
+    /// surviving candidates on the first use of a cell on a team and keeps the winner
+    /// (`GEX_COLL_TUNE=online`).
+    Online,
 }
 
 /// The autotuner: the registered algorithms, the LogGP parameters and the cache of
@@ -168,6 +223,10 @@ pub struct Tuner {
     model: LogGP,
     overrides: [Option<usize>; OpKind::ALL.len()],
     cache: HashMap<u64, usize, BuildHasherDefault<KeyHasher>>,
+    profile: Option<(String, Profile)>,
+    mode: TuneMode,
+    /// Online winners per (team id, key).
+    online: HashMap<(u64, u64), usize, BuildHasherDefault<KeyHasher>>,
 }
 
 impl fmt::Debug for Tuner {
@@ -176,6 +235,8 @@ impl fmt::Debug for Tuner {
             .field("algorithms", &self.algos.len())
             .field("model", &self.model)
             .field("cached", &self.cache.len())
+            .field("profile", &self.profile.as_ref().map(|p| &p.0))
+            .field("mode", &self.mode)
             .finish()
     }
 }
@@ -188,19 +249,39 @@ impl Tuner {
             model,
             overrides: [None; OpKind::ALL.len()],
             cache: HashMap::default(),
+            profile: None,
+            mode: TuneMode::Model,
+            online: HashMap::default(),
         }
     }
 
-    /// Reads `GEX_COLL_<OP>` overrides and `GEX_COLL_LOGGP` through `get` (the
-    /// client's configuration snapshot).
+    /// Reads `GEX_COLL_PROFILE`, `GEX_COLL_LOGGP`, `GEX_COLL_TUNE` and the
+    /// `GEX_COLL_<OP>` overrides through `get` (the client's configuration snapshot).
+    /// A profile's parameters replace the model's unless `GEX_COLL_LOGGP` is set.
     ///
     /// # Errors
     /// [`CollError::UnknownAlgorithm`] if an override names no registered algorithm
     /// or one that does not implement the operation; [`CollError::Config`] for a bad
-    /// `GEX_COLL_LOGGP`.
+    /// `GEX_COLL_LOGGP` or `GEX_COLL_TUNE`; [`CollError::Profile`] for a profile that
+    /// cannot be read, is malformed or names an unknown algorithm.
     pub fn configure(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), CollError> {
+        if let Some(path) = get("GEX_COLL_PROFILE").filter(|s| !s.trim().is_empty()) {
+            let path = path.trim();
+            self.set_profile(path, Profile::load(path)?)?;
+        }
         if let Some(s) = get("GEX_COLL_LOGGP").filter(|s| !s.trim().is_empty()) {
             self.model = LogGP::parse(&s)?;
+        }
+        if let Some(s) = get("GEX_COLL_TUNE").filter(|s| !s.trim().is_empty()) {
+            self.mode = match s.trim() {
+                "model" => TuneMode::Model,
+                "online" => TuneMode::Online,
+                other => {
+                    return Err(CollError::Config(format!(
+                        "GEX_COLL_TUNE={other:?}: expected model or online"
+                    )));
+                }
+            };
         }
         for op in OpKind::ALL {
             if let Some(name) = get(op.env_var()).filter(|s| !s.trim().is_empty()) {
@@ -226,10 +307,56 @@ impl Tuner {
             })
     }
 
+    /// Uses the measured cells of `profile` (read from `what`, named in messages) for
+    /// local-address-mode calls of the same operation and team size, and its LogGP
+    /// parameters if it has some; clears the cache.
+    ///
+    /// # Errors
+    /// [`CollError::Profile`] if a cell's choice is not a registered algorithm of its
+    /// operation.
+    pub fn set_profile(&mut self, what: &str, profile: Profile) -> Result<(), CollError> {
+        for c in &profile.cells {
+            if self.find(c.op, &c.choice).is_err() {
+                return Err(CollError::Profile {
+                    path: what.to_string(),
+                    line: 0,
+                    reason: format!(
+                        "cell {} team {} bytes {}: {:?} is not an algorithm of {} here",
+                        c.op, c.team, c.bytes, c.choice, c.op
+                    ),
+                });
+            }
+        }
+        if let Some(m) = profile.loggp {
+            self.model = m;
+        }
+        self.profile = Some((what.to_string(), profile));
+        self.cache.clear();
+        self.online.clear();
+        Ok(())
+    }
+
+    /// The loaded profile and where it came from.
+    pub fn profile(&self) -> Option<(&str, &Profile)> {
+        self.profile.as_ref().map(|(w, p)| (w.as_str(), p))
+    }
+
+    /// How cache misses are filled.
+    pub fn mode(&self) -> TuneMode {
+        self.mode
+    }
+
+    /// Sets how cache misses are filled; clears the online winners.
+    pub fn set_mode(&mut self, mode: TuneMode) {
+        self.mode = mode;
+        self.online.clear();
+    }
+
     /// Adds an algorithm (e.g. a hardware collective); clears the cache.
     pub fn register(&mut self, a: Arc<dyn Algorithm>) {
         self.algos.push(a);
         self.cache.clear();
+        self.online.clear();
     }
 
     /// The registered algorithms.
@@ -246,6 +373,7 @@ impl Tuner {
     pub fn set_model(&mut self, m: LogGP) {
         self.model = m;
         self.cache.clear();
+        self.online.clear();
     }
 
     /// The algorithm for `q`: the option's or environment's override if any (it must
@@ -269,7 +397,7 @@ impl Tuner {
                     match self.cache.get(&k) {
                         Some(&i) => i,
                         None => {
-                            let i = self.best(q)?;
+                            let i = self.best(q)?.0;
                             self.cache.insert(k, i);
                             i
                         }
@@ -299,7 +427,31 @@ impl Tuner {
         }
     }
 
-    fn best(&self, q: &Query) -> Result<usize, CollError> {
+    /// The profile cell for `q` (same operation and team size, local address mode,
+    /// nearest size class) if its choice supports `q`: (algorithm index, cell).
+    fn profile_cell(&self, q: &Query) -> Option<(usize, &crate::profile::Cell)> {
+        if q.addr != AddrMode::Local || q.scratch {
+            return None;
+        }
+        let (_, p) = self.profile.as_ref()?;
+        let c = size_class(q.bytes);
+        let cell = p
+            .cells
+            .iter()
+            .filter(|x| x.op == q.op && x.team == q.size)
+            .min_by_key(|x| size_class(x.bytes).abs_diff(c))?;
+        let i = self.find(q.op, &cell.choice).ok()?;
+        self.algos[i].supports(q).then_some((i, cell))
+    }
+
+    fn best(&self, q: &Query) -> Result<(usize, Reason), CollError> {
+        if let Some((i, _)) = self.profile_cell(q) {
+            return Ok((i, Reason::Profile));
+        }
+        self.model_best(q).map(|i| (i, Reason::Model))
+    }
+
+    fn model_best(&self, q: &Query) -> Result<usize, CollError> {
         let qc = Self::at_class(q);
         let mut best: Option<(usize, f64)> = None;
         for (i, a) in self.algos.iter().enumerate() {
@@ -316,9 +468,10 @@ impl Tuner {
         })
     }
 
-    /// A human-readable table of the choice for every operation and a range of size
-    /// classes on a team of `size` members (commutative operators, default sync modes):
-    /// the chosen algorithm, its predicted time and the runner-up.
+    /// A human-readable table of the choice for every operation and a range of sizes
+    /// on a team of `size` members (commutative operators, default sync modes): the
+    /// chosen algorithm, why (override, profile or model) and the evidence — the
+    /// measured or predicted time against the runner-up.
     ///
     /// ```
     /// let mut t = gex_coll::Tuner::new(gex_coll::algo::catalog(), gex_coll::LogGP::RANGER);
@@ -327,14 +480,18 @@ impl Tuner {
     /// ```
     pub fn table(&mut self, size: u32, addr: AddrMode) -> String {
         use std::fmt::Write as _;
+        let profile = match &self.profile {
+            Some((w, _)) => format!(", profile {w}"),
+            None => String::new(),
+        };
         let mut out = format!(
-            "team size {size}, {addr:?} address mode, model {:?}\n",
-            self.model
+            "team size {size}, {addr:?} address mode, mode {:?}{profile}, model {:?}\n",
+            self.mode, self.model
         );
         let _ = writeln!(
             out,
-            "{:<15} {:>9}  {:<16} {:>12}  {:<16} {:>12}",
-            "op", "bytes", "choice", "µs", "runner-up", "µs"
+            "{:<15} {:>9}  {:<16} {:<8}  why",
+            "op", "bytes", "choice", "reason"
         );
         for op in OpKind::ALL {
             for bytes in [8usize, 512, 4096, 65536, 1 << 20] {
@@ -351,22 +508,14 @@ impl Tuner {
                 };
                 match self.explain(&q) {
                     Ok(c) => {
-                        let (a, ac) = c.candidates.first().cloned().unwrap_or_default();
-                        let (b, bc) = c.candidates.get(1).cloned().unwrap_or_default();
-                        let chosen = if c.algorithm == a {
-                            a
-                        } else {
-                            format!("{} ({})", c.algorithm, c.reason)
-                        };
                         let _ = writeln!(
                             out,
-                            "{:<15} {:>9}  {:<16} {:>12.2}  {:<16} {:>12.2}",
+                            "{:<15} {:>9}  {:<16} {:<8}  {}",
                             op.name(),
                             bytes,
-                            chosen,
-                            ac,
-                            b,
-                            bc
+                            c.algorithm,
+                            c.reason.as_str(),
+                            c.detail
                         );
                     }
                     Err(e) => {
@@ -381,8 +530,9 @@ impl Tuner {
         out
     }
 
-    /// Explains the choice for `q` (no caching): candidates with their predicted
-    /// cost.
+    /// Explains the choice for `q` (no caching): where it comes from, the model's
+    /// prediction for every supporting candidate, the measurements of the profile
+    /// cell if one decided.
     ///
     /// # Errors
     /// As [`select`](Self::select).
@@ -395,17 +545,90 @@ impl Tuner {
             .map(|a| (a.name().to_string(), a.cost(&qc, &self.model)))
             .collect();
         candidates.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let reason = if self.overrides[q.op as usize].is_some() {
-            "override"
-        } else {
-            "model"
+        let (i, reason) = match self.overrides[q.op as usize] {
+            Some(i) => (self.checked(q, i)?, Reason::Override),
+            None => self.best(q)?,
         };
-        let algorithm = self.select(q, None)?.name().to_string();
+        let algorithm = self.algos[i].name().to_string();
+        let mut measured = Vec::new();
+        let vs = |list: &[(String, f64)], what: &str| -> String {
+            let mine = list.iter().find(|x| x.0 == algorithm).map(|x| x.1);
+            let other = list.iter().find(|x| x.0 != algorithm);
+            match (mine, other) {
+                (Some(t), Some((n, u))) => format!(
+                    "{what} {t:.2} us; next {n} {u:.2} us ({:+.0}%)",
+                    (u / t.max(1e-9) - 1.0) * 100.0
+                ),
+                (Some(t), None) => format!("{what} {t:.2} us; the only candidate"),
+                (None, _) => format!("{what}: not evaluated"),
+            }
+        };
+        let detail = match reason {
+            Reason::Override => format!("{}={algorithm}", q.op.env_var()),
+            Reason::Profile => {
+                let (_, cell) = self.profile_cell(q).expect("chosen by profile");
+                measured = cell.times.clone();
+                measured.sort_by(|a, b| a.1.total_cmp(&b.1));
+                let w = self.profile.as_ref().map(|p| p.0.as_str()).unwrap_or("");
+                format!(
+                    "{} (cell of {} B in {w})",
+                    vs(&measured, "measured"),
+                    cell.bytes
+                )
+            }
+            Reason::Online | Reason::Model => vs(&candidates, "predicted"),
+        };
         Ok(Choice {
             algorithm,
             reason,
             candidates,
+            measured,
+            detail,
         })
+    }
+
+    // ------------------------------------------------------------ online tuning
+
+    #[cfg(test)]
+    fn clone_best_name(&self, q: &Query) -> String {
+        self.algos[self.model_best(q).unwrap()].name().to_string()
+    }
+
+    /// True if an override or a profile cell decides `q` (online mode does not
+    /// re-time those).
+    pub fn fixed_by_config(&self, q: &Query) -> bool {
+        self.overrides[q.op as usize].is_some() || self.profile_cell(q).is_some()
+    }
+
+    /// The online winner recorded for `q` on team `team`, if any.
+    pub fn online_choice(&self, team: u64, q: &Query) -> Option<&Arc<dyn Algorithm>> {
+        self.online.get(&(team, key(q))).map(|&i| &self.algos[i])
+    }
+
+    /// The candidates an online trial times for `q`: every supporting algorithm
+    /// whose predicted cost is within 4× of the cheapest, at most `max`, cheapest
+    /// first (indices into [`algorithms`](Self::algorithms)).
+    pub fn online_candidates(&self, q: &Query, max: usize) -> Vec<usize> {
+        let qc = Self::at_class(q);
+        let mut c: Vec<(usize, f64)> = self
+            .algos
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.supports(&qc))
+            .map(|(i, a)| (i, a.cost(&qc, &self.model)))
+            .collect();
+        c.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let best = c.first().map_or(0.0, |x| x.1);
+        c.into_iter()
+            .filter(|x| x.1 <= 4.0 * best + 1.0)
+            .take(max)
+            .map(|x| x.0)
+            .collect()
+    }
+
+    /// Records the winner of an online trial for `q` on team `team`.
+    pub fn record_online(&mut self, team: u64, q: &Query, index: usize) {
+        self.online.insert((team, key(q)), index);
     }
 }
 
@@ -475,7 +698,7 @@ mod tests {
         );
         assert_eq!(
             t.explain(&q(OpKind::Broadcast, 8, 8)).unwrap().reason,
-            "override"
+            Reason::Override
         );
         let e = t
             .configure(|k| (k == "GEX_COLL_BARRIER").then(|| "ring".to_string()))
@@ -490,6 +713,100 @@ mod tests {
             t.select(&q(OpKind::GatherAll, 8, 8), Some("recdbl"))
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn profile_cells_win_over_the_model() {
+        use crate::profile::{Cell, Profile};
+        let mut t = Tuner::new(catalog(), LogGP::default());
+        let model = t
+            .select(&q(OpKind::Broadcast, 4, 4096), None)
+            .unwrap()
+            .name()
+            .to_string();
+        // Measured: a chain beat everything (whatever the model says).
+        let other = if model == "chain" { "flat" } else { "chain" };
+        let p = Profile {
+            machine: vec![],
+            loggp: Some(LogGP::RANGER),
+            cells: vec![
+                Cell::from_times(
+                    OpKind::Broadcast,
+                    4,
+                    4096,
+                    vec![(other.into(), 1.0), (model.clone(), 2.0)],
+                )
+                .unwrap(),
+            ],
+        };
+        let text = p.to_toml();
+        let dir = std::env::temp_dir().join(format!("gex-coll-prof-{}", std::process::id()));
+        std::fs::write(&dir, &text).unwrap();
+        let path = dir.to_str().unwrap().to_string();
+        t.configure(|k| (k == "GEX_COLL_PROFILE").then(|| path.clone()))
+            .unwrap();
+        std::fs::remove_file(&dir).unwrap();
+        assert_eq!(*t.model(), LogGP::RANGER);
+        // Same cell, and the nearest class (8 KiB) of the same op and team size.
+        for b in [4096, 5000, 8192] {
+            assert_eq!(
+                t.select(&q(OpKind::Broadcast, 4, b), None).unwrap().name(),
+                other
+            );
+        }
+        let c = t.explain(&q(OpKind::Broadcast, 4, 4096)).unwrap();
+        assert_eq!(c.reason, Reason::Profile);
+        assert_eq!(c.measured[0], (other.to_string(), 1.0));
+        assert!(c.detail.contains("measured 1.00 us"), "{}", c.detail);
+        // Other team sizes, other ops and single mode: the model.
+        assert_eq!(
+            t.explain(&q(OpKind::Broadcast, 8, 4096)).unwrap().reason,
+            Reason::Model
+        );
+        assert_eq!(
+            t.explain(&q(OpKind::Reduce, 4, 4096)).unwrap().reason,
+            Reason::Model
+        );
+        let mut single = q(OpKind::Broadcast, 4, 4096);
+        single.addr = AddrMode::Single;
+        assert_eq!(t.explain(&single).unwrap().reason, Reason::Model);
+        // An override still wins over the profile.
+        t.configure(|k| (k == "GEX_COLL_BROADCAST").then(|| "binomial".to_string()))
+            .unwrap();
+        assert_eq!(
+            t.explain(&q(OpKind::Broadcast, 4, 4096)).unwrap().reason,
+            Reason::Override
+        );
+        // GEX_COLL_LOGGP wins over the profile's parameters.
+        let mut t = Tuner::new(catalog(), LogGP::default());
+        let mut bad = p.clone();
+        bad.cells[0].choice = "no-such-algorithm".into();
+        let e = t.set_profile("x", bad).unwrap_err();
+        assert!(e.to_string().contains("no-such-algorithm"), "{e}");
+        t.set_profile("x", p).unwrap();
+        t.configure(|k| (k == "GEX_COLL_LOGGP").then(|| "1,2,3,4".to_string()))
+            .unwrap();
+        assert_eq!(t.model().l, 1.0);
+        let e = t
+            .configure(|k| (k == "GEX_COLL_PROFILE").then(|| "/nonexistent/p.toml".to_string()))
+            .unwrap_err();
+        assert!(matches!(e, CollError::Profile { .. }), "{e}");
+        let e = t
+            .configure(|k| (k == "GEX_COLL_TUNE").then(|| "sometimes".to_string()))
+            .unwrap_err();
+        assert!(matches!(e, CollError::Config(_)), "{e}");
+    }
+
+    #[test]
+    fn online_candidates_are_supported_and_bounded() {
+        let t = Tuner::new(catalog(), LogGP::default());
+        for op in OpKind::ALL {
+            let qq = q(op, 6, 4096);
+            let c = t.online_candidates(&qq, 4);
+            assert!(!c.is_empty() && c.len() <= 4, "{op}");
+            assert!(c.iter().all(|&i| t.algorithms()[i].supports(&qq)));
+            assert_eq!(t.algorithms()[c[0]].name(), t.clone_best_name(&qq));
+        }
     }
 
     #[test]

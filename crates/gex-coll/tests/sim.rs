@@ -564,7 +564,10 @@ fn env_override_and_errors() {
             hier: false,
         };
         let why = c.explain(&q).unwrap();
-        assert_eq!((why.algorithm.as_str(), why.reason), ("chain", "override"));
+        assert_eq!(
+            (why.algorithm.as_str(), why.reason),
+            ("chain", gex_coll::Reason::Override)
+        );
         assert_eq!(c.tuner().model().l, 6.2);
         // The chain broadcast from rank 0 sends exactly one message per non-last rank.
         let before = c.endpoint().stats().clone();
@@ -1003,4 +1006,89 @@ fn hier_across_hosts() {
         },
     );
     assert!(ran.iter().all(|&n| n > 100), "{ran:?}");
+}
+
+/// `GEX_COLL_TUNE=online`: the first call of a cell on a team times the surviving
+/// candidates (collectively), every member keeps the same winner, later calls of the
+/// cell do not re-time, results stay right, and a split team times its own cells.
+#[test]
+fn online_tuning_agrees_and_caches() {
+    use gex_coll::{AddrMode, Query, SyncModes, TuneMode};
+    let builder = || {
+        ClientBuilder::new()
+            .segment_size(SEG)
+            .config(gex_core::Config::from_pairs([("GEX_COLL_TUNE", "online")]))
+    };
+    let out = run_sim(4, SimConfig::default(), builder, |client| {
+        let mut c = CollEp::with_config(
+            RmaEp::new(client.endpoint(0).unwrap()).unwrap(),
+            client.config(),
+        )
+        .unwrap();
+        assert_eq!(c.tuner().mode(), TuneMode::Online);
+        let w = c.world().clone();
+        let me = w.rank();
+        let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+        let mut winners = Vec::new();
+        for round in 0..3u32 {
+            let v = vec![me + round; 100];
+            let mut r = vec![0u32; 100];
+            c.allreduce(&w, &v, &mut r, &sum).unwrap();
+            assert_eq!(r, vec![6 + 4 * round; 100]);
+            assert_eq!(c.online_trials(), 1, "round {round}");
+        }
+        let q = Query {
+            op: OpKind::Allreduce,
+            size: 4,
+            bytes: 400,
+            addr: AddrMode::Local,
+            sync: SyncModes::default(),
+            commutative: true,
+            scratch: false,
+            shm: c.shared_memory(&w),
+            hier: c.hierarchical(&w),
+        };
+        let a = c
+            .tuner()
+            .online_choice(w.id(), &q)
+            .unwrap()
+            .name()
+            .to_string();
+        let cands: Vec<String> = c
+            .tuner()
+            .online_candidates(&q, 4)
+            .iter()
+            .map(|&i| c.tuner().algorithms()[i].name().to_string())
+            .collect();
+        assert!(cands.contains(&a), "{a} not in {cands:?}");
+        winners.push(a);
+        // A split team has its own cells.
+        let sub = c
+            .split(&w, Some(me % 2), 0, Default::default())
+            .unwrap()
+            .unwrap();
+        let before = c.online_trials();
+        let mut b = [me; 8];
+        c.broadcast(&sub, 0, &mut b).unwrap();
+        assert_eq!(b, [me % 2; 8]);
+        assert!(c.online_trials() > before);
+        let qb = Query {
+            op: OpKind::Broadcast,
+            size: 2,
+            bytes: 32,
+            ..q
+        };
+        winners.push(
+            c.tuner()
+                .online_choice(sub.id(), &qb)
+                .unwrap()
+                .name()
+                .to_string(),
+        );
+        c.barrier(&w).unwrap();
+        winners
+    });
+    assert!(out.iter().all(|w| w[0] == out[0][0]), "{out:?}");
+    assert_eq!(out[0][1], out[2][1], "{out:?}");
+    assert_eq!(out[1][1], out[3][1], "{out:?}");
 }

@@ -157,6 +157,16 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "gex-coll: LogGP parameters of the autotuner's cost models, L,o,g,G[,copy] in microseconds (G and copy per byte); unset: built-in shared-memory defaults.",
     },
     EnvVar {
+        name: "GEX_COLL_PROFILE",
+        default: "",
+        doc: "gex-coll: path of a tuning profile written by gex-tune; its measured choices win over the cost model and its LogGP parameters replace the defaults (GEX_COLL_LOGGP still wins). A bad file is an error when the CollEp is built.",
+    },
+    EnvVar {
+        name: "GEX_COLL_TUNE",
+        default: "model",
+        doc: "gex-coll: model (profile, else cost model) or online (time the surviving candidates on the first use of each cell on a team, collectively, and keep the winner).",
+    },
+    EnvVar {
         name: "GEX_OFI_RMA",
         default: "1",
         doc: "ofi conduit: 0 leaves native RMA (fi_writemsg/fi_read) and atomics (fi_atomic) off, so gex-rma uses its AM reference path even when the provider offers FI_RMA/FI_ATOMIC.",

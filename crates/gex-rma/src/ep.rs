@@ -1420,8 +1420,8 @@ impl<C: Conduit> RmaEp<C> {
         Ok(())
     }
 
-    /// Implicit-event put with deferred local completion (GASNet-EX's
-    /// `GEX_EVENT_DEFER`): the source is not copied, and it is locally complete only
+    /// Implicit-event put with deferred local completion (as GASNet-EX's event-defer
+    /// option): the source is not copied, and it is locally complete only
     /// when the sync that completes the put returns
     /// ([`wait_syncnbi_puts`](Self::wait_syncnbi_puts), or the access region's event).
     ///
