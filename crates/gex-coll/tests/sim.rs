@@ -1092,3 +1092,61 @@ fn online_tuning_agrees_and_caches() {
     assert_eq!(out[0][1], out[2][1], "{out:?}");
     assert_eq!(out[1][1], out[3][1], "{out:?}");
 }
+
+/// World barriers are carried by gex-rma's barrier (`CollEp::barrier_uses_rma`) unless
+/// an algorithm is named: they synchronise (no rank leaves round k before every rank
+/// entered it, seen through a counter shared by the thread ranks), several can be in
+/// flight with other collectives between them and be waited for in any order, and a
+/// split team or a forced algorithm takes the gex-coll path.
+#[test]
+fn world_barrier_through_gex_rma() {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicU32;
+    let p = 5u32;
+    let entered = Arc::new(AtomicU32::new(0));
+    run_sim(
+        p,
+        SimConfig::default().reorder(true).seed(5),
+        || ClientBuilder::new().segment_size(SEG),
+        move |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            assert!(c.barrier_uses_rma(&w, &Opts::default()));
+            assert!(!c.barrier_uses_rma(&w, &Opts::default().with_algorithm("dissem2")));
+            for k in 1..=20u32 {
+                entered.fetch_add(1, Ordering::SeqCst);
+                c.barrier(&w).unwrap();
+                let seen = entered.load(Ordering::SeqCst);
+                assert!(seen >= k * p, "round {k}: left after only {seen} entries");
+                // Nobody enters round k+1 before everyone left round k.
+                c.barrier_nb(&w, &Opts::default())
+                    .and_then(|h| c.wait(h))
+                    .unwrap();
+            }
+            // Barriers in flight with broadcasts between them, waited in reverse.
+            let me = w.rank();
+            let b1 = c.barrier_nb(&w, &Opts::default()).unwrap();
+            let x = c
+                .broadcast_nb(&w, 1, vec![me as u8 + 7; 9], &Opts::default())
+                .unwrap();
+            let b2 = c.barrier_nb(&w, &Opts::default()).unwrap();
+            let y = c
+                .broadcast_nb(&w, 2, vec![me as u8; 100], &Opts::default())
+                .unwrap();
+            let b3 = c.barrier_nb(&w, &Opts::default()).unwrap();
+            c.wait(b3).unwrap();
+            assert_eq!(c.wait(y).unwrap(), vec![2u8; 100]);
+            c.wait(b2).unwrap();
+            assert_eq!(c.wait(x).unwrap(), vec![8u8; 9]);
+            c.wait(b1).unwrap();
+            // A split team does not use it; its barrier still works.
+            let half = c
+                .split(&w, Some(me % 2), me, Scratch::None)
+                .unwrap()
+                .unwrap();
+            assert!(!c.barrier_uses_rma(&half, &Opts::default()));
+            c.barrier(&half).unwrap();
+            c.barrier(&w).unwrap();
+        },
+    );
+}
