@@ -262,12 +262,6 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
                 .iter()
                 .map(|(_, forced)| match forced {
                     Some(a) => Ok(a.clone()),
-                    // A world barrier may bypass the tuner (CollEp::barrier_uses_rma).
-                    None if op == OpKind::Barrier
-                        && c.barrier_uses_rma(&c.world().clone(), &Opts::default()) =>
-                    {
-                        Ok("rma".to_string())
-                    }
                     None => c.explain(&q).map(|x| x.algorithm),
                 })
                 .collect::<Result<_, _>>()?;

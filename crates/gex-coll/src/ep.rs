@@ -208,8 +208,6 @@ struct OpState {
     shm: Option<ShmOp>,
     /// A hierarchical collective (the `hier` algorithm) instead of the schedule.
     hier: Option<HierOp>,
-    /// A world-team barrier carried by gex-rma's barrier ([`CollEp::barrier_uses_rma`]).
-    rmabar: bool,
 }
 
 impl std::fmt::Debug for OpState {
@@ -407,30 +405,6 @@ impl<C: Conduit> CollEp<C> {
     /// shared-memory channels (the value of [`Query::shm`] for the team).
     pub fn shared_memory(&self, team: &Team) -> bool {
         team.inner.shm.is_some()
-    }
-
-    /// True if a barrier on `team` with `opts` is carried by gex-rma's barrier (the
-    /// hierarchical shared-memory/AM barrier of the primordial team, docs/rma.md)
-    /// instead of a gex-coll algorithm: on the world team when neither `opts` nor
-    /// `GEX_COLL_BARRIER` names an algorithm and tuning is not online. The same on
-    /// every member, so every rank pairs its world barriers with gex-rma barriers in
-    /// the same order. Do not run gex-rma's own split-phase barrier concurrently with
-    /// such a collective (they would pair with each other).
-    pub fn barrier_uses_rma(&self, team: &Team, opts: &Opts<'_>) -> bool {
-        team.id() == self.world.id()
-            && opts.algorithm.is_none()
-            && self.tuner.mode() != TuneMode::Online
-            && !self.tuner.fixed_by_config(&Query {
-                op: OpKind::Barrier,
-                size: team.size(),
-                bytes: 0,
-                addr: AddrMode::Local,
-                sync: opts.sync,
-                commutative: true,
-                scratch: false,
-                shm: team.inner.shm.is_some(),
-                hier: false,
-            })
     }
 
     /// True if `team` runs the `hier` algorithm: it spans several hosts, one of them
@@ -941,10 +915,6 @@ impl<C: Conduit> CollEp<C> {
             shm: team.inner.shm.is_some(),
             hier: team.inner.hier.get().is_some(),
         };
-        if op == OpKind::Barrier && self.barrier_uses_rma(team, opts) {
-            let seq = team.next_seq();
-            return Ok(self.start_composite(team, seq, None, None, true));
-        }
         let online = opts.algorithm.is_none()
             && !self.in_trial
             && addr == AddrMode::Local
@@ -971,7 +941,7 @@ impl<C: Conduit> CollEp<C> {
                     stage: 0,
                     sub: None,
                 };
-                return Ok(self.start_composite(team, seq, None, Some(h), false));
+                return Ok(self.start_composite(team, seq, None, Some(h)));
             }
             return Err(CollError::Unsupported {
                 algorithm: algo.name().to_string(),
@@ -998,7 +968,7 @@ impl<C: Conduit> CollEp<C> {
                     (team.id(), seq),
                     ch,
                 );
-                return Ok(self.start_composite(team, seq, Some(shm), None, false));
+                return Ok(self.start_composite(team, seq, Some(shm), None));
             }
             // An element larger than a chunk: a message algorithm, chosen alike on
             // every member.
@@ -1118,7 +1088,6 @@ impl<C: Conduit> CollEp<C> {
             taken: false,
             shm: None,
             hier: None,
-            rmabar: false,
         };
         if let Err(e) = self.advance(&mut st) {
             st.result = Some(Err(e));
@@ -1135,7 +1104,6 @@ impl<C: Conduit> CollEp<C> {
         seq: u32,
         shm: Option<ShmOp>,
         hier: Option<HierOp>,
-        rmabar: bool,
     ) -> u64 {
         let id = self.next_op;
         self.next_op += 1;
@@ -1164,7 +1132,6 @@ impl<C: Conduit> CollEp<C> {
             taken: false,
             shm,
             hier,
-            rmabar,
         };
         self.ops.insert(id, st);
         self.advance_special(id);
@@ -1173,58 +1140,10 @@ impl<C: Conduit> CollEp<C> {
 
     /// Advances a shared-memory or hierarchical collective.
     fn advance_special(&mut self, id: u64) {
-        if self.ops.get(&id).is_some_and(|o| o.rmabar) {
-            self.advance_rmabar(id);
-        } else if self.ops.get(&id).is_some_and(|o| o.hier.is_some()) {
+        if self.ops.get(&id).is_some_and(|o| o.hier.is_some()) {
             self.advance_hier(id);
         } else {
             self.advance_shm(id);
-        }
-    }
-
-    /// Advances world barrier `id` carried by gex-rma's split-phase barrier: it
-    /// notifies once the earlier ones finished here (gex-rma runs one barrier at a
-    /// time, so every rank pairs the same collectives with the same gex-rma
-    /// barriers), then tries it at every progress call.
-    fn advance_rmabar(&mut self, id: u64) {
-        let flags = gex_rma::BarrierFlags::ANONYMOUS;
-        let Some(st) = self.ops.get(&id) else {
-            return;
-        };
-        if st.result.is_some() {
-            return;
-        }
-        if !st.started {
-            let seq = st.seq;
-            let busy = self
-                .ops
-                .values()
-                .any(|o| o.rmabar && o.seq < seq && o.result.is_none());
-            if busy {
-                return;
-            }
-            match self.rma.barrier_notify(0, flags) {
-                Ok(()) => {}
-                // The application's own gex-rma barrier is in progress: notify later.
-                Err(gex_rma::RmaError::BarrierAlreadyNotified) => return,
-                Err(e) => {
-                    if let Some(st) = self.ops.get_mut(&id) {
-                        st.result = Some(Err(e.into()));
-                    }
-                    return;
-                }
-            }
-            if let Some(st) = self.ops.get_mut(&id) {
-                st.started = true;
-            }
-        }
-        let r = self.rma.barrier_try(0, flags);
-        if let Some(st) = self.ops.get_mut(&id) {
-            match r {
-                Ok(false) => {}
-                Ok(true) => st.result = Some(Ok(Vec::new())),
-                Err(e) => st.result = Some(Err(e.into())),
-            }
         }
     }
 
@@ -1383,7 +1302,7 @@ impl<C: Conduit> CollEp<C> {
             if self
                 .ops
                 .get(&id)
-                .is_some_and(|o| o.shm.is_some() || o.hier.is_some() || o.rmabar)
+                .is_some_and(|o| o.shm.is_some() || o.hier.is_some())
             {
                 self.advance_special(id);
                 if self.ops.get(&id).is_some_and(|o| o.taken) {
