@@ -143,6 +143,29 @@ pub fn time_cell<C: Conduit>(
     budget: Budget,
 ) -> Result<Vec<f64>, CollError> {
     let w = c.world().clone();
+    let iters = calibrate(c, op, bytes, opts, budget)?;
+    let mut per = Vec::with_capacity(budget.batches as usize);
+    for _ in 0..budget.batches {
+        c.barrier(&w)?;
+        let t0 = Instant::now();
+        calls(c, op, bytes, opts, iters)?;
+        per.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
+    }
+    Ok(per)
+}
+
+/// Calls per timed batch for one variant of a cell: doubles a trial batch until it
+/// lasts a quarter of `budget.batch` on the slowest member (agreed by a max-allreduce,
+/// so every member runs the same number of calls), then takes four times that.
+/// Collective.
+fn calibrate<C: Conduit>(
+    c: &mut CollEp<C>,
+    op: OpKind,
+    bytes: usize,
+    opts: &Opts<'_>,
+    budget: Budget,
+) -> Result<u64, CollError> {
+    let w = c.world().clone();
     let max = ReduceOp::<u8>::builtin(BuiltinOp::Max)?;
     let mut k = 1u64;
     loop {
@@ -153,19 +176,10 @@ pub fn time_cell<C: Conduit>(
         let mut all = [0u8];
         c.allreduce(&w, &[u8::from(long)], &mut all, &max)?;
         if all[0] == 1 {
-            break;
+            return Ok((k * 4).max(1));
         }
         k *= 2;
     }
-    let iters = (k * 4).max(1);
-    let mut per = Vec::with_capacity(budget.batches as usize);
-    for _ in 0..budget.batches {
-        c.barrier(&w)?;
-        let t0 = Instant::now();
-        calls(c, op, bytes, opts, iters)?;
-        per.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
-    }
-    Ok(per)
 }
 
 /// Times several variants (`opts`, e.g. forced algorithms) of one cell with their
@@ -184,23 +198,9 @@ pub fn time_interleaved<C: Conduit>(
     budget: Budget,
 ) -> Result<Vec<Vec<f64>>, CollError> {
     let w = c.world().clone();
-    let max = ReduceOp::<u8>::builtin(BuiltinOp::Max)?;
     let mut iters = Vec::with_capacity(opts.len());
     for o in opts {
-        let mut k = 1u64;
-        loop {
-            c.barrier(&w)?;
-            let t0 = Instant::now();
-            calls(c, op, bytes, o, k)?;
-            let long = t0.elapsed() >= budget.batch / 4 || k >= 1 << 24;
-            let mut all = [0u8];
-            c.allreduce(&w, &[u8::from(long)], &mut all, &max)?;
-            if all[0] == 1 {
-                break;
-            }
-            k *= 2;
-        }
-        iters.push((k * 4).max(1));
+        iters.push(calibrate(c, op, bytes, o, budget)?);
     }
     let mut per = vec![Vec::with_capacity(budget.batches as usize); opts.len()];
     for _ in 0..budget.batches {

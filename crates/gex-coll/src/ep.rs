@@ -1147,6 +1147,15 @@ impl<C: Conduit> CollEp<C> {
         }
     }
 
+    /// True if a collective of `st`'s team started before it (lower sequence number)
+    /// and of the kind `kind` selects has not finished here: `st` must wait its turn.
+    fn earlier_unfinished(&self, st: &OpState, kind: impl Fn(&OpState) -> bool) -> bool {
+        let (tid, seq) = (st.team.id(), st.seq);
+        self.ops
+            .values()
+            .any(|o| kind(o) && o.team.id() == tid && o.seq < seq && o.result.is_none())
+    }
+
     /// Advances hierarchical collective `id`: starts its stages on the sub-teams one
     /// after the other; it starts once the earlier ones of its team finished here.
     fn advance_hier(&mut self, id: u64) {
@@ -1156,14 +1165,8 @@ impl<C: Conduit> CollEp<C> {
         if st.result.is_some() {
             return;
         }
-        if !st.started {
-            let (tid, seq) = (st.team.id(), st.seq);
-            let busy = self.ops.values().any(|o| {
-                o.hier.is_some() && o.team.id() == tid && o.seq < seq && o.result.is_none()
-            });
-            if busy {
-                return;
-            }
+        if !st.started && self.earlier_unfinished(st, |o| o.hier.is_some()) {
+            return;
         }
         loop {
             let Some(st) = self.ops.get_mut(&id) else {
@@ -1268,14 +1271,8 @@ impl<C: Conduit> CollEp<C> {
         if st.result.is_some() {
             return;
         }
-        if !st.started {
-            let (tid, seq) = (st.team.id(), st.seq);
-            let busy = self.ops.values().any(|o| {
-                o.shm.is_some() && o.team.id() == tid && o.seq < seq && o.result.is_none()
-            });
-            if busy {
-                return;
-            }
+        if !st.started && self.earlier_unfinished(st, |o| o.shm.is_some()) {
+            return;
         }
         let Some(st) = self.ops.get_mut(&id) else {
             return;
