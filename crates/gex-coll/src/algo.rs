@@ -785,31 +785,29 @@ fn join(b: &[Range<usize>], lo: usize, hi: usize) -> Range<usize> {
 
 /// Ring reduce_scatter over block layout `b` (commutative): rank r ends with block r.
 fn k_ring_rs(s: &mut Schedule, p: u32, r: u32, b: &[Range<usize>], base: u32) {
-    let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
-    for i in 0..p.saturating_sub(1) {
-        let sb = ((r + 2 * p - i - 1) % p) as usize;
-        let rb = ((r + 2 * p - i - 2) % p) as usize;
-        let rd = s.round();
-        rd.sends.push(SendStep {
-            peer: next,
-            tag: base + i,
-            ranges: vec![b[sb].clone()],
-        });
-        rd.recvs.push(RecvStep {
-            peer: prev,
-            tag: base + i,
-            ranges: vec![b[rb].clone()],
-            action: Action::ReduceRight,
-        });
-    }
+    k_ring(s, p, r, b, base, 1, Action::ReduceRight);
 }
 
 /// Ring gather_all over block layout `b`: rank r starts with block r.
 fn k_ring_ag(s: &mut Schedule, p: u32, r: u32, b: &[Range<usize>], base: u32) {
+    k_ring(s, p, r, b, base, 0, Action::Copy);
+}
+
+/// The ring both use: in step i rank r sends block r − i − `lag` to its successor and
+/// receives block r − i − `lag` − 1 from its predecessor, applying `action`.
+fn k_ring(
+    s: &mut Schedule,
+    p: u32,
+    r: u32,
+    b: &[Range<usize>],
+    base: u32,
+    lag: u32,
+    action: Action,
+) {
     let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
     for i in 0..p.saturating_sub(1) {
-        let sb = ((r + p - i) % p) as usize;
-        let rb = ((r + 2 * p - i - 1) % p) as usize;
+        let sb = ((r + 2 * p - i - lag) % p) as usize;
+        let rb = ((r + 2 * p - i - lag - 1) % p) as usize;
         let rd = s.round();
         rd.sends.push(SendStep {
             peer: next,
@@ -820,7 +818,7 @@ fn k_ring_ag(s: &mut Schedule, p: u32, r: u32, b: &[Range<usize>], base: u32) {
             peer: prev,
             tag: base + i,
             ranges: vec![b[rb].clone()],
-            action: Action::Copy,
+            action,
         });
     }
 }

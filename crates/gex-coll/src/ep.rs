@@ -1676,6 +1676,34 @@ impl<C: Conduit> CollEp<C> {
         hs.into_iter().map(|h| self.wait(h)).collect()
     }
 
+    /// Starts `kind` over an owned input of blocks of `count` elements, with the
+    /// reduction `op` for the reducing operations: the body of every `*_nb` call
+    /// with owned buffers.
+    #[allow(clippy::too_many_arguments)]
+    fn start_owned<T: Elem>(
+        &mut self,
+        team: &Team,
+        kind: OpKind,
+        root: u32,
+        count: usize,
+        data: Vec<T>,
+        op: Option<&ReduceOp<T>>,
+        opts: &Opts<'_>,
+    ) -> Result<Handle<Vec<T>>, CollError> {
+        let red = op.map(|o| (o.func().clone(), o.is_commutative()));
+        let id = self.start(
+            team,
+            kind,
+            root,
+            size_of::<T>(),
+            count,
+            Ok(into_bytes(data)),
+            red,
+            opts,
+        );
+        self.handle(id)
+    }
+
     fn handle<T>(&mut self, id: Result<u64, CollError>) -> Result<Handle<T>, CollError> {
         id.map(|id| Handle {
             id,
@@ -1713,17 +1741,7 @@ impl<C: Conduit> CollEp<C> {
         opts: &Opts<'_>,
     ) -> Result<Handle<Vec<T>>, CollError> {
         let count = data.len();
-        let id = self.start(
-            team,
-            OpKind::Broadcast,
-            root,
-            size_of::<T>(),
-            count,
-            Ok(into_bytes(data)),
-            None,
-            opts,
-        );
-        self.handle(id)
+        self.start_owned(team, OpKind::Broadcast, root, count, data, None, opts)
     }
 
     /// Starts a scatter of `count` elements per member from the root's `data`
@@ -1742,17 +1760,7 @@ impl<C: Conduit> CollEp<C> {
         if team.rank() == root {
             check_len("scatter input", team.size() as usize * count, data.len())?;
         }
-        let id = self.start(
-            team,
-            OpKind::Scatter,
-            root,
-            size_of::<T>(),
-            count,
-            Ok(into_bytes(data)),
-            None,
-            opts,
-        );
-        self.handle(id)
+        self.start_owned(team, OpKind::Scatter, root, count, data, None, opts)
     }
 
     /// Starts a gather of every member's `data` (same length everywhere) to the root,
@@ -1768,17 +1776,7 @@ impl<C: Conduit> CollEp<C> {
         opts: &Opts<'_>,
     ) -> Result<Handle<Vec<T>>, CollError> {
         let count = data.len();
-        let id = self.start(
-            team,
-            OpKind::Gather,
-            root,
-            size_of::<T>(),
-            count,
-            Ok(into_bytes(data)),
-            None,
-            opts,
-        );
-        self.handle(id)
+        self.start_owned(team, OpKind::Gather, root, count, data, None, opts)
     }
 
     /// Starts a gather_all: every member gets every member's `data` in team-rank
@@ -1793,17 +1791,7 @@ impl<C: Conduit> CollEp<C> {
         opts: &Opts<'_>,
     ) -> Result<Handle<Vec<T>>, CollError> {
         let count = data.len();
-        let id = self.start(
-            team,
-            OpKind::GatherAll,
-            0,
-            size_of::<T>(),
-            count,
-            Ok(into_bytes(data)),
-            None,
-            opts,
-        );
-        self.handle(id)
+        self.start_owned(team, OpKind::GatherAll, 0, count, data, None, opts)
     }
 
     /// Starts an exchange (all-to-all) of `P` blocks of `data.len() / P` elements.
@@ -1818,17 +1806,7 @@ impl<C: Conduit> CollEp<C> {
     ) -> Result<Handle<Vec<T>>, CollError> {
         let p = team.size() as usize;
         check_len("exchange input", data.len().div_ceil(p) * p, data.len())?;
-        let id = self.start(
-            team,
-            OpKind::Exchange,
-            0,
-            size_of::<T>(),
-            data.len() / p,
-            Ok(into_bytes(data)),
-            None,
-            opts,
-        );
-        self.handle(id)
+        self.start_owned(team, OpKind::Exchange, 0, data.len() / p, data, None, opts)
     }
 
     /// Starts a reduction of every member's `data` to the root (the others get an
@@ -1845,17 +1823,7 @@ impl<C: Conduit> CollEp<C> {
         opts: &Opts<'_>,
     ) -> Result<Handle<Vec<T>>, CollError> {
         let count = data.len();
-        let id = self.start(
-            team,
-            OpKind::Reduce,
-            root,
-            size_of::<T>(),
-            count,
-            Ok(into_bytes(data)),
-            Some((op.func().clone(), op.is_commutative())),
-            opts,
-        );
-        self.handle(id)
+        self.start_owned(team, OpKind::Reduce, root, count, data, Some(op), opts)
     }
 
     /// Starts an allreduce.
@@ -1870,17 +1838,7 @@ impl<C: Conduit> CollEp<C> {
         opts: &Opts<'_>,
     ) -> Result<Handle<Vec<T>>, CollError> {
         let count = data.len();
-        let id = self.start(
-            team,
-            OpKind::Allreduce,
-            0,
-            size_of::<T>(),
-            count,
-            Ok(into_bytes(data)),
-            Some((op.func().clone(), op.is_commutative())),
-            opts,
-        );
-        self.handle(id)
+        self.start_owned(team, OpKind::Allreduce, 0, count, data, Some(op), opts)
     }
 
     /// Starts a reduce_scatter of `P` blocks of `data.len() / P` elements: member `i`
@@ -1901,17 +1859,15 @@ impl<C: Conduit> CollEp<C> {
             data.len().div_ceil(p) * p,
             data.len(),
         )?;
-        let id = self.start(
+        self.start_owned(
             team,
             OpKind::ReduceScatter,
             0,
-            size_of::<T>(),
             data.len() / p,
-            Ok(into_bytes(data)),
-            Some((op.func().clone(), op.is_commutative())),
+            data,
+            Some(op),
             opts,
-        );
-        self.handle(id)
+        )
     }
 
     /// Starts an inclusive scan (prefix reduction in team-rank order).
@@ -1926,17 +1882,7 @@ impl<C: Conduit> CollEp<C> {
         opts: &Opts<'_>,
     ) -> Result<Handle<Vec<T>>, CollError> {
         let count = data.len();
-        let id = self.start(
-            team,
-            OpKind::Scan,
-            0,
-            size_of::<T>(),
-            count,
-            Ok(into_bytes(data)),
-            Some((op.func().clone(), op.is_commutative())),
-            opts,
-        );
-        self.handle(id)
+        self.start_owned(team, OpKind::Scan, 0, count, data, Some(op), opts)
     }
 
     /// Starts an exclusive scan; team rank 0 gets an empty vector.
@@ -1951,17 +1897,7 @@ impl<C: Conduit> CollEp<C> {
         opts: &Opts<'_>,
     ) -> Result<Handle<Vec<T>>, CollError> {
         let count = data.len();
-        let id = self.start(
-            team,
-            OpKind::Exscan,
-            0,
-            size_of::<T>(),
-            count,
-            Ok(into_bytes(data)),
-            Some((op.func().clone(), op.is_commutative())),
-            opts,
-        );
-        self.handle(id)
+        self.start_owned(team, OpKind::Exscan, 0, count, data, Some(op), opts)
     }
 
     /// Starts any operation in single address mode: inputs and outputs live in the
