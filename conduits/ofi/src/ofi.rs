@@ -3,16 +3,18 @@
 //! # Safety
 //! - **Buffers posted to libfabric** (send bounce buffers, receive buffers) live in
 //!   [`Mem`] allocations owned by the endpoint's pools. They are allocated once, never
-//!   moved, and freed only after the libfabric endpoint is closed: [`OfiEp`] declares
-//!   `objs` (endpoint first) before `tx` and `rx`, so the endpoint is closed before the
-//!   pools are dropped. A send buffer leaves the free list when it is posted and comes
+//!   moved, and freed only after the libfabric endpoint is closed: dropping an [`OfiEp`]
+//!   moves its libfabric objects and pools together into a `Grave` (closed by
+//!   `Ofi::finalize` after the job-wide barrier, or when the conduit is dropped), which
+//!   declares `objs` (endpoint first) before `tx` and `rx`, so the endpoint is closed
+//!   before the pools are dropped. A send buffer leaves the free list when it is posted and comes
 //!   back only when its completion is read; a receive buffer is reposted only after the
 //!   message in it has been delivered.
 //! - **Contexts** handed to libfabric are slots of a `fi_context2`-sized array parallel
 //!   to each pool, so a completion's context pointer names its buffer; it is checked to
 //!   lie inside one of the arrays before it is used.
 //! - **Native RMA and atomics** use the slots of [`Rma`]: a context and three operand
-//!   words per slot, in [`Mem`] allocations that `OfiEp` declares after `objs`, so they
+//!   words per slot, in [`Mem`] allocations that `Grave` declares after `objs`, so they
 //!   outlive the libfabric endpoint. A slot is taken when an operation is posted and
 //!   freed only after its completion has been read and reported by `native_test`. The
 //!   user buffers of puts and gets are the caller's to keep valid until completion
@@ -43,8 +45,9 @@ use gex_core::{AmError, Category, EpAddr, EpIndex, InitError, Injected, Kind, Wa
 use gex_sync::atomic::{AtomicU64, Ordering};
 use std::collections::VecDeque;
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Default provider (`GEX_OFI_PROVIDER`): libfabric's `tcp`, which offers RDM endpoints
@@ -564,6 +567,20 @@ pub struct Ofi {
     /// Hybrid jobs: the node-local shared memory (owns the segments' memory, which
     /// stays mapped until every endpoint, and so every registration, is closed).
     smp: Option<Arc<Smp>>,
+    /// Network resources of dropped endpoints, served by `finalize` and closed after
+    /// its barrier (or when the conduit is dropped without it). Declared last but
+    /// emptied by `finalize`; see the `Drop` of [`Ofi`] for the case without it.
+    graves: Mutex<Vec<Grave>>,
+}
+
+impl Drop for Ofi {
+    fn drop(&mut self) {
+        // Close the endpoints before the segments they registered are freed.
+        self.graves
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
 }
 
 impl Ofi {
@@ -768,12 +785,13 @@ struct Rx {
 /// vector (a communication domain in the sense of seed 002).
 #[derive(Debug)]
 pub struct OfiEp {
-    // Field order is drop order: libfabric objects (endpoint first) before the buffers
-    // they may still reference, and the conduit (segments, fabric) last.
-    objs: Objects,
-    tx: Tx,
-    rx: Rx,
-    rma: Rma,
+    // The libfabric objects and the buffers they may still reference are not dropped
+    // with the endpoint: `Drop` moves them, in this order (endpoint first), into a
+    // [`Grave`] that the conduit serves until `Conduit::finalize` and then closes.
+    objs: ManuallyDrop<Objects>,
+    tx: ManuallyDrop<Tx>,
+    rx: ManuallyDrop<Rx>,
+    rma: ManuallyDrop<Rma>,
     index: EpIndex,
     limits: Limits,
     caps: Capabilities,
@@ -1314,7 +1332,7 @@ impl OfiEp {
             payload,
             offset: h.offset,
         };
-        d.deliver(&inc, &mut self.tx);
+        d.deliver(&inc, &mut *self.tx);
         Done::Delivered
     }
 
@@ -1450,6 +1468,108 @@ impl OfiEp {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Closing
+
+/// How long `finalize` waits for a closed endpoint's own operations (sends, native RMA)
+/// to complete before it joins the job-wide barrier anyway.
+const DRAIN_LIMIT: Duration = Duration::from_secs(30);
+
+/// The network resources of a dropped endpoint. Peers may still be completing
+/// operations on it (a get from its segment, an AM to it, the last message of a
+/// barrier) and its own sends and native RMA may still be in flight: closing it at
+/// once would cancel them (with tcp;ofi_rxm the peer sees `Operation canceled` on a
+/// reset connection). So `OfiEp::drop` moves them here, `Ofi::finalize` serves them
+/// (a thread reads their completion queues and reposts receive buffers) until the
+/// job-wide barrier has passed, and only then are they closed. Messages that arrive
+/// here are dropped: their endpoint is gone.
+#[derive(Debug)]
+struct Grave {
+    // Field order is drop order: libfabric objects (endpoint first) before the
+    // buffers they may still reference.
+    objs: Objects,
+    tx: Tx,
+    rx: Rx,
+    rma: Rma,
+}
+
+// SAFETY: the raw pointers inside (libfabric handles, receive buffers, the segment
+// pointer of `rx`) are owned by the grave or by the conduit that owns the grave; one
+// thread at a time serves a grave (the endpoint's, then `finalize`'s).
+unsafe impl Send for Grave {}
+
+impl Grave {
+    /// Whether this endpoint's own sends or native operations are still in flight.
+    fn busy(&self) -> bool {
+        self.tx.free.len() < SEND_BUFS || self.rma.state.contains(&SLOT_PENDING)
+    }
+
+    /// One pass over the completion queue: completions are recorded, messages
+    /// dropped, receive buffers reposted, errors (peers that closed first) ignored.
+    /// Returns the completions seen.
+    fn serve(&mut self) -> usize {
+        let _ = self.rx.repost_pending();
+        let mut seen = 0;
+        loop {
+            let k = match self.objs.cq.read(&mut self.rx.comps) {
+                Ok(k) => k,
+                Err(Errno::AVAIL) => {
+                    if let Ok(e) = self.objs.cq.read_error() {
+                        self.complete(e.ctx, e.flags, true);
+                    }
+                    seen += 1;
+                    continue;
+                }
+                Err(_) => 0,
+            };
+            for j in 0..k {
+                let c = self.rx.comps[j];
+                self.complete(c.ctx, c.flags, false);
+            }
+            seen += k;
+            if k < CQ_BATCH {
+                return seen;
+            }
+        }
+    }
+
+    fn complete(&mut self, ctx: *mut std::ffi::c_void, fl: u64, error: bool) {
+        if let Some(i) = self.tx.pool.index_of(ctx) {
+            self.tx.sent(i);
+        } else if let Some(i) = self.rma.index_of(ctx) {
+            self.rma.completed(i);
+        } else if let Some(i) = self.rx.pool.index_of(ctx) {
+            // A canceled receive is not reposted: its endpoint is being torn down.
+            if !error && (!self.rx.multi || fl & flags::MULTI_RECV != 0) {
+                match self.rx.post(i) {
+                    Ok(true) => {}
+                    _ => self.rx.repost.push(i as u32),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for OfiEp {
+    fn drop(&mut self) {
+        // SAFETY: each field is taken exactly once, here, and never used again: the
+        // endpoint is being dropped and no other code runs on it after `drop`.
+        let grave = unsafe {
+            Grave {
+                objs: ManuallyDrop::take(&mut self.objs),
+                tx: ManuallyDrop::take(&mut self.tx),
+                rx: ManuallyDrop::take(&mut self.rx),
+                rma: ManuallyDrop::take(&mut self.rma),
+            }
+        };
+        self.conduit
+            .graves
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(grave);
+    }
+}
+
 /// A [`Deliver`] for the wire-up in `open`, where only hello messages may arrive.
 struct NoDeliver;
 impl Deliver for NoDeliver {
@@ -1468,6 +1588,53 @@ fn fi_init(prov: &str, what: String, e: Errno) -> InitError {
 impl Conduit for Ofi {
     type Ep = OfiEp;
     const NAME: &'static str = "ofi";
+
+    /// Serves the libfabric objects of the dropped endpoints from a thread while this
+    /// rank first waits for its own operations to complete (at most 30 s) and then
+    /// runs the job-wide `barrier`; closes them once it has returned (docs/ofi.md,
+    /// "Closing").
+    fn finalize(
+        &self,
+        barrier: &mut dyn FnMut() -> Result<(), gex_core::boot::BootError>,
+    ) -> Result<(), gex_core::boot::BootError> {
+        let mut graves =
+            std::mem::take(&mut *self.graves.lock().unwrap_or_else(|e| e.into_inner()));
+        if graves.is_empty() {
+            return barrier();
+        }
+        let who = graves[0].tx.who.clone();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let (drained, is_drained) = std::sync::mpsc::channel::<()>();
+        let r = std::thread::scope(|s| {
+            let graves = &mut graves;
+            s.spawn(move || {
+                let mut drained = Some(drained);
+                while let Err(std::sync::mpsc::TryRecvError::Empty) = stopped.try_recv() {
+                    let seen: usize = graves.iter_mut().map(Grave::serve).sum();
+                    if drained.is_some() && !graves.iter().any(Grave::busy) {
+                        drained.take();
+                    }
+                    if seen == 0 {
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                }
+            });
+            // The sender is dropped (and `recv_timeout` returns) once nothing of this
+            // rank's is in flight.
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                is_drained.recv_timeout(DRAIN_LIMIT)
+            {
+                eprintln!(
+                    "gex {who}: operations of closed endpoints still in flight after {DRAIN_LIMIT:?}; finalising anyway"
+                );
+            }
+            let r = barrier();
+            drop(stop);
+            r
+        });
+        drop(graves);
+        r
+    }
 
     fn open(
         boot: &mut dyn Bootstrap,
@@ -1893,6 +2060,7 @@ impl Conduit for Ofi {
             _fabric: fab,
             _info: chosen.info,
             smp,
+            graves: Mutex::new(Vec::new()),
         });
 
         let mut eps = Vec::with_capacity(my_eps);
@@ -1904,7 +2072,7 @@ impl Conduit for Ofi {
         {
             let h = o.ep.handle();
             let mut ep = OfiEp {
-                tx: Tx {
+                tx: ManuallyDrop::new(Tx {
                     h,
                     rank: rank as u32,
                     index: e as u16,
@@ -1925,8 +2093,8 @@ impl Conduit for Ofi {
                     probing: prov != "shm",
                     probe_buf: vec![0; SEND_BUFS],
                     probe_since: vec![None; total],
-                },
-                rx: Rx {
+                }),
+                rx: ManuallyDrop::new(Rx {
                     h,
                     multi,
                     repost: Vec::new(),
@@ -1943,9 +2111,9 @@ impl Conduit for Ofi {
                     }; CQ_BATCH],
                     hellos: 0,
                     pool: rx_pool,
-                },
-                rma: Rma::new(rma, atomics, descs, mr_local)?,
-                objs: o,
+                }),
+                rma: ManuallyDrop::new(Rma::new(rma, atomics, descs, mr_local)?),
+                objs: ManuallyDrop::new(o),
                 index: e as u16,
                 limits,
                 caps,

@@ -244,12 +244,9 @@ fn rma_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
     )
 }
 
-/// `None` if namespaces can be made here; otherwise `Some(result)` for a test that
-/// cannot run: a pass (printing why) with `GEX_SKIP_NETNS=1`, else a failure.
 /// One namespace job at a time in this test process. Each job is 4 rank processes on
 /// the 2 cores of the CI machine; with the test harness's 2 threads, 8 ranks (and two
-/// namespace pairs) shared them, and a hybrid RMA case (`rma_nb_events`) once missed
-/// its 45 s wait in a CI run (not reproduced alone; docs/testing.md).
+/// namespace pairs) would share them (docs/testing.md).
 static JOBS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Holds [`JOBS`] for one job (a job that failed and poisoned it still frees it).
@@ -258,6 +255,8 @@ fn one_job_at_a_time() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// `None` if namespaces can be made here; otherwise `Some(result)` for a test that
+/// cannot run: a pass (printing why) with `GEX_SKIP_NETNS=1`, else a failure.
 fn skip(what: &str) -> Option<Result<(), String>> {
     let why = unavailable()?;
     if std::env::var("GEX_SKIP_NETNS").is_ok_and(|v| v == "1") {

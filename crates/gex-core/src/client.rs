@@ -289,9 +289,12 @@ impl<C: Conduit> Client<C> {
         }
     }
 
-    /// Finalises the client (collective): waits for every rank, then tells the
-    /// launcher this rank finished cleanly. AM traffic must be quiesced first (for
-    /// example with [`Endpoint::barrier`]).
+    /// Finalises the client (collective): closes the endpoints it still holds, waits
+    /// for every rank (the conduit keeps serving peers' operations on this rank's closed
+    /// endpoints meanwhile, see [`Conduit::finalize`](crate::spi::Conduit::finalize)),
+    /// then tells the launcher this rank finished cleanly. AM traffic must be quiesced
+    /// first (for example with [`Endpoint::barrier`]); endpoints should be dropped
+    /// before, since one still held is not served during the wait.
     ///
     /// # Errors
     /// [`InitError::Boot`] if the bootstrap failed.
@@ -302,7 +305,10 @@ impl<C: Conduit> Client<C> {
     fn finalize_inner(&self) -> Result<(), InitError> {
         let mut b = self.boot.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(mut boot) = b.take() {
-            boot.barrier()?;
+            // Endpoints never taken are closed first, like those the application
+            // dropped; the conduit then serves its peers through the job-wide barrier.
+            self.eps.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            self.conduit.finalize(&mut || boot.barrier())?;
             boot.finalize(0)?;
         }
         Ok(())

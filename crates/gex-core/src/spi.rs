@@ -332,6 +332,27 @@ pub trait Conduit: Send + Sync + Sized + 'static {
         boot: &mut dyn Bootstrap,
         params: &OpenParams<'_>,
     ) -> Result<(std::sync::Arc<Self>, Vec<Self::Ep>), InitError>;
+
+    /// The last collective step of a rank ([`Client::finalize`](crate::Client::finalize),
+    /// also run when a [`Client`](crate::Client) is dropped): runs the job-wide
+    /// `barrier` once. Endpoints the client still held have been dropped before.
+    ///
+    /// A conduit whose peers may still be completing operations on this rank's closed
+    /// endpoints (a get from its segment, the last message of a barrier) keeps serving
+    /// them until `barrier` has returned on this rank, which is when every rank has
+    /// closed its endpoints; only then may it release their network resources. The
+    /// default runs `barrier` and nothing else, right for conduits that need no
+    /// service from a closed endpoint (shared memory stays mapped while any rank
+    /// maps it).
+    ///
+    /// # Errors
+    /// The error of `barrier`.
+    fn finalize(
+        &self,
+        barrier: &mut dyn FnMut() -> Result<(), crate::boot::BootError>,
+    ) -> Result<(), crate::boot::BootError> {
+        barrier()
+    }
 }
 
 /// One endpoint of a conduit: an injection and completion domain driven by one thread

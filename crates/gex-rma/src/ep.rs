@@ -223,13 +223,18 @@ pub(crate) fn drive_native<C: Conduit>(
     native: &mut Vec<NativePend>,
     mut cond: impl FnMut() -> bool,
 ) {
+    // Every call polls at least once, also when `cond` already holds: callers loop on
+    // `wait_some` until each event has been seen, and a wait that returned without
+    // polling while a native operation was pending would starve the AM path (and the
+    // target side of peers' native operations, which this rank's polls serve) for as
+    // long as the loop runs.
     while !native.is_empty() {
+        // One poll, plus barrier rounds if a message made one ready.
+        drive(ep, st, || true);
         native_progress(ep, st, native);
         if cond() {
             return;
         }
-        // One poll, plus barrier rounds if a message made one ready.
-        drive(ep, st, || true);
         std::hint::spin_loop();
     }
     drive(ep, st, cond);

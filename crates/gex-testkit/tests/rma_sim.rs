@@ -220,6 +220,54 @@ mod native_paths {
         }
     }
 
+    /// `wait_some` (and `wait`) poll at least once even when an event handed to them
+    /// is already complete. A loop calling `wait_some` until every event has been seen
+    /// must therefore let a pending native put finish; before the fix, a call returned
+    /// at once without polling while a native operation was pending, and such a loop
+    /// starved the network of a hybrid ofi job (the peer's AMs and the target side of
+    /// its gets went unserved until the case timed out).
+    #[test]
+    fn waits_on_complete_events_still_poll() {
+        let cfg = SimConfig::default()
+            .ranks_per_host(1)
+            .latency(Delay::polls(3))
+            .native(true, true);
+        let out = run_sim(
+            2,
+            cfg,
+            || ClientBuilder::new().segment_size(1 << 16),
+            |client| -> Result<(), String> {
+                let es = |e: gex_rma::RmaError| e.to_string();
+                let mut r = RmaEp::new(client.endpoint(0).unwrap()).map_err(es)?;
+                r.barrier().map_err(es)?;
+                let mut result = Ok(());
+                if r.rank() == 0 {
+                    let p = GlobalPtr::<u8>::new(EpAddr::rank(1), 64);
+                    let done = r.memset_nb(p, 1, 0).map_err(es)?;
+                    check("an empty memset is complete at once", done.is_done())?;
+                    let put = r.put_nb_copy(p, &[9u8; 2000]).map_err(es)?;
+                    check("the put is pending", !put.is_done())?;
+                    let mut evs = vec![done, put];
+                    let mut calls = 0;
+                    while !evs[1].is_done() && calls < 50 {
+                        let d = r.wait_some(&mut evs);
+                        check("wait_some reports the complete event", d.contains(&0))?;
+                        calls += 1;
+                    }
+                    result = check(
+                        &format!("the put completed within {calls} wait_some calls"),
+                        evs[1].is_done(),
+                    );
+                }
+                r.barrier().map_err(es)?;
+                result
+            },
+        );
+        for (rank, o) in out.into_iter().enumerate() {
+            assert_eq!(o, Ok(()), "rank {rank}");
+        }
+    }
+
     #[test]
     fn partly_offered_op_set_falls_back_to_cpu_atomics() {
         let mut cfg = SimConfig::default().ranks_per_host(1).native(false, true);

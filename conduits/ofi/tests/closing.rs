@@ -1,0 +1,88 @@
+//! Closing a job over the network: a rank that finishes first must not cancel what its
+//! peers still have in flight to it. A dropped endpoint's libfabric resources are served
+//! until the job-wide barrier of `Client::finalize` (docs/ofi.md, "Closing").
+//!
+//! The case that found it: a get whose event was dropped, from a peer that leaves the
+//! final barrier first and exits. Before the fix the peer's connection was reset under
+//! the get and the initiator died with "native RMA or atomic completed in error:
+//! Operation canceled" (tcp;ofi_rxm).
+
+use gex_conduit_ofi::Ofi;
+use gex_core::{Am, ClientBuilder, Config, EpAddr, Flags, Token};
+use gex_rma::RmaEp;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+const SEGMENT: usize = 16 << 20;
+
+fn builder() -> ClientBuilder {
+    ClientBuilder::new()
+        .config(Config::from_pairs([
+            ("GEX_OFI_PROVIDER", "tcp"),
+            // Both ranks run on this host: without this they would talk through
+            // shared memory and the network path would not be exercised.
+            ("GEX_OFI_HYBRID", "0"),
+        ]))
+        .segment_size(SEGMENT)
+}
+
+/// Runs `body` as a 2-rank job of this test, `rounds` times; every job must exit 0.
+fn jobs(test: &str, rounds: usize, body: fn(&gex_core::Client<Ofi>)) {
+    for round in 0..rounds {
+        match gex_boot::spawn_self_test(2, test).expect("spawn") {
+            gex_boot::Role::Launcher(code) => assert_eq!(code, 0, "round {round}: job code"),
+            gex_boot::Role::Rank(boot) => {
+                let client = builder().init::<Ofi>(boot).expect("init");
+                body(&client);
+                client.finalize().expect("finalize");
+                std::process::exit(0);
+            }
+        }
+    }
+}
+
+/// Rank 1 starts large gets from rank 0 and drops their events; rank 0 leaves the
+/// barrier (which rank 1's gets need not have completed by) and closes at once.
+#[test]
+fn abandoned_gets_survive_the_target_closing_first() {
+    jobs(
+        "abandoned_gets_survive_the_target_closing_first",
+        4,
+        |client| {
+            let mut r = RmaEp::new(client.endpoint(0).expect("ep")).expect("rma ep");
+            if r.rank() == 1 {
+                let src = r.global_ptr::<u8>(EpAddr::rank(0), 0);
+                for _ in 0..4 {
+                    drop(r.get_nb(vec![0u8; SEGMENT / 2], src).expect("get_nb"));
+                }
+            }
+            r.barrier().expect("barrier");
+        },
+    );
+}
+
+/// Rank 0 sends its last messages and closes at once; rank 1 still receives every one.
+#[test]
+fn last_messages_of_a_closing_rank_arrive() {
+    jobs("last_messages_of_a_closing_rank_arrive", 3, |client| {
+        const N: u32 = 200;
+        let mut ep = client.endpoint(0).expect("ep");
+        let got = Arc::new(AtomicU32::new(0));
+        let g = got.clone();
+        ep.register(200, move |_t: &mut Token<'_>, am: Am<'_>| {
+            assert_eq!(am.payload().len(), 8 << 10);
+            g.fetch_add(1, Ordering::Release);
+        })
+        .expect("register");
+        ep.barrier().expect("barrier");
+        if client.rank() == 0 {
+            let payload = vec![7u8; 8 << 10];
+            for _ in 0..N {
+                let r = ep.request_medium(EpAddr::rank(1), 200, &[], &payload, Flags::empty());
+                assert!(r.expect("request").is_sent());
+            }
+        } else {
+            ep.wait_until(|| got.load(Ordering::Acquire) == N);
+        }
+    });
+}
