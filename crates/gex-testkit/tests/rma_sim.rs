@@ -111,8 +111,10 @@ mod native_paths {
         if ok { Ok(()) } else { Err(what.to_string()) }
     }
 
-    #[test]
-    fn rma_and_atomics_go_through_the_nic() {
+    /// Runs `body` on rank 0 of a 2-rank job (one rank per host, the simulated NIC
+    /// on for RMA and atomics, `Delay::polls(3)`), between two barriers; asserts that
+    /// every rank succeeded.
+    fn on_rank_0(body: impl Fn(&mut RmaEp<Sim>) -> Result<(), String> + Send + Sync) {
         let cfg = SimConfig::default()
             .ranks_per_host(1)
             .latency(Delay::polls(3))
@@ -125,92 +127,7 @@ mod native_paths {
                 let es = |e: gex_rma::RmaError| e.to_string();
                 let mut r = RmaEp::new(client.endpoint(0).unwrap()).map_err(es)?;
                 r.barrier().map_err(es)?;
-                let mut result = Ok(());
-                if r.rank() == 0 {
-                    result = (|| -> Result<(), String> {
-                        let p = GlobalPtr::<u8>::new(EpAddr::rank(1), 100);
-                        let data: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 1) as u8).collect();
-                        let (c0, s0) = (counts(&mut r), sent(&r));
-                        // Blocking put and get: no AM at all on the native path.
-                        r.put(p, &data).map_err(es)?;
-                        let mut back = vec![0u8; data.len()];
-                        r.get(&mut back, p).map_err(es)?;
-                        check("blocking round trip", back == data)?;
-                        let c1 = counts(&mut r);
-                        if FORCED {
-                            check("forced AM: NIC unused", c1 == NativeCounts::default())?;
-                            check("forced AM: messages sent", sent(&r) > s0)?;
-                        } else {
-                            check(
-                                "one native put, one get",
-                                (c1.puts, c1.gets) == (c0.puts + 1, c0.gets + 1),
-                            )?;
-                            check("no AM for native put/get", sent(&r) == s0)?;
-                        }
-                        // NB put of a temporary: pending after the call (3-poll
-                        // latency), the source reusable at once (copied).
-                        let mut tmp = vec![9u8; 500];
-                        let ev = r.put_nb_copy(p.add(4000), &tmp).map_err(es)?;
-                        check("NB put is pending on return", !ev.is_done())?;
-                        tmp.fill(1);
-                        r.wait(ev);
-                        let ev = r.get_nb(vec![0u8; 500], p.add(4000)).map_err(es)?;
-                        check(
-                            "NB get sees the original source",
-                            r.wait(ev) == vec![9u8; 500],
-                        )?;
-                        // NBI and VIS (a reflection: 4 one-element chunks).
-                        r.put_nbi(p.add(5000), &tmp).map_err(es)?;
-                        let rev = Strided {
-                            counts: &[4],
-                            remote_strides: &[-1],
-                            local_start: 0,
-                            local_strides: &[1],
-                        };
-                        r.put_strided(p.add(6003), &[1u8, 2, 3, 4], rev)
-                            .map_err(es)?;
-                        r.wait_syncnbi_puts();
-                        let mut four = [0u8; 4];
-                        r.get(&mut four, p.add(6000)).map_err(es)?;
-                        check("strided reflection", four == [4, 3, 2, 1])?;
-                        let mut nbi = vec![0u8; 500];
-                        r.get(&mut nbi, p.add(5000)).map_err(es)?;
-                        check("NBI put", nbi == tmp)?;
-                        let c2 = counts(&mut r);
-                        if !FORCED {
-                            // put_nb_copy, put_nbi, 4 strided pieces; get_nb, 2 gets.
-                            check(
-                                "native NB/NBI/VIS",
-                                (c2.puts, c2.gets) == (c1.puts + 6, c1.gets + 3),
-                            )?;
-                        }
-                        // Atomics: a fully offered domain uses the NIC for every target,
-                        // this rank included.
-                        let ad = r
-                            .atomic_domain::<u64>(AtomicOps::FADD | AtomicOps::GET | AtomicOps::SET)
-                            .map_err(es)?;
-                        check("domain native iff not forced", ad.is_native() != FORCED)?;
-                        let f = AtomicFlags::empty();
-                        for t in 0..2 {
-                            let w = GlobalPtr::<u64>::new(EpAddr::rank(t), 8192);
-                            ad.op(&mut r, AtomicOp::Set, w, 40, 0, f).map_err(es)?;
-                            let old = ad.fetch(&mut r, AtomicOp::Fadd, w, 2, 0, f).map_err(es)?;
-                            let ev = ad
-                                .fetch_nb(&mut r, AtomicOp::Fadd, w, 3, 0, f)
-                                .map_err(es)?;
-                            let old2 = r.wait(ev);
-                            let now = ad.fetch(&mut r, AtomicOp::Get, w, 0, 0, f).map_err(es)?;
-                            check("native fetch-add values", (old, old2, now) == (40, 42, 45))?;
-                        }
-                        let c3 = counts(&mut r);
-                        let want = if FORCED { 0 } else { c2.atomics + 8 };
-                        check(
-                            &format!("NIC atomics {} (want {want})", c3.atomics),
-                            c3.atomics == want,
-                        )?;
-                        Ok(())
-                    })();
-                }
+                let result = if r.rank() == 0 { body(&mut r) } else { Ok(()) };
                 r.barrier().map_err(es)?;
                 result
             },
@@ -218,6 +135,92 @@ mod native_paths {
         for (rank, o) in out.into_iter().enumerate() {
             assert_eq!(o, Ok(()), "rank {rank}");
         }
+    }
+
+    #[test]
+    fn rma_and_atomics_go_through_the_nic() {
+        on_rank_0(|r| {
+            let es = |e: gex_rma::RmaError| e.to_string();
+            let p = GlobalPtr::<u8>::new(EpAddr::rank(1), 100);
+            let data: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 1) as u8).collect();
+            let (c0, s0) = (counts(r), sent(r));
+            // Blocking put and get: no AM at all on the native path.
+            r.put(p, &data).map_err(es)?;
+            let mut back = vec![0u8; data.len()];
+            r.get(&mut back, p).map_err(es)?;
+            check("blocking round trip", back == data)?;
+            let c1 = counts(r);
+            if FORCED {
+                check("forced AM: NIC unused", c1 == NativeCounts::default())?;
+                check("forced AM: messages sent", sent(r) > s0)?;
+            } else {
+                check(
+                    "one native put, one get",
+                    (c1.puts, c1.gets) == (c0.puts + 1, c0.gets + 1),
+                )?;
+                check("no AM for native put/get", sent(r) == s0)?;
+            }
+            // NB put of a temporary: pending after the call (3-poll
+            // latency), the source reusable at once (copied).
+            let mut tmp = vec![9u8; 500];
+            let ev = r.put_nb_copy(p.add(4000), &tmp).map_err(es)?;
+            check("NB put is pending on return", !ev.is_done())?;
+            tmp.fill(1);
+            r.wait(ev);
+            let ev = r.get_nb(vec![0u8; 500], p.add(4000)).map_err(es)?;
+            check(
+                "NB get sees the original source",
+                r.wait(ev) == vec![9u8; 500],
+            )?;
+            // NBI and VIS (a reflection: 4 one-element chunks).
+            r.put_nbi(p.add(5000), &tmp).map_err(es)?;
+            let rev = Strided {
+                counts: &[4],
+                remote_strides: &[-1],
+                local_start: 0,
+                local_strides: &[1],
+            };
+            r.put_strided(p.add(6003), &[1u8, 2, 3, 4], rev)
+                .map_err(es)?;
+            r.wait_syncnbi_puts();
+            let mut four = [0u8; 4];
+            r.get(&mut four, p.add(6000)).map_err(es)?;
+            check("strided reflection", four == [4, 3, 2, 1])?;
+            let mut nbi = vec![0u8; 500];
+            r.get(&mut nbi, p.add(5000)).map_err(es)?;
+            check("NBI put", nbi == tmp)?;
+            let c2 = counts(r);
+            if !FORCED {
+                // put_nb_copy, put_nbi, 4 strided pieces; get_nb, 2 gets.
+                check(
+                    "native NB/NBI/VIS",
+                    (c2.puts, c2.gets) == (c1.puts + 6, c1.gets + 3),
+                )?;
+            }
+            // Atomics: a fully offered domain uses the NIC for every target,
+            // this rank included.
+            let ad = r
+                .atomic_domain::<u64>(AtomicOps::FADD | AtomicOps::GET | AtomicOps::SET)
+                .map_err(es)?;
+            check("domain native iff not forced", ad.is_native() != FORCED)?;
+            let f = AtomicFlags::empty();
+            for t in 0..2 {
+                let w = GlobalPtr::<u64>::new(EpAddr::rank(t), 8192);
+                ad.op(r, AtomicOp::Set, w, 40, 0, f).map_err(es)?;
+                let old = ad.fetch(r, AtomicOp::Fadd, w, 2, 0, f).map_err(es)?;
+                let ev = ad.fetch_nb(r, AtomicOp::Fadd, w, 3, 0, f).map_err(es)?;
+                let old2 = r.wait(ev);
+                let now = ad.fetch(r, AtomicOp::Get, w, 0, 0, f).map_err(es)?;
+                check("native fetch-add values", (old, old2, now) == (40, 42, 45))?;
+            }
+            let c3 = counts(r);
+            let want = if FORCED { 0 } else { c2.atomics + 8 };
+            check(
+                &format!("NIC atomics {} (want {want})", c3.atomics),
+                c3.atomics == want,
+            )?;
+            Ok(())
+        });
     }
 
     /// `wait_some` (and `wait`) poll at least once even when an event handed to them
@@ -228,44 +231,25 @@ mod native_paths {
     /// its gets went unserved until the case timed out).
     #[test]
     fn waits_on_complete_events_still_poll() {
-        let cfg = SimConfig::default()
-            .ranks_per_host(1)
-            .latency(Delay::polls(3))
-            .native(true, true);
-        let out = run_sim(
-            2,
-            cfg,
-            || ClientBuilder::new().segment_size(1 << 16),
-            |client| -> Result<(), String> {
-                let es = |e: gex_rma::RmaError| e.to_string();
-                let mut r = RmaEp::new(client.endpoint(0).unwrap()).map_err(es)?;
-                r.barrier().map_err(es)?;
-                let mut result = Ok(());
-                if r.rank() == 0 {
-                    let p = GlobalPtr::<u8>::new(EpAddr::rank(1), 64);
-                    let done = r.memset_nb(p, 1, 0).map_err(es)?;
-                    check("an empty memset is complete at once", done.is_done())?;
-                    let put = r.put_nb_copy(p, &[9u8; 2000]).map_err(es)?;
-                    check("the put is pending", !put.is_done())?;
-                    let mut evs = vec![done, put];
-                    let mut calls = 0;
-                    while !evs[1].is_done() && calls < 50 {
-                        let d = r.wait_some(&mut evs);
-                        check("wait_some reports the complete event", d.contains(&0))?;
-                        calls += 1;
-                    }
-                    result = check(
-                        &format!("the put completed within {calls} wait_some calls"),
-                        evs[1].is_done(),
-                    );
-                }
-                r.barrier().map_err(es)?;
-                result
-            },
-        );
-        for (rank, o) in out.into_iter().enumerate() {
-            assert_eq!(o, Ok(()), "rank {rank}");
-        }
+        on_rank_0(|r| {
+            let es = |e: gex_rma::RmaError| e.to_string();
+            let p = GlobalPtr::<u8>::new(EpAddr::rank(1), 64);
+            let done = r.memset_nb(p, 1, 0).map_err(es)?;
+            check("an empty memset is complete at once", done.is_done())?;
+            let put = r.put_nb_copy(p, &[9u8; 2000]).map_err(es)?;
+            check("the put is pending", !put.is_done())?;
+            let mut evs = vec![done, put];
+            let mut calls = 0;
+            while !evs[1].is_done() && calls < 50 {
+                let d = r.wait_some(&mut evs);
+                check("wait_some reports the complete event", d.contains(&0))?;
+                calls += 1;
+            }
+            check(
+                &format!("the put completed within {calls} wait_some calls"),
+                evs[1].is_done(),
+            )
+        });
     }
 
     #[test]
