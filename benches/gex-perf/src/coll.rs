@@ -10,8 +10,9 @@
 //! with `u8` blocks of `size` bytes per rank (barrier: size 0); the value is rank 0's
 //! time per call, median of the batches (batches are sized to a time budget after a
 //! warm-up). Names: `coll_<op>_lat` (µs), with an `algorithm` key: the tuner's choice
-//! for the (op, team size, size) query, or the forced algorithm. Owned buffers cycle
-//! through the nonblocking calls (`gather_all` allocates its small input per call).
+//! for the (op, team size, size) query, or the forced algorithm. The calls are the
+//! blocking ones over borrowed slices (`*_with`, the way MPI benchmarks call
+//! `MPI_Bcast`), so the direct shared-memory path is measured when it applies.
 
 use crate::PinMode;
 use crate::report::{Record, Reporter, median};
@@ -83,7 +84,7 @@ fn record_name(op: OpKind) -> &'static str {
     }
 }
 
-/// Runs `k` calls of `op` with blocks of `bytes`.
+/// Runs `k` blocking calls of `op` with blocks of `bytes`.
 fn calls<C: Conduit>(
     c: &mut CollEp<C>,
     op: OpKind,
@@ -94,7 +95,7 @@ fn calls<C: Conduit>(
     let w = c.world().clone();
     let p = w.size() as usize;
     let sum = ReduceOp::<u8>::builtin(BuiltinOp::Sum)?;
-    let mut buf = vec![
+    let src = vec![
         1u8;
         if op == OpKind::Exchange {
             bytes * p
@@ -102,37 +103,24 @@ fn calls<C: Conduit>(
             bytes
         }
     ];
+    let mut dst = vec![
+        0u8;
+        if op == OpKind::Reduce || op == OpKind::Allreduce {
+            bytes
+        } else {
+            bytes * p
+        }
+    ];
     for _ in 0..k {
-        buf = match op {
-            OpKind::Barrier => {
-                let h = c.barrier_nb(&w, opts)?;
-                c.wait(h)?;
-                buf
-            }
-            OpKind::Broadcast => {
-                let h = c.broadcast_nb(&w, 0, buf, opts)?;
-                c.wait(h)?
-            }
-            OpKind::Reduce => {
-                let h = c.reduce_nb(&w, 0, buf, &sum, opts)?;
-                let mut out = c.wait(h)?;
-                out.resize(bytes, 1);
-                out
-            }
-            OpKind::Allreduce => {
-                let h = c.allreduce_nb(&w, buf, &sum, opts)?;
-                c.wait(h)?
-            }
-            OpKind::GatherAll => {
-                let h = c.gather_all_nb(&w, buf[..bytes].to_vec(), opts)?;
-                c.wait(h)?
-            }
-            OpKind::Exchange => {
-                let h = c.exchange_nb(&w, buf, opts)?;
-                c.wait(h)?
-            }
+        match op {
+            OpKind::Barrier => c.barrier_with(&w, opts)?,
+            OpKind::Broadcast => c.broadcast_with(&w, 0, &mut dst[..bytes], opts)?,
+            OpKind::Reduce => c.reduce_with(&w, 0, &src, &mut dst, &sum, opts)?,
+            OpKind::Allreduce => c.allreduce_with(&w, &src, &mut dst, &sum, opts)?,
+            OpKind::GatherAll => c.gather_all_with(&w, &src, &mut dst, opts)?,
+            OpKind::Exchange => c.exchange_with(&w, &src, &mut dst, opts)?,
             other => return Err(format!("gex-perf coll does not measure {}", other.name()).into()),
-        };
+        }
     }
     Ok(())
 }

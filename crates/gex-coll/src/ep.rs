@@ -6,7 +6,7 @@ use crate::error::CollError;
 use crate::hier::{Hier, HierOp};
 use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceOp, SyncMode, Transport};
 use crate::sched::{self, Action, ReduceFn, Schedule, span};
-use crate::shm::{Area, Expected, NCH, NSLOT, ShmOp, ShmTeam};
+use crate::shm::{Area, Expected, Io, NCH, NSLOT, OwnedShm, ShmOp, ShmTeam};
 use crate::team::{Scratch, SegAlloc, Team, mix_all};
 use crate::tune::{Choice, LogGP, TuneMode, Tuner};
 use bytemuck::Pod;
@@ -205,7 +205,7 @@ struct OpState {
     result: Option<Result<Vec<u8>, CollError>>,
     taken: bool,
     /// A shared-memory collective (the `shm` algorithm) instead of the schedule.
-    shm: Option<ShmOp>,
+    shm: Option<OwnedShm>,
     /// A hierarchical collective (the `hier` algorithm) instead of the schedule.
     hier: Option<HierOp>,
 }
@@ -252,6 +252,10 @@ pub struct CollEp<C: Conduit> {
     in_trial: bool,
     /// Cells timed online so far.
     online_trials: u64,
+    /// A copy of the input of an in-place blocking call (reused).
+    tmp: Vec<u8>,
+    /// Blocking calls run directly through shared memory.
+    direct_calls: u64,
 }
 
 /// Timed calls per candidate in an online trial (after one warm-up call).
@@ -397,6 +401,8 @@ impl<C: Conduit> CollEp<C> {
             shm_gen,
             in_trial: false,
             online_trials: 0,
+            tmp: Vec::new(),
+            direct_calls: 0,
         })
     }
 
@@ -511,6 +517,13 @@ impl<C: Conduit> CollEp<C> {
     /// Messages that gex-coll's handlers dropped as malformed (0 in a healthy job).
     pub fn dropped_messages(&self) -> u64 {
         lock(&self.mb).dropped
+    }
+
+    /// Blocking calls this endpoint ran directly through shared memory, over the
+    /// caller's buffers (the others went through the nonblocking path: another
+    /// collective was in flight here, or the algorithm was not `shm`).
+    pub fn direct_calls(&self) -> u64 {
+        self.direct_calls
     }
 
     /// Collectives in flight on this endpoint (including completed-but-not-waited and
@@ -868,6 +881,148 @@ impl<C: Conduit> CollEp<C> {
 
     // ---------------------------------------------------------------- engine
 
+    /// Checks that `root` is a member of `team` and that this endpoint is one.
+    fn check_call(&self, team: &Team, root: u32) -> Result<(), CollError> {
+        let p = team.size();
+        if root >= p {
+            return Err(CollError::BadRank {
+                rank: root,
+                size: p,
+            });
+        }
+        if team.member(team.rank()) != Some(self.rma.addr()) {
+            return Err(CollError::NotMember { team: team.id() });
+        }
+        Ok(())
+    }
+
+    /// The tuner's query for a call of `op` with `n`-byte blocks on `team`.
+    fn query(
+        team: &Team,
+        op: OpKind,
+        n: usize,
+        addr: AddrMode,
+        opts: &Opts<'_>,
+        commutative: bool,
+    ) -> Query {
+        let p = team.size();
+        // Local mode can use signaling put / rendezvous through the team's scratch
+        // space when every member's can hold the whole output.
+        let scratch = addr == AddrMode::Local
+            && n > 0
+            && team.scratch().len() == p as usize
+            && team.scratch().iter().all(|x| x.1 >= p as usize * n);
+        Query {
+            op,
+            size: p,
+            bytes: n,
+            addr,
+            sync: opts.sync,
+            commutative,
+            scratch,
+            shm: team.inner.shm.is_some(),
+            hier: team.inner.hier.get().is_some(),
+        }
+    }
+
+    /// True if the online tuner decides `q` (no forced algorithm, no override or
+    /// profile cell, local mode, not inside a trial).
+    fn online_applies(&self, q: &Query, opts: &Opts<'_>) -> bool {
+        opts.algorithm.is_none()
+            && !self.in_trial
+            && q.addr == AddrMode::Local
+            && self.tuner.mode() == TuneMode::Online
+            && !self.tuner.fixed_by_config(q)
+    }
+
+    /// Polls between two shared-memory steps of a blocking call (the endpoint still
+    /// serves AMs while the caller waits).
+    const POLL_EVERY: u32 = 16;
+
+    /// Runs a blocking call directly through shared memory over the caller's
+    /// buffers, when nothing else is in flight on this endpoint and the algorithm
+    /// chosen for the call (the tuner's, or `opts`') is `shm`: no operation table,
+    /// no copy in or out, no allocation. Ok(false): not taken (nothing consumed; the
+    /// caller uses the nonblocking path). `io` must hold this member's input and
+    /// output blocks ([`OpKind::shape`]; an empty output for a broadcast root).
+    #[allow(clippy::too_many_arguments)]
+    fn direct(
+        &mut self,
+        team: &Team,
+        op: OpKind,
+        root: u32,
+        elem: usize,
+        count: usize,
+        mut io: Io<'_>,
+        commutative: bool,
+        opts: &Opts<'_>,
+    ) -> Result<bool, CollError> {
+        let Some(sh) = team.inner.shm.as_ref() else {
+            return Ok(false);
+        };
+        if !self.ops.is_empty() {
+            return Ok(false);
+        }
+        self.check_call(team, root)?;
+        let (p, r, n) = (team.size(), team.rank(), elem * count);
+        let q = Self::query(team, op, n, AddrMode::Local, opts, commutative);
+        let shm = if self.online_applies(&q, opts) {
+            self.tuner
+                .online_choice(team.id(), &q)
+                .is_some_and(|a| a.is_shared_memory())
+        } else {
+            self.tuner.select(&q, opts.algorithm)?.is_shared_memory()
+        };
+        if !shm || !ShmOp::fits(op, p, elem, sh.ch) {
+            return Ok(false);
+        }
+        let (in_blocks, out_blocks) = op.shape(p, r, root);
+        debug_assert!(io.input.len() >= in_blocks * n);
+        debug_assert!(
+            io.out.len() == out_blocks * n || (op == OpKind::Broadcast && io.out.is_empty())
+        );
+        let mut shm = ShmOp::new(
+            op,
+            (p, r, root),
+            elem,
+            n,
+            opts.sync,
+            (team.id(), team.next_seq()),
+            sh.ch,
+        );
+        shm.keep_own(io.input, io.out);
+        let spin_limit = self.spin_limit();
+        let mut spins = 0u32;
+        while !shm.step(sh, &mut self.shm_expected, &mut io) {
+            spins = spins.saturating_add(1);
+            if spins % Self::POLL_EVERY == 0 {
+                self.rma.endpoint().poll();
+            }
+            Self::pause(spins, spin_limit);
+        }
+        self.direct_calls += 1;
+        Ok(true)
+    }
+
+    /// Polls a waiter makes before it yields now and then: under spin-then-block
+    /// ranks often outnumber cores, and the members it waits for may need its core,
+    /// so it yields early (as gex-rma's barrier).
+    fn spin_limit(&mut self) -> u32 {
+        match self.rma.endpoint().wait_policy() {
+            WaitPolicy::Spin => SPIN_YIELD_AFTER,
+            _ => 16,
+        }
+    }
+
+    /// One pause of a waiter after `spins` fruitless polls.
+    fn pause(spins: u32, spin_limit: u32) {
+        if spins > spin_limit && (spin_limit < SPIN_YIELD_AFTER || spins % 256 == 0) {
+            std::thread::yield_now();
+        } else {
+            gex_sync::hint::spin_loop();
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn start(
         &mut self,
@@ -881,16 +1036,8 @@ impl<C: Conduit> CollEp<C> {
         opts: &Opts<'_>,
     ) -> Result<u64, CollError> {
         let p = team.size();
-        if root >= p {
-            return Err(CollError::BadRank {
-                rank: root,
-                size: p,
-            });
-        }
+        self.check_call(team, root)?;
         let r = team.rank();
-        if team.member(r) != Some(self.rma.addr()) {
-            return Err(CollError::NotMember { team: team.id() });
-        }
         let n = elem * count;
         let addr = if input.is_ok() {
             AddrMode::Local
@@ -898,28 +1045,9 @@ impl<C: Conduit> CollEp<C> {
             AddrMode::Single
         };
         let commutative = reduce.as_ref().is_none_or(|x| x.1);
-        // Local mode can use signaling put / rendezvous through the team's scratch
-        // space when every member's can hold the whole output.
-        let scratch_ok = addr == AddrMode::Local
-            && n > 0
-            && team.scratch().len() == p as usize
-            && team.scratch().iter().all(|x| x.1 >= p as usize * n);
-        let q = Query {
-            op,
-            size: p,
-            bytes: n,
-            addr,
-            sync: opts.sync,
-            commutative,
-            scratch: scratch_ok,
-            shm: team.inner.shm.is_some(),
-            hier: team.inner.hier.get().is_some(),
-        };
-        let online = opts.algorithm.is_none()
-            && !self.in_trial
-            && addr == AddrMode::Local
-            && self.tuner.mode() == TuneMode::Online
-            && !self.tuner.fixed_by_config(&q);
+        let q = Self::query(team, op, n, addr, opts, commutative);
+        let scratch_ok = q.scratch;
+        let online = self.online_applies(&q, opts);
         let mut algo = match online.then(|| self.tuner.online_choice(team.id(), &q).cloned()) {
             Some(Some(a)) => a,
             Some(None) => {
@@ -956,17 +1084,11 @@ impl<C: Conduit> CollEp<C> {
             if input.is_ok() && ShmOp::fits(op, p, elem, ch) {
                 let bytes = input.unwrap_or_default();
                 let seq = team.next_seq();
-                let shm = ShmOp::new(
-                    op,
-                    (p, r, root),
-                    elem,
-                    n,
+                let shm = OwnedShm::new(
+                    ShmOp::new(op, (p, r, root), elem, n, opts.sync, (team.id(), seq), ch),
                     bytes,
                     out_blocks * n,
                     reduce.map(|x| x.0),
-                    opts.sync,
-                    (team.id(), seq),
-                    ch,
                 );
                 return Ok(self.start_composite(team, seq, Some(shm), None));
             }
@@ -1102,7 +1224,7 @@ impl<C: Conduit> CollEp<C> {
         &mut self,
         team: &Team,
         seq: u32,
-        shm: Option<ShmOp>,
+        shm: Option<OwnedShm>,
         hier: Option<HierOp>,
     ) -> u64 {
         let id = self.next_op;
@@ -1634,12 +1756,7 @@ impl<C: Conduit> CollEp<C> {
     /// The collective's error, or [`CollError::BadHandle`].
     pub fn wait<T: Output>(&mut self, h: Handle<T>) -> Result<T, CollError> {
         let mut spins = 0u32;
-        // Under spin-then-block ranks often outnumber cores: the members this one
-        // waits for may need its core, so it yields early (as gex-rma's barrier).
-        let spin_limit = match self.rma.endpoint().wait_policy() {
-            WaitPolicy::Spin => SPIN_YIELD_AFTER,
-            _ => 16,
-        };
+        let spin_limit = self.spin_limit();
         loop {
             match self.ops.get(&h.id) {
                 None => return Err(CollError::BadHandle(h.id)),
@@ -1648,11 +1765,7 @@ impl<C: Conduit> CollEp<C> {
             }
             self.progress()?;
             spins = spins.saturating_add(1);
-            if spins > spin_limit && (spin_limit < SPIN_YIELD_AFTER || spins % 256 == 0) {
-                std::thread::yield_now();
-            } else {
-                gex_sync::hint::spin_loop();
-            }
+            Self::pause(spins, spin_limit);
         }
         let st = self.ops.get_mut(&h.id).expect("present");
         let res = st.result.take().expect("done");
@@ -1958,13 +2071,34 @@ impl<C: Conduit> CollEp<C> {
     }
 
     // ---------------------------------------------------------------- blocking
+    //
+    // Every blocking call has a `*_with` form taking [`Opts`]. When nothing else is
+    // in flight on this endpoint and the chosen algorithm is `shm`, it runs directly
+    // over the caller's slices (`direct`); otherwise through the nonblocking call
+    // (copying in and out).
 
     /// Barrier (blocking).
     ///
     /// # Errors
     /// See [`CollError`].
     pub fn barrier(&mut self, team: &Team) -> Result<(), CollError> {
-        let h = self.barrier_nb(team, &Opts::default())?;
+        self.barrier_with(team, &Opts::default())
+    }
+
+    /// [`barrier`](Self::barrier) with options.
+    ///
+    /// # Errors
+    /// See [`CollError`].
+    pub fn barrier_with(&mut self, team: &Team, opts: &Opts<'_>) -> Result<(), CollError> {
+        let io = Io {
+            input: &[],
+            out: &mut [],
+            reduce: None,
+        };
+        if self.direct(team, OpKind::Barrier, 0, 1, 0, io, true, opts)? {
+            return Ok(());
+        }
+        let h = self.barrier_nb(team, opts)?;
         self.wait(h)
     }
 
@@ -1978,7 +2112,48 @@ impl<C: Conduit> CollEp<C> {
         root: u32,
         buf: &mut [T],
     ) -> Result<(), CollError> {
-        let h = self.broadcast_nb(team, root, buf.to_vec(), &Opts::default())?;
+        self.broadcast_with(team, root, buf, &Opts::default())
+    }
+
+    /// [`broadcast`](Self::broadcast) with options.
+    ///
+    /// # Errors
+    /// See [`CollError`].
+    pub fn broadcast_with<T: Elem>(
+        &mut self,
+        team: &Team,
+        root: u32,
+        buf: &mut [T],
+        opts: &Opts<'_>,
+    ) -> Result<(), CollError> {
+        let count = buf.len();
+        let io = if team.rank() == root {
+            // The root's output is its input: nothing to copy.
+            Io {
+                input: bytemuck::cast_slice(buf),
+                out: &mut [],
+                reduce: None,
+            }
+        } else {
+            Io {
+                input: &[],
+                out: bytemuck::cast_slice_mut(buf),
+                reduce: None,
+            }
+        };
+        if self.direct(
+            team,
+            OpKind::Broadcast,
+            root,
+            size_of::<T>(),
+            count,
+            io,
+            true,
+            opts,
+        )? {
+            return Ok(());
+        }
+        let h = self.broadcast_nb(team, root, buf.to_vec(), opts)?;
         buf.copy_from_slice(&self.wait(h)?);
         Ok(())
     }
@@ -1986,7 +2161,8 @@ impl<C: Conduit> CollEp<C> {
     /// Scatter (blocking): `dst` receives this member's block of the root's `src`.
     ///
     /// # Errors
-    /// See [`CollError`].
+    /// [`CollError::BadLength`] at the root if `src` does not hold `P × dst.len()`
+    /// elements; see [`CollError`].
     pub fn scatter<T: Elem>(
         &mut self,
         team: &Team,
@@ -1994,7 +2170,46 @@ impl<C: Conduit> CollEp<C> {
         src: &[T],
         dst: &mut [T],
     ) -> Result<(), CollError> {
-        let h = self.scatter_nb(team, root, src.to_vec(), dst.len(), &Opts::default())?;
+        self.scatter_with(team, root, src, dst, &Opts::default())
+    }
+
+    /// [`scatter`](Self::scatter) with options.
+    ///
+    /// # Errors
+    /// As [`scatter`](Self::scatter).
+    pub fn scatter_with<T: Elem>(
+        &mut self,
+        team: &Team,
+        root: u32,
+        src: &[T],
+        dst: &mut [T],
+        opts: &Opts<'_>,
+    ) -> Result<(), CollError> {
+        let count = dst.len();
+        let input: &[T] = if team.rank() == root {
+            check_len("scatter input", team.size() as usize * count, src.len())?;
+            src
+        } else {
+            &[]
+        };
+        let io = Io {
+            input: bytemuck::cast_slice(input),
+            out: bytemuck::cast_slice_mut(dst),
+            reduce: None,
+        };
+        if self.direct(
+            team,
+            OpKind::Scatter,
+            root,
+            size_of::<T>(),
+            count,
+            io,
+            true,
+            opts,
+        )? {
+            return Ok(());
+        }
+        let h = self.scatter_nb(team, root, input.to_vec(), count, opts)?;
         dst.copy_from_slice(&self.wait(h)?);
         Ok(())
     }
@@ -2011,13 +2226,49 @@ impl<C: Conduit> CollEp<C> {
         src: &[T],
         dst: &mut [T],
     ) -> Result<(), CollError> {
-        if team.rank() == root {
+        self.gather_with(team, root, src, dst, &Opts::default())
+    }
+
+    /// [`gather`](Self::gather) with options.
+    ///
+    /// # Errors
+    /// As [`gather`](Self::gather).
+    pub fn gather_with<T: Elem>(
+        &mut self,
+        team: &Team,
+        root: u32,
+        src: &[T],
+        dst: &mut [T],
+        opts: &Opts<'_>,
+    ) -> Result<(), CollError> {
+        let is_root = team.rank() == root;
+        let out: &mut [T] = if is_root {
             check_len("gather output", src.len() * team.size() as usize, dst.len())?;
+            dst
+        } else {
+            &mut []
+        };
+        let io = Io {
+            input: bytemuck::cast_slice(src),
+            out: bytemuck::cast_slice_mut(out),
+            reduce: None,
+        };
+        if self.direct(
+            team,
+            OpKind::Gather,
+            root,
+            size_of::<T>(),
+            src.len(),
+            io,
+            true,
+            opts,
+        )? {
+            return Ok(());
         }
-        let h = self.gather_nb(team, root, src.to_vec(), &Opts::default())?;
+        let h = self.gather_nb(team, root, src.to_vec(), opts)?;
         let v = self.wait(h)?;
-        if team.rank() == root {
-            dst.copy_from_slice(&v);
+        if is_root {
+            out.copy_from_slice(&v);
         }
         Ok(())
     }
@@ -2032,14 +2283,23 @@ impl<C: Conduit> CollEp<C> {
         src: &[T],
         dst: &mut [T],
     ) -> Result<(), CollError> {
-        check_len(
-            "gather_all output",
-            src.len() * team.size() as usize,
-            dst.len(),
-        )?;
-        let h = self.gather_all_nb(team, src.to_vec(), &Opts::default())?;
-        dst.copy_from_slice(&self.wait(h)?);
-        Ok(())
+        self.gather_all_with(team, src, dst, &Opts::default())
+    }
+
+    /// [`gather_all`](Self::gather_all) with options.
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`].
+    pub fn gather_all_with<T: Elem>(
+        &mut self,
+        team: &Team,
+        src: &[T],
+        dst: &mut [T],
+        opts: &Opts<'_>,
+    ) -> Result<(), CollError> {
+        let p = team.size() as usize;
+        check_len("gather_all output", src.len() * p, dst.len())?;
+        self.symmetric(team, OpKind::GatherAll, src.len(), src, dst, None, opts)
     }
 
     /// Exchange (blocking); `src` and `dst` have `P` blocks.
@@ -2052,10 +2312,24 @@ impl<C: Conduit> CollEp<C> {
         src: &[T],
         dst: &mut [T],
     ) -> Result<(), CollError> {
+        self.exchange_with(team, src, dst, &Opts::default())
+    }
+
+    /// [`exchange`](Self::exchange) with options.
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`].
+    pub fn exchange_with<T: Elem>(
+        &mut self,
+        team: &Team,
+        src: &[T],
+        dst: &mut [T],
+        opts: &Opts<'_>,
+    ) -> Result<(), CollError> {
+        let p = team.size() as usize;
+        check_len("exchange input", src.len().div_ceil(p) * p, src.len())?;
         check_len("exchange output", src.len(), dst.len())?;
-        let h = self.exchange_nb(team, src.to_vec(), &Opts::default())?;
-        dst.copy_from_slice(&self.wait(h)?);
-        Ok(())
+        self.symmetric(team, OpKind::Exchange, src.len() / p, src, dst, None, opts)
     }
 
     /// Reduce (blocking): the root's `dst` gets the reduction; elsewhere untouched.
@@ -2070,13 +2344,42 @@ impl<C: Conduit> CollEp<C> {
         dst: &mut [T],
         op: &ReduceOp<T>,
     ) -> Result<(), CollError> {
-        if team.rank() == root {
+        self.reduce_with(team, root, src, dst, op, &Opts::default())
+    }
+
+    /// [`reduce`](Self::reduce) with options.
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`].
+    pub fn reduce_with<T: Elem>(
+        &mut self,
+        team: &Team,
+        root: u32,
+        src: &[T],
+        dst: &mut [T],
+        op: &ReduceOp<T>,
+        opts: &Opts<'_>,
+    ) -> Result<(), CollError> {
+        let is_root = team.rank() == root;
+        let out: &mut [T] = if is_root {
             check_len("reduce output", src.len(), dst.len())?;
+            dst
+        } else {
+            &mut []
+        };
+        let io = Io {
+            input: bytemuck::cast_slice(src),
+            out: bytemuck::cast_slice_mut(out),
+            reduce: Some(op.func()),
+        };
+        let (elem, comm) = (size_of::<T>(), op.is_commutative());
+        if self.direct(team, OpKind::Reduce, root, elem, src.len(), io, comm, opts)? {
+            return Ok(());
         }
-        let h = self.reduce_nb(team, root, src.to_vec(), op, &Opts::default())?;
+        let h = self.reduce_nb(team, root, src.to_vec(), op, opts)?;
         let v = self.wait(h)?;
-        if team.rank() == root {
-            dst.copy_from_slice(&v);
+        if is_root {
+            out.copy_from_slice(&v);
         }
         Ok(())
     }
@@ -2092,10 +2395,23 @@ impl<C: Conduit> CollEp<C> {
         dst: &mut [T],
         op: &ReduceOp<T>,
     ) -> Result<(), CollError> {
+        self.allreduce_with(team, src, dst, op, &Opts::default())
+    }
+
+    /// [`allreduce`](Self::allreduce) with options.
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`].
+    pub fn allreduce_with<T: Elem>(
+        &mut self,
+        team: &Team,
+        src: &[T],
+        dst: &mut [T],
+        op: &ReduceOp<T>,
+        opts: &Opts<'_>,
+    ) -> Result<(), CollError> {
         check_len("allreduce output", src.len(), dst.len())?;
-        let h = self.allreduce_nb(team, src.to_vec(), op, &Opts::default())?;
-        dst.copy_from_slice(&self.wait(h)?);
-        Ok(())
+        self.symmetric(team, OpKind::Allreduce, src.len(), src, dst, Some(op), opts)
     }
 
     /// Allreduce in place (blocking).
@@ -2108,7 +2424,38 @@ impl<C: Conduit> CollEp<C> {
         buf: &mut [T],
         op: &ReduceOp<T>,
     ) -> Result<(), CollError> {
-        let h = self.allreduce_nb(team, buf.to_vec(), op, &Opts::default())?;
+        self.allreduce_in_place_with(team, buf, op, &Opts::default())
+    }
+
+    /// [`allreduce_in_place`](Self::allreduce_in_place) with options.
+    ///
+    /// # Errors
+    /// See [`CollError`].
+    pub fn allreduce_in_place_with<T: Elem>(
+        &mut self,
+        team: &Team,
+        buf: &mut [T],
+        op: &ReduceOp<T>,
+        opts: &Opts<'_>,
+    ) -> Result<(), CollError> {
+        // This member's own contribution is combined after earlier members' (rank
+        // order), so the input is kept apart in a buffer the endpoint reuses.
+        let count = buf.len();
+        let mut tmp = std::mem::take(&mut self.tmp);
+        tmp.clear();
+        tmp.extend_from_slice(bytemuck::cast_slice(buf));
+        let io = Io {
+            input: &tmp,
+            out: bytemuck::cast_slice_mut(buf),
+            reduce: Some(op.func()),
+        };
+        let (elem, comm) = (size_of::<T>(), op.is_commutative());
+        let res = self.direct(team, OpKind::Allreduce, 0, elem, count, io, comm, opts);
+        self.tmp = tmp;
+        if res? {
+            return Ok(());
+        }
+        let h = self.allreduce_nb(team, buf.to_vec(), op, opts)?;
         buf.copy_from_slice(&self.wait(h)?);
         Ok(())
     }
@@ -2124,14 +2471,25 @@ impl<C: Conduit> CollEp<C> {
         dst: &mut [T],
         op: &ReduceOp<T>,
     ) -> Result<(), CollError> {
-        check_len(
-            "reduce_scatter input",
-            dst.len() * team.size() as usize,
-            src.len(),
-        )?;
-        let h = self.reduce_scatter_nb(team, src.to_vec(), op, &Opts::default())?;
-        dst.copy_from_slice(&self.wait(h)?);
-        Ok(())
+        self.reduce_scatter_with(team, src, dst, op, &Opts::default())
+    }
+
+    /// [`reduce_scatter`](Self::reduce_scatter) with options.
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`].
+    pub fn reduce_scatter_with<T: Elem>(
+        &mut self,
+        team: &Team,
+        src: &[T],
+        dst: &mut [T],
+        op: &ReduceOp<T>,
+        opts: &Opts<'_>,
+    ) -> Result<(), CollError> {
+        let p = team.size() as usize;
+        check_len("reduce_scatter input", dst.len() * p, src.len())?;
+        let kind = OpKind::ReduceScatter;
+        self.symmetric(team, kind, dst.len(), src, dst, Some(op), opts)
     }
 
     /// Inclusive scan (blocking).
@@ -2145,10 +2503,23 @@ impl<C: Conduit> CollEp<C> {
         dst: &mut [T],
         op: &ReduceOp<T>,
     ) -> Result<(), CollError> {
+        self.scan_with(team, src, dst, op, &Opts::default())
+    }
+
+    /// [`scan`](Self::scan) with options.
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`].
+    pub fn scan_with<T: Elem>(
+        &mut self,
+        team: &Team,
+        src: &[T],
+        dst: &mut [T],
+        op: &ReduceOp<T>,
+        opts: &Opts<'_>,
+    ) -> Result<(), CollError> {
         check_len("scan output", src.len(), dst.len())?;
-        let h = self.scan_nb(team, src.to_vec(), op, &Opts::default())?;
-        dst.copy_from_slice(&self.wait(h)?);
-        Ok(())
+        self.symmetric(team, OpKind::Scan, src.len(), src, dst, Some(op), opts)
     }
 
     /// Exclusive scan (blocking); team rank 0's `dst` is untouched.
@@ -2162,12 +2533,52 @@ impl<C: Conduit> CollEp<C> {
         dst: &mut [T],
         op: &ReduceOp<T>,
     ) -> Result<(), CollError> {
+        self.exscan_with(team, src, dst, op, &Opts::default())
+    }
+
+    /// [`exscan`](Self::exscan) with options.
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`].
+    pub fn exscan_with<T: Elem>(
+        &mut self,
+        team: &Team,
+        src: &[T],
+        dst: &mut [T],
+        op: &ReduceOp<T>,
+        opts: &Opts<'_>,
+    ) -> Result<(), CollError> {
         check_len("exscan output", src.len(), dst.len())?;
-        let h = self.exscan_nb(team, src.to_vec(), op, &Opts::default())?;
-        let v = self.wait(h)?;
-        if team.rank() > 0 {
-            dst.copy_from_slice(&v);
+        let out: &mut [T] = if team.rank() > 0 { dst } else { &mut [] };
+        self.symmetric(team, OpKind::Exscan, src.len(), src, out, Some(op), opts)
+    }
+
+    /// The body of the blocking calls whose output has the length [`OpKind::shape`]
+    /// gives (checked by the caller): `direct`, else the nonblocking call and a copy
+    /// of its output into `dst`.
+    #[allow(clippy::too_many_arguments)]
+    fn symmetric<T: Elem>(
+        &mut self,
+        team: &Team,
+        kind: OpKind,
+        count: usize,
+        src: &[T],
+        dst: &mut [T],
+        op: Option<&ReduceOp<T>>,
+        opts: &Opts<'_>,
+    ) -> Result<(), CollError> {
+        let io = Io {
+            input: bytemuck::cast_slice(src),
+            out: bytemuck::cast_slice_mut(dst),
+            reduce: op.map(ReduceOp::func),
+        };
+        let comm = op.is_none_or(ReduceOp::is_commutative);
+        if self.direct(team, kind, 0, size_of::<T>(), count, io, comm, opts)? {
+            return Ok(());
         }
+        let h = self.start_owned(team, kind, 0, count, src.to_vec(), op, opts)?;
+        let v = self.wait(h)?;
+        dst.copy_from_slice(&v);
         Ok(())
     }
 }

@@ -276,9 +276,6 @@ pub(crate) struct ShmOp {
     small: bool,
     pre: bool,
     post: bool,
-    input: Vec<u8>,
-    out: Vec<u8>,
-    reduce: Option<ReduceFn>,
     tid: u64,
     seq: u32,
     /// Current round (pre-barrier included).
@@ -295,6 +292,18 @@ impl std::fmt::Debug for ShmOp {
             .field("round", &self.g)
             .finish()
     }
+}
+
+/// The buffers a [`ShmOp`] works on: the member's input (its blocks, as
+/// [`OpKind::shape`] says), its output, and the reduction of the reducing operations.
+///
+/// The owned path (`*_nb`) passes the vectors it keeps; the blocking calls pass the
+/// caller's slices directly (no copy in or out). A broadcast root passes an empty
+/// output: its data are already where the output would be.
+pub(crate) struct Io<'a> {
+    pub(crate) input: &'a [u8],
+    pub(crate) out: &'a mut [u8],
+    pub(crate) reduce: Option<&'a ReduceFn>,
 }
 
 /// True for operations whose input holds one block per member.
@@ -334,16 +343,14 @@ impl ShmOp {
     }
 
     /// A shared-memory collective of member `me` of `p` (root `root`) with blocks of
-    /// `n` bytes; [`fits`](Self::fits) must hold.
-    #[allow(clippy::too_many_arguments)]
+    /// `n` bytes; [`fits`](Self::fits) must hold. The buffers come with every
+    /// [`step`](Self::step); [`keep_own`](Self::keep_own) places the pieces that stay
+    /// on this member.
     pub(crate) fn new(
         op: OpKind,
         (p, me, root): (u32, u32, u32),
         elem: usize,
         n: usize,
-        input: Vec<u8>,
-        out_len: usize,
-        reduce: Option<ReduceFn>,
         sync: crate::op::SyncModes,
         team: (u64, u32),
         ch: usize,
@@ -366,26 +373,6 @@ impl ShmOp {
         } else {
             n.div_ceil(chunk).max(1)
         };
-        let mut out = vec![0u8; out_len];
-        let nn = n;
-        // Pieces that stay on this member.
-        match op {
-            OpKind::Broadcast if me == root => out.copy_from_slice(&input[..nn]),
-            OpKind::Scatter if me == root => {
-                out.copy_from_slice(&input[root as usize * nn..(root as usize + 1) * nn]);
-            }
-            OpKind::Gather if me == root => {
-                out[me as usize * nn..(me as usize + 1) * nn].copy_from_slice(&input[..nn]);
-            }
-            OpKind::GatherAll => {
-                out[me as usize * nn..(me as usize + 1) * nn].copy_from_slice(&input[..nn]);
-            }
-            OpKind::Exchange => {
-                let r = me as usize * nn..(me as usize + 1) * nn;
-                out[r.clone()].copy_from_slice(&input[r]);
-            }
-            _ => {}
-        }
         ShmOp {
             op,
             p,
@@ -397,14 +384,29 @@ impl ShmOp {
             pre,
             post,
             small,
-            input,
-            out,
-            reduce,
             tid: team.0,
             seq: team.1,
             g: 0,
             published: false,
             k: 0,
+        }
+    }
+
+    /// Copies the pieces of `input` that stay on this member into `out` (nothing if
+    /// `out` is empty: a broadcast root whose output is its input).
+    pub(crate) fn keep_own(&self, input: &[u8], out: &mut [u8]) {
+        if out.is_empty() {
+            return;
+        }
+        let (me, root, nn) = (self.me as usize, self.root, self.n);
+        let mine = me * nn..(me + 1) * nn;
+        match self.op {
+            OpKind::Broadcast if self.me == root => out.copy_from_slice(&input[..nn]),
+            OpKind::Scatter if self.me == root => out.copy_from_slice(&input[mine]),
+            OpKind::Gather if self.me == root => out[mine].copy_from_slice(&input[..nn]),
+            OpKind::GatherAll => out[mine].copy_from_slice(&input[..nn]),
+            OpKind::Exchange => out[mine.clone()].copy_from_slice(&input[mine]),
+            _ => {}
         }
     }
 
@@ -461,7 +463,12 @@ impl ShmOp {
     }
 
     /// Advances as far as possible without waiting; true once complete.
-    pub(crate) fn step(&mut self, team: &ShmTeam, expected: &mut Expected) -> bool {
+    pub(crate) fn step(
+        &mut self,
+        team: &ShmTeam,
+        expected: &mut Expected,
+        io: &mut Io<'_>,
+    ) -> bool {
         let ch = team.ch;
         let own = team.areas[self.me as usize];
         while self.g < self.total() {
@@ -486,7 +493,7 @@ impl ShmOp {
                         return false;
                     }
                     if let Some(i) = data {
-                        self.write(own.data(ch, s), i);
+                        self.write(own.data(ch, s), i, io.input);
                     }
                     own.post(ch, s).store(tag, Ordering::Release);
                     expected[ch][s] += readers;
@@ -514,10 +521,10 @@ impl ShmOp {
                             pc.start
                         };
                         let len = pc.len();
-                        let (inp, out) = (&self.input[src..src + len], &mut self.out[pc]);
+                        let (inp, out) = (&io.input[src..src + len], &mut io.out[pc]);
                         if first {
                             out.copy_from_slice(inp);
-                        } else if let Some(f) = &self.reduce {
+                        } else if let Some(f) = io.reduce {
                             f(out, inp, false);
                         }
                     }
@@ -529,7 +536,7 @@ impl ShmOp {
                     return false;
                 }
                 if let Some(i) = data {
-                    self.read(a.data(ch, s), q, i, apply, first);
+                    self.read(a.data(ch, s), q, i, (apply, first), io);
                 }
                 a.ack(ch, s).fetch_add(1, Ordering::Release);
                 self.k += 1;
@@ -541,12 +548,12 @@ impl ShmOp {
     }
 
     /// Writes this member's pieces of data round `i` into its slot at `dst`.
-    fn write(&self, dst: *mut u8, i: usize) {
+    fn write(&self, dst: *mut u8, i: usize, input: &[u8]) {
         let pc = self.piece(i);
         let len = pc.len();
         if per_dest(self.op) {
             for d in (0..self.p).filter(|&d| d != self.me) {
-                let src = &self.input[d as usize * self.n + pc.start..][..len];
+                let src = &input[d as usize * self.n + pc.start..][..len];
                 // SAFETY: the slot has `cap` data bytes (large or small, the one
                 // `chunk` was computed for) and compact(d) < p - 1 pieces of `chunk` ≥
                 // len bytes fit it (chunk ≤ cap / (p - 1)); this member
@@ -561,12 +568,19 @@ impl ShmOp {
             }
         } else {
             // SAFETY: len ≤ chunk ≤ the slot's capacity; owned as above.
-            unsafe { std::ptr::copy_nonoverlapping(self.input[pc].as_ptr(), dst, len) };
+            unsafe { std::ptr::copy_nonoverlapping(input[pc].as_ptr(), dst, len) };
         }
     }
 
     /// Applies member `q`'s piece of data round `i` from its slot at `src`.
-    fn read(&mut self, src: *const u8, q: u32, i: usize, apply: Apply, first: bool) {
+    fn read(
+        &self,
+        src: *const u8,
+        q: u32,
+        i: usize,
+        (apply, first): (Apply, bool),
+        io: &mut Io<'_>,
+    ) {
         let pc = self.piece(i);
         let len = pc.len();
         let at = if per_dest(self.op) {
@@ -581,17 +595,49 @@ impl ShmOp {
             OpKind::Gather | OpKind::GatherAll | OpKind::Exchange => q as usize * self.n + pc.start,
             _ => pc.start,
         };
-        let out = &mut self.out[dst..dst + len];
+        let out = &mut io.out[dst..dst + len];
         match apply {
             Apply::Nothing => {}
             Apply::Copy => out.copy_from_slice(inc),
             Apply::Combine if first => out.copy_from_slice(inc),
             Apply::Combine => {
-                if let Some(f) = &self.reduce {
+                if let Some(f) = io.reduce {
                     f(out, inc, false);
                 }
             }
         }
+    }
+}
+
+/// A [`ShmOp`] with buffers of its own (the nonblocking calls).
+pub(crate) struct OwnedShm {
+    op: ShmOp,
+    input: Vec<u8>,
+    out: Vec<u8>,
+    reduce: Option<ReduceFn>,
+}
+
+impl OwnedShm {
+    /// `op` over `input` into a new `out_len`-byte output.
+    pub(crate) fn new(op: ShmOp, input: Vec<u8>, out_len: usize, reduce: Option<ReduceFn>) -> Self {
+        let mut out = vec![0u8; out_len];
+        op.keep_own(&input, &mut out);
+        OwnedShm {
+            op,
+            input,
+            out,
+            reduce,
+        }
+    }
+
+    /// [`ShmOp::step`] over the owned buffers.
+    pub(crate) fn step(&mut self, team: &ShmTeam, expected: &mut Expected) -> bool {
+        let mut io = Io {
+            input: &self.input,
+            out: &mut self.out,
+            reduce: self.reduce.as_ref(),
+        };
+        self.op.step(team, expected, &mut io)
     }
 
     /// The output (after [`step`](Self::step) returned true).

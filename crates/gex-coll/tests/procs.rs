@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{bytes, matrix, reference};
+use common::{bytes, matrix, matrix_mode, reference};
 use gex::spi::Conduit;
 use gex::{Client, ClientBuilder, Job};
 use gex_coll::{CollEp, OpKind, Opts, Scratch, Single, SyncMode};
@@ -27,6 +27,12 @@ impl Job for Matrix {
         let t = c.split(&w, Some(r / 2), r, Scratch::None).unwrap().unwrap();
         assert_eq!(t.size(), 2);
         matrix(&mut c, &t, &[5]);
+        // The blocking calls (direct shared-memory path on smp), blocks up to three
+        // rounds of the world's slot.
+        let direct = c.direct_calls();
+        matrix_mode(&mut c, &w, &[1, 9000, 70_000], true);
+        matrix_mode(&mut c, &t, &[5, 9000], true);
+        assert!(c.shared_memory(&w) == (c.direct_calls() > direct));
         c.barrier(&w).unwrap();
         assert_eq!(c.dropped_messages(), 0);
         drop(c);

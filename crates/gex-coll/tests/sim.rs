@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{bytes, matrix, reference};
+use common::{bytes, matrix, matrix_mode, reference};
 use gex_coll::{BuiltinOp, CollEp, CollError, OpKind, Opts, ReduceOp, Scratch, Single, SyncMode};
 use gex_core::{Client, ClientBuilder};
 use gex_rma::RmaEp;
@@ -803,7 +803,8 @@ fn local_mode_through_scratch() {
 /// three ranks the world team (spanning hosts) has no shared-memory channel and
 /// refuses a forced `shm`, while the per-host teams of a split have one, the tuner
 /// picks `shm` for them, and every algorithm × operation (shm forced, tuned, the
-/// message algorithms) matches the reference there, with blocks several rounds long;
+/// message algorithms) matches the reference there, with blocks several rounds long,
+/// through the nonblocking calls and through the blocking ones (the direct path);
 /// a team of the host leaders (across hosts) runs the message algorithms.
 #[test]
 fn shm_per_host_teams_and_cross_host_leaders() {
@@ -847,6 +848,9 @@ fn shm_per_host_teams_and_cross_host_leaders() {
             // 9000 u32 = 36 KB per block: three rounds on a world-sized slot, eight
             // on a team channel's.
             let n = matrix(&mut c, &host, &[0, 13, 9000]);
+            let direct = c.direct_calls();
+            matrix_mode(&mut c, &host, &[0, 13, 9000], true);
+            assert_eq!(c.direct_calls() > direct, shm);
             let leaders = c
                 .split(&w, (r % 3 == 0).then_some(0), r, Scratch::None)
                 .unwrap();
@@ -923,6 +927,56 @@ fn shm_channels_concurrency_and_sync_modes() {
             let g = c.wait(h).unwrap();
             assert_eq!(g, (0..p as u8).flat_map(|r| [r; 3]).collect::<Vec<_>>());
             c.barrier(&w).unwrap();
+            assert_eq!(c.in_flight(), 0);
+        },
+    );
+}
+
+/// Blocking calls take the direct shared-memory path only when nothing else is in
+/// flight on the endpoint: while ranks 0 and 1 hold an allreduce on their pair team,
+/// their blocking world collectives queue behind it (nonblocking path) and ranks 2
+/// and 3 run the same collectives directly; both paths interoperate (same sequence
+/// numbers and slots), and every value is right.
+#[test]
+fn blocking_calls_mix_direct_and_queued_paths() {
+    run_sim(
+        4,
+        SimConfig::default().seed(9),
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let (p, me) = (w.size(), w.rank());
+            let on = !cfg!(gex_force_am_rma);
+            let pair = c
+                .split(&w, Some(me / 2), me, Scratch::None)
+                .unwrap()
+                .unwrap();
+            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+            let held = (me < 2).then(|| {
+                c.allreduce_nb(&pair, vec![u64::from(me); 1000], &sum, &Opts::default())
+                    .unwrap()
+            });
+            let before = c.direct_calls();
+            for k in 0..20u32 {
+                let root = k % p;
+                let mut buf = vec![if me == root { k * 31 + 7 } else { 0 }; 1 + k as usize * 300];
+                c.broadcast(&w, root, &mut buf).unwrap();
+                assert!(buf.iter().all(|&x| x == k * 31 + 7), "broadcast {k}");
+                let mut out = [0u64; 3];
+                c.allreduce(&w, &[u64::from(me + k); 3], &mut out, &sum)
+                    .unwrap();
+                assert_eq!(out, [(0..p).map(|r| u64::from(r + k)).sum::<u64>(); 3]);
+            }
+            let direct = c.direct_calls() - before;
+            assert_eq!(direct, if on && me >= 2 { 40 } else { 0 }, "rank {me}");
+            if let Some(h) = held {
+                assert_eq!(c.wait(h).unwrap(), vec![1u64; 1000]);
+            }
+            c.barrier(&w).unwrap();
+            // The barrier: direct everywhere once nothing is held.
+            let all = u64::from(on) * (direct + 1);
+            assert_eq!(c.direct_calls() - before, all);
             assert_eq!(c.in_flight(), 0);
         },
     );

@@ -162,8 +162,102 @@ pub fn run_one<C: Conduit, T: Elem>(
     true
 }
 
+/// As [`run_one`], through the blocking `*_with` calls over borrowed slices (the
+/// direct shared-memory path where it applies). Outputs start filled with a
+/// sentinel, and a member without output (a non-root of gather or reduce, rank 0 of
+/// exscan) must find its buffer untouched.
+#[allow(clippy::too_many_arguments)]
+pub fn run_one_blocking<C: Conduit, T: Elem>(
+    c: &mut CollEp<C>,
+    team: &Team,
+    op: OpKind,
+    alg: Option<&str>,
+    root: u32,
+    count: usize,
+    red: &ReduceOp<T>,
+    salt: u64,
+) -> bool {
+    let p = team.size();
+    let me = team.rank();
+    let n = count * size_of::<T>();
+    let inputs: Vec<Vec<u8>> = (0..p)
+        .map(|r| bytes(r as usize, salt, op.shape(p, r, root).0.max(1) * n))
+        .collect();
+    let opts = Opts {
+        algorithm: alg,
+        ..Opts::default()
+    };
+    let pn = p as usize * count;
+    let src: Vec<T> = to_vec(&inputs[me as usize]);
+    let sentinel = |len: usize| -> Vec<T> { to_vec(&vec![0xa5u8; len * size_of::<T>()]) };
+    let mut dst = sentinel(match op {
+        OpKind::Gather | OpKind::GatherAll | OpKind::Exchange => pn,
+        _ => count,
+    });
+    let res = match op {
+        OpKind::Barrier => c.barrier_with(team, &opts),
+        OpKind::Broadcast => {
+            if me == root {
+                dst.copy_from_slice(&src);
+            }
+            c.broadcast_with(team, root, &mut dst, &opts)
+        }
+        OpKind::Scatter => c.scatter_with(team, root, &src, &mut dst, &opts),
+        OpKind::Gather => c.gather_with(team, root, &src, &mut dst, &opts),
+        OpKind::GatherAll => c.gather_all_with(team, &src, &mut dst, &opts),
+        OpKind::Exchange => c.exchange_with(team, &src, &mut dst, &opts),
+        OpKind::Reduce => c.reduce_with(team, root, &src, &mut dst, red, &opts),
+        OpKind::Allreduce if salt % 2 == 0 => {
+            dst.copy_from_slice(&src);
+            c.allreduce_in_place_with(team, &mut dst, red, &opts)
+        }
+        OpKind::Allreduce => c.allreduce_with(team, &src, &mut dst, red, &opts),
+        OpKind::ReduceScatter => c.reduce_scatter_with(team, &src, &mut dst, red, &opts),
+        OpKind::Scan => c.scan_with(team, &src, &mut dst, red, &opts),
+        OpKind::Exscan => c.exscan_with(team, &src, &mut dst, red, &opts),
+    };
+    match res {
+        Err(CollError::Unsupported { .. }) => return false,
+        Err(e) => panic!("{op} {alg:?}: {e}"),
+        Ok(()) => {}
+    }
+    let want = reference(
+        op,
+        root as usize,
+        n,
+        &inputs,
+        op.reduces().then_some(red.func()),
+    );
+    let want = &want[me as usize];
+    let got: &[u8] = bytemuck::cast_slice(&dst);
+    if op == OpKind::Barrier {
+        assert!(got.iter().all(|&b| b == 0xa5));
+    } else if want.is_empty() {
+        assert!(
+            got.iter().all(|&b| b == 0xa5),
+            "{op} alg={alg:?} P={p} root={root} count={count} rank {me}: output touched"
+        );
+    } else {
+        assert_eq!(
+            got, want,
+            "{op} (blocking) alg={alg:?} P={p} root={root} count={count} rank {me}"
+        );
+    }
+    true
+}
+
 /// Every registered algorithm of every op, plus the tuned choice.
 pub fn matrix<C: Conduit>(c: &mut CollEp<C>, team: &Team, counts: &[usize]) -> usize {
+    matrix_mode(c, team, counts, false)
+}
+
+/// [`matrix`] through the nonblocking calls (`blocking` false) or the blocking ones.
+pub fn matrix_mode<C: Conduit>(
+    c: &mut CollEp<C>,
+    team: &Team,
+    counts: &[usize],
+    blocking: bool,
+) -> usize {
     let sum32 = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
     let max_f64 = ReduceOp::<f64>::builtin(BuiltinOp::Max).unwrap();
     let bxor8 = ReduceOp::<i8>::builtin(BuiltinOp::Bxor).unwrap();
@@ -179,17 +273,18 @@ pub fn matrix<C: Conduit>(c: &mut CollEp<C>, team: &Team, counts: &[usize]) -> u
                 salt += 1;
                 let root = if op.rooted() { (salt as u32) % p } else { 0 };
                 let a = alg.as_deref();
-                ran += usize::from(run_one(c, team, op, a, root, count, &sum32, salt));
+                ran += usize::from(one(blocking, c, team, op, a, root, count, &sum32, salt));
                 if op.reduces() {
-                    ran += usize::from(run_one(c, team, op, a, root, count, &aff, salt));
+                    ran += usize::from(one(blocking, c, team, op, a, root, count, &aff, salt));
                 }
             }
         }
         // More element types with the tuned choice.
         let root = if op.rooted() { p - 1 } else { 0 };
-        run_one(c, team, op, None, root, 7, &max_f64, 99);
-        run_one(c, team, op, None, root, 9, &bxor8, 98);
-        run_one(
+        one(blocking, c, team, op, None, root, 7, &max_f64, 99);
+        one(blocking, c, team, op, None, root, 9, &bxor8, 98);
+        one(
+            blocking,
             c,
             team,
             op,
@@ -199,7 +294,8 @@ pub fn matrix<C: Conduit>(c: &mut CollEp<C>, team: &Team, counts: &[usize]) -> u
             &ReduceOp::<u128>::builtin(BuiltinOp::Prod).unwrap(),
             97,
         );
-        run_one(
+        one(
+            blocking,
             c,
             team,
             op,
@@ -211,4 +307,24 @@ pub fn matrix<C: Conduit>(c: &mut CollEp<C>, team: &Team, counts: &[usize]) -> u
         );
     }
     ran
+}
+
+/// [`run_one`] or [`run_one_blocking`].
+#[allow(clippy::too_many_arguments)]
+fn one<C: Conduit, T: Elem>(
+    blocking: bool,
+    c: &mut CollEp<C>,
+    team: &Team,
+    op: OpKind,
+    alg: Option<&str>,
+    root: u32,
+    count: usize,
+    red: &ReduceOp<T>,
+    salt: u64,
+) -> bool {
+    if blocking {
+        run_one_blocking(c, team, op, alg, root, count, red, salt)
+    } else {
+        run_one(c, team, op, alg, root, count, red, salt)
+    }
 }
