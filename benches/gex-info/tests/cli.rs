@@ -88,3 +88,27 @@ fn ofi_reports_provider_and_paths() {
     assert!(text.contains("tcp;ofi_rxm"), "{text}");
     assert!(text.contains("RMA put/get"), "{text}");
 }
+
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_reports_the_local_buffer_path_and_why() {
+    let text = stdout(&gex_info(&["ofi"], &[("GEX_OFI_PROVIDER", "tcp")]));
+    assert!(
+        text.contains("RMA local buffers: no registration needed")
+            && text.contains("does not require FI_MR_LOCAL"),
+        "{text}"
+    );
+    let text = stdout(&gex_info(
+        &["ofi"],
+        &[("GEX_OFI_PROVIDER", "shm"), ("GEX_OFI_MR_LOCAL", "1")],
+    ));
+    let line = text
+        .lines()
+        .find(|l| l.contains("RMA local buffers"))
+        .unwrap_or_else(|| panic!("no local-buffer path: {text}"));
+    assert!(
+        line.contains("client regions") && line.contains("GEX_OFI_MR_LOCAL=1"),
+        "{line}"
+    );
+    assert!(text.contains("atomics: native"), "{text}");
+}

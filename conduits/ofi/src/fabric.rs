@@ -731,6 +731,9 @@ impl EpHandle {
     /// into `result`) or `fi_compare_atomic` (`compare`, then `buf` stored, old value
     /// into `result`), as `call` says.
     ///
+    /// `desc` is the descriptor of the registration holding `buf`, `compare` and
+    /// `result` (all three in one registered array under `FI_MR_LOCAL`; else none).
+    ///
     /// # Safety
     /// `buf`, `compare` and `result` (as used by `call`) and `ctx` stay valid, and
     /// `result` untouched by others, until the completion for `ctx` has been read or the
@@ -743,6 +746,7 @@ impl EpHandle {
         buf: *const u64,
         compare: *const u64,
         result: *mut u64,
+        desc: Desc,
         dest: u64,
         addr: u64,
         key: u64,
@@ -750,9 +754,9 @@ impl EpHandle {
         op: fi::fi_op,
         ctx: *mut c_void,
     ) -> Result<(), Errno> {
-        let nd = ptr::null_mut();
-        // SAFETY: by the caller's contract (one element, no descriptors: only used
-        // where the provider does not require FI_MR_LOCAL).
+        let nd = desc.0;
+        // SAFETY: by the caller's contract (one element; the descriptor covers the
+        // operand, compare and result words).
         fi_call!(unsafe {
             match call {
                 AtomicCall::Plain => {

@@ -48,8 +48,15 @@
 //!   (regions bound to the endpoint and enabled), `FI_MR_PROV_KEY` (keys read back),
 //!   `FI_MR_VIRT_ADDR` (published addresses are virtual or offsets). When the provider
 //!   offers `FI_RMA`, every segment of a rank is registered in every endpoint's domain
-//!   (redundant registration) and keys are exchanged for native RMA; under
-//!   `FI_MR_LOCAL` an RMA buffer outside the segments takes gex-rma's AM path.
+//!   (redundant registration) and keys are exchanged for native RMA. Under
+//!   `FI_MR_LOCAL` a local RMA buffer outside the segments gets its descriptor from the
+//!   endpoint's registration cache: a client region's registration
+//!   ([`Ofi::register`], a [`MemRegion`] guard that borrows the buffer, registered per
+//!   endpoint at first use and kept within `GEX_OFI_MR_CACHE_ENTRIES` /
+//!   `GEX_OFI_MR_CACHE_BYTES`), else one made for the operation and closed at its
+//!   completion. A registration is only ever used while its memory provably keeps its
+//!   pages (the module `mr` explains why no memory monitor is needed);
+//!   `GEX_OFI_MR_LOCAL=1` makes the conduit act so on providers that do not require it.
 //! - **Hybrid jobs.** When the job spans several hosts and a host has several ranks
 //!   (`GEX_OFI_HYBRID`, default `auto`), ranks of one host talk through the smp
 //!   conduit's shared memory, reused as a library ([`gex_conduit_smp::node`]): AMs to
@@ -72,7 +79,8 @@
 //! libfabric and its `FI_PROVIDER`), `GEX_OFI_DOMAIN`, `GEX_OFI_MAX_MEDIUM` (default
 //! 8 KiB), `GEX_OFI_CREDITS` (default 64), `GEX_OFI_MULTI_RECV` (default 1),
 //! `GEX_OFI_RMA` (default 1), `GEX_OFI_ATOMICS` (default 1), `GEX_OFI_HYBRID` (default
-//! `auto`). See
+//! `auto`), `GEX_OFI_MR_LOCAL` (default 0, a testing aid), `GEX_OFI_MR_CACHE_ENTRIES`
+//! (default 256), `GEX_OFI_MR_CACHE_BYTES` (default 1G). See
 //! `docs/ofi.md` and `docs/env.md`.
 //!
 //! ## Errors and faults
@@ -85,14 +93,15 @@
 //! text: the rank ends and the launcher ends the job, rather than hanging.
 //!
 //! ## What it does not do (yet)
-//! Long payloads larger than a Medium, a registration cache for RMA buffers outside the
-//! segments under `FI_MR_LOCAL` (and native atomics there), a combined sleep on the
-//! rings and the CQ in a hybrid job.
+//! Long payloads larger than a Medium, a combined sleep on the rings and the CQ in a
+//! hybrid job.
 
 mod fabric;
+mod mr;
 mod ofi;
 mod wire;
 
+pub use mr::{DEFAULT_MR_CACHE_BYTES, DEFAULT_MR_CACHE_ENTRIES, MemRegion};
 pub use ofi::{
     DEFAULT_CREDITS, DEFAULT_MAX_MEDIUM, DEFAULT_PROVIDER, Ofi, OfiEp, OfiReport, OfiStats,
     PathChoice,

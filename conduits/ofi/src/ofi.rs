@@ -18,8 +18,12 @@
 //!   outlive the libfabric endpoint. A slot is taken when an operation is posted and
 //!   freed only after its completion has been read and reported by `native_test`. The
 //!   user buffers of puts and gets are the caller's to keep valid until completion
-//!   (`ConduitEp::native_put`'s contract); remote addresses are the peer's published
-//!   segment base (or 0) plus an offset the caller checked against the segment.
+//!   (`ConduitEp::native_put`'s contract), and so is an atomic's result word, which
+//!   `native_test` writes (from the slot's result word) just before it reports the
+//!   completion; remote addresses are the peer's published segment base (or 0) plus an
+//!   offset the caller checked against the segment. Registrations of local buffers are
+//!   `crate::mr`'s (its Safety section); a slot keeps its registration's tag until its
+//!   completion is read.
 //! - **Segments** are zero-filled [`Mem`] allocations owned by [`Ofi`], which every
 //!   endpoint keeps alive through its `Arc`; in a hybrid job they are the endpoints'
 //!   segments inside the node-local shared region (`Mem::shared`, not freed by `Mem`),
@@ -33,6 +37,10 @@
 use crate::fabric::{
     AtomicCall, Av, CQ_BATCH, Completion, Cq, Desc, Domain, EpHandle, Errno, Fabric, Hints, Info,
     InfoList, Mr, flags,
+};
+use crate::mr::{
+    CacheConfig, DEFAULT_MR_CACHE_BYTES, DEFAULT_MR_CACHE_ENTRIES, MemRegion, MrCache, MrCounters,
+    Registry,
 };
 use crate::wire::{self, Credits, HEADER};
 use gex_conduit_smp::{Smp, SmpEp};
@@ -268,6 +276,11 @@ struct Settings {
     atomics: bool,
     /// `GEX_OFI_HYBRID`: `None` = auto.
     hybrid: Option<bool>,
+    /// `GEX_OFI_MR_LOCAL=1`: act as if the provider required `FI_MR_LOCAL` (testing aid).
+    force_mr_local: bool,
+    /// `GEX_OFI_MR_CACHE_ENTRIES`, `GEX_OFI_MR_CACHE_BYTES`.
+    mr_cache_entries: usize,
+    mr_cache_bytes: usize,
 }
 
 fn settings(params: &OpenParams<'_>) -> Result<Settings, InitError> {
@@ -295,6 +308,12 @@ fn settings(params: &OpenParams<'_>) -> Result<Settings, InitError> {
             "GEX_OFI_MAX_MEDIUM={max_medium}: must be between 512 and 1048576"
         )));
     }
+    let mr_cache_entries = c.u64("GEX_OFI_MR_CACHE_ENTRIES", DEFAULT_MR_CACHE_ENTRIES as u64)?;
+    if mr_cache_entries > 1 << 16 {
+        return Err(InitError::Config(format!(
+            "GEX_OFI_MR_CACHE_ENTRIES={mr_cache_entries}: must be at most 65536"
+        )));
+    }
     let credits = c.u64("GEX_OFI_CREDITS", u64::from(DEFAULT_CREDITS))?;
     if !(2..=4096).contains(&credits) {
         return Err(InitError::Config(format!(
@@ -314,6 +333,9 @@ fn settings(params: &OpenParams<'_>) -> Result<Settings, InitError> {
             None | Some("") | Some("auto") => None,
             Some(_) => Some(c.bool("GEX_OFI_HYBRID", false)?),
         },
+        force_mr_local: c.bool("GEX_OFI_MR_LOCAL", false)?,
+        mr_cache_entries: mr_cache_entries as usize,
+        mr_cache_bytes: c.size("GEX_OFI_MR_CACHE_BYTES", DEFAULT_MR_CACHE_BYTES)?,
     })
 }
 
@@ -551,6 +573,25 @@ pub struct OfiStats {
     pub shm_am_delivered: u64,
     /// AMs (requests and replies) delivered from libfabric.
     pub net_am_delivered: u64,
+    /// Native operations whose local buffer lies outside the memory registered at open
+    /// and that used a registration already in the cache (a client region's, or one an
+    /// operation on the same buffer still in flight made). Only under `FI_MR_LOCAL`
+    /// (the provider's, or `GEX_OFI_MR_LOCAL=1`).
+    pub mr_cache_hits: u64,
+    /// Client regions ([`Ofi::register`]) registered by an endpoint at its first
+    /// operation from them, or again after an eviction (cache misses).
+    pub mr_region_registrations: u64,
+    /// Registrations made for one operation (its local buffer in no segment, pool or
+    /// client region), closed when its last user completes.
+    pub mr_op_registrations: u64,
+    /// Idle client-region registrations closed to stay within
+    /// `GEX_OFI_MR_CACHE_ENTRIES` / `GEX_OFI_MR_CACHE_BYTES`.
+    pub mr_evictions: u64,
+    /// Registrations of the two kinds above closed so far (completion, eviction, region
+    /// dropped, endpoint closed): equal to their sum once every endpoint has closed.
+    pub mr_closed: u64,
+    /// On-demand registrations that failed (the operation took gex-rma's AM path).
+    pub mr_failures: u64,
 }
 
 /// The libfabric conduit. See the [crate documentation](crate).
@@ -561,6 +602,11 @@ pub struct Ofi {
     seg_len: usize,
     remote: Vec<Option<RemoteSeg>>,
     counters: Vec<EpCounters>,
+    /// Per endpoint: counters of its registrations of local buffers (shared with its
+    /// cache, which outlives the endpoint in a grave).
+    mr_counters: Vec<Arc<MrCounters>>,
+    /// Client regions ([`Ofi::register`]).
+    regions: Arc<Registry>,
     // Closed last: every domain (one per endpoint) is closed by then.
     _fabric: Fabric,
     _info: Info,
@@ -604,7 +650,31 @@ impl Ofi {
             s.shm_am_delivered += c.shm_recv.load(Ordering::Relaxed);
             s.net_am_delivered += c.net_recv.load(Ordering::Relaxed);
         }
+        for c in &self.mr_counters {
+            s.mr_cache_hits += c.hits.load(Ordering::Relaxed);
+            s.mr_region_registrations += c.region_regs.load(Ordering::Relaxed);
+            s.mr_op_registrations += c.op_regs.load(Ordering::Relaxed);
+            s.mr_evictions += c.evictions.load(Ordering::Relaxed);
+            s.mr_closed += c.closed.load(Ordering::Relaxed);
+            s.mr_failures += c.failures.load(Ordering::Relaxed);
+        }
         s
+    }
+
+    /// Registers `buf` for native RMA and atomics for as long as the returned guard
+    /// lives (a *client region*; see [`MemRegion`]): use the guard (it derefs to the
+    /// slice) as the local buffer of puts, gets and VIS transfers. Where the provider
+    /// requires `FI_MR_LOCAL`, each endpoint registers the region in its own domain at
+    /// its first operation from it and keeps the registration in its cache, so later
+    /// transfers from the region need no registration (a buffer outside the segments
+    /// and every region is registered for each operation instead). Elsewhere it costs
+    /// nothing. Regions of one conduit never overlap (each borrows its memory).
+    ///
+    /// Registration itself is lazy (a libfabric domain belongs to the thread driving
+    /// its endpoint): a failure shows at the first transfer, which then takes gex-rma's
+    /// AM path and is counted in [`OfiStats::mr_failures`].
+    pub fn register<'a, T>(&self, buf: &'a mut [T]) -> MemRegion<'a, T> {
+        self.regions.add(buf)
     }
 
     /// Whether `rank` is reached through shared memory (hybrid jobs: a rank of this host).
@@ -640,16 +710,18 @@ struct Rma {
     epoch: Vec<u32>,
     state: Vec<u8>,
     free: Vec<u32>,
-    /// This rank's segments (address, length, descriptor of their registration in this
-    /// endpoint's domain), for local descriptors.
-    local: Vec<(usize, usize, Desc)>,
-    /// `FI_MR_LOCAL`: a buffer outside the registered segments cannot be used.
-    mr_local: bool,
-    /// `FI_ATOMIC` granted (and no `FI_MR_LOCAL`, which the operand words would need).
+    /// Per slot: the tag of the registration its local buffer uses (see
+    /// `MrCache::acquire`; 0: none to release).
+    tag: Vec<u32>,
+    /// Per slot: where a fetching atomic's old value goes (copied from the slot's
+    /// result word by `native_test`), or null.
+    res: Vec<*mut u64>,
+    /// `FI_ATOMIC` granted.
     atomics: bool,
-    /// Per slot: an atomic's operands (`[operand, compare]`) and, for a compare-and-swap
-    /// whose old value is not wanted, where it lands.
+    /// Per slot: an atomic's words: operand, compare value, and the result the provider
+    /// writes (registered under `FI_MR_LOCAL`, descriptor `words_desc`).
     words: Mem,
+    words_desc: Desc,
 }
 
 const SLOT_FREE: u8 = 0;
@@ -657,23 +729,19 @@ const SLOT_PENDING: u8 = 1;
 const SLOT_DONE: u8 = 2;
 
 impl Rma {
-    fn new(
-        on: bool,
-        atomics: bool,
-        local: Vec<(usize, usize, Desc)>,
-        mr_local: bool,
-    ) -> Result<Rma, InitError> {
+    fn new(on: bool, atomics: bool) -> Result<Rma, InitError> {
         let n = if on { RMA_SLOTS } else { 0 };
         Ok(Rma {
-            atomics: on && atomics && !mr_local,
+            atomics: on && atomics,
             words: Mem::new(n * 24)?,
+            words_desc: Desc::NONE,
             on,
             ctx: Mem::new(n * flags::CONTEXT_BYTES)?,
             epoch: vec![0; n],
             state: vec![SLOT_FREE; n],
             free: (0..n as u32).rev().collect(),
-            local,
-            mr_local,
+            tag: vec![0; n],
+            res: vec![std::ptr::null_mut(); n],
         })
     }
     #[inline(always)]
@@ -689,18 +757,6 @@ impl Rma {
         (off < self.state.len() * flags::CONTEXT_BYTES && off % flags::CONTEXT_BYTES == 0)
             .then_some(off / flags::CONTEXT_BYTES)
     }
-    /// The local descriptor for `p..p+len`: its segment's, or none where the provider
-    /// does not need one; `None` if it needs one and the range is not registered.
-    #[inline]
-    fn desc(&self, p: *const u8, len: usize) -> Option<Desc> {
-        let p = p as usize;
-        for &(b, l, d) in &self.local {
-            if p >= b && p - b <= l && len <= l - (p - b) {
-                return Some(d);
-            }
-        }
-        (!self.mr_local).then_some(Desc::NONE)
-    }
     /// Slot `i`'s words: operand, compare value, discarded result.
     #[inline(always)]
     fn words(&self, i: usize) -> *mut u64 {
@@ -709,10 +765,12 @@ impl Rma {
         // aligned base).
         unsafe { self.words.base().add(i * 24) }.cast()
     }
-    /// Marks the operation of slot `i` complete.
+    /// Marks the operation of slot `i` complete; returns the tag of the registration
+    /// it used, for `MrCache::release`.
     #[inline]
-    fn completed(&mut self, i: usize) {
+    fn completed(&mut self, i: usize) -> u32 {
         self.state[i] = SLOT_DONE;
+        std::mem::take(&mut self.tag[i])
     }
 }
 
@@ -721,12 +779,15 @@ impl Rma {
 #[derive(Debug)]
 struct Objects {
     ep: crate::fabric::Endpoint,
+    /// Registrations of local RMA buffers made on demand (closed after the endpoint and
+    /// before the domain), and the table of those made at open.
+    cache: MrCache,
     /// Held only to be closed after the endpoint and before the domain.
     _mrs: Vec<Mr>,
     cq: Cq,
     av: Av,
-    /// Held only to be closed last.
-    _domain: Domain,
+    /// Closed last.
+    domain: Domain,
 }
 
 /// Sending half of an endpoint (also the [`ReplyTx`] handed to handlers).
@@ -1167,13 +1228,19 @@ impl OfiEp {
             return Ok(Native::Done);
         }
         let g = self.tx.g(dst);
-        let (Some(Some(r)), Some(desc)) = (self.conduit.remote.get(g), self.rma.desc(buf, len))
-        else {
+        let Some(Some(r)) = self.conduit.remote.get(g) else {
             return Ok(Native::Unsupported);
         };
         let (addr, key) = (r.base + offset as u64, r.key);
         let Some(slot) = self.rma.free.pop() else {
             return Ok(Native::WouldBlock);
+        };
+        // The local descriptor: registered at open, cached, or registered now (under
+        // FI_MR_LOCAL); a registration that fails leaves the transfer to the AM path.
+        let o = &mut *self.objs;
+        let Some((desc, tag)) = o.cache.acquire(&o.domain, &o.ep, buf, len) else {
+            self.rma.free.push(slot);
+            return Ok(Native::Unsupported);
         };
         let i = slot as usize;
         let ctx = self.rma.ctx(i);
@@ -1191,6 +1258,7 @@ impl OfiEp {
         match r {
             Ok(()) => {
                 self.rma.state[i] = SLOT_PENDING;
+                self.rma.tag[i] = tag;
                 let c = &self.conduit.counters[self.index as usize];
                 match dir {
                     Dir::Write => EpCounters::add(&c.puts, &c.put_bytes, len),
@@ -1202,10 +1270,12 @@ impl OfiEp {
             }
             Err(Errno::AGAIN) => {
                 self.rma.free.push(slot);
+                self.objs.cache.release(tag);
                 Ok(Native::WouldBlock)
             }
             Err(e) => {
                 self.rma.free.push(slot);
+                self.objs.cache.release(tag);
                 let what = match dir {
                     Dir::Write => "fi_writemsg to",
                     Dir::Read => "fi_read from",
@@ -1216,6 +1286,14 @@ impl OfiEp {
                 ))
             }
         }
+    }
+
+    /// The completion of native operation `i` was read: its slot is done and its
+    /// registration released.
+    #[inline]
+    fn rma_completed(&mut self, i: usize) {
+        let tag = self.rma.completed(i);
+        self.objs.cache.release(tag);
     }
 
     #[cold]
@@ -1235,7 +1313,7 @@ impl OfiEp {
             return Done::Nothing;
         }
         if let Some(i) = self.rma.index_of(c.ctx) {
-            self.rma.completed(i);
+            self.rma_completed(i);
             return Done::Nothing;
         }
         let Some(i) = self.rx.pool.index_of(c.ctx) else {
@@ -1537,7 +1615,8 @@ impl Grave {
         if let Some(i) = self.tx.pool.index_of(ctx) {
             self.tx.sent(i);
         } else if let Some(i) = self.rma.index_of(ctx) {
-            self.rma.completed(i);
+            let tag = self.rma.completed(i);
+            self.objs.cache.release(tag);
         } else if let Some(i) = self.rx.pool.index_of(ctx) {
             // A canceled receive is not reposted: its endpoint is being torn down.
             if !error && (!self.rx.multi || fl & flags::MULTI_RECV != 0) {
@@ -1695,12 +1774,14 @@ impl Conduit for Ofi {
         };
         let fab = Fabric::open(&chosen.info)
             .map_err(|e| fi_init(&prov, format!("fi_fabric({})", a.fabric), e))?;
-        let mr_local = a.mr_mode & flags::MR_LOCAL != 0;
+        // FI_MR_LOCAL: the provider's, or GEX_OFI_MR_LOCAL=1 (testing aid: descriptors
+        // are passed and local buffers registered although the provider does not ask).
+        let mr_local = a.mr_mode & flags::MR_LOCAL != 0 || s.force_mr_local;
         let mr_endpoint = a.mr_mode & flags::MR_ENDPOINT != 0;
         let virt_addr = a.mr_mode & flags::MR_VIRT_ADDR != 0;
         let multi = chosen.multi_recv.is_ok();
         let rma = chosen.rma.is_ok();
-        let atomics = rma && chosen.atomics.is_ok() && !mr_local;
+        let atomics = rma && chosen.atomics.is_ok();
 
         let mut g_base = Vec::with_capacity(n);
         let mut total = 0usize;
@@ -1709,6 +1790,10 @@ impl Conduit for Ofi {
             total += e as usize;
         }
         let my_eps = jl.eps[rank] as usize;
+        let regions = Arc::new(Registry::default());
+        let mr_counters: Vec<Arc<MrCounters>> = (0..my_eps)
+            .map(|_| Arc::new(MrCounters::default()))
+            .collect();
         let seg_len = jl.seg_len[rank];
         let wire_max = wire::wire_len(Category::Long, MAX_ARGS, s.max_medium);
         if wire_max > a.max_msg_size {
@@ -1742,9 +1827,9 @@ impl Conduit for Ofi {
         let mut pools = Vec::with_capacity(my_eps);
         let mut names = Vec::with_capacity(my_eps);
         let mut own_keys = Vec::with_capacity(my_eps);
-        let mut seg_descs = Vec::with_capacity(my_eps);
+        let mut rmas = Vec::with_capacity(my_eps);
         let mut waitable = true;
-        for e in 0..my_eps {
+        for (e, mr_stats) in mr_counters.iter().enumerate() {
             let p = prov.as_str();
             let err = |what: String| move |x: Errno| fi_init(p, format!("EP {e}: {what}"), x);
             let domain = Domain::open(&fab, &chosen.info)
@@ -1795,31 +1880,50 @@ impl Conduit for Ofi {
                 Ok(mr)
             };
             let key_base = (e as u64) << 32;
+            // Memory registered at open, in which local buffers of native operations
+            // need no registration of their own (see `MrCache`).
+            let mut fixed = Vec::new();
+            let mut rma_state = Rma::new(rma, atomics)?;
             if mr_local {
+                // The pools may also be the local side of RMA (READ/WRITE).
                 let mr = register(
                     tx_pool.mem.base(),
                     tx_pool.len(),
-                    flags::SEND,
+                    flags::SEND | flags::READ | flags::WRITE,
                     key_base | 1,
                     "send buffers",
                 )?;
                 tx_pool.desc = mr.desc();
+                fixed.push((tx_pool.mem.base() as usize, tx_pool.len(), mr.desc()));
                 mrs.push(mr);
                 let mr = register(
                     rx_pool.mem.base(),
                     rx_pool.len(),
-                    flags::RECV,
+                    flags::RECV | flags::READ | flags::WRITE,
                     key_base | 2,
                     "receive buffers",
                 )?;
                 rx_pool.desc = mr.desc();
+                fixed.push((rx_pool.mem.base() as usize, rx_pool.len(), mr.desc()));
                 mrs.push(mr);
+                if atomics {
+                    // The slots' operand, compare and result words.
+                    let len = RMA_SLOTS * 24;
+                    let mr = register(
+                        rma_state.words.base(),
+                        len,
+                        flags::READ | flags::WRITE,
+                        key_base | 3,
+                        "atomic operand words",
+                    )?;
+                    rma_state.words_desc = mr.desc();
+                    mrs.push(mr);
+                }
             }
             // Redundant registration: every segment of this rank in this endpoint's
             // domain, so any endpoint can use any local segment as an RMA source or
             // target without sharing a domain (seed 002).
             let mut own_key = 0u64;
-            let mut descs = Vec::new();
             if rma {
                 let access = flags::READ
                     | flags::WRITE
@@ -1838,20 +1942,34 @@ impl Conduit for Ofi {
                     if j == e {
                         own_key = mr.key();
                     }
-                    descs.push((sm.base() as usize, seg_len, mr.desc()));
+                    // Segments first: the most common local buffers.
+                    fixed.insert(j, (sm.base() as usize, seg_len, mr.desc()));
                     mrs.push(mr);
                 }
             }
+            let cache = MrCache::new(
+                CacheConfig {
+                    on: mr_local && rma,
+                    bind: mr_endpoint,
+                    max_entries: s.mr_cache_entries,
+                    max_bytes: s.mr_cache_bytes,
+                    key_base,
+                },
+                fixed,
+                regions.clone(),
+                mr_stats.clone(),
+            );
             own_keys.push(own_key);
-            seg_descs.push(descs);
+            rmas.push(rma_state);
             names.push(name);
             pools.push((tx_pool, rx_pool));
             objs.push(Objects {
                 ep,
+                cache,
                 _mrs: mrs,
                 cq,
                 av,
-                _domain: domain,
+                domain,
             });
         }
 
@@ -1967,7 +2085,6 @@ impl Conduit for Ofi {
                         "reference: AM-based, in gex-rma".into()
                     },
                     reason: match &chosen.rma {
-                        Ok(()) if mr_local => "provider offers FI_RMA; segments registered in every EP's domain, keys exchanged; FI_MR_LOCAL: a local buffer outside this rank's segments takes the AM path".into(),
                         Ok(()) => "provider offers FI_RMA; segments registered in every EP's domain, keys exchanged".into(),
                         Err(why) => why.clone(),
                     },
@@ -1980,9 +2097,31 @@ impl Conduit for Ofi {
                         "reference: AM-based".into()
                     },
                     reason: match &chosen.atomics {
-                        Ok(()) if mr_local => "FI_MR_LOCAL: operand words are not registered".into(),
+                        Ok(()) if mr_local => "provider offers FI_ATOMIC; FI_MR_LOCAL: operands and fetched values live in each EP's slot words, registered at open".into(),
                         Ok(()) => "provider offers FI_ATOMIC".into(),
                         Err(why) => why.clone(),
+                    },
+                },
+                PathChoice {
+                    operation: "RMA local buffers",
+                    path: if !rma {
+                        "none (no native RMA)".into()
+                    } else if mr_local {
+                        format!(
+                            "descriptors: segments, bounce/receive buffers and atomic words registered at open; client regions (Ofi::register) registered per EP at first use and cached (LRU, at most {} registrations / {} bytes per EP); any other buffer registered for its operation (shared by operations on it in flight) and closed at completion",
+                            s.mr_cache_entries, s.mr_cache_bytes
+                        )
+                    } else {
+                        "no registration needed (segment descriptors passed where the buffer lies in a segment)".into()
+                    },
+                    reason: if !rma {
+                        "native RMA is off".into()
+                    } else if a.mr_mode & flags::MR_LOCAL != 0 {
+                        "the provider requires FI_MR_LOCAL: every local buffer needs a registration's descriptor; a registration is kept only while its memory is provably unchanged (a live client region, or an operation in flight)".into()
+                    } else if mr_local {
+                        "GEX_OFI_MR_LOCAL=1 (testing aid): acting as if the provider required FI_MR_LOCAL, which it does not".into()
+                    } else {
+                        "the provider does not require FI_MR_LOCAL".into()
                     },
                 },
                 PathChoice {
@@ -2056,6 +2195,8 @@ impl Conduit for Ofi {
             seg_len,
             remote,
             counters: (0..my_eps).map(|_| EpCounters::default()).collect(),
+            mr_counters,
+            regions,
             segs,
             _fabric: fab,
             _info: chosen.info,
@@ -2064,9 +2205,9 @@ impl Conduit for Ofi {
         });
 
         let mut eps = Vec::with_capacity(my_eps);
-        for (e, ((o, descs), ((tx_pool, rx_pool), addrs))) in objs
+        for (e, ((o, rma_state), ((tx_pool, rx_pool), addrs))) in objs
             .into_iter()
-            .zip(seg_descs)
+            .zip(rmas)
             .zip(pools.into_iter().zip(addrs_per_ep))
             .enumerate()
         {
@@ -2112,7 +2253,7 @@ impl Conduit for Ofi {
                     hellos: 0,
                     pool: rx_pool,
                 }),
-                rma: ManuallyDrop::new(Rma::new(rma, atomics, descs, mr_local)?),
+                rma: ManuallyDrop::new(rma_state),
                 objs: ManuallyDrop::new(o),
                 index: e as u16,
                 limits,
@@ -2455,7 +2596,10 @@ impl ConduitEp for OfiEp {
     }
 
     /// One `fi_atomic`/`fi_fetch_atomic`/`fi_compare_atomic` on `dst`'s registered
-    /// segment; operands live in the slot until completion.
+    /// segment; operands live in the slot until completion, and the provider writes
+    /// the old value into the slot's result word, which `native_test` copies to
+    /// `result` (so every local word of the operation lies in memory registered at
+    /// open, which `FI_MR_LOCAL` needs).
     #[inline]
     unsafe fn native_atomic(
         &mut self,
@@ -2485,7 +2629,7 @@ impl ConduitEp for OfiEp {
         let ctx = self.rma.ctx(i);
         let w = self.rma.words(i);
         // SAFETY: slot i's three words, owned by this free slot.
-        let (buf, compare, scratch) = unsafe { (w, w.add(1), w.add(2)) };
+        let (buf, compare, land) = unsafe { (w, w.add(1), w.add(2)) };
         let (operand, cmp) = match op.base {
             // fi_compare_atomic: `buf` is stored if the word equals `compare`.
             AtomicBase::Cswap => (op.b, op.a),
@@ -2496,17 +2640,16 @@ impl ConduitEp for OfiEp {
             buf.write(operand);
             compare.write(cmp);
         }
-        let res = if result.is_null() { scratch } else { result };
-        // SAFETY: operands and the discarded-result word belong to slot i until its
-        // completion is read; `result` stays valid until completion (caller's contract);
-        // the word is aligned and inside `dst`'s registered segment (checked by the
-        // caller).
+        // SAFETY: operands and the result word belong to slot i until its completion is
+        // read (the result is copied out by `native_test`); the target word is aligned
+        // and inside `dst`'s registered segment (checked by the caller).
         let rc = unsafe {
             self.tx.h.atomic(
                 call,
                 buf,
                 compare,
-                res,
+                land,
+                self.rma.words_desc,
                 self.tx.addrs[g],
                 addr,
                 key,
@@ -2518,6 +2661,7 @@ impl ConduitEp for OfiEp {
         match rc {
             Ok(()) => {
                 self.rma.state[i] = SLOT_PENDING;
+                self.rma.res[i] = result;
                 let c = &self.conduit.counters[self.index as usize];
                 c.atomics
                     .store(c.atomics.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
@@ -2543,7 +2687,8 @@ impl ConduitEp for OfiEp {
     }
 
     /// True once the completion of `ticket` has been read from the CQ (by `poll` or
-    /// `block`); frees its slot, so a ticket reports true once.
+    /// `block`); stores a fetching atomic's old value into its `result` and frees the
+    /// slot, so a ticket reports true once.
     #[inline]
     fn native_test(&mut self, ticket: u64) -> bool {
         let i = (ticket & u64::from(u32::MAX)) as usize;
@@ -2551,6 +2696,13 @@ impl ConduitEp for OfiEp {
         if i >= self.rma.state.len() || self.rma.epoch[i] != epoch || self.rma.state[i] != SLOT_DONE
         {
             return false;
+        }
+        let res = std::mem::replace(&mut self.rma.res[i], std::ptr::null_mut());
+        if !res.is_null() {
+            // SAFETY: the provider wrote slot i's result word before the completion
+            // that made the slot done; `res` is valid for a u64 write until this
+            // operation completes, which is now (`native_atomic`'s contract).
+            unsafe { res.write(self.rma.words(i).add(2).read()) };
         }
         self.rma.state[i] = SLOT_FREE;
         self.rma.epoch[i] = epoch.wrapping_add(1);
@@ -2612,7 +2764,7 @@ impl ConduitEp for OfiEp {
                 if let Some(i) = self.tx.pool.index_of(c.ctx) {
                     self.tx.sent(i);
                 } else if let Some(i) = self.rma.index_of(c.ctx) {
-                    self.rma.completed(i);
+                    self.rma_completed(i);
                 } else {
                     self.rx.stash.push_back(*c);
                 }

@@ -4,6 +4,10 @@
 //! native RMA (`FI_RMA`: `fi_writemsg`/`fi_read`) and with `GEX_OFI_RMA=0` (gex-rma's AM
 //! reference path). Segments are 2 MiB: the suite sizes its transfers to the segment.
 //! `native_path_is_taken` checks that the native path really carries puts and gets.
+//! The `*_mr_local` shapes run the suite with `GEX_OFI_MR_LOCAL=1` (the conduit acts as
+//! if the provider required `FI_MR_LOCAL`: the suite's heap buffers are registered on
+//! demand) and every shape checks after finalisation that no registration is left
+//! open; `mr_cache_*` checks the registration cache with `Ofi::stats`.
 //!
 //! Exclusions: none.
 
@@ -33,7 +37,17 @@ fn run(
             if let Err(e) = conformance::run_on_rank(&client, case) {
                 client.abort(1, &e);
             }
-            client.finalize().map_err(|e| e.to_string())
+            let ofi = client.conduit().clone();
+            client.finalize().map_err(|e| e.to_string())?;
+            // Every registration made on demand (FI_MR_LOCAL shapes) is closed once the
+            // endpoints are, and none failed.
+            let s = ofi.stats();
+            if s.mr_closed != s.mr_op_registrations + s.mr_region_registrations
+                || s.mr_failures != 0
+            {
+                return Err(format!("registrations leaked or failed: {s:?}"));
+            }
+            Ok(())
         }
     }
 }
@@ -259,4 +273,270 @@ fn am_path_with_rma_off() {
 #[test]
 fn atomics_off_keeps_native_rma() {
     native_job("atomics_off_keeps_native_rma", "shm", "1", "0");
+}
+
+/// `GEX_OFI_MR_LOCAL=1`: the conduit acts as if the provider required `FI_MR_LOCAL`
+/// (descriptors passed, local buffers registered). `config` with that switch.
+fn config_mr_local(provider: &'static str) -> impl FnOnce() -> ClientBuilder {
+    move || {
+        ClientBuilder::new().config(Config::from_pairs([
+            ("GEX_OFI_PROVIDER", provider),
+            ("GEX_OFI_RMA", "1"),
+            ("GEX_OFI_MR_LOCAL", "1"),
+        ]))
+    }
+}
+
+/// tcp;ofi_rxm, native RMA and atomics as under `FI_MR_LOCAL`: the suite's heap
+/// buffers (outside the segments) are registered per operation, atomics use the
+/// registered slot words.
+mod tcp_mr_local {
+    use super::*;
+    fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+        run(job, case, config_mr_local("tcp"))
+    }
+    gex_testkit::rma_conformance_tests! {
+        conduit: Ofi,
+        runner: runner,
+        ranks: 2,
+    }
+}
+
+/// The same with three ranks of two endpoints each (registrations in two domains per
+/// rank), a two-entry cache, and `WaitPolicy::Block`.
+mod tcp_mr_local_three_ranks_two_eps_blocking {
+    use super::*;
+    fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+        run(job, case, || {
+            ClientBuilder::new()
+                .config(Config::from_pairs([
+                    ("GEX_OFI_PROVIDER", "tcp"),
+                    ("GEX_OFI_MR_LOCAL", "1"),
+                    ("GEX_OFI_MR_CACHE_ENTRIES", "2"),
+                ]))
+                .wait_policy(WaitPolicy::Block)
+        })
+    }
+    gex_testkit::rma_conformance_tests! {
+        conduit: Ofi,
+        runner: runner,
+        ranks: 3,
+        endpoints: 2,
+    }
+}
+
+/// shm, native RMA and atomics as under `FI_MR_LOCAL`, three ranks.
+mod shm_mr_local {
+    use super::*;
+    fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+        run(job, case, config_mr_local("shm"))
+    }
+    gex_testkit::rma_conformance_tests! {
+        conduit: Ofi,
+        runner: runner,
+        ranks: 3,
+    }
+}
+
+/// One rank's part of `mr_cache_*`: with `GEX_OFI_MR_LOCAL=1` and a cache of two
+/// entries, rank 0 shows with `Ofi::stats` that transfers from buffers outside the
+/// segments go native through registrations (per operation for a plain heap buffer,
+/// cached for client regions), that a client region hits the cache on reuse, that the
+/// cache evicts at its bound, that a dropped region's registration is closed, that
+/// atomics stay native, and that every registration is closed once the endpoints are.
+#[allow(unsafe_code)] // put_nbi_deferred, as gex-perf's put_bw uses it
+fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Result<(), String> {
+    let client = ClientBuilder::new()
+        .segment_size(SEGMENT)
+        .config(Config::from_pairs([
+            ("GEX_OFI_PROVIDER", provider),
+            ("GEX_OFI_MR_LOCAL", "1"),
+            ("GEX_OFI_MR_CACHE_ENTRIES", "2"),
+        ]))
+        .init::<Ofi>(boot)
+        .map_err(|e| e.to_string())?;
+    let ofi = client.conduit().clone();
+    let report = ofi.report().clone();
+    let path = report
+        .path("RMA local buffers")
+        .ok_or("no 'RMA local buffers' path in the report")?;
+    if !path.path.starts_with("descriptors") || !path.reason.contains("GEX_OFI_MR_LOCAL=1") {
+        return Err(format!("report: {path:?}"));
+    }
+    let apath = report.path("atomics").ok_or("no atomics path")?;
+    if !apath.path.starts_with("native") {
+        return Err(format!("atomics not native under FI_MR_LOCAL: {apath:?}"));
+    }
+    let ep = client.endpoint(0).map_err(|e| e.to_string())?;
+    let mut r = RmaEp::new(ep).map_err(|e| e.to_string())?;
+    r.barrier().map_err(|e| e.to_string())?;
+    const LEN: usize = 64 << 10;
+    let e = |x: gex_rma::RmaError| x.to_string();
+    if r.rank() == 0 {
+        let p = r.global_ptr::<u8>(EpAddr::rank(1), 4096);
+        let ams = |r: &mut RmaEp<Ofi>| r.endpoint().stats().sent.iter().sum::<u64>();
+        let am0 = ams(&mut r);
+        let s0 = ofi.stats();
+
+        // A plain heap buffer: registered for each operation, closed at completion.
+        let data: Vec<u8> = (0..LEN).map(|i| (i * 13 + 1) as u8).collect();
+        r.put(p, &data).map_err(e)?;
+        let mut back = vec![0u8; LEN];
+        r.get(&mut back, p).map_err(e)?;
+        if back != data {
+            return Err("heap buffer put/get: data differs".into());
+        }
+        let s1 = ofi.stats();
+        eprintln!("{provider}: heap put+get: {s1:?}");
+        if s1.native_puts - s0.native_puts != 1 || s1.native_gets - s0.native_gets != 1 {
+            return Err(format!("heap put/get not native: {s1:?}"));
+        }
+        if s1.mr_op_registrations - s0.mr_op_registrations != 2 || s1.mr_closed - s0.mr_closed != 2
+        {
+            return Err(format!(
+                "heap put/get: expected 2 registrations made and closed: {s1:?}"
+            ));
+        }
+
+        // A flood from one heap buffer: each put registers or shares a registration
+        // with a put still in flight; none goes through AMs.
+        const FLOOD: u64 = 16;
+        for _ in 0..FLOOD {
+            // SAFETY: `data` is neither written nor dropped before the sync below.
+            unsafe { r.put_nbi_deferred(p, &data) }.map_err(e)?;
+        }
+        r.wait_syncnbi_puts();
+        let s2 = ofi.stats();
+        eprintln!("{provider}: flood of {FLOOD}: {s2:?}");
+        let regs = s2.mr_op_registrations - s1.mr_op_registrations;
+        let shared = s2.mr_cache_hits - s1.mr_cache_hits;
+        if s2.native_puts - s1.native_puts != FLOOD || regs + shared != FLOOD || regs == 0 {
+            return Err(format!(
+                "flood: {regs} registrations + {shared} shared for {FLOOD} puts: {s2:?}"
+            ));
+        }
+        if s2.mr_closed - s1.mr_closed != regs {
+            return Err(format!("flood: registrations left open: {s2:?}"));
+        }
+
+        // Client regions: registered once per endpoint, then hits; the cache (two
+        // entries) evicts the least recently used idle one.
+        let mut bufs: Vec<Vec<u8>> = (0..3u8).map(|k| vec![k + 1; LEN]).collect();
+        let [a, b, c] = &mut bufs[..] else {
+            unreachable!()
+        };
+        let mut ra = ofi.register(a);
+        let rb = ofi.register(b);
+        let mut rc = ofi.register(c);
+        let s3 = ofi.stats();
+        r.put(p, &ra[..]).map_err(e)?; // miss: A registered
+        r.put(p, &ra[..LEN / 2]).map_err(e)?; // hit
+        r.get(&mut ra[LEN / 2..], p).map_err(e)?; // hit
+        if ra[LEN / 2..] != vec![1u8; LEN / 2][..] {
+            return Err("region get: data differs".into());
+        }
+        let s4 = ofi.stats();
+        eprintln!("{provider}: region A x3: {s4:?}");
+        if s4.mr_region_registrations - s3.mr_region_registrations != 1
+            || s4.mr_cache_hits - s3.mr_cache_hits != 2
+            || s4.mr_op_registrations != s3.mr_op_registrations
+        {
+            return Err(format!(
+                "region A: expected 1 registration and 2 hits: {s4:?}"
+            ));
+        }
+        r.put(p, &rb[..]).map_err(e)?; // miss: B registered (2 entries)
+        r.get(&mut rc[..], p).map_err(e)?; // miss: C registered, A evicted
+        if rc[..] != rb[..] {
+            return Err("region B -> C: data differs".into());
+        }
+        r.put(p, &ra[..]).map_err(e)?; // miss again: A registered, B evicted
+        let s5 = ofi.stats();
+        eprintln!("{provider}: regions B, C, A: {s5:?}");
+        if s5.mr_region_registrations - s4.mr_region_registrations != 3
+            || s5.mr_evictions - s4.mr_evictions != 2
+            || s5.mr_cache_hits != s4.mr_cache_hits
+        {
+            return Err(format!(
+                "eviction at 2 entries: expected 3 registrations and 2 evictions: {s5:?}"
+            ));
+        }
+        // Dropping C ends its registration at the endpoint's next miss (a heap get).
+        drop(rc);
+        let mut tail = vec![0u8; 8];
+        r.get(&mut tail, p).map_err(e)?;
+        let s6 = ofi.stats();
+        if s6.mr_closed - s5.mr_closed != 2 {
+            // C's registration and the heap get's own.
+            return Err(format!("dropped region: registration not closed: {s6:?}"));
+        }
+        drop((ra, rb));
+        let ams_sent = ams(&mut r) - am0;
+        if ams_sent > 8 {
+            return Err(format!("{ams_sent} AMs sent for native transfers"));
+        }
+    }
+    r.barrier().map_err(e)?;
+    // Atomics stay native: operands and results in the registered slot words.
+    let ad = r
+        .atomic_domain::<u64>(AtomicOps::FADD | AtomicOps::GET)
+        .map_err(e)?;
+    if !ad.is_native() {
+        return Err("atomic domain not native under FI_MR_LOCAL".into());
+    }
+    let word = r.global_ptr::<u64>(EpAddr::rank(1), 64);
+    let f = AtomicFlags::empty();
+    let before = ofi.stats().native_atomics;
+    let mut seen = Vec::new();
+    for _ in 0..50 {
+        seen.push(ad.fetch(&mut r, AtomicOp::Fadd, word, 1, 0, f).map_err(e)?);
+    }
+    if ofi.stats().native_atomics - before != 50 || seen.windows(2).any(|w| w[1] <= w[0]) {
+        return Err(format!(
+            "50 native fetch-adds: counted {}, fetched {seen:?}",
+            ofi.stats().native_atomics - before
+        ));
+    }
+    r.barrier().map_err(e)?;
+    let total = ad.fetch(&mut r, AtomicOp::Get, word, 0, 0, f).map_err(e)?;
+    if total != 50 * u64::from(r.size()) {
+        return Err(format!("word holds {total} after 50 fetch-adds per rank"));
+    }
+    r.barrier().map_err(e)?;
+    drop(r);
+    client.finalize().map_err(|e| e.to_string())?;
+    // Every registration made on demand is closed with the endpoints.
+    let s = ofi.stats();
+    eprintln!("{provider}: after finalize: {s:?}");
+    if s.mr_closed != s.mr_op_registrations + s.mr_region_registrations || s.mr_failures != 0 {
+        return Err(format!("registrations leaked: {s:?}"));
+    }
+    Ok(())
+}
+
+fn mr_cache_job(test: &str, provider: &str) {
+    match gex_boot::spawn_self_test(2, test).expect("spawn") {
+        gex_boot::Role::Launcher(code) => assert_eq!(code, 0, "{test}: job failed"),
+        gex_boot::Role::Rank(boot) => {
+            conformance::rank_watchdog(test);
+            let code = match mr_cache_rank(boot, provider) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("{test}: {e}");
+                    1
+                }
+            };
+            std::process::exit(code);
+        }
+    }
+}
+
+#[test]
+fn mr_cache_tcp() {
+    mr_cache_job("mr_cache_tcp", "tcp");
+}
+
+#[test]
+fn mr_cache_shm() {
+    mr_cache_job("mr_cache_shm", "shm");
 }

@@ -182,6 +182,21 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "ofi conduit: shared memory between ranks of one host (hybrid job). auto: when the job spans several hosts and a host has several ranks; 1: whenever a host has several ranks; 0: never (network only).",
     },
     EnvVar {
+        name: "GEX_OFI_MR_LOCAL",
+        default: "0",
+        doc: "ofi conduit, testing aid: 1 acts as if the provider required FI_MR_LOCAL (descriptors passed, local RMA buffers outside the segments registered on demand and cached) although it does not, so tcp and shm exercise that path.",
+    },
+    EnvVar {
+        name: "GEX_OFI_MR_CACHE_ENTRIES",
+        default: "256",
+        doc: "ofi conduit, under FI_MR_LOCAL: registrations of local RMA buffers an endpoint keeps (0 to 65536); beyond it the least recently used idle client-region registrations are closed. 0 keeps none once idle.",
+    },
+    EnvVar {
+        name: "GEX_OFI_MR_CACHE_BYTES",
+        default: "1G",
+        doc: "ofi conduit, under FI_MR_LOCAL: bytes of local RMA buffers an endpoint keeps registered (LRU eviction beyond it); a client region larger than this is not cached.",
+    },
+    EnvVar {
         name: "GEX_SIM_SEED",
         default: "0",
         doc: "sim conduit: seed of the deterministic delivery schedule.",
