@@ -138,6 +138,11 @@ pub(crate) struct RmaArgs {
     /// the AM-reference put can be compared with an AM round trip under the same load.
     #[arg(long)]
     am_ref: bool,
+    /// `put` / `get` only: transfer sizes, comma separated, K/M/G suffixes allowed
+    /// (e.g. 8,1M); latency is measured for those of 8 B..4 KiB, bandwidth for those of
+    /// 1 KiB..64 MiB (default: all of both ranges).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_size)]
+    sizes: Vec<usize>,
 }
 
 /// Options of the `am` benchmarks.
@@ -298,6 +303,7 @@ fn main() -> ExitCode {
                 json: a.json,
                 quick: a.quick,
                 am_ref: a.am_ref,
+                sizes: a.sizes,
                 pin,
             };
             gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)

@@ -57,6 +57,8 @@ pub(crate) struct RmaJob {
     pub(crate) json: bool,
     pub(crate) quick: bool,
     pub(crate) am_ref: bool,
+    /// `--sizes`: only these transfer sizes (empty: all).
+    pub(crate) sizes: Vec<usize>,
     pub(crate) pin: PinMode,
 }
 
@@ -222,12 +224,30 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
     let follower = me % 2 == 1;
     let peer = if leader { me + 1 } else { me.wrapping_sub(1) };
     let seg_len = r.endpoint().segment().len();
-    let lat_sizes: Vec<usize> = if job.quick {
+    let lat_sizes: Vec<usize> = if !job.sizes.is_empty() {
+        let mut v: Vec<usize> = job
+            .sizes
+            .iter()
+            .copied()
+            .filter(|&s| (8..=4096).contains(&s))
+            .collect();
+        v.dedup();
+        v
+    } else if job.quick {
         vec![8, 4096]
     } else {
         (3..=12).map(|p| 1usize << p).collect()
     };
-    let bw_sizes: Vec<usize> = if job.quick {
+    let bw_sizes: Vec<usize> = if !job.sizes.is_empty() {
+        let mut v: Vec<usize> = job
+            .sizes
+            .iter()
+            .copied()
+            .filter(|&s| (1024..=BW_MAX).contains(&s) && DATA_OFFSET + s <= seg_len)
+            .collect();
+        v.dedup();
+        v
+    } else if job.quick {
         vec![1 << 10, 1 << 20]
     } else {
         (10..=26)
