@@ -9,15 +9,22 @@
 //
 //   fi-floor [--provider P] [--domain D] [--size S] [--pin|--no-pin] [--multi-recv]
 //            [--iters K] [--batches B] [--json] [--timeout SECONDS]
-//            [--test pingpong|send_bw|write_bw]...
+//            [--delivery-complete] [--window W]
+//            [--test pingpong|send_bw|write_bw|write_lat]...
 //
 // Tests (default: pingpong only):
 //   pingpong  round trip of one S-byte message each way (fi_inject when S <= inject_size,
 //             else fi_send); µs per round trip. S defaults to 16, the wire size of a
 //             gex AM Short with no arguments (the conduit's header).
 //   send_bw   S-byte messages back to back (window 64), one acknowledgement; GB/s.
+//   write_lat fi_writemsg(FI_COMPLETION | FI_DELIVERY_COMPLETE) of S bytes, waiting for
+//             its completion before the next: the raw form of gex's blocking put (the
+//             data is at the target when it completes); µs per write.
 //   write_bw  fi_write of S bytes (window 64, at most 8 MiB in flight) into the peer's
-//             registered buffer, then a message; GB/s. Needs FI_RMA.
+//             registered buffer, then a message; GB/s. Needs FI_RMA. --window W sets the
+//             most writes in flight (no byte cap); --delivery-complete posts every write
+//             with fi_writemsg(FI_COMPLETION | FI_DELIVERY_COMPLETE), as gex's native put
+//             does (the default completes at transmit).
 // The receiver re-posts single buffers (fabtests' way) or, with --multi-recv, uses
 // FI_MULTI_RECV buffers as the conduit does by default. Pinning: like gex-perf, rank i
 // runs on the i-th allowed core unless --no-pin.
@@ -53,9 +60,10 @@
     }                                                                                            \
   } while (0)
 
-enum { T_PINGPONG, T_SEND_BW, T_WRITE_BW, T_COUNT };
-static const char *test_names[T_COUNT] = {"pingpong", "send_bw", "write_bw"};
-static const char *result_names[T_COUNT] = {"fi_pingpong_rtt", "fi_send_bw", "fi_write_bw"};
+enum { T_PINGPONG, T_SEND_BW, T_WRITE_BW, T_WRITE_LAT, T_COUNT };
+static const char *test_names[T_COUNT] = {"pingpong", "send_bw", "write_bw", "write_lat"};
+static const char *result_names[T_COUNT] = {"fi_pingpong_rtt", "fi_send_bw", "fi_write_bw",
+                                            "fi_write_lat"};
 
 // Message types (first byte of every message).
 enum { M_PING = 1, M_DATA = 2, M_END = 3, M_ACK = 4, M_EXIT = 5 };
@@ -196,14 +204,40 @@ static void run_send_bw(long k) {
   wait_type(M_ACK, want);
 }
 
+static long g_window;      // --window (0: the default rule)
+static int g_delivery;     // --delivery-complete
+static struct fi_context2 *wctx; // one per write in flight (g_window may exceed WINDOW)
+
+static ssize_t post_write(long i) {
+  void *ctx = &wctx[i % g_window];
+  if (!g_delivery) return fi_write(ep, rmabuf, g_size, desc_rma, peer, raddr, rkey, ctx);
+  struct iovec iov = {.iov_base = rmabuf, .iov_len = g_size};
+  struct fi_rma_iov rma = {.addr = raddr, .len = g_size, .key = rkey};
+  void *d = desc_rma;
+  struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &d, .iov_count = 1, .addr = peer,
+                           .rma_iov = &rma, .rma_iov_count = 1, .context = ctx, .data = 0};
+  return fi_writemsg(ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE);
+}
+
+static void run_write_lat(long k) {
+  int dc = g_delivery;
+  g_delivery = 1;
+  for (long i = 0; i < k; i++) {
+    ssize_t r;
+    while ((r = post_write(i)) == -FI_EAGAIN) progress();
+    CHK(r);
+    tx_posted++;
+    while (tx_posted - tx_done > 0) progress();
+  }
+  g_delivery = dc;
+}
+
 static void run_write_bw(long k) {
-  long window = WINDOW;
-  while (window > 1 && (size_t)window * g_size > (8u << 20)) window /= 2;
+  long window = g_window;
   for (long i = 0; i < k; i++) {
     ssize_t r;
     while (tx_posted - tx_done >= window) progress();
-    while ((r = fi_write(ep, rmabuf, g_size, desc_rma, peer, raddr, rkey, &txctx[i % WINDOW])) ==
-           -FI_EAGAIN)
+    while ((r = post_write(i)) == -FI_EAGAIN)
       progress();
     CHK(r);
     tx_posted++;
@@ -237,7 +271,10 @@ static int cmp_double(const void *a, const void *b) {
 
 // gex-perf's method: warm-up (doubling k until 40 ms are spent) sizes batches of ~50 ms.
 static void measure(int t, long fixed_iters, int batches, int json, const char *prov) {
-  void (*op)(long) = t == T_PINGPONG ? run_pingpong : t == T_SEND_BW ? run_send_bw : run_write_bw;
+  void (*op)(long) = t == T_PINGPONG  ? run_pingpong
+                     : t == T_SEND_BW ? run_send_bw
+                     : t == T_WRITE_LAT ? run_write_lat
+                                        : run_write_bw;
   long iters;
   if (fixed_iters > 0) {
     op(fixed_iters / 10 > 0 ? fixed_iters / 10 : 1);
@@ -264,7 +301,7 @@ static void measure(int t, long fixed_iters, int batches, int json, const char *
     double t0 = now();
     op(iters);
     double per = (now() - t0) / iters;
-    v[b] = t == T_PINGPONG ? per * 1e6 : (double)g_size / per / 1e9;
+    v[b] = t == T_PINGPONG || t == T_WRITE_LAT ? per * 1e6 : (double)g_size / per / 1e9;
   }
   double lo = v[0], hi = v[0];
   for (int b = 0; b < batches; b++) {
@@ -273,7 +310,7 @@ static void measure(int t, long fixed_iters, int batches, int json, const char *
   }
   qsort(v, batches, sizeof v[0], cmp_double);
   double med = batches % 2 ? v[batches / 2] : (v[batches / 2 - 1] + v[batches / 2]) / 2;
-  const char *unit = t == T_PINGPONG ? "us" : "GB/s";
+  const char *unit = t == T_PINGPONG || t == T_WRITE_LAT ? "us" : "GB/s";
   if (json)
     printf("{\"name\":\"%s\",\"size\":%zu,\"ranks\":2,\"conduit\":\"raw-ofi\",\"provider\":\"%s\","
            "\"value\":%.6f,\"unit\":\"%s\",\"min\":%.6f,\"max\":%.6f}\n",
@@ -318,7 +355,8 @@ static void usage(void) {
   fprintf(stderr,
           "usage: fi-floor [--provider P] [--domain D] [--size S] [--pin|--no-pin] [--multi-recv]\n"
           "                [--iters K] [--batches B] [--json] [--timeout SECONDS (120)]\n"
-          "                [--test pingpong|send_bw|write_bw]...\n");
+          "                [--delivery-complete] [--window W]\n"
+          "                [--test pingpong|send_bw|write_bw|write_lat]...\n");
   exit(2);
 }
 
@@ -331,6 +369,7 @@ int main(int argc, char **argv) {
       {"provider", 1, 0, 'p'}, {"domain", 1, 0, 'd'}, {"size", 1, 0, 's'},  {"pin", 0, 0, 'P'},
       {"no-pin", 0, 0, 'N'},   {"multi-recv", 0, 0, 'm'}, {"iters", 1, 0, 'i'}, {"batches", 1, 0, 'b'},
       {"json", 0, 0, 'j'},     {"test", 1, 0, 't'},    {"timeout", 1, 0, 'T'}, {"help", 0, 0, 'h'},
+      {"delivery-complete", 0, 0, 'D'}, {"window", 1, 0, 'W'},
       {0, 0, 0, 0}};
   int limit = 120;
   int o;
@@ -346,6 +385,8 @@ int main(int argc, char **argv) {
     case 'b': batches = atoi(optarg); break;
     case 'j': json = 1; break;
     case 'T': limit = atoi(optarg); break;
+    case 'D': g_delivery = 1; break;
+    case 'W': g_window = atol(optarg); break;
     case 't': {
       int k;
       for (k = 0; k < T_COUNT && strcmp(optarg, test_names[k]); k++) {}
@@ -358,7 +399,14 @@ int main(int argc, char **argv) {
     }
   }
   if (!ntests) tests[T_PINGPONG] = 1;
-  if (batches < 1 || batches > 1000 || g_size < 16 || g_size > (64u << 20)) usage();
+  if (batches < 1 || batches > 1000 || g_size < 8 || g_size > (64u << 20) || g_window < 0 ||
+      g_window > 4096)
+    usage();
+  if (!g_window) {
+    g_window = WINDOW;
+    while (g_window > 1 && (size_t)g_window * g_size > (8u << 20)) g_window /= 2;
+  }
+  wctx = calloc((size_t)g_window, sizeof *wctx);
 
   // Never hang: each process gives up after `limit` seconds (the child also dies with
   // its parent).
@@ -378,7 +426,7 @@ int main(int argc, char **argv) {
   struct fi_info *hints = fi_allocinfo();
   hints->ep_attr->type = FI_EP_RDM;
   hints->caps = FI_MSG | (multi ? FI_MULTI_RECV : 0) |
-                (tests[T_WRITE_BW] ? FI_RMA | FI_WRITE | FI_REMOTE_WRITE : 0);
+                (tests[T_WRITE_BW] || tests[T_WRITE_LAT] ? FI_RMA | FI_WRITE | FI_REMOTE_WRITE : 0);
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->domain_attr->mr_mode =
       FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
@@ -438,7 +486,7 @@ int main(int argc, char **argv) {
     REG(txbuf, WINDOW * msg_max, FI_SEND, 1, mr_tx, desc_tx);
     REG(rxbuf, nrx * rx_stride, FI_RECV, 2, mr_rx, desc_rx);
   }
-  if (tests[T_WRITE_BW]) {
+  if (tests[T_WRITE_BW] || tests[T_WRITE_LAT]) {
     rma_len = g_size;
     rmabuf = aligned_alloc(4096, (rma_len + 4095) & ~(size_t)4095);
     memset(rmabuf, rank + 1, rma_len);
