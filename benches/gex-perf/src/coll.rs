@@ -231,6 +231,8 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
                 scratch: false,
                 shm: c.shared_memory(&c.world().clone()),
                 hier: false,
+                hosts: 0,
+                host_ranges: false,
             };
             // (label, forced algorithm): the tuner's choice and/or fixed algorithms.
             let runs: Vec<(String, Option<String>)> = match &job.algorithm {

@@ -51,6 +51,8 @@ pub fn query(op: OpKind, size: u32, bytes: usize, shm: bool) -> Query {
         scratch: false,
         shm,
         hier: false,
+        hosts: 0,
+        host_ranges: false,
     }
 }
 

@@ -46,6 +46,13 @@ pub struct Query {
     /// algorithm can run (see
     /// [`CollEp::hierarchical`](crate::CollEp::hierarchical)).
     pub hier: bool,
+    /// With `hier`: the number of hosts the team spans (0 when unknown or not
+    /// hierarchical; cost models then assume half the team size).
+    pub hosts: u32,
+    /// With `hier`: every host's members form a contiguous team-rank range, so
+    /// per-host partial reductions combine in team-rank order and `hier` takes
+    /// non-commutative operators too.
+    pub host_ranges: bool,
 }
 
 /// Everything a rank needs to compute its schedule.
@@ -222,7 +229,7 @@ impl Builtin {
     /// let a = Builtin::new(Kind::Chain, 0, 8192, Transport::Eager).with_sizes(16384, usize::MAX);
     /// let q = |bytes| Query { op: OpKind::Broadcast, size: 4, bytes, addr: AddrMode::Local,
     ///                         sync: SyncModes::default(), commutative: true, scratch: false,
-    ///                         shm: false, hier: false };
+    ///                         shm: false, hier: false, hosts: 0, host_ranges: false };
     /// assert!(!a.supports(&q(100)));
     /// assert!(a.supports(&q(1 << 20)));
     /// ```

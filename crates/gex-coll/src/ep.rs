@@ -3,7 +3,7 @@
 
 use crate::algo::{Algorithm, PlanCtx, Query};
 use crate::error::CollError;
-use crate::hier::{Hier, HierOp};
+use crate::hier::{Hier, HierOp, Layout};
 use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceOp, SyncMode, Transport};
 use crate::sched::{self, Action, ReduceFn, Schedule, span};
 use crate::shm::{Area, Expected, Io, NCH, NSLOT, OwnedShm, ShmOp, ShmTeam};
@@ -387,7 +387,7 @@ impl<C: Conduit> CollEp<C> {
                 used: shm_used.clone(),
             });
         let world = Team::new(0, members, me.rank, Vec::new(), None, world_shm);
-        Ok(CollEp {
+        let mut c = CollEp {
             rma,
             mb,
             ops: BTreeMap::new(),
@@ -403,7 +403,9 @@ impl<C: Conduit> CollEp<C> {
             online_trials: 0,
             tmp: Vec::new(),
             direct_calls: 0,
-        })
+        };
+        c.setup_world_hier();
+        Ok(c)
     }
 
     /// True if `team` runs the `shm` algorithm: every member maps every other
@@ -477,7 +479,7 @@ impl<C: Conduit> CollEp<C> {
     ///     coll.register_algorithm(Arc::new(Nic(Builtin::new(Kind::Knomial, 2, 0, Transport::Eager))));
     ///     let w = coll.world().clone();
     ///     let q = Query { op: OpKind::Broadcast, size: 3, bytes: 8, addr: gex_coll::AddrMode::Local,
-    ///                     sync: Default::default(), commutative: true, scratch: false, shm: false, hier: false };
+    ///                     sync: Default::default(), commutative: true, scratch: false, shm: false, hier: false, hosts: 0, host_ranges: false };
     ///     assert_eq!(coll.explain(&q).unwrap().algorithm, "nic");
     ///     let mut v = [w.rank(); 2];
     ///     coll.broadcast(&w, 1, &mut v).unwrap();
@@ -706,51 +708,93 @@ impl<C: Conduit> CollEp<C> {
         if t.size() < 3 || self.shm_gen == 0 {
             return Ok(());
         }
-        let ep = self.rma.endpoint();
-        let hosts: Vec<u32> = t
-            .members()
-            .iter()
-            .map(|a| ep.host_of(a.rank).unwrap_or(u32::MAX - a.rank))
-            .collect();
-        let mut ids: Vec<u32> = Vec::new();
-        let mut count: Vec<u32> = Vec::new();
-        let mut leader_of: Vec<u32> = Vec::new();
-        let mut place = Vec::with_capacity(hosts.len());
-        for (r, h) in hosts.iter().enumerate() {
-            let i = match ids.iter().position(|x| x == h) {
-                Some(i) => i,
-                None => {
-                    ids.push(*h);
-                    count.push(0);
-                    leader_of.push(r as u32);
-                    ids.len() - 1
-                }
-            };
-            place.push((i as u32, count[i]));
-            count[i] += 1;
-        }
-        if ids.len() < 2 || ids.len() == hosts.len() {
+        let Some(layout) = self.host_layout(t.members()) else {
             return Ok(());
-        }
+        };
         let me = t.rank();
-        let my_host = place[me as usize].0;
-        let members: Vec<u32> = (0..t.size())
-            .filter(|&r| place[r as usize].0 == my_host)
-            .collect();
+        let my_host = layout.place[me as usize].0;
+        let members = layout.hosts[my_host as usize].clone();
         let hid = mix_all(&[t.id(), 0x4057, u64::from(my_host)]);
         let host = self.form(t, &members, hid, Scratch::None)?;
-        let leaders = if leader_of[my_host as usize] == me {
+        let leaders = if members[0] == me {
             let lid = mix_all(&[t.id(), 0x1ead]);
-            Some(self.form(t, &leader_of, lid, Scratch::None)?)
+            Some(self.form(t, &layout.leaders(), lid, Scratch::None)?)
         } else {
             None
         };
+        let ranges = layout.ranges();
         let _ = t.inner.hier.set(Hier {
             host,
             leaders,
-            place,
+            layout,
+            ranges,
         });
         Ok(())
+    }
+
+    /// The hosts of `members` from the job layout (a rank of unknown host counts as a
+    /// host of its own), if they span hosts and share one.
+    fn host_layout(&mut self, members: &[EpAddr]) -> Option<Layout> {
+        let ep = self.rma.endpoint();
+        let hosts: Vec<u32> = members
+            .iter()
+            .map(|a| ep.host_of(a.rank).unwrap_or(u32::MAX - a.rank))
+            .collect();
+        Layout::new(&hosts)
+    }
+
+    /// Gives the world team host and leader sub-teams when the job spans hosts and
+    /// one of them holds two or more ranks, without communication: the layout is the
+    /// same on every rank, the ids follow [`setup_hier`](Self::setup_hier)'s rule, the
+    /// host team takes channel 0 (the world's, unused by a world that spans hosts)
+    /// when its members map each other's areas, and the leaders (one per host) never
+    /// share memory.
+    fn setup_world_hier(&mut self) {
+        let w = self.world.clone();
+        if w.size() < 3 || self.shm_gen == 0 || w.inner.shm.is_some() {
+            return;
+        }
+        let Some(layout) = self.host_layout(w.members()) else {
+            return;
+        };
+        let me = w.rank();
+        let my_host = layout.place[me as usize].0;
+        let ranks = &layout.hosts[my_host as usize];
+        let addrs: Vec<EpAddr> = ranks.iter().map(|&r| w.inner.members[r as usize]).collect();
+        let shm = (addrs.len() > 1)
+            .then(|| shm_areas(self.rma.endpoint(), &addrs))
+            .flatten()
+            .map(|areas| ShmTeam {
+                ch: 0,
+                areas,
+                generation: self.shm_gen,
+                used: self.shm_used.clone(),
+            });
+        let host_rank = layout.place[me as usize].1;
+        let hid = mix_all(&[w.id(), 0x4057, u64::from(my_host)]);
+        let host = Team::new(hid, addrs, host_rank, Vec::new(), None, shm);
+        let leaders = (host_rank == 0).then(|| {
+            let addrs: Vec<EpAddr> = layout
+                .leaders()
+                .iter()
+                .map(|&r| w.inner.members[r as usize])
+                .collect();
+            Team::new(
+                mix_all(&[w.id(), 0x1ead]),
+                addrs,
+                my_host,
+                Vec::new(),
+                None,
+                None,
+            )
+        });
+        let ranges = layout.ranges();
+        let _ = w.inner.hier.set(Hier {
+            host,
+            leaders,
+            layout,
+            ranges,
+        });
     }
 
     /// Destroys a team: frees scratch this endpoint allocated for it. Not collective.
@@ -906,6 +950,7 @@ impl<C: Conduit> CollEp<C> {
         commutative: bool,
     ) -> Query {
         let p = team.size();
+        let hier = team.inner.hier.get();
         // Local mode can use signaling put / rendezvous through the team's scratch
         // space when every member's can hold the whole output.
         let scratch = addr == AddrMode::Local
@@ -921,7 +966,9 @@ impl<C: Conduit> CollEp<C> {
             commutative,
             scratch,
             shm: team.inner.shm.is_some(),
-            hier: team.inner.hier.get().is_some(),
+            hier: hier.is_some(),
+            hosts: hier.map_or(0, |h| h.hosts()),
+            host_ranges: hier.is_some_and(|h| h.ranges),
         }
     }
 
@@ -1059,16 +1106,7 @@ impl<C: Conduit> CollEp<C> {
         if algo.is_hierarchical() {
             if let Ok(bytes) = input {
                 let seq = team.next_seq();
-                let h = HierOp {
-                    op,
-                    root,
-                    elem,
-                    count,
-                    data: bytes,
-                    reduce,
-                    stage: 0,
-                    sub: None,
-                };
+                let h = HierOp::new(op, root, (elem, count), bytes, reduce);
                 return Ok(self.start_composite(team, seq, None, Some(h)));
             }
             return Err(CollError::Unsupported {
@@ -1318,13 +1356,13 @@ impl<C: Conduit> CollEp<C> {
                 let st = self.ops.get_mut(&id).expect("present");
                 let h = st.hier.as_mut().expect("hierarchical");
                 h.sub = None;
-                match res {
-                    Ok(bytes) => {
-                        if h.op != OpKind::Barrier {
-                            h.data = bytes;
-                        }
+                match (res, team.inner.hier.get()) {
+                    (Ok(bytes), Some(sub_teams)) => h.absorb(sub_teams, me, bytes),
+                    (Ok(_), None) => {
+                        st.result = Some(Err(CollError::NotMember { team: team.id() }));
+                        return;
                     }
-                    Err(e) => {
+                    (Err(e), _) => {
                         st.result = Some(Err(e));
                         return;
                     }
@@ -1332,44 +1370,34 @@ impl<C: Conduit> CollEp<C> {
             }
             let st = self.ops.get_mut(&id).expect("present");
             let h = st.hier.as_mut().expect("hierarchical");
-            if h.stage >= 3 {
-                let out = if h.op == OpKind::Barrier || (h.op == OpKind::Reduce && me != h.root) {
-                    Vec::new()
-                } else {
-                    std::mem::take(&mut h.data)
-                };
-                st.result = Some(Ok(out));
+            if h.stage >= crate::hier::STAGES {
+                st.result = Some(Ok(h.output(me)));
                 return;
             }
-            let Some(sub_team) = team.inner.hier.get() else {
+            let Some(sub_teams) = team.inner.hier.get() else {
                 st.result = Some(Err(CollError::NotMember { team: team.id() }));
                 return;
             };
-            let stage = crate::hier::stage(sub_team, me, h.op, h.root, h.stage);
-            h.stage += 1;
-            let Some((t, op, root)) = stage else {
+            let Some(call) = h.next_call(sub_teams, me) else {
                 continue;
             };
-            let n = h.elem * h.count;
-            let input = match op {
-                OpKind::Barrier => Vec::new(),
-                _ => {
-                    let mut d = std::mem::take(&mut h.data);
-                    d.resize(n, 0);
-                    d
-                }
-            };
-            let (elem, count, reduce) = (h.elem, h.count, h.reduce.clone());
-            match self.start(
-                &t,
-                op,
-                root,
+            let reduce = h.reduce.clone().filter(|_| call.reduces);
+            let elem = h.elem;
+            // Sub-collectives are never timed online: a trial is a collective of the
+            // sub-team that would run inside this stage.
+            let in_trial = std::mem::replace(&mut self.in_trial, true);
+            let started = self.start(
+                &call.team,
+                call.op,
+                call.root,
                 elem,
-                count,
-                Ok(input),
+                call.count,
+                Ok(call.input),
                 reduce,
                 &Opts::default(),
-            ) {
+            );
+            self.in_trial = in_trial;
+            match started {
                 Ok(sub) => {
                     let st = self.ops.get_mut(&id).expect("present");
                     st.hier.as_mut().expect("hierarchical").sub = Some(sub);

@@ -99,6 +99,8 @@ fn data_matches_the_reference_at_1024_ranks() {
                 // Simulated networks: no shared memory, one rank per host.
                 shm: false,
                 hier: false,
+                hosts: 0,
+                host_ranges: false,
             };
             if !a.supports(&q) {
                 continue;

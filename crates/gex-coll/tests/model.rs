@@ -48,6 +48,8 @@ fn check(
         scratch: false,
         shm: false,
         hier: false,
+        hosts: 0,
+        host_ranges: false,
     };
     if !alg.supports(&q) {
         return Ok(());
@@ -148,6 +150,8 @@ fn every_op_has_a_non_commutative_algorithm_for_every_size() {
                 scratch: false,
                 shm: false,
                 hier: false,
+                hosts: 0,
+                host_ranges: false,
             };
             let n = catalog().iter().filter(|a| a.supports(&q)).count();
             assert!(n >= 2, "{op} P={p}: {n} algorithms");
@@ -240,6 +244,8 @@ fn tuner_choice_is_near_the_simulated_best() {
                 scratch: false,
                 shm: false,
                 hier: false,
+                hosts: 0,
+                host_ranges: false,
             };
             let sim = |a: &dyn gex_coll::Algorithm| {
                 let s: Vec<_> = (0..p)

@@ -7,8 +7,10 @@
 
 mod common;
 
-use common::{bytes, matrix, matrix_mode, reference};
-use gex_coll::{BuiltinOp, CollEp, CollError, OpKind, Opts, ReduceOp, Scratch, Single, SyncMode};
+use common::{affine, bytes, matrix, matrix_mode, reference, run_one};
+use gex_coll::{
+    BuiltinOp, CollEp, CollError, OpKind, Opts, ReduceOp, Scratch, Single, SyncMode, Team,
+};
 use gex_core::{Client, ClientBuilder};
 use gex_rma::RmaEp;
 use gex_testkit::sim::{Delay, Sim, SimConfig, run_sim};
@@ -562,6 +564,8 @@ fn env_override_and_errors() {
             scratch: false,
             shm: false,
             hier: false,
+            hosts: 0,
+            host_ranges: false,
         };
         let why = c.explain(&q).unwrap();
         assert_eq!(
@@ -843,6 +847,8 @@ fn shm_per_host_teams_and_cross_host_leaders() {
                 scratch: false,
                 shm,
                 hier: false,
+                hosts: 0,
+                host_ranges: false,
             };
             assert_eq!(c.explain(&q).unwrap().algorithm == "shm", shm);
             // 9000 u32 = 36 KB per block: three rounds on a world-sized slot, eight
@@ -982,12 +988,98 @@ fn blocking_calls_mix_direct_and_queued_paths() {
     );
 }
 
-/// The `hier` algorithm: on three simulated hosts a team of every rank, and a split
-/// team with hosts of 3, 2 and 1 members, get host and leader sub-teams; every
-/// algorithm × operation (`hier` forced and tuned included) matches the reference on
-/// them, with every root; the world team (built without communication) does not.
+/// `hier` on `team`: every operation × every root (rooted ones; the largest count
+/// with two roots) × `counts`, forced and tuned, u32 sums; the non-commutative affine
+/// map forced (run where `hier` takes it: host ranges, or scan/exscan; refused
+/// otherwise) and tuned; four more element types. Returns the cases run.
+fn hier_cases(c: &mut CollEp<Sim>, team: &Team, counts: &[usize], ranges: bool) -> usize {
+    use OpKind::{Exscan, Scan};
+    let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+    let aff = affine();
+    let hier = Some("hier");
+    let p = team.size();
+    let big = counts.iter().copied().max().unwrap_or(0);
+    let mut ran = 0;
+    let mut salt = 1000;
+    for op in OpKind::ALL {
+        for &count in counts {
+            let roots: Vec<u32> = match (op.rooted(), count == big && big > 13) {
+                (false, _) => vec![0],
+                (true, true) => vec![1, p - 1],
+                (true, false) => (0..p).collect(),
+            };
+            for root in roots {
+                salt += 1;
+                for alg in [hier, None] {
+                    let ok = run_one(c, team, op, alg, root, count, &sum, salt);
+                    assert!(ok, "{op} {alg:?} refused");
+                    ran += 1;
+                }
+                if op.reduces() {
+                    let takes = ranges || matches!(op, Scan | Exscan);
+                    let ok = run_one(c, team, op, hier, root, count, &aff, salt);
+                    assert_eq!(ok, takes, "{op}: hier and a non-commutative operator");
+                    assert!(run_one(c, team, op, None, root, count, &aff, salt));
+                    ran += 2;
+                }
+            }
+        }
+        let root = if op.rooted() { p - 1 } else { 0 };
+        for alg in [hier, None] {
+            let max_f64 = ReduceOp::<f64>::builtin(BuiltinOp::Max).unwrap();
+            let bxor8 = ReduceOp::<i8>::builtin(BuiltinOp::Bxor).unwrap();
+            let prod128 = ReduceOp::<u128>::builtin(BuiltinOp::Prod).unwrap();
+            let land16 = ReduceOp::<i16>::builtin(BuiltinOp::Land).unwrap();
+            assert!(run_one(c, team, op, alg, root, 7, &max_f64, 99));
+            assert!(run_one(c, team, op, alg, root, 9, &bxor8, 98));
+            assert!(run_one(c, team, op, alg, root, 3, &prod128, 97));
+            assert!(run_one(c, team, op, alg, root, 5, &land16, 96));
+            ran += 4;
+        }
+    }
+    ran
+}
+
+/// The tuner on a hierarchical team at 8 bytes: `hier` for every operation without a
+/// root (and, with `rooted`, for every operation); for a non-commutative operator `hier` is a candidate of scan and exscan always, of
+/// reduce, allreduce and reduce_scatter only on host ranges.
+fn hier_choices(c: &mut CollEp<Sim>, team: &Team, hosts: u32, ranges: bool, rooted: bool) {
+    for op in OpKind::ALL {
+        for commutative in [true, false] {
+            let q = gex_coll::Query {
+                op,
+                size: team.size(),
+                bytes: 8,
+                addr: gex_coll::AddrMode::Local,
+                sync: Default::default(),
+                commutative: commutative || !op.reduces(),
+                scratch: false,
+                shm: c.shared_memory(team),
+                hier: true,
+                hosts,
+                host_ranges: ranges,
+            };
+            let ch = c.explain(&q).unwrap();
+            let offered = ch.candidates.iter().any(|x| x.0 == "hier");
+            let takes = q.commutative || ranges || matches!(op, OpKind::Scan | OpKind::Exscan);
+            assert_eq!(offered, takes, "{op} commutative={commutative}: {ch:?}");
+            if commutative && (rooted || !op.rooted()) {
+                assert_eq!(ch.algorithm, "hier", "{op}: {ch:?}");
+            }
+        }
+    }
+}
+
+/// Nine ranks on three hosts of three: the world team (its host and leader teams
+/// built without communication, the host team on channel 0), a team of every rank
+/// made by `create_team`, and a team of every rank in round-robin order (hosts are
+/// not rank ranges) are hierarchical; every operation × root × size (empty, one
+/// element, odd, 18 KB blocks: fragmented messages, several shared-memory rounds) ×
+/// element type matches the reference with `hier` forced and tuned, non-commutative
+/// reductions where `hier` takes them and refused where not; every algorithm on
+/// the world; forced broadcast, reduce, allreduce and barrier spelled out.
 #[test]
-fn hier_across_hosts() {
+fn hier_equal_hosts_world_and_round_robin() {
     let ran = run_sim(
         9,
         SimConfig::default()
@@ -995,53 +1087,79 @@ fn hier_across_hosts() {
             .seed(13)
             .ranks_per_host(3)
             // Nine debug-built thread ranks, every algorithm: slow on a busy machine.
-            .timeout(Duration::from_secs(300)),
-        || ClientBuilder::new().segment_size(SEG),
+            .timeout(Duration::from_secs(600)),
+        || ClientBuilder::new().segment_size(4 * SEG),
         |client| {
             let mut c = coll(&client);
             let w = c.world().clone();
             let r = w.rank();
             let on = !cfg!(gex_force_am_rma);
-            assert!(!c.hierarchical(&w));
+            assert_eq!(c.hierarchical(&w), on);
+            assert!(!c.shared_memory(&w));
+            if !on {
+                return matrix(&mut c, &w, &[1, 4500]);
+            }
+            hier_choices(&mut c, &w, 3, true, true);
+            let mut n = hier_cases(&mut c, &w, &[0, 1, 13, 4500], true);
+            n += matrix(&mut c, &w, &[1, 4500]);
+            // Spelled out: forced, every root (leaders and non-leaders of every host).
+            let hier = Opts::default().with_algorithm("hier");
+            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+            for root in 0..9u32 {
+                let v = vec![u64::from(r) * 10 + u64::from(root); 5];
+                let h = c.broadcast_nb(&w, root, v.clone(), &hier).unwrap();
+                assert_eq!(c.wait(h).unwrap(), vec![u64::from(root) * 11; 5]);
+                let h = c.reduce_nb(&w, root, v, &sum, &hier).unwrap();
+                let want = if r == root {
+                    vec![(0..9).map(|x| x * 10 + u64::from(root)).sum::<u64>(); 5]
+                } else {
+                    vec![]
+                };
+                assert_eq!(c.wait(h).unwrap(), want);
+            }
+            let h = c
+                .allreduce_nb(&w, vec![u64::from(r); 3], &sum, &hier)
+                .unwrap();
+            assert_eq!(c.wait(h).unwrap(), vec![36; 3]);
+            let h = c.barrier_nb(&w, &hier).unwrap();
+            c.wait(h).unwrap();
+            // A team of every rank: host teams agree on channels at creation.
             let all: Vec<u32> = (0..9).collect();
             let t = c.create_team(&w, &all, Scratch::None).unwrap();
-            assert_eq!(c.hierarchical(&t), on);
-            let q = gex_coll::Query {
-                op: OpKind::Allreduce,
-                size: 9,
-                bytes: 8,
-                addr: gex_coll::AddrMode::Local,
-                sync: Default::default(),
-                commutative: true,
-                scratch: false,
-                shm: false,
-                hier: on,
-            };
-            assert_eq!(c.explain(&q).unwrap().algorithm == "hier", on);
-            let mut n = matrix(&mut c, &t, &[1, 4500]);
-            if on {
-                // Forced, every root: leaders and non-leaders of every host.
-                let hier = Opts::default().with_algorithm("hier");
-                let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
-                for root in 0..9u32 {
-                    let v = vec![u64::from(r) * 10 + u64::from(root); 5];
-                    let h = c.broadcast_nb(&t, root, v.clone(), &hier).unwrap();
-                    assert_eq!(c.wait(h).unwrap(), vec![u64::from(root) * 11; 5]);
-                    let h = c.reduce_nb(&t, root, v, &sum, &hier).unwrap();
-                    let want = if r == root {
-                        vec![(0..9).map(|x| x * 10 + u64::from(root)).sum::<u64>(); 5]
-                    } else {
-                        vec![]
-                    };
-                    assert_eq!(c.wait(h).unwrap(), want);
-                }
-                let h = c
-                    .allreduce_nb(&t, vec![u64::from(r); 3], &sum, &hier)
-                    .unwrap();
-                assert_eq!(c.wait(h).unwrap(), vec![36; 3]);
-                let h = c.barrier_nb(&t, &hier).unwrap();
-                c.wait(h).unwrap();
-            }
+            assert!(c.hierarchical(&t));
+            n += hier_cases(&mut c, &t, &[0, 13], true);
+            // Round-robin over the hosts: team rank i is on host i % 3.
+            let rr: Vec<u32> = (0..9).map(|i| (i % 3) * 3 + i / 3).collect();
+            let t = c.create_team(&w, &rr, Scratch::None).unwrap();
+            assert!(c.hierarchical(&t));
+            hier_choices(&mut c, &t, 3, false, true);
+            n += hier_cases(&mut c, &t, &[0, 1, 13, 4500], false);
+            c.barrier(&w).unwrap();
+            n
+        },
+    );
+    assert!(ran.iter().all(|&n| n > 100), "{ran:?}");
+}
+
+/// Hosts of unequal sizes: on three hosts of three, a split team with hosts of 3, 2
+/// and 1 members (rank ranges, in reverse key order) and a team whose hosts hold
+/// 3, 3 and 1 interleaved members; then a world of 5 ranks on hosts of 2, 2 and 1.
+#[test]
+fn hier_unequal_hosts() {
+    let ran = run_sim(
+        9,
+        SimConfig::default()
+            .reorder(true)
+            .seed(17)
+            .ranks_per_host(3)
+            .timeout(Duration::from_secs(600)),
+        || ClientBuilder::new().segment_size(4 * SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let r = w.rank();
+            let on = !cfg!(gex_force_am_rma);
+            let mut n = 0;
             let odd = c
                 .split(
                     &w,
@@ -1053,8 +1171,97 @@ fn hier_across_hosts() {
             if let Some(o) = &odd {
                 assert_eq!(o.size(), 6);
                 assert_eq!(c.hierarchical(o), on);
-                n += matrix(&mut c, o, &[13]);
+                n += if on {
+                    hier_choices(&mut c, o, 3, true, false);
+                    hier_cases(&mut c, o, &[0, 1, 13, 4500], true)
+                } else {
+                    matrix(&mut c, o, &[13])
+                };
             }
+            // Team ranks 0..7 on hosts 0, 1, 0, 1, 2, 0, 1.
+            let mixed = [0u32, 3, 1, 4, 6, 2, 5];
+            if mixed.contains(&r) {
+                let t = c.create_team(&w, &mixed, Scratch::None).unwrap();
+                assert_eq!(c.hierarchical(&t), on);
+                n += if on {
+                    hier_choices(&mut c, &t, 3, false, false);
+                    hier_cases(&mut c, &t, &[0, 1, 13, 4500], false)
+                } else {
+                    matrix(&mut c, &t, &[13])
+                };
+            }
+            c.barrier(&w).unwrap();
+            n
+        },
+    );
+    // Ranks 7 and 8 are in neither team.
+    let (in_teams, _) = ran.split_at(7);
+    assert!(in_teams.iter().all(|&n| n > 100), "{ran:?}");
+    let ran = run_sim(
+        5,
+        SimConfig::default()
+            .reorder(true)
+            .seed(19)
+            .ranks_per_host(2)
+            .timeout(Duration::from_secs(600)),
+        || ClientBuilder::new().segment_size(4 * SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let on = !cfg!(gex_force_am_rma);
+            assert_eq!(c.hierarchical(&w), on);
+            let n = if on {
+                hier_choices(&mut c, &w, 3, true, false);
+                hier_cases(&mut c, &w, &[0, 1, 13, 4500], true)
+            } else {
+                matrix(&mut c, &w, &[13])
+            };
+            c.barrier(&w).unwrap();
+            n
+        },
+    );
+    assert!(ran.iter().all(|&n| n > 100), "{ran:?}");
+}
+
+/// A world team placed round-robin over hosts of unequal sizes (8 ranks: rank `r`
+/// on host `r % 3`, so hosts of 3, 3 and 2 whose members are not rank ranges): the
+/// world is hierarchical without communication; every operation matches the
+/// reference; non-commutative reduce, allreduce and reduce_scatter are refused by
+/// `hier` and the tuner runs another algorithm for them; teams split from it work.
+#[test]
+fn hier_world_round_robin() {
+    let ran = run_sim(
+        8,
+        SimConfig::default()
+            .reorder(true)
+            .seed(23)
+            .placement((0..8).map(|r| r % 3).collect())
+            .timeout(Duration::from_secs(600)),
+        || ClientBuilder::new().segment_size(4 * SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let r = w.rank();
+            let on = !cfg!(gex_force_am_rma);
+            assert_eq!(c.hierarchical(&w), on);
+            if !on {
+                return matrix(&mut c, &w, &[13]);
+            }
+            hier_choices(&mut c, &w, 3, false, false);
+            let mut n = hier_cases(&mut c, &w, &[0, 1, 13, 4500], false);
+            // A host's ranks split off from the hierarchical world run `shm`.
+            let host = c.split(&w, Some(r % 3), r, Scratch::None).unwrap().unwrap();
+            assert!(c.shared_memory(&host) && !c.hierarchical(&host));
+            n += usize::from(run_one(
+                &mut c,
+                &host,
+                OpKind::Allreduce,
+                Some("shm"),
+                0,
+                5,
+                &affine(),
+                3,
+            ));
             c.barrier(&w).unwrap();
             n
         },
@@ -1101,6 +1308,8 @@ fn online_tuning_agrees_and_caches() {
             scratch: false,
             shm: c.shared_memory(&w),
             hier: c.hierarchical(&w),
+            hosts: 0,
+            host_ranges: false,
         };
         let a = c
             .tuner()
