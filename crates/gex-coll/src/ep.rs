@@ -415,9 +415,10 @@ impl<C: Conduit> CollEp<C> {
         team.inner.shm.is_some()
     }
 
-    /// True if `team` runs the `hier` algorithm: it spans several hosts, one of them
-    /// with two or more members, and got host and leader sub-teams at creation (the
-    /// value of [`Query::hier`] for the team). The world team never does.
+    /// True if `team` can run the `hier` algorithm: it spans several hosts, one of
+    /// them with two or more members, and has host and leader sub-teams (the value of
+    /// [`Query::hier`] for the team). Teams get them at creation; the world team when
+    /// the `CollEp` is built, without communication, from the job layout.
     pub fn hierarchical(&self, team: &Team) -> bool {
         team.inner.hier.get().is_some()
     }

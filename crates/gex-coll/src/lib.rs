@@ -28,9 +28,9 @@
 //! - **Shared memory** ([`Shm`], `shm`): on a team whose members map each other's
 //!   auxiliary areas (one host), every operation moves by loads and stores through
 //!   per-member slots with flag words, no AMs ([`CollEp::shared_memory`]).
-//! - **Across hosts** ([`HierAlgo`], `hier`): a team spanning hosts runs barrier,
-//!   broadcast, reduce and allreduce as stages on internal host teams (`shm`) and a
-//!   leaders team ([`CollEp::hierarchical`]).
+//! - **Across hosts** ([`HierAlgo`], `hier`): a team spanning hosts, the world team
+//!   of a multi-host job included, runs every operation as stages on internal host
+//!   teams (`shm`) and a leaders team ([`CollEp::hierarchical`]).
 //! - **Autotuner** ([`Tuner`]): capability filter + LogGP cost model, a cached lookup
 //!   per (op, team size, size class, modes, commutativity), overrides by
 //!   `GEX_COLL_<OP>=<algorithm>`, parameters by `GEX_COLL_LOGGP`, measured choices
@@ -55,8 +55,8 @@
 //!   local mode through team scratch space large enough for the output (such
 //!   collectives of one team take turns on it). Everything else moves eagerly
 //!   through Medium AMs and a mailbox (one copy at the receiver).
-//! - No fork trees; roots are named by team rank only; `hier` covers four operations
-//!   on teams created by split/create_team.
+//! - No fork trees; roots are named by team rank only; `hier` takes non-commutative
+//!   reduce, allreduce and reduce_scatter only where hosts are team-rank ranges.
 //! - Out-no applies to single address mode; with owned buffers it behaves as out-my.
 //!
 //! ## Words

@@ -279,3 +279,44 @@ fn tuner_choice_is_near_the_simulated_best() {
     }
     assert!(worst.0 < 2.0, "worst: {worst:?}");
 }
+
+/// The `hier` cost model under the default parameters: on 9 ranks over 3 hosts the
+/// tuner picks `hier` for every operation at 8 bytes, on 64 ranks over 8 hosts for
+/// every one but scatter, gather and exchange; bandwidth-bound exchanges go to a
+/// message algorithm; `hier` is no candidate for a non-commutative allreduce on hosts
+/// that are not rank ranges, and is one for a non-commutative scan there.
+#[test]
+fn hier_cost_model_choices() {
+    use gex_coll::Tuner;
+    let mut t = Tuner::new(catalog(), LogGP::default());
+    let q = |op, size, hosts, bytes, commutative, host_ranges| Query {
+        op,
+        size,
+        bytes,
+        addr: AddrMode::Local,
+        sync: Default::default(),
+        commutative,
+        scratch: false,
+        shm: false,
+        hier: true,
+        hosts,
+        host_ranges,
+    };
+    for op in OpKind::ALL {
+        let c = t.explain(&q(op, 9, 3, 8, true, true)).unwrap();
+        assert_eq!(c.algorithm, "hier", "{op} on 9 ranks: {c:?}");
+        let c = t.explain(&q(op, 64, 8, 8, true, true)).unwrap();
+        let want = !matches!(op, OpKind::Scatter | OpKind::Gather | OpKind::Exchange);
+        assert_eq!(c.algorithm == "hier", want, "{op} on 64 ranks: {c:?}");
+    }
+    let c = t
+        .explain(&q(OpKind::Exchange, 9, 3, 65536, true, true))
+        .unwrap();
+    assert_ne!(c.algorithm, "hier", "{c:?}");
+    let offered = |t: &mut Tuner, op| {
+        let c = t.explain(&q(op, 9, 3, 8, false, false)).unwrap();
+        c.candidates.iter().any(|x| x.0 == "hier")
+    };
+    assert!(!offered(&mut t, OpKind::Allreduce));
+    assert!(offered(&mut t, OpKind::Scan));
+}
