@@ -57,6 +57,26 @@ fn shm_areas<C: Conduit>(ep: &mut Endpoint<C>, members: &[EpAddr]) -> Option<Vec
         .collect()
 }
 
+/// Every member's segment as mapped here (base address, length), or empty if one
+/// is not mapped (see [`ShmTeam::segs`]).
+fn shm_segments<C: Conduit>(ep: &mut Endpoint<C>, members: &[EpAddr]) -> Vec<(usize, usize)> {
+    let me = ep.addr();
+    let cep = ep.conduit_ep();
+    members
+        .iter()
+        .map(|&a| {
+            if a == me {
+                let (p, len) = cep.local_segment();
+                Some((p.as_ptr() as usize, len))
+            } else {
+                cep.peer_segment(a)
+                    .map(|(p, len)| (p.as_ptr() as usize, len))
+            }
+        })
+        .collect::<Option<Vec<_>>>()
+        .unwrap_or_default()
+}
+
 /// (team id, sequence number, source team rank, tag).
 type MsgKey = (u64, u32, u32, u32);
 
@@ -256,6 +276,8 @@ pub struct CollEp<C: Conduit> {
     tmp: Vec<u8>,
     /// Blocking calls run directly through shared memory.
     direct_calls: u64,
+    /// Of those, the ones whose input this member published by reference.
+    by_reference_calls: u64,
 }
 
 /// Timed calls per candidate in an online trial (after one warm-up call).
@@ -383,6 +405,7 @@ impl<C: Conduit> CollEp<C> {
             .map(|areas| ShmTeam {
                 ch: 0,
                 areas,
+                segs: shm_segments(ep, &members),
                 generation: shm_gen,
                 used: shm_used.clone(),
             });
@@ -403,6 +426,7 @@ impl<C: Conduit> CollEp<C> {
             online_trials: 0,
             tmp: Vec::new(),
             direct_calls: 0,
+            by_reference_calls: 0,
         })
     }
 
@@ -524,6 +548,14 @@ impl<C: Conduit> CollEp<C> {
     /// collective was in flight here, or the algorithm was not `shm`).
     pub fn direct_calls(&self) -> u64 {
         self.direct_calls
+    }
+
+    /// Direct blocking calls ([`direct_calls`](Self::direct_calls)) in which this
+    /// member published its input by reference: the input lay in its segment and the
+    /// blocks were at least 16 KiB, so the readers copied straight from it (one copy
+    /// instead of two) and the call returned once they had (docs/coll.md 4.1).
+    pub fn by_reference_calls(&self) -> u64 {
+        self.by_reference_calls
     }
 
     /// Collectives in flight on this endpoint (including completed-but-not-waited and
@@ -695,6 +727,7 @@ impl<C: Conduit> CollEp<C> {
         Ok(Some(ShmTeam {
             ch,
             areas,
+            segs: shm_segments(self.rma.endpoint(), &team.inner.members),
             generation: self.shm_gen,
             used: self.shm_used.clone(),
         }))
@@ -991,6 +1024,9 @@ impl<C: Conduit> CollEp<C> {
             sh.ch,
         );
         shm.keep_own(io.input, io.out);
+        if shm.publish_by_reference(sh, io.input) {
+            self.by_reference_calls += 1;
+        }
         let spin_limit = self.spin_limit();
         let mut spins = 0u32;
         while !shm.step(sh, &mut self.shm_expected, &mut io) {

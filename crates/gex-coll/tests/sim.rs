@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{bytes, matrix, matrix_mode, reference};
+use common::{bytes, matrix, matrix_mode, reference, segment_matrix};
 use gex_coll::{BuiltinOp, CollEp, CollError, OpKind, Opts, ReduceOp, Scratch, Single, SyncMode};
 use gex_core::{Client, ClientBuilder};
 use gex_rma::RmaEp;
@@ -1145,4 +1145,43 @@ fn online_tuning_agrees_and_caches() {
     assert!(out.iter().all(|w| w[0] == out[0][0]), "{out:?}");
     assert_eq!(out[0][1], out[2][1], "{out:?}");
     assert_eq!(out[1][1], out[3][1], "{out:?}");
+}
+
+/// Blocking calls over buffers in the members' segments: blocks of 16 KiB and more
+/// are published by reference (readers copy straight from the publisher's segment,
+/// one copy) and the publisher returns only once its readers have copied — every
+/// member scribbles over its input as soon as a call returns, and every result still
+/// matches the reference. Small blocks go through the slots as before. Two shapes:
+/// the world of 4 (one host) and the per-host teams of 3 hosts × 2 ranks.
+#[test]
+fn segment_buffers_by_reference() {
+    for (p, per_host) in [(4u32, 4u32), (6, 2)] {
+        run_sim(
+            p,
+            SimConfig::default().seed(21).ranks_per_host(per_host),
+            || ClientBuilder::new().segment_size(4 * SEG),
+            |client| {
+                let mut c = coll(&client);
+                let w = c.world().clone();
+                let me = w.rank();
+                let host = c
+                    .split(&w, Some(me / per_host), me, Scratch::None)
+                    .unwrap()
+                    .unwrap();
+                let shm = !cfg!(gex_force_am_rma) && c.shared_memory(&host);
+                let before = c.by_reference_calls();
+                // 3 u64 (slots), 2100 u64 = 16.8 KB (by reference, one round) and
+                // 40 000 u64 = 320 KB (by reference, several rounds of a slot).
+                let ran = segment_matrix(&mut c, &host, &[3, 2100, 40_000]);
+                assert!(ran > 50, "only {ran} cases");
+                let by_ref = c.by_reference_calls() - before;
+                if shm {
+                    assert!(by_ref > 20, "rank {me}: only {by_ref} calls by reference");
+                } else {
+                    assert_eq!(by_ref, 0);
+                }
+                c.barrier(&w).unwrap();
+            },
+        );
+    }
 }
