@@ -32,6 +32,12 @@ fn matrix_job(p: u32, cfg: SimConfig, counts: &[usize]) {
         || ClientBuilder::new().segment_size(SEG),
         |client| {
             let mut c = coll(&client);
+            // The catalogue's fork trees run in the matrix, and one on a given grid
+            // (2 × 2: partial or ragged on most team sizes).
+            assert!(c.algorithms(OpKind::Scatter).iter().any(|a| a == "fork3d"));
+            c.register_algorithm(std::sync::Arc::new(
+                gex_coll::Builtin::fork(&[2, 2], gex_coll::Transport::Eager).unwrap(),
+            ));
             let w = c.world().clone();
             let n = matrix(&mut c, &w, counts);
             c.barrier(&w).unwrap();
