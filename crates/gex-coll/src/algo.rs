@@ -307,7 +307,8 @@ impl Builtin {
     /// assert_eq!(f.fork_dims(16), Some(vec![4, 4]));
     /// assert_eq!(f.fork_dims(13), Some(vec![4, 4])); // prime: the last block is {12}
     /// assert_eq!(f.fork_dims(8), Some(vec![3, 3])); // blocks {0,1,2} {3,4,5} {6,7}
-    /// assert_eq!(Builtin::new(Kind::Fork, 3, 0, Transport::Eager).fork_dims(8), Some(vec![2, 2, 2]));
+    /// let f3 = Builtin::new(Kind::Fork, 3, 0, Transport::Eager);
+    /// assert_eq!(f3.fork_dims(8), Some(vec![2, 2, 2]));
     /// ```
     pub fn fork_dims(&self, p: u32) -> Option<Vec<u32>> {
         (self.kind == Kind::Fork).then(|| self.grid(p).dims(p))
@@ -1784,8 +1785,11 @@ mod tests {
         );
     }
 
-    /// Parents and children (with subtree ends) of every member of `t` on `p`.
-    fn shape(t: Tree, p: u32) -> (Vec<Option<u32>>, Vec<Vec<(u32, u32)>>) {
+    /// Parents, and children with their subtree ends, of every member.
+    type Shape = (Vec<Option<u32>>, Vec<Vec<(u32, u32)>>);
+
+    /// The [`Shape`] of `t` on `p` members.
+    fn shape(t: Tree, p: u32) -> Shape {
         (
             (0..p).map(|v| t.parent(v)).collect(),
             (0..p).map(|v| t.children(v, p)).collect(),
