@@ -5,6 +5,7 @@ use crate::algo::{Algorithm, PlanCtx, Query};
 use crate::error::CollError;
 use crate::hier::{Hier, HierOp, Layout};
 use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceOp, SyncMode, Transport};
+use crate::root::Root;
 use crate::sched::{self, Action, ReduceFn, Schedule, span};
 use crate::shm::{Area, Expected, Io, NCH, NSLOT, OwnedShm, ShmOp, ShmTeam};
 use crate::team::{Scratch, SegAlloc, Team, mix_all};
@@ -15,7 +16,7 @@ use gex_core::spi::ConduitEp;
 use gex_core::{
     Am, Capabilities, Category, Config, Endpoint, EpAddr, Flags, HandlerIndex, Token, WaitPolicy,
 };
-use gex_rma::{GetEvent, GlobalPtr, RmaEp};
+use gex_rma::{GetEvent, GlobalPtr, RmaEp, RmaError};
 use gex_sync::atomic::AtomicU32;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::marker::PhantomData;
@@ -55,6 +56,26 @@ fn shm_areas<C: Conduit>(ep: &mut Endpoint<C>, members: &[EpAddr]) -> Option<Vec
         .iter()
         .map(|&a| ep.conduit_ep().aux(a).map(Area::new))
         .collect()
+}
+
+/// Every member's segment as mapped here (base address, length), or empty if one
+/// is not mapped (see [`ShmTeam::segs`]).
+fn shm_segments<C: Conduit>(ep: &mut Endpoint<C>, members: &[EpAddr]) -> Vec<(usize, usize)> {
+    let me = ep.addr();
+    let cep = ep.conduit_ep();
+    members
+        .iter()
+        .map(|&a| {
+            if a == me {
+                let (p, len) = cep.local_segment();
+                Some((p.as_ptr() as usize, len))
+            } else {
+                cep.peer_segment(a)
+                    .map(|(p, len)| (p.as_ptr() as usize, len))
+            }
+        })
+        .collect::<Option<Vec<_>>>()
+        .unwrap_or_default()
 }
 
 /// (team id, sequence number, source team rank, tag).
@@ -167,6 +188,23 @@ impl Single {
             dst: vec![dst; size as usize],
         }
     }
+
+    /// These offsets with the root's buffer at `offset` (a root given by data): the
+    /// source of a broadcast or scatter (an in-place list gets explicit sources, the
+    /// others' unchanged), the destination of a gather or reduce. Lists of the wrong
+    /// length are left for `start` to refuse.
+    fn with_root_buffer(&self, op: OpKind, root: u32, offset: usize) -> Single {
+        let mut s = self.clone();
+        let list = match op {
+            OpKind::Broadcast | OpKind::Scatter => s.src.get_or_insert_with(|| self.dst.clone()),
+            OpKind::Gather | OpKind::Reduce => &mut s.dst,
+            _ => return s,
+        };
+        if let Some(x) = list.get_mut(root as usize) {
+            *x = offset;
+        }
+        s
+    }
 }
 
 #[derive(Debug)]
@@ -256,6 +294,8 @@ pub struct CollEp<C: Conduit> {
     tmp: Vec<u8>,
     /// Blocking calls run directly through shared memory.
     direct_calls: u64,
+    /// Of those, the ones whose input this member published by reference.
+    by_reference_calls: u64,
 }
 
 /// Timed calls per candidate in an online trial (after one warm-up call).
@@ -383,6 +423,7 @@ impl<C: Conduit> CollEp<C> {
             .map(|areas| ShmTeam {
                 ch: 0,
                 areas,
+                segs: shm_segments(ep, &members),
                 generation: shm_gen,
                 used: shm_used.clone(),
             });
@@ -403,6 +444,7 @@ impl<C: Conduit> CollEp<C> {
             online_trials: 0,
             tmp: Vec::new(),
             direct_calls: 0,
+            by_reference_calls: 0,
         };
         c.setup_world_hier();
         Ok(c)
@@ -527,6 +569,14 @@ impl<C: Conduit> CollEp<C> {
     /// collective was in flight here, or the algorithm was not `shm`).
     pub fn direct_calls(&self) -> u64 {
         self.direct_calls
+    }
+
+    /// Direct blocking calls ([`direct_calls`](Self::direct_calls)) in which this
+    /// member published its input by reference: the input lay in its segment and the
+    /// blocks were at least 16 KiB, so the readers copied straight from it (one copy
+    /// instead of two) and the call returned once they had (docs/coll.md 4.1).
+    pub fn by_reference_calls(&self) -> u64 {
+        self.by_reference_calls
     }
 
     /// Collectives in flight on this endpoint (including completed-but-not-waited and
@@ -698,6 +748,7 @@ impl<C: Conduit> CollEp<C> {
         Ok(Some(ShmTeam {
             ch,
             areas,
+            segs: shm_segments(self.rma.endpoint(), &team.inner.members),
             generation: self.shm_gen,
             used: self.shm_used.clone(),
         }))
@@ -762,12 +813,14 @@ impl<C: Conduit> CollEp<C> {
         let my_host = layout.place[me as usize].0;
         let ranks = &layout.hosts[my_host as usize];
         let addrs: Vec<EpAddr> = ranks.iter().map(|&r| w.inner.members[r as usize]).collect();
+        let segs = shm_segments(self.rma.endpoint(), &addrs);
         let shm = (addrs.len() > 1)
             .then(|| shm_areas(self.rma.endpoint(), &addrs))
             .flatten()
             .map(|areas| ShmTeam {
                 ch: 0,
                 areas,
+                segs,
                 generation: self.shm_gen,
                 used: self.shm_used.clone(),
             });
@@ -941,6 +994,51 @@ impl<C: Conduit> CollEp<C> {
         Ok(())
     }
 
+    /// The team rank of `root` for a call of `op` with blocks of `block` bytes and,
+    /// for a root given by data, the offset of the root's buffer. Every member checks
+    /// a data root alike (its owner is a member, the root's buffer fits in the owner's
+    /// segment), so they all fail or all proceed.
+    fn resolve_root(
+        &mut self,
+        team: &Team,
+        op: OpKind,
+        root: Root,
+        block: usize,
+    ) -> Result<(u32, Option<usize>), CollError> {
+        let ptr = match root {
+            Root::Rank(r) => return Ok((r, None)),
+            Root::Data(ptr) => ptr,
+        };
+        let owner = ptr.addr();
+        let rank = team.rank_of(owner).ok_or(CollError::RootNotMember {
+            owner,
+            team: team.id(),
+        })?;
+        let len = crate::root::root_blocks(op, team.size()).saturating_mul(block);
+        let seg_len = self.rma.endpoint().segment_len_of(owner.rank).unwrap_or(0);
+        if ptr.offset.checked_add(len).is_none_or(|e| e > seg_len) {
+            return Err(RmaError::OutOfSegment {
+                dst: owner,
+                offset: ptr.offset,
+                len,
+                seg_len,
+            }
+            .into());
+        }
+        Ok((rank, Some(ptr.offset)))
+    }
+
+    /// [`resolve_root`](Self::resolve_root)'s team rank.
+    fn root_rank(
+        &mut self,
+        team: &Team,
+        op: OpKind,
+        root: impl Into<Root>,
+        block: usize,
+    ) -> Result<u32, CollError> {
+        self.resolve_root(team, op, root.into(), block).map(|x| x.0)
+    }
+
     /// The tuner's query for a call of `op` with `n`-byte blocks on `team`.
     fn query(
         team: &Team,
@@ -1039,6 +1137,9 @@ impl<C: Conduit> CollEp<C> {
             sh.ch,
         );
         shm.keep_own(io.input, io.out);
+        if shm.publish_by_reference(sh, io.input) {
+            self.by_reference_calls += 1;
+        }
         let spin_limit = self.spin_limit();
         let mut spins = 0u32;
         while !shm.step(sh, &mut self.shm_expected, &mut io) {
@@ -1869,36 +1970,43 @@ impl<C: Conduit> CollEp<C> {
 
     /// Starts a broadcast of the root's `data` (every member passes a buffer of the
     /// same length; non-roots' contents are ignored). The output is the root's data.
+    /// `root`: a team rank (`u32`) or where the root's data lives (a
+    /// [`GlobalPtr`], see [`Root`]).
     ///
     /// # Collective
     /// Over `team`, with the same `root` and length everywhere.
     ///
     /// # Errors
-    /// See [`CollError`].
+    /// [`CollError::RootNotMember`] or [`CollError::Rma`] for a bad data root
+    /// ([`Root`]); see [`CollError`].
     pub fn broadcast_nb<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         data: Vec<T>,
         opts: &Opts<'_>,
     ) -> Result<Handle<Vec<T>>, CollError> {
         let count = data.len();
+        let root = self.root_rank(team, OpKind::Broadcast, root, count * size_of::<T>())?;
         self.start_owned(team, OpKind::Broadcast, root, count, data, None, opts)
     }
 
     /// Starts a scatter of `count` elements per member from the root's `data`
-    /// (`P × count` elements at the root; ignored elsewhere).
+    /// (`P × count` elements at the root; ignored elsewhere). `root`: a team rank or
+    /// where the root's data lives ([`Root`]).
     ///
     /// # Errors
-    /// [`CollError::BadLength`] at the root; see [`CollError`].
+    /// [`CollError::BadLength`] at the root; [`CollError::RootNotMember`] or
+    /// [`CollError::Rma`] for a bad data root ([`Root`]); see [`CollError`].
     pub fn scatter_nb<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         data: Vec<T>,
         count: usize,
         opts: &Opts<'_>,
     ) -> Result<Handle<Vec<T>>, CollError> {
+        let root = self.root_rank(team, OpKind::Scatter, root, count * size_of::<T>())?;
         if team.rank() == root {
             check_len("scatter input", team.size() as usize * count, data.len())?;
         }
@@ -1906,18 +2014,21 @@ impl<C: Conduit> CollEp<C> {
     }
 
     /// Starts a gather of every member's `data` (same length everywhere) to the root,
-    /// which gets `P × count` elements in team-rank order (others get none).
+    /// which gets `P × count` elements in team-rank order (others get none). `root`:
+    /// a team rank or where the root's output lives ([`Root`]).
     ///
     /// # Errors
-    /// See [`CollError`].
+    /// [`CollError::RootNotMember`] or [`CollError::Rma`] for a bad data root
+    /// ([`Root`]); see [`CollError`].
     pub fn gather_nb<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         data: Vec<T>,
         opts: &Opts<'_>,
     ) -> Result<Handle<Vec<T>>, CollError> {
         let count = data.len();
+        let root = self.root_rank(team, OpKind::Gather, root, count * size_of::<T>())?;
         self.start_owned(team, OpKind::Gather, root, count, data, None, opts)
     }
 
@@ -1952,19 +2063,22 @@ impl<C: Conduit> CollEp<C> {
     }
 
     /// Starts a reduction of every member's `data` to the root (the others get an
-    /// empty vector).
+    /// empty vector). `root`: a team rank or where the root's output lives
+    /// ([`Root`]).
     ///
     /// # Errors
-    /// See [`CollError`].
+    /// [`CollError::RootNotMember`] or [`CollError::Rma`] for a bad data root
+    /// ([`Root`]); see [`CollError`].
     pub fn reduce_nb<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         data: Vec<T>,
         op: &ReduceOp<T>,
         opts: &Opts<'_>,
     ) -> Result<Handle<Vec<T>>, CollError> {
         let count = data.len();
+        let root = self.root_rank(team, OpKind::Reduce, root, count * size_of::<T>())?;
         self.start_owned(team, OpKind::Reduce, root, count, data, Some(op), opts)
     }
 
@@ -2048,6 +2162,11 @@ impl<C: Conduit> CollEp<C> {
     /// rooted ones. Broadcasts and gather_alls can then move data by signaling put or
     /// rendezvous (algorithms `…+put`, `…+rdv`).
     ///
+    /// A root given by data ([`Root::Data`], any [`GlobalPtr`]) is the member owning
+    /// the pointer's segment, and the pointer's offset is the root's buffer: it
+    /// replaces the root's entry of `addrs.src` (broadcast, scatter; with `src: None`
+    /// the other members keep reading in place) or of `addrs.dst` (gather, reduce).
+    ///
     /// ```
     /// use gex_coll::{CollEp, OpKind, Opts, Single, SyncMode};
     /// use gex_core::ClientBuilder;
@@ -2076,13 +2195,14 @@ impl<C: Conduit> CollEp<C> {
     ///
     /// # Errors
     /// [`CollError::BadAddress`] for a wrong offset list or a range outside the
-    /// segment; see [`CollError`].
+    /// segment; [`CollError::RootNotMember`] or [`CollError::Rma`] for a bad data root
+    /// ([`Root`]); see [`CollError`].
     #[allow(clippy::too_many_arguments)]
     pub fn start_single<T: Elem>(
         &mut self,
         team: &Team,
         op: OpKind,
-        root: u32,
+        root: impl Into<Root>,
         count: usize,
         addrs: &Single,
         reduce: Option<&ReduceOp<T>>,
@@ -2094,6 +2214,15 @@ impl<C: Conduit> CollEp<C> {
                 ty: std::any::type_name::<T>(),
             });
         }
+        let (root, at) = self.resolve_root(team, op, root.into(), count * size_of::<T>())?;
+        let with_root;
+        let addrs = match at {
+            Some(offset) => {
+                with_root = addrs.with_root_buffer(op, root, offset);
+                &with_root
+            }
+            None => addrs,
+        };
         let red = reduce.map(|o| (o.func().clone(), o.is_commutative()));
         let id = self.start(team, op, root, size_of::<T>(), count, Err(addrs), red, opts);
         self.handle(id)
@@ -2132,13 +2261,15 @@ impl<C: Conduit> CollEp<C> {
     }
 
     /// Broadcast in place (blocking): non-roots' `buf` is overwritten with the root's.
+    /// `root`: a team rank or where the root's data lives ([`Root`]).
     ///
     /// # Errors
-    /// See [`CollError`].
+    /// [`CollError::RootNotMember`] or [`CollError::Rma`] for a bad data root
+    /// ([`Root`]); see [`CollError`].
     pub fn broadcast<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         buf: &mut [T],
     ) -> Result<(), CollError> {
         self.broadcast_with(team, root, buf, &Opts::default())
@@ -2147,15 +2278,16 @@ impl<C: Conduit> CollEp<C> {
     /// [`broadcast`](Self::broadcast) with options.
     ///
     /// # Errors
-    /// See [`CollError`].
+    /// As [`broadcast`](Self::broadcast).
     pub fn broadcast_with<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         buf: &mut [T],
         opts: &Opts<'_>,
     ) -> Result<(), CollError> {
         let count = buf.len();
+        let root = self.root_rank(team, OpKind::Broadcast, root, size_of_val(buf))?;
         let io = if team.rank() == root {
             // The root's output is its input: nothing to copy.
             Io {
@@ -2188,14 +2320,16 @@ impl<C: Conduit> CollEp<C> {
     }
 
     /// Scatter (blocking): `dst` receives this member's block of the root's `src`.
+    /// `root`: a team rank or where the root's data lives ([`Root`]).
     ///
     /// # Errors
     /// [`CollError::BadLength`] at the root if `src` does not hold `P × dst.len()`
-    /// elements; see [`CollError`].
+    /// elements; [`CollError::RootNotMember`] or [`CollError::Rma`] for a bad data root
+    /// ([`Root`]); see [`CollError`].
     pub fn scatter<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         src: &[T],
         dst: &mut [T],
     ) -> Result<(), CollError> {
@@ -2209,12 +2343,13 @@ impl<C: Conduit> CollEp<C> {
     pub fn scatter_with<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         src: &[T],
         dst: &mut [T],
         opts: &Opts<'_>,
     ) -> Result<(), CollError> {
         let count = dst.len();
+        let root = self.root_rank(team, OpKind::Scatter, root, size_of_val(dst))?;
         let input: &[T] = if team.rank() == root {
             check_len("scatter input", team.size() as usize * count, src.len())?;
             src
@@ -2244,14 +2379,17 @@ impl<C: Conduit> CollEp<C> {
     }
 
     /// Gather (blocking): at the root `dst` (`P × src.len()`) receives every block;
-    /// elsewhere `dst` is untouched (may be empty).
+    /// elsewhere `dst` is untouched (may be empty). `root`: a team rank or where the
+    /// root's output lives ([`Root`]).
     ///
     /// # Errors
-    /// [`CollError::BadLength`] for a root `dst` of the wrong length.
+    /// [`CollError::BadLength`] for a root `dst` of the wrong length;
+    /// [`CollError::RootNotMember`] or [`CollError::Rma`] for a bad data root
+    /// ([`Root`]); see [`CollError`].
     pub fn gather<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         src: &[T],
         dst: &mut [T],
     ) -> Result<(), CollError> {
@@ -2265,11 +2403,12 @@ impl<C: Conduit> CollEp<C> {
     pub fn gather_with<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         src: &[T],
         dst: &mut [T],
         opts: &Opts<'_>,
     ) -> Result<(), CollError> {
+        let root = self.root_rank(team, OpKind::Gather, root, size_of_val(src))?;
         let is_root = team.rank() == root;
         let out: &mut [T] = if is_root {
             check_len("gather output", src.len() * team.size() as usize, dst.len())?;
@@ -2362,13 +2501,15 @@ impl<C: Conduit> CollEp<C> {
     }
 
     /// Reduce (blocking): the root's `dst` gets the reduction; elsewhere untouched.
+    /// `root`: a team rank or where the root's output lives ([`Root`]).
     ///
     /// # Errors
-    /// [`CollError::BadLength`].
+    /// [`CollError::BadLength`]; [`CollError::RootNotMember`] or [`CollError::Rma`] for
+    /// a bad data root ([`Root`]); see [`CollError`].
     pub fn reduce<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         src: &[T],
         dst: &mut [T],
         op: &ReduceOp<T>,
@@ -2379,16 +2520,17 @@ impl<C: Conduit> CollEp<C> {
     /// [`reduce`](Self::reduce) with options.
     ///
     /// # Errors
-    /// [`CollError::BadLength`].
+    /// As [`reduce`](Self::reduce).
     pub fn reduce_with<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         src: &[T],
         dst: &mut [T],
         op: &ReduceOp<T>,
         opts: &Opts<'_>,
     ) -> Result<(), CollError> {
+        let root = self.root_rank(team, OpKind::Reduce, root, size_of_val(src))?;
         let is_root = team.rank() == root;
         let out: &mut [T] = if is_root {
             check_len("reduce output", src.len(), dst.len())?;

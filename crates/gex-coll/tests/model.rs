@@ -91,7 +91,9 @@ fn check(
 }
 
 /// The catalogue plus instances with other parameters: small pipelining segments
-/// (many segments per message), radix 3 and 5.
+/// (many segments per message), radix 3 and 5, fork trees of one to four automatic
+/// dimensions and on given grids (2 × 3, 3 × 3 × 2: ragged or partial on most team
+/// sizes).
 fn algorithms() -> Vec<std::sync::Arc<dyn gex_coll::Algorithm>> {
     use gex_coll::{Builtin, Kind, Transport};
     let e = Transport::Eager;
@@ -107,8 +109,17 @@ fn algorithms() -> Vec<std::sync::Arc<dyn gex_coll::Algorithm>> {
         Builtin::new(Kind::Dissemination, 5, 0, e),
         Builtin::new(Kind::Knomial, 3, 0, Transport::Put),
         Builtin::new(Kind::Chain, 0, 24, Transport::Rendezvous),
+        Builtin::new(Kind::Fork, 1, 0, e),
+        Builtin::new(Kind::Fork, 4, 0, e),
+        Builtin::new(Kind::Fork, 3, 0, Transport::Put),
+        Builtin::fork(&[2, 3], e).unwrap(),
+        Builtin::fork(&[3, 3, 2], e).unwrap(),
+        Builtin::fork(&[2, 2], Transport::Rendezvous).unwrap(),
     ] {
         v.push(std::sync::Arc::new(b));
+    }
+    for name in ["fork2d", "fork3d", "fork2d+put", "fork2d+rdv"] {
+        assert!(v.iter().any(|a| a.name() == name), "{name} not catalogued");
     }
     v
 }
@@ -319,4 +330,59 @@ fn hier_cost_model_choices() {
     };
     assert!(!offered(&mut t, OpKind::Allreduce));
     assert!(offered(&mut t, OpKind::Scan));
+}
+
+/// The fork trees' cost formulas against the schedule-level LogGP simulation of
+/// their own schedules: within 20 % for every operation, on full and ragged grids.
+#[test]
+fn fork_cost_tracks_the_schedule_simulation() {
+    let m = LogGP::RANGER;
+    let mut checked = 0;
+    for a in catalog().iter().filter(|a| a.name().starts_with("fork")) {
+        if a.transport() != gex_coll::Transport::Eager {
+            // The schedule simulation moves everything eagerly.
+            continue;
+        }
+        for &op in a.ops() {
+            for p in [2u32, 13, 27, 48, 100] {
+                for bytes in [8usize, 4096, 65536] {
+                    let q = Query {
+                        op,
+                        size: p,
+                        bytes,
+                        addr: AddrMode::Local,
+                        sync: SyncModes::default(),
+                        commutative: true,
+                        scratch: false,
+                        shm: false,
+                        hier: false,
+                        hosts: 0,
+                        host_ranges: false,
+                    };
+                    let s: Vec<_> = (0..p)
+                        .map(|r| {
+                            a.plan(&PlanCtx {
+                                op,
+                                size: p,
+                                rank: r,
+                                root: 0,
+                                block: bytes,
+                                elem: 8,
+                                commutative: true,
+                            })
+                        })
+                        .collect();
+                    let sim = model::loggp_time(&s, &m).unwrap();
+                    let ratio = a.cost(&q, &m) / sim;
+                    assert!(
+                        (0.8..1.2).contains(&ratio),
+                        "{} {op} P={p} {bytes} B: cost/simulated = {ratio:.2}",
+                        a.name()
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 2 * 5 * 5 * 3);
 }

@@ -3,11 +3,11 @@
 //! reference, single address mode with every transport and sync mode, the in-my
 //! entry rule, teams (split, lists, scratch) and concurrent collectives on
 //! overlapping teams; the shared-memory algorithm on per-host teams, its channels and
-//! where it must not run.
+//! where it must not run; roots named by where their data lives.
 
 mod common;
 
-use common::{affine, bytes, matrix, matrix_mode, reference, run_one};
+use common::{affine, bytes, matrix, matrix_mode, reference, run_one, segment_matrix};
 use gex_coll::{
     BuiltinOp, CollEp, CollError, OpKind, Opts, ReduceOp, Scratch, Single, SyncMode, Team,
 };
@@ -34,6 +34,12 @@ fn matrix_job(p: u32, cfg: SimConfig, counts: &[usize]) {
         || ClientBuilder::new().segment_size(SEG),
         |client| {
             let mut c = coll(&client);
+            // The catalogue's fork trees run in the matrix, and one on a given grid
+            // (2 × 2: partial or ragged on most team sizes).
+            assert!(c.algorithms(OpKind::Scatter).iter().any(|a| a == "fork3d"));
+            c.register_algorithm(std::sync::Arc::new(
+                gex_coll::Builtin::fork(&[2, 2], gex_coll::Transport::Eager).unwrap(),
+            ));
             let w = c.world().clone();
             let n = matrix(&mut c, &w, counts);
             c.barrier(&w).unwrap();
@@ -1358,4 +1364,248 @@ fn online_tuning_agrees_and_caches() {
     assert!(out.iter().all(|w| w[0] == out[0][0]), "{out:?}");
     assert_eq!(out[0][1], out[2][1], "{out:?}");
     assert_eq!(out[1][1], out[3][1], "{out:?}");
+}
+
+/// Blocking calls over buffers in the members' segments: blocks of 16 KiB and more
+/// are published by reference (readers copy straight from the publisher's segment,
+/// one copy) and the publisher returns only once its readers have copied — every
+/// member scribbles over its input as soon as a call returns, and every result still
+/// matches the reference. Small blocks go through the slots as before. Two shapes:
+/// the world of 4 (one host) and the per-host teams of 3 hosts × 2 ranks.
+#[test]
+fn segment_buffers_by_reference() {
+    for (p, per_host) in [(4u32, 4u32), (6, 2)] {
+        run_sim(
+            p,
+            SimConfig::default().seed(21).ranks_per_host(per_host),
+            || ClientBuilder::new().segment_size(4 * SEG),
+            |client| {
+                let mut c = coll(&client);
+                let w = c.world().clone();
+                let me = w.rank();
+                let host = c
+                    .split(&w, Some(me / per_host), me, Scratch::None)
+                    .unwrap()
+                    .unwrap();
+                let shm = !cfg!(gex_force_am_rma) && c.shared_memory(&host);
+                let before = c.by_reference_calls();
+                // 3 u64 (slots), 2100 u64 = 16.8 KB (by reference, one round) and
+                // 40 000 u64 = 320 KB (by reference, several rounds of a slot).
+                let ran = segment_matrix(&mut c, &host, &[3, 2100, 40_000]);
+                assert!(ran > 50, "only {ran} cases");
+                let by_ref = c.by_reference_calls() - before;
+                if shm {
+                    assert!(by_ref > 20, "rank {me}: only {by_ref} calls by reference");
+                } else {
+                    assert_eq!(by_ref, 0);
+                }
+                c.barrier(&w).unwrap();
+            },
+        );
+    }
+}
+
+/// Roots named by where the data lives (`Root::Data`, a `GlobalPtr`): every rooted
+/// operation, owned buffers (nonblocking and blocking, tuned and forced algorithms)
+/// and single address mode (the pointer is the root's buffer), from every member of
+/// split teams whose team ranks are not their job ranks; then the errors, on every
+/// member alike and before anything moves.
+#[test]
+fn data_centric_roots() {
+    use OpKind::{Broadcast, Gather, Reduce, Scatter};
+    use common::to_vec;
+    use gex_coll::Root;
+    use gex_rma::{GlobalPtr, RmaError};
+    run_sim(
+        6,
+        SimConfig::default().reorder(true).seed(31),
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let me = w.rank();
+            // Teams {4, 2, 0} and {5, 3, 1} (job ranks in team-rank order).
+            let t = c
+                .split(&w, Some(me % 2), 100 - me, Scratch::None)
+                .unwrap()
+                .unwrap();
+            let (p, tr) = (t.size(), t.rank());
+            assert_eq!(tr, 2 - me / 2);
+            let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+            let (count, n) = (5usize, 20usize);
+            let mut salt = 0u64;
+            let mut ran = 0;
+            for op in [Broadcast, Scatter, Gather, Reduce] {
+                for owner in 0..p {
+                    for alg in [None, Some("fork2d"), Some("binomial"), Some("flat")] {
+                        salt += 1;
+                        // The root's buffer, at an offset of its own.
+                        let at = 4096 + 256 * owner as usize;
+                        let ptr = GlobalPtr::<u32>::new(t.member(owner).unwrap(), at);
+                        assert_eq!(Root::from(ptr), Root::Data(ptr.cast()));
+                        let inputs: Vec<Vec<u8>> = (0..p)
+                            .map(|r| bytes(r as usize, salt, op.shape(p, r, owner).0.max(1) * n))
+                            .collect();
+                        let red = op.reduces().then_some(sum.func());
+                        let want = reference(op, owner as usize, n, &inputs, red);
+                        let mine = &want[tr as usize];
+                        let data: Vec<u32> = to_vec(&inputs[tr as usize]);
+                        let opts = Opts {
+                            algorithm: alg,
+                            ..Opts::default()
+                        };
+                        // Owned buffers, nonblocking.
+                        let h = match op {
+                            Broadcast => c.broadcast_nb(&t, ptr, data.clone(), &opts),
+                            Scatter => c.scatter_nb(&t, ptr, data.clone(), count, &opts),
+                            Gather => c.gather_nb(&t, ptr, data.clone(), &opts),
+                            _ => c.reduce_nb(&t, ptr, data.clone(), &sum, &opts),
+                        }
+                        .unwrap();
+                        let got = c.wait(h).unwrap();
+                        assert_eq!(bytemuck::cast_slice::<u32, u8>(&got), &mine[..]);
+                        // Blocking, over borrowed slices.
+                        let mut out = vec![
+                            7u32;
+                            if op == Gather {
+                                p as usize * count
+                            } else {
+                                count
+                            }
+                        ];
+                        match op {
+                            Broadcast => {
+                                let mut b = data.clone();
+                                c.broadcast_with(&t, ptr, &mut b, &opts).unwrap();
+                                out = b;
+                            }
+                            Scatter => c.scatter_with(&t, ptr, &data, &mut out, &opts).unwrap(),
+                            Gather => c.gather_with(&t, ptr, &data, &mut out, &opts).unwrap(),
+                            _ => c
+                                .reduce_with(&t, ptr, &data, &mut out, &sum, &opts)
+                                .unwrap(),
+                        }
+                        if mine.is_empty() {
+                            assert!(out.iter().all(|&x| x == 7), "{op}: a non-root's output");
+                        } else {
+                            assert_eq!(bytemuck::cast_slice::<u32, u8>(&out), &mine[..]);
+                        }
+                        ran += 1;
+                        // Single address mode: the root's buffer is at the pointer; the
+                        // other members' at offsets that differ from it.
+                        let (src, dst) = (100_000usize, 200_000usize);
+                        let ep = c.endpoint();
+                        ep.segment()
+                            .write(dst, &vec![0xEE; p as usize * n])
+                            .unwrap();
+                        ep.segment().write(at, &vec![0xEE; p as usize * n]).unwrap();
+                        let root_buf = matches!(op, Broadcast | Scatter);
+                        let input_at = if root_buf && tr == owner { at } else { src };
+                        ep.segment().write(input_at, &inputs[tr as usize]).unwrap();
+                        c.barrier(&w).unwrap();
+                        for in_place in [false, true] {
+                            if in_place && op != Broadcast {
+                                continue;
+                            }
+                            let addrs = if in_place {
+                                Single::in_place(p, dst)
+                            } else {
+                                Single::uniform(p, src, dst)
+                            };
+                            let h = c
+                                .start_single::<u32>(&t, op, ptr, count, &addrs, Some(&sum), &opts)
+                                .unwrap();
+                            c.wait(h).unwrap();
+                            let out_at = if !root_buf && tr == owner { at } else { dst };
+                            let mut got = vec![0u8; mine.len()];
+                            c.endpoint().segment().read(out_at, &mut got).unwrap();
+                            assert_eq!(&got, mine, "{op} single in_place={in_place}");
+                            c.barrier(&w).unwrap();
+                        }
+                    }
+                }
+            }
+            assert_eq!(ran, 4 * 3 * 4);
+            // Errors, on every member alike: the pointer's owner is not in the team
+            // (a member of the other team; an endpoint index the team does not use).
+            let other = w.member((me + 1) % 6).unwrap();
+            for addr in [other, gex_core::EpAddr::new(me, 1)] {
+                let ptr = GlobalPtr::<u32>::new(addr, 0);
+                let e = c
+                    .broadcast_nb(&t, ptr, vec![1u32; 4], &Opts::default())
+                    .unwrap_err();
+                assert_eq!(
+                    e,
+                    CollError::RootNotMember {
+                        owner: addr,
+                        team: t.id()
+                    }
+                );
+                let mut v = [0u32; 4];
+                assert!(matches!(
+                    c.reduce(&t, ptr, &[1u32; 4], &mut v, &sum),
+                    Err(CollError::RootNotMember { .. })
+                ));
+                let e = c
+                    .start_single::<u32>(
+                        &t,
+                        Gather,
+                        ptr,
+                        4,
+                        &Single::uniform(p, 0, 64),
+                        None,
+                        &Opts::default(),
+                    )
+                    .unwrap_err();
+                assert!(matches!(e, CollError::RootNotMember { .. }), "{e}");
+            }
+            // ... or the root's buffer leaves the owner's segment: one block for a
+            // broadcast, P blocks for a scatter, and a saturated pointer.
+            let owner = t.member(1).unwrap();
+            let edge = GlobalPtr::<u32>::new(owner, SEG - 16);
+            let e = c
+                .broadcast_nb(&t, edge, vec![1u32; 5], &Opts::default())
+                .unwrap_err();
+            assert_eq!(
+                e,
+                CollError::Rma(RmaError::OutOfSegment {
+                    dst: owner,
+                    offset: SEG - 16,
+                    len: 20,
+                    seg_len: SEG
+                })
+            );
+            let mut v = [0u32; 4];
+            c.broadcast(&t, edge, &mut v).unwrap(); // 16 bytes fit
+            let block = GlobalPtr::<u32>::new(owner, SEG - 3 * 8);
+            let mut one = [0u32; 2];
+            c.gather(
+                &t,
+                block,
+                &[me; 2],
+                &mut if tr == 1 { vec![0; 6] } else { vec![] },
+            )
+            .unwrap(); // 3 blocks of 8 bytes fit
+            let e = c
+                .scatter(&t, block, &[0u32; 9], &mut [0u32; 3])
+                .unwrap_err();
+            assert!(
+                matches!(e, CollError::Rma(RmaError::OutOfSegment { len: 36, .. })),
+                "{e}"
+            );
+            let far = GlobalPtr::<u32>::new(owner, 0).add(usize::MAX);
+            assert!(matches!(
+                c.scatter(&t, far, &[0u32; 6], &mut one),
+                Err(CollError::Rma(RmaError::OutOfSegment { .. }))
+            ));
+            // Nothing started: the teams still agree on their sequence numbers.
+            assert_eq!(c.in_flight(), 0);
+            let mut b = [u32::from(tr == 2) * 9; 3];
+            c.broadcast(&t, GlobalPtr::<u8>::new(t.member(2).unwrap(), 0), &mut b)
+                .unwrap();
+            assert_eq!(b, [9; 3]);
+            c.barrier(&w).unwrap();
+            assert_eq!(c.dropped_messages(), 0);
+        },
+    );
 }
