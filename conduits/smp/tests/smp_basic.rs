@@ -235,10 +235,11 @@ fn failing_job(
             // The ranks' own test harnesses report the failure this test provokes
             // ("panicked", "FAILED"); send that to a log the launcher shows only when
             // its own assertions fail, so a passing run prints no failure text.
+            let launcher = rustix::process::getppid().expect("a parent").as_raw_pid() as u32;
             let f = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
-                .open(&log)
+                .open(failure_mark(launcher, name).with_extension("log"))
                 .expect("open the ranks' log");
             rustix::stdio::dup2_stdout(&f).expect("redirect stdout");
             rustix::stdio::dup2_stderr(&f).expect("redirect stderr");
