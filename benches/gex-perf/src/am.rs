@@ -435,6 +435,7 @@ fn run_am<C: Conduit>(job: &AmJob, client: &Client<C>) -> Res<()> {
                         conduit: client.conduit_name(),
                         provider: provider.clone(),
                         algorithm: None,
+                        buffers: None,
                         value,
                         unit: point.test.unit(),
                         min: Some(min),

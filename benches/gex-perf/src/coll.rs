@@ -10,17 +10,22 @@
 //! with `u8` blocks of `size` bytes per rank (barrier: size 0); the value is rank 0's
 //! time per call, median of the batches (batches are sized to a time budget after a
 //! warm-up). Names: `coll_<op>_lat` (µs), with an `algorithm` key: the tuner's choice
-//! for the (op, team size, size) query, or the forced algorithm. The calls are the
-//! blocking ones over borrowed slices (`*_with`, the way MPI benchmarks call
-//! `MPI_Bcast`), so the direct shared-memory path is measured when it applies.
+//! for the (op, team size, size) query, or the forced algorithm, and a `buffers` key.
+//! The calls are the blocking ones over borrowed slices (`*_with`, the way MPI
+//! benchmarks call `MPI_Bcast`), so the direct shared-memory path is measured when it
+//! applies; the slices lie in the rank's segment (`--buffers segment`, the default: a
+//! PGAS program's shared data, and what GASNet-EX's testcollperf uses) or in private
+//! heap memory (`--buffers private`, what MPI benchmarks use). The timing loop is
+//! gex-tune's (`gex_tune::measure`), so gex-perf and gex-tune time cells alike.
+#![allow(unsafe_code)]
 
 use crate::PinMode;
 use crate::report::{Record, Reporter, median};
 use gex::spi::Conduit;
 use gex::{Client, ClientBuilder, Job};
-use gex_coll::{AddrMode, BuiltinOp, CollEp, OpKind, Opts, Query, ReduceOp};
+use gex_coll::{AddrMode, CollEp, OpKind, Opts, Query};
 use gex_rma::RmaEp;
-use std::time::{Duration, Instant};
+use gex_tune::measure::{Budget, Placement};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -44,6 +49,8 @@ pub(crate) struct CollJob {
     pub(crate) pin: PinMode,
     /// Write an SVG plot of latency against size per algorithm here (rank 0).
     pub(crate) svg: Option<String>,
+    /// Where the buffers live.
+    pub(crate) buffers: Placement,
 }
 
 impl CollJob {
@@ -84,90 +91,6 @@ fn record_name(op: OpKind) -> &'static str {
     }
 }
 
-/// Runs `k` blocking calls of `op` with blocks of `bytes`.
-fn calls<C: Conduit>(
-    c: &mut CollEp<C>,
-    op: OpKind,
-    bytes: usize,
-    opts: &Opts<'_>,
-    k: u64,
-) -> Res<()> {
-    let w = c.world().clone();
-    let p = w.size() as usize;
-    let sum = ReduceOp::<u8>::builtin(BuiltinOp::Sum)?;
-    let src = vec![
-        1u8;
-        if op == OpKind::Exchange {
-            bytes * p
-        } else {
-            bytes
-        }
-    ];
-    let mut dst = vec![
-        0u8;
-        if op == OpKind::Reduce || op == OpKind::Allreduce {
-            bytes
-        } else {
-            bytes * p
-        }
-    ];
-    for _ in 0..k {
-        match op {
-            OpKind::Barrier => c.barrier_with(&w, opts)?,
-            OpKind::Broadcast => c.broadcast_with(&w, 0, &mut dst[..bytes], opts)?,
-            OpKind::Reduce => c.reduce_with(&w, 0, &src, &mut dst, &sum, opts)?,
-            OpKind::Allreduce => c.allreduce_with(&w, &src, &mut dst, &sum, opts)?,
-            OpKind::GatherAll => c.gather_all_with(&w, &src, &mut dst, opts)?,
-            OpKind::Exchange => c.exchange_with(&w, &src, &mut dst, opts)?,
-            other => return Err(format!("gex-perf coll does not measure {}", other.name()).into()),
-        }
-    }
-    Ok(())
-}
-
-/// Times `op` with blocks of `bytes` under `opts`: this rank's µs per call of every
-/// timed batch (batches sized on the slowest rank, so every rank runs the same calls).
-fn measure<C: Conduit>(
-    c: &mut CollEp<C>,
-    op: OpKind,
-    bytes: usize,
-    opts: &Opts<'_>,
-    quick: bool,
-) -> Res<Vec<f64>> {
-    let (batch, count) = if quick {
-        (Duration::from_millis(4), 3u32)
-    } else {
-        (Duration::from_millis(40), 7)
-    };
-    let mut k = 1u64;
-    loop {
-        c.barrier(&c.world().clone())?;
-        let t0 = Instant::now();
-        calls(c, op, bytes, opts, k)?;
-        let long = t0.elapsed() >= batch / 4 || k >= 1 << 24;
-        let mut all = [0u8];
-        c.allreduce(
-            &c.world().clone(),
-            &[u8::from(long)],
-            &mut all,
-            &ReduceOp::builtin(BuiltinOp::Max)?,
-        )?;
-        if all[0] == 1 {
-            break;
-        }
-        k *= 2;
-    }
-    let iters = (k * 4).max(1);
-    let mut per = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        c.barrier(&c.world().clone())?;
-        let t0 = Instant::now();
-        calls(c, op, bytes, opts, iters)?;
-        per.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
-    }
-    Ok(per)
-}
-
 /// One figure kept by rank 0 for the comparison and the plot.
 struct Point {
     op: OpKind,
@@ -202,12 +125,18 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
     let rep = Reporter::new(job.json);
     if me == 0 {
         rep.header(&[format!(
-            "gex-perf coll: {n} ranks, conduit {}, wait policy {:?}, algorithm {}; value: rank 0's median batch",
+            "gex-perf coll: {n} ranks, conduit {}, wait policy {:?}, algorithm {}, buffers {}; value: rank 0's median batch",
             client.conduit_name(),
             client.wait_policy(),
-            job.algorithm.as_deref().unwrap_or("tuned")
+            job.algorithm.as_deref().unwrap_or("tuned"),
+            job.buffers.name()
         )]);
     }
+    let (budget, at) = if job.quick {
+        (Budget::QUICK, job.buffers)
+    } else {
+        (Budget::FULL, job.buffers)
+    };
     let sizes: &[usize] = if job.quick {
         &[8, 4096]
     } else {
@@ -231,6 +160,8 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
                 scratch: false,
                 shm: c.shared_memory(&c.world().clone()),
                 hier: false,
+                hosts: 0,
+                host_ranges: false,
             };
             // (label, forced algorithm): the tuner's choice and/or fixed algorithms.
             let runs: Vec<(String, Option<String>)> = match &job.algorithm {
@@ -263,18 +194,18 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
                         None => Opts::default(),
                     })
                     .collect();
-                let budget = if job.quick {
-                    gex_tune::measure::Budget::QUICK
-                } else {
-                    gex_tune::measure::Budget::FULL
-                };
-                gex_tune::measure::time_interleaved(&mut c, op, bytes, &opts, budget)?
+                // SAFETY: nothing else touches this rank's segment while gex-perf
+                // times (no RMA into it, no scratch region).
+                unsafe {
+                    gex_tune::measure::time_interleaved(&mut c, op, bytes, &opts, budget, at)?
+                }
             } else {
                 let opts = match &runs[0].1 {
                     Some(a) => Opts::default().with_algorithm(a),
                     None => Opts::default(),
                 };
-                vec![measure(&mut c, op, bytes, &opts, job.quick)?]
+                // SAFETY: as above.
+                vec![unsafe { gex_tune::measure::time_cell(&mut c, op, bytes, &opts, budget, at)? }]
             };
             for (((label, forced), algorithm), mut per) in runs.into_iter().zip(algorithms).zip(per)
             {
@@ -294,6 +225,7 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
                         } else {
                             algorithm
                         }),
+                        buffers: Some(job.buffers.name()),
                         value,
                         unit: "us",
                         min: Some(lo),

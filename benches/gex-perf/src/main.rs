@@ -108,6 +108,20 @@ pub(crate) struct CollArgs {
     /// one line per algorithm measured.
     #[arg(long, value_name = "FILE")]
     svg: Option<String>,
+    /// Where the buffers live: `segment` (the default; a PGAS program's shared data:
+    /// `shm` reads blocks of 16 KiB and more straight from the publisher's segment)
+    /// or `private` (heap memory, as MPI benchmarks use: blocks go through the
+    /// shared-memory slots).
+    #[arg(long, value_name = "WHERE", default_value = "segment", value_parser = parse_placement)]
+    buffers: gex_tune::measure::Placement,
+}
+
+fn parse_placement(s: &str) -> Result<gex_tune::measure::Placement, String> {
+    match s {
+        "segment" => Ok(gex_tune::measure::Placement::Segment),
+        "private" => Ok(gex_tune::measure::Placement::Private),
+        _ => Err(format!("`{s}` is not a placement (segment, private)")),
+    }
 }
 
 fn parse_op(s: &str) -> Result<gex_coll::OpKind, String> {
@@ -320,6 +334,7 @@ fn main() -> ExitCode {
                 quick: a.quick,
                 pin,
                 svg: a.svg,
+                buffers: a.buffers,
             };
             gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)
         }

@@ -37,6 +37,10 @@ pub(crate) struct Record {
     /// The algorithm measured, for collectives (`coll`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) algorithm: Option<String>,
+    /// Where the benchmark's buffers lived, for collectives (`segment` or `private`);
+    /// absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) buffers: Option<&'static str>,
     /// Median over batches (and over pairs).
     pub(crate) value: f64,
     /// `us`, `GB/s` or `Mop/s`.
@@ -153,6 +157,7 @@ mod tests {
             conduit: "smp",
             provider: None,
             algorithm: None,
+            buffers: None,
             value: 0.5,
             unit: "us",
             min: Some(0.4),

@@ -214,6 +214,7 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             conduit: client.conduit_name(),
             provider: provider.clone(),
             algorithm: None,
+            buffers: None,
             value: median(&mut v),
             unit,
             min: Some(min),

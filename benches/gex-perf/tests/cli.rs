@@ -279,7 +279,24 @@ fn coll_reports_latency_and_algorithm_per_op_and_size() {
             r["algorithm"].as_str().is_some_and(|a| !a.is_empty()),
             "{r}"
         );
+        assert_eq!(r["buffers"], "segment", "{r}");
     }
+    let private = rows(&[
+        "-n",
+        "2",
+        "coll",
+        "--quick",
+        "--json",
+        "--op",
+        "exchange",
+        "--buffers",
+        "private",
+    ]);
+    assert_eq!(private.len(), 2, "{private:?}");
+    assert!(
+        private.iter().all(|r| r["buffers"] == "private"),
+        "{private:?}"
+    );
     let forced = rows(&[
         "-n",
         "2",

@@ -22,7 +22,7 @@ use gex::{Client, ClientBuilder, Job};
 use gex_coll::profile::{Cell, Profile};
 use gex_coll::{CollEp, CollError, LogGP, OpKind, Opts};
 use gex_rma::RmaEp;
-use gex_tune::measure::{Budget, median, query, time_cell, time_interleaved};
+use gex_tune::measure::{Budget, Placement, median, query, time_cell, time_interleaved};
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -85,6 +85,10 @@ struct TuneArgs {
     /// 8,64,512,4K,64K (the sizes gex-perf coll measures) and 256K.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_size)]
     sizes: Vec<usize>,
+    /// Where the timed calls' buffers live: `segment` (the default: as PGAS programs
+    /// keep shared data) or `private` (heap memory, as MPI benchmarks use).
+    #[arg(long, value_name = "WHERE", default_value = "segment", value_parser = parse_placement)]
+    buffers: Placement,
     /// Stop (as if interrupted) after this many cells of this run (tests resuming).
     #[arg(long, value_name = "K", hide = true)]
     stop_after: Option<usize>,
@@ -95,6 +99,14 @@ fn parse_op(s: &str) -> Result<OpKind, String> {
         .into_iter()
         .find(|o| o.name() == s)
         .ok_or_else(|| format!("`{s}` is not an operation"))
+}
+
+fn parse_placement(s: &str) -> Result<Placement, String> {
+    match s {
+        "segment" => Ok(Placement::Segment),
+        "private" => Ok(Placement::Private),
+        _ => Err(format!("`{s}` is not a placement (segment, private)")),
+    }
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -136,7 +148,12 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 /// `L + 2o` from a chain broadcast of 1 B ((P − 1) messages in sequence), the gap from
 /// a flat broadcast of 1 B (the root injects P − 1 messages), the per-byte time from a
 /// chain broadcast of 64 KiB, the copy cost from a local 1 MiB copy.
-fn calibrate<C: Conduit>(c: &mut CollEp<C>, budget: Budget) -> Result<LogGP, CollError> {
+#[allow(unsafe_code)] // time_cell over the segment: see the SAFETY notes
+fn calibrate<C: Conduit>(
+    c: &mut CollEp<C>,
+    budget: Budget,
+    at: Placement,
+) -> Result<LogGP, CollError> {
     let p = f64::from(c.world().size());
     // Copy cost per byte (each rank measures; rank 0's value is used).
     let (a, mut b) = (vec![1u8; 1 << 20], vec![0u8; 1 << 20]);
@@ -155,13 +172,20 @@ fn calibrate<C: Conduit>(c: &mut CollEp<C>, budget: Budget) -> Result<LogGP, Col
     }
     let chain = Opts::default().with_algorithm("chain");
     let flat = Opts::default().with_algorithm("flat");
-    let msg = median(&time_cell(c, OpKind::Broadcast, 1, &chain, budget)?) / (p - 1.0);
-    let big = median(&time_cell(c, OpKind::Broadcast, 65536, &chain, budget)?) / (p - 1.0);
+    // Nothing else touches this rank's segment while gex-tune times (no RMA into it,
+    // no scratch region there): the condition of `time_cell` over the segment.
+    let mut time = |bytes: usize, opts: &Opts<'_>| -> Result<f64, CollError> {
+        // SAFETY: see above.
+        Ok(median(&unsafe {
+            time_cell(c, OpKind::Broadcast, bytes, opts, budget, at)?
+        }))
+    };
+    let msg = time(1, &chain)? / (p - 1.0);
+    let big = time(65536, &chain)? / (p - 1.0);
     let per_byte = ((big - msg) / 65535.0).max(1e-7);
     let big_g = (per_byte - copy).max(per_byte * 0.1);
     let g = if p >= 3.0 {
-        let f = median(&time_cell(c, OpKind::Broadcast, 1, &flat, budget)?);
-        ((f - msg) / (p - 2.0)).max(0.01)
+        ((time(1, &flat)? - msg) / (p - 2.0)).max(0.01)
     } else {
         msg / 4.0
     };
@@ -182,6 +206,7 @@ fn write_atomic(path: &str, text: &str) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+#[allow(unsafe_code)] // time_interleaved over the segment: see the SAFETY note
 fn tune<C: Conduit>(args: &TuneArgs, client: &Client<C>) -> Res<i32> {
     let me = client.rank();
     let p = client.size();
@@ -221,6 +246,7 @@ fn tune<C: Conduit>(args: &TuneArgs, client: &Client<C>) -> Res<i32> {
                 ("conduit".into(), client.conduit_name().to_string()),
                 ("ranks".into(), p.to_string()),
                 ("wait_policy".into(), format!("{:?}", client.wait_policy())),
+                ("buffers".into(), args.buffers.name().to_string()),
                 (
                     "created_unix".into(),
                     std::time::SystemTime::now()
@@ -241,7 +267,7 @@ fn tune<C: Conduit>(args: &TuneArgs, client: &Client<C>) -> Res<i32> {
     let resumed = prof.cells.len();
     let t_start = Instant::now();
     if prof.loggp.is_none() {
-        let m = calibrate(&mut c, budget)?;
+        let m = calibrate(&mut c, budget, args.buffers)?;
         // Rank 0's figures, on every rank: the tuner's choices (of the barriers and
         // allreduces inside the timing loop too) must be the same everywhere.
         let mut v = [m.l, m.o, m.g, m.big_g, m.copy];
@@ -321,7 +347,8 @@ fn tune<C: Conduit>(args: &TuneArgs, client: &Client<C>) -> Res<i32> {
             .iter()
             .map(|n| Opts::default().with_algorithm(n))
             .collect();
-        let t = time_interleaved(&mut c, *op, *bytes, &opts, budget)?;
+        // SAFETY: as in `calibrate`.
+        let t = unsafe { time_interleaved(&mut c, *op, *bytes, &opts, budget, args.buffers)? };
         let times: Vec<(String, f64)> = cands
             .iter()
             .zip(&t)

@@ -5,6 +5,9 @@
 //! lasts a quarter of the batch budget on the slowest rank (the ranks agree with a
 //! max-allreduce, so every rank runs the same calls), then `batches` batches are timed;
 //! each rank returns its own per-call times, rank 0's median is the figure reported.
+//! The calls are the blocking ones over buffers allocated once per cell, in the
+//! segment ([`Placement::Segment`], the default) or in private memory.
+#![allow(unsafe_code)]
 
 use gex::spi::Conduit;
 use gex_coll::{AddrMode, BuiltinOp, CollEp, CollError, OpKind, Opts, Query, ReduceOp};
@@ -51,6 +54,8 @@ pub fn query(op: OpKind, size: u32, bytes: usize, shm: bool) -> Query {
         scratch: false,
         shm,
         hier: false,
+        hosts: 0,
+        host_ranges: false,
     }
 }
 
@@ -63,7 +68,125 @@ fn input_len(op: OpKind, p: usize, bytes: usize) -> usize {
     }
 }
 
-/// Runs `k` calls of `op` with blocks of `bytes` under `opts` on the world team.
+/// Output bytes one rank gets for `op` with blocks of `bytes` on `p` members (the
+/// largest over members: a root's).
+fn output_len(op: OpKind, p: usize, bytes: usize) -> usize {
+    match op {
+        OpKind::Barrier => 0,
+        OpKind::Gather | OpKind::GatherAll | OpKind::Exchange => bytes * p,
+        _ => bytes,
+    }
+}
+
+/// Where the benchmark's buffers live.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// In the rank's segment, as a PGAS program keeps shared data (and as GASNet-EX's
+    /// testcollperf runs): `shm` then reads blocks of 16 KiB and more straight from
+    /// the publisher's segment.
+    #[default]
+    Segment,
+    /// In private heap memory (as MPI benchmarks run): every block is copied through
+    /// the shared-memory slots.
+    Private,
+}
+
+impl Placement {
+    /// `segment` or `private`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Segment => "segment",
+            Placement::Private => "private",
+        }
+    }
+}
+
+/// The source and destination buffers of one rank for one cell.
+#[derive(Debug)]
+pub struct Buffers {
+    src: *mut u8,
+    src_len: usize,
+    dst: *mut u8,
+    dst_len: usize,
+    /// The heap memory behind `src` and `dst` (private placement).
+    _heap: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Buffers {
+    /// Buffers for `op` with blocks of `bytes` on the world team, placed as asked:
+    /// in the segment, the input at offset 0 and the output at the next 64-byte
+    /// boundary.
+    ///
+    /// # Safety
+    /// With [`Placement::Segment`], nothing else may write or read this rank's
+    /// segment bytes `0..input + output` while the buffers are alive (no RMA into
+    /// them, no other `Buffers` of the same rank, no scratch region there).
+    ///
+    /// # Errors
+    /// [`CollError::BadLength`] if the segment is too small for them.
+    pub unsafe fn new<C: Conduit>(
+        c: &mut CollEp<C>,
+        op: OpKind,
+        bytes: usize,
+        placement: Placement,
+    ) -> Result<Buffers, CollError> {
+        let p = c.world().size() as usize;
+        let (src_len, dst_len) = (input_len(op, p, bytes), output_len(op, p, bytes));
+        match placement {
+            Placement::Private => {
+                let (mut s, mut d) = (vec![1u8; src_len], vec![0u8; dst_len]);
+                Ok(Buffers {
+                    src: s.as_mut_ptr(),
+                    src_len,
+                    dst: d.as_mut_ptr(),
+                    dst_len,
+                    _heap: Some((s, d)),
+                })
+            }
+            Placement::Segment => {
+                let seg = c.rma().endpoint().segment();
+                let at = src_len.next_multiple_of(64);
+                if at + dst_len > seg.len() {
+                    return Err(CollError::BadLength {
+                        what: "benchmark buffers in the segment",
+                        expected: at + dst_len,
+                        got: seg.len(),
+                    });
+                }
+                let base = seg.as_ptr();
+                // SAFETY: both ranges lie inside the mapped segment (checked above) and
+                // do not overlap; the caller rules out other accesses to them.
+                unsafe {
+                    std::ptr::write_bytes(base, 1, src_len);
+                    std::ptr::write_bytes(base.add(at), 0, dst_len);
+                    Ok(Buffers {
+                        src: base,
+                        src_len,
+                        dst: base.add(at),
+                        dst_len,
+                        _heap: None,
+                    })
+                }
+            }
+        }
+    }
+
+    /// The input and the output.
+    pub fn io(&mut self) -> (&[u8], &mut [u8]) {
+        // SAFETY: two disjoint live ranges (heap vectors owned here, or segment bytes
+        // reserved by the caller of `new`), borrowed for as long as `self` is.
+        unsafe {
+            (
+                std::slice::from_raw_parts(self.src, self.src_len),
+                std::slice::from_raw_parts_mut(self.dst, self.dst_len),
+            )
+        }
+    }
+}
+
+/// Runs `k` blocking calls of `op` with blocks of `bytes` under `opts` on the world
+/// team, over `bufs` (the `*_with` calls over borrowed slices, as MPI benchmarks call
+/// `MPI_Bcast`: gex-coll's direct shared-memory path runs when it applies).
 ///
 /// # Errors
 /// The collective's error.
@@ -73,58 +196,26 @@ pub fn calls<C: Conduit>(
     bytes: usize,
     opts: &Opts<'_>,
     k: u64,
+    bufs: &mut Buffers,
 ) -> Result<(), CollError> {
     let w = c.world().clone();
-    let p = w.size() as usize;
     let sum = ReduceOp::<u8>::builtin(BuiltinOp::Sum)?;
-    let len = input_len(op, p, bytes);
+    let (src, dst) = bufs.io();
     for _ in 0..k {
-        let buf = vec![1u8; len];
         match op {
-            OpKind::Barrier => {
-                let h = c.barrier_nb(&w, opts)?;
-                c.wait(h)?
-            }
-            OpKind::Broadcast => {
-                let h = c.broadcast_nb(&w, 0, buf, opts)?;
-                c.wait(h).map(drop)?
-            }
-            OpKind::Scatter => {
-                let h = c.scatter_nb(&w, 0, buf, bytes, opts)?;
-                c.wait(h).map(drop)?
-            }
-            OpKind::Gather => {
-                let h = c.gather_nb(&w, 0, buf, opts)?;
-                c.wait(h).map(drop)?
-            }
-            OpKind::GatherAll => {
-                let h = c.gather_all_nb(&w, buf, opts)?;
-                c.wait(h).map(drop)?
-            }
-            OpKind::Exchange => {
-                let h = c.exchange_nb(&w, buf, opts)?;
-                c.wait(h).map(drop)?
-            }
-            OpKind::Reduce => {
-                let h = c.reduce_nb(&w, 0, buf, &sum, opts)?;
-                c.wait(h).map(drop)?
-            }
-            OpKind::Allreduce => {
-                let h = c.allreduce_nb(&w, buf, &sum, opts)?;
-                c.wait(h).map(drop)?
-            }
+            OpKind::Barrier => c.barrier_with(&w, opts)?,
+            OpKind::Broadcast => c.broadcast_with(&w, 0, &mut dst[..bytes], opts)?,
+            OpKind::Scatter => c.scatter_with(&w, 0, src, &mut dst[..bytes], opts)?,
+            OpKind::Gather => c.gather_with(&w, 0, src, dst, opts)?,
+            OpKind::GatherAll => c.gather_all_with(&w, src, dst, opts)?,
+            OpKind::Exchange => c.exchange_with(&w, src, dst, opts)?,
+            OpKind::Reduce => c.reduce_with(&w, 0, src, dst, &sum, opts)?,
+            OpKind::Allreduce => c.allreduce_with(&w, src, dst, &sum, opts)?,
             OpKind::ReduceScatter => {
-                let h = c.reduce_scatter_nb(&w, buf, &sum, opts)?;
-                c.wait(h).map(drop)?
+                c.reduce_scatter_with(&w, src, &mut dst[..bytes], &sum, opts)?
             }
-            OpKind::Scan => {
-                let h = c.scan_nb(&w, buf, &sum, opts)?;
-                c.wait(h).map(drop)?
-            }
-            OpKind::Exscan => {
-                let h = c.exscan_nb(&w, buf, &sum, opts)?;
-                c.wait(h).map(drop)?
-            }
+            OpKind::Scan => c.scan_with(&w, src, dst, &sum, opts)?,
+            OpKind::Exscan => c.exscan_with(&w, src, dst, &sum, opts)?,
         }
     }
     Ok(())
@@ -133,22 +224,28 @@ pub fn calls<C: Conduit>(
 /// Times `op` with blocks of `bytes` under `opts` (see the module docs) and returns
 /// this rank's µs per call of every timed batch. Collective over the world team.
 ///
+/// # Safety
+/// As [`Buffers::new`] for `placement` (the segment's first bytes are the buffers).
+///
 /// # Errors
 /// The collective's error.
-pub fn time_cell<C: Conduit>(
+pub unsafe fn time_cell<C: Conduit>(
     c: &mut CollEp<C>,
     op: OpKind,
     bytes: usize,
     opts: &Opts<'_>,
     budget: Budget,
+    placement: Placement,
 ) -> Result<Vec<f64>, CollError> {
     let w = c.world().clone();
-    let iters = calibrate(c, op, bytes, opts, budget)?;
+    // SAFETY: forwarded to the caller.
+    let mut bufs = unsafe { Buffers::new(c, op, bytes, placement)? };
+    let iters = calibrate(c, op, bytes, opts, budget, &mut bufs)?;
     let mut per = Vec::with_capacity(budget.batches as usize);
     for _ in 0..budget.batches {
         c.barrier(&w)?;
         let t0 = Instant::now();
-        calls(c, op, bytes, opts, iters)?;
+        calls(c, op, bytes, opts, iters, &mut bufs)?;
         per.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
     }
     Ok(per)
@@ -164,6 +261,7 @@ fn calibrate<C: Conduit>(
     bytes: usize,
     opts: &Opts<'_>,
     budget: Budget,
+    bufs: &mut Buffers,
 ) -> Result<u64, CollError> {
     let w = c.world().clone();
     let max = ReduceOp::<u8>::builtin(BuiltinOp::Max)?;
@@ -171,7 +269,7 @@ fn calibrate<C: Conduit>(
     loop {
         c.barrier(&w)?;
         let t0 = Instant::now();
-        calls(c, op, bytes, opts, k)?;
+        calls(c, op, bytes, opts, k, bufs)?;
         let long = t0.elapsed() >= budget.batch / 4 || k >= 1 << 24;
         let mut all = [0u8];
         c.allreduce(&w, &[u8::from(long)], &mut all, &max)?;
@@ -188,26 +286,32 @@ fn calibrate<C: Conduit>(
 /// meaningful. Each variant's batch size is calibrated first as in [`time_cell`].
 /// Returns this rank's µs per call per batch, per variant. Collective.
 ///
+/// # Safety
+/// As [`Buffers::new`] for `placement`.
+///
 /// # Errors
 /// The collective's error.
-pub fn time_interleaved<C: Conduit>(
+pub unsafe fn time_interleaved<C: Conduit>(
     c: &mut CollEp<C>,
     op: OpKind,
     bytes: usize,
     opts: &[Opts<'_>],
     budget: Budget,
+    placement: Placement,
 ) -> Result<Vec<Vec<f64>>, CollError> {
     let w = c.world().clone();
+    // SAFETY: forwarded to the caller.
+    let mut bufs = unsafe { Buffers::new(c, op, bytes, placement)? };
     let mut iters = Vec::with_capacity(opts.len());
     for o in opts {
-        iters.push(calibrate(c, op, bytes, o, budget)?);
+        iters.push(calibrate(c, op, bytes, o, budget, &mut bufs)?);
     }
     let mut per = vec![Vec::with_capacity(budget.batches as usize); opts.len()];
     for _ in 0..budget.batches {
         for (i, o) in opts.iter().enumerate() {
             c.barrier(&w)?;
             let t0 = Instant::now();
-            calls(c, op, bytes, o, iters[i])?;
+            calls(c, op, bytes, o, iters[i], &mut bufs)?;
             per[i].push(t0.elapsed().as_secs_f64() * 1e6 / iters[i] as f64);
         }
     }
@@ -237,5 +341,7 @@ mod tests {
         assert_eq!(input_len(OpKind::Exchange, 4, 8), 32);
         assert_eq!(input_len(OpKind::Barrier, 4, 8), 0);
         assert_eq!(input_len(OpKind::Gather, 4, 8), 8);
+        assert_eq!(output_len(OpKind::Gather, 4, 8), 32);
+        assert_eq!(output_len(OpKind::Reduce, 4, 8), 8);
     }
 }

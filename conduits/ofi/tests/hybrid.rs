@@ -7,8 +7,10 @@
 //! Runs the core conformance suite (1 and 2 endpoints per rank) and the RMA suite in
 //! that shape, the core suite on 3 ranks of one host with `GEX_OFI_HYBRID=1`
 //! (`one_host_forced`: every peer through shared memory), and `paths_are_counted` / `hybrid_off_uses_the_network_only` check with
-//! `Ofi::stats()` which path each peer's traffic took. `conduits/ofi/tests/netns.rs`
-//! runs the same across two network namespaces.
+//! `Ofi::stats()` which path each peer's traffic took. `coll_world_is_hierarchical`
+//! runs every collective on the world team of that job (gex-coll's `hier`: host
+//! teams through shared memory, leaders through libfabric).
+//! `conduits/ofi/tests/netns.rs` runs the same across two network namespaces.
 //!
 //! Exclusions: none.
 
@@ -16,6 +18,7 @@ mod hybrid_common;
 
 use gex_conduit_ofi::Ofi;
 use gex_core::{ClientBuilder, Config};
+use gex_rma::RmaEp;
 use gex_testkit::conformance::{self, Case, Job};
 
 /// The host of every rank: the first half on `a`, the others on `b`.
@@ -194,4 +197,182 @@ fn hybrid_off_uses_the_network_only() {
         &[("GEX_OFI_HYBRID", "0")],
         false,
     );
+}
+
+/// Input of rank `r` for `op`: `blocks` blocks of `count` values, distinct per (rank,
+/// block, element).
+fn coll_input(r: u32, blocks: usize, count: usize) -> Vec<u64> {
+    (0..blocks * count)
+        .map(|i| u64::from(r) * 1_000_003 + (i / count) as u64 * 1009 + (i % count) as u64)
+        .collect()
+}
+
+/// What rank `me` of `p` must get from `op` (root `root`, `count` values per block,
+/// sums), computed from [`coll_input`].
+fn coll_expected(op: gex_coll::OpKind, p: u32, me: u32, root: u32, count: usize) -> Vec<u64> {
+    use gex_coll::OpKind::*;
+    let block =
+        |r: u32, b: u32| coll_input(r, b as usize + 1, count)[b as usize * count..].to_vec();
+    let sum = |rs: std::ops::Range<u32>, b: u32| -> Vec<u64> {
+        (0..count)
+            .map(|k| rs.clone().map(|r| block(r, b)[k]).sum())
+            .collect()
+    };
+    match op {
+        Barrier => vec![],
+        Broadcast => block(root, 0),
+        Scatter => block(root, me),
+        Gather if me != root => vec![],
+        Gather | GatherAll => (0..p).flat_map(|r| block(r, 0)).collect(),
+        Exchange => (0..p).flat_map(|r| block(r, me)).collect(),
+        Reduce if me != root => vec![],
+        Reduce | Allreduce => sum(0..p, 0),
+        ReduceScatter => sum(0..p, me),
+        Scan => sum(0..me + 1, 0),
+        Exscan if me == 0 => vec![],
+        Exscan => sum(0..me, 0),
+    }
+}
+
+/// Every operation on the world team, `hier` forced and tuned, a leader and a
+/// non-leader as roots, blocks of 0 and 5000 values (40 KB: fragmented messages),
+/// against [`coll_expected`]; then a non-commutative scan (the hosts are rank ranges).
+fn coll_world(client: &gex_core::Client<Ofi>) -> Result<(), String> {
+    use gex_coll::{BuiltinOp, CollEp, OpKind, Opts, ReduceOp};
+    let e = |e: gex_coll::CollError| e.to_string();
+    let mut c = CollEp::new(
+        RmaEp::new(client.endpoint(0).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?,
+    )
+    .map_err(e)?;
+    let w = c.world().clone();
+    let (p, me) = (w.size(), w.rank());
+    if !c.hierarchical(&w) {
+        return Err(format!("rank {me}: the world team is not hierarchical"));
+    }
+    let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).map_err(e)?;
+    for op in OpKind::ALL {
+        // A leader and a non-leader (ranks 0 and 1 on one host, 2 and 3 on the other).
+        let roots = if op.rooted() { vec![0, p - 1] } else { vec![0] };
+        for root in roots {
+            for count in [0usize, 5000] {
+                for alg in [Some("hier"), None] {
+                    let opts = Opts {
+                        algorithm: alg,
+                        ..Opts::default()
+                    };
+                    let input = coll_input(me, op.shape(p, me, root).0.max(1), count);
+                    let got: Vec<u64> = match op {
+                        OpKind::Barrier => {
+                            let h = c.barrier_nb(&w, &opts).map_err(e)?;
+                            c.wait(h).map_err(e)?;
+                            vec![]
+                        }
+                        OpKind::Broadcast => {
+                            let h = c.broadcast_nb(&w, root, input, &opts).map_err(e)?;
+                            c.wait(h).map_err(e)?
+                        }
+                        OpKind::Scatter => {
+                            let h = c.scatter_nb(&w, root, input, count, &opts).map_err(e)?;
+                            c.wait(h).map_err(e)?
+                        }
+                        OpKind::Gather => {
+                            let h = c.gather_nb(&w, root, input, &opts).map_err(e)?;
+                            c.wait(h).map_err(e)?
+                        }
+                        OpKind::GatherAll => {
+                            let h = c.gather_all_nb(&w, input, &opts).map_err(e)?;
+                            c.wait(h).map_err(e)?
+                        }
+                        OpKind::Exchange => {
+                            let h = c.exchange_nb(&w, input, &opts).map_err(e)?;
+                            c.wait(h).map_err(e)?
+                        }
+                        OpKind::Reduce => {
+                            let h = c.reduce_nb(&w, root, input, &sum, &opts).map_err(e)?;
+                            c.wait(h).map_err(e)?
+                        }
+                        OpKind::Allreduce => {
+                            let h = c.allreduce_nb(&w, input, &sum, &opts).map_err(e)?;
+                            c.wait(h).map_err(e)?
+                        }
+                        OpKind::ReduceScatter => {
+                            let h = c.reduce_scatter_nb(&w, input, &sum, &opts).map_err(e)?;
+                            c.wait(h).map_err(e)?
+                        }
+                        OpKind::Scan => {
+                            let h = c.scan_nb(&w, input, &sum, &opts).map_err(e)?;
+                            c.wait(h).map_err(e)?
+                        }
+                        OpKind::Exscan => {
+                            let h = c.exscan_nb(&w, input, &sum, &opts).map_err(e)?;
+                            c.wait(h).map_err(e)?
+                        }
+                    };
+                    if got != coll_expected(op, p, me, root, count) {
+                        return Err(format!(
+                            "rank {me}: {op} root {root} count {count} algorithm {alg:?}: wrong result"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    // Affine maps x -> m·x + c (mod 2^32) packed as (m << 32 | c), composed in rank
+    // order (not commutative).
+    let compose = |a: u64, b: u64| {
+        let (m1, c1) = ((a >> 32) as u32, a as u32);
+        let (m2, c2) = ((b >> 32) as u32, b as u32);
+        (u64::from(m2.wrapping_mul(m1)) << 32) | u64::from(m2.wrapping_mul(c1).wrapping_add(c2))
+    };
+    let affine = ReduceOp::user(false, move |a: &u64, b: &u64| compose(*a, *b));
+    let map = |r: u32| (u64::from(r + 2) << 32) | u64::from(r * 7 + 1);
+    let h = c
+        .scan_nb(
+            &w,
+            vec![map(me); 3],
+            &affine,
+            &Opts::default().with_algorithm("hier"),
+        )
+        .map_err(e)?;
+    let got = c.wait(h).map_err(e)?;
+    let want = (1..=me).fold(map(0), |a, r| compose(a, map(r)));
+    if got != vec![want; 3] {
+        return Err(format!(
+            "rank {me}: non-commutative scan {got:?}, want {want:#x}"
+        ));
+    }
+    c.barrier(&w).map_err(e)
+}
+
+/// The world team of a job on two "hosts" (2 + 2 ranks, hybrid) runs every collective
+/// hierarchically and gets the right values (see [`coll_world`]).
+#[test]
+fn coll_world_is_hierarchical() {
+    let test = "coll_world_is_hierarchical";
+    match gex_boot::spawn_self_test_with(4, test, |s| s.hosts(hosts(4))).expect("spawn") {
+        gex_boot::Role::Launcher(code) => assert_eq!(code, 0, "{test}: job failed"),
+        gex_boot::Role::Rank(boot) => {
+            conformance::rank_watchdog(test);
+            let result = ClientBuilder::new()
+                .config(config(&[]))
+                .segment_size(1 << 20)
+                .init::<Ofi>(boot)
+                .map_err(|e| e.to_string())
+                .and_then(|client| {
+                    let r = coll_world(&client);
+                    if let Err(e) = &r {
+                        client.abort(1, e);
+                    }
+                    client.finalize().map_err(|e| e.to_string())
+                });
+            let code = match result {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("{test}: {e}");
+                    1
+                }
+            };
+            std::process::exit(code);
+        }
+    }
 }

@@ -229,13 +229,31 @@ fn failing_job(
 ) -> Option<(i32, std::time::Duration)> {
     let mark = failure_mark(std::process::id(), name);
     let _ = std::fs::remove_file(&mark);
+    let log = mark.with_extension("log");
     match spawn_self_test(n, name).expect("launch") {
         Role::Rank(boot) => {
+            // The ranks' own test harnesses report the failure this test provokes
+            // ("panicked", "FAILED"); send that to a log the launcher shows only when
+            // its own assertions fail, so a passing run prints no failure text.
+            let launcher = rustix::process::getppid().expect("a parent").as_raw_pid() as u32;
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(failure_mark(launcher, name).with_extension("log"))
+                .expect("open the ranks' log");
+            rustix::stdio::dup2_stdout(&f).expect("redirect stdout");
+            rustix::stdio::dup2_stderr(&f).expect("redirect stderr");
             body(boot);
             None
         }
         Role::Launcher(code) => {
             let ended = wall_clock_ns();
+            // Captured by the test harness: printed only if this test fails.
+            eprintln!(
+                "ranks' output:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            let _ = std::fs::remove_file(&log);
             let failed: u128 = std::fs::read_to_string(&mark)
                 .expect("the failing rank marked the time of its failure")
                 .trim()

@@ -42,6 +42,8 @@ impl Job for Lat {
                     scratch: false,
                     shm: c.shared_memory(&w),
                     hier: false,
+                    hosts: 0,
+                    host_ranges: false,
                 };
                 let alg = c.explain(&q).map(|x| x.algorithm).unwrap_or_default();
                 let run = |c: &mut CollEp<C>| match op {

@@ -18,6 +18,8 @@ fn main() {
                 scratch: false,
                 shm: false,
                 hier: false,
+                hosts: 0,
+                host_ranges: false,
             })
         })
         .collect();

@@ -46,6 +46,13 @@ pub struct Query {
     /// algorithm can run (see
     /// [`CollEp::hierarchical`](crate::CollEp::hierarchical)).
     pub hier: bool,
+    /// With `hier`: the number of hosts the team spans (0 when unknown or not
+    /// hierarchical; cost models then assume half the team size).
+    pub hosts: u32,
+    /// With `hier`: every host's members form a contiguous team-rank range, so
+    /// per-host partial reductions combine in team-rank order and `hier` takes
+    /// non-commutative operators too.
+    pub host_ranges: bool,
 }
 
 /// Everything a rank needs to compute its schedule.
@@ -111,6 +118,16 @@ pub enum Kind {
     Kary,
     /// Chain (pipelined by `seg` bytes for broadcast).
     Chain,
+    /// Fork tree (as in GASNet's collective trees): the members laid out as a grid of
+    /// `radix` dimensions `d0 × d1 × …` (team rank order, outermost first). The
+    /// members split into consecutive blocks of `d1 × d2 × …`; the first member of
+    /// each block forms a chain along dimension 0 (root → first of block 1 → first of
+    /// block 2 …) and each block is, recursively, a fork tree over the remaining
+    /// dimensions; one dimension is a chain. It models a torus: a message moves along
+    /// one dimension at a time. Dimensions: automatic for `P` ranks
+    /// ([`Builtin::new`]: the inner ones all `m = ⌈P^(1/k)⌉`, the outer one
+    /// `⌈P / m^(k−1)⌉`, so the last block may be ragged) or given ([`Builtin::fork`]).
+    Fork,
     /// Dissemination with radix `radix` (barrier).
     Dissemination,
     /// Bruck with radix `radix` (gather_all, exchange).
@@ -139,6 +156,8 @@ pub struct Builtin {
     radix: u32,
     seg: usize,
     transport: Transport,
+    /// Fork trees with given dimensions (outermost first); empty: automatic.
+    dims: Vec<u32>,
     name: String,
     ops: Vec<OpKind>,
     sizes: (usize, usize),
@@ -146,15 +165,58 @@ pub struct Builtin {
 
 impl Builtin {
     /// A built-in algorithm. `radix` is used by k-nomial, k-ary, dissemination and
-    /// Bruck (at least 2; k-ary at least 1); `seg` is the pipelining segment of chain
-    /// broadcasts (0: no pipelining); `transport` other than eager applies to
-    /// broadcasts and to flat/ring/recursive-doubling gather_all in single address
-    /// mode or through team scratch space.
+    /// Bruck (at least 2; k-ary at least 1) and is the number of dimensions of a fork
+    /// tree (1 to [`MAX_FORK_DIMS`]; automatic dimensions, see [`Kind::Fork`]); `seg`
+    /// is the pipelining segment of chain broadcasts (0: no pipelining; other families
+    /// ignore it); `transport` other than eager applies to broadcasts and to
+    /// flat/ring/recursive-doubling gather_all in single address mode or through team
+    /// scratch space.
     pub fn new(kind: Kind, radix: u32, seg: usize, transport: Transport) -> Builtin {
+        Self::build(kind, radix, seg, transport, Vec::new())
+    }
+
+    /// A fork tree over the given grid dimensions, outermost first (`[4, 4]`: four
+    /// blocks of four; named `fork4x4`, plus `+put` / `+rdv` for other transports).
+    ///
+    /// The inner dimensions `d1 × d2 × …` fix the blocks; the outer one adapts to the
+    /// team: `P` members form `⌈P / (d1 × d2 × …)⌉` blocks, the last one ragged when
+    /// `P` is not a multiple (and a team smaller than one block uses the leading part
+    /// of the grid). Dimensions of 1 add nothing and are dropped.
+    ///
+    /// ```
+    /// use gex_coll::{Builtin, Transport};
+    /// let f = Builtin::fork(&[2, 3], Transport::Eager).unwrap();
+    /// assert_eq!(gex_coll::Algorithm::name(&f), "fork2x3");
+    /// // Six members: blocks {0,1,2} and {3,4,5}; eight: a third, ragged block {6,7}.
+    /// assert_eq!(f.fork_dims(6), Some(vec![2, 3]));
+    /// assert_eq!(f.fork_dims(8), Some(vec![3, 3]));
+    /// assert!(Builtin::fork(&[], Transport::Eager).is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// [`CollError::Config`](crate::CollError::Config) if `dims` is empty, longer than
+    /// [`MAX_FORK_DIMS`] or has a 0.
+    pub fn fork(dims: &[u32], transport: Transport) -> Result<Builtin, crate::CollError> {
+        if dims.is_empty() || dims.len() > MAX_FORK_DIMS || dims.contains(&0) {
+            return Err(crate::CollError::Config(format!(
+                "fork tree dimensions {dims:?}: give 1 to {MAX_FORK_DIMS} dimensions, none 0"
+            )));
+        }
+        Ok(Self::build(
+            Kind::Fork,
+            dims.len() as u32,
+            0,
+            transport,
+            dims.to_vec(),
+        ))
+    }
+
+    fn build(kind: Kind, radix: u32, seg: usize, transport: Transport, dims: Vec<u32>) -> Builtin {
         use OpKind::*;
         let radix = match kind {
             Kind::Knomial | Kind::Dissemination | Kind::Bruck => radix.max(2),
             Kind::Kary => radix.max(1),
+            Kind::Fork => radix.clamp(1, MAX_FORK_DIMS as u32),
             _ => radix,
         };
         let mut name = match kind {
@@ -164,6 +226,11 @@ impl Builtin {
             Kind::Kary => format!("kary{radix}"),
             Kind::Chain if seg == 0 => "chain".to_string(),
             Kind::Chain => format!("chain{}k", seg.div_ceil(1024)),
+            Kind::Fork if dims.is_empty() => format!("fork{radix}d"),
+            Kind::Fork => {
+                let d: Vec<String> = dims.iter().map(u32::to_string).collect();
+                format!("fork{}", d.join("x"))
+            }
             Kind::Dissemination => format!("dissem{radix}"),
             Kind::Bruck => format!("bruck{radix}"),
             Kind::Ring => "ring".to_string(),
@@ -179,7 +246,7 @@ impl Builtin {
         }
         let ops: Vec<OpKind> = match kind {
             Kind::Flat => OpKind::ALL.to_vec(),
-            Kind::Knomial => vec![Barrier, Broadcast, Scatter, Gather, Reduce],
+            Kind::Knomial | Kind::Fork => vec![Barrier, Broadcast, Scatter, Gather, Reduce],
             Kind::Kary => vec![Broadcast, Reduce],
             Kind::Chain => vec![Broadcast, Scatter, Gather, Reduce, Scan, Exscan],
             Kind::Dissemination => vec![Barrier],
@@ -208,6 +275,7 @@ impl Builtin {
             radix,
             seg,
             transport,
+            dims,
             name,
             ops,
             sizes: (0, usize::MAX),
@@ -222,7 +290,7 @@ impl Builtin {
     /// let a = Builtin::new(Kind::Chain, 0, 8192, Transport::Eager).with_sizes(16384, usize::MAX);
     /// let q = |bytes| Query { op: OpKind::Broadcast, size: 4, bytes, addr: AddrMode::Local,
     ///                         sync: SyncModes::default(), commutative: true, scratch: false,
-    ///                         shm: false, hier: false };
+    ///                         shm: false, hier: false, hosts: 0, host_ranges: false };
     /// assert!(!a.supports(&q(100)));
     /// assert!(a.supports(&q(1 << 20)));
     /// ```
@@ -236,13 +304,185 @@ impl Builtin {
         self.kind
     }
 
+    /// The grid dimensions of a fork tree on `p` members, outermost first (the outer
+    /// one as many blocks as `p` needs; dimensions of 1 dropped); `None` for other
+    /// families.
+    ///
+    /// ```
+    /// use gex_coll::{Builtin, Kind, Transport};
+    /// let f = Builtin::new(Kind::Fork, 2, 0, Transport::Eager);
+    /// assert_eq!(f.fork_dims(16), Some(vec![4, 4]));
+    /// assert_eq!(f.fork_dims(13), Some(vec![4, 4])); // prime: the last block is {12}
+    /// assert_eq!(f.fork_dims(8), Some(vec![3, 3])); // blocks {0,1,2} {3,4,5} {6,7}
+    /// let f3 = Builtin::new(Kind::Fork, 3, 0, Transport::Eager);
+    /// assert_eq!(f3.fork_dims(8), Some(vec![2, 2, 2]));
+    /// ```
+    pub fn fork_dims(&self, p: u32) -> Option<Vec<u32>> {
+        (self.kind == Kind::Fork).then(|| self.grid(p).dims(p))
+    }
+
+    fn grid(&self, p: u32) -> Grid {
+        if self.dims.is_empty() {
+            Grid::auto(self.radix, p)
+        } else {
+            Grid::from_inner(&self.dims[1..])
+        }
+    }
+
     fn tree(&self, p: u32) -> Tree {
         match self.kind {
             Kind::Flat => Tree::Knomial(p.max(2)),
             Kind::Knomial => Tree::Knomial(self.radix),
             Kind::Kary => Tree::Kary(self.radix),
             Kind::Chain => Tree::Chain,
+            Kind::Fork => Tree::Fork(self.grid(p)),
             _ => Tree::Knomial(2),
+        }
+    }
+}
+
+/// The most dimensions a fork tree has ([`Builtin::fork`], [`Builtin::new`] with
+/// [`Kind::Fork`]).
+pub const MAX_FORK_DIMS: usize = 8;
+
+/// The grid of a fork tree: the block size (stride) of every level, outermost first,
+/// the innermost 1. Level `i` of member `v` has digit `v / s0` (`i = 0`) or
+/// `(v % s(i−1)) / s(i)`; the outer dimension is unbounded (as many blocks as the team
+/// needs), so any team size fits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Grid {
+    stride: [u64; MAX_FORK_DIMS],
+    levels: usize,
+}
+
+impl Grid {
+    /// From the inner dimensions (all but the outer one); dimensions below 2 dropped.
+    fn from_inner(inner: &[u32]) -> Grid {
+        let (mut d, mut n) = ([0u64; MAX_FORK_DIMS], 0);
+        for &x in inner.iter().filter(|&&x| x >= 2) {
+            if n + 1 < MAX_FORK_DIMS {
+                d[n] = u64::from(x);
+                n += 1;
+            }
+        }
+        // stride[n] = 1; stride[i] = stride[i + 1] × d(i + 1) (saturating: a stride
+        // beyond the team only means that level is never reached).
+        let mut stride = [1u64; MAX_FORK_DIMS];
+        for i in (0..n).rev() {
+            stride[i] = stride[i + 1].saturating_mul(d[i]);
+        }
+        Grid {
+            stride,
+            levels: n + 1,
+        }
+    }
+
+    /// `k` dimensions for `p` members: inner dimensions all `m`, the smallest with
+    /// `m^k ≥ p`, so the depth `≈ k(m − 1)` is near its minimum for `k` dimensions.
+    fn auto(k: u32, p: u32) -> Grid {
+        let k = k.clamp(1, MAX_FORK_DIMS as u32);
+        if k == 1 {
+            return Grid::from_inner(&[]);
+        }
+        // The floating-point root, corrected to the exact smallest m.
+        let mut m = (f64::from(p).powf(1.0 / f64::from(k)).ceil() as u64).max(1);
+        while m > 1 && (m - 1).saturating_pow(k) >= u64::from(p) {
+            m -= 1;
+        }
+        while m.saturating_pow(k) < u64::from(p) {
+            m += 1;
+        }
+        let inner = [m.min(u64::from(u32::MAX)) as u32; MAX_FORK_DIMS];
+        Grid::from_inner(&inner[..k as usize - 1])
+    }
+
+    /// Digit `i` of member `v`.
+    fn digit(&self, v: u64, i: usize) -> u64 {
+        if i == 0 {
+            v / self.stride[0]
+        } else {
+            (v % self.stride[i - 1]) / self.stride[i]
+        }
+    }
+
+    /// The level of `v`'s last non-zero digit (`None` for the root): `v` is a member
+    /// of the chain along that dimension.
+    fn level(&self, v: u64) -> Option<usize> {
+        (0..self.levels).rev().find(|&i| self.digit(v, i) != 0)
+    }
+
+    /// The effective dimensions on `p` members, outermost first.
+    fn dims(&self, p: u32) -> Vec<u32> {
+        let s = &self.stride[..self.levels];
+        let mut d = vec![u64::from(p).div_ceil(s[0]).max(1)];
+        d.extend(s.windows(2).map(|w| w[0] / w[1]));
+        d.into_iter()
+            .map(|x| x.min(u64::from(u32::MAX)) as u32)
+            .collect()
+    }
+
+    /// The tree's height on `p` members: the largest digit sum of a member (its hops
+    /// from the root).
+    fn depth(&self, p: u32) -> u32 {
+        if p <= 1 {
+            return 0;
+        }
+        let n = self.levels;
+        let x = u64::from(p - 1);
+        let mut digits = [0u64; MAX_FORK_DIMS];
+        for (i, d) in digits[..n].iter_mut().enumerate() {
+            *d = self.digit(x, i);
+        }
+        let max_digit = |i: usize| self.stride[i - 1] / self.stride[i] - 1;
+        let mut best: u64 = digits.iter().sum();
+        // Lowering digit i by one frees every later digit to take its maximum (the
+        // strides below a non-zero digit of P − 1 are below P: no overflow).
+        for i in 0..n {
+            if digits[i] > 0 {
+                let c = digits[..i].iter().sum::<u64>() + digits[i] - 1
+                    + (i + 1..n).map(max_digit).sum::<u64>();
+                best = best.max(c);
+            }
+        }
+        best as u32
+    }
+
+    fn parent(&self, v: u32) -> u32 {
+        let v = u64::from(v);
+        self.level(v).map_or(0, |i| (v - self.stride[i]) as u32)
+    }
+
+    /// Children in ascending order with the ends of their subtrees: one per deeper
+    /// dimension (`v + s(j)`, ending where the next begins), then the next member of
+    /// `v`'s own chain (ending at the end of the enclosing block).
+    fn children(&self, v: u32, p: u32, out: &mut Vec<(u32, u32)>) {
+        let (v, p64) = (u64::from(v), u64::from(p));
+        let lvl = self.level(v);
+        let first = lvl.map_or(0, |i| i + 1);
+        // Strides grow outwards (and may saturate): stop at the first beyond the team.
+        for j in (first..self.levels).rev() {
+            let c = v.saturating_add(self.stride[j]);
+            if c >= p64 {
+                break;
+            }
+            let end = if j == 0 {
+                p64
+            } else {
+                v.saturating_add(self.stride[j - 1]).min(p64)
+            };
+            out.push((c as u32, end as u32));
+        }
+        if let Some(i) = lvl {
+            let block_end = if i == 0 {
+                p64
+            } else {
+                let s = self.stride[i - 1];
+                ((v / s + 1) * s).min(p64)
+            };
+            let c = v + self.stride[i];
+            if c < block_end {
+                out.push((c as u32, block_end as u32));
+            }
         }
     }
 }
@@ -261,6 +501,8 @@ pub fn catalog() -> Vec<Arc<dyn Algorithm>> {
         // Pipelining pays only with at least two segments.
         Builtin::new(Kind::Chain, 0, 8 << 10, e).with_sizes(16 << 10, usize::MAX),
         Builtin::new(Kind::Chain, 0, 64 << 10, e).with_sizes(128 << 10, usize::MAX),
+        Builtin::new(Kind::Fork, 2, 0, e),
+        Builtin::new(Kind::Fork, 3, 0, e),
         Builtin::new(Kind::Dissemination, 2, 0, e),
         Builtin::new(Kind::Dissemination, 3, 0, e),
         Builtin::new(Kind::Dissemination, 4, 0, e),
@@ -280,6 +522,7 @@ pub fn catalog() -> Vec<Arc<dyn Algorithm>> {
         v.push(Builtin::new(Kind::Knomial, 4, 0, t));
         v.push(Builtin::new(Kind::Kary, 2, 0, t));
         v.push(Builtin::new(Kind::Chain, 0, 64 << 10, t));
+        v.push(Builtin::new(Kind::Fork, 2, 0, t));
         v.push(Builtin::new(Kind::Ring, 0, 0, t));
         v.push(Builtin::new(Kind::RecDoubling, 0, 0, t));
     }
@@ -390,14 +633,24 @@ impl Algorithm for Builtin {
                     };
                     (pf - 2.0 + nseg) * msg(seg)
                 }
+                // Every hop of the deepest path is its sender's first send (the chain
+                // of the current dimension is served first; its last member turns
+                // into the next dimension first).
+                Tree::Fork(g) => f64::from(g.depth(p)) * msg(bytes),
             }
+        };
+        let t = self.tree(p);
+        // Hops of the deepest path (fork trees are deeper than log2 P).
+        let hops = match t {
+            Tree::Fork(g) => f64::from(g.depth(p)),
+            _ => lg2,
         };
         let transport_extra = match self.transport {
             Transport::Eager => 0.0,
             // No receiver copy; in-my adds a ready message per hop, hidden behind the
             // data's own latency except for the first.
             Transport::Put => {
-                -(nf * m.copy) * lg2
+                -(nf * m.copy) * hops
                     + if q.sync.input == SyncMode::My {
                         msg(0.0)
                     } else {
@@ -406,9 +659,8 @@ impl Algorithm for Builtin {
             }
             // Announce, get (request + reply), acknowledge: per hop about three
             // latencies instead of one.
-            Transport::Rendezvous => lg2 * (2.0 * m.l + 4.0 * m.o) - (nf * m.copy) * lg2,
+            Transport::Rendezvous => hops * (2.0 * m.l + 4.0 * m.o) - (nf * m.copy) * hops,
         };
-        let t = self.tree(p);
         let c = match (self.kind, q.op) {
             (Kind::Flat, Barrier) => 2.0 * ((pf - 2.0) * inj(0.0) + msg(0.0)),
             (Kind::Flat, Broadcast | Scatter) => (pf - 2.0) * inj(nf) + msg(nf),
@@ -421,10 +673,33 @@ impl Algorithm for Builtin {
                 (pf - 2.0) * inj(nf) + msg(nf) + (pf - 1.0) * (m.o + nf * m.copy)
             }
             (Kind::Flat, Scan | Exscan) => (pf - 2.0) * inj(nf) + msg(nf) + pf * m.o,
-            (Kind::Knomial | Kind::Kary | Kind::Chain, Barrier) => 2.0 * tree(t, 0.0),
+            (Kind::Knomial | Kind::Kary | Kind::Chain | Kind::Fork, Barrier) => 2.0 * tree(t, 0.0),
             // Reductions are not pipelined.
             (Kind::Chain, Reduce) => (pf - 1.0) * msg(nf),
-            (Kind::Knomial | Kind::Kary | Kind::Chain, Broadcast | Reduce) => tree(t, nf),
+            (Kind::Knomial | Kind::Kary | Kind::Chain | Kind::Fork, Broadcast | Reduce) => {
+                tree(t, nf)
+            }
+            // Store and forward along every dimension: in a block of B members
+            // (the team for dimension 0, else the first, full, block of the level
+            // above), hop j of the chain of level i (stride s) carries the B − j·s
+            // blocks beyond it.
+            (Kind::Fork, Scatter | Gather) => {
+                let Tree::Fork(g) = t else { unreachable!() };
+                let p64 = u64::from(p);
+                let fwd: u64 = (0..g.levels)
+                    .map(|i| {
+                        let s = g.stride[i];
+                        let b = if i == 0 {
+                            p64
+                        } else {
+                            g.stride[i - 1].min(p64)
+                        };
+                        (1..b.div_ceil(s)).map(|j| b - j * s).sum::<u64>()
+                    })
+                    .sum();
+                let fwd = fwd as f64;
+                f64::from(g.depth(p)) * msg(0.0) + fwd * nf * (m.big_g + m.copy)
+            }
             (Kind::Knomial | Kind::Chain, Scatter | Gather) => {
                 f64::from(log_ceil(p, self.radix.max(2))) * msg(0.0)
                     + (pf - 1.0) * nf * (m.big_g + m.copy)
@@ -494,6 +769,8 @@ pub(crate) enum Tree {
     Kary(u32),
     /// Chain v -> v + 1; subtrees are contiguous.
     Chain,
+    /// Fork tree over a grid; subtrees are contiguous.
+    Fork(Grid),
 }
 
 impl Tree {
@@ -511,6 +788,7 @@ impl Tree {
             }
             Tree::Kary(k) => (v - 1) / k,
             Tree::Chain => v - 1,
+            Tree::Fork(g) => g.parent(v),
         })
     }
 
@@ -553,6 +831,7 @@ impl Tree {
                     out.push((v + 1, p));
                 }
             }
+            Tree::Fork(g) => g.children(v, p, &mut out),
         }
         out
     }
@@ -1511,6 +1790,152 @@ mod tests {
             Tree::Kary(2).children(1, 6),
             vec![(3, u32::MAX), (4, u32::MAX)]
         );
+    }
+
+    /// Parents, and children with their subtree ends, of every member.
+    type Shape = (Vec<Option<u32>>, Vec<Vec<(u32, u32)>>);
+
+    /// The [`Shape`] of `t` on `p` members.
+    fn shape(t: Tree, p: u32) -> Shape {
+        (
+            (0..p).map(|v| t.parent(v)).collect(),
+            (0..p).map(|v| t.children(v, p)).collect(),
+        )
+    }
+
+    /// Checks the tree invariants the contiguous-tree routines rely on: every member
+    /// is its parent's child, children ascend and their subtrees tile
+    /// `(v, subtree_end(v))`.
+    fn check_contiguous(t: Tree, p: u32) {
+        for v in 0..p {
+            if let Some(par) = t.parent(v) {
+                assert!(par < v, "{t:?} P={p}: parent of {v} is {par}");
+                assert!(
+                    t.children(par, p).iter().any(|c| c.0 == v),
+                    "{t:?} P={p}: {v}"
+                );
+            }
+            let mut at = v + 1;
+            for (c, end) in t.children(v, p) {
+                assert_eq!(c, at, "{t:?} P={p}: children of {v}");
+                assert!(end > c && end <= p);
+                assert_eq!(subtree_end(t, c, p), end);
+                at = end;
+            }
+            assert_eq!(at, subtree_end(t, v, p), "{t:?} P={p}: subtree of {v}");
+        }
+    }
+
+    #[test]
+    fn fork_tree_shape() {
+        let fork = |dims: &[u32]| Builtin::fork(dims, Transport::Eager).unwrap();
+        // 2 × 3: blocks {0,1,2} {3,4,5}; 0 -> 3 along dimension 0, chains inside.
+        let f = fork(&[2, 3]);
+        let (par, kids) = shape(f.tree(6), 6);
+        assert_eq!(par, vec![None, Some(0), Some(1), Some(0), Some(3), Some(4)]);
+        assert_eq!(kids[0], vec![(1, 3), (3, 6)]);
+        assert_eq!(kids[1], vec![(2, 3)]);
+        assert_eq!(kids[3], vec![(4, 6)]);
+        assert!(kids[2].is_empty() && kids[5].is_empty());
+        assert_eq!(f.tree(6), Tree::Fork(f.grid(6)));
+        assert_eq!(f.grid(6).depth(6), 3);
+        // 3 × 3 × 2 (P = 18): blocks of 6 along dimension 0 (0 -> 6 -> 12), blocks of
+        // 2 along dimension 1 inside them (0 -> 2 -> 4), pairs along dimension 2.
+        let f = fork(&[3, 3, 2]);
+        let (par, kids) = shape(f.tree(18), 18);
+        assert_eq!(kids[0], vec![(1, 2), (2, 6), (6, 18)]);
+        assert_eq!(kids[6], vec![(7, 8), (8, 12), (12, 18)]);
+        assert_eq!(kids[12], vec![(13, 14), (14, 18)]);
+        assert_eq!(kids[2], vec![(3, 4), (4, 6)]);
+        assert_eq!(kids[14], vec![(15, 16), (16, 18)]);
+        assert_eq!(kids[4], vec![(5, 6)]);
+        assert!(kids[1].is_empty() && kids[5].is_empty() && kids[17].is_empty());
+        let want: Vec<Option<u32>> = [
+            None,
+            Some(0),
+            Some(0),
+            Some(2),
+            Some(2),
+            Some(4),
+            Some(0),
+            Some(6),
+            Some(6),
+            Some(8),
+            Some(8),
+            Some(10),
+            Some(6),
+            Some(12),
+            Some(12),
+            Some(14),
+            Some(14),
+            Some(16),
+        ]
+        .to_vec();
+        assert_eq!(par, want);
+        assert_eq!(f.grid(18).depth(18), 2 + 2 + 1);
+        // A prime, automatic 2-D: 7 members on a 3 × 3 grid, the last block {6}.
+        let f = Builtin::new(Kind::Fork, 2, 0, Transport::Eager);
+        assert_eq!(f.fork_dims(7), Some(vec![3, 3]));
+        let (par, kids) = shape(f.tree(7), 7);
+        assert_eq!(
+            par,
+            vec![None, Some(0), Some(1), Some(0), Some(3), Some(4), Some(3)]
+        );
+        assert_eq!(kids[0], vec![(1, 3), (3, 7)]);
+        assert_eq!(kids[3], vec![(4, 6), (6, 7)]);
+        assert_eq!(f.grid(7).depth(7), 3);
+        // 13 (prime) on 4 × 4: the last block is {12}; depth 2 + 3 (member 11).
+        assert_eq!(f.fork_dims(13), Some(vec![4, 4]));
+        assert_eq!(f.grid(13).depth(13), 5);
+        assert_eq!(f.tree(13).parent(12), Some(8));
+        // Given dimensions that do not divide P: 3 × 3 on 11 members grows a ragged
+        // fourth block {9, 10}; on 5, blocks {0,1,2} {3,4}.
+        let f = fork(&[3, 3]);
+        assert_eq!(f.fork_dims(11), Some(vec![4, 3]));
+        assert_eq!(f.tree(11).parent(9), Some(6));
+        assert_eq!(f.tree(11).children(9, 11), vec![(10, 11)]);
+        assert_eq!(f.fork_dims(5), Some(vec![2, 3]));
+        // One dimension is a chain; dimensions of 1 are dropped.
+        let c = Builtin::new(Kind::Fork, 1, 0, Transport::Eager);
+        assert_eq!(shape(c.tree(5), 5), shape(Tree::Chain, 5));
+        assert_eq!(fork(&[2, 1, 3]).fork_dims(6), Some(vec![2, 3]));
+        assert_eq!(fork(&[2, 1, 3]).name(), "fork2x1x3");
+        // The invariants for many sizes and shapes.
+        for p in 1..=70 {
+            for k in 1..=4 {
+                let f = Builtin::new(Kind::Fork, k, 0, Transport::Eager);
+                check_contiguous(f.tree(p), p);
+                // The depth is the real height.
+                let t = f.tree(p);
+                let height = (0..p)
+                    .map(|mut v| {
+                        let mut h = 0;
+                        while let Some(u) = t.parent(v) {
+                            v = u;
+                            h += 1;
+                        }
+                        h
+                    })
+                    .max()
+                    .unwrap();
+                assert_eq!(f.grid(p).depth(p), height, "fork{k}d P={p}");
+            }
+            for dims in [&[2u32, 3][..], &[3, 3, 2], &[5], &[2, 2, 2, 2, 2]] {
+                check_contiguous(fork(dims).tree(p), p);
+            }
+        }
+        // Extremes: huge grids (saturating strides) and huge teams.
+        let huge = fork(&[u32::MAX; MAX_FORK_DIMS]);
+        assert_eq!(shape(huge.tree(10), 10), shape(Tree::Chain, 10));
+        check_contiguous(huge.tree(10), 10);
+        let f2 = Builtin::new(Kind::Fork, 2, 0, Transport::Eager);
+        assert_eq!(f2.fork_dims(1_000_000), Some(vec![1000, 1000]));
+        assert_eq!(f2.fork_dims(u32::MAX), Some(vec![65536, 65536]));
+        let f3 = Builtin::new(Kind::Fork, 3, 0, Transport::Eager);
+        assert_eq!(f3.fork_dims(u32::MAX), Some(vec![1625, 1626, 1626]));
+        assert_eq!(f3.tree(u32::MAX).parent(u32::MAX - 1), Some(u32::MAX - 2));
+        assert!(Builtin::fork(&[2, 0], Transport::Eager).is_err());
+        assert!(Builtin::fork(&[2; MAX_FORK_DIMS + 1], Transport::Eager).is_err());
     }
 
     #[test]

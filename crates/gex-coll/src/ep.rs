@@ -3,8 +3,9 @@
 
 use crate::algo::{Algorithm, PlanCtx, Query};
 use crate::error::CollError;
-use crate::hier::{Hier, HierOp};
+use crate::hier::{Hier, HierOp, Layout};
 use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceOp, SyncMode, Transport};
+use crate::root::Root;
 use crate::sched::{self, Action, ReduceFn, Schedule, span};
 use crate::shm::{Area, Expected, Io, NCH, NSLOT, OwnedShm, ShmOp, ShmTeam};
 use crate::team::{Scratch, SegAlloc, Team, mix_all};
@@ -15,7 +16,7 @@ use gex_core::spi::ConduitEp;
 use gex_core::{
     Am, Capabilities, Category, Config, Endpoint, EpAddr, Flags, HandlerIndex, Token, WaitPolicy,
 };
-use gex_rma::{GetEvent, GlobalPtr, RmaEp};
+use gex_rma::{GetEvent, GlobalPtr, RmaEp, RmaError};
 use gex_sync::atomic::AtomicU32;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::marker::PhantomData;
@@ -55,6 +56,26 @@ fn shm_areas<C: Conduit>(ep: &mut Endpoint<C>, members: &[EpAddr]) -> Option<Vec
         .iter()
         .map(|&a| ep.conduit_ep().aux(a).map(Area::new))
         .collect()
+}
+
+/// Every member's segment as mapped here (base address, length), or empty if one
+/// is not mapped (see [`ShmTeam::segs`]).
+fn shm_segments<C: Conduit>(ep: &mut Endpoint<C>, members: &[EpAddr]) -> Vec<(usize, usize)> {
+    let me = ep.addr();
+    let cep = ep.conduit_ep();
+    members
+        .iter()
+        .map(|&a| {
+            if a == me {
+                let (p, len) = cep.local_segment();
+                Some((p.as_ptr() as usize, len))
+            } else {
+                cep.peer_segment(a)
+                    .map(|(p, len)| (p.as_ptr() as usize, len))
+            }
+        })
+        .collect::<Option<Vec<_>>>()
+        .unwrap_or_default()
 }
 
 /// (team id, sequence number, source team rank, tag).
@@ -167,6 +188,23 @@ impl Single {
             dst: vec![dst; size as usize],
         }
     }
+
+    /// These offsets with the root's buffer at `offset` (a root given by data): the
+    /// source of a broadcast or scatter (an in-place list gets explicit sources, the
+    /// others' unchanged), the destination of a gather or reduce. Lists of the wrong
+    /// length are left for `start` to refuse.
+    fn with_root_buffer(&self, op: OpKind, root: u32, offset: usize) -> Single {
+        let mut s = self.clone();
+        let list = match op {
+            OpKind::Broadcast | OpKind::Scatter => s.src.get_or_insert_with(|| self.dst.clone()),
+            OpKind::Gather | OpKind::Reduce => &mut s.dst,
+            _ => return s,
+        };
+        if let Some(x) = list.get_mut(root as usize) {
+            *x = offset;
+        }
+        s
+    }
 }
 
 #[derive(Debug)]
@@ -256,6 +294,8 @@ pub struct CollEp<C: Conduit> {
     tmp: Vec<u8>,
     /// Blocking calls run directly through shared memory.
     direct_calls: u64,
+    /// Of those, the ones whose input this member published by reference.
+    by_reference_calls: u64,
 }
 
 /// Timed calls per candidate in an online trial (after one warm-up call).
@@ -383,11 +423,12 @@ impl<C: Conduit> CollEp<C> {
             .map(|areas| ShmTeam {
                 ch: 0,
                 areas,
+                segs: shm_segments(ep, &members),
                 generation: shm_gen,
                 used: shm_used.clone(),
             });
         let world = Team::new(0, members, me.rank, Vec::new(), None, world_shm);
-        Ok(CollEp {
+        let mut c = CollEp {
             rma,
             mb,
             ops: BTreeMap::new(),
@@ -403,7 +444,10 @@ impl<C: Conduit> CollEp<C> {
             online_trials: 0,
             tmp: Vec::new(),
             direct_calls: 0,
-        })
+            by_reference_calls: 0,
+        };
+        c.setup_world_hier();
+        Ok(c)
     }
 
     /// True if `team` runs the `shm` algorithm: every member maps every other
@@ -413,9 +457,10 @@ impl<C: Conduit> CollEp<C> {
         team.inner.shm.is_some()
     }
 
-    /// True if `team` runs the `hier` algorithm: it spans several hosts, one of them
-    /// with two or more members, and got host and leader sub-teams at creation (the
-    /// value of [`Query::hier`] for the team). The world team never does.
+    /// True if `team` can run the `hier` algorithm: it spans several hosts, one of
+    /// them with two or more members, and has host and leader sub-teams (the value of
+    /// [`Query::hier`] for the team). Teams get them at creation; the world team when
+    /// the `CollEp` is built, without communication, from the job layout.
     pub fn hierarchical(&self, team: &Team) -> bool {
         team.inner.hier.get().is_some()
     }
@@ -477,7 +522,7 @@ impl<C: Conduit> CollEp<C> {
     ///     coll.register_algorithm(Arc::new(Nic(Builtin::new(Kind::Knomial, 2, 0, Transport::Eager))));
     ///     let w = coll.world().clone();
     ///     let q = Query { op: OpKind::Broadcast, size: 3, bytes: 8, addr: gex_coll::AddrMode::Local,
-    ///                     sync: Default::default(), commutative: true, scratch: false, shm: false, hier: false };
+    ///                     sync: Default::default(), commutative: true, scratch: false, shm: false, hier: false, hosts: 0, host_ranges: false };
     ///     assert_eq!(coll.explain(&q).unwrap().algorithm, "nic");
     ///     let mut v = [w.rank(); 2];
     ///     coll.broadcast(&w, 1, &mut v).unwrap();
@@ -524,6 +569,14 @@ impl<C: Conduit> CollEp<C> {
     /// collective was in flight here, or the algorithm was not `shm`).
     pub fn direct_calls(&self) -> u64 {
         self.direct_calls
+    }
+
+    /// Direct blocking calls ([`direct_calls`](Self::direct_calls)) in which this
+    /// member published its input by reference: the input lay in its segment and the
+    /// blocks were at least 16 KiB, so the readers copied straight from it (one copy
+    /// instead of two) and the call returned once they had (docs/coll.md 4.1).
+    pub fn by_reference_calls(&self) -> u64 {
+        self.by_reference_calls
     }
 
     /// Collectives in flight on this endpoint (including completed-but-not-waited and
@@ -695,6 +748,7 @@ impl<C: Conduit> CollEp<C> {
         Ok(Some(ShmTeam {
             ch,
             areas,
+            segs: shm_segments(self.rma.endpoint(), &team.inner.members),
             generation: self.shm_gen,
             used: self.shm_used.clone(),
         }))
@@ -706,51 +760,95 @@ impl<C: Conduit> CollEp<C> {
         if t.size() < 3 || self.shm_gen == 0 {
             return Ok(());
         }
-        let ep = self.rma.endpoint();
-        let hosts: Vec<u32> = t
-            .members()
-            .iter()
-            .map(|a| ep.host_of(a.rank).unwrap_or(u32::MAX - a.rank))
-            .collect();
-        let mut ids: Vec<u32> = Vec::new();
-        let mut count: Vec<u32> = Vec::new();
-        let mut leader_of: Vec<u32> = Vec::new();
-        let mut place = Vec::with_capacity(hosts.len());
-        for (r, h) in hosts.iter().enumerate() {
-            let i = match ids.iter().position(|x| x == h) {
-                Some(i) => i,
-                None => {
-                    ids.push(*h);
-                    count.push(0);
-                    leader_of.push(r as u32);
-                    ids.len() - 1
-                }
-            };
-            place.push((i as u32, count[i]));
-            count[i] += 1;
-        }
-        if ids.len() < 2 || ids.len() == hosts.len() {
+        let Some(layout) = self.host_layout(t.members()) else {
             return Ok(());
-        }
+        };
         let me = t.rank();
-        let my_host = place[me as usize].0;
-        let members: Vec<u32> = (0..t.size())
-            .filter(|&r| place[r as usize].0 == my_host)
-            .collect();
+        let my_host = layout.place[me as usize].0;
+        let members = layout.hosts[my_host as usize].clone();
         let hid = mix_all(&[t.id(), 0x4057, u64::from(my_host)]);
         let host = self.form(t, &members, hid, Scratch::None)?;
-        let leaders = if leader_of[my_host as usize] == me {
+        let leaders = if members[0] == me {
             let lid = mix_all(&[t.id(), 0x1ead]);
-            Some(self.form(t, &leader_of, lid, Scratch::None)?)
+            Some(self.form(t, &layout.leaders(), lid, Scratch::None)?)
         } else {
             None
         };
+        let ranges = layout.ranges();
         let _ = t.inner.hier.set(Hier {
             host,
             leaders,
-            place,
+            layout,
+            ranges,
         });
         Ok(())
+    }
+
+    /// The hosts of `members` from the job layout (a rank of unknown host counts as a
+    /// host of its own), if they span hosts and share one.
+    fn host_layout(&mut self, members: &[EpAddr]) -> Option<Layout> {
+        let ep = self.rma.endpoint();
+        let hosts: Vec<u32> = members
+            .iter()
+            .map(|a| ep.host_of(a.rank).unwrap_or(u32::MAX - a.rank))
+            .collect();
+        Layout::new(&hosts)
+    }
+
+    /// Gives the world team host and leader sub-teams when the job spans hosts and
+    /// one of them holds two or more ranks, without communication: the layout is the
+    /// same on every rank, the ids follow [`setup_hier`](Self::setup_hier)'s rule, the
+    /// host team takes channel 0 (the world's, unused by a world that spans hosts)
+    /// when its members map each other's areas, and the leaders (one per host) never
+    /// share memory.
+    fn setup_world_hier(&mut self) {
+        let w = self.world.clone();
+        if w.size() < 3 || self.shm_gen == 0 || w.inner.shm.is_some() {
+            return;
+        }
+        let Some(layout) = self.host_layout(w.members()) else {
+            return;
+        };
+        let me = w.rank();
+        let my_host = layout.place[me as usize].0;
+        let ranks = &layout.hosts[my_host as usize];
+        let addrs: Vec<EpAddr> = ranks.iter().map(|&r| w.inner.members[r as usize]).collect();
+        let segs = shm_segments(self.rma.endpoint(), &addrs);
+        let shm = (addrs.len() > 1)
+            .then(|| shm_areas(self.rma.endpoint(), &addrs))
+            .flatten()
+            .map(|areas| ShmTeam {
+                ch: 0,
+                areas,
+                segs,
+                generation: self.shm_gen,
+                used: self.shm_used.clone(),
+            });
+        let host_rank = layout.place[me as usize].1;
+        let hid = mix_all(&[w.id(), 0x4057, u64::from(my_host)]);
+        let host = Team::new(hid, addrs, host_rank, Vec::new(), None, shm);
+        let leaders = (host_rank == 0).then(|| {
+            let addrs: Vec<EpAddr> = layout
+                .leaders()
+                .iter()
+                .map(|&r| w.inner.members[r as usize])
+                .collect();
+            Team::new(
+                mix_all(&[w.id(), 0x1ead]),
+                addrs,
+                my_host,
+                Vec::new(),
+                None,
+                None,
+            )
+        });
+        let ranges = layout.ranges();
+        let _ = w.inner.hier.set(Hier {
+            host,
+            leaders,
+            layout,
+            ranges,
+        });
     }
 
     /// Destroys a team: frees scratch this endpoint allocated for it. Not collective.
@@ -896,6 +994,51 @@ impl<C: Conduit> CollEp<C> {
         Ok(())
     }
 
+    /// The team rank of `root` for a call of `op` with blocks of `block` bytes and,
+    /// for a root given by data, the offset of the root's buffer. Every member checks
+    /// a data root alike (its owner is a member, the root's buffer fits in the owner's
+    /// segment), so they all fail or all proceed.
+    fn resolve_root(
+        &mut self,
+        team: &Team,
+        op: OpKind,
+        root: Root,
+        block: usize,
+    ) -> Result<(u32, Option<usize>), CollError> {
+        let ptr = match root {
+            Root::Rank(r) => return Ok((r, None)),
+            Root::Data(ptr) => ptr,
+        };
+        let owner = ptr.addr();
+        let rank = team.rank_of(owner).ok_or(CollError::RootNotMember {
+            owner,
+            team: team.id(),
+        })?;
+        let len = crate::root::root_blocks(op, team.size()).saturating_mul(block);
+        let seg_len = self.rma.endpoint().segment_len_of(owner.rank).unwrap_or(0);
+        if ptr.offset.checked_add(len).is_none_or(|e| e > seg_len) {
+            return Err(RmaError::OutOfSegment {
+                dst: owner,
+                offset: ptr.offset,
+                len,
+                seg_len,
+            }
+            .into());
+        }
+        Ok((rank, Some(ptr.offset)))
+    }
+
+    /// [`resolve_root`](Self::resolve_root)'s team rank.
+    fn root_rank(
+        &mut self,
+        team: &Team,
+        op: OpKind,
+        root: impl Into<Root>,
+        block: usize,
+    ) -> Result<u32, CollError> {
+        self.resolve_root(team, op, root.into(), block).map(|x| x.0)
+    }
+
     /// The tuner's query for a call of `op` with `n`-byte blocks on `team`.
     fn query(
         team: &Team,
@@ -906,6 +1049,7 @@ impl<C: Conduit> CollEp<C> {
         commutative: bool,
     ) -> Query {
         let p = team.size();
+        let hier = team.inner.hier.get();
         // Local mode can use signaling put / rendezvous through the team's scratch
         // space when every member's can hold the whole output.
         let scratch = addr == AddrMode::Local
@@ -921,7 +1065,9 @@ impl<C: Conduit> CollEp<C> {
             commutative,
             scratch,
             shm: team.inner.shm.is_some(),
-            hier: team.inner.hier.get().is_some(),
+            hier: hier.is_some(),
+            hosts: hier.map_or(0, |h| h.hosts()),
+            host_ranges: hier.is_some_and(|h| h.ranges),
         }
     }
 
@@ -991,6 +1137,9 @@ impl<C: Conduit> CollEp<C> {
             sh.ch,
         );
         shm.keep_own(io.input, io.out);
+        if shm.publish_by_reference(sh, io.input) {
+            self.by_reference_calls += 1;
+        }
         let spin_limit = self.spin_limit();
         let mut spins = 0u32;
         while !shm.step(sh, &mut self.shm_expected, &mut io) {
@@ -1059,16 +1208,7 @@ impl<C: Conduit> CollEp<C> {
         if algo.is_hierarchical() {
             if let Ok(bytes) = input {
                 let seq = team.next_seq();
-                let h = HierOp {
-                    op,
-                    root,
-                    elem,
-                    count,
-                    data: bytes,
-                    reduce,
-                    stage: 0,
-                    sub: None,
-                };
+                let h = HierOp::new(op, root, (elem, count), bytes, reduce);
                 return Ok(self.start_composite(team, seq, None, Some(h)));
             }
             return Err(CollError::Unsupported {
@@ -1318,13 +1458,13 @@ impl<C: Conduit> CollEp<C> {
                 let st = self.ops.get_mut(&id).expect("present");
                 let h = st.hier.as_mut().expect("hierarchical");
                 h.sub = None;
-                match res {
-                    Ok(bytes) => {
-                        if h.op != OpKind::Barrier {
-                            h.data = bytes;
-                        }
+                match (res, team.inner.hier.get()) {
+                    (Ok(bytes), Some(sub_teams)) => h.absorb(sub_teams, me, bytes),
+                    (Ok(_), None) => {
+                        st.result = Some(Err(CollError::NotMember { team: team.id() }));
+                        return;
                     }
-                    Err(e) => {
+                    (Err(e), _) => {
                         st.result = Some(Err(e));
                         return;
                     }
@@ -1332,44 +1472,34 @@ impl<C: Conduit> CollEp<C> {
             }
             let st = self.ops.get_mut(&id).expect("present");
             let h = st.hier.as_mut().expect("hierarchical");
-            if h.stage >= 3 {
-                let out = if h.op == OpKind::Barrier || (h.op == OpKind::Reduce && me != h.root) {
-                    Vec::new()
-                } else {
-                    std::mem::take(&mut h.data)
-                };
-                st.result = Some(Ok(out));
+            if h.stage >= crate::hier::STAGES {
+                st.result = Some(Ok(h.output(me)));
                 return;
             }
-            let Some(sub_team) = team.inner.hier.get() else {
+            let Some(sub_teams) = team.inner.hier.get() else {
                 st.result = Some(Err(CollError::NotMember { team: team.id() }));
                 return;
             };
-            let stage = crate::hier::stage(sub_team, me, h.op, h.root, h.stage);
-            h.stage += 1;
-            let Some((t, op, root)) = stage else {
+            let Some(call) = h.next_call(sub_teams, me) else {
                 continue;
             };
-            let n = h.elem * h.count;
-            let input = match op {
-                OpKind::Barrier => Vec::new(),
-                _ => {
-                    let mut d = std::mem::take(&mut h.data);
-                    d.resize(n, 0);
-                    d
-                }
-            };
-            let (elem, count, reduce) = (h.elem, h.count, h.reduce.clone());
-            match self.start(
-                &t,
-                op,
-                root,
+            let reduce = h.reduce.clone().filter(|_| call.reduces);
+            let elem = h.elem;
+            // Sub-collectives are never timed online: a trial is a collective of the
+            // sub-team that would run inside this stage.
+            let in_trial = std::mem::replace(&mut self.in_trial, true);
+            let started = self.start(
+                &call.team,
+                call.op,
+                call.root,
                 elem,
-                count,
-                Ok(input),
+                call.count,
+                Ok(call.input),
                 reduce,
                 &Opts::default(),
-            ) {
+            );
+            self.in_trial = in_trial;
+            match started {
                 Ok(sub) => {
                     let st = self.ops.get_mut(&id).expect("present");
                     st.hier.as_mut().expect("hierarchical").sub = Some(sub);
@@ -1840,36 +1970,43 @@ impl<C: Conduit> CollEp<C> {
 
     /// Starts a broadcast of the root's `data` (every member passes a buffer of the
     /// same length; non-roots' contents are ignored). The output is the root's data.
+    /// `root`: a team rank (`u32`) or where the root's data lives (a
+    /// [`GlobalPtr`], see [`Root`]).
     ///
     /// # Collective
     /// Over `team`, with the same `root` and length everywhere.
     ///
     /// # Errors
-    /// See [`CollError`].
+    /// [`CollError::RootNotMember`] or [`CollError::Rma`] for a bad data root
+    /// ([`Root`]); see [`CollError`].
     pub fn broadcast_nb<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         data: Vec<T>,
         opts: &Opts<'_>,
     ) -> Result<Handle<Vec<T>>, CollError> {
         let count = data.len();
+        let root = self.root_rank(team, OpKind::Broadcast, root, count * size_of::<T>())?;
         self.start_owned(team, OpKind::Broadcast, root, count, data, None, opts)
     }
 
     /// Starts a scatter of `count` elements per member from the root's `data`
-    /// (`P × count` elements at the root; ignored elsewhere).
+    /// (`P × count` elements at the root; ignored elsewhere). `root`: a team rank or
+    /// where the root's data lives ([`Root`]).
     ///
     /// # Errors
-    /// [`CollError::BadLength`] at the root; see [`CollError`].
+    /// [`CollError::BadLength`] at the root; [`CollError::RootNotMember`] or
+    /// [`CollError::Rma`] for a bad data root ([`Root`]); see [`CollError`].
     pub fn scatter_nb<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         data: Vec<T>,
         count: usize,
         opts: &Opts<'_>,
     ) -> Result<Handle<Vec<T>>, CollError> {
+        let root = self.root_rank(team, OpKind::Scatter, root, count * size_of::<T>())?;
         if team.rank() == root {
             check_len("scatter input", team.size() as usize * count, data.len())?;
         }
@@ -1877,18 +2014,21 @@ impl<C: Conduit> CollEp<C> {
     }
 
     /// Starts a gather of every member's `data` (same length everywhere) to the root,
-    /// which gets `P × count` elements in team-rank order (others get none).
+    /// which gets `P × count` elements in team-rank order (others get none). `root`:
+    /// a team rank or where the root's output lives ([`Root`]).
     ///
     /// # Errors
-    /// See [`CollError`].
+    /// [`CollError::RootNotMember`] or [`CollError::Rma`] for a bad data root
+    /// ([`Root`]); see [`CollError`].
     pub fn gather_nb<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         data: Vec<T>,
         opts: &Opts<'_>,
     ) -> Result<Handle<Vec<T>>, CollError> {
         let count = data.len();
+        let root = self.root_rank(team, OpKind::Gather, root, count * size_of::<T>())?;
         self.start_owned(team, OpKind::Gather, root, count, data, None, opts)
     }
 
@@ -1923,19 +2063,22 @@ impl<C: Conduit> CollEp<C> {
     }
 
     /// Starts a reduction of every member's `data` to the root (the others get an
-    /// empty vector).
+    /// empty vector). `root`: a team rank or where the root's output lives
+    /// ([`Root`]).
     ///
     /// # Errors
-    /// See [`CollError`].
+    /// [`CollError::RootNotMember`] or [`CollError::Rma`] for a bad data root
+    /// ([`Root`]); see [`CollError`].
     pub fn reduce_nb<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         data: Vec<T>,
         op: &ReduceOp<T>,
         opts: &Opts<'_>,
     ) -> Result<Handle<Vec<T>>, CollError> {
         let count = data.len();
+        let root = self.root_rank(team, OpKind::Reduce, root, count * size_of::<T>())?;
         self.start_owned(team, OpKind::Reduce, root, count, data, Some(op), opts)
     }
 
@@ -2019,6 +2162,11 @@ impl<C: Conduit> CollEp<C> {
     /// rooted ones. Broadcasts and gather_alls can then move data by signaling put or
     /// rendezvous (algorithms `…+put`, `…+rdv`).
     ///
+    /// A root given by data ([`Root::Data`], any [`GlobalPtr`]) is the member owning
+    /// the pointer's segment, and the pointer's offset is the root's buffer: it
+    /// replaces the root's entry of `addrs.src` (broadcast, scatter; with `src: None`
+    /// the other members keep reading in place) or of `addrs.dst` (gather, reduce).
+    ///
     /// ```
     /// use gex_coll::{CollEp, OpKind, Opts, Single, SyncMode};
     /// use gex_core::ClientBuilder;
@@ -2047,13 +2195,14 @@ impl<C: Conduit> CollEp<C> {
     ///
     /// # Errors
     /// [`CollError::BadAddress`] for a wrong offset list or a range outside the
-    /// segment; see [`CollError`].
+    /// segment; [`CollError::RootNotMember`] or [`CollError::Rma`] for a bad data root
+    /// ([`Root`]); see [`CollError`].
     #[allow(clippy::too_many_arguments)]
     pub fn start_single<T: Elem>(
         &mut self,
         team: &Team,
         op: OpKind,
-        root: u32,
+        root: impl Into<Root>,
         count: usize,
         addrs: &Single,
         reduce: Option<&ReduceOp<T>>,
@@ -2065,6 +2214,15 @@ impl<C: Conduit> CollEp<C> {
                 ty: std::any::type_name::<T>(),
             });
         }
+        let (root, at) = self.resolve_root(team, op, root.into(), count * size_of::<T>())?;
+        let with_root;
+        let addrs = match at {
+            Some(offset) => {
+                with_root = addrs.with_root_buffer(op, root, offset);
+                &with_root
+            }
+            None => addrs,
+        };
         let red = reduce.map(|o| (o.func().clone(), o.is_commutative()));
         let id = self.start(team, op, root, size_of::<T>(), count, Err(addrs), red, opts);
         self.handle(id)
@@ -2103,13 +2261,15 @@ impl<C: Conduit> CollEp<C> {
     }
 
     /// Broadcast in place (blocking): non-roots' `buf` is overwritten with the root's.
+    /// `root`: a team rank or where the root's data lives ([`Root`]).
     ///
     /// # Errors
-    /// See [`CollError`].
+    /// [`CollError::RootNotMember`] or [`CollError::Rma`] for a bad data root
+    /// ([`Root`]); see [`CollError`].
     pub fn broadcast<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         buf: &mut [T],
     ) -> Result<(), CollError> {
         self.broadcast_with(team, root, buf, &Opts::default())
@@ -2118,15 +2278,16 @@ impl<C: Conduit> CollEp<C> {
     /// [`broadcast`](Self::broadcast) with options.
     ///
     /// # Errors
-    /// See [`CollError`].
+    /// As [`broadcast`](Self::broadcast).
     pub fn broadcast_with<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         buf: &mut [T],
         opts: &Opts<'_>,
     ) -> Result<(), CollError> {
         let count = buf.len();
+        let root = self.root_rank(team, OpKind::Broadcast, root, size_of_val(buf))?;
         let io = if team.rank() == root {
             // The root's output is its input: nothing to copy.
             Io {
@@ -2159,14 +2320,16 @@ impl<C: Conduit> CollEp<C> {
     }
 
     /// Scatter (blocking): `dst` receives this member's block of the root's `src`.
+    /// `root`: a team rank or where the root's data lives ([`Root`]).
     ///
     /// # Errors
     /// [`CollError::BadLength`] at the root if `src` does not hold `P × dst.len()`
-    /// elements; see [`CollError`].
+    /// elements; [`CollError::RootNotMember`] or [`CollError::Rma`] for a bad data root
+    /// ([`Root`]); see [`CollError`].
     pub fn scatter<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         src: &[T],
         dst: &mut [T],
     ) -> Result<(), CollError> {
@@ -2180,12 +2343,13 @@ impl<C: Conduit> CollEp<C> {
     pub fn scatter_with<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         src: &[T],
         dst: &mut [T],
         opts: &Opts<'_>,
     ) -> Result<(), CollError> {
         let count = dst.len();
+        let root = self.root_rank(team, OpKind::Scatter, root, size_of_val(dst))?;
         let input: &[T] = if team.rank() == root {
             check_len("scatter input", team.size() as usize * count, src.len())?;
             src
@@ -2215,14 +2379,17 @@ impl<C: Conduit> CollEp<C> {
     }
 
     /// Gather (blocking): at the root `dst` (`P × src.len()`) receives every block;
-    /// elsewhere `dst` is untouched (may be empty).
+    /// elsewhere `dst` is untouched (may be empty). `root`: a team rank or where the
+    /// root's output lives ([`Root`]).
     ///
     /// # Errors
-    /// [`CollError::BadLength`] for a root `dst` of the wrong length.
+    /// [`CollError::BadLength`] for a root `dst` of the wrong length;
+    /// [`CollError::RootNotMember`] or [`CollError::Rma`] for a bad data root
+    /// ([`Root`]); see [`CollError`].
     pub fn gather<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         src: &[T],
         dst: &mut [T],
     ) -> Result<(), CollError> {
@@ -2236,11 +2403,12 @@ impl<C: Conduit> CollEp<C> {
     pub fn gather_with<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         src: &[T],
         dst: &mut [T],
         opts: &Opts<'_>,
     ) -> Result<(), CollError> {
+        let root = self.root_rank(team, OpKind::Gather, root, size_of_val(src))?;
         let is_root = team.rank() == root;
         let out: &mut [T] = if is_root {
             check_len("gather output", src.len() * team.size() as usize, dst.len())?;
@@ -2333,13 +2501,15 @@ impl<C: Conduit> CollEp<C> {
     }
 
     /// Reduce (blocking): the root's `dst` gets the reduction; elsewhere untouched.
+    /// `root`: a team rank or where the root's output lives ([`Root`]).
     ///
     /// # Errors
-    /// [`CollError::BadLength`].
+    /// [`CollError::BadLength`]; [`CollError::RootNotMember`] or [`CollError::Rma`] for
+    /// a bad data root ([`Root`]); see [`CollError`].
     pub fn reduce<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         src: &[T],
         dst: &mut [T],
         op: &ReduceOp<T>,
@@ -2350,16 +2520,17 @@ impl<C: Conduit> CollEp<C> {
     /// [`reduce`](Self::reduce) with options.
     ///
     /// # Errors
-    /// [`CollError::BadLength`].
+    /// As [`reduce`](Self::reduce).
     pub fn reduce_with<T: Elem>(
         &mut self,
         team: &Team,
-        root: u32,
+        root: impl Into<Root>,
         src: &[T],
         dst: &mut [T],
         op: &ReduceOp<T>,
         opts: &Opts<'_>,
     ) -> Result<(), CollError> {
+        let root = self.root_rank(team, OpKind::Reduce, root, size_of_val(src))?;
         let is_root = team.rank() == root;
         let out: &mut [T] = if is_root {
             check_len("reduce output", src.len(), dst.len())?;

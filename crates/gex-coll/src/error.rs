@@ -1,7 +1,7 @@
 //! The error enum of collectives and teams.
 
 use crate::op::OpKind;
-use gex_core::{AmError, RegisterError};
+use gex_core::{AmError, EpAddr, RegisterError};
 use gex_rma::RmaError;
 use thiserror::Error;
 
@@ -35,6 +35,17 @@ pub enum CollError {
         rank: u32,
         /// Team size.
         size: u32,
+    },
+    /// A root named by its data ([`Root::Data`](crate::Root::Data)) points into the
+    /// segment of an endpoint that is not a member of the team. (A pointer outside its
+    /// owner's segment is [`CollError::Rma`] with
+    /// [`RmaError::OutOfSegment`](gex_rma::RmaError::OutOfSegment).)
+    #[error("the root's data is in the segment of {owner}, not a member of team {team:#x}")]
+    RootNotMember {
+        /// The endpoint owning the segment the pointer points into.
+        owner: EpAddr,
+        /// Team id.
+        team: u64,
     },
     /// A member list is empty or names a rank twice.
     #[error("bad member list: {0}")]
@@ -98,7 +109,8 @@ pub enum CollError {
         /// Collectives not yet complete.
         pending: usize,
     },
-    /// A configuration value (environment) is malformed.
+    /// A configuration value (environment, or an algorithm parameter such as fork
+    /// tree dimensions) is malformed.
     #[error("configuration: {0}")]
     Config(String),
     /// A tuning profile (`GEX_COLL_PROFILE`) cannot be read or is malformed.

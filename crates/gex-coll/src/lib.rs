@@ -18,9 +18,12 @@
 //!   user-defined, commutative or not (non-commutative ones combine in rank order).
 //! - **Modes** (seed 003 §2): [`SyncModes`] = in × out over [`SyncMode`] `{No, My, All}`;
 //!   [`AddrMode`]: local (owned buffers) or single ([`CollEp::start_single`], every
-//!   member's segment offsets given, in-place with `src: None`); roots by team rank.
+//!   member's segment offsets given, in-place with `src: None`).
+//! - **Roots** ([`Root`]): a team rank, or where the root's data lives (a gex-rma
+//!   `GlobalPtr`: the member owning that segment; in single address mode also the
+//!   root's offset) — seed 003's data-centric roots.
 //! - **Algorithms** ([`algo`]): flat, binomial, k-nomial, k-ary, chain (pipelined),
-//!   dissemination, Bruck (radix k), ring, recursive doubling and halving, pairwise,
+//!   fork trees (a grid of dimensions, one chain per dimension), dissemination, Bruck (radix k), ring, recursive doubling and halving, pairwise,
 //!   and compositions (reduce+bcast, gather+bcast, reduce+scatter, ring
 //!   reduce_scatter+gather_all); transfers by eager AM, signaling put (Long AM, then a
 //!   flag) or rendezvous (get, then acknowledge). Each is a value behind the
@@ -28,9 +31,9 @@
 //! - **Shared memory** ([`Shm`], `shm`): on a team whose members map each other's
 //!   auxiliary areas (one host), every operation moves by loads and stores through
 //!   per-member slots with flag words, no AMs ([`CollEp::shared_memory`]).
-//! - **Across hosts** ([`HierAlgo`], `hier`): a team spanning hosts runs barrier,
-//!   broadcast, reduce and allreduce as stages on internal host teams (`shm`) and a
-//!   leaders team ([`CollEp::hierarchical`]).
+//! - **Across hosts** ([`HierAlgo`], `hier`): a team spanning hosts, the world team
+//!   of a multi-host job included, runs every operation as stages on internal host
+//!   teams (`shm`) and a leaders team ([`CollEp::hierarchical`]).
 //! - **Autotuner** ([`Tuner`]): capability filter + LogGP cost model, a cached lookup
 //!   per (op, team size, size class, modes, commutativity), overrides by
 //!   `GEX_COLL_<OP>=<algorithm>`, parameters by `GEX_COLL_LOGGP`, measured choices
@@ -55,8 +58,9 @@
 //!   local mode through team scratch space large enough for the output (such
 //!   collectives of one team take turns on it). Everything else moves eagerly
 //!   through Medium AMs and a mailbox (one copy at the receiver).
-//! - No fork trees; roots are named by team rank only; `hier` covers four operations
-//!   on teams created by split/create_team.
+//! - `hier` takes non-commutative reduce, allreduce and reduce_scatter only where
+//!   hosts are team-rank ranges.
+//! - Members that name different roots are not detected (see [`Root`]).
 //! - Out-no applies to single address mode; with owned buffers it behaves as out-my.
 //!
 //! ## Words
@@ -106,6 +110,7 @@ mod error;
 mod hier;
 mod op;
 pub mod profile;
+mod root;
 pub mod sched;
 mod shm;
 mod team;
@@ -117,6 +122,7 @@ pub use error::CollError;
 pub use hier::HierAlgo;
 pub use op::{AddrMode, BuiltinOp, Elem, OpKind, Opts, ReduceOp, SyncMode, SyncModes, Transport};
 pub use profile::Profile;
+pub use root::Root;
 pub use sched::ReduceFn;
 pub use shm::Shm;
 pub use team::{Scratch, Team};

@@ -17,9 +17,20 @@
 //! are exact. Blocks larger than a slot go in several rounds (chunks); each member has
 //! two large slots per channel and alternates them (by round and by collective), so
 //! publishing round `g + 1` or the next collective overlaps the readers of round `g`;
-//! collectives of one round that fit a small slot take eight small slots in turn, so
-//! a root runs up to seven of them ahead of its slowest reader.
+//! collectives of one round that fit a small slot (4 KiB on the world's channel,
+//! 896 bytes on the others) take 32 small slots in turn, so a root runs up to 31 of
+//! them ahead of its slowest reader.
 //! Entry (in-all) and exit (out-all) synchronisation add one empty round each.
+//!
+//! **By reference.** A blocking call whose input lies in the member's segment, with
+//! blocks of at least [`BYREF_MIN`] bytes, publishes a reference instead of the data:
+//! the slot's `REF` word holds 1 + the input's segment offset, and readers copy their
+//! pieces straight from the publisher's segment as mapped in their process (one copy
+//! instead of two; every member maps every member's segment wherever it maps their
+//! areas, by the conduit contract). The round structure is unchanged (readers learn
+//! per publication which way it came), and the publisher completes only once every
+//! reader acknowledged its by-reference publications, so its input is never read
+//! after the call returned.
 //!
 //! **Channels.** The area holds [`NCH`] channels; the world team uses channel 0 (the
 //! largest), a new team agrees at creation on a channel free on all its members (an
@@ -37,12 +48,16 @@
 //! # Safety
 //! [`Area`] turns the base of a mapped auxiliary area plus fixed offsets into atomics
 //! (8-byte aligned: the area is 64-byte aligned and every offset is a multiple of
-//! 64) and into raw data pointers inside the area. The conduit keeps the areas mapped
-//! for the life of the conduit, which the endpoint inside [`CollEp`](crate::CollEp)
-//! keeps alive. Flag words are only accessed atomically. Slot data are written by
-//! their owner only after every reader of the previous publication acknowledged it
-//! (acquire on `ACK`), and read by others only after they saw the tag (acquire on
-//! `POST`) and before they acknowledge (release on `ACK`): no data race.
+//! 8) and into raw data pointers inside the area. The conduit keeps the areas (and the
+//! segments) mapped for the life of the conduit, which the endpoint inside
+//! [`CollEp`](crate::CollEp) keeps alive. Flag words are only accessed atomically.
+//! Slot data are written by their owner only after every reader of the previous
+//! publication acknowledged it (acquire on `ACK`), and read by others only after they
+//! saw the tag (acquire on `POST`) and before they acknowledge (release on `ACK`): no
+//! data race. A by-reference input is borrowed by the blocking call for its whole
+//! duration (the caller cannot change it) and the call returns only after every
+//! reader acknowledged (acquire on `ACK`); readers check the reference against the
+//! publisher's mapped segment before reading.
 #![allow(unsafe_code)]
 
 use crate::algo::{Algorithm, Builtin, Kind, PlanCtx, Query};
@@ -62,26 +77,38 @@ const GEN: usize = 0;
 /// Bytes before the first channel.
 const HDR: usize = 64;
 /// Bytes of channel 0 (two large slots and the small ones).
-const WORLD_CH: usize = 256 << 10;
+const WORLD_CH: usize = 512 << 10;
 /// Bytes of every other channel.
 const OTHER_CH: usize = ((AUX_COLL.end - AUX_COLL.start - HDR - WORLD_CH) / (NCH - 1)) & !127;
-/// Slot header: `POST` at 0, `ACK` at 64 (separate cache lines).
+/// Slot header: `POST` at 0, `REF` at 8 (same cache line), `ACK` at 64 (its own).
 const SLOT_HDR: usize = 128;
 const POST: usize = 0;
+const REF: usize = 8;
 const ACK: usize = 64;
 /// Small slots per channel: collectives of one round that fit one take them in turn
 /// (by sequence number), so a root can run up to `NSMALL - 1` of them ahead of its
-/// slowest reader.
-const NSMALL: usize = 8;
-/// Bytes of a small slot (header included).
-const SMALL_LEN: usize = 1024;
+/// slowest reader (what keeps small broadcasts cheap when ranks outnumber cores:
+/// every reader need not run once per broadcast).
+const NSMALL: usize = 32;
+/// Bytes of a small slot of channel 0 (header included): a 4 KiB block fits.
+const WORLD_SMALL_LEN: usize = 4096 + SLOT_HDR;
+/// Bytes of a small slot of the other channels (header included).
+const OTHER_SMALL_LEN: usize = 1024;
 /// Slots per channel: two large, then the small ones.
 pub(crate) const NSLOT: usize = 2 + NSMALL;
-const _: () = assert!(OTHER_CH >= NSMALL * SMALL_LEN + 2 * (SLOT_HDR + 1024));
+const _: () = assert!(NSLOT <= 64);
+const _: () = assert!(WORLD_CH >= NSMALL * WORLD_SMALL_LEN + 2 * (SLOT_HDR + (64 << 10)));
+const _: () = assert!(OTHER_CH >= NSMALL * OTHER_SMALL_LEN + 2 * (SLOT_HDR + (16 << 10)));
 const _: () = assert!(HDR + WORLD_CH + (NCH - 1) * OTHER_CH <= AUX_COLL.end - AUX_COLL.start);
 
 /// Largest team `shm` serves (readers poll every member: quadratic traffic).
 pub(crate) const MAX_SIZE: u32 = 64;
+
+/// Smallest block a member publishes *by reference* when its input lies in its
+/// segment: readers then copy straight from the segment (one copy instead of two)
+/// and the member completes once they did. Below it, copying through the slot costs
+/// less than making the member wait for its readers (measured: docs/coll.md 4.1).
+pub(crate) const BYREF_MIN: usize = 16 << 10;
 
 fn chan_base(c: usize) -> usize {
     if c == 0 {
@@ -91,9 +118,18 @@ fn chan_base(c: usize) -> usize {
     }
 }
 
+/// Bytes of a small slot of channel `c` (header included).
+fn small_len(c: usize) -> usize {
+    if c == 0 {
+        WORLD_SMALL_LEN
+    } else {
+        OTHER_SMALL_LEN
+    }
+}
+
 /// Bytes of a large slot of channel `c` (header included).
 fn slot_len(c: usize) -> usize {
-    (((if c == 0 { WORLD_CH } else { OTHER_CH }) - NSMALL * SMALL_LEN) / 2) & !127
+    (((if c == 0 { WORLD_CH } else { OTHER_CH }) - NSMALL * small_len(c)) / 2) & !127
 }
 
 /// Data bytes of a large slot of channel `c`.
@@ -101,8 +137,10 @@ pub(crate) fn slot_cap(c: usize) -> usize {
     slot_len(c) - SLOT_HDR
 }
 
-/// Data bytes of a small slot.
-const SMALL_CAP: usize = SMALL_LEN - SLOT_HDR;
+/// Data bytes of a small slot of channel `c`.
+fn small_cap(c: usize) -> usize {
+    small_len(c) - SLOT_HDR
+}
 
 /// The gex-coll part ([`AUX_COLL`]) of one mapped auxiliary area.
 #[derive(Clone, Copy, Debug)]
@@ -134,7 +172,7 @@ impl Area {
         if s < 2 {
             chan_base(c) + s * slot_len(c)
         } else {
-            chan_base(c) + 2 * slot_len(c) + (s - 2) * SMALL_LEN
+            chan_base(c) + 2 * slot_len(c) + (s - 2) * small_len(c)
         }
     }
 
@@ -146,8 +184,14 @@ impl Area {
         self.word(self.slot(c, s) + ACK)
     }
 
+    /// 0 when the slot's data are inline; else 1 + the segment offset of the
+    /// publisher's input (a publication by reference). Written before `POST`.
+    fn reference(&self, c: usize, s: usize) -> &AtomicU64 {
+        self.word(self.slot(c, s) + REF)
+    }
+
     /// Data of slot `s` of channel `c` (`slot_cap(c)` bytes for `s < 2`, else
-    /// `SMALL_CAP`).
+    /// `small_cap(c)`).
     fn data(&self, c: usize, s: usize) -> *mut u8 {
         // SAFETY: the slot lies inside AUX_COLL (constant layout, asserted above).
         unsafe { self.0.as_ptr().add(self.slot(c, s) + SLOT_HDR) }
@@ -171,6 +215,10 @@ pub(crate) struct ShmTeam {
     pub(crate) ch: usize,
     /// Every member's area, by team rank.
     pub(crate) areas: Vec<Area>,
+    /// Every member's segment as mapped here (base address, length), by team rank;
+    /// empty when some member's segment is not mapped (then nobody publishes by
+    /// reference: the conduit maps segments for exactly the peers whose areas it maps).
+    pub(crate) segs: Vec<(usize, usize)>,
     /// Generation of the `CollEp` (same on every member).
     pub(crate) generation: u64,
     /// The endpoint's mask of channels in use.
@@ -278,6 +326,11 @@ pub(crate) struct ShmOp {
     post: bool,
     tid: u64,
     seq: u32,
+    /// Publishes by reference: 1 + the segment offset of this member's input.
+    byref: u64,
+    /// Slots this member published by reference (bit per slot): it completes only
+    /// once their readers acknowledged.
+    byref_slots: u64,
     /// Current round (pre-barrier included).
     g: usize,
     published: bool,
@@ -304,6 +357,15 @@ pub(crate) struct Io<'a> {
     pub(crate) input: &'a [u8],
     pub(crate) out: &'a mut [u8],
     pub(crate) reduce: Option<&'a ReduceFn>,
+}
+
+/// Where a reader finds a publisher's piece.
+#[derive(Clone, Copy, Debug)]
+enum Src {
+    /// In the publisher's slot (inline).
+    Slot(*mut u8),
+    /// In the publisher's input, at this address (by reference).
+    Segment(*const u8),
 }
 
 /// True for operations whose input holds one block per member.
@@ -360,7 +422,7 @@ impl ShmOp {
             sync.output == crate::op::SyncMode::All,
         );
         // One round that fits a small slot: take the small slots in turn.
-        let small_chunk = Self::chunk_in(op, p, elem, SMALL_CAP);
+        let small_chunk = Self::chunk_in(op, p, elem, small_cap(ch));
         let small =
             !pre && !post && (op == OpKind::Barrier || (small_chunk > 0 && n <= small_chunk));
         let chunk = if small {
@@ -386,10 +448,36 @@ impl ShmOp {
             small,
             tid: team.0,
             seq: team.1,
+            byref: 0,
+            byref_slots: 0,
             g: 0,
             published: false,
             k: 0,
         }
+    }
+
+    /// Publishes this member's data by reference when `input` lies inside its mapped
+    /// segment, every member's segment is mapped, the blocks are at least
+    /// [`BYREF_MIN`] bytes and the operation has readers of this member's data; the
+    /// caller must then keep `input` unchanged until [`step`](Self::step) returned
+    /// true (it does: the blocking calls borrow it for the call). Returns whether it
+    /// does.
+    pub(crate) fn publish_by_reference(&mut self, team: &ShmTeam, input: &[u8]) -> bool {
+        let Some(&(base, len)) = team.segs.get(self.me as usize) else {
+            return false;
+        };
+        let at = (input.as_ptr() as usize).wrapping_sub(base);
+        if self.n < BYREF_MIN
+            || self.op == OpKind::Barrier
+            || self.readers() == 0
+            || input.is_empty()
+            || (input.as_ptr() as usize) < base
+            || at.checked_add(input.len()).is_none_or(|e| e > len)
+        {
+            return false;
+        }
+        self.byref = at as u64 + 1;
+        true
     }
 
     /// Copies the pieces of `input` that stay on this member into `out` (nothing if
@@ -492,8 +580,16 @@ impl ShmOp {
                     if own.acks(ch, s) < expected[ch][s] {
                         return false;
                     }
-                    if let Some(i) = data {
-                        self.write(own.data(ch, s), i, io.input);
+                    match data {
+                        Some(_) if self.byref != 0 => {
+                            own.reference(ch, s).store(self.byref, Ordering::Relaxed);
+                            self.byref_slots |= 1 << s;
+                        }
+                        Some(i) => {
+                            own.reference(ch, s).store(0, Ordering::Relaxed);
+                            self.write(own.data(ch, s), i, io.input);
+                        }
+                        None => {}
                     }
                     own.post(ch, s).store(tag, Ordering::Release);
                     expected[ch][s] += readers;
@@ -536,7 +632,11 @@ impl ShmOp {
                     return false;
                 }
                 if let Some(i) = data {
-                    self.read(a.data(ch, s), q, i, (apply, first), io);
+                    let src = match a.reference(ch, s).load(Ordering::Relaxed) {
+                        0 => Src::Slot(a.data(ch, s)),
+                        r => Src::Segment(self.by_reference(team, q, r - 1)),
+                    };
+                    self.read(src, q, i, (apply, first), io);
                 }
                 a.ack(ch, s).fetch_add(1, Ordering::Release);
                 self.k += 1;
@@ -544,7 +644,41 @@ impl ShmOp {
             self.g += 1;
             self.published = false;
         }
+        // Readers copy by-reference publications straight from this member's input:
+        // it completes once they all acknowledged.
+        while self.byref_slots != 0 {
+            let s = self.byref_slots.trailing_zeros() as usize;
+            if own.acks(ch, s) < expected[ch][s] {
+                return false;
+            }
+            self.byref_slots &= !(1 << s);
+        }
         true
+    }
+
+    /// The address, in this process, of byte `off` of member `q`'s segment (where
+    /// `q` published its input by reference).
+    ///
+    /// # Panics
+    /// If `q`'s segment is not mapped here or `off` lies outside it: a member
+    /// publishes by reference only when every segment is mapped, and only input
+    /// inside its own segment (a conduit breaking that contract is a bug).
+    fn by_reference(&self, team: &ShmTeam, q: u32, off: u64) -> *const u8 {
+        let (base, len) = *team
+            .segs
+            .get(q as usize)
+            .expect("gex-coll shm: a member published by reference to an unmapped segment");
+        let off = usize::try_from(off).unwrap_or(usize::MAX);
+        let need = if per_dest(self.op) {
+            self.p as usize * self.n
+        } else {
+            self.n
+        };
+        assert!(
+            off.checked_add(need).is_some_and(|e| e <= len),
+            "gex-coll shm: member {q} published a reference outside its segment"
+        );
+        (base + off) as *const u8
     }
 
     /// Writes this member's pieces of data round `i` into its slot at `dst`.
@@ -572,25 +706,34 @@ impl ShmOp {
         }
     }
 
-    /// Applies member `q`'s piece of data round `i` from its slot at `src`.
-    fn read(
-        &self,
-        src: *const u8,
-        q: u32,
-        i: usize,
-        (apply, first): (Apply, bool),
-        io: &mut Io<'_>,
-    ) {
+    /// Applies member `q`'s piece of data round `i` from its slot or its input.
+    fn read(&self, src: Src, q: u32, i: usize, (apply, first): (Apply, bool), io: &mut Io<'_>) {
         let pc = self.piece(i);
         let len = pc.len();
-        let at = if per_dest(self.op) {
-            compact(self.me, q) * self.chunk
-        } else {
-            0
+        let inc = match src {
+            Src::Slot(slot) => {
+                let at = if per_dest(self.op) {
+                    compact(self.me, q) * self.chunk
+                } else {
+                    0
+                };
+                // SAFETY: inside the slot (as in `write`); the publisher does not
+                // touch it until this member acknowledges (module `# Safety`).
+                unsafe { std::slice::from_raw_parts(slot.add(at), len) }
+            }
+            Src::Segment(input) => {
+                let at = if per_dest(self.op) {
+                    self.me as usize * self.n + pc.start
+                } else {
+                    pc.start
+                };
+                // SAFETY: `input` is the publisher's whole input inside its mapped
+                // segment (bounds checked by `by_reference`: `at + len` ≤ its
+                // length); the publisher keeps it unchanged until this member
+                // acknowledges (module `# Safety`).
+                unsafe { std::slice::from_raw_parts(input.add(at), len) }
+            }
         };
-        // SAFETY: inside the slot (as in `write`); the publisher does not touch it
-        // until this member acknowledges (module `# Safety`).
-        let inc = unsafe { std::slice::from_raw_parts(src.add(at), len) };
         let dst = match self.op {
             OpKind::Gather | OpKind::GatherAll | OpKind::Exchange => q as usize * self.n + pc.start,
             _ => pc.start,

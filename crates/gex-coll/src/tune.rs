@@ -117,7 +117,8 @@ fn class_bytes(class: u32) -> usize {
 }
 
 /// A compact selection key: operation, team size, size class, address mode, sync
-/// modes and commutativity, packed into 64 bits.
+/// modes, commutativity, scratch, shared memory and hierarchy (host count capped at
+/// 2047), packed into 64 bits.
 fn key(q: &Query) -> u64 {
     let sm = |m: SyncMode| match m {
         SyncMode::No => 0u64,
@@ -134,6 +135,8 @@ fn key(q: &Query) -> u64 {
         | (u64::from(q.hier) << 19)
         | (u64::from(size_class(q.bytes)) << 10)
         | (u64::from(q.size) << 20)
+        | (u64::from(q.host_ranges) << 52)
+        | (u64::from(q.hosts.min(0x7ff)) << 53)
 }
 
 /// A multiply-shift hasher for the 64-bit keys (no SipHash on the selection path).
@@ -505,6 +508,8 @@ impl Tuner {
                     scratch: false,
                     shm: false,
                     hier: false,
+                    hosts: 0,
+                    host_ranges: false,
                 };
                 match self.explain(&q) {
                     Ok(c) => {
@@ -649,6 +654,8 @@ mod tests {
             scratch: false,
             shm: false,
             hier: false,
+            hosts: 0,
+            host_ranges: false,
         }
     }
 

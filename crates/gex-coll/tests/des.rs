@@ -68,6 +68,13 @@ fn data_matches_the_reference_at_1024_ranks() {
         ("bruck2", Exchange),
         ("recdbl", Scan),
         ("recdbl", Exscan),
+        ("fork2d", Barrier),
+        ("fork2d", Broadcast),
+        ("fork2d+put", Broadcast),
+        ("fork2d+rdv", Broadcast),
+        ("fork3d", Scatter),
+        ("fork3d", Gather),
+        ("fork2d", Reduce),
         // P² messages: on 200 ranks below.
         ("ring", Allreduce),
         ("ring+put", GatherAll),
@@ -99,6 +106,8 @@ fn data_matches_the_reference_at_1024_ranks() {
                 // Simulated networks: no shared memory, one rank per host.
                 shm: false,
                 hier: false,
+                hosts: 0,
+                host_ranges: false,
             };
             if !a.supports(&q) {
                 continue;
@@ -126,7 +135,7 @@ fn data_matches_the_reference_at_1024_ranks() {
             ran += 1;
         }
     }
-    assert!(ran >= 28, "only {ran} cases ran");
+    assert!(ran >= 43, "only {ran} cases ran");
 }
 
 /// Seed 003: the dissemination (Bruck) exchange beats the flat one at small sizes,
@@ -180,11 +189,11 @@ fn exchange_crossover(p: u32, sizes: &[usize]) {
 
 /// Seed 003: broadcast by signaling put beats broadcast by rendezvous (one transfer
 /// per hop against announce + get + acknowledgement), on every platform and size,
-/// for the tree and the flat broadcast on 1024 ranks.
+/// for the trees (binomial, 4-nomial, 2-D fork) and the flat broadcast on 1024 ranks.
 #[test]
 fn signaling_put_beats_rendezvous_broadcast_1024_ranks() {
     for (platform, m) in PLATFORMS {
-        for tree in ["binomial", "knomial4", "flat"] {
+        for tree in ["binomial", "knomial4", "flat", "fork2d"] {
             for n in [8usize, 512, 8192, 65536] {
                 let put = time(&format!("{tree}+put"), OpKind::Broadcast, 1024, n, &m);
                 let rdv = time(&format!("{tree}+rdv"), OpKind::Broadcast, 1024, n, &m);

@@ -48,6 +48,8 @@ fn check(
         scratch: false,
         shm: false,
         hier: false,
+        hosts: 0,
+        host_ranges: false,
     };
     if !alg.supports(&q) {
         return Ok(());
@@ -89,7 +91,9 @@ fn check(
 }
 
 /// The catalogue plus instances with other parameters: small pipelining segments
-/// (many segments per message), radix 3 and 5.
+/// (many segments per message), radix 3 and 5, fork trees of one to four automatic
+/// dimensions and on given grids (2 × 3, 3 × 3 × 2: ragged or partial on most team
+/// sizes).
 fn algorithms() -> Vec<std::sync::Arc<dyn gex_coll::Algorithm>> {
     use gex_coll::{Builtin, Kind, Transport};
     let e = Transport::Eager;
@@ -105,8 +109,17 @@ fn algorithms() -> Vec<std::sync::Arc<dyn gex_coll::Algorithm>> {
         Builtin::new(Kind::Dissemination, 5, 0, e),
         Builtin::new(Kind::Knomial, 3, 0, Transport::Put),
         Builtin::new(Kind::Chain, 0, 24, Transport::Rendezvous),
+        Builtin::new(Kind::Fork, 1, 0, e),
+        Builtin::new(Kind::Fork, 4, 0, e),
+        Builtin::new(Kind::Fork, 3, 0, Transport::Put),
+        Builtin::fork(&[2, 3], e).unwrap(),
+        Builtin::fork(&[3, 3, 2], e).unwrap(),
+        Builtin::fork(&[2, 2], Transport::Rendezvous).unwrap(),
     ] {
         v.push(std::sync::Arc::new(b));
+    }
+    for name in ["fork2d", "fork3d", "fork2d+put", "fork2d+rdv"] {
+        assert!(v.iter().any(|a| a.name() == name), "{name} not catalogued");
     }
     v
 }
@@ -148,6 +161,8 @@ fn every_op_has_a_non_commutative_algorithm_for_every_size() {
                 scratch: false,
                 shm: false,
                 hier: false,
+                hosts: 0,
+                host_ranges: false,
             };
             let n = catalog().iter().filter(|a| a.supports(&q)).count();
             assert!(n >= 2, "{op} P={p}: {n} algorithms");
@@ -240,6 +255,8 @@ fn tuner_choice_is_near_the_simulated_best() {
                 scratch: false,
                 shm: false,
                 hier: false,
+                hosts: 0,
+                host_ranges: false,
             };
             let sim = |a: &dyn gex_coll::Algorithm| {
                 let s: Vec<_> = (0..p)
@@ -272,4 +289,100 @@ fn tuner_choice_is_near_the_simulated_best() {
         }
     }
     assert!(worst.0 < 2.0, "worst: {worst:?}");
+}
+
+/// The `hier` cost model under the default parameters: on 9 ranks over 3 hosts the
+/// tuner picks `hier` for every operation at 8 bytes, on 64 ranks over 8 hosts for
+/// every one but scatter, gather and exchange; bandwidth-bound exchanges go to a
+/// message algorithm; `hier` is no candidate for a non-commutative allreduce on hosts
+/// that are not rank ranges, and is one for a non-commutative scan there.
+#[test]
+fn hier_cost_model_choices() {
+    use gex_coll::Tuner;
+    let mut t = Tuner::new(catalog(), LogGP::default());
+    let q = |op, size, hosts, bytes, commutative, host_ranges| Query {
+        op,
+        size,
+        bytes,
+        addr: AddrMode::Local,
+        sync: Default::default(),
+        commutative,
+        scratch: false,
+        shm: false,
+        hier: true,
+        hosts,
+        host_ranges,
+    };
+    for op in OpKind::ALL {
+        let c = t.explain(&q(op, 9, 3, 8, true, true)).unwrap();
+        assert_eq!(c.algorithm, "hier", "{op} on 9 ranks: {c:?}");
+        let c = t.explain(&q(op, 64, 8, 8, true, true)).unwrap();
+        let want = !matches!(op, OpKind::Scatter | OpKind::Gather | OpKind::Exchange);
+        assert_eq!(c.algorithm == "hier", want, "{op} on 64 ranks: {c:?}");
+    }
+    let c = t
+        .explain(&q(OpKind::Exchange, 9, 3, 65536, true, true))
+        .unwrap();
+    assert_ne!(c.algorithm, "hier", "{c:?}");
+    let offered = |t: &mut Tuner, op| {
+        let c = t.explain(&q(op, 9, 3, 8, false, false)).unwrap();
+        c.candidates.iter().any(|x| x.0 == "hier")
+    };
+    assert!(!offered(&mut t, OpKind::Allreduce));
+    assert!(offered(&mut t, OpKind::Scan));
+}
+
+/// The fork trees' cost formulas against the schedule-level LogGP simulation of
+/// their own schedules: within 20 % for every operation, on full and ragged grids.
+#[test]
+fn fork_cost_tracks_the_schedule_simulation() {
+    let m = LogGP::RANGER;
+    let mut checked = 0;
+    for a in catalog().iter().filter(|a| a.name().starts_with("fork")) {
+        if a.transport() != gex_coll::Transport::Eager {
+            // The schedule simulation moves everything eagerly.
+            continue;
+        }
+        for &op in a.ops() {
+            for p in [2u32, 13, 27, 48, 100] {
+                for bytes in [8usize, 4096, 65536] {
+                    let q = Query {
+                        op,
+                        size: p,
+                        bytes,
+                        addr: AddrMode::Local,
+                        sync: SyncModes::default(),
+                        commutative: true,
+                        scratch: false,
+                        shm: false,
+                        hier: false,
+                        hosts: 0,
+                        host_ranges: false,
+                    };
+                    let s: Vec<_> = (0..p)
+                        .map(|r| {
+                            a.plan(&PlanCtx {
+                                op,
+                                size: p,
+                                rank: r,
+                                root: 0,
+                                block: bytes,
+                                elem: 8,
+                                commutative: true,
+                            })
+                        })
+                        .collect();
+                    let sim = model::loggp_time(&s, &m).unwrap();
+                    let ratio = a.cost(&q, &m) / sim;
+                    assert!(
+                        (0.8..1.2).contains(&ratio),
+                        "{} {op} P={p} {bytes} B: cost/simulated = {ratio:.2}",
+                        a.name()
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 2 * 5 * 5 * 3);
 }

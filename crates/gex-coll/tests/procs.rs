@@ -3,12 +3,13 @@
 //! memory through rings). The code is generic over the conduit, like the rest of
 //! gex-coll. A smaller matrix than on the simulator: every operation with every
 //! algorithm on 4 processes for two sizes (one above the Medium limit), the tuned
-//! choice on split teams, and single address mode with signaling put and rendezvous
-//! (3 processes).
+//! choice on split teams, the blocking calls over private and over segment buffers
+//! (published by reference), and single address mode with signaling put and
+//! rendezvous (3 processes).
 
 mod common;
 
-use common::{bytes, matrix, matrix_mode, reference};
+use common::{bytes, matrix, matrix_mode, reference, segment_matrix};
 use gex::spi::Conduit;
 use gex::{Client, ClientBuilder, Job};
 use gex_coll::{CollEp, OpKind, Opts, Scratch, Single, SyncMode};
@@ -33,6 +34,11 @@ impl Job for Matrix {
         matrix_mode(&mut c, &w, &[1, 9000, 70_000], true);
         matrix_mode(&mut c, &t, &[5, 9000], true);
         assert!(c.shared_memory(&w) == (c.direct_calls() > direct));
+        // Buffers in the segments: blocks of 16 KiB and more published by reference
+        // (two slot rounds at 9000 u64 on 4 members' exchange).
+        let by_ref = c.by_reference_calls();
+        segment_matrix(&mut c, &w, &[3, 2100, 9000]);
+        assert!(c.shared_memory(&w) == (c.by_reference_calls() > by_ref));
         c.barrier(&w).unwrap();
         assert_eq!(c.dropped_messages(), 0);
         drop(c);
@@ -92,7 +98,7 @@ fn launch<J: Job<Output = ()>>(ranks: u32, name: &str, job: J) {
     match gex_boot::spawn_self_test(ranks, name).unwrap() {
         gex_boot::Role::Launcher(code) => assert_eq!(code, 0, "job {name} failed"),
         gex_boot::Role::Rank(boot) => {
-            gex::init_with_boot(ClientBuilder::new().segment_size(2 << 20), boot, None, job)
+            gex::init_with_boot(ClientBuilder::new().segment_size(4 << 20), boot, None, job)
                 .unwrap();
         }
     }

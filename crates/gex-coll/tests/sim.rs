@@ -3,12 +3,14 @@
 //! reference, single address mode with every transport and sync mode, the in-my
 //! entry rule, teams (split, lists, scratch) and concurrent collectives on
 //! overlapping teams; the shared-memory algorithm on per-host teams, its channels and
-//! where it must not run.
+//! where it must not run; roots named by where their data lives.
 
 mod common;
 
-use common::{bytes, matrix, matrix_mode, reference};
-use gex_coll::{BuiltinOp, CollEp, CollError, OpKind, Opts, ReduceOp, Scratch, Single, SyncMode};
+use common::{affine, bytes, matrix, matrix_mode, reference, run_one, segment_matrix};
+use gex_coll::{
+    BuiltinOp, CollEp, CollError, OpKind, Opts, ReduceOp, Scratch, Single, SyncMode, Team,
+};
 use gex_core::{Client, ClientBuilder};
 use gex_rma::RmaEp;
 use gex_testkit::sim::{Delay, Sim, SimConfig, run_sim};
@@ -32,6 +34,12 @@ fn matrix_job(p: u32, cfg: SimConfig, counts: &[usize]) {
         || ClientBuilder::new().segment_size(SEG),
         |client| {
             let mut c = coll(&client);
+            // The catalogue's fork trees run in the matrix, and one on a given grid
+            // (2 × 2: partial or ragged on most team sizes).
+            assert!(c.algorithms(OpKind::Scatter).iter().any(|a| a == "fork3d"));
+            c.register_algorithm(std::sync::Arc::new(
+                gex_coll::Builtin::fork(&[2, 2], gex_coll::Transport::Eager).unwrap(),
+            ));
             let w = c.world().clone();
             let n = matrix(&mut c, &w, counts);
             c.barrier(&w).unwrap();
@@ -562,6 +570,8 @@ fn env_override_and_errors() {
             scratch: false,
             shm: false,
             hier: false,
+            hosts: 0,
+            host_ranges: false,
         };
         let why = c.explain(&q).unwrap();
         assert_eq!(
@@ -843,6 +853,8 @@ fn shm_per_host_teams_and_cross_host_leaders() {
                 scratch: false,
                 shm,
                 hier: false,
+                hosts: 0,
+                host_ranges: false,
             };
             assert_eq!(c.explain(&q).unwrap().algorithm == "shm", shm);
             // 9000 u32 = 36 KB per block: three rounds on a world-sized slot, eight
@@ -982,12 +994,102 @@ fn blocking_calls_mix_direct_and_queued_paths() {
     );
 }
 
-/// The `hier` algorithm: on three simulated hosts a team of every rank, and a split
-/// team with hosts of 3, 2 and 1 members, get host and leader sub-teams; every
-/// algorithm × operation (`hier` forced and tuned included) matches the reference on
-/// them, with every root; the world team (built without communication) does not.
+/// Cases each rank of a `hier` test runs at least (under `--cfg gex_force_am_rma`
+/// there is no hierarchy: one message-algorithm matrix instead).
+const HIER_MIN_CASES: usize = if cfg!(gex_force_am_rma) { 50 } else { 100 };
+
+/// `hier` on `team`: every operation × every root (rooted ones; the largest count
+/// with two roots) × `counts`, forced and tuned, u32 sums; the non-commutative affine
+/// map forced (run where `hier` takes it: host ranges, or scan/exscan; refused
+/// otherwise) and tuned; four more element types. Returns the cases run.
+fn hier_cases(c: &mut CollEp<Sim>, team: &Team, counts: &[usize], ranges: bool) -> usize {
+    use OpKind::{Exscan, Scan};
+    let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+    let aff = affine();
+    let hier = Some("hier");
+    let p = team.size();
+    let big = counts.iter().copied().max().unwrap_or(0);
+    let mut ran = 0;
+    let mut salt = 1000;
+    for op in OpKind::ALL {
+        for &count in counts {
+            let roots: Vec<u32> = match (op.rooted(), count == big && big > 13) {
+                (false, _) => vec![0],
+                (true, true) => vec![1, p - 1],
+                (true, false) => (0..p).collect(),
+            };
+            for root in roots {
+                salt += 1;
+                for alg in [hier, None] {
+                    let ok = run_one(c, team, op, alg, root, count, &sum, salt);
+                    assert!(ok, "{op} {alg:?} refused");
+                    ran += 1;
+                }
+                if op.reduces() {
+                    let takes = ranges || matches!(op, Scan | Exscan);
+                    let ok = run_one(c, team, op, hier, root, count, &aff, salt);
+                    assert_eq!(ok, takes, "{op}: hier and a non-commutative operator");
+                    assert!(run_one(c, team, op, None, root, count, &aff, salt));
+                    ran += 2;
+                }
+            }
+        }
+        let root = if op.rooted() { p - 1 } else { 0 };
+        for alg in [hier, None] {
+            let max_f64 = ReduceOp::<f64>::builtin(BuiltinOp::Max).unwrap();
+            let bxor8 = ReduceOp::<i8>::builtin(BuiltinOp::Bxor).unwrap();
+            let prod128 = ReduceOp::<u128>::builtin(BuiltinOp::Prod).unwrap();
+            let land16 = ReduceOp::<i16>::builtin(BuiltinOp::Land).unwrap();
+            assert!(run_one(c, team, op, alg, root, 7, &max_f64, 99));
+            assert!(run_one(c, team, op, alg, root, 9, &bxor8, 98));
+            assert!(run_one(c, team, op, alg, root, 3, &prod128, 97));
+            assert!(run_one(c, team, op, alg, root, 5, &land16, 96));
+            ran += 4;
+        }
+    }
+    ran
+}
+
+/// The tuner on a hierarchical team at 8 bytes: `hier` for every operation without a
+/// root (and, with `rooted`, for every operation); for a non-commutative operator `hier` is a candidate of scan and exscan always, of
+/// reduce, allreduce and reduce_scatter only on host ranges.
+fn hier_choices(c: &mut CollEp<Sim>, team: &Team, hosts: u32, ranges: bool, rooted: bool) {
+    for op in OpKind::ALL {
+        for commutative in [true, false] {
+            let q = gex_coll::Query {
+                op,
+                size: team.size(),
+                bytes: 8,
+                addr: gex_coll::AddrMode::Local,
+                sync: Default::default(),
+                commutative: commutative || !op.reduces(),
+                scratch: false,
+                shm: c.shared_memory(team),
+                hier: true,
+                hosts,
+                host_ranges: ranges,
+            };
+            let ch = c.explain(&q).unwrap();
+            let offered = ch.candidates.iter().any(|x| x.0 == "hier");
+            let takes = q.commutative || ranges || matches!(op, OpKind::Scan | OpKind::Exscan);
+            assert_eq!(offered, takes, "{op} commutative={commutative}: {ch:?}");
+            if commutative && (rooted || !op.rooted()) {
+                assert_eq!(ch.algorithm, "hier", "{op}: {ch:?}");
+            }
+        }
+    }
+}
+
+/// Nine ranks on three hosts of three: the world team (its host and leader teams
+/// built without communication, the host team on channel 0), a team of every rank
+/// made by `create_team`, and a team of every rank in round-robin order (hosts are
+/// not rank ranges) are hierarchical; every operation × root × size (empty, one
+/// element, odd, 18 KB blocks: fragmented messages, several shared-memory rounds) ×
+/// element type matches the reference with `hier` forced and tuned, non-commutative
+/// reductions where `hier` takes them and refused where not; every algorithm on
+/// the world; forced broadcast, reduce, allreduce and barrier spelled out.
 #[test]
-fn hier_across_hosts() {
+fn hier_equal_hosts_world_and_round_robin() {
     let ran = run_sim(
         9,
         SimConfig::default()
@@ -995,53 +1097,79 @@ fn hier_across_hosts() {
             .seed(13)
             .ranks_per_host(3)
             // Nine debug-built thread ranks, every algorithm: slow on a busy machine.
-            .timeout(Duration::from_secs(300)),
-        || ClientBuilder::new().segment_size(SEG),
+            .timeout(Duration::from_secs(600)),
+        || ClientBuilder::new().segment_size(4 * SEG),
         |client| {
             let mut c = coll(&client);
             let w = c.world().clone();
             let r = w.rank();
             let on = !cfg!(gex_force_am_rma);
-            assert!(!c.hierarchical(&w));
+            assert_eq!(c.hierarchical(&w), on);
+            assert!(!c.shared_memory(&w));
+            if !on {
+                return matrix(&mut c, &w, &[1, 4500]);
+            }
+            hier_choices(&mut c, &w, 3, true, true);
+            let mut n = hier_cases(&mut c, &w, &[0, 1, 13, 4500], true);
+            n += matrix(&mut c, &w, &[1, 4500]);
+            // Spelled out: forced, every root (leaders and non-leaders of every host).
+            let hier = Opts::default().with_algorithm("hier");
+            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+            for root in 0..9u32 {
+                let v = vec![u64::from(r) * 10 + u64::from(root); 5];
+                let h = c.broadcast_nb(&w, root, v.clone(), &hier).unwrap();
+                assert_eq!(c.wait(h).unwrap(), vec![u64::from(root) * 11; 5]);
+                let h = c.reduce_nb(&w, root, v, &sum, &hier).unwrap();
+                let want = if r == root {
+                    vec![(0..9).map(|x| x * 10 + u64::from(root)).sum::<u64>(); 5]
+                } else {
+                    vec![]
+                };
+                assert_eq!(c.wait(h).unwrap(), want);
+            }
+            let h = c
+                .allreduce_nb(&w, vec![u64::from(r); 3], &sum, &hier)
+                .unwrap();
+            assert_eq!(c.wait(h).unwrap(), vec![36; 3]);
+            let h = c.barrier_nb(&w, &hier).unwrap();
+            c.wait(h).unwrap();
+            // A team of every rank: host teams agree on channels at creation.
             let all: Vec<u32> = (0..9).collect();
             let t = c.create_team(&w, &all, Scratch::None).unwrap();
-            assert_eq!(c.hierarchical(&t), on);
-            let q = gex_coll::Query {
-                op: OpKind::Allreduce,
-                size: 9,
-                bytes: 8,
-                addr: gex_coll::AddrMode::Local,
-                sync: Default::default(),
-                commutative: true,
-                scratch: false,
-                shm: false,
-                hier: on,
-            };
-            assert_eq!(c.explain(&q).unwrap().algorithm == "hier", on);
-            let mut n = matrix(&mut c, &t, &[1, 4500]);
-            if on {
-                // Forced, every root: leaders and non-leaders of every host.
-                let hier = Opts::default().with_algorithm("hier");
-                let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
-                for root in 0..9u32 {
-                    let v = vec![u64::from(r) * 10 + u64::from(root); 5];
-                    let h = c.broadcast_nb(&t, root, v.clone(), &hier).unwrap();
-                    assert_eq!(c.wait(h).unwrap(), vec![u64::from(root) * 11; 5]);
-                    let h = c.reduce_nb(&t, root, v, &sum, &hier).unwrap();
-                    let want = if r == root {
-                        vec![(0..9).map(|x| x * 10 + u64::from(root)).sum::<u64>(); 5]
-                    } else {
-                        vec![]
-                    };
-                    assert_eq!(c.wait(h).unwrap(), want);
-                }
-                let h = c
-                    .allreduce_nb(&t, vec![u64::from(r); 3], &sum, &hier)
-                    .unwrap();
-                assert_eq!(c.wait(h).unwrap(), vec![36; 3]);
-                let h = c.barrier_nb(&t, &hier).unwrap();
-                c.wait(h).unwrap();
-            }
+            assert!(c.hierarchical(&t));
+            n += hier_cases(&mut c, &t, &[0, 13], true);
+            // Round-robin over the hosts: team rank i is on host i % 3.
+            let rr: Vec<u32> = (0..9).map(|i| (i % 3) * 3 + i / 3).collect();
+            let t = c.create_team(&w, &rr, Scratch::None).unwrap();
+            assert!(c.hierarchical(&t));
+            hier_choices(&mut c, &t, 3, false, true);
+            n += hier_cases(&mut c, &t, &[0, 1, 13, 4500], false);
+            c.barrier(&w).unwrap();
+            n
+        },
+    );
+    assert!(ran.iter().all(|&n| n > HIER_MIN_CASES), "{ran:?}");
+}
+
+/// Hosts of unequal sizes: on three hosts of three, a split team with hosts of 3, 2
+/// and 1 members (rank ranges, in reverse key order) and a team whose hosts hold
+/// 3, 3 and 1 interleaved members; then a world of 5 ranks on hosts of 2, 2 and 1.
+#[test]
+fn hier_unequal_hosts() {
+    let ran = run_sim(
+        9,
+        SimConfig::default()
+            .reorder(true)
+            .seed(17)
+            .ranks_per_host(3)
+            .timeout(Duration::from_secs(600)),
+        || ClientBuilder::new().segment_size(4 * SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let r = w.rank();
+            let on = !cfg!(gex_force_am_rma);
+            let mut n = 0;
             let odd = c
                 .split(
                     &w,
@@ -1053,13 +1181,102 @@ fn hier_across_hosts() {
             if let Some(o) = &odd {
                 assert_eq!(o.size(), 6);
                 assert_eq!(c.hierarchical(o), on);
-                n += matrix(&mut c, o, &[13]);
+                n += if on {
+                    hier_choices(&mut c, o, 3, true, false);
+                    hier_cases(&mut c, o, &[0, 1, 13, 4500], true)
+                } else {
+                    matrix(&mut c, o, &[13])
+                };
+            }
+            // Team ranks 0..7 on hosts 0, 1, 0, 1, 2, 0, 1.
+            let mixed = [0u32, 3, 1, 4, 6, 2, 5];
+            if mixed.contains(&r) {
+                let t = c.create_team(&w, &mixed, Scratch::None).unwrap();
+                assert_eq!(c.hierarchical(&t), on);
+                n += if on {
+                    hier_choices(&mut c, &t, 3, false, false);
+                    hier_cases(&mut c, &t, &[0, 1, 13, 4500], false)
+                } else {
+                    matrix(&mut c, &t, &[13])
+                };
             }
             c.barrier(&w).unwrap();
             n
         },
     );
-    assert!(ran.iter().all(|&n| n > 100), "{ran:?}");
+    // Ranks 7 and 8 are in neither team.
+    let (in_teams, _) = ran.split_at(7);
+    assert!(in_teams.iter().all(|&n| n > HIER_MIN_CASES), "{ran:?}");
+    let ran = run_sim(
+        5,
+        SimConfig::default()
+            .reorder(true)
+            .seed(19)
+            .ranks_per_host(2)
+            .timeout(Duration::from_secs(600)),
+        || ClientBuilder::new().segment_size(4 * SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let on = !cfg!(gex_force_am_rma);
+            assert_eq!(c.hierarchical(&w), on);
+            let n = if on {
+                hier_choices(&mut c, &w, 3, true, false);
+                hier_cases(&mut c, &w, &[0, 1, 13, 4500], true)
+            } else {
+                matrix(&mut c, &w, &[13])
+            };
+            c.barrier(&w).unwrap();
+            n
+        },
+    );
+    assert!(ran.iter().all(|&n| n > HIER_MIN_CASES), "{ran:?}");
+}
+
+/// A world team placed round-robin over hosts of unequal sizes (8 ranks: rank `r`
+/// on host `r % 3`, so hosts of 3, 3 and 2 whose members are not rank ranges): the
+/// world is hierarchical without communication; every operation matches the
+/// reference; non-commutative reduce, allreduce and reduce_scatter are refused by
+/// `hier` and the tuner runs another algorithm for them; teams split from it work.
+#[test]
+fn hier_world_round_robin() {
+    let ran = run_sim(
+        8,
+        SimConfig::default()
+            .reorder(true)
+            .seed(23)
+            .placement((0..8).map(|r| r % 3).collect())
+            .timeout(Duration::from_secs(600)),
+        || ClientBuilder::new().segment_size(4 * SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let r = w.rank();
+            let on = !cfg!(gex_force_am_rma);
+            assert_eq!(c.hierarchical(&w), on);
+            if !on {
+                return matrix(&mut c, &w, &[13]);
+            }
+            hier_choices(&mut c, &w, 3, false, false);
+            let mut n = hier_cases(&mut c, &w, &[0, 1, 13, 4500], false);
+            // A host's ranks split off from the hierarchical world run `shm`.
+            let host = c.split(&w, Some(r % 3), r, Scratch::None).unwrap().unwrap();
+            assert!(c.shared_memory(&host) && !c.hierarchical(&host));
+            n += usize::from(run_one(
+                &mut c,
+                &host,
+                OpKind::Allreduce,
+                Some("shm"),
+                0,
+                5,
+                &affine(),
+                3,
+            ));
+            c.barrier(&w).unwrap();
+            n
+        },
+    );
+    assert!(ran.iter().all(|&n| n > HIER_MIN_CASES), "{ran:?}");
 }
 
 /// `GEX_COLL_TUNE=online`: the first call of a cell on a team times the surviving
@@ -1101,6 +1318,8 @@ fn online_tuning_agrees_and_caches() {
             scratch: false,
             shm: c.shared_memory(&w),
             hier: c.hierarchical(&w),
+            hosts: 0,
+            host_ranges: false,
         };
         let a = c
             .tuner()
@@ -1145,4 +1364,248 @@ fn online_tuning_agrees_and_caches() {
     assert!(out.iter().all(|w| w[0] == out[0][0]), "{out:?}");
     assert_eq!(out[0][1], out[2][1], "{out:?}");
     assert_eq!(out[1][1], out[3][1], "{out:?}");
+}
+
+/// Blocking calls over buffers in the members' segments: blocks of 16 KiB and more
+/// are published by reference (readers copy straight from the publisher's segment,
+/// one copy) and the publisher returns only once its readers have copied — every
+/// member scribbles over its input as soon as a call returns, and every result still
+/// matches the reference. Small blocks go through the slots as before. Two shapes:
+/// the world of 4 (one host) and the per-host teams of 3 hosts × 2 ranks.
+#[test]
+fn segment_buffers_by_reference() {
+    for (p, per_host) in [(4u32, 4u32), (6, 2)] {
+        run_sim(
+            p,
+            SimConfig::default().seed(21).ranks_per_host(per_host),
+            || ClientBuilder::new().segment_size(4 * SEG),
+            |client| {
+                let mut c = coll(&client);
+                let w = c.world().clone();
+                let me = w.rank();
+                let host = c
+                    .split(&w, Some(me / per_host), me, Scratch::None)
+                    .unwrap()
+                    .unwrap();
+                let shm = !cfg!(gex_force_am_rma) && c.shared_memory(&host);
+                let before = c.by_reference_calls();
+                // 3 u64 (slots), 2100 u64 = 16.8 KB (by reference, one round) and
+                // 40 000 u64 = 320 KB (by reference, several rounds of a slot).
+                let ran = segment_matrix(&mut c, &host, &[3, 2100, 40_000]);
+                assert!(ran > 50, "only {ran} cases");
+                let by_ref = c.by_reference_calls() - before;
+                if shm {
+                    assert!(by_ref > 20, "rank {me}: only {by_ref} calls by reference");
+                } else {
+                    assert_eq!(by_ref, 0);
+                }
+                c.barrier(&w).unwrap();
+            },
+        );
+    }
+}
+
+/// Roots named by where the data lives (`Root::Data`, a `GlobalPtr`): every rooted
+/// operation, owned buffers (nonblocking and blocking, tuned and forced algorithms)
+/// and single address mode (the pointer is the root's buffer), from every member of
+/// split teams whose team ranks are not their job ranks; then the errors, on every
+/// member alike and before anything moves.
+#[test]
+fn data_centric_roots() {
+    use OpKind::{Broadcast, Gather, Reduce, Scatter};
+    use common::to_vec;
+    use gex_coll::Root;
+    use gex_rma::{GlobalPtr, RmaError};
+    run_sim(
+        6,
+        SimConfig::default().reorder(true).seed(31),
+        || ClientBuilder::new().segment_size(SEG),
+        |client| {
+            let mut c = coll(&client);
+            let w = c.world().clone();
+            let me = w.rank();
+            // Teams {4, 2, 0} and {5, 3, 1} (job ranks in team-rank order).
+            let t = c
+                .split(&w, Some(me % 2), 100 - me, Scratch::None)
+                .unwrap()
+                .unwrap();
+            let (p, tr) = (t.size(), t.rank());
+            assert_eq!(tr, 2 - me / 2);
+            let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+            let (count, n) = (5usize, 20usize);
+            let mut salt = 0u64;
+            let mut ran = 0;
+            for op in [Broadcast, Scatter, Gather, Reduce] {
+                for owner in 0..p {
+                    for alg in [None, Some("fork2d"), Some("binomial"), Some("flat")] {
+                        salt += 1;
+                        // The root's buffer, at an offset of its own.
+                        let at = 4096 + 256 * owner as usize;
+                        let ptr = GlobalPtr::<u32>::new(t.member(owner).unwrap(), at);
+                        assert_eq!(Root::from(ptr), Root::Data(ptr.cast()));
+                        let inputs: Vec<Vec<u8>> = (0..p)
+                            .map(|r| bytes(r as usize, salt, op.shape(p, r, owner).0.max(1) * n))
+                            .collect();
+                        let red = op.reduces().then_some(sum.func());
+                        let want = reference(op, owner as usize, n, &inputs, red);
+                        let mine = &want[tr as usize];
+                        let data: Vec<u32> = to_vec(&inputs[tr as usize]);
+                        let opts = Opts {
+                            algorithm: alg,
+                            ..Opts::default()
+                        };
+                        // Owned buffers, nonblocking.
+                        let h = match op {
+                            Broadcast => c.broadcast_nb(&t, ptr, data.clone(), &opts),
+                            Scatter => c.scatter_nb(&t, ptr, data.clone(), count, &opts),
+                            Gather => c.gather_nb(&t, ptr, data.clone(), &opts),
+                            _ => c.reduce_nb(&t, ptr, data.clone(), &sum, &opts),
+                        }
+                        .unwrap();
+                        let got = c.wait(h).unwrap();
+                        assert_eq!(bytemuck::cast_slice::<u32, u8>(&got), &mine[..]);
+                        // Blocking, over borrowed slices.
+                        let mut out = vec![
+                            7u32;
+                            if op == Gather {
+                                p as usize * count
+                            } else {
+                                count
+                            }
+                        ];
+                        match op {
+                            Broadcast => {
+                                let mut b = data.clone();
+                                c.broadcast_with(&t, ptr, &mut b, &opts).unwrap();
+                                out = b;
+                            }
+                            Scatter => c.scatter_with(&t, ptr, &data, &mut out, &opts).unwrap(),
+                            Gather => c.gather_with(&t, ptr, &data, &mut out, &opts).unwrap(),
+                            _ => c
+                                .reduce_with(&t, ptr, &data, &mut out, &sum, &opts)
+                                .unwrap(),
+                        }
+                        if mine.is_empty() {
+                            assert!(out.iter().all(|&x| x == 7), "{op}: a non-root's output");
+                        } else {
+                            assert_eq!(bytemuck::cast_slice::<u32, u8>(&out), &mine[..]);
+                        }
+                        ran += 1;
+                        // Single address mode: the root's buffer is at the pointer; the
+                        // other members' at offsets that differ from it.
+                        let (src, dst) = (100_000usize, 200_000usize);
+                        let ep = c.endpoint();
+                        ep.segment()
+                            .write(dst, &vec![0xEE; p as usize * n])
+                            .unwrap();
+                        ep.segment().write(at, &vec![0xEE; p as usize * n]).unwrap();
+                        let root_buf = matches!(op, Broadcast | Scatter);
+                        let input_at = if root_buf && tr == owner { at } else { src };
+                        ep.segment().write(input_at, &inputs[tr as usize]).unwrap();
+                        c.barrier(&w).unwrap();
+                        for in_place in [false, true] {
+                            if in_place && op != Broadcast {
+                                continue;
+                            }
+                            let addrs = if in_place {
+                                Single::in_place(p, dst)
+                            } else {
+                                Single::uniform(p, src, dst)
+                            };
+                            let h = c
+                                .start_single::<u32>(&t, op, ptr, count, &addrs, Some(&sum), &opts)
+                                .unwrap();
+                            c.wait(h).unwrap();
+                            let out_at = if !root_buf && tr == owner { at } else { dst };
+                            let mut got = vec![0u8; mine.len()];
+                            c.endpoint().segment().read(out_at, &mut got).unwrap();
+                            assert_eq!(&got, mine, "{op} single in_place={in_place}");
+                            c.barrier(&w).unwrap();
+                        }
+                    }
+                }
+            }
+            assert_eq!(ran, 4 * 3 * 4);
+            // Errors, on every member alike: the pointer's owner is not in the team
+            // (a member of the other team; an endpoint index the team does not use).
+            let other = w.member((me + 1) % 6).unwrap();
+            for addr in [other, gex_core::EpAddr::new(me, 1)] {
+                let ptr = GlobalPtr::<u32>::new(addr, 0);
+                let e = c
+                    .broadcast_nb(&t, ptr, vec![1u32; 4], &Opts::default())
+                    .unwrap_err();
+                assert_eq!(
+                    e,
+                    CollError::RootNotMember {
+                        owner: addr,
+                        team: t.id()
+                    }
+                );
+                let mut v = [0u32; 4];
+                assert!(matches!(
+                    c.reduce(&t, ptr, &[1u32; 4], &mut v, &sum),
+                    Err(CollError::RootNotMember { .. })
+                ));
+                let e = c
+                    .start_single::<u32>(
+                        &t,
+                        Gather,
+                        ptr,
+                        4,
+                        &Single::uniform(p, 0, 64),
+                        None,
+                        &Opts::default(),
+                    )
+                    .unwrap_err();
+                assert!(matches!(e, CollError::RootNotMember { .. }), "{e}");
+            }
+            // ... or the root's buffer leaves the owner's segment: one block for a
+            // broadcast, P blocks for a scatter, and a saturated pointer.
+            let owner = t.member(1).unwrap();
+            let edge = GlobalPtr::<u32>::new(owner, SEG - 16);
+            let e = c
+                .broadcast_nb(&t, edge, vec![1u32; 5], &Opts::default())
+                .unwrap_err();
+            assert_eq!(
+                e,
+                CollError::Rma(RmaError::OutOfSegment {
+                    dst: owner,
+                    offset: SEG - 16,
+                    len: 20,
+                    seg_len: SEG
+                })
+            );
+            let mut v = [0u32; 4];
+            c.broadcast(&t, edge, &mut v).unwrap(); // 16 bytes fit
+            let block = GlobalPtr::<u32>::new(owner, SEG - 3 * 8);
+            let mut one = [0u32; 2];
+            c.gather(
+                &t,
+                block,
+                &[me; 2],
+                &mut if tr == 1 { vec![0; 6] } else { vec![] },
+            )
+            .unwrap(); // 3 blocks of 8 bytes fit
+            let e = c
+                .scatter(&t, block, &[0u32; 9], &mut [0u32; 3])
+                .unwrap_err();
+            assert!(
+                matches!(e, CollError::Rma(RmaError::OutOfSegment { len: 36, .. })),
+                "{e}"
+            );
+            let far = GlobalPtr::<u32>::new(owner, 0).add(usize::MAX);
+            assert!(matches!(
+                c.scatter(&t, far, &[0u32; 6], &mut one),
+                Err(CollError::Rma(RmaError::OutOfSegment { .. }))
+            ));
+            // Nothing started: the teams still agree on their sequence numbers.
+            assert_eq!(c.in_flight(), 0);
+            let mut b = [u32::from(tr == 2) * 9; 3];
+            c.broadcast(&t, GlobalPtr::<u8>::new(t.member(2).unwrap(), 0), &mut b)
+                .unwrap();
+            assert_eq!(b, [9; 3]);
+            c.barrier(&w).unwrap();
+            assert_eq!(c.dropped_messages(), 0);
+        },
+    );
 }

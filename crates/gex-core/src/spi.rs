@@ -127,7 +127,7 @@ pub struct OpenParams<'a> {
 /// channel, the world team's large ones of 124 KiB, so a 64 KiB block moves in one round) |
 ///
 /// Conduits map it lazily (pages are touched only where a layer writes).
-pub const AUX_LEN: usize = 512 << 10;
+pub const AUX_LEN: usize = 1 << 20;
 /// The part of the auxiliary area that gex-rma uses.
 pub const AUX_RMA: std::ops::Range<usize> = 0..4096;
 /// The part of the auxiliary area that gex-coll uses.

@@ -328,3 +328,104 @@ fn one<C: Conduit, T: Elem>(
         run_one(c, team, op, alg, root, count, red, salt)
     }
 }
+
+/// Every operation through the blocking calls with each member's input and output
+/// placed in its own segment (from offset 0), blocks of `count` `u64`s, every root
+/// in turn for the rooted ones. A member scribbles over its input as soon as a call
+/// returns, so a member that returned while others still read its input by
+/// reference would corrupt their results. Returns the calls that ran.
+///
+/// The segment must hold `2 × P × count × 8` bytes plus 64, and nothing else may use
+/// its first bytes meanwhile.
+#[allow(unsafe_code)]
+pub fn segment_matrix<C: Conduit>(c: &mut CollEp<C>, team: &Team, counts: &[usize]) -> usize {
+    let p = team.size();
+    let me = team.rank();
+    let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+    let noncomm = affine();
+    let mut ran = 0;
+    let mut salt = 1000;
+    for &count in counts {
+        let n = count * 8;
+        let pn = p as usize * count;
+        let seg = c.rma().endpoint().segment();
+        assert!(seg.len() >= 2 * pn * 8 + 64, "segment too small");
+        let base = seg.as_ptr();
+        let dst_at = (pn * 8).next_multiple_of(64);
+        for op in OpKind::ALL {
+            for root in 0..if op.rooted() { p } else { 1 } {
+                for red in [&sum, &noncomm] {
+                    if !red.is_commutative() && !op.reduces() {
+                        continue;
+                    }
+                    salt += 1;
+                    let inputs: Vec<Vec<u8>> = (0..p)
+                        .map(|r| bytes(r as usize, salt, op.shape(p, r, root).0.max(1) * n))
+                        .collect();
+                    let mine = &inputs[me as usize];
+                    let out_len = match op {
+                        OpKind::Gather | OpKind::GatherAll | OpKind::Exchange => pn,
+                        _ => count,
+                    };
+                    // SAFETY: two disjoint ranges inside this member's segment (length
+                    // asserted above), which nothing else uses during the test; no
+                    // other reference to them exists while these slices live.
+                    let (src, dst) = unsafe {
+                        std::ptr::copy_nonoverlapping(mine.as_ptr(), base, mine.len());
+                        std::ptr::write_bytes(base.add(dst_at), 0xa5, out_len * 8);
+                        (
+                            std::slice::from_raw_parts_mut(base.cast::<u64>(), mine.len() / 8),
+                            std::slice::from_raw_parts_mut(base.add(dst_at).cast::<u64>(), out_len),
+                        )
+                    };
+                    let o = Opts::default();
+                    let res = match op {
+                        OpKind::Barrier => c.barrier_with(team, &o),
+                        OpKind::Broadcast => {
+                            if me == root {
+                                dst.copy_from_slice(&src[..count]);
+                            }
+                            c.broadcast_with(team, root, dst, &o)
+                        }
+                        OpKind::Scatter => c.scatter_with(team, root, src, dst, &o),
+                        OpKind::Gather => c.gather_with(team, root, &src[..count], dst, &o),
+                        OpKind::GatherAll => c.gather_all_with(team, &src[..count], dst, &o),
+                        OpKind::Exchange => c.exchange_with(team, src, dst, &o),
+                        OpKind::Reduce => c.reduce_with(team, root, src, dst, red, &o),
+                        OpKind::Allreduce => c.allreduce_with(team, src, dst, red, &o),
+                        OpKind::ReduceScatter => c.reduce_scatter_with(team, src, dst, red, &o),
+                        OpKind::Scan => c.scan_with(team, src, dst, red, &o),
+                        OpKind::Exscan => c.exscan_with(team, src, dst, red, &o),
+                    };
+                    res.unwrap_or_else(|e| panic!("{op} root {root} count {count}: {e}"));
+                    // Reuse the input at once (a broadcast root's is its output).
+                    if op != OpKind::Broadcast {
+                        src.fill(0xeeee_eeee_eeee_eeee);
+                    }
+                    let want = reference(
+                        op,
+                        root as usize,
+                        n,
+                        &inputs,
+                        op.reduces().then_some(red.func()),
+                    );
+                    let want = &want[me as usize];
+                    let got: &[u8] = bytemuck::cast_slice(dst);
+                    if want.is_empty() {
+                        assert!(
+                            got.iter().all(|&b| b == 0xa5) || op == OpKind::Broadcast,
+                            "{op} P={p} root={root} count={count} rank {me}: output touched"
+                        );
+                    } else {
+                        assert!(
+                            got == &want[..],
+                            "{op} (segment) P={p} root={root} count={count} rank {me}: wrong result"
+                        );
+                    }
+                    ran += 1;
+                }
+            }
+        }
+    }
+    ran
+}

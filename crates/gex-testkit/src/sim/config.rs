@@ -103,6 +103,10 @@ pub struct SimConfig {
     /// (0: every rank on host 0). Ranks on different hosts do not map each other's
     /// segments.
     pub ranks_per_host: u32,
+    /// Host of every rank, by rank (empty: from `ranks_per_host`); a job with more
+    /// ranks than listed puts the others on host 0. Places ranks round-robin or on
+    /// hosts of unequal sizes.
+    pub placement: Vec<u32>,
     /// Map neighbours' segments ([`Capabilities::SHARED_MEMORY`](gex_core::Capabilities)).
     pub shared_memory: bool,
     /// Sleep in `block` on a per-endpoint doorbell
@@ -156,6 +160,7 @@ impl Default for SimConfig {
             max_medium_off_host: None,
             max_long: 1 << 20,
             ranks_per_host: 0,
+            placement: Vec::new(),
             shared_memory: true,
             blocking_wait: true,
             np_in_place: true,
@@ -227,6 +232,11 @@ impl SimConfig {
         self.ranks_per_host = n;
         self
     }
+    /// Places rank `r` on host `hosts[r]` (instead of `ranks_per_host`).
+    pub fn placement(mut self, hosts: Vec<u32>) -> Self {
+        self.placement = hosts;
+        self
+    }
     /// Switches the simulated NIC (native RMA and NIC atomics) on or off.
     pub fn native(mut self, rma: bool, atomics: bool) -> Self {
         self.native_rma = rma;
@@ -239,10 +249,15 @@ impl SimConfig {
         self
     }
 
-    /// Host id of every rank of a job of `ranks` ranks, from `ranks_per_host`.
+    /// Host id of every rank of a job of `ranks` ranks, from `placement` or
+    /// `ranks_per_host`.
     pub fn hosts(&self, ranks: u32) -> Vec<u32> {
         (0..ranks)
-            .map(|r| r.checked_div(self.ranks_per_host).unwrap_or(0))
+            .map(|r| match self.placement.get(r as usize) {
+                Some(&h) => h,
+                None if !self.placement.is_empty() => 0,
+                None => r.checked_div(self.ranks_per_host).unwrap_or(0),
+            })
             .collect()
     }
 
@@ -295,6 +310,13 @@ mod tests {
         assert_eq!(
             SimConfig::default().ranks_per_host(2).hosts(5),
             vec![0, 0, 1, 1, 2]
+        );
+        assert_eq!(
+            SimConfig::default()
+                .ranks_per_host(2)
+                .placement(vec![0, 1, 2, 0])
+                .hosts(5),
+            vec![0, 1, 2, 0, 0]
         );
     }
 }

@@ -25,7 +25,8 @@ struct Progress {
 /// Each rank thread (named `sim-rank-<r>`) builds its client from `builder()` (called
 /// on the calling thread, once per rank) with the job's [`SimFabric`] as conduit
 /// context and a [`ThreadBoot`](crate::boot::ThreadBoot) placing ranks on hosts per
-/// [`SimConfig::ranks_per_host`], initialises it (collectively), and calls `f` with it.
+/// [`SimConfig::placement`] or [`SimConfig::ranks_per_host`], initialises it
+/// (collectively), and calls `f` with it.
 /// `f` owns the client; dropping it finalises (collectively), so every rank should
 /// quiesce its traffic (e.g. with [`Endpoint::barrier`](gex_core::Endpoint::barrier))
 /// before returning.
