@@ -288,6 +288,9 @@ pub struct CollEp<C: Conduit> {
     shm_gen: u64,
     /// An online trial is running (its calls are not tuned online themselves).
     in_trial: bool,
+    /// A hierarchical stage is starting its sub-collective: an override that cannot
+    /// run it gives way to the tuner ([`Tuner::select_within`]).
+    in_stage: bool,
     /// Cells timed online so far.
     online_trials: u64,
     /// A copy of the input of an in-place blocking call (reused).
@@ -441,6 +444,7 @@ impl<C: Conduit> CollEp<C> {
             shm_expected,
             shm_gen,
             in_trial: false,
+            in_stage: false,
             online_trials: 0,
             tmp: Vec::new(),
             direct_calls: 0,
@@ -1203,6 +1207,7 @@ impl<C: Conduit> CollEp<C> {
                 let i = self.online_trial(team, &q, root, elem, count, &reduce, opts)?;
                 self.tuner.algorithms()[i].clone()
             }
+            None if self.in_stage => self.tuner.select_within(&q)?.clone(),
             None => self.tuner.select(&q, opts.algorithm)?.clone(),
         };
         if algo.is_hierarchical() {
@@ -1488,6 +1493,7 @@ impl<C: Conduit> CollEp<C> {
             // Sub-collectives are never timed online: a trial is a collective of the
             // sub-team that would run inside this stage.
             let in_trial = std::mem::replace(&mut self.in_trial, true);
+            self.in_stage = true;
             let started = self.start(
                 &call.team,
                 call.op,
@@ -1499,6 +1505,7 @@ impl<C: Conduit> CollEp<C> {
                 &Opts::default(),
             );
             self.in_trial = in_trial;
+            self.in_stage = false;
             match started {
                 Ok(sub) => {
                     let st = self.ops.get_mut(&id).expect("present");

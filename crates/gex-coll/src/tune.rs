@@ -395,20 +395,43 @@ impl Tuner {
             Some(name) => self.checked(q, self.find(q.op, name)?)?,
             None => match self.overrides[q.op as usize] {
                 Some(i) => self.checked(q, i)?,
-                None => {
-                    let k = key(q);
-                    match self.cache.get(&k) {
-                        Some(&i) => i,
-                        None => {
-                            let i = self.best(q)?.0;
-                            self.cache.insert(k, i);
-                            i
-                        }
-                    }
-                }
+                None => self.cached_best(q)?,
             },
         };
         Ok(&self.algos[i])
+    }
+
+    /// The cheapest candidate for `q`, from the cache or computed and cached.
+    #[inline]
+    fn cached_best(&mut self, q: &Query) -> Result<usize, CollError> {
+        let k = key(q);
+        match self.cache.get(&k) {
+            Some(&i) => Ok(i),
+            None => {
+                let i = self.best(q)?.0;
+                self.cache.insert(k, i);
+                Ok(i)
+            }
+        }
+    }
+
+    /// The algorithm for a sub-collective that a composite algorithm (a stage of
+    /// `hier`) runs on one of its sub-teams: the environment's override when it can
+    /// run `q`, else the cached or computed cheapest candidate. An override is a
+    /// statement about the application's calls; one that cannot run a stage (e.g.
+    /// `GEX_COLL_ALLREDUCE=hier`, whose leaders' stage is an allreduce on a team of
+    /// one rank per host) must not fail the call it was chosen for.
+    ///
+    /// # Errors
+    /// [`CollError::NoAlgorithm`] if nothing can run `q`.
+    pub fn select_within(&mut self, q: &Query) -> Result<&Arc<dyn Algorithm>, CollError> {
+        match self.overrides[q.op as usize] {
+            Some(i) if self.algos[i].supports(q) => Ok(&self.algos[i]),
+            _ => {
+                let i = self.cached_best(q)?;
+                Ok(&self.algos[i])
+            }
+        }
     }
 
     fn checked(&self, q: &Query, i: usize) -> Result<usize, CollError> {

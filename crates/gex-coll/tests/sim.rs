@@ -1609,3 +1609,77 @@ fn data_centric_roots() {
         },
     );
 }
+
+/// `GEX_COLL_<OP>=hier` for every operation: the application's calls run `hier`, and
+/// the sub-collectives of its stages (an allreduce among one leader per host, a
+/// broadcast inside a host, ...) fall back to the tuner instead of failing because
+/// the override cannot run them. Without native RMA (`gex_force_am_rma`) no team is
+/// hierarchical and the override fails each call with `Unsupported`, as documented.
+#[test]
+fn hier_override_leaves_stages_to_the_tuner() {
+    let pairs: Vec<(&str, &str)> = OpKind::ALL
+        .iter()
+        .map(|op| (op.env_var(), "hier"))
+        .collect();
+    let builder = move || {
+        ClientBuilder::new()
+            .segment_size(4 * SEG)
+            .config(gex_core::Config::from_pairs(pairs.clone()))
+    };
+    let ran = run_sim(
+        6,
+        SimConfig::default().reorder(true).seed(5).ranks_per_host(3),
+        builder,
+        |client| {
+            let mut c = CollEp::with_config(
+                RmaEp::new(client.endpoint(0).unwrap()).unwrap(),
+                client.config(),
+            )
+            .unwrap();
+            let w = c.world().clone();
+            let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+            let mut n = 0;
+            for op in OpKind::ALL {
+                let q = gex_coll::Query {
+                    op,
+                    size: 6,
+                    bytes: 8,
+                    addr: gex_coll::AddrMode::Local,
+                    sync: gex_coll::SyncModes::default(),
+                    commutative: true,
+                    scratch: false,
+                    shm: false,
+                    hier: c.hierarchical(&w),
+                    hosts: 2,
+                    host_ranges: true,
+                };
+                match c.explain(&q) {
+                    Ok(why) => assert_eq!(
+                        (why.algorithm.as_str(), why.reason),
+                        ("hier", gex_coll::Reason::Override),
+                        "{op}"
+                    ),
+                    Err(e) => assert!(
+                        !q.hier && matches!(e, CollError::Unsupported { .. }),
+                        "{op}: {e}"
+                    ),
+                }
+                for count in [1usize, 13] {
+                    let root = if op.rooted() { 4 } else { 0 };
+                    let ok = run_one(&mut c, &w, op, None, root, count, &sum, 7 + n);
+                    assert_eq!(ok, c.hierarchical(&w), "{op} count {count}");
+                    n += 1;
+                }
+            }
+            assert_eq!(c.hierarchical(&w), !cfg!(gex_force_am_rma));
+            c.barrier_nb(&w, &Opts::default().with_algorithm("binomial"))
+                .map(|h| c.wait(h).unwrap())
+                .unwrap();
+            n
+        },
+    );
+    assert!(
+        ran.iter().all(|&n| n == 2 * OpKind::ALL.len() as u64),
+        "{ran:?}"
+    );
+}
