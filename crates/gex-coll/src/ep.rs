@@ -323,7 +323,9 @@ impl<C: Conduit> CollEp<C> {
     /// # Errors
     /// [`CollError::Register`] if an index is taken.
     pub fn new(rma: RmaEp<C>) -> Result<CollEp<C>, CollError> {
-        Self::build(rma, Tuner::new(crate::algo::catalog(), LogGP::default()))
+        let mut t = Tuner::new(crate::algo::catalog(), LogGP::default());
+        t.set_host_cpus(host_cpus());
+        Self::build(rma, t)
     }
 
     /// As [`new`](Self::new), then applies the client's configuration snapshot:
@@ -336,6 +338,7 @@ impl<C: Conduit> CollEp<C> {
     pub fn with_config(rma: RmaEp<C>, cfg: &Config) -> Result<CollEp<C>, CollError> {
         let mut t = Tuner::new(crate::algo::catalog(), LogGP::default());
         t.configure(|k| cfg.get(k).map(str::to_string))?;
+        t.set_host_cpus(host_cpus());
         Self::build(rma, t)
     }
 
@@ -2802,5 +2805,54 @@ fn shift_tags(s: &mut Schedule, by: u32) {
         for x in &mut r.recvs {
             x.tag += by;
         }
+    }
+}
+
+/// CPUs of this host: the count in `/sys/devices/system/cpu/online` (the same for
+/// every process on the host, whatever its affinity; a pinned rank still sees them
+/// all), else `std::thread::available_parallelism`, else 0 (unknown). Read once per
+/// `CollEp` ([`Tuner::set_host_cpus`]).
+fn host_cpus() -> u32 {
+    let listed = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| count_cpu_list(s.trim()));
+    listed
+        .or_else(|| {
+            std::thread::available_parallelism()
+                .ok()
+                .map(|n| n.get() as u32)
+        })
+        .unwrap_or(0)
+}
+
+/// Counts a kernel CPU list such as `0-3,8-11` or `0` (`None` if malformed).
+fn count_cpu_list(s: &str) -> Option<u32> {
+    let mut n = 0u32;
+    for part in s.split(',') {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?),
+            None => {
+                let a = part.parse::<u32>().ok()?;
+                (a, a)
+            }
+        };
+        n += b.checked_sub(a)? + 1;
+    }
+    (n > 0).then_some(n)
+}
+
+#[cfg(test)]
+mod cpu_list_tests {
+    use super::count_cpu_list;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(count_cpu_list("0"), Some(1));
+        assert_eq!(count_cpu_list("0-1"), Some(2));
+        assert_eq!(count_cpu_list("0-3,8-11"), Some(8));
+        assert_eq!(count_cpu_list("0,2,4-5"), Some(4));
+        assert_eq!(count_cpu_list(""), None);
+        assert_eq!(count_cpu_list("3-1"), None);
+        assert_eq!(count_cpu_list("x"), None);
     }
 }

@@ -230,6 +230,8 @@ pub struct Tuner {
     mode: TuneMode,
     /// Online winners per (team id, key).
     online: HashMap<(u64, u64), usize, BuildHasherDefault<KeyHasher>>,
+    /// CPUs of this host (0: unknown); see [`set_host_cpus`](Self::set_host_cpus).
+    host_cpus: u32,
 }
 
 impl fmt::Debug for Tuner {
@@ -255,7 +257,33 @@ impl Tuner {
             profile: None,
             mode: TuneMode::Model,
             online: HashMap::default(),
+            host_cpus: 0,
         }
+    }
+
+    /// Tells the model how many CPUs this host has (0: unknown, the default). A team
+    /// that lives on one host and has more members than that (`Query::shm`, size >
+    /// CPUs) is *oversubscribed*: its members take turns on the CPUs, so every round
+    /// of a message algorithm waits until the peer it needs is scheduled again, which
+    /// the LogGP parameters do not describe (measured, 8 ranks on 2 CPUs, allreduce of
+    /// 64 KiB: `rechalv` 222 µs where the model predicts 37, `shm` 60 µs). There the
+    /// model picks `shm` whenever it can run the call (readers copy from a block that
+    /// stays published while its owner is descheduled). `CollEp` sets this from the
+    /// host's online CPUs; every member of such a team is on the same host and sees
+    /// the same count, so they agree on the choice. Clears the cache.
+    pub fn set_host_cpus(&mut self, cpus: u32) {
+        self.host_cpus = cpus;
+        self.cache.clear();
+    }
+
+    /// The CPUs of this host the model assumes (0: unknown).
+    pub fn host_cpus(&self) -> u32 {
+        self.host_cpus
+    }
+
+    /// True if `q`'s team is on one host and has more members than its CPUs.
+    fn oversubscribed(&self, q: &Query) -> bool {
+        q.shm && self.host_cpus > 0 && q.size > self.host_cpus
     }
 
     /// Reads `GEX_COLL_PROFILE`, `GEX_COLL_LOGGP`, `GEX_COLL_TUNE` and the
@@ -479,6 +507,15 @@ impl Tuner {
 
     fn model_best(&self, q: &Query) -> Result<usize, CollError> {
         let qc = Self::at_class(q);
+        if self.oversubscribed(q) {
+            let shm = self
+                .algos
+                .iter()
+                .position(|a| a.is_shared_memory() && a.supports(&qc));
+            if let Some(i) = shm {
+                return Ok(i);
+            }
+        }
         let mut best: Option<(usize, f64)> = None;
         for (i, a) in self.algos.iter().enumerate() {
             if a.supports(&qc) {
@@ -602,6 +639,14 @@ impl Tuner {
                     "{} (cell of {} B in {w})",
                     vs(&measured, "measured"),
                     cell.bytes
+                )
+            }
+            Reason::Model if self.oversubscribed(q) && self.algos[i].is_shared_memory() => {
+                format!(
+                    "oversubscribed host ({} members on {} CPUs): shared memory; {}",
+                    q.size,
+                    self.host_cpus,
+                    vs(&candidates, "predicted")
                 )
             }
             Reason::Online | Reason::Model => vs(&candidates, "predicted"),
@@ -743,6 +788,38 @@ mod tests {
             t.select(&q(OpKind::GatherAll, 8, 8), Some("recdbl"))
                 .is_ok()
         );
+    }
+
+    /// An oversubscribed one-host team (more members than CPUs) takes `shm` wherever
+    /// it can run, even where the LogGP model prefers a message algorithm; a team
+    /// that fits the CPUs, or spans hosts, keeps the model's choice.
+    #[test]
+    fn oversubscribed_hosts_take_shared_memory() {
+        let mut t = Tuner::new(catalog(), LogGP::default());
+        let big = Query {
+            shm: true,
+            ..q(OpKind::Allreduce, 8, 65536)
+        };
+        let model = t.select(&big, None).unwrap().name().to_string();
+        assert_ne!(model, "shm", "the model alone prefers messages here");
+        t.set_host_cpus(2);
+        assert_eq!(t.host_cpus(), 2);
+        assert_eq!(t.select(&big, None).unwrap().name(), "shm");
+        let why = t.explain(&big).unwrap();
+        assert_eq!((why.algorithm.as_str(), why.reason), ("shm", Reason::Model));
+        assert!(why.detail.contains("8 members on 2 CPUs"), "{}", why.detail);
+        for op in OpKind::ALL {
+            let qq = Query {
+                shm: true,
+                ..q(op, 5, 4096)
+            };
+            assert_eq!(t.select(&qq, None).unwrap().name(), "shm", "{op}");
+        }
+        // Not one host (no shm): the model decides.
+        let spread = q(OpKind::Allreduce, 8, 65536);
+        assert_eq!(t.select(&spread, None).unwrap().name(), model);
+        t.set_host_cpus(8);
+        assert_eq!(t.select(&big, None).unwrap().name(), model);
     }
 
     #[test]
