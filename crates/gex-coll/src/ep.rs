@@ -7,7 +7,7 @@ use crate::hier::{Hier, HierOp, Layout};
 use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceOp, SyncMode, Transport};
 use crate::root::Root;
 use crate::sched::{self, Action, ReduceFn, Schedule, span};
-use crate::shm::{Area, Expected, Io, NCH, NSLOT, OwnedShm, ShmOp, ShmTeam};
+use crate::shm::{Area, Expected, Io, NCH, NSLOT, OwnedShm, Publish, ShmOp, ShmTeam};
 use crate::team::{Scratch, SegAlloc, Team, mix_all};
 use crate::tune::{Choice, LogGP, TuneMode, Tuner};
 use bytemuck::Pod;
@@ -299,6 +299,8 @@ pub struct CollEp<C: Conduit> {
     direct_calls: u64,
     /// Of those, the ones whose input this member published by reference.
     by_reference_calls: u64,
+    /// Of those, the ones whose input this member published for CMA reads.
+    cma_calls: u64,
 }
 
 /// Timed calls per candidate in an online trial (after one warm-up call).
@@ -416,6 +418,7 @@ impl<C: Conduit> CollEp<C> {
         let mut shm_expected: Expected = [[0; NSLOT]; NCH];
         let mut shm_gen = 0;
         if let Some(own) = shm_areas(ep, &[me]).map(|v| v[0]) {
+            own.set_cma(crate::shm::cma_capable());
             shm_gen = own.next_generation();
             for (c, e) in shm_expected.iter_mut().enumerate() {
                 for (s, x) in e.iter_mut().enumerate() {
@@ -452,6 +455,7 @@ impl<C: Conduit> CollEp<C> {
             tmp: Vec::new(),
             direct_calls: 0,
             by_reference_calls: 0,
+            cma_calls: 0,
         };
         c.setup_world_hier();
         Ok(c)
@@ -584,6 +588,14 @@ impl<C: Conduit> CollEp<C> {
     /// instead of two) and the call returned once they had (docs/coll.md 4.1).
     pub fn by_reference_calls(&self) -> u64 {
         self.by_reference_calls
+    }
+
+    /// Direct blocking calls in which this member's private (non-segment) input of
+    /// blocks of at least 16 KiB was read by the others straight from its process
+    /// with `process_vm_readv` (broadcast, scatter, gather, gather_all and exchange,
+    /// when every member can: [`cma_capable`](crate::cma_capable); docs/coll.md 4.1).
+    pub fn cma_calls(&self) -> u64 {
+        self.cma_calls
     }
 
     /// Collectives in flight on this endpoint (including completed-but-not-waited and
@@ -1144,8 +1156,12 @@ impl<C: Conduit> CollEp<C> {
             sh.ch,
         );
         shm.keep_own(io.input, io.out);
-        if shm.publish_by_reference(sh, io.input) {
-            self.by_reference_calls += 1;
+        let cpus = self.tuner.host_cpus();
+        let oversubscribed = cpus > 0 && team.size() > cpus;
+        match shm.publish_by_reference(sh, io.input, oversubscribed) {
+            Publish::Segment => self.by_reference_calls += 1,
+            Publish::Process => self.cma_calls += 1,
+            Publish::Slots => {}
         }
         let spin_limit = self.spin_limit();
         let mut spins = 0u32;

@@ -124,6 +124,6 @@ pub use op::{AddrMode, BuiltinOp, Elem, OpKind, Opts, ReduceOp, SyncMode, SyncMo
 pub use profile::Profile;
 pub use root::Root;
 pub use sched::ReduceFn;
-pub use shm::Shm;
+pub use shm::{Shm, cma_capable};
 pub use team::{Scratch, Team};
 pub use tune::{Choice, LogGP, Reason, TuneMode, Tuner, size_class};

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{bytes, matrix, matrix_mode, reference, segment_matrix};
+use common::{buffer_matrix, bytes, matrix, matrix_mode, reference, segment_matrix};
 use gex::spi::Conduit;
 use gex::{Client, ClientBuilder, Job};
 use gex_coll::{CollEp, OpKind, Opts, Scratch, Single, SyncMode};
@@ -39,6 +39,17 @@ impl Job for Matrix {
         let by_ref = c.by_reference_calls();
         segment_matrix(&mut c, &w, &[3, 2100, 9000]);
         assert!(c.shared_memory(&w) == (c.by_reference_calls() > by_ref));
+        // Private buffers: blocks of 16 KiB and more of the copying operations are
+        // read across the processes with process_vm_readv where the machine allows.
+        let cma = c.cma_calls();
+        buffer_matrix(&mut c, &w, &[3, 2100, 9000], false);
+        let want = c.shared_memory(&w) && gex_coll::cma_capable();
+        assert!(
+            want == (c.cma_calls() > cma),
+            "CMA publications: {} (capable here: {})",
+            c.cma_calls() - cma,
+            gex_coll::cma_capable()
+        );
         c.barrier(&w).unwrap();
         assert_eq!(c.dropped_messages(), 0);
         drop(c);

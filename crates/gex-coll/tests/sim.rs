@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::{affine, bytes, matrix, matrix_mode, reference, run_one, segment_matrix};
+use common::{
+    affine, buffer_matrix, bytes, matrix, matrix_mode, reference, run_one, segment_matrix,
+};
 use gex_coll::{
     BuiltinOp, CollEp, CollError, OpKind, Opts, ReduceOp, Scratch, Single, SyncMode, Team,
 };
@@ -1394,11 +1396,26 @@ fn segment_buffers_by_reference() {
                 let ran = segment_matrix(&mut c, &host, &[3, 2100, 40_000]);
                 assert!(ran > 50, "only {ran} cases");
                 let by_ref = c.by_reference_calls() - before;
+                let before_private = c.by_reference_calls();
                 if shm {
                     assert!(by_ref > 20, "rank {me}: only {by_ref} calls by reference");
                 } else {
                     assert_eq!(by_ref, 0);
                 }
+                // Private buffers: the copying operations' large blocks go by CMA
+                // (thread ranks read their own process), the rest through the slots.
+                let before = c.cma_calls();
+                let ran = buffer_matrix(&mut c, &host, &[3, 2100, 40_000], false);
+                assert!(ran > 50, "only {ran} cases");
+                let cma = c.cma_calls() - before;
+                if shm && gex_coll::cma_capable() {
+                    // At least the two large exchanges (on a team with more members
+                    // than CPUs only exchange goes by CMA).
+                    assert!(cma >= 2, "rank {me}: only {cma} CMA publications");
+                } else {
+                    assert_eq!(cma, 0);
+                }
+                assert_eq!(c.by_reference_calls() - before_private, 0);
                 c.barrier(&w).unwrap();
             },
         );

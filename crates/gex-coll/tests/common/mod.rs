@@ -337,8 +337,22 @@ fn one<C: Conduit, T: Elem>(
 ///
 /// The segment must hold `2 × P × count × 8` bytes plus 64, and nothing else may use
 /// its first bytes meanwhile.
-#[allow(unsafe_code)]
 pub fn segment_matrix<C: Conduit>(c: &mut CollEp<C>, team: &Team, counts: &[usize]) -> usize {
+    buffer_matrix(c, team, counts, true)
+}
+
+/// As [`segment_matrix`], with the buffers in this member's segment (`in_segment`) or
+/// in private heap memory (where blocks of 16 KiB and more of the copying operations
+/// are read by the others with CMA, `CollEp::cma_calls`).
+#[allow(unsafe_code)]
+pub fn buffer_matrix<C: Conduit>(
+    c: &mut CollEp<C>,
+    team: &Team,
+    counts: &[usize],
+    in_segment: bool,
+) -> usize {
+    let place = if in_segment { "segment" } else { "private" };
+    let mut heap: Vec<u64> = Vec::new();
     let p = team.size();
     let me = team.rank();
     let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
@@ -348,9 +362,15 @@ pub fn segment_matrix<C: Conduit>(c: &mut CollEp<C>, team: &Team, counts: &[usiz
     for &count in counts {
         let n = count * 8;
         let pn = p as usize * count;
-        let seg = c.rma().endpoint().segment();
-        assert!(seg.len() >= 2 * pn * 8 + 64, "segment too small");
-        let base = seg.as_ptr();
+        let base = if in_segment {
+            let seg = c.rma().endpoint().segment();
+            assert!(seg.len() >= 2 * pn * 8 + 64, "segment too small");
+            seg.as_ptr()
+        } else {
+            heap.clear();
+            heap.resize(2 * pn + 8, 0);
+            heap.as_mut_ptr().cast::<u8>()
+        };
         let dst_at = (pn * 8).next_multiple_of(64);
         for op in OpKind::ALL {
             for root in 0..if op.rooted() { p } else { 1 } {
@@ -368,8 +388,9 @@ pub fn segment_matrix<C: Conduit>(c: &mut CollEp<C>, team: &Team, counts: &[usiz
                         _ => count,
                     };
                     // SAFETY: two disjoint ranges inside this member's segment (length
-                    // asserted above), which nothing else uses during the test; no
-                    // other reference to them exists while these slices live.
+                    // asserted above) or inside `heap` (2·pn + 8 words, not resized
+                    // while these slices live), which nothing else uses during the
+                    // test; no other reference to them exists while these slices live.
                     let (src, dst) = unsafe {
                         std::ptr::copy_nonoverlapping(mine.as_ptr(), base, mine.len());
                         std::ptr::write_bytes(base.add(dst_at), 0xa5, out_len * 8);
@@ -414,12 +435,12 @@ pub fn segment_matrix<C: Conduit>(c: &mut CollEp<C>, team: &Team, counts: &[usiz
                     if want.is_empty() {
                         assert!(
                             got.iter().all(|&b| b == 0xa5) || op == OpKind::Broadcast,
-                            "{op} P={p} root={root} count={count} rank {me}: output touched"
+                            "{op} ({place}) P={p} root={root} count={count} rank {me}: output touched"
                         );
                     } else {
                         assert!(
                             got == &want[..],
-                            "{op} (segment) P={p} root={root} count={count} rank {me}: wrong result"
+                            "{op} ({place}) P={p} root={root} count={count} rank {me}: wrong result"
                         );
                     }
                     ran += 1;
