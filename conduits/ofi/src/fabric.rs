@@ -201,6 +201,13 @@ pub(crate) struct Attrs {
     pub(crate) max_msg_size: usize,
     pub(crate) threading: &'static str,
     pub(crate) data_progress: &'static str,
+    /// RMA reads are transmitted after earlier RMA writes (message ordering
+    /// `FI_ORDER_RAW` or `FI_ORDER_RMA_RAW` in both the transmit and receive
+    /// `msg_order`).
+    pub(crate) rma_raw: bool,
+    /// With `rma_raw`: a read sees the data of earlier writes of up to this many bytes
+    /// (`ep_attr->max_order_raw_size`, data ordering); 0 otherwise.
+    pub(crate) max_order_raw: usize,
 }
 
 impl InfoRef<'_> {
@@ -208,7 +215,9 @@ impl InfoRef<'_> {
         // SAFETY: an entry returned by fi_getinfo has all attribute structs set.
         unsafe {
             let i = &*self.p;
-            let (f, d, tx) = (&*i.fabric_attr, &*i.domain_attr, &*i.tx_attr);
+            let (f, d, tx, rx) = (&*i.fabric_attr, &*i.domain_attr, &*i.tx_attr, &*i.rx_attr);
+            let raw = u64::from(fi::FI_ORDER_RAW) | fi::FI_ORDER_RMA_RAW;
+            let raw_ordered = tx.msg_order & raw != 0 && rx.msg_order & raw != 0;
             Attrs {
                 provider: cstr(f.prov_name),
                 fabric: cstr(f.name),
@@ -228,6 +237,12 @@ impl InfoRef<'_> {
                     fi::FI_PROGRESS_AUTO => "FI_PROGRESS_AUTO",
                     fi::FI_PROGRESS_MANUAL => "FI_PROGRESS_MANUAL",
                     _ => "unspecified",
+                },
+                rma_raw: raw_ordered,
+                max_order_raw: if raw_ordered {
+                    (*i.ep_attr).max_order_raw_size
+                } else {
+                    0
                 },
             }
         }
@@ -685,8 +700,10 @@ impl EpHandle {
     }
 
     /// `fi_writemsg`: writes `buf..buf+len` to `addr` (under `key`) at `dest`, with a
-    /// completion reported with `ctx`, asking for `FI_DELIVERY_COMPLETE` (the completion
-    /// is generated once the data is visible at the target).
+    /// completion reported with `ctx`. With `delivery` it asks for
+    /// `FI_DELIVERY_COMPLETE` (the completion is generated once the data is visible at
+    /// the target); without, the provider's default, `FI_TRANSMIT_COMPLETE` for
+    /// `FI_EP_RDM` (the source may be reused; the bytes may still be on their way).
     ///
     /// # Safety
     /// `buf..buf+len` and `ctx` (an `fi_context2`) stay valid, and the source unmodified,
@@ -702,6 +719,7 @@ impl EpHandle {
         addr: u64,
         key: u64,
         ctx: *mut c_void,
+        delivery: bool,
     ) -> Result<(), Errno> {
         let iov = libc::iovec {
             iov_base: buf.cast_mut().cast(),
@@ -719,7 +737,11 @@ impl EpHandle {
             context: ctx,
             data: 0,
         };
-        let flags = u64::from(fi::FI_COMPLETION | fi::FI_DELIVERY_COMPLETE);
+        let flags = if delivery {
+            u64::from(fi::FI_COMPLETION | fi::FI_DELIVERY_COMPLETE)
+        } else {
+            u64::from(fi::FI_COMPLETION)
+        };
         // SAFETY: by the caller's contract; `msg`, `iov`, `rma` and `d` are only read
         // during the call.
         fi_call!(unsafe { fi::fi_writemsg(self.0, &msg, flags) })?;

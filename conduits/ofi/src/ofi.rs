@@ -278,6 +278,9 @@ struct Settings {
     hybrid: Option<bool>,
     /// `GEX_OFI_MR_LOCAL=1`: act as if the provider required `FI_MR_LOCAL` (testing aid).
     force_mr_local: bool,
+    /// `GEX_OFI_RELAXED_PUTS` (default on): implicit-event puts are transmit-complete
+    /// writes flushed by an ordered read, where the provider orders reads after writes.
+    relaxed_puts: bool,
     /// `GEX_OFI_MR_CACHE_ENTRIES`, `GEX_OFI_MR_CACHE_BYTES`.
     mr_cache_entries: usize,
     mr_cache_bytes: usize,
@@ -334,9 +337,36 @@ fn settings(params: &OpenParams<'_>) -> Result<Settings, InitError> {
             Some(_) => Some(c.bool("GEX_OFI_HYBRID", false)?),
         },
         force_mr_local: c.bool("GEX_OFI_MR_LOCAL", false)?,
+        relaxed_puts: c.bool("GEX_OFI_RELAXED_PUTS", true)?,
         mr_cache_entries: mr_cache_entries as usize,
         mr_cache_bytes: c.size("GEX_OFI_MR_CACHE_BYTES", DEFAULT_MR_CACHE_BYTES)?,
     })
+}
+
+/// Whether `provider` (`tcp`, `tcp;ofi_rxm`) carries the operations between two
+/// endpoints in one byte stream that the target processes in order, placing a write's
+/// bytes before it reads the next request: for it, message ordering `FI_ORDER_RMA_RAW`
+/// implies that a read sees the bytes of every earlier write, although it reports
+/// `max_order_raw_size` 0 once `FI_ATOMIC` is asked for (`ofi_rxm` carries atomics as
+/// messages, outside that data ordering). See docs/ofi.md, "Relaxed puts".
+fn stream_provider(provider: &str) -> bool {
+    provider.split(';').next() == Some("tcp")
+}
+
+/// Relaxed puts (transmit-complete writes whose arrival an ordered read proves): the
+/// largest write that may be relaxed, or why none may.
+fn relaxed_limit(rma: bool, enabled: bool, a: &crate::fabric::Attrs) -> Result<usize, String> {
+    if !rma {
+        Err("no native RMA".into())
+    } else if !enabled {
+        Err("disabled by GEX_OFI_RELAXED_PUTS=0".into())
+    } else if a.max_order_raw > 0 {
+        Ok(a.max_order_raw)
+    } else if a.rma_raw && stream_provider(&a.provider) {
+        Ok(usize::MAX)
+    } else {
+        Err("provider does not order reads after writes (FI_ORDER_RAW / FI_ORDER_RMA_RAW, with max_order_raw_size > 0 unless the provider is tcp)".into())
+    }
 }
 
 /// The offer chosen, what it lacks, and why.
@@ -523,6 +553,8 @@ struct RemoteSeg {
 #[repr(align(64))]
 struct EpCounters {
     puts: AtomicU64,
+    relaxed_puts: AtomicU64,
+    flushes: AtomicU64,
     gets: AtomicU64,
     put_bytes: AtomicU64,
     get_bytes: AtomicU64,
@@ -558,6 +590,11 @@ pub struct OfiStats {
     pub native_puts: u64,
     /// `fi_read` calls accepted by the provider (native gets).
     pub native_gets: u64,
+    /// Those of `native_puts` posted transmit-complete (implicit-event puts, completed
+    /// at the target by a flush; see docs/ofi.md, "Relaxed puts").
+    pub native_relaxed_puts: u64,
+    /// Flushes posted: one ordered `fi_read` per destination with relaxed puts, at a sync.
+    pub native_flushes: u64,
     /// Bytes of those puts.
     pub native_put_bytes: u64,
     /// Bytes of those gets.
@@ -641,6 +678,8 @@ impl Ofi {
         let mut s = OfiStats::default();
         for c in &self.counters {
             s.native_puts += c.puts.load(Ordering::Relaxed);
+            s.native_relaxed_puts += c.relaxed_puts.load(Ordering::Relaxed);
+            s.native_flushes += c.flushes.load(Ordering::Relaxed);
             s.native_gets += c.gets.load(Ordering::Relaxed);
             s.native_put_bytes += c.put_bytes.load(Ordering::Relaxed);
             s.native_get_bytes += c.get_bytes.load(Ordering::Relaxed);
@@ -718,6 +757,12 @@ struct Rma {
     res: Vec<*mut u64>,
     /// `FI_ATOMIC` granted.
     atomics: bool,
+    /// Relaxed puts (`native_put_relaxed`) of up to this many bytes are posted
+    /// transmit-complete and completed at the target by a flush; 0: never (every put
+    /// asks for `FI_DELIVERY_COMPLETE`).
+    relaxed_max: usize,
+    /// Per peer endpoint (global index): relaxed puts posted since its last flush.
+    unflushed: Vec<bool>,
     /// Per slot: an atomic's words: operand, compare value, and the result the provider
     /// writes (registered under `FI_MR_LOCAL`, descriptor `words_desc`).
     words: Mem,
@@ -729,10 +774,12 @@ const SLOT_PENDING: u8 = 1;
 const SLOT_DONE: u8 = 2;
 
 impl Rma {
-    fn new(on: bool, atomics: bool) -> Result<Rma, InitError> {
+    fn new(on: bool, atomics: bool, relaxed_max: usize, peers: usize) -> Result<Rma, InitError> {
         let n = if on { RMA_SLOTS } else { 0 };
         Ok(Rma {
             atomics: on && atomics,
+            relaxed_max: if on { relaxed_max } else { 0 },
+            unflushed: vec![false; if on { peers } else { 0 }],
             words: Mem::new(n * 24)?,
             words_desc: Desc::NONE,
             on,
@@ -1217,6 +1264,7 @@ impl OfiEp {
         buf: *mut u8,
         len: usize,
         dir: Dir,
+        delivery: bool,
     ) -> Result<Native, AmError> {
         if !self.rma.on {
             return Ok(Native::Unsupported);
@@ -1251,7 +1299,10 @@ impl OfiEp {
         // remote range lies in `dst`'s registered segment (checked by the caller).
         let r = unsafe {
             match dir {
-                Dir::Write => self.tx.h.write(buf, len, desc, peer, addr, key, ctx),
+                Dir::Write => self
+                    .tx
+                    .h
+                    .write(buf, len, desc, peer, addr, key, ctx, delivery),
                 Dir::Read => self.tx.h.read(buf, len, desc, peer, addr, key, ctx),
             }
         };
@@ -1263,6 +1314,10 @@ impl OfiEp {
                 match dir {
                     Dir::Write => EpCounters::add(&c.puts, &c.put_bytes, len),
                     Dir::Read => EpCounters::add(&c.gets, &c.get_bytes, len),
+                }
+                if !delivery {
+                    EpCounters::bump(&c.relaxed_puts, 1);
+                    self.rma.unflushed[g] = true;
                 }
                 Ok(Native::Pending(
                     u64::from(self.rma.epoch[i]) << 32 | u64::from(slot),
@@ -1782,6 +1837,8 @@ impl Conduit for Ofi {
         let multi = chosen.multi_recv.is_ok();
         let rma = chosen.rma.is_ok();
         let atomics = rma && chosen.atomics.is_ok();
+        let relaxed = relaxed_limit(rma, s.relaxed_puts, &a);
+        let relaxed_max = relaxed.as_ref().map_or(0, |&m| m);
 
         let mut g_base = Vec::with_capacity(n);
         let mut total = 0usize;
@@ -1883,7 +1940,7 @@ impl Conduit for Ofi {
             // Memory registered at open, in which local buffers of native operations
             // need no registration of their own (see `MrCache`).
             let mut fixed = Vec::new();
-            let mut rma_state = Rma::new(rma, atomics)?;
+            let mut rma_state = Rma::new(rma, atomics, relaxed_max, total)?;
             if mr_local {
                 // The pools may also be the local side of RMA (READ/WRITE).
                 let mr = register(
@@ -1906,15 +1963,16 @@ impl Conduit for Ofi {
                 rx_pool.desc = mr.desc();
                 fixed.push((rx_pool.mem.base() as usize, rx_pool.len(), mr.desc()));
                 mrs.push(mr);
-                if atomics {
-                    // The slots' operand, compare and result words.
+                if rma {
+                    // The slots' operand, compare and result words (atomics), and the
+                    // landing word of a flush's read.
                     let len = RMA_SLOTS * 24;
                     let mr = register(
                         rma_state.words.base(),
                         len,
                         flags::READ | flags::WRITE,
                         key_base | 3,
-                        "atomic operand words",
+                        "slot words (atomic operands, flush reads)",
                     )?;
                     rma_state.words_desc = mr.desc();
                     mrs.push(mr);
@@ -2086,6 +2144,20 @@ impl Conduit for Ofi {
                     },
                     reason: match &chosen.rma {
                         Ok(()) => "provider offers FI_RMA; segments registered in every EP's domain, keys exchanged".into(),
+                        Err(why) => why.clone(),
+                    },
+                },
+                PathChoice {
+                    operation: "implicit-event puts",
+                    path: match &relaxed {
+                        Ok(_) => "relaxed: fi_writemsg (transmit-complete), then at the sync one fi_read of 1 byte per destination, which the provider orders after the writes".into(),
+                        Err(_) if rma => "as RMA put: fi_writemsg(FI_DELIVERY_COMPLETE) each".into(),
+                        Err(_) => "reference: AM-based, in gex-rma".into(),
+                    },
+                    reason: match &relaxed {
+                        Ok(_) if a.max_order_raw == 0 => "tcp: FI_ORDER_RMA_RAW, and one byte stream per peer in which each write's bytes are placed before the next request is read: one acknowledgement per sync and destination instead of one per put".into(),
+                        Ok(m) if *m == usize::MAX => "provider orders reads after writes of any size (FI_ORDER_RAW, max_order_raw_size): one acknowledgement per sync and destination instead of one per put".into(),
+                        Ok(m) => format!("provider orders reads after writes of up to {m} bytes (larger puts ask for FI_DELIVERY_COMPLETE)"),
                         Err(why) => why.clone(),
                     },
                 },
@@ -2572,7 +2644,88 @@ impl ConduitEp for OfiEp {
         len: usize,
     ) -> Result<Native, AmError> {
         // SAFETY: forwarded contract of `native_put` (`src` only read).
-        unsafe { self.native_rma(dst, offset, src.cast_mut(), len, Dir::Write) }
+        unsafe { self.native_rma(dst, offset, src.cast_mut(), len, Dir::Write, true) }
+    }
+
+    /// Where the provider orders reads after writes (docs/ofi.md, "Relaxed puts"):
+    /// `fi_writemsg` without `FI_DELIVERY_COMPLETE`, so the completion only frees the
+    /// source and the target sends no acknowledgement; the destination is marked for
+    /// the next [`native_flush`](Self::native_flush). Otherwise (or above the
+    /// provider's `max_order_raw_size`) a [`native_put`](Self::native_put).
+    #[inline]
+    unsafe fn native_put_relaxed(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<Native, AmError> {
+        let delivery = len > self.rma.relaxed_max;
+        // SAFETY: forwarded contract of `native_put` (`src` only read).
+        unsafe { self.native_rma(dst, offset, src.cast_mut(), len, Dir::Write, delivery) }
+    }
+
+    /// Where relaxed puts to `dst` were posted since its last flush: one `fi_read` of
+    /// one byte from the start of `dst`'s segment into the slot's result word. The
+    /// provider orders it after those writes at the target (`FI_ORDER_RAW`), so its
+    /// completion means their bytes are in place. Otherwise `Done`.
+    fn native_flush(&mut self, dst: EpAddr) -> Result<Native, AmError> {
+        if self.rma.relaxed_max == 0 {
+            return Ok(Native::Done);
+        }
+        if let Some(f) = &self.tx.fatal {
+            return Err(AmError::Conduit(f.clone()));
+        }
+        let g = self.tx.g(dst);
+        if !self.rma.unflushed.get(g).copied().unwrap_or(false) {
+            return Ok(Native::Done);
+        }
+        let Some(Some(r)) = self.conduit.remote.get(g) else {
+            return Ok(Native::Done);
+        };
+        let (addr, key) = (r.base, r.key);
+        let Some(slot) = self.rma.free.pop() else {
+            return Ok(Native::WouldBlock);
+        };
+        let i = slot as usize;
+        let ctx = self.rma.ctx(i);
+        // SAFETY: slot i's words lie in the slot array (i < slots).
+        let land = unsafe { self.rma.words(i).add(2) }.cast::<u8>();
+        let peer = self.tx.addrs[g];
+        // SAFETY: the landing word belongs to slot i, which nobody else uses until its
+        // completion is reported (`res[i]` is null: `native_test` does not read it);
+        // the context is slot i's; offset 0 of `dst`'s segment is registered and, as
+        // relaxed puts went there, at least one byte long.
+        let r = unsafe {
+            self.tx
+                .h
+                .read(land, 1, self.rma.words_desc, peer, addr, key, ctx)
+        };
+        match r {
+            Ok(()) => {
+                self.rma.state[i] = SLOT_PENDING;
+                self.rma.unflushed[g] = false;
+                let c = &self.conduit.counters[self.index as usize];
+                EpCounters::bump(&c.flushes, 1);
+                Ok(Native::Pending(
+                    u64::from(self.rma.epoch[i]) << 32 | u64::from(slot),
+                ))
+            }
+            Err(Errno::AGAIN) => {
+                self.rma.free.push(slot);
+                Ok(Native::WouldBlock)
+            }
+            Err(e) => {
+                self.rma.free.push(slot);
+                Err(self.tx.fail(
+                    format!(
+                        "fi_read (flush of puts) from rank {} EP {}",
+                        dst.rank, dst.ep
+                    ),
+                    e,
+                ))
+            }
+        }
     }
 
     /// `fi_read` from `dst`'s registered segment (see [`native_put`](Self::native_put)
@@ -2586,7 +2739,7 @@ impl ConduitEp for OfiEp {
         len: usize,
     ) -> Result<Native, AmError> {
         // SAFETY: forwarded contract of `native_get`.
-        unsafe { self.native_rma(dst, offset, out, len, Dir::Read) }
+        unsafe { self.native_rma(dst, offset, out, len, Dir::Read, true) }
     }
 
     fn native_atomic_supported(&self, kind: AtomicKind, base: AtomicBase, fetch: bool) -> bool {
@@ -2797,6 +2950,38 @@ mod tests {
     }
 
     #[test]
+    fn relaxed_puts_need_read_after_write_ordering() {
+        let attrs = |provider: &str, rma_raw: bool, max_order_raw: usize| crate::fabric::Attrs {
+            provider: provider.into(),
+            rma_raw,
+            max_order_raw,
+            ..Default::default()
+        };
+        // Data ordering up to a size: writes up to it are relaxed.
+        assert_eq!(
+            relaxed_limit(true, true, &attrs("verbs;ofi_rxm", true, 4096)),
+            Ok(4096)
+        );
+        // tcp: message ordering suffices (one byte stream), any size.
+        assert_eq!(
+            relaxed_limit(true, true, &attrs("tcp;ofi_rxm", true, 0)),
+            Ok(usize::MAX)
+        );
+        assert_eq!(
+            relaxed_limit(true, true, &attrs("tcp", true, 0)),
+            Ok(usize::MAX)
+        );
+        // Message ordering alone on another provider, or none at all: not relaxed.
+        assert!(relaxed_limit(true, true, &attrs("verbs;ofi_rxm", true, 0)).is_err());
+        assert!(relaxed_limit(true, true, &attrs("shm", false, 0)).is_err());
+        assert!(relaxed_limit(true, true, &attrs("tcpx", true, 0)).is_err());
+        // Switched off, or no native RMA.
+        let off = relaxed_limit(true, false, &attrs("tcp;ofi_rxm", true, 0)).unwrap_err();
+        assert!(off.contains("GEX_OFI_RELAXED_PUTS=0"), "{off}");
+        assert!(relaxed_limit(false, true, &attrs("tcp;ofi_rxm", true, 0)).is_err());
+    }
+
+    #[test]
     fn loopback_offers_are_recognised() {
         let attrs = |domain: &str, fabric: &str| crate::fabric::Attrs {
             provider: "tcp;ofi_rxm".into(),
@@ -2807,6 +2992,8 @@ mod tests {
             max_msg_size: 1 << 20,
             threading: "FI_THREAD_SAFE",
             data_progress: "FI_PROGRESS_MANUAL",
+            rma_raw: true,
+            max_order_raw: 0,
         };
         assert!(is_loopback(&attrs("lo", "127.0.0.1/32")));
         assert!(is_loopback(&attrs("x", "127.0.0.0/8")));

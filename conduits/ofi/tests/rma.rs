@@ -7,7 +7,8 @@
 //! The `*_mr_local` shapes run the suite with `GEX_OFI_MR_LOCAL=1` (the conduit acts as
 //! if the provider required `FI_MR_LOCAL`: the suite's heap buffers are registered on
 //! demand) and every shape checks after finalisation that no registration is left
-//! open; `mr_cache_*` checks the registration cache with `Ofi::stats`.
+//! open; `mr_cache_*` checks the registration cache with `Ofi::stats`, and
+//! `relaxed_puts_*` the relaxed implicit-event puts and their flushes.
 //!
 //! Exclusions: none.
 
@@ -273,6 +274,144 @@ fn am_path_with_rma_off() {
 #[test]
 fn atomics_off_keeps_native_rma() {
     native_job("atomics_off_keeps_native_rma", "shm", "1", "0");
+}
+
+/// One rank's part of `relaxed_puts_*`: implicit-event puts are relaxed
+/// (transmit-complete writes, one flush read per destination at the sync) exactly
+/// where the report says so; the counters match, the bytes arrive, and an access
+/// region's event flushes its own puts.
+#[allow(unsafe_code)]
+fn relaxed_rank(
+    boot: Box<dyn gex_core::boot::Bootstrap>,
+    provider: &str,
+    relaxed: &str,
+    mr_local: &str,
+    expect: bool,
+) -> Result<(), String> {
+    let client = ClientBuilder::new()
+        .segment_size(SEGMENT)
+        .config(Config::from_pairs([
+            ("GEX_OFI_PROVIDER", provider),
+            ("GEX_OFI_RELAXED_PUTS", relaxed),
+            ("GEX_OFI_MR_LOCAL", mr_local),
+        ]))
+        .init::<Ofi>(boot)
+        .map_err(|e| e.to_string())?;
+    let es = |e: gex_rma::RmaError| e.to_string();
+    let path = client
+        .conduit()
+        .report()
+        .path("implicit-event puts")
+        .ok_or("no implicit-event put path in the report")?
+        .clone();
+    if path.path.starts_with("relaxed") != expect {
+        return Err(format!(
+            "{provider} GEX_OFI_RELAXED_PUTS={relaxed}: report says {path:?}"
+        ));
+    }
+    let ofi = client.conduit().clone();
+    let ep = client.endpoint(0).map_err(|e| e.to_string())?;
+    let mut r = RmaEp::new(ep).map_err(es)?;
+    r.barrier().map_err(es)?;
+    const N: usize = 64;
+    const LEN: usize = 16 << 10;
+    let block = |k: usize| -> Vec<u8> { (0..LEN).map(|i| (i * 13 + k * 7 + 1) as u8).collect() };
+    if r.rank() == 0 {
+        let p = r.global_ptr::<u8>(EpAddr::rank(1), 0);
+        let blocks: Vec<Vec<u8>> = (0..N).map(block).collect();
+        let s0 = ofi.stats();
+        for (k, b) in blocks.iter().enumerate() {
+            // SAFETY: `blocks` lives, unmodified, until the sync below.
+            unsafe { r.put_nbi_deferred(p.add(k * LEN), b).map_err(es)? };
+        }
+        r.wait_syncnbi_puts();
+        let s1 = ofi.stats();
+        let (relaxed_n, flushes) = (
+            s1.native_relaxed_puts - s0.native_relaxed_puts,
+            s1.native_flushes - s0.native_flushes,
+        );
+        let want = if expect { (N as u64, 1) } else { (0, 0) };
+        if (relaxed_n, flushes) != want || s1.native_puts - s0.native_puts != N as u64 {
+            return Err(format!(
+                "{provider}: {relaxed_n} relaxed puts and {flushes} flushes for {N} NBI puts and one sync (want {want:?}); {s1:?}"
+            ));
+        }
+        // A sync with nothing new flushes nothing.
+        r.wait_syncnbi_puts();
+        if ofi.stats().native_flushes != s1.native_flushes {
+            return Err("a sync without puts flushed".into());
+        }
+        // An access region: its event flushes once; put_nbi copies its source.
+        r.begin_nbi_accessregion().map_err(es)?;
+        r.put_nbi(p.add(N * LEN), &block(N)).map_err(es)?;
+        let ev = r.end_nbi_accessregion().map_err(es)?;
+        r.wait(ev);
+        if ofi.stats().native_flushes - s1.native_flushes != u64::from(expect) {
+            return Err(format!("access region: {:?}", ofi.stats()));
+        }
+        // A blocking put is not relaxed.
+        let s2 = ofi.stats();
+        r.put(p.add((N + 1) * LEN), &block(N + 1)).map_err(es)?;
+        if ofi.stats().native_relaxed_puts != s2.native_relaxed_puts {
+            return Err("a blocking put was relaxed".into());
+        }
+    }
+    r.barrier().map_err(es)?;
+    if r.rank() == 1 {
+        // The target reads its own segment.
+        let me = r.global_ptr::<u8>(EpAddr::rank(1), 0);
+        let mut got = vec![0u8; LEN];
+        for k in 0..N + 2 {
+            r.get(&mut got, me.add(k * LEN)).map_err(es)?;
+            if got != block(k) {
+                return Err(format!("{provider}: block {k} did not arrive intact"));
+            }
+        }
+    }
+    r.barrier().map_err(es)?;
+    drop(r);
+    client.finalize().map_err(|e| e.to_string())
+}
+
+fn relaxed_job(test: &str, provider: &str, relaxed: &str, mr_local: &str, expect: bool) {
+    match gex_boot::spawn_self_test(2, test).expect("spawn") {
+        gex_boot::Role::Launcher(code) => assert_eq!(code, 0, "{test}: job failed"),
+        gex_boot::Role::Rank(boot) => {
+            conformance::rank_watchdog(test);
+            let code = match relaxed_rank(boot, provider, relaxed, mr_local, expect) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("{test}: {e}");
+                    1
+                }
+            };
+            std::process::exit(code);
+        }
+    }
+}
+
+/// tcp;ofi_rxm orders RMA reads after writes: NBI puts are relaxed.
+#[test]
+fn relaxed_puts_tcp() {
+    relaxed_job("relaxed_puts_tcp", "tcp", "1", "0", true);
+}
+
+/// The flush read lands in the slot words, registered under `FI_MR_LOCAL`.
+#[test]
+fn relaxed_puts_tcp_mr_local() {
+    relaxed_job("relaxed_puts_tcp_mr_local", "tcp", "1", "1", true);
+}
+
+/// `GEX_OFI_RELAXED_PUTS=0`: every put asks for `FI_DELIVERY_COMPLETE`, no flushes.
+#[test]
+fn relaxed_puts_off_tcp() {
+    relaxed_job("relaxed_puts_off_tcp", "tcp", "0", "0", false);
+}
+
+/// shm does not order reads after writes: NBI puts stay delivery-complete.
+#[test]
+fn relaxed_puts_not_offered_shm() {
+    relaxed_job("relaxed_puts_not_offered_shm", "shm", "1", "0", false);
 }
 
 /// `GEX_OFI_MR_LOCAL=1`: the conduit acts as if the provider required `FI_MR_LOCAL`

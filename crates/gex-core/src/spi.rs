@@ -489,6 +489,43 @@ pub trait ConduitEp: Send + 'static {
         let _ = (dst, offset, src, len);
         Ok(Native::Unsupported)
     }
+    /// Starts a put like [`native_put`](ConduitEp::native_put) whose completion only
+    /// means `src` may be reused (local completion): the bytes may still be on their
+    /// way, and are at the target once a [`native_flush`](ConduitEp::native_flush) of
+    /// `dst` started after this call has completed. The layers above use it for
+    /// implicit-event (NBI) puts, whose completion is only observed at a sync, which
+    /// flushes; a network whose remote completion costs traffic per operation (an
+    /// acknowledgement, `FI_DELIVERY_COMPLETE`) then pays it once per sync and peer
+    /// instead of once per put. The default is `native_put` (already complete at the
+    /// target).
+    ///
+    /// # Safety
+    /// As [`native_put`](ConduitEp::native_put).
+    ///
+    /// # Errors
+    /// [`AmError::Conduit`] if the network failed.
+    unsafe fn native_put_relaxed(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<Native, AmError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.native_put(dst, offset, src, len) }
+    }
+    /// Starts a flush of `dst`: its completion ([`Native::Done`], or a true
+    /// [`native_test`](ConduitEp::native_test)) means the bytes of every
+    /// [`native_put_relaxed`](ConduitEp::native_put_relaxed) to `dst` started before
+    /// this call are at the target. [`Native::Unsupported`] means the same as `Done`.
+    /// The default answers `Done` (the default relaxed put completes at the target).
+    ///
+    /// # Errors
+    /// [`AmError::Conduit`] if the network failed.
+    fn native_flush(&mut self, dst: EpAddr) -> Result<Native, AmError> {
+        let _ = dst;
+        Ok(Native::Done)
+    }
     /// Starts a get of `len` bytes at offset `offset` of `dst`'s segment into `out`,
     /// done by the network. Completion means the bytes are in `out`.
     ///

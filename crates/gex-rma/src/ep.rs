@@ -34,7 +34,7 @@ use crate::ptr::{GlobalPtr, Strided, Vis};
 use bytemuck::Pod;
 use gex_core::spi::{Conduit, ConduitEp, Native};
 use gex_core::{Am, Category, Endpoint, EpAddr, Flags, HandlerIndex, Token};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -290,6 +290,26 @@ struct Nbi {
     gets: Vec<u32>,
     atomics: Vec<u32>,
     region: Option<Vec<u32>>,
+    /// Destinations of implicit-event native puts (relaxed: complete locally, see
+    /// `ConduitEp::native_put_relaxed`) not flushed yet, outside access regions and in
+    /// the open one. A sync flushes them before it waits.
+    unflushed: HashSet<EpAddr>,
+    region_unflushed: HashSet<EpAddr>,
+    /// Scratch list of the flush in progress (kept to reuse its allocation).
+    flushing: Vec<EpAddr>,
+}
+
+impl Nbi {
+    /// Records a relaxed put to `dst` in the current scope.
+    #[inline]
+    fn dirty(&mut self, dst: EpAddr) {
+        let set = if self.region.is_some() {
+            &mut self.region_unflushed
+        } else {
+            &mut self.unflushed
+        };
+        set.insert(dst);
+    }
 }
 
 /// An endpoint with RMA: owns the [`Endpoint`] (reachable through `Deref`/`DerefMut`,
@@ -696,6 +716,7 @@ impl<C: Conduit> RmaEp<C> {
         chunks: &[Chunk],
         src: *const u8,
         life: Life,
+        nbi: bool,
     ) -> Result<Option<u32>, RmaError> {
         if let Some(base) = self.direct(dst) {
             for c in chunks {
@@ -707,7 +728,7 @@ impl<C: Conduit> RmaEp<C> {
         }
         if self.native_rma {
             // SAFETY: forwarded contract.
-            return unsafe { self.native_put(dst, chunks, src, life) };
+            return unsafe { self.native_put(dst, chunks, src, life, nbi) };
         }
         if let [c] = chunks {
             if c.len == 0 {
@@ -781,6 +802,61 @@ impl<C: Conduit> RmaEp<C> {
                 return;
             }
             std::hint::spin_loop();
+        }
+    }
+
+    /// Starts a flush ([`ConduitEp::native_flush`]) of every destination of relaxed
+    /// puts in the scope (`region`: the open access region, else the syncnbi scope)
+    /// and tracks them as one operation of that scope, so the sync that follows waits
+    /// for the puts' bytes to be at their targets, not only for their sources to be
+    /// free. `WouldBlock` polls and retries.
+    ///
+    /// # Panics
+    /// If the conduit fails (a network error; the syncs have no error to return, and
+    /// the puts' bytes cannot be known to have arrived).
+    ///
+    /// [`ConduitEp::native_flush`]: gex_core::spi::ConduitEp::native_flush
+    fn flush_unflushed(&mut self, region: bool) {
+        let set = if region {
+            &mut self.nbi.region_unflushed
+        } else {
+            &mut self.nbi.unflushed
+        };
+        if set.is_empty() {
+            return;
+        }
+        let mut dsts = std::mem::take(&mut self.nbi.flushing);
+        dsts.extend(set.drain());
+        let mut id: Option<u32> = None;
+        for &dst in &dsts {
+            loop {
+                match self.ep.conduit_ep().native_flush(dst) {
+                    Ok(Native::Done | Native::Unsupported) => break,
+                    Ok(Native::Pending(ticket)) => {
+                        let pend = NativePend {
+                            ticket,
+                            id: 0,
+                            src: None,
+                            land: None,
+                        };
+                        self.push_native(&mut id, std::ptr::null_mut(), 0, pend);
+                        break;
+                    }
+                    Ok(Native::WouldBlock) => {
+                        self.ep.poll();
+                        native_progress(&mut self.ep, &self.st, &mut self.native);
+                    }
+                    Err(e) => panic!("gex-rma: flushing the puts to {dst} failed: {e}"),
+                }
+            }
+        }
+        dsts.clear();
+        self.nbi.flushing = dsts;
+        if let Some(op) = id.and_then(|op| self.pending(op)) {
+            match (&mut self.nbi.region, region) {
+                (Some(r), true) => r.push(op),
+                _ => self.nbi.puts.push(op),
+            }
         }
     }
 
@@ -874,6 +950,7 @@ impl<C: Conduit> RmaEp<C> {
         chunks: &[Chunk],
         src: *const u8,
         life: Life,
+        nbi: bool,
     ) -> Result<Option<u32>, RmaError> {
         let inline = life == Life::Blocking && chunks.len() == 1;
         // The conduit may read the source after we return: give it a copy.
@@ -890,8 +967,18 @@ impl<C: Conduit> RmaEp<C> {
                 // SAFETY: the remote range was validated; the source stays valid until
                 // completion: waited for (blocking), kept by the caller, or a copy held
                 // by the pending entry.
-                unsafe { ep.native_put(dst, c.remote, base.add(c.local), c.len) }
+                unsafe {
+                    if nbi {
+                        ep.native_put_relaxed(dst, c.remote, base.add(c.local), c.len)
+                    } else {
+                        ep.native_put(dst, c.remote, base.add(c.local), c.len)
+                    }
+                }
             })?;
+        if nbi {
+            // Relaxed puts reach the target at the flush of the sync that completes them.
+            self.nbi.dirty(dst);
+        }
         if let Some(i) = started {
             let op = *id.get_or_insert_with(|| self.new_op(0, std::ptr::null_mut(), 0));
             // SAFETY: the AM path consumes the source before returning.
@@ -1126,6 +1213,7 @@ impl<C: Conduit> RmaEp<C> {
         dst: GlobalPtr<T>,
         src: &[T],
         life: Life,
+        nbi: bool,
     ) -> Result<Option<u32>, RmaError> {
         let bytes: &[u8] = bytemuck::cast_slice(src);
         self.check_range(dst.addr(), dst.offset, bytes.len())?;
@@ -1136,7 +1224,7 @@ impl<C: Conduit> RmaEp<C> {
         }];
         // SAFETY: `bytes` is borrowed for this call, and beyond as `life` says (the
         // callers choose it from their own lifetime rules).
-        unsafe { self.start_put(dst.addr(), &c, bytes.as_ptr(), life) }
+        unsafe { self.start_put(dst.addr(), &c, bytes.as_ptr(), life, nbi) }
     }
 
     /// # Safety
@@ -1170,7 +1258,7 @@ impl<C: Conduit> RmaEp<C> {
     /// [`RmaError::Am`].
     #[inline]
     pub fn put<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &[T]) -> Result<(), RmaError> {
-        let id = self.put_start(dst, src, Life::Blocking)?;
+        let id = self.put_start(dst, src, Life::Blocking, false)?;
         self.wait_id(id);
         Ok(())
     }
@@ -1271,7 +1359,7 @@ impl<C: Conduit> RmaEp<C> {
         dst: GlobalPtr<T>,
         src: Vec<T>,
     ) -> Result<PutEvent<T>, RmaError> {
-        let id = self.put_start(dst, &src, Life::Copy)?;
+        let id = self.put_start(dst, &src, Life::Copy, false)?;
         Ok(PutEvent {
             ev: Self::ev(id),
             buf: Some(src),
@@ -1284,7 +1372,7 @@ impl<C: Conduit> RmaEp<C> {
     /// # Errors
     /// As [`put`](Self::put).
     pub fn put_nb_copy<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &[T]) -> Result<Event, RmaError> {
-        Ok(Self::ev(self.put_start(dst, src, Life::Copy)?))
+        Ok(Self::ev(self.put_start(dst, src, Life::Copy, false)?))
     }
 
     /// Nonblocking put without copying guarantees.
@@ -1301,7 +1389,7 @@ impl<C: Conduit> RmaEp<C> {
         dst: GlobalPtr<T>,
         src: &[T],
     ) -> Result<Event, RmaError> {
-        Ok(Self::ev(self.put_start(dst, src, Life::Kept)?))
+        Ok(Self::ev(self.put_start(dst, src, Life::Kept, false)?))
     }
 
     /// Nonblocking get into an owned buffer (its length is the number of elements);
@@ -1420,7 +1508,7 @@ impl<C: Conduit> RmaEp<C> {
     /// # Errors
     /// As [`put`](Self::put).
     pub fn put_nbi<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &[T]) -> Result<(), RmaError> {
-        let id = self.put_start(dst, src, Life::Copy)?;
+        let id = self.put_start(dst, src, Life::Copy, true)?;
         self.track(id, false);
         Ok(())
     }
@@ -1459,7 +1547,7 @@ impl<C: Conduit> RmaEp<C> {
         dst: GlobalPtr<T>,
         src: &[T],
     ) -> Result<(), RmaError> {
-        let id = self.put_start(dst, src, Life::Kept)?;
+        let id = self.put_start(dst, src, Life::Kept, true)?;
         self.track(id, false);
         Ok(())
     }
@@ -1495,6 +1583,7 @@ impl<C: Conduit> RmaEp<C> {
 
     /// Waits for every implicit-event put and memset issued outside access regions.
     pub fn wait_syncnbi_puts(&mut self) {
+        self.flush_unflushed(false);
         let st = &self.st;
         let ids = &mut self.nbi.puts;
         drive_native(&mut self.ep, st, &mut self.native, || retire(st, ids));
@@ -1529,6 +1618,7 @@ impl<C: Conduit> RmaEp<C> {
     }
     /// Polls once; true if every implicit-event put is complete.
     pub fn test_syncnbi_puts(&mut self) -> bool {
+        self.flush_unflushed(false);
         self.ep.poll();
         native_progress(&mut self.ep, &self.st, &mut self.native);
         crate::barrier::advance(&mut self.ep, &self.st);
@@ -1543,6 +1633,7 @@ impl<C: Conduit> RmaEp<C> {
     }
     /// Polls once; true if every implicit-event operation is complete.
     pub fn test_syncnbi_all(&mut self) -> bool {
+        self.flush_unflushed(false);
         self.ep.poll();
         native_progress(&mut self.ep, &self.st, &mut self.native);
         crate::barrier::advance(&mut self.ep, &self.st);
@@ -1570,6 +1661,9 @@ impl<C: Conduit> RmaEp<C> {
     /// # Errors
     /// [`RmaError::NoAccessRegion`] if none is open.
     pub fn end_nbi_accessregion(&mut self) -> Result<Event, RmaError> {
+        if self.nbi.region.is_some() {
+            self.flush_unflushed(true);
+        }
         match self.nbi.region.take() {
             Some(ids) => Ok(Event { ids }),
             None => Err(RmaError::NoAccessRegion),
@@ -1692,11 +1786,12 @@ impl<C: Conduit> RmaEp<C> {
         vis: &Vis<'_, T>,
         src: &[T],
         life: Life,
+        nbi: bool,
     ) -> Result<Option<u32>, RmaError> {
         let (dst, chunks) = self.vis_chunks(vis, src.len())?;
         // SAFETY: `src` is borrowed for the call (and as `life` says); every chunk lies
         // inside it.
-        unsafe { self.start_put(dst, &chunks, src.as_ptr().cast(), life) }
+        unsafe { self.start_put(dst, &chunks, src.as_ptr().cast(), life, nbi) }
     }
 
     /// # Safety
@@ -1721,7 +1816,7 @@ impl<C: Conduit> RmaEp<C> {
     /// [`RmaError::ShapeMismatch`], [`RmaError::MixedTargets`]; all checked before
     /// any byte moves.
     pub fn put_vis<T: Pod>(&mut self, dst: Vis<'_, T>, src: &[T]) -> Result<(), RmaError> {
-        let id = self.vis_put_start(&dst, src, Life::Blocking)?;
+        let id = self.vis_put_start(&dst, src, Life::Blocking, false)?;
         self.wait_id(id);
         Ok(())
     }
@@ -1740,7 +1835,12 @@ impl<C: Conduit> RmaEp<C> {
     /// # Errors
     /// As [`put_vis`](Self::put_vis).
     pub fn put_vis_nb<T: Pod>(&mut self, dst: Vis<'_, T>, src: &[T]) -> Result<Event, RmaError> {
-        Ok(Self::ev(self.vis_put_start(&dst, src, Life::Copy)?))
+        Ok(Self::ev(self.vis_put_start(
+            &dst,
+            src,
+            Life::Copy,
+            false,
+        )?))
     }
     /// Nonblocking VIS get into an owned buffer, returned by [`wait`](Self::wait).
     ///
@@ -1765,7 +1865,7 @@ impl<C: Conduit> RmaEp<C> {
     /// # Errors
     /// As [`put_vis`](Self::put_vis).
     pub fn put_vis_nbi<T: Pod>(&mut self, dst: Vis<'_, T>, src: &[T]) -> Result<(), RmaError> {
-        let id = self.vis_put_start(&dst, src, Life::Copy)?;
+        let id = self.vis_put_start(&dst, src, Life::Copy, true)?;
         self.track(id, false);
         Ok(())
     }

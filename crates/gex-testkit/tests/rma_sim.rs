@@ -223,6 +223,106 @@ mod native_paths {
         });
     }
 
+    /// Implicit-event puts are relaxed (complete locally; the simulated NIC holds their
+    /// bytes until a flush) and every kind of sync flushes each destination once:
+    /// `wait_syncnbi_puts`, `test_syncnbi_puts`, `wait_syncnbi_all` and the event of an
+    /// access region; a sync with nothing to flush flushes nothing, and puts with an
+    /// explicit event stay complete at the target (not relaxed).
+    #[test]
+    #[allow(unsafe_code)]
+    fn nbi_puts_are_relaxed_and_flushed_by_their_sync() {
+        if FORCED {
+            return;
+        }
+        on_rank_0(|r| {
+            let es = |e: gex_rma::RmaError| e.to_string();
+            let p = GlobalPtr::<u8>::new(EpAddr::rank(1), 0);
+            let read = |r: &mut RmaEp<Sim>, off: usize, n: usize| -> Result<Vec<u8>, String> {
+                let mut v = vec![0u8; n];
+                r.get(&mut v, p.add(off)).map_err(es)?;
+                Ok(v)
+            };
+            let c0 = counts(r);
+            let a = vec![3u8; 700];
+            let b = vec![4u8; 900];
+            r.put_nbi(p.add(0), &a).map_err(es)?;
+            // SAFETY: `b` is neither dropped nor written before the sync below.
+            unsafe { r.put_nbi_deferred(p.add(1000), &b).map_err(es)? };
+            r.put_vis_nbi(
+                gex_rma::Vis::Strided {
+                    ptr: p.add(3000),
+                    shape: Strided {
+                        counts: &[2],
+                        remote_strides: &[10],
+                        local_start: 0,
+                        local_strides: &[1],
+                    },
+                },
+                &[7u8, 8],
+            )
+            .map_err(es)?;
+            r.wait_syncnbi_puts();
+            let c1 = counts(r);
+            check(
+                "three relaxed puts (2 + 2 strided pieces), one flush",
+                (c1.relaxed_puts - c0.relaxed_puts, c1.flushes - c0.flushes) == (4, 1),
+            )?;
+            check("put_nbi landed", read(r, 0, 700)? == a)?;
+            check("put_nbi_deferred landed", read(r, 1000, 900)? == b)?;
+            check(
+                "VIS NBI landed",
+                read(r, 3000, 11)? == [7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8],
+            )?;
+            // Nothing to flush: no flush.
+            r.wait_syncnbi_puts();
+            check(
+                "empty sync flushes nothing",
+                counts(r).flushes == c1.flushes,
+            )?;
+            // test_syncnbi_puts until true.
+            r.put_nbi(p.add(5000), &[5u8; 64]).map_err(es)?;
+            while !r.test_syncnbi_puts() {}
+            check(
+                "test_syncnbi_puts landed",
+                read(r, 5000, 64)? == vec![5u8; 64],
+            )?;
+            // wait_syncnbi_all.
+            r.put_nbi(p.add(6000), &[6u8; 64]).map_err(es)?;
+            r.wait_syncnbi_all();
+            check(
+                "wait_syncnbi_all landed",
+                read(r, 6000, 64)? == vec![6u8; 64],
+            )?;
+            // An access region: its event flushes, the syncnbi scope does not.
+            let c2 = counts(r);
+            r.begin_nbi_accessregion().map_err(es)?;
+            r.put_nbi(p.add(7000), &[9u8; 128]).map_err(es)?;
+            r.wait_syncnbi_puts();
+            check(
+                "syncnbi leaves the region's puts",
+                counts(r).flushes == c2.flushes,
+            )?;
+            let ev = r.end_nbi_accessregion().map_err(es)?;
+            r.wait(ev);
+            check("region flushed once", counts(r).flushes == c2.flushes + 1)?;
+            check("region puts landed", read(r, 7000, 128)? == vec![9u8; 128])?;
+            // Explicit events and blocking puts are not relaxed.
+            let c3 = counts(r);
+            let ev = r.put_nb_copy(p.add(8000), &[1u8; 32]).map_err(es)?;
+            r.wait(ev);
+            r.put(p.add(8100), &[2u8; 32]).map_err(es)?;
+            let c4 = counts(r);
+            check(
+                "explicit and blocking puts complete at the target",
+                c4.relaxed_puts == c3.relaxed_puts
+                    && c4.flushes == c3.flushes
+                    && c4.puts == c3.puts + 2,
+            )?;
+            check("explicit put landed", read(r, 8000, 32)? == vec![1u8; 32])?;
+            Ok(())
+        });
+    }
+
     /// `wait_some` (and `wait`) poll at least once even when an event handed to them
     /// is already complete. A loop calling `wait_some` until every event has been seen
     /// must therefore let a pending put finish; before the fix, a call returned

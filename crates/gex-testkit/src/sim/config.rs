@@ -130,6 +130,11 @@ pub struct SimConfig {
     /// moves the bytes at a later poll (after `latency`, at least one poll); peers on
     /// the same host answer `Unsupported`.
     pub native_rma: bool,
+    /// With `native_rma`: `native_put_relaxed` completes once the NIC has read the
+    /// source and holds the bytes until a `native_flush` of the target (default true,
+    /// so every native-RMA test checks that the layers above flush; false: relaxed puts
+    /// are plain puts and flushes are no-ops).
+    pub relaxed_puts: bool,
     /// Simulated NIC atomics ([`Capabilities::NATIVE_ATOMICS`](gex_core::Capabilities))
     /// for every peer, this rank included, performed like native RMA at a later poll
     /// of the initiator, as CPU atomics (sequentially consistent) on the target's
@@ -167,6 +172,7 @@ impl Default for SimConfig {
             deferred_lc: true,
             yield_when_idle: true,
             native_rma: false,
+            relaxed_puts: true,
             native_atomics: false,
             native_atomic_bases: None,
             fault: Fault::None,

@@ -781,6 +781,50 @@ impl ConduitEp for SimEp {
     }
 
     #[allow(unsafe_code)]
+    unsafe fn native_put_relaxed(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<Native, AmError> {
+        if !self.fabric.cfg.relaxed_puts {
+            // SAFETY: forwarded contract.
+            return unsafe { self.native_put(dst, offset, src, len) };
+        }
+        let Some(to) = self.nic_rma_target(dst, offset, len)? else {
+            return Ok(Native::Unsupported);
+        };
+        if len == 0 {
+            return Ok(Native::Done);
+        }
+        let gid = self
+            .fabric
+            .net()
+            .gid(dst)
+            .expect("checked by nic_rma_target");
+        Ok(self.nic_issue(nic::Work::PutRelaxed {
+            gid,
+            src,
+            dst: to,
+            len,
+        }))
+    }
+
+    fn native_flush(&mut self, dst: EpAddr) -> Result<Native, AmError> {
+        let fab = &*self.fabric;
+        fab.check_alive();
+        if !fab.cfg.native_rma || !fab.cfg.relaxed_puts {
+            return Ok(Native::Done);
+        }
+        let gid = fab
+            .net()
+            .gid(dst)
+            .ok_or_else(|| conduit_err(format!("core passed a bad destination {dst}")))?;
+        Ok(self.nic_issue(nic::Work::Flush { gid }))
+    }
+
+    #[allow(unsafe_code)]
     unsafe fn native_get(
         &mut self,
         dst: EpAddr,

@@ -6,7 +6,12 @@
 //! *initiator's* thread in a later [`poll`](gex_core::spi::ConduitEp::poll) of the
 //! initiating endpoint, once its delay has passed: `latency.polls` polls (at least one)
 //! and `latency.nanos` of wall-clock time. The target's CPU takes no part, as with a
-//! real NIC. Completion is reported once by `native_test`. Atomics are CPU atomics
+//! real NIC. Completion is reported once by `native_test`. A relaxed put
+//! (`native_put_relaxed`, with [`SimConfig::relaxed_puts`](super::SimConfig::relaxed_puts))
+//! completes once the NIC has copied the source, but its bytes are held "on the wire"
+//! and land in the target's segment only when a later `native_flush` of that target is
+//! performed: the least the SPI promises, so a layer that forgets to flush loses the
+//! bytes and its tests fail. Atomics are CPU atomics
 //! (`SeqCst`, compare-and-swap loops for the arithmetic a processor lacks) on the
 //! target's segment memory: coherent among themselves, which is all the SPI promises
 //! (NIC atomics are not coherent with the layers' CPU atomics; a real NIC's would not
@@ -38,6 +43,10 @@ pub struct NativeCounts {
     pub atomics: u64,
     /// Bytes moved by puts and gets.
     pub bytes: u64,
+    /// Relaxed puts performed (their bytes held until a flush; also counted in `puts`).
+    pub relaxed_puts: u64,
+    /// Flushes performed.
+    pub flushes: u64,
 }
 
 #[derive(Debug)]
@@ -52,6 +61,15 @@ pub(super) enum Work {
         dst: *mut u8,
         len: usize,
     },
+    /// A relaxed put to the target with global index `gid`.
+    PutRelaxed {
+        gid: usize,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+    },
+    /// Lands every relaxed put to `gid` performed before it.
+    Flush { gid: usize },
     Atomic {
         word: *mut u8,
         op: NativeAtomic,
@@ -74,6 +92,8 @@ pub(super) struct Nic {
     next: u64,
     queue: Vec<Queued>,
     done: HashSet<u64>,
+    /// Relaxed puts performed and not yet flushed: target, destination, bytes.
+    staged: Vec<(usize, *mut u8, Vec<u8>)>,
     pub(super) counts: NativeCounts,
 }
 
@@ -116,7 +136,7 @@ impl Nic {
             let q = self.queue.remove(i);
             // SAFETY: see the module docs: valid, checked pointers until completion,
             // which is now.
-            unsafe { perform(&q.work, &mut self.counts) };
+            unsafe { perform(&q.work, &mut self.counts, &mut self.staged) };
             self.done.insert(q.ticket);
             n += 1;
         }
@@ -147,9 +167,30 @@ pub(super) fn at(seg: &SegMem, off: usize, len: usize) -> Option<*mut u8> {
 }
 
 /// # Safety
-/// The pointers of `w` are valid as the module docs say.
-unsafe fn perform(w: &Work, c: &mut NativeCounts) {
+/// The pointers of `w` are valid as the module docs say; the destinations held in
+/// `staged` lie in segments that outlive the endpoint.
+unsafe fn perform(w: &Work, c: &mut NativeCounts, staged: &mut Vec<(usize, *mut u8, Vec<u8>)>) {
     match *w {
+        Work::PutRelaxed { gid, src, dst, len } => {
+            // SAFETY: the source is valid until this completion (contract).
+            let bytes = unsafe { std::slice::from_raw_parts(src, len) }.to_vec();
+            staged.push((gid, dst, bytes));
+            c.puts += 1;
+            c.relaxed_puts += 1;
+            c.bytes += len as u64;
+        }
+        Work::Flush { gid } => {
+            staged.retain(|(g, dst, bytes)| {
+                if *g != gid {
+                    return true;
+                }
+                // SAFETY: a checked range of a live segment (taken at start); the
+                // staged copy is ours.
+                unsafe { std::ptr::copy(bytes.as_ptr(), *dst, bytes.len()) };
+                false
+            });
+            c.flushes += 1;
+        }
         Work::Put { src, dst, len } | Work::Get { src, dst, len } => {
             // SAFETY: both ranges valid (contract); `copy` tolerates overlap
             // (self-targeted transfers).
