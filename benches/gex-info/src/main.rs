@@ -141,7 +141,21 @@ fn ofi() -> Result<(), String> {
         .segment_size(1 << 16)
         .init::<gex_conduit_ofi::Ofi>(Box::new(gex::boot::Singleton::new()))
         .map_err(|e| e.to_string())?;
-    out(&format!("{}\n", client.conduit().report()));
+    let report = client.conduit().report();
+    out(&format!("{report}\n"));
+    if report.provider().split(';').next() == Some("tcp") {
+        // The kernel's congestion control sets the bulk rate of a tcp job as much as
+        // gex does (docs/performance.md, "Put 1 MiB and the kernel's congestion control").
+        let cc = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into());
+        let note = if cc == "bbr" {
+            " (paces each connection: bulk rates depend on the traffic pattern, see docs/performance.md)"
+        } else {
+            ""
+        };
+        out(&format!("kernel TCP congestion control: {cc}{note}\n"));
+    }
     Ok(())
 }
 
