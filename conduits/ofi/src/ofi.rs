@@ -1306,39 +1306,54 @@ impl OfiEp {
                 Dir::Read => self.tx.h.read(buf, len, desc, peer, addr, key, ctx),
             }
         };
+        if r.is_ok() {
+            self.rma.tag[i] = tag;
+            let c = &self.conduit.counters[self.index as usize];
+            match dir {
+                Dir::Write => EpCounters::add(&c.puts, &c.put_bytes, len),
+                Dir::Read => EpCounters::add(&c.gets, &c.get_bytes, len),
+            }
+            if !delivery {
+                EpCounters::bump(&c.relaxed_puts, 1);
+                self.rma.unflushed[g] = true;
+            }
+        } else {
+            self.objs.cache.release(tag);
+        }
+        self.slot_posted(slot, r, || {
+            let what = match dir {
+                Dir::Write => "fi_writemsg to",
+                Dir::Read => "fi_read from",
+            };
+            format!("{what} rank {} EP {} ({len} bytes)", dst.rank, dst.ep)
+        })
+    }
+
+    /// The answer for the operation just posted in `slot` (result `r`): `Pending` with
+    /// the slot's ticket, `WouldBlock` on `-FI_EAGAIN` (slot freed), else the fatal
+    /// error naming `what()` (slot freed).
+    #[inline]
+    fn slot_posted(
+        &mut self,
+        slot: u32,
+        r: Result<(), Errno>,
+        what: impl FnOnce() -> String,
+    ) -> Result<Native, AmError> {
+        let i = slot as usize;
         match r {
             Ok(()) => {
                 self.rma.state[i] = SLOT_PENDING;
-                self.rma.tag[i] = tag;
-                let c = &self.conduit.counters[self.index as usize];
-                match dir {
-                    Dir::Write => EpCounters::add(&c.puts, &c.put_bytes, len),
-                    Dir::Read => EpCounters::add(&c.gets, &c.get_bytes, len),
-                }
-                if !delivery {
-                    EpCounters::bump(&c.relaxed_puts, 1);
-                    self.rma.unflushed[g] = true;
-                }
                 Ok(Native::Pending(
                     u64::from(self.rma.epoch[i]) << 32 | u64::from(slot),
                 ))
             }
             Err(Errno::AGAIN) => {
                 self.rma.free.push(slot);
-                self.objs.cache.release(tag);
                 Ok(Native::WouldBlock)
             }
             Err(e) => {
                 self.rma.free.push(slot);
-                self.objs.cache.release(tag);
-                let what = match dir {
-                    Dir::Write => "fi_writemsg to",
-                    Dir::Read => "fi_read from",
-                };
-                Err(self.tx.fail(
-                    format!("{what} rank {} EP {} ({len} bytes)", dst.rank, dst.ep),
-                    e,
-                ))
+                Err(self.tx.fail(what(), e))
             }
         }
     }
@@ -2701,31 +2716,17 @@ impl ConduitEp for OfiEp {
                 .h
                 .read(land, 1, self.rma.words_desc, peer, addr, key, ctx)
         };
-        match r {
-            Ok(()) => {
-                self.rma.state[i] = SLOT_PENDING;
-                self.rma.unflushed[g] = false;
-                let c = &self.conduit.counters[self.index as usize];
-                EpCounters::bump(&c.flushes, 1);
-                Ok(Native::Pending(
-                    u64::from(self.rma.epoch[i]) << 32 | u64::from(slot),
-                ))
-            }
-            Err(Errno::AGAIN) => {
-                self.rma.free.push(slot);
-                Ok(Native::WouldBlock)
-            }
-            Err(e) => {
-                self.rma.free.push(slot);
-                Err(self.tx.fail(
-                    format!(
-                        "fi_read (flush of puts) from rank {} EP {}",
-                        dst.rank, dst.ep
-                    ),
-                    e,
-                ))
-            }
+        if r.is_ok() {
+            self.rma.unflushed[g] = false;
+            let c = &self.conduit.counters[self.index as usize];
+            EpCounters::bump(&c.flushes, 1);
         }
+        self.slot_posted(slot, r, || {
+            format!(
+                "fi_read (flush of puts) from rank {} EP {}",
+                dst.rank, dst.ep
+            )
+        })
     }
 
     /// `fi_read` from `dst`'s registered segment (see [`native_put`](Self::native_put)
@@ -2811,32 +2812,17 @@ impl ConduitEp for OfiEp {
                 ctx,
             )
         };
-        match rc {
-            Ok(()) => {
-                self.rma.state[i] = SLOT_PENDING;
-                self.rma.res[i] = result;
-                let c = &self.conduit.counters[self.index as usize];
-                c.atomics
-                    .store(c.atomics.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-                Ok(Native::Pending(
-                    u64::from(self.rma.epoch[i]) << 32 | u64::from(slot),
-                ))
-            }
-            Err(Errno::AGAIN) => {
-                self.rma.free.push(slot);
-                Ok(Native::WouldBlock)
-            }
-            Err(e) => {
-                self.rma.free.push(slot);
-                Err(self.tx.fail(
-                    format!(
-                        "native atomic {:?} on {:?} to rank {} EP {}",
-                        op.base, op.kind, dst.rank, dst.ep
-                    ),
-                    e,
-                ))
-            }
+        if rc.is_ok() {
+            self.rma.res[i] = result;
+            let c = &self.conduit.counters[self.index as usize];
+            EpCounters::bump(&c.atomics, 1);
         }
+        self.slot_posted(slot, rc, || {
+            format!(
+                "native atomic {:?} on {:?} to rank {} EP {}",
+                op.base, op.kind, dst.rank, dst.ep
+            )
+        })
     }
 
     /// True once the completion of `ticket` has been read from the CQ (by `poll` or

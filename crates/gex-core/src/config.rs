@@ -182,6 +182,11 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "ofi conduit: shared memory between ranks of one host (hybrid job). auto: when the job spans several hosts and a host has several ranks; 1: whenever a host has several ranks; 0: never (network only).",
     },
     EnvVar {
+        name: "GEX_OFI_RELAXED_PUTS",
+        default: "1",
+        doc: "ofi conduit: 0 makes implicit-event puts ask for FI_DELIVERY_COMPLETE one by one, instead of transmit-complete writes flushed by one ordered read per destination at the sync (used only where the provider orders reads after writes).",
+    },
+    EnvVar {
         name: "GEX_OFI_MR_LOCAL",
         default: "0",
         doc: "ofi conduit, testing aid: 1 acts as if the provider required FI_MR_LOCAL (descriptors passed, local RMA buffers outside the segments registered on demand and cached) although it does not, so tcp and shm exercise that path.",
