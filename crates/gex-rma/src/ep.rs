@@ -297,13 +297,21 @@ struct Nbi {
     region_unflushed: HashSet<EpAddr>,
     /// Scratch list of the flush in progress (kept to reuse its allocation).
     flushing: Vec<EpAddr>,
+    /// The last destination recorded, and whether in the region's scope: a flood to one
+    /// peer then hashes once per sync, not once per put. Cleared by that scope's flush.
+    last_dirty: Option<(bool, EpAddr)>,
 }
 
 impl Nbi {
     /// Records a relaxed put to `dst` in the current scope.
     #[inline]
     fn dirty(&mut self, dst: EpAddr) {
-        let set = if self.region.is_some() {
+        let key = (self.region.is_some(), dst);
+        if self.last_dirty == Some(key) {
+            return;
+        }
+        self.last_dirty = Some(key);
+        let set = if key.0 {
             &mut self.region_unflushed
         } else {
             &mut self.unflushed
@@ -824,6 +832,9 @@ impl<C: Conduit> RmaEp<C> {
         };
         if set.is_empty() {
             return;
+        }
+        if self.nbi.last_dirty.is_some_and(|(r, _)| r == region) {
+            self.nbi.last_dirty = None;
         }
         let mut dsts = std::mem::take(&mut self.nbi.flushing);
         dsts.extend(set.drain());
