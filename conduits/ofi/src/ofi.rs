@@ -46,10 +46,10 @@ use crate::wire::{self, Credits, HEADER};
 use gex_conduit_smp::{Smp, SmpEp};
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{
-    AtomicBase, AtomicKind, Capabilities, Conduit, ConduitEp, Deliver, Incoming, Limits, Native,
-    NativeAtomic, OpenParams, OutMsg, ReplyTx,
+    AtomicBase, AtomicKind, Capabilities, Conduit, ConduitEp, ConduitError, Deliver, Incoming,
+    Limits, Native, NativeAtomic, OpenParams, OutMsg, ReplyTx,
 };
-use gex_core::{AmError, Category, EpAddr, EpIndex, InitError, Injected, Kind, WaitPolicy};
+use gex_core::{Category, EpAddr, EpIndex, InitError, Injected, Kind, WaitPolicy};
 use gex_sync::atomic::{AtomicU64, Ordering};
 use std::collections::VecDeque;
 use std::fmt;
@@ -925,12 +925,12 @@ impl Tx {
     }
 
     #[cold]
-    fn fail(&mut self, what: String, e: Errno) -> AmError {
+    fn fail(&mut self, what: String, e: Errno) -> ConduitError {
         let msg = format!("{}: {what}: {e}", self.who);
         if self.fatal.is_none() {
             self.fatal = Some(msg.clone());
         }
-        AmError::Conduit(msg)
+        ConduitError::Network(msg)
     }
 
     /// Sends one message of `len` bytes built by `build` to `g`, with the credits owed
@@ -941,7 +941,7 @@ impl Tx {
         g: usize,
         len: usize,
         build: impl FnOnce(&mut [u8]),
-    ) -> Result<bool, AmError> {
+    ) -> Result<bool, ConduitError> {
         let credits = self.credits.returnable(g);
         if len <= self.inject_max {
             let mut s = std::mem::take(&mut self.scratch);
@@ -991,27 +991,27 @@ impl Tx {
     }
 
     #[inline]
-    fn send_msg(&mut self, g: usize, msg: &OutMsg<'_>) -> Result<bool, AmError> {
-        let len = wire::wire_len(msg.category, msg.args.len(), msg.payload.len());
+    fn send_msg(&mut self, g: usize, msg: &OutMsg<'_>) -> Result<bool, ConduitError> {
+        let len = wire::wire_len(msg.category(), msg.args().len(), msg.payload().len());
         let (rank, index) = (self.rank, self.index);
         self.send_now(g, len, |b| {
             wire::encode(
                 b,
                 rank,
                 index,
-                msg.handler,
-                msg.kind,
-                msg.category,
-                msg.args,
-                msg.payload,
-                msg.offset,
+                msg.handler(),
+                msg.kind(),
+                msg.category(),
+                msg.args(),
+                msg.payload(),
+                msg.offset(),
             )
         })
     }
 
     /// Sends queued replies, oldest first, while resources last.
     #[cold]
-    fn flush(&mut self) -> Result<(), AmError> {
+    fn flush(&mut self) -> Result<(), ConduitError> {
         for g in 0..self.queued.len() {
             while let Some(m) = self.queued[g].pop_front() {
                 self.credits.release(g);
@@ -1053,7 +1053,7 @@ impl Tx {
     /// still refused with `-FI_EAGAIN`, after [`PROBE_DEADLINE`] (or one that completes
     /// in error) means the peer is gone.
     #[cold]
-    fn probe(&mut self, own: usize) -> Result<(), AmError> {
+    fn probe(&mut self, own: usize) -> Result<(), ConduitError> {
         for g in 0..self.queued.len() {
             if g == own {
                 continue;
@@ -1074,7 +1074,7 @@ impl Tx {
                         t.elapsed()
                     );
                     self.fatal.get_or_insert(msg.clone());
-                    return Err(AmError::Conduit(msg));
+                    return Err(ConduitError::Network(msg));
                 }
                 if in_flight {
                     continue;
@@ -1134,7 +1134,7 @@ impl Tx {
     }
 
     /// Sends credit-only messages where half a window is owed.
-    fn return_credits(&mut self) -> Result<(), AmError> {
+    fn return_credits(&mut self) -> Result<(), ConduitError> {
         let mut i = 0;
         while i < self.due.len() {
             let g = self.due[i];
@@ -1164,26 +1164,28 @@ impl Tx {
 
 impl ReplyTx for Tx {
     #[inline]
-    fn reply(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError> {
+    fn reply(&mut self, msg: &OutMsg<'_>) -> Result<(), ConduitError> {
+        let dst = msg.dst();
         if let Some(f) = &self.fatal {
-            return Err(AmError::Conduit(f.clone()));
+            return Err(ConduitError::Network(f.clone()));
         }
         let g = self.g(dst);
         if self.queued[g].is_empty() && self.send_msg(g, msg)? {
             return Ok(());
         }
         // No resources now: queue it (never block); bounded by the credit window.
-        let mut v = vec![0u8; wire::wire_len(msg.category, msg.args.len(), msg.payload.len())];
+        let mut v =
+            vec![0u8; wire::wire_len(msg.category(), msg.args().len(), msg.payload().len())];
         wire::encode(
             &mut v,
             self.rank,
             self.index,
-            msg.handler,
-            msg.kind,
-            msg.category,
-            msg.args,
-            msg.payload,
-            msg.offset,
+            msg.handler(),
+            msg.kind(),
+            msg.category(),
+            msg.args(),
+            msg.payload(),
+            msg.offset(),
         );
         self.queued[g].push_back(v);
         self.nqueued += 1;
@@ -1265,12 +1267,12 @@ impl OfiEp {
         len: usize,
         dir: Dir,
         delivery: bool,
-    ) -> Result<Native, AmError> {
+    ) -> Result<Native, ConduitError> {
         if !self.rma.on {
             return Ok(Native::Unsupported);
         }
         if let Some(f) = &self.tx.fatal {
-            return Err(AmError::Conduit(f.clone()));
+            return Err(ConduitError::Network(f.clone()));
         }
         if len == 0 {
             return Ok(Native::Done);
@@ -1338,7 +1340,7 @@ impl OfiEp {
         slot: u32,
         r: Result<(), Errno>,
         what: impl FnOnce() -> String,
-    ) -> Result<Native, AmError> {
+    ) -> Result<Native, ConduitError> {
         let i = slot as usize;
         match r {
             Ok(()) => {
@@ -1463,8 +1465,8 @@ impl OfiEp {
                 unsafe {
                     let dst = self.rx.seg.add(h.offset);
                     std::ptr::copy_nonoverlapping(body.as_ptr(), dst, h.len);
-                    std::slice::from_raw_parts(dst, h.len)
                 }
+                &[]
             }
         };
         if h.kind == Kind::Request {
@@ -1478,7 +1480,12 @@ impl OfiEp {
             category,
             args,
             payload,
-            offset: h.offset,
+            offset: if category == Category::Long {
+                h.offset
+            } else {
+                0
+            },
+            len: if category == Category::Long { h.len } else { 0 },
         };
         d.deliver(&inc, &mut *self.tx);
         Done::Delivered
@@ -1565,9 +1572,9 @@ impl OfiEp {
 
     /// Injects a request through libfabric (credits, then `fi_inject` or `fi_send`).
     #[inline]
-    fn inject_net(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<Injected, AmError> {
+    fn inject_net(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<Injected, ConduitError> {
         if let Some(f) = &self.tx.fatal {
-            return Err(AmError::Conduit(f.clone()));
+            return Err(ConduitError::Network(f.clone()));
         }
         if self.tx.nqueued > 0 {
             self.tx.flush()?;
@@ -1607,7 +1614,7 @@ impl OfiEp {
         let own = self.tx.g(EpAddr::new(self.tx.rank, self.index));
         if let Err(e) = self.tx.probe(own) {
             let msg = match e {
-                AmError::Conduit(m) => m,
+                ConduitError::Network(m) => m,
                 e => format!("{}: probing a silent peer: {e}", self.tx.who),
             };
             self.tx.fatal.get_or_insert(msg.clone());
@@ -2574,11 +2581,12 @@ impl ConduitEp for OfiEp {
     /// A request to a rank of this host (hybrid jobs) goes into its ring; any other
     /// through libfabric.
     #[inline]
-    fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, AmError> {
+    fn inject(&mut self, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, ConduitError> {
+        let dst = msg.dst();
         if let Some(near) = &mut self.near {
             let c = &self.conduit.counters[self.index as usize];
             if self.conduit.near(dst.rank) {
-                let r = near.inject(dst, msg, imm);
+                let r = near.inject(msg, imm);
                 if let Ok(Injected::Sent) = r {
                     EpCounters::bump(&c.shm_sent, 1);
                 }
@@ -2657,7 +2665,7 @@ impl ConduitEp for OfiEp {
         offset: usize,
         src: *const u8,
         len: usize,
-    ) -> Result<Native, AmError> {
+    ) -> Result<Native, ConduitError> {
         // SAFETY: forwarded contract of `native_put` (`src` only read).
         unsafe { self.native_rma(dst, offset, src.cast_mut(), len, Dir::Write, true) }
     }
@@ -2674,7 +2682,7 @@ impl ConduitEp for OfiEp {
         offset: usize,
         src: *const u8,
         len: usize,
-    ) -> Result<Native, AmError> {
+    ) -> Result<Native, ConduitError> {
         let delivery = len > self.rma.relaxed_max;
         // SAFETY: forwarded contract of `native_put` (`src` only read).
         unsafe { self.native_rma(dst, offset, src.cast_mut(), len, Dir::Write, delivery) }
@@ -2684,12 +2692,12 @@ impl ConduitEp for OfiEp {
     /// one byte from the start of `dst`'s segment into the slot's result word. The
     /// provider orders it after those writes at the target (`FI_ORDER_RAW`), so its
     /// completion means their bytes are in place. Otherwise `Done`.
-    fn native_flush(&mut self, dst: EpAddr) -> Result<Native, AmError> {
+    fn native_flush(&mut self, dst: EpAddr) -> Result<Native, ConduitError> {
         if self.rma.relaxed_max == 0 {
             return Ok(Native::Done);
         }
         if let Some(f) = &self.tx.fatal {
-            return Err(AmError::Conduit(f.clone()));
+            return Err(ConduitError::Network(f.clone()));
         }
         let g = self.tx.g(dst);
         if !self.rma.unflushed.get(g).copied().unwrap_or(false) {
@@ -2738,7 +2746,7 @@ impl ConduitEp for OfiEp {
         offset: usize,
         out: *mut u8,
         len: usize,
-    ) -> Result<Native, AmError> {
+    ) -> Result<Native, ConduitError> {
         // SAFETY: forwarded contract of `native_get`.
         unsafe { self.native_rma(dst, offset, out, len, Dir::Read, true) }
     }
@@ -2761,12 +2769,12 @@ impl ConduitEp for OfiEp {
         offset: usize,
         op: &NativeAtomic,
         result: *mut u64,
-    ) -> Result<Native, AmError> {
+    ) -> Result<Native, ConduitError> {
         if !self.rma.atomics {
             return Ok(Native::Unsupported);
         }
         if let Some(f) = &self.tx.fatal {
-            return Err(AmError::Conduit(f.clone()));
+            return Err(ConduitError::Network(f.clone()));
         }
         let g = self.tx.g(dst);
         let (Some(Some(r)), Some((call, dt, fop))) = (

@@ -12,10 +12,10 @@
 use crate::region::{self, Layout, Mapping};
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{
-    Capabilities, Conduit, ConduitEp, Deliver, Incoming, Limits, OpenParams, OutMsg, Prepare,
-    ReplyTx,
+    Capabilities, Conduit, ConduitEp, ConduitError, Deliver, Incoming, Limits, OpenParams, OutMsg,
+    Prepare, PrepareReq, ReplyTx,
 };
-use gex_core::{AmError, Category, EpAddr, EpIndex, InitError, Injected, Kind};
+use gex_core::{Category, EpAddr, EpIndex, InitError, Injected, Kind};
 use gex_sync::ring::{self, Consumer, Producer};
 use gex_sync::wait::{Doorbell, WaitPolicy};
 use std::collections::VecDeque;
@@ -43,13 +43,20 @@ fn args_area(nargs: usize) -> usize {
 
 #[inline(always)]
 fn user_word(msg: &OutMsg<'_>) -> u32 {
-    let cat = match msg.category {
+    let cat = match msg.category() {
         Category::Short => 0,
         Category::Medium => 1,
         Category::Long => 2,
     };
-    let reply = if msg.kind == Kind::Reply { U_REPLY } else { 0 };
-    msg.handler as u32 | (cat << U_CAT_SHIFT) | reply | ((msg.args.len() as u32) << U_NARGS_SHIFT)
+    let reply = if msg.kind() == Kind::Reply {
+        U_REPLY
+    } else {
+        0
+    };
+    msg.handler() as u32
+        | (cat << U_CAT_SHIFT)
+        | reply
+        | ((msg.args().len() as u32) << U_NARGS_SHIFT)
 }
 
 /// A pointer that may cross threads with its endpoint (see the module's Safety section).
@@ -127,6 +134,7 @@ struct Rx {
 #[derive(Clone, Copy, Debug)]
 struct Np {
     g: usize,
+    category: Category,
     body: *mut u8,
     body_len: usize,
 }
@@ -420,29 +428,24 @@ impl Smp {
 /// must be the destination's segment and `msg.offset + msg.payload.len() <= seg.len`.
 #[inline(always)]
 unsafe fn encode(body: *mut u8, msg: &OutMsg<'_>, seg: Seg) {
-    let area = args_area(msg.args.len());
+    let (args, payload) = (msg.args(), msg.payload());
+    let area = args_area(args.len());
     // SAFETY: caller guarantees `body` has room for the args area and what follows.
     unsafe {
-        std::ptr::copy_nonoverlapping(msg.args.as_ptr().cast::<u8>(), body, msg.args.len() * 4);
-        match msg.category {
+        std::ptr::copy_nonoverlapping(args.as_ptr().cast::<u8>(), body, args.len() * 4);
+        match msg.category() {
             Category::Short => {}
             Category::Medium => {
-                std::ptr::copy_nonoverlapping(
-                    msg.payload.as_ptr(),
-                    body.add(area),
-                    msg.payload.len(),
-                );
+                std::ptr::copy_nonoverlapping(payload.as_ptr(), body.add(area), payload.len());
             }
             Category::Long => {
-                let dst = seg.base.0.as_ptr().add(msg.offset);
-                if dst.cast_const() != msg.payload.as_ptr() {
+                let dst = seg.base.0.as_ptr().add(msg.offset());
+                if dst.cast_const() != payload.as_ptr() {
                     // `copy`, not `copy_nonoverlapping`: the source may be in a segment.
-                    std::ptr::copy(msg.payload.as_ptr(), dst, msg.payload.len());
+                    std::ptr::copy(payload.as_ptr(), dst, payload.len());
                 }
-                body.add(area).cast::<u64>().write(msg.offset as u64);
-                body.add(area + 8)
-                    .cast::<u64>()
-                    .write(msg.payload.len() as u64);
+                body.add(area).cast::<u64>().write(msg.offset() as u64);
+                body.add(area + 8).cast::<u64>().write(payload.len() as u64);
             }
         }
     }
@@ -450,10 +453,10 @@ unsafe fn encode(body: *mut u8, msg: &OutMsg<'_>, seg: Seg) {
 
 #[inline(always)]
 fn body_len(msg: &OutMsg<'_>) -> usize {
-    let area = args_area(msg.args.len());
-    match msg.category {
+    let area = args_area(msg.args().len());
+    match msg.category() {
         Category::Short => area,
-        Category::Medium => area + msg.payload.len(),
+        Category::Medium => area + msg.payload().len(),
         Category::Long => area + 16,
     }
 }
@@ -512,8 +515,8 @@ impl Tx {
 
 impl ReplyTx for Tx {
     #[inline]
-    fn reply(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError> {
-        let g = self.g(dst);
+    fn reply(&mut self, msg: &OutMsg<'_>) -> Result<(), ConduitError> {
+        let g = self.g(msg.dst());
         if (self.npending == 0 || self.pending[g].is_empty())
             && put(&mut self.rep[g], msg, self.segs[g])
         {
@@ -553,26 +556,28 @@ fn drain<D: Deliver>(
         );
         // SAFETY: bodies are 8-byte aligned and hold `nargs` u32 arguments first.
         let args = unsafe { std::slice::from_raw_parts(body.as_ptr().cast::<u32>(), nargs) };
-        let (category, payload, offset): (Category, &[u8], usize) = match (user >> U_CAT_SHIFT) & 3
-        {
-            0 => (Category::Short, &[], 0),
-            1 => (Category::Medium, &body[area..], 0),
-            _ => {
-                // SAFETY: the body holds two u64 (offset, length) after the args area.
-                let (off, len) = unsafe {
-                    let p = body.as_ptr().add(area).cast::<u64>();
-                    (p.read() as usize, p.add(1).read() as usize)
-                };
-                assert!(
-                    off.checked_add(len).is_some_and(|e| e <= seg.len),
-                    "gex smp: Long from {src} outside the segment"
-                );
-                // SAFETY: in bounds of this endpoint's segment (checked); the sender wrote
-                // it before publishing the record we acquired.
-                let p = unsafe { std::slice::from_raw_parts(seg.base.0.as_ptr().add(off), len) };
-                (Category::Long, p, off)
-            }
-        };
+        let (category, payload, offset, len): (Category, &[u8], usize, usize) =
+            match (user >> U_CAT_SHIFT) & 3 {
+                0 => (Category::Short, &[], 0, 0),
+                1 => (Category::Medium, &body[area..], 0, 0),
+                _ => {
+                    assert!(
+                        body.len() >= area + 16,
+                        "gex smp: corrupt Long record from {src}"
+                    );
+                    // SAFETY: the body holds two u64 (offset, length) after the args area
+                    // (checked above).
+                    let (off, len) = unsafe {
+                        let p = body.as_ptr().add(area).cast::<u64>();
+                        (p.read() as usize, p.add(1).read() as usize)
+                    };
+                    assert!(
+                        off.checked_add(len).is_some_and(|e| e <= seg.len),
+                        "gex smp: Long from {src} outside the segment"
+                    );
+                    (Category::Long, &[], off, len)
+                }
+            };
         let inc = Incoming {
             src,
             handler: user as u8,
@@ -581,6 +586,7 @@ fn drain<D: Deliver>(
             args,
             payload,
             offset,
+            len,
         };
         d.deliver(&inc, tx);
         c.pop();
@@ -621,8 +627,8 @@ impl ConduitEp for SmpEp {
     }
 
     #[inline]
-    fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, AmError> {
-        let g = self.tx.g(dst);
+    fn inject(&mut self, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, ConduitError> {
+        let g = self.tx.g(msg.dst());
         if put(&mut self.tx.req[g], msg, self.tx.segs[g]) {
             self.tx.bells[g].get().ring();
             Ok(Injected::Sent)
@@ -710,16 +716,10 @@ impl ConduitEp for SmpEp {
         }
     }
 
-    fn prepare(
-        &mut self,
-        dst: EpAddr,
-        category: Category,
-        max_len: usize,
-        offset: usize,
-        _imm: bool,
-    ) -> Result<Prepare, AmError> {
+    fn prepare(&mut self, req: &PrepareReq, _imm: bool) -> Result<Prepare, ConduitError> {
+        let (dst, max_len, offset) = (req.dst(), req.max_len(), req.offset());
         let g = self.tx.g(dst);
-        match category {
+        match req.category() {
             Category::Short => Ok(Prepare::Bounce),
             Category::Medium => {
                 let body_len = NP_ARGS_AREA + max_len;
@@ -728,7 +728,12 @@ impl ConduitEp for SmpEp {
                 };
                 let body = r.body_ptr();
                 drop(r); // re-reserved identically at commit: nothing else uses this ring meanwhile
-                self.np = Some(Np { g, body, body_len });
+                self.np = Some(Np {
+                    g,
+                    category: Category::Medium,
+                    body,
+                    body_len,
+                });
                 // SAFETY: the reservation covers NP_ARGS_AREA + max_len bytes from `body`.
                 let p = unsafe { body.add(NP_ARGS_AREA) };
                 Ok(Prepare::InPlace(NonNull::slice_from_raw_parts(
@@ -743,6 +748,7 @@ impl ConduitEp for SmpEp {
                 }
                 self.np = Some(Np {
                     g,
+                    category: Category::Long,
                     body: std::ptr::null_mut(),
                     body_len,
                 });
@@ -757,12 +763,22 @@ impl ConduitEp for SmpEp {
         }
     }
 
-    fn commit(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError> {
-        let np = self.np.take().expect("commit without prepare");
+    fn commit(&mut self, msg: &OutMsg<'_>) -> Result<(), ConduitError> {
+        let np = self
+            .np
+            .take()
+            .ok_or_else(|| ConduitError::Contract("smp: commit without prepare".into()))?;
         let g = np.g;
-        debug_assert_eq!(g, self.tx.g(dst));
+        if g != self.tx.g(msg.dst()) || np.category != msg.category() {
+            return Err(ConduitError::Contract(format!(
+                "smp: commit of a {:?} to {} does not match the prepared {:?}",
+                msg.category(),
+                msg.dst(),
+                np.category
+            )));
+        }
         let seg = self.tx.segs[g];
-        match msg.category {
+        match msg.category() {
             Category::Medium => {
                 let mut r = self.tx.req[g]
                     .reserve(np.body_len)
@@ -775,14 +791,14 @@ impl ConduitEp for SmpEp {
                 // SAFETY: the first NP_ARGS_AREA bytes of the reservation hold the args.
                 unsafe {
                     std::ptr::copy_nonoverlapping(
-                        msg.args.as_ptr().cast::<u8>(),
+                        msg.args().as_ptr().cast::<u8>(),
                         body,
-                        msg.args.len() * 4,
+                        msg.args().len() * 4,
                     )
                 };
                 r.commit(
                     user_word(msg) | U_FIXED_ARGS,
-                    NP_ARGS_AREA + msg.payload.len(),
+                    NP_ARGS_AREA + msg.payload().len(),
                 );
             }
             _ => {

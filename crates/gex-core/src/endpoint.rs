@@ -17,7 +17,8 @@
 use crate::client::Shared;
 use crate::error::{AmError, RegisterError};
 use crate::spi::{
-    Conduit, ConduitEp, Deliver, Incoming, Limits, OutMsg, OwnedInjected, Prepare, ReplyTx,
+    Conduit, ConduitEp, Deliver, Incoming, Limits, OutMsg, OwnedInjected, OwnedMsg, Prepare,
+    PrepareReq, ReplyTx,
 };
 use crate::types::FIRST_CLIENT_HANDLER;
 use crate::types::{Category, EpAddr, EpIndex, Flags, HandlerIndex, Injected, Kind, Rank};
@@ -174,15 +175,16 @@ impl Token<'_> {
             offset,
             &self.shared.layout.seg_len,
         )?;
-        let msg = OutMsg {
+        let msg = OutMsg::new(
+            self.src,
             handler,
-            kind: Kind::Reply,
+            Kind::Reply,
             category,
             args,
             payload,
             offset,
-        };
-        self.tx.reply(self.src, &msg)?;
+        );
+        self.tx.reply(&msg)?;
         self.replied = true;
         am_trace!("reply", self.src, handler, category, payload.len());
         Ok(())
@@ -416,6 +418,8 @@ struct Dispatch<'e> {
     shared: &'e Shared,
     limits: &'e [Limits],
     me: EpAddr,
+    /// This endpoint's segment (Long payloads land in it).
+    seg: (NonNull<u8>, usize),
 }
 
 impl Deliver for Dispatch<'_> {
@@ -442,12 +446,26 @@ impl Deliver for Dispatch<'_> {
                         FIRST_CLIENT_HANDLER
                     },
                 };
+                let payload: &[u8] = if m.category == Category::Long {
+                    let (base, seg_len) = self.seg;
+                    assert!(
+                        m.offset.checked_add(m.len).is_some_and(|e| e <= seg_len),
+                        "gex: {} received a Long from {} outside its segment",
+                        self.me,
+                        m.src
+                    );
+                    // SAFETY: in bounds of this endpoint's segment (checked above), which
+                    // the conduit keeps mapped for its life.
+                    unsafe { std::slice::from_raw_parts(base.as_ptr().add(m.offset), m.len) }
+                } else {
+                    m.payload
+                };
                 let am = Am {
                     src: m.src,
                     category: m.category,
                     kind: m.kind,
                     args: m.args,
-                    payload: m.payload,
+                    payload,
                     offset: m.offset,
                 };
                 h(&mut t, am);
@@ -810,17 +828,10 @@ impl<C: Conduit> Endpoint<C> {
             &payload,
             offset,
         )?;
-        let msg = OutMsg {
-            handler,
-            kind: Kind::Request,
-            category,
-            args,
-            payload: &[],
-            offset,
-        };
         let mut spins = 0u32;
         loop {
-            match self.cep.inject_owned(dst, &msg, payload, false)? {
+            let msg = OwnedMsg::new(dst, handler, category, args, payload, offset);
+            match self.cep.inject_owned(msg, false)? {
                 OwnedInjected::Done(buf) => {
                     self.stats.sent[dst.rank as usize] += 1;
                     am_trace!("request", dst, handler, category, buf.len());
@@ -894,18 +905,11 @@ impl<C: Conduit> Endpoint<C> {
             payload,
             offset,
         )?;
-        let msg = OutMsg {
-            handler,
-            kind: Kind::Request,
-            category,
-            args,
-            payload,
-            offset,
-        };
+        let msg = OutMsg::new(dst, handler, Kind::Request, category, args, payload, offset);
         let imm = flags.contains(Flags::IMMEDIATE);
         let mut spins = 0u32;
         loop {
-            match self.cep.inject(dst, &msg, imm)? {
+            match self.cep.inject(&msg, imm)? {
                 Injected::Sent => {
                     self.stats.sent[dst.rank as usize] += 1;
                     am_trace!("request", dst, handler, category, payload.len());
@@ -997,7 +1001,8 @@ impl<C: Conduit> Endpoint<C> {
         }
         let imm = flags.contains(Flags::IMMEDIATE);
         loop {
-            match self.cep.prepare(dst, category, max_len, offset, imm)? {
+            let req = PrepareReq::new(dst, category, max_len, offset);
+            match self.cep.prepare(&req, imm)? {
                 Prepare::InPlace(buf) => {
                     debug_assert!(buf.len() >= max_len);
                     return Ok(Some(Prepared {
@@ -1042,6 +1047,7 @@ impl<C: Conduit> Endpoint<C> {
             shared: &self.shared,
             limits: &self.limits,
             me: self.me,
+            seg: self.cep.local_segment(),
         };
         self.cep.poll(&mut d, 64)
     }
@@ -1230,6 +1236,12 @@ impl<C: Conduit> std::fmt::Debug for Prepared<'_, C> {
 }
 
 impl<C: Conduit> Prepared<'_, C> {
+    /// True if the buffer is the conduit's own (built in place, no copy at commit);
+    /// false for the endpoint's bounce buffer.
+    pub fn in_place(&self) -> bool {
+        self.buf.is_some()
+    }
+
     /// The buffer to fill (exactly the length prepared).
     pub fn buffer(&mut self) -> &mut [u8] {
         match self.buf {
@@ -1280,15 +1292,16 @@ impl<C: Conduit> Prepared<'_, C> {
                     ep.cep.cancel();
                     return Err(e);
                 }
-                let msg = OutMsg {
+                let msg = OutMsg::new(
+                    self.dst,
                     handler,
-                    kind: Kind::Request,
-                    category: self.category,
+                    Kind::Request,
+                    self.category,
                     args,
                     payload,
-                    offset: self.offset,
-                };
-                ep.cep.commit(self.dst, &msg)?;
+                    self.offset,
+                );
+                ep.cep.commit(&msg)?;
                 ep.stats.sent[self.dst.rank as usize] += 1;
                 Ok(())
             }

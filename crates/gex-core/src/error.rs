@@ -79,8 +79,8 @@ pub enum AmError {
         prepared: usize,
     },
     /// The conduit failed (the peer or the network is gone).
-    #[error("conduit failure: {0}")]
-    Conduit(String),
+    #[error(transparent)]
+    Conduit(#[from] crate::spi::ConduitError),
 }
 
 /// Errors from handler registration.

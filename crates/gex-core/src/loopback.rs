@@ -11,10 +11,10 @@
 //! threads); that is acceptable here because loopback is never a performance path.
 
 use crate::boot::Bootstrap;
-use crate::error::{AmError, InitError};
+use crate::error::InitError;
 use crate::spi::{
-    Capabilities, Conduit, ConduitEp, Deliver, Incoming, JobLayout, Limits, OpenParams, OutMsg,
-    OwnedInjected, ReplyTx,
+    Capabilities, Conduit, ConduitEp, ConduitError, Deliver, Incoming, JobLayout, Limits,
+    OpenParams, OutMsg, OwnedInjected, OwnedMsg, ReplyTx,
 };
 use crate::types::{Category, EpAddr, EpIndex, HandlerIndex, Injected, Kind};
 use gex_sync::atomic::{AtomicU64, Ordering};
@@ -132,45 +132,36 @@ impl Conduit for Loopback {
 }
 
 impl LoopbackEp {
-    fn push(&self, dst: EpAddr, msg: &OutMsg<'_>) {
-        self.push_owned(dst, msg, None, None)
-    }
-
-    fn push_owned(
-        &self,
-        dst: EpAddr,
-        msg: &OutMsg<'_>,
-        owned: Option<Vec<u8>>,
-        ticket: Option<u64>,
-    ) {
+    fn push(&self, msg: &OutMsg<'_>, owned: Option<Vec<u8>>, ticket: Option<u64>) {
+        let dst = msg.dst();
         let target = &self.conduit.segs[dst.ep as usize];
-        let (payload, len) = if msg.category == Category::Long {
+        let (payload, len) = if msg.category() == Category::Long {
             #[allow(unsafe_code)]
             // SAFETY: the core checked offset+len against the segment length; the
             // source is a caller buffer distinct from segment memory or, if it is
             // inside a segment, `copy` handles overlap.
             unsafe {
                 std::ptr::copy(
-                    msg.payload.as_ptr(),
-                    target.base().as_ptr().add(msg.offset),
-                    msg.payload.len(),
+                    msg.payload().as_ptr(),
+                    target.base().as_ptr().add(msg.offset()),
+                    msg.payload().len(),
                 )
             };
-            (Vec::new(), msg.payload.len())
+            (Vec::new(), msg.payload().len())
         } else if let Some(buf) = owned {
             let len = buf.len();
             (buf, len)
         } else {
-            (msg.payload.to_vec(), msg.payload.len())
+            (msg.payload().to_vec(), msg.payload().len())
         };
         let m = Msg {
             src: EpAddr::new(0, self.index),
-            handler: msg.handler,
-            kind: msg.kind,
-            category: msg.category,
-            args: msg.args.to_vec(),
+            handler: msg.handler(),
+            kind: msg.kind(),
+            category: msg.category(),
+            args: msg.args().to_vec(),
             payload,
-            offset: msg.offset,
+            offset: msg.offset(),
             len,
             ticket,
         };
@@ -182,8 +173,8 @@ impl LoopbackEp {
 }
 
 impl ReplyTx for LoopbackEp {
-    fn reply(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError> {
-        self.push(dst, msg);
+    fn reply(&mut self, msg: &OutMsg<'_>) -> Result<(), ConduitError> {
+        self.push(msg, None, None);
         Ok(())
     }
 }
@@ -216,28 +207,41 @@ impl ConduitEp for LoopbackEp {
             .filter(|_| dst.rank == 0)
             .map(SegMem::base)
     }
-    fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, AmError> {
-        self.push(dst, msg);
+    fn inject(&mut self, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, ConduitError> {
+        self.push(msg, None, None);
         Ok(Injected::Sent)
     }
     fn inject_owned(
         &mut self,
-        dst: EpAddr,
-        msg: &OutMsg<'_>,
-        payload: Vec<u8>,
+        msg: OwnedMsg<'_>,
         _imm: bool,
-    ) -> Result<OwnedInjected, AmError> {
-        if msg.category != Category::Medium {
-            let m = OutMsg {
-                payload: &payload,
-                ..*msg
-            };
-            self.push(dst, &m);
-            return Ok(OwnedInjected::Done(payload));
+    ) -> Result<OwnedInjected, ConduitError> {
+        if msg.msg().category() != Category::Medium {
+            self.push(&msg.msg(), None, None);
+            return Ok(OwnedInjected::Done(msg.into_payload()));
         }
         let ticket = self.conduit.next_ticket.fetch_add(1, Ordering::Relaxed);
         // The buffer itself travels with the message: no copy.
-        self.push_owned(dst, msg, Some(payload), Some(ticket));
+        let (dst, handler, args) = {
+            let m = msg.msg();
+            (m.dst(), m.handler(), m.args().to_vec())
+        };
+        let payload = msg.into_payload();
+        let m = Msg {
+            src: EpAddr::new(0, self.index),
+            handler,
+            kind: Kind::Request,
+            category: Category::Medium,
+            args,
+            len: payload.len(),
+            payload,
+            offset: 0,
+            ticket: Some(ticket),
+        };
+        self.conduit.inboxes[dst.ep as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(m);
         Ok(OwnedInjected::Pending(ticket))
     }
 
@@ -256,27 +260,16 @@ impl ConduitEp for LoopbackEp {
             let Some(m) = inbox.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else {
                 break;
             };
-            let seg = &self.conduit.segs[self.index as usize];
-            let long;
-            let payload: &[u8] = if m.category == Category::Long {
-                #[allow(unsafe_code)]
-                // SAFETY: the range was bounds-checked by the core at injection and the
-                // segment lives as long as the conduit.
-                unsafe {
-                    long = std::slice::from_raw_parts(seg.base().as_ptr().add(m.offset), m.len);
-                }
-                long
-            } else {
-                &m.payload
-            };
+            let long = m.category == Category::Long;
             let inc = Incoming {
                 src: m.src,
                 handler: m.handler,
                 kind: m.kind,
                 category: m.category,
                 args: &m.args,
-                payload,
-                offset: m.offset,
+                payload: if long { &[] } else { &m.payload },
+                offset: if long { m.offset } else { 0 },
+                len: if long { m.len } else { 0 },
             };
             d.deliver(&inc, self);
             if let Some(t) = m.ticket {

@@ -12,10 +12,11 @@
 //! |---|---|---|
 //! | setup | [`Conduit::open`] | collective; creates `params.layout.eps[rank]` endpoints, each with its segment, and publishes them |
 //! | description | [`Conduit::NAME`], [`ConduitEp::capabilities`], [`ConduitEp::limits`] | capability flags must match what is implemented (checked by the conformance suite) |
-//! | AM injection | [`ConduitEp::inject`] | request injection; `Ok(Sent)` means the payload source may be reused; `Ok(WouldBlock)` only when `imm` |
+//! | AM injection | [`ConduitEp::inject`] | request injection of a validated [`OutMsg`] (only the core builds one); `Ok(Sent)` means the payload source may be reused; `Ok(WouldBlock)` only when `imm` |
 //! | local completion | [`ConduitEp::inject_owned`], [`ConduitEp::lc_test`] | optional; owned payloads whose release may be deferred; the default completes synchronously |
 //! | replies | [`ReplyTx::reply`] | never blocks and never fails for lack of resources (the conduit reserves or defers) |
-//! | negotiated payload | [`ConduitEp::prepare`], [`ConduitEp::commit`] | optional; the default returns `None` and the core uses a bounce buffer |
+//! | negotiated payload | [`ConduitEp::prepare`], [`ConduitEp::commit`] | optional; validated [`PrepareReq`]; the default answers [`Prepare::Bounce`] and the core uses a bounce buffer |
+//! | errors | [`ConduitError`] | the contract's own error type: peer gone, corrupt message, network failure, contract violation |
 //! | progress | [`ConduitEp::poll`] | drains incoming messages of this EP only, calling [`Deliver::deliver`] once per message |
 //! | waiting | [`ConduitEp::block`] | sleeps until a message may have arrived (spurious returns allowed) |
 //! | neighbourhood | [`ConduitEp::local_segment`], [`ConduitEp::peer_segment`] | local mapping of a peer's segment when it shares memory |
@@ -26,7 +27,12 @@
 //!
 //! Validation of arguments (ranks, endpoint indices, argument counts, payload sizes,
 //! segment bounds, handler registration, reply rules) is done by the core *before* the
-//! conduit is called, so a conduit may assume its inputs are valid.
+//! conduit is called, and the validated values travel in types only the core can build
+//! ([`OutMsg`], [`OwnedMsg`], [`PrepareReq`]), so a conduit may assume its inputs are
+//! valid, and no safe code outside the core can hand it anything else. Every other
+//! safe method of [`ConduitEp`] must be sound for any argument (an unknown ticket, a
+//! rank outside the job): the layers above reach the conduit endpoint through safe
+//! code.
 //!
 //! # Safety
 //! This module declares the `unsafe` native-operation methods (their callers promise
@@ -34,7 +40,7 @@
 #![allow(unsafe_code)]
 
 use crate::boot::Bootstrap;
-use crate::error::{AmError, InitError};
+use crate::error::InitError;
 use crate::types::{Category, EpAddr, EpIndex, HandlerIndex, Injected, Kind};
 use bitflags::bitflags;
 use gex_sync::wait::WaitPolicy;
@@ -261,24 +267,196 @@ pub enum OwnedInjected {
     WouldBlock(Vec<u8>),
 }
 
-/// One outgoing message, already validated by the core.
+/// One outgoing message, validated by the core: only gex-core can build one, so a
+/// conduit may rely on every field without checking it again.
+///
+/// What the core checked before building it: `dst` is a rank of the job and an endpoint
+/// that rank has; `args` holds at most [`Limits::max_args`] words for `dst`; a Medium
+/// payload is at most [`Limits::max_medium`], a Long one at most [`Limits::max_long`]
+/// and `[offset, offset + payload.len())` lies inside `dst`'s published segment; the
+/// handler is registered (request) or the reply rules hold (reply).
+///
+/// Code outside gex-core cannot forge one:
+/// ```compile_fail
+/// let m = gex_core::spi::OutMsg { dst: gex_core::EpAddr::rank(0) };
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct OutMsg<'a> {
-    /// Handler index at the target.
-    pub handler: HandlerIndex,
+    dst: EpAddr,
+    handler: HandlerIndex,
+    kind: Kind,
+    category: Category,
+    args: &'a [u32],
+    payload: &'a [u8],
+    offset: usize,
+}
+
+impl<'a> OutMsg<'a> {
+    /// Builds a message the caller has validated (see the type's documentation).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn new(
+        dst: EpAddr,
+        handler: HandlerIndex,
+        kind: Kind,
+        category: Category,
+        args: &'a [u32],
+        payload: &'a [u8],
+        offset: usize,
+    ) -> Self {
+        OutMsg {
+            dst,
+            handler,
+            kind,
+            category,
+            args,
+            payload,
+            offset,
+        }
+    }
+    /// The destination endpoint.
+    #[inline(always)]
+    pub fn dst(&self) -> EpAddr {
+        self.dst
+    }
+    /// Handler index at the destination.
+    #[inline(always)]
+    pub fn handler(&self) -> HandlerIndex {
+        self.handler
+    }
     /// Request or reply.
-    pub kind: Kind,
-    /// Category.
-    pub category: Category,
-    /// Arguments (at most `max_args`).
-    pub args: &'a [u32],
-    /// Payload (empty for Short).
-    pub payload: &'a [u8],
-    /// Long only: destination offset in the target EP's segment (checked in bounds).
-    pub offset: usize,
+    #[inline(always)]
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+    /// Short, Medium or Long.
+    #[inline(always)]
+    pub fn category(&self) -> Category {
+        self.category
+    }
+    /// The arguments (at most `max_args` for the destination).
+    #[inline(always)]
+    pub fn args(&self) -> &'a [u32] {
+        self.args
+    }
+    /// The payload (empty for Short).
+    #[inline(always)]
+    pub fn payload(&self) -> &'a [u8] {
+        self.payload
+    }
+    /// Long only: where the payload goes in the destination's segment (in bounds).
+    #[inline(always)]
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+}
+
+/// A validated request whose payload buffer the conduit takes over
+/// ([`ConduitEp::inject_owned`]); built only by gex-core, like [`OutMsg`].
+#[derive(Debug)]
+pub struct OwnedMsg<'a> {
+    dst: EpAddr,
+    handler: HandlerIndex,
+    category: Category,
+    args: &'a [u32],
+    payload: Vec<u8>,
+    offset: usize,
+}
+
+impl<'a> OwnedMsg<'a> {
+    pub(crate) fn new(
+        dst: EpAddr,
+        handler: HandlerIndex,
+        category: Category,
+        args: &'a [u32],
+        payload: Vec<u8>,
+        offset: usize,
+    ) -> Self {
+        OwnedMsg {
+            dst,
+            handler,
+            category,
+            args,
+            payload,
+            offset,
+        }
+    }
+    /// The message, with the owned buffer as its payload.
+    #[inline]
+    pub fn msg(&self) -> OutMsg<'_> {
+        OutMsg {
+            dst: self.dst,
+            handler: self.handler,
+            kind: Kind::Request,
+            category: self.category,
+            args: self.args,
+            payload: &self.payload,
+            offset: self.offset,
+        }
+    }
+    /// Takes the payload buffer (the conduit keeps it until local completion).
+    pub fn into_payload(self) -> Vec<u8> {
+        self.payload
+    }
+    /// Splits the message into its header (the same message with an empty payload) and
+    /// the payload buffer, for conduits that send the buffer itself.
+    pub fn into_parts(self) -> (OutMsg<'a>, Vec<u8>) {
+        let header = OutMsg {
+            dst: self.dst,
+            handler: self.handler,
+            kind: Kind::Request,
+            category: self.category,
+            args: self.args,
+            payload: &[],
+            offset: self.offset,
+        };
+        (header, self.payload)
+    }
+}
+
+/// A validated request for a negotiated-payload buffer ([`ConduitEp::prepare`]); built
+/// only by gex-core: `dst` exists, `max_len` is within the limits for `dst` and, for
+/// Long, `[offset, offset + max_len)` lies inside `dst`'s segment.
+#[derive(Clone, Copy, Debug)]
+pub struct PrepareReq {
+    dst: EpAddr,
+    category: Category,
+    max_len: usize,
+    offset: usize,
+}
+
+impl PrepareReq {
+    pub(crate) fn new(dst: EpAddr, category: Category, max_len: usize, offset: usize) -> Self {
+        PrepareReq {
+            dst,
+            category,
+            max_len,
+            offset,
+        }
+    }
+    /// The destination endpoint.
+    pub fn dst(&self) -> EpAddr {
+        self.dst
+    }
+    /// Medium or Long (never Short).
+    pub fn category(&self) -> Category {
+        self.category
+    }
+    /// The most payload bytes the message will carry.
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+    /// Long only: where the payload goes in the destination's segment.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
 }
 
 /// One incoming message as handed to [`Deliver::deliver`].
+///
+/// A Long payload is described, not lent: it lies in this endpoint's segment, which
+/// other ranks may write at any time, so the core (not a slice) decides how handlers
+/// see it.
 #[derive(Clone, Copy, Debug)]
 pub struct Incoming<'a> {
     /// Sending endpoint.
@@ -291,22 +469,25 @@ pub struct Incoming<'a> {
     pub category: Category,
     /// Arguments.
     pub args: &'a [u32],
-    /// Medium: the payload, valid during delivery. Long: the bytes just written into
-    /// this EP's segment. Short: empty.
+    /// Medium only: the payload, valid during delivery and written by nobody meanwhile.
+    /// Empty for Short and Long.
     pub payload: &'a [u8],
     /// Long only: the offset of the payload in this EP's segment.
     pub offset: usize,
+    /// Long only: the payload length (the bytes at `offset` were written before the
+    /// message was published).
+    pub len: usize,
 }
 
 /// The reply half of a conduit endpoint, handed to [`Deliver::deliver`] so request
 /// handlers can reply while the conduit is iterating its receive queues.
 pub trait ReplyTx {
-    /// Sends a reply. Must not block and must not fail for lack of resources: a conduit
-    /// reserves reply resources or defers the reply internally.
+    /// Sends a reply to `msg.dst()`. Must not block and must not fail for lack of
+    /// resources: a conduit reserves reply resources or defers the reply internally.
     ///
     /// # Errors
-    /// [`AmError::Conduit`] if the peer or network failed.
-    fn reply(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError>;
+    /// [`ConduitError`] if the peer or network failed.
+    fn reply(&mut self, msg: &OutMsg<'_>) -> Result<(), ConduitError>;
 }
 
 /// Receiver of incoming messages during [`ConduitEp::poll`] (implemented by the core).
@@ -315,12 +496,44 @@ pub trait Deliver {
     fn deliver(&mut self, msg: &Incoming<'_>, tx: &mut dyn ReplyTx);
 }
 
+/// The error type of the conduit contract: what a network reports.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConduitError {
+    /// A peer's process or connection is gone.
+    #[error("rank {rank} is gone: {detail}")]
+    PeerGone {
+        /// The peer.
+        rank: u32,
+        /// What was observed.
+        detail: String,
+    },
+    /// A peer sent bytes that do not decode (a corrupt or foreign message).
+    #[error("corrupt message from rank {rank}: {detail}")]
+    Corrupt {
+        /// The peer.
+        rank: u32,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The network or the provider failed.
+    #[error("network failure: {0}")]
+    Network(String),
+    /// A call broke the conduit contract (for example a commit without a prepare).
+    #[error("conduit contract violated: {0}")]
+    Contract(String),
+}
+
 /// A conduit: the per-rank network instance. See the [module documentation](self).
 pub trait Conduit: Send + Sync + Sized + 'static {
     /// The conduit's endpoint type.
     type Ep: ConduitEp;
     /// Short name, e.g. `"smp"`; `GEX_CONDUIT` selects by it.
     const NAME: &'static str;
+    /// The `GEX_*` settings this conduit reads, declared in its own crate (the facade
+    /// collects them with the core's and the layers' into the registry that
+    /// `gex-info env` prints and `GEX_VERBOSEENV=1` shows).
+    const ENV_VARS: &'static [crate::config::EnvVar] = &[];
     /// Opens the conduit: collective over `boot`, creates every endpoint of this rank
     /// (with its segment, zero-filled) and connects to every peer.
     ///
@@ -368,33 +581,30 @@ pub trait ConduitEp: Send + 'static {
     fn local_segment(&self) -> (NonNull<u8>, usize);
     /// The local mapping of `dst`'s segment if it shares memory with this rank.
     fn peer_segment(&self, dst: EpAddr) -> Option<(NonNull<u8>, usize)>;
-    /// Injects a request. Returns `Ok(Sent)` once the payload source may be reused;
-    /// `Ok(WouldBlock)` if resources are lacking and `imm` is set. Without `imm` the
-    /// conduit may also return `WouldBlock`; the core then polls and retries.
+    /// Injects a request to `msg.dst()`. Returns `Ok(Sent)` once the payload source
+    /// may be reused; `Ok(WouldBlock)` if resources are lacking and `imm` is set.
+    /// Without `imm` the conduit may also return `WouldBlock`; the core then polls and
+    /// retries.
     ///
     /// # Errors
-    /// [`AmError::Conduit`] if the network failed.
-    fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, AmError>;
+    /// [`ConduitError`] if the peer or the network failed.
+    fn inject(&mut self, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, ConduitError>;
     /// Injects a request whose payload buffer the conduit takes over, so local
-    /// completion may be deferred without copying (`msg.payload` is empty; the payload
-    /// is `payload`). The default injects synchronously and hands the buffer back. Like
-    /// [`inject`](ConduitEp::inject) it may answer `WouldBlock` (with the buffer) when
-    /// resources are lacking; without `imm` the core polls and retries.
+    /// completion may be deferred without copying. The default injects synchronously
+    /// and hands the buffer back. Like [`inject`](ConduitEp::inject) it may answer
+    /// `WouldBlock` (with the buffer) when resources are lacking; without `imm` the
+    /// core polls and retries.
     ///
     /// # Errors
-    /// [`AmError::Conduit`] if the network failed.
+    /// [`ConduitError`] if the peer or the network failed.
     fn inject_owned(
         &mut self,
-        dst: EpAddr,
-        msg: &OutMsg<'_>,
-        payload: Vec<u8>,
+        msg: OwnedMsg<'_>,
         imm: bool,
-    ) -> Result<OwnedInjected, AmError> {
-        let m = OutMsg {
-            payload: &payload,
-            ..*msg
-        };
-        Ok(match self.inject(dst, &m, imm)? {
+    ) -> Result<OwnedInjected, ConduitError> {
+        let sent = self.inject(&msg.msg(), imm)?;
+        let payload = msg.into_payload();
+        Ok(match sent {
             Injected::Sent => OwnedInjected::Done(payload),
             Injected::WouldBlock => OwnedInjected::WouldBlock(payload),
         })
@@ -416,35 +626,31 @@ pub trait ConduitEp: Send + 'static {
     /// Sleeps until a message may have arrived or `timeout` passed. Spurious returns are
     /// allowed; a conduit without a wait object returns at once.
     fn block(&mut self, timeout: Duration);
-    /// Reserves space for a request payload of up to `max_len` bytes to be built in
-    /// place (negotiated payload). The default answers [`Prepare::Bounce`] and the core
-    /// builds the payload in its own buffer, then injects it. An in-place buffer stays
-    /// valid until [`commit`](ConduitEp::commit) or [`cancel`](ConduitEp::cancel), no
-    /// other method of this EP is called in between, and gex hands it to nobody else.
-    /// For Long it may be the destination range itself (shared-memory conduits), so
-    /// `cancel` sends nothing but cannot undo bytes already written there.
+    /// Reserves space for a request payload of up to `req.max_len()` bytes to be built
+    /// in place (negotiated payload). The default answers [`Prepare::Bounce`] and the
+    /// core builds the payload in its own buffer, then injects it. An in-place buffer
+    /// stays valid until [`commit`](ConduitEp::commit) or [`cancel`](ConduitEp::cancel),
+    /// no other method of this EP is called in between, and gex hands it to nobody
+    /// else. For Long it may be the destination range itself (shared-memory conduits),
+    /// so `cancel` sends nothing but cannot undo bytes already written there.
     ///
     /// # Errors
-    /// [`AmError::Conduit`] if the network failed.
-    fn prepare(
-        &mut self,
-        dst: EpAddr,
-        category: Category,
-        max_len: usize,
-        offset: usize,
-        imm: bool,
-    ) -> Result<Prepare, AmError> {
-        let _ = (dst, category, max_len, offset, imm);
+    /// [`ConduitError`] if the peer or the network failed.
+    fn prepare(&mut self, req: &PrepareReq, imm: bool) -> Result<Prepare, ConduitError> {
+        let _ = (req, imm);
         Ok(Prepare::Bounce)
     }
-    /// Publishes a prepared message with `msg.payload.len()` bytes taken from the
-    /// prepared buffer (`msg.payload` points at it).
+    /// Publishes a prepared message with `msg.payload().len()` bytes taken from the
+    /// prepared buffer (`msg.payload()` points at it).
     ///
     /// # Errors
-    /// [`AmError::Conduit`] if the network failed.
-    fn commit(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError> {
-        let _ = (dst, msg);
-        unreachable!("commit without a successful prepare")
+    /// [`ConduitError::Contract`] if nothing was prepared, or prepared for another
+    /// destination or category; [`ConduitError`] if the peer or the network failed.
+    fn commit(&mut self, msg: &OutMsg<'_>) -> Result<(), ConduitError> {
+        let _ = msg;
+        Err(ConduitError::Contract(
+            "commit without a successful prepare".into(),
+        ))
     }
     /// Abandons a prepared message: nothing is sent.
     fn cancel(&mut self) {}
@@ -478,14 +684,14 @@ pub trait ConduitEp: Send + 'static {
     /// checked by the caller to lie in `dst`'s segment.
     ///
     /// # Errors
-    /// [`AmError::Conduit`] if the network failed.
+    /// [`ConduitError`] if the peer or the network failed.
     unsafe fn native_put(
         &mut self,
         dst: EpAddr,
         offset: usize,
         src: *const u8,
         len: usize,
-    ) -> Result<Native, AmError> {
+    ) -> Result<Native, ConduitError> {
         let _ = (dst, offset, src, len);
         Ok(Native::Unsupported)
     }
@@ -503,14 +709,14 @@ pub trait ConduitEp: Send + 'static {
     /// As [`native_put`](ConduitEp::native_put).
     ///
     /// # Errors
-    /// [`AmError::Conduit`] if the network failed.
+    /// [`ConduitError`] if the peer or the network failed.
     unsafe fn native_put_relaxed(
         &mut self,
         dst: EpAddr,
         offset: usize,
         src: *const u8,
         len: usize,
-    ) -> Result<Native, AmError> {
+    ) -> Result<Native, ConduitError> {
         // SAFETY: forwarded contract.
         unsafe { self.native_put(dst, offset, src, len) }
     }
@@ -521,8 +727,8 @@ pub trait ConduitEp: Send + 'static {
     /// The default answers `Done` (the default relaxed put completes at the target).
     ///
     /// # Errors
-    /// [`AmError::Conduit`] if the network failed.
-    fn native_flush(&mut self, dst: EpAddr) -> Result<Native, AmError> {
+    /// [`ConduitError`] if the peer or the network failed.
+    fn native_flush(&mut self, dst: EpAddr) -> Result<Native, ConduitError> {
         let _ = dst;
         Ok(Native::Done)
     }
@@ -534,14 +740,14 @@ pub trait ConduitEp: Send + 'static {
     /// completion.
     ///
     /// # Errors
-    /// [`AmError::Conduit`] if the network failed.
+    /// [`ConduitError`] if the peer or the network failed.
     unsafe fn native_get(
         &mut self,
         dst: EpAddr,
         offset: usize,
         out: *mut u8,
         len: usize,
-    ) -> Result<Native, AmError> {
+    ) -> Result<Native, ConduitError> {
         let _ = (dst, offset, out, len);
         Ok(Native::Unsupported)
     }
@@ -562,14 +768,14 @@ pub trait ConduitEp: Send + 'static {
     /// else, until completion (it may be null when `op.fetch` is false).
     ///
     /// # Errors
-    /// [`AmError::Conduit`] if the network failed.
+    /// [`ConduitError`] if the peer or the network failed.
     unsafe fn native_atomic(
         &mut self,
         dst: EpAddr,
         offset: usize,
         op: &NativeAtomic,
         result: *mut u64,
-    ) -> Result<Native, AmError> {
+    ) -> Result<Native, ConduitError> {
         let _ = (dst, offset, op, result);
         Ok(Native::Unsupported)
     }

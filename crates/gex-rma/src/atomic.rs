@@ -730,12 +730,14 @@ impl<C: Conduit> RmaEp<C> {
         blocking: bool,
     ) -> Result<Option<u32>, RmaError> {
         let refused = || {
-            RmaError::Am(gex_core::AmError::Conduit(format!(
-                "{}: native atomic {:?} on {:?} refused after being offered",
-                C::NAME,
-                na.base,
-                na.kind
-            )))
+            RmaError::Am(gex_core::AmError::Conduit(
+                gex_core::spi::ConduitError::Contract(format!(
+                    "{}: native atomic {:?} on {:?} refused after being offered",
+                    C::NAME,
+                    na.base,
+                    na.kind
+                )),
+            ))
         };
         if blocking {
             let mut w = 0u64;

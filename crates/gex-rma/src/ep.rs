@@ -910,7 +910,7 @@ impl<C: Conduit> RmaEp<C> {
         inline: bool,
         land: (*mut u8, usize),
         src: Option<&Arc<[u8]>>,
-        mut issue: impl FnMut(&mut C::Ep, &Chunk) -> Result<Native, gex_core::AmError>,
+        mut issue: impl FnMut(&mut C::Ep, &Chunk) -> Result<Native, gex_core::spi::ConduitError>,
     ) -> Result<Option<usize>, RmaError> {
         for (i, c) in chunks.iter().enumerate() {
             if c.len == 0 {

@@ -122,3 +122,9 @@ pub enum RmaError {
     #[error(transparent)]
     Am(#[from] AmError),
 }
+
+impl From<gex_core::spi::ConduitError> for RmaError {
+    fn from(e: gex_core::spi::ConduitError) -> Self {
+        RmaError::Am(AmError::Conduit(e))
+    }
+}

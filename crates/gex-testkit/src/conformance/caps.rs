@@ -3,8 +3,8 @@
 use super::raw::{peer_read, peer_write};
 use super::util::{sent, wait_for};
 use crate::rng::hash_words;
-use gex_core::spi::{Conduit, ConduitEp, Prepare};
-use gex_core::{Am, Capabilities, Category, Client, EpAddr, Flags, Token, WaitPolicy};
+use gex_core::spi::{Conduit, ConduitEp};
+use gex_core::{Am, Capabilities, Client, EpAddr, Flags, Token, WaitPolicy};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -143,19 +143,15 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
 
     // NP_IN_PLACE
     let me_addr = ep.addr();
-    let r = ep
-        .conduit_ep()
-        .prepare(me_addr, Category::Medium, 16, 0, false)
-        .map_err(err)?;
-    match (caps.contains(Capabilities::NP_IN_PLACE), r) {
-        (true, Prepare::InPlace(_)) => ep.conduit_ep().cancel(),
-        (false, Prepare::Bounce) => {}
+    let in_place = ep
+        .prepare_request_medium(me_addr, 16, Flags::IMMEDIATE)
+        .map_err(err)?
+        .map(|p| p.in_place());
+    match (caps.contains(Capabilities::NP_IN_PLACE), in_place) {
+        (true, Some(true)) | (false, Some(false)) => {}
         (flag, r) => {
-            if let Prepare::InPlace(_) = r {
-                ep.conduit_ep().cancel();
-            }
             return Err(format!(
-                "NP_IN_PLACE is {flag} but an idle prepare answered {r:?}"
+                "NP_IN_PLACE is {flag} but an idle prepare gave {r:?} (in place?)"
             ));
         }
     }

@@ -60,12 +60,11 @@ pub use run::{SimRunner, run_sim};
 use crate::rng::{SplitMix64, hash_words};
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{
-    AtomicBase, AtomicKind, Conduit, ConduitEp, Deliver, Incoming, JobLayout, Native, NativeAtomic,
-    OpenParams, OutMsg, OwnedInjected, Prepare, ReplyTx,
+    AtomicBase, AtomicKind, Conduit, ConduitEp, ConduitError, Deliver, Incoming, JobLayout, Native,
+    NativeAtomic, OpenParams, OutMsg, OwnedInjected, OwnedMsg, Prepare, PrepareReq, ReplyTx,
 };
 use gex_core::{
-    AmError, Capabilities, Category, EpAddr, EpIndex, HandlerIndex, InitError, Injected, Kind,
-    Limits,
+    Capabilities, Category, EpAddr, EpIndex, HandlerIndex, InitError, Injected, Kind, Limits,
 };
 use gex_sync::wait::{Doorbell, WaitPolicy};
 use seg::SegMem;
@@ -483,8 +482,8 @@ fn lock_map<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn conduit_err(msg: String) -> AmError {
-    AmError::Conduit(format!("sim: {msg}"))
+fn conduit_err(msg: String) -> ConduitError {
+    ConduitError::Contract(format!("sim: {msg}"))
 }
 
 fn same_host(net: &Net, a: u32, b: u32) -> bool {
@@ -508,7 +507,9 @@ fn limits_for(cfg: &SimConfig, net: &Net, me: u32, dst: EpAddr) -> Limits {
 /// and comes back under `ticket` once delivered) or left in place.
 struct Owned<'a> {
     buf: &'a mut Option<Vec<u8>>,
-    ticket: u64,
+    /// `Some`: a Medium takes the buffer (deferred local completion under this ticket);
+    /// `None`: the payload is copied and the buffer left in place.
+    ticket: Option<u64>,
 }
 
 /// Queues `msg` from `src` to `dst`. Requests respect the lane capacity.
@@ -518,11 +519,11 @@ fn push(
     src: EpAddr,
     src_gid: usize,
     rng: &mut SplitMix64,
-    dst: EpAddr,
     msg: &OutMsg<'_>,
     capacity: bool,
     mut owned: Option<Owned<'_>>,
-) -> Result<Injected, AmError> {
+) -> Result<Injected, ConduitError> {
+    let dst = msg.dst();
     fab.check_alive();
     let cfg = &fab.cfg;
     let net = fab.net();
@@ -530,19 +531,19 @@ fn push(
         .gid(dst)
         .ok_or_else(|| conduit_err(format!("core passed a bad destination {dst}")))?;
     let lim = limits_for(cfg, net, src.rank, dst);
-    if msg.args.len() > lim.max_args {
+    if msg.args().len() > lim.max_args {
         return Err(conduit_err(format!(
             "core passed {} args (max {})",
-            msg.args.len(),
+            msg.args().len(),
             lim.max_args
         )));
     }
     let slot = &net.slots[dgid];
     let payload: &[u8] = match &owned {
         Some(o) => o.buf.as_deref().unwrap_or_default(),
-        None => msg.payload,
+        None => msg.payload(),
     };
-    match msg.category {
+    match msg.category() {
         Category::Short if !payload.is_empty() => {
             return Err(conduit_err("core passed a Short AM with a payload".into()));
         }
@@ -556,21 +557,21 @@ fn push(
         Category::Long
             if payload.len() > lim.max_long
                 || msg
-                    .offset
+                    .offset()
                     .checked_add(payload.len())
                     .is_none_or(|e| e > slot.seg.len()) =>
         {
             return Err(conduit_err(format!(
                 "core passed an out-of-range Long ({} bytes at {} to {dst})",
                 payload.len(),
-                msg.offset
+                msg.offset()
             )));
         }
         _ => {}
     }
-    let request = msg.kind == Kind::Request;
+    let request = msg.kind() == Kind::Request;
     let cost = if request {
-        MSG_OVERHEAD + 4 * msg.args.len() + payload.len()
+        MSG_OVERHEAD + 4 * msg.args().len() + payload.len()
     } else {
         0
     };
@@ -591,16 +592,21 @@ fn push(
             _ => {}
         }
     }
-    if msg.category == Category::Long {
+    if msg.category() == Category::Long {
         let shift = cfg.fault == Fault::ShiftLong
             && !payload.is_empty()
-            && msg.offset + 1 + payload.len() <= slot.seg.len();
-        slot.seg.write(msg.offset + usize::from(shift), payload);
+            && msg.offset() + 1 + payload.len() <= slot.seg.len();
+        slot.seg.write(msg.offset() + usize::from(shift), payload);
     }
     let len = payload.len();
-    let (mut body, ticket) = match (msg.category, owned.as_mut()) {
-        (Category::Medium, Some(o)) => (o.buf.take().unwrap_or_default(), Some(o.ticket)),
-        (Category::Medium, None) => (msg.payload.to_vec(), None),
+    let take =
+        msg.category() == Category::Medium && owned.as_ref().is_some_and(|o| o.ticket.is_some());
+    let (mut body, ticket) = match msg.category() {
+        Category::Medium if !take => (payload.to_vec(), None),
+        Category::Medium => match owned.as_mut() {
+            Some(o) => (o.buf.take().unwrap_or_default(), o.ticket),
+            None => (Vec::new(), None),
+        },
         _ => (Vec::new(), None),
     };
     // Draw only for messages that are sent: a sender's schedule depends on its stream.
@@ -613,16 +619,16 @@ fn push(
         let m = Msg {
             src,
             src_gid,
-            handler: msg.handler,
-            kind: msg.kind,
-            category: msg.category,
-            args: msg.args.into(),
+            handler: msg.handler(),
+            kind: msg.kind(),
+            category: msg.category(),
+            args: msg.args().into(),
             payload: if copy + 1 == copies {
                 std::mem::take(&mut body)
             } else {
                 body.clone()
             },
-            offset: msg.offset,
+            offset: msg.offset(),
             len,
             due_poll: ib
                 .clock
@@ -642,7 +648,7 @@ fn push(
         if cfg.reorder {
             ib.heap.push(Reverse(Keyed(m)));
         } else {
-            let lane = 2 * src_gid + usize::from(msg.kind == Kind::Reply);
+            let lane = 2 * src_gid + usize::from(msg.kind() == Kind::Reply);
             ib.lanes[lane].push_back(m);
         }
     }
@@ -687,8 +693,8 @@ struct Replier<'a> {
 }
 
 impl ReplyTx for Replier<'_> {
-    fn reply(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError> {
-        push(self.fab, self.me, self.gid, self.rng, dst, msg, false, None).map(|_| ())
+    fn reply(&mut self, msg: &OutMsg<'_>) -> Result<(), ConduitError> {
+        push(self.fab, self.me, self.gid, self.rng, msg, false, None).map(|_| ())
     }
 }
 
@@ -705,7 +711,7 @@ impl SimEp {
         dst: EpAddr,
         off: usize,
         len: usize,
-    ) -> Result<Option<*mut u8>, AmError> {
+    ) -> Result<Option<*mut u8>, ConduitError> {
         let fab = &*self.fabric;
         fab.check_alive();
         if !fab.cfg.native_rma {
@@ -770,7 +776,7 @@ impl ConduitEp for SimEp {
         offset: usize,
         src: *const u8,
         len: usize,
-    ) -> Result<Native, AmError> {
+    ) -> Result<Native, ConduitError> {
         let Some(to) = self.nic_rma_target(dst, offset, len)? else {
             return Ok(Native::Unsupported);
         };
@@ -787,7 +793,7 @@ impl ConduitEp for SimEp {
         offset: usize,
         src: *const u8,
         len: usize,
-    ) -> Result<Native, AmError> {
+    ) -> Result<Native, ConduitError> {
         if !self.fabric.cfg.relaxed_puts {
             // SAFETY: forwarded contract.
             return unsafe { self.native_put(dst, offset, src, len) };
@@ -811,7 +817,7 @@ impl ConduitEp for SimEp {
         }))
     }
 
-    fn native_flush(&mut self, dst: EpAddr) -> Result<Native, AmError> {
+    fn native_flush(&mut self, dst: EpAddr) -> Result<Native, ConduitError> {
         let fab = &*self.fabric;
         fab.check_alive();
         if !fab.cfg.native_rma || !fab.cfg.relaxed_puts {
@@ -831,7 +837,7 @@ impl ConduitEp for SimEp {
         offset: usize,
         out: *mut u8,
         len: usize,
-    ) -> Result<Native, AmError> {
+    ) -> Result<Native, ConduitError> {
         let Some(from) = self.nic_rma_target(dst, offset, len)? else {
             return Ok(Native::Unsupported);
         };
@@ -858,7 +864,7 @@ impl ConduitEp for SimEp {
         offset: usize,
         op: &NativeAtomic,
         result: *mut u64,
-    ) -> Result<Native, AmError> {
+    ) -> Result<Native, ConduitError> {
         let fab = &*self.fabric;
         fab.check_alive();
         if !self.native_atomic_supported(op.kind, op.base, op.fetch) {
@@ -933,9 +939,9 @@ impl ConduitEp for SimEp {
         }
     }
 
-    fn inject(&mut self, dst: EpAddr, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, AmError> {
+    fn inject(&mut self, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, ConduitError> {
         debug_assert!(!self.prepared, "inject between prepare and commit/cancel");
-        if msg.kind != Kind::Request {
+        if msg.kind() != Kind::Request {
             return Err(conduit_err(
                 "inject is for requests; replies go through ReplyTx".into(),
             ));
@@ -945,7 +951,6 @@ impl ConduitEp for SimEp {
             self.me,
             self.gid,
             &mut self.rng,
-            dst,
             msg,
             true,
             None,
@@ -957,7 +962,6 @@ impl ConduitEp for SimEp {
                 self.me,
                 self.gid,
                 &mut self.rng,
-                dst,
                 msg,
                 false,
                 None,
@@ -971,47 +975,27 @@ impl ConduitEp for SimEp {
 
     fn inject_owned(
         &mut self,
-        dst: EpAddr,
-        msg: &OutMsg<'_>,
-        payload: Vec<u8>,
+        msg: OwnedMsg<'_>,
         imm: bool,
-    ) -> Result<OwnedInjected, AmError> {
+    ) -> Result<OwnedInjected, ConduitError> {
         debug_assert!(!self.prepared, "inject between prepare and commit/cancel");
-        let deferred = self.fabric.cfg.deferred_lc && msg.category == Category::Medium;
+        let deferred = self.fabric.cfg.deferred_lc && msg.msg().category() == Category::Medium;
         let ticket = self.next_ticket;
+        let (header, payload) = msg.into_parts();
         let mut buf = Some(payload);
-        let owned = deferred.then_some(Owned {
+        let o = Owned {
             buf: &mut buf,
-            ticket,
-        });
-        let sent = match owned {
-            Some(o) => push(
-                &self.fabric,
-                self.me,
-                self.gid,
-                &mut self.rng,
-                dst,
-                msg,
-                true,
-                Some(o),
-            )?,
-            None => {
-                let m = OutMsg {
-                    payload: buf.as_deref().unwrap_or_default(),
-                    ..*msg
-                };
-                push(
-                    &self.fabric,
-                    self.me,
-                    self.gid,
-                    &mut self.rng,
-                    dst,
-                    &m,
-                    true,
-                    None,
-                )?
-            }
+            ticket: deferred.then_some(ticket),
         };
+        let sent = push(
+            &self.fabric,
+            self.me,
+            self.gid,
+            &mut self.rng,
+            &header,
+            true,
+            Some(o),
+        )?;
         match (sent, buf) {
             (Injected::WouldBlock, Some(b)) => {
                 if !imm {
@@ -1067,7 +1051,7 @@ impl ConduitEp for SimEp {
             n += 1;
             let corrupted: Vec<u8>;
             let payload: &[u8] = match m.category {
-                Category::Long => slot.seg.slice(m.offset, m.len),
+                Category::Long => &[],
                 Category::Medium
                     if fab.cfg.fault == Fault::CorruptMedium && m.payload.len() >= 2 =>
                 {
@@ -1089,6 +1073,7 @@ impl ConduitEp for SimEp {
                 args: &m.args,
                 payload,
                 offset: m.offset,
+                len: m.len,
             };
             d.deliver(&inc, &mut tx);
             if let Some(t) = m.ticket {
@@ -1115,14 +1100,9 @@ impl ConduitEp for SimEp {
             .load(Ordering::Acquire);
     }
 
-    fn prepare(
-        &mut self,
-        dst: EpAddr,
-        category: Category,
-        max_len: usize,
-        offset: usize,
-        imm: bool,
-    ) -> Result<Prepare, AmError> {
+    fn prepare(&mut self, req: &PrepareReq, imm: bool) -> Result<Prepare, ConduitError> {
+        let (dst, category, max_len, offset) =
+            (req.dst(), req.category(), req.max_len(), req.offset());
         let fab = &*self.fabric;
         if !fab.cfg.np_in_place {
             return Ok(Prepare::Bounce);
@@ -1161,7 +1141,7 @@ impl ConduitEp for SimEp {
         Ok(Prepare::InPlace(NonNull::from(self.staging.as_mut_slice())))
     }
 
-    fn commit(&mut self, dst: EpAddr, msg: &OutMsg<'_>) -> Result<(), AmError> {
+    fn commit(&mut self, msg: &OutMsg<'_>) -> Result<(), ConduitError> {
         if !self.prepared {
             return Err(conduit_err("commit without prepare".into()));
         }
@@ -1172,7 +1152,6 @@ impl ConduitEp for SimEp {
             self.me,
             self.gid,
             &mut self.rng,
-            dst,
             msg,
             false,
             None,

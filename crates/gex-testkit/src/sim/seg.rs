@@ -75,9 +75,11 @@ impl SegMem {
         // tolerates overlap with a source inside a segment.
         unsafe { std::ptr::copy(data.as_ptr(), self.base.as_ptr().add(offset), data.len()) }
     }
+}
 
-    /// The bytes at `offset..offset + len`, as a slice that the caller uses only for the
-    /// duration of one delivery.
+#[cfg(test)]
+impl SegMem {
+    /// The bytes at `offset..offset + len` (tests only: nothing writes them meanwhile).
     ///
     /// # Panics
     /// If the range is outside the segment.
@@ -86,8 +88,8 @@ impl SegMem {
             offset.checked_add(len).is_some_and(|e| e <= self.len),
             "sim: Long read out of segment"
         );
-        // SAFETY: in bounds (checked above) of a live allocation; writers racing with the
-        // handler that reads this slice violate the segment contract (see module docs).
+        // SAFETY: in bounds (checked above) of a live allocation that only this test
+        // thread touches.
         unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(offset), len) }
     }
 }
