@@ -4,7 +4,7 @@
 //! ```text
 //! [Header: one page]
 //! [Doorbell of EP 0 .. EP E-1: 64 bytes each, rounded to a page]
-//! [auxiliary area of EP 0 .. EP E-1: AUX_LEN bytes each (a multiple of the page)]
+//! [auxiliary area of EP 0 .. EP E-1: aux_len bytes each, rounded to a page]
 //! [rings: for receiver EP e, for sender global EP g, for {request, reply}:
 //!         RingCtl + data (ring_bytes_needed(cap)), rounded to a page]
 //! [segment of EP 0 .. EP E-1: seg_len rounded to a page each]
@@ -18,7 +18,6 @@
 #![allow(unsafe_code)]
 
 use gex_core::InitError;
-use gex_core::spi::AUX_LEN;
 use gex_sync::ring;
 use gex_sync::wait::Doorbell;
 use rustix::fd::{AsFd, OwnedFd};
@@ -44,6 +43,7 @@ pub(crate) struct Header {
     pub ring_cap: u64,
     pub max_medium: u64,
     pub seg_len: u64,
+    pub aux_len: u64,
     pub len: u64,
 }
 
@@ -54,6 +54,7 @@ pub(crate) struct Layout {
     pub total_eps: usize,
     pub ring_cap: usize,
     pub seg_len: usize,
+    pub aux_len: usize,
     bells: usize,
     aux: usize,
     rings: usize,
@@ -69,10 +70,11 @@ impl Layout {
         total_eps: usize,
         ring_cap: usize,
         seg_len: usize,
+        aux_len: usize,
     ) -> Option<Layout> {
         let bells = PAGE;
         let aux = bells + round_up(eps * std::mem::size_of::<Doorbell>(), PAGE);
-        let rings = aux + eps.checked_mul(round_up(AUX_LEN, PAGE))?;
+        let rings = aux + eps.checked_mul(round_up(aux_len, PAGE))?;
         let ring_stride = ring::ring_bytes_needed(ring_cap);
         let segs = rings
             + round_up(
@@ -88,6 +90,7 @@ impl Layout {
             total_eps,
             ring_cap,
             seg_len,
+            aux_len,
             bells,
             aux,
             rings,
@@ -100,9 +103,9 @@ impl Layout {
     pub(crate) fn bell(&self, ep: usize) -> usize {
         self.bells + ep * std::mem::size_of::<Doorbell>()
     }
-    /// Offset of EP `ep`'s auxiliary area ([`AUX_LEN`] bytes).
+    /// Offset of EP `ep`'s auxiliary area (`aux_len` bytes).
     pub(crate) fn aux(&self, ep: usize) -> usize {
-        self.aux + ep * round_up(AUX_LEN, PAGE)
+        self.aux + ep * round_up(self.aux_len, PAGE)
     }
     /// Offset of the ring carrying messages from global sender EP `g` to local EP `ep`.
     pub(crate) fn ring(&self, ep: usize, g: usize, reply: bool) -> usize {
@@ -209,6 +212,7 @@ pub(crate) fn create(
         ring_cap: layout.ring_cap as u64,
         max_medium: max_medium as u64,
         seg_len: layout.seg_len as u64,
+        aux_len: layout.aux_len as u64,
         len: layout.len as u64,
     });
     Ok((fd, m))

@@ -220,7 +220,7 @@ impl Smp {
         }
         let me = local_of[rank] as usize;
         let my_eps = jl.eps[rank] as usize;
-        let mine = Layout::new(my_eps, total, ring_cap, jl.seg_len[rank])
+        let mine = Layout::new(my_eps, total, ring_cap, jl.seg_len[rank], params.aux_len)
             .ok_or_else(|| InitError::Config("smp region size overflows".into()))?;
         let (fd, own) = region::create(&mine, params.rank, max_medium)?;
         for e in 0..my_eps {
@@ -271,9 +271,11 @@ impl Smp {
                 h.total_eps as usize,
                 h.ring_cap as usize,
                 h.seg_len as usize,
+                h.aux_len as usize,
             )
             .filter(|l| {
-                l.len == h.len as usize
+                l.aux_len == params.aux_len
+                    && l.len == h.len as usize
                     && l.total_eps == total
                     && h.eps as usize == jl.eps[r] as usize
             })
@@ -704,7 +706,7 @@ impl ConduitEp for SmpEp {
     }
 
     fn aux(&self, dst: EpAddr) -> Option<NonNull<u8>> {
-        if !self.conduit.has(dst) {
+        if !self.conduit.has(dst) || self.conduit.layouts.first().is_none_or(|l| l.aux_len == 0) {
             return None;
         }
         Some(self.tx.aux[self.dst_g(dst)].0)

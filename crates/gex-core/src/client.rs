@@ -2,14 +2,17 @@
 //! hands out endpoints.
 
 use crate::boot::Bootstrap;
-use crate::config::{Config, resolve_wait};
+use crate::config::{Config, EnvVar, resolve_wait};
 use crate::endpoint::Endpoint;
 use crate::error::{EpError, InitError};
+use crate::layer::{Attacher, Layer, LayerInfo, LayerSet, Place};
 use crate::spi::{Conduit, JobLayout, OpenParams};
-use crate::types::{EpAddr, Rank};
+use crate::types::Rank;
 use gex_sync::wait::WaitPolicy;
 use std::any::Any;
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Default number of `sched_yield`s between the spin and the sleep phases of
 /// spin-then-block (`GEX_YIELDS`).
@@ -17,6 +20,9 @@ pub const DEFAULT_YIELDS: u32 = 64;
 
 /// Default segment length per endpoint.
 pub const DEFAULT_SEGMENT_SIZE: usize = 64 << 20;
+
+/// Default longest nap of an idle progress thread (`GEX_PROGRESS_INTERVAL`).
+pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_micros(20);
 
 /// State every endpoint of a client shares (read-only after initialisation).
 #[derive(Debug)]
@@ -26,38 +32,119 @@ pub(crate) struct Shared {
     pub(crate) layout: JobLayout,
     /// `sched_yield`s between spinning and sleeping under spin-then-block.
     pub(crate) yields: u32,
+    /// The configuration the client was built with.
+    pub(crate) config: Config,
+}
+
+/// The shape of the job, for choosing settings that depend on it
+/// ([`ClientBuilder::segment_size_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobShape {
+    /// Ranks in the job.
+    pub size: u32,
+    /// This rank.
+    pub rank: u32,
+    /// Ranks on this rank's host (this one included).
+    pub local_size: u32,
+}
+
+/// How the segment length is chosen.
+enum SegSize {
+    Fixed(usize),
+    Per(Box<dyn Fn(JobShape) -> usize + Send>),
 }
 
 /// Builds a [`Client`]. Values given here are overridden by the matching `GEX_*`
 /// variables (see [`crate::config::ENV_VARS`]), so a job can be retuned without
 /// recompiling.
-#[derive(Default)]
-pub struct ClientBuilder {
-    segment_size: Option<usize>,
+///
+/// `L` is the list of layers every endpoint of the client carries, added with
+/// [`layer`](Self::layer) (the facade's builder starts with gex-rma and gex-coll).
+pub struct ClientBuilder<L: LayerSet = ()> {
+    segment_size: Option<SegSize>,
     endpoints: Option<u16>,
     wait: Option<WaitPolicy>,
     config: Option<Config>,
     context: Option<Arc<dyn Any + Send + Sync>>,
+    progress_thread: Option<bool>,
+    _layers: PhantomData<fn() -> L>,
 }
 
-impl std::fmt::Debug for ClientBuilder {
+impl Default for ClientBuilder<()> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<L: LayerSet> std::fmt::Debug for ClientBuilder<L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut layers = Vec::new();
+        L::infos(&mut layers);
         f.debug_struct("ClientBuilder")
-            .field("segment_size", &self.segment_size)
+            .field(
+                "segment_size",
+                &match &self.segment_size {
+                    None => "default".to_string(),
+                    Some(SegSize::Fixed(n)) => n.to_string(),
+                    Some(SegSize::Per(_)) => "per job".to_string(),
+                },
+            )
             .field("endpoints", &self.endpoints)
             .field("wait", &self.wait)
+            .field("progress_thread", &self.progress_thread)
+            .field("layers", &layers.iter().map(|l| l.name).collect::<Vec<_>>())
             .finish()
     }
 }
 
-impl ClientBuilder {
-    /// A builder with defaults (one endpoint, 64 MiB segment, automatic wait policy).
+impl ClientBuilder<()> {
+    /// A builder with defaults (one endpoint, 64 MiB segment, automatic wait policy,
+    /// no layers, no progress thread).
     pub fn new() -> Self {
-        Self::default()
+        ClientBuilder {
+            segment_size: None,
+            endpoints: None,
+            wait: None,
+            config: None,
+            context: None,
+            progress_thread: None,
+            _layers: PhantomData,
+        }
+    }
+}
+
+impl<L: LayerSet> ClientBuilder<L> {
+    /// Adds layer `X` after the layers added before (the order must be the same on
+    /// every rank; a layer that uses another is added after it).
+    pub fn layer<X: Layer>(self) -> ClientBuilder<(L, X)> {
+        ClientBuilder {
+            segment_size: self.segment_size,
+            endpoints: self.endpoints,
+            wait: self.wait,
+            config: self.config,
+            context: self.context,
+            progress_thread: self.progress_thread,
+            _layers: PhantomData,
+        }
     }
     /// Segment length of each endpoint of this rank.
     pub fn segment_size(mut self, bytes: usize) -> Self {
-        self.segment_size = Some(bytes);
+        self.segment_size = Some(SegSize::Fixed(bytes));
+        self
+    }
+    /// Segment length chosen from the job's shape once it is known (e.g. a share of a
+    /// host's memory per local rank). `GEX_SEGMENT_SIZE` still overrides it.
+    ///
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+    /// let c = ClientBuilder::new()
+    ///     .segment_size_with(|job| (1 << 20) / job.local_size as usize)
+    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+    /// assert_eq!(c.layout().seg_len[0], 1 << 20);
+    /// # Ok::<(), gex_core::InitError>(())
+    /// ```
+    pub fn segment_size_with(mut self, f: impl Fn(JobShape) -> usize + Send + 'static) -> Self {
+        self.segment_size = Some(SegSize::Per(Box::new(f)));
         self
     }
     /// Number of endpoints provisioned (EP 0 plus extra communication domains).
@@ -68,6 +155,13 @@ impl ClientBuilder {
     /// Sets the wait policy (`GEX_WAIT`, when set, overrides it; default automatic).
     pub fn wait_policy(mut self, p: WaitPolicy) -> Self {
         self.wait = Some(p);
+        self
+    }
+    /// Gives every endpoint a progress thread that polls it while the rank computes
+    /// outside gex, so peers' AM-path operations are served (`GEX_PROGRESS_THREAD`
+    /// overrides it). Endpoint calls then take a lock word the thread shares.
+    pub fn progress_thread(mut self, on: bool) -> Self {
+        self.progress_thread = Some(on);
         self
     }
     /// Uses this configuration instead of the process environment.
@@ -82,31 +176,76 @@ impl ClientBuilder {
         self
     }
 
+    /// Every `GEX_*` registry a client of conduit `C` built by this builder reads:
+    /// the core's, the conduit's and each layer's.
+    pub fn env_registries_of<C: Conduit>(&self) -> Vec<&'static [EnvVar]> {
+        Self::env_registries::<C>()
+    }
+
+    fn env_registries<C: Conduit>() -> Vec<&'static [EnvVar]> {
+        let mut infos = Vec::new();
+        L::infos(&mut infos);
+        let mut v: Vec<&'static [EnvVar]> = vec![crate::config::ENV_VARS, C::ENV_VARS];
+        v.extend(infos.iter().map(|i| i.env_vars));
+        v
+    }
+
     /// Initialises the client: collective over every rank of the job.
     ///
     /// # Errors
-    /// [`InitError::Config`] for bad settings, [`InitError::Boot`] if the bootstrap
-    /// fails, [`InitError::Conduit`]/[`InitError::Os`] if the conduit cannot open.
+    /// [`InitError::Config`] for bad settings or layers that do not fit (handler or
+    /// auxiliary budgets), [`InitError::Boot`] if the bootstrap fails,
+    /// [`InitError::Conduit`]/[`InitError::Os`] if the conduit cannot open.
     pub fn init<C: Conduit>(self, mut boot: Box<dyn Bootstrap>) -> Result<Client<C>, InitError> {
         let config = self.config.unwrap_or_else(Config::from_env);
-        let seg = config.size(
-            "GEX_SEGMENT_SIZE",
-            self.segment_size.unwrap_or(DEFAULT_SEGMENT_SIZE),
-        )?;
+        let rank = boot.rank();
+        let size = boot.size();
+        let hosts = boot.host_ids().to_vec();
+        if hosts.len() != size as usize {
+            return Err(InitError::Config(format!(
+                "bootstrap gave {} host ids for {size} ranks",
+                hosts.len()
+            )));
+        }
+        let local_size = hosts
+            .iter()
+            .filter(|&&h| Some(&h) == hosts.get(rank as usize))
+            .count() as u32;
+        let shape = JobShape {
+            size,
+            rank,
+            local_size,
+        };
+        let default_seg = match &self.segment_size {
+            None => DEFAULT_SEGMENT_SIZE,
+            Some(SegSize::Fixed(n)) => *n,
+            Some(SegSize::Per(f)) => f(shape),
+        };
+        let seg = config.size("GEX_SEGMENT_SIZE", default_seg)?;
         let eps = config.u64("GEX_ENDPOINTS", self.endpoints.unwrap_or(1) as u64)?;
         let eps = u16::try_from(eps).ok().filter(|&e| e >= 1).ok_or_else(|| {
             InitError::Config(format!(
                 "GEX_ENDPOINTS/endpoints must be 1..=65535, got {eps}"
             ))
         })?;
+        let progress = config.bool("GEX_PROGRESS_THREAD", self.progress_thread.unwrap_or(false))?;
+        let interval = config.duration("GEX_PROGRESS_INTERVAL", DEFAULT_PROGRESS_INTERVAL)?;
         let mode = config.wait_mode()?;
-        let rank = boot.rank();
-        let size = boot.size();
+        // The layers: handler blocks and auxiliary slices, identical on every rank.
+        let mut infos = Vec::new();
+        L::infos(&mut infos);
+        let places = places(&infos)?;
+        let aux_len = places
+            .iter()
+            .map(|p| p.aux_off + p.aux_len)
+            .max()
+            .unwrap_or(0);
         if rank == 0 && config.bool("GEX_VERBOSEENV", false)? {
             eprint!(
-                "gex: configuration (conduit {}):\n{}",
+                "gex: configuration (conduit {}, layers [{}]):\n{}",
                 C::NAME,
-                config.describe()
+                infos.iter().map(|i| i.name).collect::<Vec<_>>().join(", "),
+                config.describe(&Self::env_registries::<C>())
             );
         }
         // Agree on the job layout.
@@ -117,7 +256,7 @@ impl ClientBuilder {
         let mut layout = JobLayout {
             eps: Vec::new(),
             seg_len: Vec::new(),
-            host: boot.host_ids().to_vec(),
+            host: hosts,
         };
         for (r, b) in all.iter().enumerate() {
             if b.len() != 10 {
@@ -130,12 +269,6 @@ impl ClientBuilder {
             layout
                 .seg_len
                 .push(u64::from_le_bytes(b[2..10].try_into().expect("8 bytes")) as usize);
-        }
-        if layout.host.len() != size as usize {
-            return Err(InitError::Config(format!(
-                "bootstrap gave {} host ids for {size} ranks",
-                layout.host.len()
-            )));
         }
         let on_host = layout.neighbours(rank).len();
         // GEX_WAIT, when set, overrides the builder like every other GEX_* variable.
@@ -151,6 +284,7 @@ impl ClientBuilder {
                 wait: policy,
                 config: &config,
                 context: self.context.as_deref(),
+                aux_len,
             };
             C::open(&mut *boot, &params)?
         };
@@ -175,16 +309,55 @@ impl ClientBuilder {
             size,
             layout,
             yields,
+            config,
         });
+        let mut attachers = Vec::new();
+        L::attachers::<C>(&mut attachers);
         Ok(Client {
             shared,
             conduit,
             policy,
             eps: Mutex::new(ceps.into_iter().map(Some).collect()),
             boot: Mutex::new(Some(boot)),
-            config,
+            layers: attachers.into_iter().zip(places).collect(),
+            infos,
+            progress: progress.then_some(interval),
         })
     }
+}
+
+/// Handler blocks and auxiliary slices of `infos`' layers, in order.
+fn places(infos: &[LayerInfo]) -> Result<Vec<Place>, InitError> {
+    let mut base = crate::endpoint::FIRST_LAYER_HANDLER as usize;
+    let mut aux = 0usize;
+    let mut out = Vec::with_capacity(infos.len());
+    if infos.len() > 64 {
+        return Err(InitError::Config(format!(
+            "{} layers; at most 64 fit an endpoint",
+            infos.len()
+        )));
+    }
+    for (index, i) in infos.iter().enumerate() {
+        if base + i.handlers as usize > crate::types::FIRST_CLIENT_HANDLER as usize {
+            return Err(InitError::Config(format!(
+                "layer {} needs {} handler indices; only {} of 16..128 are left",
+                i.name,
+                i.handlers,
+                (crate::types::FIRST_CLIENT_HANDLER as usize).saturating_sub(base)
+            )));
+        }
+        out.push(Place {
+            index,
+            name: i.name,
+            base: base as u8,
+            count: i.handlers,
+            aux_off: aux,
+            aux_len: i.aux_bytes,
+        });
+        base += i.handlers as usize;
+        aux += i.aux_bytes;
+    }
+    Ok(out)
 }
 
 /// A rank's handle on the job: conduit, bootstrap and endpoints.
@@ -198,7 +371,9 @@ pub struct Client<C: Conduit> {
     policy: WaitPolicy,
     eps: Mutex<Vec<Option<C::Ep>>>,
     boot: Mutex<Option<Box<dyn Bootstrap>>>,
-    config: Config,
+    layers: Vec<(Attacher<C>, Place)>,
+    infos: Vec<LayerInfo>,
+    progress: Option<Duration>,
 }
 
 impl<C: Conduit> std::fmt::Debug for Client<C> {
@@ -230,7 +405,11 @@ impl<C: Conduit> Client<C> {
     }
     /// The configuration this client was built with.
     pub fn config(&self) -> &Config {
-        &self.config
+        &self.shared.config
+    }
+    /// The layers every endpoint of this client carries, in attach order.
+    pub fn layers(&self) -> &[LayerInfo] {
+        &self.infos
     }
     /// The agreed job layout (endpoints, segment lengths and hosts of every rank).
     pub fn layout(&self) -> &JobLayout {
@@ -249,31 +428,32 @@ impl<C: Conduit> Client<C> {
         self.shared.layout.eps[self.shared.rank as usize]
     }
 
-    /// Takes endpoint `index` (each can be taken once). EP 0 is the primordial endpoint.
+    /// Takes endpoint `index` (each can be taken once), with the client's layers
+    /// attached. EP 0 is the primordial endpoint.
     ///
     /// # Errors
-    /// [`EpError::NoSuchEndpoint`] or [`EpError::Taken`].
+    /// [`EpError::NoSuchEndpoint`], [`EpError::Taken`], or [`EpError::Layer`] if a
+    /// layer cannot attach.
     pub fn endpoint(&self, index: u16) -> Result<Endpoint<C>, EpError> {
-        let mut eps = self.eps.lock().unwrap_or_else(|e| e.into_inner());
-        let count = eps.len() as u16;
-        let slot = eps
-            .get_mut(index as usize)
-            .ok_or(EpError::NoSuchEndpoint { index, count })?;
-        let cep = slot.take().ok_or(EpError::Taken(index))?;
-        Ok(Endpoint::new(
+        let cep = {
+            let mut eps = self.eps.lock().unwrap_or_else(|e| e.into_inner());
+            let count = eps.len() as u16;
+            let slot = eps
+                .get_mut(index as usize)
+                .ok_or(EpError::NoSuchEndpoint { index, count })?;
+            slot.take().ok_or(EpError::Taken(index))?
+        };
+        let uid = (Arc::as_ptr(&self.shared) as u64) ^ (u64::from(index) << 48);
+        Endpoint::new(
             cep,
             self.shared.clone(),
             self.conduit.clone(),
             self.policy,
-        ))
-    }
-
-    /// The primordial team: EP 0 of every rank, in rank order.
-    pub fn primordial_team(&self) -> Team {
-        Team {
-            members: (0..self.shared.size).map(EpAddr::rank).collect(),
-            me: self.shared.rank,
-        }
+            &self.layers,
+            self.progress,
+            uid,
+        )
+        .map_err(|e| EpError::Layer(e.to_string()))
     }
 
     /// A bootstrap barrier (slow path; does not poll endpoints — use
@@ -345,32 +525,5 @@ impl<C: Conduit> Drop for Client<C> {
         if let Err(e) = self.finalize_inner() {
             eprintln!("gex: rank {}: finalisation failed: {e}", self.shared.rank);
         }
-    }
-}
-
-/// An ordered set of endpoints. Only the primordial team exists in the core; teams
-/// split by (color, key) come with the collectives layer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Team {
-    members: Vec<EpAddr>,
-    me: Rank,
-}
-
-impl Team {
-    /// Number of members.
-    pub fn size(&self) -> usize {
-        self.members.len()
-    }
-    /// Members in team-rank order.
-    pub fn members(&self) -> &[EpAddr] {
-        &self.members
-    }
-    /// The team rank of the calling rank, if it is a member.
-    pub fn my_index(&self) -> Option<usize> {
-        self.members.iter().position(|m| m.rank == self.me)
-    }
-    /// The endpoint of team rank `i`.
-    pub fn member(&self, i: usize) -> Option<EpAddr> {
-        self.members.get(i).copied()
     }
 }

@@ -1,10 +1,14 @@
 //! Configuration: every `GEX_*` environment variable gex reads, in one place.
 //!
-//! [`ENV_VARS`] is the single registry: name, default and meaning of every variable read
-//! by any gex crate (conduits and launchers included). `docs/env.md` mirrors it, and
-//! `ci/check-env-docs` keeps the two in step (and finds `GEX_*` names used anywhere
-//! in the sources but missing here). Set `GEX_VERBOSEENV=1` to have rank 0 print every
-//! variable with its effective value at start-up.
+//! Every crate declares the `GEX_*` variables it reads in its own `ENV_VARS` registry
+//! (this module's [`ENV_VARS`] holds the core's); conduits and layers expose theirs as
+//! [`Conduit::ENV_VARS`](crate::spi::Conduit::ENV_VARS) and
+//! [`Layer::ENV_VARS`](crate::layer::Layer::ENV_VARS), and the facade collects all of
+//! them (`gex::env_vars()`, printed by `gex-info env`). `docs/env.md` mirrors the
+//! registries, and `ci/check-env-docs` keeps the two in step (and finds `GEX_*` names
+//! used anywhere in the sources but declared nowhere). Set `GEX_VERBOSEENV=1` to have
+//! rank 0 print every variable of its client (core, conduit, layers) with its
+//! effective value at start-up.
 //!
 //! Values are read once, when a [`Config`] is built; nothing re-reads the environment
 //! on a data path.
@@ -12,6 +16,7 @@
 use crate::error::InitError;
 use gex_sync::wait::WaitPolicy;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// One documented environment variable.
 #[derive(Clone, Copy, Debug)]
@@ -24,13 +29,8 @@ pub struct EnvVar {
     pub doc: &'static str,
 }
 
-/// Every `GEX_*` variable gex reads or sets.
+/// The `GEX_*` variables gex-core reads.
 pub const ENV_VARS: &[EnvVar] = &[
-    EnvVar {
-        name: "GEX_CONDUIT",
-        default: "smp",
-        doc: "Conduit to use, among those compiled in (facade, gex-perf, gex-run --conduit).",
-    },
     EnvVar {
         name: "GEX_ENDPOINTS",
         default: "1",
@@ -62,199 +62,14 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "1: rank 0 prints every GEX_* variable and its effective value at initialisation.",
     },
     EnvVar {
-        name: "GEX_SMP_RING_SIZE",
-        default: "262144",
-        doc: "smp conduit: bytes per AM ring (one request and one reply ring per ordered endpoint pair); power of two.",
-    },
-    EnvVar {
-        name: "GEX_SMP_MAX_MEDIUM",
-        default: "65536",
-        doc: "smp conduit: largest Medium payload; must fit a ring record.",
-    },
-    EnvVar {
-        name: "GEX_OFI_PROVIDER",
-        default: "tcp",
-        doc: "ofi conduit: libfabric provider for RDM endpoints (tcp = tcp;ofi_rxm, shm, verbs, ...); auto lets libfabric choose (its FI_PROVIDER applies, and is used when this is unset).",
-    },
-    EnvVar {
-        name: "GEX_OFI_DOMAIN",
-        default: "",
-        doc: "ofi conduit: libfabric domain or fabric name (lo, eth0, shm, ...); unset: lo when all ranks share a host, else the provider's first offer.",
-    },
-    EnvVar {
-        name: "GEX_OFI_MAX_MEDIUM",
-        default: "8192",
-        doc: "ofi conduit: largest Medium (and, until native RMA, Long) payload, 512..=1048576; the job uses the smallest value of all ranks.",
-    },
-    EnvVar {
-        name: "GEX_OFI_CREDITS",
-        default: "64",
-        doc: "ofi conduit: request credits per ordered endpoint pair (2..=4096); bounds unprocessed requests at a receiver and queued replies at a sender.",
-    },
-    EnvVar {
-        name: "GEX_OFI_MULTI_RECV",
-        default: "1",
-        doc: "ofi conduit: 0 posts single receive buffers even when the provider offers FI_MULTI_RECV.",
-    },
-    EnvVar {
-        name: "GEX_COLL_BARRIER",
-        default: "",
-        doc: "gex-coll: algorithm of every barrier (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
-    },
-    EnvVar {
-        name: "GEX_COLL_BROADCAST",
-        default: "",
-        doc: "gex-coll: algorithm of every broadcast (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
-    },
-    EnvVar {
-        name: "GEX_COLL_SCATTER",
-        default: "",
-        doc: "gex-coll: algorithm of every scatter (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
-    },
-    EnvVar {
-        name: "GEX_COLL_GATHER",
-        default: "",
-        doc: "gex-coll: algorithm of every gather (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
-    },
-    EnvVar {
-        name: "GEX_COLL_GATHER_ALL",
-        default: "",
-        doc: "gex-coll: algorithm of every gather_all (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
-    },
-    EnvVar {
-        name: "GEX_COLL_EXCHANGE",
-        default: "",
-        doc: "gex-coll: algorithm of every exchange (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
-    },
-    EnvVar {
-        name: "GEX_COLL_REDUCE",
-        default: "",
-        doc: "gex-coll: algorithm of every reduce (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
-    },
-    EnvVar {
-        name: "GEX_COLL_ALLREDUCE",
-        default: "",
-        doc: "gex-coll: algorithm of every allreduce (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
-    },
-    EnvVar {
-        name: "GEX_COLL_REDUCE_SCATTER",
-        default: "",
-        doc: "gex-coll: algorithm of every reduce_scatter (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
-    },
-    EnvVar {
-        name: "GEX_COLL_SCAN",
-        default: "",
-        doc: "gex-coll: algorithm of every scan (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
-    },
-    EnvVar {
-        name: "GEX_COLL_EXSCAN",
-        default: "",
-        doc: "gex-coll: algorithm of every exscan (a name from CollEp::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice.",
-    },
-    EnvVar {
-        name: "GEX_COLL_LOGGP",
-        default: "",
-        doc: "gex-coll: LogGP parameters of the autotuner's cost models, L,o,g,G[,copy] in microseconds (G and copy per byte); unset: built-in shared-memory defaults.",
-    },
-    EnvVar {
-        name: "GEX_COLL_PROFILE",
-        default: "",
-        doc: "gex-coll: path of a tuning profile written by gex-tune; its measured choices win over the cost model and its LogGP parameters replace the defaults (GEX_COLL_LOGGP still wins). A bad file is an error when the CollEp is built.",
-    },
-    EnvVar {
-        name: "GEX_COLL_TUNE",
-        default: "model",
-        doc: "gex-coll: model (profile, else cost model) or online (time the surviving candidates on the first use of each cell on a team, collectively, and keep the winner).",
-    },
-    EnvVar {
-        name: "GEX_OFI_RMA",
-        default: "1",
-        doc: "ofi conduit: 0 leaves native RMA (fi_writemsg/fi_read) and atomics (fi_atomic) off, so gex-rma uses its AM reference path even when the provider offers FI_RMA/FI_ATOMIC.",
-    },
-    EnvVar {
-        name: "GEX_OFI_ATOMICS",
-        default: "1",
-        doc: "ofi conduit: 0 leaves native atomics (fi_atomic) off while native RMA stays on, so gex-rma's atomic domains use AMs.",
-    },
-    EnvVar {
-        name: "GEX_OFI_HYBRID",
-        default: "auto",
-        doc: "ofi conduit: shared memory between ranks of one host (hybrid job). auto: when the job spans several hosts and a host has several ranks; 1: whenever a host has several ranks; 0: never (network only).",
-    },
-    EnvVar {
-        name: "GEX_OFI_RELAXED_PUTS",
-        default: "1",
-        doc: "ofi conduit: 0 makes implicit-event puts ask for FI_DELIVERY_COMPLETE one by one, instead of transmit-complete writes flushed by one ordered read per destination at the sync (used only where the provider orders reads after writes).",
-    },
-    EnvVar {
-        name: "GEX_OFI_MR_LOCAL",
+        name: "GEX_PROGRESS_THREAD",
         default: "0",
-        doc: "ofi conduit, testing aid: 1 acts as if the provider required FI_MR_LOCAL (descriptors passed, local RMA buffers outside the segments registered on demand and cached) although it does not, so tcp and shm exercise that path.",
+        doc: "1: every endpoint gets a progress thread that polls it while the rank computes outside gex (serves peers' AM-path gets, atomics and collectives); overrides ClientBuilder::progress_thread.",
     },
     EnvVar {
-        name: "GEX_OFI_MR_CACHE_ENTRIES",
-        default: "256",
-        doc: "ofi conduit, under FI_MR_LOCAL: registrations of local RMA buffers an endpoint keeps (0 to 65536); beyond it the least recently used idle client-region registrations are closed. 0 keeps none once idle.",
-    },
-    EnvVar {
-        name: "GEX_OFI_MR_CACHE_BYTES",
-        default: "1G",
-        doc: "ofi conduit, under FI_MR_LOCAL: bytes of local RMA buffers an endpoint keeps registered (LRU eviction beyond it); a client region larger than this is not cached.",
-    },
-    EnvVar {
-        name: "GEX_SIM_SEED",
-        default: "0",
-        doc: "sim conduit: seed of the deterministic delivery schedule.",
-    },
-    EnvVar {
-        name: "GEX_SIM_LATENCY_NS",
-        default: "0",
-        doc: "sim conduit: modelled one-way latency in nanoseconds.",
-    },
-    EnvVar {
-        name: "GEX_SIM_REORDER",
-        default: "0",
-        doc: "sim conduit: 1 to let messages from different senders overtake each other.",
-    },
-    EnvVar {
-        name: "GEX_SKIP_NETNS",
-        default: "0",
-        doc: "Tests: 1 lets the network-namespace tests pass without running (printing why) when namespaces cannot be made here.",
-    },
-    EnvVar {
-        name: "GEX_BOOT",
-        default: "",
-        doc: "Bootstrap backend: fork (set by the gex fork launcher) or pmi (force the PMI-1 client). Unset: PMI-1 if PMI_FD or PMI_PORT is set (mpiexec, srun), else a singleton job.",
-    },
-    EnvVar {
-        name: "GEX_BOOT_FD",
-        default: "",
-        doc: "Set by the fork launcher: inherited socket to the launcher.",
-    },
-    EnvVar {
-        name: "GEX_RANK",
-        default: "",
-        doc: "Set by the launcher: this process's rank.",
-    },
-    EnvVar {
-        name: "GEX_SIZE",
-        default: "",
-        doc: "Set by the launcher: number of ranks.",
-    },
-    EnvVar {
-        name: "GEX_JOB_ID",
-        default: "",
-        doc: "Set by the launcher: unique job identifier.",
-    },
-    EnvVar {
-        name: "GEX_LOCAL_RANK",
-        default: "",
-        doc: "Set by the launcher: rank among the ranks of this host.",
-    },
-    EnvVar {
-        name: "GEX_LOCAL_SIZE",
-        default: "",
-        doc: "Set by the launcher: ranks on this host.",
+        name: "GEX_PROGRESS_INTERVAL",
+        default: "20us",
+        doc: "Longest nap of an idle progress thread between polls (a duration: 20us, 1ms); a peer's AM-path request waits about this long at most.",
     },
 ];
 
@@ -380,10 +195,26 @@ impl Config {
         }
     }
 
-    /// Text listing every registered variable with its effective value.
-    pub fn describe(&self) -> String {
+    /// `name` parsed as a duration: a number with a unit `ns`, `us`, `ms` or `s`
+    /// (`20us`, `1ms`); a bare number is microseconds.
+    ///
+    /// # Errors
+    /// [`InitError::Config`] naming the variable if the value does not parse.
+    pub fn duration(&self, name: &str, default: Duration) -> Result<Duration, InitError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => parse_duration(v).ok_or_else(|| {
+                InitError::Config(format!("{name}={v:?} is not a duration (e.g. 20us, 1ms)"))
+            }),
+        }
+    }
+
+    /// Text listing every variable of `registries` with its effective value, and the
+    /// `GEX_*` variables set that none of them declares.
+    pub fn describe(&self, registries: &[&[EnvVar]]) -> String {
         let mut s = String::new();
-        for v in ENV_VARS {
+        let all = || registries.iter().flat_map(|r| r.iter());
+        for v in all() {
             let (val, src) = match self.get(v.name) {
                 Some(x) => (x.to_string(), "set"),
                 None => (v.default.to_string(), "default"),
@@ -394,11 +225,27 @@ impl Config {
             ));
         }
         for k in self.vars.keys() {
-            if !ENV_VARS.iter().any(|v| v.name == k) {
-                s.push_str(&format!("{k:<20} : unknown GEX_ variable (ignored)\n"));
+            if !all().any(|v| v.name == k) {
+                s.push_str(&format!(
+                    "{k:<20} : not read by this client's crates (ignored)\n"
+                ));
             }
         }
         s
+    }
+}
+
+/// Parses `20us`, `1ms`, `3s`, `500ns` (a bare number is microseconds).
+pub fn parse_duration(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let n: u64 = v[..split].parse().ok()?;
+    match v[split..].trim() {
+        "ns" => Some(Duration::from_nanos(n)),
+        "" | "us" | "µs" => Some(Duration::from_micros(n)),
+        "ms" => Some(Duration::from_millis(n)),
+        "s" => Some(Duration::from_secs(n)),
+        _ => None,
     }
 }
 
@@ -433,6 +280,17 @@ pub fn resolve_wait(mode: WaitMode, ranks_on_host: usize) -> WaitPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("20us"), Some(Duration::from_micros(20)));
+        assert_eq!(parse_duration("20"), Some(Duration::from_micros(20)));
+        assert_eq!(parse_duration(" 1ms"), Some(Duration::from_millis(1)));
+        assert_eq!(parse_duration("2s"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_duration("7ns"), Some(Duration::from_nanos(7)));
+        assert_eq!(parse_duration("7 fortnights"), None);
+        assert_eq!(parse_duration("ms"), None);
+    }
 
     #[test]
     fn sizes_parse() {

@@ -7,7 +7,8 @@ use thiserror::Error;
 
 /// Errors from active-message injection (requests and replies).
 ///
-/// Back-pressure is not an error: see [`crate::Injected::WouldBlock`].
+/// Back-pressure is not an error: see [`crate::Injected::WouldBlock`] (the `try_*`
+/// forms).
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AmError {
@@ -81,6 +82,37 @@ pub enum AmError {
     /// The conduit failed (the peer or the network is gone).
     #[error(transparent)]
     Conduit(#[from] crate::spi::ConduitError),
+    /// Waiting on an event failed (see [`EventError`]).
+    #[error(transparent)]
+    Event(#[from] EventError),
+    /// The endpoint has no team member at this address (see [`crate::Team`]).
+    #[error("{0} is not a member of the team")]
+    NotMember(EpAddr),
+}
+
+/// Errors of waiting on an [`Event`](crate::Event), converted into each operation
+/// family's error type (every family has a variant for it).
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EventError {
+    /// The event belongs to another endpoint: an event is bound to the endpoint that
+    /// started its operation, and only that endpoint's progress completes it.
+    #[error(
+        "the event belongs to another endpoint (waited on {waited_on}, started on {started_on})"
+    )]
+    WrongEndpoint {
+        /// The endpoint that started the operation.
+        started_on: EpAddr,
+        /// The endpoint the wait was called on.
+        waited_on: EpAddr,
+    },
+    /// The operation was abandoned without completing (its layer dropped it, e.g. the
+    /// endpoint is closing).
+    #[error("the operation was abandoned before it completed")]
+    Abandoned,
+    /// The operation failed with an error of another family than the one waited for.
+    #[error("the operation failed: {0}")]
+    Failed(String),
 }
 
 /// Errors from handler registration.
@@ -96,6 +128,9 @@ pub enum RegisterError {
     /// A handler is already registered at this index.
     #[error("a handler is already registered at index {0}")]
     AlreadyRegistered(HandlerIndex),
+    /// Every client index (`128..=255`) is taken.
+    #[error("all 128 client handler indices are registered")]
+    Full,
 }
 
 /// Errors from client initialisation and endpoint creation.
@@ -113,6 +148,14 @@ pub enum InitError {
     Conduit {
         /// Conduit name.
         conduit: &'static str,
+        /// What failed.
+        msg: String,
+    },
+    /// A layer could not attach to an endpoint.
+    #[error("layer {layer}: {msg}")]
+    Layer {
+        /// Layer name.
+        layer: &'static str,
         /// What failed.
         msg: String,
     },
@@ -143,4 +186,7 @@ pub enum EpError {
     /// The endpoint was already taken.
     #[error("endpoint {0} was already taken")]
     Taken(u16),
+    /// A layer could not attach to the endpoint.
+    #[error("{0}")]
+    Layer(String),
 }

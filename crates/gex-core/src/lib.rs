@@ -9,40 +9,47 @@
 //! ## What it does not do
 //! - No sockets, no shared memory, no `-sys` crates: networks live in conduit crates
 //!   (`gex-conduit-smp`, ...), launchers in `gex-boot`.
-//! - No hidden threads: progress happens inside calls ([`Endpoint::poll`],
-//!   [`Endpoint::wait_until`], injection under back-pressure).
+//! - No hidden threads unless asked: progress happens inside calls ([`Endpoint::poll`]
+//!   and every wait), or also in a progress thread per endpoint when the client is
+//!   built with [`ClientBuilder::progress_thread`].
 //! - No process-global mutable state: everything hangs off a [`Client`], so several
 //!   ranks can live in one process (tests, the simulator, thread ranks).
-//! - One-sided RMA and collectives are the upper layers' business.
+//! - It names no upper layer and no conduit: one-sided RMA, collectives and the rest
+//!   are layers ([`layer`]) in their own crates; networks are conduits ([`spi`]).
 //!
 //! ## Words
 //! - **rank**: a member of the job, `0..size`.
 //! - **endpoint (EP)**: an injection/completion domain with its own handler table and
 //!   segment, addressed job-wide as [`EpAddr`] `(rank, ep)`. `Send`, not `Sync`.
 //! - **segment**: memory of an endpoint that peers may write (Long AMs, RMA).
-//! - **handler**: a closure registered at an index `128..=255`, identical on every rank.
+//! - **handler**: a closure registered on an endpoint ([`Endpoint::register`] returns
+//!   its [`HandlerId`]); tables are identical on every rank.
 //! - **token**: what a handler gets: the source, and the right to reply once.
 //! - **conduit**: the network implementation ([`spi::Conduit`]).
-//! - **immediate**: [`Flags::IMMEDIATE`] turns "would wait for resources" into
-//!   [`Injected::WouldBlock`].
+//! - **layer**: an upper layer composed into every endpoint ([`layer::Layer`]): its
+//!   handlers, auxiliary slice, settings and progress hook.
+//! - **event**: the completion of an operation ([`Event`]); **modes**: [`Blocking`],
+//!   [`Nb`] (an event), [`Nbi`] (an implicit event).
+//! - **`try_*`**: injection that returns [`Injected::WouldBlock`] instead of waiting
+//!   for resources (back-pressure is a result, not an error).
 //!
 //! ## Example
 //! ```
-//! use gex_core::{boot::Singleton, loopback::Loopback, Am, ClientBuilder, EpAddr, Flags, Token};
+//! use gex_core::{boot::Singleton, loopback::Loopback, Am, ClientBuilder, EpAddr, Token};
 //! use std::sync::{Arc, atomic::{AtomicU64, Ordering}};
 //!
 //! let client = ClientBuilder::new().segment_size(1 << 16).init::<Loopback>(Box::new(Singleton::new()))?;
 //! let mut ep = client.endpoint(0)?;
 //! let got = Arc::new(AtomicU64::new(0));
 //! let g = got.clone();
-//! ep.register(130, |t: &mut Token<'_>, am: Am<'_>| {
-//!     // Echo the payload back in a reply.
-//!     t.reply_medium(131, am.args(), am.payload()).unwrap();
-//! })?;
-//! ep.register(131, move |_t: &mut Token<'_>, am: Am<'_>| {
+//! let done = ep.register(move |_t: &mut Token<'_>, am: Am<'_>| {
 //!     g.store(am.payload().len() as u64, Ordering::Relaxed);
 //! })?;
-//! ep.request_medium(EpAddr::rank(0), 130, &[1, 2, 3], b"hello", Flags::empty())?;
+//! let echo = ep.register(move |t: &mut Token<'_>, am: Am<'_>| {
+//!     // Echo the payload back in a reply.
+//!     t.reply_medium(done, am.args(), am.payload()).unwrap();
+//! })?;
+//! ep.request_medium(EpAddr::rank(0), echo, &[1, 2, 3], b"hello")?;
 //! ep.wait_until(|| got.load(Ordering::Relaxed) == 5);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -63,23 +70,24 @@ mod client;
 pub mod config;
 mod endpoint;
 mod error;
+pub mod event;
+pub mod layer;
 pub mod loopback;
 pub mod spi;
+mod team;
 mod types;
 
-pub use client::{Client, ClientBuilder, DEFAULT_SEGMENT_SIZE, DEFAULT_YIELDS, Team};
-pub use config::Config;
-pub use endpoint::{Am, Endpoint, EpStats, Handler, LcEvent, Prepared, Segment, Token};
-pub use error::{AmError, EpError, InitError, RegisterError};
-pub use gex_sync::wait::WaitPolicy;
-pub use spi::OwnedInjected;
-pub use spi::{Capabilities, Limits};
-pub use types::{
-    Category, EpAddr, EpIndex, FIRST_CLIENT_HANDLER, Flags, HandlerIndex, Injected, Kind, Rank,
+pub use client::{
+    Client, ClientBuilder, DEFAULT_PROGRESS_INTERVAL, DEFAULT_SEGMENT_SIZE, DEFAULT_YIELDS,
+    JobShape,
 };
-
-/// Back-compat alias used in doc examples.
-#[doc(hidden)]
-pub mod testing {
-    pub use crate::loopback::Loopback;
-}
+pub use config::Config;
+pub use endpoint::{Am, Endpoint, EpStats, Handler, LongPayload, Prepared, Scope, Segment, Token};
+pub use error::{AmError, EpError, EventError, InitError, RegisterError};
+pub use event::{AnyEvent, Blocking, Event, Mode, ModeKind, Nb, Nbi};
+pub use gex_sync::wait::WaitPolicy;
+pub use spi::{Capabilities, Limits, OwnedInjected};
+pub use team::Team;
+pub use types::{
+    Category, EpAddr, EpIndex, FIRST_CLIENT_HANDLER, HandlerId, HandlerIndex, Injected, Kind, Rank,
+};

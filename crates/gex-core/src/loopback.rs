@@ -117,7 +117,7 @@ impl Conduit for Loopback {
                 .map(|_| Arc::new(Mutex::new(VecDeque::new())))
                 .collect(),
             segs: (0..n).map(|_| SegMem::new(seg_len[0])).collect(),
-            aux: (0..n).map(|_| SegMem::new(crate::spi::AUX_LEN)).collect(),
+            aux: (0..n).map(|_| SegMem::new(params.aux_len)).collect(),
             next_ticket: AtomicU64::new(1),
             completed: Mutex::new(HashMap::new()),
         });
@@ -204,7 +204,7 @@ impl ConduitEp for LoopbackEp {
         self.conduit
             .aux
             .get(dst.ep as usize)
-            .filter(|_| dst.rank == 0)
+            .filter(|a| dst.rank == 0 && a.len > 0)
             .map(SegMem::base)
     }
     fn inject(&mut self, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, ConduitError> {

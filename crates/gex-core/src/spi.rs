@@ -20,7 +20,7 @@
 //! | progress | [`ConduitEp::poll`] | drains incoming messages of this EP only, calling [`Deliver::deliver`] once per message |
 //! | waiting | [`ConduitEp::block`] | sleeps until a message may have arrived (spurious returns allowed) |
 //! | neighbourhood | [`ConduitEp::local_segment`], [`ConduitEp::peer_segment`] | local mapping of a peer's segment when it shares memory |
-//! | auxiliary area | [`ConduitEp::aux`], [`ConduitEp::wake`] | a small zeroed area per EP, mapped by its neighbours, for the layers above (shared-memory barrier, collectives); waking a neighbour's blocked waiter |
+//! | auxiliary area | [`ConduitEp::aux`], [`ConduitEp::wake`] | a zeroed area per EP of [`OpenParams::aux_len`] bytes, mapped by its neighbours, for the layers above (each layer gets a slice); waking a neighbour's blocked waiter |
 //! | native RMA | [`ConduitEp::native_put`], [`ConduitEp::native_get`], [`ConduitEp::native_test`] | optional ([`Capabilities::NATIVE_RMA`]); one-sided transfers done by the network |
 //! | native atomics | [`ConduitEp::native_atomic_supported`], [`ConduitEp::native_atomic`] | optional ([`Capabilities::NATIVE_ATOMICS`]); NIC-offloaded atomics, chosen per atomic domain |
 //! | teardown | `Drop` of the conduit and its EPs | releases everything; nothing may be left in `/dev/shm` |
@@ -119,25 +119,10 @@ pub struct OpenParams<'a> {
     pub config: &'a crate::config::Config,
     /// A conduit-specific object from [`crate::ClientBuilder::conduit_context`].
     pub context: Option<&'a (dyn std::any::Any + Send + Sync)>,
+    /// Bytes of auxiliary area every endpoint needs ([`ConduitEp::aux`]): the sum of
+    /// the slices of the client's layers (0: no area is needed).
+    pub aux_len: usize,
 }
-
-/// Length in bytes of every endpoint's auxiliary area ([`ConduitEp::aux`]).
-///
-/// The area belongs to the layers above the core, split as follows (gex-core owns the
-/// map so the layers never overlap):
-///
-/// | bytes | owner |
-/// |---|---|
-/// | [`AUX_RMA`] | gex-rma (the shared-memory barrier) |
-/// | [`AUX_COLL`] | gex-coll (shared-memory collectives: flag words and data slots per
-/// channel, the world team's large ones of 124 KiB, so a 64 KiB block moves in one round) |
-///
-/// Conduits map it lazily (pages are touched only where a layer writes).
-pub const AUX_LEN: usize = 1 << 20;
-/// The part of the auxiliary area that gex-rma uses.
-pub const AUX_RMA: std::ops::Range<usize> = 0..4096;
-/// The part of the auxiliary area that gex-coll uses.
-pub const AUX_COLL: std::ops::Range<usize> = 4096..AUX_LEN;
 
 /// Element type of a native atomic operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -655,9 +640,10 @@ pub trait ConduitEp: Send + 'static {
     /// Abandons a prepared message: nothing is sent.
     fn cancel(&mut self) {}
 
-    /// The local mapping of `dst`'s auxiliary area ([`AUX_LEN`] bytes, zero-filled at
-    /// open, aligned to 64 bytes) when `dst` shares memory with this rank, this EP
-    /// included; `None` otherwise. A conduit that maps peers' segments
+    /// The local mapping of `dst`'s auxiliary area ([`OpenParams::aux_len`] bytes,
+    /// zero-filled at open, aligned to 64 bytes) when `dst` shares memory with this
+    /// rank, this EP included; `None` otherwise (and always when `aux_len` is 0). The
+    /// layers above split it: each gets its own slice. A conduit that maps peers' segments
     /// ([`Capabilities::SHARED_MEMORY`]) must provide it for exactly the peers whose
     /// segments it maps. The area outlives every endpoint of the conduit. Accesses from
     /// several processes must use atomics (the layers above own the protocol; the

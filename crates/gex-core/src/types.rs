@@ -1,7 +1,5 @@
 //! Small value types shared by every layer: ranks, endpoint addresses, AM kinds.
 
-use bitflags::bitflags;
-
 /// A process (or thread) rank in the job, `0..size`.
 pub type Rank = u32;
 
@@ -64,21 +62,35 @@ pub enum Kind {
     Reply,
 }
 
-bitflags! {
-    /// Flags for AM injection.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-    pub struct Flags: u32 {
-        /// Do not wait for resources: if the message cannot be injected now, return
-        /// [`Injected::WouldBlock`] instead of polling until it can.
-        const IMMEDIATE = 1;
+/// A registered AM handler: what [`Endpoint::register`](crate::Endpoint::register)
+/// returns and what requests and replies name. There is no public constructor: an id
+/// comes from a registration (or, for a layer, from its handler block), so ids of
+/// different handlers cannot collide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HandlerId(HandlerIndex);
+
+impl HandlerId {
+    pub(crate) const fn new(index: HandlerIndex) -> Self {
+        HandlerId(index)
+    }
+    /// The index in the handler table (identical on every rank that registered the
+    /// same handlers in the same order).
+    pub const fn index(self) -> HandlerIndex {
+        self.0
+    }
+}
+
+impl std::fmt::Display for HandlerId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "handler {}", self.0)
     }
 }
 
 /// Outcome of an injection that did not fail.
 ///
-/// Back-pressure is a result, not an error: `WouldBlock` is only returned when
-/// [`Flags::IMMEDIATE`] was given, so callers that never pass it may ignore the value;
-/// callers that do must check it (nothing was sent).
+/// Back-pressure is a result, not an error: the `try_*` forms of injection return
+/// `WouldBlock` instead of waiting for resources (nothing was sent; poll and try
+/// again); the other forms wait and never return it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Injected {
     /// The message was injected (and its payload source may be reused).

@@ -1,11 +1,18 @@
 //! Core API behaviour on the one-rank loopback conduit: rule enforcement that needs no
-//! network, deferred local completion, endpoints on threads.
+//! network, events and modes, deferred local completion, endpoints on threads, layers,
+//! the progress thread, and the soundness rules of the safe API.
 
 use gex_core::boot::Singleton;
+use gex_core::layer::{Cx, Layer, Progress};
 use gex_core::loopback::Loopback;
-use gex_core::{Am, AmError, ClientBuilder, EpAddr, EpError, Flags, RegisterError, Token};
+use gex_core::spi::Conduit;
+use gex_core::{
+    Am, AmError, Blocking, Category, ClientBuilder, EpAddr, EpError, EventError, HandlerId,
+    InitError, Injected, Nb, Nbi, RegisterError, Token,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 fn client(eps: u16) -> gex_core::Client<Loopback> {
     ClientBuilder::new()
@@ -22,21 +29,30 @@ fn deferred_local_completion_returns_the_buffer_after_delivery() {
     let mut ep = c.endpoint(0).unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = seen.clone();
-    ep.register(140, move |_t: &mut Token<'_>, am: Am<'_>| {
-        s.lock().unwrap().extend_from_slice(am.payload())
-    })
-    .unwrap();
+    let h = ep
+        .register(move |_t: &mut Token<'_>, am: Am<'_>| {
+            s.lock().unwrap().extend_from_slice(am.payload())
+        })
+        .unwrap();
     let buf = vec![9u8; 1000];
     let ptr = buf.as_ptr();
-    let mut ev = ep
-        .request_medium_lc(EpAddr::rank(0), 140, &[], buf)
+    let ev = ep
+        .request_medium_owned(EpAddr::rank(0), h, &[], buf, Nb)
         .unwrap();
     // Not delivered yet: loopback still holds the buffer.
-    assert!(!ev.is_complete());
-    assert!(!ep.lc_test(&mut ev));
-    let back = ep.lc_wait(ev);
+    assert!(!ev.is_done());
+    let back = ep.wait(ev).unwrap();
     assert_eq!(back.as_ptr(), ptr, "the same buffer comes back, not a copy");
     assert_eq!(seen.lock().unwrap().as_slice(), &[9u8; 1000][..]);
+    // Blocking mode gives the buffer back directly; implicit mode tracks it.
+    let back = ep
+        .request_medium_owned(EpAddr::rank(0), h, &[], vec![1u8; 10], Blocking)
+        .unwrap();
+    assert_eq!(back.len(), 10);
+    ep.request_medium_owned(EpAddr::rank(0), h, &[], vec![2u8; 10], Nbi)
+        .unwrap();
+    ep.sync_implicit::<AmError>(None).unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 1020);
 }
 
 #[test]
@@ -51,21 +67,194 @@ fn endpoints_are_taken_once_and_bounded() {
 }
 
 #[test]
-fn registration_rules() {
+fn registration_hands_out_distinct_ids_and_enforces_the_rules() {
     let c = client(1);
     let mut ep = c.endpoint(0).unwrap();
     let h = |_t: &mut Token<'_>, _a: Am<'_>| {};
-    assert_eq!(ep.register(0, h), Err(RegisterError::Zero));
-    assert_eq!(ep.register(127, h), Err(RegisterError::Reserved(127)));
-    ep.register(128, h).unwrap();
+    let a = ep.register(h).unwrap();
+    let b = ep.register(h).unwrap();
+    assert_ne!(a, b);
+    assert_eq!((a.index(), b.index()), (128, 129));
+    assert_eq!(ep.register_at(0, h), Err(RegisterError::Zero));
+    assert_eq!(ep.register_at(127, h), Err(RegisterError::Reserved(127)));
     assert_eq!(
-        ep.register(128, h),
+        ep.register_at(128, h),
         Err(RegisterError::AlreadyRegistered(128))
     );
+    let fixed = ep.register_at(200, h).unwrap();
+    assert_eq!(fixed.index(), 200);
+    // Automatic ids skip what is taken, until every client index is.
+    let mut n = 3;
+    while ep.register(h).is_ok() {
+        n += 1;
+    }
+    assert_eq!(n, 128);
+    assert_eq!(ep.register(h), Err(RegisterError::Full));
+}
+
+#[test]
+fn an_id_from_another_endpoint_is_checked_against_this_table() {
+    let c = client(2);
+    let mut a = c.endpoint(0).unwrap();
+    let mut b = c.endpoint(1).unwrap();
+    let _ = a.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
+    let second = a.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
+    // `b` registered nothing: the id names an index it does not have.
     assert_eq!(
-        ep.request_short(EpAddr::rank(0), 129, &[], Flags::empty()),
-        Err(AmError::UnregisteredHandler(129))
+        b.request_short(EpAddr::new(0, 0), second, &[]),
+        Err(AmError::UnregisteredHandler(second.index()))
     );
+}
+
+#[test]
+fn try_forms_report_back_pressure_and_full_forms_validate() {
+    let c = client(1);
+    let mut ep = c.endpoint(0).unwrap();
+    let h = ep.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
+    let me = ep.addr();
+    assert_eq!(ep.try_request_short(me, h, &[1]).unwrap(), Injected::Sent);
+    assert_eq!(
+        ep.try_request_medium(me, h, &[], &[1; 8]).unwrap(),
+        Injected::Sent
+    );
+    assert_eq!(
+        ep.request_long(me, h, &[], &[0; 8], 4090),
+        Err(AmError::OutOfSegment {
+            dst: me,
+            offset: 4090,
+            len: 8,
+            seg_len: 4096
+        })
+    );
+    assert_eq!(
+        ep.request_short(EpAddr::rank(3), h, &[]),
+        Err(AmError::BadRank { rank: 3, size: 1 })
+    );
+    assert!(matches!(
+        ep.request_short(me, h, &[0; 17]),
+        Err(AmError::TooManyArgs { given: 17, .. })
+    ));
+    // The closure form never leaves a borrow behind: a retry loop compiles and works.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match ep
+            .try_request_medium_with(me, h, &[], 32, |b| {
+                b[..4].copy_from_slice(b"abcd");
+                4
+            })
+            .unwrap()
+        {
+            Injected::Sent => break,
+            Injected::WouldBlock => {
+                ep.poll();
+            }
+        }
+    }
+    assert_eq!(tries, 1);
+    assert!(matches!(
+        ep.try_request_medium_with(me, h, &[], 8, |_| 9),
+        Err(AmError::CommitTooLarge {
+            len: 9,
+            prepared: 8
+        })
+    ));
+    while ep.poll() > 0 {}
+}
+
+#[test]
+fn token_reports_reply_limits() {
+    let c = client(1);
+    let mut ep = c.endpoint(0).unwrap();
+    let seen = Arc::new(Mutex::new(None));
+    let s = seen.clone();
+    let h = ep
+        .register(move |t: &mut Token<'_>, _a: Am<'_>| {
+            *s.lock().unwrap() = Some((t.max_args(), t.max_reply_medium(), t.max_reply_long()));
+        })
+        .unwrap();
+    ep.request_short(EpAddr::rank(0), h, &[]).unwrap();
+    ep.wait_until(|| seen.lock().unwrap().is_some());
+    let got = seen.lock().unwrap().unwrap();
+    assert_eq!(got, (ep.max_args(), ep.max_medium(EpAddr::rank(0)), 4096));
+}
+
+#[test]
+fn wait_until_timeout_gives_up() {
+    let c = client(1);
+    let mut ep = c.endpoint(0).unwrap();
+    let t0 = std::time::Instant::now();
+    assert!(!ep.wait_until_timeout(|| false, Duration::from_millis(20)));
+    assert!(t0.elapsed() >= Duration::from_millis(20));
+    assert!(ep.wait_until_timeout(|| true, Duration::from_secs(10)));
+}
+
+/// Hole (b) of the "One endpoint" issue: an event waited on another endpoint must not
+/// hand its buffer back while the operation may still write it.
+#[test]
+fn an_event_waited_on_another_endpoint_is_an_error() {
+    let c = client(2);
+    let mut a = c.endpoint(0).unwrap();
+    let mut b = c.endpoint(1).unwrap();
+    let h = a.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
+    let _ = b.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
+    let ev = a
+        .request_medium_owned(EpAddr::new(0, 1), h, &[], vec![5u8; 100], Nb)
+        .unwrap();
+    assert!(!ev.is_done(), "loopback defers the buffer until delivery");
+    let err = b.wait(ev).unwrap_err();
+    assert_eq!(
+        err,
+        AmError::Event(EventError::WrongEndpoint {
+            started_on: EpAddr::new(0, 0),
+            waited_on: EpAddr::new(0, 1)
+        })
+    );
+    let ev = a
+        .request_medium_owned(EpAddr::new(0, 1), h, &[], vec![5u8; 100], Nb)
+        .unwrap();
+    assert!(matches!(b.test(&ev), Err(EventError::WrongEndpoint { .. })));
+    assert!(matches!(
+        b.wait_all(&[&ev]),
+        Err(EventError::WrongEndpoint { .. })
+    ));
+    drop(ev);
+    // The delivery still happens; the dropped event's buffer lives until then.
+    b.poll();
+    a.poll();
+}
+
+/// Hole (c): a Long payload and the segment are read with race-free copies; the slice
+/// views are `unsafe`.
+#[test]
+fn long_payloads_are_read_through_copies() {
+    let c = client(1);
+    let mut ep = c.endpoint(0).unwrap();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = got.clone();
+    let h = ep
+        .register(move |_t: &mut Token<'_>, am: Am<'_>| {
+            assert_eq!(am.category(), Category::Long);
+            assert!(
+                am.payload().is_empty(),
+                "a Long payload is not lent as a slice"
+            );
+            let l = am.long().expect("a Long payload");
+            assert_eq!((l.offset(), l.len(), am.len()), (64, 5, 5));
+            let mut first = [0u8; 2];
+            assert_eq!(l.read(&mut first), 2);
+            assert_eq!(&first, b"he");
+            *g.lock().unwrap() = l.to_vec();
+        })
+        .unwrap();
+    ep.request_long(EpAddr::rank(0), h, &[], b"hello", 64)
+        .unwrap();
+    ep.wait_until(|| !got.lock().unwrap().is_empty());
+    assert_eq!(got.lock().unwrap().as_slice(), b"hello");
+    let mut back = [0u8; 5];
+    ep.segment().read(64, &mut back).unwrap();
+    assert_eq!(&back, b"hello");
+    assert!(ep.segment().read(4093, &mut back).is_err());
 }
 
 #[test]
@@ -75,40 +264,38 @@ fn ams_cross_endpoints_on_threads() {
     let mut b = c.endpoint(1).unwrap();
     let got = Arc::new(AtomicU64::new(0));
     let g = got.clone();
-    let t = std::thread::spawn(move || {
-        b.register(150, |t: &mut Token<'_>, am: Am<'_>| {
-            assert_eq!(t.src(), EpAddr::new(0, 0));
-            t.reply_short(151, am.args()).unwrap();
+    // Identical tables on both endpoints: ping (replies with the argument), pong, done.
+    let a_pong = a
+        .register(move |t: &mut Token<'_>, am: Am<'_>| {
+            assert_eq!(t.src(), EpAddr::new(0, 1));
+            g.fetch_add(am.args()[0] as u64, Ordering::Relaxed);
         })
         .unwrap();
-        b.register(151, |_t: &mut Token<'_>, _a: Am<'_>| {})
+    let a_ping = a.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
+    let a_done = a.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
+    let t = std::thread::spawn(move || {
+        let pong = b.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
+        let _ping = b
+            .register(move |t: &mut Token<'_>, am: Am<'_>| {
+                assert_eq!(t.src(), EpAddr::new(0, 0));
+                t.reply_short(pong, am.args()).unwrap();
+            })
             .unwrap();
         let done = Arc::new(AtomicU64::new(0));
-        b.register(152, {
-            let d = done.clone();
-            move |_t: &mut Token<'_>, _a: Am<'_>| {
-                d.store(1, Ordering::Relaxed);
-            }
-        })
-        .unwrap();
+        let d = done.clone();
+        let _done = b
+            .register(move |_t: &mut Token<'_>, _a: Am<'_>| d.store(1, Ordering::Relaxed))
+            .unwrap();
         b.wait_until(|| done.load(Ordering::Relaxed) == 1);
     });
-    a.register(150, |_t: &mut Token<'_>, _a: Am<'_>| {})
-        .unwrap();
-    a.register(151, move |t: &mut Token<'_>, am: Am<'_>| {
-        assert_eq!(t.src(), EpAddr::new(0, 1));
-        g.fetch_add(am.args()[0] as u64, Ordering::Relaxed);
-    })
-    .unwrap();
-    a.register(152, |_t: &mut Token<'_>, _a: Am<'_>| {})
-        .unwrap();
+    // Wait until the thread has registered its handlers (its table must match).
+    std::thread::sleep(Duration::from_millis(50));
     for i in 1..=100u32 {
-        a.request_short(EpAddr::new(0, 1), 150, &[i], Flags::empty())
-            .unwrap();
+        a.request_short(EpAddr::new(0, 1), a_ping, &[i]).unwrap();
     }
     a.wait_until(|| got.load(Ordering::Relaxed) == 5050);
-    a.request_short(EpAddr::new(0, 1), 152, &[], Flags::empty())
-        .unwrap();
+    a.request_short(EpAddr::new(0, 1), a_done, &[]).unwrap();
+    let _ = a_pong;
     t.join().unwrap();
 }
 
@@ -124,4 +311,260 @@ fn bad_configuration_is_reported() {
         .config(gex_core::Config::default())
         .init::<Loopback>(Box::new(Singleton::new()));
     assert!(r.unwrap_err().to_string().contains("endpoints"));
+    let r = ClientBuilder::new()
+        .config(gex_core::Config::from_pairs([(
+            "GEX_PROGRESS_INTERVAL",
+            "soon",
+        )]))
+        .init::<Loopback>(Box::new(Singleton::new()));
+    assert!(r.unwrap_err().to_string().contains("GEX_PROGRESS_INTERVAL"));
+}
+
+#[test]
+fn exchange_gathers_every_blob() {
+    let c = client(2);
+    let a = c.endpoint(0).unwrap();
+    let mut b = c.endpoint(1).unwrap();
+    // Each endpoint's primordial team is the endpoints with its index on every rank:
+    // a one-member team here.
+    let w = b.world();
+    assert_eq!(w.members(), &[EpAddr::new(0, 1)]);
+    assert_eq!(b.exchange(&w, &[7; 3]).unwrap(), vec![vec![7; 3]]);
+    // Not a member: an error, not a hang.
+    let aw = a.world();
+    assert_eq!(
+        b.exchange(&aw, b"x").unwrap_err(),
+        AmError::NotMember(EpAddr::new(0, 1))
+    );
+}
+
+#[test]
+fn a_scope_completes_its_operations_before_returning() {
+    let c = client(1);
+    let mut ep = c.endpoint(0).unwrap();
+    let n = Arc::new(AtomicU64::new(0));
+    let m = n.clone();
+    let h = ep
+        .register(move |_t: &mut Token<'_>, _a: Am<'_>| {
+            m.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+    let me = ep.addr();
+    ep.scope(|s| {
+        for _ in 0..3 {
+            let ev = s.request_medium_owned(me, h, &[], vec![0; 8], Nb)?;
+            let tag = s.tag();
+            s.track_implicit(tag, ev);
+        }
+        Ok::<(), AmError>(())
+    })
+    .unwrap();
+    assert_eq!(
+        n.load(Ordering::Relaxed),
+        3,
+        "every scoped operation completed"
+    );
+}
+
+// ---------------------------------------------------------------- layers
+
+/// A layer that counts pings, replies with pongs, and reports busy until it has seen
+/// as many pongs as it sent pings.
+#[derive(Debug, Default)]
+struct Pinger {
+    ping: Option<HandlerId>,
+    pong: Option<HandlerId>,
+    sent: u32,
+    pongs: u32,
+    progress_calls: u32,
+    aux: usize,
+}
+
+impl Layer for Pinger {
+    const NAME: &'static str = "pinger";
+    const HANDLERS: u8 = 2;
+    const AUX_BYTES: usize = 100;
+    const ENV_VARS: &'static [gex_core::config::EnvVar] = &[gex_core::config::EnvVar {
+        name: "GEX_PINGER_TEST",
+        default: "0",
+        doc: "a test layer's setting",
+    }];
+    fn attach<C: Conduit>(cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
+        if cx.config().bool("GEX_PINGER_TEST", false)? {
+            return Err(InitError::Layer {
+                layer: Self::NAME,
+                msg: "refused by its setting".into(),
+            });
+        }
+        Ok(Pinger {
+            ping: Some(cx.handler(0)),
+            pong: Some(cx.handler(1)),
+            aux: cx.aux_len(),
+            ..Default::default()
+        })
+    }
+    fn handle(&mut self, h: u8, t: &mut Token<'_>, _am: Am<'_>) {
+        match h {
+            0 => t.reply_short(self.pong.expect("attached"), &[]).unwrap(),
+            _ => self.pongs += 1,
+        }
+    }
+    fn progress<C: Conduit>(&mut self, _cx: &mut Cx<'_, C>) -> Progress {
+        self.progress_calls += 1;
+        if self.pongs < self.sent {
+            Progress::Busy
+        } else {
+            Progress::Idle
+        }
+    }
+}
+
+/// A second layer, to check the handler blocks do not overlap.
+#[derive(Debug)]
+struct Second {
+    first: HandlerId,
+}
+
+impl Layer for Second {
+    const NAME: &'static str = "second";
+    const HANDLERS: u8 = 1;
+    fn attach<C: Conduit>(cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
+        assert!(
+            cx.layer::<Pinger>().is_some(),
+            "layers attached before are reachable"
+        );
+        Ok(Second {
+            first: cx.handler(0),
+        })
+    }
+}
+
+#[test]
+fn layers_get_handler_blocks_aux_slices_settings_and_progress() {
+    let c = ClientBuilder::new()
+        .layer::<Pinger>()
+        .layer::<Second>()
+        .segment_size(4096)
+        .config(gex_core::Config::default())
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    assert_eq!(
+        c.layers().iter().map(|l| l.name).collect::<Vec<_>>(),
+        ["pinger", "second"]
+    );
+    let mut ep = c.endpoint(0).unwrap();
+    assert_eq!(ep.layers(), ["pinger", "second"]);
+    let me = ep.addr();
+    let (ping, pong, aux) = ep
+        .with_layer::<Pinger, _>(|p, _| (p.ping.unwrap(), p.pong.unwrap(), p.aux))
+        .unwrap();
+    assert_eq!((ping.index(), pong.index()), (16, 17));
+    assert_eq!(aux, 128, "100 bytes rounded up to 64");
+    assert_eq!(ep.with_layer::<Second, _>(|s, _| s.first.index()), Some(18));
+    // Reserved handlers are not for clients.
+    assert_eq!(
+        ep.request_short(me, ping, &[]),
+        Err(AmError::ReservedHandler(16))
+    );
+    // A layer sends to its own handlers without waiting; the endpoint's waits run its
+    // progress hook and handlers.
+    for _ in 0..3 {
+        let r = ep
+            .with_layer::<Pinger, _>(|p, cx| {
+                p.sent += 1;
+                cx.set_busy();
+                cx.try_request(me, ping, Category::Short, &[], &[], 0)
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(r, Injected::Sent);
+    }
+    assert!(ep.wait_until_layer::<Pinger>(|p| p.pongs == 3));
+    let calls = ep.with_layer::<Pinger, _>(|p, _| p.progress_calls).unwrap();
+    assert!(calls >= 1, "the progress hook ran");
+    ep.poll();
+    ep.poll();
+    let idle = ep.with_layer::<Pinger, _>(|p, _| p.progress_calls).unwrap();
+    ep.poll();
+    assert_eq!(
+        ep.with_layer::<Pinger, _>(|p, _| p.progress_calls).unwrap(),
+        idle,
+        "an idle layer's hook does not run"
+    );
+    // Every registry the client reads: core, conduit, layers.
+    let regs = ClientBuilder::new()
+        .layer::<Pinger>()
+        .env_registries_of::<Loopback>();
+    assert!(
+        regs.iter()
+            .flat_map(|r| r.iter())
+            .any(|v| v.name == "GEX_PINGER_TEST")
+    );
+    assert!(
+        regs.iter()
+            .flat_map(|r| r.iter())
+            .any(|v| v.name == "GEX_WAIT")
+    );
+}
+
+#[test]
+fn a_layer_that_refuses_to_attach_fails_the_endpoint() {
+    let c = ClientBuilder::new()
+        .layer::<Pinger>()
+        .segment_size(4096)
+        .config(gex_core::Config::from_pairs([("GEX_PINGER_TEST", "1")]))
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let e = c.endpoint(0).unwrap_err();
+    assert!(
+        e.to_string().contains("pinger") && e.to_string().contains("refused"),
+        "{e}"
+    );
+}
+
+// ---------------------------------------------------------------- progress thread
+
+#[test]
+fn a_progress_thread_serves_requests_while_the_owner_computes() {
+    let c = ClientBuilder::new()
+        .endpoints(2)
+        .segment_size(4096)
+        .progress_thread(true)
+        .config(gex_core::Config::default())
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut target = c.endpoint(0).unwrap();
+    let mut peer = c.endpoint(1).unwrap();
+    assert!(target.has_progress_thread());
+    let got = Arc::new(AtomicU64::new(0));
+    let g = got.clone();
+    // Same table on both: [pong, ping].
+    let pong_t = target
+        .register(|_t: &mut Token<'_>, _a: Am<'_>| {})
+        .unwrap();
+    let _ping_t = target
+        .register(move |t: &mut Token<'_>, am: Am<'_>| t.reply_short(pong_t, am.args()).unwrap())
+        .unwrap();
+    let _pong_p = peer
+        .register(move |_t: &mut Token<'_>, am: Am<'_>| {
+            g.store(am.args()[0] as u64, Ordering::Relaxed);
+        })
+        .unwrap();
+    let ping_p = peer.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
+    // The target's owner "computes" on another thread: it holds the endpoint but never
+    // calls gex for a while. Its progress thread answers.
+    let owner = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        drop(target);
+    });
+    let t0 = std::time::Instant::now();
+    peer.request_short(EpAddr::new(0, 0), ping_p, &[42])
+        .unwrap();
+    assert!(peer.wait_until_timeout(|| got.load(Ordering::Relaxed) == 42, Duration::from_secs(5)));
+    assert!(
+        t0.elapsed() < Duration::from_millis(250),
+        "answered by the progress thread, not after the owner's computation ({:?})",
+        t0.elapsed()
+    );
+    owner.join().unwrap();
 }

@@ -5,7 +5,7 @@
 
 use gex_core::boot::Singleton;
 use gex_core::loopback::Loopback;
-use gex_core::{Am, ClientBuilder, EpAddr, Flags, Token};
+use gex_core::{Am, ClientBuilder, EpAddr, Token};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tracing::span::{Attributes, Id, Record};
@@ -44,16 +44,15 @@ fn am_path_emits_events() {
     let mut ep = c.endpoint(0).unwrap();
     let done = Arc::new(AtomicUsize::new(0));
     let d = done.clone();
-    ep.register(130, |t: &mut Token<'_>, _am: Am<'_>| {
-        t.reply_short(131, &[]).unwrap()
-    })
-    .unwrap();
-    ep.register(131, move |_t: &mut Token<'_>, _am: Am<'_>| {
-        d.fetch_add(1, Ordering::Relaxed);
-    })
-    .unwrap();
-    ep.request_short(EpAddr::rank(0), 130, &[], Flags::empty())
+    let pong = ep
+        .register(move |_t: &mut Token<'_>, _am: Am<'_>| {
+            d.fetch_add(1, Ordering::Relaxed);
+        })
         .unwrap();
+    let ping = ep
+        .register(move |t: &mut Token<'_>, _am: Am<'_>| t.reply_short(pong, &[]).unwrap())
+        .unwrap();
+    ep.request_short(EpAddr::rank(0), ping, &[]).unwrap();
     ep.wait_until(|| done.load(Ordering::Relaxed) == 1);
     // request + delivery of the request + reply + delivery of the reply.
     assert_eq!(n.load(Ordering::Relaxed), 4);

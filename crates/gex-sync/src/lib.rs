@@ -12,6 +12,10 @@
 //! - [`wait`]: spin, block, or spin-then-block waiting on a [`wait::Doorbell`] backed by a
 //!   shared (cross-process) futex, free of lost wake-ups.
 //! - [`counter`]: cache-padded statistics counters.
+//! - [`copy`]: race-free copies to and from memory others write concurrently (relaxed
+//!   atomic word copies).
+//! - [`slot`]: one-shot completion slots (completer/waiter pairs) with recycling: the
+//!   completion half of every nonblocking operation.
 //!
 //! # What it does not do
 //!
@@ -64,9 +68,11 @@
 //! ```
 
 pub mod atomic;
+pub mod copy;
 pub mod counter;
 pub mod hint;
 pub mod ring;
+pub mod slot;
 pub mod thread;
 pub mod wait;
 

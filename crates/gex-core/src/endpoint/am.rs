@@ -1,0 +1,1075 @@
+//! Active messages: handlers and their registration, tokens, the message view handlers
+//! get, validation, and injection (blocking, `try_*`, owned payloads, negotiated
+//! payloads).
+//!
+//! # Safety
+//! - [`LongPayload`] reads a Long payload in this endpoint's segment, which the conduit
+//!   keeps mapped for its life (the endpoint holds the conduit) and which other ranks
+//!   may write at any time: the safe reads copy with relaxed atomics
+//!   ([`gex_sync::copy`]); the slice view is `unsafe` with that rule written down.
+//! - [`Prepared`] turns a conduit's negotiated-payload buffer into a slice: the
+//!   conduit promises it stays valid and unaliased until `commit`/`cancel`, and
+//!   `Prepared` holds `&mut Endpoint` for its whole life, so no other conduit call can
+//!   happen in between.
+#![allow(unsafe_code)]
+
+use super::{Core, Endpoint, Guard, Inner, OWN_CLIENT, OWN_NONE};
+use crate::client::Shared;
+use crate::error::{AmError, RegisterError};
+use crate::event::{Data, Event, Mode, finish_bytes};
+use crate::spi::{
+    Conduit, ConduitEp, Limits, OutMsg, OwnedInjected, OwnedMsg, Prepare, PrepareReq, ReplyTx,
+};
+use crate::types::{
+    Category, EpAddr, FIRST_CLIENT_HANDLER, HandlerId, HandlerIndex, Injected, Kind,
+};
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+/// A registered client handler. It receives a [`Token`] (source, reply right) and the
+/// message ([`Am`]). Handlers must not block or poll; they run on the thread that
+/// polls the endpoint (or on its progress thread).
+pub type Handler = Box<dyn for<'t, 'a> FnMut(&mut Token<'t>, Am<'a>) + Send>;
+
+/// The message a handler receives.
+#[derive(Clone, Copy, Debug)]
+pub struct Am<'a> {
+    pub(crate) src: EpAddr,
+    pub(crate) category: Category,
+    pub(crate) kind: Kind,
+    pub(crate) args: &'a [u32],
+    pub(crate) payload: &'a [u8],
+    pub(crate) long: Option<LongPayload<'a>>,
+}
+
+impl<'a> Am<'a> {
+    /// The sending endpoint.
+    pub fn src(&self) -> EpAddr {
+        self.src
+    }
+    /// Short, Medium or Long.
+    pub fn category(&self) -> Category {
+        self.category
+    }
+    /// Request or reply.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+    /// The 32-bit arguments.
+    pub fn args(&self) -> &'a [u32] {
+        self.args
+    }
+    /// A Medium payload: a temporary buffer valid during the handler, written by
+    /// nobody else meanwhile. Empty for Short and Long (see [`long`](Self::long)).
+    pub fn payload(&self) -> &'a [u8] {
+        self.payload
+    }
+    /// Payload length: a Medium's or a Long's (0 for Short).
+    pub fn len(&self) -> usize {
+        match self.long {
+            Some(l) => l.len,
+            None => self.payload.len(),
+        }
+    }
+    /// True if there is no payload.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// A Long payload: where it landed in this endpoint's segment, and reads of it.
+    pub fn long(&self) -> Option<LongPayload<'a>> {
+        self.long
+    }
+    /// Long only: where the payload was written in this endpoint's segment (0
+    /// otherwise).
+    pub fn offset(&self) -> usize {
+        self.long.map_or(0, |l| l.offset)
+    }
+}
+
+/// A Long payload in this endpoint's segment. The bytes were written before the
+/// handler ran, but the segment is memory other ranks may write at any time, so the
+/// safe reads copy with relaxed atomics (never a data race); the slice view is
+/// `unsafe`.
+#[derive(Clone, Copy, Debug)]
+pub struct LongPayload<'a> {
+    base: NonNull<u8>,
+    offset: usize,
+    len: usize,
+    _seg: PhantomData<&'a ()>,
+}
+
+impl<'a> LongPayload<'a> {
+    /// `len` bytes at `offset` of the segment at `base` (checked in bounds by the
+    /// caller).
+    pub(crate) fn new(base: NonNull<u8>, offset: usize, len: usize) -> Self {
+        LongPayload {
+            base,
+            offset,
+            len,
+            _seg: PhantomData,
+        }
+    }
+    /// Offset in this endpoint's segment.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+    /// Length in bytes.
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Copies the first `out.len()` bytes (at most [`len`](Self::len)) into `out`;
+    /// returns how many were copied.
+    pub fn read(&self, out: &mut [u8]) -> usize {
+        let n = out.len().min(self.len);
+        // SAFETY: in bounds of the mapped segment (checked at delivery); atomic copies
+        // are race-free (module `# Safety`).
+        unsafe { gex_sync::copy::atomic_read(self.base.as_ptr().add(self.offset), &mut out[..n]) };
+        n
+    }
+    /// The payload as a new vector.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.len];
+        self.read(&mut v);
+        v
+    }
+    /// The payload as a slice of segment memory.
+    ///
+    /// # Safety
+    /// Nothing may write these bytes while the slice is alive: no RMA or Long AM from
+    /// any rank (nor any thread of this process) may target them. gex cannot know what
+    /// peers do, so the program must (e.g. by its protocol: the sender does not touch
+    /// the range again before this handler replies).
+    pub unsafe fn as_slice(&self) -> &'a [u8] {
+        // SAFETY: in bounds and mapped; the caller rules out writers.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(self.offset), self.len) }
+    }
+}
+
+/// Handed to a handler: who sent the message, and the right to reply at most once
+/// (and only from a request handler).
+pub struct Token<'t> {
+    pub(crate) tx: &'t mut dyn ReplyTx,
+    pub(crate) src: EpAddr,
+    pub(crate) kind: Kind,
+    pub(crate) replied: bool,
+    pub(crate) shared: &'t Shared,
+    pub(crate) owner: &'t [u8; 256],
+    pub(crate) limits: &'t [Limits],
+    /// Lowest handler index this handler may reply to (reserved indices only from
+    /// handlers that were themselves invoked at a reserved index).
+    pub(crate) min_handler: HandlerIndex,
+}
+
+impl std::fmt::Debug for Token<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Token")
+            .field("src", &self.src)
+            .field("kind", &self.kind)
+            .field("replied", &self.replied)
+            .finish()
+    }
+}
+
+impl Token<'_> {
+    /// The endpoint that sent the message being handled.
+    pub fn src(&self) -> EpAddr {
+        self.src
+    }
+    /// True inside a request handler.
+    pub fn is_request(&self) -> bool {
+        self.kind == Kind::Request
+    }
+    /// True once this handler has replied.
+    pub fn has_replied(&self) -> bool {
+        self.replied
+    }
+    /// Largest number of arguments of a reply.
+    pub fn max_args(&self) -> usize {
+        self.limits[self.src.rank as usize].max_args
+    }
+    /// Largest Medium payload of a reply to the sender.
+    pub fn max_reply_medium(&self) -> usize {
+        self.limits[self.src.rank as usize].max_medium
+    }
+    /// Largest Long payload of a reply to the sender (also bounded by its segment).
+    pub fn max_reply_long(&self) -> usize {
+        let seg = self
+            .shared
+            .layout
+            .seg_len
+            .get(self.src.rank as usize)
+            .copied()
+            .unwrap_or(0);
+        self.limits[self.src.rank as usize].max_long.min(seg)
+    }
+    /// Replies with a Short AM.
+    ///
+    /// # Errors
+    /// [`AmError::ReplyFromReply`], [`AmError::AlreadyReplied`], [`AmError::TooManyArgs`],
+    /// [`AmError::UnregisteredHandler`], [`AmError::Conduit`].
+    pub fn reply_short(&mut self, handler: HandlerId, args: &[u32]) -> Result<(), AmError> {
+        self.reply(Category::Short, handler, args, &[], 0)
+    }
+    /// Replies with a Medium AM; the payload is copied before this returns.
+    ///
+    /// # Errors
+    /// As [`reply_short`](Token::reply_short), plus [`AmError::PayloadTooLarge`].
+    pub fn reply_medium(
+        &mut self,
+        handler: HandlerId,
+        args: &[u32],
+        payload: &[u8],
+    ) -> Result<(), AmError> {
+        self.reply(Category::Medium, handler, args, payload, 0)
+    }
+    /// Replies with a Long AM written at `offset` in the requester's segment.
+    ///
+    /// # Errors
+    /// As [`reply_medium`](Token::reply_medium), plus [`AmError::OutOfSegment`].
+    pub fn reply_long(
+        &mut self,
+        handler: HandlerId,
+        args: &[u32],
+        payload: &[u8],
+        offset: usize,
+    ) -> Result<(), AmError> {
+        self.reply(Category::Long, handler, args, payload, offset)
+    }
+
+    fn reply(
+        &mut self,
+        category: Category,
+        handler: HandlerId,
+        args: &[u32],
+        payload: &[u8],
+        offset: usize,
+    ) -> Result<(), AmError> {
+        if self.kind == Kind::Reply {
+            return Err(AmError::ReplyFromReply);
+        }
+        if self.replied {
+            return Err(AmError::AlreadyReplied);
+        }
+        let h = handler.index();
+        check_body(
+            &self.limits[self.src.rank as usize],
+            self.owner,
+            self.min_handler,
+            self.src,
+            category,
+            h,
+            args,
+            payload,
+            offset,
+            &self.shared.layout.seg_len,
+        )?;
+        let msg = OutMsg::new(self.src, h, Kind::Reply, category, args, payload, offset);
+        self.tx.reply(&msg)?;
+        self.replied = true;
+        am_trace!("reply", self.src, h, category, payload.len());
+        Ok(())
+    }
+}
+
+/// The checks shared by requests and replies once the destination is known to exist.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn check_body(
+    limits: &Limits,
+    owner: &[u8; 256],
+    min_handler: HandlerIndex,
+    dst: EpAddr,
+    category: Category,
+    handler: HandlerIndex,
+    args: &[u32],
+    payload: &[u8],
+    offset: usize,
+    seg_lens: &[usize],
+) -> Result<(), AmError> {
+    if handler != 0 && handler < min_handler {
+        return Err(AmError::ReservedHandler(handler));
+    }
+    if args.len() > limits.max_args {
+        return Err(AmError::TooManyArgs {
+            given: args.len(),
+            max: limits.max_args,
+        });
+    }
+    if handler == 0 || owner[handler as usize] == OWN_NONE {
+        return Err(AmError::UnregisteredHandler(handler));
+    }
+    match category {
+        Category::Short => {}
+        Category::Medium => {
+            if payload.len() > limits.max_medium {
+                return Err(AmError::PayloadTooLarge {
+                    len: payload.len(),
+                    max: limits.max_medium,
+                });
+            }
+        }
+        Category::Long => check_long(limits, dst, payload.len(), offset, seg_lens)?,
+    }
+    Ok(())
+}
+
+#[inline]
+fn check_long(
+    limits: &Limits,
+    dst: EpAddr,
+    len: usize,
+    offset: usize,
+    seg_lens: &[usize],
+) -> Result<(), AmError> {
+    if len > limits.max_long {
+        return Err(AmError::PayloadTooLarge {
+            len,
+            max: limits.max_long,
+        });
+    }
+    let seg_len = seg_lens[dst.rank as usize];
+    match offset.checked_add(len) {
+        Some(end) if end <= seg_len => Ok(()),
+        _ => Err(AmError::OutOfSegment {
+            dst,
+            offset,
+            len,
+            seg_len,
+        }),
+    }
+}
+
+#[inline]
+fn check_dst(shared: &Shared, dst: EpAddr) -> Result<(), AmError> {
+    let size = shared.size;
+    if dst.rank >= size {
+        return Err(AmError::BadRank {
+            rank: dst.rank,
+            size,
+        });
+    }
+    let eps = shared.layout.eps[dst.rank as usize];
+    if dst.ep >= eps {
+        return Err(AmError::BadEndpoint { dst, eps });
+    }
+    Ok(())
+}
+
+/// Every check of a request.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn check_request(
+    shared: &Shared,
+    owner: &[u8; 256],
+    limits: &[Limits],
+    min_handler: HandlerIndex,
+    dst: EpAddr,
+    category: Category,
+    handler: HandlerIndex,
+    args: &[u32],
+    payload: &[u8],
+    offset: usize,
+) -> Result<(), AmError> {
+    check_dst(shared, dst)?;
+    check_body(
+        &limits[dst.rank as usize],
+        owner,
+        min_handler,
+        dst,
+        category,
+        handler,
+        args,
+        payload,
+        offset,
+        &shared.layout.seg_len,
+    )
+}
+
+impl<C: Conduit> Core<C> {
+    fn install(&mut self, index: HandlerIndex, f: Handler) -> Result<HandlerId, RegisterError> {
+        if index == 0 {
+            return Err(RegisterError::Zero);
+        }
+        if index < FIRST_CLIENT_HANDLER {
+            return Err(RegisterError::Reserved(index));
+        }
+        if self.owner[index as usize] != OWN_NONE {
+            return Err(RegisterError::AlreadyRegistered(index));
+        }
+        self.handlers[index as usize] = Some(f);
+        self.owner[index as usize] = OWN_CLIENT;
+        Ok(HandlerId::new(index))
+    }
+
+    /// Validates and injects a request, waiting for resources only if `wait` is given
+    /// (the poll to run meanwhile).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn try_inject(
+        &mut self,
+        dst: EpAddr,
+        category: Category,
+        handler: HandlerIndex,
+        args: &[u32],
+        payload: &[u8],
+        offset: usize,
+        min_handler: HandlerIndex,
+    ) -> Result<Injected, AmError> {
+        check_request(
+            &self.shared,
+            &self.owner,
+            &self.limits,
+            min_handler,
+            dst,
+            category,
+            handler,
+            args,
+            payload,
+            offset,
+        )?;
+        let msg = OutMsg::new(dst, handler, Kind::Request, category, args, payload, offset);
+        let r = self.cep.inject(&msg, true)?;
+        if r.is_sent() {
+            self.stats.sent[dst.rank as usize] += 1;
+            am_trace!("request", dst, handler, category, payload.len());
+        }
+        Ok(r)
+    }
+}
+
+impl<C: Conduit> Inner<C> {
+    /// Injects a validated request, polling (so handlers run) while the conduit lacks
+    /// resources.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn request(
+        &mut self,
+        dst: EpAddr,
+        category: Category,
+        handler: HandlerIndex,
+        args: &[u32],
+        payload: &[u8],
+        offset: usize,
+        min_handler: HandlerIndex,
+    ) -> Result<(), AmError> {
+        check_request(
+            &self.core.shared,
+            &self.core.owner,
+            &self.core.limits,
+            min_handler,
+            dst,
+            category,
+            handler,
+            args,
+            payload,
+            offset,
+        )?;
+        let msg = OutMsg::new(dst, handler, Kind::Request, category, args, payload, offset);
+        let mut spins = 0u32;
+        loop {
+            match self.core.cep.inject(&msg, false)? {
+                Injected::Sent => {
+                    self.core.stats.sent[dst.rank as usize] += 1;
+                    am_trace!("request", dst, handler, category, payload.len());
+                    return Ok(());
+                }
+                Injected::WouldBlock => {
+                    self.poll();
+                    self.backoff(&mut spins);
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn request_owned(
+        &mut self,
+        dst: EpAddr,
+        category: Category,
+        handler: HandlerIndex,
+        args: &[u32],
+        mut payload: Vec<u8>,
+        offset: usize,
+    ) -> Result<Event<Vec<u8>, AmError>, AmError> {
+        check_request(
+            &self.core.shared,
+            &self.core.owner,
+            &self.core.limits,
+            FIRST_CLIENT_HANDLER,
+            dst,
+            category,
+            handler,
+            args,
+            &payload,
+            offset,
+        )?;
+        let mut spins = 0u32;
+        let ev = loop {
+            let msg = OwnedMsg::new(dst, handler, category, args, payload, offset);
+            match self.core.cep.inject_owned(msg, false)? {
+                OwnedInjected::Done(buf) => {
+                    self.core.stats.sent[dst.rank as usize] += 1;
+                    am_trace!("request", dst, handler, category, buf.len());
+                    break Event::ready(self.core.me, self.core.uid, Ok(buf));
+                }
+                OwnedInjected::Pending(ticket) => {
+                    self.core.stats.sent[dst.rank as usize] += 1;
+                    am_trace!("request", dst, handler, category, 0usize);
+                    let (ev, c) = self.core.pending::<Vec<u8>, AmError>(None, finish_bytes);
+                    self.core.lc.push((ticket, c));
+                    break ev;
+                }
+                OwnedInjected::WouldBlock(buf) => {
+                    payload = buf;
+                    self.poll();
+                    self.backoff(&mut spins);
+                }
+            }
+        };
+        Ok(ev)
+    }
+
+    /// Completes owned-payload local completions the conduit reports.
+    pub(crate) fn check_lc(&mut self) {
+        let cep = &mut self.core.cep;
+        let mut i = 0;
+        while i < self.core.lc.len() {
+            if let Some(buf) = cep.lc_test(self.core.lc[i].0) {
+                let (_, c) = self.core.lc.swap_remove(i);
+                c.done(Data::Bytes(buf));
+            } else {
+                i += 1;
+            }
+        }
+    }
+}
+
+/// A negotiated-payload message being built in place; see
+/// [`Endpoint::prepare_request_medium`].
+pub struct Prepared<'e, C: Conduit> {
+    ep: Guard<'e, C>,
+    dst: EpAddr,
+    category: Category,
+    offset: usize,
+    /// In-place buffer from the conduit, or `None` for the endpoint's bounce buffer.
+    buf: Option<NonNull<[u8]>>,
+    len: usize,
+}
+
+impl<C: Conduit> std::fmt::Debug for Prepared<'_, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("dst", &self.dst)
+            .field("len", &self.len)
+            .field("in_place", &self.buf.is_some())
+            .finish()
+    }
+}
+
+impl<C: Conduit> Prepared<'_, C> {
+    /// True if the buffer is the conduit's own (built in place, no copy at commit);
+    /// false for the endpoint's bounce buffer.
+    pub fn in_place(&self) -> bool {
+        self.buf.is_some()
+    }
+
+    /// The buffer to fill (exactly the length prepared).
+    pub fn buffer(&mut self) -> &mut [u8] {
+        match self.buf {
+            // SAFETY: the conduit guarantees the prepared memory is valid, writable and
+            // not aliased until commit/cancel; `self` holds the endpoint exclusively, so
+            // no conduit call can intervene, and the borrow is tied to `&mut self`.
+            Some(p) => unsafe { std::slice::from_raw_parts_mut(p.as_ptr().cast::<u8>(), self.len) },
+            None => &mut self.ep.core.bounce[..self.len],
+        }
+    }
+
+    /// Sends the first `len` bytes of the buffer with `handler` and `args`.
+    ///
+    /// # Errors
+    /// [`AmError::CommitTooLarge`], [`AmError::TooManyArgs`],
+    /// [`AmError::UnregisteredHandler`], [`AmError::Conduit`]. On error nothing is sent.
+    pub fn commit(mut self, handler: HandlerId, args: &[u32], len: usize) -> Result<(), AmError> {
+        if len > self.len {
+            return Err(AmError::CommitTooLarge {
+                len,
+                prepared: self.len,
+            });
+        }
+        let (dst, category, offset) = (self.dst, self.category, self.offset);
+        let h = handler.index();
+        match self.buf.take() {
+            Some(p) => {
+                let ep = &mut *self.ep;
+                // SAFETY: as in `buffer`; the slice is only read by the conduit's commit.
+                let payload = unsafe {
+                    std::slice::from_raw_parts(p.as_ptr().cast::<u8>().cast_const(), len)
+                };
+                if let Err(e) = check_request(
+                    &ep.core.shared,
+                    &ep.core.owner,
+                    &ep.core.limits,
+                    FIRST_CLIENT_HANDLER,
+                    dst,
+                    category,
+                    h,
+                    args,
+                    payload,
+                    offset,
+                ) {
+                    ep.core.cep.cancel();
+                    return Err(e);
+                }
+                let msg = OutMsg::new(dst, h, Kind::Request, category, args, payload, offset);
+                ep.core.cep.commit(&msg)?;
+                ep.core.stats.sent[dst.rank as usize] += 1;
+                Ok(())
+            }
+            None => {
+                let ep = &mut *self.ep;
+                let payload = std::mem::take(&mut ep.core.bounce);
+                // The bounce path waits for resources: the payload is built already.
+                let r = ep.request(
+                    dst,
+                    category,
+                    h,
+                    args,
+                    &payload[..len],
+                    offset,
+                    FIRST_CLIENT_HANDLER,
+                );
+                ep.core.bounce = payload;
+                r
+            }
+        }
+    }
+}
+
+impl<C: Conduit> Drop for Prepared<'_, C> {
+    fn drop(&mut self) {
+        if self.buf.take().is_some() {
+            self.ep.core.cep.cancel();
+        }
+    }
+}
+
+impl<C: Conduit> Inner<C> {
+    /// Validates the shape of a negotiated-payload message and asks the conduit for a
+    /// buffer; `Ok(None)`: no resources now (only when `wait` is false).
+    fn prepare_req(
+        &mut self,
+        dst: EpAddr,
+        category: Category,
+        max_len: usize,
+        offset: usize,
+        wait: bool,
+    ) -> Result<Option<Option<NonNull<[u8]>>>, AmError> {
+        check_dst(&self.core.shared, dst)?;
+        let lim = self.core.limits[dst.rank as usize];
+        match category {
+            Category::Long => {
+                check_long(&lim, dst, max_len, offset, &self.core.shared.layout.seg_len)?
+            }
+            _ => {
+                if max_len > lim.max_medium {
+                    return Err(AmError::PayloadTooLarge {
+                        len: max_len,
+                        max: lim.max_medium,
+                    });
+                }
+            }
+        }
+        let mut spins = 0u32;
+        loop {
+            let req = PrepareReq::new(dst, category, max_len, offset);
+            match self.core.cep.prepare(&req, !wait)? {
+                Prepare::InPlace(buf) => {
+                    debug_assert!(buf.len() >= max_len);
+                    return Ok(Some(Some(buf)));
+                }
+                Prepare::Bounce => {
+                    self.core.bounce.clear();
+                    self.core.bounce.resize(max_len, 0);
+                    return Ok(Some(None));
+                }
+                Prepare::WouldBlock if !wait => return Ok(None),
+                Prepare::WouldBlock => {
+                    self.poll();
+                    self.backoff(&mut spins);
+                }
+            }
+        }
+    }
+}
+
+impl<C: Conduit> Endpoint<C> {
+    /// Registers a client handler at the lowest free index of `128..=255` and returns
+    /// its id. Tables must be identical on every rank: register the same handlers in
+    /// the same order everywhere.
+    ///
+    /// # Errors
+    /// [`RegisterError::Full`] when all 128 client indices are taken.
+    pub fn register<F>(&mut self, f: F) -> Result<HandlerId, RegisterError>
+    where
+        F: for<'t, 'a> FnMut(&mut Token<'t>, Am<'a>) + Send + 'static,
+    {
+        let mut g = self.inner();
+        let core = &mut g.core;
+        let mut i = core.next_client;
+        while i <= 255 && core.owner[i as usize] != OWN_NONE {
+            i += 1;
+        }
+        if i > 255 {
+            return Err(RegisterError::Full);
+        }
+        core.next_client = i + 1;
+        core.install(i as HandlerIndex, Box::new(f))
+    }
+
+    /// Registers a client handler at a fixed `index` (`128..=255`), for runtimes that
+    /// keep GASNet-style numbered tables.
+    ///
+    /// # Errors
+    /// [`RegisterError::Zero`], [`RegisterError::Reserved`],
+    /// [`RegisterError::AlreadyRegistered`].
+    pub fn register_at<F>(&mut self, index: HandlerIndex, f: F) -> Result<HandlerId, RegisterError>
+    where
+        F: for<'t, 'a> FnMut(&mut Token<'t>, Am<'a>) + Send + 'static,
+    {
+        self.inner().core.install(index, Box::new(f))
+    }
+
+    /// True if a handler is registered at `index`.
+    pub fn is_registered(&self, index: HandlerIndex) -> bool {
+        self.with_ref(|i| i.core.owner[index as usize] != OWN_NONE)
+    }
+
+    /// Sends a Short request, polling (so handlers run) until the conduit has the
+    /// resources to inject it.
+    ///
+    /// # Errors
+    /// [`AmError::BadRank`], [`AmError::BadEndpoint`], [`AmError::TooManyArgs`],
+    /// [`AmError::UnregisteredHandler`], [`AmError::Conduit`].
+    #[inline]
+    pub fn request_short(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerId,
+        args: &[u32],
+    ) -> Result<(), AmError> {
+        self.inner().request(
+            dst,
+            Category::Short,
+            handler.index(),
+            args,
+            &[],
+            0,
+            FIRST_CLIENT_HANDLER,
+        )
+    }
+
+    /// Sends a Medium request. The payload is copied before this returns, so the buffer
+    /// may be reused at once (synchronous local completion).
+    ///
+    /// # Errors
+    /// As [`request_short`](Self::request_short), plus [`AmError::PayloadTooLarge`].
+    #[inline]
+    pub fn request_medium(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerId,
+        args: &[u32],
+        payload: &[u8],
+    ) -> Result<(), AmError> {
+        self.inner().request(
+            dst,
+            Category::Medium,
+            handler.index(),
+            args,
+            payload,
+            0,
+            FIRST_CLIENT_HANDLER,
+        )
+    }
+
+    /// Sends a Long request: `payload` is written at `offset` in `dst`'s segment before
+    /// the handler runs there. Synchronous local completion.
+    ///
+    /// # Errors
+    /// As [`request_medium`](Self::request_medium), plus [`AmError::OutOfSegment`].
+    #[inline]
+    pub fn request_long(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerId,
+        args: &[u32],
+        payload: &[u8],
+        offset: usize,
+    ) -> Result<(), AmError> {
+        self.inner().request(
+            dst,
+            Category::Long,
+            handler.index(),
+            args,
+            payload,
+            offset,
+            FIRST_CLIENT_HANDLER,
+        )
+    }
+
+    /// [`request_short`](Self::request_short) without waiting for resources: returns
+    /// [`Injected::WouldBlock`] (nothing sent) when the conduit lacks them.
+    ///
+    /// # Errors
+    /// As [`request_short`](Self::request_short).
+    #[inline]
+    pub fn try_request_short(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerId,
+        args: &[u32],
+    ) -> Result<Injected, AmError> {
+        self.inner().core.try_inject(
+            dst,
+            Category::Short,
+            handler.index(),
+            args,
+            &[],
+            0,
+            FIRST_CLIENT_HANDLER,
+        )
+    }
+
+    /// [`request_medium`](Self::request_medium) without waiting for resources.
+    ///
+    /// # Errors
+    /// As [`request_medium`](Self::request_medium).
+    #[inline]
+    pub fn try_request_medium(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerId,
+        args: &[u32],
+        payload: &[u8],
+    ) -> Result<Injected, AmError> {
+        self.inner().core.try_inject(
+            dst,
+            Category::Medium,
+            handler.index(),
+            args,
+            payload,
+            0,
+            FIRST_CLIENT_HANDLER,
+        )
+    }
+
+    /// [`request_long`](Self::request_long) without waiting for resources.
+    ///
+    /// # Errors
+    /// As [`request_long`](Self::request_long).
+    #[inline]
+    pub fn try_request_long(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerId,
+        args: &[u32],
+        payload: &[u8],
+        offset: usize,
+    ) -> Result<Injected, AmError> {
+        self.inner().core.try_inject(
+            dst,
+            Category::Long,
+            handler.index(),
+            args,
+            payload,
+            offset,
+            FIRST_CLIENT_HANDLER,
+        )
+    }
+
+    /// Sends a Medium request from an owned buffer whose local completion may be
+    /// deferred (conduits that send from the buffer itself return it only once the
+    /// network no longer reads it). The mode decides what comes back: [`Blocking`](crate::Blocking)
+    /// waits and returns the buffer, [`Nb`](crate::Nb) returns an [`Event`] that gives
+    /// it back, [`Nbi`](crate::Nbi) returns nothing (the buffer is freed at local
+    /// completion, which [`sync_implicit`](Self::sync_implicit) waits for).
+    ///
+    /// # Errors
+    /// As [`request_medium`](Self::request_medium).
+    pub fn request_medium_owned<M: Mode>(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerId,
+        args: &[u32],
+        payload: Vec<u8>,
+        _mode: M,
+    ) -> Result<M::Out<Vec<u8>, AmError>, AmError> {
+        let ev =
+            self.inner()
+                .request_owned(dst, Category::Medium, handler.index(), args, payload, 0)?;
+        M::finish(self, ev, 0)
+    }
+
+    /// As [`request_medium_owned`](Self::request_medium_owned) for a Long request
+    /// landing at `offset` in `dst`'s segment.
+    ///
+    /// # Errors
+    /// As [`request_long`](Self::request_long).
+    pub fn request_long_owned<M: Mode>(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerId,
+        args: &[u32],
+        payload: Vec<u8>,
+        offset: usize,
+        _mode: M,
+    ) -> Result<M::Out<Vec<u8>, AmError>, AmError> {
+        let ev = self.inner().request_owned(
+            dst,
+            Category::Long,
+            handler.index(),
+            args,
+            payload,
+            offset,
+        )?;
+        M::finish(self, ev, 0)
+    }
+
+    /// Reserves a buffer of `max_len` bytes for a Medium request built in place
+    /// (negotiated payload), polling while the conduit lacks resources. The buffer is
+    /// sent by [`Prepared::commit`]; dropping the `Prepared` sends nothing.
+    ///
+    /// # Errors
+    /// [`AmError::BadRank`], [`AmError::BadEndpoint`], [`AmError::PayloadTooLarge`],
+    /// [`AmError::Conduit`].
+    pub fn prepare_request_medium(
+        &mut self,
+        dst: EpAddr,
+        max_len: usize,
+    ) -> Result<Prepared<'_, C>, AmError> {
+        self.prepare(dst, Category::Medium, max_len, 0)
+    }
+
+    /// Like [`prepare_request_medium`](Self::prepare_request_medium) for a Long request
+    /// whose payload lands at `offset` in `dst`'s segment.
+    ///
+    /// The buffer may be the destination range itself (conduits with shared memory
+    /// build the payload in place), so a dropped `Prepared` sends no message but may
+    /// have written `[offset, offset + max_len)` of the destination segment.
+    ///
+    /// # Errors
+    /// As [`prepare_request_medium`](Self::prepare_request_medium), plus
+    /// [`AmError::OutOfSegment`].
+    pub fn prepare_request_long(
+        &mut self,
+        dst: EpAddr,
+        max_len: usize,
+        offset: usize,
+    ) -> Result<Prepared<'_, C>, AmError> {
+        self.prepare(dst, Category::Long, max_len, offset)
+    }
+
+    fn prepare(
+        &mut self,
+        dst: EpAddr,
+        category: Category,
+        max_len: usize,
+        offset: usize,
+    ) -> Result<Prepared<'_, C>, AmError> {
+        let mut g = self.inner();
+        let buf = g
+            .prepare_req(dst, category, max_len, offset, true)?
+            .expect("a waiting prepare always gets a buffer");
+        Ok(Prepared {
+            ep: g,
+            dst,
+            category,
+            offset,
+            buf,
+            len: max_len,
+        })
+    }
+
+    /// Builds a Medium request in place without waiting for resources: `fill` writes
+    /// the payload into the buffer (of `max_len` bytes) and returns its length, then
+    /// the message is sent. Returns [`Injected::WouldBlock`] (and does not call `fill`)
+    /// when the conduit lacks resources; nothing stays borrowed, so a retry loop is
+    /// plain code.
+    ///
+    /// ```
+    /// # use gex_core::{boot::Singleton, loopback::Loopback, Am, ClientBuilder, Token, Injected};
+    /// # let client = ClientBuilder::new().segment_size(4096).init::<Loopback>(Box::new(Singleton::new()))?;
+    /// # let mut ep = client.endpoint(0)?;
+    /// let h = ep.register(|_t: &mut Token<'_>, am: Am<'_>| assert_eq!(am.payload(), b"hi"))?;
+    /// let me = ep.addr();
+    /// while ep.try_request_medium_with(me, h, &[], 16, |buf| { buf[..2].copy_from_slice(b"hi"); 2 })?
+    ///     == Injected::WouldBlock
+    /// {
+    ///     ep.poll();
+    /// }
+    /// # ep.poll();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`prepare_request_medium`](Self::prepare_request_medium) and
+    /// [`Prepared::commit`]; a length returned by `fill` above `max_len` is
+    /// [`AmError::CommitTooLarge`] (nothing sent).
+    pub fn try_request_medium_with(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerId,
+        args: &[u32],
+        max_len: usize,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<Injected, AmError> {
+        self.try_with(dst, Category::Medium, handler, args, max_len, 0, fill)
+    }
+
+    /// As [`try_request_medium_with`](Self::try_request_medium_with) for a Long request
+    /// landing at `offset` in `dst`'s segment.
+    ///
+    /// # Errors
+    /// As [`try_request_medium_with`](Self::try_request_medium_with), plus
+    /// [`AmError::OutOfSegment`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn try_request_long_with(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerId,
+        args: &[u32],
+        max_len: usize,
+        offset: usize,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<Injected, AmError> {
+        self.try_with(dst, Category::Long, handler, args, max_len, offset, fill)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn try_with(
+        &mut self,
+        dst: EpAddr,
+        category: Category,
+        handler: HandlerId,
+        args: &[u32],
+        max_len: usize,
+        offset: usize,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<Injected, AmError> {
+        let mut g = self.inner();
+        let Some(buf) = g.prepare_req(dst, category, max_len, offset, false)? else {
+            return Ok(Injected::WouldBlock);
+        };
+        let mut p = Prepared {
+            ep: g,
+            dst,
+            category,
+            offset,
+            buf,
+            len: max_len,
+        };
+        let len = fill(p.buffer());
+        p.commit(handler, args, len).map(|()| Injected::Sent)
+    }
+}

@@ -1,0 +1,127 @@
+//! Delivery of incoming messages: one table says who owns each handler index (a client
+//! handler, a layer's block, the core), and each message runs its owner's handler with
+//! a [`Token`] for the reply.
+
+use super::am::{Am, Handler, LongPayload, Token};
+use super::exchange::Mailbox;
+use super::{Core, EpStats, H_EXCHANGE, OWN_CLIENT, OWN_CORE, OWN_NONE};
+use crate::client::Shared;
+use crate::layer::LayerSlot;
+use crate::spi::{Conduit, ConduitEp, Deliver, Incoming, Limits, ReplyTx};
+use crate::types::{Category, EpAddr, FIRST_CLIENT_HANDLER};
+use std::ptr::NonNull;
+
+struct Dispatch<'e, C: Conduit> {
+    handlers: &'e mut [Option<Handler>],
+    owner: &'e [u8; 256],
+    layers: &'e mut [LayerSlot<C>],
+    xchg: &'e mut Mailbox,
+    stats: &'e mut EpStats,
+    shared: &'e Shared,
+    limits: &'e [Limits],
+    me: EpAddr,
+    /// This endpoint's segment (Long payloads land in it).
+    seg: (NonNull<u8>, usize),
+}
+
+impl<C: Conduit> Deliver for Dispatch<'_, C> {
+    #[inline]
+    fn deliver(&mut self, m: &Incoming<'_>, tx: &mut dyn ReplyTx) {
+        self.stats.received[m.src.rank as usize] += 1;
+        let long = if m.category == Category::Long {
+            let (base, seg_len) = self.seg;
+            assert!(
+                m.offset.checked_add(m.len).is_some_and(|e| e <= seg_len),
+                "gex: {} received a Long from {} outside its segment ([{}, +{}) of {seg_len})",
+                self.me,
+                m.src,
+                m.offset,
+                m.len
+            );
+            Some(LongPayload::new(base, m.offset, m.len))
+        } else {
+            None
+        };
+        am_trace!(
+            "deliver",
+            m.src,
+            m.handler,
+            m.category,
+            if m.category == Category::Long {
+                m.len
+            } else {
+                m.payload.len()
+            }
+        );
+        let am = Am {
+            src: m.src,
+            category: m.category,
+            kind: m.kind,
+            args: m.args,
+            payload: if long.is_some() { &[] } else { m.payload },
+            long,
+        };
+        let own = self.owner[m.handler as usize];
+        let min_handler = if own == OWN_CLIENT {
+            FIRST_CLIENT_HANDLER
+        } else {
+            super::FIRST_LAYER_HANDLER
+        };
+        let mut t = Token {
+            tx,
+            src: m.src,
+            kind: m.kind,
+            replied: false,
+            shared: self.shared,
+            owner: self.owner,
+            limits: self.limits,
+            min_handler,
+        };
+        match own {
+            OWN_CLIENT => {
+                let h = self.handlers[m.handler as usize]
+                    .as_mut()
+                    .expect("the owner table says a client handler is here");
+                h(&mut t, am);
+            }
+            OWN_CORE => {
+                if m.handler == H_EXCHANGE {
+                    self.xchg.deliver(&am);
+                }
+            }
+            OWN_NONE => panic!(
+                "gex: {} received an AM for unregistered handler {} from {} \
+                 (handler tables must be identical on every rank)",
+                self.me, m.handler, m.src
+            ),
+            l => {
+                let slot = &mut self.layers[l as usize];
+                let local = m.handler - slot.place.base;
+                slot.state.handle(local, &mut t, am);
+            }
+        }
+        if t.replied {
+            self.stats.sent[m.src.rank as usize] += 1;
+        }
+    }
+}
+
+impl<C: Conduit> Core<C> {
+    /// Drains incoming messages of the conduit, running their handlers.
+    #[inline]
+    pub(crate) fn poll_conduit(&mut self, layers: &mut [LayerSlot<C>]) -> usize {
+        let seg = self.cep.local_segment();
+        let mut d = Dispatch::<C> {
+            handlers: &mut self.handlers,
+            owner: &self.owner,
+            layers,
+            xchg: &mut self.xchg,
+            stats: &mut self.stats,
+            shared: &self.shared,
+            limits: &self.limits,
+            me: self.me,
+            seg,
+        };
+        self.cep.poll(&mut d, 64)
+    }
+}

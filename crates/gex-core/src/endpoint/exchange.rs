@@ -1,0 +1,145 @@
+//! The core's all-gather over a team ([`Endpoint::exchange`]): a setup-time agreement
+//! service for layers (an atomic domain's operation set, a team's layout) and
+//! programs. Every member sends its blob to every other member as Medium AMs (chunked)
+//! and polls until it has every other member's: simple and slow (n² messages), not a
+//! collective algorithm; collectives belong to the collectives layer.
+
+use super::am::Am;
+use super::{Endpoint, H_EXCHANGE};
+use crate::error::AmError;
+use crate::spi::Conduit;
+use crate::team::Team;
+use crate::types::Category;
+use std::collections::HashMap;
+
+/// (team id, exchange number, source team rank).
+type Key = (u64, u32, u32);
+
+#[derive(Debug, Default)]
+struct Partial {
+    buf: Vec<u8>,
+    got: usize,
+}
+
+/// What the exchange handler has received.
+#[derive(Debug, Default)]
+pub(crate) struct Mailbox {
+    parts: HashMap<Key, Partial>,
+    /// Exchanges started per team on this endpoint.
+    seq: HashMap<u64, u32>,
+    /// Malformed messages dropped.
+    dropped: u64,
+}
+
+impl Mailbox {
+    /// Handles `[team lo, team hi, seq, src team rank, total, offset]` + a chunk.
+    pub(crate) fn deliver(&mut self, am: &Am<'_>) {
+        let a = am.args();
+        if a.len() < 6 {
+            self.dropped += 1;
+            return;
+        }
+        let key = (u64::from(a[0]) | (u64::from(a[1]) << 32), a[2], a[3]);
+        let (total, off) = (a[4] as usize, a[5] as usize);
+        let p = am.payload();
+        let e = self.parts.entry(key).or_insert_with(|| Partial {
+            buf: vec![0; total],
+            got: 0,
+        });
+        match off.checked_add(p.len()) {
+            Some(end) if e.buf.len() == total && end <= total => {
+                e.buf[off..end].copy_from_slice(p);
+                e.got += p.len();
+            }
+            _ => self.dropped += 1,
+        }
+    }
+
+    fn complete(&self, key: Key) -> bool {
+        self.parts.get(&key).is_some_and(|p| p.got >= p.buf.len())
+    }
+}
+
+impl<C: Conduit> Endpoint<C> {
+    /// All-gather of one blob per member of `team` (sizes may differ): returns every
+    /// member's blob in team-rank order. Collective over `team` (every member calls it,
+    /// in the same order as its other exchanges on the team). Meant for setup-time
+    /// agreement (slow: n² messages); use the collectives layer for data.
+    ///
+    /// ```
+    /// # use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+    /// # let client = ClientBuilder::new().segment_size(4096).init::<Loopback>(Box::new(Singleton::new()))?;
+    /// # let mut ep = client.endpoint(0)?;
+    /// let world = ep.world();
+    /// let all = ep.exchange(&world, b"mine")?;
+    /// assert_eq!(all, vec![b"mine".to_vec()]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`AmError::NotMember`] if this endpoint is not `team.me()`;
+    /// [`AmError::Conduit`] if the network fails.
+    pub fn exchange(&mut self, team: &Team, blob: &[u8]) -> Result<Vec<Vec<u8>>, AmError> {
+        let me = self.addr();
+        if team.me() != me {
+            return Err(AmError::NotMember(me));
+        }
+        let id = team.id();
+        let mut g = self.inner();
+        let seq = {
+            let s = g.core.xchg.seq.entry(id).or_insert(0);
+            let v = *s;
+            *s = s.wrapping_add(1);
+            v
+        };
+        let rank = team.rank();
+        let (lo, hi) = (id as u32, (id >> 32) as u32);
+        let total = u32::try_from(blob.len()).map_err(|_| AmError::PayloadTooLarge {
+            len: blob.len(),
+            max: u32::MAX as usize,
+        })?;
+        for (i, &dst) in team.members().iter().enumerate() {
+            if i as u32 == rank {
+                continue;
+            }
+            let chunk = g.core.max_medium(dst).max(1);
+            let mut off = 0usize;
+            loop {
+                let end = (off + chunk).min(blob.len());
+                let args = [lo, hi, seq, rank, total, off as u32];
+                g.request(
+                    dst,
+                    Category::Medium,
+                    H_EXCHANGE,
+                    &args,
+                    &blob[off..end],
+                    0,
+                    H_EXCHANGE,
+                )?;
+                off = end;
+                if off >= blob.len() {
+                    break;
+                }
+            }
+        }
+        let n = team.size();
+        g.wait_for(None, |inner| {
+            (0..n).all(|r| r == rank || inner.core.xchg.complete((id, seq, r)))
+        });
+        let mut out = Vec::with_capacity(n as usize);
+        for r in 0..n {
+            if r == rank {
+                out.push(blob.to_vec());
+            } else {
+                let p = g
+                    .core
+                    .xchg
+                    .parts
+                    .remove(&(id, seq, r))
+                    .expect("complete parts are present");
+                out.push(p.buf);
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,556 @@
+//! Endpoints: the one object a rank communicates through. An endpoint carries the
+//! layers its client was built with, runs their handlers and progress hooks, and is
+//! where every operation's event is waited on.
+//!
+//! Submodules: `am` (handlers, tokens, validation and AM injection), `dispatch`
+//! (delivery of incoming messages to client, layer and core handlers), `progress`
+//! (the one progress engine: poll, waiting under the wait policy, events, implicit
+//! events, scopes), `segment` (the safe view of segment memory), `exchange` (the
+//! setup-time all-gather over a team), `thread` (the optional progress thread).
+//!
+//! # Safety
+//! An endpoint's state lives in an [`EpCell`]: an `UnsafeCell` behind an `Arc` that
+//! only the endpoint handle and, when enabled, its progress thread hold. Access goes
+//! through [`Endpoint::inner`], which returns a guard: without a progress thread the
+//! handle is the only holder and `&mut self` makes the access exclusive; with one,
+//! both sides take the cell's lock word (compare-and-swap with `Acquire`, released
+//! with `Release`) before touching the state, so the state is never accessed from two
+//! threads at once. The state is `Send` (every handler and layer is), so moving it
+//! between the two threads under the lock is sound.
+#![allow(unsafe_code)]
+
+mod am;
+mod dispatch;
+mod exchange;
+mod progress;
+mod segment;
+mod thread;
+
+pub(crate) use am::check_request;
+pub use am::{Am, Handler, LongPayload, Prepared, Token};
+pub use progress::Scope;
+pub use segment::Segment;
+
+use crate::client::Shared;
+use crate::event::Outcome;
+use crate::layer::{LayerSlot, Place};
+use crate::spi::{Conduit, ConduitEp, Limits};
+use crate::team::Team;
+use crate::types::{EpAddr, EpIndex, HandlerIndex, Rank};
+use gex_sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use gex_sync::slot::SlotPool;
+use gex_sync::wait::WaitPolicy;
+use std::cell::UnsafeCell;
+use std::sync::Arc;
+
+/// Handler indices `1..16` belong to gex-core itself.
+pub(crate) const CORE_HANDLERS: HandlerIndex = 16;
+/// First index of the layers' blocks.
+pub(crate) const FIRST_LAYER_HANDLER: HandlerIndex = CORE_HANDLERS;
+/// The core's all-gather ([`Endpoint::exchange`]).
+pub(crate) const H_EXCHANGE: HandlerIndex = 1;
+
+/// `owner` entry of an index with no handler.
+pub(crate) const OWN_NONE: u8 = 0xff;
+/// `owner` entry of a client handler.
+pub(crate) const OWN_CLIENT: u8 = 0xfe;
+/// `owner` entry of a core handler.
+pub(crate) const OWN_CORE: u8 = 0xfd;
+
+/// Per-peer message counters of one endpoint, for diagnosing hangs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EpStats {
+    /// Messages (requests and replies) sent to each rank.
+    pub sent: Vec<u64>,
+    /// Messages received from each rank.
+    pub received: Vec<u64>,
+}
+
+/// Everything of an endpoint except its layers.
+pub(crate) struct Core<C: Conduit> {
+    pub(crate) cep: C::Ep,
+    /// Client handlers by index (`128..=255`).
+    pub(crate) handlers: Vec<Option<Handler>>,
+    /// Who owns each handler index (`OWN_*` or a layer's index).
+    pub(crate) owner: [u8; 256],
+    pub(crate) stats: EpStats,
+    /// Limits for messages to each rank (the conduit's per-peer answer, cached).
+    pub(crate) limits: Vec<Limits>,
+    pub(crate) policy: WaitPolicy,
+    /// Yields between spinning and sleeping under spin-then-block (`GEX_YIELDS`).
+    pub(crate) yields: u32,
+    pub(crate) me: EpAddr,
+    /// Identity of this endpoint value (events are bound to it).
+    pub(crate) uid: u64,
+    pub(crate) bounce: Vec<u8>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) _conduit: Arc<C>,
+    pub(crate) world: Team,
+    /// The core's all-gather mailbox.
+    pub(crate) xchg: exchange::Mailbox,
+    /// Pending local completions of owned AM payloads: (conduit ticket, completer).
+    pub(crate) lc: Vec<(u64, crate::event::OpCompleter)>,
+    /// Implicit events (mode `Nbi`), by tag.
+    pub(crate) implicit: Vec<progress::Implicit>,
+    pub(crate) events: SlotPool<Outcome>,
+    /// Layers whose progress hook runs on every poll (bit = layer index).
+    pub(crate) busy: u64,
+    /// A layer reported work that nothing announces: do not sleep.
+    pub(crate) spinning: bool,
+    /// Next client index `register` tries.
+    pub(crate) next_client: u16,
+    /// Tag of the next scope.
+    pub(crate) next_scope_tag: u32,
+}
+
+/// The state of an endpoint: the core part and the layers.
+pub(crate) struct Inner<C: Conduit> {
+    pub(crate) core: Core<C>,
+    pub(crate) layers: Vec<LayerSlot<C>>,
+}
+
+impl<C: Conduit> Inner<C> {
+    pub(crate) fn parts(&mut self) -> (&mut Core<C>, &mut Vec<LayerSlot<C>>) {
+        (&mut self.core, &mut self.layers)
+    }
+
+    pub(crate) fn push_layer(&mut self, slot: LayerSlot<C>) {
+        let p = slot.place;
+        for i in p.base..p.base + p.count {
+            self.core.owner[i as usize] = p.index as u8;
+        }
+        self.layers.push(slot);
+    }
+}
+
+/// The shared home of an endpoint's state (see the module's `# Safety`).
+pub(crate) struct EpCell<C: Conduit> {
+    /// 0: free; 1: held by the endpoint handle; 2: held by the progress thread.
+    lock: AtomicU32,
+    /// Set when the handle is dropped: the progress thread ends.
+    pub(crate) stop: AtomicBool,
+    inner: UnsafeCell<Inner<C>>,
+}
+
+// SAFETY: the state is only reached under the lock word or by the unique handle (module
+// `# Safety`), and it is `Send`.
+unsafe impl<C: Conduit> Sync for EpCell<C> {}
+// SAFETY: as above.
+unsafe impl<C: Conduit> Send for EpCell<C> {}
+
+const FREE: u32 = 0;
+const HANDLE: u32 = 1;
+const THREAD: u32 = 2;
+
+impl<C: Conduit> EpCell<C> {
+    /// Takes the lock for the progress thread if it is free.
+    pub(crate) fn try_lock_thread(&self) -> Option<ThreadGuard<'_, C>> {
+        self.lock
+            .compare_exchange(FREE, THREAD, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| ThreadGuard { cell: self })
+    }
+}
+
+/// The progress thread's access to the state (released on drop).
+pub(crate) struct ThreadGuard<'a, C: Conduit> {
+    cell: &'a EpCell<C>,
+}
+
+impl<C: Conduit> ThreadGuard<'_, C> {
+    pub(crate) fn inner(&mut self) -> &mut Inner<C> {
+        // SAFETY: the lock word is ours (module `# Safety`).
+        unsafe { &mut *self.cell.inner.get() }
+    }
+}
+
+impl<C: Conduit> Drop for ThreadGuard<'_, C> {
+    fn drop(&mut self) {
+        self.cell.lock.store(FREE, Ordering::Release);
+    }
+}
+
+/// The endpoint handle's access to the state.
+pub(crate) struct Guard<'a, C: Conduit> {
+    cell: &'a EpCell<C>,
+    locked: bool,
+}
+
+impl<C: Conduit> std::ops::Deref for Guard<'_, C> {
+    type Target = Inner<C>;
+    #[inline(always)]
+    fn deref(&self) -> &Inner<C> {
+        // SAFETY: exclusive access (module `# Safety`).
+        unsafe { &*self.cell.inner.get() }
+    }
+}
+
+impl<C: Conduit> std::ops::DerefMut for Guard<'_, C> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut Inner<C> {
+        // SAFETY: exclusive access (module `# Safety`).
+        unsafe { &mut *self.cell.inner.get() }
+    }
+}
+
+impl<C: Conduit> Drop for Guard<'_, C> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.locked {
+            self.cell.lock.store(FREE, Ordering::Release);
+        }
+    }
+}
+
+/// An endpoint: an injection and completion domain with its own handler table,
+/// segment and layers, addressed job-wide as (rank, index). `Send` but not `Sync`: one
+/// thread drives it at a time, so its injection path takes no lock. Threads that
+/// communicate concurrently each take their own endpoint from the
+/// [`Client`](crate::Client).
+///
+/// Sharing one endpoint between threads does not compile:
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<gex_core::Endpoint<gex_core::loopback::Loopback>>();
+/// ```
+/// while moving it to another thread does:
+/// ```
+/// fn sent<T: Send>() {}
+/// sent::<gex_core::Endpoint<gex_core::loopback::Loopback>>();
+/// ```
+///
+/// ```
+/// use gex_core::{Am, Token};
+/// # use gex_core::loopback::Loopback;
+/// # let client = gex_core::ClientBuilder::new().segment_size(4096)
+/// #     .init::<Loopback>(Box::new(gex_core::boot::Singleton::new())).unwrap();
+/// let mut ep = client.endpoint(0).unwrap();
+/// let hits = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+/// let h = hits.clone();
+/// let ack = ep.register(|_: &mut Token<'_>, _: Am<'_>| {}).unwrap();
+/// let add = ep.register(move |t: &mut Token<'_>, am: Am<'_>| {
+///     h.fetch_add(am.args()[0], std::sync::atomic::Ordering::Relaxed);
+///     t.reply_short(ack, &[]).unwrap();
+/// }).unwrap();
+/// ep.request_short(ep.addr(), add, &[5]).unwrap();
+/// ep.wait_until(|| hits.load(std::sync::atomic::Ordering::Relaxed) == 5);
+/// ```
+pub struct Endpoint<C: Conduit> {
+    cell: Arc<EpCell<C>>,
+    thread: Option<thread::ProgressThread>,
+    /// Not `Sync`: one thread drives an endpoint at a time.
+    _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
+}
+
+impl<C: Conduit> std::fmt::Debug for Endpoint<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("conduit", &C::NAME)
+            .field("progress_thread", &self.thread.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Conduit> Endpoint<C> {
+    /// Makes an endpoint around `cep`, attaching `attachers`' layers in order, and
+    /// starts a progress thread if asked.
+    pub(crate) fn new(
+        cep: C::Ep,
+        shared: Arc<Shared>,
+        conduit: Arc<C>,
+        policy: WaitPolicy,
+        layers: &[(crate::layer::Attacher<C>, Place)],
+        progress_thread: Option<std::time::Duration>,
+        uid: u64,
+    ) -> Result<Self, crate::error::InitError> {
+        let me = EpAddr::new(shared.rank, cep.index());
+        let limits = (0..shared.size)
+            .map(|r| cep.limits(EpAddr::rank(r)))
+            .collect();
+        let n = shared.size as usize;
+        let mut owner = [OWN_NONE; 256];
+        owner[H_EXCHANGE as usize] = OWN_CORE;
+        let world = Team::new(
+            0,
+            (0..shared.size).map(|r| EpAddr::new(r, me.ep)).collect(),
+            me.rank,
+        );
+        let core = Core {
+            cep,
+            handlers: (0..256).map(|_| None).collect(),
+            owner,
+            stats: EpStats {
+                sent: vec![0; n],
+                received: vec![0; n],
+            },
+            limits,
+            policy,
+            yields: shared.yields,
+            me,
+            uid,
+            bounce: Vec::new(),
+            shared,
+            _conduit: conduit,
+            world,
+            xchg: exchange::Mailbox::default(),
+            lc: Vec::new(),
+            implicit: Vec::new(),
+            events: SlotPool::default(),
+            busy: 0,
+            spinning: false,
+            next_client: crate::types::FIRST_CLIENT_HANDLER as u16,
+            next_scope_tag: progress::SCOPE_TAG_BIT,
+        };
+        let mut inner = Inner {
+            core,
+            layers: Vec::with_capacity(layers.len()),
+        };
+        for (attach, place) in layers {
+            attach(&mut inner, *place)?;
+        }
+        let cell = Arc::new(EpCell {
+            lock: AtomicU32::new(FREE),
+            stop: AtomicBool::new(false),
+            inner: UnsafeCell::new(inner),
+        });
+        let thread = progress_thread.map(|nap| thread::ProgressThread::start(cell.clone(), nap));
+        Ok(Endpoint {
+            cell,
+            thread,
+            _not_sync: std::marker::PhantomData,
+        })
+    }
+
+    /// Exclusive access to the state (see the module's `# Safety`).
+    #[inline(always)]
+    pub(crate) fn inner(&mut self) -> Guard<'_, C> {
+        if self.thread.is_none() {
+            return Guard {
+                cell: &self.cell,
+                locked: false,
+            };
+        }
+        self.lock_slow()
+    }
+
+    #[cold]
+    fn lock_slow(&mut self) -> Guard<'_, C> {
+        let mut spins = 0u32;
+        while self
+            .cell
+            .lock
+            .compare_exchange_weak(FREE, HANDLE, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins < 64 {
+                gex_sync::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        Guard {
+            cell: &self.cell,
+            locked: true,
+        }
+    }
+
+    /// Shared access for queries (takes the lock like every access).
+    #[inline(always)]
+    fn with_ref<R>(&self, f: impl FnOnce(&Inner<C>) -> R) -> R {
+        if self.thread.is_none() {
+            // SAFETY: no progress thread: this handle is the only holder, and `&self`
+            // excludes a `&mut self` access meanwhile.
+            return f(unsafe { &*self.cell.inner.get() });
+        }
+        let mut spins = 0u32;
+        while self
+            .cell
+            .lock
+            .compare_exchange_weak(FREE, HANDLE, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins < 64 {
+                gex_sync::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let g = Guard {
+            cell: &self.cell,
+            locked: true,
+        };
+        f(&g)
+    }
+
+    /// True if this endpoint has a progress thread (see
+    /// [`ClientBuilder::progress_thread`](crate::ClientBuilder::progress_thread)).
+    pub fn has_progress_thread(&self) -> bool {
+        self.thread.is_some()
+    }
+
+    /// This endpoint's job-wide address.
+    pub fn addr(&self) -> EpAddr {
+        self.with_ref(|i| i.core.me)
+    }
+    /// This endpoint's index.
+    pub fn index(&self) -> EpIndex {
+        self.addr().ep
+    }
+    /// This rank.
+    pub fn rank(&self) -> Rank {
+        self.addr().rank
+    }
+    /// Ranks in the job.
+    pub fn size(&self) -> u32 {
+        self.with_ref(|i| i.core.shared.size)
+    }
+    /// The wait policy blocking calls of this endpoint follow.
+    pub fn wait_policy(&self) -> WaitPolicy {
+        self.with_ref(|i| i.core.policy)
+    }
+    /// Changes the wait policy of this endpoint.
+    pub fn set_wait_policy(&mut self, p: WaitPolicy) {
+        self.inner().core.policy = p;
+    }
+    /// The conduit's name.
+    pub fn conduit_name(&self) -> &'static str {
+        C::NAME
+    }
+    /// The conduit's capabilities.
+    pub fn capabilities(&self) -> crate::spi::Capabilities {
+        self.with_ref(|i| i.core.cep.capabilities())
+    }
+    /// Per-peer message counters.
+    pub fn stats(&self) -> EpStats {
+        self.with_ref(|i| i.core.stats.clone())
+    }
+    /// The names of the layers this endpoint carries, in attach order.
+    pub fn layers(&self) -> Vec<&'static str> {
+        self.with_ref(|i| i.layers.iter().map(|l| l.place.name).collect())
+    }
+    /// The primordial team of this endpoint: the endpoints with its index on every
+    /// rank, in rank order (team id 0).
+    pub fn world(&self) -> Team {
+        self.with_ref(|i| i.core.world.clone())
+    }
+    /// The client's configuration.
+    pub fn config(&self) -> crate::Config {
+        self.with_ref(|i| i.core.shared.config.clone())
+    }
+
+    /// Maximum number of AM arguments.
+    pub fn max_args(&self) -> usize {
+        self.with_ref(|i| i.core.max_args())
+    }
+    /// Largest Medium payload to `dst` (requests and replies).
+    pub fn max_medium(&self, dst: EpAddr) -> usize {
+        self.with_ref(|i| i.core.max_medium(dst))
+    }
+    /// Largest Long payload to `dst` (also bounded by `dst`'s segment).
+    pub fn max_long(&self, dst: EpAddr) -> usize {
+        self.with_ref(|i| i.core.max_long(dst))
+    }
+    /// Segment length of `rank`'s endpoints.
+    pub fn segment_len_of(&self, rank: Rank) -> Option<usize> {
+        self.with_ref(|i| i.core.shared.layout.seg_len.get(rank as usize).copied())
+    }
+    /// Host identifier of `rank` from the job layout (equal ids: the same host; `None`
+    /// for a rank outside the job). Whether two ranks on one host share memory is the
+    /// conduit's answer.
+    pub fn host_of(&self, rank: Rank) -> Option<u32> {
+        self.with_ref(|i| i.core.shared.layout.host.get(rank as usize).copied())
+    }
+    /// Number of endpoints `rank` has (`None` for a rank outside the job).
+    pub fn endpoints_of(&self, rank: Rank) -> Option<u16> {
+        self.with_ref(|i| i.core.shared.layout.eps.get(rank as usize).copied())
+    }
+    /// A view of this endpoint's segment (safe copies in and out; the memory stays
+    /// mapped as long as the endpoint lives).
+    pub fn segment(&self) -> Segment<'_> {
+        self.with_ref(|i| {
+            let (b, l) = i.core.cep.local_segment();
+            Segment::new(b, l, i.core.me)
+        })
+    }
+    /// True if the conduit maps `dst`'s segment here (shared memory: RMA to it is a
+    /// copy).
+    pub fn shares_memory_with(&self, dst: EpAddr) -> bool {
+        self.with_ref(|i| dst == i.core.me || i.core.cep.peer_segment(dst).is_some())
+    }
+
+    /// Runs `f` with layer `L`'s state and a [`Cx`](crate::layer::Cx) (non-waiting
+    /// access to the rest of the endpoint). `None` if `L` is not attached.
+    pub fn with_layer<L: crate::layer::Layer, R>(
+        &mut self,
+        f: impl FnOnce(&mut L, &mut crate::layer::Cx<'_, C>) -> R,
+    ) -> Option<R> {
+        let mut g = self.inner();
+        g.with_layer(f)
+    }
+
+    /// True if layer `L` is attached.
+    pub fn has_layer<L: crate::layer::Layer>(&self) -> bool {
+        self.with_ref(|i| {
+            i.layers
+                .iter()
+                .any(|s| s.type_id == std::any::TypeId::of::<L>())
+        })
+    }
+}
+
+impl<C: Conduit> Inner<C> {
+    #[inline]
+    pub(crate) fn with_layer<L: crate::layer::Layer, R>(
+        &mut self,
+        f: impl FnOnce(&mut L, &mut crate::layer::Cx<'_, C>) -> R,
+    ) -> Option<R> {
+        let i = self
+            .layers
+            .iter()
+            .position(|s| s.type_id == std::any::TypeId::of::<L>())?;
+        let (b, rest) = self.layers.split_at_mut(i);
+        let (slot, a) = rest.split_first_mut()?;
+        let l = slot.state.any_mut().downcast_mut::<L>()?;
+        let mut cx = crate::layer::Cx {
+            core: &mut self.core,
+            before: b,
+            after: a,
+            place: slot.place,
+        };
+        Some(f(l, &mut cx))
+    }
+}
+
+impl<C: Conduit> Core<C> {
+    pub(crate) fn max_args(&self) -> usize {
+        self.limits[self.me.rank as usize].max_args
+    }
+    pub(crate) fn max_medium(&self, dst: EpAddr) -> usize {
+        self.cep.limits(dst).max_medium
+    }
+    pub(crate) fn max_long(&self, dst: EpAddr) -> usize {
+        let seg = self
+            .shared
+            .layout
+            .seg_len
+            .get(dst.rank as usize)
+            .copied()
+            .unwrap_or(0);
+        self.cep.limits(dst).max_long.min(seg)
+    }
+    pub(crate) fn segment(&self) -> Segment<'_> {
+        let (base, len) = self.cep.local_segment();
+        Segment::new(base, len, self.me)
+    }
+}
+
+impl<C: Conduit> Drop for Endpoint<C> {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.cell.stop.store(true, Ordering::Release);
+            t.join();
+        }
+    }
+}

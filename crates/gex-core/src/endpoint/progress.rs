@@ -1,0 +1,514 @@
+//! The one progress engine of an endpoint: [`Endpoint::poll`] drains the conduit
+//! (running client, layer and core handlers) and runs the progress hook of every busy
+//! layer; every wait of any kind (an event, a condition, back-pressure, an exchange) is
+//! the same loop of polls under the endpoint's wait policy. Events, implicit events
+//! and scopes are waited on here.
+
+use super::{Core, Endpoint, Inner};
+use crate::error::EventError;
+use crate::event::{AnyEvent, Event, EventErr, Finish, OpCompleter, Outcome, Parts};
+use crate::layer::{Cx, Progress};
+use crate::spi::{Conduit, ConduitEp};
+use gex_sync::slot::{Taken, Waiter};
+use gex_sync::wait::WaitPolicy;
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+
+/// Idle polls after which a spinning wait starts yielding now and then (about a few
+/// hundred microseconds of fruitless spinning).
+const SPIN_YIELD_AFTER: u32 = 1 << 14;
+
+/// How long a single wait may last before gex prints the endpoint's counters once.
+const STALL_REPORT: Duration = Duration::from_secs(60);
+
+/// One implicit (mode `Nbi`) operation the endpoint tracks until a sync.
+pub(crate) enum Implicit {
+    /// Still running; the kept value (a buffer it writes) lives until completion.
+    Pending(u32, Waiter<Outcome>, Option<Box<dyn std::any::Any + Send>>),
+    /// Failed already: reported by the next sync of its tag.
+    Failed(u32, String),
+}
+
+impl Implicit {
+    fn tag(&self) -> u32 {
+        match self {
+            Implicit::Pending(t, ..) | Implicit::Failed(t, _) => *t,
+        }
+    }
+}
+
+impl<C: Conduit> Core<C> {
+    /// A pending event of this endpoint and its completer.
+    pub(crate) fn pending<T: Send + 'static, E: EventErr>(
+        &mut self,
+        hold: Option<T>,
+        finish: Finish<T>,
+    ) -> (Event<T, E>, OpCompleter) {
+        let (c, w) = self.events.pair();
+        (
+            Event::pending(self.me, self.uid, w, hold, finish),
+            OpCompleter::new(c),
+        )
+    }
+
+    fn check_bound(&self, ev: &dyn AnyEvent) -> Result<(), EventError> {
+        let (ep, uid) = ev.bound_to();
+        if uid != self.uid {
+            return Err(EventError::WrongEndpoint {
+                started_on: ep,
+                waited_on: self.me,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl<C: Conduit> Inner<C> {
+    /// Drains the conduit and runs the busy layers' progress hooks.
+    #[inline]
+    pub(crate) fn poll(&mut self) -> usize {
+        let n = self.core.poll_conduit(&mut self.layers);
+        if self.core.busy != 0 {
+            self.run_progress();
+        }
+        if !self.core.lc.is_empty() {
+            self.check_lc();
+        }
+        n
+    }
+
+    #[cold]
+    fn run_progress(&mut self) {
+        let mut spinning = false;
+        for i in 0..self.layers.len().min(64) {
+            let bit = 1u64 << i;
+            if self.core.busy & bit == 0 {
+                continue;
+            }
+            self.core.busy &= !bit;
+            let (b, rest) = self.layers.split_at_mut(i);
+            let Some((slot, a)) = rest.split_first_mut() else {
+                break;
+            };
+            let mut cx = Cx {
+                core: &mut self.core,
+                before: b,
+                after: a,
+                place: slot.place,
+            };
+            match (slot.progress)(&mut *slot.state, &mut cx) {
+                Progress::Idle => {}
+                Progress::Busy => self.core.busy |= bit,
+                Progress::Spinning => {
+                    self.core.busy |= bit;
+                    spinning = true;
+                }
+            }
+        }
+        self.core.spinning = spinning;
+    }
+
+    /// One step of waiting for send resources: the peer that frees them does not wake
+    /// us, so instead of sleeping, yield the core (once the spin budget is used up) to
+    /// let it run when ranks outnumber cores.
+    #[inline]
+    pub(crate) fn backoff(&mut self, spins: &mut u32) {
+        let yield_now = match self.core.policy {
+            WaitPolicy::Spin => false,
+            WaitPolicy::Block => true,
+            WaitPolicy::SpinThenBlock { spins: budget } => *spins >= budget,
+        };
+        if yield_now {
+            std::thread::yield_now();
+        } else {
+            *spins = spins.saturating_add(1);
+            gex_sync::hint::spin_loop();
+        }
+    }
+
+    /// One step of waiting under the wait policy: spin, or sleep in the conduit until a
+    /// message may have arrived once the spin budget (`spins`) is used up. A layer
+    /// whose work nothing announces keeps the endpoint awake (yielding instead).
+    #[inline]
+    pub(crate) fn idle(&mut self, spins: &mut u32) {
+        let policy = if self.core.spinning && self.core.busy != 0 {
+            match self.core.policy {
+                WaitPolicy::Spin => WaitPolicy::Spin,
+                _ => {
+                    std::thread::yield_now();
+                    return;
+                }
+            }
+        } else {
+            self.core.policy
+        };
+        match policy {
+            WaitPolicy::Spin => {
+                // A poll is itself a read of the rings; pausing after every one adds
+                // tens of nanoseconds to the time a message waits to be noticed.
+                *spins = spins.saturating_add(1);
+                if *spins & 3 == 0 {
+                    gex_sync::hint::spin_loop();
+                }
+                if *spins >= SPIN_YIELD_AFTER && *spins & 255 == 0 {
+                    // Long without a message: the peer may share our core.
+                    std::thread::yield_now();
+                }
+            }
+            WaitPolicy::Block => self.core.cep.block(Duration::from_millis(10)),
+            WaitPolicy::SpinThenBlock { spins: budget } => {
+                let n = *spins;
+                *spins = n.saturating_add(1);
+                if n < budget {
+                    gex_sync::hint::spin_loop();
+                } else if n < budget.saturating_add(self.core.yields) {
+                    // Oversubscribed: hand the core to a runnable rank (likely the peer
+                    // we wait for) before paying for a sleep and a wake-up.
+                    std::thread::yield_now();
+                } else {
+                    self.core.cep.block(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+
+    /// Polls until `cond(self)` holds or `deadline` passes; true if it held.
+    pub(crate) fn wait_for(
+        &mut self,
+        deadline: Option<Instant>,
+        mut cond: impl FnMut(&mut Inner<C>) -> bool,
+    ) -> bool {
+        let mut spins: u32 = 0;
+        let mut checks: u32 = 0;
+        let mut started: Option<Instant> = None;
+        loop {
+            self.poll();
+            if cond(self) {
+                return true;
+            }
+            checks = checks.wrapping_add(1);
+            if checks & 0x3ff == 0 || deadline.is_some() {
+                let now = Instant::now();
+                if deadline.is_some_and(|d| now >= d) {
+                    return cond(self);
+                }
+                if checks & 0xffff == 0 {
+                    let t0 = *started.get_or_insert(now);
+                    if now - t0 > STALL_REPORT {
+                        eprintln!(
+                            "gex: {} has waited {:?} without progress; counters: {:?}; busy layers: {:#x}",
+                            self.core.me,
+                            now - t0,
+                            self.core.stats,
+                            self.core.busy
+                        );
+                        started = Some(now);
+                    }
+                }
+            }
+            self.idle(&mut spins);
+        }
+    }
+
+    /// Waits for `ev` and takes its outcome.
+    pub(crate) fn wait_event<T: Send + 'static, E: EventErr>(
+        &mut self,
+        ev: Event<T, E>,
+    ) -> Result<T, E> {
+        self.core.check_bound(&ev).map_err(E::from)?;
+        if !ev.is_done() {
+            self.wait_for(None, |_| ev.is_done());
+        }
+        let pool = &mut self.core.events;
+        ev.take(&mut |w| pool.recycle(w))
+    }
+
+    /// Tracks `ev` as an implicit event under `tag`.
+    pub(crate) fn track<T: Send + 'static, E: EventErr>(&mut self, tag: u32, ev: Event<T, E>) {
+        if let Some(imp) = ev.into_implicit(tag) {
+            self.core.implicit.push(imp);
+        }
+    }
+
+    /// Waits for every implicit event with `tag` (all if `None`); the first failure is
+    /// returned (after all have completed).
+    pub(crate) fn sync_implicit<E: EventErr>(&mut self, tag: Option<u32>) -> Result<(), E> {
+        let matches = move |t: u32| tag.is_none_or(|x| x == t);
+        self.wait_for(None, |inner| {
+            inner.core.implicit.iter().all(|i| match i {
+                Implicit::Pending(t, w, _) => !matches(*t) || w.is_done(),
+                Implicit::Failed(..) => true,
+            })
+        });
+        let mut first: Option<E> = None;
+        let mut keep = Vec::with_capacity(self.core.implicit.len());
+        for i in std::mem::take(&mut self.core.implicit) {
+            if !matches(i.tag()) {
+                keep.push(i);
+                continue;
+            }
+            let err = match i {
+                Implicit::Failed(_, msg) => Some(E::from(EventError::Failed(msg))),
+                Implicit::Pending(_, mut w, kept) => {
+                    let e = match w.take() {
+                        Taken::Done(Ok(_)) => None,
+                        Taken::Done(Err(e)) => Some(match e.downcast::<E>() {
+                            Ok(e) => *e,
+                            Err(e) => E::from(EventError::Failed(e.to_string())),
+                        }),
+                        Taken::Abandoned | Taken::Pending => Some(E::from(EventError::Abandoned)),
+                    };
+                    drop(kept);
+                    self.core.events.recycle(w);
+                    e
+                }
+            };
+            if first.is_none() {
+                first = err;
+            }
+        }
+        self.core.implicit = keep;
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl<T: Send + 'static, E: EventErr> Event<T, E> {
+    /// The implicit-event form of this event (`None` if it completed successfully).
+    pub(crate) fn into_implicit(self, tag: u32) -> Option<Implicit> {
+        match self.into_parts() {
+            Parts::Ready(Err(e)) => Some(Implicit::Failed(tag, e.to_string())),
+            Parts::Ready(Ok(_)) | Parts::Gone => None,
+            Parts::Pending(w, hold) => Some(Implicit::Pending(
+                tag,
+                w,
+                hold.map(|h| Box::new(h) as Box<dyn std::any::Any + Send>),
+            )),
+        }
+    }
+}
+
+impl<C: Conduit> Endpoint<C> {
+    /// Runs handlers for incoming messages on this endpoint and advances every busy
+    /// layer. Returns how many messages were handled.
+    #[inline]
+    pub fn poll(&mut self) -> usize {
+        self.inner().poll()
+    }
+
+    /// Polls until `cond` returns true, following this endpoint's wait policy: spin,
+    /// block in the kernel, or spin then block. `cond` is evaluated after each poll, so
+    /// it should depend on state that handlers change.
+    pub fn wait_until(&mut self, mut cond: impl FnMut() -> bool) {
+        self.inner().wait_for(None, |_| cond());
+    }
+
+    /// As [`wait_until`](Self::wait_until), giving up after `timeout`; returns whether
+    /// `cond` became true.
+    pub fn wait_until_timeout(
+        &mut self,
+        mut cond: impl FnMut() -> bool,
+        timeout: Duration,
+    ) -> bool {
+        let deadline = Instant::now() + timeout;
+        self.inner().wait_for(Some(deadline), |_| cond())
+    }
+
+    /// Polls until `cond` holds of layer `L`'s state (false at once if `L` is not
+    /// attached).
+    pub fn wait_until_layer<L: crate::layer::Layer>(
+        &mut self,
+        mut cond: impl FnMut(&L) -> bool,
+    ) -> bool {
+        if !self.has_layer::<L>() {
+            return false;
+        }
+        self.inner().wait_for(None, |inner| {
+            inner.with_layer::<L, _>(|l, _| cond(l)).unwrap_or(true)
+        })
+    }
+
+    /// Waits for `ev` (driving every layer's progress meanwhile) and returns its
+    /// output.
+    ///
+    /// # Errors
+    /// The operation's error; [`EventError::WrongEndpoint`] (as `E`) if `ev` was
+    /// started on another endpoint (its buffer, if any, stays alive until the
+    /// operation completes).
+    pub fn wait<T: Send + 'static, E: EventErr>(&mut self, ev: Event<T, E>) -> Result<T, E> {
+        self.inner().wait_event(ev)
+    }
+
+    /// Polls once and reports whether `ev` is complete (then [`wait`](Self::wait)
+    /// returns at once).
+    ///
+    /// # Errors
+    /// [`EventError::WrongEndpoint`] if `ev` was started on another endpoint.
+    pub fn test<T: Send + 'static, E: EventErr>(
+        &mut self,
+        ev: &Event<T, E>,
+    ) -> Result<bool, EventError> {
+        let mut g = self.inner();
+        g.core.check_bound(ev)?;
+        if !ev.is_done() {
+            g.poll();
+        }
+        Ok(ev.is_done())
+    }
+
+    /// Waits until every event in `evs` is complete (their outputs are then taken with
+    /// [`wait`](Self::wait), which returns at once).
+    ///
+    /// # Errors
+    /// [`EventError::WrongEndpoint`] if one was started on another endpoint (nothing
+    /// is waited for then).
+    pub fn wait_all(&mut self, evs: &[&dyn AnyEvent]) -> Result<(), EventError> {
+        let mut g = self.inner();
+        for e in evs {
+            g.core.check_bound(*e)?;
+        }
+        g.wait_for(None, |_| evs.iter().all(|e| e.done()));
+        Ok(())
+    }
+
+    /// Waits until at least one event in `evs` is complete and returns the index of
+    /// the first complete one.
+    ///
+    /// # Errors
+    /// [`EventError::WrongEndpoint`] as [`wait_all`](Self::wait_all);
+    /// [`EventError::Abandoned`] for an empty list.
+    pub fn wait_any(&mut self, evs: &[&dyn AnyEvent]) -> Result<usize, EventError> {
+        if evs.is_empty() {
+            return Err(EventError::Abandoned);
+        }
+        let mut g = self.inner();
+        for e in evs {
+            g.core.check_bound(*e)?;
+        }
+        g.wait_for(None, |_| evs.iter().any(|e| e.done()));
+        Ok(evs.iter().position(|e| e.done()).unwrap_or(0))
+    }
+
+    /// Waits until at least one event in `evs` is complete and returns the indices of
+    /// every complete one.
+    ///
+    /// # Errors
+    /// As [`wait_any`](Self::wait_any).
+    pub fn wait_some(&mut self, evs: &[&dyn AnyEvent]) -> Result<Vec<usize>, EventError> {
+        self.wait_any(evs)?;
+        Ok((0..evs.len()).filter(|&i| evs[i].done()).collect())
+    }
+
+    /// Tracks `ev` as an implicit event under `tag` (what mode [`Nbi`](crate::Nbi)
+    /// does): [`sync_implicit`](Self::sync_implicit) waits for it.
+    pub fn track_implicit<T: Send + 'static, E: EventErr>(&mut self, tag: u32, ev: Event<T, E>) {
+        self.inner().track(tag, ev)
+    }
+
+    /// Disposes of `ev` as mode `M` asks (layers call it at the end of an operation):
+    /// waits for it ([`Blocking`](crate::Blocking)), returns it ([`Nb`](crate::Nb)) or
+    /// tracks it under `tag` ([`Nbi`](crate::Nbi)).
+    ///
+    /// # Errors
+    /// In blocking mode, the operation's error.
+    pub fn finish<T: Send + 'static, E: EventErr, M: crate::event::Mode>(
+        &mut self,
+        ev: Event<T, E>,
+        tag: u32,
+    ) -> Result<M::Out<T, E>, E> {
+        M::finish(self, ev, tag)
+    }
+
+    /// Waits for every implicit event tracked under `tag` (every one if `None`), e.g.
+    /// the owned AM payloads sent in mode [`Nbi`](crate::Nbi) (tag 0). Layers offer
+    /// their own syncs by category on top.
+    ///
+    /// # Errors
+    /// The first failure among them (reported once every one has completed).
+    pub fn sync_implicit<E: EventErr>(&mut self, tag: Option<u32>) -> Result<(), E> {
+        self.inner().sync_implicit(tag)
+    }
+
+    /// Runs `f` with a [`Scope`]: operations that write into buffers borrowed for
+    /// `'env` may be started in it without waiting (layers offer them on `Scope`), and
+    /// every one of them has completed when `scope` returns, on success, on error and
+    /// on panic. So a borrowed destination can never be handed back while a transfer
+    /// still writes it, even if the scope's events are leaked.
+    ///
+    /// # Errors
+    /// `f`'s error, else the first failure among the scope's operations.
+    pub fn scope<'env, E: EventErr, R>(
+        &mut self,
+        f: impl for<'s> FnOnce(&mut Scope<'s, 'env, C>) -> Result<R, E>,
+    ) -> Result<R, E> {
+        let tag = {
+            let mut g = self.inner();
+            let t = g.core.next_scope_tag;
+            g.core.next_scope_tag = g.core.next_scope_tag.wrapping_add(1) | SCOPE_TAG_BIT;
+            t
+        };
+        let mut s = Scope {
+            ep: self,
+            tag,
+            _env: PhantomData,
+        };
+        let r = f(&mut s);
+        let synced = s.ep.inner().sync_implicit::<E>(Some(tag));
+        std::mem::forget(s);
+        let r = r?;
+        synced.map(|()| r)
+    }
+}
+
+/// Tags of scopes have this bit set (layers' and the core's tags do not).
+pub(crate) const SCOPE_TAG_BIT: u32 = 1 << 31;
+
+/// A region in which operations may write into buffers borrowed for `'env`; see
+/// [`Endpoint::scope`]. Dereferences to the endpoint, so every other operation works
+/// inside it too.
+pub struct Scope<'s, 'env, C: Conduit> {
+    ep: &'s mut Endpoint<C>,
+    tag: u32,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+impl<C: Conduit> std::fmt::Debug for Scope<'_, '_, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scope").field("tag", &self.tag).finish()
+    }
+}
+
+impl<'env, C: Conduit> Scope<'_, 'env, C> {
+    /// The implicit-event tag of this scope (layers track their scoped operations
+    /// under it with [`Endpoint::track_implicit`]).
+    pub fn tag(&self) -> u32 {
+        self.tag
+    }
+    /// Waits for every operation started in the scope so far.
+    ///
+    /// # Errors
+    /// The first failure among them.
+    pub fn sync<E: EventErr>(&mut self) -> Result<(), E> {
+        self.ep.inner().sync_implicit(Some(self.tag))
+    }
+}
+
+impl<C: Conduit> std::ops::Deref for Scope<'_, '_, C> {
+    type Target = Endpoint<C>;
+    fn deref(&self) -> &Endpoint<C> {
+        self.ep
+    }
+}
+
+impl<C: Conduit> std::ops::DerefMut for Scope<'_, '_, C> {
+    fn deref_mut(&mut self) -> &mut Endpoint<C> {
+        self.ep
+    }
+}
+
+impl<C: Conduit> Drop for Scope<'_, '_, C> {
+    /// Runs only when `f` panicked: the scope's operations still complete before the
+    /// borrowed buffers are released.
+    fn drop(&mut self) {
+        let _ = self.ep.inner().sync_implicit::<EventError>(Some(self.tag));
+    }
+}
