@@ -35,4 +35,4 @@ pub mod node;
 mod region;
 mod smp;
 
-pub use smp::{DEFAULT_MAX_MEDIUM, DEFAULT_RING_SIZE, Smp, SmpEp};
+pub use smp::{DEFAULT_MAX_MEDIUM, DEFAULT_RING_SIZE, ENV_VARS, Smp, SmpEp};

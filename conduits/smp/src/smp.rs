@@ -158,9 +158,24 @@ pub struct SmpEp {
 // thread that owns the endpoint; every other field is Send.
 unsafe impl Send for SmpEp {}
 
+/// The `GEX_*` settings of the smp conduit.
+pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
+    gex_core::config::EnvVar {
+        name: "GEX_SMP_RING_SIZE",
+        default: "262144",
+        doc: "smp conduit: bytes per AM ring (one request and one reply ring per ordered endpoint pair); power of two.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_SMP_MAX_MEDIUM",
+        default: "65536",
+        doc: "smp conduit: largest Medium payload; must fit a ring record.",
+    },
+];
+
 impl Conduit for Smp {
     type Ep = SmpEp;
     const NAME: &'static str = "smp";
+    const ENV_VARS: &'static [gex_core::config::EnvVar] = ENV_VARS;
 
     fn open(
         boot: &mut dyn Bootstrap,
