@@ -451,6 +451,27 @@ impl<'a, C: Conduit> Cx<'a, C> {
         };
         Some(f(l, &mut cx))
     }
+    /// Takes the outcome of `ev` if its operation has completed, without waiting; gives
+    /// the event back while it has not. For a layer that keeps another layer's event in
+    /// its state (a collective's rendezvous get) and finishes it in its progress hook.
+    ///
+    /// # Errors
+    /// `Err(ev)` while the operation runs. Inside `Ok`: the operation's error, or
+    /// [`EventError::WrongEndpoint`](crate::EventError::WrongEndpoint) (as `E`) if `ev`
+    /// was started on another endpoint.
+    pub fn try_take<T: Send + 'static, E: EventErr>(
+        &mut self,
+        ev: Event<T, E>,
+    ) -> Result<Result<T, E>, Event<T, E>> {
+        if let Err(e) = self.core.check_bound(&ev) {
+            return Ok(Err(E::from(e)));
+        }
+        if !ev.is_done() {
+            return Err(ev);
+        }
+        let pool = &mut self.core.events;
+        Ok(ev.take(&mut |w| pool.recycle(w)))
+    }
     /// A complete event with result `r`.
     pub fn ready<T: Send + 'static, E: EventErr>(&self, r: Result<T, E>) -> Event<T, E> {
         Event::ready(self.core.me, self.core.uid, r)

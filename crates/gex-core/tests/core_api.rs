@@ -568,3 +568,27 @@ fn a_progress_thread_serves_requests_while_the_owner_computes() {
     );
     owner.join().unwrap();
 }
+
+#[test]
+fn a_layer_takes_a_completed_event_without_waiting() {
+    use gex_core::event::Data;
+    let c = ClientBuilder::new()
+        .layer::<Pinger>()
+        .segment_size(4096)
+        .config(gex_core::Config::default())
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut ep = c.endpoint(0).unwrap();
+    let got = ep
+        .with_layer::<Pinger, _>(|_p, cx| {
+            let (ev, done) = cx.pending::<u64, AmError>(None, |d, _| match d {
+                Data::Word(w) => w,
+                _ => 0,
+            });
+            let ev = cx.try_take(ev).expect_err("not complete yet");
+            done.done(Data::Word(7));
+            cx.try_take(ev).expect("complete")
+        })
+        .unwrap();
+    assert_eq!(got, Ok(7));
+}

@@ -51,7 +51,7 @@ impl<C: Conduit> Core<C> {
         )
     }
 
-    fn check_bound(&self, ev: &dyn AnyEvent) -> Result<(), EventError> {
+    pub(crate) fn check_bound(&self, ev: &dyn AnyEvent) -> Result<(), EventError> {
         let (ep, uid) = ev.bound_to();
         if uid != self.uid {
             return Err(EventError::WrongEndpoint {
