@@ -11,7 +11,7 @@
 //! | a block of [`Layer::HANDLERS`] handler indices in `16..128` | [`Cx::handler`]; incoming messages for them run [`Layer::handle`] with the layer's own state (`&mut self`) |
 //! | its slice of every neighbour's auxiliary area ([`Layer::AUX_BYTES`] bytes, zero-filled, 64-byte aligned) | [`Cx::aux`] |
 //! | its settings ([`Layer::ENV_VARS`], declared in its own crate, collected into the registry `GEX_VERBOSEENV=1` and `gex-info env` print) | [`Cx::config`] |
-//! | a progress hook, run by every poll and every wait of the endpoint while the layer says it has work | [`Layer::progress`], [`Cx::set_busy`] |
+//! | a progress hook, run by every poll and every wait of the endpoint while the layer says it has work (or one of its handlers ran) | [`Layer::progress`], [`Cx::set_busy`] |
 //! | the conduit, the segment, the job layout, other layers, events | [`Cx`] |
 //!
 //! There is no `Arc<Mutex<_>>` between a layer's handlers and its operations: both
@@ -72,7 +72,8 @@ use std::ptr::NonNull;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Progress {
     /// Nothing in flight: the hook need not run again until the layer calls
-    /// [`Cx::set_busy`].
+    /// [`Cx::set_busy`] or one of its handlers runs (a layer whose handler ran is
+    /// busy: what the handler recorded may let its work advance).
     Idle,
     /// Work in flight that messages or wake-ups will advance: run the hook on every
     /// poll; a waiting endpoint may sleep.

@@ -592,3 +592,32 @@ fn a_layer_takes_a_completed_event_without_waiting() {
         .unwrap();
     assert_eq!(got, Ok(7));
 }
+
+#[test]
+fn a_layer_whose_handler_ran_is_busy() {
+    let c = ClientBuilder::new()
+        .layer::<Pinger>()
+        .segment_size(4096)
+        .config(gex_core::Config::default())
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut ep = c.endpoint(0).unwrap();
+    let me = ep.addr();
+    ep.poll();
+    let before = ep.with_layer::<Pinger, _>(|p, _| p.progress_calls).unwrap();
+    ep.poll();
+    assert_eq!(
+        ep.with_layer::<Pinger, _>(|p, _| p.progress_calls).unwrap(),
+        before,
+        "idle"
+    );
+    // A ping (handled by the layer, without the layer asking to be busy) makes the
+    // layer's hook run.
+    let ping = ep.with_layer::<Pinger, _>(|p, _| p.ping.unwrap()).unwrap();
+    ep.with_layer::<Pinger, _>(|_, cx| cx.try_request(me, ping, Category::Short, &[], &[], 0))
+        .unwrap()
+        .unwrap();
+    assert!(ep.wait_until_layer::<Pinger>(|p| p.pongs == 1));
+    ep.poll();
+    assert!(ep.with_layer::<Pinger, _>(|p, _| p.progress_calls).unwrap() > before);
+}

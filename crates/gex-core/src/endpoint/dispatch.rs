@@ -17,6 +17,9 @@ struct Dispatch<'e, C: Conduit> {
     layers: &'e mut [LayerSlot<C>],
     xchg: &'e mut Mailbox,
     stats: &'e mut EpStats,
+    /// Layers whose progress hook runs on the next polls (a layer whose handler ran
+    /// is one: what its handler recorded may let its work advance).
+    busy: &'e mut u64,
     shared: &'e Shared,
     limits: &'e [Limits],
     me: EpAddr,
@@ -98,6 +101,7 @@ impl<C: Conduit> Deliver for Dispatch<'_, C> {
                 let slot = &mut self.layers[l as usize];
                 let local = m.handler - slot.place.base;
                 slot.state.handle(local, &mut t, am);
+                *self.busy |= 1 << l;
             }
         }
         if t.replied {
@@ -117,6 +121,7 @@ impl<C: Conduit> Core<C> {
             layers,
             xchg: &mut self.xchg,
             stats: &mut self.stats,
+            busy: &mut self.busy,
             shared: &self.shared,
             limits: &self.limits,
             me: self.me,
