@@ -1,15 +1,17 @@
 //! The error enum of collectives and teams.
 
 use crate::op::OpKind;
-use gex_core::{AmError, EpAddr, RegisterError};
-use gex_rma::RmaError;
+use crate::rma::RmaError;
+use gex_core::{AmError, EpAddr, EventError};
 use thiserror::Error;
 
 /// Errors of collective operations, team management and configuration.
 ///
-/// Argument errors are reported before anything is sent, on the rank that made them;
-/// a collective whose arguments are inconsistent *between* ranks (different counts,
-/// roots or algorithms) is not detected and may hang or corrupt data.
+/// Argument errors are reported before anything is sent, on the rank that made them.
+/// Of the arguments that must agree *between* members, the root (and the operation)
+/// is checked ([`CollError::RootMismatch`], see [`Root`](crate::Root)) and so are the
+/// names of barriers ([`CollError::BarrierMismatch`]); members that disagree on
+/// counts or algorithms are not detected and may hang or corrupt data.
 #[derive(Debug, Error, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum CollError {
@@ -19,9 +21,37 @@ pub enum CollError {
     /// A gex-rma operation (rendezvous get) failed.
     #[error("RMA failed: {0}")]
     Rma(#[from] RmaError),
-    /// gex-coll's handlers could not be registered (indices 48..=53 taken).
-    #[error("handler registration failed: {0}")]
-    Register(#[from] RegisterError),
+    /// Waiting on a collective's event failed (another endpoint's event, or an
+    /// operation abandoned because its endpoint is closing).
+    #[error(transparent)]
+    Event(#[from] EventError),
+    /// Members of the team named different roots for one collective (or started
+    /// different collectives at the same point of the team's sequence). Which members
+    /// see it is documented on [`Root`](crate::Root); on a team that runs through
+    /// shared memory, every later collective of the team that has to wait for a
+    /// member fails with it too (destroy the team).
+    #[error(
+        "members of team {team:#x} named different roots (or operations) for its collective {seq}"
+    )]
+    RootMismatch {
+        /// Team id.
+        team: u64,
+        /// The collective's sequence number in the team.
+        seq: u32,
+    },
+    /// A barrier's members entered with different names (two named ids differ), or
+    /// this member waited with another name than it notified; reported by every
+    /// member of the barrier (see [`CollExt::barrier_wait`](crate::CollExt::barrier_wait)).
+    #[error("barrier name mismatch")]
+    BarrierMismatch,
+    /// [`barrier_notify`](crate::CollExt::barrier_notify) while this member's previous
+    /// split-phase barrier of the team is not finished.
+    #[error("a split-phase barrier of this team is already notified")]
+    BarrierAlreadyNotified,
+    /// [`barrier_wait`](crate::CollExt::barrier_wait) or
+    /// [`barrier_try`](crate::CollExt::barrier_try) without a notify.
+    #[error("no split-phase barrier of this team is notified")]
+    BarrierNotNotified,
     /// The calling rank is not a member of the team.
     #[error("the calling rank is not a member of team {team:#x}")]
     NotMember {
@@ -98,9 +128,28 @@ pub enum CollError {
         /// Team size.
         size: u32,
     },
-    /// Scratch space could not be provided (no region configured, or too little).
+    /// Scratch space could not be provided (no region configured, or outside the
+    /// segment).
     #[error("scratch: {0}")]
     Scratch(String),
+    /// A forced algorithm moves data through the team's scratch space (local address
+    /// mode with signaling put or rendezvous) and some member's is too small: every
+    /// member's scratch must hold the whole output, team size × block bytes.
+    #[error(
+        "scratch too small: {algorithm} needs {needed} bytes of scratch space on every member ({size} members × {block}-byte blocks); the smallest has {available}"
+    )]
+    ScratchTooSmall {
+        /// The algorithm.
+        algorithm: String,
+        /// Bytes needed on every member.
+        needed: usize,
+        /// Bytes of the smallest member's scratch space (0 without scratch).
+        available: usize,
+        /// Team size.
+        size: u32,
+        /// Bytes per block.
+        block: usize,
+    },
     /// A team still has collectives in flight.
     #[error("team {team:#x} has {pending} collectives in flight")]
     TeamBusy {
@@ -123,7 +172,8 @@ pub enum CollError {
         /// What is wrong.
         reason: String,
     },
-    /// The handle does not belong to this endpoint or was already completed.
-    #[error("unknown collective handle {0}")]
-    BadHandle(u64),
+    /// The endpoint does not carry the collectives layer ([`Coll`](crate::Coll)), or
+    /// an internal collective disappeared.
+    #[error("gex-coll: {0}")]
+    Layer(&'static str),
 }

@@ -9,7 +9,7 @@
 //! them collectively at creation; the world team gets them without communication when
 //! its endpoint is built, from the job layout every rank holds (the host team takes
 //! channel 0, the world's own channel, which a world spanning hosts never uses; see
-//! [`CollEp::hierarchical`](crate::CollEp::hierarchical)).
+//! [`CollExt::hierarchical`](crate::CollExt::hierarchical)).
 //!
 //! Every operation then runs as three stages, each a collective of a sub-team started
 //! by the engine when the previous one finished on this member ("leader" is this host's
@@ -58,8 +58,8 @@ use crate::algo::{Algorithm, Builtin, Kind, PlanCtx, Query};
 use crate::op::{AddrMode, OpKind, SyncMode, Transport};
 use crate::sched::{ReduceFn, Schedule};
 use crate::shm::Shm;
-use crate::team::Team;
 use crate::tune::LogGP;
+use gex_core::Team;
 use std::collections::HashMap;
 
 /// Which host every member of a team is on.
@@ -301,7 +301,8 @@ impl std::fmt::Debug for HierOp {
 }
 
 /// `data` resized to the input of `op` for member `rank` of `size` (root `root`) with
-/// `n`-byte blocks (at least one block: members without input pass a dummy one).
+/// `n`-byte blocks (at least one block: members without input pass a dummy one; a
+/// barrier's block is its entry).
 fn sized(
     mut data: Vec<u8>,
     op: OpKind,
@@ -362,8 +363,10 @@ impl HierOp {
         let data = std::mem::take(&mut self.data);
         let lead = j == 0;
         let (team, op, root, count, input) = match (self.op, stage) {
-            (Barrier, 1) => (None, Barrier, 0, 0, Vec::new()),
-            (Barrier, _) => (Some(j), Barrier, 0, 0, Vec::new()),
+            // A barrier carries its merged entry (one 16-byte block) from stage to
+            // stage: host, leaders, host again (which spreads the leaders' merge).
+            (Barrier, 1) => (None, Barrier, 0, 1, data),
+            (Barrier, _) => (Some(j), Barrier, 0, 1, data),
 
             (Broadcast, 0) => (Some(j), Broadcast, rj, c, data),
             (Broadcast, 1) => (None, Broadcast, rg, c, data),
@@ -421,6 +424,7 @@ impl HierOp {
     pub(crate) fn absorb(&mut self, h: &Hier, me: u32, out: Vec<u8>) {
         use OpKind::*;
         if self.op == Barrier {
+            self.data = out;
             return;
         }
         let stage = self.stage - 1;
@@ -491,7 +495,6 @@ impl HierOp {
     pub(crate) fn output(&mut self, me: u32) -> Vec<u8> {
         use OpKind::*;
         match self.op {
-            Barrier => Vec::new(),
             Reduce | Gather if me != self.root => Vec::new(),
             Exscan if me == 0 => Vec::new(),
             _ => std::mem::take(&mut self.data),

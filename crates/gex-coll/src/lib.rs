@@ -1,39 +1,65 @@
 //! # gex-coll
 //!
-//! Collectives for gex, modelled on the GASNet collectives of seed 003: teams,
-//! nonblocking collectives with handles, synchronisation and address modes, many
-//! algorithms, and an autotuner that picks among them with LogGP cost models. Generic
-//! over the conduit SPI; every piece of state hangs off a [`CollEp`] (one per rank
-//! and endpoint), so thread-ranks in one process work.
+//! Collectives for gex, modelled on the GASNet collectives of seed 003: teams, the
+//! barrier, nonblocking collectives with synchronisation and address modes, many
+//! algorithms, and an autotuner that picks among them with LogGP cost models.
 //!
-//! - **Teams** ([`Team`]): the world team, [`CollEp::split`] by (color, key),
-//!   [`CollEp::create_team`] from a member list, rank translation
-//!   ([`Team::member`], [`Team::rank_of`]), scratch space per team ([`Scratch`]:
-//!   client-given or allocated from a region of the segment), [`CollEp::destroy_team`].
+//! gex-coll is a *layer* of gex-core ([`gex_core::layer`]): [`Coll`] attaches to every
+//! endpoint of a client built with it (after gex-rma's layer), gets its handler block,
+//! its slice of the auxiliary area and its settings (`GEX_COLL_*`, [`ENV_VARS`]), and
+//! its collectives advance in the endpoint's one progress engine (every poll and
+//! every wait). Its operations are methods of the endpoint ([`CollExt`]):
+//!
+//! ```
+//! use gex_coll::{Allreduce, BuiltinOp, Coll, CollExt};
+//! use gex_core::{Blocking, ClientBuilder};
+//! use gex_testkit::sim::{run_sim, SimConfig};
+//!
+//! let builder = || ClientBuilder::new().layer::<gex_rma::Rma>().layer::<Coll>().segment_size(1 << 16);
+//! let out = run_sim(4, SimConfig::default(), builder, |client| {
+//!     let mut ep = client.endpoint(0).unwrap();
+//!     let world = ep.world();
+//!     let sum = ep.collective(&world, Allreduce::new(vec![world.rank() as u64], BuiltinOp::Sum), Blocking).unwrap();
+//!     ep.barrier(&world).unwrap();
+//!     sum[0]
+//! });
+//! assert_eq!(out, vec![6; 4]);
+//! ```
+//!
+//! - **Teams** ([`Team`], gex-core's, with the layer's state as an extension): the
+//!   primordial team ([`Endpoint::world`](gex_core::Endpoint::world)),
+//!   [`CollExt::split`] by (color, key), [`CollExt::create_team`] from a member list,
+//!   scratch space per team ([`Scratch`]: client-given or allocated from a region of
+//!   the segment; [`TeamExt::scratch`]), [`CollExt::destroy_team`].
 //! - **Operations** ([`OpKind`]): barrier, broadcast, scatter, gather, gather_all,
-//!   exchange, reduce, allreduce, reduce_scatter, scan, exscan. Each starts
-//!   nonblocking (`*_nb`, returning a [`Handle`] to [`CollEp::test`] or
-//!   [`CollEp::wait`]) and has a blocking wrapper. Reductions take a [`ReduceOp`]:
-//!   built-in ([`BuiltinOp`] on every primitive numeric type [`Elem`]) or
-//!   user-defined, commutative or not (non-commutative ones combine in rank order).
-//! - **Modes** (seed 003 §2): [`SyncModes`] = in × out over [`SyncMode`] `{No, My, All}`;
-//!   [`AddrMode`]: local (owned buffers) or single ([`CollEp::start_single`], every
-//!   member's segment offsets given, in-place with `src: None`).
-//! - **Roots** ([`Root`]): a team rank, or where the root's data lives (a gex-rma
-//!   `GlobalPtr`: the member owning that segment; in single address mode also the
-//!   root's offset) — seed 003's data-centric roots.
+//!   exchange, reduce, allreduce, reduce_scatter, scan, exscan — one entry,
+//!   [`CollExt::collective`], with a descriptor ([`desc`]) and a mode (blocking,
+//!   nonblocking with an [`Event`](gex_core::Event), implicit). Reductions take a
+//!   [`ReduceOp`]: built-in ([`BuiltinOp`] on every element type [`Elem`], [`BitOp`]
+//!   on integers) or user-defined, commutative or not (non-commutative ones combine in
+//!   rank order).
+//! - **The barrier** ([`barrier`]): [`CollExt::barrier`], nonblocking and named
+//!   ([`Barrier::named`] in mode `Nb`), split-phase with names and anonymous entries
+//!   ([`CollExt::barrier_notify`], [`CollExt::barrier_wait`],
+//!   [`CollExt::barrier_try`]); a name mismatch is an error on every member.
+//! - **Modes** (seed 003 §2): [`SyncModes`] = in × out over [`SyncMode`] `{No, My,
+//!   All}`; [`AddrMode`]: local (owned or borrowed buffers) or single ([`InSegments`],
+//!   every member's segment offsets given, in-place with `src: None`).
+//! - **Roots** ([`Root`]): a team rank, or where the root's data lives (a
+//!   [`GlobalPtr`]) — seed 003's data-centric roots. Members that name different
+//!   roots get [`CollError::RootMismatch`] instead of hanging ([`rootcheck`]).
 //! - **Algorithms** ([`algo`]): flat, binomial, k-nomial, k-ary, chain (pipelined),
-//!   fork trees (a grid of dimensions, one chain per dimension), dissemination, Bruck (radix k), ring, recursive doubling and halving, pairwise,
-//!   and compositions (reduce+bcast, gather+bcast, reduce+scatter, ring
-//!   reduce_scatter+gather_all); transfers by eager AM, signaling put (Long AM, then a
-//!   flag) or rendezvous (get, then acknowledge). Each is a value behind the
-//!   [`Algorithm`] trait, which is also the plug-in point for a hardware collective.
+//!   fork trees, dissemination, Bruck (radix k), ring, recursive doubling and halving,
+//!   pairwise, and compositions; transfers by eager AM, signaling put (Long AM, then a
+//!   flag) or rendezvous (a get through gex-rma's layer, then an acknowledgement).
+//!   Each is a value behind the [`Algorithm`] trait, which is also the plug-in point
+//!   for a hardware collective.
 //! - **Shared memory** ([`Shm`], `shm`): on a team whose members map each other's
 //!   auxiliary areas (one host), every operation moves by loads and stores through
-//!   per-member slots with flag words, no AMs ([`CollEp::shared_memory`]).
-//! - **Across hosts** ([`HierAlgo`], `hier`): a team spanning hosts, the world team
-//!   of a multi-host job included, runs every operation as stages on internal host
-//!   teams (`shm`) and a leaders team ([`CollEp::hierarchical`]).
+//!   per-member slots with flag words, no AMs ([`CollExt::shared_memory`]).
+//! - **Across hosts** ([`HierAlgo`], `hier`): a team spanning hosts runs every
+//!   operation as stages on internal host teams (`shm`) and a leaders team
+//!   ([`CollExt::hierarchical`]).
 //! - **Autotuner** ([`Tuner`]): capability filter + LogGP cost model, a cached lookup
 //!   per (op, team size, size class, modes, commutativity), overrides by
 //!   `GEX_COLL_<OP>=<algorithm>`, parameters by `GEX_COLL_LOGGP`, measured choices
@@ -46,21 +72,30 @@
 //! ## How it works
 //! An algorithm produces, for each rank, a [`Schedule`](sched::Schedule): rounds of
 //! sends, receives (copy or combine) and local steps over a work buffer — pure data,
-//! no I/O. The engine in [`CollEp`] executes schedules over AMs; [`sched::model`]
-//! runs the schedules of a whole team in one thread (the tests' reference) and
-//! predicts their time under LogGP (simulations of thousands of ranks).
+//! no I/O. The layer's engine executes schedules over AMs without ever waiting:
+//! sends that meet back-pressure stay queued, and the layer's progress hook advances
+//! every collective in flight on each poll of the endpoint. [`sched::model`] runs the
+//! schedules of a whole team in one thread (the tests' reference) and predicts their
+//! time under LogGP (simulations of thousands of ranks).
+//!
+//! Module map (private modules): `layer` (the [`Coll`] layer: state, attach,
+//! handlers, progress hook), `msg` (message layouts, the mailbox), `engine` (the
+//! schedule engine), `shmdrive` (shared-memory collectives, the direct path of
+//! blocking calls, sleeping), `hierdrive` (hierarchical stages), `teams` (team
+//! state and management), `online` (online tuning), `api` ([`CollExt`]), `env`
+//! (settings).
 //!
 //! ## What it does not do
-//! - Progress happens only inside gex-coll calls ([`CollEp::test`], [`CollEp::wait`],
-//!   [`CollEp::progress`], starting a collective); there is no progress thread.
 //! - Signaling put and rendezvous apply to broadcast and gather_all (trees; flat,
 //!   ring, recursive doubling): in single address mode into the destinations, in
-//!   local mode through team scratch space large enough for the output (such
-//!   collectives of one team take turns on it). Everything else moves eagerly
-//!   through Medium AMs and a mailbox (one copy at the receiver).
+//!   local mode through team scratch space that holds the whole output on every
+//!   member (team size × block bytes; such collectives of one team take turns on it).
+//!   Everything else moves eagerly through Medium AMs and a mailbox (one copy at the
+//!   receiver).
 //! - `hier` takes non-commutative reduce, allreduce and reduce_scatter only where
 //!   hosts are team-rank ranges.
-//! - Members that name different roots are not detected (see [`Root`]).
+//! - Members that disagree on counts or algorithms are not detected (roots,
+//!   operations and barrier names are).
 //! - Out-no applies to single address mode; with owned buffers it behaves as out-my.
 //!
 //! ## Words
@@ -68,62 +103,57 @@
 //! - **block**: what one member contributes or receives (`count` elements).
 //! - **sequence number**: the per-team count of collectives started; with the team id
 //!   it keys every message.
-//!
-//! ## Handler indices
-//! gex-coll registers `48..=52` and owns `48..=127` ([`FIRST_COLL_HANDLER`]..=
-//! [`LAST_COLL_HANDLER`]).
-//!
-//! ## Example
-//! ```
-//! use gex_coll::{BuiltinOp, CollEp, Opts, ReduceOp};
-//! use gex_core::ClientBuilder;
-//! use gex_rma::RmaEp;
-//! use gex_testkit::sim::{run_sim, SimConfig};
-//!
-//! let out = run_sim(3, SimConfig::default(), || ClientBuilder::new().segment_size(1 << 16), |client| {
-//!     let mut coll = CollEp::new(RmaEp::new(client.endpoint(0).unwrap()).unwrap()).unwrap();
-//!     let world = coll.world().clone();
-//!     let me = world.rank() as u64;
-//!     // Nonblocking allreduce and gather_all in flight together.
-//!     let sum = ReduceOp::builtin(BuiltinOp::Sum).unwrap();
-//!     let h1 = coll.allreduce_nb(&world, vec![me, 10 * me], &sum, &Opts::default()).unwrap();
-//!     let h2 = coll.gather_all_nb(&world, vec![me as u8], &Opts::default()).unwrap();
-//!     let all = coll.wait(h2).unwrap();
-//!     let s = coll.wait(h1).unwrap();
-//!     // Split into even and odd ranks.
-//!     let sub = coll.split(&world, Some(me as u32 % 2), 0, Default::default()).unwrap().unwrap();
-//!     let mut b = [me as u32];
-//!     coll.broadcast(&sub, 0, &mut b).unwrap();
-//!     coll.barrier(&world).unwrap();
-//!     (s, all, b[0])
-//! });
-//! assert_eq!(out[0].0, vec![3, 30]);
-//! assert_eq!(out[2].1, vec![0, 1, 2]);
-//! assert_eq!(out.iter().map(|x| x.2).collect::<Vec<_>>(), vec![0, 1, 0]);
-//! ```
+//! - **belief**: a digest of a collective's operation and root ([`rootcheck`]).
 #![warn(missing_docs)]
 
 pub mod algo;
+mod api;
+pub mod barrier;
 pub mod des;
-mod ep;
+pub mod desc;
+mod engine;
+mod env;
 mod error;
 mod hier;
+mod hierdrive;
+mod layer;
+mod msg;
+mod online;
 mod op;
 pub mod profile;
+mod rma;
 mod root;
+pub mod rootcheck;
 pub mod sched;
 mod shm;
-mod team;
+mod shmdrive;
+mod single;
+mod teams;
 mod tune;
 
 pub use algo::{Algorithm, Builtin, Kind, PlanCtx, Query};
-pub use ep::{CollEp, FIRST_COLL_HANDLER, Handle, LAST_COLL_HANDLER, Output, Single};
+pub use api::{COLL_TAG, CollExt, CollStats};
+pub use barrier::BarrierFlags;
+pub use desc::{
+    Allreduce, Barrier, Borrowed, Broadcast, ByKind, Collective, Exchange, Exscan, Gather,
+    GatherAll, InSegments, Owned, Reduce, ReduceScatter, Scan, Scatter,
+};
+pub use env::ENV_VARS;
 pub use error::CollError;
+pub use gex_core::Team;
 pub use hier::HierAlgo;
-pub use op::{AddrMode, BuiltinOp, Elem, OpKind, Opts, ReduceOp, SyncMode, SyncModes, Transport};
+pub use layer::Coll;
+pub use op::{
+    AddrMode, BitOp, BuiltinOp, Elem, IntElem, OpKind, Opts, ReduceOp, SyncMode, SyncModes,
+    Transport,
+};
 pub use profile::Profile;
+#[doc(hidden)]
+pub use rma::Rma; // TEMPORARY: gex_rma::Rma once rma-layer lands
+pub use rma::{GlobalPtr, RmaError};
 pub use root::Root;
 pub use sched::ReduceFn;
 pub use shm::{Shm, cma_capable};
-pub use team::{Scratch, Team};
+pub use single::Single;
+pub use teams::{Scratch, TeamExt};
 pub use tune::{Choice, LogGP, Reason, TuneMode, Tuner, size_class};

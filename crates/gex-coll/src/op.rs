@@ -1,6 +1,5 @@
 //! Operations, modes, element types and reduction operators.
 
-use crate::error::CollError;
 use crate::sched::ReduceFn;
 use bytemuck::Pod;
 use std::fmt;
@@ -201,27 +200,40 @@ impl Transport {
 
 /// Element types of collectives: every primitive numeric type.
 pub trait Elem: Pod + Send + Sync + PartialEq + fmt::Debug + 'static {
-    /// Applies a built-in operator; `None` if it is not defined on this type
-    /// (bitwise and logical operators on floating point).
-    fn builtin(op: BuiltinOp, a: Self, b: Self) -> Option<Self>;
+    /// Applies an arithmetic built-in operator (defined on every element type).
+    fn builtin(op: BuiltinOp, a: Self, b: Self) -> Self;
+}
+
+/// Integer element types: the bitwise and logical operators ([`BitOp`]) are defined
+/// on them.
+pub trait IntElem: Elem {
+    /// Applies a bitwise or logical operator.
+    fn bitop(op: BitOp, a: Self, b: Self) -> Self;
 }
 
 macro_rules! int_elem {
     ($($t:ty),*) => {$(
         impl Elem for $t {
             #[inline]
-            fn builtin(op: BuiltinOp, a: Self, b: Self) -> Option<Self> {
-                Some(match op {
+            fn builtin(op: BuiltinOp, a: Self, b: Self) -> Self {
+                match op {
                     BuiltinOp::Sum => a.wrapping_add(b),
                     BuiltinOp::Prod => a.wrapping_mul(b),
                     BuiltinOp::Min => a.min(b),
                     BuiltinOp::Max => a.max(b),
-                    BuiltinOp::Band => a & b,
-                    BuiltinOp::Bor => a | b,
-                    BuiltinOp::Bxor => a ^ b,
-                    BuiltinOp::Land => <$t>::from(a != 0 && b != 0),
-                    BuiltinOp::Lor => <$t>::from(a != 0 || b != 0),
-                })
+                }
+            }
+        }
+        impl IntElem for $t {
+            #[inline]
+            fn bitop(op: BitOp, a: Self, b: Self) -> Self {
+                match op {
+                    BitOp::Band => a & b,
+                    BitOp::Bor => a | b,
+                    BitOp::Bxor => a ^ b,
+                    BitOp::Land => <$t>::from(a != 0 && b != 0),
+                    BitOp::Lor => <$t>::from(a != 0 || b != 0),
+                }
             }
         }
     )*};
@@ -234,13 +246,12 @@ macro_rules! float_elem {
     ($($t:ty),*) => {$(
         impl Elem for $t {
             #[inline]
-            fn builtin(op: BuiltinOp, a: Self, b: Self) -> Option<Self> {
+            fn builtin(op: BuiltinOp, a: Self, b: Self) -> Self {
                 match op {
-                    BuiltinOp::Sum => Some(a + b),
-                    BuiltinOp::Prod => Some(a * b),
-                    BuiltinOp::Min => Some(a.min(b)),
-                    BuiltinOp::Max => Some(a.max(b)),
-                    _ => None,
+                    BuiltinOp::Sum => a + b,
+                    BuiltinOp::Prod => a * b,
+                    BuiltinOp::Min => a.min(b),
+                    BuiltinOp::Max => a.max(b),
                 }
             }
         }
@@ -248,9 +259,9 @@ macro_rules! float_elem {
 }
 float_elem!(f32, f64);
 
-/// Built-in reduction operators. All are commutative and associative (floating
-/// point sums and products only up to rounding: results may differ between
-/// algorithms in the last bits).
+/// Arithmetic built-in reduction operators, defined on every element type ([`Elem`]).
+/// All are commutative and associative (floating point sums and products only up to
+/// rounding: results may differ between algorithms in the last bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BuiltinOp {
     /// Sum (wrapping for integers).
@@ -261,30 +272,48 @@ pub enum BuiltinOp {
     Min,
     /// Maximum.
     Max,
-    /// Bitwise and (integers).
-    Band,
-    /// Bitwise or (integers).
-    Bor,
-    /// Bitwise exclusive or (integers).
-    Bxor,
-    /// Logical and: 1 if both are non-zero, else 0 (integers).
-    Land,
-    /// Logical or (integers).
-    Lor,
 }
 
 impl BuiltinOp {
-    /// Every built-in operator.
-    pub const ALL: [BuiltinOp; 9] = [
+    /// Every arithmetic built-in operator.
+    pub const ALL: [BuiltinOp; 4] = [
         BuiltinOp::Sum,
         BuiltinOp::Prod,
         BuiltinOp::Min,
         BuiltinOp::Max,
-        BuiltinOp::Band,
-        BuiltinOp::Bor,
-        BuiltinOp::Bxor,
-        BuiltinOp::Land,
-        BuiltinOp::Lor,
+    ];
+}
+
+/// Bitwise and logical built-in reduction operators, defined on integer element types
+/// only ([`IntElem`]): asking for one on a float does not compile. Commutative and
+/// associative.
+///
+/// ```compile_fail
+/// use gex_coll::{BitOp, ReduceOp};
+/// let _ = ReduceOp::<f64>::bitwise(BitOp::Bxor); // f64 is not an IntElem
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BitOp {
+    /// Bitwise and.
+    Band,
+    /// Bitwise or.
+    Bor,
+    /// Bitwise exclusive or.
+    Bxor,
+    /// Logical and: 1 if both are non-zero, else 0.
+    Land,
+    /// Logical or: 1 if either is non-zero, else 0.
+    Lor,
+}
+
+impl BitOp {
+    /// Every bitwise and logical operator.
+    pub const ALL: [BitOp; 5] = [
+        BitOp::Band,
+        BitOp::Bor,
+        BitOp::Bxor,
+        BitOp::Land,
+        BitOp::Lor,
     ];
 }
 
@@ -292,11 +321,18 @@ impl BuiltinOp {
 /// not. Non-commutative operators are always combined in team-rank order
 /// (`x0 ⊕ x1 ⊕ … ⊕ x(P-1)`); they must still be associative.
 ///
+/// Built-in operators cannot fail: arithmetic ones ([`BuiltinOp`]) exist on every
+/// element type, bitwise ones ([`BitOp`]) only on integers (a float does not
+/// compile). Both convert with `into()`, so a descriptor takes `BuiltinOp::Sum`
+/// directly.
+///
 /// ```
-/// use gex_coll::{BuiltinOp, ReduceOp};
-/// let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+/// use gex_coll::{BitOp, BuiltinOp, ReduceOp};
+/// let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum);
 /// assert!(sum.is_commutative());
-/// assert!(ReduceOp::<f64>::builtin(BuiltinOp::Bxor).is_err());
+/// let max: ReduceOp<f64> = BuiltinOp::Max.into();
+/// let xor = ReduceOp::<i8>::bitwise(BitOp::Bxor);
+/// # let _ = (max, xor);
 /// // 2x2 matrix product: associative, not commutative.
 /// let matmul = ReduceOp::<[i64; 4]>::user(false, |a, b| {
 ///     [a[0]*b[0]+a[1]*b[2], a[0]*b[1]+a[1]*b[3], a[2]*b[0]+a[3]*b[2], a[2]*b[1]+a[3]*b[3]]
@@ -307,7 +343,7 @@ impl BuiltinOp {
 pub struct ReduceOp<T> {
     f: ReduceFn,
     commutative: bool,
-    name: String,
+    name: &'static str,
     _t: std::marker::PhantomData<fn(T) -> T>,
 }
 
@@ -336,7 +372,7 @@ impl<T: Pod + Send + Sync + 'static> ReduceOp<T> {
         ReduceOp {
             f: func,
             commutative,
-            name: "user".into(),
+            name: "user",
             _t: std::marker::PhantomData,
         }
     }
@@ -350,40 +386,64 @@ impl<T: Pod + Send + Sync + 'static> ReduceOp<T> {
     pub fn func(&self) -> &ReduceFn {
         &self.f
     }
+
+    /// The operator's name (`Sum`, `Bxor`, `user`, ...).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
 }
 
 impl<T: Elem> ReduceOp<T> {
-    /// A built-in operator.
-    ///
-    /// # Errors
-    /// [`CollError::UnsupportedOp`] for bitwise and logical operators on floating
-    /// point types.
-    pub fn builtin(op: BuiltinOp) -> Result<Self, CollError> {
-        let z: T = bytemuck::Zeroable::zeroed();
-        if T::builtin(op, z, z).is_none() {
-            return Err(CollError::UnsupportedOp {
-                op: format!("{op:?}"),
-                ty: std::any::type_name::<T>(),
-            });
-        }
+    /// An arithmetic built-in operator (defined on every element type).
+    pub fn builtin(op: BuiltinOp) -> Self {
         // One closure per operator, so the operator is a constant inside the loop
         // (no per-element dispatch; the loop vectorises).
         macro_rules! per_op {
             ($($o:ident),*) => {
                 match op {
-                    $(BuiltinOp::$o => elementwise::<T>(|l, r| {
-                        T::builtin(BuiltinOp::$o, l, r).unwrap_or(l)
-                    }),)*
+                    $(BuiltinOp::$o => (elementwise::<T>(|l, r| T::builtin(BuiltinOp::$o, l, r)), stringify!($o)),)*
                 }
             };
         }
-        let func = per_op!(Sum, Prod, Min, Max, Band, Bor, Bxor, Land, Lor);
-        Ok(ReduceOp {
-            f: func,
+        let (f, name) = per_op!(Sum, Prod, Min, Max);
+        ReduceOp {
+            f,
             commutative: true,
-            name: format!("{op:?}"),
+            name,
             _t: std::marker::PhantomData,
-        })
+        }
+    }
+}
+
+impl<T: IntElem> ReduceOp<T> {
+    /// A bitwise or logical built-in operator (integer element types only).
+    pub fn bitwise(op: BitOp) -> Self {
+        macro_rules! per_op {
+            ($($o:ident),*) => {
+                match op {
+                    $(BitOp::$o => (elementwise::<T>(|l, r| T::bitop(BitOp::$o, l, r)), stringify!($o)),)*
+                }
+            };
+        }
+        let (f, name) = per_op!(Band, Bor, Bxor, Land, Lor);
+        ReduceOp {
+            f,
+            commutative: true,
+            name,
+            _t: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T: Elem> From<BuiltinOp> for ReduceOp<T> {
+    fn from(op: BuiltinOp) -> Self {
+        ReduceOp::builtin(op)
+    }
+}
+
+impl<T: IntElem> From<BitOp> for ReduceOp<T> {
+    fn from(op: BitOp) -> Self {
+        ReduceOp::bitwise(op)
     }
 }
 
@@ -421,7 +481,7 @@ fn elementwise<T: Pod + Send + Sync + 'static>(
 pub struct Opts<'a> {
     /// Entry and exit synchronisation (default: in-my × out-my).
     pub sync: SyncModes,
-    /// Force an algorithm by name (as listed by [`CollEp::algorithms`](crate::CollEp::algorithms));
+    /// Force an algorithm by name (as listed by [`CollExt::algorithms`](crate::CollExt::algorithms));
     /// `None`: the autotuner's choice (or the `GEX_COLL_<OP>` override).
     pub algorithm: Option<&'a str>,
 }

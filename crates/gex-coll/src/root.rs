@@ -1,7 +1,7 @@
 //! Roots of rooted collectives: by team rank, or by where the data lives.
 
 use crate::op::OpKind;
-use gex_rma::GlobalPtr;
+use crate::rma::GlobalPtr;
 
 /// The root of a rooted collective (broadcast, scatter, gather, reduce): a team rank,
 /// or the place of the root's data (seed 003 §1: in a UPC broadcast "the user

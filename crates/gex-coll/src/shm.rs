@@ -1,9 +1,8 @@
 //! Shared-memory collectives: the `shm` algorithm.
 //!
-//! When every member of a team maps every other member's auxiliary area
-//! ([`ConduitEp::aux`](gex_core::spi::ConduitEp::aux), the [`AUX_COLL`] part), data
-//! moves by plain loads and stores through those areas, synchronised by flag words,
-//! with no AM at all. Every operation is the same pattern, repeated per *round*:
+//! When every member of a team maps every other member's auxiliary area (the layer's
+//! slice of it, [`Cx::aux`](gex_core::layer::Cx::aux)), data moves by plain loads and
+//! stores through those areas, synchronised by flag words, with no AM at all. Every operation is the same pattern, repeated per *round*:
 //!
 //! 1. **publish**: a member that has data for others in this round waits until every
 //!    reader of its previous publication in the same slot acknowledged it, copies its
@@ -54,17 +53,33 @@
 //! channel one at a time, in sequence order (the engine enforces it), so members never
 //! wait for each other in different orders.
 //!
+//! **Header.** Before the channels, every area has a header: the generation, `PID` and
+//! `PIDNS` words, the `SLEEPY` word (see *Sleeping*), and per channel two lines: the
+//! barrier line (`EPOCH` and two entries, [`crate::barrier`]) and the check line
+//! (`BELIEF`, `DONE`, `POISON`: what the owner runs and has finished, and whether it
+//! saw a root mismatch on the channel's team, [`crate::rootcheck`]).
+//!
+//! **Sleeping.** A member whose wait may end in a kernel sleep (the endpoint's wait
+//! policy) first stores 1 in its `SLEEPY` word, then (after a sequentially consistent
+//! fence) looks once more at what it waits for. A member that stores a flag another
+//! member may wait for (`POST`, `ACK`, `EPOCH`) fences the same way and wakes every
+//! such member whose `SLEEPY` word is set ([`Cx::wake`](gex_core::layer::Cx::wake)):
+//! either the sleeper sees the flag before it sleeps, or the writer sees its word and
+//! wakes it. A member that does not sleep costs writers one load of a line that stays
+//! in their cache.
+//!
 //! **Tags.** A `POST` word holds `mix(generation, team id, sequence number, round)`:
 //! a reader waits for the exact tag, so a stale publication of another team, of an
-//! earlier collective or of an earlier `CollEp` on the same endpoint (the generation
+//! earlier collective or of an earlier layer on the same endpoint (the generation
 //! word counts them) is never mistaken for the awaited one.
 //!
 //! # Safety
-//! [`Area`] turns the base of a mapped auxiliary area plus fixed offsets into atomics
-//! (8-byte aligned: the area is 64-byte aligned and every offset is a multiple of
-//! 8) and into raw data pointers inside the area. The conduit keeps the areas (and the
-//! segments) mapped for the life of the conduit, which the endpoint inside
-//! [`CollEp`](crate::CollEp) keeps alive. Flag words are only accessed atomically.
+//! [`Area`] turns the base of a mapped auxiliary area slice plus fixed offsets into
+//! atomics (8-byte aligned: the slice is 64-byte aligned and every offset is a
+//! multiple of 8) and into raw data pointers inside the slice ([`AREA_LEN`] bytes, the
+//! layer's [`AUX_BYTES`](gex_core::layer::Layer::AUX_BYTES)). The conduit keeps the
+//! areas (and the segments) mapped for the life of the conduit, which the endpoint
+//! carrying the layer keeps alive. Flag words are only accessed atomically.
 //! Slot data are written by their owner only after every reader of the previous
 //! publication acknowledged it (acquire on `ACK`), and read by others only after they
 //! saw the tag (acquire on `POST`) and before they acknowledge (release on `ACK`): no
@@ -79,16 +94,18 @@
 use crate::algo::{Algorithm, Builtin, Kind, PlanCtx, Query};
 use crate::op::{AddrMode, OpKind, Transport};
 use crate::sched::{ReduceFn, Schedule};
-use crate::team::mix_all;
+use crate::teams::mix_all;
 use crate::tune::LogGP;
-use gex_core::spi::AUX_COLL;
-use gex_sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use gex_core::EpAddr;
+use gex_sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-/// Channels in the gex-coll part of an auxiliary area (channel 0: the world team).
+/// Bytes of the layer's slice of every auxiliary area.
+pub(crate) const AREA_LEN: usize = (1 << 20) - 4096;
+/// Channels in the area (channel 0: the world team).
 pub(crate) const NCH: usize = 4;
-/// Offset of the generation word (counts the `CollEp`s built on the endpoint).
+/// Offset of the generation word (counts the layers attached on the endpoint).
 const GEN: usize = 0;
 /// Offset of the `PID` word: the process id of the area's owner if it can take part
 /// in CMA publications ([`cma_capable`]), else 0.
@@ -100,12 +117,25 @@ pub(crate) const CMA_FLAG: u64 = 1 << 63;
 /// (`/proc/self/ns/pid`), so that a pid is only used by members that share the
 /// namespace it was taken in (containers may share `/dev/shm` but not pids).
 const PIDNS: usize = 16;
+/// Offset of the `SLEEPY` word: 1 while the owner may sleep in the kernel waiting for
+/// a flag in shared memory (writers of such flags then wake it).
+const SLEEPY: usize = 64;
+/// Barrier line of channel `c`: `EPOCH` and two entries ([`crate::barrier`]).
+const fn bar_line(c: usize) -> usize {
+    128 + c * 128
+}
+/// Check line of channel `c`: `BELIEF` (tag | seq), `BELIEF_VAL`, `DONE` (tag | seq),
+/// `POISON` ([`crate::rootcheck`]).
+const fn chk_line(c: usize) -> usize {
+    128 + c * 128 + 64
+}
 /// Bytes before the first channel.
-const HDR: usize = 64;
+const HDR: usize = 1024;
+const _: () = assert!(chk_line(NCH - 1) + 64 <= HDR);
 /// Bytes of channel 0 (two large slots and the small ones).
 const WORLD_CH: usize = 512 << 10;
 /// Bytes of every other channel.
-const OTHER_CH: usize = ((AUX_COLL.end - AUX_COLL.start - HDR - WORLD_CH) / (NCH - 1)) & !127;
+const OTHER_CH: usize = ((AREA_LEN - HDR - WORLD_CH) / (NCH - 1)) & !127;
 /// Slot header: `POST` at 0, `REF` at 8 (same cache line), `ACK` at 64 (its own).
 const SLOT_HDR: usize = 128;
 const POST: usize = 0;
@@ -125,7 +155,7 @@ pub(crate) const NSLOT: usize = 2 + NSMALL;
 const _: () = assert!(NSLOT <= 64);
 const _: () = assert!(WORLD_CH >= NSMALL * WORLD_SMALL_LEN + 2 * (SLOT_HDR + (64 << 10)));
 const _: () = assert!(OTHER_CH >= NSMALL * OTHER_SMALL_LEN + 2 * (SLOT_HDR + (16 << 10)));
-const _: () = assert!(HDR + WORLD_CH + (NCH - 1) * OTHER_CH <= AUX_COLL.end - AUX_COLL.start);
+const _: () = assert!(HDR + WORLD_CH + (NCH - 1) * OTHER_CH <= AREA_LEN);
 
 /// Largest team `shm` serves (readers poll every member: quadratic traffic).
 pub(crate) const MAX_SIZE: u32 = 64;
@@ -168,8 +198,8 @@ fn small_cap(c: usize) -> usize {
     small_len(c) - SLOT_HDR
 }
 
-/// The gex-coll part ([`AUX_COLL`]) of one mapped auxiliary area.
-#[derive(Clone, Copy, Debug)]
+/// The layer's slice of one mapped auxiliary area.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Area(NonNull<u8>);
 
 // SAFETY: an address in memory shared between processes and threads, accessed through
@@ -179,18 +209,35 @@ unsafe impl Send for Area {}
 unsafe impl Sync for Area {}
 
 impl Area {
-    /// The gex-coll part of the area based at `aux`.
+    /// The layer's slice based at `aux` ([`AREA_LEN`] bytes, 64-byte aligned, as the
+    /// conduit maps it for this layer).
     pub(crate) fn new(aux: NonNull<u8>) -> Area {
-        // SAFETY: AUX_COLL lies inside the AUX_LEN-byte area.
-        Area(unsafe { aux.add(AUX_COLL.start) })
+        Area(aux)
     }
 
     fn word(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= AUX_COLL.end - AUX_COLL.start);
-        // SAFETY: in bounds and 8-byte aligned (offsets are multiples of 8 inside
-        // AUX_COLL, the area is 64-byte aligned); mapped for the life of the conduit;
-        // only ever accessed atomically (module `# Safety`).
+        debug_assert!(off % 8 == 0 && off + 8 <= AREA_LEN);
+        // SAFETY: in bounds and 8-byte aligned (offsets are multiples of 8 inside the
+        // AREA_LEN-byte slice, which is 64-byte aligned); mapped for the life of the
+        // conduit; only ever accessed atomically (module `# Safety`).
         unsafe { &*self.0.as_ptr().add(off).cast::<AtomicU64>() }
+    }
+
+    /// The owner's `SLEEPY` word.
+    pub(crate) fn sleepy(&self) -> &AtomicU64 {
+        self.word(SLEEPY)
+    }
+
+    /// Word `i` (0..8) of channel `c`'s barrier line.
+    pub(crate) fn bar(&self, c: usize, i: usize) -> &AtomicU64 {
+        debug_assert!(i < 8);
+        self.word(bar_line(c) + 8 * i)
+    }
+
+    /// Word `i` (0..8) of channel `c`'s check line.
+    pub(crate) fn chk(&self, c: usize, i: usize) -> &AtomicU64 {
+        debug_assert!(i < 8);
+        self.word(chk_line(c) + 8 * i)
     }
 
     fn slot(&self, c: usize, s: usize) -> usize {
@@ -220,11 +267,11 @@ impl Area {
     /// Data of slot `s` of channel `c` (`slot_cap(c)` bytes for `s < 2`, else
     /// `small_cap(c)`).
     fn data(&self, c: usize, s: usize) -> *mut u8 {
-        // SAFETY: the slot lies inside AUX_COLL (constant layout, asserted above).
+        // SAFETY: the slot lies inside the slice (constant layout, asserted above).
         unsafe { self.0.as_ptr().add(self.slot(c, s) + SLOT_HDR) }
     }
 
-    /// Counts one more `CollEp` on this endpoint; returns its generation (from 1).
+    /// Counts one more collectives layer on this endpoint; returns its generation (from 1).
     pub(crate) fn next_generation(&self) -> u64 {
         self.word(GEN).fetch_add(1, Ordering::Relaxed) + 1
     }
@@ -269,10 +316,133 @@ pub(crate) struct ShmTeam {
     /// empty when some member's segment is not mapped (then nobody publishes by
     /// reference: the conduit maps segments for exactly the peers whose areas it maps).
     pub(crate) segs: Vec<(usize, usize)>,
-    /// Generation of the `CollEp` (same on every member).
+    /// Generation of the layer on the endpoints (same on every member).
     pub(crate) generation: u64,
     /// The endpoint's mask of channels in use.
     pub(crate) used: Arc<AtomicU32>,
+    /// Every member's endpoint, by team rank (to wake sleepers).
+    pub(crate) members: Vec<EpAddr>,
+    /// This member's team rank.
+    pub(crate) me: u32,
+    /// Digest of (generation, team id): marks the team's `EPOCH`, `BELIEF`, `DONE` and
+    /// `POISON` words, so words left by an earlier team on the channel never count.
+    pub(crate) tag: u32,
+}
+
+impl ShmTeam {
+    /// The channel `ch` of a team `tid` (generation `generation`) whose members'
+    /// areas and mapped segments are `areas` and `segs`; this member is `me`. Takes
+    /// the channel's check line for the team ([`crate::rootcheck::claim`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        ch: usize,
+        areas: Vec<Area>,
+        segs: Vec<(usize, usize)>,
+        generation: u64,
+        used: Arc<AtomicU32>,
+        members: Vec<EpAddr>,
+        me: u32,
+        tid: u64,
+    ) -> ShmTeam {
+        let tag = mix_all(&[generation, tid, 0x7a9]) as u32;
+        let t = ShmTeam {
+            ch,
+            areas,
+            segs,
+            generation,
+            used,
+            members,
+            me,
+            tag,
+        };
+        crate::rootcheck::claim(&t);
+        t
+    }
+
+    /// Wakes the members of `mask` (bit = team rank) that announced they may sleep,
+    /// after this member stored flags they may wait for.
+    pub(crate) fn wake(&self, mask: u64, wake: &mut impl FnMut(EpAddr)) {
+        if mask == 0 {
+            return;
+        }
+        // Pairs with the fence of a sleeper (module docs, *Sleeping*).
+        fence(Ordering::SeqCst);
+        let mut m = mask;
+        while m != 0 {
+            let q = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if self.areas[q].sleepy().load(Ordering::Relaxed) != 0 {
+                wake(self.members[q]);
+            }
+        }
+    }
+
+    /// Every member but this one (bit = team rank).
+    pub(crate) fn others(&self) -> u64 {
+        let p = self.areas.len();
+        let all = if p >= 64 { u64::MAX } else { (1u64 << p) - 1 };
+        all & !(1u64 << self.me)
+    }
+}
+
+/// What a stalled shared-memory collective waits for (it can advance once
+/// [`ready`](Self::ready) holds).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum WaitOn {
+    /// Member `q`'s publication in slot `slot`.
+    Post {
+        q: u32,
+        area: Area,
+        ch: usize,
+        slot: usize,
+        tag: u64,
+    },
+    /// `n` acknowledgements of this member's slot `slot`, whose last publication
+    /// belongs to collective `seq` of the team.
+    Acks {
+        area: Area,
+        ch: usize,
+        slot: usize,
+        n: u64,
+        seq: u32,
+    },
+    /// Member `q`'s barrier epoch `k` of the team tagged `tag`.
+    Epoch {
+        q: u32,
+        area: Area,
+        ch: usize,
+        tag: u32,
+        k: u32,
+    },
+}
+
+// SAFETY: an `Area` inside (see `Area`'s `Send`).
+unsafe impl Send for WaitOn {}
+
+impl WaitOn {
+    /// True once what it waits for has happened.
+    pub(crate) fn ready(&self) -> bool {
+        match *self {
+            WaitOn::Post {
+                area,
+                ch,
+                slot,
+                tag,
+                ..
+            } => area.post(ch, slot).load(Ordering::Acquire) == tag,
+            WaitOn::Acks {
+                area, ch, slot, n, ..
+            } => area.acks(ch, slot) >= n,
+            WaitOn::Epoch {
+                area, ch, tag, k, ..
+            } => epoch_reached(area.bar(ch, 0).load(Ordering::Acquire), tag, k),
+        }
+    }
+}
+
+/// True if an `EPOCH` word holds barrier `k` or a later one of the team tagged `tag`.
+pub(crate) fn epoch_reached(word: u64, tag: u32, k: u32) -> bool {
+    (word >> 32) as u32 == tag && (word as u32).wrapping_sub(k) as i32 >= 0
 }
 
 impl std::fmt::Debug for ShmTeam {
@@ -287,8 +457,32 @@ impl Drop for ShmTeam {
     }
 }
 
-/// Per channel: acknowledgements expected on each slot of this endpoint's area.
-pub(crate) type Expected = [[u64; NSLOT]; NCH];
+/// Per channel and slot of this endpoint's area: acknowledgements expected, and the
+/// team sequence number of the last publication in it.
+#[derive(Debug)]
+pub(crate) struct Expected {
+    pub(crate) n: [[u64; NSLOT]; NCH],
+    pub(crate) seq: [[u32; NSLOT]; NCH],
+}
+
+impl Expected {
+    /// Continues from the acknowledgements already counted in `own` (an earlier layer
+    /// on the same endpoint left them).
+    pub(crate) fn from_area(own: Option<Area>) -> Expected {
+        let mut e = Expected {
+            n: [[0; NSLOT]; NCH],
+            seq: [[0; NSLOT]; NCH],
+        };
+        if let Some(own) = own {
+            for (c, row) in e.n.iter_mut().enumerate() {
+                for (s, x) in row.iter_mut().enumerate() {
+                    *x = own.acks(c, s);
+                }
+            }
+        }
+        e
+    }
+}
 
 /// The `shm` algorithm (see the module docs).
 #[derive(Debug, Default)]
@@ -387,6 +581,10 @@ pub(crate) struct ShmOp {
     published: bool,
     /// Next contributor to read in the current round.
     k: u32,
+    /// What [`step`](Self::step) waited for when it last returned false.
+    pub(crate) wait: Option<WaitOn>,
+    /// Members to wake after this member stored flags (bit = team rank).
+    pub(crate) wake: u64,
 }
 
 impl std::fmt::Debug for ShmOp {
@@ -604,6 +802,8 @@ impl ShmOp {
             g: 0,
             published: false,
             k: 0,
+            wait: None,
+            wake: 0,
         }
     }
 
@@ -763,7 +963,14 @@ impl ShmOp {
                     u64::from(self.p) - 1
                 };
                 if readers > 0 {
-                    if own.acks(ch, s) < expected[ch][s] {
+                    if own.acks(ch, s) < expected.n[ch][s] {
+                        self.wait = Some(WaitOn::Acks {
+                            area: own,
+                            ch,
+                            slot: s,
+                            n: expected.n[ch][s],
+                            seq: expected.seq[ch][s],
+                        });
                         return false;
                     }
                     match data {
@@ -778,7 +985,9 @@ impl ShmOp {
                         None => {}
                     }
                     own.post(ch, s).store(tag, Ordering::Release);
-                    expected[ch][s] += readers;
+                    self.wake |= team.others();
+                    expected.n[ch][s] += readers;
+                    expected.seq[ch][s] = self.seq;
                 }
                 self.published = true;
                 self.k = match data {
@@ -815,6 +1024,13 @@ impl ShmOp {
                 }
                 let a = team.areas[q as usize];
                 if a.post(ch, s).load(Ordering::Acquire) != tag {
+                    self.wait = Some(WaitOn::Post {
+                        q,
+                        area: a,
+                        ch,
+                        slot: s,
+                        tag,
+                    });
                     return false;
                 }
                 if let Some(i) = data {
@@ -831,6 +1047,7 @@ impl ShmOp {
                     self.read(src, q, i, (apply, first), io);
                 }
                 a.ack(ch, s).fetch_add(1, Ordering::Release);
+                self.wake |= 1 << q;
                 self.k += 1;
             }
             self.g += 1;
@@ -840,11 +1057,19 @@ impl ShmOp {
         // it completes once they all acknowledged.
         while self.byref_slots != 0 {
             let s = self.byref_slots.trailing_zeros() as usize;
-            if own.acks(ch, s) < expected[ch][s] {
+            if own.acks(ch, s) < expected.n[ch][s] {
+                self.wait = Some(WaitOn::Acks {
+                    area: own,
+                    ch,
+                    slot: s,
+                    n: expected.n[ch][s],
+                    seq: expected.seq[ch][s],
+                });
                 return false;
             }
             self.byref_slots &= !(1 << s);
         }
+        self.wait = None;
         true
     }
 
@@ -995,6 +1220,11 @@ impl OwnedShm {
             reduce: self.reduce.as_ref(),
         };
         self.op.step(team, expected, &mut io)
+    }
+
+    /// The collective inside.
+    pub(crate) fn op(&mut self) -> &mut ShmOp {
+        &mut self.op
     }
 
     /// The output (after [`step`](Self::step) returned true).

@@ -1,12 +1,28 @@
-//! Teams: ordered sets of endpoints with their own collective sequence numbers and
-//! optional scratch space.
+//! Teams: the layer's state per team (an extension of gex-core's [`Team`]), and team
+//! management: split, create, destroy, the world team and the sub-teams of teams
+//! that span hosts.
+//!
+//! A team's extension ([`CollTeam`]) holds its sequence counter (every collective of
+//! the team takes the next number; with the team id it keys every message, so any
+//! number of collectives of one or many teams may be in flight as long as every
+//! member starts the collectives of one team in the same order), its barrier counter,
+//! its scratch space, its shared-memory channel and its host and leader sub-teams.
+//! The primordial team of an endpoint ([`Endpoint::world`](gex_core::Endpoint::world))
+//! is made by the core without one: the layer keeps the world's extension itself and
+//! uses it whenever it is given the endpoint's primordial team.
 
-use gex_core::{EpAddr, Rank};
+use crate::api::gather_all_vec;
+use crate::error::CollError;
+use crate::hier::{Hier, Layout};
+use crate::layer::{Coll, ShmLocal};
+use crate::shm::{Area, NCH, ShmTeam};
+use gex_core::layer::Cx;
+use gex_core::spi::Conduit;
+use gex_core::{Capabilities, Endpoint, EpAddr, Team};
 use gex_sync::atomic::{AtomicU32, Ordering};
-use std::collections::HashMap;
-use std::fmt;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Where a new team's scratch space comes from (per member, in its segment).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -17,27 +33,15 @@ pub enum Scratch {
     /// This client-given range of the member's segment: `(offset, len)` in bytes.
     Given(usize, usize),
     /// Allocate this many bytes from the scratch region configured with
-    /// [`CollEp::set_scratch_region`](crate::CollEp::set_scratch_region); freed by
-    /// [`CollEp::destroy_team`](crate::CollEp::destroy_team).
+    /// [`CollExt::set_scratch_region`](crate::CollExt::set_scratch_region); freed by
+    /// [`CollExt::destroy_team`](crate::CollExt::destroy_team).
     Alloc(usize),
 }
 
-/// An ordered set of endpoints that run collectives together.
-///
-/// Cheap to clone (shared). Every member must start the collectives of a team in the
-/// same order: each collective takes the team's next sequence number, and messages
-/// carry (team id, sequence number), so collectives in flight at once on one or many
-/// teams never mix.
-#[derive(Clone)]
-pub struct Team {
-    pub(crate) inner: Arc<TeamInner>,
-}
-
-pub(crate) struct TeamInner {
-    pub(crate) id: u64,
-    pub(crate) members: Vec<EpAddr>,
-    pub(crate) me: u32,
-    pub(crate) seq: AtomicU32,
+/// The layer's state of one team (the extension of a [`Team`] it made).
+pub(crate) struct CollTeam {
+    seq: AtomicU32,
+    bar_k: AtomicU32,
     pub(crate) splits: AtomicU32,
     pub(crate) creates: Mutex<HashMap<u64, u32>>,
     /// Per member: (offset, len) of its scratch space.
@@ -45,109 +49,438 @@ pub(crate) struct TeamInner {
     /// The range this endpoint allocated for the team (freed on destroy).
     pub(crate) allocated: Option<Range<usize>>,
     /// The team's shared-memory channel, if it has one.
-    pub(crate) shm: Option<crate::shm::ShmTeam>,
+    pub(crate) shm: Option<ShmTeam>,
     /// Sub-teams of a team spanning hosts (set once, at creation).
-    pub(crate) hier: std::sync::OnceLock<crate::hier::Hier>,
+    pub(crate) hier: OnceLock<Hier>,
 }
 
-impl fmt::Debug for Team {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Team")
-            .field("id", &format_args!("{:#x}", self.inner.id))
-            .field("size", &self.size())
-            .field("rank", &self.rank())
-            .finish()
-    }
-}
-
-impl PartialEq for Team {
-    fn eq(&self, o: &Team) -> bool {
-        self.inner.id == o.inner.id
-    }
-}
-
-impl Team {
+impl CollTeam {
     pub(crate) fn new(
-        id: u64,
-        members: Vec<EpAddr>,
-        me: u32,
         scratch: Vec<(usize, usize)>,
         allocated: Option<Range<usize>>,
-        shm: Option<crate::shm::ShmTeam>,
-    ) -> Team {
-        Team {
-            inner: Arc::new(TeamInner {
-                id,
-                members,
-                me,
-                seq: AtomicU32::new(0),
-                splits: AtomicU32::new(0),
-                creates: Mutex::new(HashMap::new()),
-                scratch,
-                allocated,
-                shm,
-                hier: std::sync::OnceLock::new(),
-            }),
+        shm: Option<ShmTeam>,
+    ) -> CollTeam {
+        CollTeam {
+            seq: AtomicU32::new(0),
+            bar_k: AtomicU32::new(0),
+            splits: AtomicU32::new(0),
+            creates: Mutex::new(HashMap::new()),
+            scratch,
+            allocated,
+            shm,
+            hier: OnceLock::new(),
         }
     }
 
-    /// The team's job-wide identifier (0 for the world team).
-    pub fn id(&self) -> u64 {
-        self.inner.id
-    }
-
-    /// Number of members.
-    pub fn size(&self) -> u32 {
-        self.inner.members.len() as u32
-    }
-
-    /// The calling member's team rank.
-    pub fn rank(&self) -> u32 {
-        self.inner.me
-    }
-
-    /// Members (endpoints) in team-rank order.
-    pub fn members(&self) -> &[EpAddr] {
-        &self.inner.members
-    }
-
-    /// The endpoint of team rank `i`.
-    pub fn member(&self, i: u32) -> Option<EpAddr> {
-        self.inner.members.get(i as usize).copied()
-    }
-
-    /// The job rank of team rank `i`.
-    pub fn job_rank(&self, i: u32) -> Option<Rank> {
-        self.member(i).map(|a| a.rank)
-    }
-
-    /// The team rank of endpoint `addr`, if it is a member.
-    pub fn rank_of(&self, addr: EpAddr) -> Option<u32> {
-        self.inner
-            .members
-            .iter()
-            .position(|m| *m == addr)
-            .map(|i| i as u32)
-    }
-
-    /// The team rank of the member on job rank `rank` (first one, if a rank has
-    /// several endpoints in the team).
-    pub fn rank_of_job_rank(&self, rank: Rank) -> Option<u32> {
-        self.inner
-            .members
-            .iter()
-            .position(|m| m.rank == rank)
-            .map(|i| i as u32)
-    }
-
-    /// Scratch space of every member: `(offset, len)` in its segment (empty if the team
-    /// has none).
-    pub fn scratch(&self) -> &[(usize, usize)] {
-        &self.inner.scratch
-    }
-
+    /// The sequence number of the team's next collective.
     pub(crate) fn next_seq(&self) -> u32 {
-        self.inner.seq.fetch_add(1, Ordering::Relaxed)
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The number of the team's next barrier (from 1).
+    pub(crate) fn next_barrier(&self) -> u32 {
+        self.bar_k.fetch_add(1, Ordering::Relaxed).wrapping_add(1)
+    }
+}
+
+/// The extension of a team made (or resolved) by the layer.
+///
+/// # Panics
+/// If `team` has none: every team the engine holds was resolved by
+/// [`Coll::resolve`].
+pub(crate) fn ext(team: &Team) -> &CollTeam {
+    team.ext::<CollTeam>()
+        .expect("gex-coll: a team the layer resolved carries its extension")
+}
+
+fn with_ext(id: u64, members: Vec<EpAddr>, me: u32, x: CollTeam) -> Team {
+    Team::with_ext(id, members, me, Arc::new(x))
+}
+
+/// What the collectives layer adds to a [`Team`].
+pub trait TeamExt {
+    /// Scratch space of every member: `(offset, len)` in its segment (empty if the
+    /// team has none, as the primordial team).
+    fn scratch(&self) -> &[(usize, usize)];
+}
+
+impl TeamExt for Team {
+    fn scratch(&self) -> &[(usize, usize)] {
+        self.ext::<CollTeam>().map_or(&[], |x| &x.scratch)
+    }
+}
+
+/// The layer's slices of the auxiliary areas of `members`, if the conduit maps all of
+/// them and this endpoint runs shared-memory collectives.
+fn shm_areas<C: Conduit>(cx: &Cx<'_, C>, members: &[EpAddr]) -> Option<Vec<Area>> {
+    if cfg!(gex_force_am_rma) || !cx.capabilities().contains(Capabilities::SHARED_MEMORY) {
+        return None;
+    }
+    members.iter().map(|&a| cx.aux(a).map(Area::new)).collect()
+}
+
+/// Every member's segment as mapped here (base address, length), or empty if one is
+/// not mapped (see [`ShmTeam::segs`]).
+fn shm_segments<C: Conduit>(cx: &Cx<'_, C>, members: &[EpAddr]) -> Vec<(usize, usize)> {
+    members
+        .iter()
+        .map(|&a| {
+            cx.peer_segment(a)
+                .map(|(p, len)| (p.as_ptr() as usize, len))
+        })
+        .collect::<Option<Vec<_>>>()
+        .unwrap_or_default()
+}
+
+/// The primordial team with the layer's extension (channel 0 when every rank maps
+/// every other's area).
+pub(crate) fn world_team<C: Conduit>(cx: &Cx<'_, C>, shm: &ShmLocal) -> Team {
+    let me = cx.addr();
+    let size = cx.size();
+    let members: Vec<EpAddr> = (0..size).map(|r| EpAddr::new(r, me.ep)).collect();
+    let world_shm = (shm.generation > 0 && size > 1)
+        .then(|| shm_areas(cx, &members))
+        .flatten()
+        .map(|areas| {
+            ShmTeam::new(
+                0,
+                areas,
+                shm_segments(cx, &members),
+                shm.generation,
+                shm.used.clone(),
+                members.clone(),
+                me.rank,
+                0,
+            )
+        });
+    with_ext(
+        0,
+        members,
+        me.rank,
+        CollTeam::new(Vec::new(), None, world_shm),
+    )
+}
+
+/// The hosts of `members` from the job layout (a rank of unknown host counts as a
+/// host of its own), if they span hosts and share one.
+fn host_layout<C: Conduit>(cx: &Cx<'_, C>, members: &[EpAddr]) -> Option<Layout> {
+    let hosts: Vec<u32> = members
+        .iter()
+        .map(|a| {
+            cx.layout()
+                .host
+                .get(a.rank as usize)
+                .copied()
+                .unwrap_or(u32::MAX - a.rank)
+        })
+        .collect();
+    Layout::new(&hosts)
+}
+
+/// Gives the world team host and leader sub-teams when the job spans hosts and one of
+/// them holds two or more ranks, without communication: the layout is the same on
+/// every rank, the ids follow [`setup_hier`]'s rule, the host team takes channel 0
+/// (the world's, unused by a world that spans hosts) when its members map each
+/// other's areas, and the leaders (one per host) never share memory.
+pub(crate) fn setup_world_hier<C: Conduit>(c: &mut Coll, cx: &Cx<'_, C>) {
+    let w = c.world.clone();
+    if w.size() < 3 || c.shm.generation == 0 || ext(&w).shm.is_some() {
+        return;
+    }
+    let Some(layout) = host_layout(cx, w.members()) else {
+        return;
+    };
+    let me = w.rank();
+    let my_host = layout.place[me as usize].0;
+    let ranks = &layout.hosts[my_host as usize];
+    let addrs: Vec<EpAddr> = ranks.iter().map(|&r| w.members()[r as usize]).collect();
+    let host_rank = layout.place[me as usize].1;
+    let hid = mix_all(&[w.id(), 0x4057, u64::from(my_host)]);
+    let shm = (addrs.len() > 1)
+        .then(|| shm_areas(cx, &addrs))
+        .flatten()
+        .map(|areas| {
+            ShmTeam::new(
+                0,
+                areas,
+                shm_segments(cx, &addrs),
+                c.shm.generation,
+                c.shm.used.clone(),
+                addrs.clone(),
+                host_rank,
+                hid,
+            )
+        });
+    let host = with_ext(hid, addrs, host_rank, CollTeam::new(Vec::new(), None, shm));
+    let leaders = (host_rank == 0).then(|| {
+        let addrs: Vec<EpAddr> = layout
+            .leaders()
+            .iter()
+            .map(|&r| w.members()[r as usize])
+            .collect();
+        let lid = mix_all(&[w.id(), 0x1ead]);
+        with_ext(lid, addrs, my_host, CollTeam::new(Vec::new(), None, None))
+    });
+    let ranges = layout.ranges();
+    let _ = ext(&w).hier.set(Hier {
+        host,
+        leaders,
+        layout,
+        ranges,
+    });
+}
+
+/// Runs `f` with the collectives layer of `ep`.
+///
+/// # Errors
+/// [`CollError::Layer`] if the endpoint does not carry it.
+pub(crate) fn coll<C: Conduit, R>(
+    ep: &mut Endpoint<C>,
+    f: impl FnOnce(&mut Coll, &mut Cx<'_, C>) -> R,
+) -> Result<R, CollError> {
+    ep.with_layer::<Coll, _>(f).ok_or(CollError::Layer(
+        "the endpoint does not carry the collectives layer",
+    ))
+}
+
+/// `team` resolved for `ep` (see [`Coll::resolve`]).
+pub(crate) fn resolve<C: Conduit>(ep: &mut Endpoint<C>, team: &Team) -> Result<Team, CollError> {
+    coll(ep, |c, _| c.resolve(team))?
+}
+
+/// Splits `parent` by `color` (see [`CollExt::split`](crate::CollExt::split)).
+pub(crate) fn split<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    parent: &Team,
+    color: Option<u32>,
+    key: u32,
+    scratch: Scratch,
+) -> Result<Option<Team>, CollError> {
+    let parent = resolve(ep, parent)?;
+    let mine = [u32::from(color.is_some()), color.unwrap_or(0), key];
+    let all: Vec<u32> = gather_all_vec(ep, &parent, mine.to_vec())?;
+    let idx = ext(&parent).splits.fetch_add(1, Ordering::Relaxed);
+    let Some(c) = color else {
+        return Ok(None);
+    };
+    let mut m: Vec<(u32, u32)> = (0..parent.size())
+        .filter(|&i| {
+            let e = &all[i as usize * 3..i as usize * 3 + 3];
+            e[0] == 1 && e[1] == c
+        })
+        .map(|i| (all[i as usize * 3 + 2], i))
+        .collect();
+    m.sort_unstable();
+    let members: Vec<u32> = m.iter().map(|x| x.1).collect();
+    let id = mix_all(&[parent.id(), u64::from(idx), u64::from(c), 0x5311]);
+    form(ep, &parent, &members, id, scratch).map(Some)
+}
+
+/// Creates a team of the parent-team ranks `members` (see
+/// [`CollExt::create_team`](crate::CollExt::create_team)).
+pub(crate) fn create_team<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    parent: &Team,
+    members: &[u32],
+    scratch: Scratch,
+) -> Result<Team, CollError> {
+    let parent = resolve(ep, parent)?;
+    if members.is_empty() {
+        return Err(CollError::BadMembers("empty".into()));
+    }
+    let mut seen = HashSet::new();
+    for &m in members {
+        if m >= parent.size() {
+            return Err(CollError::BadRank {
+                rank: m,
+                size: parent.size(),
+            });
+        }
+        if !seen.insert(m) {
+            return Err(CollError::BadMembers(format!("rank {m} listed twice")));
+        }
+    }
+    if !members.contains(&parent.rank()) {
+        return Err(CollError::NotMember { team: 0 });
+    }
+    let lh = mix_all(&members.iter().map(|&m| u64::from(m)).collect::<Vec<_>>());
+    let n = {
+        let mut c = ext(&parent)
+            .creates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let e = c.entry(lh).or_insert(0);
+        *e += 1;
+        *e
+    };
+    let id = mix_all(&[parent.id(), lh, u64::from(n), 0xc4ea]);
+    form(ep, &parent, members, id, scratch)
+}
+
+/// Makes team `id` of the parent-team ranks `members` (collective over them): its
+/// scratch table, its shared-memory channel and, spanning hosts, its sub-teams.
+fn form<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    parent: &Team,
+    members: &[u32],
+    id: u64,
+    scratch: Scratch,
+) -> Result<Team, CollError> {
+    let addrs: Vec<EpAddr> = members
+        .iter()
+        .map(|&m| parent.members()[m as usize])
+        .collect();
+    let me = members
+        .iter()
+        .position(|&m| m == parent.rank())
+        .ok_or(CollError::NotMember { team: id })? as u32;
+    let (local, allocated) = coll(ep, |c, _| c.scratch_for(scratch))??;
+    let provisional = with_ext(id, addrs.clone(), me, CollTeam::new(Vec::new(), None, None));
+    let table = match local {
+        None => Vec::new(),
+        Some((off, len)) => {
+            let v: Vec<u64> = gather_all_vec(ep, &provisional, vec![off as u64, len as u64])?;
+            v.chunks_exact(2)
+                .map(|c| (c[0] as usize, c[1] as usize))
+                .collect()
+        }
+    };
+    let shm = agree_channel(ep, &provisional)?;
+    let t = with_ext(id, addrs, me, CollTeam::new(table, allocated, shm));
+    setup_hier(ep, &t)?;
+    // Continue the provisional team's sequence numbers.
+    let (p, x) = (ext(&provisional), ext(&t));
+    x.seq
+        .store(p.seq.load(Ordering::Relaxed), Ordering::Relaxed);
+    x.bar_k
+        .store(p.bar_k.load(Ordering::Relaxed), Ordering::Relaxed);
+    Ok(t)
+}
+
+/// Agrees with the members of a new team on a shared-memory channel free on all of
+/// them (collective over the provisional team).
+fn agree_channel<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+) -> Result<Option<ShmTeam>, CollError> {
+    if team.size() < 2 {
+        return Ok(None);
+    }
+    let (areas, free) = coll(ep, |c, cx| {
+        if c.shm.generation == 0 {
+            return (None, 0);
+        }
+        let areas = shm_areas(cx, team.members());
+        let free = !c.shm.used.load(Ordering::Relaxed) & ((1u32 << NCH) - 1);
+        let mine = if areas.is_some() { free } else { 0 };
+        (areas, mine)
+    })?;
+    let all: Vec<u32> = gather_all_vec(ep, team, vec![free])?;
+    let common = all.iter().fold(u32::MAX, |a, &b| a & b);
+    let (Some(areas), true) = (areas, common != 0) else {
+        return Ok(None);
+    };
+    let ch = common.trailing_zeros() as usize;
+    coll(ep, |c, cx| {
+        c.shm.used.fetch_or(1 << ch, Ordering::Relaxed);
+        Some(ShmTeam::new(
+            ch,
+            areas,
+            shm_segments(cx, team.members()),
+            c.shm.generation,
+            c.shm.used.clone(),
+            team.members().to_vec(),
+            team.rank(),
+            team.id(),
+        ))
+    })
+}
+
+/// Gives a team that spans hosts its host and leader sub-teams (collective over the
+/// team: every member forms its host team, leaders the leaders team).
+fn setup_hier<C: Conduit>(ep: &mut Endpoint<C>, t: &Team) -> Result<(), CollError> {
+    let layout = coll(ep, |c, cx| {
+        if t.size() < 3 || c.shm.generation == 0 {
+            return None;
+        }
+        host_layout(cx, t.members())
+    })?;
+    let Some(layout) = layout else {
+        return Ok(());
+    };
+    let me = t.rank();
+    let my_host = layout.place[me as usize].0;
+    let members = layout.hosts[my_host as usize].clone();
+    let hid = mix_all(&[t.id(), 0x4057, u64::from(my_host)]);
+    let host = form(ep, t, &members, hid, Scratch::None)?;
+    let leaders = if members[0] == me {
+        let lid = mix_all(&[t.id(), 0x1ead]);
+        Some(form(ep, t, &layout.leaders(), lid, Scratch::None)?)
+    } else {
+        None
+    };
+    let ranges = layout.ranges();
+    let _ = ext(t).hier.set(Hier {
+        host,
+        leaders,
+        layout,
+        ranges,
+    });
+    Ok(())
+}
+
+/// Destroys a team (see [`CollExt::destroy_team`](crate::CollExt::destroy_team)).
+pub(crate) fn destroy_team<C: Conduit>(ep: &mut Endpoint<C>, team: Team) -> Result<(), CollError> {
+    if team.id() == 0 {
+        return Err(CollError::BadMembers(
+            "the world team cannot be destroyed".into(),
+        ));
+    }
+    ep.poll();
+    coll(ep, |c, _| {
+        let pending = c
+            .ops
+            .values()
+            .filter(|o| o.team.id() == team.id() && !o.taken)
+            .count();
+        if pending > 0 {
+            return Err(CollError::TeamBusy {
+                team: team.id(),
+                pending,
+            });
+        }
+        c.notified.remove(&team.id());
+        if let Some(r) = team.ext::<CollTeam>().and_then(|x| x.allocated.clone()) {
+            c.alloc.release(r);
+        }
+        Ok(())
+    })?
+}
+
+impl Coll {
+    /// This member's scratch range for a new team, allocated if asked.
+    #[allow(clippy::type_complexity)]
+    fn scratch_for(
+        &mut self,
+        scratch: Scratch,
+    ) -> Result<(Option<(usize, usize)>, Option<Range<usize>>), CollError> {
+        match scratch {
+            Scratch::None => Ok((None, None)),
+            Scratch::Given(off, len) => {
+                if off.checked_add(len).is_none_or(|e| e > self.seg_len) {
+                    return Err(CollError::Scratch(format!(
+                        "[{off}, +{len}) is outside the segment"
+                    )));
+                }
+                Ok((Some((off, len)), None))
+            }
+            Scratch::Alloc(len) => {
+                let r = self.alloc.alloc(len).ok_or_else(|| {
+                    CollError::Scratch(format!("cannot allocate {len} bytes (set_scratch_region)"))
+                })?;
+                Ok((Some((r.start, len)), Some(r)))
+            }
+        }
     }
 }
 

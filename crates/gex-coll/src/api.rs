@@ -1,0 +1,859 @@
+//! The public API: [`CollExt`], the collectives layer's operations as methods of the
+//! endpoint, and the paths every collective call takes (the direct shared-memory path
+//! of blocking calls, or the layer's table with an event).
+
+use crate::algo::{Algorithm, Query};
+use crate::barrier::{BarrierFlags, ENTRY_LEN, Entry, Notified};
+use crate::desc::{Collective, Spec, SpecData};
+use crate::engine::{Input, Start};
+use crate::error::CollError;
+use crate::layer::Coll;
+use crate::op::{AddrMode, Elem, OpKind, Opts};
+use crate::rma::RmaError;
+use crate::root::{Root, root_blocks};
+use crate::shm::Io;
+use crate::shmdrive::{DirectOp, DirectReq, Stepped};
+use crate::teams::{self, Scratch, coll, ext, resolve};
+use crate::tune::{Choice, Tuner};
+use bytemuck::Pod;
+use gex_core::event::{Data, Event, Finish, Mode, ModeKind};
+use gex_core::spi::Conduit;
+use gex_core::{Endpoint, Team, WaitPolicy};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// The implicit-event tag of collectives started in mode [`Nbi`](gex_core::Nbi)
+/// ([`CollExt::sync_collectives`] waits for them).
+pub const COLL_TAG: u32 = 0x00c0_11ec;
+
+/// Counters of the collectives layer on one endpoint ([`CollExt::coll_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CollStats {
+    /// Collectives in flight (including completed ones still finishing in the
+    /// background, and stages of hierarchical ones).
+    pub in_flight: usize,
+    /// Blocking calls that ran directly through shared memory over the caller's
+    /// buffers (the others went through the layer's table: another collective was in
+    /// flight here, or the algorithm was not `shm`).
+    pub direct_calls: u64,
+    /// Of those, the ones in which this member published its input by reference: it
+    /// lay in its segment and the blocks were at least 16 KiB, so the readers copied
+    /// straight from it (docs/coll.md 4.1).
+    pub by_reference_calls: u64,
+    /// Of those, the ones in which this member's private input was read by the others
+    /// with `process_vm_readv` (CMA; docs/coll.md 4.1).
+    pub cma_calls: u64,
+    /// Cells timed online so far (`GEX_COLL_TUNE=online`).
+    pub online_trials: u64,
+    /// Messages the layer's handlers dropped as malformed (0 in a healthy job).
+    pub dropped_messages: u64,
+}
+
+/// The operations of the collectives layer ([`Coll`]), as methods of every endpoint
+/// that carries it.
+///
+/// Every collective goes through one entry, [`collective`](Self::collective), with a
+/// *descriptor* of the operation ([`Allreduce::new`](crate::Allreduce::new),
+/// [`Broadcast::in_place`](crate::Broadcast::in_place), ...; see [`crate::desc`]) and
+/// a completion *mode*: [`Blocking`](gex_core::Blocking) returns the output,
+/// [`Nb`](gex_core::Nb) an [`Event`] to wait on with the endpoint
+/// ([`Endpoint::wait`], `test`, `wait_all` over mixed events), [`Nbi`](gex_core::Nbi)
+/// nothing (a [`sync_collectives`](Self::sync_collectives) waits). Descriptors over
+/// borrowed slices exist in blocking mode only (the borrow must outlive the
+/// transfer). Waiting on any event, or [`Endpoint::poll`], advances every collective
+/// in flight: there is one progress engine.
+///
+/// ```
+/// use gex_coll::{Allreduce, Barrier, Broadcast, BuiltinOp, Coll, CollExt, GatherAll};
+/// use gex_core::{Blocking, ClientBuilder, Nb};
+/// use gex_testkit::sim::{run_sim, SimConfig};
+///
+/// let builder = || ClientBuilder::new().layer::<gex_rma::Rma>().layer::<Coll>().segment_size(1 << 16);
+/// let out = run_sim(3, SimConfig::default(), builder, |client| {
+///     let mut ep = client.endpoint(0).unwrap();
+///     let world = ep.world();
+///     let me = world.rank() as u64;
+///     // Two nonblocking collectives in flight, one event type.
+///     let sum = ep.collective(&world, Allreduce::new(vec![me, 10 * me], BuiltinOp::Sum), Nb).unwrap();
+///     let all = ep.collective(&world, GatherAll::new(vec![me as u8]), Nb).unwrap();
+///     let all = ep.wait(all).unwrap();
+///     let sum = ep.wait(sum).unwrap();
+///     // Split into even and odd ranks; broadcast in place on each.
+///     let sub = ep.split(&world, Some(me as u32 % 2), 0, Default::default()).unwrap().unwrap();
+///     let mut b = [me as u32];
+///     ep.collective(&sub, Broadcast::in_place(0, &mut b), Blocking).unwrap();
+///     ep.barrier(&world).unwrap();
+///     // A named nonblocking barrier.
+///     let ev = ep.collective(&world, Barrier::named(7), Nb).unwrap();
+///     ep.wait(ev).unwrap();
+///     (sum, all, b[0])
+/// });
+/// assert_eq!(out[0].0, vec![3, 30]);
+/// assert_eq!(out[2].1, vec![0, 1, 2]);
+/// assert_eq!(out.iter().map(|x| x.2).collect::<Vec<_>>(), vec![0, 1, 0]);
+/// ```
+pub trait CollExt<C: Conduit> {
+    /// Runs collective `op` on `team` in mode `mode`.
+    ///
+    /// # Collective
+    /// Over every member of `team`, in the same order as the team's other
+    /// collectives, with the same operation, root, counts and options everywhere.
+    ///
+    /// # Errors
+    /// Argument errors before anything moves ([`CollError::BadLength`],
+    /// [`CollError::BadRank`], [`CollError::NotMember`], a bad data root ([`Root`]), an
+    /// algorithm that cannot run the call, [`CollError::ScratchTooSmall`]); in blocking
+    /// mode (else from the event) the collective's errors:
+    /// [`CollError::RootMismatch`], [`CollError::BarrierMismatch`], communication
+    /// errors.
+    fn collective<D: Collective<M>, M: Mode>(
+        &mut self,
+        team: &Team,
+        op: D,
+        mode: M,
+    ) -> Result<M::Out<D::Output, CollError>, CollError>;
+
+    /// Blocking anonymous barrier over `team`.
+    ///
+    /// # Collective
+    /// Over `team`.
+    ///
+    /// # Errors
+    /// [`CollError::BarrierMismatch`] if members entered the same barrier with
+    /// different names (a named nonblocking or split-phase entry elsewhere).
+    fn barrier(&mut self, team: &Team) -> Result<(), CollError>;
+
+    /// Notifies this member's split-phase barrier of `team` with `id` (ignored with
+    /// [`BarrierFlags::ANONYMOUS`]); must be followed by
+    /// [`barrier_wait`](Self::barrier_wait) (or a successful
+    /// [`barrier_try`](Self::barrier_try)) before the next notify on the team. Other
+    /// collectives of the team may run in between (they are ordered like any other).
+    ///
+    /// # Collective
+    /// Over `team`: a barrier like any other in the team's sequence.
+    ///
+    /// # Errors
+    /// [`CollError::BarrierAlreadyNotified`]; errors of starting a collective.
+    fn barrier_notify(
+        &mut self,
+        team: &Team,
+        id: u64,
+        flags: BarrierFlags,
+    ) -> Result<(), CollError>;
+
+    /// Waits for the split-phase barrier notified on `team`; `id` and `flags` must be
+    /// those of the notify.
+    ///
+    /// # Errors
+    /// [`CollError::BarrierMismatch`], on every member, if two members notified
+    /// different named ids; on this member, if `id`/`flags` differ from its notify.
+    /// [`CollError::BarrierNotNotified`] without a notify.
+    fn barrier_wait(&mut self, team: &Team, id: u64, flags: BarrierFlags) -> Result<(), CollError>;
+
+    /// Polls once; `Ok(true)` once the split-phase barrier of `team` is complete (it
+    /// is then over), `Ok(false)` while it is not.
+    ///
+    /// # Errors
+    /// As [`barrier_wait`](Self::barrier_wait) (an error also ends the barrier).
+    fn barrier_try(&mut self, team: &Team, id: u64, flags: BarrierFlags)
+    -> Result<bool, CollError>;
+
+    /// Splits `parent` by `color`: members with the same `Some(color)` form a new team,
+    /// ordered by (`key`, parent rank); `None` joins no team (returns `Ok(None)`).
+    ///
+    /// # Collective
+    /// Over every member of `parent`, in the same order as its other collectives.
+    ///
+    /// # Errors
+    /// [`CollError::NotMember`], [`CollError::Scratch`], or a communication error.
+    fn split(
+        &mut self,
+        parent: &Team,
+        color: Option<u32>,
+        key: u32,
+        scratch: Scratch,
+    ) -> Result<Option<Team>, CollError>;
+
+    /// Creates a team of the parent-team ranks `members` (in that order).
+    ///
+    /// # Collective
+    /// Over the listed members only; they must create teams from one parent with the
+    /// same list in the same order.
+    ///
+    /// # Errors
+    /// [`CollError::BadMembers`], [`CollError::BadRank`], [`CollError::NotMember`] (the
+    /// caller is not listed), [`CollError::Scratch`].
+    fn create_team(
+        &mut self,
+        parent: &Team,
+        members: &[u32],
+        scratch: Scratch,
+    ) -> Result<Team, CollError>;
+
+    /// Destroys a team: frees scratch this endpoint allocated for it. Not collective.
+    ///
+    /// # Errors
+    /// [`CollError::TeamBusy`] if collectives of the team are in flight here;
+    /// [`CollError::BadMembers`] for the world team.
+    fn destroy_team(&mut self, team: Team) -> Result<(), CollError>;
+
+    /// Explains which algorithm a call would use and why.
+    ///
+    /// # Errors
+    /// As [`Tuner::select`]; [`CollError::Layer`] without the layer.
+    fn explain(&mut self, q: &Query) -> Result<Choice, CollError>;
+
+    /// Names of every registered algorithm that implements `op`.
+    fn algorithms(&mut self, op: OpKind) -> Vec<String>;
+
+    /// Runs `f` with the autotuner (cost model, algorithms, cached choices).
+    ///
+    /// # Errors
+    /// [`CollError::Layer`] if the endpoint does not carry the layer.
+    fn tuner<R>(&mut self, f: impl FnOnce(&mut Tuner) -> R) -> Result<R, CollError>;
+
+    /// Adds an algorithm (for example a NIC collective) for the tuner to consider and
+    /// for [`Opts::algorithm`] to name. Every rank must register the same algorithms.
+    ///
+    /// ```
+    /// use gex_coll::{sched::Schedule, Algorithm, Broadcast, Builtin, Coll, CollExt, Kind, LogGP, OpKind, PlanCtx, Query, Transport};
+    /// use gex_core::{Blocking, ClientBuilder};
+    /// use gex_testkit::sim::{run_sim, SimConfig};
+    /// use std::sync::Arc;
+    ///
+    /// /// A "hardware" broadcast: plans like a binomial tree here, claims to be free.
+    /// #[derive(Debug)]
+    /// struct Nic(Builtin);
+    /// impl Algorithm for Nic {
+    ///     fn name(&self) -> &str { "nic" }
+    ///     fn ops(&self) -> &[OpKind] { &[OpKind::Broadcast] }
+    ///     fn supports(&self, q: &Query) -> bool { q.op == OpKind::Broadcast }
+    ///     fn cost(&self, _: &Query, _: &LogGP) -> f64 { 0.0 }
+    ///     fn plan(&self, c: &PlanCtx) -> Schedule { self.0.plan(c) }
+    /// }
+    ///
+    /// let builder = || ClientBuilder::new().layer::<gex_rma::Rma>().layer::<Coll>().segment_size(1 << 16);
+    /// let out = run_sim(3, SimConfig::default(), builder, |client| {
+    ///     let mut ep = client.endpoint(0).unwrap();
+    ///     ep.register_algorithm(Arc::new(Nic(Builtin::new(Kind::Knomial, 2, 0, Transport::Eager)))).unwrap();
+    ///     let w = ep.world();
+    ///     let q = Query { op: OpKind::Broadcast, size: 3, bytes: 8, addr: gex_coll::AddrMode::Local,
+    ///                     sync: Default::default(), commutative: true, scratch: false, shm: false, hier: false, hosts: 0, host_ranges: false };
+    ///     assert_eq!(ep.explain(&q).unwrap().algorithm, "nic");
+    ///     let mut v = [w.rank(); 2];
+    ///     ep.collective(&w, Broadcast::in_place(1, &mut v), Blocking).unwrap();
+    ///     ep.barrier(&w).unwrap();
+    ///     v
+    /// });
+    /// assert_eq!(out, vec![[1, 1]; 3]);
+    /// ```
+    ///
+    /// # Errors
+    /// [`CollError::Layer`] if the endpoint does not carry the layer.
+    fn register_algorithm(&mut self, a: Arc<dyn Algorithm>) -> Result<(), CollError>;
+
+    /// Lets [`Scratch::Alloc`] allocate from `region` (bytes of this endpoint's
+    /// segment that the program leaves to the layer).
+    ///
+    /// # Errors
+    /// [`CollError::Scratch`] if the region is outside the segment.
+    fn set_scratch_region(&mut self, region: Range<usize>) -> Result<(), CollError>;
+
+    /// True if `team` runs the `shm` algorithm: every member maps every other
+    /// member's auxiliary area and the team holds one of the endpoint's shared-memory
+    /// channels (the value of [`Query::shm`] for the team).
+    fn shared_memory(&mut self, team: &Team) -> bool;
+
+    /// True if `team` can run the `hier` algorithm: it spans several hosts, one of
+    /// them with two or more members, and has host and leader sub-teams (the value of
+    /// [`Query::hier`] for the team). Teams get them at creation; the primordial team
+    /// when the layer attaches, without communication, from the job layout.
+    fn hierarchical(&mut self, team: &Team) -> bool;
+
+    /// The layer's counters on this endpoint.
+    fn coll_stats(&mut self) -> CollStats;
+
+    /// Waits for every collective started in mode [`Nbi`](gex_core::Nbi).
+    ///
+    /// # Errors
+    /// The first failure among them.
+    fn sync_collectives(&mut self) -> Result<(), CollError>;
+}
+
+impl<C: Conduit> CollExt<C> for Endpoint<C> {
+    fn collective<D: Collective<M>, M: Mode>(
+        &mut self,
+        team: &Team,
+        op: D,
+        mode: M,
+    ) -> Result<M::Out<D::Output, CollError>, CollError> {
+        op.run(self, team, mode)
+    }
+
+    fn barrier(&mut self, team: &Team) -> Result<(), CollError> {
+        run_barrier::<C, gex_core::Blocking>(self, team, Entry::default(), &Opts::default())
+    }
+
+    fn barrier_notify(
+        &mut self,
+        team: &Team,
+        id: u64,
+        flags: BarrierFlags,
+    ) -> Result<(), CollError> {
+        let team = resolve(self, team)?;
+        if coll(self, |c, _| c.notified.contains_key(&team.id()))? {
+            return Err(CollError::BarrierAlreadyNotified);
+        }
+        let entry = Entry::new(id, flags);
+        let ev = barrier_event(self, &team, entry, &Opts::default())?;
+        coll(self, |c, _| {
+            c.notified.insert(
+                team.id(),
+                Notified {
+                    ev,
+                    named: entry.named,
+                },
+            )
+        })?;
+        Ok(())
+    }
+
+    fn barrier_wait(&mut self, team: &Team, id: u64, flags: BarrierFlags) -> Result<(), CollError> {
+        let team = resolve(self, team)?;
+        let n = coll(self, |c, _| c.notified.remove(&team.id()))?
+            .ok_or(CollError::BarrierNotNotified)?;
+        let r = self.wait(n.ev);
+        r?;
+        if Entry::new(id, flags).named != n.named {
+            return Err(CollError::BarrierMismatch);
+        }
+        Ok(())
+    }
+
+    fn barrier_try(
+        &mut self,
+        team: &Team,
+        id: u64,
+        flags: BarrierFlags,
+    ) -> Result<bool, CollError> {
+        let team = resolve(self, team)?;
+        let n = coll(self, |c, _| c.notified.remove(&team.id()))?
+            .ok_or(CollError::BarrierNotNotified)?;
+        if !self.test(&n.ev)? {
+            coll(self, |c, _| c.notified.insert(team.id(), n))?;
+            return Ok(false);
+        }
+        self.wait(n.ev)?;
+        if Entry::new(id, flags).named != n.named {
+            return Err(CollError::BarrierMismatch);
+        }
+        Ok(true)
+    }
+
+    fn split(
+        &mut self,
+        parent: &Team,
+        color: Option<u32>,
+        key: u32,
+        scratch: Scratch,
+    ) -> Result<Option<Team>, CollError> {
+        teams::split(self, parent, color, key, scratch)
+    }
+
+    fn create_team(
+        &mut self,
+        parent: &Team,
+        members: &[u32],
+        scratch: Scratch,
+    ) -> Result<Team, CollError> {
+        teams::create_team(self, parent, members, scratch)
+    }
+
+    fn destroy_team(&mut self, team: Team) -> Result<(), CollError> {
+        teams::destroy_team(self, team)
+    }
+
+    fn explain(&mut self, q: &Query) -> Result<Choice, CollError> {
+        coll(self, |c, _| c.tuner.explain(q))?
+    }
+
+    fn algorithms(&mut self, op: OpKind) -> Vec<String> {
+        coll(self, |c, _| {
+            c.tuner
+                .algorithms()
+                .iter()
+                .filter(|a| a.ops().contains(&op))
+                .map(|a| a.name().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+    }
+
+    fn tuner<R>(&mut self, f: impl FnOnce(&mut Tuner) -> R) -> Result<R, CollError> {
+        coll(self, |c, _| f(&mut c.tuner))
+    }
+
+    fn register_algorithm(&mut self, a: Arc<dyn Algorithm>) -> Result<(), CollError> {
+        coll(self, |c, _| c.tuner.register(a))
+    }
+
+    fn set_scratch_region(&mut self, region: Range<usize>) -> Result<(), CollError> {
+        coll(self, |c, _| {
+            if region.end > c.seg_len || region.start > region.end {
+                return Err(CollError::Scratch(format!(
+                    "region {region:?} is outside the {}-byte segment",
+                    c.seg_len
+                )));
+            }
+            c.alloc = teams::SegAlloc::new(region);
+            Ok(())
+        })?
+    }
+
+    fn shared_memory(&mut self, team: &Team) -> bool {
+        resolve(self, team).is_ok_and(|t| ext(&t).shm.is_some())
+    }
+
+    fn hierarchical(&mut self, team: &Team) -> bool {
+        resolve(self, team).is_ok_and(|t| ext(&t).hier.get().is_some())
+    }
+
+    fn coll_stats(&mut self) -> CollStats {
+        coll(self, |c, _| CollStats {
+            in_flight: c.ops.len(),
+            direct_calls: c.counters.direct_calls,
+            by_reference_calls: c.counters.by_reference_calls,
+            cma_calls: c.counters.cma_calls,
+            online_trials: c.counters.online_trials,
+            dropped_messages: c.dropped(),
+        })
+        .unwrap_or_default()
+    }
+
+    fn sync_collectives(&mut self) -> Result<(), CollError> {
+        self.sync_implicit::<CollError>(Some(COLL_TAG))
+    }
+}
+
+/// The output of a collective over `T`s from its bytes (no copy when `T` has the
+/// alignment of a byte).
+pub(crate) fn vec_from_bytes<T: Pod>(b: Vec<u8>) -> Vec<T> {
+    let b = match bytemuck::allocation::try_cast_vec::<u8, T>(b) {
+        Ok(v) => return v,
+        Err((_, b)) => b,
+    };
+    let mut v: Vec<T> = vec![bytemuck::Zeroable::zeroed(); b.len() / size_of::<T>().max(1)];
+    let n = v.len() * size_of::<T>();
+    bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(&b[..n]);
+    v
+}
+
+/// The bytes of `v`: its own allocation when `T` has the alignment of a byte (no
+/// copy), else a copy.
+pub(crate) fn into_bytes<T: Pod>(v: Vec<T>) -> Vec<u8> {
+    bytemuck::allocation::try_cast_vec::<T, u8>(v)
+        .unwrap_or_else(|(_, v)| bytemuck::cast_slice::<T, u8>(&v).to_vec())
+}
+
+/// The `finish` of events whose output is a `Vec<T>`.
+fn finish_vec<T: Pod + Send>(d: Data, _: Option<Vec<T>>) -> Vec<T> {
+    match d {
+        Data::Bytes(b) => vec_from_bytes(b),
+        _ => Vec::new(),
+    }
+}
+
+/// Starts collective `s` on `team` with an event whose output `finish` makes.
+pub(crate) fn start_event<C: Conduit, T: Send + 'static>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    s: Start<'_>,
+    finish: Finish<T>,
+) -> Result<Event<T, CollError>, CollError> {
+    coll(ep, |c, cx| {
+        let team = c.resolve(team)?;
+        let (ev, done) = cx.pending::<T, CollError>(None, finish);
+        c.start_op(cx, &team, s, Some(done))?;
+        Ok(ev)
+    })?
+}
+
+/// A gather_all of `v` on `team`, waited for (team setup).
+pub(crate) fn gather_all_vec<C: Conduit, T: Elem>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    v: Vec<T>,
+) -> Result<Vec<T>, CollError> {
+    let s = Start {
+        kind: OpKind::GatherAll,
+        root: 0,
+        elem: size_of::<T>(),
+        count: v.len(),
+        input: Input::Owned(into_bytes(v)),
+        reduce: None,
+        opts: Opts::default(),
+        ctx: 0,
+    };
+    let ev = start_event(ep, team, s, finish_vec::<T>)?;
+    ep.wait(ev)
+}
+
+/// The team rank of `root` for a call of `op` with blocks of `block` bytes and, for a
+/// root given by data, the offset of the root's buffer. Every member checks a data
+/// root alike (its owner is a member, the root's buffer fits in the owner's segment),
+/// so they all fail or all proceed.
+pub(crate) fn resolve_root<C: Conduit>(
+    ep: &Endpoint<C>,
+    team: &Team,
+    op: OpKind,
+    root: Root,
+    block: usize,
+) -> Result<(u32, Option<usize>), CollError> {
+    let ptr = match root {
+        Root::Rank(r) => return Ok((r, None)),
+        Root::Data(ptr) => ptr,
+    };
+    let owner = ptr.addr();
+    let rank = team.rank_of(owner).ok_or(CollError::RootNotMember {
+        owner,
+        team: team.id(),
+    })?;
+    let len = root_blocks(op, team.size()).saturating_mul(block);
+    let seg_len = ep.segment_len_of(owner.rank).unwrap_or(0);
+    if ptr.offset.checked_add(len).is_none_or(|e| e > seg_len) {
+        return Err(RmaError::OutOfSegment {
+            dst: owner,
+            offset: ptr.offset,
+            len,
+            seg_len,
+        }
+        .into());
+    }
+    Ok((rank, Some(ptr.offset)))
+}
+
+/// A checked, lowered call: what every path needs.
+struct Lowered<'a> {
+    kind: OpKind,
+    root: u32,
+    elem: usize,
+    count: usize,
+    reduce: Option<(crate::sched::ReduceFn, bool)>,
+    opts: Opts<'a>,
+}
+
+/// Checks `spec`'s lengths and root on `team`; returns the lowered call.
+fn lower<'a, C: Conduit, T: Elem>(
+    ep: &Endpoint<C>,
+    team: &Team,
+    spec: &Spec<'a, T>,
+) -> Result<(Lowered<'a>, Option<usize>), CollError> {
+    let p = team.size() as usize;
+    let kind = spec.kind;
+    let count = spec.data.count(kind, p, spec.count);
+    let block = count * size_of::<T>();
+    let (root, at) = resolve_root(ep, team, kind, spec.root, block)?;
+    if kind.rooted() && root >= team.size() {
+        return Err(CollError::BadRank {
+            rank: root,
+            size: team.size(),
+        });
+    }
+    spec.check(p, team.rank(), root, count)?;
+    if kind.reduces() && spec.reduce.is_none() {
+        return Err(CollError::UnsupportedOp {
+            op: "none".into(),
+            ty: std::any::type_name::<T>(),
+        });
+    }
+    let reduce = spec
+        .reduce
+        .as_ref()
+        .map(|o| (o.func().clone(), o.is_commutative()));
+    let l = Lowered {
+        kind,
+        root,
+        elem: size_of::<T>(),
+        count,
+        reduce,
+        opts: spec.opts,
+    };
+    Ok((l, at))
+}
+
+/// The owned form of a collective: starts it with an event and disposes of the event
+/// as mode `M` asks (blocking calls try the direct path first).
+pub(crate) fn run_owned<C: Conduit, T: Elem, M: Mode>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    spec: Spec<'_, T>,
+) -> Result<M::Out<Vec<T>, CollError>, CollError> {
+    let team = resolve(ep, team)?;
+    let (l, _) = lower(ep, &team, &spec)?;
+    let SpecData::Owned(data) = spec.data else {
+        return Err(CollError::Layer("an owned descriptor without owned data"));
+    };
+    online_trial(ep, &team, &l)?;
+    let input = into_bytes(data);
+    if M::KIND == ModeKind::Blocking {
+        let (_, out_blocks) = l.kind.shape(team.size(), team.rank(), l.root);
+        let mut out = vec![0u8; out_blocks * l.elem * l.count];
+        let io = Io {
+            input: &input,
+            out: &mut out,
+            reduce: l.reduce.as_ref().map(|r| &r.0),
+        };
+        if run_direct(ep, &team, &l, io, Entry::default())? {
+            let ev = coll(ep, |_, cx| cx.ready(Ok(vec_from_bytes::<T>(out))))?;
+            return ep.finish::<Vec<T>, CollError, M>(ev, COLL_TAG);
+        }
+    }
+    let s = Start {
+        kind: l.kind,
+        root: l.root,
+        elem: l.elem,
+        count: l.count,
+        input: Input::Owned(input),
+        reduce: l.reduce,
+        opts: l.opts,
+        ctx: 0,
+    };
+    let ev = start_event(ep, &team, s, finish_vec::<T>)?;
+    ep.finish::<Vec<T>, CollError, M>(ev, COLL_TAG)
+}
+
+/// The borrowed form of a collective (blocking): the direct path over the caller's
+/// slices, else the owned path and a copy of the output.
+pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    mut spec: Spec<'_, T>,
+) -> Result<(), CollError> {
+    let team = resolve(ep, team)?;
+    let (l, _) = lower(ep, &team, &spec)?;
+    online_trial(ep, &team, &l)?;
+    let (p, me) = (team.size(), team.rank());
+    let mut tmp = Vec::new();
+    let (input, out) = spec.data.io(l.kind, p, me, l.root, &mut tmp);
+    let io = Io {
+        input: bytemuck::cast_slice(input),
+        out: bytemuck::cast_slice_mut(out),
+        reduce: l.reduce.as_ref().map(|r| &r.0),
+    };
+    if run_direct(ep, &team, &l, io, Entry::default())? {
+        return Ok(());
+    }
+    let s = Start {
+        kind: l.kind,
+        root: l.root,
+        elem: l.elem,
+        count: l.count,
+        input: Input::Owned(bytemuck::cast_slice::<T, u8>(input).to_vec()),
+        reduce: l.reduce,
+        opts: l.opts,
+        ctx: 0,
+    };
+    let ev = start_event(ep, &team, s, finish_vec::<T>)?;
+    let v = ep.wait(ev)?;
+    let (_, out) = spec.data.io(l.kind, p, me, l.root, &mut tmp);
+    if !out.is_empty() {
+        out.copy_from_slice(&v[..out.len()]);
+    }
+    Ok(())
+}
+
+/// A barrier with `entry` on `team` in mode `M` (blocking: the direct flag barrier
+/// when it applies).
+pub(crate) fn run_barrier<C: Conduit, M: Mode>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    entry: Entry,
+    opts: &Opts<'_>,
+) -> Result<M::Out<(), CollError>, CollError> {
+    let team = resolve(ep, team)?;
+    if M::KIND == ModeKind::Blocking {
+        let l = Lowered {
+            kind: OpKind::Barrier,
+            root: 0,
+            elem: ENTRY_LEN,
+            count: 1,
+            reduce: None,
+            opts: *opts,
+        };
+        let io = Io {
+            input: &[],
+            out: &mut [],
+            reduce: None,
+        };
+        if let Some(merged) = run_direct_barrier(ep, &team, &l, io, entry)? {
+            merged.outcome()?;
+            let ev = coll(ep, |_, cx| cx.ready(Ok(())))?;
+            return ep.finish::<(), CollError, M>(ev, COLL_TAG);
+        }
+    }
+    let ev = barrier_event(ep, &team, entry, opts)?;
+    ep.finish::<(), CollError, M>(ev, COLL_TAG)
+}
+
+/// Starts a barrier with `entry` in the layer's table.
+fn barrier_event<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    entry: Entry,
+    opts: &Opts<'_>,
+) -> Result<Event<(), CollError>, CollError> {
+    let s = Start {
+        kind: OpKind::Barrier,
+        root: 0,
+        elem: ENTRY_LEN,
+        count: 1,
+        input: Input::Owned(entry.encode()),
+        reduce: None,
+        opts: *opts,
+        ctx: 0,
+    };
+    start_event(ep, team, s, gex_core::event::finish_unit)
+}
+
+/// A collective in single address mode.
+pub(crate) fn run_single<C: Conduit, T: Elem, M: Mode>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    spec: Spec<'_, T>,
+) -> Result<M::Out<(), CollError>, CollError> {
+    let team = resolve(ep, team)?;
+    let SpecData::Segments(single) = &spec.data else {
+        return Err(CollError::Layer("a single-mode descriptor without offsets"));
+    };
+    let count = spec.count.unwrap_or(0);
+    let block = count * size_of::<T>();
+    let (root, at) = resolve_root(ep, &team, spec.kind, spec.root, block)?;
+    if spec.kind.reduces() && spec.reduce.is_none() {
+        return Err(CollError::UnsupportedOp {
+            op: "none".into(),
+            ty: std::any::type_name::<T>(),
+        });
+    }
+    let with_root;
+    let single = match at {
+        Some(offset) => {
+            with_root = single.with_root_buffer(spec.kind, root, offset);
+            &with_root
+        }
+        None => single,
+    };
+    let s = Start {
+        kind: spec.kind,
+        root,
+        elem: size_of::<T>(),
+        count,
+        input: Input::Single(single),
+        reduce: spec
+            .reduce
+            .as_ref()
+            .map(|o| (o.func().clone(), o.is_commutative())),
+        opts: spec.opts,
+        ctx: 0,
+    };
+    let ev = start_event(ep, &team, s, gex_core::event::finish_unit)?;
+    ep.finish::<(), CollError, M>(ev, COLL_TAG)
+}
+
+/// Runs a blocking call on the direct path if it applies; false if not (nothing
+/// consumed).
+fn run_direct<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    l: &Lowered<'_>,
+    io: Io<'_>,
+    entry: Entry,
+) -> Result<bool, CollError> {
+    Ok(direct(ep, team, l, io, entry)?.is_some())
+}
+
+/// [`run_direct`] for a barrier: its merged entry.
+fn run_direct_barrier<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    l: &Lowered<'_>,
+    io: Io<'_>,
+    entry: Entry,
+) -> Result<Option<Entry>, CollError> {
+    direct(ep, team, l, io, entry)
+}
+
+/// Polls a direct call makes with `Spin` before it waits through the endpoint (each
+/// is a few loads; the endpoint's wait loop costs a poll of every peer's ring).
+const INLINE_SPINS: u32 = 16;
+
+/// The direct path (see [`crate::shmdrive`]): `None` if it does not apply, else the
+/// merged barrier entry (anonymous for other operations).
+fn direct<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    l: &Lowered<'_>,
+    mut io: Io<'_>,
+    entry: Entry,
+) -> Result<Option<Entry>, CollError> {
+    let req = DirectReq {
+        kind: l.kind,
+        root: l.root,
+        elem: l.elem,
+        count: l.count,
+        commutative: l.reduce.as_ref().is_none_or(|r| r.1),
+        opts: &l.opts,
+        entry,
+    };
+    let Some(mut d) = coll(ep, |c, cx| c.direct_begin(cx, team, &req, &mut io))?? else {
+        return Ok(None);
+    };
+    let spin = ep.wait_policy() == WaitPolicy::Spin;
+    let mut spins = 0u32;
+    loop {
+        match coll(ep, |c, cx| c.direct_step(cx, &mut d, &mut io))? {
+            Ok(Stepped::Done) => break,
+            Ok(Stepped::Pending) => {}
+            Err(e) => return Err(e),
+        }
+        if spin && spins < INLINE_SPINS {
+            spins += 1;
+            while !d.wait().is_some_and(|w| w.ready()) && spins < INLINE_SPINS {
+                spins += 1;
+                gex_sync::hint::spin_loop();
+            }
+            continue;
+        }
+        spins = 0;
+        let _ = ep.wait_until_layer::<Coll>(|c| c.direct_ready());
+    }
+    Ok(Some(merged_entry(&d)))
+}
+
+fn merged_entry(d: &DirectOp) -> Entry {
+    match &d.body {
+        crate::shmdrive::DirectBody::Bar(b) => b.entry(),
+        crate::shmdrive::DirectBody::Shm(_) => Entry::default(),
+    }
+}
+
+/// Times the surviving candidates of a call's cell on `team` if the online tuner
+/// decides it and has not yet (every member does the same calls in the same order,
+/// so this is collective), agrees on the slowest member's time per candidate and
+/// records the fastest.
+fn online_trial<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    l: &Lowered<'_>,
+) -> Result<(), CollError> {
+    let n = l.elem * l.count;
+    let comm = l.reduce.as_ref().is_none_or(|r| r.1);
+    let q = Coll::query(team, l.kind, n, AddrMode::Local, &l.opts, comm);
+    let need = coll(ep, |c, _| {
+        c.online_applies(&q, &l.opts) && c.tuner.online_choice(team.id(), &q).is_none()
+    })?;
+    if need {
+        crate::online::trial(ep, team, &q, l.root, l.elem, l.count, &l.reduce, &l.opts)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,1136 @@
+//! The schedule engine: how one collective is started and advanced on one member.
+//!
+//! A collective in flight is an [`OpState`] in the layer's table, keyed by a local id
+//! in start order. Its body is one of four kinds: a [`Schedule`] executed over AMs
+//! ([`SchedOp`], this module), a shared-memory collective or flag barrier
+//! ([`crate::shmdrive`]), or a hierarchical collective whose stages are collectives of
+//! sub-teams ([`crate::hierdrive`]). Nothing here waits: sends that meet back-pressure
+//! stay queued in the collective and are retried by the next advance, which the
+//! layer's progress hook runs on every poll of the endpoint while collectives are in
+//! flight.
+//!
+//! A collective's output goes to its event's completer when it is complete
+//! ([`Coll::settle`]); the state stays in the table while work remains in the
+//! background (acknowledgements of rendezvous gets, the exit of an out-no
+//! collective), and a failed collective is removed at once.
+
+use crate::algo::{Algorithm, Builtin, Kind, PlanCtx, Query};
+use crate::barrier::{ENTRY_LEN, Entry, FlagBar, entry_schedule};
+use crate::error::CollError;
+use crate::hier::HierOp;
+use crate::layer::Coll;
+use crate::msg::{CTL, Ctl, H_ACK, H_EAGER, H_LONG, H_RDV, H_READY, split64};
+use crate::op::{AddrMode, OpKind, Opts, SyncMode, Transport};
+use crate::rma::{GlobalPtr, Rma, RmaError};
+use crate::rootcheck::{self, Stall};
+use crate::sched::{self, Action, ReduceFn, Schedule, span};
+use crate::shm::{OwnedShm, ShmOp};
+use crate::single::Single;
+use crate::teams::ext;
+use crate::tune::TuneMode;
+use gex_core::event::{Data, Event, OpCompleter};
+use gex_core::layer::Cx;
+use gex_core::spi::Conduit;
+use gex_core::{Category, EpAddr, HandlerId, Injected, Team};
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Tags of the entry barrier (in-all) and of the exit barrier (out-all).
+pub(crate) const TAG_PRE: u32 = 0x4000_0000;
+pub(crate) const TAG_POST: u32 = 0x6000_0000;
+
+/// What a collective is started with.
+pub(crate) struct Start<'a> {
+    pub(crate) kind: OpKind,
+    /// Root (team rank) of rooted operations, else 0.
+    pub(crate) root: u32,
+    /// Bytes per element.
+    pub(crate) elem: usize,
+    /// Elements per block.
+    pub(crate) count: usize,
+    /// The member's input (local address mode), or every member's offsets (single).
+    pub(crate) input: Input<'a>,
+    /// Reduction and commutativity (reducing operations).
+    pub(crate) reduce: Option<(ReduceFn, bool)>,
+    pub(crate) opts: Opts<'a>,
+    /// Belief context: 0 for a program's collective, a digest of the parent for a
+    /// stage of a hierarchical one ([`rootcheck::belief`]).
+    pub(crate) ctx: u64,
+}
+
+/// The data of a collective being started.
+pub(crate) enum Input<'a> {
+    /// This member's input blocks (a barrier: its entry).
+    Owned(Vec<u8>),
+    /// Single address mode: every member's segment offsets.
+    Single(&'a Single),
+}
+
+/// Where a schedule's output goes.
+#[derive(Debug)]
+pub(crate) enum Out {
+    Local,
+    /// Write the output at this offset of our segment (unless mirrored).
+    Seg(usize),
+}
+
+/// A send of the current round not yet (completely) issued.
+#[derive(Debug)]
+pub(crate) struct PendingSend {
+    /// Index in the round's sends.
+    idx: usize,
+    /// The snapshot of an eager send (taken when the round opened).
+    data: Option<Vec<u8>>,
+    /// Bytes issued so far.
+    off: usize,
+}
+
+/// A schedule executed over AMs.
+pub(crate) struct SchedOp {
+    pub(crate) sched: Schedule,
+    pub(crate) work: Vec<u8>,
+    pub(crate) reduce: Option<ReduceFn>,
+    pub(crate) transport: Transport,
+    /// Signaling put / rendezvous: the segment offset every member's work buffer
+    /// mirrors.
+    pub(crate) mirror: Option<Vec<usize>>,
+    pub(crate) need_ready: bool,
+    /// Mirrors the team's scratch space (local mode with put/rendezvous): starts
+    /// only once earlier such collectives of the team finished here.
+    pub(crate) uses_scratch: bool,
+    round: usize,
+    pending: Vec<PendingSend>,
+    /// READY messages still to send when starting.
+    readies: Vec<(u32, u32)>,
+    round_open: bool,
+    applied: usize,
+    gets: HashMap<usize, Event<Vec<u8>, RmaError>>,
+    fetched: HashMap<usize, Vec<u8>>,
+    pub(crate) acks_expected: u32,
+    out: Out,
+    out_no: bool,
+    /// The round whose peers were probed.
+    probed: Option<usize>,
+}
+
+/// The body of a collective in flight.
+pub(crate) enum Body {
+    Sched(Box<SchedOp>),
+    Shm(Box<OwnedShm>),
+    Bar(FlagBar),
+    Hier(Box<HierOp>),
+}
+
+/// One collective in flight on this member.
+pub(crate) struct OpState {
+    /// The team (with the layer's extension).
+    pub(crate) team: Team,
+    pub(crate) seq: u32,
+    pub(crate) kind: OpKind,
+    pub(crate) belief: u32,
+    pub(crate) body: Body,
+    pub(crate) started: bool,
+    /// The outcome, until handed over.
+    pub(crate) result: Option<Result<Vec<u8>, CollError>>,
+    /// The completer of the program's event (none for stages of a hierarchical
+    /// collective, whose parent takes the result).
+    pub(crate) done: Option<OpCompleter>,
+    /// The outcome was handed over; what remains is background work.
+    pub(crate) taken: bool,
+    pub(crate) stall: Stall,
+}
+
+impl std::fmt::Debug for OpState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpState")
+            .field("team", &self.team)
+            .field("seq", &self.seq)
+            .field("kind", &self.kind)
+            .field("done", &self.result.is_some())
+            .finish()
+    }
+}
+
+impl OpState {
+    pub(crate) fn is_shm(&self) -> bool {
+        matches!(self.body, Body::Shm(_))
+    }
+    pub(crate) fn is_bar(&self) -> bool {
+        matches!(self.body, Body::Bar(_))
+    }
+    pub(crate) fn is_hier(&self) -> bool {
+        matches!(self.body, Body::Hier(_))
+    }
+    fn uses_scratch(&self) -> bool {
+        matches!(&self.body, Body::Sched(s) if s.uses_scratch)
+    }
+}
+
+/// Sends `payload` without waiting; false on back-pressure (nothing sent).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn try_send<C: Conduit>(
+    cx: &mut Cx<'_, C>,
+    dst: EpAddr,
+    h: HandlerId,
+    cat: Category,
+    args: &[u32],
+    payload: &[u8],
+    offset: usize,
+) -> Result<bool, CollError> {
+    Ok(cx.try_request(dst, h, cat, args, payload, offset)? == Injected::Sent)
+}
+
+impl Coll {
+    /// Sends a control message now, or queues it behind earlier ones.
+    pub(crate) fn ctl<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        dst: EpAddr,
+        h: u8,
+        args: &[u32],
+    ) -> Result<(), CollError> {
+        let handler = self.hid(h);
+        if self.outbox.is_empty() && try_send(cx, dst, handler, CTL, args, &[], 0)? {
+            return Ok(());
+        }
+        self.outbox.push_back(Ctl {
+            dst,
+            handler,
+            args: args.to_vec(),
+        });
+        Ok(())
+    }
+
+    /// Sends queued control messages until back-pressure.
+    pub(crate) fn flush_outbox<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) {
+        while let Some(c) = self.outbox.front() {
+            match try_send(cx, c.dst, c.handler, CTL, &c.args, &[], 0) {
+                Ok(false) => return,
+                // A control message to a peer that is gone: nothing to retry.
+                Ok(true) | Err(_) => {
+                    self.outbox.pop_front();
+                }
+            }
+        }
+    }
+
+    /// The tuner's query for a call of `op` with `n`-byte blocks on `team`.
+    pub(crate) fn query(
+        team: &Team,
+        op: OpKind,
+        n: usize,
+        addr: AddrMode,
+        opts: &Opts<'_>,
+        commutative: bool,
+    ) -> Query {
+        let x = ext(team);
+        let p = team.size();
+        let hier = x.hier.get();
+        let n = if op == OpKind::Barrier { 0 } else { n };
+        // Local mode can use signaling put / rendezvous through the team's scratch
+        // space when every member's can hold the whole output.
+        let scratch = addr == AddrMode::Local
+            && n > 0
+            && x.scratch.len() == p as usize
+            && x.scratch.iter().all(|s| s.1 >= p as usize * n);
+        Query {
+            op,
+            size: p,
+            bytes: n,
+            addr,
+            sync: opts.sync,
+            commutative,
+            scratch,
+            shm: x.shm.is_some(),
+            hier: hier.is_some(),
+            hosts: hier.map_or(0, |h| h.hosts()),
+            host_ranges: hier.is_some_and(|h| h.ranges),
+        }
+    }
+
+    /// True if the online tuner decides `q` (no forced algorithm, no override or
+    /// profile cell, local mode, not inside a trial).
+    pub(crate) fn online_applies(&self, q: &Query, opts: &Opts<'_>) -> bool {
+        opts.algorithm.is_none()
+            && !self.in_trial
+            && q.addr == AddrMode::Local
+            && self.tuner.mode() == TuneMode::Online
+            && !self.tuner.fixed_by_config(q)
+    }
+
+    /// The algorithm of a call (an online winner, an override or the model's choice;
+    /// a stage gives way to the tuner when an override cannot run it).
+    pub(crate) fn choose(
+        &mut self,
+        team: &Team,
+        q: &Query,
+        opts: &Opts<'_>,
+    ) -> Result<Arc<dyn Algorithm>, CollError> {
+        if self.online_applies(q, opts) {
+            if let Some(a) = self.tuner.online_choice(team.id(), q) {
+                return Ok(a.clone());
+            }
+        }
+        let r = if self.in_stage {
+            self.tuner.select_within(q).cloned()
+        } else {
+            self.tuner.select(q, opts.algorithm).cloned()
+        };
+        r.map_err(|e| scratch_error(team, q, e, &self.tuner))
+    }
+
+    /// Starts a collective on `team` (resolved: it carries the layer's extension);
+    /// returns its id. `done` receives its outcome.
+    pub(crate) fn start_op<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        team: &Team,
+        s: Start<'_>,
+        done: Option<OpCompleter>,
+    ) -> Result<u64, CollError> {
+        let p = team.size();
+        if s.root >= p {
+            return Err(CollError::BadRank {
+                rank: s.root,
+                size: p,
+            });
+        }
+        let n = s.elem * s.count;
+        let addr = match s.input {
+            Input::Owned(_) => AddrMode::Local,
+            Input::Single(_) => AddrMode::Single,
+        };
+        let commutative = s.reduce.as_ref().is_none_or(|x| x.1);
+        let q = Self::query(team, s.kind, n, addr, &s.opts, commutative);
+        let algo = self.choose(team, &q, &s.opts)?;
+        let x = ext(team);
+        let seq = x.next_seq();
+        let belief = rootcheck::belief(s.kind, s.root, s.ctx);
+        let body = match self.body(cx, team, seq, &algo, q, s) {
+            Ok(b) => b,
+            Err(e) => {
+                if let Some(d) = done {
+                    d.fail(e.clone());
+                }
+                return Err(e);
+            }
+        };
+        let id = self.next_op;
+        self.next_op += 1;
+        let st = OpState {
+            team: team.clone(),
+            seq,
+            kind: q.op,
+            belief,
+            body,
+            started: false,
+            result: None,
+            done,
+            taken: false,
+            stall: Stall::default(),
+        };
+        self.ops.insert(id, st);
+        cx.set_busy();
+        self.history.started(team.id(), seq, belief);
+        self.early_checks(cx, id);
+        self.advance(cx, id);
+        self.settle(id);
+        Ok(id)
+    }
+
+    /// The body of a new collective.
+    fn body<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        team: &Team,
+        seq: u32,
+        algo: &Arc<dyn Algorithm>,
+        q: Query,
+        s: Start<'_>,
+    ) -> Result<Body, CollError> {
+        let (p, r) = (team.size(), team.rank());
+        let n = s.elem * s.count;
+        if algo.is_hierarchical() {
+            let Input::Owned(bytes) = s.input else {
+                return Err(CollError::Unsupported {
+                    algorithm: algo.name().to_string(),
+                    op: s.kind,
+                    size: p,
+                });
+            };
+            let h = HierOp::new(s.kind, s.root, (s.elem, s.count), bytes, s.reduce);
+            return Ok(Body::Hier(Box::new(h)));
+        }
+        if algo.is_shared_memory() {
+            let x = ext(team);
+            let ch = x.shm.as_ref().map_or(0, |t| t.ch);
+            if let Input::Owned(bytes) = &s.input {
+                if s.kind == OpKind::Barrier {
+                    let k = x.next_barrier();
+                    return Ok(Body::Bar(FlagBar::new(k, Entry::decode(bytes))));
+                }
+                if ShmOp::fits(s.kind, p, s.elem, ch) {
+                    let (_, out_blocks) = s.kind.shape(p, r, s.root);
+                    let op = ShmOp::new(
+                        s.kind,
+                        (p, r, s.root),
+                        s.elem,
+                        n,
+                        s.opts.sync,
+                        (team.id(), seq),
+                        ch,
+                    );
+                    let Input::Owned(bytes) = s.input else {
+                        unreachable!("matched above")
+                    };
+                    let red = s.reduce.map(|x| x.0);
+                    let shm = OwnedShm::new(op, bytes, out_blocks * n, red);
+                    return Ok(Body::Shm(Box::new(shm)));
+                }
+            }
+            // An element larger than a chunk: a message algorithm, chosen alike on
+            // every member.
+            let a = self.tuner.select(&Query { shm: false, ..q }, None)?.clone();
+            return self.body(cx, team, seq, &a, Query { shm: false, ..q }, s);
+        }
+        let sched = self.sched_body(cx, team, algo.as_ref(), &q, s)?;
+        Ok(Body::Sched(Box::new(sched)))
+    }
+
+    /// The schedule of a collective that moves by messages.
+    fn sched_body<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        team: &Team,
+        algo: &dyn Algorithm,
+        q: &Query,
+        s: Start<'_>,
+    ) -> Result<SchedOp, CollError> {
+        let (p, r) = (team.size(), team.rank());
+        let n = s.elem * s.count;
+        let ctx = PlanCtx {
+            op: s.kind,
+            size: p,
+            rank: r,
+            root: s.root,
+            block: n,
+            elem: s.elem,
+            commutative: q.commutative,
+        };
+        let mut sc = algo.plan(&ctx);
+        let mut reduce = s.reduce.map(|x| x.0);
+        if s.kind == OpKind::Barrier {
+            sc = entry_schedule(sc, TAG_PRE);
+            reduce = Some(crate::barrier::merge_fn());
+        }
+        let transport = if sc.symmetric && (q.addr == AddrMode::Single || q.scratch) {
+            algo.transport()
+        } else {
+            Transport::Eager
+        };
+        with_sync_rounds(&mut sc, &s.opts, ctx);
+        let (in_blocks, out_blocks) = s.kind.shape(p, r, s.root);
+        let mut work = vec![0u8; sc.work_len];
+        let (out, mirror) = match s.input {
+            Input::Owned(bytes) => {
+                place_input(&sc, &mut work, &bytes)?;
+                let mirror = (transport != Transport::Eager)
+                    .then(|| ext(team).scratch.iter().map(|x| x.0).collect::<Vec<_>>());
+                (Out::Local, mirror)
+            }
+            Input::Single(single) => {
+                let io = SingleIo {
+                    single,
+                    n,
+                    in_len: in_blocks * n,
+                    out_len: out_blocks * n,
+                };
+                self.single_input(cx, team, &sc, &mut work, transport, io, s.kind)?
+            }
+        };
+        let single = q.addr == AddrMode::Single;
+        let out_no = s.opts.sync.output == SyncMode::No && single;
+        let uses_scratch = !single && transport != Transport::Eager;
+        // Through scratch, a put may land only once the receiver started this
+        // collective (and so finished the previous one using the scratch).
+        let need_ready =
+            transport == Transport::Put && (s.opts.sync.input == SyncMode::My || uses_scratch);
+        Ok(SchedOp {
+            sched: sc,
+            work,
+            reduce,
+            transport,
+            mirror,
+            need_ready,
+            uses_scratch,
+            round: 0,
+            pending: Vec::new(),
+            readies: Vec::new(),
+            round_open: false,
+            applied: 0,
+            gets: HashMap::new(),
+            fetched: HashMap::new(),
+            acks_expected: 0,
+            out,
+            out_no,
+            probed: None,
+        })
+    }
+
+    /// Single address mode: checks the offsets, reads this member's input from its
+    /// segment into the work buffer, and gives the output's place and the mirror.
+    #[allow(clippy::too_many_arguments)]
+    fn single_input<C: Conduit>(
+        &self,
+        cx: &mut Cx<'_, C>,
+        team: &Team,
+        sc: &Schedule,
+        work: &mut [u8],
+        transport: Transport,
+        io: SingleIo<'_>,
+        kind: OpKind,
+    ) -> Result<(Out, Option<Vec<usize>>), CollError> {
+        let (p, r) = (team.size() as usize, team.rank() as usize);
+        let single = io.single;
+        if single.dst.len() != p || single.src.as_ref().is_some_and(|v| v.len() != p) {
+            return Err(CollError::BadAddress(format!(
+                "offset lists must have {p} entries"
+            )));
+        }
+        let dst = single.dst[r];
+        let src = match &single.src {
+            Some(v) => v[r],
+            None if matches!(kind, OpKind::Gather | OpKind::GatherAll) => dst + r * io.n,
+            None => dst,
+        };
+        for (o, l) in [(src, io.in_len), (dst, io.out_len)] {
+            if o.checked_add(l).is_none_or(|e| e > self.seg_len) {
+                return Err(CollError::BadAddress(format!(
+                    "[{o}, +{l}) is outside the {}-byte segment",
+                    self.seg_len
+                )));
+            }
+        }
+        let mut bytes = vec![0u8; io.in_len];
+        cx.segment().read(src, &mut bytes)?;
+        place_input(sc, work, &bytes)?;
+        let mirror = (transport != Transport::Eager).then(|| single.dst.clone());
+        if mirror.is_some() && sc.work_len != io.out_len {
+            return Err(CollError::BadAddress(
+                "mirrored schedule does not match the output".into(),
+            ));
+        }
+        Ok((Out::Seg(dst), mirror))
+    }
+
+    /// Advances collective `id` as far as it can without waiting; returns (and
+    /// records, for the stall checks) whether it made progress.
+    pub(crate) fn advance<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, id: u64) -> bool {
+        let Some(st) = self.ops.get(&id) else {
+            return false;
+        };
+        if st.result.is_some() || st.taken {
+            return false;
+        }
+        let progressed = match &st.body {
+            Body::Sched(_) => self.advance_sched(cx, id),
+            Body::Shm(_) | Body::Bar(_) => self.advance_shm(cx, id),
+            Body::Hier(_) => self.advance_hier(cx, id),
+        };
+        let due = match self.ops.get_mut(&id) {
+            Some(st) if progressed || st.result.is_some() => {
+                st.stall.progressed();
+                false
+            }
+            Some(st) => st.stall.fruitless(),
+            None => false,
+        };
+        if due {
+            self.stall_checks(cx, id);
+        }
+        progressed
+    }
+
+    /// Advances a schedule; true if it made progress.
+    fn advance_sched<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, id: u64) -> bool {
+        let busy = {
+            let st = &self.ops[&id];
+            !st.started && st.uses_scratch() && self.scratch_busy(st)
+        };
+        if busy {
+            return false;
+        }
+        let Some(mut st) = self.ops.remove(&id) else {
+            return false;
+        };
+        let r = self.step_sched(cx, &mut st);
+        let progressed = match r {
+            Ok(p) => p,
+            Err(e) => {
+                st.result = Some(Err(e));
+                true
+            }
+        };
+        self.ops.insert(id, st);
+        progressed
+    }
+
+    /// An earlier collective of `st`'s team still uses the scratch space here.
+    fn scratch_busy(&self, st: &OpState) -> bool {
+        self.ops.values().any(|o| {
+            o.uses_scratch()
+                && o.team.id() == st.team.id()
+                && o.seq < st.seq
+                && !(o.result.is_some() && self.acks_done(o))
+        })
+    }
+
+    /// Every rendezvous get of `st` was acknowledged (or it has none).
+    pub(crate) fn acks_done(&self, st: &OpState) -> bool {
+        let Body::Sched(s) = &st.body else {
+            return true;
+        };
+        s.acks_expected == 0
+            || self
+                .mb
+                .acks
+                .get(&(st.team.id(), st.seq))
+                .copied()
+                .unwrap_or(0)
+                >= s.acks_expected
+    }
+
+    /// One advance of a schedule (see [`sched`] for the round semantics).
+    fn step_sched<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        st: &mut OpState,
+    ) -> Result<bool, CollError> {
+        let mut progressed = false;
+        if !st.started {
+            st.started = true;
+            progressed = true;
+            self.begin_sched(cx, st)?;
+        }
+        if !self.send_readies(cx, st)? {
+            return Ok(progressed);
+        }
+        let Body::Sched(s) = &mut st.body else {
+            return Ok(progressed);
+        };
+        while s.round < s.sched.rounds.len() {
+            if !s.round_open {
+                open_round(s);
+                progressed = true;
+            }
+            progressed |= self.issue_sends(cx, &st.team, st.seq, st.belief, s)?;
+            let nrecv = s.sched.rounds[s.round].recvs.len();
+            while s.applied < nrecv {
+                let Some(msg) = self.take_recv(cx, &st.team, st.seq, st.belief, s)? else {
+                    break;
+                };
+                apply(cx, &st.team, s, &msg)?;
+                progressed = true;
+            }
+            if s.applied < nrecv || !s.pending.is_empty() {
+                return Ok(progressed);
+            }
+            let post = std::mem::take(&mut s.sched.rounds[s.round].post);
+            for l in &post {
+                sched::apply_local(&mut s.work, l, s.reduce.as_ref());
+            }
+            s.round += 1;
+            s.round_open = false;
+        }
+        let acked = self.acks_done(st);
+        let Body::Sched(s) = &mut st.body else {
+            return Ok(progressed);
+        };
+        if st.result.is_none() && (s.out_no || acked) {
+            st.result = Some(finish_output(cx, s));
+            progressed = true;
+        }
+        Ok(progressed)
+    }
+
+    /// Writes the placed input through to the mirror and lists the READY messages.
+    fn begin_sched<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        st: &mut OpState,
+    ) -> Result<(), CollError> {
+        let me = st.team.rank();
+        let Body::Sched(s) = &mut st.body else {
+            return Ok(());
+        };
+        if let Some(m) = &s.mirror {
+            for (src, at) in &s.sched.input {
+                let piece = &s.work[*at..*at + src.len()];
+                cx.segment().write(m[me as usize] + at, piece)?;
+            }
+        }
+        if s.need_ready {
+            for rd in &s.sched.rounds {
+                for v in &rd.recvs {
+                    if v.action == Action::Copy && uses_transport(s, &v.ranges, v.tag) {
+                        s.readies.push((v.peer, v.tag));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the READY messages of a starting schedule; false while some met
+    /// back-pressure.
+    fn send_readies<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        st: &mut OpState,
+    ) -> Result<bool, CollError> {
+        let (tlo, thi) = split64(st.team.id());
+        let me = st.team.rank();
+        let h = self.hid(H_READY);
+        let Body::Sched(s) = &mut st.body else {
+            return Ok(true);
+        };
+        while let Some(&(peer, tag)) = s.readies.last() {
+            let dst = st.team.members()[peer as usize];
+            let args = [tlo, thi, st.seq, me, tag, st.belief];
+            if !try_send(cx, dst, h, CTL, &args, &[], 0)? {
+                return Ok(false);
+            }
+            s.readies.pop();
+        }
+        Ok(true)
+    }
+
+    /// Issues what it can of the current round's sends; true if it issued some.
+    fn issue_sends<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        team: &Team,
+        seq: u32,
+        belief: u32,
+        s: &mut SchedOp,
+    ) -> Result<bool, CollError> {
+        let mut progressed = false;
+        let mut i = 0;
+        while i < s.pending.len() {
+            match self.send_one(cx, team, seq, belief, s, i)? {
+                Some(true) => {
+                    s.pending.swap_remove(i);
+                    progressed = true;
+                }
+                Some(false) => {
+                    progressed = true;
+                    i += 1;
+                }
+                None => i += 1,
+            }
+        }
+        Ok(progressed)
+    }
+
+    /// Issues pending send `i`: `Some(true)` if it is complete, `Some(false)` if part
+    /// of it left, `None` if nothing could (readiness, back-pressure).
+    fn send_one<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        team: &Team,
+        seq: u32,
+        belief: u32,
+        s: &mut SchedOp,
+        i: usize,
+    ) -> Result<Option<bool>, CollError> {
+        let (tid, me) = (team.id(), team.rank());
+        let (tlo, thi) = split64(tid);
+        let step = &s.sched.rounds[s.round].sends[s.pending[i].idx];
+        let (peer, tag) = (step.peer, step.tag);
+        let dst = team.members()[peer as usize];
+        if uses_transport(s, &step.ranges, tag) {
+            let r = step.ranges[0].clone();
+            return self.send_transport(cx, (team, seq, belief), s, i, (peer, tag), r);
+        }
+        let data = s.pending[i].data.get_or_insert_with(Vec::new);
+        let total = data.len();
+        let chunk = cx.max_medium(dst).max(1);
+        let h = self.hid(H_EAGER);
+        let start = s.pending[i].off;
+        loop {
+            let off = s.pending[i].off;
+            let len = chunk.min(total - off);
+            let args = [tlo, thi, seq, me, tag, off as u32, total as u32, belief];
+            let data = s.pending[i].data.as_deref().unwrap_or_default();
+            if !try_send(
+                cx,
+                dst,
+                h,
+                Category::Medium,
+                &args,
+                &data[off..off + len],
+                0,
+            )? {
+                return Ok((s.pending[i].off > start).then_some(false));
+            }
+            s.pending[i].off += len;
+            if s.pending[i].off >= total {
+                return Ok(Some(true));
+            }
+        }
+    }
+
+    /// A send by signaling put or rendezvous announcement (mirrored work buffers).
+    #[allow(clippy::too_many_arguments)]
+    fn send_transport<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        (team, seq, belief): (&Team, u32, u32),
+        s: &mut SchedOp,
+        i: usize,
+        (peer, tag): (u32, u32),
+        r: Range<usize>,
+    ) -> Result<Option<bool>, CollError> {
+        let (tid, me) = (team.id(), team.rank());
+        let (tlo, thi) = split64(tid);
+        let dst = team.members()[peer as usize];
+        let m = s.mirror.as_ref().expect("transports need mirrors");
+        if s.transport == Transport::Put {
+            let start = s.pending[i].off;
+            if start == 0 && s.need_ready {
+                let key = (tid, seq, peer, tag);
+                if !self.mb.ready.contains_key(&key) {
+                    return Ok(None);
+                }
+                self.mb.ready.remove(&key);
+            }
+            let total = r.len();
+            let base = m[peer as usize] + r.start;
+            let chunk = cx.max_long(dst).max(1);
+            let h = self.hid(H_LONG);
+            while s.pending[i].off < total {
+                let off = s.pending[i].off;
+                let len = chunk.min(total - off);
+                let args = [tlo, thi, seq, me, tag, off as u32, total as u32, belief];
+                let payload = &s.work[r.start + off..r.start + off + len];
+                if !try_send(cx, dst, h, Category::Long, &args, payload, base + off)? {
+                    return Ok(Some(false).filter(|_| off > start));
+                }
+                s.pending[i].off += len;
+            }
+            return Ok(Some(true));
+        }
+        let (olo, ohi) = split64((m[me as usize] + r.start) as u64);
+        let (llo, lhi) = split64(r.len() as u64);
+        let args = [tlo, thi, seq, me, tag, olo, ohi, llo, lhi, belief];
+        if !try_send(cx, dst, self.hid(H_RDV), CTL, &args, &[], 0)? {
+            return Ok(None);
+        }
+        s.acks_expected += 1;
+        Ok(Some(true))
+    }
+
+    /// The bytes of the current receive of the current round, if they are here.
+    fn take_recv<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        team: &Team,
+        seq: u32,
+        belief: u32,
+        s: &mut SchedOp,
+    ) -> Result<Option<Vec<u8>>, CollError> {
+        let i = s.applied;
+        let v = &s.sched.rounds[s.round].recvs[i];
+        let key = (team.id(), seq, v.peer, v.tag);
+        let mismatch = CollError::RootMismatch {
+            team: team.id(),
+            seq,
+        };
+        if uses_transport(s, &v.ranges, v.tag) && v.action == Action::Copy {
+            let r = v.ranges[0].clone();
+            let base = s.mirror.as_ref().expect("transports need mirrors")[team.rank() as usize];
+            if s.transport == Transport::Put {
+                match self.mb.long.get(&key) {
+                    Some(&(got, b)) if got >= r.len() => {
+                        if b != belief {
+                            return Err(mismatch);
+                        }
+                    }
+                    _ => return Ok(None),
+                }
+                self.mb.long.remove(&key);
+                let mut buf = vec![0u8; r.len()];
+                cx.segment().read(base + r.start, &mut buf)?;
+                return Ok(Some(buf));
+            }
+            return self.rendezvous(cx, team, seq, belief, s, key);
+        }
+        match self.mb.eager.get(&key) {
+            Some(p) if p.got == p.buf.len() => {
+                if p.belief != belief {
+                    return Err(mismatch);
+                }
+                Ok(self.mb.eager.remove(&key).map(|p| p.buf))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Rendezvous: gets the bytes once announced, acknowledges when complete.
+    fn rendezvous<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        team: &Team,
+        seq: u32,
+        belief: u32,
+        s: &mut SchedOp,
+        key: (u64, u32, u32, u32),
+    ) -> Result<Option<Vec<u8>>, CollError> {
+        let i = s.applied;
+        let peer = key.2;
+        if let Some(b) = s.fetched.remove(&i) {
+            return Ok(Some(b));
+        }
+        if let Some(ev) = s.gets.remove(&i) {
+            let buf = match cx.try_take(ev) {
+                Err(ev) => {
+                    s.gets.insert(i, ev);
+                    return Ok(None);
+                }
+                Ok(r) => r?,
+            };
+            let (tlo, thi) = split64(team.id());
+            let src = team.members()[peer as usize];
+            self.ctl(cx, src, H_ACK, &[tlo, thi, seq])?;
+            return Ok(Some(buf));
+        }
+        let Some((off, len, b)) = self.mb.rdv.remove(&key) else {
+            return Ok(None);
+        };
+        if b != belief {
+            return Err(CollError::RootMismatch {
+                team: team.id(),
+                seq,
+            });
+        }
+        let src = GlobalPtr::<u8>::new(team.members()[peer as usize], off);
+        let got = cx
+            .with_other::<Rma, _>(|rma, cx| rma.try_get_owned(cx, vec![0u8; len], src))
+            .ok_or(CollError::Layer("gex-rma's layer is not attached"))??;
+        match got {
+            Ok(ev) => {
+                s.gets.insert(i, ev);
+            }
+            // Back-pressure: the announcement stays for the next advance.
+            Err(_buf) => {
+                self.mb.rdv.insert(key, (off, len, b));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Hands a complete collective's outcome to its event (a barrier's merged entry
+    /// becomes `Ok(())` or [`CollError::BarrierMismatch`]).
+    pub(crate) fn settle(&mut self, id: u64) {
+        let Some(st) = self.ops.get_mut(&id) else {
+            return;
+        };
+        if st.result.is_none() || st.done.is_none() {
+            return;
+        }
+        let done = st.done.take().expect("checked");
+        let res = st.result.take().expect("checked");
+        st.taken = true;
+        match res {
+            Ok(bytes) if st.kind == OpKind::Barrier => match Entry::decode(&bytes).outcome() {
+                Ok(()) => done.ok(),
+                Err(e) => done.fail(e),
+            },
+            Ok(bytes) => done.done(Data::Bytes(bytes)),
+            Err(e) => {
+                st.result = Some(Err(e.clone()));
+                done.fail(e);
+            }
+        }
+    }
+}
+
+/// The bytes and lengths of a single-address-mode start.
+struct SingleIo<'a> {
+    single: &'a Single,
+    n: usize,
+    in_len: usize,
+    out_len: usize,
+}
+
+/// A forced algorithm that cannot run: if scratch space is what it lacks, the error
+/// says how much is needed and how much there is.
+fn scratch_error(team: &Team, q: &Query, e: CollError, tuner: &crate::tune::Tuner) -> CollError {
+    let CollError::Unsupported { algorithm, .. } = &e else {
+        return e;
+    };
+    let Some(a) = tuner.algorithms().iter().find(|a| a.name() == algorithm) else {
+        return e;
+    };
+    if q.addr != AddrMode::Local
+        || q.scratch
+        || !a.supports(&Query {
+            scratch: true,
+            ..*q
+        })
+    {
+        return e;
+    }
+    let x = ext(team);
+    let available = if x.scratch.len() == team.size() as usize {
+        x.scratch.iter().map(|s| s.1).min().unwrap_or(0)
+    } else {
+        0
+    };
+    CollError::ScratchTooSmall {
+        algorithm: algorithm.clone(),
+        needed: team.size() as usize * q.bytes,
+        available,
+        size: team.size(),
+        block: q.bytes,
+    }
+}
+
+/// Adds the entry (in-all) and exit (out-all) barrier rounds.
+fn with_sync_rounds(s: &mut Schedule, opts: &Opts<'_>, ctx: PlanCtx) {
+    if opts.sync.input != SyncMode::All && opts.sync.output != SyncMode::All {
+        return;
+    }
+    let b = Builtin::new(Kind::Dissemination, 2, 0, Transport::Eager).plan(&PlanCtx {
+        op: OpKind::Barrier,
+        ..ctx
+    });
+    let mut rounds = Vec::new();
+    if opts.sync.input == SyncMode::All {
+        let mut pre = b.clone();
+        shift_tags(&mut pre, TAG_PRE);
+        rounds.extend(pre.rounds);
+    }
+    rounds.append(&mut s.rounds);
+    if opts.sync.output == SyncMode::All {
+        let mut post = b;
+        shift_tags(&mut post, TAG_POST);
+        rounds.extend(post.rounds);
+    }
+    s.rounds = rounds;
+}
+
+/// Opens the current round: every send is pending, eager ones with their snapshot.
+fn open_round(s: &mut SchedOp) {
+    s.round_open = true;
+    s.applied = 0;
+    let round = &s.sched.rounds[s.round];
+    s.pending = (0..round.sends.len())
+        .map(|idx| {
+            let step = &round.sends[idx];
+            let eager = !uses_transport(s, &step.ranges, step.tag);
+            PendingSend {
+                idx,
+                data: eager.then(|| sched::pack(&s.work, &step.ranges)),
+                off: 0,
+            }
+        })
+        .collect();
+}
+
+/// Applies the current receive's bytes (and writes them through to the mirror).
+fn apply<C: Conduit>(
+    cx: &mut Cx<'_, C>,
+    team: &Team,
+    s: &mut SchedOp,
+    msg: &[u8],
+) -> Result<(), CollError> {
+    let v = &s.sched.rounds[s.round].recvs[s.applied];
+    if msg.len() != span(&v.ranges) {
+        return Err(CollError::BadLength {
+            what: "message",
+            expected: span(&v.ranges),
+            got: msg.len(),
+        });
+    }
+    sched::apply_recv(&mut s.work, v, msg, s.reduce.as_ref());
+    if let Some(m) = &s.mirror {
+        let base = m[team.rank() as usize];
+        for r in v.ranges.clone() {
+            cx.segment().write(base + r.start, &s.work[r])?;
+        }
+    }
+    s.applied += 1;
+    Ok(())
+}
+
+/// The output of a schedule whose rounds are over.
+fn finish_output<C: Conduit>(cx: &mut Cx<'_, C>, s: &SchedOp) -> Result<Vec<u8>, CollError> {
+    let mut out = vec![0u8; s.sched.out_len];
+    for (src, dst) in &s.sched.output {
+        out[*dst..*dst + src.len()].copy_from_slice(&s.work[src.clone()]);
+    }
+    match s.out {
+        Out::Local => Ok(out),
+        Out::Seg(off) => {
+            if s.mirror.is_none() {
+                cx.segment().write(off, &out)?;
+            }
+            Ok(Vec::new())
+        }
+    }
+}
+
+/// True if a message of `ranges` with `tag` moves by the schedule's transport.
+fn uses_transport(s: &SchedOp, ranges: &[Range<usize>], tag: u32) -> bool {
+    s.transport != Transport::Eager && tag < TAG_PRE && ranges.len() == 1 && !ranges[0].is_empty()
+}
+
+pub(crate) fn place_input(s: &Schedule, work: &mut [u8], bytes: &[u8]) -> Result<(), CollError> {
+    for (src, dst) in &s.input {
+        if src.end > bytes.len() {
+            return Err(CollError::BadLength {
+                what: "input (bytes)",
+                expected: src.end,
+                got: bytes.len(),
+            });
+        }
+        work[*dst..*dst + src.len()].copy_from_slice(&bytes[src.clone()]);
+    }
+    Ok(())
+}
+
+fn shift_tags(s: &mut Schedule, by: u32) {
+    for r in &mut s.rounds {
+        for x in &mut r.sends {
+            x.tag += by;
+        }
+        for x in &mut r.recvs {
+            x.tag += by;
+        }
+    }
+}
+
+/// The members this schedule waits for in its current round (for probes), once per
+/// round; empty if they were probed already.
+pub(crate) fn waited_peers(s: &mut SchedOp) -> Vec<u32> {
+    if s.probed == Some(s.round) || s.round >= s.sched.rounds.len() {
+        return Vec::new();
+    }
+    s.probed = Some(s.round);
+    let mut v: Vec<u32> = s.sched.rounds[s.round].recvs[s.applied..]
+        .iter()
+        .map(|r| r.peer)
+        .chain(
+            s.pending
+                .iter()
+                .map(|p| s.sched.rounds[s.round].sends[p.idx].peer),
+        )
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+const _: () = assert!(ENTRY_LEN == 16);

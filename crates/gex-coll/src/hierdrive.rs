@@ -1,0 +1,173 @@
+//! Driving hierarchical collectives (the `hier` algorithm, [`crate::hier`]): a
+//! collective of a team spanning hosts runs as stages, each a collective of the
+//! team's host team or leaders team, started by the engine when the previous stage
+//! finished on this member. Stages are collectives of the layer's table without an
+//! event: the parent takes their output.
+//!
+//! Collectives of one team start their stages one collective at a time, in sequence
+//! order, so the sub-teams see their collectives in the same order on every member.
+//! A stage's belief ([`crate::rootcheck`]) includes the parent's team, sequence
+//! number, root and stage, so members that disagree on the parent's root disagree on
+//! every stage and are caught there.
+
+use crate::engine::{Body, Input, OpState, Start};
+use crate::error::CollError;
+use crate::layer::Coll;
+use crate::op::Opts;
+use crate::teams::{ext, mix_all};
+use gex_core::layer::Cx;
+use gex_core::spi::Conduit;
+
+impl Coll {
+    /// Advances hierarchical collective `id`: takes the output of its stage in
+    /// flight and starts the next; true if it did something.
+    pub(crate) fn advance_hier<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, id: u64) -> bool {
+        let st = &self.ops[&id];
+        if !st.started && self.earlier_unfinished(st, OpState::is_hier) {
+            return false;
+        }
+        let mut progressed = false;
+        loop {
+            let st = self.ops.get_mut(&id).expect("present");
+            progressed |= !st.started;
+            st.started = true;
+            let Body::Hier(h) = &mut st.body else {
+                return progressed;
+            };
+            if let Some(sub) = h.sub {
+                let Some(res) = self.take_stage(sub) else {
+                    return progressed;
+                };
+                progressed = true;
+                if !self.absorb_stage(id, res) {
+                    return true;
+                }
+            }
+            match self.next_stage(cx, id) {
+                Some(true) => progressed = true,
+                Some(false) => continue,
+                None => return true,
+            }
+        }
+    }
+
+    /// The outcome of stage `sub`, once complete (the stage is then done with).
+    fn take_stage(&mut self, sub: u64) -> Option<Result<Vec<u8>, CollError>> {
+        match self.ops.get_mut(&sub) {
+            None => Some(Err(CollError::Layer(
+                "a stage of a hierarchical collective vanished",
+            ))),
+            Some(o) => {
+                let r = o.result.take()?;
+                o.result = Some(Ok(Vec::new()));
+                o.taken = true;
+                Some(r)
+            }
+        }
+    }
+
+    /// Takes a finished stage's outcome into collective `id`; false if it failed.
+    fn absorb_stage(&mut self, id: u64, res: Result<Vec<u8>, CollError>) -> bool {
+        let st = self.ops.get_mut(&id).expect("present");
+        let (team, seq) = (st.team.clone(), st.seq);
+        let me = team.rank();
+        let Body::Hier(h) = &mut st.body else {
+            return false;
+        };
+        h.sub = None;
+        match (res, ext(&team).hier.get()) {
+            (Ok(bytes), Some(sub_teams)) => {
+                h.absorb(sub_teams, me, bytes);
+                true
+            }
+            (Ok(_), None) => {
+                st.result = Some(Err(CollError::NotMember { team: team.id() }));
+                false
+            }
+            (Err(CollError::RootMismatch { .. }), _) => {
+                // Reported for this collective (members of other hosts learn it from
+                // the abort the caller sends).
+                st.result = Some(Err(CollError::RootMismatch {
+                    team: team.id(),
+                    seq,
+                }));
+                self.pending_aborts.push(id);
+                false
+            }
+            (Err(e), _) => {
+                st.result = Some(Err(e));
+                false
+            }
+        }
+    }
+
+    /// Starts the next stage of `id`: `Some(true)` if one started, `Some(false)` if
+    /// this member sits the stage out, `None` if the collective is over (done or
+    /// failed).
+    fn next_stage<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, id: u64) -> Option<bool> {
+        let st = self.ops.get_mut(&id).expect("present");
+        let (team, seq) = (st.team.clone(), st.seq);
+        let me = team.rank();
+        let Body::Hier(h) = &mut st.body else {
+            return None;
+        };
+        if h.stage >= crate::hier::STAGES {
+            st.result = Some(Ok(h.output(me)));
+            return None;
+        }
+        let x = ext(&team);
+        let Some(sub_teams) = x.hier.get() else {
+            st.result = Some(Err(CollError::NotMember { team: team.id() }));
+            return None;
+        };
+        let stage = h.stage;
+        let Some(call) = h.next_call(sub_teams, me) else {
+            return Some(false);
+        };
+        let reduce = h.reduce.clone().filter(|_| call.reduces);
+        let (elem, root) = (h.elem, h.root);
+        let ctx = mix_all(&[team.id(), u64::from(seq), u64::from(root), u64::from(stage)]);
+        // Stages are never timed online: a trial is a collective of the sub-team
+        // that would run inside this stage.
+        let in_trial = std::mem::replace(&mut self.in_trial, true);
+        self.in_stage = true;
+        let sub_team = self.resolve(&call.team).ok();
+        let started = sub_team
+            .ok_or(CollError::NotMember {
+                team: call.team.id(),
+            })
+            .and_then(|t| {
+                self.start_op(
+                    cx,
+                    &t,
+                    Start {
+                        kind: call.op,
+                        root: call.root,
+                        elem,
+                        count: call.count,
+                        input: Input::Owned(call.input),
+                        reduce,
+                        opts: Opts::default(),
+                        ctx,
+                    },
+                    None,
+                )
+            });
+        self.in_trial = in_trial;
+        self.in_stage = false;
+        let st = self.ops.get_mut(&id).expect("present");
+        let Body::Hier(h) = &mut st.body else {
+            return None;
+        };
+        match started {
+            Ok(sub) => {
+                h.sub = Some(sub);
+                Some(true)
+            }
+            Err(e) => {
+                st.result = Some(Err(e));
+                None
+            }
+        }
+    }
+}

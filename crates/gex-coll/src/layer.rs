@@ -1,0 +1,436 @@
+//! The collectives layer: [`Coll`], its state on one endpoint, and its side of the
+//! layer contract of gex-core ([`Layer`]): attaching (after gex-rma's layer, reading
+//! the `GEX_COLL_*` settings), the handlers (arms of [`Layer::handle`] that record
+//! into the layer's mailbox), and the progress hook that advances every collective in
+//! flight.
+
+use crate::barrier::Notified;
+use crate::engine::OpState;
+use crate::error::CollError;
+use crate::msg::{H_ABORT, H_PROBE, HANDLERS, Mailbox, Outbox, split64};
+use crate::rma::Rma;
+use crate::rootcheck::{self, History};
+use crate::shm::{self, Area, Expected};
+use crate::shmdrive::DirectWait;
+use crate::teams::{SegAlloc, ext};
+use crate::tune::Tuner;
+use gex_core::config::EnvVar;
+use gex_core::layer::{Cx, Layer, Progress};
+use gex_core::spi::Conduit;
+use gex_core::{Am, Capabilities, EpAddr, HandlerId, InitError, Team, Token, WaitPolicy};
+use gex_sync::atomic::{AtomicU32, Ordering, fence};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+/// The collectives layer of gex: teams, the barrier and every collective, as a layer
+/// of an endpoint ([`gex_core::layer`]). Add it to the client after gex-rma's layer;
+/// its operations are methods of the endpoint ([`CollExt`](crate::CollExt)).
+///
+/// ```
+/// use gex_coll::{Allreduce, BuiltinOp, Coll, CollExt};
+/// use gex_core::{Blocking, ClientBuilder};
+/// use gex_testkit::sim::{run_sim, SimConfig};
+///
+/// let builder = || ClientBuilder::new().layer::<gex_rma::Rma>().layer::<Coll>().segment_size(1 << 16);
+/// let out = run_sim(3, SimConfig::default(), builder, |client| {
+///     let mut ep = client.endpoint(0).unwrap();
+///     let world = ep.world();
+///     ep.collective(&world, Allreduce::new(vec![world.rank()], BuiltinOp::Sum), Blocking).unwrap()
+/// });
+/// assert_eq!(out, vec![vec![3u32]; 3]);
+/// ```
+///
+/// Attaching fails (and so does [`Client::endpoint`](gex_core::Client::endpoint)) if
+/// gex-rma's layer is not attached before it, or if a `GEX_COLL_*` setting is bad: the
+/// error names the variable.
+pub struct Coll {
+    pub(crate) hids: [HandlerId; HANDLERS as usize],
+    pub(crate) me: EpAddr,
+    pub(crate) mb: Mailbox,
+    pub(crate) outbox: Outbox,
+    /// Collectives in flight, by start order.
+    pub(crate) ops: BTreeMap<u64, OpState>,
+    pub(crate) next_op: u64,
+    pub(crate) tuner: Tuner,
+    /// The primordial team with the layer's extension.
+    pub(crate) world: Team,
+    pub(crate) alloc: SegAlloc,
+    pub(crate) seg_len: usize,
+    pub(crate) shm: ShmLocal,
+    /// An online trial is running (its calls are not tuned online themselves).
+    pub(crate) in_trial: bool,
+    /// A hierarchical stage is starting its sub-collective: an override that cannot
+    /// run it gives way to the tuner.
+    pub(crate) in_stage: bool,
+    pub(crate) counters: Counters,
+    /// The wait of a blocking call on the direct path.
+    pub(crate) direct: Option<DirectWait>,
+    pub(crate) history: History,
+    /// Collectives other members (or this one) reported failed: (team, seq).
+    pub(crate) aborted: HashSet<(u64, u32)>,
+    /// Collectives whose failure this member must tell the team about.
+    pub(crate) pending_aborts: Vec<u64>,
+    /// Split-phase barriers notified and not yet waited for, by team id.
+    pub(crate) notified: HashMap<u64, Notified>,
+    pub(crate) policy: WaitPolicy,
+}
+
+/// This endpoint's shared-memory state.
+#[derive(Debug)]
+pub(crate) struct ShmLocal {
+    /// This endpoint's area (`None`: no shared-memory collectives).
+    pub(crate) own: Option<Area>,
+    /// Channels in use (bit 0: the world team).
+    pub(crate) used: Arc<AtomicU32>,
+    /// Acknowledgements expected per channel and slot of this endpoint's area.
+    pub(crate) expected: Expected,
+    /// Generation of this layer on its endpoint (0: no shared-memory collectives).
+    pub(crate) generation: u64,
+    /// This member announced it may sleep ([`crate::shmdrive`]).
+    pub(crate) sleepy: bool,
+    /// Fruitless progress calls while waiting for shared-memory flags.
+    pub(crate) fruitless: u32,
+}
+
+/// Counters of the layer ([`CollStats`](crate::CollStats)).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Counters {
+    pub(crate) online_trials: u64,
+    pub(crate) direct_calls: u64,
+    pub(crate) by_reference_calls: u64,
+    pub(crate) cma_calls: u64,
+}
+
+impl std::fmt::Debug for Coll {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coll")
+            .field("addr", &self.me)
+            .field("in_flight", &self.ops.len())
+            .field("tuner", &self.tuner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Layer for Coll {
+    const NAME: &'static str = "coll";
+    const HANDLERS: u8 = HANDLERS;
+    const AUX_BYTES: usize = shm::AREA_LEN;
+    const ENV_VARS: &'static [EnvVar] = crate::env::ENV_VARS;
+
+    fn attach<C: Conduit>(cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
+        if cx.layer::<Rma>().is_none() {
+            return Err(InitError::Layer {
+                layer: Self::NAME,
+                msg: "gex-coll needs gex-rma's layer attached before it \
+                      (ClientBuilder::new().layer::<gex_rma::Rma>().layer::<gex_coll::Coll>())"
+                    .into(),
+            });
+        }
+        let tuner = crate::env::tuner(cx.config())?;
+        let hids = std::array::from_fn(|i| cx.handler(i as u8));
+        let me = cx.addr();
+        let own = shared_memory(cx)
+            .then(|| cx.aux(me).map(Area::new))
+            .flatten();
+        let mut generation = 0;
+        if let Some(own) = own {
+            own.set_cma(shm::cma_capable());
+            generation = own.next_generation();
+        }
+        let shm = ShmLocal {
+            own,
+            used: Arc::new(AtomicU32::new(1)),
+            expected: Expected::from_area(own),
+            generation,
+            sleepy: false,
+            fruitless: 0,
+        };
+        let world = crate::teams::world_team(cx, &shm);
+        let mut c = Coll {
+            hids,
+            me,
+            mb: Mailbox::default(),
+            outbox: Outbox::new(),
+            ops: BTreeMap::new(),
+            next_op: 1,
+            tuner,
+            world,
+            alloc: SegAlloc::default(),
+            seg_len: cx.segment().len(),
+            shm,
+            in_trial: false,
+            in_stage: false,
+            counters: Counters::default(),
+            direct: None,
+            history: History::default(),
+            aborted: HashSet::new(),
+            pending_aborts: Vec::new(),
+            notified: HashMap::new(),
+            policy: cx.wait_policy(),
+        };
+        crate::teams::setup_world_hier(&mut c, cx);
+        Ok(c)
+    }
+
+    #[inline]
+    fn handle(&mut self, h: u8, _t: &mut Token<'_>, am: Am<'_>) {
+        self.mb.deliver(h, &am);
+    }
+
+    fn progress<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) -> Progress {
+        self.policy = cx.wait_policy();
+        self.flush_outbox(cx);
+        self.answer(cx);
+        let (mut progressed, shm_active) = self.advance_all(cx);
+        self.send_aborts(cx);
+        progressed |= self.direct_progress();
+        let busy = !self.ops.is_empty() || !self.outbox.is_empty();
+        if !shm_active && self.direct.is_none() {
+            self.calm();
+            return if busy { Progress::Busy } else { Progress::Idle };
+        }
+        if progressed {
+            self.calm();
+            return Progress::Spinning;
+        }
+        if !self.sleep_gate() {
+            return Progress::Spinning;
+        }
+        // Announced: look once more at every flag waited for (crate::shm, *Sleeping*).
+        fence(Ordering::SeqCst);
+        let (again, _) = self.advance_all(cx);
+        if again || self.direct_ready_now() {
+            return Progress::Spinning;
+        }
+        Progress::Busy
+    }
+}
+
+/// True if this endpoint runs shared-memory collectives: the conduit maps neighbours'
+/// areas (never under `gex_force_am_rma`, which keeps the message paths tested).
+fn shared_memory<C: Conduit>(cx: &Cx<'_, C>) -> bool {
+    !cfg!(gex_force_am_rma) && cx.capabilities().contains(Capabilities::SHARED_MEMORY)
+}
+
+impl Coll {
+    /// The id of handler `h` of the layer's block.
+    #[inline]
+    pub(crate) fn hid(&self, h: u8) -> HandlerId {
+        self.hids[h as usize]
+    }
+
+    /// `team` with the layer's extension: itself, or this layer's world team for the
+    /// endpoint's primordial team.
+    ///
+    /// # Errors
+    /// [`CollError::NotMember`] if this endpoint is not `team.me()` (or the team was
+    /// not made by this layer).
+    pub(crate) fn resolve(&self, team: &Team) -> Result<Team, CollError> {
+        let not_member = || CollError::NotMember { team: team.id() };
+        if team.me() != self.me {
+            return Err(not_member());
+        }
+        if team.ext::<crate::teams::CollTeam>().is_some() {
+            return Ok(team.clone());
+        }
+        if team.id() == 0 && team.members() == self.world.members() {
+            return Ok(self.world.clone());
+        }
+        Err(not_member())
+    }
+
+    /// Advances every collective in flight and removes those that are over; returns
+    /// (some made progress, some shared-memory collective is in flight).
+    pub(crate) fn advance_all<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) -> (bool, bool) {
+        let mut progressed = false;
+        let mut shm_active = false;
+        let mut next = self.ops.keys().next().copied();
+        while let Some(id) = next {
+            next = self.ops.range(id + 1..).next().map(|(&k, _)| k);
+            progressed |= self.advance(cx, id);
+            self.settle(id);
+            let Some(st) = self.ops.get(&id) else {
+                continue;
+            };
+            if (st.is_shm() || st.is_bar()) && st.result.is_none() && !st.taken {
+                shm_active = true;
+            }
+            let failed = st.result.as_ref().is_some_and(|r| r.is_err());
+            let gone = st.taken && (failed || self.acks_done(st));
+            if gone {
+                let st = self.ops.remove(&id).expect("present");
+                self.mb.acks.remove(&(st.team.id(), st.seq));
+            }
+        }
+        (progressed, shm_active)
+    }
+
+    /// Before a sleep: counts a fruitless call and, once the wait policy's spin part
+    /// is over, announces that this member may sleep; true if it did.
+    fn sleep_gate(&mut self) -> bool {
+        let Some(after) = crate::shmdrive::sleep_after(self.policy) else {
+            return false;
+        };
+        self.shm.fruitless = self.shm.fruitless.saturating_add(1);
+        if self.shm.fruitless < after {
+            return false;
+        }
+        let Some(own) = self.shm.own else {
+            return false;
+        };
+        if !self.shm.sleepy {
+            own.sleepy().store(1, Ordering::Relaxed);
+            self.shm.sleepy = true;
+        }
+        true
+    }
+
+    /// A direct call waits and can step now.
+    fn direct_ready_now(&self) -> bool {
+        self.direct
+            .as_ref()
+            .is_some_and(|d| d.failed.is_some() || d.wait.ready())
+    }
+
+    /// Answers probes and takes aborts (see [`crate::rootcheck`]).
+    fn answer<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) {
+        for (team, seq) in std::mem::take(&mut self.mb.aborts) {
+            self.aborted.insert((team, seq));
+            if let Some(id) = self.find_op(team, seq) {
+                self.fail_op(cx, id, false);
+            }
+        }
+        for p in std::mem::take(&mut self.mb.probes) {
+            if let Some(id) = self.find_op(p.team, p.seq) {
+                let st = &self.ops[&id];
+                if st.belief != p.belief && !st.taken && st.result.is_none() {
+                    self.fail_op(cx, id, true);
+                } else if st.belief != p.belief || self.aborted.contains(&(p.team, p.seq)) {
+                    self.abort_to(cx, p.team, p.seq, p.src);
+                }
+                continue;
+            }
+            match self.history.lookup(p.team, p.seq) {
+                Some((b, failed)) if failed || b != p.belief => {
+                    self.abort_to(cx, p.team, p.seq, p.src);
+                }
+                Some(_) => {}
+                None => self.history.keep(p),
+            }
+        }
+    }
+
+    /// The collective (team, seq) in flight here.
+    pub(crate) fn find_op(&self, team: u64, seq: u32) -> Option<u64> {
+        self.ops
+            .iter()
+            .find(|(_, o)| o.team.id() == team && o.seq == seq)
+            .map(|(&id, _)| id)
+    }
+
+    /// Fails collective `id` with a root mismatch (unless it already completed), and
+    /// with `tell`, makes every member of its team fail it too.
+    pub(crate) fn fail_op<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, id: u64, tell: bool) {
+        let Some(st) = self.ops.get_mut(&id) else {
+            return;
+        };
+        let (team, seq) = (st.team.id(), st.seq);
+        let complete = st.taken || st.result.as_ref().is_some_and(|r| r.is_ok());
+        if !complete {
+            st.result = Some(Err(CollError::RootMismatch { team, seq }));
+            if let Some(t) = ext(&st.team).shm.as_ref() {
+                if st.is_shm() || st.is_bar() {
+                    rootcheck::poison(t);
+                }
+            }
+            if let crate::engine::Body::Hier(h) = &mut st.body {
+                if let Some(sub) = h.sub.take() {
+                    self.fail_op(cx, sub, false);
+                    if let Some(o) = self.ops.get_mut(&sub) {
+                        o.taken = true;
+                    }
+                }
+            }
+        }
+        self.history.failed(team, seq);
+        self.aborted.insert((team, seq));
+        self.mb.forget(team, seq);
+        if tell {
+            self.pending_aborts.push(id);
+        }
+        self.settle(id);
+    }
+
+    /// Tells the members of the collectives in `pending_aborts` that they failed.
+    fn send_aborts<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) {
+        for id in std::mem::take(&mut self.pending_aborts) {
+            let Some(st) = self.ops.get(&id) else {
+                continue;
+            };
+            let (team, seq) = (st.team.clone(), st.seq);
+            let me = self.me;
+            for &m in team.members().iter().filter(|&&m| m != me) {
+                self.abort_to(cx, team.id(), seq, m);
+            }
+        }
+    }
+
+    fn abort_to<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, team: u64, seq: u32, dst: EpAddr) {
+        let (tlo, thi) = split64(team);
+        let rank = self.me.rank;
+        // A failure to tell a member that is gone is not this member's error.
+        let _ = self.ctl(cx, dst, H_ABORT, &[tlo, thi, seq, rank]);
+    }
+
+    /// Checks a collective that just started against what is known of it: an abort
+    /// received before, or probes of members with another belief.
+    pub(crate) fn early_checks<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, id: u64) {
+        let st = &self.ops[&id];
+        let (team, seq, belief) = (st.team.id(), st.seq, st.belief);
+        if self.aborted.contains(&(team, seq)) {
+            self.fail_op(cx, id, false);
+            return;
+        }
+        let probes = self.history.take_early(team, seq);
+        if probes.iter().any(|p| p.belief != belief) {
+            self.fail_op(cx, id, true);
+        }
+    }
+
+    /// The stall checks of collective `id` (see [`crate::rootcheck`]).
+    pub(crate) fn stall_checks<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, id: u64) {
+        let Some(st) = self.ops.get_mut(&id) else {
+            return;
+        };
+        let (team, seq, belief) = (st.team.clone(), st.seq, st.belief);
+        match &mut st.body {
+            crate::engine::Body::Sched(s) => {
+                let peers = crate::engine::waited_peers(s);
+                let (tlo, thi) = split64(team.id());
+                let me = team.rank();
+                for q in peers {
+                    let dst = team.members()[q as usize];
+                    let _ = self.ctl(cx, dst, H_PROBE, &[tlo, thi, seq, me, belief]);
+                }
+            }
+            crate::engine::Body::Shm(_) | crate::engine::Body::Bar(_) => {
+                let Some(w) = self.shm_wait(id) else {
+                    return;
+                };
+                let x = ext(&team);
+                let Some(t) = x.shm.as_ref() else {
+                    return;
+                };
+                if rootcheck::shm_stalled(t, seq, belief, &w) {
+                    self.fail_op(cx, id, true);
+                }
+            }
+            crate::engine::Body::Hier(_) => {}
+        }
+    }
+
+    /// Messages the handlers dropped as malformed (0 in a healthy job).
+    pub(crate) fn dropped(&self) -> u64 {
+        self.mb.dropped
+    }
+}

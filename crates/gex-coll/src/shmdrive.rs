@@ -1,0 +1,340 @@
+//! Driving shared-memory collectives: the `shm` algorithm's collectives and flag
+//! barriers in the layer's table, the *direct* path of blocking calls, and the sleep
+//! protocol of members that wait for flags in shared memory.
+//!
+//! **Order.** Collectives of one team that go through the team's data slots run one
+//! at a time, in sequence order, on every member (they share the slots); flag
+//! barriers of a team also run one at a time (see [`crate::barrier`]), but
+//! independently of the slot collectives.
+//!
+//! **Direct path.** A blocking call on a team with a shared-memory channel, when
+//! nothing else is in flight on the endpoint and the tuner picks `shm`, runs over the
+//! caller's buffers: no table entry, no event, no copy in or out, no allocation. The
+//! caller's function steps it (through [`Endpoint::with_layer`]) and, between steps,
+//! waits through the endpoint ([`Endpoint::wait_until_layer`]) for the one flag the
+//! step stopped at; the layer's progress hook sees the wait (in [`Coll::direct`]) so
+//! that it can keep the endpoint awake, announce a sleep, and run the stall checks.
+//!
+//! **Sleeping.** A member whose wait for a flag lasts longer than the spin part of
+//! its wait policy ([`sleep_after`]) announces that it may sleep (its `SLEEPY` word)
+//! and reports [`Progress::Busy`](gex_core::layer::Progress::Busy) to the endpoint,
+//! which may then block in the conduit; before that it reports
+//! [`Progress::Spinning`](gex_core::layer::Progress::Spinning) (the endpoint spins or
+//! yields, never sleeps). Writers of flags wake announced sleepers
+//! ([`ShmTeam::wake`]). See [`crate::shm`], *Sleeping*.
+//!
+//! [`Endpoint::with_layer`]: gex_core::Endpoint::with_layer
+//! [`Endpoint::wait_until_layer`]: gex_core::Endpoint::wait_until_layer
+
+use crate::barrier::{Entry, FlagBar};
+use crate::engine::{Body, OpState};
+use crate::error::CollError;
+use crate::layer::Coll;
+use crate::op::{AddrMode, OpKind, Opts};
+use crate::rootcheck::{self, Stall};
+use crate::shm::{Io, Publish, ShmOp, WaitOn};
+use crate::teams::ext;
+use gex_core::layer::Cx;
+use gex_core::spi::Conduit;
+use gex_core::{Team, WaitPolicy};
+use gex_sync::atomic::Ordering;
+
+/// Fruitless progress calls after which a member waiting for a shared-memory flag
+/// announces that it may sleep, under each wait policy (`None`: never).
+pub(crate) fn sleep_after(p: WaitPolicy) -> Option<u32> {
+    match p {
+        WaitPolicy::Spin => None,
+        WaitPolicy::Block => Some(0),
+        // Yielding hands the core to the member we wait for when ranks outnumber
+        // cores (gex-rma's barrier measured 20 000 yields before sleeping as the
+        // best trade between wake-up latency and idle CPU).
+        WaitPolicy::SpinThenBlock { spins } => Some(spins.saturating_add(20_000)),
+    }
+}
+
+/// A blocking call running directly over the caller's buffers.
+pub(crate) struct DirectOp {
+    pub(crate) team: Team,
+    pub(crate) seq: u32,
+    pub(crate) belief: u32,
+    pub(crate) body: DirectBody,
+    pub(crate) started: bool,
+}
+
+/// What a direct call runs.
+pub(crate) enum DirectBody {
+    Shm(ShmOp),
+    Bar(FlagBar),
+}
+
+impl DirectOp {
+    /// What the call waits for (after a step returned false).
+    pub(crate) fn wait(&self) -> Option<WaitOn> {
+        match &self.body {
+            DirectBody::Shm(op) => op.wait,
+            DirectBody::Bar(b) => b.wait,
+        }
+    }
+}
+
+/// A direct call's wait, as the progress hook sees it.
+#[derive(Debug)]
+pub(crate) struct DirectWait {
+    pub(crate) wait: WaitOn,
+    pub(crate) team: Team,
+    pub(crate) seq: u32,
+    pub(crate) belief: u32,
+    pub(crate) stall: Stall,
+    /// The stall checks found a mismatch.
+    pub(crate) failed: Option<CollError>,
+}
+
+/// How a direct step ended.
+pub(crate) enum Stepped {
+    Done,
+    Pending,
+}
+
+/// The request of a blocking call for the direct path.
+pub(crate) struct DirectReq<'a> {
+    pub(crate) kind: OpKind,
+    pub(crate) root: u32,
+    pub(crate) elem: usize,
+    pub(crate) count: usize,
+    pub(crate) commutative: bool,
+    pub(crate) opts: &'a Opts<'a>,
+    /// A barrier's entry.
+    pub(crate) entry: Entry,
+}
+
+impl Coll {
+    /// True if a collective of `st`'s team started before it (lower sequence number)
+    /// and of the kind `kind` selects has not finished here: `st` must wait its turn.
+    pub(crate) fn earlier_unfinished(&self, st: &OpState, kind: impl Fn(&OpState) -> bool) -> bool {
+        let (tid, seq) = (st.team.id(), st.seq);
+        self.ops
+            .values()
+            .any(|o| kind(o) && o.team.id() == tid && o.seq < seq && !o.taken && o.result.is_none())
+    }
+
+    /// Advances shared-memory collective or flag barrier `id`; true if it did
+    /// something.
+    pub(crate) fn advance_shm<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, id: u64) -> bool {
+        let st = &self.ops[&id];
+        if !st.started {
+            let waits = if st.is_bar() {
+                self.earlier_unfinished(st, OpState::is_bar)
+            } else {
+                self.earlier_unfinished(st, OpState::is_shm)
+            };
+            if waits {
+                return false;
+            }
+        }
+        let Coll { ops, shm, .. } = self;
+        let st = ops.get_mut(&id).expect("present");
+        let x = ext(&st.team);
+        let Some(t) = x.shm.as_ref() else {
+            st.result = Some(Err(CollError::NotMember { team: st.team.id() }));
+            return true;
+        };
+        let first = !st.started;
+        st.started = true;
+        let (done, wake) = match &mut st.body {
+            Body::Shm(op) => {
+                if first {
+                    rootcheck::announce(t, st.seq, st.belief);
+                }
+                let done = op.step(t, &mut shm.expected);
+                let wake = std::mem::take(&mut op.op().wake);
+                if done {
+                    rootcheck::finished(t, st.seq);
+                    st.result = Some(Ok(op.take_output()));
+                }
+                (done, wake)
+            }
+            Body::Bar(b) => {
+                let done = b.step(t);
+                if done {
+                    st.result = Some(Ok(b.entry().encode()));
+                }
+                (done, std::mem::take(&mut b.wake))
+            }
+            _ => (false, 0),
+        };
+        t.wake(wake, &mut |a| cx.wake(a));
+        first || done || wake != 0
+    }
+
+    /// What stalled shared-memory collective `id` waits for.
+    pub(crate) fn shm_wait(&mut self, id: u64) -> Option<WaitOn> {
+        match &mut self.ops.get_mut(&id)?.body {
+            Body::Shm(op) => op.op().wait,
+            Body::Bar(b) => b.wait,
+            _ => None,
+        }
+    }
+
+    /// Starts a blocking call on the direct path if it applies (see the module docs):
+    /// `Ok(None)` if not (nothing consumed, the caller uses the table).
+    pub(crate) fn direct_begin<C: Conduit>(
+        &mut self,
+        _cx: &mut Cx<'_, C>,
+        team: &Team,
+        r: &DirectReq<'_>,
+        io: &mut Io<'_>,
+    ) -> Result<Option<DirectOp>, CollError> {
+        let x = ext(team);
+        let Some(sh) = x.shm.as_ref() else {
+            return Ok(None);
+        };
+        if !self.ops.is_empty() {
+            return Ok(None);
+        }
+        // A wait left by a call that unwound (a panicking handler) is stale.
+        self.direct = None;
+        let (p, me, n) = (team.size(), team.rank(), r.elem * r.count);
+        if r.root >= p {
+            return Err(CollError::BadRank {
+                rank: r.root,
+                size: p,
+            });
+        }
+        let q = Self::query(team, r.kind, n, AddrMode::Local, r.opts, r.commutative);
+        let shm = if self.online_applies(&q, r.opts) {
+            self.tuner
+                .online_choice(team.id(), &q)
+                .is_some_and(|a| a.is_shared_memory())
+        } else {
+            self.tuner.select(&q, r.opts.algorithm)?.is_shared_memory()
+        };
+        if !shm || !ShmOp::fits(r.kind, p, r.elem, sh.ch) {
+            return Ok(None);
+        }
+        let seq = x.next_seq();
+        let belief = rootcheck::belief(r.kind, r.root, 0);
+        let body = if r.kind == OpKind::Barrier {
+            DirectBody::Bar(FlagBar::new(x.next_barrier(), r.entry))
+        } else {
+            let mut op = ShmOp::new(
+                r.kind,
+                (p, me, r.root),
+                r.elem,
+                n,
+                r.opts.sync,
+                (team.id(), seq),
+                sh.ch,
+            );
+            op.keep_own(io.input, io.out);
+            let cpus = self.tuner.host_cpus();
+            let oversubscribed = cpus > 0 && p > cpus;
+            match op.publish_by_reference(sh, io.input, oversubscribed) {
+                Publish::Segment => self.counters.by_reference_calls += 1,
+                Publish::Process => self.counters.cma_calls += 1,
+                Publish::Slots => {}
+            }
+            DirectBody::Shm(op)
+        };
+        self.counters.direct_calls += 1;
+        Ok(Some(DirectOp {
+            team: team.clone(),
+            seq,
+            belief,
+            body,
+            started: false,
+        }))
+    }
+
+    /// Steps a direct call over `io`; on `Pending`, records its wait for the progress
+    /// hook. A mismatch found by the hook's stall checks fails it.
+    pub(crate) fn direct_step<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        d: &mut DirectOp,
+        io: &mut Io<'_>,
+    ) -> Result<Stepped, CollError> {
+        if let Some(w) = self.direct.take() {
+            if let Some(e) = w.failed {
+                self.calm();
+                return Err(e);
+            }
+        }
+        let x = ext(&d.team);
+        let t = x.shm.as_ref().expect("direct calls need a channel");
+        let first = !d.started;
+        d.started = true;
+        let (done, wake) = match &mut d.body {
+            DirectBody::Shm(op) => {
+                if first {
+                    rootcheck::announce(t, d.seq, d.belief);
+                }
+                let done = op.step(t, &mut self.shm.expected, io);
+                if done {
+                    rootcheck::finished(t, d.seq);
+                }
+                (done, std::mem::take(&mut op.wake))
+            }
+            DirectBody::Bar(b) => (b.step(t), std::mem::take(&mut b.wake)),
+        };
+        t.wake(wake, &mut |a| cx.wake(a));
+        if done {
+            self.calm();
+            return Ok(Stepped::Done);
+        }
+        let wait = d.wait().expect("a pending step records its wait");
+        self.direct = Some(DirectWait {
+            wait,
+            team: d.team.clone(),
+            seq: d.seq,
+            belief: d.belief,
+            stall: Stall::default(),
+            failed: None,
+        });
+        cx.set_busy();
+        Ok(Stepped::Pending)
+    }
+
+    /// True once the direct call can step again (the condition its caller waits for).
+    pub(crate) fn direct_ready(&self) -> bool {
+        self.direct
+            .as_ref()
+            .is_none_or(|d| d.failed.is_some() || d.wait.ready())
+    }
+
+    /// The progress hook's part for a direct call's wait: the stall checks. True if
+    /// the call can step now (its flag is there, or it failed).
+    pub(crate) fn direct_progress(&mut self) -> bool {
+        let Some(d) = self.direct.as_mut() else {
+            return false;
+        };
+        if d.failed.is_some() || d.wait.ready() {
+            return true;
+        }
+        if d.stall.fruitless() {
+            let x = ext(&d.team);
+            if let Some(t) = x.shm.as_ref() {
+                if rootcheck::shm_stalled(t, d.seq, d.belief, &d.wait) {
+                    rootcheck::poison(t);
+                    d.failed = Some(CollError::RootMismatch {
+                        team: d.team.id(),
+                        seq: d.seq,
+                    });
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// No wait on shared-memory flags is stalled any more: withdraw a sleep
+    /// announcement.
+    pub(crate) fn calm(&mut self) {
+        self.shm.fruitless = 0;
+        if self.shm.sleepy {
+            self.shm.sleepy = false;
+            if let Some(own) = self.shm.own {
+                own.sleepy().store(0, Ordering::Relaxed);
+            }
+        }
+    }
+}
