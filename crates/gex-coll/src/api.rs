@@ -571,10 +571,16 @@ fn lower<'a, C: Conduit, T: Elem>(
         .reduce
         .as_ref()
         .map(|o| (o.func().clone(), o.is_commutative()));
+    // A barrier carries its entry (anonymous for a barrier by kind).
+    let (elem, count) = if kind == OpKind::Barrier {
+        (ENTRY_LEN, 1)
+    } else {
+        (size_of::<T>(), count)
+    };
     let l = Lowered {
         kind,
         root,
-        elem: size_of::<T>(),
+        elem,
         count,
         reduce,
         opts: spec.opts,
@@ -595,7 +601,11 @@ pub(crate) fn run_owned<C: Conduit, T: Elem, M: Mode>(
         return Err(CollError::Layer("an owned descriptor without owned data"));
     };
     online_trial(ep, &team, &l)?;
-    let input = into_bytes(data);
+    let input = if l.kind == OpKind::Barrier {
+        Entry::default().encode()
+    } else {
+        into_bytes(data)
+    };
     if M::KIND == ModeKind::Blocking {
         let (_, out_blocks) = l.kind.shape(team.size(), team.rank(), l.root);
         let mut out = vec![0u8; out_blocks * l.elem * l.count];
@@ -649,7 +659,11 @@ pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
         root: l.root,
         elem: l.elem,
         count: l.count,
-        input: Input::Owned(bytemuck::cast_slice::<T, u8>(input).to_vec()),
+        input: Input::Owned(if l.kind == OpKind::Barrier {
+            Entry::default().encode()
+        } else {
+            bytemuck::cast_slice::<T, u8>(input).to_vec()
+        }),
         reduce: l.reduce,
         opts: l.opts,
         ctx: 0,

@@ -91,7 +91,7 @@ impl Coll {
                     team: team.id(),
                     seq,
                 }));
-                self.pending_aborts.push(id);
+                self.pending_aborts.push((team.clone(), seq));
                 false
             }
             (Err(e), _) => {

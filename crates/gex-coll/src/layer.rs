@@ -68,8 +68,9 @@ pub struct Coll {
     pub(crate) history: History,
     /// Collectives other members (or this one) reported failed: (team, seq).
     pub(crate) aborted: HashSet<(u64, u32)>,
-    /// Collectives whose failure this member must tell the team about.
-    pub(crate) pending_aborts: Vec<u64>,
+    /// Collectives whose failure this member must tell their team about: (team,
+    /// seq).
+    pub(crate) pending_aborts: Vec<(Team, u32)>,
     /// Split-phase barriers notified and not yet waited for, by team id.
     pub(crate) notified: HashMap<u64, Notified>,
     pub(crate) policy: WaitPolicy,
@@ -356,18 +357,15 @@ impl Coll {
         self.aborted.insert((team, seq));
         self.mb.forget(team, seq);
         if tell {
-            self.pending_aborts.push(id);
+            let st = &self.ops[&id];
+            self.pending_aborts.push((st.team.clone(), seq));
         }
         self.settle(id);
     }
 
     /// Tells the members of the collectives in `pending_aborts` that they failed.
     fn send_aborts<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) {
-        for id in std::mem::take(&mut self.pending_aborts) {
-            let Some(st) = self.ops.get(&id) else {
-                continue;
-            };
-            let (team, seq) = (st.team.clone(), st.seq);
+        for (team, seq) in std::mem::take(&mut self.pending_aborts) {
             let me = self.me;
             for &m in team.members().iter().filter(|&&m| m != me) {
                 self.abort_to(cx, team.id(), seq, m);
