@@ -763,11 +763,10 @@ impl Rma {
             ];
             let h = self.h.atomic;
             self.send(cx, dst, h, Category::Short, &args, &[], 0)
-                .map(|sent| {
+                .inspect(|&sent| {
                     if sent {
                         self.bump(i, 1);
                     }
-                    sent
                 })
         };
         let counted = (how.kind == ModeKind::Nbi && !how.scoped).then_some(Cat::Atomics);

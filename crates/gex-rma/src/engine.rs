@@ -238,11 +238,10 @@ impl Rma {
                     args[0] = j.id;
                     let h = self.h.put_short;
                     self.send(cx, dst, h, Category::Short, &args[..n], &[], 0)
-                        .map(|sent| {
+                        .inspect(|&sent| {
                             if sent {
                                 self.bump(j.id, 1);
                             }
-                            sent
                         })
                 }
                 Path::Native => {
@@ -411,6 +410,7 @@ impl Rma {
     }
 
     /// One step of a memset of `len` bytes at `offset` of `dst` (validated).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn memset_step<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
@@ -474,9 +474,9 @@ impl Rma {
         }
     }
 
-    /// Starts a get of `src.len()`... into an owned byte buffer without waiting, for
-    /// other layers' progress hooks (a rendezvous get of the collectives layer):
-    /// `dst.len()` bytes from `src` into `dst`.
+    /// Starts a get of `dst.len()` bytes from `src` into the owned buffer `dst` without
+    /// waiting, for other layers' code, which may not wait (a rendezvous get started
+    /// from the collectives layer's progress hook).
     ///
     /// - `Ok(Ok(event))`: started (complete already on the direct path); the event
     ///   gives the filled buffer back. If it is dropped or leaked early, the buffer is
@@ -508,6 +508,7 @@ impl Rma {
     /// assert_eq!(ep.wait(ev)?, b"rendezvous");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[allow(clippy::type_complexity)]
     pub fn try_get_owned<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,

@@ -131,7 +131,7 @@ fn put_bytes<C: Conduit>(
 /// A [`GetTo::Ptr`] destination is writable for its length and untouched by anyone
 /// else until the operation completes (the callers: a blocking call waits, an owned
 /// buffer moves into the event, a scoped borrow lasts until the scope's end).
-#[allow(unsafe_code)]
+#[allow(unsafe_code, clippy::too_many_arguments)]
 #[inline]
 unsafe fn get_bytes<C: Conduit, O: Send + 'static>(
     ep: &mut Endpoint<C>,
@@ -186,7 +186,7 @@ mod sealed {
 /// | destination | modes | returns |
 /// |---|---|---|
 /// | `&mut [T]`, `&mut [T; N]`, `&mut Vec<T>` (its current length) | [`Blocking`] only | `()` |
-/// | `Vec<T>` (owned; its length is the element count) | every mode | `M::Out<Vec<T>, RmaError>`: the filled vector ([`Blocking`]), an [`Event`] that gives it back ([`Nb`](gex_core::Nb)), nothing ([`Nbi`](gex_core::Nbi): kept alive until the sync) |
+/// | `Vec<T>` (owned; its length is the element count) | every mode | `M::Out<Vec<T>, RmaError>`: the filled vector ([`Blocking`]), an [`Event`](gex_core::Event) that gives it back ([`Nb`](gex_core::Nb)), nothing ([`Nbi`](gex_core::Nbi): kept alive until the sync) |
 ///
 /// A borrowed destination with a nonblocking mode does not compile: the transfer could
 /// outlive the borrow. Lend a buffer to a nonblocking get inside
@@ -386,7 +386,7 @@ fn val_finish<T: Pod + Send>(d: Data, _: Option<T>) -> T {
 /// | mode | returns | completion |
 /// |---|---|---|
 /// | [`Blocking`] | `T` | complete on return (a put's bytes are at the target) |
-/// | [`Nb`](gex_core::Nb) | [`Event<T, RmaError>`](Event) | wait with [`Endpoint::wait`] (or test, `wait_all`, ...) |
+/// | [`Nb`](gex_core::Nb) | [`Event<T, RmaError>`](gex_core::Event) | wait with [`Endpoint::wait`] (or test, `wait_all`, ...) |
 /// | [`Nbi`](gex_core::Nbi) | `()` | [`sync_nbi`](Self::sync_nbi) of its category waits for it |
 ///
 /// Sources (`&[T]`) may be reused as soon as a call returns, in every mode. Each

@@ -429,6 +429,7 @@ impl Rma {
     /// Decides what completes `id` once its first unit has started: the event of
     /// `ev` (made now, holding `hold`), or, for implicit-event operations of a
     /// counted category, the category's counter. Nothing if already decided.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn open<C: Conduit, O: Send + 'static>(
         &mut self,
         cx: &mut Cx<'_, C>,
