@@ -342,7 +342,7 @@ impl<T: Pod + Send, M: Mode> GetDst<T, M> for Vec<T> {
         let bytes = std::mem::size_of_val(&self[..]);
         let p = self.as_mut_ptr().cast::<u8>();
         let (a, chunks, contiguous) = source_chunks(ep, &src, n)?;
-        let off = chunks[0].remote;
+        let off = chunks.first().map_or(0, |c| c.remote);
         // SAFETY: the vector's heap block moves into the event (or, for NBI, the
         // operation's entry), which keeps it alive and untouched until the operation
         // is done with it, also if the event is dropped or leaked.

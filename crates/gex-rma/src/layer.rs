@@ -193,20 +193,20 @@ impl Drop for Rma {
 
 /// Reads `GEX_RMA_PATH`.
 fn force_am(cx: &gex_core::Config) -> Result<bool, InitError> {
-    if cfg!(gex_force_am_rma) {
-        return Ok(true);
-    }
-    match cx
+    let am = match cx
         .get("GEX_RMA_PATH")
         .map(|v| v.trim().to_ascii_lowercase())
     {
-        None => Ok(false),
-        Some(v) if v.is_empty() || v == "auto" => Ok(false),
-        Some(v) if v == "am" => Ok(true),
-        Some(v) => Err(InitError::Config(format!(
-            "GEX_RMA_PATH must be `auto` or `am`, got `{v}`"
-        ))),
-    }
+        None => false,
+        Some(v) if v.is_empty() || v == "auto" => false,
+        Some(v) if v == "am" => true,
+        Some(v) => {
+            return Err(InitError::Config(format!(
+                "GEX_RMA_PATH must be `auto` or `am`, got `{v}`"
+            )));
+        }
+    };
+    Ok(am || cfg!(gex_force_am_rma))
 }
 
 impl Layer for Rma {
