@@ -51,6 +51,13 @@ use crate::conformance::{self, Case, Job, Runner};
 use gex_core::spi::Conduit;
 use std::time::Instant;
 
+/// A client builder whose clients carry the RMA layer, as the RMA cases need
+/// (`ClientBuilder::new().layer::<gex_rma::Rma>()`), for runners of conduit crates that
+/// do not depend on gex-rma themselves.
+pub fn client_builder() -> gex_core::ClientBuilder<((), gex_rma::Rma)> {
+    gex_core::ClientBuilder::new().layer::<gex_rma::Rma>()
+}
+
 /// Names of every RMA case, in registry order.
 pub const CASE_NAMES: &[&str] = &[
     "rma_contiguous",
