@@ -23,7 +23,7 @@ struct Progress {
 /// result, in rank order.
 ///
 /// Each rank thread (named `sim-rank-<r>`) builds its client from `builder()` (called
-/// on the calling thread, once per rank) with the job's [`SimFabric`] as conduit
+/// on the calling thread, once per rank; it may add layers) with the job's [`SimFabric`] as conduit
 /// context and a [`ThreadBoot`](crate::boot::ThreadBoot) placing ranks on hosts per
 /// [`SimConfig::placement`] or [`SimConfig::ranks_per_host`], initialises it
 /// (collectively), and calls `f` with it.
@@ -45,15 +45,16 @@ struct Progress {
 ///   ranks that had not finished and the fabric's queue state. If some rank thread
 ///   still does not finish within 10 s more (it is stuck outside gex), the process is
 ///   **aborted** with a message: a hang is never an option.
-pub fn run_sim<F, R>(
+pub fn run_sim<F, R, L>(
     ranks: u32,
     cfg: SimConfig,
-    builder: impl Fn() -> ClientBuilder,
+    builder: impl Fn() -> ClientBuilder<L>,
     f: F,
 ) -> Vec<R>
 where
     F: Fn(Client<Sim>) -> R + Send + Sync,
     R: Send,
+    L: gex_core::layer::LayerSet,
 {
     assert!(ranks >= 1, "run_sim needs at least one rank");
     let timeout = cfg.timeout;
