@@ -46,7 +46,7 @@
 //!   All}`; [`AddrMode`]: local (owned or borrowed buffers) or single ([`InSegments`],
 //!   every member's segment offsets given, in-place with `src: None`).
 //! - **Roots** ([`Root`]): a team rank, or where the root's data lives (a
-//!   [`GlobalPtr`]) — seed 003's data-centric roots. Members that name different
+//!   [`GlobalPtr`](gex_rma::GlobalPtr)) — seed 003's data-centric roots. Members that name different
 //!   roots get [`CollError::RootMismatch`] instead of hanging ([`rootcheck`]).
 //! - **Algorithms** ([`algo`]): flat, binomial, k-nomial, k-ary, chain (pipelined),
 //!   fork trees, dissemination, Bruck (radix k), ring, recursive doubling and halving,
@@ -121,7 +121,10 @@ mod msg;
 mod online;
 mod op;
 pub mod profile;
-mod rma;
+/// The parts of gex-rma's layer the collectives use (rendezvous gets; data roots).
+mod rma {
+    pub(crate) use gex_rma::{GlobalPtr, Rma, RmaError};
+}
 mod root;
 pub mod rootcheck;
 pub mod sched;
@@ -148,9 +151,6 @@ pub use op::{
     Transport,
 };
 pub use profile::Profile;
-#[doc(hidden)]
-pub use rma::Rma; // TEMPORARY: gex_rma::Rma once rma-layer lands
-pub use rma::{GlobalPtr, RmaError};
 pub use root::Root;
 pub use sched::ReduceFn;
 pub use shm::{Shm, cma_capable};
