@@ -94,3 +94,43 @@ pub(crate) fn pmi_present() -> bool {
         .iter()
         .any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty()))
 }
+
+/// The registry of the `GEX_*` variables gex-boot sets or reads (collected with the
+/// other crates' by the facade; `ci/check-env-docs` keeps `docs/env.md` in step).
+pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
+    gex_core::config::EnvVar {
+        name: "GEX_BOOT",
+        default: "",
+        doc: "Bootstrap backend: fork (set by the gex fork launcher) or pmi (force the PMI-1 client). Unset: PMI-1 if PMI_FD or PMI_PORT is set (mpiexec, srun), else a singleton job.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_BOOT_FD",
+        default: "",
+        doc: "Set by the fork launcher: inherited socket to the launcher.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_RANK",
+        default: "",
+        doc: "Set by the launcher: this process's rank.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_SIZE",
+        default: "",
+        doc: "Set by the launcher: number of ranks.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_JOB_ID",
+        default: "",
+        doc: "Set by the launcher: unique job identifier.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_LOCAL_RANK",
+        default: "",
+        doc: "Set by the launcher: rank among the ranks of this host.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_LOCAL_SIZE",
+        default: "",
+        doc: "Set by the launcher: ranks on this host.",
+    },
+];

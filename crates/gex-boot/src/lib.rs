@@ -78,6 +78,7 @@
 mod child;
 mod coord;
 pub mod env;
+pub use env::ENV_VARS;
 pub mod fork;
 mod inherit;
 pub mod launch;

@@ -59,7 +59,7 @@ enum SegSize {
 /// recompiling.
 ///
 /// `L` is the list of layers every endpoint of the client carries, added with
-/// [`layer`](Self::layer) (the facade's builder starts with gex-rma and gex-coll).
+/// [`layer`](Self::layer).
 pub struct ClientBuilder<L: LayerSet = ()> {
     segment_size: Option<SegSize>,
     endpoints: Option<u16>,
@@ -185,7 +185,8 @@ impl<L: LayerSet> ClientBuilder<L> {
     fn env_registries<C: Conduit>() -> Vec<&'static [EnvVar]> {
         let mut infos = Vec::new();
         L::infos(&mut infos);
-        let mut v: Vec<&'static [EnvVar]> = vec![crate::config::ENV_VARS, C::ENV_VARS];
+        let mut v: Vec<&'static [EnvVar]> = vec![crate::config::ENV_VARS];
+        v.extend(C::env_registries());
         v.extend(infos.iter().map(|i| i.env_vars));
         v
     }
@@ -243,7 +244,7 @@ impl<L: LayerSet> ClientBuilder<L> {
         if rank == 0 && config.bool("GEX_VERBOSEENV", false)? {
             eprint!(
                 "gex: configuration (conduit {}, layers [{}]):\n{}",
-                C::NAME,
+                config.get("GEX_CONDUIT").unwrap_or(C::NAME),
                 infos.iter().map(|i| i.name).collect::<Vec<_>>().join(", "),
                 config.describe(&Self::env_registries::<C>())
             );
@@ -397,7 +398,7 @@ impl<C: Conduit> Client<C> {
     }
     /// The conduit's name.
     pub fn conduit_name(&self) -> &'static str {
-        C::NAME
+        self.conduit.name()
     }
     /// The conduit instance.
     pub fn conduit(&self) -> &Arc<C> {

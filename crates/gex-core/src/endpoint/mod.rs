@@ -416,7 +416,7 @@ impl<C: Conduit> Endpoint<C> {
     }
     /// The conduit's name.
     pub fn conduit_name(&self) -> &'static str {
-        C::NAME
+        self.with_ref(|i| i.core._conduit.name())
     }
     /// The conduit's capabilities.
     pub fn capabilities(&self) -> crate::spi::Capabilities {
