@@ -45,15 +45,16 @@ struct Progress {
 ///   ranks that had not finished and the fabric's queue state. If some rank thread
 ///   still does not finish within 10 s more (it is stuck outside gex), the process is
 ///   **aborted** with a message: a hang is never an option.
-pub fn run_sim<F, R>(
+pub fn run_sim<F, R, L>(
     ranks: u32,
     cfg: SimConfig,
-    builder: impl Fn() -> ClientBuilder,
+    builder: impl Fn() -> ClientBuilder<L>,
     f: F,
 ) -> Vec<R>
 where
     F: Fn(Client<Sim>) -> R + Send + Sync,
     R: Send,
+    L: gex_core::layer::LayerSet,
 {
     assert!(ranks >= 1, "run_sim needs at least one rank");
     let timeout = cfg.timeout;
@@ -223,7 +224,9 @@ impl Runner<Sim> for SimRunner {
     fn run(&self, job: &Job<'_>, case: &Case<Sim>) -> Result<(), String> {
         let (seg, eps, wait) = (self.segment_size, job.endpoints, self.wait);
         let builder = || {
-            let b = ClientBuilder::new().segment_size(seg).endpoints(eps);
+            let b = crate::conformance::builder()
+                .segment_size(seg)
+                .endpoints(eps);
             match wait {
                 Some(w) => b.wait_policy(w),
                 None => b,
