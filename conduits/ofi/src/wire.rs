@@ -7,7 +7,7 @@
 //! | bytes | field |
 //! |---|---|
 //! | 0 | handler index |
-//! | 1 | bits 0–1 category (0 Short, 1 Medium, 2 Long, 3 credit-only), bit 2 reply, bit 3 hello |
+//! | 1 | bits 0–1 category (0 Short, 1 Medium, 2 Long, 3 credit-only), bit 2 reply (AMs only), bit 3 hello (credit-only only), bits 4–7 reserved (0) |
 //! | 2 | number of arguments |
 //! | 3 | reserved (0) |
 //! | 4–5 | source endpoint index (little-endian) |
@@ -210,6 +210,9 @@ pub(crate) fn decode(msg: &[u8], max_args: usize) -> Result<Header, String> {
     }
     if category.is_some() && h.hello {
         return Err("hello flag on an active message".into());
+    }
+    if category.is_none() && h.kind == Kind::Reply {
+        return Err("reply flag on a credit-only message".into());
     }
     let want = h.payload_at() + h.len;
     if msg.len() != want {
@@ -483,9 +486,10 @@ mod tests {
         assert!(decode(&c, 16).is_err());
     }
 
-    /// Regression (found while writing the `ofi-wire` fuzz target): reserved header
-    /// bits, a hello flag on an AM and a handler index on a credit-only message were
-    /// accepted, so a corrupt header could pass as a valid message.
+    /// Regression (found while writing the `ofi-wire` fuzz target, and by it): reserved
+    /// header bits, a hello flag on an AM, a handler index or the reply flag on a
+    /// credit-only message were accepted, so a corrupt header could pass as a valid
+    /// message.
     #[test]
     fn reserved_bits_are_rejected() {
         let mut b = vec![0u8; wire_len(Category::Short, 0, 0)];
@@ -506,6 +510,15 @@ mod tests {
         encode_credit(&mut c, 0, 0, true);
         c[0] = 5;
         assert!(decode(&c, 16).unwrap_err().contains("credit-only"));
+        // Found by the `ofi-wire` fuzz target (16 bytes: 00 0f 00…): the reply flag on
+        // a credit-only message was accepted.
+        let mut c = [0u8; HEADER];
+        c[1] = 0x0f;
+        assert!(
+            decode(&c, 16)
+                .unwrap_err()
+                .contains("reply flag on a credit-only")
+        );
     }
 
     #[test]
