@@ -173,6 +173,10 @@ pub fn parse_process_mapping(value: &str, size: u32) -> Result<Option<Vec<u32>>,
     // Not `with_capacity(size)` alone: `size` may be huge where the value is short.
     let mut ids = Vec::with_capacity(size.min(1 << 16));
     let place = |ids: &mut Vec<u32>, b: &Block| {
+        if b.per_node == 0 {
+            // Places nobody, however many nodes it has.
+            return;
+        }
         for node in 0..b.nodes {
             for _ in 0..b.per_node {
                 if ids.len() == size {
@@ -297,6 +301,21 @@ mod tests {
         let ids = map(&v, 200_000);
         assert_eq!(ids.len(), 200_000);
         assert!(ids.iter().all(|&i| i == 2));
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+
+    /// Regression (found by the `pmi-mapping` fuzz target, input
+    /// `(vector,(0,1094232409,0))` for 4 ranks): the linear-time rewrite above walked
+    /// the nodes of a block with 0 ranks per node, a billion steps for nothing.
+    #[test]
+    fn a_block_of_many_empty_nodes_is_skipped_at_once() {
+        let t = std::time::Instant::now();
+        assert_eq!(map("(vector,(0,4000000000,0),(1,1,1))", 4), [1, 1, 1, 1]);
+        assert!(parse_process_mapping("(vector,(0,1094232409,0))", 4).is_err());
         assert!(
             t.elapsed() < std::time::Duration::from_secs(20),
             "{:?}",
