@@ -350,12 +350,12 @@ impl Profile {
                         }
                         // Whole numbers in range only: `as` would saturate 1e30 silently.
                         ("team", Val::Num(x))
-                            if x >= 1.0 && x <= f64::from(u32::MAX) && x.fract() == 0.0 =>
+                            if (1.0..=f64::from(u32::MAX)).contains(&x) && x.fract() == 0.0 =>
                         {
                             c.team = Some(x as u32)
                         }
                         ("bytes", Val::Num(x))
-                            if x >= 0.0 && x <= MAX_EXACT && x.fract() == 0.0 =>
+                            if (0.0..=MAX_EXACT).contains(&x) && x.fract() == 0.0 =>
                         {
                             c.bytes = Some(x as usize)
                         }
