@@ -86,6 +86,9 @@ pub mod pmi;
 mod proto;
 mod signals;
 
+#[doc(hidden)]
+pub mod fuzz_api;
+
 use std::ffi::OsString;
 
 use gex_core::boot::{BootError, Bootstrap, Singleton};

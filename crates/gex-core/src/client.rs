@@ -254,6 +254,18 @@ impl<L: LayerSet> ClientBuilder<L> {
         mine.extend_from_slice(&eps.to_le_bytes());
         mine.extend_from_slice(&(seg as u64).to_le_bytes());
         let all = boot.exchange(&mine)?;
+        // The exchange comes from the launcher: check its shape before using it.
+        if all.len() != size as usize || all.get(rank as usize) != Some(&mine) {
+            return Err(InitError::Boot(crate::boot::BootError::Protocol(format!(
+                "the bootstrap exchange returned {} layout blobs for {size} ranks{}",
+                all.len(),
+                if all.len() == size as usize {
+                    ", and not this rank's own blob at its rank"
+                } else {
+                    ""
+                }
+            ))));
+        }
         let mut layout = JobLayout {
             eps: Vec::new(),
             seg_len: Vec::new(),
@@ -266,7 +278,13 @@ impl<L: LayerSet> ClientBuilder<L> {
                     b.len()
                 ))));
             }
-            layout.eps.push(u16::from_le_bytes([b[0], b[1]]));
+            let eps = u16::from_le_bytes([b[0], b[1]]);
+            if eps == 0 {
+                return Err(InitError::Boot(crate::boot::BootError::Protocol(format!(
+                    "layout blob of rank {r} has no endpoint"
+                ))));
+            }
+            layout.eps.push(eps);
             layout
                 .seg_len
                 .push(u64::from_le_bytes(b[2..10].try_into().expect("8 bytes")) as usize);

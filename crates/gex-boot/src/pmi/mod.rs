@@ -122,6 +122,10 @@ const MIN_CHUNK: usize = 16;
 /// not make this rank issue billions of requests).
 const MAX_CHUNKS: usize = 1 << 26;
 
+/// Largest job size this client accepts from the environment or a PMI server: a
+/// corrupt size must not make it build host tables of billions of entries.
+const MAX_JOB_SIZE: u32 = 1 << 24;
+
 /// Longest [`drain_output`] waits for the launcher to read this rank's output.
 const OUTPUT_DRAIN: Duration = Duration::from_secs(1);
 
@@ -307,6 +311,11 @@ impl PmiClient {
         if size == 0 || rank >= size {
             return Err(BootError::Environment(format!(
                 "PMI rank {rank} is not below the job size {size}"
+            )));
+        }
+        if size > MAX_JOB_SIZE {
+            return Err(BootError::Environment(format!(
+                "PMI job size {size} is above the {MAX_JOB_SIZE} ranks gex supports"
             )));
         }
         let m = conn.call(
@@ -523,7 +532,13 @@ impl PmiClient {
             let key = self.key(seq, rank, i)?;
             enc.push_str(&self.get(&key)?.ok_or_else(|| missing(i))?);
         }
-        b64::decode(&enc)
+        b64::decode(&enc).map_err(|_| {
+            BootError::Protocol(format!(
+                "rank {rank}'s blob for bootstrap collective #{seq} ({count} chunk(s), {} \
+                 characters) is not unpadded base64url",
+                enc.len()
+            ))
+        })
     }
 
     /// Sends `cmd=abort exitcode=code` (the server sends no reply), after letting
@@ -532,6 +547,38 @@ impl PmiClient {
         drain_output();
         self.conn.send_line(&format!("cmd=abort exitcode={code}\n"))
     }
+}
+
+/// [`wire::Msg::parse`] for [`crate::fuzz_api`].
+pub(crate) fn fuzz_parse(line: &str) -> Result<(String, Vec<(String, String)>), String> {
+    Msg::parse(line)
+        .map(|m| (m.cmd, m.attrs))
+        .map_err(|e| e.to_string())
+}
+
+/// [`b64::encode`] for [`crate::fuzz_api`].
+pub(crate) fn fuzz_b64_encode(data: &[u8]) -> String {
+    b64::encode(data)
+}
+
+/// [`b64::decode`] for [`crate::fuzz_api`].
+pub(crate) fn fuzz_b64_decode(s: &str) -> Result<Vec<u8>, String> {
+    b64::decode(s).map_err(|e| e.to_string())
+}
+
+/// [`PmiClient::connect`] for [`crate::fuzz_api`].
+pub(crate) fn fuzz_connect(
+    sock: OwnedFd,
+    rank: u32,
+    size: u32,
+    handshake: bool,
+) -> Result<PmiClient, BootError> {
+    let ident = if handshake {
+        Ident::Handshake { pmiid: rank }
+    } else {
+        Ident::Known { rank, size }
+    };
+    PmiClient::connect(sock, ident)
 }
 
 impl Bootstrap for PmiClient {
@@ -995,6 +1042,43 @@ mod tests {
         ];
         let e = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 1 }).unwrap_err();
         assert!(matches!(e, BootError::Protocol(_)), "{e:?}");
+    }
+
+    /// Regression (found while writing the `pmi-client` fuzz target): a size of
+    /// billions from the server's handshake made the client build a host table of
+    /// that many entries (gigabytes, for minutes) before anything failed.
+    #[test]
+    fn huge_job_size_is_refused() {
+        static R: [&str; 1] =
+            ["cmd=initack\ncmd=set size=4000000000\ncmd=set rank=0\ncmd=set debug=0\n"];
+        let e = PmiClient::connect(scripted(&R), Ident::Handshake { pmiid: 0 }).unwrap_err();
+        assert!(
+            matches!(&e, BootError::Environment(m) if m.contains("4000000000")),
+            "{e:?}"
+        );
+    }
+
+    /// Regression (found while writing the `pmi-client` fuzz target): a blob that is
+    /// not base64 was reported without naming the rank that published it.
+    #[test]
+    fn corrupt_blob_names_its_rank() {
+        static R: [&str; 9] = [
+            HELLO[0],
+            HELLO[1],
+            HELLO[2],
+            HELLO[3],
+            "cmd=get_result rc=0 msg=success value=(vector,(0,1,1))\n",
+            "cmd=put_result rc=0\n",
+            "cmd=barrier_out\n",
+            "cmd=get_result rc=0 value=1.Zh\n",
+            "cmd=finalize_ack\n",
+        ];
+        let mut c = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 2 }).unwrap();
+        let e = c.exchange(b"x").unwrap_err();
+        assert!(
+            matches!(&e, BootError::Protocol(m) if m.contains("rank 1's blob")),
+            "{e:?}"
+        );
     }
 
     #[test]
