@@ -134,9 +134,9 @@ pub(crate) struct EpCell<C: Conduit> {
 
 // SAFETY: the state is only reached under the lock word or by the unique handle (module
 // `# Safety`), and it is `Send`.
-unsafe impl<C: Conduit> Sync for EpCell<C> {}
+unsafe impl<C: Conduit> Sync for EpCell<C> where Inner<C>: Send {}
 // SAFETY: as above.
-unsafe impl<C: Conduit> Send for EpCell<C> {}
+unsafe impl<C: Conduit> Send for EpCell<C> where Inner<C>: Send {}
 
 const FREE: u32 = 0;
 const HANDLE: u32 = 1;

@@ -223,8 +223,15 @@ impl<C: Conduit> Inner<C> {
         ev.take(&mut |w| pool.recycle(w))
     }
 
-    /// Tracks `ev` as an implicit event under `tag`.
+    /// Tracks `ev` as an implicit event under `tag` (an event of another endpoint is
+    /// recorded as failed: this endpoint's progress cannot complete it).
     pub(crate) fn track<T: Send + 'static, E: EventErr>(&mut self, tag: u32, ev: Event<T, E>) {
+        if let Err(e) = self.core.check_bound(&ev) {
+            // Keep whatever the event holds alive until its own endpoint completes it.
+            drop(ev);
+            self.core.implicit.push(Implicit::Failed(tag, e.to_string()));
+            return;
+        }
         if let Some(imp) = ev.into_implicit(tag) {
             self.core.implicit.push(imp);
         }
