@@ -256,7 +256,13 @@ impl Smp {
         for (m, &r) in maps.iter().zip(&ranks) {
             let (l, max) = m
                 .header()
-                .check(r, jl.eps[r as usize] as usize, total, params.aux_len, NP_ARGS_AREA)
+                .check(
+                    r,
+                    jl.eps[r as usize] as usize,
+                    total,
+                    params.aux_len,
+                    NP_ARGS_AREA,
+                )
                 .map_err(|e| InitError::Conduit {
                     conduit: "smp",
                     msg: format!("rank {r}'s shared region disagrees with the job: {e}"),
@@ -668,6 +674,32 @@ impl ConduitEp for SmpEp {
             bell.epoch() != seen || rx.rep.iter().chain(rx.req.iter()).any(|c| c.has_data())
         });
         self.seen = bell.epoch();
+    }
+
+    fn describe(&self) -> String {
+        let mut lines = Vec::new();
+        for (g, p) in self.tx.req.iter().enumerate() {
+            let (rq, rp) = (p.in_flight(), self.tx.rep[g].in_flight());
+            let deferred = self.tx.pending[g].len();
+            if rq + rp > 0 || deferred > 0 {
+                lines.push(format!(
+                    "to {}: {rq} request bytes and {rp} reply bytes not yet consumed (ring of {}), {deferred} replies deferred",
+                    self.rx.src[g],
+                    p.capacity()
+                ));
+            }
+        }
+        let waiting = self
+            .rx
+            .req
+            .iter()
+            .chain(self.rx.rep.iter())
+            .filter(|c| c.has_data())
+            .count();
+        if waiting > 0 {
+            lines.push(format!("{waiting} incoming rings hold unread records"));
+        }
+        lines.join("\n")
     }
 
     fn aux(&self, dst: EpAddr) -> Option<NonNull<u8>> {

@@ -32,6 +32,8 @@ pub(crate) struct Shared {
     pub(crate) layout: JobLayout,
     /// `sched_yield`s between spinning and sleeping under spin-then-block.
     pub(crate) yields: u32,
+    /// A wait without progress for this long prints the endpoint's report (None: never).
+    pub(crate) stall_report: Option<Duration>,
     /// The configuration the client was built with.
     pub(crate) config: Config,
 }
@@ -323,11 +325,16 @@ impl<L: LayerSet> ClientBuilder<L> {
         let yields = config.u64("GEX_YIELDS", DEFAULT_YIELDS as u64)?;
         let yields = u32::try_from(yields)
             .map_err(|_| InitError::Config("GEX_YIELDS is too large".into()))?;
+        let stall = config.u64("GEX_STALL_REPORT", 60)?;
+        if config.bool("GEX_REPORT_SIGNAL", true)? {
+            gex_sync::signal::install_report_signal();
+        }
         let shared = Arc::new(Shared {
             rank,
             size,
             layout,
             yields,
+            stall_report: (stall > 0).then(|| Duration::from_secs(stall)),
             config,
         });
         let mut attachers = Vec::new();

@@ -23,6 +23,7 @@
 //! | auxiliary area | [`ConduitEp::aux`], [`ConduitEp::wake`] | a zeroed area per EP of [`OpenParams::aux_len`] bytes, mapped by its neighbours, for the layers above (each layer gets a slice); waking a neighbour's blocked waiter |
 //! | native RMA | [`ConduitEp::native_put`], [`ConduitEp::native_get`], [`ConduitEp::native_test`] | optional ([`Capabilities::NATIVE_RMA`]); one-sided transfers done by the network |
 //! | native atomics | [`ConduitEp::native_atomic_supported`], [`ConduitEp::native_atomic`] | optional ([`Capabilities::NATIVE_ATOMICS`]); NIC-offloaded atomics, chosen per atomic domain |
+//! | diagnosis | [`ConduitEp::describe`] | optional; its state for hang reports |
 //! | teardown | `Drop` of the conduit and its EPs | releases everything; nothing may be left in `/dev/shm` |
 //!
 //! Validation of arguments (ranks, endpoint indices, argument counts, payload sizes,
@@ -774,6 +775,11 @@ pub trait ConduitEp: Send + 'static {
     ) -> Result<Native, ConduitError> {
         let _ = (dst, offset, op, result);
         Ok(Native::Unsupported)
+    }
+    /// The conduit's state of this endpoint for a hang report (queue occupancy,
+    /// credits, operations in flight); empty if it has nothing to say.
+    fn describe(&self) -> String {
+        String::new()
     }
     /// True once the native operation `ticket` (from [`Native::Pending`]) is complete;
     /// each ticket reports true once. Completions are found by [`poll`](ConduitEp::poll)

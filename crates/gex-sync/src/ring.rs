@@ -529,6 +529,14 @@ impl Producer {
         true
     }
 
+    /// Bytes published but not yet released by the consumer (reads the shared head;
+    /// for diagnostics: the answer may be stale by the time it is used).
+    pub fn in_flight(&self) -> u64 {
+        // SAFETY: `ctl` is valid while `self` lives (contract of `new`).
+        let head = unsafe { &*self.ctl }.head.load(Ordering::Acquire);
+        self.tail.saturating_sub(head)
+    }
+
     /// Returns whether the consumer has released everything pushed so far. Re-reads the
     /// shared head (`Acquire`) and refreshes the cached copy.
     pub fn is_empty(&mut self) -> bool {
