@@ -5,6 +5,11 @@
 //! conduit's own monomorphised code: no trait objects, no function-pointer tables. A
 //! program that wants the fully monomorphised path names a conduit type instead
 //! ([`gex_core::Client<Smp>`](gex_core::Client), or [`crate::Job`]).
+//!
+//! # Safety
+//! The `unsafe` methods of the conduit contract (native RMA and atomics) forward to
+//! the chosen conduit's, with the caller's promises unchanged.
+#![allow(unsafe_code)]
 
 use gex_core::boot::Bootstrap;
 use gex_core::config::EnvVar;
