@@ -19,8 +19,8 @@
 //! | exchange | `PMIx_Put(PMIX_GLOBAL, "gex.<seq>", bytes)`, `PMIx_Commit`, `PMIx_Fence` over the namespace with `PMIX_COLLECT_DATA`, `PMIx_Get` of every other rank's key |
 //! | broadcast | the root puts and commits, the fence collects, the others get the root's key |
 //! | barrier | `PMIx_Fence` without data |
-//! | abort | `PMIx_Abort(code, msg)` over the whole namespace, then `exit(code)` |
-//! | request exit | `PMIx_Abort(code, …)`: the only way to ask the server to end the other ranks |
+//! | abort | `PMIx_Abort(code, msg)` over the whole namespace, then `exit(code)` (under Open MPI's `mpirun`: only `exit(code)`, see below) |
+//! | request exit | `PMIx_Abort(code, …)`: the only way to ask the server to end the other ranks (under `mpirun`: nothing, the caller's exit does it) |
 //! | finalize | `PMIx_Finalize` |
 //!
 //! Values are byte objects, so blobs need neither encoding nor chunking. Gets after
@@ -30,9 +30,16 @@
 //!
 //! # Ending the job
 //!
-//! The server decides. Open MPI's `mpirun` ends the job when a rank aborts, dies or
-//! exits without `PMIx_Finalize` and reports it; Slurm ends the step on an abort,
-//! and on a rank that dies only with `--kill-on-bad-exit` (see `docs/launching.md`).
+//! The server decides. Slurm ends the step on a `PMIx_Abort`, and on a rank that
+//! dies only with `--kill-on-bad-exit` (see `docs/launching.md`). Open MPI's
+//! `mpirun` (4.1 with OpenPMIx 4.2, as in Debian 12) ends the job when a rank dies
+//! or exits with a non-zero code, and reports it; after a `PMIx_Abort`, though, it
+//! hangs or crashes in its own teardown in about one job in five (seen in CI's
+//! tests: a SIGSEGV in `PMIx_server_finalize`, or a deadlock with every rank
+//! already gone). So when `OMPI_COMM_WORLD_SIZE` says the launcher is `mpirun`, an
+//! abort or exit request does not call `PMIx_Abort`: the rank exits with its code,
+//! which makes `mpirun` end the job with that code (a request to exit with 0 ends
+//! this rank only, as a rank that exits without finalizing).
 //!
 //! # Safety
 //!
@@ -68,6 +75,8 @@ use ffi::{Status, pmix_proc_t, pmix_value_t};
 /// ```
 pub struct PmixClient {
     me: pmix_proc_t,
+    /// Under Open MPI's `mpirun`, end the job by exiting (see `from_env`).
+    abort_by_exit: bool,
     namespace: String,
     rank: u32,
     size: u32,
@@ -80,6 +89,7 @@ impl std::fmt::Debug for PmixClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PmixClient")
             .field("namespace", &self.namespace)
+            .field("abort_by_exit", &self.abort_by_exit)
             .field("rank", &self.rank)
             .field("size", &self.size)
             .field("hosts", &self.hosts)
@@ -88,6 +98,10 @@ impl std::fmt::Debug for PmixClient {
             .finish()
     }
 }
+
+/// Set by Open MPI's `mpirun` for its ranks: the client then ends the job by
+/// exiting instead of `PMIx_Abort` (see the module documentation).
+const OMPI_MARKER: &str = "OMPI_COMM_WORLD_SIZE";
 
 /// A value returned by `PMIx_Get`, released on drop.
 struct Value(*mut pmix_value_t);
@@ -183,6 +197,7 @@ impl PmixClient {
             .into_owned();
         let mut c = PmixClient {
             me,
+            abort_by_exit: std::env::var_os(OMPI_MARKER).is_some(),
             namespace,
             rank: me.rank,
             size: 0,
@@ -362,9 +377,13 @@ impl PmixClient {
     }
 
     /// `PMIx_Abort` over the namespace with `code` and `msg`, after letting the
-    /// launcher read this rank's pending output.
+    /// launcher read this rank's pending output; under Open MPI's `mpirun` only the
+    /// latter (see [`abort_by_exit`](Self::abort_by_exit)).
     fn send_abort(&mut self, code: i32, msg: &str) -> Result<(), BootError> {
         crate::pmi::drain_output();
+        if self.abort_by_exit {
+            return Ok(());
+        }
         let msg = CString::new(msg.replace('\0', " ")).unwrap_or_default();
         // SAFETY: `msg` is NUL-terminated and outlives the call; a NULL process
         // array means the whole namespace.
