@@ -12,11 +12,14 @@
 //!   exit code says what happened. The `gex-run` binary is a thin command line over
 //!   it: `gex-run -n N [--conduit NAME] [--hosts LIST [--host-exec PREFIX]] [--]
 //!   prog args…`.
-//! - [`from_env`]: the **rank side**. It reads [`GEX_BOOT`](env::BOOT) and the
-//!   PMI variables and returns the matching [`Bootstrap`]: the fork client
-//!   ([`fork::ForkClient`]) under the fork launcher, the PMI-1 client
-//!   ([`pmi::PmiClient`]) under MPICH's Hydra `mpiexec` or Slurm's `srun
-//!   --mpi=pmi2`, or a one-rank [`Singleton`] when the program was started on its
+//! - [`from_env`]: the **rank side**. [`detect`] reads [`GEX_BOOT`](env::BOOT)
+//!   and the launchers' variables, in the order gex-run, PMIx, PMI-2, PMI-1,
+//!   singleton, and `from_env` returns the matching [`Bootstrap`]: the fork client
+//!   ([`fork::ForkClient`]) under the fork launcher, the PMIx client
+//!   (`pmix::PmixClient`, cargo feature `pmix`) under Open MPI's `mpirun`,
+//!   `prterun` or `srun --mpi=pmix`, the PMI-2 client ([`pmi::Pmi2Client`]) under
+//!   `srun --mpi=pmi2`, the PMI-1 client ([`pmi::PmiClient`]) under MPICH's Hydra
+//!   `mpiexec`, or a one-rank [`Singleton`] when the program was started on its
 //!   own.
 //! - [`spawn_self`] and [`spawn_self_test`]: **self-launch** for tests and
 //!   benchmarks. The same executable is both launcher and ranks: the first call
@@ -32,11 +35,11 @@
 //!   every rank on the local host; it can give ranks distinct host ids and start
 //!   them through a prefix such as `ip netns exec {host}` (simulated hosts: network
 //!   namespaces of this machine, see [`launch`](launch#several-simulated-hosts)),
-//!   but not over `ssh`. For several machines, start the job with `mpiexec` or
-//!   `srun` (the PMI-1 client reports their host layout).
-//! - PMIx (Open MPI's `mpirun`/`prterun`, `srun --mpi=pmix`): comes in a later
-//!   issue. Under those launchers a process sees neither `GEX_BOOT` nor the PMI-1
-//!   variables and runs as a singleton.
+//!   but not over `ssh`. For several machines, start the job with `mpiexec`,
+//!   `srun` or `mpirun` (the PMI and PMIx clients report their host layout).
+//! - PMIx without the `pmix` feature: the default build links no native library,
+//!   so it has no PMIx client; a process it finds under a PMIx server fails with an
+//!   error saying so (rather than running as one of many one-rank jobs).
 //! - Platforms other than Linux: the launcher relies on pidfds and
 //!   `PR_SET_PDEATHSIG` (Linux 5.3 or later).
 //!
@@ -47,12 +50,12 @@
 //!   described in [`launch`].
 //! - A test or benchmark that launches itself: [`spawn_self_test`] inside a
 //!   `#[test]`, [`spawn_self`] in a `main`.
-//! - MPICH's Hydra: `mpiexec -n 4 ./my-app args…`; Slurm: `srun --mpi=pmi2 -n 4
-//!   ./my-app args…` (not tested here). The ranks find the PMI-1 server through
-//!   `PMI_FD` or `PMI_PORT`; [`from_env`] (and [`spawn_self`], which then never
-//!   launches) returns a [`pmi::PmiClient`]. Faults are handled by the launcher:
-//!   see [`pmi`](mod@pmi#ending-the-job).
-//! - `prterun`/`mpirun` (PMIx): not yet supported.
+//! - MPICH's Hydra: `mpiexec -n 4 ./my-app args…` (PMI-1); Slurm: `srun --mpi=pmi2
+//!   --kill-on-bad-exit=1 -n 4 ./my-app args…` (PMI-2), or `--mpi=pmix`; Open
+//!   MPI: `mpirun -n 4 ./my-app args…` (PMIx; built with the `pmix` feature).
+//!   [`from_env`] (and [`spawn_self`], which then never launches) returns the
+//!   matching client. Faults are handled by the launcher: see
+//!   [`pmi`](mod@pmi#ending-the-job) and `docs/launching.md`.
 //!
 //! # Words
 //!

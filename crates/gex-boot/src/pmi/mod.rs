@@ -1,10 +1,14 @@
-//! The PMI-1 bootstrap: [`PmiClient`], a native client of the PMI-1 "simple" wire
-//! protocol, for ranks started by MPICH's Hydra `mpiexec` or by Slurm's `srun
-//! --mpi=pmi2` (whose plugin also serves PMI-1 clients).
+//! The PMI bootstraps: [`PmiClient`], a native client of the PMI-1 "simple" wire
+//! protocol, for ranks started by MPICH's Hydra `mpiexec` (or by Slurm's `srun
+//! --mpi=pmi2`, whose plugin also serves PMI-1 clients), and [`Pmi2Client`], a
+//! native client of PMI-2 for ranks started by `srun --mpi=pmi2` (see
+//! [PMI-2](#pmi-2)).
 //!
-//! No PMI library is linked: the client speaks the text protocol itself over the
-//! socket the launcher provides. [`from_env`](crate::from_env) picks it when `PMI_FD`
-//! or `PMI_PORT` is set and `GEX_BOOT` is not (or `GEX_BOOT=pmi` forces it).
+//! No PMI library is linked: the clients speak the protocols themselves over the
+//! socket the launcher provides. [`from_env`](crate::from_env) picks PMI-2 when
+//! `PMI_FD` and `PMI_JOBID` are set, PMI-1 when `PMI_FD` or `PMI_PORT` is set
+//! otherwise, unless `GEX_BOOT` says something else (`pmi1`/`pmi`, `pmi2`); see
+//! [`detect`](crate::detect). The rest of this page describes PMI-1 first.
 //!
 //! # Environment
 //!
@@ -64,6 +68,34 @@
 //! host names (`uname` node name) with one collective exchange during
 //! [`PmiClient::from_env`], and ranks with equal names share a host id (ids are
 //! numbered in order of first appearance by rank).
+//!
+//! # PMI-2
+//!
+//! [`Pmi2Client`] speaks PMI-2 over the same inherited `PMI_FD` socket: one PMI-1
+//! style line `cmd=init pmi_version=2 pmi_subversion=0`, then length-prefixed
+//! commands (a 6-byte `%-6d` length field, then `cmd=NAME;key=value;…;`):
+//!
+//! | request | reply | used for |
+//! |---|---|---|
+//! | `fullinit;pmirank=R;pmijobid=J;threaded=FALSE` | `fullinit-response;rc=0;rank=R;size=N;appnum=A;…` | rank and size; Slurm refuses a `fullinit` without `pmijobid` (from `PMI_JOBID`) |
+//! | `job-getid` | `job-getid-response;jobid=J` | [`Pmi2Client::job_id`] |
+//! | `info-getjobattr;key=PMI_process_mapping` | `…;found=TRUE;value=(vector,…)` | host ids (as for PMI-1) |
+//! | `kvs-put;key=K;value=V` | `kvs-put-response;rc=0` | publishing a chunk (values ≤ 1024 bytes: 1012 base64 characters per chunk) |
+//! | `kvs-fence` | `kvs-fence-response;rc=0` | barrier; makes earlier puts visible |
+//! | `kvs-get;srcid=-1;key=K` | `kvs-get-response;found=TRUE;value=V` | reading a chunk |
+//! | `abort;isworld=TRUE;msg=M` | none | abort and exit requests (Slurm kills the step) |
+//! | `finalize` | `finalize-response;rc=0` | finalize |
+//!
+//! The collectives are the PMI-1 ones with `kvs-fence` as the barrier. A value never
+//! carries `;` (Slurm 22.05 does not undo the protocol's `;;` escape).
+//!
+//! Which servers: Slurm's `--mpi=pmi2` plugin implements all of it. MPICH's Hydra
+//! 4.0 answers PMI-2 too, but its `kvs-fence` is no barrier (its `kvs-get` waits
+//! for the key instead, so exchanges still work) and it has no `abort` (the job
+//! ends as a Hydra error, exit code 255). [`detect`](crate::detect) therefore picks
+//! PMI-2 only when `PMI_JOBID` is set too, as Slurm does and Hydra does not;
+//! `GEX_BOOT=pmi2` forces it anyway. When a detected PMI-2 server refuses version 2,
+//! the client goes on with PMI-1 on the same connection.
 //!
 //! # Ending the job
 //!

@@ -45,8 +45,9 @@ const MAX_VALUE: usize = 1024;
 const MAX_KEY: usize = 64;
 
 /// The bootstrap of a rank started by a PMI-2 launcher (Slurm's `srun --mpi=pmi2`;
-/// Hydra's `mpiexec` with `GEX_BOOT=pmi2`). See the [module documentation](self) for
-/// the protocol and [`pmi`](super#ending-the-job) for the exit semantics.
+/// Hydra's `mpiexec` with `GEX_BOOT=pmi2`, with the limits said in
+/// [`pmi`](super#pmi-2)). See [`pmi`](super#pmi-2) for the protocol and
+/// [`pmi`](super#ending-the-job) for the exit semantics.
 ///
 /// ```no_run
 /// use gex_core::boot::Bootstrap;

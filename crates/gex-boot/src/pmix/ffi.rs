@@ -256,8 +256,9 @@ mod tests {
     /// The library writes a loaded value where this module's declarations read it.
     #[test]
     fn values_and_infos_land_where_declared() {
-        // SAFETY (whole test): zeroed values are PMIX_VALUE_CONSTRUCT's state; every
-        // pointer passed lives across its call; loaded data is destructed.
+        // In this test, every pointer passed lives across its call and loaded data is
+        // destructed.
+        // SAFETY: zero bytes are PMIX_VALUE_CONSTRUCT's state of this plain-data type.
         let mut v: pmix_value_t = unsafe { std::mem::zeroed() };
         let x: u32 = 0xdead_beef;
         // SAFETY: see above.

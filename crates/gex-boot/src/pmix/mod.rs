@@ -46,7 +46,7 @@
 //! The `unsafe` code is in `ffi` (declarations; its module documentation states the
 //! rules) and in the calls below. Every call passes pointers to locals or fields
 //! that outlive it, NUL-terminated keys, and releases what libpmix returns exactly
-//! once ([`Value`]'s `Drop`). libpmix is thread-safe (it runs its own progress
+//! once (the `Drop` of the private `Value` wrapper). libpmix is thread-safe (it runs its own progress
 //! thread); a [`PmixClient`] holds no pointer into the library, only its own copy of
 //! the process name.
 #![allow(unsafe_code)]
