@@ -224,7 +224,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "GEX_BOOT",
         default: "",
-        doc: "Bootstrap backend: fork (set by the gex fork launcher) or pmi (force the PMI-1 client). Unset: PMI-1 if PMI_FD or PMI_PORT is set (mpiexec, srun), else a singleton job.",
+        doc: "Bootstrap backend: fork (set by the gex fork launcher), or forced: pmix, pmi2, pmi1 (or pmi), singleton. Unset: detected in the order PMIx (PMIX_NAMESPACE+PMIX_RANK), PMI-2 (PMI_FD+PMI_JOBID), PMI-1 (PMI_FD or PMI_PORT), singleton; gex-info boot says which.",
     },
     EnvVar {
         name: "GEX_BOOT_FD",
