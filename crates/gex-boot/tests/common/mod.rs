@@ -195,6 +195,8 @@ impl Drop for TempDir {
 /// A finished job.
 pub(crate) struct Job {
     pub(crate) launcher: Launcher,
+    /// What /dev/shm held before the job started.
+    shm_before: Vec<String>,
     pub(crate) status: ExitStatus,
     pub(crate) took: Duration,
     pub(crate) ended: SystemTime,
@@ -241,6 +243,15 @@ impl Job {
         let gone = wait_until(Duration::from_secs(5), || pids.iter().all(|&p| is_gone(p)));
         let alive: Vec<u32> = pids.iter().copied().filter(|&p| !is_gone(p)).collect();
         assert!(gone, "ranks {alive:?} survived the job\n{}", self.report());
+        let new: Vec<String> = shm_names()
+            .into_iter()
+            .filter(|n| !self.shm_before.contains(n))
+            .collect();
+        assert!(
+            new.is_empty(),
+            "the job left {new:?} in /dev/shm\n{}",
+            self.report()
+        );
     }
     /// Asserts that ranks `0..n` all reached the end of their part.
     pub(crate) fn assert_all_done(&self, n: u32) {
@@ -274,6 +285,16 @@ impl Job {
             self.report()
         );
     }
+}
+
+/// The names in /dev/shm.
+fn shm_names() -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn rank_pids(dir: &Path) -> Vec<u32> {
@@ -340,6 +361,7 @@ pub(crate) fn run_job(launcher: Launcher, ranks: u32, test: &str, opts: Opts) ->
         cmd.env_remove("GEX_BOOT");
     }
     let _ = writeln!(std::io::stderr(), "+ {cmd:?}");
+    let shm_before = shm_names();
     let start = Instant::now();
     let mut child = cmd.spawn().expect("start the launcher");
     let status = loop {
@@ -359,6 +381,7 @@ pub(crate) fn run_job(launcher: Launcher, ranks: u32, test: &str, opts: Opts) ->
             }
             let job = Job {
                 launcher,
+                shm_before,
                 status: ExitStatus::default(),
                 took: start.elapsed(),
                 ended: SystemTime::now(),
@@ -370,6 +393,7 @@ pub(crate) fn run_job(launcher: Launcher, ranks: u32, test: &str, opts: Opts) ->
     };
     let job = Job {
         launcher,
+        shm_before,
         status,
         took: start.elapsed(),
         ended: SystemTime::now(),
