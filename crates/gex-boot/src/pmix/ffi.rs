@@ -37,6 +37,8 @@ pub(crate) const PMIX_RANK_WILDCARD: pmix_rank_t = u32::MAX - 1;
 pub(crate) const PMIX_SUCCESS: pmix_status_t = 0;
 /// `PMIX_ERR_NOT_FOUND`.
 pub(crate) const PMIX_ERR_NOT_FOUND: pmix_status_t = -46;
+/// `PMIX_ERR_TIMEOUT`.
+pub(crate) const PMIX_ERR_TIMEOUT: pmix_status_t = -24;
 /// `PMIX_ERR_UNREACH`.
 pub(crate) const PMIX_ERR_UNREACH: pmix_status_t = -25;
 /// `PMIX_ERR_LOST_CONNECTION`.
@@ -44,6 +46,8 @@ pub(crate) const PMIX_ERR_LOST_CONNECTION: pmix_status_t = -61;
 
 /// `PMIX_BOOL`.
 pub(crate) const PMIX_BOOL: pmix_data_type_t = 1;
+/// `PMIX_INT`.
+pub(crate) const PMIX_INT: pmix_data_type_t = 6;
 /// `PMIX_STRING`.
 pub(crate) const PMIX_STRING: pmix_data_type_t = 3;
 /// `PMIX_UINT32`.
@@ -64,6 +68,8 @@ pub(crate) const KEY_HOSTNAME: &CStr = c"pmix.hname";
 pub(crate) const KEY_COLLECT_DATA: &CStr = c"pmix.collect";
 /// `PMIX_OPTIONAL` (`bool`): a get that looks only at data already here.
 pub(crate) const KEY_OPTIONAL: &CStr = c"pmix.optional";
+/// `PMIX_TIMEOUT` (`int`, seconds): how long a blocking operation may wait.
+pub(crate) const KEY_TIMEOUT: &CStr = c"pmix.timeout";
 
 /// `pmix_proc_t`: a namespace and a rank in it.
 #[repr(C)]
@@ -223,7 +229,24 @@ pub(crate) unsafe fn release_value(v: *mut pmix_value_t) {
     }
 }
 
-/// An info array entry holding a `bool` (the only kind the client passes).
+/// An info array entry holding an `int`.
+pub(crate) fn int_info(key: &CStr, value: c_int) -> Result<pmix_info_t, Status> {
+    // SAFETY: as in `bool_info`: all-zero bytes are the constructed state.
+    let mut info: pmix_info_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is valid and writable; `key` is NUL-terminated; `value` lives
+    // across the call, which copies it (an int needs no allocation).
+    check(unsafe {
+        PMIx_Info_load(
+            &mut info,
+            key.as_ptr(),
+            std::ptr::from_ref(&value).cast(),
+            PMIX_INT,
+        )
+    })?;
+    Ok(info)
+}
+
+/// An info array entry holding a `bool`.
 pub(crate) fn bool_info(key: &CStr, value: bool) -> Result<pmix_info_t, Status> {
     // SAFETY: pmix_info_t is plain data (arrays, integers, a union of integers and
     // pointers) for which all-zero bytes is the PMIX_INFO_CONSTRUCT state.

@@ -24,9 +24,11 @@
 //! | finalize | `PMIx_Finalize` |
 //!
 //! Values are byte objects, so blobs need neither encoding nor chunking. Gets after
-//! a collecting fence pass `PMIX_OPTIONAL`, so a key some rank did not publish (the
-//! ranks made different bootstrap calls) is a [`BootError::Protocol`] at once
-//! instead of a request that waits for data that never comes.
+//! a collecting fence look at the collected data first (`PMIX_OPTIONAL`); a key not
+//! there yet is asked from the server, which waits for it at most 30 s
+//! (`PMIX_TIMEOUT`; Slurm's plugin sometimes stores the collected data after the
+//! fence returns). A key some rank never published (the ranks made different
+//! bootstrap calls) is then a [`BootError::Protocol`].
 //!
 //! # Ending the job
 //!
@@ -98,6 +100,12 @@ impl std::fmt::Debug for PmixClient {
             .finish()
     }
 }
+
+/// First byte of every blob value (see `PmixClient::put`).
+const TAG: u8 = b'g';
+
+/// Longest a blob get waits for data the collecting fence did not bring (seconds).
+const GET_WAIT_S: i32 = 30;
 
 /// Set by Open MPI's `mpirun` for its ranks: the client then ends the job by
 /// exiting instead of `PMIx_Abort` (see the module documentation).
@@ -207,7 +215,7 @@ impl PmixClient {
         };
         let job = c.proc_(ffi::PMIX_RANK_WILDCARD);
         c.size = c
-            .get(&job, ffi::KEY_JOB_SIZE, false)?
+            .get(&job, ffi::KEY_JOB_SIZE, false, None)?
             .and_then(|v| v.u32())
             .ok_or_else(|| {
                 BootError::Protocol(format!(
@@ -250,21 +258,23 @@ impl PmixClient {
     }
 
     /// `PMIx_Get(proc, key)`, `None` if not found. `local_only` passes
-    /// `PMIX_OPTIONAL` (look only at data already in this process).
+    /// `PMIX_OPTIONAL` (look only at data already in this process); `wait_s`
+    /// passes `PMIX_TIMEOUT` (how long the server may wait for the data).
     fn get(
         &self,
         proc_: &pmix_proc_t,
         key: &CStr,
         local_only: bool,
+        wait_s: Option<i32>,
     ) -> Result<Option<Value>, BootError> {
-        let info = if local_only {
-            vec![
-                ffi::bool_info(ffi::KEY_OPTIONAL, true)
-                    .map_err(|st| error("PMIx_Info_load", st))?,
-            ]
-        } else {
-            Vec::new()
-        };
+        let load = |st| error("PMIx_Info_load", st);
+        let mut info = Vec::new();
+        if local_only {
+            info.push(ffi::bool_info(ffi::KEY_OPTIONAL, true).map_err(load)?);
+        }
+        if let Some(s) = wait_s {
+            info.push(ffi::int_info(ffi::KEY_TIMEOUT, s).map_err(load)?);
+        }
         let mut out: *mut pmix_value_t = std::ptr::null_mut();
         // SAFETY: `proc_`, `key` and `info` outlive the call; `out` receives a value
         // allocated by libpmix on success, which `Value` releases.
@@ -272,7 +282,7 @@ impl PmixClient {
         match ffi::check(rc) {
             Ok(()) if !out.is_null() => Ok(Some(Value(out))),
             Ok(()) => Ok(None),
-            Err(Status(ffi::PMIX_ERR_NOT_FOUND)) => Ok(None),
+            Err(Status(ffi::PMIX_ERR_NOT_FOUND | ffi::PMIX_ERR_TIMEOUT)) => Ok(None),
             Err(st) => Err(error("PMIx_Get", st)),
         }
     }
@@ -283,7 +293,7 @@ impl PmixClient {
         let mut ids = Vec::with_capacity(self.size as usize);
         for r in 0..self.size {
             match self
-                .get(&self.proc_(r), ffi::KEY_NODEID, true)?
+                .get(&self.proc_(r), ffi::KEY_NODEID, true, None)?
                 .and_then(|v| v.u32())
             {
                 Some(id) => ids.push(id),
@@ -298,7 +308,7 @@ impl PmixClient {
         let mut names = Vec::with_capacity(self.size as usize);
         for r in 0..self.size {
             match self
-                .get(&self.proc_(r), ffi::KEY_HOSTNAME, true)?
+                .get(&self.proc_(r), ffi::KEY_HOSTNAME, true, None)?
                 .and_then(|v| v.string())
             {
                 Some(n) => names.push(n),
@@ -328,8 +338,15 @@ impl PmixClient {
         c_key(&format!("gex.{seq}"))
     }
 
-    /// Puts `data` under `key` for every process of the job, and commits.
+    /// Puts `data` under `key` for every process of the job, and commits. The value
+    /// is [`TAG`] followed by `data`, so it is never empty (an empty byte object
+    /// made Slurm's PMIx plugin fail later fences with `PMIX_ERR_PARTIAL_SUCCESS`
+    /// here).
     fn put(&mut self, key: &CStr, data: &[u8]) -> Result<(), BootError> {
+        let mut tagged = Vec::with_capacity(data.len() + 1);
+        tagged.push(TAG);
+        tagged.extend_from_slice(data);
+        let data = tagged.as_slice();
         let mut v = pmix_value_t {
             type_: ffi::PMIX_BYTE_OBJECT,
             data: ffi::pmix_value_data {
@@ -364,10 +381,18 @@ impl PmixClient {
             .map_err(|st| error("PMIx_Fence", st))
     }
 
-    /// Rank `rank`'s blob under `key`, which it must have put before the last fence.
+    /// Rank `rank`'s blob under `key`, which it must have put before the last fence:
+    /// first from the data the fence collected; if it is not here yet (Slurm's
+    /// plugin may still be storing it), from the server, which waits for it at most
+    /// [`GET_WAIT_S`] seconds.
     fn get_blob(&self, key: &CStr, seq: u64, rank: u32) -> Result<Vec<u8>, BootError> {
-        self.get(&self.proc_(rank), key, true)?
-            .and_then(|v| v.bytes())
+        let p = self.proc_(rank);
+        let v = match self.get(&p, key, true, None)? {
+            Some(v) => Some(v),
+            None => self.get(&p, key, false, Some(GET_WAIT_S))?,
+        };
+        v.and_then(|v| v.bytes())
+            .and_then(|b| (b.first() == Some(&TAG)).then(|| b[1..].to_vec()))
             .ok_or_else(|| {
                 BootError::Protocol(format!(
                     "rank {rank} published nothing for bootstrap collective #{seq} \
