@@ -385,12 +385,12 @@ impl Layer for Pinger {
     const HANDLERS: u8 = 2;
     const AUX_BYTES: usize = 100;
     const ENV_VARS: &'static [gex_core::config::EnvVar] = &[gex_core::config::EnvVar {
-        name: "GEX_PINGER_TEST",
+        name: "PINGER_TEST_KNOB",
         default: "0",
         doc: "a test layer's setting",
     }];
     fn attach<C: Conduit>(cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
-        if cx.config().bool("GEX_PINGER_TEST", false)? {
+        if cx.config().bool("PINGER_TEST_KNOB", false)? {
             return Err(InitError::Layer {
                 layer: Self::NAME,
                 msg: "refused by its setting".into(),
@@ -498,7 +498,7 @@ fn layers_get_handler_blocks_aux_slices_settings_and_progress() {
     assert!(
         regs.iter()
             .flat_map(|r| r.iter())
-            .any(|v| v.name == "GEX_PINGER_TEST")
+            .any(|v| v.name == "PINGER_TEST_KNOB")
     );
     assert!(
         regs.iter()
@@ -512,7 +512,7 @@ fn a_layer_that_refuses_to_attach_fails_the_endpoint() {
     let c = ClientBuilder::new()
         .layer::<Pinger>()
         .segment_size(4096)
-        .config(gex_core::Config::from_pairs([("GEX_PINGER_TEST", "1")]))
+        .config(gex_core::Config::from_pairs([("PINGER_TEST_KNOB", "1")]))
         .init::<Loopback>(Box::new(Singleton::new()))
         .unwrap();
     let e = c.endpoint(0).unwrap_err();
@@ -613,7 +613,7 @@ fn child_stderr(test: &str, env: &[(&str, &str)]) -> String {
     let out = std::process::Command::new(exe)
         .args([test, "--exact", "--nocapture", "--ignored"])
         .envs(env.iter().copied())
-        .env("GEX_CORE_API_CHILD", "1")
+        .env("CORE_API_TEST_CHILD", "1")
         .output()
         .unwrap();
     assert!(out.status.success(), "child {test} failed: {out:?}");
@@ -623,7 +623,7 @@ fn child_stderr(test: &str, env: &[(&str, &str)]) -> String {
 #[test]
 #[ignore = "run by stalled_waits_print_the_report in a child process"]
 fn child_stalls() {
-    if std::env::var("GEX_CORE_API_CHILD").is_err() {
+    if std::env::var("CORE_API_TEST_CHILD").is_err() {
         return;
     }
     let c = stuck_client(gex_core::Config::from_env());
@@ -647,7 +647,7 @@ fn stalled_waits_print_the_report() {
 #[test]
 #[ignore = "run by sigusr1_prints_the_report in a child process"]
 fn child_signalled() {
-    if std::env::var("GEX_CORE_API_CHILD").is_err() {
+    if std::env::var("CORE_API_TEST_CHILD").is_err() {
         return;
     }
     let c = stuck_client(gex_core::Config::from_env());
