@@ -8,6 +8,10 @@
 //!                              on a team of N (default 8), with the runner-up and why
 //! gex-info ofi                 (built with --features ofi) the libfabric provider,
 //!                              domain and the path of every operation, with reasons
+//! gex-info boot [--no-connect] the bootstrap this process finds (gex-run, PMIx, PMI-2,
+//!                              PMI-1, singleton) and why; then connects and prints
+//!                              rank, size and host ids (run it under the launcher:
+//!                              `srun -n 4 gex-info boot`)
 //! ```
 //!
 //! Everything is read from this process's environment (`GEX_*`), as a gex program
@@ -52,6 +56,12 @@ enum What {
     },
     /// The libfabric conduit's provider, domain and per-operation paths.
     Ofi,
+    /// The bootstrap this process finds and why; then rank, size and host ids.
+    Boot {
+        /// Only say what would be used; do not connect to the launcher.
+        #[arg(long)]
+        no_connect: bool,
+    },
 }
 
 struct Describe;
@@ -100,6 +110,54 @@ fn conduits() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `gex-info boot`: detection, then (unless `no_connect`) one line per rank.
+fn boot(no_connect: bool) -> Result<(), String> {
+    let d = gex_boot::detect().map_err(|e| e.to_string())?;
+    let pmix = if gex_boot::PMIX_BUILT {
+        pmix_version()
+    } else {
+        "not built in (cargo feature gex-boot/pmix, gex-info/pmix)".to_string()
+    };
+    let header = format!(
+        "bootstrap: {}{}
+  why: {}
+  PMIx client: {pmix}
+",
+        d.backend.name(),
+        if d.forced { " (forced)" } else { " (detected)" },
+        d.reason
+    );
+    if no_connect {
+        out(&header);
+        return Ok(());
+    }
+    let mut b = gex_boot::from_env().map_err(|e| format!("{header}cannot connect: {e}"))?;
+    if b.rank() == 0 {
+        out(&header);
+    }
+    // Rank 0's header first, then one line per rank.
+    b.barrier().map_err(|e| e.to_string())?;
+    out(&format!(
+        "rank {} of {}: bootstrap {}, host ids {:?}\n",
+        b.rank(),
+        b.size(),
+        b.name(),
+        b.host_ids()
+    ));
+    b.barrier().map_err(|e| e.to_string())?;
+    b.finalize(0).map_err(|e| e.to_string())
+}
+
+#[cfg(feature = "pmix")]
+fn pmix_version() -> String {
+    format!("built in ({})", gex_boot::pmix::library_version())
+}
+
+#[cfg(not(feature = "pmix"))]
+fn pmix_version() -> String {
+    unreachable!("PMIX_BUILT is false without the feature")
 }
 
 fn env() -> Result<(), String> {
@@ -174,6 +232,7 @@ fn main() -> ExitCode {
         What::Env => env(),
         What::Coll { size, single } => coll(size, single),
         What::Ofi => ofi(),
+        What::Boot { no_connect } => boot(no_connect),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -112,3 +112,61 @@ fn ofi_reports_the_local_buffer_path_and_why() {
     );
     assert!(text.contains("atomics: native"), "{text}");
 }
+
+#[test]
+fn boot_says_which_bootstrap_and_why() {
+    // No launcher: a singleton, and the one rank connects.
+    let no_launcher = [
+        ("GEX_BOOT", ""),
+        ("PMI_FD", ""),
+        ("PMI_PORT", ""),
+        ("PMIX_RANK", ""),
+    ];
+    let text = stdout(&gex_info(&["boot"], &no_launcher));
+    assert!(
+        text.starts_with("bootstrap: singleton (detected)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rank 0 of 1: bootstrap singleton, host ids [0]"),
+        "{text}"
+    );
+    // The detection order, without connecting: PMIx before PMI-2 before PMI-1.
+    let pmi1 = [("PMI_FD", "9"), ("PMI_RANK", "0"), ("PMI_SIZE", "2")];
+    let text = stdout(&gex_info(&["boot", "--no-connect"], &pmi1));
+    assert!(text.starts_with("bootstrap: pmi (detected)\n"), "{text}");
+    assert!(text.contains("PMI_FD is set without PMI_JOBID"), "{text}");
+    let pmi2 = [("PMI_FD", "9"), ("PMI_JOBID", "7.0"), ("PMI_RANK", "0")];
+    let text = stdout(&gex_info(&["boot", "--no-connect"], &pmi2));
+    assert!(text.starts_with("bootstrap: pmi2 (detected)\n"), "{text}");
+    let pmix = [
+        ("PMIX_NAMESPACE", "ns"),
+        ("PMIX_RANK", "0"),
+        ("PMI_FD", "9"),
+        ("PMI_JOBID", "7"),
+    ];
+    let text = stdout(&gex_info(&["boot", "--no-connect"], &pmix));
+    assert!(text.starts_with("bootstrap: pmix (detected)\n"), "{text}");
+    assert!(text.contains("PMIX_NAMESPACE=ns"), "{text}");
+    let text = stdout(&gex_info(
+        &["boot", "--no-connect"],
+        &[("GEX_BOOT", "pmi2")],
+    ));
+    assert!(text.starts_with("bootstrap: pmi2 (forced)\n"), "{text}");
+}
+
+/// Without the PMIx client, a process under a PMIx server fails with a message
+/// saying what is missing, instead of running as a one-rank job.
+#[cfg(not(feature = "pmix"))]
+#[test]
+fn boot_under_pmix_without_the_client_is_an_error() {
+    let pmix = [("PMIX_NAMESPACE", "ns"), ("PMIX_RANK", "0")];
+    let o = gex_info(&["boot"], &pmix);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("gex-boot/pmix") && err.contains("GEX_BOOT=singleton"),
+        "{err}"
+    );
+    assert!(err.contains("PMIX_NAMESPACE=ns"), "{err}");
+}

@@ -101,6 +101,9 @@ mod mr;
 mod ofi;
 mod wire;
 
+#[doc(hidden)]
+pub mod fuzz_api;
+
 pub use mr::{DEFAULT_MR_CACHE_BYTES, DEFAULT_MR_CACHE_ENTRIES, MemRegion};
 pub use ofi::{
     DEFAULT_CREDITS, DEFAULT_MAX_MEDIUM, DEFAULT_PROVIDER, Ofi, OfiEp, OfiReport, OfiStats,

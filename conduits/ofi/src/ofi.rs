@@ -66,7 +66,7 @@ pub const DEFAULT_MAX_MEDIUM: usize = 8192;
 /// Default request credits per ordered endpoint pair (`GEX_OFI_CREDITS`).
 pub const DEFAULT_CREDITS: u16 = 64;
 
-const MAX_ARGS: usize = 16;
+pub(crate) const MAX_ARGS: usize = 16;
 /// Send bounce buffers per endpoint.
 const SEND_BUFS: usize = 64;
 /// Receive buffers per endpoint without multi-receive.
@@ -1427,7 +1427,13 @@ impl OfiEp {
     fn deliver<D: Deliver>(&mut self, msg: &[u8], d: &mut D) -> Done {
         let h = match wire::decode(msg, MAX_ARGS) {
             Ok(h) => h,
-            Err(e) => self.die(format!("malformed message: {e}")),
+            Err(e) => {
+                let from = match wire::claimed_source(msg) {
+                    Some((r, ep)) => format!(" (claiming to come from rank {r} EP {ep})"),
+                    None => String::new(),
+                };
+                self.die(format!("malformed message{from}: {e}"))
+            }
         };
         let Some(g) = self.rx.g_of(h.src_rank, h.src_ep) else {
             self.die(format!(
@@ -2054,53 +2060,39 @@ impl Conduit for Ofi {
         }
 
         // Exchange provider, limits, addresses and segment keys.
-        let mut blob = Vec::new();
-        let put = |b: &mut Vec<u8>, x: &[u8]| {
-            b.extend_from_slice(&(x.len() as u32).to_le_bytes());
-            b.extend_from_slice(x);
-        };
-        put(&mut blob, prov.as_bytes());
-        blob.extend_from_slice(&(s.max_medium as u64).to_le_bytes());
-        blob.extend_from_slice(&(my_eps as u32).to_le_bytes());
-        for (e, name) in names.iter().enumerate() {
-            put(&mut blob, name);
-            blob.extend_from_slice(&(segs[e].base() as u64).to_le_bytes());
-            blob.extend_from_slice(&own_keys[e].to_le_bytes());
+        let blob = wire::PeerBlob {
+            provider: prov.clone(),
+            max_medium: s.max_medium as u64,
+            eps: names
+                .iter()
+                .enumerate()
+                .map(|(e, name)| (name.clone(), segs[e].base() as u64, own_keys[e]))
+                .collect(),
         }
+        .encode();
         let all = boot.exchange(&blob)?;
         let mut addrs_all: Vec<Vec<u8>> = Vec::with_capacity(total);
         let mut remote = Vec::with_capacity(total);
         let mut max_medium = s.max_medium;
         for (r, b) in all.iter().enumerate() {
-            let bad = || conduit_err(format!("rank {r} sent a malformed address blob"));
-            let mut at = 0usize;
-            let mut take = |k: usize| -> Result<&[u8], InitError> {
-                let x = b.get(at..at + k).ok_or_else(bad)?;
-                at += k;
-                Ok(x)
-            };
-            let u32_of = |x: &[u8]| u32::from_le_bytes(x.try_into().expect("4 bytes"));
-            let u64_of = |x: &[u8]| u64::from_le_bytes(x.try_into().expect("8 bytes"));
-            let plen = u32_of(take(4)?) as usize;
-            let p = String::from_utf8_lossy(take(plen)?).into_owned();
+            let pb = wire::PeerBlob::decode(b)
+                .map_err(|e| conduit_err(format!("rank {r} sent a malformed address blob: {e}")))?;
+            let p = pb.provider;
             if p != prov {
                 return Err(conduit_err(format!(
                     "rank {r} opened provider {p}, this rank (rank {rank}) {prov}: every rank must use the same provider (GEX_OFI_PROVIDER, FI_PROVIDER)"
                 )));
             }
-            max_medium = max_medium.min(u64_of(take(8)?) as usize);
-            let k = u32_of(take(4)?) as usize;
+            max_medium = max_medium.min(usize::try_from(pb.max_medium).unwrap_or(usize::MAX));
+            let k = pb.eps.len();
             if k != jl.eps[r] as usize {
                 return Err(conduit_err(format!(
                     "rank {r} published {k} endpoints, the layout says {}",
                     jl.eps[r]
                 )));
             }
-            for _ in 0..k {
-                let l = u32_of(take(4)?) as usize;
-                addrs_all.push(take(l)?.to_vec());
-                let base = u64_of(take(8)?);
-                let key = u64_of(take(8)?);
+            for (addr, base, key) in pb.eps {
+                addrs_all.push(addr);
                 remote.push(rma.then_some(RemoteSeg {
                     base: if virt_addr { base } else { 0 },
                     len: jl.seg_len[r],

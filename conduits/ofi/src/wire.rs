@@ -7,7 +7,7 @@
 //! | bytes | field |
 //! |---|---|
 //! | 0 | handler index |
-//! | 1 | bits 0–1 category (0 Short, 1 Medium, 2 Long, 3 credit-only), bit 2 reply, bit 3 hello |
+//! | 1 | bits 0–1 category (0 Short, 1 Medium, 2 Long, 3 credit-only), bit 2 reply (AMs only), bit 3 hello (credit-only only), bits 4–7 reserved (0) |
 //! | 2 | number of arguments |
 //! | 3 | reserved (0) |
 //! | 4–5 | source endpoint index (little-endian) |
@@ -142,13 +142,32 @@ pub(crate) fn set_credits(msg: &mut [u8], credits: u16) {
     msg[6..8].copy_from_slice(&credits.to_le_bytes());
 }
 
+/// The source a message claims (rank, endpoint), if it is long enough to say: for
+/// naming the sender of a message that [`decode`] rejects.
+pub(crate) fn claimed_source(msg: &[u8]) -> Option<(u32, u16)> {
+    let ep = msg.get(4..6)?;
+    let rank = msg.get(8..12)?;
+    Some((
+        u32::from_le_bytes(rank.try_into().ok()?),
+        u16::from_le_bytes(ep.try_into().ok()?),
+    ))
+}
+
 /// Decodes and checks a received message of `msg.len()` bytes. `max_args` bounds the
-/// argument count. Returns a description of the problem for a malformed message.
+/// argument count. Returns a description of the problem for a malformed message:
+/// anything the encoder would not have written (reserved bits set, a hello flag on
+/// an AM, a credit-only message with a body, a length that disagrees with the header).
 pub(crate) fn decode(msg: &[u8], max_args: usize) -> Result<Header, String> {
     if msg.len() < HEADER {
         return Err(format!(
             "{}-byte message is shorter than a header",
             msg.len()
+        ));
+    }
+    if msg[1] & !(3 | F_REPLY | F_HELLO) != 0 || msg[3] != 0 {
+        return Err(format!(
+            "reserved header bits set (flags {:#04x}, reserved byte {:#04x})",
+            msg[1], msg[3]
         ));
     }
     let u16_at = |i: usize| u16::from_le_bytes([msg[i], msg[i + 1]]);
@@ -186,8 +205,14 @@ pub(crate) fn decode(msg: &[u8], max_args: usize) -> Result<Header, String> {
         o.copy_from_slice(&msg[HEADER..HEADER + 8]);
         h.offset = usize::try_from(u64::from_le_bytes(o)).map_err(|_| "offset overflows")?;
     }
-    if category.is_none() && (h.nargs != 0 || h.len != 0) {
+    if category.is_none() && (h.nargs != 0 || h.len != 0 || h.handler != 0) {
         return Err("credit-only message with a body".into());
+    }
+    if category.is_some() && h.hello {
+        return Err("hello flag on an active message".into());
+    }
+    if category.is_none() && h.kind == Kind::Reply {
+        return Err("reply flag on a credit-only message".into());
     }
     let want = h.payload_at() + h.len;
     if msg.len() != want {
@@ -199,6 +224,89 @@ pub(crate) fn decode(msg: &[u8], max_args: usize) -> Result<Header, String> {
         ));
     }
     Ok(h)
+}
+
+/// What one rank publishes at `open` (through the bootstrap exchange): its provider,
+/// its largest Medium payload and, per endpoint, its fabric address, segment base and
+/// segment key.
+///
+/// | bytes | field |
+/// |---|---|
+/// | 4 + n | provider name: length (LE `u32`), then the name |
+/// | 8 | largest Medium payload (LE `u64`) |
+/// | 4 | endpoint count (LE `u32`) |
+/// | per endpoint | address: length (LE `u32`) and bytes; segment base (LE `u64`); segment key (LE `u64`) |
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PeerBlob {
+    pub(crate) provider: String,
+    pub(crate) max_medium: u64,
+    /// (fabric address, segment base, segment key) of every endpoint.
+    pub(crate) eps: Vec<(Vec<u8>, u64, u64)>,
+}
+
+impl PeerBlob {
+    /// The blob's bytes.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::new();
+        let put = |b: &mut Vec<u8>, x: &[u8]| {
+            b.extend_from_slice(&(x.len() as u32).to_le_bytes());
+            b.extend_from_slice(x);
+        };
+        put(&mut b, self.provider.as_bytes());
+        b.extend_from_slice(&self.max_medium.to_le_bytes());
+        b.extend_from_slice(&(self.eps.len() as u32).to_le_bytes());
+        for (addr, base, key) in &self.eps {
+            put(&mut b, addr);
+            b.extend_from_slice(&base.to_le_bytes());
+            b.extend_from_slice(&key.to_le_bytes());
+        }
+        b
+    }
+
+    /// Decodes another rank's blob.
+    ///
+    /// # Errors
+    /// A description of the problem: a field cut short, or bytes after the last
+    /// endpoint.
+    pub(crate) fn decode(b: &[u8]) -> Result<PeerBlob, String> {
+        let mut at = 0usize;
+        let mut take = |k: usize, what: &str| -> Result<&[u8], String> {
+            let x = b.get(at..).and_then(|rest| rest.get(..k)).ok_or_else(|| {
+                format!(
+                    "{what} ({k} bytes) at byte {at} runs past the end of the {}-byte blob",
+                    b.len()
+                )
+            })?;
+            at += k;
+            Ok(x)
+        };
+        let u32_of = |x: &[u8]| u32::from_le_bytes(x.try_into().expect("4 bytes"));
+        let u64_of = |x: &[u8]| u64::from_le_bytes(x.try_into().expect("8 bytes"));
+        let plen = u32_of(take(4, "provider length")?) as usize;
+        let provider = String::from_utf8_lossy(take(plen, "provider name")?).into_owned();
+        let max_medium = u64_of(take(8, "largest Medium")?);
+        let k = u32_of(take(4, "endpoint count")?) as usize;
+        // Not `with_capacity(k)`: `k` is what the blob claims.
+        let mut eps = Vec::new();
+        for _ in 0..k {
+            let l = u32_of(take(4, "address length")?) as usize;
+            let addr = take(l, "address")?.to_vec();
+            let base = u64_of(take(8, "segment base")?);
+            let key = u64_of(take(8, "segment key")?);
+            eps.push((addr, base, key));
+        }
+        if at != b.len() {
+            return Err(format!(
+                "{} bytes after the last of its {k} endpoints",
+                b.len() - at
+            ));
+        }
+        Ok(PeerBlob {
+            provider,
+            max_medium,
+            eps,
+        })
+    }
 }
 
 /// Reads the arguments of a decoded message into `out`; returns them as a slice.
@@ -376,6 +484,76 @@ mod tests {
         encode_credit(&mut c, 0, 0, false);
         c[2] = 1;
         assert!(decode(&c, 16).is_err());
+    }
+
+    /// Regression (found while writing the `ofi-wire` fuzz target, and by it): reserved
+    /// header bits, a hello flag on an AM, a handler index or the reply flag on a
+    /// credit-only message were accepted, so a corrupt header could pass as a valid
+    /// message.
+    #[test]
+    fn reserved_bits_are_rejected() {
+        let mut b = vec![0u8; wire_len(Category::Short, 0, 0)];
+        encode(&mut b, 0, 0, 1, Kind::Request, Category::Short, &[], &[], 0);
+        assert!(decode(&b, 16).is_ok());
+        for (at, bits, what) in [
+            (1, 0x10, "reserved header bits"),
+            (1, 0x80, "reserved header bits"),
+            (3, 0x01, "reserved header bits"),
+            (1, F_HELLO, "hello flag on an active message"),
+        ] {
+            let mut c = b.clone();
+            c[at] |= bits;
+            let e = decode(&c, 16).unwrap_err();
+            assert!(e.contains(what), "{e}");
+        }
+        let mut c = [0u8; HEADER];
+        encode_credit(&mut c, 0, 0, true);
+        c[0] = 5;
+        assert!(decode(&c, 16).unwrap_err().contains("credit-only"));
+        // Found by the `ofi-wire` fuzz target (16 bytes: 00 0f 00…): the reply flag on
+        // a credit-only message was accepted.
+        let mut c = [0u8; HEADER];
+        c[1] = 0x0f;
+        assert!(
+            decode(&c, 16)
+                .unwrap_err()
+                .contains("reply flag on a credit-only")
+        );
+    }
+
+    #[test]
+    fn claimed_source_names_the_sender() {
+        let mut b = vec![0u8; wire_len(Category::Short, 0, 0)];
+        encode(&mut b, 9, 3, 1, Kind::Request, Category::Short, &[], &[], 0);
+        assert_eq!(claimed_source(&b), Some((9, 3)));
+        assert_eq!(claimed_source(&b[..11]), None);
+    }
+
+    #[test]
+    fn peer_blobs_round_trip_and_reject_garbage() {
+        let p = PeerBlob {
+            provider: "tcp;ofi_rxm".into(),
+            max_medium: 65536,
+            eps: vec![(vec![1, 2, 3], 4096, 7), (vec![], 0, u64::MAX)],
+        };
+        let b = p.encode();
+        assert_eq!(PeerBlob::decode(&b).unwrap(), p);
+        for n in 0..b.len() {
+            assert!(PeerBlob::decode(&b[..n]).is_err(), "cut at {n}");
+        }
+        let mut long = b.clone();
+        long.push(0);
+        assert!(
+            PeerBlob::decode(&long)
+                .unwrap_err()
+                .contains("1 bytes after")
+        );
+        // A huge endpoint count in a short blob is an error, not a huge allocation.
+        let mut c = Vec::new();
+        c.extend(0u32.to_le_bytes());
+        c.extend(0u64.to_le_bytes());
+        c.extend(u32::MAX.to_le_bytes());
+        assert!(PeerBlob::decode(&c).is_err());
     }
 
     #[test]

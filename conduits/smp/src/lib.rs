@@ -32,7 +32,11 @@
 //! `GEX_SMP_MAX_MEDIUM` (default 64 KiB); see `docs/env.md`.
 
 pub mod node;
+mod record;
 mod region;
 mod smp;
+
+#[doc(hidden)]
+pub mod fuzz_api;
 
 pub use smp::{DEFAULT_MAX_MEDIUM, DEFAULT_RING_SIZE, ENV_VARS, Smp, SmpEp};

@@ -26,11 +26,19 @@ use rustix::mm::{MapFlags, ProtFlags};
 use std::ptr::NonNull;
 
 const PAGE: usize = 4096;
-const MAGIC: u64 = 0x6765_785f_736d_7031; // "gex_smp1"
+pub(crate) const MAGIC: u64 = 0x6765_785f_736d_7031; // "gex_smp1"
 
 const fn round_up(n: usize, to: usize) -> usize {
     n.div_ceil(to) * to
 }
+
+/// [`round_up`], `None` on overflow.
+fn checked_round_up(n: usize, to: usize) -> Option<usize> {
+    n.div_ceil(to).checked_mul(to)
+}
+
+/// Smallest ring a region may have (the `GEX_SMP_RING_SIZE` minimum).
+pub(crate) const MIN_RING: usize = 4096;
 
 /// The first page of every region.
 #[repr(C)]
@@ -72,18 +80,21 @@ impl Layout {
         seg_len: usize,
         aux_len: usize,
     ) -> Option<Layout> {
+        // Every step is checked: the sizes may come from a peer's header.
         let bells = PAGE;
-        let aux = bells + round_up(eps * std::mem::size_of::<Doorbell>(), PAGE);
-        let rings = aux + eps.checked_mul(round_up(aux_len, PAGE))?;
-        let ring_stride = ring::ring_bytes_needed(ring_cap);
-        let segs = rings
-            + round_up(
-                eps.checked_mul(total_eps)?
-                    .checked_mul(2)?
-                    .checked_mul(ring_stride)?,
-                PAGE,
-            );
-        let seg_stride = round_up(seg_len.max(1), PAGE);
+        let aux = bells.checked_add(checked_round_up(
+            eps.checked_mul(std::mem::size_of::<Doorbell>())?,
+            PAGE,
+        )?)?;
+        let rings = aux.checked_add(eps.checked_mul(checked_round_up(aux_len, PAGE)?)?)?;
+        let ring_stride = ring::DATA_OFFSET.checked_add(ring_cap)?;
+        let segs = rings.checked_add(checked_round_up(
+            eps.checked_mul(total_eps)?
+                .checked_mul(2)?
+                .checked_mul(ring_stride)?,
+            PAGE,
+        )?)?;
+        let seg_stride = checked_round_up(seg_len.max(1), PAGE)?;
         let len = segs.checked_add(eps.checked_mul(seg_stride)?)?;
         Some(Layout {
             eps,
@@ -113,6 +124,71 @@ impl Layout {
     }
     pub(crate) fn segment(&self, ep: usize) -> usize {
         self.segs + ep * self.seg_stride
+    }
+}
+
+impl Header {
+    /// Checks the header of local rank `rank`'s region against the job: the rank, its
+    /// endpoint count `eps` and the endpoint count `total_eps` of the host, a ring size
+    /// the rings accept, and a length that matches the layout these describe. Returns
+    /// the layout and the largest Medium payload that rank accepts (its setting, capped
+    /// by what its rings hold).
+    ///
+    /// The header is written by that rank in memory it shares with this one, so it may
+    /// hold anything; nothing here panics or overflows whatever it holds.
+    ///
+    /// # Errors
+    /// A description of the first disagreement.
+    pub(crate) fn check(
+        &self,
+        rank: u32,
+        eps: usize,
+        total_eps: usize,
+        aux_len: usize,
+        np_args: usize,
+    ) -> Result<(Layout, usize), String> {
+        let h = self;
+        if h.magic != MAGIC || h.rank != u64::from(rank) {
+            return Err(format!("bad magic or rank (header {h:?})"));
+        }
+        let as_usize = |what: &str, v: u64| {
+            usize::try_from(v).map_err(|_| format!("{what} {v} does not fit this machine"))
+        };
+        if as_usize("endpoint count", h.eps)? != eps
+            || as_usize("host endpoint count", h.total_eps)? != total_eps
+        {
+            return Err(format!(
+                "{} endpoints of {} on the host, the job layout says {eps} of {total_eps}",
+                h.eps, h.total_eps
+            ));
+        }
+        let ring_cap = as_usize("ring size", h.ring_cap)?;
+        if !ring::is_valid_capacity(ring_cap) || ring_cap < MIN_RING {
+            return Err(format!(
+                "ring size {ring_cap} is not a power of two between {MIN_RING} and {}",
+                ring::MAX_CAPACITY
+            ));
+        }
+        let seg_len = as_usize("segment length", h.seg_len)?;
+        if as_usize("auxiliary area length", h.aux_len)? != aux_len {
+            return Err(format!(
+                "auxiliary areas of {} bytes, this rank's layers need {aux_len}",
+                h.aux_len
+            ));
+        }
+        let l = Layout::new(eps, total_eps, ring_cap, seg_len, aux_len)
+            .ok_or_else(|| format!("region size overflows (header {h:?})"))?;
+        if l.len as u64 != h.len {
+            return Err(format!(
+                "region length {} does not match its layout ({} bytes)",
+                h.len, l.len
+            ));
+        }
+        let room = ring::max_body(ring_cap) - np_args;
+        let max_medium = usize::try_from(h.max_medium)
+            .unwrap_or(usize::MAX)
+            .min(room);
+        Ok((l, max_medium))
     }
 }
 
@@ -225,6 +301,16 @@ pub(crate) fn map_peer(rank: u32, pid: u32, fd: u32, len: usize) -> Result<Mappi
         what: format!("opening rank {rank}'s shared region {path} (the smp conduit needs same-user access to peers' /proc entries)"),
         err: std::io::Error::from_raw_os_error(e.raw_os_error()),
     })?;
+    // A mapping longer than the file would fault (SIGBUS) on access past its end.
+    let size = rustix::fs::fstat(&f)
+        .map_err(|e| os("fstat of a peer's region", e))?
+        .st_size;
+    if len < PAGE || u64::try_from(size).ok() != Some(len as u64) {
+        return Err(InitError::Conduit {
+            conduit: "smp",
+            msg: format!("rank {rank}'s region is {size} bytes, its bootstrap blob says {len}"),
+        });
+    }
     let m = Mapping::map(&f, len)?;
     let h = m.header();
     if h.magic != MAGIC || h.rank != rank as u64 || h.len != len as u64 {
@@ -234,4 +320,71 @@ pub(crate) fn map_peer(rank: u32, pid: u32, fd: u32, len: usize) -> Result<Mappi
         });
     }
     Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(eps: usize, total: usize, ring_cap: usize, seg_len: usize) -> Header {
+        let l = Layout::new(eps, total, ring_cap, seg_len).unwrap();
+        Header {
+            magic: MAGIC,
+            rank: 1,
+            eps: eps as u64,
+            total_eps: total as u64,
+            ring_cap: ring_cap as u64,
+            max_medium: 1 << 20,
+            seg_len: seg_len as u64,
+            len: l.len as u64,
+        }
+    }
+
+    #[test]
+    fn a_good_header_passes() {
+        let h = header(2, 3, 8192, 100);
+        let (l, max_medium) = h.check(1, 2, 3, 64).unwrap();
+        assert_eq!(l.len as u64, h.len);
+        // Capped by what the ring holds.
+        assert_eq!(max_medium, ring::max_body(8192) - 64);
+    }
+
+    /// Regression (found while writing the `smp-header` fuzz target): a peer's ring
+    /// size was not checked, so a header whose length matched a layout with a ring of,
+    /// say, 0 or 100 bytes got through, and the conduit panicked later (`max_body`
+    /// underflow, the ring's geometry assertion) without naming the peer.
+    #[test]
+    fn a_bad_ring_size_is_an_error() {
+        for cap in [0usize, 100, 2048, 4097] {
+            let l = Layout::new(1, 1, cap, 0).unwrap();
+            let h = Header {
+                ring_cap: cap as u64,
+                len: l.len as u64,
+                ..header(1, 1, 4096, 0)
+            };
+            let e = h.check(1, 1, 1, 64).unwrap_err();
+            assert!(e.contains("ring size"), "{cap}: {e}");
+        }
+    }
+
+    /// Regression (found while writing the `smp-header` fuzz target): sizes from a
+    /// peer's header overflowed unchecked arithmetic in `Layout::new` (a panic in debug
+    /// builds, a wrong layout in release builds).
+    #[test]
+    fn huge_sizes_are_errors_not_overflows() {
+        assert_eq!(Layout::new(usize::MAX / 8, 1, 4096, 0), None);
+        assert_eq!(Layout::new(1, 1, usize::MAX - 8, 0), None);
+        assert_eq!(Layout::new(1, 1, 4096, usize::MAX), None);
+        let h = Header {
+            eps: u64::MAX / 8,
+            ..header(1, 1, 4096, 0)
+        };
+        assert!(h.check(1, 1, 1, 64).is_err());
+        let h = Header {
+            seg_len: u64::MAX,
+            ..header(1, 1, 4096, 0)
+        };
+        let e = h.check(1, 1, 1, 64).unwrap_err();
+        assert!(e.contains("overflows"), "{e}");
+    }
 }

@@ -9,6 +9,7 @@
 //! conduit sees them and checked again on receipt.
 #![allow(unsafe_code)]
 
+use crate::record::{self, Body, NP_ARGS_AREA, U_FIXED_ARGS, args_area};
 use crate::region::{self, Layout, Mapping};
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{
@@ -27,36 +28,9 @@ use std::time::Duration;
 pub const DEFAULT_RING_SIZE: usize = 256 << 10;
 /// Default largest Medium payload.
 pub const DEFAULT_MAX_MEDIUM: usize = 64 << 10;
-/// Bytes reserved for arguments in a negotiated-payload Medium record.
-const NP_ARGS_AREA: usize = 64;
-
-// Layout of the 32-bit user word of a ring record.
-const U_CAT_SHIFT: u32 = 8;
-const U_REPLY: u32 = 1 << 10;
-const U_NARGS_SHIFT: u32 = 11;
-const U_FIXED_ARGS: u32 = 1 << 16;
-
-#[inline(always)]
-fn args_area(nargs: usize) -> usize {
-    (nargs * 4 + 7) & !7
-}
-
 #[inline(always)]
 fn user_word(msg: &OutMsg<'_>) -> u32 {
-    let cat = match msg.category() {
-        Category::Short => 0,
-        Category::Medium => 1,
-        Category::Long => 2,
-    };
-    let reply = if msg.kind() == Kind::Reply {
-        U_REPLY
-    } else {
-        0
-    };
-    msg.handler() as u32
-        | (cat << U_CAT_SHIFT)
-        | reply
-        | ((msg.args().len() as u32) << U_NARGS_SHIFT)
+    record::user_word(msg.handler(), msg.category(), msg.kind(), msg.args().len())
 }
 
 /// A pointer that may cross threads with its endpoint (see the module's Safety section).
@@ -208,9 +182,10 @@ impl Smp {
         let n = jl.size() as usize;
         let rank = params.rank as usize;
         let ring_cap = params.config.size("GEX_SMP_RING_SIZE", DEFAULT_RING_SIZE)?;
-        if !ring::is_valid_capacity(ring_cap) || ring_cap < 4096 {
+        if !ring::is_valid_capacity(ring_cap) || ring_cap < region::MIN_RING {
             return Err(InitError::Config(format!(
-                "GEX_SMP_RING_SIZE={ring_cap}: must be a power of two between 4096 and {}",
+                "GEX_SMP_RING_SIZE={ring_cap}: must be a power of two between {} and {}",
+                region::MIN_RING,
                 ring::MAX_CAPACITY
             )));
         }
@@ -279,27 +254,21 @@ impl Smp {
         let mut layouts = Vec::with_capacity(ranks.len());
         let mut max_med = Vec::with_capacity(ranks.len());
         for (m, &r) in maps.iter().zip(&ranks) {
-            let r = r as usize;
-            let h = m.header();
-            let l = Layout::new(
-                h.eps as usize,
-                h.total_eps as usize,
-                h.ring_cap as usize,
-                h.seg_len as usize,
-                h.aux_len as usize,
-            )
-            .filter(|l| {
-                l.aux_len == params.aux_len
-                    && l.len == h.len as usize
-                    && l.total_eps == total
-                    && h.eps as usize == jl.eps[r] as usize
-            })
-            .ok_or_else(|| InitError::Conduit {
-                conduit: "smp",
-                msg: format!("rank {r}'s region layout disagrees with the job layout"),
-            })?;
+            let (l, max) = m
+                .header()
+                .check(
+                    r,
+                    jl.eps[r as usize] as usize,
+                    total,
+                    params.aux_len,
+                    NP_ARGS_AREA,
+                )
+                .map_err(|e| InitError::Conduit {
+                    conduit: "smp",
+                    msg: format!("rank {r}'s shared region disagrees with the job: {e}"),
+                })?;
             layouts.push(l);
-            max_med.push((h.max_medium as usize).min(ring::max_body(l.ring_cap) - NP_ARGS_AREA));
+            max_med.push(max);
         }
         let smp = Arc::new(Smp {
             maps,
@@ -560,44 +529,31 @@ fn drain<D: Deliver>(
 ) -> usize {
     let mut n = 0;
     while n < budget {
-        let Some((user, body)) = c.peek() else { break };
-        let nargs = ((user >> U_NARGS_SHIFT) & 31) as usize;
-        let area = if user & U_FIXED_ARGS != 0 {
-            NP_ARGS_AREA
-        } else {
-            args_area(nargs)
+        let (user, body) = match c.try_peek() {
+            Ok(Some(r)) => r,
+            Ok(None) => break,
+            // poll cannot return an error: end this rank naming the sender; the
+            // launcher ends the job.
+            Err(e) => panic!("gex smp: {src} corrupted the {kind:?} ring to this rank: {e}"),
         };
-        assert!(
-            nargs <= 16 && body.len() >= area,
-            "gex smp: corrupt record from {src}"
-        );
-        // SAFETY: bodies are 8-byte aligned and hold `nargs` u32 arguments first.
-        let args = unsafe { std::slice::from_raw_parts(body.as_ptr().cast::<u32>(), nargs) };
-        let (category, payload, offset, len): (Category, &[u8], usize, usize) =
-            match (user >> U_CAT_SHIFT) & 3 {
-                0 => (Category::Short, &[], 0, 0),
-                1 => (Category::Medium, &body[area..], 0, 0),
-                _ => {
-                    assert!(
-                        body.len() >= area + 16,
-                        "gex smp: corrupt Long record from {src}"
-                    );
-                    // SAFETY: the body holds two u64 (offset, length) after the args area
-                    // (checked above).
-                    let (off, len) = unsafe {
-                        let p = body.as_ptr().add(area).cast::<u64>();
-                        (p.read() as usize, p.add(1).read() as usize)
-                    };
-                    assert!(
-                        off.checked_add(len).is_some_and(|e| e <= seg.len),
-                        "gex smp: Long from {src} outside the segment"
-                    );
-                    (Category::Long, &[], off, len)
-                }
-            };
+        let rec = match record::decode(user, body, kind, seg.len) {
+            Ok(r) => r,
+            Err(e) => panic!(
+                "gex smp: corrupt {kind:?} record from {src} (user word {user:#010x}, {} bytes): {e}",
+                body.len()
+            ),
+        };
+        // Long payloads are described, not lent: the core reads them from the segment.
+        let (category, payload, offset, len): (Category, &[u8], usize, usize) = match rec.body {
+            Body::Short => (Category::Short, &[], 0, 0),
+            Body::Medium(p) => (Category::Medium, p, 0, 0),
+            Body::Long { offset, len } => (Category::Long, &[], offset, len),
+        };
+        let args = rec.args;
+        debug_assert_eq!(category, rec.category());
         let inc = Incoming {
             src,
-            handler: user as u8,
+            handler: rec.handler,
             kind,
             category,
             args,
@@ -718,6 +674,32 @@ impl ConduitEp for SmpEp {
             bell.epoch() != seen || rx.rep.iter().chain(rx.req.iter()).any(|c| c.has_data())
         });
         self.seen = bell.epoch();
+    }
+
+    fn describe(&self) -> String {
+        let mut lines = Vec::new();
+        for (g, p) in self.tx.req.iter().enumerate() {
+            let (rq, rp) = (p.in_flight(), self.tx.rep[g].in_flight());
+            let deferred = self.tx.pending[g].len();
+            if rq + rp > 0 || deferred > 0 {
+                lines.push(format!(
+                    "to {}: {rq} request bytes and {rp} reply bytes not yet consumed (ring of {}), {deferred} replies deferred",
+                    self.rx.src[g],
+                    p.capacity()
+                ));
+            }
+        }
+        let waiting = self
+            .rx
+            .req
+            .iter()
+            .chain(self.rx.rep.iter())
+            .filter(|c| c.has_data())
+            .count();
+        if waiting > 0 {
+            lines.push(format!("{waiting} incoming rings hold unread records"));
+        }
+        lines.join("\n")
     }
 
     fn aux(&self, dst: EpAddr) -> Option<NonNull<u8>> {

@@ -2,7 +2,7 @@
 //!
 //! | variable | set by | read by | meaning | default when unset |
 //! |---|---|---|---|---|
-//! | [`GEX_BOOT`](BOOT) | launcher (`fork`), or the user (`pmi`) | [`from_env`](crate::from_env), [`spawn_self`](crate::spawn_self) | which bootstrap the rank uses | PMI-1 if `PMI_FD` or `PMI_PORT` is set, else a singleton job of one rank |
+//! | [`GEX_BOOT`](BOOT) | launcher (`fork`), or the user (`pmix`, `pmi2`, `pmi1`, `singleton`) | [`from_env`](crate::from_env), [`spawn_self`](crate::spawn_self) | which bootstrap the rank uses | detected: see [`detect`](crate::detect) |
 //! | [`GEX_BOOT_FD`](BOOT_FD) | launcher | fork client | the rank's end of its launcher socket | required with `GEX_BOOT=fork` |
 //! | [`GEX_RANK`](RANK) | launcher | fork client | this process's rank, `0..GEX_SIZE` | required with `GEX_BOOT=fork` |
 //! | [`GEX_SIZE`](SIZE) | launcher | fork client | number of ranks in the job | required with `GEX_BOOT=fork` |
@@ -10,14 +10,18 @@
 //! | [`GEX_LOCAL_RANK`](LOCAL_RANK) | launcher | conduits (not gex-boot) | rank among the ranks on this host (fork launcher: equals `GEX_RANK` unless `gex-run --hosts` / `JobSpec::hosts` names several hosts) | none |
 //! | [`GEX_LOCAL_SIZE`](LOCAL_SIZE) | launcher | conduits (not gex-boot) | number of ranks on this host (fork launcher: equals `GEX_SIZE` unless several hosts are named) | none |
 //! | [`GEX_CONDUIT`](CONDUIT) | `gex-run --conduit NAME` | the `gex` facade (not gex-boot) | conduit the ranks should open | the facade's default |
-//! | [`PMI_FD`] | `mpiexec` (Hydra) | [`from_env`](crate::from_env), PMI client | the rank's inherited socket to the PMI server | — |
+//! | [`PMI_FD`] | `mpiexec` (Hydra), `srun --mpi=pmi2` | [`from_env`](crate::from_env), PMI clients | the rank's inherited socket to the PMI server | — |
+//! | [`PMI_JOBID`] | `srun --mpi=pmi2` | [`detect`](crate::detect), PMI-2 client | the PMI-2 job id (sent in `fullinit`); with `PMI_FD` it selects PMI-2 | — |
 //! | [`PMI_PORT`] | `mpiexec -pmi-port`, other PMI-1 servers | [`from_env`](crate::from_env), PMI client | `host:port` of the PMI server (used when `PMI_FD` is not set) | — |
 //! | [`PMI_ID`] | with `PMI_PORT` | PMI client | identity for the `initack` handshake | `PMI_RANK` |
 //! | [`PMI_RANK`] | `mpiexec` | PMI client | this process's rank | required with `PMI_FD` |
 //! | [`PMI_SIZE`] | `mpiexec` | PMI client | number of ranks | required with `PMI_FD` |
+//! | [`PMIX_NAMESPACE`] | PMIx servers (`mpirun`, `srun --mpi=pmix`) | [`detect`](crate::detect) | the job's PMIx namespace; with `PMIX_RANK` it selects PMIx | — |
+//! | [`PMIX_RANK`] | PMIx servers | [`detect`](crate::detect) | this process's PMIx rank | — |
 //!
-//! The `PMI_*` variables belong to the PMI-1 protocol (see [`crate::pmi`]): gex
-//! reads them and never sets them.
+//! The `PMI_*` variables belong to the PMI-1 and PMI-2 protocols (see
+//! [`crate::pmi`]), the `PMIX_*` ones to PMIx (libpmix reads more of them): gex reads
+//! them and never sets them.
 //!
 //! The fork launcher overwrites any value of the `GEX_*` variables above inherited
 //! from its own environment, except `GEX_CONDUIT`, which it sets only when asked to.
@@ -26,11 +30,10 @@
 //! assert_eq!(gex_boot::env::BOOT, "GEX_BOOT");
 //! ```
 
-/// `GEX_BOOT`: the bootstrap backend. The fork launcher sets `fork`; `pmi` forces
-/// the PMI-1 client ([`crate::pmi`]). Unset or empty means "not the fork
-/// launcher": the PMI-1 client if [`PMI_FD`] or [`PMI_PORT`] is set (the process
-/// was started by `mpiexec` or `srun`), else a job of one rank
-/// ([`gex_core::boot::Singleton`]). Any other value is an error.
+/// `GEX_BOOT`: the bootstrap backend. The fork launcher sets `fork`; a user may force
+/// `pmix`, `pmi2`, `pmi1` (or `pmi`, the same) or `singleton`. Unset or empty means
+/// "detect": see [`detect`](crate::detect) for the order. Any other value is an
+/// error.
 pub const BOOT: &str = "GEX_BOOT";
 
 /// `GEX_BOOT_FD`: decimal number of the inherited file descriptor of the rank's
@@ -61,8 +64,23 @@ pub const CONDUIT: &str = "GEX_CONDUIT";
 /// The value of [`BOOT`] that selects the fork launcher's client.
 pub const BOOT_FORK: &str = "fork";
 
-/// The value of [`BOOT`] that selects the PMI-1 client ([`crate::pmi`]).
+/// A value of [`BOOT`] that selects the PMI-1 client ([`crate::pmi::PmiClient`]);
+/// the same as [`BOOT_PMI1`].
 pub const BOOT_PMI: &str = "pmi";
+
+/// The value of [`BOOT`] that selects the PMI-1 client ([`crate::pmi::PmiClient`]).
+pub const BOOT_PMI1: &str = "pmi1";
+
+/// The value of [`BOOT`] that selects the PMI-2 client ([`crate::pmi::Pmi2Client`]).
+pub const BOOT_PMI2: &str = "pmi2";
+
+/// The value of [`BOOT`] that selects the PMIx client (`gex_boot::pmix`, cargo feature
+/// `pmix`).
+pub const BOOT_PMIX: &str = "pmix";
+
+/// The value of [`BOOT`] that makes the process a job of one rank
+/// ([`gex_core::boot::Singleton`]) whatever launcher variables it sees.
+pub const BOOT_SINGLETON: &str = "singleton";
 
 /// `PMI_FD`: decimal number of an inherited, connected stream socket to the PMI-1
 /// server (set by MPICH's Hydra `mpiexec`).
@@ -82,15 +100,59 @@ pub const PMI_RANK: &str = "PMI_RANK";
 /// `PMI_SIZE`: number of ranks in the job, as set by a PMI-1 launcher.
 pub const PMI_SIZE: &str = "PMI_SIZE";
 
+/// `PMI_JOBID`: the job id a PMI-2 launcher (Slurm's `--mpi=pmi2` plugin) gives its
+/// ranks; the PMI-2 client sends it in `fullinit`. Together with [`PMI_FD`] it makes
+/// [`detect`](crate::detect) choose PMI-2.
+pub const PMI_JOBID: &str = "PMI_JOBID";
+
+/// `PMIX_NAMESPACE`: the job's namespace, set by a PMIx server for its clients
+/// (Open MPI's `mpirun`, `prterun`, `srun --mpi=pmix`).
+pub const PMIX_NAMESPACE: &str = "PMIX_NAMESPACE";
+
+/// `PMIX_RANK`: this process's rank in [`PMIX_NAMESPACE`], set by a PMIx server.
+pub const PMIX_RANK: &str = "PMIX_RANK";
+
 /// `Some(value)` if `GEX_BOOT` is set and not empty.
 pub(crate) fn boot() -> Option<std::ffi::OsString> {
     std::env::var_os(BOOT).filter(|v| !v.is_empty())
 }
 
-/// Whether a PMI-1 launcher started this process (`PMI_FD` or `PMI_PORT` is set
-/// and not empty).
-pub(crate) fn pmi_present() -> bool {
-    [PMI_FD, PMI_PORT]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty()))
-}
+/// The registry of the `GEX_*` variables gex-boot sets or reads (collected with the
+/// other crates' by the facade; `ci/check-env-docs` keeps `docs/env.md` in step).
+pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
+    gex_core::config::EnvVar {
+        name: "GEX_BOOT",
+        default: "",
+        doc: "Bootstrap backend: fork (set by the gex fork launcher), or forced: pmix, pmi2, pmi1 (or pmi), singleton. Unset: detected in the order PMIx (PMIX_NAMESPACE+PMIX_RANK), PMI-2 (PMI_FD+PMI_JOBID), PMI-1 (PMI_FD or PMI_PORT), singleton; gex-info boot says which.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_BOOT_FD",
+        default: "",
+        doc: "Set by the fork launcher: inherited socket to the launcher.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_RANK",
+        default: "",
+        doc: "Set by the launcher: this process's rank.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_SIZE",
+        default: "",
+        doc: "Set by the launcher: number of ranks.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_JOB_ID",
+        default: "",
+        doc: "Set by the launcher: unique job identifier.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_LOCAL_RANK",
+        default: "",
+        doc: "Set by the launcher: rank among the ranks of this host.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_LOCAL_SIZE",
+        default: "",
+        doc: "Set by the launcher: ranks on this host.",
+    },
+];

@@ -142,8 +142,14 @@ impl ForkClient {
         let len = proto::body_len(&head, proto::MAX_LAUNCHER_FRAME)
             .map_err(|e| BootError::Protocol(e.0))?
             .unwrap_or(0);
-        let mut body = vec![0u8; len];
-        self.recv_exact(&mut body)?;
+        // Grown as the bytes arrive, not allocated at once: `len` is what the header
+        // claims (up to 4 GiB).
+        let mut body = Vec::with_capacity(len.min(1 << 20));
+        while body.len() < len {
+            let at = body.len();
+            body.resize(len.min(at.saturating_mul(2).max(1 << 16)), 0);
+            self.recv_exact(&mut body[at..])?;
+        }
         ToRank::decode(&body).map_err(|e| BootError::Protocol(e.0))
     }
 

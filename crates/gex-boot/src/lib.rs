@@ -12,11 +12,14 @@
 //!   exit code says what happened. The `gex-run` binary is a thin command line over
 //!   it: `gex-run -n N [--conduit NAME] [--hosts LIST [--host-exec PREFIX]] [--]
 //!   prog args…`.
-//! - [`from_env`]: the **rank side**. It reads [`GEX_BOOT`](env::BOOT) and the
-//!   PMI variables and returns the matching [`Bootstrap`]: the fork client
-//!   ([`fork::ForkClient`]) under the fork launcher, the PMI-1 client
-//!   ([`pmi::PmiClient`]) under MPICH's Hydra `mpiexec` or Slurm's `srun
-//!   --mpi=pmi2`, or a one-rank [`Singleton`] when the program was started on its
+//! - [`from_env`]: the **rank side**. [`detect`] reads [`GEX_BOOT`](env::BOOT)
+//!   and the launchers' variables, in the order gex-run, PMIx, PMI-2, PMI-1,
+//!   singleton, and `from_env` returns the matching [`Bootstrap`]: the fork client
+//!   ([`fork::ForkClient`]) under the fork launcher, the PMIx client
+//!   (`pmix::PmixClient`, cargo feature `pmix`) under Open MPI's `mpirun`,
+//!   `prterun` or `srun --mpi=pmix`, the PMI-2 client ([`pmi::Pmi2Client`]) under
+//!   `srun --mpi=pmi2`, the PMI-1 client ([`pmi::PmiClient`]) under MPICH's Hydra
+//!   `mpiexec`, or a one-rank [`Singleton`] when the program was started on its
 //!   own.
 //! - [`spawn_self`] and [`spawn_self_test`]: **self-launch** for tests and
 //!   benchmarks. The same executable is both launcher and ranks: the first call
@@ -32,11 +35,11 @@
 //!   every rank on the local host; it can give ranks distinct host ids and start
 //!   them through a prefix such as `ip netns exec {host}` (simulated hosts: network
 //!   namespaces of this machine, see [`launch`](launch#several-simulated-hosts)),
-//!   but not over `ssh`. For several machines, start the job with `mpiexec` or
-//!   `srun` (the PMI-1 client reports their host layout).
-//! - PMIx (Open MPI's `mpirun`/`prterun`, `srun --mpi=pmix`): comes in a later
-//!   issue. Under those launchers a process sees neither `GEX_BOOT` nor the PMI-1
-//!   variables and runs as a singleton.
+//!   but not over `ssh`. For several machines, start the job with `mpiexec`,
+//!   `srun` or `mpirun` (the PMI and PMIx clients report their host layout).
+//! - PMIx without the `pmix` feature: the default build links no native library,
+//!   so it has no PMIx client; a process it finds under a PMIx server fails with an
+//!   error saying so (rather than running as one of many one-rank jobs).
 //! - Platforms other than Linux: the launcher relies on pidfds and
 //!   `PR_SET_PDEATHSIG` (Linux 5.3 or later).
 //!
@@ -47,12 +50,12 @@
 //!   described in [`launch`].
 //! - A test or benchmark that launches itself: [`spawn_self_test`] inside a
 //!   `#[test]`, [`spawn_self`] in a `main`.
-//! - MPICH's Hydra: `mpiexec -n 4 ./my-app args…`; Slurm: `srun --mpi=pmi2 -n 4
-//!   ./my-app args…` (not tested here). The ranks find the PMI-1 server through
-//!   `PMI_FD` or `PMI_PORT`; [`from_env`] (and [`spawn_self`], which then never
-//!   launches) returns a [`pmi::PmiClient`]. Faults are handled by the launcher:
-//!   see [`pmi`](mod@pmi#ending-the-job).
-//! - `prterun`/`mpirun` (PMIx): not yet supported.
+//! - MPICH's Hydra: `mpiexec -n 4 ./my-app args…` (PMI-1); Slurm: `srun --mpi=pmi2
+//!   --kill-on-bad-exit=1 -n 4 ./my-app args…` (PMI-2), or `--mpi=pmix`; Open
+//!   MPI: `mpirun -n 4 ./my-app args…` (PMIx; built with the `pmix` feature).
+//!   [`from_env`] (and [`spawn_self`], which then never launches) returns the
+//!   matching client. Faults are handled by the launcher: see
+//!   [`pmi`](mod@pmi#ending-the-job) and `docs/launching.md`.
 //!
 //! # Words
 //!
@@ -77,13 +80,20 @@
 
 mod child;
 mod coord;
+mod detect;
 pub mod env;
+pub use env::ENV_VARS;
 pub mod fork;
 mod inherit;
 pub mod launch;
 pub mod pmi;
+#[cfg(feature = "pmix")]
+pub mod pmix;
 mod proto;
 mod signals;
+
+#[doc(hidden)]
+pub mod fuzz_api;
 
 use std::ffi::OsString;
 
@@ -91,19 +101,25 @@ use gex_core::boot::{BootError, Bootstrap, Singleton};
 
 use crate::launch::{JobSpec, LaunchError};
 
-/// Returns this process's bootstrap, chosen by [`GEX_BOOT`](env::BOOT) and the
-/// PMI variables:
+pub use detect::{Backend, Detection, detect, detect_with};
+
+/// Whether this build of gex-boot has the PMIx client (cargo feature `pmix`).
+pub const PMIX_BUILT: bool = cfg!(feature = "pmix");
+
+/// Returns this process's bootstrap: the one [`detect`] names, in the order
+/// gex-run, PMIx, PMI-2, PMI-1, singleton:
 ///
-/// | `GEX_BOOT` | PMI variables | bootstrap |
-/// |---|---|---|
-/// | unset or empty | [`PMI_FD`](env::PMI_FD) or [`PMI_PORT`](env::PMI_PORT) set | [`pmi::PmiClient`]: started by `mpiexec` (Hydra) or `srun --mpi=pmi2`; the PMI-1 handshake is done before this returns |
-/// | unset or empty | neither set | [`Singleton`]: a job of one rank |
-/// | `fork` | (ignored) | [`fork::ForkClient`] over the socket inherited from the fork launcher; it says HELLO before this returns |
-/// | `pmi` | required | [`pmi::PmiClient`] |
-/// | anything else | | error |
+/// | [`detect`] finds | bootstrap |
+/// |---|---|
+/// | `GEX_BOOT=fork` (the fork launcher) | [`fork::ForkClient`] over the inherited socket; it says HELLO before this returns |
+/// | `PMIX_NAMESPACE` and `PMIX_RANK` (`mpirun`, `prterun`, `srun --mpi=pmix`), or `GEX_BOOT=pmix` | `pmix::PmixClient` (cargo feature `pmix`; without it, an error) |
+/// | `PMI_FD` and `PMI_JOBID` (`srun --mpi=pmi2`) | [`pmi::Pmi2Client`], or [`pmi::PmiClient`] if the server refuses PMI-2 |
+/// | `GEX_BOOT=pmi2` | [`pmi::Pmi2Client`] (no fallback) |
+/// | `PMI_FD` or `PMI_PORT` (Hydra's `mpiexec`), or `GEX_BOOT=pmi1`/`pmi` | [`pmi::PmiClient`] |
+/// | nothing, or `GEX_BOOT=singleton` | [`Singleton`]: a job of one rank |
 ///
-/// Under a PMI launcher every rank must call this (it may make a collective
-/// exchange; see [`pmi::PmiClient::from_env`]).
+/// Under a PMI or PMIx launcher every rank must call this (it may make a collective
+/// exchange to learn the host layout).
 ///
 /// ```
 /// let boot = gex_boot::from_env()?;
@@ -112,22 +128,47 @@ use crate::launch::{JobSpec, LaunchError};
 /// ```
 ///
 /// # Errors
-/// [`BootError::Environment`] for an unknown `GEX_BOOT` value or a malformed job
-/// environment; [`BootError::Lost`] if the launcher is already gone;
-/// [`BootError::Protocol`] if a PMI server answers unexpectedly.
+/// [`BootError::Environment`] for an unknown `GEX_BOOT` value, a malformed job
+/// environment, or a PMIx launcher in a build without the `pmix` feature;
+/// [`BootError::Lost`] if the launcher is already gone; [`BootError::Protocol`] if a
+/// PMI or PMIx server answers unexpectedly.
 pub fn from_env() -> Result<Box<dyn Bootstrap>, BootError> {
-    match env::boot() {
-        None if env::pmi_present() => Ok(Box::new(pmi::PmiClient::from_env()?)),
-        None => Ok(Box::new(Singleton::new())),
-        Some(v) if v == env::BOOT_FORK => Ok(Box::new(fork::ForkClient::from_env()?)),
-        Some(v) if v == env::BOOT_PMI => Ok(Box::new(pmi::PmiClient::from_env()?)),
-        Some(v) => Err(BootError::Environment(format!(
-            "{}={v:?} names no known bootstrap (expected `{}` or `{}`, or unset)",
-            env::BOOT,
-            env::BOOT_FORK,
-            env::BOOT_PMI
-        ))),
+    let d = detect()?;
+    tracing::debug!(
+        backend = d.backend.name(),
+        reason = d.reason.as_str(),
+        "bootstrap detected"
+    );
+    open(&d)
+}
+
+/// Opens the bootstrap `d` names.
+fn open(d: &Detection) -> Result<Box<dyn Bootstrap>, BootError> {
+    match d.backend {
+        Backend::Fork => Ok(Box::new(fork::ForkClient::from_env()?)),
+        Backend::Pmix => open_pmix(d),
+        Backend::Pmi2 if d.pmi1_fallback => pmi::negotiate(),
+        Backend::Pmi2 => Ok(Box::new(pmi::Pmi2Client::from_env()?)),
+        Backend::Pmi1 => Ok(Box::new(pmi::PmiClient::from_env()?)),
+        Backend::Singleton => Ok(Box::new(Singleton::new())),
     }
+}
+
+#[cfg(feature = "pmix")]
+fn open_pmix(_d: &Detection) -> Result<Box<dyn Bootstrap>, BootError> {
+    Ok(Box::new(pmix::PmixClient::from_env()?))
+}
+
+#[cfg(not(feature = "pmix"))]
+fn open_pmix(d: &Detection) -> Result<Box<dyn Bootstrap>, BootError> {
+    Err(BootError::Environment(format!(
+        "this process needs the PMIx bootstrap ({}), but this build of gex-boot has no \
+         PMIx client: rebuild with the cargo feature `gex-boot/pmix` (and libpmix-dev), or set \
+         {}={} to run it as a job of one rank",
+        d.reason,
+        env::BOOT,
+        env::BOOT_SINGLETON
+    )))
 }
 
 /// What [`spawn_self`] made of this process.
@@ -139,10 +180,11 @@ pub enum Role {
     Launcher(i32),
 }
 
-/// Whether this process was started by a launcher (`GEX_BOOT` is set, or a PMI
-/// launcher's `PMI_FD`/`PMI_PORT`).
+/// Whether this process was started by a launcher (`GEX_BOOT` is set, or a PMI or
+/// PMIx launcher's variables are): [`detect`] finds something other than a
+/// singleton, or `GEX_BOOT` names one.
 fn is_rank() -> bool {
-    env::boot().is_some() || env::pmi_present()
+    env::boot().is_some() || detect().is_ok_and(|d| d.backend != Backend::Singleton)
 }
 
 fn self_job(

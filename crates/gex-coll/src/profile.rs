@@ -90,12 +90,19 @@ pub struct Profile {
     pub cells: Vec<Cell>,
 }
 
+/// Largest whole number of bytes a profile may give (`f64` represents every whole
+/// number up to it exactly).
+const MAX_EXACT: f64 = 9_007_199_254_740_992.0;
+
 fn quote(s: &str) -> String {
     let mut o = String::from("\"");
     for c in s.chars() {
         match c {
             '"' => o.push_str("\\\""),
             '\\' => o.push_str("\\\\"),
+            // The parser reads one line at a time: a line break must be escaped.
+            '\n' => o.push_str("\\n"),
+            '\t' => o.push_str("\\t"),
             c => o.push(c),
         }
     }
@@ -276,7 +283,13 @@ impl Profile {
                 continue;
             }
             if let Some(name) = t.strip_prefix("[[") {
-                let name = name.split("]]").next().unwrap_or("").trim();
+                let Some((name, rest)) = name.split_once("]]") else {
+                    return Err(err(line, format!("[[{name} lacks its closing ]]")));
+                };
+                if !(rest.trim().is_empty() || rest.trim_start().starts_with('#')) {
+                    return Err(err(line, format!("unexpected {rest:?} after [[{name}]]")));
+                }
+                let name = name.trim();
                 if name != "cell" {
                     return Err(err(line, format!("unknown array of tables [[{name}]]")));
                 }
@@ -288,7 +301,13 @@ impl Profile {
                 continue;
             }
             if let Some(name) = t.strip_prefix('[') {
-                let name = name.split(']').next().unwrap_or("").trim();
+                let Some((name, rest)) = name.split_once(']') else {
+                    return Err(err(line, format!("[{name} lacks its closing ]")));
+                };
+                if !(rest.trim().is_empty() || rest.trim_start().starts_with('#')) {
+                    return Err(err(line, format!("unexpected {rest:?} after [{name}]")));
+                }
+                let name = name.trim();
                 if !matches!(name, "machine" | "loggp") {
                     return Err(err(line, format!("unknown table [{name}]")));
                 }
@@ -329,10 +348,15 @@ impl Profile {
                                     || err(line, format!("unknown operation {s:?}")),
                                 )?);
                         }
-                        ("team", Val::Num(x)) if x >= 1.0 && x.fract() == 0.0 => {
+                        // Whole numbers in range only: `as` would saturate 1e30 silently.
+                        ("team", Val::Num(x))
+                            if (1.0..=f64::from(u32::MAX)).contains(&x) && x.fract() == 0.0 =>
+                        {
                             c.team = Some(x as u32)
                         }
-                        ("bytes", Val::Num(x)) if x >= 0.0 && x.fract() == 0.0 => {
+                        ("bytes", Val::Num(x))
+                            if (0.0..=MAX_EXACT).contains(&x) && x.fract() == 0.0 =>
+                        {
                             c.bytes = Some(x as usize)
                         }
                         ("choice", Val::Str(s)) => c.choice = Some(s),
@@ -481,6 +505,17 @@ mod tests {
         assert_eq!(q, p, "{text}");
     }
 
+    /// Regression (found by the `coll-profile` fuzz target, input
+    /// `[machine]\n0="\n"`): `to_toml` wrote a line break inside a string as a raw
+    /// line break, so the profile it wrote did not parse back.
+    #[test]
+    fn line_breaks_in_strings_round_trip() {
+        let p = Profile::parse("f", "[machine]\n0 = \"a\\nb\\tc\"\n\"k\\n\" = \"v\"\n").unwrap();
+        assert_eq!(p.machine[0], ("0".to_string(), "a\nb\tc".to_string()));
+        let q = Profile::parse("again", &p.to_toml()).unwrap();
+        assert_eq!(q, p);
+    }
+
     #[test]
     fn errors_name_the_line() {
         let cases = [
@@ -504,6 +539,24 @@ mod tests {
                 other => panic!("{text:?}: {other:?}"),
             }
         }
+        // Regressions (found by the `coll-profile` fuzz target and while writing it):
+        // unclosed table headers and out-of-range team sizes were accepted (1e30 became
+        // u32::MAX).
+        for (text, what) in [
+            ("[[cell\n", "lacks its closing ]]"),
+            ("[machine\n", "lacks its closing ]"),
+            ("[machine] x\n", "unexpected"),
+            ("[[cell]]\nteam = 1e30\n", "bad value for team"),
+            ("[[cell]]\nbytes = 1e300\n", "bad value for bytes"),
+        ] {
+            match Profile::parse("f.toml", text) {
+                Err(CollError::Profile { reason, .. }) => {
+                    assert!(reason.contains(what), "{text:?}: {reason}")
+                }
+                other => panic!("{text:?}: {other:?}"),
+            }
+        }
+        assert!(Profile::parse("f.toml", "[machine] # the machine\n").is_ok());
         assert!(matches!(
             Profile::load("/nonexistent/gex-profile.toml"),
             Err(CollError::Profile { line: 0, .. })

@@ -32,6 +32,8 @@ pub(crate) struct Shared {
     pub(crate) layout: JobLayout,
     /// `sched_yield`s between spinning and sleeping under spin-then-block.
     pub(crate) yields: u32,
+    /// A wait without progress for this long prints the endpoint's report (None: never).
+    pub(crate) stall_report: Option<Duration>,
     /// The configuration the client was built with.
     pub(crate) config: Config,
 }
@@ -59,7 +61,7 @@ enum SegSize {
 /// recompiling.
 ///
 /// `L` is the list of layers every endpoint of the client carries, added with
-/// [`layer`](Self::layer) (the facade's builder starts with gex-rma and gex-coll).
+/// [`layer`](Self::layer).
 pub struct ClientBuilder<L: LayerSet = ()> {
     segment_size: Option<SegSize>,
     endpoints: Option<u16>,
@@ -185,7 +187,8 @@ impl<L: LayerSet> ClientBuilder<L> {
     fn env_registries<C: Conduit>() -> Vec<&'static [EnvVar]> {
         let mut infos = Vec::new();
         L::infos(&mut infos);
-        let mut v: Vec<&'static [EnvVar]> = vec![crate::config::ENV_VARS, C::ENV_VARS];
+        let mut v: Vec<&'static [EnvVar]> = vec![crate::config::ENV_VARS];
+        v.extend(C::env_registries());
         v.extend(infos.iter().map(|i| i.env_vars));
         v
     }
@@ -243,7 +246,7 @@ impl<L: LayerSet> ClientBuilder<L> {
         if rank == 0 && config.bool("GEX_VERBOSEENV", false)? {
             eprint!(
                 "gex: configuration (conduit {}, layers [{}]):\n{}",
-                C::NAME,
+                config.get("GEX_CONDUIT").unwrap_or(C::NAME),
                 infos.iter().map(|i| i.name).collect::<Vec<_>>().join(", "),
                 config.describe(&Self::env_registries::<C>())
             );
@@ -253,6 +256,18 @@ impl<L: LayerSet> ClientBuilder<L> {
         mine.extend_from_slice(&eps.to_le_bytes());
         mine.extend_from_slice(&(seg as u64).to_le_bytes());
         let all = boot.exchange(&mine)?;
+        // The exchange comes from the launcher: check its shape before using it.
+        if all.len() != size as usize || all.get(rank as usize) != Some(&mine) {
+            return Err(InitError::Boot(crate::boot::BootError::Protocol(format!(
+                "the bootstrap exchange returned {} layout blobs for {size} ranks{}",
+                all.len(),
+                if all.len() == size as usize {
+                    ", and not this rank's own blob at its rank"
+                } else {
+                    ""
+                }
+            ))));
+        }
         let mut layout = JobLayout {
             eps: Vec::new(),
             seg_len: Vec::new(),
@@ -265,7 +280,13 @@ impl<L: LayerSet> ClientBuilder<L> {
                     b.len()
                 ))));
             }
-            layout.eps.push(u16::from_le_bytes([b[0], b[1]]));
+            let eps = u16::from_le_bytes([b[0], b[1]]);
+            if eps == 0 {
+                return Err(InitError::Boot(crate::boot::BootError::Protocol(format!(
+                    "layout blob of rank {r} has no endpoint"
+                ))));
+            }
+            layout.eps.push(eps);
             layout
                 .seg_len
                 .push(u64::from_le_bytes(b[2..10].try_into().expect("8 bytes")) as usize);
@@ -304,11 +325,16 @@ impl<L: LayerSet> ClientBuilder<L> {
         let yields = config.u64("GEX_YIELDS", DEFAULT_YIELDS as u64)?;
         let yields = u32::try_from(yields)
             .map_err(|_| InitError::Config("GEX_YIELDS is too large".into()))?;
+        let stall = config.u64("GEX_STALL_REPORT", 60)?;
+        if config.bool("GEX_REPORT_SIGNAL", true)? {
+            gex_sync::signal::install_report_signal();
+        }
         let shared = Arc::new(Shared {
             rank,
             size,
             layout,
             yields,
+            stall_report: (stall > 0).then(|| Duration::from_secs(stall)),
             config,
         });
         let mut attachers = Vec::new();
@@ -397,7 +423,7 @@ impl<C: Conduit> Client<C> {
     }
     /// The conduit's name.
     pub fn conduit_name(&self) -> &'static str {
-        C::NAME
+        self.conduit.name()
     }
     /// The conduit instance.
     pub fn conduit(&self) -> &Arc<C> {

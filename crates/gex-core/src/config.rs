@@ -62,6 +62,16 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "1: rank 0 prints every GEX_* variable and its effective value at initialisation.",
     },
     EnvVar {
+        name: "GEX_STALL_REPORT",
+        default: "60",
+        doc: "Seconds a wait may go without any progress (no message handled, no event completed) before the endpoint prints its state report (per-peer counters, what each layer and the conduit have in flight); repeated at that interval; 0: never.",
+    },
+    EnvVar {
+        name: "GEX_REPORT_SIGNAL",
+        default: "1",
+        doc: "1: SIGUSR1 makes every waiting endpoint print its state report (installed only where SIGUSR1 has its default disposition); 0: leave SIGUSR1 alone.",
+    },
+    EnvVar {
         name: "GEX_PROGRESS_THREAD",
         default: "0",
         doc: "1: every endpoint gets a progress thread that polls it while the rank computes outside gex (serves peers' AM-path gets, atomics and collectives); overrides ClientBuilder::progress_thread.",

@@ -12,6 +12,7 @@
 //! | its slice of every neighbour's auxiliary area ([`Layer::AUX_BYTES`] bytes, zero-filled, 64-byte aligned) | [`Cx::aux`] |
 //! | its settings ([`Layer::ENV_VARS`], declared in its own crate, collected into the registry `GEX_VERBOSEENV=1` and `gex-info env` print) | [`Cx::config`] |
 //! | a progress hook, run by every poll and every wait of the endpoint while the layer says it has work (or one of its handlers ran) | [`Layer::progress`], [`Cx::set_busy`] |
+//! | a line in hang reports | [`Layer::describe`] |
 //! | the conduit, the segment, the job layout, other layers, events | [`Cx`] |
 //!
 //! There is no `Arc<Mutex<_>>` between a layer's handlers and its operations: both
@@ -110,11 +111,18 @@ pub trait Layer: Any + Send + Sized {
         let _ = cx;
         Progress::Idle
     }
+    /// What the layer has in flight, for a hang report (`GEX_STALL_REPORT`,
+    /// `SIGUSR1`): pending operations by peer, collectives and their step, barrier
+    /// phase... One line per item; empty when idle.
+    fn describe(&self) -> String {
+        String::new()
+    }
 }
 
 /// A layer's state behind a trait object (what the endpoint stores).
 pub(crate) trait ErasedLayer: Send {
     fn handle(&mut self, h: u8, t: &mut Token<'_>, am: Am<'_>);
+    fn describe(&self) -> String;
     fn any_mut(&mut self) -> &mut dyn Any;
     fn any(&self) -> &dyn Any;
 }
@@ -123,6 +131,9 @@ impl<L: Layer> ErasedLayer for L {
     #[inline]
     fn handle(&mut self, h: u8, t: &mut Token<'_>, am: Am<'_>) {
         Layer::handle(self, h, t, am)
+    }
+    fn describe(&self) -> String {
+        Layer::describe(self)
     }
     fn any_mut(&mut self) -> &mut dyn Any {
         self

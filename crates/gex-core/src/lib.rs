@@ -8,7 +8,7 @@
 //!
 //! ## What it does not do
 //! - No sockets, no shared memory, no `-sys` crates: networks live in conduit crates
-//!   (`gex-conduit-smp`, ...), launchers in `gex-boot`.
+//!   (one crate per network), launchers in their own crate.
 //! - No hidden threads unless asked: progress happens inside calls ([`Endpoint::poll`]
 //!   and every wait), or also in a progress thread per endpoint when the client is
 //!   built with [`ClientBuilder::progress_thread`].

@@ -1,6 +1,6 @@
 //! The conduit SPI: the contract a network implements.
 //!
-//! A conduit is one crate (`gex-conduit-<net>`) that depends on gex-core and implements
+//! A conduit is one crate (one per network) that depends on gex-core and implements
 //! [`Conduit`] and [`ConduitEp`]. Everything above the core (the AM API in
 //! [`crate::Endpoint`], and later RMA and collectives) is written once against these
 //! traits and monomorphised per conduit: no function-pointer tables on the data path.
@@ -23,6 +23,7 @@
 //! | auxiliary area | [`ConduitEp::aux`], [`ConduitEp::wake`] | a zeroed area per EP of [`OpenParams::aux_len`] bytes, mapped by its neighbours, for the layers above (each layer gets a slice); waking a neighbour's blocked waiter |
 //! | native RMA | [`ConduitEp::native_put`], [`ConduitEp::native_get`], [`ConduitEp::native_test`] | optional ([`Capabilities::NATIVE_RMA`]); one-sided transfers done by the network |
 //! | native atomics | [`ConduitEp::native_atomic_supported`], [`ConduitEp::native_atomic`] | optional ([`Capabilities::NATIVE_ATOMICS`]); NIC-offloaded atomics, chosen per atomic domain |
+//! | diagnosis | [`ConduitEp::describe`] | optional; its state for hang reports |
 //! | teardown | `Drop` of the conduit and its EPs | releases everything; nothing may be left in `/dev/shm` |
 //!
 //! Validation of arguments (ranks, endpoint indices, argument counts, payload sizes,
@@ -161,7 +162,7 @@ impl AtomicKind {
 }
 
 /// Operation of a native atomic, without the fetching choice (see [`NativeAtomic`]).
-/// Integers wrap; floats follow gex-rma's rules (bit-pattern compare for `Cswap`, a NaN
+/// Integers wrap; floats follow the atomic layer's rules (bit-pattern compare for `Cswap`, a NaN
 /// operand never wins `Min`/`Max`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AtomicBase {
@@ -513,12 +514,22 @@ pub enum ConduitError {
 pub trait Conduit: Send + Sync + Sized + 'static {
     /// The conduit's endpoint type.
     type Ep: ConduitEp;
-    /// Short name, e.g. `"smp"`; `GEX_CONDUIT` selects by it.
+    /// Short name (the facade selects a conduit by it).
     const NAME: &'static str;
     /// The `GEX_*` settings this conduit reads, declared in its own crate (the facade
     /// collects them with the core's and the layers' into the registry that
     /// `gex-info env` prints and `GEX_VERBOSEENV=1` shows).
     const ENV_VARS: &'static [crate::config::EnvVar] = &[];
+    /// Every settings registry this conduit type reads: its own ([`ENV_VARS`](Self::ENV_VARS));
+    /// a conduit that dispatches to others at run time lists theirs.
+    fn env_registries() -> Vec<&'static [crate::config::EnvVar]> {
+        vec![Self::ENV_VARS]
+    }
+    /// The name of this conduit instance: [`NAME`](Self::NAME), or for a conduit
+    /// chosen at run time the one chosen.
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
     /// Opens the conduit: collective over `boot`, creates every endpoint of this rank
     /// (with its segment, zero-filled) and connects to every peer.
     ///
@@ -764,6 +775,11 @@ pub trait ConduitEp: Send + 'static {
     ) -> Result<Native, ConduitError> {
         let _ = (dst, offset, op, result);
         Ok(Native::Unsupported)
+    }
+    /// The conduit's state of this endpoint for a hang report (queue occupancy,
+    /// credits, operations in flight); empty if it has nothing to say.
+    fn describe(&self) -> String {
+        String::new()
     }
     /// True once the native operation `ticket` (from [`Native::Pending`]) is complete;
     /// each ticket reports true once. Completions are found by [`poll`](ConduitEp::poll)

@@ -63,14 +63,26 @@ pub enum Kind {
 }
 
 /// A registered AM handler: what [`Endpoint::register`](crate::Endpoint::register)
-/// returns and what requests and replies name. There is no public constructor: an id
-/// comes from a registration (or, for a layer, from its handler block), so ids of
-/// different handlers cannot collide.
+/// returns and what requests and replies name. Ids come from registrations (or, for a
+/// layer, from its handler block), so ids of different handlers cannot collide;
+/// [`HandlerId::at`] names a fixed index for runtimes that keep GASNet-style numbered
+/// tables (and register with [`register_at`](crate::Endpoint::register_at)). Every
+/// send checks the index against the endpoint's table, so an id that names nothing
+/// registered is an error ([`AmError::UnregisteredHandler`](crate::AmError)), never a
+/// message to the wrong handler.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct HandlerId(HandlerIndex);
 
 impl HandlerId {
     pub(crate) const fn new(index: HandlerIndex) -> Self {
+        HandlerId(index)
+    }
+    /// The id of the handler at `index` (see the type's documentation).
+    ///
+    /// ```
+    /// assert_eq!(gex_core::HandlerId::at(200).index(), 200);
+    /// ```
+    pub const fn at(index: HandlerIndex) -> Self {
         HandlerId(index)
     }
     /// The index in the handler table (identical on every rank that registered the

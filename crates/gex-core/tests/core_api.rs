@@ -385,12 +385,12 @@ impl Layer for Pinger {
     const HANDLERS: u8 = 2;
     const AUX_BYTES: usize = 100;
     const ENV_VARS: &'static [gex_core::config::EnvVar] = &[gex_core::config::EnvVar {
-        name: "GEX_PINGER_TEST",
+        name: "PINGER_TEST_KNOB",
         default: "0",
         doc: "a test layer's setting",
     }];
     fn attach<C: Conduit>(cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
-        if cx.config().bool("GEX_PINGER_TEST", false)? {
+        if cx.config().bool("PINGER_TEST_KNOB", false)? {
             return Err(InitError::Layer {
                 layer: Self::NAME,
                 msg: "refused by its setting".into(),
@@ -498,7 +498,7 @@ fn layers_get_handler_blocks_aux_slices_settings_and_progress() {
     assert!(
         regs.iter()
             .flat_map(|r| r.iter())
-            .any(|v| v.name == "GEX_PINGER_TEST")
+            .any(|v| v.name == "PINGER_TEST_KNOB")
     );
     assert!(
         regs.iter()
@@ -512,7 +512,7 @@ fn a_layer_that_refuses_to_attach_fails_the_endpoint() {
     let c = ClientBuilder::new()
         .layer::<Pinger>()
         .segment_size(4096)
-        .config(gex_core::Config::from_pairs([("GEX_PINGER_TEST", "1")]))
+        .config(gex_core::Config::from_pairs([("PINGER_TEST_KNOB", "1")]))
         .init::<Loopback>(Box::new(Singleton::new()))
         .unwrap();
     let e = c.endpoint(0).unwrap_err();
@@ -620,4 +620,109 @@ fn a_layer_whose_handler_ran_is_busy() {
     assert!(ep.wait_until_layer::<Pinger>(|p| p.pongs == 1));
     ep.poll();
     assert!(ep.with_layer::<Pinger, _>(|p, _| p.progress_calls).unwrap() > before);
+}
+
+// ---------------------------------------------------------------- hang diagnosis
+
+/// A layer that reports work in flight.
+#[derive(Debug)]
+struct Stuck;
+
+impl Layer for Stuck {
+    const NAME: &'static str = "stuck";
+    fn attach<C: Conduit>(_cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
+        Ok(Stuck)
+    }
+    fn describe(&self) -> String {
+        "3 operations pending to rank 7".into()
+    }
+}
+
+fn stuck_client(cfg: gex_core::Config) -> gex_core::Client<Loopback> {
+    ClientBuilder::new()
+        .layer::<Stuck>()
+        .segment_size(4096)
+        .config(cfg)
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap()
+}
+
+#[test]
+fn the_report_names_counters_layers_and_the_conduit() {
+    let c = stuck_client(gex_core::Config::default());
+    let mut ep = c.endpoint(0).unwrap();
+    let h = ep.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
+    ep.request_short(EpAddr::rank(0), h, &[]).unwrap();
+    ep.poll();
+    let r = ep.report();
+    assert!(r.contains("state of rank 0 ep 0"), "{r}");
+    assert!(r.contains("0: sent 1 received 1"), "{r}");
+    assert!(r.contains("stuck: 3 operations pending to rank 7"), "{r}");
+}
+
+/// Runs this test binary again for one `child_*` test with `env`, returning its stderr.
+fn child_stderr(test: &str, env: &[(&str, &str)]) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args([test, "--exact", "--nocapture", "--ignored"])
+        .envs(env.iter().copied())
+        .env("CORE_API_TEST_CHILD", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "child {test} failed: {out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+#[ignore = "run by stalled_waits_print_the_report in a child process"]
+fn child_stalls() {
+    if std::env::var("CORE_API_TEST_CHILD").is_err() {
+        return;
+    }
+    let c = stuck_client(gex_core::Config::from_env());
+    let mut ep = c.endpoint(0).unwrap();
+    assert!(!ep.wait_until_timeout(|| false, Duration::from_millis(2500)));
+}
+
+#[test]
+fn stalled_waits_print_the_report() {
+    let err = child_stderr("child_stalls", &[("GEX_STALL_REPORT", "1")]);
+    assert!(err.contains("without progress"), "{err}");
+    assert!(
+        err.contains("stuck: 3 operations pending to rank 7"),
+        "{err}"
+    );
+    // Not printed at all when disabled.
+    let err = child_stderr("child_stalls", &[("GEX_STALL_REPORT", "0")]);
+    assert!(!err.contains("without progress"), "{err}");
+}
+
+#[test]
+#[ignore = "run by sigusr1_prints_the_report in a child process"]
+fn child_signalled() {
+    if std::env::var("CORE_API_TEST_CHILD").is_err() {
+        return;
+    }
+    let c = stuck_client(gex_core::Config::from_env());
+    let mut ep = c.endpoint(0).unwrap();
+    let pid = std::process::id();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        std::process::Command::new("kill")
+            .args(["-USR1", &pid.to_string()])
+            .status()
+            .unwrap();
+    });
+    assert!(!ep.wait_until_timeout(|| false, Duration::from_millis(1000)));
+    t.join().unwrap();
+}
+
+#[test]
+fn sigusr1_prints_the_report() {
+    let err = child_stderr("child_signalled", &[("GEX_STALL_REPORT", "0")]);
+    assert!(err.contains("gex: state of rank 0 ep 0"), "{err}");
+    assert!(
+        err.contains("stuck: 3 operations pending to rank 7"),
+        "{err}"
+    );
 }

@@ -14,6 +14,7 @@
 //! - [`counter`]: cache-padded statistics counters.
 //! - [`copy`]: race-free copies to and from memory others write concurrently (relaxed
 //!   atomic word copies).
+//! - [`signal`]: the report signal (`SIGUSR1`: print every endpoint's state).
 //! - [`slot`]: one-shot completion slots (completer/waiter pairs) with recycling: the
 //!   completion half of every nonblocking operation.
 //!
@@ -72,6 +73,7 @@ pub mod copy;
 pub mod counter;
 pub mod hint;
 pub mod ring;
+pub mod signal;
 pub mod slot;
 pub mod thread;
 pub mod wait;

@@ -217,6 +217,14 @@ pub const fn ring_bytes_needed(cap: usize) -> usize {
     DATA_OFFSET + cap
 }
 
+/// The published head as the starting position of an endpoint that attaches. Positions
+/// stay below `2^63`; a head at or above it can only come from corrupt shared memory and
+/// loses its top bit, so that position arithmetic never overflows whatever the memory
+/// holds.
+fn attach_head(ctl: &RingCtl) -> u64 {
+    ctl.head.load(Ordering::Acquire) & !PAD_BIT
+}
+
 fn check_geometry(data: *mut u8, cap: usize) {
     assert!(
         is_valid_capacity(cap),
@@ -429,7 +437,7 @@ impl Producer {
     pub unsafe fn new(ctl: *const RingCtl, data: *mut u8, cap: usize) -> Producer {
         check_geometry(data, cap);
         // SAFETY: the caller guarantees `ctl` is valid and initialised.
-        let head = unsafe { &*ctl }.head.load(Ordering::Acquire);
+        let head = attach_head(unsafe { &*ctl });
         Producer {
             ctl,
             data,
@@ -481,10 +489,13 @@ impl Producer {
             (self.tail | self.mask) + 1
         };
         let need = pos + size + SLACK;
-        if need > self.cached_head + self.cap as u64 {
+        // `need - head > cap`, written so that no head value overflows: the head comes from
+        // shared memory, which another process may have corrupted (then records may be
+        // overwritten, but every write stays inside the data area).
+        if need.saturating_sub(self.cached_head) > self.cap as u64 {
             // SAFETY: `ctl` is valid while `self` lives (contract of `new`).
             self.cached_head = unsafe { &*self.ctl }.head.load(Ordering::Acquire);
-            if need > self.cached_head + self.cap as u64 {
+            if need.saturating_sub(self.cached_head) > self.cap as u64 {
                 return None;
             }
         }
@@ -516,6 +527,14 @@ impl Producer {
         }
         r.commit(user, total);
         true
+    }
+
+    /// Bytes published but not yet released by the consumer (reads the shared head;
+    /// for diagnostics: the answer may be stale by the time it is used).
+    pub fn in_flight(&self) -> u64 {
+        // SAFETY: `ctl` is valid while `self` lives (contract of `new`).
+        let head = unsafe { &*self.ctl }.head.load(Ordering::Acquire);
+        self.tail.saturating_sub(head)
     }
 
     /// Returns whether the consumer has released everything pushed so far. Re-reads the
@@ -653,6 +672,51 @@ impl fmt::Debug for Reserved<'_> {
     }
 }
 
+/// A published ring record that does not fit the data area: the ring memory is corrupt
+/// (see [`Consumer::try_peek`]).
+///
+/// # Example
+///
+/// ```
+/// let e = gex_sync::ring::CorruptRecord { pos: 4096, len: Some(1 << 30), room: 256 };
+/// assert_eq!(
+///     e.to_string(),
+///     "corrupt ring: the record at position 4096 claims a 1073741824-byte body, \
+///      but 256 bytes (header included) remain before the end of the data area"
+/// );
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CorruptRecord {
+    /// Ring position of the record.
+    pub pos: u64,
+    /// Body length its header claims; `None` when the header itself does not fit (a
+    /// record tag in the last 8 bytes of the data area, where only a pad fits).
+    pub len: Option<usize>,
+    /// Bytes from the start of the record to the end of the data area.
+    pub room: usize,
+}
+
+impl fmt::Display for CorruptRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.len {
+            Some(len) => write!(
+                f,
+                "corrupt ring: the record at position {} claims a {len}-byte body, but {} \
+                 bytes (header included) remain before the end of the data area",
+                self.pos, self.room
+            ),
+            None => write!(
+                f,
+                "corrupt ring: a record tag at position {}, {} bytes before the end of the \
+                 data area, leaves no room for its header",
+                self.pos, self.room
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CorruptRecord {}
+
 /// The reading end of a ring.
 ///
 /// `Send` but not `Sync`: exactly one thread consumes at a time.
@@ -708,7 +772,7 @@ impl Consumer {
     pub unsafe fn new(ctl: *const RingCtl, data: *mut u8, cap: usize) -> Consumer {
         check_geometry(data, cap);
         // SAFETY: the caller guarantees `ctl` is valid and initialised.
-        let head = unsafe { &*ctl }.head.load(Ordering::Acquire);
+        let head = attach_head(unsafe { &*ctl });
         Consumer {
             ctl,
             data,
@@ -742,35 +806,78 @@ impl Consumer {
     /// # Panics
     ///
     /// If the ring memory is corrupt (a published record claims to extend past the end of
-    /// the data area).
+    /// the data area). [`try_peek`](Self::try_peek) returns that as an error instead, for a
+    /// caller that can name the producer in its report.
     #[inline]
     pub fn peek(&mut self) -> Option<(u32, &[u8])> {
+        match self.try_peek() {
+            Ok(r) => r,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// [`peek`](Self::peek), with corrupt ring memory reported as an error instead of a
+    /// panic.
+    ///
+    /// The ring's memory may be shared with another process, which can write anything into
+    /// it. Whatever it writes, this reads only inside the data area and returns: a record
+    /// whose header claims more bytes than the data area holds after it is
+    /// [`CorruptRecord`]. The consumer then stays at that record (every later call returns
+    /// the same error): the ring cannot be read past it.
+    ///
+    /// # Errors
+    ///
+    /// [`CorruptRecord`] for a published record that claims to extend past the end of the
+    /// data area.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = gex_sync::ring::channel(256);
+    /// assert_eq!(rx.try_peek(), Ok(None));
+    /// tx.push(3, &[b"x"]);
+    /// assert_eq!(rx.try_peek(), Ok(Some((3, &b"x"[..]))));
+    /// ```
+    #[inline]
+    pub fn try_peek(&mut self) -> Result<Option<(u32, &[u8])>, CorruptRecord> {
         loop {
             let off = (self.head & self.mask) as usize;
             // SAFETY: `off` is a multiple of 8 below `cap`.
             let tag = unsafe { self.tags.load(off, Ordering::Acquire) };
             if tag == self.head + 1 {
+                if off + RECORD_HEADER > self.cap {
+                    // Only a pad fits in the last word of a lap.
+                    self.pending = 0;
+                    return Err(CorruptRecord {
+                        pos: self.head,
+                        len: None,
+                        room: self.cap - off,
+                    });
+                }
                 // SAFETY: the record is published (`Acquire` above pairs with the producer's
                 // `Release` tag store) and owned by the consumer until `pop`; its header is
-                // inside the data area and 8-byte aligned.
+                // inside the data area (checked above) and 8-byte aligned.
                 let (len, user) = unsafe {
                     (
                         self.data.add(off + 8).cast::<u32>().read() as usize,
                         self.data.add(off + 12).cast::<u32>().read(),
                     )
                 };
-                assert!(
-                    off + RECORD_HEADER + len <= self.cap,
-                    "corrupt ring: record at {} claims {len} bytes",
-                    self.head
-                );
+                if off + RECORD_HEADER + len > self.cap {
+                    self.pending = 0;
+                    return Err(CorruptRecord {
+                        pos: self.head,
+                        len: Some(len),
+                        room: self.cap - off,
+                    });
+                }
                 self.pending = record_size(len) as u64;
                 // SAFETY: the body is inside the data area (checked above), published, and
                 // not written by the producer before `pop` releases it; the borrow of `self`
                 // ends before `pop` can run.
                 let body =
                     unsafe { std::slice::from_raw_parts(self.data.add(off + RECORD_HEADER), len) };
-                return Some((user, body));
+                return Ok(Some((user, body)));
             }
             if tag == (self.head + 1) | PAD_BIT {
                 self.head = (self.head | self.mask) + 1;
@@ -780,7 +887,7 @@ impl Consumer {
                 // Caught up: give the producer all the space consumed so far.
                 self.publish();
             }
-            return None;
+            return Ok(None);
         }
     }
 

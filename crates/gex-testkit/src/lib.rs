@@ -51,7 +51,7 @@
 //!
 //! let ranks = run_sim(4, SimConfig::default(), || ClientBuilder::new().segment_size(4096), |client| {
 //!     let mut ep = client.endpoint(0).unwrap();
-//!     ep.barrier().unwrap();
+//!     gex_testkit::exchange_barrier(&mut ep).unwrap();
 //!     client.rank()
 //! });
 //! assert_eq!(ranks, vec![0, 1, 2, 3]);
@@ -59,9 +59,24 @@
 
 pub mod boot;
 pub mod conformance;
+#[cfg(feature = "rma")]
 pub mod rma;
 pub mod rng;
 pub mod sim;
+
+/// A barrier over the core's all-gather ([`Endpoint::exchange`](gex_core::Endpoint::exchange))
+/// on `ep`'s primordial team, for tests of the AM layer that run without the
+/// collectives layer (whose barrier is the fast one). An exchange completes on a member
+/// only once every member has entered it.
+///
+/// # Errors
+/// As [`Endpoint::exchange`](gex_core::Endpoint::exchange).
+pub fn exchange_barrier<C: gex_core::spi::Conduit>(
+    ep: &mut gex_core::Endpoint<C>,
+) -> Result<(), gex_core::AmError> {
+    let w = ep.world();
+    ep.exchange(&w, &[]).map(drop)
+}
 
 /// The text of a panic payload (`&str` or `String`).
 pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {

@@ -10,7 +10,7 @@
 //! messages of one (source EP, destination EP, request/reply) stream arrive in the
 //! order they were sent.
 
-use gex_core::{Am, Category, ClientBuilder, EpAddr, Flags, Injected, Kind, Token};
+use gex_core::{Am, Category, ClientBuilder, EpAddr, HandlerId, Injected, Kind, Token};
 use gex_testkit::rng::hash_words;
 use gex_testkit::sim::{Delay, SimConfig, run_sim};
 use proptest::prelude::*;
@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-const RQ: u8 = 128;
-const RP: u8 = 129;
+const RQ: HandlerId = HandlerId::at(128);
+const RP: HandlerId = HandlerId::at(129);
 /// Bytes of every target segment reserved for each sending endpoint.
 const AREA: usize = 2048;
 const MAX_MEDIUM: usize = 1024;
@@ -236,12 +236,16 @@ impl State {
                 am.args()
             ));
         }
-        if am.payload() != payload(w.seed, w.len).as_slice() {
-            return Some(format!("payload of {} bytes differs", am.payload().len()));
+        let got = match am.long() {
+            Some(l) => l.to_vec(),
+            None => am.payload().to_vec(),
+        };
+        if got != payload(w.seed, w.len) {
+            return Some(format!("payload of {} bytes differs", got.len()));
         }
+        let _ = seg_base;
         if w.cat == Category::Long
-            && (am.offset() != w.offset
-                || (w.len > 0 && am.payload().as_ptr() as usize != seg_base + w.offset))
+            && (am.offset() != w.offset || am.long().map(|l| l.len()) != Some(w.len))
         {
             return Some(format!("Long at {} (expected {})", am.offset(), w.offset));
         }
@@ -295,7 +299,7 @@ fn run_with(
                         let me = ep.addr();
                         let base = ep.segment().as_ptr() as usize;
                         let s1 = st.clone();
-                        ep.register(RQ, move |t: &mut Token<'_>, am: Am<'_>| {
+                        ep.register_at(RQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
                             let id = am.args().first().copied().unwrap_or(u32::MAX) as usize;
                             let Some(op) = s1.ops.get(id) else {
                                 return s1.err(format!("{me}: unknown op {id}"));
@@ -325,7 +329,7 @@ fn run_with(
                         })
                         .unwrap();
                         let s2 = st.clone();
-                        ep.register(RP, move |_t: &mut Token<'_>, am: Am<'_>| {
+                        ep.register_at(RP.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
                             let id = am.args().first().copied().unwrap_or(u32::MAX) as usize;
                             let Some(op) = s2.ops.get(id) else {
                                 return s2.err(format!("{me}: unknown reply {id}"));
@@ -342,21 +346,29 @@ fn run_with(
                         })
                         .unwrap();
                         local.wait();
-                        ep.barrier().unwrap();
+                        gex_testkit::exchange_barrier(&mut ep).unwrap();
                         for (id, op) in st.ops.iter().enumerate().filter(|(_, o)| o.src == me) {
                             let w = &op.req;
                             let p = payload(w.seed, w.len);
-                            let f = if op.imm {
-                                Flags::IMMEDIATE
-                            } else {
-                                Flags::empty()
-                            };
-                            let r = match w.cat {
-                                Category::Short => ep.request_short(op.dst, RQ, &w.args, f),
-                                Category::Medium => ep.request_medium(op.dst, RQ, &w.args, &p, f),
-                                Category::Long => {
-                                    ep.request_long(op.dst, RQ, &w.args, &p, w.offset, f)
+                            let r = match (w.cat, op.imm) {
+                                (Category::Short, true) => {
+                                    ep.try_request_short(op.dst, RQ, &w.args)
                                 }
+                                (Category::Medium, true) => {
+                                    ep.try_request_medium(op.dst, RQ, &w.args, &p)
+                                }
+                                (Category::Long, true) => {
+                                    ep.try_request_long(op.dst, RQ, &w.args, &p, w.offset)
+                                }
+                                (Category::Short, false) => ep
+                                    .request_short(op.dst, RQ, &w.args)
+                                    .map(|()| Injected::Sent),
+                                (Category::Medium, false) => ep
+                                    .request_medium(op.dst, RQ, &w.args, &p)
+                                    .map(|()| Injected::Sent),
+                                (Category::Long, false) => ep
+                                    .request_long(op.dst, RQ, &w.args, &p, w.offset)
+                                    .map(|()| Injected::Sent),
                             };
                             let status = match r {
                                 Ok(Injected::Sent) => SENT,
@@ -384,7 +396,7 @@ fn run_with(
                             st.done.load(Ordering::Acquire) == total_eps
                                 && st.logs[st.gid(me)].lock().unwrap().len() >= expected(&st)
                         });
-                        ep.barrier().unwrap();
+                        gex_testkit::exchange_barrier(&mut ep).unwrap();
                     });
                 }
             });

@@ -9,6 +9,7 @@
 //!
 //! Exclusions: none. The atomic cases (`rma_atomic_*`) run on every module; the
 //! `prop_atomics` property test checks concurrent commutative atomics against a model.
+#![cfg(feature = "rma")]
 
 use gex_core::{ClientBuilder, Endpoint};
 use gex_rma::Rma;

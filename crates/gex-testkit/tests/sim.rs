@@ -2,7 +2,7 @@
 //! determinism, delays, back-pressure, deferred local completion, failure reporting.
 
 use gex_core::boot::Singleton;
-use gex_core::{Am, AmError, ClientBuilder, EpAddr, Flags, Injected, Token, WaitPolicy};
+use gex_core::{Am, AmError, ClientBuilder, EpAddr, HandlerId, Injected, Nb, Token, WaitPolicy};
 use gex_testkit::boot::ThreadJob;
 use gex_testkit::sim::{Delay, Sim, SimConfig, SimFabric, run_sim};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const H: u8 = 128;
+const H: HandlerId = HandlerId::at(128);
 
 fn small() -> ClientBuilder {
     ClientBuilder::new().segment_size(4096)
@@ -30,19 +30,16 @@ fn arrival_order(ranks: u32, cfg: SimConfig, n: u32) -> Vec<(u32, u32)> {
         let mut ep = client.endpoint(0).unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
         let l = log.clone();
-        ep.register(H, move |_t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(H.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
             l.lock().unwrap().push((am.args()[0], am.args()[1]))
         })
         .unwrap();
-        ep.barrier().unwrap();
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
         client.boot_barrier().unwrap(); // rank 0 stops polling before anyone sends
         if client.rank() != 0 {
             for seq in 0..n {
-                assert_eq!(
-                    ep.request_short(EpAddr::rank(0), H, &[client.rank(), seq], Flags::empty())
-                        .unwrap(),
-                    Injected::Sent
-                );
+                ep.request_short(EpAddr::rank(0), H, &[client.rank(), seq])
+                    .unwrap();
             }
         }
         client.boot_barrier().unwrap(); // rank 0 has not polled since the barrier
@@ -50,7 +47,7 @@ fn arrival_order(ranks: u32, cfg: SimConfig, n: u32) -> Vec<(u32, u32)> {
         if client.rank() == 0 {
             ep.wait_until(|| log.lock().unwrap().len() == want);
         }
-        ep.barrier().unwrap();
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
         log.lock().unwrap().clone()
     });
     out.into_iter().next().unwrap()
@@ -121,15 +118,14 @@ fn latency_in_polls_holds_messages_back() {
         let mut ep = client.endpoint(0).unwrap();
         let got = Arc::new(AtomicU32::new(0));
         let g = got.clone();
-        ep.register(H, move |_t: &mut Token<'_>, _am: Am<'_>| {
+        ep.register_at(H.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
             g.fetch_add(1, Ordering::Relaxed);
         })
         .unwrap();
-        ep.barrier().unwrap();
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
         client.boot_barrier().unwrap(); // rank 0 stops polling before rank 1 sends
         if client.rank() == 1 {
-            ep.request_short(EpAddr::rank(0), H, &[], Flags::empty())
-                .unwrap();
+            ep.request_short(EpAddr::rank(0), H, &[]).unwrap();
         }
         client.boot_barrier().unwrap();
         if client.rank() == 0 {
@@ -144,7 +140,7 @@ fn latency_in_polls_holds_messages_back() {
                 "not delivered after 5 polls"
             );
         }
-        ep.barrier().unwrap();
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
     });
 }
 
@@ -157,15 +153,14 @@ fn latency_in_nanoseconds_holds_messages_back_and_sleepers_wake() {
         ep.set_wait_policy(WaitPolicy::Block);
         let got = Arc::new(Mutex::new(None::<Instant>));
         let g = got.clone();
-        ep.register(H, move |_t: &mut Token<'_>, _am: Am<'_>| {
+        ep.register_at(H.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
             *g.lock().unwrap() = Some(Instant::now());
         })
         .unwrap();
-        ep.barrier().unwrap();
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
         if client.rank() == 1 {
             *sent_at.lock().unwrap() = Some(Instant::now());
-            ep.request_short(EpAddr::rank(0), H, &[], Flags::empty())
-                .unwrap();
+            ep.request_short(EpAddr::rank(0), H, &[]).unwrap();
         } else {
             ep.wait_until(|| got.lock().unwrap().is_some());
             let dt = got.lock().unwrap().unwrap() - sent_at.lock().unwrap().unwrap();
@@ -175,7 +170,7 @@ fn latency_in_nanoseconds_holds_messages_back_and_sleepers_wake() {
                 "a blocked receiver slept through: {dt:?}"
             );
         }
-        ep.barrier().unwrap();
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
     });
 }
 
@@ -188,29 +183,26 @@ fn back_pressure_follows_ring_capacity_and_replies_never_block() {
         let got = Arc::new(AtomicU32::new(0));
         let replies = Arc::new(AtomicU32::new(0));
         let g = got.clone();
-        ep.register(H, move |t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(H.index(), move |t: &mut Token<'_>, am: Am<'_>| {
             g.fetch_add(1, Ordering::Relaxed);
             if am.args().is_empty() {
                 // 4 KiB replies to a rank that is not polling: must never block.
-                t.reply_medium(H + 1, &[], &[7; 4096]).unwrap();
+                t.reply_medium(HandlerId::at(H.index() + 1), &[], &[7; 4096])
+                    .unwrap();
             }
         })
         .unwrap();
         let r = replies.clone();
-        ep.register(H + 1, move |_t: &mut Token<'_>, _am: Am<'_>| {
+        ep.register_at(H.index() + 1, move |_t: &mut Token<'_>, _am: Am<'_>| {
             r.fetch_add(1, Ordering::Relaxed);
         })
         .unwrap();
-        ep.barrier().unwrap();
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
         client.boot_barrier().unwrap(); // barrier traffic drained: the lanes are empty
         if client.rank() == 0 {
             let dst = EpAddr::rank(1);
             let mut sent = 0;
-            while ep
-                .request_medium(dst, H, &[1], &[0; 96], Flags::IMMEDIATE)
-                .unwrap()
-                == Injected::Sent
-            {
+            while ep.try_request_medium(dst, H, &[1], &[0; 96]).unwrap() == Injected::Sent {
                 sent += 1;
                 assert!(sent < 100, "no back-pressure");
             }
@@ -221,12 +213,11 @@ fn back_pressure_follows_ring_capacity_and_replies_never_block() {
             ep.wait_until(|| got.load(Ordering::Relaxed) == 6);
             // Many requests to self, each replied to rank 1 itself; all replies queue up.
             for _ in 0..50 {
-                ep.request_short(EpAddr::rank(1), H, &[], Flags::empty())
-                    .unwrap();
+                ep.request_short(EpAddr::rank(1), H, &[]).unwrap();
             }
             ep.wait_until(|| replies.load(Ordering::Relaxed) == 50);
         }
-        ep.barrier().unwrap();
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
     });
 }
 
@@ -234,25 +225,27 @@ fn back_pressure_follows_ring_capacity_and_replies_never_block() {
 fn deferred_local_completion_waits_for_delivery() {
     run_sim(2, SimConfig::default(), small, |client| {
         let mut ep = client.endpoint(0).unwrap();
-        ep.register(H, |_t: &mut Token<'_>, _am: Am<'_>| {})
+        ep.register_at(H.index(), |_t: &mut Token<'_>, _am: Am<'_>| {})
             .unwrap();
-        ep.barrier().unwrap();
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
         client.boot_barrier().unwrap(); // rank 1 stops polling before rank 0 sends
         if client.rank() == 0 {
-            let mut ev = ep
-                .request_medium_lc(EpAddr::rank(1), H, &[], vec![5; 64])
+            let ev = ep
+                .request_medium_owned(EpAddr::rank(1), H, &[], vec![5; 64], Nb)
                 .unwrap();
             for _ in 0..10 {
-                ep.poll();
-                assert!(!ep.lc_test(&mut ev), "complete before the receiver polled");
+                assert!(
+                    !ep.test(&ev).unwrap(),
+                    "complete before the receiver polled"
+                );
             }
             client.boot_barrier().unwrap(); // rank 1 polls after this
-            let buf = ep.lc_wait(ev);
+            let buf = ep.wait(ev).unwrap();
             assert_eq!(buf, vec![5; 64]);
         } else {
             client.boot_barrier().unwrap();
         }
-        ep.barrier().unwrap();
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
     });
 }
 
@@ -266,13 +259,13 @@ fn unregistered_handler_at_the_receiver_panics_with_a_clear_message() {
     run_sim(2, SimConfig::default(), small, move |client| {
         let mut ep = client.endpoint(0).unwrap();
         if client.rank() == 1 {
-            ep.register(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
+            ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
                 .unwrap();
         }
-        ep.barrier().unwrap();
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
         client.boot_barrier().unwrap();
         if client.rank() == 1 {
-            ep.request_short(EpAddr::rank(0), 200, &[], Flags::empty())
+            ep.request_short(EpAddr::rank(0), HandlerId::at(200), &[])
                 .unwrap();
         }
         client.boot_barrier().unwrap();
@@ -295,7 +288,7 @@ fn unregistered_handler_at_the_receiver_panics_with_a_clear_message() {
                 "{msg}"
             );
         }
-        ep.barrier().unwrap();
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
     });
 }
 
@@ -308,7 +301,7 @@ fn a_panicking_rank_is_reported_and_the_others_do_not_hang() {
             if client.rank() == 1 {
                 panic!("boom");
             }
-            ep.barrier().unwrap(); // would wait for rank 1 forever
+            gex_testkit::exchange_barrier(&mut ep).unwrap(); // would wait for rank 1 forever
         })
     })
     .unwrap_err();
@@ -346,7 +339,7 @@ fn a_rank_that_calls_exit_ends_the_job_without_ending_the_process() {
             if client.rank() == 0 {
                 client.exit(3);
             }
-            client.endpoint(0).unwrap().barrier().unwrap();
+            gex_testkit::exchange_barrier(&mut client.endpoint(0).unwrap()).unwrap();
         })
     })
     .unwrap_err();
@@ -363,11 +356,11 @@ fn one_rank_without_a_context_gets_a_private_fabric() {
     let mut ep = client.endpoint(0).unwrap();
     let got = Arc::new(AtomicU32::new(0));
     let g = got.clone();
-    ep.register(H, move |_t: &mut Token<'_>, _am: Am<'_>| {
+    ep.register_at(H.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
         g.fetch_add(1, Ordering::Relaxed);
     })
     .unwrap();
-    ep.request_short(ep.addr(), H, &[], Flags::empty()).unwrap();
+    ep.request_short(ep.addr(), H, &[]).unwrap();
     ep.wait_until(|| got.load(Ordering::Relaxed) == 1);
 }
 
@@ -462,12 +455,12 @@ fn payload_limits_are_per_peer() {
     cfg.max_medium_off_host = Some(1024);
     run_sim(2, cfg, small, |client| {
         let mut ep = client.endpoint(0).unwrap();
-        ep.register(H, |_t: &mut Token<'_>, _am: Am<'_>| {})
+        ep.register_at(H.index(), |_t: &mut Token<'_>, _am: Am<'_>| {})
             .unwrap();
-        ep.barrier().unwrap();
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
         let peer = EpAddr::rank(1 - client.rank());
         assert_eq!(ep.max_medium(peer), 1024);
-        let r = ep.request_medium(peer, H, &[], &[0; 2000], Flags::empty());
+        let r = ep.request_medium(peer, H, &[], &[0; 2000]);
         assert_eq!(
             r,
             Err(AmError::PayloadTooLarge {
@@ -475,6 +468,6 @@ fn payload_limits_are_per_peer() {
                 max: 1024
             })
         );
-        ep.barrier().unwrap();
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
     });
 }

@@ -1,82 +1,124 @@
 //! # gex
 //!
 //! The facade of gex, a communication layer for PGAS runtimes modeled on GASNet-EX.
-//! One dependency gives a program everything it needs:
+//! One dependency gives a program everything:
 //!
-//! - the whole core API, re-exported: [`Client`], [`ClientBuilder`], [`Endpoint`],
-//!   [`Token`], [`Am`], [`EpAddr`], [`Flags`], the errors, [`config`], [`spi`], ...;
-//! - [`boot`]: launching and bootstrap (`gex-boot`): [`boot::from_env`],
-//!   [`boot::spawn_self`], the fork launcher behind `gex-run`;
-//! - [`conduit`]: the conduits compiled in (feature `smp`, on by default, and the
-//!   one-rank [`Loopback`], always);
-//! - conduit selection at run time: [`init_with`] and the [`Job`] trait.
+//! - the core API, re-exported: [`ClientBuilder`], [`Token`], [`Am`], [`EpAddr`],
+//!   [`Event`] and the modes [`Blocking`], [`Nb`], [`Nbi`], [`Team`], the errors,
+//!   [`config`], [`spi`], [`layer`], ...;
+//! - one-sided RMA and remote atomics ([`rma`], feature `rma`, on by default) and
+//!   teams, the barrier and collectives ([`coll`], feature `coll`, on by default), as
+//!   layers of every endpoint: their operations are methods of the endpoint once the
+//!   [`prelude`] is in scope;
+//! - [`boot`]: launching and bootstrap (`gex-boot`);
+//! - the conduits compiled in ([`conduit`]), chosen at run time without generics:
+//!   [`Client`] and [`Endpoint`] are the types of the conduit named by `GEX_CONDUIT`
+//!   ([`AnyConduit`]).
+//!
+//! ## Hello world
+//!
+//! ```no_run
+//! use gex::prelude::*;
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // Under a launcher (gex-run, mpiexec, srun) this process is one rank;
+//!     // started alone, it runs itself on 4 ranks.
+//!     let client = gex::launch_or_start(4, gex::builder().segment_size(1 << 20))?;
+//!     let mut ep = client.endpoint(0)?;
+//!     let world = ep.world();
+//!     let me = world.rank() as u64;
+//!     let sum = ep.collective(&world, Allreduce::new(vec![me], BuiltinOp::Sum), Blocking)?;
+//!     println!("rank {me}: the ranks add up to {}", sum[0]);
+//!     Ok(())
+//! }
+//! ```
 //!
 //! ## Choosing a conduit
 //!
-//! A conduit is a type parameter of [`Client`] (`Client<Smp>`), so the data path is
-//! monomorphised: no dynamic dispatch, no function-pointer tables. Choosing one at run
-//! time therefore means running *generic code* for the chosen type. That is what
-//! [`Job`] is for: its [`run`](Job::run) method is generic over the conduit, and
-//! [`init_with`] instantiates it for the conduit named by `GEX_CONDUIT` (default:
-//! [`DEFAULT_CONDUIT`]). [`conduits`] lists the names compiled in.
-//!
-//! When a program only ever uses the default conduit, [`init`] returns a
-//! [`Client<DefaultConduit>`] directly.
+//! [`Client`] is `gex_core::Client<AnyConduit>`: the conduit is picked when the job
+//! starts (`GEX_CONDUIT`, default [`DEFAULT_CONDUIT`]) and every conduit call is a
+//! `match` on it. For the fully monomorphised path, name the conduit type
+//! (`builder.init::<gex::conduit::smp::Smp>(boot)`) or use [`Job`], whose generic
+//! [`run`](Job::run) is instantiated for the conduit chosen at run time.
 //!
 //! | conduit | feature | jobs |
 //! |---|---|---|
 //! | `smp` | `smp` (default) | processes on one host, over shared memory |
 //! | `loopback` | always | one rank (singleton programs, examples, tests) |
 //! | `ofi` | `ofi` (off by default) | libfabric (system libfabric >= 1.17): `tcp;ofi_rxm`, `shm`, ... |
-//!
-//! ## Example
-//!
-//! ```
-//! use gex::{Am, Client, ClientBuilder, EpAddr, Flags, Job, Token};
-//! use gex::spi::Conduit;
-//! use std::sync::Arc;
-//! use std::sync::atomic::{AtomicU32, Ordering};
-//!
-//! /// Every rank pings the next one and waits for the reply.
-//! struct Ring;
-//!
-//! impl Job for Ring {
-//!     type Output = Result<u32, gex::AmError>;
-//!     fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
-//!         let mut ep = client.endpoint(0).expect("EP 0 is available");
-//!         let (me, n) = (client.rank(), client.size());
-//!         let got = Arc::new(AtomicU32::new(u32::MAX));
-//!         let g = got.clone();
-//!         ep.register(128, |t: &mut Token<'_>, am: Am<'_>| {
-//!             t.reply_short(129, am.args()).expect("reply");
-//!         }).expect("register");
-//!         ep.register(129, move |_t: &mut Token<'_>, am: Am<'_>| {
-//!             g.store(am.args()[0], Ordering::Relaxed);
-//!         }).expect("register");
-//!         let _sent = ep.request_short(EpAddr::rank((me + 1) % n), 128, &[me], Flags::empty())?;
-//!         ep.wait_until(|| got.load(Ordering::Relaxed) == me);
-//!         ep.barrier()?;
-//!         Ok(n)
-//!     }
-//! }
-//!
-//! // Run outside a launcher, this is a job of one rank; under `gex-run -n 4` it
-//! // would be one of four. The conduit comes from GEX_CONDUIT.
-//! let ranks = gex::init_with(ClientBuilder::new().segment_size(1 << 16), Ring)??;
-//! assert!(ranks >= 1);
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
-//!
-//! See `examples/hello.rs` for a complete program that launches itself on 4 ranks.
 
 pub use gex_core::*;
 
+mod any;
+pub use any::{AnyConduit, AnyEp};
+
 use gex_core::boot::Bootstrap;
+use gex_core::layer::LayerSet;
 use gex_core::spi::Conduit;
 
+/// The core crate, for its generic types (`gex::core::Client<C>`, `gex::core::Endpoint<C>`).
+pub use gex_core as core;
+
+/// One-sided RMA and remote atomics (the `gex-rma` crate): a layer of every endpoint;
+/// its operations are methods of the endpoint ([`rma::RmaExt`]).
+#[cfg(feature = "rma")]
+pub use gex_rma as rma;
+
+/// Teams, the barrier and collectives (the `gex-coll` crate): a layer of every
+/// endpoint; its operations are methods of the endpoint ([`coll::CollExt`]).
+#[cfg(feature = "coll")]
+pub use gex_coll as coll;
+
+/// A client whose conduit is chosen at run time (`GEX_CONDUIT`).
+pub type Client = gex_core::Client<AnyConduit>;
+/// An endpoint whose conduit is chosen at run time.
+pub type Endpoint = gex_core::Endpoint<AnyConduit>;
+/// A scope of an [`Endpoint`] (see [`gex_core::Endpoint::scope`]).
+pub type Scope<'s, 'env> = gex_core::Scope<'s, 'env, AnyConduit>;
+
+/// The layers every endpoint carries by default: gex-rma and gex-coll (with the
+/// features `rma` and `coll`, both on by default).
+#[cfg(feature = "coll")]
+pub type DefaultLayers = (((), gex_rma::Rma), gex_coll::Coll);
+/// The layers every endpoint carries by default.
+#[cfg(all(feature = "rma", not(feature = "coll")))]
+pub type DefaultLayers = ((), gex_rma::Rma);
+/// The layers every endpoint carries by default.
+#[cfg(not(feature = "rma"))]
+pub type DefaultLayers = ();
+
+/// A client builder with the [`DefaultLayers`].
+///
+/// ```
+/// let b = gex::builder().segment_size(1 << 20).endpoints(2);
+/// # let _ = b;
+/// ```
+pub fn builder() -> ClientBuilder<DefaultLayers> {
+    let b = ClientBuilder::new();
+    #[cfg(feature = "rma")]
+    let b = b.layer::<gex_rma::Rma>();
+    #[cfg(feature = "coll")]
+    let b = b.layer::<gex_coll::Coll>();
+    b
+}
+
+/// What most programs `use`: the modes, addresses, handler types, and the extension
+/// traits that put the layers' operations on the endpoint.
+pub mod prelude {
+    pub use gex_core::{
+        Am, Blocking, EpAddr, Event, HandlerId, Injected, Nb, Nbi, Team, Token,
+    };
+    #[cfg(feature = "coll")]
+    pub use gex_coll::{
+        Allreduce, Barrier, Broadcast, BuiltinOp, CollExt, Exchange, Gather, GatherAll, Reduce,
+        ReduceOp, ReduceScatter, Scan, Scatter,
+    };
+    #[cfg(feature = "rma")]
+    pub use gex_rma::{AtomicOp, GlobalPtr, RmaExt, RmaScopeExt};
+}
+
 /// Launching and bootstrap: the `gex-boot` crate, plus the bootstrap contract of the
-/// core ([`Bootstrap`], [`BootError`](boot::BootError),
-/// [`Singleton`](boot::Singleton)).
+/// core ([`Bootstrap`], [`BootError`](boot::BootError), [`Singleton`](boot::Singleton)).
 ///
 /// ```
 /// // Outside a launcher the bootstrap is a job of one rank.
@@ -118,27 +160,44 @@ pub mod conduit {
     }
 }
 
-pub use gex_core::loopback::Loopback;
+/// The `GEX_*` settings of the facade.
+pub const ENV_VARS: &[config::EnvVar] = &[config::EnvVar {
+    name: "GEX_CONDUIT",
+    default: "smp",
+    doc: "Conduit to use, among those compiled in (facade, gex-perf, gex-run --conduit).",
+}];
 
-/// The conduit [`init`] uses: `smp` when the `smp` feature is on (the default),
-/// otherwise [`Loopback`].
+/// Every `GEX_*` variable a program built with this facade may read: the core's, the
+/// launcher's, the facade's, and those of every conduit and layer compiled in
+/// (`gex-info env` prints them).
 ///
 /// ```
-/// use gex::spi::Conduit;
-/// assert_eq!(<gex::DefaultConduit as Conduit>::NAME, gex::DEFAULT_CONDUIT);
+/// assert!(gex::env_vars().iter().any(|v| v.name == "GEX_WAIT"));
+/// assert!(gex::env_vars().iter().any(|v| v.name == "GEX_CONDUIT"));
 /// ```
+pub fn env_vars() -> Vec<config::EnvVar> {
+    let mut regs: Vec<&'static [config::EnvVar]> = vec![config::ENV_VARS, gex_boot::ENV_VARS];
+    regs.extend(AnyConduit::env_registries());
+    let mut infos = Vec::new();
+    DefaultLayers::infos(&mut infos);
+    regs.extend(infos.iter().map(|i| i.env_vars));
+    let mut out: Vec<config::EnvVar> = Vec::new();
+    for v in regs.into_iter().flatten() {
+        if !out.iter().any(|o| o.name == v.name) {
+            out.push(*v);
+        }
+    }
+    out
+}
+
+/// The conduit chosen when `GEX_CONDUIT` is unset: `smp` when the `smp` feature is on
+/// (the default), otherwise `loopback`.
 #[cfg(feature = "smp")]
 pub type DefaultConduit = gex_conduit_smp::Smp;
 
-/// The conduit [`init`] uses: `smp` when the `smp` feature is on (the default),
-/// otherwise [`Loopback`].
-///
-/// ```
-/// use gex::spi::Conduit;
-/// assert_eq!(<gex::DefaultConduit as Conduit>::NAME, gex::DEFAULT_CONDUIT);
-/// ```
+/// The conduit chosen when `GEX_CONDUIT` is unset.
 #[cfg(not(feature = "smp"))]
-pub type DefaultConduit = Loopback;
+pub type DefaultConduit = gex_core::loopback::Loopback;
 
 /// Name of [`DefaultConduit`], the conduit chosen when `GEX_CONDUIT` is unset.
 ///
@@ -148,10 +207,6 @@ pub type DefaultConduit = Loopback;
 pub const DEFAULT_CONDUIT: &str = <DefaultConduit as Conduit>::NAME;
 
 /// The environment variable that names the conduit (`GEX_CONDUIT`).
-///
-/// ```
-/// assert_eq!(gex::CONDUIT_VAR, "GEX_CONDUIT");
-/// ```
 pub const CONDUIT_VAR: &str = "GEX_CONDUIT";
 
 const CONDUITS: &[&str] = &[
@@ -201,26 +256,85 @@ pub fn select_conduit(name: Option<&str>) -> Result<&'static str, InitError> {
     })
 }
 
-/// Work to run on a client whose conduit is chosen at run time.
+/// Initialises this rank with the [`DefaultLayers`] and default settings: the
+/// bootstrap from the environment ([`boot::from_env`]: the launcher's, or a job of one
+/// rank), the conduit from `GEX_CONDUIT`. Collective over every rank.
+///
+/// ```
+/// let client = gex::init()?;
+/// assert!(client.rank() < client.size());
+/// # Ok::<(), gex::InitError>(())
+/// ```
+///
+/// # Errors
+/// As [`start`].
+pub fn init() -> Result<Client, InitError> {
+    start(builder())
+}
+
+/// Initialises this rank with `builder`'s settings and layers; the bootstrap comes from
+/// the environment and the conduit from `GEX_CONDUIT` (read from the builder's
+/// configuration, which is the process environment unless one was given). Collective
+/// over every rank.
+///
+/// ```
+/// let client = gex::start(gex::builder().segment_size(1 << 20))?;
+/// let ep = client.endpoint(0)?;
+/// assert!(ep.segment().len() >= 1 << 20);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// [`InitError::Config`] if `GEX_CONDUIT` names a conduit that is not compiled in (the
+/// message lists those that are) or a setting is invalid; [`InitError::Boot`] if the
+/// bootstrap fails; [`InitError::Conduit`] or [`InitError::Os`] if the conduit cannot
+/// open.
+pub fn start<L: LayerSet>(builder: ClientBuilder<L>) -> Result<gex_core::Client<AnyConduit>, InitError> {
+    builder.init::<AnyConduit>(gex_boot::from_env()?)
+}
+
+/// Starts this program as a job of `ranks` ranks when it was started alone, or joins
+/// the job of the launcher that started it (gex-run, mpiexec, srun: `ranks` is then
+/// ignored). In the process that launched the job, this does not return: it waits for
+/// the job and exits with the job's exit code. In every rank it returns the client, as
+/// [`start`].
+///
+/// # Errors
+/// As [`start`]; [`InitError::Boot`] if the job cannot be launched.
+pub fn launch_or_start<L: LayerSet>(
+    ranks: u32,
+    builder: ClientBuilder<L>,
+) -> Result<gex_core::Client<AnyConduit>, InitError> {
+    match gex_boot::spawn_self(ranks) {
+        Ok(gex_boot::Role::Launcher(code)) => std::process::exit(code),
+        Ok(gex_boot::Role::Rank(boot)) => builder.init::<AnyConduit>(boot),
+        Err(e) => Err(InitError::Boot(gex_core::boot::BootError::Environment(
+            e.to_string(),
+        ))),
+    }
+}
+
+/// Work to run on a client whose conduit is chosen at run time, monomorphised for it.
 ///
 /// [`run`](Job::run) is generic over the conduit; [`init_with`] (or
 /// [`init_with_boot`]) calls it once, with the client of the conduit selected, so the
-/// whole job is compiled for each conduit and runs without dynamic dispatch.
+/// whole job is compiled for each conduit and runs without even the `match` of
+/// [`AnyConduit`].
 ///
 /// ```
-/// use gex::{Client, ClientBuilder, Job};
+/// use gex::{ClientBuilder, Job};
 /// use gex::spi::Conduit;
 ///
 /// struct Describe;
 /// impl Job for Describe {
 ///     type Output = String;
-///     fn run<C: Conduit>(self, client: Client<C>) -> String {
+///     fn run<C: Conduit>(self, client: gex::core::Client<C>) -> String {
 ///         format!("rank {} of {} on {}", client.rank(), client.size(), client.conduit_name())
 ///     }
 /// }
 ///
 /// let boot = Box::new(gex::boot::Singleton::new());
-/// let s = gex::init_with_boot(ClientBuilder::new().segment_size(4096), boot, Some("loopback"), Describe)?;
+/// let s = gex::init_with_boot(gex::builder().segment_size(4096), boot, Some("loopback"), Describe)?;
 /// assert_eq!(s, "rank 0 of 1 on loopback");
 /// # Ok::<(), gex::InitError>(())
 /// ```
@@ -228,65 +342,27 @@ pub trait Job {
     /// What the job returns.
     type Output;
     /// Runs the job on `client` (a rank of the job, conduit `C`).
-    fn run<C: Conduit>(self, client: Client<C>) -> Self::Output;
+    fn run<C: Conduit>(self, client: gex_core::Client<C>) -> Self::Output;
 }
 
-/// Initialises this rank and runs `job` on it: the bootstrap comes from the
-/// environment ([`boot::from_env`]: the launcher's, or a job of one rank), the conduit
-/// from `GEX_CONDUIT` (default [`DEFAULT_CONDUIT`]). Collective over every rank.
-///
-/// `GEX_CONDUIT` is read from the process environment (not from a
-/// [`config::Config`] given to the builder); use [`init_with_boot`] to name the
-/// conduit explicitly.
-///
-/// ```
-/// use gex::{Client, ClientBuilder, Job};
-/// use gex::spi::Conduit;
-///
-/// struct Size;
-/// impl Job for Size {
-///     type Output = u32;
-///     fn run<C: Conduit>(self, client: Client<C>) -> u32 { client.size() }
-/// }
-/// assert_eq!(gex::init_with(ClientBuilder::new().segment_size(4096), Size)?, 1);
-/// # Ok::<(), gex::InitError>(())
-/// ```
+/// Initialises this rank and runs `job` on it, monomorphised for the conduit named by
+/// `GEX_CONDUIT`; the bootstrap comes from the environment. Collective over every rank.
 ///
 /// # Errors
-/// [`InitError::Config`] if `GEX_CONDUIT` names a conduit that is not compiled in
-/// (the message lists those that are) or a setting is invalid; [`InitError::Boot`]
-/// if the bootstrap fails; [`InitError::Conduit`] or [`InitError::Os`] if the conduit
-/// cannot open.
-pub fn init_with<J: Job>(builder: ClientBuilder, job: J) -> Result<J::Output, InitError> {
-    let env = config::Config::from_env();
-    let name = select_conduit(env.get(CONDUIT_VAR))?;
-    let boot = gex_boot::from_env()?;
-    dispatch(name, builder, boot, job)
+/// As [`start`].
+pub fn init_with<L: LayerSet, J: Job>(builder: ClientBuilder<L>, job: J) -> Result<J::Output, InitError> {
+    let name = select_conduit(config::Config::from_env().get(CONDUIT_VAR))?;
+    dispatch(name, builder, gex_boot::from_env()?, job)
 }
 
 /// Like [`init_with`], with the bootstrap given (for example the one
 /// [`boot::spawn_self`] returned) and the conduit named explicitly: `None` falls back
 /// to `GEX_CONDUIT`, then to [`DEFAULT_CONDUIT`].
 ///
-/// ```
-/// use gex::{Client, ClientBuilder, Job};
-/// use gex::spi::Conduit;
-///
-/// struct Name;
-/// impl Job for Name {
-///     type Output = &'static str;
-///     fn run<C: Conduit>(self, client: Client<C>) -> &'static str { client.conduit_name() }
-/// }
-/// let boot = gex::boot::from_env()?;
-/// let name = gex::init_with_boot(ClientBuilder::new().segment_size(4096), boot, Some("loopback"), Name)?;
-/// assert_eq!(name, "loopback");
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-///
 /// # Errors
 /// As [`init_with`].
-pub fn init_with_boot<J: Job>(
-    builder: ClientBuilder,
+pub fn init_with_boot<L: LayerSet, J: Job>(
+    builder: ClientBuilder<L>,
     boot: Box<dyn Bootstrap>,
     conduit: Option<&str>,
     job: J,
@@ -298,16 +374,16 @@ pub fn init_with_boot<J: Job>(
     dispatch(name, builder, boot, job)
 }
 
-fn dispatch<J: Job>(
+fn dispatch<L: LayerSet, J: Job>(
     name: &'static str,
-    builder: ClientBuilder,
+    builder: ClientBuilder<L>,
     boot: Box<dyn Bootstrap>,
     job: J,
 ) -> Result<J::Output, InitError> {
     match name {
         #[cfg(feature = "smp")]
         "smp" => Ok(job.run(builder.init::<gex_conduit_smp::Smp>(boot)?)),
-        "loopback" => Ok(job.run(builder.init::<Loopback>(boot)?)),
+        "loopback" => Ok(job.run(builder.init::<gex_core::loopback::Loopback>(boot)?)),
         #[cfg(feature = "ofi")]
         "ofi" => Ok(job.run(builder.init::<gex_conduit_ofi::Ofi>(boot)?)),
         other => Err(InitError::Config(format!(
@@ -317,54 +393,13 @@ fn dispatch<J: Job>(
     }
 }
 
-/// Initialises this rank on [`DefaultConduit`] with default settings: the bootstrap
-/// from the environment ([`boot::from_env`]). Collective over every rank.
-///
-/// ```
-/// let client = gex::init()?;
-/// assert!(client.rank() < client.size());
-/// # Ok::<(), gex::InitError>(())
-/// ```
-///
-/// # Errors
-/// As [`init_from`].
-pub fn init() -> Result<Client<DefaultConduit>, InitError> {
-    init_from(ClientBuilder::new())
-}
-
-/// Initialises this rank on [`DefaultConduit`] with the settings of `builder`; the
-/// bootstrap comes from the environment. Collective over every rank.
-///
-/// ```
-/// let client = gex::init_from(gex::ClientBuilder::new().segment_size(1 << 20))?;
-/// let ep = client.endpoint(0)?;
-/// assert!(ep.segment().len() >= 1 << 20);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-///
-/// # Errors
-/// [`InitError::Config`] if `GEX_CONDUIT` names another conduit than
-/// [`DEFAULT_CONDUIT`] (use [`init_with`] to choose at run time) or a setting is
-/// invalid; otherwise as [`init_with`].
-pub fn init_from(builder: ClientBuilder) -> Result<Client<DefaultConduit>, InitError> {
-    let env = config::Config::from_env();
-    let name = select_conduit(env.get(CONDUIT_VAR))?;
-    if name != DEFAULT_CONDUIT {
-        return Err(InitError::Config(format!(
-            "{CONDUIT_VAR}={name} but gex::init uses the default conduit {DEFAULT_CONDUIT}; \
-             use gex::init_with to choose the conduit at run time"
-        )));
-    }
-    builder.init::<DefaultConduit>(gex_boot::from_env()?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn unknown_conduit_lists_compiled_in() {
-        let e = select_conduit(Some("ofi")).unwrap_err().to_string();
+        let e = select_conduit(Some("carrier-pigeon")).unwrap_err().to_string();
         for c in conduits() {
             assert!(e.contains(c), "{e}");
         }
@@ -380,7 +415,7 @@ mod tests {
     struct Count;
     impl Job for Count {
         type Output = (u32, u32, &'static str);
-        fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
+        fn run<C: Conduit>(self, client: gex_core::Client<C>) -> Self::Output {
             (client.rank(), client.size(), client.conduit_name())
         }
     }
@@ -388,13 +423,7 @@ mod tests {
     #[test]
     fn loopback_job_runs() {
         let boot = Box::new(boot::Singleton::new());
-        let r = init_with_boot(
-            ClientBuilder::new().segment_size(4096),
-            boot,
-            Some("loopback"),
-            Count,
-        )
-        .unwrap();
+        let r = init_with_boot(builder().segment_size(4096), boot, Some("loopback"), Count).unwrap();
         assert_eq!(r, (0, 1, "loopback"));
     }
 
@@ -403,5 +432,34 @@ mod tests {
         let boot = Box::new(boot::Singleton::new());
         let r = init_with_boot(ClientBuilder::new(), boot, Some("nope"), Count);
         assert!(matches!(r, Err(InitError::Config(_))));
+    }
+
+    #[test]
+    fn the_conduit_is_chosen_at_run_time_without_generics() {
+        let c: Client = builder()
+            .segment_size(4096)
+            .config(config::Config::from_pairs([("GEX_CONDUIT", "loopback")]))
+            .init::<AnyConduit>(Box::new(boot::Singleton::new()))
+            .unwrap();
+        assert_eq!(c.conduit_name(), "loopback");
+        let ep: Endpoint = c.endpoint(0).unwrap();
+        assert_eq!(ep.conduit_name(), "loopback");
+        #[cfg(feature = "coll")]
+        assert_eq!(ep.layers(), ["rma", "coll"]);
+    }
+
+    #[test]
+    fn every_registry_is_collected_once() {
+        let v = env_vars();
+        let mut names: Vec<_> = v.iter().map(|e| e.name).collect();
+        names.sort();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(n, names.len());
+        assert!(names.contains(&"GEX_BOOT"));
+        #[cfg(feature = "smp")]
+        assert!(names.contains(&"GEX_SMP_RING_SIZE"));
+        #[cfg(feature = "coll")]
+        assert!(names.contains(&"GEX_COLL_TUNE"));
     }
 }

@@ -170,34 +170,48 @@ pub fn parse_process_mapping(value: &str, size: u32) -> Result<Option<Vec<u32>>,
     }
     let blocks = parse_blocks(value)?;
     let size = size as usize;
-    let mut ids = Vec::with_capacity(size);
-    let mut wrapped = false;
-    while ids.len() < size {
-        let first = if wrapped {
-            blocks.iter().position(|b| b.start == 0).unwrap_or(0)
-        } else {
-            0
-        };
-        let before = ids.len();
-        'round: for b in &blocks[first..] {
-            if b.start == 0 {
-                wrapped = true;
-            }
-            if b.per_node == 0 {
-                continue;
-            }
-            for node in 0..b.nodes {
-                for _ in 0..b.per_node {
-                    if ids.len() == size {
-                        break 'round;
-                    }
-                    // No overflow: checked when parsing.
-                    ids.push(b.start + node);
+    // Not `with_capacity(size)` alone: `size` may be huge where the value is short.
+    let mut ids = Vec::with_capacity(size.min(1 << 16));
+    let place = |ids: &mut Vec<u32>, b: &Block| {
+        if b.per_node == 0 {
+            // Places nobody, however many nodes it has.
+            return;
+        }
+        for node in 0..b.nodes {
+            for _ in 0..b.per_node {
+                if ids.len() == size {
+                    return;
                 }
+                // No overflow: checked when parsing.
+                ids.push(b.start + node);
             }
         }
-        if ids.len() == before {
-            return Err(err(value, "its blocks place no rank"));
+    };
+    // The first round uses every block in order.
+    for b in &blocks {
+        if ids.len() == size {
+            break;
+        }
+        place(&mut ids, b);
+    }
+    // Later rounds start at the first block at node 0 if there is one, and use only
+    // the blocks that place ranks, so that each pass over them places at least one
+    // rank: the work stays proportional to the blocks plus the ranks.
+    let from = blocks.iter().position(|b| b.start == 0).unwrap_or(0);
+    let later: Vec<Block> = blocks[from..]
+        .iter()
+        .filter(|b| b.nodes > 0 && b.per_node > 0)
+        .copied()
+        .collect();
+    if ids.len() < size && later.is_empty() {
+        return Err(err(value, "its blocks place no rank"));
+    }
+    while ids.len() < size {
+        for b in &later {
+            if ids.len() == size {
+                break;
+            }
+            place(&mut ids, b);
         }
     }
     Ok(Some(ids))
@@ -270,6 +284,43 @@ mod tests {
     fn extra_blocks_are_ignored() {
         assert_eq!(map("(vector,(0,4,1))", 2), [0, 1]);
         assert_eq!(map("(vector,(0,1,1),(1,1,1))", 0), Vec::<u32>::new());
+    }
+
+    /// Regression (found while writing the `pmi-mapping` fuzz target): every round over
+    /// the blocks visited the blocks that place nobody again, so a value with many of
+    /// them before a block that places one rank per round took rounds × blocks steps
+    /// (here 200 000 × 100 000: minutes) instead of returning at once.
+    #[test]
+    fn blocks_that_place_nobody_do_not_slow_every_round() {
+        let mut v = String::from("(vector");
+        for _ in 0..100_000 {
+            v.push_str(",(1,0,1)");
+        }
+        v.push_str(",(2,1,1))");
+        let t = std::time::Instant::now();
+        let ids = map(&v, 200_000);
+        assert_eq!(ids.len(), 200_000);
+        assert!(ids.iter().all(|&i| i == 2));
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+
+    /// Regression (found by the `pmi-mapping` fuzz target, input
+    /// `(vector,(0,1094232409,0))` for 4 ranks): the linear-time rewrite above walked
+    /// the nodes of a block with 0 ranks per node, a billion steps for nothing.
+    #[test]
+    fn a_block_of_many_empty_nodes_is_skipped_at_once() {
+        let t = std::time::Instant::now();
+        assert_eq!(map("(vector,(0,4000000000,0),(1,1,1))", 4), [1, 1, 1, 1]);
+        assert!(parse_process_mapping("(vector,(0,1094232409,0))", 4).is_err());
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "{:?}",
+            t.elapsed()
+        );
     }
 
     #[test]

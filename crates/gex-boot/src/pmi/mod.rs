@@ -1,10 +1,14 @@
-//! The PMI-1 bootstrap: [`PmiClient`], a native client of the PMI-1 "simple" wire
-//! protocol, for ranks started by MPICH's Hydra `mpiexec` or by Slurm's `srun
-//! --mpi=pmi2` (whose plugin also serves PMI-1 clients).
+//! The PMI bootstraps: [`PmiClient`], a native client of the PMI-1 "simple" wire
+//! protocol, for ranks started by MPICH's Hydra `mpiexec` (or by Slurm's `srun
+//! --mpi=pmi2`, whose plugin also serves PMI-1 clients), and [`Pmi2Client`], a
+//! native client of PMI-2 for ranks started by `srun --mpi=pmi2` (see
+//! [PMI-2](#pmi-2)).
 //!
-//! No PMI library is linked: the client speaks the text protocol itself over the
-//! socket the launcher provides. [`from_env`](crate::from_env) picks it when `PMI_FD`
-//! or `PMI_PORT` is set and `GEX_BOOT` is not (or `GEX_BOOT=pmi` forces it).
+//! No PMI library is linked: the clients speak the protocols themselves over the
+//! socket the launcher provides. [`from_env`](crate::from_env) picks PMI-2 when
+//! `PMI_FD` and `PMI_JOBID` are set, PMI-1 when `PMI_FD` or `PMI_PORT` is set
+//! otherwise, unless `GEX_BOOT` says something else (`pmi1`/`pmi`, `pmi2`); see
+//! [`detect`](crate::detect). The rest of this page describes PMI-1 first.
 //!
 //! # Environment
 //!
@@ -65,6 +69,34 @@
 //! [`PmiClient::from_env`], and ranks with equal names share a host id (ids are
 //! numbered in order of first appearance by rank).
 //!
+//! # PMI-2
+//!
+//! [`Pmi2Client`] speaks PMI-2 over the same inherited `PMI_FD` socket: one PMI-1
+//! style line `cmd=init pmi_version=2 pmi_subversion=0`, then length-prefixed
+//! commands (a 6-byte `%-6d` length field, then `cmd=NAME;key=value;…;`):
+//!
+//! | request | reply | used for |
+//! |---|---|---|
+//! | `fullinit;pmirank=R;pmijobid=J;threaded=FALSE` | `fullinit-response;rc=0;rank=R;size=N;appnum=A;…` | rank and size; Slurm refuses a `fullinit` without `pmijobid` (from `PMI_JOBID`) |
+//! | `job-getid` | `job-getid-response;jobid=J` | [`Pmi2Client::job_id`] |
+//! | `info-getjobattr;key=PMI_process_mapping` | `…;found=TRUE;value=(vector,…)` | host ids (as for PMI-1) |
+//! | `kvs-put;key=K;value=V` | `kvs-put-response;rc=0` | publishing a chunk (values ≤ 1024 bytes: 1012 base64 characters per chunk) |
+//! | `kvs-fence` | `kvs-fence-response;rc=0` | barrier; makes earlier puts visible |
+//! | `kvs-get;srcid=-1;key=K` | `kvs-get-response;found=TRUE;value=V` | reading a chunk |
+//! | `abort;isworld=TRUE;msg=M` | none | abort and exit requests (Slurm kills the step) |
+//! | `finalize` | `finalize-response;rc=0` | finalize |
+//!
+//! The collectives are the PMI-1 ones with `kvs-fence` as the barrier. A value never
+//! carries `;` (Slurm 22.05 does not undo the protocol's `;;` escape).
+//!
+//! Which servers: Slurm's `--mpi=pmi2` plugin implements all of it. MPICH's Hydra
+//! 4.0 answers PMI-2 too, but its `kvs-fence` is no barrier (its `kvs-get` waits
+//! for the key instead, so exchanges still work) and it has no `abort` (the job
+//! ends as a Hydra error, exit code 255). [`detect`](crate::detect) therefore picks
+//! PMI-2 only when `PMI_JOBID` is set too, as Slurm does and Hydra does not;
+//! `GEX_BOOT=pmi2` forces it anyway. When a detected PMI-2 server refuses version 2,
+//! the client goes on with PMI-1 on the same connection.
+//!
 //! # Ending the job
 //!
 //! PMI-1 has no "end the job with this code" request other than `abort`, so:
@@ -95,10 +127,20 @@
 //! module has no `unsafe` code.
 
 mod b64;
+mod kvs;
 mod mapping;
+mod pmi2;
+
+pub(crate) use pmi2::negotiate;
 mod wire;
+mod wire2;
 
 pub use mapping::parse_process_mapping;
+pub use pmi2::Pmi2Client;
+
+use kvs::{COUNT_PREFIX, Kvs, MIN_CHUNK, host_ids_from_names};
+#[cfg_attr(not(feature = "pmix"), allow(unused_imports))]
+pub(crate) use kvs::{host_ids_from_names as kvs_host_ids, node_name};
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -111,16 +153,6 @@ use wire::{Conn, MAX_REQUEST_LINE, Msg};
 /// Upper bound on the length of the keys this client makes (`gex.<seq>.<rank>.<chunk>`
 /// with a `u64` and two `u32` in decimal is at most 46 bytes).
 const KEY_BOUND: usize = 48;
-
-/// Room kept in chunk 0 for the chunk count and its dot.
-const COUNT_PREFIX: usize = 11;
-
-/// Smallest number of base64 characters per chunk this client accepts to work with.
-const MIN_CHUNK: usize = 16;
-
-/// Largest chunk count accepted in another rank's chunk 0 (a corrupt count must
-/// not make this rank issue billions of requests).
-const MAX_CHUNKS: usize = 1 << 26;
 
 /// Longest [`drain_output`] waits for the launcher to read this rank's output.
 const OUTPUT_DRAIN: Duration = Duration::from_secs(1);
@@ -168,11 +200,11 @@ pub(crate) enum Ident {
     Handshake { pmiid: u32 },
 }
 
-fn env_str(name: &str) -> Option<String> {
+pub(crate) fn env_str(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-fn env_u32(name: &str, why: &str) -> Result<u32, BootError> {
+pub(crate) fn env_u32(name: &str, why: &str) -> Result<u32, BootError> {
     let v = std::env::var_os(name)
         .filter(|v| !v.is_empty())
         .ok_or_else(|| BootError::Environment(format!("{name} is not set ({why})")))?;
@@ -208,7 +240,7 @@ fn to_usize(m: &Msg, key: &str) -> Result<usize, BootError> {
 /// [`OUTPUT_DRAIN`] in all. Hydra kills the whole job as soon as it handles a PMI
 /// `abort`, and drops what is still in the ranks' pipes then: without this, the
 /// abort message printed just before would often be lost.
-fn drain_output() {
+pub(crate) fn drain_output() {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
@@ -228,21 +260,24 @@ fn drain_output() {
     }
 }
 
-/// Host ids from host names: equal names, equal ids; ids numbered by first
-/// appearance.
-fn host_ids_from_names(names: &[Vec<u8>]) -> Vec<u32> {
-    let mut seen: Vec<&[u8]> = Vec::new();
-    names
-        .iter()
-        .map(|n| match seen.iter().position(|s| *s == n.as_slice()) {
-            Some(i) => i as u32,
-            None => {
-                seen.push(n);
-                (seen.len() - 1) as u32
-            }
-        })
-        .collect()
+/// A rank below a non-zero size, or an environment error.
+pub(crate) fn check_rank(rank: u32, size: u32) -> Result<(), BootError> {
+    if size == 0 || rank >= size {
+        return Err(BootError::Environment(format!(
+            "PMI rank {rank} is not below the job size {size}"
+        )));
+    }
+    if size > MAX_JOB_SIZE {
+        return Err(BootError::Environment(format!(
+            "PMI job size {size} is above the {MAX_JOB_SIZE} ranks gex supports"
+        )));
+    }
+    Ok(())
 }
+
+/// Largest job size this client accepts from the environment or a PMI server: a
+/// corrupt size must not make it build host tables of billions of entries.
+const MAX_JOB_SIZE: u32 = 1 << 24;
 
 impl PmiClient {
     /// Connects to the PMI server described by the environment (see the [module
@@ -304,11 +339,13 @@ impl PmiClient {
             Ident::Known { rank, size } => (rank, size),
             Ident::Handshake { pmiid } => Self::initack(&mut conn, pmiid)?,
         };
-        if size == 0 || rank >= size {
-            return Err(BootError::Environment(format!(
-                "PMI rank {rank} is not below the job size {size}"
-            )));
-        }
+        check_rank(rank, size)?;
+        Self::init_v1(&mut conn)?;
+        Self::after_init(conn, rank, size)
+    }
+
+    /// `cmd=init pmi_version=1 pmi_subversion=1`, which the server must accept.
+    pub(crate) fn init_v1(conn: &mut Conn) -> Result<(), BootError> {
         let m = conn.call(
             "cmd=init pmi_version=1 pmi_subversion=1\n",
             "response_to_init",
@@ -318,6 +355,13 @@ impl PmiClient {
                 "the PMI server refused PMI version 1.1: {m:?}"
             )));
         }
+        Ok(())
+    }
+
+    /// The rest of the PMI-1 start once the server accepted version 1.1: limits,
+    /// key-value space, host ids.
+    pub(crate) fn after_init(mut conn: Conn, rank: u32, size: u32) -> Result<Self, BootError> {
+        check_rank(rank, size)?;
         let m = conn.call("cmd=get_maxes\n", "maxes")?;
         let kvsname_max = to_usize(&m, "kvsname_max")?;
         let keylen_max = to_usize(&m, "keylen_max")?;
@@ -355,7 +399,7 @@ impl PmiClient {
             seq: 0,
             finalized: false,
         };
-        let mapping = me.get("PMI_process_mapping")?;
+        let mapping = Kvs::get(&mut me, "PMI_process_mapping")?;
         let from_mapping = match &mapping {
             Some(v) => parse_process_mapping(v, size)?,
             None => None,
@@ -363,8 +407,7 @@ impl PmiClient {
         me.hosts = match from_mapping {
             Some(ids) => ids,
             None => {
-                let name = rustix::system::uname().nodename().to_bytes().to_vec();
-                let names = me.exchange(&name)?;
+                let names = me.exchange(&node_name())?;
                 host_ids_from_names(&names)
             }
         };
@@ -435,6 +478,24 @@ impl PmiClient {
         }
     }
 
+    /// Sends `cmd=abort exitcode=code` (the server sends no reply), after letting
+    /// the launcher read this rank's pending output ([`drain_output`]).
+    fn send_abort(&mut self, code: i32) -> Result<(), BootError> {
+        drain_output();
+        self.conn.send_line(&format!("cmd=abort exitcode={code}\n"))
+    }
+}
+
+impl Kvs for PmiClient {
+    fn kvs_rank(&self) -> u32 {
+        self.rank
+    }
+    fn kvs_size(&self) -> u32 {
+        self.size
+    }
+    fn chunk(&self) -> usize {
+        self.chunk
+    }
     fn key(&self, seq: u64, rank: u32, chunk: usize) -> Result<String, BootError> {
         let k = format!("gex.{seq}.{rank}.{chunk}");
         if k.len() >= self.keylen_max {
@@ -460,7 +521,6 @@ impl PmiClient {
         Ok(())
     }
 
-    /// The value of `key`, or `None` if the KVS has no such key.
     fn get(&mut self, key: &str) -> Result<Option<String>, BootError> {
         let line = format!("cmd=get kvsname={} key={key}\n", self.kvs);
         let m = self.conn.call(&line, "get_result")?;
@@ -470,68 +530,42 @@ impl PmiClient {
         Ok(Some(m.require("value")?.to_owned()))
     }
 
-    fn pmi_barrier(&mut self) -> Result<(), BootError> {
+    fn fence(&mut self) -> Result<(), BootError> {
         self.conn.call("cmd=barrier_in\n", "barrier_out")?;
         Ok(())
     }
+}
 
-    /// Publishes `blob` as this rank's contribution to collective `seq`.
-    fn put_blob(&mut self, seq: u64, blob: &[u8]) -> Result<(), BootError> {
-        let enc = b64::encode(blob);
-        // Base64url is ASCII: splitting at any byte index is splitting at a char.
-        let pieces: Vec<&str> = if enc.is_empty() {
-            vec![""]
-        } else {
-            enc.as_bytes()
-                .chunks(self.chunk)
-                .map(|c| std::str::from_utf8(c).expect("base64 is ASCII"))
-                .collect()
-        };
-        let n = pieces.len();
-        for (i, piece) in pieces.into_iter().enumerate() {
-            let key = self.key(seq, self.rank, i)?;
-            if i == 0 {
-                self.put(&key, &format!("{n}.{piece}"))?;
-            } else {
-                self.put(&key, piece)?;
-            }
-        }
-        Ok(())
-    }
+/// [`wire::Msg::parse`] for [`crate::fuzz_api`].
+pub(crate) fn fuzz_parse(line: &str) -> Result<(String, Vec<(String, String)>), String> {
+    Msg::parse(line)
+        .map(|m| (m.cmd, m.attrs))
+        .map_err(|e| e.to_string())
+}
 
-    /// Reads rank `rank`'s contribution to collective `seq`.
-    fn get_blob(&mut self, seq: u64, rank: u32) -> Result<Vec<u8>, BootError> {
-        let missing = |i: usize| {
-            BootError::Protocol(format!(
-                "rank {rank} published no chunk {i} for bootstrap collective #{seq} \
-                 (did every rank make the same bootstrap calls?)"
-            ))
-        };
-        let key = self.key(seq, rank, 0)?;
-        let first = self.get(&key)?.ok_or_else(|| missing(0))?;
-        let (count, data) = first
-            .split_once('.')
-            .and_then(|(c, d)| Some((c.parse::<usize>().ok()?, d)))
-            .filter(|&(c, _)| (1..=MAX_CHUNKS).contains(&c))
-            .ok_or_else(|| {
-                BootError::Protocol(format!(
-                    "PMI value of {key:?} has no chunk count: {first:?}"
-                ))
-            })?;
-        let mut enc = String::from(data);
-        for i in 1..count {
-            let key = self.key(seq, rank, i)?;
-            enc.push_str(&self.get(&key)?.ok_or_else(|| missing(i))?);
-        }
-        b64::decode(&enc)
-    }
+/// [`b64::encode`] for [`crate::fuzz_api`].
+pub(crate) fn fuzz_b64_encode(data: &[u8]) -> String {
+    b64::encode(data)
+}
 
-    /// Sends `cmd=abort exitcode=code` (the server sends no reply), after letting
-    /// the launcher read this rank's pending output ([`drain_output`]).
-    fn send_abort(&mut self, code: i32) -> Result<(), BootError> {
-        drain_output();
-        self.conn.send_line(&format!("cmd=abort exitcode={code}\n"))
-    }
+/// [`b64::decode`] for [`crate::fuzz_api`].
+pub(crate) fn fuzz_b64_decode(s: &str) -> Result<Vec<u8>, String> {
+    b64::decode(s).map_err(|e| e.to_string())
+}
+
+/// [`PmiClient::connect`] for [`crate::fuzz_api`].
+pub(crate) fn fuzz_connect(
+    sock: OwnedFd,
+    rank: u32,
+    size: u32,
+    handshake: bool,
+) -> Result<PmiClient, BootError> {
+    let ident = if handshake {
+        Ident::Handshake { pmiid: rank }
+    } else {
+        Ident::Known { rank, size }
+    };
+    PmiClient::connect(sock, ident)
 }
 
 impl Bootstrap for PmiClient {
@@ -550,41 +584,17 @@ impl Bootstrap for PmiClient {
     fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
         self.check_open("exchange")?;
         let seq = self.next_seq();
-        self.put_blob(seq, mine)?;
-        self.pmi_barrier()?;
-        (0..self.size)
-            .map(|r| {
-                if r == self.rank {
-                    Ok(mine.to_vec())
-                } else {
-                    self.get_blob(seq, r)
-                }
-            })
-            .collect()
+        self.kvs_exchange(seq, mine)
     }
     fn barrier(&mut self) -> Result<(), BootError> {
         self.check_open("barrier")?;
         self.next_seq();
-        self.pmi_barrier()
+        self.fence()
     }
     fn broadcast(&mut self, root: u32, data: &[u8]) -> Result<Vec<u8>, BootError> {
         self.check_open("broadcast")?;
-        if root >= self.size {
-            return Err(BootError::Protocol(format!(
-                "broadcast root {root} is not a rank of this job of {}",
-                self.size
-            )));
-        }
         let seq = self.next_seq();
-        if root == self.rank {
-            self.put_blob(seq, data)?;
-        }
-        self.pmi_barrier()?;
-        if root == self.rank {
-            Ok(data.to_vec())
-        } else {
-            self.get_blob(seq, root)
-        }
+        self.kvs_broadcast(seq, root, data)
     }
     fn abort(&mut self, code: i32, msg: &str) -> ! {
         let code = if code == 0 { 1 } else { code };
@@ -995,6 +1005,43 @@ mod tests {
         ];
         let e = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 1 }).unwrap_err();
         assert!(matches!(e, BootError::Protocol(_)), "{e:?}");
+    }
+
+    /// Regression (found while writing the `pmi-client` fuzz target): a size of
+    /// billions from the server's handshake made the client build a host table of
+    /// that many entries (gigabytes, for minutes) before anything failed.
+    #[test]
+    fn huge_job_size_is_refused() {
+        static R: [&str; 1] =
+            ["cmd=initack\ncmd=set size=4000000000\ncmd=set rank=0\ncmd=set debug=0\n"];
+        let e = PmiClient::connect(scripted(&R), Ident::Handshake { pmiid: 0 }).unwrap_err();
+        assert!(
+            matches!(&e, BootError::Environment(m) if m.contains("4000000000")),
+            "{e:?}"
+        );
+    }
+
+    /// Regression (found while writing the `pmi-client` fuzz target): a blob that is
+    /// not base64 was reported without naming the rank that published it.
+    #[test]
+    fn corrupt_blob_names_its_rank() {
+        static R: [&str; 9] = [
+            HELLO[0],
+            HELLO[1],
+            HELLO[2],
+            HELLO[3],
+            "cmd=get_result rc=0 msg=success value=(vector,(0,1,1))\n",
+            "cmd=put_result rc=0\n",
+            "cmd=barrier_out\n",
+            "cmd=get_result rc=0 value=1.Zh\n",
+            "cmd=finalize_ack\n",
+        ];
+        let mut c = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 2 }).unwrap();
+        let e = c.exchange(b"x").unwrap_err();
+        assert!(
+            matches!(&e, BootError::Protocol(m) if m.contains("rank 1's blob")),
+            "{e:?}"
+        );
     }
 
     #[test]

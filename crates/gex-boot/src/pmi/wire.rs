@@ -119,9 +119,9 @@ pub(crate) struct Conn {
 
 fn lost_or_io(e: Errno, what: &str) -> BootError {
     match e {
-        Errno::PIPE | Errno::CONNRESET | Errno::NOTCONN => {
-            BootError::Lost(format!("the PMI server (mpiexec) went away ({what}: {e})"))
-        }
+        Errno::PIPE | Errno::CONNRESET | Errno::NOTCONN => BootError::Lost(format!(
+            "the PMI server (the launcher) went away ({what}: {e})"
+        )),
         e => BootError::Io(std::io::Error::from(e)),
     }
 }
@@ -138,7 +138,12 @@ impl Conn {
     pub(crate) fn send_line(&mut self, line: &str) -> Result<(), BootError> {
         debug_assert!(line.ends_with('\n'));
         tracing::trace!(line = line.trim_end(), "PMI request");
-        let mut rest = line.as_bytes();
+        self.send_bytes(line.as_bytes())
+    }
+
+    /// Sends `bytes` as they are (PMI-2 framed commands).
+    pub(crate) fn send_bytes(&mut self, bytes: &[u8]) -> Result<(), BootError> {
+        let mut rest = bytes;
         while !rest.is_empty() {
             match rustix::net::send(&self.sock, rest, SendFlags::NOSIGNAL) {
                 Ok(n) => rest = &rest[n..],
@@ -172,7 +177,8 @@ impl Conn {
             match rustix::net::recv(self.sock.as_fd(), &mut chunk, RecvFlags::empty()) {
                 Ok((0, _)) => {
                     return Err(BootError::Lost(
-                        "the PMI server (mpiexec) closed the connection (the job is ending)".into(),
+                        "the PMI server (the launcher) closed the connection (the job is ending)"
+                            .into(),
                     ));
                 }
                 Ok((n, _)) => self.buf.extend_from_slice(&chunk[..n]),
@@ -180,6 +186,27 @@ impl Conn {
                 Err(e) => return Err(lost_or_io(e, "recv")),
             }
         }
+    }
+
+    /// Receives exactly `n` bytes (PMI-2 framed replies), taking first what an earlier
+    /// read left in the buffer.
+    pub(crate) fn recv_exact(&mut self, n: usize) -> Result<Vec<u8>, BootError> {
+        while self.buf.len() < n {
+            let mut chunk = [0u8; 4096];
+            let want = (n - self.buf.len()).min(chunk.len());
+            match rustix::net::recv(self.sock.as_fd(), &mut chunk[..want], RecvFlags::empty()) {
+                Ok((0, _)) => {
+                    return Err(BootError::Lost(
+                        "the PMI server (the launcher) closed the connection (the job is ending)"
+                            .into(),
+                    ));
+                }
+                Ok((got, _)) => self.buf.extend_from_slice(&chunk[..got]),
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(lost_or_io(e, "recv")),
+            }
+        }
+        Ok(self.buf.drain(..n).collect())
     }
 
     /// Receives and parses one line.

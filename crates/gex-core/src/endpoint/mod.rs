@@ -101,6 +101,8 @@ pub(crate) struct Core<C: Conduit> {
     pub(crate) next_client: u16,
     /// Tag of the next scope.
     pub(crate) next_scope_tag: u32,
+    /// The report-signal generation this endpoint last answered.
+    pub(crate) seen_reports: u64,
 }
 
 /// The state of an endpoint: the core part and the layers.
@@ -134,9 +136,9 @@ pub(crate) struct EpCell<C: Conduit> {
 
 // SAFETY: the state is only reached under the lock word or by the unique handle (module
 // `# Safety`), and it is `Send`.
-unsafe impl<C: Conduit> Sync for EpCell<C> {}
+unsafe impl<C: Conduit> Sync for EpCell<C> where Inner<C>: Send {}
 // SAFETY: as above.
-unsafe impl<C: Conduit> Send for EpCell<C> {}
+unsafe impl<C: Conduit> Send for EpCell<C> where Inner<C>: Send {}
 
 const FREE: u32 = 0;
 const HANDLE: u32 = 1;
@@ -300,6 +302,7 @@ impl<C: Conduit> Endpoint<C> {
             spinning: false,
             next_client: crate::types::FIRST_CLIENT_HANDLER as u16,
             next_scope_tag: progress::SCOPE_TAG_BIT,
+            seen_reports: gex_sync::signal::report_generation(),
         };
         let mut inner = Inner {
             core,
@@ -416,7 +419,7 @@ impl<C: Conduit> Endpoint<C> {
     }
     /// The conduit's name.
     pub fn conduit_name(&self) -> &'static str {
-        C::NAME
+        self.with_ref(|i| i.core._conduit.name())
     }
     /// The conduit's capabilities.
     pub fn capabilities(&self) -> crate::spi::Capabilities {
@@ -490,6 +493,15 @@ impl<C: Conduit> Endpoint<C> {
         g.with_layer(f)
     }
 
+    /// This endpoint's state report: per-peer message counters, busy layers, implicit
+    /// and local-completion operations in flight, then what the conduit and each layer
+    /// say they have in flight ([`ConduitEp::describe`](crate::spi::ConduitEp::describe),
+    /// [`Layer::describe`](crate::layer::Layer::describe)). Printed by a wait that makes
+    /// no progress for `GEX_STALL_REPORT` seconds and on `SIGUSR1`.
+    pub fn report(&self) -> String {
+        self.with_ref(Inner::report)
+    }
+
     /// True if layer `L` is attached.
     pub fn has_layer<L: crate::layer::Layer>(&self) -> bool {
         self.with_ref(|i| {
@@ -501,6 +513,56 @@ impl<C: Conduit> Endpoint<C> {
 }
 
 impl<C: Conduit> Inner<C> {
+    /// See [`Endpoint::report`].
+    pub(crate) fn report(&self) -> String {
+        use std::fmt::Write;
+        let c = &self.core;
+        let mut s = format!("gex: state of {} ({} ranks)\n", c.me, c.shared.size);
+        let peers: Vec<String> = (0..c.stats.sent.len())
+            .filter(|&r| c.stats.sent[r] + c.stats.received[r] > 0)
+            .map(|r| {
+                format!(
+                    "{r}: sent {} received {}",
+                    c.stats.sent[r], c.stats.received[r]
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "  messages by peer: {}",
+            if peers.is_empty() {
+                "none".into()
+            } else {
+                peers.join(", ")
+            }
+        );
+        let busy: Vec<&str> = self
+            .layers
+            .iter()
+            .filter(|l| c.busy & (1 << l.place.index) != 0)
+            .map(|l| l.place.name)
+            .collect();
+        let _ = writeln!(
+            s,
+            "  busy layers: [{}]; implicit operations: {}; owned payloads awaiting local completion: {}",
+            busy.join(", "),
+            c.implicit.len(),
+            c.lc.len()
+        );
+        let conduit = c.cep.describe();
+        if !conduit.is_empty() {
+            for line in conduit.lines() {
+                let _ = writeln!(s, "  conduit {}: {line}", c._conduit.name());
+            }
+        }
+        for l in &self.layers {
+            for line in l.state.describe().lines() {
+                let _ = writeln!(s, "  {}: {line}", l.place.name);
+            }
+        }
+        s
+    }
+
     #[inline]
     pub(crate) fn with_layer<L: crate::layer::Layer, R>(
         &mut self,

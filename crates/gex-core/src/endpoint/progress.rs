@@ -18,9 +18,6 @@ use std::time::{Duration, Instant};
 /// hundred microseconds of fruitless spinning).
 const SPIN_YIELD_AFTER: u32 = 1 << 14;
 
-/// How long a single wait may last before gex prints the endpoint's counters once.
-const STALL_REPORT: Duration = Duration::from_secs(60);
-
 /// One implicit (mode `Nbi`) operation the endpoint tracks until a sync.
 pub(crate) enum Implicit {
     /// Still running; the kept value (a buffer it writes) lives until completion.
@@ -172,7 +169,9 @@ impl<C: Conduit> Inner<C> {
         }
     }
 
-    /// Polls until `cond(self)` holds or `deadline` passes; true if it held.
+    /// Polls until `cond(self)` holds or `deadline` passes; true if it held. A wait
+    /// that makes no progress for `GEX_STALL_REPORT` prints the endpoint's report (and
+    /// again at that interval), as does a report signal (`SIGUSR1`).
     pub(crate) fn wait_for(
         &mut self,
         deadline: Option<Instant>,
@@ -180,11 +179,14 @@ impl<C: Conduit> Inner<C> {
     ) -> bool {
         let mut spins: u32 = 0;
         let mut checks: u32 = 0;
-        let mut started: Option<Instant> = None;
+        let mut last_progress: Option<Instant> = None;
         loop {
-            self.poll();
+            let handled = self.poll();
             if cond(self) {
                 return true;
+            }
+            if handled > 0 {
+                last_progress = None;
             }
             checks = checks.wrapping_add(1);
             if checks & 0x3ff == 0 || deadline.is_some() {
@@ -192,21 +194,33 @@ impl<C: Conduit> Inner<C> {
                 if deadline.is_some_and(|d| now >= d) {
                     return cond(self);
                 }
-                if checks & 0xffff == 0 {
-                    let t0 = *started.get_or_insert(now);
-                    if now - t0 > STALL_REPORT {
-                        eprintln!(
-                            "gex: {} has waited {:?} without progress; counters: {:?}; busy layers: {:#x}",
-                            self.core.me,
-                            now - t0,
-                            self.core.stats,
-                            self.core.busy
-                        );
-                        started = Some(now);
-                    }
-                }
+                self.check_stall(now, &mut last_progress);
             }
             self.idle(&mut spins);
+        }
+    }
+
+    /// Prints the report on a report signal, or when the wait has made no progress
+    /// for the stall interval (then restarts the interval).
+    #[cold]
+    fn check_stall(&mut self, now: Instant, last_progress: &mut Option<Instant>) {
+        let g = gex_sync::signal::report_generation();
+        if g != self.core.seen_reports {
+            self.core.seen_reports = g;
+            eprint!("{}", self.report());
+        }
+        let Some(stall) = self.core.shared.stall_report else {
+            return;
+        };
+        let t0 = *last_progress.get_or_insert(now);
+        if now - t0 >= stall {
+            eprint!(
+                "gex: {} has waited {:?} without progress\n{}",
+                self.core.me,
+                now - t0,
+                self.report()
+            );
+            *last_progress = Some(now);
         }
     }
 
@@ -223,8 +237,17 @@ impl<C: Conduit> Inner<C> {
         ev.take(&mut |w| pool.recycle(w))
     }
 
-    /// Tracks `ev` as an implicit event under `tag`.
+    /// Tracks `ev` as an implicit event under `tag` (an event of another endpoint is
+    /// recorded as failed: this endpoint's progress cannot complete it).
     pub(crate) fn track<T: Send + 'static, E: EventErr>(&mut self, tag: u32, ev: Event<T, E>) {
+        if let Err(e) = self.core.check_bound(&ev) {
+            // Keep whatever the event holds alive until its own endpoint completes it.
+            drop(ev);
+            self.core
+                .implicit
+                .push(Implicit::Failed(tag, e.to_string()));
+            return;
+        }
         if let Some(imp) = ev.into_implicit(tag) {
             self.core.implicit.push(imp);
         }

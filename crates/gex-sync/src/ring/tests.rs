@@ -233,6 +233,131 @@ fn attach_to_existing_memory() {
     assert_eq!(next(&mut rx), Some((9, b"again".to_vec())));
 }
 
+#[repr(C, align(64))]
+struct Mem512 {
+    ctl: RingCtl,
+    data: [u8; 512],
+}
+
+/// A ring of 512 bytes in memory the test can scribble on, as another process could.
+fn scribble_ring() -> (Box<Mem512>, Producer, Consumer) {
+    let mut mem = Box::new(Mem512 {
+        ctl: RingCtl::new(),
+        data: [0; 512],
+    });
+    // SAFETY: the box outlives both endpoints (the caller keeps it and drops it last),
+    // is aligned and zeroed, and these are the only endpoints.
+    let (tx, rx) = unsafe {
+        let data = mem.data.as_mut_ptr();
+        (
+            Producer::new(&mem.ctl, data, 512),
+            Consumer::new(&mem.ctl, data, 512),
+        )
+    };
+    (mem, tx, rx)
+}
+
+/// Regression (found while writing the `ring` fuzz target): a corrupt record length
+/// could only panic, in a message that did not say who wrote the ring.
+#[test]
+fn corrupt_length_is_an_error_from_try_peek() {
+    let (mut mem, mut tx, mut rx) = scribble_ring();
+    assert!(tx.push(5, &[b"abc"]));
+    assert!(tx.push(6, &[b"def"]));
+    rx.peek().unwrap();
+    rx.pop();
+    // The second record starts at 24; its length word is at 32.
+    mem.data[32..36].copy_from_slice(&1000u32.to_ne_bytes());
+    let e = rx.try_peek().unwrap_err();
+    assert_eq!(
+        e,
+        CorruptRecord {
+            pos: 24,
+            len: Some(1000),
+            room: 512 - 24
+        }
+    );
+    assert_eq!(
+        rx.try_peek().unwrap_err(),
+        e,
+        "the consumer stays at the record"
+    );
+    // The largest length that fits is accepted.
+    mem.data[32..36].copy_from_slice(&472u32.to_ne_bytes());
+    assert_eq!(rx.try_peek().unwrap().unwrap().1.len(), 472);
+    drop((tx, rx));
+}
+
+/// Regression (found by `corrupt_head_does_not_overflow` below, written for the `ring`
+/// fuzz target): a record tag in the last word of the data area, where only a pad
+/// fits, made the consumer read the record's length and user word from the 8 bytes
+/// after the data area.
+#[test]
+fn record_tag_in_the_last_word_is_an_error() {
+    let (mut mem, mut tx, mut rx) = scribble_ring();
+    // Consume records up to position 504 (= 512 - 8): 21 records of 24 bytes.
+    for i in 0..21u32 {
+        assert!(tx.push(i, &[&[1u8; 8]]));
+        rx.peek().unwrap();
+        rx.pop();
+    }
+    assert_eq!(tx.tail, 504);
+    mem.data[504..512].copy_from_slice(&505u64.to_ne_bytes());
+    assert_eq!(
+        rx.try_peek(),
+        Err(CorruptRecord {
+            pos: 504,
+            len: None,
+            room: 8
+        })
+    );
+    drop((tx, rx));
+}
+
+#[test]
+#[should_panic(expected = "corrupt ring: the record at position 0 claims")]
+fn corrupt_length_panics_in_peek() {
+    let (mut mem, mut tx, mut rx) = scribble_ring();
+    assert!(tx.push(5, &[b"abc"]));
+    mem.data[8..12].copy_from_slice(&u32::MAX.to_ne_bytes());
+    let _ = rx.peek();
+}
+
+/// Regression (found while writing the `ring` fuzz target): the producer added the
+/// consumer's head (read from shared memory) to the capacity, which overflowed (a panic
+/// in debug builds) for a corrupt head near `u64::MAX`; and an endpoint attaching to a
+/// ring whose head had bit 63 set started at positions whose arithmetic overflowed.
+#[test]
+fn corrupt_head_does_not_overflow() {
+    let (mem, mut tx, mut rx) = scribble_ring();
+    // Fill the ring so that the next reserve re-reads the head.
+    while tx.push(1, &[&[0u8; 40]]) {}
+    mem.ctl.head.store(u64::MAX, Ordering::Release);
+    // Whatever it decides, it stays inside the data area and does not panic.
+    for _ in 0..100 {
+        let _ = tx.push(2, &[&[7u8; 40]]);
+        if let Ok(Some(_)) = rx.try_peek() {
+            rx.pop();
+        }
+    }
+    drop((tx, rx));
+    // SAFETY: as in `scribble_ring`; the old endpoints are gone.
+    let (mut tx, mut rx) = unsafe {
+        let data = mem.data.as_ptr().cast_mut();
+        (
+            Producer::new(&mem.ctl, data, 512),
+            Consumer::new(&mem.ctl, data, 512),
+        )
+    };
+    for _ in 0..100 {
+        let _ = tx.push(3, &[&[1u8; 100]]);
+        if let Ok(Some(_)) = rx.try_peek() {
+            rx.pop();
+        }
+    }
+    drop((tx, rx));
+}
+
 #[test]
 #[should_panic(expected = "pop without a record")]
 fn pop_without_peek_panics() {

@@ -1,9 +1,10 @@
 //! Active-message data-path cases (the semantics of GASNet-EX's `testam`).
 
-use super::util::{Errs, Pattern, args_for, lock, sent, wait_for};
+use super::probe::with_conduit;
+use super::util::{Errs, Pattern, args_for, barrier, bytes_of, lock, sent, wait_for};
 use crate::rng::hash_words;
 use gex_core::spi::{Conduit, ConduitEp};
-use gex_core::{Am, Category, Client, EpAddr, Flags, Kind, Limits, Token};
+use gex_core::{Am, Category, Client, EpAddr, HandlerId, Kind, Limits, Nb, Token};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -85,6 +86,7 @@ struct Expect {
     seed: u64,
     len: usize,
     offset: usize,
+    #[allow(dead_code)]
     seg_base: usize,
 }
 
@@ -125,13 +127,13 @@ fn verify(am: &Am<'_>, x: &Expect, pat: &Pattern) -> Option<String> {
                     x.offset
                 ));
             }
-            if x.len > 0 && am.payload().as_ptr() as usize != x.seg_base + x.offset {
+            if am.long().map(|l| (l.offset(), l.len())) != Some((x.offset, x.len)) {
                 return Some(format!(
-                    "Long {:?}: payload is not at segment base + offset",
-                    x.kind
+                    "Long {:?}: the payload is not described at offset {} with {} bytes",
+                    x.kind, x.offset, x.len
                 ));
             }
-            pat.diff(x.seed, x.len, am.payload())
+            pat.diff(x.seed, x.len, &bytes_of(am))
                 .map(|d| format!("Long {:?} of {} at {}: {d}", x.kind, x.len, x.offset))
         }
     }
@@ -143,6 +145,7 @@ struct View {
     me: u32,
     limits: Vec<Limits>,
     seg: Vec<usize>,
+    #[allow(dead_code)]
     seg_base: usize,
 }
 
@@ -152,9 +155,11 @@ impl View {
         let k = ep.index();
         View {
             me: client.rank(),
-            limits: (0..n)
-                .map(|r| ep.conduit_ep().limits(EpAddr::new(r, k)))
-                .collect(),
+            limits: with_conduit(ep, |cx| {
+                (0..n)
+                    .map(|r| cx.conduit().limits(EpAddr::new(r, k)))
+                    .collect()
+            }),
             seg: client.layout().seg_len.clone(),
             seg_base: ep.segment().as_ptr() as usize,
         }
@@ -176,8 +181,8 @@ impl View {
 /// Long offsets and the Long payload's address are verified. One message in flight at
 /// a time: rank `t` sends to its right neighbour and to itself during turn `t`.
 pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String> {
-    const RQ: u8 = 140;
-    const RP: u8 = 141;
+    const RQ: HandlerId = HandlerId::at(140);
+    const RP: HandlerId = HandlerId::at(141);
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0).map_err(err)?;
     let view = Arc::new(View::new(client, &mut ep));
@@ -197,7 +202,7 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
             errs.clone(),
             next.clone(),
         );
-        ep.register(RQ, move |t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(RQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
             let src = am.src();
             let s = src.rank as usize;
             let i = {
@@ -263,7 +268,7 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
             cur.clone(),
             done.clone(),
         );
-        ep.register(RP, move |t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(RP.index(), move |t: &mut Token<'_>, am: Am<'_>| {
             let Some((dst, i)) = *lock(&cur) else {
                 errs.push(format!(
                     "reply from {} with no request outstanding",
@@ -299,7 +304,7 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
         })
         .map_err(err)?;
     }
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     let mut dsts = vec![EpAddr::rank((me + 1) % n)];
     if n > 1 {
         dsts.push(EpAddr::rank(me));
@@ -317,17 +322,14 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
                     let payload = pat.get(s, len);
                     let what = format!("iteration {i}: request {rq:?} ({len} bytes) to {dst}");
                     let r = match rq.cat {
-                        Category::Short => ep.request_short(dst, RQ, &args, Flags::empty()),
-                        Category::Medium => {
-                            ep.request_medium(dst, RQ, &args, payload, Flags::empty())
-                        }
+                        Category::Short => ep.request_short(dst, RQ, &args),
+                        Category::Medium => ep.request_medium(dst, RQ, &args, payload),
                         Category::Long => ep.request_long(
                             dst,
                             RQ,
                             &args,
                             payload,
                             long_offset(i, 61, view.seg[d], len),
-                            Flags::empty(),
                         ),
                     };
                     sent(r, &what)?;
@@ -338,7 +340,7 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
             }
             *lock(&cur) = None;
         }
-        ep.barrier().map_err(err)?;
+        barrier(&mut ep)?;
     }
     errs.result()?;
     let expected: Vec<EpAddr> = if n > 1 {
@@ -371,8 +373,8 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
 /// the target's segment, replies in the reply half of the requester's, in per-peer
 /// slots.
 pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), String> {
-    const RQ: u8 = 150;
-    const RP: u8 = 151;
+    const RQ: HandlerId = HandlerId::at(150);
+    const RP: HandlerId = HandlerId::at(151);
     const ROUNDS: u32 = 6;
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0).map_err(err)?;
@@ -386,7 +388,7 @@ pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), 
     // Lengths travel in the arguments: [sender, round, category, len].
     {
         let (view, pat, errs, handled) = (view.clone(), pat.clone(), errs.clone(), handled.clone());
-        ep.register(RQ, move |t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(RQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
             let src = am.src();
             let a = am.args();
             if a.len() != 4 || a[0] != src.rank {
@@ -414,7 +416,7 @@ pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), 
                     if am.offset() != off {
                         Some(format!("Long offset {} != {off}", am.offset()))
                     } else {
-                        pat.diff(s, len, am.payload())
+                        pat.diff(s, len, &bytes_of(&am))
                     }
                 }
             };
@@ -451,7 +453,7 @@ pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), 
     }
     {
         let (view, pat, errs, replies) = (view.clone(), pat.clone(), errs.clone(), replies.clone());
-        ep.register(RP, move |_t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(RP.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
             let src = am.src();
             let a = am.args();
             if a.len() != 4 || a[0] != src.rank || am.kind() != Kind::Reply {
@@ -473,7 +475,7 @@ pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), 
             } else if am.category() == Category::Short {
                 (!am.payload().is_empty()).then(|| "payload on Short".to_string())
             } else {
-                pat.diff(rs, len, am.payload())
+                pat.diff(rs, len, &bytes_of(&am))
             };
             if let Some(b) = bad {
                 errs.push(format!("reply round {round} from {src}: {b}"));
@@ -482,7 +484,7 @@ pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), 
         })
         .map_err(err)?;
     }
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     let mut expected_replies = 0;
     for round in 0..ROUNDS {
         for k in 0..n {
@@ -501,16 +503,11 @@ pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), 
                 let payload = pat.get(s, len);
                 let what = format!("round {round} {cat:?} ping to {dst}");
                 let r = match cat {
-                    Category::Short => ep.request_short(dst, RQ, &args, Flags::empty()),
-                    Category::Medium => ep.request_medium(dst, RQ, &args, payload, Flags::empty()),
-                    Category::Long => ep.request_long(
-                        dst,
-                        RQ,
-                        &args,
-                        payload,
-                        slot(view.seg[d]) * me as usize,
-                        Flags::empty(),
-                    ),
+                    Category::Short => ep.request_short(dst, RQ, &args),
+                    Category::Medium => ep.request_medium(dst, RQ, &args, payload),
+                    Category::Long => {
+                        ep.request_long(dst, RQ, &args, payload, slot(view.seg[d]) * me as usize)
+                    }
                 };
                 sent(r, &what)?;
                 expected_replies += 1;
@@ -524,7 +521,7 @@ pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), 
     wait_for(&mut ep, "every peer's pings", || {
         handled.load(Ordering::Acquire) >= want
     })?;
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     errs.result()?;
     let (h, r) = (
         handled.load(Ordering::Acquire),
@@ -543,7 +540,7 @@ pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), 
 /// address and bytes, and afterwards every rank checks its whole segment image, so
 /// bytes outside the targeted ranges must be untouched.
 pub(crate) fn long_offsets<C: Conduit>(client: &Client<C>) -> Result<(), String> {
-    const H: u8 = 160;
+    const H: HandlerId = HandlerId::at(160);
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0).map_err(err)?;
     let view = Arc::new(View::new(client, &mut ep));
@@ -581,7 +578,7 @@ pub(crate) fn long_offsets<C: Conduit>(client: &Client<C>) -> Result<(), String>
     let seed = |s: u32, d: usize, k: usize| hash_words(&[s as u64, d as u64, k as u64, 77]);
     {
         let (view, pat, errs, got) = (view.clone(), pat.clone(), errs.clone(), got.clone());
-        ep.register(H, move |_t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(H.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
             let src = am.src();
             let a = am.args();
             let me = view.me as usize;
@@ -599,31 +596,24 @@ pub(crate) fn long_offsets<C: Conduit>(client: &Client<C>) -> Result<(), String>
                     am.category(),
                     am.offset()
                 ));
-            } else if len > 0 && am.payload().as_ptr() as usize != view.seg_base + off {
+            } else if am.long().map(|l| (l.offset(), l.len())) != Some((off, len)) {
                 errs.push(format!(
-                    "piece {k} from {src}: payload not at base + offset"
+                    "piece {k} from {src}: payload not described at offset {off} with {len} bytes"
                 ));
-            } else if let Some(d) = pat.diff(seed(src.rank, me, k), len, am.payload()) {
+            } else if let Some(d) = pat.diff(seed(src.rank, me, k), len, &bytes_of(&am)) {
                 errs.push(format!("piece {k} from {src} ({len} at {off}): {d}"));
             }
             got.fetch_add(1, Ordering::Release);
         })
         .map_err(err)?;
     }
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     for k in 0..n {
         let d = ((me + k) % n) as usize;
         for (i, (off, len)) in pieces(&view, me, d).into_iter().enumerate() {
             let payload = pat.get(seed(me, d, i), len);
             sent(
-                ep.request_long(
-                    EpAddr::rank(d as u32),
-                    H,
-                    &[me, i as u32],
-                    payload,
-                    off,
-                    Flags::empty(),
-                ),
+                ep.request_long(EpAddr::rank(d as u32), H, &[me, i as u32], payload, off),
                 &format!("piece {i} to rank {d}"),
             )?;
         }
@@ -633,7 +623,7 @@ pub(crate) fn long_offsets<C: Conduit>(client: &Client<C>) -> Result<(), String>
     wait_for(&mut ep, "every Long piece", || {
         got.load(Ordering::Acquire) >= want
     })?;
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     errs.result()?;
     if got.load(Ordering::Acquire) != want {
         return Err(format!(
@@ -664,7 +654,7 @@ pub(crate) fn long_offsets<C: Conduit>(client: &Client<C>) -> Result<(), String>
 /// requests are sent from one buffer overwritten right after each call; the
 /// local-completion variant gives its buffer back intact.
 pub(crate) fn payload_source_reuse<C: Conduit>(client: &Client<C>) -> Result<(), String> {
-    const H: u8 = 170;
+    const H: HandlerId = HandlerId::at(170);
     const K: u32 = 40;
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0).map_err(err)?;
@@ -681,7 +671,7 @@ pub(crate) fn payload_source_reuse<C: Conduit>(client: &Client<C>) -> Result<(),
     let seed = |s: u32, k: u32, what: u64| hash_words(&[s as u64, k as u64, what]);
     {
         let (view, pat, errs, got) = (view.clone(), pat.clone(), errs.clone(), got.clone());
-        ep.register(H, move |_t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(H.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
             let src = am.src();
             let a = am.args();
             let (k, what, len) = (a[0], a[1] as u64, a[2] as usize);
@@ -692,50 +682,43 @@ pub(crate) fn payload_source_reuse<C: Conduit>(client: &Client<C>) -> Result<(),
                     errs.push(format!("Long {k} from {src} at {} (expected {off})", am.offset()));
                 }
             }
-            if let Some(e) = pat.diff(seed(src.rank, k, what), len, am.payload()) {
+            if let Some(e) = pat.diff(seed(src.rank, k, what), len, &bytes_of(&am)) {
                 errs.push(format!("message {k}/{what} from {src}: {e} (was the source buffer read after injection returned?)"));
             }
             got.fetch_add(1, Ordering::Release);
         })
         .map_err(err)?;
     }
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     let slot = view.seg[d] / n as usize;
     let mut buf = vec![0u8; mlen.max(llen)];
     for k in 0..K {
         buf[..mlen].copy_from_slice(pat.get(seed(me, k, 0), mlen));
         sent(
-            ep.request_medium(dst, H, &[k, 0, mlen as u32], &buf[..mlen], Flags::empty()),
+            ep.request_medium(dst, H, &[k, 0, mlen as u32], &buf[..mlen]),
             "medium",
         )?;
         buf.fill(0xee);
         buf[..llen].copy_from_slice(pat.get(seed(me, k, 1), llen));
         let off = slot * me as usize + k as usize * llen;
         sent(
-            ep.request_long(
-                dst,
-                H,
-                &[k, 1, llen as u32],
-                &buf[..llen],
-                off,
-                Flags::empty(),
-            ),
+            ep.request_long(dst, H, &[k, 1, llen as u32], &buf[..llen], off),
             "long",
         )?;
         buf.fill(0xdd);
         let owned = pat.get(seed(me, k, 2), mlen).to_vec();
         let ev = ep
-            .request_medium_lc(dst, H, &[k, 2, mlen as u32], owned)
+            .request_medium_owned(dst, H, &[k, 2, mlen as u32], owned, Nb)
             .map_err(err)?;
-        let back = ep.lc_wait(ev);
+        let back = ep.wait(ev).map_err(err)?;
         if back.as_slice() != pat.get(seed(me, k, 2), mlen) {
-            return Err("request_medium_lc gave back a different buffer".into());
+            return Err("request_medium_owned gave back a different buffer".into());
         }
     }
     wait_for(&mut ep, "every message from the left neighbour", || {
         got.load(Ordering::Acquire) >= 3 * K as u64
     })?;
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     errs.result()?;
     match got.load(Ordering::Acquire) {
         g if g == 3 * K as u64 => Ok(()),

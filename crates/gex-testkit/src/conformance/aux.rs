@@ -1,8 +1,10 @@
-//! The auxiliary-area case: [`ConduitEp::aux`] and [`ConduitEp::wake`].
+//! The auxiliary-area case: [`ConduitEp::aux`] and [`ConduitEp::wake`], through the
+//! probe layer's slice of the areas ([`Cx::aux`](gex_core::layer::Cx::aux)).
 
-use super::raw::aux_word;
-use super::util::CASE_WAIT;
-use gex_core::spi::{AUX_LEN, Conduit, ConduitEp};
+use super::probe::with_conduit;
+use super::raw;
+use super::util::{CASE_WAIT, barrier};
+use gex_core::spi::{Conduit, ConduitEp};
 use gex_core::{Capabilities, Client, EpAddr};
 use gex_sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -22,9 +24,10 @@ fn err(e: impl std::fmt::Display) -> String {
 pub(crate) fn aux_area<C: Conduit>(client: &Client<C>) -> Result<(), String> {
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0).map_err(err)?;
-    let caps = ep.conduit_ep().capabilities();
+    let caps = ep.capabilities();
     let mine = EpAddr::rank(me);
-    let own = ep.conduit_ep().aux(mine);
+    let (own, alen) = with_conduit(&mut ep, |cx| (cx.aux(mine), cx.aux_len()));
+    let aux_word = |a, off| raw::aux_word(a, alen, off);
     if caps.contains(Capabilities::SHARED_MEMORY) != own.is_some() {
         return Err(format!(
             "aux(self) is {own:?} but SHARED_MEMORY is {}",
@@ -33,8 +36,12 @@ pub(crate) fn aux_area<C: Conduit>(client: &Client<C>) -> Result<(), String> {
     }
     let mut neighbours = Vec::new();
     for r in (0..n).filter(|&r| r != me) {
-        let seg = ep.conduit_ep().peer_segment(EpAddr::rank(r));
-        let aux = ep.conduit_ep().aux(EpAddr::rank(r));
+        let (seg, aux) = with_conduit(&mut ep, |cx| {
+            (
+                cx.conduit().peer_segment(EpAddr::rank(r)),
+                cx.aux(EpAddr::rank(r)),
+            )
+        });
         match (seg.is_some(), aux) {
             (true, Some(a)) => neighbours.push((r, a)),
             (false, None) => {}
@@ -47,16 +54,16 @@ pub(crate) fn aux_area<C: Conduit>(client: &Client<C>) -> Result<(), String> {
         }
     }
     let Some(own) = own else {
-        return ep.barrier().map_err(err);
+        return barrier(&mut ep);
     };
     // Zero-filled at open (before anyone writes: the first barrier orders it).
-    for off in (0..AUX_LEN).step_by(8) {
+    for off in (0..alen).step_by(8) {
         let v = aux_word(own, off)?.load(Ordering::Relaxed);
         if v != 0 {
             return Err(format!("own aux area not zero at {off}: {v:#x}"));
         }
     }
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     // Word `me` of the owner's area: written by the owner. Word `n + me` of every
     // neighbour's area: written by this rank.
     let tag = |r: u32| 0xa0c5_0000_0000 | u64::from(r + 1);
@@ -64,7 +71,7 @@ pub(crate) fn aux_area<C: Conduit>(client: &Client<C>) -> Result<(), String> {
     for &(_, a) in &neighbours {
         aux_word(a, 8 * (n + me) as usize)?.store(tag(me), Ordering::Release);
     }
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     for &(r, a) in &neighbours {
         let v = aux_word(a, 8 * r as usize)?.load(Ordering::Acquire);
         if v != tag(r) {
@@ -112,7 +119,7 @@ pub(crate) fn aux_area<C: Conduit>(client: &Client<C>) -> Result<(), String> {
                     if t0.elapsed() > CASE_WAIT {
                         return Err(format!("wake round {i}: rank 0's flag never arrived"));
                     }
-                    ep.conduit_ep().block(Duration::from_secs(10));
+                    with_conduit(&mut ep, |cx| cx.conduit().block(Duration::from_secs(10)));
                 }
                 let sent = aux_word(own, time_off)?.load(Ordering::Relaxed);
                 delays.push(Duration::from_nanos(now_ns().saturating_sub(sent)));
@@ -121,7 +128,7 @@ pub(crate) fn aux_area<C: Conduit>(client: &Client<C>) -> Result<(), String> {
                 std::thread::sleep(Duration::from_millis(40));
                 aux_word(theirs, time_off)?.store(now_ns(), Ordering::Relaxed);
                 aux_word(theirs, iter_off)?.store(i, Ordering::Release);
-                ep.conduit_ep().wake(EpAddr::rank(1));
+                with_conduit(&mut ep, |cx| cx.conduit().wake(EpAddr::rank(1)));
                 while aux_word(own, ack_off)?.load(Ordering::Acquire) != i {
                     if t0.elapsed() > CASE_WAIT {
                         return Err(format!("wake round {i}: rank 1 never acknowledged"));
@@ -140,5 +147,5 @@ pub(crate) fn aux_area<C: Conduit>(client: &Client<C>) -> Result<(), String> {
             }
         }
     }
-    ep.barrier().map_err(err)
+    barrier(&mut ep)
 }

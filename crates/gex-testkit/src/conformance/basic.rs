@@ -1,9 +1,10 @@
 //! Setup, registration and validation cases.
 
-use super::util::{Errs, expect_err, sent, wait_for};
+use super::probe::with_conduit;
+use super::util::{Errs, barrier, expect_err, sent, wait_for};
 use gex_core::spi::Conduit;
 use gex_core::spi::{ConduitEp, MIN_MAX_ARGS};
-use gex_core::{Am, AmError, Client, EpAddr, EpError, Flags, RegisterError, Token};
+use gex_core::{Am, AmError, Client, Endpoint, EpAddr, EpError, HandlerId, RegisterError, Token};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -53,7 +54,7 @@ pub(crate) fn segment_basics<C: Conduit>(client: &Client<C>) -> Result<(), Strin
                 seg.len()
             ));
         }
-        let (base, len) = ep.conduit_ep().local_segment();
+        let (base, len) = with_conduit(ep, |cx| cx.conduit().local_segment());
         if base.as_ptr() != ep.segment().as_ptr() || len != seg_len {
             return Err(format!(
                 "EP {i}: local_segment disagrees with Endpoint::segment"
@@ -105,9 +106,57 @@ pub(crate) fn segment_basics<C: Conduit>(client: &Client<C>) -> Result<(), Strin
         )?;
     }
     for ep in &mut eps {
-        ep.barrier().map_err(|e| e.to_string())?;
+        barrier(ep)?;
     }
     Ok(())
+}
+
+/// A Short request, waiting for resources or (`imm`) not.
+fn rs<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    imm: bool,
+    dst: EpAddr,
+    h: HandlerId,
+    args: &[u32],
+) -> Result<(), AmError> {
+    if imm {
+        ep.try_request_short(dst, h, args).map(drop)
+    } else {
+        ep.request_short(dst, h, args)
+    }
+}
+
+/// A Medium request, waiting for resources or (`imm`) not.
+fn rm<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    imm: bool,
+    dst: EpAddr,
+    h: HandlerId,
+    args: &[u32],
+    payload: &[u8],
+) -> Result<(), AmError> {
+    if imm {
+        ep.try_request_medium(dst, h, args, payload).map(drop)
+    } else {
+        ep.request_medium(dst, h, args, payload)
+    }
+}
+
+/// A Long request, waiting for resources or (`imm`) not.
+fn rl<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    imm: bool,
+    dst: EpAddr,
+    h: HandlerId,
+    args: &[u32],
+    payload: &[u8],
+    offset: usize,
+) -> Result<(), AmError> {
+    if imm {
+        ep.try_request_long(dst, h, args, payload, offset).map(drop)
+    } else {
+        ep.request_long(dst, h, args, payload, offset)
+    }
 }
 
 fn expect_ep_err(r: Result<(), EpError>, want: EpError) -> Result<(), String> {
@@ -122,24 +171,24 @@ fn expect_ep_err(r: Result<(), EpError>, want: EpError) -> Result<(), String> {
 pub(crate) fn register_errors<C: Conduit>(client: &Client<C>) -> Result<(), String> {
     let mut ep = client.endpoint(0).map_err(|e| e.to_string())?;
     let noop = |_: &mut Token<'_>, _: Am<'_>| {};
-    let reg = |r: Result<(), RegisterError>,
+    let reg = |r: Result<HandlerId, RegisterError>,
                want: Option<RegisterError>,
                what: &str|
      -> Result<(), String> {
         match (r, want) {
-            (Ok(()), None) => Ok(()),
+            (Ok(_), None) => Ok(()),
             (Err(e), Some(w)) if e == w => Ok(()),
             (r, w) => Err(format!("{what}: expected {w:?}, got {r:?}")),
         }
     };
     reg(
-        ep.register(0, noop),
+        ep.register_at(0, noop),
         Some(RegisterError::Zero),
         "register(0)",
     )?;
     for i in [1u8, 2, 15, 16, 64, 127] {
         reg(
-            ep.register(i, noop),
+            ep.register_at(i, noop),
             Some(RegisterError::Reserved(i)),
             &format!("register({i})"),
         )?;
@@ -156,31 +205,31 @@ pub(crate) fn register_errors<C: Conduit>(client: &Client<C>) -> Result<(), Stri
         return Err("index 128 registered before anything was registered".into());
     }
     reg(
-        ep.register(128, move |_: &mut Token<'_>, _: Am<'_>| {
+        ep.register_at(128, move |_: &mut Token<'_>, _: Am<'_>| {
             f.fetch_add(1, Ordering::Relaxed);
         }),
         None,
         "register(128)",
     )?;
     reg(
-        ep.register(128, move |_: &mut Token<'_>, _: Am<'_>| {
+        ep.register_at(128, move |_: &mut Token<'_>, _: Am<'_>| {
             s.fetch_add(1, Ordering::Relaxed);
         }),
         Some(RegisterError::AlreadyRegistered(128)),
         "second register(128)",
     )?;
-    reg(ep.register(255, noop), None, "register(255)")?;
+    reg(ep.register_at(255, noop), None, "register(255)")?;
     reg(
-        ep.register(255, noop),
+        ep.register_at(255, noop),
         Some(RegisterError::AlreadyRegistered(255)),
         "second register(255)",
     )?;
     if !ep.is_registered(128) || !ep.is_registered(255) || ep.is_registered(200) {
         return Err("is_registered disagrees with the registrations made".into());
     }
-    ep.barrier().map_err(|e| e.to_string())?;
+    barrier(&mut ep)?;
     sent(
-        ep.request_short(ep.addr(), 128, &[], Flags::empty()),
+        ep.request_short(ep.addr(), HandlerId::at(128), &[]),
         "self request",
     )?;
     wait_for(&mut ep, "the self request", || {
@@ -189,23 +238,23 @@ pub(crate) fn register_errors<C: Conduit>(client: &Client<C>) -> Result<(), Stri
     if second.load(Ordering::Relaxed) != 0 {
         return Err("a refused registration replaced the first handler".into());
     }
-    ep.barrier().map_err(|e| e.to_string())
+    barrier(&mut ep)
 }
 
 /// Sender-side validation: bad rank, bad endpoint, too many args, unregistered
 /// handler, payload too large, Long out of segment (also with offset overflow); with
 /// and without IMMEDIATE; a failed request sends nothing.
 pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), String> {
-    const H: u8 = 128;
+    const H: HandlerId = HandlerId::at(128);
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0).map_err(|e| e.to_string())?;
     let got = Arc::new(AtomicU32::new(0));
     let g = got.clone();
-    ep.register(H, move |_: &mut Token<'_>, _: Am<'_>| {
+    ep.register_at(H.index(), move |_: &mut Token<'_>, _: Am<'_>| {
         g.fetch_add(1, Ordering::Relaxed);
     })
     .map_err(|e| e.to_string())?;
-    ep.barrier().map_err(|e| e.to_string())?;
+    barrier(&mut ep)?;
 
     let dst = EpAddr::rank((me + 1) % n);
     let eps_of = client.layout().eps[dst.rank as usize];
@@ -214,22 +263,21 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
         .ok_or("no segment length for dst")?;
     let max_args = ep.max_args();
     let sent_before: u64 = ep.stats().sent.iter().sum();
-    for flags in [Flags::empty(), Flags::IMMEDIATE] {
-        let f = flags;
+    for f in [false, true] {
         let bad_rank = EpAddr::rank(n);
         let e = AmError::BadRank { rank: n, size: n };
         expect_err(
-            ep.request_short(bad_rank, H, &[], f),
+            rs(&mut ep, f, bad_rank, H, &[]),
             &e,
             "short to rank == size",
         )?;
         expect_err(
-            ep.request_medium(bad_rank, H, &[], &[1], f),
+            rm(&mut ep, f, bad_rank, H, &[], &[1]),
             &e,
             "medium to rank == size",
         )?;
         expect_err(
-            ep.request_long(bad_rank, H, &[], &[1], 0, f),
+            rl(&mut ep, f, bad_rank, H, &[], &[1], 0),
             &e,
             "long to rank == size",
         )?;
@@ -238,7 +286,7 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
             size: n,
         };
         expect_err(
-            ep.request_short(EpAddr::rank(u32::MAX), H, &[], f),
+            rs(&mut ep, f, EpAddr::rank(u32::MAX), H, &[]),
             &e,
             "short to rank u32::MAX",
         )?;
@@ -248,18 +296,14 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
             dst: bad_ep,
             eps: eps_of,
         };
+        expect_err(rs(&mut ep, f, bad_ep, H, &[]), &e, "short to a missing EP")?;
         expect_err(
-            ep.request_short(bad_ep, H, &[], f),
-            &e,
-            "short to a missing EP",
-        )?;
-        expect_err(
-            ep.request_medium(bad_ep, H, &[], &[1], f),
+            rm(&mut ep, f, bad_ep, H, &[], &[1]),
             &e,
             "medium to a missing EP",
         )?;
         expect_err(
-            ep.request_long(bad_ep, H, &[], &[1], 0, f),
+            rl(&mut ep, f, bad_ep, H, &[], &[1], 0),
             &e,
             "long to a missing EP",
         )?;
@@ -268,7 +312,7 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
             eps: eps_of,
         };
         expect_err(
-            ep.request_short(EpAddr::new(dst.rank, u16::MAX), H, &[], f),
+            rs(&mut ep, f, EpAddr::new(dst.rank, u16::MAX), H, &[]),
             &e,
             "short to EP u16::MAX",
         )?;
@@ -279,17 +323,17 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
             max: max_args,
         };
         expect_err(
-            ep.request_short(dst, H, &many, f),
+            rs(&mut ep, f, dst, H, &many),
             &e,
             "short with too many args",
         )?;
         expect_err(
-            ep.request_medium(dst, H, &many, &[], f),
+            rm(&mut ep, f, dst, H, &many, &[]),
             &e,
             "medium with too many args",
         )?;
         expect_err(
-            ep.request_long(dst, H, &many, &[], 0, f),
+            rl(&mut ep, f, dst, H, &many, &[], 0),
             &e,
             "long with too many args",
         )?;
@@ -302,18 +346,19 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
             } else {
                 AmError::UnregisteredHandler(h)
             };
+            let h = HandlerId::at(h);
             expect_err(
-                ep.request_short(dst, h, &[], f),
+                rs(&mut ep, f, dst, h, &[]),
                 &e,
                 &format!("short to unregistered handler {h}"),
             )?;
             expect_err(
-                ep.request_medium(dst, h, &[], &[1], f),
+                rm(&mut ep, f, dst, h, &[], &[1]),
                 &e,
                 &format!("medium to unregistered handler {h}"),
             )?;
             expect_err(
-                ep.request_long(dst, h, &[], &[1], 0, f),
+                rl(&mut ep, f, dst, h, &[], &[1], 0),
                 &e,
                 &format!("long to unregistered handler {h}"),
             )?;
@@ -322,7 +367,7 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
         let maxm = ep.max_medium(dst);
         let big = vec![0u8; maxm + 1];
         expect_err(
-            ep.request_medium(dst, H, &[], &big, f),
+            rm(&mut ep, f, dst, H, &[], &big),
             &AmError::PayloadTooLarge {
                 len: maxm + 1,
                 max: maxm,
@@ -330,11 +375,11 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
             "medium over max_medium",
         )?;
 
-        let climit = ep.conduit_ep().limits(dst).max_long;
+        let climit = with_conduit(&mut ep, |cx| cx.conduit().limits(dst).max_long);
         if climit < seg_d {
             let big = vec![0u8; climit + 1];
             expect_err(
-                ep.request_long(dst, H, &[], &big, 0, f),
+                rl(&mut ep, f, dst, H, &[], &big, 0),
                 &AmError::PayloadTooLarge {
                     len: climit + 1,
                     max: climit,
@@ -348,7 +393,7 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
             ));
         }
         let big = vec![0u8; seg_d + 1];
-        let r = ep.request_long(dst, H, &[], &big, 0, f);
+        let r = rl(&mut ep, f, dst, H, &[], &big, 0);
         match r {
             Err(AmError::OutOfSegment { .. } | AmError::PayloadTooLarge { .. }) => {}
             other => {
@@ -373,7 +418,7 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
                 seg_len: seg_d,
             };
             expect_err(
-                ep.request_long(dst, H, &[], &payload, offset, f),
+                rl(&mut ep, f, dst, H, &[], &payload, offset),
                 &e,
                 &format!("long of {len} at {offset}"),
             )?;
@@ -386,15 +431,12 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
         ));
     }
     // One valid request each; then nothing else may arrive.
-    sent(
-        ep.request_short(dst, H, &[], Flags::empty()),
-        "valid request",
-    )?;
+    sent(ep.request_short(dst, H, &[]), "valid request")?;
     wait_for(&mut ep, "one request from the left neighbour", || {
         got.load(Ordering::Relaxed) >= 1
     })?;
-    ep.barrier().map_err(|e| e.to_string())?;
-    ep.barrier().map_err(|e| e.to_string())?;
+    barrier(&mut ep)?;
+    barrier(&mut ep)?;
     match got.load(Ordering::Relaxed) {
         1 => Ok(()),
         k => Err(format!(
@@ -408,8 +450,8 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
 /// then one good reply, then `AlreadyReplied` for every category; a reply handler
 /// gets `ReplyFromReply` for every category. Failed replies send nothing.
 pub(crate) fn reply_errors<C: Conduit>(client: &Client<C>) -> Result<(), String> {
-    const RQ: u8 = 130;
-    const RP: u8 = 131;
+    const RQ: HandlerId = HandlerId::at(130);
+    const RP: HandlerId = HandlerId::at(131);
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0).map_err(|e| e.to_string())?;
     let errs = Errs::new();
@@ -420,7 +462,7 @@ pub(crate) fn reply_errors<C: Conduit>(client: &Client<C>) -> Result<(), String>
     let seg_lens: Vec<usize> = (0..n).map(|r| ep.segment_len_of(r).unwrap_or(0)).collect();
     {
         let (e, handled) = (errs.clone(), handled.clone());
-        ep.register(RQ, move |t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(RQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
             let src = am.src();
             let (maxm, seg) = (max_medium[src.rank as usize], seg_lens[src.rank as usize]);
             e.check(t.is_request() && !t.has_replied() && t.src() == src, || {
@@ -440,19 +482,19 @@ pub(crate) fn reply_errors<C: Conduit>(client: &Client<C>) -> Result<(), String>
                 "reply with too many args",
             );
             ex(
-                t.reply_short(250, &[]),
+                t.reply_short(HandlerId::at(250), &[]),
                 AmError::UnregisteredHandler(250),
                 "reply to unregistered 250",
             );
             ex(
-                t.reply_medium(0, &[], &[]),
+                t.reply_medium(HandlerId::at(0), &[], &[]),
                 AmError::UnregisteredHandler(0),
                 "reply to handler 0",
             );
             ex(
-                t.reply_short(1, &[0, 0]),
+                t.reply_short(HandlerId::at(1), &[0, 0]),
                 AmError::ReservedHandler(1),
-                "reply to the core's reserved barrier handler",
+                "reply to the core's reserved exchange handler",
             );
             ex(
                 t.reply_medium(RP, &[], &vec![0; maxm + 1]),
@@ -510,7 +552,7 @@ pub(crate) fn reply_errors<C: Conduit>(client: &Client<C>) -> Result<(), String>
         })
         .map_err(|e| e.to_string())?;
         let (e, replies) = (errs.clone(), replies.clone());
-        ep.register(RP, move |t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(RP.index(), move |t: &mut Token<'_>, am: Am<'_>| {
             e.check(
                 !t.is_request() && am.kind() == gex_core::Kind::Reply && am.args() == [7],
                 || format!("reply handler saw {:?} args {:?}", am.kind(), am.args()),
@@ -532,16 +574,16 @@ pub(crate) fn reply_errors<C: Conduit>(client: &Client<C>) -> Result<(), String>
         })
         .map_err(|e| e.to_string())?;
     }
-    ep.barrier().map_err(|e| e.to_string())?;
+    barrier(&mut ep)?;
     sent(
-        ep.request_short(EpAddr::rank((me + 1) % n), RQ, &[me], Flags::empty()),
+        ep.request_short(EpAddr::rank((me + 1) % n), RQ, &[me]),
         "request",
     )?;
     wait_for(&mut ep, "the reply and the neighbour's request", || {
         replies.load(Ordering::Relaxed) >= 1 && handled.load(Ordering::Relaxed) >= 1
     })?;
-    ep.barrier().map_err(|e| e.to_string())?;
-    ep.barrier().map_err(|e| e.to_string())?;
+    barrier(&mut ep)?;
+    barrier(&mut ep)?;
     errs.result()?;
     let (h, r) = (
         handled.load(Ordering::Relaxed),

@@ -1,10 +1,11 @@
 //! The capabilities case: every flag a conduit reports must match its behaviour.
 
+use super::probe::with_conduit;
 use super::raw::{peer_read, peer_write};
-use super::util::{sent, wait_for};
+use super::util::{barrier, sent, wait_for};
 use crate::rng::hash_words;
 use gex_core::spi::{Conduit, ConduitEp};
-use gex_core::{Am, Capabilities, Client, EpAddr, Flags, Token, WaitPolicy};
+use gex_core::{Am, Capabilities, Client, EpAddr, HandlerId, Token, WaitPolicy};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -31,39 +32,39 @@ fn bytes(a: u32, b: u32, what: u64, len: usize) -> Vec<u8> {
 ///   timeout); then an endpoint with `WaitPolicy::Block` receives it. Without the flag,
 ///   `block` returns promptly.
 pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String> {
-    const NOTE: u8 = 220;
-    const LONG: u8 = 221;
-    const ACK: u8 = 222;
+    const NOTE: HandlerId = HandlerId::at(220);
+    const LONG: HandlerId = HandlerId::at(221);
+    const ACK: HandlerId = HandlerId::at(222);
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0).map_err(err)?;
     let notes = Arc::new(AtomicU64::new(0));
     let acks = Arc::new(AtomicU64::new(0));
     {
         let notes = notes.clone();
-        ep.register(NOTE, move |_t: &mut Token<'_>, _am: Am<'_>| {
+        ep.register_at(NOTE.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
             notes.fetch_add(1, Ordering::Release);
         })
         .map_err(err)?;
-        ep.register(LONG, |t: &mut Token<'_>, _am: Am<'_>| {
+        ep.register_at(LONG.index(), |t: &mut Token<'_>, _am: Am<'_>| {
             t.reply_short(ACK, &[]).expect("ack");
         })
         .map_err(err)?;
         let acks = acks.clone();
-        ep.register(ACK, move |_t: &mut Token<'_>, _am: Am<'_>| {
+        ep.register_at(ACK.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
             acks.fetch_add(1, Ordering::Release);
         })
         .map_err(err)?;
     }
-    ep.barrier().map_err(err)?;
-    let caps = ep.conduit_ep().capabilities();
+    barrier(&mut ep)?;
+    let caps = ep.capabilities();
     let seg = client.layout().seg_len.clone();
     let neighbours = client.neighbours();
 
     // SHARED_MEMORY
-    let local = ep.conduit_ep().local_segment();
+    let local = with_conduit(&mut ep, |cx| cx.conduit().local_segment());
     let mut mapped = Vec::new();
     for r in 0..n {
-        let m = ep.conduit_ep().peer_segment(EpAddr::rank(r));
+        let m = with_conduit(&mut ep, |cx| cx.conduit().peer_segment(EpAddr::rank(r)));
         if r == me {
             if let Some(p) = m {
                 if p != local {
@@ -108,7 +109,7 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
             peer_write(map, slot * me as usize, &bytes(me, r, 1, slot))?;
         }
     }
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     for &(r, _) in &mapped {
         let mut got = vec![0; slot];
         ep.segment()
@@ -125,7 +126,7 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
         let data = bytes(me, r, 2, slot);
         let before = acks.load(Ordering::Acquire);
         sent(
-            ep.request_long(EpAddr::rank(r), LONG, &[], &data, off, Flags::empty()),
+            ep.request_long(EpAddr::rank(r), LONG, &[], &data, off),
             "Long to a neighbour",
         )?;
         wait_for(&mut ep, "the Long handler's ack", || {
@@ -139,23 +140,23 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
             ));
         }
     }
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
 
     // NP_IN_PLACE
     let me_addr = ep.addr();
     let in_place = ep
-        .prepare_request_medium(me_addr, 16, Flags::IMMEDIATE)
+        .prepare_request_medium(me_addr, 16)
         .map_err(err)?
-        .map(|p| p.in_place());
+        .in_place();
     match (caps.contains(Capabilities::NP_IN_PLACE), in_place) {
-        (true, Some(true)) | (false, Some(false)) => {}
+        (true, true) | (false, false) => {}
         (flag, r) => {
             return Err(format!(
                 "NP_IN_PLACE is {flag} but an idle prepare gave {r:?} (in place?)"
             ));
         }
     }
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
 
     // BLOCKING_WAIT
     if caps.contains(Capabilities::BLOCKING_WAIT) {
@@ -163,10 +164,10 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
         let t0 = Instant::now();
         let mut calls = 0u32;
         while t0.elapsed() < window {
-            if ep.conduit_ep().has_incoming() {
+            if with_conduit(&mut ep, |cx| cx.conduit().has_incoming()) {
                 // Conduit-internal traffic (e.g. credits returned late by a peer) may
                 // arrive in the window: only an AM delivered here is an error.
-                let before = ep.stats().clone();
+                let before = ep.stats();
                 let k = ep.poll();
                 if k == 0 {
                     calls += 1;
@@ -179,7 +180,8 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
                     acks.load(Ordering::Relaxed)
                 ));
             }
-            ep.conduit_ep().block(window - t0.elapsed().min(window));
+            let left = window - t0.elapsed().min(window);
+            with_conduit(&mut ep, |cx| cx.conduit().block(left));
             calls += 1;
         }
         if calls > 100 {
@@ -191,14 +193,14 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
         client.boot_barrier().map_err(err)?;
         let sleeper_wakes = |ep: &mut gex_core::Endpoint<C>| -> Result<(), String> {
             let t0 = Instant::now();
-            while !ep.conduit_ep().has_incoming() {
+            while !with_conduit(ep, |cx| cx.conduit().has_incoming()) {
                 if t0.elapsed() > Duration::from_secs(5) {
                     return Err(format!(
                         "a sleeper in block(10 s) was not woken by an arriving message ({:?})",
                         t0.elapsed()
                     ));
                 }
-                ep.conduit_ep().block(Duration::from_secs(10));
+                with_conduit(ep, |cx| cx.conduit().block(Duration::from_secs(10)));
             }
             ep.set_wait_policy(WaitPolicy::Block);
             wait_for(ep, "the note", || notes.load(Ordering::Acquire) == 1)
@@ -208,24 +210,18 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
                 0 => sleeper_wakes(&mut ep)?,
                 1 => {
                     std::thread::sleep(Duration::from_millis(100));
-                    sent(
-                        ep.request_short(EpAddr::rank(0), NOTE, &[], Flags::empty()),
-                        "note",
-                    )?;
+                    sent(ep.request_short(EpAddr::rank(0), NOTE, &[]), "note")?;
                 }
                 _ => {}
             }
         } else if client.endpoint_count() >= 2 {
             let mut ep1 = client.endpoint(1).map_err(err)?;
-            ep1.register(NOTE, |_t: &mut Token<'_>, _am: Am<'_>| {})
+            ep1.register_at(NOTE.index(), |_t: &mut Token<'_>, _am: Am<'_>| {})
                 .map_err(err)?;
             std::thread::scope(|s| {
                 let h = s.spawn(move || {
                     std::thread::sleep(Duration::from_millis(100));
-                    sent(
-                        ep1.request_short(EpAddr::rank(me), NOTE, &[], Flags::empty()),
-                        "note",
-                    )
+                    sent(ep1.request_short(EpAddr::rank(me), NOTE, &[]), "note")
                 });
                 let r = sleeper_wakes(&mut ep);
                 h.join()
@@ -239,7 +235,7 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
         }
     } else {
         let t0 = Instant::now();
-        ep.conduit_ep().block(Duration::from_secs(1));
+        with_conduit(&mut ep, |cx| cx.conduit().block(Duration::from_secs(1)));
         if t0.elapsed() > Duration::from_millis(500) {
             return Err(format!(
                 "BLOCKING_WAIT is not set but block(1 s) slept {:?}",
@@ -247,5 +243,5 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
             ));
         }
     }
-    ep.barrier().map_err(err)
+    barrier(&mut ep)
 }

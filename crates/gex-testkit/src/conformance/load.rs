@@ -1,10 +1,10 @@
 //! Load, concurrency, back-pressure and barrier cases (the semantics of GASNet-EX's
 //! `testcore*` stress tests).
 
-use super::util::{Errs, Pattern, SeqSet, lock, sent, wait_for};
+use super::util::{Errs, Pattern, SeqSet, barrier, bytes_of, lock, sent, wait_for};
 use crate::rng::hash_words;
 use gex_core::spi::Conduit;
-use gex_core::{Am, Client, EpAddr, Flags, Injected, Token};
+use gex_core::{Am, Client, EpAddr, HandlerId, Injected, Token};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -45,8 +45,8 @@ fn check_seen(seen: &Seen, from: &[EpAddr], n: u32, what: &str) -> Result<(), St
 /// one), all injected before waiting; every request is replied to. No loss, no
 /// duplicates, in either direction.
 pub(crate) fn many_in_flight<C: Conduit>(client: &Client<C>) -> Result<(), String> {
-    const RQ: u8 = 180;
-    const RP: u8 = 181;
+    const RQ: HandlerId = HandlerId::at(180);
+    const RP: HandlerId = HandlerId::at(181);
     const N: u32 = 10_000;
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0).map_err(err)?;
@@ -56,7 +56,7 @@ pub(crate) fn many_in_flight<C: Conduit>(client: &Client<C>) -> Result<(), Strin
     {
         let errs2 = errs.clone();
         let (errs, reqs, nreq) = (errs.clone(), reqs.clone(), nreq.clone());
-        ep.register(RQ, move |t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(RQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
             let seq = am.args()[0];
             note(&reqs, &errs, am.src(), seq);
             if let Err(e) = t.reply_short(RP, &[seq]) {
@@ -66,7 +66,7 @@ pub(crate) fn many_in_flight<C: Conduit>(client: &Client<C>) -> Result<(), Strin
         })
         .map_err(err)?;
         let (errs2, reps, nrep) = (errs2.clone(), reps.clone(), nrep.clone());
-        ep.register(RP, move |_t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(RP.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
             note(&reps, &errs2, am.src(), am.args()[0]);
             nrep.fetch_add(1, Ordering::Release);
         })
@@ -77,17 +77,17 @@ pub(crate) fn many_in_flight<C: Conduit>(client: &Client<C>) -> Result<(), Strin
     } else {
         (0..n).filter(|&r| r != me).map(EpAddr::rank).collect()
     };
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     for seq in 0..N {
         for &dst in &peers {
-            sent(ep.request_short(dst, RQ, &[seq], Flags::empty()), "request")?;
+            sent(ep.request_short(dst, RQ, &[seq]), "request")?;
         }
     }
     let want = u64::from(N) * peers.len() as u64;
     wait_for(&mut ep, "all requests and replies", || {
         nreq.load(Ordering::Acquire) >= want && nrep.load(Ordering::Acquire) >= want
     })?;
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     errs.result()?;
     check_seen(&reqs, &peers, N, "requests")?;
     check_seen(&reps, &peers, N, "replies")
@@ -96,7 +96,7 @@ pub(crate) fn many_in_flight<C: Conduit>(client: &Client<C>) -> Result<(), Strin
 /// Every rank (rank 0 included) floods rank 0 with Medium requests of varying sizes at
 /// the same time; rank 0 verifies every payload and that nothing was lost or duplicated.
 pub(crate) fn flood_one_rank<C: Conduit>(client: &Client<C>) -> Result<(), String> {
-    const H: u8 = 185;
+    const H: HandlerId = HandlerId::at(185);
     const M: u32 = 2_000;
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0).map_err(err)?;
@@ -110,9 +110,9 @@ pub(crate) fn flood_one_rank<C: Conduit>(client: &Client<C>) -> Result<(), Strin
     let seed = |src: u32, seq: u32| hash_words(&[src as u64, seq as u64, 5]);
     {
         let (pat, errs, seen, got) = (pat.clone(), errs.clone(), seen.clone(), got.clone());
-        ep.register(H, move |_t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(H.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
             let (src, seq) = (am.src(), am.args()[0]);
-            if let Some(d) = pat.diff(seed(src.rank, seq), len(seq), am.payload()) {
+            if let Some(d) = pat.diff(seed(src.rank, seq), len(seq), &bytes_of(&am)) {
                 errs.push(format!("message {seq} from {src}: {d}"));
             }
             note(&seen, &errs, src, seq);
@@ -120,16 +120,10 @@ pub(crate) fn flood_one_rank<C: Conduit>(client: &Client<C>) -> Result<(), Strin
         })
         .map_err(err)?;
     }
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     for seq in 0..M {
         sent(
-            ep.request_medium(
-                target,
-                H,
-                &[seq],
-                pat.get(seed(me, seq), len(seq)),
-                Flags::empty(),
-            ),
+            ep.request_medium(target, H, &[seq], pat.get(seed(me, seq), len(seq))),
             "flood request",
         )?;
     }
@@ -138,7 +132,7 @@ pub(crate) fn flood_one_rank<C: Conduit>(client: &Client<C>) -> Result<(), Strin
             got.load(Ordering::Acquire) >= u64::from(M) * n as u64
         })?;
     }
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     errs.result()?;
     if me == 0 {
         let all: Vec<EpAddr> = (0..n).map(EpAddr::rank).collect();
@@ -152,8 +146,8 @@ pub(crate) fn flood_one_rank<C: Conduit>(client: &Client<C>) -> Result<(), Strin
 /// and cross between endpoint indices; handlers check the source and destination
 /// endpoint and reply to the requesting endpoint.
 pub(crate) fn multi_ep<C: Conduit>(client: &Client<C>) -> Result<(), String> {
-    const RQ: u8 = 190;
-    const RP: u8 = 191;
+    const RQ: HandlerId = HandlerId::at(190);
+    const RP: HandlerId = HandlerId::at(191);
     const K: u32 = 150;
     let (me, n) = (client.rank(), client.size());
     let e = client.endpoint_count();
@@ -186,14 +180,14 @@ pub(crate) fn multi_ep<C: Conduit>(client: &Client<C>) -> Result<(), String> {
                     {
                         let errs2 = errs.clone();
                         let (errs, seen, nreq, pat) = (errs.clone(), seen.clone(), nreq.clone(), pat.clone());
-                        ep.register(RQ, move |t: &mut Token<'_>, am: Am<'_>| {
+                        ep.register_at(RQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
                             let a = am.args();
                             let (src, seq) = (am.src(), a[3]);
                             let claimed = EpAddr::new(a[0], a[1] as u16);
                             if src != claimed || a[2] != k as u32 {
                                 errs.push(format!("request claims {claimed} -> EP {}, delivered from {src} to EP {k}", a[2]));
                             }
-                            if let Some(d) = pat.diff(seed(a[0], a[1] as u16, EpAddr::new(me, k), seq), len(seq), am.payload()) {
+                            if let Some(d) = pat.diff(seed(a[0], a[1] as u16, EpAddr::new(me, k), seq), len(seq), &bytes_of(&am)) {
                                 errs.push(format!("request {seq} from {src} to EP {k}: {d}"));
                             }
                             note(&seen, &errs, src, seq);
@@ -204,7 +198,7 @@ pub(crate) fn multi_ep<C: Conduit>(client: &Client<C>) -> Result<(), String> {
                         })
                         .map_err(err)?;
                         let nrep = nrep.clone();
-                        ep.register(RP, move |_t: &mut Token<'_>, am: Am<'_>| {
+                        ep.register_at(RP.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
                             if am.src().ep as u32 != am.args()[1] {
                                 errs2.push(format!("reply from {} claims EP {}", am.src(), am.args()[1]));
                             }
@@ -213,18 +207,18 @@ pub(crate) fn multi_ep<C: Conduit>(client: &Client<C>) -> Result<(), String> {
                         .map_err(err)?;
                     }
                     local.wait(); // every local EP registered ...
-                    ep.barrier().map_err(err)?; // ... on every rank
+                    barrier(&mut ep)?; // ... on every rank
                     let targets: Vec<EpAddr> = (0..n).flat_map(|r| [EpAddr::new(r, k), EpAddr::new(r, (k + 1) % e)]).collect();
                     for seq in 0..K {
                         for &dst in &targets {
                             let p = pat.get(seed(me, k, dst, seq), len(seq));
-                            sent(ep.request_medium(dst, RQ, &[me, k as u32, dst.ep as u32, seq], p, Flags::empty()), "request")?;
+                            sent(ep.request_medium(dst, RQ, &[me, k as u32, dst.ep as u32, seq], p), "request")?;
                         }
                     }
                     let want_rep = u64::from(K) * targets.len() as u64;
                     let want_req = u64::from(K) * 2 * n as u64;
                     wait_for(&mut ep, &format!("EP {k}'s traffic"), || nrep.load(Ordering::Acquire) >= want_rep && nreq.load(Ordering::Acquire) >= want_req)?;
-                    ep.barrier().map_err(err)?;
+                    barrier(&mut ep)?;
                     errs.result()?;
                     let sources: Vec<EpAddr> = (0..n).flat_map(|r| [EpAddr::new(r, k), EpAddr::new(r, (k + e - 1) % e)]).collect();
                     check_seen(&seen, &sources, K, &format!("EP {k}"))
@@ -243,8 +237,8 @@ pub(crate) fn multi_ep<C: Conduit>(client: &Client<C>) -> Result<(), String> {
 }
 
 fn imm_flood<C: Conduit>(client: &Client<C>, strict: bool) -> Result<(), String> {
-    const RQ: u8 = 195;
-    const DONE: u8 = 196;
+    const RQ: HandlerId = HandlerId::at(195);
+    const DONE: HandlerId = HandlerId::at(196);
     const AFTER: u32 = 100;
     let cap: u32 = if strict { 100_000 } else { 20_000 };
     let (me, n) = (client.rank(), client.size());
@@ -258,7 +252,7 @@ fn imm_flood<C: Conduit>(client: &Client<C>, strict: bool) -> Result<(), String>
     let done: Arc<Mutex<HashMap<u32, (u32, bool)>>> = Arc::default();
     {
         let (errs, seen, got) = (errs.clone(), seen.clone(), got.clone());
-        ep.register(RQ, move |_t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(RQ.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
             if am.payload().len() != plen || am.payload().iter().any(|&b| b != am.src().rank as u8)
             {
                 errs.push(format!("corrupt flood payload from {}", am.src()));
@@ -268,17 +262,17 @@ fn imm_flood<C: Conduit>(client: &Client<C>, strict: bool) -> Result<(), String>
         })
         .map_err(err)?;
         let done = done.clone();
-        ep.register(DONE, move |_t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(DONE.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
             lock(&done).insert(am.src().rank, (am.args()[0], am.args()[1] != 0));
         })
         .map_err(err)?;
     }
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     // Rank 0 stops polling from here until the bootstrap barrier: its queues fill.
     let mut count = 0u32;
     let mut would_block = false;
     while count < cap {
-        match ep.request_medium(target, RQ, &[count], &payload, Flags::IMMEDIATE) {
+        match ep.try_request_medium(target, RQ, &[count], &payload) {
             Ok(Injected::Sent) => count += 1,
             Ok(Injected::WouldBlock) => {
                 would_block = true;
@@ -291,18 +285,13 @@ fn imm_flood<C: Conduit>(client: &Client<C>, strict: bool) -> Result<(), String>
     // Without IMMEDIATE the same requests must go through (the core polls).
     for seq in count..count + AFTER {
         sent(
-            ep.request_medium(target, RQ, &[seq], &payload, Flags::empty()),
+            ep.request_medium(target, RQ, &[seq], &payload),
             "request after the IMMEDIATE flood",
         )?;
     }
     let total = count + AFTER;
     sent(
-        ep.request_short(
-            target,
-            DONE,
-            &[total, u32::from(would_block)],
-            Flags::empty(),
-        ),
+        ep.request_short(target, DONE, &[total, u32::from(would_block)]),
         "done",
     )?;
     if me == 0 {
@@ -313,7 +302,7 @@ fn imm_flood<C: Conduit>(client: &Client<C>, strict: bool) -> Result<(), String>
                     >= d.values().map(|&(c, _)| u64::from(c)).sum::<u64>()
         })?;
     }
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     errs.result()?;
     if me == 0 {
         let d = lock(&done).clone();
@@ -366,8 +355,8 @@ pub(crate) fn back_pressure<C: Conduit>(client: &Client<C>) -> Result<(), String
 /// reach a rank still before epoch `j - 1` (that would mean a barrier let a rank
 /// through early).
 pub(crate) fn barrier_with_traffic<C: Conduit>(client: &Client<C>) -> Result<(), String> {
-    const RQ: u8 = 200;
-    const RP: u8 = 201;
+    const RQ: HandlerId = HandlerId::at(200);
+    const RP: HandlerId = HandlerId::at(201);
     const ITERS: u32 = 60;
     const PER: u32 = 3;
     let (me, n) = (client.rank(), client.size());
@@ -380,7 +369,7 @@ pub(crate) fn barrier_with_traffic<C: Conduit>(client: &Client<C>) -> Result<(),
     };
     {
         let (errs, cur, nreq) = (errs.clone(), cur.clone(), nreq.clone());
-        ep.register(RQ, move |t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(RQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
             let (src, it) = (am.src(), am.args()[1]);
             let c = cur.load(Ordering::Acquire);
             if u64::from(it) > c + 1 {
@@ -398,28 +387,22 @@ pub(crate) fn barrier_with_traffic<C: Conduit>(client: &Client<C>) -> Result<(),
         })
         .map_err(err)?;
         let nrep = nrep.clone();
-        ep.register(RP, move |_t: &mut Token<'_>, _am: Am<'_>| {
+        ep.register_at(RP.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
             nrep.fetch_add(1, Ordering::Release);
         })
         .map_err(err)?;
     }
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     let payload = [me as u8; 32];
     for i in 1..=ITERS {
         cur.store(u64::from(i), Ordering::Release);
         for j in 0..PER {
             sent(
-                ep.request_medium(
-                    EpAddr::rank(dst_of(me, i, j)),
-                    RQ,
-                    &[me, i],
-                    &payload,
-                    Flags::empty(),
-                ),
+                ep.request_medium(EpAddr::rank(dst_of(me, i, j)), RQ, &[me, i], &payload),
                 "request",
             )?;
         }
-        ep.barrier().map_err(|e| format!("barrier {i}: {e}"))?;
+        barrier(&mut ep).map_err(|e| format!("barrier {i}: {e}"))?;
     }
     let want_req = (0..n)
         .flat_map(|s| (1..=ITERS).flat_map(move |i| (0..PER).map(move |j| (s, i, j))))
@@ -429,7 +412,7 @@ pub(crate) fn barrier_with_traffic<C: Conduit>(client: &Client<C>) -> Result<(),
     wait_for(&mut ep, "all requests and replies", || {
         nreq.load(Ordering::Acquire) >= want_req && nrep.load(Ordering::Acquire) >= want_rep
     })?;
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     errs.result()?;
     let (q, p) = (nreq.load(Ordering::Acquire), nrep.load(Ordering::Acquire));
     if (q, p) != (want_req, want_rep) {

@@ -108,6 +108,7 @@ mod basic;
 mod caps;
 mod load;
 mod np;
+mod probe;
 mod raw;
 mod util;
 
@@ -115,6 +116,7 @@ use gex_core::Client;
 use gex_core::spi::Conduit;
 use std::time::{Duration, Instant};
 
+pub use probe::{Probe, builder};
 pub use util::CASE_WAIT;
 
 /// One conformance case.
@@ -505,7 +507,7 @@ impl<C: Conduit> Runner<C> for SingletonRunner {
             .stack_size(8 << 20)
             .spawn(move || {
                 let r = std::panic::catch_unwind(|| {
-                    let client = gex_core::ClientBuilder::new()
+                    let client = builder()
                         .segment_size(seg)
                         .endpoints(eps)
                         .init::<C>(Box::new(gex_core::boot::Singleton::new()))

@@ -1,9 +1,9 @@
 //! Negotiated-payload case.
 
-use super::util::{Errs, Pattern, expect_err, wait_for};
+use super::util::{Errs, Pattern, barrier, bytes_of, expect_err, wait_for};
 use crate::rng::hash_words;
 use gex_core::spi::Conduit;
-use gex_core::{Am, AmError, Category, Client, EpAddr, Flags, Prepared, Token};
+use gex_core::{Am, AmError, Category, Client, Endpoint, EpAddr, HandlerId, Injected, Token};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -12,50 +12,64 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Prepares with IMMEDIATE, polling while the conduit lacks resources (bounded).
-fn prepare<'e, C: Conduit>(
-    ep: &'e mut gex_core::Endpoint<C>,
+/// Builds a negotiated-payload message of `plen` bytes and commits `fill` (its first
+/// `clen` bytes; `clen` may exceed `plen` to provoke `CommitTooLarge`). With `imm`,
+/// through [`Endpoint::try_request_medium_with`](gex_core::Endpoint::try_request_medium_with)
+/// (polling while the conduit lacks resources, bounded); without, through the guard of
+/// [`Endpoint::prepare_request_medium`](gex_core::Endpoint::prepare_request_medium).
+#[allow(clippy::too_many_arguments)]
+fn send_prepared<C: Conduit>(
+    ep: &mut Endpoint<C>,
     dst: EpAddr,
     cat: Category,
-    len: usize,
+    plen: usize,
     offset: usize,
     imm: bool,
-) -> Result<Prepared<'e, C>, String> {
-    let flags = if imm {
-        Flags::IMMEDIATE
-    } else {
-        Flags::empty()
+    h: HandlerId,
+    args: &[u32],
+    fill: &[u8],
+    clen: usize,
+) -> Result<(), AmError> {
+    let fill_with = |b: &mut [u8]| {
+        let n = clen.min(b.len()).min(fill.len());
+        b[..n].copy_from_slice(&fill[..n]);
+        clen
     };
-    let deadline = Instant::now() + super::CASE_WAIT;
-    // Probe first so the returned borrow is the only one held at return.
     if imm {
+        let deadline = Instant::now() + super::CASE_WAIT;
         loop {
-            let ready = match cat {
-                Category::Long => ep
-                    .prepare_request_long(dst, len, offset, flags)
-                    .map_err(err)?
-                    .is_some(),
-                _ => ep
-                    .prepare_request_medium(dst, len, flags)
-                    .map_err(err)?
-                    .is_some(),
+            let r = match cat {
+                Category::Long => {
+                    ep.try_request_long_with(dst, h, args, plen, offset, fill_with)?
+                }
+                _ => ep.try_request_medium_with(dst, h, args, plen, fill_with)?,
             };
-            // A probe that succeeded was dropped (sending nothing); resources are free now.
-            if ready {
-                break;
+            if r == Injected::Sent {
+                return Ok(());
             }
             if Instant::now() > deadline {
-                return Err("IMMEDIATE prepare never found resources".into());
+                return Err(AmError::Conduit(gex_core::spi::ConduitError::Contract(
+                    "an immediate prepare never found resources".into(),
+                )));
             }
             ep.poll();
         }
     }
-    let p = match cat {
-        Category::Long => ep.prepare_request_long(dst, len, offset, Flags::empty()),
-        _ => ep.prepare_request_medium(dst, len, Flags::empty()),
+    let mut p = match cat {
+        Category::Long => ep.prepare_request_long(dst, plen, offset)?,
+        _ => ep.prepare_request_medium(dst, plen)?,
     };
-    p.map_err(err)?
-        .ok_or_else(|| "prepare without IMMEDIATE returned None".to_string())
+    if p.buffer().len() != plen {
+        return Err(AmError::Conduit(gex_core::spi::ConduitError::Contract(
+            format!(
+                "prepared buffer has {} bytes, {plen} asked",
+                p.buffer().len()
+            ),
+        )));
+    }
+    let n = clen.min(plen).min(fill.len());
+    p.buffer()[..n].copy_from_slice(&fill[..n]);
+    p.commit(h, args, clen)
 }
 
 /// Negotiated payloads to every rank: Medium and Long buffers prepared, filled in place
@@ -64,7 +78,7 @@ fn prepare<'e, C: Conduit>(
 /// `UnregisteredHandler`, `TooManyArgs`) send nothing; prepare-time errors
 /// (`PayloadTooLarge`, `OutOfSegment`, `BadRank`, `BadEndpoint`).
 pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), String> {
-    const H: u8 = 210;
+    const H: HandlerId = HandlerId::at(210);
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0).map_err(err)?;
     let seg: Vec<usize> = client.layout().seg_len.clone();
@@ -78,7 +92,7 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
     let long_off = |d: usize, s: u32| slot(d) * s as usize + 3;
     {
         let (errs, got, pat, seg) = (errs.clone(), got.clone(), pat.clone(), seg.clone());
-        ep.register(H, move |_t: &mut Token<'_>, am: Am<'_>| {
+        ep.register_at(H.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
             let a = am.args();
             let (src, step, len) = (am.src(), a[1], a[2] as usize);
             if a[0] != src.rank {
@@ -104,14 +118,14 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
                     ));
                 }
             }
-            if let Some(d) = pat.diff(seed(src.rank, me, step), len, am.payload()) {
+            if let Some(d) = pat.diff(seed(src.rank, me, step), len, &bytes_of(&am)) {
                 errs.push(format!("step {step} from {src}: {d}"));
             }
             got.fetch_add(1, Ordering::Release);
         })
         .map_err(err)?;
     }
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
     let max_args = ep.max_args();
     for k in 0..n {
         let d = ((me + k) % n) as usize;
@@ -120,69 +134,142 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
         // Medium, commit fewer bytes than prepared.
         let plen = maxm[d].min(300);
         let clen = plen.saturating_sub(7);
-        let mut p = prepare(&mut ep, dst, Category::Medium, plen, 0, imm)?;
-        if p.buffer().len() != plen {
-            return Err(format!(
-                "prepared buffer has {} bytes, {plen} asked",
-                p.buffer().len()
-            ));
-        }
-        p.buffer()[..clen].copy_from_slice(pat.get(seed(me, d as u32, 0), clen));
-        p.commit(H, &[me, 0, clen as u32], clen)
-            .map_err(|e| format!("medium commit: {e}"))?;
+        let fill = pat.get(seed(me, d as u32, 0), clen).to_vec();
+        send_prepared(
+            &mut ep,
+            dst,
+            Category::Medium,
+            plen,
+            0,
+            imm,
+            H,
+            &[me, 0, clen as u32],
+            &fill,
+            clen,
+        )
+        .map_err(|e| format!("medium commit: {e}"))?;
         // Long into a per-sender slot, commit fewer bytes.
         let off = long_off(d, me);
         let plen = maxl[d].min(slot(d) - 3 - 16).min(1000);
         let clen = plen.saturating_sub(5);
-        let mut p = prepare(&mut ep, dst, Category::Long, plen, off, imm)?;
-        p.buffer()[..clen].copy_from_slice(pat.get(seed(me, d as u32, 1), clen));
-        p.commit(H, &[me, 1, clen as u32], clen)
-            .map_err(|e| format!("long commit: {e}"))?;
+        let fill = pat.get(seed(me, d as u32, 1), clen).to_vec();
+        send_prepared(
+            &mut ep,
+            dst,
+            Category::Long,
+            plen,
+            off,
+            imm,
+            H,
+            &[me, 1, clen as u32],
+            &fill,
+            clen,
+        )
+        .map_err(|e| format!("long commit: {e}"))?;
         // Zero-byte commit.
-        let p = prepare(&mut ep, dst, Category::Medium, 16.min(maxm[d]), 0, imm)?;
-        p.commit(H, &[me, 2, 0], 0)
-            .map_err(|e| format!("zero-byte commit: {e}"))?;
+        send_prepared(
+            &mut ep,
+            dst,
+            Category::Medium,
+            16.min(maxm[d]),
+            0,
+            imm,
+            H,
+            &[me, 2, 0],
+            &[],
+            0,
+        )
+        .map_err(|e| format!("zero-byte commit: {e}"))?;
         // Dropped and failed messages send nothing.
-        let mut p = prepare(&mut ep, dst, Category::Medium, 16.min(maxm[d]), 0, imm)?;
+        let mut p = ep
+            .prepare_request_medium(dst, 16.min(maxm[d]))
+            .map_err(err)?;
         p.buffer().fill(0xab);
         drop(p);
         // A conduit may build Long payloads directly in the target segment, so prepares
         // that send nothing use their own range (the committed one's handler may not
         // have run yet).
         let spare = off + plen;
-        let mut p = prepare(&mut ep, dst, Category::Long, 16.min(maxl[d]), spare, imm)?;
+        let mut p = ep
+            .prepare_request_long(dst, 16.min(maxl[d]), spare)
+            .map_err(err)?;
         p.buffer().fill(0xab);
         drop(p);
         let pl = 16.min(maxm[d]);
-        let p = prepare(&mut ep, dst, Category::Medium, pl, 0, imm)?;
         expect_err(
-            p.commit(H, &[me, 9, 0], pl + 1),
+            send_prepared(
+                &mut ep,
+                dst,
+                Category::Medium,
+                pl,
+                0,
+                imm,
+                H,
+                &[me, 9, 0],
+                &[],
+                pl + 1,
+            ),
             &AmError::CommitTooLarge {
                 len: pl + 1,
                 prepared: pl,
             },
             "commit larger than prepared",
         )?;
-        let p = prepare(&mut ep, dst, Category::Medium, pl, 0, imm)?;
         expect_err(
-            p.commit(250, &[me, 9, 0], 0),
+            send_prepared(
+                &mut ep,
+                dst,
+                Category::Medium,
+                pl,
+                0,
+                imm,
+                HandlerId::at(250),
+                &[me, 9, 0],
+                &[],
+                0,
+            ),
             &AmError::UnregisteredHandler(250),
             "commit to an unregistered handler",
         )?;
-        let p = prepare(&mut ep, dst, Category::Long, 16.min(maxl[d]), spare, imm)?;
         expect_err(
-            p.commit(H, &vec![0; max_args + 1], 0),
+            send_prepared(
+                &mut ep,
+                dst,
+                Category::Long,
+                16.min(maxl[d]),
+                spare,
+                imm,
+                H,
+                &vec![0; max_args + 1],
+                &[],
+                0,
+            ),
             &AmError::TooManyArgs {
                 given: max_args + 1,
                 max: max_args,
             },
             "commit with too many args",
         )?;
-        // Prepare-time errors.
-        for f in [Flags::empty(), Flags::IMMEDIATE] {
+        // Prepare-time errors, waiting and immediate.
+        for imm in [false, true] {
+            let medium = |ep: &mut Endpoint<C>, dst: EpAddr, len: usize| -> Result<(), AmError> {
+                if imm {
+                    ep.try_request_medium_with(dst, H, &[], len, |_| 0)
+                        .map(drop)
+                } else {
+                    ep.prepare_request_medium(dst, len).map(drop)
+                }
+            };
+            let long = |ep: &mut Endpoint<C>, len: usize, off: usize| -> Result<(), AmError> {
+                if imm {
+                    ep.try_request_long_with(dst, H, &[], len, off, |_| 0)
+                        .map(drop)
+                } else {
+                    ep.prepare_request_long(dst, len, off).map(drop)
+                }
+            };
             expect_err(
-                ep.prepare_request_medium(dst, maxm[d] + 1, f)
-                    .map(|p| p.is_some()),
+                medium(&mut ep, dst, maxm[d] + 1),
                 &AmError::PayloadTooLarge {
                     len: maxm[d] + 1,
                     max: maxm[d],
@@ -195,12 +282,7 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
                 len: 1,
                 seg_len: seg[d],
             };
-            expect_err(
-                ep.prepare_request_long(dst, 1, seg[d], f)
-                    .map(|p| p.is_some()),
-                &e,
-                "prepare long past the end",
-            )?;
+            expect_err(long(&mut ep, 1, seg[d]), &e, "prepare long past the end")?;
             let e = AmError::OutOfSegment {
                 dst,
                 offset: usize::MAX,
@@ -208,21 +290,19 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
                 seg_len: seg[d],
             };
             expect_err(
-                ep.prepare_request_long(dst, 1, usize::MAX, f)
-                    .map(|p| p.is_some()),
+                long(&mut ep, 1, usize::MAX),
                 &e,
                 "prepare long with overflowing offset",
             )?;
             expect_err(
-                ep.prepare_request_medium(EpAddr::rank(n), 1, f)
-                    .map(|p| p.is_some()),
+                medium(&mut ep, EpAddr::rank(n), 1),
                 &AmError::BadRank { rank: n, size: n },
                 "prepare to a bad rank",
             )?;
             let eps = client.layout().eps[d];
             let bad = EpAddr::new(d as u32, eps);
             expect_err(
-                ep.prepare_request_medium(bad, 1, f).map(|p| p.is_some()),
+                medium(&mut ep, bad, 1),
                 &AmError::BadEndpoint { dst: bad, eps },
                 "prepare to a bad EP",
             )?;
@@ -232,8 +312,8 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
     wait_for(&mut ep, "every committed message", || {
         got.load(Ordering::Acquire) >= want
     })?;
-    ep.barrier().map_err(err)?;
-    ep.barrier().map_err(err)?;
+    barrier(&mut ep)?;
+    barrier(&mut ep)?;
     errs.result()?;
     match got.load(Ordering::Acquire) {
         g if g == want => Ok(()),

@@ -50,13 +50,14 @@ pub(crate) fn peer_read(
     Ok(())
 }
 
-/// The `u64` word at `offset` of an auxiliary area ([`gex_core::spi::AUX_LEN`] bytes,
-/// 64-byte aligned), as an atomic shared with the other processes that map it.
+/// The `u64` word at `offset` of an auxiliary area (`len` bytes, 64-byte aligned), as
+/// an atomic shared with the other processes that map it.
 pub(crate) fn aux_word(
     area: NonNull<u8>,
+    len: usize,
     offset: usize,
 ) -> Result<&'static gex_sync::atomic::AtomicU64, String> {
-    if offset % 8 != 0 || offset + 8 > gex_core::spi::AUX_LEN {
+    if offset % 8 != 0 || offset + 8 > len {
         return Err(format!("aux offset {offset} is misaligned or out of range"));
     }
     if area.as_ptr() as usize % 64 != 0 {

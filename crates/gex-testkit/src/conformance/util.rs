@@ -66,13 +66,39 @@ pub(crate) fn wait_for<C: Conduit>(
     }
 }
 
-/// A non-IMMEDIATE injection must report `Sent`.
-pub(crate) fn sent(r: Result<Injected, AmError>, what: &str) -> Result<(), String> {
+/// What an injection returned: `()` from the waiting forms, [`Injected`] from `try_*`.
+pub(crate) trait Outcome {
+    /// True if the message was sent.
+    fn was_sent(&self) -> bool;
+}
+impl Outcome for () {
+    fn was_sent(&self) -> bool {
+        true
+    }
+}
+impl Outcome for Injected {
+    fn was_sent(&self) -> bool {
+        self.is_sent()
+    }
+}
+
+/// An injection that must have sent its message.
+pub(crate) fn sent<T: Outcome>(r: Result<T, AmError>, what: &str) -> Result<(), String> {
     match r {
-        Ok(Injected::Sent) => Ok(()),
-        Ok(Injected::WouldBlock) => Err(format!("{what}: WouldBlock without Flags::IMMEDIATE")),
+        Ok(o) if o.was_sent() => Ok(()),
+        Ok(_) => Err(format!("{what}: WouldBlock")),
         Err(e) => Err(format!("{what}: {e}")),
     }
+}
+
+/// A barrier over the core's all-gather on `ep`'s primordial team (the core has no
+/// barrier of its own: the barrier is the collectives layer's; an exchange completes
+/// on a member only once every member has entered it).
+pub(crate) fn barrier<C: Conduit>(ep: &mut Endpoint<C>) -> Result<(), String> {
+    let w = ep.world();
+    ep.exchange(&w, &[])
+        .map(drop)
+        .map_err(|e| format!("barrier (exchange): {e}"))
 }
 
 /// Expects `r` to be exactly the error `want`.
@@ -175,6 +201,16 @@ impl SeqSet {
                     .get((s / 64) as usize)
                     .is_some_and(|w| w & (1 << (s % 64)) != 0)
             })
+    }
+}
+
+/// The payload of `am` whatever its category: a Medium's bytes, a Long's bytes read
+/// from the segment (with the race-free copy of [`gex_core::LongPayload::to_vec`]), or
+/// nothing for a Short.
+pub(crate) fn bytes_of(am: &gex_core::Am<'_>) -> std::borrow::Cow<'static, [u8]> {
+    match am.long() {
+        Some(l) => std::borrow::Cow::Owned(l.to_vec()),
+        None => std::borrow::Cow::Owned(am.payload().to_vec()),
     }
 }
 

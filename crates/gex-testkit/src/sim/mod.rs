@@ -13,7 +13,7 @@
 //! fabric as conduit context; [`run_sim`] does all of it (threads, bootstrap,
 //! watchdog):
 //! ```
-//! use gex_core::{Am, ClientBuilder, EpAddr, Flags, Token};
+//! use gex_core::{Am, ClientBuilder, EpAddr, Token};
 //! use gex_testkit::sim::{run_sim, SimConfig};
 //! use std::sync::{Arc, atomic::{AtomicU32, Ordering}};
 //!
@@ -21,13 +21,13 @@
 //!     let mut ep = client.endpoint(0).unwrap();
 //!     let got = Arc::new(AtomicU32::new(0));
 //!     let g = got.clone();
-//!     ep.register(128, move |_t: &mut Token<'_>, am: Am<'_>| { g.fetch_add(am.args()[0], Ordering::Relaxed); }).unwrap();
-//!     ep.barrier().unwrap(); // every rank registered its handler
+//!     let add = ep.register(move |_t: &mut Token<'_>, am: Am<'_>| { g.fetch_add(am.args()[0], Ordering::Relaxed); }).unwrap();
+//!     gex_testkit::exchange_barrier(&mut ep).unwrap(); // every rank registered its handler
 //!     for r in 0..client.size() {
-//!         ep.request_short(EpAddr::rank(r), 128, &[client.rank() + 1], Flags::empty()).unwrap();
+//!         ep.request_short(EpAddr::rank(r), add, &[client.rank() + 1]).unwrap();
 //!     }
 //!     ep.wait_until(|| got.load(Ordering::Relaxed) == 1 + 2 + 3);
-//!     ep.barrier().unwrap();
+//!     gex_testkit::exchange_barrier(&mut ep).unwrap();
 //!     got.load(Ordering::Relaxed)
 //! });
 //! assert_eq!(sums, vec![6, 6, 6]);
@@ -158,7 +158,7 @@ struct EpSlot {
     delivered: AtomicU64,
     bell: Doorbell,
     seg: SegMem,
-    /// Auxiliary area (`AUX_LEN` bytes), mapped by same-host endpoints when
+    /// Auxiliary area (`aux_len` bytes), mapped by same-host endpoints when
     /// `shared_memory` is on.
     aux: SegMem,
     /// Wake-ups requested by neighbours through `ConduitEp::wake`.
@@ -186,7 +186,7 @@ struct Net {
 }
 
 impl Net {
-    fn new(layout: &JobLayout, cfg: &SimConfig) -> Net {
+    fn new(layout: &JobLayout, cfg: &SimConfig, aux_len: usize) -> Net {
         let mut first_gid = Vec::with_capacity(layout.eps.len());
         let mut total = 0usize;
         for &e in &layout.eps {
@@ -216,7 +216,7 @@ impl Net {
                     delivered: AtomicU64::new(0),
                     bell,
                     seg: SegMem::new(layout.seg_len[r]),
-                    aux: SegMem::new(gex_core::spi::AUX_LEN),
+                    aux: SegMem::new(aux_len),
                     wakes: AtomicU64::new(0),
                     completed: Mutex::new(HashMap::new()),
                     requests: AtomicU64::new(0),
@@ -422,7 +422,7 @@ impl Conduit for Sim {
         let net = fabric
             .inner
             .net
-            .get_or_init(|| Net::new(params.layout, cfg));
+            .get_or_init(|| Net::new(params.layout, cfg, params.aux_len));
         if net.layout != *params.layout {
             return Err(err(
                 "the fabric already carries a job with another layout (one SimFabric per job)"
@@ -921,7 +921,7 @@ impl ConduitEp for SimEp {
         }
         let net = self.fabric.net();
         let gid = net.gid(dst)?;
-        if !same_host(net, self.me.rank, dst.rank) {
+        if !same_host(net, self.me.rank, dst.rank) || net.slots[gid].aux.len() == 0 {
             return None;
         }
         Some(net.slots[gid].aux.base())

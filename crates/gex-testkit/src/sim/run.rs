@@ -224,7 +224,9 @@ impl Runner<Sim> for SimRunner {
     fn run(&self, job: &Job<'_>, case: &Case<Sim>) -> Result<(), String> {
         let (seg, eps, wait) = (self.segment_size, job.endpoints, self.wait);
         let builder = || {
-            let b = ClientBuilder::new().segment_size(seg).endpoints(eps);
+            let b = crate::conformance::builder()
+                .segment_size(seg)
+                .endpoints(eps);
             match wait {
                 Some(w) => b.wait_policy(w),
                 None => b,

@@ -1,0 +1,202 @@
+//! [`AnyConduit`]: the conduit chosen at run time, as an enum over the conduits compiled
+//! in, so a program picks its network from `GEX_CONDUIT` without being generic.
+//!
+//! Every conduit call is a `match` on the variant (a predictable branch), then the
+//! conduit's own monomorphised code: no trait objects, no function-pointer tables. A
+//! program that wants the fully monomorphised path names a conduit type instead
+//! ([`gex_core::Client<Smp>`](gex_core::Client), or [`crate::Job`]).
+//!
+//! # Safety
+//! The `unsafe` methods of the conduit contract (native RMA and atomics) forward to
+//! the chosen conduit's, with the caller's promises unchanged.
+#![allow(unsafe_code)]
+
+use gex_core::boot::Bootstrap;
+use gex_core::config::EnvVar;
+use gex_core::spi::{
+    AtomicBase, AtomicKind, Capabilities, Conduit, ConduitEp, ConduitError, Deliver, Limits,
+    Native, NativeAtomic, OpenParams, OutMsg, OwnedInjected, OwnedMsg, Prepare, PrepareReq,
+};
+use gex_core::{EpAddr, EpIndex, InitError, Injected};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Generates `AnyConduit`, `AnyEp` and their trait impls from one list of
+/// `Variant(conduit type, "feature")`.
+macro_rules! any_conduit {
+    ($( $(#[$m:meta])* $v:ident($t:ty) ),+ $(,)?) => {
+        /// The conduit chosen at run time (`GEX_CONDUIT`, default
+        /// [`DEFAULT_CONDUIT`](crate::DEFAULT_CONDUIT)): one variant per conduit compiled
+        /// in.
+        #[derive(Debug)]
+        #[non_exhaustive]
+        pub enum AnyConduit {
+            $( $(#[$m])* #[doc = concat!("The `", stringify!($v), "` conduit.")] $v(Arc<$t>), )+
+        }
+
+        /// An endpoint of [`AnyConduit`].
+        #[derive(Debug)]
+        #[non_exhaustive]
+        pub enum AnyEp {
+            $( $(#[$m])* #[doc = concat!("An endpoint of the `", stringify!($v), "` conduit.")] $v(<$t as Conduit>::Ep), )+
+        }
+
+        impl AnyConduit {
+            fn open_named(
+                name: &str,
+                boot: &mut dyn Bootstrap,
+                params: &OpenParams<'_>,
+            ) -> Result<(Arc<Self>, Vec<AnyEp>), InitError> {
+                $(
+                    $(#[$m])*
+                    if name == <$t as Conduit>::NAME {
+                        let (c, eps) = <$t as Conduit>::open(boot, params)?;
+                        return Ok((Arc::new(AnyConduit::$v(c)), eps.into_iter().map(AnyEp::$v).collect()));
+                    }
+                )+
+                Err(InitError::Config(format!(
+                    "conduit {name:?} is not compiled in (compiled in: {})",
+                    crate::conduits().join(", ")
+                )))
+            }
+        }
+
+        impl Conduit for AnyConduit {
+            type Ep = AnyEp;
+            const NAME: &'static str = "any";
+
+            fn env_registries() -> Vec<&'static [EnvVar]> {
+                let mut v = vec![crate::ENV_VARS];
+                $( $(#[$m])* v.extend(<$t as Conduit>::env_registries()); )+
+                v
+            }
+
+            fn name(&self) -> &'static str {
+                match self { $( $(#[$m])* AnyConduit::$v(c) => c.name(), )+ }
+            }
+
+            fn open(
+                boot: &mut dyn Bootstrap,
+                params: &OpenParams<'_>,
+            ) -> Result<(Arc<Self>, Vec<AnyEp>), InitError> {
+                let name = crate::select_conduit(params.config.get(crate::CONDUIT_VAR))?;
+                Self::open_named(name, boot, params)
+            }
+
+            fn finalize(
+                &self,
+                barrier: &mut dyn FnMut() -> Result<(), gex_core::boot::BootError>,
+            ) -> Result<(), gex_core::boot::BootError> {
+                match self { $( $(#[$m])* AnyConduit::$v(c) => c.finalize(barrier), )+ }
+            }
+        }
+
+        impl ConduitEp for AnyEp {
+            #[inline]
+            fn index(&self) -> EpIndex {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.index(), )+ }
+            }
+            #[inline]
+            fn capabilities(&self) -> Capabilities {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.capabilities(), )+ }
+            }
+            #[inline]
+            fn limits(&self, dst: EpAddr) -> Limits {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.limits(dst), )+ }
+            }
+            #[inline]
+            fn local_segment(&self) -> (NonNull<u8>, usize) {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.local_segment(), )+ }
+            }
+            #[inline]
+            fn peer_segment(&self, dst: EpAddr) -> Option<(NonNull<u8>, usize)> {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.peer_segment(dst), )+ }
+            }
+            #[inline]
+            fn inject(&mut self, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, ConduitError> {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.inject(msg, imm), )+ }
+            }
+            #[inline]
+            fn inject_owned(&mut self, msg: OwnedMsg<'_>, imm: bool) -> Result<OwnedInjected, ConduitError> {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.inject_owned(msg, imm), )+ }
+            }
+            #[inline]
+            fn lc_test(&mut self, ticket: u64) -> Option<Vec<u8>> {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.lc_test(ticket), )+ }
+            }
+            #[inline]
+            fn poll<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.poll(d, budget), )+ }
+            }
+            #[inline]
+            fn has_incoming(&self) -> bool {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.has_incoming(), )+ }
+            }
+            #[inline]
+            fn block(&mut self, timeout: Duration) {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.block(timeout), )+ }
+            }
+            #[inline]
+            fn prepare(&mut self, req: &PrepareReq, imm: bool) -> Result<Prepare, ConduitError> {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.prepare(req, imm), )+ }
+            }
+            #[inline]
+            fn commit(&mut self, msg: &OutMsg<'_>) -> Result<(), ConduitError> {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.commit(msg), )+ }
+            }
+            #[inline]
+            fn cancel(&mut self) {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.cancel(), )+ }
+            }
+            #[inline]
+            fn aux(&self, dst: EpAddr) -> Option<NonNull<u8>> {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.aux(dst), )+ }
+            }
+            #[inline]
+            fn wake(&self, dst: EpAddr) {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.wake(dst), )+ }
+            }
+            #[inline]
+            unsafe fn native_put(&mut self, dst: EpAddr, offset: usize, src: *const u8, len: usize) -> Result<Native, ConduitError> {
+                // SAFETY: forwarded contract.
+                match self { $( $(#[$m])* AnyEp::$v(e) => unsafe { e.native_put(dst, offset, src, len) }, )+ }
+            }
+            #[inline]
+            unsafe fn native_put_relaxed(&mut self, dst: EpAddr, offset: usize, src: *const u8, len: usize) -> Result<Native, ConduitError> {
+                // SAFETY: forwarded contract.
+                match self { $( $(#[$m])* AnyEp::$v(e) => unsafe { e.native_put_relaxed(dst, offset, src, len) }, )+ }
+            }
+            #[inline]
+            fn native_flush(&mut self, dst: EpAddr) -> Result<Native, ConduitError> {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.native_flush(dst), )+ }
+            }
+            #[inline]
+            unsafe fn native_get(&mut self, dst: EpAddr, offset: usize, out: *mut u8, len: usize) -> Result<Native, ConduitError> {
+                // SAFETY: forwarded contract.
+                match self { $( $(#[$m])* AnyEp::$v(e) => unsafe { e.native_get(dst, offset, out, len) }, )+ }
+            }
+            #[inline]
+            fn native_atomic_supported(&self, kind: AtomicKind, base: AtomicBase, fetch: bool) -> bool {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.native_atomic_supported(kind, base, fetch), )+ }
+            }
+            #[inline]
+            unsafe fn native_atomic(&mut self, dst: EpAddr, offset: usize, op: &NativeAtomic, result: *mut u64) -> Result<Native, ConduitError> {
+                // SAFETY: forwarded contract.
+                match self { $( $(#[$m])* AnyEp::$v(e) => unsafe { e.native_atomic(dst, offset, op, result) }, )+ }
+            }
+            #[inline]
+            fn native_test(&mut self, ticket: u64) -> bool {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.native_test(ticket), )+ }
+            }
+        }
+    };
+}
+
+any_conduit! {
+    #[cfg(feature = "smp")]
+    Smp(gex_conduit_smp::Smp),
+    Loopback(gex_core::loopback::Loopback),
+    #[cfg(feature = "ofi")]
+    Ofi(gex_conduit_ofi::Ofi),
+}
