@@ -736,6 +736,9 @@ pub(crate) fn run_single<C: Conduit, T: Elem, M: Mode>(
     team: &Team,
     spec: Spec<'_, T>,
 ) -> Result<M::Out<(), CollError>, CollError> {
+    if spec.kind == OpKind::Barrier {
+        return run_barrier::<C, M>(ep, team, Entry::default(), &spec.opts);
+    }
     let team = resolve(ep, team)?;
     let SpecData::Segments(single) = &spec.data else {
         return Err(CollError::Layer("a single-mode descriptor without offsets"));

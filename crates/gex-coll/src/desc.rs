@@ -609,6 +609,11 @@ impl<'a> Barrier<'a> {
         self.opts.algorithm = Some(name);
         self
     }
+    /// Sets every option at once (a barrier's only option is its algorithm).
+    pub fn opts(mut self, opts: Opts<'a>) -> Self {
+        self.opts = opts;
+        self
+    }
 }
 
 impl sealed::Sealed for Barrier<'_> {}

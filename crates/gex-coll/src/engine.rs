@@ -84,6 +84,8 @@ pub(crate) struct PendingSend {
     data: Option<Vec<u8>>,
     /// Bytes issued so far.
     off: usize,
+    /// A signaling put's receiver said it is ready (consumed from the mailbox).
+    ready: bool,
 }
 
 /// A schedule executed over AMs.
@@ -153,6 +155,38 @@ impl std::fmt::Debug for OpState {
 }
 
 impl OpState {
+    /// One line for a hang report.
+    pub(crate) fn describe(&self) -> String {
+        let what = match &self.body {
+            Body::Sched(s) => format!(
+                "schedule round {}/{} ({} of its receives applied, {} sends pending, {} acks expected)",
+                s.round,
+                s.sched.rounds.len(),
+                s.applied,
+                s.pending.len(),
+                s.acks_expected
+            ),
+            Body::Shm(_) => "shared memory".to_string(),
+            Body::Bar(b) => format!("flag barrier, waits for {:?}", b.wait),
+            Body::Hier(h) => format!(
+                "hierarchical, stage {} (stage collective {:?})",
+                h.stage, h.sub
+            ),
+        };
+        format!(
+            "{} on team {:#x} seq {}{}: {what}",
+            self.kind,
+            self.team.id(),
+            self.seq,
+            match (&self.result, self.taken) {
+                (_, true) => " (complete, finishing)",
+                (Some(_), false) => " (complete)",
+                (None, false) if !self.started => " (waiting its turn)",
+                _ => "",
+            }
+        )
+    }
+
     pub(crate) fn is_shm(&self) -> bool {
         matches!(self.body, Body::Shm(_))
     }
@@ -336,6 +370,7 @@ impl Coll {
         self.early_checks(cx, id);
         self.advance(cx, id);
         self.settle(id);
+        self.reap(id);
         Ok(id)
     }
 
@@ -753,8 +788,7 @@ impl Coll {
             let r = step.ranges[0].clone();
             return self.send_transport(cx, (team, seq, belief), s, i, (peer, tag), r);
         }
-        let data = s.pending[i].data.get_or_insert_with(Vec::new);
-        let total = data.len();
+        let total = s.pending[i].data.as_ref().map_or(0, Vec::len);
         let chunk = cx.max_medium(dst).max(1);
         let h = self.hid(H_EAGER);
         let start = s.pending[i].off;
@@ -798,12 +832,14 @@ impl Coll {
         let m = s.mirror.as_ref().expect("transports need mirrors");
         if s.transport == Transport::Put {
             let start = s.pending[i].off;
-            if start == 0 && s.need_ready {
-                let key = (tid, seq, peer, tag);
-                if !self.mb.ready.contains_key(&key) {
-                    return Ok(None);
+            if s.need_ready && !s.pending[i].ready {
+                match self.mb.ready.remove(&(tid, seq, peer, tag)) {
+                    None => return Ok(None),
+                    Some(b) if b != belief => {
+                        return Err(CollError::RootMismatch { team: tid, seq });
+                    }
+                    Some(_) => s.pending[i].ready = true,
                 }
-                self.mb.ready.remove(&key);
             }
             let total = r.len();
             let base = m[peer as usize] + r.start;
@@ -930,6 +966,21 @@ impl Coll {
         Ok(None)
     }
 
+    /// Removes collective `id` if it is over: its outcome handed over and nothing left
+    /// in the background (acknowledgements). True if it did.
+    pub(crate) fn reap(&mut self, id: u64) -> bool {
+        let Some(st) = self.ops.get(&id) else {
+            return false;
+        };
+        let failed = st.result.as_ref().is_some_and(|r| r.is_err());
+        if !(st.taken && (failed || self.acks_done(st))) {
+            return false;
+        }
+        let st = self.ops.remove(&id).expect("present");
+        self.mb.acks.remove(&(st.team.id(), st.seq));
+        true
+    }
+
     /// Hands a complete collective's outcome to its event (a barrier's merged entry
     /// becomes `Ok(())` or [`CollError::BarrierMismatch`]).
     pub(crate) fn settle(&mut self, id: u64) {
@@ -1034,6 +1085,7 @@ fn open_round(s: &mut SchedOp) {
                 idx,
                 data: eager.then(|| sched::pack(&s.work, &step.ranges)),
                 off: 0,
+                ready: false,
             }
         })
         .collect();

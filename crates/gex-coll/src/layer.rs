@@ -178,6 +178,30 @@ impl Layer for Coll {
         self.mb.deliver(h, &am);
     }
 
+    fn describe(&self) -> String {
+        let mut lines: Vec<String> = self.ops.values().map(OpState::describe).collect();
+        if let Some(d) = &self.direct {
+            lines.push(format!(
+                "direct call on team {:#x} seq {}: waits for {:?}",
+                d.team.id(),
+                d.seq,
+                d.wait
+            ));
+        }
+        if !self.outbox.is_empty() {
+            lines.push(format!(
+                "{} control messages wait for send resources",
+                self.outbox.len()
+            ));
+        }
+        let m = &self.mb;
+        let held = m.eager.len() + m.long.len() + m.ready.len() + m.rdv.len();
+        if held > 0 {
+            lines.push(format!("{held} received messages not taken yet"));
+        }
+        lines.join("\n")
+    }
+
     fn progress<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) -> Progress {
         self.policy = cx.wait_policy();
         self.flush_outbox(cx);
@@ -250,17 +274,14 @@ impl Coll {
             next = self.ops.range(id + 1..).next().map(|(&k, _)| k);
             progressed |= self.advance(cx, id);
             self.settle(id);
+            if self.reap(id) {
+                continue;
+            }
             let Some(st) = self.ops.get(&id) else {
                 continue;
             };
             if (st.is_shm() || st.is_bar()) && st.result.is_none() && !st.taken {
                 shm_active = true;
-            }
-            let failed = st.result.as_ref().is_some_and(|r| r.is_err());
-            let gone = st.taken && (failed || self.acks_done(st));
-            if gone {
-                let st = self.ops.remove(&id).expect("present");
-                self.mb.acks.remove(&(st.team.id(), st.seq));
             }
         }
         (progressed, shm_active)

@@ -8,22 +8,18 @@
 mod common;
 
 use common::{
-    affine, buffer_matrix, bytes, matrix, matrix_mode, reference, run_one, segment_matrix,
+    affine, buffer_matrix, bytes, layers, matrix, matrix_mode, reference, run_one, segment_matrix,
 };
 use gex_coll::{
-    BuiltinOp, CollEp, CollError, OpKind, Opts, ReduceOp, Scratch, Single, SyncMode, Team,
+    Allreduce, Barrier, BitOp, Broadcast, BuiltinOp, CollError, CollExt, Exchange, GatherAll,
+    InSegments, OpKind, Opts, Reduce, ReduceOp, Scratch, Single, SyncMode, Team, TeamExt,
 };
-use gex_core::{Client, ClientBuilder};
-use gex_rma::RmaEp;
+use gex_core::{Blocking, Endpoint, Nb};
 use gex_testkit::sim::{Delay, Sim, SimConfig, run_sim};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const SEG: usize = 1 << 20;
-
-fn coll(client: &Client<Sim>) -> CollEp<Sim> {
-    CollEp::new(RmaEp::new(client.endpoint(0).unwrap()).unwrap()).unwrap()
-}
 
 /// Size classes: empty, one element, odd, and (4500 × 4 bytes) above the 16 KiB
 /// Medium limit (fragmented messages).
@@ -33,19 +29,20 @@ fn matrix_job(p: u32, cfg: SimConfig, counts: &[usize]) {
     let ran = run_sim(
         p,
         cfg,
-        || ClientBuilder::new().segment_size(SEG),
+        || layers().segment_size(SEG),
         |client| {
-            let mut c = coll(&client);
+            let mut c = client.endpoint(0).unwrap();
             // The catalogue's fork trees run in the matrix, and one on a given grid
             // (2 × 2: partial or ragged on most team sizes).
             assert!(c.algorithms(OpKind::Scatter).iter().any(|a| a == "fork3d"));
             c.register_algorithm(std::sync::Arc::new(
                 gex_coll::Builtin::fork(&[2, 2], gex_coll::Transport::Eager).unwrap(),
-            ));
+            ))
+            .unwrap();
             let w = c.world().clone();
             let n = matrix(&mut c, &w, counts);
             c.barrier(&w).unwrap();
-            assert_eq!(c.dropped_messages(), 0);
+            assert_eq!(c.coll_stats().dropped_messages, 0);
             n
         },
     );
@@ -107,9 +104,9 @@ fn matrix_on_split_teams() {
     let ran = run_sim(
         8,
         SimConfig::default().reorder(true).seed(4),
-        || ClientBuilder::new().segment_size(SEG),
+        || layers().segment_size(SEG),
         |client| {
-            let mut c = coll(&client);
+            let mut c = client.endpoint(0).unwrap();
             let w = c.world().clone();
             let r = w.rank();
             let t = c
@@ -155,9 +152,9 @@ fn single_mode_job(p: u32, cfg: SimConfig) {
     run_sim(
         p,
         cfg,
-        || ClientBuilder::new().segment_size(SEG),
+        || layers().segment_size(SEG),
         |client| {
-            let mut c = coll(&client);
+            let mut c = client.endpoint(0).unwrap();
             let w = c.world().clone();
             let (p, me) = (w.size(), w.rank());
             let modes = [SyncMode::No, SyncMode::My, SyncMode::All];
@@ -188,9 +185,8 @@ fn single_mode_job(p: u32, cfg: SimConfig) {
                                 let src_len = n;
                                 let inputs: Vec<Vec<u8>> =
                                     (0..p as usize).map(|r| bytes(r, salt, src_len)).collect();
-                                let ep = c.endpoint();
-                                ep.segment().write(0, &inputs[me as usize]).unwrap();
-                                ep.segment()
+                                c.segment().write(0, &inputs[me as usize]).unwrap();
+                                c.segment()
                                     .write(dst[me as usize], &vec![0xEE; p as usize * n])
                                     .unwrap();
                                 c.barrier(&w).unwrap();
@@ -199,19 +195,20 @@ fn single_mode_job(p: u32, cfg: SimConfig) {
                                     dst: dst.clone(),
                                 };
                                 let opts = Opts::sync(i, o).with_algorithm(&alg);
-                                let h = match c
-                                    .start_single::<u32>(&w, op, root, count, &addrs, None, &opts)
-                                {
+                                let h = match c.collective(
+                                    &w,
+                                    InSegments::<u32>::new(op, count, addrs.clone())
+                                        .root(root)
+                                        .opts(opts),
+                                    Nb,
+                                ) {
                                     Err(CollError::Unsupported { .. }) => continue,
                                     r => r.unwrap(),
                                 };
                                 c.wait(h).unwrap();
                                 let want = reference(op, root as usize, n, &inputs, None);
                                 let mut got = vec![0u8; want[me as usize].len()];
-                                c.endpoint()
-                                    .segment()
-                                    .read(dst[me as usize], &mut got)
-                                    .unwrap();
+                                c.segment().read(dst[me as usize], &mut got).unwrap();
                                 assert_eq!(
                                     got, want[me as usize],
                                     "{op} {alg} in={i:?} out={o:?} count={count}"
@@ -236,12 +233,12 @@ fn single_mode_every_op() {
     run_sim(
         3,
         SimConfig::default().reorder(true).seed(8),
-        || ClientBuilder::new().segment_size(SEG),
+        || layers().segment_size(SEG),
         |client| {
-            let mut c = coll(&client);
+            let mut c = client.endpoint(0).unwrap();
             let w = c.world().clone();
             let (p, me) = (w.size() as usize, w.rank() as usize);
-            let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+            let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum);
             for (k, op) in OpKind::ALL.into_iter().enumerate() {
                 for in_place in [false, true] {
                     if in_place
@@ -264,17 +261,16 @@ fn single_mode_every_op() {
                         })
                         .collect();
                     let (src, dst) = (1000usize, 50_000usize);
-                    let ep = c.endpoint();
-                    ep.segment().write(dst, &vec![0u8; p * n]).unwrap();
+                    c.segment().write(dst, &vec![0u8; p * n]).unwrap();
                     if in_place {
                         let at = if matches!(op, OpKind::Gather | OpKind::GatherAll) {
                             dst + me * n
                         } else {
                             dst
                         };
-                        ep.segment().write(at, &inputs[me]).unwrap();
+                        c.segment().write(at, &inputs[me]).unwrap();
                     } else {
-                        ep.segment().write(src, &inputs[me]).unwrap();
+                        c.segment().write(src, &inputs[me]).unwrap();
                     }
                     let addrs = if in_place {
                         Single::in_place(p as u32, dst)
@@ -282,13 +278,19 @@ fn single_mode_every_op() {
                         Single::uniform(p as u32, src, dst)
                     };
                     let red = op.reduces().then_some(&sum);
-                    let h = c
-                        .start_single::<u32>(&w, op, root, count, &addrs, red, &Opts::default())
-                        .unwrap();
+                    let h = {
+                        let d = InSegments::<u32>::new(op, count, addrs.clone()).root(root);
+                        let d = match red {
+                            Some(r) => d.reduce(r.clone()),
+                            None => d,
+                        };
+                        c.collective(&w, d, Nb)
+                    }
+                    .unwrap();
                     c.wait(h).unwrap();
                     let want = reference(op, root as usize, n, &inputs, red.map(|r| r.func()));
                     let mut got = vec![0u8; want[me].len()];
-                    c.endpoint().segment().read(dst, &mut got).unwrap();
+                    c.segment().read(dst, &mut got).unwrap();
                     assert_eq!(got, want[me], "{op} in_place={in_place}");
                     c.barrier(&w).unwrap();
                 }
@@ -307,17 +309,17 @@ fn in_my_sync_is_honoured() {
         run_sim(
             2,
             SimConfig::default(),
-            || ClientBuilder::new().segment_size(SEG),
+            || layers().segment_size(SEG),
             move |client| {
-                let mut c = coll(&client);
+                let mut c = client.endpoint(0).unwrap();
                 let w = c.world().clone();
                 let me = w.rank();
                 let dst = 4096;
                 let n = 256;
                 if me == 0 {
-                    c.endpoint().segment().write(0, &[7u8; 256]).unwrap();
+                    c.segment().write(0, &[7u8; 256]).unwrap();
                 }
-                c.endpoint().segment().write(dst, &[0xEE; 256]).unwrap();
+                c.segment().write(dst, &[0xEE; 256]).unwrap();
                 c.barrier(&w).unwrap();
                 let addrs = Single {
                     src: Some(vec![0, 0]),
@@ -325,11 +327,17 @@ fn in_my_sync_is_honoured() {
                 };
                 let opts = Opts::sync(mode, SyncMode::My).with_algorithm("flat+put");
                 if me == 0 {
-                    let mut h = c
-                        .start_single::<u8>(&w, OpKind::Broadcast, 0, n, &addrs, None, &opts)
+                    let h = c
+                        .collective(
+                            &w,
+                            InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
+                                .root(0)
+                                .opts(opts),
+                            Nb,
+                        )
                         .unwrap();
                     for _ in 0..10 {
-                        c.test(&mut h).unwrap();
+                        c.test(&h).unwrap();
                     }
                     started.store(true, Ordering::SeqCst);
                     c.wait(h).unwrap();
@@ -341,8 +349,8 @@ fn in_my_sync_is_honoured() {
                     let t0 = Instant::now();
                     let mut buf = [0u8; 256];
                     loop {
-                        c.endpoint().poll();
-                        c.endpoint().segment().read(dst, &mut buf).unwrap();
+                        c.poll();
+                        c.segment().read(dst, &mut buf).unwrap();
                         if buf != [0xEE; 256] || t0.elapsed() > Duration::from_millis(200) {
                             break;
                         }
@@ -358,10 +366,16 @@ fn in_my_sync_is_honoured() {
                         ),
                     }
                     let h = c
-                        .start_single::<u8>(&w, OpKind::Broadcast, 0, n, &addrs, None, &opts)
+                        .collective(
+                            &w,
+                            InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
+                                .root(0)
+                                .opts(opts),
+                            Nb,
+                        )
                         .unwrap();
                     c.wait(h).unwrap();
-                    c.endpoint().segment().read(dst, &mut buf).unwrap();
+                    c.segment().read(dst, &mut buf).unwrap();
                     assert_eq!(buf, [7u8; 256]);
                 }
                 c.barrier(&w).unwrap();
@@ -381,9 +395,9 @@ fn teams_and_concurrent_collectives() {
             .reorder(true)
             .seed(13)
             .latency(Delay::polls(2)),
-        || ClientBuilder::new().segment_size(SEG),
+        || layers().segment_size(SEG),
         |client| {
-            let mut c = coll(&client);
+            let mut c = client.endpoint(0).unwrap();
             c.set_scratch_region(SEG / 2..SEG).unwrap();
             let w = c.world().clone();
             let r = w.rank();
@@ -432,7 +446,7 @@ fn teams_and_concurrent_collectives() {
                 assert_eq!(t.job_rank(0), Some(4));
                 assert_eq!(t.rank(), list.iter().position(|&x| x == r).unwrap() as u32);
             }
-            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
             for iter in 0..5u64 {
                 // Start on world, half, mid and the list team in a rank-dependent order.
                 let mut hs = Vec::new();
@@ -446,21 +460,20 @@ fn teams_and_concurrent_collectives() {
                     match k {
                         0 => {
                             h_world = Some(
-                                c.allreduce_nb(
+                                c.collective(
                                     &w,
-                                    vec![u64::from(r) + iter; 3],
-                                    &sum,
-                                    &Opts::default(),
+                                    Allreduce::new(vec![u64::from(r) + iter; 3], sum.clone()),
+                                    Nb,
                                 )
                                 .unwrap(),
                             )
                         }
                         1 => {
                             h_half = Some(
-                                c.gather_all_nb(
+                                c.collective(
                                     &half,
-                                    vec![u64::from(r) * 10 + iter],
-                                    &Opts::default(),
+                                    GatherAll::new(vec![u64::from(r) * 10 + iter]),
+                                    Nb,
                                 )
                                 .unwrap(),
                             )
@@ -468,11 +481,10 @@ fn teams_and_concurrent_collectives() {
                         2 => {
                             if let Some(m) = &mid {
                                 h_mid = Some(
-                                    c.broadcast_nb(
+                                    c.collective(
                                         m,
-                                        2,
-                                        vec![u64::from(r) + 1000 * iter; 4000],
-                                        &Opts::default(),
+                                        Broadcast::new(2, vec![u64::from(r) + 1000 * iter; 4000]),
+                                        Nb,
                                     )
                                     .unwrap(),
                                 );
@@ -481,10 +493,12 @@ fn teams_and_concurrent_collectives() {
                         _ => {
                             if let Some(t) = &lt {
                                 h_list = Some(
-                                    c.exchange_nb(
+                                    c.collective(
                                         t,
-                                        (0..3).map(|j| u64::from(r) * 100 + j + iter).collect(),
-                                        &Opts::default(),
+                                        Exchange::new(
+                                            (0..3).map(|j| u64::from(r) * 100 + j + iter).collect(),
+                                        ),
+                                        Nb,
                                     )
                                     .unwrap(),
                                 );
@@ -519,10 +533,22 @@ fn teams_and_concurrent_collectives() {
                 let a = c.wait(h_world.unwrap()).unwrap();
                 assert_eq!(a, vec![15 + 6 * iter; 3]);
             }
-            // A team with a collective in flight cannot be destroyed.
-            let h = c.barrier_nb(&half, &Opts::default()).unwrap();
-            let e = c.destroy_team(half.clone()).unwrap_err();
-            assert!(matches!(e, CollError::TeamBusy { pending: 1, .. }), "{e}");
+            // A team with a collective in flight cannot be destroyed. (A collective
+            // that completed here is no longer in flight, even before its event is
+            // waited for: so every member but the last, team rank 0, starts a barrier
+            // of `half` that cannot complete before the last one enters it.)
+            let last = half.rank() == 0;
+            let early = (!last).then(|| {
+                let h = c.collective(&half, Barrier::new(), Nb).unwrap();
+                let e = c.destroy_team(half.clone()).unwrap_err();
+                assert!(matches!(e, CollError::TeamBusy { pending: 1, .. }), "{e}");
+                h
+            });
+            c.barrier(&w).unwrap();
+            let h = match early {
+                Some(h) => h,
+                None => c.collective(&half, Barrier::new(), Nb).unwrap(),
+            };
             c.wait(h).unwrap();
             // Destroy frees the allocated scratch: the same range is allocated again.
             let first = half.scratch()[half.rank() as usize];
@@ -548,19 +574,13 @@ fn env_override_and_errors() {
     use gex_coll::{AddrMode, Query, SyncModes};
     use gex_core::Config;
     let builder = || {
-        ClientBuilder::new()
-            .segment_size(SEG)
-            .config(Config::from_pairs([
-                ("GEX_COLL_BROADCAST", "chain"),
-                ("GEX_COLL_LOGGP", "6.2,0.5,0.5,0.0001"),
-            ]))
+        layers().segment_size(SEG).config(Config::from_pairs([
+            ("GEX_COLL_BROADCAST", "chain"),
+            ("GEX_COLL_LOGGP", "6.2,0.5,0.5,0.0001"),
+        ]))
     };
     run_sim(3, SimConfig::default(), builder, |client| {
-        let mut c = CollEp::with_config(
-            RmaEp::new(client.endpoint(0).unwrap()).unwrap(),
-            client.config(),
-        )
-        .unwrap();
+        let mut c = client.endpoint(0).unwrap();
         let w = c.world().clone();
         let q = Query {
             op: OpKind::Broadcast,
@@ -580,35 +600,44 @@ fn env_override_and_errors() {
             (why.algorithm.as_str(), why.reason),
             ("chain", gex_coll::Reason::Override)
         );
-        assert_eq!(c.tuner().model().l, 6.2);
+        assert_eq!(c.tuner(|t| t.model().l).unwrap(), 6.2);
         // The chain broadcast from rank 0 sends exactly one message per non-last rank.
-        let before = c.endpoint().stats().clone();
+        let before = c.stats();
         let mut b = [u64::from(w.rank()); 4];
-        c.broadcast(&w, 0, &mut b).unwrap();
+        c.collective(&w, Broadcast::in_place(0, &mut b), Blocking)
+            .unwrap();
         assert_eq!(b, [0; 4]);
-        let after = c.endpoint().stats().clone();
+        let after = c.stats();
         let sent = |s: &gex_core::EpStats| -> u64 { s.sent.iter().sum() };
         assert_eq!(sent(&after) - sent(&before), u64::from(w.rank() < 2));
         // Forced algorithms are checked.
         let e = c
-            .gather_all_nb(&w, vec![1u8], &Opts::default().with_algorithm("recdbl"))
+            .collective(
+                &w,
+                GatherAll::new(vec![1u8]).opts(Opts::default().with_algorithm("recdbl")),
+                Nb,
+            )
             .unwrap_err();
         assert!(matches!(e, CollError::Unsupported { .. }));
         let e = c
-            .barrier_nb(&w, &Opts::default().with_algorithm("nonesuch"))
+            .collective(
+                &w,
+                Barrier::new().opts(Opts::default().with_algorithm("nonesuch")),
+                Nb,
+            )
             .unwrap_err();
         assert!(matches!(e, CollError::UnknownAlgorithm { .. }));
         assert!(matches!(
-            c.broadcast_nb(&w, 3, vec![1u8], &Opts::default()),
+            c.collective(&w, Broadcast::new(3, vec![1u8]), Nb),
             Err(CollError::BadRank { .. })
         ));
         assert!(matches!(
-            c.exchange_nb(&w, vec![1u8; 4], &Opts::default()),
+            c.collective(&w, Exchange::new(vec![1u8; 4]), Nb),
             Err(CollError::BadLength { .. })
         ));
         let mut out = [0u8; 2];
         assert!(matches!(
-            c.gather_all(&w, &[1u8], &mut out),
+            c.collective(&w, GatherAll::slices(&[1u8], &mut out), Blocking),
             Err(CollError::BadLength { .. })
         ));
         let bad = Single {
@@ -616,7 +645,11 @@ fn env_override_and_errors() {
             dst: vec![0; 2],
         };
         assert!(matches!(
-            c.start_single::<u8>(&w, OpKind::Broadcast, 0, 1, &bad, None, &Opts::default()),
+            c.collective(
+                &w,
+                InSegments::<u8>::new(OpKind::Broadcast, 1, bad.clone()).root(0),
+                Nb
+            ),
             Err(CollError::BadAddress(_))
         ));
         c.barrier(&w).unwrap();
@@ -626,17 +659,18 @@ fn env_override_and_errors() {
         1,
         SimConfig::default(),
         || {
-            ClientBuilder::new()
+            layers()
                 .segment_size(SEG)
                 .config(Config::from_pairs([("GEX_COLL_BARRIER", "ring")]))
         },
         |client| {
-            let e = CollEp::with_config(
-                RmaEp::new(client.endpoint(0).unwrap()).unwrap(),
-                client.config(),
-            )
-            .unwrap_err();
-            assert!(matches!(e, CollError::UnknownAlgorithm { .. }));
+            // Read when the layer attaches: the endpoint is refused, and the error
+            // names the variable.
+            let e = client.endpoint(0).unwrap_err().to_string();
+            assert!(
+                e.contains("GEX_COLL_BARRIER") && e.contains("no algorithm named \"ring\""),
+                "{e}"
+            );
         },
     );
 }
@@ -659,12 +693,12 @@ fn out_sync_modes() {
         run_sim(
             2,
             SimConfig::default(),
-            || ClientBuilder::new().segment_size(SEG),
+            || layers().segment_size(SEG),
             move |client| {
-                let mut c = coll(&client);
+                let mut c = client.endpoint(0).unwrap();
                 let w = c.world().clone();
                 let n = 1000;
-                c.endpoint().segment().write(0, &[3u8; 1000]).unwrap();
+                c.segment().write(0, &[3u8; 1000]).unwrap();
                 c.barrier(&w).unwrap();
                 let addrs = Single {
                     src: Some(vec![0, 0]),
@@ -672,13 +706,19 @@ fn out_sync_modes() {
                 };
                 let opts = Opts::sync(SyncMode::No, out).with_algorithm(alg);
                 if w.rank() == 0 {
-                    let mut h = c
-                        .start_single::<u8>(&w, OpKind::Broadcast, 0, n, &addrs, None, &opts)
+                    let h = c
+                        .collective(
+                            &w,
+                            InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
+                                .root(0)
+                                .opts(opts),
+                            Nb,
+                        )
                         .unwrap();
                     let t0 = Instant::now();
                     let mut done = false;
                     while t0.elapsed() < Duration::from_millis(100) && !done {
-                        done = c.test(&mut h).unwrap();
+                        done = c.test(&h).unwrap();
                     }
                     assert_eq!(done, early, "{alg} out={out:?}");
                     entered.store(true, Ordering::SeqCst);
@@ -688,19 +728,25 @@ fn out_sync_modes() {
                         std::thread::yield_now();
                     }
                     let h = c
-                        .start_single::<u8>(&w, OpKind::Broadcast, 0, n, &addrs, None, &opts)
+                        .collective(
+                            &w,
+                            InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
+                                .root(0)
+                                .opts(opts),
+                            Nb,
+                        )
                         .unwrap();
                     c.wait(h).unwrap();
                     let mut buf = [0u8; 1000];
-                    c.endpoint().segment().read(8192, &mut buf).unwrap();
+                    c.segment().read(8192, &mut buf).unwrap();
                     assert_eq!(buf, [3u8; 1000]);
                 }
                 c.barrier(&w).unwrap();
                 // Nothing is left in flight (out-no work finished in the background).
                 for _ in 0..100 {
-                    c.progress().unwrap();
+                    c.poll();
                 }
-                assert_eq!(c.in_flight(), 0);
+                assert_eq!(c.coll_stats().in_flight, 0);
             },
         );
     }
@@ -723,13 +769,13 @@ mod prop {
         ) {
             let op = OpKind::ALL[oi];
             let cfg = SimConfig::default().reorder(reorder).seed(seed);
-            run_sim(p, cfg, || ClientBuilder::new().segment_size(SEG), |client| {
-                let mut c = coll(&client);
+            run_sim(p, cfg, || layers().segment_size(SEG), |client| {
+                let mut c = client.endpoint(0).unwrap();
                 let w = c.world().clone();
                 let algs = c.algorithms(op);
                 let alg = algs[ai % algs.len()].clone();
                 let root = rs % p;
-                let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+                let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
                 run_one(&mut c, &w, op, Some(&alg), root, count, &sum, seed);
                 if op.reduces() {
                     run_one(&mut c, &w, op, Some(&alg), root, count, &affine(), seed + 1);
@@ -752,9 +798,9 @@ fn local_mode_through_scratch() {
             .reorder(true)
             .seed(31)
             .ranks_per_host(1),
-        || ClientBuilder::new().segment_size(SEG),
+        || layers().segment_size(SEG),
         |client| {
-            let mut c = coll(&client);
+            let mut c = client.endpoint(0).unwrap();
             c.set_scratch_region(SEG / 2..SEG).unwrap();
             let w = c.world().clone();
             let t = c
@@ -780,10 +826,12 @@ fn local_mode_through_scratch() {
                         .collect();
                     let opts = Opts::default().with_algorithm(alg);
                     let h = match op {
-                        OpKind::Broadcast => {
-                            c.broadcast_nb(&t, (k as u32) % p, data, &opts).unwrap()
-                        }
-                        _ => c.gather_all_nb(&t, data, &opts).unwrap(),
+                        OpKind::Broadcast => c
+                            .collective(&t, Broadcast::new((k as u32) % p, data).opts(opts), Nb)
+                            .unwrap(),
+                        _ => c
+                            .collective(&t, GatherAll::new(data).opts(opts), Nb)
+                            .unwrap(),
                     };
                     hs.push((k, *op, count, salt, h));
                 }
@@ -800,13 +848,18 @@ fn local_mode_through_scratch() {
                         // The last collective's output is what the scratch holds now.
                         let (off, _) = t.scratch()[me as usize];
                         let mut raw = vec![0u8; want.len() * 8];
-                        c.endpoint().segment().read(off, &mut raw).unwrap();
+                        c.segment().read(off, &mut raw).unwrap();
                         assert_eq!(raw, bytemuck::cast_slice::<u64, u8>(&want));
                     }
                 }
             }
             c.barrier(&w).unwrap();
-            assert_eq!(c.in_flight(), 0);
+            // Acknowledgements of the last rendezvous gets may still be on their way.
+            let t0 = Instant::now();
+            while c.coll_stats().in_flight > 0 && t0.elapsed() < Duration::from_secs(30) {
+                c.poll();
+            }
+            assert_eq!(c.coll_stats().in_flight, 0);
         },
     );
 }
@@ -827,15 +880,18 @@ fn shm_per_host_teams_and_cross_host_leaders() {
             .seed(77)
             .ranks_per_host(3)
             .timeout(Duration::from_secs(300)),
-        || ClientBuilder::new().segment_size(SEG),
+        || layers().segment_size(SEG),
         |client| {
-            let mut c = coll(&client);
+            let mut c = client.endpoint(0).unwrap();
             let w = c.world().clone();
             let r = w.rank();
             assert!(!c.shared_memory(&w));
-            let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
-            let forced =
-                c.allreduce_nb(&w, vec![1u32], &sum, &Opts::default().with_algorithm("shm"));
+            let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum);
+            let forced = c.collective(
+                &w,
+                Allreduce::new(vec![1u32], sum.clone()).opts(Opts::default().with_algorithm("shm")),
+                Nb,
+            );
             assert!(
                 matches!(forced, Err(CollError::Unsupported { .. })),
                 "{forced:?}"
@@ -862,9 +918,9 @@ fn shm_per_host_teams_and_cross_host_leaders() {
             // 9000 u32 = 36 KB per block: three rounds on a world-sized slot, eight
             // on a team channel's.
             let n = matrix(&mut c, &host, &[0, 13, 9000]);
-            let direct = c.direct_calls();
+            let direct = c.coll_stats().direct_calls;
             matrix_mode(&mut c, &host, &[0, 13, 9000], true);
-            assert_eq!(c.direct_calls() > direct, shm);
+            assert_eq!(c.coll_stats().direct_calls > direct, shm);
             let leaders = c
                 .split(&w, (r % 3 == 0).then_some(0), r, Scratch::None)
                 .unwrap();
@@ -889,9 +945,9 @@ fn shm_channels_concurrency_and_sync_modes() {
     run_sim(
         4,
         SimConfig::default().reorder(true).seed(5),
-        || ClientBuilder::new().segment_size(SEG),
+        || layers().segment_size(SEG),
         |client| {
-            let mut c = coll(&client);
+            let mut c = client.endpoint(0).unwrap();
             let w = c.world().clone();
             let (p, me) = (w.size(), w.rank());
             let on = !cfg!(gex_force_am_rma);
@@ -902,7 +958,7 @@ fn shm_channels_concurrency_and_sync_modes() {
                 .collect();
             let shm: Vec<bool> = teams.iter().map(|t| c.shared_memory(t)).collect();
             assert_eq!(shm, vec![on, on, on, false]);
-            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
             let modes = [SyncMode::No, SyncMode::My, SyncMode::All];
             let mut salt = 0u64;
             for i in modes {
@@ -918,7 +974,13 @@ fn shm_channels_concurrency_and_sync_modes() {
                             let v: Vec<u64> = (0..len as u64)
                                 .map(|x| x * 7 + u64::from(me) * 1000 + salt + j)
                                 .collect();
-                            let h = c.allreduce_nb(&teams[t], v, &sum, &opts).unwrap();
+                            let h = c
+                                .collective(
+                                    &teams[t],
+                                    Allreduce::new(v, sum.clone()).opts(opts),
+                                    Nb,
+                                )
+                                .unwrap();
                             hs.push((len, j, h));
                         }
                     }
@@ -936,62 +998,76 @@ fn shm_channels_concurrency_and_sync_modes() {
             let again = c.create_team(&w, &all, Scratch::None).unwrap();
             assert_eq!(c.shared_memory(&again), on);
             let h = c
-                .gather_all_nb(&again, vec![me as u8; 3], &Opts::default())
+                .collective(&again, GatherAll::new(vec![me as u8; 3]), Nb)
                 .unwrap();
             let g = c.wait(h).unwrap();
             assert_eq!(g, (0..p as u8).flat_map(|r| [r; 3]).collect::<Vec<_>>());
             c.barrier(&w).unwrap();
-            assert_eq!(c.in_flight(), 0);
+            assert_eq!(c.coll_stats().in_flight, 0);
         },
     );
 }
 
 /// Blocking calls take the direct shared-memory path only when nothing else is in
-/// flight on the endpoint: while ranks 0 and 1 hold an allreduce on their pair team,
-/// their blocking world collectives queue behind it (nonblocking path) and ranks 2
-/// and 3 run the same collectives directly; both paths interoperate (same sequence
-/// numbers and slots), and every value is right.
+/// flight on the endpoint: while ranks 0 and 1 hold an allreduce on a team of all four
+/// (which ranks 2 and 3 join only later), their blocking world collectives queue
+/// behind it (nonblocking path) and ranks 2 and 3 run the same collectives directly;
+/// both paths interoperate (same sequence numbers and slots), and every value is
+/// right. (A held collective must be incomplete: one that completed is no longer in
+/// flight, even before its event is waited for.)
 #[test]
 fn blocking_calls_mix_direct_and_queued_paths() {
     run_sim(
         4,
         SimConfig::default().seed(9),
-        || ClientBuilder::new().segment_size(SEG),
+        || layers().segment_size(SEG),
         |client| {
-            let mut c = coll(&client);
+            let mut c = client.endpoint(0).unwrap();
             let w = c.world().clone();
             let (p, me) = (w.size(), w.rank());
             let on = !cfg!(gex_force_am_rma);
-            let pair = c
-                .split(&w, Some(me / 2), me, Scratch::None)
-                .unwrap()
-                .unwrap();
-            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+            let quad = c.create_team(&w, &[0, 1, 2, 3], Scratch::None).unwrap();
+            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
             let held = (me < 2).then(|| {
-                c.allreduce_nb(&pair, vec![u64::from(me); 1000], &sum, &Opts::default())
-                    .unwrap()
+                c.collective(
+                    &quad,
+                    Allreduce::new(vec![u64::from(me); 1000], sum.clone()),
+                    Nb,
+                )
+                .unwrap()
             });
-            let before = c.direct_calls();
+            let before = c.coll_stats().direct_calls;
             for k in 0..20u32 {
                 let root = k % p;
                 let mut buf = vec![if me == root { k * 31 + 7 } else { 0 }; 1 + k as usize * 300];
-                c.broadcast(&w, root, &mut buf).unwrap();
+                c.collective(&w, Broadcast::in_place(root, &mut buf), Blocking)
+                    .unwrap();
                 assert!(buf.iter().all(|&x| x == k * 31 + 7), "broadcast {k}");
                 let mut out = [0u64; 3];
-                c.allreduce(&w, &[u64::from(me + k); 3], &mut out, &sum)
-                    .unwrap();
+                c.collective(
+                    &w,
+                    Allreduce::slices(&[u64::from(me + k); 3], &mut out, sum.clone()),
+                    Blocking,
+                )
+                .unwrap();
                 assert_eq!(out, [(0..p).map(|r| u64::from(r + k)).sum::<u64>(); 3]);
             }
-            let direct = c.direct_calls() - before;
+            let direct = c.coll_stats().direct_calls - before;
             assert_eq!(direct, if on && me >= 2 { 40 } else { 0 }, "rank {me}");
-            if let Some(h) = held {
-                assert_eq!(c.wait(h).unwrap(), vec![1u64; 1000]);
-            }
+            let held = held.unwrap_or_else(|| {
+                c.collective(
+                    &quad,
+                    Allreduce::new(vec![u64::from(me); 1000], sum.clone()),
+                    Nb,
+                )
+                .unwrap()
+            });
+            assert_eq!(c.wait(held).unwrap(), vec![6u64; 1000]);
             c.barrier(&w).unwrap();
             // The barrier: direct everywhere once nothing is held.
             let all = u64::from(on) * (direct + 1);
-            assert_eq!(c.direct_calls() - before, all);
-            assert_eq!(c.in_flight(), 0);
+            assert_eq!(c.coll_stats().direct_calls - before, all);
+            assert_eq!(c.coll_stats().in_flight, 0);
         },
     );
 }
@@ -1004,9 +1080,9 @@ const HIER_MIN_CASES: usize = if cfg!(gex_force_am_rma) { 50 } else { 100 };
 /// with two roots) × `counts`, forced and tuned, u32 sums; the non-commutative affine
 /// map forced (run where `hier` takes it: host ranges, or scan/exscan; refused
 /// otherwise) and tuned; four more element types. Returns the cases run.
-fn hier_cases(c: &mut CollEp<Sim>, team: &Team, counts: &[usize], ranges: bool) -> usize {
+fn hier_cases(c: &mut Endpoint<Sim>, team: &Team, counts: &[usize], ranges: bool) -> usize {
     use OpKind::{Exscan, Scan};
-    let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+    let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum);
     let aff = affine();
     let hier = Some("hier");
     let p = team.size();
@@ -1038,10 +1114,10 @@ fn hier_cases(c: &mut CollEp<Sim>, team: &Team, counts: &[usize], ranges: bool) 
         }
         let root = if op.rooted() { p - 1 } else { 0 };
         for alg in [hier, None] {
-            let max_f64 = ReduceOp::<f64>::builtin(BuiltinOp::Max).unwrap();
-            let bxor8 = ReduceOp::<i8>::builtin(BuiltinOp::Bxor).unwrap();
-            let prod128 = ReduceOp::<u128>::builtin(BuiltinOp::Prod).unwrap();
-            let land16 = ReduceOp::<i16>::builtin(BuiltinOp::Land).unwrap();
+            let max_f64 = ReduceOp::<f64>::builtin(BuiltinOp::Max);
+            let bxor8 = ReduceOp::<i8>::bitwise(BitOp::Bxor);
+            let prod128 = ReduceOp::<u128>::builtin(BuiltinOp::Prod);
+            let land16 = ReduceOp::<i16>::bitwise(BitOp::Land);
             assert!(run_one(c, team, op, alg, root, 7, &max_f64, 99));
             assert!(run_one(c, team, op, alg, root, 9, &bxor8, 98));
             assert!(run_one(c, team, op, alg, root, 3, &prod128, 97));
@@ -1055,7 +1131,7 @@ fn hier_cases(c: &mut CollEp<Sim>, team: &Team, counts: &[usize], ranges: bool) 
 /// The tuner on a hierarchical team at 8 bytes: `hier` for every operation without a
 /// root (and, with `rooted`, for every operation); for a non-commutative operator `hier` is a candidate of scan and exscan always, of
 /// reduce, allreduce and reduce_scatter only on host ranges.
-fn hier_choices(c: &mut CollEp<Sim>, team: &Team, hosts: u32, ranges: bool, rooted: bool) {
+fn hier_choices(c: &mut Endpoint<Sim>, team: &Team, hosts: u32, ranges: bool, rooted: bool) {
     for op in OpKind::ALL {
         for commutative in [true, false] {
             let q = gex_coll::Query {
@@ -1100,9 +1176,9 @@ fn hier_equal_hosts_world_and_round_robin() {
             .ranks_per_host(3)
             // Nine debug-built thread ranks, every algorithm: slow on a busy machine.
             .timeout(Duration::from_secs(600)),
-        || ClientBuilder::new().segment_size(4 * SEG),
+        || layers().segment_size(4 * SEG),
         |client| {
-            let mut c = coll(&client);
+            let mut c = client.endpoint(0).unwrap();
             let w = c.world().clone();
             let r = w.rank();
             let on = !cfg!(gex_force_am_rma);
@@ -1116,12 +1192,16 @@ fn hier_equal_hosts_world_and_round_robin() {
             n += matrix(&mut c, &w, &[1, 4500]);
             // Spelled out: forced, every root (leaders and non-leaders of every host).
             let hier = Opts::default().with_algorithm("hier");
-            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
             for root in 0..9u32 {
                 let v = vec![u64::from(r) * 10 + u64::from(root); 5];
-                let h = c.broadcast_nb(&w, root, v.clone(), &hier).unwrap();
+                let h = c
+                    .collective(&w, Broadcast::new(root, v.clone()).opts(hier), Nb)
+                    .unwrap();
                 assert_eq!(c.wait(h).unwrap(), vec![u64::from(root) * 11; 5]);
-                let h = c.reduce_nb(&w, root, v, &sum, &hier).unwrap();
+                let h = c
+                    .collective(&w, Reduce::new(root, v, sum.clone()).opts(hier), Nb)
+                    .unwrap();
                 let want = if r == root {
                     vec![(0..9).map(|x| x * 10 + u64::from(root)).sum::<u64>(); 5]
                 } else {
@@ -1130,10 +1210,14 @@ fn hier_equal_hosts_world_and_round_robin() {
                 assert_eq!(c.wait(h).unwrap(), want);
             }
             let h = c
-                .allreduce_nb(&w, vec![u64::from(r); 3], &sum, &hier)
+                .collective(
+                    &w,
+                    Allreduce::new(vec![u64::from(r); 3], sum.clone()).opts(hier),
+                    Nb,
+                )
                 .unwrap();
             assert_eq!(c.wait(h).unwrap(), vec![36; 3]);
-            let h = c.barrier_nb(&w, &hier).unwrap();
+            let h = c.collective(&w, Barrier::new().opts(hier), Nb).unwrap();
             c.wait(h).unwrap();
             // A team of every rank: host teams agree on channels at creation.
             let all: Vec<u32> = (0..9).collect();
@@ -1165,9 +1249,9 @@ fn hier_unequal_hosts() {
             .seed(17)
             .ranks_per_host(3)
             .timeout(Duration::from_secs(600)),
-        || ClientBuilder::new().segment_size(4 * SEG),
+        || layers().segment_size(4 * SEG),
         |client| {
-            let mut c = coll(&client);
+            let mut c = client.endpoint(0).unwrap();
             let w = c.world().clone();
             let r = w.rank();
             let on = !cfg!(gex_force_am_rma);
@@ -1216,9 +1300,9 @@ fn hier_unequal_hosts() {
             .seed(19)
             .ranks_per_host(2)
             .timeout(Duration::from_secs(600)),
-        || ClientBuilder::new().segment_size(4 * SEG),
+        || layers().segment_size(4 * SEG),
         |client| {
-            let mut c = coll(&client);
+            let mut c = client.endpoint(0).unwrap();
             let w = c.world().clone();
             let on = !cfg!(gex_force_am_rma);
             assert_eq!(c.hierarchical(&w), on);
@@ -1249,9 +1333,9 @@ fn hier_world_round_robin() {
             .seed(23)
             .placement((0..8).map(|r| r % 3).collect())
             .timeout(Duration::from_secs(600)),
-        || ClientBuilder::new().segment_size(4 * SEG),
+        || layers().segment_size(4 * SEG),
         |client| {
-            let mut c = coll(&client);
+            let mut c = client.endpoint(0).unwrap();
             let w = c.world().clone();
             let r = w.rank();
             let on = !cfg!(gex_force_am_rma);
@@ -1288,27 +1372,24 @@ fn hier_world_round_robin() {
 fn online_tuning_agrees_and_caches() {
     use gex_coll::{AddrMode, Query, SyncModes, TuneMode};
     let builder = || {
-        ClientBuilder::new()
+        layers()
             .segment_size(SEG)
             .config(gex_core::Config::from_pairs([("GEX_COLL_TUNE", "online")]))
     };
     let out = run_sim(4, SimConfig::default(), builder, |client| {
-        let mut c = CollEp::with_config(
-            RmaEp::new(client.endpoint(0).unwrap()).unwrap(),
-            client.config(),
-        )
-        .unwrap();
-        assert_eq!(c.tuner().mode(), TuneMode::Online);
+        let mut c = client.endpoint(0).unwrap();
+        assert_eq!(c.tuner(|t| t.mode()).unwrap(), TuneMode::Online);
         let w = c.world().clone();
         let me = w.rank();
-        let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+        let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum);
         let mut winners = Vec::new();
         for round in 0..3u32 {
             let v = vec![me + round; 100];
             let mut r = vec![0u32; 100];
-            c.allreduce(&w, &v, &mut r, &sum).unwrap();
+            c.collective(&w, Allreduce::slices(&v, &mut r, sum.clone()), Blocking)
+                .unwrap();
             assert_eq!(r, vec![6 + 4 * round; 100]);
-            assert_eq!(c.online_trials(), 1, "round {round}");
+            assert_eq!(c.coll_stats().online_trials, 1, "round {round}");
         }
         let q = Query {
             op: OpKind::Allreduce,
@@ -1324,17 +1405,16 @@ fn online_tuning_agrees_and_caches() {
             host_ranges: false,
         };
         let a = c
-            .tuner()
-            .online_choice(w.id(), &q)
-            .unwrap()
-            .name()
-            .to_string();
+            .tuner(|t| t.online_choice(w.id(), &q).unwrap().name().to_string())
+            .unwrap();
         let cands: Vec<String> = c
-            .tuner()
-            .online_candidates(&q, 4)
-            .iter()
-            .map(|&i| c.tuner().algorithms()[i].name().to_string())
-            .collect();
+            .tuner(|t| {
+                t.online_candidates(&q, 4)
+                    .iter()
+                    .map(|&i| t.algorithms()[i].name().to_string())
+                    .collect()
+            })
+            .unwrap();
         assert!(cands.contains(&a), "{a} not in {cands:?}");
         winners.push(a);
         // A split team has its own cells.
@@ -1342,11 +1422,12 @@ fn online_tuning_agrees_and_caches() {
             .split(&w, Some(me % 2), 0, Default::default())
             .unwrap()
             .unwrap();
-        let before = c.online_trials();
+        let before = c.coll_stats().online_trials;
         let mut b = [me; 8];
-        c.broadcast(&sub, 0, &mut b).unwrap();
+        c.collective(&sub, Broadcast::in_place(0, &mut b), Blocking)
+            .unwrap();
         assert_eq!(b, [me % 2; 8]);
-        assert!(c.online_trials() > before);
+        assert!(c.coll_stats().online_trials > before);
         let qb = Query {
             op: OpKind::Broadcast,
             size: 2,
@@ -1354,11 +1435,8 @@ fn online_tuning_agrees_and_caches() {
             ..q
         };
         winners.push(
-            c.tuner()
-                .online_choice(sub.id(), &qb)
-                .unwrap()
-                .name()
-                .to_string(),
+            c.tuner(|t| t.online_choice(sub.id(), &qb).unwrap().name().to_string())
+                .unwrap(),
         );
         c.barrier(&w).unwrap();
         winners
@@ -1380,9 +1458,9 @@ fn segment_buffers_by_reference() {
         run_sim(
             p,
             SimConfig::default().seed(21).ranks_per_host(per_host),
-            || ClientBuilder::new().segment_size(4 * SEG),
+            || layers().segment_size(4 * SEG),
             |client| {
-                let mut c = coll(&client);
+                let mut c = client.endpoint(0).unwrap();
                 let w = c.world().clone();
                 let me = w.rank();
                 let host = c
@@ -1390,13 +1468,13 @@ fn segment_buffers_by_reference() {
                     .unwrap()
                     .unwrap();
                 let shm = !cfg!(gex_force_am_rma) && c.shared_memory(&host);
-                let before = c.by_reference_calls();
+                let before = c.coll_stats().by_reference_calls;
                 // 3 u64 (slots), 2100 u64 = 16.8 KB (by reference, one round) and
                 // 40 000 u64 = 320 KB (by reference, several rounds of a slot).
                 let ran = segment_matrix(&mut c, &host, &[3, 2100, 40_000]);
                 assert!(ran > 50, "only {ran} cases");
-                let by_ref = c.by_reference_calls() - before;
-                let before_private = c.by_reference_calls();
+                let by_ref = c.coll_stats().by_reference_calls - before;
+                let before_private = c.coll_stats().by_reference_calls;
                 if shm {
                     assert!(by_ref > 20, "rank {me}: only {by_ref} calls by reference");
                 } else {
@@ -1404,10 +1482,10 @@ fn segment_buffers_by_reference() {
                 }
                 // Private buffers: the copying operations' large blocks go by CMA
                 // (thread ranks read their own process), the rest through the slots.
-                let before = c.cma_calls();
+                let before = c.coll_stats().cma_calls;
                 let ran = buffer_matrix(&mut c, &host, &[3, 2100, 40_000], false);
                 assert!(ran > 50, "only {ran} cases");
-                let cma = c.cma_calls() - before;
+                let cma = c.coll_stats().cma_calls - before;
                 if shm && gex_coll::cma_capable() {
                     // At least the two large exchanges (on a team with more members
                     // than CPUs only exchange goes by CMA).
@@ -1415,7 +1493,7 @@ fn segment_buffers_by_reference() {
                 } else {
                     assert_eq!(cma, 0);
                 }
-                assert_eq!(c.by_reference_calls() - before_private, 0);
+                assert_eq!(c.coll_stats().by_reference_calls - before_private, 0);
                 c.barrier(&w).unwrap();
             },
         );
@@ -1436,9 +1514,9 @@ fn data_centric_roots() {
     run_sim(
         6,
         SimConfig::default().reorder(true).seed(31),
-        || ClientBuilder::new().segment_size(SEG),
+        || layers().segment_size(SEG),
         |client| {
-            let mut c = coll(&client);
+            let mut c = client.endpoint(0).unwrap();
             let w = c.world().clone();
             let me = w.rank();
             // Teams {4, 2, 0} and {5, 3, 1} (job ranks in team-rank order).
@@ -1448,7 +1526,7 @@ fn data_centric_roots() {
                 .unwrap();
             let (p, tr) = (t.size(), t.rank());
             assert_eq!(tr, 2 - me / 2);
-            let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+            let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum);
             let (count, n) = (5usize, 20usize);
             let mut salt = 0u64;
             let mut ran = 0;
@@ -1473,10 +1551,26 @@ fn data_centric_roots() {
                         };
                         // Owned buffers, nonblocking.
                         let h = match op {
-                            Broadcast => c.broadcast_nb(&t, ptr, data.clone(), &opts),
-                            Scatter => c.scatter_nb(&t, ptr, data.clone(), count, &opts),
-                            Gather => c.gather_nb(&t, ptr, data.clone(), &opts),
-                            _ => c.reduce_nb(&t, ptr, data.clone(), &sum, &opts),
+                            Broadcast => c.collective(
+                                &t,
+                                gex_coll::Broadcast::new(ptr, data.clone()).opts(opts),
+                                Nb,
+                            ),
+                            Scatter => c.collective(
+                                &t,
+                                gex_coll::Scatter::new(ptr, data.clone(), count).opts(opts),
+                                Nb,
+                            ),
+                            Gather => c.collective(
+                                &t,
+                                gex_coll::Gather::new(ptr, data.clone()).opts(opts),
+                                Nb,
+                            ),
+                            _ => c.collective(
+                                &t,
+                                gex_coll::Reduce::new(ptr, data.clone(), sum.clone()).opts(opts),
+                                Nb,
+                            ),
                         }
                         .unwrap();
                         let got = c.wait(h).unwrap();
@@ -1493,13 +1587,35 @@ fn data_centric_roots() {
                         match op {
                             Broadcast => {
                                 let mut b = data.clone();
-                                c.broadcast_with(&t, ptr, &mut b, &opts).unwrap();
+                                c.collective(
+                                    &t,
+                                    gex_coll::Broadcast::in_place(ptr, &mut b).opts(opts),
+                                    Blocking,
+                                )
+                                .unwrap();
                                 out = b;
                             }
-                            Scatter => c.scatter_with(&t, ptr, &data, &mut out, &opts).unwrap(),
-                            Gather => c.gather_with(&t, ptr, &data, &mut out, &opts).unwrap(),
+                            Scatter => c
+                                .collective(
+                                    &t,
+                                    gex_coll::Scatter::slices(ptr, &data, &mut out).opts(opts),
+                                    Blocking,
+                                )
+                                .unwrap(),
+                            Gather => c
+                                .collective(
+                                    &t,
+                                    gex_coll::Gather::slices(ptr, &data, &mut out).opts(opts),
+                                    Blocking,
+                                )
+                                .unwrap(),
                             _ => c
-                                .reduce_with(&t, ptr, &data, &mut out, &sum, &opts)
+                                .collective(
+                                    &t,
+                                    gex_coll::Reduce::slices(ptr, &data, &mut out, sum.clone())
+                                        .opts(opts),
+                                    Blocking,
+                                )
                                 .unwrap(),
                         }
                         if mine.is_empty() {
@@ -1511,14 +1627,11 @@ fn data_centric_roots() {
                         // Single address mode: the root's buffer is at the pointer; the
                         // other members' at offsets that differ from it.
                         let (src, dst) = (100_000usize, 200_000usize);
-                        let ep = c.endpoint();
-                        ep.segment()
-                            .write(dst, &vec![0xEE; p as usize * n])
-                            .unwrap();
-                        ep.segment().write(at, &vec![0xEE; p as usize * n]).unwrap();
+                        c.segment().write(dst, &vec![0xEE; p as usize * n]).unwrap();
+                        c.segment().write(at, &vec![0xEE; p as usize * n]).unwrap();
                         let root_buf = matches!(op, Broadcast | Scatter);
                         let input_at = if root_buf && tr == owner { at } else { src };
-                        ep.segment().write(input_at, &inputs[tr as usize]).unwrap();
+                        c.segment().write(input_at, &inputs[tr as usize]).unwrap();
                         c.barrier(&w).unwrap();
                         for in_place in [false, true] {
                             if in_place && op != Broadcast {
@@ -1530,12 +1643,19 @@ fn data_centric_roots() {
                                 Single::uniform(p, src, dst)
                             };
                             let h = c
-                                .start_single::<u32>(&t, op, ptr, count, &addrs, Some(&sum), &opts)
+                                .collective(
+                                    &t,
+                                    InSegments::<u32>::new(op, count, addrs.clone())
+                                        .root(ptr)
+                                        .opts(opts)
+                                        .reduce(sum.clone()),
+                                    Nb,
+                                )
                                 .unwrap();
                             c.wait(h).unwrap();
                             let out_at = if !root_buf && tr == owner { at } else { dst };
                             let mut got = vec![0u8; mine.len()];
-                            c.endpoint().segment().read(out_at, &mut got).unwrap();
+                            c.segment().read(out_at, &mut got).unwrap();
                             assert_eq!(&got, mine, "{op} single in_place={in_place}");
                             c.barrier(&w).unwrap();
                         }
@@ -1549,7 +1669,7 @@ fn data_centric_roots() {
             for addr in [other, gex_core::EpAddr::new(me, 1)] {
                 let ptr = GlobalPtr::<u32>::new(addr, 0);
                 let e = c
-                    .broadcast_nb(&t, ptr, vec![1u32; 4], &Opts::default())
+                    .collective(&t, gex_coll::Broadcast::new(ptr, vec![1u32; 4]), Nb)
                     .unwrap_err();
                 assert_eq!(
                     e,
@@ -1560,18 +1680,19 @@ fn data_centric_roots() {
                 );
                 let mut v = [0u32; 4];
                 assert!(matches!(
-                    c.reduce(&t, ptr, &[1u32; 4], &mut v, &sum),
+                    c.collective(
+                        &t,
+                        gex_coll::Reduce::slices(ptr, &[1u32; 4], &mut v, sum.clone()),
+                        Blocking
+                    ),
                     Err(CollError::RootNotMember { .. })
                 ));
                 let e = c
-                    .start_single::<u32>(
+                    .collective(
                         &t,
-                        Gather,
-                        ptr,
-                        4,
-                        &Single::uniform(p, 0, 64),
-                        None,
-                        &Opts::default(),
+                        InSegments::<u32>::new(Gather, 4, Single::uniform(p, 0, 64).clone())
+                            .root(ptr),
+                        Nb,
                     )
                     .unwrap_err();
                 assert!(matches!(e, CollError::RootNotMember { .. }), "{e}");
@@ -1581,7 +1702,7 @@ fn data_centric_roots() {
             let owner = t.member(1).unwrap();
             let edge = GlobalPtr::<u32>::new(owner, SEG - 16);
             let e = c
-                .broadcast_nb(&t, edge, vec![1u32; 5], &Opts::default())
+                .collective(&t, gex_coll::Broadcast::new(edge, vec![1u32; 5]), Nb)
                 .unwrap_err();
             assert_eq!(
                 e,
@@ -1593,18 +1714,26 @@ fn data_centric_roots() {
                 })
             );
             let mut v = [0u32; 4];
-            c.broadcast(&t, edge, &mut v).unwrap(); // 16 bytes fit
+            c.collective(&t, gex_coll::Broadcast::in_place(edge, &mut v), Blocking)
+                .unwrap(); // 16 bytes fit
             let block = GlobalPtr::<u32>::new(owner, SEG - 3 * 8);
             let mut one = [0u32; 2];
-            c.gather(
+            c.collective(
                 &t,
-                block,
-                &[me; 2],
-                &mut if tr == 1 { vec![0; 6] } else { vec![] },
+                gex_coll::Gather::slices(
+                    block,
+                    &[me; 2],
+                    &mut if tr == 1 { vec![0; 6] } else { vec![] },
+                ),
+                Blocking,
             )
             .unwrap(); // 3 blocks of 8 bytes fit
             let e = c
-                .scatter(&t, block, &[0u32; 9], &mut [0u32; 3])
+                .collective(
+                    &t,
+                    gex_coll::Scatter::slices(block, &[0u32; 9], &mut [0u32; 3]),
+                    Blocking,
+                )
                 .unwrap_err();
             assert!(
                 matches!(e, CollError::Rma(RmaError::OutOfSegment { len: 36, .. })),
@@ -1612,17 +1741,28 @@ fn data_centric_roots() {
             );
             let far = GlobalPtr::<u32>::new(owner, 0).add(usize::MAX);
             assert!(matches!(
-                c.scatter(&t, far, &[0u32; 6], &mut one),
+                c.collective(
+                    &t,
+                    gex_coll::Scatter::slices(far, &[0u32; 6], &mut one),
+                    Blocking
+                ),
                 Err(CollError::Rma(RmaError::OutOfSegment { .. }))
             ));
             // Nothing started: the teams still agree on their sequence numbers.
-            assert_eq!(c.in_flight(), 0);
+            assert_eq!(c.coll_stats().in_flight, 0);
             let mut b = [u32::from(tr == 2) * 9; 3];
-            c.broadcast(&t, GlobalPtr::<u8>::new(t.member(2).unwrap(), 0), &mut b)
-                .unwrap();
+            c.collective(
+                &t,
+                gex_coll::Broadcast::in_place(
+                    GlobalPtr::<u8>::new(t.member(2).unwrap(), 0),
+                    &mut b,
+                ),
+                Blocking,
+            )
+            .unwrap();
             assert_eq!(b, [9; 3]);
             c.barrier(&w).unwrap();
-            assert_eq!(c.dropped_messages(), 0);
+            assert_eq!(c.coll_stats().dropped_messages, 0);
         },
     );
 }
@@ -1639,7 +1779,7 @@ fn hier_override_leaves_stages_to_the_tuner() {
         .map(|op| (op.env_var(), "hier"))
         .collect();
     let builder = move || {
-        ClientBuilder::new()
+        layers()
             .segment_size(4 * SEG)
             .config(gex_core::Config::from_pairs(pairs.clone()))
     };
@@ -1648,13 +1788,9 @@ fn hier_override_leaves_stages_to_the_tuner() {
         SimConfig::default().reorder(true).seed(5).ranks_per_host(3),
         builder,
         |client| {
-            let mut c = CollEp::with_config(
-                RmaEp::new(client.endpoint(0).unwrap()).unwrap(),
-                client.config(),
-            )
-            .unwrap();
+            let mut c = client.endpoint(0).unwrap();
             let w = c.world().clone();
-            let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
+            let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum);
             let mut n = 0;
             for op in OpKind::ALL {
                 let q = gex_coll::Query {
@@ -1689,9 +1825,13 @@ fn hier_override_leaves_stages_to_the_tuner() {
                 }
             }
             assert_eq!(c.hierarchical(&w), !cfg!(gex_force_am_rma));
-            c.barrier_nb(&w, &Opts::default().with_algorithm("binomial"))
-                .map(|h| c.wait(h).unwrap())
-                .unwrap();
+            c.collective(
+                &w,
+                Barrier::new().opts(Opts::default().with_algorithm("binomial")),
+                Nb,
+            )
+            .map(|h| c.wait(h).unwrap())
+            .unwrap();
             n
         },
     );

@@ -1,8 +1,20 @@
 //! Sequential reference of every collective, shared by the tests.
 #![allow(dead_code, unreachable_pub)]
 
-use gex_coll::{BuiltinOp, CollEp, CollError, Elem, OpKind, Opts, ReduceFn, ReduceOp, Team};
+use gex_coll::{
+    Allreduce, Barrier, BitOp, Broadcast, BuiltinOp, ByKind, CollError, CollExt, Elem, Exchange,
+    Exscan, Gather, GatherAll, OpKind, Opts, Reduce, ReduceFn, ReduceOp, ReduceScatter, Scan,
+    Scatter, Team,
+};
 use gex_core::spi::Conduit;
+use gex_core::{Blocking, Endpoint, Nb};
+
+/// A client builder with the RMA and collectives layers.
+pub fn layers() -> gex_core::ClientBuilder<(((), gex_rma::Rma), gex_coll::Coll)> {
+    gex_core::ClientBuilder::new()
+        .layer::<gex_rma::Rma>()
+        .layer::<gex_coll::Coll>()
+}
 
 /// Expected output of every rank for `op` on `inputs` (bytes per rank), blocks of `n`
 /// bytes, reduction `f` combining in rank order.
@@ -93,7 +105,7 @@ pub fn to_vec<T: Elem>(b: &[u8]) -> Vec<T> {
 /// this rank against the reference. Returns false if the algorithm cannot run it.
 #[allow(clippy::too_many_arguments)]
 pub fn run_one<C: Conduit, T: Elem>(
-    c: &mut CollEp<C>,
+    c: &mut Endpoint<C>,
     team: &Team,
     op: OpKind,
     alg: Option<&str>,
@@ -113,40 +125,15 @@ pub fn run_one<C: Conduit, T: Elem>(
         ..Opts::default()
     };
     let data: Vec<T> = to_vec(&inputs[me as usize]);
-    let h = match op {
-        OpKind::Barrier => c.barrier_nb(team, &opts).map(|h| (Some(h), None)),
-        OpKind::Broadcast => c
-            .broadcast_nb(team, root, data, &opts)
-            .map(|h| (None, Some(h))),
-        OpKind::Scatter => c
-            .scatter_nb(team, root, data, count, &opts)
-            .map(|h| (None, Some(h))),
-        OpKind::Gather => c
-            .gather_nb(team, root, data, &opts)
-            .map(|h| (None, Some(h))),
-        OpKind::GatherAll => c.gather_all_nb(team, data, &opts).map(|h| (None, Some(h))),
-        OpKind::Exchange => c.exchange_nb(team, data, &opts).map(|h| (None, Some(h))),
-        OpKind::Reduce => c
-            .reduce_nb(team, root, data, red, &opts)
-            .map(|h| (None, Some(h))),
-        OpKind::Allreduce => c
-            .allreduce_nb(team, data, red, &opts)
-            .map(|h| (None, Some(h))),
-        OpKind::ReduceScatter => c
-            .reduce_scatter_nb(team, data, red, &opts)
-            .map(|h| (None, Some(h))),
-        OpKind::Scan => c.scan_nb(team, data, red, &opts).map(|h| (None, Some(h))),
-        OpKind::Exscan => c.exscan_nb(team, data, red, &opts).map(|h| (None, Some(h))),
-    };
-    let got: Vec<u8> = match h {
-        Err(CollError::Unsupported { .. }) => return false,
+    let d = ByKind::new(op, data)
+        .root(root)
+        .count(count)
+        .reduce(red.clone())
+        .opts(opts);
+    let got: Vec<u8> = match c.collective(team, d, Nb) {
+        Err(CollError::Unsupported { .. } | CollError::ScratchTooSmall { .. }) => return false,
         Err(e) => panic!("{op} {alg:?}: {e}"),
-        Ok((Some(b), _)) => {
-            c.wait(b).unwrap();
-            vec![]
-        }
-        Ok((None, Some(h))) => bytemuck::cast_slice(&c.wait(h).unwrap()).to_vec(),
-        Ok(_) => unreachable!(),
+        Ok(ev) => bytemuck::cast_slice(&c.wait(ev).unwrap()).to_vec(),
     };
     let want = reference(
         op,
@@ -168,7 +155,7 @@ pub fn run_one<C: Conduit, T: Elem>(
 /// exscan) must find its buffer untouched.
 #[allow(clippy::too_many_arguments)]
 pub fn run_one_blocking<C: Conduit, T: Elem>(
-    c: &mut CollEp<C>,
+    c: &mut Endpoint<C>,
     team: &Team,
     op: OpKind,
     alg: Option<&str>,
@@ -195,29 +182,69 @@ pub fn run_one_blocking<C: Conduit, T: Elem>(
         _ => count,
     });
     let res = match op {
-        OpKind::Barrier => c.barrier_with(team, &opts),
+        OpKind::Barrier => c.collective(team, Barrier::new().opts(opts), Blocking),
         OpKind::Broadcast => {
             if me == root {
                 dst.copy_from_slice(&src);
             }
-            c.broadcast_with(team, root, &mut dst, &opts)
+            c.collective(
+                team,
+                Broadcast::in_place(root, &mut dst).opts(opts),
+                Blocking,
+            )
         }
-        OpKind::Scatter => c.scatter_with(team, root, &src, &mut dst, &opts),
-        OpKind::Gather => c.gather_with(team, root, &src, &mut dst, &opts),
-        OpKind::GatherAll => c.gather_all_with(team, &src, &mut dst, &opts),
-        OpKind::Exchange => c.exchange_with(team, &src, &mut dst, &opts),
-        OpKind::Reduce => c.reduce_with(team, root, &src, &mut dst, red, &opts),
+        OpKind::Scatter => c.collective(
+            team,
+            Scatter::slices(root, &src, &mut dst).opts(opts),
+            Blocking,
+        ),
+        OpKind::Gather => c.collective(
+            team,
+            Gather::slices(root, &src, &mut dst).opts(opts),
+            Blocking,
+        ),
+        OpKind::GatherAll => {
+            c.collective(team, GatherAll::slices(&src, &mut dst).opts(opts), Blocking)
+        }
+        OpKind::Exchange => {
+            c.collective(team, Exchange::slices(&src, &mut dst).opts(opts), Blocking)
+        }
+        OpKind::Reduce => c.collective(
+            team,
+            Reduce::slices(root, &src, &mut dst, red.clone()).opts(opts),
+            Blocking,
+        ),
         OpKind::Allreduce if salt % 2 == 0 => {
             dst.copy_from_slice(&src);
-            c.allreduce_in_place_with(team, &mut dst, red, &opts)
+            c.collective(
+                team,
+                Allreduce::in_place(&mut dst, red.clone()).opts(opts),
+                Blocking,
+            )
         }
-        OpKind::Allreduce => c.allreduce_with(team, &src, &mut dst, red, &opts),
-        OpKind::ReduceScatter => c.reduce_scatter_with(team, &src, &mut dst, red, &opts),
-        OpKind::Scan => c.scan_with(team, &src, &mut dst, red, &opts),
-        OpKind::Exscan => c.exscan_with(team, &src, &mut dst, red, &opts),
+        OpKind::Allreduce => c.collective(
+            team,
+            Allreduce::slices(&src, &mut dst, red.clone()).opts(opts),
+            Blocking,
+        ),
+        OpKind::ReduceScatter => c.collective(
+            team,
+            ReduceScatter::slices(&src, &mut dst, red.clone()).opts(opts),
+            Blocking,
+        ),
+        OpKind::Scan => c.collective(
+            team,
+            Scan::slices(&src, &mut dst, red.clone()).opts(opts),
+            Blocking,
+        ),
+        OpKind::Exscan => c.collective(
+            team,
+            Exscan::slices(&src, &mut dst, red.clone()).opts(opts),
+            Blocking,
+        ),
     };
     match res {
-        Err(CollError::Unsupported { .. }) => return false,
+        Err(CollError::Unsupported { .. } | CollError::ScratchTooSmall { .. }) => return false,
         Err(e) => panic!("{op} {alg:?}: {e}"),
         Ok(()) => {}
     }
@@ -247,20 +274,20 @@ pub fn run_one_blocking<C: Conduit, T: Elem>(
 }
 
 /// Every registered algorithm of every op, plus the tuned choice.
-pub fn matrix<C: Conduit>(c: &mut CollEp<C>, team: &Team, counts: &[usize]) -> usize {
+pub fn matrix<C: Conduit>(c: &mut Endpoint<C>, team: &Team, counts: &[usize]) -> usize {
     matrix_mode(c, team, counts, false)
 }
 
 /// [`matrix`] through the nonblocking calls (`blocking` false) or the blocking ones.
 pub fn matrix_mode<C: Conduit>(
-    c: &mut CollEp<C>,
+    c: &mut Endpoint<C>,
     team: &Team,
     counts: &[usize],
     blocking: bool,
 ) -> usize {
-    let sum32 = ReduceOp::<u32>::builtin(BuiltinOp::Sum).unwrap();
-    let max_f64 = ReduceOp::<f64>::builtin(BuiltinOp::Max).unwrap();
-    let bxor8 = ReduceOp::<i8>::builtin(BuiltinOp::Bxor).unwrap();
+    let sum32 = ReduceOp::<u32>::builtin(BuiltinOp::Sum);
+    let max_f64 = ReduceOp::<f64>::builtin(BuiltinOp::Max);
+    let bxor8 = ReduceOp::<i8>::bitwise(BitOp::Bxor);
     let aff = affine();
     let p = team.size();
     let mut ran = 0;
@@ -291,7 +318,7 @@ pub fn matrix_mode<C: Conduit>(
             None,
             root,
             3,
-            &ReduceOp::<u128>::builtin(BuiltinOp::Prod).unwrap(),
+            &ReduceOp::<u128>::builtin(BuiltinOp::Prod),
             97,
         );
         one(
@@ -302,7 +329,7 @@ pub fn matrix_mode<C: Conduit>(
             None,
             root,
             5,
-            &ReduceOp::<i16>::builtin(BuiltinOp::Land).unwrap(),
+            &ReduceOp::<i16>::bitwise(BitOp::Land),
             96,
         );
     }
@@ -313,7 +340,7 @@ pub fn matrix_mode<C: Conduit>(
 #[allow(clippy::too_many_arguments)]
 fn one<C: Conduit, T: Elem>(
     blocking: bool,
-    c: &mut CollEp<C>,
+    c: &mut Endpoint<C>,
     team: &Team,
     op: OpKind,
     alg: Option<&str>,
@@ -337,16 +364,16 @@ fn one<C: Conduit, T: Elem>(
 ///
 /// The segment must hold `2 × P × count × 8` bytes plus 64, and nothing else may use
 /// its first bytes meanwhile.
-pub fn segment_matrix<C: Conduit>(c: &mut CollEp<C>, team: &Team, counts: &[usize]) -> usize {
+pub fn segment_matrix<C: Conduit>(c: &mut Endpoint<C>, team: &Team, counts: &[usize]) -> usize {
     buffer_matrix(c, team, counts, true)
 }
 
 /// As [`segment_matrix`], with the buffers in this member's segment (`in_segment`) or
 /// in private heap memory (where blocks of 16 KiB and more of the copying operations
-/// are read by the others with CMA, `CollEp::cma_calls`).
+/// are read by the others with CMA, `CollStats::cma_calls`).
 #[allow(unsafe_code)]
 pub fn buffer_matrix<C: Conduit>(
-    c: &mut CollEp<C>,
+    c: &mut Endpoint<C>,
     team: &Team,
     counts: &[usize],
     in_segment: bool,
@@ -355,7 +382,7 @@ pub fn buffer_matrix<C: Conduit>(
     let mut heap: Vec<u64> = Vec::new();
     let p = team.size();
     let me = team.rank();
-    let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+    let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
     let noncomm = affine();
     let mut ran = 0;
     let mut salt = 1000;
@@ -363,7 +390,7 @@ pub fn buffer_matrix<C: Conduit>(
         let n = count * 8;
         let pn = p as usize * count;
         let base = if in_segment {
-            let seg = c.rma().endpoint().segment();
+            let seg = c.segment();
             assert!(seg.len() >= 2 * pn * 8 + 64, "segment too small");
             seg.as_ptr()
         } else {
@@ -399,24 +426,45 @@ pub fn buffer_matrix<C: Conduit>(
                             std::slice::from_raw_parts_mut(base.add(dst_at).cast::<u64>(), out_len),
                         )
                     };
-                    let o = Opts::default();
                     let res = match op {
-                        OpKind::Barrier => c.barrier_with(team, &o),
+                        OpKind::Barrier => c.barrier(team),
                         OpKind::Broadcast => {
                             if me == root {
                                 dst.copy_from_slice(&src[..count]);
                             }
-                            c.broadcast_with(team, root, dst, &o)
+                            c.collective(team, Broadcast::in_place(root, dst), Blocking)
                         }
-                        OpKind::Scatter => c.scatter_with(team, root, src, dst, &o),
-                        OpKind::Gather => c.gather_with(team, root, &src[..count], dst, &o),
-                        OpKind::GatherAll => c.gather_all_with(team, &src[..count], dst, &o),
-                        OpKind::Exchange => c.exchange_with(team, src, dst, &o),
-                        OpKind::Reduce => c.reduce_with(team, root, src, dst, red, &o),
-                        OpKind::Allreduce => c.allreduce_with(team, src, dst, red, &o),
-                        OpKind::ReduceScatter => c.reduce_scatter_with(team, src, dst, red, &o),
-                        OpKind::Scan => c.scan_with(team, src, dst, red, &o),
-                        OpKind::Exscan => c.exscan_with(team, src, dst, red, &o),
+                        OpKind::Scatter => {
+                            c.collective(team, Scatter::slices(root, src, dst), Blocking)
+                        }
+                        OpKind::Gather => {
+                            c.collective(team, Gather::slices(root, &src[..count], dst), Blocking)
+                        }
+                        OpKind::GatherAll => {
+                            c.collective(team, GatherAll::slices(&src[..count], dst), Blocking)
+                        }
+                        OpKind::Exchange => {
+                            c.collective(team, Exchange::slices(src, dst), Blocking)
+                        }
+                        OpKind::Reduce => c.collective(
+                            team,
+                            Reduce::slices(root, src, dst, red.clone()),
+                            Blocking,
+                        ),
+                        OpKind::Allreduce => {
+                            c.collective(team, Allreduce::slices(src, dst, red.clone()), Blocking)
+                        }
+                        OpKind::ReduceScatter => c.collective(
+                            team,
+                            ReduceScatter::slices(src, dst, red.clone()),
+                            Blocking,
+                        ),
+                        OpKind::Scan => {
+                            c.collective(team, Scan::slices(src, dst, red.clone()), Blocking)
+                        }
+                        OpKind::Exscan => {
+                            c.collective(team, Exscan::slices(src, dst, red.clone()), Blocking)
+                        }
                     };
                     res.unwrap_or_else(|e| panic!("{op} root {root} count {count}: {e}"));
                     // Reuse the input at once (a broadcast root's is its output).
