@@ -21,10 +21,7 @@ fn check(
     let (elem, f) = if comm {
         (
             4usize,
-            ReduceOp::<u32>::builtin(BuiltinOp::Sum)
-                .unwrap()
-                .func()
-                .clone(),
+            ReduceOp::<u32>::builtin(BuiltinOp::Sum).func().clone(),
         )
     } else {
         (

@@ -9,18 +9,18 @@
 
 mod common;
 
-use common::{buffer_matrix, bytes, matrix, matrix_mode, reference, segment_matrix};
+use common::{buffer_matrix, bytes, layers, matrix, matrix_mode, reference, segment_matrix};
+use gex::Job;
 use gex::spi::Conduit;
-use gex::{Client, ClientBuilder, Job};
-use gex_coll::{CollEp, OpKind, Opts, Scratch, Single, SyncMode};
-use gex_rma::RmaEp;
+use gex_coll::{CollExt, InSegments, OpKind, Opts, Scratch, Single, SyncMode};
+use gex_core::{Client, Nb};
 
 struct Matrix;
 
 impl Job for Matrix {
     type Output = ();
     fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = CollEp::new(RmaEp::new(client.endpoint(0).unwrap()).unwrap()).unwrap();
+        let mut c = client.endpoint(0).unwrap();
         let w = c.world().clone();
         let ran = matrix(&mut c, &w, &[1, 9000]);
         assert!(ran > 100, "{ran}");
@@ -30,28 +30,28 @@ impl Job for Matrix {
         matrix(&mut c, &t, &[5]);
         // The blocking calls (direct shared-memory path on smp), blocks up to three
         // rounds of the world's slot.
-        let direct = c.direct_calls();
+        let direct = c.coll_stats().direct_calls;
         matrix_mode(&mut c, &w, &[1, 9000, 70_000], true);
         matrix_mode(&mut c, &t, &[5, 9000], true);
-        assert!(c.shared_memory(&w) == (c.direct_calls() > direct));
+        assert!(c.shared_memory(&w) == (c.coll_stats().direct_calls > direct));
         // Buffers in the segments: blocks of 16 KiB and more published by reference
         // (two slot rounds at 9000 u64 on 4 members' exchange).
-        let by_ref = c.by_reference_calls();
+        let by_ref = c.coll_stats().by_reference_calls;
         segment_matrix(&mut c, &w, &[3, 2100, 9000]);
-        assert!(c.shared_memory(&w) == (c.by_reference_calls() > by_ref));
+        assert!(c.shared_memory(&w) == (c.coll_stats().by_reference_calls > by_ref));
         // Private buffers: blocks of 16 KiB and more of the copying operations are
         // read across the processes with process_vm_readv where the machine allows.
-        let cma = c.cma_calls();
+        let cma = c.coll_stats().cma_calls;
         buffer_matrix(&mut c, &w, &[3, 2100, 9000], false);
         let want = c.shared_memory(&w) && gex_coll::cma_capable();
         assert!(
-            want == (c.cma_calls() > cma),
+            want == (c.coll_stats().cma_calls > cma),
             "CMA publications: {} (capable here: {})",
-            c.cma_calls() - cma,
+            c.coll_stats().cma_calls - cma,
             gex_coll::cma_capable()
         );
         c.barrier(&w).unwrap();
-        assert_eq!(c.dropped_messages(), 0);
+        assert_eq!(c.coll_stats().dropped_messages, 0);
         drop(c);
         client.finalize().unwrap();
     }
@@ -62,7 +62,7 @@ struct SingleMode;
 impl Job for SingleMode {
     type Output = ();
     fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = CollEp::new(RmaEp::new(client.endpoint(0).unwrap()).unwrap()).unwrap();
+        let mut c = client.endpoint(0).unwrap();
         let w = c.world().clone();
         let (p, me) = (w.size(), w.rank() as usize);
         let mut salt = 0;
@@ -80,21 +80,27 @@ impl Job for SingleMode {
                     let inputs: Vec<Vec<u8>> = (0..p as usize)
                         .map(|r| bytes(r, u64::from(salt), n))
                         .collect();
-                    c.endpoint().segment().write(0, &inputs[me]).unwrap();
+                    c.segment().write(0, &inputs[me]).unwrap();
                     c.barrier(&w).unwrap();
                     let addrs = Single {
                         src: Some(vec![0; p as usize]),
                         dst: dst.clone(),
                     };
                     let opts = Opts::sync(i, o).with_algorithm(&alg);
-                    let h = match c.start_single::<u8>(&w, op, root, n, &addrs, None, &opts) {
+                    let h = match c.collective(
+                        &w,
+                        InSegments::<u8>::new(op, n, addrs.clone())
+                            .root(root)
+                            .opts(opts),
+                        Nb,
+                    ) {
                         Err(gex_coll::CollError::Unsupported { .. }) => continue,
                         x => x.unwrap(),
                     };
                     c.wait(h).unwrap();
                     let want = reference(op, root as usize, n, &inputs, None);
                     let mut got = vec![0u8; want[me].len()];
-                    c.endpoint().segment().read(dst[me], &mut got).unwrap();
+                    c.segment().read(dst[me], &mut got).unwrap();
                     assert!(got == want[me], "{op} {alg} {i:?} {o:?}");
                     c.barrier(&w).unwrap();
                 }
@@ -109,8 +115,7 @@ fn launch<J: Job<Output = ()>>(ranks: u32, name: &str, job: J) {
     match gex_boot::spawn_self_test(ranks, name).unwrap() {
         gex_boot::Role::Launcher(code) => assert_eq!(code, 0, "job {name} failed"),
         gex_boot::Role::Rank(boot) => {
-            gex::init_with_boot(ClientBuilder::new().segment_size(4 << 20), boot, None, job)
-                .unwrap();
+            gex::init_with_boot(layers().segment_size(4 << 20), boot, None, job).unwrap();
         }
     }
 }

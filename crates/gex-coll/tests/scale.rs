@@ -4,9 +4,11 @@
 //! experiments, every result checked. Wall-clock time means nothing here (1024 threads on a few cores); the
 //! timing model at this scale is the discrete-event LogGP simulation (`tests/des.rs`).
 
-use gex_coll::{BuiltinOp, CollEp, Opts, ReduceOp};
-use gex_core::ClientBuilder;
-use gex_rma::RmaEp;
+use gex_coll::{
+    Allreduce, Barrier, Broadcast, BuiltinOp, CollExt, Exchange, GatherAll, Opts, Reduce, ReduceOp,
+    Scan,
+};
+use gex_core::Blocking;
 use gex_testkit::sim::{Delay, SimConfig, run_sim};
 use std::time::Duration;
 
@@ -26,17 +28,25 @@ fn collectives_on_1024_simulated_ranks() {
     let ran = run_sim(
         P,
         cfg,
-        || ClientBuilder::new().segment_size(64 << 10),
+        || {
+            gex_core::ClientBuilder::new()
+                .layer::<gex_rma::Rma>()
+                .layer::<gex_coll::Coll>()
+                .segment_size(64 << 10)
+        },
         |client| {
-            let mut c = CollEp::new(RmaEp::new(client.endpoint(0).unwrap()).unwrap()).unwrap();
+            let mut c = client.endpoint(0).unwrap();
             let w = c.world().clone();
             let (p, me) = (u64::from(w.size()), u64::from(w.rank()));
-            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).unwrap();
+            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
             let mut ran = 0u32;
             for alg in [None, Some("dissem2"), Some("dissem4")] {
-                c.barrier_with(
+                c.collective(
                     &w,
-                    &alg.map_or_else(Opts::default, |a| Opts::default().with_algorithm(a)),
+                    Barrier::new().opts(
+                        alg.map_or_else(Opts::default, |a| Opts::default().with_algorithm(a)),
+                    ),
+                    Blocking,
                 )
                 .unwrap();
                 ran += 1;
@@ -51,7 +61,8 @@ fn collectives_on_1024_simulated_ranks() {
                 if u64::from(root) == me {
                     buf = std::array::from_fn(|i| i as u64 * 31 + u64::from(root));
                 }
-                c.broadcast_with(&w, root, &mut buf, &o).unwrap();
+                c.collective(&w, Broadcast::in_place(root, &mut buf).opts(o), Blocking)
+                    .unwrap();
                 assert_eq!(
                     buf,
                     std::array::from_fn(|i| i as u64 * 31 + u64::from(root))
@@ -61,8 +72,12 @@ fn collectives_on_1024_simulated_ranks() {
             for alg in [None, Some("recdbl"), Some("rechalv"), Some("reduce+bcast")] {
                 let o = alg.map_or_else(Opts::default, |a| Opts::default().with_algorithm(a));
                 let mut out = [0u64; 4];
-                c.allreduce_with(&w, &[me, 1, me * me, 7], &mut out, &sum, &o)
-                    .unwrap();
+                c.collective(
+                    &w,
+                    Allreduce::slices(&[me, 1, me * me, 7], &mut out, sum.clone()).opts(o),
+                    Blocking,
+                )
+                .unwrap();
                 assert_eq!(
                     out,
                     [p * (p - 1) / 2, p, (p - 1) * p * (2 * p - 1) / 6, 7 * p],
@@ -71,21 +86,20 @@ fn collectives_on_1024_simulated_ranks() {
                 ran += 1;
             }
             let mut all = vec![0u64; p as usize];
-            c.gather_all_with(
+            c.collective(
                 &w,
-                &[me * 3],
-                &mut all,
-                &Opts::default().with_algorithm("bruck2"),
+                GatherAll::slices(&[me * 3], &mut all)
+                    .opts(Opts::default().with_algorithm("bruck2")),
+                Blocking,
             )
             .unwrap();
             assert!(all.iter().enumerate().all(|(i, &x)| x == i as u64 * 3));
             let src: Vec<u64> = (0..p).map(|d| me * 10_000 + d).collect();
             let mut dst = vec![0u64; p as usize];
-            c.exchange_with(
+            c.collective(
                 &w,
-                &src,
-                &mut dst,
-                &Opts::default().with_algorithm("bruck2"),
+                Exchange::slices(&src, &mut dst).opts(Opts::default().with_algorithm("bruck2")),
+                Blocking,
             )
             .unwrap();
             assert!(
@@ -94,17 +108,15 @@ fn collectives_on_1024_simulated_ranks() {
                     .all(|(i, &x)| x == i as u64 * 10_000 + me)
             );
             let mut s = [0u64];
-            c.scan_with(&w, &[me], &mut s, &sum, &Opts::default())
+            c.collective(&w, Scan::slices(&[me], &mut s, sum.clone()), Blocking)
                 .unwrap();
             assert_eq!(s[0], me * (me + 1) / 2);
             let mut r = [0u64];
-            c.reduce_with(
+            c.collective(
                 &w,
-                5,
-                &[me + 1],
-                &mut r,
-                &sum,
-                &Opts::default().with_algorithm("knomial4"),
+                Reduce::slices(5, &[me + 1], &mut r, sum.clone())
+                    .opts(Opts::default().with_algorithm("knomial4")),
+                Blocking,
             )
             .unwrap();
             if me == 5 {
@@ -112,7 +124,7 @@ fn collectives_on_1024_simulated_ranks() {
             }
             ran += 4;
             c.barrier(&w).unwrap();
-            assert_eq!(c.dropped_messages(), 0);
+            assert_eq!(c.coll_stats().dropped_messages, 0);
             ran
         },
     );
