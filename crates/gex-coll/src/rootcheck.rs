@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 /// How long a collective may make no progress before the stall checks run (probes,
 /// shared-memory check lines); they run again every [`STALL`] after.
-pub(crate) const STALL: Duration = Duration::from_millis(2);
+pub(crate) const STALL: Duration = Duration::from_millis(50);
 
 /// The belief of a collective: a digest of its operation, its root and its context (0
 /// for a program's collective; for a stage of a hierarchical one, a digest of the

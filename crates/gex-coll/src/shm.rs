@@ -68,10 +68,12 @@
 //! wakes it. A member that does not sleep costs writers one load of a line that stays
 //! in their cache.
 //!
-//! **Tags.** A `POST` word holds `mix(generation, team id, sequence number, round)`:
+//! **Tags.** A `POST` word holds `mix(generation, team id, sequence number, round,
+//! belief)`:
 //! a reader waits for the exact tag, so a stale publication of another team, of an
 //! earlier collective or of an earlier layer on the same endpoint (the generation
-//! word counts them) is never mistaken for the awaited one.
+//! word counts them), or of a member that runs another collective or names another
+//! root (the belief, [`crate::rootcheck`]), is never mistaken for the awaited one.
 //!
 //! # Safety
 //! [`Area`] turns the base of a mapped auxiliary area slice plus fixed offsets into
@@ -570,6 +572,10 @@ pub(crate) struct ShmOp {
     post: bool,
     tid: u64,
     seq: u32,
+    /// The member's belief ([`crate::rootcheck`]): part of every publication's tag,
+    /// so a reader never takes the publication of a member that runs another
+    /// collective (it stalls instead, and its stall checks tell why).
+    pub(crate) belief: u32,
     /// Publishes by reference: 1 + the segment offset of this member's input, or
     /// [`CMA_FLAG`] | its virtual address.
     byref: u64,
@@ -797,6 +803,7 @@ impl ShmOp {
             small,
             tid: team.0,
             seq: team.1,
+            belief: 0,
             byref: 0,
             byref_slots: 0,
             g: 0,
@@ -954,7 +961,13 @@ impl ShmOp {
             } else {
                 (self.seq as usize + g) % 2
             };
-            let tag = mix_all(&[team.generation, self.tid, u64::from(self.seq), g as u64]);
+            let tag = mix_all(&[
+                team.generation,
+                self.tid,
+                u64::from(self.seq),
+                g as u64,
+                u64::from(self.belief),
+            ]);
             let data = self.data_round(g);
             if !self.published {
                 let readers = if data.is_some() {

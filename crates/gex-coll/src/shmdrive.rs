@@ -143,6 +143,7 @@ impl Coll {
         let (done, wake) = match &mut st.body {
             Body::Shm(op) => {
                 if first {
+                    op.op().belief = st.belief;
                     rootcheck::announce(t, st.seq, st.belief);
                 }
                 let done = op.step(t, &mut shm.expected);
@@ -266,6 +267,7 @@ impl Coll {
         let (done, wake) = match &mut d.body {
             DirectBody::Shm(op) => {
                 if first {
+                    op.belief = d.belief;
                     rootcheck::announce(t, d.seq, d.belief);
                 }
                 let done = op.step(t, &mut self.shm.expected, io);

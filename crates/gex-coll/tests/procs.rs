@@ -12,8 +12,10 @@ mod common;
 use common::{buffer_matrix, bytes, layers, matrix, matrix_mode, reference, segment_matrix};
 use gex::Job;
 use gex::spi::Conduit;
-use gex_coll::{CollExt, InSegments, OpKind, Opts, Scratch, Single, SyncMode};
-use gex_core::{Client, Nb};
+use gex_coll::{
+    Barrier, Broadcast, CollError, CollExt, InSegments, OpKind, Opts, Scratch, Single, SyncMode,
+};
+use gex_core::{Blocking, Client, Nb};
 
 struct Matrix;
 
@@ -111,6 +113,53 @@ impl Job for SingleMode {
     }
 }
 
+/// Root and barrier-name mismatches in real processes (shared memory on `smp`): errors
+/// on the members that see them, never a hang (a watchdog in every rank turns a hang
+/// into a failed job: the code before the layer hung in the first case).
+struct Mismatch;
+
+impl Job for Mismatch {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        std::thread::spawn(|| {
+            std::thread::sleep(std::time::Duration::from_secs(120));
+            eprintln!("procs mismatch: still running after 120 s (a hang)");
+            std::process::exit(3);
+        });
+        let mut c = client.endpoint(0).unwrap();
+        let w = c.world();
+        let me = w.rank();
+        fn mismatch<T>(r: &Result<T, CollError>) -> bool {
+            matches!(r, Err(CollError::RootMismatch { .. }))
+        }
+        // Two members, each naming the other for the root of a broadcast.
+        let pair = c
+            .split(&w, Some(u32::from(me < 2)), me, Scratch::None)
+            .unwrap()
+            .unwrap();
+        if me < 2 {
+            let mut b = [me; 4];
+            let r = c.collective(&pair, Broadcast::in_place(1 - me, &mut b), Blocking);
+            assert!(mismatch(&r), "rank {me}: {r:?}");
+        }
+        // Three members, three roots.
+        let trio = c.create_team(&w, &[0, 1, 2], Scratch::None).unwrap();
+        let mut b = [me; 4];
+        let r = c.collective(&trio, Broadcast::in_place((me + 1) % 3, &mut b), Blocking);
+        assert!(mismatch(&r), "rank {me}: {r:?}");
+        c.destroy_team(pair).unwrap();
+        c.destroy_team(trio).unwrap();
+        // Barrier names, nonblocking: every member sees the mismatch.
+        let ev = c
+            .collective(&w, Barrier::named(u64::from(me % 2)), Nb)
+            .unwrap();
+        assert_eq!(c.wait(ev), Err(CollError::BarrierMismatch), "rank {me}");
+        c.barrier(&w).unwrap();
+        drop(c);
+        client.finalize().unwrap();
+    }
+}
+
 fn launch<J: Job<Output = ()>>(ranks: u32, name: &str, job: J) {
     match gex_boot::spawn_self_test(ranks, name).unwrap() {
         gex_boot::Role::Launcher(code) => assert_eq!(code, 0, "job {name} failed"),
@@ -123,6 +172,11 @@ fn launch<J: Job<Output = ()>>(ranks: u32, name: &str, job: J) {
 #[test]
 fn procs_matrix_4() {
     launch(4, "procs_matrix_4", Matrix);
+}
+
+#[test]
+fn procs_mismatch_3() {
+    launch(3, "procs_mismatch_3", Mismatch);
 }
 
 #[test]

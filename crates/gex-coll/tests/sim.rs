@@ -1840,3 +1840,188 @@ fn hier_override_leaves_stages_to_the_tuner() {
         "{ran:?}"
     );
 }
+
+/// Members that name different roots get `RootMismatch` instead of waiting forever
+/// (the code before the layer hung in every case below; the simulator's watchdog
+/// turns a hang into a failure). Over messages (one rank per host) and through
+/// shared memory (one host), each mismatch on a team of its own:
+/// - two members that each take the other for the root of a broadcast (nobody ever
+///   sends: found by the stalled members' probes, or in their check lines): both fail;
+/// - three members naming three different roots: all fail;
+/// - a reduce to rank 0 where rank 2 names rank 1: rank 0 waits for rank 2's data and
+///   fails; ranks 1 and 2 finish or fail (documented on `Root`).
+///
+/// Afterwards the world team still runs collectives (teams of messages stay usable,
+/// shared-memory ones are poisoned: they are destroyed).
+#[test]
+fn root_mismatch_is_an_error_not_a_hang() {
+    for per_host in [1u32, 3] {
+        let cfg = SimConfig::default()
+            .seed(41)
+            .ranks_per_host(per_host)
+            .timeout(Duration::from_secs(120));
+        run_sim(
+            3,
+            cfg,
+            || layers().segment_size(SEG),
+            move |client| {
+                let mut c = client.endpoint(0).unwrap();
+                let w = c.world();
+                let me = w.rank();
+                fn mismatch<T>(r: &Result<T, CollError>) -> bool {
+                    matches!(r, Err(CollError::RootMismatch { .. }))
+                }
+                // Two members, each naming the other.
+                let pair = c
+                    .split(&w, Some(u32::from(me < 2)), me, Scratch::None)
+                    .unwrap()
+                    .unwrap();
+                if me < 2 {
+                    assert_eq!(
+                        c.shared_memory(&pair),
+                        per_host > 1 && !cfg!(gex_force_am_rma)
+                    );
+                    let mut b = [me; 4];
+                    let r = c.collective(&pair, Broadcast::in_place(1 - me, &mut b), Blocking);
+                    assert!(mismatch(&r), "rank {me}: {r:?}");
+                    // Nonblocking: the event fails the same way.
+                    let ev = c
+                        .collective(
+                            &pair,
+                            Broadcast::new(1 - me, vec![me; 4]).algorithm("flat"),
+                            Nb,
+                        )
+                        .unwrap();
+                    let r = c.wait(ev);
+                    assert!(mismatch(&r), "rank {me}: {r:?}");
+                }
+                // Three members, three roots (binomial tree, and the tuned algorithm).
+                let trio = c.create_team(&w, &[0, 1, 2], Scratch::None).unwrap();
+                for alg in ["binomial", ""] {
+                    let mut b = [me; 4];
+                    let d = Broadcast::in_place((me + 1) % 3, &mut b);
+                    let d = if alg.is_empty() { d } else { d.algorithm(alg) };
+                    let r = c.collective(&trio, d, Blocking);
+                    assert!(mismatch(&r), "rank {me} {alg}: {r:?}");
+                }
+                // A reduce whose root waits for a member that named another root.
+                let t = c.create_team(&w, &[0, 1, 2], Scratch::None).unwrap();
+                let root = if me == 2 { 1 } else { 0 };
+                let r = c.collective(
+                    &t,
+                    Reduce::new(root, vec![1u32; 3], BuiltinOp::Sum),
+                    Blocking,
+                );
+                if me == 0 {
+                    assert!(mismatch(&r), "rank 0: {r:?}");
+                } else {
+                    assert!(r.is_ok() || mismatch(&r), "rank {me}: {r:?}");
+                }
+                c.destroy_team(pair).unwrap();
+                c.destroy_team(trio).unwrap();
+                c.destroy_team(t).unwrap();
+                // The world is unaffected.
+                let s = c
+                    .collective(
+                        &w,
+                        Allreduce::new(vec![u64::from(me)], BuiltinOp::Sum),
+                        Blocking,
+                    )
+                    .unwrap();
+                assert_eq!(s, vec![3]);
+                c.barrier(&w).unwrap();
+            },
+        );
+    }
+}
+
+/// Barrier names: a named nonblocking barrier whose members use different names
+/// fails with `BarrierMismatch` on every member (the code before the layer reported
+/// no mismatch for `barrier_nb`), as does a split-phase barrier; anonymous entries
+/// match any name; a member that waits with another name than it notified gets the
+/// error alone; notify twice and wait without notify are errors. On a team of
+/// messages, a shared-memory team and a hierarchical world (two hosts of three).
+#[test]
+fn barrier_names_mismatch_on_every_member() {
+    use gex_coll::BarrierFlags;
+    let anon = BarrierFlags::ANONYMOUS;
+    let named = BarrierFlags::empty();
+    for per_host in [1u32, 6, 3] {
+        let cfg = SimConfig::default()
+            .seed(43)
+            .ranks_per_host(per_host)
+            .timeout(Duration::from_secs(120));
+        run_sim(
+            6,
+            cfg,
+            || layers().segment_size(SEG),
+            move |client| {
+                let mut c = client.endpoint(0).unwrap();
+                let w = c.world();
+                let me = u64::from(w.rank());
+                if per_host == 3 {
+                    assert_eq!(c.hierarchical(&w), !cfg!(gex_force_am_rma));
+                }
+                // Different names, nonblocking: every member sees it.
+                let ev = c.collective(&w, Barrier::named(me % 2), Nb).unwrap();
+                assert_eq!(c.wait(ev), Err(CollError::BarrierMismatch), "rank {me}");
+                // The same name, blocking and nonblocking; anonymous entries mixed in.
+                c.collective(&w, Barrier::named(7), Blocking).unwrap();
+                let b = if me % 3 == 0 {
+                    Barrier::new()
+                } else {
+                    Barrier::named(9)
+                };
+                let ev = c.collective(&w, b, Nb).unwrap();
+                c.wait(ev).unwrap();
+                // A named entry against anonymous blocking barriers elsewhere.
+                let r = if me == 4 {
+                    c.collective(&w, Barrier::named(3), Blocking)
+                } else {
+                    c.barrier(&w)
+                };
+                assert_eq!(r, Ok(()), "one name and anonymous entries match");
+                let r = if me == 4 {
+                    c.collective(&w, Barrier::named(3), Blocking)
+                } else if me == 5 {
+                    c.collective(&w, Barrier::named(4), Blocking)
+                } else {
+                    c.barrier(&w)
+                };
+                assert_eq!(r, Err(CollError::BarrierMismatch), "rank {me}");
+                // Split phase.
+                c.barrier_notify(&w, 11, named).unwrap();
+                assert_eq!(
+                    c.barrier_notify(&w, 11, named),
+                    Err(CollError::BarrierAlreadyNotified)
+                );
+                while !c.barrier_try(&w, 11, named).unwrap() {}
+                assert_eq!(
+                    c.barrier_wait(&w, 11, named),
+                    Err(CollError::BarrierNotNotified)
+                );
+                c.barrier_notify(&w, 20 + me, named).unwrap();
+                assert_eq!(
+                    c.barrier_wait(&w, 20 + me, named),
+                    Err(CollError::BarrierMismatch),
+                    "rank {me}"
+                );
+                let id = if me == 0 { 0 } else { 5 };
+                let f = if me == 0 { anon } else { named };
+                c.barrier_notify(&w, id, f).unwrap();
+                // Other collectives may run between notify and wait.
+                let s = c
+                    .collective(&w, Allreduce::new(vec![me], BuiltinOp::Sum), Blocking)
+                    .unwrap();
+                assert_eq!(s, vec![15]);
+                c.barrier_wait(&w, id, f).unwrap();
+                // Waiting with another name than notified: this member's error only.
+                c.barrier_notify(&w, 30, named).unwrap();
+                let wait_id = if me == 2 { 31 } else { 30 };
+                let r = c.barrier_wait(&w, wait_id, named);
+                assert_eq!(r.is_err(), me == 2, "rank {me}: {r:?}");
+                c.barrier(&w).unwrap();
+            },
+        );
+    }
+}
