@@ -2,10 +2,10 @@
 //! each operation at a few sizes with the tuner's choice, rank 0 prints µs per call.
 //! `cargo bench -p gex-coll --bench lat -- [ranks]` (default 2; the conduit is the
 //! facade's choice, `GEX_CONDUIT`, default smp; `GEX_COLL_<OP>` overrides apply).
+use gex::Job;
 use gex::spi::Conduit;
-use gex::{Client, ClientBuilder, Job};
-use gex_coll::{BuiltinOp, CollEp, OpKind, ReduceOp};
-use gex_rma::RmaEp;
+use gex_coll::{Allreduce, Broadcast, BuiltinOp, CollExt, Exchange, GatherAll, OpKind, ReduceOp};
+use gex_core::{Blocking, Client, ClientBuilder, Endpoint};
 use std::time::Instant;
 
 struct Lat;
@@ -13,11 +13,12 @@ struct Lat;
 impl Job for Lat {
     type Output = ();
     fn run<C: Conduit>(self, client: Client<C>) {
-        let rma = RmaEp::new(client.endpoint(0).expect("endpoint 0")).expect("rma");
-        let mut c = CollEp::with_config(rma, client.config()).expect("coll");
-        let w = c.world().clone();
+        let mut c = client
+            .endpoint(0)
+            .expect("endpoint 0 with the collectives layer");
+        let w = c.world();
         let p = w.size() as usize;
-        let sum = ReduceOp::<u8>::builtin(BuiltinOp::Sum).expect("sum");
+        let sum = ReduceOp::<u8>::builtin(BuiltinOp::Sum);
         let ops = [
             OpKind::Barrier,
             OpKind::Broadcast,
@@ -46,26 +47,27 @@ impl Job for Lat {
                     host_ranges: false,
                 };
                 let alg = c.explain(&q).map(|x| x.algorithm).unwrap_or_default();
-                let run = |c: &mut CollEp<C>| match op {
+                // Buffers made once per cell: the loop times the collective alone.
+                let src = vec![1u8; bytes * p];
+                let mut dst = vec![0u8; bytes * p];
+                let mut run = |c: &mut Endpoint<C>| match op {
                     OpKind::Barrier => c.barrier(&w).expect("barrier"),
-                    OpKind::Broadcast => {
-                        let mut b = vec![1u8; bytes];
-                        c.broadcast(&w, 0, &mut b).expect("broadcast");
-                    }
-                    OpKind::Allreduce => {
-                        let mut b = vec![1u8; bytes];
-                        c.allreduce_in_place(&w, &mut b, &sum).expect("allreduce");
-                    }
-                    OpKind::GatherAll => {
-                        let mut d = vec![0u8; bytes * p];
-                        c.gather_all(&w, &vec![1u8; bytes], &mut d)
-                            .expect("gather_all");
-                    }
-                    _ => {
-                        let mut d = vec![0u8; bytes * p];
-                        c.exchange(&w, &vec![1u8; bytes * p], &mut d)
-                            .expect("exchange");
-                    }
+                    OpKind::Broadcast => c
+                        .collective(&w, Broadcast::in_place(0, &mut dst[..bytes]), Blocking)
+                        .expect("broadcast"),
+                    OpKind::Allreduce => c
+                        .collective(
+                            &w,
+                            Allreduce::in_place(&mut dst[..bytes], sum.clone()),
+                            Blocking,
+                        )
+                        .expect("allreduce"),
+                    OpKind::GatherAll => c
+                        .collective(&w, GatherAll::slices(&src[..bytes], &mut dst), Blocking)
+                        .expect("gather_all"),
+                    _ => c
+                        .collective(&w, Exchange::slices(&src, &mut dst), Blocking)
+                        .expect("exchange"),
                 };
                 for _ in 0..iters / 10 {
                     run(&mut c);
@@ -98,8 +100,11 @@ fn main() {
     match gex_boot::spawn_self(ranks).expect("launch") {
         gex_boot::Role::Launcher(code) => std::process::exit(code),
         gex_boot::Role::Rank(boot) => {
-            gex::init_with_boot(ClientBuilder::new().segment_size(16 << 20), boot, None, Lat)
-                .expect("init");
+            let b = ClientBuilder::new()
+                .layer::<gex_rma::Rma>()
+                .layer::<gex_coll::Coll>()
+                .segment_size(16 << 20);
+            gex::init_with_boot(b, boot, None, Lat).expect("init");
         }
     }
 }

@@ -5,7 +5,7 @@
 //! costs and how one rank executes it (a [`Schedule`]). The built-in algorithms are
 //! values of [`Builtin`]; [`catalog`] lists the instances the autotuner considers.
 //! A hardware (NIC) collective plugs in as one more [`Algorithm`] registered with
-//! [`CollEp::register_algorithm`](crate::CollEp::register_algorithm).
+//! [`CollExt::register_algorithm`](crate::CollExt::register_algorithm).
 
 // Messages are lists of ranges; a list of one range is the common case, not a typo.
 #![allow(clippy::single_range_in_vec_init)]
@@ -40,11 +40,11 @@ pub struct Query {
     pub scratch: bool,
     /// Every member maps every other member's auxiliary area and the team holds a
     /// shared-memory channel, so the `shm` algorithm can run (see
-    /// [`CollEp::shared_memory`](crate::CollEp::shared_memory)).
+    /// [`CollExt::shared_memory`](crate::CollExt::shared_memory)).
     pub shm: bool,
     /// The team spans several hosts and has host and leader sub-teams, so the `hier`
     /// algorithm can run (see
-    /// [`CollEp::hierarchical`](crate::CollEp::hierarchical)).
+    /// [`CollExt::hierarchical`](crate::CollExt::hierarchical)).
     pub hier: bool,
     /// With `hier`: the number of hosts the team spans (0 when unknown or not
     /// hierarchical; cost models then assume half the team size).

@@ -9,14 +9,14 @@
 //! entries: a mismatch is reported by every member ([`CollError::BarrierMismatch`]).
 //!
 //! **Algorithms.** A barrier is a collective of its team like any other
-//! ([`OpKind::Barrier`]) and the tuner picks its algorithm:
+//! ([`OpKind::Barrier`](crate::OpKind::Barrier)) and the tuner picks its algorithm:
 //! - on a team whose members share memory (`shm`), the *flag barrier* below;
 //! - on a team spanning hosts (`hier`), the flag barrier on every host, a message
 //!   barrier between the hosts' leaders, and the flag barrier again (stages of
-//!   [`crate::hier`], each merging the entries it gets);
+//!   of the `hier` algorithm, each merging the entries it gets);
 //! - otherwise a message algorithm (dissemination, recursive doubling, trees): its
 //!   messages carry the sender's merged entry (16 bytes) and receivers merge them
-//!   ([`entry_schedule`]).
+//!   (the schedule's messages grow to 16 bytes).
 //!
 //! **The flag barrier.** Barrier number `k` of a team (counted per member) on a team
 //! that holds a shared-memory channel: every member writes its entry into slot
@@ -142,6 +142,8 @@ pub(crate) fn merge_fn() -> ReduceFn {
 /// member to every member, and merging is idempotent, so every member ends with the
 /// merge of all entries). Rounds added for sync modes (tags at `TAG_PRE` and above)
 /// are left empty.
+// A message is a list of ranges; a list of one range is the common case.
+#[allow(clippy::single_range_in_vec_init)]
 pub(crate) fn entry_schedule(mut s: Schedule, sync_tags: u32) -> Schedule {
     s.work_len = ENTRY_LEN;
     s.out_len = ENTRY_LEN;

@@ -367,7 +367,7 @@ impl Coll {
         self.ops.insert(id, st);
         cx.set_busy();
         self.history.started(team.id(), seq, belief);
-        self.early_checks(cx, id);
+        self.early_checks(id);
         self.advance(cx, id);
         self.settle(id);
         self.reap(id);

@@ -319,14 +319,14 @@ impl Coll {
         for (team, seq) in std::mem::take(&mut self.mb.aborts) {
             self.aborted.insert((team, seq));
             if let Some(id) = self.find_op(team, seq) {
-                self.fail_op(cx, id, false);
+                self.fail_op(id, false);
             }
         }
         for p in std::mem::take(&mut self.mb.probes) {
             if let Some(id) = self.find_op(p.team, p.seq) {
                 let st = &self.ops[&id];
                 if st.belief != p.belief && !st.taken && st.result.is_none() {
-                    self.fail_op(cx, id, true);
+                    self.fail_op(id, true);
                 } else if st.belief != p.belief || self.aborted.contains(&(p.team, p.seq)) {
                     self.abort_to(cx, p.team, p.seq, p.src);
                 }
@@ -352,7 +352,7 @@ impl Coll {
 
     /// Fails collective `id` with a root mismatch (unless it already completed), and
     /// with `tell`, makes every member of its team fail it too.
-    pub(crate) fn fail_op<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, id: u64, tell: bool) {
+    pub(crate) fn fail_op(&mut self, id: u64, tell: bool) {
         let Some(st) = self.ops.get_mut(&id) else {
             return;
         };
@@ -367,7 +367,7 @@ impl Coll {
             }
             if let crate::engine::Body::Hier(h) = &mut st.body {
                 if let Some(sub) = h.sub.take() {
-                    self.fail_op(cx, sub, false);
+                    self.fail_op(sub, false);
                     if let Some(o) = self.ops.get_mut(&sub) {
                         o.taken = true;
                     }
@@ -403,16 +403,16 @@ impl Coll {
 
     /// Checks a collective that just started against what is known of it: an abort
     /// received before, or probes of members with another belief.
-    pub(crate) fn early_checks<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, id: u64) {
+    pub(crate) fn early_checks(&mut self, id: u64) {
         let st = &self.ops[&id];
         let (team, seq, belief) = (st.team.id(), st.seq, st.belief);
         if self.aborted.contains(&(team, seq)) {
-            self.fail_op(cx, id, false);
+            self.fail_op(id, false);
             return;
         }
         let probes = self.history.take_early(team, seq);
         if probes.iter().any(|p| p.belief != belief) {
-            self.fail_op(cx, id, true);
+            self.fail_op(id, true);
         }
     }
 
@@ -441,7 +441,7 @@ impl Coll {
                     return;
                 };
                 if rootcheck::shm_stalled(t, seq, belief, &w) {
-                    self.fail_op(cx, id, true);
+                    self.fail_op(id, true);
                 }
             }
             crate::engine::Body::Hier(_) => {}

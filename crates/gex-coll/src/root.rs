@@ -8,19 +8,19 @@ use crate::rma::GlobalPtr;
 /// specifies the source by providing the pointer to the shared data buffer and the
 /// runtime determines the location of the data automatically").
 ///
-/// Every rooted call takes `impl Into<Root>`, so a `u32` team rank works as before
-/// and a [`GlobalPtr`] of any element type names the root by its data:
+/// Every rooted descriptor takes `impl Into<Root>`, so a `u32` team rank works and a
+/// [`GlobalPtr`] of any element type names the root by its data:
 ///
 /// - **`Rank(r)`**: team rank `r`.
 /// - **`Data(ptr)`**: the member whose endpoint owns the segment `ptr` points into
-///   ([`Team::rank_of`](crate::Team::rank_of) of `ptr.addr()`), which need not be
+///   ([`Team::rank_of`](gex_core::Team::rank_of) of `ptr.addr()`), which need not be
 ///   the same number as its job rank in a split team. `ptr` addresses the root's
 ///   buffer: the *source* of a broadcast or scatter, the *destination* of a gather or
 ///   reduce. In local address mode it only names the root (the root still passes its
 ///   data as an owned or borrowed buffer); in single address mode
-///   ([`CollEp::start_single`](crate::CollEp::start_single)) it is also the root's
-///   offset, replacing the root's entry of [`Single`](crate::Single) (`src` for
-///   broadcast and scatter, `dst` for gather and reduce).
+///   ([`InSegments`](crate::InSegments)) it is also the root's offset, replacing the
+///   root's entry of [`Single`](crate::Single) (`src` for broadcast and scatter, `dst`
+///   for gather and reduce).
 ///
 /// A data root is checked on every member, before anything moves, with the same
 /// outcome everywhere: an owner that is not a member of the team is
@@ -30,48 +30,69 @@ use crate::rma::GlobalPtr;
 /// [`CollError::Rma`](crate::CollError::Rma) wrapping gex-rma's own
 /// [`RmaError::OutOfSegment`](gex_rma::RmaError::OutOfSegment).
 ///
-/// **Every member must name the same root**: the same rank, or the same pointer
-/// (its owner decides the root, and every member checks its range, so pointers that
-/// differ in offset alone could fail on some members and start on others). As with
-/// differing rank roots, a disagreement is not
-/// detected: detecting it needs every member's choice before data moves, that is an
-/// agreement round inside every rooted `*_nb` start (which would make each one an
-/// entry barrier, against the in-no/in-my modes) or a root field in every message
-/// header (and the `shm` algorithm sends no messages); the members would then run
-/// different trees and may hang or deliver wrong data.
+/// # Members that name different roots
+/// Every member must name the same root (the same rank, or pointers with the same
+/// owner). When they do not, the members that would wait forever get
+/// [`CollError::RootMismatch`] instead ([`crate::rootcheck`]). Exactly:
 ///
-/// Why `impl Into<Root>` rather than separate `*_from` calls: one entry point per
-/// operation keeps the API as small as it was, existing `u32` callers compile
-/// unchanged, and a runtime that tracks its data by global pointer passes the
-/// pointer where it would pass a rank.
+/// - A member fails with `RootMismatch` when its part of the collective needs data or
+///   a signal from a member that runs the collective with another root: it sees the
+///   other's root in the message it receives, in the publication it waits for (shared
+///   memory), or — when nothing arrives for 50 ms — by asking the members it waits
+///   for (a probe over messages; their check line in shared memory). Two members that
+///   each take the other for the root of a broadcast, or three members naming three
+///   roots, all fail.
+/// - The member that sees the mismatch tells every member of the team; each member
+///   whose part has not completed then fails too.
+/// - A member whose part completed without depending on a member that disagrees
+///   returns `Ok`: a broadcast or scatter root that published its data, a non-root of
+///   a gather or reduce that sent its block, every member of a broadcast in which each
+///   reader read the root it named. No member can tell those cases without an
+///   agreement round in every rooted collective (an entry barrier), which gex does
+///   not pay for.
+/// - On a team that runs through shared memory, a mismatch leaves the members'
+///   acknowledgement counts disagreeing: the member that sees it marks the team
+///   *poisoned*, and every later collective of the team that has to wait fails with
+///   `RootMismatch` too (destroy the team). When no member saw the mismatch (last
+///   case above), the first later collective that reuses the slot of the bad one
+///   (within 32 collectives, or the next one for large blocks) fails with it on the
+///   member waiting for the missing acknowledgements, and poisons the team.
+///
+/// Members that disagree on the operation itself (one runs a broadcast where another
+/// runs a reduce, at the same point of the team's sequence) are caught the same way.
 ///
 /// ```
-/// use gex_coll::{CollEp, Opts, Root};
-/// use gex_core::ClientBuilder;
-/// use gex_rma::RmaEp;
+/// use gex_coll::{Barrier, Broadcast, Coll, CollExt, Root};
+/// use gex_core::{Blocking, ClientBuilder};
+/// use gex_rma::GlobalPtr;
 /// use gex_testkit::sim::{run_sim, SimConfig};
 ///
-/// let out = run_sim(4, SimConfig::default(), || ClientBuilder::new().segment_size(1 << 16), |client| {
-///     let mut coll = CollEp::new(RmaEp::new(client.endpoint(0).unwrap()).unwrap()).unwrap();
-///     let world = coll.world().clone();
+/// let builder = || ClientBuilder::new().layer::<gex_rma::Rma>().layer::<Coll>().segment_size(1 << 16);
+/// let out = run_sim(4, SimConfig::default(), builder, |client| {
+///     let mut ep = client.endpoint(0).unwrap();
+///     let world = ep.world();
 ///     // Two teams, each in reverse job-rank order: {3, 1} and {2, 0}.
 ///     let me = world.rank();
-///     let odd = coll.split(&world, Some(me % 2), 100 - me, Default::default()).unwrap().unwrap();
+///     let odd = ep.split(&world, Some(me % 2), 100 - me, Default::default()).unwrap().unwrap();
 ///     // The data lives at offset 256 of job rank 1's segment (endpoint 0).
 ///     let owner = world.member(1).unwrap();
-///     let ptr = coll.rma().global_ptr::<u64>(owner, 256);
+///     let ptr = GlobalPtr::<u64>::new(owner, 256);
 ///     assert_eq!(Root::from(ptr), Root::Data(ptr.cast()));
 ///     let mut v = [u64::from(me) * 10; 2];
 ///     if me % 2 == 1 {
-///         coll.broadcast(&odd, ptr, &mut v).unwrap(); // the root is team rank 1
+///         // The root is team rank 1.
+///         ep.collective(&odd, Broadcast::in_place(ptr, &mut v), Blocking).unwrap();
 ///     } else {
-///         coll.broadcast(&odd, 0, &mut v).unwrap(); // the even team, by rank: job rank 2
+///         // The even team, by rank: job rank 2.
+///         ep.collective(&odd, Broadcast::in_place(0, &mut v), Blocking).unwrap();
 ///     }
-///     coll.barrier(&world).unwrap();
+///     ep.barrier(&world).unwrap();
 ///     v[0]
 /// });
 /// assert_eq!(out, vec![20, 10, 20, 10]);
 /// ```
+///
+/// [`CollError::RootMismatch`]: crate::CollError::RootMismatch
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Root {
     /// The member of this team rank.

@@ -1,6 +1,7 @@
 //! Agreement on roots: members that name different roots (or start different
 //! collectives at the same point of a team's sequence) get
-//! [`CollError::RootMismatch`] instead of waiting forever.
+//! [`CollError::RootMismatch`](crate::CollError::RootMismatch) instead of waiting
+//! forever. What a program sees is documented on [`Root`](crate::Root).
 //!
 //! Every collective has a *belief*: a 32-bit digest of its operation, its root and,
 //! for a stage of a hierarchical collective, the parent's collective and root. Two
@@ -10,7 +11,7 @@
 //! - **Messages** carry the sender's belief; a receiver that takes a message with
 //!   another belief than its own fails the collective.
 //! - **Stalls over messages.** A member whose collective has made no progress for
-//!   [`STALL`] sends a *probe* with its belief to each member it waits for in the
+//!   50 ms sends a *probe* with its belief to each member it waits for in the
 //!   current round. A probed member that runs (or ran, or will run) that collective
 //!   with another belief, or whose part failed, fails its own part if it still runs
 //!   and answers with an abort. This catches the cases where nobody ever sends to a

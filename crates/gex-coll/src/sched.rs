@@ -3,7 +3,7 @@
 //! An algorithm turns (operation, team size, rank, root, block sizes) into a
 //! [`Schedule`] for each rank: a work buffer, where the rank's input goes in it, a list
 //! of [`Round`]s of sends, receives and local combinations, and where the output is
-//! taken from. The engine ([`CollEp`](crate::CollEp)) executes schedules over any
+//! taken from. The layer's engine ([`Coll`](crate::Coll)) executes schedules over any
 //! conduit; [`model::run`] executes the schedules of every rank of a team in one thread
 //! (a sequential reference used by tests), and [`model::loggp_time`] predicts their
 //! running time under LogGP parameters (used for simulations at scale).

@@ -605,7 +605,7 @@ impl std::fmt::Debug for ShmOp {
 /// The buffers a [`ShmOp`] works on: the member's input (its blocks, as
 /// [`OpKind::shape`] says), its output, and the reduction of the reducing operations.
 ///
-/// The owned path (`*_nb`) passes the vectors it keeps; the blocking calls pass the
+/// The layer's table passes the vectors it keeps; the direct path passes the
 /// caller's slices directly (no copy in or out). A broadcast root passes an empty
 /// output: its data are already where the output would be.
 pub(crate) struct Io<'a> {

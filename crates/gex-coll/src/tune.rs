@@ -213,7 +213,7 @@ pub enum TuneMode {
     /// default).
     #[default]
     Model,
-    /// As `Model` for the first guess, but [`CollEp`](crate::CollEp) times the
+    /// As `Model` for the first guess, but the collectives layer times the
     /// surviving candidates on the first use of a cell on a team and keeps the winner
     /// (`GEX_COLL_TUNE=online`).
     Online,
@@ -268,7 +268,7 @@ impl Tuner {
     /// the LogGP parameters do not describe (measured, 8 ranks on 2 CPUs, allreduce of
     /// 64 KiB: `rechalv` 222 µs where the model predicts 37, `shm` 60 µs). There the
     /// model picks `shm` whenever it can run the call (readers copy from a block that
-    /// stays published while its owner is descheduled). `CollEp` sets this from the
+    /// stays published while its owner is descheduled). The layer sets this from the
     /// host's online CPUs; every member of such a team is on the same host and sees
     /// the same count, so they agree on the choice. Clears the cache.
     pub fn set_host_cpus(&mut self, cpus: u32) {
