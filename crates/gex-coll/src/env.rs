@@ -11,33 +11,63 @@ use gex_core::InitError;
 use gex_core::config::{Config, EnvVar};
 use std::cell::Cell;
 
-macro_rules! op_var {
-    ($name:literal, $op:literal) => {
-        EnvVar {
-            name: $name,
-            default: "",
-            doc: concat!(
-                "gex-coll: algorithm of every ",
-                $op,
-                " (a name from CollExt::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice."
-            ),
-        }
-    };
-}
-
 /// Every `GEX_COLL_*` variable, with its default and meaning.
 pub const ENV_VARS: &[EnvVar] = &[
-    op_var!("GEX_COLL_BARRIER", "barrier"),
-    op_var!("GEX_COLL_BROADCAST", "broadcast"),
-    op_var!("GEX_COLL_SCATTER", "scatter"),
-    op_var!("GEX_COLL_GATHER", "gather"),
-    op_var!("GEX_COLL_GATHER_ALL", "gather_all"),
-    op_var!("GEX_COLL_EXCHANGE", "exchange"),
-    op_var!("GEX_COLL_REDUCE", "reduce"),
-    op_var!("GEX_COLL_ALLREDUCE", "allreduce"),
-    op_var!("GEX_COLL_REDUCE_SCATTER", "reduce_scatter"),
-    op_var!("GEX_COLL_SCAN", "scan"),
-    op_var!("GEX_COLL_EXSCAN", "exscan"),
+    EnvVar {
+        name: "GEX_COLL_BARRIER",
+        default: "",
+        doc: "gex-coll: algorithm of every barrier (a name from CollExt::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice. Read when the layer attaches; an unknown name fails Client::endpoint.",
+    },
+    EnvVar {
+        name: "GEX_COLL_BROADCAST",
+        default: "",
+        doc: "gex-coll: algorithm of every broadcast (a name from CollExt::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice. Read when the layer attaches; an unknown name fails Client::endpoint.",
+    },
+    EnvVar {
+        name: "GEX_COLL_SCATTER",
+        default: "",
+        doc: "gex-coll: algorithm of every scatter (a name from CollExt::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice. Read when the layer attaches; an unknown name fails Client::endpoint.",
+    },
+    EnvVar {
+        name: "GEX_COLL_GATHER",
+        default: "",
+        doc: "gex-coll: algorithm of every gather (a name from CollExt::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice. Read when the layer attaches; an unknown name fails Client::endpoint.",
+    },
+    EnvVar {
+        name: "GEX_COLL_GATHER_ALL",
+        default: "",
+        doc: "gex-coll: algorithm of every gather_all (a name from CollExt::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice. Read when the layer attaches; an unknown name fails Client::endpoint.",
+    },
+    EnvVar {
+        name: "GEX_COLL_EXCHANGE",
+        default: "",
+        doc: "gex-coll: algorithm of every exchange (a name from CollExt::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice. Read when the layer attaches; an unknown name fails Client::endpoint.",
+    },
+    EnvVar {
+        name: "GEX_COLL_REDUCE",
+        default: "",
+        doc: "gex-coll: algorithm of every reduce (a name from CollExt::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice. Read when the layer attaches; an unknown name fails Client::endpoint.",
+    },
+    EnvVar {
+        name: "GEX_COLL_ALLREDUCE",
+        default: "",
+        doc: "gex-coll: algorithm of every allreduce (a name from CollExt::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice. Read when the layer attaches; an unknown name fails Client::endpoint.",
+    },
+    EnvVar {
+        name: "GEX_COLL_REDUCE_SCATTER",
+        default: "",
+        doc: "gex-coll: algorithm of every reduce_scatter (a name from CollExt::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice. Read when the layer attaches; an unknown name fails Client::endpoint.",
+    },
+    EnvVar {
+        name: "GEX_COLL_SCAN",
+        default: "",
+        doc: "gex-coll: algorithm of every scan (a name from CollExt::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice. Read when the layer attaches; an unknown name fails Client::endpoint.",
+    },
+    EnvVar {
+        name: "GEX_COLL_EXSCAN",
+        default: "",
+        doc: "gex-coll: algorithm of every exscan (a name from CollExt::algorithms, e.g. binomial, ring); unset or auto: the autotuner's choice. Read when the layer attaches; an unknown name fails Client::endpoint.",
+    },
     EnvVar {
         name: "GEX_COLL_LOGGP",
         default: "",

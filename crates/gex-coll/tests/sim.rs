@@ -2025,3 +2025,60 @@ fn barrier_names_mismatch_on_every_member() {
         );
     }
 }
+
+/// The layer attaches after gex-rma's (a clear error otherwise) and reads its settings
+/// when it attaches: an endpoint taken the ordinary way follows `GEX_COLL_*` (the
+/// wrapper this replaces ignored them unless built with `with_config`), and a bad
+/// value fails `Client::endpoint` with an error naming the variable.
+#[test]
+fn settings_are_read_when_the_layer_attaches() {
+    use gex_core::{ClientBuilder, Config};
+    // Without gex-rma's layer.
+    run_sim(
+        1,
+        SimConfig::default(),
+        || {
+            ClientBuilder::new()
+                .layer::<gex_coll::Coll>()
+                .segment_size(SEG)
+        },
+        |client| {
+            let e = client.endpoint(0).unwrap_err().to_string();
+            assert!(e.contains("gex-rma") && e.contains("coll"), "{e}");
+        },
+    );
+    for (var, bad) in [
+        ("GEX_COLL_TUNE", "sometimes"),
+        ("GEX_COLL_LOGGP", "1,2"),
+        ("GEX_COLL_PROFILE", "/nonexistent/gex-profile.toml"),
+        ("GEX_COLL_SCAN", "bruck2"),
+    ] {
+        run_sim(
+            1,
+            SimConfig::default(),
+            move || {
+                layers()
+                    .segment_size(SEG)
+                    .config(Config::from_pairs([(var, bad)]))
+            },
+            move |client| {
+                let e = client.endpoint(0).unwrap_err().to_string();
+                assert!(e.contains(var), "{var}={bad}: {e}");
+            },
+        );
+    }
+    run_sim(
+        2,
+        SimConfig::default(),
+        || {
+            layers()
+                .segment_size(SEG)
+                .config(Config::from_pairs([("GEX_COLL_TUNE", "online")]))
+        },
+        |client| {
+            let mut c = client.endpoint(0).unwrap();
+            assert_eq!(c.tuner(|t| t.mode()).unwrap(), gex_coll::TuneMode::Online);
+            c.barrier(&c.world()).unwrap();
+        },
+    );
+}
