@@ -292,7 +292,7 @@ impl<C: Conduit> CollExt<C> for Endpoint<C> {
     }
 
     fn barrier(&mut self, team: &Team) -> Result<(), CollError> {
-        run_barrier::<C, gex_core::Blocking>(self, team, Entry::default(), &Opts::default())
+        barrier_blocking(self, team, Entry::default(), &Opts::default())
     }
 
     fn barrier_notify(
@@ -685,29 +685,41 @@ pub(crate) fn run_barrier<C: Conduit, M: Mode>(
     entry: Entry,
     opts: &Opts<'_>,
 ) -> Result<M::Out<(), CollError>, CollError> {
-    let team = resolve(ep, team)?;
     if M::KIND == ModeKind::Blocking {
-        let l = Lowered {
-            kind: OpKind::Barrier,
-            root: 0,
-            elem: ENTRY_LEN,
-            count: 1,
-            reduce: None,
-            opts: *opts,
-        };
-        let io = Io {
-            input: &[],
-            out: &mut [],
-            reduce: None,
-        };
-        if let Some(merged) = run_direct_barrier(ep, &team, &l, io, entry)? {
-            merged.outcome()?;
-            let ev = coll(ep, |_, cx| cx.ready(Ok(())))?;
-            return ep.finish::<(), CollError, M>(ev, COLL_TAG);
-        }
+        barrier_blocking(ep, team, entry, opts)?;
+        let ev = coll(ep, |_, cx| cx.ready(Ok(())))?;
+        return ep.finish::<(), CollError, M>(ev, COLL_TAG);
     }
-    let ev = barrier_event(ep, &team, entry, opts)?;
+    let ev = barrier_event(ep, team, entry, opts)?;
     ep.finish::<(), CollError, M>(ev, COLL_TAG)
+}
+
+/// A blocking barrier with `entry`: the direct flag barrier when it applies, else a
+/// barrier in the layer's table, waited for.
+pub(crate) fn barrier_blocking<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    entry: Entry,
+    opts: &Opts<'_>,
+) -> Result<(), CollError> {
+    let l = Lowered {
+        kind: OpKind::Barrier,
+        root: 0,
+        elem: ENTRY_LEN,
+        count: 1,
+        reduce: None,
+        opts: *opts,
+    };
+    let io = Io {
+        input: &[],
+        out: &mut [],
+        reduce: None,
+    };
+    if let Some(merged) = direct(ep, team, &l, io, entry)? {
+        return merged.outcome();
+    }
+    let ev = barrier_event(ep, team, entry, opts)?;
+    ep.wait(ev)
 }
 
 /// Starts a barrier with `entry` in the layer's table.
@@ -789,17 +801,6 @@ fn run_direct<C: Conduit>(
     Ok(direct(ep, team, l, io, entry)?.is_some())
 }
 
-/// [`run_direct`] for a barrier: its merged entry.
-fn run_direct_barrier<C: Conduit>(
-    ep: &mut Endpoint<C>,
-    team: &Team,
-    l: &Lowered<'_>,
-    io: Io<'_>,
-    entry: Entry,
-) -> Result<Option<Entry>, CollError> {
-    direct(ep, team, l, io, entry)
-}
-
 /// Polls a direct call makes with `Spin` before it waits through the endpoint (each
 /// is a few loads; the endpoint's wait loop costs a poll of every peer's ring).
 const INLINE_SPINS: u32 = 16;
@@ -822,27 +823,37 @@ fn direct<C: Conduit>(
         opts: &l.opts,
         entry,
     };
-    let Some(mut d) = coll(ep, |c, cx| c.direct_begin(cx, team, &req, &mut io))?? else {
+    // One call into the layer resolves the team, begins and takes the first step
+    // (a barrier whose peers arrived, a broadcast root: done at once).
+    let first = coll(ep, |c, cx| {
+        c.with_resolved(team, |c, team| {
+            let Some(mut d) = c.direct_begin(cx, team, &req, &mut io)? else {
+                return Ok(None);
+            };
+            let s = c.direct_step(cx, team, &mut d, &mut io)?;
+            Ok(Some((d, s)))
+        })
+    })??;
+    let Some((mut d, mut stepped)) = first else {
         return Ok(None);
     };
-    let spin = ep.wait_policy() == WaitPolicy::Spin;
+    let spin = matches!(stepped, Stepped::Pending) && ep.wait_policy() == WaitPolicy::Spin;
     let mut spins = 0u32;
-    loop {
-        match coll(ep, |c, cx| c.direct_step(cx, &mut d, &mut io))? {
-            Ok(Stepped::Done) => break,
-            Ok(Stepped::Pending) => {}
-            Err(e) => return Err(e),
-        }
+    while let Stepped::Pending = stepped {
         if spin && spins < INLINE_SPINS {
-            spins += 1;
-            while !d.wait().is_some_and(|w| w.ready()) && spins < INLINE_SPINS {
+            // The flag it waits for, a few times, before the endpoint's wait loop.
+            while spins < INLINE_SPINS && !d.wait().is_some_and(|w| w.ready()) {
                 spins += 1;
                 gex_sync::hint::spin_loop();
             }
-            continue;
         }
-        spins = 0;
-        let _ = ep.wait_until_layer::<Coll>(|c| c.direct_ready());
+        if !d.wait().is_some_and(|w| w.ready()) {
+            spins = 0;
+            let _ = ep.wait_until_layer::<Coll>(|c| c.direct_ready());
+        }
+        stepped = coll(ep, |c, cx| {
+            c.with_resolved(team, |c, team| c.direct_step(cx, team, &mut d, &mut io))
+        })??;
     }
     Ok(Some(merged_entry(&d)))
 }

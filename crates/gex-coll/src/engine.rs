@@ -568,6 +568,11 @@ impl Coll {
         if st.result.is_some() || st.taken {
             return false;
         }
+        // Over messages the endpoint may sleep until one arrives: polls are rare.
+        let rare = match &st.body {
+            Body::Sched(_) => self.policy != gex_core::WaitPolicy::Spin,
+            _ => self.policy == gex_core::WaitPolicy::Block || self.shm.sleepy,
+        };
         let progressed = match &st.body {
             Body::Sched(_) => self.advance_sched(cx, id),
             Body::Shm(_) | Body::Bar(_) => self.advance_shm(cx, id),
@@ -578,7 +583,7 @@ impl Coll {
                 st.stall.progressed();
                 false
             }
-            Some(st) => st.stall.fruitless(),
+            Some(st) => st.stall.fruitless(rare),
             None => false,
         };
         if due {

@@ -54,6 +54,8 @@ pub struct Coll {
     pub(crate) tuner: Tuner,
     /// The primordial team with the layer's extension.
     pub(crate) world: Team,
+    /// A stand-in for `world` while [`with_resolved`](Self::with_resolved) lends it.
+    pub(crate) hole: Option<Team>,
     pub(crate) alloc: SegAlloc,
     pub(crate) seg_len: usize,
     pub(crate) shm: ShmLocal,
@@ -156,6 +158,7 @@ impl Layer for Coll {
             next_op: 1,
             tuner,
             world,
+            hole: Some(crate::teams::placeholder(me)),
             alloc: SegAlloc::default(),
             seg_len: cx.segment().len(),
             shm,
@@ -181,12 +184,7 @@ impl Layer for Coll {
     fn describe(&self) -> String {
         let mut lines: Vec<String> = self.ops.values().map(OpState::describe).collect();
         if let Some(d) = &self.direct {
-            lines.push(format!(
-                "direct call on team {:#x} seq {}: waits for {:?}",
-                d.team.id(),
-                d.seq,
-                d.wait
-            ));
+            lines.push(format!("a blocking call waits for {:?}", d.wait));
         }
         if !self.outbox.is_empty() {
             lines.push(format!(
@@ -258,10 +256,42 @@ impl Coll {
         if team.ext::<crate::teams::CollTeam>().is_some() {
             return Ok(team.clone());
         }
-        if team.id() == 0 && team.members() == self.world.members() {
+        // `me` matched: the primordial team of this endpoint's index.
+        if team.id() == 0 && team.size() == self.world.size() {
             return Ok(self.world.clone());
         }
         Err(not_member())
+    }
+
+    /// Runs `f` with `team` resolved by reference (no reference count touched: the
+    /// hot path of blocking calls): `team` itself, or this layer's world team lent for
+    /// the call.
+    ///
+    /// # Errors
+    /// As [`resolve`](Self::resolve), or `f`'s.
+    #[inline]
+    pub(crate) fn with_resolved<R>(
+        &mut self,
+        team: &Team,
+        f: impl FnOnce(&mut Coll, &Team) -> Result<R, CollError>,
+    ) -> Result<R, CollError> {
+        if team.me() != self.me {
+            return Err(CollError::NotMember { team: team.id() });
+        }
+        if team.ext::<crate::teams::CollTeam>().is_some() {
+            return f(self, team);
+        }
+        if team.id() != 0 || team.size() != self.world.size() {
+            return Err(CollError::NotMember { team: team.id() });
+        }
+        let hole = self
+            .hole
+            .take()
+            .ok_or(CollError::Layer("the world team is lent already"))?;
+        let world = std::mem::replace(&mut self.world, hole);
+        let r = f(self, &world);
+        self.hole = Some(std::mem::replace(&mut self.world, world));
+        r
     }
 
     /// Advances every collective in flight and removes those that are over; returns
@@ -311,7 +341,7 @@ impl Coll {
     fn direct_ready_now(&self) -> bool {
         self.direct
             .as_ref()
-            .is_some_and(|d| d.failed.is_some() || d.wait.ready())
+            .is_some_and(|d| d.check || d.wait.ready())
     }
 
     /// Answers probes and takes aborts (see [`crate::rootcheck`]).

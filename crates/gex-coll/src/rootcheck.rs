@@ -170,13 +170,13 @@ impl Stall {
     }
 
     /// Records a fruitless advance; true when the stall checks are due. The clock is
-    /// read at the first fruitless advances of a stall (powers of two), then on every
-    /// one past the 64th (a stalled endpoint may sleep between polls, so counts alone
-    /// do not measure time).
+    /// read at every 64th fruitless advance in a row (a collective waiting for a peer
+    /// that is about to answer reads no clock), or at every one when advances are
+    /// `rare` (the endpoint may sleep between polls, so counts do not measure time).
     #[inline]
-    pub(crate) fn fruitless(&mut self) -> bool {
-        self.count = self.count.saturating_add(1);
-        if self.count < 64 && !self.count.is_power_of_two() {
+    pub(crate) fn fruitless(&mut self, rare: bool) -> bool {
+        self.count = self.count.wrapping_add(1);
+        if !rare && self.count & 63 != 0 {
             return false;
         }
         self.due()

@@ -369,6 +369,12 @@ impl ShmTeam {
         }
         // Pairs with the fence of a sleeper (module docs, *Sleeping*).
         fence(Ordering::SeqCst);
+        self.wake_fenced(mask, wake);
+    }
+
+    /// [`wake`](Self::wake) when the last flag was stored by a sequentially
+    /// consistent read-modify-write (itself the fence).
+    pub(crate) fn wake_fenced(&self, mask: u64, wake: &mut impl FnMut(EpAddr)) {
         let mut m = mask;
         while m != 0 {
             let q = m.trailing_zeros() as usize;

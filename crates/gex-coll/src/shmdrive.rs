@@ -52,9 +52,9 @@ pub(crate) fn sleep_after(p: WaitPolicy) -> Option<u32> {
     }
 }
 
-/// A blocking call running directly over the caller's buffers.
+/// A blocking call running directly over the caller's buffers (its team is the
+/// caller's, resolved at each step: no reference count on the hot path).
 pub(crate) struct DirectOp {
-    pub(crate) team: Team,
     pub(crate) seq: u32,
     pub(crate) belief: u32,
     pub(crate) body: DirectBody,
@@ -81,12 +81,9 @@ impl DirectOp {
 #[derive(Debug)]
 pub(crate) struct DirectWait {
     pub(crate) wait: WaitOn,
-    pub(crate) team: Team,
-    pub(crate) seq: u32,
-    pub(crate) belief: u32,
     pub(crate) stall: Stall,
-    /// The stall checks found a mismatch.
-    pub(crate) failed: Option<CollError>,
+    /// The stall checks are due (run by the next step, which has the team).
+    pub(crate) check: bool,
 }
 
 /// How a direct step ended.
@@ -140,7 +137,8 @@ impl Coll {
         };
         let first = !st.started;
         st.started = true;
-        let (done, wake) = match &mut st.body {
+        // `stored`: flags this member stored (others may wait for them).
+        let (done, stored) = match &mut st.body {
             Body::Shm(op) => {
                 if first {
                     op.op().belief = st.belief;
@@ -152,19 +150,21 @@ impl Coll {
                     rootcheck::finished(t, st.seq);
                     st.result = Some(Ok(op.take_output()));
                 }
-                (done, wake)
+                t.wake(wake, &mut |a| cx.wake(a));
+                (done, wake != 0)
             }
             Body::Bar(b) => {
                 let done = b.step(t);
                 if done {
                     st.result = Some(Ok(b.entry().encode()));
                 }
-                (done, std::mem::take(&mut b.wake))
+                let wake = std::mem::take(&mut b.wake);
+                t.wake_fenced(wake, &mut |a| cx.wake(a));
+                (done, wake != 0)
             }
-            _ => (false, 0),
+            _ => (false, false),
         };
-        t.wake(wake, &mut |a| cx.wake(a));
-        first || done || wake != 0
+        first || done || stored
     }
 
     /// What stalled shared-memory collective `id` waits for.
@@ -238,7 +238,6 @@ impl Coll {
         };
         self.counters.direct_calls += 1;
         Ok(Some(DirectOp {
-            team: team.clone(),
             seq,
             belief,
             body,
@@ -246,22 +245,30 @@ impl Coll {
         }))
     }
 
-    /// Steps a direct call over `io`; on `Pending`, records its wait for the progress
-    /// hook. A mismatch found by the hook's stall checks fails it.
+    /// Steps a direct call of `team` over `io`; on `Pending`, records its wait for the
+    /// progress hook. Runs the stall checks when the hook found them due (a mismatch
+    /// fails the call and poisons the team).
     pub(crate) fn direct_step<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
+        team: &Team,
         d: &mut DirectOp,
         io: &mut Io<'_>,
     ) -> Result<Stepped, CollError> {
+        let x = ext(team);
+        let t = x.shm.as_ref().expect("direct calls need a channel");
+        let mut stall = Stall::default();
         if let Some(w) = self.direct.take() {
-            if let Some(e) = w.failed {
+            stall = w.stall;
+            if w.check && rootcheck::shm_stalled(t, d.seq, d.belief, &w.wait) {
+                rootcheck::poison(t);
                 self.calm();
-                return Err(e);
+                return Err(CollError::RootMismatch {
+                    team: team.id(),
+                    seq: d.seq,
+                });
             }
         }
-        let x = ext(&d.team);
-        let t = x.shm.as_ref().expect("direct calls need a channel");
         let first = !d.started;
         d.started = true;
         let (done, wake) = match &mut d.body {
@@ -276,7 +283,11 @@ impl Coll {
                 }
                 (done, std::mem::take(&mut op.wake))
             }
-            DirectBody::Bar(b) => (b.step(t), std::mem::take(&mut b.wake)),
+            DirectBody::Bar(b) => {
+                let done = b.step(t);
+                t.wake_fenced(std::mem::take(&mut b.wake), &mut |a| cx.wake(a));
+                (done, 0)
+            }
         };
         t.wake(wake, &mut |a| cx.wake(a));
         if done {
@@ -286,11 +297,8 @@ impl Coll {
         let wait = d.wait().expect("a pending step records its wait");
         self.direct = Some(DirectWait {
             wait,
-            team: d.team.clone(),
-            seq: d.seq,
-            belief: d.belief,
-            stall: Stall::default(),
-            failed: None,
+            stall,
+            check: false,
         });
         cx.set_busy();
         Ok(Stepped::Pending)
@@ -300,30 +308,23 @@ impl Coll {
     pub(crate) fn direct_ready(&self) -> bool {
         self.direct
             .as_ref()
-            .is_none_or(|d| d.failed.is_some() || d.wait.ready())
+            .is_none_or(|d| d.check || d.wait.ready())
     }
 
-    /// The progress hook's part for a direct call's wait: the stall checks. True if
-    /// the call can step now (its flag is there, or it failed).
+    /// The progress hook's part for a direct call's wait: counts it stalled and says
+    /// when the stall checks are due (the caller's next step runs them). True if the
+    /// call can step now.
     pub(crate) fn direct_progress(&mut self) -> bool {
+        let rare = self.policy == WaitPolicy::Block || self.shm.sleepy;
         let Some(d) = self.direct.as_mut() else {
             return false;
         };
-        if d.failed.is_some() || d.wait.ready() {
+        if d.check || d.wait.ready() {
             return true;
         }
-        if d.stall.fruitless() {
-            let x = ext(&d.team);
-            if let Some(t) = x.shm.as_ref() {
-                if rootcheck::shm_stalled(t, d.seq, d.belief, &d.wait) {
-                    rootcheck::poison(t);
-                    d.failed = Some(CollError::RootMismatch {
-                        team: d.team.id(),
-                        seq: d.seq,
-                    });
-                    return true;
-                }
-            }
+        if d.stall.fruitless(rare) {
+            d.check = true;
+            return true;
         }
         false
     }

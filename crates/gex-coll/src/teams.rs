@@ -72,14 +72,22 @@ impl CollTeam {
         }
     }
 
-    /// The sequence number of the team's next collective.
+    /// The sequence number of the team's next collective. Only the team's own
+    /// endpoint counts (the layer refuses a team whose `me` is another endpoint, and an
+    /// endpoint is driven by one thread at a time): a load and a store, no locked
+    /// read-modify-write on the hot path.
     pub(crate) fn next_seq(&self) -> u32 {
-        self.seq.fetch_add(1, Ordering::Relaxed)
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
+        s
     }
 
-    /// The number of the team's next barrier (from 1).
+    /// The number of the team's next barrier (from 1); counted as
+    /// [`next_seq`](Self::next_seq).
     pub(crate) fn next_barrier(&self) -> u32 {
-        self.bar_k.fetch_add(1, Ordering::Relaxed).wrapping_add(1)
+        let k = self.bar_k.load(Ordering::Relaxed).wrapping_add(1);
+        self.bar_k.store(k, Ordering::Relaxed);
+        k
     }
 }
 
@@ -159,6 +167,12 @@ pub(crate) fn world_team<C: Conduit>(cx: &Cx<'_, C>, shm: &ShmLocal) -> Team {
         me.rank,
         CollTeam::new(Vec::new(), None, world_shm),
     )
+}
+
+/// A team that stands in for the world team while the layer lends it out
+/// ([`Coll::with_resolved`]).
+pub(crate) fn placeholder(me: EpAddr) -> Team {
+    Team::new(u64::MAX, vec![me], 0)
 }
 
 /// The hosts of `members` from the job layout (a rank of unknown host counts as a
