@@ -247,6 +247,173 @@ impl FlagBar {
     }
 }
 
+/// One counter barrier in flight on one member: for teams of more than
+/// [`FLAG_MAX`] members (see the module docs).
+#[derive(Debug)]
+pub(crate) struct CountBar {
+    k: u32,
+    acc: Entry,
+    arrived: bool,
+    /// What [`step`](Self::step) waited for when it last returned false.
+    pub(crate) wait: Option<WaitOn>,
+    /// Members to wake after this member released the barrier (bit = team rank).
+    pub(crate) wake: u64,
+}
+
+impl CountBar {
+    /// Barrier number `k` of the team, entered with `entry`.
+    pub(crate) fn new(k: u32, entry: Entry) -> CountBar {
+        CountBar {
+            k,
+            acc: entry,
+            arrived: false,
+            wait: None,
+            wake: 0,
+        }
+    }
+
+    /// The merged entry (complete once [`step`](Self::step) returned true).
+    pub(crate) fn entry(&self) -> Entry {
+        self.acc
+    }
+
+    /// Arrives (once); true once the barrier is released (by this member, if it was
+    /// the last to arrive).
+    pub(crate) fn step(&mut self, t: &ShmTeam) -> bool {
+        let ch = t.ch;
+        let slot = (self.k % 2) as usize;
+        let leader = t.areas[0];
+        if !self.arrived {
+            self.arrived = true;
+            let own = t.areas[t.me as usize];
+            let (st, id) = self.acc.words();
+            own.bar(ch, 1 + 2 * slot).store(st, Ordering::Relaxed);
+            own.bar(ch, 2 + 2 * slot).store(id, Ordering::Relaxed);
+            own.bar(ch, 0).store(
+                (u64::from(t.tag) << 32) | u64::from(self.k),
+                Ordering::Relaxed,
+            );
+            // Arrivals of this team: `tag | count`; the first arrival of a team on a
+            // channel left by an earlier team starts the count again. AcqRel: this
+            // arrival publishes its entry, and the last one sees every entry.
+            let tag = u64::from(t.tag) << 32;
+            let cnt = leader.cnt(ch);
+            let mut old = cnt.load(Ordering::Relaxed);
+            let count = loop {
+                let new = if old & !0xffff_ffff == tag {
+                    old + 1
+                } else {
+                    tag | 1
+                };
+                match cnt.compare_exchange_weak(old, new, Ordering::AcqRel, Ordering::Relaxed) {
+                    Ok(_) => break new as u32,
+                    Err(v) => old = v,
+                }
+            };
+            let n = t.areas.len() as u32;
+            if count == self.k.wrapping_mul(n) {
+                self.release(t);
+                return true;
+            }
+        }
+        let r = leader.rel(ch, 0).load(Ordering::Acquire);
+        if epoch_reached(r, t.tag, self.k) {
+            self.acc = Entry::from_words(
+                leader.rel(ch, 1 + 2 * slot).load(Ordering::Relaxed),
+                leader.rel(ch, 2 + 2 * slot).load(Ordering::Relaxed),
+            );
+            self.wait = None;
+            return true;
+        }
+        self.wait = Some(WaitOn::Release {
+            area: leader,
+            ch,
+            tag: t.tag,
+            k: self.k,
+        });
+        false
+    }
+
+    /// The last arrival: merges every member's entry and releases the barrier.
+    fn release(&mut self, t: &ShmTeam) {
+        let ch = t.ch;
+        let slot = (self.k % 2) as usize;
+        for (q, a) in t.areas.iter().enumerate() {
+            if q as u32 == t.me {
+                continue;
+            }
+            debug_assert!(epoch_reached(
+                a.bar(ch, 0).load(Ordering::Relaxed),
+                t.tag,
+                self.k
+            ));
+            let e = Entry::from_words(
+                a.bar(ch, 1 + 2 * slot).load(Ordering::Relaxed),
+                a.bar(ch, 2 + 2 * slot).load(Ordering::Relaxed),
+            );
+            self.acc = self.acc.merge(e);
+        }
+        let leader = t.areas[0];
+        let (st, id) = self.acc.words();
+        leader.rel(ch, 1 + 2 * slot).store(st, Ordering::Relaxed);
+        leader.rel(ch, 2 + 2 * slot).store(id, Ordering::Relaxed);
+        // Release, and the writer's fence of the sleep protocol (`wake_fenced`).
+        leader.rel(ch, 0).swap(
+            (u64::from(t.tag) << 32) | u64::from(self.k),
+            Ordering::SeqCst,
+        );
+        self.wake |= t.others();
+        self.wait = None;
+    }
+}
+
+/// Largest team whose shared-memory barrier is the flag barrier; larger teams take
+/// the counter barrier (measured: see the module docs).
+pub(crate) const FLAG_MAX: u32 = 2;
+
+/// A shared-memory barrier: the flag barrier on small teams, the counter barrier on
+/// larger ones.
+#[derive(Debug)]
+pub(crate) enum ShmBar {
+    Flag(FlagBar),
+    Count(CountBar),
+}
+
+impl ShmBar {
+    /// Barrier number `k` of a team of `p` members, entered with `entry`.
+    pub(crate) fn new(p: u32, k: u32, entry: Entry) -> ShmBar {
+        if p <= FLAG_MAX {
+            ShmBar::Flag(FlagBar::new(k, entry))
+        } else {
+            ShmBar::Count(CountBar::new(k, entry))
+        }
+    }
+    pub(crate) fn step(&mut self, t: &ShmTeam) -> bool {
+        match self {
+            ShmBar::Flag(b) => b.step(t),
+            ShmBar::Count(b) => b.step(t),
+        }
+    }
+    pub(crate) fn entry(&self) -> Entry {
+        match self {
+            ShmBar::Flag(b) => b.entry(),
+            ShmBar::Count(b) => b.entry(),
+        }
+    }
+    pub(crate) fn wait(&self) -> Option<WaitOn> {
+        match self {
+            ShmBar::Flag(b) => b.wait,
+            ShmBar::Count(b) => b.wait,
+        }
+    }
+    pub(crate) fn take_wake(&mut self) -> u64 {
+        match self {
+            ShmBar::Flag(b) => std::mem::take(&mut b.wake),
+            ShmBar::Count(b) => std::mem::take(&mut b.wake),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

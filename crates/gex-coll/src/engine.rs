@@ -15,7 +15,7 @@
 //! collective), and a failed collective is removed at once.
 
 use crate::algo::{Algorithm, Builtin, Kind, PlanCtx, Query};
-use crate::barrier::{ENTRY_LEN, Entry, FlagBar, entry_schedule};
+use crate::barrier::{ENTRY_LEN, Entry, ShmBar, entry_schedule};
 use crate::error::CollError;
 use crate::hier::HierOp;
 use crate::layer::Coll;
@@ -120,7 +120,7 @@ pub(crate) struct SchedOp {
 pub(crate) enum Body {
     Sched(Box<SchedOp>),
     Shm(Box<OwnedShm>),
-    Bar(FlagBar),
+    Bar(ShmBar),
     Hier(Box<HierOp>),
 }
 
@@ -167,7 +167,7 @@ impl OpState {
                 s.acks_expected
             ),
             Body::Shm(_) => "shared memory".to_string(),
-            Body::Bar(b) => format!("flag barrier, waits for {:?}", b.wait),
+            Body::Bar(b) => format!("shared-memory barrier, waits for {:?}", b.wait()),
             Body::Hier(h) => format!(
                 "hierarchical, stage {} (stage collective {:?})",
                 h.stage, h.sub
@@ -403,7 +403,7 @@ impl Coll {
             if let Input::Owned(bytes) = &s.input {
                 if s.kind == OpKind::Barrier {
                     let k = x.next_barrier();
-                    return Ok(Body::Bar(FlagBar::new(k, Entry::decode(bytes))));
+                    return Ok(Body::Bar(ShmBar::new(p, k, Entry::decode(bytes))));
                 }
                 if ShmOp::fits(s.kind, p, s.elem, ch) {
                     let (_, out_blocks) = s.kind.shape(p, r, s.root);

@@ -133,6 +133,17 @@ pub(crate) fn shm_stalled(t: &ShmTeam, seq: u32, belief: u32, w: &WaitOn) -> boo
             // A collective through the slots where this member runs a barrier.
             poisoned || (b != 0 && (b >> 32) as u32 == seq)
         }
+        WaitOn::Release { .. } => {
+            // Waiting for the last arrival: any member running a collective through
+            // the slots at this barrier's place, or poisoned.
+            (0..t.areas.len() as u32)
+                .filter(|&q| q != t.me)
+                .any(|q| match line(t, q) {
+                    Some((_, _, true)) => true,
+                    Some((b, _, _)) => b != 0 && (b >> 32) as u32 == seq,
+                    None => false,
+                })
+        }
         WaitOn::Acks { seq: s, .. } => {
             let mut all_past = true;
             for q in (0..t.areas.len() as u32).filter(|&q| q != t.me) {

@@ -126,14 +126,25 @@ const SLEEPY: usize = 64;
 const fn bar_line(c: usize) -> usize {
     128 + c * 128
 }
-/// Check line of channel `c`: `BELIEF` (tag | seq), `BELIEF_VAL`, `DONE` (tag | seq),
-/// `POISON` ([`crate::rootcheck`]).
+/// Check line of channel `c`: `TAG`, `BELIEF` (seq | belief), `DONE`, `POISON`
+/// ([`crate::rootcheck`]).
 const fn chk_line(c: usize) -> usize {
     128 + c * 128 + 64
 }
+/// Counter line of channel `c` (used in the team leader's area): the arrivals of the
+/// counter barrier ([`crate::barrier`]), alone in its line (contended).
+const fn cnt_line(c: usize) -> usize {
+    1024 + c * 128
+}
+/// Release line of channel `c` (used in the team leader's area): the counter
+/// barrier's `RELEASED` word and merged entry, read by every waiter.
+const fn rel_line(c: usize) -> usize {
+    1024 + c * 128 + 64
+}
 /// Bytes before the first channel.
-const HDR: usize = 1024;
-const _: () = assert!(chk_line(NCH - 1) + 64 <= HDR);
+const HDR: usize = 2048;
+const _: () = assert!(chk_line(NCH - 1) + 64 <= cnt_line(0));
+const _: () = assert!(rel_line(NCH - 1) + 64 <= HDR);
 /// Bytes of channel 0 (two large slots and the small ones).
 const WORLD_CH: usize = 512 << 10;
 /// Bytes of every other channel.
@@ -234,6 +245,17 @@ impl Area {
     pub(crate) fn bar(&self, c: usize, i: usize) -> &AtomicU64 {
         debug_assert!(i < 8);
         self.word(bar_line(c) + 8 * i)
+    }
+
+    /// Channel `c`'s arrival counter (counter barrier).
+    pub(crate) fn cnt(&self, c: usize) -> &AtomicU64 {
+        self.word(cnt_line(c))
+    }
+
+    /// Word `i` (0..8) of channel `c`'s release line (counter barrier).
+    pub(crate) fn rel(&self, c: usize, i: usize) -> &AtomicU64 {
+        debug_assert!(i < 8);
+        self.word(rel_line(c) + 8 * i)
     }
 
     /// Word `i` (0..8) of channel `c`'s check line.
@@ -422,6 +444,13 @@ pub(crate) enum WaitOn {
         tag: u32,
         k: u32,
     },
+    /// The release of counter barrier `k` in the team leader's (member 0's) area.
+    Release {
+        area: Area,
+        ch: usize,
+        tag: u32,
+        k: u32,
+    },
 }
 
 // SAFETY: an `Area` inside (see `Area`'s `Send`).
@@ -444,6 +473,9 @@ impl WaitOn {
             WaitOn::Epoch {
                 area, ch, tag, k, ..
             } => epoch_reached(area.bar(ch, 0).load(Ordering::Acquire), tag, k),
+            WaitOn::Release { area, ch, tag, k } => {
+                epoch_reached(area.rel(ch, 0).load(Ordering::Acquire), tag, k)
+            }
         }
     }
 }

@@ -26,7 +26,7 @@
 //! [`Endpoint::with_layer`]: gex_core::Endpoint::with_layer
 //! [`Endpoint::wait_until_layer`]: gex_core::Endpoint::wait_until_layer
 
-use crate::barrier::{Entry, FlagBar};
+use crate::barrier::{Entry, ShmBar};
 use crate::engine::{Body, OpState};
 use crate::error::CollError;
 use crate::layer::Coll;
@@ -64,7 +64,7 @@ pub(crate) struct DirectOp {
 /// What a direct call runs.
 pub(crate) enum DirectBody {
     Shm(ShmOp),
-    Bar(FlagBar),
+    Bar(ShmBar),
 }
 
 impl DirectOp {
@@ -72,7 +72,7 @@ impl DirectOp {
     pub(crate) fn wait(&self) -> Option<WaitOn> {
         match &self.body {
             DirectBody::Shm(op) => op.wait,
-            DirectBody::Bar(b) => b.wait,
+            DirectBody::Bar(b) => b.wait(),
         }
     }
 }
@@ -158,7 +158,7 @@ impl Coll {
                 if done {
                     st.result = Some(Ok(b.entry().encode()));
                 }
-                let wake = std::mem::take(&mut b.wake);
+                let wake = b.take_wake();
                 t.wake_fenced(wake, &mut |a| cx.wake(a));
                 (done, wake != 0)
             }
@@ -171,7 +171,7 @@ impl Coll {
     pub(crate) fn shm_wait(&mut self, id: u64) -> Option<WaitOn> {
         match &mut self.ops.get_mut(&id)?.body {
             Body::Shm(op) => op.op().wait,
-            Body::Bar(b) => b.wait,
+            Body::Bar(b) => b.wait(),
             _ => None,
         }
     }
@@ -215,7 +215,7 @@ impl Coll {
         let seq = x.next_seq();
         let belief = rootcheck::belief(r.kind, r.root, 0);
         let body = if r.kind == OpKind::Barrier {
-            DirectBody::Bar(FlagBar::new(x.next_barrier(), r.entry))
+            DirectBody::Bar(ShmBar::new(p, x.next_barrier(), r.entry))
         } else {
             let mut op = ShmOp::new(
                 r.kind,
@@ -285,7 +285,7 @@ impl Coll {
             }
             DirectBody::Bar(b) => {
                 let done = b.step(t);
-                t.wake_fenced(std::mem::take(&mut b.wake), &mut |a| cx.wake(a));
+                t.wake_fenced(b.take_wake(), &mut |a| cx.wake(a));
                 (done, 0)
             }
         };
