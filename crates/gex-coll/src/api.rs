@@ -12,7 +12,7 @@ use crate::op::{AddrMode, Elem, OpKind, Opts};
 use crate::rma::RmaError;
 use crate::root::{Root, root_blocks};
 use crate::shm::Io;
-use crate::shmdrive::{DirectOp, DirectReq, Stepped};
+use crate::shmdrive::{Begin, DirectOp, DirectReq, Stepped};
 use crate::teams::{self, Scratch, coll, ext, resolve};
 use crate::tune::{Choice, Tuner};
 use bytemuck::Pod;
@@ -391,11 +391,17 @@ impl<C: Conduit> CollExt<C> for Endpoint<C> {
     }
 
     fn tuner<R>(&mut self, f: impl FnOnce(&mut Tuner) -> R) -> Result<R, CollError> {
-        coll(self, |c, _| f(&mut c.tuner))
+        coll(self, |c, _| {
+            c.tuner_gen += 1;
+            f(&mut c.tuner)
+        })
     }
 
     fn register_algorithm(&mut self, a: Arc<dyn Algorithm>) -> Result<(), CollError> {
-        coll(self, |c, _| c.tuner.register(a))
+        coll(self, |c, _| {
+            c.tuner_gen += 1;
+            c.tuner.register(a)
+        })
     }
 
     fn set_scratch_region(&mut self, region: Range<usize>) -> Result<(), CollError> {
@@ -595,12 +601,10 @@ pub(crate) fn run_owned<C: Conduit, T: Elem, M: Mode>(
     team: &Team,
     spec: Spec<'_, T>,
 ) -> Result<M::Out<Vec<T>, CollError>, CollError> {
-    let team = resolve(ep, team)?;
-    let (l, _) = lower(ep, &team, &spec)?;
+    let (l, _) = lower(ep, team, &spec)?;
     let SpecData::Owned(data) = spec.data else {
         return Err(CollError::Layer("an owned descriptor without owned data"));
     };
-    online_trial(ep, &team, &l)?;
     let input = if l.kind == OpKind::Barrier {
         Entry::default().encode()
     } else {
@@ -609,16 +613,29 @@ pub(crate) fn run_owned<C: Conduit, T: Elem, M: Mode>(
     if M::KIND == ModeKind::Blocking {
         let (_, out_blocks) = l.kind.shape(team.size(), team.rank(), l.root);
         let mut out = vec![0u8; out_blocks * l.elem * l.count];
-        let io = Io {
-            input: &input,
-            out: &mut out,
-            reduce: l.reduce.as_ref().map(|r| &r.0),
-        };
-        if run_direct(ep, &team, &l, io, Entry::default())? {
-            let ev = coll(ep, |_, cx| cx.ready(Ok(vec_from_bytes::<T>(out))))?;
-            return ep.finish::<Vec<T>, CollError, M>(ev, COLL_TAG);
+        let mut trial = true;
+        loop {
+            let io = Io {
+                input: &input,
+                out: &mut out,
+                reduce: l.reduce.as_ref().map(|r| &r.0),
+            };
+            match direct(ep, team, &l, io, Entry::default(), trial)? {
+                Direct::Done(_) => {
+                    let ev = coll(ep, |_, cx| cx.ready(Ok(vec_from_bytes::<T>(out))))?;
+                    return ep.finish::<Vec<T>, CollError, M>(ev, COLL_TAG);
+                }
+                Direct::Trial => {
+                    trial = false;
+                    let team = resolve(ep, team)?;
+                    online_trial(ep, &team, &l)?;
+                }
+                Direct::Declined => break,
+            }
         }
     }
+    let team = resolve(ep, team)?;
+    online_trial(ep, &team, &l)?;
     let s = Start {
         kind: l.kind,
         root: l.root,
@@ -640,20 +657,30 @@ pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
     team: &Team,
     mut spec: Spec<'_, T>,
 ) -> Result<(), CollError> {
-    let team = resolve(ep, team)?;
-    let (l, _) = lower(ep, &team, &spec)?;
-    online_trial(ep, &team, &l)?;
+    let (l, _) = lower(ep, team, &spec)?;
     let (p, me) = (team.size(), team.rank());
     let mut tmp = Vec::new();
-    let (input, out) = spec.data.io(l.kind, p, me, l.root, &mut tmp);
-    let io = Io {
-        input: bytemuck::cast_slice(input),
-        out: bytemuck::cast_slice_mut(out),
-        reduce: l.reduce.as_ref().map(|r| &r.0),
-    };
-    if run_direct(ep, &team, &l, io, Entry::default())? {
-        return Ok(());
+    let mut trial = true;
+    loop {
+        let (input, out) = spec.data.io(l.kind, p, me, l.root, &mut tmp);
+        let io = Io {
+            input: bytemuck::cast_slice(input),
+            out: bytemuck::cast_slice_mut(out),
+            reduce: l.reduce.as_ref().map(|r| &r.0),
+        };
+        match direct(ep, team, &l, io, Entry::default(), trial)? {
+            Direct::Done(_) => return Ok(()),
+            Direct::Trial => {
+                trial = false;
+                let team = resolve(ep, team)?;
+                online_trial(ep, &team, &l)?;
+            }
+            Direct::Declined => break,
+        }
     }
+    let team = resolve(ep, team)?;
+    online_trial(ep, &team, &l)?;
+    let (input, _) = spec.data.io(l.kind, p, me, l.root, &mut tmp);
     let s = Start {
         kind: l.kind,
         root: l.root,
@@ -715,7 +742,7 @@ pub(crate) fn barrier_blocking<C: Conduit>(
         out: &mut [],
         reduce: None,
     };
-    if let Some(merged) = direct(ep, team, &l, io, entry)? {
+    if let Direct::Done(merged) = direct(ep, team, &l, io, entry, false)? {
         return merged.outcome();
     }
     let ev = barrier_event(ep, team, entry, opts)?;
@@ -789,31 +816,40 @@ pub(crate) fn run_single<C: Conduit, T: Elem, M: Mode>(
     ep.finish::<(), CollError, M>(ev, COLL_TAG)
 }
 
-/// Runs a blocking call on the direct path if it applies; false if not (nothing
-/// consumed).
-fn run_direct<C: Conduit>(
-    ep: &mut Endpoint<C>,
-    team: &Team,
-    l: &Lowered<'_>,
-    io: Io<'_>,
-    entry: Entry,
-) -> Result<bool, CollError> {
-    Ok(direct(ep, team, l, io, entry)?.is_some())
-}
-
 /// Polls a direct call makes with `Spin` before it waits through the endpoint (each
 /// is a few loads; the endpoint's wait loop costs a poll of every peer's ring).
 const INLINE_SPINS: u32 = 16;
 
-/// The direct path (see [`crate::shmdrive`]): `None` if it does not apply, else the
-/// merged barrier entry (anonymous for other operations).
+/// Slices a direct call hands over (`sched_yield`) under `SpinThenBlock` before it
+/// waits through the endpoint's wait loop (which polls every slice, then sleeps):
+/// a few milliseconds with ranks outnumbering cores.
+const LIGHT_SLICES: u32 = 2000;
+
+/// Of those slices, every how many the call serves the endpoint (a poll: messages
+/// of other layers, stall checks).
+const LIGHT_POLL_EVERY: u32 = 16;
+
+/// How a call on the direct path ended.
+enum Direct {
+    /// Done; the merged barrier entry (anonymous for other operations).
+    Done(Entry),
+    /// The direct path does not apply (nothing consumed).
+    Declined,
+    /// The online tuner times the call's cell first (nothing consumed; asked with
+    /// `trial`).
+    Trial,
+}
+
+/// The direct path (see [`crate::shmdrive`]), with `trial`: declines with
+/// [`Direct::Trial`] when an online trial is due.
 fn direct<C: Conduit>(
     ep: &mut Endpoint<C>,
     team: &Team,
     l: &Lowered<'_>,
     mut io: Io<'_>,
     entry: Entry,
-) -> Result<Option<Entry>, CollError> {
+    trial: bool,
+) -> Result<Direct, CollError> {
     let req = DirectReq {
         kind: l.kind,
         root: l.root,
@@ -822,23 +858,31 @@ fn direct<C: Conduit>(
         commutative: l.reduce.as_ref().is_none_or(|r| r.1),
         opts: &l.opts,
         entry,
+        trial,
     };
     // One call into the layer resolves the team, begins and takes the first step
     // (a barrier whose peers arrived, a broadcast root: done at once).
+    let mut slot = None;
     let first = coll(ep, |c, cx| {
         c.with_resolved(team, |c, team| {
-            let Some(mut d) = c.direct_begin(cx, team, &req, &mut io)? else {
-                return Ok(None);
-            };
-            let s = c.direct_step(cx, team, &mut d, &mut io)?;
-            Ok(Some((d, s)))
+            match c.direct_begin(cx, team, &req, &mut io, &mut slot)? {
+                Begin::Began(d) => c.direct_step(cx, team, d, &mut io).map(Ok),
+                Begin::Declined => Ok(Err(Direct::Declined)),
+                Begin::Trial => Ok(Err(Direct::Trial)),
+            }
         })
     })??;
-    let Some((mut d, mut stepped)) = first else {
-        return Ok(None);
+    let mut stepped = match first {
+        Ok(s) => s,
+        Err(other) => return Ok(other),
     };
-    let spin = matches!(stepped, Stepped::Pending) && ep.wait_policy() == WaitPolicy::Spin;
+    let d = slot.as_mut().expect("a begun call");
+    let policy = ep.wait_policy();
+    let spin = policy == WaitPolicy::Spin;
+    let yield_first = matches!(policy, WaitPolicy::SpinThenBlock { .. });
     let mut spins = 0u32;
+    let mut waited = false;
+    let mut slices = 0u32;
     while let Stepped::Pending = stepped {
         if spin && spins < INLINE_SPINS {
             // The flag it waits for, a few times, before the endpoint's wait loop.
@@ -847,15 +891,34 @@ fn direct<C: Conduit>(
                 gex_sync::hint::spin_loop();
             }
         }
+        if yield_first {
+            // Ranks outnumber cores: the members waited for need this core. Hand it
+            // over and look at the flag, serving the endpoint every few slices, before
+            // the endpoint's wait loop (a poll of every peer's ring per slice, then
+            // sleep); measured with 8 ranks on 2 cores (docs/coll.md, section 10).
+            while slices < LIGHT_SLICES && !d.wait().is_some_and(|w| w.ready()) {
+                std::thread::yield_now();
+                slices += 1;
+                if slices % LIGHT_POLL_EVERY == 0 {
+                    ep.poll();
+                }
+            }
+        }
+        if !waited && d.finish() {
+            // A barrier's last wait is over: done without entering the layer again
+            // (it never announced sleep: nothing to withdraw).
+            return Ok(Direct::Done(merged_entry(d)));
+        }
         if !d.wait().is_some_and(|w| w.ready()) {
             spins = 0;
+            waited = true;
             let _ = ep.wait_until_layer::<Coll>(|c| c.direct_ready());
         }
         stepped = coll(ep, |c, cx| {
-            c.with_resolved(team, |c, team| c.direct_step(cx, team, &mut d, &mut io))
+            c.with_resolved(team, |c, team| c.direct_step(cx, team, d, &mut io))
         })??;
     }
-    Ok(Some(merged_entry(&d)))
+    Ok(Direct::Done(merged_entry(d)))
 }
 
 fn merged_entry(d: &DirectOp) -> Entry {

@@ -76,6 +76,12 @@ pub struct Coll {
     /// Split-phase barriers notified and not yet waited for, by team id.
     pub(crate) notified: HashMap<u64, Notified>,
     pub(crate) policy: WaitPolicy,
+    /// Changes whenever the tuner may decide differently (a program's access to it,
+    /// an online winner recorded).
+    pub(crate) tuner_gen: u64,
+    /// The last tuned direct call's decision (its key, and whether it takes the
+    /// shared-memory algorithm): calls in a loop skip the tuner.
+    pub(crate) direct_choice: Option<(crate::shmdrive::ChoiceKey, bool)>,
 }
 
 /// This endpoint's shared-memory state.
@@ -171,6 +177,8 @@ impl Layer for Coll {
             pending_aborts: Vec::new(),
             notified: HashMap::new(),
             policy: cx.wait_policy(),
+            tuner_gen: 0,
+            direct_choice: None,
         };
         crate::teams::setup_world_hier(&mut c, cx);
         Ok(c)

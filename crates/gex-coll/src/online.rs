@@ -46,6 +46,7 @@ pub(crate) fn trial<C: Conduit>(
     };
     coll(ep, |c, _| {
         c.tuner.record_online(team.id(), q, winner);
+        c.tuner_gen += 1;
         c.counters.online_trials += 1;
     })
 }

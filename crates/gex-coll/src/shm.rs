@@ -20,6 +20,8 @@
 //! 896 bytes on the others) take 32 small slots in turn, so a root runs up to 31 of
 //! them ahead of its slowest reader.
 //! Entry (in-all) and exit (out-all) synchronisation add one empty round each.
+//! A publication of at most 48 bytes in a small slot goes *inline*, in the cache line
+//! of the slot's `POST` word: a reader's one line transfer brings tag and data.
 //!
 //! **By reference.** A blocking call whose input lies in the member's segment, with
 //! blocks of at least [`BYREF_MIN`] bytes, publishes a reference instead of the data:
@@ -68,8 +70,8 @@
 //! wakes it. A member that does not sleep costs writers one load of a line that stays
 //! in their cache.
 //!
-//! **Tags.** A `POST` word holds `mix(generation, team id, sequence number, round,
-//! belief)`:
+//! **Tags.** A `POST` word holds `mix(mix(generation, team id, sequence number,
+//! belief), round)`:
 //! a reader waits for the exact tag, so a stale publication of another team, of an
 //! earlier collective or of an earlier layer on the same endpoint (the generation
 //! word counts them), or of a member that runs another collective or names another
@@ -131,29 +133,37 @@ const fn bar_line(c: usize) -> usize {
 const fn chk_line(c: usize) -> usize {
     128 + c * 128 + 64
 }
-/// Counter line of channel `c` (used in the team leader's area): the arrivals of the
-/// counter barrier ([`crate::barrier`]), alone in its line (contended).
-const fn cnt_line(c: usize) -> usize {
+/// Release line of channel `c` (used in the team leader's area): the counter
+/// barrier's `RELEASED` word and merged entries ([`crate::barrier`]), read by every
+/// waiter.
+const fn rel_line(c: usize) -> usize {
     1024 + c * 128
 }
-/// Release line of channel `c` (used in the team leader's area): the counter
-/// barrier's `RELEASED` word and merged entry, read by every waiter.
-const fn rel_line(c: usize) -> usize {
+/// Counter line of channel `c` (used in the team leader's area): the counter
+/// barrier's arrivals, alone in its line (every arrival updates it).
+const fn cnt_line(c: usize) -> usize {
     1024 + c * 128 + 64
 }
 /// Bytes before the first channel.
 const HDR: usize = 2048;
-const _: () = assert!(chk_line(NCH - 1) + 64 <= cnt_line(0));
-const _: () = assert!(rel_line(NCH - 1) + 64 <= HDR);
+const _: () = assert!(chk_line(NCH - 1) + 64 <= rel_line(0));
+const _: () = assert!(cnt_line(NCH - 1) + 64 <= HDR);
 /// Bytes of channel 0 (two large slots and the small ones).
 const WORLD_CH: usize = 512 << 10;
 /// Bytes of every other channel.
 const OTHER_CH: usize = ((AREA_LEN - HDR - WORLD_CH) / (NCH - 1)) & !127;
-/// Slot header: `POST` at 0, `REF` at 8 (same cache line), `ACK` at 64 (its own).
+/// Slot header: `POST` at 0, `REF` at 8 and up to [`INLINE_CAP`] bytes of inline
+/// data at 16 (same cache line), `ACK` at 64 (its own).
 const SLOT_HDR: usize = 128;
 const POST: usize = 0;
 const REF: usize = 8;
+const INLINE: usize = 16;
 const ACK: usize = 64;
+/// Largest publication of a small slot that goes inline, in the `POST` line: a
+/// reader's one cache-line transfer brings the tag and the data (broadcasts and
+/// reductions of a few words).
+const INLINE_CAP: usize = 48;
+const _: () = assert!(INLINE + INLINE_CAP <= ACK);
 /// Small slots per channel: collectives of one round that fit one take them in turn
 /// (by sequence number), so a root can run up to `NSMALL - 1` of them ahead of its
 /// slowest reader (what keeps small broadcasts cheap when ranks outnumber cores:
@@ -293,6 +303,13 @@ impl Area {
     fn data(&self, c: usize, s: usize) -> *mut u8 {
         // SAFETY: the slot lies inside the slice (constant layout, asserted above).
         unsafe { self.0.as_ptr().add(self.slot(c, s) + SLOT_HDR) }
+    }
+
+    /// Inline data of slot `s` of channel `c` ([`INLINE_CAP`] bytes, in the `POST`
+    /// line; plain bytes, disjoint from the words).
+    fn inline_data(&self, c: usize, s: usize) -> *mut u8 {
+        // SAFETY: the slot lies inside the slice (constant layout, asserted above).
+        unsafe { self.0.as_ptr().add(self.slot(c, s) + INLINE) }
     }
 
     /// Counts one more collectives layer on this endpoint; returns its generation (from 1).
@@ -458,6 +475,7 @@ unsafe impl Send for WaitOn {}
 
 impl WaitOn {
     /// True once what it waits for has happened.
+    #[inline]
     pub(crate) fn ready(&self) -> bool {
         match *self {
             WaitOn::Post {
@@ -481,6 +499,7 @@ impl WaitOn {
 }
 
 /// True if an `EPOCH` word holds barrier `k` or a later one of the team tagged `tag`.
+#[inline]
 pub(crate) fn epoch_reached(word: u64, tag: u32, k: u32) -> bool {
     (word >> 32) as u32 == tag && (word as u32).wrapping_sub(k) as i32 >= 0
 }
@@ -606,6 +625,10 @@ pub(crate) struct ShmOp {
     data_rounds: usize,
     /// One round in a small slot.
     small: bool,
+    /// Its publications go inline ([`INLINE_CAP`]).
+    inline: bool,
+    /// The hash of what every round's tag holds but the round (0: not yet).
+    tag_base: u64,
     pre: bool,
     post: bool,
     tid: u64,
@@ -828,6 +851,7 @@ impl ShmOp {
         } else {
             n.div_ceil(chunk).max(1)
         };
+        let inline = small && !per_dest(op) && n <= INLINE_CAP;
         ShmOp {
             op,
             p,
@@ -839,6 +863,8 @@ impl ShmOp {
             pre,
             post,
             small,
+            inline,
+            tag_base: 0,
             tid: team.0,
             seq: team.1,
             belief: 0,
@@ -975,6 +1001,15 @@ impl ShmOp {
         }
     }
 
+    /// Where the data of this collective's publications in slot `s` of `a` lie.
+    fn slot_data(&self, a: Area, ch: usize, s: usize) -> *mut u8 {
+        if self.inline {
+            a.inline_data(ch, s)
+        } else {
+            a.data(ch, s)
+        }
+    }
+
     /// Byte range of chunk `i` inside a block.
     fn piece(&self, i: usize) -> std::ops::Range<usize> {
         let a = (i * self.chunk).min(self.n);
@@ -999,13 +1034,16 @@ impl ShmOp {
             } else {
                 (self.seq as usize + g) % 2
             };
-            let tag = mix_all(&[
-                team.generation,
-                self.tid,
-                u64::from(self.seq),
-                g as u64,
-                u64::from(self.belief),
-            ]);
+            if self.tag_base == 0 {
+                // Fixed for the collective (its belief is set before the first step).
+                self.tag_base = mix_all(&[
+                    team.generation,
+                    self.tid,
+                    u64::from(self.seq),
+                    u64::from(self.belief),
+                ]);
+            }
+            let tag = mix_all(&[self.tag_base, g as u64]);
             let data = self.data_round(g);
             if !self.published {
                 let readers = if data.is_some() {
@@ -1031,7 +1069,7 @@ impl ShmOp {
                         }
                         Some(i) => {
                             own.reference(ch, s).store(0, Ordering::Relaxed);
-                            self.write(own.data(ch, s), i, io.input);
+                            self.write(self.slot_data(own, ch, s), i, io.input);
                         }
                         None => {}
                     }
@@ -1086,7 +1124,7 @@ impl ShmOp {
                 }
                 if let Some(i) = data {
                     let src = match a.reference(ch, s).load(Ordering::Relaxed) {
-                        0 => Src::Slot(a.data(ch, s)),
+                        0 => Src::Slot(self.slot_data(a, ch, s)),
                         r if r & CMA_FLAG != 0 => Src::Process(
                             a.cma_pid().expect(
                                 "gex-coll shm: a CMA publication from a member without a pid",
@@ -1169,7 +1207,8 @@ impl ShmOp {
                 }
             }
         } else {
-            // SAFETY: len ≤ chunk ≤ the slot's capacity; owned as above.
+            // SAFETY: len ≤ chunk ≤ the slot's capacity (inline: len ≤ n ≤
+            // INLINE_CAP, the inline bytes); owned as above.
             unsafe { std::ptr::copy_nonoverlapping(input[pc].as_ptr(), dst, len) };
         }
     }
@@ -1185,8 +1224,9 @@ impl ShmOp {
                 } else {
                     0
                 };
-                // SAFETY: inside the slot (as in `write`); the publisher does not
-                // touch it until this member acknowledges (module `# Safety`).
+                // SAFETY: inside the slot or its inline bytes (as in `write`); the
+                // publisher does not touch them until this member acknowledges
+                // (module `# Safety`).
                 Ok(unsafe { std::slice::from_raw_parts(slot.add(at), len) })
             }
             Src::Process(pid, addr) => {

@@ -30,7 +30,7 @@ use crate::barrier::{Entry, ShmBar};
 use crate::engine::{Body, OpState};
 use crate::error::CollError;
 use crate::layer::Coll;
-use crate::op::{AddrMode, OpKind, Opts};
+use crate::op::{AddrMode, OpKind, Opts, SyncModes};
 use crate::rootcheck::{self, Stall};
 use crate::shm::{Io, Publish, ShmOp, WaitOn};
 use crate::teams::ext;
@@ -59,6 +59,9 @@ pub(crate) struct DirectOp {
     pub(crate) belief: u32,
     pub(crate) body: DirectBody,
     pub(crate) started: bool,
+    /// The team's size and this member's rank in it.
+    pub(crate) size: u32,
+    pub(crate) rank: u32,
 }
 
 /// What a direct call runs.
@@ -68,7 +71,20 @@ pub(crate) enum DirectBody {
 }
 
 impl DirectOp {
+    /// Completes a barrier whose last wait is over (a counter barrier's release, a
+    /// flag barrier's last member) outside the layer (the layer's record of the wait
+    /// is dropped by its next poll or direct call): true if done. Other calls step
+    /// through the layer.
+    pub(crate) fn finish(&mut self) -> bool {
+        match &mut self.body {
+            DirectBody::Bar(ShmBar::Count(b)) => b.finish(),
+            DirectBody::Bar(ShmBar::Flag(b)) => b.finish(self.size, self.rank),
+            DirectBody::Shm(_) => false,
+        }
+    }
+
     /// What the call waits for (after a step returned false).
+    #[inline]
     pub(crate) fn wait(&self) -> Option<WaitOn> {
         match &self.body {
             DirectBody::Shm(op) => op.wait,
@@ -102,6 +118,32 @@ pub(crate) struct DirectReq<'a> {
     pub(crate) opts: &'a Opts<'a>,
     /// A barrier's entry.
     pub(crate) entry: Entry,
+    /// Decline with [`Begin::Trial`] when the online tuner has yet to time the call's
+    /// cell (the caller runs the trial and asks again).
+    pub(crate) trial: bool,
+}
+
+/// How [`Coll::direct_begin`] answered.
+pub(crate) enum Begin<'s> {
+    /// The direct path does not apply (nothing consumed): the table's path.
+    Declined,
+    /// The online tuner times this call's cell first (nothing consumed).
+    Trial,
+    /// Begun.
+    Began(&'s mut DirectOp),
+}
+
+/// What a tuned direct call's decision depends on besides its team's fixed shape
+/// (channel, scratch, hosts): the cached decision holds while the key is equal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ChoiceKey {
+    team: u64,
+    size: u32,
+    kind: OpKind,
+    bytes: usize,
+    commutative: bool,
+    sync: SyncModes,
+    generation: u64,
 }
 
 impl Coll {
@@ -178,19 +220,20 @@ impl Coll {
 
     /// Starts a blocking call on the direct path if it applies (see the module docs):
     /// `Ok(None)` if not (nothing consumed, the caller uses the table).
-    pub(crate) fn direct_begin<C: Conduit>(
+    pub(crate) fn direct_begin<'s, C: Conduit>(
         &mut self,
         _cx: &mut Cx<'_, C>,
         team: &Team,
         r: &DirectReq<'_>,
         io: &mut Io<'_>,
-    ) -> Result<Option<DirectOp>, CollError> {
+        slot: &'s mut Option<DirectOp>,
+    ) -> Result<Begin<'s>, CollError> {
         let x = ext(team);
         let Some(sh) = x.shm.as_ref() else {
-            return Ok(None);
+            return Ok(Begin::Declined);
         };
         if !self.ops.is_empty() {
-            return Ok(None);
+            return Ok(Begin::Declined);
         }
         // A wait left by a call that unwound (a panicking handler) is stale.
         self.direct = None;
@@ -201,16 +244,38 @@ impl Coll {
                 size: p,
             });
         }
-        let q = Self::query(team, r.kind, n, AddrMode::Local, r.opts, r.commutative);
-        let shm = if self.online_applies(&q, r.opts) {
-            self.tuner
-                .online_choice(team.id(), &q)
-                .is_some_and(|a| a.is_shared_memory())
-        } else {
-            self.tuner.select(&q, r.opts.algorithm)?.is_shared_memory()
+        // A tuned call's decision depends on the key alone: kept for the next call.
+        let key = ChoiceKey {
+            team: team.id(),
+            size: p,
+            kind: r.kind,
+            bytes: n,
+            commutative: r.commutative,
+            sync: r.opts.sync,
+            generation: self.tuner_gen,
         };
-        if !shm || !ShmOp::fits(r.kind, p, r.elem, sh.ch) {
-            return Ok(None);
+        let shm = match self.direct_choice {
+            Some((k, shm)) if r.opts.algorithm.is_none() && k == key => shm,
+            _ => {
+                let q = Self::query(team, r.kind, n, AddrMode::Local, r.opts, r.commutative);
+                let (shm, fixed) = if self.online_applies(&q, r.opts) {
+                    match self.tuner.online_choice(team.id(), &q) {
+                        Some(a) => (a.is_shared_memory(), true),
+                        None if r.trial => return Ok(Begin::Trial),
+                        None => (false, false),
+                    }
+                } else {
+                    let a = self.tuner.select(&q, r.opts.algorithm)?;
+                    (a.is_shared_memory(), r.opts.algorithm.is_none())
+                };
+                if fixed {
+                    self.direct_choice = Some((key, shm));
+                }
+                shm
+            }
+        };
+        if !shm || (r.kind != OpKind::Barrier && !ShmOp::fits(r.kind, p, r.elem, sh.ch)) {
+            return Ok(Begin::Declined);
         }
         let seq = x.next_seq();
         let belief = rootcheck::belief(r.kind, r.root, 0);
@@ -237,12 +302,14 @@ impl Coll {
             DirectBody::Shm(op)
         };
         self.counters.direct_calls += 1;
-        Ok(Some(DirectOp {
+        Ok(Begin::Began(slot.insert(DirectOp {
             seq,
             belief,
             body,
             started: false,
-        }))
+            size: p,
+            rank: me,
+        })))
     }
 
     /// Steps a direct call of `team` over `io`; on `Pending`, records its wait for the
@@ -319,7 +386,12 @@ impl Coll {
         let Some(d) = self.direct.as_mut() else {
             return false;
         };
-        if d.check || d.wait.ready() {
+        if d.wait.ready() {
+            // Its caller steps (or finished on its own: `DirectOp::finish`).
+            self.direct = None;
+            return true;
+        }
+        if d.check {
             return true;
         }
         if d.stall.fruitless(rare) {

@@ -452,6 +452,8 @@ pub(crate) fn destroy_team<C: Conduit>(ep: &mut Endpoint<C>, team: Team) -> Resu
     }
     ep.poll();
     coll(ep, |c, _| {
+        // A later team may take the id: forget the decision kept for this one.
+        c.direct_choice = None;
         let pending = c
             .ops
             .values()
