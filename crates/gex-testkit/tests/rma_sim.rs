@@ -219,7 +219,7 @@ mod native_paths {
 
     #[test]
     fn rma_and_atomics_go_through_the_nic() {
-        on_rank_0(|r, _ad| {
+        on_rank_0(|r, ad| {
             let es = |e: gex_rma::RmaError| e.to_string();
             let p = GlobalPtr::<u8>::new(EpAddr::rank(1), 100);
             let data: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 1) as u8).collect();
@@ -279,20 +279,19 @@ mod native_paths {
             }
             // Atomics: a fully offered domain uses the NIC for every target,
             // this rank included.
-            let ad = _ad;
             check("domain native iff not forced", ad.is_native() != forced())?;
             let f = AtomicFlags::empty();
             for t in 0..2 {
                 let w = GlobalPtr::<u64>::new(EpAddr::rank(t), 8192);
-                r.atomic(&ad, AtomicOp::Set, w, 40, 0, f, Blocking)
+                r.atomic(ad, AtomicOp::Set, w, 40, 0, f, Blocking)
                     .map_err(es)?;
                 let old = r
-                    .fetch(&ad, AtomicOp::Fadd, w, 2, 0, f, Blocking)
+                    .fetch(ad, AtomicOp::Fadd, w, 2, 0, f, Blocking)
                     .map_err(es)?;
-                let ev = r.fetch(&ad, AtomicOp::Fadd, w, 3, 0, f, Nb).map_err(es)?;
+                let ev = r.fetch(ad, AtomicOp::Fadd, w, 3, 0, f, Nb).map_err(es)?;
                 let old2 = r.wait(ev).map_err(es)?;
                 let now = r
-                    .fetch(&ad, AtomicOp::Get, w, 0, 0, f, Blocking)
+                    .fetch(ad, AtomicOp::Get, w, 0, 0, f, Blocking)
                     .map_err(es)?;
                 check("native fetch-add values", (old, old2, now) == (40, 42, 45))?;
             }
