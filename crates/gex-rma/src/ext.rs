@@ -8,6 +8,20 @@
 //! ([`Endpoint::with_layer`]), then waits, if it must, through the endpoint
 //! ([`Endpoint::finish`], [`Endpoint::wait_until_layer`], [`Endpoint::poll`] under
 //! back-pressure), so that every layer's handlers and progress hooks run meanwhile.
+//! An operation complete during the call (the direct path) returns its output through
+//! [`Cx::done`] without building an event.
+//!
+//! # Safety
+//! The unsafe code hands raw destinations to the engine ([`crate::engine`]) under the
+//! lifetime rule of [`crate::layer`], which this module enforces with types:
+//! - a borrowed destination (`&mut [T]`) is only accepted in blocking mode
+//!   ([`GetDst`]), and a blocking call returns only after its operation completed, or,
+//!   after a failure, after the units already in flight did;
+//! - an owned `Vec<T>` moves into the operation's event (or, in NBI mode, its entry),
+//!   which keeps its heap block alive until the operation is done with it;
+//! - a destination lent to a scope (`&'env mut`) is tracked under the scope's tag, and
+//!   the scope waits for it before the borrow ends, also after a failure or a panic.
+#![allow(unsafe_code)]
 
 use crate::RmaError;
 use crate::atomic::{
@@ -181,7 +195,7 @@ fn put_bytes<C: Conduit, X>(
 /// A [`GetTo::Ptr`] destination is writable for its length and untouched by anyone
 /// else until the operation completes (the callers: a blocking call waits, an owned
 /// buffer moves into the event, a scoped borrow lasts until the scope's end).
-#[allow(unsafe_code, clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn get_bytes<C: Conduit, O: Send + 'static, X>(
     ep: &mut Endpoint<C>,
@@ -297,7 +311,6 @@ fn source_chunks<C: Conduit, T>(
 }
 
 /// A blocking get into a borrowed slice.
-#[allow(unsafe_code)]
 fn get_borrowed<C: Conduit, T: Pod>(
     ep: &mut Endpoint<C>,
     dst: &mut [T],
@@ -389,7 +402,6 @@ impl<T: Pod + Send> GetDst<T, Blocking> for &mut Vec<T> {
 
 impl<T: Pod + Send, M: Mode> GetDst<T, M> for Vec<T> {
     type Out = M::Out<Vec<T>, RmaError>;
-    #[allow(unsafe_code)]
     fn get_from<C: Conduit>(
         mut self,
         ep: &mut Endpoint<C>,
@@ -797,7 +809,6 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
     }
 
     #[inline]
-    #[allow(unsafe_code)]
     fn get_val<T: Pod + Send, M: Mode>(
         &mut self,
         src: GlobalPtr<T>,
@@ -908,7 +919,6 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         agree(team, ops, &all)
     }
 
-    #[allow(unsafe_code)]
     fn atomic<T: AtomicType, M: Mode>(
         &mut self,
         ad: &AtomicDomain<T>,
@@ -944,7 +954,6 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         end::<C, (), M>(self, r, false)
     }
 
-    #[allow(unsafe_code)]
     fn fetch<T: AtomicType, M: Mode>(
         &mut self,
         ad: &AtomicDomain<T>,
@@ -1080,7 +1089,6 @@ pub trait ScopeRmaExt<'env, C: Conduit> {
 }
 
 impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
-    #[allow(unsafe_code)]
     fn get_into<T: Pod>(&mut self, dst: &'env mut [T], src: GlobalPtr<T>) -> Result<(), RmaError> {
         let tag = self.tag();
         let bytes = std::mem::size_of_val(dst);
@@ -1109,7 +1117,6 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         end_scoped(self, tag, r)
     }
 
-    #[allow(unsafe_code)]
     fn get_vis_into<T: Pod>(
         &mut self,
         dst: &'env mut [T],
@@ -1157,7 +1164,6 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         end_scoped(self, tag, r)
     }
 
-    #[allow(unsafe_code)]
     fn fetch_into<T: AtomicType>(
         &mut self,
         ad: &AtomicDomain<T>,
