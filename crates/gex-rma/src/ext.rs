@@ -832,6 +832,14 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         if let Some(Some(out)) = fast {
             return Ok(out);
         }
+        if M::KIND == ModeKind::Blocking {
+            // Blocking: into a local, which outlives the wait (no landing word).
+            let mut v = T::zeroed();
+            get_borrowed(self, std::slice::from_mut(&mut v), Source::Ptr(src))?;
+            return self
+                .with_layer::<Rma, _>(|_, cx| cx.done::<T, RmaError, M>(v))
+                .ok_or(RmaError::NoLayer);
+        }
         let chunks = [Chunk {
             remote: off,
             local: 0,
