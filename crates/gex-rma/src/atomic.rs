@@ -1,40 +1,33 @@
-//! Remote atomics: atomic domains over (team, type, op set).
+//! Remote atomics: atomic domains over (team, type, op set), created collectively.
 //!
-//! An [`AtomicDomain<T>`] is created from an [`RmaEp`] with the set of operations it
-//! will use ([`AtomicOps`]) for one element type `T` ([`AtomicType`]: `i32`, `u32`,
-//! `i64`, `u64`, `f32`, `f64`). The team is the primordial team: every rank's endpoint
-//! with the index of the `RmaEp` (the same rule as for RMA).
+//! An [`AtomicDomain<T>`] is created by every member of a [`Team`] with
+//! [`RmaExt::atomic_domain`](crate::RmaExt::atomic_domain), naming the element type `T`
+//! ([`AtomicType`]: `i32`, `u32`, `i64`, `u64`, `f32`, `f64`) and the operations it will
+//! use ([`AtomicOps`]). Creation is collective: the members exchange their requests
+//! ([`Endpoint::exchange`](gex_core::Endpoint::exchange)), every member's type and op
+//! set must be equal ([`RmaError::DomainMismatch`] otherwise, on every member), and
+//! the implementation is decided the same way on every member: NIC atomics only if
+//! every member's conduit offers the whole op set for the type, CPU atomics otherwise.
+//! So no two ranks can mix NIC and CPU atomics on the same words, which are not
+//! coherent with each other.
 //!
 //! # Implementation
-//! Every operation is a CPU atomic on the target word:
-//! - **direct**: when the conduit maps the target's segment
-//!   ([`ConduitEp::peer_segment`](gex_core::spi::ConduitEp::peer_segment)), the
-//!   initiator performs it through the mapping;
-//! - **AM**: otherwise (or with `--cfg gex_force_am_rma`), a Short request carries the
-//!   operation to the target, whose handler performs the same CPU atomic on its own
-//!   segment and replies (the old value for fetching operations, an acknowledgement
-//!   otherwise).
-//!
-//! Both paths use the processor's atomics on the same memory, so they are coherent with
-//! each other: within a domain, neighbours using the mapping and remote ranks using AMs
-//! may target the same word concurrently. A NIC-offload implementation would not be
-//! coherent with CPU atomics; that is why the op set and type are declared up front
-//! (the conduit hook chooses one implementation per domain, see below).
-//!
-//! **NIC atomics**: when the conduit offers
-//! [`NATIVE_ATOMICS`](gex_core::Capabilities::NATIVE_ATOMICS) and
-//! [`native_atomic_supported`](gex_core::spi::ConduitEp::native_atomic_supported) holds
-//! for every operation of the op set and the type, the domain is created native
-//! ([`AtomicDomain::is_native`]) and performs **every** operation with
-//! [`native_atomic`](gex_core::spi::ConduitEp::native_atomic), to any rank including
-//! itself. Never with `--cfg gex_force_am_rma`.
+//! - **CPU**: an operation on a word the conduit maps here is a CPU atomic through the
+//!   mapping (direct path); on other words a Short AM carries it to the target, whose
+//!   handler performs the same CPU atomic on its own segment and replies (the old value
+//!   for fetching operations, an acknowledgement otherwise). Both use the processor's
+//!   atomics on the same memory, so they are coherent with each other.
+//! - **NIC**: every operation, to any member including this one, goes through the
+//!   conduit's [`native_atomic`](gex_core::spi::ConduitEp::native_atomic). Never when
+//!   the AM path is forced (`--cfg gex_force_am_rma`, `GEX_RMA_PATH=am`).
 //!
 //! # Rules
-//! - The target word must be naturally aligned ([`RmaError::Misaligned`]) and inside
-//!   the target's segment ([`RmaError::OutOfSegment`]).
+//! - The target word must be naturally aligned ([`RmaError::Misaligned`]), inside the
+//!   target's segment ([`RmaError::OutOfSegment`]) and on a member of the domain's team
+//!   ([`RmaError::NotInTeam`]).
 //! - Concurrent accesses to a word used by atomic operations must all be atomic
 //!   operations (of domains of the same type): mixing them with plain put/get/memset on
-//!   the same word at the same time is a data race, as in GASNet-EX.
+//!   the same word at the same time gives unspecified values, as in GASNet-EX.
 //! - Ordering: by default an operation is `Relaxed` (like GASNet-EX without flags).
 //!   [`AtomicFlags::ACQUIRE`] and [`AtomicFlags::RELEASE`] give the operation acquire
 //!   and/or release semantics at the target word (`Acquire`, `Release` or `AcqRel`; a
@@ -53,23 +46,25 @@
 //! the local one (AM handler) or a peer's mapping (direct path). The address was checked
 //! to be inside the segment and naturally aligned for the width; the segment stays
 //! mapped for the life of the conduit, which the endpoint keeps alive; all concurrent
-//! accesses to the word are atomic by the contract above. It also writes fetched values
-//! into result locations under the rules of the module `ep` (borrowed by a blocking call,
-//! owned by a [`FetchEvent`](crate::FetchEvent), or promised by an `unsafe` caller).
+//! accesses to the word are atomic by the rules above. It also stores fetched values
+//! into result locations under the rules of [`crate::layer`] (a word the operation owns,
+//! or a destination borrowed for a scope).
 #![allow(unsafe_code)]
 
+use crate::GlobalPtr;
 use crate::RmaError;
-use crate::ep::{NativePend, RawPtr, Shared, lock, native_progress, store_word};
-use crate::event::{Event, FetchEvent, GetEvent};
-use crate::{GlobalPtr, RmaEp};
+use crate::engine::{Fail, How, Step};
+use crate::layer::Rma;
+use crate::native::NativeStep;
+use crate::nbi::Cat;
+use crate::path::{OpKind, Path};
 use bytemuck::Pod;
-use gex_core::spi::{AtomicBase, Conduit, ConduitEp, Native, NativeAtomic};
-use gex_core::{Am, Category, Endpoint, HandlerIndex, Token};
+use gex_core::event::{Data, Finish};
+use gex_core::layer::Cx;
+use gex_core::spi::{AtomicBase, Conduit, ConduitEp, NativeAtomic};
+use gex_core::{Am, Category, Event, ModeKind, Team, Token};
 use gex_sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 use std::marker::PhantomData;
-
-/// Handler of atomic requests: `[op id, code, off lo, off hi, a lo, a hi, b lo, b hi]`.
-pub(crate) const H_ATOMIC: HandlerIndex = 23;
 
 bitflags::bitflags! {
     /// The operations an [`AtomicDomain`] may perform (one bit per [`AtomicOp`]).
@@ -280,7 +275,7 @@ impl KindExt for Kind {
 }
 
 /// Element types of atomic domains: `i32`, `u32`, `i64`, `u64`, `f32`, `f64`. Sealed.
-pub trait AtomicType: Pod + PartialEq + std::fmt::Debug + sealed::Sealed {
+pub trait AtomicType: Pod + Send + Sync + PartialEq + std::fmt::Debug + sealed::Sealed {
     #[doc(hidden)]
     const KIND: Kind;
     #[doc(hidden)]
@@ -472,98 +467,55 @@ fn join64(l: u32, h: u32) -> u64 {
 /// Bit 24 of the code word: the initiator wants the old value back.
 const WANT: u32 = 1 << 24;
 
-/// Registers the atomic handler (called by [`RmaEp::new`]).
-pub(crate) fn register<C: Conduit>(
-    ep: &mut Endpoint<C>,
-    seg: RawPtr,
-    seg_len: usize,
-    st: Shared,
-    h_ack: HandlerIndex,
-    h_reply: HandlerIndex,
-) -> Result<(), RmaError> {
-    ep.register_reserved(H_ATOMIC, move |t: &mut Token<'_>, am: Am<'_>| {
-        let seg = seg;
-        let a = am.args();
-        if a.len() < 8 {
-            lock(&st).dropped += 1;
-            return;
-        }
-        let code = a[1];
-        let off = crate::ep::join(a[2], a[3]);
-        let (Some(op), Some(k)) = (
-            AtomicOp::from_code(code & 0xff),
-            Kind::from_code((code >> 8) & 0xff),
-        ) else {
-            lock(&st).dropped += 1;
-            return;
-        };
-        if k.is_float() && op.flag().intersects(AtomicOps::BITWISE) {
-            lock(&st).dropped += 1;
-            return;
-        }
-        let f = AtomicFlags::from_bits_truncate((code >> 16) & 0xff);
-        let size = k.size();
-        let ok = off.checked_add(size).is_some_and(|e| e <= seg_len)
-            && (seg.0 as usize).wrapping_add(off) % size == 0;
-        if !ok {
-            lock(&st).dropped += 1;
-            return;
-        }
-        // SAFETY: inside this EP's segment and aligned (checked); atomic by contract.
-        let old = unsafe {
-            exec(
-                seg.0.add(off),
-                k,
-                op.base(),
-                join64(a[4], a[5]),
-                join64(a[6], a[7]),
-                f,
-            )
-        };
-        if code & WANT != 0 {
-            let bytes = old.to_ne_bytes();
-            let v: &[u8] = if size == 4 {
-                #[cfg(target_endian = "little")]
-                {
-                    &bytes[..4]
-                }
-                #[cfg(target_endian = "big")]
-                {
-                    &bytes[4..]
-                }
-            } else {
-                &bytes
-            };
-            let _ = t.reply_medium(h_reply, &[a[0], 0, 0], v);
+/// Stores the bit pattern `v` of a `size`-byte element at `res` (nothing if null).
+///
+/// # Safety
+/// `res` is null or valid for a write of `size` bytes.
+pub(crate) unsafe fn store_word(res: *mut u8, size: usize, v: u64) {
+    if res.is_null() {
+        return;
+    }
+    // SAFETY: valid for `size` bytes (contract); unaligned writes need no alignment.
+    unsafe {
+        if size == 4 {
+            res.cast::<u32>().write_unaligned(v as u32);
         } else {
-            let _ = t.reply_short(h_ack, &a[..1]);
+            res.cast::<u64>().write_unaligned(v);
         }
-    })?;
-    Ok(())
+    }
 }
 
-/// An atomic domain: the element type `T` and the set of operations (declared up
-/// front) for atomic operations on the segments of the primordial team (every rank's
-/// endpoint with the creating [`RmaEp`]'s index). A small `Copy` descriptor; the
-/// operations take the `RmaEp` to run on.
-///
-/// Every rank that targets a word must use a domain of the same type; ranks should
-/// create domains with the same op set (nothing is exchanged: creation is local).
+/// The output of a fetching atomic from its completion data.
+pub(crate) fn fetch_finish<T: AtomicType>(d: Data, _: Option<T>) -> T {
+    match d {
+        Data::Word(w) => T::from_bits(w),
+        _ => T::zeroed(),
+    }
+}
+
+/// An atomic domain: the element type `T`, the agreed set of operations and the team
+/// whose members' segments its operations target, with the implementation (NIC or CPU)
+/// every member agreed on. Made collectively by
+/// [`RmaExt::atomic_domain`](crate::RmaExt::atomic_domain); a small descriptor that
+/// operations borrow ([`RmaExt::atomic`](crate::RmaExt::atomic),
+/// [`RmaExt::fetch`](crate::RmaExt::fetch)).
 ///
 /// ```
-/// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
-/// use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, RmaEp, RmaError};
+/// use gex_core::{boot::Singleton, loopback::Loopback, Blocking, ClientBuilder};
+/// use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, Rma, RmaError, RmaExt};
 ///
-/// let client = ClientBuilder::new().segment_size(4096).init::<Loopback>(Box::new(Singleton::new()))?;
-/// let mut rma = RmaEp::new(client.endpoint(0)?)?;
-/// let ad = rma.atomic_domain::<u64>(AtomicOps::FADD | AtomicOps::FCSWAP | AtomicOps::GET)?;
-/// let p = rma.global_ptr::<u64>(rma.addr(), 64);
+/// let client = ClientBuilder::new().layer::<Rma>().segment_size(4096)
+///     .init::<Loopback>(Box::new(Singleton::new()))?;
+/// let mut ep = client.endpoint(0)?;
+/// let world = ep.world();
+/// let ad = ep.atomic_domain::<u64>(&world, AtomicOps::FADD | AtomicOps::FCSWAP | AtomicOps::GET)?;
+/// let p = GlobalPtr::<u64>::new(ep.addr(), 64);
 /// let f = AtomicFlags::empty();
-/// assert_eq!(ad.fetch(&mut rma, AtomicOp::Fadd, p, 5, 0, f)?, 0);
-/// assert_eq!(ad.fetch(&mut rma, AtomicOp::Fcswap, p, 5, 9, f)?, 5);
-/// assert_eq!(ad.fetch(&mut rma, AtomicOp::Get, p, 0, 0, f)?, 9);
+/// assert_eq!(ep.fetch(&ad, AtomicOp::Fadd, p, 5, 0, f, Blocking)?, 0);
+/// assert_eq!(ep.fetch(&ad, AtomicOp::Fcswap, p, 5, 9, f, Blocking)?, 5);
+/// assert_eq!(ep.fetch(&ad, AtomicOp::Get, p, 0, 0, f, Blocking)?, 9);
 /// assert_eq!(
-///     ad.op(&mut rma, AtomicOp::Max, p, 1, 0, f),
+///     ep.atomic(&ad, AtomicOp::Max, p, 1, 0, f, Blocking),
 ///     Err(RmaError::OpNotInDomain { op: AtomicOp::Max })
 /// );
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -572,34 +524,59 @@ pub(crate) fn register<C: Conduit>(
 pub struct AtomicDomain<T> {
     ops: AtomicOps,
     /// Every operation goes through the conduit's NIC atomics.
-    native: bool,
+    nic: bool,
+    team: Team,
     _t: PhantomData<fn() -> T>,
 }
 
 impl<T> Clone for AtomicDomain<T> {
     fn clone(&self) -> Self {
-        *self
+        AtomicDomain {
+            ops: self.ops,
+            nic: self.nic,
+            team: self.team.clone(),
+            _t: PhantomData,
+        }
     }
 }
-impl<T> Copy for AtomicDomain<T> {}
 
-impl<C: Conduit> RmaEp<C> {
-    /// Creates an atomic domain for `T` with the operations `ops` (local; see
-    /// [`AtomicDomain`]).
-    ///
-    /// # Errors
-    /// [`RmaError::BadOpSet`] if `T` is a float type and `ops` has bitwise operations.
-    pub fn atomic_domain<T: AtomicType>(
-        &mut self,
+impl<T: AtomicType> AtomicDomain<T> {
+    /// The agreed op set.
+    pub fn ops(&self) -> AtomicOps {
+        self.ops
+    }
+    /// True if this domain performs every operation with the conduit's NIC atomics
+    /// (agreed at creation: every member's conduit offers
+    /// [`NATIVE_ATOMICS`](gex_core::Capabilities::NATIVE_ATOMICS) and every operation of
+    /// the op set for this type); false: CPU atomics, directly or through AMs.
+    pub fn is_native(&self) -> bool {
+        self.nic
+    }
+    /// The team whose members' words the domain's operations target.
+    pub fn team(&self) -> &Team {
+        &self.team
+    }
+}
+
+/// Length of the agreement blob: kind code, op set, NIC offer.
+const AGREE_LEN: usize = 6;
+
+impl Rma {
+    /// This member's request for a domain of `T` with `ops`: the blob to exchange,
+    /// and the error of an op set the type does not support (the blob is exchanged
+    /// anyway, so the other members do not wait for this one).
+    pub(crate) fn domain_request<C: Conduit, T: AtomicType>(
+        &self,
+        cx: &mut Cx<'_, C>,
         ops: AtomicOps,
-    ) -> Result<AtomicDomain<T>, RmaError> {
-        if T::KIND.is_float() && ops.intersects(AtomicOps::BITWISE) {
-            return Err(RmaError::BadOpSet {
+    ) -> ([u8; AGREE_LEN], Option<RmaError>) {
+        let bad = (T::KIND.is_float() && ops.intersects(AtomicOps::BITWISE)).then(|| {
+            RmaError::BadOpSet {
                 ops: ops & AtomicOps::BITWISE,
-            });
-        }
-        let native = self.native_atomics && {
-            let cep = self.ep.conduit_ep();
+            }
+        });
+        let offers = self.caps.contains(gex_core::Capabilities::NATIVE_ATOMICS) && {
+            let cep = cx.conduit();
             AtomicOp::ALL
                 .iter()
                 .filter(|op| ops.contains(op.flag()))
@@ -608,47 +585,138 @@ impl<C: Conduit> RmaEp<C> {
                     cep.native_atomic_supported(T::KIND, base, fetch)
                 })
         };
-        Ok(AtomicDomain {
-            ops,
-            native,
-            _t: PhantomData,
-        })
+        let mut b = [0u8; AGREE_LEN];
+        b[0] = T::KIND.code() as u8;
+        b[1..5].copy_from_slice(&ops.bits().to_le_bytes());
+        b[5] = u8::from(offers && bad.is_none());
+        (b, bad)
     }
+}
 
-    /// Starts an atomic; writes the old value to `res` (if non-null and the op fetches).
-    /// `blocking`: the caller waits for completion before returning.
+/// Decides a domain from every member's request (team-rank order): equal requests
+/// give the domain (NIC only if every member offers it), different ones
+/// [`RmaError::DomainMismatch`] naming the job ranks that differ from team rank 0.
+pub(crate) fn agree<T: AtomicType>(
+    team: &Team,
+    ops: AtomicOps,
+    all: &[Vec<u8>],
+) -> Result<AtomicDomain<T>, RmaError> {
+    let first = all.first().map(|b| b.get(..5)).unwrap_or(None);
+    let ranks: Vec<u32> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.len() != AGREE_LEN || b.get(..5) != first)
+        .filter_map(|(i, _)| team.job_rank(i as u32))
+        .collect();
+    if !ranks.is_empty() {
+        return Err(RmaError::DomainMismatch { ranks });
+    }
+    let nic = all.iter().all(|b| b[5] == 1);
+    Ok(AtomicDomain {
+        ops,
+        nic,
+        team: team.clone(),
+        _t: PhantomData,
+    })
+}
+
+impl Rma {
+    /// One step of atomic `op` of domain `ad` on the word at `p`. `result`: a borrowed
+    /// destination of the fetched value (scoped fetches); `fetch`: the event's output is
+    /// the fetched value (`finish`).
     ///
     /// # Safety
-    /// `res`, if non-null, is writable for one `T` and untouched until the operation
-    /// completes, is abandoned, or (if leaked) forever.
+    /// `result`, if given, is writable for one `T` and untouched by anyone else until
+    /// the operation completes (module `# Safety`).
     #[allow(clippy::too_many_arguments)]
-    unsafe fn atomic_start<T: AtomicType>(
+    pub(crate) unsafe fn atomic_step<C: Conduit, T: AtomicType, O: Send + 'static>(
         &mut self,
+        cx: &mut Cx<'_, C>,
         ad: &AtomicDomain<T>,
         op: AtomicOp,
         p: GlobalPtr<T>,
-        a: T,
-        b: T,
+        (a, b): (T, T),
         f: AtomicFlags,
-        res: *mut T,
-        blocking: bool,
-    ) -> Result<Option<u32>, RmaError> {
-        if !ad.ops.contains(op.flag()) {
-            return Err(RmaError::OpNotInDomain { op });
-        }
+        how: How,
+        result: Option<*mut T>,
+        want: bool,
+        finish: Finish<O>,
+        id: &mut Option<u32>,
+        ev: &mut Option<Event<O, RmaError>>,
+    ) -> Result<Step<O>, Fail<O>> {
         let size = std::mem::size_of::<T>();
         let dst = p.addr();
-        self.check_range(dst, p.offset, size)?;
-        if p.offset % size != 0 {
-            return Err(RmaError::Misaligned {
-                dst,
-                offset: p.offset,
-                align: size,
-            });
-        }
-        let want = op.is_fetching() && !res.is_null();
         let (x, y) = (a.to_bits(), b.to_bits());
-        if ad.native {
+        let mut hold: Option<O> = None;
+        if id.is_none() {
+            if !ad.ops.contains(op.flag()) {
+                return Err(RmaError::OpNotInDomain { op }.into());
+            }
+            let member = if ad.team.id() == 0 {
+                dst.ep == ad.team.me().ep
+            } else {
+                ad.team.rank_of(dst).is_some()
+            };
+            if !member {
+                return Err(RmaError::NotInTeam { dst }.into());
+            }
+            self.check_range(dst, p.offset, size)?;
+            if p.offset % size != 0 {
+                return Err(RmaError::Misaligned {
+                    dst,
+                    offset: p.offset,
+                    align: size,
+                }
+                .into());
+            }
+            let base = self.mapping(cx, dst);
+            let path = self.path(
+                OpKind::Atomic { nic: ad.nic },
+                size,
+                p.offset,
+                1,
+                base.is_some(),
+            );
+            if let (Path::Direct, Some(base)) = (path, base) {
+                // SAFETY: the offset is inside the mapped segment (checked).
+                let at = unsafe { base.as_ptr().add(p.offset) };
+                if at as usize % size != 0 {
+                    return Err(RmaError::Misaligned {
+                        dst,
+                        offset: p.offset,
+                        align: size,
+                    }
+                    .into());
+                }
+                // SAFETY: inside the mapped segment and aligned (checked); every access
+                // to the word is atomic (module rules).
+                let old = unsafe { exec(at, T::KIND, op.base(), x, y, f) };
+                if let Some(r) = result {
+                    // SAFETY: writable (contract).
+                    unsafe { r.write_unaligned(T::from_bits(old)) };
+                }
+                return Ok(Step::Now(finish(Data::Word(old), None)));
+            }
+            let fetching = op.is_fetching() && (want || result.is_some());
+            let nic = path == Path::Native;
+            let land = if nic && fetching {
+                Box::into_raw(Box::new(0u64))
+            } else {
+                std::ptr::null_mut()
+            };
+            let i = self.new_op(std::ptr::null_mut(), 0, land);
+            if let (Some(r), Some(e)) = (result, self.ops.get_mut(&i)) {
+                e.result = Some((r.cast(), size));
+            }
+            *id = Some(i);
+        }
+        let Some(i) = *id else {
+            return Ok(Step::Blocked);
+        };
+        let fetching = op.is_fetching() && (want || result.is_some());
+        let land = self.ops.get(&i).map_or(std::ptr::null_mut(), |e| e.land);
+        let nic = ad.nic && !self.force_am;
+        let r: Result<bool, RmaError> = if nic {
             let (base, fetch) = op.native();
             let na = NativeAtomic {
                 kind: T::KIND,
@@ -659,319 +727,132 @@ impl<C: Conduit> RmaEp<C> {
                 acquire: f.contains(AtomicFlags::ACQUIRE),
                 release: f.contains(AtomicFlags::RELEASE),
             };
-            let res = if want {
-                res.cast()
-            } else {
-                std::ptr::null_mut()
-            };
-            // SAFETY: forwarded contract.
-            return unsafe { self.native_atomic(dst, p.offset, &na, res, size, blocking) };
-        }
-        if let Some(base) = self.direct(dst) {
-            // SAFETY: the offset is inside the mapped segment (checked).
-            let at = unsafe { base.as_ptr().add(p.offset) };
-            if at as usize % size != 0 {
-                return Err(RmaError::Misaligned {
-                    dst,
-                    offset: p.offset,
-                    align: size,
-                });
+            // SAFETY: the word was checked; `land` is owned by the entry until it
+            // completes.
+            match unsafe { self.native_atomic(cx, i, dst, p.offset, &na, land) } {
+                Ok(NativeStep::Done) => Ok(true),
+                Ok(NativeStep::Blocked) => Ok(false),
+                Ok(NativeStep::Unsupported) => Err(RmaError::Am(gex_core::AmError::Conduit(
+                    gex_core::spi::ConduitError::Contract(format!(
+                        "{}: native atomic {:?} on {:?} refused after being offered",
+                        C::NAME,
+                        na.base,
+                        na.kind
+                    )),
+                ))),
+                Err(e) => Err(e),
             }
-            // SAFETY: inside the mapped segment, aligned (checked); atomic by contract.
-            let old = unsafe { exec(at, T::KIND, op.base(), x, y, f) };
-            if want {
-                // SAFETY: writable (contract).
-                unsafe { res.write(T::from_bits(old)) };
-            }
-            return Ok(None);
-        }
-        let id = if want {
-            self.new_op(size, res.cast(), size)
         } else {
-            self.new_op(1, std::ptr::null_mut(), 0)
+            let code = op as u32
+                | (T::KIND.code() << 8)
+                | (f.bits() << 16)
+                | if fetching { WANT } else { 0 };
+            let o = p.offset as u64;
+            let args = [
+                i,
+                code,
+                o as u32,
+                (o >> 32) as u32,
+                x as u32,
+                (x >> 32) as u32,
+                y as u32,
+                (y >> 32) as u32,
+            ];
+            let h = self.h.atomic;
+            self.send(cx, dst, h, Category::Short, &args, &[], 0)
+                .inspect(|&sent| {
+                    if sent {
+                        self.bump(i, 1);
+                    }
+                })
         };
-        let code =
-            op as u32 | (T::KIND.code() << 8) | (f.bits() << 16) | if want { WANT } else { 0 };
-        let o = p.offset as u64;
-        let args = [
-            id,
-            code,
-            o as u32,
-            (o >> 32) as u32,
-            x as u32,
-            (x >> 32) as u32,
-            y as u32,
-            (y >> 32) as u32,
-        ];
-        match self.send(dst, Category::Short, H_ATOMIC, &args, &[], 0) {
-            Ok(()) => Ok(self.pending(id)),
-            Err(e) => {
-                self.abandon(id);
-                Err(e)
+        let counted = (how.kind == ModeKind::Nbi && !how.scoped).then_some(Cat::Atomics);
+        match r {
+            Ok(false) => Ok(Step::Blocked),
+            Ok(true) => {
+                if self.ops.get(&i).is_some_and(|e| e.remaining > 0) {
+                    self.open(cx, i, how.kind, counted, &mut hold, finish, ev);
+                }
+                let d = match self.seal(i) {
+                    Some(w) => Data::Word(w),
+                    None => Data::Unit,
+                };
+                Ok(match ev.take() {
+                    Some(e) => Step::Done(e),
+                    None => Step::Now(finish(d, None)),
+                })
+            }
+            Err(err) => {
+                // Nothing was started: a single unit failed to start.
+                self.ops.remove(&i);
+                Err(Fail { err, ev: None })
             }
         }
     }
-}
 
-impl<C: Conduit> RmaEp<C> {
-    /// The NIC path of a native domain: the conduit's `native_atomic` for every target.
-    /// The fetched word lands in a heap word (a stack word for blocking calls) and is
-    /// stored into `res` (`size` bytes; null: discarded) at completion.
-    ///
-    /// # Safety
-    /// As [`atomic_start`](Self::atomic_start).
-    unsafe fn native_atomic(
-        &mut self,
-        dst: gex_core::EpAddr,
-        offset: usize,
-        na: &NativeAtomic,
-        res: *mut u8,
-        size: usize,
-        blocking: bool,
-    ) -> Result<Option<u32>, RmaError> {
-        let refused = || {
-            RmaError::Am(gex_core::AmError::Conduit(
-                gex_core::spi::ConduitError::Contract(format!(
-                    "{}: native atomic {:?} on {:?} refused after being offered",
-                    C::NAME,
-                    na.base,
-                    na.kind
-                )),
-            ))
-        };
-        if blocking {
-            let mut w = 0u64;
-            let wp: *mut u64 = if na.fetch {
-                &mut w
-            } else {
-                std::ptr::null_mut()
-            };
-            loop {
-                // SAFETY: the word was range- and alignment-checked; `w` outlives the
-                // operation (we wait for it below before returning).
-                match unsafe { self.ep.conduit_ep().native_atomic(dst, offset, na, wp) }? {
-                    Native::Done => break,
-                    Native::Pending(t) => {
-                        self.wait_ticket(t);
-                        break;
-                    }
-                    Native::WouldBlock => {
-                        self.ep.poll();
-                        native_progress(&mut self.ep, &self.st, &mut self.native);
-                    }
-                    Native::Unsupported => return Err(refused()),
-                }
-            }
-            // SAFETY: `res` is null or writable for `size` bytes (contract).
-            unsafe { store_word(res, size, w) };
-            return Ok(None);
+    /// Atomic request: performs the CPU atomic on this segment and replies.
+    pub(crate) fn on_atomic(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
+        let a = am.args();
+        if a.len() < 8 {
+            self.dropped += 1;
+            return;
         }
-        let land: *mut u64 = if na.fetch {
-            Box::into_raw(Box::new(0u64))
+        let code = a[1];
+        let off = crate::am::join(a[2], a[3]);
+        let (Some(op), Some(k)) = (
+            AtomicOp::from_code(code & 0xff),
+            Kind::from_code((code >> 8) & 0xff),
+        ) else {
+            self.dropped += 1;
+            return;
+        };
+        if k.is_float() && op.flag().intersects(AtomicOps::BITWISE) {
+            self.dropped += 1;
+            return;
+        }
+        let f = AtomicFlags::from_bits_truncate((code >> 16) & 0xff);
+        let size = k.size();
+        let seg = self.seg.as_ptr();
+        let ok = off.checked_add(size).is_some_and(|e| e <= self.seg_len)
+            && (seg as usize).wrapping_add(off) % size == 0;
+        if !ok {
+            self.dropped += 1;
+            return;
+        }
+        // SAFETY: inside this endpoint's segment and aligned (checked); atomic by the
+        // module rules.
+        let old = unsafe {
+            exec(
+                seg.add(off),
+                k,
+                op.base(),
+                join64(a[4], a[5]),
+                join64(a[6], a[7]),
+                f,
+            )
+        };
+        if code & WANT != 0 {
+            let _ = t.reply_short(self.h.atomic_reply, &[a[0], old as u32, (old >> 32) as u32]);
         } else {
-            std::ptr::null_mut()
-        };
-        let free = |l: *mut u64| {
-            if !l.is_null() {
-                // SAFETY: from `Box::into_raw` above, no longer used by the conduit.
-                drop(unsafe { Box::from_raw(l) });
+            let _ = t.reply_short(self.h.ack, &a[..1]);
+        }
+    }
+
+    /// Atomic reply: `[op, old lo, old hi]`.
+    pub(crate) fn on_atomic_reply(&mut self, am: &Am<'_>) {
+        let a = am.args();
+        let ok = a.len() >= 3
+            && match self.ops.get_mut(&a[0]) {
+                Some(e) if !e.abandoned => {
+                    e.word = join64(a[1], a[2]);
+                    true
+                }
+                _ => false,
             }
-        };
-        loop {
-            // SAFETY: checked word; `land` lives until completion (freed there).
-            let r = unsafe { self.ep.conduit_ep().native_atomic(dst, offset, na, land) };
-            match r {
-                Ok(Native::Done) => {
-                    if !land.is_null() {
-                        // SAFETY: complete: the conduit wrote the word and is done.
-                        let v = unsafe { *land };
-                        // SAFETY: `res` is null or writable (contract).
-                        unsafe { store_word(res, size, v) };
-                    }
-                    free(land);
-                    return Ok(None);
-                }
-                Ok(Native::Pending(ticket)) => {
-                    let mut id = None;
-                    let pend = NativePend {
-                        ticket,
-                        id: 0,
-                        src: None,
-                        land: (!land.is_null()).then_some((RawPtr(land.cast()), RawPtr(res), size)),
-                    };
-                    self.push_native(&mut id, std::ptr::null_mut(), 0, pend);
-                    return Ok(id.and_then(|op| self.pending(op)));
-                }
-                Ok(Native::WouldBlock) => {
-                    self.ep.poll();
-                    native_progress(&mut self.ep, &self.st, &mut self.native);
-                }
-                Ok(Native::Unsupported) => {
-                    free(land);
-                    return Err(refused());
-                }
-                Err(e) => {
-                    free(land);
-                    return Err(e.into());
-                }
-            }
+            && self.credit(a[0], 1);
+        if !ok {
+            self.dropped += 1;
         }
-    }
-}
-
-impl<T: AtomicType> AtomicDomain<T> {
-    /// The declared op set.
-    pub fn ops(&self) -> AtomicOps {
-        self.ops
-    }
-
-    /// True if this domain performs every operation with the conduit's NIC atomics
-    /// (decided at creation: the conduit offers
-    /// [`NATIVE_ATOMICS`](gex_core::Capabilities::NATIVE_ATOMICS) and every operation of
-    /// the op set for this type); false: CPU atomics, directly or through AMs.
-    pub fn is_native(&self) -> bool {
-        self.native
-    }
-
-    /// Blocking atomic `op` on the word at `p` (operands `a`, `b`: see [`AtomicOp`];
-    /// unused ones are ignored). A fetching op's old value is discarded. Returns when the
-    /// operation is complete at the target.
-    ///
-    /// # Errors
-    /// [`RmaError::OpNotInDomain`], [`RmaError::Misaligned`], and as
-    /// [`RmaEp::put`]; nothing is performed on error.
-    pub fn op<C: Conduit>(
-        &self,
-        rma: &mut RmaEp<C>,
-        op: AtomicOp,
-        p: GlobalPtr<T>,
-        a: T,
-        b: T,
-        f: AtomicFlags,
-    ) -> Result<(), RmaError> {
-        // SAFETY: no result location.
-        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, std::ptr::null_mut(), true)? };
-        rma.wait_id(id);
-        Ok(())
-    }
-
-    /// Blocking fetching atomic: returns the word's value before `op`.
-    ///
-    /// # Errors
-    /// [`RmaError::NotFetching`] for a non-fetching op, else as [`op`](Self::op).
-    pub fn fetch<C: Conduit>(
-        &self,
-        rma: &mut RmaEp<C>,
-        op: AtomicOp,
-        p: GlobalPtr<T>,
-        a: T,
-        b: T,
-        f: AtomicFlags,
-    ) -> Result<T, RmaError> {
-        if !op.is_fetching() {
-            return Err(RmaError::NotFetching { op });
-        }
-        let mut out = T::zeroed();
-        // SAFETY: `out` lives until we return, and we return only after completion or
-        // abandonment (late replies are then dropped).
-        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, &mut out, true)? };
-        rma.wait_id(id);
-        Ok(out)
-    }
-
-    /// Nonblocking atomic (a fetching op's value is discarded); the event signals
-    /// completion at the target.
-    ///
-    /// # Errors
-    /// As [`op`](Self::op).
-    pub fn op_nb<C: Conduit>(
-        &self,
-        rma: &mut RmaEp<C>,
-        op: AtomicOp,
-        p: GlobalPtr<T>,
-        a: T,
-        b: T,
-        f: AtomicFlags,
-    ) -> Result<Event, RmaError> {
-        // SAFETY: no result location.
-        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, std::ptr::null_mut(), false)? };
-        Ok(RmaEp::<C>::ev(id))
-    }
-
-    /// Nonblocking fetching atomic; [`RmaEp::wait`] on the event returns the old value.
-    ///
-    /// # Errors
-    /// As [`fetch`](Self::fetch).
-    pub fn fetch_nb<C: Conduit>(
-        &self,
-        rma: &mut RmaEp<C>,
-        op: AtomicOp,
-        p: GlobalPtr<T>,
-        a: T,
-        b: T,
-        f: AtomicFlags,
-    ) -> Result<FetchEvent<T>, RmaError> {
-        if !op.is_fetching() {
-            return Err(RmaError::NotFetching { op });
-        }
-        let mut buf = vec![T::zeroed()];
-        // SAFETY: the Vec's heap buffer moves into the event, which leaks it rather
-        // than freeing it while the operation may be pending.
-        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, buf.as_mut_ptr(), false)? };
-        Ok(FetchEvent {
-            inner: GetEvent {
-                ev: RmaEp::<C>::ev(id),
-                buf: Some(buf),
-            },
-        })
-    }
-
-    /// Implicit-event atomic (a fetching op's value is discarded), completed by
-    /// [`RmaEp::wait_syncnbi_atomics`] (or `wait_syncnbi_all`, or the access region).
-    ///
-    /// # Errors
-    /// As [`op`](Self::op).
-    pub fn op_nbi<C: Conduit>(
-        &self,
-        rma: &mut RmaEp<C>,
-        op: AtomicOp,
-        p: GlobalPtr<T>,
-        a: T,
-        b: T,
-        f: AtomicFlags,
-    ) -> Result<(), RmaError> {
-        // SAFETY: no result location.
-        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, std::ptr::null_mut(), false)? };
-        rma.track_atomic(id);
-        Ok(())
-    }
-
-    /// Implicit-event fetching atomic: the old value is written to `result` by the time
-    /// [`RmaEp::wait_syncnbi_atomics`] (or the access region's event) completes.
-    ///
-    /// # Safety
-    /// `result` must stay alive and untouched until that sync completes.
-    ///
-    /// # Errors
-    /// As [`fetch`](Self::fetch).
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn fetch_nbi<C: Conduit>(
-        &self,
-        rma: &mut RmaEp<C>,
-        op: AtomicOp,
-        p: GlobalPtr<T>,
-        a: T,
-        b: T,
-        f: AtomicFlags,
-        result: &mut T,
-    ) -> Result<(), RmaError> {
-        if !op.is_fetching() {
-            return Err(RmaError::NotFetching { op });
-        }
-        // SAFETY: forwarded contract.
-        let id = unsafe { rma.atomic_start(self, op, p, a, b, f, result, false)? };
-        rma.track_atomic(id);
-        Ok(())
     }
 }
 

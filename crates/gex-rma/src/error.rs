@@ -1,15 +1,23 @@
 //! The error enum of every RMA operation.
 
-use gex_core::{AmError, EpAddr, RegisterError};
+use gex_core::{AmError, EpAddr, EventError, Rank};
 use thiserror::Error;
 
-/// Errors of RMA operations and of [`RmaEp::new`](crate::RmaEp::new).
+/// Errors of RMA operations, atomic domains and RMA events.
 ///
 /// Every operation validates all of its arguments before moving any byte, so an
-/// operation that returns an error has written nothing (local or remote).
+/// operation that returns a validation error has written nothing (local or remote).
+/// Back-pressure is not an error: [`Rma::try_get_owned`](crate::Rma::try_get_owned)
+/// reports it as a result.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RmaError {
+    /// The endpoint does not carry the RMA layer (build the client with
+    /// `ClientBuilder::layer::<gex_rma::Rma>()`; the `gex` facade does by default).
+    #[error(
+        "the endpoint does not carry the rma layer (add ClientBuilder::layer::<gex_rma::Rma>())"
+    )]
+    NoLayer,
     /// The target rank is not in the job.
     #[error("no such rank {rank} (job has {size} ranks)")]
     BadRank {
@@ -67,12 +75,6 @@ pub enum RmaError {
         /// Another target found in the list.
         other: EpAddr,
     },
-    /// [`begin_nbi_accessregion`](crate::RmaEp::begin_nbi_accessregion) inside an open region.
-    #[error("NBI access regions do not nest")]
-    NestedAccessRegion,
-    /// [`end_nbi_accessregion`](crate::RmaEp::end_nbi_accessregion) without an open region.
-    #[error("no NBI access region is open")]
-    NoAccessRegion,
     /// An atomic operation's word is not naturally aligned (offset, or the address in
     /// the target's segment, not a multiple of the element size).
     #[error("atomic word at offset {offset} of {dst} is not {align}-byte aligned")]
@@ -84,14 +86,19 @@ pub enum RmaError {
         /// Required alignment (the element size).
         align: usize,
     },
-    /// The atomic operation is not in the domain's declared op set.
+    /// The atomic operation is not in the domain's agreed op set.
     #[error("atomic operation {op:?} is not in the domain's op set")]
     OpNotInDomain {
         /// The operation.
         op: crate::AtomicOp,
     },
-    /// A fetching call (`fetch`, `fetch_nb`, `fetch_nbi`) was given a non-fetching
-    /// operation.
+    /// An atomic targets an endpoint that is not a member of the domain's team.
+    #[error("{dst} is not a member of the atomic domain's team")]
+    NotInTeam {
+        /// The target.
+        dst: EpAddr,
+    },
+    /// A fetching call was given a non-fetching operation.
     #[error("atomic operation {op:?} does not fetch")]
     NotFetching {
         /// The operation.
@@ -104,21 +111,21 @@ pub enum RmaError {
         /// The unsupported operations.
         ops: crate::AtomicOps,
     },
-    /// Barrier ids did not match: two ranks notified different named ids (reported by
-    /// every rank), or this rank's wait/try named another id than its notify.
-    #[error("barrier id mismatch")]
-    BarrierMismatch,
-    /// `barrier_notify` (or `barrier`, `barrier_nb`) while a barrier is in progress.
-    #[error("a barrier is already in progress")]
-    BarrierAlreadyNotified,
-    /// `barrier_wait`/`barrier_try` without a preceding `barrier_notify`.
-    #[error("no barrier was notified")]
-    BarrierNotNotified,
-    /// Registering gex-rma's handlers failed (typically: the endpoint was already
-    /// wrapped, or another layer took indices `16..=47`).
-    #[error("registering RMA handlers: {0}")]
-    Register(#[from] RegisterError),
-    /// The AM layer failed (reference path), e.g. the conduit failed.
+    /// The members of a team asked for atomic domains of different types or op sets
+    /// (reported by every member: the ranks named are those whose request differs from
+    /// team rank 0's).
+    #[error(
+        "atomic domain requests differ between members: job ranks {ranks:?} differ from team rank 0"
+    )]
+    DomainMismatch {
+        /// Job ranks whose type or op set differs from team rank 0's.
+        ranks: Vec<Rank>,
+    },
+    /// Waiting on an RMA event failed: it belongs to another endpoint, or its operation
+    /// was abandoned (see [`EventError`]).
+    #[error(transparent)]
+    Event(#[from] EventError),
+    /// The AM layer failed (reference path, exchanges), e.g. the conduit failed.
     #[error(transparent)]
     Am(#[from] AmError),
 }

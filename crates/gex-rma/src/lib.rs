@@ -1,131 +1,119 @@
 //! # gex-rma
 //!
-//! The extended API of gex: one-sided remote memory access (RMA) into the segments of
-//! endpoints, generic over the conduit SPI.
+//! The one-sided layer of gex: remote memory access (RMA) into the segments of
+//! endpoints, as a [layer](gex_core::layer) composed into every endpoint of a client,
+//! generic over the conduit SPI.
 //!
-//! - put/get: blocking ([`RmaEp::put`], [`RmaEp::get`], [`RmaEp::put_val`],
-//!   [`RmaEp::get_val`], [`RmaEp::memset`]), nonblocking with explicit events
-//!   ([`RmaEp::put_nb`], [`RmaEp::get_nb`], ...) and with implicit events
-//!   ([`RmaEp::put_nbi`], [`RmaEp::wait_syncnbi_puts`], access regions);
+//! - put/get, value put/get, memset: one method per operation on the endpoint
+//!   ([`RmaExt`]), with the completion mode as a parameter: [`Blocking`](gex_core::Blocking),
+//!   [`Nb`](gex_core::Nb) (an [`Event`](gex_core::Event)) or [`Nbi`](gex_core::Nbi)
+//!   (implicit, synced by category with [`RmaExt::sync_nbi`]);
 //! - VIS: strided (signed strides, any number of dimensions), vector and indexed
-//!   transfers ([`Vis`], [`RmaEp::put_strided`], [`RmaEp::get_vis_nb`], ...);
-//! - remote atomics: [`AtomicDomain`]s over (primordial team, type, op set) for
+//!   transfers ([`Vis`], [`RmaExt::put_strided`], ...);
+//! - remote atomics: [`AtomicDomain`]s over (team, type, op set), created collectively
+//!   with an agreed op set and one implementation (NIC or CPU) for every member, for
 //!   `i32`/`u32`/`i64`/`u64`/`f32`/`f64`, every GASNet-EX operation fetching and not
-//!   ([`AtomicOp`]), blocking, NB ([`FetchEvent`]) and NBI
-//!   ([`RmaEp::wait_syncnbi_atomics`]), with [`AtomicFlags`] for acquire/release. CPU
-//!   atomics through the mapping for neighbours, AMs executing the same CPU atomics at
-//!   the target otherwise (the two are coherent);
-//! - a barrier on the primordial team ([`RmaEp::barrier`], [`RmaEp::barrier_nb`],
-//!   split-phase [`RmaEp::barrier_notify`] / [`RmaEp::barrier_wait`] /
-//!   [`RmaEp::barrier_try`] with ids, [`BarrierFlags::ANONYMOUS`] entries and
-//!   [`RmaError::BarrierMismatch`] reported on every rank): a dissemination barrier over
-//!   gex-rma AMs whose rounds advance inside gex-rma's waiting and testing calls.
+//!   ([`AtomicOp`]), with [`AtomicFlags`] for acquire/release;
+//! - borrowed buffers for nonblocking transfers only inside a
+//!   [scope](gex_core::Endpoint::scope) ([`ScopeRmaExt`]);
+//! - a non-waiting get for other layers' progress hooks ([`Rma::try_get_owned`]).
 //!
-//! Three data paths, chosen per operation with no dynamic dispatch: **direct** when the
-//! conduit maps the target's segment locally ([`ConduitEp::peer_segment`]: smp
-//! neighbours, loopback, sim with shared memory) — a `memcpy`, complete on return —
+//! Three data paths, chosen per operation by a pure function of the target, the size
+//! and the conduit's capabilities (module `path`), with no dynamic dispatch:
+//! **direct** when the conduit maps the target's segment locally (smp neighbours,
+//! loopback, sim with shared memory) — a `memcpy`, complete on return, no event slot —
 //! **native** for other peers when the conduit offers
-//! [`NATIVE_RMA`](gex_core::Capabilities::NATIVE_RMA) ([`ConduitEp::native_put`],
-//! [`ConduitEp::native_get`]), and the **AM reference** path otherwise (puts of up to 48
-//! bytes in the arguments of one Short AM, larger ones as acknowledged Long AMs, gets as Short
+//! [`NATIVE_RMA`](gex_core::Capabilities::NATIVE_RMA) (and NIC atomics for domains that
+//! agreed on them), and the **AM reference** path otherwise (puts of up to 52 bytes in
+//! the arguments of one Short AM, larger ones as acknowledged Long AMs, gets as Short
 //! requests answered by Medium replies, many small VIS pieces packed into one Medium).
-//! Building with `--cfg gex_force_am_rma` forces the reference path everywhere.
+//! `--cfg gex_force_am_rma` (build) or `GEX_RMA_PATH=am` (job) forces the reference
+//! path everywhere.
+//!
+//! ## Using it
+//! Build the client with the layer (the `gex` facade does by default), then call the
+//! operations on the endpoint:
+//! ```
+//! use gex_core::{boot::Singleton, loopback::Loopback, Blocking, ClientBuilder, Nb};
+//! use gex_rma::{GlobalPtr, Rma, RmaExt};
+//!
+//! let client = ClientBuilder::new().layer::<Rma>().segment_size(1 << 16)
+//!     .init::<Loopback>(Box::new(Singleton::new()))?;
+//! let mut ep = client.endpoint(0)?;
+//! let p = GlobalPtr::<u32>::new(ep.addr(), 64);
+//! ep.put(p, &[1, 2, 3, 4], Blocking)?;
+//! let ev = ep.get(vec![0u32; 4], p, Nb)?;
+//! assert_eq!(ep.wait(ev)?, [1, 2, 3, 4]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! ## What it does not do
-//! - The barrier progresses only inside gex-rma calls that wait or test (and
-//!   [`RmaEp::barrier_try`]); a rank that notified and then only calls
-//!   [`Endpoint::poll`](gex_core::Endpoint::poll) delays its peers. `RmaEp::barrier`
-//!   shadows [`Endpoint::barrier`](gex_core::Endpoint::barrier) (the core one is still
-//!   reachable through [`RmaEp::endpoint`]); the two are independent.
+//! - No barrier: synchronisation between ranks is the collectives layer's (gex-coll).
 //! - NIC atomics and native RMA only where the conduit offers them
-//!   ([`ConduitEp::native_put`], [`ConduitEp::native_atomic`]); a domain uses NIC
-//!   atomics only if the conduit offers its whole op set (see [`AtomicDomain`]).
+//!   ([`ConduitEp::native_put`](gex_core::spi::ConduitEp::native_put),
+//!   [`ConduitEp::native_atomic`](gex_core::spi::ConduitEp::native_atomic)).
 //! - No ordering between nonblocking operations: two overlapping puts in flight at
 //!   once land in an unspecified order; after a put completes (blocking return, event
 //!   waited, or sync), its bytes are visible to later operations of any rank that
 //!   synchronises with the initiator.
-//! - No progress thread: the AM path needs the target to poll (any waiting gex call).
-//! - The AM path assumes Medium limits are symmetric between two peers (a get is
-//!   chunked by the initiator's `max_medium` toward the target and answered with
-//!   replies of that size).
+//! - The AM path needs the target to make progress: any gex call that polls or waits
+//!   on it, or its progress thread (`ClientBuilder::progress_thread`,
+//!   `GEX_PROGRESS_THREAD`).
+//! - The AM path assumes Medium limits are symmetric between two peers.
 //!
 //! ## Words
 //! - **global pointer** ([`GlobalPtr`]): (rank, endpoint, byte offset) into that
 //!   endpoint's segment, typed by the element; every access is range-checked against
 //!   the published segment length ([`RmaError::OutOfSegment`]).
-//! - **NB** (nonblocking, explicit event): returns an [`Event`] (or [`GetEvent`],
-//!   [`PutEvent`]) to test or wait.
-//! - **NBI** (implicit event): completion is tracked per endpoint and awaited by
-//!   category (`wait_syncnbi_puts/gets/all`) or through an **access region**
-//!   ([`RmaEp::begin_nbi_accessregion`]) that gathers the NBI operations issued inside
-//!   it into one event.
-//! - **LC** (local completion): the source buffer may be reused. Every put here reaches
-//!   LC before it returns; remote completion (data visible at the target) is what
-//!   events signal.
+//! - **modes**: blocking (complete on return), NB (an explicit event), NBI (an implicit
+//!   event: counted per category, synced with [`RmaExt::sync_nbi`]).
+//! - **LC** (local completion): the source buffer may be reused. Every put from a
+//!   `&[T]` reaches LC before it returns (where the network would read the buffer later,
+//!   a copy is made); only [`ScopeRmaExt::put_from`] lends its source for longer.
+//!   **Remote completion** (bytes at the target) is what a blocking return, an event or
+//!   a sync signals; NBI puts over a network are *relaxed*: complete locally at once,
+//!   at their targets at the next [`sync_nbi`](RmaExt::sync_nbi) of puts, which flushes
+//!   them.
 //!
 //! ## The lifetime rule
-//! An operation that may still write a local buffer after the call returns either owns
-//! it (NB gets take a `Vec` and `wait` returns it; dropping or `mem::forget`-ing the
-//! event leaks the buffer instead of freeing memory that data may still reach), or is
-//! an `unsafe fn` whose `# Safety` section makes the caller keep the buffer alive and
-//! untouched until completion (`get_nb_raw`, `get_nbi`, `get_vis_nbi`).
+//! An operation that may write a local buffer after the call returns either owns it
+//! (a get into a `Vec<T>`: the event holds it and gives it back; dropping or
+//! `mem::forget`-ing the event keeps the buffer alive until the transfer is done with
+//! it), or borrows it for a [scope](gex_core::Endpoint::scope) ([`ScopeRmaExt`]), which
+//! waits for the transfer before the borrow ends. A borrowed destination with a
+//! nonblocking mode outside a scope does not compile ([`GetDst`]). No operation is an
+//! `unsafe fn`.
 //!
-//! ## Handler indices
-//! gex-rma registers its handlers at `16..=24` (23: atomics, 24: barrier) and `30..=31`
-//! (small puts in arguments) and owns `16..=47`
-//! ([`FIRST_RMA_HANDLER`]..=[`LAST_RMA_HANDLER`]); `48..=127` are reserved for gex-coll.
-//!
-//! ## Example
-//! ```
-//! use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
-//! use gex_rma::{RmaEp, Strided};
-//!
-//! let client = ClientBuilder::new().segment_size(1 << 16).init::<Loopback>(Box::new(Singleton::new()))?;
-//! let mut rma = RmaEp::new(client.endpoint(0)?)?;
-//! let me = rma.addr();
-//! let p = rma.global_ptr::<u32>(me, 64);
-//!
-//! rma.put(p, &[1, 2, 3, 4])?;
-//! let mut back = [0u32; 4];
-//! rma.get(&mut back, p)?;
-//! assert_eq!(back, [1, 2, 3, 4]);
-//!
-//! // Nonblocking get into an owned buffer.
-//! let ev = rma.get_nb(vec![0u32; 2], p.add(2))?;
-//! assert_eq!(rma.wait(ev), vec![3, 4]);
-//!
-//! // A reflection: read the four values backwards.
-//! let mut rev = [0u32; 4];
-//! rma.get_strided(&mut rev, p.add(3), Strided {
-//!     counts: &[4], remote_strides: &[-1], local_start: 0, local_strides: &[1],
-//! })?;
-//! assert_eq!(rev, [4, 3, 2, 1]);
-//!
-//! // A split-phase barrier with an id (one rank here).
-//! rma.barrier_notify(7, gex_rma::BarrierFlags::empty())?;
-//! rma.barrier_wait(7, gex_rma::BarrierFlags::empty())?;
-//!
-//! // Out-of-segment accesses are errors, never stray writes.
-//! assert!(rma.put_val(rma.global_ptr::<u64>(me, (1 << 16) - 4), 7).is_err());
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! ## Settings
+//! [`ENV_VARS`]: `GEX_RMA_PATH` (`auto` | `am`).
 #![warn(missing_docs)]
 
+mod am;
 mod atomic;
-mod barrier;
-mod ep;
+mod direct;
+mod engine;
 mod error;
-mod event;
+mod ext;
+mod layer;
+mod native;
+mod nbi;
+mod path;
 mod ptr;
-mod shmbar;
+mod vis;
 
 pub use atomic::{AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, AtomicType};
-pub use barrier::BarrierFlags;
 pub use bytemuck::Pod;
-pub use ep::{FIRST_RMA_HANDLER, LAST_RMA_HANDLER, RmaEp};
 pub use error::RmaError;
-pub use event::{Completion, Event, FetchEvent, GetEvent, PutEvent};
+pub use ext::{GetDst, RmaExt, ScopeRmaExt, Source};
+pub use layer::Rma;
+pub use nbi::NbiCategories;
 pub use ptr::{GlobalPtr, Strided, Vis};
 
-#[cfg(doc)]
-use gex_core::spi::ConduitEp;
+/// The `GEX_*` settings of the RMA layer ([`Layer::ENV_VARS`](gex_core::layer::Layer::ENV_VARS)
+/// of [`Rma`]), collected into the registry that `GEX_VERBOSEENV=1` and `gex-info env`
+/// print.
+pub const ENV_VARS: &[gex_core::config::EnvVar] = &[gex_core::config::EnvVar {
+    name: "GEX_RMA_PATH",
+    default: "auto",
+    doc: "gex-rma: `auto` picks the direct, native or AM path per operation; `am` forces the AM reference path for every RMA operation and atomic of the job (as the build-time --cfg gex_force_am_rma).",
+}];

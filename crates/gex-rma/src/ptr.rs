@@ -30,8 +30,7 @@ pub struct GlobalPtr<T> {
 }
 
 impl<T> GlobalPtr<T> {
-    /// A pointer to byte `offset` of the segment of `addr` (same as
-    /// [`RmaEp::global_ptr`](crate::RmaEp::global_ptr)).
+    /// A pointer to byte `offset` of the segment of `addr`.
     pub const fn new(addr: EpAddr, offset: usize) -> Self {
         GlobalPtr {
             rank: addr.rank,

@@ -11,7 +11,72 @@
 //! `prop_atomics` property test checks concurrent commutative atomics against a model.
 #![cfg(feature = "rma")]
 
-use gex_testkit::sim::{Sim, SimConfig, SimRunner};
+use gex_core::{ClientBuilder, Endpoint};
+use gex_rma::Rma;
+use gex_testkit::conformance::{self, Case, Job, Runner};
+use gex_testkit::sim::{Sim, SimConfig, run_sim};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// Starts simulated jobs whose clients carry the RMA layer (what the RMA suite needs).
+#[derive(Clone, Debug)]
+struct SimRunner {
+    cfg: SimConfig,
+    segment_size: usize,
+}
+
+impl SimRunner {
+    fn new(cfg: SimConfig) -> Self {
+        SimRunner {
+            cfg,
+            segment_size: 64 << 10,
+        }
+    }
+    fn segment_size(mut self, bytes: usize) -> Self {
+        self.segment_size = bytes;
+        self
+    }
+}
+
+impl Runner<Sim> for SimRunner {
+    fn run(&self, job: &Job<'_>, case: &Case<Sim>) -> Result<(), String> {
+        let (seg, eps) = (self.segment_size, job.endpoints);
+        catch_unwind(AssertUnwindSafe(|| {
+            run_sim(
+                job.ranks,
+                self.cfg.clone(),
+                || {
+                    ClientBuilder::new()
+                        .layer::<Rma>()
+                        .segment_size(seg)
+                        .endpoints(eps)
+                },
+                |client| {
+                    if let Err(e) = conformance::run_on_rank(&client, case) {
+                        panic!("{e}");
+                    }
+                },
+            )
+        }))
+        .map(|_| ())
+        .map_err(|p| {
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "(non-string panic)".into())
+        })
+    }
+}
+
+/// A barrier of the endpoint's primordial team (the core's all-gather of nothing).
+fn barrier(r: &mut Endpoint<Sim>) -> Result<(), String> {
+    let w = r.world();
+    r.exchange(&w, &[]).map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// True if this build or job forces gex-rma's AM path.
+fn forced() -> bool {
+    cfg!(gex_force_am_rma) || std::env::var("GEX_RMA_PATH").is_ok_and(|v| v.trim() == "am")
+}
 
 /// Two ranks sharing memory: the direct path (unless forced to AM).
 mod r2_shared {
@@ -92,19 +157,24 @@ mod r4_native {
 /// whose op set the NIC does not fully offer falls back to CPU atomics. With
 /// `gex_force_am_rma` the NIC must stay unused.
 mod native_paths {
+    use super::{barrier, forced};
     use gex_core::spi::AtomicBase;
-    use gex_core::{ClientBuilder, EpAddr};
-    use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, RmaEp, Strided};
+    use gex_core::{AnyEvent, Blocking, ClientBuilder, Endpoint, EpAddr, Nb, Nbi};
+    use gex_rma::{
+        AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, Rma, RmaExt,
+        ScopeRmaExt, Strided,
+    };
     use gex_testkit::sim::{Delay, NativeCounts, Sim, SimConfig, run_sim};
 
-    const FORCED: bool = cfg!(gex_force_am_rma);
+    type RmaEp = Endpoint<Sim>;
 
-    fn counts(r: &mut RmaEp<Sim>) -> NativeCounts {
-        r.conduit_ep().native_counts()
+    fn counts(r: &mut RmaEp) -> NativeCounts {
+        r.with_layer::<Rma, _>(|_, cx| cx.conduit().native_counts())
+            .expect("the rma layer")
     }
 
     /// Messages this endpoint has sent so far.
-    fn sent(r: &RmaEp<Sim>) -> u64 {
+    fn sent(r: &RmaEp) -> u64 {
         r.stats().sent.iter().sum()
     }
 
@@ -113,9 +183,12 @@ mod native_paths {
     }
 
     /// Runs `body` on rank 0 of a 2-rank job (one rank per host, the simulated NIC
-    /// on for RMA and atomics, `Delay::polls(3)`), between two barriers; asserts that
-    /// every rank succeeded.
-    fn on_rank_0(body: impl Fn(&mut RmaEp<Sim>) -> Result<(), String> + Send + Sync) {
+    /// on for RMA and atomics, `Delay::polls(3)`), between two barriers, with an atomic
+    /// domain for `u64` (FADD, GET, SET) that every rank created (creation is
+    /// collective); asserts that every rank succeeded.
+    fn on_rank_0(
+        body: impl Fn(&mut RmaEp, &AtomicDomain<u64>) -> Result<(), String> + Send + Sync,
+    ) {
         let cfg = SimConfig::default()
             .ranks_per_host(1)
             .latency(Delay::polls(3))
@@ -123,13 +196,20 @@ mod native_paths {
         let out = run_sim(
             2,
             cfg,
-            || ClientBuilder::new().segment_size(1 << 16),
+            || ClientBuilder::new().layer::<Rma>().segment_size(1 << 16),
             |client| -> Result<(), String> {
-                let es = |e: gex_rma::RmaError| e.to_string();
-                let mut r = RmaEp::new(client.endpoint(0).unwrap()).map_err(es)?;
-                r.barrier().map_err(es)?;
-                let result = if r.rank() == 0 { body(&mut r) } else { Ok(()) };
-                r.barrier().map_err(es)?;
+                let mut r = client.endpoint(0).unwrap();
+                let world = r.world();
+                let ad = r
+                    .atomic_domain::<u64>(&world, AtomicOps::FADD | AtomicOps::GET | AtomicOps::SET)
+                    .map_err(|e| e.to_string())?;
+                barrier(&mut r)?;
+                let result = if r.rank() == 0 {
+                    body(&mut r, &ad)
+                } else {
+                    Ok(())
+                };
+                barrier(&mut r)?;
                 result
             },
         );
@@ -140,18 +220,18 @@ mod native_paths {
 
     #[test]
     fn rma_and_atomics_go_through_the_nic() {
-        on_rank_0(|r| {
+        on_rank_0(|r, ad| {
             let es = |e: gex_rma::RmaError| e.to_string();
             let p = GlobalPtr::<u8>::new(EpAddr::rank(1), 100);
             let data: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 1) as u8).collect();
             let (c0, s0) = (counts(r), sent(r));
             // Blocking put and get: no AM at all on the native path.
-            r.put(p, &data).map_err(es)?;
+            r.put(p, &data, Blocking).map_err(es)?;
             let mut back = vec![0u8; data.len()];
-            r.get(&mut back, p).map_err(es)?;
+            r.get(&mut back, p, Blocking).map_err(es)?;
             check("blocking round trip", back == data)?;
             let c1 = counts(r);
-            if FORCED {
+            if forced() {
                 check("forced AM: NIC unused", c1 == NativeCounts::default())?;
                 check("forced AM: messages sent", sent(r) > s0)?;
             } else {
@@ -164,35 +244,35 @@ mod native_paths {
             // NB put of a temporary: pending after the call (3-poll
             // latency), the source reusable at once (copied).
             let mut tmp = vec![9u8; 500];
-            let ev = r.put_nb_copy(p.add(4000), &tmp).map_err(es)?;
+            let ev = r.put(p.add(4000), &tmp, Nb).map_err(es)?;
             check("NB put is pending on return", !ev.is_done())?;
             tmp.fill(1);
-            r.wait(ev);
-            let ev = r.get_nb(vec![0u8; 500], p.add(4000)).map_err(es)?;
+            r.wait(ev).map_err(es)?;
+            let ev = r.get(vec![0u8; 500], p.add(4000), Nb).map_err(es)?;
             check(
                 "NB get sees the original source",
-                r.wait(ev) == vec![9u8; 500],
+                r.wait(ev).map_err(es)? == vec![9u8; 500],
             )?;
             // NBI and VIS (a reflection: 4 one-element chunks).
-            r.put_nbi(p.add(5000), &tmp).map_err(es)?;
+            r.put(p.add(5000), &tmp, Nbi).map_err(es)?;
             let rev = Strided {
                 counts: &[4],
                 remote_strides: &[-1],
                 local_start: 0,
                 local_strides: &[1],
             };
-            r.put_strided(p.add(6003), &[1u8, 2, 3, 4], rev)
+            r.put_strided(p.add(6003), &[1u8, 2, 3, 4], rev, Blocking)
                 .map_err(es)?;
-            r.wait_syncnbi_puts();
+            r.sync_nbi(NbiCategories::PUTS).map_err(es)?;
             let mut four = [0u8; 4];
-            r.get(&mut four, p.add(6000)).map_err(es)?;
+            r.get(&mut four, p.add(6000), Blocking).map_err(es)?;
             check("strided reflection", four == [4, 3, 2, 1])?;
             let mut nbi = vec![0u8; 500];
-            r.get(&mut nbi, p.add(5000)).map_err(es)?;
+            r.get(&mut nbi, p.add(5000), Blocking).map_err(es)?;
             check("NBI put", nbi == tmp)?;
             let c2 = counts(r);
-            if !FORCED {
-                // put_nb_copy, put_nbi, 4 strided pieces; get_nb, 2 gets.
+            if !forced() {
+                // NB put, NBI put, 4 strided pieces; NB get, 2 gets.
                 check(
                     "native NB/NBI/VIS",
                     (c2.puts, c2.gets) == (c1.puts + 6, c1.gets + 3),
@@ -200,22 +280,24 @@ mod native_paths {
             }
             // Atomics: a fully offered domain uses the NIC for every target,
             // this rank included.
-            let ad = r
-                .atomic_domain::<u64>(AtomicOps::FADD | AtomicOps::GET | AtomicOps::SET)
-                .map_err(es)?;
-            check("domain native iff not forced", ad.is_native() != FORCED)?;
+            check("domain native iff not forced", ad.is_native() != forced())?;
             let f = AtomicFlags::empty();
             for t in 0..2 {
                 let w = GlobalPtr::<u64>::new(EpAddr::rank(t), 8192);
-                ad.op(r, AtomicOp::Set, w, 40, 0, f).map_err(es)?;
-                let old = ad.fetch(r, AtomicOp::Fadd, w, 2, 0, f).map_err(es)?;
-                let ev = ad.fetch_nb(r, AtomicOp::Fadd, w, 3, 0, f).map_err(es)?;
-                let old2 = r.wait(ev);
-                let now = ad.fetch(r, AtomicOp::Get, w, 0, 0, f).map_err(es)?;
+                r.atomic(ad, AtomicOp::Set, w, 40, 0, f, Blocking)
+                    .map_err(es)?;
+                let old = r
+                    .fetch(ad, AtomicOp::Fadd, w, 2, 0, f, Blocking)
+                    .map_err(es)?;
+                let ev = r.fetch(ad, AtomicOp::Fadd, w, 3, 0, f, Nb).map_err(es)?;
+                let old2 = r.wait(ev).map_err(es)?;
+                let now = r
+                    .fetch(ad, AtomicOp::Get, w, 0, 0, f, Blocking)
+                    .map_err(es)?;
                 check("native fetch-add values", (old, old2, now) == (40, 42, 45))?;
             }
             let c3 = counts(r);
-            let want = if FORCED { 0 } else { c2.atomics + 8 };
+            let want = if forced() { 0 } else { c2.atomics + 8 };
             check(
                 &format!("NIC atomics {} (want {want})", c3.atomics),
                 c3.atomics == want,
@@ -225,31 +307,29 @@ mod native_paths {
     }
 
     /// Implicit-event puts are relaxed (complete locally; the simulated NIC holds their
-    /// bytes until a flush) and every kind of sync flushes each destination once:
-    /// `wait_syncnbi_puts`, `test_syncnbi_puts`, `wait_syncnbi_all` and the event of an
-    /// access region; a sync with nothing to flush flushes nothing, and puts with an
-    /// explicit event stay complete at the target (not relaxed).
+    /// bytes until a flush) and every kind of sync of puts flushes each destination
+    /// once: `sync_nbi(PUTS)`, `test_nbi(PUTS)`, `sync_nbi(ALL)`; a sync with nothing
+    /// to flush flushes nothing; puts with an explicit event, blocking puts and puts
+    /// whose source is lent to a scope stay complete at the target (not relaxed), and
+    /// a scope's end completes them without a flush.
     #[test]
-    #[allow(unsafe_code)]
     fn nbi_puts_are_relaxed_and_flushed_by_their_sync() {
-        if FORCED {
+        if forced() {
             return;
         }
-        on_rank_0(|r| {
+        on_rank_0(|r, _ad| {
             let es = |e: gex_rma::RmaError| e.to_string();
             let p = GlobalPtr::<u8>::new(EpAddr::rank(1), 0);
-            let read = |r: &mut RmaEp<Sim>, off: usize, n: usize| -> Result<Vec<u8>, String> {
+            let read = |r: &mut RmaEp, off: usize, n: usize| -> Result<Vec<u8>, String> {
                 let mut v = vec![0u8; n];
-                r.get(&mut v, p.add(off)).map_err(es)?;
+                r.get(&mut v, p.add(off), Blocking).map_err(es)?;
                 Ok(v)
             };
             let c0 = counts(r);
             let a = vec![3u8; 700];
             let b = vec![4u8; 900];
-            r.put_nbi(p.add(0), &a).map_err(es)?;
-            // SAFETY: `b` is neither dropped nor written before the sync below.
-            unsafe { r.put_nbi_deferred(p.add(1000), &b).map_err(es)? };
-            r.put_vis_nbi(
+            r.put(p.add(0), &a, Nbi).map_err(es)?;
+            r.put_vis(
                 gex_rma::Vis::Strided {
                     ptr: p.add(3000),
                     shape: Strided {
@@ -260,58 +340,63 @@ mod native_paths {
                     },
                 },
                 &[7u8, 8],
+                Nbi,
             )
             .map_err(es)?;
-            r.wait_syncnbi_puts();
+            r.sync_nbi(NbiCategories::PUTS).map_err(es)?;
             let c1 = counts(r);
             check(
-                "three relaxed puts (2 + 2 strided pieces), one flush",
-                (c1.relaxed_puts - c0.relaxed_puts, c1.flushes - c0.flushes) == (4, 1),
+                "two relaxed puts (1 + 2 strided pieces), one flush",
+                (c1.relaxed_puts - c0.relaxed_puts, c1.flushes - c0.flushes) == (3, 1),
             )?;
-            check("put_nbi landed", read(r, 0, 700)? == a)?;
-            check("put_nbi_deferred landed", read(r, 1000, 900)? == b)?;
+            check("NBI put landed", read(r, 0, 700)? == a)?;
             check(
                 "VIS NBI landed",
                 read(r, 3000, 11)? == [7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8],
             )?;
+            // A source lent to a scope (the old deferred-LC NBI put): no copy, not
+            // relaxed, complete at the target when the scope returns.
+            let c1b = counts(r);
+            r.scope(|s| s.put_from(p.add(1000), &b)).map_err(es)?;
+            let c1c = counts(r);
+            check(
+                "a scoped put is a native put, not relaxed, no flush",
+                (c1c.puts - c1b.puts, c1c.relaxed_puts, c1c.flushes)
+                    == (1, c1b.relaxed_puts, c1b.flushes),
+            )?;
+            check("scoped put landed", read(r, 1000, 900)? == b)?;
             // Nothing to flush: no flush.
-            r.wait_syncnbi_puts();
+            r.sync_nbi(NbiCategories::PUTS).map_err(es)?;
             check(
                 "empty sync flushes nothing",
-                counts(r).flushes == c1.flushes,
+                counts(r).flushes == c1c.flushes,
             )?;
-            // test_syncnbi_puts until true.
-            r.put_nbi(p.add(5000), &[5u8; 64]).map_err(es)?;
-            while !r.test_syncnbi_puts() {}
-            check(
-                "test_syncnbi_puts landed",
-                read(r, 5000, 64)? == vec![5u8; 64],
-            )?;
-            // wait_syncnbi_all.
-            r.put_nbi(p.add(6000), &[6u8; 64]).map_err(es)?;
-            r.wait_syncnbi_all();
-            check(
-                "wait_syncnbi_all landed",
-                read(r, 6000, 64)? == vec![6u8; 64],
-            )?;
-            // An access region: its event flushes, the syncnbi scope does not.
+            // test_nbi(PUTS) until true.
+            r.put(p.add(5000), &[5u8; 64], Nbi).map_err(es)?;
+            while !r.test_nbi(NbiCategories::PUTS).map_err(es)? {}
+            check("test_nbi landed", read(r, 5000, 64)? == vec![5u8; 64])?;
+            // sync_nbi(ALL).
+            r.put(p.add(6000), &[6u8; 64], Nbi).map_err(es)?;
+            r.sync_nbi(NbiCategories::ALL).map_err(es)?;
+            check("sync_nbi(ALL) landed", read(r, 6000, 64)? == vec![6u8; 64])?;
+            // A sync of other categories leaves the puts unflushed; a later sync of
+            // puts flushes them once.
             let c2 = counts(r);
-            r.begin_nbi_accessregion().map_err(es)?;
-            r.put_nbi(p.add(7000), &[9u8; 128]).map_err(es)?;
-            r.wait_syncnbi_puts();
+            r.put(p.add(7000), &[9u8; 128], Nbi).map_err(es)?;
+            r.sync_nbi(NbiCategories::GETS | NbiCategories::ATOMICS)
+                .map_err(es)?;
             check(
-                "syncnbi leaves the region's puts",
+                "a sync of gets and atomics does not flush",
                 counts(r).flushes == c2.flushes,
             )?;
-            let ev = r.end_nbi_accessregion().map_err(es)?;
-            r.wait(ev);
-            check("region flushed once", counts(r).flushes == c2.flushes + 1)?;
-            check("region puts landed", read(r, 7000, 128)? == vec![9u8; 128])?;
+            r.sync_nbi(NbiCategories::PUTS).map_err(es)?;
+            check("flushed once", counts(r).flushes == c2.flushes + 1)?;
+            check("puts landed", read(r, 7000, 128)? == vec![9u8; 128])?;
             // Explicit events and blocking puts are not relaxed.
             let c3 = counts(r);
-            let ev = r.put_nb_copy(p.add(8000), &[1u8; 32]).map_err(es)?;
-            r.wait(ev);
-            r.put(p.add(8100), &[2u8; 32]).map_err(es)?;
+            let ev = r.put(p.add(8000), &[1u8; 32], Nb).map_err(es)?;
+            r.wait(ev).map_err(es)?;
+            r.put(p.add(8100), &[2u8; 32], Blocking).map_err(es)?;
             let c4 = counts(r);
             check(
                 "explicit and blocking puts complete at the target",
@@ -332,14 +417,13 @@ mod native_paths {
     /// its gets went unserved until the case timed out).
     #[test]
     fn waits_on_complete_events_still_poll() {
-        on_rank_0(|r| {
+        on_rank_0(|r, _ad| {
             let es = |e: gex_rma::RmaError| e.to_string();
             let p = GlobalPtr::<u8>::new(EpAddr::rank(1), 64);
-            let done = r.memset_nb(p, 1, 0).map_err(es)?;
+            let done = r.memset(p, 1, 0, Nb).map_err(es)?;
             check("an empty memset is complete at once", done.is_done())?;
-            let put = r.put_nb_copy(p, &[9u8; 2000]).map_err(es)?;
+            let put = r.put(p, &[9u8; 2000], Nb).map_err(es)?;
             check("the put is pending", !put.is_done())?;
-            let mut evs = vec![done, put];
             // Bounded by time, not by a call count: the put needs rank 1's thread to
             // run (it serves the AM or the simulated NIC's target side), and on a
             // loaded machine that thread may not be scheduled for many of rank 0's
@@ -347,15 +431,19 @@ mod native_paths {
             // catches the regression.
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
             let mut calls = 0u64;
-            while !evs[1].is_done() && std::time::Instant::now() < deadline {
-                let d = r.wait_some(&mut evs);
+            while !put.is_done() && std::time::Instant::now() < deadline {
+                let d = r
+                    .wait_some(&[&done as &dyn AnyEvent, &put])
+                    .map_err(|e| e.to_string())?;
                 check("wait_some reports the complete event", d.contains(&0))?;
                 calls += 1;
             }
             check(
                 &format!("the put completed after {calls} wait_some calls (20 s limit)"),
-                evs[1].is_done(),
-            )
+                put.is_done(),
+            )?;
+            r.wait(done).map_err(es)?;
+            r.wait(put).map_err(es)
         });
     }
 
@@ -366,57 +454,59 @@ mod native_paths {
         let out = run_sim(
             2,
             cfg,
-            || ClientBuilder::new().segment_size(1 << 12),
+            || ClientBuilder::new().layer::<Rma>().segment_size(1 << 12),
             |client| -> Result<(), String> {
                 let es = |e: gex_rma::RmaError| e.to_string();
-                let mut r = RmaEp::new(client.endpoint(0).unwrap()).map_err(es)?;
-                r.barrier().map_err(es)?;
+                let mut r = client.endpoint(0).unwrap();
+                barrier(&mut r)?;
                 let f = AtomicFlags::empty();
+                let world = r.world();
                 let offered = r
-                    .atomic_domain::<i64>(AtomicOps::FADD | AtomicOps::GET)
+                    .atomic_domain::<i64>(&world, AtomicOps::FADD | AtomicOps::GET)
                     .map_err(es)?;
                 let partly = r
-                    .atomic_domain::<i64>(AtomicOps::FADD | AtomicOps::GET | AtomicOps::FMULT)
+                    .atomic_domain::<i64>(
+                        &world,
+                        AtomicOps::FADD | AtomicOps::GET | AtomicOps::FMULT,
+                    )
                     .map_err(es)?;
-                check("offered domain native", offered.is_native() != FORCED)?;
+                check("offered domain native", offered.is_native() != forced())?;
                 check("partly offered domain not native", !partly.is_native())?;
                 // Both ranks hammer rank 1's word through the CPU-atomic domain.
                 let w = GlobalPtr::<i64>::new(EpAddr::rank(1), 64);
                 let before = counts(&mut r);
                 for _ in 0..50 {
-                    partly
-                        .fetch(&mut r, AtomicOp::Fadd, w, 1, 0, f)
+                    r.fetch(&partly, AtomicOp::Fadd, w, 1, 0, f, Blocking)
                         .map_err(es)?;
                 }
                 check(
                     "no NIC atomics for the fallback domain",
                     counts(&mut r) == before,
                 )?;
-                r.barrier().map_err(es)?;
-                let v = partly
-                    .fetch(&mut r, AtomicOp::Fmult, w, 2, 0, f)
+                barrier(&mut r)?;
+                let v = r
+                    .fetch(&partly, AtomicOp::Fmult, w, 2, 0, f, Blocking)
                     .map_err(es)?;
-                r.barrier().map_err(es)?;
-                let end = partly
-                    .fetch(&mut r, AtomicOp::Get, w, 0, 0, f)
+                barrier(&mut r)?;
+                let end = r
+                    .fetch(&partly, AtomicOp::Get, w, 0, 0, f, Blocking)
                     .map_err(es)?;
                 check("fallback results", end == 400 && (v == 100 || v == 200))?;
                 // The offered domain on another word does use the NIC.
                 let w2 = GlobalPtr::<i64>::new(EpAddr::rank(0), 128);
-                offered
-                    .op(&mut r, AtomicOp::Fadd, w2, 5, 0, f)
+                r.atomic(&offered, AtomicOp::Fadd, w2, 5, 0, f, Blocking)
                     .map_err(es)?;
                 let nic = counts(&mut r).atomics - before.atomics;
                 check(
                     &format!("offered domain: {nic} NIC atomics"),
-                    nic == u64::from(!FORCED),
+                    nic == u64::from(!forced()),
                 )?;
-                r.barrier().map_err(es)?;
-                let got = offered
-                    .fetch(&mut r, AtomicOp::Get, w2, 0, 0, f)
+                barrier(&mut r)?;
+                let got = r
+                    .fetch(&offered, AtomicOp::Get, w2, 0, 0, f, Blocking)
                     .map_err(es)?;
                 check("offered domain result", got == 10)?;
-                r.barrier().map_err(es)?;
+                barrier(&mut r)?;
                 Ok(())
             },
         );
@@ -430,8 +520,9 @@ mod native_paths {
 /// both sides) put and got by rank 0 into rank 1's segment, on the direct or the AM
 /// path, against a sequential model of the remote region.
 mod prop_strided {
-    use gex_core::{ClientBuilder, EpAddr};
-    use gex_rma::{RmaEp, Strided};
+    use super::barrier;
+    use gex_core::{Blocking, ClientBuilder, EpAddr};
+    use gex_rma::{GlobalPtr, Rma, RmaExt, Strided};
     use gex_testkit::sim::{SimConfig, run_sim};
     use proptest::prelude::*;
     use std::collections::HashSet;
@@ -484,12 +575,12 @@ mod prop_strided {
         let out = run_sim(
             2,
             cfg,
-            || ClientBuilder::new().segment_size(M * 4),
+            || ClientBuilder::new().layer::<Rma>().segment_size(M * 4),
             |client| -> Result<(), String> {
-                let mut r = RmaEp::new(client.endpoint(0).unwrap()).map_err(|e| e.to_string())?;
-                r.barrier().map_err(|e| e.to_string())?;
+                let mut r = client.endpoint(0).unwrap();
+                barrier(&mut r)?;
                 if r.rank() == 0 {
-                    let region = r.global_ptr::<u32>(EpAddr::rank(1), 0);
+                    let region = GlobalPtr::<u32>::new(EpAddr::rank(1), 0);
                     let mut model = vec![0u32; M];
                     let mut val = seed as u32;
                     for (k, (c, rs, ls)) in shapes.iter().enumerate() {
@@ -521,10 +612,11 @@ mod prop_strided {
                             for (ri, li) in rem.iter().zip(&loc) {
                                 model[*ri] = src[*li];
                             }
-                            r.put_strided(p, &src, sh)
+                            r.put_strided(p, &src, sh, Blocking)
                                 .map_err(|e| format!("{what}: {e}"))?;
                             let mut back = vec![0u32; M];
-                            r.get(&mut back, region).map_err(|e| e.to_string())?;
+                            r.get(&mut back, region, Blocking)
+                                .map_err(|e| e.to_string())?;
                             if back != model {
                                 return Err(format!(
                                     "{what}: region differs from the model after put"
@@ -537,7 +629,7 @@ mod prop_strided {
                                 want[*li] = model[*ri];
                             }
                             let mut got = vec![u32::MAX; llen];
-                            r.get_strided(&mut got, p, sh)
+                            r.get_strided(&mut got, p, sh, Blocking)
                                 .map_err(|e| format!("{what}: {e}"))?;
                             if got != want {
                                 return Err(format!("{what}: strided get differs from the model"));
@@ -545,7 +637,7 @@ mod prop_strided {
                         }
                     }
                 }
-                r.barrier().map_err(|e| e.to_string())?;
+                barrier(&mut r)?;
                 Ok(())
             },
         );
@@ -570,8 +662,9 @@ mod prop_strided {
 /// checked against a sequential model of the final values (the operations on one word
 /// commute, so any interleaving gives the model's result).
 mod prop_atomics {
-    use gex_core::{ClientBuilder, EpAddr};
-    use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, RmaEp};
+    use super::barrier;
+    use gex_core::{AnyEvent, Blocking, ClientBuilder, EpAddr, Nb, Nbi};
+    use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, Rma, RmaExt};
     use gex_testkit::sim::{SimConfig, run_sim};
     use proptest::prelude::*;
 
@@ -632,84 +725,101 @@ mod prop_atomics {
         let out = run_sim(
             RANKS,
             cfg,
-            || ClientBuilder::new().segment_size(1 << 12),
+            || ClientBuilder::new().layer::<Rma>().segment_size(1 << 12),
             |client| -> Result<(), String> {
                 let es = |e: gex_rma::RmaError| e.to_string();
-                let mut r = RmaEp::new(client.endpoint(0).unwrap()).map_err(es)?;
+                let mut r = client.endpoint(0).unwrap();
                 let f = AtomicFlags::empty();
-                let u64d = r.atomic_domain::<u64>(AtomicOps::all()).map_err(es)?;
-                let i64d = r.atomic_domain::<i64>(AtomicOps::all()).map_err(es)?;
-                let u32d = r.atomic_domain::<u32>(AtomicOps::all()).map_err(es)?;
+                let world = r.world();
+                let u64d = r
+                    .atomic_domain::<u64>(&world, AtomicOps::all())
+                    .map_err(es)?;
+                let i64d = r
+                    .atomic_domain::<i64>(&world, AtomicOps::all())
+                    .map_err(es)?;
+                let u32d = r
+                    .atomic_domain::<u32>(&world, AtomicOps::all())
+                    .map_err(es)?;
                 let f64d = r
-                    .atomic_domain::<f64>(AtomicOps::all() - AtomicOps::BITWISE)
+                    .atomic_domain::<f64>(&world, AtomicOps::all() - AtomicOps::BITWISE)
                     .map_err(es)?;
                 let me = r.addr();
                 let ptr = |rank: u32, w: usize| GlobalPtr::<u64>::new(EpAddr::rank(rank), w * 8);
-                u64d.op(
-                    &mut r,
+                r.atomic(
+                    &u64d,
                     AtomicOp::Set,
                     ptr(me.rank, 2),
                     i64::MAX as u64,
                     0,
                     f,
+                    Blocking,
                 )
                 .map_err(es)?;
-                u64d.op(
-                    &mut r,
+                r.atomic(
+                    &u64d,
                     AtomicOp::Set,
                     ptr(me.rank, 3),
                     i64::MIN as u64,
                     0,
                     f,
+                    Blocking,
                 )
                 .map_err(es)?;
-                r.barrier().map_err(|e| e.to_string())?;
+                barrier(&mut r)?;
                 let mut evs = Vec::new();
                 for &(t, w, v, x, mode) in &all[me.rank as usize] {
                     let op = op_of(w, v);
                     let p = ptr(t, w);
                     let ev = match w {
                         0 | 1 => match mode {
-                            0 => u64d.op(&mut r, op, p, x, 0, f).map(|()| None),
-                            1 => u64d.op_nb(&mut r, op, p, x, 0, f).map(Some),
-                            _ => u64d.op_nbi(&mut r, op, p, x, 0, f).map(|()| None),
+                            0 => r.atomic(&u64d, op, p, x, 0, f, Blocking).map(|()| None),
+                            1 => r.atomic(&u64d, op, p, x, 0, f, Nb).map(Some),
+                            _ => r.atomic(&u64d, op, p, x, 0, f, Nbi).map(|()| None),
                         },
                         2 | 3 => {
                             let p = GlobalPtr::<i64>::new(p.addr(), p.offset);
                             match mode {
                                 0 if op.is_fetching() => {
-                                    i64d.fetch_nb(&mut r, op, p, x as i64, 0, f).map(|e| {
+                                    r.fetch(&i64d, op, p, x as i64, 0, f, Nb).map(|e| {
                                         let _ = r.wait(e);
                                         None
                                     })
                                 }
-                                0 => i64d.op(&mut r, op, p, x as i64, 0, f).map(|()| None),
-                                1 => i64d.op_nb(&mut r, op, p, x as i64, 0, f).map(Some),
-                                _ => i64d.op_nbi(&mut r, op, p, x as i64, 0, f).map(|()| None),
+                                0 => r
+                                    .atomic(&i64d, op, p, x as i64, 0, f, Blocking)
+                                    .map(|()| None),
+                                1 => r.atomic(&i64d, op, p, x as i64, 0, f, Nb).map(Some),
+                                _ => r.atomic(&i64d, op, p, x as i64, 0, f, Nbi).map(|()| None),
                             }
                         }
                         4 => {
                             let p = GlobalPtr::<u32>::new(p.addr(), p.offset);
-                            u32d.op_nb(&mut r, op, p, x as u32, 0, f).map(Some)
+                            r.atomic(&u32d, op, p, x as u32, 0, f, Nb).map(Some)
                         }
                         _ => {
                             let p = GlobalPtr::<f64>::new(p.addr(), p.offset);
-                            f64d.op_nbi(&mut r, op, p, (x % 100) as f64, 0.0, f)
+                            r.atomic(&f64d, op, p, (x % 100) as f64, 0.0, f, Nbi)
                                 .map(|()| None)
                         }
                     }
                     .map_err(es)?;
                     evs.extend(ev);
                 }
-                r.wait_all(&mut evs);
-                r.wait_syncnbi_all();
-                r.barrier().map_err(|e| e.to_string())?;
+                {
+                    let refs: Vec<&dyn AnyEvent> = evs.iter().map(|e| e as &dyn AnyEvent).collect();
+                    r.wait_all(&refs).map_err(|e| e.to_string())?;
+                }
+                for ev in evs {
+                    r.wait(ev).map_err(es)?;
+                }
+                r.sync_nbi(NbiCategories::ALL).map_err(es)?;
+                barrier(&mut r)?;
                 // Check, but reach the final barrier either way (peers wait there).
                 let mut check = Ok(());
                 if me.rank == 0 {
                     for t in 0..RANKS {
                         let mut got = [0u64; WORDS];
-                        r.get(&mut got, ptr(t, 0)).map_err(es)?;
+                        r.get(&mut got, ptr(t, 0), Blocking).map_err(es)?;
                         got[4] &= 0xffff_ffff;
                         if got != want[t as usize] && check.is_ok() {
                             check = Err(format!(
@@ -719,9 +829,9 @@ mod prop_atomics {
                         }
                     }
                 }
-                r.barrier().map_err(|e| e.to_string())?;
+                barrier(&mut r)?;
                 check?;
-                if r.dropped_messages() != 0 {
+                if r.with_layer::<Rma, _>(|l, _| l.dropped_messages()) != Some(0) {
                     return Err("dropped messages".into());
                 }
                 Ok(())

@@ -1,19 +1,14 @@
-//! The atomic-domain cases of the RMA suite (see the table in [`super`]).
-//!
-//! # Safety
-//!
-//! `fetch_nbi` is `unsafe`: each call site keeps its result location alive and
-//! untouched until the matching sync returns.
-#![allow(unsafe_code)]
+//! The atomic-domain cases of the RMA suite (see the table in [`super`]). No `unsafe`:
+//! fetched values in NBI-like use land in destinations lent to a scope.
 
-use super::cases::{e2s, finish, setup, slot_len};
+use super::cases::{Ep, barrier, e2s, finish, setup, slot_len, wait};
 use crate::conformance::CASE_WAIT;
 use crate::rng::SplitMix64;
 use gex_core::spi::Conduit;
-use gex_core::{Client, EpAddr};
+use gex_core::{Blocking, Client, EpAddr, Nb, Nbi};
 use gex_rma::{
-    AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, AtomicType, BarrierFlags, GlobalPtr, RmaEp,
-    RmaError,
+    AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, AtomicType, GlobalPtr, NbiCategories, RmaError,
+    RmaExt, ScopeRmaExt,
 };
 use std::time::Instant;
 
@@ -143,30 +138,32 @@ fn ops_for<T: Model>() -> impl Iterator<Item = AtomicOp> {
         .filter(|op| !T::FLOAT || !op.flag().intersects(AtomicOps::BITWISE))
 }
 
-fn domain_for<C: Conduit, T: Model>(r: &mut RmaEp<C>) -> R<AtomicDomain<T>> {
+fn domain_for<C: Conduit, T: Model>(r: &mut Ep<C>) -> R<AtomicDomain<T>> {
     let ops = if T::FLOAT {
         AtomicOps::all() - AtomicOps::BITWISE
     } else {
         AtomicOps::all()
     };
-    r.atomic_domain::<T>(ops).map_err(e2s("atomic_domain"))
+    let world = r.world();
+    r.atomic_domain::<T>(&world, ops)
+        .map_err(e2s("atomic_domain"))
 }
 
 /// Every op of `T` in every completion mode on a private word at every rank, checked
 /// against the model.
-fn ops_one_type<C: Conduit, T: Model>(r: &mut RmaEp<C>, word: usize, name: &str) -> R {
+fn ops_one_type<C: Conduit, T: Model>(r: &mut Ep<C>, word: usize, name: &str) -> R {
     let (me, n) = (r.rank(), r.size());
     let slot = slot_len(r);
     let ad = domain_for::<C, T>(r)?;
     let mut g = SplitMix64::new(crate::rng::hash_words(&[u64::from(me), word as u64]));
     for d in 0..n {
-        let p = r.global_ptr::<T>(EpAddr::rank(d), me as usize * slot + word);
+        let p = GlobalPtr::<T>::new(EpAddr::rank(d), me as usize * slot + word);
         let mut model = T::sample(&mut g);
-        ad.op(r, AtomicOp::Set, p, model, model, NONE)
+        r.atomic(&ad, AtomicOp::Set, p, model, model, NONE, Blocking)
             .map_err(e2s("set"))?;
         for round in 0..2 {
             for op in ops_for::<T>() {
-                for mode in 0..4 {
+                for mode in 0..5 {
                     let what = format!("{name} {op:?} mode {mode} round {round} on rank {d}");
                     let a = if matches!(op, AtomicOp::Cswap | AtomicOp::Fcswap) && g.up_to(1) == 0 {
                         model
@@ -178,45 +175,55 @@ fn ops_one_type<C: Conduit, T: Model>(r: &mut RmaEp<C>, word: usize, name: &str)
                     let want_old = model;
                     model = T::apply(op, model, a, b);
                     let got: Option<T> = match (mode, op.is_fetching()) {
-                        (0, true) => Some(ad.fetch(r, op, p, a, b, f).map_err(e2s(&what))?),
+                        (0, true) => {
+                            Some(r.fetch(&ad, op, p, a, b, f, Blocking).map_err(e2s(&what))?)
+                        }
                         (0, false) => {
-                            ad.op(r, op, p, a, b, f).map_err(e2s(&what))?;
+                            r.atomic(&ad, op, p, a, b, f, Blocking)
+                                .map_err(e2s(&what))?;
                             None
                         }
                         (1, true) => {
-                            let ev = ad.fetch_nb(r, op, p, a, b, f).map_err(e2s(&what))?;
-                            Some(r.wait(ev))
+                            let ev = r.fetch(&ad, op, p, a, b, f, Nb).map_err(e2s(&what))?;
+                            Some(wait(r, ev, &what)?)
                         }
                         (2, true) => {
+                            // Into a destination lent to a scope, synced inside it.
                             let mut out = T::zeroed();
-                            // SAFETY: `out` lives until the sync below.
-                            unsafe { ad.fetch_nbi(r, op, p, a, b, f, &mut out) }
-                                .map_err(e2s(&what))?;
-                            r.wait_syncnbi_atomics();
+                            r.scope(|s| {
+                                s.fetch_into(&ad, op, p, a, b, f, &mut out)?;
+                                s.sync::<RmaError>()
+                            })
+                            .map_err(e2s(&what))?;
                             Some(out)
                         }
                         (3, true) => {
+                            // Completed by the end of the scope (GASNet-EX's access region).
                             let mut out = T::zeroed();
-                            r.begin_nbi_accessregion().map_err(e2s(&what))?;
-                            // SAFETY: `out` lives until the region's event is waited.
-                            let res = unsafe { ad.fetch_nbi(r, op, p, a, b, f, &mut out) };
-                            let ev = r.end_nbi_accessregion().map_err(e2s(&what))?;
-                            res.map_err(e2s(&what))?;
-                            r.wait(ev);
+                            r.scope(|s| s.fetch_into(&ad, op, p, a, b, f, &mut out))
+                                .map_err(e2s(&what))?;
                             Some(out)
                         }
+                        (4, true) => {
+                            // Implicit event: the value is discarded, the word changes.
+                            r.fetch(&ad, op, p, a, b, f, Nbi).map_err(e2s(&what))?;
+                            r.sync_nbi(NbiCategories::ATOMICS).map_err(e2s(&what))?;
+                            None
+                        }
                         (1, false) => {
-                            let ev = ad.op_nb(r, op, p, a, b, f).map_err(e2s(&what))?;
-                            r.wait(ev);
+                            let ev = r.atomic(&ad, op, p, a, b, f, Nb).map_err(e2s(&what))?;
+                            wait(r, ev, &what)?;
                             None
                         }
                         _ => {
-                            ad.op_nbi(r, op, p, a, b, f).map_err(e2s(&what))?;
+                            r.atomic(&ad, op, p, a, b, f, Nbi).map_err(e2s(&what))?;
                             if mode == 2 {
-                                r.wait_syncnbi_all();
+                                r.sync_nbi(NbiCategories::ALL).map_err(e2s(&what))?;
+                            } else if mode == 4 {
+                                r.sync_nbi(NbiCategories::ATOMICS).map_err(e2s(&what))?;
                             } else {
                                 let deadline = Instant::now() + CASE_WAIT;
-                                while !r.test_syncnbi_atomics() {
+                                while !r.test_nbi(NbiCategories::ATOMICS).map_err(e2s(&what))? {
                                     if Instant::now() > deadline {
                                         return Err(format!("{what}: NBI atomic never completed"));
                                     }
@@ -230,8 +237,8 @@ fn ops_one_type<C: Conduit, T: Model>(r: &mut RmaEp<C>, word: usize, name: &str)
                             return Err(format!("{what}: fetched {got:?}, model {want_old:?}"));
                         }
                     }
-                    let now = ad
-                        .fetch(r, AtomicOp::Get, p, model, model, NONE)
+                    let now = r
+                        .fetch(&ad, AtomicOp::Get, p, model, model, NONE, Blocking)
                         .map_err(e2s("get"))?;
                     if !same(now, model) {
                         return Err(format!(
@@ -242,7 +249,7 @@ fn ops_one_type<C: Conduit, T: Model>(r: &mut RmaEp<C>, word: usize, name: &str)
             }
         }
         // A plain get (no concurrent atomics on this word) sees the same bits.
-        let plain: T = r.get_val(p).map_err(e2s("plain get"))?;
+        let plain: T = r.get_val(p, Blocking).map_err(e2s("plain get"))?;
         if !same(plain, model) {
             return Err(format!("{name}: plain get {plain:?} != model {model:?}"));
         }
@@ -288,55 +295,90 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     }
     let t = EpAddr::rank(n - 1);
     let all = AtomicOps::all();
-    let u64d = r.atomic_domain::<u64>(all).map_err(e2s("domain"))?;
-    let i32d = r.atomic_domain::<i32>(all).map_err(e2s("domain"))?;
-    let u32d = r.atomic_domain::<u32>(all).map_err(e2s("domain"))?;
+    let w = r.world();
+    let u64d = r.atomic_domain::<u64>(&w, all).map_err(e2s("domain"))?;
+    let i32d = r.atomic_domain::<i32>(&w, all).map_err(e2s("domain"))?;
+    let u32d = r.atomic_domain::<u32>(&w, all).map_err(e2s("domain"))?;
     let i64d = r
-        .atomic_domain::<i64>(AtomicOps::MIN | AtomicOps::SET | AtomicOps::GET)
+        .atomic_domain::<i64>(&w, AtomicOps::MIN | AtomicOps::SET | AtomicOps::GET)
         .map_err(e2s("domain"))?;
     let fl = AtomicOps::all() - AtomicOps::BITWISE;
-    let f64d = r.atomic_domain::<f64>(fl).map_err(e2s("domain"))?;
-    let f32d = r.atomic_domain::<f32>(fl).map_err(e2s("domain"))?;
+    let f64d = r.atomic_domain::<f64>(&w, fl).map_err(e2s("domain"))?;
+    let f32d = r.atomic_domain::<f32>(&w, fl).map_err(e2s("domain"))?;
     let pu = |o: usize| GlobalPtr::<u64>::new(t, o);
     if me == 0 {
         for w in [W_COUNT, W_LOCK, W_PLAIN, W_MULT] {
-            u64d.op(&mut r, AtomicOp::Set, pu(w), 0, 0, NONE)
+            r.atomic(&u64d, AtomicOp::Set, pu(w), 0, 0, NONE, Blocking)
                 .map_err(e2s("init"))?;
         }
-        u64d.op(&mut r, AtomicOp::Set, pu(W_MULT), 1, 0, NONE)
+        r.atomic(&u64d, AtomicOp::Set, pu(W_MULT), 1, 0, NONE, Blocking)
             .map_err(e2s("init"))?;
-        u64d.op(&mut r, AtomicOp::Set, pu(W_AND), u64::MAX, 0, NONE)
+        r.atomic(&u64d, AtomicOp::Set, pu(W_AND), u64::MAX, 0, NONE, Blocking)
             .map_err(e2s("init"))?;
-        i32d.op(&mut r, AtomicOp::Set, GlobalPtr::new(t, W_DEC), 0, 0, NONE)
-            .map_err(e2s("init"))?;
-        u32d.op(&mut r, AtomicOp::Set, GlobalPtr::new(t, W_OR), 0, 0, NONE)
-            .map_err(e2s("init"))?;
-        u32d.op(&mut r, AtomicOp::Set, GlobalPtr::new(t, W_XOR), 0, 0, NONE)
-            .map_err(e2s("init"))?;
-        i64d.op(
-            &mut r,
+        r.atomic(
+            &i32d,
+            AtomicOp::Set,
+            GlobalPtr::new(t, W_DEC),
+            0,
+            0,
+            NONE,
+            Blocking,
+        )
+        .map_err(e2s("init"))?;
+        r.atomic(
+            &u32d,
+            AtomicOp::Set,
+            GlobalPtr::new(t, W_OR),
+            0,
+            0,
+            NONE,
+            Blocking,
+        )
+        .map_err(e2s("init"))?;
+        r.atomic(
+            &u32d,
+            AtomicOp::Set,
+            GlobalPtr::new(t, W_XOR),
+            0,
+            0,
+            NONE,
+            Blocking,
+        )
+        .map_err(e2s("init"))?;
+        r.atomic(
+            &i64d,
             AtomicOp::Set,
             GlobalPtr::new(t, W_MIN),
             i64::MAX,
             0,
             NONE,
+            Blocking,
         )
         .map_err(e2s("init"))?;
         for (w, v) in [(W_MAX, f64::NEG_INFINITY), (W_FSUM, 0.0), (W_FMULT, 1.0)] {
-            f64d.op(&mut r, AtomicOp::Set, GlobalPtr::new(t, w), v, 0.0, NONE)
-                .map_err(e2s("init"))?;
+            r.atomic(
+                &f64d,
+                AtomicOp::Set,
+                GlobalPtr::new(t, w),
+                v,
+                0.0,
+                NONE,
+                Blocking,
+            )
+            .map_err(e2s("init"))?;
         }
-        f32d.op(
-            &mut r,
+        r.atomic(
+            &f32d,
             AtomicOp::Set,
             GlobalPtr::new(t, W_F32SUM),
             0.0,
             0.0,
             NONE,
+            Blocking,
         )
         .map_err(e2s("init"))?;
     }
-    r.barrier().map_err(e2s("barrier"))?;
+    barrier(&mut r)?;
 
     // 1. Everyone hammers one counter with fetch-add (blocking and NB) and fetch-dec.
     let mut fetched: Vec<u64> = Vec::with_capacity(k);
@@ -344,25 +386,34 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     for i in 0..k {
         if i % 2 == 0 {
             fetched.push(
-                u64d.fetch(&mut r, AtomicOp::Fadd, pu(W_COUNT), 1, 0, NONE)
+                r.fetch(&u64d, AtomicOp::Fadd, pu(W_COUNT), 1, 0, NONE, Blocking)
                     .map_err(e2s("fadd"))?,
             );
         } else {
             pending.push(
-                u64d.fetch_nb(&mut r, AtomicOp::Fadd, pu(W_COUNT), 1, 0, NONE)
+                r.fetch(&u64d, AtomicOp::Fadd, pu(W_COUNT), 1, 0, NONE, Nb)
                     .map_err(e2s("fadd nb"))?,
             );
         }
-        i32d.op_nbi(&mut r, AtomicOp::Dec, GlobalPtr::new(t, W_DEC), 0, 0, NONE)
-            .map_err(e2s("dec nbi"))?;
+        r.atomic(
+            &i32d,
+            AtomicOp::Dec,
+            GlobalPtr::new(t, W_DEC),
+            0,
+            0,
+            NONE,
+            Nbi,
+        )
+        .map_err(e2s("dec nbi"))?;
     }
     for ev in pending {
-        fetched.push(r.wait(ev));
+        fetched.push(wait(&mut r, ev, "fadd Nb")?);
     }
-    r.wait_syncnbi_all();
+    r.sync_nbi(NbiCategories::ALL).map_err(e2s("sync"))?;
     r.put(
-        r.global_ptr::<u64>(EpAddr::rank(0), FETCHED + me as usize * k * 8),
+        GlobalPtr::<u64>::new(EpAddr::rank(0), FETCHED + me as usize * k * 8),
         &fetched,
+        Blocking,
     )
     .map_err(e2s("put fetched"))?;
 
@@ -370,14 +421,15 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     let deadline = Instant::now() + CASE_WAIT;
     for _ in 0..iters {
         loop {
-            let old = u64d
+            let old = r
                 .fetch(
-                    &mut r,
+                    &u64d,
                     AtomicOp::Fcswap,
                     pu(W_LOCK),
                     0,
                     u64::from(me) + 1,
                     AtomicFlags::ACQUIRE,
+                    Blocking,
                 )
                 .map_err(e2s("lock"))?;
             if old == 0 {
@@ -391,15 +443,17 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
             }
             r.poll();
         }
-        let v: u64 = r.get_val(pu(W_PLAIN)).map_err(e2s("get plain"))?;
-        r.put_val(pu(W_PLAIN), v + 1).map_err(e2s("put plain"))?;
-        u64d.op(
-            &mut r,
+        let v: u64 = r.get_val(pu(W_PLAIN), Blocking).map_err(e2s("get plain"))?;
+        r.put_val(pu(W_PLAIN), v + 1, Blocking)
+            .map_err(e2s("put plain"))?;
+        r.atomic(
+            &u64d,
             AtomicOp::Set,
             pu(W_LOCK),
             0,
             0,
             AtomicFlags::RELEASE,
+            Blocking,
         )
         .map_err(e2s("unlock"))?;
     }
@@ -408,81 +462,108 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     let mut g = SplitMix64::new(u64::from(me) + 99);
     for _ in 0..20 {
         let v = g.next_u64() as i64 >> 4;
-        i64d.op(
-            &mut r,
+        r.atomic(
+            &i64d,
             AtomicOp::Min,
             GlobalPtr::new(t, W_MIN),
             v.min(i64::from(me) * -1000),
             0,
             NONE,
+            Blocking,
         )
         .map_err(e2s("min"))?;
         let fv = f64::from(me) * 1.5 - (g.up_to(10) as f64);
-        f64d.op(
-            &mut r,
+        r.atomic(
+            &f64d,
             AtomicOp::Fmax,
             GlobalPtr::new(t, W_MAX),
             fv,
             0.0,
             NONE,
+            Blocking,
         )
         .map_err(e2s("fmax"))?;
     }
     for _ in 0..k {
-        f64d.op_nbi(
-            &mut r,
+        r.atomic(
+            &f64d,
             AtomicOp::Add,
             GlobalPtr::new(t, W_FSUM),
             0.5,
             0.0,
             NONE,
+            Nbi,
         )
         .map_err(e2s("fadd f64"))?;
-        f32d.op(
-            &mut r,
+        r.atomic(
+            &f32d,
             AtomicOp::Fadd,
             GlobalPtr::new(t, W_F32SUM),
             0.25,
             0.0,
             NONE,
+            Blocking,
         )
         .map_err(e2s("fadd f32"))?;
     }
-    r.wait_syncnbi_atomics();
+    r.sync_nbi(NbiCategories::ATOMICS)
+        .map_err(e2s("sync atomics"))?;
     let bit = 1u32 << (me % 32);
-    u32d.op(&mut r, AtomicOp::For, GlobalPtr::new(t, W_OR), bit, 0, NONE)
-        .map_err(e2s("or"))?;
+    r.atomic(
+        &u32d,
+        AtomicOp::For,
+        GlobalPtr::new(t, W_OR),
+        bit,
+        0,
+        NONE,
+        Blocking,
+    )
+    .map_err(e2s("or"))?;
     for _ in 0..3 {
-        u32d.op(
-            &mut r,
+        r.atomic(
+            &u32d,
             AtomicOp::Xor,
             GlobalPtr::new(t, W_XOR),
             bit,
             0,
             NONE,
+            Blocking,
         )
         .map_err(e2s("xor"))?;
     }
-    u64d.op(&mut r, AtomicOp::Fand, pu(W_AND), !(1u64 << me), 0, NONE)
-        .map_err(e2s("and"))?;
-    u64d.op(&mut r, AtomicOp::Mult, pu(W_MULT), 2, 0, NONE)
+    r.atomic(
+        &u64d,
+        AtomicOp::Fand,
+        pu(W_AND),
+        !(1u64 << me),
+        0,
+        NONE,
+        Blocking,
+    )
+    .map_err(e2s("and"))?;
+    r.atomic(&u64d, AtomicOp::Mult, pu(W_MULT), 2, 0, NONE, Blocking)
         .map_err(e2s("mult"))?;
-    f64d.op(
-        &mut r,
+    r.atomic(
+        &f64d,
         AtomicOp::Fmult,
         GlobalPtr::new(t, W_FMULT),
         3.0,
         0.0,
         NONE,
+        Blocking,
     )
     .map_err(e2s("fmult"))?;
-    r.barrier().map_err(e2s("barrier"))?;
+    barrier(&mut r)?;
 
     // Every rank checks everything.
     let nk = n as usize * k;
     let mut allf = vec![0u64; nk];
-    r.get(&mut allf, r.global_ptr::<u64>(EpAddr::rank(0), FETCHED))
-        .map_err(e2s("get fetched"))?;
+    r.get(
+        &mut allf,
+        GlobalPtr::<u64>::new(EpAddr::rank(0), FETCHED),
+        Blocking,
+    )
+    .map_err(e2s("get fetched"))?;
     allf.sort_unstable();
     if let Some(i) = (0..nk).find(|&i| allf[i] != i as u64) {
         return Err(format!(
@@ -490,7 +571,7 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
             allf[i]
         ));
     }
-    let get_u64 = |r: &mut RmaEp<C>, w| u64d.fetch(r, AtomicOp::Get, pu(w), 0, 0, NONE);
+    let get_u64 = |r: &mut Ep<C>, w| r.fetch(&u64d, AtomicOp::Get, pu(w), 0, 0, NONE, Blocking);
     let checks: Vec<(&str, u64, u64)> = vec![
         (
             "counter",
@@ -510,7 +591,7 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
         ),
         (
             "locked plain counter",
-            r.get_val(pu(W_PLAIN)).map_err(e2s("get"))?,
+            r.get_val(pu(W_PLAIN), Blocking).map_err(e2s("get"))?,
             u64::from(n) * iters,
         ),
     ];
@@ -519,18 +600,42 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
             return Err(format!("{what}: {got} != {want}"));
         }
     }
-    let dec = i32d
-        .fetch(&mut r, AtomicOp::Get, GlobalPtr::new(t, W_DEC), 0, 0, NONE)
+    let dec = r
+        .fetch(
+            &i32d,
+            AtomicOp::Get,
+            GlobalPtr::new(t, W_DEC),
+            0,
+            0,
+            NONE,
+            Blocking,
+        )
         .map_err(e2s("get"))?;
     if dec != -(nk as i32) {
         return Err(format!("dec counter {dec} != -{nk}"));
     }
     let mask = (0..n).fold(0u32, |m, i| m | 1 << (i % 32));
-    let or = u32d
-        .fetch(&mut r, AtomicOp::Get, GlobalPtr::new(t, W_OR), 0, 0, NONE)
+    let or = r
+        .fetch(
+            &u32d,
+            AtomicOp::Get,
+            GlobalPtr::new(t, W_OR),
+            0,
+            0,
+            NONE,
+            Blocking,
+        )
         .map_err(e2s("get"))?;
-    let xor = u32d
-        .fetch(&mut r, AtomicOp::Get, GlobalPtr::new(t, W_XOR), 0, 0, NONE)
+    let xor = r
+        .fetch(
+            &u32d,
+            AtomicOp::Get,
+            GlobalPtr::new(t, W_XOR),
+            0,
+            0,
+            NONE,
+            Blocking,
+        )
         .map_err(e2s("get"))?;
     if or != mask || xor != mask {
         return Err(format!("or {or:#x} / xor {xor:#x} != {mask:#x}"));
@@ -545,22 +650,40 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
             want_max = want_max.max(f64::from(s) * 1.5 - (g.up_to(10) as f64));
         }
     }
-    let min = i64d
-        .fetch(&mut r, AtomicOp::Get, GlobalPtr::new(t, W_MIN), 0, 0, NONE)
+    let min = r
+        .fetch(
+            &i64d,
+            AtomicOp::Get,
+            GlobalPtr::new(t, W_MIN),
+            0,
+            0,
+            NONE,
+            Blocking,
+        )
         .map_err(e2s("get"))?;
-    let get_f =
-        |r: &mut RmaEp<C>, w| f64d.fetch(r, AtomicOp::Get, GlobalPtr::new(t, w), 0.0, 0.0, NONE);
+    let get_f = |r: &mut Ep<C>, w| {
+        r.fetch(
+            &f64d,
+            AtomicOp::Get,
+            GlobalPtr::new(t, w),
+            0.0,
+            0.0,
+            NONE,
+            Blocking,
+        )
+    };
     let max = get_f(&mut r, W_MAX).map_err(e2s("get"))?;
     let fsum = get_f(&mut r, W_FSUM).map_err(e2s("get"))?;
     let fmult = get_f(&mut r, W_FMULT).map_err(e2s("get"))?;
-    let f32sum = f32d
+    let f32sum = r
         .fetch(
-            &mut r,
+            &f32d,
             AtomicOp::Get,
             GlobalPtr::new(t, W_F32SUM),
             0.0,
             0.0,
             NONE,
+            Blocking,
         )
         .map_err(e2s("get"))?;
     if min != want_min || max != want_max {
@@ -590,57 +713,111 @@ pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
     let mut r = setup(client)?;
     let (me, n) = (r.rank(), r.size());
     let slot = slot_len(&r);
+    let w = r.world();
     expect(
-        r.atomic_domain::<f64>(AtomicOps::ADD | AtomicOps::XOR),
+        r.atomic_domain::<f64>(&w, AtomicOps::ADD | AtomicOps::XOR),
         &RmaError::BadOpSet {
             ops: AtomicOps::XOR,
         },
         "float domain with xor",
     )?;
+    // Domains are collective with an agreed op set: members asking for different sets
+    // all get an error naming the ranks that differ from rank 0 (none with one rank).
+    let ops = if me == 0 {
+        AtomicOps::FADD
+    } else {
+        AtomicOps::FADD | AtomicOps::GET
+    };
+    let mixed = r.atomic_domain::<u64>(&w, ops).map(|_| ());
+    if n == 1 {
+        mixed.map_err(e2s("one-rank domain"))?;
+    } else {
+        expect(
+            mixed,
+            &RmaError::DomainMismatch {
+                ranks: (1..n).collect(),
+            },
+            "members asking for different op sets",
+        )?;
+    }
+    // Different types are a mismatch too.
+    let typed = if me == n - 1 {
+        r.atomic_domain::<i64>(&w, AtomicOps::FADD).map(|_| ())
+    } else {
+        r.atomic_domain::<u64>(&w, AtomicOps::FADD).map(|_| ())
+    };
+    if n > 1 {
+        expect(
+            typed,
+            &RmaError::DomainMismatch { ranks: vec![n - 1] },
+            "members asking for different types",
+        )?;
+    }
     let ad = r
-        .atomic_domain::<u64>(AtomicOps::FADD | AtomicOps::SET | AtomicOps::GET)
+        .atomic_domain::<u64>(&w, AtomicOps::FADD | AtomicOps::SET | AtomicOps::GET)
         .map_err(e2s("domain"))?;
     let ad32 = r
-        .atomic_domain::<u32>(AtomicOps::ADD)
+        .atomic_domain::<u32>(&w, AtomicOps::ADD)
         .map_err(e2s("domain"))?;
+    if r.endpoints_of(me).unwrap_or(1) > 1 {
+        // The world team of endpoint 0 has no endpoint 1.
+        let other = GlobalPtr::<u64>::new(EpAddr::new(me, 1), 0);
+        expect(
+            r.atomic(&ad, AtomicOp::Fadd, other, 1, 0, NONE, Blocking),
+            &RmaError::NotInTeam { dst: other.addr() },
+            "a word outside the domain's team",
+        )?;
+    }
     for d in 0..n {
         let dst = EpAddr::rank(d);
         let base = me as usize * slot;
-        let p = r.global_ptr::<u64>(dst, base);
-        ad.op(&mut r, AtomicOp::Set, p, 77, 0, NONE)
+        let p = GlobalPtr::<u64>::new(dst, base);
+        r.atomic(&ad, AtomicOp::Set, p, 77, 0, NONE, Blocking)
             .map_err(e2s("set"))?;
         let nd = RmaError::OpNotInDomain { op: AtomicOp::Max };
-        expect(ad.op(&mut r, AtomicOp::Max, p, 1000, 0, NONE), &nd, "op")?;
         expect(
-            ad.op_nb(&mut r, AtomicOp::Max, p, 1000, 0, NONE),
+            r.atomic(&ad, AtomicOp::Max, p, 1000, 0, NONE, Blocking),
+            &nd,
+            "op",
+        )?;
+        expect(
+            r.atomic(&ad, AtomicOp::Max, p, 1000, 0, NONE, Nb),
             &nd,
             "op_nb",
         )?;
         expect(
-            ad.op_nbi(&mut r, AtomicOp::Max, p, 1000, 0, NONE),
+            r.atomic(&ad, AtomicOp::Max, p, 1000, 0, NONE, Nbi),
             &nd,
             "op_nbi",
         )?;
         expect(
-            ad.fetch(&mut r, AtomicOp::Fcswap, p, 77, 1, NONE),
+            r.fetch(&ad, AtomicOp::Fcswap, p, 77, 1, NONE, Blocking),
             &RmaError::OpNotInDomain {
                 op: AtomicOp::Fcswap,
             },
             "fetch",
         )?;
         expect(
-            ad.fetch(&mut r, AtomicOp::Set, p, 1, 1, NONE),
+            r.fetch(&ad, AtomicOp::Set, p, 1, 1, NONE, Blocking),
             &RmaError::NotFetching { op: AtomicOp::Set },
             "fetch of set",
         )?;
         expect(
-            ad.fetch_nb(&mut r, AtomicOp::Set, p, 1, 1, NONE),
+            r.fetch(&ad, AtomicOp::Set, p, 1, 1, NONE, Nb),
             &RmaError::NotFetching { op: AtomicOp::Set },
             "fetch_nb of set",
         )?;
         for off in [base + 4, base + 1] {
             expect(
-                ad.op(&mut r, AtomicOp::Fadd, GlobalPtr::new(dst, off), 1, 0, NONE),
+                r.atomic(
+                    &ad,
+                    AtomicOp::Fadd,
+                    GlobalPtr::new(dst, off),
+                    1,
+                    0,
+                    NONE,
+                    Blocking,
+                ),
                 &RmaError::Misaligned {
                     dst,
                     offset: off,
@@ -650,13 +827,14 @@ pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
             )?;
         }
         expect(
-            ad32.op(
-                &mut r,
+            r.atomic(
+                &ad32,
                 AtomicOp::Add,
                 GlobalPtr::new(dst, base + 2),
                 1,
                 0,
                 NONE,
+                Blocking,
             ),
             &RmaError::Misaligned {
                 dst,
@@ -668,7 +846,15 @@ pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
         let seg_len = r.segment_len_of(d).unwrap_or(0);
         for off in [seg_len, seg_len - 4, usize::MAX - 3] {
             expect(
-                ad.op(&mut r, AtomicOp::Fadd, GlobalPtr::new(dst, off), 1, 0, NONE),
+                r.atomic(
+                    &ad,
+                    AtomicOp::Fadd,
+                    GlobalPtr::new(dst, off),
+                    1,
+                    0,
+                    NONE,
+                    Blocking,
+                ),
                 &RmaError::OutOfSegment {
                     dst,
                     offset: off,
@@ -678,21 +864,22 @@ pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
                 "out of segment",
             )?;
         }
-        let v = ad
-            .fetch(&mut r, AtomicOp::Get, p, 0, 0, NONE)
+        let v = r
+            .fetch(&ad, AtomicOp::Get, p, 0, 0, NONE, Blocking)
             .map_err(e2s("get"))?;
         if v != 77 {
             return Err(format!("failed atomics changed the word on rank {d}: {v}"));
         }
     }
     expect(
-        ad.op(
-            &mut r,
+        r.atomic(
+            &ad,
             AtomicOp::Fadd,
             GlobalPtr::new(EpAddr::rank(n), 0),
             1,
             0,
             NONE,
+            Blocking,
         ),
         &RmaError::BadRank { rank: n, size: n },
         "bad rank",
@@ -700,124 +887,48 @@ pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
     finish(&mut r)
 }
 
-/// Waits with `barrier_try` (bounded by [`CASE_WAIT`]).
-fn try_until<C: Conduit>(r: &mut RmaEp<C>, id: u64, f: BarrierFlags) -> Result<(), RmaError> {
-    let t0 = Instant::now();
-    loop {
-        if r.barrier_try(id, f)? {
-            return Ok(());
-        }
-        if t0.elapsed() > CASE_WAIT {
-            return Err(RmaError::ShapeMismatch(
-                "barrier_try never completed".into(),
-            ));
-        }
-    }
-}
-
-pub(super) fn barrier<C: Conduit>(client: &Client<C>) -> R {
+/// RMA completion around barriers: implicit-event puts synced before a barrier are
+/// visible to every rank after it, and atomics issued between two barriers are all
+/// counted. (The barrier itself, with its split-phase, named, anonymous and mismatch
+/// forms, belongs to the collectives layer and is tested there.)
+pub(super) fn barrier_visibility<C: Conduit>(client: &Client<C>) -> R {
     let mut r = setup(client)?;
     let (me, n) = (r.rank(), r.size());
-    let anon = BarrierFlags::ANONYMOUS;
-    let named = BarrierFlags::empty();
-    // Errors of the split-phase protocol.
-    expect(
-        r.barrier_wait(0, anon),
-        &RmaError::BarrierNotNotified,
-        "wait without notify",
-    )?;
-    expect(
-        r.barrier_try(0, anon),
-        &RmaError::BarrierNotNotified,
-        "try without notify",
-    )?;
-    r.barrier_notify(5, named).map_err(e2s("notify"))?;
-    expect(
-        r.barrier_notify(5, named),
-        &RmaError::BarrierAlreadyNotified,
-        "double notify",
-    )?;
-    r.barrier_wait(5, named).map_err(e2s("wait"))?;
-    // Many barriers in a row, every flavour; ids vary, anonymous entries mixed in.
-    for k in 0..60u64 {
-        let what = format!("barrier {k}");
-        match k % 5 {
-            0 => r.barrier().map_err(e2s(&what))?,
-            1 => {
-                let ev = r.barrier_nb().map_err(e2s(&what))?;
-                r.wait(ev);
-            }
-            2 => {
-                r.barrier_notify(k, named).map_err(e2s(&what))?;
-                r.barrier_wait(k, named).map_err(e2s(&what))?;
-            }
-            3 => {
-                // Half the ranks anonymous, half named with the same id.
-                let f = if me % 2 == 0 { named } else { anon };
-                r.barrier_notify(k * 1000, f).map_err(e2s(&what))?;
-                try_until(&mut r, k * 1000, f).map_err(e2s(&what))?;
-            }
-            _ => {
-                r.barrier_notify(0, anon).map_err(e2s(&what))?;
-                r.barrier_wait(0, anon).map_err(e2s(&what))?;
-            }
-        }
-    }
-    // Mismatch: rank 0 and the last rank name different ids (one rank: wait names
-    // another id than notify); every rank must see it, with wait and with try.
-    for use_try in [false, true] {
-        let (nid, wid, f) = if n == 1 {
-            (1, 2, named)
-        } else if me == 0 {
-            (1, 1, named)
-        } else if me == n - 1 {
-            (2, 2, named)
-        } else {
-            (0, 0, anon)
-        };
-        r.barrier_notify(nid, f).map_err(e2s("notify"))?;
-        let res = if use_try {
-            try_until(&mut r, wid, f)
-        } else {
-            r.barrier_wait(wid, f)
-        };
-        expect(res, &RmaError::BarrierMismatch, "mismatched ids")?;
-        // The next barrier is clean again.
-        r.barrier().map_err(e2s("barrier after mismatch"))?;
-    }
-    // Barriers with concurrent RMA traffic: puts (NBI, synced before notify) land
-    // before anyone leaves the barrier; atomics between notify and wait.
     let slot = slot_len(&r);
+    let w = r.world();
     let ad = r
-        .atomic_domain::<u64>(AtomicOps::FADD | AtomicOps::GET)
+        .atomic_domain::<u64>(&w, AtomicOps::FADD | AtomicOps::GET)
         .map_err(e2s("domain"))?;
     let counter = GlobalPtr::<u64>::new(EpAddr::rank(0), 0);
     for k in 1..=20u64 {
         for d in 0..n {
-            let p = r.global_ptr::<u64>(EpAddr::rank(d), me as usize * slot + 64);
-            r.put_nbi(p, &[k * 100 + u64::from(me); 4])
-                .map_err(e2s("put_nbi"))?;
+            let p = GlobalPtr::<u64>::new(EpAddr::rank(d), me as usize * slot + 64);
+            r.put(p, &[k * 100 + u64::from(me); 4], Nbi)
+                .map_err(e2s("put Nbi"))?;
         }
-        r.wait_syncnbi_all();
-        r.barrier_notify(k, named).map_err(e2s("notify"))?;
+        r.sync_nbi(NbiCategories::ALL).map_err(e2s("sync"))?;
         for _ in 0..3 {
-            let _ = ad
-                .fetch(&mut r, AtomicOp::Fadd, counter, 1, 0, NONE)
+            let _ = r
+                .fetch(&ad, AtomicOp::Fadd, counter, 1, 0, NONE, Blocking)
                 .map_err(e2s("fadd"))?;
         }
-        r.barrier_wait(k, named).map_err(e2s("wait"))?;
+        barrier(&mut r)?;
         for s in 0..n {
             let mut got = [0u64; 4];
-            r.get(&mut got, r.global_ptr(r.addr(), s as usize * slot + 64))
-                .map_err(e2s("get"))?;
+            r.get(
+                &mut got,
+                GlobalPtr::new(r.addr(), s as usize * slot + 64),
+                Blocking,
+            )
+            .map_err(e2s("get"))?;
             if got != [k * 100 + u64::from(s); 4] {
                 return Err(format!("round {k}: rank {s}'s put not visible: {got:?}"));
             }
         }
-        r.barrier().map_err(e2s("barrier"))?;
+        barrier(&mut r)?;
     }
-    let c = ad
-        .fetch(&mut r, AtomicOp::Get, counter, 0, 0, NONE)
+    let c = r
+        .fetch(&ad, AtomicOp::Get, counter, 0, 0, NONE, Blocking)
         .map_err(e2s("get"))?;
     // Rank 0's word 0 is in rank 0's slot; only this case's atomics touch it.
     if c != 60 * u64::from(n) {

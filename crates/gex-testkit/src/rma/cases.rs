@@ -1,34 +1,68 @@
-//! The RMA cases (see the module table in [`super`]).
-//!
-//! # Safety
-//!
-//! The cases call gex-rma's `unsafe` raw and NBI gets; each call site keeps its
-//! destination buffer alive and untouched until the matching wait or sync returns.
-#![allow(unsafe_code)]
+//! The RMA cases (see the module table in [`super`]). No `unsafe`: buffers lent to
+//! nonblocking transfers are lent for a scope ([`ScopeRmaExt`]).
 
 use crate::conformance::CASE_WAIT;
 use crate::rng::SplitMix64;
 use gex_core::spi::Conduit;
-use gex_core::{Client, EpAddr};
-use gex_rma::{Event, GlobalPtr, Pod, RmaEp, RmaError, Strided, Vis};
+use gex_core::{AnyEvent, Blocking, Client, Endpoint, EpAddr, Event, Nb, Nbi};
+use gex_rma::{GlobalPtr, NbiCategories, Pod, Rma, RmaError, RmaExt, ScopeRmaExt, Strided, Vis};
 use std::collections::HashSet;
 use std::time::Instant;
 
 type R<T = ()> = Result<T, String>;
 
+/// An endpoint carrying the RMA layer.
+pub(super) type Ep<C> = Endpoint<C>;
+
 pub(super) fn e2s<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
-pub(super) fn setup<C: Conduit>(client: &Client<C>) -> R<RmaEp<C>> {
-    let ep = client.endpoint(0).map_err(e2s("endpoint 0"))?;
-    let mut r = RmaEp::new(ep).map_err(e2s("RmaEp::new"))?;
-    r.barrier().map_err(e2s("barrier"))?;
+/// A barrier of the endpoint's primordial team: the core's all-gather of nothing
+/// (the collectives layer's barrier is not a dependency of the RMA suite). It polls
+/// while it waits, so peers' AM-path RMA is served.
+pub(super) fn barrier<C: Conduit>(r: &mut Ep<C>) -> R {
+    let w = r.world();
+    r.exchange(&w, &[]).map(|_| ()).map_err(e2s("barrier"))
+}
+
+/// Waits for `ev` (an RMA event) with a readable error.
+pub(super) fn wait<C: Conduit, T: Send + 'static>(
+    r: &mut Ep<C>,
+    ev: Event<T, RmaError>,
+    what: &str,
+) -> R<T> {
+    r.wait(ev).map_err(e2s(what))
+}
+
+/// Messages the RMA layer of `r` had to drop.
+pub(super) fn dropped<C: Conduit>(r: &mut Ep<C>) -> u64 {
+    r.with_layer::<Rma, _>(|l, _| l.dropped_messages())
+        .unwrap_or(0)
+}
+
+/// Operations in flight in the RMA layer of `r`.
+fn pending_ops<C: Conduit>(r: &mut Ep<C>) -> usize {
+    r.with_layer::<Rma, _>(|l, _| l.pending_ops()).unwrap_or(0)
+}
+
+/// Endpoint `k` of `client`, which the runner must have built with the RMA layer.
+pub(super) fn rma_endpoint<C: Conduit>(client: &Client<C>, k: u16) -> R<Ep<C>> {
+    let ep = client.endpoint(k).map_err(e2s("endpoint"))?;
+    if !ep.has_layer::<Rma>() {
+        return Err("the runner's client does not carry the RMA layer (build it with ClientBuilder::layer::<gex_rma::Rma>())".into());
+    }
+    Ok(ep)
+}
+
+pub(super) fn setup<C: Conduit>(client: &Client<C>) -> R<Ep<C>> {
+    let mut r = rma_endpoint(client, 0)?;
+    barrier(&mut r)?;
     Ok(r)
 }
 
 /// Slot length (bytes, multiple of 64) each rank owns in every segment.
-pub(super) fn slot_len<C: Conduit>(r: &RmaEp<C>) -> usize {
+pub(super) fn slot_len<C: Conduit>(r: &Ep<C>) -> usize {
     (r.segment().len() / r.size() as usize) & !63
 }
 
@@ -64,16 +98,16 @@ fn expect_err<T: std::fmt::Debug>(r: Result<T, RmaError>, want: &RmaError, what:
     }
 }
 
-pub(super) fn finish<C: Conduit>(r: &mut RmaEp<C>) -> R {
-    r.barrier().map_err(e2s("final barrier"))?;
-    let d = r.dropped_messages();
+pub(super) fn finish<C: Conduit>(r: &mut Ep<C>) -> R {
+    barrier(r).map_err(e2s("final barrier"))?;
+    let d = dropped(r);
     if d != 0 {
         return Err(format!("{d} RMA protocol messages were dropped"));
     }
     Ok(())
 }
 
-fn read_local<C: Conduit>(r: &RmaEp<C>, off: usize, n: usize) -> R<Vec<u8>> {
+fn read_local<C: Conduit>(r: &Ep<C>, off: usize, n: usize) -> R<Vec<u8>> {
     let mut v = vec![0u8; n];
     r.segment().read(off, &mut v).map_err(e2s("local read"))?;
     Ok(v)
@@ -94,14 +128,14 @@ pub(super) fn contiguous<C: Conduit>(client: &Client<C>) -> R {
     for (k, &size) in sizes.iter().enumerate() {
         let off = 3 + (k % 5); // unaligned
         for d in 0..n {
-            let p = r.global_ptr::<u8>(EpAddr::rank(d), me as usize * slot + off);
+            let p = GlobalPtr::<u8>::new(EpAddr::rank(d), me as usize * slot + off);
             let data = bytes(seed(me, d, k as u64), size);
-            r.put(p, &data).map_err(e2s("put"))?;
+            r.put(p, &data, Blocking).map_err(e2s("put"))?;
             let mut back = vec![0u8; size];
-            r.get(&mut back, p).map_err(e2s("get"))?;
+            r.get(&mut back, p, Blocking).map_err(e2s("get"))?;
             check_eq(&back, &data, &format!("get back {size} bytes from {d}"))?;
         }
-        r.barrier().map_err(e2s("barrier"))?;
+        barrier(&mut r)?;
         for s in 0..n {
             let got = read_local(&r, s as usize * slot + off, size)?;
             let want = bytes(seed(s, me, k as u64), size);
@@ -111,19 +145,20 @@ pub(super) fn contiguous<C: Conduit>(client: &Client<C>) -> R {
                 &format!("{size} bytes from rank {s} at the target"),
             )?;
         }
-        r.barrier().map_err(e2s("barrier"))?;
+        barrier(&mut r)?;
     }
     // Typed, unaligned u64s.
     for d in 0..n {
-        let p = r.global_ptr::<u64>(EpAddr::rank(d), me as usize * slot + 5);
+        let p = GlobalPtr::<u64>::new(EpAddr::rank(d), me as usize * slot + 5);
         let vals: Vec<u64> = (0..100).map(|i| seed(me, d, 1000 + i)).collect();
-        r.put(p, &vals).map_err(e2s("typed put"))?;
+        r.put(p, &vals, Blocking).map_err(e2s("typed put"))?;
         let mut back = vec![0u64; 100];
-        r.get(&mut back, p).map_err(e2s("typed get"))?;
+        r.get(&mut back, p, Blocking).map_err(e2s("typed get"))?;
         check_eq(&back, &vals, "typed u64 round trip")?;
         // A sub-range through add().
         let mut mid = [0u64; 10];
-        r.get(&mut mid, p.add(45)).map_err(e2s("get at add(45)"))?;
+        r.get(&mut mid, p.add(45), Blocking)
+            .map_err(e2s("get at add(45)"))?;
         check_eq(&mid, &vals[45..55], "typed sub-range")?;
     }
     finish(&mut r)
@@ -158,62 +193,60 @@ pub(super) fn large<C: Conduit>(client: &Client<C>) -> R {
         let targets: Vec<u32> = if right == 0 { vec![0] } else { vec![right, 0] };
         if me == 0 {
             for &t in &targets {
-                let p = r.global_ptr::<u8>(EpAddr::rank(t), off);
+                let p = GlobalPtr::<u8>::new(EpAddr::rank(t), off);
                 let data = bytes(seed(0, t, 77 + k as u64), size);
                 let what = format!("{size} bytes at offset {off} of rank {t}");
                 let back = match k % 4 {
                     0 => {
-                        r.put(p, &data).map_err(e2s("large put"))?;
-                        let ev = r.get_nb(vec![0u8; size], p).map_err(e2s("large get_nb"))?;
-                        r.wait(ev)
+                        r.put(p, &data, Blocking).map_err(e2s("large put"))?;
+                        let ev = r.get(vec![0u8; size], p, Nb).map_err(e2s("large get Nb"))?;
+                        wait(&mut r, ev, "large get Nb")?
                     }
                     1 => {
-                        r.put_nbi(p, &data).map_err(e2s("large put_nbi"))?;
-                        r.wait_syncnbi_puts();
+                        r.put(p, &data, Nbi).map_err(e2s("large put Nbi"))?;
+                        r.sync_nbi(NbiCategories::PUTS).map_err(e2s("sync puts"))?;
                         let mut back = vec![0u8; size];
-                        r.get(&mut back, p).map_err(e2s("large get"))?;
+                        r.get(&mut back, p, Blocking).map_err(e2s("large get"))?;
                         back
                     }
                     2 => {
-                        // SAFETY: `data` is neither dropped nor written before the sync.
-                        unsafe { r.put_nbi_deferred(p, &data) }
-                            .map_err(e2s("large put_nbi_deferred"))?;
-                        r.wait_syncnbi_puts();
+                        // The source lent to a scope (no copy), complete at the scope's end.
+                        r.scope(|s| s.put_from(p, &data))
+                            .map_err(e2s("large put_from"))?;
                         let mut back = vec![0u8; size];
-                        r.get(&mut back, p).map_err(e2s("large get"))?;
+                        r.get(&mut back, p, Blocking).map_err(e2s("large get"))?;
                         back
                     }
                     _ => {
-                        let ev = r.put_nb(p, data.clone()).map_err(e2s("large put_nb"))?;
-                        let _ = r.wait(ev);
+                        let ev = r.put(p, &data, Nb).map_err(e2s("large put Nb"))?;
+                        wait(&mut r, ev, "large put Nb")?;
                         let mut back = vec![0u8; size];
-                        // SAFETY: `back` is untouched until the sync returns.
-                        unsafe { r.get_nbi(&mut back, p) }.map_err(e2s("large get_nbi"))?;
-                        r.wait_syncnbi_gets();
+                        r.scope(|s| s.get_into(&mut back, p))
+                            .map_err(e2s("large scoped get"))?;
                         back
                     }
                 };
                 check_eq(&back, &data, &format!("{what}: read back"))?;
             }
         }
-        r.barrier().map_err(e2s("barrier"))?;
+        barrier(&mut r)?;
         if me == 0 || me == right {
             let got = read_local(&r, off, size)?;
             let want = bytes(seed(0, me, 77 + k as u64), size);
             check_eq(&got, &want, &format!("{size}-byte put at the target {me}"))?;
         }
-        r.barrier().map_err(e2s("barrier"))?;
+        barrier(&mut r)?;
     }
     finish(&mut r)
 }
 
-fn val_round<C: Conduit, T: Pod + PartialEq + std::fmt::Debug>(
-    r: &mut RmaEp<C>,
+fn val_round<C: Conduit, T: Pod + Send + PartialEq + std::fmt::Debug>(
+    r: &mut Ep<C>,
     p: GlobalPtr<T>,
     v: T,
 ) -> R {
-    r.put_val(p, v).map_err(e2s("put_val"))?;
-    let got = r.get_val(p).map_err(e2s("get_val"))?;
+    r.put_val(p, v, Blocking).map_err(e2s("put_val"))?;
+    let got = r.get_val(p, Blocking).map_err(e2s("get_val"))?;
     if got != v {
         return Err(format!(
             "get_val after put_val at {p:?}: got {got:?}, want {v:?}"
@@ -237,8 +270,8 @@ pub(super) fn values_memset<C: Conduit>(client: &Client<C>) -> R {
         val_round(&mut r, GlobalPtr::<[u8; 3]>::new(a, base + 40), [1u8, 2, 3])?;
         // memset
         let region = 3000.min(slot);
-        let p = r.global_ptr::<u8>(a, base);
-        r.put(p, &bytes(seed(me, d, 9), region))
+        let p = GlobalPtr::<u8>::new(a, base);
+        r.put(p, &bytes(seed(me, d, 9), region), Blocking)
             .map_err(e2s("put"))?;
         let mut model = bytes(seed(me, d, 9), region);
         for (off, len, b) in [
@@ -251,10 +284,11 @@ pub(super) fn values_memset<C: Conduit>(client: &Client<C>) -> R {
             if off + len > region {
                 continue;
             }
-            r.memset(p.add(off), b, len).map_err(e2s("memset"))?;
+            r.memset(p.add(off), b, len, Blocking)
+                .map_err(e2s("memset"))?;
             model[off..off + len].fill(b);
             let mut back = vec![0u8; region];
-            r.get(&mut back, p).map_err(e2s("get"))?;
+            r.get(&mut back, p, Blocking).map_err(e2s("get"))?;
             check_eq(
                 &back,
                 &model,
@@ -266,9 +300,13 @@ pub(super) fn values_memset<C: Conduit>(client: &Client<C>) -> R {
 }
 
 /// Tests `ev` until it completes, at most [`CASE_WAIT`].
-fn test_until<C: Conduit, E: gex_rma::Completion>(r: &mut RmaEp<C>, ev: &mut E, what: &str) -> R {
+fn test_until<C: Conduit, T: Send + 'static>(
+    r: &mut Ep<C>,
+    ev: &Event<T, RmaError>,
+    what: &str,
+) -> R {
     let t0 = Instant::now();
-    while !r.test(ev) {
+    while !r.test(ev).map_err(e2s(what))? {
         if t0.elapsed() > CASE_WAIT {
             return Err(format!("{what}: not complete after {CASE_WAIT:?}"));
         }
@@ -284,53 +322,60 @@ pub(super) fn nb_events<C: Conduit>(client: &Client<C>) -> R {
     let len = 5000.min(slot / 4);
     for d in 0..n {
         let a = EpAddr::rank(d);
-        let p = r.global_ptr::<u8>(a, me as usize * slot);
-        // put_nb with the buffer back at LC.
+        let p = GlobalPtr::<u8>::new(a, me as usize * slot);
+        // An NB put: the source is reusable as soon as the call returns (local
+        // completion on return), the event signals remote completion.
         let data = bytes(seed(me, d, 1), len);
-        let mut ev = r.put_nb(p, data.clone()).map_err(e2s("put_nb"))?;
-        let buf = ev.lc().ok_or("put_nb: no buffer at local completion")?;
-        check_eq(&buf, &data, "put_nb buffer handed back")?;
-        if r.wait(ev).is_some() {
-            return Err("put_nb: buffer returned twice".into());
-        }
-        // get_nb tested to completion, then waited.
-        let mut gev = r.get_nb(vec![0u8; len], p).map_err(e2s("get_nb"))?;
-        test_until(&mut r, &mut gev, "get_nb")?;
-        check_eq(&r.wait(gev), &data, "get_nb after test")?;
-        // put_nb_copy x 8 + wait_all.
-        let mut evs: Vec<Event> = Vec::new();
+        let mut src = data.clone();
+        let ev = r.put(p, &src, Nb).map_err(e2s("put Nb"))?;
+        src.fill(0xee);
+        wait(&mut r, ev, "put Nb")?;
+        drop(src);
+        // An NB get tested to completion, then waited.
+        let gev = r.get(vec![0u8; len], p, Nb).map_err(e2s("get Nb"))?;
+        test_until(&mut r, &gev, "get Nb")?;
+        check_eq(&wait(&mut r, gev, "get Nb")?, &data, "get Nb after test")?;
+        // 8 NB puts + wait_all.
+        let mut evs: Vec<Event<(), RmaError>> = Vec::new();
         for i in 0..8 {
             let piece = bytes(seed(me, d, 10 + i), len / 8);
             evs.push(
-                r.put_nb_copy(p.add(i as usize * (len / 8)), &piece)
-                    .map_err(e2s("put_nb_copy"))?,
+                r.put(p.add(i as usize * (len / 8)), &piece, Nb)
+                    .map_err(e2s("put Nb"))?,
             );
         }
-        r.wait_all(&mut evs);
+        {
+            let refs: Vec<&dyn AnyEvent> = evs.iter().map(|e| e as &dyn AnyEvent).collect();
+            r.wait_all(&refs).map_err(e2s("wait_all"))?;
+        }
         if !evs.iter().all(Event::is_done) {
             return Err("wait_all returned with pending events".into());
+        }
+        for ev in evs {
+            wait(&mut r, ev, "put after wait_all")?;
         }
         let mut want = Vec::new();
         for i in 0..8 {
             want.extend(bytes(seed(me, d, 10 + i), len / 8));
         }
+        // A get into a buffer lent to a scope.
         let mut back = vec![0u8; want.len()];
-        // SAFETY: `back` is neither touched nor dropped until the event completes.
-        let ev = unsafe { r.get_nb_raw(&mut back, p) }.map_err(e2s("get_nb_raw"))?;
-        r.wait(ev);
-        check_eq(&back, &want, "put_nb_copy pieces")?;
+        r.scope(|s| s.get_into(&mut back, p))
+            .map_err(e2s("scoped get"))?;
+        check_eq(&back, &want, "NB put pieces")?;
         // wait_some until every event is seen complete.
-        let mut evs: Vec<Event> = Vec::new();
+        let mut evs: Vec<Event<(), RmaError>> = Vec::new();
         for i in 0..6 {
             evs.push(
-                r.memset_nb(p.add(i * 10), i as u8, 10)
-                    .map_err(e2s("memset_nb"))?,
+                r.memset(p.add(i * 10), i as u8, 10, Nb)
+                    .map_err(e2s("memset Nb"))?,
             );
         }
         let mut seen = HashSet::new();
         let t0 = Instant::now();
         while seen.len() < evs.len() {
-            let done = r.wait_some(&mut evs);
+            let refs: Vec<&dyn AnyEvent> = evs.iter().map(|e| e as &dyn AnyEvent).collect();
+            let done = r.wait_some(&refs).map_err(e2s("wait_some"))?;
             if done.is_empty() || done.iter().any(|&i| i >= evs.len() || !evs[i].is_done()) {
                 return Err(format!("wait_some returned {done:?}"));
             }
@@ -339,20 +384,29 @@ pub(super) fn nb_events<C: Conduit>(client: &Client<C>) -> R {
                 return Err("wait_some never covered every event".into());
             }
         }
-        let gev = r.get_nb(vec![0u8; 60], p).map_err(e2s("get_nb"))?;
-        let g: Vec<u8> = r.wait(gev);
+        for ev in evs {
+            wait(&mut r, ev, "memset Nb")?;
+        }
+        let gev = r.get(vec![0u8; 60], p, Nb).map_err(e2s("get Nb"))?;
+        let g: Vec<u8> = wait(&mut r, gev, "get Nb")?;
         let want: Vec<u8> = (0..60).map(|i| (i / 10) as u8).collect();
-        check_eq(&g, &want, "memset_nb pieces")?;
-        // A forgotten get event: its buffer is leaked, nothing breaks.
-        let gev = r.get_nb(vec![0u8; 64], p).map_err(e2s("get_nb"))?;
+        check_eq(&g, &want, "memset Nb pieces")?;
+        // A forgotten get event: its buffer lives until the transfer is done with it.
+        let gev = r.get(vec![0u8; 64], p, Nb).map_err(e2s("get Nb"))?;
         std::mem::forget(gev);
         // A dropped one likewise.
-        drop(r.get_nb(vec![0u8; 64], p).map_err(e2s("get_nb"))?);
+        drop(r.get(vec![0u8; 64], p, Nb).map_err(e2s("get Nb"))?);
     }
-    // Let the abandoned gets finish before checking the table stays bounded.
+    // The abandoned gets finish: the table drains.
     let t0 = Instant::now();
-    while r.pending_ops() > 2 * n as usize && t0.elapsed() < CASE_WAIT {
+    while pending_ops(&mut r) > 0 && t0.elapsed() < CASE_WAIT {
         r.poll();
+    }
+    if pending_ops(&mut r) > 0 {
+        return Err(format!(
+            "{} operations never completed",
+            pending_ops(&mut r)
+        ));
     }
     finish(&mut r)
 }
@@ -364,80 +418,84 @@ pub(super) fn nbi_regions<C: Conduit>(client: &Client<C>) -> R {
     let piece = 256.min(slot / 64);
     for d in 0..n {
         let a = EpAddr::rank(d);
-        let p = r.global_ptr::<u8>(a, me as usize * slot);
+        let p = GlobalPtr::<u8>::new(a, me as usize * slot);
         let data = bytes(seed(me, d, 21), piece * 32);
         for (i, c) in data.chunks(piece).enumerate() {
-            r.put_nbi(p.add(i * piece), c).map_err(e2s("put_nbi"))?;
+            r.put(p.add(i * piece), c, Nbi).map_err(e2s("put Nbi"))?;
         }
-        r.wait_syncnbi_puts();
+        r.sync_nbi(NbiCategories::PUTS).map_err(e2s("sync puts"))?;
+        // NBI gets into owned buffers are kept alive until their sync; gets into one
+        // lent buffer go through a scope.
+        for (i, _) in data.chunks(piece).enumerate() {
+            r.get(vec![0u8; piece], p.add(i * piece), Nbi)
+                .map_err(e2s("get Nbi"))?;
+        }
+        r.sync_nbi(NbiCategories::GETS).map_err(e2s("sync gets"))?;
         let mut back = vec![0u8; data.len()];
-        for (i, c) in back.chunks_mut(piece).enumerate() {
-            // SAFETY: `back` is untouched until wait_syncnbi_gets returns.
-            unsafe { r.get_nbi(c, p.add(i * piece)) }.map_err(e2s("get_nbi"))?;
-        }
-        r.wait_syncnbi_gets();
-        check_eq(&back, &data, "NBI puts then NBI gets")?;
-        // test_syncnbi_*
-        r.memset_nbi(p, 7, piece).map_err(e2s("memset_nbi"))?;
+        r.scope(|s| {
+            for (i, c) in back.chunks_mut(piece).enumerate() {
+                s.get_into(c, p.add(i * piece))?;
+            }
+            Ok::<(), RmaError>(())
+        })
+        .map_err(e2s("scoped gets"))?;
+        check_eq(&back, &data, "NBI puts then scoped gets")?;
+        // test_nbi
+        r.memset(p, 7, piece, Nbi).map_err(e2s("memset Nbi"))?;
         let t0 = Instant::now();
-        while !r.test_syncnbi_all() {
+        while !r.test_nbi(NbiCategories::ALL).map_err(e2s("test_nbi"))? {
             if t0.elapsed() > CASE_WAIT {
-                return Err("test_syncnbi_all never true".into());
+                return Err("test_nbi(ALL) never true".into());
             }
         }
-        if !r.test_syncnbi_puts() || !r.test_syncnbi_gets() {
-            return Err("test_syncnbi_puts/gets false after test_syncnbi_all".into());
+        if !r.test_nbi(NbiCategories::PUTS).map_err(e2s("test_nbi"))?
+            || !r.test_nbi(NbiCategories::GETS).map_err(e2s("test_nbi"))?
+        {
+            return Err("test_nbi(PUTS/GETS) false after test_nbi(ALL)".into());
         }
-        if r.get_val(r.global_ptr::<u8>(a, p.offset + piece - 1))
+        if r.get_val(GlobalPtr::<u8>::new(a, p.offset + piece - 1), Blocking)
             .map_err(e2s("get_val"))?
             != 7
         {
-            return Err("memset_nbi not visible after sync".into());
+            return Err("memset Nbi not visible after sync".into());
         }
-        // Access region.
-        expect_err(
-            r.end_nbi_accessregion().map(|_| ()),
-            &RmaError::NoAccessRegion,
-            "end without begin",
-        )?;
-        r.begin_nbi_accessregion().map_err(e2s("begin"))?;
-        expect_err(
-            r.begin_nbi_accessregion(),
-            &RmaError::NestedAccessRegion,
-            "nested begin",
-        )?;
+        // A scope (the access region of GASNet-EX): its operations complete when it
+        // returns; the category syncs do not cover them; scopes nest.
         let data2 = bytes(seed(me, d, 22), piece * 8);
-        for (i, c) in data2.chunks(piece).enumerate() {
-            r.put_nbi(p.add(i * piece), c)
-                .map_err(e2s("put_nbi in region"))?;
-        }
         let mut back2 = vec![0u8; piece];
-        // SAFETY: `back2` is untouched until the region's event completes.
-        unsafe { r.get_nbi(&mut back2, p.add(piece * 20)) }.map_err(e2s("get_nbi in region"))?;
-        let ev = r.end_nbi_accessregion().map_err(e2s("end"))?;
-        // The syncs do not cover the region (they return at once).
-        r.wait_syncnbi_all();
-        r.wait(ev);
-        check_eq(&back2, &data[piece * 20..piece * 21], "get in region")?;
+        let mut back4 = vec![0u8; piece];
+        r.scope(|s| {
+            for (i, c) in data2.chunks(piece).enumerate() {
+                s.put_from(p.add(i * piece), c)?;
+            }
+            s.get_into(&mut back2, p.add(piece * 20))?;
+            // The syncs do not cover the scope (they return at once).
+            s.sync_nbi(NbiCategories::ALL)?;
+            s.scope(|inner| inner.get_into(&mut back4, p.add(piece * 21)))?;
+            Ok::<(), RmaError>(())
+        })
+        .map_err(e2s("scope"))?;
+        check_eq(&back2, &data[piece * 20..piece * 21], "get in scope")?;
+        check_eq(&back4, &data[piece * 21..piece * 22], "get in nested scope")?;
         let mut back3 = vec![0u8; data2.len()];
-        r.get(&mut back3, p).map_err(e2s("get"))?;
-        check_eq(&back3, &data2, "puts in region")?;
+        r.get(&mut back3, p, Blocking).map_err(e2s("get"))?;
+        check_eq(&back3, &data2, "puts in scope")?;
         // Overlapping NBI puts, each synced: the last synced value is visible.
-        let q = r.global_ptr::<u64>(a, me as usize * slot + 8 * piece);
+        let q = GlobalPtr::<u64>::new(a, me as usize * slot + 8 * piece);
         for v in 1..=20u64 {
-            r.put_nbi(q, &[v]).map_err(e2s("put_nbi"))?;
-            r.wait_syncnbi_puts();
-            let got = r.get_val(q).map_err(e2s("get_val"))?;
+            r.put(q, &[v], Nbi).map_err(e2s("put Nbi"))?;
+            r.sync_nbi(NbiCategories::PUTS).map_err(e2s("sync puts"))?;
+            let got = r.get_val(q, Blocking).map_err(e2s("get_val"))?;
             if got != v {
                 return Err(format!("after sync of put {v}, get_val saw {got}"));
             }
         }
         // Unsynced overlapping puts: after the sync, one of the values is there.
         for v in 100..110u64 {
-            r.put_nbi(q, &[v]).map_err(e2s("put_nbi"))?;
+            r.put(q, &[v], Nbi).map_err(e2s("put Nbi"))?;
         }
-        r.wait_syncnbi_puts();
-        let got = r.get_val(q).map_err(e2s("get_val"))?;
+        r.sync_nbi(NbiCategories::PUTS).map_err(e2s("sync puts"))?;
+        let got = r.get_val(q, Blocking).map_err(e2s("get_val"))?;
         if !(100..110).contains(&got) {
             return Err(format!("overlapping NBI puts left {got}"));
         }
@@ -549,9 +607,10 @@ pub(super) fn vis_shapes<C: Conduit>(client: &Client<C>) -> R {
     let mut g = SplitMix64::new(seed(me, 0, 31));
     for d in 0..n {
         let a = EpAddr::rank(d);
-        let region = r.global_ptr::<u32>(a, me as usize * slot);
+        let region = GlobalPtr::<u32>::new(a, me as usize * slot);
         let mut model = vec![0u32; m];
-        r.put(region, &model).map_err(e2s("zero region"))?;
+        r.put(region, &model, Blocking)
+            .map_err(e2s("zero region"))?;
         let mut shapes: Vec<ShapeBuf> = Vec::new();
         // Fixed shapes: reflection, 2-D transpose, degenerate, zero-dimensional.
         let fixed: [FixedShape; 5] = [
@@ -601,21 +660,22 @@ pub(super) fn vis_shapes<C: Conduit>(client: &Client<C>) -> R {
                     model[*ri] = src[*li];
                 }
                 match k % 3 {
-                    0 => r.put_strided(p, &src, sh).map_err(e2s(&what))?,
+                    0 => r.put_strided(p, &src, sh, Blocking).map_err(e2s(&what))?,
                     1 => {
                         let ev = r
-                            .put_vis_nb(Vis::Strided { ptr: p, shape: sh }, &src)
+                            .put_vis(Vis::Strided { ptr: p, shape: sh }, &src, Nb)
                             .map_err(e2s(&what))?;
-                        r.wait(ev);
+                        wait(&mut r, ev, &what)?;
                     }
                     _ => {
-                        r.put_vis_nbi(Vis::Strided { ptr: p, shape: sh }, &src)
+                        r.put_vis(Vis::Strided { ptr: p, shape: sh }, &src, Nbi)
                             .map_err(e2s(&what))?;
-                        r.wait_syncnbi_puts();
+                        r.sync_nbi(NbiCategories::PUTS).map_err(e2s(&what))?;
                     }
                 }
                 let mut back = vec![0u32; m];
-                r.get(&mut back, region).map_err(e2s("get region"))?;
+                r.get(&mut back, region, Blocking)
+                    .map_err(e2s("get region"))?;
                 check_eq(&back, &model, &format!("region after strided put, {what}"))?;
             }
             // Get (only if no local element is written twice).
@@ -628,24 +688,23 @@ pub(super) fn vis_shapes<C: Conduit>(client: &Client<C>) -> R {
                 let got = match k % 3 {
                     0 => {
                         let mut v = vec![sentinel; sb.local_len];
-                        r.get_strided(&mut v, p, sh).map_err(e2s(&what))?;
+                        r.get_strided(&mut v, p, sh, Blocking).map_err(e2s(&what))?;
                         v
                     }
                     1 => {
                         let ev = r
-                            .get_vis_nb(
+                            .get_vis(
                                 vec![sentinel; sb.local_len],
                                 Vis::Strided { ptr: p, shape: sh },
+                                Nb,
                             )
                             .map_err(e2s(&what))?;
-                        r.wait(ev)
+                        wait(&mut r, ev, &what)?
                     }
                     _ => {
                         let mut v = vec![sentinel; sb.local_len];
-                        // SAFETY: `v` is untouched until wait_syncnbi_gets returns.
-                        unsafe { r.get_vis_nbi(&mut v, Vis::Strided { ptr: p, shape: sh }) }
+                        r.scope(|s| s.get_vis_into(&mut v, Vis::Strided { ptr: p, shape: sh }))
                             .map_err(e2s(&what))?;
-                        r.wait_syncnbi_gets();
                         v
                     }
                 };
@@ -675,18 +734,24 @@ pub(super) fn vis_shapes<C: Conduit>(client: &Client<C>) -> R {
                 at += l;
             }
             if k % 2 == 0 {
-                r.put_vector(&list, &src).map_err(e2s("put_vector"))?;
+                r.put_vector(&list, &src, Blocking)
+                    .map_err(e2s("put_vector"))?;
                 let mut back = vec![0u32; total];
-                r.get_vector(&mut back, &list).map_err(e2s("get_vector"))?;
+                r.get_vector(&mut back, &list, Blocking)
+                    .map_err(e2s("get_vector"))?;
                 check_eq(&back, &src, "vector round trip")?;
             } else {
-                r.put_vis_nbi(Vis::Vector(&list), &src)
-                    .map_err(e2s("put_vis_nbi vector"))?;
-                r.wait_syncnbi_puts();
+                r.put_vis(Vis::Vector(&list), &src, Nbi)
+                    .map_err(e2s("put_vis Nbi vector"))?;
+                r.sync_nbi(NbiCategories::PUTS).map_err(e2s("sync puts"))?;
                 let ev = r
-                    .get_vis_nb(vec![0u32; total], Vis::Vector(&list))
-                    .map_err(e2s("get_vis_nb vector"))?;
-                check_eq(&r.wait(ev), &src, "vector NB round trip")?;
+                    .get_vis(vec![0u32; total], Vis::Vector(&list), Nb)
+                    .map_err(e2s("get_vis Nb vector"))?;
+                check_eq(
+                    &wait(&mut r, ev, "get_vis Nb")?,
+                    &src,
+                    "vector NB round trip",
+                )?;
             }
             let each = g.up_to(16) as usize;
             let ptrs: Vec<GlobalPtr<u32>> = picked.iter().map(|c| region.add(c * 16)).collect();
@@ -696,14 +761,15 @@ pub(super) fn vis_shapes<C: Conduit>(client: &Client<C>) -> R {
             for (i, c) in picked.iter().enumerate() {
                 model[c * 16..c * 16 + each].copy_from_slice(&src[i * each..(i + 1) * each]);
             }
-            r.put_indexed(&ptrs, each, &src)
+            r.put_indexed(&ptrs, each, &src, Blocking)
                 .map_err(e2s("put_indexed"))?;
             let mut back = vec![0u32; src.len()];
-            r.get_indexed(&mut back, &ptrs, each)
+            r.get_indexed(&mut back, &ptrs, each, Blocking)
                 .map_err(e2s("get_indexed"))?;
             check_eq(&back, &src, "indexed round trip")?;
             let mut whole = vec![0u32; m];
-            r.get(&mut whole, region).map_err(e2s("get region"))?;
+            r.get(&mut whole, region, Blocking)
+                .map_err(e2s("get region"))?;
             check_eq(&whole, &model, "region after vector/indexed puts")?;
         }
     }
@@ -720,30 +786,48 @@ pub(super) fn errors<C: Conduit>(client: &Client<C>) -> R {
     let right = EpAddr::rank((me + 1) % n);
     // Known contents in my slot on the right neighbour, to prove nothing is written.
     let fill = bytes(seed(me, 0, 41), 256);
-    let p = r.global_ptr::<u8>(right, mine);
-    r.put(p, &fill).map_err(e2s("fill"))?;
+    let p = GlobalPtr::<u8>::new(right, mine);
+    r.put(p, &fill, Blocking).map_err(e2s("fill"))?;
 
-    let bad_rank = r.global_ptr::<u8>(EpAddr::rank(n), 0);
+    let bad_rank = GlobalPtr::<u8>::new(EpAddr::rank(n), 0);
     let want = RmaError::BadRank { rank: n, size: n };
-    expect_err(r.put(bad_rank, &[1]), &want, "put to a bad rank")?;
-    expect_err(r.get(&mut [0u8], bad_rank), &want, "get from a bad rank")?;
-    expect_err(r.put_val(bad_rank, 1), &want, "put_val to a bad rank")?;
-    expect_err(r.memset(bad_rank, 1, 1), &want, "memset on a bad rank")?;
+    expect_err(r.put(bad_rank, &[1], Blocking), &want, "put to a bad rank")?;
     expect_err(
-        r.get_nb(vec![0u8; 4], bad_rank).map(|_| ()),
+        r.get(&mut [0u8], bad_rank, Blocking),
         &want,
-        "get_nb from a bad rank",
+        "get from a bad rank",
     )?;
-    expect_err(r.put_nbi(bad_rank, &[1]), &want, "put_nbi to a bad rank")?;
+    expect_err(
+        r.put_val(bad_rank, 1, Blocking),
+        &want,
+        "put_val to a bad rank",
+    )?;
+    expect_err(
+        r.memset(bad_rank, 1, 1, Blocking),
+        &want,
+        "memset on a bad rank",
+    )?;
+    expect_err(
+        r.get(vec![0u8; 4], bad_rank, Nb).map(|_| ()),
+        &want,
+        "get Nb from a bad rank",
+    )?;
+    expect_err(r.put(bad_rank, &[1], Nbi), &want, "put Nbi to a bad rank")?;
+    let mut two = [0u8; 2];
+    expect_err(
+        r.scope(|s| s.get_into(&mut two, bad_rank)),
+        &want,
+        "scoped get from a bad rank",
+    )?;
 
     let bad_ep = EpAddr::new(right.rank, eps);
     expect_err(
-        r.put(r.global_ptr::<u8>(bad_ep, 0), &[1]),
+        r.put(GlobalPtr::<u8>::new(bad_ep, 0), &[1], Blocking),
         &RmaError::BadEndpoint { dst: bad_ep },
         "put to a bad endpoint",
     )?;
     expect_err(
-        r.get_val(r.global_ptr::<u32>(bad_ep, 0)),
+        r.get_val(GlobalPtr::<u32>::new(bad_ep, 0), Blocking),
         &RmaError::BadEndpoint { dst: bad_ep },
         "get_val from a bad endpoint",
     )?;
@@ -755,75 +839,87 @@ pub(super) fn errors<C: Conduit>(client: &Client<C>) -> R {
         seg_len: seg,
     };
     expect_err(
-        r.put(r.global_ptr::<u8>(right, seg - 3), &[0u8; 4]),
+        r.put(GlobalPtr::<u8>::new(right, seg - 3), &[0u8; 4], Blocking),
         &oos(seg - 3, 4),
         "put past the end",
     )?;
     expect_err(
-        r.get(&mut [0u8; 1], r.global_ptr::<u8>(right, seg)),
+        r.get(&mut [0u8; 1], GlobalPtr::<u8>::new(right, seg), Blocking),
         &oos(seg, 1),
         "get at the end",
     )?;
     expect_err(
-        r.put_val(r.global_ptr::<u64>(right, seg - 7), 1),
+        r.put_val(GlobalPtr::<u64>::new(right, seg - 7), 1, Blocking),
         &oos(seg - 7, 8),
         "put_val past the end",
     )?;
     expect_err(
-        r.put(r.global_ptr::<u8>(right, usize::MAX - 1), &[0u8; 4]),
+        r.put(
+            GlobalPtr::<u8>::new(right, usize::MAX - 1),
+            &[0u8; 4],
+            Blocking,
+        ),
         &oos(usize::MAX - 1, 4),
         "offset overflow",
     )?;
     expect_err(
-        r.memset(r.global_ptr::<u8>(right, 1), 0, usize::MAX),
+        r.memset(GlobalPtr::<u8>::new(right, 1), 0, usize::MAX, Blocking),
         &oos(1, usize::MAX),
         "memset length overflow",
     )?;
-    let far = r.global_ptr::<u64>(right, 0).add(usize::MAX / 4);
-    if r.get_val(far).is_ok() {
+    let far = GlobalPtr::<u64>::new(right, 0).add(usize::MAX / 4);
+    if r.get_val(far, Blocking).is_ok() {
         return Err("get_val at a saturated pointer succeeded".into());
     }
     // Exactly at the end is fine; zero bytes at the end too.
-    r.put(r.global_ptr::<u8>(right, seg - 1), &[9u8])
+    r.put(GlobalPtr::<u8>::new(right, seg - 1), &[9u8], Blocking)
         .map_err(e2s("last byte"))?;
-    r.put::<u8>(r.global_ptr(right, seg), &[])
+    r.put::<u8, _>(GlobalPtr::new(right, seg), &[], Blocking)
         .map_err(e2s("zero bytes at the end"))?;
 
     // VIS errors, each with a valid first piece that must not be written.
-    let q = r.global_ptr::<u8>(right, mine);
+    let q = GlobalPtr::<u8>::new(right, mine);
     let junk = [0xeeu8; 64];
     expect_err(
-        r.put_vector(&[(q, 8), (r.global_ptr(right, seg - 4), 8)], &junk[..16]),
+        r.put_vector(
+            &[(q, 8), (GlobalPtr::new(right, seg - 4), 8)],
+            &junk[..16],
+            Blocking,
+        ),
         &oos(seg - 4, 8),
         "vector with a piece past the end",
     )?;
     expect_err(
-        r.put_vector(&[(q, 8)], &junk[..9]),
+        r.put_vector(&[(q, 8)], &junk[..9], Blocking),
         &RmaError::ShapeMismatch("vector pieces hold 8 elements, the local buffer 9".into()),
         "vector length mismatch",
     )?;
     let other = EpAddr::new(me, 1);
     expect_err(
-        r.put_vector(&[(q, 1), (r.global_ptr(other, 0), 1)], &junk[..2]),
+        r.put_vector(
+            &[(q, 1), (GlobalPtr::new(other, 0), 1)],
+            &junk[..2],
+            Blocking,
+        ),
         &RmaError::MixedTargets {
             first: right,
             other,
         },
         "vector with two targets",
     )?;
-    match r.put_indexed(&[q, q.add(8)], 4, &junk[..7]) {
+    match r.put_indexed(&[q, q.add(8)], 4, &junk[..7], Blocking) {
         Err(RmaError::ShapeMismatch(_)) => {}
         other => return Err(format!("indexed length mismatch: {other:?}")),
     }
     // Strided: reflection running below offset 0.
-    let low = r.global_ptr::<u8>(right, 2);
+    let low = GlobalPtr::<u8>::new(right, 2);
     let sh = Strided {
         counts: &[4],
         remote_strides: &[-1],
         local_start: 0,
         local_strides: &[1],
     };
-    match r.put_strided(low, &junk[..4], sh) {
+    match r.put_strided(low, &junk[..4], sh, Blocking) {
         Err(RmaError::OutOfSegment { .. }) => {}
         other => return Err(format!("strided below offset 0: {other:?}")),
     }
@@ -833,7 +929,7 @@ pub(super) fn errors<C: Conduit>(client: &Client<C>) -> R {
         local_start: 0,
         local_strides: &[1, 4],
     };
-    match r.put_strided(q, &junk[..7], sh) {
+    match r.put_strided(q, &junk[..7], sh, Blocking) {
         Err(RmaError::LocalOutOfBounds { slice_len: 7, .. }) => {}
         other => return Err(format!("strided beyond the local buffer: {other:?}")),
     }
@@ -846,43 +942,53 @@ pub(super) fn errors<C: Conduit>(client: &Client<C>) -> R {
             local_start: 0,
             local_strides: &[1, 4],
         },
+        Blocking,
     ) {
         Err(RmaError::ShapeMismatch(_)) => {}
         other => return Err(format!("strides/counts mismatch: {other:?}")),
     }
     // A failed get writes nothing locally.
     let mut local = [0x11u8; 16];
-    let _ = r.get_vector(&mut local, &[(q, 8), (r.global_ptr(right, seg), 8)]);
+    let _ = r.get_vector(
+        &mut local,
+        &[(q, 8), (GlobalPtr::new(right, seg), 8)],
+        Blocking,
+    );
     if local != [0x11u8; 16] {
         return Err("a failed get_vector wrote the local buffer".into());
     }
     let mut back = vec![0u8; fill.len()];
-    r.get(&mut back, p).map_err(e2s("get"))?;
+    r.get(&mut back, p, Blocking).map_err(e2s("get"))?;
     check_eq(&back, &fill, "target slot after failed operations")?;
     finish(&mut r)
 }
 
 /// Work of the thread driving endpoint `k` (0 or 1) in `multi_ep`: RMA into the other
 /// endpoint of every rank, then a check of what every rank's thread `k` wrote there.
-fn multi_ep_work<C: Conduit>(r: &mut RmaEp<C>, k: u16) -> R {
+fn multi_ep_work<C: Conduit>(r: &mut Ep<C>, k: u16) -> R {
     let (me, n) = (r.rank(), r.size());
     let slot = slot_len(r).min(4096);
     let other = 1 - k;
     let len = slot - 8;
     for d in 0..n {
-        let p = r.global_ptr::<u8>(EpAddr::new(d, other), me as usize * slot + 3);
+        let p = GlobalPtr::<u8>::new(EpAddr::new(d, other), me as usize * slot + 3);
         let data = bytes(seed(me, d, 500 + u64::from(k)), len);
-        r.put(p, &data).map_err(e2s("put to the other endpoint"))?;
-        let ev = r.get_nb(vec![0u8; len], p).map_err(e2s("get_nb"))?;
-        check_eq(&r.wait(ev), &data, "round trip through the other endpoint")?;
+        r.put(p, &data, Blocking)
+            .map_err(e2s("put to the other endpoint"))?;
+        let ev = r.get(vec![0u8; len], p, Nb).map_err(e2s("get Nb"))?;
+        check_eq(
+            &wait(r, ev, "get Nb")?,
+            &data,
+            "round trip through the other endpoint",
+        )?;
     }
-    r.barrier().map_err(e2s("barrier"))?;
+    barrier(r)?;
     // Every thread k has written; read everybody's slot on our right neighbour.
     let d = (me + 1) % n;
     for s in 0..n {
-        let p = r.global_ptr::<u8>(EpAddr::new(d, other), s as usize * slot + 3);
+        let p = GlobalPtr::<u8>::new(EpAddr::new(d, other), s as usize * slot + 3);
         let mut got = vec![0u8; len];
-        r.get(&mut got, p).map_err(e2s("get"))?;
+        r.get(&mut got, p, Blocking).map_err(e2s("get"))?;
         check_eq(
             &got,
             &bytes(seed(s, d, 500 + u64::from(k)), len),
@@ -897,8 +1003,7 @@ pub(super) fn multi_ep<C: Conduit>(client: &Client<C>) -> R {
     let done = [AtomicBool::new(false), AtomicBool::new(false)];
     let mut eps = Vec::new();
     for k in 0..2u16 {
-        let ep = client.endpoint(k).map_err(e2s("endpoint"))?;
-        eps.push(RmaEp::new(ep).map_err(e2s("RmaEp::new"))?);
+        eps.push(rma_endpoint(client, k)?);
     }
     let results: Vec<R> = std::thread::scope(|sc| {
         let hs: Vec<_> = eps
@@ -907,7 +1012,7 @@ pub(super) fn multi_ep<C: Conduit>(client: &Client<C>) -> R {
             .map(|(k, mut r)| {
                 let done = &done;
                 sc.spawn(move || -> R {
-                    r.barrier().map_err(e2s("barrier"))?;
+                    barrier(&mut r)?;
                     let res = multi_ep_work(&mut r, k as u16);
                     done[k].store(true, Ordering::Release);
                     // Serve the other local endpoint's peers until it is done too,
@@ -917,8 +1022,8 @@ pub(super) fn multi_ep<C: Conduit>(client: &Client<C>) -> R {
                         done[1 - k].load(Ordering::Acquire) || t0.elapsed() > CASE_WAIT
                     });
                     res?;
-                    r.barrier().map_err(e2s("final barrier"))?;
-                    if r.dropped_messages() != 0 {
+                    barrier(&mut r).map_err(e2s("final barrier"))?;
+                    if dropped(&mut r) != 0 {
                         return Err("RMA messages were dropped".into());
                     }
                     Ok(())

@@ -1,36 +1,42 @@
-//! The RMA conformance suite: cases for gex-rma ([`gex_rma::RmaEp`]), written once
-//! against the conduit SPI and run on every conduit with the same runners as the AM
-//! suite ([`conformance::Runner`]: [`SimRunner`](crate::sim::SimRunner), the smp
-//! process runner, ...).
+//! The RMA conformance suite: cases for gex-rma (the [`gex_rma::Rma`] layer and its
+//! API, [`gex_rma::RmaExt`]), written once against the conduit SPI and run on every
+//! conduit with the same runner trait as the AM suite ([`conformance::Runner`]).
 //!
-//! Each case wraps EP 0 of every rank in an `RmaEp`, partitions every segment into
-//! one slot per rank (rank `r` only writes slot `r` of any target), and ends with a
-//! barrier (gex-rma's own, [`gex_rma::RmaEp::barrier`]) so that no rank leaves while peers still need it to serve AM-path traffic.
-//! Run both ways: as built, and with `RUSTFLAGS="--cfg gex_force_am_rma"` (reference
-//! path everywhere).
+//! **Runners must build the client with the RMA layer**
+//! (`ClientBuilder::new().layer::<gex_rma::Rma>()`); a case fails with a message
+//! saying so otherwise. Each case uses EP 0 of every rank, partitions every segment
+//! into one slot per rank (rank `r` only writes slot `r` of any target), and ends with
+//! a barrier of the primordial team (the core's all-gather,
+//! [`Endpoint::exchange`](gex_core::Endpoint::exchange), which polls, so no rank
+//! leaves while peers still need it to serve AM-path traffic; the collectives layer's
+//! barrier is not a dependency of this suite). Run both ways: as built, and with
+//! `RUSTFLAGS="--cfg gex_force_am_rma"` or `GEX_RMA_PATH=am` (reference path
+//! everywhere).
 //!
 //! # Cases
 //! | case | checks |
 //! |---|---|
 //! | `rma_contiguous` | blocking put/get, every rank to every rank (self included), sizes 0, 1, 7, 8, 4096, 65537, 1 MiB (as the slot allows), unaligned offsets; data checked at the target and read back |
-//! | `rma_large` | sizes 0, 1, 17, 301, 4099, 65539, 1 MiB+3, 4 MiB+1, 8 MiB-5 and 16 MiB (as the segment allows) at unaligned offsets, from rank 0 to its right neighbour and to itself, blocking/NB/NBI in rotation; read back and checked by content at the target |
+//! | `rma_large` | sizes 0, 1, 17, 301, 4099, 65539, 1 MiB+3, 4 MiB+1, 8 MiB-5 and 16 MiB (as the segment allows) at unaligned offsets, from rank 0 to its right neighbour and to itself, blocking/NB/NBI/scoped in rotation; read back and checked by content at the target |
 //! | `rma_values_memset` | `put_val`/`get_val` for 1-, 2-, 4-, 8-byte types; `memset` of several lengths |
-//! | `rma_nb_events` | `put_nb` (buffer back at LC), `put_nb_copy`, `get_nb`, raw variants; `test`, `wait`, `wait_all`, `wait_some`; a forgotten get event |
-//! | `rma_nbi_regions` | NBI puts/gets/memsets with `wait_syncnbi_*`/`test_syncnbi_*`; access regions (and their nesting errors); overlapping NBI puts each synced: the last synced value is visible |
-//! | `rma_vis_shapes` | strided (random shapes, negative and zero strides, transposes, reflections, degenerate shapes), vector and indexed, blocking/NB/NBI, against a local model |
+//! | `rma_nb_events` | NB put (source reusable on return), NB get into an owned buffer; `test`, `wait`, `wait_all`, `wait_some`; a scoped get; forgotten and dropped get events (their buffers live on, the op table drains) |
+//! | `rma_nbi_regions` | NBI puts/gets/memsets with `sync_nbi`/`test_nbi` by category; scopes (GASNet-EX's access regions): lent sources and destinations, not covered by the category syncs, nested; overlapping NBI puts each synced: the last synced value is visible |
+//! | `rma_vis_shapes` | strided (random shapes, negative and zero strides, transposes, reflections, degenerate shapes), vector and indexed, blocking/NB/NBI/scoped, against a local model |
 //! | `rma_multi_ep` | (2 EPs) one thread per endpoint; each puts/gets into the *other* endpoint of every rank and reads what the other ranks wrote there |
-//! | `rma_atomic_ops` | every atomic op of every type (`i32`, `u32`, `i64`, `u64`, `f32`, `f64`; bitwise ops for integers) in every completion mode (blocking, NB, NBI with `wait_syncnbi_atomics`/`wait_syncnbi_all`/`test_syncnbi_atomics`, access region), random flags and operands (extremes, `-0.0`, infinity), on a private word at every rank: fetched values and the word checked against a sequential model |
+//! | `rma_atomic_ops` | every atomic op of every type (`i32`, `u32`, `i64`, `u64`, `f32`, `f64`; bitwise ops for integers) in every completion mode (blocking, NB, NBI with `sync_nbi(ATOMICS)`/`sync_nbi(ALL)`/`test_nbi`, scoped fetches synced inside and at the end of the scope), random flags and operands (extremes, `-0.0`, infinity), on a private word at every rank: fetched values and the word checked against a sequential model |
 //! | `rma_atomic_concurrency` | all ranks on words of the last rank: fetch-add (blocking and NB) whose fetched values must form a permutation of `0..n*k`, NBI fetch-dec, a CAS lock (acquire/release) protecting a plain counter, min/max convergence, f64/f32 sums and products, or/and/xor |
-//! | `rma_atomic_errors` | `BadOpSet`, `OpNotInDomain`, `NotFetching`, `Misaligned`, `OutOfSegment` (incl. overflow), `BadRank`; failed atomics change nothing |
-//! | `rma_barrier` | gex-rma's barrier: `BarrierNotNotified`/`BarrierAlreadyNotified`; 60 barriers in a row (blocking, `barrier_nb`, split-phase with named ids, anonymous/named mixes with `barrier_try`); a mismatch (two named ids) reported on every rank through wait and try, and a clean barrier after it; barriers with NBI puts synced before notify (visible after wait) and atomics between notify and wait |
+//! | `rma_atomic_errors` | `BadOpSet`, `DomainMismatch` (different op sets, different types: on every rank), `NotInTeam`, `OpNotInDomain`, `NotFetching`, `Misaligned`, `OutOfSegment` (incl. overflow), `BadRank`; failed atomics change nothing |
+//! | `rma_barrier_visibility` | NBI puts synced before a barrier are visible to every rank after it; atomics between barriers all counted (the barrier's own protocol is the collectives layer's) |
 //! | `rma_errors` | `BadRank`, `BadEndpoint`, `OutOfSegment` (incl. offset overflow), `LocalOutOfBounds`, `ShapeMismatch`, `MixedTargets`; failed operations write nothing, local or remote |
 //!
 //! # Running it
 //! ```ignore
 //! mod r3 {
+//!     // `rma_runner` starts a job whose clients carry the RMA layer (see
+//!     // gex-testkit's tests/rma_sim.rs for one on the simulator).
 //!     gex_testkit::rma_conformance_tests! {
 //!         conduit: gex_testkit::sim::Sim,
-//!         runner: gex_testkit::sim::SimRunner::new(Default::default()).segment_size(4 << 20),
+//!         runner: rma_runner(4 << 20),
 //!         ranks: 3,
 //!     }
 //! }
@@ -45,6 +51,13 @@ use crate::conformance::{self, Case, Job, Runner};
 use gex_core::spi::Conduit;
 use std::time::Instant;
 
+/// A client builder whose clients carry the RMA layer, as the RMA cases need
+/// (`ClientBuilder::new().layer::<gex_rma::Rma>()`), for runners of conduit crates that
+/// do not depend on gex-rma themselves.
+pub fn client_builder() -> gex_core::ClientBuilder<((), gex_rma::Rma)> {
+    gex_core::ClientBuilder::new().layer::<gex_rma::Rma>()
+}
+
 /// Names of every RMA case, in registry order.
 pub const CASE_NAMES: &[&str] = &[
     "rma_contiguous",
@@ -58,7 +71,7 @@ pub const CASE_NAMES: &[&str] = &[
     "rma_atomic_ops",
     "rma_atomic_concurrency",
     "rma_atomic_errors",
-    "rma_barrier",
+    "rma_barrier_visibility",
 ];
 
 /// Every RMA case, in [`CASE_NAMES`] order.
@@ -135,9 +148,9 @@ pub fn cases<C: Conduit>() -> Vec<Case<C>> {
             atomics::atomic_errors::<C>,
         ),
         c(
-            "rma_barrier",
-            "gex-rma barrier: flavours, ids, anonymous mixes, mismatch everywhere, with RMA traffic",
-            atomics::barrier::<C>,
+            "rma_barrier_visibility",
+            "NBI puts synced before a barrier visible after it; atomics between barriers",
+            atomics::barrier_visibility::<C>,
         ),
     ]
 }
@@ -187,6 +200,8 @@ pub fn run_case<C: Conduit, R: Runner<C> + ?Sized>(
     let t0 = Instant::now();
     let path_kind = if cfg!(gex_force_am_rma) {
         "forced AM"
+    } else if std::env::var("GEX_RMA_PATH").is_ok_and(|v| v.trim() == "am") {
+        "AM (GEX_RMA_PATH)"
     } else {
         "auto"
     };
@@ -262,7 +277,7 @@ macro_rules! __gex_rma_conformance_impl {
         __gex_rma_one!(rma_atomic_ops);
         __gex_rma_one!(rma_atomic_concurrency);
         __gex_rma_one!(rma_atomic_errors);
-        __gex_rma_one!(rma_barrier);
+        __gex_rma_one!(rma_barrier_visibility);
     };
 }
 

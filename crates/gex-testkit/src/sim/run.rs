@@ -23,7 +23,7 @@ struct Progress {
 /// result, in rank order.
 ///
 /// Each rank thread (named `sim-rank-<r>`) builds its client from `builder()` (called
-/// on the calling thread, once per rank) with the job's [`SimFabric`] as conduit
+/// on the calling thread, once per rank; it may add layers) with the job's [`SimFabric`] as conduit
 /// context and a [`ThreadBoot`](crate::boot::ThreadBoot) placing ranks on hosts per
 /// [`SimConfig::placement`] or [`SimConfig::ranks_per_host`], initialises it
 /// (collectively), and calls `f` with it.

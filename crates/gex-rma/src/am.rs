@@ -1,0 +1,512 @@
+//! The AM reference protocol: RMA on nothing but active messages, so a conduit that
+//! only moves AMs runs all of gex-rma (and `--cfg gex_force_am_rma` or
+//! `GEX_RMA_PATH=am` keep it tested everywhere).
+//!
+//! | message | handler | args | answer |
+//! |---|---|---|---|
+//! | Long put piece | `put_long` | `[op]` | `ack [op]` |
+//! | packed put (VIS pieces) | `put_packed` | `[op]`, payload `(offset u64, len u32, bytes)*` | `ack [op]` |
+//! | small put, nonblocking | `put_short` | `[op, off lo, off hi (24 bits) \| len << 24, data words…]` | `ack [op]` |
+//! | small put, blocking | `put_short_b` | `[off lo, off hi \| len << 24, data words…]` | `ack_fast` (counted) |
+//! | get | `get` | `[op, off lo, off hi, len, local lo, local hi]` | Medium `get_reply [op, local lo, local hi]` |
+//! | packed get | `get_packed` | `[op, local lo, local hi]`, payload `(offset u64, len u32)*` | one Medium `get_reply` |
+//! | memset | `memset` | `[op, off lo, off hi, len lo, len hi, byte]` | `ack [op]` |
+//! | atomic | `atomic` | `[op, code, off lo, off hi, a lo, a hi, b lo, b hi]` | `atomic_reply [op, old lo, old hi]` or `ack [op]` |
+//!
+//! The initiator side issues a transfer's messages in order from a cursor
+//! ([`AmCursor`]), stopping at the first back-pressure (the caller polls and resumes);
+//! each message sent adds its units to the operation's entry (one acknowledgement, or
+//! the bytes a get reply will bring), which handlers credit.
+//!
+//! The AM path assumes Medium limits are symmetric between two peers (a get is chunked
+//! by the initiator's `max_medium` toward the target and answered with replies of that
+//! size).
+//!
+//! # Safety
+//! Handlers write their own endpoint's segment (mapped for the life of the conduit)
+//! within ranges they check against its length, and get replies copy into the
+//! destination recorded in the operation's entry, whose lifetime rules are those of
+//! [`crate::layer`]; the copy is bounds-checked against the recorded length. Segment
+//! bytes are copied through raw pointers, never referenced.
+#![allow(unsafe_code)]
+
+use crate::RmaError;
+use crate::layer::Rma;
+use crate::vis::Chunk;
+use gex_core::layer::Cx;
+use gex_core::spi::Conduit;
+use gex_core::{Am, Category, EpAddr, HandlerId, Injected, Token};
+
+/// Bytes of one packed-piece header: offset (u64 LE) and length (u32 LE).
+pub(crate) const PIECE_HDR: usize = 12;
+
+pub(crate) fn lo(x: usize) -> u32 {
+    x as u64 as u32
+}
+pub(crate) fn hi(x: usize) -> u32 {
+    ((x as u64) >> 32) as u32
+}
+pub(crate) fn join(l: u32, h: u32) -> usize {
+    (((h as u64) << 32) | l as u64) as usize
+}
+
+/// Offset and length from the two offset words of a small put.
+pub(crate) fn short_put_range(lo: u32, hi_len: u32) -> (usize, usize) {
+    (join(lo, hi_len & 0x00ff_ffff), (hi_len >> 24) as usize)
+}
+
+/// The arguments of a small put of `bytes` at `off` (header slot 0 left for the op
+/// id), and how many are used.
+pub(crate) fn short_put_args(
+    off: usize,
+    bytes: &[u8],
+) -> ([u32; gex_core::spi::MIN_MAX_ARGS], usize) {
+    let mut args = [0u32; gex_core::spi::MIN_MAX_ARGS];
+    debug_assert!(bytes.len() <= crate::path::SHORT_PUT_MAX);
+    for (i, c) in bytes.chunks(4).enumerate() {
+        let mut w = [0u8; 4];
+        w[..c.len()].copy_from_slice(c);
+        args[3 + i] = u32::from_le_bytes(w);
+    }
+    (args[1], args[2]) = (lo(off), hi(off) | (bytes.len() as u32) << 24);
+    (args, 3 + bytes.len().div_ceil(4))
+}
+
+/// Where an AM transfer stands.
+#[derive(Debug, Default)]
+pub(crate) struct AmCursor {
+    /// Next chunk, and bytes of it already sent.
+    pub(crate) ci: usize,
+    pub(crate) off: usize,
+    /// Packed message being built (puts: pieces with bytes; gets: entries).
+    pkt: Vec<u8>,
+    /// `pkt` is complete and must be sent before anything else.
+    pkt_ready: bool,
+    /// Gets: local offset of the packed message's first byte, and its reply bytes.
+    start: usize,
+    acc: usize,
+}
+
+impl AmCursor {
+    /// A cursor at chunk `ci`.
+    pub(crate) fn at(ci: usize) -> Self {
+        AmCursor {
+            ci,
+            ..AmCursor::default()
+        }
+    }
+}
+
+impl Rma {
+    /// Sends one request without waiting: false under back-pressure (nothing sent).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        dst: EpAddr,
+        h: HandlerId,
+        cat: Category,
+        args: &[u32],
+        payload: &[u8],
+        offset: usize,
+    ) -> Result<bool, RmaError> {
+        Ok(cx.try_request(dst, h, cat, args, payload, offset)? == Injected::Sent)
+    }
+
+    /// Sends the put messages of `chunks` (from `src`) for operation `id`, resuming at
+    /// `cur`; true once every message is sent, false at back-pressure.
+    pub(crate) fn am_put_pump<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        id: u32,
+        dst: EpAddr,
+        chunks: &[Chunk],
+        src: &[u8],
+        cur: &mut AmCursor,
+    ) -> Result<bool, RmaError> {
+        let max_long = cx.max_long(dst).max(1);
+        let max_med = cx.max_medium(dst);
+        let pack = chunks.len() > 1 && max_med > PIECE_HDR;
+        let h = self.h;
+        loop {
+            if cur.pkt_ready {
+                if !self.send(cx, dst, h.put_packed, Category::Medium, &[id], &cur.pkt, 0)? {
+                    return Ok(false);
+                }
+                self.bump(id, 1);
+                cur.pkt.clear();
+                cur.pkt_ready = false;
+            }
+            let Some(c) = chunks.get(cur.ci).copied() else {
+                if cur.pkt.is_empty() {
+                    return Ok(true);
+                }
+                cur.pkt_ready = true;
+                continue;
+            };
+            if c.len == 0 {
+                cur.ci += 1;
+                continue;
+            }
+            let bytes = &src[c.local..c.local + c.len];
+            if pack && PIECE_HDR + c.len <= max_med {
+                if cur.pkt.len() + PIECE_HDR + c.len > max_med {
+                    cur.pkt_ready = true;
+                    continue;
+                }
+                cur.pkt.extend_from_slice(&(c.remote as u64).to_le_bytes());
+                cur.pkt.extend_from_slice(&(c.len as u32).to_le_bytes());
+                cur.pkt.extend_from_slice(bytes);
+                cur.ci += 1;
+                continue;
+            }
+            let n = (c.len - cur.off).min(max_long);
+            let piece = &bytes[cur.off..cur.off + n];
+            if !self.send(
+                cx,
+                dst,
+                h.put_long,
+                Category::Long,
+                &[id],
+                piece,
+                c.remote + cur.off,
+            )? {
+                return Ok(false);
+            }
+            self.bump(id, 1);
+            cur.off += n;
+            if cur.off == c.len {
+                cur.ci += 1;
+                cur.off = 0;
+            }
+        }
+    }
+
+    /// Sends the get requests of `chunks` from `src` for operation `id`, resuming at
+    /// `cur`; true once every request is sent, false at back-pressure.
+    pub(crate) fn am_get_pump<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        id: u32,
+        src: EpAddr,
+        chunks: &[Chunk],
+        cur: &mut AmCursor,
+    ) -> Result<bool, RmaError> {
+        let max_med = cx.max_medium(src).max(1);
+        let pack = chunks.len() > 1 && max_med >= PIECE_HDR;
+        let h = self.h;
+        loop {
+            if cur.pkt_ready {
+                let args = [id, lo(cur.start), hi(cur.start)];
+                if !self.send(cx, src, h.get_packed, Category::Medium, &args, &cur.pkt, 0)? {
+                    return Ok(false);
+                }
+                self.bump(id, cur.acc);
+                cur.pkt.clear();
+                cur.pkt_ready = false;
+            }
+            let Some(c) = chunks.get(cur.ci).copied() else {
+                if cur.pkt.is_empty() {
+                    return Ok(true);
+                }
+                cur.pkt_ready = true;
+                continue;
+            };
+            if c.len == 0 {
+                cur.ci += 1;
+                continue;
+            }
+            if pack && c.len <= max_med {
+                let fits = cur.pkt.len() + PIECE_HDR <= max_med
+                    && cur.acc + c.len <= max_med
+                    && c.local == cur.start + cur.acc;
+                if !fits && !cur.pkt.is_empty() {
+                    cur.pkt_ready = true;
+                    continue;
+                }
+                if cur.pkt.is_empty() {
+                    cur.start = c.local;
+                    cur.acc = 0;
+                }
+                cur.pkt.extend_from_slice(&(c.remote as u64).to_le_bytes());
+                cur.pkt.extend_from_slice(&(c.len as u32).to_le_bytes());
+                cur.acc += c.len;
+                cur.ci += 1;
+                continue;
+            }
+            let n = (c.len - cur.off).min(max_med);
+            let (r, l) = (c.remote + cur.off, c.local + cur.off);
+            let args = [id, lo(r), hi(r), n as u32, lo(l), hi(l)];
+            if !self.send(cx, src, h.get, Category::Short, &args, &[], 0)? {
+                return Ok(false);
+            }
+            self.bump(id, n);
+            cur.off += n;
+            if cur.off == c.len {
+                cur.ci += 1;
+                cur.off = 0;
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ handlers
+
+    /// Credits one acknowledgement-like unit from a message (not for abandoned
+    /// operations, whose remaining units are native tickets).
+    fn credit_msg(&mut self, id: u32, n: usize) {
+        let ok = self.ops.get(&id).is_some_and(|op| !op.abandoned) && self.credit(id, n);
+        if !ok {
+            self.dropped += 1;
+        }
+    }
+
+    fn ack(&mut self, t: &mut Token<'_>, op: u32) {
+        let _ = t.reply_short(self.h.ack, &[op]);
+    }
+
+    /// Long put piece: the core has written the payload; acknowledge.
+    pub(crate) fn on_put_long(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
+        match am.args().first() {
+            Some(&op) => self.ack(t, op),
+            None => self.dropped += 1,
+        }
+    }
+
+    /// Packed put: pieces (offset, len, bytes) written into this segment.
+    pub(crate) fn on_put_packed(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
+        let mut p = am.payload();
+        while p.len() >= PIECE_HDR {
+            let off = u64::from_le_bytes(p[..8].try_into().unwrap_or_default()) as usize;
+            let len = u32::from_le_bytes(p[8..12].try_into().unwrap_or_default()) as usize;
+            p = &p[PIECE_HDR..];
+            let ok = len <= p.len() && off.checked_add(len).is_some_and(|e| e <= self.seg_len);
+            if !ok {
+                self.dropped += 1;
+                break;
+            }
+            // SAFETY: [off, off+len) is inside this endpoint's segment (checked); the
+            // payload is the core's temporary buffer.
+            unsafe { std::ptr::copy(p.as_ptr(), self.seg.as_ptr().add(off), len) };
+            p = &p[len..];
+        }
+        match am.args().first() {
+            Some(&op) => self.ack(t, op),
+            None => self.dropped += 1,
+        }
+    }
+
+    /// Acknowledgement of a put, memset or non-fetching atomic message.
+    pub(crate) fn on_ack(&mut self, am: &Am<'_>) {
+        match am.args().first() {
+            Some(&op) => self.credit_msg(op, 1),
+            None => self.dropped += 1,
+        }
+    }
+
+    /// Get: copy from this segment into a Medium reply.
+    pub(crate) fn on_get(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
+        let a = am.args();
+        if a.len() < 6 {
+            self.dropped += 1;
+            return;
+        }
+        let (off, len) = (join(a[1], a[2]), a[3] as usize);
+        if off.checked_add(len).is_none_or(|e| e > self.seg_len) {
+            self.dropped += 1;
+            return;
+        }
+        self.bounce.resize(len, 0);
+        // SAFETY: the range is inside this endpoint's segment (checked); the bounce
+        // buffer is the layer's own.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.seg.as_ptr().add(off), self.bounce.as_mut_ptr(), len)
+        };
+        let _ = t.reply_medium(self.h.get_reply, &[a[0], a[4], a[5]], &self.bounce);
+    }
+
+    /// Packed get: pieces (offset, len) gathered into one reply.
+    pub(crate) fn on_get_packed(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
+        let a = am.args();
+        if a.len() < 3 {
+            self.dropped += 1;
+            return;
+        }
+        self.bounce.clear();
+        for e in am.payload().chunks_exact(PIECE_HDR) {
+            let off = u64::from_le_bytes(e[..8].try_into().unwrap_or_default()) as usize;
+            let len = u32::from_le_bytes(e[8..12].try_into().unwrap_or_default()) as usize;
+            if off.checked_add(len).is_none_or(|x| x > self.seg_len) {
+                self.dropped += 1;
+                return;
+            }
+            let at = self.bounce.len();
+            self.bounce.resize(at + len, 0);
+            // SAFETY: the range is inside this endpoint's segment (checked); the bounce
+            // buffer is the layer's own and has room (resized).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.seg.as_ptr().add(off),
+                    self.bounce.as_mut_ptr().add(at),
+                    len,
+                )
+            };
+        }
+        let _ = t.reply_medium(self.h.get_reply, &[a[0], a[1], a[2]], &self.bounce);
+    }
+
+    /// Get reply: copy into the recorded destination.
+    pub(crate) fn on_get_reply(&mut self, am: &Am<'_>) {
+        let a = am.args();
+        let p = am.payload();
+        let ok = a.len() >= 3
+            && match self.ops.get(&a[0]) {
+                Some(op)
+                    if !op.abandoned
+                        && !op.dst.is_null()
+                        && op.remaining >= p.len()
+                        && join(a[1], a[2])
+                            .checked_add(p.len())
+                            .is_some_and(|e| e <= op.dst_len) =>
+                {
+                    // SAFETY: the destination is alive until the operation completes
+                    // (`crate::layer` `# Safety`) and [at, at+len) is inside it
+                    // (checked).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            p.as_ptr(),
+                            op.dst.add(join(a[1], a[2])),
+                            p.len(),
+                        )
+                    };
+                    true
+                }
+                _ => false,
+            };
+        if ok {
+            self.credit(a[0], p.len());
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    /// Memset: `[op, off lo, off hi, len lo, len hi, byte]`.
+    pub(crate) fn on_memset(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
+        let a = am.args();
+        if a.len() < 6 {
+            self.dropped += 1;
+            return;
+        }
+        let (off, len) = (join(a[1], a[2]), join(a[3], a[4]));
+        if off.checked_add(len).is_some_and(|e| e <= self.seg_len) {
+            // SAFETY: the range is inside this endpoint's segment (checked).
+            unsafe { std::ptr::write_bytes(self.seg.as_ptr().add(off), a[5] as u8, len) };
+        } else {
+            self.dropped += 1;
+        }
+        self.ack(t, a[0]);
+    }
+
+    /// Writes the bytes of a small put (`words` after the header, `len` bytes) at `off`;
+    /// false if the message is malformed.
+    fn short_put_write(&mut self, off: usize, len: usize, words: &[u32]) -> bool {
+        short_put_write(self.seg.as_ptr(), self.seg_len, off, len, words)
+    }
+
+    /// Small put, nonblocking form.
+    pub(crate) fn on_put_short(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
+        let a = am.args();
+        let ok = a.len() >= 3 && {
+            let (off, len) = short_put_range(a[1], a[2]);
+            self.short_put_write(off, len, &a[3..])
+        };
+        if !ok {
+            self.dropped += 1;
+        }
+        if let Some(&op) = a.first() {
+            self.ack(t, op);
+        }
+    }
+
+    /// Small put, blocking form (no op word; acknowledged by a counted reply).
+    pub(crate) fn on_put_short_b(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
+        let a = am.args();
+        let ok = a.len() >= 2 && {
+            let (off, len) = short_put_range(a[0], a[1]);
+            self.short_put_write(off, len, &a[2..])
+        };
+        if !ok {
+            self.dropped += 1;
+        }
+        let _ = t.reply_short(self.h.ack_fast, &[]);
+    }
+}
+
+/// Writes the bytes of a small put at `off` of the segment `seg` of `seg_len` bytes;
+/// false if the message is malformed (nothing written).
+fn short_put_write(seg: *mut u8, seg_len: usize, off: usize, len: usize, words: &[u32]) -> bool {
+    let max = crate::path::SHORT_PUT_MAX;
+    let ok =
+        len <= 4 * words.len() && len <= max && off.checked_add(len).is_some_and(|e| e <= seg_len);
+    if ok {
+        let mut bytes = [0u8; crate::path::SHORT_PUT_MAX];
+        for (i, w) in words.iter().take(max / 4).enumerate() {
+            bytes[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        // SAFETY: [off, off+len) is inside the segment (checked).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), seg.add(off), len) };
+    }
+    ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::path::{SHORT_PUT_MAX, SHORT_PUT_OFF_LIMIT};
+
+    #[test]
+    fn small_put_offset_word_round_trips() {
+        for off in [
+            0usize,
+            1,
+            4095,
+            (1 << 32) - 1,
+            1 << 32,
+            0xab_cdef_1234_5678,
+            SHORT_PUT_OFF_LIMIT - 1,
+        ] {
+            for len in [0usize, 1, 8, SHORT_PUT_MAX] {
+                let (args, n) = short_put_args(off, &vec![7u8; len]);
+                assert_eq!(
+                    short_put_range(args[1], args[2]),
+                    (off, len),
+                    "{off:#x} {len}"
+                );
+                assert_eq!(n, 3 + len.div_ceil(4));
+            }
+        }
+    }
+
+    #[test]
+    fn small_put_write_checks_the_segment() {
+        let mut seg = [0u8; 16];
+        let p = seg.as_mut_ptr();
+        let words = [u32::from_le_bytes(*b"abcd"), u32::from_le_bytes(*b"efgh")];
+        assert!(short_put_write(p, 16, 3, 6, &words));
+        assert_eq!(&seg[3..9], b"abcdef");
+        assert_eq!(seg[9], 0);
+        let p = seg.as_mut_ptr();
+        assert!(
+            !short_put_write(p, 16, 11, 6, &words),
+            "past the segment end"
+        );
+        assert!(
+            !short_put_write(p, 16, 0, 9, &words),
+            "more bytes than words"
+        );
+        assert!(
+            !short_put_write(p, 16, usize::MAX, 1, &words),
+            "offset overflow"
+        );
+    }
+}

@@ -1,0 +1,647 @@
+//! Starting operations: validation is done by the callers; here a transfer of
+//! validated [`Chunk`]s picks its path ([`crate::path`]), runs the direct path inline,
+//! or issues native operations and AM messages from a resumable [`Job`], and decides
+//! how it completes (an event, an NBI counter, or nothing to wait for).
+//!
+//! A step never waits: under back-pressure it returns [`Step::Blocked`] and the caller
+//! (a function of `&mut Endpoint` in [`crate::ext`]) polls the endpoint and calls the
+//! step again with the same job; [`Rma::try_get_owned`] instead hands the rest of its
+//! requests to the progress hook.
+//!
+//! # Safety
+//! The get steps take a raw destination: the callers guarantee it is writable and
+//! untouched by anyone else until the operation completes (the rules of
+//! [`crate::layer`]); the steps hand it only to the direct copy, the native path and
+//! the operation's entry.
+#![allow(unsafe_code)]
+
+use crate::RmaError;
+use crate::am::{AmCursor, short_put_args};
+use crate::layer::Rma;
+use crate::native::{NativeStep, PutSrc};
+use crate::nbi::Cat;
+use crate::path::{OpKind, Path};
+use crate::vis::Chunk;
+use gex_core::event::{Data, Finish, finish_held};
+use gex_core::layer::Cx;
+use gex_core::spi::Conduit;
+use gex_core::{Category, EpAddr, Event, ModeKind};
+use std::sync::Arc;
+
+/// How an operation was asked for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct How {
+    /// Its mode.
+    pub(crate) kind: ModeKind,
+    /// Started in a scope with a buffer borrowed for the scope (no copy; tracked under
+    /// the scope's tag, so not relaxed and not counted).
+    pub(crate) scoped: bool,
+}
+
+impl How {
+    pub(crate) fn new(kind: ModeKind) -> Self {
+        How {
+            kind,
+            scoped: false,
+        }
+    }
+    pub(crate) fn scoped() -> Self {
+        How {
+            kind: ModeKind::Nb,
+            scoped: true,
+        }
+    }
+    /// The NBI category the operation is counted in, if it is counted.
+    fn counted(self, cat: Cat) -> Option<Cat> {
+        (self.kind == ModeKind::Nbi && !self.scoped).then_some(cat)
+    }
+}
+
+/// A transfer in progress.
+#[derive(Debug)]
+pub(crate) struct Job {
+    path: Path,
+    /// Its entry in the op table.
+    id: u32,
+    /// Native cursor (chunk index).
+    ci: usize,
+    am: AmCursor,
+    /// A copy of a put's source read by pending native puts.
+    copy: Option<Arc<[u8]>>,
+    /// A unit (message, native operation) has started.
+    started: bool,
+}
+
+/// Outcome of a step.
+#[derive(Debug)]
+pub(crate) enum Step<O: Send + 'static> {
+    /// Back-pressure: poll and call again with the same job.
+    Blocked,
+    /// Complete during the call (direct path, nothing to move, or counted in its NBI
+    /// category): the output. No event exists.
+    Now(O),
+    /// Every unit has started: complete when the event is.
+    Done(Event<O, RmaError>),
+    /// A small blocking AM put: complete when the fast acknowledgements reach the
+    /// count; then the output.
+    Fast(u64, O),
+}
+
+/// A failed step: the error, and the event of units already in flight that may still
+/// use a borrowed buffer (wait for it, or track it in the scope, before returning).
+#[derive(Debug)]
+pub(crate) struct Fail<O: Send + 'static> {
+    pub(crate) err: RmaError,
+    pub(crate) ev: Option<Event<O, RmaError>>,
+}
+
+impl<O: Send + 'static> From<RmaError> for Fail<O> {
+    fn from(err: RmaError) -> Self {
+        Fail { err, ev: None }
+    }
+}
+
+/// Where a get's bytes land.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum GetTo {
+    /// A buffer of this many bytes (rules in the module `# Safety`).
+    Ptr(*mut u8, usize),
+    /// A word the operation owns (value gets of at most 8 bytes); the event's output
+    /// is made from it.
+    Land(usize),
+}
+
+/// A get started by [`Rma::try_get_owned`] whose requests met back-pressure.
+#[derive(Debug)]
+pub(crate) struct Deferred {
+    src: EpAddr,
+    chunks: [Chunk; 1],
+    dst: *mut u8,
+    job: Job,
+}
+
+impl Rma {
+    /// Opens the decision of how `j` completes, then seals it: the event to hand out.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_job<C: Conduit, O: Send + 'static>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        j: &Job,
+        how: How,
+        cat: Cat,
+        hold: &mut Option<O>,
+        finish: Finish<O>,
+        ev: &mut Option<Event<O, RmaError>>,
+    ) -> Step<O> {
+        if self.ops.get(&j.id).is_some_and(|op| op.remaining > 0) {
+            self.open(cx, j.id, how.kind, how.counted(cat), hold, finish, ev);
+        }
+        let d = match self.seal(j.id) {
+            Some(w) => Data::Word(w),
+            None => Data::Unit,
+        };
+        match ev.take() {
+            Some(e) => Step::Done(e),
+            None => Step::Now(finish(d, hold.take())),
+        }
+    }
+
+    /// Turns an error while issuing `j` into a [`Fail`].
+    #[allow(clippy::too_many_arguments)]
+    fn fail_job<C: Conduit, O: Send + 'static>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        j: &Job,
+        how: How,
+        cat: Cat,
+        hold: &mut Option<O>,
+        finish: Finish<O>,
+        ev: &mut Option<Event<O, RmaError>>,
+        err: RmaError,
+    ) -> Fail<O> {
+        if !j.started {
+            self.ops.remove(&j.id);
+            return Fail { err, ev: None };
+        }
+        self.open(cx, j.id, how.kind, how.counted(cat), hold, finish, ev);
+        let in_flight = self.abandon(j.id, err.clone());
+        Fail {
+            err,
+            ev: if in_flight { ev.take() } else { None },
+        }
+    }
+
+    /// The fast path of a contiguous put: if `[offset, offset + src.len())` of `dst` is
+    /// valid and on the direct path (or empty), copies it now and returns true; false
+    /// otherwise (then [`put_step`](Self::put_step) runs, and reports any error).
+    #[inline(always)]
+    pub(crate) fn put_now<C: Conduit>(
+        &mut self,
+        cx: &Cx<'_, C>,
+        dst: EpAddr,
+        offset: usize,
+        src: &[u8],
+    ) -> bool {
+        if self.check_range(dst, offset, src.len()).is_err() {
+            return false;
+        }
+        if src.is_empty() {
+            return true;
+        }
+        match self.mapping(cx, dst) {
+            Some(base) => {
+                // SAFETY: the range was checked against the segment; the mapping is
+                // live (module `crate::direct`); `std::ptr::copy` tolerates overlap.
+                unsafe { std::ptr::copy(src.as_ptr(), base.as_ptr().add(offset), src.len()) };
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The fast path of a contiguous get of `len` bytes into `dst`, as
+    /// [`put_now`](Self::put_now).
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of `len` bytes and not otherwise borrowed.
+    #[inline(always)]
+    pub(crate) unsafe fn get_now<C: Conduit>(
+        &mut self,
+        cx: &Cx<'_, C>,
+        src: EpAddr,
+        offset: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> bool {
+        if self.check_range(src, offset, len).is_err() {
+            return false;
+        }
+        if len == 0 {
+            return true;
+        }
+        match self.mapping(cx, src) {
+            Some(base) => {
+                // SAFETY: the range was checked against the segment; `dst` is writable
+                // (contract); `std::ptr::copy` tolerates overlap.
+                unsafe { std::ptr::copy(base.as_ptr().add(offset), dst, len) };
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// One step of a put of `chunks` of `src` to `dst` (validated).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn put_step<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        dst: EpAddr,
+        chunks: &[Chunk],
+        src: &[u8],
+        how: How,
+        job: &mut Option<Job>,
+        ev: &mut Option<Event<(), RmaError>>,
+    ) -> Result<Step<()>, Fail<()>> {
+        if job.is_none() {
+            let total: usize = chunks.iter().map(|c| c.len).sum();
+            let offset = chunks.first().map_or(0, |c| c.remote);
+            let base = self.mapping(cx, dst);
+            let path = self.path(OpKind::Put, total, offset, chunks.len(), base.is_some());
+            match (path, base) {
+                (Path::Nothing, _) => return Ok(Step::Now(())),
+                (Path::Direct, Some(base)) => {
+                    // SAFETY: the chunks were validated against the segment and lie in
+                    // `src` (callers); the mapping is live (module `crate::direct`).
+                    unsafe { crate::direct::put(base, chunks, src) };
+                    return Ok(Step::Now(()));
+                }
+                _ => {}
+            }
+            let copy = (path == Path::Native && how.kind != ModeKind::Blocking && !how.scoped)
+                .then(|| {
+                    let end = chunks.iter().map(|c| c.local + c.len).max().unwrap_or(0);
+                    Arc::<[u8]>::from(&src[..end])
+                });
+            let blocking_short = path == Path::AmShort && how.kind == ModeKind::Blocking;
+            let id = if blocking_short {
+                0
+            } else {
+                self.new_op(std::ptr::null_mut(), 0, std::ptr::null_mut())
+            };
+            *job = Some(Job {
+                path,
+                id,
+                ci: 0,
+                am: AmCursor::default(),
+                copy,
+                started: false,
+            });
+        }
+        let Some(j) = job.as_mut() else {
+            return Ok(Step::Blocked);
+        };
+        let mut hold: Option<()> = None;
+        let fin: Finish<()> = gex_core::event::finish_unit;
+        loop {
+            let r: Result<bool, RmaError> = match j.path {
+                Path::AmShort => {
+                    let c = chunks[0];
+                    let (mut args, n) = short_put_args(c.remote, &src[c.local..c.local + c.len]);
+                    if how.kind == ModeKind::Blocking {
+                        let h = self.h.put_short_b;
+                        return match self.send(cx, dst, h, Category::Short, &args[1..n], &[], 0) {
+                            Ok(false) => Ok(Step::Blocked),
+                            Ok(true) => {
+                                self.fast_sent += 1;
+                                Ok(Step::Fast(self.fast_sent, ()))
+                            }
+                            Err(e) => Err(e.into()),
+                        };
+                    }
+                    args[0] = j.id;
+                    let h = self.h.put_short;
+                    self.send(cx, dst, h, Category::Short, &args[..n], &[], 0)
+                        .inspect(|&sent| {
+                            if sent {
+                                self.bump(j.id, 1);
+                            }
+                        })
+                }
+                Path::Native => {
+                    let copy = j.copy.clone();
+                    let ps = PutSrc {
+                        base: copy.as_ref().map_or(src.as_ptr(), |c| c.as_ptr()),
+                        copy: copy.as_ref(),
+                        relaxed: how.kind == ModeKind::Nbi && !how.scoped,
+                    };
+                    let before = j.ci;
+                    // SAFETY: the source (or its copy) stays readable until completion:
+                    // borrowed by a blocking call or a scope, or the copy held by the
+                    // pending entries (module `crate::native`).
+                    let r = unsafe { self.native_put_chunks(cx, j.id, dst, chunks, &mut j.ci, ps) };
+                    j.started |= j.ci > before;
+                    match r {
+                        Ok(NativeStep::Done) => Ok(true),
+                        Ok(NativeStep::Blocked) => Ok(false),
+                        Ok(NativeStep::Unsupported) => {
+                            // The rest goes through AMs (which read `src` now).
+                            j.path = Path::Am;
+                            j.am = AmCursor::at(j.ci);
+                            continue;
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                _ => {
+                    let before = (j.am.ci, j.am.off);
+                    let r = self.am_put_pump(cx, j.id, dst, chunks, src, &mut j.am);
+                    j.started |= (j.am.ci, j.am.off) != before
+                        || self.ops.get(&j.id).is_some_and(|o| o.remaining > 0);
+                    r
+                }
+            };
+            if j.path == Path::AmShort {
+                if let Ok(true) = r {
+                    j.started = true;
+                }
+            }
+            return match r {
+                Ok(true) => Ok(self.finish_job(cx, j, how, Cat::Puts, &mut hold, fin, ev)),
+                Ok(false) => Ok(Step::Blocked),
+                Err(e) => Err(self.fail_job(cx, j, how, Cat::Puts, &mut hold, fin, ev, e)),
+            };
+        }
+    }
+
+    /// Issues the get units of `j`; true once all have started.
+    fn get_pump<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        j: &mut Job,
+        src: EpAddr,
+        chunks: &[Chunk],
+        dst: *mut u8,
+    ) -> Result<bool, RmaError> {
+        loop {
+            if j.path == Path::Native {
+                let before = j.ci;
+                // SAFETY: `dst` outlives the operation (module `# Safety`).
+                let r = unsafe { self.native_get_chunks(cx, j.id, src, chunks, &mut j.ci, dst) };
+                j.started |= j.ci > before;
+                match r? {
+                    NativeStep::Done => return Ok(true),
+                    NativeStep::Blocked => return Ok(false),
+                    NativeStep::Unsupported => {
+                        j.path = Path::Am;
+                        j.am = AmCursor::at(j.ci);
+                    }
+                }
+            } else {
+                let before = (j.am.ci, j.am.off);
+                let r = self.am_get_pump(cx, j.id, src, chunks, &mut j.am);
+                j.started |= (j.am.ci, j.am.off) != before
+                    || self.ops.get(&j.id).is_some_and(|o| o.remaining > 0);
+                return r;
+            }
+        }
+    }
+
+    /// One step of a get of `chunks` from `src` (validated) into `to`; the event's
+    /// output is `finish` of the completion data and `hold`.
+    ///
+    /// # Safety
+    /// A [`GetTo::Ptr`] destination is writable for its length and untouched by anyone
+    /// else until the operation completes (module `# Safety`).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn get_step<C: Conduit, O: Send + 'static>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        src: EpAddr,
+        chunks: &[Chunk],
+        to: GetTo,
+        how: How,
+        hold: &mut Option<O>,
+        finish: Finish<O>,
+        job: &mut Option<Job>,
+        ev: &mut Option<Event<O, RmaError>>,
+    ) -> Result<Step<O>, Fail<O>> {
+        if job.is_none() {
+            let total: usize = chunks.iter().map(|c| c.len).sum();
+            let offset = chunks.first().map_or(0, |c| c.remote);
+            let base = self.mapping(cx, src);
+            let path = self.path(OpKind::Get, total, offset, chunks.len(), base.is_some());
+            match (path, base, to) {
+                (Path::Nothing, _, _) => {
+                    return Ok(Step::Now(finish(Data::Word(0), hold.take())));
+                }
+                (Path::Direct, Some(base), GetTo::Ptr(p, _)) => {
+                    // SAFETY: remote ranges validated, local ones inside the destination
+                    // (callers; module `# Safety`).
+                    unsafe { crate::direct::get(base, chunks, p) };
+                    return Ok(Step::Now(finish(Data::Unit, hold.take())));
+                }
+                (Path::Direct, Some(base), GetTo::Land(n)) => {
+                    let mut w = 0u64;
+                    debug_assert!(n <= 8);
+                    // SAFETY: as above; the chunks of a value get lie in `0..n`, n <= 8.
+                    unsafe { crate::direct::get(base, chunks, (&raw mut w).cast()) };
+                    return Ok(Step::Now(finish(Data::Word(w), hold.take())));
+                }
+                _ => {}
+            }
+            let id = match to {
+                GetTo::Ptr(p, n) => self.new_op(p, n, std::ptr::null_mut()),
+                GetTo::Land(n) => {
+                    let land = Box::into_raw(Box::new(0u64));
+                    self.new_op(land.cast(), n, land)
+                }
+            };
+            *job = Some(Job {
+                path,
+                id,
+                ci: 0,
+                am: AmCursor::default(),
+                copy: None,
+                started: false,
+            });
+        }
+        let Some(j) = job.as_mut() else {
+            return Ok(Step::Blocked);
+        };
+        let dst = self.ops.get(&j.id).map_or(std::ptr::null_mut(), |o| o.dst);
+        match self.get_pump(cx, j, src, chunks, dst) {
+            Ok(true) => Ok(self.finish_job(cx, j, how, Cat::Gets, hold, finish, ev)),
+            Ok(false) => Ok(Step::Blocked),
+            Err(e) => Err(self.fail_job(cx, j, how, Cat::Gets, hold, finish, ev, e)),
+        }
+    }
+
+    /// One step of a memset of `len` bytes at `offset` of `dst` (validated).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn memset_step<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        dst: EpAddr,
+        offset: usize,
+        byte: u8,
+        len: usize,
+        how: How,
+        job: &mut Option<Job>,
+        ev: &mut Option<Event<(), RmaError>>,
+    ) -> Result<Step<()>, Fail<()>> {
+        if job.is_none() {
+            let base = self.mapping(cx, dst);
+            match (
+                self.path(OpKind::Memset, len, offset, 1, base.is_some()),
+                base,
+            ) {
+                (Path::Nothing, _) => return Ok(Step::Now(())),
+                (Path::Direct, Some(base)) => {
+                    // SAFETY: the range was validated against the segment.
+                    unsafe { crate::direct::fill(base, offset, byte, len) };
+                    return Ok(Step::Now(()));
+                }
+                _ => {}
+            }
+            let id = self.new_op(std::ptr::null_mut(), 0, std::ptr::null_mut());
+            *job = Some(Job {
+                path: Path::Am,
+                id,
+                ci: 0,
+                am: AmCursor::default(),
+                copy: None,
+                started: false,
+            });
+        }
+        let Some(j) = job.as_mut() else {
+            return Ok(Step::Blocked);
+        };
+        let (a, h) = (crate::am::lo, self.h.memset);
+        let args = [
+            j.id,
+            a(offset),
+            crate::am::hi(offset),
+            a(len),
+            crate::am::hi(len),
+            u32::from(byte),
+        ];
+        let mut hold: Option<()> = None;
+        let fin: Finish<()> = gex_core::event::finish_unit;
+        match self.send(cx, dst, h, Category::Short, &args, &[], 0) {
+            Ok(true) => {
+                self.bump(j.id, 1);
+                j.started = true;
+                Ok(self.finish_job(cx, j, how, Cat::Puts, &mut hold, fin, ev))
+            }
+            Ok(false) => Ok(Step::Blocked),
+            Err(e) => Err(self.fail_job(cx, j, how, Cat::Puts, &mut hold, fin, ev, e)),
+        }
+    }
+
+    /// Starts a get of `dst.len()` bytes from `src` into the owned buffer `dst` without
+    /// waiting, for other layers' code, which may not wait (a rendezvous get started
+    /// from the collectives layer's progress hook).
+    ///
+    /// - `Ok(Ok(event))`: started (complete already on the direct path); the event
+    ///   gives the filled buffer back. If it is dropped or leaked early, the buffer is
+    ///   kept alive until the transfer is done with it.
+    /// - `Ok(Err(dst))`: back-pressure: nothing was started, the buffer is handed back;
+    ///   try again from a later progress call.
+    /// - requests that meet back-pressure after the first are sent by this layer's
+    ///   progress hook.
+    ///
+    /// # Errors
+    /// [`RmaError::BadRank`], [`RmaError::BadEndpoint`], [`RmaError::OutOfSegment`],
+    /// [`RmaError::Am`] (the conduit failed).
+    ///
+    /// # Examples
+    /// From another layer's code (here a closure given to `with_layer`, which gets the
+    /// same [`Cx`] as a handler or progress hook):
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, Blocking, ClientBuilder};
+    /// use gex_rma::{GlobalPtr, Rma, RmaExt};
+    /// let client = ClientBuilder::new().layer::<Rma>().segment_size(4096)
+    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+    /// let mut ep = client.endpoint(0)?;
+    /// let p = GlobalPtr::<u8>::new(ep.addr(), 8);
+    /// ep.put(p, b"rendezvous", Blocking)?;
+    /// let started = ep
+    ///     .with_layer::<Rma, _>(|rma, cx| rma.try_get_owned(cx, vec![0u8; 10], p))
+    ///     .expect("the rma layer")?;
+    /// let ev = started.expect("no back-pressure on loopback");
+    /// assert_eq!(ep.wait(ev)?, b"rendezvous");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn try_get_owned<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        dst: Vec<u8>,
+        src: crate::GlobalPtr<u8>,
+    ) -> Result<Result<Event<Vec<u8>, RmaError>, Vec<u8>>, RmaError> {
+        let a = src.addr();
+        self.check_range(a, src.offset, dst.len())?;
+        let chunks = [Chunk {
+            remote: src.offset,
+            local: 0,
+            len: dst.len(),
+        }];
+        let mut dst = dst;
+        let p = dst.as_mut_ptr();
+        let n = dst.len();
+        let mut hold = Some(dst);
+        let (mut job, mut ev) = (None, None);
+        // SAFETY: the buffer's heap block moves into the event (made when the first
+        // request starts), which keeps it alive until the operation is done with it.
+        let r = unsafe {
+            self.get_step(
+                cx,
+                a,
+                &chunks,
+                GetTo::Ptr(p, n),
+                How::new(ModeKind::Nb),
+                &mut hold,
+                finish_held,
+                &mut job,
+                &mut ev,
+            )
+        };
+        match r {
+            Ok(Step::Done(e)) => Ok(Ok(e)),
+            Ok(Step::Now(v) | Step::Fast(_, v)) => Ok(Ok(cx.ready(Ok(v)))),
+            Ok(Step::Blocked) => {
+                let Some(j) = job else {
+                    return Err(RmaError::Event(gex_core::EventError::Abandoned));
+                };
+                if !j.started {
+                    self.ops.remove(&j.id);
+                    return Ok(Err(hold.take().unwrap_or_default()));
+                }
+                self.open(
+                    cx,
+                    j.id,
+                    ModeKind::Nb,
+                    None,
+                    &mut hold,
+                    finish_held,
+                    &mut ev,
+                );
+                let e = ev
+                    .take()
+                    .ok_or(RmaError::Event(gex_core::EventError::Abandoned))?;
+                self.deferred.push(Deferred {
+                    src: a,
+                    chunks,
+                    dst: p,
+                    job: j,
+                });
+                cx.set_busy();
+                Ok(Ok(e))
+            }
+            Err(f) => Err(f.err),
+        }
+    }
+
+    /// Sends what deferred gets can (progress hook).
+    pub(crate) fn pump_deferred<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) {
+        let mut list = std::mem::take(&mut self.deferred);
+        list.retain_mut(|d| {
+            let (src, chunks, dst) = (d.src, d.chunks, d.dst);
+            match self.get_pump(cx, &mut d.job, src, &chunks, dst) {
+                Ok(false) => true,
+                Ok(true) => {
+                    self.seal(d.job.id);
+                    false
+                }
+                Err(e) => {
+                    self.abandon(d.job.id, e);
+                    false
+                }
+            }
+        });
+        list.append(&mut self.deferred);
+        self.deferred = list;
+    }
+}

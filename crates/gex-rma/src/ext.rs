@@ -1,0 +1,1213 @@
+//! The API: [`RmaExt`], implemented for [`Endpoint`], with one method per operation and
+//! the completion mode as a parameter ([`Blocking`], [`Nb`], [`Nbi`]); [`ScopeRmaExt`],
+//! implemented for [`Scope`], with the operations that lend a buffer to the transfer
+//! for the life of the scope; and [`GetDst`], the destinations a get accepts in each
+//! mode.
+//!
+//! Every operation takes the layer's state briefly
+//! ([`Endpoint::with_layer`]), then waits, if it must, through the endpoint
+//! ([`Endpoint::finish`], [`Endpoint::wait_until_layer`], [`Endpoint::poll`] under
+//! back-pressure), so that every layer's handlers and progress hooks run meanwhile.
+//! An operation complete during the call (the direct path) returns its output through
+//! [`Cx::done`] without building an event.
+//!
+//! # Safety
+//! The unsafe code hands raw destinations to the engine ([`crate::engine`]) under the
+//! lifetime rule of [`crate::layer`], which this module enforces with types:
+//! - a borrowed destination (`&mut [T]`) is only accepted in blocking mode
+//!   ([`GetDst`]), and a blocking call returns only after its operation completed, or,
+//!   after a failure, after the units already in flight did;
+//! - an owned `Vec<T>` moves into the operation's event (or, in NBI mode, its entry),
+//!   which keeps its heap block alive until the operation is done with it;
+//! - a destination lent to a scope (`&'env mut`) is tracked under the scope's tag, and
+//!   the scope waits for it before the borrow ends, also after a failure or a panic.
+#![allow(unsafe_code)]
+
+use crate::RmaError;
+use crate::atomic::{
+    AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, AtomicType, agree, fetch_finish,
+};
+use crate::engine::{Fail, GetTo, How, Job, Step};
+use crate::layer::Rma;
+use crate::nbi::{NbiCategories, TAG};
+use crate::ptr::{GlobalPtr, Strided, Vis};
+use crate::vis::Chunk;
+use bytemuck::Pod;
+use gex_core::event::{Data, Finish, finish_held, finish_unit};
+use gex_core::layer::Cx;
+use gex_core::spi::Conduit;
+use gex_core::{Blocking, Endpoint, EpAddr, Event, Mode, ModeKind, Scope, Team, WaitPolicy};
+
+/// Runs `step` with the layer's state until it gives an answer, polling the endpoint
+/// between tries (back-pressure).
+#[inline(always)]
+fn drive<C: Conduit, R>(
+    ep: &mut Endpoint<C>,
+    mut step: impl FnMut(&mut Rma, &mut Cx<'_, C>) -> Option<R>,
+) -> Result<R, RmaError> {
+    let mut spins = 0u32;
+    loop {
+        match ep.with_layer::<Rma, _>(&mut step) {
+            None => return Err(RmaError::NoLayer),
+            Some(Some(r)) => return Ok(r),
+            Some(None) => {}
+        }
+        back_off(ep, &mut spins);
+    }
+}
+
+/// One step of waiting for send resources: the peer that frees them does not wake us,
+/// so poll, then spin (or yield past the policy's spin budget).
+#[cold]
+fn back_off<C: Conduit>(ep: &mut Endpoint<C>, spins: &mut u32) {
+    ep.poll();
+    *spins = spins.saturating_add(1);
+    let budget = match ep.wait_policy() {
+        WaitPolicy::Spin => u32::MAX,
+        WaitPolicy::Block => 0,
+        WaitPolicy::SpinThenBlock { spins } => spins,
+    };
+    if *spins > budget {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
+/// How an operation ends, decided inside the layer's closure (where the output of an
+/// operation complete during the call becomes `M::Out` without an event).
+enum Fin<O: Send + 'static, M: Mode> {
+    /// Complete: the output as mode `M` returns it.
+    Out(M::Out<O, RmaError>),
+    /// Complete when this event is.
+    Ev(Event<O, RmaError>),
+    /// A small blocking AM put: complete when the fast acknowledgements reach the count.
+    Fast(u64, M::Out<O, RmaError>),
+}
+
+/// Converts a step for [`end`] (in the layer's closure): `None` under back-pressure.
+#[inline(always)]
+fn fin<C: Conduit, O: Send + 'static, M: Mode>(
+    cx: &Cx<'_, C>,
+    r: Result<Step<O>, Fail<O>>,
+) -> Option<Result<Fin<O, M>, Fail<O>>> {
+    match r {
+        Ok(Step::Blocked) => None,
+        Ok(Step::Now(v)) => Some(Ok(Fin::Out(cx.done::<O, RmaError, M>(v)))),
+        Ok(Step::Done(e)) => Some(Ok(Fin::Ev(e))),
+        Ok(Step::Fast(w, v)) => Some(Ok(Fin::Fast(w, cx.done::<O, RmaError, M>(v)))),
+        Err(f) => Some(Err(f)),
+    }
+}
+
+/// A step as it is, for scoped operations: `None` under back-pressure.
+#[inline(always)]
+fn raw<C: Conduit, O: Send + 'static>(
+    _cx: &Cx<'_, C>,
+    r: Result<Step<O>, Fail<O>>,
+) -> Option<Result<Step<O>, Fail<O>>> {
+    match r {
+        Ok(Step::Blocked) => None,
+        other => Some(other),
+    }
+}
+
+/// Ends an operation as mode `M` asks. `lent`: a buffer the caller lends for the call
+/// (a borrowed source or destination) may still be in use by units in flight after a
+/// failure: wait for them before returning the error.
+#[inline(always)]
+fn end<C: Conduit, O: Send + 'static, M: Mode>(
+    ep: &mut Endpoint<C>,
+    r: Result<Fin<O, M>, Fail<O>>,
+    lent: bool,
+) -> Result<M::Out<O, RmaError>, RmaError> {
+    match r {
+        Ok(Fin::Out(o)) => Ok(o),
+        Ok(Fin::Ev(ev)) => ep.finish::<O, RmaError, M>(ev, TAG),
+        Ok(Fin::Fast(want, o)) => {
+            ep.wait_until_layer::<Rma>(|r| r.fast_acks >= want);
+            Ok(o)
+        }
+        Err(f) => Err(failed(ep, f, lent)),
+    }
+}
+
+/// After a failure: waits for units in flight that may use a lent buffer.
+#[cold]
+fn failed<C: Conduit, O: Send + 'static>(ep: &mut Endpoint<C>, f: Fail<O>, lent: bool) -> RmaError {
+    if let (true, Some(ev)) = (lent, f.ev) {
+        let _ = ep.wait(ev);
+    }
+    f.err
+}
+
+/// As [`end`] for a scoped operation: its event is tracked under the scope's tag (the
+/// scope waits for it before the borrow ends), also after a failure.
+fn end_scoped<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    tag: u32,
+    r: Result<Step<()>, Fail<()>>,
+) -> Result<(), RmaError> {
+    match r {
+        Ok(Step::Done(ev)) => {
+            ep.track_implicit(tag, ev);
+            Ok(())
+        }
+        Ok(Step::Now(()) | Step::Fast(..)) => Ok(()),
+        Ok(Step::Blocked) => Err(RmaError::Event(gex_core::EventError::Abandoned)),
+        Err(Fail { err, ev }) => {
+            if let Some(ev) = ev {
+                ep.track_implicit(tag, ev);
+            }
+            Err(err)
+        }
+    }
+}
+
+/// A put of validated-on-first-step `chunks` of `bytes` to `dst`; `conv` turns the
+/// final step into the caller's result (inside the layer's closure).
+#[inline(always)]
+fn put_bytes<C: Conduit, X>(
+    ep: &mut Endpoint<C>,
+    dst: EpAddr,
+    chunks: &[Chunk],
+    bytes: &[u8],
+    how: How,
+    check: impl Fn(&Rma) -> Result<(), RmaError>,
+    conv: impl Fn(&Cx<'_, C>, Result<Step<()>, Fail<()>>) -> Option<X>,
+) -> Result<X, RmaError> {
+    let (mut job, mut ev): (Option<Job>, _) = (None, None);
+    drive(ep, |r, cx| {
+        if job.is_none() {
+            if let Err(e) = check(r) {
+                return conv(cx, Err(Fail::from(e)));
+            }
+        }
+        let s = r.put_step(cx, dst, chunks, bytes, how, &mut job, &mut ev);
+        conv(cx, s)
+    })
+}
+
+/// A get of `chunks` from `src` into `to`; the output is `finish` of `hold`; `conv`
+/// as for [`put_bytes`].
+///
+/// # Safety
+/// A [`GetTo::Ptr`] destination is writable for its length and untouched by anyone
+/// else until the operation completes (the callers: a blocking call waits, an owned
+/// buffer moves into the event, a scoped borrow lasts until the scope's end).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn get_bytes<C: Conduit, O: Send + 'static, X>(
+    ep: &mut Endpoint<C>,
+    src: EpAddr,
+    chunks: &[Chunk],
+    to: GetTo,
+    how: How,
+    hold: Option<O>,
+    finish: Finish<O>,
+    check: impl Fn(&Rma) -> Result<(), RmaError>,
+    conv: impl Fn(&Cx<'_, C>, Result<Step<O>, Fail<O>>) -> Option<X>,
+) -> Result<X, RmaError> {
+    let (mut job, mut ev, mut hold): (Option<Job>, _, _) = (None, None, hold);
+    drive(ep, |r, cx| {
+        if job.is_none() {
+            if let Err(e) = check(r) {
+                return conv(cx, Err(Fail::from(e)));
+            }
+        }
+        // SAFETY: forwarded contract.
+        let s = unsafe {
+            r.get_step(
+                cx, src, chunks, to, how, &mut hold, finish, &mut job, &mut ev,
+            )
+        };
+        conv(cx, s)
+    })
+}
+
+/// The validated chunks of a VIS transfer over a local buffer of `n` elements.
+fn vis_chunks<C: Conduit, T>(
+    ep: &mut Endpoint<C>,
+    vis: &Vis<'_, T>,
+    n: usize,
+) -> Result<(EpAddr, Vec<Chunk>), RmaError> {
+    ep.with_layer::<Rma, _>(|r, _| crate::vis::chunks(vis, n, r.me, &|a| r.check_target(a)))
+        .ok_or(RmaError::NoLayer)?
+}
+
+mod sealed {
+    pub trait Sealed<T> {}
+    impl<T> Sealed<T> for &mut [T] {}
+    impl<T, const N: usize> Sealed<T> for &mut [T; N] {}
+    impl<T> Sealed<T> for &mut Vec<T> {}
+    impl<T> Sealed<T> for Vec<T> {}
+}
+
+/// Where a get may write its elements in mode `M`, and what the get then returns.
+/// Sealed. Implemented by
+///
+/// | destination | modes | returns |
+/// |---|---|---|
+/// | `&mut [T]`, `&mut [T; N]`, `&mut Vec<T>` (its current length) | [`Blocking`] only | `()` |
+/// | `Vec<T>` (owned; its length is the element count) | every mode | `M::Out<Vec<T>, RmaError>`: the filled vector ([`Blocking`]), an [`Event`](gex_core::Event) that gives it back ([`Nb`](gex_core::Nb)), nothing ([`Nbi`](gex_core::Nbi): kept alive until the sync) |
+///
+/// A borrowed destination with a nonblocking mode does not compile: the transfer could
+/// outlive the borrow. Lend a buffer to a nonblocking get inside
+/// [`Endpoint::scope`] instead ([`ScopeRmaExt::get_into`]).
+///
+/// ```compile_fail
+/// # use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder, Nb};
+/// # use gex_rma::{GlobalPtr, Rma, RmaExt};
+/// # let client = ClientBuilder::new().layer::<Rma>().init::<Loopback>(Box::new(Singleton::new())).unwrap();
+/// # let mut ep = client.endpoint(0).unwrap();
+/// let mut buf = [0u32; 4];
+/// let ev = ep.get(&mut buf, GlobalPtr::<u32>::new(ep.addr(), 0), Nb); // does not compile
+/// ```
+pub trait GetDst<T: Pod + Send, M: Mode>: sealed::Sealed<T> {
+    /// What the get returns.
+    type Out;
+    #[doc(hidden)]
+    fn get_from<C: Conduit>(
+        self,
+        ep: &mut Endpoint<C>,
+        src: Source<'_, T>,
+    ) -> Result<Self::Out, RmaError>;
+}
+
+/// The remote side of a get (contiguous or VIS).
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum Source<'a, T> {
+    /// `n` elements from a pointer (`n` given by the destination).
+    Ptr(GlobalPtr<T>),
+    /// A VIS description.
+    Vis(Vis<'a, T>),
+}
+
+/// Chunks and a check for a get of `n` elements from `src`.
+fn source_chunks<C: Conduit, T>(
+    ep: &mut Endpoint<C>,
+    src: &Source<'_, T>,
+    n: usize,
+) -> Result<(EpAddr, Vec<Chunk>, bool), RmaError> {
+    match src {
+        Source::Ptr(p) => {
+            let len = n * std::mem::size_of::<T>();
+            Ok((
+                p.addr(),
+                vec![Chunk {
+                    remote: p.offset,
+                    local: 0,
+                    len,
+                }],
+                true,
+            ))
+        }
+        Source::Vis(v) => {
+            let (a, c) = vis_chunks(ep, v, n)?;
+            Ok((a, c, false))
+        }
+    }
+}
+
+/// A blocking get into a borrowed slice.
+fn get_borrowed<C: Conduit, T: Pod>(
+    ep: &mut Endpoint<C>,
+    dst: &mut [T],
+    src: Source<'_, T>,
+) -> Result<(), RmaError> {
+    let n = dst.len();
+    let bytes = std::mem::size_of_val(dst);
+    let p = dst.as_mut_ptr().cast::<u8>();
+    if let Source::Ptr(gp) = src {
+        let (a, off) = (gp.addr(), gp.offset);
+        // The direct path: a bounds check and a copy, no event.
+        // SAFETY: `dst` is borrowed for the call and written only by the copy.
+        if ep.with_layer::<Rma, _>(|r, cx| unsafe { r.get_now(cx, a, off, p, bytes) }) == Some(true)
+        {
+            return Ok(());
+        }
+        let chunks = [Chunk {
+            remote: gp.offset,
+            local: 0,
+            len: bytes,
+        }];
+        // SAFETY: `dst` is borrowed until this returns, and it returns only after the
+        // operation completed (or, after a failure, its units in flight did: `end`).
+        let r = unsafe {
+            get_bytes(
+                ep,
+                a,
+                &chunks,
+                GetTo::Ptr(p, bytes),
+                How::new(ModeKind::Blocking),
+                None,
+                finish_unit,
+                |r| r.check_range(a, off, bytes),
+                fin::<C, (), Blocking>,
+            )
+        }?;
+        return end::<C, (), Blocking>(ep, r, true);
+    }
+    let (a, chunks, _) = source_chunks(ep, &src, n)?;
+    // SAFETY: as above.
+    let r = unsafe {
+        get_bytes(
+            ep,
+            a,
+            &chunks,
+            GetTo::Ptr(p, bytes),
+            How::new(ModeKind::Blocking),
+            None,
+            finish_unit,
+            |_| Ok(()),
+            fin::<C, (), Blocking>,
+        )
+    }?;
+    end::<C, (), Blocking>(ep, r, true)
+}
+
+impl<T: Pod + Send> GetDst<T, Blocking> for &mut [T] {
+    type Out = ();
+    fn get_from<C: Conduit>(
+        self,
+        ep: &mut Endpoint<C>,
+        src: Source<'_, T>,
+    ) -> Result<(), RmaError> {
+        get_borrowed(ep, self, src)
+    }
+}
+
+impl<T: Pod + Send, const N: usize> GetDst<T, Blocking> for &mut [T; N] {
+    type Out = ();
+    fn get_from<C: Conduit>(
+        self,
+        ep: &mut Endpoint<C>,
+        src: Source<'_, T>,
+    ) -> Result<(), RmaError> {
+        get_borrowed(ep, &mut self[..], src)
+    }
+}
+
+impl<T: Pod + Send> GetDst<T, Blocking> for &mut Vec<T> {
+    type Out = ();
+    fn get_from<C: Conduit>(
+        self,
+        ep: &mut Endpoint<C>,
+        src: Source<'_, T>,
+    ) -> Result<(), RmaError> {
+        get_borrowed(ep, &mut self[..], src)
+    }
+}
+
+impl<T: Pod + Send, M: Mode> GetDst<T, M> for Vec<T> {
+    type Out = M::Out<Vec<T>, RmaError>;
+    fn get_from<C: Conduit>(
+        mut self,
+        ep: &mut Endpoint<C>,
+        src: Source<'_, T>,
+    ) -> Result<Self::Out, RmaError> {
+        let n = self.len();
+        let bytes = std::mem::size_of_val(&self[..]);
+        let p = self.as_mut_ptr().cast::<u8>();
+        if let Source::Ptr(gp) = &src {
+            // The direct path: a bounds check and a copy, no event.
+            let (a, off) = (gp.addr(), gp.offset);
+            let mut v = Some(self);
+            let fast = ep.with_layer::<Rma, _>(|r, cx| {
+                // SAFETY: the vector is ours for the call and written only by the copy.
+                let now = unsafe { r.get_now(cx, a, off, p, bytes) };
+                now.then(|| cx.done::<Vec<T>, RmaError, M>(v.take().unwrap_or_default()))
+            });
+            if let Some(Some(out)) = fast {
+                return Ok(out);
+            }
+            self = v.take().unwrap_or_default();
+        }
+        let (a, chunks, contiguous) = source_chunks(ep, &src, n)?;
+        let off = chunks.first().map_or(0, |c| c.remote);
+        // SAFETY: the vector's heap block moves into the event (or, for NBI, the
+        // operation's entry), which keeps it alive and untouched until the operation
+        // is done with it, also if the event is dropped or leaked.
+        let r = unsafe {
+            get_bytes(
+                ep,
+                a,
+                &chunks,
+                GetTo::Ptr(p, bytes),
+                How::new(M::KIND),
+                Some(self),
+                finish_held,
+                |r| {
+                    if contiguous {
+                        r.check_range(a, off, bytes)
+                    } else {
+                        Ok(())
+                    }
+                },
+                fin::<C, Vec<T>, M>,
+            )
+        }?;
+        end::<C, Vec<T>, M>(ep, r, false)
+    }
+}
+
+/// The output of a value get from its landed word.
+fn val_finish<T: Pod + Send>(d: Data, _: Option<T>) -> T {
+    let w = match d {
+        Data::Word(w) => w,
+        _ => 0,
+    };
+    let b = w.to_ne_bytes();
+    bytemuck::pod_read_unaligned(&b[..std::mem::size_of::<T>()])
+}
+
+/// One-sided operations on an endpoint carrying the [`Rma`] layer: `use gex_rma::RmaExt;`
+/// (the `gex` facade's prelude re-exports it).
+///
+/// Every operation takes a mode value and returns `M::Out<T, RmaError>`:
+///
+/// | mode | returns | completion |
+/// |---|---|---|
+/// | [`Blocking`] | `T` | complete on return (a put's bytes are at the target) |
+/// | [`Nb`](gex_core::Nb) | [`Event<T, RmaError>`](gex_core::Event) | wait with [`Endpoint::wait`] (or test, `wait_all`, ...) |
+/// | [`Nbi`](gex_core::Nbi) | `()` | [`sync_nbi`](Self::sync_nbi) of its category waits for it |
+///
+/// Sources (`&[T]`) may be reused as soon as a call returns, in every mode. Each
+/// operation validates all its arguments before moving any byte
+/// ([`RmaError::OutOfSegment`], ...). Direct-path operations (the target shares memory)
+/// are complete on return in every mode.
+///
+/// ```
+/// use gex_core::{boot::Singleton, loopback::Loopback, Blocking, ClientBuilder, Nb, Nbi};
+/// use gex_rma::{GlobalPtr, NbiCategories, Rma, RmaExt, Strided, Vis};
+///
+/// let client = ClientBuilder::new().layer::<Rma>().segment_size(1 << 16)
+///     .init::<Loopback>(Box::new(Singleton::new()))?;
+/// let mut ep = client.endpoint(0)?;
+/// let p = GlobalPtr::<u32>::new(ep.addr(), 64);
+///
+/// ep.put(p, &[1, 2, 3, 4], Blocking)?;
+/// let mut back = [0u32; 4];
+/// ep.get(&mut back, p, Blocking)?;
+/// assert_eq!(back, [1, 2, 3, 4]);
+///
+/// // Nonblocking get into an owned buffer: the event gives it back.
+/// let ev = ep.get(vec![0u32; 2], p.add(2), Nb)?;
+/// assert_eq!(ep.wait(ev)?, [3, 4]);
+///
+/// // Implicit-event puts, completed by a sync of their category.
+/// ep.put(p, &[9, 9], Nbi)?;
+/// ep.put_val(p.add(2), 7, Nbi)?;
+/// ep.sync_nbi(NbiCategories::PUTS)?;
+/// assert_eq!(ep.get_val(p.add(2), Blocking)?, 7);
+///
+/// // A reflection: read the four values backwards.
+/// let mut rev = [0u32; 4];
+/// let shape = Strided { counts: &[4], remote_strides: &[-1], local_start: 0, local_strides: &[1] };
+/// ep.get_strided(&mut rev, p.add(3), shape, Blocking)?;
+/// assert_eq!(rev, [4, 7, 9, 9]);
+///
+/// // Out-of-segment accesses are errors, never stray writes.
+/// assert!(ep.put_val(GlobalPtr::<u64>::new(ep.addr(), (1 << 16) - 4), 7, Blocking).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait RmaExt<C: Conduit> {
+    /// Puts `src` at `dst..dst + src.len()`.
+    ///
+    /// # Errors
+    /// [`RmaError::NoLayer`], [`RmaError::BadRank`], [`RmaError::BadEndpoint`],
+    /// [`RmaError::OutOfSegment`], [`RmaError::Am`] (the conduit failed).
+    fn put<T: Pod, M: Mode>(
+        &mut self,
+        dst: GlobalPtr<T>,
+        src: &[T],
+        mode: M,
+    ) -> Result<M::Out<(), RmaError>, RmaError>;
+
+    /// Puts one value of at most 8 bytes (a larger `T` does not compile).
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    fn put_val<T: Pod, M: Mode>(
+        &mut self,
+        dst: GlobalPtr<T>,
+        v: T,
+        mode: M,
+    ) -> Result<M::Out<(), RmaError>, RmaError>;
+
+    /// Gets `src..src + n` into `dst` (`n` elements: the destination's length); the
+    /// destinations and what each mode returns are listed at [`GetDst`].
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    fn get<T: Pod + Send, D: GetDst<T, M>, M: Mode>(
+        &mut self,
+        dst: D,
+        src: GlobalPtr<T>,
+        mode: M,
+    ) -> Result<D::Out, RmaError>;
+
+    /// Gets one value of at most 8 bytes (a larger `T` does not compile).
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    fn get_val<T: Pod + Send, M: Mode>(
+        &mut self,
+        src: GlobalPtr<T>,
+        mode: M,
+    ) -> Result<M::Out<T, RmaError>, RmaError>;
+
+    /// Sets `len` bytes at `dst` to `byte` (NBI: counted with the puts).
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    fn memset<M: Mode>(
+        &mut self,
+        dst: GlobalPtr<u8>,
+        byte: u8,
+        len: usize,
+        mode: M,
+    ) -> Result<M::Out<(), RmaError>, RmaError>;
+
+    /// VIS put: the remote side is `dst` (strided, vector or indexed), the local side
+    /// `src` (see [`Vis`]).
+    ///
+    /// # Errors
+    /// As [`put`](Self::put), plus [`RmaError::LocalOutOfBounds`],
+    /// [`RmaError::ShapeMismatch`], [`RmaError::MixedTargets`]; all checked before any
+    /// byte moves.
+    fn put_vis<T: Pod, M: Mode>(
+        &mut self,
+        dst: Vis<'_, T>,
+        src: &[T],
+        mode: M,
+    ) -> Result<M::Out<(), RmaError>, RmaError>;
+
+    /// VIS get into `dst` (destinations as for [`get`](Self::get)).
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    fn get_vis<T: Pod + Send, D: GetDst<T, M>, M: Mode>(
+        &mut self,
+        dst: D,
+        src: Vis<'_, T>,
+        mode: M,
+    ) -> Result<D::Out, RmaError>;
+
+    /// Strided put (see [`Strided`]).
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    fn put_strided<T: Pod, M: Mode>(
+        &mut self,
+        dst: GlobalPtr<T>,
+        src: &[T],
+        shape: Strided<'_>,
+        mode: M,
+    ) -> Result<M::Out<(), RmaError>, RmaError> {
+        self.put_vis(Vis::Strided { ptr: dst, shape }, src, mode)
+    }
+
+    /// Strided get (see [`Strided`]).
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    fn get_strided<T: Pod + Send, D: GetDst<T, M>, M: Mode>(
+        &mut self,
+        dst: D,
+        src: GlobalPtr<T>,
+        shape: Strided<'_>,
+        mode: M,
+    ) -> Result<D::Out, RmaError> {
+        self.get_vis(dst, Vis::Strided { ptr: src, shape }, mode)
+    }
+
+    /// Vector put: pieces `(ptr, elements)`, taken from `src` in order.
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    fn put_vector<T: Pod, M: Mode>(
+        &mut self,
+        dst: &[(GlobalPtr<T>, usize)],
+        src: &[T],
+        mode: M,
+    ) -> Result<M::Out<(), RmaError>, RmaError> {
+        self.put_vis(Vis::Vector(dst), src, mode)
+    }
+
+    /// Vector get: pieces `(ptr, elements)`, stored into `dst` in order.
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    fn get_vector<T: Pod + Send, D: GetDst<T, M>, M: Mode>(
+        &mut self,
+        dst: D,
+        src: &[(GlobalPtr<T>, usize)],
+        mode: M,
+    ) -> Result<D::Out, RmaError> {
+        self.get_vis(dst, Vis::Vector(src), mode)
+    }
+
+    /// Indexed put: `each` elements at every pointer, taken from `src` in order.
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    fn put_indexed<T: Pod, M: Mode>(
+        &mut self,
+        dst: &[GlobalPtr<T>],
+        each: usize,
+        src: &[T],
+        mode: M,
+    ) -> Result<M::Out<(), RmaError>, RmaError> {
+        self.put_vis(Vis::Indexed { ptrs: dst, each }, src, mode)
+    }
+
+    /// Indexed get: `each` elements at every pointer, stored into `dst` in order.
+    ///
+    /// # Errors
+    /// As [`put_vis`](Self::put_vis).
+    fn get_indexed<T: Pod + Send, D: GetDst<T, M>, M: Mode>(
+        &mut self,
+        dst: D,
+        src: &[GlobalPtr<T>],
+        each: usize,
+        mode: M,
+    ) -> Result<D::Out, RmaError> {
+        self.get_vis(dst, Vis::Indexed { ptrs: src, each }, mode)
+    }
+
+    /// Creates an atomic domain for `T` with the operations `ops` on the members of
+    /// `team` (see [`AtomicDomain`]).
+    ///
+    /// # Collective
+    /// Every member of `team` calls it, in the same order as its other exchanges on
+    /// the team. The members' types and op sets must be equal; NIC atomics are used only
+    /// if every member's conduit offers the whole set, so every member decides alike.
+    ///
+    /// # Errors
+    /// [`RmaError::BadOpSet`] if `T` is a float type and `ops` has bitwise operations;
+    /// [`RmaError::DomainMismatch`] if members asked for different types or op sets
+    /// (on every member); [`RmaError::Am`] if this endpoint is not a member of `team` or
+    /// the exchange failed; [`RmaError::NoLayer`].
+    fn atomic_domain<T: AtomicType>(
+        &mut self,
+        team: &Team,
+        ops: AtomicOps,
+    ) -> Result<AtomicDomain<T>, RmaError>;
+
+    /// Atomic `op` of domain `ad` on the word at `p` (operands `a`, `b`: see
+    /// [`AtomicOp`]; unused ones are ignored). A fetching op's old value is discarded.
+    /// NBI: counted with the atomics.
+    ///
+    /// # Errors
+    /// [`RmaError::OpNotInDomain`], [`RmaError::NotInTeam`], [`RmaError::Misaligned`],
+    /// and as [`put`](Self::put); nothing is performed on error.
+    #[allow(clippy::too_many_arguments)]
+    fn atomic<T: AtomicType, M: Mode>(
+        &mut self,
+        ad: &AtomicDomain<T>,
+        op: AtomicOp,
+        p: GlobalPtr<T>,
+        a: T,
+        b: T,
+        f: AtomicFlags,
+        mode: M,
+    ) -> Result<M::Out<(), RmaError>, RmaError>;
+
+    /// Fetching atomic: the word's value before `op` (in mode NBI the value is
+    /// discarded: fetch into a buffer lent to a scope with [`ScopeRmaExt::fetch_into`]).
+    ///
+    /// # Errors
+    /// [`RmaError::NotFetching`] for a non-fetching op, else as [`atomic`](Self::atomic).
+    #[allow(clippy::too_many_arguments)]
+    fn fetch<T: AtomicType, M: Mode>(
+        &mut self,
+        ad: &AtomicDomain<T>,
+        op: AtomicOp,
+        p: GlobalPtr<T>,
+        a: T,
+        b: T,
+        f: AtomicFlags,
+        mode: M,
+    ) -> Result<M::Out<T, RmaError>, RmaError>;
+
+    /// Waits for every implicit-event ([`Nbi`](gex_core::Nbi)) operation of the
+    /// categories `cats` issued so far (puts: their bytes are at their targets; relaxed
+    /// native puts are flushed first).
+    ///
+    /// # Errors
+    /// [`RmaError::NoLayer`]; [`RmaError::Am`] if a flush failed in the conduit.
+    fn sync_nbi(&mut self, cats: NbiCategories) -> Result<(), RmaError>;
+
+    /// Polls once and reports whether every implicit-event operation of `cats` is
+    /// complete (starting the flushes of relaxed puts if `cats` has puts).
+    ///
+    /// # Errors
+    /// As [`sync_nbi`](Self::sync_nbi).
+    fn test_nbi(&mut self, cats: NbiCategories) -> Result<bool, RmaError>;
+}
+
+impl<C: Conduit> RmaExt<C> for Endpoint<C> {
+    #[inline]
+    fn put<T: Pod, M: Mode>(
+        &mut self,
+        dst: GlobalPtr<T>,
+        src: &[T],
+        _mode: M,
+    ) -> Result<M::Out<(), RmaError>, RmaError> {
+        let bytes: &[u8] = bytemuck::cast_slice(src);
+        let (a, off) = (dst.addr(), dst.offset);
+        // The direct path: a bounds check and a copy, no event.
+        if let Some(Some(out)) = self.with_layer::<Rma, _>(|r, cx| {
+            r.put_now(cx, a, off, bytes)
+                .then(|| cx.done::<(), RmaError, M>(()))
+        }) {
+            return Ok(out);
+        }
+        let chunks = [Chunk {
+            remote: off,
+            local: 0,
+            len: bytes.len(),
+        }];
+        let r = put_bytes(
+            self,
+            a,
+            &chunks,
+            bytes,
+            How::new(M::KIND),
+            |r| r.check_range(a, off, bytes.len()),
+            fin::<C, (), M>,
+        )?;
+        end::<C, (), M>(self, r, M::KIND == ModeKind::Blocking)
+    }
+
+    #[inline]
+    fn put_val<T: Pod, M: Mode>(
+        &mut self,
+        dst: GlobalPtr<T>,
+        v: T,
+        mode: M,
+    ) -> Result<M::Out<(), RmaError>, RmaError> {
+        const {
+            assert!(
+                std::mem::size_of::<T>() <= 8,
+                "put_val takes values of at most 8 bytes"
+            )
+        };
+        self.put(dst, std::slice::from_ref(&v), mode)
+    }
+
+    #[inline]
+    fn get<T: Pod + Send, D: GetDst<T, M>, M: Mode>(
+        &mut self,
+        dst: D,
+        src: GlobalPtr<T>,
+        _mode: M,
+    ) -> Result<D::Out, RmaError> {
+        dst.get_from(self, Source::Ptr(src))
+    }
+
+    #[inline]
+    fn get_val<T: Pod + Send, M: Mode>(
+        &mut self,
+        src: GlobalPtr<T>,
+        _mode: M,
+    ) -> Result<M::Out<T, RmaError>, RmaError> {
+        const {
+            assert!(
+                std::mem::size_of::<T>() <= 8,
+                "get_val takes values of at most 8 bytes"
+            )
+        };
+        let n = std::mem::size_of::<T>();
+        let (a, off) = (src.addr(), src.offset);
+        // The direct path: a bounds check and a copy, no event.
+        let fast = self.with_layer::<Rma, _>(|r, cx| {
+            let mut v = T::zeroed();
+            // SAFETY: `v` is a local of `n` bytes.
+            let now = unsafe { r.get_now(cx, a, off, (&raw mut v).cast(), n) };
+            now.then(|| cx.done::<T, RmaError, M>(v))
+        });
+        if let Some(Some(out)) = fast {
+            return Ok(out);
+        }
+        if M::KIND == ModeKind::Blocking {
+            // Blocking: into a local, which outlives the wait (no landing word).
+            let mut v = T::zeroed();
+            get_borrowed(self, std::slice::from_mut(&mut v), Source::Ptr(src))?;
+            return self
+                .with_layer::<Rma, _>(|_, cx| cx.done::<T, RmaError, M>(v))
+                .ok_or(RmaError::NoLayer);
+        }
+        let chunks = [Chunk {
+            remote: off,
+            local: 0,
+            len: n,
+        }];
+        // SAFETY: a landed get writes only the word its entry owns.
+        let r = unsafe {
+            get_bytes(
+                self,
+                a,
+                &chunks,
+                GetTo::Land(n),
+                How::new(M::KIND),
+                None,
+                val_finish::<T>,
+                |r| r.check_range(a, off, n),
+                fin::<C, T, M>,
+            )
+        }?;
+        end::<C, T, M>(self, r, false)
+    }
+
+    fn memset<M: Mode>(
+        &mut self,
+        dst: GlobalPtr<u8>,
+        byte: u8,
+        len: usize,
+        _mode: M,
+    ) -> Result<M::Out<(), RmaError>, RmaError> {
+        let (a, off) = (dst.addr(), dst.offset);
+        let how = How::new(M::KIND);
+        let (mut job, mut ev): (Option<Job>, _) = (None, None);
+        let r = drive(self, |r, cx| {
+            if job.is_none() {
+                if let Err(e) = r.check_range(a, off, len) {
+                    return fin::<C, (), M>(cx, Err(Fail::from(e)));
+                }
+            }
+            let st = r.memset_step(cx, a, off, byte, len, how, &mut job, &mut ev);
+            fin::<C, (), M>(cx, st)
+        })?;
+        end::<C, (), M>(self, r, false)
+    }
+
+    fn put_vis<T: Pod, M: Mode>(
+        &mut self,
+        dst: Vis<'_, T>,
+        src: &[T],
+        _mode: M,
+    ) -> Result<M::Out<(), RmaError>, RmaError> {
+        let (a, chunks) = vis_chunks(self, &dst, src.len())?;
+        let r = put_bytes(
+            self,
+            a,
+            &chunks,
+            bytemuck::cast_slice(src),
+            How::new(M::KIND),
+            |_| Ok(()),
+            fin::<C, (), M>,
+        )?;
+        end::<C, (), M>(self, r, M::KIND == ModeKind::Blocking)
+    }
+
+    fn get_vis<T: Pod + Send, D: GetDst<T, M>, M: Mode>(
+        &mut self,
+        dst: D,
+        src: Vis<'_, T>,
+        _mode: M,
+    ) -> Result<D::Out, RmaError> {
+        dst.get_from(self, Source::Vis(src))
+    }
+
+    fn atomic_domain<T: AtomicType>(
+        &mut self,
+        team: &Team,
+        ops: AtomicOps,
+    ) -> Result<AtomicDomain<T>, RmaError> {
+        let (blob, bad) = self
+            .with_layer::<Rma, _>(|r, cx| r.domain_request::<C, T>(cx, ops))
+            .ok_or(RmaError::NoLayer)?;
+        let all = self.exchange(team, &blob)?;
+        if let Some(e) = bad {
+            return Err(e);
+        }
+        agree(team, ops, &all)
+    }
+
+    fn atomic<T: AtomicType, M: Mode>(
+        &mut self,
+        ad: &AtomicDomain<T>,
+        op: AtomicOp,
+        p: GlobalPtr<T>,
+        a: T,
+        b: T,
+        f: AtomicFlags,
+        _mode: M,
+    ) -> Result<M::Out<(), RmaError>, RmaError> {
+        let how = How::new(M::KIND);
+        let (mut id, mut ev) = (None, None);
+        let r = drive(self, |r, cx| {
+            // SAFETY: no result location.
+            let st = unsafe {
+                r.atomic_step(
+                    cx,
+                    ad,
+                    op,
+                    p,
+                    (a, b),
+                    f,
+                    how,
+                    None,
+                    false,
+                    finish_unit,
+                    &mut id,
+                    &mut ev,
+                )
+            };
+            fin::<C, (), M>(cx, st)
+        })?;
+        end::<C, (), M>(self, r, false)
+    }
+
+    fn fetch<T: AtomicType, M: Mode>(
+        &mut self,
+        ad: &AtomicDomain<T>,
+        op: AtomicOp,
+        p: GlobalPtr<T>,
+        a: T,
+        b: T,
+        f: AtomicFlags,
+        _mode: M,
+    ) -> Result<M::Out<T, RmaError>, RmaError> {
+        if !op.is_fetching() {
+            return Err(RmaError::NotFetching { op });
+        }
+        let how = How::new(M::KIND);
+        let want = M::KIND != ModeKind::Nbi;
+        let (mut id, mut ev) = (None, None);
+        let r = drive(self, |r, cx| {
+            // SAFETY: no result location (the value comes with the completion).
+            let st = unsafe {
+                r.atomic_step(
+                    cx,
+                    ad,
+                    op,
+                    p,
+                    (a, b),
+                    f,
+                    how,
+                    None,
+                    want,
+                    fetch_finish::<T>,
+                    &mut id,
+                    &mut ev,
+                )
+            };
+            fin::<C, T, M>(cx, st)
+        })?;
+        end::<C, T, M>(self, r, false)
+    }
+
+    fn sync_nbi(&mut self, cats: NbiCategories) -> Result<(), RmaError> {
+        if !self.has_layer::<Rma>() {
+            return Err(RmaError::NoLayer);
+        }
+        if cats.contains(NbiCategories::PUTS) {
+            drive(self, |r, cx| match r.flush_step(cx) {
+                Ok(true) => Some(Ok(())),
+                Ok(false) => None,
+                Err(e) => Some(Err(e)),
+            })??;
+        }
+        self.wait_until_layer::<Rma>(|r| r.nbi.quiet(cats));
+        Ok(())
+    }
+
+    fn test_nbi(&mut self, cats: NbiCategories) -> Result<bool, RmaError> {
+        if cats.contains(NbiCategories::PUTS) {
+            self.with_layer::<Rma, _>(|r, cx| r.flush_step(cx))
+                .ok_or(RmaError::NoLayer)??;
+        }
+        self.poll();
+        self.with_layer::<Rma, _>(|r, _| r.nbi.quiet(cats))
+            .ok_or(RmaError::NoLayer)
+    }
+}
+
+/// Operations that lend a buffer to the transfer for the life of a
+/// [scope](Endpoint::scope): implemented for [`Scope`]; `use gex_rma::ScopeRmaExt;`.
+///
+/// Each starts the operation without waiting and tracks it under the scope's tag;
+/// the scope returns only once every one has completed (on success, error and panic),
+/// so the borrowed buffer is free again exactly when the borrow ends.
+/// [`Scope::sync`] waits for them earlier. The buffer cannot be used inside the scope
+/// after it was lent (the borrow checker refuses it).
+///
+/// ```
+/// use gex_core::{boot::Singleton, loopback::Loopback, Blocking, ClientBuilder};
+/// use gex_rma::{GlobalPtr, Rma, RmaError, RmaExt, ScopeRmaExt};
+///
+/// let client = ClientBuilder::new().layer::<Rma>().segment_size(4096)
+///     .init::<Loopback>(Box::new(Singleton::new()))?;
+/// let mut ep = client.endpoint(0)?;
+/// let p = GlobalPtr::<u16>::new(ep.addr(), 0);
+/// ep.put(p, &[1, 2, 3, 4, 5, 6], Blocking)?;
+/// let (mut a, mut b) = ([0u16; 3], [0u16; 3]);
+/// let src = [7u16; 2];
+/// ep.scope(|s| {
+///     s.get_into(&mut a, p)?;
+///     s.get_into(&mut b, p.add(3))?;
+///     s.put_from(p.add(6), &src)?;
+///     Ok::<(), RmaError>(())
+/// })?;
+/// assert_eq!((a, b), ([1, 2, 3], [4, 5, 6]));
+/// assert_eq!(ep.get_val(p.add(7), Blocking)?, 7);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait ScopeRmaExt<'env, C: Conduit> {
+    /// Gets `dst.len()` elements from `src` into `dst`, lent for the scope.
+    ///
+    /// # Errors
+    /// As [`RmaExt::get`] (nothing is started on a validation error).
+    fn get_into<T: Pod>(&mut self, dst: &'env mut [T], src: GlobalPtr<T>) -> Result<(), RmaError>;
+
+    /// VIS get into `dst`, lent for the scope.
+    ///
+    /// # Errors
+    /// As [`RmaExt::get_vis`].
+    fn get_vis_into<T: Pod>(&mut self, dst: &'env mut [T], src: Vis<'_, T>)
+    -> Result<(), RmaError>;
+
+    /// Puts `src`, lent for the scope: no copy is made (the network may read the
+    /// buffer after the call returns, the bulk form of a put); complete at the target
+    /// when the scope returns.
+    ///
+    /// # Errors
+    /// As [`RmaExt::put`].
+    fn put_from<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &'env [T]) -> Result<(), RmaError>;
+
+    /// Fetching atomic whose old value is stored into `dst`, lent for the scope.
+    ///
+    /// # Errors
+    /// As [`RmaExt::fetch`].
+    #[allow(clippy::too_many_arguments)]
+    fn fetch_into<T: AtomicType>(
+        &mut self,
+        ad: &AtomicDomain<T>,
+        op: AtomicOp,
+        p: GlobalPtr<T>,
+        a: T,
+        b: T,
+        f: AtomicFlags,
+        dst: &'env mut T,
+    ) -> Result<(), RmaError>;
+}
+
+impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
+    fn get_into<T: Pod>(&mut self, dst: &'env mut [T], src: GlobalPtr<T>) -> Result<(), RmaError> {
+        let tag = self.tag();
+        let bytes = std::mem::size_of_val(dst);
+        let p = dst.as_mut_ptr().cast::<u8>();
+        let (a, off) = (src.addr(), src.offset);
+        let chunks = [Chunk {
+            remote: off,
+            local: 0,
+            len: bytes,
+        }];
+        // SAFETY: `dst` is borrowed for the scope, which waits for the operation (also
+        // after a failure: `end_scoped` tracks what is in flight) before it returns.
+        let r = unsafe {
+            get_bytes(
+                self,
+                a,
+                &chunks,
+                GetTo::Ptr(p, bytes),
+                How::scoped(),
+                None,
+                finish_unit,
+                |r| r.check_range(a, off, bytes),
+                raw,
+            )
+        }?;
+        end_scoped(self, tag, r)
+    }
+
+    fn get_vis_into<T: Pod>(
+        &mut self,
+        dst: &'env mut [T],
+        src: Vis<'_, T>,
+    ) -> Result<(), RmaError> {
+        let tag = self.tag();
+        let bytes = std::mem::size_of_val(dst);
+        let (a, chunks) = vis_chunks(self, &src, dst.len())?;
+        let p = dst.as_mut_ptr().cast::<u8>();
+        // SAFETY: as in `get_into`.
+        let r = unsafe {
+            get_bytes(
+                self,
+                a,
+                &chunks,
+                GetTo::Ptr(p, bytes),
+                How::scoped(),
+                None,
+                finish_unit,
+                |_| Ok(()),
+                raw,
+            )
+        }?;
+        end_scoped(self, tag, r)
+    }
+
+    fn put_from<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &'env [T]) -> Result<(), RmaError> {
+        let tag = self.tag();
+        let bytes: &[u8] = bytemuck::cast_slice(src);
+        let (a, off) = (dst.addr(), dst.offset);
+        let chunks = [Chunk {
+            remote: off,
+            local: 0,
+            len: bytes.len(),
+        }];
+        let r = put_bytes(
+            self,
+            a,
+            &chunks,
+            bytes,
+            How::scoped(),
+            |r| r.check_range(a, off, bytes.len()),
+            raw,
+        )?;
+        end_scoped(self, tag, r)
+    }
+
+    fn fetch_into<T: AtomicType>(
+        &mut self,
+        ad: &AtomicDomain<T>,
+        op: AtomicOp,
+        p: GlobalPtr<T>,
+        a: T,
+        b: T,
+        f: AtomicFlags,
+        dst: &'env mut T,
+    ) -> Result<(), RmaError> {
+        if !op.is_fetching() {
+            return Err(RmaError::NotFetching { op });
+        }
+        let tag = self.tag();
+        let res: *mut T = dst;
+        let (mut id, mut ev) = (None, None);
+        let r = drive(self, |r, cx| {
+            // SAFETY: `dst` is borrowed for the scope, which waits for the operation.
+            let st = unsafe {
+                r.atomic_step(
+                    cx,
+                    ad,
+                    op,
+                    p,
+                    (a, b),
+                    f,
+                    How::scoped(),
+                    Some(res),
+                    false,
+                    finish_unit,
+                    &mut id,
+                    &mut ev,
+                )
+            };
+            raw(cx, st)
+        })?;
+        end_scoped(self, tag, r)
+    }
+}

@@ -1,0 +1,16 @@
+//! Lending one buffer to two scoped gets at once does not compile.
+use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+use gex_rma::{GlobalPtr, Rma, RmaError, ScopeRmaExt};
+
+fn main() {
+    let client = ClientBuilder::new().layer::<Rma>().init::<Loopback>(Box::new(Singleton::new())).unwrap();
+    let mut ep = client.endpoint(0).unwrap();
+    let p = GlobalPtr::<u32>::new(ep.addr(), 0);
+    let mut buf = [0u32; 4];
+    ep.scope(|s| {
+        s.get_into(&mut buf, p)?;
+        s.get_into(&mut buf, p.add(4))?;
+        Ok::<(), RmaError>(())
+    })
+    .unwrap();
+}
