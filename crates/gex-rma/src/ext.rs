@@ -38,6 +38,9 @@ use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
 use gex_core::{Blocking, Endpoint, EpAddr, Event, Mode, ModeKind, Scope, Team, WaitPolicy};
 
+/// The [`Endpoint::exchange_tagged`] tag of atomic-domain agreement ("rmaD").
+const ATOMIC_DOMAIN_TAG: u32 = 0x726d_6144;
+
 /// Runs `step` with the layer's state until it gives an answer, polling the endpoint
 /// between tries (back-pressure).
 #[inline(always)]
@@ -920,7 +923,9 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let (blob, bad) = self
             .with_layer::<Rma, _>(|r, cx| r.domain_request::<C, T>(cx, ops))
             .ok_or(RmaError::NoLayer)?;
-        let all = self.exchange(team, &blob)?;
+        // A tag of its own: a member at another collective call gets an error, not a
+        // pairing with an unrelated exchange.
+        let all = self.exchange_tagged(team, ATOMIC_DOMAIN_TAG, &blob)?;
         if let Some(e) = bad {
             return Err(e);
         }

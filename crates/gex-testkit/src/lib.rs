@@ -64,6 +64,10 @@ pub mod rma;
 pub mod rng;
 pub mod sim;
 
+/// The [`Endpoint::exchange_tagged`](gex_core::Endpoint::exchange_tagged) tag of
+/// [`exchange_barrier`] ("barr").
+pub const BARRIER_TAG: u32 = 0x6261_7272;
+
 /// A barrier over the core's all-gather ([`Endpoint::exchange`](gex_core::Endpoint::exchange))
 /// on `ep`'s primordial team, for tests of the AM layer that run without the
 /// collectives layer (whose barrier is the fast one). An exchange completes on a member
@@ -75,7 +79,7 @@ pub fn exchange_barrier<C: gex_core::spi::Conduit>(
     ep: &mut gex_core::Endpoint<C>,
 ) -> Result<(), gex_core::AmError> {
     let w = ep.world();
-    ep.exchange(&w, &[]).map(drop)
+    ep.exchange_tagged(&w, crate::BARRIER_TAG, &[]).map(drop)
 }
 
 /// The text of a panic payload (`&str` or `String`).

@@ -105,14 +105,12 @@ pub fn builder() -> ClientBuilder<DefaultLayers> {
 /// What most programs `use`: the modes, addresses, handler types, and the extension
 /// traits that put the layers' operations on the endpoint.
 pub mod prelude {
-    pub use gex_core::{
-        Am, Blocking, EpAddr, Event, HandlerId, Injected, Nb, Nbi, Team, Token,
-    };
     #[cfg(feature = "coll")]
     pub use gex_coll::{
         Allreduce, Barrier, Broadcast, BuiltinOp, CollExt, Exchange, Gather, GatherAll, Reduce,
         ReduceOp, ReduceScatter, Scan, Scatter,
     };
+    pub use gex_core::{Am, Blocking, EpAddr, Event, HandlerId, Injected, Nb, Nbi, Team, Token};
     #[cfg(feature = "rma")]
     pub use gex_rma::{AtomicOp, GlobalPtr, RmaExt, RmaScopeExt};
 }
@@ -289,7 +287,9 @@ pub fn init() -> Result<Client, InitError> {
 /// message lists those that are) or a setting is invalid; [`InitError::Boot`] if the
 /// bootstrap fails; [`InitError::Conduit`] or [`InitError::Os`] if the conduit cannot
 /// open.
-pub fn start<L: LayerSet>(builder: ClientBuilder<L>) -> Result<gex_core::Client<AnyConduit>, InitError> {
+pub fn start<L: LayerSet>(
+    builder: ClientBuilder<L>,
+) -> Result<gex_core::Client<AnyConduit>, InitError> {
     builder.init::<AnyConduit>(gex_boot::from_env()?)
 }
 
@@ -350,7 +350,10 @@ pub trait Job {
 ///
 /// # Errors
 /// As [`start`].
-pub fn init_with<L: LayerSet, J: Job>(builder: ClientBuilder<L>, job: J) -> Result<J::Output, InitError> {
+pub fn init_with<L: LayerSet, J: Job>(
+    builder: ClientBuilder<L>,
+    job: J,
+) -> Result<J::Output, InitError> {
     let name = select_conduit(config::Config::from_env().get(CONDUIT_VAR))?;
     dispatch(name, builder, gex_boot::from_env()?, job)
 }
@@ -399,7 +402,9 @@ mod tests {
 
     #[test]
     fn unknown_conduit_lists_compiled_in() {
-        let e = select_conduit(Some("carrier-pigeon")).unwrap_err().to_string();
+        let e = select_conduit(Some("carrier-pigeon"))
+            .unwrap_err()
+            .to_string();
         for c in conduits() {
             assert!(e.contains(c), "{e}");
         }
@@ -423,7 +428,8 @@ mod tests {
     #[test]
     fn loopback_job_runs() {
         let boot = Box::new(boot::Singleton::new());
-        let r = init_with_boot(builder().segment_size(4096), boot, Some("loopback"), Count).unwrap();
+        let r =
+            init_with_boot(builder().segment_size(4096), boot, Some("loopback"), Count).unwrap();
         assert_eq!(r, (0, 1, "loopback"));
     }
 
