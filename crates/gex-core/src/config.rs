@@ -177,9 +177,14 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "ofi conduit: 0 leaves native atomics (fi_atomic) off while native RMA stays on, so gex-rma's atomic domains use AMs.",
     },
     EnvVar {
-        name: "GEX_OFI_HYBRID",
+        name: "GEX_HYBRID",
         default: "auto",
-        doc: "ofi conduit: shared memory between ranks of one host (hybrid job). auto: when the job spans several hosts and a host has several ranks; 1: whenever a host has several ranks; 0: never (network only).",
+        doc: "hybrid conduit (GEX_CONDUIT=ofi runs one): shared memory between ranks of one host, the network between hosts. auto: when the job spans several hosts and a host has several ranks; 1: whenever a host has several ranks; 0: never (network only). Must agree on every rank.",
+    },
+    EnvVar {
+        name: "GEX_OFI_HYBRID",
+        default: "",
+        doc: "Old name of GEX_HYBRID (from when hybrid jobs were the ofi conduit's), read when GEX_HYBRID is unset.",
     },
     EnvVar {
         name: "GEX_OFI_RELAXED_PUTS",
