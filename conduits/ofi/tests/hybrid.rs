@@ -1,4 +1,5 @@
-//! Hybrid jobs on one machine: a 4-rank job whose host list names two "hosts" (`a*2,b*2`,
+//! Hybrid jobs on one machine (the conduit the facade runs for `GEX_CONDUIT=ofi`:
+//! `Hybrid<Smp, Ofi>`, this conduit as the far part): a 4-rank job whose host list names two "hosts" (`a*2,b*2`,
 //! gex-boot's host layout without `--host-exec`, so `GEX_LOCAL_*` and the host ids say
 //! two hosts while every process runs here). Ranks of one host talk through the smp
 //! conduit's shared memory, the two hosts through libfabric's `tcp;ofi_rxm` on `lo`
@@ -7,7 +8,8 @@
 //! Runs the core conformance suite (1 and 2 endpoints per rank) and the RMA suite in
 //! that shape, the core suite on 3 ranks of one host with `GEX_OFI_HYBRID=1`
 //! (`one_host_forced`: every peer through shared memory), and `paths_are_counted` / `hybrid_off_uses_the_network_only` check with
-//! `Ofi::stats()` which path each peer's traffic took. `coll_world_is_hierarchical`
+//! the counters of the hybrid conduit (`Hybrid::stats()`, AMs per path) and of the ofi
+//! conduit (`Ofi::stats()`, native puts) which path each peer's traffic took. `coll_world_is_hierarchical`
 //! runs every collective on the world team of that job (gex-coll's `hier`: host
 //! teams through shared memory, leaders through libfabric).
 //! `conduits/ofi/tests/netns.rs` runs the same across two network namespaces.
@@ -16,10 +18,10 @@
 
 mod hybrid_common;
 
-use gex_conduit_ofi::Ofi;
 use gex_core::{ClientBuilder, Config};
 use gex_rma::RmaEp;
 use gex_testkit::conformance::{self, Case, Job};
+use hybrid_common::OfiHybrid;
 
 /// The host of every rank: the first half on `a`, the others on `b`.
 fn hosts(ranks: u32) -> Vec<&'static str> {
@@ -43,13 +45,18 @@ fn config(extra: &[(&'static str, &'static str)]) -> Config {
 }
 
 /// Launches the job on two "hosts"; each rank checks it is hybrid and runs the case.
-fn run(job: &Job<'_>, case: &Case<Ofi>, segment: usize) -> Result<(), String> {
+fn run(job: &Job<'_>, case: &Case<OfiHybrid>, segment: usize) -> Result<(), String> {
     run_on(job, case, segment, true)
 }
 
 /// Launches the job on two "hosts" (`two_hosts`) or one host with `GEX_OFI_HYBRID=1`;
 /// each rank checks which ranks it reaches through shared memory and runs the case.
-fn run_on(job: &Job<'_>, case: &Case<Ofi>, segment: usize, two_hosts: bool) -> Result<(), String> {
+fn run_on(
+    job: &Job<'_>,
+    case: &Case<OfiHybrid>,
+    segment: usize,
+    two_hosts: bool,
+) -> Result<(), String> {
     let h = if two_hosts {
         hosts(job.ranks)
     } else {
@@ -71,7 +78,7 @@ fn run_on(job: &Job<'_>, case: &Case<Ofi>, segment: usize, two_hosts: bool) -> R
                 .config(config(extra))
                 .segment_size(segment)
                 .endpoints(job.endpoints)
-                .init::<Ofi>(boot)
+                .init::<OfiHybrid>(boot)
                 .map_err(|e| e.to_string())?;
             let me = client.rank();
             let want = if two_hosts {
@@ -95,11 +102,11 @@ fn run_on(job: &Job<'_>, case: &Case<Ofi>, segment: usize, two_hosts: bool) -> R
     }
 }
 
-fn core_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+fn core_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
     run(job, case, 256 << 10)
 }
 
-fn rma_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+fn rma_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
     run(job, case, 2 << 20)
 }
 
@@ -107,7 +114,7 @@ fn rma_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
 mod two_hosts {
     use super::*;
     gex_testkit::conformance_tests! {
-        conduit: Ofi,
+        conduit: OfiHybrid,
         runner: core_runner,
         ranks: 4,
     }
@@ -118,7 +125,7 @@ mod two_hosts {
 mod two_hosts_two_eps {
     use super::*;
     gex_testkit::conformance_tests! {
-        conduit: Ofi,
+        conduit: OfiHybrid,
         runner: core_runner,
         ranks: 4,
         endpoints: 2,
@@ -131,7 +138,7 @@ mod two_hosts_two_eps {
 mod rma_two_hosts {
     use super::*;
     gex_testkit::rma_conformance_tests! {
-        conduit: Ofi,
+        conduit: OfiHybrid,
         runner: rma_runner,
         ranks: 4,
     }
@@ -141,11 +148,11 @@ mod rma_two_hosts {
 /// carries only what gex-rma asks of the NIC (native atomic domains).
 mod one_host_forced {
     use super::*;
-    fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+    fn runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
         run_on(job, case, 256 << 10, false)
     }
     gex_testkit::conformance_tests! {
-        conduit: Ofi,
+        conduit: OfiHybrid,
         runner: runner,
         ranks: 3,
     }
@@ -160,7 +167,7 @@ fn paths_job(test: &str, extra: &'static [(&'static str, &'static str)], hybrid:
             let result = ClientBuilder::new()
                 .config(config(extra))
                 .segment_size(1 << 20)
-                .init::<Ofi>(boot)
+                .init::<OfiHybrid>(boot)
                 .map_err(|e| e.to_string())
                 .and_then(|client| {
                     let me = client.rank();
@@ -237,7 +244,7 @@ fn coll_expected(op: gex_coll::OpKind, p: u32, me: u32, root: u32, count: usize)
 /// Every operation on the world team, `hier` forced and tuned, a leader and a
 /// non-leader as roots, blocks of 0 and 5000 values (40 KB: fragmented messages),
 /// against [`coll_expected`]; then a non-commutative scan (the hosts are rank ranges).
-fn coll_world(client: &gex_core::Client<Ofi>) -> Result<(), String> {
+fn coll_world(client: &gex_core::Client<OfiHybrid>) -> Result<(), String> {
     use gex_coll::{BuiltinOp, CollEp, OpKind, Opts, ReduceOp};
     let e = |e: gex_coll::CollError| e.to_string();
     let mut c = CollEp::new(
@@ -356,7 +363,7 @@ fn coll_world_is_hierarchical() {
             let result = ClientBuilder::new()
                 .config(config(&[]))
                 .segment_size(1 << 20)
-                .init::<Ofi>(boot)
+                .init::<OfiHybrid>(boot)
                 .map_err(|e| e.to_string())
                 .and_then(|client| {
                     let r = coll_world(&client);

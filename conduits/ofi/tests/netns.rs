@@ -3,7 +3,7 @@
 //! namespace runs the core AM conformance suite and the RMA suite over libfabric's
 //! `tcp;ofi_rxm` in hybrid mode (the default for such a job): the two ranks of a
 //! namespace talk through shared memory, the namespaces through the veth.
-//! `paths_are_counted` checks with `Ofi::stats()` that same-host requests went through
+//! `paths_are_counted` checks with `Hybrid::stats()` that same-host requests went through
 //! the rings and cross-host ones through libfabric; `loopback_only_is_a_clear_error`
 //! runs a job in two namespaces that have only `lo` and checks it fails promptly with a
 //! message naming the provider, instead of hanging in the wire-up.
@@ -42,9 +42,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 mod hybrid_common;
 
-use gex_conduit_ofi::Ofi;
 use gex_core::{ClientBuilder, Config};
 use gex_testkit::conformance::{self, Case, Job};
+use hybrid_common::OfiHybrid;
 
 /// Subnet of the veth pair, as libfabric's tcp provider names the fabric.
 const FABRIC: &str = "10.77.0.0/24";
@@ -228,7 +228,7 @@ fn netns_exists(name: &str) -> bool {
     std::path::Path::new("/run/netns").join(name).exists()
 }
 
-fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+fn runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
     launch(
         job,
         |client| conformance::run_on_rank(client, case),
@@ -236,7 +236,7 @@ fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
     )
 }
 
-fn rma_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+fn rma_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
     launch(
         job,
         |client| conformance::run_on_rank(client, case),
@@ -272,7 +272,7 @@ fn skip(what: &str) -> Option<Result<(), String>> {
 /// namespaces joined by a veth pair, after the checks of [`rank`].
 fn launch(
     job: &Job<'_>,
-    body: impl FnOnce(&gex_core::Client<Ofi>) -> Result<(), String>,
+    body: impl FnOnce(&gex_core::Client<OfiHybrid>) -> Result<(), String>,
     segment: usize,
 ) -> Result<(), String> {
     if is_rank() {
@@ -346,7 +346,7 @@ const MPIEXEC_LIMIT: std::time::Duration = std::time::Duration::from_secs(150);
 /// `PMI_process_mapping`.
 fn launch_mpiexec(
     job: &Job<'_>,
-    body: impl FnOnce(&gex_core::Client<Ofi>) -> Result<(), String>,
+    body: impl FnOnce(&gex_core::Client<OfiHybrid>) -> Result<(), String>,
     segment: usize,
 ) -> Result<(), String> {
     if is_rank() {
@@ -460,7 +460,7 @@ fn host_ids(ranks: u32) -> impl Iterator<Item = u32> {
 /// `body`.
 fn rank(
     job: &Job<'_>,
-    body: impl FnOnce(&gex_core::Client<Ofi>) -> Result<(), String>,
+    body: impl FnOnce(&gex_core::Client<OfiHybrid>) -> Result<(), String>,
     segment: usize,
 ) -> Result<(), String> {
     let boot = gex_boot::from_env().map_err(|e| e.to_string())?;
@@ -476,9 +476,9 @@ fn rank(
         .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
         .segment_size(segment)
         .endpoints(job.endpoints)
-        .init::<Ofi>(boot)
+        .init::<OfiHybrid>(boot)
         .map_err(|e| e.to_string())?;
-    let report = client.conduit().report().clone();
+    let report = client.conduit().far().report().clone();
     let want: Vec<u32> = host_ids(job.ranks).collect();
     let near: Vec<u32> = (0..job.ranks)
         .filter(|&r| want[r as usize] == want[me as usize])
@@ -509,7 +509,7 @@ fn rank(
 mod two_hosts {
     use super::*;
     gex_testkit::conformance_tests! {
-        conduit: Ofi,
+        conduit: OfiHybrid,
         runner: runner,
         ranks: 4,
     }
@@ -519,7 +519,7 @@ mod two_hosts {
 mod two_hosts_two_eps {
     use super::*;
     gex_testkit::conformance_tests! {
-        conduit: Ofi,
+        conduit: OfiHybrid,
         runner: runner,
         ranks: 4,
         endpoints: 2,
@@ -531,7 +531,7 @@ mod two_hosts_two_eps {
 mod rma_two_hosts {
     use super::*;
     gex_testkit::rma_conformance_tests! {
-        conduit: Ofi,
+        conduit: OfiHybrid,
         runner: rma_runner,
         ranks: 4,
     }
@@ -579,7 +579,7 @@ fn loopback_only_is_a_clear_error() {
         let r = ClientBuilder::new()
             .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
             .segment_size(64 << 10)
-            .init::<Ofi>(boot);
+            .init::<OfiHybrid>(boot);
         let msg = match r {
             Ok(_) => "initialised".to_string(),
             Err(e) => e.to_string(),
@@ -630,7 +630,7 @@ fn loopback_only_is_a_clear_error() {
     }
 }
 
-fn mpiexec_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+fn mpiexec_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
     launch_mpiexec(
         job,
         |client| conformance::run_on_rank(client, case),
@@ -638,7 +638,7 @@ fn mpiexec_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
     )
 }
 
-fn mpiexec_rma_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+fn mpiexec_rma_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
     launch_mpiexec(
         job,
         |client| conformance::run_on_rank(client, case),
@@ -650,7 +650,7 @@ fn mpiexec_rma_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
 mod mpiexec_two_hosts {
     use super::*;
     gex_testkit::conformance_tests! {
-        conduit: Ofi,
+        conduit: OfiHybrid,
         runner: mpiexec_runner,
         ranks: 4,
     }
@@ -660,7 +660,7 @@ mod mpiexec_two_hosts {
 mod mpiexec_rma_two_hosts {
     use super::*;
     gex_testkit::rma_conformance_tests! {
-        conduit: Ofi,
+        conduit: OfiHybrid,
         runner: mpiexec_rma_runner,
         ranks: 4,
     }

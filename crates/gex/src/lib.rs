@@ -45,7 +45,7 @@
 //! |---|---|---|
 //! | `smp` | `smp` (default) | processes on one host, over shared memory |
 //! | `loopback` | always | one rank (singleton programs, examples, tests) |
-//! | `ofi` | `ofi` (off by default) | libfabric (system libfabric >= 1.17): `tcp;ofi_rxm`, `shm`, ... |
+//! | `ofi` | `ofi` (off by default) | libfabric (system libfabric >= 1.17): `tcp;ofi_rxm`, `shm`, ...; with shared memory between the ranks of a host in jobs that span several (`conduit::ofi::OfiHybrid`, `GEX_HYBRID`) |
 
 pub use gex_core::*;
 
@@ -155,6 +155,20 @@ pub mod conduit {
     #[cfg(feature = "ofi")]
     pub mod ofi {
         pub use gex_conduit_ofi::*;
+
+        /// The conduit `GEX_CONDUIT=ofi` runs: libfabric between hosts and the smp
+        /// conduit's shared memory between the ranks of one host (a hybrid job, see
+        /// `GEX_HYBRID`); in other jobs the ofi conduit alone, through it.
+        /// `client.conduit().far()` is the [`Ofi`] conduit (its report and counters).
+        pub type OfiHybrid = gex_conduit_hybrid::Hybrid<gex_conduit_smp::Smp, Ofi>;
+    }
+
+    /// The hybrid conduit: a shared-memory conduit inside each host composed with a
+    /// network conduit between hosts (feature `ofi`, which composes
+    /// [`ofi::OfiHybrid`]).
+    #[cfg(feature = "ofi")]
+    pub mod hybrid {
+        pub use gex_conduit_hybrid::*;
     }
 }
 
@@ -388,7 +402,7 @@ fn dispatch<L: LayerSet, J: Job>(
         "smp" => Ok(job.run(builder.init::<gex_conduit_smp::Smp>(boot)?)),
         "loopback" => Ok(job.run(builder.init::<gex_core::loopback::Loopback>(boot)?)),
         #[cfg(feature = "ofi")]
-        "ofi" => Ok(job.run(builder.init::<gex_conduit_ofi::Ofi>(boot)?)),
+        "ofi" => Ok(job.run(builder.init::<conduit::ofi::OfiHybrid>(boot)?)),
         other => Err(InitError::Config(format!(
             "conduit {other:?} is not compiled in (compiled in: {})",
             CONDUITS.join(", ")
