@@ -113,6 +113,14 @@ fn decide_mode<F: Conduit>(
 impl<N: NearConduit, F: FarConduit> Conduit for Hybrid<N, F> {
     type Ep = HybridEp<N, F>;
     const NAME: &'static str = F::NAME;
+    const ENV_VARS: &'static [gex_core::config::EnvVar] = crate::ENV_VARS;
+
+    fn env_registries() -> Vec<&'static [gex_core::config::EnvVar]> {
+        let mut v = vec![crate::ENV_VARS];
+        v.extend(N::env_registries());
+        v.extend(F::env_registries());
+        v
+    }
 
     /// Decides the mode, then opens the near part for this host and the far part on
     /// its segments (hybrid), or the far part alone.

@@ -96,6 +96,7 @@ impl Ofi {
 impl Conduit for Ofi {
     type Ep = OfiEp;
     const NAME: &'static str = "ofi";
+    const ENV_VARS: &'static [gex_core::config::EnvVar] = crate::config::ENV_VARS;
 
     /// Serves the libfabric objects of the dropped endpoints from a thread while this
     /// rank first waits for its own operations to complete (at most 30 s) and then

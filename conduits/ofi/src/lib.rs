@@ -113,12 +113,12 @@
 //! | `mem`, `mr`, `fabric`, `wire` | buffers, registration cache, libfabric wrappers, wire format |
 
 mod close;
-#[doc(hidden)]
-pub mod fuzz_api;
 mod conduit;
 mod config;
 mod ep;
 mod fabric;
+#[doc(hidden)]
+pub mod fuzz_api;
 mod mem;
 mod mr;
 mod open;
@@ -133,7 +133,7 @@ mod wire;
 mod wireup;
 
 pub use conduit::Ofi;
-pub use config::{DEFAULT_CREDITS, DEFAULT_MAX_MEDIUM, DEFAULT_PROVIDER};
+pub use config::{DEFAULT_CREDITS, DEFAULT_MAX_MEDIUM, DEFAULT_PROVIDER, ENV_VARS};
 pub use ep::OfiEp;
 pub use mr::{DEFAULT_MR_CACHE_BYTES, DEFAULT_MR_CACHE_ENTRIES, MemRegion};
 pub use report::{OfiReport, PathChoice};

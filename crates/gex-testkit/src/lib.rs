@@ -64,6 +64,30 @@ pub mod rma;
 pub mod rng;
 pub mod sim;
 
+/// The `GEX_*` settings of the test kit (the simulated fabric, and test switches).
+pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
+    gex_core::config::EnvVar {
+        name: "GEX_SIM_SEED",
+        default: "0",
+        doc: "sim conduit: seed of the deterministic delivery schedule.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_SIM_LATENCY_NS",
+        default: "0",
+        doc: "sim conduit: modelled one-way latency in nanoseconds.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_SIM_REORDER",
+        default: "0",
+        doc: "sim conduit: 1 to let messages from different senders overtake each other.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_SKIP_NETNS",
+        default: "0",
+        doc: "Tests: 1 lets the network-namespace tests pass without running (printing why) when namespaces cannot be made here.",
+    },
+];
+
 /// The [`Endpoint::exchange_tagged`](gex_core::Endpoint::exchange_tagged) tag of
 /// [`exchange_barrier`] ("barr").
 pub const BARRIER_TAG: u32 = 0x6261_7272;
