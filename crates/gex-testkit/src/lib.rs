@@ -11,6 +11,12 @@
 //! - [`conformance`]: the conformance suite, written once against the conduit SPI and
 //!   run on every conduit, and the [`conformance_tests!`] macro that turns it into one
 //!   `#[test]` per case in a conduit's `tests/`.
+//! - [`procs`]: the process runner. Every multi-process test (a conduit's, a layer's,
+//!   the facade's) starts its job with [`procs::Procs`]: ranks are copies of the test
+//!   binary, under gex-boot's fork launcher (optionally with a host layout) or Hydra's
+//!   `mpiexec`, with a watchdog, per-rank results and logs, and checks that no
+//!   process and nothing in `/dev/shm` is left; [`procs::ProcRunner`] runs the
+//!   conformance suites that way.
 //!
 //! ## What it does not do
 //! - It is not a network: `sim` moves bytes between threads of one process; it models
@@ -59,6 +65,7 @@
 
 pub mod boot;
 pub mod conformance;
+pub mod procs;
 pub mod rma;
 pub mod rng;
 pub mod sim;
