@@ -57,7 +57,8 @@ mod tcp {
     fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
         run(job, case, provider("tcp"))
     }
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Ofi,
         runner: runner,
         ranks: 2,
@@ -70,7 +71,8 @@ mod tcp_three_ranks_two_eps {
     fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
         run(job, case, provider("tcp"))
     }
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Ofi,
         runner: runner,
         ranks: 3,
@@ -84,7 +86,8 @@ mod shm {
     fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
         run(job, case, provider("shm"))
     }
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Ofi,
         runner: runner,
         ranks: 2,
@@ -108,7 +111,8 @@ mod tcp_small_window_blocking {
                 .wait_policy(WaitPolicy::Block)
         })
     }
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Ofi,
         runner: runner,
         ranks: 2,
@@ -123,7 +127,8 @@ mod shm_three_ranks_two_eps_blocking {
             provider("shm")().wait_policy(WaitPolicy::Block)
         })
     }
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Ofi,
         runner: runner,
         ranks: 3,

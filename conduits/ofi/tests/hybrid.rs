@@ -106,7 +106,8 @@ fn rma_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
 /// 4 ranks on two "hosts", one endpoint each.
 mod two_hosts {
     use super::*;
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Ofi,
         runner: core_runner,
         ranks: 4,
@@ -117,7 +118,8 @@ mod two_hosts {
 /// of a host, one libfabric domain per endpoint across hosts).
 mod two_hosts_two_eps {
     use super::*;
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Ofi,
         runner: core_runner,
         ranks: 4,
@@ -130,7 +132,8 @@ mod two_hosts_two_eps {
 /// where `FI_ATOMIC` offers every operation.
 mod rma_two_hosts {
     use super::*;
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
         runner: rma_runner,
         ranks: 4,
@@ -144,7 +147,8 @@ mod one_host_forced {
     fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
         run_on(job, case, 256 << 10, false)
     }
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Ofi,
         runner: runner,
         ranks: 3,

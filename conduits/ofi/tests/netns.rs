@@ -508,7 +508,8 @@ fn rank(
 /// 4 ranks, 2 per namespace, one endpoint each.
 mod two_hosts {
     use super::*;
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Ofi,
         runner: runner,
         ranks: 4,
@@ -518,7 +519,8 @@ mod two_hosts {
 /// 4 ranks, 2 per namespace, two endpoints each (one libfabric domain per endpoint).
 mod two_hosts_two_eps {
     use super::*;
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Ofi,
         runner: runner,
         ranks: 4,
@@ -530,7 +532,8 @@ mod two_hosts_two_eps {
 /// `FI_RMA` across the veth.
 mod rma_two_hosts {
     use super::*;
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
         runner: rma_runner,
         ranks: 4,
@@ -649,7 +652,8 @@ fn mpiexec_rma_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
 /// The core conformance suite under Hydra's `mpiexec`, 2 ranks per namespace.
 mod mpiexec_two_hosts {
     use super::*;
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Ofi,
         runner: mpiexec_runner,
         ranks: 4,
@@ -659,7 +663,8 @@ mod mpiexec_two_hosts {
 /// The RMA suite under Hydra's `mpiexec`, 2 ranks per namespace.
 mod mpiexec_rma_two_hosts {
     use super::*;
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
         runner: mpiexec_rma_runner,
         ranks: 4,

@@ -68,7 +68,8 @@ mod tcp_native {
     fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
         run(job, case, config("tcp", "1"))
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
         runner: runner,
         ranks: 2,
@@ -84,7 +85,8 @@ mod tcp_native_three_ranks_two_eps_blocking {
             config("tcp", "1")().wait_policy(WaitPolicy::Block)
         })
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
         runner: runner,
         ranks: 3,
@@ -98,7 +100,8 @@ mod tcp_am {
     fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
         run(job, case, config("tcp", "0"))
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
         runner: runner,
         ranks: 2,
@@ -111,7 +114,8 @@ mod shm_native {
     fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
         run(job, case, config("shm", "1"))
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
         runner: runner,
         ranks: 3,
@@ -124,7 +128,8 @@ mod shm_am {
     fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
         run(job, case, config("shm", "0"))
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
         runner: runner,
         ranks: 2,
@@ -434,7 +439,8 @@ mod tcp_mr_local {
     fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
         run(job, case, config_mr_local("tcp"))
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
         runner: runner,
         ranks: 2,
@@ -456,7 +462,8 @@ mod tcp_mr_local_three_ranks_two_eps_blocking {
                 .wait_policy(WaitPolicy::Block)
         })
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
         runner: runner,
         ranks: 3,
@@ -470,7 +477,8 @@ mod shm_mr_local {
     fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
         run(job, case, config_mr_local("shm"))
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
         runner: runner,
         ranks: 3,

@@ -38,7 +38,8 @@ mod three_ranks_two_eps {
     fn runner(job: &Job<'_>, case: &Case<Smp>) -> Result<(), String> {
         run(job, case, ClientBuilder::new)
     }
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Smp,
         runner: runner,
         ranks: 3,
@@ -57,7 +58,8 @@ mod small_rings {
             ]))
         })
     }
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Smp,
         runner: runner,
         ranks: 2,
@@ -72,7 +74,8 @@ mod blocking_waits {
             ClientBuilder::new().wait_policy(WaitPolicy::Block)
         })
     }
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Smp,
         runner: runner,
         ranks: 4,

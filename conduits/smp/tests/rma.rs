@@ -38,7 +38,8 @@ mod two_ranks {
     fn runner(job: &Job<'_>, case: &Case<Smp>) -> Result<(), String> {
         run(job, case, || ClientBuilder::new().segment_size(17 << 20))
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Smp,
         runner: runner,
         ranks: 2,
@@ -59,7 +60,8 @@ mod four_ranks_small_rings {
                 ]))
         })
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Smp,
         runner: runner,
         ranks: 4,
@@ -78,7 +80,8 @@ mod five_ranks_blocking {
                 .wait_policy(gex_core::WaitPolicy::Block)
         })
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Smp,
         runner: runner,
         ranks: 5,
