@@ -1,36 +1,23 @@
 //! Multi-process tests of the smp conduit that the generic conformance suite does not
 //! cover: the shared-memory mechanics themselves (memfd regions, peer segment mappings,
 //! reply deferral under a full ring, blocking waits, nothing left in /dev/shm).
+//! Every job is started by gex-testkit's process runner.
 
-use gex_boot::{Role, spawn_self_test};
 use gex_conduit_smp::Smp;
+use gex_core::boot::Bootstrap;
 use gex_core::{Am, ClientBuilder, Config, EpAddr, Flags, Injected, Token, WaitPolicy};
+use gex_testkit::procs::{self, Procs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Runs `body` on `n` ranks (processes) of this test binary; asserts the job succeeded.
-fn job(n: u32, name: &str, body: impl FnOnce(Box<dyn gex_core::boot::Bootstrap>)) {
-    match spawn_self_test(n, name).expect("launch") {
-        Role::Rank(boot) => body(boot),
-        Role::Launcher(code) => assert_eq!(code, 0, "job {name} failed"),
-    }
+fn job(n: u32, body: impl FnOnce(Box<dyn Bootstrap>)) {
+    Procs::new(n).run(body).assert_success();
 }
 
-/// Entries of /dev/shm that look like gex's (other software, e.g. libfabric's shm
-/// provider in concurrent tests, may come and go there).
-fn shm_entries() -> Vec<String> {
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.to_ascii_lowercase().contains("gex"))
-                .collect()
-        })
-        .unwrap_or_default()
-}
 #[test]
 fn ping_pong_every_pair() {
-    job(3, "ping_pong_every_pair", |boot| {
+    job(3, |boot| {
         let c = ClientBuilder::new()
             .segment_size(1 << 20)
             .init::<Smp>(boot)
@@ -72,7 +59,7 @@ fn ping_pong_every_pair() {
 
 #[test]
 fn long_lands_in_mapped_peer_segment() {
-    job(2, "long_lands_in_mapped_peer_segment", |boot| {
+    job(2, |boot| {
         let c = ClientBuilder::new()
             .segment_size(1 << 16)
             .init::<Smp>(boot)
@@ -106,7 +93,7 @@ fn long_lands_in_mapped_peer_segment() {
 /// A tiny ring forces replies to be deferred; nothing may be lost or deadlock.
 #[test]
 fn replies_survive_full_rings() {
-    job(2, "replies_survive_full_rings", |boot| {
+    job(2, |boot| {
         let cfg = Config::from_pairs([
             ("GEX_SMP_RING_SIZE", "4096"),
             ("GEX_SMP_MAX_MEDIUM", "1024"),
@@ -153,7 +140,7 @@ fn replies_survive_full_rings() {
 /// Ranks that block in the kernel are woken by senders.
 #[test]
 fn blocking_waits_wake() {
-    job(4, "blocking_waits_wake", |boot| {
+    job(4, |boot| {
         let c = ClientBuilder::new()
             .segment_size(4096)
             .wait_policy(WaitPolicy::Block)
@@ -184,7 +171,7 @@ fn blocking_waits_wake() {
 /// Several endpoints per rank: AMs target non-zero endpoints, each EP on its own thread.
 #[test]
 fn endpoints_on_threads() {
-    job(2, "endpoints_on_threads", |boot| {
+    job(2, |boot| {
         let c = ClientBuilder::new()
             .segment_size(4096)
             .endpoints(3)
@@ -219,79 +206,33 @@ fn endpoints_on_threads() {
     });
 }
 
-/// Runs `name` as a job of `n` ranks that is expected to fail; returns the job's code
-/// and how long it took to end after the failure (see [`mark_failure`]), so that slow
-/// rank start-up on a loaded machine does not count.
+/// Runs a job of `n` ranks that is expected to fail; returns the job's code and how
+/// long it took to end after the failure (the failing rank marks the time with
+/// [`procs::mark`]), so that slow rank start-up on a loaded machine does not count.
+/// The ranks' own test harness output (the failure this test provokes) is in their
+/// logs, which the runner prints only when the job's report is shown.
 fn failing_job(
     n: u32,
-    name: &str,
-    body: impl FnOnce(Box<dyn gex_core::boot::Bootstrap>),
-) -> Option<(i32, std::time::Duration)> {
-    let mark = failure_mark(std::process::id(), name);
-    let _ = std::fs::remove_file(&mark);
-    let log = mark.with_extension("log");
-    match spawn_self_test(n, name).expect("launch") {
-        Role::Rank(boot) => {
-            // The ranks' own test harnesses report the failure this test provokes
-            // ("panicked", "FAILED"); send that to a log the launcher shows only when
-            // its own assertions fail, so a passing run prints no failure text.
-            let launcher = rustix::process::getppid().expect("a parent").as_raw_pid() as u32;
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(failure_mark(launcher, name).with_extension("log"))
-                .expect("open the ranks' log");
-            rustix::stdio::dup2_stdout(&f).expect("redirect stdout");
-            rustix::stdio::dup2_stderr(&f).expect("redirect stderr");
-            body(boot);
-            None
-        }
-        Role::Launcher(code) => {
-            let ended = wall_clock_ns();
-            // Captured by the test harness: printed only if this test fails.
-            eprintln!(
-                "ranks' output:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            let _ = std::fs::remove_file(&log);
-            let failed: u128 = std::fs::read_to_string(&mark)
-                .expect("the failing rank marked the time of its failure")
-                .trim()
-                .parse()
-                .expect("a time");
-            let _ = std::fs::remove_file(&mark);
-            let took = std::time::Duration::from_nanos(ended.saturating_sub(failed) as u64);
-            Some((code, took))
-        }
-    }
+    body: impl FnOnce(Box<dyn Bootstrap>),
+) -> (procs::Report, i32, std::time::Duration) {
+    let r = Procs::new(n).run(body);
+    r.assert_clean();
+    let took = r
+        .since_mark(FAILED)
+        .expect("the failing rank marked the time of its failure");
+    let code = r.code().expect("the job's exit code");
+    (r, code, took)
 }
 
-fn failure_mark(launcher: u32, name: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("gex-smp-test-failure-{launcher}-{name}"))
-}
-
-fn wall_clock_ns() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_nanos()
-}
-
-/// Called by the rank that is about to fail: records the time for [`failing_job`]
-/// (the launcher is this rank's parent process).
-fn mark_failure(name: &str) {
-    let launcher = rustix::process::getppid().expect("a parent").as_raw_pid() as u32;
-    std::fs::write(failure_mark(launcher, name), wall_clock_ns().to_string())
-        .expect("write the failure mark");
-}
+/// The mark of the rank that fails on purpose.
+const FAILED: &str = "failed";
 
 /// A rank killed with SIGKILL while its peers spin in `wait_until` for a message that
 /// will never come: the launcher ends the job promptly with 128 + 9 and nothing is left
 /// in /dev/shm.
 #[test]
 fn kill_9_of_a_rank_ends_the_job() {
-    let before = shm_entries();
-    let r = failing_job(3, "kill_9_of_a_rank_ends_the_job", |boot| {
+    let (r, code, took) = failing_job(3, |boot| {
         let c = ClientBuilder::new()
             .segment_size(1 << 20)
             .init::<Smp>(boot)
@@ -299,37 +240,35 @@ fn kill_9_of_a_rank_ends_the_job() {
         let mut ep = c.endpoint(0).unwrap();
         ep.barrier().unwrap();
         if c.rank() == 1 {
-            mark_failure("kill_9_of_a_rank_ends_the_job");
+            procs::mark(FAILED);
             rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL)
                 .unwrap();
         }
         ep.wait_until(|| false);
     });
-    if let Some((code, took)) = r {
-        assert_eq!(code, 128 + 9, "job code");
-        assert!(
-            took < std::time::Duration::from_secs(2),
-            "job took {took:?}"
-        );
-        let after = shm_entries();
-        assert!(
-            after.iter().all(|e| before.contains(e)),
-            "new /dev/shm entries: {after:?}"
-        );
-    }
+    assert_eq!(code, 128 + 9, "job code\n{r}");
+    assert!(
+        took < std::time::Duration::from_secs(2),
+        "job took {took:?}\n{r}"
+    );
+    assert!(
+        r.shm_left.is_empty(),
+        "new /dev/shm entries: {:?}",
+        r.shm_left
+    );
 }
 
 /// A panic inside an AM handler ends the job with the panic's exit code (101).
 #[test]
 fn panic_in_a_handler_ends_the_job() {
-    let r = failing_job(2, "panic_in_a_handler_ends_the_job", |boot| {
+    let (r, code, took) = failing_job(2, |boot| {
         let c = ClientBuilder::new()
             .segment_size(1 << 16)
             .init::<Smp>(boot)
             .unwrap();
         let mut ep = c.endpoint(0).unwrap();
         ep.register(190, |_t: &mut Token<'_>, _am: Am<'_>| {
-            mark_failure("panic_in_a_handler_ends_the_job");
+            procs::mark(FAILED);
             panic!("handler failure (expected by the test)")
         })
         .unwrap();
@@ -340,19 +279,16 @@ fn panic_in_a_handler_ends_the_job() {
         }
         ep.wait_until(|| false);
     });
-    if let Some((code, took)) = r {
-        assert_eq!(code, 101, "job code");
-        assert!(
-            took < std::time::Duration::from_secs(2),
-            "job took {took:?}"
-        );
-    }
+    assert_eq!(code, 101, "job code\n{r}");
+    assert!(
+        took < std::time::Duration::from_secs(2),
+        "job took {took:?}\n{r}"
+    );
 }
 
 #[test]
 fn nothing_left_in_dev_shm() {
-    let before = shm_entries();
-    job(2, "nothing_left_in_dev_shm", |boot| {
+    let r = Procs::new(2).run(|boot| {
         let c = ClientBuilder::new()
             .segment_size(1 << 20)
             .init::<Smp>(boot)
@@ -360,9 +296,10 @@ fn nothing_left_in_dev_shm() {
         let mut ep = c.endpoint(0).unwrap();
         ep.barrier().unwrap();
     });
-    if std::env::var_os("GEX_BOOT").is_none() {
-        let after = shm_entries();
-        let new: Vec<_> = after.iter().filter(|e| !before.contains(e)).collect();
-        assert!(new.is_empty(), "new /dev/shm entries: {new:?}");
-    }
+    r.assert_success();
+    assert!(
+        r.shm_left.is_empty(),
+        "new /dev/shm entries: {:?}",
+        r.shm_left
+    );
 }
