@@ -71,8 +71,8 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fmt;
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -247,7 +247,8 @@ impl Procs {
     /// `body` with it and ends the process: code 0 if `body` returned `()` or `Ok`, 1
     /// (after printing the error) if it returned `Err`, 101 if it panicked. `body` may
     /// also end the process itself ([`std::process::exit`]; the rank then reports
-    /// nothing). A rank never returns from this call.
+    /// nothing; a body that always does has the type `!`, so write it as
+    /// `|boot| -> () { … }`). A rank never returns from this call.
     pub fn run<B, O>(&self, body: B) -> Report
     where
         B: FnOnce(Box<dyn Bootstrap>) -> O,
@@ -636,7 +637,11 @@ where
     // The log first, so everything this rank prints (also the test harness's own
     // lines) is kept for the launcher; the pid file is the log.
     if let Some(p) = rank_file("log") {
-        match std::fs::OpenOptions::new().create(true).append(true).open(&p) {
+        match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&p)
+        {
             Ok(f) => {
                 flush_stdio();
                 let _ = rustix::stdio::dup2_stdout(&f);
@@ -767,9 +772,11 @@ impl Report {
             && !self.timed_out
             && self.clean()
             && self.ranks.len() == self.ranks_expected as usize
-            && self.ranks.iter().enumerate().all(|(i, r)| {
-                r.rank == Some(i as u32) && r.outcome == Outcome::Passed
-            })
+            && self
+                .ranks
+                .iter()
+                .enumerate()
+                .all(|(i, r)| r.rank == Some(i as u32) && r.outcome == Outcome::Passed)
     }
 
     /// `Ok` if the job [succeeded](Self::succeeded), else the report as text (with
@@ -890,7 +897,11 @@ impl fmt::Display for ReportText<'_> {
             writeln!(f, "  rank {rank} (pid {}): {what}", k.pid)?;
         }
         if !r.survivors.is_empty() {
-            writeln!(f, "  rank processes left running (killed): {:?}", r.survivors)?;
+            writeln!(
+                f,
+                "  rank processes left running (killed): {:?}",
+                r.survivors
+            )?;
         }
         if !r.shm_left.is_empty() {
             writeln!(f, "  left in /dev/shm (removed): {:?}", r.shm_left)?;
