@@ -361,22 +361,6 @@ where
     }
 }
 
-/// Longest one case may run on one rank of a process runner before
-/// [`rank_watchdog`] ends that rank.
-pub const RANK_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
-
-/// Starts a thread that ends this rank process (exit code 124) if it is still running
-/// after [`RANK_LIMIT`]: the launcher then ends the whole job, so a hang fails the test
-/// instead of stalling the run. For runners that start one process per rank.
-pub fn rank_watchdog(case: &str) {
-    let case = case.to_string();
-    std::thread::spawn(move || {
-        std::thread::sleep(RANK_LIMIT);
-        eprintln!("conformance: {case} still running after {RANK_LIMIT:?}; ending this rank");
-        std::process::exit(124);
-    });
-}
-
 /// Runs `case` on this rank: checks the job's shape, then calls the case.
 ///
 /// # Errors
