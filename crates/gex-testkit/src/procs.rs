@@ -603,6 +603,15 @@ pub fn note(key: &str, value: &str) {
     write_rank_file(&format!("note.{key}"), value);
 }
 
+/// In a rank that is about to end the job itself (e.g. with
+/// [`Client::abort`](gex_core::Client::abort), which ends the process): prints `msg`
+/// and records it as this rank's failure ([`Outcome::Failed`]), so the report shows
+/// it. Does nothing else outside a rank of [`Procs::run`].
+pub fn failed(msg: &str) {
+    eprintln!("procs: rank failed: {msg}");
+    write_rank_file("result", &format!("failed\n{msg}"));
+}
+
 /// In a rank: notes the current wall-clock time under `key`; the launcher reads how
 /// long before the end of the job that was with [`Report::since_mark`] (e.g. how
 /// promptly a job ended after a rank failed on purpose).
@@ -1191,7 +1200,9 @@ impl<C: Conduit> ProcRunner<C> {
         }
         .and_then(|()| conformance::run_on_rank(&client, case));
         if let Err(e) = r {
-            // End the whole job promptly rather than leaving peers waiting.
+            // Record the failure (abort ends this process), then end the whole job
+            // promptly rather than leaving peers waiting.
+            failed(&e);
             client.abort(1, &e);
         }
         client.finalize().map_err(|e| e.to_string())?;
