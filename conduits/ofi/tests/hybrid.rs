@@ -19,7 +19,7 @@ mod hybrid_common;
 use gex_conduit_ofi::Ofi;
 use gex_core::{Client, ClientBuilder, Config};
 use gex_rma::RmaEp;
-use gex_testkit::procs::{ProcRunner, Procs};
+use gex_testkit::procs::{self, ProcRunner, Procs};
 
 /// The host of every rank: the first half on `a`, the others on `b`.
 fn hosts(ranks: u32) -> Vec<&'static str> {
@@ -144,6 +144,7 @@ fn four_rank_job(
                 .init::<Ofi>(boot)
                 .map_err(|e| e.to_string())?;
             if let Err(e) = body(&client) {
+                procs::failed(&e);
                 client.abort(1, &e);
             }
             client.finalize().map_err(|e| e.to_string())

@@ -453,6 +453,7 @@ fn rank(
         body(&client)
     };
     if let Err(e) = check {
+        procs::failed(&e);
         client.abort(1, &e);
     }
     client.finalize().map_err(|e| e.to_string())
