@@ -299,12 +299,7 @@ impl Procs {
         };
         let shm_before = shm_names();
         let t0 = Instant::now();
-        eprintln!(
-            "procs: {test}: {} ranks ({}), logs in {}",
-            self.ranks,
-            report.launcher,
-            dir.0.display()
-        );
+        eprintln!("procs: {test}: {} ranks ({})", self.ranks, report.launcher);
         match &self.launcher {
             Launcher::Fork => self.run_fork(&test, &dir.0, &mut report),
             Launcher::Mpiexec {
