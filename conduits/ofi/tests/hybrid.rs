@@ -129,6 +129,9 @@ mod one_host_forced {
 
 /// Runs `body` on every rank of a 4-rank job on two "hosts" with `extra` settings and
 /// 1 MiB segments; a rank whose body fails aborts the job. The job must succeed.
+/// `coll_world` runs every collective over tcp: 40-100 s on a 2-core machine that
+/// others load too, where the runner's default watchdog of 180 s was seen to fire;
+/// hence 10 minutes.
 fn four_rank_job(
     test: &str,
     extra: &'static [(&'static str, &'static str)],
@@ -136,6 +139,7 @@ fn four_rank_job(
 ) {
     Procs::new(4)
         .test(test)
+        .timeout(std::time::Duration::from_secs(600))
         .hosts(hosts(4))
         .run(|boot| {
             let client = ClientBuilder::new()
