@@ -81,7 +81,8 @@ fn forced() -> bool {
 /// Two ranks sharing memory: the direct path (unless forced to AM).
 mod r2_shared {
     use super::*;
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Sim,
         runner: SimRunner::new(SimConfig::default()).segment_size(4 << 20),
         ranks: 2,
@@ -92,7 +93,8 @@ mod r2_shared {
 /// reference path with out-of-order delivery; 17 MiB segments for the 16 MiB case.
 mod r3_am_reorder {
     use super::*;
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Sim,
         runner: SimRunner::new(SimConfig::default().reorder(true).ranks_per_host(1).seed(7))
             .segment_size(17 << 20),
@@ -110,7 +112,8 @@ mod r5_no_shm {
         c.max_medium = 1024;
         c
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Sim,
         runner: SimRunner::new(cfg()).segment_size(2 << 20),
         ranks: 5,
@@ -122,7 +125,8 @@ mod r5_no_shm {
 /// RMA inside a host and the AM path between hosts, with reordering.
 mod r7_three_per_host {
     use super::*;
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Sim,
         runner: SimRunner::new(SimConfig::default().reorder(true).ranks_per_host(3).seed(5))
             .segment_size(4 << 20),
@@ -145,7 +149,8 @@ mod r4_native {
             .latency(gex_testkit::sim::Delay::polls(2))
             .native(true, true)
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Sim,
         runner: SimRunner::new(cfg()).segment_size(17 << 20),
         ranks: 4,
