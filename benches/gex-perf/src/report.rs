@@ -6,12 +6,18 @@ use serde::Serialize;
 use std::io::Write;
 
 /// The provider behind the client's conduit, for conduits that have one: the libfabric
-/// provider the ofi conduit opened (`Ofi::report`). `None` for the others.
+/// provider the ofi conduit opened (`Ofi::report`), alone or as the far part of the
+/// hybrid conduit `GEX_CONDUIT=ofi` runs. `None` for the others.
 pub(crate) fn provider_of<C: Conduit>(client: &Client<C>) -> Option<String> {
     #[cfg(feature = "ofi")]
     {
+        use gex::conduit::ofi::{Ofi, OfiHybrid};
         let any: &dyn std::any::Any = &**client.conduit();
-        if let Some(ofi) = any.downcast_ref::<gex::conduit::ofi::Ofi>() {
+        let ofi = any
+            .downcast_ref::<OfiHybrid>()
+            .map(OfiHybrid::far)
+            .or_else(|| any.downcast_ref::<Ofi>());
+        if let Some(ofi) = ofi {
             return Some(ofi.report().provider().to_string());
         }
     }

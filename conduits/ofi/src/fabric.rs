@@ -351,6 +351,16 @@ pub(crate) struct Completion {
     pub(crate) buf: *mut c_void,
 }
 
+impl Completion {
+    /// A completion of nothing (null pointers), to fill arrays completions are read into.
+    pub(crate) const EMPTY: Completion = Completion {
+        ctx: ptr::null_mut(),
+        flags: 0,
+        len: 0,
+        buf: ptr::null_mut(),
+    };
+}
+
 /// An error completion.
 #[derive(Clone, Debug)]
 pub(crate) struct CqError {

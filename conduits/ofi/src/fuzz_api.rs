@@ -6,7 +6,7 @@
 use gex_core::{Category, Kind};
 
 /// Largest argument count the conduit accepts.
-pub const MAX_ARGS: usize = crate::ofi::MAX_ARGS;
+pub const MAX_ARGS: usize = crate::config::MAX_ARGS;
 /// Bytes of the fixed header.
 pub const HEADER: usize = crate::wire::HEADER;
 

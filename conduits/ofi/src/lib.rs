@@ -57,18 +57,16 @@
 //!   completion. A registration is only ever used while its memory provably keeps its
 //!   pages (the module `mr` explains why no memory monitor is needed);
 //!   `GEX_OFI_MR_LOCAL=1` makes the conduit act so on providers that do not require it.
-//! - **Hybrid jobs.** When the job spans several hosts and a host has several ranks
-//!   (`GEX_OFI_HYBRID`, default `auto`), ranks of one host talk through the smp
-//!   conduit's shared memory, reused as a library ([`gex_conduit_smp::node`]): AMs to
-//!   them go into SPSC rings, their segments are mapped (`SHARED_MEMORY`, so gex-rma
-//!   copies directly and runs its shared-memory barrier in the aux areas), and each
-//!   endpoint's segment lives in the shared region, registered with libfabric for the
-//!   other hosts. `poll` drains the rings first and reads the completion queue on every
-//!   pass only while network operations are in flight; otherwise at intervals that
-//!   double after each fruitless read up to 256 polls, so the network's progress
-//!   engine (tcp: a `poll(2)` per read) does not slow shared-memory traffic. A hybrid
-//!   endpoint's `block` naps on the smp doorbell for at most 50 µs (it cannot also
-//!   sleep on the CQ). [`Ofi::stats`] counts AMs per path.
+//! - **Hybrid jobs** are gex-conduit-hybrid's: `GEX_CONDUIT=ofi` runs `Hybrid<Smp, Ofi>`,
+//!   in which the ranks of one host talk through the smp conduit's shared memory and
+//!   this conduit carries the traffic between hosts. For that it implements the far
+//!   half of the hybrid contract ([`gex_core::spi::FarConduit`],
+//!   [`gex_core::spi::FarEp`]): opened on the smp endpoints' segments, it registers
+//!   them like its own, so native RMA from other hosts lands in memory the neighbours
+//!   map; it opens no CQ wait object (the hybrid conduit naps on the near part), and
+//!   tells the hybrid conduit when network operations are in flight, so it can read
+//!   the CQ on every poll then and at doubling intervals otherwise. This crate depends
+//!   on no other conduit.
 //! - **Degradation.** A provider lacking `FI_RMA`, `FI_MULTI_RECV`, send-after-send
 //!   ordering or a CQ wait object is still used, with the reference path for what it
 //!   lacks; [`OfiReport`] (from [`Ofi::report`]) says which path each operation uses
@@ -78,10 +76,11 @@
 //! `GEX_OFI_PROVIDER` (default `tcp`, i.e. `tcp;ofi_rxm`; `auto` leaves the choice to
 //! libfabric and its `FI_PROVIDER`), `GEX_OFI_DOMAIN`, `GEX_OFI_MAX_MEDIUM` (default
 //! 8 KiB), `GEX_OFI_CREDITS` (default 64), `GEX_OFI_MULTI_RECV` (default 1),
-//! `GEX_OFI_RMA` (default 1), `GEX_OFI_ATOMICS` (default 1), `GEX_OFI_HYBRID` (default
-//! `auto`), `GEX_OFI_MR_LOCAL` (default 0, a testing aid), `GEX_OFI_MR_CACHE_ENTRIES`
-//! (default 256), `GEX_OFI_MR_CACHE_BYTES` (default 1G). See
-//! `docs/ofi.md` and `docs/env.md`.
+//! `GEX_OFI_RMA` (default 1), `GEX_OFI_ATOMICS` (default 1), `GEX_OFI_RELAXED_PUTS`
+//! (default 1), `GEX_OFI_MR_LOCAL` (default 0, a testing aid),
+//! `GEX_OFI_MR_CACHE_ENTRIES` (default 256), `GEX_OFI_MR_CACHE_BYTES` (default 1G);
+//! hybrid jobs: `GEX_HYBRID` (the hybrid conduit's; `GEX_OFI_HYBRID` is its old name).
+//! See `docs/ofi.md` and `docs/env.md`.
 //!
 //! ## Errors and faults
 //! A provider that does not exist or cannot be opened, a registration that fails, a
@@ -93,19 +92,49 @@
 //! text: the rank ends and the launcher ends the job, rather than hanging.
 //!
 //! ## What it does not do (yet)
-//! Long payloads larger than a Medium, a combined sleep on the rings and the CQ in a
-//! hybrid job.
+//! Long payloads larger than a Medium.
 
+//!
+//! ## Source map
+//! | module | what it does |
+//! |---|---|
+//! | `config` | `GEX_OFI_*` settings, defaults, fixed resource sizes |
+//! | `select` | provider selection (`fi_getinfo`, degradation), relaxed-put eligibility |
+//! | `open` | `Conduit::open` as named steps: objects, registrations, address exchange |
+//! | `wireup` | hellos between every pair of endpoints at the end of `open`; `shm` names unlinked |
+//! | `conduit` | the conduit object [`Ofi`] and its `Conduit` implementation |
+//! | `ep` | the endpoint [`OfiEp`] and its `ConduitEp` implementation |
+//! | `tx` | sends, request credits, queued replies, liveness probes |
+//! | `rx` | receive buffers, decoding, Long placement, delivery |
+//! | `rma` | native RMA and atomics: slots, puts, gets, flushes, atomics, tickets |
+//! | `progress` | `poll`, injection over libfabric, `block` |
+//! | `close` | graves of dropped endpoints, served until the final barrier |
+//! | `stats`, `report` | counters ([`OfiStats`]) and the path report ([`OfiReport`]) |
+//! | `mem`, `mr`, `fabric`, `wire` | buffers, registration cache, libfabric wrappers, wire format |
+
+mod close;
+mod conduit;
+mod config;
+mod ep;
 mod fabric;
-mod mr;
-mod ofi;
-mod wire;
-
 #[doc(hidden)]
 pub mod fuzz_api;
+mod mem;
+mod mr;
+mod open;
+mod progress;
+mod report;
+mod rma;
+mod rx;
+mod select;
+mod stats;
+mod tx;
+mod wire;
+mod wireup;
 
+pub use conduit::Ofi;
+pub use config::{DEFAULT_CREDITS, DEFAULT_MAX_MEDIUM, DEFAULT_PROVIDER, ENV_VARS};
+pub use ep::OfiEp;
 pub use mr::{DEFAULT_MR_CACHE_BYTES, DEFAULT_MR_CACHE_ENTRIES, MemRegion};
-pub use ofi::{
-    DEFAULT_CREDITS, DEFAULT_MAX_MEDIUM, DEFAULT_PROVIDER, Ofi, OfiEp, OfiReport, OfiStats,
-    PathChoice,
-};
+pub use report::{OfiReport, PathChoice};
+pub use stats::OfiStats;

@@ -10,6 +10,7 @@
 use gex_conduit_ofi::Ofi;
 use gex_core::{Am, ClientBuilder, Config, EpAddr, Flags, Token};
 use gex_rma::RmaEp;
+use gex_testkit::procs::Procs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -18,25 +19,23 @@ const SEGMENT: usize = 16 << 20;
 fn builder() -> ClientBuilder {
     ClientBuilder::new()
         .config(Config::from_pairs([
+            // Both ranks run on this host: the ofi conduit alone (not the facade's
+            // hybrid `Hybrid<Smp, Ofi>`) carries everything over the network.
             ("GEX_OFI_PROVIDER", "tcp"),
-            // Both ranks run on this host: without this they would talk through
-            // shared memory and the network path would not be exercised.
-            ("GEX_OFI_HYBRID", "0"),
         ]))
         .segment_size(SEGMENT)
 }
 
-/// Runs `body` as a 2-rank job of this test, `rounds` times; every job must exit 0.
+/// Runs `body` as a 2-rank job of this test, `rounds` times; every job must succeed.
 fn jobs(test: &str, rounds: usize, body: fn(&gex_core::Client<Ofi>)) {
     for round in 0..rounds {
-        match gex_boot::spawn_self_test(2, test).expect("spawn") {
-            gex_boot::Role::Launcher(code) => assert_eq!(code, 0, "round {round}: job code"),
-            gex_boot::Role::Rank(boot) => {
-                let client = builder().init::<Ofi>(boot).expect("init");
-                body(&client);
-                client.finalize().expect("finalize");
-                std::process::exit(0);
-            }
+        let r = Procs::new(2).test(test).run(|boot| {
+            let client = builder().init::<Ofi>(boot).expect("init");
+            body(&client);
+            client.finalize().expect("finalize");
+        });
+        if let Err(e) = r.result() {
+            panic!("round {round}: {e}");
         }
     }
 }

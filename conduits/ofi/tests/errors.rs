@@ -4,6 +4,7 @@
 use gex_conduit_ofi::Ofi;
 use gex_core::boot::Singleton;
 use gex_core::{Am, Client, ClientBuilder, Config, EpAddr, Flags, InitError, Token};
+use gex_testkit::procs::Procs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -101,48 +102,42 @@ fn multi_receive_can_be_turned_off() {
 /// the job ends promptly with a non-zero code instead of hanging.
 #[test]
 fn peer_exit_mid_transfer_ends_the_job() {
-    let t0 = Instant::now();
-    match gex_boot::spawn_self_test(2, "peer_exit_mid_transfer_ends_the_job").expect("spawn") {
-        gex_boot::Role::Launcher(code) => {
-            assert_ne!(code, 0, "a rank died: the job must fail");
-            assert!(
-                t0.elapsed() < Duration::from_secs(60),
-                "took {:?}",
-                t0.elapsed()
-            );
+    // `-> ()`: every rank ends its process itself.
+    let r = Procs::new(2).run(|boot| -> () {
+        let client = ClientBuilder::new()
+            .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
+            .segment_size(64 << 10)
+            .init::<Ofi>(boot)
+            .expect("init");
+        let mut ep = client.endpoint(0).expect("ep");
+        let got = Arc::new(AtomicU64::new(0));
+        let g = got.clone();
+        ep.register(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
+            g.fetch_add(1, Ordering::Relaxed);
+        })
+        .expect("register");
+        ep.barrier().expect("barrier");
+        if client.rank() == 1 {
+            ep.wait_until(|| got.load(Ordering::Relaxed) >= 100);
+            std::process::exit(7);
         }
-        gex_boot::Role::Rank(boot) => {
-            let client = ClientBuilder::new()
-                .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
-                .segment_size(64 << 10)
-                .init::<Ofi>(boot)
-                .expect("init");
-            let mut ep = client.endpoint(0).expect("ep");
-            let got = Arc::new(AtomicU64::new(0));
-            let g = got.clone();
-            ep.register(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
-                g.fetch_add(1, Ordering::Relaxed);
-            })
-            .expect("register");
-            ep.barrier().expect("barrier");
-            if client.rank() == 1 {
-                ep.wait_until(|| got.load(Ordering::Relaxed) >= 100);
-                std::process::exit(7);
-            }
-            // Rank 0 keeps sending until the job is ended under it (or the conduit
-            // reports the failure).
-            loop {
-                if let Err(e) =
-                    ep.request_medium(EpAddr::rank(1), 200, &[], &[1; 2000], Flags::empty())
-                {
-                    eprintln!("rank 0: {e}");
-                    std::process::exit(9);
-                }
+        // Rank 0 keeps sending until the job is ended under it (or the conduit
+        // reports the failure).
+        loop {
+            if let Err(e) = ep.request_medium(EpAddr::rank(1), 200, &[], &[1; 2000], Flags::empty())
+            {
+                eprintln!("rank 0: {e}");
+                std::process::exit(9);
             }
         }
-    }
+    });
+    assert!(
+        r.code().is_some_and(|c| c != 0),
+        "a rank died: the job must fail\n{r}"
+    );
+    assert!(r.took < Duration::from_secs(60), "took {:?}", r.took);
+    r.assert_clean();
 }
-
 /// With a wait policy that may block, tcp;ofi_rxm sleeps in its CQ's file-descriptor
 /// wait object (`BLOCKING_WAIT`); shm 1.17 offers none, so it degrades to yielding and
 /// says why.
@@ -172,92 +167,54 @@ fn waiting_paths_follow_the_provider() {
     }
 }
 
-/// Where the ranks of a job launched by process `launcher` record their pids (see
-/// [`kill_9_of_a_rank_leaves_nothing_in_dev_shm`]).
-fn rank_pids_dir(launcher: u32) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("gex-ofi-kill9-{launcher}"))
-}
-
-/// Entries of /dev/shm named by one of `pids` (libfabric's shm provider names its
-/// regions `<pid>:<uid>:<index>`; gex's own objects contain "gex").
-fn shm_entries_of(pids: &[String]) -> Vec<String> {
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| pids.iter().any(|p| n.starts_with(&format!("{p}:"))))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Over the shm provider, a rank killed with SIGKILL in the middle of a flood (2 ranks,
 /// 2 endpoints each): the job ends promptly with a non-zero code, and nothing named by
 /// one of its ranks remains in /dev/shm (the conduit unlinks the provider's regions once
-/// every peer has mapped them).
+/// every peer has mapped them; the process runner lists, and removes, what a job left
+/// there: libfabric's shm provider names its regions `<pid>:<uid>:<index>`).
 #[test]
 fn kill_9_of_a_rank_leaves_nothing_in_dev_shm() {
-    let t0 = Instant::now();
-    match gex_boot::spawn_self_test(2, "kill_9_of_a_rank_leaves_nothing_in_dev_shm").expect("spawn")
-    {
-        gex_boot::Role::Launcher(code) => {
-            let took = t0.elapsed();
-            let dir = rank_pids_dir(std::process::id());
-            let pids: Vec<String> = std::fs::read_dir(&dir)
-                .map(|d| {
-                    d.filter_map(|e| e.ok())
-                        .map(|e| e.file_name().to_string_lossy().into_owned())
-                        .collect()
-                })
-                .unwrap_or_default();
-            let _ = std::fs::remove_dir_all(&dir);
-            assert_ne!(code, 0, "a rank was killed: the job must fail");
-            assert!(took < Duration::from_secs(60), "took {took:?}");
-            assert_eq!(pids.len(), 2, "both ranks recorded their pid in {dir:?}");
-            // The launcher has reaped every rank when it returns.
-            let left = shm_entries_of(&pids);
-            // Fail without leaving them behind for the next run.
-            for n in &left {
-                let _ = std::fs::remove_file(std::path::Path::new("/dev/shm").join(n));
-            }
-            assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+    // `-> ()`: every rank ends its process itself.
+    let r = Procs::new(2).run(|boot| -> () {
+        let client = ClientBuilder::new()
+            .config(Config::from_pairs([("GEX_OFI_PROVIDER", "shm")]))
+            .segment_size(64 << 10)
+            .endpoints(2)
+            .init::<Ofi>(boot)
+            .expect("init");
+        let mut ep = client.endpoint(0).expect("ep");
+        let got = Arc::new(AtomicU64::new(0));
+        let g = got.clone();
+        ep.register(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
+            g.fetch_add(1, Ordering::Relaxed);
+        })
+        .expect("register");
+        ep.barrier().expect("barrier");
+        if client.rank() == 1 {
+            ep.wait_until(|| got.load(Ordering::Relaxed) >= 100);
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &std::process::id().to_string()])
+                .status();
+            std::process::exit(3); // not reached
         }
-        gex_boot::Role::Rank(boot) => {
-            let client = ClientBuilder::new()
-                .config(Config::from_pairs([("GEX_OFI_PROVIDER", "shm")]))
-                .segment_size(64 << 10)
-                .endpoints(2)
-                .init::<Ofi>(boot)
-                .expect("init");
-            // A rank's parent is the launcher (the test process).
-            let dir = rank_pids_dir(std::os::unix::process::parent_id());
-            std::fs::create_dir_all(&dir).expect("pid dir");
-            std::fs::write(dir.join(std::process::id().to_string()), b"").expect("pid file");
-            let mut ep = client.endpoint(0).expect("ep");
-            let got = Arc::new(AtomicU64::new(0));
-            let g = got.clone();
-            ep.register(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
-                g.fetch_add(1, Ordering::Relaxed);
-            })
-            .expect("register");
-            ep.barrier().expect("barrier");
-            if client.rank() == 1 {
-                ep.wait_until(|| got.load(Ordering::Relaxed) >= 100);
-                let _ = std::process::Command::new("kill")
-                    .args(["-9", &std::process::id().to_string()])
-                    .status();
-                std::process::exit(3); // not reached
-            }
-            loop {
-                if let Err(e) =
-                    ep.request_medium(EpAddr::rank(1), 200, &[], &[1; 2000], Flags::empty())
-                {
-                    eprintln!("rank 0: {e}");
-                    std::process::exit(9);
-                }
+        loop {
+            if let Err(e) = ep.request_medium(EpAddr::rank(1), 200, &[], &[1; 2000], Flags::empty())
+            {
+                eprintln!("rank 0: {e}");
+                std::process::exit(9);
             }
         }
-    }
+    });
+    assert!(
+        r.code().is_some_and(|c| c != 0),
+        "a rank was killed: the job must fail\n{r}"
+    );
+    assert!(r.took < Duration::from_secs(60), "took {:?}", r.took);
+    // Both ranks started (and recorded their pids), and the launcher has reaped every
+    // rank when it returns.
+    assert_eq!(r.ranks.len(), 2, "both ranks started\n{r}");
+    assert!(r.shm_left.is_empty(), "left in /dev/shm: {:?}", r.shm_left);
+    r.assert_clean();
 }
 
 /// A peer whose endpoint vanishes (its thread panics, closing its libfabric objects

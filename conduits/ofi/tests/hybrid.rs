@@ -7,7 +7,7 @@
 //! Runs the core conformance suite (1 and 2 endpoints per rank) and the RMA suite in
 //! that shape, the core suite on 3 ranks of one host with `GEX_OFI_HYBRID=1`
 //! (`one_host_forced`: every peer through shared memory), and `paths_are_counted` / `hybrid_off_uses_the_network_only` check with
-//! `Ofi::stats()` which path each peer's traffic took. `coll_world_is_hierarchical`
+//! `Hybrid::stats()` which path each peer's traffic took. `coll_world_is_hierarchical`
 //! runs every collective on the world team of that job (gex-coll's `hier`: host
 //! teams through shared memory, leaders through libfabric).
 //! `conduits/ofi/tests/netns.rs` runs the same across two network namespaces.
@@ -16,10 +16,10 @@
 
 mod hybrid_common;
 
-use gex_conduit_ofi::Ofi;
-use gex_core::{ClientBuilder, Config};
+use gex_core::{Client, ClientBuilder, Config};
 use gex_rma::RmaEp;
-use gex_testkit::conformance::{self, Case, Job};
+use gex_testkit::procs::{self, ProcRunner, Procs};
+use hybrid_common::OfiHybrid;
 
 /// The host of every rank: the first half on `a`, the others on `b`.
 fn hosts(ranks: u32) -> Vec<&'static str> {
@@ -42,73 +42,39 @@ fn config(extra: &[(&'static str, &'static str)]) -> Config {
     Config::from_pairs(pairs)
 }
 
-/// Launches the job on two "hosts"; each rank checks it is hybrid and runs the case.
-fn run(job: &Job<'_>, case: &Case<Ofi>, segment: usize) -> Result<(), String> {
-    run_on(job, case, segment, true)
-}
-
-/// Launches the job on two "hosts" (`two_hosts`) or one host with `GEX_OFI_HYBRID=1`;
-/// each rank checks which ranks it reaches through shared memory and runs the case.
-fn run_on(job: &Job<'_>, case: &Case<Ofi>, segment: usize, two_hosts: bool) -> Result<(), String> {
-    let h = if two_hosts {
-        hosts(job.ranks)
-    } else {
-        vec!["a"; job.ranks as usize]
-    };
-    match gex_boot::spawn_self_test_with(job.ranks, job.test_path, |s| s.hosts(h))
-        .map_err(|e| e.to_string())?
-    {
-        gex_boot::Role::Launcher(0) => Ok(()),
-        gex_boot::Role::Launcher(code) => Err(format!("job exited with code {code}")),
-        gex_boot::Role::Rank(boot) => {
-            conformance::rank_watchdog(job.test_path);
-            let extra: &[(&'static str, &'static str)] = if two_hosts {
-                &[]
-            } else {
-                &[("GEX_OFI_HYBRID", "1")]
-            };
-            let client = ClientBuilder::new()
-                .config(config(extra))
-                .segment_size(segment)
-                .endpoints(job.endpoints)
-                .init::<Ofi>(boot)
-                .map_err(|e| e.to_string())?;
-            let me = client.rank();
-            let want = if two_hosts {
-                neighbours(job.ranks, me)
-            } else {
-                (0..job.ranks).collect()
-            };
-            let check = if client.conduit().shared_memory_peers() != want.as_slice() {
-                Err(format!(
-                    "rank {me}: shared-memory peers {:?}, want {want:?}",
-                    client.conduit().shared_memory_peers()
-                ))
-            } else {
-                conformance::run_on_rank(&client, case)
-            };
-            if let Err(e) = check {
-                client.abort(1, &e);
-            }
-            client.finalize().map_err(|e| e.to_string())
-        }
+/// Checks that `client` reaches exactly the ranks `want` through shared memory.
+fn shared_memory_peers(client: &Client<OfiHybrid>, want: &[u32]) -> Result<(), String> {
+    let got = client.conduit().shared_memory_peers();
+    if got != want {
+        return Err(format!(
+            "rank {}: shared-memory peers {got:?}, want {want:?}",
+            client.rank()
+        ));
     }
+    Ok(())
 }
 
-fn core_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
-    run(job, case, 256 << 10)
-}
-
-fn rma_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
-    run(job, case, 2 << 20)
+/// Jobs on two "hosts" (the first half of the ranks on `a`, the others on `b`); each
+/// rank checks that it reaches exactly the ranks of its host through shared memory,
+/// then runs the case.
+fn two_hosts_runner(segment: usize) -> ProcRunner<OfiHybrid> {
+    ProcRunner::new()
+        .builder(move || {
+            ClientBuilder::new()
+                .config(config(&[]))
+                .segment_size(segment)
+        })
+        .procs(|p, job| p.hosts(hosts(job.ranks)))
+        .check(|client, job| shared_memory_peers(client, &neighbours(job.ranks, client.rank())))
 }
 
 /// 4 ranks on two "hosts", one endpoint each.
 mod two_hosts {
     use super::*;
-    gex_testkit::conformance_tests! {
-        conduit: Ofi,
-        runner: core_runner,
+    gex_testkit::suite_tests! {
+        suite: core,
+        conduit: OfiHybrid,
+        runner: two_hosts_runner(256 << 10),
         ranks: 4,
     }
 }
@@ -117,9 +83,10 @@ mod two_hosts {
 /// of a host, one libfabric domain per endpoint across hosts).
 mod two_hosts_two_eps {
     use super::*;
-    gex_testkit::conformance_tests! {
-        conduit: Ofi,
-        runner: core_runner,
+    gex_testkit::suite_tests! {
+        suite: core,
+        conduit: OfiHybrid,
+        runner: two_hosts_runner(256 << 10),
         ranks: 4,
         endpoints: 2,
     }
@@ -130,9 +97,10 @@ mod two_hosts_two_eps {
 /// where `FI_ATOMIC` offers every operation.
 mod rma_two_hosts {
     use super::*;
-    gex_testkit::rma_conformance_tests! {
-        conduit: Ofi,
-        runner: rma_runner,
+    gex_testkit::suite_tests! {
+        suite: rma,
+        conduit: OfiHybrid,
+        runner: two_hosts_runner(2 << 20),
         ranks: 4,
     }
 }
@@ -141,45 +109,59 @@ mod rma_two_hosts {
 /// carries only what gex-rma asks of the NIC (native atomic domains).
 mod one_host_forced {
     use super::*;
-    fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
-        run_on(job, case, 256 << 10, false)
+    fn runner() -> ProcRunner<OfiHybrid> {
+        ProcRunner::new()
+            .builder(|| {
+                ClientBuilder::new()
+                    .config(config(&[("GEX_OFI_HYBRID", "1")]))
+                    .segment_size(256 << 10)
+            })
+            .procs(|p, job| p.hosts(vec!["a"; job.ranks as usize]))
+            .check(|client, job| shared_memory_peers(client, &(0..job.ranks).collect::<Vec<_>>()))
     }
-    gex_testkit::conformance_tests! {
-        conduit: Ofi,
-        runner: runner,
+    gex_testkit::suite_tests! {
+        suite: core,
+        conduit: OfiHybrid,
+        runner: runner(),
         ranks: 3,
     }
 }
 
-/// Runs `check` on every rank of a 4-rank job on two "hosts" with `extra` settings.
-fn paths_job(test: &str, extra: &'static [(&'static str, &'static str)], hybrid: bool) {
-    match gex_boot::spawn_self_test_with(4, test, |s| s.hosts(hosts(4))).expect("spawn") {
-        gex_boot::Role::Launcher(code) => assert_eq!(code, 0, "{test}: job failed"),
-        gex_boot::Role::Rank(boot) => {
-            conformance::rank_watchdog(test);
-            let result = ClientBuilder::new()
+/// Runs `body` on every rank of a 4-rank job on two "hosts" with `extra` settings and
+/// 1 MiB segments; a rank whose body fails aborts the job. The job must succeed.
+/// `coll_world` runs every collective over tcp: 40-100 s on a 2-core machine that
+/// others load too, where the runner's default watchdog of 180 s was seen to fire;
+/// hence 10 minutes.
+fn four_rank_job(
+    test: &str,
+    extra: &'static [(&'static str, &'static str)],
+    body: impl FnOnce(&Client<OfiHybrid>) -> Result<(), String>,
+) {
+    Procs::new(4)
+        .test(test)
+        .timeout(std::time::Duration::from_secs(600))
+        .hosts(hosts(4))
+        .run(|boot| {
+            let client = ClientBuilder::new()
                 .config(config(extra))
                 .segment_size(1 << 20)
-                .init::<Ofi>(boot)
-                .map_err(|e| e.to_string())
-                .and_then(|client| {
-                    let me = client.rank();
-                    let r = hybrid_common::check_paths(&client, hybrid, &neighbours(4, me));
-                    if let Err(e) = &r {
-                        client.abort(1, e);
-                    }
-                    client.finalize().map_err(|e| e.to_string())
-                });
-            let code = match result {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("{test}: {e}");
-                    1
-                }
-            };
-            std::process::exit(code);
-        }
-    }
+                .init::<OfiHybrid>(boot)
+                .map_err(|e| e.to_string())?;
+            if let Err(e) = body(&client) {
+                procs::failed(&e);
+                client.abort(1, &e);
+            }
+            client.finalize().map_err(|e| e.to_string())
+        })
+        .assert_success();
+}
+
+/// Runs `check_paths` on every rank of a 4-rank job on two "hosts" with `extra` settings.
+fn paths_job(test: &str, extra: &'static [(&'static str, &'static str)], hybrid: bool) {
+    four_rank_job(test, extra, |client| {
+        let me = client.rank();
+        hybrid_common::check_paths(client, hybrid, &neighbours(4, me))
+    });
 }
 
 /// Hybrid by default: requests to the rank's own host go through the rings, the others
@@ -237,7 +219,7 @@ fn coll_expected(op: gex_coll::OpKind, p: u32, me: u32, root: u32, count: usize)
 /// Every operation on the world team, `hier` forced and tuned, a leader and a
 /// non-leader as roots, blocks of 0 and 5000 values (40 KB: fragmented messages),
 /// against [`coll_expected`]; then a non-commutative scan (the hosts are rank ranges).
-fn coll_world(client: &gex_core::Client<Ofi>) -> Result<(), String> {
+fn coll_world(client: &Client<OfiHybrid>) -> Result<(), String> {
     use gex_coll::{BuiltinOp, CollEp, OpKind, Opts, ReduceOp};
     let e = |e: gex_coll::CollError| e.to_string();
     let mut c = CollEp::new(
@@ -348,31 +330,5 @@ fn coll_world(client: &gex_core::Client<Ofi>) -> Result<(), String> {
 /// hierarchically and gets the right values (see [`coll_world`]).
 #[test]
 fn coll_world_is_hierarchical() {
-    let test = "coll_world_is_hierarchical";
-    match gex_boot::spawn_self_test_with(4, test, |s| s.hosts(hosts(4))).expect("spawn") {
-        gex_boot::Role::Launcher(code) => assert_eq!(code, 0, "{test}: job failed"),
-        gex_boot::Role::Rank(boot) => {
-            conformance::rank_watchdog(test);
-            let result = ClientBuilder::new()
-                .config(config(&[]))
-                .segment_size(1 << 20)
-                .init::<Ofi>(boot)
-                .map_err(|e| e.to_string())
-                .and_then(|client| {
-                    let r = coll_world(&client);
-                    if let Err(e) = &r {
-                        client.abort(1, e);
-                    }
-                    client.finalize().map_err(|e| e.to_string())
-                });
-            let code = match result {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("{test}: {e}");
-                    1
-                }
-            };
-            std::process::exit(code);
-        }
-    }
+    four_rank_job("coll_world_is_hierarchical", &[], coll_world);
 }

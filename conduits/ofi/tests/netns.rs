@@ -3,7 +3,7 @@
 //! namespace runs the core AM conformance suite and the RMA suite over libfabric's
 //! `tcp;ofi_rxm` in hybrid mode (the default for such a job): the two ranks of a
 //! namespace talk through shared memory, the namespaces through the veth.
-//! `paths_are_counted` checks with `Ofi::stats()` that same-host requests went through
+//! `paths_are_counted` checks with `Hybrid::stats()` that same-host requests went through
 //! the rings and cross-host ones through libfabric; `loopback_only_is_a_clear_error`
 //! runs a job in two namespaces that have only `lo` and checks it fails promptly with a
 //! message naming the provider, instead of hanging in the wire-up.
@@ -42,9 +42,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 mod hybrid_common;
 
-use gex_conduit_ofi::Ofi;
-use gex_core::{ClientBuilder, Config};
+use gex_core::boot::Bootstrap;
+use gex_core::{Client, ClientBuilder, Config};
 use gex_testkit::conformance::{self, Case, Job};
+use gex_testkit::procs::{self, Procs};
+use hybrid_common::OfiHybrid;
 
 /// Subnet of the veth pair, as libfabric's tcp provider names the fabric.
 const FABRIC: &str = "10.77.0.0/24";
@@ -228,7 +230,7 @@ fn netns_exists(name: &str) -> bool {
     std::path::Path::new("/run/netns").join(name).exists()
 }
 
-fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+fn runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
     launch(
         job,
         |client| conformance::run_on_rank(client, case),
@@ -236,7 +238,7 @@ fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
     )
 }
 
-fn rma_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+fn rma_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
     launch(
         job,
         |client| conformance::run_on_rank(client, case),
@@ -272,11 +274,13 @@ fn skip(what: &str) -> Option<Result<(), String>> {
 /// namespaces joined by a veth pair, after the checks of [`rank`].
 fn launch(
     job: &Job<'_>,
-    body: impl FnOnce(&gex_core::Client<Ofi>) -> Result<(), String>,
+    body: impl FnOnce(&Client<OfiHybrid>) -> Result<(), String>,
     segment: usize,
 ) -> Result<(), String> {
-    if is_rank() {
-        return rank(job, body, segment);
+    let rank_body = |boot| rank(boot, job, body, segment);
+    if procs::is_rank() {
+        // A rank: no namespaces to make; `run` runs the body and ends the process.
+        return Procs::new(job.ranks).run(rank_body).result();
     }
     if let Some(r) = skip(job.case) {
         return r;
@@ -286,10 +290,12 @@ fn launch(
     let names = pair.names.clone();
     let (a, b) = (names[0].as_str(), names[1].as_str());
     let hosts = host_ids(job.ranks).map(|h| if h == 0 { a } else { b });
-    let result = gex_boot::spawn_self_test_with(job.ranks, job.test_path, |spec| {
-        spec.hosts(hosts)
-            .host_exec(["ip", "netns", "exec", "{host}"])
-    });
+    let report = Procs::new(job.ranks)
+        .test(job.test_path)
+        .timeout(CASE_LIMIT)
+        .hosts(hosts)
+        .host_exec(["ip", "netns", "exec", "{host}"])
+        .run(rank_body);
     let tx = [tx_packets(a, &pair.veth[0]), tx_packets(b, &pair.veth[1])];
     drop(pair);
     for n in &names {
@@ -297,45 +303,20 @@ fn launch(
             return Err(format!("network namespace {n} is left after the test"));
         }
     }
-    match result.map_err(|e| e.to_string())? {
-        gex_boot::Role::Launcher(0) => {
-            let [ta, tb] = tx;
-            let (ta, tb) = (ta?, tb?);
-            if ta == 0 || tb == 0 {
-                return Err(format!(
-                    "the job passed but the veth pair carried no traffic ({ta} and {tb} packets sent)"
-                ));
-            }
-            eprintln!(
-                "netns test {}: the veth ends sent {ta} and {tb} packets",
-                job.case
-            );
-            Ok(())
-        }
-        gex_boot::Role::Launcher(code) => Err(format!("job exited with code {code}")),
-        gex_boot::Role::Rank(_) => unreachable!("GEX_BOOT is not set in the launcher"),
+    report.result()?;
+    let [ta, tb] = tx;
+    let (ta, tb) = (ta?, tb?);
+    if ta == 0 || tb == 0 {
+        return Err(format!(
+            "the job passed but the veth pair carried no traffic ({ta} and {tb} packets sent)"
+        ));
     }
+    eprintln!(
+        "netns test {}: the veth ends sent {ta} and {tb} packets",
+        job.case
+    );
+    Ok(())
 }
-
-/// Whether this process is a rank (started by gex-run's launcher or by Hydra).
-fn is_rank() -> bool {
-    ["GEX_BOOT", "PMI_FD", "PMI_PORT"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some())
-}
-
-/// MPICH's Hydra launcher, if installed.
-fn find_mpiexec() -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    ["mpiexec.hydra", "mpiexec.mpich"].iter().find_map(|name| {
-        std::env::split_paths(&path)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    })
-}
-
-/// Longest an mpiexec job may take before the test ends it.
-const MPIEXEC_LIMIT: std::time::Duration = std::time::Duration::from_secs(150);
 
 /// Like [`launch`], but the job is started by Hydra: `mpiexec.hydra` runs inside the
 /// first namespace with the two veth addresses as its hosts (`-hosts
@@ -346,28 +327,24 @@ const MPIEXEC_LIMIT: std::time::Duration = std::time::Duration::from_secs(150);
 /// `PMI_process_mapping`.
 fn launch_mpiexec(
     job: &Job<'_>,
-    body: impl FnOnce(&gex_core::Client<Ofi>) -> Result<(), String>,
+    body: impl FnOnce(&Client<OfiHybrid>) -> Result<(), String>,
     segment: usize,
 ) -> Result<(), String> {
-    if is_rank() {
-        return rank(job, body, segment);
+    let rank_body = |boot| rank(boot, job, body, segment);
+    if procs::is_rank() {
+        return Procs::new(job.ranks).run(rank_body).result();
     }
     if let Some(r) = skip(job.case) {
         return r;
     }
     let _turn = one_job_at_a_time();
-    let Some(mpiexec) = find_mpiexec() else {
-        if std::env::var("GEXTEST_ALLOW_NO_MPIEXEC").is_ok_and(|v| v == "1") {
-            eprintln!(
-                "netns test {} NOT RUN (GEXTEST_ALLOW_NO_MPIEXEC=1): no mpiexec.hydra",
-                job.case
-            );
-            return Ok(());
-        }
-        return Err(
-            "MPICH's mpiexec.hydra is not in PATH (apt-get install mpich), or set GEXTEST_ALLOW_NO_MPIEXEC=1"
-                .into(),
+    let Some(mpiexec) = procs::mpiexec(job.case)? else {
+        eprintln!(
+            "netns test {} NOT RUN ({}=1): no mpiexec.hydra",
+            job.case,
+            procs::ALLOW_NO_MPIEXEC
         );
+        return Ok(());
     };
     let pair = NetnsPair::new()?;
     let names = pair.names.clone();
@@ -393,34 +370,23 @@ fn launch_mpiexec(
     }
     let half = job.ranks / 2;
     let hosts = format!("{}:{half},{}:{}", ip_of(0), ip_of(1), job.ranks - half);
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", a])
-        .arg(&mpiexec)
-        .args(["-launcher", "rsh", "-launcher-exec"])
-        .arg(&script)
-        .args(["-iface", &pair.veth[0], "-hosts", &hosts, "-n"])
-        .arg(job.ranks.to_string())
-        .arg(&exe)
-        .args([job.test_path, "--exact", "--nocapture", "--test-threads=1"])
-        .env_remove("GEX_BOOT")
-        .stdin(std::process::Stdio::null());
-    eprintln!("+ {cmd:?}");
     let t0 = std::time::Instant::now();
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start mpiexec: {e}"))?;
-    let status = loop {
-        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
-            break Some(st);
-        }
-        if t0.elapsed() > MPIEXEC_LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let report = Procs::new(job.ranks)
+        .test(job.test_path)
+        .timeout(CASE_LIMIT)
+        .mpiexec(mpiexec)
+        .mpiexec_prefix(["ip", "netns", "exec", a])
+        .mpiexec_args([
+            "-launcher".as_ref(),
+            "rsh".as_ref(),
+            "-launcher-exec".as_ref(),
+            script.as_os_str(),
+            "-iface".as_ref(),
+            pair.veth[0].as_ref(),
+            "-hosts".as_ref(),
+            hosts.as_ref(),
+        ])
+        .run(rank_body);
     let tx = [tx_packets(a, &pair.veth[0]), tx_packets(b, &pair.veth[1])];
     drop(pair);
     let _ = std::fs::remove_dir_all(&dir);
@@ -429,26 +395,19 @@ fn launch_mpiexec(
             return Err(format!("network namespace {n} is left after the test"));
         }
     }
-    match status.and_then(|s| s.code()) {
-        Some(0) => {
-            let (ta, tb) = (tx[0].clone()?, tx[1].clone()?);
-            if ta == 0 || tb == 0 {
-                return Err(format!(
-                    "the job passed but the veth pair carried no traffic ({ta} and {tb} packets sent)"
-                ));
-            }
-            eprintln!(
-                "netns test {} under mpiexec: {:?}, the veth ends sent {ta} and {tb} packets",
-                job.case,
-                t0.elapsed()
-            );
-            Ok(())
-        }
-        _ => Err(format!(
-            "mpiexec ended with {status:?} after {:?}",
-            t0.elapsed()
-        )),
+    report.result()?;
+    let (ta, tb) = (tx[0].clone()?, tx[1].clone()?);
+    if ta == 0 || tb == 0 {
+        return Err(format!(
+            "the job passed but the veth pair carried no traffic ({ta} and {tb} packets sent)"
+        ));
     }
+    eprintln!(
+        "netns test {} under mpiexec: {:?}, the veth ends sent {ta} and {tb} packets",
+        job.case,
+        t0.elapsed()
+    );
+    Ok(())
 }
 
 /// The first half of the ranks on host 0, the others on host 1.
@@ -459,26 +418,20 @@ fn host_ids(ranks: u32) -> impl Iterator<Item = u32> {
 /// One rank: check the host layout, the domain and the shared-memory peers, then run
 /// `body`.
 fn rank(
+    boot: Box<dyn Bootstrap>,
     job: &Job<'_>,
-    body: impl FnOnce(&gex_core::Client<Ofi>) -> Result<(), String>,
+    body: impl FnOnce(&Client<OfiHybrid>) -> Result<(), String>,
     segment: usize,
 ) -> Result<(), String> {
-    let boot = gex_boot::from_env().map_err(|e| e.to_string())?;
-    let case_name = job.test_path.to_string();
-    std::thread::spawn(move || {
-        std::thread::sleep(CASE_LIMIT);
-        eprintln!("ofi netns: {case_name} still running after {CASE_LIMIT:?}; ending this rank");
-        std::process::exit(124);
-    });
     let me = boot.rank();
     let hosts = boot.host_ids().to_vec();
     let client = ClientBuilder::new()
         .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
         .segment_size(segment)
         .endpoints(job.endpoints)
-        .init::<Ofi>(boot)
+        .init::<OfiHybrid>(boot)
         .map_err(|e| e.to_string())?;
-    let report = client.conduit().report().clone();
+    let report = client.conduit().far().report().clone();
     let want: Vec<u32> = host_ids(job.ranks).collect();
     let near: Vec<u32> = (0..job.ranks)
         .filter(|&r| want[r as usize] == want[me as usize])
@@ -500,6 +453,7 @@ fn rank(
         body(&client)
     };
     if let Err(e) = check {
+        procs::failed(&e);
         client.abort(1, &e);
     }
     client.finalize().map_err(|e| e.to_string())
@@ -508,8 +462,9 @@ fn rank(
 /// 4 ranks, 2 per namespace, one endpoint each.
 mod two_hosts {
     use super::*;
-    gex_testkit::conformance_tests! {
-        conduit: Ofi,
+    gex_testkit::suite_tests! {
+        suite: core,
+        conduit: OfiHybrid,
         runner: runner,
         ranks: 4,
     }
@@ -518,8 +473,9 @@ mod two_hosts {
 /// 4 ranks, 2 per namespace, two endpoints each (one libfabric domain per endpoint).
 mod two_hosts_two_eps {
     use super::*;
-    gex_testkit::conformance_tests! {
-        conduit: Ofi,
+    gex_testkit::suite_tests! {
+        suite: core,
+        conduit: OfiHybrid,
         runner: runner,
         ranks: 4,
         endpoints: 2,
@@ -530,8 +486,9 @@ mod two_hosts_two_eps {
 /// `FI_RMA` across the veth.
 mod rma_two_hosts {
     use super::*;
-    gex_testkit::rma_conformance_tests! {
-        conduit: Ofi,
+    gex_testkit::suite_tests! {
+        suite: rma,
+        conduit: OfiHybrid,
         runner: rma_runner,
         ranks: 4,
     }
@@ -572,51 +529,47 @@ fn paths_are_counted() {
 #[test]
 fn loopback_only_is_a_clear_error() {
     const NAME: &str = "loopback_only_is_a_clear_error";
-    const DIR: &str = "GEXTEST_NETNS_DIR";
-    if let Some(dir) = std::env::var_os(DIR) {
-        let boot = gex_boot::from_env().expect("bootstrap");
-        let me = boot.rank();
+    // Every rank records why its client could not initialise, then exits 3.
+    let rank_body = |boot: Box<dyn Bootstrap>| -> () {
         let r = ClientBuilder::new()
             .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
             .segment_size(64 << 10)
-            .init::<Ofi>(boot);
+            .init::<OfiHybrid>(boot);
         let msg = match r {
             Ok(_) => "initialised".to_string(),
             Err(e) => e.to_string(),
         };
-        std::fs::write(std::path::Path::new(&dir).join(format!("rank.{me}")), &msg).unwrap();
+        procs::note("init", &msg);
         std::process::exit(3);
+    };
+    if procs::is_rank() {
+        Procs::new(4).run(rank_body);
+        return;
     }
     if let Some(r) = skip(NAME) {
         return r.unwrap();
     }
     let pair = NetnsPair::make(false).expect("namespaces");
     let names = pair.names.clone();
-    let dir = std::env::temp_dir().join(format!("gex-netns-lo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let hosts = host_ids(4).map(|h| names[h as usize].clone());
-    let t0 = std::time::Instant::now();
-    let result = gex_boot::spawn_self_test_with(4, NAME, |spec| {
-        spec.hosts(hosts)
-            .host_exec(["ip", "netns", "exec", "{host}"])
-            .env(DIR, &dir)
-    });
-    let took = t0.elapsed();
+    let report = Procs::new(4)
+        .hosts(hosts)
+        .host_exec(["ip", "netns", "exec", "{host}"])
+        .run(rank_body);
     drop(pair);
-    let msgs: Vec<String> = (0..4)
-        .filter_map(|r| std::fs::read_to_string(dir.join(format!("rank.{r}"))).ok())
-        .collect();
-    let _ = std::fs::remove_dir_all(&dir);
     for n in &names {
         assert!(
             !netns_exists(n),
             "network namespace {n} is left after the test"
         );
     }
-    match result.expect("launch") {
-        gex_boot::Role::Launcher(code) => assert_ne!(code, 0, "the job succeeded"),
-        gex_boot::Role::Rank(_) => unreachable!(),
-    }
+    assert!(
+        report.code().is_some_and(|c| c != 0),
+        "the job succeeded\n{report}"
+    );
+    report.assert_clean();
+    let took = report.took;
+    let msgs = report.notes("init");
     eprintln!("{NAME}: job failed after {took:?}: {msgs:?}");
     assert!(took < std::time::Duration::from_secs(30), "took {took:?}");
     assert!(!msgs.is_empty(), "no rank reported");
@@ -630,7 +583,7 @@ fn loopback_only_is_a_clear_error() {
     }
 }
 
-fn mpiexec_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+fn mpiexec_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
     launch_mpiexec(
         job,
         |client| conformance::run_on_rank(client, case),
@@ -638,7 +591,7 @@ fn mpiexec_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
     )
 }
 
-fn mpiexec_rma_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
+fn mpiexec_rma_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
     launch_mpiexec(
         job,
         |client| conformance::run_on_rank(client, case),
@@ -649,8 +602,9 @@ fn mpiexec_rma_runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
 /// The core conformance suite under Hydra's `mpiexec`, 2 ranks per namespace.
 mod mpiexec_two_hosts {
     use super::*;
-    gex_testkit::conformance_tests! {
-        conduit: Ofi,
+    gex_testkit::suite_tests! {
+        suite: core,
+        conduit: OfiHybrid,
         runner: mpiexec_runner,
         ranks: 4,
     }
@@ -659,8 +613,9 @@ mod mpiexec_two_hosts {
 /// The RMA suite under Hydra's `mpiexec`, 2 ranks per namespace.
 mod mpiexec_rma_two_hosts {
     use super::*;
-    gex_testkit::rma_conformance_tests! {
-        conduit: Ofi,
+    gex_testkit::suite_tests! {
+        suite: rma,
+        conduit: OfiHybrid,
         runner: mpiexec_rma_runner,
         ranks: 4,
     }

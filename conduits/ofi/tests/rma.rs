@@ -1,6 +1,6 @@
 //! The RMA conformance suite (gex-testkit's `rma` module, exercising gex-rma) on the ofi
-//! conduit: every case runs as a real multi-process job launched by gex-boot's
-//! self-launcher, over libfabric's `tcp;ofi_rxm` and `shm` providers on this host, with
+//! conduit: every case runs as a real multi-process job started by gex-testkit's
+//! process runner, over libfabric's `tcp;ofi_rxm` and `shm` providers on this host, with
 //! native RMA (`FI_RMA`: `fi_writemsg`/`fi_read`) and with `GEX_OFI_RMA=0` (gex-rma's AM
 //! reference path). Segments are 2 MiB: the suite sizes its transfers to the segment.
 //! `native_path_is_taken` checks that the native path really carries puts and gets.
@@ -15,45 +15,30 @@
 use gex_conduit_ofi::Ofi;
 use gex_core::{ClientBuilder, Config, EpAddr, WaitPolicy};
 use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, RmaEp};
-use gex_testkit::conformance::{self, Case, Job};
+use gex_testkit::procs::{ProcRunner, Procs};
 
 const SEGMENT: usize = 2 << 20;
 
-/// Launches `job.ranks` processes of this test binary; each rank runs the case.
-fn run(
-    job: &Job<'_>,
-    case: &Case<Ofi>,
-    builder: impl FnOnce() -> ClientBuilder,
-) -> Result<(), String> {
-    match gex_boot::spawn_self_test(job.ranks, job.test_path).map_err(|e| e.to_string())? {
-        gex_boot::Role::Launcher(0) => Ok(()),
-        gex_boot::Role::Launcher(code) => Err(format!("job exited with code {code}")),
-        gex_boot::Role::Rank(boot) => {
-            conformance::rank_watchdog(job.test_path);
-            let client = builder()
-                .segment_size(SEGMENT)
-                .endpoints(job.endpoints)
-                .init::<Ofi>(boot)
-                .map_err(|e| e.to_string())?;
-            if let Err(e) = conformance::run_on_rank(&client, case) {
-                client.abort(1, &e);
-            }
-            let ofi = client.conduit().clone();
-            client.finalize().map_err(|e| e.to_string())?;
-            // Every registration made on demand (FI_MR_LOCAL shapes) is closed once the
-            // endpoints are, and none failed.
-            let s = ofi.stats();
-            if s.mr_closed != s.mr_op_registrations + s.mr_region_registrations
-                || s.mr_failures != 0
-            {
-                return Err(format!("registrations leaked or failed: {s:?}"));
-            }
-            Ok(())
-        }
-    }
+/// The runner of every shape: each rank builds its client with `builder` and
+/// [`SEGMENT`]-byte segments, runs the case, and checks after finalisation that no
+/// registration is left open ([`no_registration_left`]).
+fn runner(builder: impl Fn() -> ClientBuilder + 'static) -> ProcRunner<Ofi> {
+    ProcRunner::new()
+        .builder(move || builder().segment_size(SEGMENT))
+        .after_finalize(no_registration_left)
 }
 
-fn config(provider: &'static str, rma: &'static str) -> impl FnOnce() -> ClientBuilder {
+/// Every registration made on demand (FI_MR_LOCAL shapes) is closed once the
+/// endpoints are, and none failed.
+fn no_registration_left(ofi: &Ofi) -> Result<(), String> {
+    let s = ofi.stats();
+    if s.mr_closed != s.mr_op_registrations + s.mr_region_registrations || s.mr_failures != 0 {
+        return Err(format!("registrations leaked or failed: {s:?}"));
+    }
+    Ok(())
+}
+
+fn config(provider: &'static str, rma: &'static str) -> impl Fn() -> ClientBuilder {
     move || {
         ClientBuilder::new().config(Config::from_pairs([
             ("GEX_OFI_PROVIDER", provider),
@@ -65,12 +50,10 @@ fn config(provider: &'static str, rma: &'static str) -> impl FnOnce() -> ClientB
 /// tcp;ofi_rxm, native RMA, two ranks.
 mod tcp_native {
     use super::*;
-    fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
-        run(job, case, config("tcp", "1"))
-    }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
-        runner: runner,
+        runner: runner(config("tcp", "1")),
         ranks: 2,
     }
 }
@@ -79,14 +62,13 @@ mod tcp_native {
 /// endpoints of different libfabric domains), sleeping in the CQ's wait object.
 mod tcp_native_three_ranks_two_eps_blocking {
     use super::*;
-    fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
-        run(job, case, || {
-            config("tcp", "1")().wait_policy(WaitPolicy::Block)
-        })
+    fn builder() -> ClientBuilder {
+        config("tcp", "1")().wait_policy(WaitPolicy::Block)
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
-        runner: runner,
+        runner: runner(builder),
         ranks: 3,
         endpoints: 2,
     }
@@ -95,12 +77,10 @@ mod tcp_native_three_ranks_two_eps_blocking {
 /// tcp;ofi_rxm, AM reference path (`GEX_OFI_RMA=0`), two ranks.
 mod tcp_am {
     use super::*;
-    fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
-        run(job, case, config("tcp", "0"))
-    }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
-        runner: runner,
+        runner: runner(config("tcp", "0")),
         ranks: 2,
     }
 }
@@ -108,12 +88,10 @@ mod tcp_am {
 /// shm, native RMA, three ranks.
 mod shm_native {
     use super::*;
-    fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
-        run(job, case, config("shm", "1"))
-    }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
-        runner: runner,
+        runner: runner(config("shm", "1")),
         ranks: 3,
     }
 }
@@ -121,12 +99,10 @@ mod shm_native {
 /// shm, AM reference path (`GEX_OFI_RMA=0`), two ranks.
 mod shm_am {
     use super::*;
-    fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
-        run(job, case, config("shm", "0"))
-    }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
-        runner: runner,
+        runner: runner(config("shm", "0")),
         ranks: 2,
     }
 }
@@ -239,20 +215,10 @@ fn native_rank(
 }
 
 fn native_job(test: &str, provider: &str, rma: &str, atomics: &str) {
-    match gex_boot::spawn_self_test(2, test).expect("spawn") {
-        gex_boot::Role::Launcher(code) => assert_eq!(code, 0, "{test}: job failed"),
-        gex_boot::Role::Rank(boot) => {
-            conformance::rank_watchdog(test);
-            let code = match native_rank(boot, provider, rma, atomics) {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("{test}: {e}");
-                    1
-                }
-            };
-            std::process::exit(code);
-        }
-    }
+    Procs::new(2)
+        .test(test)
+        .run(|boot| native_rank(boot, provider, rma, atomics))
+        .assert_success();
 }
 
 #[test]
@@ -374,20 +340,10 @@ fn relaxed_rank(
 }
 
 fn relaxed_job(test: &str, provider: &str, relaxed: &str, mr_local: &str, expect: bool) {
-    match gex_boot::spawn_self_test(2, test).expect("spawn") {
-        gex_boot::Role::Launcher(code) => assert_eq!(code, 0, "{test}: job failed"),
-        gex_boot::Role::Rank(boot) => {
-            conformance::rank_watchdog(test);
-            let code = match relaxed_rank(boot, provider, relaxed, mr_local, expect) {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("{test}: {e}");
-                    1
-                }
-            };
-            std::process::exit(code);
-        }
-    }
+    Procs::new(2)
+        .test(test)
+        .run(|boot| relaxed_rank(boot, provider, relaxed, mr_local, expect))
+        .assert_success();
 }
 
 /// tcp;ofi_rxm orders RMA reads after writes: NBI puts are relaxed.
@@ -416,7 +372,7 @@ fn relaxed_puts_not_offered_shm() {
 
 /// `GEX_OFI_MR_LOCAL=1`: the conduit acts as if the provider required `FI_MR_LOCAL`
 /// (descriptors passed, local buffers registered). `config` with that switch.
-fn config_mr_local(provider: &'static str) -> impl FnOnce() -> ClientBuilder {
+fn config_mr_local(provider: &'static str) -> impl Fn() -> ClientBuilder {
     move || {
         ClientBuilder::new().config(Config::from_pairs([
             ("GEX_OFI_PROVIDER", provider),
@@ -431,12 +387,10 @@ fn config_mr_local(provider: &'static str) -> impl FnOnce() -> ClientBuilder {
 /// registered slot words.
 mod tcp_mr_local {
     use super::*;
-    fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
-        run(job, case, config_mr_local("tcp"))
-    }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
-        runner: runner,
+        runner: runner(config_mr_local("tcp")),
         ranks: 2,
     }
 }
@@ -445,20 +399,19 @@ mod tcp_mr_local {
 /// rank), a two-entry cache, and `WaitPolicy::Block`.
 mod tcp_mr_local_three_ranks_two_eps_blocking {
     use super::*;
-    fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
-        run(job, case, || {
-            ClientBuilder::new()
-                .config(Config::from_pairs([
-                    ("GEX_OFI_PROVIDER", "tcp"),
-                    ("GEX_OFI_MR_LOCAL", "1"),
-                    ("GEX_OFI_MR_CACHE_ENTRIES", "2"),
-                ]))
-                .wait_policy(WaitPolicy::Block)
-        })
+    fn builder() -> ClientBuilder {
+        ClientBuilder::new()
+            .config(Config::from_pairs([
+                ("GEX_OFI_PROVIDER", "tcp"),
+                ("GEX_OFI_MR_LOCAL", "1"),
+                ("GEX_OFI_MR_CACHE_ENTRIES", "2"),
+            ]))
+            .wait_policy(WaitPolicy::Block)
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
-        runner: runner,
+        runner: runner(builder),
         ranks: 3,
         endpoints: 2,
     }
@@ -467,12 +420,10 @@ mod tcp_mr_local_three_ranks_two_eps_blocking {
 /// shm, native RMA and atomics as under `FI_MR_LOCAL`, three ranks.
 mod shm_mr_local {
     use super::*;
-    fn runner(job: &Job<'_>, case: &Case<Ofi>) -> Result<(), String> {
-        run(job, case, config_mr_local("shm"))
-    }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Ofi,
-        runner: runner,
+        runner: runner(config_mr_local("shm")),
         ranks: 3,
     }
 }
@@ -654,20 +605,10 @@ fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Re
 }
 
 fn mr_cache_job(test: &str, provider: &str) {
-    match gex_boot::spawn_self_test(2, test).expect("spawn") {
-        gex_boot::Role::Launcher(code) => assert_eq!(code, 0, "{test}: job failed"),
-        gex_boot::Role::Rank(boot) => {
-            conformance::rank_watchdog(test);
-            let code = match mr_cache_rank(boot, provider) {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("{test}: {e}");
-                    1
-                }
-            };
-            std::process::exit(code);
-        }
-    }
+    Procs::new(2)
+        .test(test)
+        .run(|boot| mr_cache_rank(boot, provider))
+        .assert_success();
 }
 
 #[test]

@@ -24,14 +24,14 @@
 //!
 //! ## What it does not do
 //! Ranks on several hosts (use a network conduit), or ranks as threads of one process.
-//! A network conduit can reuse this machinery for the ranks of one host in a job that
-//! spans several: see [`node`].
+//! In a job that spans several hosts, this conduit serves the ranks of each host as the
+//! near part of gex-conduit-hybrid's `Hybrid<Smp, Far>` (it implements
+//! [`NearConduit`](gex_core::spi::NearConduit)), and a network conduit the hosts.
 //!
 //! ## Configuration
 //! `GEX_SMP_RING_SIZE` (bytes per ring, power of two, default 256 KiB) and
 //! `GEX_SMP_MAX_MEDIUM` (default 64 KiB); see `docs/env.md`.
 
-pub mod node;
 mod record;
 mod region;
 mod smp;

@@ -327,7 +327,7 @@ mod tests {
     use super::*;
 
     fn header(eps: usize, total: usize, ring_cap: usize, seg_len: usize) -> Header {
-        let l = Layout::new(eps, total, ring_cap, seg_len).unwrap();
+        let l = Layout::new(eps, total, ring_cap, seg_len, 4096).unwrap();
         Header {
             magic: MAGIC,
             rank: 1,
@@ -336,14 +336,22 @@ mod tests {
             ring_cap: ring_cap as u64,
             max_medium: 1 << 20,
             seg_len: seg_len as u64,
+            aux_len: 4096,
             len: l.len as u64,
         }
     }
 
     #[test]
+    fn an_auxiliary_area_of_another_size_is_an_error() {
+        let h = header(2, 3, 8192, 100);
+        let e = h.check(1, 2, 3, 8192, 64).unwrap_err();
+        assert!(e.contains("auxiliary"), "{e}");
+    }
+
+    #[test]
     fn a_good_header_passes() {
         let h = header(2, 3, 8192, 100);
-        let (l, max_medium) = h.check(1, 2, 3, 64).unwrap();
+        let (l, max_medium) = h.check(1, 2, 3, 4096, 64).unwrap();
         assert_eq!(l.len as u64, h.len);
         // Capped by what the ring holds.
         assert_eq!(max_medium, ring::max_body(8192) - 64);
@@ -356,13 +364,13 @@ mod tests {
     #[test]
     fn a_bad_ring_size_is_an_error() {
         for cap in [0usize, 100, 2048, 4097] {
-            let l = Layout::new(1, 1, cap, 0).unwrap();
+            let l = Layout::new(1, 1, cap, 0, 4096).unwrap();
             let h = Header {
                 ring_cap: cap as u64,
                 len: l.len as u64,
                 ..header(1, 1, 4096, 0)
             };
-            let e = h.check(1, 1, 1, 64).unwrap_err();
+            let e = h.check(1, 1, 1, 4096, 64).unwrap_err();
             assert!(e.contains("ring size"), "{cap}: {e}");
         }
     }
@@ -372,19 +380,19 @@ mod tests {
     /// builds, a wrong layout in release builds).
     #[test]
     fn huge_sizes_are_errors_not_overflows() {
-        assert_eq!(Layout::new(usize::MAX / 8, 1, 4096, 0), None);
-        assert_eq!(Layout::new(1, 1, usize::MAX - 8, 0), None);
-        assert_eq!(Layout::new(1, 1, 4096, usize::MAX), None);
+        assert_eq!(Layout::new(usize::MAX / 8, 1, 4096, 0, 4096), None);
+        assert_eq!(Layout::new(1, 1, usize::MAX - 8, 0, 4096), None);
+        assert_eq!(Layout::new(1, 1, 4096, usize::MAX, 4096), None);
         let h = Header {
             eps: u64::MAX / 8,
             ..header(1, 1, 4096, 0)
         };
-        assert!(h.check(1, 1, 1, 64).is_err());
+        assert!(h.check(1, 1, 1, 4096, 64).is_err());
         let h = Header {
             seg_len: u64::MAX,
             ..header(1, 1, 4096, 0)
         };
-        let e = h.check(1, 1, 1, 64).unwrap_err();
+        let e = h.check(1, 1, 1, 4096, 64).unwrap_err();
         assert!(e.contains("overflows"), "{e}");
     }
 }

@@ -13,8 +13,8 @@ use crate::record::{self, Body, NP_ARGS_AREA, U_FIXED_ARGS, args_area};
 use crate::region::{self, Layout, Mapping};
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{
-    Capabilities, Conduit, ConduitEp, ConduitError, Deliver, Incoming, Limits, OpenParams, OutMsg,
-    Prepare, PrepareReq, ReplyTx,
+    Capabilities, Conduit, ConduitEp, ConduitError, Deliver, Incoming, Limits, NearConduit,
+    OpenParams, OutMsg, Prepare, PrepareReq, ReplyTx,
 };
 use gex_core::{Category, EpAddr, EpIndex, InitError, Injected, Kind};
 use gex_sync::ring::{self, Consumer, Producer};
@@ -168,12 +168,44 @@ impl Conduit for Smp {
     }
 }
 
+/// The smp conduit as the near part of a hybrid conduit (gex-conduit-hybrid): in a job
+/// that spans several hosts, the ranks of one host talk through exactly this conduit's
+/// mechanisms (one `memfd` region per rank mapped by every rank of its host, an SPSC
+/// request ring and reply ring per ordered endpoint pair, futex doorbells, auxiliary
+/// areas; nothing ever named in `/dev/shm`), and each endpoint's segment, inside the
+/// shared region, is also the far conduit's segment (registered with its network).
+///
+/// The endpoints serve the ranks of this host only; addressing a rank of another host
+/// through them is a caller bug (checked in debug builds). Settings as for the smp
+/// conduit: `GEX_SMP_RING_SIZE`, `GEX_SMP_MAX_MEDIUM`.
+impl NearConduit for Smp {
+    /// Collective over **every** rank of the job, on every host (one bootstrap exchange
+    /// and one barrier), including ranks alone on their host (they get rings to
+    /// themselves). Errors as [`Conduit::open`] (`InitError::Config` naming `GEX_SMP_*`,
+    /// `InitError::Os` for a failed mapping).
+    fn open_near(
+        boot: &mut dyn Bootstrap,
+        params: &OpenParams<'_>,
+    ) -> Result<(Arc<Smp>, Vec<SmpEp>), InitError> {
+        Smp::open_node(boot, params)
+    }
+
+    #[inline(always)]
+    fn is_near(&self, rank: u32) -> bool {
+        self.is_neighbour(rank)
+    }
+
+    fn near_ranks(&self) -> &[u32] {
+        self.neighbours()
+    }
+}
+
 impl Smp {
     /// Opens the node-local part of a job: rings, doorbells, auxiliary areas and
     /// segments shared by the ranks on this rank's host (`params.layout.host`), mapped
     /// into each of them. Collective over every rank of the job (one bootstrap
     /// exchange and one barrier), also on hosts with a single rank. The endpoints can
-    /// only address ranks of this host: see [`crate::node`].
+    /// only address ranks of this host (see the `NearConduit` implementation).
     pub(crate) fn open_node(
         boot: &mut dyn Bootstrap,
         params: &OpenParams<'_>,

@@ -1,4 +1,4 @@
-//! Collectives in real multi-process jobs launched by gex-boot's self-launcher, on
+//! Collectives in real multi-process jobs started by gex-testkit's process runner, on
 //! the conduit the facade selects (`GEX_CONDUIT`, default `smp`: processes sharing
 //! memory through rings). The code is generic over the conduit, like the rest of
 //! gex-coll. A smaller matrix than on the simulator: every operation with every
@@ -16,6 +16,7 @@ use gex_coll::{
     Barrier, Broadcast, CollError, CollExt, InSegments, OpKind, Opts, Scratch, Single, SyncMode,
 };
 use gex_core::{Blocking, Client, Nb};
+use gex_testkit::procs::Procs;
 
 struct Matrix;
 
@@ -160,26 +161,30 @@ impl Job for Mismatch {
     }
 }
 
-fn launch<J: Job<Output = ()>>(ranks: u32, name: &str, job: J) {
-    match gex_boot::spawn_self_test(ranks, name).unwrap() {
-        gex_boot::Role::Launcher(code) => assert_eq!(code, 0, "job {name} failed"),
-        gex_boot::Role::Rank(boot) => {
+/// Runs `job` on `ranks` processes of this test (the conduit the facade picks, 4 MiB
+/// segments, gex-rma's and gex-coll's layers); the job must succeed. The matrix takes
+/// a minute or two on a loaded 2-core machine, hence a watchdog of 10 minutes rather
+/// than the runner's default.
+fn launch<J: Job<Output = ()>>(ranks: u32, job: J) {
+    Procs::new(ranks)
+        .timeout(std::time::Duration::from_secs(600))
+        .run(|boot| {
             gex::init_with_boot(layers().segment_size(4 << 20), boot, None, job).unwrap();
-        }
-    }
+        })
+        .assert_success();
 }
 
 #[test]
 fn procs_matrix_4() {
-    launch(4, "procs_matrix_4", Matrix);
+    launch(4, Matrix);
 }
 
 #[test]
 fn procs_mismatch_3() {
-    launch(3, "procs_mismatch_3", Mismatch);
+    launch(3, Mismatch);
 }
 
 #[test]
 fn procs_single_mode_3() {
-    launch(3, "procs_single_mode_3", SingleMode);
+    launch(3, SingleMode);
 }

@@ -88,6 +88,19 @@ pub enum AmError {
     /// The endpoint has no team member at this address (see [`crate::Team`]).
     #[error("{0} is not a member of the team")]
     NotMember(EpAddr),
+    /// A member's exchange on the team is for something else: the members are not at
+    /// the same point of the program ([`crate::Endpoint::exchange_tagged`]).
+    #[error(
+        "{peer} is in another exchange (tag {theirs:#x}) than this one (tag {ours:#x}): the members disagree on the order of their collective calls"
+    )]
+    ExchangeMismatch {
+        /// The member whose part has another tag.
+        peer: EpAddr,
+        /// This member's tag.
+        ours: u32,
+        /// The other member's tag.
+        theirs: u32,
+    },
 }
 
 /// Errors of waiting on an [`Event`](crate::Event), converted into each operation

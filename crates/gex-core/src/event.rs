@@ -306,6 +306,12 @@ pub trait Mode: sealed::Sealed + Copy + Send + 'static {
         ev: Event<T, E>,
         tag: u32,
     ) -> Result<Self::Out<T, E>, E>;
+    /// The output, in this mode, of an operation that completed during the call with
+    /// output `v`: `v` itself (blocking), a complete event of endpoint `(ep, uid)`
+    /// (nonblocking), nothing (implicit). Layers call it through
+    /// [`Cx::done`](crate::layer::Cx::done).
+    #[doc(hidden)]
+    fn ready<T: Send + 'static, E: EventErr>(ep: EpAddr, uid: u64, v: T) -> Self::Out<T, E>;
 }
 
 impl Mode for Blocking {
@@ -319,6 +325,10 @@ impl Mode for Blocking {
     ) -> Result<T, E> {
         ep.wait(ev)
     }
+    #[inline(always)]
+    fn ready<T: Send + 'static, E: EventErr>(_ep: EpAddr, _uid: u64, v: T) -> T {
+        v
+    }
 }
 
 impl Mode for Nb {
@@ -331,6 +341,10 @@ impl Mode for Nb {
         _tag: u32,
     ) -> Result<Event<T, E>, E> {
         Ok(ev)
+    }
+    #[inline(always)]
+    fn ready<T: Send + 'static, E: EventErr>(ep: EpAddr, uid: u64, v: T) -> Event<T, E> {
+        Event::ready(ep, uid, Ok(v))
     }
 }
 
@@ -346,6 +360,8 @@ impl Mode for Nbi {
         ep.track_implicit(tag, ev);
         Ok(())
     }
+    #[inline(always)]
+    fn ready<T: Send + 'static, E: EventErr>(_ep: EpAddr, _uid: u64, _v: T) {}
 }
 
 /// The `finish` of events whose output is `()`.

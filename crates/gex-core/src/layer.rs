@@ -488,6 +488,18 @@ impl<'a, C: Conduit> Cx<'a, C> {
     pub fn ready<T: Send + 'static, E: EventErr>(&self, r: Result<T, E>) -> Event<T, E> {
         Event::ready(self.core.me, self.core.uid, r)
     }
+    /// The output in mode `M` of an operation that completed during the call with
+    /// output `v`: `v` ([`Blocking`](crate::Blocking)), a complete event
+    /// ([`Nb`](crate::Nb)), nothing ([`Nbi`](crate::Nbi)). The blocking form builds no
+    /// event at all, so a layer's fast path (a copy through shared memory) costs no
+    /// more than the copy.
+    #[inline(always)]
+    pub fn done<T: Send + 'static, E: EventErr, M: crate::event::Mode>(
+        &self,
+        v: T,
+    ) -> M::Out<T, E> {
+        M::ready(self.core.me, self.core.uid, v)
+    }
     /// A pending event and its completer. `hold` is a buffer the operation writes,
     /// kept alive by the event (and past it, if the event is dropped early); `finish`
     /// makes the output from the completion [`Data`] and `hold`.

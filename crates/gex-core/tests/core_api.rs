@@ -726,3 +726,34 @@ fn sigusr1_prints_the_report() {
         "{err}"
     );
 }
+
+#[test]
+fn members_at_different_exchanges_get_an_error_not_a_hang() {
+    let c = client(2);
+    let mut a = c.endpoint(0).unwrap();
+    let mut b = c.endpoint(1).unwrap();
+    let members = vec![EpAddr::new(0, 0), EpAddr::new(0, 1)];
+    let (ta, tb) = (
+        gex_core::Team::new(9, members.clone(), 0),
+        gex_core::Team::new(9, members, 1),
+    );
+    let t = std::thread::spawn(move || b.exchange_tagged(&tb, 2, b"b").unwrap_err());
+    let ea = a.exchange_tagged(&ta, 1, b"a").unwrap_err();
+    let eb = t.join().unwrap();
+    assert_eq!(
+        ea,
+        AmError::ExchangeMismatch {
+            peer: EpAddr::new(0, 1),
+            ours: 1,
+            theirs: 2
+        }
+    );
+    assert_eq!(
+        eb,
+        AmError::ExchangeMismatch {
+            peer: EpAddr::new(0, 0),
+            ours: 2,
+            theirs: 1
+        }
+    );
+}

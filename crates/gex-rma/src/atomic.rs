@@ -695,10 +695,7 @@ impl Rma {
                     // SAFETY: writable (contract).
                     unsafe { r.write_unaligned(T::from_bits(old)) };
                 }
-                return Ok(Step::Done(
-                    cx.ready(Ok(finish(Data::Word(old), None))),
-                    None,
-                ));
+                return Ok(Step::Now(finish(Data::Word(old), None)));
             }
             let fetching = op.is_fetching() && (want || result.is_some());
             let nic = path == Path::Native;
@@ -776,15 +773,14 @@ impl Rma {
                 if self.ops.get(&i).is_some_and(|e| e.remaining > 0) {
                     self.open(cx, i, how.kind, counted, &mut hold, finish, ev);
                 }
-                let e = match self.seal(i) {
-                    Some(w) => ev
-                        .take()
-                        .unwrap_or_else(|| cx.ready(Ok(finish(Data::Word(w), None)))),
-                    None => ev
-                        .take()
-                        .unwrap_or_else(|| cx.ready(Ok(finish(Data::Unit, None)))),
+                let d = match self.seal(i) {
+                    Some(w) => Data::Word(w),
+                    None => Data::Unit,
                 };
-                Ok(Step::Done(e, None))
+                Ok(match ev.take() {
+                    Some(e) => Step::Done(e),
+                    None => Step::Now(finish(d, None)),
+                })
             }
             Err(err) => {
                 // Nothing was started: a single unit failed to start.

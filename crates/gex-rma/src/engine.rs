@@ -77,9 +77,14 @@ pub(crate) struct Job {
 pub(crate) enum Step<O: Send + 'static> {
     /// Back-pressure: poll and call again with the same job.
     Blocked,
-    /// Every unit has started: the event (complete already on the direct path), and for
-    /// a small blocking AM put the fast acknowledgement count to wait for.
-    Done(Event<O, RmaError>, Option<u64>),
+    /// Complete during the call (direct path, nothing to move, or counted in its NBI
+    /// category): the output. No event exists.
+    Now(O),
+    /// Every unit has started: complete when the event is.
+    Done(Event<O, RmaError>),
+    /// A small blocking AM put: complete when the fast acknowledgements reach the
+    /// count; then the output.
+    Fast(u64, O),
 }
 
 /// A failed step: the error, and the event of units already in flight that may still
@@ -127,17 +132,17 @@ impl Rma {
         hold: &mut Option<O>,
         finish: Finish<O>,
         ev: &mut Option<Event<O, RmaError>>,
-    ) -> Event<O, RmaError> {
+    ) -> Step<O> {
         if self.ops.get(&j.id).is_some_and(|op| op.remaining > 0) {
             self.open(cx, j.id, how.kind, how.counted(cat), hold, finish, ev);
         }
-        match self.seal(j.id) {
-            Some(w) => ev
-                .take()
-                .unwrap_or_else(|| cx.ready(Ok(finish(Data::Word(w), hold.take())))),
-            None => ev
-                .take()
-                .unwrap_or_else(|| cx.ready(Ok(finish(Data::Unit, hold.take())))),
+        let d = match self.seal(j.id) {
+            Some(w) => Data::Word(w),
+            None => Data::Unit,
+        };
+        match ev.take() {
+            Some(e) => Step::Done(e),
+            None => Step::Now(finish(d, hold.take())),
         }
     }
 
@@ -166,6 +171,65 @@ impl Rma {
         }
     }
 
+    /// The fast path of a contiguous put: if `[offset, offset + src.len())` of `dst` is
+    /// valid and on the direct path (or empty), copies it now and returns true; false
+    /// otherwise (then [`put_step`](Self::put_step) runs, and reports any error).
+    #[inline(always)]
+    pub(crate) fn put_now<C: Conduit>(
+        &mut self,
+        cx: &Cx<'_, C>,
+        dst: EpAddr,
+        offset: usize,
+        src: &[u8],
+    ) -> bool {
+        if self.check_range(dst, offset, src.len()).is_err() {
+            return false;
+        }
+        if src.is_empty() {
+            return true;
+        }
+        match self.mapping(cx, dst) {
+            Some(base) => {
+                // SAFETY: the range was checked against the segment; the mapping is
+                // live (module `crate::direct`); `std::ptr::copy` tolerates overlap.
+                unsafe { std::ptr::copy(src.as_ptr(), base.as_ptr().add(offset), src.len()) };
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The fast path of a contiguous get of `len` bytes into `dst`, as
+    /// [`put_now`](Self::put_now).
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of `len` bytes and not otherwise borrowed.
+    #[inline(always)]
+    pub(crate) unsafe fn get_now<C: Conduit>(
+        &mut self,
+        cx: &Cx<'_, C>,
+        src: EpAddr,
+        offset: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> bool {
+        if self.check_range(src, offset, len).is_err() {
+            return false;
+        }
+        if len == 0 {
+            return true;
+        }
+        match self.mapping(cx, src) {
+            Some(base) => {
+                // SAFETY: the range was checked against the segment; `dst` is writable
+                // (contract); `std::ptr::copy` tolerates overlap.
+                unsafe { std::ptr::copy(base.as_ptr().add(offset), dst, len) };
+                true
+            }
+            None => false,
+        }
+    }
+
     /// One step of a put of `chunks` of `src` to `dst` (validated).
     #[inline]
     #[allow(clippy::too_many_arguments)]
@@ -185,12 +249,12 @@ impl Rma {
             let base = self.mapping(cx, dst);
             let path = self.path(OpKind::Put, total, offset, chunks.len(), base.is_some());
             match (path, base) {
-                (Path::Nothing, _) => return Ok(Step::Done(cx.ready(Ok(())), None)),
+                (Path::Nothing, _) => return Ok(Step::Now(())),
                 (Path::Direct, Some(base)) => {
                     // SAFETY: the chunks were validated against the segment and lie in
                     // `src` (callers); the mapping is live (module `crate::direct`).
                     unsafe { crate::direct::put(base, chunks, src) };
-                    return Ok(Step::Done(cx.ready(Ok(())), None));
+                    return Ok(Step::Now(()));
                 }
                 _ => {}
             }
@@ -230,7 +294,7 @@ impl Rma {
                             Ok(false) => Ok(Step::Blocked),
                             Ok(true) => {
                                 self.fast_sent += 1;
-                                Ok(Step::Done(cx.ready(Ok(())), Some(self.fast_sent)))
+                                Ok(Step::Fast(self.fast_sent, ()))
                             }
                             Err(e) => Err(e.into()),
                         };
@@ -283,10 +347,7 @@ impl Rma {
                 }
             }
             return match r {
-                Ok(true) => Ok(Step::Done(
-                    self.finish_job(cx, j, how, Cat::Puts, &mut hold, fin, ev),
-                    None,
-                )),
+                Ok(true) => Ok(self.finish_job(cx, j, how, Cat::Puts, &mut hold, fin, ev)),
                 Ok(false) => Ok(Step::Blocked),
                 Err(e) => Err(self.fail_job(cx, j, how, Cat::Puts, &mut hold, fin, ev, e)),
             };
@@ -353,29 +414,20 @@ impl Rma {
             let path = self.path(OpKind::Get, total, offset, chunks.len(), base.is_some());
             match (path, base, to) {
                 (Path::Nothing, _, _) => {
-                    return Ok(Step::Done(
-                        cx.ready(Ok(finish(Data::Word(0), hold.take()))),
-                        None,
-                    ));
+                    return Ok(Step::Now(finish(Data::Word(0), hold.take())));
                 }
                 (Path::Direct, Some(base), GetTo::Ptr(p, _)) => {
                     // SAFETY: remote ranges validated, local ones inside the destination
                     // (callers; module `# Safety`).
                     unsafe { crate::direct::get(base, chunks, p) };
-                    return Ok(Step::Done(
-                        cx.ready(Ok(finish(Data::Unit, hold.take()))),
-                        None,
-                    ));
+                    return Ok(Step::Now(finish(Data::Unit, hold.take())));
                 }
                 (Path::Direct, Some(base), GetTo::Land(n)) => {
                     let mut w = 0u64;
                     debug_assert!(n <= 8);
                     // SAFETY: as above; the chunks of a value get lie in `0..n`, n <= 8.
                     unsafe { crate::direct::get(base, chunks, (&raw mut w).cast()) };
-                    return Ok(Step::Done(
-                        cx.ready(Ok(finish(Data::Word(w), hold.take()))),
-                        None,
-                    ));
+                    return Ok(Step::Now(finish(Data::Word(w), hold.take())));
                 }
                 _ => {}
             }
@@ -400,10 +452,7 @@ impl Rma {
         };
         let dst = self.ops.get(&j.id).map_or(std::ptr::null_mut(), |o| o.dst);
         match self.get_pump(cx, j, src, chunks, dst) {
-            Ok(true) => Ok(Step::Done(
-                self.finish_job(cx, j, how, Cat::Gets, hold, finish, ev),
-                None,
-            )),
+            Ok(true) => Ok(self.finish_job(cx, j, how, Cat::Gets, hold, finish, ev)),
             Ok(false) => Ok(Step::Blocked),
             Err(e) => Err(self.fail_job(cx, j, how, Cat::Gets, hold, finish, ev, e)),
         }
@@ -428,11 +477,11 @@ impl Rma {
                 self.path(OpKind::Memset, len, offset, 1, base.is_some()),
                 base,
             ) {
-                (Path::Nothing, _) => return Ok(Step::Done(cx.ready(Ok(())), None)),
+                (Path::Nothing, _) => return Ok(Step::Now(())),
                 (Path::Direct, Some(base)) => {
                     // SAFETY: the range was validated against the segment.
                     unsafe { crate::direct::fill(base, offset, byte, len) };
-                    return Ok(Step::Done(cx.ready(Ok(())), None));
+                    return Ok(Step::Now(()));
                 }
                 _ => {}
             }
@@ -464,10 +513,7 @@ impl Rma {
             Ok(true) => {
                 self.bump(j.id, 1);
                 j.started = true;
-                Ok(Step::Done(
-                    self.finish_job(cx, j, how, Cat::Puts, &mut hold, fin, ev),
-                    None,
-                ))
+                Ok(self.finish_job(cx, j, how, Cat::Puts, &mut hold, fin, ev))
             }
             Ok(false) => Ok(Step::Blocked),
             Err(e) => Err(self.fail_job(cx, j, how, Cat::Puts, &mut hold, fin, ev, e)),
@@ -543,7 +589,8 @@ impl Rma {
             )
         };
         match r {
-            Ok(Step::Done(e, _)) => Ok(Ok(e)),
+            Ok(Step::Done(e)) => Ok(Ok(e)),
+            Ok(Step::Now(v) | Step::Fast(_, v)) => Ok(Ok(cx.ready(Ok(v)))),
             Ok(Step::Blocked) => {
                 let Some(j) = job else {
                     return Err(RmaError::Event(gex_core::EventError::Abandoned));

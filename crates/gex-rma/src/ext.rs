@@ -8,6 +8,20 @@
 //! ([`Endpoint::with_layer`]), then waits, if it must, through the endpoint
 //! ([`Endpoint::finish`], [`Endpoint::wait_until_layer`], [`Endpoint::poll`] under
 //! back-pressure), so that every layer's handlers and progress hooks run meanwhile.
+//! An operation complete during the call (the direct path) returns its output through
+//! [`Cx::done`] without building an event.
+//!
+//! # Safety
+//! The unsafe code hands raw destinations to the engine ([`crate::engine`]) under the
+//! lifetime rule of [`crate::layer`], which this module enforces with types:
+//! - a borrowed destination (`&mut [T]`) is only accepted in blocking mode
+//!   ([`GetDst`]), and a blocking call returns only after its operation completed, or,
+//!   after a failure, after the units already in flight did;
+//! - an owned `Vec<T>` moves into the operation's event (or, in NBI mode, its entry),
+//!   which keeps its heap block alive until the operation is done with it;
+//! - a destination lent to a scope (`&'env mut`) is tracked under the scope's tag, and
+//!   the scope waits for it before the borrow ends, also after a failure or a panic.
+#![allow(unsafe_code)]
 
 use crate::RmaError;
 use crate::atomic::{
@@ -22,10 +36,14 @@ use bytemuck::Pod;
 use gex_core::event::{Data, Finish, finish_held, finish_unit};
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
-use gex_core::{Blocking, Endpoint, EpAddr, Mode, ModeKind, Scope, Team, WaitPolicy};
+use gex_core::{Blocking, Endpoint, EpAddr, Event, Mode, ModeKind, Scope, Team, WaitPolicy};
+
+/// The [`Endpoint::exchange_tagged`] tag of atomic-domain agreement ("rmaD").
+const ATOMIC_DOMAIN_TAG: u32 = 0x726d_6144;
 
 /// Runs `step` with the layer's state until it gives an answer, polling the endpoint
 /// between tries (back-pressure).
+#[inline(always)]
 fn drive<C: Conduit, R>(
     ep: &mut Endpoint<C>,
     mut step: impl FnMut(&mut Rma, &mut Cx<'_, C>) -> Option<R>,
@@ -37,46 +55,93 @@ fn drive<C: Conduit, R>(
             Some(Some(r)) => return Ok(r),
             Some(None) => {}
         }
-        // The peer that frees send resources does not wake us: spin, then yield.
-        ep.poll();
-        spins = spins.saturating_add(1);
-        let budget = match ep.wait_policy() {
-            WaitPolicy::Spin => u32::MAX,
-            WaitPolicy::Block => 0,
-            WaitPolicy::SpinThenBlock { spins } => spins,
-        };
-        if spins > budget {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
+        back_off(ep, &mut spins);
+    }
+}
+
+/// One step of waiting for send resources: the peer that frees them does not wake us,
+/// so poll, then spin (or yield past the policy's spin budget).
+#[cold]
+fn back_off<C: Conduit>(ep: &mut Endpoint<C>, spins: &mut u32) {
+    ep.poll();
+    *spins = spins.saturating_add(1);
+    let budget = match ep.wait_policy() {
+        WaitPolicy::Spin => u32::MAX,
+        WaitPolicy::Block => 0,
+        WaitPolicy::SpinThenBlock { spins } => spins,
+    };
+    if *spins > budget {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
+/// How an operation ends, decided inside the layer's closure (where the output of an
+/// operation complete during the call becomes `M::Out` without an event).
+enum Fin<O: Send + 'static, M: Mode> {
+    /// Complete: the output as mode `M` returns it.
+    Out(M::Out<O, RmaError>),
+    /// Complete when this event is.
+    Ev(Event<O, RmaError>),
+    /// A small blocking AM put: complete when the fast acknowledgements reach the count.
+    Fast(u64, M::Out<O, RmaError>),
+}
+
+/// Converts a step for [`end`] (in the layer's closure): `None` under back-pressure.
+#[inline(always)]
+fn fin<C: Conduit, O: Send + 'static, M: Mode>(
+    cx: &Cx<'_, C>,
+    r: Result<Step<O>, Fail<O>>,
+) -> Option<Result<Fin<O, M>, Fail<O>>> {
+    match r {
+        Ok(Step::Blocked) => None,
+        Ok(Step::Now(v)) => Some(Ok(Fin::Out(cx.done::<O, RmaError, M>(v)))),
+        Ok(Step::Done(e)) => Some(Ok(Fin::Ev(e))),
+        Ok(Step::Fast(w, v)) => Some(Ok(Fin::Fast(w, cx.done::<O, RmaError, M>(v)))),
+        Err(f) => Some(Err(f)),
+    }
+}
+
+/// A step as it is, for scoped operations: `None` under back-pressure.
+#[inline(always)]
+fn raw<C: Conduit, O: Send + 'static>(
+    _cx: &Cx<'_, C>,
+    r: Result<Step<O>, Fail<O>>,
+) -> Option<Result<Step<O>, Fail<O>>> {
+    match r {
+        Ok(Step::Blocked) => None,
+        other => Some(other),
     }
 }
 
 /// Ends an operation as mode `M` asks. `lent`: a buffer the caller lends for the call
 /// (a borrowed source or destination) may still be in use by units in flight after a
 /// failure: wait for them before returning the error.
-#[inline]
+#[inline(always)]
 fn end<C: Conduit, O: Send + 'static, M: Mode>(
     ep: &mut Endpoint<C>,
-    r: Result<Step<O>, Fail<O>>,
+    r: Result<Fin<O, M>, Fail<O>>,
     lent: bool,
 ) -> Result<M::Out<O, RmaError>, RmaError> {
     match r {
-        Ok(Step::Done(ev, fast)) => {
-            if let Some(want) = fast {
-                ep.wait_until_layer::<Rma>(|r| r.fast_acks >= want);
-            }
-            ep.finish::<O, RmaError, M>(ev, TAG)
+        Ok(Fin::Out(o)) => Ok(o),
+        Ok(Fin::Ev(ev)) => ep.finish::<O, RmaError, M>(ev, TAG),
+        Ok(Fin::Fast(want, o)) => {
+            ep.wait_until_layer::<Rma>(|r| r.fast_acks >= want);
+            Ok(o)
         }
-        Ok(Step::Blocked) => Err(RmaError::Event(gex_core::EventError::Abandoned)),
-        Err(Fail { err, ev }) => {
-            if let (true, Some(ev)) = (lent, ev) {
-                let _ = ep.wait(ev);
-            }
-            Err(err)
-        }
+        Err(f) => Err(failed(ep, f, lent)),
     }
+}
+
+/// After a failure: waits for units in flight that may use a lent buffer.
+#[cold]
+fn failed<C: Conduit, O: Send + 'static>(ep: &mut Endpoint<C>, f: Fail<O>, lent: bool) -> RmaError {
+    if let (true, Some(ev)) = (lent, f.ev) {
+        let _ = ep.wait(ev);
+    }
+    f.err
 }
 
 /// As [`end`] for a scoped operation: its event is tracked under the scope's tag (the
@@ -87,10 +152,11 @@ fn end_scoped<C: Conduit>(
     r: Result<Step<()>, Fail<()>>,
 ) -> Result<(), RmaError> {
     match r {
-        Ok(Step::Done(ev, _)) => {
+        Ok(Step::Done(ev)) => {
             ep.track_implicit(tag, ev);
             Ok(())
         }
+        Ok(Step::Now(()) | Step::Fast(..)) => Ok(()),
         Ok(Step::Blocked) => Err(RmaError::Event(gex_core::EventError::Abandoned)),
         Err(Fail { err, ev }) => {
             if let Some(ev) = ev {
@@ -101,39 +167,40 @@ fn end_scoped<C: Conduit>(
     }
 }
 
-/// A put of validated-on-first-step `chunks` of `bytes` to `dst`.
-#[inline]
-fn put_bytes<C: Conduit>(
+/// A put of validated-on-first-step `chunks` of `bytes` to `dst`; `conv` turns the
+/// final step into the caller's result (inside the layer's closure).
+#[inline(always)]
+fn put_bytes<C: Conduit, X>(
     ep: &mut Endpoint<C>,
     dst: EpAddr,
     chunks: &[Chunk],
     bytes: &[u8],
     how: How,
     check: impl Fn(&Rma) -> Result<(), RmaError>,
-) -> Result<Result<Step<()>, Fail<()>>, RmaError> {
+    conv: impl Fn(&Cx<'_, C>, Result<Step<()>, Fail<()>>) -> Option<X>,
+) -> Result<X, RmaError> {
     let (mut job, mut ev): (Option<Job>, _) = (None, None);
     drive(ep, |r, cx| {
         if job.is_none() {
             if let Err(e) = check(r) {
-                return Some(Err(Fail::from(e)));
+                return conv(cx, Err(Fail::from(e)));
             }
         }
-        match r.put_step(cx, dst, chunks, bytes, how, &mut job, &mut ev) {
-            Ok(Step::Blocked) => None,
-            other => Some(other),
-        }
+        let s = r.put_step(cx, dst, chunks, bytes, how, &mut job, &mut ev);
+        conv(cx, s)
     })
 }
 
-/// A get of `chunks` from `src` into `to`; the output is `finish` of `hold`.
+/// A get of `chunks` from `src` into `to`; the output is `finish` of `hold`; `conv`
+/// as for [`put_bytes`].
 ///
 /// # Safety
 /// A [`GetTo::Ptr`] destination is writable for its length and untouched by anyone
 /// else until the operation completes (the callers: a blocking call waits, an owned
 /// buffer moves into the event, a scoped borrow lasts until the scope's end).
-#[allow(unsafe_code, clippy::too_many_arguments)]
-#[inline]
-unsafe fn get_bytes<C: Conduit, O: Send + 'static>(
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn get_bytes<C: Conduit, O: Send + 'static, X>(
     ep: &mut Endpoint<C>,
     src: EpAddr,
     chunks: &[Chunk],
@@ -142,23 +209,22 @@ unsafe fn get_bytes<C: Conduit, O: Send + 'static>(
     hold: Option<O>,
     finish: Finish<O>,
     check: impl Fn(&Rma) -> Result<(), RmaError>,
-) -> Result<Result<Step<O>, Fail<O>>, RmaError> {
+    conv: impl Fn(&Cx<'_, C>, Result<Step<O>, Fail<O>>) -> Option<X>,
+) -> Result<X, RmaError> {
     let (mut job, mut ev, mut hold): (Option<Job>, _, _) = (None, None, hold);
     drive(ep, |r, cx| {
         if job.is_none() {
             if let Err(e) = check(r) {
-                return Some(Err(Fail::from(e)));
+                return conv(cx, Err(Fail::from(e)));
             }
         }
         // SAFETY: forwarded contract.
-        match unsafe {
+        let s = unsafe {
             r.get_step(
                 cx, src, chunks, to, how, &mut hold, finish, &mut job, &mut ev,
             )
-        } {
-            Ok(Step::Blocked) => None,
-            other => Some(other),
-        }
+        };
+        conv(cx, s)
     })
 }
 
@@ -248,7 +314,6 @@ fn source_chunks<C: Conduit, T>(
 }
 
 /// A blocking get into a borrowed slice.
-#[allow(unsafe_code)]
 fn get_borrowed<C: Conduit, T: Pod>(
     ep: &mut Endpoint<C>,
     dst: &mut [T],
@@ -258,12 +323,18 @@ fn get_borrowed<C: Conduit, T: Pod>(
     let bytes = std::mem::size_of_val(dst);
     let p = dst.as_mut_ptr().cast::<u8>();
     if let Source::Ptr(gp) = src {
+        let (a, off) = (gp.addr(), gp.offset);
+        // The direct path: a bounds check and a copy, no event.
+        // SAFETY: `dst` is borrowed for the call and written only by the copy.
+        if ep.with_layer::<Rma, _>(|r, cx| unsafe { r.get_now(cx, a, off, p, bytes) }) == Some(true)
+        {
+            return Ok(());
+        }
         let chunks = [Chunk {
             remote: gp.offset,
             local: 0,
             len: bytes,
         }];
-        let (a, off) = (gp.addr(), gp.offset);
         // SAFETY: `dst` is borrowed until this returns, and it returns only after the
         // operation completed (or, after a failure, its units in flight did: `end`).
         let r = unsafe {
@@ -276,6 +347,7 @@ fn get_borrowed<C: Conduit, T: Pod>(
                 None,
                 finish_unit,
                 |r| r.check_range(a, off, bytes),
+                fin::<C, (), Blocking>,
             )
         }?;
         return end::<C, (), Blocking>(ep, r, true);
@@ -292,6 +364,7 @@ fn get_borrowed<C: Conduit, T: Pod>(
             None,
             finish_unit,
             |_| Ok(()),
+            fin::<C, (), Blocking>,
         )
     }?;
     end::<C, (), Blocking>(ep, r, true)
@@ -332,7 +405,6 @@ impl<T: Pod + Send> GetDst<T, Blocking> for &mut Vec<T> {
 
 impl<T: Pod + Send, M: Mode> GetDst<T, M> for Vec<T> {
     type Out = M::Out<Vec<T>, RmaError>;
-    #[allow(unsafe_code)]
     fn get_from<C: Conduit>(
         mut self,
         ep: &mut Endpoint<C>,
@@ -341,6 +413,20 @@ impl<T: Pod + Send, M: Mode> GetDst<T, M> for Vec<T> {
         let n = self.len();
         let bytes = std::mem::size_of_val(&self[..]);
         let p = self.as_mut_ptr().cast::<u8>();
+        if let Source::Ptr(gp) = &src {
+            // The direct path: a bounds check and a copy, no event.
+            let (a, off) = (gp.addr(), gp.offset);
+            let mut v = Some(self);
+            let fast = ep.with_layer::<Rma, _>(|r, cx| {
+                // SAFETY: the vector is ours for the call and written only by the copy.
+                let now = unsafe { r.get_now(cx, a, off, p, bytes) };
+                now.then(|| cx.done::<Vec<T>, RmaError, M>(v.take().unwrap_or_default()))
+            });
+            if let Some(Some(out)) = fast {
+                return Ok(out);
+            }
+            self = v.take().unwrap_or_default();
+        }
         let (a, chunks, contiguous) = source_chunks(ep, &src, n)?;
         let off = chunks.first().map_or(0, |c| c.remote);
         // SAFETY: the vector's heap block moves into the event (or, for NBI, the
@@ -362,6 +448,7 @@ impl<T: Pod + Send, M: Mode> GetDst<T, M> for Vec<T> {
                         Ok(())
                     }
                 },
+                fin::<C, Vec<T>, M>,
             )
         }?;
         end::<C, Vec<T>, M>(ep, r, false)
@@ -674,14 +761,27 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
     ) -> Result<M::Out<(), RmaError>, RmaError> {
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let (a, off) = (dst.addr(), dst.offset);
+        // The direct path: a bounds check and a copy, no event.
+        if let Some(Some(out)) = self.with_layer::<Rma, _>(|r, cx| {
+            r.put_now(cx, a, off, bytes)
+                .then(|| cx.done::<(), RmaError, M>(()))
+        }) {
+            return Ok(out);
+        }
         let chunks = [Chunk {
             remote: off,
             local: 0,
             len: bytes.len(),
         }];
-        let r = put_bytes(self, a, &chunks, bytes, How::new(M::KIND), |r| {
-            r.check_range(a, off, bytes.len())
-        })?;
+        let r = put_bytes(
+            self,
+            a,
+            &chunks,
+            bytes,
+            How::new(M::KIND),
+            |r| r.check_range(a, off, bytes.len()),
+            fin::<C, (), M>,
+        )?;
         end::<C, (), M>(self, r, M::KIND == ModeKind::Blocking)
     }
 
@@ -712,7 +812,6 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
     }
 
     #[inline]
-    #[allow(unsafe_code)]
     fn get_val<T: Pod + Send, M: Mode>(
         &mut self,
         src: GlobalPtr<T>,
@@ -726,6 +825,24 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         };
         let n = std::mem::size_of::<T>();
         let (a, off) = (src.addr(), src.offset);
+        // The direct path: a bounds check and a copy, no event.
+        let fast = self.with_layer::<Rma, _>(|r, cx| {
+            let mut v = T::zeroed();
+            // SAFETY: `v` is a local of `n` bytes.
+            let now = unsafe { r.get_now(cx, a, off, (&raw mut v).cast(), n) };
+            now.then(|| cx.done::<T, RmaError, M>(v))
+        });
+        if let Some(Some(out)) = fast {
+            return Ok(out);
+        }
+        if M::KIND == ModeKind::Blocking {
+            // Blocking: into a local, which outlives the wait (no landing word).
+            let mut v = T::zeroed();
+            get_borrowed(self, std::slice::from_mut(&mut v), Source::Ptr(src))?;
+            return self
+                .with_layer::<Rma, _>(|_, cx| cx.done::<T, RmaError, M>(v))
+                .ok_or(RmaError::NoLayer);
+        }
         let chunks = [Chunk {
             remote: off,
             local: 0,
@@ -742,6 +859,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
                 None,
                 val_finish::<T>,
                 |r| r.check_range(a, off, n),
+                fin::<C, T, M>,
             )
         }?;
         end::<C, T, M>(self, r, false)
@@ -760,13 +878,11 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let r = drive(self, |r, cx| {
             if job.is_none() {
                 if let Err(e) = r.check_range(a, off, len) {
-                    return Some(Err(Fail::from(e)));
+                    return fin::<C, (), M>(cx, Err(Fail::from(e)));
                 }
             }
-            match r.memset_step(cx, a, off, byte, len, how, &mut job, &mut ev) {
-                Ok(Step::Blocked) => None,
-                other => Some(other),
-            }
+            let st = r.memset_step(cx, a, off, byte, len, how, &mut job, &mut ev);
+            fin::<C, (), M>(cx, st)
         })?;
         end::<C, (), M>(self, r, false)
     }
@@ -785,6 +901,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
             bytemuck::cast_slice(src),
             How::new(M::KIND),
             |_| Ok(()),
+            fin::<C, (), M>,
         )?;
         end::<C, (), M>(self, r, M::KIND == ModeKind::Blocking)
     }
@@ -806,14 +923,15 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let (blob, bad) = self
             .with_layer::<Rma, _>(|r, cx| r.domain_request::<C, T>(cx, ops))
             .ok_or(RmaError::NoLayer)?;
-        let all = self.exchange(team, &blob)?;
+        // A tag of its own: a member at another collective call gets an error, not a
+        // pairing with an unrelated exchange.
+        let all = self.exchange_tagged(team, ATOMIC_DOMAIN_TAG, &blob)?;
         if let Some(e) = bad {
             return Err(e);
         }
         agree(team, ops, &all)
     }
 
-    #[allow(unsafe_code)]
     fn atomic<T: AtomicType, M: Mode>(
         &mut self,
         ad: &AtomicDomain<T>,
@@ -828,7 +946,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let (mut id, mut ev) = (None, None);
         let r = drive(self, |r, cx| {
             // SAFETY: no result location.
-            match unsafe {
+            let st = unsafe {
                 r.atomic_step(
                     cx,
                     ad,
@@ -843,15 +961,12 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
                     &mut id,
                     &mut ev,
                 )
-            } {
-                Ok(Step::Blocked) => None,
-                other => Some(other),
-            }
+            };
+            fin::<C, (), M>(cx, st)
         })?;
         end::<C, (), M>(self, r, false)
     }
 
-    #[allow(unsafe_code)]
     fn fetch<T: AtomicType, M: Mode>(
         &mut self,
         ad: &AtomicDomain<T>,
@@ -870,7 +985,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let (mut id, mut ev) = (None, None);
         let r = drive(self, |r, cx| {
             // SAFETY: no result location (the value comes with the completion).
-            match unsafe {
+            let st = unsafe {
                 r.atomic_step(
                     cx,
                     ad,
@@ -885,10 +1000,8 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
                     &mut id,
                     &mut ev,
                 )
-            } {
-                Ok(Step::Blocked) => None,
-                other => Some(other),
-            }
+            };
+            fin::<C, T, M>(cx, st)
         })?;
         end::<C, T, M>(self, r, false)
     }
@@ -989,7 +1102,6 @@ pub trait ScopeRmaExt<'env, C: Conduit> {
 }
 
 impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
-    #[allow(unsafe_code)]
     fn get_into<T: Pod>(&mut self, dst: &'env mut [T], src: GlobalPtr<T>) -> Result<(), RmaError> {
         let tag = self.tag();
         let bytes = std::mem::size_of_val(dst);
@@ -1012,12 +1124,12 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
                 None,
                 finish_unit,
                 |r| r.check_range(a, off, bytes),
+                raw,
             )
         }?;
         end_scoped(self, tag, r)
     }
 
-    #[allow(unsafe_code)]
     fn get_vis_into<T: Pod>(
         &mut self,
         dst: &'env mut [T],
@@ -1038,6 +1150,7 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
                 None,
                 finish_unit,
                 |_| Ok(()),
+                raw,
             )
         }?;
         end_scoped(self, tag, r)
@@ -1052,13 +1165,18 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
             local: 0,
             len: bytes.len(),
         }];
-        let r = put_bytes(self, a, &chunks, bytes, How::scoped(), |r| {
-            r.check_range(a, off, bytes.len())
-        })?;
+        let r = put_bytes(
+            self,
+            a,
+            &chunks,
+            bytes,
+            How::scoped(),
+            |r| r.check_range(a, off, bytes.len()),
+            raw,
+        )?;
         end_scoped(self, tag, r)
     }
 
-    #[allow(unsafe_code)]
     fn fetch_into<T: AtomicType>(
         &mut self,
         ad: &AtomicDomain<T>,
@@ -1077,7 +1195,7 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         let (mut id, mut ev) = (None, None);
         let r = drive(self, |r, cx| {
             // SAFETY: `dst` is borrowed for the scope, which waits for the operation.
-            match unsafe {
+            let st = unsafe {
                 r.atomic_step(
                     cx,
                     ad,
@@ -1092,10 +1210,8 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
                     &mut id,
                     &mut ev,
                 )
-            } {
-                Ok(Step::Blocked) => None,
-                other => Some(other),
-            }
+            };
+            raw(cx, st)
         })?;
         end_scoped(self, tag, r)
     }

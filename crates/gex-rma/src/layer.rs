@@ -37,6 +37,32 @@ use gex_core::layer::{Cx, Layer, Progress};
 use gex_core::spi::Conduit;
 use gex_core::{Am, Capabilities, EpAddr, Event, HandlerId, InitError, ModeKind, Token};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Hasher of the op table: ids are consecutive `u32`s, so a multiplicative mix is
+/// enough (no SipHash on the AM path).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    #[inline]
+    fn write_u32(&mut self, v: u32) {
+        self.0 = u64::from(v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// The op table.
+pub(crate) type OpTable = HashMap<u32, Op, BuildHasherDefault<IdHasher>>;
 use std::ptr::NonNull;
 
 /// The handlers of the AM reference protocol (the layer's block, in this order).
@@ -145,7 +171,7 @@ pub struct Rma {
     /// Per rank: the mapping of its endpoint with this endpoint's index (`None`: not
     /// asked yet; `Some(None)`: not mapped).
     pub(crate) mapped: Vec<Option<Option<NonNull<u8>>>>,
-    pub(crate) ops: HashMap<u32, Op>,
+    pub(crate) ops: OpTable,
     next: u32,
     /// Native operations in flight.
     pub(crate) native: Vec<NativePend>,
@@ -253,7 +279,7 @@ impl Layer for Rma {
             caps,
             force_am,
             mapped: vec![None; size as usize],
-            ops: HashMap::new(),
+            ops: OpTable::default(),
             next: 0,
             native: Vec::new(),
             nbi: Nbi::default(),

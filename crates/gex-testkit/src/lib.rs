@@ -8,30 +8,41 @@
 //! - [`sim`]: a simulated fabric conduit ([`sim::Sim`]) for thread ranks, with seeded
 //!   delays, reordering, bounded queues (back-pressure) and per-peer limits, and the
 //!   launcher [`sim::run_sim`] with a watchdog.
-//! - [`conformance`]: the conformance suite, written once against the conduit SPI and
-//!   run on every conduit, and the [`conformance_tests!`] macro that turns it into one
-//!   `#[test]` per case in a conduit's `tests/`.
+//! - [`conformance`] and [`rma`]: the conformance suites (core AM and RMA), written
+//!   once against the conduit SPI and run on every conduit, and the [`suite_tests!`]
+//!   macro that turns a suite into one `#[test]` per case in a conduit's `tests/`, for
+//!   any conduit and runner.
+//! - [`procs`]: the process runner. Every multi-process test (a conduit's, a layer's,
+//!   the facade's) starts its job with [`procs::Procs`]: ranks are copies of the test
+//!   binary, under gex-boot's fork launcher (optionally with a host layout) or Hydra's
+//!   `mpiexec`, with a watchdog, per-rank results and logs, and checks that no
+//!   process and nothing in `/dev/shm` is left; [`procs::ProcRunner`] runs the suites
+//!   that way.
 //!
 //! ## What it does not do
 //! - It is not a network: `sim` moves bytes between threads of one process; it models
 //!   latency and reordering, not bandwidth or the LogGP gap (yet).
-//! - It does not launch processes: process-based conduits bring their own runner (see
-//!   [`conformance`], which shows the one for gex-boot's `spawn_self_test`).
+//! - It does not launch jobs across machines: [`procs`] starts ranks on this host
+//!   (simulated hosts, e.g. network namespaces, through a command prefix).
 //!
 //! ## Words
 //! - **job**: the ranks that initialised one client each together; here often threads.
 //! - **case**: one conformance check, a function every rank of a fresh job runs.
+//! - **suite**: a list of cases (`core`, `rma`).
 //! - **runner**: what starts a job and runs a case on each rank ([`conformance::Runner`]).
 //! - **exclusion**: a case a conduit declares it cannot pass, with the reason; shown as
 //!   an ignored test, never as a pass.
 //!
-//! ## Running the conformance suite on your conduit
+//! ## Running the conformance suites on your conduit
 //! In the conduit crate, add `gex-testkit` as a dev-dependency and write
 //! `tests/conformance.rs`:
 //! ```ignore
-//! gex_testkit::conformance_tests! {
+//! use gex_testkit::procs::ProcRunner;
+//!
+//! gex_testkit::suite_tests! {
+//!     suite: core,            // or `rma`
 //!     conduit: my_conduit::MyConduit,
-//!     runner: my_runner,      // starts N ranks, calls conformance::run_on_rank on each
+//!     runner: ProcRunner::new(), // a process per rank; each runs conformance::run_on_rank
 //!     ranks: 3,
 //!     endpoints: 2,
 //!     exclude: {
@@ -42,7 +53,7 @@
 //! `cargo test --test conformance` then runs every case (`cargo test --test conformance
 //! many_in_flight` one of them). Thread-based conduits use [`sim::SimRunner`]-like
 //! runners; one-rank conduits use [`conformance::SingletonRunner`]; process-based
-//! conduits re-execute the test binary per rank (exact code in [`conformance`]).
+//! conduits use [`procs::ProcRunner`].
 //!
 //! ## Example: a job of thread ranks on the simulator
 //! ```
@@ -59,10 +70,39 @@
 
 pub mod boot;
 pub mod conformance;
+pub mod procs;
 #[cfg(feature = "rma")]
 pub mod rma;
 pub mod rng;
 pub mod sim;
+
+/// The `GEX_*` settings of the test kit (the simulated fabric, and test switches).
+pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
+    gex_core::config::EnvVar {
+        name: "GEX_SIM_SEED",
+        default: "0",
+        doc: "sim conduit: seed of the deterministic delivery schedule.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_SIM_LATENCY_NS",
+        default: "0",
+        doc: "sim conduit: modelled one-way latency in nanoseconds.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_SIM_REORDER",
+        default: "0",
+        doc: "sim conduit: 1 to let messages from different senders overtake each other.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_SKIP_NETNS",
+        default: "0",
+        doc: "Tests: 1 lets the network-namespace tests pass without running (printing why) when namespaces cannot be made here.",
+    },
+];
+
+/// The [`Endpoint::exchange_tagged`](gex_core::Endpoint::exchange_tagged) tag of
+/// [`exchange_barrier`] ("barr").
+pub const BARRIER_TAG: u32 = 0x6261_7272;
 
 /// A barrier over the core's all-gather ([`Endpoint::exchange`](gex_core::Endpoint::exchange))
 /// on `ep`'s primordial team, for tests of the AM layer that run without the
@@ -75,7 +115,7 @@ pub fn exchange_barrier<C: gex_core::spi::Conduit>(
     ep: &mut gex_core::Endpoint<C>,
 ) -> Result<(), gex_core::AmError> {
     let w = ep.world();
-    ep.exchange(&w, &[]).map(drop)
+    ep.exchange_tagged(&w, crate::BARRIER_TAG, &[]).map(drop)
 }
 
 /// The text of a panic payload (`&str` or `String`).

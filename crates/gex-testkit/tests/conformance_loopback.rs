@@ -3,7 +3,8 @@
 use gex_core::loopback::Loopback;
 use gex_testkit::conformance::SingletonRunner;
 
-gex_testkit::conformance_tests! {
+gex_testkit::suite_tests! {
+    suite: core,
     conduit: Loopback,
     runner: SingletonRunner::default(),
     ranks: 1,
@@ -16,7 +17,8 @@ gex_testkit::conformance_tests! {
 mod two_endpoints {
     use super::*;
 
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Loopback,
         runner: SingletonRunner::default(),
         ranks: 1,

@@ -13,7 +13,8 @@ fn base() -> SimConfig {
 /// Two ranks, FIFO, no delays.
 mod fifo_r2 {
     use super::*;
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Sim,
         runner: SimRunner::new(base()),
         ranks: 2,
@@ -23,7 +24,8 @@ mod fifo_r2 {
 /// Three ranks, reordering with a jitter of up to 6 polls, small request lanes.
 mod reorder_r3 {
     use super::*;
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Sim,
         runner: SimRunner::new(base().reorder(true).jitter(Delay::polls(6)).ring_capacity(8 << 10)),
         ranks: 3,
@@ -33,7 +35,8 @@ mod reorder_r3 {
 /// Five ranks, reordering, 20 µs wall-clock latency plus up to 30 µs jitter.
 mod latency_r5 {
     use super::*;
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Sim,
         runner: SimRunner::new(base().reorder(true).latency(Delay::nanos(20_000)).jitter(Delay::nanos(30_000))),
         ranks: 5,
@@ -43,7 +46,8 @@ mod latency_r5 {
 /// Two ranks with two endpoints each, reordering, latency of 3 polls.
 mod two_eps_r2 {
     use super::*;
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Sim,
         runner: SimRunner::new(base().reorder(true).latency(Delay::polls(3)).jitter(Delay::polls(3))),
         ranks: 2,
@@ -64,7 +68,8 @@ mod hosts_r3 {
         c.max_args = 24;
         c
     }
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: Sim,
         runner: SimRunner::new(cfg()),
         ranks: 3,

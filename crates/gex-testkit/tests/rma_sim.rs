@@ -81,7 +81,8 @@ fn forced() -> bool {
 /// Two ranks sharing memory: the direct path (unless forced to AM).
 mod r2_shared {
     use super::*;
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Sim,
         runner: SimRunner::new(SimConfig::default()).segment_size(4 << 20),
         ranks: 2,
@@ -92,7 +93,8 @@ mod r2_shared {
 /// reference path with out-of-order delivery; 17 MiB segments for the 16 MiB case.
 mod r3_am_reorder {
     use super::*;
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Sim,
         runner: SimRunner::new(SimConfig::default().reorder(true).ranks_per_host(1).seed(7))
             .segment_size(17 << 20),
@@ -110,7 +112,8 @@ mod r5_no_shm {
         c.max_medium = 1024;
         c
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Sim,
         runner: SimRunner::new(cfg()).segment_size(2 << 20),
         ranks: 5,
@@ -122,7 +125,8 @@ mod r5_no_shm {
 /// RMA inside a host and the AM path between hosts, with reordering.
 mod r7_three_per_host {
     use super::*;
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Sim,
         runner: SimRunner::new(SimConfig::default().reorder(true).ranks_per_host(3).seed(5))
             .segment_size(4 << 20),
@@ -145,7 +149,8 @@ mod r4_native {
             .latency(gex_testkit::sim::Delay::polls(2))
             .native(true, true)
     }
-    gex_testkit::rma_conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: rma,
         conduit: Sim,
         runner: SimRunner::new(cfg()).segment_size(17 << 20),
         ranks: 4,
@@ -220,7 +225,7 @@ mod native_paths {
 
     #[test]
     fn rma_and_atomics_go_through_the_nic() {
-        on_rank_0(|r, _ad| {
+        on_rank_0(|r, ad| {
             let es = |e: gex_rma::RmaError| e.to_string();
             let p = GlobalPtr::<u8>::new(EpAddr::rank(1), 100);
             let data: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 1) as u8).collect();
@@ -280,20 +285,19 @@ mod native_paths {
             }
             // Atomics: a fully offered domain uses the NIC for every target,
             // this rank included.
-            let ad = _ad;
             check("domain native iff not forced", ad.is_native() != forced())?;
             let f = AtomicFlags::empty();
             for t in 0..2 {
                 let w = GlobalPtr::<u64>::new(EpAddr::rank(t), 8192);
-                r.atomic(&ad, AtomicOp::Set, w, 40, 0, f, Blocking)
+                r.atomic(ad, AtomicOp::Set, w, 40, 0, f, Blocking)
                     .map_err(es)?;
                 let old = r
-                    .fetch(&ad, AtomicOp::Fadd, w, 2, 0, f, Blocking)
+                    .fetch(ad, AtomicOp::Fadd, w, 2, 0, f, Blocking)
                     .map_err(es)?;
-                let ev = r.fetch(&ad, AtomicOp::Fadd, w, 3, 0, f, Nb).map_err(es)?;
+                let ev = r.fetch(ad, AtomicOp::Fadd, w, 3, 0, f, Nb).map_err(es)?;
                 let old2 = r.wait(ev).map_err(es)?;
                 let now = r
-                    .fetch(&ad, AtomicOp::Get, w, 0, 0, f, Blocking)
+                    .fetch(ad, AtomicOp::Get, w, 0, 0, f, Blocking)
                     .map_err(es)?;
                 check("native fetch-add values", (old, old2, now) == (40, 42, 45))?;
             }

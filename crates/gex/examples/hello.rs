@@ -12,11 +12,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pong = Arc::new(AtomicU32::new(u32::MAX));
     let p = pong.clone();
     // Handlers run inside gex calls on this endpoint; a request handler may reply once.
-    let on_pong = ep.register(move |_t: &mut Token<'_>, am: Am<'_>| {
-        p.store(am.args()[0], Ordering::Release)
-    })?;
+    let on_pong = ep
+        .register(move |_t: &mut Token<'_>, am: Am<'_>| p.store(am.args()[0], Ordering::Release))?;
     let on_ping = ep.register(move |t: &mut Token<'_>, am: Am<'_>| {
-        t.reply_short(on_pong, am.args()).expect("a request handler may reply")
+        t.reply_short(on_pong, am.args())
+            .expect("a request handler may reply")
     })?;
     ep.request_short(EpAddr::rank((me + 1) % n), on_ping, &[me])?;
     ep.wait_until(|| pong.load(Ordering::Acquire) == me);

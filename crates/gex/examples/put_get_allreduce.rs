@@ -25,14 +25,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(ep.wait(back)?, vec![u64::from(me)]);
     ep.wait(added)?;
 
-    let sum = ep.collective(&world, Allreduce::new(vec![u64::from(me)], BuiltinOp::Sum), Blocking)?;
+    let sum = ep.collective(
+        &world,
+        Allreduce::new(vec![u64::from(me)], BuiltinOp::Sum),
+        Blocking,
+    )?;
     assert_eq!(sum[0], u64::from(n * (n - 1) / 2));
     ep.barrier(&world)?;
     if me == 0 {
         let mut count = [0u64];
         ep.get(&mut count, counter)?;
         assert_eq!(count[0], u64::from(n));
-        println!("{n} ranks: sum of ranks {}, atomic count {}", sum[0], count[0]);
+        println!(
+            "{n} ranks: sum of ranks {}, atomic count {}",
+            sum[0], count[0]
+        );
     }
     Ok(())
 }

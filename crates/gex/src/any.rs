@@ -198,5 +198,5 @@ any_conduit! {
     Smp(gex_conduit_smp::Smp),
     Loopback(gex_core::loopback::Loopback),
     #[cfg(feature = "ofi")]
-    Ofi(gex_conduit_ofi::Ofi),
+    Ofi(crate::conduit::ofi::OfiHybrid),
 }

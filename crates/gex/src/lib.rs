@@ -45,7 +45,7 @@
 //! |---|---|---|
 //! | `smp` | `smp` (default) | processes on one host, over shared memory |
 //! | `loopback` | always | one rank (singleton programs, examples, tests) |
-//! | `ofi` | `ofi` (off by default) | libfabric (system libfabric >= 1.17): `tcp;ofi_rxm`, `shm`, ... |
+//! | `ofi` | `ofi` (off by default) | libfabric (system libfabric >= 1.17): `tcp;ofi_rxm`, `shm`, ...; with shared memory between the ranks of a host in jobs that span several (`conduit::ofi::OfiHybrid`, `GEX_HYBRID`) |
 
 pub use gex_core::*;
 
@@ -105,14 +105,12 @@ pub fn builder() -> ClientBuilder<DefaultLayers> {
 /// What most programs `use`: the modes, addresses, handler types, and the extension
 /// traits that put the layers' operations on the endpoint.
 pub mod prelude {
-    pub use gex_core::{
-        Am, Blocking, EpAddr, Event, HandlerId, Injected, Nb, Nbi, Team, Token,
-    };
     #[cfg(feature = "coll")]
     pub use gex_coll::{
         Allreduce, Barrier, Broadcast, BuiltinOp, CollExt, Exchange, Gather, GatherAll, Reduce,
         ReduceOp, ReduceScatter, Scan, Scatter,
     };
+    pub use gex_core::{Am, Blocking, EpAddr, Event, HandlerId, Injected, Nb, Nbi, Team, Token};
     #[cfg(feature = "rma")]
     pub use gex_rma::{AtomicOp, GlobalPtr, RmaExt, RmaScopeExt};
 }
@@ -157,6 +155,20 @@ pub mod conduit {
     #[cfg(feature = "ofi")]
     pub mod ofi {
         pub use gex_conduit_ofi::*;
+
+        /// The conduit `GEX_CONDUIT=ofi` runs: libfabric between hosts and the smp
+        /// conduit's shared memory between the ranks of one host (a hybrid job, see
+        /// `GEX_HYBRID`); in other jobs the ofi conduit alone, through it.
+        /// `client.conduit().far()` is the [`Ofi`] conduit (its report and counters).
+        pub type OfiHybrid = gex_conduit_hybrid::Hybrid<gex_conduit_smp::Smp, Ofi>;
+    }
+
+    /// The hybrid conduit: a shared-memory conduit inside each host composed with a
+    /// network conduit between hosts (feature `ofi`, which composes
+    /// [`ofi::OfiHybrid`]).
+    #[cfg(feature = "ofi")]
+    pub mod hybrid {
+        pub use gex_conduit_hybrid::*;
     }
 }
 
@@ -289,7 +301,9 @@ pub fn init() -> Result<Client, InitError> {
 /// message lists those that are) or a setting is invalid; [`InitError::Boot`] if the
 /// bootstrap fails; [`InitError::Conduit`] or [`InitError::Os`] if the conduit cannot
 /// open.
-pub fn start<L: LayerSet>(builder: ClientBuilder<L>) -> Result<gex_core::Client<AnyConduit>, InitError> {
+pub fn start<L: LayerSet>(
+    builder: ClientBuilder<L>,
+) -> Result<gex_core::Client<AnyConduit>, InitError> {
     builder.init::<AnyConduit>(gex_boot::from_env()?)
 }
 
@@ -350,7 +364,10 @@ pub trait Job {
 ///
 /// # Errors
 /// As [`start`].
-pub fn init_with<L: LayerSet, J: Job>(builder: ClientBuilder<L>, job: J) -> Result<J::Output, InitError> {
+pub fn init_with<L: LayerSet, J: Job>(
+    builder: ClientBuilder<L>,
+    job: J,
+) -> Result<J::Output, InitError> {
     let name = select_conduit(config::Config::from_env().get(CONDUIT_VAR))?;
     dispatch(name, builder, gex_boot::from_env()?, job)
 }
@@ -385,7 +402,7 @@ fn dispatch<L: LayerSet, J: Job>(
         "smp" => Ok(job.run(builder.init::<gex_conduit_smp::Smp>(boot)?)),
         "loopback" => Ok(job.run(builder.init::<gex_core::loopback::Loopback>(boot)?)),
         #[cfg(feature = "ofi")]
-        "ofi" => Ok(job.run(builder.init::<gex_conduit_ofi::Ofi>(boot)?)),
+        "ofi" => Ok(job.run(builder.init::<conduit::ofi::OfiHybrid>(boot)?)),
         other => Err(InitError::Config(format!(
             "conduit {other:?} is not compiled in (compiled in: {})",
             CONDUITS.join(", ")
@@ -399,7 +416,9 @@ mod tests {
 
     #[test]
     fn unknown_conduit_lists_compiled_in() {
-        let e = select_conduit(Some("carrier-pigeon")).unwrap_err().to_string();
+        let e = select_conduit(Some("carrier-pigeon"))
+            .unwrap_err()
+            .to_string();
         for c in conduits() {
             assert!(e.contains(c), "{e}");
         }
@@ -423,7 +442,8 @@ mod tests {
     #[test]
     fn loopback_job_runs() {
         let boot = Box::new(boot::Singleton::new());
-        let r = init_with_boot(builder().segment_size(4096), boot, Some("loopback"), Count).unwrap();
+        let r =
+            init_with_boot(builder().segment_size(4096), boot, Some("loopback"), Count).unwrap();
         assert_eq!(r, (0, 1, "loopback"));
     }
 

@@ -1,8 +1,8 @@
 //! Multi-rank jobs through the facade: conduit selection at run time with [`gex::Job`].
 
-use gex::boot::Role;
 use gex::spi::Conduit;
 use gex::{Am, Client, ClientBuilder, EpAddr, Flags, Job, Token};
+use gex_testkit::procs::Procs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -48,9 +48,8 @@ impl Job for AllPing {
 
 #[test]
 fn four_ranks_on_the_default_conduit() {
-    match gex::boot::spawn_self_test(4, "four_ranks_on_the_default_conduit").expect("launch") {
-        Role::Launcher(code) => assert_eq!(code, 0, "the job failed"),
-        Role::Rank(boot) => {
+    Procs::new(4)
+        .run(|boot| {
             let r = gex::init_with_boot(
                 ClientBuilder::new().segment_size(1 << 16),
                 boot,
@@ -62,25 +61,25 @@ fn four_ranks_on_the_default_conduit() {
                 Ok(Err(e)) => panic!("{e}"),
                 Err(e) => panic!("init: {e}"),
             }
-        }
-    }
+        })
+        .assert_success();
 }
 
 #[test]
 fn loopback_refuses_a_multi_rank_job() {
-    match gex::boot::spawn_self_test(2, "loopback_refuses_a_multi_rank_job").expect("launch") {
-        // Every rank fails to initialise: the job must end with an error, not hang.
-        Role::Launcher(code) => assert_ne!(code, 0),
-        Role::Rank(boot) => {
-            let r = gex::init_with_boot(
-                ClientBuilder::new().segment_size(4096),
-                boot,
-                Some("loopback"),
-                AllPing,
-            );
-            let e = r.expect_err("loopback is one rank only");
-            eprintln!("expected failure: {e}");
-            std::process::exit(3);
-        }
-    }
+    // `-> ()`: every rank ends its process itself.
+    let r = Procs::new(2).run(|boot| -> () {
+        let r = gex::init_with_boot(
+            ClientBuilder::new().segment_size(4096),
+            boot,
+            Some("loopback"),
+            AllPing,
+        );
+        let e = r.expect_err("loopback is one rank only");
+        eprintln!("expected failure: {e}");
+        std::process::exit(3);
+    });
+    // Every rank fails to initialise: the job must end with an error, not hang.
+    assert!(r.code().is_some_and(|c| c != 0), "{r}");
+    r.assert_clean();
 }

@@ -1,12 +1,19 @@
 //! Checks shared by the hybrid tests (`hybrid.rs` on one machine, `netns.rs` across
 //! network namespaces under gex-run and mpiexec): which path each peer's traffic took.
+//! Both run the conduit the facade runs for `GEX_CONDUIT=ofi`: [`OfiHybrid`], this
+//! conduit as the far part of gex-conduit-hybrid's `Hybrid<Smp, Ofi>`.
 
+use gex_conduit_hybrid::Hybrid;
 use gex_conduit_ofi::Ofi;
+use gex_conduit_smp::Smp;
 use gex_core::spi::ConduitEp;
 use gex_core::{Client, EpAddr, Flags};
 use gex_rma::RmaEp;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The ofi conduit with shared memory inside each host (what `GEX_CONDUIT=ofi` runs).
+pub(crate) type OfiHybrid = Hybrid<Smp, Ofi>;
 
 /// Requests each rank sends to every rank in [`check_paths`].
 pub(crate) const PINGS: u64 = 200;
@@ -18,8 +25,10 @@ pub(crate) const PINGS: u64 = 200;
 /// neighbours (self included) went through the rings and those to other hosts through
 /// libfabric, every reply came back by the same path, and a put to another host was a
 /// native `FI_RMA` put while a put to a neighbour was a plain copy (no native put).
+/// AMs are counted per path by the hybrid conduit (`Hybrid::stats`), native puts by
+/// the ofi conduit (`Ofi::stats`).
 pub(crate) fn check_paths(
-    client: &Client<Ofi>,
+    client: &Client<OfiHybrid>,
     hybrid: bool,
     neighbours: &[u32],
 ) -> Result<(), String> {
@@ -30,7 +39,7 @@ pub(crate) fn check_paths(
         return Err(format!(
             "rank {me}: is_hybrid() = {}, want {hybrid}; report:\n{}",
             ofi.is_hybrid(),
-            ofi.report()
+            ofi.far().report()
         ));
     }
     let want: &[u32] = if hybrid { neighbours } else { &[] };
@@ -71,10 +80,10 @@ pub(crate) fn check_paths(
     let s1 = ofi.stats();
     let near = if hybrid { neighbours.len() as u64 } else { 0 };
     let far = u64::from(n) - near;
-    let shm_req = s1.shm_am_requests - s0.shm_am_requests;
-    let net_req = s1.net_am_requests - s0.net_am_requests;
-    let shm_del = s1.shm_am_delivered - s0.shm_am_delivered;
-    let net_del = s1.net_am_delivered - s0.net_am_delivered;
+    let shm_req = s1.near_am_requests - s0.near_am_requests;
+    let net_req = s1.far_am_requests - s0.far_am_requests;
+    let shm_del = s1.near_am_delivered - s0.near_am_delivered;
+    let net_del = s1.far_am_delivered - s0.far_am_delivered;
     eprintln!(
         "rank {me}: requests shm {shm_req} net {net_req}, delivered shm {shm_del} net {net_del} (neighbours {neighbours:?})"
     );
@@ -122,10 +131,10 @@ pub(crate) fn check_paths(
         if d == me {
             continue;
         }
-        let before = ofi.stats().native_puts;
+        let before = ofi.far().stats().native_puts;
         let p = r.global_ptr::<u8>(EpAddr::rank(d), LEN * me as usize);
         r.put(p, &data).map_err(|e| e.to_string())?;
-        let native = ofi.stats().native_puts - before;
+        let native = ofi.far().stats().native_puts - before;
         let near = hybrid && neighbours.contains(&d);
         if near && native != 0 {
             return Err(format!(

@@ -19,6 +19,8 @@ type Key = (u64, u32, u32);
 struct Partial {
     buf: Vec<u8>,
     got: usize,
+    /// What the sender said the exchange is for ([`Endpoint::exchange_tagged`]).
+    tag: u32,
 }
 
 /// What the exchange handler has received.
@@ -32,19 +34,20 @@ pub(crate) struct Mailbox {
 }
 
 impl Mailbox {
-    /// Handles `[team lo, team hi, seq, src team rank, total, offset]` + a chunk.
+    /// Handles `[team lo, team hi, seq, src team rank, total, offset, tag]` + a chunk.
     pub(crate) fn deliver(&mut self, am: &Am<'_>) {
         let a = am.args();
-        if a.len() < 6 {
+        if a.len() < 7 {
             self.dropped += 1;
             return;
         }
         let key = (u64::from(a[0]) | (u64::from(a[1]) << 32), a[2], a[3]);
-        let (total, off) = (a[4] as usize, a[5] as usize);
+        let (total, off, tag) = (a[4] as usize, a[5] as usize, a[6]);
         let p = am.payload();
         let e = self.parts.entry(key).or_insert_with(|| Partial {
             buf: vec![0; total],
             got: 0,
+            tag,
         });
         match off.checked_add(p.len()) {
             Some(end) if e.buf.len() == total && end <= total => {
@@ -57,6 +60,11 @@ impl Mailbox {
 
     fn complete(&self, key: Key) -> bool {
         self.parts.get(&key).is_some_and(|p| p.got >= p.buf.len())
+    }
+
+    /// The tag of a part that arrived for `key` with another tag than `tag`.
+    fn mismatch(&self, key: Key, tag: u32) -> Option<u32> {
+        self.parts.get(&key).map(|p| p.tag).filter(|&t| t != tag)
     }
 }
 
@@ -80,6 +88,24 @@ impl<C: Conduit> Endpoint<C> {
     /// [`AmError::NotMember`] if this endpoint is not `team.me()`;
     /// [`AmError::Conduit`] if the network fails.
     pub fn exchange(&mut self, team: &Team, blob: &[u8]) -> Result<Vec<Vec<u8>>, AmError> {
+        self.exchange_tagged(team, 0, blob)
+    }
+
+    /// As [`exchange`](Self::exchange), naming what the exchange is for: every member
+    /// must pass the same `tag` to its n-th exchange on the team. A member whose n-th
+    /// exchange has another tag (it is at another point of the program) makes the
+    /// exchange fail with [`AmError::ExchangeMismatch`] on the members that receive its
+    /// part, instead of pairing unrelated exchanges. Layers use distinct tags for their
+    /// agreements.
+    ///
+    /// # Errors
+    /// As [`exchange`](Self::exchange), plus [`AmError::ExchangeMismatch`].
+    pub fn exchange_tagged(
+        &mut self,
+        team: &Team,
+        tag: u32,
+        blob: &[u8],
+    ) -> Result<Vec<Vec<u8>>, AmError> {
         let me = self.addr();
         if team.me() != me {
             return Err(AmError::NotMember(me));
@@ -106,7 +132,7 @@ impl<C: Conduit> Endpoint<C> {
             let mut off = 0usize;
             loop {
                 let end = (off + chunk).min(blob.len());
-                let args = [lo, hi, seq, rank, total, off as u32];
+                let args = [lo, hi, seq, rank, total, off as u32, tag];
                 g.request(
                     dst,
                     Category::Medium,
@@ -123,9 +149,21 @@ impl<C: Conduit> Endpoint<C> {
             }
         }
         let n = team.size();
+        let mut clash = None;
         g.wait_for(None, |inner| {
-            (0..n).all(|r| r == rank || inner.core.xchg.complete((id, seq, r)))
+            let x = &inner.core.xchg;
+            clash = (0..n)
+                .filter(|&r| r != rank)
+                .find_map(|r| x.mismatch((id, seq, r), tag).map(|t| (r, t)));
+            clash.is_some() || (0..n).all(|r| r == rank || x.complete((id, seq, r)))
         });
+        if let Some((r, theirs)) = clash {
+            return Err(AmError::ExchangeMismatch {
+                peer: team.member(r).unwrap_or(me),
+                ours: tag,
+                theirs,
+            });
+        }
         let mut out = Vec::with_capacity(n as usize);
         for r in 0..n {
             if r == rank {

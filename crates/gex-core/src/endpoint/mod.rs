@@ -17,6 +17,10 @@
 //! with `Release`) before touching the state, so the state is never accessed from two
 //! threads at once. The state is `Send` (every handler and layer is), so moving it
 //! between the two threads under the lock is sound.
+//!
+//! [`Inner::with_layer`] casts a layer slot's `Box<dyn ErasedLayer>` to the layer type
+//! its `type_id` names without a second (virtual) `Any` check: slots are made only by
+//! `attach_one`, from a `Box<L>` with `type_id == TypeId::of::<L>()`.
 #![allow(unsafe_code)]
 
 mod am;
@@ -485,6 +489,7 @@ impl<C: Conduit> Endpoint<C> {
 
     /// Runs `f` with layer `L`'s state and a [`Cx`](crate::layer::Cx) (non-waiting
     /// access to the rest of the endpoint). `None` if `L` is not attached.
+    #[inline]
     pub fn with_layer<L: crate::layer::Layer, R>(
         &mut self,
         f: impl FnOnce(&mut L, &mut crate::layer::Cx<'_, C>) -> R,
@@ -574,7 +579,12 @@ impl<C: Conduit> Inner<C> {
             .position(|s| s.type_id == std::any::TypeId::of::<L>())?;
         let (b, rest) = self.layers.split_at_mut(i);
         let (slot, a) = rest.split_first_mut()?;
-        let l = slot.state.any_mut().downcast_mut::<L>()?;
+        // SAFETY: the slot's `type_id` is `L`'s (checked above), and the slot was made
+        // from a `Box<L>` (`attach_one`), so its data pointer is an `L`.
+        let l = unsafe {
+            &mut *(std::ptr::from_mut::<dyn crate::layer::ErasedLayer>(&mut *slot.state)
+                .cast::<L>())
+        };
         let mut cx = crate::layer::Cx {
             core: &mut self.core,
             before: b,

@@ -24,19 +24,21 @@
 //! | `immediate_flood` | 1 | 1 | IMMEDIATE flood into a rank that does not poll; `WouldBlock` only with IMMEDIATE; exactly the requests reported `Sent` arrive |
 //! | `back_pressure` | 1 | 1 | as `immediate_flood`, and every sender sees `WouldBlock` (bounded queues) |
 //! | `negotiated_payload` | 1 | 1 | prepare/fill/commit fewer bytes (Medium, Long, zero bytes, IMMEDIATE); dropped and failed commits send nothing; prepare-time errors |
-//! | `barrier_with_traffic` | 1 | 1 | `Endpoint::barrier` 60 times with requests in flight; no rank passes a barrier early |
+//! | `barrier_with_traffic` | 1 | 1 | a barrier (the core's all-gather, `Endpoint::exchange_tagged`) 60 times with requests in flight; no rank passes it early |
 //! | `capabilities` | 1 | 1 | `SHARED_MEMORY`, `NP_IN_PLACE`, `BLOCKING_WAIT` match behaviour |
 //!
 //! # Running the suite on a conduit
-//! A conduit crate expands one `#[test]` per case with [`conformance_tests!`](crate::conformance_tests)
-//! (crate root), giving a [`Runner`]: the thing that starts a job of N ranks and runs a
-//! case on every rank with [`run_on_rank`].
+//! A conduit crate expands one `#[test]` per case with
+//! [`suite_tests!`](crate::suite_tests) (crate root; `suite: core` for this suite,
+//! `suite: rma` for [the RMA suite](crate::rma)), giving a [`Runner`]: the thing that
+//! starts a job of N ranks and runs a case on every rank with [`run_on_rank`].
 //!
 //! ## Thread-based runners (the simulator, one-rank conduits)
 //! ```ignore
 //! // tests/conformance_sim.rs
 //! mod r3 {
-//!     gex_testkit::conformance_tests! {
+//!     gex_testkit::suite_tests! {
+//!         suite: core,
 //!         conduit: gex_testkit::sim::Sim,
 //!         runner: gex_testkit::sim::SimRunner::new(gex_testkit::sim::SimConfig::default()),
 //!         ranks: 3,
@@ -44,56 +46,40 @@
 //! }
 //! ```
 //!
-//! ## Process-based runners (smp, ...)
-//! The runner re-executes the test binary for each rank, running only the current test
-//! (`Job::test_path`) in the children. With gex-boot's `spawn_self_test` it is:
+//! ## Process-based runners (smp, ofi, ...)
+//! [`ProcRunner`](crate::procs::ProcRunner) re-executes the test binary for each rank
+//! through [`procs::Procs`](crate::procs::Procs), running only the current test
+//! (`Job::test_path`) in the children; each rank builds its client and runs the case,
+//! aborting the job if it fails:
 //! ```ignore
 //! use gex_conduit_smp::Smp;
-//! use gex_testkit::conformance::{self, Case, Job};
+//! use gex_core::ClientBuilder;
+//! use gex_testkit::procs::ProcRunner;
 //!
-//! fn smp_runner(job: &Job<'_>, case: &Case<Smp>) -> Result<(), String> {
-//!     match gex_boot::spawn_self_test(job.ranks, job.test_path).map_err(|e| e.to_string())? {
-//!         // In the parent: the exit code of the whole job.
-//!         gex_boot::Role::Launcher(0) => Ok(()),
-//!         gex_boot::Role::Launcher(code) => Err(format!("job exited with code {code}")),
-//!         // In each child: one rank.
-//!         gex_boot::Role::Rank(boot) => {
-//!             let client = gex_core::ClientBuilder::new()
-//!                 .segment_size(1 << 20)
-//!                 .endpoints(job.endpoints)
-//!                 .init::<Smp>(boot)
-//!                 .map_err(|e| e.to_string())?;
-//!             if let Err(e) = conformance::run_on_rank(&client, case) {
-//!                 // Fail the whole job promptly rather than leaving peers waiting.
-//!                 client.abort(1, &e);
-//!             }
-//!             client.finalize().map_err(|e| e.to_string())
-//!         }
-//!     }
-//! }
-//!
-//! gex_testkit::conformance_tests! {
+//! gex_testkit::suite_tests! {
+//!     suite: core,
 //!     conduit: Smp,
-//!     runner: smp_runner,
+//!     runner: ProcRunner::new().builder(|| ClientBuilder::new().segment_size(1 << 20)),
 //!     ranks: 3,
 //!     endpoints: 2,
 //! }
 //! ```
-//! (This exact runner passes all cases on `gex_conduit_smp::Smp` with 3 ranks x 2
-//! endpoints and with 5 ranks x 1 endpoint.)
 //! The generated test functions are named after the cases, so `Job::test_path` is the
 //! exact libtest name of the running test (module path below the crate plus case name)
-//! and children started with `<test_path> --exact` run exactly that test.
+//! and children started with `<test_path> --exact` run exactly that test. A runner
+//! that needs more around a job (network namespaces made before it and deleted after)
+//! is a function `fn(&Job<'_>, &Case<C>) -> Result<(), String>` calling
+//! [`procs::Procs`](crate::procs::Procs) itself.
 //!
 //! # Exclusions
 //! A case a conduit cannot pass is listed with its reason:
 //! `exclude: { back_pressure: "queues are unbounded", }`. The macro marks that test
 //! `#[ignore = "<reason>"]`, so `cargo test` prints it as
 //! `test back_pressure ... ignored, queues are unbounded` and counts it as ignored,
-//! never as passed. A name that is not a case is a compile error. On thread runners,
+//! never as passed. A name that is not a case is a compile error.
 //! `cargo test -- --ignored` runs the excluded cases (to see whether an exclusion is
-//! still needed); process runners cannot, because their children are started without
-//! `--ignored`.
+//! still needed), on thread and process runners alike (the process runner starts its
+//! ranks with `--include-ignored`).
 //!
 //! # Ranks and endpoints
 //! A job has `max(ranks, case.min_ranks)` ranks and `max(endpoints, case.min_eps)`
@@ -149,8 +135,8 @@ impl<C: Conduit> std::fmt::Debug for Case<C> {
     }
 }
 
-/// Names of every case, in registry order. [`conformance_tests!`](crate::conformance_tests)
-/// expands exactly these.
+/// Names of every case, in registry order. [`suite_tests!`](crate::suite_tests)
+/// expands exactly these for `suite: core`.
 pub const CASE_NAMES: &[&str] = &[
     "segment_basics",
     "register_errors",
@@ -377,22 +363,6 @@ where
     }
 }
 
-/// Longest one case may run on one rank of a process runner before
-/// [`rank_watchdog`] ends that rank.
-pub const RANK_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
-
-/// Starts a thread that ends this rank process (exit code 124) if it is still running
-/// after [`RANK_LIMIT`]: the launcher then ends the whole job, so a hang fails the test
-/// instead of stalling the run. For runners that start one process per rank.
-pub fn rank_watchdog(case: &str) {
-    let case = case.to_string();
-    std::thread::spawn(move || {
-        std::thread::sleep(RANK_LIMIT);
-        eprintln!("conformance: {case} still running after {RANK_LIMIT:?}; ending this rank");
-        std::process::exit(124);
-    });
-}
-
 /// Runs `case` on this rank: checks the job's shape, then calls the case.
 ///
 /// # Errors
@@ -433,19 +403,46 @@ pub fn test_path(module_path: &str, name: &str) -> String {
     }
 }
 
-/// The body of every test [`conformance_tests!`](crate::conformance_tests) generates:
-/// shapes the job, runs it with `runner`, and panics with the failure.
+/// The suites [`suite_tests!`](crate::suite_tests) knows, by the name it is given
+/// (`suite: core`): the core AM suite ([`cases`]) and the RMA suite
+/// ([`rma::cases`](crate::rma::cases)).
+pub const SUITES: &[&str] = &["core", "rma"];
+
+/// True if `name` is a case of the suite called `suite` (usable in constants: the
+/// macro checks exclusion lists with it).
+pub const fn suite_has_case(suite: &str, name: &str) -> bool {
+    if str_eq(suite, "core") {
+        is_case_name(name)
+    } else if str_eq(suite, "rma") {
+        crate::rma::is_case_name(name)
+    } else {
+        false
+    }
+}
+
+/// The body of every test [`suite_tests!`](crate::suite_tests) generates: finds case
+/// `name` of suite `suite`, shapes the job, runs it with `runner`, and panics with the
+/// failure.
 ///
 /// # Panics
-/// If `name` is not a case or the case fails.
+/// If `suite` is not a suite, `name` is not one of its cases, or the case fails.
 pub fn run_case<C: Conduit, R: Runner<C> + ?Sized>(
+    suite: &str,
     name: &str,
     runner: &R,
     ranks: u32,
     endpoints: u16,
     module_path: &str,
 ) {
-    let case = case::<C>(name).unwrap_or_else(|| panic!("{name} is not a conformance case"));
+    let (label, all) = match suite {
+        "core" => ("conformance", cases::<C>()),
+        "rma" => ("rma conformance", crate::rma::cases::<C>()),
+        other => panic!("{other} is not a suite (the suites are {SUITES:?})"),
+    };
+    let case = all
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("{name} is not a case of the {suite} suite"));
     let path = test_path(module_path, name);
     let job = Job {
         case: name,
@@ -453,17 +450,23 @@ pub fn run_case<C: Conduit, R: Runner<C> + ?Sized>(
         endpoints: endpoints.max(case.min_eps),
         test_path: &path,
     };
+    // The RMA suite runs both ways: as built, and with the reference path forced.
+    let path_kind = match (suite, cfg!(gex_force_am_rma)) {
+        ("rma", true) => ", forced AM path",
+        ("rma", false) => ", auto path",
+        _ => "",
+    };
     let t0 = Instant::now();
     match runner.run(&job, &case) {
         Ok(()) => eprintln!(
-            "conformance {}: {name} passed ({} ranks, {} endpoints, {:?})",
+            "{label} {}: {name} passed ({} ranks, {} endpoints{path_kind}, {:?})",
             C::NAME,
             job.ranks,
             job.endpoints,
             t0.elapsed()
         ),
         Err(e) => panic!(
-            "conformance {}: {name} FAILED ({} ranks, {} endpoints): {e}",
+            "{label} {}: {name} FAILED ({} ranks, {} endpoints{path_kind}): {e}",
             C::NAME,
             job.ranks,
             job.endpoints
@@ -529,10 +532,11 @@ impl<C: Conduit> Runner<C> for SingletonRunner {
     }
 }
 
-/// Expands one `#[test]` per conformance case for a conduit.
+/// Expands one `#[test]` per case of a suite, for one conduit and runner.
 ///
 /// ```ignore
-/// gex_testkit::conformance_tests! {
+/// gex_testkit::suite_tests! {
+///     suite: core,                   // `core` (the AM suite) or `rma` (the RMA suite)
 ///     conduit: MyConduit,            // a type implementing gex_core::spi::Conduit
 ///     runner: my_runner,             // an expression implementing conformance::Runner<MyConduit>
 ///     ranks: 3,                      // ranks per job (raised to a case's min_ranks)
@@ -543,13 +547,18 @@ impl<C: Conduit> Runner<C> for SingletonRunner {
 /// }
 /// ```
 /// Every generated test is named after its case; excluded cases become
-/// `#[ignore = "<reason>"]` tests; an unknown name in `exclude` is a compile error.
-/// The runner expression is evaluated once per test. Invoke the macro at most once per
-/// module (wrap each configuration in its own `mod`). See the
-/// [`conformance`](crate::conformance) module for runners, thread- and process-based.
+/// `#[ignore = "<reason>"]` tests, listed as ignored with their reason and never
+/// counted as passes; a name in `exclude` that is not a case of the suite, or an
+/// unknown suite, is a compile error. The runner expression is evaluated once per
+/// test: a thread runner ([`SimRunner`](crate::sim::SimRunner),
+/// [`SingletonRunner`]) or the process runner
+/// ([`ProcRunner`](crate::procs::ProcRunner)) for conduits whose ranks are
+/// processes. Invoke the macro at most once per module (wrap each configuration in
+/// its own `mod`). See the [`conformance`](crate::conformance) module.
 #[macro_export]
-macro_rules! conformance_tests {
+macro_rules! suite_tests {
     (
+        suite: $s:ident,
         conduit: $c:ty,
         runner: $r:expr,
         ranks: $n:expr
@@ -557,8 +566,8 @@ macro_rules! conformance_tests {
         $(, exclude: { $($x:ident : $why:literal),* $(,)? })?
         $(,)?
     ) => {
-        $crate::__gex_conformance_impl! {
-            ($) [$c] [$r] [$n] [$crate::__gex_first!($($e,)? 1u16)] [$($($x : $why),*)?]
+        $crate::__gex_suite_impl! {
+            ($) $s [$c] [$r] [$n] [$crate::__gex_first!($($e,)? 1u16)] [$($($x : $why),*)?]
         }
     };
 }
@@ -573,41 +582,41 @@ macro_rules! __gex_first {
 
 #[doc(hidden)]
 #[macro_export]
-macro_rules! __gex_conformance_impl {
-    (($d:tt) [$c:ty] [$r:expr] [$n:expr] [$e:expr] [$($x:ident : $why:literal),*]) => {
+macro_rules! __gex_suite_impl {
+    (($d:tt) $s:ident [$c:ty] [$r:expr] [$n:expr] [$e:expr] [$($x:ident : $why:literal),*]) => {
         $(
             const _: () = ::core::assert!(
-                $crate::conformance::is_case_name(::core::stringify!($x)),
-                ::core::concat!("conformance_tests!: `", ::core::stringify!($x), "` in the exclude list is not a conformance case"),
+                $crate::conformance::suite_has_case(::core::stringify!($s), ::core::stringify!($x)),
+                ::core::concat!("suite_tests!: `", ::core::stringify!($x), "` in the exclude list is not a case of the `", ::core::stringify!($s), "` suite"),
             );
         )*
-        macro_rules! __gex_conformance_one {
+        macro_rules! __gex_suite_one {
             $(
                 ($x) => {
                     #[test]
                     #[ignore = $why]
                     fn $x() {
-                        $crate::conformance::run_case::<$c, _>(::core::stringify!($x), &$r, $n, $e, ::core::module_path!());
+                        $crate::conformance::run_case::<$c, _>(::core::stringify!($s), ::core::stringify!($x), &$r, $n, $e, ::core::module_path!());
                     }
                 };
             )*
             ($d name:ident) => {
                 #[test]
                 fn $d name() {
-                    $crate::conformance::run_case::<$c, _>(::core::stringify!($d name), &$r, $n, $e, ::core::module_path!());
+                    $crate::conformance::run_case::<$c, _>(::core::stringify!($s), ::core::stringify!($d name), &$r, $n, $e, ::core::module_path!());
                 }
             };
         }
-        $crate::__gex_conformance_for_each! { __gex_conformance_one }
+        $crate::__gex_suite_cases! { $s, __gex_suite_one }
     };
 }
 
-/// Calls `$cb!(name)` for every case name. Keep in step with [`CASE_NAMES`] (a unit
-/// test checks it).
+/// Calls `$cb!(name)` for every case name of a suite. Keep in step with [`CASE_NAMES`]
+/// and [`rma::CASE_NAMES`](crate::rma::CASE_NAMES) (a unit test checks it).
 #[doc(hidden)]
 #[macro_export]
-macro_rules! __gex_conformance_for_each {
-    ($cb:ident) => {
+macro_rules! __gex_suite_cases {
+    (core, $cb:ident) => {
         $cb!(segment_basics);
         $cb!(register_errors);
         $cb!(request_errors);
@@ -626,6 +635,27 @@ macro_rules! __gex_conformance_for_each {
         $cb!(capabilities);
         $cb!(aux_area);
     };
+    (rma, $cb:ident) => {
+        $cb!(rma_contiguous);
+        $cb!(rma_large);
+        $cb!(rma_values_memset);
+        $cb!(rma_nb_events);
+        $cb!(rma_nbi_regions);
+        $cb!(rma_vis_shapes);
+        $cb!(rma_errors);
+        $cb!(rma_multi_ep);
+        $cb!(rma_atomic_ops);
+        $cb!(rma_atomic_concurrency);
+        $cb!(rma_atomic_errors);
+        $cb!(rma_barrier_visibility);
+    };
+    ($other:ident, $cb:ident) => {
+        ::core::compile_error!(::core::concat!(
+            "suite_tests!: unknown suite `",
+            ::core::stringify!($other),
+            "` (the suites are `core` and `rma`)"
+        ));
+    };
 }
 
 #[cfg(test)]
@@ -643,8 +673,14 @@ mod tests {
                 expanded.push(stringify!($n));
             };
         }
-        crate::__gex_conformance_for_each!(collect);
+        crate::__gex_suite_cases!(core, collect);
         assert_eq!(expanded, CASE_NAMES);
+        expanded.clear();
+        crate::__gex_suite_cases!(rma, collect);
+        assert_eq!(expanded, crate::rma::CASE_NAMES);
+        assert!(suite_has_case("core", "multi_ep") && suite_has_case("rma", "rma_multi_ep"));
+        assert!(!suite_has_case("core", "rma_multi_ep") && !suite_has_case("rma", "multi_ep"));
+        assert!(!suite_has_case("coll", "multi_ep"));
         assert!(is_case_name("am_categories"));
         assert!(!is_case_name("am_categorie"));
         assert!(!is_case_name(""));

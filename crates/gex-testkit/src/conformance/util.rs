@@ -96,7 +96,7 @@ pub(crate) fn sent<T: Outcome>(r: Result<T, AmError>, what: &str) -> Result<(), 
 /// on a member only once every member has entered it).
 pub(crate) fn barrier<C: Conduit>(ep: &mut Endpoint<C>) -> Result<(), String> {
     let w = ep.world();
-    ep.exchange(&w, &[])
+    ep.exchange_tagged(&w, crate::BARRIER_TAG, &[])
         .map(drop)
         .map_err(|e| format!("barrier (exchange): {e}"))
 }

@@ -23,7 +23,9 @@ pub(super) fn e2s<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String 
 /// while it waits, so peers' AM-path RMA is served.
 pub(super) fn barrier<C: Conduit>(r: &mut Ep<C>) -> R {
     let w = r.world();
-    r.exchange(&w, &[]).map(|_| ()).map_err(e2s("barrier"))
+    r.exchange_tagged(&w, crate::BARRIER_TAG, &[])
+        .map(|_| ())
+        .map_err(e2s("barrier"))
 }
 
 /// Waits for `ev` (an RMA event) with a readable error.

@@ -1,6 +1,9 @@
 //! The RMA conformance suite: cases for gex-rma (the [`gex_rma::Rma`] layer and its
 //! API, [`gex_rma::RmaExt`]), written once against the conduit SPI and run on every
-//! conduit with the same runner trait as the AM suite ([`conformance::Runner`]).
+//! conduit with the same macro and runners as the AM suite
+//! ([`suite_tests!`](crate::suite_tests) with `suite: rma`;
+//! [`conformance::Runner`](crate::conformance::Runner):
+//! [`SimRunner`](crate::sim::SimRunner), [`ProcRunner`](crate::procs::ProcRunner), ...).
 //!
 //! **Runners must build the client with the RMA layer**
 //! (`ClientBuilder::new().layer::<gex_rma::Rma>()`); a case fails with a message
@@ -34,7 +37,8 @@
 //! mod r3 {
 //!     // `rma_runner` starts a job whose clients carry the RMA layer (see
 //!     // gex-testkit's tests/rma_sim.rs for one on the simulator).
-//!     gex_testkit::rma_conformance_tests! {
+//!     gex_testkit::suite_tests! {
+//!         suite: rma,
 //!         conduit: gex_testkit::sim::Sim,
 //!         runner: rma_runner(4 << 20),
 //!         ranks: 3,
@@ -47,9 +51,8 @@
 mod atomics;
 mod cases;
 
-use crate::conformance::{self, Case, Job, Runner};
+use crate::conformance::Case;
 use gex_core::spi::Conduit;
-use std::time::Instant;
 
 /// A client builder whose clients carry the RMA layer, as the RMA cases need
 /// (`ClientBuilder::new().layer::<gex_rma::Rma>()`), for runners of conduit crates that
@@ -155,7 +158,8 @@ pub fn cases<C: Conduit>() -> Vec<Case<C>> {
     ]
 }
 
-/// True if `name` is an RMA case (used by the macro's exclusion check).
+/// True if `name` is an RMA case (used by [`suite_tests!`](crate::suite_tests)'s
+/// exclusion check).
 pub const fn is_case_name(name: &str) -> bool {
     let mut i = 0;
     while i < CASE_NAMES.len() {
@@ -172,113 +176,6 @@ pub const fn is_case_name(name: &str) -> bool {
         i += 1;
     }
     false
-}
-
-/// The body of every test [`rma_conformance_tests!`](crate::rma_conformance_tests)
-/// generates.
-///
-/// # Panics
-/// If `name` is not an RMA case or the case fails.
-pub fn run_case<C: Conduit, R: Runner<C> + ?Sized>(
-    name: &str,
-    runner: &R,
-    ranks: u32,
-    endpoints: u16,
-    module_path: &str,
-) {
-    let case = cases::<C>()
-        .into_iter()
-        .find(|c| c.name == name)
-        .unwrap_or_else(|| panic!("{name} is not an RMA conformance case"));
-    let path = conformance::test_path(module_path, name);
-    let job = Job {
-        case: name,
-        ranks: ranks.max(case.min_ranks),
-        endpoints: endpoints.max(case.min_eps),
-        test_path: &path,
-    };
-    let t0 = Instant::now();
-    let path_kind = if cfg!(gex_force_am_rma) {
-        "forced AM"
-    } else if std::env::var("GEX_RMA_PATH").is_ok_and(|v| v.trim() == "am") {
-        "AM (GEX_RMA_PATH)"
-    } else {
-        "auto"
-    };
-    match runner.run(&job, &case) {
-        Ok(()) => eprintln!(
-            "rma conformance {}: {name} passed ({} ranks, {path_kind} path, {:?})",
-            C::NAME,
-            job.ranks,
-            t0.elapsed()
-        ),
-        Err(e) => panic!(
-            "rma conformance {}: {name} FAILED ({} ranks, {path_kind} path): {e}",
-            C::NAME,
-            job.ranks
-        ),
-    }
-}
-
-/// Expands one `#[test]` per RMA conformance case; same syntax as
-/// [`conformance_tests!`](crate::conformance_tests) (`conduit`, `runner`, `ranks`,
-/// optional `endpoints` and `exclude: { case: "reason" }`).
-#[macro_export]
-macro_rules! rma_conformance_tests {
-    (
-        conduit: $c:ty,
-        runner: $r:expr,
-        ranks: $n:expr
-        $(, endpoints: $e:expr)?
-        $(, exclude: { $($x:ident : $why:literal),* $(,)? })?
-        $(,)?
-    ) => {
-        $crate::__gex_rma_conformance_impl! {
-            ($) [$c] [$r] [$n] [$crate::__gex_first!($($e,)? 1u16)] [$($($x : $why),*)?]
-        }
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __gex_rma_conformance_impl {
-    (($d:tt) [$c:ty] [$r:expr] [$n:expr] [$e:expr] [$($x:ident : $why:literal),*]) => {
-        $(
-            const _: () = ::core::assert!(
-                $crate::rma::is_case_name(::core::stringify!($x)),
-                ::core::concat!("rma_conformance_tests!: `", ::core::stringify!($x), "` is not an RMA case"),
-            );
-        )*
-        macro_rules! __gex_rma_one {
-            $(
-                ($x) => {
-                    #[test]
-                    #[ignore = $why]
-                    fn $x() {
-                        $crate::rma::run_case::<$c, _>(::core::stringify!($x), &$r, $n, $e, ::core::module_path!());
-                    }
-                };
-            )*
-            ($d name:ident) => {
-                #[test]
-                fn $d name() {
-                    $crate::rma::run_case::<$c, _>(::core::stringify!($d name), &$r, $n, $e, ::core::module_path!());
-                }
-            };
-        }
-        __gex_rma_one!(rma_contiguous);
-        __gex_rma_one!(rma_large);
-        __gex_rma_one!(rma_values_memset);
-        __gex_rma_one!(rma_nb_events);
-        __gex_rma_one!(rma_nbi_regions);
-        __gex_rma_one!(rma_vis_shapes);
-        __gex_rma_one!(rma_errors);
-        __gex_rma_one!(rma_multi_ep);
-        __gex_rma_one!(rma_atomic_ops);
-        __gex_rma_one!(rma_atomic_concurrency);
-        __gex_rma_one!(rma_atomic_errors);
-        __gex_rma_one!(rma_barrier_visibility);
-    };
 }
 
 #[cfg(test)]

@@ -391,6 +391,7 @@ impl Sim {
 impl Conduit for Sim {
     type Ep = SimEp;
     const NAME: &'static str = "sim";
+    const ENV_VARS: &'static [gex_core::config::EnvVar] = crate::ENV_VARS;
 
     fn open(
         boot: &mut dyn Bootstrap,

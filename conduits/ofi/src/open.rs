@@ -1,0 +1,719 @@
+//! Opening the conduit (`Conduit::open`), one named step per function:
+//!
+//! 1. [`Job::new`]: the job as this rank sees it (global endpoint numbering, hosts);
+//! 2. the settings (`config`) and the provider's offer (`select`), then
+//!    [`check_reach`]: a loopback-only offer, or `shm`, cannot reach other hosts;
+//! 3. [`Plan::new`]: what every endpoint will be (buffer sizes, native RMA and atomics,
+//!    relaxed puts, waiting);
+//! 4. [`segments`]: this rank's segments, allocated here or, as the far part of a
+//!    hybrid conduit (`FarConduit::open_far`), the near part's shared ones;
+//! 5. [`open_endpoint`] for each endpoint: its domain, CQ, AV and RDM endpoint
+//!    ([`open_objects`]), its buffer pools, slot table and registrations
+//!    ([`register_memory`]);
+//! 6. [`exchange`]: provider, Medium limit, addresses and segment keys of every rank
+//!    through the bootstrap, the addresses inserted into each endpoint's AV
+//!    ([`insert_addresses`]);
+//! 7. the conduit object with its report, then the endpoints with their receive
+//!    buffers posted ([`make_endpoints`]);
+//! 8. `wireup::wireup`: every endpoint says hello to every other one and hears from
+//!    all of them; with `shm` the names of this rank's regions are then unlinked
+//!    (`wireup::unlink_names`);
+//! 9. a bootstrap barrier.
+//!
+//! # Safety
+//! Memory registered with libfabric here (pools, slot words, segments) outlives its
+//! registrations: they are closed with the endpoint's objects (`ep::Objects`), before
+//! the pools, slots and segments are freed (the Safety sections of `close` and `mem`).
+#![allow(unsafe_code)]
+
+use crate::Ofi;
+use crate::conduit::RemoteSeg;
+use crate::config::{
+    CQ_SIZE, MAX_ARGS, MULTI_BUFS, RECV_BUFS, SEND_BUFS, Settings, conduit_err, settings,
+};
+use crate::ep::{Objects, OfiEp};
+use crate::fabric::{Attrs, Av, Cq, Domain, Errno, Fabric, Info, Mr, flags};
+use crate::mem::{Mem, Pool};
+use crate::mr::{CacheConfig, MrCache, MrCounters, Registry};
+use crate::report::{self, ReportIn};
+use crate::rma::Rma;
+use crate::rx::Rx;
+use crate::select::{Chosen, choose, is_loopback, relaxed_limit};
+use crate::stats::EpCounters;
+use crate::tx::Tx;
+use crate::wire;
+use crate::wireup::{unlink_names, wireup};
+use gex_core::boot::Bootstrap;
+use gex_core::spi::{Capabilities, Limits, OpenParams, SharedSegments};
+use gex_core::{Category, InitError, WaitPolicy};
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex};
+
+/// Opens the conduit: the steps of the module documentation, in order. `shared`: the
+/// segments of the near part of a hybrid conduit this one is the far part of.
+pub(crate) fn open(
+    boot: &mut dyn Bootstrap,
+    params: &OpenParams<'_>,
+    shared: Option<SharedSegments>,
+) -> Result<(Arc<Ofi>, Vec<OfiEp>), InitError> {
+    let job = Job::new(params);
+    let s = settings(params)?;
+    let chosen = choose(&s, job.single_host)?;
+    check_reach(&job, &s, &chosen.attrs)?;
+    let plan = Plan::new(&s, &chosen, params, shared.is_some())?;
+    let segs = segments(&job, shared.as_ref())?;
+    let fab = Fabric::open(&chosen.info)
+        .map_err(|e| fi_init(&plan.prov, format!("fi_fabric({})", chosen.attrs.fabric), e))?;
+    let regions = Arc::new(Registry::default());
+    let mr_counters: Vec<Arc<MrCounters>> = (0..job.my_eps)
+        .map(|_| Arc::new(MrCounters::default()))
+        .collect();
+    let env = EpEnv {
+        fab: &fab,
+        info: &chosen.info,
+        plan: &plan,
+        s: &s,
+        segs: &segs,
+        job: &job,
+        regions: &regions,
+    };
+    let mut waitable = true;
+    let mut locals = Vec::with_capacity(job.my_eps);
+    for (e, mr_stats) in mr_counters.iter().enumerate() {
+        locals.push(open_endpoint(&env, e, mr_stats, &mut waitable)?);
+    }
+    let peers = exchange(boot, params, &job, &plan, &s, &locals, &segs)?;
+    let addrs = insert_addresses(&mut locals, &peers.addrs, &plan.prov)?;
+    let report = report::build(&ReportIn {
+        s: &s,
+        chosen: &chosen,
+        plan: &plan,
+        waitable,
+        near: shared.as_ref().map(SharedSegments::near_ranks),
+    });
+    tracing::debug!(rank = job.rank, provider = %plan.prov, "ofi conduit open:\n{report}");
+    let caps = capabilities(&plan, waitable);
+    let limits = Limits {
+        max_args: MAX_ARGS,
+        max_medium: peers.max_medium,
+        max_long: peers.max_medium,
+    };
+    let ofi = Arc::new(Ofi {
+        report,
+        seg_len: job.seg_len,
+        remote: peers.remote,
+        counters: (0..job.my_eps).map(|_| EpCounters::default()).collect(),
+        mr_counters,
+        regions,
+        segs,
+        _fabric: fab,
+        _info: chosen.info,
+        shared,
+        graves: Mutex::new(Vec::new()),
+    });
+    let names: Vec<Vec<u8>> = locals.iter().map(|l| l.name.clone()).collect();
+    let made = Made {
+        locals,
+        addrs,
+        limits,
+        caps,
+    };
+    let mut eps = make_endpoints(&ofi, made, &job, &plan, &s, params.layout.eps.clone())?;
+    wireup(&mut eps, job.total, &job.g_base, &plan.prov)?;
+    unlink_names(&plan.prov, &names)?;
+    boot.barrier()?;
+    Ok((ofi, eps))
+}
+
+/// An `InitError` naming the provider, what failed and libfabric's error.
+pub(crate) fn fi_init(prov: &str, what: String, e: Errno) -> InitError {
+    conduit_err(format!("{prov}: {what}: {e}"))
+}
+
+/// The job as this rank sees it.
+pub(crate) struct Job {
+    /// This rank.
+    rank: usize,
+    /// First global endpoint number of every rank.
+    g_base: Vec<usize>,
+    /// Endpoints of the job.
+    total: usize,
+    /// Endpoints of this rank.
+    my_eps: usize,
+    /// Segment length of this rank's endpoints.
+    seg_len: usize,
+    /// Distinct hosts.
+    hosts: usize,
+    /// Whether every rank is on one host.
+    single_host: bool,
+}
+
+impl Job {
+    fn new(params: &OpenParams<'_>) -> Job {
+        let jl = params.layout;
+        let rank = params.rank as usize;
+        let mut g_base = Vec::with_capacity(jl.eps.len());
+        let mut total = 0usize;
+        for &e in &jl.eps {
+            g_base.push(total);
+            total += e as usize;
+        }
+        let mut h = jl.host.clone();
+        h.sort_unstable();
+        h.dedup();
+        Job {
+            rank,
+            g_base,
+            total,
+            my_eps: jl.eps[rank] as usize,
+            seg_len: jl.seg_len[rank],
+            hosts: h.len(),
+            single_host: h.len() <= 1,
+        }
+    }
+}
+
+/// Fails at once when the chosen offer cannot reach every host of the job: the
+/// loopback interface (unless named on purpose) or `shm` in a job of several hosts.
+fn check_reach(job: &Job, s: &Settings, a: &Attrs) -> Result<(), InitError> {
+    let (hosts, prov) = (job.hosts, &a.provider);
+    if hosts > 1 && s.domain.is_none() && is_loopback(a) {
+        return Err(conduit_err(format!(
+            "{prov}: fi_getinfo offers only the loopback interface (domain {}, fabric {}) but this job spans {hosts} hosts, which it cannot reach: bring a network interface up (with carrier) or name one with GEX_OFI_DOMAIN or FI_TCP_IFACE",
+            a.domain, a.fabric
+        )));
+    }
+    if hosts > 1 && prov == "shm" {
+        return Err(conduit_err(format!(
+            "shm: fi_getinfo chose the shm provider, which reaches only processes of one host, but this job spans {hosts} hosts: choose a network provider (GEX_OFI_PROVIDER)"
+        )));
+    }
+    Ok(())
+}
+
+/// What every endpoint of this rank will be, decided before any is opened.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// The provider, as libfabric names it.
+    pub(crate) prov: String,
+    /// The provider's attributes.
+    pub(crate) attrs: Attrs,
+    /// `FI_MR_LOCAL`: the provider's, or `GEX_OFI_MR_LOCAL=1` (testing aid: descriptors
+    /// are passed and local buffers registered although the provider does not ask).
+    pub(crate) mr_local: bool,
+    /// `FI_MR_ENDPOINT`: registrations are bound to the endpoint and enabled.
+    pub(crate) mr_endpoint: bool,
+    /// `FI_MR_VIRT_ADDR`: remote addresses are virtual, else offsets.
+    pub(crate) virt_addr: bool,
+    /// Multi-receive buffers.
+    pub(crate) multi: bool,
+    /// Native RMA.
+    pub(crate) rma: bool,
+    /// Native atomics.
+    pub(crate) atomics: bool,
+    /// The largest relaxed put, or why puts are not relaxed.
+    pub(crate) relaxed: Result<usize, String>,
+    /// Bytes per send buffer (the largest message, rounded to 64).
+    pub(crate) stride: usize,
+    /// Receive buffers per endpoint, and their size.
+    pub(crate) rx_count: usize,
+    pub(crate) rx_stride: usize,
+    /// Whether CQs get a wait object: the wait policy may block, and the conduit is
+    /// not the far part of a hybrid conduit (which never calls `block` on it: it naps
+    /// on the near part, watching both).
+    pub(crate) wait_obj: bool,
+    /// Opened as the far part of a hybrid conduit.
+    pub(crate) far: bool,
+}
+
+impl Plan {
+    fn new(
+        s: &Settings,
+        chosen: &Chosen,
+        params: &OpenParams<'_>,
+        far: bool,
+    ) -> Result<Plan, InitError> {
+        let a = &chosen.attrs;
+        let prov = a.provider.clone();
+        let wire_max = wire::wire_len(Category::Long, MAX_ARGS, s.max_medium);
+        if wire_max > a.max_msg_size {
+            return Err(conduit_err(format!(
+                "{prov}: messages of {wire_max} bytes exceed the provider's max_msg_size {} (lower GEX_OFI_MAX_MEDIUM)",
+                a.max_msg_size
+            )));
+        }
+        let stride = wire_max.next_multiple_of(64);
+        let multi = chosen.multi_recv.is_ok();
+        let (rx_count, rx_stride) = if multi {
+            (MULTI_BUFS, (256 << 10).max(stride * 16))
+        } else {
+            (RECV_BUFS, stride)
+        };
+        let rma = chosen.rma.is_ok();
+        Ok(Plan {
+            mr_local: a.mr_mode & flags::MR_LOCAL != 0 || s.force_mr_local,
+            mr_endpoint: a.mr_mode & flags::MR_ENDPOINT != 0,
+            virt_addr: a.mr_mode & flags::MR_VIRT_ADDR != 0,
+            multi,
+            rma,
+            atomics: rma && chosen.atomics.is_ok(),
+            relaxed: relaxed_limit(rma, s.relaxed_puts, a),
+            stride,
+            rx_count,
+            rx_stride,
+            wait_obj: params.wait != WaitPolicy::Spin && !far,
+            far,
+            attrs: a.clone(),
+            prov,
+        })
+    }
+
+    /// The largest relaxed put (0: none).
+    fn relaxed_max(&self) -> usize {
+        self.relaxed.as_ref().map_or(0, |&m| m)
+    }
+}
+
+/// This rank's segments: zero-filled allocations, or (far part of a hybrid conduit)
+/// the near part's segments, mapped by every rank of the host, which the conduit keeps
+/// mapped by holding `shared`.
+fn segments(job: &Job, shared: Option<&SharedSegments>) -> Result<Vec<Mem>, InitError> {
+    let Some(shared) = shared else {
+        return (0..job.my_eps).map(|_| Mem::new(job.seg_len)).collect();
+    };
+    if shared.len() != job.my_eps {
+        return Err(conduit_err(format!(
+            "the near part of the hybrid conduit offers {} segments for {} endpoints",
+            shared.len(),
+            job.my_eps
+        )));
+    }
+    (0..job.my_eps)
+        .map(|e| match shared.segment(e) {
+            (base, len) if len >= job.seg_len => Ok(Mem::shared(base)),
+            (_, len) => Err(conduit_err(format!(
+                "the near part's segment of EP {e} has {len} bytes, the layout says {}",
+                job.seg_len
+            ))),
+        })
+        .collect()
+}
+
+/// What opening each endpoint needs.
+struct EpEnv<'a> {
+    fab: &'a Fabric,
+    info: &'a Info,
+    plan: &'a Plan,
+    s: &'a Settings,
+    segs: &'a [Mem],
+    job: &'a Job,
+    regions: &'a Arc<Registry>,
+}
+
+/// One endpoint, opened but not yet connected to its peers.
+struct Local {
+    objs: Objects,
+    tx_pool: Pool,
+    rx_pool: Pool,
+    rma: Rma,
+    /// Its address (`fi_getname`).
+    name: Vec<u8>,
+    /// The key of its own segment's registration in its domain (0 without RMA).
+    own_key: u64,
+}
+
+/// Opens endpoint `e`: its libfabric objects, pools, slot table and registrations.
+/// Clears `waitable` if its CQ has no wait object.
+fn open_endpoint(
+    env: &EpEnv<'_>,
+    e: usize,
+    mr_stats: &Arc<MrCounters>,
+    waitable: &mut bool,
+) -> Result<Local, InitError> {
+    let plan = env.plan;
+    let (domain, cq, av, ep, name) = open_objects(env, e, waitable)?;
+    let mut tx_pool = Pool::new(SEND_BUFS, plan.stride)?;
+    let mut rx_pool = Pool::new(plan.rx_count, plan.rx_stride)?;
+    let mut rma = Rma::new(plan.rma, plan.atomics, plan.relaxed_max(), env.job.total)?;
+    let reg = Registrar {
+        domain: &domain,
+        ep: &ep,
+        prov: &plan.prov,
+        e,
+        bind: plan.mr_endpoint,
+    };
+    let (mrs, fixed, own_key) = register_memory(env, &reg, &mut tx_pool, &mut rx_pool, &mut rma)?;
+    let cache = MrCache::new(
+        CacheConfig {
+            on: plan.mr_local && plan.rma,
+            bind: plan.mr_endpoint,
+            max_entries: env.s.mr_cache_entries,
+            max_bytes: env.s.mr_cache_bytes,
+            key_base: (e as u64) << 32,
+        },
+        fixed,
+        env.regions.clone(),
+        mr_stats.clone(),
+    );
+    Ok(Local {
+        objs: Objects {
+            ep,
+            cache,
+            _mrs: mrs,
+            cq,
+            av,
+            domain,
+        },
+        tx_pool,
+        rx_pool,
+        rma,
+        name,
+        own_key,
+    })
+}
+
+/// Endpoint `e`'s domain, CQ (with a wait object if the plan asks for one and the
+/// provider offers it), AV and enabled RDM endpoint, and its address.
+fn open_objects(
+    env: &EpEnv<'_>,
+    e: usize,
+    waitable: &mut bool,
+) -> Result<(Domain, Cq, Av, crate::fabric::Endpoint, Vec<u8>), InitError> {
+    let (plan, total) = (env.plan, env.job.total);
+    let p = plan.prov.as_str();
+    let err = |what: String| move |x: Errno| fi_init(p, format!("EP {e}: {what}"), x);
+    let domain = Domain::open(env.fab, env.info)
+        .map_err(err(format!("fi_domain({})", plan.attrs.domain)))?;
+    let cq = match Cq::open(&domain, CQ_SIZE, plan.wait_obj) {
+        Ok(cq) => cq,
+        Err(_) if plan.wait_obj => {
+            *waitable = false;
+            Cq::open(&domain, CQ_SIZE, false).map_err(err("fi_cq_open".into()))?
+        }
+        Err(x) => return Err(err("fi_cq_open".into())(x)),
+    };
+    *waitable &= cq.waitable();
+    let av = Av::open(&domain, total).map_err(err(format!("fi_av_open({total} addresses)")))?;
+    let mut ep =
+        crate::fabric::Endpoint::open(&domain, env.info).map_err(err("fi_endpoint".into()))?;
+    ep.bind_cq(&cq).map_err(err("fi_ep_bind(cq)".into()))?;
+    ep.bind_av(&av).map_err(err("fi_ep_bind(av)".into()))?;
+    ep.enable().map_err(err("fi_enable".into()))?;
+    // After fi_enable: shm 1.17 creates its receive context there.
+    if plan.multi {
+        ep.set_min_multi_recv(plan.stride)
+            .map_err(err("fi_setopt(FI_OPT_MIN_MULTI_RECV)".into()))?;
+    }
+    let name = ep.name().map_err(err("fi_getname".into()))?;
+    Ok((domain, cq, av, ep, name))
+}
+
+/// Registers memory in one endpoint's domain (and binds it to the endpoint under
+/// `FI_MR_ENDPOINT`).
+struct Registrar<'a> {
+    domain: &'a Domain,
+    ep: &'a crate::fabric::Endpoint,
+    prov: &'a str,
+    e: usize,
+    bind: bool,
+}
+
+impl Registrar<'_> {
+    /// Registers `len` bytes at `base` with `access` and requested `key`; `what`
+    /// names the memory in errors. The memory must outlive the registration.
+    fn register(
+        &self,
+        base: *const u8,
+        len: usize,
+        access: u64,
+        key: u64,
+        what: &str,
+    ) -> Result<Mr, InitError> {
+        let e = self.e;
+        // SAFETY: the memory (a pool, the slot words or a segment) outlives the
+        // registration: MRs are closed with the endpoint's objects, before pools and
+        // segments are freed (module Safety section).
+        let mut mr = unsafe { Mr::register(self.domain, base, len, access, key) }.map_err(|x| {
+            fi_init(
+                self.prov,
+                format!("EP {e}: fi_mr_reg({what}, {len} bytes)"),
+                x,
+            )
+        })?;
+        if self.bind {
+            mr.bind(self.ep).map_err(|x| {
+                fi_init(
+                    self.prov,
+                    format!("EP {e}: fi_mr_bind/fi_mr_enable({what})"),
+                    x,
+                )
+            })?;
+        }
+        Ok(mr)
+    }
+}
+
+/// Memory registered at open, in which local buffers of native operations need no
+/// registration of their own (see `MrCache`): (base, length, descriptor).
+type Fixed = Vec<(usize, usize, crate::fabric::Desc)>;
+
+/// Registers an endpoint's memory: under `FI_MR_LOCAL` its pools and slot words; with
+/// native RMA every segment of this rank (redundant registration, so any endpoint can
+/// use any local segment as an RMA source or target without sharing a domain, seed
+/// 002). Returns the registrations, the table of registered memory and the key of the
+/// endpoint's own segment.
+fn register_memory(
+    env: &EpEnv<'_>,
+    reg: &Registrar<'_>,
+    tx_pool: &mut Pool,
+    rx_pool: &mut Pool,
+    rma: &mut Rma,
+) -> Result<(Vec<Mr>, Fixed, u64), InitError> {
+    let plan = env.plan;
+    let key_base = (reg.e as u64) << 32;
+    let mut mrs = Vec::new();
+    let mut fixed = Vec::new();
+    if plan.mr_local {
+        // The pools may also be the local side of RMA (READ/WRITE).
+        let mr = reg.register(
+            tx_pool.mem.base(),
+            tx_pool.len(),
+            flags::SEND | flags::READ | flags::WRITE,
+            key_base | 1,
+            "send buffers",
+        )?;
+        tx_pool.desc = mr.desc();
+        fixed.push((tx_pool.mem.base() as usize, tx_pool.len(), mr.desc()));
+        mrs.push(mr);
+        let mr = reg.register(
+            rx_pool.mem.base(),
+            rx_pool.len(),
+            flags::RECV | flags::READ | flags::WRITE,
+            key_base | 2,
+            "receive buffers",
+        )?;
+        rx_pool.desc = mr.desc();
+        fixed.push((rx_pool.mem.base() as usize, rx_pool.len(), mr.desc()));
+        mrs.push(mr);
+        if plan.rma {
+            // The slots' operand, compare and result words (atomics), and the
+            // landing word of a flush's read.
+            let mr = reg.register(
+                rma.words.base(),
+                rma.words_len(),
+                flags::READ | flags::WRITE,
+                key_base | 3,
+                "slot words (atomic operands, flush reads)",
+            )?;
+            rma.words_desc = mr.desc();
+            mrs.push(mr);
+        }
+    }
+    let mut own_key = 0u64;
+    if plan.rma {
+        let access = flags::READ
+            | flags::WRITE
+            | flags::REMOTE_READ
+            | flags::REMOTE_WRITE
+            | flags::SEND
+            | flags::RECV;
+        for (j, sm) in env.segs.iter().enumerate() {
+            let mr = reg.register(
+                sm.base(),
+                env.job.seg_len,
+                access,
+                key_base | (16 + j as u64),
+                &format!("segment of EP {j}"),
+            )?;
+            if j == reg.e {
+                own_key = mr.key();
+            }
+            // Segments first: the most common local buffers.
+            fixed.insert(j, (sm.base() as usize, env.job.seg_len, mr.desc()));
+            mrs.push(mr);
+        }
+    }
+    Ok((mrs, fixed, own_key))
+}
+
+/// What every rank published.
+struct Peers {
+    /// Address of every endpoint of the job, by global number.
+    addrs: Vec<Vec<u8>>,
+    /// Segment of every endpoint of the job (`None` without native RMA).
+    remote: Vec<Option<RemoteSeg>>,
+    /// The smallest Medium limit of all ranks.
+    max_medium: usize,
+}
+
+/// Exchanges provider, Medium limit, addresses and segment keys of every rank through
+/// the bootstrap and checks that every rank opened the same provider.
+fn exchange(
+    boot: &mut dyn Bootstrap,
+    params: &OpenParams<'_>,
+    job: &Job,
+    plan: &Plan,
+    s: &Settings,
+    locals: &[Local],
+    segs: &[Mem],
+) -> Result<Peers, InitError> {
+    let blob = wire::PeerBlob {
+        provider: plan.prov.clone(),
+        max_medium: s.max_medium as u64,
+        eps: locals
+            .iter()
+            .zip(segs)
+            .map(|(l, seg)| (l.name.clone(), seg.base() as u64, l.own_key))
+            .collect(),
+    }
+    .encode();
+    let all = boot.exchange(&blob)?;
+    let mut peers = Peers {
+        addrs: Vec::with_capacity(job.total),
+        remote: Vec::with_capacity(job.total),
+        max_medium: s.max_medium,
+    };
+    for (r, b) in all.iter().enumerate() {
+        parse_blob(&mut peers, r, b, params, job, plan)?;
+    }
+    Ok(peers)
+}
+
+/// Adds rank `r`'s published blob `b` to `peers`.
+fn parse_blob(
+    peers: &mut Peers,
+    r: usize,
+    b: &[u8],
+    params: &OpenParams<'_>,
+    job: &Job,
+    plan: &Plan,
+) -> Result<(), InitError> {
+    let jl = params.layout;
+    let prov = &plan.prov;
+    let pb = wire::PeerBlob::decode(b)
+        .map_err(|e| conduit_err(format!("rank {r} sent a malformed address blob: {e}")))?;
+    let p = pb.provider;
+    if &p != prov {
+        return Err(conduit_err(format!(
+            "rank {r} opened provider {p}, this rank (rank {}) {prov}: every rank must use the same provider (GEX_OFI_PROVIDER, FI_PROVIDER)",
+            job.rank
+        )));
+    }
+    peers.max_medium = peers
+        .max_medium
+        .min(usize::try_from(pb.max_medium).unwrap_or(usize::MAX));
+    let k = pb.eps.len();
+    if k != jl.eps[r] as usize {
+        return Err(conduit_err(format!(
+            "rank {r} published {k} endpoints, the layout says {}",
+            jl.eps[r]
+        )));
+    }
+    for (addr, base, key) in pb.eps {
+        peers.addrs.push(addr);
+        peers.remote.push(plan.rma.then_some(RemoteSeg {
+            base: if plan.virt_addr { base } else { 0 },
+            len: jl.seg_len[r],
+            key,
+        }));
+    }
+    Ok(())
+}
+
+/// Inserts every endpoint's address into each local endpoint's AV; returns, per local
+/// endpoint, the AV address of every endpoint of the job.
+fn insert_addresses(
+    locals: &mut [Local],
+    addrs: &[Vec<u8>],
+    prov: &str,
+) -> Result<Vec<Vec<u64>>, InitError> {
+    let mut per_ep = Vec::with_capacity(locals.len());
+    for (e, l) in locals.iter_mut().enumerate() {
+        let mut v = Vec::with_capacity(addrs.len());
+        for (g, name) in addrs.iter().enumerate() {
+            v.push(l.objs.av.insert(name).map_err(|x| {
+                fi_init(
+                    prov,
+                    format!("EP {e}: fi_av_insert(address of endpoint {g})"),
+                    x,
+                )
+            })?);
+        }
+        per_ep.push(v);
+    }
+    Ok(per_ep)
+}
+
+/// The capability flags of every endpoint.
+fn capabilities(plan: &Plan, waitable: bool) -> Capabilities {
+    let mut caps = Capabilities::empty();
+    caps.set(Capabilities::BLOCKING_WAIT, waitable && plan.wait_obj);
+    caps.set(Capabilities::NATIVE_RMA, plan.rma);
+    caps.set(Capabilities::NATIVE_ATOMICS, plan.atomics);
+    caps
+}
+
+/// The opened parts every endpoint is made of.
+struct Made {
+    locals: Vec<Local>,
+    addrs: Vec<Vec<u64>>,
+    limits: Limits,
+    caps: Capabilities,
+}
+
+/// Makes the endpoints from their opened parts and posts their receive buffers.
+fn make_endpoints(
+    ofi: &Arc<Ofi>,
+    made: Made,
+    job: &Job,
+    plan: &Plan,
+    s: &Settings,
+    eps_of: Vec<u16>,
+) -> Result<Vec<OfiEp>, InitError> {
+    let Made {
+        locals,
+        addrs,
+        limits,
+        caps,
+    } = made;
+    let rank = job.rank as u32;
+    let mut eps = Vec::with_capacity(job.my_eps);
+    for (e, (l, addrs)) in locals.into_iter().zip(addrs).enumerate() {
+        let h = l.objs.ep.handle();
+        let who: Arc<str> = format!("ofi({}) rank {rank} EP {e}", plan.prov).into();
+        let tx = Tx::new(
+            h,
+            rank,
+            e as u16,
+            job.g_base.clone(),
+            addrs,
+            plan.attrs.inject_size,
+            l.tx_pool,
+            s.credits,
+            who,
+            plan.prov != "shm",
+        );
+        let mut rx = Rx::new(
+            h,
+            l.rx_pool,
+            plan.multi,
+            ofi.segs[e].base(),
+            job.seg_len,
+            job.g_base.clone(),
+            eps_of.clone(),
+        );
+        rx.post_all()
+            .map_err(|x| fi_init(&plan.prov, format!("EP {e}: fi_recvmsg"), x))?;
+        eps.push(OfiEp {
+            tx: ManuallyDrop::new(tx),
+            rx: ManuallyDrop::new(rx),
+            rma: ManuallyDrop::new(l.rma),
+            objs: ManuallyDrop::new(l.objs),
+            index: e as u16,
+            limits,
+            caps,
+            conduit: ofi.clone(),
+        });
+    }
+    Ok(eps)
+}
