@@ -54,12 +54,11 @@
 //! 2000 slices before the endpoint's wait loop (which sleeps at last: the sleep
 //! protocol of module `shm`, writers wake sleepers).
 //!
-//! **Measured** (2-core VM, release builds, ranks pinned, medians of interleaved runs,
-//! docs/coll.md section 10): 2 ranks 0.10–0.11 µs next to GASNet-EX's 0.12–0.13 µs
-//! (another state of the machine: 0.33 µs next to 0.47 µs); 8 ranks 5.3–5.6 µs next
-//! to GASNet-EX's 5.7–6.0 µs. The flag barrier measured 0.30 µs against the counter
-//! barrier's 0.38 µs at 2 ranks; the counter barrier 5.9 µs against the flag
-//! barrier's 6.0 µs at 8 (same runs).
+//! **Measured** (2-core VM, release builds, ranks pinned, medians of 5 interleaved
+//! rounds, docs/coll.md section 10): 2 ranks 0.101 µs next to GASNet-EX's 0.125 µs; 8
+//! ranks 4.98 µs next to GASNet-EX's 5.33 µs. The flag barrier measured 0.30 µs
+//! against the counter barrier's 0.38 µs at 2 ranks; the counter barrier 5.9 µs
+//! against the flag barrier's 6.0 µs at 8 (same runs, a slower state of the VM).
 
 use crate::error::CollError;
 use crate::sched::{Action, ReduceFn, Schedule};
