@@ -1016,6 +1016,72 @@ impl ShmOp {
         a..(a + self.chunk).min(self.n)
     }
 
+    /// The tag of round `g` (module docs, *Tags*).
+    fn tag(&mut self, team: &ShmTeam, g: usize) -> u64 {
+        if self.tag_base == 0 {
+            // Fixed for the collective (its belief is set before the first step).
+            self.tag_base = mix_all(&[
+                team.generation,
+                self.tid,
+                u64::from(self.seq),
+                u64::from(self.belief),
+            ]);
+        }
+        mix_all(&[self.tag_base, g as u64])
+    }
+
+    /// Publishes this member's part of the current round in slot `s` with `tag` (data
+    /// round `data`, or an empty synchronisation round) once the slot's previous
+    /// readers acknowledged; false if it has to wait for them.
+    fn publish(
+        &mut self,
+        team: &ShmTeam,
+        expected: &mut Expected,
+        io: &Io<'_>,
+        (s, tag, data): (usize, u64, Option<usize>),
+    ) -> bool {
+        let ch = team.ch;
+        let own = team.areas[self.me as usize];
+        let readers = if data.is_some() {
+            self.readers()
+        } else {
+            u64::from(self.p) - 1
+        };
+        if readers > 0 {
+            if own.acks(ch, s) < expected.n[ch][s] {
+                self.wait = Some(WaitOn::Acks {
+                    area: own,
+                    ch,
+                    slot: s,
+                    n: expected.n[ch][s],
+                    seq: expected.seq[ch][s],
+                });
+                return false;
+            }
+            match data {
+                Some(_) if self.byref != 0 => {
+                    own.reference(ch, s).store(self.byref, Ordering::Relaxed);
+                    self.byref_slots |= 1 << s;
+                }
+                Some(i) => {
+                    own.reference(ch, s).store(0, Ordering::Relaxed);
+                    self.write(self.slot_data(own, ch, s), i, io.input);
+                }
+                None => {}
+            }
+            own.post(ch, s).store(tag, Ordering::Release);
+            self.wake |= team.others();
+            expected.n[ch][s] += readers;
+            expected.seq[ch][s] = self.seq;
+        }
+        self.published = true;
+        self.k = match data {
+            Some(_) => self.contributors().0.start,
+            None => 0,
+        };
+        true
+    }
+
     /// Advances as far as possible without waiting; true once complete.
     pub(crate) fn step(
         &mut self,
@@ -1034,55 +1100,10 @@ impl ShmOp {
             } else {
                 (self.seq as usize + g) % 2
             };
-            if self.tag_base == 0 {
-                // Fixed for the collective (its belief is set before the first step).
-                self.tag_base = mix_all(&[
-                    team.generation,
-                    self.tid,
-                    u64::from(self.seq),
-                    u64::from(self.belief),
-                ]);
-            }
-            let tag = mix_all(&[self.tag_base, g as u64]);
+            let tag = self.tag(team, g);
             let data = self.data_round(g);
-            if !self.published {
-                let readers = if data.is_some() {
-                    self.readers()
-                } else {
-                    u64::from(self.p) - 1
-                };
-                if readers > 0 {
-                    if own.acks(ch, s) < expected.n[ch][s] {
-                        self.wait = Some(WaitOn::Acks {
-                            area: own,
-                            ch,
-                            slot: s,
-                            n: expected.n[ch][s],
-                            seq: expected.seq[ch][s],
-                        });
-                        return false;
-                    }
-                    match data {
-                        Some(_) if self.byref != 0 => {
-                            own.reference(ch, s).store(self.byref, Ordering::Relaxed);
-                            self.byref_slots |= 1 << s;
-                        }
-                        Some(i) => {
-                            own.reference(ch, s).store(0, Ordering::Relaxed);
-                            self.write(self.slot_data(own, ch, s), i, io.input);
-                        }
-                        None => {}
-                    }
-                    own.post(ch, s).store(tag, Ordering::Release);
-                    self.wake |= team.others();
-                    expected.n[ch][s] += readers;
-                    expected.seq[ch][s] = self.seq;
-                }
-                self.published = true;
-                self.k = match data {
-                    Some(_) => self.contributors().0.start,
-                    None => 0,
-                };
+            if !self.published && !self.publish(team, expected, io, (s, tag, data)) {
+                return false;
             }
             let (range, apply) = match data {
                 Some(_) => self.contributors(),
