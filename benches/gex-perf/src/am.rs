@@ -3,7 +3,7 @@
 //! Ranks pair up as `(0,1), (2,3), …`; in each pair the even rank (the *leader*)
 //! drives and the odd rank (the *follower*) only answers, inside its handlers, while it
 //! waits for the leader's STOP. An odd last rank idles. Every pair runs every test
-//! point at the same time; points are separated by [`Endpoint::barrier`]. A job of one
+//! point at the same time; points are separated by the collectives layer's barrier. A job of one
 //! rank pairs rank 0 with itself (useful on the loopback conduit).
 //!
 //! A point is measured as: warm-up (which also estimates the time per iteration),
@@ -18,7 +18,9 @@
 use crate::report::{Record, Reporter, median};
 use crate::{AmArgs, PinMode, TestName, complain};
 use gex::spi::Conduit;
-use gex::{Am, Client, ClientBuilder, Endpoint, EpAddr, Flags, Job, Token, WaitPolicy};
+use gex::coll::CollExt;
+use gex::core::{Client, Endpoint};
+use gex::{Am, ClientBuilder, DefaultLayers, EpAddr, HandlerId, Job, Token, WaitPolicy};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,27 +28,27 @@ use std::time::{Duration, Instant};
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// Request: Short ping, answered by [`H_PONG_SHORT`].
-const H_PING_SHORT: u8 = 128;
+const H_PING_SHORT: HandlerId = HandlerId::at(128);
 /// Reply: Short pong.
-const H_PONG_SHORT: u8 = 129;
+const H_PONG_SHORT: HandlerId = HandlerId::at(129);
 /// Request: Medium ping, echoed by [`H_PONG_MEDIUM`].
-const H_PING_MEDIUM: u8 = 130;
+const H_PING_MEDIUM: HandlerId = HandlerId::at(130);
 /// Reply: Medium pong.
-const H_PONG_MEDIUM: u8 = 131;
+const H_PONG_MEDIUM: HandlerId = HandlerId::at(131);
 /// Request: Long ping, answered by a Long [`H_PONG_LONG`] of the same size.
-const H_PING_LONG: u8 = 132;
+const H_PING_LONG: HandlerId = HandlerId::at(132);
 /// Reply: Long pong.
-const H_PONG_LONG: u8 = 133;
+const H_PONG_LONG: HandlerId = HandlerId::at(133);
 /// Request (any category): one flood message; counted, never answered.
-const H_FLOOD: u8 = 134;
+const H_FLOOD: HandlerId = HandlerId::at(134);
 /// Request: end of a flood; answered by [`H_FLOOD_ACK`] with the count received.
-const H_FLOOD_END: u8 = 135;
+const H_FLOOD_END: HandlerId = HandlerId::at(135);
 /// Reply: flood acknowledgement, args = count (low, high).
-const H_FLOOD_ACK: u8 = 136;
+const H_FLOOD_ACK: HandlerId = HandlerId::at(136);
 /// Request: leader → follower, "point `args[0]` is over".
-const H_STOP: u8 = 137;
+const H_STOP: HandlerId = HandlerId::at(137);
 /// Request: leader → rank 0, the pair's result of a point.
-const H_RESULT: u8 = 138;
+const H_RESULT: HandlerId = HandlerId::at(138);
 
 /// Largest Long size of the default sweep.
 const LONG_MAX_DEFAULT: usize = 1 << 20;
@@ -149,7 +151,7 @@ impl AmJob {
     /// The client settings: a segment large enough for the largest Long payload, at
     /// most [`SEGMENT_MAX`] (`GEX_SEGMENT_SIZE` still overrides; larger sizes are
     /// skipped with a note).
-    pub(crate) fn builder(&self) -> ClientBuilder {
+    pub(crate) fn builder(&self) -> ClientBuilder<DefaultLayers> {
         let largest = self
             .args
             .sizes
@@ -158,7 +160,7 @@ impl AmJob {
             .max()
             .unwrap_or(LONG_MAX_DEFAULT)
             .clamp(LONG_MAX_DEFAULT, SEGMENT_MAX);
-        ClientBuilder::new().segment_size(largest.next_multiple_of(4096))
+        gex::builder().segment_size(largest.next_multiple_of(4096))
     }
 }
 
@@ -179,32 +181,37 @@ impl Job for AmJob {
 }
 
 fn register<C: Conduit>(ep: &mut Endpoint<C>, c: &Arc<Counters>) -> Res<()> {
-    ep.register(H_PING_SHORT, |t: &mut Token<'_>, _am: Am<'_>| {
+    ep.register_at(H_PING_SHORT.index(), |t: &mut Token<'_>, _am: Am<'_>| {
         t.reply_short(H_PONG_SHORT, &[])
             .expect("gex-perf: Short reply failed");
     })?;
-    ep.register(H_PING_MEDIUM, |t: &mut Token<'_>, am: Am<'_>| {
+    ep.register_at(H_PING_MEDIUM.index(), |t: &mut Token<'_>, am: Am<'_>| {
         t.reply_medium(H_PONG_MEDIUM, &[], am.payload())
             .expect("gex-perf: Medium reply failed");
     })?;
-    ep.register(H_PING_LONG, |t: &mut Token<'_>, am: Am<'_>| {
+    ep.register_at(H_PING_LONG.index(), |t: &mut Token<'_>, am: Am<'_>| {
         // Send the bytes that just landed in this segment back to the same offset of
-        // the requester's segment.
-        t.reply_long(H_PONG_LONG, &[], am.payload(), am.offset())
+        // the requester's segment, straight from the segment.
+        let l = am.long().expect("gex-perf: a Long ping");
+        // SAFETY: during a Long round trip nothing else writes this range: the leader
+        // sends the next ping only after this pong arrived.
+        #[allow(unsafe_code)]
+        let bytes = unsafe { l.as_slice() };
+        t.reply_long(H_PONG_LONG, &[], bytes, l.offset())
             .expect("gex-perf: Long reply failed");
     })?;
     for h in [H_PONG_SHORT, H_PONG_MEDIUM, H_PONG_LONG] {
         let c = c.clone();
-        ep.register(h, move |_t: &mut Token<'_>, _am: Am<'_>| {
+        ep.register_at(h.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
             c.pong.fetch_add(1, Relaxed);
         })?;
     }
     let cc = c.clone();
-    ep.register(H_FLOOD, move |_t: &mut Token<'_>, _am: Am<'_>| {
+    ep.register_at(H_FLOOD.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
         cc.arrivals.fetch_add(1, Relaxed);
     })?;
     let cc = c.clone();
-    ep.register(H_FLOOD_END, move |t: &mut Token<'_>, _am: Am<'_>| {
+    ep.register_at(H_FLOOD_END.index(), move |t: &mut Token<'_>, _am: Am<'_>| {
         // Messages from one sender are delivered in order: every flood message has
         // been counted by now.
         let n = cc.arrivals.swap(0, Relaxed);
@@ -212,18 +219,18 @@ fn register<C: Conduit>(ep: &mut Endpoint<C>, c: &Arc<Counters>) -> Res<()> {
             .expect("gex-perf: ack reply failed");
     })?;
     let cc = c.clone();
-    ep.register(H_FLOOD_ACK, move |_t: &mut Token<'_>, am: Am<'_>| {
+    ep.register_at(H_FLOOD_ACK.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
         let a = am.args();
         cc.ack_count
             .store(u64::from(a[0]) | (u64::from(a[1]) << 32), Relaxed);
         cc.ack_seq.fetch_add(1, Relaxed);
     })?;
     let cc = c.clone();
-    ep.register(H_STOP, move |_t: &mut Token<'_>, am: Am<'_>| {
+    ep.register_at(H_STOP.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
         cc.stop.fetch_max(u64::from(am.args()[0]) + 1, Relaxed);
     })?;
     let cc = c.clone();
-    ep.register(H_RESULT, move |_t: &mut Token<'_>, am: Am<'_>| {
+    ep.register_at(H_RESULT.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
         let (point, stats) =
             Stats::from_args(am.args()).expect("gex-perf: malformed result message");
         cc.results
@@ -388,22 +395,20 @@ fn run_am<C: Conduit>(job: &AmJob, client: &Client<C>) -> Res<()> {
     };
     for (id, point) in points.iter().enumerate() {
         let id = id as u32;
-        bench.ep.barrier()?;
+        bench.barrier()?;
         match role {
             Role::Leader { peer } => {
                 let stats = bench.measure(*point, peer)?;
                 if peer.rank != me {
                     let _sent = bench
                         .ep
-                        .request_short(peer, H_STOP, &[id], Flags::empty())?;
+                        .request_short(peer, H_STOP, &[id])?;
                 }
                 if me != 0 {
                     let _sent = bench.ep.request_short(
                         EpAddr::rank(0),
                         H_RESULT,
-                        &stats.to_args(id),
-                        Flags::empty(),
-                    )?;
+                        &stats.to_args(id))?;
                 } else {
                     let c = bench.c.clone();
                     let others = pairs as usize - 1;
@@ -451,7 +456,7 @@ fn run_am<C: Conduit>(job: &AmJob, client: &Client<C>) -> Res<()> {
             Role::Idle => {}
         }
     }
-    bench.ep.barrier()?;
+    bench.barrier()?;
     Ok(())
 }
 
@@ -538,7 +543,7 @@ impl<C: Conduit> Bench<C> {
         for want in start + 1..=start + k {
             let _sent = self
                 .ep
-                .request_short(peer, H_PING_SHORT, &[], Flags::empty())?;
+                .request_short(peer, H_PING_SHORT, &[])?;
             wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
         }
         Ok(())
@@ -551,7 +556,7 @@ impl<C: Conduit> Bench<C> {
         for want in start + 1..=start + k {
             let _sent =
                 self.ep
-                    .request_medium(peer, H_PING_MEDIUM, &[], payload, Flags::empty())?;
+                    .request_medium(peer, H_PING_MEDIUM, &[], payload)?;
             wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
         }
         Ok(())
@@ -564,7 +569,7 @@ impl<C: Conduit> Bench<C> {
         for want in start + 1..=start + k {
             let _sent = self
                 .ep
-                .request_long(peer, H_PING_LONG, &[], payload, 0, Flags::empty())?;
+                .request_long(peer, H_PING_LONG, &[], payload, 0)?;
             wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
         }
         Ok(())
@@ -578,22 +583,22 @@ impl<C: Conduit> Bench<C> {
         match kind {
             Kind::Short => {
                 for _ in 0..k {
-                    let _sent = ep.request_short(peer, H_FLOOD, &[], Flags::empty())?;
+                    let _sent = ep.request_short(peer, H_FLOOD, &[])?;
                 }
             }
             Kind::Medium => {
                 for _ in 0..k {
-                    let _sent = ep.request_medium(peer, H_FLOOD, &[], payload, Flags::empty())?;
+                    let _sent = ep.request_medium(peer, H_FLOOD, &[], payload)?;
                 }
             }
             Kind::Long => {
                 for _ in 0..k {
-                    let _sent = ep.request_long(peer, H_FLOOD, &[], payload, 0, Flags::empty())?;
+                    let _sent = ep.request_long(peer, H_FLOOD, &[], payload, 0)?;
                 }
             }
         }
         let want = c.ack_seq.load(Relaxed) + 1;
-        let _sent = ep.request_short(peer, H_FLOOD_END, &[], Flags::empty())?;
+        let _sent = ep.request_short(peer, H_FLOOD_END, &[])?;
         wait(ep, self.spin, || c.ack_seq.load(Relaxed) >= want);
         let got = c.ack_count.load(Relaxed);
         if got != k {

@@ -25,7 +25,7 @@
 //! | native atomics | [`ConduitEp::native_atomic_supported`], [`ConduitEp::native_atomic`] | optional ([`Capabilities::NATIVE_ATOMICS`]); NIC-offloaded atomics, chosen per atomic domain |
 //! | diagnosis | [`ConduitEp::describe`] | optional; its state for hang reports |
 //! | teardown | `Drop` of the conduit and its EPs | releases everything; nothing may be left in `/dev/shm` |
-//! | hybrid jobs | [`NearConduit`], [`FarConduit`], [`FarEp`], [`SharedSegments`] | optional; a shared-memory conduit and a network conduit composed by gex-conduit-hybrid (module `hybrid` below) |
+//! | hybrid jobs | [`NearConduit`], [`FarConduit`], [`FarEp`], [`SharedSegments`] | optional; a shared-memory conduit and a network conduit composed by a generic hybrid conduit (module `hybrid` below) |
 //!
 //! Validation of arguments (ranks, endpoint indices, argument counts, payload sizes,
 //! segment bounds, handler registration, reply rules) is done by the core *before* the

@@ -1,7 +1,7 @@
 //! The hybrid contract: what a conduit composed of a *near* part (shared memory between
 //! the ranks of one host) and a *far* part (a network between hosts) needs from each.
 //!
-//! gex-conduit-hybrid's `Hybrid<Near, Far>` is written against these items only, so any
+//! The hybrid conduit (`Hybrid<Near, Far>`, its own crate) is written against these items only, so any
 //! network conduit that implements [`FarConduit`] runs hybrid jobs with any
 //! [`NearConduit`], monomorphised: no dynamic dispatch on the data path.
 //! `docs/conduit-guide.md` ("Hybrid jobs") lists every item with its semantics; in
