@@ -479,6 +479,13 @@ fn wait<C: Conduit>(ep: &mut Endpoint<C>, _spin: bool, cond: impl FnMut() -> boo
 }
 
 impl<C: Conduit> Bench<C> {
+    /// The collectives layer's barrier over every rank (separates test points).
+    fn barrier(&mut self) -> Res<()> {
+        let world = self.ep.world();
+        self.ep.barrier(&world)?;
+        Ok(())
+    }
+
     /// Measures one point against `peer`; values in the test's unit.
     fn measure(&mut self, p: Point, peer: EpAddr) -> Res<Stats> {
         let s = p.size;

@@ -11,8 +11,8 @@
 //! time per call, median of the batches (batches are sized to a time budget after a
 //! warm-up). Names: `coll_<op>_lat` (µs), with an `algorithm` key: the tuner's choice
 //! for the (op, team size, size) query, or the forced algorithm, and a `buffers` key.
-//! The calls are the blocking ones over borrowed slices (`*_with`, the way MPI
-//! benchmarks call `MPI_Bcast`), so the direct shared-memory path is measured when it
+//! The calls are blocking [`CollExt::collective`] calls over borrowed slices (the way
+//! MPI benchmarks call `MPI_Bcast`), so the direct shared-memory path is measured when it
 //! applies; the slices lie in the rank's segment (`--buffers segment`, the default: a
 //! PGAS program's shared data, and what GASNet-EX's testcollperf uses) or in private
 //! heap memory (`--buffers private`, what MPI benchmarks use). The timing loop is
@@ -21,10 +21,10 @@
 
 use crate::PinMode;
 use crate::report::{Record, Reporter, median};
+use gex::coll::{AddrMode, CollExt, OpKind, Opts, Query};
+use gex::core::Client;
 use gex::spi::Conduit;
-use gex::{Client, ClientBuilder, Job};
-use gex_coll::{AddrMode, CollEp, OpKind, Opts, Query};
-use gex_rma::RmaEp;
+use gex::{ClientBuilder, DefaultLayers, Job};
 use gex_tune::measure::{Budget, Placement};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -54,8 +54,8 @@ pub(crate) struct CollJob {
 }
 
 impl CollJob {
-    pub(crate) fn builder(&self) -> ClientBuilder {
-        ClientBuilder::new().segment_size(16 << 20)
+    pub(crate) fn builder(&self) -> ClientBuilder<DefaultLayers> {
+        gex::builder().segment_size(16 << 20)
     }
 }
 
@@ -107,8 +107,8 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
     if job.pin != PinMode::Off {
         crate::pin::pin_to_nth_allowed(local)?;
     }
-    let rma = RmaEp::new(client.endpoint(0)?)?;
-    let mut c = CollEp::with_config(rma, client.config())?;
+    let mut c = client.endpoint(0)?;
+    let world = c.world();
     let all = job.algorithm.as_deref() == Some("all");
     if let Some(a) = job.algorithm.as_ref().filter(|_| !all) {
         for &op in &job.ops {
@@ -158,7 +158,7 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
                 sync: Default::default(),
                 commutative: true,
                 scratch: false,
-                shm: c.shared_memory(&c.world().clone()),
+                shm: c.shared_memory(&world),
                 hier: false,
                 hosts: 0,
                 host_ranges: false,
@@ -168,11 +168,14 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
                 None => vec![("tuned".into(), None)],
                 Some(_) if all => {
                     let mut v = vec![("tuned".to_string(), None)];
-                    for a in c.tuner().algorithms() {
-                        if a.supports(&q) {
-                            v.push((a.name().to_string(), Some(a.name().to_string())));
-                        }
-                    }
+                    let fixed = c.tuner(|t| {
+                        t.algorithms()
+                            .iter()
+                            .filter(|a| a.supports(&q))
+                            .map(|a| a.name().to_string())
+                            .collect::<Vec<_>>()
+                    })?;
+                    v.extend(fixed.into_iter().map(|a| (a.clone(), Some(a))));
                     v
                 }
                 Some(a) => vec![(a.clone(), Some(a.clone()))],

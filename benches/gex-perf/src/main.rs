@@ -15,6 +15,7 @@
 mod am;
 mod coll;
 mod pin;
+mod progress;
 mod report;
 mod rma;
 
@@ -76,13 +77,19 @@ enum Cmd {
     /// to the peer's word, a round trip) and atomic_fadd_rate (Mop/s, NBI fetch-adds
     /// back to back, one sync per batch); rank 0 reports its own pair.
     Atomic(RmaArgs),
-    /// gex-rma's barrier over every rank, back to back: barrier_lat (µs).
+    /// The barrier (the collectives layer's, on the world team) over every rank, back
+    /// to back: barrier_lat (µs).
     Barrier(RmaArgs),
     /// Collectives (gex-coll) on the world team: `coll_<op>_lat` (µs per call, rank 0's
     /// median batch) for barrier, broadcast, reduce, allreduce, gather_all and exchange
     /// with u8 blocks of 8 B..64 KiB per rank; each line names the algorithm (the
     /// tuner's choice, or the one forced with --algorithm).
     Coll(CollArgs),
+    /// Progress while a rank computes: rank 1 computes --compute-ms (10) without
+    /// calling gex while rank 0 times an 8-byte get on the active-message path;
+    /// progress_get_lat (µs) and the target's progress_compute_ms, labelled `thread`
+    /// (with --thread: a progress thread serves the target) or `no-thread`.
+    Progress(progress::ProgressArgs),
 }
 
 /// Options of the `coll` benchmark.
@@ -99,7 +106,7 @@ pub(crate) struct CollArgs {
     #[arg(long = "op", value_name = "OP", value_parser = parse_op)]
     ops: Vec<gex_coll::OpKind>,
     /// `tuned` (the autotuner's choice, the default), an algorithm name, as
-    /// `gex-info coll` and `CollEp::algorithms` list them (e.g. binomial, knomial4),
+    /// `gex-info coll` and `CollExt::algorithms` list them (e.g. binomial, knomial4),
     /// or `all`: the tuner's choice and every fixed algorithm per cell, then a table of
     /// tuned / best-fixed ratios.
     #[arg(long, value_name = "ALG", default_value = "tuned")]
@@ -310,7 +317,7 @@ fn main() -> ExitCode {
                 Cmd::Get(a) => (rma::Family::Get, a),
                 Cmd::Atomic(a) => (rma::Family::Atomic, a),
                 Cmd::Barrier(a) => (rma::Family::Barrier, a),
-                Cmd::Am(_) | Cmd::Coll(_) => unreachable!("matched above"),
+                Cmd::Am(_) | Cmd::Coll(_) | Cmd::Progress(_) => unreachable!("matched above"),
             };
             let job = rma::RmaJob {
                 family,
@@ -320,6 +327,10 @@ fn main() -> ExitCode {
                 sizes: a.sizes,
                 pin,
             };
+            gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)
+        }
+        Cmd::Progress(args) => {
+            let job = progress::ProgressJob { args, pin };
             gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)
         }
         Cmd::Coll(a) => {

@@ -8,17 +8,18 @@
 //!   B polls its own segment until it sees it and puts it back; half the round trip.
 //!   This is UCX's `put_lat` (the peer polls memory) and needs no handler on B.
 //! - `put_bw` / `get_bw` (GB/s = 1e9 B/s): NBI puts of `size` bytes back to back, then
-//!   one sync (`wait_syncnbi_puts`); blocking gets back to back. The puts defer local
-//!   completion to the sync (`put_nbi_deferred`, GASNet-EX's deferred local completion, the
-//!   form of GASNet's bulk-put bandwidth tests and of a raw `fi_write` flood): the
-//!   source is not copied first.
+//!   one sync; blocking gets back to back. The puts lend the source to a scope
+//!   ([`ScopeRmaExt::put_from`]: GASNet-EX's deferred local completion, the form of
+//!   GASNet's bulk-put bandwidth tests and of a raw `fi_write` flood): the source is
+//!   not copied first, and the scope's end is the sync.
 //! - `atomic_fadd_lat` (µs): a blocking fetch-add (`u64` domain) on a word of the
 //!   peer's segment, averaged over a batch: a round trip on the AM path, one CPU atomic
 //!   through the mapping on smp, a NIC atomic where the conduit offers them.
 //! - `atomic_fadd_rate` (Mop/s = 1e6 operations/s): NBI fetch-adds (value discarded)
-//!   back to back, one `wait_syncnbi_atomics` per batch. After both, the leader checks
+//!   back to back, one `sync_nbi(ATOMICS)` per batch. After both, the leader checks
 //!   the word holds the number of adds it made.
-//! - `barrier_lat` (µs): gex-rma's barrier (primordial team), every rank, back to back.
+//! - `barrier_lat` (µs): the collectives layer's barrier on the world team, every
+//!   rank, back to back (the same barrier as `coll_barrier_lat`).
 //!
 //! # Safety
 //! `put_observed_lat` reads the word that the peer writes into this rank's segment
@@ -29,9 +30,13 @@
 
 use crate::report::{Record, Reporter, median};
 use crate::{PinMode, complain};
+use gex::coll::CollExt;
+use gex::core::{Client, Endpoint};
+use gex::rma::{
+    AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaError, RmaExt, ScopeRmaExt,
+};
 use gex::spi::Conduit;
-use gex::{Am, Client, ClientBuilder, EpAddr, Flags, Job, Token};
-use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, RmaEp};
+use gex::{Am, Blocking, ClientBuilder, DefaultLayers, EpAddr, HandlerId, Job, Nbi, Token};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -70,9 +75,9 @@ const FLAG_OFFSET: usize = 0;
 const DATA_OFFSET: usize = 4096;
 
 impl RmaJob {
-    pub(crate) fn builder(&self) -> ClientBuilder {
+    pub(crate) fn builder(&self) -> ClientBuilder<DefaultLayers> {
         let max = if self.quick { 1 << 20 } else { BW_MAX };
-        ClientBuilder::new().segment_size(DATA_OFFSET + max)
+        gex::builder().segment_size(DATA_OFFSET + max)
     }
 
     fn timing(&self) -> (Duration, u32) {
@@ -123,13 +128,20 @@ fn batches(batch: Duration, count: u32, mut op: impl FnMut(u64) -> Res<()>) -> R
 }
 
 /// Client handlers of the `--am-ref` round trip.
-const H_REF_PING: gex::HandlerIndex = 200;
-const H_REF_PONG: gex::HandlerIndex = 201;
+const H_REF_PING: HandlerId = HandlerId::at(200);
+const H_REF_PONG: HandlerId = HandlerId::at(201);
+
+/// The barrier on the world team.
+fn barrier<C: Conduit>(ep: &mut Endpoint<C>) -> Res<()> {
+    let world = ep.world();
+    ep.barrier(&world)?;
+    Ok(())
+}
 
 /// `--am-ref`: batches of Short AM round trips and of 8-byte blocking puts, alternating
 /// (same iteration count per batch); seconds per operation of each batch.
 fn am_ref<C: Conduit>(
-    r: &mut RmaEp<C>,
+    r: &mut Endpoint<C>,
     pongs: &AtomicU64,
     peer: u32,
     data: GlobalPtr<u8>,
@@ -137,13 +149,11 @@ fn am_ref<C: Conduit>(
     count: u32,
 ) -> Res<(Vec<f64>, Vec<f64>)> {
     let src = [0x5au8; 8];
-    let rtt = |r: &mut RmaEp<C>, k: u64| -> Res<()> {
+    let rtt = |r: &mut Endpoint<C>, k: u64| -> Res<()> {
         let start = pongs.load(Ordering::Relaxed);
         for want in start + 1..=start + k {
-            r.endpoint()
-                .request_short(EpAddr::rank(peer), H_REF_PING, &[], Flags::empty())?;
-            r.endpoint()
-                .wait_until(|| pongs.load(Ordering::Relaxed) >= want);
+            r.request_short(EpAddr::rank(peer), H_REF_PING, &[])?;
+            r.wait_until(|| pongs.load(Ordering::Relaxed) >= want);
         }
         Ok(())
     };
@@ -166,7 +176,7 @@ fn am_ref<C: Conduit>(
         a.push(t0.elapsed().as_secs_f64() / iters as f64);
         let t0 = Instant::now();
         for _ in 0..iters {
-            r.put(data, &src)?;
+            r.put(data, &src, Blocking)?;
         }
         p.push(t0.elapsed().as_secs_f64() / iters as f64);
     }
@@ -175,18 +185,16 @@ fn am_ref<C: Conduit>(
 
 fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
-    let mut r = RmaEp::new(client.endpoint(0)?)?;
+    let mut r = client.endpoint(0)?;
     let pongs = Arc::new(AtomicU64::new(0));
     if job.am_ref {
-        r.endpoint()
-            .register(H_REF_PING, |t: &mut Token<'_>, _am: Am<'_>| {
-                let _ = t.reply_short(H_REF_PONG, &[]);
-            })?;
+        r.register_at(H_REF_PING.index(), |t: &mut Token<'_>, _am: Am<'_>| {
+            let _ = t.reply_short(H_REF_PONG, &[]);
+        })?;
         let p = pongs.clone();
-        r.endpoint()
-            .register(H_REF_PONG, move |_t: &mut Token<'_>, _am: Am<'_>| {
-                p.fetch_add(1, Ordering::Relaxed);
-            })?;
+        r.register_at(H_REF_PONG.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
+            p.fetch_add(1, Ordering::Relaxed);
+        })?;
     }
     let neighbours = client.neighbours();
     let local = neighbours.iter().position(|&x| x == me).unwrap_or(0) as u32;
@@ -201,7 +209,7 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             "gex-perf {:?}: {n} ranks, conduit {}, wait policy {:?}; value: median of {count} batches, min/max: extreme batches",
             job.family,
             client.conduit_name(),
-            r.endpoint().wait_policy()
+            r.wait_policy()
         )]);
     }
     let report = |name: &'static str, size: usize, unit: &'static str, mut v: Vec<f64>| {
@@ -224,7 +232,7 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
     let leader = me % 2 == 0 && me + 1 < n;
     let follower = me % 2 == 1;
     let peer = if leader { me + 1 } else { me.wrapping_sub(1) };
-    let seg_len = r.endpoint().segment().len();
+    let seg_len = r.segment().len();
     let lat_sizes: Vec<usize> = if !job.sizes.is_empty() {
         let mut v: Vec<usize> = job
             .sizes
@@ -273,13 +281,13 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             // rather than calibrated per rank.
             let k: u64 = if job.quick { 2_000 } else { 20_000 };
             for _ in 0..k / 10 {
-                r.barrier()?;
+                barrier(&mut r)?;
             }
             let mut v = Vec::with_capacity(count as usize);
             for _ in 0..count {
                 let t0 = Instant::now();
                 for _ in 0..k {
-                    r.barrier()?;
+                    barrier(&mut r)?;
                 }
                 v.push(t0.elapsed().as_secs_f64() / k as f64);
             }
@@ -288,29 +296,38 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             }
         }
         Family::Atomic if n >= 2 => {
-            let ad = r.atomic_domain::<u64>(AtomicOps::FADD | AtomicOps::GET)?;
+            let world = r.world();
+            let ad = r.atomic_domain::<u64>(&world, AtomicOps::FADD | AtomicOps::GET)?;
             // The leader's counter lives in the peer's segment (first data word).
-            let word: GlobalPtr<u64> = r.global_ptr(EpAddr::rank(peer), DATA_OFFSET);
+            let word: GlobalPtr<u64> = GlobalPtr::new(EpAddr::rank(peer), DATA_OFFSET);
             let f = AtomicFlags::empty();
-            r.endpoint().barrier()?;
+            barrier(&mut r)?;
             if leader {
                 let mut adds = 0u64;
                 let lat = batches(batch, count, |k| {
                     for _ in 0..k {
-                        std::hint::black_box(ad.fetch(&mut r, AtomicOp::Fadd, word, 1, 0, f)?);
+                        std::hint::black_box(r.fetch(
+                            &ad,
+                            AtomicOp::Fadd,
+                            word,
+                            1,
+                            0,
+                            f,
+                            Blocking,
+                        )?);
                     }
                     adds += k;
                     Ok(())
                 })?;
                 let rate = batches(batch, count, |k| {
                     for _ in 0..k {
-                        ad.op_nbi(&mut r, AtomicOp::Fadd, word, 1, 0, f)?;
+                        r.atomic(&ad, AtomicOp::Fadd, word, 1, 0, f, Nbi)?;
                     }
-                    r.wait_syncnbi_atomics();
+                    r.sync_nbi(NbiCategories::ATOMICS)?;
                     adds += k;
                     Ok(())
                 })?;
-                let got = ad.fetch(&mut r, AtomicOp::Get, word, 0, 0, f)?;
+                let got = r.fetch(&ad, AtomicOp::Get, word, 0, 0, f, Blocking)?;
                 if got != adds {
                     return Err(format!("the counter holds {got}, {adds} adds were made").into());
                 }
@@ -331,9 +348,9 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             }
         }
         Family::Put | Family::Get if n >= 2 => {
-            let data: GlobalPtr<u8> = r.global_ptr(EpAddr::rank(peer), DATA_OFFSET);
+            let data: GlobalPtr<u8> = GlobalPtr::new(EpAddr::rank(peer), DATA_OFFSET);
             for &s in &lat_sizes {
-                r.endpoint().barrier()?;
+                barrier(&mut r)?;
                 if leader {
                     let v = transfers(
                         &mut r,
@@ -356,7 +373,7 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
                 }
             }
             if job.family == Family::Put && job.am_ref {
-                r.endpoint().barrier()?;
+                barrier(&mut r)?;
                 if leader {
                     let (a, p) = am_ref(&mut r, &pongs, peer, data, batch, count)?;
                     if me == 0 {
@@ -374,9 +391,9 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             }
             if job.family == Family::Put {
                 // Observed latency: a sequence number ping-pongs through the segments.
-                r.endpoint().barrier()?;
-                let flag: GlobalPtr<u64> = r.global_ptr(EpAddr::rank(peer), FLAG_OFFSET);
-                let base = r.endpoint().segment().as_ptr();
+                barrier(&mut r)?;
+                let flag: GlobalPtr<u64> = GlobalPtr::new(EpAddr::rank(peer), FLAG_OFFSET);
+                let base = r.segment().as_ptr();
                 // SAFETY: see the module's Safety section (aligned, mapped, 8-byte writes).
                 let mine = unsafe { AtomicU64::from_ptr(base.add(FLAG_OFFSET).cast::<u64>()) };
                 let mut seq = 0u64;
@@ -384,14 +401,14 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
                     let v = batches(batch, count, |k| {
                         for _ in 0..k {
                             seq += 1;
-                            r.put_val(flag, seq)?;
+                            r.put_val(flag, seq, Blocking)?;
                             while mine.load(Ordering::Acquire) != seq {
-                                r.endpoint().poll();
+                                r.poll();
                             }
                         }
                         Ok(())
                     })?;
-                    r.put_val(flag, u64::MAX)?;
+                    r.put_val(flag, u64::MAX, Blocking)?;
                     if me == 0 {
                         report(
                             "put_observed_lat",
@@ -408,14 +425,14 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
                         }
                         if v > seq {
                             seq = v;
-                            r.put_val(flag, v)?;
+                            r.put_val(flag, v, Blocking)?;
                         }
-                        r.endpoint().poll();
+                        r.poll();
                     }
                 }
             }
             for &s in &bw_sizes {
-                r.endpoint().barrier()?;
+                barrier(&mut r)?;
                 if leader {
                     let v = transfers(
                         &mut r,
@@ -445,7 +462,7 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
         }
         _ => return Err("put, get and atomic need at least 2 ranks".into()),
     }
-    r.endpoint().barrier()?;
+    barrier(&mut r)?;
     Ok(())
 }
 
@@ -461,7 +478,7 @@ enum Mode {
 /// Times batches of puts of `src` (or gets into `dst`) at `data`; seconds per operation.
 #[allow(clippy::too_many_arguments)]
 fn transfers<C: Conduit>(
-    r: &mut RmaEp<C>,
+    r: &mut Endpoint<C>,
     family: Family,
     mode: Mode,
     data: GlobalPtr<u8>,
@@ -471,17 +488,24 @@ fn transfers<C: Conduit>(
     count: u32,
 ) -> Res<Vec<f64>> {
     batches(batch, count, |k| {
-        for _ in 0..k {
-            match (family, mode) {
-                (Family::Put, Mode::Blocking) => r.put(data, src)?,
-                // SAFETY: `src` is borrowed for this whole batch, which ends with the
-                // sync below, and nothing writes it meanwhile.
-                (Family::Put, Mode::Stream) => unsafe { r.put_nbi_deferred(data, src)? },
-                _ => r.get(dst, data)?,
+        match (family, mode) {
+            (Family::Put, Mode::Blocking) => {
+                for _ in 0..k {
+                    r.put(data, src, Blocking)?;
+                }
             }
-        }
-        if family == Family::Put && mode == Mode::Stream {
-            r.wait_syncnbi_puts();
+            // The source is lent to the scope (no copy); the scope's end is the sync.
+            (Family::Put, Mode::Stream) => r.scope(|s| {
+                for _ in 0..k {
+                    s.put_from(data, src)?;
+                }
+                Ok::<(), RmaError>(())
+            })?,
+            _ => {
+                for _ in 0..k {
+                    r.get(&mut *dst, data, Blocking)?;
+                }
+            }
         }
         Ok(())
     })

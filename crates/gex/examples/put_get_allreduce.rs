@@ -16,11 +16,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Put my rank into the next rank's segment (at my own slot), then read it back.
     let slot = GlobalPtr::<u64>::new(next, 8 * me as usize);
     ep.put(slot, &[u64::from(me)], Blocking)?;
-    let back = ep.get_owned(vec![0u64; 1], slot, Nb)?; // an Event<Vec<u64>>
+    let back = ep.get(vec![0u64; 1], slot, Nb)?; // an Event<Vec<u64>>: owns the buffer
     // A remote atomic: count the ranks in a word of rank 0's segment.
     let counter = GlobalPtr::<u64>::new(world.member(0).expect("rank 0"), 4096);
-    let domain = ep.atomic_domain::<u64>(&world, AtomicOp::Add.into())?;
-    let added = ep.atomic(&domain, AtomicOp::Add, counter, 1, Nb)?;
+    // (collective: every rank asks for the same operations)
+    let domain = ep.atomic_domain::<u64>(&world, AtomicOps::ADD | AtomicOps::GET)?;
+    let added = ep.atomic(&domain, AtomicOp::Add, counter, 1, 0, AtomicFlags::empty(), Nb)?;
     // One progress engine: waiting on either event drives both.
     assert_eq!(ep.wait(back)?, vec![u64::from(me)]);
     ep.wait(added)?;
@@ -33,13 +34,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(sum[0], u64::from(n * (n - 1) / 2));
     ep.barrier(&world)?;
     if me == 0 {
-        let mut count = [0u64];
-        ep.get(&mut count, counter)?;
-        assert_eq!(count[0], u64::from(n));
-        println!(
-            "{n} ranks: sum of ranks {}, atomic count {}",
-            sum[0], count[0]
-        );
+        let f = AtomicFlags::empty();
+        let count = ep.fetch(&domain, AtomicOp::Get, counter, 0, 0, f, Blocking)?;
+        assert_eq!(count, u64::from(n));
+        println!("{n} ranks: sum of ranks {}, atomic count {count}", sum[0]);
     }
     Ok(())
 }

@@ -112,7 +112,9 @@ pub mod prelude {
     };
     pub use gex_core::{Am, Blocking, EpAddr, Event, HandlerId, Injected, Nb, Nbi, Team, Token};
     #[cfg(feature = "rma")]
-    pub use gex_rma::{AtomicOp, GlobalPtr, RmaExt, ScopeRmaExt};
+    pub use gex_rma::{
+        AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaExt, ScopeRmaExt,
+    };
 }
 
 /// Launching and bootstrap: the `gex-boot` crate, plus the bootstrap contract of the

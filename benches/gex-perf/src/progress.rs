@@ -1,0 +1,202 @@
+//! The `progress` benchmark: how fast a peer's AM-path get is served while the target
+//! computes without calling gex.
+//!
+//! Rank 1 (the *target*) writes the round number into its segment, then runs a fixed
+//! amount of arithmetic (calibrated once to `--compute-ms`, 10 ms by default) without
+//! any gex call. Rank 0 (the *origin*) sleeps 1 ms into that computation, then times
+//! one blocking 8-byte get from the target's segment on the active-message path
+//! (`GEX_RMA_PATH=am` is set for this run, so even smp, which could copy directly,
+//! sends a request that a handler of the target must answer). Without a progress
+//! thread the request waits until the target's next poll, after its computation:
+//! about `compute-ms` minus the 1 ms head start. With `--thread`
+//! ([`ClientBuilder::progress_thread`](gex::ClientBuilder::progress_thread)) the
+//! target's progress thread runs the handler at once.
+//!
+//! Figures (rank 0; median of the rounds, min/max the extreme rounds):
+//! - `progress_get_lat` (µs): the get's latency, with `algorithm` = `thread` or
+//!   `no-thread`;
+//! - `progress_compute_ms` (ms): the target's time for its fixed computation, the
+//!   cost of the progress thread to the computing rank (it shares the cores).
+//!
+//! Every got value is checked against the round number the target wrote.
+
+use crate::report::{Record, Reporter, median};
+use crate::{PinMode, complain};
+use gex::coll::CollExt;
+use gex::core::Client;
+use gex::rma::{GlobalPtr, RmaExt};
+use gex::spi::Conduit;
+use gex::{Blocking, ClientBuilder, DefaultLayers, EpAddr, Job};
+use std::time::{Duration, Instant};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Options of the `progress` benchmark.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ProgressArgs {
+    /// One JSON object per line (keys as for the other tests; `algorithm` is
+    /// `thread` or `no-thread`).
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Start a progress thread on every rank (the builder option; GEX_PROGRESS_THREAD=1
+    /// does the same).
+    #[arg(long)]
+    pub(crate) thread: bool,
+    /// Length of the target's computation per round, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=10_000))]
+    pub(crate) compute_ms: u64,
+    /// Rounds (one get each).
+    #[arg(long, value_name = "N", default_value_t = 21, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub(crate) rounds: u32,
+}
+
+/// A `progress` run.
+pub(crate) struct ProgressJob {
+    pub(crate) args: ProgressArgs,
+    pub(crate) pin: PinMode,
+}
+
+impl ProgressJob {
+    /// Default layers, the AM path forced for RMA, the progress thread as asked.
+    pub(crate) fn builder(&self) -> ClientBuilder<DefaultLayers> {
+        let mut cfg = gex::config::Config::from_env();
+        cfg.set("GEX_RMA_PATH", "am");
+        gex::builder()
+            .config(cfg)
+            .segment_size(4096)
+            .progress_thread(self.args.thread)
+    }
+}
+
+impl Job for ProgressJob {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
+        match run(&self, &client) {
+            Ok(()) => {
+                if let Err(e) = client.finalize() {
+                    complain(&format!("finalisation failed: {e}"));
+                    std::process::exit(1);
+                }
+            }
+            Err(e) => client.abort(1, &format!("gex-perf: rank {}: {e}", client.rank())),
+        }
+    }
+}
+
+/// `iters` steps of a dependent multiply-add chain: work the optimiser cannot remove.
+#[inline(never)]
+fn compute(iters: u64) -> u64 {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..iters {
+        x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+    }
+    x
+}
+
+/// Iterations of [`compute`] that take about `target`.
+fn calibrate(target: Duration) -> u64 {
+    let mut k = 1u64 << 16;
+    loop {
+        let t0 = Instant::now();
+        std::hint::black_box(compute(k));
+        let e = t0.elapsed();
+        if e >= Duration::from_millis(2) || k >= 1 << 40 {
+            return ((k as f64) * target.as_secs_f64() / e.as_secs_f64()).max(1.0) as u64;
+        }
+        k *= 2;
+    }
+}
+
+fn run<C: Conduit>(job: &ProgressJob, client: &Client<C>) -> Res<()> {
+    let (me, n) = (client.rank(), client.size());
+    if n < 2 {
+        return Err("progress needs at least 2 ranks".into());
+    }
+    let mut ep = client.endpoint(0)?;
+    let world = ep.world();
+    if job.pin != PinMode::Off {
+        // Pins this (the main) thread only: the progress thread, started by the client,
+        // keeps the process's full mask.
+        let local = client.neighbours().iter().position(|&x| x == me).unwrap_or(0) as u32;
+        crate::pin::pin_to_nth_allowed(local)?;
+    }
+    let compute_for = Duration::from_millis(job.args.compute_ms);
+    // The target calibrates before any round; the others wait in the barrier.
+    let iters = if me == 1 { calibrate(compute_for) } else { 0 };
+    let word = GlobalPtr::<u64>::new(EpAddr::rank(1), 0);
+    let (mut lat, mut work) = (Vec::new(), Vec::new());
+    let mut got = [0u64; 1];
+    ep.barrier(&world)?;
+    for round in 1..=u64::from(job.args.rounds) {
+        if me == 1 {
+            ep.segment().write(0, &round.to_ne_bytes())?;
+        }
+        ep.barrier(&world)?;
+        match me {
+            1 => {
+                let t0 = Instant::now();
+                std::hint::black_box(compute(iters));
+                work.push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+            0 => {
+                std::thread::sleep(Duration::from_millis(1));
+                let t0 = Instant::now();
+                ep.get(&mut got[..], word, Blocking)?;
+                lat.push(t0.elapsed().as_secs_f64() * 1e6);
+                if got[0] != round {
+                    return Err(format!("round {round}: the get returned {}", got[0]).into());
+                }
+            }
+            _ => {}
+        }
+    }
+    // The target's compute times travel to rank 0 through an exchange.
+    let mine: Vec<u8> = work.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let all = ep.exchange(&world, &mine)?;
+    ep.barrier(&world)?;
+    if me == 0 {
+        let mut work: Vec<f64> = all
+            .get(1)
+            .map(|b| {
+                b.chunks_exact(8)
+                    .map(|c| f64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let label = if job.args.thread {
+            "thread"
+        } else {
+            "no-thread"
+        };
+        let rep = Reporter::new(job.args.json);
+        let provider = crate::report::provider_of(client);
+        rep.header(&[format!(
+            "gex-perf progress: {n} ranks, conduit {}, target computes {} ms per round without gex, progress thread {}; value: median of {} rounds",
+            client.conduit_name(),
+            job.args.compute_ms,
+            if job.args.thread { "on" } else { "off" },
+            job.args.rounds
+        )]);
+        for (name, unit, v) in [
+            ("progress_get_lat", "us", &mut lat),
+            ("progress_compute_ms", "ms", &mut work),
+        ] {
+            let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            rep.record(&Record {
+                name,
+                size: 8,
+                ranks: n,
+                conduit: client.conduit_name(),
+                provider: provider.clone(),
+                algorithm: Some(label.into()),
+                buffers: None,
+                value: median(v),
+                unit,
+                min: Some(min),
+                max: Some(max),
+            });
+        }
+    }
+    Ok(())
+}
