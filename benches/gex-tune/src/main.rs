@@ -17,11 +17,12 @@
 //! ranks with seed 003's Table 1 platforms and writes the SVG plots of docs/coll.md.
 
 use clap::{Parser, Subcommand};
+use gex::config::Config;
+use gex::core::{Client, Endpoint};
 use gex::spi::Conduit;
-use gex::{Client, ClientBuilder, Job};
+use gex::{Blocking, Job};
 use gex_coll::profile::{Cell, Profile};
-use gex_coll::{CollEp, CollError, LogGP, OpKind, Opts};
-use gex_rma::RmaEp;
+use gex_coll::{Broadcast, CollError, CollExt, LogGP, OpKind, Opts};
 use gex_tune::measure::{Budget, Placement, median, query, time_cell, time_interleaved};
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -150,7 +151,7 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 /// chain broadcast of 64 KiB, the copy cost from a local 1 MiB copy.
 #[allow(unsafe_code)] // time_cell over the segment: see the SAFETY notes
 fn calibrate<C: Conduit>(
-    c: &mut CollEp<C>,
+    c: &mut Endpoint<C>,
     budget: Budget,
     at: Placement,
 ) -> Result<LogGP, CollError> {
@@ -210,9 +211,10 @@ fn write_atomic(path: &str, text: &str) -> std::io::Result<()> {
 fn tune<C: Conduit>(args: &TuneArgs, client: &Client<C>) -> Res<i32> {
     let me = client.rank();
     let p = client.size();
-    let rma = RmaEp::new(client.endpoint(0)?)?;
-    // The plain catalogue: no profile, no overrides (every candidate is forced anyway).
-    let mut c = CollEp::new(rma)?;
+    // The plain catalogue: no profile, no overrides, no online trials (the client's
+    // configuration has no GEX_COLL_* variable, see `main`; every candidate is forced
+    // anyway).
+    let mut c = client.endpoint(0)?;
     let budget = if args.quick {
         Budget::QUICK
     } else {
@@ -271,8 +273,8 @@ fn tune<C: Conduit>(args: &TuneArgs, client: &Client<C>) -> Res<i32> {
         // Rank 0's figures, on every rank: the tuner's choices (of the barriers and
         // allreduces inside the timing loop too) must be the same everywhere.
         let mut v = [m.l, m.o, m.g, m.big_g, m.copy];
-        let w = c.world().clone();
-        c.broadcast(&w, 0, &mut v)?;
+        let w = c.world();
+        c.collective(&w, Broadcast::in_place(0, &mut v), Blocking)?;
         let [l, o, g, big_g, copy] = v;
         prof.loggp = Some(LogGP {
             l,
@@ -286,7 +288,7 @@ fn tune<C: Conduit>(args: &TuneArgs, client: &Client<C>) -> Res<i32> {
         }
     }
     let model = prof.loggp.expect("set above");
-    c.tuner().set_model(model);
+    c.tuner(|t| t.set_model(model))?;
     let ops: Vec<OpKind> = if args.ops.is_empty() {
         OpKind::ALL.to_vec()
     } else {
@@ -309,14 +311,14 @@ fn tune<C: Conduit>(args: &TuneArgs, client: &Client<C>) -> Res<i32> {
             if done {
                 continue;
             }
-            let q = query(op, p, bytes, c.shared_memory(&c.world().clone()));
-            let cands: Vec<String> = c
-                .tuner()
-                .algorithms()
-                .iter()
-                .filter(|a| a.supports(&q))
-                .map(|a| a.name().to_string())
-                .collect();
+            let q = query(op, p, bytes, c.shared_memory(&c.world()));
+            let cands: Vec<String> = c.tuner(|t| {
+                t.algorithms()
+                    .iter()
+                    .filter(|a| a.supports(&q))
+                    .map(|a| a.name().to_string())
+                    .collect()
+            })?;
             todo.push((op, bytes, cands));
         }
     }
@@ -371,7 +373,7 @@ fn tune<C: Conduit>(args: &TuneArgs, client: &Client<C>) -> Res<i32> {
 }
 
 /// Prints the chosen algorithm per cell against the model's choice.
-fn summary<C: Conduit>(c: &mut CollEp<C>, prof: &Profile, p: u32, secs: f64, out: &str) {
+fn summary<C: Conduit>(c: &mut Endpoint<C>, prof: &Profile, p: u32, secs: f64, out: &str) {
     let m = prof.loggp.unwrap_or_default();
     println!(
         "gex-tune: {} cells on {p} ranks in {secs:.1} s -> {out}\nLogGP: L {:.3} us, o {:.3} us, g {:.3} us, G {:.6} us/B ({:.2} GB/s), copy {:.6} us/B",
@@ -388,13 +390,12 @@ fn summary<C: Conduit>(c: &mut CollEp<C>, prof: &Profile, p: u32, secs: f64, out
         "op", "bytes", "measured best", "us", "runner-up", "us", "model's choice"
     );
     let mut agree = 0;
-    let shm = c.shared_memory(&c.world().clone());
+    let shm = c.shared_memory(&c.world());
     for cell in prof.cells.iter().filter(|x| x.team == p) {
         let mut t = cell.times.clone();
         t.sort_by(|a, b| a.1.total_cmp(&b.1));
         let (r, rt) = t.get(1).cloned().unwrap_or_default();
         let model = c
-            .tuner()
             .explain(&query(cell.op, p, cell.bytes, shm))
             .map(|x| {
                 x.candidates
@@ -482,6 +483,21 @@ impl Progress {
     }
 }
 
+/// The client's configuration from the process environment `vars`: its `GEX_*`
+/// variables except the collectives layer's (`GEX_COLL_*`), and the names of those
+/// left out. The endpoint's collectives layer then has the plain catalogue and cost
+/// model: a profile, an override or online trials would steer the barriers and
+/// allreduces of the timing loop and the model's choices that the summary compares
+/// with the measured ones.
+fn plain_config(vars: impl Iterator<Item = (String, String)>) -> (Config, Vec<String>) {
+    let (coll, rest): (Vec<_>, Vec<_>) = vars
+        .filter(|(k, _)| k.starts_with("GEX_"))
+        .partition(|(k, _)| k.starts_with("GEX_COLL_"));
+    let mut ignored: Vec<String> = coll.into_iter().map(|(k, _)| k).collect();
+    ignored.sort();
+    (Config::from_pairs(rest), ignored)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let args = match cli.cmd {
@@ -513,9 +529,16 @@ fn main() -> ExitCode {
         }
     };
     let rank = boot.rank();
+    let (config, ignored) = plain_config(std::env::vars());
+    if rank == 0 && !ignored.is_empty() {
+        complain(&format!(
+            "ignoring {} (gex-tune times the plain catalogue)",
+            ignored.join(", ")
+        ));
+    }
     let job = TuneJob { args };
     match gex::init_with_boot(
-        ClientBuilder::new().segment_size(16 << 20),
+        gex::builder().segment_size(16 << 20).config(config),
         boot,
         conduit.as_deref(),
         job,
@@ -525,5 +548,26 @@ fn main() -> ExitCode {
             complain(&format!("rank {rank}: initialisation failed: {e}"));
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_client_reads_no_collective_setting() {
+        let vars = [
+            ("GEX_COLL_PROFILE", "p.toml"),
+            ("GEX_WAIT", "spin"),
+            ("HOME", "/"),
+            ("GEX_COLL_BROADCAST", "chain"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let (c, ignored) = plain_config(vars.into_iter());
+        assert_eq!(ignored, ["GEX_COLL_BROADCAST", "GEX_COLL_PROFILE"]);
+        assert_eq!(c.get("GEX_WAIT"), Some("spin"));
+        assert_eq!(c.get("GEX_COLL_PROFILE"), None);
+        assert_eq!(c.get("HOME"), None);
     }
 }

@@ -6,11 +6,20 @@
 //! max-allreduce, so every rank runs the same calls), then `batches` batches are timed;
 //! each rank returns its own per-call times, rank 0's median is the figure reported.
 //! The calls are the blocking ones over buffers allocated once per cell, in the
-//! segment ([`Placement::Segment`], the default) or in private memory.
+//! segment ([`Placement::Segment`], the default) or in private memory: one
+//! [`CollExt::collective`] per call with the operation's borrowed descriptor (the
+//! plain barrier: [`CollExt::barrier`]), made and consumed inside the loop, so the
+//! time per call is the collective's as a program calls it. Every wait is the
+//! endpoint's own (its one progress engine): this module never polls by itself.
 #![allow(unsafe_code)]
 
+use gex::core::Endpoint;
 use gex::spi::Conduit;
-use gex_coll::{AddrMode, BuiltinOp, CollEp, CollError, OpKind, Opts, Query, ReduceOp};
+use gex::{Blocking, Team};
+use gex_coll::{
+    AddrMode, Allreduce, Barrier, Broadcast, BuiltinOp, CollError, CollExt, Exchange, Exscan,
+    Gather, GatherAll, OpKind, Opts, Query, Reduce, ReduceOp, ReduceScatter, Scan, Scatter,
+};
 use std::time::{Duration, Instant};
 
 /// How long to measure one cell.
@@ -42,7 +51,7 @@ impl Budget {
 
 /// The query the tuner answers for `op` with blocks of `bytes` on a team of `size` as
 /// measured here (local address mode, default sync modes, commutative); `shm`: the
-/// team has a shared-memory channel ([`CollEp::shared_memory`](gex_coll::CollEp::shared_memory)).
+/// team has a shared-memory channel ([`CollExt::shared_memory`]).
 pub fn query(op: OpKind, size: u32, bytes: usize, shm: bool) -> Query {
     Query {
         op,
@@ -113,7 +122,7 @@ pub struct Buffers {
 }
 
 impl Buffers {
-    /// Buffers for `op` with blocks of `bytes` on the world team, placed as asked:
+    /// Buffers for `op` with blocks of `bytes` on `ep`'s world team, placed as asked:
     /// in the segment, the input at offset 0 and the output at the next 64-byte
     /// boundary.
     ///
@@ -125,12 +134,12 @@ impl Buffers {
     /// # Errors
     /// [`CollError::BadLength`] if the segment is too small for them.
     pub unsafe fn new<C: Conduit>(
-        c: &mut CollEp<C>,
+        ep: &Endpoint<C>,
         op: OpKind,
         bytes: usize,
         placement: Placement,
     ) -> Result<Buffers, CollError> {
-        let p = c.world().size() as usize;
+        let p = ep.world().size() as usize;
         let (src_len, dst_len) = (input_len(op, p, bytes), output_len(op, p, bytes));
         match placement {
             Placement::Private => {
@@ -144,7 +153,7 @@ impl Buffers {
                 })
             }
             Placement::Segment => {
-                let seg = c.rma().endpoint().segment();
+                let seg = ep.segment();
                 let at = src_len.next_multiple_of(64);
                 if at + dst_len > seg.len() {
                     return Err(CollError::BadLength {
@@ -184,45 +193,75 @@ impl Buffers {
     }
 }
 
-/// Runs `k` blocking calls of `op` with blocks of `bytes` under `opts` on the world
-/// team, over `bufs` (the `*_with` calls over borrowed slices, as MPI benchmarks call
-/// `MPI_Bcast`: gex-coll's direct shared-memory path runs when it applies).
+/// Runs `k` blocking calls of `op` with blocks of `bytes` under `opts` on `ep`'s world
+/// team, over `bufs`: each call is one [`CollExt::collective`] with the operation's
+/// borrowed descriptor (`Broadcast::in_place`, `Allreduce::slices`, ...; roots: rank
+/// 0, reductions: wrapping sum) in mode [`Blocking`], as MPI benchmarks call
+/// `MPI_Bcast`, so gex-coll's direct shared-memory path runs when it applies. A barrier
+/// under default options is [`CollExt::barrier`] (what a program calls); with an
+/// algorithm forced, the [`Barrier`] descriptor.
 ///
 /// # Errors
 /// The collective's error.
 pub fn calls<C: Conduit>(
-    c: &mut CollEp<C>,
+    ep: &mut Endpoint<C>,
     op: OpKind,
     bytes: usize,
     opts: &Opts<'_>,
     k: u64,
     bufs: &mut Buffers,
 ) -> Result<(), CollError> {
-    let w = c.world().clone();
-    let sum = ReduceOp::<u8>::builtin(BuiltinOp::Sum)?;
+    let w = ep.world();
+    // Made once: each call takes a clone (a reference count), as the layer's own
+    // latency bench does.
+    let sum = ReduceOp::<u8>::builtin(BuiltinOp::Sum);
+    let plain_barrier = *opts == Opts::default();
+    let o = *opts;
     let (src, dst) = bufs.io();
     for _ in 0..k {
         match op {
-            OpKind::Barrier => c.barrier_with(&w, opts)?,
-            OpKind::Broadcast => c.broadcast_with(&w, 0, &mut dst[..bytes], opts)?,
-            OpKind::Scatter => c.scatter_with(&w, 0, src, &mut dst[..bytes], opts)?,
-            OpKind::Gather => c.gather_with(&w, 0, src, dst, opts)?,
-            OpKind::GatherAll => c.gather_all_with(&w, src, dst, opts)?,
-            OpKind::Exchange => c.exchange_with(&w, src, dst, opts)?,
-            OpKind::Reduce => c.reduce_with(&w, 0, src, dst, &sum, opts)?,
-            OpKind::Allreduce => c.allreduce_with(&w, src, dst, &sum, opts)?,
-            OpKind::ReduceScatter => {
-                c.reduce_scatter_with(&w, src, &mut dst[..bytes], &sum, opts)?
+            OpKind::Barrier if plain_barrier => ep.barrier(&w)?,
+            OpKind::Barrier => ep.collective(&w, Barrier::new().opts(o), Blocking)?,
+            OpKind::Broadcast => {
+                let d = Broadcast::in_place(0, &mut dst[..bytes]).opts(o);
+                ep.collective(&w, d, Blocking)?
             }
-            OpKind::Scan => c.scan_with(&w, src, dst, &sum, opts)?,
-            OpKind::Exscan => c.exscan_with(&w, src, dst, &sum, opts)?,
+            OpKind::Scatter => {
+                let d = Scatter::slices(0, src, &mut dst[..bytes]).opts(o);
+                ep.collective(&w, d, Blocking)?
+            }
+            OpKind::Gather => ep.collective(&w, Gather::slices(0, src, dst).opts(o), Blocking)?,
+            OpKind::GatherAll => {
+                ep.collective(&w, GatherAll::slices(src, dst).opts(o), Blocking)?
+            }
+            OpKind::Exchange => ep.collective(&w, Exchange::slices(src, dst).opts(o), Blocking)?,
+            OpKind::Reduce => {
+                let d = Reduce::slices(0, src, dst, sum.clone()).opts(o);
+                ep.collective(&w, d, Blocking)?
+            }
+            OpKind::Allreduce => {
+                let d = Allreduce::slices(src, dst, sum.clone()).opts(o);
+                ep.collective(&w, d, Blocking)?
+            }
+            OpKind::ReduceScatter => {
+                let d = ReduceScatter::slices(src, &mut dst[..bytes], sum.clone()).opts(o);
+                ep.collective(&w, d, Blocking)?
+            }
+            OpKind::Scan => {
+                let d = Scan::slices(src, dst, sum.clone()).opts(o);
+                ep.collective(&w, d, Blocking)?
+            }
+            OpKind::Exscan => {
+                let d = Exscan::slices(src, dst, sum.clone()).opts(o);
+                ep.collective(&w, d, Blocking)?
+            }
         }
     }
     Ok(())
 }
 
 /// Times `op` with blocks of `bytes` under `opts` (see the module docs) and returns
-/// this rank's µs per call of every timed batch. Collective over the world team.
+/// this rank's µs per call of every timed batch. Collective over `ep`'s world team.
 ///
 /// # Safety
 /// As [`Buffers::new`] for `placement` (the segment's first bytes are the buffers).
@@ -230,22 +269,22 @@ pub fn calls<C: Conduit>(
 /// # Errors
 /// The collective's error.
 pub unsafe fn time_cell<C: Conduit>(
-    c: &mut CollEp<C>,
+    ep: &mut Endpoint<C>,
     op: OpKind,
     bytes: usize,
     opts: &Opts<'_>,
     budget: Budget,
     placement: Placement,
 ) -> Result<Vec<f64>, CollError> {
-    let w = c.world().clone();
+    let w = ep.world();
     // SAFETY: forwarded to the caller.
-    let mut bufs = unsafe { Buffers::new(c, op, bytes, placement)? };
-    let iters = calibrate(c, op, bytes, opts, budget, &mut bufs)?;
+    let mut bufs = unsafe { Buffers::new(ep, op, bytes, placement)? };
+    let iters = calibrate(ep, &w, op, bytes, opts, budget, &mut bufs)?;
     let mut per = Vec::with_capacity(budget.batches as usize);
     for _ in 0..budget.batches {
-        c.barrier(&w)?;
+        ep.barrier(&w)?;
         let t0 = Instant::now();
-        calls(c, op, bytes, opts, iters, &mut bufs)?;
+        calls(ep, op, bytes, opts, iters, &mut bufs)?;
         per.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
     }
     Ok(per)
@@ -254,25 +293,25 @@ pub unsafe fn time_cell<C: Conduit>(
 /// Calls per timed batch for one variant of a cell: doubles a trial batch until it
 /// lasts a quarter of `budget.batch` on the slowest member (agreed by a max-allreduce,
 /// so every member runs the same number of calls), then takes four times that.
-/// Collective.
+/// Collective over `w`, the world team.
 fn calibrate<C: Conduit>(
-    c: &mut CollEp<C>,
+    ep: &mut Endpoint<C>,
+    w: &Team,
     op: OpKind,
     bytes: usize,
     opts: &Opts<'_>,
     budget: Budget,
     bufs: &mut Buffers,
 ) -> Result<u64, CollError> {
-    let w = c.world().clone();
-    let max = ReduceOp::<u8>::builtin(BuiltinOp::Max)?;
     let mut k = 1u64;
     loop {
-        c.barrier(&w)?;
+        ep.barrier(w)?;
         let t0 = Instant::now();
-        calls(c, op, bytes, opts, k, bufs)?;
+        calls(ep, op, bytes, opts, k, bufs)?;
         let long = t0.elapsed() >= budget.batch / 4 || k >= 1 << 24;
-        let mut all = [0u8];
-        c.allreduce(&w, &[u8::from(long)], &mut all, &max)?;
+        let (mine, mut all) = ([u8::from(long)], [0u8]);
+        let agree = Allreduce::slices(&mine, &mut all, BuiltinOp::Max);
+        ep.collective(w, agree, Blocking)?;
         if all[0] == 1 {
             return Ok((k * 4).max(1));
         }
@@ -284,7 +323,8 @@ fn calibrate<C: Conduit>(
 /// batches interleaved — batch 1 of every variant, then batch 2, … — so that a change
 /// of machine load during the cell hits every variant alike and their ratios stay
 /// meaningful. Each variant's batch size is calibrated first as in [`time_cell`].
-/// Returns this rank's µs per call per batch, per variant. Collective.
+/// Returns this rank's µs per call per batch, per variant. Collective over `ep`'s
+/// world team.
 ///
 /// # Safety
 /// As [`Buffers::new`] for `placement`.
@@ -292,26 +332,26 @@ fn calibrate<C: Conduit>(
 /// # Errors
 /// The collective's error.
 pub unsafe fn time_interleaved<C: Conduit>(
-    c: &mut CollEp<C>,
+    ep: &mut Endpoint<C>,
     op: OpKind,
     bytes: usize,
     opts: &[Opts<'_>],
     budget: Budget,
     placement: Placement,
 ) -> Result<Vec<Vec<f64>>, CollError> {
-    let w = c.world().clone();
+    let w = ep.world();
     // SAFETY: forwarded to the caller.
-    let mut bufs = unsafe { Buffers::new(c, op, bytes, placement)? };
+    let mut bufs = unsafe { Buffers::new(ep, op, bytes, placement)? };
     let mut iters = Vec::with_capacity(opts.len());
     for o in opts {
-        iters.push(calibrate(c, op, bytes, o, budget, &mut bufs)?);
+        iters.push(calibrate(ep, &w, op, bytes, o, budget, &mut bufs)?);
     }
     let mut per = vec![Vec::with_capacity(budget.batches as usize); opts.len()];
     for _ in 0..budget.batches {
         for (i, o) in opts.iter().enumerate() {
-            c.barrier(&w)?;
+            ep.barrier(&w)?;
             let t0 = Instant::now();
-            calls(c, op, bytes, o, iters[i], &mut bufs)?;
+            calls(ep, op, bytes, o, iters[i], &mut bufs)?;
             per[i].push(t0.elapsed().as_secs_f64() * 1e6 / iters[i] as f64);
         }
     }
