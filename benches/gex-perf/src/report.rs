@@ -1,6 +1,6 @@
 //! Output: the human table (like GASNet's testam) and JSON lines.
 
-use gex::Client;
+use gex::core::Client;
 use gex::spi::Conduit;
 use serde::Serialize;
 use std::io::Write;
