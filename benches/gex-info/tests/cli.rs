@@ -41,7 +41,7 @@ fn env_shows_values_and_defaults() {
     assert!(line.contains("3M") && line.contains("default"), "{line}");
     assert_eq!(
         text.lines().filter(|l| l.starts_with("GEX_")).count(),
-        gex::config::ENV_VARS.len()
+        gex::env_vars().len()
     );
 }
 
