@@ -172,10 +172,10 @@ fn env() -> Result<(), String> {
             value
         };
         let default = if v.default.is_empty() { "-" } else { v.default };
-        println!(
-            "{:<24} {:<14} default {:<10} {}",
+        out(&format!(
+            "{:<24} {:<14} default {:<10} {}\n",
             v.name, shown, default, v.doc
-        );
+        ));
     }
     Ok(())
 }

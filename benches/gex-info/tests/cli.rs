@@ -45,6 +45,27 @@ fn env_shows_values_and_defaults() {
     );
 }
 
+/// `gex-info env | head`: a reader that goes away ends the output quietly (exit 0, no
+/// panic message).
+#[test]
+fn env_into_a_closed_pipe_ends_quietly() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gex-info"))
+        .arg("env")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("gex-info runs");
+    // The reader closes before the child writes (it is still starting).
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("gex-info ends");
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 #[test]
 fn coll_prints_a_choice_per_operation_and_follows_overrides() {
     let text = stdout(&gex_info(&["coll", "-n", "16"], &[]));
