@@ -19,8 +19,9 @@
 //! `GEX_OFI_PROVIDER` changes `ofi`.
 
 use clap::{Parser, Subcommand};
-use gex::spi::{Conduit, ConduitEp};
-use gex::{Client, ClientBuilder, EpAddr, Job};
+use gex::ClientBuilder;
+use gex::coll::CollExt;
+use gex::config::Config;
 use std::io::Write as _;
 use std::process::ExitCode;
 
@@ -64,30 +65,39 @@ enum What {
     },
 }
 
-struct Describe;
-
-impl Job for Describe {
-    type Output = String;
-    fn run<C: Conduit>(self, client: Client<C>) -> String {
-        let mut ep = match client.endpoint(0) {
-            Ok(ep) => ep,
-            Err(e) => return format!("  endpoint 0: {e}\n"),
-        };
-        let me = EpAddr::rank(0);
-        let caps = ep.conduit_ep().capabilities();
-        let lim = ep.conduit_ep().limits(me);
-        format!(
-            "  capabilities: {caps:?}\n  limits: {} args, Medium {} B, Long {}\n  wait policy: {:?}\n",
-            lim.max_args,
-            lim.max_medium,
-            if lim.max_long == usize::MAX {
-                "up to the segment".to_string()
-            } else {
-                format!("{} B", lim.max_long)
-            },
-            client.wait_policy()
-        )
-    }
+/// Capabilities, limits and wait policy of conduit `name`, opened for a job of one
+/// rank (no layers: the conduit alone), chosen at run time as `GEX_CONDUIT` would.
+fn describe(name: &str) -> String {
+    let mut config = Config::from_env();
+    config.set(gex::CONDUIT_VAR, name);
+    let client: gex::Client = match ClientBuilder::new()
+        .segment_size(1 << 16)
+        .config(config)
+        .init::<gex::AnyConduit>(Box::new(gex::boot::Singleton::new()))
+    {
+        Ok(c) => c,
+        Err(e) => return format!("  cannot open here: {e}\n"),
+    };
+    let ep: gex::Endpoint = match client.endpoint(0) {
+        Ok(ep) => ep,
+        Err(e) => return format!("  endpoint 0: {e}\n"),
+    };
+    let me = ep.addr();
+    // The endpoint bounds a Long by the destination's segment: a bound equal to the
+    // segment is the conduit's "no limit of its own".
+    let long = ep.max_long(me);
+    format!(
+        "  capabilities: {:?}\n  limits: {} args, Medium {} B, Long {}\n  wait policy: {:?}\n",
+        ep.capabilities(),
+        ep.max_args(),
+        ep.max_medium(me),
+        if Some(long) == ep.segment_len_of(me.rank) {
+            "up to the segment".to_string()
+        } else {
+            format!("{long} B")
+        },
+        client.wait_policy()
+    )
 }
 
 fn conduits() -> Result<(), String> {
@@ -98,16 +108,7 @@ fn conduits() -> Result<(), String> {
             ""
         };
         out(&format!("{name}{default}\n"));
-        let boot = Box::new(gex::boot::Singleton::new());
-        match gex::init_with_boot(
-            ClientBuilder::new().segment_size(1 << 16),
-            boot,
-            Some(name),
-            Describe,
-        ) {
-            Ok(s) => out(&s),
-            Err(e) => out(&format!("  cannot open here: {e}\n")),
-        }
+        out(&describe(name));
     }
     Ok(())
 }
@@ -160,8 +161,10 @@ fn pmix_version() -> String {
     unreachable!("PMIX_BUILT is false without the feature")
 }
 
+/// Every `GEX_*` variable this build may read: the registry the facade collects from
+/// the core, the launcher, the facade, the conduits and the layers compiled in.
 fn env() -> Result<(), String> {
-    for v in gex::config::ENV_VARS {
+    for v in gex::env_vars() {
         let value = std::env::var(v.name).unwrap_or_default();
         let shown = if value.is_empty() {
             "(unset)".to_string()
@@ -169,27 +172,36 @@ fn env() -> Result<(), String> {
             value
         };
         let default = if v.default.is_empty() { "-" } else { v.default };
-        println!(
-            "{:<24} {:<14} default {:<10} {}",
+        out(&format!(
+            "{:<24} {:<14} default {:<10} {}\n",
             v.name, shown, default, v.doc
-        );
+        ));
     }
     Ok(())
 }
 
+/// The choices of the tuner a gex program's collectives layer has: the layer of an
+/// endpoint of a one-rank job (loopback), which read its `GEX_COLL_*` settings from
+/// the environment when it attached (a bad one fails here, naming the variable), asked
+/// about teams of `size`.
 fn coll(size: u32, single: bool) -> Result<(), String> {
     if size == 0 {
         return Err("a team has at least one member (-n 1 or more)".into());
     }
-    let mut t = gex_coll::Tuner::new(gex_coll::algo::catalog(), gex_coll::LogGP::default());
-    t.configure(|k| std::env::var(k).ok())
+    let client = gex::builder()
+        .segment_size(1 << 16)
+        .init::<gex::conduit::Loopback>(Box::new(gex::boot::Singleton::new()))
         .map_err(|e| e.to_string())?;
+    let mut ep = client.endpoint(0).map_err(|e| e.to_string())?;
     let addr = if single {
         gex_coll::AddrMode::Single
     } else {
         gex_coll::AddrMode::Local
     };
-    out(&t.table(size, addr));
+    let table = ep
+        .tuner(|t| t.table(size, addr))
+        .map_err(|e| e.to_string())?;
+    out(&table);
     Ok(())
 }
 

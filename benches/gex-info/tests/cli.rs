@@ -41,7 +41,28 @@ fn env_shows_values_and_defaults() {
     assert!(line.contains("3M") && line.contains("default"), "{line}");
     assert_eq!(
         text.lines().filter(|l| l.starts_with("GEX_")).count(),
-        gex::config::ENV_VARS.len()
+        gex::env_vars().len()
+    );
+}
+
+/// `gex-info env | head`: a reader that goes away ends the output quietly (exit 0, no
+/// panic message).
+#[test]
+fn env_into_a_closed_pipe_ends_quietly() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gex-info"))
+        .arg("env")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("gex-info runs");
+    // The reader closes before the child writes (it is still starting).
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("gex-info ends");
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
     );
 }
 
