@@ -36,6 +36,10 @@ macro_rules! any_conduit {
         }
 
         /// An endpoint of [`AnyConduit`].
+        // The variants differ in size (the loopback endpoint is a few words, the
+        // network ones hold their queues inline); boxing them would put an indirection
+        // on every conduit call of the hot path, and an endpoint exists once per rank.
+        #[allow(clippy::large_enum_variant)]
         #[derive(Debug)]
         #[non_exhaustive]
         pub enum AnyEp {
