@@ -126,8 +126,9 @@ fn run<C: Conduit>(job: &ProgressJob, client: &Client<C>) -> Res<()> {
     let word = GlobalPtr::<u64>::new(EpAddr::rank(1), 0);
     let (mut lat, mut work) = (Vec::new(), Vec::new());
     let mut got = [0u64; 1];
-    ep.barrier(&world)?;
     for round in 1..=u64::from(job.args.rounds) {
+        // The target writes the round's value; the barrier after the round keeps it
+        // there until the origin's get has returned.
         if me == 1 {
             ep.segment().write(0, &round.to_ne_bytes())?;
         }
@@ -149,6 +150,7 @@ fn run<C: Conduit>(job: &ProgressJob, client: &Client<C>) -> Res<()> {
             }
             _ => {}
         }
+        ep.barrier(&world)?;
     }
     // The target's compute times travel to rank 0 through an exchange.
     let mine: Vec<u8> = work.iter().flat_map(|w| w.to_ne_bytes()).collect();

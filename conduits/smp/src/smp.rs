@@ -708,6 +708,17 @@ impl ConduitEp for SmpEp {
         self.seen = bell.epoch();
     }
 
+    fn sleeper(&mut self) -> Option<gex_core::spi::Sleeper> {
+        // From now on senders ring this doorbell for every message (they read
+        // `may_block` before each ring); a sender that read `false` just before this
+        // store can delay the thread by at most its safety-net timeout.
+        self.bell.get().set_may_block(true);
+        let keep: Arc<dyn std::any::Any + Send + Sync> = self.conduit.clone();
+        // SAFETY: the doorbell lies in this rank's region, mapped by the `Smp` that
+        // `keep` keeps alive.
+        Some(unsafe { gex_core::spi::Sleeper::new(self.bell.0, keep) })
+    }
+
     fn describe(&self) -> String {
         let mut lines = Vec::new();
         for (g, p) in self.tx.req.iter().enumerate() {

@@ -301,3 +301,83 @@ fn nothing_left_in_dev_shm() {
         r.shm_left
     );
 }
+
+/// CPU time (user + system) of this process's thread named `name`, in clock ticks.
+fn thread_cpu_ticks(name: &str) -> Option<u64> {
+    for t in std::fs::read_dir("/proc/self/task").ok()? {
+        let dir = t.ok()?.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+        if comm.trim_end() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+        // Fields after the command (which ends with the last ')'): state is field 3,
+        // utime field 14, stime field 15.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        return Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?);
+    }
+    None
+}
+
+#[test]
+fn the_progress_thread_sleeps_on_the_doorbell_and_serves_a_computing_rank() {
+    job(2, |boot| {
+        let c = ClientBuilder::new()
+            .segment_size(1 << 16)
+            .progress_thread(true)
+            .init::<Smp>(boot)
+            .unwrap();
+        let mut ep = c.endpoint(0).unwrap();
+        assert!(ep.has_progress_thread());
+        let pongs = Arc::new(AtomicU64::new(0));
+        let p = pongs.clone();
+        let pong = ep
+            .register(move |_t: &mut Token<'_>, _am: Am<'_>| {
+                p.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        let ping = ep
+            .register(move |t: &mut Token<'_>, _am: Am<'_>| {
+                t.reply_short(pong, &[]).unwrap();
+            })
+            .unwrap();
+        let me = c.rank();
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
+        // Phase 1: rank 1 computes for 400 ms without calling gex; rank 0's pings are
+        // answered meanwhile by rank 1's progress thread.
+        if me == 1 {
+            let t0 = std::time::Instant::now();
+            let mut x = 1u64;
+            while t0.elapsed() < std::time::Duration::from_millis(400) {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            for i in 1..=10 {
+                ep.request_short(EpAddr::rank(1), ping, &[]).unwrap();
+                let t0 = std::time::Instant::now();
+                assert!(
+                    ep.wait_until_timeout(
+                        || pongs.load(Ordering::Relaxed) >= i,
+                        std::time::Duration::from_millis(150)
+                    ),
+                    "ping {i} was not answered while the target computed"
+                );
+                // Well inside the 400 ms of computation.
+                assert!(t0.elapsed() < std::time::Duration::from_millis(150));
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
+        // Phase 2: nothing arrives for 500 ms: the thread sleeps on the doorbell
+        // instead of napping (a napping thread polls tens of thousands of times a
+        // second and burns a large share of a core).
+        let before = thread_cpu_ticks("gex-progress").expect("the progress thread");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let after = thread_cpu_ticks("gex-progress").expect("the progress thread");
+        // Ticks are 10 ms: 500 ms idle must cost less than 50 ms.
+        assert!(after - before < 5, "idle progress thread used {} ticks", after - before);
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
+    });
+}

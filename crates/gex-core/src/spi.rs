@@ -48,9 +48,63 @@ use crate::boot::Bootstrap;
 use crate::error::InitError;
 use crate::types::{Category, EpAddr, EpIndex, HandlerIndex, Injected, Kind};
 use bitflags::bitflags;
-use gex_sync::wait::WaitPolicy;
+use gex_sync::wait::{Doorbell, WaitPolicy};
+use std::any::Any;
 use std::ptr::NonNull;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// A handle on a conduit endpoint's [`Doorbell`] that another thread may sleep on:
+/// what [`ConduitEp::sleeper`] returns for the endpoint's progress thread.
+///
+/// The doorbell usually lives in memory the conduit maps (shared with the senders);
+/// the handle keeps that memory alive through `keep`, so it may outlive the endpoint.
+pub struct Sleeper {
+    bell: NonNull<Doorbell>,
+    _keep: Arc<dyn Any + Send + Sync>,
+}
+
+// SAFETY: a `Doorbell` is made of atomics and is meant to be shared between threads
+// (and processes); `keep` is `Send + Sync` and only kept alive.
+unsafe impl Send for Sleeper {}
+// SAFETY: as above; every method takes `&self` and touches only the atomics.
+unsafe impl Sync for Sleeper {}
+
+impl Sleeper {
+    /// Wraps the doorbell at `bell`, kept valid by `keep`.
+    ///
+    /// # Safety
+    /// `bell` points to an initialised [`Doorbell`] that stays valid and in place for as
+    /// long as `keep` (any clone of it) lives.
+    pub unsafe fn new(bell: NonNull<Doorbell>, keep: Arc<dyn Any + Send + Sync>) -> Self {
+        Sleeper { bell, _keep: keep }
+    }
+
+    fn bell(&self) -> &Doorbell {
+        // SAFETY: valid while `_keep` lives (`new`'s contract), and we hold it.
+        unsafe { self.bell.as_ref() }
+    }
+
+    /// Sleeps in the kernel until `ready()` holds (checked after announcing the sleep,
+    /// so a ring that comes after the check wakes it), the doorbell is rung, or
+    /// `timeout` passes. Returns whether `ready()` held.
+    pub fn wait(&self, timeout: Duration, ready: impl FnMut() -> bool) -> bool {
+        self.bell()
+            .wait_until_timeout(WaitPolicy::Block, timeout, ready)
+    }
+
+    /// Wakes a thread sleeping in [`wait`](Self::wait) (and any other sleeper on the
+    /// doorbell, which may return spuriously).
+    pub fn wake(&self) {
+        self.bell().wake();
+    }
+}
+
+impl std::fmt::Debug for Sleeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sleeper").field("bell", self.bell()).finish()
+    }
+}
 
 bitflags! {
     /// What a conduit implements natively. Each flag must match what is wired; the
@@ -626,6 +680,16 @@ pub trait ConduitEp: Send + 'static {
     /// Sleeps until a message may have arrived or `timeout` passed. Spurious returns are
     /// allowed; a conduit without a wait object returns at once.
     fn block(&mut self, timeout: Duration);
+    /// The doorbell this endpoint's senders ring, for the endpoint's progress thread to
+    /// sleep on while the rank computes (see [`Sleeper`]); the core asks once, when it
+    /// starts the thread. A conduit that returns one must from then on ring it after
+    /// publishing every message to this endpoint ([`Doorbell::ring`] with
+    /// `may_block` set: a fence and a load per message), so that a sleeping thread
+    /// wakes for it. The default, `None`, makes the thread nap between polls instead
+    /// (`GEX_PROGRESS_INTERVAL`).
+    fn sleeper(&mut self) -> Option<Sleeper> {
+        None
+    }
     /// Reserves space for a request payload of up to `req.max_len()` bytes to be built
     /// in place (negotiated payload). The default answers [`Prepare::Bounce`] and the
     /// core builds the payload in its own buffer, then injects it. An in-place buffer

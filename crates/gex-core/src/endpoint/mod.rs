@@ -315,12 +315,17 @@ impl<C: Conduit> Endpoint<C> {
         for (attach, place) in layers {
             attach(&mut inner, *place)?;
         }
+        let sleeper = match progress_thread {
+            Some(_) => inner.core.cep.sleeper(),
+            None => None,
+        };
         let cell = Arc::new(EpCell {
             lock: AtomicU32::new(FREE),
             stop: AtomicBool::new(false),
             inner: UnsafeCell::new(inner),
         });
-        let thread = progress_thread.map(|nap| thread::ProgressThread::start(cell.clone(), nap));
+        let thread = progress_thread
+            .map(|nap| thread::ProgressThread::start(cell.clone(), nap, sleeper));
         Ok(Endpoint {
             cell,
             thread,

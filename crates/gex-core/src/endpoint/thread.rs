@@ -3,14 +3,23 @@
 //! collectives over AMs) are served.
 //!
 //! It takes the endpoint's lock word only when free (the rank's own calls always win:
-//! a rank inside gex progresses by itself), polls once, and releases it. Between polls
-//! it naps: a short nap after traffic, doubling while nothing arrives up to the
-//! configured interval (`GEX_PROGRESS_INTERVAL`), so an idle thread costs little and a
-//! peer's request waits at most about one interval. The thread's timer slack is set to
-//! 1 µs so that naps of a few microseconds are honoured.
+//! a rank inside gex progresses by itself), polls, and releases it. When a poll finds
+//! nothing and no layer has work in progress:
+//! - on a conduit with a doorbell ([`ConduitEp::sleeper`](crate::spi::ConduitEp::sleeper),
+//!   smp) it sleeps in the kernel until a sender rings it, so an idle thread costs
+//!   nothing and a request wakes it within a futex wake-up (it re-checks for messages
+//!   after announcing its sleep, under the lock word, so no ring is missed; it wakes at
+//!   least every [`SLEEP_MAX`] anyway);
+//! - otherwise it naps: a short nap after traffic, doubling while nothing arrives up to
+//!   the configured interval (`GEX_PROGRESS_INTERVAL`), so a peer's request waits at
+//!   most about one interval.
+//!
+//! While the rank itself holds the lock word (it is inside gex), the thread naps one
+//! interval at a time. The thread's timer slack is set to 1 µs so that naps of a few
+//! microseconds are honoured.
 
 use super::EpCell;
-use crate::spi::Conduit;
+use crate::spi::{Conduit, ConduitEp, Sleeper};
 use gex_sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,41 +27,78 @@ use std::time::Duration;
 /// Shortest nap between polls.
 const MIN_NAP: Duration = Duration::from_micros(2);
 
+/// Longest sleep on the doorbell before the thread polls again regardless (a safety
+/// net: the protocol does not need it).
+pub(crate) const SLEEP_MAX: Duration = Duration::from_millis(10);
+
 /// A running progress thread (joined when the endpoint is dropped).
 #[derive(Debug)]
 pub(crate) struct ProgressThread {
     handle: std::thread::JoinHandle<()>,
+    sleeper: Option<Arc<Sleeper>>,
 }
 
 impl ProgressThread {
-    /// Starts a thread that polls `cell` at most every `max_nap` while idle.
-    pub(crate) fn start<C: Conduit>(cell: Arc<EpCell<C>>, max_nap: Duration) -> Self {
+    /// Starts a thread that polls `cell`, sleeping on `sleeper` when idle, or napping at
+    /// most `max_nap` without one.
+    pub(crate) fn start<C: Conduit>(
+        cell: Arc<EpCell<C>>,
+        max_nap: Duration,
+        sleeper: Option<Sleeper>,
+    ) -> Self {
+        let sleeper = sleeper.map(Arc::new);
+        let s = sleeper.clone();
         let handle = std::thread::Builder::new()
             .name("gex-progress".into())
-            .spawn(move || run(&cell, max_nap))
+            .spawn(move || run(&cell, max_nap, s.as_deref()))
             .expect("gex: cannot start the progress thread");
-        ProgressThread { handle }
+        ProgressThread { handle, sleeper }
     }
 
-    /// Waits for the thread to end (the caller has set `stop`).
+    /// Wakes the thread and waits for it to end (the caller has set `stop`).
     pub(crate) fn join(self) {
+        if let Some(s) = &self.sleeper {
+            s.wake();
+        }
         let _ = self.handle.join();
     }
 }
 
-fn run<C: Conduit>(cell: &EpCell<C>, max_nap: Duration) {
+fn run<C: Conduit>(cell: &EpCell<C>, max_nap: Duration, sleeper: Option<&Sleeper>) {
     gex_sync::thread::set_timer_slack(Duration::from_micros(1));
+    let max_nap = max_nap.max(MIN_NAP);
     let mut nap = MIN_NAP;
     while !cell.stop.load(Ordering::Acquire) {
-        let handled = match cell.try_lock_thread() {
-            Some(mut g) => g.inner().poll(),
-            None => 0,
+        let idle = match cell.try_lock_thread() {
+            Some(mut g) => {
+                let i = g.inner();
+                if i.poll() > 0 {
+                    nap = MIN_NAP;
+                    continue;
+                }
+                i.core.busy == 0 && i.core.lc.is_empty()
+            }
+            None => {
+                // The rank is inside gex and progresses by itself.
+                std::thread::sleep(max_nap);
+                continue;
+            }
         };
-        if handled > 0 {
-            nap = MIN_NAP;
-            continue;
+        match sleeper {
+            Some(s) if idle => {
+                s.wait(SLEEP_MAX, || {
+                    cell.stop.load(Ordering::Acquire)
+                        || match cell.try_lock_thread() {
+                            Some(mut g) => g.inner().core.cep.has_incoming(),
+                            // The rank took the lock: poll (or nap) rather than sleep.
+                            None => true,
+                        }
+                });
+            }
+            _ => {
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(max_nap);
+            }
         }
-        std::thread::sleep(nap);
-        nap = (nap * 2).min(max_nap.max(MIN_NAP));
     }
 }
