@@ -17,9 +17,9 @@
 
 use crate::report::{Record, Reporter, median};
 use crate::{AmArgs, PinMode, TestName, complain};
-use gex::spi::Conduit;
 use gex::coll::CollExt;
 use gex::core::{Client, Endpoint};
+use gex::spi::Conduit;
 use gex::{Am, ClientBuilder, DefaultLayers, EpAddr, HandlerId, Job, Token, WaitPolicy};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -211,20 +211,26 @@ fn register<C: Conduit>(ep: &mut Endpoint<C>, c: &Arc<Counters>) -> Res<()> {
         cc.arrivals.fetch_add(1, Relaxed);
     })?;
     let cc = c.clone();
-    ep.register_at(H_FLOOD_END.index(), move |t: &mut Token<'_>, _am: Am<'_>| {
-        // Messages from one sender are delivered in order: every flood message has
-        // been counted by now.
-        let n = cc.arrivals.swap(0, Relaxed);
-        t.reply_short(H_FLOOD_ACK, &[n as u32, (n >> 32) as u32])
-            .expect("gex-perf: ack reply failed");
-    })?;
+    ep.register_at(
+        H_FLOOD_END.index(),
+        move |t: &mut Token<'_>, _am: Am<'_>| {
+            // Messages from one sender are delivered in order: every flood message has
+            // been counted by now.
+            let n = cc.arrivals.swap(0, Relaxed);
+            t.reply_short(H_FLOOD_ACK, &[n as u32, (n >> 32) as u32])
+                .expect("gex-perf: ack reply failed");
+        },
+    )?;
     let cc = c.clone();
-    ep.register_at(H_FLOOD_ACK.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
-        let a = am.args();
-        cc.ack_count
-            .store(u64::from(a[0]) | (u64::from(a[1]) << 32), Relaxed);
-        cc.ack_seq.fetch_add(1, Relaxed);
-    })?;
+    ep.register_at(
+        H_FLOOD_ACK.index(),
+        move |_t: &mut Token<'_>, am: Am<'_>| {
+            let a = am.args();
+            cc.ack_count
+                .store(u64::from(a[0]) | (u64::from(a[1]) << 32), Relaxed);
+            cc.ack_seq.fetch_add(1, Relaxed);
+        },
+    )?;
     let cc = c.clone();
     ep.register_at(H_STOP.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
         cc.stop.fetch_max(u64::from(am.args()[0]) + 1, Relaxed);
@@ -400,15 +406,13 @@ fn run_am<C: Conduit>(job: &AmJob, client: &Client<C>) -> Res<()> {
             Role::Leader { peer } => {
                 let stats = bench.measure(*point, peer)?;
                 if peer.rank != me {
-                    let _sent = bench
-                        .ep
-                        .request_short(peer, H_STOP, &[id])?;
+                    let _sent = bench.ep.request_short(peer, H_STOP, &[id])?;
                 }
                 if me != 0 {
-                    let _sent = bench.ep.request_short(
-                        EpAddr::rank(0),
-                        H_RESULT,
-                        &stats.to_args(id))?;
+                    let _sent =
+                        bench
+                            .ep
+                            .request_short(EpAddr::rank(0), H_RESULT, &stats.to_args(id))?;
                 } else {
                     let c = bench.c.clone();
                     let others = pairs as usize - 1;
@@ -548,9 +552,7 @@ impl<C: Conduit> Bench<C> {
         let c = &*self.c;
         let start = c.pong.load(Relaxed);
         for want in start + 1..=start + k {
-            let _sent = self
-                .ep
-                .request_short(peer, H_PING_SHORT, &[])?;
+            let _sent = self.ep.request_short(peer, H_PING_SHORT, &[])?;
             wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
         }
         Ok(())
@@ -561,9 +563,7 @@ impl<C: Conduit> Bench<C> {
         let payload = &self.buf[..size];
         let start = c.pong.load(Relaxed);
         for want in start + 1..=start + k {
-            let _sent =
-                self.ep
-                    .request_medium(peer, H_PING_MEDIUM, &[], payload)?;
+            let _sent = self.ep.request_medium(peer, H_PING_MEDIUM, &[], payload)?;
             wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
         }
         Ok(())
@@ -574,9 +574,7 @@ impl<C: Conduit> Bench<C> {
         let payload = &self.buf[..size];
         let start = c.pong.load(Relaxed);
         for want in start + 1..=start + k {
-            let _sent = self
-                .ep
-                .request_long(peer, H_PING_LONG, &[], payload, 0)?;
+            let _sent = self.ep.request_long(peer, H_PING_LONG, &[], payload, 0)?;
             wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
         }
         Ok(())

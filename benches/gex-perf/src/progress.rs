@@ -117,7 +117,11 @@ fn run<C: Conduit>(job: &ProgressJob, client: &Client<C>) -> Res<()> {
     if job.pin != PinMode::Off {
         // Pins this (the main) thread only: the progress thread, started by the client,
         // keeps the process's full mask.
-        let local = client.neighbours().iter().position(|&x| x == me).unwrap_or(0) as u32;
+        let local = client
+            .neighbours()
+            .iter()
+            .position(|&x| x == me)
+            .unwrap_or(0) as u32;
         crate::pin::pin_to_nth_allowed(local)?;
     }
     let compute_for = Duration::from_millis(job.args.compute_ms);

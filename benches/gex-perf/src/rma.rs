@@ -192,9 +192,12 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             let _ = t.reply_short(H_REF_PONG, &[]);
         })?;
         let p = pongs.clone();
-        r.register_at(H_REF_PONG.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
-            p.fetch_add(1, Ordering::Relaxed);
-        })?;
+        r.register_at(
+            H_REF_PONG.index(),
+            move |_t: &mut Token<'_>, _am: Am<'_>| {
+                p.fetch_add(1, Ordering::Relaxed);
+            },
+        )?;
     }
     let neighbours = client.neighbours();
     let local = neighbours.iter().position(|&x| x == me).unwrap_or(0) as u32;

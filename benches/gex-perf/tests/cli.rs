@@ -338,3 +338,41 @@ fn coll_reports_latency_and_algorithm_per_op_and_size() {
         .expect("gex-perf runs");
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[cfg(feature = "smp")]
+#[test]
+fn progress_thread_serves_the_get_while_the_target_computes() {
+    // The target computes 40 ms per round without calling gex; the origin's get
+    // (active-message path) starts 1 ms in. Without a progress thread it waits for the
+    // computation to end; with one it is served meanwhile.
+    let get_lat = |thread: bool| {
+        let mut args = vec![
+            "-n",
+            "2",
+            "progress",
+            "--json",
+            "--compute-ms",
+            "40",
+            "--rounds",
+            "5",
+        ];
+        if thread {
+            args.push("--thread");
+        }
+        let rows = rows(&args);
+        let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+        assert_eq!(names, ["progress_get_lat", "progress_compute_ms"]);
+        for r in &rows {
+            assert_eq!(r["algorithm"], if thread { "thread" } else { "no-thread" });
+            assert_eq!(r["ranks"], 2);
+        }
+        rows[0]["value"].as_f64().expect("a value")
+    };
+    let without = get_lat(false);
+    let with = get_lat(true);
+    assert!(
+        without > 20_000.0,
+        "without a thread the get took {without} us"
+    );
+    assert!(with < 20_000.0, "with a thread the get took {with} us");
+}

@@ -377,7 +377,11 @@ fn the_progress_thread_sleeps_on_the_doorbell_and_serves_a_computing_rank() {
         std::thread::sleep(std::time::Duration::from_millis(500));
         let after = thread_cpu_ticks("gex-progress").expect("the progress thread");
         // Ticks are 10 ms: 500 ms idle must cost less than 50 ms.
-        assert!(after - before < 5, "idle progress thread used {} ticks", after - before);
+        assert!(
+            after - before < 5,
+            "idle progress thread used {} ticks",
+            after - before
+        );
         gex_testkit::exchange_barrier(&mut ep).unwrap();
     });
 }

@@ -102,7 +102,9 @@ impl Sleeper {
 
 impl std::fmt::Debug for Sleeper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sleeper").field("bell", self.bell()).finish()
+        f.debug_struct("Sleeper")
+            .field("bell", self.bell())
+            .finish()
     }
 }
 

@@ -21,7 +21,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let counter = GlobalPtr::<u64>::new(world.member(0).expect("rank 0"), 4096);
     // (collective: every rank asks for the same operations)
     let domain = ep.atomic_domain::<u64>(&world, AtomicOps::ADD | AtomicOps::GET)?;
-    let added = ep.atomic(&domain, AtomicOp::Add, counter, 1, 0, AtomicFlags::empty(), Nb)?;
+    let added = ep.atomic(
+        &domain,
+        AtomicOp::Add,
+        counter,
+        1,
+        0,
+        AtomicFlags::empty(),
+        Nb,
+    )?;
     // One progress engine: waiting on either event drives both.
     assert_eq!(ep.wait(back)?, vec![u64::from(me)]);
     ep.wait(added)?;

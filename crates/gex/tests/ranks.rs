@@ -95,7 +95,8 @@ impl Job for AllLayers {
 fn four_ranks_monomorphised_job() {
     Procs::new(4)
         .run(|boot| {
-            let r = gex::init_with_boot(gex::builder().segment_size(1 << 16), boot, None, AllLayers);
+            let r =
+                gex::init_with_boot(gex::builder().segment_size(1 << 16), boot, None, AllLayers);
             match r {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => panic!("{e}"),

@@ -324,8 +324,8 @@ impl<C: Conduit> Endpoint<C> {
             stop: AtomicBool::new(false),
             inner: UnsafeCell::new(inner),
         });
-        let thread = progress_thread
-            .map(|nap| thread::ProgressThread::start(cell.clone(), nap, sleeper));
+        let thread =
+            progress_thread.map(|nap| thread::ProgressThread::start(cell.clone(), nap, sleeper));
         Ok(Endpoint {
             cell,
             thread,
