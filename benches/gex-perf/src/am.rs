@@ -406,13 +406,12 @@ fn run_am<C: Conduit>(job: &AmJob, client: &Client<C>) -> Res<()> {
             Role::Leader { peer } => {
                 let stats = bench.measure(*point, peer)?;
                 if peer.rank != me {
-                    let _sent = bench.ep.request_short(peer, H_STOP, &[id])?;
+                    bench.ep.request_short(peer, H_STOP, &[id])?;
                 }
                 if me != 0 {
-                    let _sent =
-                        bench
-                            .ep
-                            .request_short(EpAddr::rank(0), H_RESULT, &stats.to_args(id))?;
+                    bench
+                        .ep
+                        .request_short(EpAddr::rank(0), H_RESULT, &stats.to_args(id))?;
                 } else {
                     let c = bench.c.clone();
                     let others = pairs as usize - 1;
@@ -552,7 +551,7 @@ impl<C: Conduit> Bench<C> {
         let c = &*self.c;
         let start = c.pong.load(Relaxed);
         for want in start + 1..=start + k {
-            let _sent = self.ep.request_short(peer, H_PING_SHORT, &[])?;
+            self.ep.request_short(peer, H_PING_SHORT, &[])?;
             wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
         }
         Ok(())
@@ -563,7 +562,7 @@ impl<C: Conduit> Bench<C> {
         let payload = &self.buf[..size];
         let start = c.pong.load(Relaxed);
         for want in start + 1..=start + k {
-            let _sent = self.ep.request_medium(peer, H_PING_MEDIUM, &[], payload)?;
+            self.ep.request_medium(peer, H_PING_MEDIUM, &[], payload)?;
             wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
         }
         Ok(())
@@ -574,7 +573,7 @@ impl<C: Conduit> Bench<C> {
         let payload = &self.buf[..size];
         let start = c.pong.load(Relaxed);
         for want in start + 1..=start + k {
-            let _sent = self.ep.request_long(peer, H_PING_LONG, &[], payload, 0)?;
+            self.ep.request_long(peer, H_PING_LONG, &[], payload, 0)?;
             wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
         }
         Ok(())
@@ -588,22 +587,22 @@ impl<C: Conduit> Bench<C> {
         match kind {
             Kind::Short => {
                 for _ in 0..k {
-                    let _sent = ep.request_short(peer, H_FLOOD, &[])?;
+                    ep.request_short(peer, H_FLOOD, &[])?;
                 }
             }
             Kind::Medium => {
                 for _ in 0..k {
-                    let _sent = ep.request_medium(peer, H_FLOOD, &[], payload)?;
+                    ep.request_medium(peer, H_FLOOD, &[], payload)?;
                 }
             }
             Kind::Long => {
                 for _ in 0..k {
-                    let _sent = ep.request_long(peer, H_FLOOD, &[], payload, 0)?;
+                    ep.request_long(peer, H_FLOOD, &[], payload, 0)?;
                 }
             }
         }
         let want = c.ack_seq.load(Relaxed) + 1;
-        let _sent = ep.request_short(peer, H_FLOOD_END, &[])?;
+        ep.request_short(peer, H_FLOOD_END, &[])?;
         wait(ep, self.spin, || c.ack_seq.load(Relaxed) >= want);
         let got = c.ack_count.load(Relaxed);
         if got != k {
