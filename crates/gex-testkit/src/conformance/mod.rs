@@ -3,7 +3,7 @@
 //!
 //! A [`Case`] is a function `fn(&Client<C>) -> Result<(), String>` that every rank of a
 //! fresh job runs (SPMD); it takes the endpoints it needs from the client, registers
-//! its handlers, synchronises with [`Endpoint::barrier`](gex_core::Endpoint::barrier)
+//! its handlers, synchronises with [`exchange_barrier`](crate::exchange_barrier)
 //! before sending, and quiesces before it returns. [`cases`] lists them all. The cases
 //! port the *semantics* of GASNet-EX's `testam` and `testcore*` tests.
 //!

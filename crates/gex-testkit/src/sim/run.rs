@@ -28,7 +28,7 @@ struct Progress {
 /// [`SimConfig::placement`] or [`SimConfig::ranks_per_host`], initialises it
 /// (collectively), and calls `f` with it.
 /// `f` owns the client; dropping it finalises (collectively), so every rank should
-/// quiesce its traffic (e.g. with [`Endpoint::barrier`](gex_core::Endpoint::barrier))
+/// quiesce its traffic (e.g. with [`exchange_barrier`](crate::exchange_barrier))
 /// before returning.
 ///
 /// `cfg` is used as given: start from [`SimConfig::from_env`] to let `GEX_SIM_SEED`,
