@@ -18,6 +18,7 @@ mod pin;
 mod progress;
 mod report;
 mod rma;
+mod soak;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
@@ -90,6 +91,11 @@ enum Cmd {
     /// progress_get_lat (µs) and the target's progress_compute_ms, labelled `thread`
     /// (with --thread: a progress thread serves the target) or `no-thread`.
     Progress(progress::ProgressArgs),
+    /// Soak: random AMs, RMA, atomics and collectives over every rank for --seconds
+    /// (60), every byte verified; rank 0 prints soak_ops, soak_errors, soak_seconds
+    /// and soak_rate; any error fails the job (exit code 1). Run it on 4 ranks:
+    /// `gex-perf -n 4 soak`.
+    Soak(soak::SoakArgs),
 }
 
 /// Options of the `coll` benchmark.
@@ -317,7 +323,9 @@ fn main() -> ExitCode {
                 Cmd::Get(a) => (rma::Family::Get, a),
                 Cmd::Atomic(a) => (rma::Family::Atomic, a),
                 Cmd::Barrier(a) => (rma::Family::Barrier, a),
-                Cmd::Am(_) | Cmd::Coll(_) | Cmd::Progress(_) => unreachable!("matched above"),
+                Cmd::Am(_) | Cmd::Coll(_) | Cmd::Progress(_) | Cmd::Soak(_) => {
+                    unreachable!("matched above")
+                }
             };
             let job = rma::RmaJob {
                 family,
@@ -327,6 +335,10 @@ fn main() -> ExitCode {
                 sizes: a.sizes,
                 pin,
             };
+            gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)
+        }
+        Cmd::Soak(args) => {
+            let job = soak::SoakJob { args, pin };
             gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)
         }
         Cmd::Progress(args) => {

@@ -382,3 +382,28 @@ fn progress_thread_serves_the_get_while_the_target_computes() {
         "with a thread the get took {with} ms while the target computed {compute} ms"
     );
 }
+
+#[cfg(feature = "smp")]
+#[test]
+fn soak_verifies_every_operation_and_fails_on_corruption() {
+    let rows = rows(&["-n", "4", "soak", "--seconds", "2", "--json"]);
+    let get = |name: &str| {
+        rows.iter()
+            .find(|r| r["name"] == name)
+            .and_then(|r| r["value"].as_f64())
+            .unwrap_or_else(|| panic!("no {name} in {rows:?}"))
+    };
+    assert!(get("soak_ops") > 100.0, "{rows:?}");
+    assert_eq!(get("soak_errors"), 0.0);
+    assert!(get("soak_seconds") >= 2.0);
+    // The checks are live: corrupting Medium payloads before they leave makes the job
+    // fail with the differences named.
+    let out = gex_perf()
+        .args(["-n", "2", "soak", "--seconds", "1", "--corrupt"])
+        .output()
+        .expect("gex-perf runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("differs"), "{err}");
+    assert!(err.contains("errors in"), "{err}");
+}
