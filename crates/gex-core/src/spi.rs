@@ -322,9 +322,14 @@ pub enum OwnedInjected {
 /// and `[offset, offset + payload.len())` lies inside `dst`'s published segment; the
 /// handler is registered (request) or the reply rules hold (reply).
 ///
-/// Code outside gex-core cannot forge one:
-/// ```compile_fail
-/// let m = gex_core::spi::OutMsg { dst: gex_core::EpAddr::rank(0) };
+/// Code outside gex-core cannot forge one (its fields and constructor are private; the
+/// compile-fail tests in `tests/ui/` pin the compiler's reasons):
+/// ```compile_fail,E0451
+/// use gex_core::{spi::OutMsg, Category, EpAddr, Kind};
+/// let m = OutMsg {
+///     dst: EpAddr::rank(0), handler: 128, kind: Kind::Request, category: Category::Long,
+///     args: &[], payload: &[0u8; 8], offset: usize::MAX - 4,
+/// };
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct OutMsg<'a> {
