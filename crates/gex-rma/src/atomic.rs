@@ -704,7 +704,7 @@ impl Rma {
             } else {
                 std::ptr::null_mut()
             };
-            let i = self.new_op(std::ptr::null_mut(), 0, land);
+            let i = self.new_op(p.addr(), "atomic", std::ptr::null_mut(), 0, land);
             if let (Some(r), Some(e)) = (result, self.ops.get_mut(&i)) {
                 e.result = Some((r.cast(), size));
             }

@@ -267,7 +267,7 @@ impl Rma {
             let id = if blocking_short {
                 0
             } else {
-                self.new_op(std::ptr::null_mut(), 0, std::ptr::null_mut())
+                self.new_op(dst, "put", std::ptr::null_mut(), 0, std::ptr::null_mut())
             };
             *job = Some(Job {
                 path,
@@ -432,10 +432,10 @@ impl Rma {
                 _ => {}
             }
             let id = match to {
-                GetTo::Ptr(p, n) => self.new_op(p, n, std::ptr::null_mut()),
+                GetTo::Ptr(p, n) => self.new_op(src, "get", p, n, std::ptr::null_mut()),
                 GetTo::Land(n) => {
                     let land = Box::into_raw(Box::new(0u64));
-                    self.new_op(land.cast(), n, land)
+                    self.new_op(src, "get", land.cast(), n, land)
                 }
             };
             *job = Some(Job {
@@ -485,7 +485,7 @@ impl Rma {
                 }
                 _ => {}
             }
-            let id = self.new_op(std::ptr::null_mut(), 0, std::ptr::null_mut());
+            let id = self.new_op(dst, "memset", std::ptr::null_mut(), 0, std::ptr::null_mut());
             *job = Some(Job {
                 path: Path::Am,
                 id,

@@ -113,6 +113,10 @@ pub(crate) enum Done {
 /// One operation in flight (see the module documentation).
 #[derive(Debug)]
 pub(crate) struct Op {
+    /// The peer the operation targets (for the hang report).
+    pub(crate) peer: EpAddr,
+    /// What it is (for the hang report).
+    pub(crate) what: &'static str,
     /// Outstanding units: acknowledgements (puts, memset, atomics), bytes (gets),
     /// native tickets.
     pub(crate) remaining: usize,
@@ -309,6 +313,48 @@ impl Layer for Rma {
         }
     }
 
+    fn describe(&self) -> String {
+        let mut lines = Vec::new();
+        // Operations in flight, by peer and kind.
+        let mut by: std::collections::BTreeMap<(u32, u16, &str), (usize, usize)> =
+            std::collections::BTreeMap::new();
+        for op in self.ops.values() {
+            let e = by.entry((op.peer.rank, op.peer.ep, op.what)).or_default();
+            e.0 += 1;
+            e.1 += op.remaining;
+        }
+        for ((rank, ep, what), (n, units)) in by {
+            lines.push(format!(
+                "{n} {what} operation(s) to rank {rank} ep {ep} in flight ({units} units outstanding)"
+            ));
+        }
+        let [puts, gets, atomics] = self.nbi.pending;
+        if puts + gets + atomics > 0 {
+            lines.push(format!(
+                "implicit-event operations not synced: {puts} puts, {gets} gets, {atomics} atomics"
+            ));
+        }
+        if !self.native.is_empty() {
+            lines.push(format!(
+                "{} native transfers awaiting completion",
+                self.native.len()
+            ));
+        }
+        if !self.deferred.is_empty() {
+            lines.push(format!(
+                "{} gets of other layers wait for send resources",
+                self.deferred.len()
+            ));
+        }
+        if self.dropped > 0 {
+            lines.push(format!(
+                "{} reference-protocol messages dropped",
+                self.dropped
+            ));
+        }
+        lines.join("\n")
+    }
+
     fn progress<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) -> Progress {
         self.retire_native(cx);
         if !self.deferred.is_empty() {
@@ -429,12 +475,21 @@ impl Rma {
     // ------------------------------------------------------------------ op table
 
     /// A new, unsealed entry with nothing outstanding.
-    pub(crate) fn new_op(&mut self, dst: *mut u8, dst_len: usize, land: *mut u64) -> u32 {
+    pub(crate) fn new_op(
+        &mut self,
+        peer: EpAddr,
+        what: &'static str,
+        dst: *mut u8,
+        dst_len: usize,
+        land: *mut u64,
+    ) -> u32 {
         loop {
             self.next = self.next.wrapping_add(1);
             let id = self.next;
             if let std::collections::hash_map::Entry::Vacant(v) = self.ops.entry(id) {
                 v.insert(Op {
+                    peer,
+                    what,
                     remaining: 0,
                     sealed: false,
                     abandoned: false,

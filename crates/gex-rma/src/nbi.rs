@@ -108,7 +108,8 @@ impl Rma {
             match cx.conduit().native_flush(dst)? {
                 Native::Done | Native::Unsupported => {}
                 Native::Pending(ticket) => {
-                    let id = self.new_op(std::ptr::null_mut(), 0, std::ptr::null_mut());
+                    let id =
+                        self.new_op(dst, "flush", std::ptr::null_mut(), 0, std::ptr::null_mut());
                     if let Some(op) = self.ops.get_mut(&id) {
                         op.done = crate::layer::Done::Count(Cat::Puts);
                     }

@@ -317,3 +317,32 @@ fn members_asking_for_different_op_sets_get_an_error() {
     });
     assert!(out.iter().all(Result::is_ok), "{out:?}");
 }
+
+#[test]
+fn the_hang_report_lists_operations_in_flight_by_peer() {
+    let c = client(2, "am");
+    let mut a = c.endpoint(0).unwrap();
+    let mut b = c.endpoint(1).unwrap();
+    let peer = b.addr();
+    let p = GlobalPtr::<u64>::new(peer, 64);
+    // On the AM path, a get and a put wait for `b`, which does not poll yet.
+    let get = a.get(vec![0u64; 4], p, Nb).unwrap();
+    let put = a.put(p.add(8), &[7u64; 2], Nb).unwrap();
+    a.put(p.add(16), &[1u64], Nbi).unwrap();
+    let report = a.report();
+    let line = |n: u32, what: &str| format!("{n} {what} operation(s) to rank 0 ep 1 in flight");
+    assert!(report.contains(&line(1, "get")), "{report}");
+    // The NB put and the NBI one (counted with the puts).
+    assert!(report.contains(&line(2, "put")), "{report}");
+    assert!(
+        report.contains("implicit-event operations not synced: 1 puts"),
+        "{report}"
+    );
+    b.poll();
+    a.wait(get).unwrap();
+    a.wait(put).unwrap();
+    a.sync_nbi(NbiCategories::ALL).unwrap();
+    b.poll();
+    let report = a.report();
+    assert!(!report.contains("in flight ("), "{report}");
+}
