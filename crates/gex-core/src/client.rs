@@ -482,8 +482,9 @@ impl<C: Conduit> Client<C> {
         .map_err(|e| EpError::Layer(e.to_string()))
     }
 
-    /// A bootstrap barrier (slow path; does not poll endpoints — use
-    /// [`Endpoint::barrier`] while AM traffic may be in flight).
+    /// A bootstrap barrier (slow path; does not poll endpoints — while AM traffic may
+    /// be in flight, use a barrier that polls: the collectives layer's, or an
+    /// [`Endpoint::exchange`] over the primordial team).
     ///
     /// # Errors
     /// [`InitError::Boot`] if the bootstrap failed.
@@ -499,7 +500,8 @@ impl<C: Conduit> Client<C> {
     /// for every rank (the conduit keeps serving peers' operations on this rank's closed
     /// endpoints meanwhile, see [`Conduit::finalize`](crate::spi::Conduit::finalize)),
     /// then tells the launcher this rank finished cleanly. AM traffic must be quiesced
-    /// first (for example with [`Endpoint::barrier`]); endpoints should be dropped
+    /// first (for example with the collectives layer's barrier, or an
+    /// [`Endpoint::exchange`] over the primordial team); endpoints should be dropped
     /// before, since one still held is not served during the wait.
     ///
     /// # Errors

@@ -502,7 +502,7 @@ impl<'a, C: Conduit> Cx<'a, C> {
     }
     /// A pending event and its completer. `hold` is a buffer the operation writes,
     /// kept alive by the event (and past it, if the event is dropped early); `finish`
-    /// makes the output from the completion [`Data`] and `hold`.
+    /// makes the output from the completion [`Data`](crate::event::Data) and `hold`.
     pub fn pending<T: Send + 'static, E: EventErr>(
         &mut self,
         hold: Option<T>,

@@ -117,7 +117,7 @@ pub struct SimConfig {
     /// ([`Capabilities::NP_IN_PLACE`](gex_core::Capabilities)); otherwise the core's
     /// bounce buffer is used.
     pub np_in_place: bool,
-    /// Owned Medium payloads ([`request_medium_lc`](gex_core::Endpoint::request_medium_lc))
+    /// Owned Medium payloads ([`request_medium_owned`](gex_core::Endpoint::request_medium_owned))
     /// travel with the message and are handed back only once it was delivered
     /// (deferred local completion); otherwise they complete at injection.
     pub deferred_lc: bool,
