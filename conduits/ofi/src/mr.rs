@@ -207,17 +207,25 @@ impl Registry {
 /// endpoint before the memory can be reused (docs/ofi.md, section 2b, explains this and
 /// why gex runs no memory monitor).
 ///
+/// An endpoint of a client built with gex-rma's layer puts from and gets into the
+/// region (in a hybrid job, `GEX_CONDUIT=ofi`, the `Ofi` conduit is the far part:
+/// `client.conduit().far().register(..)`):
+///
 /// ```no_run
-/// # fn demo(client: &gex_core::Client<gex_conduit_ofi::Ofi>,
-/// #         rma: &mut gex_rma::RmaEp<gex_conduit_ofi::Ofi>) -> Result<(), gex_rma::RmaError> {
-/// let mut buf = vec![0u8; 1 << 20];
-/// let mut region = client.conduit().register(&mut buf);
-/// let peer = rma.global_ptr::<u8>(gex_core::EpAddr::rank(1), 0);
-/// region[..8].copy_from_slice(b"abcdefgh");
-/// rma.put(peer, &region[..])?; // registered once per endpoint, then cached
-/// rma.get(&mut region[..], peer)?; // a cache hit
-/// drop(region); // `buf` is usable again
-/// # Ok(()) }
+/// use gex_conduit_ofi::Ofi;
+/// use gex_core::{Blocking, Client, Endpoint, EpAddr};
+/// use gex_rma::{GlobalPtr, RmaError, RmaExt};
+///
+/// fn demo(client: &Client<Ofi>, ep: &mut Endpoint<Ofi>) -> Result<(), RmaError> {
+///     let mut buf = vec![0u8; 1 << 20];
+///     let mut region = client.conduit().register(&mut buf);
+///     let peer = GlobalPtr::<u8>::new(EpAddr::rank(1), 0);
+///     region[..8].copy_from_slice(b"abcdefgh");
+///     ep.put(peer, &region[..], Blocking)?; // registered once per endpoint, then cached
+///     ep.get(&mut region[..], peer, Blocking)?; // a cache hit
+///     drop(region); // `buf` is usable again
+///     Ok(())
+/// }
 /// ```
 pub struct MemRegion<'a, T> {
     ptr: NonNull<T>,

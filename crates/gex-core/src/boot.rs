@@ -4,8 +4,10 @@
 //! A bootstrap is *slow path only*: it is used during client initialisation, at
 //! finalisation and on abort. Nothing on a data path may call it.
 //!
-//! Backends live outside gex-core (`gex-boot`: the local fork launcher, the PMI-1
-//! client used under `mpiexec`/`srun`, and [`Singleton`]; PMIx later). Conduits receive a `&mut dyn Bootstrap` in [`crate::spi::Conduit::open`].
+//! Backends live outside gex-core (`gex-boot`: the local fork launcher, the PMI-1 and
+//! PMI-2 clients used under `mpiexec`/`srun`, the PMIx client used under `mpirun`), except
+//! [`Singleton`] (a job of one rank). Conduits receive a `&mut dyn Bootstrap` in
+//! [`crate::spi::Conduit::open`].
 //!
 //! # Contract (every backend must provide)
 //!

@@ -482,9 +482,9 @@ impl<C: Conduit> Client<C> {
         .map_err(|e| EpError::Layer(e.to_string()))
     }
 
-    /// A bootstrap barrier (slow path; does not poll endpoints — use the collectives
-    /// layer's barrier, or [`Endpoint::exchange`] on the world team, while AM traffic
-    /// may be in flight).
+    /// A bootstrap barrier (slow path; does not poll endpoints — while AM traffic may
+    /// be in flight, use a barrier that polls: the collectives layer's, or an
+    /// [`Endpoint::exchange`] over the primordial team).
     ///
     /// # Errors
     /// [`InitError::Boot`] if the bootstrap failed.
@@ -500,7 +500,8 @@ impl<C: Conduit> Client<C> {
     /// for every rank (the conduit keeps serving peers' operations on this rank's closed
     /// endpoints meanwhile, see [`Conduit::finalize`](crate::spi::Conduit::finalize)),
     /// then tells the launcher this rank finished cleanly. AM traffic must be quiesced
-    /// first (for example with a barrier through the endpoint); endpoints should be dropped
+    /// first (for example with the collectives layer's barrier, or an
+    /// [`Endpoint::exchange`] over the primordial team); endpoints should be dropped
     /// before, since one still held is not served during the wait.
     ///
     /// # Errors

@@ -79,7 +79,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "GEX_PROGRESS_INTERVAL",
         default: "20us",
-        doc: "Longest nap of an idle progress thread between polls on conduits without a doorbell (ofi; smp's thread sleeps until a sender rings instead), and while the rank itself is inside gex (a duration: 20us, 1ms); a peer's AM-path request waits about this long at most.",
+        doc: "Longest nap of an idle progress thread between polls on conduits without a doorbell (ConduitEp::sleeper; on a conduit with one, such as the shared-memory conduit, the thread sleeps until a sender rings instead), and while the rank itself is inside gex (a duration: 20us, 1ms); a peer's AM-path request waits about this long at most.",
     },
 ];
 

@@ -1,10 +1,12 @@
 //! # gex-core
 //!
 //! The core of gex, a communication layer for PGAS runtimes modeled on GASNet-EX:
-//! the object model (client, endpoints, segments, the primordial team, tokens, events),
-//! active messages (Short, Medium, Long; request and reply), the conduit SPI that
-//! networks implement, the bootstrap SPI that launchers implement, wait policies and
-//! configuration.
+//! the object model (client, endpoints carrying their layers, segments, teams, tokens,
+//! events and scopes), active messages (Short, Medium, Long; request and reply), the
+//! layer contract ([`layer`]), the one progress engine ([`Endpoint::poll`] and the wait
+//! loop under the wait policy; the optional progress thread; stall reports), the
+//! conduit SPI that networks implement ([`spi`]), the bootstrap SPI that launchers
+//! implement ([`boot`]) and configuration ([`config`]).
 //!
 //! ## What it does not do
 //! - No sockets, no shared memory, no `-sys` crates: networks live in conduit crates

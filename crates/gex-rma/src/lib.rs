@@ -67,9 +67,13 @@
 //!   the published segment length ([`RmaError::OutOfSegment`]).
 //! - **modes**: blocking (complete on return), NB (an explicit event), NBI (an implicit
 //!   event: counted per category, synced with [`RmaExt::sync_nbi`]).
-//! - **LC** (local completion): the source buffer may be reused. Every put from a
-//!   `&[T]` reaches LC before it returns (where the network would read the buffer later,
-//!   a copy is made); only [`ScopeRmaExt::put_from`] lends its source for longer.
+//! - **LC** (local completion): the source buffer may be reused. A put from a `&[T]`
+//!   reaches LC before it returns, in every mode: a blocking put is complete (its
+//!   bytes are at the target); an `Nb` or `Nbi` put hands a native transfer a copy of
+//!   the source (held until the network is done with it), and the AM path has copied
+//!   every piece into its message by the time the call returns (it keeps injecting
+//!   under back-pressure until the last one is sent). Only [`ScopeRmaExt::put_from`]
+//!   lends its source for longer (no copy; the scope waits for it).
 //!   **Remote completion** (bytes at the target) is what a blocking return, an event or
 //!   a sync signals; NBI puts over a network are *relaxed*: complete locally at once,
 //!   at their targets at the next [`sync_nbi`](RmaExt::sync_nbi) of puts, which flushes

@@ -6,7 +6,7 @@
 //! a rank inside gex progresses by itself), polls, and releases it. When a poll finds
 //! nothing and no layer has work in progress:
 //! - on a conduit with a doorbell ([`ConduitEp::sleeper`](crate::spi::ConduitEp::sleeper),
-//!   smp) it sleeps in the kernel until a sender rings it, so an idle thread costs
+//!   e.g. the shared-memory conduit) it sleeps in the kernel until a sender rings it, so an idle thread costs
 //!   nothing and a request wakes it within a futex wake-up (it re-checks for messages
 //!   after announcing its sleep, under the lock word, so no ring is missed; it wakes at
 //!   least every [`SLEEP_MAX`] anyway);

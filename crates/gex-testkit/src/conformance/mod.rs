@@ -3,8 +3,9 @@
 //!
 //! A [`Case`] is a function `fn(&Client<C>) -> Result<(), String>` that every rank of a
 //! fresh job runs (SPMD); it takes the endpoints it needs from the client, registers
-//! its handlers, synchronises with [`exchange_barrier`](crate::exchange_barrier)
-//! before sending, and quiesces before it returns. [`cases`] lists them all. The cases
+//! its handlers, synchronises with a barrier over the core's all-gather (as
+//! [`exchange_barrier`](crate::exchange_barrier)) before sending, and quiesces before
+//! it returns. [`cases`] lists them all. The cases
 //! port the *semantics* of GASNet-EX's `testam` and `testcore*` tests.
 //!
 //! # Cases
@@ -17,7 +18,7 @@
 //! | `am_categories` | 1 | 1 | Short/Medium/Long x args `0..=max_args` x sizes 0, 1, max-1, max, as request and as reply, to the right neighbour and to self; bytes, args, kind, source, Long offset and address |
 //! | `ping_pong_all_pairs` | 1 | 1 | every rank pings every rank (self included) in all three categories, concurrently |
 //! | `long_offsets` | 1 | 1 | Long payloads at many offsets (unaligned, zero-length, at the segment's end) land exactly there and nowhere else |
-//! | `payload_source_reuse` | 1 | 1 | payload buffers reusable when injection returns; `request_medium_lc` returns its buffer intact |
+//! | `payload_source_reuse` | 1 | 1 | payload buffers reusable when injection returns; `request_medium_owned` gives its buffer back intact |
 //! | `many_in_flight` | 1 | 1 | 10 000 requests from every rank to every other before waiting, all replied; no loss, no duplicates |
 //! | `flood_one_rank` | 3 | 1 | every rank floods rank 0 at once; contents, no loss, no duplicates |
 //! | `multi_ep` | 1 | 2 | one thread per EP; EP k sends to EP k and EP k+1 of every rank; sources, targets, replies |

@@ -28,8 +28,8 @@ struct Progress {
 /// [`SimConfig::placement`] or [`SimConfig::ranks_per_host`], initialises it
 /// (collectively), and calls `f` with it.
 /// `f` owns the client; dropping it finalises (collectively), so every rank should
-/// quiesce its traffic (e.g. with [`exchange_barrier`](crate::exchange_barrier))
-/// before returning.
+/// quiesce its traffic (e.g. with [`exchange_barrier`](crate::exchange_barrier), or the
+/// collectives layer's barrier when the builder adds it) before returning.
 ///
 /// `cfg` is used as given: start from [`SimConfig::from_env`] to let `GEX_SIM_SEED`,
 /// `GEX_SIM_LATENCY_NS` and `GEX_SIM_REORDER` retune a test (e.g. to replay a seed).
