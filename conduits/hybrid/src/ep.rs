@@ -222,6 +222,18 @@ impl<N: NearConduit, F: FarConduit> ConduitEp for HybridEp<N, F> {
         n + p.delivered
     }
 
+    /// Both parts' reports, each line marked with its part. No
+    /// [`sleeper`](ConduitEp::sleeper): the far endpoint needs polling, so a progress
+    /// thread naps instead of sleeping on the near part's doorbell.
+    fn describe(&self) -> String {
+        let mut lines = Vec::new();
+        if let Some(n) = &self.near {
+            lines.extend(n.describe().lines().map(|l| format!("near: {l}")));
+        }
+        lines.extend(self.far.describe().lines().map(|l| format!("far: {l}")));
+        lines.join("\n")
+    }
+
     fn has_incoming(&self) -> bool {
         self.near.as_ref().is_some_and(|n| n.has_incoming()) || self.far.has_incoming()
     }

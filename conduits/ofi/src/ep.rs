@@ -189,6 +189,31 @@ impl ConduitEp for OfiEp {
         self.test_ticket(ticket)
     }
 
+    fn describe(&self) -> String {
+        let tx = &*self.tx;
+        let mut lines = Vec::new();
+        for (g, avail, owed, held) in tx.credits.unsettled() {
+            lines.push(format!(
+                "to global ep {g}: {avail} request credits left, {owed} owed to it, {held} held by queued replies, {} replies queued",
+                tx.queued.get(g).map_or(0, |q| q.len())
+            ));
+        }
+        let busy = tx.pool.count.saturating_sub(tx.free.len());
+        if busy > 0 {
+            lines.push(format!("{busy} send buffers in flight"));
+        }
+        if !self.rx.repost.is_empty() {
+            lines.push(format!(
+                "{} receive buffers wait to be reposted",
+                self.rx.repost.len()
+            ));
+        }
+        if let Some(f) = &tx.fatal {
+            lines.push(format!("failed: {f}"));
+        }
+        lines.join("\n")
+    }
+
     fn has_incoming(&self) -> bool {
         self.rx.stash.iter().any(|c| c.flags & flags::RECV != 0)
     }

@@ -334,6 +334,14 @@ pub(crate) struct Credits {
 }
 
 impl Credits {
+    /// For the hang report: `(peer, available, owed, held)` of every peer whose
+    /// credits are not at rest (some used, owed or held back).
+    pub(crate) fn unsettled(&self) -> impl Iterator<Item = (usize, u16, u32, u32)> + '_ {
+        (0..self.avail.len())
+            .map(|g| (g, self.avail[g], self.owed[g], self.held[g]))
+            .filter(move |&(_, a, o, h)| a != self.window || o != 0 || h != 0)
+    }
+
     /// `window` credits toward each of `peers` endpoints.
     pub(crate) fn new(peers: usize, window: u16) -> Self {
         Credits {

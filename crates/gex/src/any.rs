@@ -16,6 +16,7 @@ use gex_core::config::EnvVar;
 use gex_core::spi::{
     AtomicBase, AtomicKind, Capabilities, Conduit, ConduitEp, ConduitError, Deliver, Limits,
     Native, NativeAtomic, OpenParams, OutMsg, OwnedInjected, OwnedMsg, Prepare, PrepareReq,
+    Sleeper,
 };
 use gex_core::{EpAddr, EpIndex, InitError, Injected};
 use std::ptr::NonNull;
@@ -140,6 +141,12 @@ macro_rules! any_conduit {
             #[inline]
             fn block(&mut self, timeout: Duration) {
                 match self { $( $(#[$m])* AnyEp::$v(e) => e.block(timeout), )+ }
+            }
+            fn sleeper(&mut self) -> Option<Sleeper> {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.sleeper(), )+ }
+            }
+            fn describe(&self) -> String {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.describe(), )+ }
             }
             #[inline]
             fn prepare(&mut self, req: &PrepareReq, imm: bool) -> Result<Prepare, ConduitError> {
