@@ -208,14 +208,17 @@ impl Registry {
 /// why gex runs no memory monitor).
 ///
 /// ```no_run
+/// use gex_core::{Blocking, EpAddr};
+/// use gex_rma::{GlobalPtr, RmaExt};
 /// # fn demo(client: &gex_core::Client<gex_conduit_ofi::Ofi>,
-/// #         rma: &mut gex_rma::RmaEp<gex_conduit_ofi::Ofi>) -> Result<(), gex_rma::RmaError> {
+/// #         ep: &mut gex_core::Endpoint<gex_conduit_ofi::Ofi>) -> Result<(), gex_rma::RmaError> {
+/// // `ep` carries the RMA layer (`ClientBuilder::layer::<gex_rma::Rma>()`).
 /// let mut buf = vec![0u8; 1 << 20];
 /// let mut region = client.conduit().register(&mut buf);
-/// let peer = rma.global_ptr::<u8>(gex_core::EpAddr::rank(1), 0);
+/// let peer = GlobalPtr::<u8>::new(EpAddr::rank(1), 0);
 /// region[..8].copy_from_slice(b"abcdefgh");
-/// rma.put(peer, &region[..])?; // registered once per endpoint, then cached
-/// rma.get(&mut region[..], peer)?; // a cache hit
+/// ep.put(peer, &region[..], Blocking)?; // registered once per endpoint, then cached
+/// ep.get(&mut region[..], peer, Blocking)?; // a cache hit
 /// drop(region); // `buf` is usable again
 /// # Ok(()) }
 /// ```
