@@ -258,11 +258,7 @@ fn coll_world(client: &Client<OfiHybrid>) -> Result<(), String> {
                             .collective(&w, Broadcast::new(root, input).opts(opts), Blocking)
                             .map_err(e)?,
                         OpKind::Scatter => c
-                            .collective(
-                                &w,
-                                Scatter::new(root, input, count).opts(opts),
-                                Blocking,
-                            )
+                            .collective(&w, Scatter::new(root, input, count).opts(opts), Blocking)
                             .map_err(e)?,
                         OpKind::Gather => c
                             .collective(&w, Gather::new(root, input).opts(opts), Blocking)

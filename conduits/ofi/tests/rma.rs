@@ -13,10 +13,9 @@
 //! Exclusions: none.
 
 use gex_conduit_ofi::Ofi;
-use gex_core::{Blocking, ClientBuilder, Config, EpAddr, Endpoint, Nbi, WaitPolicy};
+use gex_core::{Blocking, ClientBuilder, Config, Endpoint, EpAddr, Nbi, WaitPolicy};
 use gex_rma::{
-    AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, Rma, RmaError, RmaExt,
-    ScopeRmaExt,
+    AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, Rma, RmaError, RmaExt, ScopeRmaExt,
 };
 use gex_testkit::exchange_barrier;
 use gex_testkit::procs::{ProcRunner, Procs};

@@ -65,7 +65,8 @@ pub(crate) fn check_paths(
     // registered them yet.
     let mut ep = client.endpoint(0).map_err(|e| e.to_string())?;
     let world = ep.world();
-    let barrier = |ep: &mut gex_core::Endpoint<OfiHybrid>| ep.barrier(&world).map_err(|e| e.to_string());
+    let barrier =
+        |ep: &mut gex_core::Endpoint<OfiHybrid>| ep.barrier(&world).map_err(|e| e.to_string());
     let replies = Arc::new(AtomicU64::new(0));
     let r2 = replies.clone();
     ep.register_at(200, |t: &mut Token<'_>, _am: Am<'_>| {
