@@ -22,9 +22,10 @@ mod mock;
 
 use gex_conduit_hybrid::{FAR_POLL_MAX, Hybrid, NAP};
 use gex_core::spi::{Conduit, ConduitEp, Native};
-use gex_core::{Client, ClientBuilder, Config, EpAddr, Flags, WaitPolicy};
+use gex_core::{Am, Client, Config, EpAddr, HandlerId, Token, WaitPolicy};
 use gex_testkit::boot::ThreadJob;
-use gex_testkit::conformance::{self, Case, Job};
+use gex_testkit::conformance::{self, Case, Job, Probe};
+use gex_testkit::exchange_barrier;
 use mock::{Fabric, MockFar, MockNear};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -38,7 +39,9 @@ const JOB_LIMIT: Duration = Duration::from_secs(120);
 
 /// Runs `f` on every rank of a job of thread ranks on hosts `hosts`, with `eps`
 /// endpoints and rank `r`'s settings `config(r)`; returns each rank's result (an
-/// initialisation error or a panic as text).
+/// initialisation error or a panic as text). The clients carry the conformance
+/// suite's probe layer ([`conformance::builder`]): the suite needs it, and the tests
+/// here reach the conduit endpoint through it ([`conduit_ep`]).
 fn run_job<R: Send>(
     hosts: Vec<u32>,
     eps: u16,
@@ -66,7 +69,7 @@ fn run_job<R: Send>(
                 let (job, fabric, config, f) = (&job, &fabric, &config, &f);
                 s.spawn(move || {
                     let res = catch_unwind(AssertUnwindSafe(|| {
-                        let client = ClientBuilder::new()
+                        let client = conformance::builder()
                             .config(config(r))
                             .segment_size(64 << 10)
                             .endpoints(eps)
@@ -110,6 +113,16 @@ fn first_error<R>(results: Vec<Result<R, String>>) -> Result<Vec<R>, String> {
     results.into_iter().collect()
 }
 
+/// Runs `f` with the hybrid conduit endpoint under `ep` (reached through the probe
+/// layer every client of [`run_job`] carries).
+fn conduit_ep<R>(
+    ep: &mut gex_core::Endpoint<H>,
+    f: impl FnOnce(&mut gex_conduit_hybrid::HybridEp<MockNear, MockFar>) -> R,
+) -> R {
+    ep.with_layer::<Probe, _>(|_, cx| f(cx.conduit()))
+        .expect("the clients of run_job carry the probe layer")
+}
+
 /// Two hosts: the first half of the ranks on host 0, the others on host 1.
 fn two_hosts(ranks: u32) -> Vec<u32> {
     (0..ranks).map(|r| u32::from(r >= ranks / 2)).collect()
@@ -142,7 +155,8 @@ mod conformance_two_hosts {
     fn run(job: &Job<'_>, case: &Case<H>) -> Result<(), String> {
         runner(job, case, two_hosts, &[])
     }
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: H,
         runner: run,
         ranks: 4,
@@ -158,7 +172,8 @@ mod conformance_two_hosts_two_eps {
     fn run(job: &Job<'_>, case: &Case<H>) -> Result<(), String> {
         runner(job, case, two_hosts, &[])
     }
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: H,
         runner: run,
         ranks: 4,
@@ -175,7 +190,8 @@ mod conformance_one_host_forced {
     fn run(job: &Job<'_>, case: &Case<H>) -> Result<(), String> {
         runner(job, case, |n| vec![0; n as usize], &[("GEX_HYBRID", "1")])
     }
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: H,
         runner: run,
         ranks: 3,
@@ -191,7 +207,8 @@ mod conformance_off {
     fn run(job: &Job<'_>, case: &Case<H>) -> Result<(), String> {
         runner(job, case, two_hosts, &[("GEX_HYBRID", "0")])
     }
-    gex_testkit::conformance_tests! {
+    gex_testkit::suite_tests! {
+        suite: core,
         conduit: H,
         runner: run,
         ranks: 4,
@@ -210,9 +227,11 @@ fn paths(client: &Client<H>, fabric: &Fabric) -> Result<[u64; 6], String> {
     let mut ep = client.endpoint(0).map_err(|e| e.to_string())?;
     let got = Arc::new(AtomicU32::new(0));
     let g = got.clone();
-    ep.register(200, |t, _am| t.reply_short(201, &[7]).expect("reply"))
-        .map_err(|e| e.to_string())?;
-    ep.register(201, move |_t, am| {
+    ep.register_at(200, |t: &mut Token<'_>, _am: Am<'_>| {
+        t.reply_short(HandlerId::at(201), &[7]).expect("reply")
+    })
+    .map_err(|e| e.to_string())?;
+    ep.register_at(201, move |_t: &mut Token<'_>, am: Am<'_>| {
         assert_eq!(am.args(), &[7]);
         g.fetch_add(1, Ordering::Relaxed);
     })
@@ -220,7 +239,7 @@ fn paths(client: &Client<H>, fabric: &Fabric) -> Result<[u64; 6], String> {
     // Deliveries from before the barrier: a peer that leaves it first may send to us
     // while we are still in it.
     let before = client.conduit().stats();
-    ep.barrier().map_err(|e| e.to_string())?;
+    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
     let s0 = client.conduit().stats();
     let c = fabric.counts(client.rank());
     let (n0, f0) = (
@@ -230,7 +249,7 @@ fn paths(client: &Client<H>, fabric: &Fabric) -> Result<[u64; 6], String> {
     let n = client.size();
     for _ in 0..PINGS {
         for r in 0..n {
-            ep.request_short(EpAddr::rank(r), 200, &[1], Flags::empty())
+            ep.request_short(EpAddr::rank(r), HandlerId::at(200), &[1])
                 .map_err(|e| e.to_string())?;
         }
     }
@@ -242,7 +261,7 @@ fn paths(client: &Client<H>, fabric: &Fabric) -> Result<[u64; 6], String> {
         c.far_sent.load(Ordering::Relaxed),
     );
     // After the barrier every peer has its replies, so we delivered its requests.
-    ep.barrier().map_err(|e| e.to_string())?;
+    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
     let s2 = client.conduit().stats();
     Ok([
         s1.near_am_requests - s0.near_am_requests,
@@ -385,16 +404,18 @@ fn far_reads_back_off_while_idle() {
             let me = client.rank();
             let c = fabric.counts(me);
             let mut ep = client.endpoint(0).expect("ep");
-            ep.barrier().expect("barrier");
+            exchange_barrier(&mut ep).expect("barrier");
             let got = Arc::new(AtomicU32::new(0));
             let g = got.clone();
-            ep.register(200, |t, _am| t.reply_short(201, &[]).expect("reply"))
-                .unwrap();
-            ep.register(201, move |_t, _am| {
+            ep.register_at(200, |t: &mut Token<'_>, _am: Am<'_>| {
+                t.reply_short(HandlerId::at(201), &[]).expect("reply")
+            })
+            .unwrap();
+            ep.register_at(201, move |_t: &mut Token<'_>, _am: Am<'_>| {
                 g.fetch_add(1, Ordering::Relaxed);
             })
             .unwrap();
-            ep.barrier().expect("barrier");
+            exchange_barrier(&mut ep).expect("barrier");
             // Idle: 20 000 polls read the far part at most ~8 + 20000 / 257 times.
             let p0 = c.far_polls.load(Ordering::Relaxed);
             for _ in 0..20_000 {
@@ -404,12 +425,12 @@ fn far_reads_back_off_while_idle() {
             // A request to the other host: the next poll reads the far part.
             let other = (me + 2) % 4;
             let p1 = c.far_polls.load(Ordering::Relaxed);
-            ep.request_short(EpAddr::rank(other), 200, &[], Flags::empty())
+            ep.request_short(EpAddr::rank(other), HandlerId::at(200), &[])
                 .unwrap();
             ep.poll();
             let after_request = c.far_polls.load(Ordering::Relaxed) - p1;
             ep.wait_until(|| got.load(Ordering::Relaxed) == 1);
-            ep.barrier().expect("barrier");
+            exchange_barrier(&mut ep).expect("barrier");
             (idle, after_request)
         },
     );
@@ -438,21 +459,21 @@ fn block_naps_on_the_near_part() {
             ep.set_wait_policy(WaitPolicy::Block);
             let got = Arc::new(AtomicU32::new(0));
             let g = got.clone();
-            ep.register(200, move |_t, _am| {
+            ep.register_at(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
                 g.fetch_add(1, Ordering::Relaxed);
             })
             .unwrap();
-            ep.barrier().expect("barrier");
+            exchange_barrier(&mut ep).expect("barrier");
             if me == 0 {
                 std::thread::sleep(Duration::from_millis(50));
                 // To the other host: only the far part carries it.
-                ep.request_short(EpAddr::rank(2), 200, &[], Flags::empty())
+                ep.request_short(EpAddr::rank(2), HandlerId::at(200), &[])
                     .unwrap();
             }
             if me == 2 {
                 ep.wait_until(|| got.load(Ordering::Relaxed) == 1);
             }
-            ep.barrier().expect("barrier");
+            exchange_barrier(&mut ep).expect("barrier");
             let c = fabric.counts(me);
             (
                 c.near_blocks.load(Ordering::Relaxed),
@@ -493,43 +514,39 @@ fn far_part_uses_the_near_segments() {
             );
             let mut ep = client.endpoint(1).expect("ep");
             let mine = ep.segment().as_ptr();
-            let near_seg = ep
-                .conduit_ep()
-                .near()
-                .expect("near endpoint")
-                .local_segment()
-                .0
-                .as_ptr();
+            let (near_seg, far_seg) = conduit_ep(&mut ep, |cep| {
+                (
+                    cep.near()
+                        .expect("near endpoint")
+                        .local_segment()
+                        .0
+                        .as_ptr(),
+                    cep.far().local_segment().0.as_ptr(),
+                )
+            });
             assert_eq!(mine, near_seg, "the hybrid segment is the near endpoint's");
-            assert_eq!(
-                ep.conduit_ep().far().local_segment().0.as_ptr(),
-                near_seg,
-                "the far part uses it"
-            );
-            ep.barrier().expect("barrier");
+            assert_eq!(far_seg, near_seg, "the far part uses it");
+            exchange_barrier(&mut ep).expect("barrier");
             if me == 0 {
                 // Rank 0 (host 0) puts into rank 2's EP 1 (host 1) through the far part.
                 let data = [0x5au8; 64];
                 // SAFETY: `data` lives until the put returns `Done` (the mock completes at
                 // once); the range lies in the peer's segment.
-                let done = unsafe {
-                    ep.conduit_ep()
-                        .native_put(EpAddr::new(2, 1), 128, data.as_ptr(), 64)
-                };
+                let done = conduit_ep(&mut ep, |cep| unsafe {
+                    cep.native_put(EpAddr::new(2, 1), 128, data.as_ptr(), 64)
+                });
                 assert_eq!(done, Ok(Native::Done));
             }
-            ep.barrier().expect("barrier");
+            exchange_barrier(&mut ep).expect("barrier");
             if me == 3 {
                 // Rank 3 shares host 1 with rank 2: it reads the bytes through its mapping.
-                let (peer, _) = ep
-                    .conduit_ep()
-                    .peer_segment(EpAddr::new(2, 1))
+                let (peer, _) = conduit_ep(&mut ep, |cep| cep.peer_segment(EpAddr::new(2, 1)))
                     .expect("rank 2 is mapped");
                 // SAFETY: inside rank 2's segment; written before the barrier.
                 let got = unsafe { std::slice::from_raw_parts(peer.as_ptr().add(128), 64) };
                 assert!(got.iter().all(|&b| b == 0x5a));
             }
-            ep.barrier().expect("barrier");
+            exchange_barrier(&mut ep).expect("barrier");
         },
     );
     first_error(r).unwrap();

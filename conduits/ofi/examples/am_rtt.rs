@@ -6,8 +6,9 @@
 //! ```
 //! `provider` defaults to `tcp` (`tcp;ofi_rxm`); rank 0 prints the mean round trip.
 
+use gex_coll::{Coll, CollExt};
 use gex_conduit_ofi::Ofi;
-use gex_core::{Am, ClientBuilder, Config, EpAddr, Flags, Token};
+use gex_core::{Am, ClientBuilder, Config, EpAddr, Token};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
@@ -19,24 +20,30 @@ fn main() {
     match gex_boot::spawn_self(2).expect("launch") {
         gex_boot::Role::Launcher(code) => std::process::exit(code),
         gex_boot::Role::Rank(boot) => {
+            // The collectives layer for its barrier (it needs the RMA layer).
             let client = ClientBuilder::new()
+                .layer::<gex_rma::Rma>()
+                .layer::<Coll>()
                 .config(Config::from_pairs([("GEX_OFI_PROVIDER", prov.as_str())]))
                 .segment_size(64 << 10)
                 .init::<Ofi>(boot)
                 .expect("init");
             let me = client.rank();
             let mut ep = client.endpoint(0).expect("ep");
+            let world = ep.world();
             let pongs = Arc::new(AtomicU32::new(0));
-            ep.register(200, |t: &mut Token<'_>, _am: Am<'_>| {
-                t.reply_short(201, &[]).expect("reply");
-            })
-            .expect("register");
             let p = pongs.clone();
-            ep.register(201, move |_t: &mut Token<'_>, _am: Am<'_>| {
-                p.fetch_add(1, Ordering::Release);
-            })
-            .expect("register");
-            ep.barrier().expect("barrier");
+            let pong = ep
+                .register(move |_t: &mut Token<'_>, _am: Am<'_>| {
+                    p.fetch_add(1, Ordering::Release);
+                })
+                .expect("register");
+            let ping = ep
+                .register(move |t: &mut Token<'_>, _am: Am<'_>| {
+                    t.reply_short(pong, &[]).expect("reply");
+                })
+                .expect("register");
+            ep.barrier(&world).expect("barrier");
             if me == 0 {
                 let warm = iters / 10;
                 let mut t0 = Instant::now();
@@ -44,7 +51,7 @@ fn main() {
                     if i == warm {
                         t0 = Instant::now();
                     }
-                    ep.request_short(EpAddr::rank(1), 200, &[], Flags::empty())
+                    ep.request_short(EpAddr::rank(1), ping, &[])
                         .expect("request");
                     ep.wait_until(|| pongs.load(Ordering::Acquire) > i);
                 }
@@ -55,7 +62,8 @@ fn main() {
                     rtt.as_secs_f64() * 1e6
                 );
             }
-            ep.barrier().expect("barrier");
+            ep.barrier(&world).expect("barrier");
+            drop(ep);
             client.finalize().expect("finalize");
         }
     }

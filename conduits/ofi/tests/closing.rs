@@ -8,16 +8,18 @@
 //! Operation canceled" (tcp;ofi_rxm).
 
 use gex_conduit_ofi::Ofi;
-use gex_core::{Am, ClientBuilder, Config, EpAddr, Flags, Token};
-use gex_rma::RmaEp;
+use gex_core::{Am, ClientBuilder, Config, EpAddr, Nb, Token};
+use gex_rma::{GlobalPtr, Rma, RmaExt};
+use gex_testkit::exchange_barrier;
 use gex_testkit::procs::Procs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 const SEGMENT: usize = 16 << 20;
 
-fn builder() -> ClientBuilder {
-    ClientBuilder::new()
+/// Clients with the RMA layer (the gets of the first test).
+fn builder() -> ClientBuilder<((), Rma)> {
+    gex_testkit::rma::client_builder()
         .config(Config::from_pairs([
             // Both ranks run on this host: the ofi conduit alone (not the facade's
             // hybrid `Hybrid<Smp, Ofi>`) carries everything over the network.
@@ -48,14 +50,14 @@ fn abandoned_gets_survive_the_target_closing_first() {
         "abandoned_gets_survive_the_target_closing_first",
         4,
         |client| {
-            let mut r = RmaEp::new(client.endpoint(0).expect("ep")).expect("rma ep");
-            if r.rank() == 1 {
-                let src = r.global_ptr::<u8>(EpAddr::rank(0), 0);
+            let mut ep = client.endpoint(0).expect("ep");
+            if ep.rank() == 1 {
+                let src = GlobalPtr::<u8>::new(EpAddr::rank(0), 0);
                 for _ in 0..4 {
-                    drop(r.get_nb(vec![0u8; SEGMENT / 2], src).expect("get_nb"));
+                    drop(ep.get(vec![0u8; SEGMENT / 2], src, Nb).expect("get"));
                 }
             }
-            r.barrier().expect("barrier");
+            exchange_barrier(&mut ep).expect("barrier");
         },
     );
 }
@@ -68,17 +70,18 @@ fn last_messages_of_a_closing_rank_arrive() {
         let mut ep = client.endpoint(0).expect("ep");
         let got = Arc::new(AtomicU32::new(0));
         let g = got.clone();
-        ep.register(200, move |_t: &mut Token<'_>, am: Am<'_>| {
-            assert_eq!(am.payload().len(), 8 << 10);
-            g.fetch_add(1, Ordering::Release);
-        })
-        .expect("register");
-        ep.barrier().expect("barrier");
+        let h = ep
+            .register(move |_t: &mut Token<'_>, am: Am<'_>| {
+                assert_eq!(am.payload().len(), 8 << 10);
+                g.fetch_add(1, Ordering::Release);
+            })
+            .expect("register");
+        exchange_barrier(&mut ep).expect("barrier");
         if client.rank() == 0 {
             let payload = vec![7u8; 8 << 10];
             for _ in 0..N {
-                let r = ep.request_medium(EpAddr::rank(1), 200, &[], &payload, Flags::empty());
-                assert!(r.expect("request").is_sent());
+                ep.request_medium(EpAddr::rank(1), h, &[], &payload)
+                    .expect("request");
             }
         } else {
             ep.wait_until(|| got.load(Ordering::Acquire) == N);

@@ -6,21 +6,26 @@
 
 use gex_conduit_ofi::Ofi;
 use gex_core::{ClientBuilder, Config, WaitPolicy};
+use gex_testkit::conformance::{self, Probe};
 use gex_testkit::procs::ProcRunner;
+
+/// The conformance suite's client builder (its probe layer).
+type Builder = ClientBuilder<((), Probe)>;
 
 /// Longest one case may run (they take well under a few seconds here).
 const CASE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// The runner of every shape: each rank builds its client with `builder` and 256 KiB
-/// segments; a job still running after [`CASE_LIMIT`] is ended and fails.
-fn runner(builder: impl Fn() -> ClientBuilder + 'static) -> ProcRunner<Ofi> {
+/// The runner of every shape: each rank builds its client with `builder` (the
+/// suite's probe layer) and 256 KiB segments; a job still running after
+/// [`CASE_LIMIT`] is ended and fails.
+fn runner(builder: impl Fn() -> Builder + 'static) -> ProcRunner<Ofi> {
     ProcRunner::new()
         .builder(move || builder().segment_size(256 << 10))
         .procs(|p, _| p.timeout(CASE_LIMIT))
 }
 
-fn provider(p: &'static str) -> impl Fn() -> ClientBuilder {
-    move || ClientBuilder::new().config(Config::from_pairs([("GEX_OFI_PROVIDER", p)]))
+fn provider(p: &'static str) -> impl Fn() -> Builder {
+    move || conformance::builder().config(Config::from_pairs([("GEX_OFI_PROVIDER", p)]))
 }
 
 /// tcp;ofi_rxm, two ranks.
@@ -62,8 +67,8 @@ mod shm {
 /// waits (the CQ wait object).
 mod tcp_small_window_blocking {
     use super::*;
-    fn builder() -> ClientBuilder {
-        ClientBuilder::new()
+    fn builder() -> Builder {
+        conformance::builder()
             .config(Config::from_pairs([
                 ("GEX_OFI_PROVIDER", "tcp"),
                 ("GEX_OFI_MULTI_RECV", "0"),
@@ -83,7 +88,7 @@ mod tcp_small_window_blocking {
 /// shm, three ranks with two endpoints each, always sleeping in the CQ's wait object.
 mod shm_three_ranks_two_eps_blocking {
     use super::*;
-    fn builder() -> ClientBuilder {
+    fn builder() -> Builder {
         provider("shm")().wait_policy(WaitPolicy::Block)
     }
     gex_testkit::suite_tests! {

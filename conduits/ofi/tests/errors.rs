@@ -3,7 +3,8 @@
 
 use gex_conduit_ofi::Ofi;
 use gex_core::boot::Singleton;
-use gex_core::{Am, Client, ClientBuilder, Config, EpAddr, Flags, InitError, Token};
+use gex_core::{Am, Client, ClientBuilder, Config, EpAddr, HandlerId, InitError, Token};
+use gex_testkit::exchange_barrier;
 use gex_testkit::procs::Procs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,13 +75,14 @@ fn report_and_self_send_over_tcp() {
     let mut ep = client.endpoint(0).expect("ep");
     let got = Arc::new(AtomicU64::new(0));
     let g = got.clone();
-    ep.register(200, move |_t: &mut Token<'_>, am: Am<'_>| {
-        g.fetch_add(u64::from(am.args()[0]), Ordering::Release);
-    })
-    .expect("register");
+    let h = ep
+        .register(move |_t: &mut Token<'_>, am: Am<'_>| {
+            g.fetch_add(u64::from(am.args()[0]), Ordering::Release);
+        })
+        .expect("register");
     for i in 0..100 {
-        let r = ep.request_medium(EpAddr::rank(0), 200, &[i], &[7; 3000], Flags::empty());
-        assert!(r.expect("request").is_sent());
+        ep.request_medium(EpAddr::rank(0), h, &[i], &[7; 3000])
+            .expect("request");
     }
     ep.wait_until(|| got.load(Ordering::Acquire) == (0..100).sum());
 }
@@ -112,11 +114,11 @@ fn peer_exit_mid_transfer_ends_the_job() {
         let mut ep = client.endpoint(0).expect("ep");
         let got = Arc::new(AtomicU64::new(0));
         let g = got.clone();
-        ep.register(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
+        ep.register_at(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
             g.fetch_add(1, Ordering::Relaxed);
         })
         .expect("register");
-        ep.barrier().expect("barrier");
+        exchange_barrier(&mut ep).expect("barrier");
         if client.rank() == 1 {
             ep.wait_until(|| got.load(Ordering::Relaxed) >= 100);
             std::process::exit(7);
@@ -124,7 +126,7 @@ fn peer_exit_mid_transfer_ends_the_job() {
         // Rank 0 keeps sending until the job is ended under it (or the conduit
         // reports the failure).
         loop {
-            if let Err(e) = ep.request_medium(EpAddr::rank(1), 200, &[], &[1; 2000], Flags::empty())
+            if let Err(e) = ep.request_medium(EpAddr::rank(1), HandlerId::at(200), &[], &[1; 2000])
             {
                 eprintln!("rank 0: {e}");
                 std::process::exit(9);
@@ -156,8 +158,8 @@ fn waiting_paths_follow_the_provider() {
             .path("waiting")
             .expect("listed")
             .clone();
-        let mut ep = client.endpoint(0).expect("ep");
-        let caps = gex_core::spi::ConduitEp::capabilities(ep.conduit_ep());
+        let ep = client.endpoint(0).expect("ep");
+        let caps = ep.capabilities();
         assert_eq!(
             caps.contains(gex_core::Capabilities::BLOCKING_WAIT),
             sleeps,
@@ -185,11 +187,11 @@ fn kill_9_of_a_rank_leaves_nothing_in_dev_shm() {
         let mut ep = client.endpoint(0).expect("ep");
         let got = Arc::new(AtomicU64::new(0));
         let g = got.clone();
-        ep.register(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
+        ep.register_at(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
             g.fetch_add(1, Ordering::Relaxed);
         })
         .expect("register");
-        ep.barrier().expect("barrier");
+        exchange_barrier(&mut ep).expect("barrier");
         if client.rank() == 1 {
             ep.wait_until(|| got.load(Ordering::Relaxed) >= 100);
             let _ = std::process::Command::new("kill")
@@ -198,7 +200,7 @@ fn kill_9_of_a_rank_leaves_nothing_in_dev_shm() {
             std::process::exit(3); // not reached
         }
         loop {
-            if let Err(e) = ep.request_medium(EpAddr::rank(1), 200, &[], &[1; 2000], Flags::empty())
+            if let Err(e) = ep.request_medium(EpAddr::rank(1), HandlerId::at(200), &[], &[1; 2000])
             {
                 eprintln!("rank 0: {e}");
                 std::process::exit(9);
@@ -237,25 +239,25 @@ fn vanished_peer_over_tcp_is_a_clear_error() {
     let peer = std::thread::spawn(move || {
         let client = init(b1);
         let mut ep = client.endpoint(0).expect("ep");
-        ep.register(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
+        ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
             .expect("register");
-        ep.barrier().expect("barrier");
+        exchange_barrier(&mut ep).expect("barrier");
         // Vanish: unwinding drops endpoint and client without finalizing.
         let _ = gone_tx.send(());
         std::panic::resume_unwind(Box::new("rank 1 vanishes (on purpose)"));
     });
     let client = init(job.boot(0));
     let mut ep = client.endpoint(0).expect("ep");
-    ep.register(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
+    ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
         .expect("register");
-    ep.barrier().expect("barrier");
+    exchange_barrier(&mut ep).expect("barrier");
     gone_rx.recv().expect("rank 1 reached the barrier");
     assert!(peer.join().is_err(), "rank 1 panicked on purpose");
     std::thread::sleep(Duration::from_millis(100));
     let t0 = Instant::now();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         loop {
-            match ep.request_medium(EpAddr::rank(1), 200, &[], &[7; 2000], Flags::IMMEDIATE) {
+            match ep.try_request_medium(EpAddr::rank(1), HandlerId::at(200), &[], &[7; 2000]) {
                 Err(e) => return e.to_string(),
                 Ok(_) => {
                     ep.poll();
@@ -308,13 +310,13 @@ fn waiting_on_a_vanished_peer_over_tcp_is_a_clear_error() {
         let mut ep = client.endpoint(0).expect("ep");
         let asked = Arc::new(AtomicU64::new(0));
         let a = asked.clone();
-        ep.register(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
+        ep.register_at(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
             a.store(1, Ordering::Relaxed); // never replies
         })
         .expect("register");
-        ep.register(201, |_t: &mut Token<'_>, _am: Am<'_>| {})
+        ep.register_at(201, |_t: &mut Token<'_>, _am: Am<'_>| {})
             .expect("register");
-        ep.barrier().expect("barrier");
+        exchange_barrier(&mut ep).expect("barrier");
         ep.wait_until(|| asked.load(Ordering::Relaxed) == 1);
         // Vanish: unwinding drops endpoint and client without finalizing.
         std::panic::resume_unwind(Box::new("rank 1 vanishes (on purpose)"));
@@ -323,14 +325,14 @@ fn waiting_on_a_vanished_peer_over_tcp_is_a_clear_error() {
     let mut ep = client.endpoint(0).expect("ep");
     let replies = Arc::new(AtomicU64::new(0));
     let r = replies.clone();
-    ep.register(201, move |_t: &mut Token<'_>, _am: Am<'_>| {
+    ep.register_at(201, move |_t: &mut Token<'_>, _am: Am<'_>| {
         r.fetch_add(1, Ordering::Relaxed);
     })
     .expect("register");
-    ep.register(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
+    ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
         .expect("register");
-    ep.barrier().expect("barrier");
-    ep.request_short(EpAddr::rank(1), 200, &[], Flags::empty())
+    exchange_barrier(&mut ep).expect("barrier");
+    ep.request_short(EpAddr::rank(1), HandlerId::at(200), &[])
         .expect("request");
     assert!(peer.join().is_err(), "rank 1 panicked on purpose");
     let t0 = Instant::now();

@@ -16,8 +16,9 @@
 
 mod hybrid_common;
 
+use gex_core::layer::LayerSet;
 use gex_core::{Client, ClientBuilder, Config};
-use gex_rma::RmaEp;
+use gex_testkit::conformance;
 use gex_testkit::procs::{self, ProcRunner, Procs};
 use hybrid_common::OfiHybrid;
 
@@ -54,16 +55,15 @@ fn shared_memory_peers(client: &Client<OfiHybrid>, want: &[u32]) -> Result<(), S
     Ok(())
 }
 
-/// Jobs on two "hosts" (the first half of the ranks on `a`, the others on `b`); each
-/// rank checks that it reaches exactly the ranks of its host through shared memory,
-/// then runs the case.
-fn two_hosts_runner(segment: usize) -> ProcRunner<OfiHybrid> {
+/// Jobs on two "hosts" (the first half of the ranks on `a`, the others on `b`) whose
+/// clients come from `builder` (the layers of the suite); each rank checks that it
+/// reaches exactly the ranks of its host through shared memory, then runs the case.
+fn two_hosts_runner<L: LayerSet>(
+    builder: fn() -> ClientBuilder<L>,
+    segment: usize,
+) -> ProcRunner<OfiHybrid, L> {
     ProcRunner::new()
-        .builder(move || {
-            ClientBuilder::new()
-                .config(config(&[]))
-                .segment_size(segment)
-        })
+        .builder(move || builder().config(config(&[])).segment_size(segment))
         .procs(|p, job| p.hosts(hosts(job.ranks)))
         .check(|client, job| shared_memory_peers(client, &neighbours(job.ranks, client.rank())))
 }
@@ -74,7 +74,7 @@ mod two_hosts {
     gex_testkit::suite_tests! {
         suite: core,
         conduit: OfiHybrid,
-        runner: two_hosts_runner(256 << 10),
+        runner: two_hosts_runner(conformance::builder, 256 << 10),
         ranks: 4,
     }
 }
@@ -86,7 +86,7 @@ mod two_hosts_two_eps {
     gex_testkit::suite_tests! {
         suite: core,
         conduit: OfiHybrid,
-        runner: two_hosts_runner(256 << 10),
+        runner: two_hosts_runner(conformance::builder, 256 << 10),
         ranks: 4,
         endpoints: 2,
     }
@@ -100,7 +100,7 @@ mod rma_two_hosts {
     gex_testkit::suite_tests! {
         suite: rma,
         conduit: OfiHybrid,
-        runner: two_hosts_runner(2 << 20),
+        runner: two_hosts_runner(gex_testkit::rma::client_builder, 2 << 20),
         ranks: 4,
     }
 }
@@ -112,7 +112,7 @@ mod one_host_forced {
     fn runner() -> ProcRunner<OfiHybrid> {
         ProcRunner::new()
             .builder(|| {
-                ClientBuilder::new()
+                conformance::builder()
                     .config(config(&[("GEX_OFI_HYBRID", "1")]))
                     .segment_size(256 << 10)
             })
@@ -128,7 +128,9 @@ mod one_host_forced {
 }
 
 /// Runs `body` on every rank of a 4-rank job on two "hosts" with `extra` settings and
-/// 1 MiB segments; a rank whose body fails aborts the job. The job must succeed.
+/// 1 MiB segments, the clients carrying the RMA and collectives layers
+/// ([`hybrid_common::builder`]); a rank whose body fails aborts the job. The job must
+/// succeed.
 /// `coll_world` runs every collective over tcp: 40-100 s on a 2-core machine that
 /// others load too, where the runner's default watchdog of 180 s was seen to fire;
 /// hence 10 minutes.
@@ -142,7 +144,7 @@ fn four_rank_job(
         .timeout(std::time::Duration::from_secs(600))
         .hosts(hosts(4))
         .run(|boot| {
-            let client = ClientBuilder::new()
+            let client = hybrid_common::builder()
                 .config(config(extra))
                 .segment_size(1 << 20)
                 .init::<OfiHybrid>(boot)
@@ -219,19 +221,21 @@ fn coll_expected(op: gex_coll::OpKind, p: u32, me: u32, root: u32, count: usize)
 /// Every operation on the world team, `hier` forced and tuned, a leader and a
 /// non-leader as roots, blocks of 0 and 5000 values (40 KB: fragmented messages),
 /// against [`coll_expected`]; then a non-commutative scan (the hosts are rank ranges).
+/// Each runs through gex-coll's one entry with its descriptor, blocking.
 fn coll_world(client: &Client<OfiHybrid>) -> Result<(), String> {
-    use gex_coll::{BuiltinOp, CollEp, OpKind, Opts, ReduceOp};
+    use gex_coll::{
+        Allreduce, Barrier, Broadcast, BuiltinOp, CollExt, Exchange, Exscan, Gather, GatherAll,
+        OpKind, Opts, Reduce, ReduceOp, ReduceScatter, Scan, Scatter,
+    };
+    use gex_core::Blocking;
     let e = |e: gex_coll::CollError| e.to_string();
-    let mut c = CollEp::new(
-        RmaEp::new(client.endpoint(0).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?,
-    )
-    .map_err(e)?;
-    let w = c.world().clone();
+    let mut c = client.endpoint(0).map_err(|e| e.to_string())?;
+    let w = c.world();
     let (p, me) = (w.size(), w.rank());
     if !c.hierarchical(&w) {
         return Err(format!("rank {me}: the world team is not hierarchical"));
     }
-    let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum).map_err(e)?;
+    let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
     for op in OpKind::ALL {
         // A leader and a non-leader (ranks 0 and 1 on one host, 2 and 3 on the other).
         let roots = if op.rooted() { vec![0, p - 1] } else { vec![0] };
@@ -243,52 +247,43 @@ fn coll_world(client: &Client<OfiHybrid>) -> Result<(), String> {
                         ..Opts::default()
                     };
                     let input = coll_input(me, op.shape(p, me, root).0.max(1), count);
+                    let s = sum.clone();
                     let got: Vec<u64> = match op {
                         OpKind::Barrier => {
-                            let h = c.barrier_nb(&w, &opts).map_err(e)?;
-                            c.wait(h).map_err(e)?;
+                            c.collective(&w, Barrier::new().opts(opts), Blocking)
+                                .map_err(e)?;
                             vec![]
                         }
-                        OpKind::Broadcast => {
-                            let h = c.broadcast_nb(&w, root, input, &opts).map_err(e)?;
-                            c.wait(h).map_err(e)?
-                        }
-                        OpKind::Scatter => {
-                            let h = c.scatter_nb(&w, root, input, count, &opts).map_err(e)?;
-                            c.wait(h).map_err(e)?
-                        }
-                        OpKind::Gather => {
-                            let h = c.gather_nb(&w, root, input, &opts).map_err(e)?;
-                            c.wait(h).map_err(e)?
-                        }
-                        OpKind::GatherAll => {
-                            let h = c.gather_all_nb(&w, input, &opts).map_err(e)?;
-                            c.wait(h).map_err(e)?
-                        }
-                        OpKind::Exchange => {
-                            let h = c.exchange_nb(&w, input, &opts).map_err(e)?;
-                            c.wait(h).map_err(e)?
-                        }
-                        OpKind::Reduce => {
-                            let h = c.reduce_nb(&w, root, input, &sum, &opts).map_err(e)?;
-                            c.wait(h).map_err(e)?
-                        }
-                        OpKind::Allreduce => {
-                            let h = c.allreduce_nb(&w, input, &sum, &opts).map_err(e)?;
-                            c.wait(h).map_err(e)?
-                        }
-                        OpKind::ReduceScatter => {
-                            let h = c.reduce_scatter_nb(&w, input, &sum, &opts).map_err(e)?;
-                            c.wait(h).map_err(e)?
-                        }
-                        OpKind::Scan => {
-                            let h = c.scan_nb(&w, input, &sum, &opts).map_err(e)?;
-                            c.wait(h).map_err(e)?
-                        }
-                        OpKind::Exscan => {
-                            let h = c.exscan_nb(&w, input, &sum, &opts).map_err(e)?;
-                            c.wait(h).map_err(e)?
-                        }
+                        OpKind::Broadcast => c
+                            .collective(&w, Broadcast::new(root, input).opts(opts), Blocking)
+                            .map_err(e)?,
+                        OpKind::Scatter => c
+                            .collective(&w, Scatter::new(root, input, count).opts(opts), Blocking)
+                            .map_err(e)?,
+                        OpKind::Gather => c
+                            .collective(&w, Gather::new(root, input).opts(opts), Blocking)
+                            .map_err(e)?,
+                        OpKind::GatherAll => c
+                            .collective(&w, GatherAll::new(input).opts(opts), Blocking)
+                            .map_err(e)?,
+                        OpKind::Exchange => c
+                            .collective(&w, Exchange::new(input).opts(opts), Blocking)
+                            .map_err(e)?,
+                        OpKind::Reduce => c
+                            .collective(&w, Reduce::new(root, input, s).opts(opts), Blocking)
+                            .map_err(e)?,
+                        OpKind::Allreduce => c
+                            .collective(&w, Allreduce::new(input, s).opts(opts), Blocking)
+                            .map_err(e)?,
+                        OpKind::ReduceScatter => c
+                            .collective(&w, ReduceScatter::new(input, s).opts(opts), Blocking)
+                            .map_err(e)?,
+                        OpKind::Scan => c
+                            .collective(&w, Scan::new(input, s).opts(opts), Blocking)
+                            .map_err(e)?,
+                        OpKind::Exscan => c
+                            .collective(&w, Exscan::new(input, s).opts(opts), Blocking)
+                            .map_err(e)?,
                     };
                     if got != coll_expected(op, p, me, root, count) {
                         return Err(format!(
@@ -308,15 +303,13 @@ fn coll_world(client: &Client<OfiHybrid>) -> Result<(), String> {
     };
     let affine = ReduceOp::user(false, move |a: &u64, b: &u64| compose(*a, *b));
     let map = |r: u32| (u64::from(r + 2) << 32) | u64::from(r * 7 + 1);
-    let h = c
-        .scan_nb(
+    let got = c
+        .collective(
             &w,
-            vec![map(me); 3],
-            &affine,
-            &Opts::default().with_algorithm("hier"),
+            Scan::new(vec![map(me); 3], affine).algorithm("hier"),
+            Blocking,
         )
         .map_err(e)?;
-    let got = c.wait(h).map_err(e)?;
     let want = (1..=me).fold(map(0), |a, r| compose(a, map(r)));
     if got != vec![want; 3] {
         return Err(format!(

@@ -43,6 +43,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 mod hybrid_common;
 
 use gex_core::boot::Bootstrap;
+use gex_core::layer::LayerSet;
 use gex_core::{Client, ClientBuilder, Config};
 use gex_testkit::conformance::{self, Case, Job};
 use gex_testkit::procs::{self, Procs};
@@ -233,6 +234,7 @@ fn netns_exists(name: &str) -> bool {
 fn runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
     launch(
         job,
+        conformance::builder,
         |client| conformance::run_on_rank(client, case),
         256 << 10,
     )
@@ -241,6 +243,7 @@ fn runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
 fn rma_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
     launch(
         job,
+        gex_testkit::rma::client_builder,
         |client| conformance::run_on_rank(client, case),
         2 << 20,
     )
@@ -271,13 +274,15 @@ fn skip(what: &str) -> Option<Result<(), String>> {
 }
 
 /// Runs `body` on every rank of a job of `job.ranks` ranks, half in each of two
-/// namespaces joined by a veth pair, after the checks of [`rank`].
-fn launch(
+/// namespaces joined by a veth pair, after the checks of [`rank`]; the clients come
+/// from `builder` (the layers the body needs).
+fn launch<L: LayerSet>(
     job: &Job<'_>,
+    builder: fn() -> ClientBuilder<L>,
     body: impl FnOnce(&Client<OfiHybrid>) -> Result<(), String>,
     segment: usize,
 ) -> Result<(), String> {
-    let rank_body = |boot| rank(boot, job, body, segment);
+    let rank_body = |boot| rank(boot, job, builder, body, segment);
     if procs::is_rank() {
         // A rank: no namespaces to make; `run` runs the body and ends the process.
         return Procs::new(job.ranks).run(rank_body).result();
@@ -325,12 +330,13 @@ fn launch(
 /// proxy for the second address with `ip netns exec <second namespace>`. The ranks
 /// bootstrap through PMI-1; their host layout comes from Hydra's
 /// `PMI_process_mapping`.
-fn launch_mpiexec(
+fn launch_mpiexec<L: LayerSet>(
     job: &Job<'_>,
+    builder: fn() -> ClientBuilder<L>,
     body: impl FnOnce(&Client<OfiHybrid>) -> Result<(), String>,
     segment: usize,
 ) -> Result<(), String> {
-    let rank_body = |boot| rank(boot, job, body, segment);
+    let rank_body = |boot| rank(boot, job, builder, body, segment);
     if procs::is_rank() {
         return Procs::new(job.ranks).run(rank_body).result();
     }
@@ -415,17 +421,18 @@ fn host_ids(ranks: u32) -> impl Iterator<Item = u32> {
     (0..ranks).map(move |r| u32::from(r >= ranks / 2))
 }
 
-/// One rank: check the host layout, the domain and the shared-memory peers, then run
-/// `body`.
-fn rank(
+/// One rank: build the client with `builder`, check the host layout, the domain and
+/// the shared-memory peers, then run `body`.
+fn rank<L: LayerSet>(
     boot: Box<dyn Bootstrap>,
     job: &Job<'_>,
+    builder: fn() -> ClientBuilder<L>,
     body: impl FnOnce(&Client<OfiHybrid>) -> Result<(), String>,
     segment: usize,
 ) -> Result<(), String> {
     let me = boot.rank();
     let hosts = boot.host_ids().to_vec();
-    let client = ClientBuilder::new()
+    let client = builder()
         .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
         .segment_size(segment)
         .endpoints(job.endpoints)
@@ -506,6 +513,7 @@ fn paths_are_counted() {
     };
     let r = launch(
         &job,
+        hybrid_common::builder,
         |client| {
             let me = client.rank();
             let near: Vec<u32> = host_ids(4)
@@ -586,6 +594,7 @@ fn loopback_only_is_a_clear_error() {
 fn mpiexec_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
     launch_mpiexec(
         job,
+        conformance::builder,
         |client| conformance::run_on_rank(client, case),
         256 << 10,
     )
@@ -594,6 +603,7 @@ fn mpiexec_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
 fn mpiexec_rma_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
     launch_mpiexec(
         job,
+        gex_testkit::rma::client_builder,
         |client| conformance::run_on_rank(client, case),
         2 << 20,
     )
@@ -633,6 +643,7 @@ fn mpiexec_paths_are_counted() {
     };
     let r = launch_mpiexec(
         &job,
+        hybrid_common::builder,
         |client| {
             let me = client.rank();
             let near: Vec<u32> = (0..4).filter(|&r| (r >= 2) == (me >= 2)).collect();

@@ -13,16 +13,27 @@
 //! Exclusions: none.
 
 use gex_conduit_ofi::Ofi;
-use gex_core::{ClientBuilder, Config, EpAddr, WaitPolicy};
-use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, RmaEp};
+use gex_core::{Blocking, ClientBuilder, Config, Endpoint, EpAddr, Nbi, WaitPolicy};
+use gex_rma::{
+    AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, Rma, RmaError, RmaExt, ScopeRmaExt,
+};
+use gex_testkit::exchange_barrier;
 use gex_testkit::procs::{ProcRunner, Procs};
 
 const SEGMENT: usize = 2 << 20;
 
+/// A client builder whose clients carry the RMA layer (what the RMA suite needs).
+type Builder = ClientBuilder<((), Rma)>;
+
+/// AM requests `ep` has sent so far, to every rank.
+fn ams_sent(ep: &Endpoint<Ofi>) -> u64 {
+    ep.stats().sent.iter().sum()
+}
+
 /// The runner of every shape: each rank builds its client with `builder` and
 /// [`SEGMENT`]-byte segments, runs the case, and checks after finalisation that no
 /// registration is left open ([`no_registration_left`]).
-fn runner(builder: impl Fn() -> ClientBuilder + 'static) -> ProcRunner<Ofi> {
+fn runner(builder: impl Fn() -> Builder + 'static) -> ProcRunner<Ofi, ((), Rma)> {
     ProcRunner::new()
         .builder(move || builder().segment_size(SEGMENT))
         .after_finalize(no_registration_left)
@@ -38,9 +49,9 @@ fn no_registration_left(ofi: &Ofi) -> Result<(), String> {
     Ok(())
 }
 
-fn config(provider: &'static str, rma: &'static str) -> impl Fn() -> ClientBuilder {
+fn config(provider: &'static str, rma: &'static str) -> impl Fn() -> Builder {
     move || {
-        ClientBuilder::new().config(Config::from_pairs([
+        gex_testkit::rma::client_builder().config(Config::from_pairs([
             ("GEX_OFI_PROVIDER", provider),
             ("GEX_OFI_RMA", rma),
         ]))
@@ -62,7 +73,7 @@ mod tcp_native {
 /// endpoints of different libfabric domains), sleeping in the CQ's wait object.
 mod tcp_native_three_ranks_two_eps_blocking {
     use super::*;
-    fn builder() -> ClientBuilder {
+    fn builder() -> Builder {
         config("tcp", "1")().wait_policy(WaitPolicy::Block)
     }
     gex_testkit::suite_tests! {
@@ -118,7 +129,7 @@ fn native_rank(
     rma: &str,
     atomics: &str,
 ) -> Result<(), String> {
-    let client = ClientBuilder::new()
+    let client = gex_testkit::rma::client_builder()
         .segment_size(SEGMENT)
         .config(Config::from_pairs([
             ("GEX_OFI_PROVIDER", provider),
@@ -137,21 +148,21 @@ fn native_rank(
             "{provider} GEX_OFI_RMA={rma}: report says {path:?}"
         ));
     }
-    let ep = client.endpoint(0).map_err(|e| e.to_string())?;
-    let mut r = RmaEp::new(ep).map_err(|e| e.to_string())?;
-    r.barrier().map_err(|e| e.to_string())?;
+    let es = |e: RmaError| e.to_string();
+    let mut ep = client.endpoint(0).map_err(|e| e.to_string())?;
+    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
     const LEN: usize = 1 << 20;
-    if r.rank() == 0 {
+    if ep.rank() == 0 {
         let data: Vec<u8> = (0..LEN).map(|i| (i * 7 + 3) as u8).collect();
-        let sent0: u64 = r.endpoint().stats().sent.iter().sum();
-        let p = r.global_ptr::<u8>(EpAddr::rank(1), 4096);
-        r.put(p, &data).map_err(|e| e.to_string())?;
+        let sent0 = ams_sent(&ep);
+        let p = GlobalPtr::<u8>::new(EpAddr::rank(1), 4096);
+        ep.put(p, &data, Blocking).map_err(es)?;
         let mut back = vec![0u8; LEN];
-        r.get(&mut back, p).map_err(|e| e.to_string())?;
+        ep.get(&mut back, p, Blocking).map_err(es)?;
         if back != data {
             return Err("1 MiB put/get: data differs".into());
         }
-        let ams = r.endpoint().stats().sent.iter().sum::<u64>() - sent0;
+        let ams = ams_sent(&ep) - sent0;
         let s = client.conduit().stats();
         eprintln!("{provider} GEX_OFI_RMA={rma}: {s:?}, {ams} AMs sent for the put and get");
         if native {
@@ -168,10 +179,11 @@ fn native_rank(
             return Err(format!("GEX_OFI_RMA=0 but {s:?} and {ams} AMs"));
         }
     }
-    r.barrier().map_err(|e| e.to_string())?;
-    let ad = r
-        .atomic_domain::<u64>(AtomicOps::FADD | AtomicOps::GET)
-        .map_err(|e| e.to_string())?;
+    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
+    let world = ep.world();
+    let ad = ep
+        .atomic_domain::<u64>(&world, AtomicOps::FADD | AtomicOps::GET)
+        .map_err(es)?;
     // Both tested providers grant FI_ATOMIC (tcp;ofi_rxm emulates it in the target's
     // provider progress); the report says whether it is used.
     let want_native = native && atomics == "1";
@@ -189,12 +201,12 @@ fn native_rank(
             ad.is_native()
         ));
     }
-    let word = r.global_ptr::<u64>(EpAddr::rank(1), 64);
+    let word = GlobalPtr::<u64>::new(EpAddr::rank(1), 64);
     let f = AtomicFlags::empty();
     let before = client.conduit().stats().native_atomics;
     for _ in 0..100 {
-        ad.fetch(&mut r, AtomicOp::Fadd, word, 1, 0, f)
-            .map_err(|e| e.to_string())?;
+        ep.fetch(&ad, AtomicOp::Fadd, word, 1, 0, f, Blocking)
+            .map_err(es)?;
     }
     let counted = client.conduit().stats().native_atomics - before;
     if counted != if want_native { 100 } else { 0 } {
@@ -202,15 +214,15 @@ fn native_rank(
             "{counted} native atomics counted for 100 fetch-adds"
         ));
     }
-    r.barrier().map_err(|e| e.to_string())?;
-    let total = ad
-        .fetch(&mut r, AtomicOp::Get, word, 0, 0, f)
-        .map_err(|e| e.to_string())?;
-    if total != 100 * u64::from(r.size()) {
+    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
+    let total = ep
+        .fetch(&ad, AtomicOp::Get, word, 0, 0, f, Blocking)
+        .map_err(es)?;
+    if total != 100 * u64::from(ep.size()) {
         return Err(format!("word holds {total} after 100 fetch-adds per rank"));
     }
-    r.barrier().map_err(|e| e.to_string())?;
-    drop(r);
+    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
+    drop(ep);
     client.finalize().map_err(|e| e.to_string())
 }
 
@@ -244,9 +256,10 @@ fn atomics_off_keeps_native_rma() {
 
 /// One rank's part of `relaxed_puts_*`: implicit-event puts are relaxed
 /// (transmit-complete writes, one flush read per destination at the sync) exactly
-/// where the report says so; the counters match, the bytes arrive, and an access
-/// region's event flushes its own puts.
-#[allow(unsafe_code)]
+/// where the report says so; the counters match, the bytes arrive, and an NBI put
+/// copies its source. A put whose source is lent to a scope (`put_from`, what an
+/// access region's puts became) and a blocking put are delivery-complete: never
+/// relaxed, nothing to flush.
 fn relaxed_rank(
     boot: Box<dyn gex_core::boot::Bootstrap>,
     provider: &str,
@@ -254,7 +267,7 @@ fn relaxed_rank(
     mr_local: &str,
     expect: bool,
 ) -> Result<(), String> {
-    let client = ClientBuilder::new()
+    let client = gex_testkit::rma::client_builder()
         .segment_size(SEGMENT)
         .config(Config::from_pairs([
             ("GEX_OFI_PROVIDER", provider),
@@ -263,7 +276,7 @@ fn relaxed_rank(
         ]))
         .init::<Ofi>(boot)
         .map_err(|e| e.to_string())?;
-    let es = |e: gex_rma::RmaError| e.to_string();
+    let es = |e: RmaError| e.to_string();
     let path = client
         .conduit()
         .report()
@@ -276,21 +289,19 @@ fn relaxed_rank(
         ));
     }
     let ofi = client.conduit().clone();
-    let ep = client.endpoint(0).map_err(|e| e.to_string())?;
-    let mut r = RmaEp::new(ep).map_err(es)?;
-    r.barrier().map_err(es)?;
+    let mut ep = client.endpoint(0).map_err(|e| e.to_string())?;
+    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
     const N: usize = 64;
     const LEN: usize = 16 << 10;
     let block = |k: usize| -> Vec<u8> { (0..LEN).map(|i| (i * 13 + k * 7 + 1) as u8).collect() };
-    if r.rank() == 0 {
-        let p = r.global_ptr::<u8>(EpAddr::rank(1), 0);
+    if ep.rank() == 0 {
+        let p = GlobalPtr::<u8>::new(EpAddr::rank(1), 0);
         let blocks: Vec<Vec<u8>> = (0..N).map(block).collect();
         let s0 = ofi.stats();
         for (k, b) in blocks.iter().enumerate() {
-            // SAFETY: `blocks` lives, unmodified, until the sync below.
-            unsafe { r.put_nbi_deferred(p.add(k * LEN), b).map_err(es)? };
+            ep.put(p.add(k * LEN), b, Nbi).map_err(es)?;
         }
-        r.wait_syncnbi_puts();
+        ep.sync_nbi(NbiCategories::PUTS).map_err(es)?;
         let s1 = ofi.stats();
         let (relaxed_n, flushes) = (
             s1.native_relaxed_puts - s0.native_relaxed_puts,
@@ -303,39 +314,55 @@ fn relaxed_rank(
             ));
         }
         // A sync with nothing new flushes nothing.
-        r.wait_syncnbi_puts();
+        ep.sync_nbi(NbiCategories::PUTS).map_err(es)?;
         if ofi.stats().native_flushes != s1.native_flushes {
             return Err("a sync without puts flushed".into());
         }
-        // An access region: its event flushes once; put_nbi copies its source.
-        r.begin_nbi_accessregion().map_err(es)?;
-        r.put_nbi(p.add(N * LEN), &block(N)).map_err(es)?;
-        let ev = r.end_nbi_accessregion().map_err(es)?;
-        r.wait(ev);
-        if ofi.stats().native_flushes - s1.native_flushes != u64::from(expect) {
-            return Err(format!("access region: {:?}", ofi.stats()));
+        // An NBI put copies its source (overwritten here before the sync), and the
+        // sync flushes its destination once.
+        let mut src = block(N);
+        ep.put(p.add(N * LEN), &src, Nbi).map_err(es)?;
+        src.fill(0);
+        drop(src);
+        ep.sync_nbi(NbiCategories::PUTS).map_err(es)?;
+        let s2 = ofi.stats();
+        if s2.native_flushes - s1.native_flushes != u64::from(expect) {
+            return Err(format!("one NBI put and a sync: {s2:?}"));
+        }
+        // A scope (what GASNet-EX's access regions became): its put, from a source
+        // lent to the scope, is delivery-complete when the scope returns: neither
+        // relaxed nor flushed.
+        let lent = block(N + 1);
+        ep.scope(|s| s.put_from(p.add((N + 1) * LEN), &lent))
+            .map_err(es)?;
+        let s3 = ofi.stats();
+        if s3.native_flushes != s2.native_flushes
+            || s3.native_relaxed_puts != s2.native_relaxed_puts
+            || s3.native_puts - s2.native_puts != 1
+        {
+            return Err(format!("a scoped put was relaxed or flushed: {s3:?}"));
         }
         // A blocking put is not relaxed.
-        let s2 = ofi.stats();
-        r.put(p.add((N + 1) * LEN), &block(N + 1)).map_err(es)?;
-        if ofi.stats().native_relaxed_puts != s2.native_relaxed_puts {
+        ep.put(p.add((N + 2) * LEN), &block(N + 2), Blocking)
+            .map_err(es)?;
+        if ofi.stats().native_relaxed_puts != s3.native_relaxed_puts {
             return Err("a blocking put was relaxed".into());
         }
     }
-    r.barrier().map_err(es)?;
-    if r.rank() == 1 {
+    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
+    if ep.rank() == 1 {
         // The target reads its own segment.
-        let me = r.global_ptr::<u8>(EpAddr::rank(1), 0);
+        let me = GlobalPtr::<u8>::new(EpAddr::rank(1), 0);
         let mut got = vec![0u8; LEN];
-        for k in 0..N + 2 {
-            r.get(&mut got, me.add(k * LEN)).map_err(es)?;
+        for k in 0..N + 3 {
+            ep.get(&mut got, me.add(k * LEN), Blocking).map_err(es)?;
             if got != block(k) {
                 return Err(format!("{provider}: block {k} did not arrive intact"));
             }
         }
     }
-    r.barrier().map_err(es)?;
-    drop(r);
+    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
+    drop(ep);
     client.finalize().map_err(|e| e.to_string())
 }
 
@@ -372,9 +399,9 @@ fn relaxed_puts_not_offered_shm() {
 
 /// `GEX_OFI_MR_LOCAL=1`: the conduit acts as if the provider required `FI_MR_LOCAL`
 /// (descriptors passed, local buffers registered). `config` with that switch.
-fn config_mr_local(provider: &'static str) -> impl Fn() -> ClientBuilder {
+fn config_mr_local(provider: &'static str) -> impl Fn() -> Builder {
     move || {
-        ClientBuilder::new().config(Config::from_pairs([
+        gex_testkit::rma::client_builder().config(Config::from_pairs([
             ("GEX_OFI_PROVIDER", provider),
             ("GEX_OFI_RMA", "1"),
             ("GEX_OFI_MR_LOCAL", "1"),
@@ -399,8 +426,8 @@ mod tcp_mr_local {
 /// rank), a two-entry cache, and `WaitPolicy::Block`.
 mod tcp_mr_local_three_ranks_two_eps_blocking {
     use super::*;
-    fn builder() -> ClientBuilder {
-        ClientBuilder::new()
+    fn builder() -> Builder {
+        gex_testkit::rma::client_builder()
             .config(Config::from_pairs([
                 ("GEX_OFI_PROVIDER", "tcp"),
                 ("GEX_OFI_MR_LOCAL", "1"),
@@ -434,9 +461,8 @@ mod shm_mr_local {
 /// cached for client regions), that a client region hits the cache on reuse, that the
 /// cache evicts at its bound, that a dropped region's registration is closed, that
 /// atomics stay native, and that every registration is closed once the endpoints are.
-#[allow(unsafe_code)] // put_nbi_deferred, as gex-perf's put_bw uses it
 fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Result<(), String> {
-    let client = ClientBuilder::new()
+    let client = gex_testkit::rma::client_builder()
         .segment_size(SEGMENT)
         .config(Config::from_pairs([
             ("GEX_OFI_PROVIDER", provider),
@@ -457,22 +483,20 @@ fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Re
     if !apath.path.starts_with("native") {
         return Err(format!("atomics not native under FI_MR_LOCAL: {apath:?}"));
     }
-    let ep = client.endpoint(0).map_err(|e| e.to_string())?;
-    let mut r = RmaEp::new(ep).map_err(|e| e.to_string())?;
-    r.barrier().map_err(|e| e.to_string())?;
+    let mut ep = client.endpoint(0).map_err(|e| e.to_string())?;
+    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
     const LEN: usize = 64 << 10;
-    let e = |x: gex_rma::RmaError| x.to_string();
-    if r.rank() == 0 {
-        let p = r.global_ptr::<u8>(EpAddr::rank(1), 4096);
-        let ams = |r: &mut RmaEp<Ofi>| r.endpoint().stats().sent.iter().sum::<u64>();
-        let am0 = ams(&mut r);
+    let e = |x: RmaError| x.to_string();
+    if ep.rank() == 0 {
+        let p = GlobalPtr::<u8>::new(EpAddr::rank(1), 4096);
+        let am0 = ams_sent(&ep);
         let s0 = ofi.stats();
 
         // A plain heap buffer: registered for each operation, closed at completion.
         let data: Vec<u8> = (0..LEN).map(|i| (i * 13 + 1) as u8).collect();
-        r.put(p, &data).map_err(e)?;
+        ep.put(p, &data, Blocking).map_err(e)?;
         let mut back = vec![0u8; LEN];
-        r.get(&mut back, p).map_err(e)?;
+        ep.get(&mut back, p, Blocking).map_err(e)?;
         if back != data {
             return Err("heap buffer put/get: data differs".into());
         }
@@ -488,14 +512,17 @@ fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Re
             ));
         }
 
-        // A flood from one heap buffer: each put registers or shares a registration
-        // with a put still in flight; none goes through AMs.
+        // A flood from one heap buffer, lent to a scope (no copies): each put
+        // registers or shares a registration with a put still in flight; none goes
+        // through AMs.
         const FLOOD: u64 = 16;
-        for _ in 0..FLOOD {
-            // SAFETY: `data` is neither written nor dropped before the sync below.
-            unsafe { r.put_nbi_deferred(p, &data) }.map_err(e)?;
-        }
-        r.wait_syncnbi_puts();
+        ep.scope(|s| {
+            for _ in 0..FLOOD {
+                s.put_from(p, &data)?;
+            }
+            Ok::<(), RmaError>(())
+        })
+        .map_err(e)?;
         let s2 = ofi.stats();
         eprintln!("{provider}: flood of {FLOOD}: {s2:?}");
         let regs = s2.mr_op_registrations - s1.mr_op_registrations;
@@ -519,9 +546,9 @@ fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Re
         let rb = ofi.register(b);
         let mut rc = ofi.register(c);
         let s3 = ofi.stats();
-        r.put(p, &ra[..]).map_err(e)?; // miss: A registered
-        r.put(p, &ra[..LEN / 2]).map_err(e)?; // hit
-        r.get(&mut ra[LEN / 2..], p).map_err(e)?; // hit
+        ep.put(p, &ra[..], Blocking).map_err(e)?; // miss: A registered
+        ep.put(p, &ra[..LEN / 2], Blocking).map_err(e)?; // hit
+        ep.get(&mut ra[LEN / 2..], p, Blocking).map_err(e)?; // hit
         if ra[LEN / 2..] != vec![1u8; LEN / 2][..] {
             return Err("region get: data differs".into());
         }
@@ -535,12 +562,12 @@ fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Re
                 "region A: expected 1 registration and 2 hits: {s4:?}"
             ));
         }
-        r.put(p, &rb[..]).map_err(e)?; // miss: B registered (2 entries)
-        r.get(&mut rc[..], p).map_err(e)?; // miss: C registered, A evicted
+        ep.put(p, &rb[..], Blocking).map_err(e)?; // miss: B registered (2 entries)
+        ep.get(&mut rc[..], p, Blocking).map_err(e)?; // miss: C registered, A evicted
         if rc[..] != rb[..] {
             return Err("region B -> C: data differs".into());
         }
-        r.put(p, &ra[..]).map_err(e)?; // miss again: A registered, B evicted
+        ep.put(p, &ra[..], Blocking).map_err(e)?; // miss again: A registered, B evicted
         let s5 = ofi.stats();
         eprintln!("{provider}: regions B, C, A: {s5:?}");
         if s5.mr_region_registrations - s4.mr_region_registrations != 3
@@ -554,32 +581,36 @@ fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Re
         // Dropping C ends its registration at the endpoint's next miss (a heap get).
         drop(rc);
         let mut tail = vec![0u8; 8];
-        r.get(&mut tail, p).map_err(e)?;
+        ep.get(&mut tail, p, Blocking).map_err(e)?;
         let s6 = ofi.stats();
         if s6.mr_closed - s5.mr_closed != 2 {
             // C's registration and the heap get's own.
             return Err(format!("dropped region: registration not closed: {s6:?}"));
         }
         drop((ra, rb));
-        let ams_sent = ams(&mut r) - am0;
-        if ams_sent > 8 {
-            return Err(format!("{ams_sent} AMs sent for native transfers"));
+        let ams = ams_sent(&ep) - am0;
+        if ams > 8 {
+            return Err(format!("{ams} AMs sent for native transfers"));
         }
     }
-    r.barrier().map_err(e)?;
+    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
     // Atomics stay native: operands and results in the registered slot words.
-    let ad = r
-        .atomic_domain::<u64>(AtomicOps::FADD | AtomicOps::GET)
+    let world = ep.world();
+    let ad = ep
+        .atomic_domain::<u64>(&world, AtomicOps::FADD | AtomicOps::GET)
         .map_err(e)?;
     if !ad.is_native() {
         return Err("atomic domain not native under FI_MR_LOCAL".into());
     }
-    let word = r.global_ptr::<u64>(EpAddr::rank(1), 64);
+    let word = GlobalPtr::<u64>::new(EpAddr::rank(1), 64);
     let f = AtomicFlags::empty();
     let before = ofi.stats().native_atomics;
     let mut seen = Vec::new();
     for _ in 0..50 {
-        seen.push(ad.fetch(&mut r, AtomicOp::Fadd, word, 1, 0, f).map_err(e)?);
+        seen.push(
+            ep.fetch(&ad, AtomicOp::Fadd, word, 1, 0, f, Blocking)
+                .map_err(e)?,
+        );
     }
     if ofi.stats().native_atomics - before != 50 || seen.windows(2).any(|w| w[1] <= w[0]) {
         return Err(format!(
@@ -587,13 +618,15 @@ fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Re
             ofi.stats().native_atomics - before
         ));
     }
-    r.barrier().map_err(e)?;
-    let total = ad.fetch(&mut r, AtomicOp::Get, word, 0, 0, f).map_err(e)?;
-    if total != 50 * u64::from(r.size()) {
+    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
+    let total = ep
+        .fetch(&ad, AtomicOp::Get, word, 0, 0, f, Blocking)
+        .map_err(e)?;
+    if total != 50 * u64::from(ep.size()) {
         return Err(format!("word holds {total} after 50 fetch-adds per rank"));
     }
-    r.barrier().map_err(e)?;
-    drop(r);
+    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
+    drop(ep);
     client.finalize().map_err(|e| e.to_string())?;
     // Every registration made on demand is closed with the endpoints.
     let s = ofi.stats();

@@ -10,8 +10,8 @@
 
 use gex_core::boot::{BootError, Bootstrap};
 use gex_core::spi::{
-    AUX_LEN, Capabilities, Conduit, ConduitEp, ConduitError, Deliver, FarConduit, FarEp, FarPoll,
-    Incoming, Limits, Native, NearConduit, OpenParams, OutMsg, ReplyTx, SharedSegments,
+    Capabilities, Conduit, ConduitEp, ConduitError, Deliver, FarConduit, FarEp, FarPoll, Incoming,
+    Limits, Native, NearConduit, OpenParams, OutMsg, ReplyTx, SharedSegments,
 };
 use gex_core::{Category, EpAddr, EpIndex, InitError, Injected, Kind};
 use std::collections::{HashMap, VecDeque};
@@ -145,7 +145,8 @@ struct NearSlot {
     inbox: Inbox,
     seg: Block,
     seg_len: usize,
-    aux: Block,
+    /// The layers' auxiliary area ([`OpenParams::aux_len`] bytes; none when 0).
+    aux: Option<Block>,
 }
 
 /// A far endpoint's published parts.
@@ -274,7 +275,7 @@ impl NearConduit for MockNear {
                     inbox: Inbox::default(),
                     seg: Block::new(seg_len),
                     seg_len,
-                    aux: Block::new(AUX_LEN),
+                    aux: (params.aux_len > 0).then(|| Block::new(params.aux_len)),
                 })
             })
             .collect();
@@ -407,7 +408,10 @@ impl ConduitEp for MockNearEp {
             .map(|s| (s.seg.ptr, s.seg_len))
     }
     fn aux(&self, dst: EpAddr) -> Option<NonNull<u8>> {
-        self.peers.get(&(dst.rank, dst.ep)).map(|s| s.aux.ptr)
+        self.peers
+            .get(&(dst.rank, dst.ep))
+            .and_then(|s| s.aux.as_ref())
+            .map(|a| a.ptr)
     }
     fn wake(&self, dst: EpAddr) {
         if let Some(s) = self.peers.get(&(dst.rank, dst.ep)) {

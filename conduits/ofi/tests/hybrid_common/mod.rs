@@ -3,17 +3,27 @@
 //! Both run the conduit the facade runs for `GEX_CONDUIT=ofi`: [`OfiHybrid`], this
 //! conduit as the far part of gex-conduit-hybrid's `Hybrid<Smp, Ofi>`.
 
+use gex_coll::{Coll, CollExt};
 use gex_conduit_hybrid::Hybrid;
 use gex_conduit_ofi::Ofi;
 use gex_conduit_smp::Smp;
 use gex_core::spi::ConduitEp;
-use gex_core::{Client, EpAddr, Flags};
-use gex_rma::RmaEp;
+use gex_core::{Am, Blocking, Client, ClientBuilder, EpAddr, HandlerId, Token};
+use gex_rma::{GlobalPtr, Rma, RmaExt};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The ofi conduit with shared memory inside each host (what `GEX_CONDUIT=ofi` runs).
 pub(crate) type OfiHybrid = Hybrid<Smp, Ofi>;
+
+/// The layers of the jobs that run [`check_paths`] (and collectives): RMA and
+/// collectives, as the facade's default builder has them.
+pub(crate) type Layers = (((), Rma), Coll);
+
+/// A client builder with [`Layers`].
+pub(crate) fn builder() -> ClientBuilder<Layers> {
+    ClientBuilder::new().layer::<Rma>().layer::<Coll>()
+}
 
 /// Requests each rank sends to every rank in [`check_paths`].
 pub(crate) const PINGS: u64 = 200;
@@ -26,7 +36,8 @@ pub(crate) const PINGS: u64 = 200;
 /// libfabric, every reply came back by the same path, and a put to another host was a
 /// native `FI_RMA` put while a put to a neighbour was a plain copy (no native put).
 /// AMs are counted per path by the hybrid conduit (`Hybrid::stats`), native puts by
-/// the ofi conduit (`Ofi::stats`).
+/// the ofi conduit (`Ofi::stats`). The client must carry [`Layers`] (see [`builder`]):
+/// the puts are gex-rma's, the barriers gex-coll's.
 pub(crate) fn check_paths(
     client: &Client<OfiHybrid>,
     hybrid: bool,
@@ -49,34 +60,36 @@ pub(crate) fn check_paths(
             ofi.shared_memory_peers()
         ));
     }
-    // gex-rma registers its handlers here: on every rank before the first barrier, so
-    // that no RMA message reaches a rank that has not registered them yet.
-    let mut r =
-        RmaEp::new(client.endpoint(0).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-    let ep = r.endpoint();
+    // The layers attach with the endpoint, and the handlers are registered on every
+    // rank before the first barrier, so that no message reaches a rank that has not
+    // registered them yet.
+    let mut ep = client.endpoint(0).map_err(|e| e.to_string())?;
+    let world = ep.world();
+    let barrier =
+        |ep: &mut gex_core::Endpoint<OfiHybrid>| ep.barrier(&world).map_err(|e| e.to_string());
     let replies = Arc::new(AtomicU64::new(0));
     let r2 = replies.clone();
-    ep.register(200, |t, _am| {
-        t.reply_short(201, &[7]).expect("reply");
+    ep.register_at(200, |t: &mut Token<'_>, _am: Am<'_>| {
+        t.reply_short(HandlerId::at(201), &[7]).expect("reply");
     })
     .map_err(|e| e.to_string())?;
-    ep.register(201, move |_t, am| {
+    ep.register_at(201, move |_t: &mut Token<'_>, am: Am<'_>| {
         assert_eq!(am.args(), &[7]);
         r2.fetch_add(1, Ordering::Relaxed);
     })
     .map_err(|e| e.to_string())?;
     // Before the barrier: a peer that leaves it first may send to us while we are in it.
     let s0 = ofi.stats();
-    ep.barrier().map_err(|e| e.to_string())?;
+    barrier(&mut ep)?;
     for _ in 0..PINGS {
         for r in 0..n {
-            ep.request_short(EpAddr::rank(r), 200, &[1], Flags::empty())
+            ep.request_short(EpAddr::rank(r), HandlerId::at(200), &[1])
                 .map_err(|e| e.to_string())?;
         }
     }
     let total = PINGS * u64::from(n);
     ep.wait_until(|| replies.load(Ordering::Relaxed) == total);
-    ep.barrier().map_err(|e| e.to_string())?;
+    barrier(&mut ep)?;
     let s1 = ofi.stats();
     let near = if hybrid { neighbours.len() as u64 } else { 0 };
     let far = u64::from(n) - near;
@@ -113,18 +126,17 @@ pub(crate) fn check_paths(
         ));
     }
 
-    // RMA: a neighbour's segment is mapped (direct copy), another host's is not.
+    // RMA: a neighbour's segment is mapped (direct copy), another host's is not (the
+    // conduit endpoint reached through the RMA layer).
     for d in 0..n {
-        let mapped = r
-            .endpoint()
-            .conduit_ep()
-            .peer_segment(EpAddr::rank(d))
-            .is_some();
+        let mapped = ep
+            .with_layer::<Rma, _>(|_, cx| cx.conduit().peer_segment(EpAddr::rank(d)).is_some())
+            .ok_or("the client does not carry the RMA layer")?;
         if mapped != (hybrid && neighbours.contains(&d)) {
             return Err(format!("rank {me}: segment of rank {d} mapped = {mapped}"));
         }
     }
-    r.barrier().map_err(|e| e.to_string())?;
+    barrier(&mut ep)?;
     const LEN: usize = 64 << 10;
     let data: Vec<u8> = (0..LEN).map(|i| (i as u32 * 31 + me) as u8).collect();
     for d in 0..n {
@@ -132,8 +144,8 @@ pub(crate) fn check_paths(
             continue;
         }
         let before = ofi.far().stats().native_puts;
-        let p = r.global_ptr::<u8>(EpAddr::rank(d), LEN * me as usize);
-        r.put(p, &data).map_err(|e| e.to_string())?;
+        let p = GlobalPtr::<u8>::new(EpAddr::rank(d), LEN * me as usize);
+        ep.put(p, &data, Blocking).map_err(|e| e.to_string())?;
         let native = ofi.far().stats().native_puts - before;
         let near = hybrid && neighbours.contains(&d);
         if near && native != 0 {
@@ -147,14 +159,13 @@ pub(crate) fn check_paths(
             ));
         }
     }
-    r.barrier().map_err(|e| e.to_string())?;
+    barrier(&mut ep)?;
     for s in 0..n {
         if s == me {
             continue;
         }
         let mut got = vec![0u8; LEN];
-        r.endpoint()
-            .segment()
+        ep.segment()
             .read(LEN * s as usize, &mut got)
             .map_err(|e| e.to_string())?;
         if got
@@ -167,6 +178,6 @@ pub(crate) fn check_paths(
             ));
         }
     }
-    r.barrier().map_err(|e| e.to_string())?;
+    barrier(&mut ep)?;
     Ok(())
 }
