@@ -84,7 +84,9 @@ pub use client::{
     JobShape,
 };
 pub use config::Config;
-pub use endpoint::{Am, Endpoint, EpStats, Handler, LongPayload, Prepared, Scope, Segment, Token};
+pub use endpoint::{
+    Am, Endpoint, EpStats, Handler, LongPayload, Prepared, Retry, Scope, Segment, Token,
+};
 pub use error::{AmError, EpError, EventError, InitError, RegisterError};
 pub use event::{AnyEvent, Blocking, Event, Mode, ModeKind, Nb, Nbi};
 pub use gex_sync::wait::WaitPolicy;

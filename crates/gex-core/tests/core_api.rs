@@ -757,3 +757,87 @@ fn members_at_different_exchanges_get_an_error_not_a_hang() {
         }
     );
 }
+
+/// Like [`child_stderr`], for a child expected to fail: its exit code and stderr.
+fn child_failure(test: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args([test, "--exact", "--nocapture", "--ignored"])
+        .envs(env.iter().copied())
+        .env("CORE_API_TEST_CHILD", "1")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+#[ignore = "run by a_retry_that_stalls_prints_the_report in a child process"]
+fn child_retries() {
+    if std::env::var("CORE_API_TEST_CHILD").is_err() {
+        return;
+    }
+    let c = stuck_client(gex_core::Config::from_env());
+    let mut ep = c.endpoint(0).unwrap();
+    // An operation the conduit keeps refusing (back-pressure that never clears).
+    let mut r = gex_core::Retry::default();
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_millis(2500) {
+        ep.retry(&mut r);
+    }
+}
+
+#[test]
+fn a_retry_that_stalls_prints_the_report() {
+    let err = child_stderr("child_retries", &[("GEX_STALL_REPORT", "1")]);
+    assert!(err.contains("without progress"), "{err}");
+    assert!(
+        err.contains("stuck: 3 operations pending to rank 7"),
+        "{err}"
+    );
+}
+
+#[test]
+#[ignore = "run by a_handler_panic_on_the_progress_thread_ends_the_rank in a child process"]
+fn child_thread_handler_panics() {
+    if std::env::var("CORE_API_TEST_CHILD").is_err() {
+        return;
+    }
+    let c = ClientBuilder::new()
+        .endpoints(2)
+        .segment_size(4096)
+        .progress_thread(true)
+        .config(gex_core::Config::default())
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut target = c.endpoint(0).unwrap();
+    let mut peer = c.endpoint(1).unwrap();
+    let boom = target
+        .register(|_t: &mut Token<'_>, _a: Am<'_>| panic!("a handler panics on purpose"))
+        .unwrap();
+    let _ = peer.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
+    peer.request_short(target.addr(), boom, &[]).unwrap();
+    // The owner computes; the progress thread runs the handler, which panics.
+    std::thread::sleep(Duration::from_secs(5));
+    drop(target);
+    unreachable!("the rank should have ended");
+}
+
+#[test]
+fn a_handler_panic_on_the_progress_thread_ends_the_rank() {
+    let t0 = std::time::Instant::now();
+    let (code, err) = child_failure("child_thread_handler_panics", &[]);
+    assert_eq!(code, Some(101), "{err}");
+    assert!(err.contains("a handler panics on purpose"), "{err}");
+    assert!(
+        err.contains("panicked on the progress thread of rank 0 ep 0"),
+        "{err}"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(4),
+        "took {:?}",
+        t0.elapsed()
+    );
+}

@@ -36,7 +36,7 @@ use bytemuck::Pod;
 use gex_core::event::{Data, Finish, finish_held, finish_unit};
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
-use gex_core::{Blocking, Endpoint, EpAddr, Event, Mode, ModeKind, Scope, Team, WaitPolicy};
+use gex_core::{Blocking, Endpoint, EpAddr, Event, Mode, ModeKind, Scope, Team};
 
 /// The [`Endpoint::exchange_tagged`] tag of atomic-domain agreement ("rmaD").
 const ATOMIC_DOMAIN_TAG: u32 = 0x726d_6144;
@@ -48,32 +48,14 @@ fn drive<C: Conduit, R>(
     ep: &mut Endpoint<C>,
     mut step: impl FnMut(&mut Rma, &mut Cx<'_, C>) -> Option<R>,
 ) -> Result<R, RmaError> {
-    let mut spins = 0u32;
+    let mut retry = gex_core::Retry::default();
     loop {
         match ep.with_layer::<Rma, _>(&mut step) {
             None => return Err(RmaError::NoLayer),
             Some(Some(r)) => return Ok(r),
             Some(None) => {}
         }
-        back_off(ep, &mut spins);
-    }
-}
-
-/// One step of waiting for send resources: the peer that frees them does not wake us,
-/// so poll, then spin (or yield past the policy's spin budget).
-#[cold]
-fn back_off<C: Conduit>(ep: &mut Endpoint<C>, spins: &mut u32) {
-    ep.poll();
-    *spins = spins.saturating_add(1);
-    let budget = match ep.wait_policy() {
-        WaitPolicy::Spin => u32::MAX,
-        WaitPolicy::Block => 0,
-        WaitPolicy::SpinThenBlock { spins } => spins,
-    };
-    if *spins > budget {
-        std::thread::yield_now();
-    } else {
-        std::hint::spin_loop();
+        ep.retry(&mut retry);
     }
 }
 

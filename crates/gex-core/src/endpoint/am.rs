@@ -466,7 +466,7 @@ impl<C: Conduit> Inner<C> {
             offset,
         )?;
         let msg = OutMsg::new(dst, handler, Kind::Request, category, args, payload, offset);
-        let mut spins = 0u32;
+        let mut retry = super::progress::Retry::default();
         loop {
             match self.core.cep.inject(&msg, false)? {
                 Injected::Sent => {
@@ -475,8 +475,7 @@ impl<C: Conduit> Inner<C> {
                     return Ok(());
                 }
                 Injected::WouldBlock => {
-                    self.poll();
-                    self.backoff(&mut spins);
+                    self.retry(&mut retry);
                 }
             }
         }
@@ -504,7 +503,7 @@ impl<C: Conduit> Inner<C> {
             &payload,
             offset,
         )?;
-        let mut spins = 0u32;
+        let mut retry = super::progress::Retry::default();
         let ev = loop {
             let msg = OwnedMsg::new(dst, handler, category, args, payload, offset);
             match self.core.cep.inject_owned(msg, false)? {
@@ -522,8 +521,7 @@ impl<C: Conduit> Inner<C> {
                 }
                 OwnedInjected::WouldBlock(buf) => {
                     payload = buf;
-                    self.poll();
-                    self.backoff(&mut spins);
+                    self.retry(&mut retry);
                 }
             }
         };
@@ -680,7 +678,7 @@ impl<C: Conduit> Inner<C> {
                 }
             }
         }
-        let mut spins = 0u32;
+        let mut retry = super::progress::Retry::default();
         loop {
             let req = PrepareReq::new(dst, category, max_len, offset);
             match self.core.cep.prepare(&req, !wait)? {
@@ -695,8 +693,7 @@ impl<C: Conduit> Inner<C> {
                 }
                 Prepare::WouldBlock if !wait => return Ok(None),
                 Prepare::WouldBlock => {
-                    self.poll();
-                    self.backoff(&mut spins);
+                    self.retry(&mut retry);
                 }
             }
         }

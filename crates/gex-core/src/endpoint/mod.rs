@@ -32,7 +32,7 @@ mod thread;
 
 pub(crate) use am::check_request;
 pub use am::{Am, Handler, LongPayload, Prepared, Token};
-pub use progress::Scope;
+pub use progress::{Retry, Scope};
 pub use segment::Segment;
 
 use crate::client::Shared;
@@ -135,6 +135,8 @@ pub(crate) struct EpCell<C: Conduit> {
     lock: AtomicU32,
     /// Set when the handle is dropped: the progress thread ends.
     pub(crate) stop: AtomicBool,
+    /// The endpoint's address (for the progress thread's messages).
+    pub(crate) me: EpAddr,
     inner: UnsafeCell<Inner<C>>,
 }
 
@@ -322,6 +324,7 @@ impl<C: Conduit> Endpoint<C> {
         let cell = Arc::new(EpCell {
             lock: AtomicU32::new(FREE),
             stop: AtomicBool::new(false),
+            me,
             inner: UnsafeCell::new(inner),
         });
         let thread =

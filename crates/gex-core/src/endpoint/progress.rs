@@ -105,20 +105,29 @@ impl<C: Conduit> Inner<C> {
         self.core.spinning = spinning;
     }
 
-    /// One step of waiting for send resources: the peer that frees them does not wake
-    /// us, so instead of sleeping, yield the core (once the spin budget is used up) to
-    /// let it run when ranks outnumber cores.
+    /// One step of waiting for send resources (back-pressure): polls (so handlers
+    /// run and the peer's credits come back), then spins or, past the policy's spin
+    /// budget, yields the core (the peer that frees the resources does not wake us, so
+    /// there is nothing to sleep on). Every 1024 steps it checks for a report signal
+    /// and a stall, as every wait does.
     #[inline]
-    pub(crate) fn backoff(&mut self, spins: &mut u32) {
+    pub(crate) fn retry(&mut self, r: &mut Retry) {
+        if self.poll() > 0 {
+            r.last_progress = None;
+        }
+        r.checks = r.checks.wrapping_add(1);
+        if r.checks & 0x3ff == 0 {
+            self.check_stall(Instant::now(), &mut r.last_progress);
+        }
         let yield_now = match self.core.policy {
             WaitPolicy::Spin => false,
             WaitPolicy::Block => true,
-            WaitPolicy::SpinThenBlock { spins: budget } => *spins >= budget,
+            WaitPolicy::SpinThenBlock { spins: budget } => r.spins >= budget,
         };
         if yield_now {
             std::thread::yield_now();
         } else {
-            *spins = spins.saturating_add(1);
+            r.spins = r.spins.saturating_add(1);
             gex_sync::hint::spin_loop();
         }
     }
@@ -318,6 +327,28 @@ impl<C: Conduit> Endpoint<C> {
         self.inner().poll()
     }
 
+    /// One step of waiting for send resources, for layers and runtimes that retry an
+    /// operation the conduit refused for back-pressure (a `try_*` call that returned
+    /// [`Injected::WouldBlock`](crate::Injected::WouldBlock)): polls, then spins or
+    /// yields under the wait policy, and prints the report on a stall or a report
+    /// signal like every wait. Keep one [`Retry`] per operation being retried.
+    ///
+    /// ```
+    /// # use gex_core::{loopback::Loopback, boot::Singleton, ClientBuilder, EpAddr, Injected, Retry};
+    /// # let client = ClientBuilder::new().segment_size(4096).init::<Loopback>(Box::new(Singleton::new()))?;
+    /// # let mut ep = client.endpoint(0)?;
+    /// # let h = ep.register(|_t: &mut gex_core::Token<'_>, _am: gex_core::Am<'_>| {})?;
+    /// let mut r = Retry::default();
+    /// while ep.try_request_short(EpAddr::rank(0), h, &[])? == Injected::WouldBlock {
+    ///     ep.retry(&mut r);
+    /// }
+    /// # ep.poll();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn retry(&mut self, r: &mut Retry) {
+        self.inner().retry(r);
+    }
+
     /// Polls until `cond` returns true, following this endpoint's wait policy: spin,
     /// block in the kernel, or spin then block. `cond` is evaluated after each poll, so
     /// it should depend on state that handlers change.
@@ -480,6 +511,15 @@ impl<C: Conduit> Endpoint<C> {
         let r = r?;
         synced.map(|()| r)
     }
+}
+
+/// The state of one retried operation for [`Endpoint::retry`]: its spin count and
+/// when it last saw progress.
+#[derive(Debug, Default)]
+pub struct Retry {
+    spins: u32,
+    checks: u32,
+    last_progress: Option<Instant>,
 }
 
 /// Tags of scopes have this bit set (layers' and the core's tags do not).

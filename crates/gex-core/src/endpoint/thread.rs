@@ -14,6 +14,9 @@
 //!   the configured interval (`GEX_PROGRESS_INTERVAL`), so a peer's request waits at
 //!   most about one interval.
 //!
+//! A handler that panics on the thread ends the process with exit code 101, the code
+//! of a panic on the rank's own thread (the launcher then ends the job).
+//!
 //! While the rank itself holds the lock word (it is inside gex), the thread naps one
 //! interval at a time. The thread's timer slack is set to 1 µs so that naps of a few
 //! microseconds are honoured.
@@ -50,7 +53,22 @@ impl ProgressThread {
         let s = sleeper.clone();
         let handle = std::thread::Builder::new()
             .name("gex-progress".into())
-            .spawn(move || run(&cell, max_nap, s.as_deref()))
+            .spawn(move || {
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run(&cell, max_nap, s.as_deref())
+                }));
+                if ran.is_err() {
+                    // A handler panicked on this thread (the panic hook printed it).
+                    // On the rank's own thread the panic would end the rank; it must
+                    // here too, rather than leave the rank running without progress
+                    // and its endpoint's state half-updated.
+                    eprintln!(
+                        "gex: a handler panicked on the progress thread of {}; ending the rank",
+                        cell.me
+                    );
+                    std::process::exit(101);
+                }
+            })
             .expect("gex: cannot start the progress thread");
         ProgressThread { handle, sleeper }
     }
