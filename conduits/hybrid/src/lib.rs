@@ -31,8 +31,8 @@
 //!   one; a request is answered by the part it came through. `limits(dst)` is the
 //!   part's.
 //! - **RMA.** `peer_segment`, `aux` and `wake` are the near part's (`SHARED_MEMORY`):
-//!   gex-rma copies directly to neighbours and runs its shared-memory barrier in the
-//!   aux areas; native RMA and atomics go to the far part for every peer, neighbours
+//!   gex-rma copies directly to neighbours and gex-coll runs its shared-memory
+//!   barrier and channels in the aux areas; native RMA and atomics go to the far part for every peer, neighbours
 //!   included (an atomic domain uses one implementation for all its peers).
 //! - **Progress.** `poll` drains the near endpoint first. The far endpoint (for tcp a
 //!   `poll(2)` per read) is read on every poll while it has operations in flight and
