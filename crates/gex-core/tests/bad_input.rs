@@ -443,6 +443,25 @@ fn an_event_tracked_on_another_endpoint_fails_the_sync() {
 
 // ---------------------------------------------------------------- waits
 
+/// Regression: `wait_until_timeout` added the timeout to `Instant::now()`, which
+/// panics ("overflow when adding duration to instant") for a timeout too long to
+/// represent, such as `Duration::MAX` ("wait forever").
+#[test]
+fn a_timeout_too_long_to_represent_waits_without_panicking() {
+    let c = client(1);
+    let mut ep = c.endpoint(0).unwrap();
+    let mut polls = 0;
+    assert!(ep.wait_until_timeout(
+        || {
+            polls += 1;
+            polls > 3
+        },
+        Duration::MAX
+    ));
+    assert!(ep.wait_until_timeout(|| true, Duration::from_secs(u64::MAX)));
+    assert!(!ep.wait_until_timeout(|| false, Duration::ZERO));
+}
+
 // ---------------------------------------------------------------- exchange
 
 #[test]
