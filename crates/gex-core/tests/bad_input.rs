@@ -462,6 +462,31 @@ fn a_timeout_too_long_to_represent_waits_without_panicking() {
     assert!(!ep.wait_until_timeout(|| false, Duration::ZERO));
 }
 
+/// Regression: the progress thread slept a whole `GEX_PROGRESS_INTERVAL` when it found
+/// the rank inside gex, and dropping the endpoint joined it, so a long interval (an
+/// hour here) made dropping an endpoint hang for that long.
+#[test]
+fn a_long_progress_interval_does_not_hold_up_dropping_the_endpoint() {
+    let c = ClientBuilder::new()
+        .segment_size(SEG)
+        .progress_thread(true)
+        .config(Config::from_pairs([("GEX_PROGRESS_INTERVAL", "3600s")]))
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut ep = c.endpoint(0).unwrap();
+    assert!(ep.has_progress_thread());
+    // Hold the endpoint (inside gex) long enough for the thread to find it taken.
+    assert!(!ep.wait_until_timeout(|| false, Duration::from_millis(200)));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(ep);
+        let _ = tx.send(());
+    });
+    // Generous: the point is "not an hour", not a latency.
+    rx.recv_timeout(Duration::from_secs(120))
+        .expect("dropping the endpoint waited for the progress thread's nap");
+}
+
 // ---------------------------------------------------------------- exchange
 
 #[test]

@@ -15,7 +15,8 @@
 //!   most about one interval.
 //!
 //! While the rank itself holds the lock word (it is inside gex), the thread naps one
-//! interval at a time. The thread's timer slack is set to 1 µs so that naps of a few
+//! interval at a time. Naps are parks that dropping the endpoint interrupts, so a long
+//! interval never holds up the drop. The thread's timer slack is set to 1 µs so that naps of a few
 //! microseconds are honoured.
 
 use super::EpCell;
@@ -60,6 +61,8 @@ impl ProgressThread {
         if let Some(s) = &self.sleeper {
             s.wake();
         }
+        // Its naps are parks: end the current one (or make the next return at once).
+        self.handle.thread().unpark();
         let _ = self.handle.join();
     }
 }
@@ -79,8 +82,9 @@ fn run<C: Conduit>(cell: &EpCell<C>, max_nap: Duration, sleeper: Option<&Sleeper
                 i.core.busy == 0 && i.core.lc.is_empty()
             }
             None => {
-                // The rank is inside gex and progresses by itself.
-                std::thread::sleep(max_nap);
+                // The rank is inside gex and progresses by itself. (Naps are parks, so
+                // that dropping the endpoint ends them: `ProgressThread::join`.)
+                std::thread::park_timeout(max_nap);
                 continue;
             }
         };
@@ -96,8 +100,8 @@ fn run<C: Conduit>(cell: &EpCell<C>, max_nap: Duration, sleeper: Option<&Sleeper
                 });
             }
             _ => {
-                std::thread::sleep(nap);
-                nap = (nap * 2).min(max_nap);
+                std::thread::park_timeout(nap);
+                nap = nap.saturating_mul(2).min(max_nap);
             }
         }
     }
