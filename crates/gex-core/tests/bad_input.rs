@@ -596,6 +596,28 @@ fn config_getters_name_the_variable() {
     assert_eq!(c.u64("GEX_X_UNSET", 7).unwrap(), 7);
 }
 
+/// Regression: `GEX_SEGMENT_SIZE` beyond what the process can allocate made the
+/// loopback conduit abort the process (allocation failure) or panic (capacity
+/// overflow) inside `init`.
+#[test]
+fn a_segment_too_large_to_allocate_is_a_conduit_error() {
+    // Sizes no address space holds (allocation fails everywhere, whatever the
+    // overcommit policy): just under 8 EiB, and 8 EiB (more than `isize::MAX`).
+    for size in ["8589934591G", "8589934592G"] {
+        let r = ClientBuilder::new()
+            .config(Config::from_pairs([("GEX_SEGMENT_SIZE", size)]))
+            .init::<Loopback>(Box::new(Singleton::new()));
+        match r {
+            Err(InitError::Conduit { conduit, msg }) => {
+                assert_eq!(conduit, "loopback");
+                assert!(msg.contains("segment"), "{msg}");
+            }
+            Err(e) => panic!("{size}: another error: {e}"),
+            Ok(_) => panic!("a {size} segment was allocated"),
+        }
+    }
+}
+
 // ---------------------------------------------------------------- layers
 
 /// A layer asking for more handler indices than the reserved range has.
