@@ -632,6 +632,18 @@ impl Layer for Greedy {
     }
 }
 
+/// A layer asking for an auxiliary area no address space has.
+#[derive(Debug)]
+struct Vast;
+
+impl Layer for Vast {
+    const NAME: &'static str = "vast";
+    const AUX_BYTES: usize = usize::MAX;
+    fn attach<C: Conduit>(_cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
+        Ok(Vast)
+    }
+}
+
 /// A layer that refuses to attach.
 #[derive(Debug)]
 struct Refuses;
@@ -655,6 +667,21 @@ fn layers_that_do_not_fit_the_handler_range_are_config_errors() {
         .init::<Loopback>(Box::new(Singleton::new()));
     assert!(
         matches!(&r, Err(InitError::Config(m)) if m.contains("greedy") && m.contains("handler")),
+        "{r:?}"
+    );
+}
+
+/// Regression: rounding a layer's `AUX_BYTES` up to 64 overflowed (a panic in
+/// `ClientBuilder::init`), and the layers' total was not checked.
+#[test]
+fn an_auxiliary_area_no_address_space_holds_is_a_config_error() {
+    let r = ClientBuilder::new()
+        .layer::<Vast>()
+        .segment_size(SEG)
+        .config(Config::default())
+        .init::<Loopback>(Box::new(Singleton::new()));
+    assert!(
+        matches!(&r, Err(InitError::Config(m)) if m.contains("vast") && m.contains("auxiliary")),
         "{r:?}"
     );
 }
