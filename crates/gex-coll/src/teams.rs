@@ -534,7 +534,7 @@ impl SegAlloc {
     }
 
     pub(crate) fn alloc(&mut self, len: usize) -> Option<Range<usize>> {
-        let len = len.max(1).div_ceil(64) * 64;
+        let len = len.max(1).div_ceil(64).checked_mul(64)?;
         let i = self.free.iter().position(|r| r.len() >= len)?;
         let r = self.free[i].clone();
         let out = r.start..r.start + len;

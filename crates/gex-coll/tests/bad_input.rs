@@ -334,6 +334,21 @@ fn lengths_and_counts_are_checked_before_anything_moves() {
     ep.barrier(&w).unwrap();
 }
 
+/// Regression: `Scratch::Alloc(usize::MAX)` overflowed rounding the length up to 64
+/// bytes (a panic in `split`/`create_team`).
+#[test]
+fn a_scratch_allocation_no_segment_holds_is_a_scratch_error() {
+    let c = client(1);
+    let mut ep = c.endpoint(0).unwrap();
+    let w = ep.world();
+    ep.set_scratch_region(SEG / 2..SEG).unwrap();
+    for len in [usize::MAX, usize::MAX - 62] {
+        let r = ep.split(&w, Some(0), 0, Scratch::Alloc(len)).map(drop);
+        assert!(matches!(r, Err(CollError::Scratch(_))), "{len}: {r:?}");
+    }
+    ep.barrier(&w).unwrap();
+}
+
 /// Forced algorithms: unknown names and algorithms that cannot run the call (also
 /// through the layer's tuner), and one that needs more scratch space than the team
 /// has.
