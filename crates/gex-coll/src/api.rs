@@ -191,11 +191,13 @@ pub trait CollExt<C: Conduit> {
         scratch: Scratch,
     ) -> Result<Team, CollError>;
 
-    /// Destroys a team: frees scratch this endpoint allocated for it. Not collective.
+    /// Destroys a team: frees scratch this endpoint allocated for it (once: destroying
+    /// it again through a clone frees nothing). Not collective.
     ///
     /// # Errors
     /// [`CollError::TeamBusy`] if collectives of the team are in flight here;
-    /// [`CollError::BadMembers`] for the world team.
+    /// [`CollError::BadMembers`] for the world team; [`CollError::NotMember`] for a
+    /// team of another endpoint.
     fn destroy_team(&mut self, team: Team) -> Result<(), CollError>;
 
     /// Explains which algorithm a call would use and why.

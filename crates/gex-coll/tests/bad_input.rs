@@ -9,7 +9,7 @@
 use gex_coll::{
     AddrMode, Allreduce, Barrier, BarrierFlags, Broadcast, BuiltinOp, ByKind, Coll, CollError,
     CollExt, Exchange, Gather, GatherAll, InSegments, LogGP, OpKind, Opts, Profile, Query, Reduce,
-    Scatter, Scratch, Single, SyncModes, Tuner,
+    Scatter, Scratch, Single, SyncModes, TeamExt, Tuner,
 };
 use gex_core::boot::Singleton;
 use gex_core::loopback::Loopback;
@@ -218,6 +218,54 @@ fn scratch_outside_the_segment_is_a_scratch_error() {
     let t = ep.split(&w, Some(0), 0, Scratch::Alloc(SEG / 2)).unwrap();
     assert!(t.is_some());
     ep.barrier(&w).unwrap();
+}
+
+/// Regression: `destroy_team` did not check whose team it was given, so destroying a
+/// team with another endpoint released that team's scratch range into this
+/// endpoint's allocator (which could then hand out memory it never owned); and
+/// destroying a team twice (through a clone) released its range twice, so two later
+/// teams got the same scratch space.
+#[test]
+fn destroying_another_endpoints_team_or_a_team_twice_corrupts_nothing() {
+    let c = client(2);
+    let mut a = c.endpoint(0).unwrap();
+    let mut b = c.endpoint(1).unwrap();
+    let (aw, bw) = (a.world(), b.world());
+    a.set_scratch_region(0..1024).unwrap();
+    let t = a
+        .split(&aw, Some(0), 0, Scratch::Alloc(512))
+        .unwrap()
+        .unwrap();
+    assert_eq!(t.scratch(), &[(0, 512)]);
+    // b has no scratch region: it must not gain a's range.
+    assert!(matches!(
+        b.destroy_team(t.clone()),
+        Err(CollError::NotMember { .. })
+    ));
+    assert!(matches!(
+        b.split(&bw, Some(0), 0, Scratch::Alloc(512)),
+        Err(CollError::Scratch(_))
+    ));
+    // Twice through a clone: the range is released once.
+    a.destroy_team(t.clone()).unwrap();
+    a.destroy_team(t).unwrap();
+    let x = a
+        .split(&aw, Some(0), 0, Scratch::Alloc(512))
+        .unwrap()
+        .unwrap();
+    let y = a
+        .split(&aw, Some(0), 0, Scratch::Alloc(512))
+        .unwrap()
+        .unwrap();
+    let (rx, ry) = (x.scratch()[0], y.scratch()[0]);
+    assert!(
+        rx.0 + rx.1 <= ry.0 || ry.0 + ry.1 <= rx.0,
+        "two live teams share scratch: {rx:?} and {ry:?}"
+    );
+    assert!(matches!(
+        a.split(&aw, Some(0), 0, Scratch::Alloc(1)),
+        Err(CollError::Scratch(_))
+    ));
 }
 
 // ---------------------------------------------------------------- descriptors
