@@ -397,6 +397,57 @@ fn a_scratch_allocation_no_segment_holds_is_a_scratch_error() {
     ep.barrier(&w).unwrap();
 }
 
+/// Regression: a count whose block (count × element size) overflows panicked
+/// ("attempt to multiply with overflow") in `collective` instead of being refused;
+/// now `BadLength` (owned and borrowed descriptors) or `BadAddress` (single address
+/// mode).
+#[test]
+fn counts_that_overflow_a_block_are_errors() {
+    let c = client(1);
+    let mut ep = c.endpoint(0).unwrap();
+    let w = ep.world();
+    // Counts that overflow the byte length of a block.
+    for count in [usize::MAX, usize::MAX / 2 + 1] {
+        let r = ep
+            .collective(&w, Scatter::new(0, vec![1u64; 2], count), Nb)
+            .map(drop);
+        assert!(
+            matches!(
+                r,
+                Err(CollError::BadLength { .. } | CollError::BadAddress(_))
+            ),
+            "scatter count {count}: {r:?}"
+        );
+        let r = ep
+            .collective(
+                &w,
+                ByKind::new(OpKind::Broadcast, vec![1u32; 2]).count(count),
+                Nb,
+            )
+            .map(drop);
+        assert!(
+            matches!(
+                r,
+                Err(CollError::BadLength { .. } | CollError::BadAddress(_))
+            ),
+            "broadcast count {count}: {r:?}"
+        );
+        let r = ep.collective(
+            &w,
+            InSegments::<u64>::new(OpKind::Broadcast, count, Single::uniform(1, 0, 64)).root(0),
+            Blocking,
+        );
+        assert!(
+            matches!(
+                r,
+                Err(CollError::BadAddress(_) | CollError::BadLength { .. })
+            ),
+            "single-mode count {count}: {r:?}"
+        );
+    }
+    ep.barrier(&w).unwrap();
+}
+
 /// Forced algorithms: unknown names and algorithms that cannot run the call (also
 /// through the layer's tuner), and one that needs more scratch space than the team
 /// has.
