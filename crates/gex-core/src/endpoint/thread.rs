@@ -16,8 +16,8 @@
 //!
 //! While the rank itself holds the lock word (it is inside gex), the thread naps one
 //! interval at a time. Naps are parks that dropping the endpoint interrupts, so a long
-//! interval never holds up the drop. The thread's timer slack is set to 1 µs so that naps of a few
-//! microseconds are honoured.
+//! interval never holds up the drop. The thread's timer slack is set to 1 µs so that
+//! naps of a few microseconds are honoured.
 
 use super::EpCell;
 use crate::spi::{Conduit, ConduitEp, Sleeper};
