@@ -191,11 +191,13 @@ pub trait CollExt<C: Conduit> {
         scratch: Scratch,
     ) -> Result<Team, CollError>;
 
-    /// Destroys a team: frees scratch this endpoint allocated for it. Not collective.
+    /// Destroys a team: frees scratch this endpoint allocated for it (once: destroying
+    /// it again through a clone frees nothing). Not collective.
     ///
     /// # Errors
     /// [`CollError::TeamBusy`] if collectives of the team are in flight here;
-    /// [`CollError::BadMembers`] for the world team.
+    /// [`CollError::BadMembers`] for the world team; [`CollError::NotMember`] for a
+    /// team of another endpoint.
     fn destroy_team(&mut self, team: Team) -> Result<(), CollError>;
 
     /// Explains which algorithm a call would use and why.
@@ -549,6 +551,17 @@ struct Lowered<'a> {
     opts: Opts<'a>,
 }
 
+/// The most elements of `T` per block for which `p` blocks fit in an allocation
+/// (every buffer of a collective holds at most `p` blocks).
+fn max_count<T>(p: usize) -> usize {
+    isize::MAX as usize / p.max(1) / size_of::<T>().max(1)
+}
+
+/// Bytes of a block of `count` elements of `T`, if `p` such blocks fit in memory.
+fn block_bytes<T>(p: usize, count: usize) -> Option<usize> {
+    (count <= max_count::<T>(p)).then(|| count * size_of::<T>())
+}
+
 /// Checks `spec`'s lengths and root on `team`; returns the lowered call.
 fn lower<'a, C: Conduit, T: Elem>(
     ep: &Endpoint<C>,
@@ -558,7 +571,11 @@ fn lower<'a, C: Conduit, T: Elem>(
     let p = team.size() as usize;
     let kind = spec.kind;
     let count = spec.data.count(kind, p, spec.count);
-    let block = count * size_of::<T>();
+    let block = block_bytes::<T>(p, count).ok_or(CollError::BadLength {
+        what: "count (at most the expected elements: P blocks must fit in memory)",
+        expected: max_count::<T>(p),
+        got: count,
+    })?;
     let (root, at) = resolve_root(ep, team, kind, spec.root, block)?;
     if kind.rooted() && root >= team.size() {
         return Err(CollError::BadRank {
@@ -783,7 +800,13 @@ pub(crate) fn run_single<C: Conduit, T: Elem, M: Mode>(
         return Err(CollError::Layer("a single-mode descriptor without offsets"));
     };
     let count = spec.count.unwrap_or(0);
-    let block = count * size_of::<T>();
+    let block = block_bytes::<T>(team.size() as usize, count).ok_or_else(|| {
+        CollError::BadAddress(format!(
+            "{count} elements of {} bytes per block: {} blocks do not fit in memory",
+            size_of::<T>(),
+            team.size()
+        ))
+    })?;
     let (root, at) = resolve_root(ep, &team, spec.kind, spec.root, block)?;
     if spec.kind.reduces() && spec.reduce.is_none() {
         return Err(CollError::UnsupportedOp {

@@ -452,6 +452,10 @@ pub(crate) fn destroy_team<C: Conduit>(ep: &mut Endpoint<C>, team: Team) -> Resu
     }
     ep.poll();
     coll(ep, |c, _| {
+        // Another endpoint's team: its scratch is not this endpoint's to free.
+        if team.me() != c.me {
+            return Err(CollError::NotMember { team: team.id() });
+        }
         // A later team may take the id: forget the decision kept for this one.
         c.direct_choice = None;
         let pending = c
@@ -520,6 +524,9 @@ pub(crate) fn mix_all(parts: &[u64]) -> u64 {
 #[derive(Debug, Default)]
 pub(crate) struct SegAlloc {
     free: Vec<Range<usize>>,
+    /// Ranges handed out and not released: only these can be released (a team
+    /// destroyed twice, or one allocated from a previous region, frees nothing).
+    used: Vec<Range<usize>>,
 }
 
 impl SegAlloc {
@@ -530,11 +537,12 @@ impl SegAlloc {
             } else {
                 vec![region]
             },
+            used: Vec::new(),
         }
     }
 
     pub(crate) fn alloc(&mut self, len: usize) -> Option<Range<usize>> {
-        let len = len.max(1).div_ceil(64) * 64;
+        let len = len.max(1).div_ceil(64).checked_mul(64)?;
         let i = self.free.iter().position(|r| r.len() >= len)?;
         let r = self.free[i].clone();
         let out = r.start..r.start + len;
@@ -543,10 +551,15 @@ impl SegAlloc {
         } else {
             self.free[i] = out.end..r.end;
         }
+        self.used.push(out.clone());
         Some(out)
     }
 
     pub(crate) fn release(&mut self, r: Range<usize>) {
+        let Some(i) = self.used.iter().position(|u| *u == r) else {
+            return;
+        };
+        self.used.swap_remove(i);
         self.free.push(r);
         self.free.sort_by_key(|r| r.start);
         let mut merged: Vec<Range<usize>> = Vec::with_capacity(self.free.len());

@@ -372,6 +372,16 @@ fn places(infos: &[LayerInfo]) -> Result<Vec<Place>, InitError> {
                 (crate::types::FIRST_CLIENT_HANDLER as usize).saturating_sub(base)
             )));
         }
+        let aux_end = aux
+            .checked_add(i.aux_bytes)
+            .filter(|&e| e <= isize::MAX as usize)
+            .ok_or_else(|| {
+                InitError::Config(format!(
+                    "layer {} needs {} bytes of auxiliary area; with the layers before it that \
+                     is more than an address space holds",
+                    i.name, i.aux_bytes
+                ))
+            })?;
         out.push(Place {
             index,
             name: i.name,
@@ -381,7 +391,7 @@ fn places(infos: &[LayerInfo]) -> Result<Vec<Place>, InitError> {
             aux_len: i.aux_bytes,
         });
         base += i.handlers as usize;
-        aux += i.aux_bytes;
+        aux = aux_end;
     }
     Ok(out)
 }

@@ -232,7 +232,8 @@ impl<A: LayerSet, B: Layer> LayerSet for (A, B) {
         out.push(LayerInfo {
             name: B::NAME,
             handlers: B::HANDLERS,
-            aux_bytes: B::AUX_BYTES.div_ceil(64) * 64,
+            // Saturating: an impossible size is refused by `ClientBuilder::init`.
+            aux_bytes: B::AUX_BYTES.div_ceil(64).saturating_mul(64),
             env_vars: B::ENV_VARS,
         });
     }

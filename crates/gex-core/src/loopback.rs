@@ -65,14 +65,20 @@ struct Line(std::cell::UnsafeCell<[u64; 8]>);
 unsafe impl Sync for SegMem {}
 
 impl SegMem {
-    fn new(len: usize) -> Self {
+    /// `len` zeroed bytes; an error (not an abort) if they cannot be allocated.
+    fn new(len: usize, what: &str) -> Result<Self, InitError> {
         let lines = len.div_ceil(64).max(1);
-        SegMem {
-            mem: (0..lines)
-                .map(|_| Line(std::cell::UnsafeCell::new([0; 8])))
-                .collect(),
+        let mut mem = Vec::new();
+        mem.try_reserve_exact(lines)
+            .map_err(|e| InitError::Conduit {
+                conduit: Loopback::NAME,
+                msg: format!("cannot allocate a {what} of {len} bytes: {e}"),
+            })?;
+        mem.extend((0..lines).map(|_| Line(std::cell::UnsafeCell::new([0; 8]))));
+        Ok(SegMem {
+            mem: mem.into_boxed_slice(),
             len,
-        }
+        })
     }
     fn base(&self) -> NonNull<u8> {
         NonNull::new(self.mem[0].0.get().cast::<u8>()).expect("non-null")
@@ -116,8 +122,12 @@ impl Conduit for Loopback {
             inboxes: (0..n)
                 .map(|_| Arc::new(Mutex::new(VecDeque::new())))
                 .collect(),
-            segs: (0..n).map(|_| SegMem::new(seg_len[0])).collect(),
-            aux: (0..n).map(|_| SegMem::new(params.aux_len)).collect(),
+            segs: (0..n)
+                .map(|_| SegMem::new(seg_len[0], "segment"))
+                .collect::<Result<_, _>>()?,
+            aux: (0..n)
+                .map(|_| SegMem::new(params.aux_len, "auxiliary area"))
+                .collect::<Result<_, _>>()?,
             next_ticket: AtomicU64::new(1),
             completed: Mutex::new(HashMap::new()),
         });

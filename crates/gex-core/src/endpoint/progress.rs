@@ -357,14 +357,15 @@ impl<C: Conduit> Endpoint<C> {
     }
 
     /// As [`wait_until`](Self::wait_until), giving up after `timeout`; returns whether
-    /// `cond` became true.
+    /// `cond` became true. A timeout too long to represent as an instant (such as
+    /// [`Duration::MAX`]) waits without a deadline.
     pub fn wait_until_timeout(
         &mut self,
         mut cond: impl FnMut() -> bool,
         timeout: Duration,
     ) -> bool {
-        let deadline = Instant::now() + timeout;
-        self.inner().wait_for(Some(deadline), |_| cond())
+        let deadline = Instant::now().checked_add(timeout);
+        self.inner().wait_for(deadline, |_| cond())
     }
 
     /// Polls until `cond` holds of layer `L`'s state (false at once if `L` is not

@@ -18,8 +18,9 @@
 //! of a panic on the rank's own thread (the launcher then ends the job).
 //!
 //! While the rank itself holds the lock word (it is inside gex), the thread naps one
-//! interval at a time. The thread's timer slack is set to 1 µs so that naps of a few
-//! microseconds are honoured.
+//! interval at a time. Naps are parks that dropping the endpoint interrupts, so a long
+//! interval never holds up the drop. The thread's timer slack is set to 1 µs so that
+//! naps of a few microseconds are honoured.
 
 use super::EpCell;
 use crate::spi::{Conduit, ConduitEp, Sleeper};
@@ -78,6 +79,8 @@ impl ProgressThread {
         if let Some(s) = &self.sleeper {
             s.wake();
         }
+        // Its naps are parks: end the current one (or make the next return at once).
+        self.handle.thread().unpark();
         let _ = self.handle.join();
     }
 }
@@ -97,8 +100,9 @@ fn run<C: Conduit>(cell: &EpCell<C>, max_nap: Duration, sleeper: Option<&Sleeper
                 i.core.busy == 0 && i.core.lc.is_empty()
             }
             None => {
-                // The rank is inside gex and progresses by itself.
-                std::thread::sleep(max_nap);
+                // The rank is inside gex and progresses by itself. (Naps are parks, so
+                // that dropping the endpoint ends them: `ProgressThread::join`.)
+                std::thread::park_timeout(max_nap);
                 continue;
             }
         };
@@ -114,8 +118,8 @@ fn run<C: Conduit>(cell: &EpCell<C>, max_nap: Duration, sleeper: Option<&Sleeper
                 });
             }
             _ => {
-                std::thread::sleep(nap);
-                nap = (nap * 2).min(max_nap);
+                std::thread::park_timeout(nap);
+                nap = nap.saturating_mul(2).min(max_nap);
             }
         }
     }

@@ -1,0 +1,540 @@
+//! Bad input to gex-rma's calls (docs/testing.md, "Bad input"): the documented error
+//! variants the RMA conformance cases (`rma_errors`, `rma_atomic_errors`) and
+//! `tests/layer.rs` do not trigger, on every form of every operation (VIS gets as
+//! well as puts, scoped operations, atomics and fetches), and the failure modes a
+//! runtime author meets with bad arguments. Each is the documented error, returned
+//! before any byte moves; never a panic or a stray write. One rank on the loopback
+//! conduit (two endpoints where a second target is needed).
+
+use gex_core::boot::Singleton;
+use gex_core::loopback::Loopback;
+use gex_core::{
+    AmError, Blocking, Client, ClientBuilder, Config, Endpoint, EpAddr, EpError, Nb, Nbi, Team,
+};
+use gex_rma::{
+    AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, Rma, RmaError,
+    RmaExt, ScopeRmaExt, Strided, Vis,
+};
+
+const SEG: usize = 1 << 12;
+const NONE: AtomicFlags = AtomicFlags::empty();
+
+fn client(eps: u16) -> Client<Loopback> {
+    ClientBuilder::new()
+        .layer::<Rma>()
+        .segment_size(SEG)
+        .endpoints(eps)
+        .config(Config::default())
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap()
+}
+
+/// Known contents in the whole segment, to prove failed operations write nothing.
+fn fill(ep: &mut Endpoint<Loopback>) -> Vec<u8> {
+    let bytes: Vec<u8> = (0..SEG).map(|i| (i * 7 + 3) as u8).collect();
+    ep.put(GlobalPtr::<u8>::new(ep.addr(), 0), &bytes, Blocking)
+        .unwrap();
+    bytes
+}
+
+fn unchanged(ep: &mut Endpoint<Loopback>, before: &[u8]) {
+    let now = ep
+        .get(vec![0u8; SEG], GlobalPtr::<u8>::new(ep.addr(), 0), Blocking)
+        .unwrap();
+    assert!(now == before, "a failed operation wrote the segment");
+}
+
+fn oos(dst: EpAddr, offset: usize, len: usize) -> RmaError {
+    RmaError::OutOfSegment {
+        dst,
+        offset,
+        len,
+        seg_len: SEG,
+    }
+}
+
+const fn row(counts: &'static [usize], strides: &'static [isize]) -> Strided<'static> {
+    Strided {
+        counts,
+        remote_strides: strides,
+        local_start: 0,
+        local_strides: strides,
+    }
+}
+
+// ---------------------------------------------------------------- without the layer
+
+/// Every operation on an endpoint that does not carry the RMA layer is `NoLayer`.
+#[test]
+fn every_operation_without_the_layer_is_no_layer() {
+    let with = client(1);
+    let mut rma_ep = with.endpoint(0).unwrap();
+    let w = rma_ep.world();
+    let ad = rma_ep.atomic_domain::<u64>(&w, AtomicOps::all()).unwrap();
+    let c = ClientBuilder::new()
+        .segment_size(SEG)
+        .config(Config::default())
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut ep = c.endpoint(0).unwrap();
+    let p = GlobalPtr::<u32>::new(ep.addr(), 0);
+    let n = RmaError::NoLayer;
+    assert_eq!(ep.put(p, &[1], Blocking), Err(n.clone()));
+    assert_eq!(ep.put(p, &[1], Nb).map(drop), Err(n.clone()));
+    assert_eq!(ep.put(p, &[1], Nbi), Err(n.clone()));
+    assert_eq!(ep.put_val(p, 1, Nbi), Err(n.clone()));
+    assert_eq!(ep.get(&mut [0u32; 2], p, Blocking), Err(n.clone()));
+    assert_eq!(ep.get(vec![0u32; 2], p, Nb).map(drop), Err(n.clone()));
+    assert_eq!(ep.get(vec![0u32; 2], p, Nbi), Err(n.clone()));
+    assert_eq!(ep.get_val(p, Blocking), Err(n.clone()));
+    assert_eq!(ep.get_val(p, Nb).map(drop), Err(n.clone()));
+    assert_eq!(ep.memset(p.cast(), 0, 4, Blocking), Err(n.clone()));
+    assert_eq!(
+        ep.put_strided(p, &[1, 2], row(&[2], &[1]), Blocking),
+        Err(n.clone())
+    );
+    assert_eq!(
+        ep.get_strided(vec![0u32; 2], p, row(&[2], &[1]), Blocking)
+            .map(drop),
+        Err(n.clone())
+    );
+    assert_eq!(ep.put_vector(&[(p, 1)], &[1], Nbi), Err(n.clone()));
+    assert_eq!(
+        ep.get_vector(&mut [0u32; 1], &[(p, 1)], Blocking),
+        Err(n.clone())
+    );
+    assert_eq!(ep.put_indexed(&[p], 1, &[1], Blocking), Err(n.clone()));
+    assert_eq!(
+        ep.get_indexed(vec![0u32; 1], &[p], 1, Nb).map(drop),
+        Err(n.clone())
+    );
+    let pw = GlobalPtr::<u64>::new(ep.addr(), 0);
+    assert_eq!(
+        ep.atomic(&ad, AtomicOp::Add, pw, 1, 0, NONE, Blocking),
+        Err(n.clone())
+    );
+    assert_eq!(
+        ep.fetch(&ad, AtomicOp::Fadd, pw, 1, 0, NONE, Nb).map(drop),
+        Err(n.clone())
+    );
+    let w2 = ep.world();
+    assert_eq!(
+        ep.atomic_domain::<u64>(&w2, AtomicOps::ADD).map(drop),
+        Err(n.clone())
+    );
+    assert_eq!(ep.sync_nbi(NbiCategories::ALL), Err(n.clone()));
+    assert_eq!(ep.test_nbi(NbiCategories::PUTS), Err(n.clone()));
+    assert_eq!(ep.test_nbi(NbiCategories::GETS), Err(n.clone()));
+    let (mut a, mut b, mut old) = ([0u32; 1], [0u32; 1], 0u64);
+    let src = [1u32];
+    assert_eq!(ep.scope(|s| s.get_into(&mut a, p)), Err(n.clone()));
+    assert_eq!(
+        ep.scope(|s| s.get_vis_into(&mut b, Vis::Vector(&[(p, 1)]))),
+        Err(n.clone())
+    );
+    assert_eq!(ep.scope(|s| s.put_from(p, &src)), Err(n.clone()));
+    assert_eq!(
+        ep.scope(|s| s.fetch_into(&ad, AtomicOp::Fadd, pw, 1, 0, NONE, &mut old)),
+        Err(n)
+    );
+}
+
+#[test]
+fn a_bad_path_setting_is_an_endpoint_layer_error() {
+    let c = ClientBuilder::new()
+        .layer::<Rma>()
+        .segment_size(SEG)
+        .config(Config::from_pairs([("GEX_RMA_PATH", "fast")]))
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    match c.endpoint(0) {
+        Err(EpError::Layer(m)) => assert!(m.contains("GEX_RMA_PATH"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------- targets and ranges
+
+/// Target and range errors of the VIS forms (gets as well as puts) and of the scoped
+/// operations; nothing is written.
+#[test]
+fn vis_and_scoped_operations_check_targets_and_ranges() {
+    let c = client(1);
+    let mut ep = c.endpoint(0).unwrap();
+    let before = fill(&mut ep);
+    let me = ep.addr();
+    let bad_rank = GlobalPtr::<u32>::new(EpAddr::rank(3), 0);
+    let rank_err = RmaError::BadRank { rank: 3, size: 1 };
+    let bad_ep = GlobalPtr::<u32>::new(EpAddr::new(0, 1), 0);
+    let ep_err = RmaError::BadEndpoint {
+        dst: EpAddr::new(0, 1),
+    };
+    assert_eq!(
+        ep.put_strided(bad_rank, &[1], row(&[1], &[1]), Blocking),
+        Err(rank_err.clone())
+    );
+    assert_eq!(
+        ep.get_strided(&mut [0u32; 1], bad_ep, row(&[1], &[1]), Blocking),
+        Err(ep_err.clone())
+    );
+    assert_eq!(
+        ep.put_vector(&[(bad_ep, 1)], &[1], Nbi),
+        Err(ep_err.clone())
+    );
+    assert_eq!(
+        ep.get_vector(vec![0u32; 1], &[(bad_rank, 1)], Nb).map(drop),
+        Err(rank_err.clone())
+    );
+    assert_eq!(
+        ep.put_indexed(&[bad_rank], 1, &[1], Blocking),
+        Err(rank_err.clone())
+    );
+    assert_eq!(
+        ep.get_indexed(&mut [0u32; 2], &[bad_ep], 2, Blocking),
+        Err(ep_err.clone())
+    );
+    assert_eq!(
+        ep.get_val(GlobalPtr::<u16>::new(EpAddr::rank(3), 0), Nb)
+            .map(drop),
+        Err(rank_err.clone())
+    );
+    assert_eq!(
+        ep.get_val(GlobalPtr::<u16>::new(EpAddr::new(0, 9), 0), Nbi),
+        Err(RmaError::BadEndpoint {
+            dst: EpAddr::new(0, 9)
+        })
+    );
+    assert_eq!(ep.memset(bad_ep.cast(), 0, 1, Nbi), Err(ep_err.clone()));
+    // Out of the segment: every VIS get, the scoped forms, memset.
+    let end = GlobalPtr::<u32>::new(me, SEG - 4);
+    assert_eq!(
+        ep.get_strided(&mut [0u32; 2], end, row(&[2], &[1]), Blocking),
+        Err(oos(me, SEG - 4, 8))
+    );
+    assert_eq!(
+        ep.get_vector(vec![0u32; 2], &[(end, 2)], Nb).map(drop),
+        Err(oos(me, SEG - 4, 8))
+    );
+    assert_eq!(
+        ep.get_indexed(vec![0u32; 2], &[end.add(1)], 2, Nbi),
+        Err(oos(me, SEG, 8))
+    );
+    assert_eq!(
+        ep.memset(GlobalPtr::new(me, SEG - 1), 0, 2, Nb).map(drop),
+        Err(oos(me, SEG - 1, 2))
+    );
+    assert_eq!(
+        ep.memset(GlobalPtr::new(me, SEG + 1), 0, 0, Blocking),
+        Err(oos(me, SEG + 1, 0))
+    );
+    let (mut a, mut b) = ([0u32; 2], [0u32; 2]);
+    let src = [9u32; 2];
+    assert_eq!(
+        ep.scope(|s| s.get_into(&mut a, end)),
+        Err(oos(me, SEG - 4, 8))
+    );
+    assert_eq!(
+        ep.scope(|s| s.put_from(end, &src)),
+        Err(oos(me, SEG - 4, 8))
+    );
+    assert_eq!(
+        ep.scope(|s| s.put_from(bad_rank, &src)),
+        Err(rank_err.clone())
+    );
+    assert_eq!(
+        ep.scope(|s| s.get_vis_into(
+            &mut b,
+            Vis::Indexed {
+                ptrs: &[end],
+                each: 2
+            }
+        )),
+        Err(oos(me, SEG - 4, 8))
+    );
+    assert_eq!(
+        ep.scope(|s| s.get_vis_into(&mut b, Vis::Vector(&[(bad_ep, 2)]))),
+        Err(ep_err)
+    );
+    // Zero elements are fine anywhere in the segment, including its end.
+    ep.put::<u32, _>(GlobalPtr::new(me, SEG), &[], Blocking)
+        .unwrap();
+    ep.memset(GlobalPtr::new(me, SEG), 0, 0, Blocking).unwrap();
+    ep.get_vector::<u32, _, _>(&mut [], &[], Blocking).unwrap();
+    ep.put_indexed::<u32, _>(&[end, end], 0, &[], Blocking)
+        .unwrap();
+    ep.put_strided(end, &[0u32; 0], row(&[0, 5], &[1, 1]), Blocking)
+        .unwrap();
+    assert_eq!(a, [0, 0]);
+    unchanged(&mut ep, &before);
+}
+
+/// Shape errors of the VIS gets and of a scoped VIS get; a second target in one
+/// vector or indexed list.
+#[test]
+fn vis_gets_check_shapes_and_single_targets() {
+    let c = client(2);
+    let mut ep = c.endpoint(0).unwrap();
+    let before = fill(&mut ep);
+    let me = ep.addr();
+    let p = GlobalPtr::<u16>::new(me, 64);
+    let other = GlobalPtr::<u16>::new(EpAddr::new(0, 1), 64);
+    assert!(matches!(
+        ep.get_vector(&mut [0u16; 3], &[(p, 2)], Blocking),
+        Err(RmaError::ShapeMismatch(_))
+    ));
+    assert!(matches!(
+        ep.get_vector(vec![0u16; 2], &[(p, usize::MAX), (p, 3)], Nb)
+            .map(drop),
+        Err(RmaError::ShapeMismatch(_))
+    ));
+    assert!(matches!(
+        ep.get_indexed(vec![0u16; 5], &[p, p.add(8)], 2, Nbi),
+        Err(RmaError::ShapeMismatch(_))
+    ));
+    assert!(matches!(
+        ep.put_indexed(&[p; 2], usize::MAX, &[1u16; 2], Blocking),
+        Err(RmaError::ShapeMismatch(_))
+    ));
+    assert!(matches!(
+        ep.get_strided(
+            &mut [0u16; 4],
+            p,
+            Strided {
+                counts: &[2, 2],
+                remote_strides: &[1, 2],
+                local_start: 0,
+                local_strides: &[1],
+            },
+            Blocking
+        ),
+        Err(RmaError::ShapeMismatch(_))
+    ));
+    let mut b = [0u16; 2];
+    assert!(matches!(
+        ep.scope(|s| s.get_vis_into(&mut b, Vis::Vector(&[(p, 3)]))),
+        Err(RmaError::ShapeMismatch(_))
+    ));
+    // One target per operation.
+    let mixed = RmaError::MixedTargets {
+        first: me,
+        other: other.addr(),
+    };
+    assert_eq!(
+        ep.get_vector(&mut [0u16; 2], &[(p, 1), (other, 1)], Blocking),
+        Err(mixed.clone())
+    );
+    assert_eq!(
+        ep.put_indexed(&[p, other], 1, &[1, 2], Nbi),
+        Err(mixed.clone())
+    );
+    assert_eq!(
+        ep.get_indexed(vec![0u16; 2], &[p, other], 1, Nb).map(drop),
+        Err(mixed)
+    );
+    // Local side: a strided shape reaching before or after the local buffer.
+    let low = Strided {
+        counts: &[2],
+        remote_strides: &[1],
+        local_start: 1,
+        local_strides: &[-2],
+    };
+    assert!(matches!(
+        ep.get_strided(&mut [0u16; 2], p, low, Blocking),
+        Err(RmaError::LocalOutOfBounds { slice_len: 2, .. })
+    ));
+    let high = Strided {
+        counts: &[2],
+        remote_strides: &[1],
+        local_start: 2,
+        local_strides: &[1],
+    };
+    assert!(matches!(
+        ep.get_strided(vec![0u16; 3], p, high, Nb).map(drop),
+        Err(RmaError::LocalOutOfBounds { slice_len: 3, .. })
+    ));
+    assert!(matches!(
+        ep.put_strided(p, &[1u16; 3], high, Nbi),
+        Err(RmaError::LocalOutOfBounds { slice_len: 3, .. })
+    ));
+    let far = Strided {
+        counts: &[2],
+        remote_strides: &[1],
+        local_start: usize::MAX,
+        local_strides: &[1],
+    };
+    assert!(matches!(
+        ep.put_strided(p, &[1u16; 2], far, Blocking),
+        Err(RmaError::LocalOutOfBounds { .. })
+    ));
+    // Huge strides are range errors, not overflows.
+    let wild = Strided {
+        counts: &[2],
+        remote_strides: &[isize::MAX],
+        local_start: 0,
+        local_strides: &[1],
+    };
+    assert!(matches!(
+        ep.put_strided(p, &[1u16; 2], wild, Blocking),
+        Err(RmaError::OutOfSegment { .. })
+    ));
+    let wild = Strided {
+        counts: &[2],
+        remote_strides: &[isize::MIN],
+        local_start: 0,
+        local_strides: &[1],
+    };
+    assert!(matches!(
+        ep.get_strided(&mut [0u16; 2], p, wild, Blocking),
+        Err(RmaError::OutOfSegment {
+            offset: usize::MAX,
+            ..
+        })
+    ));
+    unchanged(&mut ep, &before);
+}
+
+// ---------------------------------------------------------------- atomics
+
+fn world_domain(ep: &mut Endpoint<Loopback>, ops: AtomicOps) -> AtomicDomain<u64> {
+    let w = ep.world();
+    ep.atomic_domain::<u64>(&w, ops).unwrap()
+}
+
+/// The fetching forms and the scoped fetch check like `atomic`: op set, team,
+/// alignment, range, fetching op; nothing is performed.
+#[test]
+fn fetches_check_like_atomics() {
+    let c = client(2);
+    let mut ep = c.endpoint(0).unwrap();
+    let me = ep.addr();
+    let ad = world_domain(&mut ep, AtomicOps::FADD | AtomicOps::SET | AtomicOps::GET);
+    let p = GlobalPtr::<u64>::new(me, 64);
+    ep.atomic(&ad, AtomicOp::Set, p, 77, 0, NONE, Blocking)
+        .unwrap();
+    let mut old = 0u64;
+    let nd = RmaError::OpNotInDomain { op: AtomicOp::Fxor };
+    assert_eq!(
+        ep.fetch(&ad, AtomicOp::Fxor, p, 1, 0, NONE, Nbi),
+        Err(nd.clone())
+    );
+    assert_eq!(
+        ep.scope(|s| s.fetch_into(&ad, AtomicOp::Fxor, p, 1, 0, NONE, &mut old)),
+        Err(nd)
+    );
+    assert_eq!(
+        ep.scope(|s| s.fetch_into(&ad, AtomicOp::Set, p, 1, 0, NONE, &mut old)),
+        Err(RmaError::NotFetching { op: AtomicOp::Set })
+    );
+    assert_eq!(
+        ep.fetch(&ad, AtomicOp::Set, p, 1, 0, NONE, Nbi),
+        Err(RmaError::NotFetching { op: AtomicOp::Set })
+    );
+    // Endpoint 1 is not in endpoint 0's world team.
+    let stranger = GlobalPtr::<u64>::new(EpAddr::new(0, 1), 64);
+    assert_eq!(
+        ep.fetch(&ad, AtomicOp::Fadd, stranger, 1, 0, NONE, Nb)
+            .map(drop),
+        Err(RmaError::NotInTeam {
+            dst: stranger.addr()
+        })
+    );
+    assert_eq!(
+        ep.scope(|s| s.fetch_into(&ad, AtomicOp::Fadd, stranger, 1, 0, NONE, &mut old)),
+        Err(RmaError::NotInTeam {
+            dst: stranger.addr()
+        })
+    );
+    for off in [65, 68] {
+        let q = GlobalPtr::<u64>::new(me, off);
+        let mis = RmaError::Misaligned {
+            dst: me,
+            offset: off,
+            align: 8,
+        };
+        assert_eq!(
+            ep.fetch(&ad, AtomicOp::Fadd, q, 1, 0, NONE, Blocking),
+            Err(mis.clone())
+        );
+        assert_eq!(
+            ep.scope(|s| s.fetch_into(&ad, AtomicOp::Fadd, q, 1, 0, NONE, &mut old)),
+            Err(mis)
+        );
+    }
+    for off in [SEG, SEG - 4, usize::MAX - 7] {
+        let q = GlobalPtr::<u64>::new(me, off);
+        assert_eq!(
+            ep.fetch(&ad, AtomicOp::Fadd, q, 1, 0, NONE, Nb).map(drop),
+            Err(oos(me, off, 8))
+        );
+        assert_eq!(
+            ep.atomic(&ad, AtomicOp::Fadd, q, 1, 0, NONE, Nbi),
+            Err(oos(me, off, 8))
+        );
+    }
+    assert_eq!(
+        ep.fetch(
+            &ad,
+            AtomicOp::Fadd,
+            GlobalPtr::new(EpAddr::new(0, 2), 0),
+            1,
+            0,
+            NONE,
+            Blocking
+        ),
+        Err(RmaError::NotInTeam {
+            dst: EpAddr::new(0, 2)
+        })
+    );
+    assert_eq!(old, 0, "a failed scoped fetch wrote its destination");
+    ep.sync_nbi(NbiCategories::ALL).unwrap();
+    assert_eq!(
+        ep.fetch(&ad, AtomicOp::Get, p, 0, 0, NONE, Blocking),
+        Ok(77),
+        "a failed atomic changed the word"
+    );
+}
+
+/// `atomic_domain` on a team this endpoint is not the calling member of: the
+/// exchange's `NotMember`, as `RmaError::Am`.
+#[test]
+fn a_domain_on_a_team_without_this_endpoint_is_an_am_error() {
+    let c = client(2);
+    let mut ep = c.endpoint(0).unwrap();
+    let t = Team::new(4, vec![EpAddr::new(0, 0), EpAddr::new(0, 1)], 1);
+    assert_eq!(
+        ep.atomic_domain::<u32>(&t, AtomicOps::ADD).map(drop),
+        Err(RmaError::Am(AmError::NotMember(EpAddr::new(0, 0))))
+    );
+    let t = Team::new(5, vec![EpAddr::new(0, 0), EpAddr::rank(6)], 0);
+    assert_eq!(
+        ep.atomic_domain::<u32>(&t, AtomicOps::ADD).map(drop),
+        Err(RmaError::Am(AmError::BadRank { rank: 6, size: 1 }))
+    );
+}
+
+/// Members at different collective calls: one creates an atomic domain while the other
+/// makes another exchange on the team; both get an error (`RmaError::Am` with
+/// `ExchangeMismatch` on the domain's side), not a hang or a domain built from the
+/// wrong blob.
+#[test]
+fn a_domain_against_another_exchange_is_a_mismatch() {
+    let c = client(2);
+    let mut a = c.endpoint(0).unwrap();
+    let mut b = c.endpoint(1).unwrap();
+    let members = vec![EpAddr::new(0, 0), EpAddr::new(0, 1)];
+    let (ta, tb) = (Team::new(9, members.clone(), 0), Team::new(9, members, 1));
+    let t = std::thread::spawn(move || b.exchange_tagged(&tb, 77, b"x").map(drop));
+    let ra = a.atomic_domain::<u64>(&ta, AtomicOps::FADD).map(drop);
+    let rb = t.join().unwrap();
+    assert!(
+        matches!(
+            ra,
+            Err(RmaError::Am(AmError::ExchangeMismatch { theirs: 77, .. }))
+        ),
+        "{ra:?}"
+    );
+    assert!(
+        matches!(rb, Err(AmError::ExchangeMismatch { ours: 77, .. })),
+        "{rb:?}"
+    );
+}
