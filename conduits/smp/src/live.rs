@@ -25,8 +25,9 @@
 //! business (in a hybrid job, this conduit watches only the ranks of its host).
 //!
 //! **What happens.** The endpoint panics with `gex smp: rank R: neighbour rank P (pid
-//! N) has ended (exited or was killed) while this rank is still in the job; ending
-//! this rank`: `poll` cannot return an error, and every wait of this rank would wait
+//! N) has ended (exited or killed) while this rank is still in the job; ending this
+//! rank` (every neighbour that has ended is named: when one death ends other ranks in
+//! turn, the first one is among them): `poll` cannot return an error, and every wait of this rank would wait
 //! for the dead rank forever. This is the path of every fatal conduit error (a corrupt
 //! ring record ends a rank the same way); under a launcher that ends the job when a
 //! rank fails, the launcher has usually done so already. If the thread is already
@@ -101,10 +102,11 @@ impl Peers {
         self.closing.store(true, Ordering::Relaxed);
     }
 
-    /// The first watched neighbour (rank, pid) whose process has ended. One `poll(2)`.
-    pub(crate) fn ended(&self) -> Option<(u32, u32)> {
+    /// The watched neighbours (rank, pid) whose processes have ended, in rank order
+    /// (empty if none). One `poll(2)`.
+    pub(crate) fn ended(&self) -> Vec<(u32, u32)> {
         if self.peers.is_empty() || self.closing.load(Ordering::Relaxed) {
-            return None;
+            return Vec::new();
         }
         let mut fds: Vec<PollFd<'_>> = self
             .peers
@@ -118,29 +120,44 @@ impl Peers {
         match rustix::event::poll(&mut fds, Some(&zero)) {
             Ok(n) if n > 0 => {}
             // Nothing ended, or interrupted (the next check looks again).
-            _ => return None,
+            _ => return Vec::new(),
         }
         fds.iter()
             .zip(&self.peers)
-            .find(|(fd, _)| !fd.revents().is_empty())
+            .filter(|(fd, _)| !fd.revents().is_empty())
             .map(|(_, p)| (p.rank, p.pid))
+            .collect()
     }
 
     /// What the stall report says about the neighbours: those that have ended.
     pub(crate) fn describe(&self) -> Option<String> {
-        let (rank, pid) = self.ended()?;
-        Some(format!(
-            "neighbour rank {rank} (pid {pid}) has ended (exited or was killed)"
-        ))
+        let ended = self.ended();
+        (!ended.is_empty()).then(|| format!("{} (exited or killed)", Self::names(&ended)))
     }
 
-    /// Ends this rank because neighbour `rank` (process `pid`) has ended.
+    /// `neighbour rank 2 (pid 42) has ended`, `neighbours rank 1 (pid 41) and rank 2
+    /// (pid 42) have ended`.
+    fn names(ended: &[(u32, u32)]) -> String {
+        let list: Vec<String> = ended
+            .iter()
+            .map(|(r, p)| format!("rank {r} (pid {p})"))
+            .collect();
+        match list.as_slice() {
+            [one] => format!("neighbour {one} has ended"),
+            [rest @ .., last] => format!("neighbours {} and {last} have ended", rest.join(", ")),
+            [] => String::new(),
+        }
+    }
+
+    /// Ends this rank because the neighbours `ended` (rank, pid) have ended (all that
+    /// have: when one rank's death ends others, the first one is among them).
     #[cold]
-    pub(crate) fn fail(&self, rank: u32, pid: u32) -> ! {
+    pub(crate) fn fail(&self, ended: &[(u32, u32)]) -> ! {
         let msg = format!(
-            "gex smp: rank {}: neighbour rank {rank} (pid {pid}) has ended (exited or was killed) \
-             while this rank is still in the job; ending this rank",
-            self.me
+            "gex smp: rank {}: {} (exited or killed) while this rank is still in the job; \
+             ending this rank",
+            self.me,
+            Self::names(ended)
         );
         if std::thread::panicking() {
             // A second panic would abort with a less helpful message.
@@ -201,23 +218,29 @@ mod tests {
         let mut peers = Peers::new(0);
         peers.watch(3, child.id());
         assert_eq!(peers.watched(), 1);
-        assert_eq!(peers.ended(), None);
+        assert_eq!(peers.ended(), []);
         assert_eq!(peers.describe(), None);
         child.kill().unwrap();
         // Readable from the moment it is a zombie: not reaped yet.
         let t = Instant::now();
-        while peers.ended().is_none() && t.elapsed() < Duration::from_secs(5) {
+        while peers.ended().is_empty() && t.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert_eq!(peers.ended(), Some((3, child.id())));
-        assert!(peers.describe().unwrap().contains("rank 3 (pid"));
+        assert_eq!(peers.ended(), [(3, child.id())]);
+        assert!(peers.describe().unwrap().contains("neighbour rank 3 (pid"));
         peers.close();
-        assert_eq!(peers.ended(), None, "no checks once closing");
+        assert_eq!(peers.ended(), [], "no checks once closing");
         child.wait().unwrap();
-        let e = std::panic::catch_unwind(|| peers.fail(3, 42)).unwrap_err();
+        let e = std::panic::catch_unwind(|| peers.fail(&[(3, 42)])).unwrap_err();
         let text = e.downcast_ref::<String>().unwrap();
         assert!(
-            text.contains("rank 0: neighbour rank 3 (pid 42) has ended"),
+            text.contains("rank 0: neighbour rank 3 (pid 42) has ended (exited or killed)"),
+            "{text}"
+        );
+        let e = std::panic::catch_unwind(|| peers.fail(&[(1, 41), (3, 42)])).unwrap_err();
+        let text = e.downcast_ref::<String>().unwrap();
+        assert!(
+            text.contains("rank 0: neighbours rank 1 (pid 41) and rank 3 (pid 42) have ended"),
             "{text}"
         );
     }
@@ -239,6 +262,6 @@ mod tests {
         peers.watch(1, 0); // not a pid
         peers.watch(2, u32::MAX);
         assert_eq!(peers.watched(), 0);
-        assert_eq!(peers.ended(), None);
+        assert_eq!(peers.ended(), []);
     }
 }

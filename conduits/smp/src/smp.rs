@@ -635,10 +635,11 @@ impl SmpEp {
     #[cold]
     #[inline(never)]
     fn check_peers(&mut self) {
-        if self.watch.due()
-            && let Some((rank, pid)) = self.conduit.peers.ended()
-        {
-            self.conduit.peers.fail(rank, pid);
+        if self.watch.due() {
+            let ended = self.conduit.peers.ended();
+            if !ended.is_empty() {
+                self.conduit.peers.fail(&ended);
+            }
         }
     }
 }
