@@ -240,10 +240,6 @@ fn code_is(code: i32, says: &[&str]) -> Expect {
 /// (`conduits/ofi/src/config.rs`, `PROBE_AFTER`, `PROBE_DEADLINE`).
 pub(crate) const OFI_PROBE_BOUND: Duration = Duration::from_secs(12);
 
-/// Why some deaths of a peer on another host are not run under the no-kill launcher.
-const OFI_NOT_SEEN: &str = "a rank that only waits to receive from a dead peer over tcp;ofi_rxm is told nothing \
-     (the ofi conduit probes only peers it has requests outstanding to): only a launcher ends such a job";
-
 /// Whether the triggering rank dies without asking the launcher to end the job (a
 /// signal, a panic, an exit without finalizing): then only the launcher, or the
 /// survivors' liveness checks, can end it.
@@ -352,10 +348,9 @@ pub(crate) fn expect(s: &Scenario, launcher: Launcher, conduit: Conduit) -> Resu
                 .push("; the other ranks go on (kill on bad exit is off)".into());
             e.survivors = Survivors::NameItSmp;
             if conduit == Conduit::OfiNet {
-                // Only a rank with requests outstanding to the dead peer probes it.
-                if !matches!(s.others, Barrier | Reply) {
-                    return Err(OFI_NOT_SEEN.into());
-                }
+                // Each survivor has a request outstanding to the dead rank here (the
+                // barrier's, the allreduce's, the request awaiting a reply), which its
+                // liveness probe follows up.
                 e.survivors = Survivors::NameItOfi;
                 e.bound = Some(OFI_PROBE_BOUND);
             }
