@@ -25,8 +25,9 @@
 //! - **Liveness.** Every rank watches its neighbours through pidfds and, while it waits
 //!   inside gex, notices within about 0.1 s that one has ended (even by `kill -9`),
 //!   without the launcher's help: it then ends with a message naming the neighbour's
-//!   rank and pid. The message path pays one counter increment per poll; the check
-//!   (one `poll(2)` over the pidfds) runs from the idle path at most every 100 ms.
+//!   rank and pid. The message path pays one counter addition per poll; the coarse
+//!   clock is read after 4 empty polls, and the check (one `poll(2)` over the pidfds)
+//!   runs at most every 100 ms.
 //!
 //! ## What it does not do
 //! Ranks on several hosts (use a network conduit), or ranks as threads of one process.

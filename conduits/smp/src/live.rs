@@ -9,10 +9,15 @@
 //! process is a zombie; one `poll(2)` over all of them with a zero timeout says whether
 //! any neighbour has ended.
 //!
-//! **When an endpoint checks.** Never on the message path: [`Watch::tick`] is one
-//! counter increment per `poll`, and every [`POLLS_PER_CHECK`] polls (a spinning wait
-//! gets there in well under a millisecond) the cold [`Watch::due`] reads the clock;
-//! `block` (a wait about to sleep) asks `due` every time. `due` lets a check through at
+//! **When an endpoint checks.** Never on the message path: [`Watch::tick`] adds to a
+//! counter once per `poll` -- [`EMPTY_WEIGHT`] for a poll that found nothing, 1 for one
+//! that delivered messages -- and when it reaches [`POLLS_PER_CHECK`] (after 4 empty
+//! polls, or 4096 busy ones) the cold [`Watch::due`] reads the coarse monotonic clock
+//! (`CLOCK_MONOTONIC_COARSE`: a few nanoseconds through the vDSO, no system call, 4 ms
+//! resolution); `block` (a wait about to sleep) asks `due` every time. Counting polls
+//! with a high threshold is not enough: a wait that yields its core between polls (the
+//! collectives' shared-memory barrier polls the endpoint once every 16 yields under
+//! spin-then-block) may poll only tens of times a second on a loaded machine. `due` lets a check through at
 //! most every [`CHECK_INTERVAL`], so a waiting rank pays one `poll(2)` per interval. A
 //! rank that waits inside gex (a barrier, a collective, a reply, back-pressure, its own
 //! `poll` loop) therefore notices a dead neighbour within about [`CHECK_INTERVAL`]
@@ -42,12 +47,16 @@
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::process::{Pid, PidfdFlags};
+use rustix::time::{ClockId, clock_gettime};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Polls between two looks at the clock (a power of two).
+/// Polls that delivered messages between two looks at the clock.
 pub(crate) const POLLS_PER_CHECK: u32 = 1 << 12;
+/// What an empty poll counts for (so an idle wait looks at the clock every
+/// `POLLS_PER_CHECK / EMPTY_WEIGHT` = 4 polls).
+pub(crate) const EMPTY_WEIGHT: u32 = 1 << 10;
 /// Shortest time between two checks of one endpoint.
 pub(crate) const CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -168,46 +177,57 @@ impl Peers {
     }
 }
 
-/// One endpoint's schedule of checks: a poll counter and the time of the next check.
+/// One endpoint's schedule of checks: a weighted poll count and the time of the next
+/// check (nanoseconds of the coarse monotonic clock).
 #[derive(Debug)]
 pub(crate) struct Watch {
-    polls: u32,
-    next: Option<Instant>,
+    score: u32,
+    next: u64,
+}
+
+/// The coarse monotonic clock, in nanoseconds.
+fn coarse_ns() -> u64 {
+    let t = clock_gettime(ClockId::MonotonicCoarse);
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
 }
 
 impl Watch {
     pub(crate) fn new() -> Watch {
-        Watch {
-            polls: 0,
-            next: None,
-        }
+        Watch { score: 0, next: 0 }
     }
 
-    /// Counts one poll; true every [`POLLS_PER_CHECK`] polls (then ask [`due`](Self::due)).
+    /// Counts one poll that delivered `delivered` messages; true once the count reaches
+    /// [`POLLS_PER_CHECK`] (an empty poll counts [`EMPTY_WEIGHT`]): then ask
+    /// [`due`](Self::due).
     #[inline(always)]
-    pub(crate) fn tick(&mut self) -> bool {
-        self.polls = self.polls.wrapping_add(1);
-        self.polls & (POLLS_PER_CHECK - 1) == 0
+    pub(crate) fn tick(&mut self, delivered: usize) -> bool {
+        self.score += if delivered == 0 { EMPTY_WEIGHT } else { 1 };
+        if self.score >= POLLS_PER_CHECK {
+            self.score = 0;
+            return true;
+        }
+        false
     }
 
     /// Whether a check is due (at most one per [`CHECK_INTERVAL`]); if so, the next one
     /// is scheduled.
     #[cold]
     pub(crate) fn due(&mut self) -> bool {
-        let now = Instant::now();
-        match self.next {
-            Some(t) if now < t => false,
-            _ => {
-                self.next = Some(now + CHECK_INTERVAL);
-                true
-            }
+        let now = coarse_ns();
+        if now < self.next {
+            return false;
         }
+        self.next = now.saturating_add(CHECK_INTERVAL.as_nanos() as u64);
+        true
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
     fn a_child_that_ends_is_seen() {
@@ -246,13 +266,16 @@ mod tests {
     }
 
     #[test]
-    fn the_clock_is_read_every_few_thousand_polls_and_checks_are_spaced() {
+    fn the_clock_is_read_every_4_idle_polls_and_checks_are_spaced() {
         let mut w = Watch::new();
-        let ticks = (0..POLLS_PER_CHECK * 3).filter(|_| w.tick()).count();
-        assert_eq!(ticks, 3);
+        let busy = (0..POLLS_PER_CHECK * 3).filter(|_| w.tick(1)).count();
+        assert_eq!(busy, 3, "polls that deliver: every POLLS_PER_CHECK");
+        let idle = (0..4 * 5).filter(|_| w.tick(0)).count();
+        assert_eq!(idle, 5, "empty polls: every 4");
         assert!(w.due(), "the first check is due at once");
         assert!(!w.due(), "the next one only after the interval");
-        std::thread::sleep(CHECK_INTERVAL);
+        // The coarse clock ticks every few milliseconds: allow for one tick.
+        std::thread::sleep(CHECK_INTERVAL + Duration::from_millis(20));
         assert!(w.due());
     }
 

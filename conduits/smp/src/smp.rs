@@ -642,6 +642,51 @@ impl SmpEp {
             }
         }
     }
+
+    /// The body of `poll`: flushes deferred replies, drains the reply rings, then the
+    /// request rings, up to about `budget` messages.
+    #[inline(always)]
+    fn drain_rings<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize {
+        if self.tx.npending > 0 {
+            self.tx.flush();
+        }
+        let mut n = 0;
+        let rx = &mut self.rx;
+        for g in 0..rx.rep.len() {
+            if n >= budget {
+                return n;
+            }
+            n += drain(
+                &mut rx.rep[g],
+                rx.src[g],
+                g,
+                rx.seg,
+                Kind::Reply,
+                d,
+                &mut self.tx,
+                budget - n,
+            );
+        }
+        for g in 0..rx.req.len() {
+            if n >= budget {
+                return n;
+            }
+            if self.tx.npending != 0 && !self.tx.pending[g].is_empty() {
+                continue;
+            }
+            n += drain(
+                &mut rx.req[g],
+                rx.src[g],
+                g,
+                rx.seg,
+                Kind::Request,
+                d,
+                &mut self.tx,
+                budget - n,
+            );
+        }
+        n
+    }
 }
 
 impl ConduitEp for SmpEp {
@@ -681,49 +726,13 @@ impl ConduitEp for SmpEp {
     ///
     /// # Panics
     /// On a corrupt ring record (naming the sender), and when a neighbour has ended
-    /// (checked every few thousand polls, at most every 100 ms; see the crate docs).
+    /// (the clock looked at every 4 empty polls or 4096 busy ones, a check at most every
+    /// 100 ms; see the crate docs).
     #[inline]
     fn poll<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize {
-        if self.watch.tick() {
+        let n = self.drain_rings(d, budget);
+        if self.watch.tick(n) {
             self.check_peers();
-        }
-        if self.tx.npending > 0 {
-            self.tx.flush();
-        }
-        let mut n = 0;
-        let rx = &mut self.rx;
-        for g in 0..rx.rep.len() {
-            if n >= budget {
-                return n;
-            }
-            n += drain(
-                &mut rx.rep[g],
-                rx.src[g],
-                g,
-                rx.seg,
-                Kind::Reply,
-                d,
-                &mut self.tx,
-                budget - n,
-            );
-        }
-        for g in 0..rx.req.len() {
-            if n >= budget {
-                return n;
-            }
-            if self.tx.npending != 0 && !self.tx.pending[g].is_empty() {
-                continue;
-            }
-            n += drain(
-                &mut rx.req[g],
-                rx.src[g],
-                g,
-                rx.seg,
-                Kind::Request,
-                d,
-                &mut self.tx,
-                budget - n,
-            );
         }
         n
     }
