@@ -22,6 +22,13 @@
 //!   requests from that peer are not drained until it has been delivered, which bounds the
 //!   queue to one reply per peer and rules out request/reply deadlock.
 //!
+//! - **Liveness.** Every rank watches its neighbours through pidfds and, while it waits
+//!   inside gex, notices within about 0.1 s that one has ended (even by `kill -9`),
+//!   without the launcher's help: it then ends with a message naming the neighbour's
+//!   rank and pid. The message path pays one counter addition per poll; the coarse
+//!   clock is read after 4 empty polls, and the check (one `poll(2)` over the pidfds)
+//!   runs at most every 100 ms.
+//!
 //! ## What it does not do
 //! Ranks on several hosts (use a network conduit), or ranks as threads of one process.
 //! In a job that spans several hosts, this conduit serves the ranks of each host as the
@@ -32,6 +39,7 @@
 //! `GEX_SMP_RING_SIZE` (bytes per ring, power of two, default 256 KiB) and
 //! `GEX_SMP_MAX_MEDIUM` (default 64 KiB); see `docs/env.md`.
 
+mod live;
 mod record;
 mod region;
 mod smp;

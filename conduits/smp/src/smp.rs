@@ -9,6 +9,7 @@
 //! conduit sees them and checked again on receipt.
 #![allow(unsafe_code)]
 
+use crate::live::{Peers, Watch};
 use crate::record::{self, Body, NP_ARGS_AREA, U_FIXED_ARGS, args_area};
 use crate::region::{self, Layout, Mapping};
 use gex_core::boot::Bootstrap;
@@ -68,6 +69,8 @@ pub struct Smp {
     g_base: Vec<usize>,
     /// Largest Medium payload of every rank of this host, by local index.
     max_medium: Vec<usize>,
+    /// The neighbours' pidfds (in-band liveness, the `live` module).
+    peers: Peers,
 }
 
 /// `Smp::local_of` of a rank on another host.
@@ -125,6 +128,8 @@ pub struct SmpEp {
     seen: u32,
     limits: Limits,
     np: Option<Np>,
+    /// When to look at the neighbours' pidfds next.
+    watch: Watch,
     conduit: Arc<Smp>,
 }
 
@@ -165,6 +170,16 @@ impl Conduit for Smp {
             });
         }
         Smp::open_node(boot, params)
+    }
+
+    /// Stops watching the neighbours (they may exit as soon as the barrier lets them),
+    /// then runs `barrier`.
+    fn finalize(
+        &self,
+        barrier: &mut dyn FnMut() -> Result<(), gex_core::boot::BootError>,
+    ) -> Result<(), gex_core::boot::BootError> {
+        self.peers.close();
+        barrier()
     }
 }
 
@@ -260,6 +275,7 @@ impl Smp {
         blob.extend_from_slice(&(rustix::fd::AsRawFd::as_raw_fd(&fd)).to_le_bytes());
         blob.extend_from_slice(&(mine.len as u64).to_le_bytes());
         let all = boot.exchange(&blob)?;
+        let mut peers = Peers::new(params.rank);
         let mut own = Some(own);
         let mut maps = Vec::with_capacity(ranks.len());
         for &r in &ranks {
@@ -278,6 +294,9 @@ impl Smp {
             let pid = u32::from_le_bytes(b[0..4].try_into().expect("4"));
             let pfd = u32::from_le_bytes(b[4..8].try_into().expect("4"));
             let len = u64::from_le_bytes(b[8..16].try_into().expect("8")) as usize;
+            // The pidfd first: mapping the region through /proc/<pid> then proves that
+            // the pidfd names the process that owns it.
+            peers.watch(r as u32, pid);
             maps.push(region::map_peer(r as u32, pid, pfd, len)?);
         }
         // Everyone has mapped everyone: the descriptor (the region's last name) can go.
@@ -309,12 +328,14 @@ impl Smp {
             local_of,
             g_base,
             max_medium: max_med,
+            peers,
         });
         let eps = (0..my_eps).map(|e| smp.make_ep(me, e, total)).collect();
         tracing::debug!(
             rank,
             ranks = n,
             neighbours = smp.ranks.len(),
+            watched = smp.peers.watched(),
             ring_cap,
             max_medium,
             "smp open"
@@ -433,6 +454,7 @@ impl Smp {
                 max_long: usize::MAX,
             },
             np: None,
+            watch: Watch::new(),
             conduit: self.clone(),
         }
     }
@@ -607,43 +629,24 @@ impl SmpEp {
     fn dst_g(&self, dst: EpAddr) -> usize {
         self.tx.g(dst)
     }
-}
 
-impl ConduitEp for SmpEp {
-    fn index(&self) -> EpIndex {
-        self.index
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::NP_IN_PLACE | Capabilities::SHARED_MEMORY | Capabilities::BLOCKING_WAIT
-    }
-    #[inline]
-    fn limits(&self, _dst: EpAddr) -> Limits {
-        self.limits
-    }
-    fn local_segment(&self) -> (NonNull<u8>, usize) {
-        (self.rx.seg.base.0, self.rx.seg.len)
-    }
-    fn peer_segment(&self, dst: EpAddr) -> Option<(NonNull<u8>, usize)> {
-        if !self.conduit.has(dst) {
-            return None;
-        }
-        let s = self.tx.segs[self.dst_g(dst)];
-        Some((s.base.0, s.len))
-    }
-
-    #[inline]
-    fn inject(&mut self, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, ConduitError> {
-        let g = self.tx.g(msg.dst());
-        if put(&mut self.tx.req[g], msg, self.tx.segs[g]) {
-            self.tx.bells[g].get().ring();
-            Ok(Injected::Sent)
-        } else {
-            Ok(Injected::WouldBlock)
+    /// Ends this rank if a neighbour has ended; at most one `poll(2)` per
+    /// `live::CHECK_INTERVAL` (see the `live` module).
+    #[cold]
+    #[inline(never)]
+    fn check_peers(&mut self) {
+        if self.watch.due() {
+            let ended = self.conduit.peers.ended();
+            if !ended.is_empty() {
+                self.conduit.peers.fail(&ended);
+            }
         }
     }
 
-    #[inline]
-    fn poll<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize {
+    /// The body of `poll`: flushes deferred replies, drains the reply rings, then the
+    /// request rings, up to about `budget` messages.
+    #[inline(always)]
+    fn drain_rings<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize {
         if self.tx.npending > 0 {
             self.tx.flush();
         }
@@ -684,6 +687,55 @@ impl ConduitEp for SmpEp {
         }
         n
     }
+}
+
+impl ConduitEp for SmpEp {
+    fn index(&self) -> EpIndex {
+        self.index
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::NP_IN_PLACE | Capabilities::SHARED_MEMORY | Capabilities::BLOCKING_WAIT
+    }
+    #[inline]
+    fn limits(&self, _dst: EpAddr) -> Limits {
+        self.limits
+    }
+    fn local_segment(&self) -> (NonNull<u8>, usize) {
+        (self.rx.seg.base.0, self.rx.seg.len)
+    }
+    fn peer_segment(&self, dst: EpAddr) -> Option<(NonNull<u8>, usize)> {
+        if !self.conduit.has(dst) {
+            return None;
+        }
+        let s = self.tx.segs[self.dst_g(dst)];
+        Some((s.base.0, s.len))
+    }
+
+    #[inline]
+    fn inject(&mut self, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, ConduitError> {
+        let g = self.tx.g(msg.dst());
+        if put(&mut self.tx.req[g], msg, self.tx.segs[g]) {
+            self.tx.bells[g].get().ring();
+            Ok(Injected::Sent)
+        } else {
+            Ok(Injected::WouldBlock)
+        }
+    }
+
+    /// Drains the rings (replies first).
+    ///
+    /// # Panics
+    /// On a corrupt ring record (naming the sender), and when a neighbour has ended
+    /// (the clock looked at every 4 empty polls or 4096 busy ones, a check at most every
+    /// 100 ms; see the crate docs).
+    #[inline]
+    fn poll<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize {
+        let n = self.drain_rings(d, budget);
+        if self.watch.tick(n) {
+            self.check_peers();
+        }
+        n
+    }
 
     fn has_incoming(&self) -> bool {
         self.rx
@@ -694,6 +746,8 @@ impl ConduitEp for SmpEp {
     }
 
     fn block(&mut self, timeout: Duration) {
+        // About to sleep: a dead neighbour would never ring us.
+        self.check_peers();
         if self.tx.npending > 0 {
             // Our deferred replies wait for the peer, which does not ring us: stay awake.
             std::thread::yield_now();
@@ -742,6 +796,7 @@ impl ConduitEp for SmpEp {
         if waiting > 0 {
             lines.push(format!("{waiting} incoming rings hold unread records"));
         }
+        lines.extend(self.conduit.peers.describe());
         lines.join("\n")
     }
 

@@ -63,11 +63,15 @@ pub(crate) struct Coordinator {
     /// Host id of each rank, sent in WELCOME.
     hosts: Vec<u32>,
     require_hello: bool,
+    /// End the job when a rank fails (default); off: report it and let the others run.
+    kill_on_bad_exit: bool,
     ranks: Vec<RankState>,
     pending: Option<Collective>,
     next_seq: u64,
     first_nonzero: Option<i32>,
     ended: Option<i32>,
+    /// Lines to print that do not end the job.
+    notices: Vec<String>,
 }
 
 /// Frames the launcher must send: (rank, encoded frame).
@@ -118,11 +122,13 @@ impl Coordinator {
             size,
             hosts: vec![0; size],
             require_hello,
+            kill_on_bad_exit: true,
             ranks: (0..size).map(|_| RankState::default()).collect(),
             pending: None,
             next_seq: 0,
             first_nonzero: None,
             ended: None,
+            notices: Vec::new(),
         }
     }
 
@@ -132,9 +138,24 @@ impl Coordinator {
         self.hosts = hosts;
     }
 
+    /// Whether a rank that fails (ends without finalizing, or a process that never said
+    /// HELLO exits non-zero) ends the job (the default). Off, the failure is reported
+    /// and recorded as the job's exit code, and the other ranks are left running until
+    /// they end by themselves, like `srun` without `--kill-on-bad-exit`; a collective
+    /// that can no longer complete, EXIT and ABORT still end the job.
+    pub(crate) fn set_kill_on_bad_exit(&mut self, yes: bool) {
+        self.kill_on_bad_exit = yes;
+    }
+
     /// Records the process id of `rank` (for messages).
     pub(crate) fn set_pid(&mut self, rank: usize, pid: u32) {
         self.ranks[rank].pid = pid;
+    }
+
+    /// Lines for the launcher's stderr that do not end the job (a failed rank while
+    /// [kill on bad exit](Self::set_kill_on_bad_exit) is off), oldest first.
+    pub(crate) fn take_notices(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notices)
     }
 
     /// Whether the job has been ended.
@@ -434,6 +455,14 @@ impl Coordinator {
         } else {
             format!("gex-run: rank {rank} (pid {pid}) {how}; ending the job")
         };
+        if !self.kill_on_bad_exit {
+            let what = message.trim_end_matches("; ending the job");
+            self.notices.push(format!(
+                "{what}; the other ranks go on (kill on bad exit is off)"
+            ));
+            self.first_nonzero.get_or_insert(code);
+            return self.check_doomed();
+        }
         self.end(Ending {
             code,
             message: Some(message),
@@ -593,6 +622,44 @@ mod tests {
         assert!(e.message.unwrap().contains("a Rust panic exits with 101"));
         let (mut c, _) = job(2);
         assert_eq!(c.exited(1, Status::Code(0)).unwrap().code, 1);
+    }
+
+    #[test]
+    fn without_kill_on_bad_exit_failures_are_reported_and_the_job_goes_on() {
+        let (mut c, mut out) = job(3);
+        c.set_kill_on_bad_exit(false);
+        assert_eq!(c.exited(2, Status::Signal(9)), None);
+        let notes = c.take_notices();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].contains("rank 2 (pid 1002) was killed by signal 9 (SIGKILL) before finalizing; the other ranks go on"),
+            "{notes:?}"
+        );
+        assert!(c.take_notices().is_empty());
+        assert!(!c.is_ending());
+        // The survivors end by themselves (the smp conduit's liveness check: a panic).
+        assert_eq!(c.exited(0, Status::Code(101)), None);
+        assert_eq!(c.exited(1, Status::Code(101)), None);
+        assert_eq!(c.job_code(), 137, "the first failure is the job's code");
+        // EXIT still ends the job; a collective that cannot complete too.
+        let (mut c, mut out2) = job(3);
+        c.set_kill_on_bad_exit(false);
+        let e = send(&mut c, 0, ToLauncher::Exit { code: 4 }, &mut out2).unwrap();
+        assert_eq!(e.code, 4);
+        let (mut c, _) = job(2);
+        c.set_kill_on_bad_exit(false);
+        assert_eq!(
+            send(&mut c, 0, ToLauncher::Barrier { seq: 0 }, &mut out),
+            None
+        );
+        let e = c.exited(1, Status::Code(3)).unwrap();
+        assert_eq!(e.code, 1);
+        assert!(
+            e.message
+                .unwrap()
+                .contains("rank 1 (pid 1001) exited while rank(s) 0 wait")
+        );
+        assert_eq!(c.take_notices().len(), 1);
     }
 
     #[test]

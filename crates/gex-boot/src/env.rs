@@ -18,6 +18,7 @@
 //! | [`PMI_SIZE`] | `mpiexec` | PMI client | number of ranks | required with `PMI_FD` |
 //! | [`PMIX_NAMESPACE`] | PMIx servers (`mpirun`, `srun --mpi=pmix`) | [`detect`](crate::detect) | the job's PMIx namespace; with `PMIX_RANK` it selects PMIx | — |
 //! | [`PMIX_RANK`] | PMIx servers | [`detect`](crate::detect) | this process's PMIx rank | — |
+//! | [`IPATH_NO_BACKTRACE`] | fork launcher (`1`, unless set) | libinfinipath (not gex) | keeps libinfinipath's constructor from catching SIGINT, SIGTERM, SIGABRT, SIGILL, SIGBUS and SIGSEGV | — |
 //!
 //! The `PMI_*` variables belong to the PMI-1 and PMI-2 protocols (see
 //! [`crate::pmi`]), the `PMIX_*` ones to PMIx (libpmix reads more of them): gex reads
@@ -111,6 +112,18 @@ pub const PMIX_NAMESPACE: &str = "PMIX_NAMESPACE";
 
 /// `PMIX_RANK`: this process's rank in [`PMIX_NAMESPACE`], set by a PMIx server.
 pub const PMIX_RANK: &str = "PMIX_RANK";
+
+/// `IPATH_NO_BACKTRACE`: read by libinfinipath (the library of libfabric's `psm`
+/// provider, which Debian's libfabric loads in every process linked with it). Unless
+/// it is set, libinfinipath's constructor installs handlers for SIGINT, SIGTERM,
+/// SIGABRT, SIGILL, SIGBUS and SIGSEGV that print a backtrace and `exit(1)`: a rank
+/// of a program built with the ofi conduit then *exits with code 1* when it is sent
+/// SIGTERM, or calls `abort`, instead of being killed by the signal, and the job's
+/// exit code no longer says which signal ended it. The fork launcher sets it to `1`
+/// in every rank's environment unless the launcher's environment sets it; set it
+/// yourself for a self-launching program (the launching process has run the
+/// constructor already) and under `mpiexec` or `srun`.
+pub const IPATH_NO_BACKTRACE: &str = "IPATH_NO_BACKTRACE";
 
 /// `Some(value)` if `GEX_BOOT` is set and not empty.
 pub(crate) fn boot() -> Option<std::ffi::OsString> {

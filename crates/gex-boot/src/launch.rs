@@ -11,7 +11,11 @@
 //! `GEX_BOOT_FD`. The rank process:
 //!
 //! - gets the environment of [`crate::env`](mod@crate::env) (`GEX_BOOT=fork`, `GEX_RANK`, ...) on top
-//!   of the launcher's environment and [`JobSpec::env`];
+//!   of the launcher's environment and [`JobSpec::env`], and `IPATH_NO_BACKTRACE=1`
+//!   unless either sets it (so that a signal ends a rank of a program linked with
+//!   Debian's libfabric as a signal: see [`env::IPATH_NO_BACKTRACE`]);
+//! - starts with the signal mask the launcher had before it blocked the signals it
+//!   forwards (a blocked SIGTERM would survive `exec`);
 //! - inherits the launcher's stdin, stdout and stderr;
 //! - runs in its own process group, so that ending the job also ends the processes
 //!   a rank started itself (a shell's children, for instance). A consequence: a
@@ -195,6 +199,14 @@ pub struct JobSpec {
     /// `{host}` in a word is replaced by the rank's host name (default empty: the
     /// program is started directly). Requires [`hosts`](Self::hosts).
     pub host_exec: Vec<OsString>,
+    /// End the job when a rank fails (default `true`): a rank that ends without
+    /// finalizing, or a process that never said HELLO and exits non-zero. With
+    /// `false` the launcher prints the failure and keeps it as the job's exit code, but
+    /// leaves the other ranks running until they end by themselves, as `srun` does
+    /// without `--kill-on-bad-exit`; EXIT and ABORT requests, and a bootstrap
+    /// collective that can no longer complete, still end the job. For testing the
+    /// ranks' own detection of a dead peer (the smp conduit's liveness checks).
+    pub kill_on_bad_exit: bool,
 }
 
 impl JobSpec {
@@ -210,6 +222,7 @@ impl JobSpec {
             stdout_to_stderr: false,
             hosts: Vec::new(),
             host_exec: Vec::new(),
+            kill_on_bad_exit: true,
         }
     }
     /// Appends one argument.
@@ -244,6 +257,11 @@ impl JobSpec {
     /// Sets [`stdout_to_stderr`](Self::stdout_to_stderr).
     pub fn stdout_to_stderr(mut self, yes: bool) -> Self {
         self.stdout_to_stderr = yes;
+        self
+    }
+    /// Sets [`kill_on_bad_exit`](Self::kill_on_bad_exit).
+    pub fn kill_on_bad_exit(mut self, yes: bool) -> Self {
+        self.kill_on_bad_exit = yes;
         self
     }
     /// Sets [`hosts`](Self::hosts): the host name of each rank.
@@ -565,6 +583,7 @@ pub fn run_job(spec: &JobSpec) -> Result<i32, LaunchError> {
         kill_at: None,
     };
     job.coord.set_hosts(hosts.ids.clone());
+    job.coord.set_kill_on_bad_exit(spec.kill_on_bad_exit);
     for rank in 0..n {
         let (mine, theirs) = rustix::net::socketpair(
             AddressFamily::UNIX,
@@ -584,6 +603,12 @@ pub fn run_job(spec: &JobSpec) -> Result<i32, LaunchError> {
             .env(env::LOCAL_RANK, hosts.local_rank[rank].to_string())
             .env(env::LOCAL_SIZE, hosts.local_size[rank].to_string())
             .process_group(0);
+        if std::env::var_os(env::IPATH_NO_BACKTRACE).is_none()
+            && !spec.env.iter().any(|(k, _)| k == env::IPATH_NO_BACKTRACE)
+        {
+            // Signals must end a rank as signals (see the constant's docs).
+            cmd.env(env::IPATH_NO_BACKTRACE, "1");
+        }
         if spec.stdout_to_stderr {
             let err = std::io::stderr()
                 .as_fd()
@@ -594,11 +619,16 @@ pub fn run_job(spec: &JobSpec) -> Result<i32, LaunchError> {
                 })?;
             cmd.stdout(std::process::Stdio::from(err));
         }
-        let child =
-            child::spawn_rank(&mut cmd, &theirs, me).map_err(|source| LaunchError::Spawn {
-                program: cmd.get_program().into(),
-                source,
-            })?;
+        let child = child::spawn_rank(
+            &mut cmd,
+            &theirs,
+            me,
+            sigfd.as_ref().map(SignalFd::mask_before),
+        )
+        .map_err(|source| LaunchError::Spawn {
+            program: cmd.get_program().into(),
+            source,
+        })?;
         // Close the launcher's copies of the rank's end (the hook holds one).
         drop(cmd);
         drop(theirs);
@@ -820,6 +850,9 @@ impl Job {
         self.ranks.0[i].status = Some(status);
         tracing::debug!(rank = i, ?status, "rank exited");
         let ending = self.coord.exited(i, status);
+        for line in self.coord.take_notices() {
+            eprintln!("{line}");
+        }
         self.end(ending);
     }
 

@@ -20,6 +20,10 @@ const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 /// While alive, SIGINT/SIGTERM/SIGHUP are blocked in the calling thread and can
 /// be read from this descriptor. Dropping it restores the thread's signal mask.
 ///
+/// A process started meanwhile inherits the blocked mask across `fork` and `exec`:
+/// give it back the thread's previous mask ([`mask_before`](Self::mask_before)), or
+/// it could not be ended by SIGTERM or SIGINT.
+///
 /// Blocking is per thread: in a process with other threads that do not block
 /// these signals, the kernel delivers them there instead (and the default
 /// action ends the process, after which PR_SET_PDEATHSIG ends the ranks).
@@ -67,6 +71,12 @@ impl SignalFd {
         // SAFETY: `raw` is a new descriptor returned by signalfd that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         Ok(SignalFd { fd, old })
+    }
+
+    /// The calling thread's signal mask before [`new`](Self::new) blocked the
+    /// forwarded signals: what a rank process must start with.
+    pub(crate) fn mask_before(&self) -> libc::sigset_t {
+        self.old
     }
 
     /// Reads one pending signal number, if any.

@@ -1,4 +1,5 @@
-//! The `gex-run` binary with real rank processes (`sh -c` programs).
+//! The `gex-run` binary with real rank processes: `sh -c` programs, and copies of
+//! this test binary that open the smp conduit (`smp_rank`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -47,16 +48,7 @@ impl Drop for TempDir {
     }
 }
 
-/// Whether `pid` is gone (no such process, or a zombie waiting for its new parent).
-fn is_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-            .unwrap_or(false),
-    }
-}
+use gex_testkit::procs::{is_gone, shm_leftovers, shm_names};
 
 fn read_pids(dir: &Path, ranks: &[u32]) -> Vec<u32> {
     ranks
@@ -348,33 +340,156 @@ fn sigterm_to_the_launcher_ends_the_ranks() {
     assert!(pids.iter().all(|&p| is_gone(p)), "ranks {pids:?} survived");
 }
 
-fn gex_shm_entries() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.contains("gex"))
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
+/// Set in the ranks of `nothing_is_left_in_dev_shm`: `kill` (rank 1 kills itself
+/// with SIGKILL while the others wait in a barrier) or `finalize`; its presence makes
+/// `smp_rank` a rank.
+const SHM_RANK_VAR: &str = "GEXTEST_SHM_RANK";
+
+/// Runs the ranks of [`nothing_is_left_in_dev_shm`]: `gex-run -n 3 <this binary>
+/// smp_rank ...` with `mode` in [`SHM_RANK_VAR`] and `dir` for the ranks' pids.
+fn shm_job(conduit: &[(&str, &str)], mode: &str, dir: &TempDir) -> (Output, Vec<u32>) {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = Command::new(GEX_RUN);
+    cmd.args(["-n", "3", "--"])
+        .arg(exe)
+        .args([
+            "smp_rank",
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SHM_RANK_VAR, mode)
+        .env("GEXTEST_SHM_DIR", dir.path())
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null());
+    for (k, v) in conduit {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("start gex-run");
+    let pids = read_pids(dir.path(), &[0, 1, 2]);
+    (out, pids)
 }
 
+/// A rank of [`nothing_is_left_in_dev_shm`] (a real gex program: it creates the
+/// conduit's shared state). Run by that test through gex-run; does nothing otherwise.
+#[test]
+#[ignore = "a rank program of nothing_is_left_in_dev_shm, started by it"]
+fn smp_rank() {
+    let Ok(mode) = std::env::var(SHM_RANK_VAR) else {
+        return;
+    };
+    use gex::prelude::*;
+    let dir = PathBuf::from(std::env::var_os("GEXTEST_SHM_DIR").unwrap());
+    let boot = gex_boot::from_env().unwrap();
+    let rank = boot.rank();
+    let client = gex::builder()
+        .segment_size(1 << 20)
+        .init::<gex::AnyConduit>(boot)
+        .unwrap();
+    let mut ep = client.endpoint(0).unwrap();
+    let world = ep.world();
+    ep.barrier(&world).unwrap();
+    let pid = std::process::id();
+    std::fs::write(dir.join(format!("pid.tmp.{rank}")), pid.to_string()).unwrap();
+    std::fs::rename(
+        dir.join(format!("pid.tmp.{rank}")),
+        dir.join(format!("pid.{rank}")),
+    )
+    .unwrap();
+    ep.barrier(&world).unwrap();
+    if mode == "kill" {
+        if rank == 1 {
+            let me = rustix::process::getpid();
+            rustix::process::kill_process(me, rustix::process::Signal::KILL).unwrap();
+        }
+        // Rank 1 never comes: the launcher ends the job.
+        let _ = ep.barrier(&world);
+        std::thread::sleep(Duration::from_secs(30));
+    }
+    drop(ep);
+    client.finalize().unwrap();
+}
+
+/// No rank leaves anything in `/dev/shm`, even when one is killed with SIGKILL while
+/// the others wait in a barrier: the ranks open the smp conduit (and, in a build with
+/// the ofi conduit, the ofi conduit over libfabric's `shm` provider, which names its
+/// regions in `/dev/shm`), so a conduit that named its shared memory and failed to
+/// remove it would fail this test.
 #[test]
 fn nothing_is_left_in_dev_shm() {
-    let before = gex_shm_entries();
-    let (out, _) = gex_run(&[
+    let mut conduits: Vec<Vec<(&str, &str)>> = vec![vec![("GEX_CONDUIT", "smp")]];
+    if gex::conduits().contains(&"ofi") {
+        conduits.push(vec![
+            ("GEX_CONDUIT", "ofi"),
+            ("GEX_OFI_PROVIDER", "shm"),
+            ("IPATH_NO_BACKTRACE", "1"),
+        ]);
+    }
+    for conduit in &conduits {
+        let before = shm_names();
+        let dir = TempDir::new("shm-kill");
+        let (out, pids_kill) = shm_job(conduit, "kill", &dir);
+        assert_eq!(
+            out.status.code(),
+            Some(137),
+            "{conduit:?}: {}",
+            stderr(&out)
+        );
+        let dir = TempDir::new("shm-fin");
+        let (out, pids_fin) = shm_job(conduit, "finalize", &dir);
+        assert_eq!(out.status.code(), Some(0), "{conduit:?}: {}", stderr(&out));
+        let pids: Vec<u32> = pids_kill.into_iter().chain(pids_fin).collect();
+        let left = shm_leftovers(&before, &pids);
+        assert!(
+            left.is_empty(),
+            "{conduit:?}: left in /dev/shm (now removed): {left:?}"
+        );
+    }
+}
+
+/// The launcher blocks the signals it forwards while the job runs; its ranks must not
+/// inherit that mask (a rank with SIGTERM blocked could not be ended by SIGTERM: the
+/// launcher's own SIGTERM did nothing and every job ended only at the SIGKILL one
+/// second later). They also get IPATH_NO_BACKTRACE=1, so that libinfinipath (loaded
+/// with Debian's libfabric) does not turn signals into `exit(1)`.
+#[test]
+fn ranks_start_with_a_clean_signal_mask() {
+    let out = Command::new(GEX_RUN)
+        .args([
+            "-n",
+            "1",
+            "sh",
+            "-c",
+            r#"echo "ipath=$IPATH_NO_BACKTRACE"; exec grep SigBlk /proc/self/status"#,
+        ])
+        .env_remove("IPATH_NO_BACKTRACE")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("ipath=1"), "{text}");
+    let mask = text
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap_or_else(|| panic!("{text}"));
+    for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
+        assert_eq!(
+            mask & (1 << (sig - 1)),
+            0,
+            "signal {sig} blocked in a rank: {text}"
+        );
+    }
+    // And a SIGTERM really ends a rank at once (not the SIGKILL a second later).
+    let (out, took) = gex_run(&[
         "-n",
-        "3",
+        "2",
         "sh",
         "-c",
-        r#"[ "$GEX_RANK" = 1 ] && kill -9 $$; sleep 5"#,
+        r#"[ "$GEX_RANK" = 1 ] && kill -TERM $$; sleep 5"#,
     ]);
-    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
-    let (out, _) = gex_run(&["-n", "2", "true"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let after = gex_shm_entries();
-    let new: Vec<_> = after.iter().filter(|e| !before.contains(e)).collect();
-    assert!(new.is_empty(), "new /dev/shm entries: {new:?}");
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert!(took < Duration::from_secs(5), "took {took:?}");
 }

@@ -1004,8 +1004,10 @@ fn collect_ranks(dir: &Path) -> Vec<RankReport> {
     ranks
 }
 
-/// Whether `pid` is gone (no such process, or a zombie waiting to be reaped).
-fn is_gone(pid: u32) -> bool {
+/// Whether process `pid` is gone: no such process, or a zombie waiting to be reaped
+/// (it runs no more). Also for tests with launchers of their own (the exit scenarios
+/// of gex-boot).
+pub fn is_gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => stat
@@ -1025,7 +1027,9 @@ fn kill(pid: u32) {
     signal(pid, rustix::process::Signal::KILL);
 }
 
-fn shm_names() -> Vec<String> {
+/// The names in `/dev/shm` now: take it before a job, give it to [`shm_leftovers`]
+/// after.
+pub fn shm_names() -> Vec<String> {
     std::fs::read_dir("/dev/shm")
         .map(|d| {
             d.filter_map(|e| e.ok())
@@ -1035,10 +1039,12 @@ fn shm_names() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Entries of `/dev/shm` the job left: new ones that look like gex's, and any named
-/// after one of its rank processes (libfabric's shm provider: `<pid>:<uid>:<index>`).
-/// Removes them, so a failure does not spill into the next run.
-fn shm_leftovers(before: &[String], pids: &[u32]) -> Vec<String> {
+/// Entries of `/dev/shm` a job left: new ones (not in `before`, from [`shm_names`])
+/// that look like gex's, and any named after one of its rank processes `pids`
+/// (libfabric's shm provider: `<pid>:<uid>:<index>`). Removes them, so a failure does
+/// not spill into the next run. What every [`Procs`] job checks ([`Report::shm_left`]);
+/// public for tests with launchers of their own.
+pub fn shm_leftovers(before: &[String], pids: &[u32]) -> Vec<String> {
     let prefixes: Vec<String> = pids.iter().map(|p| format!("{p}:")).collect();
     let mut left: Vec<String> = shm_names()
         .into_iter()
