@@ -273,9 +273,13 @@ pub(crate) fn expect(s: &Scenario, launcher: Launcher, conduit: Conduit) -> Resu
             // the status of whichever rank it saw end first: 0 (the rank that left) or
             // 9 (one it killed).
             NoFinalize(0) => Expect::code(Code::Any),
-            // Hydra forwards SIGINT to the ranks and exits with 2, but now and then
-            // with 0 (Hydra 4.0.2).
-            LauncherSignal(sig) if sig == Signal::INT => Expect::code(Code::Any),
+            // Hydra forwards SIGINT and SIGTERM to the ranks and exits with 2 or 15,
+            // but now and then with 0 (Hydra 4.0.2: when every rank ended by the
+            // forwarded signal before its proxies reported; seen in about 1 of 20 runs).
+            // The end of the job and its cleanup are still checked.
+            LauncherSignal(sig) if sig == Signal::INT || sig == Signal::TERM => {
+                Expect::code(Code::Any)
+            }
             LauncherSignal(sig) if sig == Signal::KILL => {
                 Expect::code(Code::KilledBy(sig.as_raw()))
             }
