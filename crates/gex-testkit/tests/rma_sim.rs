@@ -171,15 +171,15 @@ mod native_paths {
     };
     use gex_testkit::sim::{Delay, NativeCounts, Sim, SimConfig, run_sim};
 
-    type RmaEp = Endpoint<Sim>;
+    type Ep = Endpoint<Sim>;
 
-    fn counts(r: &mut RmaEp) -> NativeCounts {
+    fn counts(r: &mut Ep) -> NativeCounts {
         r.with_layer::<Rma, _>(|_, cx| cx.conduit().native_counts())
             .expect("the rma layer")
     }
 
     /// Messages this endpoint has sent so far.
-    fn sent(r: &RmaEp) -> u64 {
+    fn sent(r: &Ep) -> u64 {
         r.stats().sent.iter().sum()
     }
 
@@ -192,7 +192,7 @@ mod native_paths {
     /// domain for `u64` (FADD, GET, SET) that every rank created (creation is
     /// collective); asserts that every rank succeeded.
     fn on_rank_0(
-        body: impl Fn(&mut RmaEp, &AtomicDomain<u64>) -> Result<(), String> + Send + Sync,
+        body: impl Fn(&mut Ep, &AtomicDomain<u64>) -> Result<(), String> + Send + Sync,
     ) {
         let cfg = SimConfig::default()
             .ranks_per_host(1)
@@ -325,7 +325,7 @@ mod native_paths {
         on_rank_0(|r, _ad| {
             let es = |e: gex_rma::RmaError| e.to_string();
             let p = GlobalPtr::<u8>::new(EpAddr::rank(1), 0);
-            let read = |r: &mut RmaEp, off: usize, n: usize| -> Result<Vec<u8>, String> {
+            let read = |r: &mut Ep, off: usize, n: usize| -> Result<Vec<u8>, String> {
                 let mut v = vec![0u8; n];
                 r.get(&mut v, p.add(off), Blocking).map_err(es)?;
                 Ok(v)
