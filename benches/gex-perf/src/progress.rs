@@ -1,9 +1,12 @@
 //! The `progress` benchmark: how fast a peer's AM-path get is served while the target
 //! computes without calling gex.
 //!
-//! Rank 1 (the *target*) writes the round number into its segment, then runs a fixed
-//! amount of arithmetic (calibrated once to `--compute-ms`, 10 ms by default) without
-//! any gex call. Rank 0 (the *origin*) sleeps 1 ms into that computation, then times
+//! Rank 1 (the *target*) writes the round number into its segment, then computes for
+//! `--compute-ms` (10 ms by default) of wall-clock time without any gex call: chunks
+//! of dependent arithmetic, the clock read (vDSO, no system call) between chunks of
+//! about 4 µs. A time bound, not a fixed amount of work calibrated beforehand: this
+//! machine's CPU speed changes under it (a calibrated loop took 3 to 13 ms per round
+//! for a nominal 10). Rank 0 (the *origin*) sleeps 1 ms into that computation, then times
 //! one blocking 8-byte get from the target's segment on the active-message path
 //! (`GEX_RMA_PATH=am` is set for this run, so even smp, which could copy directly,
 //! sends a request that a handler of the target must answer). Without a progress
@@ -15,8 +18,11 @@
 //! Figures (rank 0; median of the rounds, min/max the extreme rounds):
 //! - `progress_get_lat` (µs): the get's latency, with `algorithm` = `thread` or
 //!   `no-thread`;
-//! - `progress_compute_ms` (ms): the target's time for its fixed computation, the
-//!   cost of the progress thread to the computing rank (it shares the cores).
+//! - `progress_compute_ms` (ms): the target's computation per round, as timed by the
+//!   target (about `--compute-ms`);
+//! - `progress_compute_rate` (M steps/s): the target's arithmetic rate while it
+//!   computes, the cost of the progress thread to the computing rank (it shares the
+//!   cores): compare the `thread` and `no-thread` rows of one run.
 //!
 //! Every got value is checked against the round number the target wrote.
 
@@ -93,17 +99,20 @@ fn compute(iters: u64) -> u64 {
     x
 }
 
-/// Iterations of [`compute`] that take about `target`.
-fn calibrate(target: Duration) -> u64 {
-    let mut k = 1u64 << 16;
+/// Steps of [`compute`] between two looks at the clock (a few µs).
+const CHUNK: u64 = 4096;
+
+/// Computes for `d` of wall-clock time; returns (elapsed, steps done).
+fn compute_for(d: Duration) -> (Duration, u64) {
+    let t0 = Instant::now();
+    let mut steps = 0u64;
     loop {
-        let t0 = Instant::now();
-        std::hint::black_box(compute(k));
+        std::hint::black_box(compute(CHUNK));
+        steps += CHUNK;
         let e = t0.elapsed();
-        if e >= Duration::from_millis(2) || k >= 1 << 40 {
-            return ((k as f64) * target.as_secs_f64() / e.as_secs_f64()).max(1.0) as u64;
+        if e >= d {
+            return (e, steps);
         }
-        k *= 2;
     }
 }
 
@@ -124,11 +133,9 @@ fn run<C: Conduit>(job: &ProgressJob, client: &Client<C>) -> Res<()> {
             .unwrap_or(0) as u32;
         crate::pin::pin_to_nth_allowed(local)?;
     }
-    let compute_for = Duration::from_millis(job.args.compute_ms);
-    // The target calibrates before any round; the others wait in the barrier.
-    let iters = if me == 1 { calibrate(compute_for) } else { 0 };
+    let compute_time = Duration::from_millis(job.args.compute_ms);
     let word = GlobalPtr::<u64>::new(EpAddr::rank(1), 0);
-    let (mut lat, mut work) = (Vec::new(), Vec::new());
+    let (mut lat, mut work, mut rate) = (Vec::new(), Vec::new(), Vec::new());
     let mut got = [0u64; 1];
     for round in 1..=u64::from(job.args.rounds) {
         // The target writes the round's value; the barrier after the round keeps it
@@ -139,9 +146,9 @@ fn run<C: Conduit>(job: &ProgressJob, client: &Client<C>) -> Res<()> {
         ep.barrier(&world)?;
         match me {
             1 => {
-                let t0 = Instant::now();
-                std::hint::black_box(compute(iters));
-                work.push(t0.elapsed().as_secs_f64() * 1e3);
+                let (took, steps) = compute_for(compute_time);
+                work.push(took.as_secs_f64() * 1e3);
+                rate.push(steps as f64 / took.as_secs_f64() / 1e6);
             }
             0 => {
                 std::thread::sleep(Duration::from_millis(1));
@@ -156,12 +163,16 @@ fn run<C: Conduit>(job: &ProgressJob, client: &Client<C>) -> Res<()> {
         }
         ep.barrier(&world)?;
     }
-    // The target's compute times travel to rank 0 through an exchange.
-    let mine: Vec<u8> = work.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    // The target's compute times and rates travel to rank 0 through an exchange.
+    let mine: Vec<u8> = work
+        .iter()
+        .chain(rate.iter())
+        .flat_map(|w| w.to_ne_bytes())
+        .collect();
     let all = ep.exchange(&world, &mine)?;
     ep.barrier(&world)?;
     if me == 0 {
-        let mut work: Vec<f64> = all
+        let theirs: Vec<f64> = all
             .get(1)
             .map(|b| {
                 b.chunks_exact(8)
@@ -169,6 +180,8 @@ fn run<C: Conduit>(job: &ProgressJob, client: &Client<C>) -> Res<()> {
                     .collect()
             })
             .unwrap_or_default();
+        let (w, r) = theirs.split_at(theirs.len() / 2);
+        let (mut work, mut rate) = (w.to_vec(), r.to_vec());
         let label = if job.args.thread {
             "thread"
         } else {
@@ -186,6 +199,7 @@ fn run<C: Conduit>(job: &ProgressJob, client: &Client<C>) -> Res<()> {
         for (name, unit, v) in [
             ("progress_get_lat", "us", &mut lat),
             ("progress_compute_ms", "ms", &mut work),
+            ("progress_compute_rate", "Msteps/s", &mut rate),
         ] {
             let min = v.iter().copied().fold(f64::INFINITY, f64::min);
             let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);

@@ -191,9 +191,7 @@ mod native_paths {
     /// on for RMA and atomics, `Delay::polls(3)`), between two barriers, with an atomic
     /// domain for `u64` (FADD, GET, SET) that every rank created (creation is
     /// collective); asserts that every rank succeeded.
-    fn on_rank_0(
-        body: impl Fn(&mut Ep, &AtomicDomain<u64>) -> Result<(), String> + Send + Sync,
-    ) {
+    fn on_rank_0(body: impl Fn(&mut Ep, &AtomicDomain<u64>) -> Result<(), String> + Send + Sync) {
         let cfg = SimConfig::default()
             .ranks_per_host(1)
             .latency(Delay::polls(3))
