@@ -80,7 +80,18 @@ fn report_and_self_send_over_tcp() {
             g.fetch_add(u64::from(am.args()[0]), Ordering::Release);
         })
         .expect("register");
-    for i in 0..100 {
+    // Three requests not yet delivered (nobody polled): the hang report shows the
+    // credits they hold.
+    for i in 0..3 {
+        ep.request_medium(EpAddr::rank(0), h, &[i], &[7; 3000])
+            .expect("request");
+    }
+    let state = ep.report();
+    assert!(
+        state.contains("conduit ofi: to global ep 0: ") && state.contains("request credits left"),
+        "{state}"
+    );
+    for i in 3..100 {
         ep.request_medium(EpAddr::rank(0), h, &[i], &[7; 3000])
             .expect("request");
     }

@@ -385,3 +385,58 @@ fn the_progress_thread_sleeps_on_the_doorbell_and_serves_a_computing_rank() {
         gex_testkit::exchange_barrier(&mut ep).unwrap();
     });
 }
+
+/// The hang report (`Endpoint::report`) shows what a peer has not consumed: requests
+/// sit in the ring to rank 1 while rank 1 computes without polling.
+#[test]
+fn the_report_shows_unconsumed_ring_bytes_by_peer() {
+    job(2, |boot| {
+        let c = ClientBuilder::new()
+            .segment_size(4096)
+            .init::<Smp>(boot)
+            .unwrap();
+        let mut ep = c.endpoint(0).unwrap();
+        let got = Arc::new(AtomicU64::new(0));
+        let g = got.clone();
+        ep.register_at(140, move |_t: &mut Token<'_>, _am: Am<'_>| {
+            g.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        // Both ranks are children of the test process: a file next to it is the
+        // signal that rank 0 has read its report (rank 1 must not call gex meanwhile).
+        let flag = std::env::temp_dir().join(format!(
+            "gex-smp-report-test-{}",
+            std::os::unix::process::parent_id()
+        ));
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
+        if c.rank() == 0 {
+            for i in 0..3 {
+                ep.request_medium(EpAddr::rank(1), HandlerId::at(140), &[i], &[9u8; 100])
+                    .unwrap();
+            }
+            let report = ep.report();
+            let line = report
+                .lines()
+                .find(|l| l.contains("conduit smp: to rank 1"))
+                .unwrap_or_else(|| panic!("no line for rank 1 in:\n{report}"));
+            let bytes: u64 = line
+                .split("1 ep 0: ")
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no byte count in {line:?}"));
+            assert!(bytes >= 300, "{line}");
+            assert!(line.contains("request bytes"), "{line}");
+            std::fs::write(&flag, b"").unwrap();
+        } else {
+            let t0 = std::time::Instant::now();
+            while !flag.exists() {
+                assert!(t0.elapsed().as_secs() < 60, "rank 0 never read its report");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            ep.wait_until(|| got.load(Ordering::Relaxed) == 3);
+            let _ = std::fs::remove_file(&flag);
+        }
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
+    });
+}

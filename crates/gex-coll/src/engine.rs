@@ -166,8 +166,11 @@ impl OpState {
                 s.pending.len(),
                 s.acks_expected
             ),
-            Body::Shm(_) => "shared memory".to_string(),
-            Body::Bar(b) => format!("shared-memory barrier, waits for {:?}", b.wait()),
+            Body::Shm(s) => s.describe(),
+            Body::Bar(b) => match b.wait() {
+                Some(w) => format!("shared-memory barrier, waits for {w}"),
+                None => "shared-memory barrier".to_string(),
+            },
             Body::Hier(h) => format!(
                 "hierarchical, stage {} (stage collective {:?})",
                 h.stage, h.sub

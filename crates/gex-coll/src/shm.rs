@@ -473,6 +473,29 @@ pub(crate) enum WaitOn {
 // SAFETY: an `Area` inside (see `Area`'s `Send`).
 unsafe impl Send for WaitOn {}
 
+/// For hang reports: what the member waits for, in words (no addresses).
+impl std::fmt::Display for WaitOn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            WaitOn::Post { q, ch, slot, .. } => {
+                write!(f, "member {q}'s publication in slot {slot} of channel {ch}")
+            }
+            WaitOn::Acks {
+                ch, slot, n, seq, ..
+            } => write!(
+                f,
+                "{n} acknowledgements of this member's slot {slot} of channel {ch} (collective {seq})"
+            ),
+            WaitOn::Epoch { q, ch, k, .. } => {
+                write!(f, "member {q} to enter barrier {k} (channel {ch})")
+            }
+            WaitOn::Release { ch, k, .. } => {
+                write!(f, "member 0's release of barrier {k} (channel {ch})")
+            }
+        }
+    }
+}
+
 impl WaitOn {
     /// True once what it waits for has happened.
     #[inline]
@@ -955,6 +978,24 @@ impl ShmOp {
         }
     }
 
+    /// One line for a hang report: the round and what it waits for.
+    pub(crate) fn describe(&self) -> String {
+        let mut s = format!(
+            "shared memory, member {} of {}, round {}/{}",
+            self.me,
+            self.p,
+            self.g,
+            self.total()
+        );
+        if self.data_round(self.g).is_some() && self.k < self.p {
+            s += &format!(", reading member {}", self.k);
+        }
+        if let Some(w) = &self.wait {
+            s += &format!(", waits for {w}");
+        }
+        s
+    }
+
     fn total(&self) -> usize {
         self.data_rounds + usize::from(self.pre) + usize::from(self.post)
     }
@@ -1312,6 +1353,11 @@ pub(crate) struct OwnedShm {
 }
 
 impl OwnedShm {
+    /// One line for a hang report ([`ShmOp::describe`]).
+    pub(crate) fn describe(&self) -> String {
+        self.op.describe()
+    }
+
     /// `op` over `input` into a new `out_len`-byte output.
     pub(crate) fn new(op: ShmOp, input: Vec<u8>, out_len: usize, reduce: Option<ReduceFn>) -> Self {
         let mut out = vec![0u8; out_len];
