@@ -927,7 +927,7 @@ fn direct<C: Conduit>(
                 }
             }
         }
-        if !waited && d.finish() {
+        if !waited && d.finish(io.out) {
             // A barrier's last wait is over: done without entering the layer again
             // (it never announced sleep: nothing to withdraw).
             return Ok(Direct::Done(merged_entry(d)));
@@ -947,7 +947,9 @@ fn direct<C: Conduit>(
 fn merged_entry(d: &DirectOp) -> Entry {
     match &d.body {
         crate::shmdrive::DirectBody::Bar(b) => b.entry(),
-        crate::shmdrive::DirectBody::Shm(_) => Entry::default(),
+        crate::shmdrive::DirectBody::Shm(_) | crate::shmdrive::DirectBody::Ring { .. } => {
+            Entry::default()
+        }
     }
 }
 

@@ -25,6 +25,7 @@ use crate::rma::{GlobalPtr, Rma, RmaError};
 use crate::rootcheck::{self, Stall};
 use crate::sched::{self, Action, ReduceFn, Schedule, span};
 use crate::shm::{OwnedShm, ShmOp};
+use crate::shmdrive::{OwnedRing, ring_eligible};
 use crate::single::Single;
 use crate::teams::ext;
 use crate::tune::TuneMode;
@@ -120,6 +121,8 @@ pub(crate) struct SchedOp {
 pub(crate) enum Body {
     Sched(Box<SchedOp>),
     Shm(Box<OwnedShm>),
+    /// A small broadcast through the ring ([`crate::ring`]).
+    Ring(Box<OwnedRing>),
     Bar(ShmBar),
     Hier(Box<HierOp>),
 }
@@ -167,6 +170,10 @@ impl OpState {
                 s.acks_expected
             ),
             Body::Shm(s) => s.describe(),
+            Body::Ring(r) => match r.op.wait {
+                Some(w) => format!("small broadcast (ring), waits for {w}"),
+                None => "small broadcast (ring)".to_string(),
+            },
             Body::Bar(b) => match b.wait() {
                 Some(w) => format!("shared-memory barrier, waits for {w}"),
                 None => "shared-memory barrier".to_string(),
@@ -190,8 +197,17 @@ impl OpState {
         )
     }
 
+    /// Runs through the team's channel (slots or ring): one at a time, in sequence
+    /// order, with the team's other such collectives.
     pub(crate) fn is_shm(&self) -> bool {
-        matches!(self.body, Body::Shm(_))
+        matches!(self.body, Body::Shm(_) | Body::Ring(_))
+    }
+    /// What a small broadcast waits for.
+    pub(crate) fn ring_wait(&self) -> Option<crate::ring::Wait<crate::shm::Area>> {
+        match &self.body {
+            Body::Ring(r) => r.op.wait,
+            _ => None,
+        }
     }
     pub(crate) fn is_bar(&self) -> bool {
         matches!(self.body, Body::Bar(_))
@@ -408,6 +424,19 @@ impl Coll {
                     let k = x.next_barrier();
                     return Ok(Body::Bar(ShmBar::new(p, k, Entry::decode(bytes))));
                 }
+                if ring_eligible(s.kind, n, s.opts.sync) {
+                    let Input::Owned(input) = s.input else {
+                        unreachable!("matched above")
+                    };
+                    let (base, _) = self.ring_base(team, s.root, s.ctx);
+                    let op = crate::ring::Bcast::new(seq, base, s.root, n);
+                    let out = if r == s.root {
+                        input.clone()
+                    } else {
+                        vec![0; n]
+                    };
+                    return Ok(Body::Ring(Box::new(OwnedRing { op, input, out })));
+                }
                 if ShmOp::fits(s.kind, p, s.elem, ch) {
                     let (_, out_blocks) = s.kind.shape(p, r, s.root);
                     let op = ShmOp::new(
@@ -578,7 +607,7 @@ impl Coll {
         };
         let progressed = match &st.body {
             Body::Sched(_) => self.advance_sched(cx, id),
-            Body::Shm(_) | Body::Bar(_) => self.advance_shm(cx, id),
+            Body::Shm(_) | Body::Ring(_) | Body::Bar(_) => self.advance_shm(cx, id),
             Body::Hier(_) => self.advance_hier(cx, id),
         };
         let due = match self.ops.get_mut(&id) {

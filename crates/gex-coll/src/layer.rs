@@ -8,6 +8,7 @@ use crate::barrier::Notified;
 use crate::engine::OpState;
 use crate::error::CollError;
 use crate::msg::{H_ABORT, H_PROBE, HANDLERS, Mailbox, Outbox, split64};
+use crate::ring;
 use crate::rma::Rma;
 use crate::rootcheck::{self, History};
 use crate::shm::{self, Area, Expected};
@@ -82,6 +83,9 @@ pub struct Coll {
     /// The last tuned direct call's decision (its key, and whether it takes the
     /// shared-memory algorithm): calls in a loop skip the tuner.
     pub(crate) direct_choice: Option<(crate::shmdrive::ChoiceKey, bool)>,
+    /// The last small broadcast's key (team, root, context), digest and belief
+    /// ([`Coll::ring_base`]).
+    pub(crate) ring_key: Option<((u64, u32, u64), u64, u32)>,
 }
 
 /// This endpoint's shared-memory state.
@@ -99,6 +103,26 @@ pub(crate) struct ShmLocal {
     pub(crate) sleepy: bool,
     /// Fruitless progress calls while waiting for shared-memory flags.
     pub(crate) fruitless: u32,
+    /// This endpoint's small-broadcast ring, per channel ([`crate::ring`]).
+    pub(crate) ring: [ring::Local<Area>; shm::NCH],
+    /// This member's side of the ring's sleep protocol.
+    pub(crate) fencing: ring::Fencing,
+    /// This member's `MAYSLEEP` word is set (its wait policy may sleep).
+    pub(crate) may_sleep: bool,
+}
+
+impl ShmLocal {
+    /// Announces, once, that this member may sleep when `policy` may
+    /// ([`crate::ring`]: members storing ring flags then start fencing).
+    #[inline]
+    pub(crate) fn note_policy(&mut self, policy: WaitPolicy) {
+        if !self.may_sleep && policy != WaitPolicy::Spin {
+            if let Some(own) = self.own {
+                own.set_may_sleep();
+                self.may_sleep = true;
+            }
+        }
+    }
 }
 
 /// Counters of the layer ([`CollStats`](crate::CollStats)).
@@ -153,7 +177,12 @@ impl Layer for Coll {
             generation,
             sleepy: false,
             fruitless: 0,
+            ring: Default::default(),
+            fencing: ring::Fencing::default(),
+            may_sleep: false,
         };
+        let mut shm = shm;
+        shm.note_policy(cx.wait_policy());
         let world = crate::teams::world_team(cx, &shm);
         let mut c = Coll {
             hids,
@@ -179,6 +208,7 @@ impl Layer for Coll {
             policy: cx.wait_policy(),
             tuner_gen: 0,
             direct_choice: None,
+            ring_key: None,
         };
         crate::teams::setup_world_hier(&mut c, cx);
         Ok(c)
@@ -210,6 +240,7 @@ impl Layer for Coll {
 
     fn progress<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) -> Progress {
         self.policy = cx.wait_policy();
+        self.shm.note_policy(self.policy);
         self.flush_outbox(cx);
         self.answer(cx);
         let (mut progressed, shm_active) = self.advance_all(cx);
@@ -229,6 +260,11 @@ impl Layer for Coll {
         }
         // Announced: look once more at every flag waited for (crate::shm, *Sleeping*).
         fence(Ordering::SeqCst);
+        // A small broadcast's flag whose writer does not fence yet: stay awake
+        // (checked before the flags themselves: crate::ring, *Sleeping*).
+        if !self.ring_waits_sleep_safe() {
+            return Progress::Spinning;
+        }
         let (again, _) = self.advance_all(cx);
         if again || self.direct_ready_now() {
             return Progress::Spinning;
@@ -343,6 +379,20 @@ impl Coll {
             self.shm.sleepy = true;
         }
         true
+    }
+
+    /// True unless this member waits for a small broadcast's flag whose writer does
+    /// not wake sleepers ([`ring::Wait::sleep_safe`]).
+    fn ring_waits_sleep_safe(&self) -> bool {
+        let direct = match self.direct.as_ref().map(|d| d.wait) {
+            Some(shm::WaitOn::Ring(r)) => r.sleep_safe(),
+            _ => true,
+        };
+        direct
+            && self
+                .ops
+                .values()
+                .all(|st| st.ring_wait().is_none_or(|w| w.sleep_safe()))
     }
 
     /// A direct call waits and can step now.
@@ -470,7 +520,9 @@ impl Coll {
                     let _ = self.ctl(cx, dst, H_PROBE, &[tlo, thi, seq, me, belief]);
                 }
             }
-            crate::engine::Body::Shm(_) | crate::engine::Body::Bar(_) => {
+            crate::engine::Body::Shm(_)
+            | crate::engine::Body::Ring(_)
+            | crate::engine::Body::Bar(_) => {
                 let Some(w) = self.shm_wait(id) else {
                     return;
                 };

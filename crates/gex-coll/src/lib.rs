@@ -121,6 +121,7 @@ mod msg;
 mod online;
 mod op;
 pub mod profile;
+mod ring;
 /// The parts of gex-rma's layer the collectives use (rendezvous gets; data roots).
 mod rma {
     pub(crate) use gex_rma::{GlobalPtr, Rma, RmaError};

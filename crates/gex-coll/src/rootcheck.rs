@@ -36,6 +36,8 @@
 
 use crate::msg::Probe;
 use crate::op::OpKind;
+use crate::ring::VALID;
+use crate::ring::Wait;
 use crate::shm::{ShmTeam, WaitOn};
 use crate::teams::mix_all;
 use gex_sync::atomic::Ordering;
@@ -53,10 +55,11 @@ pub(crate) fn belief(kind: OpKind, root: u32, ctx: u64) -> u32 {
     mix_all(&[kind as u64, u64::from(root), ctx]) as u32
 }
 
-/// Check line words (per channel, [`crate::shm`]).
-const TAG: usize = 0;
+/// Check line words (per channel, [`crate::shm`]). `TAG` and `DONE` are also the
+/// small-broadcast ring's claim and acknowledgement words ([`crate::ring`]).
+pub(crate) const TAG: usize = 0;
 const BELIEF: usize = 1;
-const DONE: usize = 2;
+pub(crate) const DONE: usize = 2;
 const POISON: usize = 3;
 
 /// Prepares this member's check line for team `t` (when it takes the channel):
@@ -67,7 +70,7 @@ pub(crate) fn claim(t: &ShmTeam) {
     own.chk(t.ch, DONE).store(0, Ordering::Relaxed);
     own.chk(t.ch, POISON).store(0, Ordering::Relaxed);
     own.chk(t.ch, TAG)
-        .store(u64::from(t.tag) | (1 << 32), Ordering::Release);
+        .store(u64::from(t.tag) | VALID, Ordering::Release);
 }
 
 /// This member starts collective `seq` (through the slots) with `belief`.
@@ -83,7 +86,7 @@ pub(crate) fn announce(t: &ShmTeam, seq: u32, belief: u32) {
 pub(crate) fn finished(t: &ShmTeam, seq: u32) {
     let own = t.areas[t.me as usize];
     own.chk(t.ch, DONE)
-        .store(u64::from(seq) | (1 << 32), Ordering::Release);
+        .store(u64::from(seq) | VALID, Ordering::Release);
 }
 
 /// This member saw a mismatch on team `t`.
@@ -96,7 +99,7 @@ pub(crate) fn poison(t: &ShmTeam) {
 /// poisoned).
 fn line(t: &ShmTeam, q: u32) -> Option<(u64, u64, bool)> {
     let a = t.areas[q as usize];
-    if a.chk(t.ch, TAG).load(Ordering::Acquire) != u64::from(t.tag) | (1 << 32) {
+    if a.chk(t.ch, TAG).load(Ordering::Acquire) != u64::from(t.tag) | VALID {
         return None;
     }
     Some((
@@ -116,7 +119,7 @@ fn after(a: u32, b: u32) -> bool {
 /// another member).
 pub(crate) fn shm_stalled(t: &ShmTeam, seq: u32, belief: u32, w: &WaitOn) -> bool {
     match *w {
-        WaitOn::Post { q, .. } => {
+        WaitOn::Post { q, .. } | WaitOn::Ring(Wait::Post { q, .. }) => {
             let Some((b, _, poisoned)) = line(t, q) else {
                 return false;
             };
@@ -157,6 +160,14 @@ pub(crate) fn shm_stalled(t: &ShmTeam, seq: u32, belief: u32, w: &WaitOn) -> boo
             // acknowledge it: they ran another one.
             all_past && !w.ready()
         }
+        // A root waiting for a reader of its slot's previous publication: that
+        // reader's part failed (its `DONE` never reaches it; it poisoned the team).
+        WaitOn::Ring(Wait::Done { q, left: false, .. }) => {
+            line(t, q).is_some_and(|(_, _, poisoned)| poisoned)
+        }
+        // Members claiming the channel, or leaving the team that held it before:
+        // nothing a root could have named differently.
+        WaitOn::Ring(Wait::Done { left: true, .. } | Wait::Claim { .. }) => false,
     }
 }
 

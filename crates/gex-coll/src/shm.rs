@@ -121,6 +121,12 @@ pub(crate) const CMA_FLAG: u64 = 1 << 63;
 /// (`/proc/self/ns/pid`), so that a pid is only used by members that share the
 /// namespace it was taken in (containers may share `/dev/shm` but not pids).
 const PIDNS: usize = 16;
+/// Offset of the `MAYSLEEP` word: sticky 1 once the owner's wait policy may sleep
+/// ([`crate::ring`], *Sleeping without a fence per broadcast*).
+const MAYSLEEP: usize = 24;
+/// Offset of the `FENCING` word: sticky 1 once the owner fences after every ring flag
+/// it stores ([`crate::ring`]).
+const FENCING: usize = 32;
 /// Offset of the `SLEEPY` word: 1 while the owner may sleep in the kernel waiting for
 /// a flag in shared memory (writers of such flags then wake it).
 const SLEEPY: usize = 64;
@@ -148,8 +154,14 @@ const fn cnt_line(c: usize) -> usize {
 const HDR: usize = 2048;
 const _: () = assert!(chk_line(NCH - 1) + 64 <= rel_line(0));
 const _: () = assert!(cnt_line(NCH - 1) + 64 <= HDR);
-/// Bytes of channel 0 (two large slots and the small ones).
+/// Bytes of channel 0 (the small-broadcast ring, two large slots and the small ones).
 const WORLD_CH: usize = 512 << 10;
+/// Bytes of a slot of the small-broadcast ring: its `SEQ` word and data words, two
+/// cache lines ([`crate::ring`]).
+const RING_SLOT: usize = 128;
+const _: () = assert!(8 * (1 + crate::ring::WORDS) <= RING_SLOT);
+/// Bytes of the small-broadcast ring at the start of every channel.
+const RING_BYTES: usize = crate::ring::SLOTS * RING_SLOT;
 /// Bytes of every other channel.
 const OTHER_CH: usize = ((AREA_LEN - HDR - WORLD_CH) / (NCH - 1)) & !127;
 /// Slot header: `POST` at 0, `REF` at 8 and up to [`INLINE_CAP`] bytes of inline
@@ -176,8 +188,10 @@ const OTHER_SMALL_LEN: usize = 1024;
 /// Slots per channel: two large, then the small ones.
 pub(crate) const NSLOT: usize = 2 + NSMALL;
 const _: () = assert!(NSLOT <= 64);
-const _: () = assert!(WORLD_CH >= NSMALL * WORLD_SMALL_LEN + 2 * (SLOT_HDR + (64 << 10)));
-const _: () = assert!(OTHER_CH >= NSMALL * OTHER_SMALL_LEN + 2 * (SLOT_HDR + (16 << 10)));
+const _: () =
+    assert!(WORLD_CH >= RING_BYTES + NSMALL * WORLD_SMALL_LEN + 2 * (SLOT_HDR + (64 << 10)));
+const _: () =
+    assert!(OTHER_CH >= RING_BYTES + NSMALL * OTHER_SMALL_LEN + 2 * (SLOT_HDR + (16 << 10)));
 const _: () = assert!(HDR + WORLD_CH + (NCH - 1) * OTHER_CH <= AREA_LEN);
 
 /// Largest team `shm` serves (readers poll every member: quadratic traffic).
@@ -208,7 +222,7 @@ fn small_len(c: usize) -> usize {
 
 /// Bytes of a large slot of channel `c` (header included).
 fn slot_len(c: usize) -> usize {
-    (((if c == 0 { WORLD_CH } else { OTHER_CH }) - NSMALL * small_len(c)) / 2) & !127
+    (((if c == 0 { WORLD_CH } else { OTHER_CH }) - RING_BYTES - NSMALL * small_len(c)) / 2) & !127
 }
 
 /// Data bytes of a large slot of channel `c`.
@@ -276,11 +290,24 @@ impl Area {
 
     fn slot(&self, c: usize, s: usize) -> usize {
         debug_assert!(s < NSLOT);
+        let base = chan_base(c) + RING_BYTES;
         if s < 2 {
-            chan_base(c) + s * slot_len(c)
+            base + s * slot_len(c)
         } else {
-            chan_base(c) + 2 * slot_len(c) + (s - 2) * small_len(c)
+            base + 2 * slot_len(c) + (s - 2) * small_len(c)
         }
+    }
+
+    /// Word `i` of slot `s` of channel `c`'s small-broadcast ring (0: `SEQ`, then the
+    /// data words).
+    fn ring_word(&self, c: usize, s: usize, i: usize) -> &AtomicU64 {
+        debug_assert!(s < crate::ring::SLOTS && i <= crate::ring::WORDS);
+        self.word(chan_base(c) + s * RING_SLOT + 8 * i)
+    }
+
+    /// Announces (sticky) that the owner's wait policy may sleep ([`crate::ring`]).
+    pub(crate) fn set_may_sleep(&self) {
+        self.word(MAYSLEEP).store(1, Ordering::Relaxed);
     }
 
     fn post(&self, c: usize, s: usize) -> &AtomicU64 {
@@ -343,6 +370,37 @@ impl Area {
     /// Acknowledgements received so far on slot `s` of channel `c`.
     pub(crate) fn acks(&self, c: usize, s: usize) -> u64 {
         self.ack(c, s).load(Ordering::Acquire)
+    }
+}
+
+impl crate::ring::Words for Area {
+    #[inline]
+    fn seq(&self, ch: usize, s: usize) -> &AtomicU64 {
+        self.ring_word(ch, s, 0)
+    }
+    #[inline]
+    fn data(&self, ch: usize, s: usize, i: usize) -> &AtomicU64 {
+        self.ring_word(ch, s, 1 + i)
+    }
+    #[inline]
+    fn claim(&self, ch: usize) -> &AtomicU64 {
+        self.chk(ch, crate::rootcheck::TAG)
+    }
+    #[inline]
+    fn done(&self, ch: usize) -> &AtomicU64 {
+        self.chk(ch, crate::rootcheck::DONE)
+    }
+    #[inline]
+    fn sleepy(&self) -> &AtomicU64 {
+        self.word(SLEEPY)
+    }
+    #[inline]
+    fn may_sleep(&self) -> &AtomicU64 {
+        self.word(MAYSLEEP)
+    }
+    #[inline]
+    fn fencing(&self) -> &AtomicU64 {
+        self.word(FENCING)
     }
 }
 
@@ -424,6 +482,16 @@ impl ShmTeam {
         }
     }
 
+    /// The team as the small-broadcast ring sees it.
+    pub(crate) fn view(&self) -> crate::ring::View<'_, Area> {
+        crate::ring::View {
+            areas: &self.areas,
+            me: self.me,
+            ch: self.ch,
+            team: self.tag,
+        }
+    }
+
     /// Every member but this one (bit = team rank).
     pub(crate) fn others(&self) -> u64 {
         let p = self.areas.len();
@@ -468,6 +536,8 @@ pub(crate) enum WaitOn {
         tag: u32,
         k: u32,
     },
+    /// A small broadcast's flag ([`crate::ring`]).
+    Ring(crate::ring::Wait<Area>),
 }
 
 // SAFETY: an `Area` inside (see `Area`'s `Send`).
@@ -492,6 +562,7 @@ impl std::fmt::Display for WaitOn {
             WaitOn::Release { ch, k, .. } => {
                 write!(f, "member 0's release of barrier {k} (channel {ch})")
             }
+            WaitOn::Ring(w) => write!(f, "{w}"),
         }
     }
 }
@@ -517,6 +588,7 @@ impl WaitOn {
             WaitOn::Release { area, ch, tag, k } => {
                 epoch_reached(area.rel(ch, 0).load(Ordering::Acquire), tag, k)
             }
+            WaitOn::Ring(w) => w.ready(),
         }
     }
 }

@@ -30,9 +30,10 @@ use crate::barrier::{Entry, ShmBar};
 use crate::engine::{Body, OpState};
 use crate::error::CollError;
 use crate::layer::Coll;
-use crate::op::{AddrMode, OpKind, Opts, SyncModes};
+use crate::op::{AddrMode, OpKind, Opts, SyncMode, SyncModes};
+use crate::ring;
 use crate::rootcheck::{self, Stall};
-use crate::shm::{Io, Publish, ShmOp, WaitOn};
+use crate::shm::{Area, Io, Publish, ShmOp, WaitOn};
 use crate::teams::ext;
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
@@ -52,6 +53,26 @@ pub(crate) fn sleep_after(p: WaitPolicy) -> Option<u32> {
     }
 }
 
+/// True if a `shm` collective runs through the small-broadcast ring
+/// ([`crate::ring`]): a broadcast of at most [`ring::CAP`] bytes without entry or exit
+/// synchronisation `All`. The same on every member (it depends on the call alone),
+/// whether it runs directly or in the layer's table.
+#[inline]
+pub(crate) fn ring_eligible(kind: OpKind, n: usize, sync: SyncModes) -> bool {
+    kind == OpKind::Broadcast
+        && n <= ring::CAP
+        && sync.input != SyncMode::All
+        && sync.output != SyncMode::All
+}
+
+/// A small broadcast in the layer's table, with buffers of its own.
+pub(crate) struct OwnedRing {
+    pub(crate) op: ring::Bcast<Area>,
+    pub(crate) input: Vec<u8>,
+    /// The output (the root's: a copy of its input).
+    pub(crate) out: Vec<u8>,
+}
+
 /// A blocking call running directly over the caller's buffers (its team is the
 /// caller's, resolved at each step: no reference count on the hot path).
 pub(crate) struct DirectOp {
@@ -68,17 +89,29 @@ pub(crate) struct DirectOp {
 pub(crate) enum DirectBody {
     Shm(ShmOp),
     Bar(ShmBar),
+    /// A small broadcast; this member's area and whether it fences (for the
+    /// reader's completion outside the layer).
+    Ring {
+        b: ring::Bcast<Area>,
+        own: Area,
+        fencing: bool,
+    },
 }
 
 impl DirectOp {
     /// Completes a barrier whose last wait is over (a counter barrier's release, a
-    /// flag barrier's last member) outside the layer (the layer's record of the wait
-    /// is dropped by its next poll or direct call): true if done. Other calls step
+    /// flag barrier's last member), or a small broadcast's reader whose root
+    /// published (into `out`), outside the layer (the layer's record of the wait is
+    /// dropped by its next poll or direct call): true if done. Other calls step
     /// through the layer.
-    pub(crate) fn finish(&mut self) -> bool {
+    #[inline]
+    pub(crate) fn finish(&mut self, out: &mut [u8]) -> bool {
         match &mut self.body {
             DirectBody::Bar(ShmBar::Count(b)) => b.finish(),
             DirectBody::Bar(ShmBar::Flag(b)) => b.finish(self.size, self.rank),
+            DirectBody::Ring { b, own, fencing } => {
+                b.finish(*own, &ring::Fencing { on: *fencing }, out)
+            }
             DirectBody::Shm(_) => false,
         }
     }
@@ -89,6 +122,7 @@ impl DirectOp {
         match &self.body {
             DirectBody::Shm(op) => op.wait,
             DirectBody::Bar(b) => b.wait(),
+            DirectBody::Ring { b, .. } => b.wait.map(WaitOn::Ring),
         }
     }
 }
@@ -147,6 +181,24 @@ pub(crate) struct ChoiceKey {
 }
 
 impl Coll {
+    /// The digest of the ring publications of broadcasts rooted at `root` on `team`
+    /// (context `ctx`, see [`rootcheck::belief`]), and their belief. The last one is
+    /// kept: calls in a loop skip the hashing.
+    #[inline]
+    pub(crate) fn ring_base(&mut self, team: &Team, root: u32, ctx: u64) -> (u64, u32) {
+        let key = (team.id(), root, ctx);
+        if let Some((k, base, belief)) = self.ring_key {
+            if k == key {
+                return (base, belief);
+            }
+        }
+        let belief = rootcheck::belief(OpKind::Broadcast, root, ctx);
+        let generation = ext(team).shm.as_ref().map_or(0, |t| t.generation);
+        let base = crate::teams::mix_all(&[generation, team.id(), u64::from(belief), 0xb7ca]);
+        self.ring_key = Some((key, base, belief));
+        (base, belief)
+    }
+
     /// True if a collective of `st`'s team started before it (lower sequence number)
     /// and of the kind `kind` selects has not finished here: `st` must wait its turn.
     pub(crate) fn earlier_unfinished(&self, st: &OpState, kind: impl Fn(&OpState) -> bool) -> bool {
@@ -204,6 +256,21 @@ impl Coll {
                 t.wake_fenced(wake, &mut |a| cx.wake(a));
                 (done, wake != 0)
             }
+            Body::Ring(r) => {
+                if first {
+                    rootcheck::announce(t, st.seq, st.belief);
+                }
+                let view = t.view();
+                let local = &mut shm.ring[t.ch];
+                let done =
+                    r.op.step(&view, local, &mut shm.fencing, &r.input, &mut r.out);
+                if done {
+                    st.result = Some(Ok(std::mem::take(&mut r.out)));
+                }
+                let wake = std::mem::take(&mut r.op.wake);
+                t.wake_fenced(wake, &mut |a| cx.wake(a));
+                (done, done)
+            }
             _ => (false, false),
         };
         first || done || stored
@@ -214,6 +281,7 @@ impl Coll {
         match &mut self.ops.get_mut(&id)?.body {
             Body::Shm(op) => op.op().wait,
             Body::Bar(b) => b.wait(),
+            Body::Ring(r) => r.op.wait.map(WaitOn::Ring),
             _ => None,
         }
     }
@@ -278,9 +346,23 @@ impl Coll {
             return Ok(Begin::Declined);
         }
         let seq = x.next_seq();
-        let belief = rootcheck::belief(r.kind, r.root, 0);
+        let ring = r.kind != OpKind::Barrier && ring_eligible(r.kind, n, r.opts.sync);
+        let (base, belief) = if ring {
+            self.ring_base(team, r.root, 0)
+        } else {
+            (0, rootcheck::belief(r.kind, r.root, 0))
+        };
         let body = if r.kind == OpKind::Barrier {
             DirectBody::Bar(ShmBar::new(p, x.next_barrier(), r.entry))
+        } else if ring {
+            if me == r.root && !io.out.is_empty() {
+                io.out.copy_from_slice(&io.input[..n]);
+            }
+            DirectBody::Ring {
+                b: ring::Bcast::new(seq, base, r.root, n),
+                own: sh.areas[me as usize],
+                fencing: self.shm.fencing.on,
+            }
         } else {
             let mut op = ShmOp::new(
                 r.kind,
@@ -353,6 +435,17 @@ impl Coll {
             DirectBody::Bar(b) => {
                 let done = b.step(t);
                 t.wake_fenced(b.take_wake(), &mut |a| cx.wake(a));
+                (done, 0)
+            }
+            DirectBody::Ring { b, fencing, .. } => {
+                if first {
+                    rootcheck::announce(t, d.seq, d.belief);
+                }
+                let local = &mut self.shm.ring[t.ch];
+                let done = b.step(&t.view(), local, &mut self.shm.fencing, io.input, io.out);
+                *fencing = self.shm.fencing.on;
+                // Already fenced (crate::ring).
+                t.wake_fenced(std::mem::take(&mut b.wake), &mut |a| cx.wake(a));
                 (done, 0)
             }
         };

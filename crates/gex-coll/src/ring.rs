@@ -1,0 +1,536 @@
+//! The small-broadcast ring: broadcasts of at most [`CAP`] bytes through shared memory
+//! at the pace of an eager FIFO.
+//!
+//! The general `shm` protocol ([`crate::shm`]) acknowledges every publication with a
+//! read-modify-write of a per-slot `ACK` word in the publisher's area and fences after
+//! every flag it stores (the sleep protocol). For a broadcast of a few words both
+//! are most of the cost: the `ACK` line moves between the cores on every call, and
+//! each fence stalls the root until the line of its publication is back in its
+//! cache. The ring keeps the slot idea and drops both:
+//!
+//! - **Slots.** Every member has, per channel, a ring of [`SLOTS`] slots of two cache
+//!   lines in its own area: a `SEQ` word and [`WORDS`] data words. Broadcast number
+//!   `seq` of a team (the team's sequence number, shared with its other collectives)
+//!   uses slot `seq mod SLOTS` of the *root's* ring.
+//! - **Publishing** (the root): the data words, then `SEQ = tag(seq)` (release). The
+//!   tag digests the layer's generation, the team, the belief (operation and root,
+//!   [`crate::rootcheck`]) and `seq`, so a reader never takes a stale slot, another
+//!   team's, or one of a member that names another root.
+//! - **Reading** (every other member): waits until `SEQ` holds the tag it computes
+//!   (acquire), copies the data words out, and stores `DONE = seq` in its own check
+//!   line (release) — the check line's `DONE` word, which every collective through
+//!   the channel advances anyway. That store is the acknowledgement: a plain store
+//!   to a line of the reader's own, no read-modify-write.
+//! - **Reuse** (the root, lazily): before it overwrites a slot it published in
+//!   before (at `prev`), every reader's `DONE` must have reached `prev`. The root
+//!   remembers the smallest `DONE` it last saw ([`Local`]) and reads the readers'
+//!   check lines again only when a slot's `prev` is beyond it: about once every
+//!   [`SLOTS`] broadcasts while the readers keep up, never otherwise. A root thus
+//!   runs up to `SLOTS - 1` broadcasts ahead of its slowest reader, and the readers
+//!   never wait for each other.
+//! - **Opening** (the root, once per team): the first publication of a team waits
+//!   until every reader has claimed the channel (its check line names the team), so
+//!   a `DONE` word read later is always the team's. When a channel changes hands,
+//!   the first publication of the new team first waits until every member of the
+//!   previous team has read the previous team's last publication or left that team
+//!   (its check line names another): a member slow to finish the old team's last
+//!   broadcast still finds its data.
+//!
+//! **Sleeping without a fence per broadcast.** A member that may sleep while it waits
+//! for a flag (the endpoint's wait policy: not `Spin`) sets its sticky `MAYSLEEP` word.
+//! A member that stores a ring flag (`SEQ` as root, `DONE` as reader) and sees the
+//! `MAYSLEEP` word of a member that may wait for it sets its own sticky `FENCING` word
+//! and, from then on, after every ring flag it stores, fences (sequentially
+//! consistent) and wakes those of them whose `SLEEPY` word is set. A member waiting
+//! for a ring flag may sleep only if the member that will store it has `FENCING` set
+//! (read after its own `SLEEPY` store and fence): then either it sees the flag or the
+//! storer sees its `SLEEPY` word (a flag stored before `FENCING` was set is visible
+//! through `FENCING`'s release). Otherwise it keeps the endpoint awake (yielding)
+//! until the storer notices. So members that never sleep (`Spin`, ranks not
+//! outnumbering cores) never fence: a broadcast costs the root its stores and the
+//! readers one line transfer and one store each. The model is checked by loom
+//! (`tests/loom_ring.rs`).
+//!
+//! This module holds the protocol only: it reads and writes words through [`Words`]
+//! (a member's area in a real job, plain atomics in the loom model) and reports what
+//! it waits for and whom to wake; the layer drives it ([`crate::shmdrive`]).
+
+use gex_sync::atomic::{AtomicU64, Ordering, fence};
+
+/// Slots of a member's ring, per channel.
+pub(crate) const SLOTS: usize = 32;
+/// Data words of a slot (after its `SEQ` word).
+pub(crate) const WORDS: usize = 15;
+/// Largest broadcast (bytes) the ring carries.
+pub(crate) const CAP: usize = WORDS * 8;
+/// Marks a check line's `TAG` and `DONE` words as written (0 is "never").
+pub(crate) const VALID: u64 = 1 << 32;
+
+/// The words of one member's area that the ring uses.
+pub(crate) trait Words: Copy {
+    /// The `SEQ` word of slot `s` of the ring of channel `ch`.
+    fn seq(&self, ch: usize, s: usize) -> &AtomicU64;
+    /// Data word `i` (`0..WORDS`) of that slot.
+    fn data(&self, ch: usize, s: usize, i: usize) -> &AtomicU64;
+    /// The check line's `TAG` word of channel `ch`: `team | VALID` once the owner
+    /// claimed the channel for the team tagged `team`.
+    fn claim(&self, ch: usize) -> &AtomicU64;
+    /// The check line's `DONE` word of channel `ch`: `seq | VALID` of the last
+    /// collective the owner finished through the channel.
+    fn done(&self, ch: usize) -> &AtomicU64;
+    /// The owner's `SLEEPY` word (it may be asleep).
+    fn sleepy(&self) -> &AtomicU64;
+    /// The owner's `MAYSLEEP` word (sticky: its wait policy may sleep).
+    fn may_sleep(&self) -> &AtomicU64;
+    /// The owner's `FENCING` word (sticky: it fences after every ring flag it stores
+    /// and wakes sleepers).
+    fn fencing(&self) -> &AtomicU64;
+}
+
+/// A team as the ring sees it on one member.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct View<'a, A> {
+    /// Every member's area, by team rank.
+    pub(crate) areas: &'a [A],
+    /// This member's team rank.
+    pub(crate) me: u32,
+    /// The team's channel.
+    pub(crate) ch: usize,
+    /// The team's tag (what its members' check lines name once claimed).
+    pub(crate) team: u32,
+}
+
+/// `a` comes after `b` in sequence order (wrapping).
+#[inline]
+fn after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+/// The tag of broadcast `seq` whose publications digest to `base` (never 0).
+#[inline]
+pub(crate) fn tag(base: u64, seq: u32) -> u64 {
+    let mut x = base ^ u64::from(seq);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (x ^ (x >> 31)).max(1)
+}
+
+/// What a ring broadcast waits for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Wait<A> {
+    /// Member `q`'s publication: its slot `slot` holds `tag`.
+    Post {
+        q: u32,
+        area: A,
+        ch: usize,
+        slot: usize,
+        tag: u64,
+    },
+    /// Member `q` finished broadcast `seq` of the team tagged `team` (`DONE`), or —
+    /// with `left` — left that team (its check line names another).
+    Done {
+        q: u32,
+        area: A,
+        ch: usize,
+        team: u32,
+        seq: u32,
+        left: bool,
+    },
+    /// Member `q` claimed the channel for the team tagged `team`.
+    Claim {
+        q: u32,
+        area: A,
+        ch: usize,
+        team: u32,
+    },
+}
+
+/// For hang reports: what the member waits for, in words (no addresses).
+impl<A> std::fmt::Display for Wait<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Wait::Post { q, ch, slot, .. } => write!(
+                f,
+                "member {q}'s small-broadcast publication in ring slot {slot} of channel {ch}"
+            ),
+            Wait::Done {
+                q,
+                ch,
+                seq,
+                left: false,
+                ..
+            } => write!(
+                f,
+                "member {q} to read broadcast {seq} (channel {ch}) before its ring slot is reused"
+            ),
+            Wait::Done {
+                q,
+                ch,
+                seq,
+                left: true,
+                ..
+            } => write!(
+                f,
+                "member {q} to read the previous team's broadcast {seq} or leave that team (channel {ch} changes hands)"
+            ),
+            Wait::Claim { q, ch, .. } => write!(f, "member {q} to claim channel {ch}"),
+        }
+    }
+}
+
+impl<A: Words> Wait<A> {
+    /// True once what it waits for has happened.
+    #[inline]
+    pub(crate) fn ready(&self) -> bool {
+        match *self {
+            Wait::Post {
+                area,
+                ch,
+                slot,
+                tag,
+                ..
+            } => area.seq(ch, slot).load(Ordering::Acquire) == tag,
+            Wait::Done {
+                area,
+                ch,
+                team,
+                seq,
+                left,
+                ..
+            } => done_reached(area, ch, team, seq, left),
+            Wait::Claim { area, ch, team, .. } => {
+                area.claim(ch).load(Ordering::Acquire) == u64::from(team) | VALID
+            }
+        }
+    }
+
+    /// True if the member waiting for this may sleep: the member that makes it
+    /// ready fences and wakes sleepers (its `FENCING` word; the caller has stored its
+    /// own `SLEEPY` word and fenced). Waits whose flag is stored without a wake (a
+    /// claim, a member leaving a team) never sleep.
+    pub(crate) fn sleep_safe(&self) -> bool {
+        match *self {
+            Wait::Post { area, .. }
+            | Wait::Done {
+                area, left: false, ..
+            } => area.fencing().load(Ordering::Acquire) != 0,
+            Wait::Done { left: true, .. } | Wait::Claim { .. } => false,
+        }
+    }
+}
+
+/// True if `area`'s owner finished broadcast `seq` of team `team`, or (`left`) no
+/// longer holds the channel for that team.
+#[inline]
+fn done_reached<A: Words>(area: A, ch: usize, team: u32, seq: u32, left: bool) -> bool {
+    let claim = area.claim(ch).load(Ordering::Acquire);
+    if claim != u64::from(team) | VALID {
+        return left;
+    }
+    let d = area.done(ch).load(Ordering::Acquire);
+    d & VALID != 0 && !after(seq, d as u32)
+}
+
+/// This member's record of its own ring on one channel (one per channel of the
+/// endpoint: a channel outlives the teams that hold it).
+#[derive(Debug)]
+pub(crate) struct Local<A> {
+    /// The team whose publications `last` records (0: none yet).
+    team: u32,
+    /// Every other member of `team` claimed the channel.
+    open: bool,
+    /// The other members' areas of `team` (read when the channel changes hands).
+    peers: Vec<A>,
+    /// The last publication per slot under `team` (valid where `valid` has the bit).
+    last: [u32; SLOTS],
+    valid: u64,
+    /// The latest publication under `team`.
+    latest: Option<u32>,
+    /// Every other member of `team` finished broadcast `lo` (or left the team).
+    lo: Option<u32>,
+}
+
+impl<A> Default for Local<A> {
+    fn default() -> Self {
+        Local {
+            team: 0,
+            open: false,
+            peers: Vec::new(),
+            last: [0; SLOTS],
+            valid: 0,
+            latest: None,
+            lo: None,
+        }
+    }
+}
+
+impl<A: Words> Local<A> {
+    /// `None` if this member may publish broadcast `seq` of team `t` in its slot now;
+    /// else what it must wait for first (see the module docs: opening, reuse).
+    fn may_publish(&mut self, t: &View<'_, A>, slot: usize) -> Option<Wait<A>> {
+        if self.team != t.team {
+            if let Some(latest) = self.latest {
+                // The previous team's members read its last publication, or left it.
+                for (q, &area) in self.peers.iter().enumerate() {
+                    if !done_reached(area, t.ch, self.team, latest, true) {
+                        return Some(Wait::Done {
+                            q: q as u32,
+                            area,
+                            ch: t.ch,
+                            team: self.team,
+                            seq: latest,
+                            left: true,
+                        });
+                    }
+                }
+            }
+            self.team = t.team;
+            self.open = false;
+            self.peers.clear();
+            self.peers.extend(
+                t.areas
+                    .iter()
+                    .enumerate()
+                    .filter(|&(q, _)| q as u32 != t.me)
+                    .map(|(_, &a)| a),
+            );
+            self.valid = 0;
+            self.latest = None;
+            self.lo = None;
+        }
+        if !self.open {
+            for (q, &area) in t.areas.iter().enumerate() {
+                let claimed = area.claim(t.ch).load(Ordering::Acquire) == u64::from(t.team) | VALID;
+                if q as u32 != t.me && !claimed {
+                    return Some(Wait::Claim {
+                        q: q as u32,
+                        area,
+                        ch: t.ch,
+                        team: t.team,
+                    });
+                }
+            }
+            self.open = true;
+        }
+        if self.valid & (1 << slot) == 0 {
+            return None;
+        }
+        let prev = self.last[slot];
+        if self.lo.is_some_and(|lo| !after(prev, lo)) {
+            return None;
+        }
+        // Read the readers' `DONE` words again; keep the smallest.
+        let mut lo = None::<u32>;
+        for (q, &area) in t.areas.iter().enumerate() {
+            if q as u32 == t.me {
+                continue;
+            }
+            let claim = area.claim(t.ch).load(Ordering::Acquire);
+            if claim != u64::from(t.team) | VALID {
+                // Left the team: it reads nothing more of it.
+                continue;
+            }
+            let d = area.done(t.ch).load(Ordering::Acquire);
+            if d & VALID == 0 || after(prev, d as u32) {
+                return Some(Wait::Done {
+                    q: q as u32,
+                    area,
+                    ch: t.ch,
+                    team: t.team,
+                    seq: prev,
+                    left: false,
+                });
+            }
+            let d = d as u32;
+            lo = Some(match lo {
+                Some(l) if after(d, l) => l,
+                _ => d,
+            });
+        }
+        self.lo = Some(lo.unwrap_or(prev));
+        None
+    }
+
+    /// Records the publication of `seq` in `slot`.
+    fn published(&mut self, slot: usize, seq: u32) {
+        self.last[slot] = seq;
+        self.valid |= 1 << slot;
+        self.latest = Some(seq);
+    }
+}
+
+/// This member's side of the sleep protocol for ring flags.
+#[derive(Debug, Default)]
+pub(crate) struct Fencing {
+    /// This member's `FENCING` word is set.
+    pub(crate) on: bool,
+}
+
+impl Fencing {
+    /// After this member (`own`) stored a ring flag members `mask` (bit = team rank,
+    /// areas `areas`) may wait for: returns the members to wake. Fences (and reads
+    /// their `SLEEPY` words) once this member is fencing, which it becomes when one of
+    /// them may sleep.
+    #[inline]
+    fn after_store<A: Words>(&mut self, own: A, areas: &[A], mask: u64) -> u64 {
+        if !self.on {
+            if !each(mask).any(|q| areas[q].may_sleep().load(Ordering::Relaxed) != 0) {
+                return 0;
+            }
+            // From now on, every ring flag this member stores is fenced; the flags
+            // stored before are visible to whoever sees this word (release).
+            own.fencing().store(1, Ordering::Release);
+            self.on = true;
+        }
+        // Pairs with the fence of a sleeper (after its `SLEEPY` store).
+        fence(Ordering::SeqCst);
+        each(mask)
+            .filter(|&q| areas[q].sleepy().load(Ordering::Relaxed) != 0)
+            .fold(0, |m, q| m | 1 << q)
+    }
+}
+
+/// The team ranks in `mask`.
+fn each(mask: u64) -> impl Iterator<Item = usize> {
+    let mut m = mask;
+    std::iter::from_fn(move || {
+        if m == 0 {
+            return None;
+        }
+        let q = m.trailing_zeros() as usize;
+        m &= m - 1;
+        Some(q)
+    })
+}
+
+/// One ring broadcast in flight on one member.
+#[derive(Debug)]
+pub(crate) struct Bcast<A> {
+    seq: u32,
+    tag: u64,
+    root: u32,
+    /// Bytes of the block.
+    n: usize,
+    /// What [`step`](Self::step) waited for when it last returned false.
+    pub(crate) wait: Option<Wait<A>>,
+    /// Members to wake (bit = team rank), after a step that stored a flag.
+    pub(crate) wake: u64,
+}
+
+impl<A: Words> Bcast<A> {
+    /// Broadcast `seq` of a team (root `root`, `n` bytes, `n <= CAP`) whose
+    /// publications digest to `base` (see [`tag`]).
+    pub(crate) fn new(seq: u32, base: u64, root: u32, n: usize) -> Self {
+        debug_assert!(n <= CAP);
+        Bcast {
+            seq,
+            tag: tag(base, seq),
+            root,
+            n,
+            wait: None,
+            wake: 0,
+        }
+    }
+
+    /// The slot of this broadcast in the root's ring.
+    fn slot(&self) -> usize {
+        self.seq as usize % SLOTS
+    }
+
+    /// Advances as far as possible without waiting; true once complete. The root
+    /// publishes `input` (and completes: it waits for nobody but the readers of its
+    /// slot's previous publication); a reader copies the block into `out` once
+    /// published. Sets [`wake`](Self::wake) after storing a flag.
+    pub(crate) fn step(
+        &mut self,
+        t: &View<'_, A>,
+        local: &mut Local<A>,
+        fencing: &mut Fencing,
+        input: &[u8],
+        out: &mut [u8],
+    ) -> bool {
+        let own = t.areas[t.me as usize];
+        let slot = self.slot();
+        if t.me == self.root {
+            if let Some(w) = local.may_publish(t, slot) {
+                self.wait = Some(w);
+                return false;
+            }
+            for (i, c) in input[..self.n].chunks(8).enumerate() {
+                own.data(t.ch, slot, i).store(word_of(c), Ordering::Relaxed);
+            }
+            own.seq(t.ch, slot).store(self.tag, Ordering::Release);
+            local.published(slot, self.seq);
+            self.finish_here(t, own, fencing, all_but(t.areas.len(), t.me));
+            return true;
+        }
+        let area = t.areas[self.root as usize];
+        if area.seq(t.ch, slot).load(Ordering::Acquire) != self.tag {
+            self.wait = Some(Wait::Post {
+                q: self.root,
+                area,
+                ch: t.ch,
+                slot,
+                tag: self.tag,
+            });
+            return false;
+        }
+        self.copy_out(area, t.ch, slot, out);
+        self.finish_here(t, own, fencing, 1 << self.root);
+        true
+    }
+
+    /// A reader's completion outside the layer, once [`step`](Self::step) waited for
+    /// the publication and it is there: copies the block into `out` and stores
+    /// `DONE`; true if done. Only while neither this member fences nor the root may
+    /// sleep (else this member must fence and wake it: the layer does, in
+    /// [`step`](Self::step)); false otherwise, with nothing stored.
+    pub(crate) fn finish(&mut self, own: A, fencing: &Fencing, out: &mut [u8]) -> bool {
+        let Some(Wait::Post { area, ch, slot, .. }) = self.wait else {
+            return false;
+        };
+        if fencing.on
+            || area.seq(ch, slot).load(Ordering::Acquire) != self.tag
+            || area.may_sleep().load(Ordering::Relaxed) != 0
+        {
+            return false;
+        }
+        self.copy_out(area, ch, slot, out);
+        own.done(ch)
+            .store(u64::from(self.seq) | VALID, Ordering::Release);
+        self.wait = None;
+        true
+    }
+
+    /// Copies the published block out of `area`'s slot.
+    fn copy_out(&self, area: A, ch: usize, slot: usize, out: &mut [u8]) {
+        for (i, c) in out[..self.n].chunks_mut(8).enumerate() {
+            let w = area.data(ch, slot, i).load(Ordering::Relaxed).to_le_bytes();
+            c.copy_from_slice(&w[..c.len()]);
+        }
+    }
+
+    /// Stores this member's `DONE` (the acknowledgement readers give, and what roots
+    /// of later broadcasts wait for) and the sleep protocol's part for the flags just
+    /// stored (`mask`: who may wait for them).
+    fn finish_here(&mut self, t: &View<'_, A>, own: A, fencing: &mut Fencing, mask: u64) {
+        own.done(t.ch)
+            .store(u64::from(self.seq) | VALID, Ordering::Release);
+        self.wake |= fencing.after_store(own, t.areas, mask);
+        self.wait = None;
+    }
+}
+
+/// Every member of a team of `p` but `me` (bit = team rank).
+fn all_but(p: usize, me: u32) -> u64 {
+    let all = if p >= 64 { u64::MAX } else { (1u64 << p) - 1 };
+    all & !(1u64 << me)
+}
+
+/// Up to 8 bytes as a little-endian word (zero-padded).
+#[inline]
+fn word_of(c: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b[..c.len()].copy_from_slice(c);
+    u64::from_le_bytes(b)
+}
