@@ -2,10 +2,12 @@
 //! the loop `MPI_Bcast` benchmarks run, for profiling the small-broadcast path
 //! (`perf record`/`perf stat` over the whole job: the loop dominates it).
 //!
-//! `cargo bench -p gex-coll --bench small_bcast -- [ranks] [iters] [bytes] [roots]`
+//! `cargo bench -p gex-coll --bench small_bcast -- [ranks] [iters] [bytes] [roots] [sim]`
 //! (defaults 2, 2 000 000, 8, `fixed`; `roots` = `fixed` (rank 0) or `rotate` (call
-//! `i` rooted at `i mod P`)). Rank `r` pins itself to the `(r mod n)`-th allowed core
-//! (as gex-perf does); every rank prints its ns per call and its `CollStats`.
+//! `i` rooted at `i mod P`); `sim`: thread ranks of the simulated conduit in this
+//! process, one host, e.g. under `valgrind --tool=callgrind`). Rank `r` pins itself to
+//! the `(r mod n)`-th allowed core (as gex-perf does); every rank prints its ns per
+//! call and its `CollStats`.
 #![allow(unsafe_code)]
 
 use gex::Job;
@@ -14,6 +16,7 @@ use gex_coll::{Broadcast, CollExt};
 use gex_core::{Blocking, Client, ClientBuilder};
 use std::time::Instant;
 
+#[derive(Clone, Copy)]
 struct Bench {
     iters: u64,
     bytes: usize,
@@ -100,6 +103,23 @@ fn main() {
         bytes: num(2, 8) as usize,
         rotate: args.get(3).is_some_and(|a| a == "rotate"),
     };
+    if args.get(4).is_some_and(|a| a == "sim") {
+        // Thread ranks in this process (one simulated host), for tools that follow
+        // one process only (callgrind: instructions per call).
+        let b = || {
+            ClientBuilder::new()
+                .layer::<gex_rma::Rma>()
+                .layer::<gex_coll::Coll>()
+                .segment_size(1 << 20)
+        };
+        let cfg = gex_testkit::sim::SimConfig::default()
+            .ranks_per_host(ranks)
+            .timeout(std::time::Duration::from_secs(3600));
+        gex_testkit::sim::run_sim(ranks, cfg, b, |client| {
+            bench.run(client);
+        });
+        return;
+    }
     match gex_boot::spawn_self(ranks).expect("launch") {
         gex_boot::Role::Launcher(code) => std::process::exit(code),
         gex_boot::Role::Rank(boot) => {

@@ -12,7 +12,7 @@ use crate::op::{AddrMode, Elem, OpKind, Opts};
 use crate::rma::RmaError;
 use crate::root::{Root, root_blocks};
 use crate::shm::Io;
-use crate::shmdrive::{Begin, DirectOp, DirectReq, Stepped};
+use crate::shmdrive::{Begin, DirectOp, DirectReq, RingBegin, Stepped};
 use crate::teams::{self, Scratch, coll, ext, resolve};
 use crate::tune::{Choice, Tuner};
 use bytemuck::Pod;
@@ -44,6 +44,9 @@ pub struct CollStats {
     /// Of those, the ones in which this member's private input was read by the others
     /// with `process_vm_readv` (CMA; docs/coll.md 4.1).
     pub cma_calls: u64,
+    /// Broadcasts of at most 120 bytes that went through the small-broadcast ring
+    /// (directly or in the layer's table; docs/coll.md 4.1, *Small broadcasts*).
+    pub ring_calls: u64,
     /// Cells timed online so far (`GEX_COLL_TUNE=online`).
     pub online_trials: u64,
     /// Messages the layer's handlers dropped as malformed (0 in a healthy job).
@@ -433,6 +436,7 @@ impl<C: Conduit> CollExt<C> for Endpoint<C> {
             direct_calls: c.counters.direct_calls,
             by_reference_calls: c.counters.by_reference_calls,
             cma_calls: c.counters.cma_calls,
+            ring_calls: c.counters.ring_calls,
             online_trials: c.counters.online_trials,
             dropped_messages: c.dropped(),
         })
@@ -674,6 +678,16 @@ pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
     team: &Team,
     mut spec: Spec<'_, T>,
 ) -> Result<(), CollError> {
+    // A small in-place broadcast from a team rank: the ring, directly (nothing to
+    // lower: an in-place buffer has no length to check, a bad root is declined).
+    if let (OpKind::Broadcast, Root::Rank(root), SpecData::InPlace(buf)) =
+        (spec.kind, spec.root, &mut spec.data)
+    {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        if bytes.len() <= crate::ring::CAP && ring_in_place(ep, team, root, bytes, &spec.opts)? {
+            return Ok(());
+        }
+    }
     let (l, _) = lower(ep, team, &spec)?;
     let (p, me) = (team.size(), team.rank());
     let mut tmp = Vec::new();
@@ -863,6 +877,97 @@ enum Direct {
     Trial,
 }
 
+/// A blocking in-place broadcast of `buf` from `root` through the small-broadcast
+/// ring, directly ([`Coll::ring_begin`]): `Ok(false)` if that does not apply (nothing
+/// consumed). Waits as [`direct`] does; a reader whose root published completes
+/// without entering the layer again.
+#[inline]
+fn ring_in_place<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    root: u32,
+    buf: &mut [u8],
+    opts: &Opts<'_>,
+) -> Result<bool, CollError> {
+    let mut call = None;
+    let first = coll(ep, |c, cx| {
+        c.with_resolved(team, |c, team| {
+            c.ring_begin(cx, team, root, &mut *buf, opts, &mut call)
+        })
+    })??;
+    match first {
+        RingBegin::Declined => return Ok(false),
+        RingBegin::Done => return Ok(true),
+        RingBegin::Pending => {}
+    }
+    let d = call.as_mut().expect("a pending call");
+    let mut pause = Pause::new(ep.wait_policy());
+    let mut waited = false;
+    loop {
+        pause.inline(ep, || d.ready());
+        if !waited && d.finish(buf) {
+            return Ok(true);
+        }
+        if !d.ready() {
+            pause.spins = 0;
+            waited = true;
+            let _ = ep.wait_until_layer::<Coll>(|c| c.direct_ready());
+        }
+        let done = coll(ep, |c, cx| {
+            c.with_resolved(team, |c, team| c.ring_step(cx, team, d, &mut *buf))
+        })??;
+        if done {
+            return Ok(true);
+        }
+    }
+}
+
+/// How a direct call waits between its steps before the endpoint's wait loop.
+struct Pause {
+    spin: bool,
+    yield_first: bool,
+    spins: u32,
+    slices: u32,
+}
+
+impl Pause {
+    fn new(policy: WaitPolicy) -> Pause {
+        Pause {
+            spin: policy == WaitPolicy::Spin,
+            yield_first: matches!(policy, WaitPolicy::SpinThenBlock { .. }),
+            spins: 0,
+            slices: 0,
+        }
+    }
+
+    /// Looks at `ready` a few times under `Spin`; under `SpinThenBlock` hands the
+    /// core over between looks (serving the endpoint every few slices), for a
+    /// bounded number of slices over the whole call.
+    #[inline]
+    fn inline<C: Conduit>(&mut self, ep: &mut Endpoint<C>, ready: impl Fn() -> bool) {
+        if self.spin && self.spins < INLINE_SPINS {
+            // The flag it waits for, a few times, before the endpoint's wait loop.
+            while self.spins < INLINE_SPINS && !ready() {
+                self.spins += 1;
+                gex_sync::hint::spin_loop();
+            }
+        }
+        if self.yield_first {
+            // Ranks outnumber cores: the members waited for need this core. Hand it
+            // over and look at the flag, serving the endpoint every few slices, before
+            // the endpoint's wait loop (a poll of every peer's ring per slice, then
+            // sleep); measured with 8 ranks on 2 cores (docs/coll.md, section 10).
+            while self.slices < LIGHT_SLICES && !ready() {
+                std::thread::yield_now();
+                self.slices += 1;
+                if self.slices % LIGHT_POLL_EVERY == 0 {
+                    ep.poll();
+                }
+            }
+        }
+    }
+}
+
 /// The direct path (see [`crate::shmdrive`]), with `trial`: declines with
 /// [`Direct::Trial`] when an online trial is due.
 fn direct<C: Conduit>(
@@ -900,40 +1005,17 @@ fn direct<C: Conduit>(
         Err(other) => return Ok(other),
     };
     let d = slot.as_mut().expect("a begun call");
-    let policy = ep.wait_policy();
-    let spin = policy == WaitPolicy::Spin;
-    let yield_first = matches!(policy, WaitPolicy::SpinThenBlock { .. });
-    let mut spins = 0u32;
+    let mut pause = Pause::new(ep.wait_policy());
     let mut waited = false;
-    let mut slices = 0u32;
     while let Stepped::Pending = stepped {
-        if spin && spins < INLINE_SPINS {
-            // The flag it waits for, a few times, before the endpoint's wait loop.
-            while spins < INLINE_SPINS && !d.wait().is_some_and(|w| w.ready()) {
-                spins += 1;
-                gex_sync::hint::spin_loop();
-            }
-        }
-        if yield_first {
-            // Ranks outnumber cores: the members waited for need this core. Hand it
-            // over and look at the flag, serving the endpoint every few slices, before
-            // the endpoint's wait loop (a poll of every peer's ring per slice, then
-            // sleep); measured with 8 ranks on 2 cores (docs/coll.md, section 10).
-            while slices < LIGHT_SLICES && !d.wait().is_some_and(|w| w.ready()) {
-                std::thread::yield_now();
-                slices += 1;
-                if slices % LIGHT_POLL_EVERY == 0 {
-                    ep.poll();
-                }
-            }
-        }
+        pause.inline(ep, || d.wait().is_some_and(|w| w.ready()));
         if !waited && d.finish(io.out) {
             // A barrier's last wait is over: done without entering the layer again
             // (it never announced sleep: nothing to withdraw).
             return Ok(Direct::Done(merged_entry(d)));
         }
         if !d.wait().is_some_and(|w| w.ready()) {
-            spins = 0;
+            pause.spins = 0;
             waited = true;
             let _ = ep.wait_until_layer::<Coll>(|c| c.direct_ready());
         }

@@ -430,6 +430,7 @@ impl Coll {
                     };
                     let (base, _) = self.ring_base(team, s.root, s.ctx);
                     let op = crate::ring::Bcast::new(seq, base, s.root, n);
+                    self.counters.ring_calls += 1;
                     let out = if r == s.root {
                         input.clone()
                     } else {

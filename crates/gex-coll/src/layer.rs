@@ -132,6 +132,7 @@ pub(crate) struct Counters {
     pub(crate) direct_calls: u64,
     pub(crate) by_reference_calls: u64,
     pub(crate) cma_calls: u64,
+    pub(crate) ring_calls: u64,
 }
 
 impl std::fmt::Debug for Coll {

@@ -51,14 +51,33 @@
 //! readers one line transfer and one store each. The model is checked by loom
 //! (`tests/loom_ring.rs`).
 //!
+//! **Limits.** At most [`CAP`] bytes per broadcast (a slot's data words); the root's
+//! lead over its slowest reader is `SLOTS - 1` broadcasts; the readers poll the root's
+//! line, so the traffic grows with the team like the slot protocol's (teams up to
+//! `shm`'s limit); `All` entry or exit synchronisation needs the slot protocol's extra
+//! rounds, and other operations keep the slots.
+//!
+//! **Why hand-written.** The ring is not a queue in process memory: it is a fixed
+//! layout of words at known offsets of every member's area, mapped by other processes
+//! at other addresses (no pointers, no allocation, no `Drop`), read by every member
+//! rather than consumed by one (a one-to-many broadcast, where in-process broadcast
+//! queues and SPSC/MPMC ring crates hand each element to one consumer or keep
+//! per-reader cursors in process memory), acknowledged through words the layer
+//! already keeps (the check line's `TAG` and `DONE`, shared with the root-mismatch
+//! checks of [`crate::rootcheck`]), tagged so that stale data of another team, layer
+//! or root is never taken, and woken through the conduit's doorbell by the endpoint's
+//! wait policy. No crate offers that layout or that sleep protocol; the protocol is
+//! small enough to check whole with loom instead.
+//!
 //! This module holds the protocol only: it reads and writes words through [`Words`]
 //! (a member's area in a real job, plain atomics in the loom model) and reports what
 //! it waits for and whom to wake; the layer drives it ([`crate::shmdrive`]).
 
 use gex_sync::atomic::{AtomicU64, Ordering, fence};
 
-/// Slots of a member's ring, per channel.
-pub(crate) const SLOTS: usize = 32;
+/// Slots of a member's ring, per channel (1 in the loom model, so that every
+/// broadcast after the first reuses a slot).
+pub(crate) const SLOTS: usize = if cfg!(gex_loom) { 1 } else { 32 };
 /// Data words of a slot (after its `SEQ` word).
 pub(crate) const WORDS: usize = 15;
 /// Largest broadcast (bytes) the ring carries.
@@ -118,13 +137,20 @@ pub(crate) fn tag(base: u64, seq: u32) -> u64 {
 /// What a ring broadcast waits for.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Wait<A> {
-    /// Member `q`'s publication: its slot `slot` holds `tag`.
+    /// Member `q`'s publication: its slot `slot` holds `tag` — or the waiting member
+    /// (`own`) finished broadcast `seq` of the team tagged `team` already, or left the
+    /// team (a reader
+    /// that completed outside the layer, [`Bcast::finish`], leaves this wait recorded
+    /// in the layer until its next poll; the root may reuse the slot by then).
     Post {
         q: u32,
         area: A,
         ch: usize,
         slot: usize,
         tag: u64,
+        own: A,
+        team: u32,
+        seq: u32,
     },
     /// Member `q` finished broadcast `seq` of the team tagged `team` (`DONE`), or —
     /// with `left` — left that team (its check line names another).
@@ -188,8 +214,14 @@ impl<A: Words> Wait<A> {
                 ch,
                 slot,
                 tag,
+                own,
+                team,
+                seq,
                 ..
-            } => area.seq(ch, slot).load(Ordering::Acquire) == tag,
+            } => {
+                area.seq(ch, slot).load(Ordering::Acquire) == tag
+                    || done_reached(own, ch, team, seq, true)
+            }
             Wait::Done {
                 area,
                 ch,
@@ -432,7 +464,14 @@ impl<A: Words> Bcast<A> {
         }
     }
 
+    /// The root (team rank).
+    pub(crate) fn root(&self) -> u32 {
+        self.root
+    }
+
     /// The slot of this broadcast in the root's ring.
+    // `SLOTS` is 1 in the loom model.
+    #[allow(clippy::modulo_one)]
     fn slot(&self) -> usize {
         self.seq as usize % SLOTS
     }
@@ -472,6 +511,9 @@ impl<A: Words> Bcast<A> {
                 ch: t.ch,
                 slot,
                 tag: self.tag,
+                own,
+                team: t.team,
+                seq: self.seq,
             });
             return false;
         }

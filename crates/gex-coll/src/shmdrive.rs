@@ -65,6 +65,43 @@ pub(crate) fn ring_eligible(kind: OpKind, n: usize, sync: SyncModes) -> bool {
         && sync.output != SyncMode::All
 }
 
+/// How [`Coll::ring_begin`] answered.
+pub(crate) enum RingBegin {
+    /// The ring's direct path does not apply (nothing consumed).
+    Declined,
+    /// Done (a root that published, a reader whose root had).
+    Done,
+    /// Waits (the call is in the caller's [`RingCall`]).
+    Pending,
+}
+
+/// A small broadcast's direct call in flight on the caller's stack.
+pub(crate) struct RingCall {
+    pub(crate) b: ring::Bcast<Area>,
+    /// This member's area.
+    pub(crate) own: Area,
+    /// This member fences ring flags (it completes only through the layer then).
+    pub(crate) fencing: bool,
+    seq: u32,
+    belief: u32,
+}
+
+impl RingCall {
+    /// Completes a reader whose root published outside the layer (see
+    /// [`ring::Bcast::finish`]): true if done.
+    #[inline]
+    pub(crate) fn finish(&mut self, out: &mut [u8]) -> bool {
+        self.b
+            .finish(self.own, &ring::Fencing { on: self.fencing }, out)
+    }
+
+    /// True once what the call waits for has happened.
+    #[inline]
+    pub(crate) fn ready(&self) -> bool {
+        self.b.wait.is_some_and(|w| w.ready())
+    }
+}
+
 /// A small broadcast in the layer's table, with buffers of its own.
 pub(crate) struct OwnedRing {
     pub(crate) op: ring::Bcast<Area>,
@@ -286,6 +323,183 @@ impl Coll {
         }
     }
 
+    /// Whether a direct call `r` on `team` runs `shm` (the tuned or forced choice);
+    /// `None` when the online tuner has yet to time its cell and `r.trial` asks to
+    /// be told. A tuned call's decision depends on its key alone: it is kept for the
+    /// next call, so calls in a loop skip the tuner.
+    #[inline]
+    fn direct_takes_shm(
+        &mut self,
+        team: &Team,
+        r: &DirectReq<'_>,
+    ) -> Result<Option<bool>, CollError> {
+        let n = r.elem * r.count;
+        let key = ChoiceKey {
+            team: team.id(),
+            size: team.size(),
+            kind: r.kind,
+            bytes: n,
+            commutative: r.commutative,
+            sync: r.opts.sync,
+            generation: self.tuner_gen,
+        };
+        if let Some((k, shm)) = self.direct_choice {
+            if r.opts.algorithm.is_none() && k == key {
+                return Ok(Some(shm));
+            }
+        }
+        let q = Self::query(team, r.kind, n, AddrMode::Local, r.opts, r.commutative);
+        let (shm, fixed) = if self.online_applies(&q, r.opts) {
+            match self.tuner.online_choice(team.id(), &q) {
+                Some(a) => (a.is_shared_memory(), true),
+                None if r.trial => return Ok(None),
+                None => (false, false),
+            }
+        } else {
+            let a = self.tuner.select(&q, r.opts.algorithm)?;
+            (a.is_shared_memory(), r.opts.algorithm.is_none())
+        };
+        if fixed {
+            self.direct_choice = Some((key, shm));
+        }
+        Ok(Some(shm))
+    }
+
+    /// Starts a blocking in-place broadcast of `buf` from `root` on `team` through
+    /// the small-broadcast ring directly ([`crate::ring`]), if that applies: the
+    /// team has a channel, nothing else is in flight on the endpoint, the call is
+    /// small, and the tuned (or forced) algorithm is `shm`. The leanest direct call:
+    /// one call into the layer begins and takes the first step (a root publishes, a
+    /// reader whose root published copies), no operation record but the ring's.
+    /// Otherwise [`RingBegin::Declined`], nothing consumed (the general path then
+    /// decides, and reports a bad root).
+    pub(crate) fn ring_begin<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        team: &Team,
+        root: u32,
+        buf: &mut [u8],
+        opts: &Opts<'_>,
+        call: &mut Option<RingCall>,
+    ) -> Result<RingBegin, CollError> {
+        let x = ext(team);
+        let Some(sh) = x.shm.as_ref() else {
+            return Ok(RingBegin::Declined);
+        };
+        let (p, me, n) = (team.size(), team.rank(), buf.len());
+        if !self.ops.is_empty() || root >= p || !ring_eligible(OpKind::Broadcast, n, opts.sync) {
+            return Ok(RingBegin::Declined);
+        }
+        let req = DirectReq {
+            kind: OpKind::Broadcast,
+            root,
+            elem: 1,
+            count: n,
+            commutative: true,
+            opts,
+            entry: Entry::default(),
+            trial: false,
+        };
+        if self.direct_takes_shm(team, &req)? != Some(true) {
+            return Ok(RingBegin::Declined);
+        }
+        // A wait left by a call that unwound (a panicking handler) is stale.
+        self.direct = None;
+        let seq = x.next_seq();
+        let (base, belief) = self.ring_base(team, root, 0);
+        rootcheck::announce(sh, seq, belief);
+        let mut b = ring::Bcast::new(seq, base, root, n);
+        let (input, out): (&[u8], &mut [u8]) = if me == root {
+            (buf, &mut [])
+        } else {
+            (&[], buf)
+        };
+        let done = b.step(
+            &sh.view(),
+            &mut self.shm.ring[sh.ch],
+            &mut self.shm.fencing,
+            input,
+            out,
+        );
+        // Already fenced (crate::ring).
+        sh.wake_fenced(std::mem::take(&mut b.wake), &mut |a| cx.wake(a));
+        self.counters.direct_calls += 1;
+        self.counters.ring_calls += 1;
+        if done {
+            self.calm();
+            return Ok(RingBegin::Done);
+        }
+        let wait = WaitOn::Ring(b.wait.expect("a pending step records its wait"));
+        self.direct = Some(DirectWait {
+            wait,
+            stall: Stall::default(),
+            check: false,
+        });
+        cx.set_busy();
+        *call = Some(RingCall {
+            own: sh.areas[me as usize],
+            fencing: self.shm.fencing.on,
+            b,
+            seq,
+            belief,
+        });
+        Ok(RingBegin::Pending)
+    }
+
+    /// Steps a small broadcast begun by [`ring_begin`](Self::ring_begin) (as
+    /// [`direct_step`](Self::direct_step) does a direct call): true once done.
+    ///
+    /// # Errors
+    /// [`CollError::RootMismatch`] when the stall checks find one.
+    pub(crate) fn ring_step<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        team: &Team,
+        call: &mut RingCall,
+        buf: &mut [u8],
+    ) -> Result<bool, CollError> {
+        let x = ext(team);
+        let t = x.shm.as_ref().expect("ring calls need a channel");
+        let mut stall = Stall::default();
+        if let Some(w) = self.direct.take() {
+            stall = w.stall;
+            if w.check && rootcheck::shm_stalled(t, call.seq, call.belief, &w.wait) {
+                rootcheck::poison(t);
+                self.calm();
+                return Err(CollError::RootMismatch {
+                    team: team.id(),
+                    seq: call.seq,
+                });
+            }
+        }
+        let (input, out): (&[u8], &mut [u8]) = if t.me == call.b.root() {
+            (buf, &mut [])
+        } else {
+            (&[], buf)
+        };
+        let done = call.b.step(
+            &t.view(),
+            &mut self.shm.ring[t.ch],
+            &mut self.shm.fencing,
+            input,
+            out,
+        );
+        call.fencing = self.shm.fencing.on;
+        t.wake_fenced(std::mem::take(&mut call.b.wake), &mut |a| cx.wake(a));
+        if done {
+            self.calm();
+            return Ok(true);
+        }
+        let wait = WaitOn::Ring(call.b.wait.expect("a pending step records its wait"));
+        self.direct = Some(DirectWait {
+            wait,
+            stall,
+            check: false,
+        });
+        cx.set_busy();
+        Ok(false)
+    }
+
     /// Starts a blocking call on the direct path if it applies (see the module docs):
     /// `Ok(None)` if not (nothing consumed, the caller uses the table).
     pub(crate) fn direct_begin<'s, C: Conduit>(
@@ -312,35 +526,8 @@ impl Coll {
                 size: p,
             });
         }
-        // A tuned call's decision depends on the key alone: kept for the next call.
-        let key = ChoiceKey {
-            team: team.id(),
-            size: p,
-            kind: r.kind,
-            bytes: n,
-            commutative: r.commutative,
-            sync: r.opts.sync,
-            generation: self.tuner_gen,
-        };
-        let shm = match self.direct_choice {
-            Some((k, shm)) if r.opts.algorithm.is_none() && k == key => shm,
-            _ => {
-                let q = Self::query(team, r.kind, n, AddrMode::Local, r.opts, r.commutative);
-                let (shm, fixed) = if self.online_applies(&q, r.opts) {
-                    match self.tuner.online_choice(team.id(), &q) {
-                        Some(a) => (a.is_shared_memory(), true),
-                        None if r.trial => return Ok(Begin::Trial),
-                        None => (false, false),
-                    }
-                } else {
-                    let a = self.tuner.select(&q, r.opts.algorithm)?;
-                    (a.is_shared_memory(), r.opts.algorithm.is_none())
-                };
-                if fixed {
-                    self.direct_choice = Some((key, shm));
-                }
-                shm
-            }
+        let Some(shm) = self.direct_takes_shm(team, r)? else {
+            return Ok(Begin::Trial);
         };
         if !shm || (r.kind != OpKind::Barrier && !ShmOp::fits(r.kind, p, r.elem, sh.ch)) {
             return Ok(Begin::Declined);
@@ -358,6 +545,7 @@ impl Coll {
             if me == r.root && !io.out.is_empty() {
                 io.out.copy_from_slice(&io.input[..n]);
             }
+            self.counters.ring_calls += 1;
             DirectBody::Ring {
                 b: ring::Bcast::new(seq, base, r.root, n),
                 own: sh.areas[me as usize],
