@@ -2,10 +2,11 @@
 # ci/loom.sh — model-check gex's lock-free code with loom.
 #
 # Runs every `crates/*/tests/loom_*.rs` test of the workspace (today: gex-sync's
-# loom_ring and loom_doorbell) with `--cfg gex_loom`, which swaps gex-sync's atomics
-# shim for loom's types. The build goes to its own target directory (target/loom) so
-# it does not invalidate the normal build, and runs in release mode because loom
-# explores many interleavings.
+# loom_ring, loom_slot and loom_doorbell; gex-coll's loom_ring, the small-broadcast
+# ring's publication, slot reuse and sleep protocol) with `--cfg gex_loom`, which
+# swaps gex-sync's atomics shim for loom's types. The build goes to its own target
+# directory (target/loom) so it does not invalidate the normal build, and runs in
+# release mode because loom explores many interleavings.
 #
 # Environment:
 #   LOOM_MAX_PREEMPTIONS   bound on preemptions per execution (default 2; 3 is much slower)

@@ -5,11 +5,15 @@
 //! algorithm on 4 processes for two sizes (one above the Medium limit), the tuned
 //! choice on split teams, the blocking calls over private and over segment buffers
 //! (published by reference), and single address mode with signaling put and
-//! rendezvous (3 processes).
+//! rendezvous (3 processes); small broadcasts through the ring on 2 and 8 processes
+//! (more than the cores) and its sleepers' wake-ups (3 processes under `Block`).
 
 mod common;
 
-use common::{buffer_matrix, bytes, layers, matrix, matrix_mode, reference, segment_matrix};
+use common::{
+    assert_woken, buffer_matrix, bytes, layers, matrix, matrix_mode, reference, ring_workload,
+    segment_matrix,
+};
 use gex::Job;
 use gex::spi::Conduit;
 use gex_coll::{
@@ -161,15 +165,79 @@ impl Job for Mismatch {
     }
 }
 
+/// Small broadcasts through the ring across processes: the ring workload
+/// (`common::ring_workload`: rotating and fixed roots, 1..=120 bytes, every form,
+/// wrap-around, every byte checked) on the world team and on two split halves at
+/// once, every broadcast through the ring where the team shares memory.
+struct Ring;
+
+impl Job for Ring {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        let mut c = client.endpoint(0).unwrap();
+        let w = c.world().clone();
+        let (p, me) = (w.size(), w.rank());
+        let r0 = c.coll_stats().ring_calls;
+        let calls = ring_workload(&mut c, &w, 200, u64::from(p));
+        let ring = c.coll_stats().ring_calls - r0;
+        assert_eq!(
+            ring,
+            if c.shared_memory(&w) { calls } else { 0 },
+            "rank {me}"
+        );
+        if p >= 4 {
+            let half = c
+                .split(&w, Some(me % 2), me, Scratch::None)
+                .unwrap()
+                .unwrap();
+            let r0 = c.coll_stats().ring_calls;
+            let calls = ring_workload(&mut c, &half, 130, 50 + u64::from(me % 2));
+            let ring = c.coll_stats().ring_calls - r0;
+            assert_eq!(ring, if c.shared_memory(&half) { calls } else { 0 });
+        }
+        c.barrier(&w).unwrap();
+        assert_eq!(c.coll_stats().dropped_messages, 0);
+        drop(c);
+        client.finalize().unwrap();
+    }
+}
+
+/// The ring's sleepers are woken across processes (`common::assert_woken` under
+/// `Block`: readers sleeping on a root that pauses, a root sleeping on readers that
+/// pause; the endpoint naps 10 ms, so a lost wake-up shows as a call of 10 ms).
+struct RingWake;
+
+impl Job for RingWake {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        let mut c = client.endpoint(0).unwrap();
+        assert_eq!(c.wait_policy(), gex_core::WaitPolicy::Block);
+        let w = c.world().clone();
+        assert_woken(&mut c, &w, 40);
+        drop(c);
+        client.finalize().unwrap();
+    }
+}
+
 /// Runs `job` on `ranks` processes of this test (the conduit the facade picks, 4 MiB
 /// segments, gex-rma's and gex-coll's layers); the job must succeed. The matrix takes
 /// a minute or two on a loaded 2-core machine, hence a watchdog of 10 minutes rather
 /// than the runner's default.
 fn launch<J: Job<Output = ()>>(ranks: u32, job: J) {
+    launch_with(ranks, None, job);
+}
+
+/// As [`launch`], with wait policy `wait` (`None`: automatic).
+fn launch_with<J: Job<Output = ()>>(ranks: u32, wait: Option<gex_core::WaitPolicy>, job: J) {
     Procs::new(ranks)
         .timeout(std::time::Duration::from_secs(600))
         .run(|boot| {
-            gex::init_with_boot(layers().segment_size(4 << 20), boot, None, job).unwrap();
+            let b = layers().segment_size(4 << 20);
+            let b = match wait {
+                Some(w) => b.wait_policy(w),
+                None => b,
+            };
+            gex::init_with_boot(b, boot, None, job).unwrap();
         })
         .assert_success();
 }
@@ -187,4 +255,19 @@ fn procs_mismatch_3() {
 #[test]
 fn procs_single_mode_3() {
     launch(3, SingleMode);
+}
+
+#[test]
+fn procs_ring_2() {
+    launch(2, Ring);
+}
+
+#[test]
+fn procs_ring_8() {
+    launch(8, Ring);
+}
+
+#[test]
+fn procs_ring_wakeups_3() {
+    launch_with(3, Some(gex_core::WaitPolicy::Block), RingWake);
 }

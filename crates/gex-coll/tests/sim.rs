@@ -2082,3 +2082,128 @@ fn settings_are_read_when_the_layer_attaches() {
         },
     );
 }
+
+/// Small broadcasts through the ring on 2..8 thread ranks of one host: the ring
+/// workload (rotating and fixed roots, 1..=120 bytes, every blocking form and
+/// nonblocking batches, wrap-around of every member's 32-slot ring) on the world
+/// team, then on two disjoint split teams at once (channels 1 and 2) and on a team of
+/// every other member, each output checked byte by byte; every broadcast goes through
+/// the ring (`CollStats::ring_calls`). Then the channel changes hands: a team takes
+/// the channel of a dropped one while a member of the old team, not in the new one,
+/// still has the old team's last broadcast to read (it sleeps first), so the new
+/// team's first publication must wait for it.
+#[test]
+fn ring_small_broadcasts_2_to_8_ranks() {
+    for p in 2..=8u32 {
+        run_sim(
+            p,
+            SimConfig::default().seed(u64::from(p)),
+            || layers().segment_size(SEG),
+            move |client| {
+                let mut c = client.endpoint(0).unwrap();
+                let w = c.world().clone();
+                let me = w.rank();
+                let on = !cfg!(gex_force_am_rma);
+                let ring = |c: &mut Endpoint<Sim>| c.coll_stats().ring_calls;
+                let r0 = ring(&mut c);
+                let calls = common::ring_workload(&mut c, &w, 150, u64::from(p));
+                assert_eq!(ring(&mut c) - r0, if on { calls } else { 0 }, "rank {me}");
+                // Two halves at once (their own channels), then every other member.
+                if p >= 4 {
+                    let half = c
+                        .split(&w, Some(me % 2), me, Scratch::None)
+                        .unwrap()
+                        .unwrap();
+                    assert_eq!(c.shared_memory(&half), on);
+                    let r0 = ring(&mut c);
+                    let calls = common::ring_workload(&mut c, &half, 100, 10 + u64::from(me % 2));
+                    assert_eq!(ring(&mut c) - r0, if on { calls } else { 0 }, "rank {me}");
+                    drop(half);
+                }
+                if p >= 4 {
+                    let t = c
+                        .split(&w, (me % 2 == 1).then_some(0), me, Scratch::None)
+                        .unwrap();
+                    if let Some(t) = t {
+                        assert_eq!(t.size(), p / 2);
+                        common::ring_workload(&mut c, &t, 70, 20);
+                    }
+                }
+                // The channel changes hands (see above): team A = everyone, its last
+                // broadcast from rank 0; rank p-1 reads it late and is not in team B.
+                let all: Vec<u32> = (0..p).collect();
+                let a = c.create_team(&w, &all, Scratch::None).unwrap();
+                common::ring_workload(&mut c, &a, 40, 30);
+                let mut last = if me == 0 { [0x3cu8; 16] } else { [0u8; 16] };
+                if me == p - 1 {
+                    std::thread::sleep(Duration::from_millis(30));
+                }
+                c.collective(&a, Broadcast::in_place(0, &mut last), Blocking)
+                    .unwrap();
+                assert_eq!(last, [0x3c; 16], "rank {me}: team A's last broadcast");
+                let ch_a = c.shared_memory(&a);
+                c.destroy_team(a).unwrap();
+                if me < p - 1 {
+                    let b = c.create_team(&w, &all[..p as usize - 1], Scratch::None);
+                    let b = b.unwrap();
+                    if b.size() >= 2 {
+                        assert_eq!(c.shared_memory(&b), ch_a);
+                        common::ring_workload(&mut c, &b, 70, 40);
+                    }
+                }
+                c.barrier(&w).unwrap();
+                assert_eq!(c.coll_stats().in_flight, 0);
+                assert_eq!(c.coll_stats().dropped_messages, 0);
+            },
+        );
+    }
+}
+
+/// Sleepers on the ring are woken, on 2 and 3 thread ranks under `Block` with naps of
+/// 20 s (`SimConfig::nap`; see `common::ring_wakeups`: readers sleep on a root that
+/// pauses, a root sleeps on readers that pause): the phases take well under a second
+/// when every wake-up arrives, a lost one stalls its member for the rest of a nap.
+/// Then 8 ranks under spin-then-block with a short spin (ranks outnumber the cores:
+/// members yield, then sleep) run the ring workload.
+#[test]
+fn ring_sleepers_are_woken() {
+    for p in [2u32, 3] {
+        run_sim(
+            p,
+            SimConfig::default()
+                .seed(40 + u64::from(p))
+                .nap(Duration::from_secs(20)),
+            || {
+                layers()
+                    .segment_size(SEG)
+                    .wait_policy(gex_core::WaitPolicy::Block)
+            },
+            move |client| {
+                let mut c = client.endpoint(0).unwrap();
+                let w = c.world().clone();
+                let t = Instant::now();
+                common::ring_wakeups(&mut c, &w, 40);
+                let took = t.elapsed();
+                assert!(
+                    took < Duration::from_secs(8),
+                    "P={p} rank {}: {took:?} (a lost wake-up stalls for a 20 s nap)",
+                    w.rank()
+                );
+            },
+        );
+    }
+    run_sim(
+        8,
+        SimConfig::default().seed(48),
+        || {
+            layers()
+                .segment_size(SEG)
+                .wait_policy(gex_core::WaitPolicy::SpinThenBlock { spins: 10 })
+        },
+        |client| {
+            let mut c = client.endpoint(0).unwrap();
+            let w = c.world().clone();
+            common::ring_workload(&mut c, &w, 100, 8);
+        },
+    );
+}

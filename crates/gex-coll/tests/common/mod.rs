@@ -498,3 +498,230 @@ pub fn buffer_matrix<C: Conduit>(
     }
     ran
 }
+
+/// Byte `i` of small broadcast `k` (root `root`) of a workload salted `salt`: every
+/// byte of every call differs from the same byte of the calls before it (with
+/// probability 255/256), so a stale ring slot or a torn word fails the comparison.
+pub fn ring_byte(salt: u64, k: u32, root: u32, i: usize) -> u8 {
+    let mut x = salt.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ (u64::from(k) << 24)
+        ^ (u64::from(root) << 12)
+        ^ i as u64;
+    x = (x ^ (x >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 29)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (x >> 56) as u8
+}
+
+/// The root of small broadcast `k` of the ring workload on a team of `p`: segments
+/// of 64 calls alternate between rotating roots and one fixed root (which laps its
+/// 32-slot ring twice, running ahead of its readers).
+fn ring_root(k: u32, p: u32, salt: u64) -> u32 {
+    let s = salt as u32;
+    if (k / 64) % 2 == 0 {
+        (k.wrapping_add(s)) % p
+    } else {
+        (k / 64).wrapping_add(s) % p
+    }
+}
+
+/// `rounds` small broadcasts (1..=120 bytes, see [`ring_root`]) on `team`, through
+/// every blocking form — in place as `u8` (the ring's in-place path), owned (the
+/// direct path), in place as `u64` words. Segments of rotating roots also run, every
+/// 16th round, a batch of four nonblocking ones (the layer's table) with a blocking one
+/// queued behind them, and interleave shared-memory allreduces and barriers (they run
+/// through the same channel and advance the `DONE` words the ring's acknowledgements
+/// live in). Segments of one root synchronise nothing else, and their readers start
+/// 2 ms late: the root fills its ring and must wait for them before reusing a slot.
+/// Readers' buffers start as a sentinel; every output is checked byte by byte.
+/// Returns the broadcasts run.
+pub fn ring_workload<C: Conduit>(c: &mut Endpoint<C>, team: &Team, rounds: u32, salt: u64) -> u64 {
+    let (p, me) = (team.size(), team.rank());
+    let want = |k: u32, root: u32, n: usize| -> Vec<u8> {
+        (0..n).map(|i| ring_byte(salt, k, root, i)).collect()
+    };
+    let size = |k: u32| 1 + (k as usize * 37 + salt as usize) % 120;
+    let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
+    let mut calls = 0u64;
+    let mut k = 0u32;
+    while k < rounds {
+        let root = ring_root(k, p, salt);
+        let n = size(k);
+        let w = want(k, root, n);
+        let ctx = format!("P={p} rank {me}: broadcast {k} (root {root}, {n} B, salt {salt})");
+        let fixed = (k / 64) % 2 == 1;
+        if fixed && k % 64 == 0 && me != root {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        if !fixed && k % 16 == 15 && k % 64 < 59 {
+            // Nonblocking (the table), then a blocking call queued behind them.
+            let mut evs = Vec::new();
+            for j in 0..4 {
+                let (kj, rj) = (k + j, ring_root(k + j, p, salt));
+                let data = if me == rj {
+                    want(kj, rj, size(kj))
+                } else {
+                    vec![0xa5; size(kj)]
+                };
+                evs.push((
+                    kj,
+                    rj,
+                    c.collective(team, Broadcast::new(rj, data), Nb).unwrap(),
+                ));
+            }
+            let (kb, rb) = (k + 4, ring_root(k + 4, p, salt));
+            let mut buf = if me == rb {
+                want(kb, rb, size(kb))
+            } else {
+                vec![0xa5; size(kb)]
+            };
+            c.collective(team, Broadcast::in_place(rb, &mut buf), Blocking)
+                .unwrap();
+            assert!(
+                buf == want(kb, rb, size(kb)),
+                "P={p} rank {me}: queued {kb}"
+            );
+            for (kj, rj, ev) in evs.into_iter().rev() {
+                let got = c.wait(ev).unwrap();
+                assert!(
+                    got == want(kj, rj, size(kj)),
+                    "P={p} rank {me}: nonblocking {kj}"
+                );
+            }
+            calls += 5;
+            k += 5;
+            continue;
+        }
+        match k % 3 {
+            0 => {
+                let mut buf = if me == root { w.clone() } else { vec![0xa5; n] };
+                c.collective(team, Broadcast::in_place(root, &mut buf), Blocking)
+                    .unwrap();
+                assert!(buf == w, "{ctx}: in place {buf:?}");
+            }
+            1 => {
+                let data = if me == root { w.clone() } else { vec![0x5a; n] };
+                let got = c
+                    .collective(team, Broadcast::new(root, data), Blocking)
+                    .unwrap();
+                assert!(got == w, "{ctx}: owned {got:?}");
+            }
+            _ => {
+                // Whole words (at most 15 of them: 120 bytes).
+                let words = n.div_ceil(8);
+                let w = want(k, root, words * 8);
+                let mut buf: Vec<u64> = if me == root {
+                    to_vec(&w)
+                } else {
+                    vec![0xa5a5_a5a5_a5a5_a5a5; words]
+                };
+                c.collective(team, Broadcast::in_place(root, &mut buf), Blocking)
+                    .unwrap();
+                assert!(
+                    bytemuck::cast_slice::<u64, u8>(&buf) == &w[..],
+                    "{ctx}: words"
+                );
+            }
+        }
+        calls += 1;
+        if !fixed && k % 10 == 9 {
+            let mut out = [0u64; 3];
+            let v = u64::from(me) + u64::from(k);
+            c.collective(
+                team,
+                Allreduce::slices(&[v; 3], &mut out, sum.clone()),
+                Blocking,
+            )
+            .unwrap();
+            let s: u64 = (0..p).map(|r| u64::from(r) + u64::from(k)).sum();
+            assert_eq!(out, [s; 3], "{ctx}: allreduce");
+        }
+        if !fixed && k % 13 == 12 {
+            c.barrier(team).unwrap();
+        }
+        k += 1;
+    }
+    calls
+}
+
+/// Sleepers on the ring are woken (run under `WaitPolicy::Block`, where every wait
+/// sleeps in the conduit at once, for at most the endpoint's 10 ms nap: a lost wake-up
+/// costs the rest of a nap instead of a hang). Phase 1: `rounds` broadcasts with
+/// rotating roots, the root pausing 2 ms before publishing while its readers sleep on
+/// its slot: a reader whose wake-up is lost takes a whole nap (10 ms) instead of about
+/// 2 ms. Phase 2: `32 + rounds` broadcasts from rank 0 whose readers pause 4 ms
+/// before each, so rank 0 runs 31 ahead, then sleeps on their `DONE` words at every
+/// call: a lost wake-up makes about 4 in 10 of its calls take a nap instead of about
+/// 4 ms. Returns, per phase, (calls that took 8 ms or more, calls timed): a few slow
+/// calls are a loaded machine, many a lost wake-up.
+pub fn ring_wakeups<C: Conduit>(c: &mut Endpoint<C>, team: &Team, rounds: u32) -> [(u32, u32); 2] {
+    use std::time::{Duration, Instant};
+    let (p, me) = (team.size(), team.rank());
+    let slow = Duration::from_millis(8);
+    let mut out = [(0, 0); 2];
+    c.barrier(team).unwrap();
+    for k in 0..rounds {
+        let root = k % p;
+        let w: Vec<u8> = (0..8).map(|i| ring_byte(7, k, root, i)).collect();
+        let mut buf = if me == root { w.clone() } else { vec![0; 8] };
+        if me == root {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let t = Instant::now();
+        c.collective(team, Broadcast::in_place(root, &mut buf), Blocking)
+            .unwrap();
+        if me != root {
+            out[0].1 += 1;
+            out[0].0 += u32::from(t.elapsed() >= slow);
+        }
+        assert!(buf == w, "rank {me}: broadcast {k} after a sleep");
+    }
+    c.barrier(team).unwrap();
+    for k in 0..32 + rounds {
+        let w: Vec<u8> = (0..8).map(|i| ring_byte(8, k, 0, i)).collect();
+        let mut buf = if me == 0 { w.clone() } else { vec![0; 8] };
+        if me != 0 {
+            std::thread::sleep(Duration::from_millis(4));
+        }
+        let t = Instant::now();
+        c.collective(team, Broadcast::in_place(0, &mut buf), Blocking)
+            .unwrap();
+        if me == 0 && k >= 32 {
+            out[1].1 += 1;
+            out[1].0 += u32::from(t.elapsed() >= slow);
+        }
+        assert!(buf == w, "rank {me}: broadcast {k} of a full ring");
+    }
+    c.barrier(team).unwrap();
+    out
+}
+
+/// Runs `ring_wakeups` until an attempt shows no systematic loss of the readers'
+/// wake-ups on any member (at most half of their phase-1 calls took 8 ms or more;
+/// about all of them do when those wake-ups are lost), three attempts at most: a
+/// loaded machine delays some calls now and then, a lost wake-up delays them in every
+/// attempt. The members agree on each attempt's verdict (an allreduce), so they
+/// repeat together. Phase 2 (a root sleeping on its readers' `DONE` words) is checked
+/// for its data only: with readers pausing a few milliseconds per call, a lost
+/// wake-up there costs too little next to the scheduling delays of a loaded machine
+/// (the simulator's test with 20 s naps and the loom model check that direction).
+pub fn assert_woken<C: Conduit>(c: &mut Endpoint<C>, team: &Team, rounds: u32) {
+    let me = team.rank();
+    let mut last = [(0, 0); 2];
+    for _ in 0..3 {
+        last = ring_wakeups(c, team, rounds);
+        let [(s1, t1), _] = last;
+        let ok = u64::from(s1 * 2 <= t1);
+        let mut all = [0u64];
+        let min = ReduceOp::<u64>::builtin(BuiltinOp::Min);
+        c.collective(team, Allreduce::slices(&[ok], &mut all, min), Blocking)
+            .unwrap();
+        if all[0] == 1 {
+            return;
+        }
+    }
+    let [(s1, t1), _] = last;
+    panic!(
+        "rank {me}: in each of 3 attempts some member's reader calls took a nap (lost \
+         wake-ups?); last here: {s1} of {t1}"
+    );
+}

@@ -113,6 +113,10 @@ pub struct SimConfig {
     /// ([`Capabilities::BLOCKING_WAIT`](gex_core::Capabilities)); otherwise `block` only
     /// yields the CPU.
     pub blocking_wait: bool,
+    /// With `blocking_wait`: sleep this long in `block` at most instead of the
+    /// endpoint's timeout (`None`: the endpoint's, 10 ms). A long nap turns a lost
+    /// wake-up into a stall a test can see, instead of a 10 ms delay.
+    pub nap: Option<Duration>,
     /// Build negotiated payloads in a conduit-owned buffer
     /// ([`Capabilities::NP_IN_PLACE`](gex_core::Capabilities)); otherwise the core's
     /// bounce buffer is used.
@@ -168,6 +172,7 @@ impl Default for SimConfig {
             placement: Vec::new(),
             shared_memory: true,
             blocking_wait: true,
+            nap: None,
             np_in_place: true,
             deferred_lc: true,
             yield_when_idle: true,
@@ -247,6 +252,11 @@ impl SimConfig {
     pub fn native(mut self, rma: bool, atomics: bool) -> Self {
         self.native_rma = rma;
         self.native_atomics = atomics;
+        self
+    }
+    /// Sets the longest sleep in `block` (the `nap` field).
+    pub fn nap(mut self, nap: Duration) -> Self {
+        self.nap = Some(nap);
         self
     }
     /// Sets the watchdog timeout.

@@ -1178,7 +1178,7 @@ impl SimEp {
         }
         let slot = &fab.net().slots[self.gid];
         let seen = slot.arrivals.load(Ordering::Acquire);
-        let mut nap = timeout;
+        let mut nap = fab.cfg.nap.unwrap_or(timeout);
         if slot.queued.load(Ordering::Acquire) > 0 {
             if !fab.timed {
                 // Poll-clock delays need polls, not sleep.
