@@ -82,6 +82,8 @@ pub(crate) const SLOTS: usize = if cfg!(gex_loom) { 1 } else { 32 };
 pub(crate) const WORDS: usize = 15;
 /// Largest broadcast (bytes) the ring carries.
 pub(crate) const CAP: usize = WORDS * 8;
+/// Slots after the one just read whose first line a reader prefetches.
+const PREFETCH: usize = 3;
 /// Marks a check line's `TAG` and `DONE` words as written (0 is "never").
 pub(crate) const VALID: u64 = 1 << 32;
 
@@ -104,6 +106,12 @@ pub(crate) trait Words: Copy {
     /// The owner's `FENCING` word (sticky: it fences after every ring flag it stores
     /// and wakes sleepers).
     fn fencing(&self) -> &AtomicU64;
+    /// Hints the CPU to fetch the first line of slot `s` of channel `ch` (a reader
+    /// about to read it); does nothing by default.
+    #[inline]
+    fn prefetch(&self, ch: usize, s: usize) {
+        let _ = (ch, s);
+    }
 }
 
 /// A team as the ring sees it on one member.
@@ -470,10 +478,8 @@ impl<A: Words> Bcast<A> {
     }
 
     /// The slot of this broadcast in the root's ring.
-    // `SLOTS` is 1 in the loom model.
-    #[allow(clippy::modulo_one)]
     fn slot(&self) -> usize {
-        self.seq as usize % SLOTS
+        wrap(self.seq as usize)
     }
 
     /// Advances as far as possible without waiting; true once complete. The root
@@ -518,6 +524,11 @@ impl<A: Words> Bcast<A> {
             return false;
         }
         self.copy_out(area, t.ch, slot, out);
+        // A root running ahead has published the next slots already: fetch their
+        // lines now, so that the next broadcasts' misses overlap this one's work.
+        for k in 1..=PREFETCH {
+            area.prefetch(t.ch, wrap(slot + k));
+        }
         self.finish_here(t, own, fencing, 1 << self.root);
         true
     }
@@ -561,6 +572,14 @@ impl<A: Words> Bcast<A> {
         self.wake |= fencing.after_store(own, t.areas, mask);
         self.wait = None;
     }
+}
+
+/// `s` as a slot number.
+#[inline]
+// `SLOTS` is 1 in the loom model.
+#[allow(clippy::modulo_one)]
+fn wrap(s: usize) -> usize {
+    s % SLOTS
 }
 
 /// Every member of a team of `p` but `me` (bit = team rank).

@@ -402,6 +402,21 @@ impl crate::ring::Words for Area {
     fn fencing(&self) -> &AtomicU64 {
         self.word(FENCING)
     }
+    #[inline]
+    fn prefetch(&self, ch: usize, s: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let off = chan_base(ch) + s * RING_SLOT;
+            let p = self.0.as_ptr().wrapping_add(off).cast::<i8>().cast_const();
+            // SAFETY: a prefetch is a hint: it never faults and reads nothing the
+            // program sees (the address lies in the mapped area anyway).
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p);
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (ch, s);
+    }
 }
 
 /// A team's shared-memory channel (kept in the team; frees the channel when the last
