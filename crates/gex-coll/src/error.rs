@@ -69,7 +69,7 @@ pub enum CollError {
     /// A root named by its data ([`Root::Data`](crate::Root::Data)) points into the
     /// segment of an endpoint that is not a member of the team. (A pointer outside its
     /// owner's segment is [`CollError::Rma`] with
-    /// [`RmaError::OutOfSegment`](gex_rma::RmaError::OutOfSegment).)
+    /// [`RmaError::OutOfSegment`].)
     #[error("the root's data is in the segment of {owner}, not a member of team {team:#x}")]
     RootNotMember {
         /// The endpoint owning the segment the pointer points into.

@@ -21,7 +21,7 @@
 //! which may then block in the conduit; before that it reports
 //! [`Progress::Spinning`](gex_core::layer::Progress::Spinning) (the endpoint spins or
 //! yields, never sleeps). Writers of flags wake announced sleepers
-//! ([`ShmTeam::wake`]). See [`crate::shm`], *Sleeping*.
+//! ([`ShmTeam::wake`](crate::shm::ShmTeam::wake)). See [`crate::shm`], *Sleeping*.
 //!
 //! [`Endpoint::with_layer`]: gex_core::Endpoint::with_layer
 //! [`Endpoint::wait_until_layer`]: gex_core::Endpoint::wait_until_layer
