@@ -3,7 +3,7 @@
 //! after rank 0 read its report, so rank 0's collectives wait in a known step
 //! (shared-memory algorithms, the shared-memory barrier, a message algorithm).
 
-use gex_coll::{Allreduce, Barrier, BuiltinOp, Coll, CollExt};
+use gex_coll::{Allreduce, Barrier, Broadcast, BuiltinOp, Coll, CollExt};
 use gex_core::{ClientBuilder, Nb};
 use gex_testkit::sim::{SimConfig, run_sim};
 
@@ -79,6 +79,50 @@ fn the_report_names_each_collective_in_flight_and_its_step() {
             // Nothing of them is left in the report.
             let report = ep.report();
             assert!(!report.contains("on team"), "{report}");
+        },
+    );
+}
+
+/// A small broadcast through the ring names what it waits for: rank 0, a reader,
+/// waits for its root's publication until rank 1 joins.
+#[test]
+fn the_report_names_a_small_broadcasts_wait() {
+    let gate = std::sync::Barrier::new(2);
+    run_sim(
+        2,
+        SimConfig::default(),
+        || {
+            ClientBuilder::new()
+                .layer::<gex_rma::Rma>()
+                .layer::<Coll>()
+                .segment_size(1 << 16)
+        },
+        |client| {
+            let mut ep = client.endpoint(0).unwrap();
+            let w = ep.world();
+            let me = w.rank();
+            if me == 1 {
+                gate.wait();
+            }
+            let data = if me == 1 { vec![7u8; 8] } else { vec![0; 8] };
+            let ev = ep.collective(&w, Broadcast::new(1, data), Nb).unwrap();
+            if me == 0 {
+                for _ in 0..100 {
+                    ep.poll();
+                }
+                let report = ep.report();
+                let line = report
+                    .lines()
+                    .find(|l| l.contains("broadcast") && l.contains("seq 0"))
+                    .unwrap_or_else(|| panic!("no broadcast line in:\n{report}"));
+                assert!(
+                    line.contains("small broadcast (ring), waits for member 1's small-broadcast publication in ring slot 0 of channel 0"),
+                    "{line}"
+                );
+                gate.wait();
+            }
+            assert_eq!(ep.wait(ev).unwrap(), vec![7u8; 8]);
+            assert_eq!(ep.coll_stats().ring_calls, 1);
         },
     );
 }
