@@ -408,12 +408,31 @@ impl ShmTeam {
         }
         // Pairs with the fence of a sleeper (module docs, *Sleeping*).
         fence(Ordering::SeqCst);
-        self.wake_fenced(mask, wake);
+        self.wake_sleepers(mask, wake);
     }
 
     /// [`wake`](Self::wake) when the last flag was stored by a sequentially
-    /// consistent read-modify-write (itself the fence).
+    /// consistent read-modify-write: on x86 a locked instruction is itself a full
+    /// barrier, so the fence is left out there.
+    ///
+    /// Elsewhere (and under loom, which checks the language's memory model, not x86's)
+    /// the fence is needed: a `SeqCst` read-modify-write orders nothing for the
+    /// *relaxed* `SLEEPY` loads after it (C++20 \[atomics.order\]: only a `SeqCst`
+    /// fence or `SeqCst` load does). Without it, the flag swap and a sleeper's
+    /// `SLEEPY` store may each miss the other (aarch64 without LSE: `stlxr` then
+    /// `ldr`): the sleeper sleeps, nobody wakes it, and it waits out the conduit's
+    /// block timeout (10 ms). Found by `tests/loom_sleep.rs` (a loom deadlock).
     pub(crate) fn wake_fenced(&self, mask: u64, wake: &mut impl FnMut(EpAddr)) {
+        if mask == 0 {
+            return;
+        }
+        #[cfg(any(gex_loom, not(any(target_arch = "x86", target_arch = "x86_64"))))]
+        fence(Ordering::SeqCst);
+        self.wake_sleepers(mask, wake);
+    }
+
+    /// Wakes the members of `mask` whose `SLEEPY` word is set (after the fence).
+    fn wake_sleepers(&self, mask: u64, wake: &mut impl FnMut(EpAddr)) {
         let mut m = mask;
         while m != 0 {
             let q = m.trailing_zeros() as usize;
