@@ -346,6 +346,47 @@ impl Area {
     }
 }
 
+/// Loom test surface ([`crate::loomkit`]): where the flag words of the header and of
+/// channel `c` lie, and the data ranges of its slots (plain bytes, not words).
+#[cfg(gex_loom)]
+pub(crate) mod layout {
+    use super::*;
+
+    /// Offsets of every word the module accesses atomically in the header and in
+    /// channel `c` (under loom they must hold loom atomics).
+    pub(crate) fn flag_words(c: usize) -> Vec<usize> {
+        let a = Area(NonNull::dangling());
+        let mut v = vec![GEN, PID, PIDNS, SLEEPY, cnt_line(c)];
+        v.extend((0..8).flat_map(|i| {
+            [
+                bar_line(c) + 8 * i,
+                chk_line(c) + 8 * i,
+                rel_line(c) + 8 * i,
+            ]
+        }));
+        v.extend(
+            (0..NSLOT).flat_map(|s| [a.slot(c, s) + POST, a.slot(c, s) + REF, a.slot(c, s) + ACK]),
+        );
+        v
+    }
+
+    /// Byte ranges of the data of every slot of channel `c`: the inline bytes, then
+    /// the slot's data area.
+    pub(crate) fn data_ranges(c: usize) -> Vec<std::ops::Range<usize>> {
+        let a = Area(NonNull::dangling());
+        (0..NSLOT)
+            .flat_map(|s| {
+                let len = if s < 2 { slot_cap(c) } else { small_cap(c) };
+                let at = a.slot(c, s);
+                [
+                    at + INLINE..at + INLINE + INLINE_CAP,
+                    at + SLOT_HDR..at + SLOT_HDR + len,
+                ]
+            })
+            .collect()
+    }
+}
+
 /// A team's shared-memory channel (kept in the team; frees the channel when the last
 /// handle of the team goes).
 pub(crate) struct ShmTeam {
@@ -1251,6 +1292,9 @@ impl ShmOp {
             // INLINE_CAP, the inline bytes); owned as above.
             unsafe { std::ptr::copy_nonoverlapping(input[pc].as_ptr(), dst, len) };
         }
+        // Loom models: the slot's bytes were written (race detection on plain bytes).
+        #[cfg(gex_loom)]
+        crate::loomkit::touch(dst, 1, true);
     }
 
     /// Applies member `q`'s piece of data round `i` from its slot or its input.
@@ -1290,6 +1334,11 @@ impl ShmOp {
                 Ok(unsafe { std::slice::from_raw_parts(input.add(at), len) })
             }
         };
+        // Loom models: the publication's bytes are read (race detection on plain bytes).
+        #[cfg(gex_loom)]
+        if let Ok(inc) = inc {
+            crate::loomkit::touch(inc.as_ptr(), inc.len(), false);
+        }
         let dst = match self.op {
             OpKind::Gather | OpKind::GatherAll | OpKind::Exchange => q as usize * self.n + pc.start,
             _ => pc.start,
