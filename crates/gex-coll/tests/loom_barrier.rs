@@ -145,10 +145,15 @@ fn loom_counter_barrier_two_members() {
 
 /// Counter barrier, three members, three barriers: one named, a mismatch between two
 /// named, then slot 0 again with a member that was named in barrier 0 anonymous now
-/// (its stale entry must not count) and another named. Ignored in CI: three members
-/// spinning on one release word take loom more than 12 minutes at
-/// `LOOM_MAX_PREEMPTIONS=2` (run it with `-- --ignored`).
-#[ignore = "takes loom more than 12 minutes; run with --ignored"]
+/// (its stale entry must not count) and another named. Ignored: at
+/// `LOOM_MAX_PREEMPTIONS=2` loom explores for 12.5 minutes and then stops with `Model
+/// exceeded maximum number of branches` (bound 100 000), on a path where two members
+/// spin while the third is never scheduled (loom assumes no fairness; with two
+/// members a spinner's yield always hands over to the other). The algorithm itself
+/// cannot spin forever: arrivals are read-modify-writes, and the reset precedes the
+/// release every next arrival acquires. Not resolved: the failing path was not
+/// replayed (run it with `-- --ignored`).
+#[ignore = "loom: max branches after 12.5 min (three spinning members); run with --ignored"]
 #[test]
 fn loom_counter_barrier_three_members() {
     static ENTRIES: [&[Option<u64>]; 3] = [
