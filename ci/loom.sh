@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # ci/loom.sh — model-check gex's lock-free code with loom.
 #
-# Runs every `crates/*/tests/loom_*.rs` test of the workspace (today: gex-sync's
-# loom_ring, loom_slot and loom_doorbell; gex-coll's loom_ring, the small-broadcast
-# ring's publication, slot reuse and sleep protocol) with `--cfg gex_loom`, which
-# swaps gex-sync's atomics shim for loom's types. The build goes to its own target
-# directory (target/loom) so it does not invalidate the normal build, and runs in
-# release mode because loom explores many interleavings.
+# Runs every `crates/*/tests/loom_*.rs` test of the workspace with `--cfg gex_loom`,
+# which swaps gex-sync's atomics shim for loom's types. Today:
+#   gex-sync: loom_ring, loom_doorbell, loom_slot (the rings, the doorbell, the
+#             completion slots);
+#   gex-coll: loom_barrier (the flag and counter barriers), loom_channel (the slot
+#             protocol POST/REF/ACK), loom_sleep (the sleep protocol of shared-memory
+#             waits), all driving the real code through gex-coll's `loomkit`;
+#             loom_ring (the small-broadcast ring's publication, slot reuse and
+#             sleep protocol, src/ring.rs included as is).
+# docs/testing.md, "loom", lists what each model checks and how long it runs.
+# The build goes to its own target directory (target/loom) so it does not invalidate
+# the normal build, and runs in release mode because loom explores many interleavings.
 #
 # Environment:
 #   LOOM_MAX_PREEMPTIONS   bound on preemptions per execution (default 2; 3 is much slower)

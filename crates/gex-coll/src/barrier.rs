@@ -23,7 +23,8 @@
 //! Barrier number `k` of a team (counted per member) on a team that holds a
 //! shared-memory channel: every member writes its entry into slot `k mod 2` of its
 //! channel's barrier line and then `EPOCH = tag | k` (a sequentially consistent swap:
-//! the release, and the writer's fence of the sleep protocol, same cache line); then
+//! the release, and on x86 the writer's fence of the sleep protocol; elsewhere
+//! `ShmTeam::wake_fenced` adds the fence); then
 //! it reads every other member's `EPOCH` until it holds `k` or more (acquire), merging
 //! their entries of slot `k mod 2`. No counter, no acknowledgement, no release word:
 //! one store and `P - 1` loads per member, and a member that finishes barrier `k`
@@ -267,7 +268,7 @@ impl FlagBar {
             let (st, id) = self.acc.words();
             own.bar(ch, 1 + 2 * slot).store(st, Ordering::Relaxed);
             own.bar(ch, 2 + 2 * slot).store(id, Ordering::Relaxed);
-            // Release, and the writer's fence of the sleep protocol (`wake_fenced`).
+            // Release (and, on x86, the writer's fence of the sleep protocol: `wake_fenced`).
             own.bar(ch, 0).swap(
                 (u64::from(t.tag) << 32) | u64::from(self.k),
                 Ordering::SeqCst,
@@ -446,7 +447,7 @@ impl CountBar {
         let (st, id) = self.acc.words();
         leader.rel(ch, 1 + 2 * slot).store(st, Ordering::Relaxed);
         leader.rel(ch, 2 + 2 * slot).store(id, Ordering::Relaxed);
-        // Release, and the writer's fence of the sleep protocol (`wake_fenced`).
+        // Release (and, on x86, the writer's fence of the sleep protocol: `wake_fenced`).
         leader.rel(ch, 0).swap(
             (u64::from(t.tag) << 32) | u64::from(self.k),
             Ordering::SeqCst,

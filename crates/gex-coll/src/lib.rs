@@ -117,6 +117,9 @@ mod error;
 mod hier;
 mod hierdrive;
 mod layer;
+#[cfg(gex_loom)]
+#[doc(hidden)]
+pub mod loomkit;
 mod msg;
 mod online;
 mod op;

@@ -419,6 +419,51 @@ impl crate::ring::Words for Area {
     }
 }
 
+/// Loom test surface ([`crate::loomkit`]): where the flag words of the header and of
+/// channel `c` lie, and the data ranges of its slots (plain bytes, not words).
+#[cfg(gex_loom)]
+pub(crate) mod layout {
+    use super::*;
+
+    /// Offsets of every word the module accesses atomically in the header and in
+    /// channel `c` (under loom they must hold loom atomics).
+    pub(crate) fn flag_words(c: usize) -> Vec<usize> {
+        let a = Area(NonNull::dangling());
+        let mut v = vec![GEN, PID, PIDNS, SLEEPY, MAYSLEEP, FENCING, cnt_line(c)];
+        v.extend((0..8).flat_map(|i| {
+            [
+                bar_line(c) + 8 * i,
+                chk_line(c) + 8 * i,
+                rel_line(c) + 8 * i,
+            ]
+        }));
+        v.extend(
+            (0..NSLOT).flat_map(|s| [a.slot(c, s) + POST, a.slot(c, s) + REF, a.slot(c, s) + ACK]),
+        );
+        // The small-broadcast ring's words (its own model is tests/loom_ring.rs).
+        v.extend((0..crate::ring::SLOTS).flat_map(|s| {
+            (0..=crate::ring::WORDS).map(move |i| chan_base(c) + s * RING_SLOT + 8 * i)
+        }));
+        v
+    }
+
+    /// Byte ranges of the data of every slot of channel `c`: the inline bytes, then
+    /// the slot's data area.
+    pub(crate) fn data_ranges(c: usize) -> Vec<std::ops::Range<usize>> {
+        let a = Area(NonNull::dangling());
+        (0..NSLOT)
+            .flat_map(|s| {
+                let len = if s < 2 { slot_cap(c) } else { small_cap(c) };
+                let at = a.slot(c, s);
+                [
+                    at + INLINE..at + INLINE + INLINE_CAP,
+                    at + SLOT_HDR..at + SLOT_HDR + len,
+                ]
+            })
+            .collect()
+    }
+}
+
 /// A team's shared-memory channel (kept in the team; frees the channel when the last
 /// handle of the team goes).
 pub(crate) struct ShmTeam {
@@ -481,12 +526,31 @@ impl ShmTeam {
         }
         // Pairs with the fence of a sleeper (module docs, *Sleeping*).
         fence(Ordering::SeqCst);
-        self.wake_fenced(mask, wake);
+        self.wake_sleepers(mask, wake);
     }
 
     /// [`wake`](Self::wake) when the last flag was stored by a sequentially
-    /// consistent read-modify-write (itself the fence).
+    /// consistent read-modify-write: on x86 a locked instruction is itself a full
+    /// barrier, so the fence is left out there.
+    ///
+    /// Elsewhere (and under loom, which checks the language's memory model, not x86's)
+    /// the fence is needed: a `SeqCst` read-modify-write orders nothing for the
+    /// *relaxed* `SLEEPY` loads after it (C++20 \[atomics.order\]: only a `SeqCst`
+    /// fence or `SeqCst` load does). Without it, the flag swap and a sleeper's
+    /// `SLEEPY` store may each miss the other (aarch64 without LSE: `stlxr` then
+    /// `ldr`): the sleeper sleeps, nobody wakes it, and it waits out the conduit's
+    /// block timeout (10 ms). Found by `tests/loom_sleep.rs` (a loom deadlock).
     pub(crate) fn wake_fenced(&self, mask: u64, wake: &mut impl FnMut(EpAddr)) {
+        if mask == 0 {
+            return;
+        }
+        #[cfg(any(gex_loom, not(any(target_arch = "x86", target_arch = "x86_64"))))]
+        fence(Ordering::SeqCst);
+        self.wake_sleepers(mask, wake);
+    }
+
+    /// Wakes the members of `mask` whose `SLEEPY` word is set (after the fence).
+    fn wake_sleepers(&self, mask: u64, wake: &mut impl FnMut(EpAddr)) {
         let mut m = mask;
         while m != 0 {
             let q = m.trailing_zeros() as usize;
@@ -1360,6 +1424,9 @@ impl ShmOp {
             // INLINE_CAP, the inline bytes); owned as above.
             unsafe { std::ptr::copy_nonoverlapping(input[pc].as_ptr(), dst, len) };
         }
+        // Loom models: the slot's bytes were written (race detection on plain bytes).
+        #[cfg(gex_loom)]
+        crate::loomkit::touch(dst, 1, true);
     }
 
     /// Applies member `q`'s piece of data round `i` from its slot or its input.
@@ -1399,6 +1466,11 @@ impl ShmOp {
                 Ok(unsafe { std::slice::from_raw_parts(input.add(at), len) })
             }
         };
+        // Loom models: the publication's bytes are read (race detection on plain bytes).
+        #[cfg(gex_loom)]
+        if let Ok(inc) = inc {
+            crate::loomkit::touch(inc.as_ptr(), inc.len(), false);
+        }
         let dst = match self.op {
             OpKind::Gather | OpKind::GatherAll | OpKind::Exchange => q as usize * self.n + pc.start,
             _ => pc.start,

@@ -1,0 +1,178 @@
+//! Loom models of the sleep protocol of shared-memory waits (`src/shm.rs`, module
+//! docs, *Sleeping*): run with
+//! `RUSTFLAGS="--cfg gex_loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p gex-coll --release --test loom_sleep`
+//! (or `ci/loom.sh`).
+//!
+//! Members are threads running the real barrier and channel code (`gex_coll::loomkit`);
+//! writers wake with the real `ShmTeam::wake` (a fence, then every announced
+//! sleeper's `SLEEPY` word) or `ShmTeam::wake_fenced` (the barriers: the sequentially
+//! consistent swap of the flag is meant as the fence). The sleeper's side lives in
+//! the layer's progress hook, which needs an endpoint; it is **mirrored** here, line
+//! for line, in [`wait`]:
+//! - `layer.rs`, `Coll::sleep_gate`: `own.sleepy().store(1, Relaxed)` (once per
+//!   announcement);
+//! - `layer.rs`, `Coll::progress`: `fence(SeqCst)`, then every flag waited for is
+//!   looked at once more (`advance_all`, `direct_ready_now`: `WaitOn::ready`);
+//! - the endpoint then blocks in the conduit until woken (`Cx::wake` of a writer);
+//! - `shmdrive.rs`, `Coll::calm`: once the wait is over, `sleepy().store(0, Relaxed)`.
+//!
+//! A bell is a loom mutex + condvar that remembers a ring (as the conduit's futex
+//! word does) and has neither spurious wake-ups nor a timeout (the conduit's block
+//! times out after 10 ms; a lost wake-up there is a 10 ms stall), so a lost wake-up
+//! is a loom deadlock.
+//!
+//! **The models fail when the code is broken** (mutations tried by hand, each one
+//! reverted; loom reported `deadlock; threads = [(Id(0), Blocked..), (Id(1),
+//! Blocked..)]`, a lost wake-up, for each):
+//! - `ShmTeam::wake` without its fence: `loom_sleep_channel`;
+//! - the sleeper's fence removed from [`wait`]: `loom_sleep_channel`,
+//!   `loom_sleep_flag_barrier`;
+//! - `ShmTeam::wake_fenced` without a fence: `loom_sleep_flag_barrier`,
+//!   `loom_sleep_counter_barrier`. That was the code before these models: a real
+//!   bug (a `SeqCst` swap does not order the relaxed `SLEEPY` loads after it), fixed
+//!   in `wake_fenced` (see its docs).
+#![cfg(gex_loom)]
+
+use gex_coll::loomkit::{Member, Shared};
+use gex_coll::{OpKind, SyncModes};
+use gex_sync::atomic::{Ordering, fence};
+use loom::sync::{Arc, Condvar, Mutex};
+use loom::thread;
+
+/// Every member's bell: rung, and the condvar its owner sleeps on.
+struct Bells(Vec<(Mutex<bool>, Condvar)>);
+
+impl Bells {
+    fn new(p: usize) -> Arc<Bells> {
+        Arc::new(Bells(
+            (0..p)
+                .map(|_| (Mutex::new(false), Condvar::new()))
+                .collect(),
+        ))
+    }
+
+    /// `Cx::wake` of member `q`.
+    fn ring(&self, q: u32) {
+        let (m, cv) = &self.0[q as usize];
+        *m.lock().unwrap() = true;
+        cv.notify_all();
+    }
+
+    /// The conduit's block, without a timeout: returns once rung (since the last
+    /// return).
+    fn sleep(&self, q: u32) {
+        let (m, cv) = &self.0[q as usize];
+        let mut rung = m.lock().unwrap();
+        while !*rung {
+            rung = cv.wait(rung).unwrap();
+        }
+        *rung = false;
+    }
+}
+
+/// Waits until `ready()` as a member whose wait policy is `Block` (it sleeps at the
+/// first fruitless look): the layer's side of the protocol, mirrored (module docs).
+fn wait(m: &Member, bells: &Bells, ready: &dyn Fn() -> bool) {
+    let mut sleepy = false;
+    while !ready() {
+        // layer.rs, Coll::sleep_gate: announce.
+        if !sleepy {
+            m.sleepy().store(1, Ordering::Relaxed);
+            sleepy = true;
+        }
+        // layer.rs, Coll::progress: fence, look once more.
+        fence(Ordering::SeqCst);
+        if ready() {
+            break;
+        }
+        bells.sleep(m.me());
+    }
+    // shmdrive.rs, Coll::calm.
+    if sleepy {
+        m.sleepy().store(0, Ordering::Relaxed);
+    }
+}
+
+/// Runs `body(member, bells)` on two members (rank 1 on a new thread).
+fn two(body: fn(Member, &Bells)) {
+    let shared = Shared::new(2, 0);
+    let bells = Bells::new(2);
+    let m0 = Member::new(&shared, 0);
+    let m1 = Member::new(&shared, 1);
+    let b1 = bells.clone();
+    let h = thread::spawn(move || body(m1, &b1));
+    body(m0, &bells);
+    h.join().unwrap();
+}
+
+/// A slot collective (a gather_all of 8 bytes, twice: small slots, inline): the
+/// writer of `POST` and of `ACK` wakes through `ShmTeam::wake` (fence, then `SLEEPY`).
+#[test]
+fn loom_sleep_channel() {
+    loom::model(|| {
+        two(|mut m, bells| {
+            for seq in 0..2 {
+                let me = m.me();
+                let inp = [me as u8 + 10 * seq as u8; 8];
+                let mut out = [0u8; 16];
+                let mut c = m.collective(OpKind::GatherAll, 8, SyncModes::default(), seq);
+                c.keep_own(&inp, &mut out);
+                loop {
+                    let done = c.step(&mut m, &inp, &mut out);
+                    // shmdrive.rs, Coll::direct_step: `t.wake(wake, ...)`.
+                    m.wake(c.take_wake(), &mut |q| bells.ring(q));
+                    if done {
+                        break;
+                    }
+                    wait(&m, bells, &|| c.ready());
+                }
+                assert_eq!(
+                    out.to_vec(),
+                    [[10 * seq as u8; 8], [1 + 10 * seq as u8; 8]].concat()
+                );
+            }
+        });
+    });
+}
+
+/// Barriers (three in a row) whose every waiter sleeps: the flag barrier (`counter`
+/// false: the member that stores its `EPOCH`, a `SeqCst` swap, wakes through
+/// `ShmTeam::wake_fenced`) or the counter barrier (the last arrival's release swap,
+/// then `wake_fenced`).
+fn sleepy_barriers(counter: bool) {
+    two(if counter {
+        |m, bells| barriers(m, bells, true)
+    } else {
+        |m, bells| barriers(m, bells, false)
+    });
+}
+
+fn barriers(m: Member, bells: &Bells, counter: bool) {
+    for k in 0..3 {
+        let mut b = if counter {
+            m.counter_barrier(k, None)
+        } else {
+            m.barrier(k, None)
+        };
+        loop {
+            let done = b.step(&m);
+            // shmdrive.rs, Coll::direct_step: `t.wake_fenced(b.take_wake(), ...)`.
+            m.wake_fenced(b.take_wake(), &mut |q| bells.ring(q));
+            if done {
+                break;
+            }
+            wait(&m, bells, &|| b.ready());
+        }
+        assert_eq!(b.entry(), (None, false));
+    }
+}
+
+#[test]
+fn loom_sleep_flag_barrier() {
+    loom::model(|| sleepy_barriers(false));
+}
+
+#[test]
+fn loom_sleep_counter_barrier() {
+    loom::model(|| sleepy_barriers(true));
+}
