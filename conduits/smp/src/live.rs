@@ -49,7 +49,7 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::process::{Pid, PidfdFlags};
 use rustix::time::{ClockId, clock_gettime};
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use gex_sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Polls that delivered messages between two looks at the clock.
