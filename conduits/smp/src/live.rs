@@ -45,11 +45,11 @@
 //! liveness is a diagnosis, not part of the protocol. Each rank holds one descriptor
 //! per neighbour.
 
+use gex_sync::atomic::{AtomicBool, Ordering};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::process::{Pid, PidfdFlags};
 use rustix::time::{ClockId, clock_gettime};
 use std::os::fd::OwnedFd;
-use gex_sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Polls that delivered messages between two looks at the clock.
