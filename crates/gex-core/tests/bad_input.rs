@@ -574,26 +574,26 @@ fn every_bad_core_setting_is_a_config_error_naming_it() {
 #[test]
 fn config_getters_name_the_variable() {
     let c = Config::from_pairs([
-        ("GEX_X_SIZE", "12 bytes"),
-        ("GEX_X_N", "1.5"),
-        ("GEX_X_FLAG", "perhaps"),
-        ("GEX_X_TIME", "3 weeks"),
+        ("TEST_X_SIZE", "12 bytes"),
+        ("TEST_X_N", "1.5"),
+        ("TEST_X_FLAG", "perhaps"),
+        ("TEST_X_TIME", "3 weeks"),
         ("GEX_WAIT", "snooze"),
     ]);
     let is_config = |r: Result<(), InitError>, var: &str| match r {
         Err(InitError::Config(m)) => assert!(m.contains(var), "{m}"),
         other => panic!("{var}: {other:?}"),
     };
-    is_config(c.size("GEX_X_SIZE", 1).map(drop), "GEX_X_SIZE");
-    is_config(c.u64("GEX_X_N", 1).map(drop), "GEX_X_N");
-    is_config(c.bool("GEX_X_FLAG", false).map(drop), "GEX_X_FLAG");
+    is_config(c.size("TEST_X_SIZE", 1).map(drop), "TEST_X_SIZE");
+    is_config(c.u64("TEST_X_N", 1).map(drop), "TEST_X_N");
+    is_config(c.bool("TEST_X_FLAG", false).map(drop), "TEST_X_FLAG");
     is_config(
-        c.duration("GEX_X_TIME", Duration::ZERO).map(drop),
-        "GEX_X_TIME",
+        c.duration("TEST_X_TIME", Duration::ZERO).map(drop),
+        "TEST_X_TIME",
     );
     is_config(c.wait_mode().map(drop), "GEX_WAIT");
     // Unset: the default, no error.
-    assert_eq!(c.u64("GEX_X_UNSET", 7).unwrap(), 7);
+    assert_eq!(c.u64("TEST_X_UNSET", 7).unwrap(), 7);
 }
 
 /// Regression: `GEX_SEGMENT_SIZE` beyond what the process can allocate made the
