@@ -63,9 +63,10 @@
 //!
 //! **Limits.** At most [`CAP`] bytes per broadcast (a slot's data words); the root's
 //! lead over its slowest reader is `SLOTS - 1` broadcasts (packed: at least
-//! `TSLOTS - PACK`); members must pass the same size, as for every collective (a
-//! broadcast of at most [`TINY`] bytes on some members and more on others waits in
-//! the other ring, a hang); the readers poll the root's
+//! `TSLOTS - PACK`); members must pass the same size, as for every collective (sizes
+//! of different classes would wait in different rings: the class is part of the
+//! belief, `shmdrive::size_class`, so the stall checks report a mismatch instead of a
+//! hang); the readers poll the root's
 //! line, so the traffic grows with the team like the slot protocol's (teams up to
 //! `shm`'s limit); `All` entry or exit synchronisation needs the slot protocol's extra
 //! rounds, and other operations keep the slots.

@@ -1935,6 +1935,50 @@ fn root_mismatch_is_an_error_not_a_hang() {
     }
 }
 
+/// Members of a shared-memory team that pass broadcast sizes of different classes
+/// (at most 8 bytes: the ring's packed slots; 9-120: its two-line slots; more: the
+/// slot protocol) would wait in different places: the class is part of the belief,
+/// so the reader gets `RootMismatch` instead of a hang (run under the simulator's
+/// watchdog). Every member then leaves the poisoned team.
+#[test]
+fn broadcast_sizes_of_different_classes_are_an_error_not_a_hang() {
+    for (root_len, reader_len) in [(8usize, 16usize), (16, 8), (64, 256), (256, 8)] {
+        let cfg = SimConfig::default()
+            .seed(43)
+            .ranks_per_host(2)
+            .timeout(Duration::from_secs(120));
+        run_sim(
+            2,
+            cfg,
+            || layers().segment_size(SEG),
+            move |client| {
+                let mut c = client.endpoint(0).unwrap();
+                let w = c.world();
+                let me = w.rank();
+                let t = c.create_team(&w, &[0, 1], Scratch::None).unwrap();
+                if !c.shared_memory(&t) {
+                    return; // gex_force_am_rma: no shared-memory team
+                }
+                let mut b = vec![7u8; if me == 0 { root_len } else { reader_len }];
+                let r = c.collective(&t, Broadcast::in_place(0, &mut b), Blocking);
+                if me == 1 {
+                    assert!(
+                        matches!(r, Err(CollError::RootMismatch { .. })),
+                        "{root_len} vs {reader_len}: {r:?}"
+                    );
+                } else {
+                    assert!(
+                        r.is_ok() || matches!(r, Err(CollError::RootMismatch { .. })),
+                        "{r:?}"
+                    );
+                }
+                c.destroy_team(t).unwrap();
+                c.barrier(&w).unwrap();
+            },
+        );
+    }
+}
+
 /// Barrier names: a named nonblocking barrier whose members use different names
 /// fails with `BarrierMismatch` on every member (the code before the layer reported
 /// no mismatch for `barrier_nb`), as does a split-phase barrier; anonymous entries
