@@ -25,7 +25,7 @@ use crate::rma::{GlobalPtr, Rma, RmaError};
 use crate::rootcheck::{self, Stall};
 use crate::sched::{self, Action, ReduceFn, Schedule, span};
 use crate::shm::{OwnedShm, ShmOp};
-use crate::shmdrive::{OwnedRing, ring_eligible};
+use crate::shmdrive::{OwnedRing, ring_eligible, size_class};
 use crate::single::Single;
 use crate::teams::ext;
 use crate::tune::TuneMode;
@@ -359,7 +359,7 @@ impl Coll {
         let algo = self.choose(team, &q, &s.opts)?;
         let x = ext(team);
         let seq = x.next_seq();
-        let belief = rootcheck::belief(s.kind, s.root, s.ctx);
+        let belief = rootcheck::belief(s.kind, s.root, s.ctx ^ size_class(s.kind, n));
         let body = match self.body(cx, team, seq, &algo, q, s) {
             Ok(b) => b,
             Err(e) => {
@@ -428,7 +428,7 @@ impl Coll {
                     let Input::Owned(input) = s.input else {
                         unreachable!("matched above")
                     };
-                    let (base, _) = self.ring_base(team, s.root, s.ctx);
+                    let (base, _) = self.ring_base(team, s.root, s.ctx ^ size_class(s.kind, n));
                     let op = crate::ring::Bcast::new(seq, base, s.root, n);
                     self.counters.ring_calls += 1;
                     let out = if r == s.root {

@@ -12,6 +12,11 @@
 //!   lines in its own area: a `SEQ` word and [`WORDS`] data words. Broadcast number
 //!   `seq` of a team (the team's sequence number, shared with its other collectives)
 //!   uses slot `seq mod SLOTS` of the *root's* ring.
+//! - **Packed slots.** A broadcast of at most [`TINY`] bytes (one word) uses packed
+//!   slot `seq mod TSLOTS` of the root's packed ring instead: 16 bytes (`SEQ`, then
+//!   the data word), [`PACK`] to a cache line, so that a reader behind its root takes
+//!   up to `PACK` broadcasts per line it fetches (as MPI eager FIFOs pack small
+//!   messages). The protocol is the same but for reuse (below).
 //! - **Publishing** (the root): the data words, then `SEQ = tag(seq)` (release). The
 //!   tag digests the layer's generation, the team, the belief (operation and root,
 //!   [`crate::rootcheck`]) and `seq`, so a reader never takes a stale slot, another
@@ -27,7 +32,12 @@
 //!   check lines again only when a slot's `prev` is beyond it: about once every
 //!   [`SLOTS`] broadcasts while the readers keep up, never otherwise. A root thus
 //!   runs up to `SLOTS - 1` broadcasts ahead of its slowest reader, and the readers
-//!   never wait for each other.
+//!   never wait for each other. A packed slot waits instead for the latest previous
+//!   publication in it *and the packed slots after it in its line*: a root starting
+//!   a line waits until every reader finished the line's previous lap, so it never
+//!   stores into a line a reader still reads old broadcasts from (its lead is then
+//!   `TSLOTS - PACK` to `TSLOTS - 1` broadcasts). A packed slot needs the same wait
+//!   for correctness as a slot; the rest of the line is for speed.
 //! - **Opening** (the root, once per team): the first publication of a team waits
 //!   until every reader has claimed the channel (its check line names the team), so
 //!   a `DONE` word read later is always the team's. When a channel changes hands,
@@ -52,7 +62,11 @@
 //! (`tests/loom_ring.rs`).
 //!
 //! **Limits.** At most [`CAP`] bytes per broadcast (a slot's data words); the root's
-//! lead over its slowest reader is `SLOTS - 1` broadcasts; the readers poll the root's
+//! lead over its slowest reader is `SLOTS - 1` broadcasts (packed: at least
+//! `TSLOTS - PACK`); members must pass the same size, as for every collective (sizes
+//! of different classes would wait in different rings: the class is part of the
+//! belief, `shmdrive::size_class`, so the stall checks report a mismatch instead of a
+//! hang); the readers poll the root's
 //! line, so the traffic grows with the team like the slot protocol's (teams up to
 //! `shm`'s limit); `All` entry or exit synchronisation needs the slot protocol's extra
 //! rounds, and other operations keep the slots.
@@ -82,16 +96,29 @@ pub(crate) const SLOTS: usize = if cfg!(gex_loom) { 1 } else { 32 };
 pub(crate) const WORDS: usize = 15;
 /// Largest broadcast (bytes) the ring carries.
 pub(crate) const CAP: usize = WORDS * 8;
+/// Largest broadcast (bytes) that goes through the packed ring: slots of a `SEQ` word
+/// and one data word, [`PACK`] to a cache line.
+pub(crate) const TINY: usize = 8;
+/// Slots of a member's packed ring, per channel; they follow the [`SLOTS`] slots of
+/// its ring in slot numbering (2 in the loom model: one line of two).
+pub(crate) const TSLOTS: usize = if cfg!(gex_loom) { 2 } else { 64 };
+/// Packed slots per cache line (2 in the loom model).
+pub(crate) const PACK: usize = if cfg!(gex_loom) { 2 } else { 4 };
+const _: () = assert!(SLOTS + TSLOTS <= 128 && TSLOTS % PACK == 0);
 /// Slots after the one just read whose first line a reader prefetches.
 const PREFETCH: usize = 3;
+/// Lines of the packed ring after the one just read that a reader prefetches.
+const TPREFETCH: usize = 2;
 /// Marks a check line's `TAG` and `DONE` words as written (0 is "never").
 pub(crate) const VALID: u64 = 1 << 32;
 
 /// The words of one member's area that the ring uses.
 pub(crate) trait Words: Copy {
-    /// The `SEQ` word of slot `s` of the ring of channel `ch`.
+    /// The `SEQ` word of slot `s` of the ring of channel `ch` (`s < SLOTS`), or of
+    /// packed slot `s - SLOTS` (`SLOTS <= s < SLOTS + TSLOTS`; packed slot `k` lies in
+    /// line `k / PACK` of the packed ring).
     fn seq(&self, ch: usize, s: usize) -> &AtomicU64;
-    /// Data word `i` (`0..WORDS`) of that slot.
+    /// Data word `i` (`0..WORDS`; packed slots: 0 only) of that slot.
     fn data(&self, ch: usize, s: usize, i: usize) -> &AtomicU64;
     /// The check line's `TAG` word of channel `ch`: `team | VALID` once the owner
     /// claimed the channel for the team tagged `team`.
@@ -183,9 +210,14 @@ pub(crate) enum Wait<A> {
 impl<A> std::fmt::Display for Wait<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match *self {
-            Wait::Post { q, ch, slot, .. } => write!(
+            Wait::Post { q, ch, slot, .. } if slot < SLOTS => write!(
                 f,
                 "member {q}'s small-broadcast publication in ring slot {slot} of channel {ch}"
+            ),
+            Wait::Post { q, ch, slot, .. } => write!(
+                f,
+                "member {q}'s small-broadcast publication in packed ring slot {} of channel {ch}",
+                slot - SLOTS
             ),
             Wait::Done {
                 q,
@@ -281,9 +313,10 @@ pub(crate) struct Local<A> {
     open: bool,
     /// The other members' areas of `team` (read when the channel changes hands).
     peers: Vec<A>,
-    /// The last publication per slot under `team` (valid where `valid` has the bit).
-    last: [u32; SLOTS],
-    valid: u64,
+    /// The last publication per slot (packed ones after the others) under `team`
+    /// (valid where `valid` has the bit).
+    last: [u32; SLOTS + TSLOTS],
+    valid: u128,
     /// The latest publication under `team`.
     latest: Option<u32>,
     /// Every other member of `team` finished broadcast `lo` (or left the team).
@@ -296,7 +329,7 @@ impl<A> Default for Local<A> {
             team: 0,
             open: false,
             peers: Vec::new(),
-            last: [0; SLOTS],
+            last: [0; SLOTS + TSLOTS],
             valid: 0,
             latest: None,
             lo: None,
@@ -352,10 +385,8 @@ impl<A: Words> Local<A> {
             }
             self.open = true;
         }
-        if self.valid & (1 << slot) == 0 {
-            return None;
-        }
-        let prev = self.last[slot];
+        // Never published in: free.
+        let prev = self.prev(slot)?;
         if self.lo.is_some_and(|lo| !after(prev, lo)) {
             return None;
         }
@@ -389,6 +420,23 @@ impl<A: Words> Local<A> {
         }
         self.lo = Some(lo.unwrap_or(prev));
         None
+    }
+
+    /// The publication every reader must have finished before this member overwrites
+    /// `slot` (`None`: nothing to wait for). A slot of the ring: its last one. A
+    /// packed slot: the latest of the previous publications in it and the packed
+    /// slots after it in its line (those of the lap before), so that the root never
+    /// stores into a line a reader still reads the previous lap of.
+    fn prev(&self, slot: usize) -> Option<u32> {
+        let end = if slot < SLOTS {
+            slot + 1
+        } else {
+            SLOTS + ((slot - SLOTS) / PACK + 1) * PACK
+        };
+        (slot..end)
+            .filter(|&s| self.valid & (1 << s) != 0)
+            .map(|s| self.last[s])
+            .reduce(|a, b| if after(b, a) { b } else { a })
     }
 
     /// Records the publication of `seq` in `slot`.
@@ -477,9 +525,14 @@ impl<A: Words> Bcast<A> {
         self.root
     }
 
-    /// The slot of this broadcast in the root's ring.
+    /// The slot of this broadcast in the root's ring (or packed ring: at most
+    /// [`TINY`] bytes).
     fn slot(&self) -> usize {
-        wrap(self.seq as usize)
+        if self.n <= TINY {
+            SLOTS + self.seq as usize % TSLOTS
+        } else {
+            wrap(self.seq as usize)
+        }
     }
 
     /// Advances as far as possible without waiting; true once complete. The root
@@ -526,8 +579,14 @@ impl<A: Words> Bcast<A> {
         self.copy_out(area, t.ch, slot, out);
         // A root running ahead has published the next slots already: fetch their
         // lines now, so that the next broadcasts' misses overlap this one's work.
-        for k in 1..=PREFETCH {
-            area.prefetch(t.ch, wrap(slot + k));
+        if slot < SLOTS {
+            for k in 1..=PREFETCH {
+                area.prefetch(t.ch, wrap(slot + k));
+            }
+        } else {
+            for k in 1..=TPREFETCH {
+                area.prefetch(t.ch, SLOTS + (slot - SLOTS + k * PACK) % TSLOTS);
+            }
         }
         self.finish_here(t, own, fencing, 1 << self.root);
         true

@@ -160,8 +160,28 @@ const WORLD_CH: usize = 512 << 10;
 /// cache lines ([`crate::ring`]).
 const RING_SLOT: usize = 128;
 const _: () = assert!(8 * (1 + crate::ring::WORDS) <= RING_SLOT);
-/// Bytes of the small-broadcast ring at the start of every channel.
-const RING_BYTES: usize = crate::ring::SLOTS * RING_SLOT;
+/// Bytes of a packed slot of the small-broadcast ring: its `SEQ` word and one data
+/// word, [`crate::ring::PACK`] to a cache line.
+const TINY_SLOT: usize = 16;
+// (The loom model packs two slots to a "line".)
+const _: () = assert!(cfg!(gex_loom) || TINY_SLOT * crate::ring::PACK == 64);
+/// Bytes of the small-broadcast ring (its slots, then its packed slots) at the start
+/// of every channel.
+const RING_BYTES: usize = crate::ring::SLOTS * RING_SLOT + crate::ring::TSLOTS * TINY_SLOT;
+const _: () = assert!(cfg!(gex_loom) || RING_BYTES % 128 == 0);
+/// Offset of word `i` of slot `s` of channel `c`'s small-broadcast ring
+/// ([`Area::ring_word`]).
+#[inline]
+fn ring_off(c: usize, s: usize, i: usize) -> usize {
+    use crate::ring::{SLOTS, TSLOTS, WORDS};
+    if s < SLOTS {
+        debug_assert!(i <= WORDS);
+        chan_base(c) + s * RING_SLOT + 8 * i
+    } else {
+        debug_assert!(s < SLOTS + TSLOTS && i <= 1);
+        chan_base(c) + SLOTS * RING_SLOT + (s - SLOTS) * TINY_SLOT + 8 * i
+    }
+}
 /// Bytes of every other channel.
 const OTHER_CH: usize = ((AREA_LEN - HDR - WORLD_CH) / (NCH - 1)) & !127;
 /// Slot header: `POST` at 0, `REF` at 8 and up to [`INLINE_CAP`] bytes of inline
@@ -299,10 +319,10 @@ impl Area {
     }
 
     /// Word `i` of slot `s` of channel `c`'s small-broadcast ring (0: `SEQ`, then the
-    /// data words).
+    /// data words; packed slots from `ring::SLOTS` on).
+    #[inline]
     fn ring_word(&self, c: usize, s: usize, i: usize) -> &AtomicU64 {
-        debug_assert!(s < crate::ring::SLOTS && i <= crate::ring::WORDS);
-        self.word(chan_base(c) + s * RING_SLOT + 8 * i)
+        self.word(ring_off(c, s, i))
     }
 
     /// Announces (sticky) that the owner's wait policy may sleep ([`crate::ring`]).
@@ -406,7 +426,7 @@ impl crate::ring::Words for Area {
     fn prefetch(&self, ch: usize, s: usize) {
         #[cfg(target_arch = "x86_64")]
         {
-            let off = chan_base(ch) + s * RING_SLOT;
+            let off = ring_off(ch, s, 0);
             let p = self.0.as_ptr().wrapping_add(off).cast::<i8>().cast_const();
             // SAFETY: a prefetch is a hint: it never faults and reads nothing the
             // program sees (the address lies in the mapped area anyway).

@@ -65,6 +65,23 @@ pub(crate) fn ring_eligible(kind: OpKind, n: usize, sync: SyncModes) -> bool {
         && sync.output != SyncMode::All
 }
 
+/// The part of a broadcast's belief ([`rootcheck::belief`]'s context) that says which
+/// ring its size takes: 2 for the packed slots (at most [`ring::TINY`] bytes), 1 for
+/// the ring's two-line slots, 0 beyond the ring. Members that pass sizes of different
+/// classes would wait in different rings; with the class in the belief, their tags
+/// differ and the stall checks report [`CollError::RootMismatch`] instead of a hang.
+#[inline]
+pub(crate) fn size_class(kind: OpKind, n: usize) -> u64 {
+    let class = if kind != OpKind::Broadcast || n > ring::CAP {
+        0
+    } else if n <= ring::TINY {
+        2
+    } else {
+        1
+    };
+    class << 60
+}
+
 /// How [`Coll::ring_begin`] answered.
 pub(crate) enum RingBegin {
     /// The ring's direct path does not apply (nothing consumed).
@@ -406,7 +423,7 @@ impl Coll {
         // A wait left by a call that unwound (a panicking handler) is stale.
         self.direct = None;
         let seq = x.next_seq();
-        let (base, belief) = self.ring_base(team, root, 0);
+        let (base, belief) = self.ring_base(team, root, size_class(OpKind::Broadcast, n));
         rootcheck::announce(sh, seq, belief);
         let mut b = ring::Bcast::new(seq, base, root, n);
         let (input, out): (&[u8], &mut [u8]) = if me == root {
@@ -535,7 +552,7 @@ impl Coll {
         let seq = x.next_seq();
         let ring = r.kind != OpKind::Barrier && ring_eligible(r.kind, n, r.opts.sync);
         let (base, belief) = if ring {
-            self.ring_base(team, r.root, 0)
+            self.ring_base(team, r.root, size_class(r.kind, n))
         } else {
             (0, rootcheck::belief(r.kind, r.root, 0))
         };

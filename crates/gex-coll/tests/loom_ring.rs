@@ -3,7 +3,9 @@
 //! (or `ci/loom.sh`).
 //!
 //! Members are threads; their areas are plain atomics ([`Model`]); a ring has one slot
-//! under `gex_loom`, so every broadcast after the first reuses it. A member that may sleep and
+//! under `gex_loom`, so every broadcast after the first reuses it, and the packed ring
+//! (blocks of at most `ring::TINY` bytes) one line of two slots, so that the third
+//! broadcast reuses a line the reader may still read. A member that may sleep and
 //! finds nothing follows the layer's sleep protocol: it stores its `SLEEPY` word,
 //! fences, and sleeps on its bell only if the member it waits for fences
 //! (`Wait::sleep_safe`) and the flag is still missing; members wake the bells of the
@@ -42,8 +44,8 @@ impl Model {
     fn new(team: u32) -> Model {
         let words = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect::<Vec<_>>();
         Model {
-            seq: words(ring::SLOTS),
-            data: words(ring::SLOTS * ring::WORDS),
+            seq: words(ring::SLOTS + ring::TSLOTS),
+            data: words((ring::SLOTS + ring::TSLOTS) * ring::WORDS),
             // Claimed before the threads start (a team's members claim at creation).
             claim: AtomicU64::new(u64::from(team) | ring::VALID),
             done: AtomicU64::new(0),
@@ -212,11 +214,20 @@ fn loom_ring_wraps_without_sleep() {
     run(2, 3, 12, |_| 0, |_| SPIN);
 }
 
-/// As above, the reader may sleep (its `MAYSLEEP` races with the root's first
+/// Four one-word broadcasts through the packed ring's line of two slots, nobody
+/// sleeps: the third reuses the line only once the reader finished both of its
+/// previous broadcasts, the fourth reuses its slot, and every block arrives whole.
+/// (The tests below but the next use one-word blocks too: the packed ring.)
+#[test]
+fn loom_ring_packed_wraps_without_sleep() {
+    run(2, 4, 8, |_| 0, |_| SPIN);
+}
+
+/// As the first, the reader may sleep (its `MAYSLEEP` races with the root's first
 /// publication): it never sleeps through a publication.
 #[test]
 fn loom_ring_reader_sleeps() {
-    run(2, 3, 8, |_| 0, |me| if me == 1 { SLEEP } else { SPIN });
+    run(2, 3, 12, |_| 0, |me| if me == 1 { SLEEP } else { SPIN });
 }
 
 /// Both may sleep: the root also sleeps when its ring is full (waiting for the

@@ -12,7 +12,7 @@ mod common;
 
 use common::{
     assert_woken, buffer_matrix, bytes, layers, matrix, matrix_mode, reference, ring_workload,
-    segment_matrix,
+    ring_workload_upto, segment_matrix,
 };
 use gex::Job;
 use gex::spi::Conduit;
@@ -167,7 +167,8 @@ impl Job for Mismatch {
 
 /// Small broadcasts through the ring across processes: the ring workload
 /// (`common::ring_workload`: rotating and fixed roots, 1..=120 bytes, every form,
-/// wrap-around, every byte checked) on the world team and on two split halves at
+/// wrap-around, every byte checked; then 1..=8 bytes, the packed ring) on the world
+/// team and on two split halves at
 /// once, every broadcast through the ring where the team shares memory.
 struct Ring;
 
@@ -179,6 +180,15 @@ impl Job for Ring {
         let (p, me) = (w.size(), w.rank());
         let r0 = c.coll_stats().ring_calls;
         let calls = ring_workload(&mut c, &w, 200, u64::from(p));
+        let ring = c.coll_stats().ring_calls - r0;
+        assert_eq!(
+            ring,
+            if c.shared_memory(&w) { calls } else { 0 },
+            "rank {me}"
+        );
+        // Blocks of at most 8 bytes: the packed ring.
+        let r0 = c.coll_stats().ring_calls;
+        let calls = ring_workload_upto(&mut c, &w, 200, 100 + u64::from(p), 8);
         let ring = c.coll_stats().ring_calls - r0;
         assert_eq!(
             ring,

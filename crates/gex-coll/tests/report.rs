@@ -84,7 +84,7 @@ fn the_report_names_each_collective_in_flight_and_its_step() {
 }
 
 /// A small broadcast through the ring names what it waits for: rank 0, a reader,
-/// waits for its root's publication until rank 1 joins.
+/// waits for its root's publication (one word: the packed ring) until rank 1 joins.
 #[test]
 fn the_report_names_a_small_broadcasts_wait() {
     let gate = std::sync::Barrier::new(2);
@@ -116,7 +116,7 @@ fn the_report_names_a_small_broadcasts_wait() {
                     .find(|l| l.contains("broadcast") && l.contains("seq 0"))
                     .unwrap_or_else(|| panic!("no broadcast line in:\n{report}"));
                 assert!(
-                    line.contains("small broadcast (ring), waits for member 1's small-broadcast publication in ring slot 0 of channel 0"),
+                    line.contains("small broadcast (ring), waits for member 1's small-broadcast publication in packed ring slot 0 of channel 0"),
                     "{line}"
                 );
                 gate.wait();

@@ -1935,6 +1935,50 @@ fn root_mismatch_is_an_error_not_a_hang() {
     }
 }
 
+/// Members of a shared-memory team that pass broadcast sizes of different classes
+/// (at most 8 bytes: the ring's packed slots; 9-120: its two-line slots; more: the
+/// slot protocol) would wait in different places: the class is part of the belief,
+/// so the reader gets `RootMismatch` instead of a hang (run under the simulator's
+/// watchdog). Every member then leaves the poisoned team.
+#[test]
+fn broadcast_sizes_of_different_classes_are_an_error_not_a_hang() {
+    for (root_len, reader_len) in [(8usize, 16usize), (16, 8), (64, 256), (256, 8)] {
+        let cfg = SimConfig::default()
+            .seed(43)
+            .ranks_per_host(2)
+            .timeout(Duration::from_secs(120));
+        run_sim(
+            2,
+            cfg,
+            || layers().segment_size(SEG),
+            move |client| {
+                let mut c = client.endpoint(0).unwrap();
+                let w = c.world();
+                let me = w.rank();
+                let t = c.create_team(&w, &[0, 1], Scratch::None).unwrap();
+                if !c.shared_memory(&t) {
+                    return; // gex_force_am_rma: no shared-memory team
+                }
+                let mut b = vec![7u8; if me == 0 { root_len } else { reader_len }];
+                let r = c.collective(&t, Broadcast::in_place(0, &mut b), Blocking);
+                if me == 1 {
+                    assert!(
+                        matches!(r, Err(CollError::RootMismatch { .. })),
+                        "{root_len} vs {reader_len}: {r:?}"
+                    );
+                } else {
+                    assert!(
+                        r.is_ok() || matches!(r, Err(CollError::RootMismatch { .. })),
+                        "{r:?}"
+                    );
+                }
+                c.destroy_team(t).unwrap();
+                c.barrier(&w).unwrap();
+            },
+        );
+    }
+}
+
 /// Barrier names: a named nonblocking barrier whose members use different names
 /// fails with `BarrierMismatch` on every member (the code before the layer reported
 /// no mismatch for `barrier_nb`), as does a split-phase barrier; anonymous entries
@@ -2085,7 +2129,8 @@ fn settings_are_read_when_the_layer_attaches() {
 
 /// Small broadcasts through the ring on 2..8 thread ranks of one host: the ring
 /// workload (rotating and fixed roots, 1..=120 bytes, every blocking form and
-/// nonblocking batches, wrap-around of every member's 32-slot ring) on the world
+/// nonblocking batches, wrap-around of every member's 32-slot ring), then one of
+/// 1..=8 bytes only (the packed ring, wrapped around) on the world
 /// team, then on two disjoint split teams at once (channels 1 and 2) and on a team of
 /// every other member, each output checked byte by byte; every broadcast goes through
 /// the ring (`CollStats::ring_calls`). Then the channel changes hands: a team takes
@@ -2107,6 +2152,10 @@ fn ring_small_broadcasts_2_to_8_ranks() {
                 let ring = |c: &mut Endpoint<Sim>| c.coll_stats().ring_calls;
                 let r0 = ring(&mut c);
                 let calls = common::ring_workload(&mut c, &w, 150, u64::from(p));
+                assert_eq!(ring(&mut c) - r0, if on { calls } else { 0 }, "rank {me}");
+                // Blocks of at most 8 bytes: the packed ring, wrapped around.
+                let r0 = ring(&mut c);
+                let calls = common::ring_workload_upto(&mut c, &w, 150, 100 + u64::from(p), 8);
                 assert_eq!(ring(&mut c) - r0, if on { calls } else { 0 }, "rank {me}");
                 // Two halves at once (their own channels), then every other member.
                 if p >= 4 {
@@ -2154,6 +2203,43 @@ fn ring_small_broadcasts_2_to_8_ranks() {
                 c.barrier(&w).unwrap();
                 assert_eq!(c.coll_stats().in_flight, 0);
                 assert_eq!(c.coll_stats().dropped_messages, 0);
+            },
+        );
+    }
+}
+
+/// A root far ahead of its readers on the packed ring: on 2 and 3 thread ranks, 300
+/// one-word broadcasts from rank 0 whose readers start 2 ms late (at calls 0 and 150):
+/// the root fills its 64 packed slots and reuses a line only once every reader
+/// finished the previous lap's broadcasts in it. Every block arrives whole, every
+/// call through the ring.
+#[test]
+fn ring_packed_root_runs_ahead() {
+    for p in [2u32, 3] {
+        run_sim(
+            p,
+            SimConfig::default().seed(60 + u64::from(p)),
+            || layers().segment_size(SEG),
+            move |client| {
+                let mut c = client.endpoint(0).unwrap();
+                let w = c.world().clone();
+                let me = w.rank();
+                let r0 = c.coll_stats().ring_calls;
+                for k in 0..300u32 {
+                    if me != 0 && k % 150 == 0 {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    let want = (u64::from(k).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(p))
+                        .to_le_bytes();
+                    let mut buf = if me == 0 { want } else { [0xa5; 8] };
+                    c.collective(&w, Broadcast::in_place(0, &mut buf), Blocking)
+                        .unwrap();
+                    assert_eq!(buf, want, "P={p} rank {me}: broadcast {k}");
+                }
+                let on = !cfg!(gex_force_am_rma);
+                let ring = c.coll_stats().ring_calls - r0;
+                assert_eq!(ring, if on { 300 } else { 0 }, "rank {me}");
+                c.barrier(&w).unwrap();
             },
         );
     }

@@ -535,11 +535,23 @@ fn ring_root(k: u32, p: u32, salt: u64) -> u32 {
 /// Readers' buffers start as a sentinel; every output is checked byte by byte.
 /// Returns the broadcasts run.
 pub fn ring_workload<C: Conduit>(c: &mut Endpoint<C>, team: &Team, rounds: u32, salt: u64) -> u64 {
+    ring_workload_upto(c, team, rounds, salt, 120)
+}
+
+/// [`ring_workload`] with blocks of 1..=`max` bytes (8: every one through the packed
+/// ring).
+pub fn ring_workload_upto<C: Conduit>(
+    c: &mut Endpoint<C>,
+    team: &Team,
+    rounds: u32,
+    salt: u64,
+    max: usize,
+) -> u64 {
     let (p, me) = (team.size(), team.rank());
     let want = |k: u32, root: u32, n: usize| -> Vec<u8> {
         (0..n).map(|i| ring_byte(salt, k, root, i)).collect()
     };
-    let size = |k: u32| 1 + (k as usize * 37 + salt as usize) % 120;
+    let size = |k: u32| 1 + (k as usize * 37 + salt as usize) % max;
     let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
     let mut calls = 0u64;
     let mut k = 0u32;
