@@ -168,15 +168,8 @@ impl Job for AmJob {
     type Output = ();
 
     fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
-        match run_am(&self, &client) {
-            Ok(()) => {
-                if let Err(e) = client.finalize() {
-                    complain(&format!("finalisation failed: {e}"));
-                    std::process::exit(1);
-                }
-            }
-            Err(e) => client.abort(1, &format!("gex-perf: rank {}: {e}", client.rank())),
-        }
+        let r = run_am(&self, &client);
+        crate::end_job(client, "gex-perf", r);
     }
 }
 

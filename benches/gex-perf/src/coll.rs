@@ -62,15 +62,8 @@ impl CollJob {
 impl Job for CollJob {
     type Output = ();
     fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
-        match run(&self, &client) {
-            Ok(()) => {
-                if let Err(e) = client.finalize() {
-                    crate::complain(&format!("finalisation failed: {e}"));
-                    std::process::exit(1);
-                }
-            }
-            Err(e) => client.abort(1, &format!("gex-perf: rank {}: {e}", client.rank())),
-        }
+        let r = run(&self, &client);
+        crate::end_job(client, "gex-perf", r);
     }
 }
 

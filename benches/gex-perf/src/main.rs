@@ -287,6 +287,24 @@ pub(crate) fn complain(msg: &str) {
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
+/// Ends a rank's part of a job: finalizes after `r` succeeded (a failed finalisation
+/// exits with 1), or aborts the job with `who: rank R: error`.
+pub(crate) fn end_job<C: gex::spi::Conduit, E: std::fmt::Display>(
+    client: gex::core::Client<C>,
+    who: &str,
+    r: Result<(), E>,
+) {
+    match r {
+        Ok(()) => {
+            if let Err(e) = client.finalize() {
+                complain(&format!("finalisation failed: {e}"));
+                std::process::exit(1);
+            }
+        }
+        Err(e) => client.abort(1, &format!("{who}: rank {}: {e}", client.rank())),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Refuse an unknown conduit before launching anything.

@@ -26,8 +26,8 @@
 //!
 //! Every got value is checked against the round number the target wrote.
 
+use crate::PinMode;
 use crate::report::{Record, Reporter, median};
-use crate::{PinMode, complain};
 use gex::coll::CollExt;
 use gex::core::Client;
 use gex::rma::{GlobalPtr, RmaExt};
@@ -77,15 +77,8 @@ impl ProgressJob {
 impl Job for ProgressJob {
     type Output = ();
     fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
-        match run(&self, &client) {
-            Ok(()) => {
-                if let Err(e) = client.finalize() {
-                    complain(&format!("finalisation failed: {e}"));
-                    std::process::exit(1);
-                }
-            }
-            Err(e) => client.abort(1, &format!("gex-perf: rank {}: {e}", client.rank())),
-        }
+        let r = run(&self, &client);
+        crate::end_job(client, "gex-perf", r);
     }
 }
 

@@ -28,8 +28,8 @@
 //! and the peer writes the word as one 8-byte copy.
 #![allow(unsafe_code)]
 
+use crate::PinMode;
 use crate::report::{Record, Reporter, median};
-use crate::{PinMode, complain};
 use gex::coll::CollExt;
 use gex::core::{Client, Endpoint};
 use gex::rma::{
@@ -92,15 +92,8 @@ impl RmaJob {
 impl Job for RmaJob {
     type Output = ();
     fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
-        match run(&self, &client) {
-            Ok(()) => {
-                if let Err(e) = client.finalize() {
-                    complain(&format!("finalisation failed: {e}"));
-                    std::process::exit(1);
-                }
-            }
-            Err(e) => client.abort(1, &format!("gex-perf: rank {}: {e}", client.rank())),
-        }
+        let r = run(&self, &client);
+        crate::end_job(client, "gex-perf", r);
     }
 }
 

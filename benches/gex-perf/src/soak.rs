@@ -94,15 +94,8 @@ impl SoakJob {
 impl Job for SoakJob {
     type Output = ();
     fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
-        match run(&self, &client) {
-            Ok(()) => {
-                if let Err(e) = client.finalize() {
-                    complain(&format!("finalisation failed: {e}"));
-                    std::process::exit(1);
-                }
-            }
-            Err(e) => client.abort(1, &format!("gex-perf soak: rank {}: {e}", client.rank())),
-        }
+        let r = run(&self, &client);
+        crate::end_job(client, "gex-perf soak", r);
     }
 }
 
