@@ -164,9 +164,60 @@ pub(crate) struct Place {
     pub(crate) aux_len: usize,
 }
 
+/// A layer's state on the heap, owned through a raw pointer rather than a `Box`, so
+/// that the endpoint handle may keep the state's address
+/// ([`Endpoint::with_layer_state`](crate::Endpoint::with_layer_state)) and reach it
+/// later without a search: every access, from here or from the handle, derives from
+/// the one pointer `Box::into_raw` gave, and none invalidates another's (a `Box`
+/// would assert uniqueness each time it is used).
+pub(crate) struct LayerBox(std::ptr::NonNull<dyn ErasedLayer>);
+
+impl LayerBox {
+    pub(crate) fn new<L: Layer>(l: L) -> Self {
+        let b: Box<dyn ErasedLayer> = Box::new(l);
+        LayerBox(std::ptr::NonNull::from(Box::leak(b)))
+    }
+    /// The state's address (stable for the life of the box).
+    pub(crate) fn addr(&self) -> usize {
+        self.0.as_ptr().cast::<u8>() as usize
+    }
+}
+
+#[allow(unsafe_code)]
+mod layer_box {
+    use super::{ErasedLayer, LayerBox};
+    impl std::ops::Deref for LayerBox {
+        type Target = dyn ErasedLayer;
+        #[inline(always)]
+        fn deref(&self) -> &(dyn ErasedLayer + 'static) {
+            // SAFETY: the pointer came from `Box::leak` and is freed only in `drop`;
+            // `&self` excludes a `&mut` made through this box meanwhile (the handle's
+            // own access is exclusive by the endpoint's lock rules, module
+            // `crate::endpoint`).
+            unsafe { self.0.as_ref() }
+        }
+    }
+    impl std::ops::DerefMut for LayerBox {
+        #[inline(always)]
+        fn deref_mut(&mut self) -> &mut (dyn ErasedLayer + 'static) {
+            // SAFETY: as in `deref`, with `&mut self` exclusive.
+            unsafe { self.0.as_mut() }
+        }
+    }
+    impl Drop for LayerBox {
+        fn drop(&mut self) {
+            // SAFETY: the pointer came from `Box::leak` and is dropped once, here.
+            drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+        }
+    }
+    // SAFETY: the box owns an `ErasedLayer`, which is `Send`; it is a `Box` in all
+    // but name.
+    unsafe impl Send for LayerBox {}
+}
+
 /// One attached layer.
 pub(crate) struct LayerSlot<C: Conduit> {
-    pub(crate) state: Box<dyn ErasedLayer>,
+    pub(crate) state: LayerBox,
     pub(crate) type_id: TypeId,
     pub(crate) place: Place,
     pub(crate) progress: ProgressFn<C>,
@@ -202,7 +253,7 @@ fn attach_one<L: Layer, C: Conduit>(
     };
     let l = L::attach(&mut cx)?;
     inner.push_layer(LayerSlot {
-        state: Box::new(l),
+        state: LayerBox::new(l),
         type_id: TypeId::of::<L>(),
         place,
         progress: progress_of::<L, C>,

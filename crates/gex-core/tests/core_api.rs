@@ -841,3 +841,65 @@ fn a_handler_panic_on_the_progress_thread_ends_the_rank() {
         t0.elapsed()
     );
 }
+
+/// A layer type per `N`, to attach more layers than the handle caches.
+#[derive(Debug, Default)]
+struct Nth<const N: usize> {
+    hits: u32,
+}
+
+impl<const N: usize> Layer for Nth<N> {
+    const NAME: &'static str = ["n0", "n1", "n2", "n3", "n4", "n5"][N];
+    fn attach<C: Conduit>(_: &mut Cx<'_, C>) -> Result<Self, InitError> {
+        Ok(Nth::default())
+    }
+}
+
+#[test]
+fn layer_state_access_reaches_the_same_state_for_every_layer() {
+    let c = ClientBuilder::new()
+        .layer::<Nth<0>>()
+        .layer::<Nth<1>>()
+        .layer::<Nth<2>>()
+        .layer::<Nth<3>>()
+        .layer::<Nth<4>>()
+        .segment_size(4096)
+        .config(gex_core::Config::default())
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut ep = c.endpoint(0).unwrap();
+    fn check<const N: usize>(ep: &mut gex_core::Endpoint<Loopback>) {
+        for k in 1..=3u32 {
+            assert_eq!(
+                ep.with_layer_state::<Nth<N>, _>(|l| {
+                    l.hits += 1;
+                    l.hits
+                }),
+                Some(k),
+                "layer {N}"
+            );
+            assert_eq!(ep.with_layer::<Nth<N>, _>(|l, _| l.hits), Some(k));
+        }
+    }
+    // The first four come from the handle's cache, the fifth from the search.
+    check::<0>(&mut ep);
+    check::<1>(&mut ep);
+    check::<2>(&mut ep);
+    check::<3>(&mut ep);
+    check::<4>(&mut ep);
+    assert_eq!(ep.with_layer_state::<Nth<5>, _>(|l| l.hits), None);
+    assert_eq!(ep.with_layer_state::<Pinger, _>(|p| p.sent), None);
+    // The same through a progress thread's lock.
+    let c = ClientBuilder::new()
+        .layer::<Nth<0>>()
+        .progress_thread(true)
+        .segment_size(4096)
+        .config(gex_core::Config::default())
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut ep = c.endpoint(0).unwrap();
+    for _ in 0..1000 {
+        ep.with_layer_state::<Nth<0>, _>(|l| l.hits += 1);
+    }
+    assert_eq!(ep.with_layer::<Nth<0>, _>(|l, _| l.hits), Some(1000));
+}

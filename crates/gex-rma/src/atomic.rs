@@ -449,6 +449,7 @@ exec_width!(exec64, AtomicU64, u64);
 ///
 /// # Safety
 /// As `exec32`/`exec64`, for the width of `k`.
+#[inline]
 unsafe fn exec(p: *mut u8, k: Kind, op: Base, a: u64, b: u64, f: AtomicFlags) -> u64 {
     // SAFETY: forwarded contract.
     unsafe {
@@ -621,6 +622,45 @@ pub(crate) fn agree<T: AtomicType>(
 }
 
 impl Rma {
+    /// The fastest path of an atomic, run under
+    /// [`Endpoint::with_layer_state`](gex_core::Endpoint::with_layer_state): a CPU
+    /// atomic in a domain that allows `op`, on an aligned word of a member whose
+    /// segment mapping is cached, executes now and gives the old value's bits;
+    /// anything else gives `None` and takes [`atomic_step`](Self::atomic_step), which
+    /// reports any error.
+    #[inline(always)]
+    pub(crate) fn atomic_fast<T: AtomicType>(
+        &self,
+        ad: &AtomicDomain<T>,
+        op: AtomicOp,
+        p: GlobalPtr<T>,
+        (a, b): (T, T),
+        f: AtomicFlags,
+    ) -> Option<u64> {
+        let size = std::mem::size_of::<T>();
+        let dst = p.addr();
+        if ad.nic || !ad.ops.contains(op.flag()) || p.offset % size != 0 {
+            return None;
+        }
+        let member = if ad.team.id() == 0 {
+            dst.ep == ad.team.me().ep
+        } else {
+            ad.team.rank_of(dst).is_some()
+        };
+        if !member {
+            return None;
+        }
+        let base = self.cached_mapping(dst)?;
+        self.check_range(dst, p.offset, size).ok()?;
+        // SAFETY: the offset is inside the mapped segment (checked).
+        let at = unsafe { base.as_ptr().add(p.offset) };
+        if at as usize % size != 0 {
+            return None;
+        }
+        // SAFETY: inside the mapped segment and aligned (checked); every access to the
+        // word is atomic (module rules).
+        Some(unsafe { exec(at, T::KIND, op.base(), a.to_bits(), b.to_bits(), f) })
+    }
     /// One step of atomic `op` of domain `ad` on the word at `p`. `result`: a borrowed
     /// destination of the fetched value (scoped fetches); `fetch`: the event's output is
     /// the fetched value (`finish`).

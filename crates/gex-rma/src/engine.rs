@@ -26,6 +26,7 @@ use gex_core::event::{Data, Finish, finish_held};
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
 use gex_core::{Category, EpAddr, Event, ModeKind};
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// How an operation was asked for.
@@ -169,6 +170,62 @@ impl Rma {
             err,
             ev: if in_flight { ev.take() } else { None },
         }
+    }
+
+    /// The mapping of `dst`'s segment if it is already cached (no conduit call): the
+    /// first question of the fast paths below, which run without a [`Cx`].
+    #[inline(always)]
+    pub(crate) fn cached_mapping(&self, dst: EpAddr) -> Option<NonNull<u8>> {
+        if self.force_am || dst.ep != self.me.ep {
+            return None;
+        }
+        self.mapped
+            .get(dst.rank as usize)
+            .copied()
+            .flatten()
+            .flatten()
+    }
+
+    /// The fastest path of a contiguous put, run under
+    /// [`Endpoint::with_layer_state`](gex_core::Endpoint::with_layer_state): a
+    /// nonempty, valid range of a segment whose mapping is cached is copied now (true);
+    /// anything else returns false and takes [`put_now`](Self::put_now).
+    #[inline(always)]
+    pub(crate) fn put_fast(&mut self, dst: EpAddr, offset: usize, src: &[u8]) -> bool {
+        let Some(base) = self.cached_mapping(dst) else {
+            return false;
+        };
+        if src.is_empty() || self.check_range(dst, offset, src.len()).is_err() {
+            return false;
+        }
+        // SAFETY: the range was checked against the segment; the mapping is live
+        // (module `crate::direct`); `std::ptr::copy` tolerates overlap.
+        unsafe { std::ptr::copy(src.as_ptr(), base.as_ptr().add(offset), src.len()) };
+        true
+    }
+
+    /// As [`put_fast`](Self::put_fast), for a get of `len` bytes into `dst`.
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of `len` bytes and not otherwise borrowed.
+    #[inline(always)]
+    pub(crate) unsafe fn get_fast(
+        &mut self,
+        src: EpAddr,
+        offset: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> bool {
+        let Some(base) = self.cached_mapping(src) else {
+            return false;
+        };
+        if len == 0 || self.check_range(src, offset, len).is_err() {
+            return false;
+        }
+        // SAFETY: the range was checked against the segment; `dst` is writable
+        // (contract); `std::ptr::copy` tolerates overlap.
+        unsafe { std::ptr::copy(base.as_ptr().add(offset), dst, len) };
+        true
     }
 
     /// The fast path of a contiguous put: if `[offset, offset + src.len())` of `dst` is

@@ -296,6 +296,7 @@ fn source_chunks<C: Conduit, T>(
 }
 
 /// A blocking get into a borrowed slice.
+#[inline]
 fn get_borrowed<C: Conduit, T: Pod>(
     ep: &mut Endpoint<C>,
     dst: &mut [T],
@@ -306,8 +307,38 @@ fn get_borrowed<C: Conduit, T: Pod>(
     let p = dst.as_mut_ptr().cast::<u8>();
     if let Source::Ptr(gp) = src {
         let (a, off) = (gp.addr(), gp.offset);
-        // The direct path: a bounds check and a copy, no event.
+        // The direct path to a cached mapping: a bounds check and a copy, no event.
         // SAFETY: `dst` is borrowed for the call and written only by the copy.
+        if ep.with_layer_state::<Rma, _>(|r| unsafe { r.get_fast(a, off, p, bytes) }) == Some(true)
+        {
+            return Ok(());
+        }
+        // SAFETY: `p` is `dst`'s, which is borrowed for the call.
+        return unsafe { get_borrowed_slow(ep, a, off, p, bytes, n, src) };
+    }
+    // SAFETY: as above.
+    unsafe { get_borrowed_rest(ep, p, bytes, n, src) }
+}
+
+/// [`get_borrowed`] past the fastest path, for a pointer source.
+///
+/// # Safety
+/// `p` is valid for writes of `bytes` bytes (`n` `T`s) until this returns, and
+/// nothing else uses that memory meanwhile.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn get_borrowed_slow<C: Conduit, T: Pod>(
+    ep: &mut Endpoint<C>,
+    a: EpAddr,
+    off: usize,
+    p: *mut u8,
+    bytes: usize,
+    n: usize,
+    src: Source<'_, T>,
+) -> Result<(), RmaError> {
+    if let Source::Ptr(gp) = src {
+        // The direct path: a bounds check and a copy, no event.
+        // SAFETY: `p` is writable for `bytes` bytes and ours for the call (contract).
         if ep.with_layer::<Rma, _>(|r, cx| unsafe { r.get_now(cx, a, off, p, bytes) }) == Some(true)
         {
             return Ok(());
@@ -317,7 +348,7 @@ fn get_borrowed<C: Conduit, T: Pod>(
             local: 0,
             len: bytes,
         }];
-        // SAFETY: `dst` is borrowed until this returns, and it returns only after the
+        // SAFETY: `p` is ours until this returns (contract), and it returns only after the
         // operation completed (or, after a failure, its units in flight did: `end`).
         let r = unsafe {
             get_bytes(
@@ -334,8 +365,25 @@ fn get_borrowed<C: Conduit, T: Pod>(
         }?;
         return end::<C, (), Blocking>(ep, r, true);
     }
+    // SAFETY: forwarded contract.
+    unsafe { get_borrowed_rest(ep, p, bytes, n, src) }
+}
+
+/// [`get_borrowed`] from a non-pointer source.
+///
+/// # Safety
+/// As [`get_borrowed_slow`].
+#[inline(never)]
+unsafe fn get_borrowed_rest<C: Conduit, T: Pod>(
+    ep: &mut Endpoint<C>,
+    p: *mut u8,
+    bytes: usize,
+    n: usize,
+    src: Source<'_, T>,
+) -> Result<(), RmaError> {
     let (a, chunks, _) = source_chunks(ep, &src, n)?;
-    // SAFETY: as above.
+    // SAFETY: `p` is ours until this returns (contract), and it returns only after the
+    // operation completed (or, after a failure, its units in flight did: `end`).
     let r = unsafe {
         get_bytes(
             ep,
@@ -743,6 +791,10 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
     ) -> Result<M::Out<(), RmaError>, RmaError> {
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let (a, off) = (dst.addr(), dst.offset);
+        // The direct path to a cached mapping: a bounds check and a copy, no event.
+        if self.with_layer_state::<Rma, _>(|r| r.put_fast(a, off, bytes)) == Some(true) {
+            return Ok(self.done::<(), RmaError, M>(()));
+        }
         // The direct path: a bounds check and a copy, no event.
         if let Some(Some(out)) = self.with_layer::<Rma, _>(|r, cx| {
             r.put_now(cx, a, off, bytes)
@@ -807,6 +859,14 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         };
         let n = std::mem::size_of::<T>();
         let (a, off) = (src.addr(), src.offset);
+        // The direct path to a cached mapping: a bounds check and a copy, no event.
+        let mut v = T::zeroed();
+        let pv = (&raw mut v).cast::<u8>();
+        // SAFETY: `pv` is a local of `n` bytes, written only by the copy.
+        let now = self.with_layer_state::<Rma, _>(|r| unsafe { r.get_fast(a, off, pv, n) });
+        if now == Some(true) {
+            return Ok(self.done::<T, RmaError, M>(v));
+        }
         // The direct path: a bounds check and a copy, no event.
         let fast = self.with_layer::<Rma, _>(|r, cx| {
             let mut v = T::zeroed();
@@ -924,6 +984,12 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         f: AtomicFlags,
         _mode: M,
     ) -> Result<M::Out<(), RmaError>, RmaError> {
+        // The direct path to a cached mapping: a CPU atomic, no event.
+        if let Some(Some(_)) =
+            self.with_layer_state::<Rma, _>(|r| r.atomic_fast(ad, op, p, (a, b), f))
+        {
+            return Ok(self.done::<(), RmaError, M>(()));
+        }
         let how = How::new(M::KIND);
         let (mut id, mut ev) = (None, None);
         let r = drive(self, |r, cx| {
@@ -961,6 +1027,12 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
     ) -> Result<M::Out<T, RmaError>, RmaError> {
         if !op.is_fetching() {
             return Err(RmaError::NotFetching { op });
+        }
+        // The direct path to a cached mapping: a CPU atomic, no event.
+        if let Some(Some(old)) =
+            self.with_layer_state::<Rma, _>(|r| r.atomic_fast(ad, op, p, (a, b), f))
+        {
+            return Ok(self.done::<T, RmaError, M>(T::from_bits(old)));
         }
         let how = How::new(M::KIND);
         let want = M::KIND != ModeKind::Nbi;
@@ -1085,10 +1157,17 @@ pub trait ScopeRmaExt<'env, C: Conduit> {
 
 impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
     fn get_into<T: Pod>(&mut self, dst: &'env mut [T], src: GlobalPtr<T>) -> Result<(), RmaError> {
-        let tag = self.tag();
         let bytes = std::mem::size_of_val(dst);
         let p = dst.as_mut_ptr().cast::<u8>();
         let (a, off) = (src.addr(), src.offset);
+        // The direct path to a cached mapping: complete now, nothing to track.
+        // SAFETY: `dst` is borrowed for the scope and written only by the copy.
+        if self.with_layer_state::<Rma, _>(|r| unsafe { r.get_fast(a, off, p, bytes) })
+            == Some(true)
+        {
+            return Ok(());
+        }
+        let tag = self.tag();
         let chunks = [Chunk {
             remote: off,
             local: 0,
@@ -1139,9 +1218,13 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
     }
 
     fn put_from<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &'env [T]) -> Result<(), RmaError> {
-        let tag = self.tag();
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let (a, off) = (dst.addr(), dst.offset);
+        // The direct path to a cached mapping: complete now, nothing to track.
+        if self.with_layer_state::<Rma, _>(|r| r.put_fast(a, off, bytes)) == Some(true) {
+            return Ok(());
+        }
+        let tag = self.tag();
         let chunks = [Chunk {
             remote: off,
             local: 0,

@@ -54,6 +54,9 @@ pub(crate) const FIRST_LAYER_HANDLER: HandlerIndex = CORE_HANDLERS;
 /// The core's all-gather ([`Endpoint::exchange`]).
 pub(crate) const H_EXCHANGE: HandlerIndex = 1;
 
+/// Layers the handle caches for [`Endpoint::with_layer_state`].
+const FAST_LAYERS: usize = 4;
+
 /// `owner` entry of an index with no handler.
 pub(crate) const OWN_NONE: u8 = 0xff;
 /// `owner` entry of a client handler.
@@ -246,6 +249,11 @@ impl<C: Conduit> Drop for Guard<'_, C> {
 pub struct Endpoint<C: Conduit> {
     cell: Arc<EpCell<C>>,
     thread: Option<thread::ProgressThread>,
+    /// The first layers' types and state addresses, for [`Endpoint::with_layer_state`]
+    /// (a search here, in the handle, instead of through the state's slot vector).
+    /// The addresses are those of the slots' boxes, which live as long as the state
+    /// and never move (layers are attached once, at creation).
+    fast: [(std::any::TypeId, usize); FAST_LAYERS],
     /// Not `Sync`: one thread drives an endpoint at a time.
     _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
 }
@@ -321,6 +329,11 @@ impl<C: Conduit> Endpoint<C> {
             Some(_) => inner.core.cep.sleeper(),
             None => None,
         };
+        // A type no layer has marks an empty cache entry.
+        let mut fast = [(std::any::TypeId::of::<Endpoint<C>>(), 0usize); FAST_LAYERS];
+        for (f, s) in fast.iter_mut().zip(inner.layers.iter()) {
+            *f = (s.type_id, s.state.addr());
+        }
         let cell = Arc::new(EpCell {
             lock: AtomicU32::new(FREE),
             stop: AtomicBool::new(false),
@@ -332,6 +345,7 @@ impl<C: Conduit> Endpoint<C> {
         Ok(Endpoint {
             cell,
             thread,
+            fast,
             _not_sync: std::marker::PhantomData,
         })
     }
@@ -504,6 +518,59 @@ impl<C: Conduit> Endpoint<C> {
     ) -> Option<R> {
         let mut g = self.inner();
         g.with_layer(f)
+    }
+
+    /// Runs `f` with layer `L`'s state alone (`None` if `L` is not attached): the
+    /// cheaper form of [`with_layer`](Self::with_layer) for a layer's fast paths that
+    /// need nothing but their own state (a bounds check and a copy to a mapped
+    /// segment, a CPU atomic). No handler or progress hook runs during `f`.
+    #[inline(always)]
+    pub fn with_layer_state<L: crate::layer::Layer, R>(
+        &mut self,
+        f: impl FnOnce(&mut L) -> R,
+    ) -> Option<R> {
+        let want = std::any::TypeId::of::<L>();
+        let mut at = 0;
+        for &(t, a) in &self.fast {
+            if t == want {
+                at = a;
+                break;
+            }
+        }
+        if at == 0 {
+            return self.with_layer_state_slow(f);
+        }
+        let _g = self.inner();
+        // SAFETY: `at` is the address of the state of a slot whose `type_id` is `L`'s,
+        // made from an `L` (`attach_one`); the `LayerBox` lives as long as the state
+        // (this handle holds it), never moves it, and every access to it derives from
+        // the same pointer (`LayerBox`). The guard makes the access exclusive (module
+        // `# Safety`), and nothing else borrows the state meanwhile.
+        let l = unsafe { &mut *(at as *mut L) };
+        Some(f(l))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn with_layer_state_slow<L: crate::layer::Layer, R>(
+        &mut self,
+        f: impl FnOnce(&mut L) -> R,
+    ) -> Option<R> {
+        self.with_layer::<L, R>(|l, _| f(l))
+    }
+
+    /// The output, in mode `M`, of an operation that completed during the call with
+    /// output `v` (as [`Cx::done`](crate::layer::Cx::done), for a fast path that ran
+    /// under [`with_layer_state`](Self::with_layer_state)).
+    #[inline(always)]
+    pub fn done<T: Send + 'static, E: crate::event::EventErr, M: crate::event::Mode>(
+        &self,
+        v: T,
+    ) -> M::Out<T, E> {
+        if M::KIND == crate::event::ModeKind::Nb {
+            return self.with_ref(|i| M::ready(i.core.me, i.core.uid, v));
+        }
+        M::ready(self.cell.me, 0, v)
     }
 
     /// This endpoint's state report: per-peer message counters, busy layers, implicit
