@@ -258,8 +258,8 @@ fn atomics_off_keeps_native_rma() {
 /// (transmit-complete writes, one flush read per destination at the sync) exactly
 /// where the report says so; the counters match, the bytes arrive, and an NBI put
 /// copies its source. A put whose source is lent to a scope (`put_from`, what an
-/// access region's puts became) and a blocking put are delivery-complete: never
-/// relaxed, nothing to flush.
+/// access region's puts became) is relaxed too, flushed at the scope's end; a blocking
+/// put is delivery-complete: never relaxed, nothing to flush.
 fn relaxed_rank(
     boot: Box<dyn gex_core::boot::Bootstrap>,
     provider: &str,
@@ -329,18 +329,25 @@ fn relaxed_rank(
         if s2.native_flushes - s1.native_flushes != u64::from(expect) {
             return Err(format!("one NBI put and a sync: {s2:?}"));
         }
-        // A scope (what GASNet-EX's access regions became): its put, from a source
-        // lent to the scope, is delivery-complete when the scope returns: neither
-        // relaxed nor flushed.
+        // A scope (what GASNet-EX's access regions became): its puts, from sources
+        // lent to the scope, are relaxed like NBI puts, and the scope's end flushes
+        // their destination once (its bytes are checked at the target below).
         let lent = block(N + 1);
         ep.scope(|s| s.put_from(p.add((N + 1) * LEN), &lent))
             .map_err(es)?;
         let s3 = ofi.stats();
-        if s3.native_flushes != s2.native_flushes
-            || s3.native_relaxed_puts != s2.native_relaxed_puts
+        if s3.native_flushes - s2.native_flushes != u64::from(expect)
+            || s3.native_relaxed_puts - s2.native_relaxed_puts != u64::from(expect)
             || s3.native_puts - s2.native_puts != 1
         {
-            return Err(format!("a scoped put was relaxed or flushed: {s3:?}"));
+            return Err(format!(
+                "a scoped put and the scope's end (relaxed: {expect}): {s3:?}"
+            ));
+        }
+        // A scope without puts flushes nothing.
+        ep.scope(|_| Ok::<(), RmaError>(())).map_err(es)?;
+        if ofi.stats().native_flushes != s3.native_flushes {
+            return Err("a scope without puts flushed".into());
         }
         // A blocking put is not relaxed.
         ep.put(p.add((N + 2) * LEN), &block(N + 2), Blocking)

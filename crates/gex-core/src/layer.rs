@@ -105,6 +105,16 @@ pub trait Layer: Any + Send + Sized {
     fn handle(&mut self, h: u8, t: &mut Token<'_>, am: Am<'_>) {
         let _ = (h, t, am);
     }
+    /// Runs when a [`Scope`](crate::Scope) ends (and at
+    /// [`Scope::sync`](crate::Scope::sync)), before the endpoint waits for the events
+    /// tracked under the scope's `tag`. A layer whose scoped operations complete
+    /// locally before they are complete at their targets (relaxed puts, flushed
+    /// together) tracks here, with [`Cx::track_implicit`], an event that completes when
+    /// they are, and starts what completes it (its progress hook finishes it). Must not
+    /// block. The default does nothing.
+    fn end_scope<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, tag: u32) {
+        let _ = (cx, tag);
+    }
     /// Advances the layer's work in flight; runs on every poll of the endpoint while
     /// the layer is busy (see [`Progress`]). Must not block.
     fn progress<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) -> Progress {
@@ -145,6 +155,15 @@ impl<L: Layer> ErasedLayer for L {
 
 /// The progress hook of a layer, monomorphised for its conduit.
 pub(crate) type ProgressFn<C> = fn(&mut dyn ErasedLayer, &mut Cx<'_, C>) -> Progress;
+
+/// A layer's [`Layer::end_scope`], monomorphised for the endpoint's conduit.
+pub(crate) type EndScopeFn<C> = fn(&mut dyn ErasedLayer, &mut Cx<'_, C>, u32);
+
+fn end_scope_of<L: Layer, C: Conduit>(s: &mut dyn ErasedLayer, cx: &mut Cx<'_, C>, tag: u32) {
+    if let Some(l) = s.any_mut().downcast_mut::<L>() {
+        l.end_scope(cx, tag);
+    }
+}
 
 fn progress_of<L: Layer, C: Conduit>(s: &mut dyn ErasedLayer, cx: &mut Cx<'_, C>) -> Progress {
     match s.any_mut().downcast_mut::<L>() {
@@ -221,6 +240,7 @@ pub(crate) struct LayerSlot<C: Conduit> {
     pub(crate) type_id: TypeId,
     pub(crate) place: Place,
     pub(crate) progress: ProgressFn<C>,
+    pub(crate) end_scope: EndScopeFn<C>,
 }
 
 /// Description of a layer without its type: what the client needs before any
@@ -257,6 +277,7 @@ fn attach_one<L: Layer, C: Conduit>(
         type_id: TypeId::of::<L>(),
         place,
         progress: progress_of::<L, C>,
+        end_scope: end_scope_of::<L, C>,
     });
     Ok(())
 }
@@ -551,6 +572,12 @@ impl<'a, C: Conduit> Cx<'a, C> {
         v: T,
     ) -> M::Out<T, E> {
         M::ready(self.core.me, self.core.uid, v)
+    }
+    /// Tracks `ev` under implicit-event `tag` (a scope's, from
+    /// [`Layer::end_scope`]): the endpoint's waits for `tag` wait for it too. As
+    /// [`Endpoint::track_implicit`](crate::Endpoint::track_implicit).
+    pub fn track_implicit<T: Send + 'static, E: EventErr>(&mut self, tag: u32, ev: Event<T, E>) {
+        self.core.track(tag, ev);
     }
     /// A pending event and its completer. `hold` is a buffer the operation writes,
     /// kept alive by the event (and past it, if the event is dropped early); `finish`

@@ -35,7 +35,8 @@ pub(crate) struct How {
     /// Its mode.
     pub(crate) kind: ModeKind,
     /// Started in a scope with a buffer borrowed for the scope (no copy; tracked under
-    /// the scope's tag, so not relaxed and not counted).
+    /// the scope's tag, so not counted; a native put is relaxed and flushed at the
+    /// scope's end).
     pub(crate) scoped: bool,
 }
 
@@ -367,10 +368,14 @@ impl Rma {
                 }
                 Path::Native => {
                     let copy = j.copy.clone();
+                    // Implicit-event and scoped puts are relaxed: a sync of puts or the
+                    // scope's end flushes them (`Rma::end_scope`).
+                    let relaxed = how.kind == ModeKind::Nbi || how.scoped;
+                    self.scope_relaxed |= how.scoped;
                     let ps = PutSrc {
                         base: copy.as_ref().map_or(src.as_ptr(), |c| c.as_ptr()),
                         copy: copy.as_ref(),
-                        relaxed: how.kind == ModeKind::Nbi && !how.scoped,
+                        relaxed,
                     };
                     let before = j.ci;
                     // SAFETY: the source (or its copy) stays readable until completion:

@@ -191,6 +191,10 @@ pub struct Rma {
     /// Gets started by [`Rma::try_get_owned`] whose remaining requests met
     /// back-pressure: sent by the progress hook.
     pub(crate) deferred: Vec<crate::engine::Deferred>,
+    /// A relaxed native put was issued in a scope since the last scope flush.
+    pub(crate) scope_relaxed: bool,
+    /// Ended scopes waiting for the flush of relaxed puts ([`Layer::end_scope`]).
+    pub(crate) scope_flush: Vec<OpCompleter>,
 }
 
 // SAFETY: see the module's `# Safety`: the raw pointers point at mappings and buffers
@@ -292,6 +296,8 @@ impl Layer for Rma {
             bounce: Vec::new(),
             dropped: 0,
             deferred: Vec::new(),
+            scope_relaxed: false,
+            scope_flush: Vec::new(),
         })
     }
 
@@ -355,12 +361,30 @@ impl Layer for Rma {
         lines.join("\n")
     }
 
+    /// Scoped puts on the native path are relaxed (complete when their source is free,
+    /// as implicit-event puts): a scope that issued one gets an event under its tag
+    /// that completes when a flush of every relaxed put has (the progress hook drives
+    /// it, see [`Rma::scope_flush_step`]).
+    fn end_scope<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, tag: u32) {
+        if !std::mem::take(&mut self.scope_relaxed) {
+            return;
+        }
+        let (ev, done) = cx.pending::<(), RmaError>(None, gex_core::event::finish_unit);
+        cx.track_implicit(tag, ev);
+        self.scope_flush.push(done);
+        self.scope_flush_step(cx);
+        cx.set_busy();
+    }
+
     fn progress<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) -> Progress {
         self.retire_native(cx);
         if !self.deferred.is_empty() {
             self.pump_deferred(cx);
         }
-        if self.native.is_empty() && self.deferred.is_empty() {
+        if !self.scope_flush.is_empty() {
+            self.scope_flush_step(cx);
+        }
+        if self.native.is_empty() && self.deferred.is_empty() && self.scope_flush.is_empty() {
             Progress::Idle
         } else {
             // Native completions and freed send resources wake nobody.

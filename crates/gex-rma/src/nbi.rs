@@ -123,4 +123,31 @@ impl Rma {
         }
         Ok(true)
     }
+
+    /// Advances the flush that ended scopes wait for ([`Layer::end_scope`]): flushes
+    /// every destination of relaxed puts, then, once no flush and no counted put is in
+    /// flight, completes the scopes' events (a scope may so wait for implicit-event
+    /// puts too; never for less than its own).
+    ///
+    /// [`Layer::end_scope`]: gex_core::layer::Layer::end_scope
+    pub(crate) fn scope_flush_step<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) {
+        match self.flush_step(cx) {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                for c in self.scope_flush.drain(..) {
+                    c.fail(e.clone());
+                }
+                return;
+            }
+        }
+        if self.nbi.flushing.is_empty()
+            && self.nbi.unflushed.is_empty()
+            && self.nbi.pending[Cat::Puts as usize] == 0
+        {
+            for c in self.scope_flush.drain(..) {
+                c.ok();
+            }
+        }
+    }
 }

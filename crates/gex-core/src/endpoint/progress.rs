@@ -249,16 +249,24 @@ impl<C: Conduit> Inner<C> {
     /// Tracks `ev` as an implicit event under `tag` (an event of another endpoint is
     /// recorded as failed: this endpoint's progress cannot complete it).
     pub(crate) fn track<T: Send + 'static, E: EventErr>(&mut self, tag: u32, ev: Event<T, E>) {
-        if let Err(e) = self.core.check_bound(&ev) {
-            // Keep whatever the event holds alive until its own endpoint completes it.
-            drop(ev);
-            self.core
-                .implicit
-                .push(Implicit::Failed(tag, e.to_string()));
-            return;
-        }
-        if let Some(imp) = ev.into_implicit(tag) {
-            self.core.implicit.push(imp);
+        self.core.track(tag, ev)
+    }
+
+    /// Runs every layer's [`end_scope`](crate::layer::Layer::end_scope) hook for the
+    /// scope `tag` (before its events are waited for).
+    pub(crate) fn end_scope(&mut self, tag: u32) {
+        for i in 0..self.layers.len() {
+            let (b, rest) = self.layers.split_at_mut(i);
+            let Some((slot, a)) = rest.split_first_mut() else {
+                break;
+            };
+            let mut cx = Cx {
+                core: &mut self.core,
+                before: b,
+                after: a,
+                place: slot.place,
+            };
+            (slot.end_scope)(&mut *slot.state, &mut cx, tag);
         }
     }
 
@@ -301,6 +309,21 @@ impl<C: Conduit> Inner<C> {
         }
         self.core.implicit = keep;
         first.map_or(Ok(()), Err)
+    }
+}
+
+impl<C: Conduit> Core<C> {
+    /// See [`Endpoint::track_implicit`].
+    pub(crate) fn track<T: Send + 'static, E: EventErr>(&mut self, tag: u32, ev: Event<T, E>) {
+        if let Err(e) = self.check_bound(&ev) {
+            // Keep whatever the event holds alive until its own endpoint completes it.
+            drop(ev);
+            self.implicit.push(Implicit::Failed(tag, e.to_string()));
+            return;
+        }
+        if let Some(imp) = ev.into_implicit(tag) {
+            self.implicit.push(imp);
+        }
     }
 }
 
@@ -507,7 +530,11 @@ impl<C: Conduit> Endpoint<C> {
             _env: PhantomData,
         };
         let r = f(&mut s);
-        let synced = s.ep.inner().sync_implicit::<E>(Some(tag));
+        let synced = {
+            let mut g = s.ep.inner();
+            g.end_scope(tag);
+            g.sync_implicit::<E>(Some(tag))
+        };
         std::mem::forget(s);
         let r = r?;
         synced.map(|()| r)
@@ -552,7 +579,9 @@ impl<'env, C: Conduit> Scope<'_, 'env, C> {
     /// # Errors
     /// The first failure among them.
     pub fn sync<E: EventErr>(&mut self) -> Result<(), E> {
-        self.ep.inner().sync_implicit(Some(self.tag))
+        let mut g = self.ep.inner();
+        g.end_scope(self.tag);
+        g.sync_implicit(Some(self.tag))
     }
 }
 
