@@ -42,7 +42,7 @@ pub fn args_area(nargs: usize) -> usize {
 /// # Errors
 /// What the conduit would report before ending the rank.
 pub fn decode_record(user: u32, body: &[u8], kind: Kind, seg_len: usize) -> Result<Record, String> {
-    let r = crate::record::decode(user, body, kind, seg_len)?;
+    let r = crate::record::decode(user, body, kind, seg_len).map_err(|e| e.to_string())?;
     let (payload, long) = match r.body {
         crate::record::Body::Short => (Vec::new(), None),
         crate::record::Body::Medium(p) => (p.to_vec(), None),

@@ -94,55 +94,115 @@ impl Record<'_> {
     }
 }
 
+/// What is wrong with a record (see [`decode`]); its `Display` is the description
+/// the conduit reports. A plain value, so the decoder's hot path builds no string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bad {
+    Reserved(u32),
+    WrongRing {
+        reply: bool,
+    },
+    TooManyArgs(usize),
+    FixedOutsideMedium,
+    BodyLen {
+        what: &'static str,
+        got: usize,
+        want: usize,
+    },
+    MediumTooShort {
+        got: usize,
+        area: usize,
+    },
+    LongOutside {
+        offset: u64,
+        len: u64,
+        seg_len: usize,
+    },
+    Category3(u32),
+    Misaligned,
+}
+
+impl std::fmt::Display for Bad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Bad::Reserved(user) => write!(f, "reserved bits set in the user word {user:#010x}"),
+            Bad::WrongRing { reply } => {
+                let (what, ring) = if reply {
+                    ("reply", "request")
+                } else {
+                    ("request", "reply")
+                };
+                write!(f, "a {what} on the {ring} ring")
+            }
+            Bad::TooManyArgs(n) => write!(f, "{n} arguments (at most {MAX_ARGS})"),
+            Bad::FixedOutsideMedium => f.write_str("a fixed argument area outside a Medium"),
+            Bad::BodyLen { what, got, want } => {
+                write!(f, "a {what} of {got} bytes (expected {want})")
+            }
+            Bad::MediumTooShort { got, area } => write!(
+                f,
+                "a Medium of {got} bytes, shorter than its {area}-byte argument area"
+            ),
+            Bad::LongOutside {
+                offset,
+                len,
+                seg_len,
+            } => write!(
+                f,
+                "a Long of {len} bytes at offset {offset}, outside the {seg_len}-byte segment"
+            ),
+            Bad::Category3(user) => write!(f, "category 3 in the user word {user:#010x}"),
+            Bad::Misaligned => f.write_str("a misaligned record body"),
+        }
+    }
+}
+
 /// Decodes and checks a record with user word `user` and body `body`, received on a
 /// ring of `kind` (request or reply) by an endpoint whose segment has `seg_len`
 /// bytes. `body` must be 4-byte aligned (ring bodies are 8-byte aligned).
 ///
 /// # Errors
-/// A description of what is wrong: reserved bits set, category 3, a reply flag that
-/// does not match the ring, too many arguments, a fixed argument area outside a
-/// Medium, a body too short for its arguments or of the wrong length for a Short or
-/// Long, a Long outside the segment, or a misaligned body.
+/// What is wrong ([`Bad`]): reserved bits set, category 3, a reply flag that does not
+/// match the ring, too many arguments, a fixed argument area outside a Medium, a body
+/// too short for its arguments or of the wrong length for a Short or Long, a Long
+/// outside the segment, or a misaligned body.
+#[inline]
 pub(crate) fn decode(
     user: u32,
     body: &[u8],
     kind: Kind,
     seg_len: usize,
-) -> Result<Record<'_>, String> {
+) -> Result<Record<'_>, Bad> {
     if user & U_RESERVED != 0 {
-        return Err(format!("reserved bits set in the user word {user:#010x}"));
+        return Err(Bad::Reserved(user));
     }
     let reply = user & U_REPLY != 0;
     if reply != (kind == Kind::Reply) {
-        return Err(format!(
-            "a {} on the {} ring",
-            if reply { "reply" } else { "request" },
-            if kind == Kind::Reply {
-                "reply"
-            } else {
-                "request"
-            }
-        ));
+        return Err(Bad::WrongRing { reply });
     }
     let nargs = ((user >> U_NARGS_SHIFT) & 31) as usize;
     if nargs > MAX_ARGS {
-        return Err(format!("{nargs} arguments (at most {MAX_ARGS})"));
+        return Err(Bad::TooManyArgs(nargs));
     }
     let cat = (user >> U_CAT_SHIFT) & 3;
     let fixed = user & U_FIXED_ARGS != 0;
     if fixed && cat != 1 {
-        return Err("a fixed argument area outside a Medium".into());
+        return Err(Bad::FixedOutsideMedium);
     }
     let area = if fixed {
         NP_ARGS_AREA
     } else {
         args_area(nargs)
     };
-    let want = |what: &str, n: usize| -> Result<(), String> {
+    let want = |what: &'static str, n: usize| -> Result<(), Bad> {
         if body.len() == n {
             Ok(())
         } else {
-            Err(format!("a {what} of {} bytes (expected {n})", body.len()))
+            Err(Bad::BodyLen {
+                what,
+                got: body.len(),
+                want: n,
+            })
         }
     };
     let rest = match cat {
@@ -152,10 +212,10 @@ pub(crate) fn decode(
         }
         1 => {
             let Some(payload) = body.get(area..) else {
-                return Err(format!(
-                    "a Medium of {} bytes, shorter than its {area}-byte argument area",
-                    body.len()
-                ));
+                return Err(Bad::MediumTooShort {
+                    got: body.len(),
+                    area,
+                });
             };
             Body::Medium(payload)
         }
@@ -172,20 +232,22 @@ pub(crate) fn decode(
                 .zip(usize::try_from(len).ok())
                 .filter(|&(o, l)| o.checked_add(l).is_some_and(|e| e <= seg_len));
             let Some((offset, len)) = fits else {
-                return Err(format!(
-                    "a Long of {len} bytes at offset {offset}, outside the {seg_len}-byte segment"
-                ));
+                return Err(Bad::LongOutside {
+                    offset,
+                    len,
+                    seg_len,
+                });
             };
             Body::Long { offset, len }
         }
-        _ => return Err(format!("category 3 in the user word {user:#010x}")),
+        _ => return Err(Bad::Category3(user)),
     };
     let arg_bytes = &body[..nargs * 4];
     // SAFETY: every bit pattern is a valid `u32`; `align_to` puts in `pre` whatever
     // does not start on a `u32` boundary, which is checked to be nothing.
     let (pre, args, _) = unsafe { arg_bytes.align_to::<u32>() };
     if !pre.is_empty() || args.len() != nargs {
-        return Err("a misaligned record body".into());
+        return Err(Bad::Misaligned);
     }
     Ok(Record {
         handler: user as u8,
@@ -240,7 +302,9 @@ mod tests {
     fn long_record_without_its_descriptor_is_an_error() {
         let b = body(&[0]);
         let u = user_word(0, Category::Long, Kind::Request, 0);
-        let e = decode(u, &bytes(&b)[..0], Kind::Request, 1 << 20).unwrap_err();
+        let e = decode(u, &bytes(&b)[..0], Kind::Request, 1 << 20)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a Long of 0 bytes (expected 16)"), "{e}");
     }
 
@@ -257,10 +321,14 @@ mod tests {
             (17 << U_NARGS_SHIFT, "17 arguments"),
             (U_FIXED_ARGS, "fixed argument area outside a Medium"),
         ] {
-            let e = decode(u, bytes(&b), Kind::Request, 1 << 20).unwrap_err();
+            let e = decode(u, bytes(&b), Kind::Request, 1 << 20)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(what), "{u:#x}: {e}");
         }
-        let e = decode(0, bytes(&b), Kind::Reply, 0).unwrap_err();
+        let e = decode(0, bytes(&b), Kind::Reply, 0)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a request on the reply ring"), "{e}");
     }
 
@@ -268,7 +336,9 @@ mod tests {
     fn long_outside_the_segment_is_an_error() {
         let b = body(&[u64::MAX, 2]);
         let u = user_word(0, Category::Long, Kind::Request, 0);
-        let e = decode(u, bytes(&b), Kind::Request, 1 << 20).unwrap_err();
+        let e = decode(u, bytes(&b), Kind::Request, 1 << 20)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("outside the 1048576-byte segment"), "{e}");
         let b = body(&[1 << 20, 0]);
         assert!(decode(u, bytes(&b), Kind::Request, 1 << 20).is_ok());

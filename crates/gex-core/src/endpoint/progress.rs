@@ -109,8 +109,9 @@ impl<C: Conduit> Inner<C> {
     /// run and the peer's credits come back), then spins or, past the policy's spin
     /// budget, yields the core (the peer that frees the resources does not wake us, so
     /// there is nothing to sleep on). Every 1024 steps it checks for a report signal
-    /// and a stall, as every wait does.
-    #[inline]
+    /// and a stall, as every wait does. Never inlined: it holds the whole receive path,
+    /// which would bloat every injection loop's fast path.
+    #[inline(never)]
     pub(crate) fn retry(&mut self, r: &mut Retry) {
         if self.poll() > 0 {
             r.last_progress = None;
