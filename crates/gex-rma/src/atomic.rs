@@ -289,10 +289,12 @@ macro_rules! atomic_type {
         impl sealed::Sealed for $t {}
         impl AtomicType for $t {
             const KIND: Kind = Kind::$k;
+            #[inline(always)]
             fn to_bits(self) -> u64 {
                 let f: fn($t) -> u64 = $to;
                 f(self)
             }
+            #[inline(always)]
             fn from_bits(b: u64) -> $t {
                 let f: fn(u64) -> $t = $from;
                 f(b)

@@ -126,6 +126,96 @@ fn failed<C: Conduit, O: Send + 'static>(ep: &mut Endpoint<C>, f: Fail<O>, lent:
     f.err
 }
 
+/// A contiguous put past its fastest path (the mapping not cached yet, or no mapping).
+#[inline(never)]
+fn put_slow<C: Conduit, M: Mode>(
+    ep: &mut Endpoint<C>,
+    a: EpAddr,
+    off: usize,
+    bytes: &[u8],
+) -> Result<M::Out<(), RmaError>, RmaError> {
+    // The direct path: a bounds check and a copy, no event.
+    if let Some(Some(out)) = ep.with_layer::<Rma, _>(|r, cx| {
+        r.put_now(cx, a, off, bytes)
+            .then(|| cx.done::<(), RmaError, M>(()))
+    }) {
+        return Ok(out);
+    }
+    let chunks = [Chunk {
+        remote: off,
+        local: 0,
+        len: bytes.len(),
+    }];
+    let r = put_bytes(
+        ep,
+        a,
+        &chunks,
+        bytes,
+        How::new(M::KIND),
+        |r| r.check_range(a, off, bytes.len()),
+        fin::<C, (), M>,
+    )?;
+    end::<C, (), M>(ep, r, M::KIND == ModeKind::Blocking)
+}
+
+/// A scoped put past its fastest path: tracked under the scope's `tag`.
+///
+/// # Safety
+/// `bytes` stays borrowed (unwritten, alive) until the scope of `tag` has waited for
+/// its operations: a source lent to the scope ([`ScopeRmaExt::put_from`]).
+#[inline(never)]
+unsafe fn put_from_slow<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    tag: u32,
+    a: EpAddr,
+    off: usize,
+    bytes: &[u8],
+) -> Result<(), RmaError> {
+    let chunks = [Chunk {
+        remote: off,
+        local: 0,
+        len: bytes.len(),
+    }];
+    let r = put_bytes(
+        ep,
+        a,
+        &chunks,
+        bytes,
+        How::scoped(),
+        |r| r.check_range(a, off, bytes.len()),
+        raw,
+    )?;
+    end_scoped(ep, tag, r)
+}
+
+/// An atomic past its direct path (AM, native, or a mapping not cached yet): steps
+/// under back-pressure, then ends as mode `M` asks. `want`: the old value is wanted.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn atomic_slow<C: Conduit, T: AtomicType, M: Mode, O: Send + 'static>(
+    ep: &mut Endpoint<C>,
+    ad: &AtomicDomain<T>,
+    op: AtomicOp,
+    p: GlobalPtr<T>,
+    ab: (T, T),
+    f: AtomicFlags,
+    want: bool,
+    finish: Finish<O>,
+) -> Result<M::Out<O, RmaError>, RmaError> {
+    let how = How::new(M::KIND);
+    let (mut id, mut ev) = (None, None);
+    let r = drive(ep, |r, cx| {
+        // SAFETY: no result location (a fetched value comes with the completion).
+        let st = unsafe {
+            r.atomic_step(
+                cx, ad, op, p, ab, f, how, None, want, finish, &mut id, &mut ev,
+            )
+        };
+        fin::<C, O, M>(cx, st)
+    })?;
+    end::<C, O, M>(ep, r, false)
+}
+
 /// As [`end`] for a scoped operation: its event is tracked under the scope's tag (the
 /// scope waits for it before the borrow ends), also after a failure.
 fn end_scoped<C: Conduit>(
@@ -795,28 +885,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         if self.with_layer_state::<Rma, _>(|r| r.put_fast(a, off, bytes)) == Some(true) {
             return Ok(self.done::<(), RmaError, M>(()));
         }
-        // The direct path: a bounds check and a copy, no event.
-        if let Some(Some(out)) = self.with_layer::<Rma, _>(|r, cx| {
-            r.put_now(cx, a, off, bytes)
-                .then(|| cx.done::<(), RmaError, M>(()))
-        }) {
-            return Ok(out);
-        }
-        let chunks = [Chunk {
-            remote: off,
-            local: 0,
-            len: bytes.len(),
-        }];
-        let r = put_bytes(
-            self,
-            a,
-            &chunks,
-            bytes,
-            How::new(M::KIND),
-            |r| r.check_range(a, off, bytes.len()),
-            fin::<C, (), M>,
-        )?;
-        end::<C, (), M>(self, r, M::KIND == ModeKind::Blocking)
+        put_slow::<C, M>(self, a, off, bytes)
     }
 
     #[inline]
@@ -974,6 +1043,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         agree(team, ops, &all)
     }
 
+    #[inline]
     fn atomic<T: AtomicType, M: Mode>(
         &mut self,
         ad: &AtomicDomain<T>,
@@ -990,31 +1060,10 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         {
             return Ok(self.done::<(), RmaError, M>(()));
         }
-        let how = How::new(M::KIND);
-        let (mut id, mut ev) = (None, None);
-        let r = drive(self, |r, cx| {
-            // SAFETY: no result location.
-            let st = unsafe {
-                r.atomic_step(
-                    cx,
-                    ad,
-                    op,
-                    p,
-                    (a, b),
-                    f,
-                    how,
-                    None,
-                    false,
-                    finish_unit,
-                    &mut id,
-                    &mut ev,
-                )
-            };
-            fin::<C, (), M>(cx, st)
-        })?;
-        end::<C, (), M>(self, r, false)
+        atomic_slow::<C, T, M, ()>(self, ad, op, p, (a, b), f, false, finish_unit)
     }
 
+    #[inline]
     fn fetch<T: AtomicType, M: Mode>(
         &mut self,
         ad: &AtomicDomain<T>,
@@ -1034,30 +1083,8 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         {
             return Ok(self.done::<T, RmaError, M>(T::from_bits(old)));
         }
-        let how = How::new(M::KIND);
         let want = M::KIND != ModeKind::Nbi;
-        let (mut id, mut ev) = (None, None);
-        let r = drive(self, |r, cx| {
-            // SAFETY: no result location (the value comes with the completion).
-            let st = unsafe {
-                r.atomic_step(
-                    cx,
-                    ad,
-                    op,
-                    p,
-                    (a, b),
-                    f,
-                    how,
-                    None,
-                    want,
-                    fetch_finish::<T>,
-                    &mut id,
-                    &mut ev,
-                )
-            };
-            fin::<C, T, M>(cx, st)
-        })?;
-        end::<C, T, M>(self, r, false)
+        atomic_slow::<C, T, M, T>(self, ad, op, p, (a, b), f, want, fetch_finish::<T>)
     }
 
     fn sync_nbi(&mut self, cats: NbiCategories) -> Result<(), RmaError> {
@@ -1217,6 +1244,7 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         end_scoped(self, tag, r)
     }
 
+    #[inline]
     fn put_from<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &'env [T]) -> Result<(), RmaError> {
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let (a, off) = (dst.addr(), dst.offset);
@@ -1225,21 +1253,8 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
             return Ok(());
         }
         let tag = self.tag();
-        let chunks = [Chunk {
-            remote: off,
-            local: 0,
-            len: bytes.len(),
-        }];
-        let r = put_bytes(
-            self,
-            a,
-            &chunks,
-            bytes,
-            How::scoped(),
-            |r| r.check_range(a, off, bytes.len()),
-            raw,
-        )?;
-        end_scoped(self, tag, r)
+        // SAFETY: `src` is lent for `'env`, which outlives the scope of `tag`.
+        unsafe { put_from_slow(self, tag, a, off, bytes) }
     }
 
     fn fetch_into<T: AtomicType>(
