@@ -903,3 +903,72 @@ fn layer_state_access_reaches_the_same_state_for_every_layer() {
     }
     assert_eq!(ep.with_layer::<Nth<0>, _>(|l, _| l.hits), Some(1000));
 }
+
+/// A layer that defers part of a scope's work to the scope's end: `end_scope` tracks
+/// an event its progress hook completes a few polls later.
+#[derive(Default)]
+struct Flusher {
+    ended: Vec<u32>,
+    pending: Option<(gex_core::event::OpCompleter, u32)>,
+    polls: u32,
+}
+
+impl Layer for Flusher {
+    const NAME: &'static str = "flusher";
+    fn attach<C: Conduit>(_: &mut Cx<'_, C>) -> Result<Self, InitError> {
+        Ok(Flusher::default())
+    }
+    fn end_scope<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, tag: u32) {
+        self.ended.push(tag);
+        let (ev, done) = cx.pending::<(), EventError>(None, gex_core::event::finish_unit);
+        cx.track_implicit(tag, ev);
+        self.pending = Some((done, 0));
+        cx.set_busy();
+    }
+    fn progress<C: Conduit>(&mut self, _cx: &mut Cx<'_, C>) -> Progress {
+        self.polls += 1;
+        match self.pending.take() {
+            Some((done, n)) if n >= 3 => {
+                done.ok();
+                Progress::Idle
+            }
+            Some((done, n)) => {
+                self.pending = Some((done, n + 1));
+                Progress::Spinning
+            }
+            None => Progress::Idle,
+        }
+    }
+}
+
+#[test]
+fn a_scope_waits_for_what_its_layers_track_at_its_end() {
+    let c = ClientBuilder::new()
+        .layer::<Flusher>()
+        .segment_size(4096)
+        .config(gex_core::Config::default())
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut ep = c.endpoint(0).unwrap();
+    let tag = ep.scope(|s| Ok::<u32, EventError>(s.tag())).unwrap();
+    let (ended, pending, polls) = ep
+        .with_layer::<Flusher, _>(|f, _| (f.ended.clone(), f.pending.is_some(), f.polls))
+        .unwrap();
+    assert_eq!(ended, [tag], "the hook ran once, with the scope's tag");
+    assert!(
+        !pending,
+        "the scope returned only after the layer completed its event"
+    );
+    assert!(
+        polls >= 4,
+        "the scope's wait ran the layer's progress hook ({polls})"
+    );
+    // A mid-scope sync runs the hook too.
+    ep.scope(|s| {
+        s.sync::<EventError>()?;
+        Ok::<(), EventError>(())
+    })
+    .unwrap();
+    let ended = ep.with_layer::<Flusher, _>(|f, _| f.ended.len()).unwrap();
+    assert_eq!(ended, 3, "sync and end of the second scope");
+}
