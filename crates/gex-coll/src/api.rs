@@ -8,7 +8,7 @@ use crate::desc::{Collective, Spec, SpecData};
 use crate::engine::{Input, Start};
 use crate::error::CollError;
 use crate::layer::Coll;
-use crate::op::{AddrMode, Elem, OpKind, Opts};
+use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceOp};
 use crate::rma::RmaError;
 use crate::root::{Root, root_blocks};
 use crate::shm::Io;
@@ -551,7 +551,8 @@ struct Lowered<'a> {
     root: u32,
     elem: usize,
     count: usize,
-    reduce: Option<(crate::sched::ReduceFn, bool)>,
+    /// The reduction is commutative (true without one).
+    commutative: bool,
     opts: Opts<'a>,
 }
 
@@ -594,10 +595,9 @@ fn lower<'a, C: Conduit, T: Elem>(
             ty: std::any::type_name::<T>(),
         });
     }
-    let reduce = spec
-        .reduce
-        .as_ref()
-        .map(|o| (o.func().clone(), o.is_commutative()));
+    // The reduction stays borrowed from the descriptor (no reference count on the hot
+    // path); the paths that keep it clone it ([`owned_reduce`]).
+    let commutative = spec.reduce.as_ref().is_none_or(ReduceOp::is_commutative);
     // A barrier carries its entry (anonymous for a barrier by kind).
     let (elem, count) = if kind == OpKind::Barrier {
         (ENTRY_LEN, 1)
@@ -609,10 +609,16 @@ fn lower<'a, C: Conduit, T: Elem>(
         root,
         elem,
         count,
-        reduce,
+        commutative,
         opts: spec.opts,
     };
     Ok((l, at))
+}
+
+/// The descriptor's reduction, owned (for the layer's table and online trials).
+#[cold]
+fn owned_reduce<T: Elem>(r: Option<&ReduceOp<T>>) -> Option<(crate::sched::ReduceFn, bool)> {
+    r.map(|o| (o.func().clone(), o.is_commutative()))
 }
 
 /// The owned form of a collective: starts it with an event and disposes of the event
@@ -639,7 +645,7 @@ pub(crate) fn run_owned<C: Conduit, T: Elem, M: Mode>(
             let io = Io {
                 input: &input,
                 out: &mut out,
-                reduce: l.reduce.as_ref().map(|r| &r.0),
+                reduce: spec.reduce.as_ref().map(ReduceOp::func),
             };
             match direct(ep, team, &l, io, Entry::default(), trial)? {
                 Direct::Done(_) => {
@@ -649,21 +655,21 @@ pub(crate) fn run_owned<C: Conduit, T: Elem, M: Mode>(
                 Direct::Trial => {
                     trial = false;
                     let team = resolve(ep, team)?;
-                    online_trial(ep, &team, &l)?;
+                    online_trial(ep, &team, &l, spec.reduce.as_ref())?;
                 }
                 Direct::Declined => break,
             }
         }
     }
     let team = resolve(ep, team)?;
-    online_trial(ep, &team, &l)?;
+    online_trial(ep, &team, &l, spec.reduce.as_ref())?;
     let s = Start {
         kind: l.kind,
         root: l.root,
         elem: l.elem,
         count: l.count,
         input: Input::Owned(input),
-        reduce: l.reduce,
+        reduce: owned_reduce(spec.reduce.as_ref()),
         opts: l.opts,
         ctx: 0,
     };
@@ -697,20 +703,20 @@ pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
         let io = Io {
             input: bytemuck::cast_slice(input),
             out: bytemuck::cast_slice_mut(out),
-            reduce: l.reduce.as_ref().map(|r| &r.0),
+            reduce: spec.reduce.as_ref().map(ReduceOp::func),
         };
         match direct(ep, team, &l, io, Entry::default(), trial)? {
             Direct::Done(_) => return Ok(()),
             Direct::Trial => {
                 trial = false;
                 let team = resolve(ep, team)?;
-                online_trial(ep, &team, &l)?;
+                online_trial(ep, &team, &l, spec.reduce.as_ref())?;
             }
             Direct::Declined => break,
         }
     }
     let team = resolve(ep, team)?;
-    online_trial(ep, &team, &l)?;
+    online_trial(ep, &team, &l, spec.reduce.as_ref())?;
     let (input, _) = spec.data.io(l.kind, p, me, l.root, &mut tmp);
     let s = Start {
         kind: l.kind,
@@ -722,7 +728,7 @@ pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
         } else {
             bytemuck::cast_slice::<T, u8>(input).to_vec()
         }),
-        reduce: l.reduce,
+        reduce: owned_reduce(spec.reduce.as_ref()),
         opts: l.opts,
         ctx: 0,
     };
@@ -765,7 +771,7 @@ pub(crate) fn barrier_blocking<C: Conduit>(
         root: 0,
         elem: ENTRY_LEN,
         count: 1,
-        reduce: None,
+        commutative: true,
         opts: *opts,
     };
     let io = Io {
@@ -983,7 +989,7 @@ fn direct<C: Conduit>(
         root: l.root,
         elem: l.elem,
         count: l.count,
-        commutative: l.reduce.as_ref().is_none_or(|r| r.1),
+        commutative: l.commutative,
         opts: &l.opts,
         entry,
         trial,
@@ -1039,19 +1045,20 @@ fn merged_entry(d: &DirectOp) -> Entry {
 /// decides it and has not yet (every member does the same calls in the same order,
 /// so this is collective), agrees on the slowest member's time per candidate and
 /// records the fastest.
-fn online_trial<C: Conduit>(
+fn online_trial<C: Conduit, T: Elem>(
     ep: &mut Endpoint<C>,
     team: &Team,
     l: &Lowered<'_>,
+    reduce: Option<&ReduceOp<T>>,
 ) -> Result<(), CollError> {
     let n = l.elem * l.count;
-    let comm = l.reduce.as_ref().is_none_or(|r| r.1);
-    let q = Coll::query(team, l.kind, n, AddrMode::Local, &l.opts, comm);
+    let q = Coll::query(team, l.kind, n, AddrMode::Local, &l.opts, l.commutative);
     let need = coll(ep, |c, _| {
         c.online_applies(&q, &l.opts) && c.tuner.online_choice(team.id(), &q).is_none()
     })?;
     if need {
-        crate::online::trial(ep, team, &q, l.root, l.elem, l.count, &l.reduce, &l.opts)?;
+        let reduce = owned_reduce(reduce);
+        crate::online::trial(ep, team, &q, l.root, l.elem, l.count, &reduce, &l.opts)?;
     }
     Ok(())
 }
