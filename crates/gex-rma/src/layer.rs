@@ -364,7 +364,7 @@ impl Layer for Rma {
     /// Scoped puts on the native path are relaxed (complete when their source is free,
     /// as implicit-event puts): a scope that issued one gets an event under its tag
     /// that completes when a flush of every relaxed put has (the progress hook drives
-    /// it, see [`Rma::scope_flush_step`]).
+    /// it).
     fn end_scope<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, tag: u32) {
         if !std::mem::take(&mut self.scope_relaxed) {
             return;
