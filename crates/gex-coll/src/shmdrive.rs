@@ -181,10 +181,6 @@ impl DirectOp {
     }
 }
 
-/// Looks at the awaited flag a direct shared-memory step makes before it returns to
-/// its caller's wait (bounded: the endpoint is served between entries).
-const INNER_LOOKS: u32 = 32;
-
 /// A direct call's wait, as the progress hook sees it.
 #[derive(Debug)]
 pub(crate) struct DirectWait {
@@ -635,21 +631,7 @@ impl Coll {
                     op.belief = d.belief;
                     rootcheck::announce(t, d.seq, d.belief);
                 }
-                // Steps while the awaited flag turns up within a few looks, without
-                // leaving the layer (each step wakes whom it must at once): a short
-                // collective's rounds then cost a look at a flag each, not a way out
-                // through the endpoint and back in.
-                let mut done = op.step(t, &mut self.shm.expected, io);
-                let mut looks = 0;
-                while !done && looks < INNER_LOOKS {
-                    if op.wait.is_some_and(|w| w.ready()) {
-                        t.wake(std::mem::take(&mut op.wake), &mut |a| cx.wake(a));
-                        done = op.step(t, &mut self.shm.expected, io);
-                    } else {
-                        looks += 1;
-                        gex_sync::hint::spin_loop();
-                    }
-                }
+                let done = op.step(t, &mut self.shm.expected, io);
                 if done {
                     rootcheck::finished(t, d.seq);
                 }
