@@ -515,6 +515,7 @@ pub(crate) fn gather_all_vec<C: Conduit, T: Elem>(
 /// root given by data, the offset of the root's buffer. Every member checks a data
 /// root alike (its owner is a member, the root's buffer fits in the owner's segment),
 /// so they all fail or all proceed.
+#[inline]
 pub(crate) fn resolve_root<C: Conduit>(
     ep: &Endpoint<C>,
     team: &Team,
@@ -558,16 +559,19 @@ struct Lowered<'a> {
 
 /// The most elements of `T` per block for which `p` blocks fit in an allocation
 /// (every buffer of a collective holds at most `p` blocks).
+#[inline]
 fn max_count<T>(p: usize) -> usize {
     isize::MAX as usize / p.max(1) / size_of::<T>().max(1)
 }
 
 /// Bytes of a block of `count` elements of `T`, if `p` such blocks fit in memory.
+#[inline]
 fn block_bytes<T>(p: usize, count: usize) -> Option<usize> {
     (count <= max_count::<T>(p)).then(|| count * size_of::<T>())
 }
 
 /// Checks `spec`'s lengths and root on `team`; returns the lowered call.
+#[inline]
 fn lower<'a, C: Conduit, T: Elem>(
     ep: &Endpoint<C>,
     team: &Team,
@@ -859,9 +863,15 @@ pub(crate) fn run_single<C: Conduit, T: Elem, M: Mode>(
     ep.finish::<(), CollError, M>(ev, COLL_TAG)
 }
 
-/// Polls a direct call makes with `Spin` before it waits through the endpoint (each
-/// is a few loads; the endpoint's wait loop costs a poll of every peer's ring).
-const INLINE_SPINS: u32 = 16;
+/// Looks at the awaited flag a direct call makes with `Spin`, per wait, before it
+/// waits through the endpoint's wait loop (each look is a load; an iteration of the
+/// endpoint's wait loop polls every peer's ring and runs every busy layer's hook, so
+/// it notices the flag later).
+const INLINE_SPINS: u32 = 1 << 12;
+
+/// Of those looks, every how many the call serves the endpoint (a poll: incoming
+/// messages of every layer), so that a wait still advances everything.
+const INLINE_POLL_EVERY: u32 = 64;
 
 /// Slices a direct call hands over (`sched_yield`) under `SpinThenBlock` before it
 /// waits through the endpoint's wait loop (which polls every slice, then sleeps):
@@ -951,11 +961,17 @@ impl Pause {
     /// bounded number of slices over the whole call.
     #[inline]
     fn inline<C: Conduit>(&mut self, ep: &mut Endpoint<C>, ready: impl Fn() -> bool) {
-        if self.spin && self.spins < INLINE_SPINS {
-            // The flag it waits for, a few times, before the endpoint's wait loop.
+        if self.spin {
+            // The flag it waits for (a budget per wait), before the endpoint's wait
+            // loop, serving the endpoint now and then.
+            self.spins = 0;
             while self.spins < INLINE_SPINS && !ready() {
                 self.spins += 1;
-                gex_sync::hint::spin_loop();
+                if self.spins % INLINE_POLL_EVERY == 0 {
+                    ep.poll();
+                } else {
+                    gex_sync::hint::spin_loop();
+                }
             }
         }
         if self.yield_first {

@@ -115,6 +115,7 @@ impl<'a, T: Elem> Spec<'a, T> {
 
     /// Checks the lengths of this member's buffers for a team of `p`, this member
     /// being `me`, with `count` elements per block.
+    #[inline]
     pub(crate) fn check(
         &self,
         p: usize,
@@ -202,6 +203,7 @@ impl<T: Elem> SpecData<'_, T> {
     }
 
     /// Elements per block for `kind` on `p` members (`explicit` when given).
+    #[inline]
     pub(crate) fn count(&self, kind: OpKind, p: usize, explicit: Option<usize>) -> usize {
         use OpKind::*;
         let (i, o) = self.lens();

@@ -96,6 +96,7 @@ impl CollTeam {
 /// # Panics
 /// If `team` has none: every team the engine holds was resolved by
 /// [`Coll::resolve`].
+#[inline]
 pub(crate) fn ext(team: &Team) -> &CollTeam {
     team.ext::<CollTeam>()
         .expect("gex-coll: a team the layer resolved carries its extension")
@@ -248,6 +249,7 @@ pub(crate) fn setup_world_hier<C: Conduit>(c: &mut Coll, cx: &Cx<'_, C>) {
 ///
 /// # Errors
 /// [`CollError::Layer`] if the endpoint does not carry it.
+#[inline]
 pub(crate) fn coll<C: Conduit, R>(
     ep: &mut Endpoint<C>,
     f: impl FnOnce(&mut Coll, &mut Cx<'_, C>) -> R,
