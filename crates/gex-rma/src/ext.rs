@@ -141,21 +141,33 @@ fn put_slow<C: Conduit, M: Mode>(
     }) {
         return Ok(out);
     }
+    let r = put_contiguous(ep, a, off, bytes, How::new(M::KIND), fin::<C, (), M>)?;
+    end::<C, (), M>(ep, r, M::KIND == ModeKind::Blocking)
+}
+
+/// [`put_bytes`] of `bytes` to one checked range at `off` of `a`.
+fn put_contiguous<C: Conduit, X>(
+    ep: &mut Endpoint<C>,
+    a: EpAddr,
+    off: usize,
+    bytes: &[u8],
+    how: How,
+    conv: impl Fn(&Cx<'_, C>, Result<Step<()>, Fail<()>>) -> Option<X>,
+) -> Result<X, RmaError> {
     let chunks = [Chunk {
         remote: off,
         local: 0,
         len: bytes.len(),
     }];
-    let r = put_bytes(
+    put_bytes(
         ep,
         a,
         &chunks,
         bytes,
-        How::new(M::KIND),
+        how,
         |r| r.check_range(a, off, bytes.len()),
-        fin::<C, (), M>,
-    )?;
-    end::<C, (), M>(ep, r, M::KIND == ModeKind::Blocking)
+        conv,
+    )
 }
 
 /// A scoped put past its fastest path: tracked under the scope's `tag`.
@@ -171,20 +183,7 @@ unsafe fn put_from_slow<C: Conduit>(
     off: usize,
     bytes: &[u8],
 ) -> Result<(), RmaError> {
-    let chunks = [Chunk {
-        remote: off,
-        local: 0,
-        len: bytes.len(),
-    }];
-    let r = put_bytes(
-        ep,
-        a,
-        &chunks,
-        bytes,
-        How::scoped(),
-        |r| r.check_range(a, off, bytes.len()),
-        raw,
-    )?;
+    let r = put_contiguous(ep, a, off, bytes, How::scoped(), raw)?;
     end_scoped(ep, tag, r)
 }
 

@@ -652,21 +652,34 @@ impl<C: Conduit> Inner<C> {
             .layers
             .iter()
             .position(|s| s.type_id == std::any::TypeId::of::<L>())?;
+        self.in_slot(i, |slot, cx| {
+            // SAFETY: the slot's `type_id` is `L`'s (checked above), and the slot was
+            // made from an `L` (`attach_one`), so its data pointer is an `L`.
+            let l = unsafe {
+                &mut *(std::ptr::from_mut::<dyn crate::layer::ErasedLayer>(&mut *slot.state)
+                    .cast::<L>())
+            };
+            f(l, cx)
+        })
+    }
+
+    /// Runs `f` with layer slot `i` (its state and hooks) and a `Cx` in which that
+    /// layer is the running one (`None` past the last slot).
+    #[inline]
+    pub(crate) fn in_slot<R>(
+        &mut self,
+        i: usize,
+        f: impl FnOnce(&mut LayerSlot<C>, &mut crate::layer::Cx<'_, C>) -> R,
+    ) -> Option<R> {
         let (b, rest) = self.layers.split_at_mut(i);
         let (slot, a) = rest.split_first_mut()?;
-        // SAFETY: the slot's `type_id` is `L`'s (checked above), and the slot was made
-        // from a `Box<L>` (`attach_one`), so its data pointer is an `L`.
-        let l = unsafe {
-            &mut *(std::ptr::from_mut::<dyn crate::layer::ErasedLayer>(&mut *slot.state)
-                .cast::<L>())
-        };
         let mut cx = crate::layer::Cx {
             core: &mut self.core,
             before: b,
             after: a,
             place: slot.place,
         };
-        Some(f(l, &mut cx))
+        Some(f(slot, &mut cx))
     }
 }
 

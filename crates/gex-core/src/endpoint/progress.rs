@@ -7,7 +7,7 @@
 use super::{Core, Endpoint, Inner};
 use crate::error::EventError;
 use crate::event::{AnyEvent, Event, EventErr, Finish, OpCompleter, Outcome, Parts};
-use crate::layer::{Cx, Progress};
+use crate::layer::Progress;
 use crate::spi::{Conduit, ConduitEp};
 use gex_sync::slot::{Taken, Waiter};
 use gex_sync::wait::WaitPolicy;
@@ -83,17 +83,10 @@ impl<C: Conduit> Inner<C> {
                 continue;
             }
             self.core.busy &= !bit;
-            let (b, rest) = self.layers.split_at_mut(i);
-            let Some((slot, a)) = rest.split_first_mut() else {
+            let Some(p) = self.in_slot(i, |slot, cx| (slot.progress)(&mut *slot.state, cx)) else {
                 break;
             };
-            let mut cx = Cx {
-                core: &mut self.core,
-                before: b,
-                after: a,
-                place: slot.place,
-            };
-            match (slot.progress)(&mut *slot.state, &mut cx) {
+            match p {
                 Progress::Idle => {}
                 Progress::Busy => self.core.busy |= bit,
                 Progress::Spinning => {
@@ -257,17 +250,7 @@ impl<C: Conduit> Inner<C> {
     /// scope `tag` (before its events are waited for).
     pub(crate) fn end_scope(&mut self, tag: u32) {
         for i in 0..self.layers.len() {
-            let (b, rest) = self.layers.split_at_mut(i);
-            let Some((slot, a)) = rest.split_first_mut() else {
-                break;
-            };
-            let mut cx = Cx {
-                core: &mut self.core,
-                before: b,
-                after: a,
-                place: slot.place,
-            };
-            (slot.end_scope)(&mut *slot.state, &mut cx, tag);
+            self.in_slot(i, |slot, cx| (slot.end_scope)(&mut *slot.state, cx, tag));
         }
     }
 
