@@ -12,7 +12,7 @@ use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceOp};
 use crate::rma::RmaError;
 use crate::root::{Root, root_blocks};
 use crate::shm::Io;
-use crate::shmdrive::{Begin, DirectOp, DirectReq, RingBegin, Stepped};
+use crate::shmdrive::{Begin, DirectOp, DirectReq, ReplayKey, RingBegin, Stepped};
 use crate::teams::{self, Scratch, coll, ext, resolve};
 use crate::tune::{Choice, Tuner};
 use bytemuck::Pod;
@@ -44,6 +44,11 @@ pub struct CollStats {
     /// Of those, the ones in which this member's private input was read by the others
     /// with `process_vm_readv` (CMA; docs/coll.md 4.1).
     pub cma_calls: u64,
+    /// Of those, the ones that replayed the checks and decisions of the previous
+    /// direct call of the same shape (same team, operation, root, element type size,
+    /// slice lengths and reduction kind, default options; docs/coll.md 4.1,
+    /// *Replayed calls*).
+    pub replayed_calls: u64,
     /// Broadcasts of at most 120 bytes that went through the small-broadcast ring
     /// (directly or in the layer's table; docs/coll.md 4.1, *Small broadcasts*).
     pub ring_calls: u64,
@@ -434,6 +439,7 @@ impl<C: Conduit> CollExt<C> for Endpoint<C> {
         coll(self, |c, _| CollStats {
             in_flight: c.ops.len(),
             direct_calls: c.counters.direct_calls,
+            replayed_calls: c.counters.replayed_calls,
             by_reference_calls: c.counters.by_reference_calls,
             cma_calls: c.counters.cma_calls,
             ring_calls: c.counters.ring_calls,
@@ -528,10 +534,12 @@ pub(crate) fn resolve_root<C: Conduit>(
         Root::Data(ptr) => ptr,
     };
     let owner = ptr.addr();
-    let rank = team.rank_of(owner).ok_or(CollError::RootNotMember {
-        owner,
-        team: team.id(),
-    })?;
+    let rank = team
+        .rank_of(owner)
+        .ok_or_else(|| CollError::RootNotMember {
+            owner,
+            team: team.id(),
+        })?;
     let len = root_blocks(op, team.size()).saturating_mul(block);
     let seg_len = ep.segment_len_of(owner.rank).unwrap_or(0);
     if ptr.offset.checked_add(len).is_none_or(|e| e > seg_len) {
@@ -580,7 +588,7 @@ fn lower<'a, C: Conduit, T: Elem>(
     let p = team.size() as usize;
     let kind = spec.kind;
     let count = spec.data.count(kind, p, spec.count);
-    let block = block_bytes::<T>(p, count).ok_or(CollError::BadLength {
+    let block = block_bytes::<T>(p, count).ok_or_else(|| CollError::BadLength {
         what: "count (at most the expected elements: P blocks must fit in memory)",
         expected: max_count::<T>(p),
         got: count,
@@ -619,6 +627,27 @@ fn lower<'a, C: Conduit, T: Elem>(
     Ok((l, at))
 }
 
+/// The shape of a call over borrowed slices with a rank root and default options,
+/// whose decisions a later call may replay ([`crate::shmdrive`], *Replay*).
+#[inline]
+fn replay_key<T: Elem>(team: &Team, spec: &Spec<'_, T>) -> Option<ReplayKey> {
+    let (SpecData::Slices(s, d), Root::Rank(root)) = (&spec.data, spec.root) else {
+        return None;
+    };
+    if spec.opts != Opts::default() {
+        return None;
+    }
+    Some(ReplayKey {
+        team: team.id(),
+        kind: spec.kind,
+        root,
+        elem: size_of::<T>(),
+        lens: (s.len(), d.len()),
+        count: spec.count,
+        reduce: spec.reduce.as_ref().map(ReduceOp::is_commutative),
+    })
+}
+
 /// The descriptor's reduction, owned (for the layer's table and online trials).
 #[cold]
 fn owned_reduce<T: Elem>(r: Option<&ReduceOp<T>>) -> Option<(crate::sched::ReduceFn, bool)> {
@@ -651,7 +680,7 @@ pub(crate) fn run_owned<C: Conduit, T: Elem, M: Mode>(
                 out: &mut out,
                 reduce: spec.reduce.as_ref().map(ReduceOp::func),
             };
-            match direct(ep, team, &l, io, Entry::default(), trial)? {
+            match direct(ep, team, &l, io, Entry::default(), (trial, None))? {
                 Direct::Done(_) => {
                     let ev = coll(ep, |_, cx| cx.ready(Ok(vec_from_bytes::<T>(out))))?;
                     return ep.finish::<Vec<T>, CollError, M>(ev, COLL_TAG);
@@ -698,9 +727,22 @@ pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
             return Ok(());
         }
     }
-    let (l, _) = lower(ep, team, &spec)?;
     let (p, me) = (team.size(), team.rank());
     let mut tmp = Vec::new();
+    let key = replay_key(team, &spec);
+    if let Some(key) = &key {
+        // The last direct call's shape: its checks and decisions stand.
+        let (input, out) = spec.data.io(key.kind, p, me, key.root, &mut tmp);
+        let io = Io {
+            input: bytemuck::cast_slice(input),
+            out: bytemuck::cast_slice_mut(out),
+            reduce: spec.reduce.as_ref().map(ReduceOp::func),
+        };
+        if let Direct::Done(_) = replay(ep, team, key, io)? {
+            return Ok(());
+        }
+    }
+    let (l, _) = lower(ep, team, &spec)?;
     let mut trial = true;
     loop {
         let (input, out) = spec.data.io(l.kind, p, me, l.root, &mut tmp);
@@ -709,7 +751,7 @@ pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
             out: bytemuck::cast_slice_mut(out),
             reduce: spec.reduce.as_ref().map(ReduceOp::func),
         };
-        match direct(ep, team, &l, io, Entry::default(), trial)? {
+        match direct(ep, team, &l, io, Entry::default(), (trial, key))? {
             Direct::Done(_) => return Ok(()),
             Direct::Trial => {
                 trial = false;
@@ -783,7 +825,7 @@ pub(crate) fn barrier_blocking<C: Conduit>(
         out: &mut [],
         reduce: None,
     };
-    if let Direct::Done(merged) = direct(ep, team, &l, io, entry, false)? {
+    if let Direct::Done(merged) = direct(ep, team, &l, io, entry, (false, None))? {
         return merged.outcome();
     }
     let ev = barrier_event(ep, team, entry, opts)?;
@@ -996,9 +1038,9 @@ fn direct<C: Conduit>(
     ep: &mut Endpoint<C>,
     team: &Team,
     l: &Lowered<'_>,
-    mut io: Io<'_>,
+    io: Io<'_>,
     entry: Entry,
-    trial: bool,
+    (trial, replay): (bool, Option<ReplayKey>),
 ) -> Result<Direct, CollError> {
     let req = DirectReq {
         kind: l.kind,
@@ -1009,13 +1051,51 @@ fn direct<C: Conduit>(
         opts: &l.opts,
         entry,
         trial,
+        replay,
     };
+    drive(ep, team, io, |c, cx, team, io, slot| {
+        c.direct_begin(cx, team, &req, io, slot)
+    })
+}
+
+/// A blocking call over borrowed slices of the shape `key` on the direct path if it
+/// replays the last direct call's decisions ([`crate::shmdrive`], *Replay*); else
+/// [`Direct::Declined`], nothing consumed.
+#[inline]
+fn replay<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    key: &ReplayKey,
+    io: Io<'_>,
+) -> Result<Direct, CollError> {
+    drive(ep, team, io, |c, _, team, io, slot| {
+        Ok(match c.replay_begin(team, key, io, slot) {
+            Some(d) => Begin::Began(d),
+            None => Begin::Declined,
+        })
+    })
+}
+
+/// Runs a direct call that `begin` starts: begins and steps until done.
+#[inline(always)]
+fn drive<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    mut io: Io<'_>,
+    begin: impl for<'s> FnOnce(
+        &mut Coll,
+        &mut gex_core::layer::Cx<'_, C>,
+        &Team,
+        &mut Io<'_>,
+        &'s mut Option<DirectOp>,
+    ) -> Result<Begin<'s>, CollError>,
+) -> Result<Direct, CollError> {
     // One call into the layer resolves the team, begins and takes the first step
     // (a barrier whose peers arrived, a broadcast root: done at once).
     let mut slot = None;
     let first = coll(ep, |c, cx| {
         c.with_resolved(team, |c, team| {
-            match c.direct_begin(cx, team, &req, &mut io, &mut slot)? {
+            match begin(c, cx, team, &mut io, &mut slot)? {
                 Begin::Began(d) => c.direct_step(cx, team, d, &mut io).map(Ok),
                 Begin::Declined => Ok(Err(Direct::Declined)),
                 Begin::Trial => Ok(Err(Direct::Trial)),

@@ -169,6 +169,7 @@ impl<T: Elem> SpecData<'_, T> {
     /// This member's input and output slices for `kind` (root `root`): a broadcast
     /// root's output is its input (empty output), members without input or output
     /// get empty ones, an allreduce in place reads a copy of its input (`tmp`).
+    #[inline]
     pub(crate) fn io<'s>(
         &'s mut self,
         kind: OpKind,

@@ -86,6 +86,9 @@ pub struct Coll {
     /// The last small broadcast's key (team, root, context), digest and belief
     /// ([`Coll::ring_base`]).
     pub(crate) ring_key: Option<((u64, u32, u64), u64, u32)>,
+    /// The last direct call's decisions, for calls of the same shape
+    /// ([`crate::shmdrive`], *Replay*).
+    pub(crate) replay: Option<crate::shmdrive::Replay>,
 }
 
 /// This endpoint's shared-memory state.
@@ -130,6 +133,7 @@ impl ShmLocal {
 pub(crate) struct Counters {
     pub(crate) online_trials: u64,
     pub(crate) direct_calls: u64,
+    pub(crate) replayed_calls: u64,
     pub(crate) by_reference_calls: u64,
     pub(crate) cma_calls: u64,
     pub(crate) ring_calls: u64,
@@ -210,6 +214,7 @@ impl Layer for Coll {
             tuner_gen: 0,
             direct_choice: None,
             ring_key: None,
+            replay: None,
         };
         crate::teams::setup_world_hier(&mut c, cx);
         Ok(c)
@@ -329,10 +334,11 @@ impl Coll {
         if team.id() != 0 || team.size() != self.world.size() {
             return Err(CollError::NotMember { team: team.id() });
         }
-        let hole = self
-            .hole
-            .take()
-            .ok_or(CollError::Layer("the world team is lent already"))?;
+        // (The error is made only when returned: one built eagerly for `ok_or` was
+        // dropped on every call.)
+        let Some(hole) = self.hole.take() else {
+            return Err(CollError::Layer("the world team is lent already"));
+        };
         let world = std::mem::replace(&mut self.world, hole);
         let r = f(self, &world);
         self.hole = Some(std::mem::replace(&mut self.world, world));

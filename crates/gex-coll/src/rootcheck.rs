@@ -74,6 +74,7 @@ pub(crate) fn claim(t: &ShmTeam) {
 }
 
 /// This member starts collective `seq` (through the slots) with `belief`.
+#[inline]
 pub(crate) fn announce(t: &ShmTeam, seq: u32, belief: u32) {
     let own = t.areas[t.me as usize];
     own.chk(t.ch, BELIEF).store(
@@ -83,6 +84,7 @@ pub(crate) fn announce(t: &ShmTeam, seq: u32, belief: u32) {
 }
 
 /// This member finished collective `seq` (through the slots).
+#[inline]
 pub(crate) fn finished(t: &ShmTeam, seq: u32) {
     let own = t.areas[t.me as usize];
     own.chk(t.ch, DONE)

@@ -806,6 +806,7 @@ enum Apply {
 }
 
 /// One shared-memory collective in flight on one member.
+#[derive(Clone)]
 pub(crate) struct ShmOp {
     op: OpKind,
     p: u32,
@@ -1069,6 +1070,17 @@ impl ShmOp {
             k: 0,
             wait: None,
             wake: 0,
+        }
+    }
+
+    /// This collective, not yet started, as collective `seq` of its team (a replayed
+    /// call's operation, [`crate::shmdrive::Replay`]: kept before its first step).
+    #[inline]
+    pub(crate) fn again(&self, seq: u32) -> ShmOp {
+        debug_assert!(self.g == 0 && !self.published && self.byref == 0 && self.tag_base == 0);
+        ShmOp {
+            seq,
+            ..self.clone()
         }
     }
 

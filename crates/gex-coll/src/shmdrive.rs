@@ -15,6 +15,14 @@
 //! step stopped at; the layer's progress hook sees the wait (in [`Coll::direct`]) so
 //! that it can keep the endpoint awake, announce a sleep, and run the stall checks.
 //!
+//! **Replay.** A blocking call over borrowed slices whose shape ([`ReplayKey`]: team,
+//! operation, root, element size, slice lengths, reduction) equals the last direct
+//! call's, with default options, starts from that call's decisions ([`Replay`]): the
+//! checks of its lengths and root, the tuner's choice, the belief and the
+//! operation's fixed fields held then and still hold (same team, tuner unchanged,
+//! nothing else in flight), so [`Coll::replay_begin`] only takes a sequence number
+//! and copies the kept operation. Calls in a loop pay for lowering and choosing once.
+//!
 //! **Sleeping.** A member whose wait for a flag lasts longer than the spin part of
 //! its wait policy ([`sleep_after`]) announces that it may sleep (its `SLEEPY` word)
 //! and reports [`Progress::Busy`](gex_core::layer::Progress::Busy) to the endpoint,
@@ -209,6 +217,38 @@ pub(crate) struct DirectReq<'a> {
     /// Decline with [`Begin::Trial`] when the online tuner has yet to time the call's
     /// cell (the caller runs the trial and asks again).
     pub(crate) trial: bool,
+    /// The call's shape, if later calls of the same shape may replay its decisions.
+    pub(crate) replay: Option<ReplayKey>,
+}
+
+/// The shape of a blocking call over borrowed slices with default options, as far as
+/// the checks and decisions of the direct path depend on it (see the module docs,
+/// *Replay*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReplayKey {
+    pub(crate) team: u64,
+    pub(crate) kind: OpKind,
+    pub(crate) root: u32,
+    /// Bytes of an element.
+    pub(crate) elem: usize,
+    /// Elements of the input and output slices.
+    pub(crate) lens: (usize, usize),
+    /// The explicit count of elements per block, if any.
+    pub(crate) count: Option<usize>,
+    /// Whether the call reduces, and then whether its reduction is commutative.
+    pub(crate) reduce: Option<bool>,
+}
+
+/// The decisions of the last direct call that ran the slot protocol (see the module
+/// docs, *Replay*).
+pub(crate) struct Replay {
+    key: ReplayKey,
+    /// The tuner's generation the decisions were taken in.
+    generation: u64,
+    belief: u32,
+    oversubscribed: bool,
+    /// The call's operation before its first step (its sequence number aside).
+    template: ShmOp,
 }
 
 /// How [`Coll::direct_begin`] answered.
@@ -344,12 +384,14 @@ impl Coll {
     /// `None` when the online tuner has yet to time its cell and `r.trial` asks to
     /// be told. A tuned call's decision depends on its key alone: it is kept for the
     /// next call, so calls in a loop skip the tuner.
+    ///
+    /// Returns (shm, whether the decision is kept).
     #[inline]
     fn direct_takes_shm(
         &mut self,
         team: &Team,
         r: &DirectReq<'_>,
-    ) -> Result<Option<bool>, CollError> {
+    ) -> Result<Option<(bool, bool)>, CollError> {
         let n = r.elem * r.count;
         let key = ChoiceKey {
             team: team.id(),
@@ -362,7 +404,7 @@ impl Coll {
         };
         if let Some((k, shm)) = self.direct_choice {
             if r.opts.algorithm.is_none() && k == key {
-                return Ok(Some(shm));
+                return Ok(Some((shm, true)));
             }
         }
         let q = Self::query(team, r.kind, n, AddrMode::Local, r.opts, r.commutative);
@@ -379,7 +421,7 @@ impl Coll {
         if fixed {
             self.direct_choice = Some((key, shm));
         }
-        Ok(Some(shm))
+        Ok(Some((shm, fixed)))
     }
 
     /// Starts a blocking in-place broadcast of `buf` from `root` on `team` through
@@ -416,8 +458,12 @@ impl Coll {
             opts,
             entry: Entry::default(),
             trial: false,
+            replay: None,
         };
-        if self.direct_takes_shm(team, &req)? != Some(true) {
+        if !self
+            .direct_takes_shm(team, &req)?
+            .is_some_and(|(shm, _)| shm)
+        {
             return Ok(RingBegin::Declined);
         }
         // A wait left by a call that unwound (a panicking handler) is stale.
@@ -543,7 +589,7 @@ impl Coll {
                 size: p,
             });
         }
-        let Some(shm) = self.direct_takes_shm(team, r)? else {
+        let Some((shm, fixed)) = self.direct_takes_shm(team, r)? else {
             return Ok(Begin::Trial);
         };
         if !shm || (r.kind != OpKind::Barrier && !ShmOp::fits(r.kind, p, r.elem, sh.ch)) {
@@ -578,14 +624,19 @@ impl Coll {
                 (team.id(), seq),
                 sh.ch,
             );
-            op.keep_own(io.input, io.out);
             let cpus = self.tuner.host_cpus();
             let oversubscribed = cpus > 0 && p > cpus;
-            match op.publish_by_reference(sh, io.input, oversubscribed) {
-                Publish::Segment => self.counters.by_reference_calls += 1,
-                Publish::Process => self.counters.cma_calls += 1,
-                Publish::Slots => {}
+            if let (Some(key), true) = (r.replay, fixed) {
+                self.replay = Some(Replay {
+                    key,
+                    generation: self.tuner_gen,
+                    belief,
+                    oversubscribed,
+                    template: op.clone(),
+                });
             }
+            op.keep_own(io.input, io.out);
+            self.publish(&mut op, sh, io.input, oversubscribed);
             DirectBody::Shm(op)
         };
         self.counters.direct_calls += 1;
@@ -597,6 +648,58 @@ impl Coll {
             size: p,
             rank: me,
         })))
+    }
+
+    /// Begins a blocking call whose shape `key` is the last direct call's, from that
+    /// call's decisions (see the module docs, *Replay*), if they still hold: the same
+    /// team and tuner generation, nothing else in flight on the endpoint. `None`
+    /// otherwise (nothing consumed: the caller takes the general path, which checks
+    /// the call and keeps its decisions for the next one).
+    #[inline]
+    pub(crate) fn replay_begin<'s>(
+        &mut self,
+        team: &Team,
+        key: &ReplayKey,
+        io: &mut Io<'_>,
+        slot: &'s mut Option<DirectOp>,
+    ) -> Option<&'s mut DirectOp> {
+        let r = self.replay.as_ref()?;
+        if r.key != *key || r.generation != self.tuner_gen || !self.ops.is_empty() {
+            return None;
+        }
+        let x = ext(team);
+        let sh = x.shm.as_ref()?;
+        let seq = x.next_seq();
+        // Made in place (the operation is a few cache lines).
+        let d = slot.insert(DirectOp {
+            seq,
+            belief: r.belief,
+            body: DirectBody::Shm(r.template.again(seq)),
+            started: false,
+            size: team.size(),
+            rank: team.rank(),
+        });
+        let oversubscribed = r.oversubscribed;
+        // A wait left by a call that unwound (a panicking handler) is stale.
+        self.direct = None;
+        if let DirectBody::Shm(op) = &mut d.body {
+            op.keep_own(io.input, io.out);
+            self.publish(op, sh, io.input, oversubscribed);
+        }
+        self.counters.direct_calls += 1;
+        self.counters.replayed_calls += 1;
+        Some(d)
+    }
+
+    /// Publishes `op`'s input by reference if it can ([`ShmOp::publish_by_reference`]),
+    /// counting how.
+    #[inline]
+    fn publish(&mut self, op: &mut ShmOp, sh: &crate::shm::ShmTeam, input: &[u8], over: bool) {
+        match op.publish_by_reference(sh, input, over) {
+            Publish::Segment => self.counters.by_reference_calls += 1,
+            Publish::Process => self.counters.cma_calls += 1,
+            Publish::Slots => {}
+        }
     }
 
     /// Steps a direct call of `team` over `io`; on `Pending`, records its wait for the
@@ -701,6 +804,7 @@ impl Coll {
 
     /// No wait on shared-memory flags is stalled any more: withdraw a sleep
     /// announcement.
+    #[inline]
     pub(crate) fn calm(&mut self) {
         self.shm.fruitless = 0;
         if self.shm.sleepy {

@@ -254,9 +254,14 @@ pub(crate) fn coll<C: Conduit, R>(
     ep: &mut Endpoint<C>,
     f: impl FnOnce(&mut Coll, &mut Cx<'_, C>) -> R,
 ) -> Result<R, CollError> {
-    ep.with_layer::<Coll, _>(f).ok_or(CollError::Layer(
-        "the endpoint does not carry the collectives layer",
-    ))
+    // (The error is made only when returned: one built eagerly for `ok_or` was
+    // dropped on every call.)
+    match ep.with_layer::<Coll, _>(f) {
+        Some(r) => Ok(r),
+        None => Err(CollError::Layer(
+            "the endpoint does not carry the collectives layer",
+        )),
+    }
 }
 
 /// `team` resolved for `ep` (see [`Coll::resolve`]).
@@ -460,6 +465,7 @@ pub(crate) fn destroy_team<C: Conduit>(ep: &mut Endpoint<C>, team: Team) -> Resu
         }
         // A later team may take the id: forget the decision kept for this one.
         c.direct_choice = None;
+        c.replay = None;
         let pending = c
             .ops
             .values()

@@ -1072,6 +1072,104 @@ fn blocking_calls_mix_direct_and_queued_paths() {
     );
 }
 
+/// Blocking calls of one shape in a loop replay the first call's checks and decisions
+/// (shmdrive, *Replay*); any change of shape, options, reduction kind or tuner takes
+/// the general path again, and its checks: bad lengths are still errors, a new root or
+/// a non-commutative reduction still gives the right result.
+#[test]
+fn replayed_calls_keep_the_checks_and_results() {
+    run_sim(
+        4,
+        SimConfig::default().seed(11),
+        || layers().segment_size(SEG),
+        |client| {
+            let mut c = client.endpoint(0).unwrap();
+            let w = c.world().clone();
+            let (p, me) = (w.size(), w.rank());
+            let on = !cfg!(gex_force_am_rma);
+            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
+            let replayed = |c: &mut Endpoint<Sim>| c.coll_stats().replayed_calls;
+            let r0 = replayed(&mut c);
+            for k in 0..10u64 {
+                let (src, mut out) = ([u64::from(me) + k; 3], [0u64; 3]);
+                let d = Allreduce::slices(&src, &mut out, sum.clone());
+                c.collective(&w, d, Blocking).unwrap();
+                let want = (0..u64::from(p)).map(|r| r + k).sum::<u64>();
+                assert_eq!(out, [want; 3], "allreduce {k}");
+            }
+            // The first call lowers and chooses; the nine after it replay.
+            assert_eq!(replayed(&mut c) - r0, if on { 9 } else { 0 });
+            // A bad output length is still an error (the shape differs: no replay).
+            let (src, mut short) = ([1u64; 3], [0u64; 2]);
+            let d = Allreduce::slices(&src, &mut short, sum.clone());
+            assert!(matches!(
+                c.collective(&w, d, Blocking),
+                Err(CollError::BadLength { .. })
+            ));
+            // Another root of the same lengths: its own checks and the right result.
+            for root in [0, p - 1, 0] {
+                let (src, mut out) = ([u64::from(me) + 1; 2], [0u64; 2]);
+                let d = Reduce::slices(root, &src, &mut out, sum.clone());
+                c.collective(&w, d, Blocking).unwrap();
+                let want = if me == root {
+                    [(1..=u64::from(p)).sum::<u64>(); 2]
+                } else {
+                    [0; 2]
+                };
+                assert_eq!(out, want, "reduce to {root}");
+            }
+            // A non-commutative reduction of the same shape: combined in rank order.
+            let cat = ReduceOp::<u64>::user(false, |a: &u64, b: &u64| a * 10 + b);
+            for _ in 0..3 {
+                let (src, mut out) = ([u64::from(me) + 1; 3], [0u64; 3]);
+                let d = Allreduce::slices(&src, &mut out, cat.clone());
+                c.collective(&w, d, Blocking).unwrap();
+                assert_eq!(out, [1234; 3]);
+            }
+            // The tuner changed: the next call chooses again (no replay, though the
+            // call before it had the same shape), the one after it replays.
+            let (src, mut out) = ([1u64; 3], [0u64; 3]);
+            let d = Allreduce::slices(&src, &mut out, sum.clone());
+            c.collective(&w, d, Blocking).unwrap();
+            let before = replayed(&mut c);
+            c.tuner(|_| ()).unwrap();
+            for _ in 0..2 {
+                let (src, mut out) = ([1u64; 3], [0u64; 3]);
+                let d = Allreduce::slices(&src, &mut out, sum.clone());
+                c.collective(&w, d, Blocking).unwrap();
+                assert_eq!(out, [u64::from(p); 3]);
+            }
+            assert_eq!(replayed(&mut c) - before, u64::from(on));
+            // Forced options never replay.
+            let before = replayed(&mut c);
+            for _ in 0..2 {
+                let mut out = [0u64; 3];
+                let d = Allreduce::slices(&[1u64; 3], &mut out, sum.clone())
+                    .opts(Opts::default().with_algorithm("shm"));
+                c.collective(&w, d, Blocking).unwrap();
+                assert_eq!(out, [u64::from(p); 3]);
+            }
+            assert_eq!(replayed(&mut c), before);
+            // A team destroyed and another made: calls on it lower again.
+            let all: Vec<u32> = (0..p).collect();
+            for round in 0..2u64 {
+                let t = c.create_team(&w, &all, Scratch::None).unwrap();
+                let before = replayed(&mut c);
+                for _ in 0..3 {
+                    let (src, mut out) = ([round; 3], [0u64; 3]);
+                    let d = Allreduce::slices(&src, &mut out, sum.clone());
+                    c.collective(&t, d, Blocking).unwrap();
+                    assert_eq!(out, [round * u64::from(p); 3]);
+                }
+                assert_eq!(replayed(&mut c) - before, if on { 2 } else { 0 });
+                c.destroy_team(t).unwrap();
+            }
+            c.barrier(&w).unwrap();
+            assert_eq!(c.coll_stats().in_flight, 0);
+        },
+    );
+}
+
 /// Cases each rank of a `hier` test runs at least (under `--cfg gex_force_am_rma`
 /// there is no hierarchy: one message-algorithm matrix instead).
 const HIER_MIN_CASES: usize = if cfg!(gex_force_am_rma) { 50 } else { 100 };

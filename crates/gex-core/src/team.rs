@@ -6,7 +6,7 @@
 //! state as an *extension* when they create one ([`Team::with_ext`], [`Team::ext`]).
 
 use crate::types::{EpAddr, Rank};
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::sync::Arc;
 
 /// An ordered set of endpoints (team ranks `0..size`), cheap to clone (shared).
@@ -27,7 +27,9 @@ struct TeamInner {
     id: u64,
     members: Vec<EpAddr>,
     me: u32,
-    ext: Option<Arc<dyn Any + Send + Sync>>,
+    /// The extension and its type (kept apart, so that [`Team::ext`] compares it
+    /// without a call through the vtable: it runs on every collective call).
+    ext: Option<(TypeId, Arc<dyn Any + Send + Sync>)>,
 }
 
 impl std::fmt::Debug for Team {
@@ -87,7 +89,8 @@ impl Team {
                 id,
                 members,
                 me,
-                ext,
+                // The value's type, not the `Arc`'s.
+                ext: ext.map(|e| (Any::type_id(&*e), e)),
             }),
         }
     }
@@ -137,11 +140,18 @@ impl Team {
             .map(|i| i as u32)
     }
     /// The per-team state of type `X` a layer attached when it made the team.
+    #[inline]
     pub fn ext<X: Any + Send + Sync>(&self) -> Option<&X> {
-        self.inner
-            .ext
-            .as_deref()
-            .and_then(|e| e.downcast_ref::<X>())
+        let (t, e) = self.inner.ext.as_ref()?;
+        if *t != TypeId::of::<X>() {
+            return None;
+        }
+        #[allow(unsafe_code)]
+        // SAFETY: `t` is the type id of the value `e` points to (taken from it when the
+        // team was built, and neither changes since), and it is `X`'s: `e` points to an
+        // `X` (what `downcast_ref` checks and casts the same way), alive while `self`
+        // holds the `Arc`.
+        Some(unsafe { &*Arc::as_ptr(e).cast::<X>() })
     }
     /// True if `self` and `other` are the same team value (not only equal).
     pub fn same(&self, other: &Team) -> bool {
