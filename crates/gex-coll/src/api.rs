@@ -12,7 +12,7 @@ use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceOp};
 use crate::rma::RmaError;
 use crate::root::{Root, root_blocks};
 use crate::shm::Io;
-use crate::shmdrive::{Begin, DirectOp, DirectReq, ReplayKey, RingBegin, Stepped};
+use crate::shmdrive::{Begin, DirectOp, DirectReq, ReplayKey, Replayed, RingBegin, Stepped};
 use crate::teams::{self, Scratch, coll, ext, resolve};
 use crate::tune::{Choice, Tuner};
 use bytemuck::Pod;
@@ -1066,14 +1066,22 @@ fn replay<C: Conduit>(
     ep: &mut Endpoint<C>,
     team: &Team,
     key: &ReplayKey,
-    io: Io<'_>,
+    mut io: Io<'_>,
 ) -> Result<Direct, CollError> {
-    drive(ep, team, io, |c, _, team, io, slot| {
-        Ok(match c.replay_begin(team, key, io, slot) {
-            Some(d) => Begin::Began(d),
-            None => Begin::Declined,
+    let mut slot = None;
+    let r = coll(ep, |c, cx| {
+        c.with_resolved(team, |c, team| {
+            Ok(c.replay_run(cx, team, key, &mut io, &mut slot))
         })
-    })
+    })??;
+    match r {
+        Replayed::Declined => Ok(Direct::Declined),
+        Replayed::Done => Ok(Direct::Done(Entry::default())),
+        Replayed::Pending => {
+            let d = slot.as_mut().expect("a pending call");
+            wait_direct(ep, team, d, &mut io)
+        }
+    }
 }
 
 /// Runs a direct call that `begin` starts: begins and steps until done.
@@ -1102,11 +1110,27 @@ fn drive<C: Conduit>(
             }
         })
     })??;
-    let mut stepped = match first {
-        Ok(s) => s,
-        Err(other) => return Ok(other),
-    };
-    let d = slot.as_mut().expect("a begun call");
+    match first {
+        Ok(Stepped::Done) => Ok(Direct::Done(merged_entry(
+            slot.as_ref().expect("a begun call"),
+        ))),
+        Ok(Stepped::Pending) => {
+            let d = slot.as_mut().expect("a begun call");
+            wait_direct(ep, team, d, &mut io)
+        }
+        Err(other) => Ok(other),
+    }
+}
+
+/// Waits for the direct call `d` (its last step returned `Pending`) and steps it
+/// until done.
+fn wait_direct<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    d: &mut DirectOp,
+    io: &mut Io<'_>,
+) -> Result<Direct, CollError> {
+    let mut stepped = Stepped::Pending;
     let mut pause = Pause::new(ep.wait_policy());
     let mut waited = false;
     while let Stepped::Pending = stepped {
@@ -1122,7 +1146,7 @@ fn drive<C: Conduit>(
             let _ = ep.wait_until_layer::<Coll>(|c| c.direct_ready());
         }
         stepped = coll(ep, |c, cx| {
-            c.with_resolved(team, |c, team| c.direct_step(cx, team, d, &mut io))
+            c.with_resolved(team, |c, team| c.direct_step(cx, team, d, io))
         })??;
     }
     Ok(Direct::Done(merged_entry(d)))

@@ -824,6 +824,9 @@ pub(crate) struct ShmOp {
     inline: bool,
     /// The hash of what every round's tag holds but the round (0: not yet).
     tag_base: u64,
+    /// The digest of the team's generation, its id and the belief, which every tag of
+    /// the collective starts from (0: not yet; [`set_belief`](Self::set_belief)).
+    tag_pre: u64,
     pre: bool,
     post: bool,
     tid: u64,
@@ -979,6 +982,12 @@ fn cma_read(_pid: u64, _addr: usize, _dst: &mut [u8]) -> std::io::Result<()> {
     Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
 }
 
+/// The digest every tag of a collective of team `tid` on `team`'s channel under
+/// `belief` starts from.
+fn tag_prefix(team: &ShmTeam, tid: u64, belief: u32) -> u64 {
+    mix_all(&[team.generation, tid, u64::from(belief)])
+}
+
 /// True for operations whose input holds one block per member.
 fn per_dest(op: OpKind) -> bool {
     matches!(
@@ -1060,6 +1069,7 @@ impl ShmOp {
             small,
             inline,
             tag_base: 0,
+            tag_pre: 0,
             tid: team.0,
             seq: team.1,
             belief: 0,
@@ -1241,17 +1251,30 @@ impl ShmOp {
     }
 
     /// The tag of round `g` (module docs, *Tags*).
+    #[inline]
     fn tag(&mut self, team: &ShmTeam, g: usize) -> u64 {
         if self.tag_base == 0 {
-            // Fixed for the collective (its belief is set before the first step).
-            self.tag_base = mix_all(&[
-                team.generation,
-                self.tid,
-                u64::from(self.seq),
-                u64::from(self.belief),
-            ]);
+            // Fixed for the collective (its belief is set before the first step): one
+            // mix of the sequence number into the team's and belief's digest (kept by
+            // a replayed call's operation, crate::shmdrive).
+            if self.tag_pre == 0 {
+                self.tag_pre = tag_prefix(team, self.tid, self.belief);
+            }
+            self.tag_base = mix_all(&[self.tag_pre, u64::from(self.seq)]);
         }
-        mix_all(&[self.tag_base, g as u64])
+        // Rounds differ by a multiple of an odd constant (distinct for every round);
+        // never 0, the word of a slot nobody published in.
+        (self.tag_base ^ (g as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1
+    }
+
+    /// Sets the belief this member publishes under (before the first step), and the
+    /// digest its tags start from.
+    #[inline]
+    pub(crate) fn set_belief(&mut self, team: &ShmTeam, belief: u32) {
+        if self.belief != belief || self.tag_pre == 0 {
+            self.belief = belief;
+            self.tag_pre = tag_prefix(team, self.tid, belief);
+        }
     }
 
     /// Publishes this member's part of the current round in slot `s` with `tag` (data
