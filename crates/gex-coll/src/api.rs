@@ -1182,3 +1182,4 @@ fn online_trial<C: Conduit, T: Elem>(
     }
     Ok(())
 }
+

@@ -364,4 +364,12 @@ impl Coll {
     pub fn take_wake(&mut self) -> u64 {
         std::mem::take(&mut self.0.wake)
     }
+
+    /// `ShmOp::wake_members`: wakes the members stored for since the last wake (a
+    /// fence first unless the last flag store was an acknowledgement's
+    /// read-modify-write; the loom build fences either way, as `wake_fenced` does).
+    pub fn wake_members(&mut self, m: &Member, wake: &mut dyn FnMut(u32)) {
+        self.0
+            .wake_members(&m.team, &mut |a: EpAddr| wake(a.rank));
+    }
 }

@@ -850,6 +850,10 @@ pub(crate) struct ShmOp {
     pub(crate) wait: Option<WaitOn>,
     /// Members to wake after this member stored flags (bit = team rank).
     pub(crate) wake: u64,
+    /// The last flag this member stored since it last woke members was a plain store
+    /// (a publication), not a sequentially consistent read-modify-write (an
+    /// acknowledgement): waking them needs a fence ([`ShmOp::wake_members`]).
+    plain: bool,
 }
 
 impl std::fmt::Debug for ShmOp {
@@ -1080,7 +1084,31 @@ impl ShmOp {
             k: 0,
             wait: None,
             wake: 0,
+            plain: false,
         }
+    }
+
+    /// Wakes the members this collective stored flags for since it last did, that
+    /// announced they may sleep (module docs, *Sleeping*): with a fence if its last
+    /// flag store was a plain one, else as [`ShmTeam::wake_fenced`] (after an
+    /// acknowledgement's read-modify-write, which on x86 is itself a full barrier and
+    /// made every earlier store visible).
+    #[inline]
+    pub(crate) fn wake_members(&mut self, team: &ShmTeam, wake: &mut impl FnMut(EpAddr)) {
+        let mask = std::mem::take(&mut self.wake);
+        if std::mem::take(&mut self.plain) {
+            team.wake(mask, wake);
+        } else {
+            team.wake_fenced(mask, wake);
+        }
+    }
+
+    /// As [`wake_members`](Self::wake_members), with a fence whenever it stored a flag
+    /// (a member about to spin on a flag makes its own stores visible first).
+    #[inline]
+    pub(crate) fn fence_and_wake(&mut self, team: &ShmTeam, wake: &mut impl FnMut(EpAddr)) {
+        self.plain = false;
+        team.wake(std::mem::take(&mut self.wake), wake);
     }
 
     /// This collective, not yet started, as collective `seq` of its team (a replayed
@@ -1317,6 +1345,7 @@ impl ShmOp {
                 None => {}
             }
             own.post(ch, s).store(tag, Ordering::Release);
+            self.plain = true;
             self.wake |= team.others();
             expected.n[ch][s] += readers;
             expected.seq[ch][s] = self.seq;
@@ -1403,7 +1432,10 @@ impl ShmOp {
                     };
                     self.read(src, q, i, (apply, first), io);
                 }
-                a.ack(ch, s).fetch_add(1, Ordering::Release);
+                // Sequentially consistent: a locked instruction on x86, so waking
+                // after it needs no fence there (`wake_members`).
+                a.ack(ch, s).fetch_add(1, Ordering::SeqCst);
+                self.plain = false;
                 self.wake |= 1 << q;
                 self.k += 1;
             }

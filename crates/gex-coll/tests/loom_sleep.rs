@@ -119,8 +119,8 @@ fn loom_sleep_channel() {
                 c.keep_own(&inp, &mut out);
                 loop {
                     let done = c.step(&mut m, &inp, &mut out);
-                    // shmdrive.rs, Coll::direct_step: `t.wake(wake, ...)`.
-                    m.wake(c.take_wake(), &mut |q| bells.ring(q));
+                    // shmdrive.rs, Coll::direct_step: `op.wake_members(t, ...)`.
+                    c.wake_members(&m, &mut |q| bells.ring(q));
                     if done {
                         break;
                     }
