@@ -212,8 +212,7 @@ pub fn calls<C: Conduit>(
     bufs: &mut Buffers,
 ) -> Result<(), CollError> {
     let w = ep.world();
-    // Made once: each call takes a clone (a reference count), as the layer's own
-    // latency bench does.
+    // Made once: each call borrows it (no reference count touched per call).
     let sum = ReduceOp::<u8>::builtin(BuiltinOp::Sum);
     let plain_barrier = *opts == Opts::default();
     let o = *opts;
@@ -236,23 +235,23 @@ pub fn calls<C: Conduit>(
             }
             OpKind::Exchange => ep.collective(&w, Exchange::slices(src, dst).opts(o), Blocking)?,
             OpKind::Reduce => {
-                let d = Reduce::slices(0, src, dst, sum.clone()).opts(o);
+                let d = Reduce::slices(0, src, dst, &sum).opts(o);
                 ep.collective(&w, d, Blocking)?
             }
             OpKind::Allreduce => {
-                let d = Allreduce::slices(src, dst, sum.clone()).opts(o);
+                let d = Allreduce::slices(src, dst, &sum).opts(o);
                 ep.collective(&w, d, Blocking)?
             }
             OpKind::ReduceScatter => {
-                let d = ReduceScatter::slices(src, &mut dst[..bytes], sum.clone()).opts(o);
+                let d = ReduceScatter::slices(src, &mut dst[..bytes], &sum).opts(o);
                 ep.collective(&w, d, Blocking)?
             }
             OpKind::Scan => {
-                let d = Scan::slices(src, dst, sum.clone()).opts(o);
+                let d = Scan::slices(src, dst, &sum).opts(o);
                 ep.collective(&w, d, Blocking)?
             }
             OpKind::Exscan => {
-                let d = Exscan::slices(src, dst, sum.clone()).opts(o);
+                let d = Exscan::slices(src, dst, &sum).opts(o);
                 ep.collective(&w, d, Blocking)?
             }
         }

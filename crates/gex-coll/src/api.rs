@@ -609,7 +609,7 @@ fn lower<'a, C: Conduit, T: Elem>(
     }
     // The reduction stays borrowed from the descriptor (no reference count on the hot
     // path); the paths that keep it clone it ([`owned_reduce`]).
-    let commutative = spec.reduce.as_ref().is_none_or(ReduceOp::is_commutative);
+    let commutative = spec.reduce.as_deref().is_none_or(ReduceOp::is_commutative);
     // A barrier carries its entry (anonymous for a barrier by kind).
     let (elem, count) = if kind == OpKind::Barrier {
         (ENTRY_LEN, 1)
@@ -627,12 +627,20 @@ fn lower<'a, C: Conduit, T: Elem>(
     Ok((l, at))
 }
 
-/// The shape of a call over borrowed slices with a rank root and default options,
-/// whose decisions a later call may replay ([`crate::shmdrive`], *Replay*).
+/// The shape of a call over borrowed slices (or an in-place broadcast) with a rank
+/// root and default options, whose decisions a later call may replay
+/// ([`crate::shmdrive`], *Replay*).
 #[inline]
 fn replay_key<T: Elem>(team: &Team, spec: &Spec<'_, T>) -> Option<ReplayKey> {
-    let (SpecData::Slices(s, d), Root::Rank(root)) = (&spec.data, spec.root) else {
+    let Root::Rank(root) = spec.root else {
         return None;
+    };
+    // Slices, or an in-place broadcast (its buffer is the input or the output as is;
+    // other in-place calls copy their input aside).
+    let (lens, in_place) = match &spec.data {
+        SpecData::Slices(s, d) => ((s.len(), d.len()), false),
+        SpecData::InPlace(b) if spec.kind == OpKind::Broadcast => ((b.len(), b.len()), true),
+        _ => return None,
     };
     if spec.opts != Opts::default() {
         return None;
@@ -642,9 +650,10 @@ fn replay_key<T: Elem>(team: &Team, spec: &Spec<'_, T>) -> Option<ReplayKey> {
         kind: spec.kind,
         root,
         elem: size_of::<T>(),
-        lens: (s.len(), d.len()),
+        lens,
+        in_place,
         count: spec.count,
-        reduce: spec.reduce.as_ref().map(ReduceOp::is_commutative),
+        reduce: spec.reduce.as_deref().map(ReduceOp::is_commutative),
     })
 }
 
@@ -678,7 +687,7 @@ pub(crate) fn run_owned<C: Conduit, T: Elem, M: Mode>(
             let io = Io {
                 input: &input,
                 out: &mut out,
-                reduce: spec.reduce.as_ref().map(ReduceOp::func),
+                reduce: spec.reduce.as_deref().map(ReduceOp::func),
             };
             match direct(ep, team, &l, io, Entry::default(), (trial, None))? {
                 Direct::Done(_) => {
@@ -688,21 +697,21 @@ pub(crate) fn run_owned<C: Conduit, T: Elem, M: Mode>(
                 Direct::Trial => {
                     trial = false;
                     let team = resolve(ep, team)?;
-                    online_trial(ep, &team, &l, spec.reduce.as_ref())?;
+                    online_trial(ep, &team, &l, spec.reduce.as_deref())?;
                 }
                 Direct::Declined => break,
             }
         }
     }
     let team = resolve(ep, team)?;
-    online_trial(ep, &team, &l, spec.reduce.as_ref())?;
+    online_trial(ep, &team, &l, spec.reduce.as_deref())?;
     let s = Start {
         kind: l.kind,
         root: l.root,
         elem: l.elem,
         count: l.count,
         input: Input::Owned(input),
-        reduce: owned_reduce(spec.reduce.as_ref()),
+        reduce: owned_reduce(spec.reduce.as_deref()),
         opts: l.opts,
         ctx: 0,
     };
@@ -736,7 +745,7 @@ pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
         let io = Io {
             input: bytemuck::cast_slice(input),
             out: bytemuck::cast_slice_mut(out),
-            reduce: spec.reduce.as_ref().map(ReduceOp::func),
+            reduce: spec.reduce.as_deref().map(ReduceOp::func),
         };
         if let Direct::Done(_) = replay(ep, team, key, io)? {
             return Ok(());
@@ -749,20 +758,20 @@ pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
         let io = Io {
             input: bytemuck::cast_slice(input),
             out: bytemuck::cast_slice_mut(out),
-            reduce: spec.reduce.as_ref().map(ReduceOp::func),
+            reduce: spec.reduce.as_deref().map(ReduceOp::func),
         };
         match direct(ep, team, &l, io, Entry::default(), (trial, key))? {
             Direct::Done(_) => return Ok(()),
             Direct::Trial => {
                 trial = false;
                 let team = resolve(ep, team)?;
-                online_trial(ep, &team, &l, spec.reduce.as_ref())?;
+                online_trial(ep, &team, &l, spec.reduce.as_deref())?;
             }
             Direct::Declined => break,
         }
     }
     let team = resolve(ep, team)?;
-    online_trial(ep, &team, &l, spec.reduce.as_ref())?;
+    online_trial(ep, &team, &l, spec.reduce.as_deref())?;
     let (input, _) = spec.data.io(l.kind, p, me, l.root, &mut tmp);
     let s = Start {
         kind: l.kind,
@@ -774,7 +783,7 @@ pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
         } else {
             bytemuck::cast_slice::<T, u8>(input).to_vec()
         }),
-        reduce: owned_reduce(spec.reduce.as_ref()),
+        reduce: owned_reduce(spec.reduce.as_deref()),
         opts: l.opts,
         ctx: 0,
     };
@@ -1182,4 +1191,3 @@ fn online_trial<C: Conduit, T: Elem>(
     }
     Ok(())
 }
-

@@ -49,7 +49,7 @@
 use crate::api::{run_barrier, run_borrowed, run_owned, run_single};
 use crate::barrier::{BarrierFlags, Entry};
 use crate::error::CollError;
-use crate::op::{Elem, OpKind, Opts, ReduceOp, SyncMode, SyncModes};
+use crate::op::{Elem, OpKind, Opts, ReduceArg, SyncMode, SyncModes};
 use crate::root::Root;
 use crate::single::Single;
 use gex_core::event::Mode;
@@ -97,12 +97,17 @@ pub(crate) struct Spec<'a, T> {
     /// Elements per block when the data does not say (scatter, single mode).
     pub(crate) count: Option<usize>,
     pub(crate) data: SpecData<'a, T>,
-    pub(crate) reduce: Option<ReduceOp<T>>,
+    pub(crate) reduce: Option<ReduceArg<'a, T>>,
     pub(crate) opts: Opts<'a>,
 }
 
 impl<'a, T: Elem> Spec<'a, T> {
-    fn new(kind: OpKind, root: Root, data: SpecData<'a, T>, reduce: Option<ReduceOp<T>>) -> Self {
+    fn new(
+        kind: OpKind,
+        root: Root,
+        data: SpecData<'a, T>,
+        reduce: Option<ReduceArg<'a, T>>,
+    ) -> Self {
         Spec {
             kind,
             root,
@@ -355,7 +360,7 @@ fn owned<'a, T: Elem>(
     kind: OpKind,
     root: Root,
     data: Vec<T>,
-    op: Option<ReduceOp<T>>,
+    op: Option<ReduceArg<'a, T>>,
 ) -> Spec<'a, T> {
     Spec::new(kind, root, SpecData::Owned(data), op)
 }
@@ -365,7 +370,7 @@ fn slices<'a, T: Elem>(
     root: Root,
     src: &'a [T],
     dst: &'a mut [T],
-    op: Option<ReduceOp<T>>,
+    op: Option<ReduceArg<'a, T>>,
 ) -> Spec<'a, T> {
     Spec::new(kind, root, SpecData::Slices(src, dst), op)
 }
@@ -466,7 +471,7 @@ impl<'a, T: Elem> Exchange<'a, T, Borrowed> {
 impl<'a, T: Elem> Reduce<'a, T, Owned> {
     /// The reduction of every member's `data` to the root (the others get an empty
     /// vector).
-    pub fn new(root: impl Into<Root>, data: Vec<T>, op: impl Into<ReduceOp<T>>) -> Self {
+    pub fn new(root: impl Into<Root>, data: Vec<T>, op: impl Into<ReduceArg<'a, T>>) -> Self {
         Reduce(
             owned(OpKind::Reduce, root.into(), data, Some(op.into())),
             PhantomData,
@@ -479,7 +484,7 @@ impl<'a, T: Elem> Reduce<'a, T, Borrowed> {
         root: impl Into<Root>,
         src: &'a [T],
         dst: &'a mut [T],
-        op: impl Into<ReduceOp<T>>,
+        op: impl Into<ReduceArg<'a, T>>,
     ) -> Self {
         let s = slices(OpKind::Reduce, root.into(), src, dst, Some(op.into()));
         Reduce(s, PhantomData)
@@ -491,7 +496,7 @@ macro_rules! symmetric_reduction {
     ($name:ident, $kind:expr, $new:literal, $slices:literal) => {
         impl<'a, T: Elem> $name<'a, T, Owned> {
             #[doc = $new]
-            pub fn new(data: Vec<T>, op: impl Into<ReduceOp<T>>) -> Self {
+            pub fn new(data: Vec<T>, op: impl Into<ReduceArg<'a, T>>) -> Self {
                 $name(
                     owned($kind, Root::Rank(0), data, Some(op.into())),
                     PhantomData,
@@ -500,7 +505,7 @@ macro_rules! symmetric_reduction {
         }
         impl<'a, T: Elem> $name<'a, T, Borrowed> {
             #[doc = $slices]
-            pub fn slices(src: &'a [T], dst: &'a mut [T], op: impl Into<ReduceOp<T>>) -> Self {
+            pub fn slices(src: &'a [T], dst: &'a mut [T], op: impl Into<ReduceArg<'a, T>>) -> Self {
                 $name(
                     slices($kind, Root::Rank(0), src, dst, Some(op.into())),
                     PhantomData,
@@ -537,7 +542,7 @@ symmetric_reduction!(
 
 impl<'a, T: Elem> Allreduce<'a, T, Borrowed> {
     /// In place: `buf` is replaced by the reduction of every member's `buf`.
-    pub fn in_place(buf: &'a mut [T], op: impl Into<ReduceOp<T>>) -> Self {
+    pub fn in_place(buf: &'a mut [T], op: impl Into<ReduceArg<'a, T>>) -> Self {
         let s = Spec::new(
             OpKind::Allreduce,
             Root::Rank(0),
@@ -576,7 +581,7 @@ impl<'a, T: Elem, F> ByKind<'a, T, F> {
         self
     }
     /// The reduction operator (reducing operations).
-    pub fn reduce(mut self, op: impl Into<ReduceOp<T>>) -> Self {
+    pub fn reduce(mut self, op: impl Into<ReduceArg<'a, T>>) -> Self {
         self.0.reduce = Some(op.into());
         self
     }
@@ -684,7 +689,7 @@ impl<'a, T: Elem> InSegments<'a, T> {
         self
     }
     /// The reduction operator (reducing operations).
-    pub fn reduce(mut self, op: impl Into<ReduceOp<T>>) -> Self {
+    pub fn reduce(mut self, op: impl Into<ReduceArg<'a, T>>) -> Self {
         self.0.reduce = Some(op.into());
         self
     }

@@ -151,8 +151,8 @@ pub use gex_core::Team;
 pub use hier::HierAlgo;
 pub use layer::Coll;
 pub use op::{
-    AddrMode, BitOp, BuiltinOp, Elem, IntElem, OpKind, Opts, ReduceOp, SyncMode, SyncModes,
-    Transport,
+    AddrMode, BitOp, BuiltinOp, Elem, IntElem, OpKind, Opts, ReduceArg, ReduceOp, SyncMode,
+    SyncModes, Transport,
 };
 pub use profile::Profile;
 pub use root::Root;

@@ -369,7 +369,6 @@ impl Coll {
     /// fence first unless the last flag store was an acknowledgement's
     /// read-modify-write; the loom build fences either way, as `wake_fenced` does).
     pub fn wake_members(&mut self, m: &Member, wake: &mut dyn FnMut(u32)) {
-        self.0
-            .wake_members(&m.team, &mut |a: EpAddr| wake(a.rank));
+        self.0.wake_members(&m.team, &mut |a: EpAddr| wake(a.rank));
     }
 }

@@ -447,6 +447,60 @@ impl<T: IntElem> From<BitOp> for ReduceOp<T> {
     }
 }
 
+/// A reduction operator as the descriptors take it ([`crate::desc`]): moved in (or
+/// built from a [`BuiltinOp`] or [`BitOp`]), or borrowed for the descriptor's life,
+/// so that a loop of calls with one operator touches no reference count.
+///
+/// ```
+/// use gex_coll::{BuiltinOp, ReduceArg, ReduceOp};
+/// let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
+/// let borrowed: ReduceArg<'_, u64> = (&sum).into();
+/// let owned: ReduceArg<'_, u64> = BuiltinOp::Max.into();
+/// assert_eq!((borrowed.name(), owned.name()), ("Sum", "Max"));
+/// ```
+#[derive(Debug)]
+pub enum ReduceArg<'a, T> {
+    /// Moved in.
+    Owned(ReduceOp<T>),
+    /// Borrowed for the descriptor's life.
+    Borrowed(&'a ReduceOp<T>),
+}
+
+impl<T> std::ops::Deref for ReduceArg<'_, T> {
+    type Target = ReduceOp<T>;
+    #[inline]
+    fn deref(&self) -> &ReduceOp<T> {
+        match self {
+            ReduceArg::Owned(o) => o,
+            ReduceArg::Borrowed(o) => o,
+        }
+    }
+}
+
+impl<T> From<ReduceOp<T>> for ReduceArg<'_, T> {
+    fn from(op: ReduceOp<T>) -> Self {
+        ReduceArg::Owned(op)
+    }
+}
+
+impl<'a, T> From<&'a ReduceOp<T>> for ReduceArg<'a, T> {
+    fn from(op: &'a ReduceOp<T>) -> Self {
+        ReduceArg::Borrowed(op)
+    }
+}
+
+impl<T: Elem> From<BuiltinOp> for ReduceArg<'_, T> {
+    fn from(op: BuiltinOp) -> Self {
+        ReduceArg::Owned(ReduceOp::builtin(op))
+    }
+}
+
+impl<T: IntElem> From<BitOp> for ReduceArg<'_, T> {
+    fn from(op: BitOp) -> Self {
+        ReduceArg::Owned(ReduceOp::bitwise(op))
+    }
+}
+
 /// The byte-level function of the elementwise operator `f(left, right)`.
 fn elementwise<T: Pod + Send + Sync + 'static>(
     f: impl Fn(T, T) -> T + Send + Sync + 'static,

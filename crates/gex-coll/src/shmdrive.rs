@@ -15,14 +15,14 @@
 //! step stopped at; the layer's progress hook sees the wait (in [`Coll::direct`]) so
 //! that it can keep the endpoint awake, announce a sleep, and run the stall checks.
 //!
-//! **Replay.** A blocking call over borrowed slices whose shape ([`ReplayKey`]: team,
-//! operation, root, element size, slice lengths, reduction) equals the last direct
-//! call's, with default options, starts from that call's decisions ([`Replay`]): the
-//! checks of its lengths and root, the tuner's choice, the belief and the
-//! operation's fixed fields held then and still hold (same team, tuner unchanged,
-//! nothing else in flight), so a call only takes a sequence number
-//! and copies the kept operation ([`Coll::replay_run`]). Calls in a loop pay for
-//! lowering and choosing once.
+//! **Replay.** A blocking call over borrowed slices (or an in-place broadcast) whose
+//! shape ([`ReplayKey`]: team, operation, root, element size, slice lengths,
+//! reduction kind) equals the last direct call's, with default options, starts from
+//! that call's decisions ([`Replay`]): the checks of its lengths and root, the
+//! tuner's choice, the belief and the operation's fixed fields held then and still
+//! hold (same team, tuner unchanged, nothing else in flight), so a call only takes a
+//! sequence number and copies the kept operation ([`Coll::replay_run`]). Calls in a
+//! loop pay for lowering and choosing once.
 //!
 //! **Sleeping.** A member whose wait for a flag lasts longer than the spin part of
 //! its wait policy ([`sleep_after`]) announces that it may sleep (its `SLEEPY` word)
@@ -249,8 +249,10 @@ pub(crate) struct ReplayKey {
     pub(crate) root: u32,
     /// Bytes of an element.
     pub(crate) elem: usize,
-    /// Elements of the input and output slices.
+    /// Elements of the input and output slices (of the buffer twice, in place).
     pub(crate) lens: (usize, usize),
+    /// One buffer in place (a broadcast) rather than two slices.
+    pub(crate) in_place: bool,
     /// The explicit count of elements per block, if any.
     pub(crate) count: Option<usize>,
     /// Whether the call reduces, and then whether its reduction is commutative.

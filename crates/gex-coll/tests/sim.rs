@@ -1099,6 +1099,30 @@ fn replayed_calls_keep_the_checks_and_results() {
             }
             // The first call lowers and chooses; the nine after it replay.
             assert_eq!(replayed(&mut c) - r0, if on { 9 } else { 0 });
+            // A borrowed operator replays as a moved one does.
+            let before = replayed(&mut c);
+            for k in 0..4u64 {
+                let (src, mut out) = ([u64::from(me) + k; 3], [0u64; 3]);
+                c.collective(&w, Allreduce::slices(&src, &mut out, &sum), Blocking)
+                    .unwrap();
+                assert_eq!(out, [(0..u64::from(p)).map(|r| r + k).sum::<u64>(); 3]);
+            }
+            assert_eq!(replayed(&mut c) - before, if on { 4 } else { 0 });
+            // In-place broadcasts above the ring's size replay too, from any root.
+            for root in [1 % p, 1 % p, 1 % p, 0, 0] {
+                let mut buf = vec![if me == root { u64::from(root) + 5 } else { 0 }; 40];
+                c.collective(&w, Broadcast::in_place(root, &mut buf), Blocking)
+                    .unwrap();
+                assert!(buf.iter().all(|&x| x == u64::from(root) + 5));
+            }
+            let before = replayed(&mut c);
+            for _ in 0..3 {
+                let mut buf = vec![if me == 0 { 9u64 } else { 0 }; 40];
+                c.collective(&w, Broadcast::in_place(0, &mut buf), Blocking)
+                    .unwrap();
+                assert!(buf.iter().all(|&x| x == 9));
+            }
+            assert_eq!(replayed(&mut c) - before, if on { 3 } else { 0 });
             // A bad output length is still an error (the shape differs: no replay).
             let (src, mut short) = ([1u64; 3], [0u64; 2]);
             let d = Allreduce::slices(&src, &mut short, sum.clone());
