@@ -28,8 +28,9 @@
 //! | [`InSegments`] | `new(kind, count, offsets)` + `.root`, `.reduce`: single address mode (output `()`) | — |
 //!
 //! `root` is a team rank or where the root's data lives ([`Root`]); `op` a
-//! [`ReduceOp`] or anything that converts into one ([`BuiltinOp`](crate::BuiltinOp),
-//! [`BitOp`](crate::BitOp) on integers).
+//! [`ReduceArg`]: a [`ReduceOp`](crate::ReduceOp) moved in or borrowed (`&op`: a loop
+//! of calls with one operator touches no reference count), or a
+//! [`BuiltinOp`](crate::BuiltinOp) ([`BitOp`](crate::BitOp) on integers).
 //!
 //! Why descriptors: one entry point instead of a method per (operation × blocking ×
 //! options) (33 in the API this replaces), the mode chosen by a value as for every
