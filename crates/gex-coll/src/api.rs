@@ -752,6 +752,15 @@ pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
         }
     }
     let (l, _) = lower(ep, team, &spec)?;
+    if p == 1 && l.opts.algorithm.is_none() {
+        // A team of one: the output is this member's own contribution (nothing to
+        // exchange, no algorithm to run; a forced one still runs, as asked).
+        coll(ep, |c, _| c.with_resolved(team, |_, _| Ok(())))??;
+        let (input, out) = spec.data.io(l.kind, p, me, l.root, &mut tmp);
+        let n = out.len();
+        out.copy_from_slice(&input[..n]);
+        return Ok(());
+    }
     let mut trial = true;
     loop {
         let (input, out) = spec.data.io(l.kind, p, me, l.root, &mut tmp);

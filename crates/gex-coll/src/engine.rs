@@ -209,6 +209,14 @@ impl OpState {
             _ => None,
         }
     }
+    /// What a collective of the slot protocol waits for (its publisher's flag, or
+    /// acknowledgements of its own).
+    pub(crate) fn slot_wait(&self) -> Option<crate::shm::WaitOn> {
+        match &self.body {
+            Body::Shm(s) => s.wait(),
+            _ => None,
+        }
+    }
     pub(crate) fn is_bar(&self) -> bool {
         matches!(self.body, Body::Bar(_))
     }

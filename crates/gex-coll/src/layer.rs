@@ -266,9 +266,10 @@ impl Layer for Coll {
         }
         // Announced: look once more at every flag waited for (crate::shm, *Sleeping*).
         fence(Ordering::SeqCst);
-        // A small broadcast's flag whose writer does not fence yet: stay awake
-        // (checked before the flags themselves: crate::ring, *Sleeping*).
-        if !self.ring_waits_sleep_safe() {
+        // A publication (a slot's or a small broadcast's) whose writer does not fence
+        // yet: stay awake (checked before the flags themselves: crate::shm and
+        // crate::ring, *Sleeping*).
+        if !self.waits_sleep_safe() {
             return Progress::Spinning;
         }
         let (again, _) = self.advance_all(cx);
@@ -388,18 +389,15 @@ impl Coll {
         true
     }
 
-    /// True unless this member waits for a small broadcast's flag whose writer does
-    /// not wake sleepers ([`ring::Wait::sleep_safe`]).
-    fn ring_waits_sleep_safe(&self) -> bool {
-        let direct = match self.direct.as_ref().map(|d| d.wait) {
-            Some(shm::WaitOn::Ring(r)) => r.sleep_safe(),
-            _ => true,
-        };
-        direct
-            && self
-                .ops
-                .values()
-                .all(|st| st.ring_wait().is_none_or(|w| w.sleep_safe()))
+    /// True unless this member waits for a publication (a slot's, a small
+    /// broadcast's) whose writer does not wake sleepers yet
+    /// ([`shm::WaitOn::sleep_safe`]).
+    fn waits_sleep_safe(&self) -> bool {
+        self.direct.as_ref().is_none_or(|d| d.wait.sleep_safe())
+            && self.ops.values().all(|st| {
+                st.ring_wait().is_none_or(|w| w.sleep_safe())
+                    && st.slot_wait().is_none_or(|w| w.sleep_safe())
+            })
     }
 
     /// A direct call waits and can step now.

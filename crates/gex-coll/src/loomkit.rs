@@ -216,6 +216,8 @@ impl Drop for Shared {
 pub struct Member {
     team: ShmTeam,
     expected: Expected,
+    /// This member's side of the publications' sleep protocol.
+    fencing: crate::ring::Fencing,
     _shared: Arc<Shared>,
 }
 
@@ -237,8 +239,15 @@ impl Member {
         Member {
             team,
             expected,
+            fencing: crate::ring::Fencing::default(),
             _shared: shared.clone(),
         }
+    }
+
+    /// Announces, once, that this member may sleep (`Area::set_may_sleep`, as
+    /// `ShmLocal::note_policy` does under a policy that may).
+    pub fn set_may_sleep(&self) {
+        self.team.areas[self.team.me as usize].set_may_sleep();
     }
 
     /// This member's team rank.
@@ -365,10 +374,18 @@ impl Coll {
         std::mem::take(&mut self.0.wake)
     }
 
-    /// `ShmOp::wake_members`: wakes the members stored for since the last wake (a
-    /// fence first unless the last flag store was an acknowledgement's
-    /// read-modify-write; the loom build fences either way, as `wake_fenced` does).
-    pub fn wake_members(&mut self, m: &Member, wake: &mut dyn FnMut(u32)) {
-        self.0.wake_members(&m.team, &mut |a: EpAddr| wake(a.rank));
+    /// `ShmOp::wake_members`: wakes the members stored for since the last wake
+    /// (readers of a publication through the publications' protocol: a fence and
+    /// their `SLEEPY` words once this member fences; publishers of an acknowledged
+    /// slot as `wake_fenced`).
+    pub fn wake_members(&mut self, m: &mut Member, wake: &mut dyn FnMut(u32)) {
+        self.0
+            .wake_members(&m.team, &mut m.fencing, &mut |a: EpAddr| wake(a.rank));
+    }
+
+    /// `WaitOn::sleep_safe` of what the last step waited for (true when it did not
+    /// wait): the member may sleep on it.
+    pub fn sleep_safe(&self) -> bool {
+        self.0.wait.is_none_or(|w: WaitOn| w.sleep_safe())
     }
 }

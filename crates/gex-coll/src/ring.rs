@@ -447,7 +447,8 @@ impl<A: Words> Local<A> {
     }
 }
 
-/// This member's side of the sleep protocol for ring flags.
+/// This member's side of the sleep protocol for publications: ring flags, and the
+/// slot protocol's `POST` words ([`crate::shm`], *Sleeping*).
 #[derive(Debug, Default)]
 pub(crate) struct Fencing {
     /// This member's `FENCING` word is set.
@@ -460,7 +461,7 @@ impl Fencing {
     /// their `SLEEPY` words) once this member is fencing, which it becomes when one of
     /// them may sleep.
     #[inline]
-    fn after_store<A: Words>(&mut self, own: A, areas: &[A], mask: u64) -> u64 {
+    pub(crate) fn after_store<A: Words>(&mut self, own: A, areas: &[A], mask: u64) -> u64 {
         if !self.on {
             if !each(mask).any(|q| areas[q].may_sleep().load(Ordering::Relaxed) != 0) {
                 return 0;

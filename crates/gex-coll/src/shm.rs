@@ -569,6 +569,17 @@ impl ShmTeam {
         self.wake_sleepers(mask, wake);
     }
 
+    /// Wakes the members of `mask` (already found sleeping).
+    #[inline]
+    pub(crate) fn wake_listed(&self, mask: u64, wake: &mut impl FnMut(EpAddr)) {
+        let mut m = mask;
+        while m != 0 {
+            let q = m.trailing_zeros() as usize;
+            m &= m - 1;
+            wake(self.members[q]);
+        }
+    }
+
     /// Wakes the members of `mask` whose `SLEEPY` word is set (after the fence).
     fn wake_sleepers(&self, mask: u64, wake: &mut impl FnMut(EpAddr)) {
         let mut m = mask;
@@ -667,6 +678,21 @@ impl std::fmt::Display for WaitOn {
 }
 
 impl WaitOn {
+    /// True if the member waiting for this may sleep (module docs, *Sleeping*): the
+    /// publisher of a slot fences and wakes sleepers after its publications only
+    /// once its `FENCING` word is set (read after the waiter's own `SLEEPY` store
+    /// and fence); a small broadcast's flag as [`crate::ring::Wait::sleep_safe`];
+    /// acknowledgements and barrier flags always wake.
+    pub(crate) fn sleep_safe(&self) -> bool {
+        match *self {
+            WaitOn::Post { area, .. } => {
+                crate::ring::Words::fencing(&area).load(Ordering::Acquire) != 0
+            }
+            WaitOn::Ring(w) => w.sleep_safe(),
+            WaitOn::Acks { .. } | WaitOn::Epoch { .. } | WaitOn::Release { .. } => true,
+        }
+    }
+
     /// True once what it waits for has happened.
     #[inline]
     pub(crate) fn ready(&self) -> bool {
@@ -850,10 +876,10 @@ pub(crate) struct ShmOp {
     pub(crate) wait: Option<WaitOn>,
     /// Members to wake after this member stored flags (bit = team rank).
     pub(crate) wake: u64,
-    /// The last flag this member stored since it last woke members was a plain store
-    /// (a publication), not a sequentially consistent read-modify-write (an
-    /// acknowledgement): waking them needs a fence ([`ShmOp::wake_members`]).
-    plain: bool,
+    /// Members that may wait for a publication this member stored (a plain store)
+    /// since it last woke members (bit = team rank): [`ShmOp::wake_members`] wakes
+    /// them through the publications' sleep protocol (module docs, *Sleeping*).
+    wake_post: u64,
 }
 
 impl std::fmt::Debug for ShmOp {
@@ -1084,7 +1110,7 @@ impl ShmOp {
             k: 0,
             wait: None,
             wake: 0,
-            plain: false,
+            wake_post: 0,
         }
     }
 
@@ -1094,21 +1120,40 @@ impl ShmOp {
     /// acknowledgement's read-modify-write, which on x86 is itself a full barrier and
     /// made every earlier store visible).
     #[inline]
-    pub(crate) fn wake_members(&mut self, team: &ShmTeam, wake: &mut impl FnMut(EpAddr)) {
-        let mask = std::mem::take(&mut self.wake);
-        if std::mem::take(&mut self.plain) {
-            team.wake(mask, wake);
-        } else {
-            team.wake_fenced(mask, wake);
+    pub(crate) fn wake_members(
+        &mut self,
+        team: &ShmTeam,
+        fencing: &mut crate::ring::Fencing,
+        wake: &mut impl FnMut(EpAddr),
+    ) {
+        let post = std::mem::take(&mut self.wake_post);
+        if post != 0 {
+            let own = team.areas[team.me as usize];
+            let sleepers = fencing.after_store(own, &team.areas, post);
+            team.wake_listed(sleepers, wake);
         }
+        team.wake_fenced(std::mem::take(&mut self.wake), wake);
+    }
+
+    /// True if this collective stored a flag since it last woke members.
+    #[inline]
+    pub(crate) fn stored(&self) -> bool {
+        self.wake | self.wake_post != 0
     }
 
     /// As [`wake_members`](Self::wake_members), with a fence whenever it stored a flag
     /// (a member about to spin on a flag makes its own stores visible first).
     #[inline]
-    pub(crate) fn fence_and_wake(&mut self, team: &ShmTeam, wake: &mut impl FnMut(EpAddr)) {
-        self.plain = false;
-        team.wake(std::mem::take(&mut self.wake), wake);
+    pub(crate) fn fence_and_wake(
+        &mut self,
+        team: &ShmTeam,
+        fencing: &mut crate::ring::Fencing,
+        wake: &mut impl FnMut(EpAddr),
+    ) {
+        if self.stored() {
+            fence(Ordering::SeqCst);
+        }
+        self.wake_members(team, fencing, wake);
     }
 
     /// This collective, not yet started, as collective `seq` of its team (a replayed
@@ -1345,8 +1390,7 @@ impl ShmOp {
                 None => {}
             }
             own.post(ch, s).store(tag, Ordering::Release);
-            self.plain = true;
-            self.wake |= team.others();
+            self.wake_post |= team.others();
             expected.n[ch][s] += readers;
             expected.seq[ch][s] = self.seq;
         }
@@ -1435,7 +1479,6 @@ impl ShmOp {
                 // Sequentially consistent: a locked instruction on x86, so waking
                 // after it needs no fence there (`wake_members`).
                 a.ack(ch, s).fetch_add(1, Ordering::SeqCst);
-                self.plain = false;
                 self.wake |= 1 << q;
                 self.k += 1;
             }
@@ -1599,6 +1642,11 @@ pub(crate) struct OwnedShm {
 }
 
 impl OwnedShm {
+    /// What its last step waited for.
+    pub(crate) fn wait(&self) -> Option<WaitOn> {
+        self.op.wait
+    }
+
     /// One line for a hang report ([`ShmOp::describe`]).
     pub(crate) fn describe(&self) -> String {
         self.op.describe()

@@ -353,12 +353,13 @@ impl Coll {
                     rootcheck::announce(t, st.seq, st.belief);
                 }
                 let done = op.step(t, &mut shm.expected);
-                let stored = op.op().wake != 0;
+                let stored = op.op().stored();
                 if done {
                     rootcheck::finished(t, st.seq);
                     st.result = Some(Ok(op.take_output()));
                 }
-                op.op().wake_members(t, &mut |a| cx.wake(a));
+                op.op()
+                    .wake_members(t, &mut shm.fencing, &mut |a| cx.wake(a));
                 (done, stored)
             }
             Body::Bar(b) => {
@@ -692,7 +693,7 @@ impl Coll {
             // this member stored goes out first: a member spinning on loads delayed
             // its own stores here (allreduce 8 B on 2 ranks took 1 µs instead of 0.15
             // without the fence).
-            op.fence_and_wake(t, &mut |a| cx.wake(a));
+            op.fence_and_wake(t, &mut self.shm.fencing, &mut |a| cx.wake(a));
             let mut looks = 0;
             while looks < INNER_LOOKS {
                 if op.wait.is_some_and(|w| w.ready()) {
@@ -748,7 +749,7 @@ impl Coll {
         if done {
             rootcheck::finished(t, seq);
         }
-        op.wake_members(t, &mut |a| cx.wake(a));
+        op.wake_members(t, &mut self.shm.fencing, &mut |a| cx.wake(a));
         if done {
             self.calm();
             return Replayed::Done;
@@ -817,7 +818,7 @@ impl Coll {
                 if done {
                     rootcheck::finished(t, d.seq);
                 }
-                op.wake_members(t, &mut |a| cx.wake(a));
+                op.wake_members(t, &mut self.shm.fencing, &mut |a| cx.wake(a));
                 (done, 0)
             }
             DirectBody::Bar(b) => {

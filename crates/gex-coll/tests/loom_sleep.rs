@@ -4,9 +4,10 @@
 //! (or `ci/loom.sh`).
 //!
 //! Members are threads running the real barrier and channel code (`gex_coll::loomkit`);
-//! writers wake with the real `ShmTeam::wake` (a fence, then every announced
-//! sleeper's `SLEEPY` word) or `ShmTeam::wake_fenced` (the barriers: the sequentially
-//! consistent swap of the flag is meant as the fence). The sleeper's side lives in
+//! writers wake with the real `ShmOp::wake_members` (publications: a fence and every
+//! announced sleeper's `SLEEPY` word once the writer fences, `Fencing::after_store`;
+//! acknowledgements: `ShmTeam::wake_fenced`) or `ShmTeam::wake_fenced` (the barriers:
+//! the sequentially consistent swap of the flag is meant as the fence). The sleeper's side lives in
 //! the layer's progress hook, which needs an endpoint; it is **mirrored** here, line
 //! for line, in [`wait`]:
 //! - `layer.rs`, `Coll::sleep_gate`: `own.sleepy().store(1, Relaxed)` (once per
@@ -27,6 +28,8 @@
 //! - `ShmTeam::wake` without its fence: `loom_sleep_channel`;
 //! - the sleeper's fence removed from [`wait`]: `loom_sleep_channel`,
 //!   `loom_sleep_flag_barrier`;
+//! - the reader ignoring `WaitOn::sleep_safe` (sleeping while the root it waits for
+//!   does not fence yet): `loom_sleep_channel_reader_of_a_spinning_root`;
 //! - `ShmTeam::wake_fenced` without a fence: `loom_sleep_flag_barrier`,
 //!   `loom_sleep_counter_barrier`. That was the code before these models: a real
 //!   bug (a `SeqCst` swap does not order the relaxed `SLEEPY` loads after it), fixed
@@ -72,7 +75,10 @@ impl Bells {
 
 /// Waits until `ready()` as a member whose wait policy is `Block` (it sleeps at the
 /// first fruitless look): the layer's side of the protocol, mirrored (module docs).
-fn wait(m: &Member, bells: &Bells, ready: &dyn Fn() -> bool) {
+/// `safe()` is `WaitOn::sleep_safe` of the wait (`Coll::waits_sleep_safe`): false
+/// while the publisher waited for does not fence yet; the member then stays awake,
+/// yielding (`Progress::Spinning`).
+fn wait(m: &Member, bells: &Bells, ready: &dyn Fn() -> bool, safe: &dyn Fn() -> bool) {
     let mut sleepy = false;
     while !ready() {
         // layer.rs, Coll::sleep_gate: announce.
@@ -80,8 +86,13 @@ fn wait(m: &Member, bells: &Bells, ready: &dyn Fn() -> bool) {
             m.sleepy().store(1, Ordering::Relaxed);
             sleepy = true;
         }
-        // layer.rs, Coll::progress: fence, look once more.
+        // layer.rs, Coll::progress: fence, then the writer's `FENCING` (stay awake,
+        // yielding, while it does not fence), then look once more.
         fence(Ordering::SeqCst);
+        if !safe() {
+            thread::yield_now();
+            continue;
+        }
         if ready() {
             break;
         }
@@ -105,12 +116,17 @@ fn two(body: fn(Member, &Bells)) {
     h.join().unwrap();
 }
 
-/// A slot collective (a gather_all of 8 bytes, twice: small slots, inline): the
-/// writer of `POST` and of `ACK` wakes through `ShmTeam::wake` (fence, then `SLEEPY`).
+/// A slot collective (a gather_all of 8 bytes, twice: small slots, inline) between
+/// members that may sleep (`MAYSLEEP` set, as under `Block`): the writer of `POST`
+/// wakes through the publications' protocol (`Fencing::after_store`: it starts
+/// fencing once it sees a reader's `MAYSLEEP`, then fence and `SLEEPY`), the writer of
+/// `ACK` through `ShmTeam::wake_fenced`; a reader sleeps only once the publisher fences
+/// (`WaitOn::sleep_safe`).
 #[test]
 fn loom_sleep_channel() {
     loom::model(|| {
         two(|mut m, bells| {
+            m.set_may_sleep();
             for seq in 0..2 {
                 let me = m.me();
                 let inp = [me as u8 + 10 * seq as u8; 8];
@@ -120,16 +136,60 @@ fn loom_sleep_channel() {
                 loop {
                     let done = c.step(&mut m, &inp, &mut out);
                     // shmdrive.rs, Coll::direct_step: `op.wake_members(t, ...)`.
-                    c.wake_members(&m, &mut |q| bells.ring(q));
+                    c.wake_members(&mut m, &mut |q| bells.ring(q));
                     if done {
                         break;
                     }
-                    wait(&m, bells, &|| c.ready());
+                    wait(&m, bells, &|| c.ready(), &|| c.sleep_safe());
                 }
                 assert_eq!(
                     out.to_vec(),
                     [[10 * seq as u8; 8], [1 + 10 * seq as u8; 8]].concat()
                 );
+            }
+        });
+    });
+}
+
+/// Broadcasts (two, small slots) from a root that never sleeps (`Spin`: no
+/// `MAYSLEEP`) to a reader that may: the reader's only wake-up can come from the
+/// root's publication, so it may sleep only once the root fences (it starts when it
+/// sees the reader's `MAYSLEEP`, which it may not have at its first publication).
+/// Fails (a lost wake-up) if the reader ignores `WaitOn::sleep_safe`.
+#[test]
+fn loom_sleep_channel_reader_of_a_spinning_root() {
+    loom::model(|| {
+        two(|mut m, bells| {
+            let me = m.me();
+            if me == 1 {
+                m.set_may_sleep();
+            }
+            for seq in 0..2 {
+                let inp = [7 + seq as u8; 8];
+                let mut out = [0u8; 8];
+                let mut c = m.collective(OpKind::Broadcast, 8, SyncModes::default(), seq);
+                let (input, output): (&[u8], &mut [u8]) = if me == 0 {
+                    (&inp, &mut [])
+                } else {
+                    (&[], &mut out)
+                };
+                c.keep_own(input, output);
+                loop {
+                    let done = c.step(&mut m, input, output);
+                    c.wake_members(&mut m, &mut |q| bells.ring(q));
+                    if done {
+                        break;
+                    }
+                    if me == 0 {
+                        // Spin: never sleeps.
+                        thread::yield_now();
+                    } else {
+                        wait(&m, bells, &|| c.ready(), &|| c.sleep_safe());
+                    }
+                }
+                if me == 1 {
+                    assert_eq!(out, [7 + seq as u8; 8]);
+                }
             }
         });
     });
@@ -161,7 +221,7 @@ fn barriers(m: Member, bells: &Bells, counter: bool) {
             if done {
                 break;
             }
-            wait(&m, bells, &|| b.ready());
+            wait(&m, bells, &|| b.ready(), &|| true);
         }
         assert_eq!(b.entry(), (None, false));
     }
