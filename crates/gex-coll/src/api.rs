@@ -830,6 +830,11 @@ pub(crate) fn barrier_blocking<C: Conduit>(
     entry: Entry,
     opts: &Opts<'_>,
 ) -> Result<(), CollError> {
+    if team.size() == 1 && opts.algorithm.is_none() {
+        // A team of one: nobody to wait for.
+        coll(ep, |c, _| c.with_resolved(team, |_, _| Ok(())))??;
+        return entry.outcome();
+    }
     let l = Lowered {
         kind: OpKind::Barrier,
         root: 0,
