@@ -1115,10 +1115,12 @@ impl ShmOp {
     }
 
     /// Wakes the members this collective stored flags for since it last did, that
-    /// announced they may sleep (module docs, *Sleeping*): with a fence if its last
-    /// flag store was a plain one, else as [`ShmTeam::wake_fenced`] (after an
-    /// acknowledgement's read-modify-write, which on x86 is itself a full barrier and
-    /// made every earlier store visible).
+    /// announced they may sleep (module docs, *Sleeping*): the readers of its
+    /// publications through the publications' rule (`Fencing::after_store`: a fence
+    /// and their `SLEEPY` words only once this member fences, which it starts when it
+    /// sees a reader's `MAYSLEEP`), the publishers it acknowledged as
+    /// [`ShmTeam::wake_fenced`] (an acknowledgement is a sequentially consistent
+    /// read-modify-write, itself a full barrier on x86).
     #[inline]
     pub(crate) fn wake_members(
         &mut self,
