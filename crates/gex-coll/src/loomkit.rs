@@ -255,14 +255,9 @@ impl Member {
         self.team.me
     }
 
-    /// `ShmTeam::wake`: fences, then calls `wake` with the rank of every member of
-    /// `mask` whose `SLEEPY` word is set.
-    pub fn wake(&self, mask: u64, wake: &mut dyn FnMut(u32)) {
-        self.team.wake(mask, &mut |a: EpAddr| wake(a.rank));
-    }
-
-    /// `ShmTeam::wake_fenced`: as [`wake`](Self::wake), without the fence (the last
-    /// flag was stored by a sequentially consistent read-modify-write).
+    /// `ShmTeam::wake_fenced`: calls `wake` with the rank of every member of `mask`
+    /// whose `SLEEPY` word is set (the last flag was stored by a sequentially
+    /// consistent read-modify-write; the loom build fences first).
     pub fn wake_fenced(&self, mask: u64, wake: &mut dyn FnMut(u32)) {
         self.team.wake_fenced(mask, &mut |a: EpAddr| wake(a.rank));
     }

@@ -539,19 +539,10 @@ impl ShmTeam {
     }
 
     /// Wakes the members of `mask` (bit = team rank) that announced they may sleep,
-    /// after this member stored flags they may wait for.
-    pub(crate) fn wake(&self, mask: u64, wake: &mut impl FnMut(EpAddr)) {
-        if mask == 0 {
-            return;
-        }
-        // Pairs with the fence of a sleeper (module docs, *Sleeping*).
-        fence(Ordering::SeqCst);
-        self.wake_sleepers(mask, wake);
-    }
-
-    /// [`wake`](Self::wake) when the last flag was stored by a sequentially
-    /// consistent read-modify-write: on x86 a locked instruction is itself a full
-    /// barrier, so the fence is left out there.
+    /// after this member stored flags they may wait for, the last of them by a
+    /// sequentially consistent read-modify-write: the fence that pairs with a
+    /// sleeper's (module docs, *Sleeping*) is that instruction itself on x86 (a locked
+    /// instruction is a full barrier), so it is left out there.
     ///
     /// Elsewhere (and under loom, which checks the language's memory model, not x86's)
     /// the fence is needed: a `SeqCst` read-modify-write orders nothing for the
@@ -1143,8 +1134,8 @@ impl ShmOp {
         self.wake | self.wake_post != 0
     }
 
-    /// As [`wake_members`](Self::wake_members), with a fence whenever it stored a flag
-    /// (a member about to spin on a flag makes its own stores visible first).
+    /// As [`wake_members`](Self::wake_members), after a fence whenever it stored a
+    /// flag (a member about to spin on a flag makes its own stores visible first).
     #[inline]
     pub(crate) fn fence_and_wake(
         &mut self,

@@ -30,7 +30,8 @@
 //! which may then block in the conduit; before that it reports
 //! [`Progress::Spinning`](gex_core::layer::Progress::Spinning) (the endpoint spins or
 //! yields, never sleeps). Writers of flags wake announced sleepers
-//! ([`ShmTeam::wake`](crate::shm::ShmTeam::wake)). See [`crate::shm`], *Sleeping*.
+//! ([`ShmOp::wake_members`](crate::shm::ShmOp::wake_members)). See [`crate::shm`],
+//! *Sleeping*.
 //!
 //! [`Endpoint::with_layer`]: gex_core::Endpoint::with_layer
 //! [`Endpoint::wait_until_layer`]: gex_core::Endpoint::wait_until_layer
@@ -514,12 +515,7 @@ impl Coll {
             return Ok(RingBegin::Done);
         }
         let wait = WaitOn::Ring(b.wait.expect("a pending step records its wait"));
-        self.direct = Some(DirectWait {
-            wait,
-            stall: Stall::default(),
-            check: false,
-        });
-        cx.set_busy();
+        self.await_flag(cx, wait, Stall::default());
         *call = Some(RingCall {
             own: sh.areas[me as usize],
             fencing: self.shm.fencing.on,
@@ -575,12 +571,7 @@ impl Coll {
             return Ok(true);
         }
         let wait = WaitOn::Ring(call.b.wait.expect("a pending step records its wait"));
-        self.direct = Some(DirectWait {
-            wait,
-            stall,
-            check: false,
-        });
-        cx.set_busy();
+        self.await_flag(cx, wait, stall);
         Ok(false)
     }
 
@@ -744,13 +735,7 @@ impl Coll {
         self.counters.replayed_calls += 1;
         op.keep_own(io.input, io.out);
         self.publish(&mut op, t, io.input, oversubscribed);
-        rootcheck::announce(t, seq, belief);
-        let done = self.step_shm(cx, t, &mut op, io);
-        if done {
-            rootcheck::finished(t, seq);
-        }
-        op.wake_members(t, &mut self.shm.fencing, &mut |a| cx.wake(a));
-        if done {
+        if self.shm_step(cx, t, &mut op, (seq, belief, true), io) {
             self.calm();
             return Replayed::Done;
         }
@@ -762,13 +747,46 @@ impl Coll {
             size: team.size(),
             rank: team.rank(),
         });
+        let wait = d.wait().expect("a pending step records its wait");
+        self.await_flag(cx, wait, Stall::default());
+        Replayed::Pending
+    }
+
+    /// One direct step of the slot protocol for collective `seq` under `belief`
+    /// (`first`: its first, which announces it to the root checks): steps (with
+    /// [`step_shm`](Self::step_shm)'s inner looks), records it finished when done, and
+    /// wakes the members it stored flags for. True if done.
+    #[inline]
+    fn shm_step<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        t: &ShmTeam,
+        op: &mut ShmOp,
+        (seq, belief, first): (u32, u32, bool),
+        io: &mut Io<'_>,
+    ) -> bool {
+        if first {
+            op.set_belief(t, belief);
+            rootcheck::announce(t, seq, belief);
+        }
+        let done = self.step_shm(cx, t, op, io);
+        if done {
+            rootcheck::finished(t, seq);
+        }
+        op.wake_members(t, &mut self.shm.fencing, &mut |a| cx.wake(a));
+        done
+    }
+
+    /// Records that the direct call waits for `wait` (its progress hook then keeps the
+    /// endpoint awake, runs the stall checks and the sleep protocol).
+    #[inline]
+    fn await_flag<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, wait: WaitOn, stall: Stall) {
         self.direct = Some(DirectWait {
-            wait: d.wait().expect("a pending step records its wait"),
-            stall: Stall::default(),
+            wait,
+            stall,
             check: false,
         });
         cx.set_busy();
-        Replayed::Pending
     }
 
     /// Publishes `op`'s input by reference if it can ([`ShmOp::publish_by_reference`]),
@@ -808,23 +826,12 @@ impl Coll {
         }
         let first = !d.started;
         d.started = true;
-        let (done, wake) = match &mut d.body {
-            DirectBody::Shm(op) => {
-                if first {
-                    op.set_belief(t, d.belief);
-                    rootcheck::announce(t, d.seq, d.belief);
-                }
-                let done = self.step_shm(cx, t, op, io);
-                if done {
-                    rootcheck::finished(t, d.seq);
-                }
-                op.wake_members(t, &mut self.shm.fencing, &mut |a| cx.wake(a));
-                (done, 0)
-            }
+        let done = match &mut d.body {
+            DirectBody::Shm(op) => self.shm_step(cx, t, op, (d.seq, d.belief, first), io),
             DirectBody::Bar(b) => {
                 let done = b.step(t);
                 t.wake_fenced(b.take_wake(), &mut |a| cx.wake(a));
-                (done, 0)
+                done
             }
             DirectBody::Ring { b, fencing, .. } => {
                 if first {
@@ -835,21 +842,15 @@ impl Coll {
                 *fencing = self.shm.fencing.on;
                 // Already fenced (crate::ring).
                 t.wake_fenced(std::mem::take(&mut b.wake), &mut |a| cx.wake(a));
-                (done, 0)
+                done
             }
         };
-        t.wake(wake, &mut |a| cx.wake(a));
         if done {
             self.calm();
             return Ok(Stepped::Done);
         }
         let wait = d.wait().expect("a pending step records its wait");
-        self.direct = Some(DirectWait {
-            wait,
-            stall,
-            check: false,
-        });
-        cx.set_busy();
+        self.await_flag(cx, wait, stall);
         Ok(Stepped::Pending)
     }
 

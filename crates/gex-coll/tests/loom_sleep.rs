@@ -25,7 +25,8 @@
 //! **The models fail when the code is broken** (mutations tried by hand, each one
 //! reverted; loom reported `deadlock; threads = [(Id(0), Blocked..), (Id(1),
 //! Blocked..)]`, a lost wake-up, for each):
-//! - `ShmTeam::wake` without its fence: `loom_sleep_channel`;
+//! - `Fencing::after_store` (a publication's wake) without its fence: the channel
+//!   models (and `tests/loom_ring.rs`);
 //! - the sleeper's fence removed from [`wait`]: `loom_sleep_channel`,
 //!   `loom_sleep_flag_barrier`;
 //! - the reader ignoring `WaitOn::sleep_safe` (sleeping while the root it waits for
