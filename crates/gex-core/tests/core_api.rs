@@ -880,6 +880,16 @@ fn layer_state_access_reaches_the_same_state_for_every_layer() {
             );
             assert_eq!(ep.with_layer::<Nth<N>, _>(|l, _| l.hits), Some(k));
         }
+        // The closure-free borrow reaches the same state, for the cached layers only.
+        match ep.layer_state_mut::<Nth<N>>() {
+            Some(l) => {
+                assert!(N < 4, "layer {N} is not cached");
+                l.hits += 10;
+                assert_eq!(ep.with_layer::<Nth<N>, _>(|l, _| l.hits), Some(13));
+                ep.layer_state_mut::<Nth<N>>().unwrap().hits -= 10;
+            }
+            None => assert!(N >= 4, "layer {N} is cached"),
+        }
     }
     // The first four come from the handle's cache, the fifth from the search.
     check::<0>(&mut ep);
@@ -902,6 +912,8 @@ fn layer_state_access_reaches_the_same_state_for_every_layer() {
         ep.with_layer_state::<Nth<0>, _>(|l| l.hits += 1);
     }
     assert_eq!(ep.with_layer::<Nth<0>, _>(|l, _| l.hits), Some(1000));
+    // With a progress thread nothing is handed out without the lock.
+    assert!(ep.layer_state_mut::<Nth<0>>().is_none());
 }
 
 /// A layer that defers part of a scope's work to the scope's end: `end_scope` tracks

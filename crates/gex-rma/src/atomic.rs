@@ -625,7 +625,7 @@ pub(crate) fn agree<T: AtomicType>(
 
 impl Rma {
     /// The fastest path of an atomic, run under
-    /// [`Endpoint::with_layer_state`](gex_core::Endpoint::with_layer_state): a CPU
+    /// [`Endpoint::layer_state_mut`](gex_core::Endpoint::layer_state_mut): a CPU
     /// atomic in a domain that allows `op`, on an aligned word of a member whose
     /// segment mapping is cached, executes now and gives the old value's bits;
     /// anything else gives `None` and takes [`atomic_step`](Self::atomic_step), which
@@ -652,10 +652,7 @@ impl Rma {
         if !member {
             return None;
         }
-        let base = self.cached_mapping(dst)?;
-        self.check_range(dst, p.offset, size).ok()?;
-        // SAFETY: the offset is inside the mapped segment (checked).
-        let at = unsafe { base.as_ptr().add(p.offset) };
+        let at = self.direct_at(dst, p.offset, size)?;
         if at as usize % size != 0 {
             return None;
         }

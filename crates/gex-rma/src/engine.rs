@@ -26,7 +26,6 @@ use gex_core::event::{Data, Finish, finish_held};
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
 use gex_core::{Category, EpAddr, Event, ModeKind};
-use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// How an operation was asked for.
@@ -173,35 +172,19 @@ impl Rma {
         }
     }
 
-    /// The mapping of `dst`'s segment if it is already cached (no conduit call): the
-    /// first question of the fast paths below, which run without a [`Cx`].
-    #[inline(always)]
-    pub(crate) fn cached_mapping(&self, dst: EpAddr) -> Option<NonNull<u8>> {
-        if self.force_am || dst.ep != self.me.ep {
-            return None;
-        }
-        self.mapped
-            .get(dst.rank as usize)
-            .copied()
-            .flatten()
-            .flatten()
-    }
-
     /// The fastest path of a contiguous put, run under
-    /// [`Endpoint::with_layer_state`](gex_core::Endpoint::with_layer_state): a
-    /// nonempty, valid range of a segment whose mapping is cached is copied now (true);
-    /// anything else returns false and takes [`put_now`](Self::put_now).
+    /// [`Endpoint::layer_state_mut`](gex_core::Endpoint::layer_state_mut): a
+    /// nonempty, valid range of a segment whose mapping is cached
+    /// ([`direct_at`](Self::direct_at)) is copied now (true); anything else returns
+    /// false and takes [`put_now`](Self::put_now).
     #[inline(always)]
     pub(crate) fn put_fast(&mut self, dst: EpAddr, offset: usize, src: &[u8]) -> bool {
-        let Some(base) = self.cached_mapping(dst) else {
+        let Some(at) = self.direct_at(dst, offset, src.len()) else {
             return false;
         };
-        if src.is_empty() || self.check_range(dst, offset, src.len()).is_err() {
-            return false;
-        }
-        // SAFETY: the range was checked against the segment; the mapping is live
-        // (module `crate::direct`); `std::ptr::copy` tolerates overlap.
-        unsafe { std::ptr::copy(src.as_ptr(), base.as_ptr().add(offset), src.len()) };
+        // SAFETY: `direct_at` checked the range against the cached mapping, which is
+        // live (module `crate::direct`); `std::ptr::copy` tolerates overlap.
+        unsafe { std::ptr::copy(src.as_ptr(), at, src.len()) };
         true
     }
 
@@ -217,15 +200,12 @@ impl Rma {
         dst: *mut u8,
         len: usize,
     ) -> bool {
-        let Some(base) = self.cached_mapping(src) else {
+        let Some(at) = self.direct_at(src, offset, len) else {
             return false;
         };
-        if len == 0 || self.check_range(src, offset, len).is_err() {
-            return false;
-        }
-        // SAFETY: the range was checked against the segment; `dst` is writable
-        // (contract); `std::ptr::copy` tolerates overlap.
-        unsafe { std::ptr::copy(base.as_ptr().add(offset), dst, len) };
+        // SAFETY: `direct_at` checked the range against the cached mapping; `dst` is
+        // writable (contract); `std::ptr::copy` tolerates overlap.
+        unsafe { std::ptr::copy(at, dst, len) };
         true
     }
 

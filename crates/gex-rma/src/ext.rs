@@ -397,65 +397,62 @@ fn get_borrowed<C: Conduit, T: Pod>(
     if let Source::Ptr(gp) = src {
         let (a, off) = (gp.addr(), gp.offset);
         // The direct path to a cached mapping: a bounds check and a copy, no event.
-        // SAFETY: `dst` is borrowed for the call and written only by the copy.
-        if ep.with_layer_state::<Rma, _>(|r| unsafe { r.get_fast(a, off, p, bytes) }) == Some(true)
+        if let Some(r) = ep.layer_state_mut::<Rma>()
+            // SAFETY: `dst` is borrowed for the call and written only by the copy.
+            && unsafe { r.get_fast(a, off, p, bytes) }
         {
             return Ok(());
         }
         // SAFETY: `p` is `dst`'s, which is borrowed for the call.
-        return unsafe { get_borrowed_slow(ep, a, off, p, bytes, n, src) };
+        return unsafe { get_borrowed_slow(ep, a, off, p, bytes) };
     }
     // SAFETY: as above.
     unsafe { get_borrowed_rest(ep, p, bytes, n, src) }
 }
 
-/// [`get_borrowed`] past the fastest path, for a pointer source.
+/// [`get_borrowed`] past the fastest path, for a pointer source at `off` of `a`.
+/// It takes the source's parts, not the [`Source`], so that the fast path keeps them
+/// in registers: an enum passed to it was built on the stack on every call and read
+/// back, which made each fast call wait for its own stores (and, when the stack
+/// slot's page offset met the copy's destination, for the copy's).
 ///
 /// # Safety
-/// `p` is valid for writes of `bytes` bytes (`n` `T`s) until this returns, and
-/// nothing else uses that memory meanwhile.
+/// `p` is valid for writes of `bytes` bytes until this returns, and nothing else uses
+/// that memory meanwhile.
 #[inline(never)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn get_borrowed_slow<C: Conduit, T: Pod>(
+unsafe fn get_borrowed_slow<C: Conduit>(
     ep: &mut Endpoint<C>,
     a: EpAddr,
     off: usize,
     p: *mut u8,
     bytes: usize,
-    n: usize,
-    src: Source<'_, T>,
 ) -> Result<(), RmaError> {
-    if let Source::Ptr(gp) = src {
-        // The direct path: a bounds check and a copy, no event.
-        // SAFETY: `p` is writable for `bytes` bytes and ours for the call (contract).
-        if ep.with_layer::<Rma, _>(|r, cx| unsafe { r.get_now(cx, a, off, p, bytes) }) == Some(true)
-        {
-            return Ok(());
-        }
-        let chunks = [Chunk {
-            remote: gp.offset,
-            local: 0,
-            len: bytes,
-        }];
-        // SAFETY: `p` is ours until this returns (contract), and it returns only after the
-        // operation completed (or, after a failure, its units in flight did: `end`).
-        let r = unsafe {
-            get_bytes(
-                ep,
-                a,
-                &chunks,
-                GetTo::Ptr(p, bytes),
-                How::new(ModeKind::Blocking),
-                None,
-                finish_unit,
-                |r| r.check_range(a, off, bytes),
-                fin::<C, (), Blocking>,
-            )
-        }?;
-        return end::<C, (), Blocking>(ep, r, true);
+    // The direct path: a bounds check and a copy, no event.
+    // SAFETY: `p` is writable for `bytes` bytes and ours for the call (contract).
+    if ep.with_layer::<Rma, _>(|r, cx| unsafe { r.get_now(cx, a, off, p, bytes) }) == Some(true) {
+        return Ok(());
     }
-    // SAFETY: forwarded contract.
-    unsafe { get_borrowed_rest(ep, p, bytes, n, src) }
+    let chunks = [Chunk {
+        remote: off,
+        local: 0,
+        len: bytes,
+    }];
+    // SAFETY: `p` is ours until this returns (contract), and it returns only after the
+    // operation completed (or, after a failure, its units in flight did: `end`).
+    let r = unsafe {
+        get_bytes(
+            ep,
+            a,
+            &chunks,
+            GetTo::Ptr(p, bytes),
+            How::new(ModeKind::Blocking),
+            None,
+            finish_unit,
+            |r| r.check_range(a, off, bytes),
+            fin::<C, (), Blocking>,
+        )
+    }?;
+    end::<C, (), Blocking>(ep, r, true)
 }
 
 /// [`get_borrowed`] from a non-pointer source.
@@ -881,7 +878,11 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let (a, off) = (dst.addr(), dst.offset);
         // The direct path to a cached mapping: a bounds check and a copy, no event.
-        if self.with_layer_state::<Rma, _>(|r| r.put_fast(a, off, bytes)) == Some(true) {
+        if self
+            .layer_state_mut::<Rma>()
+            .map(|r| r.put_fast(a, off, bytes))
+            == Some(true)
+        {
             return Ok(self.done::<(), RmaError, M>(()));
         }
         put_slow::<C, M>(self, a, off, bytes)
@@ -931,7 +932,9 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let mut v = T::zeroed();
         let pv = (&raw mut v).cast::<u8>();
         // SAFETY: `pv` is a local of `n` bytes, written only by the copy.
-        let now = self.with_layer_state::<Rma, _>(|r| unsafe { r.get_fast(a, off, pv, n) });
+        let now = self
+            .layer_state_mut::<Rma>()
+            .map(|r| unsafe { r.get_fast(a, off, pv, n) });
         if now == Some(true) {
             return Ok(self.done::<T, RmaError, M>(v));
         }
@@ -1054,8 +1057,9 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         _mode: M,
     ) -> Result<M::Out<(), RmaError>, RmaError> {
         // The direct path to a cached mapping: a CPU atomic, no event.
-        if let Some(Some(_)) =
-            self.with_layer_state::<Rma, _>(|r| r.atomic_fast(ad, op, p, (a, b), f))
+        if let Some(Some(_)) = self
+            .layer_state_mut::<Rma>()
+            .map(|r| r.atomic_fast(ad, op, p, (a, b), f))
         {
             return Ok(self.done::<(), RmaError, M>(()));
         }
@@ -1077,8 +1081,9 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
             return Err(RmaError::NotFetching { op });
         }
         // The direct path to a cached mapping: a CPU atomic, no event.
-        if let Some(Some(old)) =
-            self.with_layer_state::<Rma, _>(|r| r.atomic_fast(ad, op, p, (a, b), f))
+        if let Some(Some(old)) = self
+            .layer_state_mut::<Rma>()
+            .map(|r| r.atomic_fast(ad, op, p, (a, b), f))
         {
             return Ok(self.done::<T, RmaError, M>(T::from_bits(old)));
         }
@@ -1187,9 +1192,9 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         let p = dst.as_mut_ptr().cast::<u8>();
         let (a, off) = (src.addr(), src.offset);
         // The direct path to a cached mapping: complete now, nothing to track.
-        // SAFETY: `dst` is borrowed for the scope and written only by the copy.
-        if self.with_layer_state::<Rma, _>(|r| unsafe { r.get_fast(a, off, p, bytes) })
-            == Some(true)
+        if let Some(r) = self.layer_state_mut::<Rma>()
+            // SAFETY: `dst` is borrowed for the scope and written only by the copy.
+            && unsafe { r.get_fast(a, off, p, bytes) }
         {
             return Ok(());
         }
@@ -1248,7 +1253,11 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let (a, off) = (dst.addr(), dst.offset);
         // The direct path to a cached mapping: complete now, nothing to track.
-        if self.with_layer_state::<Rma, _>(|r| r.put_fast(a, off, bytes)) == Some(true) {
+        if self
+            .layer_state_mut::<Rma>()
+            .map(|r| r.put_fast(a, off, bytes))
+            == Some(true)
+        {
             return Ok(());
         }
         let tag = self.tag();

@@ -12,7 +12,7 @@
 //! # Safety
 //! `Rma` holds raw pointers, which makes it `!Send` by default; it is sent with its
 //! endpoint (the layer contract requires `Send`) under these rules:
-//! - `seg` and the cached mappings in `mapped` point at segments the conduit maps for
+//! - `seg` and the cached mappings in `mapped` and `direct` point at segments the conduit maps for
 //!   its whole life; the endpoint holds the conduit, and the layer lives inside the
 //!   endpoint, so they outlive the layer. They are dereferenced only within ranges
 //!   checked against the published segment lengths.
@@ -175,6 +175,11 @@ pub struct Rma {
     /// Per rank: the mapping of its endpoint with this endpoint's index (`None`: not
     /// asked yet; `Some(None)`: not mapped).
     pub(crate) mapped: Vec<Option<Option<NonNull<u8>>>>,
+    /// Per rank: the direct path's whole question in one entry, for the fast paths
+    /// ([`Rma::direct_at`]): the cached mapping of its endpoint with this endpoint's
+    /// index and the length a range must stay within, or a length of 0 while no
+    /// mapping is cached (not asked yet, not mapped, or the AM path forced).
+    pub(crate) direct: Vec<Direct>,
     pub(crate) ops: OpTable,
     next: u32,
     /// Native operations in flight.
@@ -195,6 +200,23 @@ pub struct Rma {
     pub(crate) scope_relaxed: bool,
     /// Ended scopes waiting for the flush of relaxed puts ([`Layer::end_scope`]).
     pub(crate) scope_flush: Vec<OpCompleter>,
+}
+
+/// One rank's entry of [`Rma::direct`]: a cached mapping and its length (0: none).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Direct {
+    /// Base of the mapping (null when `len` is 0).
+    pub(crate) base: *mut u8,
+    /// Bytes a direct range must stay within; 0 while no mapping is cached.
+    pub(crate) len: usize,
+}
+
+impl Direct {
+    /// No cached mapping.
+    pub(crate) const NONE: Direct = Direct {
+        base: std::ptr::null_mut(),
+        len: 0,
+    };
 }
 
 // SAFETY: see the module's `# Safety`: the raw pointers point at mappings and buffers
@@ -287,6 +309,7 @@ impl Layer for Rma {
             caps,
             force_am,
             mapped: vec![None; size as usize],
+            direct: vec![Direct::NONE; size as usize],
             ops: OpTable::default(),
             next: 0,
             native: Vec::new(),
@@ -464,15 +487,44 @@ impl Rma {
         if dst.ep != self.me.ep {
             return cx.peer_segment(dst).map(|(p, _)| p);
         }
-        let slot = &mut self.mapped[dst.rank as usize];
-        match *slot {
+        let r = dst.rank as usize;
+        match self.mapped[r] {
             Some(m) => m,
             None => {
-                let m = cx.peer_segment(dst).map(|(p, _)| p);
-                *slot = Some(m);
+                let seg = cx.peer_segment(dst);
+                let m = seg.map(|(p, _)| p);
+                self.mapped[r] = Some(m);
+                if let Some((base, len)) = seg {
+                    // `dst` was checked (rank, endpoint); the range bound is the
+                    // smaller of the published and the mapped length.
+                    self.direct[r] = Direct {
+                        base: base.as_ptr(),
+                        len: len.min(self.seg_lens[r]),
+                    };
+                }
                 m
             }
         }
+    }
+
+    /// The address of `[offset, offset + len)` of `dst`'s segment if that is a
+    /// nonempty range on the direct path whose mapping is already cached (no conduit
+    /// call): the whole check of the put, get and atomic fast paths, one entry loaded.
+    /// `None` for anything else (not cached yet, not mapped, the AM path forced, an
+    /// empty or bad range: the slow path decides and reports errors).
+    #[inline(always)]
+    pub(crate) fn direct_at(&self, dst: EpAddr, offset: usize, len: usize) -> Option<*mut u8> {
+        if dst.ep != self.me.ep {
+            return None;
+        }
+        let d = self.direct.get(dst.rank as usize)?;
+        let end = offset.checked_add(len)?;
+        if len == 0 || end > d.len {
+            return None;
+        }
+        // SAFETY: `d.len > 0`, so `d.base` is a cached mapping of `d.len` bytes
+        // (`Direct`) and `offset < end <= d.len` keeps the result inside it.
+        Some(unsafe { d.base.add(offset) })
     }
 
     /// The path of an operation (see [`crate::path`]).

@@ -268,6 +268,90 @@ fn vis_and_scoped_operations_check_targets_and_ranges() {
     unchanged(&mut ep, &before);
 }
 
+/// The contiguous fast paths (a cached mapping: one table entry answers the whole
+/// check) keep every range check: once the first put cached the mapping, ranges past
+/// the end, offsets that overflow, other endpoints' segments and misaligned atomics
+/// still go to the checked path and fail there with the same errors; ranges that
+/// end exactly at the segment's end succeed; nothing is written by a failure.
+#[test]
+fn contiguous_fast_paths_keep_the_range_checks_once_the_mapping_is_cached() {
+    let c = client(2);
+    let mut ep = c.endpoint(0).unwrap();
+    let before = fill(&mut ep); // a direct put: caches the mapping
+    let me = ep.addr();
+    let w = ep.world();
+    let ad = ep.atomic_domain::<u64>(&w, AtomicOps::all()).unwrap();
+    for _ in 0..2 {
+        // Past the end, by one byte and by far; offsets whose end overflows.
+        for (off, len) in [(SEG - 4, 8), (SEG, 8), (SEG - 7, 8), (usize::MAX - 3, 8)] {
+            let p = GlobalPtr::<u8>::new(me, off);
+            let e = oos(me, off, len);
+            assert_eq!(ep.put(p, &[7u8; 8][..len], Blocking), Err(e.clone()));
+            assert_eq!(ep.put(p, &[7u8; 8][..len], Nbi), Err(e.clone()));
+            assert_eq!(ep.get(&mut [0u8; 8][..len], p, Blocking), Err(e.clone()));
+            assert_eq!(
+                ep.get_val(GlobalPtr::<u64>::new(me, off), Blocking),
+                Err(e.clone())
+            );
+            let (mut a, src) = ([0u8; 8], [7u8; 8]);
+            assert_eq!(ep.scope(|s| s.get_into(&mut a[..len], p)), Err(e.clone()));
+            assert_eq!(ep.scope(|s| s.put_from(p, &src[..len])), Err(e.clone()));
+            assert_eq!(a, [0; 8]);
+            if off % 8 == 0 {
+                assert_eq!(
+                    ep.fetch(
+                        &ad,
+                        AtomicOp::Fadd,
+                        GlobalPtr::new(me, off),
+                        1,
+                        0,
+                        NONE,
+                        Blocking
+                    ),
+                    Err(e)
+                );
+            }
+        }
+        // A misaligned atomic is still refused (by the checked path).
+        assert!(matches!(
+            ep.fetch(
+                &ad,
+                AtomicOp::Fadd,
+                GlobalPtr::new(me, 4),
+                1,
+                0,
+                NONE,
+                Blocking
+            ),
+            Err(RmaError::Misaligned { .. })
+        ));
+        unchanged(&mut ep, &before);
+    }
+    // Exactly up to the end: fine, and the bytes land (and come back).
+    let last = GlobalPtr::<u8>::new(me, SEG - 8);
+    ep.put(last, &[1, 2, 3, 4, 5, 6, 7, 8], Blocking).unwrap();
+    let mut got = [0u8; 8];
+    ep.get(&mut got[..], last, Blocking).unwrap();
+    assert_eq!(got, [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(
+        ep.get_val(GlobalPtr::<u64>::new(me, SEG - 8), Blocking),
+        Ok(u64::from_ne_bytes(got))
+    );
+    // The other endpoint's segment (another index: not in the cache) is reached and
+    // checked too.
+    let other = EpAddr::new(0, 1);
+    ep.put(GlobalPtr::<u8>::new(other, 16), &[9u8; 4], Blocking)
+        .unwrap();
+    assert_eq!(
+        ep.get_val(GlobalPtr::<u32>::new(other, 16), Blocking),
+        Ok(u32::from_ne_bytes([9; 4]))
+    );
+    assert_eq!(
+        ep.put(GlobalPtr::<u8>::new(other, SEG - 2), &[9u8; 4], Blocking),
+        Err(oos(other, SEG - 2, 4))
+    );
+}
+
 /// Shape errors of the VIS gets and of a scoped VIS get; a second target in one
 /// vector or indexed list.
 #[test]

@@ -21,6 +21,11 @@
 //! [`Inner::with_layer`] casts a layer slot's `Box<dyn ErasedLayer>` to the layer type
 //! its `type_id` names without a second (virtual) `Any` check: slots are made only by
 //! `attach_one`, from a `Box<L>` with `type_id == TypeId::of::<L>()`.
+//!
+//! The handle caches the first layers' types and state addresses (`Endpoint::fast`)
+//! for [`Endpoint::layer_state_mut`], which hands out `&mut L` borrowed from
+//! `&mut self` without the guard. The cache is filled only when the endpoint has no
+//! progress thread, so the handle is then the only holder and the borrow is exclusive.
 #![allow(unsafe_code)]
 
 mod am;
@@ -329,10 +334,14 @@ impl<C: Conduit> Endpoint<C> {
             Some(_) => inner.core.cep.sleeper(),
             None => None,
         };
-        // A type no layer has marks an empty cache entry.
+        // A type no layer has marks an empty cache entry. With a progress thread the
+        // cache stays empty: every access to a layer's state then takes the lock
+        // (`with_layer`), and a cached address means "no other thread touches it".
         let mut fast = [(std::any::TypeId::of::<Endpoint<C>>(), 0usize); FAST_LAYERS];
-        for (f, s) in fast.iter_mut().zip(inner.layers.iter()) {
-            *f = (s.type_id, s.state.addr());
+        if progress_thread.is_none() {
+            for (f, s) in fast.iter_mut().zip(inner.layers.iter()) {
+                *f = (s.type_id, s.state.addr());
+            }
         }
         let cell = Arc::new(EpCell {
             lock: AtomicU32::new(FREE),
@@ -529,25 +538,10 @@ impl<C: Conduit> Endpoint<C> {
         &mut self,
         f: impl FnOnce(&mut L) -> R,
     ) -> Option<R> {
-        let want = std::any::TypeId::of::<L>();
-        let mut at = 0;
-        for &(t, a) in &self.fast {
-            if t == want {
-                at = a;
-                break;
-            }
+        match self.layer_state_mut::<L>() {
+            Some(l) => Some(f(l)),
+            None => self.with_layer_state_slow(f),
         }
-        if at == 0 {
-            return self.with_layer_state_slow(f);
-        }
-        let _g = self.inner();
-        // SAFETY: `at` is the address of the state of a slot whose `type_id` is `L`'s,
-        // made from an `L` (`attach_one`); the `LayerBox` lives as long as the state
-        // (this handle holds it), never moves it, and every access to it derives from
-        // the same pointer (`LayerBox`). The guard makes the access exclusive (module
-        // `# Safety`), and nothing else borrows the state meanwhile.
-        let l = unsafe { &mut *(at as *mut L) };
-        Some(f(l))
     }
 
     #[cold]
@@ -557,6 +551,33 @@ impl<C: Conduit> Endpoint<C> {
         f: impl FnOnce(&mut L) -> R,
     ) -> Option<R> {
         self.with_layer::<L, R>(|l, _| f(l))
+    }
+
+    /// Layer `L`'s state, borrowed from this handle, if the handle caches it: `L` is
+    /// one of the first four layers attached and the endpoint has no progress thread
+    /// (which would share the state). `None` otherwise, whether or not `L` is
+    /// attached: then [`with_layer_state`](Self::with_layer_state) or
+    /// [`with_layer`](Self::with_layer) reach it (under the lock).
+    ///
+    /// The form for a layer's hottest paths: no closure, so nothing of the call is
+    /// built on the stack for a fallback that is not taken. No handler or progress
+    /// hook runs while the borrow lasts.
+    #[inline(always)]
+    pub fn layer_state_mut<L: crate::layer::Layer>(&mut self) -> Option<&mut L> {
+        let want = std::any::TypeId::of::<L>();
+        for &(t, a) in &self.fast {
+            if t == want {
+                // SAFETY: `a` is the address of the state of a slot whose `type_id` is
+                // `L`'s, made from an `L` (`attach_one`); the `LayerBox` lives as long
+                // as the state (this handle holds it), never moves it, and every
+                // access to it derives from the same pointer (`LayerBox`). The cache
+                // is filled only without a progress thread, so this handle (borrowed
+                // mutably for the result's life) is the only way to the state (module
+                // `# Safety`), and nothing else borrows it meanwhile.
+                return Some(unsafe { &mut *(a as *mut L) });
+            }
+        }
+        None
     }
 
     /// The output, in mode `M`, of an operation that completed during the call with
