@@ -325,6 +325,13 @@ fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
     }
     for i in 0..n as usize {
         let want = tally[(n as usize + i) * n as usize + me as usize];
+        // A barrier orders no AM handling (as in GASNet-EX): requests sent before it
+        // may still wait in this rank's queues after it. Serve them until the count
+        // is reached; a count still short after the grace period is a loss.
+        ep.wait_until_timeout(
+            || sh.flood[i].load(Relaxed) >= want,
+            std::time::Duration::from_secs(10),
+        );
         let got = sh.flood[i].load(Relaxed);
         if got != want {
             sh.error(&format!(
