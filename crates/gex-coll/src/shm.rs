@@ -551,6 +551,7 @@ impl ShmTeam {
     /// `SLEEPY` store may each miss the other (aarch64 without LSE: `stlxr` then
     /// `ldr`): the sleeper sleeps, nobody wakes it, and it waits out the conduit's
     /// block timeout (10 ms). Found by `tests/loom_sleep.rs` (a loom deadlock).
+    #[inline]
     pub(crate) fn wake_fenced(&self, mask: u64, wake: &mut impl FnMut(EpAddr)) {
         if mask == 0 {
             return;
@@ -572,15 +573,26 @@ impl ShmTeam {
     }
 
     /// Wakes the members of `mask` whose `SLEEPY` word is set (after the fence).
+    /// Inline: on every acknowledgement it is a load per acknowledged member (none
+    /// sleeps under `Spin`); the wake itself is out of line.
+    #[inline]
     fn wake_sleepers(&self, mask: u64, wake: &mut impl FnMut(EpAddr)) {
         let mut m = mask;
         while m != 0 {
             let q = m.trailing_zeros() as usize;
             m &= m - 1;
-            if self.areas[q].sleepy().load(Ordering::Relaxed) != 0 {
-                wake(self.members[q]);
+            if let Some(a) = self.areas.get(q)
+                && a.sleepy().load(Ordering::Relaxed) != 0
+            {
+                self.wake_member(q, wake);
             }
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wake_member(&self, q: usize, wake: &mut impl FnMut(EpAddr)) {
+        wake(self.members[q]);
     }
 
     /// The team as the small-broadcast ring sees it.
