@@ -185,7 +185,7 @@ pub(crate) struct Place {
 
 /// A layer's state on the heap, owned through a raw pointer rather than a `Box`, so
 /// that the endpoint handle may keep the state's address
-/// ([`Endpoint::with_layer_state`](crate::Endpoint::with_layer_state)) and reach it
+/// ([`Endpoint::layer_state_mut`](crate::Endpoint::layer_state_mut)) and reach it
 /// later without a search: every access, from here or from the handle, derives from
 /// the one pointer `Box::into_raw` gave, and none invalidates another's (a `Box`
 /// would assert uniqueness each time it is used).
