@@ -574,25 +574,28 @@ impl ShmTeam {
 
     /// Wakes the members of `mask` whose `SLEEPY` word is set (after the fence).
     /// Inline: on every acknowledgement it is a load per acknowledged member (none
-    /// sleeps under `Spin`); the wake itself is out of line.
+    /// sleeps under `Spin`); the wakes ([`wake_listed`](Self::wake_listed)) are out of
+    /// line.
     #[inline]
     fn wake_sleepers(&self, mask: u64, wake: &mut impl FnMut(EpAddr)) {
         let mut m = mask;
+        let mut sleeping = 0u64;
         while m != 0 {
-            let q = m.trailing_zeros() as usize;
+            let q = m.trailing_zeros();
             m &= m - 1;
-            if let Some(a) = self.areas.get(q)
-                && a.sleepy().load(Ordering::Relaxed) != 0
-            {
-                self.wake_member(q, wake);
+            if self.areas[q as usize].sleepy().load(Ordering::Relaxed) != 0 {
+                sleeping |= 1 << q;
             }
+        }
+        if sleeping != 0 {
+            self.wake_sleeping(sleeping, wake);
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn wake_member(&self, q: usize, wake: &mut impl FnMut(EpAddr)) {
-        wake(self.members[q]);
+    fn wake_sleeping(&self, mask: u64, wake: &mut impl FnMut(EpAddr)) {
+        self.wake_listed(mask, wake);
     }
 
     /// The team as the small-broadcast ring sees it.
