@@ -12,7 +12,7 @@
 //! # Safety
 //! `Rma` holds raw pointers, which makes it `!Send` by default; it is sent with its
 //! endpoint (the layer contract requires `Send`) under these rules:
-//! - `seg` and the cached mappings in `mapped` and `direct` point at segments the conduit maps for
+//! - `seg` and the cached mappings in `direct` point at segments the conduit maps for
 //!   its whole life; the endpoint holds the conduit, and the layer lives inside the
 //!   endpoint, so they outlive the layer. They are dereferenced only within ranges
 //!   checked against the published segment lengths.
@@ -172,13 +172,9 @@ pub struct Rma {
     pub(crate) caps: Capabilities,
     /// The AM path is forced (`--cfg gex_force_am_rma` or `GEX_RMA_PATH=am`).
     pub(crate) force_am: bool,
-    /// Per rank: the mapping of its endpoint with this endpoint's index (`None`: not
-    /// asked yet; `Some(None)`: not mapped).
-    pub(crate) mapped: Vec<Option<Option<NonNull<u8>>>>,
-    /// Per rank: the direct path's whole question in one entry, for the fast paths
-    /// ([`Rma::direct_at`]): the cached mapping of its endpoint with this endpoint's
-    /// index and the length a range must stay within, or a length of 0 while no
-    /// mapping is cached (not asked yet, not mapped, or the AM path forced).
+    /// Per rank: the cached mapping of its endpoint with this endpoint's index and the
+    /// length a range must stay within ([`Rma::mapping`] fills it; the fast paths'
+    /// whole question in one entry, [`Rma::direct_at`]).
     pub(crate) direct: Vec<Direct>,
     pub(crate) ops: OpTable,
     next: u32,
@@ -202,20 +198,24 @@ pub struct Rma {
     pub(crate) scope_flush: Vec<OpCompleter>,
 }
 
-/// One rank's entry of [`Rma::direct`]: a cached mapping and its length (0: none).
+/// One rank's entry of [`Rma::direct`]: the conduit's answer about its segment, once
+/// asked.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Direct {
-    /// Base of the mapping (null when `len` is 0).
+    /// Base of the mapping (null: not mapped, or not asked yet).
     pub(crate) base: *mut u8,
-    /// Bytes a direct range must stay within; 0 while no mapping is cached.
+    /// Bytes a direct range must stay within; 0 without a mapping.
     pub(crate) len: usize,
+    /// The conduit was asked ([`ConduitEp::peer_segment`](gex_core::spi::ConduitEp::peer_segment)).
+    pub(crate) asked: bool,
 }
 
 impl Direct {
-    /// No cached mapping.
+    /// Not asked yet.
     pub(crate) const NONE: Direct = Direct {
         base: std::ptr::null_mut(),
         len: 0,
+        asked: false,
     };
 }
 
@@ -308,7 +308,6 @@ impl Layer for Rma {
             eps,
             caps,
             force_am,
-            mapped: vec![None; size as usize],
             direct: vec![Direct::NONE; size as usize],
             ops: OpTable::default(),
             next: 0,
@@ -488,23 +487,22 @@ impl Rma {
             return cx.peer_segment(dst).map(|(p, _)| p);
         }
         let r = dst.rank as usize;
-        match self.mapped[r] {
-            Some(m) => m,
-            None => {
-                let seg = cx.peer_segment(dst);
-                let m = seg.map(|(p, _)| p);
-                self.mapped[r] = Some(m);
-                if let Some((base, len)) = seg {
-                    // `dst` was checked (rank, endpoint); the range bound is the
-                    // smaller of the published and the mapped length.
-                    self.direct[r] = Direct {
-                        base: base.as_ptr(),
-                        len: len.min(self.seg_lens[r]),
-                    };
-                }
-                m
-            }
+        if !self.direct[r].asked {
+            // `dst` was checked (rank, endpoint); the range bound is the smaller of
+            // the published and the mapped length.
+            self.direct[r] = match cx.peer_segment(dst) {
+                Some((base, len)) => Direct {
+                    base: base.as_ptr(),
+                    len: len.min(self.seg_lens[r]),
+                    asked: true,
+                },
+                None => Direct {
+                    asked: true,
+                    ..Direct::NONE
+                },
+            };
         }
+        NonNull::new(self.direct[r].base)
     }
 
     /// The address of `[offset, offset + len)` of `dst`'s segment if that is a
