@@ -8,7 +8,7 @@ use crate::desc::{Collective, Spec, SpecData};
 use crate::engine::{Input, Start};
 use crate::error::CollError;
 use crate::layer::Coll;
-use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceOp};
+use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceArg, ReduceOp};
 use crate::rma::RmaError;
 use crate::root::{Root, root_blocks};
 use crate::shm::Io;
@@ -720,7 +720,9 @@ pub(crate) fn run_owned<C: Conduit, T: Elem, M: Mode>(
 }
 
 /// The borrowed form of a collective (blocking): the direct path over the caller's
-/// slices, else the owned path and a copy of the output.
+/// slices, else the owned path and a copy of the output. Inline: the small in-place
+/// broadcast's ring and a replayed call ([`replay`]); the rest out of line.
+#[inline]
 pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
     ep: &mut Endpoint<C>,
     team: &Team,
@@ -733,24 +735,57 @@ pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
     {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
         if bytes.len() <= crate::ring::CAP && ring_in_place(ep, team, root, bytes, &spec.opts)? {
+            dispose(spec);
             return Ok(());
         }
     }
-    let (p, me) = (team.size(), team.rank());
-    let mut tmp = Vec::new();
     let key = replay_key(team, &spec);
     if let Some(key) = &key {
-        // The last direct call's shape: its checks and decisions stand.
-        let (input, out) = spec.data.io(key.kind, p, me, key.root, &mut tmp);
+        // The last direct call's shape: its checks and decisions stand. (A replayed
+        // call's input is never a copy: `tmp` stays empty.)
+        let mut tmp = Vec::new();
+        let (input, out) = spec
+            .data
+            .io(key.kind, team.size(), team.rank(), key.root, &mut tmp);
         let io = Io {
             input: bytemuck::cast_slice(input),
             out: bytemuck::cast_slice_mut(out),
             reduce: spec.reduce.as_deref().map(ReduceOp::func),
         };
         if let Direct::Done(_) = replay(ep, team, key, io)? {
+            dispose(spec);
             return Ok(());
         }
     }
+    run_borrowed_slow(ep, team, spec, key)
+}
+
+/// Drops a descriptor, without a call into its drop glue when it holds nothing to
+/// drop (borrowed slices and a borrowed or no reduction: the blocking calls in a
+/// loop).
+#[inline(always)]
+fn dispose<T>(spec: Spec<'_, T>) {
+    let borrowed = matches!(spec.data, SpecData::Slices(..) | SpecData::InPlace(..))
+        && !matches!(spec.reduce, Some(ReduceArg::Owned(_)));
+    if borrowed {
+        // Only references: forgetting them releases nothing.
+        std::mem::forget(spec);
+    } else {
+        drop(spec);
+    }
+}
+
+/// [`run_borrowed`] past the ring and the replay: lowers the call, then the direct
+/// path, else the layer's table.
+#[inline(never)]
+fn run_borrowed_slow<C: Conduit, T: Elem>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    mut spec: Spec<'_, T>,
+    key: Option<ReplayKey>,
+) -> Result<(), CollError> {
+    let (p, me) = (team.size(), team.rank());
+    let mut tmp = Vec::new();
     let (l, _) = lower(ep, team, &spec)?;
     if p == 1 && l.opts.algorithm.is_none() {
         // A team of one: the output is this member's own contribution (nothing to
@@ -1084,6 +1119,11 @@ fn direct<C: Conduit>(
 /// A blocking call over borrowed slices of the shape `key` on the direct path if it
 /// replays the last direct call's decisions ([`crate::shmdrive`], *Replay*); else
 /// [`Direct::Declined`], nothing consumed.
+///
+/// Without a progress thread the layer's state is borrowed directly
+/// ([`Endpoint::layer_state_mut`]): no endpoint context is built for a call that
+/// completes at once and wakes nobody; one that waits or has members to wake enters
+/// the layer afterwards to record its wait or do the wakes.
 #[inline]
 fn replay<C: Conduit>(
     ep: &mut Endpoint<C>,
@@ -1092,11 +1132,44 @@ fn replay<C: Conduit>(
     mut io: Io<'_>,
 ) -> Result<Direct, CollError> {
     let mut slot = None;
-    let r = coll(ep, |c, cx| {
-        c.with_resolved(team, |c, team| {
-            Ok(c.replay_run(cx, team, key, &mut io, &mut slot))
-        })
-    })??;
+    let policy = ep.wait_policy();
+    let r = if let Some(c) = ep.layer_state_mut::<Coll>() {
+        let mut wakes = false;
+        let r = c.with_resolved(team, |c, team| {
+            Ok(c.replay_run(
+                team,
+                key,
+                &mut io,
+                &mut slot,
+                (policy, &mut |_| wakes = true),
+            ))
+        })?;
+        if wakes || matches!(r, Replayed::Pending) {
+            coll(ep, |c, cx| {
+                c.with_resolved(team, |c, team| {
+                    if wakes {
+                        c.wake_team(cx, team);
+                    }
+                    if let Some(d) = &slot {
+                        c.await_slot(cx, d);
+                    }
+                    Ok(())
+                })
+            })??;
+        }
+        r
+    } else {
+        coll(ep, |c, cx| {
+            c.with_resolved(team, |c, team| {
+                let wake = &mut |a| cx.wake(a);
+                let r = c.replay_run(team, key, &mut io, &mut slot, (policy, wake));
+                if let Some(d) = &slot {
+                    c.await_slot(cx, d);
+                }
+                Ok(r)
+            })
+        })??
+    };
     match r {
         Replayed::Declined => Ok(Direct::Declined),
         Replayed::Done => Ok(Direct::Done(Entry::default())),

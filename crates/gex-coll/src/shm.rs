@@ -70,12 +70,17 @@
 //! wakes it. A member that does not sleep costs writers one load of a line that stays
 //! in their cache.
 //!
-//! **Tags.** A `POST` word holds `mix(mix(generation, team id, sequence number,
-//! belief), round)`:
-//! a reader waits for the exact tag, so a stale publication of another team, of an
-//! earlier collective or of an earlier layer on the same endpoint (the generation
+//! **Tags.** A `POST` word holds `prefix ^ (2 · (sequence number << 32 | round)) · K`:
+//! `prefix` is an odd digest of the generation, the team id and the belief, `K` an
+//! odd constant. Doubling and multiplying by an odd number is a one-to-one map of
+//! 64-bit words onto the even ones, so the rounds of a team's last 2³¹ collectives
+//! never share a tag, and a tag is odd, never 0 (the word of a slot nobody published
+//! in). A reader waits for the exact tag, so a stale publication of another team, of
+//! an earlier collective or of an earlier layer on the same endpoint (the generation
 //! word counts them), or of a member that runs another collective or names another
-//! root (the belief, [`crate::rootcheck`]), is never mistaken for the awaited one.
+//! root (the belief, [`crate::rootcheck`]), is never mistaken for the awaited one
+//! (publications under other digests match only by a 2⁻⁶³ chance). A tag costs a
+//! shift and a multiplication: no hashing per collective (the digest is kept).
 //!
 //! # Safety
 //! [`Area`] turns the base of a mapped auxiliary area slice plus fixed offsets into
@@ -325,6 +330,12 @@ impl Area {
         self.word(ring_off(c, s, i))
     }
 
+    /// True if the owner announced that its wait policy may sleep.
+    #[inline]
+    pub(crate) fn may_sleep_set(&self) -> bool {
+        self.word(MAYSLEEP).load(Ordering::Relaxed) != 0
+    }
+
     /// Announces (sticky) that the owner's wait policy may sleep ([`crate::ring`]).
     pub(crate) fn set_may_sleep(&self) {
         self.word(MAYSLEEP).store(1, Ordering::Relaxed);
@@ -559,6 +570,21 @@ impl ShmTeam {
         #[cfg(any(gex_loom, not(any(target_arch = "x86", target_arch = "x86_64"))))]
         fence(Ordering::SeqCst);
         self.wake_sleepers(mask, wake);
+    }
+
+    /// True if a member of `mask` announced that its wait policy may sleep (its
+    /// `MAYSLEEP` word, sticky).
+    #[inline]
+    pub(crate) fn may_sleep_any(&self, mask: u64) -> bool {
+        let mut m = mask;
+        while m != 0 {
+            let q = m.trailing_zeros();
+            m &= m - 1;
+            if self.areas[q as usize].may_sleep_set() {
+                return true;
+            }
+        }
+        false
     }
 
     /// Wakes the members of `mask` (already found sleeping).
@@ -854,8 +880,6 @@ pub(crate) struct ShmOp {
     small: bool,
     /// Its publications go inline ([`INLINE_CAP`]).
     inline: bool,
-    /// The hash of what every round's tag holds but the round (0: not yet).
-    tag_base: u64,
     /// The digest of the team's generation, its id and the belief, which every tag of
     /// the collective starts from (0: not yet; [`set_belief`](Self::set_belief)).
     tag_pre: u64,
@@ -1024,6 +1048,14 @@ fn tag_prefix(team: &ShmTeam, tid: u64, belief: u32) -> u64 {
     mix_all(&[team.generation, tid, u64::from(belief)])
 }
 
+/// The tag of round `g` of collective `seq` under digest `prefix` (module docs,
+/// *Tags*): one-to-one in (`seq` mod 2³¹, `g` mod 2³²) for a given digest, and odd.
+#[inline]
+pub(crate) fn round_tag(prefix: u64, seq: u32, g: usize) -> u64 {
+    let x = ((u64::from(seq) << 32) | (g as u64 & 0xffff_ffff)) << 1;
+    (prefix | 1) ^ x.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
 /// True for operations whose input holds one block per member.
 fn per_dest(op: OpKind) -> bool {
     matches!(
@@ -1104,7 +1136,6 @@ impl ShmOp {
             post,
             small,
             inline,
-            tag_base: 0,
             tag_pre: 0,
             tid: team.0,
             seq: team.1,
@@ -1127,6 +1158,14 @@ impl ShmOp {
     /// sees a reader's `MAYSLEEP`), the publishers it acknowledged as
     /// [`ShmTeam::wake_fenced`] (an acknowledgement is a sequentially consistent
     /// read-modify-write, itself a full barrier on x86).
+    ///
+    /// While this member does not fence its publications, members none of which set
+    /// `MAYSLEEP` need nothing: one load per member (a word that stays in this
+    /// member's cache), instead of the two checks. A member sets `SLEEPY` only under
+    /// a wait policy that may sleep, after its `MAYSLEEP`
+    /// ([`ShmLocal::note_policy`](crate::layer::ShmLocal::note_policy)), so an
+    /// acknowledged member that reads no acknowledgement after its fence has its
+    /// `MAYSLEEP` seen here as surely as its `SLEEPY`.
     #[inline]
     pub(crate) fn wake_members(
         &mut self,
@@ -1135,6 +1174,21 @@ impl ShmOp {
         wake: &mut impl FnMut(EpAddr),
     ) {
         let post = std::mem::take(&mut self.wake_post);
+        let acked = self.wake;
+        if post | acked == 0 {
+            return;
+        }
+        if !fencing.on {
+            // (Ordered after the acknowledgements as `wake_fenced`'s loads are.)
+            #[cfg(any(gex_loom, not(any(target_arch = "x86", target_arch = "x86_64"))))]
+            if acked != 0 {
+                fence(Ordering::SeqCst);
+            }
+            if !team.may_sleep_any(post | acked) {
+                self.wake = 0;
+                return;
+            }
+        }
         if post != 0 {
             let own = team.areas[team.me as usize];
             let sleepers = fencing.after_store(own, &team.areas, post);
@@ -1164,15 +1218,20 @@ impl ShmOp {
         self.wake_members(team, fencing, wake);
     }
 
-    /// This collective, not yet started, as collective `seq` of its team (a replayed
-    /// call's operation, [`crate::shmdrive::Replay`]: kept before its first step).
+    /// Makes this collective, whatever its state, collective `seq` of its team, not
+    /// yet started: a replayed call's operation ([`crate::shmdrive::Replay`]), reset
+    /// in place; its fixed fields, belief and tag digest stay.
     #[inline]
-    pub(crate) fn again(&self, seq: u32) -> ShmOp {
-        debug_assert!(self.g == 0 && !self.published && self.byref == 0 && self.tag_base == 0);
-        ShmOp {
-            seq,
-            ..self.clone()
-        }
+    pub(crate) fn restart(&mut self, seq: u32) {
+        self.seq = seq;
+        self.byref = 0;
+        self.byref_slots = 0;
+        self.g = 0;
+        self.published = false;
+        self.k = 0;
+        self.wait = None;
+        self.wake = 0;
+        self.wake_post = 0;
     }
 
     /// Publishes this member's data by reference when `input` lies inside its mapped
@@ -1334,18 +1393,12 @@ impl ShmOp {
     /// The tag of round `g` (module docs, *Tags*).
     #[inline]
     fn tag(&mut self, team: &ShmTeam, g: usize) -> u64 {
-        if self.tag_base == 0 {
-            // Fixed for the collective (its belief is set before the first step): one
-            // mix of the sequence number into the team's and belief's digest (kept by
-            // a replayed call's operation, crate::shmdrive).
-            if self.tag_pre == 0 {
-                self.tag_pre = tag_prefix(team, self.tid, self.belief);
-            }
-            self.tag_base = mix_all(&[self.tag_pre, u64::from(self.seq)]);
+        if self.tag_pre == 0 {
+            // Fixed for the collective (its belief is set before the first step), and
+            // kept by a replayed call's operation (crate::shmdrive).
+            self.tag_pre = tag_prefix(team, self.tid, self.belief);
         }
-        // Rounds differ by a multiple of an odd constant (distinct for every round);
-        // never 0, the word of a slot nobody published in.
-        (self.tag_base ^ (g as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1
+        round_tag(self.tag_pre, self.seq, g)
     }
 
     /// Sets the belief this member publishes under (before the first step), and the
@@ -1690,5 +1743,30 @@ impl OwnedShm {
     /// The output (after [`step`](Self::step) returned true).
     pub(crate) fn take_output(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_tag;
+    use std::collections::HashSet;
+
+    /// The tags of one digest are odd (never the 0 of an empty slot) and differ for
+    /// every (sequence number, round) a slot can hold, across the sequence's wrap.
+    #[test]
+    fn round_tags_are_odd_and_distinct_across_sequences_and_rounds() {
+        for prefix in [0, 1, 1 << 63, 0x1234_5678_9abc_def1, u64::MAX] {
+            let mut seen = HashSet::new();
+            for seq in (0..64u32).chain(u32::MAX - 63..=u32::MAX) {
+                for g in (0..64).chain([1 << 20, u32::MAX as usize]) {
+                    let t = round_tag(prefix, seq, g);
+                    assert_eq!(t & 1, 1, "tag of ({seq}, {g}) under {prefix:#x}");
+                    assert!(
+                        seen.insert(t),
+                        "({seq}, {g}) under {prefix:#x}: a tag twice"
+                    );
+                }
+            }
+        }
     }
 }

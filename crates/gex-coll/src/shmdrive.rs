@@ -21,8 +21,12 @@
 //! that call's decisions ([`Replay`]): the checks of its lengths and root, the
 //! tuner's choice, the belief and the operation's fixed fields held then and still
 //! hold (same team, tuner unchanged, nothing else in flight), so a call only takes a
-//! sequence number and copies the kept operation ([`Coll::replay_run`]). Calls in a
-//! loop pay for lowering and choosing once.
+//! sequence number and restarts the kept operation in place ([`Coll::replay_run`]).
+//! Calls in a loop pay for lowering and choosing once. A replayed call needs only the
+//! layer's state: without a progress thread the caller reaches it directly
+//! ([`Endpoint::layer_state_mut`](gex_core::Endpoint::layer_state_mut)), and enters
+//! the layer with the endpoint's context only to record a wait or to wake sleeping
+//! members.
 //!
 //! **Sleeping.** A member whose wait for a flag lasts longer than the spin part of
 //! its wait policy ([`sleep_after`]) announces that it may sleep (its `SLEEPY` word)
@@ -39,7 +43,7 @@
 use crate::barrier::{Entry, ShmBar};
 use crate::engine::{Body, OpState};
 use crate::error::CollError;
-use crate::layer::Coll;
+use crate::layer::{Coll, Counters, ShmLocal};
 use crate::op::{AddrMode, OpKind, Opts, SyncMode, SyncModes};
 use crate::ring;
 use crate::rootcheck::{self, Stall};
@@ -47,7 +51,7 @@ use crate::shm::{Area, Io, Publish, ShmOp, ShmTeam, WaitOn};
 use crate::teams::ext;
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
-use gex_core::{Team, WaitPolicy};
+use gex_core::{EpAddr, Team, WaitPolicy};
 use gex_sync::atomic::Ordering;
 
 /// Fruitless progress calls after which a member waiting for a shared-memory flag
@@ -268,8 +272,9 @@ pub(crate) struct Replay {
     generation: u64,
     belief: u32,
     oversubscribed: bool,
-    /// The call's operation before its first step (its sequence number aside).
-    template: ShmOp,
+    /// The call's operation (its fixed fields, belief and tag digest), restarted in
+    /// place by every replayed call ([`ShmOp::restart`]).
+    op: ShmOp,
 }
 
 /// How [`Coll::direct_begin`] answered.
@@ -645,11 +650,11 @@ impl Coll {
                     generation: self.tuner_gen,
                     belief,
                     oversubscribed,
-                    template: op.clone(),
+                    op: op.clone(),
                 });
             }
             op.keep_own(io.input, io.out);
-            self.publish(&mut op, sh, io.input, oversubscribed);
+            self.counters.publish(&mut op, sh, io.input, oversubscribed);
             DirectBody::Shm(op)
         };
         self.counters.direct_calls += 1;
@@ -663,118 +668,87 @@ impl Coll {
         })))
     }
 
-    /// Steps `op` over `io`; under [`WaitPolicy::Spin`], if it has to wait, looks at
-    /// its flag [`INNER_LOOKS`] times (stepping again when it is set) before giving
-    /// up: true if done.
-    #[inline]
-    fn step_shm<C: Conduit>(
-        &mut self,
-        cx: &mut Cx<'_, C>,
-        t: &ShmTeam,
-        op: &mut ShmOp,
-        io: &mut Io<'_>,
-    ) -> bool {
-        let mut done = op.step(t, &mut self.shm.expected, io);
-        if !done
-            && matches!(op.wait, Some(WaitOn::Post { .. }))
-            && cx.wait_policy() == WaitPolicy::Spin
-        {
-            // Every member has a core: look at the flag a while before leaving the
-            // layer (a peer's publication is usually a cache-line transfer away). What
-            // this member stored goes out first: a member spinning on loads delayed
-            // its own stores here (allreduce 8 B on 2 ranks took 1 µs instead of 0.15
-            // without the fence).
-            op.fence_and_wake(t, &mut self.shm.fencing, &mut |a| cx.wake(a));
-            let mut looks = 0;
-            while looks < INNER_LOOKS {
-                if op.wait.is_some_and(|w| w.ready()) {
-                    done = op.step(t, &mut self.shm.expected, io);
-                    if done {
-                        break;
-                    }
-                }
-                gex_sync::hint::spin_loop();
-                looks += 1;
-            }
-        }
-        done
-    }
-
     /// Runs a blocking call whose shape `key` is the last direct call's, from that
     /// call's decisions (see the module docs, *Replay*), if they still hold: the same
-    /// team and tuner generation, nothing else in flight on the endpoint. It begins
-    /// and takes the first step (with [`direct_step`](Self::direct_step)'s
-    /// bookkeeping, for a body known to be the slot protocol's); a call that has to
-    /// wait is left in `slot` for the caller's wait loop.
+    /// team and tuner generation, nothing else in flight on the endpoint. It restarts
+    /// the kept operation in place, begins and takes the first step (with
+    /// [`direct_step`](Self::direct_step)'s bookkeeping, for a body known to be the
+    /// slot protocol's); a call that has to wait is left in `slot` for the caller's
+    /// wait loop, which must record its wait ([`await_slot`](Self::await_slot)).
+    ///
+    /// It needs nothing of the endpoint but its wait `policy` and a way to `wake`
+    /// members, so a caller holding the layer's state alone
+    /// ([`Endpoint::layer_state_mut`](gex_core::Endpoint::layer_state_mut)) runs it
+    /// and does the wakes it asked for afterwards ([`wake_team`](Self::wake_team)).
     #[inline]
-    pub(crate) fn replay_run<C: Conduit>(
+    pub(crate) fn replay_run(
         &mut self,
-        cx: &mut Cx<'_, C>,
         team: &Team,
         key: &ReplayKey,
         io: &mut Io<'_>,
         slot: &mut Option<DirectOp>,
+        (policy, wake): (WaitPolicy, &mut impl FnMut(EpAddr)),
     ) -> Replayed {
-        let Some(r) = self.replay.as_ref() else {
+        let Coll {
+            replay,
+            shm,
+            counters,
+            direct,
+            ops,
+            tuner_gen,
+            ..
+        } = self;
+        let Some(r) = replay.as_mut() else {
             return Replayed::Declined;
         };
-        if r.key != *key || r.generation != self.tuner_gen || !self.ops.is_empty() {
+        if r.key != *key || r.generation != *tuner_gen || !ops.is_empty() {
             return Replayed::Declined;
         }
         let x = ext(team);
         let Some(t) = x.shm.as_ref() else {
             return Replayed::Declined;
         };
-        let (belief, oversubscribed) = (r.belief, r.oversubscribed);
         let seq = x.next_seq();
         // The kept operation carries the belief and the digest of its tags.
-        let mut op = r.template.again(seq);
+        let op = &mut r.op;
+        op.restart(seq);
         // A wait left by a call that unwound (a panicking handler) is stale.
-        self.direct = None;
-        self.counters.direct_calls += 1;
-        self.counters.replayed_calls += 1;
+        *direct = None;
+        counters.direct_calls += 1;
+        counters.replayed_calls += 1;
         op.keep_own(io.input, io.out);
-        self.publish(&mut op, t, io.input, oversubscribed);
-        if self.shm_step(cx, t, &mut op, (seq, belief, true), io) {
-            self.calm();
+        counters.publish(op, t, io.input, r.oversubscribed);
+        if shm.shm_step(t, op, (seq, r.belief, true), io, (policy, wake)) {
+            shm.calm();
             return Replayed::Done;
         }
-        let d = slot.insert(DirectOp {
+        *slot = Some(DirectOp {
             seq,
-            belief,
-            body: DirectBody::Shm(op),
+            belief: r.belief,
+            body: DirectBody::Shm(op.clone()),
             started: true,
             size: team.size(),
             rank: team.rank(),
         });
-        let wait = d.wait().expect("a pending step records its wait");
-        self.await_flag(cx, wait, Stall::default());
         Replayed::Pending
     }
 
-    /// One direct step of the slot protocol for collective `seq` under `belief`
-    /// (`first`: its first, which announces it to the root checks): steps (with
-    /// [`step_shm`](Self::step_shm)'s inner looks), records it finished when done, and
-    /// wakes the members it stored flags for. True if done.
-    #[inline]
-    fn shm_step<C: Conduit>(
-        &mut self,
-        cx: &mut Cx<'_, C>,
-        t: &ShmTeam,
-        op: &mut ShmOp,
-        (seq, belief, first): (u32, u32, bool),
-        io: &mut Io<'_>,
-    ) -> bool {
-        if first {
-            op.set_belief(t, belief);
-            rootcheck::announce(t, seq, belief);
+    /// Records the wait of the direct call in `slot` (left there by
+    /// [`replay_run`](Self::replay_run) returning [`Replayed::Pending`]).
+    pub(crate) fn await_slot<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, d: &DirectOp) {
+        let wait = d.wait().expect("a pending step records its wait");
+        self.await_flag(cx, wait, Stall::default());
+    }
+
+    /// Wakes the members of `team` that announced they may sleep: the wakes a call
+    /// run without the endpoint ([`replay_run`](Self::replay_run)) asked for, done
+    /// after it (each asked after the fence that pairs with the sleepers'; reading
+    /// the `SLEEPY` words again finds those still asleep).
+    #[cold]
+    pub(crate) fn wake_team<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, team: &Team) {
+        if let Some(t) = ext(team).shm.as_ref() {
+            t.wake_fenced(t.others(), &mut |a| cx.wake(a));
         }
-        let done = self.step_shm(cx, t, op, io);
-        if done {
-            rootcheck::finished(t, seq);
-        }
-        op.wake_members(t, &mut self.shm.fencing, &mut |a| cx.wake(a));
-        done
     }
 
     /// Records that the direct call waits for `wait` (its progress hook then keeps the
@@ -787,17 +761,6 @@ impl Coll {
             check: false,
         });
         cx.set_busy();
-    }
-
-    /// Publishes `op`'s input by reference if it can ([`ShmOp::publish_by_reference`]),
-    /// counting how.
-    #[inline]
-    fn publish(&mut self, op: &mut ShmOp, sh: &ShmTeam, input: &[u8], over: bool) {
-        match op.publish_by_reference(sh, input, over) {
-            Publish::Segment => self.counters.by_reference_calls += 1,
-            Publish::Process => self.counters.cma_calls += 1,
-            Publish::Slots => {}
-        }
     }
 
     /// Steps a direct call of `team` over `io`; on `Pending`, records its wait for the
@@ -827,7 +790,16 @@ impl Coll {
         let first = !d.started;
         d.started = true;
         let done = match &mut d.body {
-            DirectBody::Shm(op) => self.shm_step(cx, t, op, (d.seq, d.belief, first), io),
+            DirectBody::Shm(op) => {
+                let policy = cx.wait_policy();
+                self.shm.shm_step(
+                    t,
+                    op,
+                    (d.seq, d.belief, first),
+                    io,
+                    (policy, &mut |a| cx.wake(a)),
+                )
+            }
             DirectBody::Bar(b) => {
                 let done = b.step(t);
                 t.wake_fenced(b.take_wake(), &mut |a| cx.wake(a));
@@ -888,12 +860,94 @@ impl Coll {
     /// announcement.
     #[inline]
     pub(crate) fn calm(&mut self) {
-        self.shm.fruitless = 0;
-        if self.shm.sleepy {
-            self.shm.sleepy = false;
-            if let Some(own) = self.shm.own {
+        self.shm.calm();
+    }
+}
+
+impl ShmLocal {
+    /// One direct step of the slot protocol for collective `seq` under `belief`
+    /// (`first`: its first, which announces it to the root checks): steps (with
+    /// [`step_shm`](Self::step_shm)'s inner looks under wait policy `policy`),
+    /// records it finished when done, and wakes (`wake`) the members it stored flags
+    /// for. True if done.
+    #[inline]
+    fn shm_step(
+        &mut self,
+        t: &ShmTeam,
+        op: &mut ShmOp,
+        (seq, belief, first): (u32, u32, bool),
+        io: &mut Io<'_>,
+        (policy, wake): (WaitPolicy, &mut impl FnMut(EpAddr)),
+    ) -> bool {
+        if first {
+            op.set_belief(t, belief);
+            rootcheck::announce(t, seq, belief);
+        }
+        let done = self.step_shm(t, op, io, (policy, &mut *wake));
+        if done {
+            rootcheck::finished(t, seq);
+        }
+        op.wake_members(t, &mut self.fencing, wake);
+        done
+    }
+
+    /// Steps `op` over `io`; under [`WaitPolicy::Spin`], if it has to wait, looks at
+    /// its flag [`INNER_LOOKS`] times (stepping again when it is set) before giving
+    /// up: true if done.
+    #[inline]
+    fn step_shm(
+        &mut self,
+        t: &ShmTeam,
+        op: &mut ShmOp,
+        io: &mut Io<'_>,
+        (policy, wake): (WaitPolicy, &mut impl FnMut(EpAddr)),
+    ) -> bool {
+        let mut done = op.step(t, &mut self.expected, io);
+        if !done && matches!(op.wait, Some(WaitOn::Post { .. })) && policy == WaitPolicy::Spin {
+            // Every member has a core: look at the flag a while before leaving the
+            // layer (a peer's publication is usually a cache-line transfer away). What
+            // this member stored goes out first: a member spinning on loads delayed
+            // its own stores here (allreduce 8 B on 2 ranks took 1 µs instead of 0.15
+            // without the fence).
+            op.fence_and_wake(t, &mut self.fencing, wake);
+            let mut looks = 0;
+            while looks < INNER_LOOKS {
+                if op.wait.is_some_and(|w| w.ready()) {
+                    done = op.step(t, &mut self.expected, io);
+                    if done {
+                        break;
+                    }
+                }
+                gex_sync::hint::spin_loop();
+                looks += 1;
+            }
+        }
+        done
+    }
+
+    /// No wait on shared-memory flags is stalled any more: withdraw a sleep
+    /// announcement.
+    #[inline]
+    pub(crate) fn calm(&mut self) {
+        self.fruitless = 0;
+        if self.sleepy {
+            self.sleepy = false;
+            if let Some(own) = self.own {
                 own.sleepy().store(0, Ordering::Relaxed);
             }
+        }
+    }
+}
+
+impl Counters {
+    /// Publishes `op`'s input by reference if it can ([`ShmOp::publish_by_reference`]),
+    /// counting how.
+    #[inline]
+    fn publish(&mut self, op: &mut ShmOp, sh: &ShmTeam, input: &[u8], over: bool) {
+        match op.publish_by_reference(sh, input, over) {
+            Publish::Segment => self.by_reference_calls += 1,
+            Publish::Process => self.cma_calls += 1,
+            Publish::Slots => {}
         }
     }
 }

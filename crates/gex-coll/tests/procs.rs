@@ -11,8 +11,8 @@
 mod common;
 
 use common::{
-    assert_woken, buffer_matrix, bytes, layers, matrix, matrix_mode, reference, ring_workload,
-    ring_workload_upto, segment_matrix,
+    assert_slot_woken, assert_woken, buffer_matrix, bytes, layers, matrix, matrix_mode, reference,
+    ring_workload, ring_workload_upto, segment_matrix,
 };
 use gex::Job;
 use gex::spi::Conduit;
@@ -229,6 +229,23 @@ impl Job for RingWake {
     }
 }
 
+/// The slot protocol's sleepers are woken by replayed calls across processes
+/// (`common::assert_slot_woken` under `Block`: members sleeping on a publisher that
+/// pauses; a lost wake-up shows as a call of 10 ms).
+struct SlotWake;
+
+impl Job for SlotWake {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        let mut c = client.endpoint(0).unwrap();
+        assert_eq!(c.wait_policy(), gex_core::WaitPolicy::Block);
+        let w = c.world().clone();
+        assert_slot_woken(&mut c, &w, 40);
+        drop(c);
+        client.finalize().unwrap();
+    }
+}
+
 /// Runs `job` on `ranks` processes of this test (the conduit the facade picks, 4 MiB
 /// segments, gex-rma's and gex-coll's layers); the job must succeed. The matrix takes
 /// a minute or two on a loaded 2-core machine, hence a watchdog of 10 minutes rather
@@ -280,4 +297,9 @@ fn procs_ring_8() {
 #[test]
 fn procs_ring_wakeups_3() {
     launch_with(3, Some(gex_core::WaitPolicy::Block), RingWake);
+}
+
+#[test]
+fn procs_slot_wakeups_3() {
+    launch_with(3, Some(gex_core::WaitPolicy::Block), SlotWake);
 }

@@ -737,3 +737,76 @@ pub fn assert_woken<C: Conduit>(c: &mut Endpoint<C>, team: &Team, rounds: u32) {
          wake-ups?); last here: {s1} of {t1}"
     );
 }
+
+/// Sleepers on the slot protocol's publications are woken by replayed calls (run
+/// under `WaitPolicy::Block`, as [`ring_wakeups`]): `rounds` allreduces of 8 words
+/// of one shape, so that every call after the first replays the first's decisions
+/// (and runs on the layer's state alone, waking sleepers after its step), member
+/// `k % p` pausing 2 ms before call `k` while the others sleep on its publication.
+/// Returns (the others' calls that took 8 ms or more, calls timed, calls replayed
+/// here): a lost wake-up makes nearly every timed call take a nap.
+pub fn slot_wakeups<C: Conduit>(c: &mut Endpoint<C>, team: &Team, rounds: u32) -> (u32, u32, u64) {
+    use std::time::{Duration, Instant};
+    let (p, me) = (team.size(), team.rank());
+    let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
+    let slow = Duration::from_millis(8);
+    let (mut naps, mut timed) = (0, 0);
+    let replayed = c.coll_stats().replayed_calls;
+    c.barrier(team).unwrap();
+    for k in 0..rounds {
+        let late = k % p;
+        let src: Vec<u64> = (0..8)
+            .map(|i| u64::from(k) * 1000 + u64::from(me) * 10 + i)
+            .collect();
+        let mut dst = [0u64; 8];
+        if me == late {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let t = Instant::now();
+        c.collective(team, Allreduce::slices(&src, &mut dst, &sum), Blocking)
+            .unwrap();
+        if me != late {
+            timed += 1;
+            naps += u32::from(t.elapsed() >= slow);
+        }
+        let want: Vec<u64> = (0..8)
+            .map(|i| {
+                (0..p)
+                    .map(|q| u64::from(k) * 1000 + u64::from(q) * 10 + i)
+                    .sum()
+            })
+            .collect();
+        assert_eq!(dst[..], want[..], "rank {me}: allreduce {k} after a sleep");
+    }
+    c.barrier(team).unwrap();
+    (naps, timed, c.coll_stats().replayed_calls - replayed)
+}
+
+/// Runs [`slot_wakeups`] until an attempt shows no systematic loss of wake-ups on any
+/// member (at most half of its timed calls took 8 ms or more), three attempts at
+/// most, as [`assert_woken`]; every attempt must have replayed its calls.
+pub fn assert_slot_woken<C: Conduit>(c: &mut Endpoint<C>, team: &Team, rounds: u32) {
+    let me = team.rank();
+    let mut last = (0, 0, 0);
+    for _ in 0..3 {
+        last = slot_wakeups(c, team, rounds);
+        let (naps, timed, replayed) = last;
+        assert!(
+            replayed + 1 >= u64::from(rounds),
+            "rank {me}: {replayed} of {rounds} calls replayed"
+        );
+        let ok = u64::from(naps * 2 <= timed);
+        let mut all = [0u64];
+        let min = ReduceOp::<u64>::builtin(BuiltinOp::Min);
+        c.collective(team, Allreduce::slices(&[ok], &mut all, min), Blocking)
+            .unwrap();
+        if all[0] == 1 {
+            return;
+        }
+    }
+    let (naps, timed, _) = last;
+    panic!(
+        "rank {me}: in each of 3 attempts the calls waiting for a replayed call's \
+         publication took a nap (lost wake-ups?); last here: {naps} of {timed}"
+    );
+}
