@@ -56,6 +56,10 @@ pub struct CollStats {
     pub online_trials: u64,
     /// Messages the layer's handlers dropped as malformed (0 in a healthy job).
     pub dropped_messages: u64,
+    /// Polls after which the layer let the endpoint sleep while it waited for flags
+    /// in shared memory: it had announced the sleep and every flag it waits for will
+    /// wake it (docs/coll.md 2.1; under spin-then-block only after the spin part).
+    pub sleep_polls: u64,
 }
 
 /// The operations of the collectives layer ([`Coll`]), as methods of every endpoint
@@ -445,6 +449,7 @@ impl<C: Conduit> CollExt<C> for Endpoint<C> {
             ring_calls: c.counters.ring_calls,
             online_trials: c.counters.online_trials,
             dropped_messages: c.dropped(),
+            sleep_polls: c.counters.sleep_polls,
         })
         .unwrap_or_default()
     }
@@ -1135,40 +1140,37 @@ fn replay<C: Conduit>(
     let policy = ep.wait_policy();
     let r = if let Some(c) = ep.layer_state_mut::<Coll>() {
         let mut wakes = false;
-        let r = c.with_resolved(team, |c, team| {
-            Ok(c.replay_run(
-                team,
-                key,
-                &mut io,
-                &mut slot,
-                (policy, &mut |_| wakes = true),
-            ))
-        })?;
+        let r = c.replay_run(
+            team,
+            key,
+            &mut io,
+            &mut slot,
+            (policy, &mut |_| wakes = true),
+        );
         if wakes || matches!(r, Replayed::Pending) {
             coll(ep, |c, cx| {
-                c.with_resolved(team, |c, team| {
-                    if wakes {
+                if let Some(d) = &slot {
+                    c.await_slot(cx, d);
+                }
+                if wakes {
+                    c.with_resolved(team, |c, team| {
                         c.wake_team(cx, team);
-                    }
-                    if let Some(d) = &slot {
-                        c.await_slot(cx, d);
-                    }
-                    Ok(())
-                })
+                        Ok(())
+                    })?;
+                }
+                Ok::<_, CollError>(())
             })??;
         }
         r
     } else {
         coll(ep, |c, cx| {
-            c.with_resolved(team, |c, team| {
-                let wake = &mut |a| cx.wake(a);
-                let r = c.replay_run(team, key, &mut io, &mut slot, (policy, wake));
-                if let Some(d) = &slot {
-                    c.await_slot(cx, d);
-                }
-                Ok(r)
-            })
-        })??
+            let wake = &mut |a| cx.wake(a);
+            let r = c.replay_run(team, key, &mut io, &mut slot, (policy, wake));
+            if let Some(d) = &slot {
+                c.await_slot(cx, d);
+            }
+            r
+        })?
     };
     match r {
         Replayed::Declined => Ok(Direct::Declined),

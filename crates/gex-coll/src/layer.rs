@@ -110,16 +110,30 @@ pub(crate) struct ShmLocal {
     pub(crate) ring: [ring::Local<Area>; shm::NCH],
     /// This member's side of the ring's sleep protocol.
     pub(crate) fencing: ring::Fencing,
-    /// This member's `MAYSLEEP` word is set (its wait policy may sleep).
+    /// This member's `MAYSLEEP` word is set (it may sleep).
     pub(crate) may_sleep: bool,
 }
 
 impl ShmLocal {
-    /// Announces, once, that this member may sleep when `policy` may
-    /// ([`crate::ring`]: members storing ring flags then start fencing).
+    /// Announces at once that this member may sleep when `policy` sleeps at every
+    /// wait (`Block`); under spin-then-block the announcement waits for the member's
+    /// first sleep ([`may_sleep_now`](Self::may_sleep_now)), so that members that
+    /// never sleep (a spin part never exhausted) never make their writers fence.
     #[inline]
     pub(crate) fn note_policy(&mut self, policy: WaitPolicy) {
-        if !self.may_sleep && policy != WaitPolicy::Spin {
+        if policy == WaitPolicy::Block {
+            self.may_sleep_now();
+        }
+    }
+
+    /// Announces, once, that this member may sleep ([`crate::ring`], *Sleeping
+    /// without a fence per broadcast*: members storing flags it waits for start
+    /// fencing when they see it). Before the member's first `SLEEPY` store: a member
+    /// that sees `SLEEPY` set sees `MAYSLEEP` too (`ShmOp::wake_members` relies on
+    /// it).
+    #[inline]
+    pub(crate) fn may_sleep_now(&mut self) {
+        if !self.may_sleep {
             if let Some(own) = self.own {
                 own.set_may_sleep();
                 self.may_sleep = true;
@@ -137,6 +151,7 @@ pub(crate) struct Counters {
     pub(crate) by_reference_calls: u64,
     pub(crate) cma_calls: u64,
     pub(crate) ring_calls: u64,
+    pub(crate) sleep_polls: u64,
 }
 
 impl std::fmt::Debug for Coll {
@@ -276,6 +291,7 @@ impl Layer for Coll {
         if again || self.direct_ready_now() {
             return Progress::Spinning;
         }
+        self.counters.sleep_polls += 1;
         Progress::Busy
     }
 }
@@ -383,6 +399,7 @@ impl Coll {
             return false;
         };
         if !self.shm.sleepy {
+            self.shm.may_sleep_now();
             own.sleepy().store(1, Ordering::Relaxed);
             self.shm.sleepy = true;
         }

@@ -47,7 +47,9 @@
 //!   broadcast still finds its data.
 //!
 //! **Sleeping without a fence per broadcast.** A member that may sleep while it waits
-//! for a flag (the endpoint's wait policy: not `Spin`) sets its sticky `MAYSLEEP` word.
+//! for a flag sets its sticky `MAYSLEEP` word: at once under `WaitPolicy::Block`, at
+//! its first sleep announcement under spin-then-block (before it, the member never
+//! sleeps).
 //! A member that stores a ring flag (`SEQ` as root, `DONE` as reader) and sees the
 //! `MAYSLEEP` word of a member that may wait for it sets its own sticky `FENCING` word
 //! and, from then on, after every ring flag it stores, fences (sequentially
@@ -56,8 +58,8 @@
 //! (read after its own `SLEEPY` store and fence): then either it sees the flag or the
 //! storer sees its `SLEEPY` word (a flag stored before `FENCING` was set is visible
 //! through `FENCING`'s release). Otherwise it keeps the endpoint awake (yielding)
-//! until the storer notices. So members that never sleep (`Spin`, ranks not
-//! outnumbering cores) never fence: a broadcast costs the root its stores and the
+//! until the storer notices. So members that never sleep (`Spin`, or a spin part
+//! never exhausted) never make anyone fence: a broadcast costs the root its stores and the
 //! readers one line transfer and one store each. The model is checked by loom
 //! (`tests/loom_ring.rs`).
 //!
@@ -128,7 +130,7 @@ pub(crate) trait Words: Copy {
     fn done(&self, ch: usize) -> &AtomicU64;
     /// The owner's `SLEEPY` word (it may be asleep).
     fn sleepy(&self) -> &AtomicU64;
-    /// The owner's `MAYSLEEP` word (sticky: its wait policy may sleep).
+    /// The owner's `MAYSLEEP` word (sticky: it may sleep).
     fn may_sleep(&self) -> &AtomicU64;
     /// The owner's `FENCING` word (sticky: it fences after every ring flag it stores
     /// and wakes sleepers).

@@ -126,8 +126,10 @@ pub(crate) const CMA_FLAG: u64 = 1 << 63;
 /// (`/proc/self/ns/pid`), so that a pid is only used by members that share the
 /// namespace it was taken in (containers may share `/dev/shm` but not pids).
 const PIDNS: usize = 16;
-/// Offset of the `MAYSLEEP` word: sticky 1 once the owner's wait policy may sleep
-/// ([`crate::ring`], *Sleeping without a fence per broadcast*).
+/// Offset of the `MAYSLEEP` word: sticky 1 once the owner may sleep (at once under
+/// `Block`, at its first sleep announcement under spin-then-block:
+/// [`ShmLocal::note_policy`](crate::layer::ShmLocal::note_policy)) ([`crate::ring`],
+/// *Sleeping without a fence per broadcast*).
 const MAYSLEEP: usize = 24;
 /// Offset of the `FENCING` word: sticky 1 once the owner fences after every ring flag
 /// it stores ([`crate::ring`]).

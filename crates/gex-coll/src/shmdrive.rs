@@ -48,11 +48,12 @@ use crate::op::{AddrMode, OpKind, Opts, SyncMode, SyncModes};
 use crate::ring;
 use crate::rootcheck::{self, Stall};
 use crate::shm::{Area, Io, Publish, ShmOp, ShmTeam, WaitOn};
-use crate::teams::ext;
+use crate::teams::{CollTeam, ext};
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
 use gex_core::{EpAddr, Team, WaitPolicy};
 use gex_sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 /// Fruitless progress calls after which a member waiting for a shared-memory flag
 /// announces that it may sleep, under each wait policy (`None`: never).
@@ -96,11 +97,20 @@ pub(crate) fn size_class(kind: OpKind, n: usize) -> u64 {
     class << 60
 }
 
-/// Looks at its flag a direct step of the slot protocol takes under
-/// [`WaitPolicy::Spin`] before it returns `Pending` (a few hundred nanoseconds): a
+/// How long a direct step of the slot protocol under [`WaitPolicy::Spin`] keeps
+/// looking at the flag it stopped at (stepping again whenever it is set) before it
+/// returns `Pending` and the caller's wait loop takes over (serving the endpoint): a
 /// symmetric call (allreduce, gather_all, exchange) mostly waits for a publication
-/// that is one cache-line transfer away, and leaving and re-entering the layer cost
-/// about a fifth of the call (2 ranks, 8 B: 0.12 µs with them, 0.15 without).
+/// that is a cache-line transfer or two away, and leaving and re-entering the layer
+/// cost about a fifth of a call (2 ranks, 8 B: 0.12 µs with the looks, 0.15 without).
+/// A bound in time, not in looks: 64 looks were 0.2-0.3 µs here, shorter than a
+/// 64 B exchange's wait when transfers are slow (this VM's slow state: 0.4 µs per
+/// call), and calls that left the layer were 15-30 % slower (2 ranks, 64 B
+/// exchange, gather_all, allreduce; same minutes, against the build before issue 12).
+const INNER_WAIT: Duration = Duration::from_micros(2);
+
+/// Looks between two readings of the clock while looking (the first after as many
+/// looks: a short wait never reads it).
 const INNER_LOOKS: u32 = 64;
 
 /// How [`Coll::replay_run`] ended.
@@ -696,6 +706,8 @@ impl Coll {
             direct,
             ops,
             tuner_gen,
+            world,
+            me,
             ..
         } = self;
         let Some(r) = replay.as_mut() else {
@@ -704,7 +716,17 @@ impl Coll {
         if r.key != *key || r.generation != *tuner_gen || !ops.is_empty() {
             return Replayed::Declined;
         }
-        let x = ext(team);
+        // The team resolved as `Coll::with_resolved` does (by reference, no lending:
+        // the fields borrowed apart); a team that is not this endpoint's declines (the
+        // general path reports it).
+        let Some(x) = team.ext::<CollTeam>().or_else(|| {
+            (team.me() == *me && team.id() == 0 && team.size() == world.size()).then(|| ext(world))
+        }) else {
+            return Replayed::Declined;
+        };
+        if team.me() != *me {
+            return Replayed::Declined;
+        }
         let Some(t) = x.shm.as_ref() else {
             return Replayed::Declined;
         };
@@ -892,8 +914,8 @@ impl ShmLocal {
     }
 
     /// Steps `op` over `io`; under [`WaitPolicy::Spin`], if it has to wait, looks at
-    /// its flag [`INNER_LOOKS`] times (stepping again when it is set) before giving
-    /// up: true if done.
+    /// its flag for up to [`INNER_WAIT`] (stepping again whenever it is set) before
+    /// giving up: true if done.
     #[inline]
     fn step_shm(
         &mut self,
@@ -910,8 +932,9 @@ impl ShmLocal {
             // its own stores here (allreduce 8 B on 2 ranks took 1 µs instead of 0.15
             // without the fence).
             op.fence_and_wake(t, &mut self.fencing, wake);
-            let mut looks = 0;
-            while looks < INNER_LOOKS {
+            let mut looks = 0u32;
+            let mut until = None;
+            loop {
                 if op.wait.is_some_and(|w| w.ready()) {
                     done = op.step(t, &mut self.expected, io);
                     if done {
@@ -920,6 +943,14 @@ impl ShmLocal {
                 }
                 gex_sync::hint::spin_loop();
                 looks += 1;
+                if looks % INNER_LOOKS == 0 {
+                    let now = Instant::now();
+                    match until {
+                        None => until = Some(now + INNER_WAIT),
+                        Some(u) if now >= u => break,
+                        Some(_) => {}
+                    }
+                }
             }
         }
         done

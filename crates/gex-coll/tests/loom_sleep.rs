@@ -31,13 +31,15 @@
 //!   `loom_sleep_flag_barrier`;
 //! - the reader ignoring `WaitOn::sleep_safe` (sleeping while the root it waits for
 //!   does not fence yet): `loom_sleep_channel_reader_of_a_spinning_root`;
+//! - `ShmOp::wake_members`' quick look at `MAYSLEEP` after acknowledgements without
+//!   its fence: `loom_sleep_by_reference_acknowledgements`;
 //! - `ShmTeam::wake_fenced` without a fence: `loom_sleep_flag_barrier`,
 //!   `loom_sleep_counter_barrier`. That was the code before these models: a real
 //!   bug (a `SeqCst` swap does not order the relaxed `SLEEPY` loads after it), fixed
 //!   in `wake_fenced` (see its docs).
 #![cfg(gex_loom)]
 
-use gex_coll::loomkit::{Member, Shared};
+use gex_coll::loomkit::{BYREF_MIN, Member, Shared};
 use gex_coll::{OpKind, SyncModes};
 use gex_sync::atomic::{Ordering, fence};
 use loom::sync::{Arc, Condvar, Mutex};
@@ -82,8 +84,11 @@ impl Bells {
 fn wait(m: &Member, bells: &Bells, ready: &dyn Fn() -> bool, safe: &dyn Fn() -> bool) {
     let mut sleepy = false;
     while !ready() {
-        // layer.rs, Coll::sleep_gate: announce.
+        // layer.rs, Coll::sleep_gate: announce (`MAYSLEEP` first, once: at once under
+        // `Block`, `ShmLocal::note_policy`; at the first sleep under spin-then-block,
+        // `ShmLocal::may_sleep_now`).
         if !sleepy {
+            m.set_may_sleep();
             m.sleepy().store(1, Ordering::Relaxed);
             sleepy = true;
         }
@@ -125,31 +130,85 @@ fn two(body: fn(Member, &Bells)) {
 /// (`WaitOn::sleep_safe`).
 #[test]
 fn loom_sleep_channel() {
-    loom::model(|| {
-        two(|mut m, bells| {
-            m.set_may_sleep();
-            for seq in 0..2 {
-                let me = m.me();
-                let inp = [me as u8 + 10 * seq as u8; 8];
-                let mut out = [0u8; 16];
-                let mut c = m.collective(OpKind::GatherAll, 8, SyncModes::default(), seq);
-                c.keep_own(&inp, &mut out);
-                loop {
-                    let done = c.step(&mut m, &inp, &mut out);
-                    // shmdrive.rs, Coll::direct_step: `op.wake_members(t, ...)`.
-                    c.wake_members(&mut m, &mut |q| bells.ring(q));
-                    if done {
-                        break;
-                    }
-                    wait(&m, bells, &|| c.ready(), &|| c.sleep_safe());
-                }
-                assert_eq!(
-                    out.to_vec(),
-                    [[10 * seq as u8; 8], [1 + 10 * seq as u8; 8]].concat()
-                );
+    loom::model(|| two(|m, bells| channel(m, bells, true)));
+}
+
+/// As [`loom_sleep_channel`], between members under spin-then-block: each announces
+/// `MAYSLEEP` only at its first sleep (`ShmLocal::may_sleep_now`, mirrored in
+/// [`wait`]), racing with the writer's look at it after a publication or an
+/// acknowledgement (`ShmOp::wake_members`, which skips the wake checks while no
+/// member it stored for announced `MAYSLEEP`).
+#[test]
+fn loom_sleep_channel_announced_at_the_first_sleep() {
+    loom::model(|| two(|m, bells| channel(m, bells, false)));
+}
+
+/// Two gather_alls between members that may sleep (`MAYSLEEP` set up front if
+/// `eager`, else at the first sleep).
+fn channel(mut m: Member, bells: &Bells, eager: bool) {
+    if eager {
+        m.set_may_sleep();
+    }
+    for seq in 0..2 {
+        let me = m.me();
+        let inp = [me as u8 + 10 * seq as u8; 8];
+        let mut out = [0u8; 16];
+        let mut c = m.collective(OpKind::GatherAll, 8, SyncModes::default(), seq);
+        c.keep_own(&inp, &mut out);
+        loop {
+            let done = c.step(&mut m, &inp, &mut out);
+            // shmdrive.rs, Coll::direct_step: `op.wake_members(t, ...)`.
+            c.wake_members(&mut m, &mut |q| bells.ring(q));
+            if done {
+                break;
             }
-        });
+            wait(&m, bells, &|| c.ready(), &|| c.sleep_safe());
+        }
+        assert_eq!(
+            out.to_vec(),
+            [[10 * seq as u8; 8], [1 + 10 * seq as u8; 8]].concat()
+        );
+    }
+}
+
+/// A gather_all of `BYREF_MIN`-byte blocks published by reference between members
+/// under spin-then-block (`MAYSLEEP` announced at the first sleep): a publisher
+/// completes only once its reader acknowledged, so it may sleep waiting for the
+/// acknowledgement, and the reader wakes it through `ShmOp::wake_members`'s
+/// acknowledgement path (its quick look at `MAYSLEEP`, after the fence loom needs).
+#[test]
+fn loom_sleep_by_reference_acknowledgements() {
+    loom::model(|| {
+        let shared = Shared::new(2, BYREF_MIN);
+        let bells = Bells::new(2);
+        let (s1, b1) = (shared.clone(), bells.clone());
+        let h = thread::spawn(move || by_reference(&s1, Member::new(&s1, 1), &b1));
+        by_reference(&shared, Member::new(&shared, 0), &bells);
+        h.join().unwrap();
     });
+}
+
+/// One member of [`loom_sleep_by_reference_acknowledgements`].
+fn by_reference(shared: &Shared, mut m: Member, bells: &Bells) {
+    let (me, n) = (m.me(), BYREF_MIN);
+    shared.write_segment(me, 0, &vec![me as u8 + 1; n]);
+    let inp = shared.segment(me, 0, n);
+    let mut out = vec![0u8; 2 * n];
+    let mut c = m.collective(OpKind::GatherAll, n, SyncModes::default(), 0);
+    assert!(
+        c.publish_by_reference(&m, inp),
+        "a segment input goes by reference"
+    );
+    c.keep_own(inp, &mut out);
+    loop {
+        let done = c.step(&mut m, inp, &mut out);
+        c.wake_members(&mut m, &mut |q| bells.ring(q));
+        if done {
+            break;
+        }
+        wait(&m, bells, &|| c.ready(), &|| c.sleep_safe());
+    }
+    assert!(out[..n].iter().all(|&b| b == 1) && out[n..].iter().all(|&b| b == 2));
 }
 
 /// Broadcasts (two, small slots) from a root that never sleeps (`Spin`: no

@@ -12,7 +12,7 @@ mod common;
 
 use common::{
     assert_slot_woken, assert_woken, buffer_matrix, bytes, layers, matrix, matrix_mode, reference,
-    ring_workload, ring_workload_upto, segment_matrix,
+    ring_workload, ring_workload_upto, segment_matrix, slot_sleeps,
 };
 use gex::Job;
 use gex::spi::Conduit;
@@ -246,6 +246,33 @@ impl Job for SlotWake {
     }
 }
 
+/// Under spin-then-block, members waiting long for a slot publication sleep
+/// (`common::slot_sleeps`): they announce `MAYSLEEP` at their first sleep, their
+/// writers start fencing when they notice, and from then on the layer lets the
+/// endpoint sleep in such waits (a member whose writers never fenced would yield
+/// through every 500 ms pause without sleeping).
+struct SlotSleeps;
+
+impl Job for SlotSleeps {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        let mut c = client.endpoint(0).unwrap();
+        assert!(matches!(
+            c.wait_policy(),
+            gex_core::WaitPolicy::SpinThenBlock { .. }
+        ));
+        let w = c.world().clone();
+        let sleeps = slot_sleeps(&mut c, &w, 9, std::time::Duration::from_millis(500));
+        assert!(
+            sleeps > 0,
+            "rank {}: never let the endpoint sleep in 4 waits of 500 ms",
+            w.rank()
+        );
+        drop(c);
+        client.finalize().unwrap();
+    }
+}
+
 /// Runs `job` on `ranks` processes of this test (the conduit the facade picks, 4 MiB
 /// segments, gex-rma's and gex-coll's layers); the job must succeed. The matrix takes
 /// a minute or two on a loaded 2-core machine, hence a watchdog of 10 minutes rather
@@ -297,6 +324,15 @@ fn procs_ring_8() {
 #[test]
 fn procs_ring_wakeups_3() {
     launch_with(3, Some(gex_core::WaitPolicy::Block), RingWake);
+}
+
+#[test]
+fn procs_slot_sleeps_spin_then_block_3() {
+    launch_with(
+        3,
+        Some(gex_core::WaitPolicy::SpinThenBlock { spins: 0 }),
+        SlotSleeps,
+    );
 }
 
 #[test]

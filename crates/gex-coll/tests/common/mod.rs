@@ -810,3 +810,40 @@ pub fn assert_slot_woken<C: Conduit>(c: &mut Endpoint<C>, team: &Team, rounds: u
          publication took a nap (lost wake-ups?); last here: {naps} of {timed}"
     );
 }
+
+/// Members under spin-then-block sleep through long waits on a slot publication
+/// (they announce `MAYSLEEP` only at their first sleep; their writers start fencing
+/// when they notice, and from then on a waiter may sleep): `rounds` allreduces of 8
+/// words, member `k % p` pausing `pause` before call `k`. Returns the polls after
+/// which the layer let the endpoint sleep (`CollStats::sleep_polls`) during the
+/// calls this member waited in from round `p` on (every writer has published since
+/// the first announcements).
+pub fn slot_sleeps<C: Conduit>(
+    c: &mut Endpoint<C>,
+    team: &Team,
+    rounds: u32,
+    pause: std::time::Duration,
+) -> u64 {
+    let (p, me) = (team.size(), team.rank());
+    let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
+    let mut sleeps = 0;
+    c.barrier(team).unwrap();
+    for k in 0..rounds {
+        let late = k % p;
+        let src = [u64::from(me) + u64::from(k); 8];
+        let mut dst = [0u64; 8];
+        if me == late {
+            std::thread::sleep(pause);
+        }
+        let before = c.coll_stats().sleep_polls;
+        c.collective(team, Allreduce::slices(&src, &mut dst, &sum), Blocking)
+            .unwrap();
+        if me != late && k >= p {
+            sleeps += c.coll_stats().sleep_polls - before;
+        }
+        let want = (0..p).map(|q| u64::from(q) + u64::from(k)).sum::<u64>();
+        assert_eq!(dst, [want; 8], "rank {me}: allreduce {k}");
+    }
+    c.barrier(team).unwrap();
+    sleeps
+}
