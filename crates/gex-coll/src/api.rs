@@ -770,13 +770,33 @@ pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
 /// loop).
 #[inline(always)]
 fn dispose<T>(spec: Spec<'_, T>) {
-    let borrowed = matches!(spec.data, SpecData::Slices(..) | SpecData::InPlace(..))
-        && !matches!(spec.reduce, Some(ReduceArg::Owned(_)));
-    if borrowed {
-        // Only references: forgetting them releases nothing.
-        std::mem::forget(spec);
+    // Every field named, so that one added later is considered here; those ignored
+    // never own anything (checked).
+    let Spec {
+        kind: _,
+        root: _,
+        count: _,
+        opts: _,
+        data,
+        reduce,
+    } = spec;
+    const _: () = assert!(
+        !std::mem::needs_drop::<OpKind>()
+            && !std::mem::needs_drop::<Root>()
+            && !std::mem::needs_drop::<Option<usize>>()
+            && !std::mem::needs_drop::<Opts<'static>>()
+    );
+    // Borrowed data and a borrowed (or no) reduction are references only:
+    // forgetting them releases nothing.
+    if matches!(data, SpecData::Slices(..) | SpecData::InPlace(..)) {
+        std::mem::forget(data);
     } else {
-        drop(spec);
+        drop(data);
+    }
+    if matches!(reduce, Some(ReduceArg::Owned(_))) {
+        drop(reduce);
+    } else {
+        std::mem::forget(reduce);
     }
 }
 
