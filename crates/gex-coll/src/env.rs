@@ -83,9 +83,37 @@ pub const ENV_VARS: &[EnvVar] = &[
         default: "model",
         doc: "gex-coll: model (profile, else cost model) or online (time the surviving candidates on the first use of each cell on a team, collectively, and keep the winner).",
     },
+    EnvVar {
+        name: "GEX_COLL_SLEEP_YIELDS",
+        default: "20000",
+        doc: "gex-coll: under spin-then-block, fruitless polls (each hands the core over) after the policy's spins before a member waiting for a flag in shared memory may sleep; read when the layer attaches (a value that is not an unsigned 32-bit integer fails Client::endpoint).",
+    },
 ];
 
-const _: () = assert!(ENV_VARS.len() == OpKind::ALL.len() + 3);
+const _: () = assert!(ENV_VARS.len() == OpKind::ALL.len() + 4);
+
+/// Default of `GEX_COLL_SLEEP_YIELDS`: gex-rma's barrier measured 20 000 yields before
+/// sleeping as the best trade between wake-up latency and idle CPU when ranks
+/// outnumber cores.
+pub(crate) const SLEEP_YIELDS: u32 = 20_000;
+
+/// `GEX_COLL_SLEEP_YIELDS` of `cfg`.
+///
+/// # Errors
+/// [`InitError::Layer`] naming the variable if its value is not a `u32`.
+pub(crate) fn sleep_yields(cfg: &Config) -> Result<u32, InitError> {
+    const VAR: &str = "GEX_COLL_SLEEP_YIELDS";
+    cfg.u64(VAR, u64::from(SLEEP_YIELDS))
+        .ok()
+        .and_then(|v| u32::try_from(v).ok())
+        .ok_or_else(|| InitError::Layer {
+            layer: "coll",
+            msg: format!(
+                "{VAR}={:?}: not an unsigned 32-bit integer",
+                cfg.get(VAR).unwrap_or_default()
+            ),
+        })
+}
 
 /// The tuner of a new layer: the built-in catalogue and cost model, configured by
 /// `cfg`'s `GEX_COLL_*` settings, and this host's CPU count.
@@ -172,6 +200,20 @@ mod tests {
             assert!(e.contains(k), "{e}");
         };
         bad("GEX_COLL_TUNE", "sometimes");
+        for v in ["-1", "many", "4294967296"] {
+            let e = sleep_yields(&Config::from_pairs([("GEX_COLL_SLEEP_YIELDS", v)]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("GEX_COLL_SLEEP_YIELDS"), "{e}");
+        }
+        assert_eq!(
+            sleep_yields(&Config::from_pairs([("GEX_COLL_SLEEP_YIELDS", "7")])).unwrap(),
+            7
+        );
+        assert_eq!(
+            sleep_yields(&Config::from_pairs::<[(&str, &str); 0], _, _>([])).unwrap(),
+            SLEEP_YIELDS
+        );
         bad("GEX_COLL_BROADCAST", "no-such-algorithm");
         bad("GEX_COLL_LOGGP", "1,2");
         bad("GEX_COLL_PROFILE", "/nonexistent/profile");

@@ -77,6 +77,8 @@ pub struct Coll {
     /// Split-phase barriers notified and not yet waited for, by team id.
     pub(crate) notified: HashMap<u64, Notified>,
     pub(crate) policy: WaitPolicy,
+    /// `GEX_COLL_SLEEP_YIELDS` ([`crate::shmdrive::sleep_after`]).
+    pub(crate) sleep_yields: u32,
     /// Changes whenever the tuner may decide differently (a program's access to it,
     /// an online winner recorded).
     pub(crate) tuner_gen: u64,
@@ -180,6 +182,7 @@ impl Layer for Coll {
             });
         }
         let tuner = crate::env::tuner(cx.config())?;
+        let sleep_yields = crate::env::sleep_yields(cx.config())?;
         let hids = std::array::from_fn(|i| cx.handler(i as u8));
         let me = cx.addr();
         let own = shared_memory(cx)
@@ -226,6 +229,7 @@ impl Layer for Coll {
             pending_aborts: Vec::new(),
             notified: HashMap::new(),
             policy: cx.wait_policy(),
+            sleep_yields,
             tuner_gen: 0,
             direct_choice: None,
             ring_key: None,
@@ -388,7 +392,7 @@ impl Coll {
     /// Before a sleep: counts a fruitless call and, once the wait policy's spin part
     /// is over, announces that this member may sleep; true if it did.
     fn sleep_gate(&mut self) -> bool {
-        let Some(after) = crate::shmdrive::sleep_after(self.policy) else {
+        let Some(after) = crate::shmdrive::sleep_after(self.policy, self.sleep_yields) else {
             return false;
         };
         self.shm.fruitless = self.shm.fruitless.saturating_add(1);

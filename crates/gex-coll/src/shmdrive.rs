@@ -56,15 +56,15 @@ use gex_sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Fruitless progress calls after which a member waiting for a shared-memory flag
-/// announces that it may sleep, under each wait policy (`None`: never).
-pub(crate) fn sleep_after(p: WaitPolicy) -> Option<u32> {
+/// announces that it may sleep, under each wait policy (`None`: never); `yields`:
+/// `GEX_COLL_SLEEP_YIELDS` (default [`crate::env::SLEEP_YIELDS`]).
+pub(crate) fn sleep_after(p: WaitPolicy, yields: u32) -> Option<u32> {
     match p {
         WaitPolicy::Spin => None,
         WaitPolicy::Block => Some(0),
         // Yielding hands the core to the member we wait for when ranks outnumber
-        // cores (gex-rma's barrier measured 20 000 yields before sleeping as the
-        // best trade between wake-up latency and idle CPU).
-        WaitPolicy::SpinThenBlock { spins } => Some(spins.saturating_add(20_000)),
+        // cores.
+        WaitPolicy::SpinThenBlock { spins } => Some(spins.saturating_add(yields)),
     }
 }
 

@@ -847,3 +847,32 @@ pub fn slot_sleeps<C: Conduit>(
     c.barrier(team).unwrap();
     sleeps
 }
+
+/// Runs [`slot_sleeps`] (two rounds per member, counted from the second) with pauses
+/// of 0.5, 1, 2 and 4 s until every member let its endpoint sleep in one attempt
+/// (the members agree on each verdict with an allreduce): a member sleeps only after
+/// its spin-then-block yields (20 000 fruitless polls), which a debug build on a
+/// loaded machine may not get through in half a second.
+pub fn assert_slot_sleeps<C: Conduit>(c: &mut Endpoint<C>, team: &Team) {
+    let me = team.rank();
+    let mut pause = std::time::Duration::from_millis(500);
+    for _ in 0..4 {
+        let sleeps = slot_sleeps(c, team, 2 * team.size(), pause);
+        let mut all = [0u64];
+        let min = ReduceOp::<u64>::builtin(BuiltinOp::Min);
+        c.collective(
+            team,
+            Allreduce::slices(&[u64::from(sleeps > 0)], &mut all, min),
+            Blocking,
+        )
+        .unwrap();
+        if all[0] == 1 {
+            return;
+        }
+        pause *= 2;
+    }
+    panic!(
+        "rank {me}: some member never let its endpoint sleep in waits of up to 4 s on a \
+         slot publication"
+    );
+}
