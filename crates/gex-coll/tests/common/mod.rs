@@ -722,12 +722,7 @@ pub fn assert_woken<C: Conduit>(c: &mut Endpoint<C>, team: &Team, rounds: u32) {
     for _ in 0..3 {
         last = ring_wakeups(c, team, rounds);
         let [(s1, t1), _] = last;
-        let ok = u64::from(s1 * 2 <= t1);
-        let mut all = [0u64];
-        let min = ReduceOp::<u64>::builtin(BuiltinOp::Min);
-        c.collective(team, Allreduce::slices(&[ok], &mut all, min), Blocking)
-            .unwrap();
-        if all[0] == 1 {
+        if all_agree(c, team, s1 * 2 <= t1) {
             return;
         }
     }
@@ -795,12 +790,7 @@ pub fn assert_slot_woken<C: Conduit>(c: &mut Endpoint<C>, team: &Team, rounds: u
             replayed + 1 >= u64::from(rounds),
             "rank {me}: {replayed} of {rounds} calls replayed"
         );
-        let ok = u64::from(naps * 2 <= timed);
-        let mut all = [0u64];
-        let min = ReduceOp::<u64>::builtin(BuiltinOp::Min);
-        c.collective(team, Allreduce::slices(&[ok], &mut all, min), Blocking)
-            .unwrap();
-        if all[0] == 1 {
+        if all_agree(c, team, naps * 2 <= timed) {
             return;
         }
     }
@@ -858,15 +848,7 @@ pub fn assert_slot_sleeps<C: Conduit>(c: &mut Endpoint<C>, team: &Team) {
     let mut pause = std::time::Duration::from_millis(500);
     for _ in 0..4 {
         let sleeps = slot_sleeps(c, team, 2 * team.size(), pause);
-        let mut all = [0u64];
-        let min = ReduceOp::<u64>::builtin(BuiltinOp::Min);
-        c.collective(
-            team,
-            Allreduce::slices(&[u64::from(sleeps > 0)], &mut all, min),
-            Blocking,
-        )
-        .unwrap();
-        if all[0] == 1 {
+        if all_agree(c, team, sleeps > 0) {
             return;
         }
         pause *= 2;
@@ -875,4 +857,18 @@ pub fn assert_slot_sleeps<C: Conduit>(c: &mut Endpoint<C>, team: &Team) {
         "rank {me}: some member never let its endpoint sleep in waits of up to 4 s on a \
          slot publication"
     );
+}
+
+/// True if `ok` holds on every member of `team` (a min-allreduce: every member gets
+/// the same verdict, so retry loops repeat together).
+fn all_agree<C: Conduit>(c: &mut Endpoint<C>, team: &Team, ok: bool) -> bool {
+    let mut all = [0u64];
+    let min = ReduceOp::<u64>::builtin(BuiltinOp::Min);
+    c.collective(
+        team,
+        Allreduce::slices(&[u64::from(ok)], &mut all, min),
+        Blocking,
+    )
+    .unwrap();
+    all[0] == 1
 }
