@@ -106,7 +106,7 @@ use crate::sched::{ReduceFn, Schedule};
 use crate::teams::mix_all;
 use crate::tune::LogGP;
 use gex_core::EpAddr;
-use gex_sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use gex_sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -570,7 +570,7 @@ impl ShmTeam {
             return;
         }
         #[cfg(any(gex_loom, not(any(target_arch = "x86", target_arch = "x86_64"))))]
-        fence(Ordering::SeqCst);
+        gex_sync::atomic::fence(Ordering::SeqCst);
         self.wake_sleepers(mask, wake);
     }
 
@@ -1184,7 +1184,7 @@ impl ShmOp {
             // (Ordered after the acknowledgements as `wake_fenced`'s loads are.)
             #[cfg(any(gex_loom, not(any(target_arch = "x86", target_arch = "x86_64"))))]
             if acked != 0 {
-                fence(Ordering::SeqCst);
+                gex_sync::atomic::fence(Ordering::SeqCst);
             }
             if !team.may_sleep_any(post | acked) {
                 self.wake = 0;
@@ -1203,21 +1203,6 @@ impl ShmOp {
     #[inline]
     pub(crate) fn stored(&self) -> bool {
         self.wake | self.wake_post != 0
-    }
-
-    /// As [`wake_members`](Self::wake_members), after a fence whenever it stored a
-    /// flag (a member about to spin on a flag makes its own stores visible first).
-    #[inline]
-    pub(crate) fn fence_and_wake(
-        &mut self,
-        team: &ShmTeam,
-        fencing: &mut crate::ring::Fencing,
-        wake: &mut impl FnMut(EpAddr),
-    ) {
-        if self.stored() {
-            fence(Ordering::SeqCst);
-        }
-        self.wake_members(team, fencing, wake);
     }
 
     /// Makes this collective, whatever its state, collective `seq` of its team, not

@@ -98,8 +98,7 @@ pub(crate) fn size_class(kind: OpKind, n: usize) -> u64 {
 }
 
 /// How long a direct step of the slot protocol under [`WaitPolicy::Spin`] keeps
-/// looking at the flag it stopped at (stepping again whenever it is set) before it
-/// returns `Pending` and the caller's wait loop takes over (serving the endpoint): a
+/// stepping after it stopped at a publication before it returns `Pending` and the caller's wait loop takes over (serving the endpoint): a
 /// symmetric call (allreduce, gather_all, exchange) mostly waits for a publication
 /// that is a cache-line transfer or two away, and leaving and re-entering the layer
 /// cost about a fifth of a call (2 ranks, 8 B: 0.12 µs with the looks, 0.15 without).
@@ -913,9 +912,9 @@ impl ShmLocal {
         done
     }
 
-    /// Steps `op` over `io`; under [`WaitPolicy::Spin`], if it has to wait, looks at
-    /// its flag for up to [`INNER_WAIT`] (stepping again whenever it is set) before
-    /// giving up: true if done.
+    /// Steps `op` over `io`; under [`WaitPolicy::Spin`], if it has to wait for a
+    /// publication, steps again for up to [`INNER_WAIT`] before giving up: true if
+    /// done.
     #[inline]
     fn step_shm(
         &mut self,
@@ -926,22 +925,24 @@ impl ShmLocal {
     ) -> bool {
         let mut done = op.step(t, &mut self.expected, io);
         if !done && matches!(op.wait, Some(WaitOn::Post { .. })) && policy == WaitPolicy::Spin {
-            // Every member has a core: look at the flag a while before leaving the
-            // layer (a peer's publication is usually a cache-line transfer away). What
-            // this member stored goes out first: a member spinning on loads delayed
-            // its own stores here (allreduce 8 B on 2 ranks took 1 µs instead of 0.15
-            // without the fence).
-            op.fence_and_wake(t, &mut self.fencing, wake);
+            // Every member has a core: keep stepping a while before leaving the
+            // layer (a peer's publication is usually a cache-line transfer away),
+            // after waking whoever sleeps on what this step stored. Each look is a
+            // whole step, not a load of the awaited flag: looking at the flag alone
+            // (in a loop of loads and pauses) was slower whenever cache-line
+            // transfers were slow (2 ranks, allreduce 512 B: 0.41-0.44 µs against
+            // 0.38-0.40 stepping, this VM's slow state), and it needed a fence after
+            // the step's stores (without one, 8 B took 1 µs instead of 0.15);
+            // stepping needs none (docs/coll.md, *Waiting inside the layer*).
+            op.wake_members(t, &mut self.fencing, wake);
             let mut looks = 0u32;
             let mut until = None;
             loop {
-                if op.wait.is_some_and(|w| w.ready()) {
-                    done = op.step(t, &mut self.expected, io);
-                    if done {
-                        break;
-                    }
-                }
                 gex_sync::hint::spin_loop();
+                done = op.step(t, &mut self.expected, io);
+                if done {
+                    break;
+                }
                 looks += 1;
                 if looks % INNER_LOOKS == 0 {
                     let now = Instant::now();
