@@ -913,8 +913,9 @@ impl ShmLocal {
     }
 
     /// Steps `op` over `io`; under [`WaitPolicy::Spin`], if it has to wait for a
-    /// publication, steps again for up to [`INNER_WAIT`] before giving up: true if
-    /// done.
+    /// publication or for the readers of a publication by reference
+    /// ([`ShmOp::worth_looking`]), steps again for up to [`INNER_WAIT`] per wait
+    /// before giving up: true if done.
     #[inline]
     fn step_shm(
         &mut self,
@@ -924,7 +925,7 @@ impl ShmLocal {
         (policy, wake): (WaitPolicy, &mut impl FnMut(EpAddr)),
     ) -> bool {
         let mut done = op.step(t, &mut self.expected, io);
-        if !done && matches!(op.wait, Some(WaitOn::Post { .. })) && policy == WaitPolicy::Spin {
+        if !done && policy == WaitPolicy::Spin && op.worth_looking() {
             // Every member has a core: keep stepping a while before leaving the
             // layer (a peer's publication is usually a cache-line transfer away),
             // after waking whoever sleeps on what this step stored. Each look is a
@@ -937,11 +938,20 @@ impl ShmLocal {
             op.wake_members(t, &mut self.fencing, wake);
             let mut looks = 0u32;
             let mut until = None;
+            let mut at = op.position();
             loop {
                 gex_sync::hint::spin_loop();
                 done = op.step(t, &mut self.expected, io);
                 if done {
                     break;
+                }
+                if op.position() != at {
+                    // Past a wait (a copy of 64 KiB takes half the bound): the next
+                    // wait gets the whole bound.
+                    at = op.position();
+                    looks = 0;
+                    until = None;
+                    continue;
                 }
                 looks += 1;
                 if looks % INNER_LOOKS == 0 {
