@@ -47,7 +47,8 @@ pub struct CollStats {
     /// Of those, the ones that replayed the checks and decisions of the previous
     /// direct call of the same shape (same team, operation, root, element type size,
     /// slice lengths and reduction kind, default options; docs/coll.md 4.1,
-    /// *Replayed calls*).
+    /// *Replayed calls*), and the blocking barriers under default options that
+    /// replayed the previous one's.
     pub replayed_calls: u64,
     /// Broadcasts of at most 120 bytes that went through the small-broadcast ring
     /// (directly or in the layer's table; docs/coll.md 4.1, *Small broadcasts*).
@@ -895,6 +896,11 @@ pub(crate) fn barrier_blocking<C: Conduit>(
         coll(ep, |c, _| c.with_resolved(team, |_, _| Ok(())))??;
         return entry.outcome();
     }
+    if *opts == Opts::default() {
+        if let Some(merged) = barrier_replay(ep, team, entry)? {
+            return merged.outcome();
+        }
+    }
     let l = Lowered {
         kind: OpKind::Barrier,
         root: 0,
@@ -913,6 +919,57 @@ pub(crate) fn barrier_blocking<C: Conduit>(
     }
     let ev = barrier_event(ep, team, entry, opts)?;
     ep.wait(ev)
+}
+
+/// A blocking barrier under default options as the last one ran
+/// ([`Coll::barrier_replay`]): its merged entry, or `None` (nothing consumed) when
+/// that decision does not hold. Like [`replay`], without a progress thread the
+/// layer's state is borrowed directly, and the endpoint's context is entered only to
+/// record a wait or wake members.
+#[inline]
+fn barrier_replay<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    entry: Entry,
+) -> Result<Option<Entry>, CollError> {
+    let mut slot = None;
+    let Some(c) = ep.layer_state_mut::<Coll>() else {
+        return Ok(None);
+    };
+    let mut wakes = false;
+    let r = c.barrier_replay(team, entry, &mut slot, &mut |_| wakes = true);
+    let pending = matches!(r, Replayed::Pending);
+    if wakes || pending {
+        coll(ep, |c, cx| {
+            if let (true, Some(d)) = (pending, &slot) {
+                c.await_slot(cx, d);
+            }
+            if wakes {
+                c.with_resolved(team, |c, team| {
+                    c.wake_team(cx, team);
+                    Ok(())
+                })?;
+            }
+            Ok::<_, CollError>(())
+        })??;
+    }
+    let Some(d) = slot.as_mut() else {
+        return Ok(None);
+    };
+    if !pending {
+        return Ok(Some(merged_entry(d)));
+    }
+    let mut io = Io {
+        input: &[],
+        out: &mut [],
+        reduce: None,
+    };
+    match wait_direct(ep, team, d, &mut io)? {
+        Direct::Done(merged) => Ok(Some(merged)),
+        Direct::Declined | Direct::Trial => {
+            unreachable!("a direct barrier under way runs to its end")
+        }
+    }
 }
 
 /// Starts a barrier with `entry` in the layer's table.

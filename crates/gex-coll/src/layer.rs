@@ -91,6 +91,10 @@ pub struct Coll {
     /// The last direct call's decisions, for calls of the same shape
     /// ([`crate::shmdrive`], *Replay*).
     pub(crate) replay: Option<crate::shmdrive::Replay>,
+    /// The team (id, size) and tuner generation of the last blocking barrier under
+    /// default options that took the shared-memory barrier
+    /// ([`Coll::barrier_replay`]).
+    pub(crate) bar_replay: Option<(u64, u32, u64)>,
 }
 
 /// This endpoint's shared-memory state.
@@ -234,6 +238,7 @@ impl Layer for Coll {
             direct_choice: None,
             ring_key: None,
             replay: None,
+            bar_replay: None,
         };
         crate::teams::setup_world_hier(&mut c, cx);
         Ok(c)

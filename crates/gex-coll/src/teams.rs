@@ -466,6 +466,7 @@ pub(crate) fn destroy_team<C: Conduit>(ep: &mut Endpoint<C>, team: Team) -> Resu
         // A later team may take the id: forget the decision kept for this one.
         c.direct_choice = None;
         c.replay = None;
+        c.bar_replay = None;
         let pending = c
             .ops
             .values()

@@ -1072,6 +1072,56 @@ fn blocking_calls_mix_direct_and_queued_paths() {
     );
 }
 
+/// Blocking barriers under default options replay the first one's decision
+/// (`Coll::barrier_replay`): the names still meet (a mismatch is an error on every
+/// member, and the next barrier works), and a new team, or one made after a team was
+/// destroyed, takes the general path first.
+#[test]
+fn replayed_barriers_keep_names_and_teams() {
+    run_sim(
+        4,
+        SimConfig::default().seed(12),
+        || layers().segment_size(SEG),
+        |client| {
+            let mut c = client.endpoint(0).unwrap();
+            let w = c.world().clone();
+            let (p, me) = (w.size(), w.rank());
+            let on = !cfg!(gex_force_am_rma);
+            let replayed = |c: &mut Endpoint<Sim>| c.coll_stats().replayed_calls;
+            let r0 = replayed(&mut c);
+            for _ in 0..5 {
+                c.barrier(&w).unwrap();
+            }
+            // The first barrier chooses; the four after it replay.
+            assert_eq!(replayed(&mut c) - r0, if on { 4 } else { 0 });
+            // Matching names pass, different ones fail everywhere, on the replayed path.
+            let before = replayed(&mut c);
+            c.collective(&w, Barrier::named(7), Blocking).unwrap();
+            let r = c.collective(&w, Barrier::named(u64::from(me % 2)), Blocking);
+            assert_eq!(r, Err(CollError::BarrierMismatch), "rank {me}");
+            assert_eq!(replayed(&mut c) - before, if on { 2 } else { 0 });
+            c.barrier(&w).unwrap();
+            // Another team: its first barrier takes the general path, then it replays;
+            // the world's next barrier takes the general path again.
+            let all: Vec<u32> = (0..p).rev().collect();
+            for _ in 0..2 {
+                let t = c.create_team(&w, &all, Scratch::None).unwrap();
+                let before = replayed(&mut c);
+                for _ in 0..3 {
+                    c.barrier(&t).unwrap();
+                }
+                assert_eq!(replayed(&mut c) - before, if on { 2 } else { 0 });
+                c.destroy_team(t).unwrap();
+            }
+            let before = replayed(&mut c);
+            c.barrier(&w).unwrap();
+            c.barrier(&w).unwrap();
+            assert_eq!(replayed(&mut c) - before, u64::from(on));
+            assert_eq!(c.coll_stats().in_flight, 0);
+        },
+    );
+}
+
 /// Blocking calls of one shape in a loop replay the first call's checks and decisions
 /// (shmdrive, *Replay*); any change of shape, options, reduction kind or tuner takes
 /// the general path again, and its checks: bad lengths are still errors, a new root or
