@@ -921,6 +921,33 @@ pub(crate) fn barrier_blocking<C: Conduit>(
     ep.wait(ev)
 }
 
+/// After a step taken on the layer's state alone ([`replay`], [`barrier_replay`]):
+/// records the wait of the call `waiting`, if any, and wakes the sleepers of `team` if
+/// the step asked to (`wakes`), in one entry into the layer (none if neither).
+#[inline]
+fn after_borrowed_step<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    waiting: Option<&DirectOp>,
+    wakes: bool,
+) -> Result<(), CollError> {
+    if waiting.is_none() && !wakes {
+        return Ok(());
+    }
+    coll(ep, |c, cx| {
+        if let Some(d) = waiting {
+            c.await_slot(cx, d);
+        }
+        if wakes {
+            c.with_resolved(team, |c, team| {
+                c.wake_team(cx, team);
+                Ok(())
+            })?;
+        }
+        Ok::<_, CollError>(())
+    })?
+}
+
 /// A blocking barrier under default options as the last one ran
 /// ([`Coll::barrier_replay`]): its merged entry, or `None` (nothing consumed) when
 /// that decision does not hold. Like [`replay`], without a progress thread the
@@ -939,20 +966,7 @@ fn barrier_replay<C: Conduit>(
     let mut wakes = false;
     let r = c.barrier_replay(team, entry, &mut slot, &mut |_| wakes = true);
     let pending = matches!(r, Replayed::Pending);
-    if wakes || pending {
-        coll(ep, |c, cx| {
-            if let (true, Some(d)) = (pending, &slot) {
-                c.await_slot(cx, d);
-            }
-            if wakes {
-                c.with_resolved(team, |c, team| {
-                    c.wake_team(cx, team);
-                    Ok(())
-                })?;
-            }
-            Ok::<_, CollError>(())
-        })??;
-    }
+    after_borrowed_step(ep, team, slot.as_ref().filter(|_| pending), wakes)?;
     let Some(d) = slot.as_mut() else {
         return Ok(None);
     };
@@ -1224,20 +1238,8 @@ fn replay<C: Conduit>(
             &mut slot,
             (policy, &mut |_| wakes = true),
         );
-        if wakes || matches!(r, Replayed::Pending) {
-            coll(ep, |c, cx| {
-                if let Some(d) = &slot {
-                    c.await_slot(cx, d);
-                }
-                if wakes {
-                    c.with_resolved(team, |c, team| {
-                        c.wake_team(cx, team);
-                        Ok(())
-                    })?;
-                }
-                Ok::<_, CollError>(())
-            })??;
-        }
+        // (`slot` holds a call only if it waits.)
+        after_borrowed_step(ep, team, slot.as_ref(), wakes)?;
         r
     } else {
         coll(ep, |c, cx| {

@@ -718,17 +718,9 @@ impl Coll {
         if r.key != *key || r.generation != *tuner_gen || !ops.is_empty() {
             return Replayed::Declined;
         }
-        // The team resolved as `Coll::with_resolved` does (by reference, no lending:
-        // the fields borrowed apart); a team that is not this endpoint's declines (the
-        // general path reports it).
-        let Some(x) = team.ext::<CollTeam>().or_else(|| {
-            (team.me() == *me && team.id() == 0 && team.size() == world.size()).then(|| ext(world))
-        }) else {
+        let Some(x) = borrowed_ext(team, world, *me) else {
             return Replayed::Declined;
         };
-        if team.me() != *me {
-            return Replayed::Declined;
-        }
         let Some(t) = x.shm.as_ref() else {
             return Replayed::Declined;
         };
@@ -783,7 +775,6 @@ impl Coll {
             || size != team.size()
             || generation != self.tuner_gen
             || !self.ops.is_empty()
-            || team.me() != self.me
         {
             return Replayed::Declined;
         }
@@ -792,12 +783,10 @@ impl Coll {
             counters,
             direct,
             world,
+            me,
             ..
         } = self;
-        let Some(x) = team
-            .ext::<CollTeam>()
-            .or_else(|| (team.id() == 0 && team.size() == world.size()).then(|| ext(world)))
-        else {
+        let Some(x) = borrowed_ext(team, world, *me) else {
             return Replayed::Declined;
         };
         let Some(t) = x.shm.as_ref() else {
@@ -963,6 +952,19 @@ impl Coll {
     pub(crate) fn calm(&mut self) {
         self.shm.calm();
     }
+}
+
+/// `team`'s extension, resolved as [`Coll::with_resolved`] does but by reference (no
+/// lending: the caller borrows the layer's fields apart), given the layer's `world`
+/// team and this endpoint's address `me`; `None` for a team that is not this
+/// endpoint's (the general path reports it).
+#[inline]
+fn borrowed_ext<'a>(team: &'a Team, world: &'a Team, me: EpAddr) -> Option<&'a CollTeam> {
+    if team.me() != me {
+        return None;
+    }
+    team.ext::<CollTeam>()
+        .or_else(|| (team.id() == 0 && team.size() == world.size()).then(|| ext(world)))
 }
 
 impl ShmLocal {
