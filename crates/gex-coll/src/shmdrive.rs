@@ -802,25 +802,26 @@ impl Coll {
         t.wake_fenced(b.take_wake(), wake);
         if done {
             shm.calm();
-            *slot = Some(DirectOp {
-                seq,
-                belief: 0,
-                body: DirectBody::Bar(b),
-                started: true,
-                size,
-                rank: team.rank(),
-            });
-            return Replayed::Done;
         }
+        // The belief serves the stall checks of a barrier that waits.
+        let belief = if done {
+            0
+        } else {
+            rootcheck::belief(OpKind::Barrier, 0, 0)
+        };
         *slot = Some(DirectOp {
             seq,
-            belief: rootcheck::belief(OpKind::Barrier, 0, 0),
+            belief,
             body: DirectBody::Bar(b),
             started: true,
             size,
             rank: team.rank(),
         });
-        Replayed::Pending
+        if done {
+            Replayed::Done
+        } else {
+            Replayed::Pending
+        }
     }
 
     /// Records the wait of the direct call in `slot` (left there by

@@ -1072,6 +1072,11 @@ fn blocking_calls_mix_direct_and_queued_paths() {
     );
 }
 
+/// Calls (and barriers) that replayed the previous one's decisions so far.
+fn replayed(c: &mut Endpoint<Sim>) -> u64 {
+    c.coll_stats().replayed_calls
+}
+
 /// Blocking barriers under default options replay the first one's decision
 /// (`Coll::barrier_replay`): the names still meet (a mismatch is an error on every
 /// member, and the next barrier works), and a new team, or one made after a team was
@@ -1087,7 +1092,6 @@ fn replayed_barriers_keep_names_and_teams() {
             let w = c.world().clone();
             let (p, me) = (w.size(), w.rank());
             let on = !cfg!(gex_force_am_rma);
-            let replayed = |c: &mut Endpoint<Sim>| c.coll_stats().replayed_calls;
             let r0 = replayed(&mut c);
             for _ in 0..5 {
                 c.barrier(&w).unwrap();
@@ -1138,7 +1142,6 @@ fn replayed_calls_keep_the_checks_and_results() {
             let (p, me) = (w.size(), w.rank());
             let on = !cfg!(gex_force_am_rma);
             let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
-            let replayed = |c: &mut Endpoint<Sim>| c.coll_stats().replayed_calls;
             let r0 = replayed(&mut c);
             for k in 0..10u64 {
                 let (src, mut out) = ([u64::from(me) + k; 3], [0u64; 3]);
