@@ -402,14 +402,29 @@ fn the_report_shows_unconsumed_ring_bytes_by_peer() {
             g.fetch_add(1, Ordering::Relaxed);
         })
         .unwrap();
-        // Both ranks are children of the test process: a file next to it is the
-        // signal that rank 0 has read its report (rank 1 must not call gex meanwhile).
-        let flag = std::env::temp_dir().join(format!(
-            "gex-smp-report-test-{}",
-            std::os::unix::process::parent_id()
-        ));
+        // Both ranks are children of the test process: files next to it are the
+        // signals. Rank 1 may still be polling inside the barrier after rank 0 left
+        // it, so rank 0 sends only once rank 1 says it has stopped calling gex
+        // (`ready`), and rank 1 polls again only once rank 0 has read its report
+        // (`flag`).
+        let name = |what: &str| {
+            std::env::temp_dir().join(format!(
+                "gex-smp-report-test-{what}-{}",
+                std::os::unix::process::parent_id()
+            ))
+        };
+        let (flag, ready) = (name("read"), name("ready"));
+        let wait_for = |f: &std::path::Path, what: &str| {
+            let t0 = std::time::Instant::now();
+            while !f.exists() {
+                assert!(t0.elapsed().as_secs() < 60, "{what}");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        };
         gex_testkit::exchange_barrier(&mut ep).unwrap();
         if c.rank() == 0 {
+            wait_for(&ready, "rank 1 never left the barrier");
+            let _ = std::fs::remove_file(&ready);
             for i in 0..3 {
                 ep.request_medium(EpAddr::rank(1), HandlerId::at(140), &[i], &[9u8; 100])
                     .unwrap();
@@ -429,11 +444,8 @@ fn the_report_shows_unconsumed_ring_bytes_by_peer() {
             assert!(line.contains("request bytes"), "{line}");
             std::fs::write(&flag, b"").unwrap();
         } else {
-            let t0 = std::time::Instant::now();
-            while !flag.exists() {
-                assert!(t0.elapsed().as_secs() < 60, "rank 0 never read its report");
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
+            std::fs::write(&ready, b"").unwrap();
+            wait_for(&flag, "rank 0 never read its report");
             ep.wait_until(|| got.load(Ordering::Relaxed) == 3);
             let _ = std::fs::remove_file(&flag);
         }
