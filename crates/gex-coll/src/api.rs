@@ -921,30 +921,25 @@ pub(crate) fn barrier_blocking<C: Conduit>(
     ep.wait(ev)
 }
 
-/// After a step taken on the layer's state alone ([`replay`], [`barrier_replay`]):
-/// records the wait of the call `waiting`, if any, and wakes the sleepers of `team` if
-/// the step asked to (`wakes`), in one entry into the layer (none if neither).
+/// After a step taken on the layer's state alone ([`replay`], [`barrier_replay`],
+/// [`step_direct`]): wakes the sleepers of `team` if the step asked to (`wakes`), in
+/// one entry into the layer (none if not). The step recorded its wait, if any, in
+/// the layer's state; the progress hook is asked for only before the endpoint's
+/// wait loop ([`wait_direct`]).
 #[inline]
 fn after_borrowed_step<C: Conduit>(
     ep: &mut Endpoint<C>,
     team: &Team,
-    waiting: Option<&DirectOp>,
     wakes: bool,
 ) -> Result<(), CollError> {
-    if waiting.is_none() && !wakes {
+    if !wakes {
         return Ok(());
     }
     coll(ep, |c, cx| {
-        if let Some(d) = waiting {
-            c.await_slot(cx, d);
-        }
-        if wakes {
-            c.with_resolved(team, |c, team| {
-                c.wake_team(cx, team);
-                Ok(())
-            })?;
-        }
-        Ok::<_, CollError>(())
+        c.with_resolved(team, |c, team| {
+            c.wake_team(cx, team);
+            Ok(())
+        })
     })?
 }
 
@@ -952,7 +947,7 @@ fn after_borrowed_step<C: Conduit>(
 /// ([`Coll::barrier_replay`]): its merged entry, or `None` (nothing consumed) when
 /// that decision does not hold. Like [`replay`], without a progress thread the
 /// layer's state is borrowed directly, and the endpoint's context is entered only to
-/// record a wait or wake members.
+/// wake members or before the endpoint's wait loop.
 #[inline]
 fn barrier_replay<C: Conduit>(
     ep: &mut Endpoint<C>,
@@ -966,7 +961,7 @@ fn barrier_replay<C: Conduit>(
     let mut wakes = false;
     let r = c.barrier_replay(team, entry, &mut slot, &mut |_| wakes = true);
     let pending = matches!(r, Replayed::Pending);
-    after_borrowed_step(ep, team, slot.as_ref().filter(|_| pending), wakes)?;
+    after_borrowed_step(ep, team, wakes)?;
     let Some(d) = slot.as_mut() else {
         return Ok(None);
     };
@@ -1238,15 +1233,15 @@ fn replay<C: Conduit>(
             &mut slot,
             (policy, &mut |_| wakes = true),
         );
-        // (`slot` holds a call only if it waits.)
-        after_borrowed_step(ep, team, slot.as_ref(), wakes)?;
+        after_borrowed_step(ep, team, wakes)?;
         r
     } else {
         coll(ep, |c, cx| {
             let wake = &mut |a| cx.wake(a);
             let r = c.replay_run(team, key, &mut io, &mut slot, (policy, wake));
-            if let Some(d) = &slot {
-                c.await_slot(cx, d);
+            if matches!(r, Replayed::Pending) {
+                // A progress thread shares the state: its hook watches the wait.
+                cx.set_busy();
             }
             r
         })?
@@ -1308,7 +1303,8 @@ fn wait_direct<C: Conduit>(
     io: &mut Io<'_>,
 ) -> Result<Direct, CollError> {
     let mut stepped = Stepped::Pending;
-    let mut pause = Pause::new(ep.wait_policy());
+    let policy = ep.wait_policy();
+    let mut pause = Pause::new(policy);
     let mut waited = false;
     while let Stepped::Pending = stepped {
         pause.inline(ep, || d.wait().is_some_and(|w| w.ready()));
@@ -1320,13 +1316,37 @@ fn wait_direct<C: Conduit>(
         if !d.wait().is_some_and(|w| w.ready()) {
             pause.spins = 0;
             waited = true;
+            // The step recorded the wait; the progress hook watches it from now on
+            // (stall checks, the sleep protocol).
+            coll(ep, |_, cx| cx.set_busy())?;
             let _ = ep.wait_until_layer::<Coll>(|c| c.direct_ready());
         }
-        stepped = coll(ep, |c, cx| {
-            c.with_resolved(team, |c, team| c.direct_step(cx, team, d, io))
-        })??;
+        stepped = step_direct(ep, team, d, io, policy)?;
     }
     Ok(Direct::Done(merged_entry(d)))
+}
+
+/// Steps the direct call `d` (its wait is over): on the layer's state alone when the
+/// endpoint lends it ([`Coll::step_borrowed`]; entering the layer's context only to
+/// wake members), else through the endpoint's context.
+#[inline]
+fn step_direct<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    d: &mut DirectOp,
+    io: &mut Io<'_>,
+    policy: WaitPolicy,
+) -> Result<Stepped, CollError> {
+    if let Some(c) = ep.layer_state_mut::<Coll>() {
+        let mut wakes = false;
+        if let Some(r) = c.step_borrowed(team, d, io, (policy, &mut |_| wakes = true)) {
+            after_borrowed_step(ep, team, wakes)?;
+            return r;
+        }
+    }
+    coll(ep, |c, cx| {
+        c.with_resolved(team, |c, team| c.direct_step(cx, team, d, io))
+    })?
 }
 
 fn merged_entry(d: &DirectOp) -> Entry {

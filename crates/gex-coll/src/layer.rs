@@ -11,7 +11,7 @@ use crate::msg::{H_ABORT, H_PROBE, HANDLERS, Mailbox, Outbox, split64};
 use crate::ring;
 use crate::rma::Rma;
 use crate::rootcheck::{self, History};
-use crate::shm::{self, Area, Expected};
+use crate::shm::{self, Area, Expected, ShmTeam};
 use crate::shmdrive::DirectWait;
 use crate::teams::{SegAlloc, ext};
 use crate::tune::Tuner;
@@ -118,6 +118,9 @@ pub(crate) struct ShmLocal {
     pub(crate) fencing: ring::Fencing,
     /// This member's `MAYSLEEP` word is set (it may sleep).
     pub(crate) may_sleep: bool,
+    /// The members' areas of the last team this member joined on each channel (whose
+    /// `TEAMSLEEP` words it sets when it may sleep: [`join`](Self::join)).
+    pub(crate) teams: [Vec<Area>; shm::NCH],
 }
 
 impl ShmLocal {
@@ -141,10 +144,33 @@ impl ShmLocal {
     pub(crate) fn may_sleep_now(&mut self) {
         if !self.may_sleep {
             if let Some(own) = self.own {
+                // Every team's members first (`ShmTeam::may_sleep_any` reads their
+                // words before the members' `MAYSLEEP`).
+                for (c, areas) in self.teams.iter().enumerate() {
+                    for a in areas {
+                        a.set_team_may_sleep(c);
+                    }
+                }
                 own.set_may_sleep();
                 self.may_sleep = true;
             }
         }
+    }
+
+    /// This member joins `t` (made here, before any of its collectives): a member
+    /// that may sleep already sets the channel's `TEAMSLEEP` word in every member's
+    /// area; one that announces later sets them then
+    /// ([`may_sleep_now`](Self::may_sleep_now)). The channel's previous team is
+    /// forgotten: words it set stay set (they are never cleared, since a member
+    /// of the new team may have set them), which costs its owners only the look at
+    /// the members' words.
+    pub(crate) fn join(&mut self, t: &ShmTeam) {
+        if self.may_sleep {
+            for a in &t.areas {
+                a.set_team_may_sleep(t.ch);
+            }
+        }
+        self.teams[t.ch] = t.areas.clone();
     }
 }
 
@@ -207,10 +233,11 @@ impl Layer for Coll {
             ring: Default::default(),
             fencing: ring::Fencing::default(),
             may_sleep: false,
+            teams: Default::default(),
         };
         let mut shm = shm;
         shm.note_policy(cx.wait_policy());
-        let world = crate::teams::world_team(cx, &shm);
+        let world = crate::teams::world_team(cx, &mut shm);
         let mut c = Coll {
             hids,
             me,
@@ -572,5 +599,78 @@ impl Coll {
     /// Messages the handlers dropped as malformed (0 in a healthy job).
     pub(crate) fn dropped(&self) -> u64 {
         self.mb.dropped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ShmLocal;
+    use crate::ring;
+    use crate::shm::{AREA_LEN, Area, Expected, ShmTeam};
+    use gex_core::EpAddr;
+    use std::ptr::NonNull;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, AtomicU64};
+
+    /// A zeroed area in process memory (atomics only, as the conduit's).
+    fn area() -> (Box<[AtomicU64]>, Area) {
+        let words: Box<[AtomicU64]> = (0..AREA_LEN / 8).map(|_| AtomicU64::new(0)).collect();
+        let base = NonNull::new(words.as_ptr() as *mut u8).expect("a box is not null");
+        (words, Area::new(base))
+    }
+
+    /// Member `me`'s view of a team of `areas` on channel `ch`.
+    fn team(ch: usize, areas: &[Area], me: u32) -> ShmTeam {
+        let members = (0..areas.len() as u32).map(|q| EpAddr::new(q, 0)).collect();
+        let used = Arc::new(AtomicU32::new(1 << ch));
+        ShmTeam::new(ch, areas.to_vec(), Vec::new(), 1, used, members, me, 7)
+    }
+
+    fn local(own: Area) -> ShmLocal {
+        ShmLocal {
+            own: Some(own),
+            used: Arc::new(AtomicU32::new(1)),
+            expected: Expected::from_area(None),
+            generation: 1,
+            sleepy: false,
+            fruitless: 0,
+            ring: Default::default(),
+            fencing: ring::Fencing::default(),
+            may_sleep: false,
+            teams: Default::default(),
+        }
+    }
+
+    /// A writer asks its own `TEAMSLEEP` word first: a member that may sleep sets it
+    /// in every member's area of each team it joined (when it announces, or at the
+    /// join if it announced before), and a member's `MAYSLEEP` without it is not
+    /// looked at.
+    #[test]
+    fn team_sleep_words_follow_announcements_and_joins() {
+        let (_b0, a0) = area();
+        let (_b1, a1) = area();
+        let (_b2, a2) = area();
+        let t = [a0, a1, a2];
+        let writer = team(1, &t, 0);
+        let mut m2 = local(a2);
+        m2.join(&team(1, &t, 2));
+        assert!(!writer.may_sleep_any(0b110), "nobody announced");
+        m2.may_sleep_now();
+        assert!(writer.may_sleep_any(0b100), "member 2 announced");
+        assert!(!writer.may_sleep_any(0b010), "member 1 did not");
+        assert!(a1.team_may_sleep(1), "every member's word is set");
+        // A team joined after the announcement: set at the join.
+        let later = team(2, &[a1, a2], 0);
+        assert!(!later.may_sleep_any(0b10), "not joined yet");
+        m2.join(&team(2, &[a1, a2], 1));
+        assert!(later.may_sleep_any(0b10), "set at the join");
+        // A team without member 2 on another channel: its words stay clear, and a
+        // member's own `MAYSLEEP` is not looked at without them.
+        let other = team(3, &[a0, a1], 0);
+        a1.set_may_sleep();
+        assert!(
+            !other.may_sleep_any(0b10),
+            "no member of this team announced"
+        );
     }
 }

@@ -56,10 +56,13 @@
 //! wait for each other in different orders.
 //!
 //! **Header.** Before the channels, every area has a header: the generation, `PID` and
-//! `PIDNS` words, the `SLEEPY` word (see *Sleeping*), and per channel two lines: the
-//! barrier line (`EPOCH` and two entries, [`crate::barrier`]) and the check line
+//! `PIDNS` words, the `SLEEPY` word (see *Sleeping*), and per channel three lines: the
+//! barrier line (`EPOCH` and two entries, [`crate::barrier`]), the check line
 //! (`BELIEF`, `DONE`, `POISON`: what the owner runs and has finished, and whether it
-//! saw a root mismatch on the channel's team, [`crate::rootcheck`]).
+//! saw a root mismatch on the channel's team, [`crate::rootcheck`]) and the team
+//! sleep line (`TEAMSLEEP`: some member of the owner's team on the channel may
+//! sleep). The team leader's area also holds the counter barrier's release and
+//! arrival lines.
 //!
 //! **Sleeping.** A member whose wait may end in a kernel sleep (the endpoint's wait
 //! policy) first stores 1 in its `SLEEPY` word, then (after a sequentially consistent
@@ -146,6 +149,15 @@ const fn bar_line(c: usize) -> usize {
 const fn chk_line(c: usize) -> usize {
     128 + c * 128 + 64
 }
+/// Team sleep line of channel `c`: its first word, `TEAMSLEEP`, is sticky 1 once a
+/// member of a team on the channel that the owner belongs to may sleep (the member
+/// sets it in every member's area before its own `MAYSLEEP`,
+/// [`ShmLocal::join`](crate::layer::ShmLocal::join)), so that a writer looks at one
+/// word of its own header, not at a line in every member's header
+/// ([`ShmTeam::may_sleep_any`]). Alone in its line: written once per member at most.
+const fn sleep_line(c: usize) -> usize {
+    640 + c * 64
+}
 /// Release line of channel `c` (used in the team leader's area): the counter
 /// barrier's `RELEASED` word and merged entries ([`crate::barrier`]), read by every
 /// waiter.
@@ -159,7 +171,8 @@ const fn cnt_line(c: usize) -> usize {
 }
 /// Bytes before the first channel.
 const HDR: usize = 2048;
-const _: () = assert!(chk_line(NCH - 1) + 64 <= rel_line(0));
+const _: () = assert!(chk_line(NCH - 1) + 64 <= sleep_line(0));
+const _: () = assert!(sleep_line(NCH - 1) + 64 <= rel_line(0));
 const _: () = assert!(cnt_line(NCH - 1) + 64 <= HDR);
 /// Bytes of channel 0 (the small-broadcast ring, two large slots and the small ones).
 const WORLD_CH: usize = 512 << 10;
@@ -332,6 +345,22 @@ impl Area {
         self.word(ring_off(c, s, i))
     }
 
+    /// True if a member of a team on channel `c` that the owner belongs to announced
+    /// that its wait policy may sleep (`TEAMSLEEP`, sticky).
+    #[inline]
+    pub(crate) fn team_may_sleep(&self, c: usize) -> bool {
+        self.word(sleep_line(c)).load(Ordering::Relaxed) != 0
+    }
+
+    /// Announces (sticky) to the owner that a member of its team on channel `c` may
+    /// sleep; a plain load first, so that the line is written once.
+    pub(crate) fn set_team_may_sleep(&self, c: usize) {
+        let w = self.word(sleep_line(c));
+        if w.load(Ordering::Relaxed) == 0 {
+            w.store(1, Ordering::Relaxed);
+        }
+    }
+
     /// True if the owner announced that its wait policy may sleep.
     #[inline]
     pub(crate) fn may_sleep_set(&self) -> bool {
@@ -462,7 +491,16 @@ pub(crate) mod layout {
     /// channel `c` (under loom they must hold loom atomics).
     pub(crate) fn flag_words(c: usize) -> Vec<usize> {
         let a = Area(NonNull::dangling());
-        let mut v = vec![GEN, PID, PIDNS, SLEEPY, MAYSLEEP, FENCING, cnt_line(c)];
+        let mut v = vec![
+            GEN,
+            PID,
+            PIDNS,
+            SLEEPY,
+            MAYSLEEP,
+            FENCING,
+            cnt_line(c),
+            sleep_line(c),
+        ];
         v.extend((0..8).flat_map(|i| {
             [
                 bar_line(c) + 8 * i,
@@ -575,9 +613,19 @@ impl ShmTeam {
     }
 
     /// True if a member of `mask` announced that its wait policy may sleep (its
-    /// `MAYSLEEP` word, sticky).
+    /// `MAYSLEEP` word, sticky). This member's own `TEAMSLEEP` word first: while no
+    /// member of the team may sleep (every member under `Spin`, or under
+    /// spin-then-block without a sleep yet) that one load of a line of its own
+    /// header answers, instead of a line in the header page of every member in
+    /// `mask` (docs/coll.md, *Waiting inside the layer*). A member sets it in every
+    /// member's area before its `MAYSLEEP` and `SLEEPY` (and its fence), so a writer
+    /// that reads 0 after its own flag store (and fence) answers as it would have
+    /// from the members' words: the sleeper's fenced look at the flag sees the store.
     #[inline]
     pub(crate) fn may_sleep_any(&self, mask: u64) -> bool {
+        if mask == 0 || !self.areas[self.me as usize].team_may_sleep(self.ch) {
+            return false;
+        }
         let mut m = mask;
         while m != 0 {
             let q = m.trailing_zeros();

@@ -210,6 +210,18 @@ impl DirectOp {
         }
     }
 
+    /// The layer's record of the wait of this call, which a step left pending,
+    /// with the stall count `stall` carried over from its earlier waits.
+    #[inline]
+    fn pending_wait(&self, stall: Stall) -> Option<DirectWait> {
+        let wait = self.wait().expect("a pending step records its wait");
+        Some(DirectWait {
+            wait,
+            stall,
+            check: false,
+        })
+    }
+
     /// What the call waits for (after a step returned false).
     #[inline]
     pub(crate) fn wait(&self) -> Option<WaitOn> {
@@ -686,7 +698,8 @@ impl Coll {
     /// the kept operation in place, begins and takes the first step (with
     /// [`direct_step`](Self::direct_step)'s bookkeeping, for a body known to be the
     /// slot protocol's); a call that has to wait is left in `slot` for the caller's
-    /// wait loop, which must record its wait ([`await_slot`](Self::await_slot)).
+    /// wait loop, with its wait recorded (the caller asks for the progress hook
+    /// before the endpoint's wait loop).
     ///
     /// It needs nothing of the endpoint but its wait `policy` and a way to `wake`
     /// members, so a caller holding the layer's state alone
@@ -738,7 +751,7 @@ impl Coll {
             shm.calm();
             return Replayed::Done;
         }
-        *slot = Some(DirectOp {
+        let d = slot.insert(DirectOp {
             seq,
             belief: r.belief,
             body: DirectBody::Shm(op.clone()),
@@ -746,6 +759,7 @@ impl Coll {
             size: team.size(),
             rank: team.rank(),
         });
+        *direct = d.pending_wait(Stall::default());
         Replayed::Pending
     }
 
@@ -756,8 +770,8 @@ impl Coll {
     /// [`direct_step`](Self::direct_step) do for a barrier, without the tuner's key,
     /// the belief or the endpoint's context. Like [`replay_run`](Self::replay_run)
     /// it needs nothing of the endpoint but a way to `wake` members; a barrier that
-    /// has to wait is left in `slot` for the caller, which records its wait
-    /// ([`await_slot`](Self::await_slot)). 2 ranks, VM in its fast state: about
+    /// has to wait is left in `slot` for the caller, with its wait recorded as
+    /// [`replay_run`](Self::replay_run) does. 2 ranks, VM in its fast state: about
     /// 0.07 µs per barrier, 0.10 through the general direct path (docs/coll.md,
     /// *Replayed barriers*).
     #[inline]
@@ -809,7 +823,7 @@ impl Coll {
         } else {
             rootcheck::belief(OpKind::Barrier, 0, 0)
         };
-        *slot = Some(DirectOp {
+        let d = slot.insert(DirectOp {
             seq,
             belief,
             body: DirectBody::Bar(b),
@@ -820,15 +834,9 @@ impl Coll {
         if done {
             Replayed::Done
         } else {
+            *direct = d.pending_wait(Stall::default());
             Replayed::Pending
         }
-    }
-
-    /// Records the wait of the direct call in `slot` (left there by
-    /// [`replay_run`](Self::replay_run) returning [`Replayed::Pending`]).
-    pub(crate) fn await_slot<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, d: &DirectOp) {
-        let wait = d.wait().expect("a pending step records its wait");
-        self.await_flag(cx, wait, Stall::default());
     }
 
     /// Wakes the members of `team` that announced they may sleep: the wakes a call
@@ -854,9 +862,10 @@ impl Coll {
         cx.set_busy();
     }
 
-    /// Steps a direct call of `team` over `io`; on `Pending`, records its wait for the
-    /// progress hook. Runs the stall checks when the hook found them due (a mismatch
-    /// fails the call and poisons the team).
+    /// Steps a direct call of `team` over `io`; on `Pending`, records its wait and
+    /// asks for the progress hook (which keeps the endpoint awake, runs the stall
+    /// checks and the sleep protocol). Runs the stall checks when the hook found them
+    /// due (a mismatch fails the call and poisons the team).
     pub(crate) fn direct_step<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
@@ -864,57 +873,52 @@ impl Coll {
         d: &mut DirectOp,
         io: &mut Io<'_>,
     ) -> Result<Stepped, CollError> {
-        let x = ext(team);
-        let t = x.shm.as_ref().expect("direct calls need a channel");
-        let mut stall = Stall::default();
-        if let Some(w) = self.direct.take() {
-            stall = w.stall;
-            if w.check && rootcheck::shm_stalled(t, d.seq, d.belief, &w.wait) {
-                rootcheck::poison(t);
-                self.calm();
-                return Err(CollError::RootMismatch {
-                    team: team.id(),
-                    seq: d.seq,
-                });
-            }
+        let policy = cx.wait_policy();
+        let r = step_parts(
+            (&mut self.direct, &mut self.shm),
+            ext(team),
+            team.id(),
+            d,
+            io,
+            (policy, &mut |a| cx.wake(a)),
+        );
+        if let Ok(Stepped::Pending) = r {
+            cx.set_busy();
         }
-        let first = !d.started;
-        d.started = true;
-        let done = match &mut d.body {
-            DirectBody::Shm(op) => {
-                let policy = cx.wait_policy();
-                self.shm.shm_step(
-                    t,
-                    op,
-                    (d.seq, d.belief, first),
-                    io,
-                    (policy, &mut |a| cx.wake(a)),
-                )
-            }
-            DirectBody::Bar(b) => {
-                let done = b.step(t);
-                t.wake_fenced(b.take_wake(), &mut |a| cx.wake(a));
-                done
-            }
-            DirectBody::Ring { b, fencing, .. } => {
-                if first {
-                    rootcheck::announce(t, d.seq, d.belief);
-                }
-                let local = &mut self.shm.ring[t.ch];
-                let done = b.step(&t.view(), local, &mut self.shm.fencing, io.input, io.out);
-                *fencing = self.shm.fencing.on;
-                // Already fenced (crate::ring).
-                t.wake_fenced(std::mem::take(&mut b.wake), &mut |a| cx.wake(a));
-                done
-            }
-        };
-        if done {
-            self.calm();
-            return Ok(Stepped::Done);
-        }
-        let wait = d.wait().expect("a pending step records its wait");
-        self.await_flag(cx, wait, stall);
-        Ok(Stepped::Pending)
+        r
+    }
+
+    /// [`direct_step`](Self::direct_step) on the layer's state alone (its caller
+    /// borrows it: [`Endpoint::layer_state_mut`](gex_core::Endpoint::layer_state_mut)),
+    /// under wait policy `policy`, asking `wake` for the members to wake: records
+    /// the wait of a pending call but leaves asking for the progress hook to the
+    /// caller, which does it only before the endpoint's wait loop (8 ranks on 2
+    /// cores wait by handing the core over, never entering the layer between
+    /// steps). `None` (nothing done) for a team that is not this endpoint's.
+    #[inline]
+    pub(crate) fn step_borrowed(
+        &mut self,
+        team: &Team,
+        d: &mut DirectOp,
+        io: &mut Io<'_>,
+        (policy, wake): (WaitPolicy, &mut impl FnMut(EpAddr)),
+    ) -> Option<Result<Stepped, CollError>> {
+        let Coll {
+            direct,
+            shm,
+            world,
+            me,
+            ..
+        } = self;
+        let x = borrowed_ext(team, world, *me)?;
+        Some(step_parts(
+            (direct, shm),
+            x,
+            team.id(),
+            d,
+            io,
+            (policy, wake),
+        ))
     }
 
     /// True once the direct call can step again (the condition its caller waits for).
@@ -953,6 +957,64 @@ impl Coll {
     pub(crate) fn calm(&mut self) {
         self.shm.calm();
     }
+}
+
+/// One direct step of `d` over `io` on the layer's `direct` wait and shared-memory
+/// state `shm`, for the team with extension `x` and id `id`, under wait policy
+/// `policy`, asking `wake` for the members to wake: runs the stall checks first when
+/// the progress hook found them due (a mismatch fails the call and poisons the
+/// team); on `Pending`, records the wait (without asking for the progress hook: the
+/// callers do, [`Coll::direct_step`] at once, the borrowed path only before the
+/// endpoint's wait loop).
+#[inline]
+fn step_parts(
+    (direct, shm): (&mut Option<DirectWait>, &mut ShmLocal),
+    x: &CollTeam,
+    id: u64,
+    d: &mut DirectOp,
+    io: &mut Io<'_>,
+    (policy, wake): (WaitPolicy, &mut impl FnMut(EpAddr)),
+) -> Result<Stepped, CollError> {
+    let t = x.shm.as_ref().expect("direct calls need a channel");
+    let mut stall = Stall::default();
+    if let Some(w) = direct.take() {
+        stall = w.stall;
+        if w.check && rootcheck::shm_stalled(t, d.seq, d.belief, &w.wait) {
+            rootcheck::poison(t);
+            shm.calm();
+            return Err(CollError::RootMismatch {
+                team: id,
+                seq: d.seq,
+            });
+        }
+    }
+    let first = !d.started;
+    d.started = true;
+    let done = match &mut d.body {
+        DirectBody::Shm(op) => shm.shm_step(t, op, (d.seq, d.belief, first), io, (policy, wake)),
+        DirectBody::Bar(b) => {
+            let done = b.step(t);
+            t.wake_fenced(b.take_wake(), wake);
+            done
+        }
+        DirectBody::Ring { b, fencing, .. } => {
+            if first {
+                rootcheck::announce(t, d.seq, d.belief);
+            }
+            let local = &mut shm.ring[t.ch];
+            let done = b.step(&t.view(), local, &mut shm.fencing, io.input, io.out);
+            *fencing = shm.fencing.on;
+            // Already fenced (crate::ring).
+            t.wake_fenced(std::mem::take(&mut b.wake), wake);
+            done
+        }
+    };
+    if done {
+        shm.calm();
+        return Ok(Stepped::Done);
+    }
+    *direct = d.pending_wait(stall);
+    Ok(Stepped::Pending)
 }
 
 /// `team`'s extension, resolved as [`Coll::with_resolved`] does but by reference (no

@@ -143,7 +143,7 @@ fn shm_segments<C: Conduit>(cx: &Cx<'_, C>, members: &[EpAddr]) -> Vec<(usize, u
 
 /// The primordial team with the layer's extension (channel 0 when every rank maps
 /// every other's area).
-pub(crate) fn world_team<C: Conduit>(cx: &Cx<'_, C>, shm: &ShmLocal) -> Team {
+pub(crate) fn world_team<C: Conduit>(cx: &Cx<'_, C>, shm: &mut ShmLocal) -> Team {
     let me = cx.addr();
     let size = cx.size();
     let members: Vec<EpAddr> = (0..size).map(|r| EpAddr::new(r, me.ep)).collect();
@@ -162,6 +162,9 @@ pub(crate) fn world_team<C: Conduit>(cx: &Cx<'_, C>, shm: &ShmLocal) -> Team {
                 0,
             )
         });
+    if let Some(t) = &world_shm {
+        shm.join(t);
+    }
     with_ext(
         0,
         members,
@@ -226,6 +229,9 @@ pub(crate) fn setup_world_hier<C: Conduit>(c: &mut Coll, cx: &Cx<'_, C>) {
                 hid,
             )
         });
+    if let Some(t) = &shm {
+        c.shm.join(t);
+    }
     let host = with_ext(hid, addrs, host_rank, CollTeam::new(Vec::new(), None, shm));
     let leaders = (host_rank == 0).then(|| {
         let addrs: Vec<EpAddr> = layout
@@ -404,7 +410,7 @@ fn agree_channel<C: Conduit>(
     let ch = common.trailing_zeros() as usize;
     coll(ep, |c, cx| {
         c.shm.used.fetch_or(1 << ch, Ordering::Relaxed);
-        Some(ShmTeam::new(
+        let t = ShmTeam::new(
             ch,
             areas,
             shm_segments(cx, team.members()),
@@ -413,7 +419,9 @@ fn agree_channel<C: Conduit>(
             team.members().to_vec(),
             team.rank(),
             team.id(),
-        ))
+        );
+        c.shm.join(&t);
+        Some(t)
     })
 }
 
