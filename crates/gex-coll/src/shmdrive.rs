@@ -566,18 +566,12 @@ impl Coll {
     ) -> Result<bool, CollError> {
         let x = ext(team);
         let t = x.shm.as_ref().expect("ring calls need a channel");
-        let mut stall = Stall::default();
-        if let Some(w) = self.direct.take() {
-            stall = w.stall;
-            if w.check && rootcheck::shm_stalled(t, call.seq, call.belief, &w.wait) {
-                rootcheck::poison(t);
-                self.calm();
-                return Err(CollError::RootMismatch {
-                    team: team.id(),
-                    seq: call.seq,
-                });
-            }
-        }
+        let stall = take_wait(
+            (&mut self.direct, &mut self.shm),
+            t,
+            team.id(),
+            (call.seq, call.belief),
+        )?;
         let (input, out): (&[u8], &mut [u8]) = if t.me == call.b.root() {
             (buf, &mut [])
         } else {
@@ -976,18 +970,7 @@ fn step_parts(
     (policy, wake): (WaitPolicy, &mut impl FnMut(EpAddr)),
 ) -> Result<Stepped, CollError> {
     let t = x.shm.as_ref().expect("direct calls need a channel");
-    let mut stall = Stall::default();
-    if let Some(w) = direct.take() {
-        stall = w.stall;
-        if w.check && rootcheck::shm_stalled(t, d.seq, d.belief, &w.wait) {
-            rootcheck::poison(t);
-            shm.calm();
-            return Err(CollError::RootMismatch {
-                team: id,
-                seq: d.seq,
-            });
-        }
-    }
+    let stall = take_wait((direct, shm), t, id, (d.seq, d.belief))?;
     let first = !d.started;
     d.started = true;
     let done = match &mut d.body {
@@ -1015,6 +998,29 @@ fn step_parts(
     }
     *direct = d.pending_wait(stall);
     Ok(Stepped::Pending)
+}
+
+/// Takes the layer's record of a direct call's wait (`direct`) before the call's
+/// next step on team `t` (id `id`) as collective `seq` under `belief`: the stall count
+/// to carry over, or the root mismatch that the stall checks find when the progress
+/// hook found them due (the team is then poisoned and the sleep announcement
+/// withdrawn).
+#[inline]
+fn take_wait(
+    (direct, shm): (&mut Option<DirectWait>, &mut ShmLocal),
+    t: &ShmTeam,
+    id: u64,
+    (seq, belief): (u32, u32),
+) -> Result<Stall, CollError> {
+    let Some(w) = direct.take() else {
+        return Ok(Stall::default());
+    };
+    if w.check && rootcheck::shm_stalled(t, seq, belief, &w.wait) {
+        rootcheck::poison(t);
+        shm.calm();
+        return Err(CollError::RootMismatch { team: id, seq });
+    }
+    Ok(w.stall)
 }
 
 /// `team`'s extension, resolved as [`Coll::with_resolved`] does but by reference (no
