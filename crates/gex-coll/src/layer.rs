@@ -608,9 +608,9 @@ mod tests {
     use crate::ring;
     use crate::shm::{AREA_LEN, Area, Expected, ShmTeam};
     use gex_core::EpAddr;
+    use gex_sync::atomic::{AtomicU32, AtomicU64};
     use std::ptr::NonNull;
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicU32, AtomicU64};
 
     /// A zeroed area in process memory (atomics only, as the conduit's).
     fn area() -> (Box<[AtomicU64]>, Area) {
