@@ -124,6 +124,24 @@ pub(crate) struct ShmLocal {
 }
 
 impl ShmLocal {
+    /// The state of an endpoint whose area is `own` (`None`: no shared-memory
+    /// collectives), layer generation `generation`: only the world channel in use,
+    /// the acknowledgements its slots hold already expected, nothing announced.
+    pub(crate) fn new(own: Option<Area>, generation: u64) -> ShmLocal {
+        ShmLocal {
+            own,
+            used: Arc::new(AtomicU32::new(1)),
+            expected: Expected::from_area(own),
+            generation,
+            sleepy: false,
+            fruitless: 0,
+            ring: Default::default(),
+            fencing: ring::Fencing::default(),
+            may_sleep: false,
+            teams: Default::default(),
+        }
+    }
+
     /// Announces at once that this member may sleep when `policy` sleeps at every
     /// wait (`Block`); under spin-then-block the announcement waits for the member's
     /// first sleep ([`may_sleep_now`](Self::may_sleep_now)), so that members that
@@ -223,19 +241,7 @@ impl Layer for Coll {
             own.set_cma(shm::cma_capable());
             generation = own.next_generation();
         }
-        let shm = ShmLocal {
-            own,
-            used: Arc::new(AtomicU32::new(1)),
-            expected: Expected::from_area(own),
-            generation,
-            sleepy: false,
-            fruitless: 0,
-            ring: Default::default(),
-            fencing: ring::Fencing::default(),
-            may_sleep: false,
-            teams: Default::default(),
-        };
-        let mut shm = shm;
+        let mut shm = ShmLocal::new(own, generation);
         shm.note_policy(cx.wait_policy());
         let world = crate::teams::world_team(cx, &mut shm);
         let mut c = Coll {
@@ -605,8 +611,7 @@ impl Coll {
 #[cfg(test)]
 mod tests {
     use super::ShmLocal;
-    use crate::ring;
-    use crate::shm::{AREA_LEN, Area, Expected, ShmTeam};
+    use crate::shm::{AREA_LEN, Area, ShmTeam};
     use gex_core::EpAddr;
     use gex_sync::atomic::{AtomicU32, AtomicU64};
     use std::ptr::NonNull;
@@ -626,21 +631,6 @@ mod tests {
         ShmTeam::new(ch, areas.to_vec(), Vec::new(), 1, used, members, me, 7)
     }
 
-    fn local(own: Area) -> ShmLocal {
-        ShmLocal {
-            own: Some(own),
-            used: Arc::new(AtomicU32::new(1)),
-            expected: Expected::from_area(None),
-            generation: 1,
-            sleepy: false,
-            fruitless: 0,
-            ring: Default::default(),
-            fencing: ring::Fencing::default(),
-            may_sleep: false,
-            teams: Default::default(),
-        }
-    }
-
     /// A writer asks its own `TEAMSLEEP` word first: a member that may sleep sets it
     /// in every member's area of each team it joined (when it announces, or at the
     /// join if it announced before), and a member's `MAYSLEEP` without it is not
@@ -652,7 +642,7 @@ mod tests {
         let (_b2, a2) = area();
         let t = [a0, a1, a2];
         let writer = team(1, &t, 0);
-        let mut m2 = local(a2);
+        let mut m2 = ShmLocal::new(Some(a2), 1);
         m2.join(&team(1, &t, 2));
         assert!(!writer.may_sleep_any(0b110), "nobody announced");
         m2.may_sleep_now();

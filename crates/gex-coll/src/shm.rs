@@ -623,7 +623,7 @@ impl ShmTeam {
     /// from the members' words: the sleeper's fenced look at the flag sees the store.
     #[inline]
     pub(crate) fn may_sleep_any(&self, mask: u64) -> bool {
-        if mask == 0 || !self.areas[self.me as usize].team_may_sleep(self.ch) {
+        if !self.areas[self.me as usize].team_may_sleep(self.ch) {
             return false;
         }
         let mut m = mask;
