@@ -19,6 +19,7 @@ use bytemuck::Pod;
 use gex_core::event::{Data, Event, Finish, Mode, ModeKind};
 use gex_core::spi::Conduit;
 use gex_core::{Endpoint, Team, WaitPolicy};
+use gex_sync::atomic::Ordering;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -1111,11 +1112,11 @@ fn ring_in_place<C: Conduit>(
     let mut pause = Pause::new(ep.wait_policy());
     let mut waited = false;
     loop {
-        pause.inline(ep, || d.ready());
+        let ready = pause.inline(ep, || d.ready());
         if !waited && d.finish(buf) {
             return Ok(true);
         }
-        if !d.ready() {
+        if !ready {
             pause.spins = 0;
             waited = true;
             let _ = ep.wait_until_layer::<Coll>(|c| c.direct_ready());
@@ -1149,19 +1150,26 @@ impl Pause {
 
     /// Looks at `ready` a few times under `Spin`; under `SpinThenBlock` hands the
     /// core over between looks (serving the endpoint every few slices), for a
-    /// bounded number of slices over the whole call.
+    /// bounded number of slices over the whole call. True if it saw `ready` hold (its
+    /// caller then steps without looking again).
     #[inline]
-    fn inline<C: Conduit>(&mut self, ep: &mut Endpoint<C>, ready: impl Fn() -> bool) {
+    fn inline<C: Conduit>(&mut self, ep: &mut Endpoint<C>, ready: impl Fn() -> bool) -> bool {
+        if ready() {
+            return true;
+        }
         if self.spin {
             // The flag it waits for (a budget per wait), before the endpoint's wait
             // loop, serving the endpoint now and then.
             self.spins = 0;
-            while self.spins < INLINE_SPINS && !ready() {
+            while self.spins < INLINE_SPINS {
                 self.spins += 1;
                 if self.spins % INLINE_POLL_EVERY == 0 {
                     ep.poll();
                 } else {
                     gex_sync::hint::spin_loop();
+                }
+                if ready() {
+                    return true;
                 }
             }
         }
@@ -1170,14 +1178,18 @@ impl Pause {
             // over and look at the flag, serving the endpoint every few slices, before
             // the endpoint's wait loop (a poll of every peer's ring per slice, then
             // sleep); measured with 8 ranks on 2 cores (docs/coll.md, section 10).
-            while self.slices < LIGHT_SLICES && !ready() {
+            while self.slices < LIGHT_SLICES {
                 std::thread::yield_now();
                 self.slices += 1;
                 if self.slices % LIGHT_POLL_EVERY == 0 {
                     ep.poll();
                 }
+                if ready() {
+                    return true;
+                }
             }
         }
+        false
     }
 }
 
@@ -1307,13 +1319,17 @@ fn wait_direct<C: Conduit>(
     let mut pause = Pause::new(policy);
     let mut waited = false;
     while let Stepped::Pending = stepped {
-        pause.inline(ep, || d.wait().is_some_and(|w| w.ready()));
+        let ready = match d.post_word() {
+            // A data round's wait: one load per look.
+            Some((word, tag)) => pause.inline(ep, || word.load(Ordering::Acquire) == tag),
+            None => pause.inline(ep, || d.ready()),
+        };
         if !waited && d.finish(io.out) {
             // A barrier's last wait is over: done without entering the layer again
             // (it never announced sleep: nothing to withdraw).
             return Ok(Direct::Done(merged_entry(d)));
         }
-        if !d.wait().is_some_and(|w| w.ready()) {
+        if !ready {
             pause.spins = 0;
             waited = true;
             // The step recorded the wait; the progress hook watches it from now on

@@ -292,6 +292,7 @@ impl Area {
         Area(aux)
     }
 
+    #[inline]
     fn word(&self, off: usize) -> &AtomicU64 {
         debug_assert!(off % 8 == 0 && off + 8 <= AREA_LEN);
         // SAFETY: in bounds and 8-byte aligned (offsets are multiples of 8 inside the
@@ -328,6 +329,7 @@ impl Area {
         self.word(chk_line(c) + 8 * i)
     }
 
+    #[inline]
     fn slot(&self, c: usize, s: usize) -> usize {
         debug_assert!(s < NSLOT);
         let base = chan_base(c) + RING_BYTES;
@@ -372,6 +374,7 @@ impl Area {
         self.word(MAYSLEEP).store(1, Ordering::Relaxed);
     }
 
+    #[inline]
     fn post(&self, c: usize, s: usize) -> &AtomicU64 {
         self.word(self.slot(c, s) + POST)
     }
@@ -775,9 +778,36 @@ impl WaitOn {
         }
     }
 
-    /// True once what it waits for has happened.
-    #[inline]
+    /// True once what it waits for has happened. A publication (what a data round
+    /// waits for) is one load here, inlined into the waiting loops; the other kinds
+    /// are looked at out of line.
+    #[inline(always)]
     pub(crate) fn ready(&self) -> bool {
+        match self.post_word() {
+            Some((word, tag)) => word.load(Ordering::Acquire) == tag,
+            None => self.ready_other(),
+        }
+    }
+
+    /// The word and value a wait for a publication looks for (`None` for the other
+    /// kinds): a waiting loop computes the address once and then loads it.
+    #[inline]
+    pub(crate) fn post_word(&self) -> Option<(&AtomicU64, u64)> {
+        match self {
+            WaitOn::Post {
+                area,
+                ch,
+                slot,
+                tag,
+                ..
+            } => Some((area.post(*ch, *slot), *tag)),
+            _ => None,
+        }
+    }
+
+    /// [`ready`](Self::ready), every kind (out of line).
+    #[inline(never)]
+    fn ready_other(&self) -> bool {
         match *self {
             WaitOn::Post {
                 area,

@@ -52,7 +52,7 @@ use crate::teams::{CollTeam, ext};
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
 use gex_core::{EpAddr, Team, WaitPolicy};
-use gex_sync::atomic::Ordering;
+use gex_sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Fruitless progress calls after which a member waiting for a shared-memory flag
@@ -220,6 +220,25 @@ impl DirectOp {
             stall,
             check: false,
         })
+    }
+
+    /// True if the call waits for something that has happened (the condition its
+    /// caller looks at between steps; a publication is one inlined load).
+    #[inline(always)]
+    pub(crate) fn ready(&self) -> bool {
+        match &self.body {
+            DirectBody::Shm(op) => op.wait.as_ref().is_some_and(WaitOn::ready),
+            _ => self.wait().is_some_and(|w| w.ready()),
+        }
+    }
+
+    /// The word and value its wait for a publication looks for ([`WaitOn::post_word`]).
+    #[inline]
+    pub(crate) fn post_word(&self) -> Option<(&AtomicU64, u64)> {
+        match &self.body {
+            DirectBody::Shm(op) => op.wait.as_ref().and_then(WaitOn::post_word),
+            _ => None,
+        }
     }
 
     /// What the call waits for (after a step returned false).
