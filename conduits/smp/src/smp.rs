@@ -711,7 +711,12 @@ impl ConduitEp for SmpEp {
         Some((s.base.0, s.len))
     }
 
-    #[inline]
+    // Always inlined: with the ofi feature on (the hybrid conduit calls it too) the
+    // compiler kept it out of line, and the short AM flood's sender then bound the
+    // flood in this VM's slow state: 0.054-0.056 µs per message against 0.046-0.049
+    // inlined and 0.048-0.053 in the build before issue 12 (gex-perf am --test
+    // am_short_flood, alternated runs).
+    #[inline(always)]
     fn inject(&mut self, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, ConduitError> {
         let g = self.tx.g(msg.dst());
         if put(&mut self.tx.req[g], msg, self.tx.segs[g]) {
