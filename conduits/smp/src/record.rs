@@ -25,8 +25,8 @@
 //! ends the rank with a message naming the sender (`poll` cannot return an error).
 //!
 //! # Safety
-//! One `unsafe` block (`args_of`) reinterprets the argument bytes as `u32`s after checking their
-//! alignment and length (every bit pattern is a valid `u32`).
+//! One `unsafe` block (`args_of`) reinterprets the argument bytes as `u32`s after
+//! checking their alignment and length (every bit pattern is a valid `u32`).
 #![allow(unsafe_code)]
 
 use gex_core::{Category, Kind};

@@ -1322,7 +1322,7 @@ fn wait_direct<C: Conduit>(
         let ready = match d.post_word() {
             // A data round's wait: one load per look.
             Some((word, tag)) => pause.inline(ep, || word.load(Ordering::Acquire) == tag),
-            None => pause.inline(ep, || d.ready()),
+            None => pause.inline(ep, || d.wait().is_some_and(|w| w.ready())),
         };
         if !waited && d.finish(io.out) {
             // A barrier's last wait is over: done without entering the layer again

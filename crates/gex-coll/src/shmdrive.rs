@@ -222,16 +222,6 @@ impl DirectOp {
         })
     }
 
-    /// True if the call waits for something that has happened (the condition its
-    /// caller looks at between steps; a publication is one inlined load).
-    #[inline(always)]
-    pub(crate) fn ready(&self) -> bool {
-        match &self.body {
-            DirectBody::Shm(op) => op.wait.as_ref().is_some_and(WaitOn::ready),
-            _ => self.wait().is_some_and(|w| w.ready()),
-        }
-    }
-
     /// The word and value its wait for a publication looks for ([`WaitOn::post_word`]).
     #[inline]
     pub(crate) fn post_word(&self) -> Option<(&AtomicU64, u64)> {
