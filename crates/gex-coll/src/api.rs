@@ -51,7 +51,7 @@ pub struct CollStats {
     /// *Replayed calls*), and the blocking barriers under default options that
     /// replayed the previous one's.
     pub replayed_calls: u64,
-    /// Broadcasts of at most 120 bytes that went through the small-broadcast ring
+    /// Broadcasts of at most 56 bytes that went through the small-broadcast ring
     /// (directly or in the layer's table; docs/coll.md 4.1, *Small broadcasts*).
     pub ring_calls: u64,
     /// Cells timed online so far (`GEX_COLL_TUNE=online`).

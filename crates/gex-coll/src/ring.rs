@@ -9,9 +9,10 @@
 //! cache. The ring keeps the slot idea and drops both:
 //!
 //! - **Slots.** Every member has, per channel, a ring of [`SLOTS`] slots of two cache
-//!   lines in its own area: a `SEQ` word and [`WORDS`] data words. Broadcast number
-//!   `seq` of a team (the team's sequence number, shared with its other collectives)
-//!   uses slot `seq mod SLOTS` of the *root's* ring.
+//!   lines in its own area: the first holds a `SEQ` word and [`WORDS`] data words, the
+//!   second stays empty (see *One line per slot* below). Broadcast number `seq` of a
+//!   team (the team's sequence number, shared with its other collectives) uses slot
+//!   `seq mod SLOTS` of the *root's* ring.
 //! - **Packed slots.** A broadcast of at most [`TINY`] bytes (one word) uses packed
 //!   slot `seq mod TSLOTS` of the root's packed ring instead: 16 bytes (`SEQ`, then
 //!   the data word), [`PACK`] to a cache line, so that a reader behind its root takes
@@ -63,6 +64,18 @@
 //! readers one line transfer and one store each. The model is checked by loom
 //! (`tests/loom_ring.rs`).
 //!
+//! **One line per slot.** A slot's data never reach its second line, and that line
+//! holds nothing: a broadcast moves one line, and the line a reader pulls in pairs
+//! (CPUs fetch the other line of a 128-byte pair with the one missed) is never one the
+//! root is storing into. Measured on 2 ranks (AMD EPYC VM, alternated runs, the build
+//! before issue 12 as reference): with 15 data words over both lines, a broadcast of
+//! 64-120 bytes took 0.12-0.13 µs against the slot protocol's 0.076-0.079; moving
+//! the data words after the first line to a third line (no pair shared with `SEQ`'s)
+//! took 64 bytes to 0.094 µs only; slots of
+//! one line packed back to back made 16-56 bytes 10 % slower (0.086-0.094 µs against
+//! 0.078-0.086). Blocks of 57 bytes and more therefore take the slot protocol
+//! ([`crate::shm`]), as fast as the ring for them (0.073-0.078 µs).
+//!
 //! **Limits.** At most [`CAP`] bytes per broadcast (a slot's data words); the root's
 //! lead over its slowest reader is `SLOTS - 1` broadcasts (packed: at least
 //! `TSLOTS - PACK`); members must pass the same size, as for every collective (sizes
@@ -94,8 +107,9 @@ use gex_sync::atomic::{AtomicU64, Ordering, fence};
 /// Slots of a member's ring, per channel (1 in the loom model, so that every
 /// broadcast after the first reuses a slot).
 pub(crate) const SLOTS: usize = if cfg!(gex_loom) { 1 } else { 32 };
-/// Data words of a slot (after its `SEQ` word).
-pub(crate) const WORDS: usize = 15;
+/// Data words of a slot (after its `SEQ` word, in the same cache line; the module
+/// docs, *One line per slot*, say why the slot's second line stays empty).
+pub(crate) const WORDS: usize = 7;
 /// Largest broadcast (bytes) the ring carries.
 pub(crate) const CAP: usize = WORDS * 8;
 /// Largest broadcast (bytes) that goes through the packed ring: slots of a `SEQ` word

@@ -176,10 +176,11 @@ const _: () = assert!(sleep_line(NCH - 1) + 64 <= rel_line(0));
 const _: () = assert!(cnt_line(NCH - 1) + 64 <= HDR);
 /// Bytes of channel 0 (the small-broadcast ring, two large slots and the small ones).
 const WORLD_CH: usize = 512 << 10;
-/// Bytes of a slot of the small-broadcast ring: its `SEQ` word and data words, two
-/// cache lines ([`crate::ring`]).
+/// Bytes of a slot of the small-broadcast ring: two cache lines, the first for its
+/// `SEQ` word and data words, the second empty ([`crate::ring`], *One line per
+/// slot*).
 const RING_SLOT: usize = 128;
-const _: () = assert!(8 * (1 + crate::ring::WORDS) <= RING_SLOT);
+const _: () = assert!(8 * (1 + crate::ring::WORDS) <= 64 && RING_SLOT == 128);
 /// Bytes of a packed slot of the small-broadcast ring: its `SEQ` word and one data
 /// word, [`crate::ring::PACK`] to a cache line.
 const TINY_SLOT: usize = 16;

@@ -82,7 +82,7 @@ pub(crate) fn ring_eligible(kind: OpKind, n: usize, sync: SyncModes) -> bool {
 
 /// The part of a broadcast's belief ([`rootcheck::belief`]'s context) that says which
 /// ring its size takes: 2 for the packed slots (at most [`ring::TINY`] bytes), 1 for
-/// the ring's two-line slots, 0 beyond the ring. Members that pass sizes of different
+/// the ring's slots, 0 beyond the ring. Members that pass sizes of different
 /// classes would wait in different rings; with the class in the belief, their tags
 /// differ and the stall checks report [`CollError::RootMismatch`] instead of a hang.
 #[inline]

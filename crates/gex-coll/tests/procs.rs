@@ -166,7 +166,7 @@ impl Job for Mismatch {
 }
 
 /// Small broadcasts through the ring across processes: the ring workload
-/// (`common::ring_workload`: rotating and fixed roots, 1..=120 bytes, every form,
+/// (`common::ring_workload`: rotating and fixed roots, 1..=56 bytes, every form,
 /// wrap-around, every byte checked; then 1..=8 bytes, the packed ring) on the world
 /// team and on two split halves at
 /// once, every broadcast through the ring where the team shares memory.

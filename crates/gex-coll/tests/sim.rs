@@ -2117,13 +2117,13 @@ fn root_mismatch_is_an_error_not_a_hang() {
 }
 
 /// Members of a shared-memory team that pass broadcast sizes of different classes
-/// (at most 8 bytes: the ring's packed slots; 9-120: its two-line slots; more: the
+/// (at most 8 bytes: the ring's packed slots; 9-56: its slots; more: the
 /// slot protocol) would wait in different places: the class is part of the belief,
 /// so the reader gets `RootMismatch` instead of a hang (run under the simulator's
 /// watchdog). Every member then leaves the poisoned team.
 #[test]
 fn broadcast_sizes_of_different_classes_are_an_error_not_a_hang() {
-    for (root_len, reader_len) in [(8usize, 16usize), (16, 8), (64, 256), (256, 8)] {
+    for (root_len, reader_len) in [(8usize, 16usize), (16, 8), (56, 57), (256, 8)] {
         let cfg = SimConfig::default()
             .seed(43)
             .ranks_per_host(2)
@@ -2309,7 +2309,7 @@ fn settings_are_read_when_the_layer_attaches() {
 }
 
 /// Small broadcasts through the ring on 2..8 thread ranks of one host: the ring
-/// workload (rotating and fixed roots, 1..=120 bytes, every blocking form and
+/// workload (rotating and fixed roots, 1..=56 bytes, every blocking form and
 /// nonblocking batches, wrap-around of every member's 32-slot ring), then one of
 /// 1..=8 bytes only (the packed ring, wrapped around) on the world
 /// team, then on two disjoint split teams at once (channels 1 and 2) and on a team of

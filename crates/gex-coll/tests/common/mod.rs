@@ -524,7 +524,7 @@ fn ring_root(k: u32, p: u32, salt: u64) -> u32 {
     }
 }
 
-/// `rounds` small broadcasts (1..=120 bytes, see [`ring_root`]) on `team`, through
+/// `rounds` small broadcasts (1..=56 bytes, what the ring carries; see [`ring_root`]) on `team`, through
 /// every blocking form — in place as `u8` (the ring's in-place path), owned (the
 /// direct path), in place as `u64` words. Segments of rotating roots also run, every
 /// 16th round, a batch of four nonblocking ones (the layer's table) with a blocking one
@@ -535,7 +535,7 @@ fn ring_root(k: u32, p: u32, salt: u64) -> u32 {
 /// Readers' buffers start as a sentinel; every output is checked byte by byte.
 /// Returns the broadcasts run.
 pub fn ring_workload<C: Conduit>(c: &mut Endpoint<C>, team: &Team, rounds: u32, salt: u64) -> u64 {
-    ring_workload_upto(c, team, rounds, salt, 120)
+    ring_workload_upto(c, team, rounds, salt, 56)
 }
 
 /// [`ring_workload`] with blocks of 1..=`max` bytes (8: every one through the packed
@@ -618,7 +618,7 @@ pub fn ring_workload_upto<C: Conduit>(
                 assert!(got == w, "{ctx}: owned {got:?}");
             }
             _ => {
-                // Whole words (at most 15 of them: 120 bytes).
+                // Whole words (at most 7 of them: 56 bytes).
                 let words = n.div_ceil(8);
                 let w = want(k, root, words * 8);
                 let mut buf: Vec<u64> = if me == root {
