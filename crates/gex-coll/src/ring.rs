@@ -71,10 +71,10 @@
 //! before issue 12 as reference): with 15 data words over both lines, a broadcast of
 //! 64-120 bytes took 0.12-0.13 µs against the slot protocol's 0.076-0.079; moving
 //! the data words after the first line to a third line (no pair shared with `SEQ`'s)
-//! took 64 bytes to 0.094 µs only; slots of
-//! one line packed back to back made 16-56 bytes 10 % slower (0.086-0.094 µs against
-//! 0.078-0.086). Blocks of 57 bytes and more therefore take the slot protocol
-//! ([`crate::shm`]), as fast as the ring for them (0.073-0.078 µs).
+//! took 64 bytes to 0.094 µs only; slots of one line packed back to back made 16-56
+//! bytes 10 % slower (0.086-0.094 µs against 0.078-0.086). Blocks of 57 bytes and
+//! more therefore take the slot protocol ([`crate::shm`]), as fast as the ring for
+//! them (0.073-0.078 µs).
 //!
 //! **Limits.** At most [`CAP`] bytes per broadcast (a slot's data words); the root's
 //! lead over its slowest reader is `SLOTS - 1` broadcasts (packed: at least

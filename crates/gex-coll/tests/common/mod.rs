@@ -524,15 +524,16 @@ fn ring_root(k: u32, p: u32, salt: u64) -> u32 {
     }
 }
 
-/// `rounds` small broadcasts (1..=56 bytes, what the ring carries; see [`ring_root`]) on `team`, through
-/// every blocking form — in place as `u8` (the ring's in-place path), owned (the
-/// direct path), in place as `u64` words. Segments of rotating roots also run, every
-/// 16th round, a batch of four nonblocking ones (the layer's table) with a blocking one
-/// queued behind them, and interleave shared-memory allreduces and barriers (they run
-/// through the same channel and advance the `DONE` words the ring's acknowledgements
-/// live in). Segments of one root synchronise nothing else, and their readers start
-/// 2 ms late: the root fills its ring and must wait for them before reusing a slot.
-/// Readers' buffers start as a sentinel; every output is checked byte by byte.
+/// `rounds` small broadcasts (1..=56 bytes, what the ring carries; see [`ring_root`])
+/// on `team`, through every blocking form — in place as `u8` (the ring's in-place
+/// path), owned (the direct path), in place as `u64` words. Segments of rotating roots
+/// also run, every 16th round, a batch of four nonblocking ones (the layer's table)
+/// with a blocking one queued behind them, and interleave shared-memory allreduces and
+/// barriers (they run through the same channel and advance the `DONE` words the ring's
+/// acknowledgements live in). Segments of one root synchronise nothing else, and their
+/// readers start 2 ms late: the root fills its ring and must wait for them before
+/// reusing a slot. Readers' buffers start as a sentinel; every output is checked byte
+/// by byte.
 /// Returns the broadcasts run.
 pub fn ring_workload<C: Conduit>(c: &mut Endpoint<C>, team: &Team, rounds: u32, salt: u64) -> u64 {
     ring_workload_upto(c, team, rounds, salt, 56)
