@@ -51,11 +51,41 @@ pub(crate) struct CollJob {
     pub(crate) svg: Option<String>,
     /// Where the buffers live.
     pub(crate) buffers: Placement,
+    /// Block sizes (empty: the defaults, [`SIZES`] or [`QUICK_SIZES`]).
+    pub(crate) sizes: Vec<usize>,
 }
 
+/// Block sizes measured by default.
+const SIZES: [usize; 5] = [8, 64, 512, 4096, 65536];
+/// Block sizes of a `--quick` run.
+const QUICK_SIZES: [usize; 2] = [8, 4096];
+/// Smallest segment (what the default sizes need on 64 ranks, with room to spare).
+const MIN_SEGMENT: usize = 16 << 20;
+
 impl CollJob {
+    /// The block sizes to measure.
+    fn sizes(&self) -> &[usize] {
+        if !self.sizes.is_empty() {
+            &self.sizes
+        } else if self.quick {
+            &QUICK_SIZES
+        } else {
+            &SIZES
+        }
+    }
+
     pub(crate) fn builder(&self) -> ClientBuilder<DefaultLayers> {
-        gex::builder().segment_size(16 << 20)
+        let largest = self.sizes().iter().copied().max().unwrap_or(0);
+        // An exchange's input and output (block × ranks each) at 64-byte boundaries,
+        // the largest buffers of any operation measured.
+        gex::builder().segment_size_with(move |shape| {
+            let ranks = shape.size as usize;
+            largest
+                .saturating_mul(ranks)
+                .saturating_mul(2)
+                .saturating_add(4096)
+                .max(MIN_SEGMENT)
+        })
     }
 }
 
@@ -130,11 +160,7 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
     } else {
         (Budget::FULL, job.buffers)
     };
-    let sizes: &[usize] = if job.quick {
-        &[8, 4096]
-    } else {
-        &[8, 64, 512, 4096, 65536]
-    };
+    let sizes = job.sizes();
     let provider = crate::report::provider_of(client);
     let mut points: Vec<Point> = Vec::new();
     for &op in &job.ops {

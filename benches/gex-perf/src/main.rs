@@ -127,6 +127,11 @@ pub(crate) struct CollArgs {
     /// shared-memory slots).
     #[arg(long, value_name = "WHERE", default_value = "segment", value_parser = parse_placement)]
     buffers: gex_tune::measure::Placement,
+    /// Block sizes per rank, comma separated, K/M/G suffixes allowed (default
+    /// 8,64,512,4K,64K; with --quick 8,4K). The segment grows to hold the largest
+    /// operation's buffers (an exchange's input and output: twice block × ranks).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_size)]
+    sizes: Vec<usize>,
 }
 
 fn parse_placement(s: &str) -> Result<gex_tune::measure::Placement, String> {
@@ -376,6 +381,7 @@ fn main() -> ExitCode {
                 pin,
                 svg: a.svg,
                 buffers: a.buffers,
+                sizes: a.sizes,
             };
             gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)
         }

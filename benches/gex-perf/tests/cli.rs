@@ -339,6 +339,53 @@ fn coll_reports_latency_and_algorithm_per_op_and_size() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// `coll --sizes`: exactly the sizes asked for, in order, on either side of the
+/// small-broadcast ring's limit and beyond the default segment (an exchange of 4 MiB
+/// blocks on 3 ranks needs 24 MiB of buffers: the segment grows with the sizes);
+/// a size of 0 is a usage error.
+#[cfg(feature = "smp")]
+#[test]
+fn coll_sizes_are_the_ones_asked_for() {
+    let got = rows(&[
+        "-n",
+        "3",
+        "coll",
+        "--quick",
+        "--json",
+        "--op",
+        "broadcast",
+        "--op",
+        "exchange",
+        "--sizes",
+        "56,57,4M",
+    ]);
+    let cells: Vec<(&str, u64)> = got
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap(), r["size"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        cells,
+        [
+            ("coll_broadcast_lat", 56),
+            ("coll_broadcast_lat", 57),
+            ("coll_broadcast_lat", 4 << 20),
+            ("coll_exchange_lat", 56),
+            ("coll_exchange_lat", 57),
+            ("coll_exchange_lat", 4 << 20),
+        ]
+    );
+    let out = gex_perf()
+        .args(["coll", "--sizes", "8,0"])
+        .output()
+        .expect("gex-perf runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("at least 1 byte"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[cfg(feature = "smp")]
 #[test]
 fn progress_thread_serves_the_get_while_the_target_computes() {
