@@ -78,7 +78,7 @@ fn describe(name: &str) -> String {
         Ok(c) => c,
         Err(e) => return format!("  cannot open here: {e}\n"),
     };
-    let ep: gex::Endpoint = match client.endpoint(0) {
+    let ep: gex::OwnedEndpoint = match client.endpoint(0) {
         Ok(ep) => ep,
         Err(e) => return format!("  endpoint 0: {e}\n"),
     };

@@ -458,7 +458,7 @@ fn run_am<C: Conduit>(job: &AmJob, client: &Client<C>) -> Res<()> {
 
 /// The leader's side of the measurements.
 struct Bench<C: Conduit> {
-    ep: Endpoint<C>,
+    ep: gex::core::OwnedEndpoint<C>,
     c: Arc<Counters>,
     buf: Vec<u8>,
     timing: Timing,

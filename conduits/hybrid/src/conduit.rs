@@ -2,6 +2,13 @@
 //! part for this host, open the far part on the near part's segments), finalising
 //! (the far part's finalisation around the near part's around the job-wide barrier),
 //! and its queries (mode, near ranks, the parts, counters).
+//!
+//! # Safety
+//! `unsafe impl Conduit`: the hybrid conduit's memory is its parts' (the near part's
+//! segments and areas, the far part's native operations), whose promises
+//! (`NearConduit`, `FarConduit`, `unsafe trait`s) it passes on unchanged; it routes by
+//! the near part's `is_near`.
+#![allow(unsafe_code)]
 
 use crate::ep::HybridEp;
 use crate::mode;
@@ -110,7 +117,8 @@ fn decide_mode<F: Conduit>(
     Ok((hybrid, reason))
 }
 
-impl<N: NearConduit, F: FarConduit> Conduit for Hybrid<N, F> {
+// SAFETY: the module's `# Safety`.
+unsafe impl<N: NearConduit, F: FarConduit> Conduit for Hybrid<N, F> {
     type Ep = HybridEp<N, F>;
     const NAME: &'static str = F::NAME;
     const ENV_VARS: &'static [gex_core::config::EnvVar] = crate::ENV_VARS;

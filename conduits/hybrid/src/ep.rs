@@ -91,7 +91,10 @@ impl<N: NearConduit, F: FarConduit> HybridEp<N, F> {
     }
 }
 
-impl<N: NearConduit, F: FarConduit> ConduitEp for HybridEp<N, F> {
+// SAFETY: every memory promise is the near endpoint's (segment, neighbourhood, in-place
+// buffers, delivered payloads: near ranks only, by `is_near`) or the far endpoint's
+// (native operations, far deliveries), each an `unsafe impl` of its own.
+unsafe impl<N: NearConduit, F: FarConduit> ConduitEp for HybridEp<N, F> {
     fn index(&self) -> EpIndex {
         self.index
     }

@@ -119,8 +119,11 @@ fn conduit_ep<R>(
     ep: &mut gex_core::Endpoint<H>,
     f: impl FnOnce(&mut gex_conduit_hybrid::HybridEp<MockNear, MockFar>) -> R,
 ) -> R {
-    ep.with_layer::<Probe, _>(|_, cx| f(cx.conduit()))
-        .expect("the clients of run_job carry the probe layer")
+    gex_core::layer::with::<Probe, _, _>(&mut *ep, |_, cx| {
+        // SAFETY: the conduit endpoint is lent to `f`, which neither moves nor keeps it.
+        f(unsafe { cx.conduit_mut() })
+    })
+    .expect("the clients of run_job carry the probe layer")
 }
 
 /// Two hosts: the first half of the ranks on host 0, the others on host 1.

@@ -4,6 +4,13 @@
 //! of steps in `crate::open` and whose `finalize` serves the graves around the final
 //! barrier (`crate::close`); and [`FarConduit`], which opens it on a hybrid conduit's
 //! shared segments.
+//!
+//! # Safety
+//! `unsafe impl Conduit` and `FarConduit`: the segments its endpoints describe live in
+//! the conduit (or in the `SharedSegments` it keeps), registered with the provider for
+//! as long as it lives; what peers publish (addresses, keys, lengths) is checked
+//! against the job layout in `crate::open` before use.
+#![allow(unsafe_code)]
 
 use crate::close::Grave;
 use crate::ep::OfiEp;
@@ -93,7 +100,8 @@ impl Ofi {
     }
 }
 
-impl Conduit for Ofi {
+// SAFETY: the module's `# Safety`.
+unsafe impl Conduit for Ofi {
     type Ep = OfiEp;
     const NAME: &'static str = "ofi";
     const ENV_VARS: &'static [gex_core::config::EnvVar] = crate::config::ENV_VARS;
@@ -125,7 +133,8 @@ impl Conduit for Ofi {
 /// other hosts lands in memory the neighbours map; connections to the neighbours are
 /// made too (native atomic domains use the NIC for every peer). No CQ wait object is
 /// opened: the hybrid conduit never calls `block` on these endpoints.
-impl FarConduit for Ofi {
+// SAFETY: the module's `# Safety`; `open_far` uses and keeps `segments`.
+unsafe impl FarConduit for Ofi {
     fn open_far(
         boot: &mut dyn Bootstrap,
         params: &OpenParams<'_>,

@@ -62,7 +62,12 @@ pub struct OfiEp {
 // every other raw pointer is owned by this endpoint, which one thread drives at a time.
 unsafe impl Send for OfiEp {}
 
-impl ConduitEp for OfiEp {
+// SAFETY: the conduit contract holds (module `# Safety`, `crate::conduit`): segments are
+// the conduit's registered memory (or a hybrid conduit's shared segments) kept as long as
+// the conduit; received payloads are delivered from this endpoint's receive buffers,
+// reposted only after delivery; native operations complete only once the provider
+// reported their completion.
+unsafe impl ConduitEp for OfiEp {
     fn index(&self) -> EpIndex {
         self.index
     }
@@ -227,7 +232,8 @@ impl ConduitEp for OfiEp {
 
 /// As the far part of a hybrid conduit (see the `FarConduit` implementation of
 /// [`Ofi`]).
-impl FarEp for OfiEp {
+// SAFETY: `poll_far` is `poll` with a report of activity.
+unsafe impl FarEp for OfiEp {
     /// Send buffers or native operations in flight, queued replies, receive buffers to
     /// repost, completions read by `block` and not processed yet.
     #[inline(always)]

@@ -151,7 +151,13 @@ pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
     },
 ];
 
-impl Conduit for Smp {
+// SAFETY: the conduit contract holds (module `# Safety`, crate documentation): every
+// endpoint's segment and auxiliary area are regions of this rank's shared-memory object
+// of the layout's sizes, zero-filled, mapped as long as the `Arc<Smp>` lives; a peer's
+// mapping is used only after its header was checked against the job layout
+// (`region`); Medium payloads are delivered from ring records the receiver owns until
+// it releases them after delivery; no native operations.
+unsafe impl Conduit for Smp {
     type Ep = SmpEp;
     const NAME: &'static str = "smp";
     const ENV_VARS: &'static [gex_core::config::EnvVar] = ENV_VARS;
@@ -193,7 +199,9 @@ impl Conduit for Smp {
 /// The endpoints serve the ranks of this host only; addressing a rank of another host
 /// through them is a caller bug (checked in debug builds). Settings as for the smp
 /// conduit: `GEX_SMP_RING_SIZE`, `GEX_SMP_MAX_MEDIUM`.
-impl NearConduit for Smp {
+// SAFETY: `is_near`/`near_ranks` are the ranks of this host in the layout, exactly the
+// ones the endpoints map (`open_near` opens the same regions as `open`).
+unsafe impl NearConduit for Smp {
     /// Collective over **every** rank of the job, on every host (one bootstrap exchange
     /// and one barrier), including ranks alone on their host (they get rings to
     /// themselves). Errors as [`Conduit::open`] (`InitError::Config` naming `GEX_SMP_*`,
@@ -689,7 +697,10 @@ impl SmpEp {
     }
 }
 
-impl ConduitEp for SmpEp {
+// SAFETY: as for `Smp` (see there and the module's `# Safety`); in-place buffers are ring
+// reservations (Medium) or the range of the destination segment the core checked
+// (Long), used by no one else until commit or cancel.
+unsafe impl ConduitEp for SmpEp {
     fn index(&self) -> EpIndex {
         self.index
     }

@@ -7,7 +7,7 @@ use crate::barrier::{BarrierFlags, ENTRY_LEN, Entry, Notified};
 use crate::desc::{Collective, Spec, SpecData};
 use crate::engine::{Input, Start};
 use crate::error::CollError;
-use crate::layer::Coll;
+use crate::layer::{Coll, lent};
 use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceArg, ReduceOp};
 use crate::rma::RmaError;
 use crate::root::{Root, root_blocks};
@@ -17,6 +17,7 @@ use crate::teams::{self, Scratch, coll, ext, resolve};
 use crate::tune::{Choice, Tuner};
 use bytemuck::Pod;
 use gex_core::event::{Data, Event, Finish, Mode, ModeKind};
+use gex_core::layer;
 use gex_core::spi::Conduit;
 use gex_core::{Endpoint, Team, WaitPolicy};
 use gex_sync::atomic::Ordering;
@@ -699,7 +700,7 @@ pub(crate) fn run_owned<C: Conduit, T: Elem, M: Mode>(
             match direct(ep, team, &l, io, Entry::default(), (trial, None))? {
                 Direct::Done(_) => {
                     let ev = coll(ep, |_, cx| cx.ready(Ok(vec_from_bytes::<T>(out))))?;
-                    return ep.finish::<Vec<T>, CollError, M>(ev, COLL_TAG);
+                    return layer::finish::<Vec<T>, CollError, M, C>(ep, ev, COLL_TAG);
                 }
                 Direct::Trial => {
                     trial = false;
@@ -723,7 +724,7 @@ pub(crate) fn run_owned<C: Conduit, T: Elem, M: Mode>(
         ctx: 0,
     };
     let ev = start_event(ep, &team, s, finish_vec::<T>)?;
-    ep.finish::<Vec<T>, CollError, M>(ev, COLL_TAG)
+    layer::finish::<Vec<T>, CollError, M, C>(ep, ev, COLL_TAG)
 }
 
 /// The borrowed form of a collective (blocking): the direct path over the caller's
@@ -878,10 +879,10 @@ pub(crate) fn run_barrier<C: Conduit, M: Mode>(
     if M::KIND == ModeKind::Blocking {
         barrier_blocking(ep, team, entry, opts)?;
         let ev = coll(ep, |_, cx| cx.ready(Ok(())))?;
-        return ep.finish::<(), CollError, M>(ev, COLL_TAG);
+        return layer::finish::<(), CollError, M, C>(ep, ev, COLL_TAG);
     }
     let ev = barrier_event(ep, team, entry, opts)?;
-    ep.finish::<(), CollError, M>(ev, COLL_TAG)
+    layer::finish::<(), CollError, M, C>(ep, ev, COLL_TAG)
 }
 
 /// A blocking barrier with `entry`: the direct flag barrier when it applies, else a
@@ -956,11 +957,12 @@ fn barrier_replay<C: Conduit>(
     entry: Entry,
 ) -> Result<Option<Entry>, CollError> {
     let mut slot = None;
-    let Some(c) = ep.layer_state_mut::<Coll>() else {
+    let mut wakes = false;
+    let Some(r) = lent(ep, |c| {
+        c.barrier_replay(team, entry, &mut slot, &mut |_| wakes = true)
+    }) else {
         return Ok(None);
     };
-    let mut wakes = false;
-    let r = c.barrier_replay(team, entry, &mut slot, &mut |_| wakes = true);
     let pending = matches!(r, Replayed::Pending);
     after_borrowed_step(ep, team, wakes)?;
     let Some(d) = slot.as_mut() else {
@@ -1052,7 +1054,7 @@ pub(crate) fn run_single<C: Conduit, T: Elem, M: Mode>(
         ctx: 0,
     };
     let ev = start_event(ep, &team, s, gex_core::event::finish_unit)?;
-    ep.finish::<(), CollError, M>(ev, COLL_TAG)
+    layer::finish::<(), CollError, M, C>(ep, ev, COLL_TAG)
 }
 
 /// Looks at the awaited flag a direct call makes with `Spin`, per wait, before it
@@ -1119,7 +1121,7 @@ fn ring_in_place<C: Conduit>(
         if !ready {
             pause.spins = 0;
             waited = true;
-            let _ = ep.wait_until_layer::<Coll>(|c| c.direct_ready());
+            let _ = layer::wait_until::<Coll, C>(ep, |c| c.direct_ready());
         }
         let done = coll(ep, |c, cx| {
             c.with_resolved(team, |c, team| c.ring_step(cx, team, d, &mut *buf))
@@ -1164,7 +1166,7 @@ impl Pause {
             while self.spins < INLINE_SPINS {
                 self.spins += 1;
                 if self.spins % INLINE_POLL_EVERY == 0 {
-                    ep.poll();
+                    layer::poll(ep);
                 } else {
                     gex_sync::hint::spin_loop();
                 }
@@ -1182,7 +1184,7 @@ impl Pause {
                 std::thread::yield_now();
                 self.slices += 1;
                 if self.slices % LIGHT_POLL_EVERY == 0 {
-                    ep.poll();
+                    layer::poll(ep);
                 }
                 if ready() {
                     return true;
@@ -1236,15 +1238,17 @@ fn replay<C: Conduit>(
 ) -> Result<Direct, CollError> {
     let mut slot = None;
     let policy = ep.wait_policy();
-    let r = if let Some(c) = ep.layer_state_mut::<Coll>() {
-        let mut wakes = false;
-        let r = c.replay_run(
+    let mut wakes = false;
+    let lent_run = lent(ep, |c| {
+        c.replay_run(
             team,
             key,
             &mut io,
             &mut slot,
             (policy, &mut |_| wakes = true),
-        );
+        )
+    });
+    let r = if let Some(r) = lent_run {
         after_borrowed_step(ep, team, wakes)?;
         r
     } else {
@@ -1335,7 +1339,7 @@ fn wait_direct<C: Conduit>(
             // The step recorded the wait; the progress hook watches it from now on
             // (stall checks, the sleep protocol).
             coll(ep, |_, cx| cx.set_busy())?;
-            let _ = ep.wait_until_layer::<Coll>(|c| c.direct_ready());
+            let _ = layer::wait_until::<Coll, C>(ep, |c| c.direct_ready());
         }
         stepped = step_direct(ep, team, d, io, policy)?;
     }
@@ -1353,12 +1357,12 @@ fn step_direct<C: Conduit>(
     io: &mut Io<'_>,
     policy: WaitPolicy,
 ) -> Result<Stepped, CollError> {
-    if let Some(c) = ep.layer_state_mut::<Coll>() {
-        let mut wakes = false;
-        if let Some(r) = c.step_borrowed(team, d, io, (policy, &mut |_| wakes = true)) {
-            after_borrowed_step(ep, team, wakes)?;
-            return r;
-        }
+    let mut wakes = false;
+    if let Some(Some(r)) = lent(ep, |c| {
+        c.step_borrowed(team, d, io, (policy, &mut |_| wakes = true))
+    }) {
+        after_borrowed_step(ep, team, wakes)?;
+        return r;
     }
     coll(ep, |c, cx| {
         c.with_resolved(team, |c, team| c.direct_step(cx, team, d, io))

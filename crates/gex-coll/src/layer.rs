@@ -16,7 +16,7 @@ use crate::shmdrive::DirectWait;
 use crate::teams::{SegAlloc, ext};
 use crate::tune::Tuner;
 use gex_core::config::EnvVar;
-use gex_core::layer::{Cx, Layer, Progress};
+use gex_core::layer::{Attach, Cx, Layer, Progress};
 use gex_core::spi::Conduit;
 use gex_core::{Am, Capabilities, EpAddr, HandlerId, InitError, Team, Token, WaitPolicy};
 use gex_sync::atomic::{AtomicU32, Ordering, fence};
@@ -44,6 +44,10 @@ use std::sync::Arc;
 /// Attaching fails (and so does [`Client::endpoint`](gex_core::Client::endpoint)) if
 /// gex-rma's layer is not attached before it, or if a `GEX_COLL_*` setting is bad: the
 /// error names the variable.
+///
+/// `!Unpin`: it holds the addresses of the endpoint's shared areas, so no code
+/// outside this crate may swap or replace it (it is reached as `Pin<&mut Coll>`; see
+/// "Pinned states" in [`gex_core::layer`]).
 pub struct Coll {
     pub(crate) hids: [HandlerId; HANDLERS as usize],
     pub(crate) me: EpAddr,
@@ -95,6 +99,43 @@ pub struct Coll {
     /// default options that took the shared-memory barrier
     /// ([`Coll::barrier_replay`]).
     pub(crate) bar_replay: Option<(u64, u32, u64)>,
+    /// Pinned (see the type's documentation).
+    _pin: std::marker::PhantomPinned,
+}
+
+mod pinned {
+    //! # Safety
+    //! One unsafe block: `Pin::get_unchecked_mut` on the layer's own state, which no
+    //! code of this crate moves.
+    #![allow(unsafe_code)]
+    use super::Coll;
+    use std::pin::Pin;
+
+    impl Coll {
+        /// The state, reached pinned through [`gex_core::layer`], as `&mut`.
+        #[inline(always)]
+        pub(crate) fn unpin(p: Pin<&mut Coll>) -> &mut Coll {
+            // SAFETY: no code of this crate moves a `Coll` out of the place the endpoint
+            // keeps it in (nothing swaps, replaces or takes a state reached this way);
+            // the type is `!Unpin` so that no code outside the crate can.
+            unsafe { p.get_unchecked_mut() }
+        }
+    }
+}
+
+/// Runs `f` with `ep`'s collectives state alone when the endpoint lends it without a
+/// progress thread (the fast paths); `None` with a progress thread (which shares the
+/// state: the caller takes the endpoint's context instead, so the thread's progress
+/// hook watches what it waits for) or without the layer.
+#[inline(always)]
+pub(crate) fn lent<C: Conduit, R>(
+    ep: &mut gex_core::Endpoint<C>,
+    f: impl FnOnce(&mut Coll) -> R,
+) -> Option<R> {
+    if ep.has_progress_thread() {
+        return None;
+    }
+    gex_core::layer::state::<Coll, C>(ep).map(|mut s| f(Coll::unpin(s.pin())))
 }
 
 /// This endpoint's shared-memory state.
@@ -220,7 +261,7 @@ impl Layer for Coll {
     const AUX_BYTES: usize = shm::AREA_LEN;
     const ENV_VARS: &'static [EnvVar] = crate::env::ENV_VARS;
 
-    fn attach<C: Conduit>(cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
+    fn attach<C: Conduit>(cx: &mut Attach<'_, C, Self>) -> Result<Self, InitError> {
         if cx.layer::<Rma>().is_none() {
             return Err(InitError::Layer {
                 layer: Self::NAME,
@@ -272,6 +313,7 @@ impl Layer for Coll {
             ring_key: None,
             replay: None,
             bar_replay: None,
+            _pin: std::marker::PhantomPinned,
         };
         crate::teams::setup_world_hier(&mut c, cx);
         Ok(c)

@@ -262,7 +262,7 @@ pub(crate) fn coll<C: Conduit, R>(
 ) -> Result<R, CollError> {
     // (The error is made only when returned: one built eagerly for `ok_or` was
     // dropped on every call.)
-    match ep.with_layer::<Coll, _>(f) {
+    match gex_core::layer::with::<Coll, C, R>(ep, |p, cx| f(Coll::unpin(p), cx)) {
         Some(r) => Ok(r),
         None => Err(CollError::Layer(
             "the endpoint does not carry the collectives layer",
@@ -465,7 +465,7 @@ pub(crate) fn destroy_team<C: Conduit>(ep: &mut Endpoint<C>, team: Team) -> Resu
             "the world team cannot be destroyed".into(),
         ));
     }
-    ep.poll();
+    gex_core::layer::poll(ep);
     coll(ep, |c, _| {
         // Another endpoint's team: its scratch is not this endpoint's to free.
         if team.me() != c.me {

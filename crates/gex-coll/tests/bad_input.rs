@@ -687,7 +687,7 @@ fn a_collective_event_waited_on_another_endpoint_is_an_event_error() {
     a.wait(ev).unwrap();
     // An Nbi collective of another endpoint tracked here fails the sync.
     let ev = a.collective(&w, Barrier::new(), Nb).unwrap();
-    b.track_implicit(gex_coll::COLL_TAG, ev);
+    gex_core::layer::track_implicit(&mut *b, gex_coll::COLL_TAG, ev);
     assert!(matches!(
         b.sync_collectives(),
         Err(CollError::Event(EventError::Failed(_)))

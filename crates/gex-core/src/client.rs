@@ -3,7 +3,7 @@
 
 use crate::boot::Bootstrap;
 use crate::config::{Config, EnvVar, resolve_wait};
-use crate::endpoint::Endpoint;
+use crate::endpoint::{Endpoint, OwnedEndpoint};
 use crate::error::{EpError, InitError};
 use crate::layer::{Attacher, Layer, LayerInfo, LayerSet, Place};
 use crate::spi::{Conduit, JobLayout, OpenParams};
@@ -470,7 +470,7 @@ impl<C: Conduit> Client<C> {
     /// # Errors
     /// [`EpError::NoSuchEndpoint`], [`EpError::Taken`], or [`EpError::Layer`] if a
     /// layer cannot attach.
-    pub fn endpoint(&self, index: u16) -> Result<Endpoint<C>, EpError> {
+    pub fn endpoint(&self, index: u16) -> Result<OwnedEndpoint<C>, EpError> {
         let cep = {
             let mut eps = self.eps.lock().unwrap_or_else(|e| e.into_inner());
             let count = eps.len() as u16;

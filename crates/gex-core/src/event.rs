@@ -296,7 +296,7 @@ pub trait Mode: sealed::Sealed + Copy + Send + 'static {
     type Out<T: Send + 'static, E: EventErr>;
     /// Disposes of an operation's event as this mode asks: waits for it (blocking),
     /// returns it (nonblocking) or tracks it on the endpoint under `tag` (implicit).
-    /// Layers call it through [`Endpoint::finish`].
+    /// Layers call it through [`layer::finish`](crate::layer::finish).
     ///
     /// # Errors
     /// In blocking mode, the operation's error.
@@ -323,7 +323,9 @@ impl Mode for Blocking {
         ev: Event<T, E>,
         _tag: u32,
     ) -> Result<T, E> {
-        ep.wait(ev)
+        // The operation may use a buffer its caller lent for the call: wait for it on
+        // every path (`Inner::wait_lent`).
+        ep.inner().wait_event(ev, true)
     }
     #[inline(always)]
     fn ready<T: Send + 'static, E: EventErr>(_ep: EpAddr, _uid: u64, v: T) -> T {
@@ -357,7 +359,7 @@ impl Mode for Nbi {
         ev: Event<T, E>,
         tag: u32,
     ) -> Result<(), E> {
-        ep.track_implicit(tag, ev);
+        ep.inner().track(tag, ev);
         Ok(())
     }
     #[inline(always)]

@@ -1,5 +1,7 @@
 //! The layer contract: how an upper layer (one-sided RMA, collectives, later tagged
-//! messages and overlap) composes into an endpoint.
+//! messages and overlap) composes into an endpoint, and the layer author's door into
+//! an endpoint (the functions of this module). A program never needs this module: it
+//! uses the operations layers offer on [`Endpoint`] through their extension traits.
 //!
 //! A layer is a type implementing [`Layer`]. The program names the layers it wants on
 //! the [`ClientBuilder`](crate::ClientBuilder) (`.layer::<L>()`), in the same order on
@@ -13,20 +15,70 @@
 //! | its settings ([`Layer::ENV_VARS`], declared in its own crate, collected into the registry `GEX_VERBOSEENV=1` and `gex-info env` print) | [`Cx::config`] |
 //! | a progress hook, run by every poll and every wait of the endpoint while the layer says it has work (or one of its handlers ran) | [`Layer::progress`], [`Cx::set_busy`] |
 //! | a line in hang reports | [`Layer::describe`] |
-//! | the conduit, the segment, the job layout, other layers, events | [`Cx`] |
+//! | the segments, the job layout, the native operations of the conduit, other layers, events | [`Cx`] |
+//!
+//! # The door
+//!
+//! The layer's operations are functions of `&mut Endpoint<C>` (usually an extension
+//! trait the layer implements for [`Endpoint`]); they reach the layer's state in one
+//! of two ways, both fast and both always available while the layer is attached:
+//! - [`state`]: the state alone ([`StateMut`]), from the endpoint's cache of layer
+//!   addresses, for the fast paths that need nothing else (a bounds check and a copy to
+//!   a mapped segment, a CPU atomic);
+//! - [`with`]: the state and a [`Cx`] (injection without waiting, segments, events,
+//!   the conduit's native operations, other layers).
+//!
+//! and they wait, with nothing borrowed, through [`poll`], [`retry`] (back-pressure),
+//! [`wait_until`] or [`finish`] (an event, as its mode asks). [`done`] and
+//! [`track_implicit`] complete the set.
+//!
+//! # Pinned states
+//!
+//! A layer's state lives in a box the endpoint owns and never moves until the endpoint
+//! is dropped, and everything outside the layer's own hooks sees it as
+//! `Pin<&mut L>`. A state that safe code must not swap or replace (one holding raw
+//! pointers into the endpoint's memory, as the RMA and collectives layers' do) is `!Unpin`
+//! (a [`PhantomPinned`](std::marker::PhantomPinned) field): then no code outside the
+//! layer's crate can move it, and the crate reaches `&mut L` with
+//! [`Pin::get_unchecked_mut`] (its promise: its own code never moves the state out).
+//! A state of plain data stays `Unpin`, and `Pin<&mut L>` dereferences to `&mut L`.
+//! [`Layer::attach`] takes an [`Attach`] that only the core makes, for the layer being
+//! attached, so no code can build a second, detached state of a layer bound to an
+//! endpoint.
 //!
 //! There is no `Arc<Mutex<_>>` between a layer's handlers and its operations: both
-//! get `&mut` the one state the endpoint owns. The price is a rule the types enforce:
-//! a layer's code never waits. Handlers, [`Layer::progress`] and the closures passed to
-//! [`Endpoint::with_layer`](crate::Endpoint::with_layer) get a [`Cx`], which can inject
-//! only without waiting ([`Cx::try_request`]) and cannot poll; operations that must wait
-//! are written as functions of `&mut Endpoint` that take the layer's state briefly
-//! (with `with_layer`), then [`poll`](crate::Endpoint::poll) or
-//! [`wait`](crate::Endpoint::wait) with nothing borrowed, so every layer's handlers can
-//! run meanwhile.
+//! get the one state the endpoint owns. The price is a rule the types enforce: a
+//! layer's code never waits. Handlers, [`Layer::progress`] and the closures passed to
+//! [`with`] get a [`Cx`], which can inject only without waiting ([`Cx::try_request`])
+//! and cannot poll; operations that must wait take the layer's state briefly, then
+//! wait through the endpoint with nothing borrowed, so every layer's handlers can run
+//! meanwhile.
+//!
+//! # Panics in handlers
+//!
+//! A handler (the program's or a layer's) that panics does not unwind through the
+//! conduit's receive loop: the core catches the panic where the handler ran, goes on,
+//! and raises it again from the call that ran the handler once that call is done with
+//! the buffers it borrowed: [`Endpoint::poll`] and the program's waits raise it at
+//! once; [`finish`] of a blocking operation, [`wait_until`] and the event waits raise
+//! it once their operation is complete; [`poll`] and [`retry`] keep it for the next
+//! call that raises. A layer's operation that lends a caller's buffer to a transfer
+//! ends through [`finish`] in blocking mode (or a [scope](Endpoint::scope)), which
+//! waits for the transfer on every path: return, error, a handler's panic, and any
+//! other panic inside the wait (the unwinding waits for the transfer; if it does not
+//! complete within [`UNWIND_WAIT`], the process aborts rather than let the borrow end
+//! while it may still be written).
+//!
+//! # Safety
+//!
+//! The unsafe code here: the forwarding of the conduit's `unsafe` native operations
+//! (the caller's promises unchanged), the pinned access to a layer's state from a
+//! slot (`LayerSlot::pinned`: the slot's type id names its type) or from the
+//! handle's cache of state addresses ([`state`]: exclusive through `&mut Endpoint`,
+//! and the lock word with a progress thread), and `LayerBox`, an owning pointer.
 //!
 //! ```
-//! use gex_core::layer::{Cx, Layer, Progress};
+//! use gex_core::layer::{self, Attach, Layer, Progress};
 //! use gex_core::spi::Conduit;
 //! use gex_core::{boot::Singleton, loopback::Loopback, Am, Category, ClientBuilder, HandlerId, InitError, Token};
 //!
@@ -37,7 +89,7 @@
 //! impl Layer for Pinger {
 //!     const NAME: &'static str = "pinger";
 //!     const HANDLERS: u8 = 2;
-//!     fn attach<C: Conduit>(cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
+//!     fn attach<C: Conduit>(cx: &mut Attach<'_, C, Self>) -> Result<Self, InitError> {
 //!         Ok(Pinger { ping: cx.handler(0), pong: cx.handler(1), pongs: 0 })
 //!     }
 //!     fn handle(&mut self, h: u8, t: &mut Token<'_>, _am: Am<'_>) {
@@ -52,21 +104,28 @@
 //!     .init::<Loopback>(Box::new(Singleton::new()))?;
 //! let mut ep = client.endpoint(0)?;
 //! let me = ep.addr();
-//! ep.with_layer::<Pinger, _>(|p, cx| cx.try_request(me, p.ping, Category::Short, &[], &[], 0)).unwrap()?;
-//! ep.wait_until_layer::<Pinger>(|p| p.pongs == 1);
+//! layer::with::<Pinger, _, _>(&mut ep, |p, cx| cx.try_request(me, p.ping, Category::Short, &[], &[], 0))
+//!     .unwrap()?;
+//! layer::wait_until::<Pinger, _>(&mut ep, |p| p.pongs == 1);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+
+#![allow(unsafe_code)]
 
 use crate::config::{Config, EnvVar};
 use crate::endpoint::{Core, check_request};
 use crate::error::{AmError, InitError};
 use crate::event::{Event, EventErr, Finish, OpCompleter};
-use crate::spi::{Capabilities, Conduit, ConduitEp, JobLayout, OutMsg};
+use crate::spi::{
+    Capabilities, Conduit, ConduitEp, ConduitError, JobLayout, Native, NativeAtomic, OutMsg,
+};
 use crate::team::Team;
 use crate::types::{Category, EpAddr, HandlerId, Injected, Kind, Rank};
-use crate::{Am, Segment, Token};
+use crate::{Am, Endpoint, Segment, Token};
 use gex_sync::wait::WaitPolicy;
 use std::any::{Any, TypeId};
+use std::marker::PhantomData;
+use std::pin::Pin;
 use std::ptr::NonNull;
 
 /// What a layer's progress hook reports.
@@ -95,11 +154,12 @@ pub trait Layer: Any + Send + Sized {
     /// The `GEX_*` settings the layer reads.
     const ENV_VARS: &'static [EnvVar] = &[];
     /// Makes the layer's state for one endpoint (layers attached before it are
-    /// reachable through `cx`).
+    /// reachable through `cx`, which dereferences to [`Cx`]). Only the core calls it:
+    /// an [`Attach`] for a layer exists only while that layer is being attached.
     ///
     /// # Errors
     /// [`InitError`] (typically [`InitError::Layer`] or [`InitError::Config`]).
-    fn attach<C: Conduit>(cx: &mut Cx<'_, C>) -> Result<Self, InitError>;
+    fn attach<C: Conduit>(cx: &mut Attach<'_, C, Self>) -> Result<Self, InitError>;
     /// Runs handler `h` (`0..HANDLERS`) of the layer for an incoming message. Must not
     /// block; may reply once through `t`.
     fn handle(&mut self, h: u8, t: &mut Token<'_>, am: Am<'_>) {
@@ -184,27 +244,27 @@ pub(crate) struct Place {
 }
 
 /// A layer's state on the heap, owned through a raw pointer rather than a `Box`, so
-/// that the endpoint handle may keep the state's address
-/// ([`Endpoint::layer_state_mut`](crate::Endpoint::layer_state_mut)) and reach it
-/// later without a search: every access, from here or from the handle, derives from
-/// the one pointer `Box::into_raw` gave, and none invalidates another's (a `Box`
-/// would assert uniqueness each time it is used).
-pub(crate) struct LayerBox(std::ptr::NonNull<dyn ErasedLayer>);
+/// that the endpoint handle may keep the state's address (`Handle::fast`, for
+/// [`state`]) and reach it later without a search: every access, from here or from the
+/// handle, derives from the one pointer `Box::into_raw` gave, and none invalidates
+/// another's (a `Box` would assert uniqueness each time it is used). The state never
+/// moves until the box is dropped: it is pinned.
+pub(crate) struct LayerBox(NonNull<dyn ErasedLayer>);
 
 impl LayerBox {
     pub(crate) fn new<L: Layer>(l: L) -> Self {
         let b: Box<dyn ErasedLayer> = Box::new(l);
-        LayerBox(std::ptr::NonNull::from(Box::leak(b)))
+        LayerBox(NonNull::from(Box::leak(b)))
     }
     /// The state's address (stable for the life of the box).
-    pub(crate) fn addr(&self) -> usize {
-        self.0.as_ptr().cast::<u8>() as usize
+    pub(crate) fn addr(&self) -> NonNull<u8> {
+        self.0.cast::<u8>()
     }
 }
 
-#[allow(unsafe_code)]
 mod layer_box {
-    use super::{ErasedLayer, LayerBox};
+    use super::{ErasedLayer, Layer, LayerBox, LayerSlot, Pin};
+    use crate::spi::Conduit;
     impl std::ops::Deref for LayerBox {
         type Target = dyn ErasedLayer;
         #[inline(always)]
@@ -232,6 +292,26 @@ mod layer_box {
     // SAFETY: the box owns an `ErasedLayer`, which is `Send`; it is a `Box` in all
     // but name.
     unsafe impl Send for LayerBox {}
+
+    impl<C: Conduit> LayerSlot<C> {
+        /// The slot's state as the layer type it was made from, pinned.
+        ///
+        /// # Panics
+        /// If the slot is not `L`'s (a caller bug: callers find the slot by type).
+        #[inline(always)]
+        pub(crate) fn pinned<L: Layer>(&mut self) -> Pin<&mut L> {
+            assert!(
+                self.type_id == std::any::TypeId::of::<L>(),
+                "gex: layer slot of another type"
+            );
+            // SAFETY: the slot was made from an `L` (`attach_one`, `type_id` checked
+            // above), so its data pointer is an `L`'s; `&mut self` makes the borrow
+            // exclusive; the state stays in its box, unmoved, until the box is dropped
+            // (nothing moves it out: the core hands out only this pin and `&mut` to the
+            // layer's own hooks), which is `Pin`'s promise.
+            unsafe { Pin::new_unchecked(&mut *self.state.0.as_ptr().cast::<L>()) }
+        }
+    }
 }
 
 /// One attached layer.
@@ -265,11 +345,14 @@ fn attach_one<L: Layer, C: Conduit>(
     place: Place,
 ) -> Result<(), InitError> {
     let (core, layers) = inner.parts();
-    let mut cx = Cx {
-        core,
-        before: &mut layers[..],
-        after: &mut [],
-        place,
+    let mut cx = Attach {
+        cx: Cx {
+            core,
+            before: &mut layers[..],
+            after: &mut [],
+            place,
+        },
+        _layer: PhantomData,
     };
     let l = L::attach(&mut cx)?;
     inner.push_layer(LayerSlot {
@@ -317,9 +400,11 @@ impl<A: LayerSet, B: Layer> LayerSet for (A, B) {
 }
 
 /// What a layer's code may do with its endpoint while it holds its own state: inject
-/// without waiting, reach the conduit, the segments, its auxiliary slice and the other
-/// layers, and make events. It cannot poll or wait (see the
-/// [module documentation](self)).
+/// without waiting, reach the segments, its auxiliary slice, the conduit's native
+/// operations and the other layers, and make events. It cannot poll or wait (see the
+/// [module documentation](self)), and it never hands out `&mut` the conduit's
+/// endpoint (which safe code could swap for another client's, whose limits and
+/// segments the core did not check against).
 pub struct Cx<'a, C: Conduit> {
     pub(crate) core: &'a mut Core<C>,
     pub(crate) before: &'a mut [LayerSlot<C>],
@@ -369,10 +454,114 @@ impl<'a, C: Conduit> Cx<'a, C> {
     pub fn capabilities(&self) -> Capabilities {
         self.core.cep.capabilities()
     }
-    /// The conduit endpoint underneath. Every safe method of the conduit contract is
-    /// sound for any argument; injection takes only messages the core validated.
-    pub fn conduit(&mut self) -> &mut C::Ep {
+    /// The conduit endpoint underneath, shared: its queries ([`ConduitEp::limits`],
+    /// [`ConduitEp::local_segment`], [`ConduitEp::has_incoming`], ...) and whatever the
+    /// conduit offers through `&self`. The operations that need `&mut` are the
+    /// methods of `Cx` below; injection takes only messages the core validated
+    /// ([`try_request`](Self::try_request)).
+    pub fn conduit(&self) -> &C::Ep {
+        &self.core.cep
+    }
+    /// The conduit endpoint underneath, mutably: for tests of the conduit contract
+    /// itself (the conformance suite's probe calls [`ConduitEp::block`]). A layer
+    /// uses the methods of `Cx` instead.
+    ///
+    /// # Safety
+    /// The caller does not move the endpoint out of the reference nor replace it
+    /// (`std::mem::swap`, `replace`, `take`): the core checked its limits, segments
+    /// and neighbourhood against the job layout once, for this value.
+    pub unsafe fn conduit_mut(&mut self) -> &mut C::Ep {
         &mut self.core.cep
+    }
+    /// [`ConduitEp::native_put`] of the conduit underneath.
+    ///
+    /// # Safety
+    /// As [`ConduitEp::native_put`]: `src..src+len` stays valid and unmodified until
+    /// completion, and the range was checked to lie in `dst`'s segment.
+    ///
+    /// # Errors
+    /// The conduit's.
+    #[inline]
+    pub unsafe fn native_put(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<Native, ConduitError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.core.cep.native_put(dst, offset, src, len) }
+    }
+    /// [`ConduitEp::native_put_relaxed`] of the conduit underneath.
+    ///
+    /// # Safety
+    /// As [`native_put`](Self::native_put).
+    ///
+    /// # Errors
+    /// The conduit's.
+    #[inline]
+    pub unsafe fn native_put_relaxed(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<Native, ConduitError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.core.cep.native_put_relaxed(dst, offset, src, len) }
+    }
+    /// [`ConduitEp::native_get`] of the conduit underneath.
+    ///
+    /// # Safety
+    /// As [`ConduitEp::native_get`]: `out..out+len` stays valid, and is not read or
+    /// written by anyone else, until completion; the range was checked to lie in
+    /// `dst`'s segment.
+    ///
+    /// # Errors
+    /// The conduit's.
+    #[inline]
+    pub unsafe fn native_get(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        out: *mut u8,
+        len: usize,
+    ) -> Result<Native, ConduitError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.core.cep.native_get(dst, offset, out, len) }
+    }
+    /// [`ConduitEp::native_atomic`] of the conduit underneath.
+    ///
+    /// # Safety
+    /// As [`ConduitEp::native_atomic`]: `result` is valid for a write of a `u64`, and
+    /// not accessed by anyone else, until completion (null when `op.fetch` is false);
+    /// the word was checked to lie, aligned, in `dst`'s segment.
+    ///
+    /// # Errors
+    /// The conduit's.
+    #[inline]
+    pub unsafe fn native_atomic(
+        &mut self,
+        dst: EpAddr,
+        offset: usize,
+        op: &NativeAtomic,
+        result: *mut u64,
+    ) -> Result<Native, ConduitError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.core.cep.native_atomic(dst, offset, op, result) }
+    }
+    /// [`ConduitEp::native_flush`] of the conduit underneath.
+    ///
+    /// # Errors
+    /// The conduit's.
+    #[inline]
+    pub fn native_flush(&mut self, dst: EpAddr) -> Result<Native, ConduitError> {
+        self.core.cep.native_flush(dst)
+    }
+    /// [`ConduitEp::native_test`] of the conduit underneath.
+    #[inline]
+    pub fn native_test(&mut self, ticket: u64) -> bool {
+        self.core.cep.native_test(ticket)
     }
     /// Handler `local` of this layer's block (`0..HANDLERS`).
     ///
@@ -488,53 +677,47 @@ impl<'a, C: Conduit> Cx<'a, C> {
             .find(|s| s.type_id == TypeId::of::<L>())
             .and_then(|s| s.state.any().downcast_ref::<L>())
     }
-    /// As [`layer`](Self::layer), mutable.
-    pub fn layer_mut<L: Layer>(&mut self) -> Option<&mut L> {
+    /// As [`layer`](Self::layer), mutable, pinned (see "Pinned states" in the
+    /// [module documentation](self)).
+    pub fn layer_mut<L: Layer>(&mut self) -> Option<Pin<&mut L>> {
         self.before
             .iter_mut()
             .chain(self.after.iter_mut())
             .find(|s| s.type_id == TypeId::of::<L>())
-            .and_then(|s| s.state.any_mut().downcast_mut::<L>())
+            .map(LayerSlot::pinned::<L>)
     }
-    /// Runs `f` with another layer's state and a context in which that layer is the
-    /// one running (so it can inject to its own handlers and make events).
+    /// Runs `f` with another layer's state (pinned) and a context in which that layer
+    /// is the one running (so it can inject to its own handlers and make events).
+    /// `None` if `L` is not attached or is the one running.
     pub fn with_other<L: Layer, R>(
         &mut self,
-        f: impl FnOnce(&mut L, &mut Cx<'_, C>) -> R,
+        f: impl FnOnce(Pin<&mut L>, &mut Cx<'_, C>) -> R,
     ) -> Option<R> {
-        let me_place = self.place;
         // Find L among before/after, then split around it.
-        if let Some(i) = self
+        let (list, i) = match self
             .before
             .iter()
             .position(|s| s.type_id == TypeId::of::<L>())
         {
-            let (b, rest) = self.before.split_at_mut(i);
-            let (slot, a) = rest.split_first_mut()?;
-            let l = slot.state.any_mut().downcast_mut::<L>()?;
-            let _ = me_place;
-            let mut cx = Cx {
-                core: self.core,
-                before: b,
-                after: a,
-                place: slot.place,
-            };
-            return Some(f(l, &mut cx));
-        }
-        let i = self
-            .after
-            .iter()
-            .position(|s| s.type_id == TypeId::of::<L>())?;
-        let (b, rest) = self.after.split_at_mut(i);
+            Some(i) => (&mut *self.before, i),
+            None => {
+                let i = self
+                    .after
+                    .iter()
+                    .position(|s| s.type_id == TypeId::of::<L>())?;
+                (&mut *self.after, i)
+            }
+        };
+        let (b, rest) = list.split_at_mut(i);
         let (slot, a) = rest.split_first_mut()?;
-        let l = slot.state.any_mut().downcast_mut::<L>()?;
+        let place = slot.place;
         let mut cx = Cx {
             core: self.core,
             before: b,
             after: a,
-            place: slot.place,
+            place,
         };
-        Some(f(l, &mut cx))
+        Some(f(slot.pinned::<L>(), &mut cx))
     }
     /// Takes the outcome of `ev` if its operation has completed, without waiting; gives
     /// the event back while it has not. For a layer that keeps another layer's event in
@@ -575,7 +758,7 @@ impl<'a, C: Conduit> Cx<'a, C> {
     }
     /// Tracks `ev` under implicit-event `tag` (a scope's, from
     /// [`Layer::end_scope`]): the endpoint's waits for `tag` wait for it too. As
-    /// [`Endpoint::track_implicit`](crate::Endpoint::track_implicit).
+    /// [`layer::track_implicit`](track_implicit).
     pub fn track_implicit<T: Send + 'static, E: EventErr>(&mut self, tag: u32, ev: Event<T, E>) {
         self.core.track(tag, ev);
     }
@@ -589,4 +772,233 @@ impl<'a, C: Conduit> Cx<'a, C> {
     ) -> (Event<T, E>, OpCompleter) {
         self.core.pending(hold, finish)
     }
+}
+
+/// The context of [`Layer::attach`]: a [`Cx`] for the layer `L` being attached. Only the
+/// core makes one, while attaching `L`, so no code can build a second state of a
+/// layer (a state bound to the endpoint's memory that the endpoint does not own).
+pub struct Attach<'a, C: Conduit, L> {
+    cx: Cx<'a, C>,
+    _layer: PhantomData<fn() -> L>,
+}
+
+impl<C: Conduit, L> std::fmt::Debug for Attach<'_, C, L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Attach").field(&self.cx).finish()
+    }
+}
+
+impl<'a, C: Conduit, L> std::ops::Deref for Attach<'a, C, L> {
+    type Target = Cx<'a, C>;
+    fn deref(&self) -> &Cx<'a, C> {
+        &self.cx
+    }
+}
+
+impl<'a, C: Conduit, L> std::ops::DerefMut for Attach<'a, C, L> {
+    fn deref_mut(&mut self) -> &mut Cx<'a, C> {
+        &mut self.cx
+    }
+}
+
+/// How long an unwinding wait ([`finish`] of a blocking operation, the end of a
+/// [scope](Endpoint::scope)) waits for a transfer that still uses a borrowed buffer
+/// before it aborts the process (a panic other than a handler's left the transfer in
+/// flight; the buffer cannot be handed back while it may still be written).
+pub const UNWIND_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Layer `L`'s state alone, borrowed from `ep` for the life of the returned value
+/// (`None` if `L` is not attached): the form for a layer's fast paths that need
+/// nothing but their own state. No handler or progress hook runs while it lives.
+/// With a progress thread it holds the endpoint's lock word until dropped.
+#[inline(always)]
+pub fn state<L: Layer, C: Conduit>(ep: &mut Endpoint<C>) -> Option<StateMut<'_, L, C>> {
+    let want = TypeId::of::<L>();
+    let Some(a) = ep.h().fast.iter().find(|f| f.0 == want).map(|f| f.1) else {
+        return state_slow(ep);
+    };
+    let h = ep.h_mut();
+    if h.threaded() {
+        return Some(state_locked(h, a));
+    }
+    // SAFETY: `a` is the address of the state of a slot whose `type_id` is `L`'s, made
+    // from an `L` (`attach_one`); its `LayerBox` lives as long as the endpoint, never
+    // moves the state, and every access derives from the same pointer. Without a
+    // progress thread this handle, borrowed mutably for the result's life, is the only
+    // way to the state (module `crate::endpoint`).
+    let l = unsafe { Pin::new_unchecked(&mut *a.as_ptr().cast::<L>()) };
+    Some(StateMut {
+        state: l,
+        _lock: None,
+    })
+}
+
+#[cold]
+#[inline(never)]
+fn state_locked<L: Layer, C: Conduit>(
+    h: &mut crate::endpoint::Handle<C>,
+    a: NonNull<u8>,
+) -> StateMut<'_, L, C> {
+    let g = h.inner();
+    // SAFETY: as in `state`; the lock word, held by `g` for the result's life, keeps
+    // the progress thread away from the state.
+    let l = unsafe { Pin::new_unchecked(&mut *a.as_ptr().cast::<L>()) };
+    StateMut {
+        state: l,
+        _lock: Some(g),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn state_slow<L: Layer, C: Conduit>(ep: &mut Endpoint<C>) -> Option<StateMut<'_, L, C>> {
+    let mut g = ep.inner();
+    let slot = g
+        .layers
+        .iter_mut()
+        .find(|s| s.type_id == TypeId::of::<L>())?;
+    let a = slot.state.addr();
+    drop(g);
+    Some(state_locked(ep.h_mut(), a))
+}
+
+/// A layer's state borrowed from its endpoint ([`state`]): dereferences to `L`;
+/// [`pin`](Self::pin) gives `Pin<&mut L>` (for a `!Unpin` state, the layer's crate
+/// reaches `&mut L` with [`Pin::get_unchecked_mut`]; see "Pinned states" in the
+/// [module documentation](self)).
+pub struct StateMut<'a, L, C: Conduit> {
+    state: Pin<&'a mut L>,
+    _lock: Option<crate::endpoint::Guard<'a, C>>,
+}
+
+impl<L, C: Conduit> StateMut<'_, L, C> {
+    /// The state, pinned.
+    #[inline(always)]
+    pub fn pin(&mut self) -> Pin<&mut L> {
+        self.state.as_mut()
+    }
+}
+
+impl<L, C: Conduit> std::ops::Deref for StateMut<'_, L, C> {
+    type Target = L;
+    #[inline(always)]
+    fn deref(&self) -> &L {
+        &self.state
+    }
+}
+
+impl<L: Unpin, C: Conduit> std::ops::DerefMut for StateMut<'_, L, C> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut L {
+        &mut self.state
+    }
+}
+
+impl<L: std::fmt::Debug, C: Conduit> std::fmt::Debug for StateMut<'_, L, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("StateMut").field(&*self.state).finish()
+    }
+}
+
+/// Runs `f` with layer `L`'s state (pinned) and a [`Cx`] in which `L` is the running
+/// layer; `None` if `L` is not attached. No other layer's handler or hook runs
+/// meanwhile; `f` cannot wait (a [`Cx`] cannot poll).
+#[inline]
+pub fn with<L: Layer, C: Conduit, R>(
+    ep: &mut Endpoint<C>,
+    f: impl FnOnce(Pin<&mut L>, &mut Cx<'_, C>) -> R,
+) -> Option<R> {
+    ep.inner().with_layer(f)
+}
+
+/// True if layer `L` is attached to `ep`.
+pub fn is_attached<L: Layer, C: Conduit>(ep: &Endpoint<C>) -> bool {
+    ep.has_layer::<L>()
+}
+
+/// Polls `ep` once (as [`Endpoint::poll`]) for a layer's loop, keeping a handler's
+/// panic for the call that ends the operation (see "Panics in handlers" in the
+/// [module documentation](self)). Returns how many messages were handled.
+#[inline]
+pub fn poll<C: Conduit>(ep: &mut Endpoint<C>) -> usize {
+    ep.inner().poll()
+}
+
+/// One step of waiting for send resources, for an operation the conduit refused for
+/// back-pressure (a `try_*` call or [`Cx::try_request`] that returned
+/// [`Injected::WouldBlock`]): polls, then spins or yields
+/// under the wait policy, and prints the report on a stall or a report signal like
+/// every wait. Keep one [`Retry`] per operation being retried. A handler's panic is
+/// kept for the call that ends the operation.
+///
+/// ```
+/// # use gex_core::{loopback::Loopback, boot::Singleton, ClientBuilder, EpAddr, Injected, layer::{self, Retry}};
+/// # let client = ClientBuilder::new().segment_size(4096).init::<Loopback>(Box::new(Singleton::new()))?;
+/// # let mut ep = client.endpoint(0)?;
+/// # let h = ep.register(|_t: &mut gex_core::Token<'_>, _am: gex_core::Am<'_>| {})?;
+/// let mut r = Retry::default();
+/// while ep.try_request_short(EpAddr::rank(0), h, &[])? == Injected::WouldBlock {
+///     layer::retry(&mut ep, &mut r);
+/// }
+/// # ep.poll();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn retry<C: Conduit>(ep: &mut Endpoint<C>, r: &mut Retry) {
+    ep.inner().retry(r);
+}
+
+pub use crate::endpoint::Retry;
+
+/// Polls `ep` until `cond` holds of layer `L`'s state (false at once if `L` is not
+/// attached). A handler's panic is raised once `cond` holds.
+pub fn wait_until<L: Layer, C: Conduit>(
+    ep: &mut Endpoint<C>,
+    mut cond: impl FnMut(&L) -> bool,
+) -> bool {
+    if !ep.has_layer::<L>() {
+        return false;
+    }
+    let mut g = ep.inner();
+    g.wait_for(None, |inner| {
+        inner.with_layer::<L, _>(|l, _| cond(&l)).unwrap_or(true)
+    });
+    g.rethrow();
+    true
+}
+
+/// Disposes of `ev` as mode `M` asks, at the end of a layer's operation: waits for it
+/// ([`Blocking`](crate::Blocking): on every path, see "Panics in handlers" in the
+/// [module documentation](self)), returns it ([`Nb`](crate::Nb)) or tracks it under
+/// implicit-event `tag` ([`Nbi`](crate::Nbi)).
+///
+/// # Errors
+/// In blocking mode, the operation's error.
+#[inline]
+pub fn finish<T: Send + 'static, E: EventErr, M: crate::event::Mode, C: Conduit>(
+    ep: &mut Endpoint<C>,
+    ev: Event<T, E>,
+    tag: u32,
+) -> Result<M::Out<T, E>, E> {
+    M::finish(ep, ev, tag)
+}
+
+/// The output, in mode `M`, of an operation that completed during the call with
+/// output `v` (as [`Cx::done`], for a fast path that ran under [`state`]).
+#[inline(always)]
+pub fn done<T: Send + 'static, E: EventErr, M: crate::event::Mode, C: Conduit>(
+    ep: &Endpoint<C>,
+    v: T,
+) -> M::Out<T, E> {
+    ep.done::<T, E, M>(v)
+}
+
+/// Tracks `ev` as an implicit event under `tag` (what mode [`Nbi`](crate::Nbi) does):
+/// [`Endpoint::sync_implicit`] of `tag` waits for it (an event of another endpoint is
+/// recorded as failed: this endpoint's progress cannot complete it).
+pub fn track_implicit<T: Send + 'static, E: EventErr, C: Conduit>(
+    ep: &mut Endpoint<C>,
+    tag: u32,
+    ev: Event<T, E>,
+) {
+    ep.inner().track(tag, ev);
 }

@@ -85,7 +85,7 @@ pub use client::{
 };
 pub use config::Config;
 pub use endpoint::{
-    Am, Endpoint, EpStats, Handler, LongPayload, Prepared, Retry, Scope, Segment, Token,
+    Am, Endpoint, EpStats, Handler, LongPayload, OwnedEndpoint, Scope, Segment, Token,
 };
 pub use error::{AmError, EpError, EventError, InitError, RegisterError};
 pub use event::{AnyEvent, Blocking, Event, Mode, ModeKind, Nb, Nbi};

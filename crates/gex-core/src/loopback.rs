@@ -9,6 +9,15 @@
 //!
 //! Each endpoint's inbox is a mutex-protected queue (endpoints may live on different
 //! threads); that is acceptable here because loopback is never a performance path.
+//!
+//! # Safety
+//! The conduit contract ([`Conduit`], [`ConduitEp`], `unsafe trait`s) holds: segments
+//! and auxiliary areas are zero-filled heap blocks of the asked lengths owned by the
+//! conduit (so valid as long as it lives), reached only through raw pointers; a Long
+//! is copied into the destination segment at an offset the core checked; delivered
+//! payloads are the message's own `Vec`; there are no native operations and no
+//! in-place buffers.
+#![allow(unsafe_code)]
 
 use crate::boot::Bootstrap;
 use crate::error::InitError;
@@ -56,10 +65,8 @@ struct SegMem {
 #[repr(C, align(64))]
 struct Line(std::cell::UnsafeCell<[u64; 8]>);
 
-// Segments are raw shared memory by contract: every access goes through raw pointers.
-// SAFETY-free: the `UnsafeCell` wrapper makes writes through shared references legal;
-// Sync is sound because gex's contract puts data races on segment bytes on the user.
-#[allow(unsafe_code)]
+// Segments are raw shared memory by contract: every access goes through raw pointers;
+// the `UnsafeCell` wrapper makes writes through shared references legal.
 // SAFETY: see above — segments are accessed only through raw pointers, and concurrent
 // conflicting accesses are the application's responsibility, as on every conduit.
 unsafe impl Sync for SegMem {}
@@ -102,7 +109,8 @@ pub struct LoopbackEp {
     conduit: Arc<Loopback>,
 }
 
-impl Conduit for Loopback {
+// SAFETY: the module's `# Safety`.
+unsafe impl Conduit for Loopback {
     type Ep = LoopbackEp;
     const NAME: &'static str = "loopback";
 
@@ -146,7 +154,6 @@ impl LoopbackEp {
         let dst = msg.dst();
         let target = &self.conduit.segs[dst.ep as usize];
         let (payload, len) = if msg.category() == Category::Long {
-            #[allow(unsafe_code)]
             // SAFETY: the core checked offset+len against the segment length; the
             // source is a caller buffer distinct from segment memory or, if it is
             // inside a segment, `copy` handles overlap.
@@ -189,7 +196,8 @@ impl ReplyTx for LoopbackEp {
     }
 }
 
-impl ConduitEp for LoopbackEp {
+// SAFETY: the module's `# Safety`.
+unsafe impl ConduitEp for LoopbackEp {
     fn index(&self) -> EpIndex {
         self.index
     }

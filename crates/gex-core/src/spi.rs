@@ -36,9 +36,18 @@
 //! rank outside the job): the layers above reach the conduit endpoint through safe
 //! code.
 //!
+//! [`Conduit`] and [`ConduitEp`] are `unsafe trait`s: the core and the layers above
+//! build views and copies over the memory a conduit describes (its segments, its
+//! neighbours' mappings, its auxiliary areas, its in-place buffers, the payloads it
+//! delivers) and hand buffers to its native operations until it says they are
+//! complete, so a wrong implementation would make safe code write freed or foreign
+//! memory. Each trait's `# Safety` section lists what an implementation promises;
+//! `docs/conduit-guide.md` repeats the list with the reasons.
+//!
 //! # Safety
-//! This module declares the `unsafe` native-operation methods (their callers promise
-//! buffer lifetimes, see each `# Safety` section); it contains no unsafe block.
+//! This module declares the `unsafe` traits and the `unsafe` native-operation methods
+//! (their callers promise buffer lifetimes, see each `# Safety` section); it contains
+//! no unsafe block.
 #![allow(unsafe_code)]
 
 mod hybrid;
@@ -576,7 +585,22 @@ pub enum ConduitError {
 }
 
 /// A conduit: the per-rank network instance. See the [module documentation](self).
-pub trait Conduit: Send + Sync + Sized + 'static {
+///
+/// # Safety
+/// An implementation promises, for the conduit and every endpoint [`open`](Self::open)
+/// returns (the promises of [`ConduitEp`] included):
+/// - `open` returns the endpoints `0..params.layout.eps[params.rank]` in index order
+///   (each [`ConduitEp::index`] its position), each with a segment of at least
+///   `params.layout.seg_len[params.rank]` bytes, zero-filled, and, when
+///   `params.aux_len > 0`, an auxiliary area of at least `aux_len` bytes for every
+///   neighbour it maps;
+/// - everything a peer or the bootstrap told it that its memory accesses depend on
+///   (the length of a peer's mapped segment, the size of a peer's ring, a remote
+///   key's range) was checked against `params.layout` and against what it actually
+///   mapped or registered, before any endpoint is returned;
+/// - the memory its endpoints describe stays valid as long as the conduit value (the
+///   `Arc` `open` returned) lives, also after the endpoints are dropped.
+pub unsafe trait Conduit: Send + Sync + Sized + 'static {
     /// The conduit's endpoint type.
     type Ep: ConduitEp;
     /// Short name (the facade selects a conduit by it).
@@ -631,7 +655,34 @@ pub trait Conduit: Send + Sync + Sized + 'static {
 
 /// One endpoint of a conduit: an injection and completion domain driven by one thread
 /// at a time (`Send`, not required to be `Sync`).
-pub trait ConduitEp: Send + 'static {
+///
+/// # Safety
+/// An implementation promises:
+/// - [`local_segment`](Self::local_segment): `(base, len)` with `len` at least the
+///   layout's segment length of this rank, the bytes `base..base + len` valid for
+///   reads and writes (through raw pointers and atomics: other ranks write them at any
+///   time) for as long as the conduit lives;
+/// - [`peer_segment`](Self::peer_segment): `Some((base, len))` only for a mapping of
+///   `dst`'s segment valid as above, with `len` at most what is mapped and at most
+///   `dst`'s segment length in the layout;
+/// - [`aux`](Self::aux): `Some(p)` only for a 64-byte aligned area of at least
+///   [`OpenParams::aux_len`] bytes, valid as above and written only through atomics;
+/// - [`poll`](Self::poll): each [`Incoming`] it delivers has `args` and `payload`
+///   valid for the call, and no one writes the `payload` bytes during it (the core
+///   hands them to handlers as `&[u8]`); a Long's `offset`/`len` describe bytes of
+///   this endpoint's segment written before the message was published;
+/// - [`prepare`](Self::prepare): a [`Prepare::InPlace`] buffer is valid for writes of
+///   its length and read or written by no one else until
+///   [`commit`](Self::commit)/[`cancel`](Self::cancel);
+/// - the native operations ([`native_put`](Self::native_put) and the others): once an
+///   operation is complete ([`Native::Done`], or [`native_test`](Self::native_test)
+///   true for its ticket), the conduit no longer reads or writes the caller's buffer,
+///   and a get's or fetching atomic's data is in it (visible to the calling thread);
+///   until then it accesses only the ranges it was given;
+/// - [`sleeper`](Self::sleeper): as the method says;
+/// - a panic from any of its methods leaves the endpoint sound to use (a later call may
+///   panic again) and to drop.
+pub unsafe trait ConduitEp: Send + 'static {
     /// This endpoint's index.
     fn index(&self) -> EpIndex;
     /// What this conduit implements natively.

@@ -6,7 +6,7 @@
 //! panic, a hang or a message sent. One rank on the loopback conduit.
 
 use gex_core::boot::{BootError, Bootstrap, Singleton};
-use gex_core::layer::{Cx, Layer};
+use gex_core::layer::Layer;
 use gex_core::loopback::Loopback;
 use gex_core::spi::Conduit;
 use gex_core::{
@@ -203,10 +203,11 @@ fn reserved_and_missing_handlers_are_refused_by_every_form() {
             ep.try_request_long_with(me, hid, &[], 8, 0, |_| 1),
             Err(r.clone())
         );
-        let p = ep.prepare_request_medium(me, 8).unwrap();
-        assert_eq!(p.commit(hid, &[], 1), Err(r.clone()));
-        let p = ep.prepare_request_long(me, 8, 0).unwrap();
-        assert_eq!(p.commit(hid, &[], 1), Err(r));
+        assert_eq!(
+            ep.request_medium_with(me, hid, &[], 8, |_| 1),
+            Err(r.clone())
+        );
+        assert_eq!(ep.request_long_with(me, hid, &[], 8, 0, |_| 1), Err(r));
     }
     for idx in [0u8, 129, 255] {
         let u = AmError::UnregisteredHandler(idx);
@@ -217,21 +218,18 @@ fn reserved_and_missing_handlers_are_refused_by_every_form() {
             ep.try_request_medium_with(me, hid, &[], 8, |_| 1),
             Err(u.clone())
         );
-        let p = ep.prepare_request_medium(me, 8).unwrap();
-        assert_eq!(p.commit(hid, &[], 0), Err(u));
+        assert_eq!(ep.request_medium_with(me, hid, &[], 8, |_| 0), Err(u));
     }
-    // The other commit-time errors, on both kinds of prepared buffer.
-    let p = ep.prepare_request_long(me, 8, SEG - 8).unwrap();
+    // The other send-time errors, on both kinds of buffer.
     assert_eq!(
-        p.commit(h, &[], 9),
+        ep.request_long_with(me, h, &[], 8, SEG - 8, |_| 9),
         Err(AmError::CommitTooLarge {
             len: 9,
             prepared: 8
         })
     );
-    let p = ep.prepare_request_medium(me, 8).unwrap();
     assert!(matches!(
-        p.commit(h, &[0; 17], 8),
+        ep.request_medium_with(me, h, &[0; 17], 8, |_| 8),
         Err(AmError::TooManyArgs { given: 17, .. })
     ));
     nothing_sent(&mut ep, &handled);
@@ -245,25 +243,25 @@ fn prepare_time_errors_are_reported_before_any_buffer_is_lent() {
     let me = ep.addr();
     let maxm = ep.max_medium(me);
     assert_eq!(
-        ep.prepare_request_medium(EpAddr::rank(1), 8).map(drop),
+        ep.request_medium_with(EpAddr::rank(1), h, &[], 8, |_| 0),
         Err(AmError::BadRank { rank: 1, size: 1 })
     );
     assert_eq!(
-        ep.prepare_request_long(EpAddr::new(0, 1), 8, 0).map(drop),
+        ep.request_long_with(EpAddr::new(0, 1), h, &[], 8, 0, |_| 0),
         Err(AmError::BadEndpoint {
             dst: EpAddr::new(0, 1),
             eps: 1
         })
     );
     assert_eq!(
-        ep.prepare_request_medium(me, maxm + 1).map(drop),
+        ep.request_medium_with(me, h, &[], maxm + 1, |_| 0),
         Err(AmError::PayloadTooLarge {
             len: maxm + 1,
             max: maxm
         })
     );
     assert_eq!(
-        ep.prepare_request_long(me, 2, usize::MAX).map(drop),
+        ep.request_long_with(me, h, &[], 2, usize::MAX, |_| 0),
         Err(AmError::OutOfSegment {
             dst: me,
             offset: usize::MAX,
@@ -412,7 +410,7 @@ fn an_event_tracked_on_another_endpoint_fails_the_sync() {
     let ev = a
         .request_medium_owned(EpAddr::new(0, 1), h, &[], vec![5u8; 100], Nb)
         .unwrap();
-    b.track_implicit(7, ev);
+    gex_core::layer::track_implicit(&mut *b, 7, ev);
     match b.sync_implicit::<AmError>(Some(7)) {
         Err(AmError::Event(EventError::Failed(m))) => {
             assert!(m.contains("another endpoint"), "{m}")
@@ -424,7 +422,7 @@ fn an_event_tracked_on_another_endpoint_fails_the_sync() {
         .unwrap();
     let r = b.scope(|s| {
         let tag = s.tag();
-        s.track_implicit(tag, ev);
+        gex_core::layer::track_implicit(&mut *s, tag, ev);
         Ok::<(), AmError>(())
     });
     assert!(
@@ -627,7 +625,9 @@ struct Greedy;
 impl Layer for Greedy {
     const NAME: &'static str = "greedy";
     const HANDLERS: u8 = 113;
-    fn attach<C: Conduit>(_cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
+    fn attach<C: Conduit>(
+        _cx: &mut gex_core::layer::Attach<'_, C, Self>,
+    ) -> Result<Self, InitError> {
         Ok(Greedy)
     }
 }
@@ -639,7 +639,9 @@ struct Vast;
 impl Layer for Vast {
     const NAME: &'static str = "vast";
     const AUX_BYTES: usize = usize::MAX;
-    fn attach<C: Conduit>(_cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
+    fn attach<C: Conduit>(
+        _cx: &mut gex_core::layer::Attach<'_, C, Self>,
+    ) -> Result<Self, InitError> {
         Ok(Vast)
     }
 }
@@ -650,7 +652,9 @@ struct Refuses;
 
 impl Layer for Refuses {
     const NAME: &'static str = "refuses";
-    fn attach<C: Conduit>(_cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
+    fn attach<C: Conduit>(
+        _cx: &mut gex_core::layer::Attach<'_, C, Self>,
+    ) -> Result<Self, InitError> {
         Err(InitError::Layer {
             layer: Self::NAME,
             msg: "not today".into(),

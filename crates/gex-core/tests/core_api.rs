@@ -3,7 +3,7 @@
 //! the progress thread, and the soundness rules of the safe API.
 
 use gex_core::boot::Singleton;
-use gex_core::layer::{Cx, Layer, Progress};
+use gex_core::layer::{self, Cx, Layer, Progress};
 use gex_core::loopback::Loopback;
 use gex_core::spi::Conduit;
 use gex_core::{
@@ -354,7 +354,7 @@ fn a_scope_completes_its_operations_before_returning() {
         for _ in 0..3 {
             let ev = s.request_medium_owned(me, h, &[], vec![0; 8], Nb)?;
             let tag = s.tag();
-            s.track_implicit(tag, ev);
+            layer::track_implicit(&mut *s, tag, ev);
         }
         Ok::<(), AmError>(())
     })
@@ -389,7 +389,7 @@ impl Layer for Pinger {
         default: "0",
         doc: "a test layer's setting",
     }];
-    fn attach<C: Conduit>(cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
+    fn attach<C: Conduit>(cx: &mut layer::Attach<'_, C, Self>) -> Result<Self, InitError> {
         if cx.config().bool("PINGER_TEST_KNOB", false)? {
             return Err(InitError::Layer {
                 layer: Self::NAME,
@@ -428,7 +428,7 @@ struct Second {
 impl Layer for Second {
     const NAME: &'static str = "second";
     const HANDLERS: u8 = 1;
-    fn attach<C: Conduit>(cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
+    fn attach<C: Conduit>(cx: &mut layer::Attach<'_, C, Self>) -> Result<Self, InitError> {
         assert!(
             cx.layer::<Pinger>().is_some(),
             "layers attached before are reachable"
@@ -455,12 +455,15 @@ fn layers_get_handler_blocks_aux_slices_settings_and_progress() {
     let mut ep = c.endpoint(0).unwrap();
     assert_eq!(ep.layers(), ["pinger", "second"]);
     let me = ep.addr();
-    let (ping, pong, aux) = ep
-        .with_layer::<Pinger, _>(|p, _| (p.ping.unwrap(), p.pong.unwrap(), p.aux))
-        .unwrap();
+    let (ping, pong, aux) =
+        layer::with::<Pinger, _, _>(&mut *ep, |p, _| (p.ping.unwrap(), p.pong.unwrap(), p.aux))
+            .unwrap();
     assert_eq!((ping.index(), pong.index()), (16, 17));
     assert_eq!(aux, 128, "100 bytes rounded up to 64");
-    assert_eq!(ep.with_layer::<Second, _>(|s, _| s.first.index()), Some(18));
+    assert_eq!(
+        layer::with::<Second, _, _>(&mut *ep, |s, _| s.first.index()),
+        Some(18)
+    );
     // Reserved handlers are not for clients.
     assert_eq!(
         ep.request_short(me, ping, &[]),
@@ -469,25 +472,24 @@ fn layers_get_handler_blocks_aux_slices_settings_and_progress() {
     // A layer sends to its own handlers without waiting; the endpoint's waits run its
     // progress hook and handlers.
     for _ in 0..3 {
-        let r = ep
-            .with_layer::<Pinger, _>(|p, cx| {
-                p.sent += 1;
-                cx.set_busy();
-                cx.try_request(me, ping, Category::Short, &[], &[], 0)
-            })
-            .unwrap()
-            .unwrap();
+        let r = layer::with::<Pinger, _, _>(&mut *ep, |mut p, cx| {
+            p.sent += 1;
+            cx.set_busy();
+            cx.try_request(me, ping, Category::Short, &[], &[], 0)
+        })
+        .unwrap()
+        .unwrap();
         assert_eq!(r, Injected::Sent);
     }
-    assert!(ep.wait_until_layer::<Pinger>(|p| p.pongs == 3));
-    let calls = ep.with_layer::<Pinger, _>(|p, _| p.progress_calls).unwrap();
+    assert!(layer::wait_until::<Pinger, _>(&mut *ep, |p| p.pongs == 3));
+    let calls = layer::with::<Pinger, _, _>(&mut *ep, |p, _| p.progress_calls).unwrap();
     assert!(calls >= 1, "the progress hook ran");
     ep.poll();
     ep.poll();
-    let idle = ep.with_layer::<Pinger, _>(|p, _| p.progress_calls).unwrap();
+    let idle = layer::with::<Pinger, _, _>(&mut *ep, |p, _| p.progress_calls).unwrap();
     ep.poll();
     assert_eq!(
-        ep.with_layer::<Pinger, _>(|p, _| p.progress_calls).unwrap(),
+        layer::with::<Pinger, _, _>(&mut *ep, |p, _| p.progress_calls).unwrap(),
         idle,
         "an idle layer's hook does not run"
     );
@@ -579,17 +581,16 @@ fn a_layer_takes_a_completed_event_without_waiting() {
         .init::<Loopback>(Box::new(Singleton::new()))
         .unwrap();
     let mut ep = c.endpoint(0).unwrap();
-    let got = ep
-        .with_layer::<Pinger, _>(|_p, cx| {
-            let (ev, done) = cx.pending::<u64, AmError>(None, |d, _| match d {
-                Data::Word(w) => w,
-                _ => 0,
-            });
-            let ev = cx.try_take(ev).expect_err("not complete yet");
-            done.done(Data::Word(7));
-            cx.try_take(ev).expect("complete")
-        })
-        .unwrap();
+    let got = layer::with::<Pinger, _, _>(&mut *ep, |_p, cx| {
+        let (ev, done) = cx.pending::<u64, AmError>(None, |d, _| match d {
+            Data::Word(w) => w,
+            _ => 0,
+        });
+        let ev = cx.try_take(ev).expect_err("not complete yet");
+        done.done(Data::Word(7));
+        cx.try_take(ev).expect("complete")
+    })
+    .unwrap();
     assert_eq!(got, Ok(7));
 }
 
@@ -604,22 +605,24 @@ fn a_layer_whose_handler_ran_is_busy() {
     let mut ep = c.endpoint(0).unwrap();
     let me = ep.addr();
     ep.poll();
-    let before = ep.with_layer::<Pinger, _>(|p, _| p.progress_calls).unwrap();
+    let before = layer::with::<Pinger, _, _>(&mut *ep, |p, _| p.progress_calls).unwrap();
     ep.poll();
     assert_eq!(
-        ep.with_layer::<Pinger, _>(|p, _| p.progress_calls).unwrap(),
+        layer::with::<Pinger, _, _>(&mut *ep, |p, _| p.progress_calls).unwrap(),
         before,
         "idle"
     );
     // A ping (handled by the layer, without the layer asking to be busy) makes the
     // layer's hook run.
-    let ping = ep.with_layer::<Pinger, _>(|p, _| p.ping.unwrap()).unwrap();
-    ep.with_layer::<Pinger, _>(|_, cx| cx.try_request(me, ping, Category::Short, &[], &[], 0))
-        .unwrap()
-        .unwrap();
-    assert!(ep.wait_until_layer::<Pinger>(|p| p.pongs == 1));
+    let ping = layer::with::<Pinger, _, _>(&mut *ep, |p, _| p.ping.unwrap()).unwrap();
+    layer::with::<Pinger, _, _>(&mut *ep, |_, cx| {
+        cx.try_request(me, ping, Category::Short, &[], &[], 0)
+    })
+    .unwrap()
+    .unwrap();
+    assert!(layer::wait_until::<Pinger, _>(&mut *ep, |p| p.pongs == 1));
     ep.poll();
-    assert!(ep.with_layer::<Pinger, _>(|p, _| p.progress_calls).unwrap() > before);
+    assert!(layer::with::<Pinger, _, _>(&mut *ep, |p, _| p.progress_calls).unwrap() > before);
 }
 
 // ---------------------------------------------------------------- hang diagnosis
@@ -630,7 +633,7 @@ struct Stuck;
 
 impl Layer for Stuck {
     const NAME: &'static str = "stuck";
-    fn attach<C: Conduit>(_cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
+    fn attach<C: Conduit>(_cx: &mut layer::Attach<'_, C, Self>) -> Result<Self, InitError> {
         Ok(Stuck)
     }
     fn describe(&self) -> String {
@@ -782,10 +785,10 @@ fn child_retries() {
     let c = stuck_client(gex_core::Config::from_env());
     let mut ep = c.endpoint(0).unwrap();
     // An operation the conduit keeps refusing (back-pressure that never clears).
-    let mut r = gex_core::Retry::default();
+    let mut r = layer::Retry::default();
     let t0 = std::time::Instant::now();
     while t0.elapsed() < Duration::from_millis(2500) {
-        ep.retry(&mut r);
+        layer::retry(&mut *ep, &mut r);
     }
 }
 
@@ -850,7 +853,7 @@ struct Nth<const N: usize> {
 
 impl<const N: usize> Layer for Nth<N> {
     const NAME: &'static str = ["n0", "n1", "n2", "n3", "n4", "n5"][N];
-    fn attach<C: Conduit>(_: &mut Cx<'_, C>) -> Result<Self, InitError> {
+    fn attach<C: Conduit>(_: &mut layer::Attach<'_, C, Self>) -> Result<Self, InitError> {
         Ok(Nth::default())
     }
 }
@@ -870,36 +873,25 @@ fn layer_state_access_reaches_the_same_state_for_every_layer() {
     let mut ep = c.endpoint(0).unwrap();
     fn check<const N: usize>(ep: &mut gex_core::Endpoint<Loopback>) {
         for k in 1..=3u32 {
-            assert_eq!(
-                ep.with_layer_state::<Nth<N>, _>(|l| {
-                    l.hits += 1;
-                    l.hits
-                }),
-                Some(k),
-                "layer {N}"
-            );
-            assert_eq!(ep.with_layer::<Nth<N>, _>(|l, _| l.hits), Some(k));
-        }
-        // The closure-free borrow reaches the same state, for the cached layers only.
-        match ep.layer_state_mut::<Nth<N>>() {
-            Some(l) => {
-                assert!(N < 4, "layer {N} is not cached");
-                l.hits += 10;
-                assert_eq!(ep.with_layer::<Nth<N>, _>(|l, _| l.hits), Some(13));
-                ep.layer_state_mut::<Nth<N>>().unwrap().hits -= 10;
-            }
-            None => assert!(N >= 4, "layer {N} is cached"),
+            let mut l = layer::state::<Nth<N>, _>(ep).expect("attached");
+            l.hits += 1;
+            assert_eq!(l.hits, k, "layer {N}");
+            drop(l);
+            assert_eq!(layer::with::<Nth<N>, _, _>(ep, |l, _| l.hits), Some(k));
         }
     }
-    // The first four come from the handle's cache, the fifth from the search.
+    // The first four come from the handle's cache, the fifth from the search: both
+    // reach the state `layer::with` reaches.
     check::<0>(&mut ep);
     check::<1>(&mut ep);
     check::<2>(&mut ep);
     check::<3>(&mut ep);
     check::<4>(&mut ep);
-    assert_eq!(ep.with_layer_state::<Nth<5>, _>(|l| l.hits), None);
-    assert_eq!(ep.with_layer_state::<Pinger, _>(|p| p.sent), None);
-    // The same through a progress thread's lock.
+    assert!(layer::state::<Nth<5>, _>(&mut ep).is_none());
+    assert!(layer::state::<Pinger, _>(&mut ep).is_none());
+    assert!(layer::with::<Pinger, _, _>(&mut ep, |_, _| ()).is_none());
+    // The same through a progress thread's lock: `state` is not a fallback-to-`None`
+    // fast path, it takes the lock and holds it while the borrow lives.
     let c = ClientBuilder::new()
         .layer::<Nth<0>>()
         .progress_thread(true)
@@ -909,11 +901,12 @@ fn layer_state_access_reaches_the_same_state_for_every_layer() {
         .unwrap();
     let mut ep = c.endpoint(0).unwrap();
     for _ in 0..1000 {
-        ep.with_layer_state::<Nth<0>, _>(|l| l.hits += 1);
+        layer::state::<Nth<0>, _>(&mut ep).expect("attached").hits += 1;
     }
-    assert_eq!(ep.with_layer::<Nth<0>, _>(|l, _| l.hits), Some(1000));
-    // With a progress thread nothing is handed out without the lock.
-    assert!(ep.layer_state_mut::<Nth<0>>().is_none());
+    assert_eq!(
+        layer::with::<Nth<0>, _, _>(&mut ep, |l, _| l.hits),
+        Some(1000)
+    );
 }
 
 /// A layer that defers part of a scope's work to the scope's end: `end_scope` tracks
@@ -927,7 +920,7 @@ struct Flusher {
 
 impl Layer for Flusher {
     const NAME: &'static str = "flusher";
-    fn attach<C: Conduit>(_: &mut Cx<'_, C>) -> Result<Self, InitError> {
+    fn attach<C: Conduit>(_: &mut layer::Attach<'_, C, Self>) -> Result<Self, InitError> {
         Ok(Flusher::default())
     }
     fn end_scope<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, tag: u32) {
@@ -963,9 +956,10 @@ fn a_scope_waits_for_what_its_layers_track_at_its_end() {
         .unwrap();
     let mut ep = c.endpoint(0).unwrap();
     let tag = ep.scope(|s| Ok::<u32, EventError>(s.tag())).unwrap();
-    let (ended, pending, polls) = ep
-        .with_layer::<Flusher, _>(|f, _| (f.ended.clone(), f.pending.is_some(), f.polls))
-        .unwrap();
+    let (ended, pending, polls) = layer::with::<Flusher, _, _>(&mut *ep, |f, _| {
+        (f.ended.clone(), f.pending.is_some(), f.polls)
+    })
+    .unwrap();
     assert_eq!(ended, [tag], "the hook ran once, with the scope's tag");
     assert!(
         !pending,
@@ -981,6 +975,6 @@ fn a_scope_waits_for_what_its_layers_track_at_its_end() {
         Ok::<(), EventError>(())
     })
     .unwrap();
-    let ended = ep.with_layer::<Flusher, _>(|f, _| f.ended.len()).unwrap();
+    let ended = layer::with::<Flusher, _, _>(&mut *ep, |f, _| f.ended.len()).unwrap();
     assert_eq!(ended, 3, "sync and end of the second scope");
 }

@@ -14,9 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init::<Loopback>(Box::new(Singleton::new()))?;
     let mut ep = client.endpoint(0)?;
     let p = GlobalPtr::<u64>::new(ep.addr(), 64);
-    let am = ep
-        .with_layer::<Rma, _>(|r, _| r.forces_am())
-        .unwrap_or(false);
+    let am = gex_core::layer::with::<Rma, _, _>(&mut *ep, |r, _| r.forces_am()).unwrap_or(false);
     let n = if am { 200_000u64 } else { 10_000_000u64 };
     let t0 = Instant::now();
     for i in 0..n {

@@ -625,7 +625,7 @@ pub(crate) fn agree<T: AtomicType>(
 
 impl Rma {
     /// The fastest path of an atomic, run under
-    /// [`Endpoint::layer_state_mut`](gex_core::Endpoint::layer_state_mut): a CPU
+    /// [`layer::state`](gex_core::layer::state): a CPU
     /// atomic in a domain that allows `op`, on an aligned word of a member whose
     /// segment mapping is cached, executes now and gives the old value's bits;
     /// anything else gives `None` and takes [`atomic_step`](Self::atomic_step), which

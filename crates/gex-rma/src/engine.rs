@@ -173,7 +173,7 @@ impl Rma {
     }
 
     /// The fastest path of a contiguous put, run under
-    /// [`Endpoint::layer_state_mut`](gex_core::Endpoint::layer_state_mut): a
+    /// [`layer::state`](gex_core::layer::state): a
     /// nonempty, valid range of a segment whose mapping is cached
     /// ([`direct_at`](Self::direct_at)) is copied now (true); anything else returns
     /// false and takes [`put_now`](Self::put_now).
@@ -579,8 +579,10 @@ impl Rma {
     /// [`RmaError::Am`] (the conduit failed).
     ///
     /// # Examples
-    /// From another layer's code (here a closure given to `with_layer`, which gets the
-    /// same [`Cx`] as a handler or progress hook):
+    /// From another layer's code (here a closure given to
+    /// [`layer::with`](gex_core::layer::with), which gets the same [`Cx`] as a handler or
+    /// progress hook; another layer reaches the state pinned with
+    /// [`Cx::with_other`](gex_core::layer::Cx::with_other)):
     /// ```
     /// use gex_core::{boot::Singleton, loopback::Loopback, Blocking, ClientBuilder};
     /// use gex_rma::{GlobalPtr, Rma, RmaExt};
@@ -589,15 +591,28 @@ impl Rma {
     /// let mut ep = client.endpoint(0)?;
     /// let p = GlobalPtr::<u8>::new(ep.addr(), 8);
     /// ep.put(p, b"rendezvous", Blocking)?;
-    /// let started = ep
-    ///     .with_layer::<Rma, _>(|rma, cx| rma.try_get_owned(cx, vec![0u8; 10], p))
-    ///     .expect("the rma layer")?;
+    /// let started = gex_core::layer::with::<Rma, _, _>(&mut ep, |rma, cx| {
+    ///     rma.try_get_owned(cx, vec![0u8; 10], p)
+    /// })
+    /// .expect("the rma layer")?;
     /// let ev = started.expect("no back-pressure on loopback");
     /// assert_eq!(ep.wait(ev)?, b"rendezvous");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[allow(clippy::type_complexity)]
     pub fn try_get_owned<C: Conduit>(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Cx<'_, C>,
+        dst: Vec<u8>,
+        src: crate::GlobalPtr<u8>,
+    ) -> Result<Result<Event<Vec<u8>, RmaError>, Vec<u8>>, RmaError> {
+        let this = Rma::unpin(self);
+        this.try_get_owned_now(cx, dst, src)
+    }
+
+    /// [`try_get_owned`](Self::try_get_owned) on the state itself.
+    #[allow(clippy::type_complexity)]
+    fn try_get_owned_now<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
         dst: Vec<u8>,

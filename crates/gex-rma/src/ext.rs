@@ -4,10 +4,10 @@
 //! for the life of the scope; and [`GetDst`], the destinations a get accepts in each
 //! mode.
 //!
-//! Every operation takes the layer's state briefly
-//! ([`Endpoint::with_layer`]), then waits, if it must, through the endpoint
-//! ([`Endpoint::finish`], [`Endpoint::wait_until_layer`], [`Endpoint::poll`] under
-//! back-pressure), so that every layer's handlers and progress hooks run meanwhile.
+//! Every operation takes the layer's state briefly ([`layer::state`],
+//! [`layer::with`]), then waits, if it must, through the endpoint ([`layer::finish`],
+//! [`layer::wait_until`], [`layer::retry`] under back-pressure), so that every layer's
+//! handlers and progress hooks run meanwhile.
 //! An operation complete during the call (the direct path) returns its output through
 //! [`Cx::done`] without building an event.
 //!
@@ -16,7 +16,10 @@
 //! lifetime rule of [`crate::layer`], which this module enforces with types:
 //! - a borrowed destination (`&mut [T]`) is only accepted in blocking mode
 //!   ([`GetDst`]), and a blocking call returns only after its operation completed, or,
-//!   after a failure, after the units already in flight did;
+//!   after a failure, after the units already in flight did; it waits through
+//!   [`layer::finish`] in blocking mode, which waits on every path (a handler's panic
+//!   is raised once the operation is complete; any other panic waits for it while it
+//!   unwinds);
 //! - an owned `Vec<T>` moves into the operation's event (or, in NBI mode, its entry),
 //!   which keeps its heap block alive until the operation is done with it;
 //! - a destination lent to a scope (`&'env mut`) is tracked under the scope's tag, and
@@ -34,7 +37,7 @@ use crate::ptr::{GlobalPtr, Strided, Vis};
 use crate::vis::Chunk;
 use bytemuck::Pod;
 use gex_core::event::{Data, Finish, finish_held, finish_unit};
-use gex_core::layer::Cx;
+use gex_core::layer::{self, Cx};
 use gex_core::spi::Conduit;
 use gex_core::{Blocking, Endpoint, EpAddr, Event, Mode, ModeKind, Scope, Team};
 
@@ -48,14 +51,14 @@ fn drive<C: Conduit, R>(
     ep: &mut Endpoint<C>,
     mut step: impl FnMut(&mut Rma, &mut Cx<'_, C>) -> Option<R>,
 ) -> Result<R, RmaError> {
-    let mut retry = gex_core::Retry::default();
+    let mut retry = layer::Retry::default();
     loop {
-        match ep.with_layer::<Rma, _>(&mut step) {
+        match crate::layer::with(ep, &mut step) {
             None => return Err(RmaError::NoLayer),
             Some(Some(r)) => return Ok(r),
             Some(None) => {}
         }
-        ep.retry(&mut retry);
+        layer::retry(ep, &mut retry);
     }
 }
 
@@ -108,9 +111,9 @@ fn end<C: Conduit, O: Send + 'static, M: Mode>(
 ) -> Result<M::Out<O, RmaError>, RmaError> {
     match r {
         Ok(Fin::Out(o)) => Ok(o),
-        Ok(Fin::Ev(ev)) => ep.finish::<O, RmaError, M>(ev, TAG),
+        Ok(Fin::Ev(ev)) => layer::finish::<O, RmaError, M, C>(ep, ev, TAG),
         Ok(Fin::Fast(want, o)) => {
-            ep.wait_until_layer::<Rma>(|r| r.fast_acks >= want);
+            layer::wait_until::<Rma, C>(ep, |r| r.fast_acks >= want);
             Ok(o)
         }
         Err(f) => Err(failed(ep, f, lent)),
@@ -121,7 +124,8 @@ fn end<C: Conduit, O: Send + 'static, M: Mode>(
 #[cold]
 fn failed<C: Conduit, O: Send + 'static>(ep: &mut Endpoint<C>, f: Fail<O>, lent: bool) -> RmaError {
     if let (true, Some(ev)) = (lent, f.ev) {
-        let _ = ep.wait(ev);
+        // On every path, as a blocking operation's wait (`layer::finish`).
+        let _ = layer::finish::<O, RmaError, Blocking, C>(ep, ev, TAG);
     }
     f.err
 }
@@ -135,7 +139,7 @@ fn put_slow<C: Conduit, M: Mode>(
     bytes: &[u8],
 ) -> Result<M::Out<(), RmaError>, RmaError> {
     // The direct path: a bounds check and a copy, no event.
-    if let Some(Some(out)) = ep.with_layer::<Rma, _>(|r, cx| {
+    if let Some(Some(out)) = crate::layer::with(ep, |r, cx| {
         r.put_now(cx, a, off, bytes)
             .then(|| cx.done::<(), RmaError, M>(()))
     }) {
@@ -224,14 +228,14 @@ fn end_scoped<C: Conduit>(
 ) -> Result<(), RmaError> {
     match r {
         Ok(Step::Done(ev)) => {
-            ep.track_implicit(tag, ev);
+            layer::track_implicit(ep, tag, ev);
             Ok(())
         }
         Ok(Step::Now(()) | Step::Fast(..)) => Ok(()),
         Ok(Step::Blocked) => Err(RmaError::Event(gex_core::EventError::Abandoned)),
         Err(Fail { err, ev }) => {
             if let Some(ev) = ev {
-                ep.track_implicit(tag, ev);
+                layer::track_implicit(ep, tag, ev);
             }
             Err(err)
         }
@@ -305,8 +309,10 @@ fn vis_chunks<C: Conduit, T>(
     vis: &Vis<'_, T>,
     n: usize,
 ) -> Result<(EpAddr, Vec<Chunk>), RmaError> {
-    ep.with_layer::<Rma, _>(|r, _| crate::vis::chunks(vis, n, r.me, &|a| r.check_target(a)))
-        .ok_or(RmaError::NoLayer)?
+    crate::layer::with(ep, |r, _| {
+        crate::vis::chunks(vis, n, r.me, &|a| r.check_target(a))
+    })
+    .ok_or(RmaError::NoLayer)?
 }
 
 mod sealed {
@@ -397,9 +403,10 @@ fn get_borrowed<C: Conduit, T: Pod>(
     if let Source::Ptr(gp) = src {
         let (a, off) = (gp.addr(), gp.offset);
         // The direct path to a cached mapping: a bounds check and a copy, no event.
-        if let Some(r) = ep.layer_state_mut::<Rma>()
+        if crate::layer::fast(ep, |r| {
             // SAFETY: `dst` is borrowed for the call and written only by the copy.
-            && unsafe { r.get_fast(a, off, p, bytes) }
+            unsafe { r.get_fast(a, off, p, bytes) }
+        }) == Some(true)
         {
             return Ok(());
         }
@@ -429,7 +436,7 @@ unsafe fn get_borrowed_slow<C: Conduit>(
 ) -> Result<(), RmaError> {
     // The direct path: a bounds check and a copy, no event.
     // SAFETY: `p` is writable for `bytes` bytes and ours for the call (contract).
-    if ep.with_layer::<Rma, _>(|r, cx| unsafe { r.get_now(cx, a, off, p, bytes) }) == Some(true) {
+    if crate::layer::with(ep, |r, cx| unsafe { r.get_now(cx, a, off, p, bytes) }) == Some(true) {
         return Ok(());
     }
     let chunks = [Chunk {
@@ -533,7 +540,7 @@ impl<T: Pod + Send, M: Mode> GetDst<T, M> for Vec<T> {
             // The direct path: a bounds check and a copy, no event.
             let (a, off) = (gp.addr(), gp.offset);
             let mut v = Some(self);
-            let fast = ep.with_layer::<Rma, _>(|r, cx| {
+            let fast = crate::layer::with(ep, |r, cx| {
                 // SAFETY: the vector is ours for the call and written only by the copy.
                 let now = unsafe { r.get_now(cx, a, off, p, bytes) };
                 now.then(|| cx.done::<Vec<T>, RmaError, M>(v.take().unwrap_or_default()))
@@ -878,12 +885,8 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let (a, off) = (dst.addr(), dst.offset);
         // The direct path to a cached mapping: a bounds check and a copy, no event.
-        if self
-            .layer_state_mut::<Rma>()
-            .map(|r| r.put_fast(a, off, bytes))
-            == Some(true)
-        {
-            return Ok(self.done::<(), RmaError, M>(()));
+        if crate::layer::fast(self, |r| r.put_fast(a, off, bytes)) == Some(true) {
+            return Ok(layer::done::<(), RmaError, M, C>(self, ()));
         }
         put_slow::<C, M>(self, a, off, bytes)
     }
@@ -932,14 +935,12 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let mut v = T::zeroed();
         let pv = (&raw mut v).cast::<u8>();
         // SAFETY: `pv` is a local of `n` bytes, written only by the copy.
-        let now = self
-            .layer_state_mut::<Rma>()
-            .map(|r| unsafe { r.get_fast(a, off, pv, n) });
+        let now = crate::layer::fast(self, |r| unsafe { r.get_fast(a, off, pv, n) });
         if now == Some(true) {
-            return Ok(self.done::<T, RmaError, M>(v));
+            return Ok(layer::done::<T, RmaError, M, C>(self, v));
         }
         // The direct path: a bounds check and a copy, no event.
-        let fast = self.with_layer::<Rma, _>(|r, cx| {
+        let fast = crate::layer::with(self, |r, cx| {
             let mut v = T::zeroed();
             // SAFETY: `v` is a local of `n` bytes.
             let now = unsafe { r.get_now(cx, a, off, (&raw mut v).cast(), n) };
@@ -952,8 +953,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
             // Blocking: into a local, which outlives the wait (no landing word).
             let mut v = T::zeroed();
             get_borrowed(self, std::slice::from_mut(&mut v), Source::Ptr(src))?;
-            return self
-                .with_layer::<Rma, _>(|_, cx| cx.done::<T, RmaError, M>(v))
+            return crate::layer::with(self, |_, cx| cx.done::<T, RmaError, M>(v))
                 .ok_or(RmaError::NoLayer);
         }
         let chunks = [Chunk {
@@ -1033,8 +1033,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         team: &Team,
         ops: AtomicOps,
     ) -> Result<AtomicDomain<T>, RmaError> {
-        let (blob, bad) = self
-            .with_layer::<Rma, _>(|r, cx| r.domain_request::<C, T>(cx, ops))
+        let (blob, bad) = crate::layer::with(self, |r, cx| r.domain_request::<C, T>(cx, ops))
             .ok_or(RmaError::NoLayer)?;
         // A tag of its own: a member at another collective call gets an error, not a
         // pairing with an unrelated exchange.
@@ -1057,11 +1056,8 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         _mode: M,
     ) -> Result<M::Out<(), RmaError>, RmaError> {
         // The direct path to a cached mapping: a CPU atomic, no event.
-        if let Some(Some(_)) = self
-            .layer_state_mut::<Rma>()
-            .map(|r| r.atomic_fast(ad, op, p, (a, b), f))
-        {
-            return Ok(self.done::<(), RmaError, M>(()));
+        if let Some(Some(_)) = crate::layer::fast(self, |r| r.atomic_fast(ad, op, p, (a, b), f)) {
+            return Ok(layer::done::<(), RmaError, M, C>(self, ()));
         }
         atomic_slow::<C, T, M, ()>(self, ad, op, p, (a, b), f, false, finish_unit)
     }
@@ -1081,18 +1077,15 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
             return Err(RmaError::NotFetching { op });
         }
         // The direct path to a cached mapping: a CPU atomic, no event.
-        if let Some(Some(old)) = self
-            .layer_state_mut::<Rma>()
-            .map(|r| r.atomic_fast(ad, op, p, (a, b), f))
-        {
-            return Ok(self.done::<T, RmaError, M>(T::from_bits(old)));
+        if let Some(Some(old)) = crate::layer::fast(self, |r| r.atomic_fast(ad, op, p, (a, b), f)) {
+            return Ok(layer::done::<T, RmaError, M, C>(self, T::from_bits(old)));
         }
         let want = M::KIND != ModeKind::Nbi;
         atomic_slow::<C, T, M, T>(self, ad, op, p, (a, b), f, want, fetch_finish::<T>)
     }
 
     fn sync_nbi(&mut self, cats: NbiCategories) -> Result<(), RmaError> {
-        if !self.has_layer::<Rma>() {
+        if !layer::is_attached::<Rma, C>(self) {
             return Err(RmaError::NoLayer);
         }
         if cats.contains(NbiCategories::PUTS) {
@@ -1102,18 +1095,16 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
                 Err(e) => Some(Err(e)),
             })??;
         }
-        self.wait_until_layer::<Rma>(|r| r.nbi.quiet(cats));
+        layer::wait_until::<Rma, C>(self, |r| r.nbi.quiet(cats));
         Ok(())
     }
 
     fn test_nbi(&mut self, cats: NbiCategories) -> Result<bool, RmaError> {
         if cats.contains(NbiCategories::PUTS) {
-            self.with_layer::<Rma, _>(|r, cx| r.flush_step(cx))
-                .ok_or(RmaError::NoLayer)??;
+            crate::layer::with(self, |r, cx| r.flush_step(cx)).ok_or(RmaError::NoLayer)??;
         }
         self.poll();
-        self.with_layer::<Rma, _>(|r, _| r.nbi.quiet(cats))
-            .ok_or(RmaError::NoLayer)
+        crate::layer::with(self, |r, _| r.nbi.quiet(cats)).ok_or(RmaError::NoLayer)
     }
 }
 
@@ -1192,9 +1183,10 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         let p = dst.as_mut_ptr().cast::<u8>();
         let (a, off) = (src.addr(), src.offset);
         // The direct path to a cached mapping: complete now, nothing to track.
-        if let Some(r) = self.layer_state_mut::<Rma>()
+        if crate::layer::fast(self, |r| {
             // SAFETY: `dst` is borrowed for the scope and written only by the copy.
-            && unsafe { r.get_fast(a, off, p, bytes) }
+            unsafe { r.get_fast(a, off, p, bytes) }
+        }) == Some(true)
         {
             return Ok(());
         }
@@ -1253,11 +1245,7 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let (a, off) = (dst.addr(), dst.offset);
         // The direct path to a cached mapping: complete now, nothing to track.
-        if self
-            .layer_state_mut::<Rma>()
-            .map(|r| r.put_fast(a, off, bytes))
-            == Some(true)
-        {
+        if crate::layer::fast(self, |r| r.put_fast(a, off, bytes)) == Some(true) {
             return Ok(());
         }
         let tag = self.tag();

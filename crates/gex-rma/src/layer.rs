@@ -33,7 +33,7 @@ use crate::native::NativePend;
 use crate::nbi::{Cat, Nbi};
 use crate::path::{OpKind, Path, PathIn};
 use gex_core::event::{Data, Finish, OpCompleter};
-use gex_core::layer::{Cx, Layer, Progress};
+use gex_core::layer::{Attach, Cx, Layer, Progress};
 use gex_core::spi::Conduit;
 use gex_core::{Am, Capabilities, EpAddr, Event, HandlerId, InitError, ModeKind, Token};
 use std::collections::HashMap;
@@ -159,6 +159,20 @@ impl Drop for Op {
 ///
 /// Other layers reach it from their own code with
 /// [`Cx::with_other`](gex_core::layer::Cx::with_other) (see [`Rma::try_get_owned`]).
+///
+/// `!Unpin`: it holds the addresses of the endpoint's mappings, so no code outside
+/// this crate may swap or replace it (it is reached as `Pin<&mut Rma>`; see "Pinned
+/// states" in [`gex_core::layer`]). Swapping two endpoints' states does not compile:
+/// ```compile_fail,E0277
+/// # use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder, layer};
+/// # use gex_rma::Rma;
+/// # let new = || ClientBuilder::new().layer::<Rma>().init::<Loopback>(Box::new(Singleton::new())).unwrap();
+/// let (ca, cb) = (new(), new());
+/// let (mut a, mut b) = (ca.endpoint(0).unwrap(), cb.endpoint(0).unwrap());
+/// let mut ra = layer::state::<Rma, _>(&mut a).unwrap();
+/// let mut rb = layer::state::<Rma, _>(&mut b).unwrap();
+/// std::mem::swap(&mut *ra, &mut *rb);
+/// ```
 pub struct Rma {
     pub(crate) h: Handlers,
     pub(crate) me: EpAddr,
@@ -196,6 +210,38 @@ pub struct Rma {
     pub(crate) scope_relaxed: bool,
     /// Ended scopes waiting for the flush of relaxed puts ([`Layer::end_scope`]).
     pub(crate) scope_flush: Vec<OpCompleter>,
+    /// Pinned (see the type's documentation).
+    _pin: std::marker::PhantomPinned,
+}
+
+impl Rma {
+    /// The state, reached pinned through [`gex_core::layer`], as `&mut`.
+    #[inline(always)]
+    pub(crate) fn unpin(p: std::pin::Pin<&mut Rma>) -> &mut Rma {
+        // SAFETY: no code of this crate moves an `Rma` out of the place the endpoint
+        // keeps it in (nothing swaps, replaces or takes a state reached this way);
+        // the type is `!Unpin` so that no code outside the crate can.
+        unsafe { p.get_unchecked_mut() }
+    }
+}
+
+/// Runs `f` with `ep`'s RMA state alone (the fast paths: no `Cx`); `None` without the
+/// layer.
+#[inline(always)]
+pub(crate) fn fast<C: Conduit, R>(
+    ep: &mut gex_core::Endpoint<C>,
+    f: impl FnOnce(&mut Rma) -> R,
+) -> Option<R> {
+    gex_core::layer::state::<Rma, C>(ep).map(|mut s| f(Rma::unpin(s.pin())))
+}
+
+/// Runs `f` with `ep`'s RMA state and a [`Cx`]; `None` without the layer.
+#[inline(always)]
+pub(crate) fn with<C: Conduit, R>(
+    ep: &mut gex_core::Endpoint<C>,
+    f: impl FnOnce(&mut Rma, &mut Cx<'_, C>) -> R,
+) -> Option<R> {
+    gex_core::layer::with::<Rma, C, R>(ep, |p, cx| f(Rma::unpin(p), cx))
 }
 
 /// One rank's entry of [`Rma::direct`]: the conduit's answer about its segment, once
@@ -270,7 +316,7 @@ impl Layer for Rma {
     const HANDLERS: u8 = h::COUNT;
     const ENV_VARS: &'static [gex_core::config::EnvVar] = crate::ENV_VARS;
 
-    fn attach<C: Conduit>(cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
+    fn attach<C: Conduit>(cx: &mut Attach<'_, C, Self>) -> Result<Self, InitError> {
         let force_am = force_am(cx.config())?;
         let me = cx.addr();
         let (seg, seg_len) = cx.peer_segment(me).ok_or_else(|| InitError::Layer {
@@ -320,6 +366,7 @@ impl Layer for Rma {
             deferred: Vec::new(),
             scope_relaxed: false,
             scope_flush: Vec::new(),
+            _pin: std::marker::PhantomPinned,
         })
     }
 

@@ -24,7 +24,7 @@ use crate::layer::Rma;
 use crate::vis::Chunk;
 use gex_core::EpAddr;
 use gex_core::layer::Cx;
-use gex_core::spi::{Conduit, ConduitEp, Native, NativeAtomic};
+use gex_core::spi::{Conduit, Native, NativeAtomic};
 use std::sync::Arc;
 
 /// A native operation in flight ([`Native::Pending`]).
@@ -86,7 +86,7 @@ impl Rma {
     pub(crate) fn retire_native<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) {
         let mut i = 0;
         while i < self.native.len() {
-            if cx.conduit().native_test(self.native[i].ticket) {
+            if cx.native_test(self.native[i].ticket) {
                 let p = self.native.swap_remove(i);
                 // Dropped here: the source copy is no longer read.
                 let (id, units) = (p.id, p.units);
@@ -123,9 +123,9 @@ impl Rma {
             let r = unsafe {
                 let p = src.base.add(c.local);
                 if src.relaxed {
-                    cx.conduit().native_put_relaxed(dst, c.remote, p, c.len)
+                    cx.native_put_relaxed(dst, c.remote, p, c.len)
                 } else {
-                    cx.conduit().native_put(dst, c.remote, p, c.len)
+                    cx.native_put(dst, c.remote, p, c.len)
                 }
             }?;
             match r {
@@ -163,10 +163,7 @@ impl Rma {
                 continue;
             }
             // SAFETY: forwarded contract.
-            let r = unsafe {
-                cx.conduit()
-                    .native_get(src, c.remote, dst.add(c.local), c.len)
-            }?;
+            let r = unsafe { cx.native_get(src, c.remote, dst.add(c.local), c.len) }?;
             match r {
                 Native::Done => {}
                 Native::Pending(t) => self.track_native(cx, id, t, c.len, None),
@@ -194,7 +191,7 @@ impl Rma {
         land: *mut u64,
     ) -> Result<NativeStep, RmaError> {
         // SAFETY: forwarded contract.
-        match unsafe { cx.conduit().native_atomic(dst, offset, op, land) }? {
+        match unsafe { cx.native_atomic(dst, offset, op, land) }? {
             Native::Done => Ok(NativeStep::Done),
             Native::Pending(t) => {
                 self.track_native(cx, id, t, 1, None);

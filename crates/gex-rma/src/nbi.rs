@@ -12,7 +12,7 @@ use crate::RmaError;
 use crate::layer::Rma;
 use gex_core::EpAddr;
 use gex_core::layer::Cx;
-use gex_core::spi::{Conduit, ConduitEp, Native};
+use gex_core::spi::{Conduit, Native};
 use std::collections::HashSet;
 
 bitflags::bitflags! {
@@ -105,7 +105,7 @@ impl Rma {
             self.nbi.flushing = f;
         }
         while let Some(&dst) = self.nbi.flushing.last() {
-            match cx.conduit().native_flush(dst)? {
+            match cx.native_flush(dst)? {
                 Native::Done | Native::Unsupported => {}
                 Native::Pending(ticket) => {
                     let id =

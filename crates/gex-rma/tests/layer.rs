@@ -22,12 +22,11 @@ fn client(eps: u16, path: &str) -> gex_core::Client<Loopback> {
 }
 
 fn pending(ep: &mut Endpoint<Loopback>) -> usize {
-    ep.with_layer::<Rma, _>(|r, _| r.pending_ops()).unwrap()
+    gex_core::layer::with::<Rma, _, _>(&mut *ep, |r, _| r.pending_ops()).unwrap()
 }
 
 fn dropped(ep: &mut Endpoint<Loopback>) -> u64 {
-    ep.with_layer::<Rma, _>(|r, _| r.dropped_messages())
-        .unwrap()
+    gex_core::layer::with::<Rma, _, _>(&mut *ep, |r, _| r.dropped_messages()).unwrap()
 }
 
 /// Every operation in every mode, on the path `path` selects.
@@ -35,7 +34,7 @@ fn every_mode(path: &str) {
     let c = client(1, path);
     let mut ep = c.endpoint(0).unwrap();
     assert_eq!(
-        ep.with_layer::<Rma, _>(|r, _| r.forces_am()),
+        gex_core::layer::with::<Rma, _, _>(&mut *ep, |r, _| r.forces_am()),
         Some(path == "am" || cfg!(gex_force_am_rma))
     );
     let me = ep.addr();

@@ -64,7 +64,7 @@ fn longs_over_the_conduits_limit_are_payload_too_large() {
                 Err(too_large.clone())
             );
             assert_eq!(
-                ep.prepare_request_long(me, MAX_LONG + 1, 0).map(drop),
+                ep.request_long_with(me, rq, &[], MAX_LONG + 1, 0, |_| 0),
                 Err(too_large.clone())
             );
             assert_eq!(

@@ -174,7 +174,7 @@ mod native_paths {
     type Ep = Endpoint<Sim>;
 
     fn counts(r: &mut Ep) -> NativeCounts {
-        r.with_layer::<Rma, _>(|_, cx| cx.conduit().native_counts())
+        gex_core::layer::with::<Rma, _, _>(&mut *r, |_, cx| cx.conduit().native_counts())
             .expect("the rma layer")
     }
 
@@ -839,7 +839,9 @@ mod prop_atomics {
                 }
                 barrier(&mut r)?;
                 check?;
-                if r.with_layer::<Rma, _>(|l, _| l.dropped_messages()) != Some(0) {
+                if gex_core::layer::with::<Rma, _, _>(&mut *r, |l, _| l.dropped_messages())
+                    != Some(0)
+                {
                     return Err("dropped messages".into());
                 }
                 Ok(())

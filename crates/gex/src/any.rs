@@ -67,7 +67,8 @@ macro_rules! any_conduit {
             }
         }
 
-        impl Conduit for AnyConduit {
+        // SAFETY: every call goes to the chosen conduit's own `unsafe impl`.
+        unsafe impl Conduit for AnyConduit {
             type Ep = AnyEp;
             const NAME: &'static str = "any";
 
@@ -97,7 +98,8 @@ macro_rules! any_conduit {
             }
         }
 
-        impl ConduitEp for AnyEp {
+        // SAFETY: as for `AnyConduit`.
+        unsafe impl ConduitEp for AnyEp {
             #[inline]
             fn index(&self) -> EpIndex {
                 match self { $( $(#[$m])* AnyEp::$v(e) => e.index(), )+ }

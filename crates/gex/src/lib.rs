@@ -71,8 +71,11 @@ pub use gex_coll as coll;
 
 /// A client whose conduit is chosen at run time (`GEX_CONDUIT`).
 pub type Client = gex_core::Client<AnyConduit>;
-/// An endpoint whose conduit is chosen at run time.
+/// An endpoint whose conduit is chosen at run time: where the operations are (write
+/// `&mut gex::Endpoint` in signatures).
 pub type Endpoint = gex_core::Endpoint<AnyConduit>;
+/// The owner of an [`Endpoint`], from [`Client::endpoint`](gex_core::Client::endpoint).
+pub type OwnedEndpoint = gex_core::OwnedEndpoint<AnyConduit>;
 /// A scope of an [`Endpoint`] (see [`gex_core::Endpoint::scope`]).
 pub type Scope<'s, 'env> = gex_core::Scope<'s, 'env, AnyConduit>;
 
@@ -464,7 +467,7 @@ mod tests {
             .init::<AnyConduit>(Box::new(boot::Singleton::new()))
             .unwrap();
         assert_eq!(c.conduit_name(), "loopback");
-        let ep: Endpoint = c.endpoint(0).unwrap();
+        let ep: OwnedEndpoint = c.endpoint(0).unwrap();
         assert_eq!(ep.conduit_name(), "loopback");
         #[cfg(feature = "coll")]
         assert_eq!(ep.layers(), ["rma", "coll"]);

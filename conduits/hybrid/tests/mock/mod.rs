@@ -234,7 +234,10 @@ impl MockNear {
     }
 }
 
-impl Conduit for MockNear {
+// SAFETY: a test conduit that keeps the contract: segments and areas are heap
+// blocks of the asked sizes the fabric owns for the job, payloads are delivered from
+// the message's own buffer, native puts complete at once (module documentation).
+unsafe impl Conduit for MockNear {
     type Ep = MockNearEp;
     const NAME: &'static str = "mock-near";
 
@@ -259,7 +262,10 @@ impl Conduit for MockNear {
     }
 }
 
-impl NearConduit for MockNear {
+// SAFETY: a test conduit that keeps the contract: segments and areas are heap
+// blocks of the asked sizes the fabric owns for the job, payloads are delivered from
+// the message's own buffer, native puts complete at once (module documentation).
+unsafe impl NearConduit for MockNear {
     fn open_near(
         boot: &mut dyn Bootstrap,
         params: &OpenParams<'_>,
@@ -385,7 +391,10 @@ impl MockNearEp {
     }
 }
 
-impl ConduitEp for MockNearEp {
+// SAFETY: a test conduit that keeps the contract: segments and areas are heap
+// blocks of the asked sizes the fabric owns for the job, payloads are delivered from
+// the message's own buffer, native puts complete at once (module documentation).
+unsafe impl ConduitEp for MockNearEp {
     fn index(&self) -> EpIndex {
         self.me.ep
     }
@@ -551,7 +560,10 @@ impl MockFar {
     }
 }
 
-impl Conduit for MockFar {
+// SAFETY: a test conduit that keeps the contract: segments and areas are heap
+// blocks of the asked sizes the fabric owns for the job, payloads are delivered from
+// the message's own buffer, native puts complete at once (module documentation).
+unsafe impl Conduit for MockFar {
     type Ep = MockFarEp;
     const NAME: &'static str = "mock";
 
@@ -574,7 +586,10 @@ impl Conduit for MockFar {
     }
 }
 
-impl FarConduit for MockFar {
+// SAFETY: a test conduit that keeps the contract: segments and areas are heap
+// blocks of the asked sizes the fabric owns for the job, payloads are delivered from
+// the message's own buffer, native puts complete at once (module documentation).
+unsafe impl FarConduit for MockFar {
     fn open_far(
         boot: &mut dyn Bootstrap,
         params: &OpenParams<'_>,
@@ -584,7 +599,10 @@ impl FarConduit for MockFar {
     }
 }
 
-impl ConduitEp for MockFarEp {
+// SAFETY: a test conduit that keeps the contract: segments and areas are heap
+// blocks of the asked sizes the fabric owns for the job, payloads are delivered from
+// the message's own buffer, native puts complete at once (module documentation).
+unsafe impl ConduitEp for MockFarEp {
     fn index(&self) -> EpIndex {
         self.me.ep
     }
@@ -644,7 +662,10 @@ impl ConduitEp for MockFarEp {
     }
 }
 
-impl FarEp for MockFarEp {
+// SAFETY: a test conduit that keeps the contract: segments and areas are heap
+// blocks of the asked sizes the fabric owns for the job, payloads are delivered from
+// the message's own buffer, native puts complete at once (module documentation).
+unsafe impl FarEp for MockFarEp {
     fn in_flight(&self) -> bool {
         false
     }

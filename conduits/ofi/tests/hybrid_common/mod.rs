@@ -129,9 +129,10 @@ pub(crate) fn check_paths(
     // RMA: a neighbour's segment is mapped (direct copy), another host's is not (the
     // conduit endpoint reached through the RMA layer).
     for d in 0..n {
-        let mapped = ep
-            .with_layer::<Rma, _>(|_, cx| cx.conduit().peer_segment(EpAddr::rank(d)).is_some())
-            .ok_or("the client does not carry the RMA layer")?;
+        let mapped = gex_core::layer::with::<Rma, _, _>(&mut *ep, |_, cx| {
+            cx.conduit().peer_segment(EpAddr::rank(d)).is_some()
+        })
+        .ok_or("the client does not carry the RMA layer")?;
         if mapped != (hybrid && neighbours.contains(&d)) {
             return Err(format!("rank {me}: segment of rank {d} mapped = {mapped}"));
         }

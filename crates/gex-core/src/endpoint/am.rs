@@ -7,10 +7,11 @@
 //!   keeps mapped for its life (the endpoint holds the conduit) and which other ranks
 //!   may write at any time: the safe reads copy with relaxed atomics
 //!   ([`gex_sync::copy`]); the slice view is `unsafe` with that rule written down.
-//! - [`Prepared`] turns a conduit's negotiated-payload buffer into a slice: the
+//! - `Prepared` turns a conduit's negotiated-payload buffer into a slice: the
 //!   conduit promises it stays valid and unaliased until `commit`/`cancel`, and
-//!   `Prepared` holds `&mut Endpoint` for its whole life, so no other conduit call can
-//!   happen in between.
+//!   `Prepared` exists only inside one call of `request_*_with`/`try_request_*_with`
+//!   (never handed to the program, so it cannot be leaked) holding the endpoint's
+//!   state exclusively, so no other conduit call can happen in between.
 #![allow(unsafe_code)]
 
 use super::{Core, Endpoint, Guard, Inner, OWN_CLIENT, OWN_NONE};
@@ -440,7 +441,8 @@ impl<C: Conduit> Core<C> {
 
 impl<C: Conduit> Inner<C> {
     /// Injects a validated request, polling (so handlers run) while the conduit lacks
-    /// resources.
+    /// resources. `Ok(true)` if it polled: a handler's panic may be pending, which the
+    /// public caller raises once the payload is copied.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub(crate) fn request(
@@ -452,7 +454,7 @@ impl<C: Conduit> Inner<C> {
         payload: &[u8],
         offset: usize,
         min_handler: HandlerIndex,
-    ) -> Result<(), AmError> {
+    ) -> Result<bool, AmError> {
         check_request(
             &self.core.shared,
             &self.core.owner,
@@ -467,15 +469,17 @@ impl<C: Conduit> Inner<C> {
         )?;
         let msg = OutMsg::new(dst, handler, Kind::Request, category, args, payload, offset);
         let mut retry = super::progress::Retry::default();
+        let mut retried = false;
         loop {
             match self.core.cep.inject(&msg, false)? {
                 Injected::Sent => {
                     self.core.stats.sent[dst.rank as usize] += 1;
                     am_trace!("request", dst, handler, category, payload.len());
-                    return Ok(());
+                    return Ok(retried);
                 }
                 Injected::WouldBlock => {
                     self.retry(&mut retry);
+                    retried = true;
                 }
             }
         }
@@ -504,6 +508,7 @@ impl<C: Conduit> Inner<C> {
             offset,
         )?;
         let mut retry = super::progress::Retry::default();
+        let mut retried = false;
         let ev = loop {
             let msg = OwnedMsg::new(dst, handler, category, args, payload, offset);
             match self.core.cep.inject_owned(msg, false)? {
@@ -522,9 +527,14 @@ impl<C: Conduit> Inner<C> {
                 OwnedInjected::WouldBlock(buf) => {
                     payload = buf;
                     self.retry(&mut retry);
+                    retried = true;
                 }
             }
         };
+        if retried {
+            // The buffer is the event's (kept alive by it if the panic drops it).
+            self.rethrow();
+        }
         Ok(ev)
     }
 
@@ -543,9 +553,11 @@ impl<C: Conduit> Inner<C> {
     }
 }
 
-/// A negotiated-payload message being built in place; see
-/// [`Endpoint::prepare_request_medium`].
-pub struct Prepared<'e, C: Conduit> {
+/// A negotiated-payload message being built in place, inside one call of
+/// [`Endpoint::request_medium_with`] and its kin (never handed out: a guard a program
+/// could leak would let other calls reach the conduit between its reservation and its
+/// send).
+pub(crate) struct Prepared<'e, C: Conduit> {
     ep: Guard<'e, C>,
     dst: EpAddr,
     category: Category,
@@ -566,14 +578,8 @@ impl<C: Conduit> std::fmt::Debug for Prepared<'_, C> {
 }
 
 impl<C: Conduit> Prepared<'_, C> {
-    /// True if the buffer is the conduit's own (built in place, no copy at commit);
-    /// false for the endpoint's bounce buffer.
-    pub fn in_place(&self) -> bool {
-        self.buf.is_some()
-    }
-
     /// The buffer to fill (exactly the length prepared).
-    pub fn buffer(&mut self) -> &mut [u8] {
+    fn buffer(&mut self) -> &mut [u8] {
         match self.buf {
             // SAFETY: the conduit guarantees the prepared memory is valid, writable and
             // not aliased until commit/cancel; `self` holds the endpoint exclusively, so
@@ -588,7 +594,7 @@ impl<C: Conduit> Prepared<'_, C> {
     /// # Errors
     /// [`AmError::CommitTooLarge`], [`AmError::TooManyArgs`],
     /// [`AmError::UnregisteredHandler`], [`AmError::Conduit`]. On error nothing is sent.
-    pub fn commit(mut self, handler: HandlerId, args: &[u32], len: usize) -> Result<(), AmError> {
+    fn commit(mut self, handler: HandlerId, args: &[u32], len: usize) -> Result<(), AmError> {
         if len > self.len {
             return Err(AmError::CommitTooLarge {
                 len,
@@ -622,6 +628,7 @@ impl<C: Conduit> Prepared<'_, C> {
                 let msg = OutMsg::new(dst, h, Kind::Request, category, args, payload, offset);
                 ep.core.cep.commit(&msg)?;
                 ep.core.stats.sent[dst.rank as usize] += 1;
+                ep.core.stats.built_in_place += 1;
                 Ok(())
             }
             None => {
@@ -638,7 +645,10 @@ impl<C: Conduit> Prepared<'_, C> {
                     FIRST_CLIENT_HANDLER,
                 );
                 ep.core.bounce = payload;
-                r
+                if r? {
+                    ep.rethrow();
+                }
+                Ok(())
             }
         }
     }
@@ -694,6 +704,8 @@ impl<C: Conduit> Inner<C> {
                 Prepare::WouldBlock if !wait => return Ok(None),
                 Prepare::WouldBlock => {
                     self.retry(&mut retry);
+                    // Nothing is prepared yet: a handler's panic may end the call.
+                    self.rethrow();
                 }
             }
         }
@@ -755,7 +767,8 @@ impl<C: Conduit> Endpoint<C> {
         handler: HandlerId,
         args: &[u32],
     ) -> Result<(), AmError> {
-        self.inner().request(
+        let mut g = self.inner();
+        if g.request(
             dst,
             Category::Short,
             handler.index(),
@@ -763,7 +776,10 @@ impl<C: Conduit> Endpoint<C> {
             &[],
             0,
             FIRST_CLIENT_HANDLER,
-        )
+        )? {
+            g.rethrow();
+        }
+        Ok(())
     }
 
     /// Sends a Medium request. The payload is copied before this returns, so the buffer
@@ -779,7 +795,8 @@ impl<C: Conduit> Endpoint<C> {
         args: &[u32],
         payload: &[u8],
     ) -> Result<(), AmError> {
-        self.inner().request(
+        let mut g = self.inner();
+        if g.request(
             dst,
             Category::Medium,
             handler.index(),
@@ -787,7 +804,10 @@ impl<C: Conduit> Endpoint<C> {
             payload,
             0,
             FIRST_CLIENT_HANDLER,
-        )
+        )? {
+            g.rethrow();
+        }
+        Ok(())
     }
 
     /// Sends a Long request: `payload` is written at `offset` in `dst`'s segment before
@@ -804,7 +824,8 @@ impl<C: Conduit> Endpoint<C> {
         payload: &[u8],
         offset: usize,
     ) -> Result<(), AmError> {
-        self.inner().request(
+        let mut g = self.inner();
+        if g.request(
             dst,
             Category::Long,
             handler.index(),
@@ -812,7 +833,10 @@ impl<C: Conduit> Endpoint<C> {
             payload,
             offset,
             FIRST_CLIENT_HANDLER,
-        )
+        )? {
+            g.rethrow();
+        }
+        Ok(())
     }
 
     /// [`request_short`](Self::request_short) without waiting for resources: returns
@@ -933,59 +957,72 @@ impl<C: Conduit> Endpoint<C> {
         M::finish(self, ev, 0)
     }
 
-    /// Reserves a buffer of `max_len` bytes for a Medium request built in place
-    /// (negotiated payload), polling while the conduit lacks resources. The buffer is
-    /// sent by [`Prepared::commit`]; dropping the `Prepared` sends nothing.
+    /// Builds a Medium request in place (negotiated payload), waiting (polling) while
+    /// the conduit lacks resources: `fill` writes the payload into the buffer (of
+    /// `max_len` bytes: the conduit's own when it builds payloads in place, else the
+    /// endpoint's bounce buffer) and returns its length, then the message is sent. If
+    /// `fill` panics nothing is sent. There is no guard object to keep or to leak
+    /// between the reservation and the send: the conduit contract's rule that nothing
+    /// else runs on the endpoint in between holds by construction.
+    ///
+    /// ```
+    /// # use gex_core::{boot::Singleton, loopback::Loopback, Am, ClientBuilder, Token};
+    /// # let client = ClientBuilder::new().segment_size(4096).init::<Loopback>(Box::new(Singleton::new()))?;
+    /// # let mut ep = client.endpoint(0)?;
+    /// let h = ep.register(|_t: &mut Token<'_>, am: Am<'_>| assert_eq!(am.payload(), b"hi"))?;
+    /// let me = ep.addr();
+    /// ep.request_medium_with(me, h, &[], 16, |buf| { buf[..2].copy_from_slice(b"hi"); 2 })?;
+    /// # ep.poll();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
-    /// [`AmError::BadRank`], [`AmError::BadEndpoint`], [`AmError::PayloadTooLarge`],
-    /// [`AmError::Conduit`].
-    pub fn prepare_request_medium(
+    /// [`AmError::BadRank`], [`AmError::BadEndpoint`], [`AmError::PayloadTooLarge`]
+    /// (checked before `fill` runs); [`AmError::CommitTooLarge`] for a length above
+    /// `max_len`, [`AmError::TooManyArgs`], [`AmError::UnregisteredHandler`],
+    /// [`AmError::ReservedHandler`] (nothing sent); [`AmError::Conduit`].
+    pub fn request_medium_with(
         &mut self,
         dst: EpAddr,
+        handler: HandlerId,
+        args: &[u32],
         max_len: usize,
-    ) -> Result<Prepared<'_, C>, AmError> {
-        self.prepare(dst, Category::Medium, max_len, 0)
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<(), AmError> {
+        self.with(dst, Category::Medium, handler, args, max_len, 0, fill, true)
+            .map(drop)
     }
 
-    /// Like [`prepare_request_medium`](Self::prepare_request_medium) for a Long request
-    /// whose payload lands at `offset` in `dst`'s segment.
-    ///
-    /// The buffer may be the destination range itself (conduits with shared memory
-    /// build the payload in place), so a dropped `Prepared` sends no message but may
-    /// have written `[offset, offset + max_len)` of the destination segment.
+    /// As [`request_medium_with`](Self::request_medium_with) for a Long request whose
+    /// payload lands at `offset` in `dst`'s segment. The buffer may be the destination
+    /// range itself (conduits with shared memory build the payload in place), so a
+    /// panicking `fill` sends no message but may have written
+    /// `[offset, offset + max_len)` of the destination segment.
     ///
     /// # Errors
-    /// As [`prepare_request_medium`](Self::prepare_request_medium), plus
+    /// As [`request_medium_with`](Self::request_medium_with), plus
     /// [`AmError::OutOfSegment`].
-    pub fn prepare_request_long(
+    #[allow(clippy::too_many_arguments)]
+    pub fn request_long_with(
         &mut self,
         dst: EpAddr,
+        handler: HandlerId,
+        args: &[u32],
         max_len: usize,
         offset: usize,
-    ) -> Result<Prepared<'_, C>, AmError> {
-        self.prepare(dst, Category::Long, max_len, offset)
-    }
-
-    fn prepare(
-        &mut self,
-        dst: EpAddr,
-        category: Category,
-        max_len: usize,
-        offset: usize,
-    ) -> Result<Prepared<'_, C>, AmError> {
-        let mut g = self.inner();
-        let buf = g
-            .prepare_req(dst, category, max_len, offset, true)?
-            .expect("a waiting prepare always gets a buffer");
-        Ok(Prepared {
-            ep: g,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<(), AmError> {
+        self.with(
             dst,
-            category,
+            Category::Long,
+            handler,
+            args,
+            max_len,
             offset,
-            buf,
-            len: max_len,
-        })
+            fill,
+            true,
+        )
+        .map(drop)
     }
 
     /// Builds a Medium request in place without waiting for resources: `fill` writes
@@ -1010,9 +1047,7 @@ impl<C: Conduit> Endpoint<C> {
     /// ```
     ///
     /// # Errors
-    /// As [`prepare_request_medium`](Self::prepare_request_medium) and
-    /// [`Prepared::commit`]; a length returned by `fill` above `max_len` is
-    /// [`AmError::CommitTooLarge`] (nothing sent).
+    /// As [`request_medium_with`](Self::request_medium_with).
     pub fn try_request_medium_with(
         &mut self,
         dst: EpAddr,
@@ -1021,7 +1056,16 @@ impl<C: Conduit> Endpoint<C> {
         max_len: usize,
         fill: impl FnOnce(&mut [u8]) -> usize,
     ) -> Result<Injected, AmError> {
-        self.try_with(dst, Category::Medium, handler, args, max_len, 0, fill)
+        self.with(
+            dst,
+            Category::Medium,
+            handler,
+            args,
+            max_len,
+            0,
+            fill,
+            false,
+        )
     }
 
     /// As [`try_request_medium_with`](Self::try_request_medium_with) for a Long request
@@ -1040,11 +1084,23 @@ impl<C: Conduit> Endpoint<C> {
         offset: usize,
         fill: impl FnOnce(&mut [u8]) -> usize,
     ) -> Result<Injected, AmError> {
-        self.try_with(dst, Category::Long, handler, args, max_len, offset, fill)
+        self.with(
+            dst,
+            Category::Long,
+            handler,
+            args,
+            max_len,
+            offset,
+            fill,
+            false,
+        )
     }
 
+    /// The negotiated-payload forms: reserves (waiting for resources if `wait`, else
+    /// answering `WouldBlock`), lets `fill` build the payload, sends it. The
+    /// reservation never outlives the call (a panic in `fill` cancels it).
     #[allow(clippy::too_many_arguments)]
-    fn try_with(
+    fn with(
         &mut self,
         dst: EpAddr,
         category: Category,
@@ -1053,9 +1109,10 @@ impl<C: Conduit> Endpoint<C> {
         max_len: usize,
         offset: usize,
         fill: impl FnOnce(&mut [u8]) -> usize,
+        wait: bool,
     ) -> Result<Injected, AmError> {
         let mut g = self.inner();
-        let Some(buf) = g.prepare_req(dst, category, max_len, offset, false)? else {
+        let Some(buf) = g.prepare_req(dst, category, max_len, offset, wait)? else {
             return Ok(Injected::WouldBlock);
         };
         let mut p = Prepared {

@@ -1,6 +1,13 @@
 //! Delivery of incoming messages: one table says who owns each handler index (a client
 //! handler, a layer's block, the core), and each message runs its owner's handler with
 //! a [`Token`] for the reply.
+//!
+//! A handler that panics does not unwind through the conduit's receive loop: the
+//! panic is caught here, kept in `Core::panicked` (the first one; later ones were
+//! printed by the panic hook and are dropped), and the poll goes on with the next
+//! message. The call that ran the poll raises it (module `progress`). A handler that
+//! panicked is called again for later messages, with its captured state as the panic
+//! left it (as a thread would find it behind a `Mutex` without poisoning).
 
 use super::am::{Am, Handler, LongPayload, Token};
 use super::exchange::Mailbox;
@@ -9,6 +16,7 @@ use crate::client::Shared;
 use crate::layer::LayerSlot;
 use crate::spi::{Conduit, ConduitEp, Deliver, Incoming, Limits, ReplyTx};
 use crate::types::{Category, EpAddr, FIRST_CLIENT_HANDLER};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 
 struct Dispatch<'e, C: Conduit> {
@@ -22,6 +30,8 @@ struct Dispatch<'e, C: Conduit> {
     busy: &'e mut u64,
     shared: &'e Shared,
     limits: &'e [Limits],
+    /// Where a handler's panic is kept.
+    panicked: &'e mut Option<Box<dyn std::any::Any + Send>>,
     me: EpAddr,
     /// This endpoint's segment (Long payloads land in it).
     seg: (NonNull<u8>, usize),
@@ -91,7 +101,10 @@ impl<C: Conduit> Deliver for Dispatch<'_, C> {
                 let h = self.handlers[m.handler as usize]
                     .as_mut()
                     .expect("the owner table says a client handler is here");
-                h(&mut t, am());
+                let r = catch_unwind(AssertUnwindSafe(|| h(&mut t, am())));
+                if let Err(p) = r {
+                    caught(self.panicked, p);
+                }
             }
             OWN_CORE => {
                 if m.handler == H_EXCHANGE {
@@ -106,13 +119,25 @@ impl<C: Conduit> Deliver for Dispatch<'_, C> {
             l => {
                 let slot = &mut self.layers[l as usize];
                 let local = m.handler - slot.place.base;
-                slot.state.handle(local, &mut t, am());
+                let r = catch_unwind(AssertUnwindSafe(|| slot.state.handle(local, &mut t, am())));
+                if let Err(p) = r {
+                    caught(self.panicked, p);
+                }
                 *self.busy |= 1 << l;
             }
         }
         if t.replied {
             self.stats.sent[m.src.rank as usize] += 1;
         }
+    }
+}
+
+/// Keeps the first caught panic.
+#[cold]
+#[inline(never)]
+fn caught(slot: &mut Option<Box<dyn std::any::Any + Send>>, p: Box<dyn std::any::Any + Send>) {
+    if slot.is_none() {
+        *slot = Some(p);
     }
 }
 
@@ -130,6 +155,7 @@ impl<C: Conduit> Core<C> {
             busy: &mut self.busy,
             shared: &self.shared,
             limits: &self.limits,
+            panicked: &mut self.panicked,
             me: self.me,
             seg,
         };

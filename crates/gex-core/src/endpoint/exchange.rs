@@ -158,6 +158,7 @@ impl<C: Conduit> Endpoint<C> {
             clash.is_some() || (0..n).all(|r| r == rank || x.complete((id, seq, r)))
         });
         if let Some((r, theirs)) = clash {
+            g.rethrow();
             return Err(AmError::ExchangeMismatch {
                 peer: team.member(r).unwrap_or(me),
                 ours: tag,
@@ -178,6 +179,9 @@ impl<C: Conduit> Endpoint<C> {
                 out.push(p.buf);
             }
         }
+        // A handler's panic caught meanwhile ends the call once the exchange is whole
+        // (so the team's sequence stays in step with the other members').
+        g.rethrow();
         Ok(out)
     }
 }

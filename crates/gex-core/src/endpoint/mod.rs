@@ -18,14 +18,23 @@
 //! threads at once. The state is `Send` (every handler and layer is), so moving it
 //! between the two threads under the lock is sound.
 //!
-//! [`Inner::with_layer`] casts a layer slot's `Box<dyn ErasedLayer>` to the layer type
-//! its `type_id` names without a second (virtual) `Any` check: slots are made only by
-//! `attach_one`, from a `Box<L>` with `type_id == TypeId::of::<L>()`.
+//! A layer's state is reached (`LayerSlot::pinned`, from [`Inner::with_layer`] and
+//! [`layer::state`](crate::layer::state)) as the type its slot's `type_id` names
+//! without a second (virtual) `Any` check: slots are made only by `attach_one`, from
+//! an `L` with `type_id == TypeId::of::<L>()`.
 //!
-//! The handle caches the first layers' types and state addresses (`Endpoint::fast`)
-//! for [`Endpoint::layer_state_mut`], which hands out `&mut L` borrowed from
-//! `&mut self` without the guard. The cache is filled only when the endpoint has no
-//! progress thread, so the handle is then the only holder and the borrow is exclusive.
+//! The handle caches the first layers' types and state addresses (`Handle::fast`) for
+//! [`layer::state`](crate::layer::state), which hands out the layer's state borrowed
+//! from `&mut Endpoint` without a search: under the guard's exclusivity (no lock
+//! without a progress thread, the lock word with one, held by the returned value).
+//!
+//! [`Endpoint`] is a dynamically sized type: `#[repr(transparent)]` over
+//! `[Handle<C>]`, always made as a box of one handle ([`open`]; an [`OwnedEndpoint`] is
+//! that box), so [`Endpoint::h`] reads element 0 without a bounds check. Being
+//! unsized, it cannot be moved out of a `&mut Endpoint` by safe code
+//! (`std::mem::swap`/`replace`/`take` need `Sized`), which is what lets a [`Scope`]
+//! hand out `&mut Endpoint` while it relies on the endpoint staying the one it began
+//! on.
 #![allow(unsafe_code)]
 
 mod am;
@@ -36,7 +45,7 @@ mod segment;
 mod thread;
 
 pub(crate) use am::check_request;
-pub use am::{Am, Handler, LongPayload, Prepared, Token};
+pub use am::{Am, Handler, LongPayload, Token};
 pub use progress::{Retry, Scope};
 pub use segment::Segment;
 
@@ -59,7 +68,7 @@ pub(crate) const FIRST_LAYER_HANDLER: HandlerIndex = CORE_HANDLERS;
 /// The core's all-gather ([`Endpoint::exchange`]).
 pub(crate) const H_EXCHANGE: HandlerIndex = 1;
 
-/// Layers the handle caches for [`Endpoint::with_layer_state`].
+/// Layers the handle caches for [`crate::layer::state`].
 const FAST_LAYERS: usize = 4;
 
 /// `owner` entry of an index with no handler.
@@ -76,6 +85,10 @@ pub struct EpStats {
     pub sent: Vec<u64>,
     /// Messages received from each rank.
     pub received: Vec<u64>,
+    /// Negotiated-payload messages whose payload was built in the conduit's own
+    /// buffer (in place: [`Capabilities::NP_IN_PLACE`](crate::Capabilities::NP_IN_PLACE)),
+    /// not in the endpoint's bounce buffer.
+    pub built_in_place: u64,
 }
 
 /// Everything of an endpoint except its layers.
@@ -115,6 +128,10 @@ pub(crate) struct Core<C: Conduit> {
     pub(crate) next_scope_tag: u32,
     /// The report-signal generation this endpoint last answered.
     pub(crate) seen_reports: u64,
+    /// The panic of a handler, caught where the handler ran (so that no conduit's
+    /// receive loop unwinds) and raised again by the call that ran it once that call's
+    /// operations on borrowed buffers are complete (module `progress`).
+    pub(crate) panicked: Option<Box<dyn std::any::Any + Send>>,
 }
 
 /// The state of an endpoint: the core part and the layers.
@@ -218,21 +235,52 @@ impl<C: Conduit> Drop for Guard<'_, C> {
     }
 }
 
+/// The parts of an endpoint handle: what an [`OwnedEndpoint`] owns and an [`Endpoint`]
+/// views.
+pub(crate) struct Handle<C: Conduit> {
+    cell: Arc<EpCell<C>>,
+    thread: Option<thread::ProgressThread>,
+    /// The first layers' types and state addresses, for [`crate::layer::state`] (a
+    /// search here, in the handle, instead of through the state's slot vector). The
+    /// addresses are those of the slots' boxes, which live as long as the state and
+    /// never move (layers are attached once, at creation).
+    pub(crate) fast: [(std::any::TypeId, std::ptr::NonNull<u8>); FAST_LAYERS],
+    /// Not `Sync`: one thread drives an endpoint at a time.
+    _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
+}
+
 /// An endpoint: an injection and completion domain with its own handler table,
-/// segment and layers, addressed job-wide as (rank, index). `Send` but not `Sync`: one
-/// thread drives it at a time, so its injection path takes no lock. Threads that
-/// communicate concurrently each take their own endpoint from the
-/// [`Client`](crate::Client).
+/// segment and layers, addressed job-wide as (rank, index), and the operations of a
+/// program on it. `Send` but not `Sync`: one thread drives it at a time, so its
+/// injection path takes no lock. Threads that communicate concurrently each take their
+/// own endpoint from the [`Client`](crate::Client).
+///
+/// [`Client::endpoint`](crate::Client::endpoint) gives an [`OwnedEndpoint`], a
+/// `Box<Endpoint<C>>`: programs hold the box and write `&mut Endpoint<C>` in
+/// signatures. `Endpoint` is unsized, so nothing can be moved out of a
+/// `&mut Endpoint` (swapped, replaced) by safe code: a [`Scope`], which lends
+/// `&mut Endpoint` to its body, knows that the endpoint it syncs at the end is the one
+/// its operations started on. Swapping does not compile:
+/// ```compile_fail,E0277
+/// # use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder, Endpoint, EventError};
+/// # let client = ClientBuilder::new().endpoints(2).init::<Loopback>(Box::new(Singleton::new())).unwrap();
+/// let (mut a, mut b) = (client.endpoint(0).unwrap(), client.endpoint(1).unwrap());
+/// a.scope(|s| {
+///     std::mem::swap::<Endpoint<Loopback>>(&mut **s, &mut *b);
+///     Ok::<(), EventError>(())
+/// });
+/// ```
 ///
 /// Sharing one endpoint between threads does not compile:
 /// ```compile_fail
-/// fn shared<T: Sync>() {}
+/// fn shared<T: Sync + ?Sized>() {}
 /// shared::<gex_core::Endpoint<gex_core::loopback::Loopback>>();
 /// ```
 /// while moving it to another thread does:
 /// ```
-/// fn sent<T: Send>() {}
-/// sent::<gex_core::Endpoint<gex_core::loopback::Loopback>>();
+/// fn sent<T: Send + ?Sized>() {}
+/// sent::<gex_core::OwnedEndpoint<gex_core::loopback::Loopback>>();
+/// sent::<&mut gex_core::Endpoint<gex_core::loopback::Loopback>>();
 /// ```
 ///
 /// ```
@@ -251,23 +299,46 @@ impl<C: Conduit> Drop for Guard<'_, C> {
 /// ep.request_short(ep.addr(), add, &[5]).unwrap();
 /// ep.wait_until(|| hits.load(std::sync::atomic::Ordering::Relaxed) == 5);
 /// ```
+#[repr(transparent)]
 pub struct Endpoint<C: Conduit> {
-    cell: Arc<EpCell<C>>,
-    thread: Option<thread::ProgressThread>,
-    /// The first layers' types and state addresses, for [`Endpoint::with_layer_state`]
-    /// (a search here, in the handle, instead of through the state's slot vector).
-    /// The addresses are those of the slots' boxes, which live as long as the state
-    /// and never move (layers are attached once, at creation).
-    fast: [(std::any::TypeId, usize); FAST_LAYERS],
-    /// Not `Sync`: one thread drives an endpoint at a time.
-    _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
+    h: [Handle<C>],
+}
+
+/// The owner of an endpoint, from [`Client::endpoint`](crate::Client::endpoint): a box
+/// of the (unsized) [`Endpoint`], where the operations are. Dropping it closes the
+/// endpoint (and stops its progress thread). `Send`, not `Sync`.
+pub type OwnedEndpoint<C> = Box<Endpoint<C>>;
+
+impl<C: Conduit> Endpoint<C> {
+    /// The box of one handle, as an endpoint.
+    fn boxed(h: Handle<C>) -> Box<Self> {
+        let b: Box<[Handle<C>]> = Box::new([h]);
+        // SAFETY: `Endpoint` is `repr(transparent)` over `[Handle<C>]`: the same layout
+        // and the same pointer metadata (the length, 1), so the box's allocation is
+        // one of an `Endpoint` and is freed as one.
+        unsafe { Box::from_raw(Box::into_raw(b) as *mut Self) }
+    }
+
+    /// The handle this view is of.
+    #[inline(always)]
+    pub(crate) fn h(&self) -> &Handle<C> {
+        // SAFETY: every `Endpoint` is made by `boxed` from a slice of one.
+        unsafe { self.h.get_unchecked(0) }
+    }
+
+    /// The handle this view is of, mutably.
+    #[inline(always)]
+    pub(crate) fn h_mut(&mut self) -> &mut Handle<C> {
+        // SAFETY: as in `h`.
+        unsafe { self.h.get_unchecked_mut(0) }
+    }
 }
 
 impl<C: Conduit> std::fmt::Debug for Endpoint<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint")
             .field("conduit", &C::NAME)
-            .field("progress_thread", &self.thread.is_some())
+            .field("progress_thread", &self.h().thread.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -283,7 +354,7 @@ impl<C: Conduit> Endpoint<C> {
         layers: &[(crate::layer::Attacher<C>, Place)],
         progress_thread: Option<std::time::Duration>,
         uid: u64,
-    ) -> Result<Self, crate::error::InitError> {
+    ) -> Result<OwnedEndpoint<C>, crate::error::InitError> {
         let me = EpAddr::new(shared.rank, cep.index());
         let limits = (0..shared.size)
             .map(|r| cep.limits(EpAddr::rank(r)))
@@ -303,6 +374,7 @@ impl<C: Conduit> Endpoint<C> {
             stats: EpStats {
                 sent: vec![0; n],
                 received: vec![0; n],
+                built_in_place: 0,
             },
             limits,
             policy,
@@ -322,6 +394,7 @@ impl<C: Conduit> Endpoint<C> {
             next_client: crate::types::FIRST_CLIENT_HANDLER as u16,
             next_scope_tag: progress::SCOPE_TAG_BIT,
             seen_reports: gex_sync::signal::report_generation(),
+            panicked: None,
         };
         let mut inner = Inner {
             core,
@@ -334,14 +407,14 @@ impl<C: Conduit> Endpoint<C> {
             Some(_) => inner.core.cep.sleeper(),
             None => None,
         };
-        // A type no layer has marks an empty cache entry. With a progress thread the
-        // cache stays empty: every access to a layer's state then takes the lock
-        // (`with_layer`), and a cached address means "no other thread touches it".
-        let mut fast = [(std::any::TypeId::of::<Endpoint<C>>(), 0usize); FAST_LAYERS];
-        if progress_thread.is_none() {
-            for (f, s) in fast.iter_mut().zip(inner.layers.iter()) {
-                *f = (s.type_id, s.state.addr());
-            }
+        // A type no layer has marks an empty cache entry. With a progress thread, a
+        // cached address is only used under the lock word (`layer::state`).
+        let mut fast = [(
+            std::any::TypeId::of::<Handle<C>>(),
+            std::ptr::NonNull::dangling(),
+        ); FAST_LAYERS];
+        for (f, s) in fast.iter_mut().zip(inner.layers.iter()) {
+            *f = (s.type_id, s.state.addr());
         }
         let cell = Arc::new(EpCell {
             lock: AtomicU32::new(FREE),
@@ -351,12 +424,20 @@ impl<C: Conduit> Endpoint<C> {
         });
         let thread =
             progress_thread.map(|nap| thread::ProgressThread::start(cell.clone(), nap, sleeper));
-        Ok(Endpoint {
+        Ok(Endpoint::boxed(Handle {
             cell,
             thread,
             fast,
             _not_sync: std::marker::PhantomData,
-        })
+        }))
+    }
+}
+
+impl<C: Conduit> Handle<C> {
+    /// True with a progress thread (which shares the state under the lock word).
+    #[inline(always)]
+    pub(crate) fn threaded(&self) -> bool {
+        self.thread.is_some()
     }
 
     /// Exclusive access to the state (see the module's `# Safety`).
@@ -421,11 +502,51 @@ impl<C: Conduit> Endpoint<C> {
         };
         f(&g)
     }
+}
+
+// SAFETY: the handle is `Send` but for the cached layer addresses, which point into the
+// state the `Arc<EpCell>` owns (itself `Send` when the state is): moving the handle
+// moves the right to use them with it.
+unsafe impl<C: Conduit> Send for Handle<C> where Inner<C>: Send {}
+
+impl<C: Conduit> Drop for Handle<C> {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.cell.stop.store(true, Ordering::Release);
+            t.join();
+        }
+        // A handler's panic that no call raised (the program stopped calling gex
+        // after it): say so rather than lose it silently.
+        // SAFETY: the progress thread is gone (joined above) or never existed, so this
+        // handle is the only holder of the state.
+        let inner = unsafe { &mut *self.cell.inner.get() };
+        if inner.core.panicked.take().is_some() {
+            eprintln!(
+                "gex: {}: a handler panicked and no later call on the endpoint raised it \
+                 before the endpoint was dropped",
+                inner.core.me
+            );
+        }
+    }
+}
+
+impl<C: Conduit> Endpoint<C> {
+    /// Exclusive access to the state (see the module's `# Safety`).
+    #[inline(always)]
+    pub(crate) fn inner(&mut self) -> Guard<'_, C> {
+        self.h_mut().inner()
+    }
+
+    /// Shared access for queries (takes the lock like every access).
+    #[inline(always)]
+    fn with_ref<R>(&self, f: impl FnOnce(&Inner<C>) -> R) -> R {
+        self.h().with_ref(f)
+    }
 
     /// True if this endpoint has a progress thread (see
     /// [`ClientBuilder::progress_thread`](crate::ClientBuilder::progress_thread)).
     pub fn has_progress_thread(&self) -> bool {
-        self.thread.is_some()
+        self.h().thread.is_some()
     }
 
     /// This endpoint's job-wide address.
@@ -518,82 +639,6 @@ impl<C: Conduit> Endpoint<C> {
         self.with_ref(|i| dst == i.core.me || i.core.cep.peer_segment(dst).is_some())
     }
 
-    /// Runs `f` with layer `L`'s state and a [`Cx`](crate::layer::Cx) (non-waiting
-    /// access to the rest of the endpoint). `None` if `L` is not attached.
-    #[inline]
-    pub fn with_layer<L: crate::layer::Layer, R>(
-        &mut self,
-        f: impl FnOnce(&mut L, &mut crate::layer::Cx<'_, C>) -> R,
-    ) -> Option<R> {
-        let mut g = self.inner();
-        g.with_layer(f)
-    }
-
-    /// Runs `f` with layer `L`'s state alone (`None` if `L` is not attached): the
-    /// cheaper form of [`with_layer`](Self::with_layer) for a layer's fast paths that
-    /// need nothing but their own state (a bounds check and a copy to a mapped
-    /// segment, a CPU atomic). No handler or progress hook runs during `f`.
-    #[inline(always)]
-    pub fn with_layer_state<L: crate::layer::Layer, R>(
-        &mut self,
-        f: impl FnOnce(&mut L) -> R,
-    ) -> Option<R> {
-        match self.layer_state_mut::<L>() {
-            Some(l) => Some(f(l)),
-            None => self.with_layer_state_slow(f),
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn with_layer_state_slow<L: crate::layer::Layer, R>(
-        &mut self,
-        f: impl FnOnce(&mut L) -> R,
-    ) -> Option<R> {
-        self.with_layer::<L, R>(|l, _| f(l))
-    }
-
-    /// Layer `L`'s state, borrowed from this handle, if the handle caches it: `L` is
-    /// one of the first four layers attached and the endpoint has no progress thread
-    /// (which would share the state). `None` otherwise, whether or not `L` is
-    /// attached: then [`with_layer_state`](Self::with_layer_state) or
-    /// [`with_layer`](Self::with_layer) reach it (under the lock).
-    ///
-    /// The form for a layer's hottest paths: no closure, so nothing of the call is
-    /// built on the stack for a fallback that is not taken. No handler or progress
-    /// hook runs while the borrow lasts.
-    #[inline(always)]
-    pub fn layer_state_mut<L: crate::layer::Layer>(&mut self) -> Option<&mut L> {
-        let want = std::any::TypeId::of::<L>();
-        for &(t, a) in &self.fast {
-            if t == want {
-                // SAFETY: `a` is the address of the state of a slot whose `type_id` is
-                // `L`'s, made from an `L` (`attach_one`); the `LayerBox` lives as long
-                // as the state (this handle holds it), never moves it, and every
-                // access to it derives from the same pointer (`LayerBox`). The cache
-                // is filled only without a progress thread, so this handle (borrowed
-                // mutably for the result's life) is the only way to the state (module
-                // `# Safety`), and nothing else borrows it meanwhile.
-                return Some(unsafe { &mut *(a as *mut L) });
-            }
-        }
-        None
-    }
-
-    /// The output, in mode `M`, of an operation that completed during the call with
-    /// output `v` (as [`Cx::done`](crate::layer::Cx::done), for a fast path that ran
-    /// under [`with_layer_state`](Self::with_layer_state)).
-    #[inline(always)]
-    pub fn done<T: Send + 'static, E: crate::event::EventErr, M: crate::event::Mode>(
-        &self,
-        v: T,
-    ) -> M::Out<T, E> {
-        if M::KIND == crate::event::ModeKind::Nb {
-            return self.with_ref(|i| M::ready(i.core.me, i.core.uid, v));
-        }
-        M::ready(self.cell.me, 0, v)
-    }
-
     /// This endpoint's state report: per-peer message counters, busy layers, implicit
     /// and local-completion operations in flight, then what the conduit and each layer
     /// say they have in flight ([`ConduitEp::describe`](crate::spi::ConduitEp::describe),
@@ -603,8 +648,20 @@ impl<C: Conduit> Endpoint<C> {
         self.with_ref(Inner::report)
     }
 
+    /// See [`layer::done`](crate::layer::done).
+    #[inline(always)]
+    pub(crate) fn done<T: Send + 'static, E: crate::event::EventErr, M: crate::event::Mode>(
+        &self,
+        v: T,
+    ) -> M::Out<T, E> {
+        if M::KIND == crate::event::ModeKind::Nb {
+            return self.with_ref(|i| M::ready(i.core.me, i.core.uid, v));
+        }
+        M::ready(self.h().cell.me, 0, v)
+    }
+
     /// True if layer `L` is attached.
-    pub fn has_layer<L: crate::layer::Layer>(&self) -> bool {
+    pub(crate) fn has_layer<L: crate::layer::Layer>(&self) -> bool {
         self.with_ref(|i| {
             i.layers
                 .iter()
@@ -664,24 +721,19 @@ impl<C: Conduit> Inner<C> {
         s
     }
 
+    /// Runs `f` with layer `L`'s state (pinned: it lives in its box until the endpoint
+    /// is dropped) and a `Cx` in which `L` is the running layer; `None` if `L` is not
+    /// attached.
     #[inline]
     pub(crate) fn with_layer<L: crate::layer::Layer, R>(
         &mut self,
-        f: impl FnOnce(&mut L, &mut crate::layer::Cx<'_, C>) -> R,
+        f: impl FnOnce(std::pin::Pin<&mut L>, &mut crate::layer::Cx<'_, C>) -> R,
     ) -> Option<R> {
         let i = self
             .layers
             .iter()
             .position(|s| s.type_id == std::any::TypeId::of::<L>())?;
-        self.in_slot(i, |slot, cx| {
-            // SAFETY: the slot's `type_id` is `L`'s (checked above), and the slot was
-            // made from an `L` (`attach_one`), so its data pointer is an `L`.
-            let l = unsafe {
-                &mut *(std::ptr::from_mut::<dyn crate::layer::ErasedLayer>(&mut *slot.state)
-                    .cast::<L>())
-            };
-            f(l, cx)
-        })
+        self.in_slot(i, |slot, cx| f(slot.pinned::<L>(), cx))
     }
 
     /// Runs `f` with layer slot `i` (its state and hooks) and a `Cx` in which that
@@ -724,14 +776,5 @@ impl<C: Conduit> Core<C> {
     pub(crate) fn segment(&self) -> Segment<'_> {
         let (base, len) = self.cep.local_segment();
         Segment::new(base, len, self.me)
-    }
-}
-
-impl<C: Conduit> Drop for Endpoint<C> {
-    fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            self.cell.stop.store(true, Ordering::Release);
-            t.join();
-        }
     }
 }

@@ -3,6 +3,16 @@
 //! layer; every wait of any kind (an event, a condition, back-pressure, an exchange) is
 //! the same loop of polls under the endpoint's wait policy. Events, implicit events
 //! and scopes are waited on here.
+//!
+//! A handler's panic is caught where the handler runs (module `dispatch`) and kept in
+//! `Core::panicked`; [`Inner::rethrow`] raises it. Which call raises it is decided
+//! here: [`Endpoint::poll`] and the waits on a program's condition at once; the waits
+//! on events, implicit events and scopes once what they wait for is complete (so a
+//! transfer into a borrowed buffer has finished before the panic ends the borrow);
+//! the layers' `poll` and `retry` never (the operation that called them raises it when
+//! it ends). A wait on a transfer that uses a borrowed buffer ([`Inner::wait_lent`],
+//! the scope's drop) also waits when something else unwinds through it
+//! ([`Inner::wait_on_unwind`]).
 
 use super::{Core, Endpoint, Inner};
 use crate::error::EventError;
@@ -172,9 +182,85 @@ impl<C: Conduit> Inner<C> {
         }
     }
 
+    /// Raises the panic of a handler caught during this endpoint's polls, if any
+    /// (module documentation).
+    #[inline(always)]
+    pub(crate) fn rethrow(&mut self) {
+        if self.core.panicked.is_some() {
+            self.rethrow_now();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn rethrow_now(&mut self) {
+        if let Some(p) = self.core.panicked.take() {
+            std::panic::resume_unwind(p);
+        }
+    }
+
+    /// Waits for `ev` to complete, on every path: a handler's panic is raised only
+    /// once `ev` is complete (by the caller, [`rethrow`](Self::rethrow)), and a panic
+    /// from anywhere else inside the wait (a conduit, a layer's hook) waits for `ev`
+    /// while it unwinds ([`wait_on_unwind`](Self::wait_on_unwind)). For operations
+    /// whose event stands for a transfer into or out of a buffer the caller lent.
+    pub(crate) fn wait_lent(&mut self, ev: &dyn AnyEvent) {
+        if ev.done() {
+            return;
+        }
+        struct OnUnwind<'a, C: Conduit> {
+            inner: &'a mut Inner<C>,
+            ev: &'a dyn AnyEvent,
+        }
+        impl<C: Conduit> Drop for OnUnwind<'_, C> {
+            fn drop(&mut self) {
+                let ev = self.ev;
+                self.inner.wait_on_unwind(&mut |_| ev.done());
+            }
+        }
+        let g = OnUnwind { inner: self, ev };
+        g.inner.wait_for(None, |_| ev.done());
+        std::mem::forget(g);
+    }
+
+    /// While a panic unwinds through a wait for a transfer that uses a borrowed
+    /// buffer: polls until `done()` holds, and aborts the process if it does not within
+    /// [`UNWIND_WAIT`](crate::layer::UNWIND_WAIT) (the buffer cannot be handed back
+    /// while the transfer may still write or read it). A panic while polling here is a
+    /// panic during unwinding, which aborts too. Does nothing when not unwinding.
+    #[cold]
+    pub(crate) fn wait_on_unwind(&mut self, done: &mut dyn FnMut(&Inner<C>) -> bool) {
+        if !std::thread::panicking() || done(self) {
+            return;
+        }
+        let give_up = Instant::now() + crate::layer::UNWIND_WAIT;
+        let mut spins = 0u32;
+        loop {
+            self.poll();
+            if done(self) {
+                // A handler's panic caught meanwhile: the panic unwinding now wins.
+                self.core.panicked = None;
+                return;
+            }
+            if Instant::now() >= give_up {
+                eprintln!(
+                    "gex: {}: a panic is unwinding through a wait for a transfer that uses \
+                     a borrowed buffer, and the transfer did not complete within {:?}; \
+                     aborting (the buffer cannot be handed back while it may still be \
+                     written)",
+                    self.core.me,
+                    crate::layer::UNWIND_WAIT
+                );
+                std::process::abort();
+            }
+            self.idle(&mut spins);
+        }
+    }
+
     /// Polls until `cond(self)` holds or `deadline` passes; true if it held. A wait
     /// that makes no progress for `GEX_STALL_REPORT` prints the endpoint's report (and
-    /// again at that interval), as does a report signal (`SIGUSR1`).
+    /// again at that interval), as does a report signal (`SIGUSR1`). A handler's
+    /// panic caught meanwhile is kept (the caller raises it).
     pub(crate) fn wait_for(
         &mut self,
         deadline: Option<Instant>,
@@ -227,17 +313,26 @@ impl<C: Conduit> Inner<C> {
         }
     }
 
-    /// Waits for `ev` and takes its outcome.
+    /// Waits for `ev` and takes its outcome; `lent`: the operation uses a buffer the
+    /// caller lent ([`wait_lent`](Self::wait_lent)). A handler's panic caught
+    /// meanwhile is raised once the event is complete.
     pub(crate) fn wait_event<T: Send + 'static, E: EventErr>(
         &mut self,
         ev: Event<T, E>,
+        lent: bool,
     ) -> Result<T, E> {
         self.core.check_bound(&ev).map_err(E::from)?;
         if !ev.is_done() {
-            self.wait_for(None, |_| ev.is_done());
+            if lent {
+                self.wait_lent(&ev);
+            } else {
+                self.wait_for(None, |_| ev.is_done());
+            }
         }
         let pool = &mut self.core.events;
-        ev.take(&mut |w| pool.recycle(w))
+        let r = ev.take(&mut |w| pool.recycle(w));
+        self.rethrow();
+        r
     }
 
     /// Tracks `ev` as an implicit event under `tag` (an event of another endpoint is
@@ -254,16 +349,32 @@ impl<C: Conduit> Inner<C> {
         }
     }
 
-    /// Waits for every implicit event with `tag` (all if `None`); the first failure is
-    /// returned (after all have completed).
+    /// True once every implicit event with `tag` (all if `None`) is complete.
+    fn implicit_done(&self, tag: Option<u32>) -> bool {
+        self.core.implicit.iter().all(|i| match i {
+            Implicit::Pending(t, w, _) => tag.is_some_and(|x| x != *t) || w.is_done(),
+            Implicit::Failed(..) => true,
+        })
+    }
+
+    /// Waits for every implicit event with `tag` (all if `None`), also while a panic
+    /// unwinds through the wait (their buffers may be lent: a scope's); the first
+    /// failure is returned (after all have completed). A handler's panic caught
+    /// meanwhile is left for the caller to raise.
     pub(crate) fn sync_implicit<E: EventErr>(&mut self, tag: Option<u32>) -> Result<(), E> {
         let matches = move |t: u32| tag.is_none_or(|x| x == t);
-        self.wait_for(None, |inner| {
-            inner.core.implicit.iter().all(|i| match i {
-                Implicit::Pending(t, w, _) => !matches(*t) || w.is_done(),
-                Implicit::Failed(..) => true,
-            })
-        });
+        if !self.implicit_done(tag) {
+            struct OnUnwind<'a, C: Conduit>(&'a mut Inner<C>, Option<u32>);
+            impl<C: Conduit> Drop for OnUnwind<'_, C> {
+                fn drop(&mut self) {
+                    let tag = self.1;
+                    self.0.wait_on_unwind(&mut |inner| inner.implicit_done(tag));
+                }
+            }
+            let g = OnUnwind(self, tag);
+            g.0.wait_for(None, |inner| inner.implicit_done(tag));
+            std::mem::forget(g);
+        }
         let mut first: Option<E> = None;
         let mut keep = Vec::with_capacity(self.core.implicit.len());
         for i in std::mem::take(&mut self.core.implicit) {
@@ -297,7 +408,7 @@ impl<C: Conduit> Inner<C> {
 }
 
 impl<C: Conduit> Core<C> {
-    /// See [`Endpoint::track_implicit`].
+    /// See [`layer::track_implicit`](crate::layer::track_implicit).
     pub(crate) fn track<T: Send + 'static, E: EventErr>(&mut self, tag: u32, ev: Event<T, E>) {
         if let Err(e) = self.check_bound(&ev) {
             // Keep whatever the event holds alive until its own endpoint completes it.
@@ -329,64 +440,47 @@ impl<T: Send + 'static, E: EventErr> Event<T, E> {
 impl<C: Conduit> Endpoint<C> {
     /// Runs handlers for incoming messages on this endpoint and advances every busy
     /// layer. Returns how many messages were handled.
+    ///
+    /// # Panics
+    /// With the panic of a handler that panicked during this poll (caught where it
+    /// ran, so the conduit's receive loop did not unwind; the other messages of the
+    /// poll were handled).
     #[inline]
     pub fn poll(&mut self) -> usize {
-        self.inner().poll()
-    }
-
-    /// One step of waiting for send resources, for layers and runtimes that retry an
-    /// operation the conduit refused for back-pressure (a `try_*` call that returned
-    /// [`Injected::WouldBlock`](crate::Injected::WouldBlock)): polls, then spins or
-    /// yields under the wait policy, and prints the report on a stall or a report
-    /// signal like every wait. Keep one [`Retry`] per operation being retried.
-    ///
-    /// ```
-    /// # use gex_core::{loopback::Loopback, boot::Singleton, ClientBuilder, EpAddr, Injected, Retry};
-    /// # let client = ClientBuilder::new().segment_size(4096).init::<Loopback>(Box::new(Singleton::new()))?;
-    /// # let mut ep = client.endpoint(0)?;
-    /// # let h = ep.register(|_t: &mut gex_core::Token<'_>, _am: gex_core::Am<'_>| {})?;
-    /// let mut r = Retry::default();
-    /// while ep.try_request_short(EpAddr::rank(0), h, &[])? == Injected::WouldBlock {
-    ///     ep.retry(&mut r);
-    /// }
-    /// # ep.poll();
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn retry(&mut self, r: &mut Retry) {
-        self.inner().retry(r);
+        let mut g = self.inner();
+        let n = g.poll();
+        g.rethrow();
+        n
     }
 
     /// Polls until `cond` returns true, following this endpoint's wait policy: spin,
     /// block in the kernel, or spin then block. `cond` is evaluated after each poll, so
     /// it should depend on state that handlers change.
+    ///
+    /// # Panics
+    /// With the panic of a handler run meanwhile, at once.
     pub fn wait_until(&mut self, mut cond: impl FnMut() -> bool) {
-        self.inner().wait_for(None, |_| cond());
+        let mut g = self.inner();
+        g.wait_for(None, |i| i.core.panicked.is_some() || cond());
+        g.rethrow();
     }
 
     /// As [`wait_until`](Self::wait_until), giving up after `timeout`; returns whether
     /// `cond` became true. A timeout too long to represent as an instant (such as
     /// [`Duration::MAX`]) waits without a deadline.
+    ///
+    /// # Panics
+    /// With the panic of a handler run meanwhile, at once.
     pub fn wait_until_timeout(
         &mut self,
         mut cond: impl FnMut() -> bool,
         timeout: Duration,
     ) -> bool {
         let deadline = Instant::now().checked_add(timeout);
-        self.inner().wait_for(deadline, |_| cond())
-    }
-
-    /// Polls until `cond` holds of layer `L`'s state (false at once if `L` is not
-    /// attached).
-    pub fn wait_until_layer<L: crate::layer::Layer>(
-        &mut self,
-        mut cond: impl FnMut(&L) -> bool,
-    ) -> bool {
-        if !self.has_layer::<L>() {
-            return false;
-        }
-        self.inner().wait_for(None, |inner| {
-            inner.with_layer::<L, _>(|l, _| cond(l)).unwrap_or(true)
-        })
+        let mut g = self.inner();
+        let held = g.wait_for(deadline, |i| i.core.panicked.is_some() || cond());
+        g.rethrow();
+        held
     }
 
     /// Waits for `ev` (driving every layer's progress meanwhile) and returns its
@@ -396,8 +490,11 @@ impl<C: Conduit> Endpoint<C> {
     /// The operation's error; [`EventError::WrongEndpoint`] (as `E`) if `ev` was
     /// started on another endpoint (its buffer, if any, stays alive until the
     /// operation completes).
+    ///
+    /// # Panics
+    /// With the panic of a handler run meanwhile, once `ev` is complete.
     pub fn wait<T: Send + 'static, E: EventErr>(&mut self, ev: Event<T, E>) -> Result<T, E> {
-        self.inner().wait_event(ev)
+        self.inner().wait_event(ev, false)
     }
 
     /// Polls once and reports whether `ev` is complete (then [`wait`](Self::wait)
@@ -405,6 +502,9 @@ impl<C: Conduit> Endpoint<C> {
     ///
     /// # Errors
     /// [`EventError::WrongEndpoint`] if `ev` was started on another endpoint.
+    ///
+    /// # Panics
+    /// With the panic of a handler run by the poll.
     pub fn test<T: Send + 'static, E: EventErr>(
         &mut self,
         ev: &Event<T, E>,
@@ -413,6 +513,7 @@ impl<C: Conduit> Endpoint<C> {
         g.core.check_bound(ev)?;
         if !ev.is_done() {
             g.poll();
+            g.rethrow();
         }
         Ok(ev.is_done())
     }
@@ -423,12 +524,16 @@ impl<C: Conduit> Endpoint<C> {
     /// # Errors
     /// [`EventError::WrongEndpoint`] if one was started on another endpoint (nothing
     /// is waited for then).
+    ///
+    /// # Panics
+    /// With the panic of a handler run meanwhile, once they are complete.
     pub fn wait_all(&mut self, evs: &[&dyn AnyEvent]) -> Result<(), EventError> {
         let mut g = self.inner();
         for e in evs {
             g.core.check_bound(*e)?;
         }
         g.wait_for(None, |_| evs.iter().all(|e| e.done()));
+        g.rethrow();
         Ok(())
     }
 
@@ -438,6 +543,9 @@ impl<C: Conduit> Endpoint<C> {
     /// # Errors
     /// [`EventError::WrongEndpoint`] as [`wait_all`](Self::wait_all);
     /// [`EventError::Abandoned`] for an empty list.
+    ///
+    /// # Panics
+    /// With the panic of a handler run meanwhile, once one is complete.
     pub fn wait_any(&mut self, evs: &[&dyn AnyEvent]) -> Result<usize, EventError> {
         if evs.is_empty() {
             return Err(EventError::Abandoned);
@@ -447,6 +555,7 @@ impl<C: Conduit> Endpoint<C> {
             g.core.check_bound(*e)?;
         }
         g.wait_for(None, |_| evs.iter().any(|e| e.done()));
+        g.rethrow();
         Ok(evs.iter().position(|e| e.done()).unwrap_or(0))
     }
 
@@ -455,29 +564,12 @@ impl<C: Conduit> Endpoint<C> {
     ///
     /// # Errors
     /// As [`wait_any`](Self::wait_any).
+    ///
+    /// # Panics
+    /// As [`wait_any`](Self::wait_any).
     pub fn wait_some(&mut self, evs: &[&dyn AnyEvent]) -> Result<Vec<usize>, EventError> {
         self.wait_any(evs)?;
         Ok((0..evs.len()).filter(|&i| evs[i].done()).collect())
-    }
-
-    /// Tracks `ev` as an implicit event under `tag` (what mode [`Nbi`](crate::Nbi)
-    /// does): [`sync_implicit`](Self::sync_implicit) waits for it.
-    pub fn track_implicit<T: Send + 'static, E: EventErr>(&mut self, tag: u32, ev: Event<T, E>) {
-        self.inner().track(tag, ev)
-    }
-
-    /// Disposes of `ev` as mode `M` asks (layers call it at the end of an operation):
-    /// waits for it ([`Blocking`](crate::Blocking)), returns it ([`Nb`](crate::Nb)) or
-    /// tracks it under `tag` ([`Nbi`](crate::Nbi)).
-    ///
-    /// # Errors
-    /// In blocking mode, the operation's error.
-    pub fn finish<T: Send + 'static, E: EventErr, M: crate::event::Mode>(
-        &mut self,
-        ev: Event<T, E>,
-        tag: u32,
-    ) -> Result<M::Out<T, E>, E> {
-        M::finish(self, ev, tag)
     }
 
     /// Waits for every implicit event tracked under `tag` (every one if `None`), e.g.
@@ -486,15 +578,22 @@ impl<C: Conduit> Endpoint<C> {
     ///
     /// # Errors
     /// The first failure among them (reported once every one has completed).
+    ///
+    /// # Panics
+    /// With the panic of a handler run meanwhile, once they are complete.
     pub fn sync_implicit<E: EventErr>(&mut self, tag: Option<u32>) -> Result<(), E> {
-        self.inner().sync_implicit(tag)
+        let mut g = self.inner();
+        let r = g.sync_implicit(tag);
+        g.rethrow();
+        r
     }
 
     /// Runs `f` with a [`Scope`]: operations that write into buffers borrowed for
     /// `'env` may be started in it without waiting (layers offer them on `Scope`), and
     /// every one of them has completed when `scope` returns, on success, on error and
-    /// on panic. So a borrowed destination can never be handed back while a transfer
-    /// still writes it, even if the scope's events are leaked.
+    /// on panic (a panic in a handler is raised once they have; any other panic
+    /// waits for them while it unwinds). So a borrowed destination can never be handed
+    /// back while a transfer still writes it, even if the scope's events are leaked.
     ///
     /// # Errors
     /// `f`'s error, else the first failure among the scope's operations.
@@ -517,7 +616,11 @@ impl<C: Conduit> Endpoint<C> {
         let synced = {
             let mut g = s.ep.inner();
             g.end_scope(tag);
-            g.sync_implicit::<E>(Some(tag))
+            let synced = g.sync_implicit::<E>(Some(tag));
+            // Everything of the scope is complete: a handler's panic may end it now
+            // (the drop of `s` during that unwinding finds nothing left to wait for).
+            g.rethrow();
+            synced
         };
         std::mem::forget(s);
         let r = r?;
@@ -525,7 +628,7 @@ impl<C: Conduit> Endpoint<C> {
     }
 }
 
-/// The state of one retried operation for [`Endpoint::retry`]: its spin count and
+/// The state of one retried operation for [`layer::retry`](crate::layer::retry): its spin count and
 /// when it last saw progress.
 #[derive(Debug, Default)]
 pub struct Retry {
@@ -538,8 +641,9 @@ pub struct Retry {
 pub(crate) const SCOPE_TAG_BIT: u32 = 1 << 31;
 
 /// A region in which operations may write into buffers borrowed for `'env`; see
-/// [`Endpoint::scope`]. Dereferences to the endpoint, so every other operation works
-/// inside it too.
+/// [`Endpoint::scope`]. Dereferences to the [`Endpoint`] (which is unsized: the scope's
+/// endpoint cannot be swapped for another), so every other operation works inside it
+/// too. Two scopes cannot be swapped either: each has its own lifetime `'s`.
 pub struct Scope<'s, 'env, C: Conduit> {
     ep: &'s mut Endpoint<C>,
     tag: u32,
@@ -554,7 +658,7 @@ impl<C: Conduit> std::fmt::Debug for Scope<'_, '_, C> {
 
 impl<'env, C: Conduit> Scope<'_, 'env, C> {
     /// The implicit-event tag of this scope (layers track their scoped operations
-    /// under it with [`Endpoint::track_implicit`]).
+    /// under it with [`layer::track_implicit`](crate::layer::track_implicit)).
     pub fn tag(&self) -> u32 {
         self.tag
     }
@@ -565,7 +669,9 @@ impl<'env, C: Conduit> Scope<'_, 'env, C> {
     pub fn sync<E: EventErr>(&mut self) -> Result<(), E> {
         let mut g = self.ep.inner();
         g.end_scope(self.tag);
-        g.sync_implicit(Some(self.tag))
+        let r = g.sync_implicit(Some(self.tag));
+        g.rethrow();
+        r
     }
 }
 
@@ -586,6 +692,11 @@ impl<C: Conduit> Drop for Scope<'_, '_, C> {
     /// Runs only when `f` panicked: the scope's operations still complete before the
     /// borrowed buffers are released.
     fn drop(&mut self) {
-        let _ = self.ep.inner().sync_implicit::<EventError>(Some(self.tag));
+        let tag = Some(self.tag);
+        let mut g = self.ep.inner();
+        // Bounded: a panic other than a handler's may have left them unable to
+        // complete (see `wait_on_unwind`).
+        g.wait_on_unwind(&mut |i| i.implicit_done(tag));
+        let _ = g.sync_implicit::<EventError>(tag);
     }
 }

@@ -93,7 +93,13 @@ fn run<C: Conduit>(cell: &EpCell<C>, max_nap: Duration, sleeper: Option<&Sleeper
         let idle = match cell.try_lock_thread() {
             Some(mut g) => {
                 let i = g.inner();
-                if i.poll() > 0 {
+                let n = i.poll();
+                if i.core.panicked.is_some() {
+                    // A handler panicked on this thread (caught where it ran; the
+                    // panic hook printed it): end the rank, as below.
+                    std::panic::resume_unwind(i.core.panicked.take().expect("checked"));
+                }
+                if n > 0 {
                     nap = MIN_NAP;
                     continue;
                 }

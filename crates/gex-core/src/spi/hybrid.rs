@@ -24,7 +24,9 @@
 //! # Safety
 //! [`SharedSegments`] carries raw segment addresses across threads; it never reads or
 //! writes through them, and keeps the memory they name alive (see its `Send`/`Sync`
-//! implementations). This module has no unsafe block.
+//! implementations). [`NearConduit`], [`FarConduit`] and [`FarEp`] are `unsafe trait`s
+//! (the hybrid conduit's memory accesses rest on their promises, as on
+//! [`Conduit`]'s). This module has no unsafe block.
 #![allow(unsafe_code)]
 
 use super::{Conduit, ConduitEp, Deliver, OpenParams};
@@ -50,7 +52,13 @@ use std::sync::Arc;
 ///   dropped); it becomes the hybrid endpoint's segment for every peer;
 /// - `peer_segment`, `aux`, `wake`: the mapped neighbourhood (`SHARED_MEMORY`), for
 ///   near ranks.
-pub trait NearConduit: Conduit {
+///
+/// # Safety
+/// Besides [`Conduit`]'s promises: [`is_near`](Self::is_near) and
+/// [`near_ranks`](Self::near_ranks) name exactly the ranks its endpoints serve (the
+/// hybrid conduit routes by them), and its endpoints are sound for any message to
+/// those ranks.
+pub unsafe trait NearConduit: Conduit {
     /// Opens the near part: endpoints serving the ranks that share this rank's host
     /// (`params.layout.neighbours(params.rank)`), each with its segment of
     /// `params.layout.seg_len[rank]` bytes. Collective over **every** rank of the job,
@@ -74,7 +82,12 @@ pub trait NearConduit: Conduit {
 
 /// A conduit that can be the far (network) part of a hybrid conduit: it opens on
 /// segments that live in the near part's shared memory.
-pub trait FarConduit: Conduit<Ep: FarEp> {
+///
+/// # Safety
+/// Besides [`Conduit`]'s promises: the endpoints of [`open_far`](Self::open_far) use
+/// `segments` as their segments as described there, and keep `segments` alive while
+/// anything of theirs may still refer to that memory.
+pub unsafe trait FarConduit: Conduit<Ep: FarEp> {
     /// Opens like [`Conduit::open`] (collective over every rank, endpoints for every
     /// peer, near ranks included), except that:
     /// - endpoint `i`'s segment is `segments.segment(i)` (zero-filled, already mapped
@@ -102,7 +115,11 @@ pub trait FarConduit: Conduit<Ep: FarEp> {
 /// a network's progress pass can cost a system call, so while nothing is in flight
 /// the hybrid conduit reads it only at growing intervals, and naps on the near
 /// endpoint's wait object instead of the network's.
-pub trait FarEp: ConduitEp {
+///
+/// # Safety
+/// As [`ConduitEp`]; [`poll_far`](Self::poll_far) delivers as
+/// [`poll`](ConduitEp::poll) does.
+pub unsafe trait FarEp: ConduitEp {
     /// Whether operations of this endpoint are in flight whose completions only its
     /// progress collects (sends not locally complete, native RMA or atomics, replies
     /// waiting to be sent, receive buffers waiting to be reposted, completions read

@@ -1,7 +1,7 @@
 //! The auxiliary-area case: [`ConduitEp::aux`] and [`ConduitEp::wake`], through the
 //! probe layer's slice of the areas ([`Cx::aux`](gex_core::layer::Cx::aux)).
 
-use super::probe::with_conduit;
+use super::probe::{self, with_conduit};
 use super::raw;
 use super::util::{CASE_WAIT, barrier};
 use gex_core::spi::{Conduit, ConduitEp};
@@ -119,7 +119,7 @@ pub(crate) fn aux_area<C: Conduit>(client: &Client<C>) -> Result<(), String> {
                     if t0.elapsed() > CASE_WAIT {
                         return Err(format!("wake round {i}: rank 0's flag never arrived"));
                     }
-                    with_conduit(&mut ep, |cx| cx.conduit().block(Duration::from_secs(10)));
+                    probe::block(&mut ep, Duration::from_secs(10));
                 }
                 let sent = aux_word(own, time_off)?.load(Ordering::Relaxed);
                 delays.push(Duration::from_nanos(now_ns().saturating_sub(sent)));

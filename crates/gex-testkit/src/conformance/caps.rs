@@ -1,6 +1,6 @@
 //! The capabilities case: every flag a conduit reports must match its behaviour.
 
-use super::probe::with_conduit;
+use super::probe::{self, with_conduit};
 use super::raw::{peer_read, peer_write};
 use super::util::{barrier, sent, wait_for};
 use crate::rng::hash_words;
@@ -144,10 +144,13 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
 
     // NP_IN_PLACE
     let me_addr = ep.addr();
-    let in_place = ep
-        .prepare_request_medium(me_addr, 16)
-        .map_err(err)?
-        .in_place();
+    let h = ep
+        .register(|_t: &mut Token<'_>, _am: Am<'_>| {})
+        .map_err(err)?;
+    let before = ep.stats().built_in_place;
+    ep.request_medium_with(me_addr, h, &[], 16, |_| 0)
+        .map_err(err)?;
+    let in_place = ep.stats().built_in_place > before;
     match (caps.contains(Capabilities::NP_IN_PLACE), in_place) {
         (true, true) | (false, false) => {}
         (flag, r) => {
@@ -181,7 +184,7 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
                 ));
             }
             let left = window - t0.elapsed().min(window);
-            with_conduit(&mut ep, |cx| cx.conduit().block(left));
+            probe::block(&mut ep, left);
             calls += 1;
         }
         if calls > 100 {
@@ -200,7 +203,7 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
                         t0.elapsed()
                     ));
                 }
-                with_conduit(ep, |cx| cx.conduit().block(Duration::from_secs(10)));
+                probe::block(ep, Duration::from_secs(10));
             }
             ep.set_wait_policy(WaitPolicy::Block);
             wait_for(ep, "the note", || notes.load(Ordering::Acquire) == 1)
@@ -235,7 +238,7 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
         }
     } else {
         let t0 = Instant::now();
-        with_conduit(&mut ep, |cx| cx.conduit().block(Duration::from_secs(1)));
+        probe::block(&mut ep, Duration::from_secs(1));
         if t0.elapsed() > Duration::from_millis(500) {
             return Err(format!(
                 "BLOCKING_WAIT is not set but block(1 s) slept {:?}",

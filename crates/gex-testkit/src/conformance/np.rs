@@ -4,6 +4,7 @@ use super::util::{Errs, Pattern, barrier, bytes_of, expect_err, wait_for};
 use crate::rng::hash_words;
 use gex_core::spi::Conduit;
 use gex_core::{Am, AmError, Category, Client, Endpoint, EpAddr, HandlerId, Injected, Token};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -15,8 +16,9 @@ fn err(e: impl std::fmt::Display) -> String {
 /// Builds a negotiated-payload message of `plen` bytes and commits `fill` (its first
 /// `clen` bytes; `clen` may exceed `plen` to provoke `CommitTooLarge`). With `imm`,
 /// through [`Endpoint::try_request_medium_with`](gex_core::Endpoint::try_request_medium_with)
-/// (polling while the conduit lacks resources, bounded); without, through the guard of
-/// [`Endpoint::prepare_request_medium`](gex_core::Endpoint::prepare_request_medium).
+/// (polling while the conduit lacks resources, bounded); without, through
+/// [`Endpoint::request_medium_with`](gex_core::Endpoint::request_medium_with), which
+/// waits for resources.
 #[allow(clippy::too_many_arguments)]
 fn send_prepared<C: Conduit>(
     ep: &mut Endpoint<C>,
@@ -30,10 +32,20 @@ fn send_prepared<C: Conduit>(
     fill: &[u8],
     clen: usize,
 ) -> Result<(), AmError> {
+    let wrong_len = std::cell::Cell::new(None);
     let fill_with = |b: &mut [u8]| {
+        if b.len() != plen {
+            wrong_len.set(Some(b.len()));
+        }
         let n = clen.min(b.len()).min(fill.len());
         b[..n].copy_from_slice(&fill[..n]);
         clen
+    };
+    let checked = |r: Result<(), AmError>| match wrong_len.get() {
+        Some(got) => Err(AmError::Conduit(gex_core::spi::ConduitError::Contract(
+            format!("the buffer to fill has {got} bytes, {plen} asked"),
+        ))),
+        None => r,
     };
     if imm {
         let deadline = Instant::now() + super::CASE_WAIT;
@@ -45,7 +57,7 @@ fn send_prepared<C: Conduit>(
                 _ => ep.try_request_medium_with(dst, h, args, plen, fill_with)?,
             };
             if r == Injected::Sent {
-                return Ok(());
+                return checked(Ok(()));
             }
             if Instant::now() > deadline {
                 return Err(AmError::Conduit(gex_core::spi::ConduitError::Contract(
@@ -55,26 +67,16 @@ fn send_prepared<C: Conduit>(
             ep.poll();
         }
     }
-    let mut p = match cat {
-        Category::Long => ep.prepare_request_long(dst, plen, offset)?,
-        _ => ep.prepare_request_medium(dst, plen)?,
+    let r = match cat {
+        Category::Long => ep.request_long_with(dst, h, args, plen, offset, fill_with),
+        _ => ep.request_medium_with(dst, h, args, plen, fill_with),
     };
-    if p.buffer().len() != plen {
-        return Err(AmError::Conduit(gex_core::spi::ConduitError::Contract(
-            format!(
-                "prepared buffer has {} bytes, {plen} asked",
-                p.buffer().len()
-            ),
-        )));
-    }
-    let n = clen.min(plen).min(fill.len());
-    p.buffer()[..n].copy_from_slice(&fill[..n]);
-    p.commit(h, args, clen)
+    checked(r)
 }
 
 /// Negotiated payloads to every rank: Medium and Long buffers prepared, filled in place
 /// and committed with fewer bytes than prepared; zero-byte commits; IMMEDIATE prepares;
-/// dropping a prepared message and every failed commit (`CommitTooLarge`,
+/// a `fill` that panics and every failed commit (`CommitTooLarge`,
 /// `UnregisteredHandler`, `TooManyArgs`) send nothing; prepare-time errors
 /// (`PayloadTooLarge`, `OutOfSegment`, `BadRank`, `BadEndpoint`).
 pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), String> {
@@ -180,21 +182,29 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
             0,
         )
         .map_err(|e| format!("zero-byte commit: {e}"))?;
-        // Dropped and failed messages send nothing.
-        let mut p = ep
-            .prepare_request_medium(dst, 16.min(maxm[d]))
-            .map_err(err)?;
-        p.buffer().fill(0xab);
-        drop(p);
+        // Abandoned (a panicking `fill`) and failed messages send nothing.
+        let abandoned = catch_unwind(AssertUnwindSafe(|| {
+            ep.request_medium_with(dst, H, &[me, 9, 0], 16.min(maxm[d]), |b| {
+                b.fill(0xab);
+                panic!("a fill that panics on purpose")
+            })
+        }));
+        if abandoned.is_ok() {
+            return Err("a panicking fill did not end the call".into());
+        }
         // A conduit may build Long payloads directly in the target segment, so prepares
         // that send nothing use their own range (the committed one's handler may not
         // have run yet).
         let spare = off + plen;
-        let mut p = ep
-            .prepare_request_long(dst, 16.min(maxl[d]), spare)
-            .map_err(err)?;
-        p.buffer().fill(0xab);
-        drop(p);
+        let abandoned = catch_unwind(AssertUnwindSafe(|| {
+            ep.request_long_with(dst, H, &[me, 9, 0], 16.min(maxl[d]), spare, |b| {
+                b.fill(0xab);
+                panic!("a fill that panics on purpose")
+            })
+        }));
+        if abandoned.is_ok() {
+            return Err("a panicking fill did not end the call".into());
+        }
         let pl = 16.min(maxm[d]);
         expect_err(
             send_prepared(
@@ -257,7 +267,7 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
                     ep.try_request_medium_with(dst, H, &[], len, |_| 0)
                         .map(drop)
                 } else {
-                    ep.prepare_request_medium(dst, len).map(drop)
+                    ep.request_medium_with(dst, H, &[], len, |_| 0)
                 }
             };
             let long = |ep: &mut Endpoint<C>, len: usize, off: usize| -> Result<(), AmError> {
@@ -265,7 +275,7 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
                     ep.try_request_long_with(dst, H, &[], len, off, |_| 0)
                         .map(drop)
                 } else {
-                    ep.prepare_request_long(dst, len, off).map(drop)
+                    ep.request_long_with(dst, H, &[], len, off, |_| 0)
                 }
             };
             expect_err(

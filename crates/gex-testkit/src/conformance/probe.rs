@@ -2,8 +2,14 @@
 //! conduit endpoint underneath ([`Cx::conduit`]), to check the conduit contract itself
 //! (capabilities against behaviour, auxiliary areas, neighbours' segments). Runners
 //! build their clients with [`builder`], which attaches it.
+//!
+//! # Safety
+//! [`block`] reaches `&mut` the conduit endpoint with [`Cx::conduit_mut`] to call its
+//! `block`, and neither moves nor keeps it.
 
-use gex_core::layer::{Cx, Layer, LayerSet};
+#![allow(unsafe_code)]
+
+use gex_core::layer::{Attach, Cx, Layer, LayerSet};
 use gex_core::spi::Conduit;
 use gex_core::{ClientBuilder, Endpoint, InitError};
 
@@ -15,7 +21,7 @@ impl Layer for Probe {
     const NAME: &'static str = "conformance-probe";
     /// Room for the `aux` case's pattern (the conduit sizes its areas from the layers).
     const AUX_BYTES: usize = 1 << 16;
-    fn attach<C: Conduit>(_cx: &mut Cx<'_, C>) -> Result<Self, InitError> {
+    fn attach<C: Conduit>(_cx: &mut Attach<'_, C, Self>) -> Result<Self, InitError> {
         Ok(Probe)
     }
 }
@@ -33,8 +39,17 @@ pub(crate) fn with_conduit<C: Conduit, R>(
     ep: &mut Endpoint<C>,
     f: impl FnOnce(&mut Cx<'_, C>) -> R,
 ) -> R {
-    ep.with_layer::<Probe, _>(|_, cx| f(cx))
+    gex_core::layer::with::<Probe, C, R>(ep, |_, cx| f(cx))
         .expect("conformance clients carry the probe layer (build them with conformance::builder)")
+}
+
+/// The conduit endpoint's [`block`](gex_core::spi::ConduitEp::block) under `ep`.
+pub(crate) fn block<C: Conduit>(ep: &mut Endpoint<C>, timeout: std::time::Duration) {
+    use gex_core::spi::ConduitEp;
+    with_conduit(ep, |cx| {
+        // SAFETY: the endpoint is neither moved nor kept (module `# Safety`).
+        unsafe { cx.conduit_mut() }.block(timeout)
+    });
 }
 
 /// The probe is a layer list of its own too (for `ClientBuilder<L>` bounds in runners).

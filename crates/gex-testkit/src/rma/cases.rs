@@ -4,7 +4,7 @@
 use crate::conformance::CASE_WAIT;
 use crate::rng::SplitMix64;
 use gex_core::spi::Conduit;
-use gex_core::{AnyEvent, Blocking, Client, Endpoint, EpAddr, Event, Nb, Nbi};
+use gex_core::{AnyEvent, Blocking, Client, Endpoint, EpAddr, Event, Nb, Nbi, OwnedEndpoint};
 use gex_rma::{GlobalPtr, NbiCategories, Pod, Rma, RmaError, RmaExt, ScopeRmaExt, Strided, Vis};
 use std::collections::HashSet;
 use std::time::Instant;
@@ -39,25 +39,24 @@ pub(super) fn wait<C: Conduit, T: Send + 'static>(
 
 /// Messages the RMA layer of `r` had to drop.
 pub(super) fn dropped<C: Conduit>(r: &mut Ep<C>) -> u64 {
-    r.with_layer::<Rma, _>(|l, _| l.dropped_messages())
-        .unwrap_or(0)
+    gex_core::layer::state::<Rma, C>(r).map_or(0, |l| l.dropped_messages())
 }
 
 /// Operations in flight in the RMA layer of `r`.
 fn pending_ops<C: Conduit>(r: &mut Ep<C>) -> usize {
-    r.with_layer::<Rma, _>(|l, _| l.pending_ops()).unwrap_or(0)
+    gex_core::layer::state::<Rma, C>(r).map_or(0, |l| l.pending_ops())
 }
 
 /// Endpoint `k` of `client`, which the runner must have built with the RMA layer.
-pub(super) fn rma_endpoint<C: Conduit>(client: &Client<C>, k: u16) -> R<Ep<C>> {
+pub(super) fn rma_endpoint<C: Conduit>(client: &Client<C>, k: u16) -> R<OwnedEndpoint<C>> {
     let ep = client.endpoint(k).map_err(e2s("endpoint"))?;
-    if !ep.has_layer::<Rma>() {
+    if !gex_core::layer::is_attached::<Rma, C>(&ep) {
         return Err("the runner's client does not carry the RMA layer (build it with ClientBuilder::layer::<gex_rma::Rma>())".into());
     }
     Ok(ep)
 }
 
-pub(super) fn setup<C: Conduit>(client: &Client<C>) -> R<Ep<C>> {
+pub(super) fn setup<C: Conduit>(client: &Client<C>) -> R<OwnedEndpoint<C>> {
     let mut r = rma_endpoint(client, 0)?;
     barrier(&mut r)?;
     Ok(r)

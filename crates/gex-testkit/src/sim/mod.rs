@@ -388,7 +388,13 @@ impl Sim {
     }
 }
 
-impl Conduit for Sim {
+// SAFETY: the conduit contract holds: segments and areas are zero-filled memory the
+// fabric owns (`seg`) for as long as any rank's conduit lives; neighbours' mappings
+// are those segments, of the layout's lengths; payloads are delivered from the
+// message's own buffer; the staging buffer of in-place payloads is the endpoint's own;
+// native operations (`nic`) access only the given ranges until they report completion.
+#[allow(unsafe_code)]
+unsafe impl Conduit for Sim {
     type Ep = SimEp;
     const NAME: &'static str = "sim";
     const ENV_VARS: &'static [gex_core::config::EnvVar] = crate::ENV_VARS;
@@ -751,7 +757,9 @@ impl SimEp {
     }
 }
 
-impl ConduitEp for SimEp {
+// SAFETY: as for `Sim`.
+#[allow(unsafe_code)]
+unsafe impl ConduitEp for SimEp {
     fn index(&self) -> EpIndex {
         self.me.ep
     }
