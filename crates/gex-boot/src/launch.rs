@@ -33,6 +33,13 @@
 //! children of the calling *thread*: `PR_SET_PDEATHSIG` fires when that thread
 //! ends, and `run_job` returns only after every rank has been reaped.
 //!
+//! Where `pidfd_open` is not available (`ENOSYS`: Linux before 5.3, or valgrind
+//! 3.19, which does not know the system call; `EPERM`: a seccomp filter), the
+//! launcher asks `waitid(P_PID, WNOHANG)` about each running rank at least every
+//! 10 ms instead: the same semantics, a rank's end noticed up to 10 ms later. A
+//! rank is the launcher's unreaped child, so its pid cannot be reused before the
+//! launcher reaps it.
+//!
 //! # Several (simulated) hosts
 //!
 //! By default every rank runs on this host and gets host id 0. With
@@ -159,6 +166,10 @@ use crate::signals::SignalFd;
 
 /// Time between SIGTERM and SIGKILL when a job ends.
 const GRACE: Duration = Duration::from_secs(1);
+
+/// Longest `poll` of the launcher while a running rank has no pidfd (see
+/// [How a job runs](self#how-a-job-runs)): how late it may notice that rank's end.
+const NO_PIDFD_TICK: Duration = Duration::from_millis(10);
 
 /// What to launch: `ranks` processes of `program args…`.
 ///
@@ -477,7 +488,9 @@ fn io_err(context: &'static str) -> impl FnOnce(Errno) -> LaunchError {
 #[derive(Debug)]
 struct Rank {
     pid: Pid,
-    pidfd: OwnedFd,
+    /// `None` where `pidfd_open` is not available: the launcher then polls
+    /// `waitid` on the pid (see [`NO_PIDFD_TICK`]).
+    pidfd: Option<OwnedFd>,
     /// The launcher's end of the socket; `None` after EOF or an error.
     sock: Option<OwnedFd>,
     inbuf: FrameBuf,
@@ -497,15 +510,39 @@ impl Rank {
         }
     }
 
+    /// Which process `waitid` asks about: the pidfd if there is one, else the pid
+    /// (this rank is an unreaped child of the launcher, so the pid is still its).
+    fn wait_id(&self) -> WaitId<'_> {
+        match &self.pidfd {
+            Some(fd) => WaitId::PidFd(fd.as_fd()),
+            None => WaitId::Pid(self.pid),
+        }
+    }
+
     fn reap(&mut self) {
         if self.reaped {
             return;
         }
         let exited = WaitIdOptions::EXITED;
-        while let Err(Errno::INTR) =
-            rustix::process::waitid(WaitId::PidFd(self.pidfd.as_fd()), exited)
-        {}
+        while let Err(Errno::INTR) = rustix::process::waitid(self.wait_id(), exited) {}
         self.reaped = true;
+    }
+}
+
+/// Opens a pidfd of the rank process `pid`; `Ok(None)` where the kernel (or an
+/// emulator such as valgrind, or a seccomp filter) does not offer `pidfd_open`, or
+/// where `use_pidfds` is false (tests of the fallback).
+fn open_pidfd(pid: Pid, use_pidfds: bool) -> Result<Option<OwnedFd>, Errno> {
+    if !use_pidfds {
+        return Ok(None);
+    }
+    match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(e @ (Errno::NOSYS | Errno::PERM)) => {
+            tracing::debug!(error = %e, "no pidfd_open: polling waitid for the rank's exit");
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -558,6 +595,12 @@ struct Job {
 /// program cannot be executed (ranks already started are killed);
 /// [`LaunchError::Io`] if a system call of the launcher fails (ranks are killed).
 pub fn run_job(spec: &JobSpec) -> Result<i32, LaunchError> {
+    run_job_with(spec, true)
+}
+
+/// [`run_job`]; with `use_pidfds == false` the launcher behaves as where
+/// `pidfd_open` is not available (tests of that fallback).
+fn run_job_with(spec: &JobSpec, use_pidfds: bool) -> Result<i32, LaunchError> {
     if spec.ranks == 0 {
         return Err(LaunchError::NoRanks);
     }
@@ -633,7 +676,7 @@ pub fn run_job(spec: &JobSpec) -> Result<i32, LaunchError> {
         drop(cmd);
         drop(theirs);
         let pid = Pid::from_child(&child);
-        let pidfd = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+        let pidfd = match open_pidfd(pid, use_pidfds) {
             Ok(fd) => fd,
             Err(e) => {
                 let _ = rustix::process::kill_process_group(pid, Signal::KILL);
@@ -674,15 +717,31 @@ impl Job {
         let mut ready: Vec<(Src, PollFlags)> = Vec::new();
         while self.ranks.0.iter().any(|r| r.status.is_none()) {
             ready.clear();
-            let timeout = self
+            // Ranks without a pidfd: ask waitid directly, and wake up again soon.
+            let mut unwatched = false;
+            for i in 0..self.ranks.0.len() {
+                if self.ranks.0[i].pidfd.is_none() && self.ranks.0[i].status.is_none() {
+                    self.check_exit(i);
+                    unwatched |= self.ranks.0[i].status.is_none();
+                }
+            }
+            if !self.ranks.0.iter().any(|r| r.status.is_none()) {
+                break;
+            }
+            let until_kill = self
                 .kill_at
-                .map(|t| t.saturating_duration_since(Instant::now()))
-                .map(|d| {
-                    Timespec::try_from(d).unwrap_or(Timespec {
-                        tv_sec: 1,
-                        tv_nsec: 0,
-                    })
-                });
+                .map(|t| t.saturating_duration_since(Instant::now()));
+            let timeout = match (until_kill, unwatched) {
+                (Some(d), true) => Some(d.min(NO_PIDFD_TICK)),
+                (None, true) => Some(NO_PIDFD_TICK),
+                (d, false) => d,
+            }
+            .map(|d| {
+                Timespec::try_from(d).unwrap_or(Timespec {
+                    tv_sec: 1,
+                    tv_nsec: 0,
+                })
+            });
             {
                 let mut fds = Vec::with_capacity(2 * self.ranks.0.len() + 1);
                 let mut srcs = Vec::with_capacity(fds.capacity());
@@ -695,8 +754,8 @@ impl Job {
                         fds.push(PollFd::new(s, flags));
                         srcs.push(Src::Sock(i));
                     }
-                    if r.status.is_none() {
-                        fds.push(PollFd::new(&r.pidfd, PollFlags::IN));
+                    if let (None, Some(pidfd)) = (&r.status, &r.pidfd) {
+                        fds.push(PollFd::new(pidfd, PollFlags::IN));
                         srcs.push(Src::Pid(i));
                     }
                 }
@@ -830,21 +889,20 @@ impl Job {
     /// Records rank `i`'s exit if it has exited (without reaping it).
     fn check_exit(&mut self, i: usize) {
         let opts = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
-        let status =
-            match rustix::process::waitid(WaitId::PidFd(self.ranks.0[i].pidfd.as_fd()), opts) {
-                Ok(Some(st)) => match (st.exit_status(), st.terminating_signal()) {
-                    (Some(code), _) => Status::Code(code),
-                    (None, Some(sig)) => Status::Signal(sig),
-                    (None, None) => return,
-                },
-                Ok(None) | Err(Errno::INTR) => return,
-                Err(e) => {
-                    // ECHILD: something else reaped it (SIGCHLD ignored?); its status is lost.
-                    tracing::warn!(rank = i, error = %e, "cannot read the exit status of a rank");
-                    self.ranks.0[i].reaped = true;
-                    Status::Code(0)
-                }
-            };
+        let status = match rustix::process::waitid(self.ranks.0[i].wait_id(), opts) {
+            Ok(Some(st)) => match (st.exit_status(), st.terminating_signal()) {
+                (Some(code), _) => Status::Code(code),
+                (None, Some(sig)) => Status::Signal(sig),
+                (None, None) => return,
+            },
+            Ok(None) | Err(Errno::INTR) => return,
+            Err(e) => {
+                // ECHILD: something else reaped it (SIGCHLD ignored?); its status is lost.
+                tracing::warn!(rank = i, error = %e, "cannot read the exit status of a rank");
+                self.ranks.0[i].reaped = true;
+                Status::Code(0)
+            }
+        };
         // Everything the rank sent before it died is in the socket: handle it first.
         self.read(i);
         self.ranks.0[i].status = Some(status);
@@ -896,6 +954,33 @@ impl Job {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Without pidfds (`pidfd_open` failing with ENOSYS, as under valgrind 3.19) the
+    /// launcher still sees every way a rank ends, promptly, through `waitid` on the
+    /// pid. Rank 1 leaves a background `sleep` holding its bootstrap socket, so no
+    /// hang-up on the socket tells the launcher that rank 1 is gone: only the `waitid`
+    /// tick does (without it, this job would never end).
+    #[test]
+    fn without_pidfds_rank_exits_are_seen_promptly() {
+        // On a thread, so that a launcher that misses an exit fails the test instead
+        // of hanging it (its ranks die with the test process). A job that ends lasts
+        // at most the grace period (SIGTERM, then SIGKILL after 1 s).
+        let run = |spec: JobSpec| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || tx.send(run_job_with(&spec, false).unwrap()));
+            rx.recv_timeout(Duration::from_secs(10))
+        };
+        assert_eq!(run(JobSpec::new(2, "true")), Ok(0));
+        for (script, code) in [("sleep 20 & exit 7", 7), ("sleep 20 & kill -9 $$", 128 + 9)] {
+            let body = format!(r#"if [ "$GEX_RANK" = 1 ]; then {script}; fi; sleep 20"#);
+            let spec = JobSpec::new(3, "sh").args(["-c", &body]);
+            assert_eq!(
+                run(spec),
+                Ok(code),
+                "{script}: the launcher missed the exit"
+            );
+        }
+    }
 
     #[test]
     fn host_lists_parse() {

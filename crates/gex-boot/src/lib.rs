@@ -40,8 +40,9 @@
 //! - PMIx without the `pmix` feature: the default build links no native library,
 //!   so it has no PMIx client; a process it finds under a PMIx server fails with an
 //!   error saying so (rather than running as one of many one-rank jobs).
-//! - Platforms other than Linux: the launcher relies on pidfds and
-//!   `PR_SET_PDEATHSIG` (Linux 5.3 or later).
+//! - Platforms other than Linux: the launcher relies on `PR_SET_PDEATHSIG` and
+//!   pidfds (Linux 5.3 or later; without `pidfd_open` it polls `waitid`, see
+//!   [`launch`](launch#how-a-job-runs)).
 //!
 //! # Recipes
 //!

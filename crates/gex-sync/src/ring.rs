@@ -218,11 +218,15 @@ pub const fn ring_bytes_needed(cap: usize) -> usize {
 }
 
 /// The published head as the starting position of an endpoint that attaches. Positions
-/// stay below `2^63`; a head at or above it can only come from corrupt shared memory and
-/// loses its top bit, so that position arithmetic never overflows whatever the memory
-/// holds.
+/// stay below `2^63` and are multiples of 8; a head that is not can only come from corrupt
+/// shared memory. It loses its top bit, so that position arithmetic never overflows, and
+/// its low 3 bits, so that every offset the endpoint derives stays a multiple of 8: a tag
+/// word aligned and inside the data area, whatever the memory holds. (Without the low
+/// bits cleared, a head of `u64::MAX` made both endpoints start at offset `cap - 1` and
+/// access a tag word 7 bytes past the end of the data area; memcheck found it in
+/// `corrupt_head_does_not_overflow`.)
 fn attach_head(ctl: &RingCtl) -> u64 {
-    ctl.head.load(Ordering::Acquire) & !PAD_BIT
+    ctl.head.load(Ordering::Acquire) & !(PAD_BIT | 7)
 }
 
 fn check_geometry(data: *mut u8, cap: usize) {

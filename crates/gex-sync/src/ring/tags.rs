@@ -45,6 +45,8 @@ mod real {
     /// Tags are the words of the data area itself.
     pub(crate) struct TagStore {
         data: *mut u8,
+        /// Checked in debug builds: every tag word lies inside the data area.
+        cap: usize,
     }
 
     impl TagStore {
@@ -52,8 +54,8 @@ mod real {
         ///
         /// `data` is valid for `cap` bytes, 8-byte aligned, for the life of the store.
         #[inline]
-        pub(crate) unsafe fn new(_ctl: *const RingCtl, data: *mut u8, _cap: usize) -> Self {
-            TagStore { data }
+        pub(crate) unsafe fn new(_ctl: *const RingCtl, data: *mut u8, cap: usize) -> Self {
+            TagStore { data, cap }
         }
 
         /// # Safety
@@ -61,6 +63,11 @@ mod real {
         /// `off` is a multiple of 8 below `cap`.
         #[inline(always)]
         unsafe fn word(&self, off: usize) -> &AtomicU64 {
+            debug_assert!(
+                off % 8 == 0 && off < self.cap,
+                "ring tag offset {off} is not a multiple of 8 below {}",
+                self.cap
+            );
             // SAFETY: `data + off` is inside the data area and 8-byte aligned (caller), and
             // the word is accessed only atomically while shared (ring protocol).
             unsafe { AtomicU64::from_ptr(self.data.add(off).cast::<u64>()) }
