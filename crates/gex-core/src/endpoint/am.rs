@@ -7,10 +7,13 @@
 //!   keeps mapped for its life (the endpoint holds the conduit) and which other ranks
 //!   may write at any time: the safe reads copy with relaxed atomics
 //!   ([`gex_sync::copy`]); the slice view is `unsafe` with that rule written down.
-//! - [`Prepared`] turns a conduit's negotiated-payload buffer into a slice: the
-//!   conduit promises it stays valid and unaliased until `commit`/`cancel`, and
-//!   `Prepared` holds `&mut Endpoint` for its whole life, so no other conduit call can
-//!   happen in between.
+//! - [`Prepared`] turns a conduit's negotiated-payload buffer for a Medium request into
+//!   a slice: the conduit promises it stays valid and unaliased until
+//!   `commit`/`cancel`, and `Prepared` holds `&mut Endpoint` for its whole life, so no
+//!   other conduit call can happen in between. A Long request's in-place buffer may be
+//!   the destination range of a segment (shared-memory conduits), which other ranks
+//!   write at any time: it is cancelled, never made a slice, and the payload is built
+//!   in the endpoint's bounce buffer instead.
 #![allow(unsafe_code)]
 
 use super::{Core, Endpoint, Guard, Inner, OWN_CLIENT, OWN_NONE};
@@ -567,7 +570,8 @@ impl<C: Conduit> std::fmt::Debug for Prepared<'_, C> {
 
 impl<C: Conduit> Prepared<'_, C> {
     /// True if the buffer is the conduit's own (built in place, no copy at commit);
-    /// false for the endpoint's bounce buffer.
+    /// false for the endpoint's bounce buffer (always for a Long request: its place is
+    /// the destination's segment, memory other ranks may write at any time).
     pub fn in_place(&self) -> bool {
         self.buf.is_some()
     }
@@ -576,8 +580,10 @@ impl<C: Conduit> Prepared<'_, C> {
     pub fn buffer(&mut self) -> &mut [u8] {
         match self.buf {
             // SAFETY: the conduit guarantees the prepared memory is valid, writable and
-            // not aliased until commit/cancel; `self` holds the endpoint exclusively, so
-            // no conduit call can intervene, and the borrow is tied to `&mut self`.
+            // not aliased until commit/cancel (only a Medium's is used: `prepare_req`
+            // never keeps a Long's, which may be the destination's segment); `self`
+            // holds the endpoint exclusively, so no conduit call can intervene, and the
+            // borrow is tied to `&mut self`.
             Some(p) => unsafe { std::slice::from_raw_parts_mut(p.as_ptr().cast::<u8>(), self.len) },
             None => &mut self.ep.core.bounce[..self.len],
         }
@@ -682,9 +688,21 @@ impl<C: Conduit> Inner<C> {
         loop {
             let req = PrepareReq::new(dst, category, max_len, offset);
             match self.core.cep.prepare(&req, !wait)? {
-                Prepare::InPlace(buf) => {
+                Prepare::InPlace(buf) if category != Category::Long => {
                     debug_assert!(buf.len() >= max_len);
                     return Ok(Some(Some(buf)));
+                }
+                // A Long's payload lands in the destination's segment, which other
+                // ranks (and the destination itself) may write at any time: a
+                // conduit's in-place buffer for it may be that very range, so it
+                // never becomes the `&mut [u8]` of `Prepared::buffer`. The conduit
+                // had the resources: build the payload in the bounce buffer, which
+                // `commit` injects (a copy, as `request_long` makes).
+                Prepare::InPlace(_) => {
+                    self.core.cep.cancel();
+                    self.core.bounce.clear();
+                    self.core.bounce.resize(max_len, 0);
+                    return Ok(Some(None));
                 }
                 Prepare::Bounce => {
                     self.core.bounce.clear();
@@ -951,9 +969,10 @@ impl<C: Conduit> Endpoint<C> {
     /// Like [`prepare_request_medium`](Self::prepare_request_medium) for a Long request
     /// whose payload lands at `offset` in `dst`'s segment.
     ///
-    /// The buffer may be the destination range itself (conduits with shared memory
-    /// build the payload in place), so a dropped `Prepared` sends no message but may
-    /// have written `[offset, offset + max_len)` of the destination segment.
+    /// The buffer is the endpoint's own (never the destination range: other ranks may
+    /// write a segment at any time, so it cannot be a `&mut [u8]` of the caller's), and
+    /// [`Prepared::commit`] copies what it sends into place; a dropped `Prepared`
+    /// writes nothing anywhere.
     ///
     /// # Errors
     /// As [`prepare_request_medium`](Self::prepare_request_medium), plus
@@ -1025,7 +1044,9 @@ impl<C: Conduit> Endpoint<C> {
     }
 
     /// As [`try_request_medium_with`](Self::try_request_medium_with) for a Long request
-    /// landing at `offset` in `dst`'s segment.
+    /// landing at `offset` in `dst`'s segment. `fill` writes the endpoint's own buffer
+    /// (never the destination range, which other ranks may write meanwhile); the
+    /// bytes it says it wrote are copied into place when the message is sent.
     ///
     /// # Errors
     /// As [`try_request_medium_with`](Self::try_request_medium_with), plus
