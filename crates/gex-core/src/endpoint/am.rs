@@ -21,7 +21,8 @@ use crate::client::Shared;
 use crate::error::{AmError, RegisterError};
 use crate::event::{Data, Event, Mode, finish_bytes};
 use crate::spi::{
-    Conduit, ConduitEp, Limits, OutMsg, OwnedInjected, OwnedMsg, Prepare, PrepareReq, ReplyTx,
+    Conduit, ConduitEp, ConduitError, Limits, OutMsg, OwnedInjected, OwnedMsg, Prepare, PrepareReq,
+    ReplyTx,
 };
 use crate::types::{
     Category, EpAddr, FIRST_CLIENT_HANDLER, HandlerId, HandlerIndex, Injected, Kind,
@@ -689,7 +690,17 @@ impl<C: Conduit> Inner<C> {
             let req = PrepareReq::new(dst, category, max_len, offset);
             match self.core.cep.prepare(&req, !wait)? {
                 Prepare::InPlace(buf) if category != Category::Long => {
-                    debug_assert!(buf.len() >= max_len);
+                    // `Prepared::buffer` lends `max_len` bytes of it: a shorter buffer
+                    // (a conduit bug, in safe code) would let the program write past
+                    // it. The rest of the promise (valid, unaliased memory) the
+                    // conduit contract carries.
+                    if buf.len() < max_len {
+                        self.core.cep.cancel();
+                        return Err(AmError::Conduit(ConduitError::Contract(format!(
+                            "prepare gave a {}-byte buffer for a {max_len}-byte payload",
+                            buf.len()
+                        ))));
+                    }
                     return Ok(Some(Some(buf)));
                 }
                 // A Long's payload lands in the destination's segment, which other
