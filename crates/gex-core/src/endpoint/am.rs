@@ -143,7 +143,9 @@ impl<'a> LongPayload<'a> {
     /// Nothing may write these bytes while the slice is alive: no RMA or Long AM from
     /// any rank (nor any thread of this process) may target them. gex cannot know what
     /// peers do, so the program must (e.g. by its protocol: the sender does not touch
-    /// the range again before this handler replies).
+    /// the range again before this handler replies). A slice given as the input of a
+    /// call that returned an error or unwound keeps this promise longer, as
+    /// [`Segment::as_slice`](crate::Segment::as_slice) says.
     pub unsafe fn as_slice(&self) -> &'a [u8] {
         // SAFETY: in bounds and mapped; the caller rules out writers.
         unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(self.offset), self.len) }
