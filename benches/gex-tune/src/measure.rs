@@ -129,7 +129,9 @@ impl Buffers {
     /// # Safety
     /// With [`Placement::Segment`], nothing else may write or read this rank's
     /// segment bytes `0..input + output` while the buffers are alive (no RMA into
-    /// them, no other `Buffers` of the same rank, no scratch region there).
+    /// them, no other `Buffers` of the same rank, no scratch region there), and the
+    /// buffers must not outlive `ep`'s client (which keeps the segment mapped): they
+    /// hold its address, not a borrow.
     ///
     /// # Errors
     /// [`CollError::BadLength`] if the segment is too small for them.

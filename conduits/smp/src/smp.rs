@@ -830,7 +830,7 @@ unsafe impl ConduitEp for SmpEp {
     }
 
     fn prepare(&mut self, req: &PrepareReq, _imm: bool) -> Result<Prepare, ConduitError> {
-        let (dst, max_len, offset) = (req.dst(), req.max_len(), req.offset());
+        let (dst, max_len) = (req.dst(), req.max_len());
         let g = self.tx.g(dst);
         match req.category() {
             Category::Short => Ok(Prepare::Bounce),
@@ -854,24 +854,15 @@ unsafe impl ConduitEp for SmpEp {
                     max_len,
                 )))
             }
+            // A Long's place is the destination's segment, which other ranks (and its
+            // owner) may write at any time: it is never handed out to be filled (the
+            // core would make it a `&mut [u8]`). The core builds the payload in its
+            // bounce buffer and injects it; say now whether the ring has room.
             Category::Long => {
-                let body_len = NP_ARGS_AREA + 16;
-                if self.tx.req[g].reserve(body_len).is_none() {
+                if self.tx.req[g].reserve(NP_ARGS_AREA + 16).is_none() {
                     return Ok(Prepare::WouldBlock);
                 }
-                self.np = Some(Np {
-                    g,
-                    category: Category::Long,
-                    body: std::ptr::null_mut(),
-                    body_len,
-                });
-                let seg = self.tx.segs[g];
-                // SAFETY: the core checked offset + max_len against the destination segment.
-                let p = unsafe { seg.base.0.as_ptr().add(offset) };
-                Ok(Prepare::InPlace(NonNull::slice_from_raw_parts(
-                    NonNull::new(p).expect("non-null"),
-                    max_len,
-                )))
+                Ok(Prepare::Bounce)
             }
         }
     }
@@ -890,36 +881,26 @@ unsafe impl ConduitEp for SmpEp {
                 np.category
             )));
         }
-        let seg = self.tx.segs[g];
-        match msg.category() {
-            Category::Medium => {
-                let mut r = self.tx.req[g]
-                    .reserve(np.body_len)
-                    .expect("space reserved at prepare");
-                let body = r.body_ptr();
-                assert_eq!(
-                    body, np.body,
-                    "gex smp: negotiated-payload reservation moved"
-                );
-                // SAFETY: the first NP_ARGS_AREA bytes of the reservation hold the args.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        msg.args().as_ptr().cast::<u8>(),
-                        body,
-                        msg.args().len() * 4,
-                    )
-                };
-                r.commit(
-                    user_word(msg) | U_FIXED_ARGS,
-                    NP_ARGS_AREA + msg.payload().len(),
-                );
-            }
-            _ => {
-                // The payload is already in the destination segment; publish the descriptor.
-                let ok = put(&mut self.tx.req[g], msg, seg);
-                assert!(ok, "gex smp: space reserved at prepare vanished");
-            }
-        }
+        let mut r = self.tx.req[g]
+            .reserve(np.body_len)
+            .expect("space reserved at prepare");
+        let body = r.body_ptr();
+        assert_eq!(
+            body, np.body,
+            "gex smp: negotiated-payload reservation moved"
+        );
+        // SAFETY: the first NP_ARGS_AREA bytes of the reservation hold the args.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                msg.args().as_ptr().cast::<u8>(),
+                body,
+                msg.args().len() * 4,
+            )
+        };
+        r.commit(
+            user_word(msg) | U_FIXED_ARGS,
+            NP_ARGS_AREA + msg.payload().len(),
+        );
         self.tx.bells[g].get().ring();
         Ok(())
     }

@@ -52,7 +52,9 @@ pub enum CollError {
     /// [`barrier_try`](crate::CollExt::barrier_try) without a notify.
     #[error("no split-phase barrier of this team is notified")]
     BarrierNotNotified,
-    /// The calling rank is not a member of the team.
+    /// The calling rank is not a member of the team, or the team was made by another
+    /// client's layer (another job in the same process, or a client dropped since),
+    /// whose shared memory is not this endpoint's.
     #[error("the calling rank is not a member of team {team:#x}")]
     NotMember {
         /// Team id.

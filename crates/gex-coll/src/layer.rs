@@ -99,6 +99,9 @@ pub struct Coll {
     /// default options that took the shared-memory barrier
     /// ([`Coll::barrier_replay`]).
     pub(crate) bar_replay: Option<(u64, u32, u64)>,
+    /// This layer instance, the maker of the team extensions it uses
+    /// ([`crate::teams::Owner`]).
+    pub(crate) owner: crate::teams::Owner,
     /// Pinned (see the type's documentation).
     _pin: std::marker::PhantomPinned,
 }
@@ -284,7 +287,8 @@ impl Layer for Coll {
         }
         let mut shm = ShmLocal::new(own, generation);
         shm.note_policy(cx.wait_policy());
-        let world = crate::teams::world_team(cx, &mut shm);
+        let owner = crate::teams::Owner::new();
+        let world = crate::teams::world_team(cx, &mut shm, &owner);
         let mut c = Coll {
             hids,
             me,
@@ -313,6 +317,7 @@ impl Layer for Coll {
             ring_key: None,
             replay: None,
             bar_replay: None,
+            owner,
             _pin: std::marker::PhantomPinned,
         };
         crate::teams::setup_world_hier(&mut c, cx);
@@ -404,10 +409,12 @@ impl Coll {
         if team.me() != self.me {
             return Err(not_member());
         }
-        if team.ext::<crate::teams::CollTeam>().is_some() {
+        if self.owner.ext_of(team).is_some() {
             return Ok(team.clone());
         }
-        // `me` matched: the primordial team of this endpoint's index.
+        // `me` matched: the primordial team of this endpoint's index (a team with
+        // another layer instance's extension is no team of this endpoint's, but for
+        // this rule, which ignores its members as for a team without one).
         if team.id() == 0 && team.size() == self.world.size() {
             return Ok(self.world.clone());
         }
@@ -429,7 +436,7 @@ impl Coll {
         if team.me() != self.me {
             return Err(CollError::NotMember { team: team.id() });
         }
-        if team.ext::<crate::teams::CollTeam>().is_some() {
+        if self.owner.ext_of(team).is_some() {
             return f(self, team);
         }
         if team.id() != 0 || team.size() != self.world.size() {

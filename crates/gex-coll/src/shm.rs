@@ -31,7 +31,9 @@
 //! areas, by the conduit contract). The round structure is unchanged (readers learn
 //! per publication which way it came), and the publisher completes only once every
 //! reader acknowledged its by-reference publications, so its input is never read
-//! after the call returned.
+//! after the call returned `Ok` (a call that fails or unwinds may leave readers
+//! behind: the `# Safety` of `Segment::as_slice`, whence such an input comes, asks
+//! the program to leave it unwritten until a later collective of the team).
 //!
 //! **Across address spaces (CMA).** A blocking call whose input is private memory
 //! (not in the segment) and whose operation only copies (broadcast, scatter, gather,
@@ -96,9 +98,11 @@
 //! publication acknowledged it (acquire on `ACK`), and read by others only after they
 //! saw the tag (acquire on `POST`) and before they acknowledge (release on `ACK`): no
 //! data race. A by-reference input is borrowed by the blocking call for its whole
-//! duration (the caller cannot change it) and the call returns only after every
-//! reader acknowledged (acquire on `ACK`); readers check the reference against the
-//! publisher's mapped segment before reading. A CMA read goes through the kernel,
+//! duration (the caller cannot change it) and the call returns `Ok` only after every
+//! reader acknowledged (acquire on `ACK`); such an input lies in the segment, so the
+//! program made it with `unsafe` `Segment::as_slice`, whose contract also covers the
+//! readers a failed or unwound call leaves behind; readers check the reference against
+//! the publisher's mapped segment before reading. A CMA read goes through the kernel,
 //! which checks the address against the publisher's mappings; the publisher's input
 //! stays borrowed and unchanged until every reader acknowledged, as by reference.
 #![allow(unsafe_code)]

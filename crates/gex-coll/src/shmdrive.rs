@@ -48,7 +48,7 @@ use crate::op::{AddrMode, OpKind, Opts, SyncMode, SyncModes};
 use crate::ring;
 use crate::rootcheck::{self, Stall};
 use crate::shm::{Area, Io, Publish, ShmOp, ShmTeam, WaitOn};
-use crate::teams::{CollTeam, ext};
+use crate::teams::{CollTeam, Owner, ext};
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
 use gex_core::{EpAddr, Team, WaitPolicy};
@@ -726,6 +726,7 @@ impl Coll {
             tuner_gen,
             world,
             me,
+            owner,
             ..
         } = self;
         let Some(r) = replay.as_mut() else {
@@ -734,7 +735,7 @@ impl Coll {
         if r.key != *key || r.generation != *tuner_gen || !ops.is_empty() {
             return Replayed::Declined;
         }
-        let Some(x) = borrowed_ext(team, world, *me) else {
+        let Some(x) = borrowed_ext(team, world, (*me, owner)) else {
             return Replayed::Declined;
         };
         let Some(t) = x.shm.as_ref() else {
@@ -801,9 +802,10 @@ impl Coll {
             direct,
             world,
             me,
+            owner,
             ..
         } = self;
-        let Some(x) = borrowed_ext(team, world, *me) else {
+        let Some(x) = borrowed_ext(team, world, (*me, owner)) else {
             return Replayed::Declined;
         };
         let Some(t) = x.shm.as_ref() else {
@@ -911,9 +913,10 @@ impl Coll {
             shm,
             world,
             me,
+            owner,
             ..
         } = self;
-        let x = borrowed_ext(team, world, *me)?;
+        let x = borrowed_ext(team, world, (*me, owner))?;
         Some(step_parts(
             (direct, shm),
             x,
@@ -1034,14 +1037,19 @@ fn take_wait(
 
 /// `team`'s extension, resolved as [`Coll::with_resolved`] does but by reference (no
 /// lending: the caller borrows the layer's fields apart), given the layer's `world`
-/// team and this endpoint's address `me`; `None` for a team that is not this
-/// endpoint's (the general path reports it).
+/// team, this endpoint's address `me` and the layer instance `owner`; `None` for a
+/// team that is not this endpoint's (the general path reports it).
 #[inline]
-fn borrowed_ext<'a>(team: &'a Team, world: &'a Team, me: EpAddr) -> Option<&'a CollTeam> {
+fn borrowed_ext<'a>(
+    team: &'a Team,
+    world: &'a Team,
+    (me, owner): (EpAddr, &Owner),
+) -> Option<&'a CollTeam> {
     if team.me() != me {
         return None;
     }
-    team.ext::<CollTeam>()
+    owner
+        .ext_of(team)
         .or_else(|| (team.id() == 0 && team.size() == world.size()).then(|| ext(world)))
 }
 

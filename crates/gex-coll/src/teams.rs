@@ -10,6 +10,13 @@
 //! The primordial team of an endpoint ([`Endpoint::world`](gex_core::Endpoint::world))
 //! is made by the core without one: the layer keeps the world's extension itself and
 //! uses it whenever it is given the endpoint's primordial team.
+//!
+//! A [`Team`] is plain data: safe code may keep it past its client, clone it and hand
+//! it to any thread, another job's included (`Send + Sync`). Its extension holds the
+//! addresses of its job's shared-memory areas and segments, so the layer uses only the
+//! extensions it made itself ([`Owner`]): a team another layer instance made (another
+//! job in the same process, or an earlier client whose memory is unmapped) is not a
+//! team of this endpoint's ([`CollError::NotMember`]).
 
 use crate::api::gather_all_vec;
 use crate::error::CollError;
@@ -38,6 +45,32 @@ pub enum Scratch {
     Alloc(usize),
 }
 
+/// The layer instance (one endpoint's [`Coll`]) that made a team's extension. Every
+/// extension holds its maker's allocation, so no later layer gets the same address:
+/// [`made`](Self::made) is one pointer comparison on the hot path of every call.
+#[derive(Clone, Debug)]
+pub(crate) struct Owner(Arc<()>);
+
+impl Owner {
+    /// A new layer instance's.
+    pub(crate) fn new() -> Owner {
+        Owner(Arc::new(()))
+    }
+
+    /// Whether this layer made `x`.
+    #[inline]
+    pub(crate) fn made(&self, x: &CollTeam) -> bool {
+        Arc::ptr_eq(&self.0, &x.owner.0)
+    }
+
+    /// `team`'s extension if this layer made it (`None`: no extension, or another
+    /// layer instance's, whose memory is not this endpoint's to use).
+    #[inline]
+    pub(crate) fn ext_of<'t>(&self, team: &'t Team) -> Option<&'t CollTeam> {
+        team.ext::<CollTeam>().filter(|x| self.made(x))
+    }
+}
+
 /// The layer's state of one team (the extension of a [`Team`] it made).
 pub(crate) struct CollTeam {
     seq: AtomicU32,
@@ -52,15 +85,19 @@ pub(crate) struct CollTeam {
     pub(crate) shm: Option<ShmTeam>,
     /// Sub-teams of a team spanning hosts (set once, at creation).
     pub(crate) hier: OnceLock<Hier>,
+    /// The layer instance that made it (the only one that uses it).
+    owner: Owner,
 }
 
 impl CollTeam {
     pub(crate) fn new(
+        owner: &Owner,
         scratch: Vec<(usize, usize)>,
         allocated: Option<Range<usize>>,
         shm: Option<ShmTeam>,
     ) -> CollTeam {
         CollTeam {
+            owner: owner.clone(),
             seq: AtomicU32::new(0),
             bar_k: AtomicU32::new(0),
             splits: AtomicU32::new(0),
@@ -143,7 +180,7 @@ fn shm_segments<C: Conduit>(cx: &Cx<'_, C>, members: &[EpAddr]) -> Vec<(usize, u
 
 /// The primordial team with the layer's extension (channel 0 when every rank maps
 /// every other's area).
-pub(crate) fn world_team<C: Conduit>(cx: &Cx<'_, C>, shm: &mut ShmLocal) -> Team {
+pub(crate) fn world_team<C: Conduit>(cx: &Cx<'_, C>, shm: &mut ShmLocal, owner: &Owner) -> Team {
     let me = cx.addr();
     let size = cx.size();
     let members: Vec<EpAddr> = (0..size).map(|r| EpAddr::new(r, me.ep)).collect();
@@ -169,7 +206,7 @@ pub(crate) fn world_team<C: Conduit>(cx: &Cx<'_, C>, shm: &mut ShmLocal) -> Team
         0,
         members,
         me.rank,
-        CollTeam::new(Vec::new(), None, world_shm),
+        CollTeam::new(owner, Vec::new(), None, world_shm),
     )
 }
 
@@ -232,7 +269,12 @@ pub(crate) fn setup_world_hier<C: Conduit>(c: &mut Coll, cx: &Cx<'_, C>) {
     if let Some(t) = &shm {
         c.shm.join(t);
     }
-    let host = with_ext(hid, addrs, host_rank, CollTeam::new(Vec::new(), None, shm));
+    let host = with_ext(
+        hid,
+        addrs,
+        host_rank,
+        CollTeam::new(&c.owner, Vec::new(), None, shm),
+    );
     let leaders = (host_rank == 0).then(|| {
         let addrs: Vec<EpAddr> = layout
             .leaders()
@@ -240,7 +282,12 @@ pub(crate) fn setup_world_hier<C: Conduit>(c: &mut Coll, cx: &Cx<'_, C>) {
             .map(|&r| w.members()[r as usize])
             .collect();
         let lid = mix_all(&[w.id(), 0x1ead]);
-        with_ext(lid, addrs, my_host, CollTeam::new(Vec::new(), None, None))
+        with_ext(
+            lid,
+            addrs,
+            my_host,
+            CollTeam::new(&c.owner, Vec::new(), None, None),
+        )
     });
     let ranges = layout.ranges();
     let _ = ext(&w).hier.set(Hier {
@@ -361,8 +408,15 @@ fn form<C: Conduit>(
         .iter()
         .position(|&m| m == parent.rank())
         .ok_or(CollError::NotMember { team: id })? as u32;
-    let (local, allocated) = coll(ep, |c, _| c.scratch_for(scratch))??;
-    let provisional = with_ext(id, addrs.clone(), me, CollTeam::new(Vec::new(), None, None));
+    let (local, allocated, owner) = coll(ep, |c, _| {
+        c.scratch_for(scratch).map(|(l, a)| (l, a, c.owner.clone()))
+    })??;
+    let provisional = with_ext(
+        id,
+        addrs.clone(),
+        me,
+        CollTeam::new(&owner, Vec::new(), None, None),
+    );
     let table = match local {
         None => Vec::new(),
         Some((off, len)) => {
@@ -373,7 +427,7 @@ fn form<C: Conduit>(
         }
     };
     let shm = agree_channel(ep, &provisional)?;
-    let t = with_ext(id, addrs, me, CollTeam::new(table, allocated, shm));
+    let t = with_ext(id, addrs, me, CollTeam::new(&owner, table, allocated, shm));
     setup_hier(ep, &t)?;
     // Continue the provisional team's sequence numbers.
     let (p, x) = (ext(&provisional), ext(&t));
@@ -467,8 +521,10 @@ pub(crate) fn destroy_team<C: Conduit>(ep: &mut Endpoint<C>, team: Team) -> Resu
     }
     gex_core::layer::poll(ep);
     coll(ep, |c, _| {
-        // Another endpoint's team: its scratch is not this endpoint's to free.
-        if team.me() != c.me {
+        // Another endpoint's team (or another layer instance's: another job's, an
+        // earlier client's): its scratch is not this endpoint's to free.
+        let foreign = team.ext::<CollTeam>().is_some_and(|x| !c.owner.made(x));
+        if team.me() != c.me || foreign {
             return Err(CollError::NotMember { team: team.id() });
         }
         // A later team may take the id: forget the decision kept for this one.
@@ -487,7 +543,7 @@ pub(crate) fn destroy_team<C: Conduit>(ep: &mut Endpoint<C>, team: Team) -> Resu
             });
         }
         c.notified.remove(&team.id());
-        if let Some(r) = team.ext::<CollTeam>().and_then(|x| x.allocated.clone()) {
+        if let Some(r) = c.owner.ext_of(&team).and_then(|x| x.allocated.clone()) {
             c.alloc.release(r);
         }
         Ok(())

@@ -10,7 +10,9 @@
 //! functions run. Copies go through raw pointers (`std::ptr::copy`, which tolerates
 //! the overlap of a self-targeted transfer), never through references to segment
 //! memory, which other ranks may write at any time (conflicting concurrent accesses to
-//! the same bytes give unspecified bytes, as in every PGAS library).
+//! the same bytes give unspecified bytes across processes, as in every PGAS library;
+//! between threads of one process they are a data race in Rust's memory model, a known
+//! hole: `tests/rma_race.rs`, under Miri).
 #![allow(unsafe_code)]
 
 use crate::vis::Chunk;

@@ -7,11 +7,15 @@
 //!   keeps mapped for its life (the endpoint holds the conduit) and which other ranks
 //!   may write at any time: the safe reads copy with relaxed atomics
 //!   ([`gex_sync::copy`]); the slice view is `unsafe` with that rule written down.
-//! - `Prepared` turns a conduit's negotiated-payload buffer into a slice: the
-//!   conduit promises it stays valid and unaliased until `commit`/`cancel`, and
-//!   `Prepared` exists only inside one call of `request_*_with`/`try_request_*_with`
-//!   (never handed to the program, so it cannot be leaked) holding the endpoint's
-//!   state exclusively, so no other conduit call can happen in between.
+//! - `Prepared` turns a conduit's negotiated-payload buffer for a Medium request into
+//!   a slice: the conduit promises it stays valid and unaliased until
+//!   `commit`/`cancel`, and `Prepared` exists only inside one call of
+//!   `request_*_with`/`try_request_*_with` (never handed to the program, so it cannot
+//!   be leaked) holding the endpoint's state exclusively, so no other conduit call can
+//!   happen in between. A Long request's in-place buffer may be the destination range
+//!   of a segment (shared-memory conduits), which other ranks write at any time: it is
+//!   cancelled, never made a slice, and the payload is built in the endpoint's bounce
+//!   buffer instead.
 #![allow(unsafe_code)]
 
 use super::{Core, Endpoint, Guard, Inner, OWN_CLIENT, OWN_NONE};
@@ -19,7 +23,8 @@ use crate::client::Shared;
 use crate::error::{AmError, RegisterError};
 use crate::event::{Data, Event, Mode, finish_bytes};
 use crate::spi::{
-    Conduit, ConduitEp, Limits, OutMsg, OwnedInjected, OwnedMsg, Prepare, PrepareReq, ReplyTx,
+    Conduit, ConduitEp, ConduitError, Limits, OutMsg, OwnedInjected, OwnedMsg, Prepare, PrepareReq,
+    ReplyTx,
 };
 use crate::types::{
     Category, EpAddr, FIRST_CLIENT_HANDLER, HandlerId, HandlerIndex, Injected, Kind,
@@ -140,7 +145,9 @@ impl<'a> LongPayload<'a> {
     /// Nothing may write these bytes while the slice is alive: no RMA or Long AM from
     /// any rank (nor any thread of this process) may target them. gex cannot know what
     /// peers do, so the program must (e.g. by its protocol: the sender does not touch
-    /// the range again before this handler replies).
+    /// the range again before this handler replies). A slice given as the input of a
+    /// call that returned an error or unwound keeps this promise longer, as
+    /// [`Segment::as_slice`](crate::Segment::as_slice) says.
     pub unsafe fn as_slice(&self) -> &'a [u8] {
         // SAFETY: in bounds and mapped; the caller rules out writers.
         unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(self.offset), self.len) }
@@ -582,8 +589,10 @@ impl<C: Conduit> Prepared<'_, C> {
     fn buffer(&mut self) -> &mut [u8] {
         match self.buf {
             // SAFETY: the conduit guarantees the prepared memory is valid, writable and
-            // not aliased until commit/cancel; `self` holds the endpoint exclusively, so
-            // no conduit call can intervene, and the borrow is tied to `&mut self`.
+            // not aliased until commit/cancel (only a Medium's is used: `prepare_req`
+            // never keeps a Long's, which may be the destination's segment); `self`
+            // holds the endpoint exclusively, so no conduit call can intervene, and the
+            // borrow is tied to `&mut self`.
             Some(p) => unsafe { std::slice::from_raw_parts_mut(p.as_ptr().cast::<u8>(), self.len) },
             None => &mut self.ep.core.bounce[..self.len],
         }
@@ -692,9 +701,31 @@ impl<C: Conduit> Inner<C> {
         loop {
             let req = PrepareReq::new(dst, category, max_len, offset);
             match self.core.cep.prepare(&req, !wait)? {
-                Prepare::InPlace(buf) => {
-                    debug_assert!(buf.len() >= max_len);
+                Prepare::InPlace(buf) if category != Category::Long => {
+                    // `Prepared::buffer` lends `max_len` bytes of it: a shorter buffer
+                    // (a conduit bug, in safe code) would let the program write past
+                    // it. The rest of the promise (valid, unaliased memory) the
+                    // conduit contract carries.
+                    if buf.len() < max_len {
+                        self.core.cep.cancel();
+                        return Err(AmError::Conduit(ConduitError::Contract(format!(
+                            "prepare gave a {}-byte buffer for a {max_len}-byte payload",
+                            buf.len()
+                        ))));
+                    }
                     return Ok(Some(Some(buf)));
+                }
+                // A Long's payload lands in the destination's segment, which other
+                // ranks (and the destination itself) may write at any time: a
+                // conduit's in-place buffer for it may be that very range, so it
+                // never becomes the `&mut [u8]` of `Prepared::buffer`. The conduit
+                // had the resources: build the payload in the bounce buffer, which
+                // `commit` injects (a copy, as `request_long` makes).
+                Prepare::InPlace(_) => {
+                    self.core.cep.cancel();
+                    self.core.bounce.clear();
+                    self.core.bounce.resize(max_len, 0);
+                    return Ok(Some(None));
                 }
                 Prepare::Bounce => {
                     self.core.bounce.clear();
@@ -994,10 +1025,10 @@ impl<C: Conduit> Endpoint<C> {
     }
 
     /// As [`request_medium_with`](Self::request_medium_with) for a Long request whose
-    /// payload lands at `offset` in `dst`'s segment. The buffer may be the destination
-    /// range itself (conduits with shared memory build the payload in place), so a
-    /// panicking `fill` sends no message but may have written
-    /// `[offset, offset + max_len)` of the destination segment.
+    /// payload lands at `offset` in `dst`'s segment. The buffer `fill` gets is the
+    /// endpoint's own (never the destination range: other ranks may write a segment at
+    /// any time, so it cannot be a `&mut [u8]` of the caller's), and what it returns is
+    /// copied into place when sent; a `fill` that panics writes nothing anywhere.
     ///
     /// # Errors
     /// As [`request_medium_with`](Self::request_medium_with), plus
@@ -1069,7 +1100,9 @@ impl<C: Conduit> Endpoint<C> {
     }
 
     /// As [`try_request_medium_with`](Self::try_request_medium_with) for a Long request
-    /// landing at `offset` in `dst`'s segment.
+    /// landing at `offset` in `dst`'s segment. `fill` writes the endpoint's own buffer
+    /// (never the destination range, which other ranks may write meanwhile); the
+    /// bytes it says it wrote are copied into place when the message is sent.
     ///
     /// # Errors
     /// As [`try_request_medium_with`](Self::try_request_medium_with), plus

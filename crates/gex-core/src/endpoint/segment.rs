@@ -97,6 +97,14 @@ impl Segment<'_> {
     /// No other rank, thread or process may write the segment while the slice is alive
     /// (no RMA, no Long AM to it); gex cannot know what peers do with one-sided
     /// operations, so the program's protocol must guarantee it.
+    ///
+    /// A layer may let other ranks read bytes of a slice passed to one of its calls
+    /// straight from the segment (shared-memory collectives publish a large input in
+    /// the segment by reference) and waits for those readers before the call returns
+    /// `Ok`; a call that returns an error or unwinds may leave readers behind. After
+    /// such a call, the bytes of its input must stay unwritten (this rank included,
+    /// through `Segment::write` or RMA) until every member of the call's team has
+    /// completed a later collective of the team (a barrier).
     pub unsafe fn as_slice(&self) -> &[u8] {
         // SAFETY: mapped for the life of the conduit; the caller rules out writers.
         unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.len) }
