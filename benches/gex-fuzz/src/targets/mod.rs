@@ -143,7 +143,7 @@ pub(crate) fn all() -> Vec<Target> {
         Target {
             name: "core-layout",
             decoder: "gex-core ClientBuilder::init's job layout from the bootstrap exchange",
-            checks: "a corrupt exchange (blob sizes, endpoint counts, host ids) is an error, not a panic or a huge allocation",
+            checks: "a corrupt exchange (blob sizes, ranks, job sizes, endpoint counts, host ids) is an error, not a panic or a huge allocation",
             seeds: core::layout_seeds,
             run: core::layout,
         },
