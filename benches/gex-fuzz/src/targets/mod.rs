@@ -44,8 +44,8 @@ pub(crate) fn all() -> Vec<Target> {
         },
         Target {
             name: "smp-header",
-            decoder: "gex-conduit-smp region::Header::check (a peer's shared region)",
-            checks: "accepts exactly the header its owner writes; no overflow for any size",
+            decoder: "gex-conduit-smp region::Header::check (a peer's shared region, against the job layout)",
+            checks: "accepts exactly the header its owner writes for the layout's rank, endpoints and segment length; no overflow for any size",
             seeds: shm::smp_header_seeds,
             run: shm::smp_header,
         },
