@@ -29,7 +29,8 @@
 //!   length (every Long and RMA range to that rank is validated against the layout,
 //!   then written through this mapping), the auxiliary area length, a valid ring size,
 //!   and a region length that matches. Any disagreement fails `open` with an error
-//!   naming the rank and the field.
+//!   naming the rank and the field. Mediums to a neighbour are bounded by what its
+//!   rings hold (its header's ring size).
 //!
 //! - **Liveness.** Every rank watches its neighbours through pidfds and, while it waits
 //!   inside gex, notices within about 0.1 s that one has ended (even by `kill -9`),

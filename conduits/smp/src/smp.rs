@@ -718,9 +718,18 @@ impl ConduitEp for SmpEp {
     fn capabilities(&self) -> Capabilities {
         Capabilities::NP_IN_PLACE | Capabilities::SHARED_MEMORY | Capabilities::BLOCKING_WAIT
     }
+    /// This endpoint's limits, with Medium payloads also bounded by what `dst`'s rings
+    /// hold (a neighbour may run with smaller rings: `GEX_SMP_RING_SIZE` is per rank),
+    /// so the limits of two neighbours are symmetric and a Medium within them always
+    /// fits the ring it goes through.
     #[inline]
-    fn limits(&self, _dst: EpAddr) -> Limits {
-        self.limits
+    fn limits(&self, dst: EpAddr) -> Limits {
+        let mut l = self.limits;
+        let li = self.conduit.local_of.get(dst.rank as usize).copied();
+        if let Some(&theirs) = li.and_then(|li| self.conduit.max_medium.get(li as usize)) {
+            l.max_medium = l.max_medium.min(theirs);
+        }
+        l
     }
     fn local_segment(&self) -> (NonNull<u8>, usize) {
         (self.rx.seg.base.0, self.rx.seg.len)

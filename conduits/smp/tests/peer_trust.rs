@@ -270,3 +270,69 @@ fn a_bootstrap_lying_about_its_rank_fails_every_rank() {
         }
     }
 }
+
+/// A neighbour with smaller rings (`GEX_SMP_RING_SIZE` is per rank, and its region's
+/// header says what it uses): Mediums to it are bounded by what its rings hold, and
+/// the limits of the two ranks agree. Before, rank 0 offered its own 64 KiB limit
+/// toward rank 1, whose 4 KiB rings can never take such a record: the request waited
+/// for ring space forever.
+#[test]
+fn a_neighbour_with_smaller_rings_bounds_mediums_to_it() {
+    Procs::new(2)
+        .run(|boot| -> Ran {
+            let config = if boot.rank() == 1 {
+                gex_core::Config::from_pairs([
+                    ("GEX_SMP_RING_SIZE", "4096"),
+                    ("GEX_SMP_MAX_MEDIUM", "1024"),
+                ])
+            } else {
+                gex_core::Config::default()
+            };
+            let c = ClientBuilder::new()
+                .segment_size(SEG as usize)
+                .config(config)
+                .init::<Smp>(boot)
+                .map_err(|e| e.to_string())?;
+            let mut ep = c.endpoint(0).map_err(|e| e.to_string())?;
+            let got = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let g = got.clone();
+            ep.register_at(201, move |_t: &mut Token<'_>, am: Am<'_>| {
+                g.store(am.payload().len(), std::sync::atomic::Ordering::Release)
+            })
+            .map_err(|e| e.to_string())?;
+            let peer = EpAddr::rank(1 - c.rank());
+            let max = ep.max_medium(peer);
+            if max != 1024 {
+                // Ends the job at once: returning would finalize, a collective the
+                // other rank (waiting in the exchange below) never joins.
+                gex_testkit::procs::failed(&format!(
+                    "rank {}: max_medium toward rank {} is {max}, not 1024 (the smaller of both ranks' limits)",
+                    c.rank(),
+                    peer.rank
+                ));
+                std::process::exit(1);
+            }
+            gex_testkit::exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
+            if c.rank() == 0 {
+                let t0 = std::time::Instant::now();
+                let payload = vec![7u8; max];
+                while ep
+                    .try_request_medium(peer, HandlerId::at(201), &[], &payload)
+                    .map_err(|e| e.to_string())?
+                    == gex_core::Injected::WouldBlock
+                {
+                    if t0.elapsed() > std::time::Duration::from_secs(20) {
+                        gex_testkit::procs::failed(&format!(
+                            "a {max}-byte Medium never fit rank 1's rings"
+                        ));
+                        std::process::exit(1);
+                    }
+                    ep.poll();
+                }
+            } else {
+                ep.wait_until(|| got.load(std::sync::atomic::Ordering::Acquire) == 1024);
+            }
+            gex_testkit::exchange_barrier(&mut ep).map_err(|e| e.to_string())
+        })
+        .assert_success();
+}
