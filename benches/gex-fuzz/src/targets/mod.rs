@@ -58,7 +58,7 @@ pub(crate) fn all() -> Vec<Target> {
         },
         Target {
             name: "ofi-blob",
-            decoder: "gex-conduit-ofi wire::PeerBlob::decode (addresses and keys exchanged at open)",
+            decoder: "gex-conduit-ofi wire::PeerBlob::decode (addresses and segments exchanged at open)",
             checks: "accepted = re-encodes to the same bytes; no allocation sized by a claimed count",
             seeds: ofi::blob_seeds,
             run: ofi::blob,
