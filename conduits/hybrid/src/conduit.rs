@@ -102,6 +102,18 @@ fn decide_mode<F: Conduit>(
     let read = mode::read(params.config, F::NAME)?;
     let (hybrid, reason) = mode::decide(&read, mode::Shape::of(params.layout));
     let votes = boot.exchange(&[u8::from(hybrid)])?;
+    // One vote per rank: the bootstrap (a safe trait) is checked, not trusted (a
+    // missing vote would otherwise count as agreement).
+    let size = params.layout.eps.len();
+    if votes.len() != size {
+        return Err(InitError::Conduit {
+            conduit: F::NAME,
+            msg: format!(
+                "the bootstrap exchange of the hybrid mode returned {} votes for {size} ranks",
+                votes.len()
+            ),
+        });
+    }
     if let Some(r) = votes
         .iter()
         .position(|v| v.as_slice() != [u8::from(hybrid)])

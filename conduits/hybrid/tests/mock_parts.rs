@@ -21,11 +21,13 @@
 mod mock;
 
 use gex_conduit_hybrid::{FAR_POLL_MAX, Hybrid, NAP};
+use gex_core::boot::Bootstrap;
 use gex_core::spi::{Conduit, ConduitEp, Native};
 use gex_core::{Am, Client, Config, EpAddr, HandlerId, Token, WaitPolicy};
 use gex_testkit::boot::ThreadJob;
 use gex_testkit::conformance::{self, Case, Job, Probe};
 use gex_testkit::exchange_barrier;
+use gex_testkit::tamper::Tampered;
 use mock::{Fabric, MockFar, MockNear};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -48,6 +50,17 @@ fn run_job<R: Send>(
     config: impl Fn(u32) -> Config + Sync,
     f: impl Fn(&Client<H>, &Fabric) -> R + Sync,
 ) -> Vec<Result<R, String>> {
+    run_job_boot(hosts, eps, config, |_, b| b, f)
+}
+
+/// [`run_job`], with rank `r`'s bootstrap `boot(r, its thread bootstrap)`.
+fn run_job_boot<R: Send>(
+    hosts: Vec<u32>,
+    eps: u16,
+    config: impl Fn(u32) -> Config + Sync,
+    boot: impl Fn(u32, Box<dyn Bootstrap>) -> Box<dyn Bootstrap> + Sync,
+    f: impl Fn(&Client<H>, &Fabric) -> R + Sync,
+) -> Vec<Result<R, String>> {
     let n = hosts.len() as u32;
     let job = ThreadJob::with_hosts_and_timeout(hosts, Duration::from_secs(60));
     let fabric = Arc::new(Fabric::default());
@@ -66,7 +79,7 @@ fn run_job<R: Send>(
     let out = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|r| {
-                let (job, fabric, config, f) = (&job, &fabric, &config, &f);
+                let (job, fabric, config, f, boot) = (&job, &fabric, &config, &f, &boot);
                 s.spawn(move || {
                     let res = catch_unwind(AssertUnwindSafe(|| {
                         let client = conformance::builder()
@@ -74,7 +87,7 @@ fn run_job<R: Send>(
                             .segment_size(64 << 10)
                             .endpoints(eps)
                             .conduit_context(Arc::new(fabric.clone()))
-                            .init::<H>(Box::new(job.boot(r)))
+                            .init::<H>(boot(r, Box::new(job.boot(r))))
                             .map_err(|e| e.to_string())?;
                         let out = f(&client, fabric);
                         client.finalize().map_err(|e| e.to_string())?;
@@ -392,6 +405,33 @@ fn ranks_must_agree_on_the_mode() {
         );
     }
     assert!(errs.iter().any(|e| e.contains(LEGACY)), "{errs:?}");
+}
+
+/// A bootstrap whose exchange of the hybrid mode (the second exchange, after the
+/// core's layout) returns one vote fewer than ranks: every rank fails naming the count.
+/// Before, the votes present agreed and the missing one counted as agreement.
+#[test]
+fn a_missing_mode_vote_is_an_error() {
+    let r = run_job_boot(
+        two_hosts(4),
+        1,
+        |_| settings(&[]),
+        |_, b| {
+            Tampered::new(b)
+                .incoming(|n, all| {
+                    if n == 1 {
+                        all.pop();
+                    }
+                })
+                .boxed()
+        },
+        |_, _| (),
+    );
+    let errs: Vec<String> = r.into_iter().filter_map(Result::err).collect();
+    assert_eq!(errs.len(), 4, "{errs:?}");
+    for e in &errs {
+        assert!(e.contains("returned 3 votes for 4 ranks"), "{e}");
+    }
 }
 
 /// While nothing is in flight on the far part, polls read it at doubling intervals (at

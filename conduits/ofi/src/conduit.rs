@@ -30,7 +30,8 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RemoteSeg {
     pub(crate) base: u64,
-    #[allow(dead_code)] // ranges are checked by the caller (gex-rma); kept for diagnostics
+    /// Its length (published by its rank and checked against the job layout at open);
+    /// native operations check their range against it.
     pub(crate) len: usize,
     pub(crate) key: u64,
 }

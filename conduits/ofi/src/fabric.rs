@@ -208,6 +208,9 @@ pub(crate) struct Attrs {
     /// With `rma_raw`: a read sees the data of earlier writes of up to this many bytes
     /// (`ep_attr->max_order_raw_size`, data ordering); 0 otherwise.
     pub(crate) max_order_raw: usize,
+    /// Addresses are strings (`FI_ADDR_STR`, e.g. `shm`'s `fi_shm://...`, NUL
+    /// terminated, of varying length); otherwise binary, of one length per provider.
+    pub(crate) addr_str: bool,
 }
 
 impl InfoRef<'_> {
@@ -244,6 +247,7 @@ impl InfoRef<'_> {
                 } else {
                     0
                 },
+                addr_str: i.addr_format == fi::FI_ADDR_STR,
             }
         }
     }
@@ -532,13 +536,31 @@ impl Av {
         Err(last)
     }
 
-    /// Inserts one address (as `fi_getname` returned it); returns its `fi_addr_t`.
+    /// Inserts one address (as `fi_getname` returned it, on some rank); returns its
+    /// `fi_addr_t`. `fi_av_insert` takes no length: the provider reads as many bytes as
+    /// its format says (a `sockaddr` by its family, a string up to its NUL), so the
+    /// address is copied into a buffer with [`ADDR_PAD`] zero bytes after it, and a
+    /// short or unterminated address (a peer's, through the bootstrap) cannot make it
+    /// read past the copy. (`open` also refuses addresses whose length disagrees with
+    /// the provider's, with an error naming the rank.)
     pub(crate) fn insert(&mut self, name: &[u8]) -> Result<u64, Errno> {
+        let mut padded = Vec::with_capacity(name.len() + ADDR_PAD);
+        padded.extend_from_slice(name);
+        padded.resize(name.len() + ADDR_PAD, 0);
         let mut a: fi::fi_addr_t = fi::FI_ADDR_NOTAVAIL;
-        // SAFETY: open AV; `name` is one address of the provider's format; out-pointer to
-        // a local; synchronous insert (no EQ bound).
+        // SAFETY: open AV; `padded` holds one address followed by ADDR_PAD zero bytes,
+        // more than any address format reads past what the address says (a NUL ends a
+        // string, a sockaddr is at most 128 bytes); out-pointer to a local;
+        // synchronous insert (no EQ bound).
         let n = fi_call!(unsafe {
-            fi::fi_av_insert(self.p, name.as_ptr().cast(), 1, &mut a, 0, ptr::null_mut())
+            fi::fi_av_insert(
+                self.p,
+                padded.as_ptr().cast(),
+                1,
+                &mut a,
+                0,
+                ptr::null_mut(),
+            )
         })?;
         if n != 1 || a == fi::FI_ADDR_NOTAVAIL {
             return Err(Errno(libc::EINVAL));
@@ -553,6 +575,10 @@ impl Drop for Av {
         unsafe { close(&mut (*self.p).fid, "av") };
     }
 }
+
+/// Zero bytes after an address handed to `fi_av_insert` (see [`Av::insert`]): more than
+/// the largest fixed-size address format (`sockaddr_storage`, 128 bytes).
+pub(crate) const ADDR_PAD: usize = 256;
 
 /// A registered memory region.
 #[derive(Debug)]

@@ -92,16 +92,25 @@ pub fn claimed_source(msg: &[u8]) -> Option<(u32, u16)> {
     crate::wire::claimed_source(msg)
 }
 
-/// A rank's address blob: provider, largest Medium, (address, segment base, key) per
-/// endpoint.
-pub type PeerBlob = (String, u64, Vec<(Vec<u8>, u64, u64)>);
+/// A rank's address blob: provider, largest Medium, (address, segment base, segment
+/// length, key) per endpoint.
+pub type PeerBlob = (String, u64, Vec<(Vec<u8>, u64, u64, u64)>);
 
 /// Encodes an address blob as `open` publishes it.
 pub fn encode_peer_blob(b: &PeerBlob) -> Vec<u8> {
     crate::wire::PeerBlob {
         provider: b.0.clone(),
         max_medium: b.1,
-        eps: b.2.clone(),
+        eps: b
+            .2
+            .iter()
+            .map(|(addr, seg_base, seg_len, key)| crate::wire::PublishedEp {
+                addr: addr.clone(),
+                seg_base: *seg_base,
+                seg_len: *seg_len,
+                key: *key,
+            })
+            .collect(),
     }
     .encode()
 }
@@ -112,5 +121,10 @@ pub fn encode_peer_blob(b: &PeerBlob) -> Vec<u8> {
 /// What `open` would report.
 pub fn decode_peer_blob(b: &[u8]) -> Result<PeerBlob, String> {
     let p = crate::wire::PeerBlob::decode(b)?;
-    Ok((p.provider, p.max_medium, p.eps))
+    let eps = p
+        .eps
+        .into_iter()
+        .map(|e| (e.addr, e.seg_base, e.seg_len, e.key))
+        .collect();
+    Ok((p.provider, p.max_medium, eps))
 }

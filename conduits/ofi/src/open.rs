@@ -563,23 +563,43 @@ fn exchange(
         eps: locals
             .iter()
             .zip(segs)
-            .map(|(l, seg)| (l.name.clone(), seg.base() as u64, l.own_key))
+            .map(|(l, seg)| wire::PublishedEp {
+                addr: l.name.clone(),
+                seg_base: seg.base() as u64,
+                // What `register_memory` registered (and `segments` allocated or
+                // checked the near part's segment holds).
+                seg_len: job.seg_len as u64,
+                key: l.own_key,
+            })
             .collect(),
     }
     .encode();
     let all = boot.exchange(&blob)?;
+    // Indexed by rank: the bootstrap (a safe trait) is checked, not trusted.
+    let size = params.layout.eps.len();
+    if all.len() != size {
+        return Err(conduit_err(format!(
+            "the bootstrap exchange returned {} address blobs for {size} ranks",
+            all.len()
+        )));
+    }
     let mut peers = Peers {
         addrs: Vec::with_capacity(job.total),
         remote: Vec::with_capacity(job.total),
         max_medium: s.max_medium,
     };
+    let own_addr = locals.first().map_or(&[][..], |l| &l.name[..]);
     for (r, b) in all.iter().enumerate() {
-        parse_blob(&mut peers, r, b, params, job, plan)?;
+        parse_blob(&mut peers, r, b, params, job, plan, own_addr)?;
     }
     Ok(peers)
 }
 
-/// Adds rank `r`'s published blob `b` to `peers`.
+/// Adds rank `r`'s published blob `b` to `peers`, after checking it against the job
+/// layout (its endpoint count, each endpoint's segment length) and this rank's
+/// provider (the provider's name; every address of the provider's form: as long as
+/// this rank's own address `own_addr`, or for string addresses NUL-terminated).
+#[allow(clippy::too_many_arguments)]
 fn parse_blob(
     peers: &mut Peers,
     r: usize,
@@ -587,6 +607,7 @@ fn parse_blob(
     params: &OpenParams<'_>,
     job: &Job,
     plan: &Plan,
+    own_addr: &[u8],
 ) -> Result<(), InitError> {
     let jl = params.layout;
     let prov = &plan.prov;
@@ -609,16 +630,60 @@ fn parse_blob(
             jl.eps[r]
         )));
     }
-    for (addr, base, key) in pb.eps {
-        peers.addrs.push(addr);
+    for (e, p) in pb.eps.into_iter().enumerate() {
+        // The core validates every Long and RMA range to rank r against the layout;
+        // the segment behind this endpoint's key must be that long.
+        if usize::try_from(p.seg_len).ok() != Some(jl.seg_len[r]) {
+            return Err(conduit_err(format!(
+                "rank {r} EP {e} published a segment of {} bytes, the job layout says {}",
+                p.seg_len, jl.seg_len[r]
+            )));
+        }
+        check_address(r, e, &p.addr, own_addr, plan)?;
+        peers.addrs.push(p.addr);
         peers.remote.push(plan.rma.then_some(RemoteSeg {
-            base: if plan.virt_addr { base } else { 0 },
+            base: if plan.virt_addr { p.seg_base } else { 0 },
             len: jl.seg_len[r],
-            key,
+            key: p.key,
         }));
     }
     Ok(())
 }
+
+/// Checks that endpoint `e` of rank `r` published an address of this provider's form:
+/// a NUL-terminated string for string formats (`FI_ADDR_STR`, e.g. `shm`), else as
+/// long as this rank's own address `own` (one binary format per provider and fabric,
+/// e.g. a 16-byte `sockaddr_in` under `tcp`). `fi_av_insert` takes no length, so the
+/// provider would otherwise read past a short address or parse a wrong one.
+fn check_address(
+    r: usize,
+    e: usize,
+    addr: &[u8],
+    own: &[u8],
+    plan: &Plan,
+) -> Result<(), InitError> {
+    let prov = &plan.prov;
+    let ok = if plan.attrs.addr_str {
+        addr.len() <= MAX_STR_ADDR && addr.contains(&0)
+    } else {
+        addr.len() == own.len()
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(conduit_err(format!(
+        "rank {r} EP {e} published a {}-byte address, which is not a {prov} address ({})",
+        addr.len(),
+        if plan.attrs.addr_str {
+            format!("a NUL-terminated string of at most {MAX_STR_ADDR} bytes")
+        } else {
+            format!("{} bytes, as this rank's", own.len())
+        }
+    )))
+}
+
+/// The longest string address accepted from a peer (`shm`'s are about 30 bytes).
+const MAX_STR_ADDR: usize = 4096;
 
 /// Inserts every endpoint's address into each local endpoint's AV; returns, per local
 /// endpoint, the AV address of every endpoint of the job.

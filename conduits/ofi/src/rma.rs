@@ -166,6 +166,7 @@ impl OfiEp {
         let Some(Some(r)) = self.conduit.remote.get(g) else {
             return Ok(Native::Unsupported);
         };
+        out_of_segment(dst, offset, len, r.len)?;
         let (addr, key) = (r.base + offset as u64, r.key);
         let Some(slot) = self.rma.free.pop() else {
             return Ok(Native::WouldBlock);
@@ -339,6 +340,7 @@ impl OfiEp {
         ) else {
             return Ok(Native::Unsupported);
         };
+        out_of_segment(dst, offset, op.kind.size(), r.len)?;
         let (addr, key) = (r.base + offset as u64, r.key);
         let Some(slot) = self.rma.free.pop() else {
             return Ok(Native::WouldBlock);
@@ -474,4 +476,23 @@ fn atomic_operand(kind: AtomicKind, base: AtomicBase, a: u64) -> u64 {
         AtomicBase::Dec => neg(one),
         _ => a,
     }
+}
+
+/// `Err(ConduitError::Contract)` unless `[offset, offset + len)` lies in `dst`'s
+/// segment of `seg_len` bytes (what it published at open, checked against the job
+/// layout there). gex-rma checks every range against the layout first; this keeps a
+/// caller that did not from sending the provider a range outside `dst`'s registration.
+#[inline(always)]
+fn out_of_segment(
+    dst: EpAddr,
+    offset: usize,
+    len: usize,
+    seg_len: usize,
+) -> Result<(), ConduitError> {
+    if offset.checked_add(len).is_some_and(|e| e <= seg_len) {
+        return Ok(());
+    }
+    Err(ConduitError::Contract(format!(
+        "ofi: native operation on [{offset}, +{len}) of {dst}'s {seg_len}-byte segment"
+    )))
 }

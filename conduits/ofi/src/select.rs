@@ -290,6 +290,7 @@ mod tests {
             data_progress: "FI_PROGRESS_MANUAL",
             rma_raw: true,
             max_order_raw: 0,
+            addr_str: false,
         };
         assert!(is_loopback(&attrs("lo", "127.0.0.1/32")));
         assert!(is_loopback(&attrs("x", "127.0.0.0/8")));

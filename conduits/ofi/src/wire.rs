@@ -227,21 +227,37 @@ pub(crate) fn decode(msg: &[u8], max_args: usize) -> Result<Header, String> {
 }
 
 /// What one rank publishes at `open` (through the bootstrap exchange): its provider,
-/// its largest Medium payload and, per endpoint, its fabric address, segment base and
-/// segment key.
+/// its largest Medium payload and, per endpoint, its fabric address and its segment
+/// (base, length, key).
 ///
 /// | bytes | field |
 /// |---|---|
 /// | 4 + n | provider name: length (LE `u32`), then the name |
 /// | 8 | largest Medium payload (LE `u64`) |
 /// | 4 | endpoint count (LE `u32`) |
-/// | per endpoint | address: length (LE `u32`) and bytes; segment base (LE `u64`); segment key (LE `u64`) |
+/// | per endpoint | address: length (LE `u32`) and bytes; segment base (LE `u64`); segment length (LE `u64`); segment key (LE `u64`) |
+///
+/// Decoding checks only the encoding; `open` checks the contents against the job
+/// layout (endpoint count, segment lengths) and the provider (addresses).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PeerBlob {
     pub(crate) provider: String,
     pub(crate) max_medium: u64,
-    /// (fabric address, segment base, segment key) of every endpoint.
-    pub(crate) eps: Vec<(Vec<u8>, u64, u64)>,
+    /// Every endpoint's address and segment.
+    pub(crate) eps: Vec<PublishedEp>,
+}
+
+/// One endpoint in a [`PeerBlob`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PublishedEp {
+    /// Its fabric address (`fi_getname`).
+    pub(crate) addr: Vec<u8>,
+    /// The RMA address of its segment's offset 0 (its virtual address).
+    pub(crate) seg_base: u64,
+    /// Its segment's length (what it registered).
+    pub(crate) seg_len: u64,
+    /// The key of its segment's registration.
+    pub(crate) key: u64,
 }
 
 impl PeerBlob {
@@ -255,10 +271,11 @@ impl PeerBlob {
         put(&mut b, self.provider.as_bytes());
         b.extend_from_slice(&self.max_medium.to_le_bytes());
         b.extend_from_slice(&(self.eps.len() as u32).to_le_bytes());
-        for (addr, base, key) in &self.eps {
-            put(&mut b, addr);
-            b.extend_from_slice(&base.to_le_bytes());
-            b.extend_from_slice(&key.to_le_bytes());
+        for e in &self.eps {
+            put(&mut b, &e.addr);
+            b.extend_from_slice(&e.seg_base.to_le_bytes());
+            b.extend_from_slice(&e.seg_len.to_le_bytes());
+            b.extend_from_slice(&e.key.to_le_bytes());
         }
         b
     }
@@ -291,9 +308,15 @@ impl PeerBlob {
         for _ in 0..k {
             let l = u32_of(take(4, "address length")?) as usize;
             let addr = take(l, "address")?.to_vec();
-            let base = u64_of(take(8, "segment base")?);
+            let seg_base = u64_of(take(8, "segment base")?);
+            let seg_len = u64_of(take(8, "segment length")?);
             let key = u64_of(take(8, "segment key")?);
-            eps.push((addr, base, key));
+            eps.push(PublishedEp {
+                addr,
+                seg_base,
+                seg_len,
+                key,
+            });
         }
         if at != b.len() {
             return Err(format!(
@@ -542,7 +565,20 @@ mod tests {
         let p = PeerBlob {
             provider: "tcp;ofi_rxm".into(),
             max_medium: 65536,
-            eps: vec![(vec![1, 2, 3], 4096, 7), (vec![], 0, u64::MAX)],
+            eps: vec![
+                PublishedEp {
+                    addr: vec![1, 2, 3],
+                    seg_base: 4096,
+                    seg_len: 1 << 20,
+                    key: 7,
+                },
+                PublishedEp {
+                    addr: vec![],
+                    seg_base: 0,
+                    seg_len: 0,
+                    key: u64::MAX,
+                },
+            ],
         };
         let b = p.encode();
         assert_eq!(PeerBlob::decode(&b).unwrap(), p);

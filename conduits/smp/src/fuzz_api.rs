@@ -101,8 +101,9 @@ pub fn header_for(
     })
 }
 
-/// Checks a peer's region header as `open` does; returns (region length, largest
-/// Medium payload).
+/// Checks a peer's region header as `open` does, against what the job layout says
+/// (`rank`, its endpoints `eps`, the host's `total_eps`, its `seg_len`); returns
+/// (region length, largest Medium payload).
 ///
 /// # Errors
 /// What `open` would report.
@@ -111,6 +112,7 @@ pub fn check_header(
     rank: u32,
     eps: usize,
     total_eps: usize,
+    seg_len: usize,
 ) -> Result<(usize, usize), String> {
     let h = crate::region::Header {
         magic: h.magic,
@@ -123,6 +125,6 @@ pub fn check_header(
         aux_len: 0,
         len: h.len,
     };
-    h.check(rank, eps, total_eps, 0, NP_ARGS_AREA)
+    h.check(rank, eps, total_eps, seg_len, 0, NP_ARGS_AREA)
         .map(|(l, m)| (l.len, m))
 }

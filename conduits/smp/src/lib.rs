@@ -22,6 +22,16 @@
 //!   requests from that peer are not drained until it has been delivered, which bounds the
 //!   queue to one reply per peer and rules out request/reply deadlock.
 //!
+//! - **Peers are checked, not trusted.** Before a peer's region is used, the conduit
+//!   checks that the bootstrap returned one descriptor per rank, that the object it
+//!   opened through `/proc` really is as long as the descriptor says, and that its
+//!   header agrees with the job layout: the rank, the endpoint counts, the segment
+//!   length (every Long and RMA range to that rank is validated against the layout,
+//!   then written through this mapping), the auxiliary area length, a valid ring size,
+//!   and a region length that matches. Any disagreement fails `open` with an error
+//!   naming the rank and the field. Mediums to a neighbour are bounded by what its
+//!   rings hold (its header's ring size).
+//!
 //! - **Liveness.** Every rank watches its neighbours through pidfds and, while it waits
 //!   inside gex, notices within about 0.1 s that one has ended (even by `kill -9`),
 //!   without the launcher's help: it then ends with a message naming the neighbour's

@@ -128,22 +128,27 @@ impl Layout {
 }
 
 impl Header {
-    /// Checks the header of local rank `rank`'s region against the job: the rank, its
-    /// endpoint count `eps` and the endpoint count `total_eps` of the host, a ring size
-    /// the rings accept, and a length that matches the layout these describe. Returns
-    /// the layout and the largest Medium payload that rank accepts (its setting, capped
-    /// by what its rings hold).
+    /// Checks the header of local rank `rank`'s region against the job layout: the
+    /// rank, its endpoint count `eps` and the endpoint count `total_eps` of the host,
+    /// its segment length `seg_len` (what the core validates every Long and RMA range
+    /// to that rank against: a region with shorter segments would let them write past
+    /// them), the auxiliary area length `aux_len`, a ring size the rings accept, and a
+    /// length that matches the layout these describe. Returns the layout and the
+    /// largest Medium payload that rank accepts (its setting, capped by what its rings
+    /// hold).
     ///
     /// The header is written by that rank in memory it shares with this one, so it may
-    /// hold anything; nothing here panics or overflows whatever it holds.
+    /// hold anything; nothing here panics or overflows whatever it holds. The caller
+    /// reads it once (a copy) and uses only the layout returned, never the header again.
     ///
     /// # Errors
-    /// A description of the first disagreement.
+    /// A description of the first disagreement, naming the field.
     pub(crate) fn check(
         &self,
         rank: u32,
         eps: usize,
         total_eps: usize,
+        seg_len: usize,
         aux_len: usize,
         np_args: usize,
     ) -> Result<(Layout, usize), String> {
@@ -169,7 +174,12 @@ impl Header {
                 ring::MAX_CAPACITY
             ));
         }
-        let seg_len = as_usize("segment length", h.seg_len)?;
+        if as_usize("segment length", h.seg_len)? != seg_len {
+            return Err(format!(
+                "segments of {} bytes, the job layout says {seg_len}",
+                h.seg_len
+            ));
+        }
         if as_usize("auxiliary area length", h.aux_len)? != aux_len {
             return Err(format!(
                 "auxiliary areas of {} bytes, this rank's layers need {aux_len}",
@@ -294,8 +304,69 @@ pub(crate) fn create(
     Ok((fd, m))
 }
 
-/// Maps peer `rank`'s region through `/proc/<pid>/fd/<fd>` and checks its header.
-pub(crate) fn map_peer(rank: u32, pid: u32, fd: u32, len: usize) -> Result<Mapping, InitError> {
+/// What the job layout says a rank's region holds, to check its header against.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Expect {
+    /// The rank's endpoints (`JobLayout::eps`).
+    pub eps: usize,
+    /// Endpoints of the host.
+    pub total_eps: usize,
+    /// Segment length of each of its endpoints (`JobLayout::seg_len`).
+    pub seg_len: usize,
+    /// Auxiliary area length of each endpoint (the layers' sum).
+    pub aux_len: usize,
+}
+
+/// Checks the header of `m`, the region of local rank `rank`, against `want` (see
+/// [`Header::check`]) and against the length `m` really maps; returns the region's
+/// layout and the largest Medium payload that rank accepts.
+///
+/// # Errors
+/// [`InitError::Conduit`] naming the rank and the field that disagrees.
+pub(crate) fn check_region(
+    m: &Mapping,
+    rank: u32,
+    want: Expect,
+) -> Result<(Layout, usize), InitError> {
+    let refuse = |e: String| InitError::Conduit {
+        conduit: "smp",
+        msg: format!("rank {rank}'s shared region disagrees with the job layout: {e}"),
+    };
+    let (l, max_medium) = m
+        .header()
+        .check(
+            rank,
+            want.eps,
+            want.total_eps,
+            want.seg_len,
+            want.aux_len,
+            crate::record::NP_ARGS_AREA,
+        )
+        .map_err(refuse)?;
+    if l.len != m.len {
+        return Err(refuse(format!(
+            "its layout needs {} bytes, {} are mapped",
+            l.len, m.len
+        )));
+    }
+    Ok((l, max_medium))
+}
+
+/// Maps peer `rank`'s region through `/proc/<pid>/fd/<fd>` (`len` bytes, as its
+/// bootstrap blob says), and checks, before anything uses it, that the object really
+/// is `len` bytes long and that its header agrees with `want` (the job layout) and
+/// with that length ([`check_region`]).
+///
+/// # Errors
+/// [`InitError::Os`] if the region cannot be opened or mapped; [`InitError::Conduit`]
+/// naming the rank and the disagreement.
+pub(crate) fn map_peer(
+    rank: u32,
+    pid: u32,
+    fd: u32,
+    len: usize,
+    want: Expect,
+) -> Result<(Mapping, Layout, usize), InitError> {
     let path = format!("/proc/{pid}/fd/{fd}");
     let f = rustix::fs::open(&path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).map_err(|e| InitError::Os {
         what: format!("opening rank {rank}'s shared region {path} (the smp conduit needs same-user access to peers' /proc entries)"),
@@ -312,14 +383,8 @@ pub(crate) fn map_peer(rank: u32, pid: u32, fd: u32, len: usize) -> Result<Mappi
         });
     }
     let m = Mapping::map(&f, len)?;
-    let h = m.header();
-    if h.magic != MAGIC || h.rank != rank as u64 || h.len != len as u64 {
-        return Err(InitError::Conduit {
-            conduit: "smp",
-            msg: format!("rank {rank}'s region has a bad header: {h:?}"),
-        });
-    }
-    Ok(m)
+    let (l, max_medium) = check_region(&m, rank, want)?;
+    Ok((m, l, max_medium))
 }
 
 #[cfg(test)]
@@ -344,14 +409,14 @@ mod tests {
     #[test]
     fn an_auxiliary_area_of_another_size_is_an_error() {
         let h = header(2, 3, 8192, 100);
-        let e = h.check(1, 2, 3, 8192, 64).unwrap_err();
+        let e = h.check(1, 2, 3, 100, 8192, 64).unwrap_err();
         assert!(e.contains("auxiliary"), "{e}");
     }
 
     #[test]
     fn a_good_header_passes() {
         let h = header(2, 3, 8192, 100);
-        let (l, max_medium) = h.check(1, 2, 3, 4096, 64).unwrap();
+        let (l, max_medium) = h.check(1, 2, 3, 100, 4096, 64).unwrap();
         assert_eq!(l.len as u64, h.len);
         // Capped by what the ring holds.
         assert_eq!(max_medium, ring::max_body(8192) - 64);
@@ -370,7 +435,7 @@ mod tests {
                 len: l.len as u64,
                 ..header(1, 1, 4096, 0)
             };
-            let e = h.check(1, 1, 1, 4096, 64).unwrap_err();
+            let e = h.check(1, 1, 1, 0, 4096, 64).unwrap_err();
             assert!(e.contains("ring size"), "{cap}: {e}");
         }
     }
@@ -387,12 +452,29 @@ mod tests {
             eps: u64::MAX / 8,
             ..header(1, 1, 4096, 0)
         };
-        assert!(h.check(1, 1, 1, 4096, 64).is_err());
+        assert!(h.check(1, 1, 1, 0, 4096, 64).is_err());
         let h = Header {
             seg_len: u64::MAX,
             ..header(1, 1, 4096, 0)
         };
-        let e = h.check(1, 1, 1, 4096, 64).unwrap_err();
+        let e = h.check(1, 1, 1, usize::MAX, 4096, 64).unwrap_err();
         assert!(e.contains("overflows"), "{e}");
+    }
+
+    /// A header whose segments are not the length the job layout gives that rank is
+    /// refused, whatever else agrees: the core validates Longs and RMA to that rank
+    /// against the layout, and the conduit writes through its mapping of this region.
+    #[test]
+    fn a_segment_length_other_than_the_layout_is_an_error() {
+        let h = header(2, 3, 8192, 4096);
+        let e = h.check(1, 2, 3, 1 << 20, 4096, 64).unwrap_err();
+        assert!(
+            e.contains("segments of 4096 bytes, the job layout says 1048576"),
+            "{e}"
+        );
+        // Larger than the layout: refused too (the header is the peer's to write).
+        let e = h.check(1, 2, 3, 100, 4096, 64).unwrap_err();
+        assert!(e.contains("segments of 4096 bytes"), "{e}");
+        assert!(h.check(1, 2, 3, 4096, 4096, 64).is_ok());
     }
 }

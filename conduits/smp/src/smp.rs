@@ -283,52 +283,66 @@ impl Smp {
         blob.extend_from_slice(&(rustix::fd::AsRawFd::as_raw_fd(&fd)).to_le_bytes());
         blob.extend_from_slice(&(mine.len as u64).to_le_bytes());
         let all = boot.exchange(&blob)?;
+        // Every rank's blob, indexed by rank: the bootstrap (a safe trait) is checked.
+        if all.len() != n {
+            return Err(InitError::Conduit {
+                conduit: "smp",
+                msg: format!(
+                    "the bootstrap exchange returned {} region blobs for {n} ranks",
+                    all.len()
+                ),
+            });
+        }
         let mut peers = Peers::new(params.rank);
         let mut own = Some(own);
         let mut maps = Vec::with_capacity(ranks.len());
+        let mut layouts = Vec::with_capacity(ranks.len());
+        let mut max_med = Vec::with_capacity(ranks.len());
         for &r in &ranks {
+            // What the job layout says rank r's region holds; its header must agree
+            // before anything uses the region (`region::check_region`).
+            let want = region::Expect {
+                eps: jl.eps[r as usize] as usize,
+                total_eps: total,
+                seg_len: jl.seg_len[r as usize],
+                aux_len: params.aux_len,
+            };
             let r = r as usize;
             if r == rank {
-                maps.push(own.take().expect("own mapping"));
+                let m = own.take().expect("own mapping");
+                let (l, max) = region::check_region(&m, r as u32, want)?;
+                maps.push(m);
+                layouts.push(l);
+                max_med.push(max);
                 continue;
             }
             let b = &all[r];
             if b.len() != 16 {
                 return Err(InitError::Conduit {
                     conduit: "smp",
-                    msg: format!("rank {r} sent a {}-byte region blob", b.len()),
+                    msg: format!("rank {r} sent a {}-byte region blob, not 16", b.len()),
                 });
             }
             let pid = u32::from_le_bytes(b[0..4].try_into().expect("4"));
             let pfd = u32::from_le_bytes(b[4..8].try_into().expect("4"));
-            let len = u64::from_le_bytes(b[8..16].try_into().expect("8")) as usize;
+            let len = u64::from_le_bytes(b[8..16].try_into().expect("8"));
+            let len = usize::try_from(len).map_err(|_| InitError::Conduit {
+                conduit: "smp",
+                msg: format!(
+                    "rank {r}'s region blob says {len} bytes, more than this machine maps"
+                ),
+            })?;
             // The pidfd first: mapping the region through /proc/<pid> then proves that
             // the pidfd names the process that owns it.
             peers.watch(r as u32, pid);
-            maps.push(region::map_peer(r as u32, pid, pfd, len)?);
+            let (m, l, max) = region::map_peer(r as u32, pid, pfd, len, want)?;
+            maps.push(m);
+            layouts.push(l);
+            max_med.push(max);
         }
         // Everyone has mapped everyone: the descriptor (the region's last name) can go.
         boot.barrier()?;
         drop(fd);
-        let mut layouts = Vec::with_capacity(ranks.len());
-        let mut max_med = Vec::with_capacity(ranks.len());
-        for (m, &r) in maps.iter().zip(&ranks) {
-            let (l, max) = m
-                .header()
-                .check(
-                    r,
-                    jl.eps[r as usize] as usize,
-                    total,
-                    params.aux_len,
-                    NP_ARGS_AREA,
-                )
-                .map_err(|e| InitError::Conduit {
-                    conduit: "smp",
-                    msg: format!("rank {r}'s shared region disagrees with the job: {e}"),
-                })?;
-            layouts.push(l);
-            max_med.push(max);
-        }
         let smp = Arc::new(Smp {
             maps,
             layouts,
@@ -487,6 +501,14 @@ unsafe fn encode(body: *mut u8, msg: &OutMsg<'_>, seg: Seg) {
                 std::ptr::copy_nonoverlapping(payload.as_ptr(), body.add(area), payload.len());
             }
             Category::Long => {
+                // The core checked the range against the layout, and `open` checked
+                // that the layout is what the destination's region maps.
+                debug_assert!(
+                    msg.offset()
+                        .checked_add(payload.len())
+                        .is_some_and(|e| e <= seg.len),
+                    "gex smp: a Long past the destination's segment"
+                );
                 let dst = seg.base.0.as_ptr().add(msg.offset());
                 if dst.cast_const() != payload.as_ptr() {
                     // `copy`, not `copy_nonoverlapping`: the source may be in a segment.
@@ -707,9 +729,18 @@ unsafe impl ConduitEp for SmpEp {
     fn capabilities(&self) -> Capabilities {
         Capabilities::NP_IN_PLACE | Capabilities::SHARED_MEMORY | Capabilities::BLOCKING_WAIT
     }
+    /// This endpoint's limits, with Medium payloads also bounded by what `dst`'s rings
+    /// hold (a neighbour may run with smaller rings: `GEX_SMP_RING_SIZE` is per rank),
+    /// so the limits of two neighbours are symmetric and a Medium within them always
+    /// fits the ring it goes through.
     #[inline]
-    fn limits(&self, _dst: EpAddr) -> Limits {
-        self.limits
+    fn limits(&self, dst: EpAddr) -> Limits {
+        let mut l = self.limits;
+        let li = self.conduit.local_of.get(dst.rank as usize).copied();
+        if let Some(&theirs) = li.and_then(|li| self.conduit.max_medium.get(li as usize)) {
+            l.max_medium = l.max_medium.min(theirs);
+        }
+        l
     }
     fn local_segment(&self) -> (NonNull<u8>, usize) {
         (self.rx.seg.base.0, self.rx.seg.len)

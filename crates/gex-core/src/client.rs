@@ -1,7 +1,7 @@
 //! The client: one per rank and job. Owns the conduit instance and the bootstrap, and
 //! hands out endpoints.
 
-use crate::boot::Bootstrap;
+use crate::boot::{BootError, Bootstrap};
 use crate::config::{Config, EnvVar, resolve_wait};
 use crate::endpoint::{Endpoint, OwnedEndpoint};
 use crate::error::{EpError, InitError};
@@ -195,14 +195,32 @@ impl<L: LayerSet> ClientBuilder<L> {
 
     /// Initialises the client: collective over every rank of the job.
     ///
+    /// What the bootstrap says is checked before it is used (the bootstrap is a safe
+    /// trait): this rank below the job size, one host id per rank, and in the layout
+    /// exchange one blob per rank, this rank's own unchanged, every blob naming the
+    /// rank at its index, the same job size and the host this rank's bootstrap gives
+    /// that rank. The conduit then checks what its peers publish against the agreed
+    /// layout (see the conduit guide).
+    ///
     /// # Errors
     /// [`InitError::Config`] for bad settings or layers that do not fit (handler or
-    /// auxiliary budgets), [`InitError::Boot`] if the bootstrap fails,
-    /// [`InitError::Conduit`]/[`InitError::Os`] if the conduit cannot open.
+    /// auxiliary budgets), or a bootstrap whose host ids are not one per rank;
+    /// [`InitError::Boot`] if the bootstrap fails, or says something inconsistent
+    /// ([`BootError::Protocol`] naming the rank and the field: a rank outside the job,
+    /// a layout exchange that disagrees with it); [`InitError::Conduit`]/
+    /// [`InitError::Os`] if the conduit cannot open, or a peer published something that
+    /// disagrees with the layout.
     pub fn init<C: Conduit>(self, mut boot: Box<dyn Bootstrap>) -> Result<Client<C>, InitError> {
         let config = self.config.unwrap_or_else(Config::from_env);
         let rank = boot.rank();
         let size = boot.size();
+        // `Bootstrap` is a safe trait: what it says is checked before anything uses it.
+        if rank >= size {
+            return Err(InitError::Boot(BootError::Protocol(format!(
+                "the {} bootstrap says this is rank {rank} of a job of {size} ranks",
+                boot.name()
+            ))));
+        }
         let hosts = boot.host_ids().to_vec();
         if hosts.len() != size as usize {
             return Err(InitError::Config(format!(
@@ -251,46 +269,18 @@ impl<L: LayerSet> ClientBuilder<L> {
                 config.describe(&Self::env_registries::<C>())
             );
         }
-        // Agree on the job layout.
-        let mut mine = Vec::with_capacity(10);
-        mine.extend_from_slice(&eps.to_le_bytes());
-        mine.extend_from_slice(&(seg as u64).to_le_bytes());
+        // Agree on the job layout: every rank publishes its part, checked against what
+        // this rank's bootstrap says (`agree_layout`).
+        let mine = LayoutBlob {
+            rank,
+            size,
+            eps,
+            seg: seg as u64,
+            host: hosts[rank as usize],
+        }
+        .encode();
         let all = boot.exchange(&mine)?;
-        // The exchange comes from the launcher: check its shape before using it.
-        if all.len() != size as usize || all.get(rank as usize) != Some(&mine) {
-            return Err(InitError::Boot(crate::boot::BootError::Protocol(format!(
-                "the bootstrap exchange returned {} layout blobs for {size} ranks{}",
-                all.len(),
-                if all.len() == size as usize {
-                    ", and not this rank's own blob at its rank"
-                } else {
-                    ""
-                }
-            ))));
-        }
-        let mut layout = JobLayout {
-            eps: Vec::new(),
-            seg_len: Vec::new(),
-            host: hosts,
-        };
-        for (r, b) in all.iter().enumerate() {
-            if b.len() != 10 {
-                return Err(InitError::Boot(crate::boot::BootError::Protocol(format!(
-                    "layout blob of rank {r} has {} bytes",
-                    b.len()
-                ))));
-            }
-            let eps = u16::from_le_bytes([b[0], b[1]]);
-            if eps == 0 {
-                return Err(InitError::Boot(crate::boot::BootError::Protocol(format!(
-                    "layout blob of rank {r} has no endpoint"
-                ))));
-            }
-            layout.eps.push(eps);
-            layout
-                .seg_len
-                .push(u64::from_le_bytes(b[2..10].try_into().expect("8 bytes")) as usize);
-        }
+        let layout = agree_layout(rank, &hosts, &mine, &all)?;
         let on_host = layout.neighbours(rank).len();
         // GEX_WAIT, when set, overrides the builder like every other GEX_* variable.
         let mode = match (config.get("GEX_WAIT"), self.wait) {
@@ -350,6 +340,122 @@ impl<L: LayerSet> ClientBuilder<L> {
             progress: progress.then_some(interval),
         })
     }
+}
+
+/// What every rank publishes in the layout exchange of [`ClientBuilder::init`]: who it
+/// is (as its own bootstrap says) and its part of the [`JobLayout`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LayoutBlob {
+    rank: u32,
+    size: u32,
+    eps: u16,
+    seg: u64,
+    host: u32,
+}
+
+impl LayoutBlob {
+    /// Bytes of an encoded blob: rank, size, endpoints, segment length, host id
+    /// (little-endian).
+    const LEN: usize = 4 + 4 + 2 + 8 + 4;
+
+    fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(Self::LEN);
+        b.extend_from_slice(&self.rank.to_le_bytes());
+        b.extend_from_slice(&self.size.to_le_bytes());
+        b.extend_from_slice(&self.eps.to_le_bytes());
+        b.extend_from_slice(&self.seg.to_le_bytes());
+        b.extend_from_slice(&self.host.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<LayoutBlob> {
+        let b: &[u8; Self::LEN] = b.try_into().ok()?;
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let mut seg = [0u8; 8];
+        seg.copy_from_slice(&b[10..18]);
+        Some(LayoutBlob {
+            rank: u32_at(0),
+            size: u32_at(4),
+            eps: u16::from_le_bytes([b[8], b[9]]),
+            seg: u64::from_le_bytes(seg),
+            host: u32_at(18),
+        })
+    }
+}
+
+/// The job layout from the blobs `all` of the layout exchange, as rank `rank` (whose
+/// bootstrap gave `hosts`, and which published `mine`) checks them: one blob per rank,
+/// this rank's own unchanged, and each naming the rank at its index, the job size and
+/// the host this rank's bootstrap says, and at least one endpoint. The exchange comes
+/// from the bootstrap, a safe trait: nothing here trusts it, allocates what it claims
+/// or panics on it.
+///
+/// # Errors
+/// [`InitError::Boot`] ([`BootError::Protocol`]) naming the rank whose blob disagrees
+/// and the field.
+fn agree_layout(
+    rank: u32,
+    hosts: &[u32],
+    mine: &[u8],
+    all: &[Vec<u8>],
+) -> Result<JobLayout, InitError> {
+    let size = hosts.len();
+    let bad = |m: String| InitError::Boot(BootError::Protocol(m));
+    if all.len() != size || all.get(rank as usize).map(Vec::as_slice) != Some(mine) {
+        return Err(bad(format!(
+            "the bootstrap exchange returned {} layout blobs for {size} ranks{}",
+            all.len(),
+            if all.len() == size {
+                ", and not this rank's own blob at its rank"
+            } else {
+                ""
+            }
+        )));
+    }
+    let mut layout = JobLayout {
+        eps: Vec::with_capacity(size),
+        seg_len: Vec::with_capacity(size),
+        host: hosts.to_vec(),
+    };
+    for (r, b) in all.iter().enumerate() {
+        let p = LayoutBlob::decode(b).ok_or_else(|| {
+            bad(format!(
+                "layout blob of rank {r} has {} bytes, not {}",
+                b.len(),
+                LayoutBlob::LEN
+            ))
+        })?;
+        if p.rank as usize != r {
+            return Err(bad(format!(
+                "rank {r}'s layout blob says it is rank {}",
+                p.rank
+            )));
+        }
+        if p.size as usize != size {
+            return Err(bad(format!(
+                "rank {r}'s layout blob says the job has {} ranks, this rank's bootstrap says {size}",
+                p.size
+            )));
+        }
+        if p.host != hosts[r] {
+            return Err(bad(format!(
+                "rank {r}'s layout blob says it is on host {}, this rank's bootstrap says host {}",
+                p.host, hosts[r]
+            )));
+        }
+        if p.eps == 0 {
+            return Err(bad(format!("layout blob of rank {r} has no endpoint")));
+        }
+        let seg = usize::try_from(p.seg).map_err(|_| {
+            bad(format!(
+                "rank {r}'s layout blob has a segment of {} bytes, more than this machine addresses",
+                p.seg
+            ))
+        })?;
+        layout.eps.push(p.eps);
+        layout.seg_len.push(seg);
+    }
+    Ok(layout)
 }
 
 /// Handler blocks and auxiliary slices of `infos`' layers, in order.

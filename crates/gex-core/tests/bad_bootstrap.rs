@@ -1,15 +1,19 @@
-//! `ClientBuilder::init` against a bootstrap whose exchange returns something other
-//! than what the ranks sent (a corrupt launcher): an error, never a panic or an
-//! allocation of what a blob claims. The `core-layout` fuzz target of
-//! `benches/gex-fuzz` explores the same path with random exchanges.
+//! `ClientBuilder::init` against a bootstrap that says something inconsistent (a
+//! corrupt launcher, or a runtime's own `impl Bootstrap`, a safe trait): a rank
+//! outside the job, or an exchange that returns something other than what the ranks
+//! sent. An error naming the rank and the field, never a panic or an allocation of
+//! what a blob claims. The `core-layout` fuzz target of `benches/gex-fuzz` explores
+//! the same path with random exchanges; the conduits' checks of what peers publish
+//! are tested in their crates (`conduits/smp/tests/peer_trust.rs`, ...).
 
 use gex_core::boot::{BootError, Bootstrap};
 use gex_core::loopback::Loopback;
 use gex_core::{ClientBuilder, Config, InitError};
 
-/// A bootstrap of `size` ranks (this one rank 0) whose exchange returns `blobs`.
+/// A bootstrap of `size` ranks (this one `rank`) whose exchange returns `blobs`.
 #[derive(Debug)]
 struct Corrupt {
+    rank: u32,
     size: u32,
     hosts: Vec<u32>,
     blobs: Vec<Vec<u8>>,
@@ -20,7 +24,7 @@ impl Bootstrap for Corrupt {
         "corrupt"
     }
     fn rank(&self) -> u32 {
-        0
+        self.rank
     }
     fn size(&self) -> u32 {
         self.size
@@ -46,14 +50,27 @@ impl Bootstrap for Corrupt {
     fn request_exit(&mut self, _code: i32) {}
 }
 
-fn blob(eps: u16, seg: u64) -> Vec<u8> {
-    let mut b = eps.to_le_bytes().to_vec();
+/// A layout blob as rank `rank` of a job of `size` ranks on host 0 publishes it: rank,
+/// size, endpoints, segment length, host (little-endian).
+fn blob_of(rank: u32, size: u32, eps: u16, seg: u64, host: u32) -> Vec<u8> {
+    let mut b = rank.to_le_bytes().to_vec();
+    b.extend(size.to_le_bytes());
+    b.extend(eps.to_le_bytes());
     b.extend(seg.to_le_bytes());
+    b.extend(host.to_le_bytes());
     b
 }
 
-fn init(size: u32, blobs: Vec<Vec<u8>>) -> Result<(), String> {
+/// Rank `rank`'s blob in a job of `size` ranks, on host 0.
+fn blob(rank: u32, size: u32, eps: u16, seg: u64) -> Vec<u8> {
+    blob_of(rank, size, eps, seg, 0)
+}
+
+/// `init` of rank `rank` of `size` ranks (all on host 0) whose exchange returns
+/// `blobs`; the text of a `BootError::Protocol`.
+fn init_as(rank: u32, size: u32, blobs: Vec<Vec<u8>>) -> Result<(), String> {
     let boot = Box::new(Corrupt {
+        rank,
         size,
         hosts: vec![0; size as usize],
         blobs,
@@ -69,9 +86,13 @@ fn init(size: u32, blobs: Vec<Vec<u8>>) -> Result<(), String> {
         })
 }
 
+fn init(size: u32, blobs: Vec<Vec<u8>>) -> Result<(), String> {
+    init_as(0, size, blobs)
+}
+
 #[test]
 fn an_honest_exchange_works() {
-    init(1, vec![blob(1, 4096)]).unwrap();
+    init(1, vec![blob(0, 1, 1, 4096)]).unwrap();
 }
 
 /// Regression (found by the `core-layout` fuzz target, input `00 01`): an exchange
@@ -81,7 +102,7 @@ fn an_honest_exchange_works() {
 fn too_few_blobs_is_an_error() {
     let e = init(1, vec![]).unwrap_err();
     assert!(e.contains("0 layout blobs for 1 ranks"), "{e}");
-    let e = init(2, vec![blob(1, 4096)]).unwrap_err();
+    let e = init(2, vec![blob(0, 2, 1, 4096)]).unwrap_err();
     assert!(e.contains("1 layout blobs for 2 ranks"), "{e}");
 }
 
@@ -90,7 +111,7 @@ fn too_few_blobs_is_an_error() {
 /// segment of any size it named.
 #[test]
 fn a_changed_own_blob_is_an_error() {
-    let e = init(1, vec![blob(1, 1 << 60)]).unwrap_err();
+    let e = init(1, vec![blob(0, 1, 1, 1 << 60)]).unwrap_err();
     assert!(e.contains("not this rank's own blob"), "{e}");
 }
 
@@ -98,6 +119,75 @@ fn a_changed_own_blob_is_an_error() {
 /// endpoint was accepted into the layout.
 #[test]
 fn a_rank_without_endpoints_is_an_error() {
-    let e = init(2, vec![blob(1, 4096), blob(0, 4096)]).unwrap_err();
+    let e = init(2, vec![blob(0, 2, 1, 4096), blob(1, 2, 0, 4096)]).unwrap_err();
     assert!(e.contains("rank 1 has no endpoint"), "{e}");
+}
+
+/// A bootstrap that says this is rank 1 of a job of 1 (or of 0 ranks): an error naming
+/// the rank and the size before anything is indexed by the rank.
+#[test]
+fn a_rank_outside_the_job_is_an_error() {
+    let e = init_as(1, 1, vec![blob(1, 1, 1, 4096)]).unwrap_err();
+    assert!(e.contains("rank 1 of a job of 1 ranks"), "{e}");
+    let e = init_as(0, 0, vec![]).unwrap_err();
+    assert!(e.contains("rank 0 of a job of 0 ranks"), "{e}");
+}
+
+/// An exchange with more blobs than ranks.
+#[test]
+fn too_many_blobs_is_an_error() {
+    let e = init(1, vec![blob(0, 1, 1, 4096), blob(0, 1, 1, 4096)]).unwrap_err();
+    assert!(e.contains("2 layout blobs for 1 ranks"), "{e}");
+}
+
+/// Every layout blob names the rank that sent it: a blob at another index (a rank
+/// whose bootstrap gives it another rank, blobs out of order) is refused by every rank
+/// that receives it, naming both.
+#[test]
+fn a_blob_naming_another_rank_is_an_error() {
+    let e = init(2, vec![blob(0, 2, 1, 4096), blob(0, 2, 1, 4096)]).unwrap_err();
+    assert!(e.contains("rank 1's layout blob says it is rank 0"), "{e}");
+    // Rank 0's own blob says rank 0, rank 1's says 2.
+    let e = init(2, vec![blob(0, 2, 1, 4096), blob(2, 2, 1, 4096)]).unwrap_err();
+    assert!(e.contains("rank 1's layout blob says it is rank 2"), "{e}");
+}
+
+/// A rank whose bootstrap gives another job size.
+#[test]
+fn a_blob_with_another_job_size_is_an_error() {
+    let e = init(2, vec![blob(0, 2, 1, 4096), blob(1, 3, 1, 4096)]).unwrap_err();
+    assert!(
+        e.contains("rank 1's layout blob says the job has 3 ranks, this rank's bootstrap says 2"),
+        "{e}"
+    );
+}
+
+/// A rank whose bootstrap puts it on another host than this rank's bootstrap does
+/// (so one would map the other's memory while the other does not expect it).
+#[test]
+fn a_blob_on_another_host_is_an_error() {
+    let e = init(2, vec![blob(0, 2, 1, 4096), blob_of(1, 2, 1, 4096, 7)]).unwrap_err();
+    assert!(
+        e.contains("rank 1's layout blob says it is on host 7, this rank's bootstrap says host 0"),
+        "{e}"
+    );
+}
+
+/// Blobs of another length (also the 10-byte blobs of the format before the rank,
+/// size and host were added) are refused naming the rank.
+#[test]
+fn a_blob_of_another_shape_is_an_error() {
+    let mut short = blob(1, 2, 1, 4096);
+    short.pop();
+    let e = init(2, vec![blob(0, 2, 1, 4096), short]).unwrap_err();
+    assert!(
+        e.contains("layout blob of rank 1 has 21 bytes, not 22"),
+        "{e}"
+    );
+    let e = init(
+        2,
+        vec![blob(0, 2, 1, 4096), vec![1, 0, 0, 16, 0, 0, 0, 0, 0, 0]],
+    )
+    .unwrap_err();
+    assert!(e.contains("layout blob of rank 1 has 10 bytes"), "{e}");
 }

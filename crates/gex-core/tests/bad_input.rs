@@ -744,7 +744,17 @@ impl Bootstrap for Fake {
         if self.fail_exchange {
             return Err(BootError::Lost("the launcher is gone".into()));
         }
-        Ok(vec![mine.to_vec(); self.size as usize])
+        // Every rank's blob as that rank would publish it: the same as this one's, but
+        // for the sender's rank, which the core's layout blob starts with (and checks).
+        Ok((0..self.size)
+            .map(|r| {
+                let mut b = mine.to_vec();
+                if let Some(head) = b.get_mut(..4) {
+                    head.copy_from_slice(&r.to_le_bytes());
+                }
+                b
+            })
+            .collect())
     }
     fn barrier(&mut self) -> Result<(), BootError> {
         if self.fail_barrier {

@@ -18,6 +18,9 @@
 //!   `mpiexec`, with a watchdog, per-rank results and logs, and checks that no
 //!   process and nothing in `/dev/shm` is left; [`procs::ProcRunner`] runs the suites
 //!   that way.
+//! - [`tamper`]: [`tamper::Tampered`], a bootstrap that changes what another one says
+//!   (a rank, blobs of an exchange), for the tests of what gex checks of its
+//!   bootstrap and of its peers.
 //!
 //! ## What it does not do
 //! - It is not a network: `sim` moves bytes between threads of one process; it models
@@ -75,6 +78,7 @@ pub mod procs;
 pub mod rma;
 pub mod rng;
 pub mod sim;
+pub mod tamper;
 
 /// The `GEX_*` settings of the test kit (the simulated fabric, and test switches).
 pub const ENV_VARS: &[gex_core::config::EnvVar] = &[

@@ -129,9 +129,14 @@ impl Bootstrap for Scripted {
     fn request_exit(&mut self, _code: i32) {}
 }
 
-fn layout_blob(eps: u16, seg: u64) -> Vec<u8> {
-    let mut b = eps.to_le_bytes().to_vec();
+/// A layout blob as `ClientBuilder::init` publishes it: rank, job size, endpoints,
+/// segment length, host id (little-endian).
+fn layout_blob(rank: u32, size: u32, eps: u16, seg: u64, host: u32) -> Vec<u8> {
+    let mut b = rank.to_le_bytes().to_vec();
+    b.extend(size.to_le_bytes());
+    b.extend(eps.to_le_bytes());
     b.extend(seg.to_le_bytes());
+    b.extend(host.to_le_bytes());
     b
 }
 
@@ -139,7 +144,7 @@ pub(crate) fn layout_seeds() -> Vec<Vec<u8>> {
     // One rank whose blob echoes what it sent (one endpoint, 4 KiB), as a launcher
     // returns it; see `layout` for the encoding.
     let mut v = vec![0u8, 1, 0];
-    let b = layout_blob(1, 4096);
+    let b = layout_blob(0, 1, 1, 4096, 0);
     v.push(b.len() as u8);
     v.extend(b);
     vec![v]
@@ -157,7 +162,7 @@ pub(crate) fn layout(d: &[u8]) -> u64 {
     let hosts = vec![0; nhosts];
     let mut blobs = Vec::new();
     for _ in 0..nblobs {
-        let n = usize::from(u.int_in_range(0u8..=12).unwrap_or(10));
+        let n = usize::from(u.int_in_range(0u8..=24).unwrap_or(22));
         let b: Vec<u8> = (0..n).map(|_| u.arbitrary().unwrap_or(0)).collect();
         blobs.push(b);
     }

@@ -44,8 +44,8 @@ pub(crate) fn all() -> Vec<Target> {
         },
         Target {
             name: "smp-header",
-            decoder: "gex-conduit-smp region::Header::check (a peer's shared region)",
-            checks: "accepts exactly the header its owner writes; no overflow for any size",
+            decoder: "gex-conduit-smp region::Header::check (a peer's shared region, against the job layout)",
+            checks: "accepts exactly the header its owner writes for the layout's rank, endpoints and segment length; no overflow for any size",
             seeds: shm::smp_header_seeds,
             run: shm::smp_header,
         },
@@ -58,7 +58,7 @@ pub(crate) fn all() -> Vec<Target> {
         },
         Target {
             name: "ofi-blob",
-            decoder: "gex-conduit-ofi wire::PeerBlob::decode (addresses and keys exchanged at open)",
+            decoder: "gex-conduit-ofi wire::PeerBlob::decode (addresses and segments exchanged at open)",
             checks: "accepted = re-encodes to the same bytes; no allocation sized by a claimed count",
             seeds: ofi::blob_seeds,
             run: ofi::blob,
@@ -143,7 +143,7 @@ pub(crate) fn all() -> Vec<Target> {
         Target {
             name: "core-layout",
             decoder: "gex-core ClientBuilder::init's job layout from the bootstrap exchange",
-            checks: "a corrupt exchange (blob sizes, endpoint counts, host ids) is an error, not a panic or a huge allocation",
+            checks: "a corrupt exchange (blob sizes, ranks, job sizes, endpoint counts, host ids) is an error, not a panic or a huge allocation",
             seeds: core::layout_seeds,
             run: core::layout,
         },

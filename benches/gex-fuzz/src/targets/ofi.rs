@@ -84,8 +84,8 @@ pub(crate) fn blob_seeds() -> Vec<Vec<u8>> {
             "tcp;ofi_rxm".into(),
             65536,
             vec![
-                (vec![2, 0, 0x1f, 0x90, 127, 0, 0, 1], 4096, 7),
-                (vec![1; 16], 0, 9),
+                (vec![2, 0, 0x1f, 0x90, 127, 0, 0, 1], 4096, 1 << 20, 7),
+                (vec![1; 16], 0, 4096, 9),
             ],
         )),
         ofi::encode_peer_blob(&("shm".into(), 0, vec![])),

@@ -264,7 +264,7 @@ pub(crate) fn smp_record(d: &[u8]) -> u64 {
 
 // ---- smp-header -----------------------------------------------------------------------
 
-fn header_bytes(h: &smp::Header, rank: u32, eps: u16, total: u16) -> Vec<u8> {
+fn header_bytes(h: &smp::Header, rank: u32, eps: u16, total: u16, seg_len: u64) -> Vec<u8> {
     let mut v = Vec::new();
     for x in [
         h.magic,
@@ -281,6 +281,7 @@ fn header_bytes(h: &smp::Header, rank: u32, eps: u16, total: u16) -> Vec<u8> {
     v.extend(rank.to_le_bytes());
     v.extend(eps.to_le_bytes());
     v.extend(total.to_le_bytes());
+    v.extend(seg_len.to_le_bytes());
     v
 }
 
@@ -292,16 +293,16 @@ pub(crate) fn smp_header_seeds() -> Vec<Vec<u8>> {
     .iter()
     .map(|&(rank, eps, total, cap, seg)| {
         let h = smp::header_for(rank, eps, total, cap, seg, 65536).unwrap();
-        header_bytes(&h, rank, eps as u16, total as u16)
+        header_bytes(&h, rank, eps as u16, total as u16, seg as u64)
     })
     .collect()
 }
 
 /// A peer's region header (eight u64) and what the job layout says (rank, its
-/// endpoints, the host's endpoints): accepted only if it is what that peer would
-/// have written.
+/// endpoints, the host's endpoints, its segment length): accepted only if it is what
+/// that peer would have written for that layout.
 pub(crate) fn smp_header(d: &[u8]) -> u64 {
-    if d.len() < 72 {
+    if d.len() < 80 {
         return outcome("short");
     }
     let w = |i: usize| u64::from_le_bytes(d[8 * i..8 * i + 8].try_into().unwrap());
@@ -318,7 +319,11 @@ pub(crate) fn smp_header(d: &[u8]) -> u64 {
     let rank = u32::from_le_bytes(d[64..68].try_into().unwrap());
     let eps = usize::from(u16::from_le_bytes([d[68], d[69]]));
     let total = usize::from(u16::from_le_bytes([d[70], d[71]]));
-    match smp::check_header(h, rank, eps, total) {
+    let seg_len = u64::from_le_bytes(d[72..80].try_into().unwrap());
+    let Ok(seg_len) = usize::try_from(seg_len) else {
+        return outcome("segment length too large");
+    };
+    match smp::check_header(h, rank, eps, total, seg_len) {
         Ok((len, max_medium)) => {
             assert_eq!(len as u64, h.len);
             assert!(max_medium as u64 <= h.max_medium);
@@ -327,7 +332,7 @@ pub(crate) fn smp_header(d: &[u8]) -> u64 {
                 eps,
                 total,
                 h.ring_cap as usize,
-                h.seg_len as usize,
+                seg_len,
                 h.max_medium as usize,
             );
             assert_eq!(mine, Some(h), "accepted a header its owner would not write");
