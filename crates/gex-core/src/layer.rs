@@ -366,13 +366,19 @@ fn attach_one<L: Layer, C: Conduit>(
 }
 
 /// A list of layers, built by [`ClientBuilder::layer`](crate::ClientBuilder::layer):
-/// `()`, `((), A)`, `(((), A), B)`, ...
-pub trait LayerSet: Send + 'static {
+/// `()`, `((), A)`, `(((), A), B)`, ... Sealed: the core decides how layers attach.
+pub trait LayerSet: sealed::Sealed + Send + 'static {
     /// The layers, in attach order.
     fn infos(out: &mut Vec<LayerInfo>);
     #[doc(hidden)]
     #[allow(private_interfaces)]
     fn attachers<C: Conduit>(out: &mut Vec<Attacher<C>>);
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for () {}
+    impl<A: super::LayerSet, B: super::Layer> Sealed for (A, B) {}
 }
 
 impl LayerSet for () {
