@@ -325,8 +325,9 @@ impl Layer for Coll {
     }
 
     #[inline]
-    fn handle(&mut self, h: u8, _t: &mut Token<'_>, am: Am<'_>) {
-        self.mb.deliver(h, &am);
+    fn handle(self: std::pin::Pin<&mut Self>, h: u8, _t: &mut Token<'_>, am: Am<'_>) {
+        let this = Coll::unpin(self);
+        this.mb.deliver(h, &am);
     }
 
     fn describe(&self) -> String {
@@ -348,24 +349,25 @@ impl Layer for Coll {
         lines.join("\n")
     }
 
-    fn progress<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) -> Progress {
-        self.policy = cx.wait_policy();
-        self.shm.note_policy(self.policy);
-        self.flush_outbox(cx);
-        self.answer(cx);
-        let (mut progressed, shm_active) = self.advance_all(cx);
-        self.send_aborts(cx);
-        progressed |= self.direct_progress();
-        let busy = !self.ops.is_empty() || !self.outbox.is_empty();
-        if !shm_active && self.direct.is_none() {
-            self.calm();
+    fn progress<C: Conduit>(self: std::pin::Pin<&mut Self>, cx: &mut Cx<'_, C>) -> Progress {
+        let this = Coll::unpin(self);
+        this.policy = cx.wait_policy();
+        this.shm.note_policy(this.policy);
+        this.flush_outbox(cx);
+        this.answer(cx);
+        let (mut progressed, shm_active) = this.advance_all(cx);
+        this.send_aborts(cx);
+        progressed |= this.direct_progress();
+        let busy = !this.ops.is_empty() || !this.outbox.is_empty();
+        if !shm_active && this.direct.is_none() {
+            this.calm();
             return if busy { Progress::Busy } else { Progress::Idle };
         }
         if progressed {
-            self.calm();
+            this.calm();
             return Progress::Spinning;
         }
-        if !self.sleep_gate() {
+        if !this.sleep_gate() {
             return Progress::Spinning;
         }
         // Announced: look once more at every flag waited for (crate::shm, *Sleeping*).
@@ -373,14 +375,14 @@ impl Layer for Coll {
         // A publication (a slot's or a small broadcast's) whose writer does not fence
         // yet: stay awake (checked before the flags themselves: crate::shm and
         // crate::ring, *Sleeping*).
-        if !self.waits_sleep_safe() {
+        if !this.waits_sleep_safe() {
             return Progress::Spinning;
         }
-        let (again, _) = self.advance_all(cx);
-        if again || self.direct_ready_now() {
+        let (again, _) = this.advance_all(cx);
+        if again || this.direct_ready_now() {
             return Progress::Spinning;
         }
-        self.counters.sleep_polls += 1;
+        this.counters.sleep_polls += 1;
         Progress::Busy
     }
 }

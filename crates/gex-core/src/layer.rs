@@ -79,6 +79,7 @@
 //!
 //! ```
 //! use gex_core::layer::{self, Attach, Layer, Progress};
+//! use std::pin::Pin;
 //! use gex_core::spi::Conduit;
 //! use gex_core::{boot::Singleton, loopback::Loopback, Am, Category, ClientBuilder, HandlerId, InitError, Token};
 //!
@@ -92,7 +93,7 @@
 //!     fn attach<C: Conduit>(cx: &mut Attach<'_, C, Self>) -> Result<Self, InitError> {
 //!         Ok(Pinger { ping: cx.handler(0), pong: cx.handler(1), pongs: 0 })
 //!     }
-//!     fn handle(&mut self, h: u8, t: &mut Token<'_>, _am: Am<'_>) {
+//!     fn handle(mut self: Pin<&mut Self>, h: u8, t: &mut Token<'_>, _am: Am<'_>) {
 //!         match h {
 //!             0 => t.reply_short(self.pong, &[]).expect("reply"),
 //!             _ => self.pongs += 1,
@@ -162,7 +163,7 @@ pub trait Layer: Any + Send + Sized {
     fn attach<C: Conduit>(cx: &mut Attach<'_, C, Self>) -> Result<Self, InitError>;
     /// Runs handler `h` (`0..HANDLERS`) of the layer for an incoming message. Must not
     /// block; may reply once through `t`.
-    fn handle(&mut self, h: u8, t: &mut Token<'_>, am: Am<'_>) {
+    fn handle(self: Pin<&mut Self>, h: u8, t: &mut Token<'_>, am: Am<'_>) {
         let _ = (h, t, am);
     }
     /// Runs when a [`Scope`](crate::Scope) ends (and at
@@ -172,12 +173,12 @@ pub trait Layer: Any + Send + Sized {
     /// together) tracks here, with [`Cx::track_implicit`], an event that completes when
     /// they are, and starts what completes it (its progress hook finishes it). Must not
     /// block. The default does nothing.
-    fn end_scope<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, tag: u32) {
+    fn end_scope<C: Conduit>(self: Pin<&mut Self>, cx: &mut Cx<'_, C>, tag: u32) {
         let _ = (cx, tag);
     }
     /// Advances the layer's work in flight; runs on every poll of the endpoint while
     /// the layer is busy (see [`Progress`]). Must not block.
-    fn progress<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) -> Progress {
+    fn progress<C: Conduit>(self: Pin<&mut Self>, cx: &mut Cx<'_, C>) -> Progress {
         let _ = cx;
         Progress::Idle
     }
@@ -191,7 +192,9 @@ pub trait Layer: Any + Send + Sized {
 
 /// A layer's state behind a trait object (what the endpoint stores).
 pub(crate) trait ErasedLayer: Send {
-    fn handle(&mut self, h: u8, t: &mut Token<'_>, am: Am<'_>);
+    /// # Safety
+    /// `self` is a state in its `LayerBox` (pinned: it never moves until dropped).
+    unsafe fn handle(&mut self, h: u8, t: &mut Token<'_>, am: Am<'_>);
     fn describe(&self) -> String;
     fn any_mut(&mut self) -> &mut dyn Any;
     fn any(&self) -> &dyn Any;
@@ -199,8 +202,10 @@ pub(crate) trait ErasedLayer: Send {
 
 impl<L: Layer> ErasedLayer for L {
     #[inline]
-    fn handle(&mut self, h: u8, t: &mut Token<'_>, am: Am<'_>) {
-        Layer::handle(self, h, t, am)
+    unsafe fn handle(&mut self, h: u8, t: &mut Token<'_>, am: Am<'_>) {
+        // SAFETY: the state is in its box and never moves until dropped (the caller's
+        // promise), which is what `Pin` asks.
+        Layer::handle(unsafe { Pin::new_unchecked(self) }, h, t, am)
     }
     fn describe(&self) -> String {
         Layer::describe(self)
@@ -213,21 +218,36 @@ impl<L: Layer> ErasedLayer for L {
     }
 }
 
-/// The progress hook of a layer, monomorphised for its conduit.
-pub(crate) type ProgressFn<C> = fn(&mut dyn ErasedLayer, &mut Cx<'_, C>) -> Progress;
+/// The progress hook of a layer, monomorphised for its conduit (`unsafe`: the state
+/// must be a boxed, pinned one).
+pub(crate) type ProgressFn<C> = unsafe fn(&mut dyn ErasedLayer, &mut Cx<'_, C>) -> Progress;
 
-/// A layer's [`Layer::end_scope`], monomorphised for the endpoint's conduit.
-pub(crate) type EndScopeFn<C> = fn(&mut dyn ErasedLayer, &mut Cx<'_, C>, u32);
+/// A layer's [`Layer::end_scope`], monomorphised for the endpoint's conduit (`unsafe`:
+/// as [`ProgressFn`]).
+pub(crate) type EndScopeFn<C> = unsafe fn(&mut dyn ErasedLayer, &mut Cx<'_, C>, u32);
 
-fn end_scope_of<L: Layer, C: Conduit>(s: &mut dyn ErasedLayer, cx: &mut Cx<'_, C>, tag: u32) {
+/// # Safety
+/// `s` is a state in its `LayerBox` (pinned).
+unsafe fn end_scope_of<L: Layer, C: Conduit>(
+    s: &mut dyn ErasedLayer,
+    cx: &mut Cx<'_, C>,
+    tag: u32,
+) {
     if let Some(l) = s.any_mut().downcast_mut::<L>() {
-        l.end_scope(cx, tag);
+        // SAFETY: the state never moves until dropped (the caller's promise).
+        unsafe { Pin::new_unchecked(l) }.end_scope(cx, tag);
     }
 }
 
-fn progress_of<L: Layer, C: Conduit>(s: &mut dyn ErasedLayer, cx: &mut Cx<'_, C>) -> Progress {
+/// # Safety
+/// `s` is a state in its `LayerBox` (pinned).
+unsafe fn progress_of<L: Layer, C: Conduit>(
+    s: &mut dyn ErasedLayer,
+    cx: &mut Cx<'_, C>,
+) -> Progress {
     match s.any_mut().downcast_mut::<L>() {
-        Some(l) => l.progress(cx),
+        // SAFETY: the state never moves until dropped (the caller's promise).
+        Some(l) => unsafe { Pin::new_unchecked(l) }.progress(cx),
         None => Progress::Idle,
     }
 }
@@ -294,6 +314,23 @@ mod layer_box {
     unsafe impl Send for LayerBox {}
 
     impl<C: Conduit> LayerSlot<C> {
+        /// Runs the layer's progress hook on its state.
+        #[inline]
+        pub(crate) fn run_progress(&mut self, cx: &mut super::Cx<'_, C>) -> super::Progress {
+            // SAFETY: the state is this slot's, in its `LayerBox`, which never moves it.
+            unsafe { (self.progress)(&mut *self.state, cx) }
+        }
+        /// Runs the layer's end-of-scope hook on its state.
+        pub(crate) fn run_end_scope(&mut self, cx: &mut super::Cx<'_, C>, tag: u32) {
+            // SAFETY: as in `run_progress`.
+            unsafe { (self.end_scope)(&mut *self.state, cx, tag) }
+        }
+        /// Runs the layer's handler `h` on its state.
+        #[inline]
+        pub(crate) fn run_handle(&mut self, h: u8, t: &mut crate::Token<'_>, am: crate::Am<'_>) {
+            // SAFETY: as in `run_progress`.
+            unsafe { self.state.handle(h, t, am) }
+        }
         /// The slot's state as the layer type it was made from, pinned.
         ///
         /// # Panics

@@ -403,13 +403,13 @@ impl Layer for Pinger {
             ..Default::default()
         })
     }
-    fn handle(&mut self, h: u8, t: &mut Token<'_>, _am: Am<'_>) {
+    fn handle(mut self: std::pin::Pin<&mut Self>, h: u8, t: &mut Token<'_>, _am: Am<'_>) {
         match h {
             0 => t.reply_short(self.pong.expect("attached"), &[]).unwrap(),
             _ => self.pongs += 1,
         }
     }
-    fn progress<C: Conduit>(&mut self, _cx: &mut Cx<'_, C>) -> Progress {
+    fn progress<C: Conduit>(mut self: std::pin::Pin<&mut Self>, _cx: &mut Cx<'_, C>) -> Progress {
         self.progress_calls += 1;
         if self.pongs < self.sent {
             Progress::Busy
@@ -923,14 +923,14 @@ impl Layer for Flusher {
     fn attach<C: Conduit>(_: &mut layer::Attach<'_, C, Self>) -> Result<Self, InitError> {
         Ok(Flusher::default())
     }
-    fn end_scope<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, tag: u32) {
+    fn end_scope<C: Conduit>(mut self: std::pin::Pin<&mut Self>, cx: &mut Cx<'_, C>, tag: u32) {
         self.ended.push(tag);
         let (ev, done) = cx.pending::<(), EventError>(None, gex_core::event::finish_unit);
         cx.track_implicit(tag, ev);
         self.pending = Some((done, 0));
         cx.set_busy();
     }
-    fn progress<C: Conduit>(&mut self, _cx: &mut Cx<'_, C>) -> Progress {
+    fn progress<C: Conduit>(mut self: std::pin::Pin<&mut Self>, _cx: &mut Cx<'_, C>) -> Progress {
         self.polls += 1;
         match self.pending.take() {
             Some((done, n)) if n >= 3 => {

@@ -370,21 +370,22 @@ impl Layer for Rma {
         })
     }
 
-    fn handle(&mut self, hi: u8, t: &mut Token<'_>, am: Am<'_>) {
+    fn handle(self: std::pin::Pin<&mut Self>, hi: u8, t: &mut Token<'_>, am: Am<'_>) {
+        let this = Rma::unpin(self);
         match hi {
-            h::PUT_LONG => self.on_put_long(t, &am),
-            h::PUT_PACKED => self.on_put_packed(t, &am),
-            h::ACK => self.on_ack(&am),
-            h::GET => self.on_get(t, &am),
-            h::GET_PACKED => self.on_get_packed(t, &am),
-            h::GET_REPLY => self.on_get_reply(&am),
-            h::MEMSET => self.on_memset(t, &am),
-            h::PUT_SHORT => self.on_put_short(t, &am),
-            h::ACK_FAST => self.fast_acks += 1,
-            h::PUT_SHORT_B => self.on_put_short_b(t, &am),
-            h::ATOMIC => self.on_atomic(t, &am),
-            h::ATOMIC_REPLY => self.on_atomic_reply(&am),
-            _ => self.dropped += 1,
+            h::PUT_LONG => this.on_put_long(t, &am),
+            h::PUT_PACKED => this.on_put_packed(t, &am),
+            h::ACK => this.on_ack(&am),
+            h::GET => this.on_get(t, &am),
+            h::GET_PACKED => this.on_get_packed(t, &am),
+            h::GET_REPLY => this.on_get_reply(&am),
+            h::MEMSET => this.on_memset(t, &am),
+            h::PUT_SHORT => this.on_put_short(t, &am),
+            h::ACK_FAST => this.fast_acks += 1,
+            h::PUT_SHORT_B => this.on_put_short_b(t, &am),
+            h::ATOMIC => this.on_atomic(t, &am),
+            h::ATOMIC_REPLY => this.on_atomic_reply(&am),
+            _ => this.dropped += 1,
         }
     }
 
@@ -434,26 +435,28 @@ impl Layer for Rma {
     /// as implicit-event puts): a scope that issued one gets an event under its tag
     /// that completes when a flush of every relaxed put has (the progress hook drives
     /// it).
-    fn end_scope<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, tag: u32) {
-        if !std::mem::take(&mut self.scope_relaxed) {
+    fn end_scope<C: Conduit>(self: std::pin::Pin<&mut Self>, cx: &mut Cx<'_, C>, tag: u32) {
+        let this = Rma::unpin(self);
+        if !std::mem::take(&mut this.scope_relaxed) {
             return;
         }
         let (ev, done) = cx.pending::<(), RmaError>(None, gex_core::event::finish_unit);
         cx.track_implicit(tag, ev);
-        self.scope_flush.push(done);
-        self.scope_flush_step(cx);
+        this.scope_flush.push(done);
+        this.scope_flush_step(cx);
         cx.set_busy();
     }
 
-    fn progress<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) -> Progress {
-        self.retire_native(cx);
-        if !self.deferred.is_empty() {
-            self.pump_deferred(cx);
+    fn progress<C: Conduit>(self: std::pin::Pin<&mut Self>, cx: &mut Cx<'_, C>) -> Progress {
+        let this = Rma::unpin(self);
+        this.retire_native(cx);
+        if !this.deferred.is_empty() {
+            this.pump_deferred(cx);
         }
-        if !self.scope_flush.is_empty() {
-            self.scope_flush_step(cx);
+        if !this.scope_flush.is_empty() {
+            this.scope_flush_step(cx);
         }
-        if self.native.is_empty() && self.deferred.is_empty() && self.scope_flush.is_empty() {
+        if this.native.is_empty() && this.deferred.is_empty() && this.scope_flush.is_empty() {
             Progress::Idle
         } else {
             // Native completions and freed send resources wake nobody.

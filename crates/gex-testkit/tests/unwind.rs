@@ -48,7 +48,7 @@ impl Layer for Hook {
             rank: cx.rank(),
         })
     }
-    fn progress<C: Conduit>(&mut self, _cx: &mut Cx<'_, C>) -> Progress {
+    fn progress<C: Conduit>(self: std::pin::Pin<&mut Self>, _cx: &mut Cx<'_, C>) -> Progress {
         if self.rank == 0 && self.armed.swap(false, Ordering::SeqCst) {
             panic!("a layer's progress hook panics on purpose");
         }

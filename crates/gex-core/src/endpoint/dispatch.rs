@@ -119,7 +119,7 @@ impl<C: Conduit> Deliver for Dispatch<'_, C> {
             l => {
                 let slot = &mut self.layers[l as usize];
                 let local = m.handler - slot.place.base;
-                let r = catch_unwind(AssertUnwindSafe(|| slot.state.handle(local, &mut t, am())));
+                let r = catch_unwind(AssertUnwindSafe(|| slot.run_handle(local, &mut t, am())));
                 if let Err(p) = r {
                     caught(self.panicked, p);
                 }

@@ -93,7 +93,7 @@ impl<C: Conduit> Inner<C> {
                 continue;
             }
             self.core.busy &= !bit;
-            let Some(p) = self.in_slot(i, |slot, cx| (slot.progress)(&mut *slot.state, cx)) else {
+            let Some(p) = self.in_slot(i, |slot, cx| slot.run_progress(cx)) else {
                 break;
             };
             match p {
@@ -345,7 +345,7 @@ impl<C: Conduit> Inner<C> {
     /// scope `tag` (before its events are waited for).
     pub(crate) fn end_scope(&mut self, tag: u32) {
         for i in 0..self.layers.len() {
-            self.in_slot(i, |slot, cx| (slot.end_scope)(&mut *slot.state, cx, tag));
+            self.in_slot(i, |slot, cx| slot.run_end_scope(cx, tag));
         }
     }
 
