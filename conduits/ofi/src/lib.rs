@@ -128,6 +128,8 @@ mod rma;
 mod rx;
 mod select;
 mod stats;
+#[cfg(test)]
+mod test_hooks;
 mod tx;
 mod wire;
 mod wireup;
