@@ -78,19 +78,22 @@ impl Ofi {
         &self.report
     }
 
-    /// Registers `buf` for native RMA and atomics for as long as the returned guard
-    /// lives (a *client region*; see [`MemRegion`]): use the guard (it derefs to the
-    /// slice) as the local buffer of puts, gets and VIS transfers. Where the provider
-    /// requires `FI_MR_LOCAL`, each endpoint registers the region in its own domain at
-    /// its first operation from it and keeps the registration in its cache, so later
-    /// transfers from the region need no registration (a buffer outside the segments
-    /// and every region is registered for each operation instead). Elsewhere it costs
-    /// nothing. Regions of one conduit never overlap (each borrows its memory).
+    /// Makes `buf` a *client region* (see [`MemRegion`]), registered for native RMA and
+    /// atomics for as long as the region lives: the region owns the buffer and derefs
+    /// to its slice, the local buffer of puts, gets and VIS transfers;
+    /// [`MemRegion::into_vec`] gives it back. Where the provider requires
+    /// `FI_MR_LOCAL`, each endpoint registers the region in its own domain at its first
+    /// operation from it and keeps the registration in its cache, so later transfers
+    /// from the region need no registration (a buffer outside the segments and every
+    /// region is registered for each operation instead). Elsewhere it costs nothing.
+    /// Regions of one conduit never overlap (each owns its memory), and a region that
+    /// is leaked keeps its memory, so its registration stays right (a region that
+    /// borrowed its buffer would not: docs/ofi.md, section 2b).
     ///
     /// Registration itself is lazy (a libfabric domain belongs to the thread driving
     /// its endpoint): a failure shows at the first transfer, which then takes gex-rma's
     /// AM path and is counted in [`OfiStats::mr_failures`](crate::OfiStats::mr_failures).
-    pub fn register<'a, T>(&self, buf: &'a mut [T]) -> MemRegion<'a, T> {
+    pub fn register<T>(&self, buf: Vec<T>) -> MemRegion<T> {
         self.regions.add(buf)
     }
 

@@ -670,6 +670,12 @@ pub(crate) struct EpHandle(*mut fi::fid_ep);
 unsafe impl Send for EpHandle {}
 
 impl EpHandle {
+    /// The handle's address, which names the endpoint in the test log.
+    #[cfg(test)]
+    pub(crate) fn addr(&self) -> usize {
+        self.0 as usize
+    }
+
     /// `fi_inject`: sends `buf` without a completion; the buffer is free on return.
     #[inline]
     pub(crate) fn inject(&self, buf: &[u8], dest: u64) -> Result<(), Errno> {
@@ -989,7 +995,13 @@ impl Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        // SAFETY: opened by fi_endpoint; closed before its CQ, AV, MRs and domain.
+        #[cfg(test)]
+        crate::test_hooks::note(crate::test_hooks::Event::Closed { ep: self.h.addr() });
+        // SAFETY: opened by fi_endpoint; closed before its CQ, AV, MRs and domain, and
+        // before the buffers posted to it (receive and send pools, RMA slot words) are
+        // freed: every owner of an endpoint (`ep::Objects`, held by `open::Local`, by
+        // an `OfiEp` until its drop moves it into a `close::Grave`) declares it before
+        // that memory, and receive buffers are posted only by an `OfiEp` or a `Grave`.
         unsafe { close(&mut (*self.h.0).fid, "endpoint") };
     }
 }

@@ -51,7 +51,7 @@
 //!   (redundant registration) and keys are exchanged for native RMA. Under
 //!   `FI_MR_LOCAL` a local RMA buffer outside the segments gets its descriptor from the
 //!   endpoint's registration cache: a client region's registration
-//!   ([`Ofi::register`], a [`MemRegion`] guard that borrows the buffer, registered per
+//!   ([`Ofi::register`], a [`MemRegion`] that owns the buffer, registered per
 //!   endpoint at first use and kept within `GEX_OFI_MR_CACHE_ENTRIES` /
 //!   `GEX_OFI_MR_CACHE_BYTES`), else one made for the operation and closed at its
 //!   completion. A registration is only ever used while its memory provably keeps its
@@ -128,6 +128,8 @@ mod rma;
 mod rx;
 mod select;
 mod stats;
+#[cfg(test)]
+mod test_hooks;
 mod tx;
 mod wire;
 mod wireup;

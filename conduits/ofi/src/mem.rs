@@ -7,7 +7,9 @@
 //! owned elsewhere ([`Mem::shared`]). Pool buffers and contexts are addressed by index
 //! inside their allocation; who may touch a buffer while libfabric holds it is the
 //! business of the endpoint that owns the pool (the Safety sections of `tx`, `rx` and
-//! `close`).
+//! `close`). Whoever owns a `Mem` that libfabric was given (registered, or posted to an
+//! endpoint) drops it only after the endpoint and the registration are closed, on every
+//! path (the Safety sections of `open` and `close`).
 #![allow(unsafe_code)]
 
 use crate::config::conduit_err;
@@ -58,7 +60,17 @@ impl Mem {
 impl Drop for Mem {
     fn drop(&mut self) {
         if let Some(layout) = self.layout {
-            // SAFETY: allocated in `new` with this layout, freed once.
+            #[cfg(test)]
+            crate::test_hooks::note(crate::test_hooks::Event::Freed {
+                base: self.ptr.as_ptr() as usize,
+                len: layout.size(),
+            });
+            // SAFETY: allocated in `new` with this layout, freed once. No libfabric
+            // object uses it any more: a pool or slot array is freed only after the
+            // endpoint it was posted to and its registration are closed (`open::Local`
+            // and `close::Grave`, where an `OfiEp`'s parts end, drop their `ep::Objects`
+            // first); a segment only after every endpoint (`Ofi`'s drop closes the
+            // graves before its fields go; in `open` the segments outlive the parts).
             unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
         }
     }

@@ -27,16 +27,19 @@
 //! providers and UCX run a *memory monitor* that hears of every unmapping. Here a
 //! registration is only ever used while something proves that its pages have not
 //! changed since it was made:
-//! - **Client regions** borrow their memory: [`MemRegion`] holds the `&'a mut [T]` it was
-//!   made from, so no code can free or move the buffer while the guard lives (changing
-//!   the mapping of a live, borrowed allocation is undefined behaviour for `unsafe` code
-//!   too). Each endpoint registers a region in its own domain at the first operation
-//!   from it (lazily, because a domain belongs to the thread driving its endpoint:
-//!   `FI_THREAD_DOMAIN`) and keeps the registration; every hit checks the region's
-//!   liveness flag. Dropping the guard clears the flag (`Release`) before the borrow
-//!   ends, so an endpoint that later meets the same addresses (a new allocation there
-//!   can only be reached through the allocator's own synchronisation, after the drop)
-//!   sees the flag cleared (`Acquire`) and never uses the old registration again. The
+//! - **Client regions** own their memory: [`MemRegion`] holds the `Vec<T>` it was made
+//!   from and hands out only `&[T]` and `&mut [T]`, so no code can free, grow or move
+//!   the buffer while the region lives (changing the mapping of a live allocation is
+//!   undefined behaviour for `unsafe` code too). Each endpoint registers a region in
+//!   its own domain at the first operation from it (lazily, because a domain belongs to
+//!   the thread driving its endpoint: `FI_THREAD_DOMAIN`) and keeps the registration;
+//!   every hit checks the region's liveness flag. Ending the region (dropping it, or
+//!   [`MemRegion::into_vec`]) clears the flag (`Release`) before the buffer is freed or
+//!   handed back, so an endpoint that later meets the same addresses (a new allocation
+//!   there can only be reached through the allocator's own synchronisation, after the
+//!   end) sees the flag cleared (`Acquire`) and never uses the old registration again.
+//!   A region that is never ended (leaked: `mem::forget`, an `Rc` cycle) leaks its
+//!   buffer with it, so its pages stay its own and the registration stays right. The
 //!   registration is closed at the endpoint's next miss (the registry's epoch tells it
 //!   a region went away), when its last operation completes, or when the endpoint
 //!   closes.
@@ -54,6 +57,34 @@
 //! client regions (like `ucp_mem_map`, or GASNet-EX's client-allocated segments), or
 //! use the segment. Where a provider runs its own cache with a monitor (verbs, efa,
 //! cxi: `FI_MR_CACHE_MONITOR`), the per-operation registrations are hits in it.
+//!
+//! # Why a region owns its buffer
+//! The liveness flag is only as good as the promise that the buffer outlives it, and
+//! that promise must not rest on a destructor running: leaking a value is safe.
+//! - A region that **borrowed** its buffer (`register(&'a mut [T]) -> MemRegion<'a, T>`,
+//!   the first design) broke it: `mem::forget(region)` ended the borrow without the
+//!   drop, the flag stayed set, and the program could free the buffer or `realloc` it
+//!   (glibc moves a large block with `mremap`, leaving its old addresses unmapped) and
+//!   get new memory at the same addresses; the next operation there hit the old
+//!   registration. On a NIC that pins pages (`FI_MR_LOCAL`: verbs, efa) that
+//!   registration names the old physical pages, which after an `mremap` back the moved
+//!   block: a get would have written into another allocation, from safe code (the
+//!   probe `tests/regions.rs` found the hit at the reused addresses both ways; it now
+//!   checks that each new buffer gets a registration of its own).
+//! - A **closure-scoped** region (`with_region(&mut buf, |r| ..)`, the guard kept in
+//!   gex's frame and ended on return and on unwinding, with a higher-ranked lifetime so
+//!   that the regions of nested calls cannot be swapped) is sound, but it ties a
+//!   registration to one lexical scope: a runtime cannot keep a registered buffer in
+//!   its own long-lived structures or hand it to another thread, and each new scope
+//!   over the same buffer is a new region, registered again, which loses the cache's
+//!   benefit across calls.
+//! - An **owned** region has neither cost: it lives as long as the program keeps it
+//!   (in any structure, on any thread: moving it does not move the heap buffer), every
+//!   operation after an endpoint's first is a hit, `into_vec` gives the buffer back
+//!   without a copy, and the one way to keep the flag set forever, leaking the region,
+//!   leaks the buffer too. What it cannot register is memory something else owns (a
+//!   stack array, a field, a mapped file): such buffers take the per-operation path
+//!   (still native), or are copied into a region.
 //!
 //! # Why no memory monitor here
 //! - `userfaultfd` (`UFFD_FEATURE_EVENT_UNMAP`/`_REMOVE`/`_REMAP`): the kernel makes the
@@ -74,8 +105,8 @@
 //! - `/proc/self/pagemap` shows no frame numbers without `CAP_SYS_ADMIN`, and reading
 //!   it is a system call on every hit.
 //!
-//! The borrow gives what a monitor would, for the buffers a runtime declares, at the
-//! price of one atomic load per hit; everything else pays a registration per operation
+//! Owning the buffer gives what a monitor would, for the buffers a runtime declares, at
+//! the price of one atomic load per hit; everything else pays a registration per operation
 //! (or per flood), but is never wrong.
 //!
 //! # Bound
@@ -90,24 +121,21 @@
 //! # Safety
 //! - Every registration made here covers memory that is valid when it is made: the
 //!   operation's own buffer (valid until completion by the caller's contract), or a
-//!   client region whose liveness flag was seen set (its guard borrows it). A region
-//!   dropped concurrently with its registration only makes the registration unusable
-//!   (the flag is checked at every use); the current operation's own range is valid by
-//!   its contract.
+//!   client region whose liveness flag was seen set (the region owns the buffer, and
+//!   clears the flag before it frees or returns it; a region never ended keeps it
+//!   allocated forever). A region ended concurrently with its registration only makes
+//!   the registration unusable (the flag is checked at every use); the current
+//!   operation's own range is valid by its contract.
 //! - A registration is closed only when no operation posted with its descriptor is in
 //!   flight (`inflight == 0`), or when the endpoint is closed (the cache sits between
 //!   the endpoint and the domain in `ofi::Objects`, so it is dropped after the endpoint
 //!   and before the domain).
-//! - [`MemRegion`] hands out its buffer as a slice for the guard's life, exactly as the
-//!   `&'a mut [T]` it holds would.
 #![allow(unsafe_code)]
 
 use crate::fabric::{Desc, Domain, Endpoint, Mr, flags};
 use gex_sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::fmt;
-use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
-use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
 /// Default of `GEX_OFI_MR_CACHE_ENTRIES`: registrations an endpoint keeps.
@@ -129,7 +157,7 @@ fn contains(base: usize, len: usize, p: usize, n: usize) -> bool {
 pub(crate) struct RegionState {
     base: usize,
     len: usize,
-    /// Set while the region's guard lives (cleared, `Release`, when it is dropped).
+    /// Set while the region lives (cleared, `Release`, when it ends).
     alive: AtomicBool,
 }
 
@@ -145,8 +173,8 @@ impl RegionState {
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     list: Mutex<Vec<Arc<RegionState>>>,
-    /// Bumped whenever a region is dropped: endpoints then close their registrations
-    /// of dead regions at their next miss.
+    /// Bumped whenever a region ends: endpoints then close their registrations of dead
+    /// regions at their next miss.
     epoch: AtomicU64,
 }
 
@@ -160,12 +188,12 @@ impl Registry {
     }
 
     /// Makes a region of `buf` (see [`Ofi::register`](crate::Ofi::register)).
-    pub(crate) fn add<'a, T>(self: &Arc<Self>, buf: &'a mut [T]) -> MemRegion<'a, T> {
-        let bytes = std::mem::size_of_val(buf);
-        let ptr = NonNull::from(&mut *buf).cast::<T>();
+    pub(crate) fn add<T>(self: &Arc<Self>, buf: Vec<T>) -> MemRegion<T> {
+        let bytes = std::mem::size_of_val(&buf[..]);
         let state = (bytes > 0).then(|| {
             let s = Arc::new(RegionState {
-                base: ptr.as_ptr() as usize,
+                // The region never reallocates `buf` (it hands out slices only).
+                base: buf.as_ptr() as usize,
                 len: bytes,
                 alive: AtomicBool::new(true),
             });
@@ -176,36 +204,38 @@ impl Registry {
             s
         });
         MemRegion {
-            ptr,
-            len: buf.len(),
+            buf,
             state,
             registry: self.clone(),
-            _buf: PhantomData,
         }
     }
 }
 
-/// A buffer registered for native RMA and atomics for as long as this guard lives (a
+/// A buffer registered for native RMA and atomics for as long as this region lives (a
 /// *client region*, like `ucp_mem_map` or a GASNet-EX client segment), made by
-/// [`Ofi::register`](crate::Ofi::register).
+/// [`Ofi::register`](crate::Ofi::register), which takes the buffer.
 ///
-/// The guard holds the `&'a mut [T]` it was made from and gives it back through
-/// `Deref`/`DerefMut`: use `&region[..]` as the source of puts and `&mut region[..]` as
-/// the destination of gets. Where the provider requires `FI_MR_LOCAL`, each endpoint
-/// registers the region in its domain at its first operation from it and keeps that
-/// registration in its cache (bounded by `GEX_OFI_MR_CACHE_ENTRIES` and
-/// `GEX_OFI_MR_CACHE_BYTES`), so later operations from anywhere in the region need no
-/// registration; elsewhere the guard costs nothing. Dropping the guard ends the
-/// region: no endpoint uses its registrations afterwards, and each closes them at its
-/// next registration, when their last operation completes, or when it closes.
+/// The region owns the `Vec<T>` it was made from and lends it through
+/// `Deref`/`DerefMut` as a slice (never as the `Vec`, which could reallocate): use
+/// `&region[..]` as the source of puts and `&mut region[..]` as the destination of gets.
+/// Where the provider requires `FI_MR_LOCAL`, each endpoint registers the region in its
+/// domain at its first operation from it and keeps that registration in its cache
+/// (bounded by `GEX_OFI_MR_CACHE_ENTRIES` and `GEX_OFI_MR_CACHE_BYTES`), so later
+/// operations from anywhere in the region need no registration; elsewhere the region
+/// costs nothing. [`into_vec`](Self::into_vec) ends the region and gives the buffer
+/// back; dropping it ends it and frees the buffer. Either way no endpoint uses its
+/// registrations afterwards, and each closes them at its next registration, when their
+/// last operation completes, or when it closes.
 ///
 /// Why keeping these registrations is sound where keeping one by address is not: a
 /// registration pins the pages behind its addresses when it is made, and a buffer that
 /// is freed and whose addresses are later mapped again would leave it pointing at the
-/// old pages (stale data on NICs that pin). The guard borrows the buffer, so nothing
-/// can free or remap it while the registration is in use; its drop is seen by every
-/// endpoint before the memory can be reused (docs/ofi.md, section 2b, explains this and
-/// why gex runs no memory monitor).
+/// old pages (stale data, or writes into whatever those pages back now, on NICs that
+/// pin). The region owns the buffer, so nothing can free or move it while the
+/// registration is in use; its end is seen by every endpoint before the memory can be
+/// reused; and a region that never ends (leaked with `mem::forget`) keeps its buffer
+/// allocated, so its pages never change (docs/ofi.md, section 2b, explains this, why
+/// the region owns rather than borrows its buffer, and why gex runs no memory monitor).
 ///
 /// An endpoint of a client built with gex-rma's layer puts from and gets into the
 /// region (in a hybrid job, `GEX_CONDUIT=ofi`, the `Ofi` conduit is the far part:
@@ -216,59 +246,41 @@ impl Registry {
 /// use gex_core::{Blocking, Client, Endpoint, EpAddr};
 /// use gex_rma::{GlobalPtr, RmaError, RmaExt};
 ///
-/// fn demo(client: &Client<Ofi>, ep: &mut Endpoint<Ofi>) -> Result<(), RmaError> {
-///     let mut buf = vec![0u8; 1 << 20];
-///     let mut region = client.conduit().register(&mut buf);
+/// fn demo(client: &Client<Ofi>, ep: &mut Endpoint<Ofi>) -> Result<Vec<u8>, RmaError> {
+///     let mut region = client.conduit().register(vec![0u8; 1 << 20]);
 ///     let peer = GlobalPtr::<u8>::new(EpAddr::rank(1), 0);
 ///     region[..8].copy_from_slice(b"abcdefgh");
 ///     ep.put(peer, &region[..], Blocking)?; // registered once per endpoint, then cached
 ///     ep.get(&mut region[..], peer, Blocking)?; // a cache hit
-///     drop(region); // `buf` is usable again
-///     Ok(())
+///     Ok(region.into_vec()) // the region ends; the buffer is the caller's again
 /// }
 /// ```
-pub struct MemRegion<'a, T> {
-    ptr: NonNull<T>,
-    len: usize,
-    /// `None` for an empty region (nothing to register).
+pub struct MemRegion<T> {
+    /// Never reallocated, moved out or shrunk while the region lives: only slices of it
+    /// are handed out (the registry holds its address).
+    buf: Vec<T>,
+    /// `None` for an empty region (nothing to register), or once it ended.
     state: Option<Arc<RegionState>>,
     registry: Arc<Registry>,
-    _buf: PhantomData<&'a mut [T]>,
 }
 
-// SAFETY: the guard is a `&'a mut [T]` plus shared bookkeeping (`Arc`s of atomics and a
-// mutex), so it may cross threads exactly when the mutable slice may.
-unsafe impl<T: Send> Send for MemRegion<'_, T> {}
-// SAFETY: as above: shared access gives `&[T]` only, like `&&mut [T]`.
-unsafe impl<T: Sync> Sync for MemRegion<'_, T> {}
-
-impl<T> MemRegion<'_, T> {
+impl<T> MemRegion<T> {
     /// The region's length in bytes.
     pub fn byte_len(&self) -> usize {
-        self.len * std::mem::size_of::<T>()
+        std::mem::size_of_val(&self.buf[..])
     }
-}
 
-impl<T> Deref for MemRegion<'_, T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        // SAFETY: `ptr`/`len` come from the `&'a mut [T]` this guard holds for its
-        // whole life; nothing else can reach the slice meanwhile.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    /// Ends the region and returns its buffer, unchanged (same allocation, length and
+    /// capacity): no endpoint uses a registration of it afterwards.
+    pub fn into_vec(mut self) -> Vec<T> {
+        self.end();
+        std::mem::take(&mut self.buf)
     }
-}
 
-impl<T> DerefMut for MemRegion<'_, T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        // SAFETY: as in `deref`; `&mut self` makes this the only access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl<T> Drop for MemRegion<'_, T> {
-    fn drop(&mut self) {
+    /// Ends the region: from now on no endpoint uses a registration of it. Called before
+    /// the buffer is freed or handed back.
+    fn end(&mut self) {
         let Some(s) = self.state.take() else { return };
-        // Before the borrow ends: no endpoint uses a registration of it from now on.
         s.alive.store(false, Ordering::Release);
         self.registry
             .list
@@ -279,10 +291,30 @@ impl<T> Drop for MemRegion<'_, T> {
     }
 }
 
-impl<T> fmt::Debug for MemRegion<'_, T> {
+impl<T> Deref for MemRegion<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.buf
+    }
+}
+
+impl<T> DerefMut for MemRegion<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.buf
+    }
+}
+
+impl<T> Drop for MemRegion<T> {
+    fn drop(&mut self) {
+        // Before the buffer (a field, dropped after this) is freed.
+        self.end();
+    }
+}
+
+impl<T> fmt::Debug for MemRegion<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemRegion")
-            .field("addr", &self.ptr)
+            .field("addr", &self.buf.as_ptr())
             .field("bytes", &self.byte_len())
             .finish()
     }
@@ -639,13 +671,11 @@ mod tests {
     }
 
     #[test]
-    fn regions_are_found_while_their_guard_lives() {
+    fn regions_are_found_while_they_live() {
         let reg = Arc::new(Registry::default());
-        let mut a = vec![0u64; 512];
-        let mut b = vec![0u8; 100];
-        let (pa, pb) = (a.as_ptr() as usize, b.as_ptr() as usize);
-        let ra = reg.add(&mut a);
-        let rb = reg.add(&mut b);
+        let ra = reg.add(vec![0u64; 512]);
+        let mut rb = reg.add(vec![0u8; 100]);
+        let (pa, pb) = (ra.as_ptr() as usize, rb.as_ptr() as usize);
         assert_eq!(ra.byte_len(), 4096);
         assert!(reg.find(pa + 8, 4088).is_some());
         assert!(reg.find(pa + 8, 4089).is_none(), "past the end");
@@ -653,18 +683,39 @@ mod tests {
         let e0 = reg.epoch.load(Ordering::Relaxed);
         let state = ra.state.clone().expect("non-empty");
         drop(ra);
-        assert!(!state.alive(), "dropping the guard clears the flag");
+        assert!(!state.alive(), "dropping the region clears the flag");
         assert!(reg.find(pa, 8).is_none());
         assert_eq!(reg.epoch.load(Ordering::Relaxed), e0 + 1);
-        assert_eq!(rb.len(), 100);
-        drop(rb);
+        rb[99] = 7;
+        let state = rb.state.clone().expect("non-empty");
+        let b = rb.into_vec();
+        assert!(!state.alive(), "into_vec clears the flag");
+        assert_eq!(reg.epoch.load(Ordering::Relaxed), e0 + 2);
+        assert_eq!(
+            (b.as_ptr() as usize, b.len(), b[99]),
+            (pb, 100, 7),
+            "same buffer"
+        );
         assert!(reg.list.lock().unwrap().is_empty());
-        let mut empty: [u8; 0] = [];
-        let re = reg.add(&mut empty);
+        let re = reg.add(Vec::<u8>::with_capacity(64));
         assert!(reg.list.lock().unwrap().is_empty(), "nothing to register");
-        drop(re);
-        a[0] = 1; // the borrow has ended
-        assert_eq!(a[0], 1);
+        assert_eq!(re.into_vec().capacity(), 64);
+        assert_eq!(reg.epoch.load(Ordering::Relaxed), e0 + 2);
+    }
+
+    #[test]
+    fn a_leaked_region_stays_alive_with_its_buffer() {
+        let reg = Arc::new(Registry::default());
+        let r = reg.add(vec![5u8; 4096]);
+        let (p, state) = (r.as_ptr() as usize, r.state.clone().expect("non-empty"));
+        std::mem::forget(r);
+        assert!(state.alive(), "a leaked region is alive...");
+        assert!(reg.find(p, 4096).is_some());
+        // ...and so is its buffer: no allocation can overlap it.
+        let other = vec![6u8; 4096];
+        let q = other.as_ptr() as usize;
+        assert!(q + 4096 <= p || p + 4096 <= q);
+        assert!(reg.find(q, 4096).is_none());
     }
 
     #[test]

@@ -21,9 +21,16 @@
 //! 9. a bootstrap barrier.
 //!
 //! # Safety
-//! Memory registered with libfabric here (pools, slot words, segments) outlives its
-//! registrations: they are closed with the endpoint's objects (`ep::Objects`), before
-//! the pools, slots and segments are freed (the Safety sections of `close` and `mem`).
+//! Memory registered with libfabric here (pools, slot words, segments), or posted to it
+//! (receive buffers), outlives its registrations and the endpoint, on every path,
+//! errors included: registrations and the endpoint are closed with the endpoint's
+//! objects (`ep::Objects`), which every owner declares, and so drops, before the pools
+//! and slots ([`Local`], then the `OfiEp` and its `Grave`: the Safety sections of
+//! `close` and `mem`); a registration made before a later one fails is closed by
+//! [`register_memory`]'s return, while the pools still live; receive buffers are
+//! posted only once they belong to an `OfiEp` ([`make_endpoints`]); segments are
+//! declared before the endpoints' parts in [`open`] and then owned by the `Ofi`, which
+//! closes its graves before it frees them.
 #![allow(unsafe_code)]
 
 use crate::Ofi;
@@ -310,7 +317,8 @@ struct EpEnv<'a> {
     regions: &'a Arc<Registry>,
 }
 
-/// One endpoint, opened but not yet connected to its peers.
+/// One endpoint, opened but not yet connected to its peers. Field order is drop order:
+/// the libfabric objects (endpoint, registrations) before the memory they name.
 struct Local {
     objs: Objects,
     tx_pool: Pool,
@@ -431,8 +439,11 @@ impl Registrar<'_> {
     ) -> Result<Mr, InitError> {
         let e = self.e;
         // SAFETY: the memory (a pool, the slot words or a segment) outlives the
-        // registration: MRs are closed with the endpoint's objects, before pools and
-        // segments are freed (module Safety section).
+        // registration on every path (module Safety section): the MR is closed with
+        // the endpoint's `Objects`, which every owner drops before the pools and slots
+        // (`Local`, `Grave`; `OfiEp` through its grave), or, if `register_memory` fails
+        // later, with its `mrs` while the pools still live in `open_endpoint`; the
+        // segments outlive every endpoint.
         let mut mr = unsafe { Mr::register(self.domain, base, len, access, key) }.map_err(|x| {
             fi_init(
                 self.prov,
@@ -726,7 +737,9 @@ struct Made {
     caps: Capabilities,
 }
 
-/// Makes the endpoints from their opened parts and posts their receive buffers.
+/// Makes the endpoints from their opened parts and posts their receive buffers (each
+/// endpoint's once it is an `OfiEp`, whose drop closes the libfabric endpoint before it
+/// frees the buffers).
 fn make_endpoints(
     ofi: &Arc<Ofi>,
     made: Made,
@@ -758,7 +771,7 @@ fn make_endpoints(
             who,
             plan.prov != "shm",
         );
-        let mut rx = Rx::new(
+        let rx = Rx::new(
             h,
             l.rx_pool,
             plan.multi,
@@ -767,9 +780,7 @@ fn make_endpoints(
             job.g_base.clone(),
             eps_of.clone(),
         );
-        rx.post_all()
-            .map_err(|x| fi_init(&plan.prov, format!("EP {e}: fi_recvmsg"), x))?;
-        eps.push(OfiEp {
+        let mut ep = OfiEp {
             tx: ManuallyDrop::new(tx),
             rx: ManuallyDrop::new(rx),
             rma: ManuallyDrop::new(l.rma),
@@ -778,7 +789,67 @@ fn make_endpoints(
             limits,
             caps,
             conduit: ofi.clone(),
-        });
+        };
+        // Posted only now that the buffers belong to an `OfiEp`: on every path from
+        // here (this error's included: dropping `ep` moves its parts into a grave,
+        // endpoint first) the libfabric endpoint is closed before the receive pool is
+        // freed. Posting from the local `Rx` freed the pool first on this error.
+        ep.post_receives()
+            .map_err(|x| fi_init(&plan.prov, format!("EP {e}: fi_recvmsg"), x))?;
+        eps.push(ep);
     }
     Ok(eps)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Ofi;
+    use crate::test_hooks::{self, Event};
+    use gex_core::boot::Singleton;
+    use gex_core::{ClientBuilder, Config};
+
+    /// A receive post that fails in `make_endpoints` (the second of the endpoint's
+    /// buffers, after the first was posted) ends `open` with an error naming
+    /// `fi_recvmsg`; on that path every posted buffer outlives its endpoint: the
+    /// endpoint is closed before the receive pool is freed.
+    #[test]
+    fn a_failed_receive_post_closes_the_endpoint_before_freeing_its_buffers() {
+        test_hooks::start_log();
+        test_hooks::fail_post_after(1);
+        let r = ClientBuilder::new()
+            .segment_size(1 << 16)
+            .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
+            .init::<Ofi>(Box::new(Singleton::new()));
+        let log = test_hooks::take_log();
+        let err = match r {
+            Ok(_) => panic!("open succeeded although a receive post failed"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("fi_recvmsg"), "{err}");
+        let posted: Vec<(usize, usize)> = log
+            .iter()
+            .filter_map(|e| match *e {
+                Event::Posted { ep, buf } => Some((ep, buf)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            posted.len(),
+            1,
+            "one buffer posted before the failure: {log:?}"
+        );
+        for (ep, buf) in posted {
+            let closed = log.iter().position(|e| *e == Event::Closed { ep });
+            let freed = log.iter().position(
+                |e| matches!(*e, Event::Freed { base, len } if base <= buf && buf < base + len),
+            );
+            let (Some(closed), Some(freed)) = (closed, freed) else {
+                panic!("endpoint closed at {closed:?}, buffer freed at {freed:?}: {log:?}");
+            };
+            assert!(
+                closed < freed,
+                "the receive buffer at {buf:#x} was freed (event {freed}) while posted to its endpoint, closed only later (event {closed}): {log:?}"
+            );
+        }
+    }
 }

@@ -6,7 +6,12 @@
 //!
 //! # Safety
 //! A receive buffer is posted only while libfabric does not hold it (never posted, or
-//! its message delivered); a received message is read through a slice of the buffer it
+//! its message delivered), and only by an `Rx` that is part of an [`OfiEp`] or of a
+//! `Grave` (`OfiEp::post_receives` at open, reposts after delivery, a grave's serving):
+//! those close the libfabric endpoint before they free the pool, on every path
+//! (`OfiEp`'s drop moves its parts into a `Grave`, whose fields drop the endpoint
+//! first), so a posted buffer is never freed while the provider may still write it. A
+//! received message is read through a slice of the buffer it
 //! landed in, of the length the completion reports, checked against the buffer's
 //! bounds. A Long payload is copied into this endpoint's segment (owned by the
 //! conduit, which the endpoint keeps alive) only after its range was checked against
@@ -68,22 +73,23 @@ impl Rx {
         }
     }
 
-    /// Posts every receive buffer (those the provider has no room for wait in
-    /// `repost`, for `poll`).
-    pub(crate) fn post_all(&mut self) -> Result<(), Errno> {
-        for i in 0..self.pool.count {
-            if !self.post(i)? {
-                self.repost.push(i as u32);
-            }
-        }
-        Ok(())
-    }
     /// Posts receive buffer `i`; `Ok(false)` if the provider has no room now
     /// (`-FI_EAGAIN`, or `-FI_ENOMEM`, which libfabric 1.17's shm returns while its pool
     /// of receive entries is used up by unexpected messages): `poll` retries it.
+    ///
+    /// Called only on the `Rx` of an [`OfiEp`] or of a `Grave` (module Safety section):
+    /// both close the libfabric endpoint before they free the pool.
     pub(crate) fn post(&mut self, i: usize) -> Result<bool, Errno> {
+        #[cfg(test)]
+        if crate::test_hooks::post_fails() {
+            return Err(Errno(libfabric_sys::FI_EIO as i32));
+        }
         // SAFETY: buffer i is not held by libfabric (never posted, or its message was
-        // delivered); buffer and context live until the endpoint is closed.
+        // delivered). Buffer and context live until the endpoint is closed: this `Rx`
+        // is part of an `OfiEp` or a `Grave` (the only callers), and both close the
+        // libfabric endpoint before freeing the pool on every path, errors and unwinding
+        // included (`OfiEp`'s drop moves its parts into a `Grave`, whose first field,
+        // dropped first, holds the endpoint).
         let r = unsafe {
             self.h.recv(
                 self.pool.buf(i),
@@ -93,6 +99,13 @@ impl Rx {
                 self.multi,
             )
         };
+        #[cfg(test)]
+        if r.is_ok() {
+            crate::test_hooks::note(crate::test_hooks::Event::Posted {
+                ep: self.h.addr(),
+                buf: self.pool.buf(i) as usize,
+            });
+        }
         match r {
             Ok(()) => Ok(true),
             Err(Errno::AGAIN | Errno::NOMEM) => Ok(false),
@@ -126,6 +139,17 @@ pub(crate) enum Done {
 }
 
 impl OfiEp {
+    /// Posts every receive buffer (those the provider has no room for wait in
+    /// `repost`, for `poll`). Only an assembled endpoint posts: see [`Rx::post`].
+    pub(crate) fn post_receives(&mut self) -> Result<(), Errno> {
+        for i in 0..self.rx.pool.count {
+            if !self.rx.post(i)? {
+                self.rx.repost.push(i as u32);
+            }
+        }
+        Ok(())
+    }
+
     /// Processes one completion.
     #[inline]
     pub(crate) fn complete<D: Deliver>(&mut self, c: Completion, d: &mut D) -> Done {

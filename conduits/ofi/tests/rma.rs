@@ -466,7 +466,7 @@ mod shm_mr_local {
 /// entries, rank 0 shows with `Ofi::stats` that transfers from buffers outside the
 /// segments go native through registrations (per operation for a plain heap buffer,
 /// cached for client regions), that a client region hits the cache on reuse, that the
-/// cache evicts at its bound, that a dropped region's registration is closed, that
+/// cache evicts at its bound, that an ended region's registration is closed, that
 /// atomics stay native, and that every registration is closed once the endpoints are.
 fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Result<(), String> {
     let client = gex_testkit::rma::client_builder()
@@ -545,13 +545,9 @@ fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Re
 
         // Client regions: registered once per endpoint, then hits; the cache (two
         // entries) evicts the least recently used idle one.
-        let mut bufs: Vec<Vec<u8>> = (0..3u8).map(|k| vec![k + 1; LEN]).collect();
-        let [a, b, c] = &mut bufs[..] else {
-            unreachable!()
-        };
-        let mut ra = ofi.register(a);
-        let rb = ofi.register(b);
-        let mut rc = ofi.register(c);
+        let mut ra = ofi.register(vec![1u8; LEN]);
+        let rb = ofi.register(vec![2u8; LEN]);
+        let mut rc = ofi.register(vec![3u8; LEN]);
         let s3 = ofi.stats();
         ep.put(p, &ra[..], Blocking).map_err(e)?; // miss: A registered
         ep.put(p, &ra[..LEN / 2], Blocking).map_err(e)?; // hit
@@ -585,14 +581,18 @@ fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Re
                 "eviction at 2 entries: expected 3 registrations and 2 evictions: {s5:?}"
             ));
         }
-        // Dropping C ends its registration at the endpoint's next miss (a heap get).
-        drop(rc);
+        // Ending C (taking its buffer back) ends its registration at the endpoint's
+        // next miss (a heap get).
+        let c = rc.into_vec();
+        if c != vec![2u8; LEN] {
+            return Err("region C's buffer, taken back, differs".into());
+        }
         let mut tail = vec![0u8; 8];
         ep.get(&mut tail, p, Blocking).map_err(e)?;
         let s6 = ofi.stats();
         if s6.mr_closed - s5.mr_closed != 2 {
             // C's registration and the heap get's own.
-            return Err(format!("dropped region: registration not closed: {s6:?}"));
+            return Err(format!("ended region: registration not closed: {s6:?}"));
         }
         drop((ra, rb));
         let ams = ams_sent(&ep) - am0;
