@@ -46,8 +46,10 @@
 //!
 //! # Safety
 //! This module declares the `unsafe` traits and the `unsafe` native-operation methods
-//! (their callers promise buffer lifetimes, see each `# Safety` section); it contains
-//! no unsafe block.
+//! (their callers promise buffer lifetimes, see each `# Safety` section). Its two
+//! unsafe blocks: [`Sleeper`] dereferences the doorbell its constructor's caller
+//! vouched for, and the default [`ConduitEp::native_put_relaxed`] forwards its
+//! caller's contract to [`ConduitEp::native_put`].
 #![allow(unsafe_code)]
 
 mod hybrid;
@@ -671,9 +673,10 @@ pub unsafe trait Conduit: Send + Sync + Sized + 'static {
 ///   valid for the call, and no one writes the `payload` bytes during it (the core
 ///   hands them to handlers as `&[u8]`); a Long's `offset`/`len` describe bytes of
 ///   this endpoint's segment written before the message was published;
-/// - [`prepare`](Self::prepare): a [`Prepare::InPlace`] buffer is valid for writes of
-///   its length and read or written by no one else until
-///   [`commit`](Self::commit)/[`cancel`](Self::cancel);
+/// - [`prepare`](Self::prepare): a [`Prepare::InPlace`] buffer is initialised memory
+///   valid for reads and writes of at least the asked length, read or written by no one
+///   else until [`commit`](Self::commit)/[`cancel`](Self::cancel) (the core lends a
+///   Medium's to the program as `&mut [u8]`);
 /// - the native operations ([`native_put`](Self::native_put) and the others): once an
 ///   operation is complete ([`Native::Done`], or [`native_test`](Self::native_test)
 ///   true for its ticket), the conduit no longer reads or writes the caller's buffer,
@@ -860,7 +863,7 @@ pub unsafe trait ConduitEp: Send + 'static {
     ///
     /// # Safety
     /// `out..out+len` must stay valid, and not be read or written by anyone else, until
-    /// completion.
+    /// completion; the range was checked by the caller to lie in `dst`'s segment.
     ///
     /// # Errors
     /// [`ConduitError`] if the peer or the network failed.
@@ -888,7 +891,8 @@ pub unsafe trait ConduitEp: Send + 'static {
     ///
     /// # Safety
     /// `result` must be valid for a write of a `u64`, and not be accessed by anyone
-    /// else, until completion (it may be null when `op.fetch` is false).
+    /// else, until completion (it may be null when `op.fetch` is false); the word was
+    /// checked by the caller to lie, naturally aligned, in `dst`'s segment.
     ///
     /// # Errors
     /// [`ConduitError`] if the peer or the network failed.
