@@ -7,7 +7,7 @@ use crate::rng::hash_words;
 use gex_core::spi::{Conduit, ConduitEp};
 use gex_core::{Am, Capabilities, Client, EpAddr, HandlerId, Token, WaitPolicy};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -144,13 +144,23 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
 
     // NP_IN_PLACE
     let me_addr = ep.addr();
-    let h = ep
-        .register(|_t: &mut Token<'_>, _am: Am<'_>| {})
-        .map_err(err)?;
+    let landed = Arc::new(AtomicBool::new(false));
+    let h = {
+        let landed = landed.clone();
+        ep.register(move |_t: &mut Token<'_>, _am: Am<'_>| {
+            landed.store(true, Ordering::Release)
+        })
+        .map_err(err)?
+    };
     let before = ep.stats().built_in_place;
     ep.request_medium_with(me_addr, h, &[], 16, |_| 0)
         .map_err(err)?;
     let in_place = ep.stats().built_in_place > before;
+    // The message to self must be delivered here: left queued, it would arrive in
+    // the idle window below.
+    wait_for(&mut ep, "the in-place request to self", || {
+        landed.load(Ordering::Acquire)
+    })?;
     match (caps.contains(Capabilities::NP_IN_PLACE), in_place) {
         (true, true) | (false, false) => {}
         (flag, r) => {
