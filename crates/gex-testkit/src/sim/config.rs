@@ -148,6 +148,12 @@ pub struct SimConfig {
     /// ones for integers only). Lets tests check that a domain whose op set is not
     /// fully offered falls back to CPU atomics.
     pub native_atomic_bases: Option<Vec<gex_core::spi::AtomicBase>>,
+    /// With `native_rma` or `native_atomics`: native operations one endpoint may have
+    /// queued on its NIC (issued, not yet performed) before the next answers
+    /// [`Native::WouldBlock`](gex_core::spi::Native::WouldBlock) (`None`: no limit).
+    /// Lets tests block a transfer by back-pressure while its first pieces are in
+    /// flight.
+    pub native_queue: Option<usize>,
     /// A deliberate bug to inject (default: none). For testing tests.
     pub fault: Fault,
     /// Watchdog of [`run_sim`](super::run_sim) and bound of every bootstrap collective:
@@ -180,6 +186,7 @@ impl Default for SimConfig {
             relaxed_puts: true,
             native_atomics: false,
             native_atomic_bases: None,
+            native_queue: None,
             fault: Fault::None,
             timeout: Duration::from_secs(60),
         }

@@ -742,6 +742,9 @@ impl SimEp {
 
     fn nic_issue(&mut self, work: nic::Work) -> Native {
         let fab = &*self.fabric;
+        if fab.cfg.native_queue.is_some_and(|n| self.nic.queued() >= n) {
+            return Native::WouldBlock;
+        }
         let due_ns = if fab.timed {
             fab.now_ns().saturating_add(fab.cfg.latency.nanos)
         } else {
