@@ -595,7 +595,8 @@ impl Rma {
 
     // ------------------------------------------------------------------ op table
 
-    /// A new, unsealed entry with nothing outstanding.
+    /// A new, unsealed entry with nothing outstanding (never id 0, which names no
+    /// entry: [`Job::entry`](crate::engine::Job)).
     pub(crate) fn new_op(
         &mut self,
         peer: EpAddr,
@@ -607,6 +608,9 @@ impl Rma {
         loop {
             self.next = self.next.wrapping_add(1);
             let id = self.next;
+            if id == 0 {
+                continue;
+            }
             if let std::collections::hash_map::Entry::Vacant(v) = self.ops.entry(id) {
                 v.insert(Op {
                     peer,
