@@ -157,8 +157,9 @@ impl Drop for Op {
 /// `ClientBuilder::layer::<gex_rma::Rma>()` (the `gex` facade does by default) and use
 /// it through [`RmaExt`](crate::RmaExt) on the endpoint.
 ///
-/// Other layers reach it from their own code with
-/// [`Cx::with_other`](gex_core::layer::Cx::with_other) (see [`Rma::try_get_owned`]).
+/// Other layers start its non-waiting get from their own code with
+/// [`try_get_owned`](crate::try_get_owned) (given their context, it reaches this
+/// state through [`Cx::with_other`](gex_core::layer::Cx::with_other)).
 ///
 /// `!Unpin`: it holds the addresses of the endpoint's mappings, so no code outside
 /// this crate may swap or replace it (it is reached as `Pin<&mut Rma>`; see "Pinned
@@ -203,7 +204,7 @@ pub struct Rma {
     /// Messages handlers had to drop (late replies of abandoned operations, malformed
     /// requests).
     pub(crate) dropped: u64,
-    /// Gets started by [`Rma::try_get_owned`] whose remaining requests met
+    /// Gets started by [`try_get_owned`](crate::try_get_owned) whose remaining requests met
     /// back-pressure: sent by the progress hook.
     pub(crate) deferred: Vec<crate::engine::Deferred>,
     /// A relaxed native put was issued in a scope since the last scope flush.
