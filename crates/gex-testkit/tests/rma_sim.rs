@@ -315,6 +315,36 @@ mod native_paths {
     /// to flush flushes nothing; puts with an explicit event and blocking puts stay
     /// complete at the target (not relaxed); puts whose source is lent to a scope are
     /// relaxed, and the scope's end flushes them.
+    /// A fetching NIC atomic whose old value nobody wants (`atomic` with a fetching op
+    /// in every mode, `fetch` in mode NBI) still gets a word for the NIC to land it in:
+    /// the conduit contract allows a null result only for a non-fetching operation (the
+    /// simulated conduit refuses it as a contract error). Failed before: gex-rma passed
+    /// null with `fetch: true`.
+    #[test]
+    fn fetching_nic_atomics_whose_value_is_discarded_get_a_landing_word() {
+        on_rank_0(|r, ad| {
+            let es = |e: gex_rma::RmaError| e.to_string();
+            let f = AtomicFlags::empty();
+            for t in 0..2 {
+                let w = GlobalPtr::<u64>::new(EpAddr::rank(t), 4096);
+                r.atomic(ad, AtomicOp::Set, w, 10, 0, f, Blocking)
+                    .map_err(es)?;
+                r.atomic(ad, AtomicOp::Fadd, w, 1, 0, f, Blocking)
+                    .map_err(es)?;
+                let ev = r.atomic(ad, AtomicOp::Fadd, w, 2, 0, f, Nb).map_err(es)?;
+                r.wait(ev).map_err(es)?;
+                r.atomic(ad, AtomicOp::Fadd, w, 3, 0, f, Nbi).map_err(es)?;
+                r.fetch(ad, AtomicOp::Fadd, w, 4, 0, f, Nbi).map_err(es)?;
+                r.sync_nbi(NbiCategories::ATOMICS).map_err(es)?;
+                let now = r
+                    .fetch(ad, AtomicOp::Get, w, 0, 0, f, Blocking)
+                    .map_err(es)?;
+                check(&format!("discarded fetch-adds: {now} (want 20)"), now == 20)?;
+            }
+            Ok(())
+        });
+    }
+
     #[test]
     fn nbi_puts_are_relaxed_and_flushed_by_their_sync() {
         if forced() {

@@ -882,6 +882,14 @@ unsafe impl ConduitEp for SimEp {
         if !self.native_atomic_supported(op.kind, op.base, op.fetch) {
             return Ok(Native::Unsupported);
         }
+        if op.fetch && result.is_null() {
+            // The contract: null only when the operation does not fetch (a NIC would
+            // write the old value through it).
+            return Err(conduit_err(format!(
+                "core passed a null result word for a fetching native atomic ({:?} on {:?})",
+                op.base, op.kind
+            )));
+        }
         let net = fab.net();
         let gid = net
             .gid(dst)
