@@ -652,4 +652,30 @@ mod tests {
         assert_eq!(names, vec![("am_short_rtt", 0), ("am_medium_rtt", 8)]);
         assert_eq!(notes.len(), 1);
     }
+
+    /// The Long round trip of `gex-perf -n 1`: the leader is its own peer, so the pong
+    /// goes to the very range of its own segment the ping landed in. Holding a view of
+    /// that range (`LongPayload::as_slice`) while the reply writes it breaks the view's
+    /// `# Safety`; Miri reports the write under a live shared reference (run
+    /// `cargo +nightly miri test -p gex-perf --bin gex-perf self_long`; it failed
+    /// before the handler replied from a copy in that case).
+    #[test]
+    fn self_long_round_trip_holds_no_view_of_what_its_reply_writes() {
+        let client = ClientBuilder::new()
+            .segment_size(4096)
+            .init::<gex::conduit::Loopback>(Box::new(gex::boot::Singleton::new()))
+            .unwrap();
+        let mut ep = client.endpoint(0).unwrap();
+        let c = Arc::new(Counters::default());
+        register(&mut ep, &c).unwrap();
+        let me = ep.addr();
+        let ping = [7u8; 64];
+        for want in 1..=2 {
+            ep.request_long(me, H_PING_LONG, &[], &ping, 128).unwrap();
+            ep.wait_until(|| c.pong.load(Relaxed) >= want);
+        }
+        let mut back = [0u8; 64];
+        ep.segment().read(128, &mut back).unwrap();
+        assert_eq!(back, ping);
+    }
 }
