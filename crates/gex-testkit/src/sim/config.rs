@@ -109,6 +109,11 @@ pub struct SimConfig {
     pub placement: Vec<u32>,
     /// Map neighbours' segments ([`Capabilities::SHARED_MEMORY`](gex_core::Capabilities)).
     pub shared_memory: bool,
+    /// With `shared_memory`: `peer_segment` reports at most this many bytes of another
+    /// endpoint's segment (`None`: all of it). The conduit contract lets a conduit map
+    /// less than the layout's length; what lies past the mapping must then take the AM
+    /// or native path, which tests check with this.
+    pub mapped_len: Option<usize>,
     /// Sleep in `block` on a per-endpoint doorbell
     /// ([`Capabilities::BLOCKING_WAIT`](gex_core::Capabilities)); otherwise `block` only
     /// yields the CPU.
@@ -177,6 +182,7 @@ impl Default for SimConfig {
             ranks_per_host: 0,
             placement: Vec::new(),
             shared_memory: true,
+            mapped_len: None,
             blocking_wait: true,
             nap: None,
             np_in_place: true,

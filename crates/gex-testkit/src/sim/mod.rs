@@ -394,7 +394,7 @@ impl Sim {
 
 // SAFETY: the conduit contract holds: segments and areas are zero-filled memory the
 // fabric owns (`seg`) for as long as any rank's conduit lives; neighbours' mappings
-// are those segments, of the layout's lengths; every area is `aux_len` bytes, the
+// are those segments, of the layout's lengths or less (`SimConfig::mapped_len`); every area is `aux_len` bytes, the
 // `aux_len` every rank opened with (`open` refuses a rank whose `aux_len`, or
 // layout, differs from those the fabric was built from); payloads are delivered from the
 // message's own buffer; the staging buffer of in-place payloads is the endpoint's own;
@@ -966,7 +966,11 @@ unsafe impl ConduitEp for SimEp {
             return None;
         }
         let s = &net.slots[gid].seg;
-        Some((s.base(), s.len()))
+        let len = match self.fabric.cfg.mapped_len {
+            Some(n) if dst != self.me => s.len().min(n),
+            _ => s.len(),
+        };
+        Some((s.base(), len))
     }
 
     fn aux(&self, dst: EpAddr) -> Option<NonNull<u8>> {
