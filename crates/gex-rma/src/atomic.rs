@@ -708,7 +708,7 @@ impl Rma {
                 }
                 .into());
             }
-            let base = self.mapping(cx, dst);
+            let base = self.mapping(cx, dst, p.offset + size);
             let path = self.path(
                 OpKind::Atomic { nic: ad.nic },
                 size,

@@ -121,6 +121,13 @@ pub(crate) struct Deferred {
     job: Job,
 }
 
+/// Where the last byte of validated `chunks` ends in the remote segment (0 for none):
+/// the bound a direct path must find mapped ([`Rma::mapping`]).
+#[inline]
+fn remote_end(chunks: &[Chunk]) -> usize {
+    chunks.iter().map(|c| c.remote + c.len).max().unwrap_or(0)
+}
+
 impl Job {
     /// The job's entry in the op table (none for a blocking short put, which
     /// completes by counting fast acknowledgements: id 0, never an entry's).
@@ -235,7 +242,7 @@ impl Rma {
         if src.is_empty() {
             return true;
         }
-        match self.mapping(cx, dst) {
+        match self.mapping(cx, dst, offset + src.len()) {
             Some(base) => {
                 // SAFETY: the range was checked against the segment; the mapping is
                 // live (module `crate::direct`); `std::ptr::copy` tolerates overlap.
@@ -266,7 +273,7 @@ impl Rma {
         if len == 0 {
             return true;
         }
-        match self.mapping(cx, src) {
+        match self.mapping(cx, src, offset + len) {
             Some(base) => {
                 // SAFETY: the range was checked against the segment; `dst` is writable
                 // (contract); `std::ptr::copy` tolerates overlap.
@@ -293,7 +300,7 @@ impl Rma {
         if job.is_none() {
             let total: usize = chunks.iter().map(|c| c.len).sum();
             let offset = chunks.first().map_or(0, |c| c.remote);
-            let base = self.mapping(cx, dst);
+            let base = self.mapping(cx, dst, remote_end(chunks));
             let path = self.path(OpKind::Put, total, offset, chunks.len(), base.is_some());
             match (path, base) {
                 (Path::Nothing, _) => return Ok(Step::Now(())),
@@ -461,7 +468,7 @@ impl Rma {
         if job.is_none() {
             let total: usize = chunks.iter().map(|c| c.len).sum();
             let offset = chunks.first().map_or(0, |c| c.remote);
-            let base = self.mapping(cx, src);
+            let base = self.mapping(cx, src, remote_end(chunks));
             let path = self.path(OpKind::Get, total, offset, chunks.len(), base.is_some());
             match (path, base, to) {
                 (Path::Nothing, _, _) => {
@@ -523,7 +530,7 @@ impl Rma {
         ev: &mut Option<Event<(), RmaError>>,
     ) -> Result<Step<()>, Fail<()>> {
         if job.is_none() {
-            let base = self.mapping(cx, dst);
+            let base = self.mapping(cx, dst, offset + len);
             match (
                 self.path(OpKind::Memset, len, offset, 1, base.is_some()),
                 base,

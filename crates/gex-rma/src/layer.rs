@@ -15,7 +15,8 @@
 //! - `seg` and the cached mappings in `direct` point at segments the conduit maps for
 //!   its whole life; the endpoint holds the conduit, and the layer lives inside the
 //!   endpoint, so they outlive the layer. They are dereferenced only within ranges
-//!   checked against the published segment lengths.
+//!   checked against the published segment lengths and within the mapped length
+//!   ([`Rma::mapping`] and [`Rma::direct_at`] bound every direct path by both).
 //! - `Op::dst`/`Op::result` point at destinations that outlive the operation: borrowed
 //!   by a blocking call that waits for completion before returning, borrowed for a
 //!   [scope](gex_core::Endpoint::scope) that waits for its operations before the borrow
@@ -521,36 +522,48 @@ impl Rma {
         }
     }
 
-    /// The local mapping of (checked) `dst`'s segment, unless the AM path is forced.
+    /// The local mapping of (checked) `dst`'s segment if the bytes `0..end` of it lie
+    /// within what is mapped here and within its published length (every remote range
+    /// of the operation ends at or before `end`), unless the AM path is forced. `None`
+    /// otherwise: the operation takes the native or AM path, so no direct copy ever
+    /// passes the smaller of the two lengths (a conduit may map less than the layout
+    /// says: `peer_segment`'s length is at most the layout's).
     #[inline]
     pub(crate) fn mapping<C: Conduit>(
         &mut self,
         cx: &Cx<'_, C>,
         dst: EpAddr,
+        end: usize,
     ) -> Option<NonNull<u8>> {
         if self.force_am {
             return None;
         }
-        if dst.ep != self.me.ep {
-            return cx.peer_segment(dst).map(|(p, _)| p);
-        }
         let r = dst.rank as usize;
-        if !self.direct[r].asked {
-            // `dst` was checked (rank, endpoint); the range bound is the smaller of
-            // the published and the mapped length.
-            self.direct[r] = match cx.peer_segment(dst) {
-                Some((base, len)) => Direct {
-                    base: base.as_ptr(),
-                    len: len.min(self.seg_lens[r]),
-                    asked: true,
-                },
-                None => Direct {
-                    asked: true,
-                    ..Direct::NONE
-                },
-            };
+        let (base, len) = if dst.ep != self.me.ep {
+            let (p, len) = cx.peer_segment(dst)?;
+            (p.as_ptr(), len.min(*self.seg_lens.get(r)?))
+        } else {
+            if !self.direct[r].asked {
+                // `dst` was checked (rank, endpoint); the range bound is the smaller
+                // of the published and the mapped length.
+                self.direct[r] = match cx.peer_segment(dst) {
+                    Some((base, len)) => Direct {
+                        base: base.as_ptr(),
+                        len: len.min(self.seg_lens[r]),
+                        asked: true,
+                    },
+                    None => Direct {
+                        asked: true,
+                        ..Direct::NONE
+                    },
+                };
+            }
+            (self.direct[r].base, self.direct[r].len)
+        };
+        if end > len {
+            return None;
         }
-        NonNull::new(self.direct[r].base)
+        NonNull::new(base)
     }
 
     /// The address of `[offset, offset + len)` of `dst`'s segment if that is a
