@@ -182,12 +182,25 @@ fn register<C: Conduit>(ep: &mut Endpoint<C>, c: &Arc<Counters>) -> Res<()> {
         t.reply_medium(H_PONG_MEDIUM, &[], am.payload())
             .expect("gex-perf: Medium reply failed");
     })?;
-    ep.register_at(H_PING_LONG.index(), |t: &mut Token<'_>, am: Am<'_>| {
+    let me = ep.addr();
+    let mut own = Vec::new();
+    ep.register_at(H_PING_LONG.index(), move |t: &mut Token<'_>, am: Am<'_>| {
         // Send the bytes that just landed in this segment back to the same offset of
         // the requester's segment, straight from the segment.
         let l = am.long().expect("gex-perf: a Long ping");
+        if t.src() == me {
+            // `-n 1`: the requester is this endpoint, so the pong writes the very range
+            // a view would cover; reply from a copy (the buffer grows once), as any
+            // Long to a segment that is also its source must.
+            own.resize(l.len(), 0);
+            l.read(&mut own);
+            t.reply_long(H_PONG_LONG, &[], &own, l.offset())
+                .expect("gex-perf: Long reply failed");
+            return;
+        }
         // SAFETY: during a Long round trip nothing else writes this range: the leader
-        // sends the next ping only after this pong arrived.
+        // (another endpoint) sends the next ping only after this pong arrived, and the
+        // pong writes the leader's segment, not this one.
         #[allow(unsafe_code)]
         let bytes = unsafe { l.as_slice() };
         t.reply_long(H_PONG_LONG, &[], bytes, l.offset())
@@ -651,5 +664,33 @@ mod tests {
         let names: Vec<_> = points.iter().map(|p| (p.test.name(), p.size)).collect();
         assert_eq!(names, vec![("am_short_rtt", 0), ("am_medium_rtt", 8)]);
         assert_eq!(notes.len(), 1);
+    }
+
+    /// The Long round trip of `gex-perf -n 1`: the leader is its own peer, so the pong
+    /// goes to the very range of its own segment the ping landed in. Holding a view of
+    /// that range (`LongPayload::as_slice`) while the reply writes it breaks the view's
+    /// `# Safety`; Miri reports the write under a live shared reference (run
+    /// `cargo +nightly miri test -p gex-perf --bin gex-perf self_long` on a build where
+    /// Miri can run the loopback conduit: no `sigaction` at init, a segment pointer
+    /// that covers the whole segment; it failed before the handler replied from a copy
+    /// in that case).
+    #[test]
+    fn self_long_round_trip_holds_no_view_of_what_its_reply_writes() {
+        let client = ClientBuilder::new()
+            .segment_size(4096)
+            .init::<gex::conduit::Loopback>(Box::new(gex::boot::Singleton::new()))
+            .unwrap();
+        let mut ep = client.endpoint(0).unwrap();
+        let c = Arc::new(Counters::default());
+        register(&mut ep, &c).unwrap();
+        let me = ep.addr();
+        let ping = [7u8; 64];
+        for want in 1..=2 {
+            ep.request_long(me, H_PING_LONG, &[], &ping, 128).unwrap();
+            ep.wait_until(|| c.pong.load(Relaxed) >= want);
+        }
+        let mut back = [0u8; 64];
+        ep.segment().read(128, &mut back).unwrap();
+        assert_eq!(back, ping);
     }
 }

@@ -21,7 +21,7 @@ use crate::hier::HierOp;
 use crate::layer::Coll;
 use crate::msg::{CTL, Ctl, H_ACK, H_EAGER, H_LONG, H_RDV, H_READY, split64};
 use crate::op::{AddrMode, OpKind, Opts, SyncMode, Transport};
-use crate::rma::{GlobalPtr, Rma, RmaError};
+use crate::rma::{GlobalPtr, RmaError};
 use crate::rootcheck::{self, Stall};
 use crate::sched::{self, Action, ReduceFn, Schedule, span};
 use crate::shm::{OwnedShm, ShmOp};
@@ -997,9 +997,7 @@ impl Coll {
             });
         }
         let src = GlobalPtr::<u8>::new(team.members()[peer as usize], off);
-        let got = cx
-            .with_other::<Rma, _>(|rma, cx| rma.try_get_owned(cx, vec![0u8; len], src))
-            .ok_or(CollError::Layer("gex-rma's layer is not attached"))??;
+        let got = crate::rma::try_get_owned(cx, vec![0u8; len], src)?;
         match got {
             Ok(ev) => {
                 s.gets.insert(i, ev);

@@ -30,7 +30,8 @@
 //!
 //! and they wait, with nothing borrowed, through [`poll`], [`retry`] (back-pressure),
 //! [`wait_until`] or [`finish`] (an event, as its mode asks). [`done`] and
-//! [`track_implicit`] complete the set.
+//! [`track_implicit`] complete the set, and [`wait_unwinding`] is the unwinding wait
+//! of an operation cancelled by a panic before it had an event.
 //!
 //! # Pinned states
 //!
@@ -67,7 +68,11 @@
 //! waits for the transfer on every path: return, error, a handler's panic, and any
 //! other panic inside the wait (the unwinding waits for the transfer; if it does not
 //! complete within [`UNWIND_WAIT`], the process aborts rather than let the borrow end
-//! while it may still be written).
+//! while it may still be written). Before that, while the operation is still being
+//! issued (steps alternating with [`retry`] under back-pressure), a panic in the retry
+//! or in a step unwinds through the layer's own loop: the layer's guard cancels the
+//! operation (late replies are dropped) and waits, with [`wait_unwinding`], for what
+//! the network still holds of it.
 //!
 //! # Safety
 //!
@@ -1007,6 +1012,53 @@ pub fn wait_until<L: Layer, C: Conduit>(
     });
     g.rethrow();
     true
+}
+
+/// The unwinding wait of a layer's operation that is cancelled while a panic unwinds
+/// through it before it has an event to wait on (a panic in [`retry`], or in a step,
+/// while the operation is still being issued): polls `ep` until `done` holds of `L`'s
+/// state, as the unwinding waits of [`finish`] and of a [scope](Endpoint::scope) do,
+/// and aborts the process if it does not within [`UNWIND_WAIT`] (a caller's buffer the
+/// network may still write or read cannot be handed back). For a guard's `drop`: does
+/// nothing when no panic is unwinding, or when `L` is not attached. A handler's panic
+/// caught meanwhile is dropped (the panic that is unwinding wins); a panic while it
+/// polls is a panic during unwinding, which aborts.
+///
+/// ```
+/// use gex_core::layer::{self, Layer};
+/// # use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder, InitError};
+/// # #[derive(Debug, Default)]
+/// # struct Mine { in_flight: u32 }
+/// # impl Layer for Mine {
+/// #     const NAME: &'static str = "mine";
+/// #     fn attach<C: gex_core::spi::Conduit>(_: &mut layer::Attach<'_, C, Self>) -> Result<Self, InitError> {
+/// #         Ok(Mine::default())
+/// #     }
+/// # }
+/// # let client = ClientBuilder::new().layer::<Mine>().init::<Loopback>(Box::new(Singleton::new()))?;
+/// # let mut ep = client.endpoint(0)?;
+/// // In the drop of an operation's guard (a no-op unless a panic unwinds):
+/// layer::wait_unwinding::<Mine, _>(&mut ep, |m| m.in_flight == 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[cold]
+#[inline(never)]
+pub fn wait_unwinding<L: Layer, C: Conduit>(
+    ep: &mut Endpoint<C>,
+    mut done: impl FnMut(&L) -> bool,
+) {
+    if !std::thread::panicking() || !ep.has_layer::<L>() {
+        return;
+    }
+    let mut g = ep.inner();
+    g.wait_on_unwind(&mut |inner| {
+        inner
+            .layers
+            .iter()
+            .find(|s| s.type_id == TypeId::of::<L>())
+            .and_then(|s| s.state.any().downcast_ref::<L>())
+            .is_none_or(&mut done)
+    });
 }
 
 /// Disposes of `ev` as mode `M` asks, at the end of a layer's operation: waits for it

@@ -708,7 +708,7 @@ impl Rma {
                 }
                 .into());
             }
-            let base = self.mapping(cx, dst);
+            let base = self.mapping(cx, dst, p.offset + size);
             let path = self.path(
                 OpKind::Atomic { nic: ad.nic },
                 size,
@@ -736,9 +736,11 @@ impl Rma {
                 }
                 return Ok(Step::Now(finish(Data::Word(old), None)));
             }
-            let fetching = op.is_fetching() && (want || result.is_some());
-            let nic = path == Path::Native;
-            let land = if nic && fetching {
+            // A fetching NIC atomic always gets a word to land the old value in, also
+            // when nobody wants it (`atomic` with a fetching op, `fetch` in mode NBI):
+            // the conduit contract allows a null result only for an operation that
+            // does not fetch (the NIC writes the old value through it).
+            let land = if path == Path::Native && op.is_fetching() {
                 Box::into_raw(Box::new(0u64))
             } else {
                 std::ptr::null_mut()

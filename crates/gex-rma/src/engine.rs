@@ -5,7 +5,7 @@
 //!
 //! A step never waits: under back-pressure it returns [`Step::Blocked`] and the caller
 //! (a function of `&mut Endpoint` in [`crate::ext`]) polls the endpoint and calls the
-//! step again with the same job; [`Rma::try_get_owned`] instead hands the rest of its
+//! step again with the same job; [`try_get_owned`] instead hands the rest of its
 //! requests to the progress hook.
 //!
 //! # Safety
@@ -112,13 +112,29 @@ pub(crate) enum GetTo {
     Land(usize),
 }
 
-/// A get started by [`Rma::try_get_owned`] whose requests met back-pressure.
+/// A get started by [`try_get_owned`] whose requests met back-pressure.
 #[derive(Debug)]
 pub(crate) struct Deferred {
     src: EpAddr,
     chunks: [Chunk; 1],
     dst: *mut u8,
     job: Job,
+}
+
+/// Where the last byte of validated `chunks` ends in the remote segment (0 for none):
+/// the bound a direct path must find mapped ([`Rma::mapping`]).
+#[inline]
+fn remote_end(chunks: &[Chunk]) -> usize {
+    chunks.iter().map(|c| c.remote + c.len).max().unwrap_or(0)
+}
+
+impl Job {
+    /// The job's entry in the op table (none for a blocking short put, which
+    /// completes by counting fast acknowledgements: id 0, never an entry's).
+    #[inline(always)]
+    pub(crate) fn entry(&self) -> Option<u32> {
+        (self.id != 0).then_some(self.id)
+    }
 }
 
 impl Rma {
@@ -226,7 +242,7 @@ impl Rma {
         if src.is_empty() {
             return true;
         }
-        match self.mapping(cx, dst) {
+        match self.mapping(cx, dst, offset + src.len()) {
             Some(base) => {
                 // SAFETY: the range was checked against the segment; the mapping is
                 // live (module `crate::direct`); `std::ptr::copy` tolerates overlap.
@@ -257,7 +273,7 @@ impl Rma {
         if len == 0 {
             return true;
         }
-        match self.mapping(cx, src) {
+        match self.mapping(cx, src, offset + len) {
             Some(base) => {
                 // SAFETY: the range was checked against the segment; `dst` is writable
                 // (contract); `std::ptr::copy` tolerates overlap.
@@ -284,7 +300,7 @@ impl Rma {
         if job.is_none() {
             let total: usize = chunks.iter().map(|c| c.len).sum();
             let offset = chunks.first().map_or(0, |c| c.remote);
-            let base = self.mapping(cx, dst);
+            let base = self.mapping(cx, dst, remote_end(chunks));
             let path = self.path(OpKind::Put, total, offset, chunks.len(), base.is_some());
             match (path, base) {
                 (Path::Nothing, _) => return Ok(Step::Now(())),
@@ -452,7 +468,7 @@ impl Rma {
         if job.is_none() {
             let total: usize = chunks.iter().map(|c| c.len).sum();
             let offset = chunks.first().map_or(0, |c| c.remote);
-            let base = self.mapping(cx, src);
+            let base = self.mapping(cx, src, remote_end(chunks));
             let path = self.path(OpKind::Get, total, offset, chunks.len(), base.is_some());
             match (path, base, to) {
                 (Path::Nothing, _, _) => {
@@ -514,7 +530,7 @@ impl Rma {
         ev: &mut Option<Event<(), RmaError>>,
     ) -> Result<Step<()>, Fail<()>> {
         if job.is_none() {
-            let base = self.mapping(cx, dst);
+            let base = self.mapping(cx, dst, offset + len);
             match (
                 self.path(OpKind::Memset, len, offset, 1, base.is_some()),
                 base,
@@ -562,55 +578,9 @@ impl Rma {
         }
     }
 
-    /// Starts a get of `dst.len()` bytes from `src` into the owned buffer `dst` without
-    /// waiting, for other layers' code, which may not wait (a rendezvous get started
-    /// from the collectives layer's progress hook).
-    ///
-    /// - `Ok(Ok(event))`: started (complete already on the direct path); the event
-    ///   gives the filled buffer back. If it is dropped or leaked early, the buffer is
-    ///   kept alive until the transfer is done with it.
-    /// - `Ok(Err(dst))`: back-pressure: nothing was started, the buffer is handed back;
-    ///   try again from a later progress call.
-    /// - requests that meet back-pressure after the first are sent by this layer's
-    ///   progress hook.
-    ///
-    /// # Errors
-    /// [`RmaError::BadRank`], [`RmaError::BadEndpoint`], [`RmaError::OutOfSegment`],
-    /// [`RmaError::Am`] (the conduit failed).
-    ///
-    /// # Examples
-    /// From another layer's code (here a closure given to
-    /// [`layer::with`](gex_core::layer::with), which gets the same [`Cx`] as a handler or
-    /// progress hook; another layer reaches the state pinned with
-    /// [`Cx::with_other`](gex_core::layer::Cx::with_other)):
-    /// ```
-    /// use gex_core::{boot::Singleton, loopback::Loopback, Blocking, ClientBuilder};
-    /// use gex_rma::{GlobalPtr, Rma, RmaExt};
-    /// let client = ClientBuilder::new().layer::<Rma>().segment_size(4096)
-    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
-    /// let mut ep = client.endpoint(0)?;
-    /// let p = GlobalPtr::<u8>::new(ep.addr(), 8);
-    /// ep.put(p, b"rendezvous", Blocking)?;
-    /// let started = gex_core::layer::with::<Rma, _, _>(&mut ep, |rma, cx| {
-    ///     rma.try_get_owned(cx, vec![0u8; 10], p)
-    /// })
-    /// .expect("the rma layer")?;
-    /// let ev = started.expect("no back-pressure on loopback");
-    /// assert_eq!(ep.wait(ev)?, b"rendezvous");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[allow(clippy::type_complexity)]
-    pub fn try_get_owned<C: Conduit>(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut Cx<'_, C>,
-        dst: Vec<u8>,
-        src: crate::GlobalPtr<u8>,
-    ) -> Result<Result<Event<Vec<u8>, RmaError>, Vec<u8>>, RmaError> {
-        let this = Rma::unpin(self);
-        this.try_get_owned_now(cx, dst, src)
-    }
-
-    /// [`try_get_owned`](Self::try_get_owned) on the state itself.
+    /// [`try_get_owned`] on the state itself, with its own endpoint's `cx` (the
+    /// state caches the mappings `cx` reports: a context of another endpoint would
+    /// poison it, which is why this is not public).
     #[allow(clippy::type_complexity)]
     fn try_get_owned_now<C: Conduit>(
         &mut self,
@@ -701,4 +671,67 @@ impl Rma {
         list.append(&mut self.deferred);
         self.deferred = list;
     }
+}
+
+/// Starts a get of `dst.len()` bytes from `src` into the owned buffer `dst` without
+/// waiting, from another layer's code, which may not wait (a rendezvous get started
+/// from the collectives layer's progress hook): `cx` is that layer's context, and the
+/// get runs on the RMA layer of the same endpoint (reached through
+/// [`Cx::with_other`], so the state and the context are always the same endpoint's).
+///
+/// - `Ok(Ok(event))`: started (complete already on the direct path); the event
+///   gives the filled buffer back. If it is dropped or leaked early, the buffer is
+///   kept alive until the transfer is done with it.
+/// - `Ok(Err(dst))`: back-pressure: nothing was started, the buffer is handed back;
+///   try again from a later progress call.
+/// - requests that meet back-pressure after the first are sent by the RMA layer's
+///   progress hook.
+///
+/// # Errors
+/// [`RmaError::NoLayer`] if the endpoint does not carry the RMA layer, or `cx` is the
+/// RMA layer's own context (its state is then the caller's, not reachable here);
+/// [`RmaError::BadRank`], [`RmaError::BadEndpoint`], [`RmaError::OutOfSegment`],
+/// [`RmaError::Am`] (the conduit failed).
+///
+/// # Examples
+/// From another layer's code (here a closure given to
+/// [`layer::with`](gex_core::layer::with), which gets the same [`Cx`] as the layer's
+/// handlers and progress hook):
+/// ```
+/// use gex_core::layer::{self, Attach, Layer};
+/// use gex_core::spi::Conduit;
+/// use gex_core::{boot::Singleton, loopback::Loopback, Blocking, ClientBuilder, InitError};
+/// use gex_rma::{GlobalPtr, Rma, RmaExt};
+///
+/// /// A layer of the program's own, attached after gex-rma.
+/// #[derive(Debug)]
+/// struct Mine;
+/// impl Layer for Mine {
+///     const NAME: &'static str = "mine";
+///     fn attach<C: Conduit>(_: &mut Attach<'_, C, Self>) -> Result<Self, InitError> {
+///         Ok(Mine)
+///     }
+/// }
+///
+/// let client = ClientBuilder::new().layer::<Rma>().layer::<Mine>().segment_size(4096)
+///     .init::<Loopback>(Box::new(Singleton::new()))?;
+/// let mut ep = client.endpoint(0)?;
+/// let p = GlobalPtr::<u8>::new(ep.addr(), 8);
+/// ep.put(p, b"rendezvous", Blocking)?;
+/// let started = layer::with::<Mine, _, _>(&mut ep, |_, cx| {
+///     gex_rma::try_get_owned(cx, vec![0u8; 10], p)
+/// })
+/// .expect("the layer")?;
+/// let ev = started.expect("no back-pressure on loopback");
+/// assert_eq!(ep.wait(ev)?, b"rendezvous");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[allow(clippy::type_complexity)]
+pub fn try_get_owned<C: Conduit>(
+    cx: &mut Cx<'_, C>,
+    dst: Vec<u8>,
+    src: crate::GlobalPtr<u8>,
+) -> Result<Result<Event<Vec<u8>, RmaError>, Vec<u8>>, RmaError> {
+    cx.with_other::<Rma, _>(|rma, cx| Rma::unpin(rma).try_get_owned_now(cx, dst, src))
+        .unwrap_or(Err(RmaError::NoLayer))
 }

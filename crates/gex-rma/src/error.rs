@@ -7,7 +7,7 @@ use thiserror::Error;
 ///
 /// Every operation validates all of its arguments before moving any byte, so an
 /// operation that returns a validation error has written nothing (local or remote).
-/// Back-pressure is not an error: [`Rma::try_get_owned`](crate::Rma::try_get_owned)
+/// Back-pressure is not an error: [`try_get_owned`](crate::try_get_owned)
 /// reports it as a result.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -19,7 +19,8 @@
 //!   after a failure, after the units already in flight did; it waits through
 //!   [`layer::finish`] in blocking mode, which waits on every path (a handler's panic
 //!   is raised once the operation is complete; any other panic waits for it while it
-//!   unwinds);
+//!   unwinds); before that, while it is being issued, a panic unwinding out of
+//!   [`drive`] cancels it and waits for its native operations in flight;
 //! - an owned `Vec<T>` moves into the operation's event (or, in NBI mode, its entry),
 //!   which keeps its heap block alive until the operation is done with it;
 //! - a destination lent to a scope (`&'env mut`) is tracked under the scope's tag, and
@@ -45,20 +46,104 @@ use gex_core::{Blocking, Endpoint, EpAddr, Event, Mode, ModeKind, Scope, Team};
 const ATOMIC_DOMAIN_TAG: u32 = 0x726d_6144;
 
 /// Runs `step` with the layer's state until it gives an answer, polling the endpoint
-/// between tries (back-pressure).
+/// between tries (back-pressure). `state` is the operation's issuing state (its job),
+/// which `step` advances.
+///
+/// Every exit path waits: until `step` gives its answer (which hands the operation's
+/// units in flight to an event, or to a failure that waits for them), the operation
+/// lives only here; if a panic unwinds out of the loop (a layer's progress hook or a
+/// conduit panicking in [`layer::retry`]'s poll, or a panic in the step itself), the
+/// guard cancels it: its entry is abandoned, so late replies are dropped, and the
+/// guard waits for the native operations the network still holds of it (they may read
+/// or write the caller's buffer) before the unwinding goes on
+/// ([`layer::wait_unwinding`]).
 #[inline(always)]
-fn drive<C: Conduit, R>(
+fn drive<C: Conduit, S: Issuing, R>(
     ep: &mut Endpoint<C>,
-    mut step: impl FnMut(&mut Rma, &mut Cx<'_, C>) -> Option<R>,
+    state: S,
+    mut step: impl FnMut(&mut Rma, &mut Cx<'_, C>, &mut S) -> Option<R>,
 ) -> Result<R, RmaError> {
+    let mut g = IssueGuard {
+        ep,
+        state,
+        answered: false,
+    };
     let mut retry = layer::Retry::default();
     loop {
-        match crate::layer::with(ep, &mut step) {
-            None => return Err(RmaError::NoLayer),
-            Some(Some(r)) => return Ok(r),
+        let IssueGuard { ep, state, .. } = &mut g;
+        match crate::layer::with(ep, |r, cx| step(r, cx, state)) {
+            None => {
+                g.answered = true;
+                return Err(RmaError::NoLayer);
+            }
+            Some(Some(r)) => {
+                g.answered = true;
+                return Ok(r);
+            }
             Some(None) => {}
         }
-        layer::retry(ep, &mut retry);
+        layer::retry(g.ep, &mut retry);
+    }
+}
+
+/// What [`drive`]'s guard needs of an operation being issued.
+trait Issuing {
+    /// The operation's entry in the op table, once a step has made one.
+    fn entry(&self) -> Option<u32>;
+}
+
+impl Issuing for Option<Job> {
+    #[inline(always)]
+    fn entry(&self) -> Option<u32> {
+        self.as_ref().and_then(Job::entry)
+    }
+}
+
+/// An atomic's entry.
+impl Issuing for Option<u32> {
+    #[inline(always)]
+    fn entry(&self) -> Option<u32> {
+        *self
+    }
+}
+
+/// Nothing in the op table (a flush).
+impl Issuing for () {
+    #[inline(always)]
+    fn entry(&self) -> Option<u32> {
+        None
+    }
+}
+
+/// [`drive`]'s guard: cancels the operation if the loop is left without an answer,
+/// which only a panic does.
+struct IssueGuard<'a, C: Conduit, S: Issuing> {
+    ep: &'a mut Endpoint<C>,
+    state: S,
+    answered: bool,
+}
+
+impl<C: Conduit, S: Issuing> Drop for IssueGuard<'_, C, S> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if !self.answered {
+            if let Some(id) = self.state.entry() {
+                cancel_on_unwind(self.ep, id);
+            }
+        }
+    }
+}
+
+/// Cancels operation `id` while a panic unwinds out of [`drive`]: abandons its entry
+/// (replies still to come are dropped, as for an operation that failed while it was
+/// issued) and waits, bounded, for its native operations in flight.
+#[cold]
+#[inline(never)]
+fn cancel_on_unwind<C: Conduit>(ep: &mut Endpoint<C>, id: u32) {
+    let cancelled = RmaError::Event(gex_core::EventError::Abandoned);
+    let in_flight = crate::layer::with(ep, |r, _| r.abandon(id, cancelled)).unwrap_or(false);
+    if in_flight {
+        layer::wait_unwinding::<Rma, C>(ep, |r| !r.ops.contains_key(&id));
     }
 }
 
@@ -206,14 +291,11 @@ fn atomic_slow<C: Conduit, T: AtomicType, M: Mode, O: Send + 'static>(
     finish: Finish<O>,
 ) -> Result<M::Out<O, RmaError>, RmaError> {
     let how = How::new(M::KIND);
-    let (mut id, mut ev) = (None, None);
-    let r = drive(ep, |r, cx| {
+    let mut ev = None;
+    let r = drive(ep, None, |r, cx, id| {
         // SAFETY: no result location (a fetched value comes with the completion).
-        let st = unsafe {
-            r.atomic_step(
-                cx, ad, op, p, ab, f, how, None, want, finish, &mut id, &mut ev,
-            )
-        };
+        let st =
+            unsafe { r.atomic_step(cx, ad, op, p, ab, f, how, None, want, finish, id, &mut ev) };
         fin::<C, O, M>(cx, st)
     })?;
     end::<C, O, M>(ep, r, false)
@@ -254,14 +336,14 @@ fn put_bytes<C: Conduit, X>(
     check: impl Fn(&Rma) -> Result<(), RmaError>,
     conv: impl Fn(&Cx<'_, C>, Result<Step<()>, Fail<()>>) -> Option<X>,
 ) -> Result<X, RmaError> {
-    let (mut job, mut ev): (Option<Job>, _) = (None, None);
-    drive(ep, |r, cx| {
+    let mut ev = None;
+    drive(ep, None::<Job>, |r, cx, job| {
         if job.is_none() {
             if let Err(e) = check(r) {
                 return conv(cx, Err(Fail::from(e)));
             }
         }
-        let s = r.put_step(cx, dst, chunks, bytes, how, &mut job, &mut ev);
+        let s = r.put_step(cx, dst, chunks, bytes, how, job, &mut ev);
         conv(cx, s)
     })
 }
@@ -286,19 +368,17 @@ unsafe fn get_bytes<C: Conduit, O: Send + 'static, X>(
     check: impl Fn(&Rma) -> Result<(), RmaError>,
     conv: impl Fn(&Cx<'_, C>, Result<Step<O>, Fail<O>>) -> Option<X>,
 ) -> Result<X, RmaError> {
-    let (mut job, mut ev, mut hold): (Option<Job>, _, _) = (None, None, hold);
-    drive(ep, |r, cx| {
+    // `hold` (an owned destination) outlives `drive`, whose guard waits for what is
+    // in flight before it is dropped, also while a panic unwinds.
+    let (mut ev, mut hold) = (None, hold);
+    drive(ep, None::<Job>, |r, cx, job| {
         if job.is_none() {
             if let Err(e) = check(r) {
                 return conv(cx, Err(Fail::from(e)));
             }
         }
         // SAFETY: forwarded contract.
-        let s = unsafe {
-            r.get_step(
-                cx, src, chunks, to, how, &mut hold, finish, &mut job, &mut ev,
-            )
-        };
+        let s = unsafe { r.get_step(cx, src, chunks, to, how, &mut hold, finish, job, &mut ev) };
         conv(cx, s)
     })
 }
@@ -987,14 +1067,14 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
     ) -> Result<M::Out<(), RmaError>, RmaError> {
         let (a, off) = (dst.addr(), dst.offset);
         let how = How::new(M::KIND);
-        let (mut job, mut ev): (Option<Job>, _) = (None, None);
-        let r = drive(self, |r, cx| {
+        let mut ev = None;
+        let r = drive(self, None::<Job>, |r, cx, job| {
             if job.is_none() {
                 if let Err(e) = r.check_range(a, off, len) {
                     return fin::<C, (), M>(cx, Err(Fail::from(e)));
                 }
             }
-            let st = r.memset_step(cx, a, off, byte, len, how, &mut job, &mut ev);
+            let st = r.memset_step(cx, a, off, byte, len, how, job, &mut ev);
             fin::<C, (), M>(cx, st)
         })?;
         end::<C, (), M>(self, r, false)
@@ -1089,7 +1169,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
             return Err(RmaError::NoLayer);
         }
         if cats.contains(NbiCategories::PUTS) {
-            drive(self, |r, cx| match r.flush_step(cx) {
+            drive(self, (), |r, cx, ()| match r.flush_step(cx) {
                 Ok(true) => Some(Ok(())),
                 Ok(false) => None,
                 Err(e) => Some(Err(e)),
@@ -1268,8 +1348,8 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         }
         let tag = self.tag();
         let res: *mut T = dst;
-        let (mut id, mut ev) = (None, None);
-        let r = drive(self, |r, cx| {
+        let mut ev = None;
+        let r = drive(self, None, |r, cx, id| {
             // SAFETY: `dst` is borrowed for the scope, which waits for the operation.
             let st = unsafe {
                 r.atomic_step(
@@ -1283,7 +1363,7 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
                     Some(res),
                     false,
                     finish_unit,
-                    &mut id,
+                    id,
                     &mut ev,
                 )
             };

@@ -15,7 +15,8 @@
 //! - `seg` and the cached mappings in `direct` point at segments the conduit maps for
 //!   its whole life; the endpoint holds the conduit, and the layer lives inside the
 //!   endpoint, so they outlive the layer. They are dereferenced only within ranges
-//!   checked against the published segment lengths.
+//!   checked against the published segment lengths and within the mapped length
+//!   ([`Rma::mapping`] and [`Rma::direct_at`] bound every direct path by both).
 //! - `Op::dst`/`Op::result` point at destinations that outlive the operation: borrowed
 //!   by a blocking call that waits for completion before returning, borrowed for a
 //!   [scope](gex_core::Endpoint::scope) that waits for its operations before the borrow
@@ -157,8 +158,9 @@ impl Drop for Op {
 /// `ClientBuilder::layer::<gex_rma::Rma>()` (the `gex` facade does by default) and use
 /// it through [`RmaExt`](crate::RmaExt) on the endpoint.
 ///
-/// Other layers reach it from their own code with
-/// [`Cx::with_other`](gex_core::layer::Cx::with_other) (see [`Rma::try_get_owned`]).
+/// Other layers start its non-waiting get from their own code with
+/// [`try_get_owned`](crate::try_get_owned) (given their context, it reaches this
+/// state through [`Cx::with_other`](gex_core::layer::Cx::with_other)).
 ///
 /// `!Unpin`: it holds the addresses of the endpoint's mappings, so no code outside
 /// this crate may swap or replace it (it is reached as `Pin<&mut Rma>`; see "Pinned
@@ -203,7 +205,7 @@ pub struct Rma {
     /// Messages handlers had to drop (late replies of abandoned operations, malformed
     /// requests).
     pub(crate) dropped: u64,
-    /// Gets started by [`Rma::try_get_owned`] whose remaining requests met
+    /// Gets started by [`try_get_owned`](crate::try_get_owned) whose remaining requests met
     /// back-pressure: sent by the progress hook.
     pub(crate) deferred: Vec<crate::engine::Deferred>,
     /// A relaxed native put was issued in a scope since the last scope flush.
@@ -523,36 +525,48 @@ impl Rma {
         }
     }
 
-    /// The local mapping of (checked) `dst`'s segment, unless the AM path is forced.
+    /// The local mapping of (checked) `dst`'s segment if the bytes `0..end` of it lie
+    /// within what is mapped here and within its published length (every remote range
+    /// of the operation ends at or before `end`), unless the AM path is forced. `None`
+    /// otherwise: the operation takes the native or AM path, so no direct copy ever
+    /// passes the smaller of the two lengths (a conduit may map less than the layout
+    /// says: `peer_segment`'s length is at most the layout's).
     #[inline]
     pub(crate) fn mapping<C: Conduit>(
         &mut self,
         cx: &Cx<'_, C>,
         dst: EpAddr,
+        end: usize,
     ) -> Option<NonNull<u8>> {
         if self.force_am {
             return None;
         }
-        if dst.ep != self.me.ep {
-            return cx.peer_segment(dst).map(|(p, _)| p);
-        }
         let r = dst.rank as usize;
-        if !self.direct[r].asked {
-            // `dst` was checked (rank, endpoint); the range bound is the smaller of
-            // the published and the mapped length.
-            self.direct[r] = match cx.peer_segment(dst) {
-                Some((base, len)) => Direct {
-                    base: base.as_ptr(),
-                    len: len.min(self.seg_lens[r]),
-                    asked: true,
-                },
-                None => Direct {
-                    asked: true,
-                    ..Direct::NONE
-                },
-            };
+        let (base, len) = if dst.ep != self.me.ep {
+            let (p, len) = cx.peer_segment(dst)?;
+            (p.as_ptr(), len.min(*self.seg_lens.get(r)?))
+        } else {
+            if !self.direct[r].asked {
+                // `dst` was checked (rank, endpoint); the range bound is the smaller
+                // of the published and the mapped length.
+                self.direct[r] = match cx.peer_segment(dst) {
+                    Some((base, len)) => Direct {
+                        base: base.as_ptr(),
+                        len: len.min(self.seg_lens[r]),
+                        asked: true,
+                    },
+                    None => Direct {
+                        asked: true,
+                        ..Direct::NONE
+                    },
+                };
+            }
+            (self.direct[r].base, self.direct[r].len)
+        };
+        if end > len {
+            return None;
         }
-        NonNull::new(self.direct[r].base)
+        NonNull::new(base)
     }
 
     /// The address of `[offset, offset + len)` of `dst`'s segment if that is a
@@ -598,7 +612,8 @@ impl Rma {
 
     // ------------------------------------------------------------------ op table
 
-    /// A new, unsealed entry with nothing outstanding.
+    /// A new, unsealed entry with nothing outstanding (never id 0, which names no
+    /// entry: [`Job::entry`](crate::engine::Job)).
     pub(crate) fn new_op(
         &mut self,
         peer: EpAddr,
@@ -610,6 +625,9 @@ impl Rma {
         loop {
             self.next = self.next.wrapping_add(1);
             let id = self.next;
+            if id == 0 {
+                continue;
+            }
             if let std::collections::hash_map::Entry::Vacant(v) = self.ops.entry(id) {
                 v.insert(Op {
                     peer,

@@ -16,7 +16,7 @@
 //!   ([`AtomicOp`]), with [`AtomicFlags`] for acquire/release;
 //! - borrowed buffers for nonblocking transfers only inside a
 //!   [scope](gex_core::Endpoint::scope) ([`ScopeRmaExt`]);
-//! - a non-waiting get for other layers' progress hooks ([`Rma::try_get_owned`]).
+//! - a non-waiting get for other layers' progress hooks ([`try_get_owned`]).
 //!
 //! Three data paths, chosen per operation by a pure function of the target, the size
 //! and the conduit's capabilities (module `path`), with no dynamic dispatch:
@@ -107,6 +107,7 @@ mod vis;
 
 pub use atomic::{AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, AtomicType};
 pub use bytemuck::Pod;
+pub use engine::try_get_owned;
 pub use error::RmaError;
 pub use ext::{GetDst, RmaExt, ScopeRmaExt, Source};
 pub use layer::Rma;

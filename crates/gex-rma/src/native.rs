@@ -176,11 +176,12 @@ impl Rma {
     }
 
     /// Issues one native atomic on the word at `offset` of `dst`; a fetched value lands
-    /// in `land` (null: not fetching).
+    /// in `land`, which is null exactly when `op.fetch` is false (the conduit's
+    /// contract), whether or not the value is wanted.
     ///
     /// # Safety
-    /// `land` is null or valid for a write of a `u64` until completion (the entry of
-    /// `id` owns it); the word was checked in range and aligned.
+    /// `land` is valid for a write of a `u64` until completion (the entry of `id` owns
+    /// it) when `op.fetch`, null otherwise; the word was checked in range and aligned.
     pub(crate) unsafe fn native_atomic<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
@@ -190,6 +191,7 @@ impl Rma {
         op: &NativeAtomic,
         land: *mut u64,
     ) -> Result<NativeStep, RmaError> {
+        debug_assert_eq!(op.fetch, !land.is_null(), "a landing word iff fetching");
         // SAFETY: forwarded contract.
         match unsafe { cx.native_atomic(dst, offset, op, land) }? {
             Native::Done => Ok(NativeStep::Done),

@@ -345,3 +345,69 @@ fn the_hang_report_lists_operations_in_flight_by_peer() {
     let report = a.report();
     assert!(!report.contains("in flight ("), "{report}");
 }
+
+/// A layer of the test's own, attached after gex-rma: its context starts gex-rma's
+/// non-waiting get.
+#[derive(Debug)]
+struct Other;
+
+impl gex_core::layer::Layer for Other {
+    const NAME: &'static str = "other";
+    fn attach<C: gex_core::spi::Conduit>(
+        _: &mut gex_core::layer::Attach<'_, C, Self>,
+    ) -> Result<Self, gex_core::InitError> {
+        Ok(Other)
+    }
+}
+
+/// `try_get_owned` takes only a context: the RMA state it runs on is always the same
+/// endpoint's (reached through the core), on every path, also for an endpoint whose
+/// segment is not the largest of the process (the state used to cache whatever
+/// mapping the context it was handed reported). From the RMA layer's own context it
+/// is `NoLayer` (that state is the caller's).
+#[test]
+fn try_get_owned_runs_on_the_contexts_own_endpoint() {
+    for path in ["auto", "am"] {
+        let new = |seg: usize| {
+            ClientBuilder::new()
+                .layer::<Rma>()
+                .layer::<Other>()
+                .segment_size(seg)
+                .config(Config::from_pairs([("GEX_RMA_PATH", path)]))
+                .init::<Loopback>(Box::new(Singleton::new()))
+                .unwrap()
+        };
+        let (big, small) = (new(1 << 20), new(4096));
+        let mut a = big.endpoint(0).unwrap();
+        let mut b = small.endpoint(0).unwrap();
+        let p = GlobalPtr::<u8>::new(EpAddr::rank(0), 0);
+        a.put(p, &[1u8; 64], Blocking).unwrap();
+        b.put(p, &[2u8; 64], Blocking).unwrap();
+        // b's context: b's segment, b's bounds (8 KiB is past its 4 KiB).
+        let r = gex_core::layer::with::<Other, _, _>(&mut b, |_, cx| {
+            gex_rma::try_get_owned(cx, vec![0u8; 8192], p)
+        })
+        .unwrap();
+        assert!(
+            matches!(r, Err(RmaError::OutOfSegment { seg_len: 4096, .. })),
+            "{r:?}"
+        );
+        let ev = gex_core::layer::with::<Other, _, _>(&mut b, |_, cx| {
+            gex_rma::try_get_owned(cx, vec![0u8; 64], p)
+        })
+        .unwrap()
+        .unwrap()
+        .unwrap();
+        assert_eq!(b.wait(ev).unwrap(), [2u8; 64]);
+        let r = gex_core::layer::with::<Rma, _, _>(&mut b, |_, cx| {
+            gex_rma::try_get_owned(cx, vec![0u8; 64], p)
+        })
+        .unwrap();
+        assert!(matches!(r, Err(RmaError::NoLayer)), "{r:?}");
+        drop(b);
+        drop(small);
+        // a's state was never handed b's context: a's own put and get still work.
+        a.put(p, &[3u8; 8], Blocking).unwrap();
+        assert_eq!(a.get(vec![0u8; 8], p, Blocking).unwrap(), [3u8; 8]);
+    }
+}

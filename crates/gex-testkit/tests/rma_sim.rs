@@ -315,6 +315,36 @@ mod native_paths {
     /// to flush flushes nothing; puts with an explicit event and blocking puts stay
     /// complete at the target (not relaxed); puts whose source is lent to a scope are
     /// relaxed, and the scope's end flushes them.
+    /// A fetching NIC atomic whose old value nobody wants (`atomic` with a fetching op
+    /// in every mode, `fetch` in mode NBI) still gets a word for the NIC to land it in:
+    /// the conduit contract allows a null result only for a non-fetching operation (the
+    /// simulated conduit refuses it as a contract error). Failed before: gex-rma passed
+    /// null with `fetch: true`.
+    #[test]
+    fn fetching_nic_atomics_whose_value_is_discarded_get_a_landing_word() {
+        on_rank_0(|r, ad| {
+            let es = |e: gex_rma::RmaError| e.to_string();
+            let f = AtomicFlags::empty();
+            for t in 0..2 {
+                let w = GlobalPtr::<u64>::new(EpAddr::rank(t), 4096);
+                r.atomic(ad, AtomicOp::Set, w, 10, 0, f, Blocking)
+                    .map_err(es)?;
+                r.atomic(ad, AtomicOp::Fadd, w, 1, 0, f, Blocking)
+                    .map_err(es)?;
+                let ev = r.atomic(ad, AtomicOp::Fadd, w, 2, 0, f, Nb).map_err(es)?;
+                r.wait(ev).map_err(es)?;
+                r.atomic(ad, AtomicOp::Fadd, w, 3, 0, f, Nbi).map_err(es)?;
+                r.fetch(ad, AtomicOp::Fadd, w, 4, 0, f, Nbi).map_err(es)?;
+                r.sync_nbi(NbiCategories::ATOMICS).map_err(es)?;
+                let now = r
+                    .fetch(ad, AtomicOp::Get, w, 0, 0, f, Blocking)
+                    .map_err(es)?;
+                check(&format!("discarded fetch-adds: {now} (want 20)"), now == 20)?;
+            }
+            Ok(())
+        });
+    }
+
     #[test]
     fn nbi_puts_are_relaxed_and_flushed_by_their_sync() {
         if forced() {
@@ -516,6 +546,144 @@ mod native_paths {
                 check("offered domain result", got == 10)?;
                 barrier(&mut r)?;
                 Ok(())
+            },
+        );
+        for (rank, o) in out.into_iter().enumerate() {
+            assert_eq!(o, Ok(()), "rank {rank}");
+        }
+    }
+}
+
+/// A conduit may map less of a neighbour's segment than the layout says
+/// (`peer_segment`'s length is at most the layout's): every direct path of gex-rma
+/// (the cached fast path and the slow ones, to the same endpoint index and to another)
+/// then stays within the mapping, and what lies past it goes through AMs. The sim maps
+/// 4 KiB of 16 KiB segments here. Failed before: the slow direct paths checked ranges
+/// against the layout only and copied through the mapping past its length.
+mod mapped_len {
+    use super::barrier;
+    use gex_core::{Blocking, ClientBuilder, Endpoint, EpAddr};
+    use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, Rma, RmaExt, Strided};
+    use gex_testkit::sim::{Sim, SimConfig, run_sim};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    const MAPPED: usize = 4096;
+    const PAST: usize = 8192;
+
+    fn sent(r: &Endpoint<Sim>) -> u64 {
+        r.stats().sent.iter().sum()
+    }
+
+    /// Runs `op` and checks that it sent messages (it did not copy through the mapping).
+    fn via_ams(
+        r: &mut Endpoint<Sim>,
+        what: &str,
+        op: impl FnOnce(&mut Endpoint<Sim>) -> Result<(), gex_rma::RmaError>,
+    ) -> Result<(), String> {
+        let before = sent(r);
+        op(r).map_err(|e| format!("{what}: {e}"))?;
+        if sent(r) == before {
+            return Err(format!(
+                "{what} past the {MAPPED}-byte mapping took the direct path (no message)"
+            ));
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn direct_paths_stay_within_the_mapped_length() {
+        if super::forced() {
+            return;
+        }
+        let cfg = SimConfig {
+            mapped_len: Some(MAPPED),
+            ..SimConfig::default()
+        };
+        let stop = AtomicBool::new(false);
+        let out = run_sim(
+            2,
+            cfg,
+            || {
+                ClientBuilder::new()
+                    .layer::<Rma>()
+                    .segment_size(4 * MAPPED)
+                    .endpoints(2)
+            },
+            |client| -> Result<(), String> {
+                let mut r = client.endpoint(0).unwrap();
+                let mut r1 = client.endpoint(1).unwrap();
+                let world = r.world();
+                let ad = r
+                    .atomic_domain::<u64>(&world, AtomicOps::SET | AtomicOps::FADD)
+                    .map_err(|e| e.to_string())?;
+                barrier(&mut r)?;
+                if client.rank() == 1 {
+                    while !stop.load(Ordering::Acquire) {
+                        r.poll();
+                        r1.poll();
+                    }
+                    barrier(&mut r)?;
+                    return Ok(());
+                }
+                let result = (|| -> Result<(), String> {
+                    let es = |e: gex_rma::RmaError| e.to_string();
+                    // Rank 1's endpoint 0 (the cached mapping) and endpoint 1 (another
+                    // index: asked each time).
+                    for dst in [EpAddr::new(1, 0), EpAddr::new(1, 1)] {
+                        let p = GlobalPtr::<u8>::new(dst, PAST);
+                        // Warm the cache with a direct put inside the mapping.
+                        r.put(GlobalPtr::<u8>::new(dst, 0), &[1u8; 8], Blocking)
+                            .map_err(es)?;
+                        let data: Vec<u8> = (0..100u8).collect();
+                        via_ams(&mut r, "a put", |r| r.put(p, &data, Blocking))?;
+                        let mut back = vec![0u8; 100];
+                        via_ams(&mut r, "a get", |r| r.get(&mut back[..], p, Blocking))?;
+                        if back != data {
+                            return Err(format!("get past the mapping: {back:?}"));
+                        }
+                        via_ams(&mut r, "a value get", |r| {
+                            r.get_val(p.add(10), Blocking).map(drop)
+                        })?;
+                        via_ams(&mut r, "a get into a Vec", |r| {
+                            r.get(vec![0u8; 100], p, Blocking).map(drop)
+                        })?;
+                        let shape = Strided {
+                            counts: &[2, 4],
+                            remote_strides: &[1, 16],
+                            local_start: 0,
+                            local_strides: &[1, 2],
+                        };
+                        via_ams(&mut r, "a strided put", |r| {
+                            r.put_strided(p.add(200), &[5u8; 8], shape, Blocking)
+                        })?;
+                        via_ams(&mut r, "a memset", |r| {
+                            r.memset(p.add(400), 9, 64, Blocking)
+                        })?;
+                        let mut m = vec![0u8; 64];
+                        r.get(&mut m[..], p.add(400), Blocking).map_err(es)?;
+                        if m != [9u8; 64] {
+                            return Err("memset past the mapping".into());
+                        }
+                    }
+                    let w = GlobalPtr::<u64>::new(EpAddr::new(1, 0), PAST + 1024);
+                    let f = AtomicFlags::empty();
+                    via_ams(&mut r, "an atomic", |r| {
+                        r.atomic(&ad, AtomicOp::Set, w, 5, 0, f, Blocking)
+                    })?;
+                    via_ams(&mut r, "a fetch", |r| {
+                        r.fetch(&ad, AtomicOp::Fadd, w, 1, 0, f, Blocking).map(drop)
+                    })?;
+                    let v = r
+                        .fetch(&ad, AtomicOp::Fadd, w, 0, 0, f, Blocking)
+                        .map_err(es)?;
+                    if v != 6 {
+                        return Err(format!("atomics past the mapping: {v}"));
+                    }
+                    Ok(())
+                })();
+                stop.store(true, Ordering::Release);
+                barrier(&mut r)?;
+                result
             },
         );
         for (rank, o) in out.into_iter().enumerate() {

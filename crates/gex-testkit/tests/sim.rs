@@ -445,6 +445,65 @@ fn a_fabric_carries_one_job() {
     );
 }
 
+/// A layer with an auxiliary slice (4 KiB), for ranks whose layer sets differ.
+#[derive(Debug)]
+struct Wide;
+
+impl gex_core::layer::Layer for Wide {
+    const NAME: &'static str = "wide";
+    const AUX_BYTES: usize = 4096;
+    fn attach<C: gex_core::spi::Conduit>(
+        _: &mut gex_core::layer::Attach<'_, C, Self>,
+    ) -> Result<Self, gex_core::InitError> {
+        Ok(Wide)
+    }
+}
+
+/// The fabric sizes every endpoint's auxiliary area once, from the first rank that
+/// opens it, and maps those areas to every rank on the host: a rank whose layers need
+/// another size (rank 1 carries one more layer with an auxiliary slice) is refused
+/// with an error naming it and the sizes, instead of being handed areas smaller than
+/// its layers' slices (it read and wrote past a 64 KiB area before, under valgrind).
+#[test]
+fn ranks_with_other_auxiliary_areas_are_refused() {
+    use gex_testkit::conformance::Probe;
+    let fabric = SimFabric::new(SimConfig::default());
+    let job = ThreadJob::with_hosts_and_timeout(vec![0, 0], Duration::from_secs(5));
+    let out: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2u32)
+            .map(|r| {
+                let (b, ctx) = (job.boot(r), fabric.context());
+                s.spawn(move || {
+                    let c = if r == 0 {
+                        small()
+                            .layer::<Probe>()
+                            .conduit_context(ctx)
+                            .init::<Sim>(Box::new(b))
+                            .map(|c| drop(c.finalize()))
+                    } else {
+                        small()
+                            .layer::<Probe>()
+                            .layer::<Wide>()
+                            .conduit_context(ctx)
+                            .init::<Sim>(Box::new(b))
+                            .map(|c| drop(c.finalize()))
+                    };
+                    c.map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let refused: Vec<usize> = (0..2)
+        .filter(|&r| {
+            out[r]
+                .as_ref()
+                .is_err_and(|e| e.contains("auxiliary area") && e.contains(&format!("rank {r}")))
+        })
+        .collect();
+    assert!(!refused.is_empty(), "{out:?}");
+}
+
 /// Payload limits are per peer (`ConduitEp::limits(dst)`): the core must validate a
 /// request against the destination's limit, so a message over an off-host peer's
 /// smaller limit fails with `PayloadTooLarge` instead of reaching the conduit.

@@ -109,6 +109,11 @@ pub struct SimConfig {
     pub placement: Vec<u32>,
     /// Map neighbours' segments ([`Capabilities::SHARED_MEMORY`](gex_core::Capabilities)).
     pub shared_memory: bool,
+    /// With `shared_memory`: `peer_segment` reports at most this many bytes of another
+    /// endpoint's segment (`None`: all of it). The conduit contract lets a conduit map
+    /// less than the layout's length; what lies past the mapping must then take the AM
+    /// or native path, which tests check with this.
+    pub mapped_len: Option<usize>,
     /// Sleep in `block` on a per-endpoint doorbell
     /// ([`Capabilities::BLOCKING_WAIT`](gex_core::Capabilities)); otherwise `block` only
     /// yields the CPU.
@@ -148,6 +153,12 @@ pub struct SimConfig {
     /// ones for integers only). Lets tests check that a domain whose op set is not
     /// fully offered falls back to CPU atomics.
     pub native_atomic_bases: Option<Vec<gex_core::spi::AtomicBase>>,
+    /// With `native_rma` or `native_atomics`: native operations one endpoint may have
+    /// queued on its NIC (issued, not yet performed) before the next answers
+    /// [`Native::WouldBlock`](gex_core::spi::Native::WouldBlock) (`None`: no limit).
+    /// Lets tests block a transfer by back-pressure while its first pieces are in
+    /// flight.
+    pub native_queue: Option<usize>,
     /// A deliberate bug to inject (default: none). For testing tests.
     pub fault: Fault,
     /// Watchdog of [`run_sim`](super::run_sim) and bound of every bootstrap collective:
@@ -171,6 +182,7 @@ impl Default for SimConfig {
             ranks_per_host: 0,
             placement: Vec::new(),
             shared_memory: true,
+            mapped_len: None,
             blocking_wait: true,
             nap: None,
             np_in_place: true,
@@ -180,6 +192,7 @@ impl Default for SimConfig {
             relaxed_puts: true,
             native_atomics: false,
             native_atomic_bases: None,
+            native_queue: None,
             fault: Fault::None,
             timeout: Duration::from_secs(60),
         }

@@ -182,6 +182,9 @@ struct Net {
     /// Global endpoint id of `(rank, 0)`.
     first_gid: Vec<usize>,
     slots: Vec<EpSlot>,
+    /// Length of every endpoint's auxiliary area (the `aux_len` of the rank that built
+    /// the fabric; every other rank must ask for the same).
+    aux_len: usize,
     opened: Vec<AtomicBool>,
 }
 
@@ -227,6 +230,7 @@ impl Net {
             layout: layout.clone(),
             first_gid,
             slots,
+            aux_len,
             opened: (0..layout.eps.len())
                 .map(|_| AtomicBool::new(false))
                 .collect(),
@@ -390,7 +394,9 @@ impl Sim {
 
 // SAFETY: the conduit contract holds: segments and areas are zero-filled memory the
 // fabric owns (`seg`) for as long as any rank's conduit lives; neighbours' mappings
-// are those segments, of the layout's lengths; payloads are delivered from the
+// are those segments, of the layout's lengths or less (`SimConfig::mapped_len`); every area is `aux_len` bytes, the
+// `aux_len` every rank opened with (`open` refuses a rank whose `aux_len`, or
+// layout, differs from those the fabric was built from); payloads are delivered from the
 // message's own buffer; the staging buffer of in-place payloads is the endpoint's own;
 // native operations (`nic`) access only the given ranges until they report completion.
 #[allow(unsafe_code)]
@@ -430,13 +436,41 @@ unsafe impl Conduit for Sim {
             .inner
             .net
             .get_or_init(|| Net::new(params.layout, cfg, params.aux_len));
-        if net.layout != *params.layout {
-            return Err(err(
-                "the fabric already carries a job with another layout (one SimFabric per job)"
-                    .into(),
-            ));
-        }
+        // Everything the fabric was built from (by the first rank that opened it) must
+        // be this rank's too: every rank's segments, areas and endpoints are the
+        // fabric's, and the conduit promises each rank areas of its `aux_len`.
         let rank = params.rank;
+        let (have, want) = (&net.layout, params.layout);
+        let differs = if have.eps != want.eps {
+            Some(format!(
+                "endpoint counts {:?}, the fabric's are {:?}",
+                want.eps, have.eps
+            ))
+        } else if have.seg_len != want.seg_len {
+            Some(format!(
+                "segment lengths {:?}, the fabric's are {:?}",
+                want.seg_len, have.seg_len
+            ))
+        } else if have != want {
+            Some(format!(
+                "hosts {:?}, the fabric's are {:?}",
+                want.host, have.host
+            ))
+        } else if net.aux_len != params.aux_len {
+            Some(format!(
+                "auxiliary areas of {} bytes (its layers' slices), the fabric's are {} \
+                 (every rank of a job must carry the same layers)",
+                params.aux_len, net.aux_len
+            ))
+        } else {
+            None
+        };
+        if let Some(d) = differs {
+            return Err(err(format!(
+                "rank {rank} does not fit the job this fabric carries: {d} (one SimFabric \
+                 per job)"
+            )));
+        }
         let Some(opened) = net.opened.get(rank as usize) else {
             return Err(err(format!(
                 "rank {rank} is outside the job of {}",
@@ -742,6 +776,9 @@ impl SimEp {
 
     fn nic_issue(&mut self, work: nic::Work) -> Native {
         let fab = &*self.fabric;
+        if fab.cfg.native_queue.is_some_and(|n| self.nic.queued() >= n) {
+            return Native::WouldBlock;
+        }
         let due_ns = if fab.timed {
             fab.now_ns().saturating_add(fab.cfg.latency.nanos)
         } else {
@@ -879,6 +916,14 @@ unsafe impl ConduitEp for SimEp {
         if !self.native_atomic_supported(op.kind, op.base, op.fetch) {
             return Ok(Native::Unsupported);
         }
+        if op.fetch && result.is_null() {
+            // The contract: null only when the operation does not fetch (a NIC would
+            // write the old value through it).
+            return Err(conduit_err(format!(
+                "core passed a null result word for a fetching native atomic ({:?} on {:?})",
+                op.base, op.kind
+            )));
+        }
         let net = fab.net();
         let gid = net
             .gid(dst)
@@ -921,7 +966,11 @@ unsafe impl ConduitEp for SimEp {
             return None;
         }
         let s = &net.slots[gid].seg;
-        Some((s.base(), s.len()))
+        let len = match self.fabric.cfg.mapped_len {
+            Some(n) if dst != self.me => s.len().min(n),
+            _ => s.len(),
+        };
+        Some((s.base(), len))
     }
 
     fn aux(&self, dst: EpAddr) -> Option<NonNull<u8>> {

@@ -115,6 +115,11 @@ impl Nic {
         self.next
     }
 
+    /// Operations issued and not performed yet.
+    pub(super) fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
     pub(super) fn busy(&self) -> bool {
         !self.queue.is_empty()
     }
