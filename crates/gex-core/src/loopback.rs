@@ -154,11 +154,12 @@ impl LoopbackEp {
         let dst = msg.dst();
         let target = &self.conduit.segs[dst.ep as usize];
         let (payload, len) = if msg.category() == Category::Long {
-            // SAFETY: the core checked offset+len against the segment length; the
-            // source is a caller buffer distinct from segment memory or, if it is
-            // inside a segment, `copy` handles overlap.
+            // SAFETY: the core checked offset+len against the segment length. Race-free:
+            // byte-wise atomic on both sides (the destination segment is shared with
+            // every endpoint and thread; the source is a caller buffer or, inside a
+            // segment, shared too, and then `atomic_copy`'s `memmove` handles overlap).
             unsafe {
-                std::ptr::copy(
+                gex_sync::copy::atomic_copy(
                     msg.payload().as_ptr(),
                     target.base().as_ptr().add(msg.offset()),
                     msg.payload().len(),

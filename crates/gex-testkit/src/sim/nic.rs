@@ -185,16 +185,19 @@ unsafe fn perform(w: &Work, c: &mut NativeCounts, staged: &mut Vec<(usize, *mut 
                     return true;
                 }
                 // SAFETY: a checked range of a live segment (taken at start); the
-                // staged copy is ours.
-                unsafe { std::ptr::copy(bytes.as_ptr(), *dst, bytes.len()) };
+                // staged copy is ours. Race-free: byte-wise atomic stores into the
+                // segment.
+                unsafe { gex_sync::copy::atomic_write(*dst, bytes) };
                 false
             });
             c.flushes += 1;
         }
         Work::Put { src, dst, len } | Work::Get { src, dst, len } => {
-            // SAFETY: both ranges valid (contract); `copy` tolerates overlap
-            // (self-targeted transfers).
-            unsafe { std::ptr::copy(src, dst, len) };
+            // SAFETY: both ranges valid (contract). Race-free: byte-wise atomic on both
+            // sides (one is a segment others access at any time; the other the
+            // initiator's buffer, or a segment too), a `memmove` for self-targeted
+            // transfers.
+            unsafe { gex_sync::copy::atomic_copy(src, dst, len) };
             if matches!(w, Work::Put { .. }) {
                 c.puts += 1;
             } else {
