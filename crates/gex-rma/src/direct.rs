@@ -48,7 +48,9 @@ pub(crate) unsafe fn get(base: NonNull<u8>, chunks: &[Chunk], dst: *mut u8) {
     for c in chunks {
         // SAFETY: both ranges are in bounds (contract). Race-free: byte-wise atomic
         // loads from the segment; `dst` is not otherwise borrowed (contract).
-        unsafe { gex_sync::copy::atomic_copy(base.as_ptr().add(c.remote), dst.add(c.local), c.len) };
+        unsafe {
+            gex_sync::copy::atomic_copy(base.as_ptr().add(c.remote), dst.add(c.local), c.len)
+        };
     }
 }
 
