@@ -493,6 +493,9 @@ unsafe fn encode(body: *mut u8, msg: &OutMsg<'_>, seg: Seg) {
     let (args, payload) = (msg.args(), msg.payload());
     let area = args_area(args.len());
     // SAFETY: caller guarantees `body` has room for the args area and what follows.
+    // Plain copies into `body`: a reserved record of the ring that the consumer reads
+    // only after the commit's release (the Long payload below goes to a segment and is
+    // atomic).
     unsafe {
         std::ptr::copy_nonoverlapping(args.as_ptr().cast::<u8>(), body, args.len() * 4);
         match msg.category() {
@@ -923,7 +926,8 @@ unsafe impl ConduitEp for SmpEp {
             body, np.body,
             "gex smp: negotiated-payload reservation moved"
         );
-        // SAFETY: the first NP_ARGS_AREA bytes of the reservation hold the args.
+        // SAFETY: the first NP_ARGS_AREA bytes of the reservation hold the args. Plain:
+        // the reservation is this producer's until the commit's release.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 msg.args().as_ptr().cast::<u8>(),

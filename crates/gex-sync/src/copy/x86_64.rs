@@ -110,11 +110,11 @@ pub(super) unsafe fn copy(src: *const u8, dst: *mut u8, n: usize) {
         }
     } else {
         match vector_width() {
-            // SAFETY: contract of this function; n > 64; the CPU has AVX-512F.
+            // SAFETY: contract of this function; n > 128; the CPU has AVX-512F.
             Width::Zmm => unsafe { copy_avx512(src, dst, n) },
-            // SAFETY: contract of this function; n > 64; the CPU has AVX.
+            // SAFETY: contract of this function; n > 128; the CPU has AVX.
             Width::Ymm => unsafe { copy_avx(src, dst, n) },
-            // SAFETY: contract of this function; n > 64.
+            // SAFETY: contract of this function; n > 128.
             Width::Xmm => unsafe { copy_sse(src, dst, n) },
         }
     }
@@ -248,13 +248,14 @@ unsafe fn copy_le16(src: *const u8, dst: *mut u8, n: usize) {
     }
 }
 
-/// Defines `$name(src, dst, n)` for `n > 64`: the copies of one vector width `$w`
-/// (`$mov` unaligned, `$mova` aligned, registers `$r0`..`$r11`), in the shapes of
-/// glibc's `memmove-vec-unaligned-erms`: up to 2, 4 or 8 vectors, the first and the
-/// last half loaded before anything is stored; beyond, a loop of 4 vectors with
-/// `$w`-aligned stores between a head and a tail of 4 vectors each, loaded first and
-/// stored last, forward or (for `dst` inside `src + 1..src + n`) backward; `rep movsb`
-/// for disjoint ranges of [`REP_MOVSB_VECTORS`] vectors and more.
+/// Defines `$name(src, dst, n)` for `n > 128` (so `n > 2 * $w`): the copies of one
+/// vector width `$w` (`$mov` unaligned, `$mova` aligned, registers `$r0`..`$r11`), in
+/// the shapes of glibc's `memmove-vec-unaligned-erms`: up to 4 or 8 vectors, the first
+/// and the last half loaded before anything is stored; beyond, `rep movsb` for disjoint
+/// ranges of [`REP_MOVSB_VECTORS`] vectors and more, else a loop of 4 vectors with
+/// `$w`-aligned stores between a head and a tail (one vector on the side the loop
+/// starts from, four on the side it ends at) loaded first and stored last, forward or
+/// (for `dst` inside `src + 1..src + n`) backward.
 macro_rules! vector_copy {
     (
         $(#[$attr:meta])* $name:ident, $w:literal, $mov:literal, $mova:literal,
@@ -264,25 +265,7 @@ macro_rules! vector_copy {
     ) => {
         $(#[$attr])*
         unsafe fn $name(src: *const u8, dst: *mut u8, n: usize) {
-            if n <= 2 * $w {
-                // SAFETY: n <= 2w (and n > 64 >= w): the first and the last vector lie
-                // inside the ranges.
-                unsafe {
-                    asm!(
-                        concat!($mov, " ", $r0, ", [{s}]"),
-                        concat!($mov, " ", $r1, ", [{s} + {n} - {w}]"),
-                        concat!($mov, " [{d}], ", $r0),
-                        concat!($mov, " [{d} + {n} - {w}], ", $r1),
-                        $exit,
-                        s = in(reg) src,
-                        d = in(reg) dst,
-                        n = in(reg) n,
-                        w = const $w,
-                        clobber_abi("C"),
-                        options(nostack, preserves_flags),
-                    )
-                }
-            } else if n <= 4 * $w {
+            if n <= 4 * $w {
                 // SAFETY: 2w < n <= 4w: the first and the last two vectors lie inside.
                 unsafe {
                     asm!(
@@ -442,10 +425,10 @@ macro_rules! vector_copy {
 }
 
 vector_copy!(
-    /// `n > 64` without AVX: SSE2 `movdqu` (16 bytes).
+    /// `n > 128` without AVX: SSE2 `movdqu` (16 bytes).
     ///
     /// # Safety
-    /// As [`super::atomic_copy`], with `n > 64`.
+    /// As [`super::atomic_copy`], with `n > 128`.
     #[inline(never)]
     copy_sse, 16, "movdqu", "movdqa",
     ["xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5",
@@ -454,10 +437,10 @@ vector_copy!(
 );
 
 vector_copy!(
-    /// `n > 64` with AVX: `vmovdqu` of `ymm` registers (32 bytes), then `vzeroupper`.
+    /// `n > 128` with AVX: `vmovdqu` of `ymm` registers (32 bytes), then `vzeroupper`.
     ///
     /// # Safety
-    /// As [`super::atomic_copy`], with `n > 64`; the CPU has AVX.
+    /// As [`super::atomic_copy`], with `n > 128`; the CPU has AVX.
     #[target_feature(enable = "avx")]
     copy_avx, 32, "vmovdqu", "vmovdqa",
     ["ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5",
@@ -466,12 +449,12 @@ vector_copy!(
 );
 
 vector_copy!(
-    /// `n > 64` with AVX-512: `vmovdqu64` of `zmm16`..`zmm27` (64 bytes; registers
+    /// `n > 128` with AVX-512: `vmovdqu64` of `zmm16`..`zmm27` (64 bytes; registers
     /// without a VEX encoding, so no `vzeroupper`), as glibc's `memcpy` does on the
     /// same CPUs.
     ///
     /// # Safety
-    /// As [`super::atomic_copy`], with `n > 64`; the CPU has AVX-512F.
+    /// As [`super::atomic_copy`], with `n > 128`; the CPU has AVX-512F.
     #[target_feature(enable = "avx512f")]
     copy_avx512, 64, "vmovdqu64", "vmovdqa64",
     ["zmm16", "zmm17", "zmm18", "zmm19", "zmm20", "zmm21",
