@@ -514,11 +514,12 @@ unsafe fn encode(body: *mut u8, msg: &OutMsg<'_>, seg: Seg) {
                 );
                 let dst = seg.base.0.as_ptr().add(msg.offset());
                 if dst.cast_const() != payload.as_ptr() {
-                    // Race-free: byte-wise atomic on both sides, since the destination
-                    // segment is accessed by its owner and other ranks at any time and
-                    // the source may be in a segment too (then the ranges may overlap:
-                    // `atomic_copy` is a `memmove`).
-                    gex_sync::copy::atomic_copy(payload.as_ptr(), dst, payload.len());
+                    // Race-free: byte-wise atomic stores into the destination segment,
+                    // which its owner and other ranks access at any time. The source is
+                    // a shared borrow, so nothing writes it meanwhile (a source inside
+                    // a segment came from `unsafe` `Segment::as_slice`, whose contract
+                    // says so), and plain loads of it are right.
+                    gex_sync::copy::atomic_write(dst, payload);
                 }
                 body.add(area).cast::<u64>().write(msg.offset() as u64);
                 body.add(area + 8).cast::<u64>().write(payload.len() as u64);

@@ -155,14 +155,14 @@ impl LoopbackEp {
         let target = &self.conduit.segs[dst.ep as usize];
         let (payload, len) = if msg.category() == Category::Long {
             // SAFETY: the core checked offset+len against the segment length. Race-free:
-            // byte-wise atomic on both sides (the destination segment is shared with
-            // every endpoint and thread; the source is a caller buffer or, inside a
-            // segment, shared too, and then `atomic_copy`'s `memmove` handles overlap).
+            // byte-wise atomic stores into the destination segment, which every endpoint
+            // and thread may access meanwhile; the source is a shared borrow that
+            // nothing writes during the call (inside a segment, `Segment::as_slice`'s
+            // contract says so), read with plain loads.
             unsafe {
-                gex_sync::copy::atomic_copy(
-                    msg.payload().as_ptr(),
+                gex_sync::copy::atomic_write(
                     target.base().as_ptr().add(msg.offset()),
-                    msg.payload().len(),
+                    msg.payload(),
                 )
             };
             (Vec::new(), msg.payload().len())

@@ -2,7 +2,7 @@
 //! target endpoint's segment on the sender's thread while the target's owner reads the
 //! same bytes with `Segment::read` on its own thread. Safe code only: conflicting
 //! concurrent accesses, which must give unspecified bytes, not a data race. Before the
-//! conduit's copy was byte-wise atomic (`gex_sync::copy::atomic_copy`) Miri reported a
+//! conduit's copy was byte-wise atomic (`gex_sync::copy::atomic_write`) Miri reported a
 //! data race here. A native run proves nothing (the race is in the abstract machine),
 //! so outside Miri the probe is ignored: `cargo +nightly miri test -p gex-core --test
 //! long_race` (docs/soundness.md, class 4).

@@ -83,11 +83,14 @@
 //! # Overlap
 //!
 //! [`atomic_copy`] has `memmove` semantics: every byte is loaded before it is
-//! overwritten. gex needs them where both sides may be segment memory: a conduit's Long
-//! payload whose source is the sender's segment and whose destination is the same
-//! segment (a Long request to oneself), a simulated NIC's put from a segment to a
-//! segment. [`atomic_read`] and [`atomic_write`] have a private side, which cannot
-//! overlap a shared one.
+//! overwritten. No sound program needs them (a private side cannot overlap a shared one,
+//! and a shared borrow cannot be written while it lives), but they cost nothing here and
+//! keep the behaviour of the `ptr::copy`s this replaced for self-targeted transfers; the
+//! other functions are implemented the same way. Use [`atomic_write`] when the source is
+//! a `&[u8]`, even one inside a segment: its bytes are read as plain loads, which is
+//! what a shared borrow allows (the portable fallback's atomic loads would need write
+//! permission under Stacked Borrows), and [`atomic_copy`] when both sides are raw
+//! (a segment into a caller's raw destination).
 //!
 //! # Why written here
 //!

@@ -60,7 +60,8 @@ impl SegMem {
         self.len
     }
 
-    /// Copies `data` to `offset` (the source may itself lie in a segment, even this one).
+    /// Copies `data` to `offset` (byte-wise atomic stores; `data` may lie in a segment,
+    /// which nothing writes while it is borrowed).
     ///
     /// # Panics
     /// If the range is outside the segment.
@@ -72,11 +73,10 @@ impl SegMem {
             "sim: Long write out of segment"
         );
         // SAFETY: the destination range is inside the allocation (checked above).
-        // Race-free: byte-wise atomic on both sides (rank threads access segments at any
-        // time; the source may lie in a segment, even overlapping: a `memmove`).
-        unsafe {
-            gex_sync::copy::atomic_copy(data.as_ptr(), self.base.as_ptr().add(offset), data.len())
-        }
+        // Race-free: byte-wise atomic stores (rank threads access segments at any time);
+        // `data` is a shared borrow nothing writes meanwhile (a source inside a segment
+        // came from `unsafe` `Segment::as_slice`, whose contract says so).
+        unsafe { gex_sync::copy::atomic_write(self.base.as_ptr().add(offset), data) }
     }
 }
 
