@@ -52,11 +52,8 @@ fn a_long_delivery_and_a_segment_read_do_not_race() {
 #[test]
 #[cfg_attr(not(miri), ignore = "proves something only under Miri")]
 fn a_native_put_and_a_segment_read_do_not_race() {
-    let cfg = SimConfig {
-        shared_memory: false,
-        native_rma: true,
-        ..SimConfig::default()
-    };
+    // One rank per host: the simulated NIC serves only other hosts.
+    let cfg = SimConfig::default().ranks_per_host(1).native(true, false);
     run_sim(
         2,
         cfg,
@@ -74,6 +71,11 @@ fn a_native_put_and_a_segment_read_do_not_race() {
                 for i in 1..=3u8 {
                     ep.put(p, &[i; 27], gex_core::Blocking).unwrap();
                 }
+                let puts = gex_core::layer::with::<gex_rma::Rma, _, _>(&mut *ep, |_, cx| {
+                    cx.conduit().native_counts().puts
+                })
+                .unwrap();
+                assert_eq!(puts, 3, "the puts took the simulated NIC");
             } else {
                 let mut b = [0u8; 40];
                 for _ in 0..3 {
