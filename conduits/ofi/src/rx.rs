@@ -242,10 +242,12 @@ impl OfiEp {
                     ));
                 }
                 // SAFETY: in bounds of this endpoint's segment (checked); the source is a
-                // receive buffer, distinct from segment memory.
+                // receive buffer, distinct from segment memory. Race-free: byte-wise
+                // atomic stores into the segment, which other endpoints and threads of
+                // this process (and neighbours mapping it) may access meanwhile.
                 unsafe {
                     let dst = self.rx.seg.add(h.offset);
-                    std::ptr::copy_nonoverlapping(body.as_ptr(), dst, h.len);
+                    gex_sync::copy::atomic_write(dst, &body[..h.len]);
                 }
                 &[]
             }

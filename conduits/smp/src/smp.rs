@@ -493,6 +493,9 @@ unsafe fn encode(body: *mut u8, msg: &OutMsg<'_>, seg: Seg) {
     let (args, payload) = (msg.args(), msg.payload());
     let area = args_area(args.len());
     // SAFETY: caller guarantees `body` has room for the args area and what follows.
+    // Plain copies into `body`: a reserved record of the ring that the consumer reads
+    // only after the commit's release (the Long payload below goes to a segment and is
+    // atomic).
     unsafe {
         std::ptr::copy_nonoverlapping(args.as_ptr().cast::<u8>(), body, args.len() * 4);
         match msg.category() {
@@ -511,8 +514,12 @@ unsafe fn encode(body: *mut u8, msg: &OutMsg<'_>, seg: Seg) {
                 );
                 let dst = seg.base.0.as_ptr().add(msg.offset());
                 if dst.cast_const() != payload.as_ptr() {
-                    // `copy`, not `copy_nonoverlapping`: the source may be in a segment.
-                    std::ptr::copy(payload.as_ptr(), dst, payload.len());
+                    // Race-free: byte-wise atomic stores into the destination segment,
+                    // which its owner and other ranks access at any time. The source is
+                    // a shared borrow, so nothing writes it meanwhile (a source inside
+                    // a segment came from `unsafe` `Segment::as_slice`, whose contract
+                    // says so), and plain loads of it are right.
+                    gex_sync::copy::atomic_write(dst, payload);
                 }
                 body.add(area).cast::<u64>().write(msg.offset() as u64);
                 body.add(area + 8).cast::<u64>().write(payload.len() as u64);
@@ -920,7 +927,8 @@ unsafe impl ConduitEp for SmpEp {
             body, np.body,
             "gex smp: negotiated-payload reservation moved"
         );
-        // SAFETY: the first NP_ARGS_AREA bytes of the reservation hold the args.
+        // SAFETY: the first NP_ARGS_AREA bytes of the reservation hold the args. Plain:
+        // the reservation is this producer's until the commit's release.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 msg.args().as_ptr().cast::<u8>(),

@@ -1699,6 +1699,8 @@ impl ShmOp {
                 // `chunk` was computed for) and compact(d) < p - 1 pieces of `chunk` ≥
                 // len bytes fit it (chunk ≤ cap / (p - 1)); this member
                 // owns the slot until the readers acknowledge (module `# Safety`).
+                // Plain copy, race-free: no reader touches the slot until the `POST`
+                // release that follows (happens-before, not atomicity).
                 unsafe {
                     std::ptr::copy_nonoverlapping(
                         src.as_ptr(),
@@ -1709,7 +1711,8 @@ impl ShmOp {
             }
         } else {
             // SAFETY: len ≤ chunk ≤ the slot's capacity (inline: len ≤ n ≤
-            // INLINE_CAP, the inline bytes); owned as above.
+            // INLINE_CAP, the inline bytes); owned as above (plain copy, ordered
+            // before every reader by the `POST` release).
             unsafe { std::ptr::copy_nonoverlapping(input[pc].as_ptr(), dst, len) };
         }
         // Loom models: the slot's bytes were written (race detection on plain bytes).
@@ -1730,7 +1733,8 @@ impl ShmOp {
                 };
                 // SAFETY: inside the slot or its inline bytes (as in `write`); the
                 // publisher does not touch them until this member acknowledges
-                // (module `# Safety`).
+                // (module `# Safety`): a plain read, ordered after the publisher's
+                // writes by the `POST` acquire and before its next ones by the `ACK`.
                 Ok(unsafe { std::slice::from_raw_parts(slot.add(at), len) })
             }
             Src::Process(pid, addr) => {
@@ -1750,7 +1754,9 @@ impl ShmOp {
                 // SAFETY: `input` is the publisher's whole input inside its mapped
                 // segment (bounds checked by `by_reference`: `at + len` ≤ its
                 // length); the publisher keeps it unchanged until this member
-                // acknowledges (module `# Safety`).
+                // acknowledges (module `# Safety`), and nobody else writes it: the
+                // input came from `unsafe` `Segment::as_slice`, whose contract rules
+                // that out (so a slice, not a byte-wise atomic copy, is sound here).
                 Ok(unsafe { std::slice::from_raw_parts(input.add(at), len) })
             }
         };

@@ -154,14 +154,15 @@ impl LoopbackEp {
         let dst = msg.dst();
         let target = &self.conduit.segs[dst.ep as usize];
         let (payload, len) = if msg.category() == Category::Long {
-            // SAFETY: the core checked offset+len against the segment length; the
-            // source is a caller buffer distinct from segment memory or, if it is
-            // inside a segment, `copy` handles overlap.
+            // SAFETY: the core checked offset+len against the segment length. Race-free:
+            // byte-wise atomic stores into the destination segment, which every endpoint
+            // and thread may access meanwhile; the source is a shared borrow that
+            // nothing writes during the call (inside a segment, `Segment::as_slice`'s
+            // contract says so), read with plain loads.
             unsafe {
-                std::ptr::copy(
-                    msg.payload().as_ptr(),
+                gex_sync::copy::atomic_write(
                     target.base().as_ptr().add(msg.offset()),
-                    msg.payload().len(),
+                    msg.payload(),
                 )
             };
             (Vec::new(), msg.payload().len())

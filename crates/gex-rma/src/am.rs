@@ -286,8 +286,9 @@ impl Rma {
                 break;
             }
             // SAFETY: [off, off+len) is inside this endpoint's segment (checked); the
-            // payload is the core's temporary buffer.
-            unsafe { std::ptr::copy(p.as_ptr(), self.seg.as_ptr().add(off), len) };
+            // payload is the core's temporary buffer. Race-free: byte-wise atomic stores
+            // into the segment, which others may access meanwhile.
+            unsafe { gex_sync::copy::atomic_write(self.seg.as_ptr().add(off), &p[..len]) };
             p = &p[len..];
         }
         match am.args().first() {
@@ -318,10 +319,8 @@ impl Rma {
         }
         self.bounce.resize(len, 0);
         // SAFETY: the range is inside this endpoint's segment (checked); the bounce
-        // buffer is the layer's own.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.seg.as_ptr().add(off), self.bounce.as_mut_ptr(), len)
-        };
+        // buffer is the layer's own. Race-free: byte-wise atomic loads from the segment.
+        unsafe { gex_sync::copy::atomic_read(self.seg.as_ptr().add(off), &mut self.bounce) };
         let _ = t.reply_medium(self.h.get_reply, &[a[0], a[4], a[5]], &self.bounce);
     }
 
@@ -343,13 +342,10 @@ impl Rma {
             let at = self.bounce.len();
             self.bounce.resize(at + len, 0);
             // SAFETY: the range is inside this endpoint's segment (checked); the bounce
-            // buffer is the layer's own and has room (resized).
+            // buffer is the layer's own and has room (resized). Race-free: byte-wise
+            // atomic loads from the segment.
             unsafe {
-                std::ptr::copy_nonoverlapping(
-                    self.seg.as_ptr().add(off),
-                    self.bounce.as_mut_ptr().add(at),
-                    len,
-                )
+                gex_sync::copy::atomic_read(self.seg.as_ptr().add(off), &mut self.bounce[at..])
             };
         }
         let _ = t.reply_medium(self.h.get_reply, &[a[0], a[1], a[2]], &self.bounce);
@@ -371,7 +367,9 @@ impl Rma {
                 {
                     // SAFETY: the destination is alive until the operation completes
                     // (`crate::layer` `# Safety`) and [at, at+len) is inside it
-                    // (checked).
+                    // (checked). Plain: both sides are private (the caller's lent
+                    // buffer, which nothing else touches until completion, and the
+                    // core's copy of the payload).
                     unsafe {
                         std::ptr::copy_nonoverlapping(
                             p.as_ptr(),
@@ -399,8 +397,9 @@ impl Rma {
         }
         let (off, len) = (join(a[1], a[2]), join(a[3], a[4]));
         if off.checked_add(len).is_some_and(|e| e <= self.seg_len) {
-            // SAFETY: the range is inside this endpoint's segment (checked).
-            unsafe { std::ptr::write_bytes(self.seg.as_ptr().add(off), a[5] as u8, len) };
+            // SAFETY: the range is inside this endpoint's segment (checked). Race-free:
+            // byte-wise atomic stores.
+            unsafe { gex_sync::copy::atomic_fill(self.seg.as_ptr().add(off), a[5] as u8, len) };
         } else {
             self.dropped += 1;
         }
@@ -453,8 +452,9 @@ fn short_put_write(seg: *mut u8, seg_len: usize, off: usize, len: usize, words: 
         for (i, w) in words.iter().take(max / 4).enumerate() {
             bytes[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
         }
-        // SAFETY: [off, off+len) is inside the segment (checked).
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), seg.add(off), len) };
+        // SAFETY: [off, off+len) is inside the segment (checked). Race-free: byte-wise
+        // atomic stores into the segment.
+        unsafe { gex_sync::copy::atomic_write(seg.add(off), &bytes[..len]) };
     }
     ok
 }

@@ -7,12 +7,12 @@
 //! The mapping comes from [`Cx::peer_segment`](gex_core::layer::Cx::peer_segment) and
 //! stays valid for the life of the conduit (which the endpoint holds); every remote
 //! range was checked against the target's published segment length before these
-//! functions run. Copies go through raw pointers (`std::ptr::copy`, which tolerates
-//! the overlap of a self-targeted transfer), never through references to segment
-//! memory, which other ranks may write at any time (conflicting concurrent accesses to
-//! the same bytes give unspecified bytes across processes, as in every PGAS library;
-//! between threads of one process they are a data race in Rust's memory model, a known
-//! hole: `tests/rma_race.rs`, under Miri).
+//! functions run. Copies go through raw pointers, never through references to segment
+//! memory, and are byte-wise atomic on the segment side ([`gex_sync::copy`]: as fast
+//! as `memcpy`): other ranks, endpoints and threads may read or write the same bytes
+//! at any time, and conflicting concurrent accesses give unspecified bytes, never a
+//! data race, between processes and between threads of one process alike
+//! (`tests/rma_race.rs`, under Miri).
 #![allow(unsafe_code)]
 
 use crate::vis::Chunk;
@@ -27,12 +27,12 @@ use std::ptr::NonNull;
 pub(crate) unsafe fn put(base: NonNull<u8>, chunks: &[Chunk], src: &[u8]) {
     for c in chunks {
         debug_assert!(c.local + c.len <= src.len());
-        // SAFETY: both ranges are in bounds (contract); they may overlap.
+        // SAFETY: both ranges are in bounds (contract). Race-free: byte-wise atomic
+        // stores into the segment; `src` is the caller's.
         unsafe {
-            std::ptr::copy(
-                src.as_ptr().add(c.local),
+            gex_sync::copy::atomic_write(
                 base.as_ptr().add(c.remote),
-                c.len,
+                &src[c.local..c.local + c.len],
             )
         };
     }
@@ -46,8 +46,11 @@ pub(crate) unsafe fn put(base: NonNull<u8>, chunks: &[Chunk], src: &[u8]) {
 #[inline]
 pub(crate) unsafe fn get(base: NonNull<u8>, chunks: &[Chunk], dst: *mut u8) {
     for c in chunks {
-        // SAFETY: both ranges are in bounds (contract); they may overlap.
-        unsafe { std::ptr::copy(base.as_ptr().add(c.remote), dst.add(c.local), c.len) };
+        // SAFETY: both ranges are in bounds (contract). Race-free: byte-wise atomic
+        // loads from the segment; `dst` is not otherwise borrowed (contract).
+        unsafe {
+            gex_sync::copy::atomic_copy(base.as_ptr().add(c.remote), dst.add(c.local), c.len)
+        };
     }
 }
 
@@ -57,6 +60,6 @@ pub(crate) unsafe fn get(base: NonNull<u8>, chunks: &[Chunk], dst: *mut u8) {
 /// `offset .. offset + len` lies in the mapped segment.
 #[inline]
 pub(crate) unsafe fn fill(base: NonNull<u8>, offset: usize, byte: u8, len: usize) {
-    // SAFETY: in bounds (contract).
-    unsafe { std::ptr::write_bytes(base.as_ptr().add(offset), byte, len) };
+    // SAFETY: in bounds (contract). Race-free: byte-wise atomic stores.
+    unsafe { gex_sync::copy::atomic_fill(base.as_ptr().add(offset), byte, len) };
 }

@@ -199,8 +199,9 @@ impl Rma {
             return false;
         };
         // SAFETY: `direct_at` checked the range against the cached mapping, which is
-        // live (module `crate::direct`); `std::ptr::copy` tolerates overlap.
-        unsafe { std::ptr::copy(src.as_ptr(), at, src.len()) };
+        // live (module `crate::direct`). Race-free: the segment side is written with
+        // byte-wise atomic stores (others may access it at any time); `src` is ours.
+        unsafe { gex_sync::copy::atomic_write(at, src) };
         true
     }
 
@@ -220,8 +221,9 @@ impl Rma {
             return false;
         };
         // SAFETY: `direct_at` checked the range against the cached mapping; `dst` is
-        // writable (contract); `std::ptr::copy` tolerates overlap.
-        unsafe { std::ptr::copy(at, dst, len) };
+        // writable (contract). Race-free: the segment side is read with byte-wise
+        // atomic loads; `dst` is not otherwise borrowed (contract).
+        unsafe { gex_sync::copy::atomic_copy(at, dst, len) };
         true
     }
 
@@ -245,8 +247,9 @@ impl Rma {
         match self.mapping(cx, dst, offset + src.len()) {
             Some(base) => {
                 // SAFETY: the range was checked against the segment; the mapping is
-                // live (module `crate::direct`); `std::ptr::copy` tolerates overlap.
-                unsafe { std::ptr::copy(src.as_ptr(), base.as_ptr().add(offset), src.len()) };
+                // live (module `crate::direct`). Race-free: byte-wise atomic stores
+                // into the segment; `src` is ours.
+                unsafe { gex_sync::copy::atomic_write(base.as_ptr().add(offset), src) };
                 true
             }
             None => false,
@@ -276,8 +279,9 @@ impl Rma {
         match self.mapping(cx, src, offset + len) {
             Some(base) => {
                 // SAFETY: the range was checked against the segment; `dst` is writable
-                // (contract); `std::ptr::copy` tolerates overlap.
-                unsafe { std::ptr::copy(base.as_ptr().add(offset), dst, len) };
+                // (contract). Race-free: byte-wise atomic loads from the segment; `dst`
+                // is not otherwise borrowed (contract).
+                unsafe { gex_sync::copy::atomic_copy(base.as_ptr().add(offset), dst, len) };
                 true
             }
             None => false,

@@ -12,8 +12,8 @@
 //! - [`wait`]: spin, block, or spin-then-block waiting on a [`wait::Doorbell`] backed by a
 //!   shared (cross-process) futex, free of lost wake-ups.
 //! - [`counter`]: cache-padded statistics counters.
-//! - [`copy`]: race-free copies to and from memory others write concurrently (relaxed
-//!   atomic word copies).
+//! - [`copy`]: race-free copies to and from memory others access concurrently (byte-wise
+//!   atomic, P1478 semantics, as fast as `memcpy`).
 //! - [`signal`]: the report signal (`SIGUSR1`: print every endpoint's state).
 //! - [`slot`]: one-shot completion slots (completer/waiter pairs) with recycling: the
 //!   completion half of every nonblocking operation.

@@ -4,7 +4,7 @@
 //! The conduit keeps the segment mapped for its life, which the endpoint (and so the
 //! borrow of it a [`Segment`] carries) keeps alive. Segment memory is shared with other
 //! ranks, threads and processes that may write it at any time, so the safe accessors
-//! copy with relaxed atomics ([`gex_sync::copy`]: no data race whatever others do) and
+//! copy byte-wise atomically ([`gex_sync::copy`]: no data race whatever others do) and
 //! the slice views are `unsafe` with the rule written down.
 #![allow(unsafe_code)]
 

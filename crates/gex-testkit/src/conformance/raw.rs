@@ -5,10 +5,11 @@
 //!
 //! A conduit promises that a mapping `(base, len)` returned by `peer_segment` stays
 //! valid for reads and writes of `len` bytes for the life of the conduit. Both helpers
-//! bounds-check the range against `len` before copying, and copy with
-//! `copy_nonoverlapping` between the mapping and a distinct local buffer. The cases
-//! that use them make every writer of a byte range distinct and order readers after
-//! writers with a barrier or a reply, so there are no data races.
+//! bounds-check the range against `len` before copying, and copy with byte-wise atomic
+//! copies ([`gex_sync::copy`]) between the mapping and a distinct local buffer, so
+//! there is no data race whatever other ranks do (the cases that use them also make
+//! every writer of a byte range distinct and order readers after writers with a
+//! barrier or a reply, so the bytes are the expected ones).
 #![allow(unsafe_code)]
 
 use std::ptr::NonNull;
@@ -31,8 +32,8 @@ pub(crate) fn peer_write(
 ) -> Result<(), String> {
     check(map, offset, data.len())?;
     // SAFETY: in bounds of a mapping the conduit keeps valid (checked above); `data` is
-    // a local buffer distinct from the mapping.
-    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), map.0.as_ptr().add(offset), data.len()) };
+    // a local buffer distinct from the mapping. Race-free: byte-wise atomic stores.
+    unsafe { gex_sync::copy::atomic_write(map.0.as_ptr().add(offset), data) };
     Ok(())
 }
 
@@ -43,10 +44,9 @@ pub(crate) fn peer_read(
     out: &mut [u8],
 ) -> Result<(), String> {
     check(map, offset, out.len())?;
-    // SAFETY: as in `peer_write`, with source and destination swapped.
-    unsafe {
-        std::ptr::copy_nonoverlapping(map.0.as_ptr().add(offset), out.as_mut_ptr(), out.len())
-    };
+    // SAFETY: as in `peer_write`, with source and destination swapped. Race-free:
+    // byte-wise atomic loads.
+    unsafe { gex_sync::copy::atomic_read(map.0.as_ptr().add(offset), out) };
     Ok(())
 }
 

@@ -190,21 +190,27 @@ unsafe fn perform(w: &Work, c: &mut NativeCounts, staged: &mut Vec<(usize, *mut 
                     return true;
                 }
                 // SAFETY: a checked range of a live segment (taken at start); the
-                // staged copy is ours.
-                unsafe { std::ptr::copy(bytes.as_ptr(), *dst, bytes.len()) };
+                // staged copy is ours. Race-free: byte-wise atomic stores into the
+                // segment.
+                unsafe { gex_sync::copy::atomic_write(*dst, bytes) };
                 false
             });
             c.flushes += 1;
         }
-        Work::Put { src, dst, len } | Work::Get { src, dst, len } => {
-            // SAFETY: both ranges valid (contract); `copy` tolerates overlap
-            // (self-targeted transfers).
-            unsafe { std::ptr::copy(src, dst, len) };
-            if matches!(w, Work::Put { .. }) {
-                c.puts += 1;
-            } else {
-                c.gets += 1;
-            }
+        Work::Put { src, dst, len } => {
+            // SAFETY: both ranges valid (contract); the initiator's buffer is untouched
+            // by others until completion (contract), so a shared borrow of it for the
+            // copy is sound. Race-free: byte-wise atomic stores into the segment.
+            unsafe { gex_sync::copy::atomic_write(dst, std::slice::from_raw_parts(src, len)) };
+            c.puts += 1;
+            c.bytes += len as u64;
+        }
+        Work::Get { src, dst, len } => {
+            // SAFETY: both ranges valid (contract); the destination is the initiator's,
+            // written by nobody else until completion. Race-free: byte-wise atomic loads
+            // from the segment (a `memmove` should a self-targeted get overlap).
+            unsafe { gex_sync::copy::atomic_copy(src, dst, len) };
+            c.gets += 1;
             c.bytes += len as u64;
         }
         Work::Atomic { word, op, result } => {

@@ -9,9 +9,9 @@
 //!   keeps it alive for as long as any endpoint or conduit of the job exists).
 //! - Segments are shared memory by contract: several threads access them concurrently,
 //!   always through raw pointers (never through Rust references the module hands out
-//!   for longer than a delivery). Conflicting concurrent accesses to the same bytes are
-//!   the application's responsibility, exactly as on a real conduit; this is why
-//!   `SegMem` is `Send + Sync`.
+//!   for longer than a delivery), with byte-wise atomic copies ([`gex_sync::copy`]), so
+//!   conflicting concurrent accesses to the same bytes give unspecified bytes, never a
+//!   data race, exactly as on a real conduit; this is why `SegMem` is `Send + Sync`.
 //! - [`SegMem::write`] and [`SegMem::slice`] take ranges that the core has bounds-checked
 //!   against the segment length; they re-check with `debug_assert!`/`assert!` so a core
 //!   bug cannot turn into an out-of-bounds access.
@@ -60,7 +60,8 @@ impl SegMem {
         self.len
     }
 
-    /// Copies `data` to `offset` (the source may itself lie in a segment, even this one).
+    /// Copies `data` to `offset` (byte-wise atomic stores; `data` may lie in a segment,
+    /// which nothing writes while it is borrowed).
     ///
     /// # Panics
     /// If the range is outside the segment.
@@ -71,9 +72,11 @@ impl SegMem {
                 .is_some_and(|e| e <= self.len),
             "sim: Long write out of segment"
         );
-        // SAFETY: the destination range is inside the allocation (checked above); `copy`
-        // tolerates overlap with a source inside a segment.
-        unsafe { std::ptr::copy(data.as_ptr(), self.base.as_ptr().add(offset), data.len()) }
+        // SAFETY: the destination range is inside the allocation (checked above).
+        // Race-free: byte-wise atomic stores (rank threads access segments at any time);
+        // `data` is a shared borrow nothing writes meanwhile (a source inside a segment
+        // came from `unsafe` `Segment::as_slice`, whose contract says so).
+        unsafe { gex_sync::copy::atomic_write(self.base.as_ptr().add(offset), data) }
     }
 }
 
