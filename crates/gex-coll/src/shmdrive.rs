@@ -46,7 +46,7 @@ use crate::error::CollError;
 use crate::layer::{Coll, Counters, ShmLocal};
 use crate::op::{AddrMode, OpKind, Opts, SyncMode, SyncModes};
 use crate::ring;
-use crate::rootcheck::{self, Stall};
+use crate::rootcheck::{self, Desc, Stall};
 use crate::shm::{Area, Io, Publish, ShmOp, ShmTeam, WaitOn};
 use crate::teams::{CollTeam, ext};
 use gex_core::layer::Cx;
@@ -78,23 +78,6 @@ pub(crate) fn ring_eligible(kind: OpKind, n: usize, sync: SyncModes) -> bool {
         && n <= ring::CAP
         && sync.input != SyncMode::All
         && sync.output != SyncMode::All
-}
-
-/// The part of a broadcast's belief ([`rootcheck::belief`]'s context) that says which
-/// ring its size takes: 2 for the packed slots (at most [`ring::TINY`] bytes), 1 for
-/// the ring's slots, 0 beyond the ring. Members that pass sizes of different
-/// classes would wait in different rings; with the class in the belief, their tags
-/// differ and the stall checks report [`CollError::RootMismatch`] instead of a hang.
-#[inline]
-pub(crate) fn size_class(kind: OpKind, n: usize) -> u64 {
-    let class = if kind != OpKind::Broadcast || n > ring::CAP {
-        0
-    } else if n <= ring::TINY {
-        2
-    } else {
-        1
-    };
-    class << 60
 }
 
 /// How long a direct step of the slot protocol under [`WaitPolicy::Spin`] keeps
@@ -140,7 +123,7 @@ pub(crate) struct RingCall {
     /// This member fences ring flags (it completes only through the layer then).
     pub(crate) fencing: bool,
     seq: u32,
-    belief: u32,
+    desc: Desc,
 }
 
 impl RingCall {
@@ -170,7 +153,11 @@ pub(crate) struct OwnedRing {
 /// A blocking call running directly over the caller's buffers (its team is the
 /// caller's, resolved at each step: no reference count on the hot path).
 pub(crate) struct DirectOp {
+    /// The team's id and the collective's sequence number in it.
+    pub(crate) team: u64,
     pub(crate) seq: u32,
+    /// The descriptor members compare, and its digest ([`crate::rootcheck`]).
+    pub(crate) desc: Desc,
     pub(crate) belief: u32,
     pub(crate) body: DirectBody,
     pub(crate) started: bool,
@@ -219,6 +206,12 @@ impl DirectOp {
             wait,
             stall,
             check: false,
+            team: self.team,
+            rank: self.rank,
+            seq: self.seq,
+            desc: self.desc,
+            watch: None,
+            failed: None,
         })
     }
 
@@ -249,6 +242,20 @@ pub(crate) struct DirectWait {
     pub(crate) stall: Stall,
     /// The stall checks are due (run by the next step, which has the team).
     pub(crate) check: bool,
+    /// The call's team (id), this member's rank in it, its collective and
+    /// descriptor.
+    pub(crate) team: u64,
+    pub(crate) rank: u32,
+    pub(crate) seq: u32,
+    pub(crate) desc: Desc,
+    /// The team, lent by the caller while it waits in the endpoint's wait loop
+    /// ([`Coll::watch_direct`]): the progress hook then runs the stall checks
+    /// itself, and the wait goes on unless they find something (so that a wait
+    /// making no progress reaches `GEX_STALL_REPORT`).
+    pub(crate) watch: Option<Team>,
+    /// The call failed: the stall checks found its members disagree, or its team
+    /// failed ([`Coll::fail_team`]). The next step returns it.
+    pub(crate) failed: Option<Box<CollError>>,
 }
 
 /// How a direct step ended.
@@ -259,6 +266,8 @@ pub(crate) enum Stepped {
 
 /// The request of a blocking call for the direct path.
 pub(crate) struct DirectReq<'a> {
+    /// The descriptor members compare ([`crate::rootcheck`]).
+    pub(crate) desc: Desc,
     pub(crate) kind: OpKind,
     pub(crate) root: u32,
     pub(crate) elem: usize,
@@ -292,6 +301,8 @@ pub(crate) struct ReplayKey {
     pub(crate) count: Option<usize>,
     /// Whether the call reduces, and then whether its reduction is commutative.
     pub(crate) reduce: Option<bool>,
+    /// The element type's code and the reduction's ([`crate::engine::Start::codes`]).
+    pub(crate) codes: (u8, u8),
 }
 
 /// The decisions of the last direct call that ran the slot protocol (see the module
@@ -300,6 +311,7 @@ pub(crate) struct Replay {
     key: ReplayKey,
     /// The tuner's generation the decisions were taken in.
     generation: u64,
+    desc: Desc,
     belief: u32,
     oversubscribed: bool,
     /// The call's operation (its fixed fields, belief and tag digest), restarted in
@@ -332,17 +344,17 @@ pub(crate) struct ChoiceKey {
 
 impl Coll {
     /// The digest of the ring publications of broadcasts rooted at `root` on `team`
-    /// (context `ctx`, see [`rootcheck::belief`]), and their belief. The last one is
-    /// kept: calls in a loop skip the hashing.
+    /// with descriptor `desc` ([`crate::rootcheck`]), and their belief. The last one
+    /// is kept: calls in a loop skip the hashing.
     #[inline]
-    pub(crate) fn ring_base(&mut self, team: &Team, root: u32, ctx: u64) -> (u64, u32) {
-        let key = (team.id(), root, ctx);
+    pub(crate) fn ring_base(&mut self, team: &Team, root: u32, desc: &Desc) -> (u64, u32) {
+        let key = (team.id(), root, *desc);
         if let Some((k, base, belief)) = self.ring_key {
             if k == key {
                 return (base, belief);
             }
         }
-        let belief = rootcheck::belief(OpKind::Broadcast, root, ctx);
+        let belief = desc.belief();
         let generation = ext(team).shm.as_ref().map_or(0, |t| t.generation);
         let base = crate::teams::mix_all(&[generation, team.id(), u64::from(belief), 0xb7ca]);
         self.ring_key = Some((key, base, belief));
@@ -374,6 +386,7 @@ impl Coll {
         }
         let Coll { ops, shm, .. } = self;
         let st = ops.get_mut(&id).expect("present");
+        let desc = st.desc;
         let x = ext(&st.team);
         let Some(t) = x.shm.as_ref() else {
             st.result = Some(Err(CollError::NotMember { team: st.team.id() }));
@@ -386,7 +399,8 @@ impl Coll {
             Body::Shm(op) => {
                 if first {
                     op.op().set_belief(t, st.belief);
-                    rootcheck::announce(t, st.seq, st.belief);
+                    let rec = &mut shm.described[t.ch];
+                    rootcheck::announce(t, rec, st.seq, st.belief, &desc);
                 }
                 let done = op.step(t, &mut shm.expected);
                 let stored = op.op().stored();
@@ -409,7 +423,8 @@ impl Coll {
             }
             Body::Ring(r) => {
                 if first {
-                    rootcheck::announce(t, st.seq, st.belief);
+                    let rec = &mut shm.described[t.ch];
+                    rootcheck::announce(t, rec, st.seq, st.belief, &desc);
                 }
                 let view = t.view();
                 let local = &mut shm.ring[t.ch];
@@ -489,12 +504,13 @@ impl Coll {
     /// reader whose root published copies), no operation record but the ring's.
     /// Otherwise [`RingBegin::Declined`], nothing consumed (the general path then
     /// decides, and reports a bad root).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn ring_begin<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
         team: &Team,
         root: u32,
-        buf: &mut [u8],
+        (buf, ty, elem): (&mut [u8], u8, usize),
         opts: &Opts<'_>,
         call: &mut Option<RingCall>,
     ) -> Result<RingBegin, CollError> {
@@ -503,10 +519,16 @@ impl Coll {
             return Ok(RingBegin::Declined);
         };
         let (p, me, n) = (team.size(), team.rank(), buf.len());
-        if !self.ops.is_empty() || root >= p || !ring_eligible(OpKind::Broadcast, n, opts.sync) {
+        if !self.ops.is_empty()
+            || root >= p
+            || self.team_failed(team.id())
+            || !ring_eligible(OpKind::Broadcast, n, opts.sync)
+        {
             return Ok(RingBegin::Declined);
         }
+        let desc = Desc::new(OpKind::Broadcast, root, (ty, elem), n, 0, opts.sync);
         let req = DirectReq {
+            desc,
             kind: OpKind::Broadcast,
             root,
             elem: 1,
@@ -526,8 +548,8 @@ impl Coll {
         // A wait left by a call that unwound (a panicking handler) is stale.
         self.direct = None;
         let seq = x.next_seq();
-        let (base, belief) = self.ring_base(team, root, size_class(OpKind::Broadcast, n));
-        rootcheck::announce(sh, seq, belief);
+        let (base, belief) = self.ring_base(team, root, &desc);
+        rootcheck::announce(sh, &mut self.shm.described[sh.ch], seq, belief, &desc);
         let mut b = ring::Bcast::new(seq, base, root, n);
         let (input, out): (&[u8], &mut [u8]) = if me == root {
             (buf, &mut [])
@@ -550,13 +572,13 @@ impl Coll {
             return Ok(RingBegin::Done);
         }
         let wait = WaitOn::Ring(b.wait.expect("a pending step records its wait"));
-        self.await_flag(cx, wait, Stall::default());
+        self.await_flag(cx, wait, Stall::default(), (team.id(), me, seq, desc));
         *call = Some(RingCall {
             own: sh.areas[me as usize],
             fencing: self.shm.fencing.on,
             b,
             seq,
-            belief,
+            desc,
         });
         Ok(RingBegin::Pending)
     }
@@ -565,7 +587,7 @@ impl Coll {
     /// [`direct_step`](Self::direct_step) does a direct call): true once done.
     ///
     /// # Errors
-    /// [`CollError::RootMismatch`] when the stall checks find one.
+    /// [`CollError::Mismatch`] when the stall checks find one, or the team failed.
     pub(crate) fn ring_step<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
@@ -579,7 +601,7 @@ impl Coll {
             (&mut self.direct, &mut self.shm),
             t,
             team.id(),
-            (call.seq, call.belief),
+            (call.seq, &call.desc),
         )?;
         let (input, out): (&[u8], &mut [u8]) = if t.me == call.b.root() {
             (buf, &mut [])
@@ -600,7 +622,7 @@ impl Coll {
             return Ok(true);
         }
         let wait = WaitOn::Ring(call.b.wait.expect("a pending step records its wait"));
-        self.await_flag(cx, wait, stall);
+        self.await_flag(cx, wait, stall, (team.id(), t.me, call.seq, call.desc));
         Ok(false)
     }
 
@@ -608,7 +630,7 @@ impl Coll {
     /// `Ok(None)` if not (nothing consumed, the caller uses the table).
     pub(crate) fn direct_begin<'s, C: Conduit>(
         &mut self,
-        _cx: &mut Cx<'_, C>,
+        cx: &mut Cx<'_, C>,
         team: &Team,
         r: &DirectReq<'_>,
         io: &mut Io<'_>,
@@ -621,6 +643,7 @@ impl Coll {
         if !self.ops.is_empty() {
             return Ok(Begin::Declined);
         }
+        self.check_team(cx, team.id())?;
         // A wait left by a call that unwound (a panicking handler) is stale.
         self.direct = None;
         let (p, me, n) = (team.size(), team.rank(), r.elem * r.count);
@@ -639,9 +662,9 @@ impl Coll {
         let seq = x.next_seq();
         let ring = r.kind != OpKind::Barrier && ring_eligible(r.kind, n, r.opts.sync);
         let (base, belief) = if ring {
-            self.ring_base(team, r.root, size_class(r.kind, n))
+            self.ring_base(team, r.root, &r.desc)
         } else {
-            (0, rootcheck::belief(r.kind, r.root, 0))
+            (0, r.desc.belief())
         };
         let body = if r.kind == OpKind::Barrier {
             if fixed && *r.opts == Opts::default() {
@@ -675,6 +698,7 @@ impl Coll {
                 self.replay = Some(Replay {
                     key,
                     generation: self.tuner_gen,
+                    desc: r.desc,
                     belief,
                     oversubscribed,
                     op: op.clone(),
@@ -686,7 +710,9 @@ impl Coll {
         };
         self.counters.direct_calls += 1;
         Ok(Begin::Began(slot.insert(DirectOp {
+            team: team.id(),
             seq,
+            desc: r.desc,
             belief,
             body,
             started: false,
@@ -726,12 +752,19 @@ impl Coll {
             tuner_gen,
             world,
             me,
+            failed,
+            mb,
             ..
         } = self;
         let Some(r) = replay.as_mut() else {
             return Replayed::Declined;
         };
-        if r.key != *key || r.generation != *tuner_gen || !ops.is_empty() {
+        if r.key != *key
+            || r.generation != *tuner_gen
+            || !ops.is_empty()
+            || !mb.aborts.is_empty()
+            || (!failed.is_empty() && failed.contains_key(&key.team))
+        {
             return Replayed::Declined;
         }
         let Some(x) = borrowed_ext(team, world, *me) else {
@@ -750,12 +783,14 @@ impl Coll {
         counters.replayed_calls += 1;
         op.keep_own(io.input, io.out);
         counters.publish(op, t, io.input, r.oversubscribed);
-        if shm.shm_step(t, op, (seq, r.belief, true), io, (policy, wake)) {
+        if shm.shm_step(t, op, (seq, r.belief, &r.desc, true), io, (policy, wake)) {
             shm.calm();
             return Replayed::Done;
         }
         let d = slot.insert(DirectOp {
+            team: key.team,
             seq,
+            desc: r.desc,
             belief: r.belief,
             body: DirectBody::Shm(op.clone()),
             started: true,
@@ -792,6 +827,7 @@ impl Coll {
             || size != team.size()
             || generation != self.tuner_gen
             || !self.ops.is_empty()
+            || self.team_failed(id)
         {
             return Replayed::Declined;
         }
@@ -820,14 +856,13 @@ impl Coll {
         if done {
             shm.calm();
         }
-        // The belief serves the stall checks of a barrier that waits.
-        let belief = if done {
-            0
-        } else {
-            rootcheck::belief(OpKind::Barrier, 0, 0)
-        };
+        // The descriptor and belief serve the stall checks of a barrier that waits.
+        let desc = Desc::barrier(SyncModes::default());
+        let belief = if done { 0 } else { desc.belief() };
         let d = slot.insert(DirectOp {
+            team: id,
             seq,
+            desc,
             belief,
             body: DirectBody::Bar(b),
             started: true,
@@ -853,15 +888,70 @@ impl Coll {
         }
     }
 
-    /// Records that the direct call waits for `wait` (its progress hook then keeps the
-    /// endpoint awake, runs the stall checks and the sleep protocol).
+    /// Records that the direct call, collective `seq` of `team` with `desc`, waits
+    /// for `wait` (its progress hook then keeps the endpoint awake, runs the stall
+    /// checks and the sleep protocol).
     #[inline]
-    fn await_flag<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, wait: WaitOn, stall: Stall) {
+    fn await_flag<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        wait: WaitOn,
+        stall: Stall,
+        (team, rank, seq, desc): (u64, u32, u32, Desc),
+    ) {
         self.direct = Some(DirectWait {
             wait,
             stall,
             check: false,
+            team,
+            rank,
+            seq,
+            desc,
+            watch: None,
+            failed: None,
         });
+        cx.set_busy();
+    }
+
+    /// Lends `team` to the wait of the direct call that is about to wait in the
+    /// endpoint's wait loop ([`DirectWait::watch`]), and asks for the progress hook.
+    /// Only before that loop: not on a call that completes without it.
+    #[cold]
+    pub(crate) fn watch_direct<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, team: &Team) {
+        if self.direct.as_ref().is_some_and(|d| d.watch.is_none()) {
+            let t = self.resolve(team).ok();
+            if let Some(d) = self.direct.as_mut() {
+                d.watch = t;
+            }
+        }
+        cx.set_busy();
+    }
+
+    /// Records that the blocking call on `team` failed with `e` (members disagreed:
+    /// a [`CollError::Mismatch`] its step found): the team fails here and every
+    /// member is told (at once: the caller may not poll again).
+    #[cold]
+    pub(crate) fn direct_failed<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        team: &Team,
+        e: &CollError,
+    ) {
+        let CollError::Mismatch { seq, found, .. } = e else {
+            return;
+        };
+        self.direct = None;
+        let Ok(team) = self.resolve(team) else {
+            return;
+        };
+        if self.failed.contains_key(&team.id()) {
+            return;
+        }
+        self.fail_team(team.id(), e);
+        self.history.failed(team.id(), *seq, e);
+        self.aborted.insert((team.id(), *seq));
+        self.pending_aborts.push((team, *seq, *found));
+        self.send_aborts(cx);
         cx.set_busy();
     }
 
@@ -928,7 +1018,7 @@ impl Coll {
     pub(crate) fn direct_ready(&self) -> bool {
         self.direct
             .as_ref()
-            .is_none_or(|d| d.check || d.wait.ready())
+            .is_none_or(|d| d.check || d.failed.is_some() || d.wait.ready())
     }
 
     /// The progress hook's part for a direct call's wait: counts it stalled and says
@@ -944,14 +1034,30 @@ impl Coll {
             self.direct = None;
             return true;
         }
-        if d.check {
+        if d.check || d.failed.is_some() {
             return true;
         }
-        if d.stall.fruitless(rare) {
+        if !d.stall.fruitless(rare) {
+            return false;
+        }
+        let Some(team) = d.watch.as_ref() else {
+            // The caller has not lent its team: its next step runs the checks.
             d.check = true;
             return true;
+        };
+        // In the endpoint's wait loop: the checks run here, and the wait goes on
+        // unless they find the call can never complete.
+        let Some(t) = ext(team).shm.as_ref() else {
+            return false;
+        };
+        match rootcheck::shm_stalled(t, d.team, (d.seq, &d.desc), &d.wait) {
+            Some(e) => {
+                rootcheck::poison(t, &e);
+                d.failed = Some(Box::new(e));
+                true
+            }
+            None => false,
         }
-        false
     }
 
     /// No wait on shared-memory flags is stalled any more: withdraw a sleep
@@ -979,11 +1085,13 @@ fn step_parts(
     (policy, wake): (WaitPolicy, &mut impl FnMut(EpAddr)),
 ) -> Result<Stepped, CollError> {
     let t = x.shm.as_ref().expect("direct calls need a channel");
-    let stall = take_wait((direct, shm), t, id, (d.seq, d.belief))?;
+    let stall = take_wait((direct, shm), t, id, (d.seq, &d.desc))?;
     let first = !d.started;
     d.started = true;
     let done = match &mut d.body {
-        DirectBody::Shm(op) => shm.shm_step(t, op, (d.seq, d.belief, first), io, (policy, wake)),
+        DirectBody::Shm(op) => {
+            shm.shm_step(t, op, (d.seq, d.belief, &d.desc, first), io, (policy, wake))
+        }
         DirectBody::Bar(b) => {
             let done = b.step(t);
             t.wake_fenced(b.take_wake(), wake);
@@ -991,7 +1099,8 @@ fn step_parts(
         }
         DirectBody::Ring { b, fencing, .. } => {
             if first {
-                rootcheck::announce(t, d.seq, d.belief);
+                let rec = &mut shm.described[t.ch];
+                rootcheck::announce(t, rec, d.seq, d.belief, &d.desc);
             }
             let local = &mut shm.ring[t.ch];
             let done = b.step(&t.view(), local, &mut shm.fencing, io.input, io.out);
@@ -1010,24 +1119,30 @@ fn step_parts(
 }
 
 /// Takes the layer's record of a direct call's wait (`direct`) before the call's
-/// next step on team `t` (id `id`) as collective `seq` under `belief`: the stall count
-/// to carry over, or the root mismatch that the stall checks find when the progress
-/// hook found them due (the team is then poisoned and the sleep announcement
-/// withdrawn).
+/// next step on team `t` (id `id`) as collective `seq` with descriptor `desc`: the
+/// stall count to carry over, or the mismatch that the stall checks find when the
+/// progress hook found them due, or that the hook found itself (the team is then
+/// poisoned and the sleep announcement withdrawn).
 #[inline]
 fn take_wait(
     (direct, shm): (&mut Option<DirectWait>, &mut ShmLocal),
     t: &ShmTeam,
     id: u64,
-    (seq, belief): (u32, u32),
+    (seq, desc): (u32, &Desc),
 ) -> Result<Stall, CollError> {
     let Some(w) = direct.take() else {
         return Ok(Stall::default());
     };
-    if w.check && rootcheck::shm_stalled(t, seq, belief, &w.wait) {
-        rootcheck::poison(t);
+    if let Some(e) = w.failed {
         shm.calm();
-        return Err(CollError::RootMismatch { team: id, seq });
+        return Err(*e);
+    }
+    if w.check {
+        if let Some(e) = rootcheck::shm_stalled(t, id, (seq, desc), &w.wait) {
+            rootcheck::poison(t, &e);
+            shm.calm();
+            return Err(e);
+        }
     }
     Ok(w.stall)
 }
@@ -1056,13 +1171,13 @@ impl ShmLocal {
         &mut self,
         t: &ShmTeam,
         op: &mut ShmOp,
-        (seq, belief, first): (u32, u32, bool),
+        (seq, belief, desc, first): (u32, u32, &Desc, bool),
         io: &mut Io<'_>,
         (policy, wake): (WaitPolicy, &mut impl FnMut(EpAddr)),
     ) -> bool {
         if first {
             op.set_belief(t, belief);
-            rootcheck::announce(t, seq, belief);
+            rootcheck::announce(t, &mut self.described[t.ch], seq, belief, desc);
         }
         let done = self.step_shm(t, op, io, (policy, &mut *wake));
         if done {
