@@ -11,7 +11,6 @@ use crate::layer::Coll;
 use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceArg, ReduceOp, elem_code};
 use crate::rma::RmaError;
 use crate::root::{Root, root_blocks};
-use crate::rootcheck::Desc;
 use crate::shm::Io;
 use crate::shmdrive::{Begin, DirectOp, DirectReq, ReplayKey, Replayed, RingBegin, Stepped};
 use crate::teams::{self, Scratch, coll, ext, resolve};
@@ -577,23 +576,6 @@ struct Lowered<'a> {
     codes: (u8, u8),
 }
 
-impl Lowered<'_> {
-    /// The descriptor members compare ([`crate::rootcheck`]).
-    #[inline]
-    fn desc(&self) -> Desc {
-        let (ty, red) = self.codes;
-        let n = self.elem * self.count;
-        Desc::new(
-            self.kind,
-            self.root,
-            (ty, self.elem),
-            n,
-            red,
-            self.opts.sync,
-        )
-    }
-}
-
 /// The most elements of `T` per block for which `p` blocks fit in an allocation
 /// (every buffer of a collective holds at most `p` blocks).
 #[inline]
@@ -1148,16 +1130,33 @@ fn ring_in_place<C: Conduit>(
         RingBegin::Pending => {}
     }
     let d = call.as_mut().expect("a pending call");
-    let mut pause = Pause::new(ep.wait_policy());
     let mut waited = false;
+    let r = ring_wait(ep, team, d, buf, &mut waited);
+    if waited {
+        // It lent its team for its waits (`Coll::watch_direct`).
+        coll(ep, |c, _| c.unwatch_direct())?;
+    }
+    r
+}
+
+/// Waits for and steps the small broadcast `d` until done (`waited`: it entered the
+/// endpoint's wait loop).
+fn ring_wait<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    d: &mut crate::shmdrive::RingCall,
+    buf: &mut [u8],
+    waited: &mut bool,
+) -> Result<bool, CollError> {
+    let mut pause = Pause::new(ep.wait_policy());
     loop {
         let ready = pause.inline(ep, || d.ready());
-        if !waited && d.finish(buf) {
+        if !*waited && d.finish(buf) {
             return Ok(true);
         }
         if !ready {
             pause.spins = 0;
-            waited = true;
+            *waited = true;
             coll(ep, |c, cx| c.watch_direct(cx, team))?;
             let _ = ep.wait_until_layer::<Coll>(|c| c.direct_ready());
         }
@@ -1245,7 +1244,6 @@ fn direct<C: Conduit>(
     (trial, replay): (bool, Option<ReplayKey>),
 ) -> Result<Direct, CollError> {
     let req = DirectReq {
-        desc: l.desc(),
         kind: l.kind,
         root: l.root,
         elem: l.elem,
@@ -1255,6 +1253,7 @@ fn direct<C: Conduit>(
         entry,
         trial,
         replay,
+        codes: l.codes,
     };
     drive(ep, team, io, |c, cx, team, io, slot| {
         c.direct_begin(cx, team, &req, io, slot)
@@ -1356,24 +1355,40 @@ fn wait_direct<C: Conduit>(
     d: &mut DirectOp,
     io: &mut Io<'_>,
 ) -> Result<Direct, CollError> {
+    let mut waited = false;
+    let r = wait_steps(ep, team, d, io, &mut waited);
+    if waited {
+        // It lent its team for its waits (`Coll::watch_direct`).
+        coll(ep, |c, _| c.unwatch_direct())?;
+    }
+    r
+}
+
+/// [`wait_direct`]'s loop (`waited`: it entered the endpoint's wait loop).
+fn wait_steps<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    team: &Team,
+    d: &mut DirectOp,
+    io: &mut Io<'_>,
+    waited: &mut bool,
+) -> Result<Direct, CollError> {
     let mut stepped = Stepped::Pending;
     let policy = ep.wait_policy();
     let mut pause = Pause::new(policy);
-    let mut waited = false;
     while let Stepped::Pending = stepped {
         let ready = match d.post_word() {
             // A data round's wait: one load per look.
             Some((word, tag)) => pause.inline(ep, || word.load(Ordering::Acquire) == tag),
             None => pause.inline(ep, || d.wait().is_some_and(|w| w.ready())),
         };
-        if !waited && d.finish(io.out) {
+        if !*waited && d.finish(io.out) {
             // A barrier's last wait is over: done without entering the layer again
             // (it never announced sleep: nothing to withdraw).
             return Ok(Direct::Done(merged_entry(d)));
         }
         if !ready {
             pause.spins = 0;
-            waited = true;
+            *waited = true;
             // The step recorded the wait; the progress hook watches it from now on
             // (stall checks, the sleep protocol), with the team lent to it so that
             // the wait goes on through stall checks that find nothing (and reaches

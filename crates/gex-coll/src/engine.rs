@@ -473,7 +473,7 @@ impl Coll {
                     let Input::Owned(input) = s.input else {
                         unreachable!("matched above")
                     };
-                    let (base, _) = self.ring_base(team, s.root, desc);
+                    let (base, _) = self.ring_base(team, desc);
                     let op = crate::ring::Bcast::new(seq, base, s.root, n);
                     self.counters.ring_calls += 1;
                     let out = if r == s.root {

@@ -273,13 +273,12 @@ impl std::fmt::Display for Field {
     }
 }
 
-/// The code of a sync mode in [`Field::Sync`]'s values.
+/// The code of a sync mode in [`Field::Sync`]'s values (its declaration order).
+#[inline(always)]
 pub(crate) fn sync_code(m: SyncMode) -> u64 {
-    match m {
-        SyncMode::No => 0,
-        SyncMode::My => 1,
-        SyncMode::All => 2,
-    }
+    const _: () =
+        assert!(SyncMode::No as u64 == 0 && SyncMode::My as u64 == 1 && SyncMode::All as u64 == 2);
+    m as u64
 }
 
 /// Two members' values of one field of a collective's descriptor

@@ -68,6 +68,11 @@ pub struct Coll {
     pub(crate) counters: Counters,
     /// The wait of a blocking call on the direct path.
     pub(crate) direct: Option<DirectWait>,
+    /// The team of that call, lent while it waits in the endpoint's wait loop: the
+    /// progress hook then runs its stall checks itself, and the wait goes on unless
+    /// they find something, so that a wait making no progress reaches
+    /// `GEX_STALL_REPORT` ([`Coll::watch_direct`]).
+    pub(crate) direct_watch: Option<Team>,
     pub(crate) history: History,
     /// Collectives other members (or this one) reported failed: (team, seq).
     pub(crate) aborted: HashSet<(u64, u32)>,
@@ -96,7 +101,7 @@ pub struct Coll {
     pub(crate) direct_choice: Option<(crate::shmdrive::ChoiceKey, bool)>,
     /// The last small broadcast's key (team, root, context), digest and belief
     /// ([`Coll::ring_base`]).
-    pub(crate) ring_key: Option<((u64, u32, crate::rootcheck::Desc), u64, u32)>,
+    pub(crate) ring_key: Option<crate::shmdrive::RingKey>,
     /// The last direct call's decisions, for calls of the same shape
     /// ([`crate::shmdrive`], *Replay*).
     pub(crate) replay: Option<crate::shmdrive::Replay>,
@@ -133,6 +138,9 @@ pub(crate) struct ShmLocal {
     /// Which descriptors this member's records hold, per channel
     /// ([`rootcheck::announce`]).
     pub(crate) described: [Described; shm::NCH],
+    /// The error a direct call's wait failed with
+    /// ([`DirectWait::failed`](crate::shmdrive::DirectWait::failed)).
+    pub(crate) direct_error: Option<CollError>,
 }
 
 impl ShmLocal {
@@ -152,6 +160,7 @@ impl ShmLocal {
             may_sleep: false,
             teams: Default::default(),
             described: Default::default(),
+            direct_error: None,
         }
     }
 
@@ -274,6 +283,7 @@ impl Layer for Coll {
             in_stage: false,
             counters: Counters::default(),
             direct: None,
+            direct_watch: None,
             history: History::default(),
             aborted: HashSet::new(),
             pending_aborts: Vec::new(),
@@ -324,9 +334,13 @@ impl Layer for Coll {
         self.policy = cx.wait_policy();
         self.shm.note_policy(self.policy);
         self.flush_outbox(cx);
-        self.answer(cx);
+        if self.mb.alarm || !self.mb.probes.is_empty() {
+            self.answer(cx);
+        }
         let (mut progressed, shm_active) = self.advance_all(cx);
-        self.send_aborts(cx);
+        if !self.pending_aborts.is_empty() || !self.pending_replies.is_empty() {
+            self.send_aborts(cx);
+        }
         progressed |= self.direct_progress();
         let busy = !self.ops.is_empty() || !self.outbox.is_empty();
         if !shm_active && self.direct.is_none() {
@@ -524,13 +538,12 @@ impl Coll {
             }
             return;
         }
-        if let Some(d) = self.direct.as_mut() {
+        if let Some(d) = self.direct {
             // A blocking call on the direct path.
             if (d.team, d.seq) == (p.team, p.seq) {
-                if d.desc.belief() != theirs && d.failed.is_none() {
+                if d.desc.belief() != theirs && !d.failed {
                     let found = d.desc.disagreement(d.rank, &p.desc, p.rank);
                     let e = mismatch(p.team, p.seq, found);
-                    d.failed = Some(Box::new(e.clone()));
                     self.fail_team(p.team, &e);
                     self.abort_to(cx, p.src, &e);
                 }
@@ -574,6 +587,7 @@ impl Coll {
     /// collective of it fails with it, as do those in flight here (at their next
     /// advance) and a blocking call waiting on the direct path.
     pub(crate) fn fail_team(&mut self, id: u64, e: &CollError) {
+        self.mb.alarm = true;
         if let std::collections::hash_map::Entry::Vacant(v) = self.failed.entry(id) {
             v.insert(e.clone());
             // Members that asked about a collective of it not started here.
@@ -585,18 +599,16 @@ impl Coll {
                 self.pending_replies.push((p.src, e.clone()));
             }
         }
-        if let Some(d) = self.direct.as_mut() {
-            if d.team == id && d.failed.is_none() {
-                d.failed = Some(Box::new(e.clone()));
-            }
+        if self.direct.as_ref().is_some_and(|d| d.team == id) {
+            crate::shmdrive::fail_direct(&mut self.direct, &mut self.shm, e);
         }
     }
 
     /// True if team `id` failed, or aborts wait to be taken (the fast paths then
     /// decline: the general path takes them, [`check_team`](Self::check_team)).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn team_failed(&self, id: u64) -> bool {
-        !self.mb.aborts.is_empty() || (!self.failed.is_empty() && self.failed.contains_key(&id))
+        self.mb.alarm && (!self.mb.aborts.is_empty() || self.failed.contains_key(&id))
     }
 
     /// The error of team `id` if members disagreed on one of its collectives

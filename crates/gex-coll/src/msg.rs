@@ -123,6 +123,10 @@ pub(crate) struct Mailbox {
     /// Collectives other members reported failed (members disagreed), as they
     /// arrive: (team, seq, what was found).
     pub(crate) aborts: Vec<(u64, u32, Option<Disagreement>)>,
+    /// Set by an abort's arrival and by a team's failure
+    /// ([`Coll::fail_team`](crate::layer::Coll)), never cleared: while it is clear
+    /// (a healthy job) the fast paths look at this one word for both.
+    pub(crate) alarm: bool,
     /// Malformed messages dropped.
     pub(crate) dropped: u64,
 }
@@ -165,6 +169,7 @@ impl Mailbox {
                 desc: Desc(std::array::from_fn(|i| join64(a[5 + 2 * i], a[6 + 2 * i]))),
             }),
             H_ABORT if a.len() >= 4 => {
+                self.alarm = true;
                 self.aborts.push((join64(a[0], a[1]), a[2], found_of(a)));
             }
             _ => self.dropped += 1,

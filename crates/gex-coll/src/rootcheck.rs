@@ -74,7 +74,7 @@ impl Desc {
     /// The descriptor of operation `kind` from `root` over elements of type code and
     /// size `(ty, elem)` ([`crate::op::elem_code`]), blocks of `bytes`, reduction code
     /// `red` ([`crate::op::reduce_name`]) and sync modes `sync`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn new(
         kind: OpKind,
         root: u32,
@@ -93,6 +93,36 @@ impl Desc {
             | (sync << 24)
             | (u64::from(root) << 32);
         Desc([bytes as u64, w1, elem as u64, 0])
+    }
+
+    /// The key of a small broadcast's descriptor in the ring's cache
+    /// ([`Coll::ring_base`](crate::layer::Coll)): a broadcast from `root` of `n`
+    /// bytes, elements of type code and size `(ty, elem)`, sync modes `sync`, no
+    /// context; `n` and `elem` at most 255 (the ring carries 56 bytes).
+    #[inline(always)]
+    pub(crate) fn ring_key(root: u32, n: usize, (ty, elem): (u8, usize), sync: SyncModes) -> u64 {
+        (u64::from(root) << 32)
+            | ((n as u64) << 24)
+            | ((elem as u64) << 16)
+            | (u64::from(ty) << 8)
+            | (sync_code(sync.input) << 2)
+            | sync_code(sync.output)
+    }
+
+    /// This descriptor's key in the ring's cache ([`Desc::ring_key`]), if it has one
+    /// (a broadcast of at most 255 bytes without context).
+    pub(crate) fn ring_key_of(&self) -> Option<u64> {
+        let [n, w1, elem, ctx] = self.0;
+        let ok = w1 & 0xff == OpKind::Broadcast as u64 && ctx == 0 && n <= 0xff && elem <= 0xff;
+        ok.then(|| {
+            let (ty, sync) = ((w1 >> 8) & 0xff, (w1 >> 24) & 0xff);
+            ((w1 >> 32) << 32)
+                | (n << 24)
+                | (elem << 16)
+                | (ty << 8)
+                | ((sync / 3) << 2)
+                | (sync % 3)
+        })
     }
 
     /// The descriptor of a barrier under sync modes `sync` (its entry is a block of
@@ -167,9 +197,11 @@ const RECORD: usize = 5;
 const FOUND: usize = 10;
 
 /// Which beliefs this member's two descriptor records on a channel hold (0: none),
-/// and which record it writes next.
+/// which record it writes next, and the belief it announced last (calls in a loop
+/// compare that one only).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Described {
+    last: u32,
     beliefs: [u32; 2],
     next: usize,
 }
@@ -186,12 +218,19 @@ pub(crate) fn claim(t: &ShmTeam) {
 }
 
 /// This member starts collective `seq` (through the slots or the ring) with `belief`,
-/// the digest of `desc`: records the descriptor if neither record holds it (`rec`
-/// says which do), then the belief.
-#[inline]
-pub(crate) fn announce(t: &ShmTeam, rec: &mut Described, seq: u32, belief: u32, desc: &Desc) {
-    if rec.beliefs[0] != belief && rec.beliefs[1] != belief {
-        describe(t, rec, belief, desc);
+/// the digest of the descriptor `desc` gives: records the descriptor if neither
+/// record holds it (`rec` says which do; calls in a loop compare one word), then the
+/// belief.
+#[inline(always)]
+pub(crate) fn announce(
+    t: &ShmTeam,
+    rec: &mut Described,
+    seq: u32,
+    belief: u32,
+    desc: impl FnOnce() -> Desc,
+) {
+    if rec.last != belief {
+        describe(t, rec, belief, &desc());
     }
     let own = t.areas[t.me as usize];
     own.chk(t.ch, BELIEF).store(
@@ -200,10 +239,15 @@ pub(crate) fn announce(t: &ShmTeam, rec: &mut Described, seq: u32, belief: u32, 
     );
 }
 
-/// Writes `desc` (of `belief`) into this member's older record.
+/// Another belief than the last announced: writes `desc` (of `belief`) into this
+/// member's older record unless one holds it.
 #[cold]
 #[inline(never)]
 fn describe(t: &ShmTeam, rec: &mut Described, belief: u32, desc: &Desc) {
+    rec.last = belief;
+    if rec.beliefs.contains(&belief) {
+        return;
+    }
     let own = t.areas[t.me as usize];
     let at = rec.next * RECORD;
     for (i, w) in desc.0.iter().enumerate() {
@@ -378,7 +422,7 @@ pub(crate) fn peers_differ(
 }
 
 /// When a collective stopped making progress, and what the checks did about it.
-#[derive(Debug, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Stall {
     /// Fruitless advances in a row.
     count: u32,
@@ -540,6 +584,26 @@ mod tests {
             d(OpKind::Allreduce, 0, 8).belief(),
             Desc::new(OpKind::Allreduce, 0, (4, 4), 8, 2, SyncModes::default()).belief()
         );
+    }
+
+    #[test]
+    fn the_ring_cache_key_of_a_descriptor_is_the_key_of_its_call() {
+        use crate::SyncMode::{All, My, No};
+        for (root, n, ty, elem) in [(0, 8, 1, 1), (3, 56, 4, 8), (1, 0, 0, 200), (7, 24, 14, 4)] {
+            for (i, o) in [(My, My), (No, My), (My, No), (No, No), (All, My)] {
+                let sync = SyncModes::new(i, o);
+                let d = Desc::new(OpKind::Broadcast, root, (ty, elem), n, 0, sync);
+                assert_eq!(
+                    d.ring_key_of(),
+                    Some(Desc::ring_key(root, n, (ty, elem), sync)),
+                    "{root} {n} {ty} {elem} {sync:?}"
+                );
+            }
+        }
+        let d = Desc::new(OpKind::Broadcast, 0, (1, 1), 8, 0, SyncModes::default());
+        assert_eq!(d.stage(5).ring_key_of(), None, "stages are not cached");
+        let d = Desc::new(OpKind::Allreduce, 0, (1, 1), 8, 1, SyncModes::default());
+        assert_eq!(d.ring_key_of(), None);
     }
 
     #[test]

@@ -95,6 +95,25 @@ const INNER_WAIT: Duration = Duration::from_micros(2);
 /// looks: a short wait never reads it).
 const INNER_LOOKS: u32 = 64;
 
+/// The last small broadcast's descriptor, as the ring's cache keeps it
+/// ([`Coll::ring_base`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RingKey {
+    team: u64,
+    /// [`Desc::ring_key`].
+    key: u64,
+    desc: Desc,
+    /// The digest its ring tags start from.
+    base: u64,
+    belief: u32,
+}
+
+/// The digest the ring tags of broadcasts with `belief` on `team` start from.
+fn ring_digest(team: &Team, belief: u32) -> u64 {
+    let generation = ext(team).shm.as_ref().map_or(0, |t| t.generation);
+    crate::teams::mix_all(&[generation, team.id(), u64::from(belief), 0xb7ca])
+}
+
 /// How [`Coll::replay_run`] ended.
 pub(crate) enum Replayed {
     /// The call's decisions are not the last direct call's (nothing consumed).
@@ -210,8 +229,7 @@ impl DirectOp {
             rank: self.rank,
             seq: self.seq,
             desc: self.desc,
-            watch: None,
-            failed: None,
+            failed: false,
         })
     }
 
@@ -235,8 +253,9 @@ impl DirectOp {
     }
 }
 
-/// A direct call's wait, as the progress hook sees it.
-#[derive(Debug)]
+/// A direct call's wait, as the progress hook sees it. Plain data (no drop glue):
+/// every call clears the record a call before it left, on the fast path.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct DirectWait {
     pub(crate) wait: WaitOn,
     pub(crate) stall: Stall,
@@ -248,14 +267,21 @@ pub(crate) struct DirectWait {
     pub(crate) rank: u32,
     pub(crate) seq: u32,
     pub(crate) desc: Desc,
-    /// The team, lent by the caller while it waits in the endpoint's wait loop
-    /// ([`Coll::watch_direct`]): the progress hook then runs the stall checks
-    /// itself, and the wait goes on unless they find something (so that a wait
-    /// making no progress reaches `GEX_STALL_REPORT`).
-    pub(crate) watch: Option<Team>,
-    /// The call failed: the stall checks found its members disagree, or its team
-    /// failed ([`Coll::fail_team`]). The next step returns it.
-    pub(crate) failed: Option<Box<CollError>>,
+    /// The call failed (the error is [`ShmLocal::direct_error`]): the stall checks
+    /// found its members disagree, or its team failed ([`Coll::fail_team`]). The
+    /// next step returns it.
+    pub(crate) failed: bool,
+}
+
+/// Fails the direct call waiting in `direct` with `e` (kept in `shm` for its next
+/// step), unless it failed already.
+pub(crate) fn fail_direct(direct: &mut Option<DirectWait>, shm: &mut ShmLocal, e: &CollError) {
+    if let Some(d) = direct.as_mut() {
+        if !d.failed {
+            d.failed = true;
+            shm.direct_error = Some(e.clone());
+        }
+    }
 }
 
 /// How a direct step ended.
@@ -266,8 +292,6 @@ pub(crate) enum Stepped {
 
 /// The request of a blocking call for the direct path.
 pub(crate) struct DirectReq<'a> {
-    /// The descriptor members compare ([`crate::rootcheck`]).
-    pub(crate) desc: Desc,
     pub(crate) kind: OpKind,
     pub(crate) root: u32,
     pub(crate) elem: usize,
@@ -281,6 +305,25 @@ pub(crate) struct DirectReq<'a> {
     pub(crate) trial: bool,
     /// The call's shape, if later calls of the same shape may replay its decisions.
     pub(crate) replay: Option<ReplayKey>,
+    /// The element type's code and the reduction's ([`crate::engine::Start::codes`]).
+    pub(crate) codes: (u8, u8),
+}
+
+impl DirectReq<'_> {
+    /// The descriptor members compare ([`crate::rootcheck`]).
+    #[inline]
+    pub(crate) fn desc(&self) -> Desc {
+        let (ty, red) = self.codes;
+        let n = self.elem * self.count;
+        Desc::new(
+            self.kind,
+            self.root,
+            (ty, self.elem),
+            n,
+            red,
+            self.opts.sync,
+        )
+    }
 }
 
 /// The shape of a blocking call over borrowed slices with default options, as far as
@@ -343,22 +386,46 @@ pub(crate) struct ChoiceKey {
 }
 
 impl Coll {
-    /// The digest of the ring publications of broadcasts rooted at `root` on `team`
-    /// with descriptor `desc` ([`crate::rootcheck`]), and their belief. The last one
-    /// is kept: calls in a loop skip the hashing.
+    /// The digest of the ring publications of broadcasts with descriptor `desc` (its
+    /// root included) on `team` ([`crate::rootcheck`]), and their belief. The last
+    /// one is kept ([`RingKey`]): calls in a loop skip the hashing.
     #[inline]
-    pub(crate) fn ring_base(&mut self, team: &Team, root: u32, desc: &Desc) -> (u64, u32) {
-        let key = (team.id(), root, *desc);
-        if let Some((k, base, belief)) = self.ring_key {
-            if k == key {
-                return (base, belief);
-            }
+    pub(crate) fn ring_base(&mut self, team: &Team, desc: &Desc) -> (u64, u32) {
+        match desc.ring_key_of() {
+            Some(key) => self.ring_cached(team, key, || *desc),
+            None => (ring_digest(team, desc.belief()), desc.belief()),
         }
+    }
+
+    /// The digest and belief of the ring's cache entry of broadcasts with key `key`
+    /// ([`Desc::ring_key`]) on `team`, made with `desc` (the descriptor of that key)
+    /// when it is not the last one.
+    #[inline(always)]
+    pub(crate) fn ring_cached(
+        &mut self,
+        team: &Team,
+        key: u64,
+        desc: impl FnOnce() -> Desc,
+    ) -> (u64, u32) {
+        match &self.ring_key {
+            Some(k) if k.team == team.id() && k.key == key => (k.base, k.belief),
+            _ => self.ring_cache_new(team, key, desc()),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn ring_cache_new(&mut self, team: &Team, key: u64, desc: Desc) -> (u64, u32) {
         let belief = desc.belief();
-        let generation = ext(team).shm.as_ref().map_or(0, |t| t.generation);
-        let base = crate::teams::mix_all(&[generation, team.id(), u64::from(belief), 0xb7ca]);
-        self.ring_key = Some((key, base, belief));
-        (base, belief)
+        let k = RingKey {
+            team: team.id(),
+            key,
+            desc,
+            base: ring_digest(team, belief),
+            belief,
+        };
+        self.ring_key = Some(k);
+        (k.base, k.belief)
     }
 
     /// True if a collective of `st`'s team started before it (lower sequence number)
@@ -400,7 +467,7 @@ impl Coll {
                 if first {
                     op.op().set_belief(t, st.belief);
                     let rec = &mut shm.described[t.ch];
-                    rootcheck::announce(t, rec, st.seq, st.belief, &desc);
+                    rootcheck::announce(t, rec, st.seq, st.belief, || desc);
                 }
                 let done = op.step(t, &mut shm.expected);
                 let stored = op.op().stored();
@@ -424,7 +491,7 @@ impl Coll {
             Body::Ring(r) => {
                 if first {
                     let rec = &mut shm.described[t.ch];
-                    rootcheck::announce(t, rec, st.seq, st.belief, &desc);
+                    rootcheck::announce(t, rec, st.seq, st.belief, || desc);
                 }
                 let view = t.view();
                 let local = &mut shm.ring[t.ch];
@@ -521,14 +588,13 @@ impl Coll {
         let (p, me, n) = (team.size(), team.rank(), buf.len());
         if !self.ops.is_empty()
             || root >= p
+            || elem > 0xff
             || self.team_failed(team.id())
             || !ring_eligible(OpKind::Broadcast, n, opts.sync)
         {
             return Ok(RingBegin::Declined);
         }
-        let desc = Desc::new(OpKind::Broadcast, root, (ty, elem), n, 0, opts.sync);
         let req = DirectReq {
-            desc,
             kind: OpKind::Broadcast,
             root,
             elem: 1,
@@ -538,6 +604,7 @@ impl Coll {
             entry: Entry::default(),
             trial: false,
             replay: None,
+            codes: (ty, 0),
         };
         if !self
             .direct_takes_shm(team, &req)?
@@ -548,8 +615,14 @@ impl Coll {
         // A wait left by a call that unwound (a panicking handler) is stale.
         self.direct = None;
         let seq = x.next_seq();
-        let (base, belief) = self.ring_base(team, root, &desc);
-        rootcheck::announce(sh, &mut self.shm.described[sh.ch], seq, belief, &desc);
+        let key = Desc::ring_key(root, n, (ty, elem), opts.sync);
+        let (base, belief) = self.ring_cached(team, key, || {
+            Desc::new(OpKind::Broadcast, root, (ty, elem), n, 0, opts.sync)
+        });
+        let cached = &self.ring_key;
+        rootcheck::announce(sh, &mut self.shm.described[sh.ch], seq, belief, || {
+            cached.map(|k| k.desc).unwrap_or_default()
+        });
         let mut b = ring::Bcast::new(seq, base, root, n);
         let (input, out): (&[u8], &mut [u8]) = if me == root {
             (buf, &mut [])
@@ -572,6 +645,8 @@ impl Coll {
             return Ok(RingBegin::Done);
         }
         let wait = WaitOn::Ring(b.wait.expect("a pending step records its wait"));
+        // (The cache holds this call's descriptor: `ring_cached` above.)
+        let desc = self.ring_key.map(|k| k.desc).unwrap_or_default();
         self.await_flag(cx, wait, Stall::default(), (team.id(), me, seq, desc));
         *call = Some(RingCall {
             own: sh.areas[me as usize],
@@ -661,10 +736,11 @@ impl Coll {
         }
         let seq = x.next_seq();
         let ring = r.kind != OpKind::Barrier && ring_eligible(r.kind, n, r.opts.sync);
+        let desc = r.desc();
         let (base, belief) = if ring {
-            self.ring_base(team, r.root, &r.desc)
+            self.ring_base(team, &desc)
         } else {
-            (0, r.desc.belief())
+            (0, desc.belief())
         };
         let body = if r.kind == OpKind::Barrier {
             if fixed && *r.opts == Opts::default() {
@@ -698,7 +774,7 @@ impl Coll {
                 self.replay = Some(Replay {
                     key,
                     generation: self.tuner_gen,
-                    desc: r.desc,
+                    desc,
                     belief,
                     oversubscribed,
                     op: op.clone(),
@@ -712,7 +788,7 @@ impl Coll {
         Ok(Begin::Began(slot.insert(DirectOp {
             team: team.id(),
             seq,
-            desc: r.desc,
+            desc,
             belief,
             body,
             started: false,
@@ -762,8 +838,7 @@ impl Coll {
         if r.key != *key
             || r.generation != *tuner_gen
             || !ops.is_empty()
-            || !mb.aborts.is_empty()
-            || (!failed.is_empty() && failed.contains_key(&key.team))
+            || (mb.alarm && (!mb.aborts.is_empty() || failed.contains_key(&key.team)))
         {
             return Replayed::Declined;
         }
@@ -907,24 +982,28 @@ impl Coll {
             rank,
             seq,
             desc,
-            watch: None,
-            failed: None,
+            failed: false,
         });
         cx.set_busy();
     }
 
     /// Lends `team` to the wait of the direct call that is about to wait in the
-    /// endpoint's wait loop ([`DirectWait::watch`]), and asks for the progress hook.
-    /// Only before that loop: not on a call that completes without it.
+    /// endpoint's wait loop ([`Coll::direct_watch`]), and asks for the progress hook.
+    /// Only before that loop: not on a call that completes without it (the caller
+    /// takes it back when the call ends, [`unwatch_direct`](Self::unwatch_direct)).
     #[cold]
     pub(crate) fn watch_direct<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, team: &Team) {
-        if self.direct.as_ref().is_some_and(|d| d.watch.is_none()) {
-            let t = self.resolve(team).ok();
-            if let Some(d) = self.direct.as_mut() {
-                d.watch = t;
-            }
+        if self.direct_watch.is_none() {
+            self.direct_watch = self.resolve(team).ok();
         }
         cx.set_busy();
+    }
+
+    /// Takes back the team lent by [`watch_direct`](Self::watch_direct): the call
+    /// ended.
+    #[cold]
+    pub(crate) fn unwatch_direct(&mut self) {
+        self.direct_watch = None;
     }
 
     /// Records that the blocking call on `team` failed with `e` (members disagreed:
@@ -1018,7 +1097,7 @@ impl Coll {
     pub(crate) fn direct_ready(&self) -> bool {
         self.direct
             .as_ref()
-            .is_none_or(|d| d.check || d.failed.is_some() || d.wait.ready())
+            .is_none_or(|d| d.check || d.failed || d.wait.ready())
     }
 
     /// The progress hook's part for a direct call's wait: counts it stalled and says
@@ -1034,13 +1113,13 @@ impl Coll {
             self.direct = None;
             return true;
         }
-        if d.check || d.failed.is_some() {
+        if d.check || d.failed {
             return true;
         }
         if !d.stall.fruitless(rare) {
             return false;
         }
-        let Some(team) = d.watch.as_ref() else {
+        let Some(team) = self.direct_watch.as_ref().filter(|t| t.id() == d.team) else {
             // The caller has not lent its team: its next step runs the checks.
             d.check = true;
             return true;
@@ -1053,7 +1132,8 @@ impl Coll {
         match rootcheck::shm_stalled(t, d.team, (d.seq, &d.desc), &d.wait) {
             Some(e) => {
                 rootcheck::poison(t, &e);
-                d.failed = Some(Box::new(e));
+                d.failed = true;
+                self.shm.direct_error = Some(e);
                 true
             }
             None => false,
@@ -1100,7 +1180,7 @@ fn step_parts(
         DirectBody::Ring { b, fencing, .. } => {
             if first {
                 let rec = &mut shm.described[t.ch];
-                rootcheck::announce(t, rec, d.seq, d.belief, &d.desc);
+                rootcheck::announce(t, rec, d.seq, d.belief, || d.desc);
             }
             let local = &mut shm.ring[t.ch];
             let done = b.step(&t.view(), local, &mut shm.fencing, io.input, io.out);
@@ -1133,9 +1213,10 @@ fn take_wait(
     let Some(w) = direct.take() else {
         return Ok(Stall::default());
     };
-    if let Some(e) = w.failed {
+    if w.failed {
         shm.calm();
-        return Err(*e);
+        let e = shm.direct_error.take();
+        return Err(e.unwrap_or_else(|| rootcheck::mismatch(id, seq, None)));
     }
     if w.check {
         if let Some(e) = rootcheck::shm_stalled(t, id, (seq, desc), &w.wait) {
@@ -1177,7 +1258,7 @@ impl ShmLocal {
     ) -> bool {
         if first {
             op.set_belief(t, belief);
-            rootcheck::announce(t, &mut self.described[t.ch], seq, belief, desc);
+            rootcheck::announce(t, &mut self.described[t.ch], seq, belief, || *desc);
         }
         let done = self.step_shm(t, op, io, (policy, &mut *wake));
         if done {
