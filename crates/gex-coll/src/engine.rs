@@ -22,7 +22,7 @@ use crate::layer::Coll;
 use crate::msg::{CTL, Ctl, H_ACK, H_EAGER, H_LONG, H_PROBE, H_RDV, H_READY, Probe, split64};
 use crate::op::{AddrMode, OpKind, Opts, SyncMode, Transport};
 use crate::rma::{GlobalPtr, Rma, RmaError};
-use crate::rootcheck::{Desc, STALL, Stall, mismatch};
+use crate::rootcheck::{self, Desc, STALL, Stall, mismatch};
 use crate::sched::{self, Action, ReduceFn, Schedule, span};
 use crate::shm::{OwnedShm, ShmOp};
 use crate::shmdrive::{OwnedRing, ring_eligible};
@@ -388,7 +388,7 @@ impl Coll {
                 size: p,
             });
         }
-        self.check_team(cx, team.id())?;
+        self.check_team(cx, team)?;
         let n = s.elem * s.count;
         let addr = match s.input {
             Input::Owned(_) => AddrMode::Local,
@@ -648,9 +648,10 @@ impl Coll {
             return false;
         }
         if !self.failed.is_empty() {
-            // Its team failed (members disagreed on an earlier collective): so does
-            // every collective of it still running here.
-            if let Some(e) = self.failed.get(&st.team.id()) {
+            // Its team failed (members disagreed on this or an earlier collective):
+            // so does every later collective of it still running here.
+            let e = self.failed.get(&st.team.id());
+            if let Some(e) = e.filter(|e| rootcheck::covers(e, st.seq)) {
                 let e = e.clone();
                 self.fail_op(id, e, false);
                 return true;

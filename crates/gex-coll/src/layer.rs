@@ -105,10 +105,10 @@ pub struct Coll {
     /// The last direct call's decisions, for calls of the same shape
     /// ([`crate::shmdrive`], *Replay*).
     pub(crate) replay: Option<crate::shmdrive::Replay>,
-    /// The team (id, size) and tuner generation of the last blocking barrier under
-    /// default options that took the shared-memory barrier
+    /// The team (id, size), tuner generation and belief of the last blocking barrier
+    /// under default options that took the shared-memory barrier
     /// ([`Coll::barrier_replay`]).
-    pub(crate) bar_replay: Option<(u64, u32, u64)>,
+    pub(crate) bar_replay: Option<(u64, u32, u64, u32)>,
 }
 
 /// This endpoint's shared-memory state.
@@ -541,8 +541,12 @@ impl Coll {
         if let Some(d) = self.direct {
             // A blocking call on the direct path.
             if (d.team, d.seq) == (p.team, p.seq) {
-                if d.desc.belief() != theirs && !d.failed {
-                    let found = d.desc.disagreement(d.rank, &p.desc, p.rank);
+                if d.belief != theirs && !d.failed {
+                    let ours = self.direct_watch.as_ref().and_then(|t| {
+                        let t = ext(t).shm.as_ref()?;
+                        rootcheck::own_desc(t, d.belief)
+                    });
+                    let found = ours.and_then(|o| o.disagreement(d.rank, &p.desc, p.rank));
                     let e = mismatch(p.team, p.seq, found);
                     self.fail_team(p.team, &e);
                     self.abort_to(cx, p.src, &e);
@@ -565,7 +569,11 @@ impl Coll {
                 self.abort_to(cx, p.src, &e);
             }
             Some(_) => {}
-            None => match self.failed.get(&p.team) {
+            None => match self
+                .failed
+                .get(&p.team)
+                .filter(|e| rootcheck::covers(e, p.seq))
+            {
                 Some(e) => {
                     let e = e.clone();
                     self.abort_to(cx, p.src, &e);
@@ -588,18 +596,25 @@ impl Coll {
     /// advance) and a blocking call waiting on the direct path.
     pub(crate) fn fail_team(&mut self, id: u64, e: &CollError) {
         self.mb.alarm = true;
-        if let std::collections::hash_map::Entry::Vacant(v) = self.failed.entry(id) {
-            v.insert(e.clone());
+        // The earliest failed collective stays (later ones follow from it).
+        let earlier = |k: &CollError| rootcheck::earlier(e, k);
+        if self.failed.get(&id).is_none_or(earlier) {
+            self.failed.insert(id, e.clone());
             // Members that asked about a collective of it not started here.
             let early = std::mem::take(&mut self.history.early);
-            let (theirs, rest): (Vec<Probe>, Vec<Probe>) =
-                early.into_iter().partition(|p| p.team == id);
+            let (theirs, rest): (Vec<Probe>, Vec<Probe>) = early
+                .into_iter()
+                .partition(|p| p.team == id && rootcheck::covers(e, p.seq));
             self.history.early = rest;
             for p in theirs {
                 self.pending_replies.push((p.src, e.clone()));
             }
         }
-        if self.direct.as_ref().is_some_and(|d| d.team == id) {
+        if self
+            .direct
+            .as_ref()
+            .is_some_and(|d| d.team == id && rootcheck::covers(e, d.seq))
+        {
             crate::shmdrive::fail_direct(&mut self.direct, &mut self.shm, e);
         }
     }
@@ -617,23 +632,29 @@ impl Coll {
     pub(crate) fn check_team<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
-        id: u64,
+        team: &Team,
     ) -> Result<(), CollError> {
-        if !self.team_failed(id) {
+        if !self.team_failed(team.id()) {
             return Ok(());
         }
-        self.check_team_slow(cx, id)
+        self.check_team_slow(cx, team)
     }
 
     #[cold]
     fn check_team_slow<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
-        id: u64,
+        team: &Team,
     ) -> Result<(), CollError> {
         self.answer(cx);
         self.send_aborts(cx);
-        self.failed.get(&id).map_or(Ok(()), |e| Err(e.clone()))
+        // The collective about to start: covered if it is the failed one or later
+        // (a member still creating the team may learn that a later one failed).
+        let next = ext(team).peek_seq();
+        match self.failed.get(&team.id()) {
+            Some(e) if rootcheck::covers(e, next) => Err(e.clone()),
+            _ => Ok(()),
+        }
     }
 
     /// Fails collective `id` with `e` (a [`CollError::Mismatch`]) unless it already

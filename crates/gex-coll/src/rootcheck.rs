@@ -182,6 +182,24 @@ pub(crate) fn mismatch(team: u64, seq: u32, found: Option<Disagreement>) -> Coll
     CollError::Mismatch { team, seq, found }
 }
 
+/// True if team failure `e` (the error of its collective `s`) covers the team's
+/// collective `seq`: `seq` is `s` or a later one. Collectives before it (still
+/// running on a member that learns late) are not affected.
+pub(crate) fn covers(e: &CollError, seq: u32) -> bool {
+    match e {
+        CollError::Mismatch { seq: s, .. } => !after(*s, seq),
+        _ => true,
+    }
+}
+
+/// True if team failure `e` is of an earlier collective than team failure `k`.
+pub(crate) fn earlier(e: &CollError, k: &CollError) -> bool {
+    match (e, k) {
+        (CollError::Mismatch { seq: a, .. }, CollError::Mismatch { seq: b, .. }) => after(*b, *a),
+        _ => false,
+    }
+}
+
 /// Check line words (per channel, [`crate::shm`]). `TAG` and `DONE` are also the
 /// small-broadcast ring's claim and acknowledgement words ([`crate::ring`]).
 pub(crate) const TAG: usize = 0;
@@ -358,10 +376,36 @@ pub(crate) fn shm_stalled(
     (seq, desc): (u32, &Desc),
     w: &WaitOn,
 ) -> Option<CollError> {
-    let belief = desc.belief();
+    shm_stalled_as(t, id, (seq, desc.belief(), Some(desc)), w)
+}
+
+/// This member's descriptor of `belief` on team `t`: one of its records (a
+/// collective through the slots or the ring wrote it when it started), or a
+/// barrier's (barriers record nothing).
+pub(crate) fn own_desc(t: &ShmTeam, belief: u32) -> Option<Desc> {
+    use crate::SyncMode::{All, My, No};
+    desc_of(t, t.me, belief).or_else(|| {
+        [No, My, All]
+            .into_iter()
+            .flat_map(|i| [No, My, All].map(|o| Desc::barrier(SyncModes::new(i, o))))
+            .find(|d| d.belief() == belief)
+    })
+}
+
+/// [`shm_stalled`] of a collective known by its belief (`desc`: its descriptor, if
+/// known, to name what differs).
+pub(crate) fn shm_stalled_as(
+    t: &ShmTeam,
+    id: u64,
+    (seq, belief, desc): (u32, u32, Option<&Desc>),
+    w: &WaitOn,
+) -> Option<CollError> {
     // Member `q` runs collective `seq` with another belief (word `b`): what differs.
     let differs = |q: u32, b: u64| {
-        let found = desc_of(t, q, b as u32).and_then(|d| desc.disagreement(t.me, &d, q));
+        let theirs = desc_of(t, q, b as u32);
+        let found = desc
+            .zip(theirs)
+            .and_then(|(d, e)| d.disagreement(t.me, &e, q));
         mismatch(id, seq, found)
     };
     // Any member that poisoned the team, or runs this collective with another

@@ -106,6 +106,9 @@ pub(crate) struct RingKey {
     /// The digest its ring tags start from.
     base: u64,
     belief: u32,
+    /// The tuner generation in which a blocking in-place call of this key took `shm`
+    /// by the tuner's choice ([`Coll::ring_begin`]): later ones skip the tuner's key.
+    shm_gen: Option<u64>,
 }
 
 /// The digest the ring tags of broadcasts with `belief` on `team` start from.
@@ -142,7 +145,7 @@ pub(crate) struct RingCall {
     /// This member fences ring flags (it completes only through the layer then).
     pub(crate) fencing: bool,
     seq: u32,
-    desc: Desc,
+    belief: u32,
 }
 
 impl RingCall {
@@ -175,11 +178,10 @@ pub(crate) struct DirectOp {
     /// The team's id and the collective's sequence number in it.
     pub(crate) team: u64,
     pub(crate) seq: u32,
-    /// The descriptor members compare, and its digest ([`crate::rootcheck`]).
-    pub(crate) desc: Desc,
+    /// The digest of the descriptor members compare ([`crate::rootcheck`]; the
+    /// descriptor is in this member's records, [`rootcheck::own_desc`]).
     pub(crate) belief: u32,
     pub(crate) body: DirectBody,
-    pub(crate) started: bool,
     /// The team's size and this member's rank in it.
     pub(crate) size: u32,
     pub(crate) rank: u32,
@@ -218,7 +220,7 @@ impl DirectOp {
 
     /// The layer's record of the wait of this call, which a step left pending,
     /// with the stall count `stall` carried over from its earlier waits.
-    #[inline]
+    #[inline(always)]
     fn pending_wait(&self, stall: Stall) -> Option<DirectWait> {
         let wait = self.wait().expect("a pending step records its wait");
         Some(DirectWait {
@@ -228,7 +230,7 @@ impl DirectOp {
             team: self.team,
             rank: self.rank,
             seq: self.seq,
-            desc: self.desc,
+            belief: self.belief,
             failed: false,
         })
     }
@@ -261,12 +263,12 @@ pub(crate) struct DirectWait {
     pub(crate) stall: Stall,
     /// The stall checks are due (run by the next step, which has the team).
     pub(crate) check: bool,
-    /// The call's team (id), this member's rank in it, its collective and
-    /// descriptor.
+    /// The call's team (id), this member's rank in it, its collective and belief
+    /// (its descriptor is in this member's records, [`rootcheck::own_desc`]).
     pub(crate) team: u64,
     pub(crate) rank: u32,
     pub(crate) seq: u32,
-    pub(crate) desc: Desc,
+    pub(crate) belief: u32,
     /// The call failed (the error is [`ShmLocal::direct_error`]): the stall checks
     /// found its members disagree, or its team failed ([`Coll::fail_team`]). The
     /// next step returns it.
@@ -423,6 +425,7 @@ impl Coll {
             desc,
             base: ring_digest(team, belief),
             belief,
+            shm_gen: None,
         };
         self.ring_key = Some(k);
         (k.base, k.belief)
@@ -594,31 +597,42 @@ impl Coll {
         {
             return Ok(RingBegin::Declined);
         }
-        let req = DirectReq {
-            kind: OpKind::Broadcast,
-            root,
-            elem: 1,
-            count: n,
-            commutative: true,
-            opts,
-            entry: Entry::default(),
-            trial: false,
-            replay: None,
-            codes: (ty, 0),
-        };
-        if !self
-            .direct_takes_shm(team, &req)?
-            .is_some_and(|(shm, _)| shm)
-        {
-            return Ok(RingBegin::Declined);
+        // The last small broadcast's descriptor and decision (`shm`, tuned in this
+        // tuner generation) hold for a call of the same key: no tuner's key.
+        let key = Desc::ring_key(root, n, (ty, elem), opts.sync);
+        let generation = self.tuner_gen;
+        let decided = opts.algorithm.is_none()
+            && matches!(&self.ring_key, Some(k) if k.team == team.id() && k.key == key && k.shm_gen == Some(generation));
+        let mut fixed = false;
+        if !decided {
+            let req = DirectReq {
+                kind: OpKind::Broadcast,
+                root,
+                elem: 1,
+                count: n,
+                commutative: true,
+                opts,
+                entry: Entry::default(),
+                trial: false,
+                replay: None,
+                codes: (ty, 0),
+            };
+            match self.direct_takes_shm(team, &req)? {
+                Some((true, f)) => fixed = f,
+                _ => return Ok(RingBegin::Declined),
+            }
         }
         // A wait left by a call that unwound (a panicking handler) is stale.
         self.direct = None;
         let seq = x.next_seq();
-        let key = Desc::ring_key(root, n, (ty, elem), opts.sync);
         let (base, belief) = self.ring_cached(team, key, || {
             Desc::new(OpKind::Broadcast, root, (ty, elem), n, 0, opts.sync)
         });
+        if fixed {
+            if let Some(k) = self.ring_key.as_mut() {
+                k.shm_gen = Some(generation);
+            }
+        }
         let cached = &self.ring_key;
         rootcheck::announce(sh, &mut self.shm.described[sh.ch], seq, belief, || {
             cached.map(|k| k.desc).unwrap_or_default()
@@ -645,15 +659,13 @@ impl Coll {
             return Ok(RingBegin::Done);
         }
         let wait = WaitOn::Ring(b.wait.expect("a pending step records its wait"));
-        // (The cache holds this call's descriptor: `ring_cached` above.)
-        let desc = self.ring_key.map(|k| k.desc).unwrap_or_default();
-        self.await_flag(cx, wait, Stall::default(), (team.id(), me, seq, desc));
+        self.await_flag(cx, wait, Stall::default(), (team.id(), me, seq, belief));
         *call = Some(RingCall {
             own: sh.areas[me as usize],
             fencing: self.shm.fencing.on,
             b,
             seq,
-            desc,
+            belief,
         });
         Ok(RingBegin::Pending)
     }
@@ -676,7 +688,7 @@ impl Coll {
             (&mut self.direct, &mut self.shm),
             t,
             team.id(),
-            (call.seq, &call.desc),
+            (call.seq, call.belief),
         )?;
         let (input, out): (&[u8], &mut [u8]) = if t.me == call.b.root() {
             (buf, &mut [])
@@ -697,7 +709,7 @@ impl Coll {
             return Ok(true);
         }
         let wait = WaitOn::Ring(call.b.wait.expect("a pending step records its wait"));
-        self.await_flag(cx, wait, stall, (team.id(), t.me, call.seq, call.desc));
+        self.await_flag(cx, wait, stall, (team.id(), t.me, call.seq, call.belief));
         Ok(false)
     }
 
@@ -718,7 +730,7 @@ impl Coll {
         if !self.ops.is_empty() {
             return Ok(Begin::Declined);
         }
-        self.check_team(cx, team.id())?;
+        self.check_team(cx, team)?;
         // A wait left by a call that unwound (a panicking handler) is stale.
         self.direct = None;
         let (p, me, n) = (team.size(), team.rank(), r.elem * r.count);
@@ -744,7 +756,7 @@ impl Coll {
         };
         let body = if r.kind == OpKind::Barrier {
             if fixed && *r.opts == Opts::default() {
-                self.bar_replay = Some((team.id(), p, self.tuner_gen));
+                self.bar_replay = Some((team.id(), p, self.tuner_gen, belief));
             }
             DirectBody::Bar(ShmBar::new(p, x.next_barrier(), r.entry))
         } else if ring {
@@ -784,14 +796,16 @@ impl Coll {
             self.counters.publish(&mut op, sh, io.input, oversubscribed);
             DirectBody::Shm(op)
         };
+        if !matches!(body, DirectBody::Bar(_)) {
+            // Its first step follows at once (the caller's `drive`).
+            rootcheck::announce(sh, &mut self.shm.described[sh.ch], seq, belief, || desc);
+        }
         self.counters.direct_calls += 1;
         Ok(Begin::Began(slot.insert(DirectOp {
             team: team.id(),
             seq,
-            desc,
             belief,
             body,
-            started: false,
             size: p,
             rank: me,
         })))
@@ -858,17 +872,15 @@ impl Coll {
         counters.replayed_calls += 1;
         op.keep_own(io.input, io.out);
         counters.publish(op, t, io.input, r.oversubscribed);
-        if shm.shm_step(t, op, (seq, r.belief, &r.desc, true), io, (policy, wake)) {
+        if shm.shm_step(t, op, (seq, r.belief, Some(&r.desc)), io, (policy, wake)) {
             shm.calm();
             return Replayed::Done;
         }
         let d = slot.insert(DirectOp {
             team: key.team,
             seq,
-            desc: r.desc,
             belief: r.belief,
             body: DirectBody::Shm(op.clone()),
-            started: true,
             size: team.size(),
             rank: team.rank(),
         });
@@ -895,7 +907,7 @@ impl Coll {
         slot: &mut Option<DirectOp>,
         wake: &mut impl FnMut(EpAddr),
     ) -> Replayed {
-        let Some((id, size, generation)) = self.bar_replay else {
+        let Some((id, size, generation, belief)) = self.bar_replay else {
             return Replayed::Declined;
         };
         if id != team.id()
@@ -931,16 +943,13 @@ impl Coll {
         if done {
             shm.calm();
         }
-        // The descriptor and belief serve the stall checks of a barrier that waits.
-        let desc = Desc::barrier(SyncModes::default());
-        let belief = if done { 0 } else { desc.belief() };
+        // The belief serves the stall checks of a barrier that waits (the digest the
+        // first barrier computed).
         let d = slot.insert(DirectOp {
             team: id,
             seq,
-            desc,
             belief,
             body: DirectBody::Bar(b),
-            started: true,
             size,
             rank: team.rank(),
         });
@@ -972,7 +981,7 @@ impl Coll {
         cx: &mut Cx<'_, C>,
         wait: WaitOn,
         stall: Stall,
-        (team, rank, seq, desc): (u64, u32, u32, Desc),
+        (team, rank, seq, belief): (u64, u32, u32, u32),
     ) {
         self.direct = Some(DirectWait {
             wait,
@@ -981,7 +990,7 @@ impl Coll {
             team,
             rank,
             seq,
-            desc,
+            belief,
             failed: false,
         });
         cx.set_busy();
@@ -1129,7 +1138,9 @@ impl Coll {
         let Some(t) = ext(team).shm.as_ref() else {
             return false;
         };
-        match rootcheck::shm_stalled(t, d.team, (d.seq, &d.desc), &d.wait) {
+        let desc = rootcheck::own_desc(t, d.belief);
+        let call = (d.seq, d.belief, desc.as_ref());
+        match rootcheck::shm_stalled_as(t, d.team, call, &d.wait) {
             Some(e) => {
                 rootcheck::poison(t, &e);
                 d.failed = true;
@@ -1165,23 +1176,15 @@ fn step_parts(
     (policy, wake): (WaitPolicy, &mut impl FnMut(EpAddr)),
 ) -> Result<Stepped, CollError> {
     let t = x.shm.as_ref().expect("direct calls need a channel");
-    let stall = take_wait((direct, shm), t, id, (d.seq, &d.desc))?;
-    let first = !d.started;
-    d.started = true;
+    let stall = take_wait((direct, shm), t, id, (d.seq, d.belief))?;
     let done = match &mut d.body {
-        DirectBody::Shm(op) => {
-            shm.shm_step(t, op, (d.seq, d.belief, &d.desc, first), io, (policy, wake))
-        }
+        DirectBody::Shm(op) => shm.shm_step(t, op, (d.seq, d.belief, None), io, (policy, wake)),
         DirectBody::Bar(b) => {
             let done = b.step(t);
             t.wake_fenced(b.take_wake(), wake);
             done
         }
         DirectBody::Ring { b, fencing, .. } => {
-            if first {
-                let rec = &mut shm.described[t.ch];
-                rootcheck::announce(t, rec, d.seq, d.belief, || d.desc);
-            }
             let local = &mut shm.ring[t.ch];
             let done = b.step(&t.view(), local, &mut shm.fencing, io.input, io.out);
             *fencing = shm.fencing.on;
@@ -1208,7 +1211,7 @@ fn take_wait(
     (direct, shm): (&mut Option<DirectWait>, &mut ShmLocal),
     t: &ShmTeam,
     id: u64,
-    (seq, desc): (u32, &Desc),
+    (seq, belief): (u32, u32),
 ) -> Result<Stall, CollError> {
     let Some(w) = direct.take() else {
         return Ok(Stall::default());
@@ -1219,7 +1222,9 @@ fn take_wait(
         return Err(e.unwrap_or_else(|| rootcheck::mismatch(id, seq, None)));
     }
     if w.check {
-        if let Some(e) = rootcheck::shm_stalled(t, id, (seq, desc), &w.wait) {
+        let desc = rootcheck::own_desc(t, belief);
+        let call = (seq, belief, desc.as_ref());
+        if let Some(e) = rootcheck::shm_stalled_as(t, id, call, &w.wait) {
             rootcheck::poison(t, &e);
             shm.calm();
             return Err(e);
@@ -1243,7 +1248,9 @@ fn borrowed_ext<'a>(team: &'a Team, world: &'a Team, me: EpAddr) -> Option<&'a C
 
 impl ShmLocal {
     /// One direct step of the slot protocol for collective `seq` under `belief`
-    /// (`first`: its first, which announces it to the root checks): steps (with
+    /// (`announce`: the descriptor of a first step that announces the collective to
+    /// the checks, a replayed call's; a call begun by [`Coll::direct_begin`] was
+    /// announced there): steps (with
     /// [`step_shm`](Self::step_shm)'s inner looks under wait policy `policy`),
     /// records it finished when done, and wakes (`wake`) the members it stored flags
     /// for. True if done.
@@ -1252,11 +1259,11 @@ impl ShmLocal {
         &mut self,
         t: &ShmTeam,
         op: &mut ShmOp,
-        (seq, belief, desc, first): (u32, u32, &Desc, bool),
+        (seq, belief, announce): (u32, u32, Option<&Desc>),
         io: &mut Io<'_>,
         (policy, wake): (WaitPolicy, &mut impl FnMut(EpAddr)),
     ) -> bool {
-        if first {
+        if let Some(desc) = announce {
             op.set_belief(t, belief);
             rootcheck::announce(t, &mut self.described[t.ch], seq, belief, || *desc);
         }
