@@ -1130,33 +1130,16 @@ fn ring_in_place<C: Conduit>(
         RingBegin::Pending => {}
     }
     let d = call.as_mut().expect("a pending call");
-    let mut waited = false;
-    let r = ring_wait(ep, team, d, buf, &mut waited);
-    if waited {
-        // It lent its team for its waits (`Coll::watch_direct`).
-        coll(ep, |c, _| c.unwatch_direct())?;
-    }
-    r
-}
-
-/// Waits for and steps the small broadcast `d` until done (`waited`: it entered the
-/// endpoint's wait loop).
-fn ring_wait<C: Conduit>(
-    ep: &mut Endpoint<C>,
-    team: &Team,
-    d: &mut crate::shmdrive::RingCall,
-    buf: &mut [u8],
-    waited: &mut bool,
-) -> Result<bool, CollError> {
     let mut pause = Pause::new(ep.wait_policy());
+    let mut waited = false;
     loop {
         let ready = pause.inline(ep, || d.ready());
-        if !*waited && d.finish(buf) {
+        if !waited && d.finish(buf) {
             return Ok(true);
         }
         if !ready {
             pause.spins = 0;
-            *waited = true;
+            waited = true;
             coll(ep, |c, cx| c.watch_direct(cx, team))?;
             let _ = ep.wait_until_layer::<Coll>(|c| c.direct_ready());
         }
@@ -1355,40 +1338,24 @@ fn wait_direct<C: Conduit>(
     d: &mut DirectOp,
     io: &mut Io<'_>,
 ) -> Result<Direct, CollError> {
-    let mut waited = false;
-    let r = wait_steps(ep, team, d, io, &mut waited);
-    if waited {
-        // It lent its team for its waits (`Coll::watch_direct`).
-        coll(ep, |c, _| c.unwatch_direct())?;
-    }
-    r
-}
-
-/// [`wait_direct`]'s loop (`waited`: it entered the endpoint's wait loop).
-fn wait_steps<C: Conduit>(
-    ep: &mut Endpoint<C>,
-    team: &Team,
-    d: &mut DirectOp,
-    io: &mut Io<'_>,
-    waited: &mut bool,
-) -> Result<Direct, CollError> {
     let mut stepped = Stepped::Pending;
     let policy = ep.wait_policy();
     let mut pause = Pause::new(policy);
+    let mut waited = false;
     while let Stepped::Pending = stepped {
         let ready = match d.post_word() {
             // A data round's wait: one load per look.
             Some((word, tag)) => pause.inline(ep, || word.load(Ordering::Acquire) == tag),
             None => pause.inline(ep, || d.wait().is_some_and(|w| w.ready())),
         };
-        if !*waited && d.finish(io.out) {
+        if !waited && d.finish(io.out) {
             // A barrier's last wait is over: done without entering the layer again
             // (it never announced sleep: nothing to withdraw).
             return Ok(Direct::Done(merged_entry(d)));
         }
         if !ready {
             pause.spins = 0;
-            *waited = true;
+            waited = true;
             // The step recorded the wait; the progress hook watches it from now on
             // (stall checks, the sleep protocol), with the team lent to it so that
             // the wait goes on through stall checks that find nothing (and reaches

@@ -68,11 +68,6 @@ pub struct Coll {
     pub(crate) counters: Counters,
     /// The wait of a blocking call on the direct path.
     pub(crate) direct: Option<DirectWait>,
-    /// The team of that call, lent while it waits in the endpoint's wait loop: the
-    /// progress hook then runs its stall checks itself, and the wait goes on unless
-    /// they find something, so that a wait making no progress reaches
-    /// `GEX_STALL_REPORT` ([`Coll::watch_direct`]).
-    pub(crate) direct_watch: Option<Team>,
     pub(crate) history: History,
     /// Collectives other members (or this one) reported failed: (team, seq).
     pub(crate) aborted: HashSet<(u64, u32)>,
@@ -141,6 +136,12 @@ pub(crate) struct ShmLocal {
     /// The error a direct call's wait failed with
     /// ([`DirectWait::failed`](crate::shmdrive::DirectWait::failed)).
     pub(crate) direct_error: Option<CollError>,
+    /// The team of a direct call, lent while it waits in the endpoint's wait loop:
+    /// the progress hook then runs its stall checks itself, and the wait goes on
+    /// unless they find something, so that a wait making no progress reaches
+    /// `GEX_STALL_REPORT` ([`Coll::watch_direct`]). The call's step that ends it
+    /// (done or failed) drops it.
+    pub(crate) watch: Option<Team>,
 }
 
 impl ShmLocal {
@@ -161,6 +162,7 @@ impl ShmLocal {
             teams: Default::default(),
             described: Default::default(),
             direct_error: None,
+            watch: None,
         }
     }
 
@@ -283,7 +285,6 @@ impl Layer for Coll {
             in_stage: false,
             counters: Counters::default(),
             direct: None,
-            direct_watch: None,
             history: History::default(),
             aborted: HashSet::new(),
             pending_aborts: Vec::new(),
@@ -542,7 +543,7 @@ impl Coll {
             // A blocking call on the direct path.
             if (d.team, d.seq) == (p.team, p.seq) {
                 if d.belief != theirs && !d.failed {
-                    let ours = self.direct_watch.as_ref().and_then(|t| {
+                    let ours = self.shm.watch.as_ref().and_then(|t| {
                         let t = ext(t).shm.as_ref()?;
                         rootcheck::own_desc(t, d.belief)
                     });

@@ -706,6 +706,7 @@ impl Coll {
         t.wake_fenced(std::mem::take(&mut call.b.wake), &mut |a| cx.wake(a));
         if done {
             self.calm();
+            self.shm.unwatch();
             return Ok(true);
         }
         let wait = WaitOn::Ring(call.b.wait.expect("a pending step records its wait"));
@@ -997,22 +998,15 @@ impl Coll {
     }
 
     /// Lends `team` to the wait of the direct call that is about to wait in the
-    /// endpoint's wait loop ([`Coll::direct_watch`]), and asks for the progress hook.
-    /// Only before that loop: not on a call that completes without it (the caller
-    /// takes it back when the call ends, [`unwatch_direct`](Self::unwatch_direct)).
+    /// endpoint's wait loop ([`ShmLocal::watch`]), and asks for the progress hook.
+    /// Only before that loop: not on a call that completes without it (the step that
+    /// ends the call drops it: no entry into the layer for that).
     #[cold]
     pub(crate) fn watch_direct<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, team: &Team) {
-        if self.direct_watch.is_none() {
-            self.direct_watch = self.resolve(team).ok();
+        if self.shm.watch.as_ref().is_none_or(|t| t.id() != team.id()) {
+            self.shm.watch = self.resolve(team).ok();
         }
         cx.set_busy();
-    }
-
-    /// Takes back the team lent by [`watch_direct`](Self::watch_direct): the call
-    /// ended.
-    #[cold]
-    pub(crate) fn unwatch_direct(&mut self) {
-        self.direct_watch = None;
     }
 
     /// Records that the blocking call on `team` failed with `e` (members disagreed:
@@ -1128,7 +1122,7 @@ impl Coll {
         if !d.stall.fruitless(rare) {
             return false;
         }
-        let Some(team) = self.direct_watch.as_ref().filter(|t| t.id() == d.team) else {
+        let Some(team) = self.shm.watch.as_ref().filter(|t| t.id() == d.team) else {
             // The caller has not lent its team: its next step runs the checks.
             d.check = true;
             return true;
@@ -1195,6 +1189,7 @@ fn step_parts(
     };
     if done {
         shm.calm();
+        shm.unwatch();
         return Ok(Stepped::Done);
     }
     *direct = d.pending_wait(stall);
@@ -1218,6 +1213,7 @@ fn take_wait(
     };
     if w.failed {
         shm.calm();
+        shm.unwatch();
         let e = shm.direct_error.take();
         return Err(e.unwrap_or_else(|| rootcheck::mismatch(id, seq, None)));
     }
@@ -1227,6 +1223,7 @@ fn take_wait(
         if let Some(e) = rootcheck::shm_stalled_as(t, id, call, &w.wait) {
             rootcheck::poison(t, &e);
             shm.calm();
+            shm.unwatch();
             return Err(e);
         }
     }
@@ -1328,6 +1325,20 @@ impl ShmLocal {
             }
         }
         done
+    }
+
+    /// The direct call that lent its team for its waits ended: drops it.
+    #[inline]
+    fn unwatch(&mut self) {
+        if self.watch.is_some() {
+            self.drop_watch();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn drop_watch(&mut self) {
+        self.watch = None;
     }
 
     /// No wait on shared-memory flags is stalled any more: withdraw a sleep
