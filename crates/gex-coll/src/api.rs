@@ -8,7 +8,7 @@ use crate::desc::{Collective, Spec, SpecData};
 use crate::engine::{Input, Start};
 use crate::error::CollError;
 use crate::layer::{Coll, lent};
-use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceArg, ReduceOp};
+use crate::op::{AddrMode, Elem, OpKind, Opts, ReduceArg, ReduceOp, elem_code};
 use crate::rma::RmaError;
 use crate::root::{Root, root_blocks};
 use crate::shm::Io;
@@ -118,10 +118,11 @@ pub trait CollExt<C: Conduit> {
     /// # Errors
     /// Argument errors before anything moves ([`CollError::BadLength`],
     /// [`CollError::BadRank`], [`CollError::NotMember`], a bad data root ([`Root`]), an
-    /// algorithm that cannot run the call, [`CollError::ScratchTooSmall`]); in blocking
-    /// mode (else from the event) the collective's errors:
-    /// [`CollError::RootMismatch`], [`CollError::BarrierMismatch`], communication
-    /// errors.
+    /// algorithm that cannot run the call, [`CollError::ScratchTooSmall`]);
+    /// [`CollError::Mismatch`] at once on a team whose members disagreed on an
+    /// earlier collective; in blocking mode (else from the event) the collective's
+    /// errors: [`CollError::Mismatch`] (members passed different descriptors),
+    /// [`CollError::BarrierMismatch`], communication errors.
     fn collective<D: Collective<M>, M: Mode>(
         &mut self,
         team: &Team,
@@ -519,7 +520,8 @@ pub(crate) fn gather_all_vec<C: Conduit, T: Elem>(
         input: Input::Owned(into_bytes(v)),
         reduce: None,
         opts: Opts::default(),
-        ctx: 0,
+        codes: (elem_code::<T>(), 0),
+        desc: None,
     };
     let ev = start_event(ep, team, s, finish_vec::<T>)?;
     ep.wait(ev)
@@ -571,6 +573,8 @@ struct Lowered<'a> {
     /// The reduction is commutative (true without one).
     commutative: bool,
     opts: Opts<'a>,
+    /// The element type's code and the reduction's ([`Start::codes`]).
+    codes: (u8, u8),
 }
 
 /// The most elements of `T` per block for which `p` blocks fit in an allocation
@@ -624,6 +628,7 @@ fn lower<'a, C: Conduit, T: Elem>(
     } else {
         (size_of::<T>(), count)
     };
+    let red = spec.reduce.as_deref().map_or(0, ReduceOp::code);
     let l = Lowered {
         kind,
         root,
@@ -631,6 +636,7 @@ fn lower<'a, C: Conduit, T: Elem>(
         count,
         commutative,
         opts: spec.opts,
+        codes: (elem_code::<T>(), red),
     };
     Ok((l, at))
 }
@@ -662,6 +668,10 @@ fn replay_key<T: Elem>(team: &Team, spec: &Spec<'_, T>) -> Option<ReplayKey> {
         in_place,
         count: spec.count,
         reduce: spec.reduce.as_deref().map(ReduceOp::is_commutative),
+        codes: (
+            elem_code::<T>(),
+            spec.reduce.as_deref().map_or(0, ReduceOp::code),
+        ),
     })
 }
 
@@ -721,7 +731,8 @@ pub(crate) fn run_owned<C: Conduit, T: Elem, M: Mode>(
         input: Input::Owned(input),
         reduce: owned_reduce(spec.reduce.as_deref()),
         opts: l.opts,
-        ctx: 0,
+        codes: l.codes,
+        desc: None,
     };
     let ev = start_event(ep, &team, s, finish_vec::<T>)?;
     layer::finish::<Vec<T>, CollError, M, C>(ep, ev, COLL_TAG)
@@ -742,7 +753,10 @@ pub(crate) fn run_borrowed<C: Conduit, T: Elem>(
         (spec.kind, spec.root, &mut spec.data)
     {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        if bytes.len() <= crate::ring::CAP && ring_in_place(ep, team, root, bytes, &spec.opts)? {
+        let elem = (elem_code::<T>(), size_of::<T>());
+        if bytes.len() <= crate::ring::CAP
+            && ring_in_place(ep, team, root, (bytes, elem), &spec.opts)?
+        {
             dispose(spec);
             return Ok(());
         }
@@ -857,7 +871,8 @@ fn run_borrowed_slow<C: Conduit, T: Elem>(
         }),
         reduce: owned_reduce(spec.reduce.as_deref()),
         opts: l.opts,
-        ctx: 0,
+        codes: l.codes,
+        desc: None,
     };
     let ev = start_event(ep, &team, s, finish_vec::<T>)?;
     let v = ep.wait(ev)?;
@@ -910,6 +925,7 @@ pub(crate) fn barrier_blocking<C: Conduit>(
         count: 1,
         commutative: true,
         opts: *opts,
+        codes: (0, 0),
     };
     let io = Io {
         input: &[],
@@ -999,7 +1015,8 @@ fn barrier_event<C: Conduit>(
         input: Input::Owned(entry.encode()),
         reduce: None,
         opts: *opts,
-        ctx: 0,
+        codes: (0, 0),
+        desc: None,
     };
     start_event(ep, team, s, gex_core::event::finish_unit)
 }
@@ -1051,7 +1068,11 @@ pub(crate) fn run_single<C: Conduit, T: Elem, M: Mode>(
             .as_ref()
             .map(|o| (o.func().clone(), o.is_commutative())),
         opts: spec.opts,
-        ctx: 0,
+        codes: (
+            elem_code::<T>(),
+            spec.reduce.as_deref().map_or(0, ReduceOp::code),
+        ),
+        desc: None,
     };
     let ev = start_event(ep, &team, s, gex_core::event::finish_unit)?;
     layer::finish::<(), CollError, M, C>(ep, ev, COLL_TAG)
@@ -1096,13 +1117,13 @@ fn ring_in_place<C: Conduit>(
     ep: &mut Endpoint<C>,
     team: &Team,
     root: u32,
-    buf: &mut [u8],
+    (buf, (ty, elem)): (&mut [u8], (u8, usize)),
     opts: &Opts<'_>,
 ) -> Result<bool, CollError> {
     let mut call = None;
     let first = coll(ep, |c, cx| {
         c.with_resolved(team, |c, team| {
-            c.ring_begin(cx, team, root, &mut *buf, opts, &mut call)
+            c.ring_begin(cx, team, root, (&mut *buf, ty, elem), opts, &mut call)
         })
     })??;
     match first {
@@ -1121,11 +1142,13 @@ fn ring_in_place<C: Conduit>(
         if !ready {
             pause.spins = 0;
             waited = true;
+            coll(ep, |c, cx| c.watch_direct(cx, team))?;
             let _ = layer::wait_until::<Coll, C>(ep, |c| c.direct_ready());
         }
         let done = coll(ep, |c, cx| {
             c.with_resolved(team, |c, team| c.ring_step(cx, team, d, &mut *buf))
-        })??;
+        })?
+        .map_err(|e| mismatch_seen(ep, team, e))?;
         if done {
             return Ok(true);
         }
@@ -1215,6 +1238,7 @@ fn direct<C: Conduit>(
         entry,
         trial,
         replay,
+        codes: l.codes,
     };
     drive(ep, team, io, |c, cx, team, io, slot| {
         c.direct_begin(cx, team, &req, io, slot)
@@ -1337,13 +1361,26 @@ fn wait_direct<C: Conduit>(
             pause.spins = 0;
             waited = true;
             // The step recorded the wait; the progress hook watches it from now on
-            // (stall checks, the sleep protocol).
-            coll(ep, |_, cx| cx.set_busy())?;
+            // (stall checks, the sleep protocol), with the team lent to it so that
+            // the wait goes on through stall checks that find nothing (and reaches
+            // `GEX_STALL_REPORT` if nothing happens).
+            coll(ep, |c, cx| c.watch_direct(cx, team))?;
             let _ = layer::wait_until::<Coll, C>(ep, |c| c.direct_ready());
         }
-        stepped = step_direct(ep, team, d, io, policy)?;
+        stepped = step_direct(ep, team, d, io, policy).map_err(|e| mismatch_seen(ep, team, e))?;
     }
     Ok(Direct::Done(merged_entry(d)))
+}
+
+/// A direct call on `team` failed with `e`: if members disagreed, the layer records
+/// the team's failure and tells every member ([`Coll::direct_failed`]).
+#[cold]
+#[inline(never)]
+fn mismatch_seen<C: Conduit>(ep: &mut Endpoint<C>, team: &Team, e: CollError) -> CollError {
+    if matches!(e, CollError::Mismatch { .. }) {
+        let _ = coll(ep, |c, cx| c.direct_failed(cx, team, &e));
+    }
+    e
 }
 
 /// Steps the direct call `d` (its wait is over): on the layer's state alone when the

@@ -19,13 +19,13 @@ use crate::barrier::{ENTRY_LEN, Entry, ShmBar, entry_schedule};
 use crate::error::CollError;
 use crate::hier::HierOp;
 use crate::layer::Coll;
-use crate::msg::{CTL, Ctl, H_ACK, H_EAGER, H_LONG, H_RDV, H_READY, split64};
+use crate::msg::{CTL, Ctl, H_ACK, H_EAGER, H_LONG, H_PROBE, H_RDV, H_READY, Probe, split64};
 use crate::op::{AddrMode, OpKind, Opts, SyncMode, Transport};
 use crate::rma::{GlobalPtr, RmaError};
-use crate::rootcheck::{self, Stall};
+use crate::rootcheck::{self, Desc, STALL, Stall, mismatch};
 use crate::sched::{self, Action, ReduceFn, Schedule, span};
 use crate::shm::{OwnedShm, ShmOp};
-use crate::shmdrive::{OwnedRing, ring_eligible, size_class};
+use crate::shmdrive::{OwnedRing, ring_eligible};
 use crate::single::Single;
 use crate::teams::ext;
 use crate::tune::TuneMode;
@@ -55,9 +55,31 @@ pub(crate) struct Start<'a> {
     /// Reduction and commutativity (reducing operations).
     pub(crate) reduce: Option<(ReduceFn, bool)>,
     pub(crate) opts: Opts<'a>,
-    /// Belief context: 0 for a program's collective, a digest of the parent for a
-    /// stage of a hierarchical one ([`rootcheck::belief`]).
-    pub(crate) ctx: u64,
+    /// The element type's code ([`crate::op::elem_code`]) and the reduction's
+    /// ([`crate::op::reduce_name`]), for the descriptor members compare.
+    pub(crate) codes: (u8, u8),
+    /// The descriptor members compare, when the caller has it (a stage of a
+    /// hierarchical collective: its parent's, with the stage's context); else made
+    /// from the fields above ([`Start::desc`]).
+    pub(crate) desc: Option<Desc>,
+}
+
+impl Start<'_> {
+    /// The descriptor members compare ([`Desc`]).
+    pub(crate) fn desc(&self) -> Desc {
+        self.desc.unwrap_or_else(|| {
+            let (ty, red) = self.codes;
+            let n = self.elem * self.count;
+            Desc::new(
+                self.kind,
+                self.root,
+                (ty, self.elem),
+                n,
+                red,
+                self.opts.sync,
+            )
+        })
+    }
 }
 
 /// The data of a collective being started.
@@ -115,6 +137,10 @@ pub(crate) struct SchedOp {
     out_no: bool,
     /// The round whose peers were probed.
     probed: Option<usize>,
+    /// When this member took a message of another belief and asked its sender which
+    /// field differs (the collective fails with the answer, or without one after
+    /// [`STALL`] × 2).
+    asked: Option<std::time::Instant>,
 }
 
 /// The body of a collective in flight.
@@ -133,6 +159,8 @@ pub(crate) struct OpState {
     pub(crate) team: Team,
     pub(crate) seq: u32,
     pub(crate) kind: OpKind,
+    /// The descriptor members compare, and its digest ([`crate::rootcheck`]).
+    pub(crate) desc: Desc,
     pub(crate) belief: u32,
     pub(crate) body: Body,
     pub(crate) started: bool,
@@ -144,6 +172,9 @@ pub(crate) struct OpState {
     /// The outcome was handed over; what remains is background work.
     pub(crate) taken: bool,
     pub(crate) stall: Stall,
+    /// Members that probed this collective while it ran here with their descriptor:
+    /// told if it fails ([`Coll::fail_op`]).
+    pub(crate) probers: Vec<EpAddr>,
 }
 
 impl std::fmt::Debug for OpState {
@@ -357,6 +388,7 @@ impl Coll {
                 size: p,
             });
         }
+        self.check_team(cx, team)?;
         let n = s.elem * s.count;
         let addr = match s.input {
             Input::Owned(_) => AddrMode::Local,
@@ -367,8 +399,9 @@ impl Coll {
         let algo = self.choose(team, &q, &s.opts)?;
         let x = ext(team);
         let seq = x.next_seq();
-        let belief = rootcheck::belief(s.kind, s.root, s.ctx ^ size_class(s.kind, n));
-        let body = match self.body(cx, team, seq, &algo, q, s) {
+        let desc = s.desc();
+        let belief = desc.belief();
+        let body = match self.body(cx, team, seq, &algo, q, s, &desc) {
             Ok(b) => b,
             Err(e) => {
                 if let Some(d) = done {
@@ -383,6 +416,7 @@ impl Coll {
             team: team.clone(),
             seq,
             kind: q.op,
+            desc,
             belief,
             body,
             started: false,
@@ -390,10 +424,11 @@ impl Coll {
             done,
             taken: false,
             stall: Stall::default(),
+            probers: Vec::new(),
         };
         self.ops.insert(id, st);
         cx.set_busy();
-        self.history.started(team.id(), seq, belief);
+        self.history.started((team.id(), seq), team.rank(), desc);
         self.early_checks(id);
         self.advance(cx, id);
         self.settle(id);
@@ -401,7 +436,8 @@ impl Coll {
         Ok(id)
     }
 
-    /// The body of a new collective.
+    /// The body of a new collective (with descriptor `desc`).
+    #[allow(clippy::too_many_arguments)]
     fn body<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
@@ -410,6 +446,7 @@ impl Coll {
         algo: &Arc<dyn Algorithm>,
         q: Query,
         s: Start<'_>,
+        desc: &Desc,
     ) -> Result<Body, CollError> {
         let (p, r) = (team.size(), team.rank());
         let n = s.elem * s.count;
@@ -436,7 +473,7 @@ impl Coll {
                     let Input::Owned(input) = s.input else {
                         unreachable!("matched above")
                     };
-                    let (base, _) = self.ring_base(team, s.root, s.ctx ^ size_class(s.kind, n));
+                    let (base, _) = self.ring_base(team, desc);
                     let op = crate::ring::Bcast::new(seq, base, s.root, n);
                     self.counters.ring_calls += 1;
                     let out = if r == s.root {
@@ -468,7 +505,7 @@ impl Coll {
             // An element larger than a chunk: a message algorithm, chosen alike on
             // every member.
             let a = self.tuner.select(&Query { shm: false, ..q }, None)?.clone();
-            return self.body(cx, team, seq, &a, Query { shm: false, ..q }, s);
+            return self.body(cx, team, seq, &a, Query { shm: false, ..q }, s, desc);
         }
         let sched = self.sched_body(cx, team, algo.as_ref(), &q, s)?;
         Ok(Body::Sched(Box::new(sched)))
@@ -551,6 +588,7 @@ impl Coll {
             out,
             out_no,
             probed: None,
+            asked: None,
         })
     }
 
@@ -609,6 +647,16 @@ impl Coll {
         if st.result.is_some() || st.taken {
             return false;
         }
+        if !self.failed.is_empty() {
+            // Its team failed (members disagreed on this or an earlier collective):
+            // so does every later collective of it still running here.
+            let e = self.failed.get(&st.team.id());
+            if let Some(e) = e.filter(|e| rootcheck::covers(e, st.seq)) {
+                let e = e.clone();
+                self.fail_op(id, e, false);
+                return true;
+            }
+        }
         // Over messages the endpoint may sleep until one arrives: polls are rare.
         let rare = match &st.body {
             Body::Sched(_) => self.policy != gex_core::WaitPolicy::Spin,
@@ -646,15 +694,41 @@ impl Coll {
             return false;
         };
         let r = self.step_sched(cx, &mut st);
-        let progressed = match r {
-            Ok(p) => p,
+        let (progressed, failed) = match r {
+            Ok(p) => (p, None),
+            Err(e @ CollError::Mismatch { found: None, .. }) => match self.disagreeing.take() {
+                // A message of another belief: ask its sender what differs first.
+                Some(q) => (self.ask(cx, &mut st, q), None),
+                None => (true, Some(e)),
+            },
+            Err(e @ CollError::Mismatch { .. }) => (true, Some(e)),
             Err(e) => {
                 st.result = Some(Err(e));
-                true
+                (true, None)
             }
         };
         self.ops.insert(id, st);
+        if let Some(e) = failed {
+            self.fail_op(id, e, true);
+        }
         progressed
+    }
+
+    /// Collective `st` took a message of another belief from member `q`: asks `q`
+    /// (a probe with this member's descriptor) which field differs; `q` answers with
+    /// an abort naming it ([`crate::rootcheck`]). True (it did something).
+    #[cold]
+    fn ask<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, st: &mut OpState, q: u32) -> bool {
+        let Body::Sched(s) = &mut st.body else {
+            return true;
+        };
+        if s.asked.is_none() {
+            s.asked = Some(std::time::Instant::now());
+            let args = Probe::args(st.team.id(), st.seq, st.team.rank(), &st.desc);
+            let dst = st.team.members()[q as usize];
+            let _ = self.ctl(cx, dst, H_PROBE, &args);
+        }
+        true
     }
 
     /// An earlier collective of `st`'s team still uses the scratch space here.
@@ -689,6 +763,16 @@ impl Coll {
         st: &mut OpState,
     ) -> Result<bool, CollError> {
         let mut progressed = false;
+        if let Body::Sched(s) = &st.body {
+            if let Some(t) = s.asked {
+                // Waiting for the answer to its question (the abort fails it); none
+                // within two stall intervals: fails without knowing what differs.
+                if t.elapsed() < 2 * STALL {
+                    return Ok(false);
+                }
+                return Err(mismatch(st.team.id(), st.seq, None));
+            }
+        }
         if !st.started {
             st.started = true;
             progressed = true;
@@ -882,7 +966,8 @@ impl Coll {
                 match self.mb.ready.remove(&(tid, seq, peer, tag)) {
                     None => return Ok(None),
                     Some(b) if b != belief => {
-                        return Err(CollError::RootMismatch { team: tid, seq });
+                        self.disagreeing = Some(peer);
+                        return Err(mismatch(tid, seq, None));
                     }
                     Some(_) => s.pending[i].ready = true,
                 }
@@ -925,10 +1010,7 @@ impl Coll {
         let i = s.applied;
         let v = &s.sched.rounds[s.round].recvs[i];
         let key = (team.id(), seq, v.peer, v.tag);
-        let mismatch = CollError::RootMismatch {
-            team: team.id(),
-            seq,
-        };
+        let peer = v.peer;
         if uses_transport(s, &v.ranges, v.tag) && v.action == Action::Copy {
             let r = v.ranges[0].clone();
             let base = s.mirror.as_ref().expect("transports need mirrors")[team.rank() as usize];
@@ -936,7 +1018,8 @@ impl Coll {
                 match self.mb.long.get(&key) {
                     Some(&(got, b)) if got >= r.len() => {
                         if b != belief {
-                            return Err(mismatch);
+                            self.disagreeing = Some(peer);
+                            return Err(mismatch(team.id(), seq, None));
                         }
                     }
                     _ => return Ok(None),
@@ -951,7 +1034,8 @@ impl Coll {
         match self.mb.eager.get(&key) {
             Some(p) if p.got == p.buf.len() => {
                 if p.belief != belief {
-                    return Err(mismatch);
+                    self.disagreeing = Some(peer);
+                    return Err(mismatch(team.id(), seq, None));
                 }
                 Ok(self.mb.eager.remove(&key).map(|p| p.buf))
             }
@@ -991,10 +1075,8 @@ impl Coll {
             return Ok(None);
         };
         if b != belief {
-            return Err(CollError::RootMismatch {
-                team: team.id(),
-                seq,
-            });
+            self.disagreeing = Some(peer);
+            return Err(mismatch(team.id(), seq, None));
         }
         let src = GlobalPtr::<u8>::new(team.members()[peer as usize], off);
         let got = crate::rma::try_get_owned(cx, vec![0u8; len], src)?;
@@ -1209,7 +1291,8 @@ fn shift_tags(s: &mut Schedule, by: u32) {
 }
 
 /// The members this schedule waits for in its current round (for probes), once per
-/// round; empty if they were probed already.
+/// round; empty if they were probed already (a probed member that learns later that
+/// the collective cannot complete tells this one: [`OpState::probers`]).
 pub(crate) fn waited_peers(s: &mut SchedOp) -> Vec<u32> {
     if s.probed == Some(s.round) || s.round >= s.sched.rounds.len() {
         return Vec::new();

@@ -288,6 +288,10 @@ pub(crate) struct HierOp {
     pub(crate) stage: u8,
     /// The sub-collective in flight.
     pub(crate) sub: Option<u64>,
+    /// The stage whose sub-team was probed about this collective (its stall checks,
+    /// [`crate::rootcheck`]: a member that passed another descriptor may have run
+    /// another algorithm, whose messages this member's stages never take).
+    pub(crate) probed: Option<u8>,
 }
 
 impl std::fmt::Debug for HierOp {
@@ -333,6 +337,7 @@ impl HierOp {
             reduce,
             stage: 0,
             sub: None,
+            probed: None,
         }
     }
 

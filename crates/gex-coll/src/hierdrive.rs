@@ -6,14 +6,16 @@
 //!
 //! Collectives of one team start their stages one collective at a time, in sequence
 //! order, so the sub-teams see their collectives in the same order on every member.
-//! A stage's belief ([`crate::rootcheck`]) includes the parent's team, sequence
-//! number, root and stage, so members that disagree on the parent's root disagree on
-//! every stage and are caught there.
+//! A stage's descriptor ([`crate::rootcheck`]) is its parent's with the parent's
+//! team, sequence number and stage as context, so members that disagree on the
+//! parent's descriptor disagree on every stage, are caught there, and name the
+//! parent's field and values (the ranks translated to the parent team's).
 
 use crate::engine::{Body, Input, OpState, Start};
 use crate::error::CollError;
 use crate::layer::Coll;
 use crate::op::Opts;
+use crate::rootcheck::mismatch;
 use crate::teams::{ext, mix_all};
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
@@ -35,11 +37,12 @@ impl Coll {
                 return progressed;
             };
             if let Some(sub) = h.sub {
+                let sub_team = self.ops.get(&sub).map(|o| o.team.clone());
                 let Some(res) = self.take_stage(sub) else {
                     return progressed;
                 };
                 progressed = true;
-                if !self.absorb_stage(id, res) {
+                if !self.absorb_stage(id, res, sub_team.as_ref()) {
                     return true;
                 }
             }
@@ -66,8 +69,14 @@ impl Coll {
         }
     }
 
-    /// Takes a finished stage's outcome into collective `id`; false if it failed.
-    fn absorb_stage(&mut self, id: u64, res: Result<Vec<u8>, CollError>) -> bool {
+    /// Takes a finished stage's outcome (a collective of `sub_team`) into collective
+    /// `id`; false if it failed.
+    fn absorb_stage(
+        &mut self,
+        id: u64,
+        res: Result<Vec<u8>, CollError>,
+        sub_team: Option<&gex_core::Team>,
+    ) -> bool {
         let st = self.ops.get_mut(&id).expect("present");
         let (team, seq) = (st.team.clone(), st.seq);
         let me = team.rank();
@@ -84,14 +93,24 @@ impl Coll {
                 st.result = Some(Err(CollError::NotMember { team: team.id() }));
                 false
             }
-            (Err(CollError::RootMismatch { .. }), _) => {
-                // Reported for this collective (members of other hosts learn it from
-                // the abort the caller sends).
-                st.result = Some(Err(CollError::RootMismatch {
-                    team: team.id(),
-                    seq,
-                }));
-                self.pending_aborts.push((team.clone(), seq));
+            (Err(CollError::Mismatch { found, .. }), _) => {
+                // Reported for this collective, the members named by their rank in
+                // its team (members of other hosts learn it from the abort sent).
+                let rank = |r: u32| {
+                    sub_team
+                        .and_then(|t| t.members().get(r as usize).copied())
+                        .and_then(|a| team.rank_of(a))
+                        .unwrap_or(r)
+                };
+                let found = found.map(|mut d| {
+                    (d.member, d.other) = (rank(d.member), rank(d.other));
+                    d
+                });
+                let e = mismatch(team.id(), seq, found);
+                st.result = Some(Err(e.clone()));
+                self.pending_aborts.push((team.clone(), seq, found));
+                self.history.failed(team.id(), seq, &e);
+                self.fail_team(team.id(), &e);
                 false
             }
             (Err(e), _) => {
@@ -125,8 +144,9 @@ impl Coll {
             return Some(false);
         };
         let reduce = h.reduce.clone().filter(|_| call.reduces);
-        let (elem, root) = (h.elem, h.root);
-        let ctx = mix_all(&[team.id(), u64::from(seq), u64::from(root), u64::from(stage)]);
+        let elem = h.elem;
+        let ctx = mix_all(&[team.id(), u64::from(seq), u64::from(stage)]);
+        let desc = st.desc.stage(ctx);
         // Stages are never timed online: a trial is a collective of the sub-team
         // that would run inside this stage.
         let in_trial = std::mem::replace(&mut self.in_trial, true);
@@ -148,7 +168,8 @@ impl Coll {
                         input: Input::Owned(call.input),
                         reduce,
                         opts: Opts::default(),
-                        ctx,
+                        codes: (0, 0),
+                        desc: Some(desc),
                     },
                     None,
                 )

@@ -6,11 +6,11 @@
 
 use crate::barrier::Notified;
 use crate::engine::OpState;
-use crate::error::CollError;
-use crate::msg::{H_ABORT, H_PROBE, HANDLERS, Mailbox, Outbox, split64};
+use crate::error::{CollError, Disagreement};
+use crate::msg::{H_ABORT, H_PROBE, HANDLERS, Mailbox, Outbox, Probe, abort_args};
 use crate::ring;
 use crate::rma::Rma;
-use crate::rootcheck::{self, History};
+use crate::rootcheck::{self, Described, History, mismatch};
 use crate::shm::{self, Area, Expected, ShmTeam};
 use crate::shmdrive::DirectWait;
 use crate::teams::{SegAlloc, ext};
@@ -76,8 +76,17 @@ pub struct Coll {
     /// Collectives other members (or this one) reported failed: (team, seq).
     pub(crate) aborted: HashSet<(u64, u32)>,
     /// Collectives whose failure this member must tell their team about: (team,
-    /// seq).
-    pub(crate) pending_aborts: Vec<(Team, u32)>,
+    /// seq, what was found).
+    pub(crate) pending_aborts: Vec<(Team, u32, Option<Disagreement>)>,
+    /// Members to tell that a collective failed: they probed it here before this
+    /// member knew ([`Coll::fail_op`], [`Coll::fail_team`]).
+    pub(crate) pending_replies: Vec<(EpAddr, CollError)>,
+    /// Teams whose members disagreed on a collective, by id, with the error: every
+    /// later collective of them fails with it ([`crate::rootcheck`]).
+    pub(crate) failed: HashMap<u64, CollError>,
+    /// The member (team rank) that sent the message of another belief a schedule
+    /// just met ([`Coll::ask`] asks it what differs).
+    pub(crate) disagreeing: Option<u32>,
     /// Split-phase barriers notified and not yet waited for, by team id.
     pub(crate) notified: HashMap<u64, Notified>,
     pub(crate) policy: WaitPolicy,
@@ -91,14 +100,14 @@ pub struct Coll {
     pub(crate) direct_choice: Option<(crate::shmdrive::ChoiceKey, bool)>,
     /// The last small broadcast's key (team, root, context), digest and belief
     /// ([`Coll::ring_base`]).
-    pub(crate) ring_key: Option<((u64, u32, u64), u64, u32)>,
+    pub(crate) ring_key: Option<crate::shmdrive::RingKey>,
     /// The last direct call's decisions, for calls of the same shape
     /// ([`crate::shmdrive`], *Replay*).
     pub(crate) replay: Option<crate::shmdrive::Replay>,
-    /// The team (id, size) and tuner generation of the last blocking barrier under
-    /// default options that took the shared-memory barrier
+    /// The team (id, size), tuner generation and belief of the last blocking barrier
+    /// under default options that took the shared-memory barrier
     /// ([`Coll::barrier_replay`]).
-    pub(crate) bar_replay: Option<(u64, u32, u64)>,
+    pub(crate) bar_replay: Option<(u64, u32, u64, u32)>,
     /// This layer instance, the maker of the team extensions it uses
     /// ([`crate::teams::Owner`]).
     pub(crate) owner: crate::teams::Owner,
@@ -165,6 +174,18 @@ pub(crate) struct ShmLocal {
     /// The members' areas of the last team this member joined on each channel (whose
     /// `TEAMSLEEP` words it sets when it may sleep: [`join`](Self::join)).
     pub(crate) teams: [Vec<Area>; shm::NCH],
+    /// Which descriptors this member's records hold, per channel
+    /// ([`rootcheck::announce`]).
+    pub(crate) described: [Described; shm::NCH],
+    /// The error a direct call's wait failed with
+    /// ([`DirectWait::failed`](crate::shmdrive::DirectWait::failed)).
+    pub(crate) direct_error: Option<CollError>,
+    /// The team of a direct call, lent while it waits in the endpoint's wait loop:
+    /// the progress hook then runs its stall checks itself, and the wait goes on
+    /// unless they find something, so that a wait making no progress reaches
+    /// `GEX_STALL_REPORT` ([`Coll::watch_direct`]). The call's step that ends it
+    /// (done or failed) drops it.
+    pub(crate) watch: Option<Team>,
 }
 
 impl ShmLocal {
@@ -183,6 +204,9 @@ impl ShmLocal {
             fencing: ring::Fencing::default(),
             may_sleep: false,
             teams: Default::default(),
+            described: Default::default(),
+            direct_error: None,
+            watch: None,
         }
     }
 
@@ -309,6 +333,9 @@ impl Layer for Coll {
             history: History::default(),
             aborted: HashSet::new(),
             pending_aborts: Vec::new(),
+            pending_replies: Vec::new(),
+            failed: HashMap::new(),
+            disagreeing: None,
             notified: HashMap::new(),
             policy: cx.wait_policy(),
             sleep_yields,
@@ -333,7 +360,10 @@ impl Layer for Coll {
     fn describe(&self) -> String {
         let mut lines: Vec<String> = self.ops.values().map(OpState::describe).collect();
         if let Some(d) = &self.direct {
-            lines.push(format!("a blocking call waits for {:?}", d.wait));
+            lines.push(format!(
+                "a blocking call (team {:#x} seq {}) waits for {}",
+                d.team, d.seq, d.wait
+            ));
         }
         if !self.outbox.is_empty() {
             lines.push(format!(
@@ -354,9 +384,13 @@ impl Layer for Coll {
         this.policy = cx.wait_policy();
         this.shm.note_policy(this.policy);
         this.flush_outbox(cx);
-        this.answer(cx);
+        if this.mb.alarm || !this.mb.probes.is_empty() {
+            this.answer(cx);
+        }
         let (mut progressed, shm_active) = this.advance_all(cx);
-        this.send_aborts(cx);
+        if !this.pending_aborts.is_empty() || !this.pending_replies.is_empty() {
+            this.send_aborts(cx);
+        }
         progressed |= this.direct_progress();
         let busy = !this.ops.is_empty() || !this.outbox.is_empty();
         if !shm_active && this.direct.is_none() {
@@ -519,29 +553,85 @@ impl Coll {
 
     /// Answers probes and takes aborts (see [`crate::rootcheck`]).
     fn answer<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) {
-        for (team, seq) in std::mem::take(&mut self.mb.aborts) {
+        for (team, seq, found) in std::mem::take(&mut self.mb.aborts) {
             self.aborted.insert((team, seq));
-            if let Some(id) = self.find_op(team, seq) {
-                self.fail_op(id, false);
+            let e = mismatch(team, seq, found);
+            match self.find_op(team, seq) {
+                Some(id) => self.fail_op(id, e, false),
+                None => self.fail_team(team, &e),
             }
         }
         for p in std::mem::take(&mut self.mb.probes) {
-            if let Some(id) = self.find_op(p.team, p.seq) {
-                let st = &self.ops[&id];
-                if st.belief != p.belief && !st.taken && st.result.is_none() {
-                    self.fail_op(id, true);
-                } else if st.belief != p.belief || self.aborted.contains(&(p.team, p.seq)) {
-                    self.abort_to(cx, p.team, p.seq, p.src);
-                }
-                continue;
+            self.answer_probe(cx, p);
+        }
+    }
+
+    /// Answers probe `p`: if this member runs (or ran) its collective with another
+    /// descriptor, it names the first field that differs, fails its part (or, if its
+    /// part completed, the team) and tells every member; if the collective failed
+    /// here, it tells the prober why; else it keeps the probe for when it starts the
+    /// collective.
+    #[cold]
+    fn answer_probe<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, p: Probe) {
+        let theirs = p.desc.belief();
+        if let Some(id) = self.find_op(p.team, p.seq) {
+            let st = &self.ops[&id];
+            if st.belief != theirs {
+                let found = st.desc.disagreement(st.team.rank(), &p.desc, p.rank);
+                let e = mismatch(p.team, p.seq, found);
+                self.fail_op(id, e, true);
+            } else if let Some(Err(e)) = &st.result {
+                let e = e.clone();
+                self.abort_to(cx, p.src, &e);
+            } else if !st.probers.contains(&p.src) {
+                // Told if the collective fails here later.
+                let st = self.ops.get_mut(&id).expect("found");
+                st.probers.push(p.src);
             }
-            match self.history.lookup(p.team, p.seq) {
-                Some((b, failed)) if failed || b != p.belief => {
-                    self.abort_to(cx, p.team, p.seq, p.src);
+            return;
+        }
+        if let Some(d) = self.direct {
+            // A blocking call on the direct path.
+            if (d.team, d.seq) == (p.team, p.seq) {
+                if d.belief != theirs && !d.failed {
+                    let ours = self.shm.watch.as_ref().and_then(|t| {
+                        let t = ext(t).shm.as_ref()?;
+                        rootcheck::own_desc(t, d.belief)
+                    });
+                    let found = ours.and_then(|o| o.disagreement(d.rank, &p.desc, p.rank));
+                    let e = mismatch(p.team, p.seq, found);
+                    self.fail_team(p.team, &e);
+                    self.abort_to(cx, p.src, &e);
                 }
-                Some(_) => {}
+                return;
+            }
+        }
+        match self.history.lookup(p.team, p.seq).cloned() {
+            Some(k) if k.failed.is_some() => {
+                self.abort_to(cx, p.src, k.failed.as_ref().expect("checked"));
+            }
+            Some(k) if k.desc.belief() != theirs => {
+                // Its part completed here: the team fails here (the next collective
+                // of it reports it) and the prober is told; members still waiting
+                // learn it from their own probes, of this member or of the prober.
+                let found = k.desc.disagreement(k.rank, &p.desc, p.rank);
+                let e = mismatch(p.team, p.seq, found);
+                self.history.failed(p.team, p.seq, &e);
+                self.fail_team(p.team, &e);
+                self.abort_to(cx, p.src, &e);
+            }
+            Some(_) => {}
+            None => match self
+                .failed
+                .get(&p.team)
+                .filter(|e| rootcheck::covers(e, p.seq))
+            {
+                Some(e) => {
+                    let e = e.clone();
+                    self.abort_to(cx, p.src, &e);
+                }
                 None => self.history.keep(p),
-            }
+            },
         }
     }
 
@@ -553,69 +643,158 @@ impl Coll {
             .map(|(&id, _)| id)
     }
 
-    /// Fails collective `id` with a root mismatch (unless it already completed), and
-    /// with `tell`, makes every member of its team fail it too.
-    pub(crate) fn fail_op(&mut self, id: u64, tell: bool) {
+    /// Records that team `id` failed with `e` (the first error stays): every later
+    /// collective of it fails with it, as do those in flight here (at their next
+    /// advance) and a blocking call waiting on the direct path.
+    pub(crate) fn fail_team(&mut self, id: u64, e: &CollError) {
+        self.mb.alarm = true;
+        // The earliest failed collective stays (later ones follow from it).
+        let earlier = |k: &CollError| rootcheck::earlier(e, k);
+        if self.failed.get(&id).is_none_or(earlier) {
+            self.failed.insert(id, e.clone());
+            // Members that asked about a collective of it not started here.
+            let early = std::mem::take(&mut self.history.early);
+            let (theirs, rest): (Vec<Probe>, Vec<Probe>) = early
+                .into_iter()
+                .partition(|p| p.team == id && rootcheck::covers(e, p.seq));
+            self.history.early = rest;
+            for p in theirs {
+                self.pending_replies.push((p.src, e.clone()));
+            }
+        }
+        if self
+            .direct
+            .as_ref()
+            .is_some_and(|d| d.team == id && rootcheck::covers(e, d.seq))
+        {
+            crate::shmdrive::fail_direct(&mut self.direct, &mut self.shm, e);
+        }
+    }
+
+    /// True if team `id` failed, or aborts wait to be taken (the fast paths then
+    /// decline: the general path takes them, [`check_team`](Self::check_team)).
+    #[inline(always)]
+    pub(crate) fn team_failed(&self, id: u64) -> bool {
+        self.mb.alarm && (!self.mb.aborts.is_empty() || self.failed.contains_key(&id))
+    }
+
+    /// The error of team `id` if members disagreed on one of its collectives
+    /// ([`fail_team`](Self::fail_team)); aborts received meanwhile are taken first.
+    #[inline]
+    pub(crate) fn check_team<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        team: &Team,
+    ) -> Result<(), CollError> {
+        if !self.team_failed(team.id()) {
+            return Ok(());
+        }
+        self.check_team_slow(cx, team)
+    }
+
+    #[cold]
+    fn check_team_slow<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        team: &Team,
+    ) -> Result<(), CollError> {
+        self.answer(cx);
+        self.send_aborts(cx);
+        // The collective about to start: covered if it is the failed one or later
+        // (a member still creating the team may learn that a later one failed).
+        let next = ext(team).peek_seq();
+        match self.failed.get(&team.id()) {
+            Some(e) if rootcheck::covers(e, next) => Err(e.clone()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Fails collective `id` with `e` (a [`CollError::Mismatch`]) unless it already
+    /// completed, and the team with it; with `tell`, makes every member of its team
+    /// fail it too.
+    pub(crate) fn fail_op(&mut self, id: u64, e: CollError, tell: bool) {
         let Some(st) = self.ops.get_mut(&id) else {
             return;
         };
         let (team, seq) = (st.team.id(), st.seq);
         let complete = st.taken || st.result.as_ref().is_some_and(|r| r.is_ok());
         if !complete {
-            st.result = Some(Err(CollError::RootMismatch { team, seq }));
+            st.result = Some(Err(e.clone()));
+            for m in std::mem::take(&mut st.probers) {
+                self.pending_replies.push((m, e.clone()));
+            }
             if let Some(t) = ext(&st.team).shm.as_ref() {
                 if st.is_shm() || st.is_bar() {
-                    rootcheck::poison(t);
+                    rootcheck::poison(t, &e);
                 }
             }
             if let crate::engine::Body::Hier(h) = &mut st.body {
                 if let Some(sub) = h.sub.take() {
-                    self.fail_op(sub, false);
+                    self.fail_op(sub, e.clone(), false);
                     if let Some(o) = self.ops.get_mut(&sub) {
                         o.taken = true;
                     }
                 }
             }
         }
-        self.history.failed(team, seq);
+        self.history.failed(team, seq, &e);
         self.aborted.insert((team, seq));
         self.mb.forget(team, seq);
+        self.fail_team(team, &e);
         if tell {
             let st = &self.ops[&id];
-            self.pending_aborts.push((st.team.clone(), seq));
+            let found = match &e {
+                CollError::Mismatch { found, .. } => *found,
+                _ => None,
+            };
+            self.pending_aborts.push((st.team.clone(), seq, found));
         }
         self.settle(id);
     }
 
-    /// Tells the members of the collectives in `pending_aborts` that they failed.
-    fn send_aborts<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) {
-        for (team, seq) in std::mem::take(&mut self.pending_aborts) {
+    /// Tells the members of the collectives in `pending_aborts` that they failed, and
+    /// the members in `pending_replies`.
+    pub(crate) fn send_aborts<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) {
+        for (m, e) in std::mem::take(&mut self.pending_replies) {
+            self.abort_to(cx, m, &e);
+        }
+        for (team, seq, found) in std::mem::take(&mut self.pending_aborts) {
             let me = self.me;
+            let e = mismatch(team.id(), seq, found);
             for &m in team.members().iter().filter(|&&m| m != me) {
-                self.abort_to(cx, team.id(), seq, m);
+                self.abort_to(cx, m, &e);
             }
         }
     }
 
-    fn abort_to<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, team: u64, seq: u32, dst: EpAddr) {
-        let (tlo, thi) = split64(team);
-        let rank = self.me.rank;
+    /// Tells `dst` that collective `e` names failed, and what was found.
+    fn abort_to<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, dst: EpAddr, e: &CollError) {
+        let CollError::Mismatch { team, seq, found } = e else {
+            return;
+        };
+        let args = abort_args(*team, *seq, self.me.rank, *found);
         // A failure to tell a member that is gone is not this member's error.
-        let _ = self.ctl(cx, dst, H_ABORT, &[tlo, thi, seq, rank]);
+        let _ = self.ctl(cx, dst, H_ABORT, &args);
     }
 
     /// Checks a collective that just started against what is known of it: an abort
-    /// received before, or probes of members with another belief.
+    /// received before, or probes of members with another descriptor.
     pub(crate) fn early_checks(&mut self, id: u64) {
         let st = &self.ops[&id];
         let (team, seq, belief) = (st.team.id(), st.seq, st.belief);
         if self.aborted.contains(&(team, seq)) {
-            self.fail_op(id, false);
+            let e = self
+                .history
+                .lookup(team, seq)
+                .and_then(|k| k.failed.clone())
+                .unwrap_or_else(|| mismatch(team, seq, None));
+            self.fail_op(id, e, false);
             return;
         }
         let probes = self.history.take_early(team, seq);
-        if probes.iter().any(|p| p.belief != belief) {
-            self.fail_op(id, true);
+        if let Some(p) = probes.iter().find(|p| p.desc.belief() != belief) {
+            let found = st.desc.disagreement(st.team.rank(), &p.desc, p.rank);
+            self.fail_op(id, mismatch(team, seq, found), true);
         }
     }
 
@@ -624,15 +803,40 @@ impl Coll {
         let Some(st) = self.ops.get_mut(&id) else {
             return;
         };
-        let (team, seq, belief) = (st.team.clone(), st.seq, st.belief);
+        let (team, seq, desc) = (st.team.clone(), st.seq, st.desc);
         match &mut st.body {
             crate::engine::Body::Sched(s) => {
                 let peers = crate::engine::waited_peers(s);
-                let (tlo, thi) = split64(team.id());
-                let me = team.rank();
-                for q in peers {
+                let args = Probe::args(team.id(), seq, team.rank(), &desc);
+                for &q in &peers {
                     let dst = team.members()[q as usize];
-                    let _ = self.ctl(cx, dst, H_PROBE, &[tlo, thi, seq, me, belief]);
+                    let _ = self.ctl(cx, dst, H_PROBE, &args);
+                }
+                // On a team with a channel, a member it waits for may run the
+                // collective through shared memory (another descriptor may choose
+                // another algorithm): its check line tells.
+                if let Some(t) = ext(&team).shm.as_ref() {
+                    if let Some(e) = rootcheck::peers_differ(t, team.id(), (seq, &desc), &peers) {
+                        self.fail_op(id, e, true);
+                    }
+                }
+            }
+            crate::engine::Body::Hier(h) => {
+                // Ask the members of the stage's sub-team about this collective: one
+                // that passed another descriptor may run another algorithm (the
+                // tuner's choice depends on the block length), never joining the
+                // stages (its messages to this collective stay untaken).
+                let Some(sub) = h.sub.filter(|_| h.probed != Some(h.stage)) else {
+                    return;
+                };
+                h.probed = Some(h.stage);
+                let Some(sub_team) = self.ops.get(&sub).map(|o| o.team.clone()) else {
+                    return;
+                };
+                let args = Probe::args(team.id(), seq, team.rank(), &desc);
+                let me = self.me;
+                for &m in sub_team.members().iter().filter(|&&m| m != me) {
+                    let _ = self.ctl(cx, m, H_PROBE, &args);
                 }
             }
             crate::engine::Body::Shm(_)
@@ -645,11 +849,10 @@ impl Coll {
                 let Some(t) = x.shm.as_ref() else {
                     return;
                 };
-                if rootcheck::shm_stalled(t, seq, belief, &w) {
-                    self.fail_op(id, true);
+                if let Some(e) = rootcheck::shm_stalled(t, team.id(), (seq, &desc), &w) {
+                    self.fail_op(id, e, true);
                 }
             }
-            crate::engine::Body::Hier(_) => {}
         }
     }
 

@@ -46,8 +46,12 @@
 //!   All}`; [`AddrMode`]: local (owned or borrowed buffers) or single ([`InSegments`],
 //!   every member's segment offsets given, in-place with `src: None`).
 //! - **Roots** ([`Root`]): a team rank, or where the root's data lives (a
-//!   [`GlobalPtr`](gex_rma::GlobalPtr)) — seed 003's data-centric roots. Members that name different
-//!   roots get [`CollError::RootMismatch`] instead of hanging ([`rootcheck`]).
+//!   [`GlobalPtr`](gex_rma::GlobalPtr)) — seed 003's data-centric roots.
+//! - **Agreement** ([`rootcheck`]): members that call one collective with different
+//!   operations, roots, element types, block lengths, reduction operators or sync
+//!   modes get [`CollError::Mismatch`] naming the field, both values and the members,
+//!   on every member, instead of a hang or wrong data; a blocking call that waits is
+//!   covered by `GEX_STALL_REPORT` like any other wait.
 //! - **Algorithms** ([`algo`]): flat, binomial, k-nomial, k-ary, chain (pipelined),
 //!   fork trees, dissemination, Bruck (radix k), ring, recursive doubling and halving,
 //!   pairwise, and compositions; transfers by eager AM, signaling put (Long AM, then a
@@ -94,8 +98,8 @@
 //!   receiver).
 //! - `hier` takes non-commutative reduce, allreduce and reduce_scatter only where
 //!   hosts are team-rank ranges.
-//! - Members that disagree on counts or algorithms are not detected (roots,
-//!   operations and barrier names are).
+//! - Members that force different algorithms are not detected (every field of the
+//!   descriptors and barrier names are).
 //! - Out-no applies to single address mode; with owned buffers it behaves as out-my.
 //!
 //! ## Words
@@ -103,7 +107,8 @@
 //! - **block**: what one member contributes or receives (`count` elements).
 //! - **sequence number**: the per-team count of collectives started; with the team id
 //!   it keys every message.
-//! - **belief**: a digest of a collective's operation and root ([`rootcheck`]).
+//! - **belief**: a digest of a collective's descriptor: operation, root, element
+//!   type, block length, reduction operator, sync modes ([`rootcheck`]).
 #![warn(missing_docs)]
 
 pub mod algo;
@@ -146,7 +151,7 @@ pub use desc::{
     GatherAll, InSegments, Owned, Reduce, ReduceScatter, Scan, Scatter,
 };
 pub use env::ENV_VARS;
-pub use error::CollError;
+pub use error::{CollError, Disagreement, Field};
 pub use gex_core::Team;
 pub use hier::HierAlgo;
 pub use layer::Coll;

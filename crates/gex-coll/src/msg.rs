@@ -13,12 +13,14 @@
 //! | `READY` | Short | team lo, team hi, seq, src, tag, belief | the receiver entered and may be written |
 //! | `RDV` | Short | team lo, team hi, seq, src, tag, offset lo, offset hi, len lo, len hi, belief | a rendezvous announcement |
 //! | `ACK` | Short | team lo, team hi, seq | a rendezvous get completed |
-//! | `PROBE` | Short | team lo, team hi, seq, src, belief | a stalled member asks whether the sender runs the same collective |
-//! | `ABORT` | Short | team lo, team hi, seq, src | the collective failed with a root mismatch |
+//! | `PROBE` | Short | team lo, team hi, seq, src, belief, descriptor (8 words) | a stalled member (or one that received a message of another belief) asks whether the receiver runs the same collective |
+//! | `ABORT` | Short | team lo, team hi, seq, src, found (field or none), member, other, value lo, value hi, other lo, other hi | the collective failed: members disagreed (and on what) |
 //!
 //! Handlers only record: they never send (the progress hook answers probes). A
 //! receiver compares beliefs when it takes a message, not in the handler.
 
+use crate::error::{Disagreement, FIELDS};
+use crate::rootcheck::Desc;
 use gex_core::{Am, Category, EpAddr, HandlerId};
 use std::collections::{HashMap, VecDeque};
 
@@ -56,13 +58,52 @@ pub(crate) struct Partial {
     pub(crate) belief: u32,
 }
 
-/// A probe received: (team, seq) asked by team rank `src` believing `belief`.
+/// A probe received: (team, seq) asked by `src` (team rank `rank`) with descriptor
+/// `desc`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Probe {
     pub(crate) team: u64,
     pub(crate) seq: u32,
     pub(crate) src: EpAddr,
-    pub(crate) belief: u32,
+    pub(crate) rank: u32,
+    pub(crate) desc: Desc,
+}
+
+impl Probe {
+    /// The arguments of a probe of (team, seq) by team rank `rank` with `desc`.
+    pub(crate) fn args(team: u64, seq: u32, rank: u32, desc: &Desc) -> [u32; 13] {
+        let (tlo, thi) = split64(team);
+        let mut a = [tlo, thi, seq, rank, desc.belief(), 0, 0, 0, 0, 0, 0, 0, 0];
+        for (i, w) in desc.0.iter().enumerate() {
+            (a[5 + 2 * i], a[6 + 2 * i]) = split64(*w);
+        }
+        a
+    }
+}
+
+/// The arguments of an abort of (team, seq) sent by job rank `src`, with what was
+/// found.
+pub(crate) fn abort_args(team: u64, seq: u32, src: u32, found: Option<Disagreement>) -> [u32; 11] {
+    let (tlo, thi) = split64(team);
+    let mut a = [tlo, thi, seq, src, 0, 0, 0, 0, 0, 0, 0];
+    if let Some(d) = found {
+        a[4] = 0x100 | FIELDS.iter().position(|&f| f == d.field).unwrap_or(0) as u32;
+        (a[5], a[6]) = (d.member, d.other);
+        (a[7], a[8]) = split64(d.value);
+        (a[9], a[10]) = split64(d.other_value);
+    }
+    a
+}
+
+/// What an abort's arguments say was found.
+fn found_of(a: &[u32]) -> Option<Disagreement> {
+    (a.len() >= 11 && a[4] & 0x100 != 0).then(|| Disagreement {
+        field: FIELDS[(a[4] & 0xff) as usize % FIELDS.len()],
+        member: a[5],
+        value: join64(a[7], a[8]),
+        other: a[6],
+        other_value: join64(a[9], a[10]),
+    })
 }
 
 /// What the handlers have received.
@@ -79,9 +120,13 @@ pub(crate) struct Mailbox {
     pub(crate) acks: HashMap<(u64, u32), u32>,
     /// Probes not answered yet.
     pub(crate) probes: Vec<Probe>,
-    /// Collectives other members reported failed (root mismatch), as they arrive:
-    /// (team, seq).
-    pub(crate) aborts: Vec<(u64, u32)>,
+    /// Collectives other members reported failed (members disagreed), as they
+    /// arrive: (team, seq, what was found).
+    pub(crate) aborts: Vec<(u64, u32, Option<Disagreement>)>,
+    /// Set by an abort's arrival and by a team's failure
+    /// ([`Coll::fail_team`](crate::layer::Coll)), never cleared: while it is clear
+    /// (a healthy job) the fast paths look at this one word for both.
+    pub(crate) alarm: bool,
     /// Malformed messages dropped.
     pub(crate) dropped: u64,
 }
@@ -116,13 +161,17 @@ impl Mailbox {
             H_ACK if a.len() >= 3 => {
                 *self.acks.entry((join64(a[0], a[1]), a[2])).or_insert(0) += 1;
             }
-            H_PROBE if a.len() >= 5 => self.probes.push(Probe {
+            H_PROBE if a.len() >= 13 => self.probes.push(Probe {
                 team: join64(a[0], a[1]),
                 seq: a[2],
                 src: am.src(),
-                belief: a[4],
+                rank: a[3],
+                desc: Desc(std::array::from_fn(|i| join64(a[5 + 2 * i], a[6 + 2 * i]))),
             }),
-            H_ABORT if a.len() >= 4 => self.aborts.push((join64(a[0], a[1]), a[2])),
+            H_ABORT if a.len() >= 4 => {
+                self.alarm = true;
+                self.aborts.push((join64(a[0], a[1]), a[2], found_of(a)));
+            }
             _ => self.dropped += 1,
         }
     }

@@ -61,6 +61,10 @@ fn time_candidates<C: Conduit>(
     opts: &Opts<'_>,
 ) -> Result<usize, CollError> {
     let in_len = q.op.shape(q.size, root, root).0.max(1) * elem * count;
+    // Every member times the same calls: element type and operator need no codes
+    // (members whose calls differ time calls of different lengths, which the
+    // descriptors tell apart).
+    let codes = (0, 0);
     let names: Vec<String> = coll(ep, |c, _| {
         cands
             .iter()
@@ -86,7 +90,8 @@ fn time_candidates<C: Conduit>(
                 input: Input::Owned(vec![0u8; in_len]),
                 reduce: reduce.clone(),
                 opts: o,
-                ctx: 0,
+                codes,
+                desc: None,
             };
             let ev = start_event(ep, team, s, |d: Data, _: Option<()>| drop(d))?;
             ep.wait(ev)?;
@@ -102,7 +107,8 @@ fn time_candidates<C: Conduit>(
         input: Input::Owned(crate::api::into_bytes(times)),
         reduce: Some((max.func().clone(), true)),
         opts: Opts::default(),
-        ctx: 0,
+        codes: (crate::op::elem_code::<f64>(), max.code()),
+        desc: None,
     };
     let ev = start_event(ep, team, s, |d: Data, _: Option<Vec<f64>>| match d {
         Data::Bytes(b) => vec_from_bytes(b),

@@ -344,6 +344,8 @@ pub struct ReduceOp<T> {
     f: ReduceFn,
     commutative: bool,
     name: &'static str,
+    /// Which operator it is, for the members' agreement ([`reduce_name`]).
+    code: u8,
     _t: std::marker::PhantomData<fn(T) -> T>,
 }
 
@@ -373,6 +375,7 @@ impl<T: Pod + Send + Sync + 'static> ReduceOp<T> {
             f: func,
             commutative,
             name: "user",
+            code: if commutative { USER } else { USER + 1 },
             _t: std::marker::PhantomData,
         }
     }
@@ -390,6 +393,12 @@ impl<T: Pod + Send + Sync + 'static> ReduceOp<T> {
     /// The operator's name (`Sum`, `Bxor`, `user`, ...).
     pub fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// Which operator it is ([`reduce_name`]): what members compare.
+    #[inline]
+    pub(crate) fn code(&self) -> u8 {
+        self.code
     }
 }
 
@@ -410,6 +419,7 @@ impl<T: Elem> ReduceOp<T> {
             f,
             commutative: true,
             name,
+            code: 1 + op as u8,
             _t: std::marker::PhantomData,
         }
     }
@@ -430,6 +440,7 @@ impl<T: IntElem> ReduceOp<T> {
             f,
             commutative: true,
             name,
+            code: 1 + BuiltinOp::ALL.len() as u8 + op as u8,
             _t: std::marker::PhantomData,
         }
     }
@@ -498,6 +509,65 @@ impl<T: Elem> From<BuiltinOp> for ReduceArg<'_, T> {
 impl<T: IntElem> From<BitOp> for ReduceArg<'_, T> {
     fn from(op: BitOp) -> Self {
         ReduceArg::Owned(ReduceOp::bitwise(op))
+    }
+}
+
+/// The code of a user-defined commutative operator (`USER + 1`: not commutative);
+/// built-in operators are `1 + ` their index in [`BuiltinOp::ALL`], then
+/// [`BitOp::ALL`]; 0 is no operator ([`reduce_name`]).
+const USER: u8 = 1 + (BuiltinOp::ALL.len() + BitOp::ALL.len()) as u8;
+
+/// The name of reduction code `code` (as [`ReduceOp::name`], with a user operator's
+/// commutativity), for errors: `none` for 0.
+pub(crate) fn reduce_name(code: u64) -> String {
+    let c = code as usize;
+    let (nb, nbit) = (BuiltinOp::ALL.len(), BitOp::ALL.len());
+    match c {
+        0 => "none".into(),
+        _ if c <= nb => format!("{:?}", BuiltinOp::ALL[c - 1]),
+        _ if c <= nb + nbit => format!("{:?}", BitOp::ALL[c - 1 - nb]),
+        _ if code == u64::from(USER) => "a commutative user operator".into(),
+        _ if code == u64::from(USER) + 1 => "a non-commutative user operator".into(),
+        _ => format!("operator code {code}"),
+    }
+}
+
+/// Element types members compare, by code (0: any other type; its size is compared).
+const ELEM_TYPES: [&str; 14] = [
+    "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16", "i32", "i64", "i128", "isize", "f32",
+    "f64",
+];
+
+/// The code of element type `T` (`1 + ` its index in the primitive types, 0 for any
+/// other): a constant after monomorphisation.
+#[inline(always)]
+pub(crate) fn elem_code<T: 'static>() -> u8 {
+    use std::any::TypeId;
+    let t = TypeId::of::<T>();
+    macro_rules! code {
+        ($($ty:ty),*) => {{
+            let mut i = 0u8;
+            $(
+                i += 1;
+                if t == TypeId::of::<$ty>() {
+                    return i;
+                }
+            )*
+            let _ = i;
+        }};
+    }
+    code!(
+        u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, f32, f64
+    );
+    0
+}
+
+/// The name of element type code `code`, for errors.
+pub(crate) fn elem_name(code: u64) -> String {
+    match code as usize {
+        0 => "a user type".into(),
+        c if c <= ELEM_TYPES.len() => ELEM_TYPES[c - 1].into(),
+        _ => format!("type code {code}"),
     }
 }
 

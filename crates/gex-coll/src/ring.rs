@@ -19,9 +19,10 @@
 //!   up to `PACK` broadcasts per line it fetches (as MPI eager FIFOs pack small
 //!   messages). The protocol is the same but for reuse (below).
 //! - **Publishing** (the root): the data words, then `SEQ = tag(seq)` (release). The
-//!   tag digests the layer's generation, the team, the belief (operation and root,
-//!   [`crate::rootcheck`]) and `seq`, so a reader never takes a stale slot, another
-//!   team's, or one of a member that names another root.
+//!   tag digests the layer's generation, the team, the belief (the descriptor:
+//!   operation, root, element type, length, sync modes; [`crate::rootcheck`]) and
+//!   `seq`, so a reader never takes a stale slot, another team's, or one of a member
+//!   that passed another descriptor.
 //! - **Reading** (every other member): waits until `SEQ` holds the tag it computes
 //!   (acquire), copies the data words out, and stores `DONE = seq` in its own check
 //!   line (release) — the check line's `DONE` word, which every collective through
@@ -78,10 +79,10 @@
 //!
 //! **Limits.** At most [`CAP`] bytes per broadcast (a slot's data words); the root's
 //! lead over its slowest reader is `SLOTS - 1` broadcasts (packed: at least
-//! `TSLOTS - PACK`); members must pass the same size, as for every collective (sizes
-//! of different classes would wait in different rings: the class is part of the
-//! belief, `shmdrive::size_class`, so the stall checks report a mismatch instead of a
-//! hang); the readers poll the root's
+//! `TSLOTS - PACK`); members must pass the same size, as for every collective (the
+//! block length is part of the belief, [`crate::rootcheck`], which the tags digest:
+//! a reader never takes a publication of another length, and the stall checks
+//! report the mismatch instead of a hang); the readers poll the root's
 //! line, so the traffic grows with the team like the slot protocol's (teams up to
 //! `shm`'s limit); `All` entry or exit synchronisation needs the slot protocol's extra
 //! rounds, and other operations keep the slots.

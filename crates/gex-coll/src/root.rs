@@ -32,34 +32,34 @@ use crate::rma::GlobalPtr;
 ///
 /// # Members that name different roots
 /// Every member must name the same root (the same rank, or pointers with the same
-/// owner). When they do not, the members that would wait forever get
-/// [`CollError::RootMismatch`] instead ([`crate::rootcheck`]). Exactly:
+/// owner), as every member must pass the same operation, element type, block length,
+/// operator and sync modes. When they do not, every member gets
+/// [`CollError::Mismatch`] (here with [`Field::Root`](crate::Field::Root), both roots
+/// and the members that named them) instead of waiting forever ([`crate::rootcheck`]).
+/// Exactly:
 ///
-/// - A member fails with `RootMismatch` when its part of the collective needs data or
-///   a signal from a member that runs the collective with another root: it sees the
-///   other's root in the message it receives, in the publication it waits for (shared
-///   memory), or — when nothing arrives for 50 ms — by asking the members it waits
-///   for (a probe over messages; their check line in shared memory). Two members that
-///   each take the other for the root of a broadcast, or three members naming three
-///   roots, all fail.
+/// - A member fails with `Mismatch` when its part of the collective needs data or a
+///   signal from a member that runs the collective with another descriptor: it sees
+///   the other's belief in the message it receives (and asks the sender which field
+///   differs), or — when nothing arrives for 50 ms — by asking the members it waits
+///   for (a probe over messages; their check line in shared memory). Two members
+///   that each take the other for the root of a broadcast, or three members naming
+///   three roots, all fail.
 /// - The member that sees the mismatch tells every member of the team; each member
 ///   whose part has not completed then fails too.
-/// - A member whose part completed without depending on a member that disagrees
-///   returns `Ok`: a broadcast or scatter root that published its data, a non-root of
-///   a gather or reduce that sent its block, every member of a broadcast in which each
-///   reader read the root it named. No member can tell those cases without an
-///   agreement round in every rooted collective (an entry barrier), which gex does
-///   not pay for.
-/// - On a team that runs through shared memory, a mismatch leaves the members'
-///   acknowledgement counts disagreeing: the member that sees it marks the team
-///   *poisoned*, and every later collective of the team that has to wait fails with
-///   `RootMismatch` too (destroy the team). When no member saw the mismatch (last
-///   case above), the first later collective that reuses the slot of the bad one
-///   (within 32 collectives, or the next one for large blocks) fails with it on the
-///   member waiting for the missing acknowledgements, and poisons the team.
-///
-/// Members that disagree on the operation itself (one runs a broadcast where another
-/// runs a reduce, at the same point of the team's sequence) are caught the same way.
+/// - A member whose part completed without depending on a member that disagrees (a
+///   broadcast or scatter root that published its data, a non-root of a gather or
+///   reduce that sent its block) returns `Ok` from the call: no member can tell
+///   without an agreement round in every rooted collective (an entry barrier), which
+///   gex does not pay for. The team has failed all the same: that member's next
+///   collective on the team returns the error (once the news reached it: at the
+///   latest when that collective waits for a member that knows).
+/// - The team stays failed: every later collective of it returns the error at once
+///   (destroy the team). When no member saw the mismatch (every reader of a
+///   broadcast read the root it named), the first later collective of a
+///   shared-memory team that reuses the slot of the bad one (within 32 collectives,
+///   or the next one for large blocks) fails with it on the member waiting for the
+///   missing acknowledgements.
 ///
 /// ```
 /// use gex_coll::{Barrier, Broadcast, Coll, CollExt, Root};
@@ -92,7 +92,7 @@ use crate::rma::GlobalPtr;
 /// assert_eq!(out, vec![20, 10, 20, 10]);
 /// ```
 ///
-/// [`CollError::RootMismatch`]: crate::CollError::RootMismatch
+/// [`CollError::Mismatch`]: crate::CollError::Mismatch
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Root {
     /// The member of this team rank.

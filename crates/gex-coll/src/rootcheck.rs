@@ -1,41 +1,54 @@
-//! Agreement on roots: members that name different roots (or start different
-//! collectives at the same point of a team's sequence) get
-//! [`CollError::RootMismatch`](crate::CollError::RootMismatch) instead of waiting
-//! forever. What a program sees is documented on [`Root`](crate::Root).
+//! Agreement on descriptors: members that call one collective with descriptors that
+//! differ in a field every member must agree on (operation, root, element type, block
+//! length, reduction operator, sync modes) get
+//! [`CollError::Mismatch`], naming the field, both values
+//! and the members, instead of waiting forever or taking wrong data. What a program
+//! sees is documented on the error and on [`Root`](crate::Root).
 //!
-//! Every collective has a *belief*: a 32-bit digest of its operation, its root and,
-//! for a stage of a hierarchical collective, the parent's collective and root. Two
-//! members that run the same collective have the same belief; the checks compare
-//! beliefs where members already meet, and look further only when a member stalls:
+//! Every collective has a *descriptor* (four words) and a *belief*, a 32-bit
+//! digest of it. Two members that run the same collective have the same belief; the
+//! checks compare beliefs where members already meet, at no cost to a collective that
+//! makes progress, and look further only when a member stalls:
 //!
 //! - **Messages** carry the sender's belief; a receiver that takes a message with
-//!   another belief than its own fails the collective.
-//! - **Stalls over messages.** A member whose collective has made no progress for
-//!   50 ms sends a *probe* with its belief to each member it waits for in the
-//!   current round. A probed member that runs (or ran, or will run) that collective
-//!   with another belief, or whose part failed, fails its own part if it still runs
-//!   and answers with an abort. This catches the cases where nobody ever sends to a
-//!   member that disagrees (two members that each take the other for the root of a
-//!   broadcast wait for each other and send nothing).
-//! - **Shared memory.** Every member writes its belief and its last finished
-//!   collective into its area's check line (one store each, in its own cache line).
-//!   A member stalled on another member's flag reads that member's check line: the
-//!   same collective with another belief, or a member that went past the collective
-//!   without publishing what this one waits for, is a mismatch; so is a member that
-//!   waits for acknowledgements that can no longer come (every member has finished
-//!   the collective they belong to).
-//! - **Telling everyone.** The member that detects a mismatch fails its part, sends
-//!   an abort to every member of the team (whose part then fails too, unless it has
-//!   completed) and, on a shared-memory team, sets its `POISON` word: a stalled member
-//!   that sees it fails as well. A shared-memory team stays poisoned (its
-//!   acknowledgement counts no longer agree): every later collective of it that has
-//!   to wait fails with the error too.
+//!   another belief than its own asks the sender (a *probe* carrying its descriptor)
+//!   which field differs, and fails the collective with the answer (an *abort*
+//!   carrying the disagreement), or without one if none comes.
+//! - **Shared memory.** A publication's tag (slots and the small-broadcast ring)
+//!   digests the publisher's belief, so a reader never takes a publication of another
+//!   descriptor: it stalls on it. Every member writes its belief (and sequence number)
+//!   into its area's check line when it starts a collective through the slots or the
+//!   ring, one store in its own cache line, and its descriptor into one of two
+//!   records of its descriptor lines only when the belief is not one of the last two
+//!   it recorded (calls in a loop store nothing more).
+//! - **Stalls.** A member whose collective has made no progress for 50 ms
+//!   over messages sends a probe with its descriptor to each member it waits for in
+//!   the current round; a probed member that runs (or ran, or will run) that
+//!   collective with another belief names the first field that differs, fails its
+//!   own part if it still runs and answers with an abort. This catches the cases
+//!   where nobody ever sends to a member that disagrees (two members that each take
+//!   the other for the root of a broadcast wait for each other and send nothing).
+//!   Through shared memory, the stalled member reads the check line of the member it
+//!   waits for: the same collective with another belief is a mismatch (its record
+//!   gives the other descriptor), as is a member that went past the collective
+//!   without publishing what this one waits for, or one that waits for
+//!   acknowledgements that can no longer come.
+//! - **Telling everyone.** The member that detects a mismatch fails its part, sends an
+//!   abort with what it found to every member of the team (whose part then fails too,
+//!   unless it has completed) and, on a shared-memory team, writes what it found into
+//!   its descriptor lines and sets its `POISON` word: a stalled member that sees it
+//!   fails with the same finding. The team stays failed on every member that learnt
+//!   it: later collectives of it fail at once, so a member whose
+//!   part completed before anyone could tell gets the error from its next collective
+//!   on the team.
 //!
 //! Nothing here runs on a collective that makes progress: the fast paths only compare
-//! a word they already read (messages) or store one word more (shared memory).
+//! a word they already read (messages, tags) or store one word more (shared memory).
 
+use crate::CollError;
+use crate::error::{Disagreement, FIELDS, sync_code};
 use crate::msg::Probe;
-use crate::op::OpKind;
+use crate::op::{OpKind, SyncModes};
 use crate::ring::VALID;
 use crate::ring::Wait;
 use crate::shm::{ShmTeam, WaitOn};
@@ -48,11 +61,143 @@ use std::time::{Duration, Instant};
 /// shared-memory check lines); they run again every [`STALL`] after.
 pub(crate) const STALL: Duration = Duration::from_millis(50);
 
-/// The belief of a collective: a digest of its operation, its root and its context (0
-/// for a program's collective; for a stage of a hierarchical one, a digest of the
-/// parent's team, sequence number, root and stage).
-pub(crate) fn belief(kind: OpKind, root: u32, ctx: u64) -> u32 {
-    mix_all(&[kind as u64, u64::from(root), ctx]) as u32
+/// What members of a collective must pass alike, as four words: block bytes; the
+/// operation, element type code, reduction code, sync modes and root (one word); the
+/// element size; and a context (0 for a program's collective, a digest of the parent
+/// collective for a stage of a hierarchical one). Fields that do not apply to the
+/// operation (the root of an unrooted one, the operator of one that does not reduce)
+/// are 0, so that members differing there agree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Desc(pub(crate) [u64; 4]);
+
+impl Desc {
+    /// The descriptor of operation `kind` from `root` over elements of type code and
+    /// size `(ty, elem)` ([`crate::op::elem_code`]), blocks of `bytes`, reduction code
+    /// `red` ([`crate::op::reduce_name`]) and sync modes `sync`.
+    #[inline(always)]
+    pub(crate) fn new(
+        kind: OpKind,
+        root: u32,
+        (ty, elem): (u8, usize),
+        bytes: usize,
+        red: u8,
+        sync: SyncModes,
+    ) -> Desc {
+        let root = if kind.rooted() { root } else { 0 };
+        let red = if kind.reduces() { red } else { 0 };
+        let ty = if kind == OpKind::Barrier { 0 } else { ty };
+        let sync = sync_code(sync.input) * 3 + sync_code(sync.output);
+        let w1 = kind as u64
+            | (u64::from(ty) << 8)
+            | (u64::from(red) << 16)
+            | (sync << 24)
+            | (u64::from(root) << 32);
+        Desc([bytes as u64, w1, elem as u64, 0])
+    }
+
+    /// The key of a small broadcast's descriptor in the ring's cache
+    /// ([`Coll::ring_base`](crate::layer::Coll)): a broadcast from `root` of `n`
+    /// bytes, elements of type code and size `(ty, elem)`, sync modes `sync`, no
+    /// context; `n` and `elem` at most 255 (the ring carries 56 bytes).
+    #[inline(always)]
+    pub(crate) fn ring_key(root: u32, n: usize, (ty, elem): (u8, usize), sync: SyncModes) -> u64 {
+        (u64::from(root) << 32)
+            | ((n as u64) << 24)
+            | ((elem as u64) << 16)
+            | (u64::from(ty) << 8)
+            | (sync_code(sync.input) << 2)
+            | sync_code(sync.output)
+    }
+
+    /// This descriptor's key in the ring's cache ([`Desc::ring_key`]), if it has one
+    /// (a broadcast of at most 255 bytes without context).
+    pub(crate) fn ring_key_of(&self) -> Option<u64> {
+        let [n, w1, elem, ctx] = self.0;
+        let ok = w1 & 0xff == OpKind::Broadcast as u64 && ctx == 0 && n <= 0xff && elem <= 0xff;
+        ok.then(|| {
+            let (ty, sync) = ((w1 >> 8) & 0xff, (w1 >> 24) & 0xff);
+            ((w1 >> 32) << 32)
+                | (n << 24)
+                | (elem << 16)
+                | (ty << 8)
+                | ((sync / 3) << 2)
+                | (sync % 3)
+        })
+    }
+
+    /// The descriptor of a barrier under sync modes `sync` (its entry is a block of
+    /// [`crate::barrier::ENTRY_LEN`] bytes).
+    #[inline]
+    pub(crate) fn barrier(sync: SyncModes) -> Desc {
+        let n = crate::barrier::ENTRY_LEN;
+        Desc::new(OpKind::Barrier, 0, (0, n), n, 0, sync)
+    }
+
+    /// The descriptor of a stage of this (hierarchical) collective, which `ctx`
+    /// identifies: members of a stage compare the parent's fields.
+    pub(crate) fn stage(self, ctx: u64) -> Desc {
+        let mut d = self;
+        d.0[3] = mix_all(&[self.0[3], ctx]);
+        d
+    }
+
+    /// The belief: a digest of the descriptor, never 0.
+    #[inline]
+    pub(crate) fn belief(&self) -> u32 {
+        (mix_all(&self.0) as u32).max(1)
+    }
+
+    /// Every field's value, in [`FIELDS`] order.
+    fn fields(&self) -> [u64; 8] {
+        let w1 = self.0[1];
+        [
+            w1 & 0xff,
+            w1 >> 32,
+            (w1 >> 8) & 0xff,
+            self.0[2],
+            self.0[0],
+            (w1 >> 16) & 0xff,
+            (w1 >> 24) & 0xff,
+            self.0[3],
+        ]
+    }
+
+    /// The first field in which this descriptor (member `me`'s) and `other` (member
+    /// `q`'s) differ.
+    pub(crate) fn disagreement(&self, me: u32, other: &Desc, q: u32) -> Option<Disagreement> {
+        let (a, b) = (self.fields(), other.fields());
+        let i = (0..FIELDS.len()).find(|&i| a[i] != b[i])?;
+        Some(Disagreement {
+            field: FIELDS[i],
+            member: me,
+            value: a[i],
+            other: q,
+            other_value: b[i],
+        })
+    }
+}
+
+/// The error of collective `seq` of team `team`, with what was found.
+pub(crate) fn mismatch(team: u64, seq: u32, found: Option<Disagreement>) -> CollError {
+    CollError::Mismatch { team, seq, found }
+}
+
+/// True if team failure `e` (the error of its collective `s`) covers the team's
+/// collective `seq`: `seq` is `s` or a later one. Collectives before it (still
+/// running on a member that learns late) are not affected.
+pub(crate) fn covers(e: &CollError, seq: u32) -> bool {
+    match e {
+        CollError::Mismatch { seq: s, .. } => !after(*s, seq),
+        _ => true,
+    }
+}
+
+/// True if team failure `e` is of an earlier collective than team failure `k`.
+pub(crate) fn earlier(e: &CollError, k: &CollError) -> bool {
+    match (e, k) {
+        (CollError::Mismatch { seq: a, .. }, CollError::Mismatch { seq: b, .. }) => after(*b, *a),
+        _ => false,
+    }
 }
 
 /// Check line words (per channel, [`crate::shm`]). `TAG` and `DONE` are also the
@@ -61,6 +206,23 @@ pub(crate) const TAG: usize = 0;
 const BELIEF: usize = 1;
 pub(crate) const DONE: usize = 2;
 const POISON: usize = 3;
+
+/// Descriptor line words (per channel, [`crate::shm`]): two records of (belief, the
+/// descriptor's four words), then what the owner found when it poisoned the team
+/// (`FOUND`: sequence number, whether a field was found and which; the members;
+/// the two values).
+const RECORD: usize = 5;
+const FOUND: usize = 10;
+
+/// Which beliefs this member's two descriptor records on a channel hold (0: none),
+/// which record it writes next, and the belief it announced last (calls in a loop
+/// compare that one only).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Described {
+    last: u32,
+    beliefs: [u32; 2],
+    next: usize,
+}
 
 /// Prepares this member's check line for team `t` (when it takes the channel):
 /// beliefs and finished collectives of earlier teams on the channel never count.
@@ -73,14 +235,46 @@ pub(crate) fn claim(t: &ShmTeam) {
         .store(u64::from(t.tag) | VALID, Ordering::Release);
 }
 
-/// This member starts collective `seq` (through the slots) with `belief`.
-#[inline]
-pub(crate) fn announce(t: &ShmTeam, seq: u32, belief: u32) {
+/// This member starts collective `seq` (through the slots or the ring) with `belief`,
+/// the digest of the descriptor `desc` gives: records the descriptor if neither
+/// record holds it (`rec` says which do; calls in a loop compare one word), then the
+/// belief.
+#[inline(always)]
+pub(crate) fn announce(
+    t: &ShmTeam,
+    rec: &mut Described,
+    seq: u32,
+    belief: u32,
+    desc: impl FnOnce() -> Desc,
+) {
+    if rec.last != belief {
+        describe(t, rec, belief, &desc());
+    }
     let own = t.areas[t.me as usize];
     own.chk(t.ch, BELIEF).store(
         (u64::from(seq) << 32) | u64::from(belief),
         Ordering::Release,
     );
+}
+
+/// Another belief than the last announced: writes `desc` (of `belief`) into this
+/// member's older record unless one holds it.
+#[cold]
+#[inline(never)]
+fn describe(t: &ShmTeam, rec: &mut Described, belief: u32, desc: &Desc) {
+    rec.last = belief;
+    if rec.beliefs.contains(&belief) {
+        return;
+    }
+    let own = t.areas[t.me as usize];
+    let at = rec.next * RECORD;
+    for (i, w) in desc.0.iter().enumerate() {
+        own.dsc(t.ch, at + 1 + i).store(*w, Ordering::Relaxed);
+    }
+    own.dsc(t.ch, at)
+        .store(u64::from(belief), Ordering::Release);
+    rec.beliefs[rec.next] = belief;
+    rec.next ^= 1;
 }
 
 /// This member finished collective `seq` (through the slots).
@@ -91,10 +285,67 @@ pub(crate) fn finished(t: &ShmTeam, seq: u32) {
         .store(u64::from(seq) | VALID, Ordering::Release);
 }
 
-/// This member saw a mismatch on team `t`.
-pub(crate) fn poison(t: &ShmTeam) {
+/// This member saw its team `t` fail: `e` (a [`CollError::Mismatch`]: what it found)
+/// goes into its descriptor lines, then its `POISON` word is set. A finding already
+/// there stays (a later one without a field does not replace it).
+pub(crate) fn poison(t: &ShmTeam, e: &CollError) {
     let own = t.areas[t.me as usize];
+    let CollError::Mismatch { seq, found, .. } = e else {
+        own.chk(t.ch, POISON).store(1, Ordering::Release);
+        return;
+    };
+    if own.chk(t.ch, POISON).load(Ordering::Relaxed) != 0 && found.is_none() {
+        return;
+    }
+    let head = (u64::from(*seq) << 32)
+        | found.map_or(0, |d| {
+            0x100 | FIELDS.iter().position(|&f| f == d.field).unwrap_or(0) as u64
+        });
+    own.dsc(t.ch, FOUND).store(head, Ordering::Relaxed);
+    if let Some(d) = found {
+        own.dsc(t.ch, FOUND + 1).store(
+            (u64::from(d.member) << 32) | u64::from(d.other),
+            Ordering::Relaxed,
+        );
+        own.dsc(t.ch, FOUND + 2).store(d.value, Ordering::Relaxed);
+        own.dsc(t.ch, FOUND + 3)
+            .store(d.other_value, Ordering::Relaxed);
+    }
     own.chk(t.ch, POISON).store(1, Ordering::Release);
+}
+
+/// What member `q`, which poisoned team `t` (its `POISON` word read with acquire),
+/// found: the collective and the disagreement.
+fn poisoned_by(t: &ShmTeam, id: u64, q: u32) -> CollError {
+    let a = t.areas[q as usize];
+    let head = a.dsc(t.ch, FOUND).load(Ordering::Relaxed);
+    let found = (head & 0x100 != 0).then(|| {
+        let who = a.dsc(t.ch, FOUND + 1).load(Ordering::Relaxed);
+        Disagreement {
+            field: FIELDS[(head & 0xff) as usize % FIELDS.len()],
+            member: (who >> 32) as u32,
+            value: a.dsc(t.ch, FOUND + 2).load(Ordering::Relaxed),
+            other: who as u32,
+            other_value: a.dsc(t.ch, FOUND + 3).load(Ordering::Relaxed),
+        }
+    });
+    mismatch(id, (head >> 32) as u32, found)
+}
+
+/// Member `q`'s descriptor of belief `b`, if one of its records holds it (checked
+/// against the belief: a record being rewritten does not count).
+fn desc_of(t: &ShmTeam, q: u32, b: u32) -> Option<Desc> {
+    let a = t.areas[q as usize];
+    (0..2).find_map(|r| {
+        let at = r * RECORD;
+        if a.dsc(t.ch, at).load(Ordering::Acquire) != u64::from(b) {
+            return None;
+        }
+        let d = Desc(std::array::from_fn(|i| {
+            a.dsc(t.ch, at + 1 + i).load(Ordering::Relaxed)
+        }));
+        (d.belief() == b).then_some(d)
+    })
 }
 
 /// Member `q`'s check line, if `q` is on team `t` already: (belief word, done word,
@@ -116,65 +367,106 @@ fn after(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
 }
 
-/// The stall check of a shared-memory collective `seq` with `belief` of this member,
-/// stalled on `w`: true if it can never complete (a mismatch, here or seen by
-/// another member).
-pub(crate) fn shm_stalled(t: &ShmTeam, seq: u32, belief: u32, w: &WaitOn) -> bool {
+/// The stall check of a shared-memory collective `seq` of team `t` (id `id`) with
+/// descriptor `desc` on this member, stalled on `w`: the error if it can never
+/// complete (a mismatch seen here, or by another member), with what was found.
+pub(crate) fn shm_stalled(
+    t: &ShmTeam,
+    id: u64,
+    (seq, desc): (u32, &Desc),
+    w: &WaitOn,
+) -> Option<CollError> {
+    shm_stalled_as(t, id, (seq, desc.belief(), Some(desc)), w)
+}
+
+/// This member's descriptor of `belief` on team `t`: one of its records (a
+/// collective through the slots or the ring wrote it when it started), or a
+/// barrier's (barriers record nothing).
+pub(crate) fn own_desc(t: &ShmTeam, belief: u32) -> Option<Desc> {
+    use crate::SyncMode::{All, My, No};
+    desc_of(t, t.me, belief).or_else(|| {
+        [No, My, All]
+            .into_iter()
+            .flat_map(|i| [No, My, All].map(|o| Desc::barrier(SyncModes::new(i, o))))
+            .find(|d| d.belief() == belief)
+    })
+}
+
+/// [`shm_stalled`] of a collective known by its belief (`desc`: its descriptor, if
+/// known, to name what differs).
+pub(crate) fn shm_stalled_as(
+    t: &ShmTeam,
+    id: u64,
+    (seq, belief, desc): (u32, u32, Option<&Desc>),
+    w: &WaitOn,
+) -> Option<CollError> {
+    // Member `q` runs collective `seq` with another belief (word `b`): what differs.
+    let differs = |q: u32, b: u64| {
+        let theirs = desc_of(t, q, b as u32);
+        let found = desc
+            .zip(theirs)
+            .and_then(|(d, e)| d.disagreement(t.me, &e, q));
+        mismatch(id, seq, found)
+    };
+    // Any member that poisoned the team, or runs this collective with another
+    // descriptor (whatever this member waits for: a publication, acknowledgements of
+    // its own, a barrier's flags).
+    for q in (0..t.areas.len() as u32).filter(|&q| q != t.me) {
+        match line(t, q) {
+            Some((_, _, true)) => return Some(poisoned_by(t, id, q)),
+            Some((b, _, _)) if b != 0 && (b >> 32) as u32 == seq && b as u32 != belief => {
+                return Some(differs(q, b));
+            }
+            _ => {}
+        }
+    }
     match *w {
         WaitOn::Post { q, .. } | WaitOn::Ring(Wait::Post { q, .. }) => {
-            let Some((b, _, poisoned)) = line(t, q) else {
-                return false;
-            };
-            let (qs, qb) = ((b >> 32) as u32, b as u32);
-            poisoned
-                || (b != 0 && qs == seq && qb != belief)
-                // Went past this collective without publishing for this member.
-                || (b != 0 && after(qs, seq) && !w.ready())
-        }
-        WaitOn::Epoch { q, .. } => {
-            let Some((b, _, poisoned)) = line(t, q) else {
-                return false;
-            };
-            // A collective through the slots where this member runs a barrier.
-            poisoned || (b != 0 && (b >> 32) as u32 == seq)
-        }
-        WaitOn::Release { .. } => {
-            // Waiting for the last arrival: any member running a collective through
-            // the slots at this barrier's place, or poisoned.
-            (0..t.areas.len() as u32)
-                .filter(|&q| q != t.me)
-                .any(|q| match line(t, q) {
-                    Some((_, _, true)) => true,
-                    Some((b, _, _)) => b != 0 && (b >> 32) as u32 == seq,
-                    None => false,
-                })
+            let (b, _, _) = line(t, q)?;
+            // Went past this collective without publishing for this member.
+            (b != 0 && after((b >> 32) as u32, seq) && !w.ready()).then(|| mismatch(id, seq, None))
         }
         WaitOn::Acks { seq: s, .. } => {
-            let mut all_past = true;
-            for q in (0..t.areas.len() as u32).filter(|&q| q != t.me) {
-                match line(t, q) {
-                    Some((_, _, true)) => return true,
-                    Some((_, d, _)) if d != 0 && !after(s, d as u32) => {}
-                    _ => all_past = false,
-                }
-            }
+            let all_past = (0..t.areas.len() as u32)
+                .filter(|&q| q != t.me)
+                .all(|q| line(t, q).is_some_and(|(_, d, _)| d != 0 && !after(s, d as u32)));
             // Everyone finished the collective of the publication, some did not
             // acknowledge it: they ran another one.
-            all_past && !w.ready()
+            (all_past && !w.ready()).then(|| mismatch(id, s, None))
         }
-        // A root waiting for a reader of its slot's previous publication: that
-        // reader's part failed (its `DONE` never reaches it; it poisoned the team).
-        WaitOn::Ring(Wait::Done { q, left: false, .. }) => {
-            line(t, q).is_some_and(|(_, _, poisoned)| poisoned)
-        }
-        // Members claiming the channel, or leaving the team that held it before:
-        // nothing a root could have named differently.
-        WaitOn::Ring(Wait::Done { left: true, .. } | Wait::Claim { .. }) => false,
+        // A barrier (its flags or its release): the members running a collective
+        // through the slots at its place were found above; a root waiting for a
+        // reader of its slot's previous publication, a member claiming the channel
+        // or leaving the team that held it before: the reader's failure (its poison)
+        // was found above, nothing else could have been passed differently.
+        WaitOn::Epoch { .. } | WaitOn::Release { .. } | WaitOn::Ring(_) => None,
     }
 }
 
+/// The stall check of a collective `seq` over messages with descriptor `desc` on a
+/// team `t` that also has a channel, waiting for `peers` (team ranks): the error if
+/// one of them poisoned the team or runs the collective through the channel with
+/// another descriptor (members whose block lengths differ may choose different
+/// algorithms).
+pub(crate) fn peers_differ(
+    t: &ShmTeam,
+    id: u64,
+    (seq, desc): (u32, &Desc),
+    peers: &[u32],
+) -> Option<CollError> {
+    let belief = desc.belief();
+    peers.iter().find_map(|&q| match line(t, q)? {
+        (_, _, true) => Some(poisoned_by(t, id, q)),
+        (b, _, _) if b != 0 && (b >> 32) as u32 == seq && b as u32 != belief => {
+            let found = desc_of(t, q, b as u32).and_then(|d| desc.disagreement(t.me, &d, q));
+            Some(mismatch(id, seq, found))
+        }
+        _ => None,
+    })
+}
+
 /// When a collective stopped making progress, and what the checks did about it.
-#[derive(Debug, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Stall {
     /// Fruitless advances in a row.
     count: u32,
@@ -221,11 +513,20 @@ impl Stall {
     }
 }
 
+/// What this member knew of a recent collective: its descriptor, its team rank in
+/// it, and its error if it failed.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Known {
+    pub(crate) desc: Desc,
+    pub(crate) rank: u32,
+    pub(crate) failed: Option<CollError>,
+}
+
 /// What this member knows of recent collectives (for probes of members behind it).
 #[derive(Debug, Default)]
 pub(crate) struct History {
-    /// (team, seq, belief, failed), oldest first.
-    recent: VecDeque<(u64, u32, u32, bool)>,
+    /// ((team, seq), what is known), oldest first.
+    recent: VecDeque<((u64, u32), Known)>,
     /// Probes about collectives this member has not started yet.
     pub(crate) early: Vec<Probe>,
 }
@@ -234,34 +535,41 @@ pub(crate) struct History {
 const HISTORY: usize = 4096;
 
 impl History {
-    /// Records that this member started (team, seq) with `belief`.
-    pub(crate) fn started(&mut self, team: u64, seq: u32, belief: u32) {
+    /// Records that this member (team rank `rank`) started (team, seq) with `desc`.
+    pub(crate) fn started(&mut self, (team, seq): (u64, u32), rank: u32, desc: Desc) {
         if self.recent.len() >= HISTORY {
             self.recent.pop_front();
         }
-        self.recent.push_back((team, seq, belief, false));
+        let k = Known {
+            desc,
+            rank,
+            failed: None,
+        };
+        self.recent.push_back(((team, seq), k));
     }
 
-    /// Records that (team, seq) failed here.
-    pub(crate) fn failed(&mut self, team: u64, seq: u32) {
-        match self
-            .recent
-            .iter_mut()
-            .rev()
-            .find(|x| (x.0, x.1) == (team, seq))
-        {
-            Some(x) => x.3 = true,
-            None => self.recent.push_back((team, seq, 0, true)),
+    /// Records that (team, seq) failed here with `e`.
+    pub(crate) fn failed(&mut self, team: u64, seq: u32, e: &CollError) {
+        match self.recent.iter_mut().rev().find(|x| x.0 == (team, seq)) {
+            Some(x) => x.1.failed = Some(e.clone()),
+            None => {
+                let k = Known {
+                    desc: Desc::default(),
+                    rank: 0,
+                    failed: Some(e.clone()),
+                };
+                self.recent.push_back(((team, seq), k));
+            }
         }
     }
 
-    /// What this member knows of (team, seq): (belief, failed).
-    pub(crate) fn lookup(&self, team: u64, seq: u32) -> Option<(u32, bool)> {
+    /// What this member knows of (team, seq).
+    pub(crate) fn lookup(&self, team: u64, seq: u32) -> Option<&Known> {
         self.recent
             .iter()
             .rev()
-            .find(|x| (x.0, x.1) == (team, seq))
-            .map(|x| (x.2, x.3))
+            .find(|x| x.0 == (team, seq))
+            .map(|x| &x.1)
     }
 
     /// Keeps a probe about a collective not started here yet.
@@ -289,13 +597,88 @@ impl History {
 mod tests {
     use super::*;
 
+    fn d(kind: OpKind, root: u32, bytes: usize) -> Desc {
+        Desc::new(kind, root, (4, 4), bytes, 1, SyncModes::default())
+    }
+
     #[test]
-    fn beliefs_differ_by_operation_root_and_context() {
-        let b = belief(OpKind::Broadcast, 1, 0);
-        assert_eq!(b, belief(OpKind::Broadcast, 1, 0));
-        assert_ne!(b, belief(OpKind::Broadcast, 2, 0));
-        assert_ne!(b, belief(OpKind::Reduce, 1, 0));
-        assert_ne!(b, belief(OpKind::Broadcast, 1, 7));
+    fn beliefs_differ_by_every_field_that_applies() {
+        let b = d(OpKind::Broadcast, 1, 8).belief();
+        assert_eq!(b, d(OpKind::Broadcast, 1, 8).belief());
+        assert_ne!(b, d(OpKind::Broadcast, 2, 8).belief());
+        assert_ne!(b, d(OpKind::Reduce, 1, 8).belief());
+        assert_ne!(b, d(OpKind::Broadcast, 1, 16).belief());
+        assert_ne!(b, d(OpKind::Broadcast, 1, 8).stage(7).belief());
+        let sync = SyncModes::new(crate::SyncMode::All, crate::SyncMode::My);
+        assert_ne!(
+            b,
+            Desc::new(OpKind::Broadcast, 1, (4, 4), 8, 0, sync).belief()
+        );
+        // Fields that do not apply are left out: a root of an allreduce, the
+        // operator of a broadcast.
+        assert_eq!(
+            d(OpKind::Allreduce, 1, 8).belief(),
+            d(OpKind::Allreduce, 2, 8).belief()
+        );
+        assert_eq!(
+            b,
+            Desc::new(OpKind::Broadcast, 1, (4, 4), 8, 0, SyncModes::default()).belief()
+        );
+        assert_ne!(
+            d(OpKind::Allreduce, 0, 8).belief(),
+            Desc::new(OpKind::Allreduce, 0, (4, 4), 8, 2, SyncModes::default()).belief()
+        );
+    }
+
+    #[test]
+    fn the_ring_cache_key_of_a_descriptor_is_the_key_of_its_call() {
+        use crate::SyncMode::{All, My, No};
+        for (root, n, ty, elem) in [(0, 8, 1, 1), (3, 56, 4, 8), (1, 0, 0, 200), (7, 24, 14, 4)] {
+            for (i, o) in [(My, My), (No, My), (My, No), (No, No), (All, My)] {
+                let sync = SyncModes::new(i, o);
+                let d = Desc::new(OpKind::Broadcast, root, (ty, elem), n, 0, sync);
+                assert_eq!(
+                    d.ring_key_of(),
+                    Some(Desc::ring_key(root, n, (ty, elem), sync)),
+                    "{root} {n} {ty} {elem} {sync:?}"
+                );
+            }
+        }
+        let d = Desc::new(OpKind::Broadcast, 0, (1, 1), 8, 0, SyncModes::default());
+        assert_eq!(d.stage(5).ring_key_of(), None, "stages are not cached");
+        let d = Desc::new(OpKind::Allreduce, 0, (1, 1), 8, 1, SyncModes::default());
+        assert_eq!(d.ring_key_of(), None);
+    }
+
+    #[test]
+    fn the_first_field_that_differs_is_named() {
+        use crate::error::Field;
+        let a = d(OpKind::Broadcast, 0, 4096);
+        let found = a.disagreement(0, &d(OpKind::Broadcast, 0, 8), 1).unwrap();
+        assert_eq!(
+            (
+                found.field,
+                found.value,
+                found.other_value,
+                found.member,
+                found.other
+            ),
+            (Field::BlockBytes, 4096, 8, 0, 1)
+        );
+        let found = a.disagreement(1, &d(OpKind::Gather, 2, 8), 0).unwrap();
+        assert_eq!(found.field, Field::Operation);
+        assert_eq!(
+            found.to_string(),
+            "operation: member 1 passed broadcast, member 0 passed gather"
+        );
+        let f32s = Desc::new(OpKind::Allreduce, 0, (13, 4), 16, 1, SyncModes::default());
+        let u32s = Desc::new(OpKind::Allreduce, 0, (3, 4), 16, 1, SyncModes::default());
+        let found = f32s.disagreement(0, &u32s, 1).unwrap();
+        assert_eq!(
+            found.to_string(),
+            "element type: member 0 passed f32, member 1 passed u32"
+        );
+        assert_eq!(a.disagreement(0, &a, 1), None);
     }
 
     #[test]
@@ -309,16 +692,25 @@ mod tests {
     #[test]
     fn history_remembers_and_keeps_early_probes() {
         let mut h = History::default();
-        h.started(5, 1, 42);
-        assert_eq!(h.lookup(5, 1), Some((42, false)));
-        h.failed(5, 1);
-        assert_eq!(h.lookup(5, 1), Some((42, true)));
-        assert_eq!(h.lookup(5, 2), None);
+        let desc = d(OpKind::Broadcast, 0, 8);
+        h.started((5, 1), 0, desc);
+        assert_eq!(
+            h.lookup(5, 1).map(|k| (k.desc, k.failed.clone())),
+            Some((desc, None))
+        );
+        let e = mismatch(5, 1, None);
+        h.failed(5, 1, &e);
+        assert_eq!(
+            h.lookup(5, 1).map(|k| (k.desc, k.failed.clone())),
+            Some((desc, Some(e)))
+        );
+        assert!(h.lookup(5, 2).is_none());
         let p = Probe {
             team: 5,
             seq: 9,
             src: gex_core::EpAddr::rank(1),
-            belief: 3,
+            rank: 1,
+            desc,
         };
         h.keep(p);
         assert!(h.take_early(5, 8).is_empty());

@@ -58,13 +58,14 @@
 //! wait for each other in different orders.
 //!
 //! **Header.** Before the channels, every area has a header: the generation, `PID` and
-//! `PIDNS` words, the `SLEEPY` word (see *Sleeping*), and per channel three lines: the
+//! `PIDNS` words, the `SLEEPY` word (see *Sleeping*), and per channel: the
 //! barrier line (`EPOCH` and two entries, [`crate::barrier`]), the check line
 //! (`BELIEF`, `DONE`, `POISON`: what the owner runs and has finished, and whether it
-//! saw a root mismatch on the channel's team, [`crate::rootcheck`]) and the team
+//! saw members disagree on the channel's team, [`crate::rootcheck`]), the team
 //! sleep line (`TEAMSLEEP`: some member of the owner's team on the channel may
-//! sleep). The team leader's area also holds the counter barrier's release and
-//! arrival lines.
+//! sleep) and two descriptor lines (the owner's last two collective descriptors and
+//! what it found when it saw a mismatch, [`crate::rootcheck`]). The team leader's
+//! area also holds the counter barrier's release and arrival lines.
 //!
 //! **Sleeping.** A member whose wait may end in a kernel sleep (the endpoint's wait
 //! policy) first stores 1 in its `SLEEPY` word, then (after a sequentially consistent
@@ -82,8 +83,8 @@
 //! never share a tag, and a tag is odd, never 0 (the word of a slot nobody published
 //! in). A reader waits for the exact tag, so a stale publication of another team, of
 //! an earlier collective or of an earlier layer on the same endpoint (the generation
-//! word counts them), or of a member that runs another collective or names another
-//! root (the belief, [`crate::rootcheck`]), is never mistaken for the awaited one
+//! word counts them), or of a member that runs another collective or passed another
+//! descriptor (the belief, [`crate::rootcheck`]), is never mistaken for the awaited one
 //! (publications under other digests match only by a 2⁻⁶³ chance). A tag costs a
 //! shift and a multiplication: no hashing per collective (the digest is kept).
 //!
@@ -173,8 +174,16 @@ const fn rel_line(c: usize) -> usize {
 const fn cnt_line(c: usize) -> usize {
     1024 + c * 128 + 64
 }
+/// Descriptor lines of channel `c` (two): the owner's last two collective
+/// descriptors and what it found when it saw a mismatch ([`crate::rootcheck`]), read
+/// only by members whose wait stalled.
+const fn dsc_lines(c: usize) -> usize {
+    1536 + c * 128
+}
 /// Bytes before the first channel.
 const HDR: usize = 2048;
+const _: () = assert!(dsc_lines(0) >= cnt_line(NCH - 1) + 64);
+const _: () = assert!(dsc_lines(NCH - 1) + 128 <= HDR);
 const _: () = assert!(chk_line(NCH - 1) + 64 <= sleep_line(0));
 const _: () = assert!(sleep_line(NCH - 1) + 64 <= rel_line(0));
 const _: () = assert!(cnt_line(NCH - 1) + 64 <= HDR);
@@ -332,6 +341,12 @@ impl Area {
     pub(crate) fn chk(&self, c: usize, i: usize) -> &AtomicU64 {
         debug_assert!(i < 8);
         self.word(chk_line(c) + 8 * i)
+    }
+
+    /// Word `i` (0..16) of channel `c`'s descriptor lines.
+    pub(crate) fn dsc(&self, c: usize, i: usize) -> &AtomicU64 {
+        debug_assert!(i < 16);
+        self.word(dsc_lines(c) + 8 * i)
     }
 
     #[inline]
@@ -516,6 +531,7 @@ pub(crate) mod layout {
                 rel_line(c) + 8 * i,
             ]
         }));
+        v.extend((0..16).map(|i| dsc_lines(c) + 8 * i));
         v.extend(
             (0..NSLOT).flat_map(|s| [a.slot(c, s) + POST, a.slot(c, s) + REF, a.slot(c, s) + ACK]),
         );

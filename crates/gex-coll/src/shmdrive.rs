@@ -46,7 +46,7 @@ use crate::error::CollError;
 use crate::layer::{Coll, Counters, ShmLocal};
 use crate::op::{AddrMode, OpKind, Opts, SyncMode, SyncModes};
 use crate::ring;
-use crate::rootcheck::{self, Stall};
+use crate::rootcheck::{self, Desc, Stall};
 use crate::shm::{Area, Io, Publish, ShmOp, ShmTeam, WaitOn};
 use crate::teams::{CollTeam, Owner, ext};
 use gex_core::layer::Cx;
@@ -80,23 +80,6 @@ pub(crate) fn ring_eligible(kind: OpKind, n: usize, sync: SyncModes) -> bool {
         && sync.output != SyncMode::All
 }
 
-/// The part of a broadcast's belief ([`rootcheck::belief`]'s context) that says which
-/// ring its size takes: 2 for the packed slots (at most [`ring::TINY`] bytes), 1 for
-/// the ring's slots, 0 beyond the ring. Members that pass sizes of different
-/// classes would wait in different rings; with the class in the belief, their tags
-/// differ and the stall checks report [`CollError::RootMismatch`] instead of a hang.
-#[inline]
-pub(crate) fn size_class(kind: OpKind, n: usize) -> u64 {
-    let class = if kind != OpKind::Broadcast || n > ring::CAP {
-        0
-    } else if n <= ring::TINY {
-        2
-    } else {
-        1
-    };
-    class << 60
-}
-
 /// How long a direct step of the slot protocol under [`WaitPolicy::Spin`] keeps
 /// stepping after it stopped at a publication before it returns `Pending` and the caller's wait loop takes over (serving the endpoint): a
 /// symmetric call (allreduce, gather_all, exchange) mostly waits for a publication
@@ -111,6 +94,28 @@ const INNER_WAIT: Duration = Duration::from_micros(2);
 /// Looks between two readings of the clock while looking (the first after as many
 /// looks: a short wait never reads it).
 const INNER_LOOKS: u32 = 64;
+
+/// The last small broadcast's descriptor, as the ring's cache keeps it
+/// ([`Coll::ring_base`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RingKey {
+    team: u64,
+    /// [`Desc::ring_key`].
+    key: u64,
+    desc: Desc,
+    /// The digest its ring tags start from.
+    base: u64,
+    belief: u32,
+    /// The tuner generation in which a blocking in-place call of this key took `shm`
+    /// by the tuner's choice ([`Coll::ring_begin`]): later ones skip the tuner's key.
+    shm_gen: Option<u64>,
+}
+
+/// The digest the ring tags of broadcasts with `belief` on `team` start from.
+fn ring_digest(team: &Team, belief: u32) -> u64 {
+    let generation = ext(team).shm.as_ref().map_or(0, |t| t.generation);
+    crate::teams::mix_all(&[generation, team.id(), u64::from(belief), 0xb7ca])
+}
 
 /// How [`Coll::replay_run`] ended.
 pub(crate) enum Replayed {
@@ -170,10 +175,13 @@ pub(crate) struct OwnedRing {
 /// A blocking call running directly over the caller's buffers (its team is the
 /// caller's, resolved at each step: no reference count on the hot path).
 pub(crate) struct DirectOp {
+    /// The team's id and the collective's sequence number in it.
+    pub(crate) team: u64,
     pub(crate) seq: u32,
+    /// The digest of the descriptor members compare ([`crate::rootcheck`]; the
+    /// descriptor is in this member's records, [`rootcheck::own_desc`]).
     pub(crate) belief: u32,
     pub(crate) body: DirectBody,
-    pub(crate) started: bool,
     /// The team's size and this member's rank in it.
     pub(crate) size: u32,
     pub(crate) rank: u32,
@@ -212,13 +220,18 @@ impl DirectOp {
 
     /// The layer's record of the wait of this call, which a step left pending,
     /// with the stall count `stall` carried over from its earlier waits.
-    #[inline]
+    #[inline(always)]
     fn pending_wait(&self, stall: Stall) -> Option<DirectWait> {
         let wait = self.wait().expect("a pending step records its wait");
         Some(DirectWait {
             wait,
             stall,
             check: false,
+            team: self.team,
+            rank: self.rank,
+            seq: self.seq,
+            belief: self.belief,
+            failed: false,
         })
     }
 
@@ -242,13 +255,35 @@ impl DirectOp {
     }
 }
 
-/// A direct call's wait, as the progress hook sees it.
-#[derive(Debug)]
+/// A direct call's wait, as the progress hook sees it. Plain data (no drop glue):
+/// every call clears the record a call before it left, on the fast path.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct DirectWait {
     pub(crate) wait: WaitOn,
     pub(crate) stall: Stall,
     /// The stall checks are due (run by the next step, which has the team).
     pub(crate) check: bool,
+    /// The call's team (id), this member's rank in it, its collective and belief
+    /// (its descriptor is in this member's records, [`rootcheck::own_desc`]).
+    pub(crate) team: u64,
+    pub(crate) rank: u32,
+    pub(crate) seq: u32,
+    pub(crate) belief: u32,
+    /// The call failed (the error is [`ShmLocal::direct_error`]): the stall checks
+    /// found its members disagree, or its team failed ([`Coll::fail_team`]). The
+    /// next step returns it.
+    pub(crate) failed: bool,
+}
+
+/// Fails the direct call waiting in `direct` with `e` (kept in `shm` for its next
+/// step), unless it failed already.
+pub(crate) fn fail_direct(direct: &mut Option<DirectWait>, shm: &mut ShmLocal, e: &CollError) {
+    if let Some(d) = direct.as_mut() {
+        if !d.failed {
+            d.failed = true;
+            shm.direct_error = Some(e.clone());
+        }
+    }
 }
 
 /// How a direct step ended.
@@ -272,6 +307,25 @@ pub(crate) struct DirectReq<'a> {
     pub(crate) trial: bool,
     /// The call's shape, if later calls of the same shape may replay its decisions.
     pub(crate) replay: Option<ReplayKey>,
+    /// The element type's code and the reduction's ([`crate::engine::Start::codes`]).
+    pub(crate) codes: (u8, u8),
+}
+
+impl DirectReq<'_> {
+    /// The descriptor members compare ([`crate::rootcheck`]).
+    #[inline]
+    pub(crate) fn desc(&self) -> Desc {
+        let (ty, red) = self.codes;
+        let n = self.elem * self.count;
+        Desc::new(
+            self.kind,
+            self.root,
+            (ty, self.elem),
+            n,
+            red,
+            self.opts.sync,
+        )
+    }
 }
 
 /// The shape of a blocking call over borrowed slices with default options, as far as
@@ -292,6 +346,8 @@ pub(crate) struct ReplayKey {
     pub(crate) count: Option<usize>,
     /// Whether the call reduces, and then whether its reduction is commutative.
     pub(crate) reduce: Option<bool>,
+    /// The element type's code and the reduction's ([`crate::engine::Start::codes`]).
+    pub(crate) codes: (u8, u8),
 }
 
 /// The decisions of the last direct call that ran the slot protocol (see the module
@@ -300,6 +356,7 @@ pub(crate) struct Replay {
     key: ReplayKey,
     /// The tuner's generation the decisions were taken in.
     generation: u64,
+    desc: Desc,
     belief: u32,
     oversubscribed: bool,
     /// The call's operation (its fixed fields, belief and tag digest), restarted in
@@ -331,22 +388,47 @@ pub(crate) struct ChoiceKey {
 }
 
 impl Coll {
-    /// The digest of the ring publications of broadcasts rooted at `root` on `team`
-    /// (context `ctx`, see [`rootcheck::belief`]), and their belief. The last one is
-    /// kept: calls in a loop skip the hashing.
+    /// The digest of the ring publications of broadcasts with descriptor `desc` (its
+    /// root included) on `team` ([`crate::rootcheck`]), and their belief. The last
+    /// one is kept ([`RingKey`]): calls in a loop skip the hashing.
     #[inline]
-    pub(crate) fn ring_base(&mut self, team: &Team, root: u32, ctx: u64) -> (u64, u32) {
-        let key = (team.id(), root, ctx);
-        if let Some((k, base, belief)) = self.ring_key {
-            if k == key {
-                return (base, belief);
-            }
+    pub(crate) fn ring_base(&mut self, team: &Team, desc: &Desc) -> (u64, u32) {
+        match desc.ring_key_of() {
+            Some(key) => self.ring_cached(team, key, || *desc),
+            None => (ring_digest(team, desc.belief()), desc.belief()),
         }
-        let belief = rootcheck::belief(OpKind::Broadcast, root, ctx);
-        let generation = ext(team).shm.as_ref().map_or(0, |t| t.generation);
-        let base = crate::teams::mix_all(&[generation, team.id(), u64::from(belief), 0xb7ca]);
-        self.ring_key = Some((key, base, belief));
-        (base, belief)
+    }
+
+    /// The digest and belief of the ring's cache entry of broadcasts with key `key`
+    /// ([`Desc::ring_key`]) on `team`, made with `desc` (the descriptor of that key)
+    /// when it is not the last one.
+    #[inline(always)]
+    pub(crate) fn ring_cached(
+        &mut self,
+        team: &Team,
+        key: u64,
+        desc: impl FnOnce() -> Desc,
+    ) -> (u64, u32) {
+        match &self.ring_key {
+            Some(k) if k.team == team.id() && k.key == key => (k.base, k.belief),
+            _ => self.ring_cache_new(team, key, desc()),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn ring_cache_new(&mut self, team: &Team, key: u64, desc: Desc) -> (u64, u32) {
+        let belief = desc.belief();
+        let k = RingKey {
+            team: team.id(),
+            key,
+            desc,
+            base: ring_digest(team, belief),
+            belief,
+            shm_gen: None,
+        };
+        self.ring_key = Some(k);
+        (k.base, k.belief)
     }
 
     /// True if a collective of `st`'s team started before it (lower sequence number)
@@ -374,6 +456,7 @@ impl Coll {
         }
         let Coll { ops, shm, .. } = self;
         let st = ops.get_mut(&id).expect("present");
+        let desc = st.desc;
         let x = ext(&st.team);
         let Some(t) = x.shm.as_ref() else {
             st.result = Some(Err(CollError::NotMember { team: st.team.id() }));
@@ -386,7 +469,8 @@ impl Coll {
             Body::Shm(op) => {
                 if first {
                     op.op().set_belief(t, st.belief);
-                    rootcheck::announce(t, st.seq, st.belief);
+                    let rec = &mut shm.described[t.ch];
+                    rootcheck::announce(t, rec, st.seq, st.belief, || desc);
                 }
                 let done = op.step(t, &mut shm.expected);
                 let stored = op.op().stored();
@@ -409,7 +493,8 @@ impl Coll {
             }
             Body::Ring(r) => {
                 if first {
-                    rootcheck::announce(t, st.seq, st.belief);
+                    let rec = &mut shm.described[t.ch];
+                    rootcheck::announce(t, rec, st.seq, st.belief, || desc);
                 }
                 let view = t.view();
                 let local = &mut shm.ring[t.ch];
@@ -489,12 +574,13 @@ impl Coll {
     /// reader whose root published copies), no operation record but the ring's.
     /// Otherwise [`RingBegin::Declined`], nothing consumed (the general path then
     /// decides, and reports a bad root).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn ring_begin<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
         team: &Team,
         root: u32,
-        buf: &mut [u8],
+        (buf, ty, elem): (&mut [u8], u8, usize),
         opts: &Opts<'_>,
         call: &mut Option<RingCall>,
     ) -> Result<RingBegin, CollError> {
@@ -503,31 +589,54 @@ impl Coll {
             return Ok(RingBegin::Declined);
         };
         let (p, me, n) = (team.size(), team.rank(), buf.len());
-        if !self.ops.is_empty() || root >= p || !ring_eligible(OpKind::Broadcast, n, opts.sync) {
-            return Ok(RingBegin::Declined);
-        }
-        let req = DirectReq {
-            kind: OpKind::Broadcast,
-            root,
-            elem: 1,
-            count: n,
-            commutative: true,
-            opts,
-            entry: Entry::default(),
-            trial: false,
-            replay: None,
-        };
-        if !self
-            .direct_takes_shm(team, &req)?
-            .is_some_and(|(shm, _)| shm)
+        if !self.ops.is_empty()
+            || root >= p
+            || elem > 0xff
+            || self.team_failed(team.id())
+            || !ring_eligible(OpKind::Broadcast, n, opts.sync)
         {
             return Ok(RingBegin::Declined);
+        }
+        // The last small broadcast's descriptor and decision (`shm`, tuned in this
+        // tuner generation) hold for a call of the same key: no tuner's key.
+        let key = Desc::ring_key(root, n, (ty, elem), opts.sync);
+        let generation = self.tuner_gen;
+        let decided = opts.algorithm.is_none()
+            && matches!(&self.ring_key, Some(k) if k.team == team.id() && k.key == key && k.shm_gen == Some(generation));
+        let mut fixed = false;
+        if !decided {
+            let req = DirectReq {
+                kind: OpKind::Broadcast,
+                root,
+                elem: 1,
+                count: n,
+                commutative: true,
+                opts,
+                entry: Entry::default(),
+                trial: false,
+                replay: None,
+                codes: (ty, 0),
+            };
+            match self.direct_takes_shm(team, &req)? {
+                Some((true, f)) => fixed = f,
+                _ => return Ok(RingBegin::Declined),
+            }
         }
         // A wait left by a call that unwound (a panicking handler) is stale.
         self.direct = None;
         let seq = x.next_seq();
-        let (base, belief) = self.ring_base(team, root, size_class(OpKind::Broadcast, n));
-        rootcheck::announce(sh, seq, belief);
+        let (base, belief) = self.ring_cached(team, key, || {
+            Desc::new(OpKind::Broadcast, root, (ty, elem), n, 0, opts.sync)
+        });
+        if fixed {
+            if let Some(k) = self.ring_key.as_mut() {
+                k.shm_gen = Some(generation);
+            }
+        }
+        let cached = &self.ring_key;
+        rootcheck::announce(sh, &mut self.shm.described[sh.ch], seq, belief, || {
+            cached.map(|k| k.desc).unwrap_or_default()
+        });
         let mut b = ring::Bcast::new(seq, base, root, n);
         let (input, out): (&[u8], &mut [u8]) = if me == root {
             (buf, &mut [])
@@ -550,7 +659,7 @@ impl Coll {
             return Ok(RingBegin::Done);
         }
         let wait = WaitOn::Ring(b.wait.expect("a pending step records its wait"));
-        self.await_flag(cx, wait, Stall::default());
+        self.await_flag(cx, wait, Stall::default(), (team.id(), me, seq, belief));
         *call = Some(RingCall {
             own: sh.areas[me as usize],
             fencing: self.shm.fencing.on,
@@ -565,7 +674,7 @@ impl Coll {
     /// [`direct_step`](Self::direct_step) does a direct call): true once done.
     ///
     /// # Errors
-    /// [`CollError::RootMismatch`] when the stall checks find one.
+    /// [`CollError::Mismatch`] when the stall checks find one, or the team failed.
     pub(crate) fn ring_step<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
@@ -597,10 +706,11 @@ impl Coll {
         t.wake_fenced(std::mem::take(&mut call.b.wake), &mut |a| cx.wake(a));
         if done {
             self.calm();
+            self.shm.unwatch();
             return Ok(true);
         }
         let wait = WaitOn::Ring(call.b.wait.expect("a pending step records its wait"));
-        self.await_flag(cx, wait, stall);
+        self.await_flag(cx, wait, stall, (team.id(), t.me, call.seq, call.belief));
         Ok(false)
     }
 
@@ -608,7 +718,7 @@ impl Coll {
     /// `Ok(None)` if not (nothing consumed, the caller uses the table).
     pub(crate) fn direct_begin<'s, C: Conduit>(
         &mut self,
-        _cx: &mut Cx<'_, C>,
+        cx: &mut Cx<'_, C>,
         team: &Team,
         r: &DirectReq<'_>,
         io: &mut Io<'_>,
@@ -621,6 +731,7 @@ impl Coll {
         if !self.ops.is_empty() {
             return Ok(Begin::Declined);
         }
+        self.check_team(cx, team)?;
         // A wait left by a call that unwound (a panicking handler) is stale.
         self.direct = None;
         let (p, me, n) = (team.size(), team.rank(), r.elem * r.count);
@@ -638,14 +749,15 @@ impl Coll {
         }
         let seq = x.next_seq();
         let ring = r.kind != OpKind::Barrier && ring_eligible(r.kind, n, r.opts.sync);
+        let desc = r.desc();
         let (base, belief) = if ring {
-            self.ring_base(team, r.root, size_class(r.kind, n))
+            self.ring_base(team, &desc)
         } else {
-            (0, rootcheck::belief(r.kind, r.root, 0))
+            (0, desc.belief())
         };
         let body = if r.kind == OpKind::Barrier {
             if fixed && *r.opts == Opts::default() {
-                self.bar_replay = Some((team.id(), p, self.tuner_gen));
+                self.bar_replay = Some((team.id(), p, self.tuner_gen, belief));
             }
             DirectBody::Bar(ShmBar::new(p, x.next_barrier(), r.entry))
         } else if ring {
@@ -675,6 +787,7 @@ impl Coll {
                 self.replay = Some(Replay {
                     key,
                     generation: self.tuner_gen,
+                    desc,
                     belief,
                     oversubscribed,
                     op: op.clone(),
@@ -684,12 +797,16 @@ impl Coll {
             self.counters.publish(&mut op, sh, io.input, oversubscribed);
             DirectBody::Shm(op)
         };
+        if !matches!(body, DirectBody::Bar(_)) {
+            // Its first step follows at once (the caller's `drive`).
+            rootcheck::announce(sh, &mut self.shm.described[sh.ch], seq, belief, || desc);
+        }
         self.counters.direct_calls += 1;
         Ok(Begin::Began(slot.insert(DirectOp {
+            team: team.id(),
             seq,
             belief,
             body,
-            started: false,
             size: p,
             rank: me,
         })))
@@ -727,12 +844,18 @@ impl Coll {
             world,
             me,
             owner,
+            failed,
+            mb,
             ..
         } = self;
         let Some(r) = replay.as_mut() else {
             return Replayed::Declined;
         };
-        if r.key != *key || r.generation != *tuner_gen || !ops.is_empty() {
+        if r.key != *key
+            || r.generation != *tuner_gen
+            || !ops.is_empty()
+            || (mb.alarm && (!mb.aborts.is_empty() || failed.contains_key(&key.team)))
+        {
             return Replayed::Declined;
         }
         let Some(x) = borrowed_ext(team, world, (*me, owner)) else {
@@ -751,15 +874,15 @@ impl Coll {
         counters.replayed_calls += 1;
         op.keep_own(io.input, io.out);
         counters.publish(op, t, io.input, r.oversubscribed);
-        if shm.shm_step(t, op, (seq, r.belief, true), io, (policy, wake)) {
+        if shm.shm_step(t, op, (seq, r.belief, Some(&r.desc)), io, (policy, wake)) {
             shm.calm();
             return Replayed::Done;
         }
         let d = slot.insert(DirectOp {
+            team: key.team,
             seq,
             belief: r.belief,
             body: DirectBody::Shm(op.clone()),
-            started: true,
             size: team.size(),
             rank: team.rank(),
         });
@@ -786,13 +909,14 @@ impl Coll {
         slot: &mut Option<DirectOp>,
         wake: &mut impl FnMut(EpAddr),
     ) -> Replayed {
-        let Some((id, size, generation)) = self.bar_replay else {
+        let Some((id, size, generation, belief)) = self.bar_replay else {
             return Replayed::Declined;
         };
         if id != team.id()
             || size != team.size()
             || generation != self.tuner_gen
             || !self.ops.is_empty()
+            || self.team_failed(id)
         {
             return Replayed::Declined;
         }
@@ -822,17 +946,13 @@ impl Coll {
         if done {
             shm.calm();
         }
-        // The belief serves the stall checks of a barrier that waits.
-        let belief = if done {
-            0
-        } else {
-            rootcheck::belief(OpKind::Barrier, 0, 0)
-        };
+        // The belief serves the stall checks of a barrier that waits (the digest the
+        // first barrier computed).
         let d = slot.insert(DirectOp {
+            team: id,
             seq,
             belief,
             body: DirectBody::Bar(b),
-            started: true,
             size,
             rank: team.rank(),
         });
@@ -855,15 +975,67 @@ impl Coll {
         }
     }
 
-    /// Records that the direct call waits for `wait` (its progress hook then keeps the
-    /// endpoint awake, runs the stall checks and the sleep protocol).
+    /// Records that the direct call, collective `seq` of `team` with `desc`, waits
+    /// for `wait` (its progress hook then keeps the endpoint awake, runs the stall
+    /// checks and the sleep protocol).
     #[inline]
-    fn await_flag<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, wait: WaitOn, stall: Stall) {
+    fn await_flag<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        wait: WaitOn,
+        stall: Stall,
+        (team, rank, seq, belief): (u64, u32, u32, u32),
+    ) {
         self.direct = Some(DirectWait {
             wait,
             stall,
             check: false,
+            team,
+            rank,
+            seq,
+            belief,
+            failed: false,
         });
+        cx.set_busy();
+    }
+
+    /// Lends `team` to the wait of the direct call that is about to wait in the
+    /// endpoint's wait loop ([`ShmLocal::watch`]), and asks for the progress hook.
+    /// Only before that loop: not on a call that completes without it (the step that
+    /// ends the call drops it: no entry into the layer for that).
+    #[cold]
+    pub(crate) fn watch_direct<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, team: &Team) {
+        if self.shm.watch.as_ref().is_none_or(|t| t.id() != team.id()) {
+            self.shm.watch = self.resolve(team).ok();
+        }
+        cx.set_busy();
+    }
+
+    /// Records that the blocking call on `team` failed with `e` (members disagreed:
+    /// a [`CollError::Mismatch`] its step found): the team fails here and every
+    /// member is told (at once: the caller may not poll again).
+    #[cold]
+    pub(crate) fn direct_failed<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        team: &Team,
+        e: &CollError,
+    ) {
+        let CollError::Mismatch { seq, found, .. } = e else {
+            return;
+        };
+        self.direct = None;
+        let Ok(team) = self.resolve(team) else {
+            return;
+        };
+        if self.failed.contains_key(&team.id()) {
+            return;
+        }
+        self.fail_team(team.id(), e);
+        self.history.failed(team.id(), *seq, e);
+        self.aborted.insert((team.id(), *seq));
+        self.pending_aborts.push((team, *seq, *found));
+        self.send_aborts(cx);
         cx.set_busy();
     }
 
@@ -931,7 +1103,7 @@ impl Coll {
     pub(crate) fn direct_ready(&self) -> bool {
         self.direct
             .as_ref()
-            .is_none_or(|d| d.check || d.wait.ready())
+            .is_none_or(|d| d.check || d.failed || d.wait.ready())
     }
 
     /// The progress hook's part for a direct call's wait: counts it stalled and says
@@ -947,14 +1119,33 @@ impl Coll {
             self.direct = None;
             return true;
         }
-        if d.check {
+        if d.check || d.failed {
             return true;
         }
-        if d.stall.fruitless(rare) {
+        if !d.stall.fruitless(rare) {
+            return false;
+        }
+        let Some(team) = self.shm.watch.as_ref().filter(|t| t.id() == d.team) else {
+            // The caller has not lent its team: its next step runs the checks.
             d.check = true;
             return true;
+        };
+        // In the endpoint's wait loop: the checks run here, and the wait goes on
+        // unless they find the call can never complete.
+        let Some(t) = ext(team).shm.as_ref() else {
+            return false;
+        };
+        let desc = rootcheck::own_desc(t, d.belief);
+        let call = (d.seq, d.belief, desc.as_ref());
+        match rootcheck::shm_stalled_as(t, d.team, call, &d.wait) {
+            Some(e) => {
+                rootcheck::poison(t, &e);
+                d.failed = true;
+                self.shm.direct_error = Some(e);
+                true
+            }
+            None => false,
         }
-        false
     }
 
     /// No wait on shared-memory flags is stalled any more: withdraw a sleep
@@ -983,19 +1174,14 @@ fn step_parts(
 ) -> Result<Stepped, CollError> {
     let t = x.shm.as_ref().expect("direct calls need a channel");
     let stall = take_wait((direct, shm), t, id, (d.seq, d.belief))?;
-    let first = !d.started;
-    d.started = true;
     let done = match &mut d.body {
-        DirectBody::Shm(op) => shm.shm_step(t, op, (d.seq, d.belief, first), io, (policy, wake)),
+        DirectBody::Shm(op) => shm.shm_step(t, op, (d.seq, d.belief, None), io, (policy, wake)),
         DirectBody::Bar(b) => {
             let done = b.step(t);
             t.wake_fenced(b.take_wake(), wake);
             done
         }
         DirectBody::Ring { b, fencing, .. } => {
-            if first {
-                rootcheck::announce(t, d.seq, d.belief);
-            }
             let local = &mut shm.ring[t.ch];
             let done = b.step(&t.view(), local, &mut shm.fencing, io.input, io.out);
             *fencing = shm.fencing.on;
@@ -1006,6 +1192,7 @@ fn step_parts(
     };
     if done {
         shm.calm();
+        shm.unwatch();
         return Ok(Stepped::Done);
     }
     *direct = d.pending_wait(stall);
@@ -1013,10 +1200,10 @@ fn step_parts(
 }
 
 /// Takes the layer's record of a direct call's wait (`direct`) before the call's
-/// next step on team `t` (id `id`) as collective `seq` under `belief`: the stall count
-/// to carry over, or the root mismatch that the stall checks find when the progress
-/// hook found them due (the team is then poisoned and the sleep announcement
-/// withdrawn).
+/// next step on team `t` (id `id`) as collective `seq` with descriptor `desc`: the
+/// stall count to carry over, or the mismatch that the stall checks find when the
+/// progress hook found them due, or that the hook found itself (the team is then
+/// poisoned and the sleep announcement withdrawn).
 #[inline]
 fn take_wait(
     (direct, shm): (&mut Option<DirectWait>, &mut ShmLocal),
@@ -1027,10 +1214,21 @@ fn take_wait(
     let Some(w) = direct.take() else {
         return Ok(Stall::default());
     };
-    if w.check && rootcheck::shm_stalled(t, seq, belief, &w.wait) {
-        rootcheck::poison(t);
+    if w.failed {
         shm.calm();
-        return Err(CollError::RootMismatch { team: id, seq });
+        shm.unwatch();
+        let e = shm.direct_error.take();
+        return Err(e.unwrap_or_else(|| rootcheck::mismatch(id, seq, None)));
+    }
+    if w.check {
+        let desc = rootcheck::own_desc(t, belief);
+        let call = (seq, belief, desc.as_ref());
+        if let Some(e) = rootcheck::shm_stalled_as(t, id, call, &w.wait) {
+            rootcheck::poison(t, &e);
+            shm.calm();
+            shm.unwatch();
+            return Err(e);
+        }
     }
     Ok(w.stall)
 }
@@ -1055,7 +1253,9 @@ fn borrowed_ext<'a>(
 
 impl ShmLocal {
     /// One direct step of the slot protocol for collective `seq` under `belief`
-    /// (`first`: its first, which announces it to the root checks): steps (with
+    /// (`announce`: the descriptor of a first step that announces the collective to
+    /// the checks, a replayed call's; a call begun by [`Coll::direct_begin`] was
+    /// announced there): steps (with
     /// [`step_shm`](Self::step_shm)'s inner looks under wait policy `policy`),
     /// records it finished when done, and wakes (`wake`) the members it stored flags
     /// for. True if done.
@@ -1064,13 +1264,13 @@ impl ShmLocal {
         &mut self,
         t: &ShmTeam,
         op: &mut ShmOp,
-        (seq, belief, first): (u32, u32, bool),
+        (seq, belief, announce): (u32, u32, Option<&Desc>),
         io: &mut Io<'_>,
         (policy, wake): (WaitPolicy, &mut impl FnMut(EpAddr)),
     ) -> bool {
-        if first {
+        if let Some(desc) = announce {
             op.set_belief(t, belief);
-            rootcheck::announce(t, seq, belief);
+            rootcheck::announce(t, &mut self.described[t.ch], seq, belief, || *desc);
         }
         let done = self.step_shm(t, op, io, (policy, &mut *wake));
         if done {
@@ -1133,6 +1333,20 @@ impl ShmLocal {
             }
         }
         done
+    }
+
+    /// The direct call that lent its team for its waits ended: drops it.
+    #[inline]
+    fn unwatch(&mut self) {
+        if self.watch.is_some() {
+            self.drop_watch();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn drop_watch(&mut self) {
+        self.watch = None;
     }
 
     /// No wait on shared-memory flags is stalled any more: withdraw a sleep

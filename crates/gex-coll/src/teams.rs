@@ -109,6 +109,11 @@ impl CollTeam {
         }
     }
 
+    /// The sequence number the team's next collective will take.
+    pub(crate) fn peek_seq(&self) -> u32 {
+        self.seq.load(Ordering::Relaxed)
+    }
+
     /// The sequence number of the team's next collective. Only the team's own
     /// endpoint counts (the layer refuses a team whose `me` is another endpoint, and an
     /// endpoint is driven by one thread at a time): a load and a store, no locked
@@ -531,6 +536,7 @@ pub(crate) fn destroy_team<C: Conduit>(ep: &mut Endpoint<C>, team: Team) -> Resu
         c.direct_choice = None;
         c.replay = None;
         c.bar_replay = None;
+        c.ring_key = None;
         let pending = c
             .ops
             .values()

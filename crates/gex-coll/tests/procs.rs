@@ -135,7 +135,7 @@ impl Job for Mismatch {
         let w = c.world();
         let me = w.rank();
         fn mismatch<T>(r: &Result<T, CollError>) -> bool {
-            matches!(r, Err(CollError::RootMismatch { .. }))
+            matches!(r, Err(CollError::Mismatch { .. }))
         }
         // Two members, each naming the other for the root of a broadcast.
         let pair = c

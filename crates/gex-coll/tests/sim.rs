@@ -2022,7 +2022,7 @@ fn hier_override_leaves_stages_to_the_tuner() {
     );
 }
 
-/// Members that name different roots get `RootMismatch` instead of waiting forever
+/// Members that name different roots get `Mismatch` (field `Root`) instead of waiting forever
 /// (the code before the layer hung in every case below; the simulator's watchdog
 /// turns a hang into a failure). Over messages (one rank per host) and through
 /// shared memory (one host), each mismatch on a team of its own:
@@ -2050,7 +2050,12 @@ fn root_mismatch_is_an_error_not_a_hang() {
                 let w = c.world();
                 let me = w.rank();
                 fn mismatch<T>(r: &Result<T, CollError>) -> bool {
-                    matches!(r, Err(CollError::RootMismatch { .. }))
+                    match r {
+                        Err(CollError::Mismatch { found, .. }) => {
+                            found.is_none_or(|d| d.field == gex_coll::Field::Root)
+                        }
+                        _ => false,
+                    }
                 }
                 // Two members, each naming the other.
                 let pair = c
@@ -2065,10 +2070,20 @@ fn root_mismatch_is_an_error_not_a_hang() {
                     let mut b = [me; 4];
                     let r = c.collective(&pair, Broadcast::in_place(1 - me, &mut b), Blocking);
                     assert!(mismatch(&r), "rank {me}: {r:?}");
-                    // Nonblocking: the event fails the same way.
+                    // The team failed: its next collective fails at once.
+                    let r = c.collective(&pair, Barrier::new(), Blocking);
+                    assert!(mismatch(&r), "rank {me}: {r:?}");
+                }
+                // Nonblocking (on a new pair: the first failed): the event fails the
+                // same way.
+                let pair2 = c
+                    .split(&w, Some(u32::from(me < 2)), me, Scratch::None)
+                    .unwrap()
+                    .unwrap();
+                if me < 2 {
                     let ev = c
                         .collective(
-                            &pair,
+                            &pair2,
                             Broadcast::new(1 - me, vec![me; 4]).algorithm("flat"),
                             Nb,
                         )
@@ -2099,6 +2114,7 @@ fn root_mismatch_is_an_error_not_a_hang() {
                     assert!(r.is_ok() || mismatch(&r), "rank {me}: {r:?}");
                 }
                 c.destroy_team(pair).unwrap();
+                c.destroy_team(pair2).unwrap();
                 c.destroy_team(trio).unwrap();
                 c.destroy_team(t).unwrap();
                 // The world is unaffected.
@@ -2119,7 +2135,7 @@ fn root_mismatch_is_an_error_not_a_hang() {
 /// Members of a shared-memory team that pass broadcast sizes of different classes
 /// (at most 8 bytes: the ring's packed slots; 9-56: its slots; more: the
 /// slot protocol) would wait in different places: the class is part of the belief,
-/// so the reader gets `RootMismatch` instead of a hang (run under the simulator's
+/// so the reader gets `Mismatch` instead of a hang (run under the simulator's
 /// watchdog). Every member then leaves the poisoned team.
 #[test]
 fn broadcast_sizes_of_different_classes_are_an_error_not_a_hang() {
@@ -2144,12 +2160,12 @@ fn broadcast_sizes_of_different_classes_are_an_error_not_a_hang() {
                 let r = c.collective(&t, Broadcast::in_place(0, &mut b), Blocking);
                 if me == 1 {
                     assert!(
-                        matches!(r, Err(CollError::RootMismatch { .. })),
+                        matches!(r, Err(CollError::Mismatch { .. })),
                         "{root_len} vs {reader_len}: {r:?}"
                     );
                 } else {
                     assert!(
-                        r.is_ok() || matches!(r, Err(CollError::RootMismatch { .. })),
+                        r.is_ok() || matches!(r, Err(CollError::Mismatch { .. })),
                         "{r:?}"
                     );
                 }

@@ -147,10 +147,8 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
     let landed = Arc::new(AtomicBool::new(false));
     let h = {
         let landed = landed.clone();
-        ep.register(move |_t: &mut Token<'_>, _am: Am<'_>| {
-            landed.store(true, Ordering::Release)
-        })
-        .map_err(err)?
+        ep.register(move |_t: &mut Token<'_>, _am: Am<'_>| landed.store(true, Ordering::Release))
+            .map_err(err)?
     };
     let before = ep.stats().built_in_place;
     ep.request_medium_with(me_addr, h, &[], 16, |_| 0)
