@@ -116,9 +116,11 @@
 //! - `Producer::new`/`Consumer::new` callers guarantee that `ctl` points to an initialised
 //!   [`RingCtl`] and `data` to `cap` readable and writable bytes, both valid while the
 //!   endpoint lives, and that at most one producer and one consumer use the ring.
-//! - Every offset used is `position & (cap - 1)`, a multiple of 8, and a record's bytes
-//!   `[offset, offset + record_size)` never exceed `cap` (records never straddle the end), so
-//!   all accesses stay inside the data area and tag words are 8-byte aligned.
+//! - Every offset used is `position & (cap - 1)`, a multiple of 8 (positions start at the
+//!   published head with its low three bits cleared, and grow by multiples of 8 or to the
+//!   next multiple of `cap`), and a record's bytes `[offset, offset + record_size)` never
+//!   exceed `cap` (records never straddle the end), so all accesses stay inside the data
+//!   area and tag words are 8-byte aligned.
 //! - Bytes in `[tail, head + cap)` belong to the producer, bytes in `[head, tail)` to the
 //!   consumer; ownership passes through the `Release` tag store / `Acquire` tag load
 //!   (producer to consumer) and the `Release` head store / `Acquire` head load (back), so
@@ -218,11 +220,12 @@ pub const fn ring_bytes_needed(cap: usize) -> usize {
 }
 
 /// The published head as the starting position of an endpoint that attaches. Positions
-/// stay below `2^63`; a head at or above it can only come from corrupt shared memory and
-/// loses its top bit, so that position arithmetic never overflows whatever the memory
-/// holds.
+/// stay below `2^63` and are multiples of 8; a head at or above `2^63` or not a multiple
+/// of 8 can only come from corrupt shared memory. It loses its top bit, so that position
+/// arithmetic never overflows, and its low three bits, so that every tag offset derived
+/// from it is an aligned word inside the data area, whatever the memory holds.
 fn attach_head(ctl: &RingCtl) -> u64 {
-    ctl.head.load(Ordering::Acquire) & !PAD_BIT
+    ctl.head.load(Ordering::Acquire) & !PAD_BIT & !7
 }
 
 fn check_geometry(data: *mut u8, cap: usize) {
