@@ -1040,7 +1040,8 @@ pub(crate) enum Publish {
 /// dumpable (else other processes may not read its memory), Yama's `ptrace_scope` is
 /// absent or 0 (else only ancestors may), and `process_vm_readv` works (a seccomp
 /// profile may refuse it), tried once on this process's own memory. Evaluated once
-/// per process.
+/// per process. False under Miri, which has neither `prctl` nor `process_vm_readv`
+/// (and runs one process).
 pub fn cma_capable() -> bool {
     static CAPABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *CAPABLE.get_or_init(cma_probe)
@@ -1062,7 +1063,7 @@ fn pid_namespace() -> u64 {
     })
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(miri)))]
 fn cma_probe() -> bool {
     let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
         .map(|s| s.trim() == "0")
@@ -1083,7 +1084,7 @@ fn cma_probe() -> bool {
         && dst == src
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(any(not(target_os = "linux"), miri))]
 fn cma_probe() -> bool {
     false
 }
