@@ -867,14 +867,17 @@ mod tests {
     use super::ShmLocal;
     use crate::shm::{AREA_LEN, Area, ShmTeam};
     use gex_core::EpAddr;
-    use gex_sync::atomic::{AtomicU32, AtomicU64};
+    use gex_sync::atomic::AtomicU32;
     use std::ptr::NonNull;
     use std::sync::Arc;
 
-    /// A zeroed area in process memory (atomics only, as the conduit's).
-    fn area() -> (Box<[AtomicU64]>, Area) {
-        let words: Box<[AtomicU64]> = (0..AREA_LEN / 8).map(|_| AtomicU64::new(0)).collect();
-        let base = NonNull::new(words.as_ptr() as *mut u8).expect("a box is not null");
+    /// A zeroed area in process memory, accessed only through atomics once shared, as
+    /// the conduit's. A `Vec` (moving a `Box` would retag it as unique under Miri's
+    /// Stacked Borrows and invalidate `base`), zeroed by the allocator (a loop over a
+    /// megabyte of words takes a minute under Miri).
+    fn area() -> (Vec<u64>, Area) {
+        let mut words = vec![0u64; AREA_LEN / 8];
+        let base = NonNull::new(words.as_mut_ptr().cast::<u8>()).expect("a vec is not null");
         (words, Area::new(base))
     }
 

@@ -87,8 +87,11 @@ impl SegMem {
             len,
         })
     }
+    /// The segment's first byte, as a pointer valid for the whole segment: derived from
+    /// the slice of lines, not from its first line (a pointer from `&self.mem[0]` may
+    /// only reach that line's 64 bytes, which Miri's Stacked Borrows enforces).
     fn base(&self) -> NonNull<u8> {
-        NonNull::new(self.mem[0].0.get().cast::<u8>()).expect("non-null")
+        NonNull::new(self.mem.as_ptr().cast_mut().cast::<u8>()).expect("non-null")
     }
 }
 

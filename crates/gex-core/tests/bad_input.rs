@@ -598,6 +598,10 @@ fn config_getters_name_the_variable() {
 /// loopback conduit abort the process (allocation failure) or panic (capacity
 /// overflow) inside `init`.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "Miri stops at an allocation larger than it can hold (resource exhaustion) instead of failing it"
+)]
 fn a_segment_too_large_to_allocate_is_a_conduit_error() {
     // Sizes no address space holds (allocation fails everywhere, whatever the
     // overcommit policy): just under 8 EiB, and 8 EiB (more than `isize::MAX`).

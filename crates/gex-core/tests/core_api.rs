@@ -688,6 +688,10 @@ fn child_stalls() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "runs this test binary in a child process: Miri cannot start processes"
+)]
 fn stalled_waits_print_the_report() {
     let err = child_stderr("child_stalls", &[("GEX_STALL_REPORT", "1")]);
     assert!(err.contains("without progress"), "{err}");
@@ -721,6 +725,10 @@ fn child_signalled() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "runs this test binary in a child process: Miri cannot start processes"
+)]
 fn sigusr1_prints_the_report() {
     let err = child_stderr("child_signalled", &[("GEX_STALL_REPORT", "0")]);
     assert!(err.contains("gex: state of rank 0 ep 0"), "{err}");
@@ -793,6 +801,10 @@ fn child_retries() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "runs this test binary in a child process: Miri cannot start processes"
+)]
 fn a_retry_that_stalls_prints_the_report() {
     let err = child_stderr("child_retries", &[("GEX_STALL_REPORT", "1")]);
     assert!(err.contains("without progress"), "{err}");
@@ -829,6 +841,10 @@ fn child_thread_handler_panics() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "runs this test binary in a child process: Miri cannot start processes"
+)]
 fn a_handler_panic_on_the_progress_thread_ends_the_rank() {
     let t0 = std::time::Instant::now();
     let (code, err) = child_failure("child_thread_handler_panics", &[]);

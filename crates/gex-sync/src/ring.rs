@@ -116,9 +116,11 @@
 //! - `Producer::new`/`Consumer::new` callers guarantee that `ctl` points to an initialised
 //!   [`RingCtl`] and `data` to `cap` readable and writable bytes, both valid while the
 //!   endpoint lives, and that at most one producer and one consumer use the ring.
-//! - Every offset used is `position & (cap - 1)`, a multiple of 8, and a record's bytes
-//!   `[offset, offset + record_size)` never exceed `cap` (records never straddle the end), so
-//!   all accesses stay inside the data area and tag words are 8-byte aligned.
+//! - Every offset used is `position & (cap - 1)`, a multiple of 8 (positions start at the
+//!   published head with its low three bits cleared, and grow by multiples of 8 or to the
+//!   next multiple of `cap`), and a record's bytes `[offset, offset + record_size)` never
+//!   exceed `cap` (records never straddle the end), so all accesses stay inside the data
+//!   area and tag words are 8-byte aligned.
 //! - Bytes in `[tail, head + cap)` belong to the producer, bytes in `[head, tail)` to the
 //!   consumer; ownership passes through the `Release` tag store / `Acquire` tag load
 //!   (producer to consumer) and the `Release` head store / `Acquire` head load (back), so

@@ -21,7 +21,8 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 /// Installs the report handler for `SIGUSR1` if the signal still has its default
-/// disposition; returns true if gex's handler is installed (now or before).
+/// disposition; returns true if gex's handler is installed (now or before). Under Miri,
+/// which has no signals, installs nothing and returns false.
 ///
 /// ```
 /// assert!(gex_sync::signal::install_report_signal());
@@ -31,6 +32,11 @@ extern "C" fn on_signal(_: libc::c_int) {
 /// assert!(gex_sync::signal::report_generation() > g);
 /// ```
 pub fn install_report_signal() -> bool {
+    // Miri has no signals (`sigaction` is an unsupported foreign call there): in a Miri
+    // run the report signal is not installed, as when a program has its own handler.
+    if cfg!(miri) {
+        return false;
+    }
     let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
     // SAFETY: a zeroed sigaction is a valid "query" argument; `old` is written by the
     // kernel.

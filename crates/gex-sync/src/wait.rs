@@ -69,8 +69,10 @@
 //!
 //! # Safety
 //!
-//! `unsafe` is used only for [`Doorbell::init_in_place`], a plain write of a new value
-//! through a caller-provided pointer; the caller guarantees validity and alignment.
+//! `unsafe` is used for [`Doorbell::init_in_place`], a plain write of a new value through a
+//! caller-provided pointer (the caller guarantees validity and alignment), and, in Miri
+//! builds only, for the futex system calls made through `libc::syscall` with the doorbell's
+//! own word and a local timespec.
 
 #![allow(unsafe_code)]
 
@@ -374,7 +376,7 @@ impl Doorbell {
     }
 
     /// Sleeps while `word == seen`, for at most `nap` (shared futex).
-    #[cfg(not(gex_loom))]
+    #[cfg(not(any(gex_loom, miri)))]
     fn futex_wait(&self, seen: u32, nap: Duration) {
         use rustix::thread::futex;
         let ts = futex::Timespec {
@@ -392,11 +394,55 @@ impl Doorbell {
     }
 
     /// Wakes every sleeper (shared futex).
-    #[cfg(not(gex_loom))]
+    #[cfg(not(any(gex_loom, miri)))]
     fn futex_wake_all(&self) {
         use rustix::thread::futex;
         // Cannot fail for a valid address; nothing to do if it did.
         let _ = futex::wake(&self.word, futex::Flags::empty(), i32::MAX as u32);
+    }
+
+    /// Under Miri: the same `FUTEX_WAIT` through `libc::syscall`, with the argument types
+    /// Miri's futex shim checks. rustix 1.1 passes the word as `*const AtomicU32`, which
+    /// Miri (since its c-variadic type checks, August 2026) rejects as undefined behaviour
+    /// where it expects `*mut u32` (docs/testing.md, "Miri").
+    #[cfg(all(miri, not(gex_loom)))]
+    fn futex_wait(&self, seen: u32, nap: Duration) {
+        let ts = libc::timespec {
+            tv_sec: nap.as_secs() as libc::time_t,
+            tv_nsec: nap.subsec_nanos().into(),
+        };
+        // SAFETY: FUTEX_WAIT reads the aligned futex word and the timespec, both valid for
+        // the whole call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.word.as_ptr(),
+                libc::FUTEX_WAIT,
+                seen,
+                &raw const ts,
+            )
+        };
+        #[cfg(test)]
+        if r == 0 {
+            self.woken.fetch_add(1, Ordering::Relaxed);
+        } else if std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT) {
+            self.timed_out.fetch_add(1, Ordering::Relaxed);
+        }
+        let _ = r;
+    }
+
+    /// Under Miri: `FUTEX_WAKE` through `libc::syscall` (see `futex_wait`).
+    #[cfg(all(miri, not(gex_loom)))]
+    fn futex_wake_all(&self) {
+        // SAFETY: FUTEX_WAKE only uses the word's address.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.word.as_ptr(),
+                libc::FUTEX_WAKE,
+                i32::MAX,
+            )
+        };
     }
 
     /// Loom emulation: compare and wait atomically under the lock; no timeout.

@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 
 const H: HandlerId = HandlerId::at(128);
 
+/// Messages per sender in the delivery-order tests (40 under Miri, where each costs
+/// milliseconds).
+const N: u32 = if cfg!(miri) { 40 } else { 300 };
+
 fn small() -> ClientBuilder {
     ClientBuilder::new().segment_size(4096)
 }
@@ -67,11 +71,11 @@ fn fifo_per_pair_without_reorder_even_with_jitter() {
         .jitter(Delay::polls(7))
         .latency(Delay::polls(2))
         .ring_capacity(1 << 20);
-    let order = arrival_order(3, cfg, 300);
+    let order = arrival_order(3, cfg, N);
     for s in [1, 2] {
         assert_eq!(
             per_sender(&order, s),
-            (0..300).collect::<Vec<_>>(),
+            (0..N).collect::<Vec<_>>(),
             "sender {s}"
         );
     }
@@ -83,16 +87,16 @@ fn reorder_overtakes_within_one_sender_and_loses_nothing() {
         .reorder(true)
         .jitter(Delay::polls(5))
         .ring_capacity(1 << 20);
-    let order = arrival_order(2, cfg, 300);
+    let order = arrival_order(2, cfg, N);
     let got = per_sender(&order, 1);
     assert_ne!(
         got,
-        (0..300).collect::<Vec<_>>(),
+        (0..N).collect::<Vec<_>>(),
         "no message overtook another"
     );
     let mut sorted = got.clone();
     sorted.sort_unstable();
-    assert_eq!(sorted, (0..300).collect::<Vec<_>>());
+    assert_eq!(sorted, (0..N).collect::<Vec<_>>());
 }
 
 #[test]
@@ -104,9 +108,9 @@ fn delivery_order_is_a_function_of_the_seed() {
             .jitter(Delay::polls(3))
             .ring_capacity(1 << 20)
     };
-    let a = arrival_order(2, cfg(1), 200);
-    let b = arrival_order(2, cfg(1), 200);
-    let c = arrival_order(2, cfg(2), 200);
+    let a = arrival_order(2, cfg(1), N);
+    let b = arrival_order(2, cfg(1), N);
+    let c = arrival_order(2, cfg(2), N);
     assert_eq!(a, b, "same seed, different order");
     assert_ne!(a, c, "different seeds, same order");
 }

@@ -28,16 +28,27 @@ struct Spec {
     size: Size,
 }
 
-/// Every (category, argument count, size) triple; Short only with size zero.
+/// Every (category, argument count, size) triple; Short only with size zero. Under Miri
+/// (`ci/miri.sh`) each (category, size) pair once, the argument count alternating
+/// between 0 and `max_args` (Short: both), so that every category still sees both
+/// extremes and every size.
 fn specs(max_args: usize) -> Vec<Spec> {
     let mut v = Vec::new();
     for cat in [Category::Short, Category::Medium, Category::Long] {
+        let sizes: &[Size] = if cat == Category::Short {
+            &[Size::Zero]
+        } else {
+            &[Size::Zero, Size::One, Size::MaxMinus1, Size::Max]
+        };
+        if cfg!(miri) {
+            for i in 0..sizes.len().max(2) {
+                let nargs = if i % 2 == 0 { 0 } else { max_args };
+                let size = sizes[i % sizes.len()];
+                v.push(Spec { cat, nargs, size });
+            }
+            continue;
+        }
         for nargs in 0..=max_args {
-            let sizes: &[Size] = if cat == Category::Short {
-                &[Size::Zero]
-            } else {
-                &[Size::Zero, Size::One, Size::MaxMinus1, Size::Max]
-            };
             for &size in sizes {
                 v.push(Spec { cat, nargs, size });
             }
@@ -179,7 +190,8 @@ impl View {
 /// Every category x every argument count `0..=max_args` x payload sizes 0, 1, max-1
 /// and max, as request and as reply; contents, arguments, categories, kinds, sources,
 /// Long offsets and the Long payload's address are verified. One message in flight at
-/// a time: rank `t` sends to its right neighbour and to itself during turn `t`.
+/// a time: rank `t` sends to its right neighbour and to itself during turn `t`. (Under
+/// Miri: each size once, with 0 or `max_args` arguments, to the right neighbour only.)
 pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String> {
     const RQ: HandlerId = HandlerId::at(140);
     const RP: HandlerId = HandlerId::at(141);
@@ -305,8 +317,11 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
         .map_err(err)?;
     }
     barrier(&mut ep)?;
+    // The right neighbour, and this rank itself (not under Miri, where self-sends are
+    // left to `ping_pong_all_pairs`).
+    let to_self = n > 1 && !cfg!(miri);
     let mut dsts = vec![EpAddr::rank((me + 1) % n)];
-    if n > 1 {
+    if to_self {
         dsts.push(EpAddr::rank(me));
     }
     for turn in 0..n {
@@ -343,10 +358,10 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
         barrier(&mut ep)?;
     }
     errs.result()?;
-    let expected: Vec<EpAddr> = if n > 1 {
+    let expected: Vec<EpAddr> = if to_self {
         vec![EpAddr::rank((me + n - 1) % n), EpAddr::rank(me)]
     } else {
-        vec![EpAddr::rank(me)]
+        vec![EpAddr::rank((me + n - 1) % n)]
     };
     let got = lock(&next).clone();
     for src in expected {
@@ -375,7 +390,7 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
 pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), String> {
     const RQ: HandlerId = HandlerId::at(150);
     const RP: HandlerId = HandlerId::at(151);
-    const ROUNDS: u32 = 6;
+    const ROUNDS: u32 = if cfg!(miri) { 2 } else { 6 };
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0).map_err(err)?;
     let view = Arc::new(View::new(client, &mut ep));
@@ -631,7 +646,8 @@ pub(crate) fn long_offsets<C: Conduit>(client: &Client<C>) -> Result<(), String>
             got.load(Ordering::Acquire)
         ));
     }
-    // The whole segment: the pieces where they were sent, zeros elsewhere.
+    // The whole segment: the pieces where they were sent, zeros elsewhere. (One
+    // comparison first: a loop over every byte is slow under Miri.)
     let seg_len = view.seg[my];
     let mut image = vec![0u8; seg_len];
     for s in 0..n {
@@ -641,6 +657,9 @@ pub(crate) fn long_offsets<C: Conduit>(client: &Client<C>) -> Result<(), String>
     }
     let mut actual = vec![0u8; seg_len];
     ep.segment().read(0, &mut actual).map_err(err)?;
+    if actual == image {
+        return Ok(());
+    }
     if let Some(p) = actual.iter().zip(&image).position(|(a, b)| a != b) {
         return Err(format!(
             "segment byte {p} is {:#04x}, expected {:#04x} after all Long requests",
@@ -655,7 +674,7 @@ pub(crate) fn long_offsets<C: Conduit>(client: &Client<C>) -> Result<(), String>
 /// local-completion variant gives its buffer back intact.
 pub(crate) fn payload_source_reuse<C: Conduit>(client: &Client<C>) -> Result<(), String> {
     const H: HandlerId = HandlerId::at(170);
-    const K: u32 = 40;
+    const K: u32 = if cfg!(miri) { 8 } else { 40 };
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0).map_err(err)?;
     let view = Arc::new(View::new(client, &mut ep));

@@ -105,7 +105,13 @@ pub(crate) fn aux_area<C: Conduit>(client: &Client<C>) -> Result<(), String> {
             .find(|&&(r, _)| r == peer)
             .map(|&(_, a)| a)
             .expect("neighbour");
+        // Wall-clock nanoseconds (ranks may be processes). Miri has no wall clock under
+        // isolation and runs thread ranks only: nanoseconds since a process-wide instant.
         let now_ns = || {
+            if cfg!(miri) {
+                static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+                return START.get_or_init(Instant::now).elapsed().as_nanos() as u64;
+            }
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64)

@@ -28,6 +28,14 @@
 //! | `barrier_with_traffic` | 1 | 1 | a barrier (the core's all-gather, `Endpoint::exchange_tagged`) 60 times with requests in flight; no rank passes it early |
 //! | `capabilities` | 1 | 1 | `SHARED_MEMORY`, `NP_IN_PLACE`, `BLOCKING_WAIT` match behaviour |
 //!
+//! Under Miri (`cfg(miri)`, `ci/miri.sh`) the cases are Miri-sized: the loops of
+//! `many_in_flight`, `flood_one_rank`, `multi_ep`, the floods, `barrier_with_traffic`,
+//! `ping_pong_all_pairs` and `payload_source_reuse` run fewer iterations, and
+//! [`SingletonRunner`] and [`SimRunner`](crate::sim::SimRunner) give 4 KiB segments
+//! (every byte of a Long payload is read with an atomic load, which Miri makes slow),
+//! and the simulator's Medium payloads and request lanes are smaller; what each case
+//! checks is the same (docs/testing.md, "Miri").
+//!
 //! # Running the suite on a conduit
 //! A conduit crate expands one `#[test]` per case with
 //! [`suite_tests!`](crate::suite_tests) (crate root; `suite: core` for this suite,
@@ -488,9 +496,10 @@ pub struct SingletonRunner {
 }
 
 impl Default for SingletonRunner {
+    /// 64 KiB segments (4 KiB under Miri), 60 s per case.
     fn default() -> Self {
         SingletonRunner {
-            segment_size: 64 << 10,
+            segment_size: if cfg!(miri) { 4 << 10 } else { 64 << 10 },
             timeout: Duration::from_secs(60),
         }
     }

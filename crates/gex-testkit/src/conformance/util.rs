@@ -124,8 +124,15 @@ pub(crate) fn args_for(seed: u64, n: usize) -> Vec<u32> {
 /// verifying a payload is one `memcpy`/`memcmp`.
 #[derive(Debug)]
 pub(crate) struct Pattern {
-    bytes: Vec<u8>,
+    /// The process's longest pattern so far (a shorter one is its prefix).
+    bytes: Arc<[u8]>,
+    /// Bytes of it this pattern may use: `max_len + WINDOWS`.
+    len: usize,
 }
+
+/// The longest pattern made so far in this process, shared by every case and rank:
+/// generating one byte at a time is what a case spent most of its time on under Miri.
+static PATTERN: Mutex<Option<Arc<[u8]>>> = Mutex::new(None);
 
 /// Number of distinct window starts.
 const WINDOWS: usize = 4093;
@@ -133,14 +140,23 @@ const WINDOWS: usize = 4093;
 impl Pattern {
     /// A pattern for payloads of up to `max_len` bytes.
     pub(crate) fn new(max_len: usize) -> Self {
-        let n = max_len + WINDOWS;
-        let mut bytes = Vec::with_capacity(n + 8);
-        let mut r = SplitMix64::new(0x5eed);
-        while bytes.len() < n {
-            bytes.extend_from_slice(&r.next_u64().to_le_bytes());
-        }
-        bytes.truncate(n);
-        Pattern { bytes }
+        let len = max_len + WINDOWS;
+        let mut longest = lock(&PATTERN);
+        let bytes = match &*longest {
+            Some(b) if b.len() >= len => b.clone(),
+            _ => {
+                let mut bytes = Vec::with_capacity(len + 8);
+                let mut r = SplitMix64::new(0x5eed);
+                while bytes.len() < len {
+                    bytes.extend_from_slice(&r.next_u64().to_le_bytes());
+                }
+                bytes.truncate(len);
+                let b: Arc<[u8]> = bytes.into();
+                *longest = Some(b.clone());
+                b
+            }
+        };
+        Pattern { bytes, len }
     }
     /// The `len`-byte payload of `seed`.
     ///
@@ -148,6 +164,10 @@ impl Pattern {
     /// If `len` exceeds the pattern's maximum.
     pub(crate) fn get(&self, seed: u64, len: usize) -> &[u8] {
         let start = (seed % WINDOWS as u64) as usize;
+        assert!(
+            start + len <= self.len,
+            "a {len}-byte payload from a shorter pattern"
+        );
         &self.bytes[start..start + len]
     }
     /// Describes how `got` differs from the payload of `seed` (None if equal).

@@ -193,18 +193,19 @@ pub struct SimRunner {
     /// Fabric configuration of every job.
     pub cfg: SimConfig,
     /// Segment length of every endpoint (cases send Long payloads up to the segment
-    /// length, so keep it small: the default is 64 KiB).
+    /// length, so keep it small: the default is 64 KiB, 4 KiB under Miri).
     pub segment_size: usize,
     /// Wait policy of every endpoint (`None`: gex's automatic choice, i.e. `GEX_WAIT`).
     pub wait: Option<WaitPolicy>,
 }
 
 impl SimRunner {
-    /// A runner with this configuration, 64 KiB segments and automatic waiting.
+    /// A runner with this configuration, 64 KiB segments (4 KiB under Miri) and
+    /// automatic waiting.
     pub fn new(cfg: SimConfig) -> Self {
         SimRunner {
             cfg,
-            segment_size: 64 << 10,
+            segment_size: if cfg!(miri) { 4 << 10 } else { 64 << 10 },
             wait: None,
         }
     }
