@@ -430,16 +430,9 @@ fn misaligned_head_attaches_at_a_multiple_of_8() {
     ] {
         let (mem, tx, rx) = scribble_ring();
         drop((tx, rx));
-        mem.ctl.head.store(head, Ordering::Release);
-        // SAFETY: as in `scribble_ring`; the old endpoints are gone and these are
-        // dropped before `mem`.
-        let (mut tx, mut rx) = unsafe {
-            let data = mem.data.as_ptr().cast_mut();
-            (
-                Producer::new(&mem.ctl, data, 512),
-                Consumer::new(&mem.ctl, data, 512),
-            )
-        };
+        mem.ctl().head.store(head, Ordering::Release);
+        // SAFETY: the old endpoints are gone; these are dropped before `mem`.
+        let (mut tx, mut rx) = unsafe { mem.endpoints() };
         let start = head & !(1 << 63) & !7;
         assert_eq!((tx.tail, rx.head), (start, start), "head {head:#x}");
         for i in 0..40u32 {
