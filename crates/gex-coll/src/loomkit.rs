@@ -124,7 +124,8 @@ pub struct Shared {
 }
 
 // SAFETY: shared memory accessed through atomics and the flag protocol under test
-// (module `crate::shm`, `# Safety`); the test's own segment writes are shadowed.
+// (module `crate::shm`, `# Safety`); the test's own segment writes are shadowed, and
+// its views of segment bytes (`segment`) are `unsafe`, unwritten while they live.
 unsafe impl Send for Shared {}
 // SAFETY: as above.
 unsafe impl Sync for Shared {}
@@ -170,11 +171,21 @@ impl Shared {
 
     /// Writes `bytes` at `off` in member `q`'s segment (shadowed: a write the
     /// publisher makes after its collective returned, e.g. its next input).
+    ///
+    /// # Panics
+    /// If `off + bytes.len()` passes `seg_len` (or overflows), or `q` is not a member.
     pub fn write_segment(&self, q: u32, off: usize, bytes: &[u8]) {
-        assert!(off + bytes.len() <= self.seg_len);
+        assert!(
+            off.checked_add(bytes.len())
+                .is_some_and(|end| end <= self.seg_len),
+            "write_segment: {off} + {} past the segment of {} bytes",
+            bytes.len(),
+            self.seg_len
+        );
         let p = self.segs[q as usize].ptr.as_ptr();
-        // SAFETY: in bounds; the shadow cells make loom check that no reader's read
-        // races with it (that is what the models test).
+        // SAFETY: in bounds (checked above, without overflow); the shadow cells make
+        // loom check that no reader's read races with it (that is what the models
+        // test), and no slice of these bytes is alive (`segment`'s `# Safety`).
         unsafe {
             touch(p.add(off), bytes.len(), true);
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.add(off), bytes.len());
@@ -182,10 +193,26 @@ impl Shared {
     }
 
     /// `len` bytes at `off` in member `q`'s segment (an input published by
-    /// reference: only its owner calls this, between its collectives).
-    pub fn segment(&self, q: u32, off: usize, len: usize) -> &[u8] {
-        assert!(off + len <= self.seg_len);
-        // SAFETY: in bounds; the owner reads its own input, which only it writes.
+    /// reference), as a slice: the view `Segment::as_slice` gives the program.
+    ///
+    /// # Safety
+    /// Nothing writes those bytes while the slice lives: no [`write_segment`]
+    /// of them (from any thread) until the slice's last use. The models call it on
+    /// their own member's segment, between that member's writes.
+    ///
+    /// [`write_segment`]: Shared::write_segment
+    ///
+    /// # Panics
+    /// If `off + len` passes `seg_len` (or overflows), or `q` is not a member.
+    pub unsafe fn segment(&self, q: u32, off: usize, len: usize) -> &[u8] {
+        assert!(
+            off.checked_add(len).is_some_and(|end| end <= self.seg_len),
+            "segment: {off} + {len} past the segment of {} bytes",
+            self.seg_len
+        );
+        // SAFETY: in bounds (checked above, without overflow), inside a block this
+        // `Shared` owns for the slice's life (`&self`); unwritten while the slice
+        // lives (the caller's `# Safety`).
         unsafe { std::slice::from_raw_parts(self.segs[q as usize].ptr.as_ptr().add(off), len) }
     }
 }
@@ -203,8 +230,11 @@ impl Drop for Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .retain(|c| !mine(c));
         for b in self.areas.iter().chain(&self.segs) {
-            // SAFETY: allocated by `Block::new` with this layout; no reference into it
-            // outlives the model (the members are joined). Loom atomics have no drop.
+            // SAFETY: allocated by `Block::new` with this layout, freed once (here).
+            // Nothing that reaches into it outlives this: every value of the kit
+            // holding an `Area` (`Member`, `Bar`, `Coll`: their teams and `WaitOn`s)
+            // holds an `Arc<Shared>` too, and `segment`'s slices borrow `&self`.
+            // Loom atomics have no drop.
             unsafe { std::alloc::dealloc(b.ptr.as_ptr(), b.layout) };
         }
     }
@@ -218,7 +248,7 @@ pub struct Member {
     expected: Expected,
     /// This member's side of the publications' sleep protocol.
     fencing: crate::ring::Fencing,
-    _shared: Arc<Shared>,
+    shared: Arc<Shared>,
 }
 
 impl Member {
@@ -240,7 +270,7 @@ impl Member {
             team,
             expected,
             fencing: crate::ring::Fencing::default(),
-            _shared: shared.clone(),
+            shared: shared.clone(),
         }
     }
 
@@ -277,7 +307,10 @@ impl Member {
             named: id,
             mismatch: false,
         };
-        Bar(ShmBar::new(self.team.areas.len() as u32, k, entry))
+        Bar {
+            op: ShmBar::new(self.team.areas.len() as u32, k, entry),
+            _shared: self.shared.clone(),
+        }
     }
 
     /// Barrier number `k` as a counter barrier whatever the team's size (`CountBar`).
@@ -286,32 +319,43 @@ impl Member {
             named: id,
             mismatch: false,
         };
-        Bar(ShmBar::Count(crate::barrier::CountBar::new(k, entry)))
+        Bar {
+            op: ShmBar::Count(crate::barrier::CountBar::new(k, entry)),
+            _shared: self.shared.clone(),
+        }
     }
 
     /// Collective `seq` of the team: `kind` with root 0 and blocks of `n` bytes.
     pub fn collective(&self, kind: OpKind, n: usize, sync: SyncModes, seq: u32) -> Coll {
         let p = self.team.areas.len() as u32;
         let op = ShmOp::new(kind, (p, self.team.me, 0), 1, n, sync, (77, seq), CH);
-        Coll(op)
+        Coll {
+            op,
+            _shared: self.shared.clone(),
+        }
     }
 }
 
-/// A barrier in flight on one member ([`Member::barrier`]).
+/// A barrier in flight on one member ([`Member::barrier`]). It keeps the areas its
+/// waits point into alive (the `Arc<Shared>`): [`Bar::ready`] may run after the
+/// member is gone.
 #[derive(Debug)]
-pub struct Bar(ShmBar);
+pub struct Bar {
+    op: ShmBar,
+    _shared: Arc<Shared>,
+}
 
 impl Bar {
     /// `ShmBar::step`: enters (once) and advances; true once the barrier is over.
     pub fn step(&mut self, m: &Member) -> bool {
-        self.0.step(&m.team)
+        self.op.step(&m.team)
     }
 
     /// The direct path's `DirectOp::finish`: completes a barrier whose last wait is
     /// over without the team; true if done.
     pub fn finish(&mut self, m: &Member) -> bool {
         let p = m.team.areas.len() as u32;
-        match &mut self.0 {
+        match &mut self.op {
             ShmBar::Count(b) => b.finish(),
             ShmBar::Flag(b) => b.finish(p, m.team.me),
         }
@@ -320,35 +364,39 @@ impl Bar {
     /// True once what the last step waited for has happened (`WaitOn::ready`; true
     /// when it did not wait).
     pub fn ready(&self) -> bool {
-        self.0.wait().is_none_or(|w| w.ready())
+        self.op.wait().is_none_or(|w| w.ready())
     }
 
     /// The merged entry: (smallest named id, mismatch).
     pub fn entry(&self) -> (Option<u64>, bool) {
-        let e = self.0.entry();
+        let e = self.op.entry();
         (e.named, e.mismatch)
     }
 
     /// The members to wake after the last step (bit = rank), taken.
     pub fn take_wake(&mut self) -> u64 {
-        self.0.take_wake()
+        self.op.take_wake()
     }
 }
 
-/// A shared-memory collective in flight on one member ([`Member::collective`]).
+/// A shared-memory collective in flight on one member ([`Member::collective`]). It
+/// keeps the areas its waits point into alive, as [`Bar`] does.
 #[derive(Debug)]
-pub struct Coll(ShmOp);
+pub struct Coll {
+    op: ShmOp,
+    _shared: Arc<Shared>,
+}
 
 impl Coll {
     /// `ShmOp::publish_by_reference` (never CMA: the models' inputs lie in segments
     /// or nowhere a reader could reach); true if it publishes by reference.
     pub fn publish_by_reference(&mut self, m: &Member, input: &[u8]) -> bool {
-        self.0.publish_by_reference(&m.team, input, false) == Publish::Segment
+        self.op.publish_by_reference(&m.team, input, false) == Publish::Segment
     }
 
     /// `ShmOp::keep_own`.
     pub fn keep_own(&self, input: &[u8], out: &mut [u8]) {
-        self.0.keep_own(input, out);
+        self.op.keep_own(input, out);
     }
 
     /// `ShmOp::step` over `input` and `out` (copying operations only).
@@ -358,18 +406,18 @@ impl Coll {
             out,
             reduce: None,
         };
-        self.0.step(&m.team, &mut m.expected, &mut io)
+        self.op.step(&m.team, &mut m.expected, &mut io)
     }
 
     /// True once what the last step waited for has happened (true when it did not
     /// wait).
     pub fn ready(&self) -> bool {
-        self.0.wait.is_none_or(|w: WaitOn| w.ready())
+        self.op.wait.is_none_or(|w: WaitOn| w.ready())
     }
 
     /// The members to wake after the last step (bit = rank), taken.
     pub fn take_wake(&mut self) -> u64 {
-        std::mem::take(&mut self.0.wake)
+        std::mem::take(&mut self.op.wake)
     }
 
     /// `ShmOp::wake_members`: wakes the members stored for since the last wake
@@ -377,13 +425,13 @@ impl Coll {
     /// their `SLEEPY` words once this member fences; publishers of an acknowledged
     /// slot as `wake_fenced`).
     pub fn wake_members(&mut self, m: &mut Member, wake: &mut dyn FnMut(u32)) {
-        self.0
+        self.op
             .wake_members(&m.team, &mut m.fencing, &mut |a: EpAddr| wake(a.rank));
     }
 
     /// `WaitOn::sleep_safe` of what the last step waited for (true when it did not
     /// wait): the member may sleep on it.
     pub fn sleep_safe(&self) -> bool {
-        self.0.wait.is_none_or(|w: WaitOn| w.sleep_safe())
+        self.op.wait.is_none_or(|w: WaitOn| w.sleep_safe())
     }
 }

@@ -67,8 +67,11 @@ struct Line(std::cell::UnsafeCell<[u64; 8]>);
 
 // Segments are raw shared memory by contract: every access goes through raw pointers;
 // the `UnsafeCell` wrapper makes writes through shared references legal.
-// SAFETY: see above — segments are accessed only through raw pointers, and concurrent
-// conflicting accesses are the application's responsibility, as on every conduit.
+// SAFETY: see above — no reference to the bytes is handed out, and every access that
+// may meet another thread's is atomic: Long deliveries (`push`) and `Segment::read`/
+// `write` copy with `gex_sync::copy` (byte-wise atomic), RMA atomics are atomics. What
+// concurrent conflicting accesses leave in the bytes is unspecified, not undefined
+// (but for a copy against an RMA atomic on the same word: docs/soundness.md, class 4).
 unsafe impl Sync for SegMem {}
 
 impl SegMem {
