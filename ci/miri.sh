@@ -10,8 +10,9 @@
 #   gex-core     lib tests, core_api, bad_input, bad_bootstrap
 #   gex-rma      lib tests, layer (the RMA layer on loopback, both paths), bad_input
 #   gex-coll     lib tests, bad_input, report, and the shared-memory tests of sim
-#   gex-testkit  conformance_loopback, conformance_sim (every shape), sim, faults,
-#                bad_input, lib tests
+#   gex-testkit  conformance_loopback, conformance_sim (three of its five shapes),
+#                sim, faults, bad_input, long_race, lib tests
+#   probes       gex-rma rma_race, gex-core long_race (data races, Miri only)
 # A test that cannot run under Miri is `#[cfg_attr(miri, ignore = "<reason>")]` at the
 # test (it shows up as ignored, with its reason); a suite too slow for Miri runs a
 # Miri-sized configuration under `cfg(miri)` (fewer iterations, ranks, smaller
@@ -57,6 +58,10 @@ export RUSTFLAGS="${RUSTFLAGS:-} -A deprecated"
 # take about the same time (docs/testing.md, "Miri", lists the durations).
 RUNS=(
     "1 gex-testkit --test conformance_sim"
+    # The data-race probes: they prove something only under Miri (ignored natively).
+    "1 gex-rma --test rma_race"
+    "1 gex-core --test long_race"
+    "1 gex-testkit --test long_race"
     "2 gex-testkit --lib --test conformance_loopback --test sim --test faults --test bad_input"
     "2 gex-sync --lib --test ring_stress --test ring_model"
     "2 gex-core --lib --test core_api --test bad_input --test bad_bootstrap"
