@@ -8,7 +8,7 @@
 //! ```text
 //! cargo bench -p gex-sync --bench copy            # all sizes
 //! cargo bench -p gex-sync --bench copy -- 64 4096  # some sizes
-//! GEX_COPY_BENCH_OFFSET=3 cargo bench ...          # misaligned by 3 bytes
+//! cargo bench -p gex-sync --bench copy -- --offset=3 64  # misaligned by 3 bytes (0-63)
 //! ```
 #![allow(unsafe_code, missing_docs)]
 
@@ -66,10 +66,17 @@ fn sizes() -> Vec<usize> {
 }
 
 fn main() {
-    let off: usize = std::env::var("GEX_COPY_BENCH_OFFSET")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    let off: usize =
+        match std::env::args().find_map(|a| a.strip_prefix("--offset=").map(str::to_owned)) {
+            None => 0,
+            Some(v) => match v.parse() {
+                Ok(off) if off < 64 => off,
+                _ => {
+                    eprintln!("copy bench: --offset takes 0 to 63, not {v:?}");
+                    std::process::exit(2);
+                }
+            },
+        };
     let samples = 15;
     println!(
         "offset {off}; medians of {samples} interleaved samples; ratio = median of per-sample ratios to memcpy"
