@@ -6,7 +6,7 @@
 #
 # What runs, in two lanes (RUNS below; docs/testing.md, "Miri", has the counts, the
 # durations and the reasoned list of what is skipped):
-#   gex-sync     lib tests, ring_stress, ring_model (proptest)
+#   gex-sync     lib tests, ring_stress
 #   gex-core     lib tests, core_api, bad_input, bad_bootstrap
 #   gex-rma      lib tests, layer (the RMA layer on loopback, both paths), bad_input
 #   gex-coll     lib tests, bad_input, report, and the shared-memory tests of sim
@@ -63,7 +63,7 @@ RUNS=(
     "1 gex-core --test long_race"
     "1 gex-testkit --test long_race"
     "2 gex-testkit --lib --test conformance_loopback --test sim --test faults --test bad_input"
-    "2 gex-sync --lib --test ring_stress --test ring_model"
+    "2 gex-sync --lib --test ring_stress"
     "2 gex-core --lib --test core_api --test bad_input --test bad_bootstrap"
     "2 gex-rma --lib --test layer --test bad_input"
     "1 gex-coll --lib --test bad_input --test report"
