@@ -66,7 +66,7 @@ RUNS=(
     "2 gex-sync --lib --test ring_stress"
     "2 gex-core --lib --test core_api --test bad_input --test bad_bootstrap"
     "2 gex-rma --lib --test layer --test bad_input"
-    "1 gex-coll --lib --test bad_input --test report"
+    "2 gex-coll --lib --test bad_input --test report"
     # The shared-memory collectives (gex-coll's unsafe code) on thread ranks; the other
     # tests of sim.rs are left out for time (docs/testing.md, "Miri").
     "1 gex-coll --test sim -- --exact matrix_2 shm_channels_concurrency_and_sync_modes ring_small_broadcasts_2_to_8_ranks segment_buffers_by_reference"
