@@ -9,7 +9,7 @@
 #   gex-sync     lib tests, ring_stress
 #   gex-core     lib tests, core_api, bad_input, bad_bootstrap
 #   gex-rma      lib tests, layer (the RMA layer on loopback, both paths), bad_input
-#   gex-coll     lib tests, bad_input, report, and the shared-memory tests of sim
+#   gex-coll     lib tests, bad_input, report
 #   gex-testkit  conformance_loopback, conformance_sim (three of its five shapes),
 #                sim, faults, bad_input, long_race, lib tests
 #   probes       gex-rma rma_race, gex-core long_race (data races, Miri only)
@@ -65,11 +65,8 @@ RUNS=(
     "2 gex-testkit --lib --test conformance_loopback --test sim --test faults --test bad_input"
     "2 gex-sync --lib --test ring_stress"
     "2 gex-core --lib --test core_api --test bad_input --test bad_bootstrap"
-    "2 gex-rma --lib --test layer --test bad_input"
+    "1 gex-rma --lib --test layer --test bad_input"
     "2 gex-coll --lib --test bad_input --test report"
-    # The shared-memory collectives (gex-coll's unsafe code) on thread ranks; the other
-    # tests of sim.rs are left out for time (docs/testing.md, "Miri").
-    "1 gex-coll --test sim -- --exact matrix_2 shm_channels_concurrency_and_sync_modes ring_small_broadcasts_2_to_8_ranks segment_buffers_by_reference"
 )
 
 cargo_miri() {
