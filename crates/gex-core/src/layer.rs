@@ -862,22 +862,21 @@ pub const UNWIND_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 #[inline(always)]
 pub fn state<L: Layer, C: Conduit>(ep: &mut Endpoint<C>) -> Option<StateMut<'_, L, C>> {
     let want = TypeId::of::<L>();
+    // The cache is empty with a progress thread (`endpoint::open`): then the slow path
+    // takes the lock word.
     let Some(a) = ep.h().fast.iter().find(|f| f.0 == want).map(|f| f.1) else {
         return state_slow(ep);
     };
-    let h = ep.h_mut();
-    if h.threaded() {
-        return Some(state_locked(h, a));
-    }
     // SAFETY: `a` is the address of the state of a slot whose `type_id` is `L`'s, made
     // from an `L` (`attach_one`); its `LayerBox` lives as long as the endpoint, never
-    // moves the state, and every access derives from the same pointer. Without a
-    // progress thread this handle, borrowed mutably for the result's life, is the only
-    // way to the state (module `crate::endpoint`).
+    // moves the state, and every access derives from the same pointer. The cache is
+    // filled only without a progress thread, where this handle, borrowed mutably for
+    // the result's life, is the only way to the state (module `crate::endpoint`).
     let l = unsafe { Pin::new_unchecked(&mut *a.as_ptr().cast::<L>()) };
     Some(StateMut {
         state: l,
-        _lock: None,
+        lock: None,
+        _guard: std::marker::PhantomData,
     })
 }
 
@@ -888,12 +887,13 @@ fn state_locked<L: Layer, C: Conduit>(
     a: NonNull<u8>,
 ) -> StateMut<'_, L, C> {
     let g = h.inner();
-    // SAFETY: as in `state`; the lock word, held by `g` for the result's life, keeps
-    // the progress thread away from the state.
+    // SAFETY: as in `state`; the lock word, held by the result for its life (taken
+    // from `g`), keeps the progress thread away from the state.
     let l = unsafe { Pin::new_unchecked(&mut *a.as_ptr().cast::<L>()) };
     StateMut {
         state: l,
-        _lock: Some(g),
+        lock: g.into_lock_word(),
+        _guard: std::marker::PhantomData,
     }
 }
 
@@ -916,7 +916,19 @@ fn state_slow<L: Layer, C: Conduit>(ep: &mut Endpoint<C>) -> Option<StateMut<'_,
 /// [module documentation](self)).
 pub struct StateMut<'a, L, C: Conduit> {
     state: Pin<&'a mut L>,
-    _lock: Option<crate::endpoint::Guard<'a, C>>,
+    /// The endpoint's lock word, held for the borrow's life with a progress thread
+    /// (two words in all, so that the value travels in registers).
+    lock: Option<&'a std::sync::atomic::AtomicU32>,
+    _guard: std::marker::PhantomData<crate::endpoint::Guard<'a, C>>,
+}
+
+impl<L, C: Conduit> Drop for StateMut<'_, L, C> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if let Some(l) = self.lock {
+            crate::endpoint::unlock(l);
+        }
+    }
 }
 
 impl<L, C: Conduit> StateMut<'_, L, C> {

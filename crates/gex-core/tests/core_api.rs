@@ -12,7 +12,7 @@ use gex_core::{
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn client(eps: u16) -> gex_core::Client<Loopback> {
     ClientBuilder::new()
@@ -183,7 +183,7 @@ fn token_reports_reply_limits() {
 fn wait_until_timeout_gives_up() {
     let c = client(1);
     let mut ep = c.endpoint(0).unwrap();
-    let t0 = std::time::Instant::now();
+    let t0 = Instant::now();
     assert!(!ep.wait_until_timeout(|| false, Duration::from_millis(20)));
     assert!(t0.elapsed() >= Duration::from_millis(20));
     assert!(ep.wait_until_timeout(|| true, Duration::from_secs(10)));
@@ -559,7 +559,7 @@ fn a_progress_thread_serves_requests_while_the_owner_computes() {
         std::thread::sleep(Duration::from_millis(300));
         drop(target);
     });
-    let t0 = std::time::Instant::now();
+    let t0 = Instant::now();
     peer.request_short(EpAddr::new(0, 0), ping_p, &[42])
         .unwrap();
     assert!(peer.wait_until_timeout(|| got.load(Ordering::Relaxed) == 42, Duration::from_secs(5)));
@@ -794,7 +794,7 @@ fn child_retries() {
     let mut ep = c.endpoint(0).unwrap();
     // An operation the conduit keeps refusing (back-pressure that never clears).
     let mut r = layer::Retry::default();
-    let t0 = std::time::Instant::now();
+    let t0 = Instant::now();
     while t0.elapsed() < Duration::from_millis(2500) {
         layer::retry(&mut *ep, &mut r);
     }
@@ -846,7 +846,7 @@ fn child_thread_handler_panics() {
     ignore = "runs this test binary in a child process: Miri cannot start processes"
 )]
 fn a_handler_panic_on_the_progress_thread_ends_the_rank() {
-    let t0 = std::time::Instant::now();
+    let t0 = Instant::now();
     let (code, err) = child_failure("child_thread_handler_panics", &[]);
     assert_eq!(code, Some(101), "{err}");
     assert!(err.contains("a handler panics on purpose"), "{err}");
@@ -923,6 +923,70 @@ fn layer_state_access_reaches_the_same_state_for_every_layer() {
         layer::with::<Nth<0>, _, _>(&mut ep, |l, _| l.hits),
         Some(1000)
     );
+}
+
+/// A layer whose progress hook counts its runs and always has more to do.
+#[derive(Debug, Default)]
+struct Counting {
+    polls: u64,
+}
+
+impl Layer for Counting {
+    const NAME: &'static str = "counting";
+    fn attach<C: Conduit>(_: &mut layer::Attach<'_, C, Self>) -> Result<Self, InitError> {
+        Ok(Counting::default())
+    }
+    fn progress<C: Conduit>(mut self: std::pin::Pin<&mut Self>, _cx: &mut Cx<'_, C>) -> Progress {
+        self.polls += 1;
+        Progress::Spinning
+    }
+}
+
+/// With a progress thread, the state `layer::state` lends holds the endpoint's lock
+/// word while it lives (the handle's cache of layer addresses is empty then, so the
+/// borrow comes from the locked path): the thread's polls of the layer stop meanwhile
+/// and resume after the borrow ends.
+#[test]
+fn a_layer_state_borrowed_with_a_progress_thread_keeps_the_thread_out() {
+    let c = ClientBuilder::new()
+        .layer::<Counting>()
+        .progress_thread(true)
+        .segment_size(4096)
+        .config(gex_core::Config::default())
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut ep = c.endpoint(0).unwrap();
+    let polls = |ep: &mut gex_core::Endpoint<Loopback>| {
+        layer::state::<Counting, _>(ep).expect("attached").polls
+    };
+    // Busy, the layer is polled by the thread on its own (it stays busy: `Spinning`).
+    layer::with::<Counting, _, _>(&mut ep, |_, cx| cx.set_busy()).expect("attached");
+    let t0 = Instant::now();
+    while polls(&mut ep) == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the thread never polled"
+        );
+        std::thread::yield_now();
+    }
+    {
+        let l = layer::state::<Counting, _>(&mut ep).expect("attached");
+        let held = l.polls;
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            l.polls, held,
+            "the thread polled the layer during the borrow"
+        );
+    }
+    let after = polls(&mut ep);
+    let t0 = Instant::now();
+    while polls(&mut ep) == after {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the thread stopped after the borrow"
+        );
+        std::thread::yield_now();
+    }
 }
 
 /// A layer that defers part of a scope's work to the scope's end: `end_scope` tracks

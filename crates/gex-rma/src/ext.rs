@@ -471,7 +471,7 @@ fn source_chunks<C: Conduit, T>(
 }
 
 /// A blocking get into a borrowed slice.
-#[inline]
+#[inline(always)]
 fn get_borrowed<C: Conduit, T: Pod>(
     ep: &mut Endpoint<C>,
     dst: &mut [T],
@@ -575,6 +575,7 @@ unsafe fn get_borrowed_rest<C: Conduit, T: Pod>(
 
 impl<T: Pod + Send> GetDst<T, Blocking> for &mut [T] {
     type Out = ();
+    #[inline(always)]
     fn get_from<C: Conduit>(
         self,
         ep: &mut Endpoint<C>,
@@ -955,7 +956,7 @@ pub trait RmaExt<C: Conduit> {
 }
 
 impl<C: Conduit> RmaExt<C> for Endpoint<C> {
-    #[inline]
+    #[inline(always)]
     fn put<T: Pod, M: Mode>(
         &mut self,
         dst: GlobalPtr<T>,
@@ -987,7 +988,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         self.put(dst, std::slice::from_ref(&v), mode)
     }
 
-    #[inline]
+    #[inline(always)]
     fn get<T: Pod + Send, D: GetDst<T, M>, M: Mode>(
         &mut self,
         dst: D,
@@ -1320,7 +1321,7 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         end_scoped(self, tag, r)
     }
 
-    #[inline]
+    #[inline(always)]
     fn put_from<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &'env [T]) -> Result<(), RmaError> {
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let (a, off) = (dst.addr(), dst.offset);

@@ -23,10 +23,11 @@
 //! without a second (virtual) `Any` check: slots are made only by `attach_one`, from
 //! an `L` with `type_id == TypeId::of::<L>()`.
 //!
-//! The handle caches the first layers' types and state addresses (`Handle::fast`) for
-//! [`layer::state`](crate::layer::state), which hands out the layer's state borrowed
-//! from `&mut Endpoint` without a search: under the guard's exclusivity (no lock
-//! without a progress thread, the lock word with one, held by the returned value).
+//! Without a progress thread the handle caches the first layers' types and state
+//! addresses (`Handle::fast`) for [`layer::state`](crate::layer::state), which hands
+//! out the layer's state borrowed from `&mut Endpoint` without a search: the handle's
+//! `&mut` is the only way to the state. With a progress thread the cache stays empty
+//! and `layer::state` takes its slow path, whose result holds the lock word.
 //!
 //! [`Endpoint`] is a dynamically sized type: `#[repr(transparent)]` over
 //! `[Handle<C>]`, always made as a box of one handle ([`open`]; an [`OwnedEndpoint`] is
@@ -226,6 +227,22 @@ impl<C: Conduit> std::ops::DerefMut for Guard<'_, C> {
     }
 }
 
+impl<'a, C: Conduit> Guard<'a, C> {
+    /// The lock word this guard holds (`None` without a progress thread), now the
+    /// caller's to release with [`unlock`].
+    #[inline(always)]
+    pub(crate) fn into_lock_word(self) -> Option<&'a AtomicU32> {
+        let g = std::mem::ManuallyDrop::new(self);
+        g.locked.then_some(&g.cell.lock)
+    }
+}
+
+/// Releases a lock word taken from [`Guard::into_lock_word`].
+#[inline(always)]
+pub(crate) fn unlock(lock: &AtomicU32) {
+    lock.store(FREE, Ordering::Release);
+}
+
 impl<C: Conduit> Drop for Guard<'_, C> {
     #[inline(always)]
     fn drop(&mut self) {
@@ -407,14 +424,18 @@ impl<C: Conduit> Endpoint<C> {
             Some(_) => inner.core.cep.sleeper(),
             None => None,
         };
-        // A type no layer has marks an empty cache entry. With a progress thread, a
-        // cached address is only used under the lock word (`layer::state`).
+        // A type no layer has marks an empty cache entry. With a progress thread the
+        // cache stays empty: `layer::state` then takes its slow path, which holds the
+        // lock word for the borrow's life, and its fast path needs no check for the
+        // thread.
         let mut fast = [(
             std::any::TypeId::of::<Handle<C>>(),
             std::ptr::NonNull::dangling(),
         ); FAST_LAYERS];
-        for (f, s) in fast.iter_mut().zip(inner.layers.iter()) {
-            *f = (s.type_id, s.state.addr());
+        if progress_thread.is_none() {
+            for (f, s) in fast.iter_mut().zip(inner.layers.iter()) {
+                *f = (s.type_id, s.state.addr());
+            }
         }
         let cell = Arc::new(EpCell {
             lock: AtomicU32::new(FREE),
@@ -434,12 +455,6 @@ impl<C: Conduit> Endpoint<C> {
 }
 
 impl<C: Conduit> Handle<C> {
-    /// True with a progress thread (which shares the state under the lock word).
-    #[inline(always)]
-    pub(crate) fn threaded(&self) -> bool {
-        self.thread.is_some()
-    }
-
     /// Exclusive access to the state (see the module's `# Safety`).
     #[inline(always)]
     pub(crate) fn inner(&mut self) -> Guard<'_, C> {

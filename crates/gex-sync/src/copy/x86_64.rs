@@ -1,6 +1,6 @@
 //! The x86-64 implementation: inline assembly that moves every byte with ordinary
-//! loads and stores (general-purpose registers up to 16 bytes, SSE2 `movdqu` up to 128
-//! bytes, then SSE2, AVX or AVX-512 vectors in the shapes of glibc's
+//! loads and stores (general-purpose registers up to 16 bytes, SSE2 `movdqu` up to 64
+//! bytes, inlined; then, out of line, SSE2, AVX or AVX-512 vectors in the shapes of glibc's
 //! `memmove-vec-unaligned-erms`, and `rep movsb` for large copies that do not overlap).
 //! The soundness argument is in the parent module's documentation ("Why the assembly is
 //! a byte-wise atomic copy").
@@ -74,49 +74,27 @@ pub(super) unsafe fn copy(src: *const u8, dst: *mut u8, n: usize) {
                 options(nostack, preserves_flags),
             )
         }
-    } else if n <= 128 {
-        // SAFETY: 64 < n <= 128: the first and the last 64 bytes lie inside the ranges.
-        unsafe {
-            asm!(
-                "movdqu {a}, xmmword ptr [{s}]",
-                "movdqu {b}, xmmword ptr [{s} + 16]",
-                "movdqu {c}, xmmword ptr [{s} + 32]",
-                "movdqu {e}, xmmword ptr [{s} + 48]",
-                "movdqu {f}, xmmword ptr [{s} + {n} - 64]",
-                "movdqu {g}, xmmword ptr [{s} + {n} - 48]",
-                "movdqu {h}, xmmword ptr [{s} + {n} - 32]",
-                "movdqu {k}, xmmword ptr [{s} + {n} - 16]",
-                "movdqu xmmword ptr [{d}], {a}",
-                "movdqu xmmword ptr [{d} + 16], {b}",
-                "movdqu xmmword ptr [{d} + 32], {c}",
-                "movdqu xmmword ptr [{d} + 48], {e}",
-                "movdqu xmmword ptr [{d} + {n} - 64], {f}",
-                "movdqu xmmword ptr [{d} + {n} - 48], {g}",
-                "movdqu xmmword ptr [{d} + {n} - 32], {h}",
-                "movdqu xmmword ptr [{d} + {n} - 16], {k}",
-                s = in(reg) src,
-                d = in(reg) dst,
-                n = in(reg) n,
-                a = out(xmm_reg) _,
-                b = out(xmm_reg) _,
-                c = out(xmm_reg) _,
-                e = out(xmm_reg) _,
-                f = out(xmm_reg) _,
-                g = out(xmm_reg) _,
-                h = out(xmm_reg) _,
-                k = out(xmm_reg) _,
-                options(nostack, preserves_flags),
-            )
-        }
     } else {
-        match vector_width() {
-            // SAFETY: contract of this function; n > 128; the CPU has AVX-512F.
-            Width::Zmm => unsafe { copy_avx512(src, dst, n) },
-            // SAFETY: contract of this function; n > 128; the CPU has AVX.
-            Width::Ymm => unsafe { copy_avx(src, dst, n) },
-            // SAFETY: contract of this function; n > 128.
-            Width::Xmm => unsafe { copy_sse(src, dst, n) },
-        }
+        // SAFETY: contract of this function; n > 64 (> 32, the out-of-line functions'
+        // precondition).
+        unsafe { copy_gt32(src, dst, n) }
+    }
+}
+
+/// A copy of more than 32 bytes: out of line, in the widest vectors the CPU has
+/// (one relaxed load of the cached choice and a direct call).
+///
+/// # Safety
+/// As [`super::atomic_copy`], with `n > 32`.
+#[inline(always)]
+unsafe fn copy_gt32(src: *const u8, dst: *mut u8, n: usize) {
+    match vector_width() {
+        // SAFETY: contract of this function; the CPU has AVX-512F and VL.
+        Width::Zmm => unsafe { copy_avx512(src, dst, n) },
+        // SAFETY: contract of this function; the CPU has AVX.
+        Width::Ymm => unsafe { copy_avx(src, dst, n) },
+        // SAFETY: contract of this function.
+        Width::Xmm => unsafe { copy_sse(src, dst, n) },
     }
 }
 
@@ -128,8 +106,8 @@ enum Width {
     Zmm,
 }
 
-/// The widest vectors the CPU has, detected once and cached (one relaxed load on the
-/// hot path).
+/// The widest vectors the CPU has (AVX-512 counts with its VL extension, which the
+/// 32-byte class uses), detected once and cached (one relaxed load on the hot path).
 #[inline(always)]
 fn vector_width() -> Width {
     use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
@@ -137,7 +115,9 @@ fn vector_width() -> Width {
     #[cold]
     #[inline(never)]
     fn detect() -> Width {
-        let w = if std::is_x86_feature_detected!("avx512f") {
+        let w = if std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512vl")
+        {
             Width::Zmm
         } else if std::is_x86_feature_detected!("avx") {
             Width::Ymm
@@ -148,9 +128,9 @@ fn vector_width() -> Width {
         w
     }
     match WIDTH.load(Relaxed) {
-        1 => Width::Xmm,
-        2 => Width::Ymm,
         3 => Width::Zmm,
+        2 => Width::Ymm,
+        1 => Width::Xmm,
         _ => detect(),
     }
 }
@@ -248,10 +228,11 @@ unsafe fn copy_le16(src: *const u8, dst: *mut u8, n: usize) {
     }
 }
 
-/// Defines `$name(src, dst, n)` for `n > 128` (so `n > 2 * $w`): the copies of one
-/// vector width `$w` (`$mov` unaligned, `$mova` aligned, registers `$r0`..`$r11`), in
-/// the shapes of glibc's `memmove-vec-unaligned-erms`: up to 4 or 8 vectors, the first
-/// and the last half loaded before anything is stored; beyond, `rep movsb` for disjoint
+/// Defines `$name(src, dst, n)` for `n > 32`: the copies of one vector width `$w`
+/// (`$mov` unaligned, `$mova` aligned, registers `$r0`..`$r11`), in the shapes of
+/// glibc's `memmove-vec-unaligned-erms`: up to 64 bytes the assembly `$le64` (the
+/// first and the last 32 bytes), then up to 2, 4 or 8 vectors, the first and the last
+/// half loaded before anything is stored; beyond, `rep movsb` for disjoint
 /// ranges of [`REP_MOVSB_VECTORS`] vectors and more, else a loop of 4 vectors with
 /// `$w`-aligned stores between a head and a tail (one vector on the side the loop
 /// starts from, four on the side it ends at) loaded first and stored last, forward or
@@ -259,13 +240,44 @@ unsafe fn copy_le16(src: *const u8, dst: *mut u8, n: usize) {
 macro_rules! vector_copy {
     (
         $(#[$attr:meta])* $name:ident, $w:literal, $mov:literal, $mova:literal,
+        [$($le64:literal),+ $(,)?],
         [$r0:literal, $r1:literal, $r2:literal, $r3:literal, $r4:literal, $r5:literal,
          $r6:literal, $r7:literal, $r8:literal, $r9:literal, $r10:literal, $r11:literal],
         $exit:literal
     ) => {
         $(#[$attr])*
         unsafe fn $name(src: *const u8, dst: *mut u8, n: usize) {
-            if n <= 4 * $w {
+            if n <= 64 {
+                // SAFETY: 32 < n <= 64: the first and the last 32 bytes lie inside.
+                unsafe {
+                    asm!(
+                        $($le64,)+
+                        s = in(reg) src,
+                        d = in(reg) dst,
+                        n = in(reg) n,
+                        clobber_abi("C"),
+                        options(nostack, preserves_flags),
+                    )
+                }
+            } else if n <= 2 * $w {
+                // SAFETY: w < n <= 2w (64 < n, so w = 64): the first and the last
+                // vector lie inside.
+                unsafe {
+                    asm!(
+                        concat!($mov, " ", $r0, ", [{s}]"),
+                        concat!($mov, " ", $r1, ", [{s} + {n} - {w}]"),
+                        concat!($mov, " [{d}], ", $r0),
+                        concat!($mov, " [{d} + {n} - {w}], ", $r1),
+                        $exit,
+                        s = in(reg) src,
+                        d = in(reg) dst,
+                        n = in(reg) n,
+                        w = const $w,
+                        clobber_abi("C"),
+                        options(nostack, preserves_flags),
+                    )
+                }
+            } else if n <= 4 * $w {
                 // SAFETY: 2w < n <= 4w: the first and the last two vectors lie inside.
                 unsafe {
                     asm!(
@@ -425,38 +437,61 @@ macro_rules! vector_copy {
 }
 
 vector_copy!(
-    /// `n > 128` without AVX: SSE2 `movdqu` (16 bytes).
+    /// `n > 32` without AVX: SSE2 `movdqu` (16 bytes).
     ///
     /// # Safety
-    /// As [`super::atomic_copy`], with `n > 128`.
+    /// As [`super::atomic_copy`], with `n > 32`.
     #[inline(never)]
     copy_sse, 16, "movdqu", "movdqa",
+    [
+        "movdqu xmm0, [{s}]",
+        "movdqu xmm1, [{s} + 16]",
+        "movdqu xmm2, [{s} + {n} - 32]",
+        "movdqu xmm3, [{s} + {n} - 16]",
+        "movdqu [{d}], xmm0",
+        "movdqu [{d} + 16], xmm1",
+        "movdqu [{d} + {n} - 32], xmm2",
+        "movdqu [{d} + {n} - 16], xmm3",
+    ],
     ["xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5",
      "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11"],
     ""
 );
 
 vector_copy!(
-    /// `n > 128` with AVX: `vmovdqu` of `ymm` registers (32 bytes), then `vzeroupper`.
+    /// `n > 32` with AVX: `vmovdqu` of `ymm` registers (32 bytes), then `vzeroupper`.
     ///
     /// # Safety
-    /// As [`super::atomic_copy`], with `n > 128`; the CPU has AVX.
+    /// As [`super::atomic_copy`], with `n > 32`; the CPU has AVX.
     #[target_feature(enable = "avx")]
     copy_avx, 32, "vmovdqu", "vmovdqa",
+    [
+        "vmovdqu ymm0, [{s}]",
+        "vmovdqu ymm1, [{s} + {n} - 32]",
+        "vmovdqu [{d}], ymm0",
+        "vmovdqu [{d} + {n} - 32], ymm1",
+        "vzeroupper",
+    ],
     ["ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5",
      "ymm6", "ymm7", "ymm8", "ymm9", "ymm10", "ymm11"],
     "vzeroupper"
 );
 
 vector_copy!(
-    /// `n > 128` with AVX-512: `vmovdqu64` of `zmm16`..`zmm27` (64 bytes; registers
-    /// without a VEX encoding, so no `vzeroupper`), as glibc's `memcpy` does on the
-    /// same CPUs.
+    /// `n > 32` with AVX-512: `vmovdqu64` of `zmm16`..`zmm27` (64 bytes; up to 64
+    /// bytes `ymm16` and `ymm17`: registers without a VEX encoding, so no
+    /// `vzeroupper`), as glibc's `memcpy` does on the same CPUs.
     ///
     /// # Safety
-    /// As [`super::atomic_copy`], with `n > 128`; the CPU has AVX-512F.
-    #[target_feature(enable = "avx512f")]
+    /// As [`super::atomic_copy`], with `n > 32`; the CPU has AVX-512F and AVX-512VL.
+    #[target_feature(enable = "avx512f,avx512vl")]
     copy_avx512, 64, "vmovdqu64", "vmovdqa64",
+    [
+        "vmovdqu64 ymm16, [{s}]",
+        "vmovdqu64 ymm17, [{s} + {n} - 32]",
+        "vmovdqu64 [{d}], ymm16",
+        "vmovdqu64 [{d} + {n} - 32], ymm17",
+    ],
     ["zmm16", "zmm17", "zmm18", "zmm19", "zmm20", "zmm21",
      "zmm22", "zmm23", "zmm24", "zmm25", "zmm26", "zmm27"],
     ""
@@ -583,10 +618,9 @@ mod tests {
     /// lengths around its size classes and `rep movsb`, at every alignment, disjoint
     /// and overlapping both ways.
     fn check(f: unsafe fn(*const u8, *mut u8, usize), w: usize) {
-        // The vector functions are called for n > 128 only (`copy`'s size classes);
-        // their first branch reads two vectors from each end, so below 2w they would
-        // leave the ranges.
-        let mut lens: Vec<usize> = (129..=9 * w + 2).collect();
+        // The vector functions are called for n > 32 only (`copy`'s size classes);
+        // their first branch reads 32 bytes from each end.
+        let mut lens: Vec<usize> = (33..=9 * w + 2).collect();
         for k in [128 * w - 1, 128 * w, 128 * w + 65, 300 * w + 7] {
             lens.push(k);
         }
@@ -647,10 +681,10 @@ mod tests {
 
     #[test]
     fn avx512() {
-        if std::is_x86_feature_detected!("avx512f") {
+        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vl") {
             check(
                 |s, d, n| {
-                    // SAFETY: the CPU has AVX-512F; `check` passes valid ranges.
+                    // SAFETY: the CPU has AVX-512F and VL; `check` passes valid ranges.
                     unsafe { copy_avx512(s, d, n) }
                 },
                 64,
