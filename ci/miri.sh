@@ -12,7 +12,8 @@
 #   gex-coll     lib tests, bad_input, report
 #   gex-testkit  conformance_loopback, conformance_sim (three of its five shapes),
 #                sim, faults, bad_input, long_race, lib tests
-#   probes       gex-rma rma_race, gex-core long_race (data races, Miri only)
+#   probes       gex-rma rma_race and atomic_race, gex-core long_race, gex-testkit
+#                long_race and atomic_race (data races, Miri only)
 # A test that cannot run under Miri is `#[cfg_attr(miri, ignore = "<reason>")]` at the
 # test (it shows up as ignored, with its reason); a suite too slow for Miri runs a
 # Miri-sized configuration under `cfg(miri)` (fewer iterations, ranks, smaller
@@ -59,9 +60,9 @@ export RUSTFLAGS="${RUSTFLAGS:-} -A deprecated"
 RUNS=(
     "1 gex-testkit --test conformance_sim"
     # The data-race probes: they prove something only under Miri (ignored natively).
-    "1 gex-rma --test rma_race"
+    "1 gex-rma --test rma_race --test atomic_race"
     "1 gex-core --test long_race"
-    "1 gex-testkit --test long_race"
+    "1 gex-testkit --test long_race --test atomic_race"
     "2 gex-testkit --lib --test conformance_loopback --test sim --test faults --test bad_input"
     "2 gex-sync --lib --test ring_stress"
     "2 gex-core --lib --test core_api --test bad_input --test bad_bootstrap"

@@ -25,9 +25,12 @@
 //! - The target word must be naturally aligned ([`RmaError::Misaligned`]), inside the
 //!   target's segment ([`RmaError::OutOfSegment`]) and on a member of the domain's team
 //!   ([`RmaError::NotInTeam`]).
-//! - Concurrent accesses to a word used by atomic operations must all be atomic
-//!   operations (of domains of the same type): mixing them with plain put/get/memset on
-//!   the same word at the same time gives unspecified values, as in GASNet-EX.
+//! - Concurrent accesses to a word used by atomic operations should all be atomic
+//!   operations (of domains of the same type): mixing them with put/get/memset on the
+//!   same word at the same time gives unspecified values, as in GASNet-EX, and not
+//!   undefined behaviour: CPU atomics are [`gex_sync::word`] operations, defined over
+//!   bytes like the byte-wise copies of put and get, so the race is never mixed-size
+//!   (on x86-64; elsewhere the standard atomics, see that module).
 //! - Ordering: by default an operation is `Relaxed` (like GASNet-EX without flags).
 //!   [`AtomicFlags::ACQUIRE`] and [`AtomicFlags::RELEASE`] give the operation acquire
 //!   and/or release semantics at the target word (`Acquire`, `Release` or `AcqRel`; a
@@ -42,11 +45,12 @@
 //! - Integers wrap (two's complement) on add, sub, mult, inc and dec.
 //!
 //! # Safety
-//! The unsafe code creates `&AtomicU32`/`&AtomicU64` from addresses inside a segment:
+//! The unsafe code runs [`gex_sync::word`] operations on addresses inside a segment:
 //! the local one (AM handler) or a peer's mapping (direct path). The address was checked
 //! to be inside the segment and naturally aligned for the width; the segment stays
-//! mapped for the life of the conduit, which the endpoint keeps alive; all concurrent
-//! accesses to the word are atomic by the rules above. It also stores fetched values
+//! mapped for the life of the conduit, which the endpoint keeps alive; every
+//! concurrent access to the word in this process is a word operation or a byte-wise
+//! copy of `gex_sync::copy`. It also stores fetched values
 //! into result locations under the rules of [`crate::layer`] (a word the operation owns,
 //! or a destination borrowed for a scope).
 #![allow(unsafe_code)]
@@ -63,7 +67,7 @@ use gex_core::event::{Data, Finish};
 use gex_core::layer::Cx;
 use gex_core::spi::{AtomicBase, Conduit, ConduitEp, NativeAtomic};
 use gex_core::{Am, Category, Event, ModeKind, Team, Token};
-use gex_sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use gex_sync::atomic::{Ordering, fence};
 use std::marker::PhantomData;
 
 bitflags::bitflags! {
@@ -393,59 +397,78 @@ fn orders(f: AtomicFlags) -> (Ordering, Ordering) {
 }
 
 macro_rules! exec_width {
-    ($name:ident, $A:ty, $t:ty) => {
+    ($name:ident, $t:ty, $load:ident, $store:ident, $swap:ident, $cas:ident,
+     $fetch_add:ident, $update:ident) => {
         /// # Safety
         /// `p` is naturally aligned for the width, inside a mapped segment, and every
-        /// concurrent access to the word is atomic.
+        /// concurrent access to the word is a [`gex_sync::word`] operation or a
+        /// [`gex_sync::copy`].
         unsafe fn $name(p: *mut u8, k: Kind, op: Base, a: u64, b: u64, f: AtomicFlags) -> u64 {
-            // SAFETY: aligned, valid for the conduit's life, accessed only atomically
-            // (contract); the atomic type has the size and alignment of the word.
-            let at: &$A = unsafe { &*(p as *const $A) };
+            use gex_sync::word;
             let (x, y) = (a as $t, b as $t);
             let (rmw, load) = orders(f);
             let int = !k.is_float();
-            let old: $t = match op {
-                Base::Get => {
-                    if f.contains(AtomicFlags::RELEASE) {
-                        fence(Ordering::Release);
+            // The read-modify-writes are sequentially consistent, stronger than `rmw`
+            // (module `gex_sync::word`).
+            let _ = rmw;
+            // SAFETY: aligned, valid for the conduit's life, and every concurrent
+            // access is a word operation or a byte-wise copy (contract).
+            let old: $t = unsafe {
+                match op {
+                    Base::Get => {
+                        if f.contains(AtomicFlags::RELEASE) {
+                            fence(Ordering::Release);
+                        }
+                        word::$load(p, load)
                     }
-                    at.load(load)
-                }
-                Base::Set => {
-                    let so = if f.contains(AtomicFlags::RELEASE) {
-                        Ordering::Release
-                    } else {
-                        Ordering::Relaxed
-                    };
-                    at.store(x, so);
-                    if f.contains(AtomicFlags::ACQUIRE) {
-                        fence(Ordering::Acquire);
+                    Base::Set => {
+                        let so = if f.contains(AtomicFlags::RELEASE) {
+                            Ordering::Release
+                        } else {
+                            Ordering::Relaxed
+                        };
+                        word::$store(p, x, so);
+                        if f.contains(AtomicFlags::ACQUIRE) {
+                            fence(Ordering::Acquire);
+                        }
+                        0
                     }
-                    0
+                    Base::Swap => word::$swap(p, x),
+                    Base::Cswap => word::$cas(p, x, y),
+                    Base::Add if int => word::$fetch_add(p, x),
+                    Base::Sub if int => word::$fetch_add(p, x.wrapping_neg()),
+                    Base::Inc if int => word::$fetch_add(p, 1),
+                    Base::Dec if int => word::$fetch_add(p, <$t>::MAX),
+                    Base::And => word::$update(p, |o| Some(o & x)),
+                    Base::Or => word::$update(p, |o| Some(o | x)),
+                    Base::Xor => word::$update(p, |o| Some(o ^ x)),
+                    _ => word::$update(p, |o| compute(k, op, u64::from(o), a, b).map(|n| n as $t)),
                 }
-                Base::Swap => at.swap(x, rmw),
-                Base::Cswap => match at.compare_exchange(x, y, rmw, load) {
-                    Ok(v) | Err(v) => v,
-                },
-                Base::Add if int => at.fetch_add(x, rmw),
-                Base::Sub if int => at.fetch_sub(x, rmw),
-                Base::Inc if int => at.fetch_add(1, rmw),
-                Base::Dec if int => at.fetch_sub(1, rmw),
-                Base::And => at.fetch_and(x, rmw),
-                Base::Or => at.fetch_or(x, rmw),
-                Base::Xor => at.fetch_xor(x, rmw),
-                _ => match at.fetch_update(rmw, load, |o| {
-                    compute(k, op, u64::from(o), a, b).map(|n| n as $t)
-                }) {
-                    Ok(v) | Err(v) => v,
-                },
             };
             u64::from(old)
         }
     };
 }
-exec_width!(exec32, AtomicU32, u32);
-exec_width!(exec64, AtomicU64, u64);
+exec_width!(
+    exec32,
+    u32,
+    load32,
+    store32,
+    swap32,
+    cas32,
+    fetch_add32,
+    update32
+);
+exec_width!(
+    exec64,
+    u64,
+    load64,
+    store64,
+    swap64,
+    cas64,
+    fetch_add64,
+    update64
+);
 
 /// Performs `op` on the word at `p`; returns its old bit pattern (0 for `Set`).
 ///

@@ -14,6 +14,8 @@
 //! - [`counter`]: cache-padded statistics counters.
 //! - [`copy`]: race-free copies to and from memory others access concurrently (byte-wise
 //!   atomic, P1478 semantics, as fast as `memcpy`).
+//! - [`word`]: atomic operations on 4- and 8-byte words of that memory, defined over
+//!   bytes too, so that a copy racing with them is never a mixed-size race.
 //! - [`signal`]: the report signal (`SIGUSR1`: print every endpoint's state).
 //! - [`slot`]: one-shot completion slots (completer/waiter pairs) with recycling: the
 //!   completion half of every nonblocking operation.
@@ -77,6 +79,7 @@ pub mod signal;
 pub mod slot;
 pub mod thread;
 pub mod wait;
+pub mod word;
 
 /// Pads and aligns a value to the length of a cache line (re-export of
 /// [`crossbeam_utils::CachePadded`]).

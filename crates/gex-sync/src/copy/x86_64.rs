@@ -161,6 +161,15 @@ fn forward(src: *const u8, dst: *mut u8, n: usize) -> bool {
     (dst as usize).wrapping_sub(src as usize) >= n
 }
 
+/// Whether `dst` lies less than `k` bytes above `src` modulo the 4 KiB page: then a
+/// forward loop's loads would meet its own recent stores at the same page offset
+/// ("4K aliasing": the load waits for the store), so disjoint ranges are copied
+/// backward, as glibc's `memmove` does. `k` is a power of two below 4096.
+#[inline(always)]
+fn near_below(src: *const u8, dst: *mut u8, k: usize) -> bool {
+    (dst as usize).wrapping_sub(src as usize) & (4096 - k) == 0
+}
+
 /// Whether `n` bytes at `src` and at `dst` are disjoint.
 #[inline(always)]
 fn disjoint(src: *const u8, dst: *mut u8, n: usize) -> bool {
@@ -236,7 +245,8 @@ unsafe fn copy_le16(src: *const u8, dst: *mut u8, n: usize) {
 /// ranges of [`REP_MOVSB_VECTORS`] vectors and more, else a loop of 4 vectors with
 /// `$w`-aligned stores between a head and a tail (one vector on the side the loop
 /// starts from, four on the side it ends at) loaded first and stored last, forward or
-/// (for `dst` inside `src + 1..src + n`) backward.
+/// backward: backward for `dst` inside `src + 1..src + n`, and for disjoint ranges
+/// whose `dst` lies less than 8 vectors above `src` modulo 4 KiB ([`near_below`]).
 macro_rules! vector_copy {
     (
         $(#[$attr:meta])* $name:ident, $w:literal, $mov:literal, $mova:literal,
@@ -330,7 +340,9 @@ macro_rules! vector_copy {
             } else if disjoint(src, dst, n) && n >= REP_MOVSB_VECTORS * $w {
                 // SAFETY: disjoint ranges.
                 unsafe { rep_movsb(src, dst, n) }
-            } else if forward(src, dst, n) {
+            } else if forward(src, dst, n)
+                && !(disjoint(src, dst, n) && near_below(src, dst, 8 * $w))
+            {
                 // Blocks [i, i + 4w) from the first w-aligned i >= 1 of `dst` while
                 // i < n - 4w; the head [0, w) and the tail [n - 4w, n) cover the rest.
                 let skip = $w - (dst as usize & ($w - 1));

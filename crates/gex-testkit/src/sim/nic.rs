@@ -30,7 +30,7 @@
 use super::seg::SegMem;
 use gex_core::spi::{AtomicBase, AtomicKind, NativeAtomic};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 /// Native operations an endpoint's simulated NIC has performed (counted at execution).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -296,38 +296,40 @@ fn compute(op: &NativeAtomic, old: u64) -> Option<u64> {
     })
 }
 
-/// Performs `op` on the word at `p`; returns the old bit pattern (zero-extended).
+/// Performs `op` on the word at `p`; returns the old bit pattern (zero-extended). The
+/// operations of [`gex_sync::word`], as the CPU atomics of gex-rma: loads and stores
+/// sequentially consistent, read-modify-writes atomic with respect to each other, and a
+/// put or get racing with them (byte-wise copies) is never a mixed-size race.
 ///
 /// # Safety
 /// `p` is naturally aligned for the kind's width, inside a live segment, and every
-/// concurrent access to the word is atomic.
+/// concurrent access to the word is a word operation or a byte-wise copy.
 unsafe fn atomic(p: *mut u8, op: &NativeAtomic) -> u64 {
+    use gex_sync::word;
     const SC: Ordering = Ordering::SeqCst;
-    if op.kind.size() == 4 {
-        // SAFETY: aligned and valid (contract); only accessed atomically.
-        let w = unsafe { &*p.cast::<AtomicU32>() };
-        match op.base {
-            AtomicBase::Get => u64::from(w.load(SC)),
-            AtomicBase::Set => {
-                w.store(op.a as u32, SC);
-                0
+    // SAFETY: aligned and valid, accessed only by word operations and byte-wise copies
+    // (contract).
+    unsafe {
+        if op.kind.size() == 4 {
+            match op.base {
+                AtomicBase::Get => u64::from(word::load32(p, SC)),
+                AtomicBase::Set => {
+                    word::store32(p, op.a as u32, SC);
+                    0
+                }
+                _ => u64::from(word::update32(p, |o| {
+                    compute(op, u64::from(o)).map(|n| n as u32)
+                })),
             }
-            _ => match w.fetch_update(SC, SC, |o| compute(op, u64::from(o)).map(|n| n as u32)) {
-                Ok(v) | Err(v) => u64::from(v),
-            },
-        }
-    } else {
-        // SAFETY: as above.
-        let w = unsafe { &*p.cast::<AtomicU64>() };
-        match op.base {
-            AtomicBase::Get => w.load(SC),
-            AtomicBase::Set => {
-                w.store(op.a, SC);
-                0
+        } else {
+            match op.base {
+                AtomicBase::Get => word::load64(p, SC),
+                AtomicBase::Set => {
+                    word::store64(p, op.a, SC);
+                    0
+                }
+                _ => word::update64(p, |o| compute(op, o)),
             }
-            _ => match w.fetch_update(SC, SC, |o| compute(op, o)) {
-                Ok(v) | Err(v) => v,
-            },
         }
     }
 }
