@@ -22,20 +22,20 @@
 //!
 //! - **x86-64** (not under Miri): inline assembly with ordinary loads and stores, in
 //!   the shapes of glibc's `memmove-vec-unaligned-erms`: up to 16 bytes two overlapping
-//!   general-register moves, up to 64 bytes two overlapping groups of SSE2 `movdqu`
-//!   (inlined at the call site, so a constant length compiles to a few moves); beyond,
-//!   out of line in the widest vectors the CPU has (SSE2, AVX, or AVX-512 with VL;
-//!   detected once): the first and last vector, up to 8 vectors loaded then stored, a
-//!   loop of 4 vectors with aligned stores, and `rep movsb` (ERMSB/FSRM) for ranges that
-//!   do not overlap from 128 vectors up (2, 4 or 8 KiB, glibc's thresholds). Fills the
+//!   general-register moves, inlined at the call site (so a constant length compiles
+//!   to a few moves); beyond, out of line (callers' fast paths keep few values alive
+//!   across one call): up to 64 bytes two overlapping groups of SSE2 `movdqu`, then the
+//!   widest vectors the CPU has (SSE2, AVX, or AVX-512 with VL; detected once): the
+//!   first and last vector, up to 8 vectors loaded then stored, a loop of 4 vectors
+//!   with aligned stores (backward when the destination lies just above the source
+//!   modulo 4 KiB, against 4K aliasing), and `rep movsb` (ERMSB/FSRM) for ranges that do
+//!   not overlap from 128 vectors up (2, 4 or 8 KiB, glibc's thresholds). Fills the
 //!   same with `rep stosb` from 2 KiB. Measured against `ptr::copy_nonoverlapping`
-//!   (glibc's AVX-512 `memcpy` here) from 8 B to 16 MiB by `benches/copy.rs` (`cargo
-//!   bench -p gex-sync --bench copy`): within noise or faster except from 65 to 128
-//!   bytes, where it takes about 0.7 ns more than `memcpy` with the same instructions
-//!   (two `zmm` moves; four `ymm` were slower). The classes from 65 to 128 bytes were
-//!   eight inlined SSE2 moves once: that made every caller's fast path too large to
-//!   inline and was no faster; the word-wise relaxed-atomic loop before that was 2-10
-//!   times slower from 64 B to 16 KiB.
+//!   (glibc's AVX-512 `memcpy` here) by `benches/copy.rs` (`cargo bench -p gex-sync
+//!   --bench copy`): faster up to 32 bytes and from 2 KiB, within noise at 256 bytes,
+//!   and with both ranges 64-byte aligned 0.5-1 ns slower from 64 to 1024 bytes with the
+//!   same instructions (a gap not closed yet; docs/performance.md). The word-wise
+//!   relaxed-atomic loop this replaced was 2-10 times slower from 64 B to 16 KiB.
 //! - **Everything else, and x86-64 under Miri** (which cannot run assembly): one relaxed
 //!   `AtomicU8` access per byte, unrolled by eight. Byte-sized on purpose: a wider atomic
 //!   meeting a byte access of another copy at a different alignment would be a

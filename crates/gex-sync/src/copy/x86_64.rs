@@ -1,7 +1,8 @@
 //! The x86-64 implementation: inline assembly that moves every byte with ordinary
-//! loads and stores (general-purpose registers up to 16 bytes, SSE2 `movdqu` up to 64
-//! bytes, inlined; then, out of line, SSE2, AVX or AVX-512 vectors in the shapes of glibc's
-//! `memmove-vec-unaligned-erms`, and `rep movsb` for large copies that do not overlap).
+//! loads and stores (general-purpose registers up to 16 bytes, inlined; then, out of
+//! line, SSE2 `movdqu` up to 64 bytes and SSE2, AVX or AVX-512 vectors in the shapes
+//! of glibc's `memmove-vec-unaligned-erms`, and `rep movsb` for large copies that do
+//! not overlap).
 //! The soundness argument is in the parent module's documentation ("Why the assembly is
 //! a byte-wise atomic copy").
 //!
@@ -13,6 +14,7 @@
 //! Rust reference guarantees it is clear on entry).
 
 use std::arch::asm;
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 /// A copy whose ranges do not overlap uses `rep movsb` (ERMSB/FSRM) from this many
 /// vectors up (2 KiB with SSE2, 4 KiB with AVX, 8 KiB with AVX-512), below it the
@@ -35,7 +37,21 @@ pub(super) unsafe fn copy(src: *const u8, dst: *mut u8, n: usize) {
     if n <= 16 {
         // SAFETY: contract of this function.
         unsafe { copy_le16(src, dst, n) }
-    } else if n <= 32 {
+    } else {
+        // SAFETY: contract of this function; n > 16.
+        unsafe { copy_gt16(src, dst, n) }
+    }
+}
+
+/// A copy of more than 16 bytes, out of line (so that callers' fast paths keep few
+/// values alive across it): SSE2 up to 64 bytes, beyond a direct call of the copy in
+/// the widest vectors the CPU has (one relaxed load of the cached choice).
+///
+/// # Safety
+/// As [`super::atomic_copy`], with `n > 16`.
+#[inline(never)]
+unsafe fn copy_gt16(src: *const u8, dst: *mut u8, n: usize) {
+    if n <= 32 {
         // SAFETY: 16 < n <= 32: both 16-byte halves (which overlap when n < 32) lie
         // inside the ranges.
         unsafe {
@@ -75,26 +91,14 @@ pub(super) unsafe fn copy(src: *const u8, dst: *mut u8, n: usize) {
             )
         }
     } else {
-        // SAFETY: contract of this function; n > 64 (> 32, the out-of-line functions'
-        // precondition).
-        unsafe { copy_gt32(src, dst, n) }
-    }
-}
-
-/// A copy of more than 32 bytes: out of line, in the widest vectors the CPU has
-/// (one relaxed load of the cached choice and a direct call).
-///
-/// # Safety
-/// As [`super::atomic_copy`], with `n > 32`.
-#[inline(always)]
-unsafe fn copy_gt32(src: *const u8, dst: *mut u8, n: usize) {
-    match vector_width() {
-        // SAFETY: contract of this function; the CPU has AVX-512F and VL.
-        Width::Zmm => unsafe { copy_avx512(src, dst, n) },
-        // SAFETY: contract of this function; the CPU has AVX.
-        Width::Ymm => unsafe { copy_avx(src, dst, n) },
-        // SAFETY: contract of this function.
-        Width::Xmm => unsafe { copy_sse(src, dst, n) },
+        match vector_width() {
+            // SAFETY: contract of this function; the CPU has AVX-512F and VL.
+            Width::Zmm => unsafe { copy_avx512(src, dst, n) },
+            // SAFETY: contract of this function; the CPU has AVX.
+            Width::Ymm => unsafe { copy_avx(src, dst, n) },
+            // SAFETY: contract of this function.
+            Width::Xmm => unsafe { copy_sse(src, dst, n) },
+        }
     }
 }
 
@@ -107,10 +111,9 @@ enum Width {
 }
 
 /// The widest vectors the CPU has (AVX-512 counts with its VL extension, which the
-/// 32-byte class uses), detected once and cached (one relaxed load on the hot path).
+/// 16- and 32-byte classes use), detected once and cached (one relaxed load).
 #[inline(always)]
 fn vector_width() -> Width {
-    use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
     static WIDTH: AtomicU8 = AtomicU8::new(0);
     #[cold]
     #[inline(never)]
@@ -237,10 +240,10 @@ unsafe fn copy_le16(src: *const u8, dst: *mut u8, n: usize) {
     }
 }
 
-/// Defines `$name(src, dst, n)` for `n > 32`: the copies of one vector width `$w`
+/// Defines `$name(src, dst, n)` for `n > 16`: the copies of one vector width `$w`
 /// (`$mov` unaligned, `$mova` aligned, registers `$r0`..`$r11`), in the shapes of
-/// glibc's `memmove-vec-unaligned-erms`: up to 64 bytes the assembly `$le64` (the
-/// first and the last 32 bytes), then up to 2, 4 or 8 vectors, the first and the last
+/// glibc's `memmove-vec-unaligned-erms`: up to 32 and 64 bytes the assembly `$le32` and
+/// `$le64` (the first and the last 16 or 32 bytes), then up to 2, 4 or 8 vectors, the first and the last
 /// half loaded before anything is stored; beyond, `rep movsb` for disjoint
 /// ranges of [`REP_MOVSB_VECTORS`] vectors and more, else a loop of 4 vectors with
 /// `$w`-aligned stores between a head and a tail (one vector on the side the loop
@@ -250,6 +253,7 @@ unsafe fn copy_le16(src: *const u8, dst: *mut u8, n: usize) {
 macro_rules! vector_copy {
     (
         $(#[$attr:meta])* $name:ident, $w:literal, $mov:literal, $mova:literal,
+        [$($le32:literal),+ $(,)?],
         [$($le64:literal),+ $(,)?],
         [$r0:literal, $r1:literal, $r2:literal, $r3:literal, $r4:literal, $r5:literal,
          $r6:literal, $r7:literal, $r8:literal, $r9:literal, $r10:literal, $r11:literal],
@@ -257,7 +261,19 @@ macro_rules! vector_copy {
     ) => {
         $(#[$attr])*
         unsafe fn $name(src: *const u8, dst: *mut u8, n: usize) {
-            if n <= 64 {
+            if n <= 32 {
+                // SAFETY: 16 < n <= 32: the first and the last 16 bytes lie inside.
+                unsafe {
+                    asm!(
+                        $($le32,)+
+                        s = in(reg) src,
+                        d = in(reg) dst,
+                        n = in(reg) n,
+                        clobber_abi("C"),
+                        options(nostack, preserves_flags),
+                    )
+                }
+            } else if n <= 64 {
                 // SAFETY: 32 < n <= 64: the first and the last 32 bytes lie inside.
                 unsafe {
                     asm!(
@@ -359,9 +375,8 @@ macro_rules! vector_copy {
                         "lea rsi, [r8 + rcx]",
                         "lea rdi, [r9 + rcx]",
                         "lea rdx, [r8 + r10 - 4 * {w}]",
+                        // At least one block: i starts below w, and n - 4w > 4w.
                         "2:",
-                        "cmp rsi, rdx",
-                        "jae 3f",
                         concat!($mov, " ", $r0, ", [rsi]"),
                         concat!($mov, " ", $r1, ", [rsi + {w}]"),
                         concat!($mov, " ", $r2, ", [rsi + 2 * {w}]"),
@@ -372,8 +387,8 @@ macro_rules! vector_copy {
                         concat!($mova, " [rdi + 3 * {w}], ", $r3),
                         "add rsi, 4 * {w}",
                         "add rdi, 4 * {w}",
-                        "jmp 2b",
-                        "3:",
+                        "cmp rsi, rdx",
+                        "jb 2b",
                         concat!($mov, " [r9 + r10 - 4 * {w}], ", $r8),
                         concat!($mov, " [r9 + r10 - 3 * {w}], ", $r9),
                         concat!($mov, " [r9 + r10 - 2 * {w}], ", $r10),
@@ -410,9 +425,8 @@ macro_rules! vector_copy {
                         "lea rsi, [r8 + rcx]",
                         "lea rdi, [r9 + rcx]",
                         "lea rdx, [r8 + 4 * {w}]",
+                        // At least one block: i starts above n - w, and n - w > 4w.
                         "2:",
-                        "cmp rsi, rdx",
-                        "jbe 3f",
                         concat!($mov, " ", $r0, ", [rsi - {w}]"),
                         concat!($mov, " ", $r1, ", [rsi - 2 * {w}]"),
                         concat!($mov, " ", $r2, ", [rsi - 3 * {w}]"),
@@ -423,8 +437,8 @@ macro_rules! vector_copy {
                         concat!($mova, " [rdi - 4 * {w}], ", $r3),
                         "sub rsi, 4 * {w}",
                         "sub rdi, 4 * {w}",
-                        "jmp 2b",
-                        "3:",
+                        "cmp rsi, rdx",
+                        "ja 2b",
                         concat!($mov, " [r9], ", $r4),
                         concat!($mov, " [r9 + {w}], ", $r5),
                         concat!($mov, " [r9 + 2 * {w}], ", $r6),
@@ -449,12 +463,18 @@ macro_rules! vector_copy {
 }
 
 vector_copy!(
-    /// `n > 32` without AVX: SSE2 `movdqu` (16 bytes).
+    /// `n > 16` without AVX: SSE2 `movdqu` (16 bytes).
     ///
     /// # Safety
-    /// As [`super::atomic_copy`], with `n > 32`.
+    /// As [`super::atomic_copy`], with `n > 16`.
     #[inline(never)]
     copy_sse, 16, "movdqu", "movdqa",
+    [
+        "movdqu xmm0, [{s}]",
+        "movdqu xmm1, [{s} + {n} - 16]",
+        "movdqu [{d}], xmm0",
+        "movdqu [{d} + {n} - 16], xmm1",
+    ],
     [
         "movdqu xmm0, [{s}]",
         "movdqu xmm1, [{s} + 16]",
@@ -471,12 +491,18 @@ vector_copy!(
 );
 
 vector_copy!(
-    /// `n > 32` with AVX: `vmovdqu` of `ymm` registers (32 bytes), then `vzeroupper`.
+    /// `n > 16` with AVX: `vmovdqu` of `ymm` registers (32 bytes), then `vzeroupper`.
     ///
     /// # Safety
-    /// As [`super::atomic_copy`], with `n > 32`; the CPU has AVX.
+    /// As [`super::atomic_copy`], with `n > 16`; the CPU has AVX.
     #[target_feature(enable = "avx")]
     copy_avx, 32, "vmovdqu", "vmovdqa",
+    [
+        "vmovdqu xmm0, [{s}]",
+        "vmovdqu xmm1, [{s} + {n} - 16]",
+        "vmovdqu [{d}], xmm0",
+        "vmovdqu [{d} + {n} - 16], xmm1",
+    ],
     [
         "vmovdqu ymm0, [{s}]",
         "vmovdqu ymm1, [{s} + {n} - 32]",
@@ -490,14 +516,20 @@ vector_copy!(
 );
 
 vector_copy!(
-    /// `n > 32` with AVX-512: `vmovdqu64` of `zmm16`..`zmm27` (64 bytes; up to 64
-    /// bytes `ymm16` and `ymm17`: registers without a VEX encoding, so no
+    /// `n > 16` with AVX-512: `vmovdqu64` of `zmm16`..`zmm27` (64 bytes; up to 64
+    /// bytes `xmm16`/`ymm16` and `xmm17`/`ymm17`: registers without a VEX encoding, so no
     /// `vzeroupper`), as glibc's `memcpy` does on the same CPUs.
     ///
     /// # Safety
-    /// As [`super::atomic_copy`], with `n > 32`; the CPU has AVX-512F and AVX-512VL.
+    /// As [`super::atomic_copy`], with `n > 16`; the CPU has AVX-512F and AVX-512VL.
     #[target_feature(enable = "avx512f,avx512vl")]
     copy_avx512, 64, "vmovdqu64", "vmovdqa64",
+    [
+        "vmovdqu64 xmm16, [{s}]",
+        "vmovdqu64 xmm17, [{s} + {n} - 16]",
+        "vmovdqu64 [{d}], xmm16",
+        "vmovdqu64 [{d} + {n} - 16], xmm17",
+    ],
     [
         "vmovdqu64 ymm16, [{s}]",
         "vmovdqu64 ymm17, [{s} + {n} - 32]",
@@ -630,9 +662,9 @@ mod tests {
     /// lengths around its size classes and `rep movsb`, at every alignment, disjoint
     /// and overlapping both ways.
     fn check(f: unsafe fn(*const u8, *mut u8, usize), w: usize) {
-        // The vector functions are called for n > 32 only (`copy`'s size classes);
-        // their first branch reads 32 bytes from each end.
-        let mut lens: Vec<usize> = (33..=9 * w + 2).collect();
+        // The vector functions are called for n > 16 only (`copy`'s size classes);
+        // their first branch reads 16 bytes from each end.
+        let mut lens: Vec<usize> = (17..=9 * w + 2).collect();
         for k in [128 * w - 1, 128 * w, 128 * w + 65, 300 * w + 7] {
             lens.push(k);
         }
