@@ -918,7 +918,7 @@ pub struct StateMut<'a, L, C: Conduit> {
     state: Pin<&'a mut L>,
     /// The endpoint's lock word, held for the borrow's life with a progress thread
     /// (two words in all, so that the value travels in registers).
-    lock: Option<&'a std::sync::atomic::AtomicU32>,
+    lock: Option<&'a gex_sync::atomic::AtomicU32>,
     _guard: std::marker::PhantomData<crate::endpoint::Guard<'a, C>>,
 }
 
