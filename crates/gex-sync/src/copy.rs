@@ -32,10 +32,12 @@
 //!   not overlap from 128 vectors up (2, 4 or 8 KiB, glibc's thresholds). Fills the
 //!   same with `rep stosb` from 2 KiB. Measured against `ptr::copy_nonoverlapping`
 //!   (glibc's AVX-512 `memcpy` here) by `benches/copy.rs` (`cargo bench -p gex-sync
-//!   --bench copy`): faster up to 32 bytes and from 2 KiB, within noise at 256 bytes,
-//!   and with both ranges 64-byte aligned 0.5-1 ns slower from 64 to 1024 bytes with the
-//!   same instructions (a gap not closed yet; docs/performance.md). The word-wise
-//!   relaxed-atomic loop this replaced was 2-10 times slower from 64 B to 16 KiB.
+//!   --bench copy`; 2026-11-29): faster up to 64 bytes, at 256 bytes and at 4 KiB,
+//!   within noise from 512 bytes to 2 KiB and at 16 KiB, slower at 128 bytes (about
+//!   0.9 ns); with both ranges 64-byte aligned, 0.5-1 ns slower from 64 to 1024 bytes
+//!   with the same instructions (a gap not closed yet; docs/performance.md). The
+//!   word-wise relaxed-atomic loop this replaced was 2-10 times slower from 64 B to
+//!   16 KiB.
 //! - **Everything else, and x86-64 under Miri** (which cannot run assembly): one relaxed
 //!   `AtomicU8` access per byte, unrolled by eight. Byte-sized on purpose: a wider atomic
 //!   meeting a byte access of another copy at a different alignment would be a

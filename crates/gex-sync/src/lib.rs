@@ -25,7 +25,9 @@
 //! - It does not allocate or map shared memory (except [`ring::channel`], an in-process
 //!   convenience), name files, or pass file descriptors: callers place [`ring::RingCtl`],
 //!   ring data areas and doorbells in memory they own and manage.
-//! - It has no multi-producer or multi-consumer queues, no locks, and no hidden threads.
+//! - It has no multi-producer or multi-consumer queues, no locks (but the lock table
+//!   that defines [`word`]'s read-modify-writes, taken only under Miri), and no hidden
+//!   threads.
 //! - It does not know about ranks, messages or networks; it moves opaque bytes.
 //! - Hot paths (push, peek, pop, ring with a non-blocking waiter) never allocate, take
 //!   locks or make system calls.
