@@ -383,16 +383,12 @@ fn compute(k: Kind, op: Base, old: u64, a: u64, b: u64) -> Option<u64> {
     })
 }
 
-/// (read-modify-write ordering, load/failure ordering) for `f`.
-fn orders(f: AtomicFlags) -> (Ordering, Ordering) {
-    match (
-        f.contains(AtomicFlags::ACQUIRE),
-        f.contains(AtomicFlags::RELEASE),
-    ) {
-        (false, false) => (Ordering::Relaxed, Ordering::Relaxed),
-        (true, false) => (Ordering::Acquire, Ordering::Acquire),
-        (false, true) => (Ordering::Release, Ordering::Relaxed),
-        (true, true) => (Ordering::AcqRel, Ordering::Acquire),
+/// The ordering of a `Get` with flags `f`.
+fn load_order(f: AtomicFlags) -> Ordering {
+    if f.contains(AtomicFlags::ACQUIRE) {
+        Ordering::Acquire
+    } else {
+        Ordering::Relaxed
     }
 }
 
@@ -406,11 +402,10 @@ macro_rules! exec_width {
         unsafe fn $name(p: *mut u8, k: Kind, op: Base, a: u64, b: u64, f: AtomicFlags) -> u64 {
             use gex_sync::word;
             let (x, y) = (a as $t, b as $t);
-            let (rmw, load) = orders(f);
+            // The read-modify-writes are sequentially consistent, at least what `f`
+            // asks (module `gex_sync::word`); loads take the ordering `f` asks.
+            let load = load_order(f);
             let int = !k.is_float();
-            // The read-modify-writes are sequentially consistent, stronger than `rmw`
-            // (module `gex_sync::word`).
-            let _ = rmw;
             // SAFETY: aligned, valid for the conduit's life, and every concurrent
             // access is a word operation or a byte-wise copy (contract).
             let old: $t = unsafe {

@@ -25,7 +25,7 @@
 //!   general-register moves, inlined at the call site (so a constant length compiles
 //!   to a few moves); beyond, out of line (callers' fast paths keep few values alive
 //!   across one call): up to 64 bytes two overlapping groups of SSE2 `movdqu`, then the
-//!   widest vectors the CPU has (SSE2, AVX, or AVX-512 with VL; detected once): the
+//!   widest vectors the CPU has (SSE2, AVX or AVX-512; detected once): the
 //!   first and last vector, up to 8 vectors loaded then stored, a loop of 4 vectors
 //!   with aligned stores (backward when the destination lies just above the source
 //!   modulo 4 KiB, against 4K aliasing), and `rep movsb` (ERMSB/FSRM) for ranges that do

@@ -92,7 +92,7 @@ unsafe fn copy_gt16(src: *const u8, dst: *mut u8, n: usize) {
         }
     } else {
         match vector_width() {
-            // SAFETY: contract of this function; the CPU has AVX-512F and VL.
+            // SAFETY: contract of this function; the CPU has AVX-512F.
             Width::Zmm => unsafe { copy_avx512(src, dst, n) },
             // SAFETY: contract of this function; the CPU has AVX.
             Width::Ymm => unsafe { copy_avx(src, dst, n) },
@@ -110,17 +110,14 @@ enum Width {
     Zmm,
 }
 
-/// The widest vectors the CPU has (AVX-512 counts with its VL extension, which the
-/// 16- and 32-byte classes use), detected once and cached (one relaxed load).
+/// The widest vectors the CPU has, detected once and cached (one relaxed load).
 #[inline(always)]
 fn vector_width() -> Width {
     static WIDTH: AtomicU8 = AtomicU8::new(0);
     #[cold]
     #[inline(never)]
     fn detect() -> Width {
-        let w = if std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512vl")
-        {
+        let w = if std::is_x86_feature_detected!("avx512f") {
             Width::Zmm
         } else if std::is_x86_feature_detected!("avx") {
             Width::Ymm
@@ -240,11 +237,10 @@ unsafe fn copy_le16(src: *const u8, dst: *mut u8, n: usize) {
     }
 }
 
-/// Defines `$name(src, dst, n)` for `n > 16`: the copies of one vector width `$w`
+/// Defines `$name(src, dst, n)` for `n > 64`: the copies of one vector width `$w`
 /// (`$mov` unaligned, `$mova` aligned, registers `$r0`..`$r11`), in the shapes of
-/// glibc's `memmove-vec-unaligned-erms`: up to 32 and 64 bytes the assembly `$le32` and
-/// `$le64` (the first and the last 16 or 32 bytes), then up to 2, 4 or 8 vectors, the first and the last
-/// half loaded before anything is stored; beyond, `rep movsb` for disjoint
+/// glibc's `memmove-vec-unaligned-erms`: up to 2, 4 or 8 vectors (2 only for `$w = 64`),
+/// the first and the last half loaded before anything is stored; beyond, `rep movsb` for disjoint
 /// ranges of [`REP_MOVSB_VECTORS`] vectors and more, else a loop of 4 vectors with
 /// `$w`-aligned stores between a head and a tail (one vector on the side the loop
 /// starts from, four on the side it ends at) loaded first and stored last, forward or
@@ -253,39 +249,13 @@ unsafe fn copy_le16(src: *const u8, dst: *mut u8, n: usize) {
 macro_rules! vector_copy {
     (
         $(#[$attr:meta])* $name:ident, $w:literal, $mov:literal, $mova:literal,
-        [$($le32:literal),+ $(,)?],
-        [$($le64:literal),+ $(,)?],
         [$r0:literal, $r1:literal, $r2:literal, $r3:literal, $r4:literal, $r5:literal,
          $r6:literal, $r7:literal, $r8:literal, $r9:literal, $r10:literal, $r11:literal],
         $exit:literal
     ) => {
         $(#[$attr])*
         unsafe fn $name(src: *const u8, dst: *mut u8, n: usize) {
-            if n <= 32 {
-                // SAFETY: 16 < n <= 32: the first and the last 16 bytes lie inside.
-                unsafe {
-                    asm!(
-                        $($le32,)+
-                        s = in(reg) src,
-                        d = in(reg) dst,
-                        n = in(reg) n,
-                        clobber_abi("C"),
-                        options(nostack, preserves_flags),
-                    )
-                }
-            } else if n <= 64 {
-                // SAFETY: 32 < n <= 64: the first and the last 32 bytes lie inside.
-                unsafe {
-                    asm!(
-                        $($le64,)+
-                        s = in(reg) src,
-                        d = in(reg) dst,
-                        n = in(reg) n,
-                        clobber_abi("C"),
-                        options(nostack, preserves_flags),
-                    )
-                }
-            } else if n <= 2 * $w {
+            if n <= 2 * $w {
                 // SAFETY: w < n <= 2w (64 < n, so w = 64): the first and the last
                 // vector lie inside.
                 unsafe {
@@ -463,79 +433,38 @@ macro_rules! vector_copy {
 }
 
 vector_copy!(
-    /// `n > 16` without AVX: SSE2 `movdqu` (16 bytes).
+    /// `n > 64` without AVX: SSE2 `movdqu` (16 bytes).
     ///
     /// # Safety
-    /// As [`super::atomic_copy`], with `n > 16`.
+    /// As [`super::atomic_copy`], with `n > 64`.
     #[inline(never)]
     copy_sse, 16, "movdqu", "movdqa",
-    [
-        "movdqu xmm0, [{s}]",
-        "movdqu xmm1, [{s} + {n} - 16]",
-        "movdqu [{d}], xmm0",
-        "movdqu [{d} + {n} - 16], xmm1",
-    ],
-    [
-        "movdqu xmm0, [{s}]",
-        "movdqu xmm1, [{s} + 16]",
-        "movdqu xmm2, [{s} + {n} - 32]",
-        "movdqu xmm3, [{s} + {n} - 16]",
-        "movdqu [{d}], xmm0",
-        "movdqu [{d} + 16], xmm1",
-        "movdqu [{d} + {n} - 32], xmm2",
-        "movdqu [{d} + {n} - 16], xmm3",
-    ],
     ["xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5",
      "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11"],
     ""
 );
 
 vector_copy!(
-    /// `n > 16` with AVX: `vmovdqu` of `ymm` registers (32 bytes), then `vzeroupper`.
+    /// `n > 64` with AVX: `vmovdqu` of `ymm` registers (32 bytes), then `vzeroupper`.
     ///
     /// # Safety
-    /// As [`super::atomic_copy`], with `n > 16`; the CPU has AVX.
+    /// As [`super::atomic_copy`], with `n > 64`; the CPU has AVX.
     #[target_feature(enable = "avx")]
     copy_avx, 32, "vmovdqu", "vmovdqa",
-    [
-        "vmovdqu xmm0, [{s}]",
-        "vmovdqu xmm1, [{s} + {n} - 16]",
-        "vmovdqu [{d}], xmm0",
-        "vmovdqu [{d} + {n} - 16], xmm1",
-    ],
-    [
-        "vmovdqu ymm0, [{s}]",
-        "vmovdqu ymm1, [{s} + {n} - 32]",
-        "vmovdqu [{d}], ymm0",
-        "vmovdqu [{d} + {n} - 32], ymm1",
-        "vzeroupper",
-    ],
     ["ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5",
      "ymm6", "ymm7", "ymm8", "ymm9", "ymm10", "ymm11"],
     "vzeroupper"
 );
 
 vector_copy!(
-    /// `n > 16` with AVX-512: `vmovdqu64` of `zmm16`..`zmm27` (64 bytes; up to 64
-    /// bytes `xmm16`/`ymm16` and `xmm17`/`ymm17`: registers without a VEX encoding, so no
-    /// `vzeroupper`), as glibc's `memcpy` does on the same CPUs.
+    /// `n > 64` with AVX-512: `vmovdqu64` of `zmm16`..`zmm27` (64 bytes; registers
+    /// without a VEX encoding, so no `vzeroupper`), as glibc's `memcpy` does on the
+    /// same CPUs.
     ///
     /// # Safety
-    /// As [`super::atomic_copy`], with `n > 16`; the CPU has AVX-512F and AVX-512VL.
-    #[target_feature(enable = "avx512f,avx512vl")]
+    /// As [`super::atomic_copy`], with `n > 64`; the CPU has AVX-512F.
+    #[target_feature(enable = "avx512f")]
     copy_avx512, 64, "vmovdqu64", "vmovdqa64",
-    [
-        "vmovdqu64 xmm16, [{s}]",
-        "vmovdqu64 xmm17, [{s} + {n} - 16]",
-        "vmovdqu64 [{d}], xmm16",
-        "vmovdqu64 [{d} + {n} - 16], xmm17",
-    ],
-    [
-        "vmovdqu64 ymm16, [{s}]",
-        "vmovdqu64 ymm17, [{s} + {n} - 32]",
-        "vmovdqu64 [{d}], ymm16",
-        "vmovdqu64 [{d} + {n} - 32], ymm17",
-    ],
     ["zmm16", "zmm17", "zmm18", "zmm19", "zmm20", "zmm21",
      "zmm22", "zmm23", "zmm24", "zmm25", "zmm26", "zmm27"],
     ""
@@ -662,9 +591,9 @@ mod tests {
     /// lengths around its size classes and `rep movsb`, at every alignment, disjoint
     /// and overlapping both ways.
     fn check(f: unsafe fn(*const u8, *mut u8, usize), w: usize) {
-        // The vector functions are called for n > 16 only (`copy`'s size classes);
-        // their first branch reads 16 bytes from each end.
-        let mut lens: Vec<usize> = (17..=9 * w + 2).collect();
+        // The vector functions are called for n > 64 only (`copy_gt16`'s size
+        // classes); their first branch reads a vector (w <= 64 bytes) from each end.
+        let mut lens: Vec<usize> = (65..=9 * w + 2).collect();
         for k in [128 * w - 1, 128 * w, 128 * w + 65, 300 * w + 7] {
             lens.push(k);
         }
@@ -725,10 +654,10 @@ mod tests {
 
     #[test]
     fn avx512() {
-        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vl") {
+        if std::is_x86_feature_detected!("avx512f") {
             check(
                 |s, d, n| {
-                    // SAFETY: the CPU has AVX-512F and VL; `check` passes valid ranges.
+                    // SAFETY: the CPU has AVX-512F; `check` passes valid ranges.
                     unsafe { copy_avx512(s, d, n) }
                 },
                 64,
