@@ -1250,7 +1250,7 @@ fn direct<C: Conduit>(
 /// [`Direct::Declined`], nothing consumed.
 ///
 /// Without a progress thread the layer's state is borrowed directly
-/// ([`Endpoint::layer_state_mut`]): no endpoint context is built for a call that
+/// ([`layer::state`]): no endpoint context is built for a call that
 /// completes at once and wakes nobody; one that waits or has members to wake enters
 /// the layer afterwards to record its wait or do the wakes.
 #[inline]

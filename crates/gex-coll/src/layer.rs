@@ -147,7 +147,7 @@ pub(crate) fn lent<C: Conduit, R>(
     if ep.has_progress_thread() {
         return None;
     }
-    gex_core::layer::state::<Coll, C>(ep).map(|mut s| f(Coll::unpin(s.pin())))
+    gex_core::layer::state::<Coll, C, R>(ep, |p| f(Coll::unpin(p)))
 }
 
 /// This endpoint's shared-memory state.

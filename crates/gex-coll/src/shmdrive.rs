@@ -10,8 +10,8 @@
 //! **Direct path.** A blocking call on a team with a shared-memory channel, when
 //! nothing else is in flight on the endpoint and the tuner picks `shm`, runs over the
 //! caller's buffers: no table entry, no event, no copy in or out, no allocation. The
-//! caller's function steps it (through [`Endpoint::with_layer`]) and, between steps,
-//! waits through the endpoint ([`Endpoint::wait_until_layer`]) for the one flag the
+//! caller's function steps it (through [`layer::with`]) and, between steps,
+//! waits through the endpoint ([`layer::wait_until`]) for the one flag the
 //! step stopped at; the layer's progress hook sees the wait (in [`Coll::direct`]) so
 //! that it can keep the endpoint awake, announce a sleep, and run the stall checks.
 //!
@@ -24,7 +24,7 @@
 //! sequence number and restarts the kept operation in place ([`Coll::replay_run`]).
 //! Calls in a loop pay for lowering and choosing once. A replayed call needs only the
 //! layer's state: without a progress thread the caller reaches it directly
-//! ([`Endpoint::layer_state_mut`](gex_core::Endpoint::layer_state_mut)), and enters
+//! ([`layer::state`](gex_core::layer::state)), and enters
 //! the layer with the endpoint's context only to record a wait or to wake sleeping
 //! members.
 //!
@@ -37,8 +37,8 @@
 //! ([`ShmOp::wake_members`](crate::shm::ShmOp::wake_members)). See [`crate::shm`],
 //! *Sleeping*.
 //!
-//! [`Endpoint::with_layer`]: gex_core::Endpoint::with_layer
-//! [`Endpoint::wait_until_layer`]: gex_core::Endpoint::wait_until_layer
+//! [`layer::with`]: gex_core::layer::with
+//! [`layer::wait_until`]: gex_core::layer::wait_until
 
 use crate::barrier::{Entry, ShmBar};
 use crate::engine::{Body, OpState};
@@ -823,7 +823,7 @@ impl Coll {
     ///
     /// It needs nothing of the endpoint but its wait `policy` and a way to `wake`
     /// members, so a caller holding the layer's state alone
-    /// ([`Endpoint::layer_state_mut`](gex_core::Endpoint::layer_state_mut)) runs it
+    /// ([`layer::state`](gex_core::layer::state)) runs it
     /// and does the wakes it asked for afterwards ([`wake_team`](Self::wake_team)).
     #[inline]
     pub(crate) fn replay_run(
@@ -1066,7 +1066,7 @@ impl Coll {
     }
 
     /// [`direct_step`](Self::direct_step) on the layer's state alone (its caller
-    /// borrows it: [`Endpoint::layer_state_mut`](gex_core::Endpoint::layer_state_mut)),
+    /// borrows it: [`layer::state`](gex_core::layer::state)),
     /// under wait policy `policy`, asking `wake` for the members to wake: records
     /// the wait of a pending call but leaves asking for the progress hook to the
     /// caller, which does it only before the endpoint's wait loop (8 ranks on 2

@@ -22,9 +22,9 @@
 //! The layer's operations are functions of `&mut Endpoint<C>` (usually an extension
 //! trait the layer implements for [`Endpoint`]); they reach the layer's state in one
 //! of two ways, both fast and both always available while the layer is attached:
-//! - [`state`]: the state alone ([`StateMut`]), from the endpoint's cache of layer
-//!   addresses, for the fast paths that need nothing else (a bounds check and a copy to
-//!   a mapped segment, a CPU atomic);
+//! - [`state`]: the state alone (`Pin<&mut L>`, to a closure), from the endpoint's
+//!   cache of layer addresses, for the fast paths that need nothing else (a bounds
+//!   check and a copy to a mapped segment, a CPU atomic);
 //! - [`with`]: the state and a [`Cx`] (injection without waiting, segments, events,
 //!   the conduit's native operations, other layers).
 //!
@@ -855,109 +855,75 @@ impl<'a, C: Conduit, L> std::ops::DerefMut for Attach<'a, C, L> {
 /// flight; the buffer cannot be handed back while it may still be written).
 pub const UNWIND_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Layer `L`'s state alone, borrowed from `ep` for the life of the returned value
-/// (`None` if `L` is not attached): the form for a layer's fast paths that need
-/// nothing but their own state. No handler or progress hook runs while it lives.
-/// With a progress thread it holds the endpoint's lock word until dropped.
+/// Runs `f` with layer `L`'s state alone (pinned), borrowed from `ep` for the call;
+/// `None` (and `f` not run) if `L` is not attached: the form for a layer's fast paths
+/// that need nothing but their own state. No handler or progress hook runs meanwhile:
+/// with a progress thread, `f` runs under the endpoint's lock word. `f` cannot wait
+/// (it gets no endpoint).
+///
+/// A closure rather than a guard so that the compiler keeps the two ways to the state
+/// apart (the endpoint's cache of layer addresses, inlined; the locked search, out of
+/// line) and nothing of the slow way stays live across `f`: the RMA layer's put and
+/// get run their bounds check and copy in `f`.
+///
+/// ```
+/// use gex_core::layer::{self, Layer};
+/// # use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder, InitError};
+/// #[derive(Debug, Default)]
+/// struct Mine { hits: u64 }
+/// # impl Layer for Mine {
+/// #     const NAME: &'static str = "mine";
+/// #     fn attach<C: gex_core::spi::Conduit>(_: &mut layer::Attach<'_, C, Self>) -> Result<Self, InitError> {
+/// #         Ok(Mine::default())
+/// #     }
+/// # }
+/// # let client = ClientBuilder::new().layer::<Mine>().init::<Loopback>(Box::new(Singleton::new()))?;
+/// # let mut ep = client.endpoint(0)?;
+/// let hits = layer::state::<Mine, _, _>(&mut ep, |mut m| {
+///     m.hits += 1; // `Mine` is `Unpin`: `Pin<&mut Mine>` derefs mutably
+///     m.hits
+/// });
+/// assert_eq!(hits, Some(1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[inline(always)]
-pub fn state<L: Layer, C: Conduit>(ep: &mut Endpoint<C>) -> Option<StateMut<'_, L, C>> {
+pub fn state<L: Layer, C: Conduit, R>(
+    ep: &mut Endpoint<C>,
+    f: impl FnOnce(Pin<&mut L>) -> R,
+) -> Option<R> {
     let want = TypeId::of::<L>();
     // The cache is empty with a progress thread (`endpoint::open`): then the slow path
     // takes the lock word.
-    let Some(a) = ep.h().fast.iter().find(|f| f.0 == want).map(|f| f.1) else {
-        return state_slow(ep);
-    };
-    // SAFETY: `a` is the address of the state of a slot whose `type_id` is `L`'s, made
-    // from an `L` (`attach_one`); its `LayerBox` lives as long as the endpoint, never
-    // moves the state, and every access derives from the same pointer. The cache is
-    // filled only without a progress thread, where this handle, borrowed mutably for
-    // the result's life, is the only way to the state (module `crate::endpoint`).
-    let l = unsafe { Pin::new_unchecked(&mut *a.as_ptr().cast::<L>()) };
-    Some(StateMut {
-        state: l,
-        lock: None,
-        _guard: std::marker::PhantomData,
-    })
-}
-
-#[cold]
-#[inline(never)]
-fn state_locked<L: Layer, C: Conduit>(
-    h: &mut crate::endpoint::Handle<C>,
-    a: NonNull<u8>,
-) -> StateMut<'_, L, C> {
-    let g = h.inner();
-    // SAFETY: as in `state`; the lock word, held by the result for its life (taken
-    // from `g`), keeps the progress thread away from the state.
-    let l = unsafe { Pin::new_unchecked(&mut *a.as_ptr().cast::<L>()) };
-    StateMut {
-        state: l,
-        lock: g.into_lock_word(),
-        _guard: std::marker::PhantomData,
+    if let Some(a) = ep.h().fast.iter().find(|f| f.0 == want).map(|f| f.1) {
+        // SAFETY: `a` is the address of the state of a slot whose `type_id` is `L`'s,
+        // made from an `L` (`attach_one`); its `LayerBox` lives as long as the endpoint,
+        // never moves the state, and every access derives from the same pointer. The
+        // cache is filled only without a progress thread, where this handle, borrowed
+        // mutably for the call, is the only way to the state (module
+        // `crate::endpoint`).
+        let l = unsafe { Pin::new_unchecked(&mut *a.as_ptr().cast::<L>()) };
+        return Some(f(l));
     }
-}
-
-#[cold]
-#[inline(never)]
-fn state_slow<L: Layer, C: Conduit>(ep: &mut Endpoint<C>) -> Option<StateMut<'_, L, C>> {
     let mut g = ep.inner();
-    let slot = g
-        .layers
-        .iter_mut()
-        .find(|s| s.type_id == TypeId::of::<L>())?;
-    let a = slot.state.addr();
+    let a = state_addr::<L, C>(&mut g)?;
+    // SAFETY: as above; `g`, alive until `f` returns (or unwinds), holds the lock word
+    // with a progress thread, which keeps the thread away from the state, and is not
+    // used while `l` lives.
+    let l = unsafe { Pin::new_unchecked(&mut *a.as_ptr().cast::<L>()) };
+    let r = f(l);
     drop(g);
-    Some(state_locked(ep.h_mut(), a))
+    Some(r)
 }
 
-/// A layer's state borrowed from its endpoint ([`state`]): dereferences to `L`;
-/// [`pin`](Self::pin) gives `Pin<&mut L>` (for a `!Unpin` state, the layer's crate
-/// reaches `&mut L` with [`Pin::get_unchecked_mut`]; see "Pinned states" in the
-/// [module documentation](self)).
-pub struct StateMut<'a, L, C: Conduit> {
-    state: Pin<&'a mut L>,
-    /// The endpoint's lock word, held for the borrow's life with a progress thread
-    /// (two words in all, so that the value travels in registers).
-    lock: Option<&'a gex_sync::atomic::AtomicU32>,
-    _guard: std::marker::PhantomData<crate::endpoint::Guard<'a, C>>,
-}
-
-impl<L, C: Conduit> Drop for StateMut<'_, L, C> {
-    #[inline(always)]
-    fn drop(&mut self) {
-        if let Some(l) = self.lock {
-            crate::endpoint::unlock(l);
-        }
-    }
-}
-
-impl<L, C: Conduit> StateMut<'_, L, C> {
-    /// The state, pinned.
-    #[inline(always)]
-    pub fn pin(&mut self) -> Pin<&mut L> {
-        self.state.as_mut()
-    }
-}
-
-impl<L, C: Conduit> std::ops::Deref for StateMut<'_, L, C> {
-    type Target = L;
-    #[inline(always)]
-    fn deref(&self) -> &L {
-        &self.state
-    }
-}
-
-impl<L: Unpin, C: Conduit> std::ops::DerefMut for StateMut<'_, L, C> {
-    #[inline(always)]
-    fn deref_mut(&mut self) -> &mut L {
-        &mut self.state
-    }
-}
-
-impl<L: std::fmt::Debug, C: Conduit> std::fmt::Debug for StateMut<'_, L, C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("StateMut").field(&*self.state).finish()
-    }
+/// The address of layer `L`'s state, by a search of the slots (a layer past the
+/// cached ones, or an endpoint with a progress thread).
+#[cold]
+#[inline(never)]
+fn state_addr<L: Layer, C: Conduit>(g: &mut crate::endpoint::Guard<'_, C>) -> Option<NonNull<u8>> {
+    g.layers
+        .iter_mut()
+        .find(|s| s.type_id == TypeId::of::<L>())
+        .map(|s| s.state.addr())
 }
 
 /// Runs `f` with layer `L`'s state (pinned) and a [`Cx`] in which `L` is the running

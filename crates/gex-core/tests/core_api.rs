@@ -889,10 +889,11 @@ fn layer_state_access_reaches_the_same_state_for_every_layer() {
     let mut ep = c.endpoint(0).unwrap();
     fn check<const N: usize>(ep: &mut gex_core::Endpoint<Loopback>) {
         for k in 1..=3u32 {
-            let mut l = layer::state::<Nth<N>, _>(ep).expect("attached");
-            l.hits += 1;
-            assert_eq!(l.hits, k, "layer {N}");
-            drop(l);
+            let hits = layer::state::<Nth<N>, _, _>(ep, |mut l| {
+                l.hits += 1;
+                l.hits
+            });
+            assert_eq!(hits, Some(k), "layer {N}");
             assert_eq!(layer::with::<Nth<N>, _, _>(ep, |l, _| l.hits), Some(k));
         }
     }
@@ -903,11 +904,11 @@ fn layer_state_access_reaches_the_same_state_for_every_layer() {
     check::<2>(&mut ep);
     check::<3>(&mut ep);
     check::<4>(&mut ep);
-    assert!(layer::state::<Nth<5>, _>(&mut ep).is_none());
-    assert!(layer::state::<Pinger, _>(&mut ep).is_none());
+    assert!(layer::state::<Nth<5>, _, _>(&mut ep, |_| ()).is_none());
+    assert!(layer::state::<Pinger, _, _>(&mut ep, |_| ()).is_none());
     assert!(layer::with::<Pinger, _, _>(&mut ep, |_, _| ()).is_none());
     // The same through a progress thread's lock: `state` is not a fallback-to-`None`
-    // fast path, it takes the lock and holds it while the borrow lives.
+    // fast path, it takes the lock and holds it while `f` runs.
     let c = ClientBuilder::new()
         .layer::<Nth<0>>()
         .progress_thread(true)
@@ -917,7 +918,7 @@ fn layer_state_access_reaches_the_same_state_for_every_layer() {
         .unwrap();
     let mut ep = c.endpoint(0).unwrap();
     for _ in 0..1000 {
-        layer::state::<Nth<0>, _>(&mut ep).expect("attached").hits += 1;
+        layer::state::<Nth<0>, _, _>(&mut ep, |mut l| l.hits += 1).expect("attached");
     }
     assert_eq!(
         layer::with::<Nth<0>, _, _>(&mut ep, |l, _| l.hits),
@@ -928,7 +929,9 @@ fn layer_state_access_reaches_the_same_state_for_every_layer() {
 /// A layer whose progress hook counts its runs and always has more to do.
 #[derive(Debug, Default)]
 struct Counting {
-    polls: u64,
+    /// Atomic so that a poll during the borrow (the bug this catches) would show, not
+    /// be assumed away by the compiler.
+    polls: std::sync::atomic::AtomicU64,
 }
 
 impl Layer for Counting {
@@ -936,8 +939,9 @@ impl Layer for Counting {
     fn attach<C: Conduit>(_: &mut layer::Attach<'_, C, Self>) -> Result<Self, InitError> {
         Ok(Counting::default())
     }
-    fn progress<C: Conduit>(mut self: std::pin::Pin<&mut Self>, _cx: &mut Cx<'_, C>) -> Progress {
-        self.polls += 1;
+    fn progress<C: Conduit>(self: std::pin::Pin<&mut Self>, _cx: &mut Cx<'_, C>) -> Progress {
+        self.polls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Progress::Spinning
     }
 }
@@ -957,7 +961,7 @@ fn a_layer_state_borrowed_with_a_progress_thread_keeps_the_thread_out() {
         .unwrap();
     let mut ep = c.endpoint(0).unwrap();
     let polls = |ep: &mut gex_core::Endpoint<Loopback>| {
-        layer::state::<Counting, _>(ep).expect("attached").polls
+        layer::state::<Counting, _, _>(ep, |l| l.polls.load(Ordering::Relaxed)).expect("attached")
     };
     // Busy, the layer is polled by the thread on its own (it stays busy: `Spinning`).
     layer::with::<Counting, _, _>(&mut ep, |_, cx| cx.set_busy()).expect("attached");
@@ -969,15 +973,16 @@ fn a_layer_state_borrowed_with_a_progress_thread_keeps_the_thread_out() {
         );
         std::thread::yield_now();
     }
-    {
-        let l = layer::state::<Counting, _>(&mut ep).expect("attached");
-        let held = l.polls;
+    layer::state::<Counting, _, _>(&mut ep, |l| {
+        let held = l.polls.load(Ordering::Relaxed);
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(
-            l.polls, held,
+            l.polls.load(Ordering::Relaxed),
+            held,
             "the thread polled the layer during the borrow"
         );
-    }
+    })
+    .expect("attached");
     let after = polls(&mut ep);
     let t0 = Instant::now();
     while polls(&mut ep) == after {

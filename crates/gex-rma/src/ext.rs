@@ -483,7 +483,7 @@ fn get_borrowed<C: Conduit, T: Pod>(
     if let Source::Ptr(gp) = src {
         let (a, off) = (gp.addr(), gp.offset);
         // The direct path to a cached mapping: a bounds check and a copy, no event.
-        if crate::layer::fast(ep, |r| {
+        if crate::layer::fast(ep, move |r| {
             // SAFETY: `dst` is borrowed for the call and written only by the copy.
             unsafe { r.get_fast(a, off, p, bytes) }
         }) == Some(true)
@@ -966,7 +966,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let (a, off) = (dst.addr(), dst.offset);
         // The direct path to a cached mapping: a bounds check and a copy, no event.
-        if crate::layer::fast(self, |r| r.put_fast(a, off, bytes)) == Some(true) {
+        if crate::layer::fast(self, move |r| r.put_fast(a, off, bytes)) == Some(true) {
             return Ok(layer::done::<(), RmaError, M, C>(self, ()));
         }
         put_slow::<C, M>(self, a, off, bytes)
@@ -1016,7 +1016,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let mut v = T::zeroed();
         let pv = (&raw mut v).cast::<u8>();
         // SAFETY: `pv` is a local of `n` bytes, written only by the copy.
-        let now = crate::layer::fast(self, |r| unsafe { r.get_fast(a, off, pv, n) });
+        let now = crate::layer::fast(self, move |r| unsafe { r.get_fast(a, off, pv, n) });
         if now == Some(true) {
             return Ok(layer::done::<T, RmaError, M, C>(self, v));
         }
@@ -1137,7 +1137,9 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         _mode: M,
     ) -> Result<M::Out<(), RmaError>, RmaError> {
         // The direct path to a cached mapping: a CPU atomic, no event.
-        if let Some(Some(_)) = crate::layer::fast(self, |r| r.atomic_fast(ad, op, p, (a, b), f)) {
+        if let Some(Some(_)) =
+            crate::layer::fast(self, move |r| r.atomic_fast(ad, op, p, (a, b), f))
+        {
             return Ok(layer::done::<(), RmaError, M, C>(self, ()));
         }
         atomic_slow::<C, T, M, ()>(self, ad, op, p, (a, b), f, false, finish_unit)
@@ -1158,7 +1160,9 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
             return Err(RmaError::NotFetching { op });
         }
         // The direct path to a cached mapping: a CPU atomic, no event.
-        if let Some(Some(old)) = crate::layer::fast(self, |r| r.atomic_fast(ad, op, p, (a, b), f)) {
+        if let Some(Some(old)) =
+            crate::layer::fast(self, move |r| r.atomic_fast(ad, op, p, (a, b), f))
+        {
             return Ok(layer::done::<T, RmaError, M, C>(self, T::from_bits(old)));
         }
         let want = M::KIND != ModeKind::Nbi;
@@ -1264,7 +1268,7 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         let p = dst.as_mut_ptr().cast::<u8>();
         let (a, off) = (src.addr(), src.offset);
         // The direct path to a cached mapping: complete now, nothing to track.
-        if crate::layer::fast(self, |r| {
+        if crate::layer::fast(self, move |r| {
             // SAFETY: `dst` is borrowed for the scope and written only by the copy.
             unsafe { r.get_fast(a, off, p, bytes) }
         }) == Some(true)
@@ -1326,7 +1330,7 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let (a, off) = (dst.addr(), dst.offset);
         // The direct path to a cached mapping: complete now, nothing to track.
-        if crate::layer::fast(self, |r| r.put_fast(a, off, bytes)) == Some(true) {
+        if crate::layer::fast(self, move |r| r.put_fast(a, off, bytes)) == Some(true) {
             return Ok(());
         }
         let tag = self.tag();

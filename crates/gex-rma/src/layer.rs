@@ -234,7 +234,7 @@ pub(crate) fn fast<C: Conduit, R>(
     ep: &mut gex_core::Endpoint<C>,
     f: impl FnOnce(&mut Rma) -> R,
 ) -> Option<R> {
-    gex_core::layer::state::<Rma, C>(ep).map(|mut s| f(Rma::unpin(s.pin())))
+    gex_core::layer::state::<Rma, C, R>(ep, |p| f(Rma::unpin(p)))
 }
 
 /// Runs `f` with `ep`'s RMA state and a [`Cx`]; `None` without the layer.
@@ -580,12 +580,13 @@ impl Rma {
             return None;
         }
         let d = self.direct.get(dst.rank as usize)?;
-        let end = offset.checked_add(len)?;
-        if len == 0 || end > d.len {
+        // 1 <= len <= d.len and offset <= d.len - len (no overflow: len <= d.len), in
+        // two comparisons.
+        if len.wrapping_sub(1) >= d.len || offset > d.len - len {
             return None;
         }
-        // SAFETY: `d.len > 0`, so `d.base` is a cached mapping of `d.len` bytes
-        // (`Direct`) and `offset < end <= d.len` keeps the result inside it.
+        // SAFETY: `d.len >= len > 0`, so `d.base` is a cached mapping of `d.len` bytes
+        // (`Direct`) and `offset + len <= d.len` keeps the range inside it.
         Some(unsafe { d.base.add(offset) })
     }
 

@@ -20,24 +20,23 @@
 //!
 //! # Implementations
 //!
-//! - **x86-64** (not under Miri): inline assembly with ordinary loads and stores, in
-//!   the shapes of glibc's `memmove-vec-unaligned-erms`: up to 16 bytes two overlapping
-//!   general-register moves, inlined at the call site (so a constant length compiles
-//!   to a few moves); beyond, out of line (callers' fast paths keep few values alive
-//!   across one call): up to 64 bytes two overlapping groups of SSE2 `movdqu`, then the
-//!   widest vectors the CPU has (SSE2, AVX or AVX-512; detected once): the
-//!   first and last vector, up to 8 vectors loaded then stored, a loop of 4 vectors
-//!   with aligned stores (backward when the destination lies just above the source
-//!   modulo 4 KiB, against 4K aliasing), and `rep movsb` (ERMSB/FSRM) for ranges that do
-//!   not overlap from 128 vectors up (2, 4 or 8 KiB, glibc's thresholds). Fills the
-//!   same with `rep stosb` from 2 KiB. Measured against `ptr::copy_nonoverlapping`
-//!   (glibc's AVX-512 `memcpy` here) by `benches/copy.rs` (`cargo bench -p gex-sync
-//!   --bench copy`; 2026-11-29): faster up to 64 bytes, at 256 bytes and at 4 KiB,
-//!   within noise from 512 bytes to 2 KiB and at 16 KiB, slower at 128 bytes (about
-//!   0.9 ns); with both ranges 64-byte aligned, 0.5-1 ns slower from 64 to 1024 bytes
-//!   with the same instructions (a gap not closed yet; docs/performance.md). The
-//!   word-wise relaxed-atomic loop this replaced was 2-10 times slower from 64 B to
-//!   16 KiB.
+//! - **x86-64** (not under Miri): up to 64 bytes, inline assembly with ordinary loads
+//!   and stores: up to 16 bytes two overlapping general-register moves, inlined at the
+//!   call site (so a constant length compiles to a few moves); beyond, out of line
+//!   (callers' fast paths keep few values alive across one call): up to 64 bytes two
+//!   overlapping groups of SSE2 `movdqu`, and beyond a tail call (a jump) of the C
+//!   library's `memmove` through a pointer the compiler cannot see through (below,
+//!   "Why `memmove` is too"): glibc's `memmove-vec-unaligned-erms` in the widest
+//!   vectors the CPU has, with `rep movsb` for large copies. Fills: the same shapes up to 64 bytes, a 64-byte-aligned SSE2
+//!   loop, `rep stosb` from 2 KiB.
+//!
+//!   Why not assembly of our own beyond 64 bytes: until 2026-11-29 it was (SSE2, AVX or
+//!   AVX-512 vectors in glibc's shapes, `rep movsb` from 128 vectors). In the blocking
+//!   put of `gex-perf` it cost about 1-2 ns more than calling `memmove` from 128 bytes
+//!   to 1 KiB with the same instructions (medians over eight stack offsets,
+//!   2026-11-29: 5.0-5.3 against 4.2-4.4 ns at 128 bytes, 6.4 against 5.2-5.5 ns at
+//!   512 bytes, 10.4-11.0 against 8.5-9.6 ns at 1 KiB; docs/performance.md). glibc's
+//!   code is tuned per CPU family; ours was not, and is gone.
 //! - **Everything else, and x86-64 under Miri** (which cannot run assembly): one relaxed
 //!   `AtomicU8` access per byte, unrolled by eight. Byte-sized on purpose: a wider atomic
 //!   meeting a byte access of another copy at a different alignment would be a
@@ -76,6 +75,24 @@
 //! A byte touched twice (the overlapping halves of a short copy, the head and tail of
 //! the loop) is loaded twice and stored twice with the same value, which the same Rust
 //! code may do.
+
+//! # Why `memmove` is too
+//!
+//! Calling a foreign function is, for the compiler, the same black box as an `asm!`
+//! block (`asm.rules.mem-same-as-ffi` above is that rule read the other way): it may
+//! read and write the memory it is given, and the program behaves as if some Rust code
+//! with those effects had run. The compiler must not know *which* function it calls:
+//! a call it recognises as `memmove` is its own non-atomic copy intrinsic, which it may
+//! split, merge, inline or reason about as racy. So the copy calls `memmove` through a
+//! pointer that went through an empty `asm!` block (the compiler cannot tell where it
+//! points). What runs is then the C library's machine code, and the argument above
+//! applies to it unchanged: glibc's x86-64 `memmove` variants are hand-written assembly
+//! (`sysdeps/x86_64/multiarch/memmove-vec-unaligned-erms.S` and its siblings) made of
+//! ordinary vector loads and stores and `rep movsb`, which read each source byte and
+//! write each destination byte as single-copy-atomic byte accesses, and store only
+//! values they loaded. Any `memmove` that only loads from its source and stores loaded
+//! bytes to its destination (every C library's; musl's is `rep movsq` and moves)
+//! qualifies; under Valgrind, its own replacement `memmove`, a byte loop, does too.
 //!
 //! # Limits
 //!

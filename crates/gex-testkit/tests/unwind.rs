@@ -399,7 +399,7 @@ fn a_panic_while_an_owned_get_is_issued_cancels_it() {
         })?;
         let reused = vec![CANARY; BIG];
         serve_a_while(ep);
-        let left = layer::state::<Rma, _>(ep).map_or(0, |r| r.pending_ops());
+        let left = layer::state::<Rma, _, _>(ep, |r| r.pending_ops()).unwrap_or(0);
         match (reused.iter().position(|&b| b != CANARY), left) {
             (Some(i), _) => Err(format!(
                 "byte {i} of the freed vector's block was written after the call unwound"

@@ -18,11 +18,12 @@ fn main() {
     let (ca, cb) = (new(), new());
     let mut a = ca.endpoint(0).unwrap();
     let mut b = cb.endpoint(0).unwrap();
-    let mut sa = layer::state::<Coll, _>(&mut a).unwrap();
-    let mut sb = layer::state::<Coll, _>(&mut b).unwrap();
-    std::mem::swap(sa.pin().get_mut(), sb.pin().get_mut());
-    drop(sa);
+    layer::state::<Coll, _, _>(&mut a, |sa| {
+        layer::state::<Coll, _, _>(&mut b, |sb| std::mem::swap(sa.get_mut(), sb.get_mut()));
+    });
     layer::with::<Rma, _, _>(&mut a, |_, cx| {
-        std::mem::swap(cx.layer_mut::<Coll>().unwrap().get_mut(), sb.pin().get_mut());
+        layer::state::<Coll, _, _>(&mut b, |sb| {
+            std::mem::swap(cx.layer_mut::<Coll>().unwrap().get_mut(), sb.get_mut())
+        });
     });
 }

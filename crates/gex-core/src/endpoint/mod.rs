@@ -227,22 +227,6 @@ impl<C: Conduit> std::ops::DerefMut for Guard<'_, C> {
     }
 }
 
-impl<'a, C: Conduit> Guard<'a, C> {
-    /// The lock word this guard holds (`None` without a progress thread), now the
-    /// caller's to release with [`unlock`].
-    #[inline(always)]
-    pub(crate) fn into_lock_word(self) -> Option<&'a AtomicU32> {
-        let g = std::mem::ManuallyDrop::new(self);
-        g.locked.then_some(&g.cell.lock)
-    }
-}
-
-/// Releases a lock word taken from [`Guard::into_lock_word`].
-#[inline(always)]
-pub(crate) fn unlock(lock: &AtomicU32) {
-    lock.store(FREE, Ordering::Release);
-}
-
 impl<C: Conduit> Drop for Guard<'_, C> {
     #[inline(always)]
     fn drop(&mut self) {

@@ -8,7 +8,7 @@ fn main() {
     let (ca, cb) = (new(), new());
     let mut a = ca.endpoint(0).unwrap();
     let mut b = cb.endpoint(0).unwrap();
-    let mut ra = layer::state::<Rma, _>(&mut a).unwrap();
-    let mut rb = layer::state::<Rma, _>(&mut b).unwrap();
-    std::mem::swap(&mut *ra, &mut *rb);
+    layer::state::<Rma, _, _>(&mut a, |mut ra| {
+        layer::state::<Rma, _, _>(&mut b, |mut rb| std::mem::swap(&mut *ra, &mut *rb));
+    });
 }

@@ -19,9 +19,9 @@ fn main() {
     let (big, small) = (new(1 << 20), new(4096));
     let mut a = big.endpoint(0).unwrap();
     let mut b = small.endpoint(0).unwrap();
-    let mut sa = layer::state::<Rma, _>(&mut a).unwrap();
-    let _ = layer::with::<Rma, _, _>(&mut b, |_, cx_b| {
-        sa.pin()
-            .try_get_owned(cx_b, vec![0u8; 8192], GlobalPtr::<u8>::new(EpAddr::rank(0), 0))
+    layer::state::<Rma, _, _>(&mut a, |sa| {
+        let _ = layer::with::<Rma, _, _>(&mut b, |_, cx_b| {
+            sa.try_get_owned(cx_b, vec![0u8; 8192], GlobalPtr::<u8>::new(EpAddr::rank(0), 0))
+        });
     });
 }

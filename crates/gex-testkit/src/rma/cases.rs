@@ -39,12 +39,12 @@ pub(super) fn wait<C: Conduit, T: Send + 'static>(
 
 /// Messages the RMA layer of `r` had to drop.
 pub(super) fn dropped<C: Conduit>(r: &mut Ep<C>) -> u64 {
-    gex_core::layer::state::<Rma, C>(r).map_or(0, |l| l.dropped_messages())
+    gex_core::layer::state::<Rma, C, _>(r, |l| l.dropped_messages()).unwrap_or(0)
 }
 
 /// Operations in flight in the RMA layer of `r`.
 fn pending_ops<C: Conduit>(r: &mut Ep<C>) -> usize {
-    gex_core::layer::state::<Rma, C>(r).map_or(0, |l| l.pending_ops())
+    gex_core::layer::state::<Rma, C, _>(r, |l| l.pending_ops()).unwrap_or(0)
 }
 
 /// Endpoint `k` of `client`, which the runner must have built with the RMA layer.
