@@ -190,7 +190,7 @@ impl Rma {
 
     /// The fastest path of a contiguous put, run under
     /// [`layer::state`](gex_core::layer::state): a
-    /// nonempty, valid range of a segment whose mapping is cached
+    /// valid range of a segment whose mapping is cached
     /// ([`direct_at`](Self::direct_at)) is copied now (true); anything else returns
     /// false and takes [`put_now`](Self::put_now).
     #[inline(always)]

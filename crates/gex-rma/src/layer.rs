@@ -569,24 +569,26 @@ impl Rma {
         NonNull::new(base)
     }
 
-    /// The address of `[offset, offset + len)` of `dst`'s segment if that is a
-    /// nonempty range on the direct path whose mapping is already cached (no conduit
-    /// call): the whole check of the put, get and atomic fast paths, one entry loaded.
-    /// `None` for anything else (not cached yet, not mapped, the AM path forced, an
-    /// empty or bad range: the slow path decides and reports errors).
+    /// The address of `[offset, offset + len)` of `dst`'s segment if that range is on
+    /// the direct path and its mapping is already cached (no conduit call): the whole
+    /// check of the put, get and atomic fast paths, one entry loaded. An empty range
+    /// at offset 0 passes whatever the mapping (its copy moves nothing). `None` for
+    /// anything else (not cached yet, not mapped, the AM path forced, a bad range: the
+    /// slow path decides and reports errors).
     #[inline(always)]
     pub(crate) fn direct_at(&self, dst: EpAddr, offset: usize, len: usize) -> Option<*mut u8> {
         if dst.ep != self.me.ep {
             return None;
         }
         let d = self.direct.get(dst.rank as usize)?;
-        // 1 <= len <= d.len and offset <= d.len - len (no overflow: len <= d.len), in
-        // two comparisons.
-        if len.wrapping_sub(1) >= d.len || offset > d.len - len {
+        let end = offset.checked_add(len)?;
+        if end > d.len {
             return None;
         }
-        // SAFETY: `d.len >= len > 0`, so `d.base` is a cached mapping of `d.len` bytes
-        // (`Direct`) and `offset + len <= d.len` keeps the range inside it.
+        // SAFETY: with `d.len > 0`, `d.base` is a cached mapping of `d.len` bytes
+        // (`Direct`) and `end <= d.len` keeps the range inside it; with `d.len == 0`
+        // (nothing mapped, `d.base` may be null), `offset == len == 0`: a zero offset
+        // is always in bounds, and the caller's copy of `len` bytes moves none.
         Some(unsafe { d.base.add(offset) })
     }
 
