@@ -904,21 +904,31 @@ pub fn state<L: Layer, C: Conduit, R>(
         let l = unsafe { Pin::new_unchecked(&mut *a.as_ptr().cast::<L>()) };
         return Some(f(l));
     }
+    state_locked(ep, f)
+}
+
+/// [`state`] by a search of the slots under the lock word (a layer past the cached
+/// ones, or an endpoint with a progress thread); out of line, so that `f` is inlined
+/// only into the cached way.
+#[cold]
+#[inline(never)]
+fn state_locked<L: Layer, C: Conduit, R>(
+    ep: &mut Endpoint<C>,
+    f: impl FnOnce(Pin<&mut L>) -> R,
+) -> Option<R> {
     let mut g = ep.inner();
     let a = state_addr::<L, C>(&mut g)?;
-    // SAFETY: as above; `g`, alive until `f` returns (or unwinds), holds the lock word
-    // with a progress thread, which keeps the thread away from the state, and is not
-    // used while `l` lives.
+    // SAFETY: as in `state`; `g`, alive until `f` returns (or unwinds), holds the lock
+    // word with a progress thread, which keeps the thread away from the state, and is
+    // not used while `l` lives.
     let l = unsafe { Pin::new_unchecked(&mut *a.as_ptr().cast::<L>()) };
     let r = f(l);
     drop(g);
     Some(r)
 }
 
-/// The address of layer `L`'s state, by a search of the slots (a layer past the
-/// cached ones, or an endpoint with a progress thread).
-#[cold]
-#[inline(never)]
+/// The address of layer `L`'s state, by a search of the slots.
+#[inline]
 fn state_addr<L: Layer, C: Conduit>(g: &mut crate::endpoint::Guard<'_, C>) -> Option<NonNull<u8>> {
     g.layers
         .iter_mut()
