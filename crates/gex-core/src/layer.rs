@@ -916,8 +916,13 @@ fn state_locked<L: Layer, C: Conduit, R>(
     ep: &mut Endpoint<C>,
     f: impl FnOnce(Pin<&mut L>) -> R,
 ) -> Option<R> {
-    let mut g = ep.inner();
-    let a = state_addr::<L, C>(&mut g)?;
+    let g = ep.inner();
+    let a = g
+        .layers
+        .iter()
+        .find(|s| s.type_id == TypeId::of::<L>())?
+        .state
+        .addr();
     // SAFETY: as in `state`; `g`, alive until `f` returns (or unwinds), holds the lock
     // word with a progress thread, which keeps the thread away from the state, and is
     // not used while `l` lives.
@@ -925,15 +930,6 @@ fn state_locked<L: Layer, C: Conduit, R>(
     let r = f(l);
     drop(g);
     Some(r)
-}
-
-/// The address of layer `L`'s state, by a search of the slots.
-#[inline]
-fn state_addr<L: Layer, C: Conduit>(g: &mut crate::endpoint::Guard<'_, C>) -> Option<NonNull<u8>> {
-    g.layers
-        .iter_mut()
-        .find(|s| s.type_id == TypeId::of::<L>())
-        .map(|s| s.state.addr())
 }
 
 /// Runs `f` with layer `L`'s state (pinned) and a [`Cx`] in which `L` is the running
