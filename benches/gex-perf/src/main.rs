@@ -310,7 +310,33 @@ pub(crate) fn end_job<C: gex::spi::Conduit, E: std::fmt::Display>(
     }
 }
 
+/// The `GEX_*` variables gex-perf reads itself (besides the library's).
+pub const ENV_VARS: &[gex::config::EnvVar] = &[gex::config::EnvVar {
+    name: "GEX_PERF_HEAP_SHIFT",
+    default: "",
+    doc: "gex-perf only: bytes (at most 64 KiB) to allocate and keep before anything else, which moves every later heap block within its page; ci/perf-ab draws a random multiple of 16 below 4 KiB for every pair of runs so that an A/B samples many heap layouts (4K aliasing between a loop's state and its copy's destination otherwise decides sub-10-ns verdicts).",
+}];
+
+/// With `GEX_PERF_HEAP_SHIFT=N` (bytes, at most 64 KiB), allocates and keeps a block of
+/// `N` bytes before anything else, which moves every later heap block (the library's
+/// states and tables) by about `N` bytes in its page. `ci/perf-ab` draws `N` afresh for
+/// every pair of runs so that an A/B samples many heap layouts instead of the one each
+/// build happens to get: a sub-10-ns figure moves by up to a third when a state the
+/// loop reads shares its page offset with the copy's destination (4K aliasing), and the
+/// layout, not the code, would decide the verdict (docs/performance.md).
+fn shift_heap() {
+    let n = std::env::var(ENV_VARS[0].name)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(0)
+        .min(1 << 16);
+    if n > 0 {
+        std::mem::forget(Vec::<u8>::with_capacity(n));
+    }
+}
+
 fn main() -> ExitCode {
+    shift_heap();
     let cli = Cli::parse();
     // Refuse an unknown conduit before launching anything.
     let conduit = match gex::select_conduit(cli.conduit.as_deref()) {

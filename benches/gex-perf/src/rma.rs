@@ -74,6 +74,27 @@ const FLAG_OFFSET: usize = 0;
 /// Where bulk data goes (after the flag's cache line).
 const DATA_OFFSET: usize = 4096;
 
+/// The page size by which the local buffers of the put and get figures are placed.
+const PAGE: usize = 4096;
+/// Where in a page those buffers start (half of it).
+const LOCAL_OFFSET: usize = PAGE / 2;
+
+/// `len` bytes of `store` (which has `len + PAGE + LOCAL_OFFSET`) from [`LOCAL_OFFSET`]
+/// past its first page boundary.
+///
+/// Where a heap block starts depends on what was allocated before it, which differs
+/// between two builds of gex, and a sub-10-ns copy moves by up to a third with its
+/// destination's offset in a cache line and with the distance between its source and
+/// destination modulo 4 KiB: a load at the page offset of a store still in flight waits
+/// for it (4K aliasing). Placed so, the buffers sit at the same place for every build,
+/// and half a page away from the page offset of the remote data ([`DATA_OFFSET`]), so
+/// no figure measures 4K aliasing between its own buffers (docs/performance.md,
+/// "Method for these sub-10-ns figures").
+fn placed(store: &mut [u8], len: usize) -> &mut [u8] {
+    let at = store.as_ptr().align_offset(PAGE) + LOCAL_OFFSET;
+    &mut store[at..at + len]
+}
+
 impl RmaJob {
     pub(crate) fn builder(&self) -> ClientBuilder<DefaultLayers> {
         let max = if self.quick { 1 << 20 } else { BW_MAX };
@@ -261,16 +282,18 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             .filter(|&s| DATA_OFFSET + s <= seg_len)
             .collect()
     };
-    let buf = vec![
-        0x5au8;
-        bw_sizes
-            .iter()
-            .chain(&lat_sizes)
-            .copied()
-            .max()
-            .unwrap_or(8)
-    ];
-    let mut dst = vec![0u8; buf.len()];
+    let most = bw_sizes
+        .iter()
+        .chain(&lat_sizes)
+        .copied()
+        .max()
+        .unwrap_or(8);
+    let (mut buf_store, mut dst_store) = (
+        vec![0x5au8; most + PAGE + LOCAL_OFFSET],
+        vec![0u8; most + PAGE + LOCAL_OFFSET],
+    );
+    let buf: &[u8] = placed(&mut buf_store, most);
+    let dst: &mut [u8] = placed(&mut dst_store, most);
     match job.family {
         Family::Barrier => {
             // Every rank must run the same number of barriers, so the count is fixed

@@ -994,6 +994,38 @@ fn a_layer_state_borrowed_with_a_progress_thread_keeps_the_thread_out() {
     }
 }
 
+/// A panic inside `layer::state`'s closure, with a progress thread, releases the lock
+/// word on the way out: the thread polls the layer again afterwards, and the next
+/// borrow does not deadlock.
+#[test]
+fn a_panic_in_a_layer_state_borrow_releases_the_lock_word() {
+    let c = ClientBuilder::new()
+        .layer::<Counting>()
+        .progress_thread(true)
+        .segment_size(4096)
+        .config(gex_core::Config::default())
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut ep = c.endpoint(0).unwrap();
+    layer::with::<Counting, _, _>(&mut ep, |_, cx| cx.set_busy()).expect("attached");
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        layer::state::<Counting, _, _>(&mut ep, |_| panic!("inside the borrow"))
+    }));
+    assert!(caught.is_err());
+    let polls = |ep: &mut gex_core::Endpoint<Loopback>| {
+        layer::state::<Counting, _, _>(ep, |l| l.polls.load(Ordering::Relaxed)).expect("attached")
+    };
+    let before = polls(&mut ep);
+    let t0 = Instant::now();
+    while polls(&mut ep) == before {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the thread never polled again after the panic"
+        );
+        std::thread::yield_now();
+    }
+}
+
 /// A layer that defers part of a scope's work to the scope's end: `end_scope` tracks
 /// an event its progress hook completes a few polls later.
 #[derive(Default)]
