@@ -946,33 +946,47 @@ impl Layer for Counting {
     }
 }
 
+/// A client with the [`Counting`] layer and a progress thread.
+fn counting_with_thread() -> gex_core::Client<Loopback> {
+    ClientBuilder::new()
+        .layer::<Counting>()
+        .progress_thread(true)
+        .segment_size(4096)
+        .config(gex_core::Config::default())
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap()
+}
+
+/// Makes `ep`'s [`Counting`] layer busy, so the thread polls it on its own (it stays
+/// busy: `Spinning`).
+fn set_busy(ep: &mut gex_core::Endpoint<Loopback>) {
+    layer::with::<Counting, _, _>(ep, |_, cx| cx.set_busy()).expect("attached");
+}
+
+/// The progress thread's polls of [`Counting`] so far.
+fn polls(ep: &mut gex_core::Endpoint<Loopback>) -> u64 {
+    layer::state::<Counting, _, _>(ep, |l| l.polls.load(Ordering::Relaxed)).expect("attached")
+}
+
+/// Waits (at most 10 s, else fails with `what`) until the thread polled past `seen`.
+fn wait_for_polls_past(ep: &mut gex_core::Endpoint<Loopback>, seen: u64, what: &str) {
+    let t0 = Instant::now();
+    while polls(ep) == seen {
+        assert!(t0.elapsed() < Duration::from_secs(10), "{what}");
+        std::thread::yield_now();
+    }
+}
+
 /// With a progress thread, the state `layer::state` lends holds the endpoint's lock
 /// word while it lives (the handle's cache of layer addresses is empty then, so the
 /// borrow comes from the locked path): the thread's polls of the layer stop meanwhile
 /// and resume after the borrow ends.
 #[test]
 fn a_layer_state_borrowed_with_a_progress_thread_keeps_the_thread_out() {
-    let c = ClientBuilder::new()
-        .layer::<Counting>()
-        .progress_thread(true)
-        .segment_size(4096)
-        .config(gex_core::Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = counting_with_thread();
     let mut ep = c.endpoint(0).unwrap();
-    let polls = |ep: &mut gex_core::Endpoint<Loopback>| {
-        layer::state::<Counting, _, _>(ep, |l| l.polls.load(Ordering::Relaxed)).expect("attached")
-    };
-    // Busy, the layer is polled by the thread on its own (it stays busy: `Spinning`).
-    layer::with::<Counting, _, _>(&mut ep, |_, cx| cx.set_busy()).expect("attached");
-    let t0 = Instant::now();
-    while polls(&mut ep) == 0 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "the thread never polled"
-        );
-        std::thread::yield_now();
-    }
+    set_busy(&mut ep);
+    wait_for_polls_past(&mut ep, 0, "the thread never polled");
     layer::state::<Counting, _, _>(&mut ep, |l| {
         let held = l.polls.load(Ordering::Relaxed);
         std::thread::sleep(Duration::from_millis(50));
@@ -984,14 +998,7 @@ fn a_layer_state_borrowed_with_a_progress_thread_keeps_the_thread_out() {
     })
     .expect("attached");
     let after = polls(&mut ep);
-    let t0 = Instant::now();
-    while polls(&mut ep) == after {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "the thread stopped after the borrow"
-        );
-        std::thread::yield_now();
-    }
+    wait_for_polls_past(&mut ep, after, "the thread stopped after the borrow");
 }
 
 /// A panic inside `layer::state`'s closure, with a progress thread, releases the lock
@@ -999,31 +1006,19 @@ fn a_layer_state_borrowed_with_a_progress_thread_keeps_the_thread_out() {
 /// borrow does not deadlock.
 #[test]
 fn a_panic_in_a_layer_state_borrow_releases_the_lock_word() {
-    let c = ClientBuilder::new()
-        .layer::<Counting>()
-        .progress_thread(true)
-        .segment_size(4096)
-        .config(gex_core::Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = counting_with_thread();
     let mut ep = c.endpoint(0).unwrap();
-    layer::with::<Counting, _, _>(&mut ep, |_, cx| cx.set_busy()).expect("attached");
+    set_busy(&mut ep);
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         layer::state::<Counting, _, _>(&mut ep, |_| panic!("inside the borrow"))
     }));
     assert!(caught.is_err());
-    let polls = |ep: &mut gex_core::Endpoint<Loopback>| {
-        layer::state::<Counting, _, _>(ep, |l| l.polls.load(Ordering::Relaxed)).expect("attached")
-    };
     let before = polls(&mut ep);
-    let t0 = Instant::now();
-    while polls(&mut ep) == before {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "the thread never polled again after the panic"
-        );
-        std::thread::yield_now();
-    }
+    wait_for_polls_past(
+        &mut ep,
+        before,
+        "the thread never polled again after the panic",
+    );
 }
 
 /// A layer that defers part of a scope's work to the scope's end: `end_scope` tracks
