@@ -862,9 +862,13 @@ pub const UNWIND_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// (it gets no endpoint).
 ///
 /// A closure rather than a guard so that the compiler keeps the two ways to the state
-/// apart (the endpoint's cache of layer addresses, inlined; the locked search, out of
-/// line) and nothing of the slow way stays live across `f`: the RMA layer's put and
-/// get run their bounds check and copy in `f`.
+/// apart (the endpoint's cache of layer addresses, inlined; the locked search) and
+/// nothing of the slow way stays live across `f`: the RMA layer's put and get run
+/// their bounds check and copy in `f`. A closure whose captures take at most four
+/// words (the RMA layer's) is inlined into both ways: passed to an out-of-line
+/// function, its captures would be stored to memory on the cached way too, before
+/// the branch. A larger one (the collectives' steps) is called from an out-of-line
+/// function on the locked way, so that it is inlined once (docs/performance.md).
 ///
 /// ```
 /// use gex_core::layer::{self, Layer};
@@ -904,25 +908,45 @@ pub fn state<L: Layer, C: Conduit, R>(
         let l = unsafe { Pin::new_unchecked(&mut *a.as_ptr().cast::<L>()) };
         return Some(f(l));
     }
+    if std::mem::size_of_val(&f) <= INLINE_BOTH_MAX {
+        let mut g = ep.inner();
+        let a = slot_addr::<L, C>(&mut g)?;
+        // SAFETY: as in the cached way for `a` (found by its `type_id`); `g`, alive
+        // until `f` returns or unwinds, holds the lock word with a progress thread,
+        // which keeps the thread away from the state, and is not used while `l` lives.
+        let l = unsafe { Pin::new_unchecked(&mut *a.as_ptr().cast::<L>()) };
+        let r = f(l);
+        drop(g);
+        return Some(r);
+    }
     state_locked(ep, f)
 }
 
+/// The largest closure (its captures, in bytes) that [`state`] inlines into both of
+/// its ways.
+const INLINE_BOTH_MAX: usize = 4 * std::mem::size_of::<usize>();
+
+/// The address of `L`'s state, by a search of the slots.
+#[cold]
+#[inline(never)]
+fn slot_addr<L: Layer, C: Conduit>(g: &mut crate::endpoint::Guard<'_, C>) -> Option<NonNull<u8>> {
+    g.layers
+        .iter()
+        .find(|s| s.type_id == TypeId::of::<L>())
+        .map(|s| s.state.addr())
+}
+
 /// [`state`] by a search of the slots under the lock word (a layer past the cached
-/// ones, or an endpoint with a progress thread); out of line, so that `f` is inlined
-/// only into the cached way.
+/// ones, or an endpoint with a progress thread), for a closure larger than
+/// [`INLINE_BOTH_MAX`]; out of line, so that `f` is inlined only into the cached way.
 #[cold]
 #[inline(never)]
 fn state_locked<L: Layer, C: Conduit, R>(
     ep: &mut Endpoint<C>,
     f: impl FnOnce(Pin<&mut L>) -> R,
 ) -> Option<R> {
-    let g = ep.inner();
-    let a = g
-        .layers
-        .iter()
-        .find(|s| s.type_id == TypeId::of::<L>())?
-        .state
-        .addr();
+    let mut g = ep.inner();
+    let a = slot_addr::<L, C>(&mut g)?;
     // SAFETY: as in `state`; `g`, alive until `f` returns (or unwinds), holds the lock
     // word with a progress thread, which keeps the thread away from the state, and is
     // not used while `l` lives.

@@ -980,30 +980,43 @@ fn wait_for_polls_past(ep: &mut gex_core::Endpoint<Loopback>, seen: u64, what: &
 /// With a progress thread, the state `layer::state` lends holds the endpoint's lock
 /// word while it lives (the handle's cache of layer addresses is empty then, so the
 /// borrow comes from the locked path): the thread's polls of the layer stop meanwhile
-/// and resume after the borrow ends.
+/// and resume after the borrow ends. Both forms of the locked way are checked: a
+/// closure of at most four words (inlined there) and a larger one (called from an
+/// out-of-line function).
 #[test]
 fn a_layer_state_borrowed_with_a_progress_thread_keeps_the_thread_out() {
     let c = counting_with_thread();
     let mut ep = c.endpoint(0).unwrap();
     set_busy(&mut ep);
     wait_for_polls_past(&mut ep, 0, "the thread never polled");
-    layer::state::<Counting, _, _>(&mut ep, |l| {
+    let held_still = |l: std::pin::Pin<&mut Counting>| {
         let held = l.polls.load(Ordering::Relaxed);
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(
-            l.polls.load(Ordering::Relaxed),
-            held,
-            "the thread polled the layer during the borrow"
-        );
+        l.polls.load(Ordering::Relaxed) == held
+    };
+    let small = layer::state::<Counting, _, _>(&mut ep, held_still).expect("attached");
+    assert!(
+        small,
+        "the thread polled the layer during a small closure's borrow"
+    );
+    let after = polls(&mut ep);
+    wait_for_polls_past(&mut ep, after, "the thread stopped after the borrow");
+    let pad = [7u64; 8];
+    let large = layer::state::<Counting, _, _>(&mut ep, move |l| {
+        held_still(l) && std::hint::black_box(pad).iter().sum::<u64>() == 56
     })
     .expect("attached");
+    assert!(
+        large,
+        "the thread polled the layer during a large closure's borrow"
+    );
     let after = polls(&mut ep);
     wait_for_polls_past(&mut ep, after, "the thread stopped after the borrow");
 }
 
 /// A panic inside `layer::state`'s closure, with a progress thread, releases the lock
 /// word on the way out: the thread polls the layer again afterwards, and the next
-/// borrow does not deadlock.
+/// borrow does not deadlock (a small closure and a large one, as above).
 #[test]
 fn a_panic_in_a_layer_state_borrow_releases_the_lock_word() {
     let c = counting_with_thread();
@@ -1018,6 +1031,19 @@ fn a_panic_in_a_layer_state_borrow_releases_the_lock_word() {
         &mut ep,
         before,
         "the thread never polled again after the panic",
+    );
+    let pad = [7u64; 8];
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        layer::state::<Counting, _, _>(&mut ep, move |_| {
+            panic!("inside the borrow: {}", std::hint::black_box(pad)[0])
+        })
+    }));
+    assert!(caught.is_err());
+    let before = polls(&mut ep);
+    wait_for_polls_past(
+        &mut ep,
+        before,
+        "the thread never polled again after the panic in a large closure",
     );
 }
 

@@ -20,23 +20,28 @@
 //!
 //! # Implementations
 //!
-//! - **x86-64** (not under Miri): up to 64 bytes, inline assembly with ordinary loads
-//!   and stores: up to 16 bytes two overlapping general-register moves, inlined at the
-//!   call site (so a constant length compiles to a few moves); beyond, out of line
-//!   (callers' fast paths keep few values alive across one call): up to 64 bytes two
-//!   overlapping groups of SSE2 `movdqu`, and beyond a tail call (a jump) of the C
-//!   library's `memmove` through a pointer the compiler cannot see through (below,
-//!   "Why `memmove` is too"): glibc's `memmove-vec-unaligned-erms` in the widest
-//!   vectors the CPU has, with `rep movsb` for large copies. Fills: the same shapes up to 64 bytes, a 64-byte-aligned SSE2
-//!   loop, `rep stosb` from 2 KiB.
+//! - **x86-64** (not under Miri): up to 128 bytes, inline assembly with ordinary loads
+//!   and stores, inlined at the call site (a constant length compiles to a few moves,
+//!   and no call means no value of the caller's loop saved across one): up to 16 bytes
+//!   two overlapping general-register moves, up to 64 bytes two overlapping groups of
+//!   SSE2 `movdqu`, up to 128 bytes eight (the first and the last 64 bytes); beyond, a
+//!   call of the C library's `memmove` straight from the caller after one comparison,
+//!   through a pointer the compiler cannot see through (below, "Why `memmove` is
+//!   too"): glibc's `memmove-vec-unaligned-erms` in the widest vectors the CPU has,
+//!   with `rep movsb` for large copies. Fills: the same shapes up to 64 bytes, a
+//!   64-byte-aligned SSE2 loop, `rep stosb` from 2 KiB.
 //!
-//!   Why not assembly of our own beyond 64 bytes: until 2026-11-29 it was (SSE2, AVX or
-//!   AVX-512 vectors in glibc's shapes, `rep movsb` from 128 vectors). In the blocking
-//!   put of `gex-perf` it cost about 1-2 ns more than calling `memmove` from 128 bytes
-//!   to 1 KiB with the same instructions (medians over eight stack offsets,
-//!   2026-11-29: 5.0-5.3 against 4.2-4.4 ns at 128 bytes, 6.4 against 5.2-5.5 ns at
-//!   512 bytes, 10.4-11.0 against 8.5-9.6 ns at 1 KiB; docs/performance.md). glibc's
-//!   code is tuned per CPU family; ours was not, and is gone.
+//!   Why not assembly of our own beyond 128 bytes: until 2026-11-29 it was (SSE2, AVX
+//!   or AVX-512 vectors in glibc's shapes, `rep movsb` from 128 vectors), out of line.
+//!   In the blocking put of `gex-perf` it cost about 1-2 ns more than calling `memmove`
+//!   from 128 bytes to 1 KiB with the same instructions (medians over eight stack
+//!   offsets, 2026-11-29: 5.0-5.3 against 4.2-4.4 ns at 128 bytes, 6.4 against
+//!   5.2-5.5 ns at 512 bytes, 10.4-11.0 against 8.5-9.6 ns at 1 KiB;
+//!   docs/performance.md). glibc's code is tuned per CPU family; ours was not, and is
+//!   gone. Up to 128 bytes the inlined blocks win (no call, no dispatch): the blocking
+//!   put of 128 bytes took 3.1 ns against 3.4 through `memmove` (medians over ten heap
+//!   layouts, 2026-11-29), and an out-of-line dispatcher in front of `memmove` had
+//!   cost gets of 64-128 bytes 0.5-1.5 ns.
 //! - **Everything else, and x86-64 under Miri** (which cannot run assembly): one relaxed
 //!   `AtomicU8` access per byte, unrolled by eight. Byte-sized on purpose: a wider atomic
 //!   meeting a byte access of another copy at a different alignment would be a

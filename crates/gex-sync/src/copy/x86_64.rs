@@ -1,6 +1,6 @@
-//! The x86-64 implementation: up to 64 bytes, inline assembly that moves every byte
-//! with ordinary loads and stores (general-purpose registers up to 16 bytes, inlined;
-//! SSE2 `movdqu` up to 64 bytes, out of line); beyond, the C library's `memmove`,
+//! The x86-64 implementation: up to 128 bytes, inline assembly that moves every byte
+//! with ordinary loads and stores (general-purpose registers up to 16 bytes, SSE2
+//! `movdqu` up to 128 bytes; all inlined); beyond, the C library's `memmove`,
 //! called through a pointer the compiler cannot see through (glibc's
 //! `memmove-vec-unaligned-erms` on Linux: the widest vectors the CPU has, `rep movsb`
 //! for large copies).
@@ -58,32 +58,68 @@ const REP_STOSB_MIN: usize = 2048;
 pub(super) unsafe fn copy(src: *const u8, dst: *mut u8, n: usize) {
     // The blocks below load all the bytes they move before they store any, so
     // overlapping ranges are copied as `memmove` would (which copies the rest).
-    if n <= 16 {
-        // SAFETY: contract of this function.
-        unsafe { copy_le16(src, dst, n) }
-    } else {
-        // SAFETY: contract of this function; n > 16.
-        unsafe { copy_gt16(dst, src, n) }
-    }
-}
-
-/// A copy of more than 16 bytes, out of line (so that callers' fast paths keep few
-/// values alive across one call): SSE2 up to 64 bytes, beyond a tail call of
-/// `memmove` (a jump: no second call level; the arguments in `memmove`'s order, so the
-/// jump moves no register).
-///
-/// # Safety
-/// As [`super::atomic_copy`], with `n > 16`.
-#[inline(never)]
-unsafe fn copy_gt16(dst: *mut u8, src: *const u8, n: usize) {
-    if n <= 64 {
-        // SAFETY: contract of this function; 16 < n <= 64.
-        unsafe { copy_17_64(src, dst, n) }
-    } else {
+    // Every size up to 128 bytes inline, beyond a call of `memmove` straight from the
+    // caller: no call (and so no value of the caller's loop saved across one) below
+    // 129 bytes, one comparison before the call above (through an out-of-line
+    // dispatcher, blocking gets of 64-128 bytes took 0.5-1.5 ns longer than with
+    // `std::ptr::copy`; docs/performance.md).
+    if n > 128 {
         // SAFETY: the ranges are valid for `n` bytes (contract); `memmove` copies them
         // (overlap allowed) with plain loads and stores (parent module, "Why `memmove`
         // is too").
         unsafe { opaque_memmove()(dst, src, n) };
+    } else if n <= 16 {
+        // SAFETY: contract of this function.
+        unsafe { copy_le16(src, dst, n) }
+    } else if n <= 64 {
+        // SAFETY: contract of this function; 16 < n <= 64.
+        unsafe { copy_17_64(src, dst, n) }
+    } else {
+        // SAFETY: contract of this function; 64 < n <= 128.
+        unsafe { copy_65_128(src, dst, n) }
+    }
+}
+
+/// A copy of 65 to 128 bytes: eight SSE2 `movdqu` loads, the first and the last 64
+/// bytes, then eight stores.
+///
+/// # Safety
+/// As [`super::atomic_copy`], with `64 < n <= 128`.
+#[inline(always)]
+unsafe fn copy_65_128(src: *const u8, dst: *mut u8, n: usize) {
+    // SAFETY: 64 < n <= 128: the first and the last 64 bytes lie inside the ranges;
+    // every load precedes every store.
+    unsafe {
+        asm!(
+            "movdqu {a}, xmmword ptr [{s}]",
+            "movdqu {b}, xmmword ptr [{s} + 16]",
+            "movdqu {c}, xmmword ptr [{s} + 32]",
+            "movdqu {e}, xmmword ptr [{s} + 48]",
+            "movdqu {f}, xmmword ptr [{s} + {n} - 64]",
+            "movdqu {g}, xmmword ptr [{s} + {n} - 48]",
+            "movdqu {h}, xmmword ptr [{s} + {n} - 32]",
+            "movdqu {i}, xmmword ptr [{s} + {n} - 16]",
+            "movdqu xmmword ptr [{d}], {a}",
+            "movdqu xmmword ptr [{d} + 16], {b}",
+            "movdqu xmmword ptr [{d} + 32], {c}",
+            "movdqu xmmword ptr [{d} + 48], {e}",
+            "movdqu xmmword ptr [{d} + {n} - 64], {f}",
+            "movdqu xmmword ptr [{d} + {n} - 48], {g}",
+            "movdqu xmmword ptr [{d} + {n} - 32], {h}",
+            "movdqu xmmword ptr [{d} + {n} - 16], {i}",
+            s = in(reg) src,
+            d = in(reg) dst,
+            n = in(reg) n,
+            a = out(xmm_reg) _,
+            b = out(xmm_reg) _,
+            c = out(xmm_reg) _,
+            e = out(xmm_reg) _,
+            f = out(xmm_reg) _,
+            g = out(xmm_reg) _,
+            h = out(xmm_reg) _,
+            i = out(xmm_reg) _,
+            options(nostack, preserves_flags),
+        )
     }
 }
 
