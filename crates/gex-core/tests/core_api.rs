@@ -1022,27 +1022,33 @@ fn a_panic_in_a_layer_state_borrow_releases_the_lock_word() {
     let c = counting_with_thread();
     let mut ep = c.endpoint(0).unwrap();
     set_busy(&mut ep);
-    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        layer::state::<Counting, _, _>(&mut ep, |_| panic!("inside the borrow"))
-    }));
-    assert!(caught.is_err());
-    let before = polls(&mut ep);
-    wait_for_polls_past(
+    /// Runs `borrow` (which panics inside `layer::state`), then waits for the thread
+    /// to poll the layer again.
+    fn panics_then_polls(
+        ep: &mut gex_core::Endpoint<Loopback>,
+        borrow: impl FnOnce(&mut gex_core::Endpoint<Loopback>),
+        what: &str,
+    ) {
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| borrow(&mut *ep)));
+        assert!(caught.is_err());
+        let before = polls(ep);
+        wait_for_polls_past(ep, before, what);
+    }
+    panics_then_polls(
         &mut ep,
-        before,
+        |ep| {
+            layer::state::<Counting, _, _>(ep, |_| panic!("inside the borrow"));
+        },
         "the thread never polled again after the panic",
     );
     let pad = [7u64; 8];
-    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        layer::state::<Counting, _, _>(&mut ep, move |_| {
-            panic!("inside the borrow: {}", std::hint::black_box(pad)[0])
-        })
-    }));
-    assert!(caught.is_err());
-    let before = polls(&mut ep);
-    wait_for_polls_past(
+    panics_then_polls(
         &mut ep,
-        before,
+        |ep| {
+            layer::state::<Counting, _, _>(ep, move |_| {
+                panic!("inside the borrow: {}", std::hint::black_box(pad)[0])
+            });
+        },
         "the thread never polled again after the panic in a large closure",
     );
 }
