@@ -80,3 +80,45 @@ mod rma_four_ranks {
         ranks: 4,
     }
 }
+
+/// Four thread ranks of this process: the job layout says they are one process, every
+/// rank maps every other's region (all are neighbours, so their segments are reached
+/// by a plain copy), the automatic wait policy spins then blocks when the ranks
+/// outnumber the cores, and nothing is left in `/dev/shm`.
+#[test]
+fn thread_ranks_share_one_process_and_leave_nothing() {
+    let before = gex_testkit::procs::shm_names();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let job = gex_testkit::boot::ThreadJob::new(4);
+    let out = job
+        .run(|boot| {
+            let client = ClientBuilder::new()
+                .segment_size(1 << 16)
+                .init::<Smp>(Box::new(boot))
+                .unwrap();
+            let layout = client.layout().clone();
+            let neighbours = client.conduit().neighbours().to_vec();
+            let wait = client.wait_policy();
+            client.finalize().unwrap();
+            (layout, neighbours, wait)
+        })
+        .unwrap();
+    for (layout, neighbours, wait) in &out {
+        assert!(layout.one_process(), "{layout:?}");
+        assert_eq!(layout.process, vec![std::process::id(); 4]);
+        assert_eq!(layout.process_peers(2), vec![0, 1, 2, 3]);
+        assert_eq!(neighbours, &vec![0, 1, 2, 3]);
+        if cores < 4 {
+            assert!(
+                matches!(wait, WaitPolicy::SpinThenBlock { .. }),
+                "4 thread ranks on {cores} cores wait with {wait:?}"
+            );
+        }
+    }
+    assert_eq!(job.finalized(), vec![Some(0); 4]);
+    let after = gex_testkit::procs::shm_names();
+    assert!(
+        after.iter().all(|n| before.contains(n)),
+        "left in /dev/shm: {after:?}"
+    );
+}

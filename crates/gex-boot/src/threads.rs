@@ -92,6 +92,17 @@ pub enum ThreadsError {
         /// Why.
         source: std::io::Error,
     },
+    /// A rank could not initialise its client (the first rank whose failure was not
+    /// caused by another rank's: the others were released through the poisoned
+    /// bootstrap). Returned by launchers that build the clients, such as the facade's
+    /// `gex::run_threads`.
+    #[error("thread rank {rank} could not initialise its client: {source}")]
+    Init {
+        /// The rank that failed.
+        rank: u32,
+        /// Why.
+        source: gex_core::InitError,
+    },
     /// A rank panicked (the first one to do so; the others were released through the
     /// poisoned bootstrap and joined).
     #[error("thread rank {rank} panicked: {msg}")]
