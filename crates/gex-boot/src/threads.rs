@@ -103,6 +103,10 @@ pub enum ThreadsError {
         /// Why.
         source: gex_core::InitError,
     },
+    /// The process's bootstrap could not be made ([`run_from_env`]: the launcher's
+    /// environment, or a `GEX_THREADS` that is not a number of at least 1).
+    #[error(transparent)]
+    Boot(#[from] BootError),
     /// A rank panicked (the first one to do so; the others were released through the
     /// poisoned bootstrap and joined).
     #[error("thread rank {rank} panicked: {msg}")]
@@ -127,12 +131,30 @@ struct State {
     poisoned: Option<String>,
     finalized: Vec<Option<i32>>,
     exit_requested: Option<(u32, i32)>,
+    /// Whether the process bootstrap of a `within` job was finalised.
+    process_finalized: bool,
+}
+
+/// The process-level bootstrap of a job of several processes with thread ranks each
+/// ([`ThreadJob::within`]).
+#[derive(Debug)]
+struct Outer {
+    /// This process's bootstrap; used by the leader (thread rank 0 of the process) for
+    /// collectives, by the last rank to finalise, and by abort.
+    boot: Mutex<Box<dyn Bootstrap>>,
+    /// Global rank of this process's first thread rank.
+    base: u32,
+    /// Ranks in the whole job (processes × threads).
+    size: u32,
 }
 
 #[derive(Debug)]
 struct Inner {
+    /// Thread ranks of this process (the size of the thread-level collectives).
     size: u32,
+    /// Host id of every rank of the job (global ranks).
     hosts: Vec<u32>,
+    outer: Option<Outer>,
     timeout: Duration,
     on_abort: OnAbort,
     state: Mutex<State>,
@@ -203,7 +225,23 @@ impl ThreadJob {
     /// assert_eq!(job.timeout(), Duration::from_secs(10));
     /// ```
     pub fn with_timeout(self, timeout: Duration) -> Self {
-        Self::build(self.inner.hosts.clone(), timeout, self.inner.on_abort)
+        let on_abort = self.inner.on_abort;
+        self.rebuild(timeout, on_abort)
+    }
+
+    /// The same job with other settings (the process bootstrap of a
+    /// [`within`](Self::within) job moves over when this is the only handle).
+    fn rebuild(self, timeout: Duration, on_abort: OnAbort) -> Self {
+        match Arc::try_unwrap(self.inner) {
+            Ok(inner) => Self::assemble(inner.size, inner.hosts, inner.outer, timeout, on_abort),
+            Err(inner) => {
+                assert!(
+                    inner.outer.is_none(),
+                    "set a within() job's options before cloning it"
+                );
+                Self::build(inner.hosts.clone(), timeout, on_abort)
+            }
+        }
     }
 
     /// This job with `on_abort` as the behaviour of [`Bootstrap::abort`] and
@@ -216,12 +254,79 @@ impl ThreadJob {
     /// assert_eq!(job.abort_mode(), OnAbort::Panic);
     /// ```
     pub fn on_abort(self, on_abort: OnAbort) -> Self {
-        Self::build(self.inner.hosts.clone(), self.inner.timeout, on_abort)
+        let timeout = self.inner.timeout;
+        self.rebuild(timeout, on_abort)
+    }
+
+    /// The thread ranks of this process in a job of several processes: every process of
+    /// the job started by the launcher of `outer` (its bootstrap, e.g. from
+    /// [`from_env`](crate::from_env) under `gex-run`, `mpiexec` or `srun`) runs
+    /// `threads` thread ranks. Process `p` holds the global ranks `p * threads ..
+    /// (p + 1) * threads`; a rank's host is its process's host. Every process must call
+    /// this with the same `threads`. The bootstraps' collectives run among the threads
+    /// of a process, then among the processes (by thread rank 0 of each), then back
+    /// among the threads; the last thread rank to finalise finalises `outer`.
+    ///
+    /// ```
+    /// use gex_core::boot::{Bootstrap, Singleton};
+    /// // One process (a singleton job) of 3 thread ranks.
+    /// let job = gex_boot::threads::ThreadJob::within(Box::new(Singleton::new()), 3).unwrap();
+    /// let ranks = job.run(|b| (b.rank(), b.size())).unwrap();
+    /// assert_eq!(ranks, vec![(0, 3), (1, 3), (2, 3)]);
+    /// ```
+    ///
+    /// # Errors
+    /// [`BootError::Environment`] if `threads` is 0 or the job would have more than
+    /// `u32::MAX` ranks, or `outer`'s host ids do not match its size.
+    pub fn within(outer: Box<dyn Bootstrap>, threads: u32) -> Result<ThreadJob, BootError> {
+        let bad = |m: String| Err(BootError::Environment(m));
+        if threads == 0 {
+            return bad("a process needs at least one thread rank".into());
+        }
+        let (procs, p) = (outer.size(), outer.rank());
+        let Some(size) = procs.checked_mul(threads) else {
+            return bad(format!(
+                "{procs} processes of {threads} thread ranks is too many ranks"
+            ));
+        };
+        if outer.host_ids().len() != procs as usize || p >= procs {
+            return bad(format!(
+                "the process bootstrap says rank {p} of {procs} with {} host ids",
+                outer.host_ids().len()
+            ));
+        }
+        let hosts = outer
+            .host_ids()
+            .iter()
+            .flat_map(|&h| std::iter::repeat_n(h, threads as usize))
+            .collect();
+        let outer = Outer {
+            boot: Mutex::new(outer),
+            base: p * threads,
+            size,
+        };
+        Ok(Self::assemble(
+            threads,
+            hosts,
+            Some(outer),
+            DEFAULT_TIMEOUT,
+            OnAbort::Exit,
+        ))
     }
 
     fn build(hosts: Vec<u32>, timeout: Duration, on_abort: OnAbort) -> Self {
         assert!(!hosts.is_empty(), "a job needs at least one rank");
         let size = hosts.len() as u32;
+        Self::assemble(size, hosts, None, timeout, on_abort)
+    }
+
+    fn assemble(
+        size: u32,
+        hosts: Vec<u32>,
+        outer: Option<Outer>,
+        timeout: Duration,
+        on_abort: OnAbort,
+    ) -> Self {
         let state = State {
             finalized: vec![None; size as usize],
             ..State::default()
@@ -230,6 +335,7 @@ impl ThreadJob {
             inner: Arc::new(Inner {
                 size,
                 hosts,
+                outer,
                 timeout,
                 on_abort,
                 state: Mutex::new(state),
@@ -238,9 +344,19 @@ impl ThreadJob {
         }
     }
 
-    /// Number of ranks.
+    /// Number of thread ranks of this process (the number of bootstraps
+    /// [`boot`](Self::boot) hands out; the whole job's size for a job of one process).
     pub fn size(&self) -> u32 {
         self.inner.size
+    }
+
+    /// Number of ranks of the whole job (processes × thread ranks for a
+    /// [`within`](Self::within) job).
+    pub fn job_size(&self) -> u32 {
+        self.inner
+            .outer
+            .as_ref()
+            .map_or(self.inner.size, |o| o.size)
     }
 
     /// The bound on one collective wait.
@@ -253,9 +369,10 @@ impl ThreadJob {
         self.inner.on_abort
     }
 
-    /// The bootstrap of rank `rank`. Hand each rank's bootstrap to exactly one thread
-    /// (a second bootstrap of the same rank makes that rank's collectives fail with
-    /// [`BootError::Protocol`]).
+    /// The bootstrap of this process's thread rank `rank` (`0..size()`; its rank in the
+    /// job is offset by the process's first rank in a [`within`](Self::within) job).
+    /// Hand each rank's bootstrap to exactly one thread (a second bootstrap of the same
+    /// rank makes that rank's collectives fail with [`BootError::Protocol`]).
     ///
     /// # Panics
     /// If `rank >= size`.
@@ -436,6 +553,76 @@ where
     ThreadJob::new(ranks).run(f)
 }
 
+/// A list of blobs as one: the count, then each blob's length and bytes (u32
+/// little-endian lengths).
+fn encode(blobs: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + blobs.iter().map(|b| 4 + b.len()).sum::<usize>());
+    out.extend_from_slice(&(blobs.len() as u32).to_le_bytes());
+    for b in blobs {
+        out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        out.extend_from_slice(b);
+    }
+    out
+}
+
+/// The blobs of [`encode`]; `None` for anything else (it comes from another process
+/// through a bootstrap, so it is checked, not trusted).
+fn decode(mut b: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let mut take = |n: usize, b: &mut &[u8]| -> Option<Vec<u8>> {
+        let (head, rest) = b.split_at_checked(n)?;
+        *b = rest;
+        Some(head.to_vec())
+    };
+    let word = |b: &mut &[u8], take: &mut dyn FnMut(usize, &mut &[u8]) -> Option<Vec<u8>>| {
+        take(4, b).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as usize)
+    };
+    let n = word(&mut b, &mut take)?;
+    let mut out = Vec::with_capacity(n.min(b.len() / 4));
+    for _ in 0..n {
+        let len = word(&mut b, &mut take)?;
+        out.push(take(len, &mut b)?);
+    }
+    b.is_empty().then_some(out)
+}
+
+/// Runs this process's thread ranks of a job started by a launcher: `GEX_THREADS`
+/// (default 1) thread ranks per process ([`ThreadJob::within`] over the bootstrap
+/// [`from_env`](crate::from_env) returns), each running `f` with its bootstrap, as
+/// [`ThreadJob::run`]. Under `gex-run -n P --threads T` the job has `P × T` ranks;
+/// started alone, a process runs `GEX_THREADS` thread ranks of a one-process job.
+///
+/// ```
+/// use gex_core::boot::Bootstrap;
+/// // Started alone (no launcher, GEX_THREADS unset): one process of one thread rank.
+/// let ranks = gex_boot::threads::run_from_env(|b| (b.rank(), b.size())).unwrap();
+/// assert_eq!(ranks, vec![(0, 1)]);
+/// ```
+///
+/// # Errors
+/// [`ThreadsError::Boot`] if `GEX_THREADS` is not a number of at least 1 or the
+/// process bootstrap cannot be made; otherwise as [`ThreadJob::run`].
+pub fn run_from_env<T, F>(f: F) -> Result<Vec<T>, ThreadsError>
+where
+    T: Send,
+    F: Fn(ThreadBoot) -> T + Sync,
+{
+    let threads = match std::env::var(crate::env::THREADS) {
+        Err(_) => 1,
+        Ok(v) if v.is_empty() => 1,
+        Ok(v) => match v.trim().parse::<u32>() {
+            Ok(t) if t >= 1 => t,
+            _ => {
+                return Err(ThreadsError::Boot(BootError::Environment(format!(
+                    "{}={v:?}: not a number of thread ranks of at least 1",
+                    crate::env::THREADS
+                ))));
+            }
+        },
+    };
+    let outer = crate::from_env()?;
+    ThreadJob::within(outer, threads)?.run(f)
+}
+
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()
         .map(|s| s.to_string())
@@ -458,6 +645,65 @@ impl ThreadBoot {
         &self.job
     }
 
+    /// This rank's number in the whole job.
+    fn global(&self) -> u32 {
+        self.job.inner.outer.as_ref().map_or(0, |o| o.base) + self.rank
+    }
+
+    /// The job-wide all-gather: among the threads of this process, then (in a
+    /// [`ThreadJob::within`] job) among the processes by thread rank 0, whose result
+    /// the threads then share. Indexed by global rank.
+    fn gather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
+        let local = self.collective(mine)?;
+        let inner = Arc::clone(&self.job.inner);
+        let Some(outer) = inner.outer.as_ref() else {
+            return Ok(local);
+        };
+        let leader_blob = if self.rank == 0 {
+            let procs = outer.size / inner.size;
+            let r = outer
+                .boot
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .exchange(&encode(&local))
+                .and_then(|all| {
+                    if all.len() != procs as usize {
+                        return Err(BootError::Protocol(format!(
+                            "the process bootstrap returned {} blobs for {procs} processes",
+                            all.len()
+                        )));
+                    }
+                    let mut flat = Vec::with_capacity(outer.size as usize);
+                    for (p, b) in all.iter().enumerate() {
+                        match decode(b) {
+                            Some(v) if v.len() == inner.size as usize => flat.extend(v),
+                            _ => {
+                                return Err(BootError::Protocol(format!(
+                                    "process {p}'s blob does not hold {} thread ranks' blobs",
+                                    inner.size
+                                )));
+                            }
+                        }
+                    }
+                    Ok(flat)
+                });
+            match r {
+                Ok(flat) => encode(&flat),
+                Err(e) => {
+                    self.job.poison(&format!(
+                        "rank {}: the process-level collective failed: {e}",
+                        self.global()
+                    ));
+                    return Err(e);
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        let got = self.collective(&leader_blob)?;
+        decode(&got[0]).ok_or_else(|| BootError::Protocol("malformed job-wide blob".into()))
+    }
+
     fn collective(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
         let inner = &*self.job.inner;
         let n = inner.size;
@@ -474,7 +720,7 @@ impl ThreadBoot {
         if round.blobs[self.rank as usize].is_some() {
             return Err(BootError::Protocol(format!(
                 "rank {} entered collective {seq} twice",
-                self.rank
+                self.global()
             )));
         }
         round.blobs[self.rank as usize] = Some(mine.to_vec());
@@ -503,9 +749,12 @@ impl ThreadBoot {
                     .filter(|(_, b)| b.is_none())
                     .map(|(r, _)| r)
                     .collect();
+                let base = self.global() - self.rank;
+                let missing: Vec<u32> = missing.iter().map(|&r| base + r as u32).collect();
                 return Err(BootError::Lost(format!(
                     "rank {}: collective {seq} timed out after {:?}; ranks {missing:?} never arrived",
-                    self.rank, inner.timeout
+                    self.global(),
+                    inner.timeout
                 )));
             }
             st = inner
@@ -533,19 +782,19 @@ impl Bootstrap for ThreadBoot {
         "threads"
     }
     fn rank(&self) -> u32 {
-        self.rank
+        self.global()
     }
     fn size(&self) -> u32 {
-        self.job.inner.size
+        self.job.job_size()
     }
     fn host_ids(&self) -> &[u32] {
         &self.job.inner.hosts
     }
     fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
-        self.collective(mine)
+        self.gather(mine)
     }
     fn barrier(&mut self) -> Result<(), BootError> {
-        self.collective(&[]).map(|_| ())
+        self.gather(&[]).map(|_| ())
     }
     fn broadcast(&mut self, root: u32, data: &[u8]) -> Result<Vec<u8>, BootError> {
         if root >= self.size() {
@@ -553,18 +802,28 @@ impl Bootstrap for ThreadBoot {
                 "broadcast root {root} out of range"
             )));
         }
-        let mine = if root == self.rank { data } else { &[] };
-        let mut all = self.collective(mine)?;
+        let mine = if root == self.global() { data } else { &[] };
+        let mut all = self.gather(mine)?;
         Ok(std::mem::take(&mut all[root as usize]))
     }
     /// Poisons the job, then ends the process with `code` (1 if 0) after printing the
-    /// message once, or panics with it under [`OnAbort::Panic`].
+    /// message once (through the process bootstrap in a [`ThreadJob::within`] job, so
+    /// its launcher ends the other processes), or panics with it under
+    /// [`OnAbort::Panic`].
     fn abort(&mut self, code: i32, msg: &str) -> ! {
-        let why = format!("rank {} aborted the job (code {code}): {msg}", self.rank);
+        let why = format!(
+            "rank {} aborted the job (code {code}): {msg}",
+            self.global()
+        );
         let first = self.job.poison_first(&why);
         match self.job.inner.on_abort {
             OnAbort::Panic => panic!("gex: {why}"),
             OnAbort::Exit => {
+                if let Some(outer) = &self.job.inner.outer
+                    && let Ok(mut b) = outer.boot.try_lock()
+                {
+                    b.abort(code, &format!("(thread rank {}) {msg}", self.global()));
+                }
                 if first {
                     eprintln!("gex: {why}");
                 }
@@ -572,26 +831,54 @@ impl Bootstrap for ThreadBoot {
             }
         }
     }
+    /// Records this rank's code; in a [`ThreadJob::within`] job, the last thread rank
+    /// of the process to finalise finalises the process bootstrap (with the first
+    /// non-zero code of its thread ranks, else 0).
     fn finalize(&mut self, code: i32) -> Result<(), BootError> {
         let mut st = self.job.inner.lock();
         st.finalized[self.rank as usize] = Some(code);
-        Ok(())
+        // Exactly one rank (the last) finalises the process bootstrap.
+        let all: Option<Vec<i32>> = match st.finalized.iter().copied().collect() {
+            Some(codes) if !st.process_finalized => {
+                st.process_finalized = true;
+                Some(codes)
+            }
+            _ => None,
+        };
+        drop(st);
+        match (&self.job.inner.outer, all) {
+            (Some(outer), Some(codes)) => {
+                let code = codes.into_iter().find(|&c| c != 0).unwrap_or(0);
+                outer
+                    .boot
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .finalize(code)
+            }
+            _ => Ok(()),
+        }
     }
-    /// Records the request and poisons the job (the caller then ends the process);
+    /// Records the request and poisons the job (the caller then ends the process; in a
+    /// [`ThreadJob::within`] job the request goes to the process bootstrap first);
     /// under [`OnAbort::Panic`] it also panics, so the process survives.
     fn request_exit(&mut self, code: i32) {
         let why = format!(
             "rank {} asked to end the job with exit code {code}",
-            self.rank
+            self.global()
         );
         self.job
             .inner
             .lock()
             .exit_requested
-            .get_or_insert((self.rank, code));
+            .get_or_insert((self.global(), code));
         self.job.poison(&why);
         if self.job.inner.on_abort == OnAbort::Panic {
             panic!("gex: {why}");
+        }
+        if let Some(outer) = &self.job.inner.outer
+            && let Ok(mut b) = outer.boot.try_lock()
+        {
+            b.request_exit(code);
         }
     }
 }
@@ -697,6 +984,55 @@ mod tests {
             }
             other => panic!("{other}"),
         }
+    }
+
+    #[test]
+    fn blobs_encode_and_decode_and_garbage_is_refused() {
+        let v = vec![vec![], vec![1u8, 2, 3], vec![9; 300]];
+        assert_eq!(decode(&encode(&v)).unwrap(), v);
+        let e = encode(&v);
+        for cut in 0..e.len() {
+            assert!(decode(&e[..cut]).is_none(), "prefix of {cut} bytes");
+        }
+        let mut long = e.clone();
+        long.push(0);
+        assert!(decode(&long).is_none());
+        assert!(decode(&[255, 255, 255, 255]).is_none());
+    }
+
+    /// Two "processes" (thread ranks of an outer job) of three thread ranks each: the
+    /// job-wide collectives see six ranks in process-major order, and each process's
+    /// bootstrap is finalised once, by its last thread rank.
+    #[test]
+    fn within_a_job_of_processes() {
+        let procs = ThreadJob::with_hosts(vec![5, 7]).on_abort(OnAbort::Panic);
+        let out = procs
+            .run(|outer| {
+                let job = ThreadJob::within(Box::new(outer), 3).unwrap();
+                assert_eq!((job.size(), job.job_size()), (3, 6));
+                job.run(|mut b| {
+                    let r = b.rank();
+                    assert_eq!(b.size(), 6);
+                    assert_eq!(b.host_ids(), &[5, 5, 5, 7, 7, 7]);
+                    let all = b.exchange(&[r as u8; 2]).unwrap();
+                    assert_eq!(all, (0..6u8).map(|q| vec![q; 2]).collect::<Vec<_>>());
+                    b.barrier().unwrap();
+                    let got = b.broadcast(4, &[r as u8, 42]).unwrap();
+                    assert_eq!(got, vec![4, 42]);
+                    b.finalize(0).unwrap();
+                    r
+                })
+                .unwrap()
+            })
+            .unwrap();
+        assert_eq!(out, vec![vec![0, 1, 2], vec![3, 4, 5]]);
+        assert_eq!(procs.finalized(), vec![Some(0), Some(0)]);
+    }
+
+    #[test]
+    fn within_refuses_zero_threads() {
+        let e = ThreadJob::within(Box::new(gex_core::boot::Singleton::new()), 0).unwrap_err();
+        assert!(e.to_string().contains("at least one thread rank"), "{e}");
     }
 
     #[test]

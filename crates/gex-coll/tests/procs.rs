@@ -11,7 +11,8 @@
 //! The same jobs also run on **thread ranks** of this test process over smp
 //! (`threads_*`: gex-boot's thread bootstrap, every rank a thread mapping every
 //! rank's region): the matrix on 4 thread ranks, the ring on 2 and on 8 (more thread
-//! ranks than cores) and the sleepers' wake-ups under `Block`.
+//! ranks than cores) and the sleepers' wake-ups under `Block`; and on a mixed job of
+//! 2 processes × 2 thread ranks (`mixed_matrix_2x2`).
 
 mod common;
 
@@ -396,4 +397,23 @@ fn threads_ring_wakeups_3() {
 #[test]
 fn threads_slot_wakeups_3() {
     threads(3, Some(gex_core::WaitPolicy::Block), || SlotWake);
+}
+
+/// Two processes of two thread ranks each (`gex_boot::threads::ThreadJob::within` over
+/// each process's fork bootstrap, as `gex-run -n 2 --threads 2` with
+/// `threads::run_from_env` does): the matrix on 4 ranks, smp between the processes and
+/// between the threads of each.
+#[test]
+fn mixed_matrix_2x2() {
+    Procs::new(2)
+        .timeout(std::time::Duration::from_secs(600))
+        .run(|boot| {
+            let job = gex::boot::threads::ThreadJob::within(boot, 2).unwrap();
+            job.run(|tb| {
+                let b = layers().segment_size(4 << 20);
+                gex::init_with_boot(b, Box::new(tb), Some("smp"), Matrix).unwrap();
+            })
+            .unwrap();
+        })
+        .assert_success();
 }
