@@ -568,21 +568,26 @@ fn encode(blobs: &[Vec<u8>]) -> Vec<u8> {
 /// The blobs of [`encode`]; `None` for anything else (it comes from another process
 /// through a bootstrap, so it is checked, not trusted).
 fn decode(mut b: &[u8]) -> Option<Vec<Vec<u8>>> {
-    let mut take = |n: usize, b: &mut &[u8]| -> Option<Vec<u8>> {
-        let (head, rest) = b.split_at_checked(n)?;
-        *b = rest;
-        Some(head.to_vec())
-    };
-    let word = |b: &mut &[u8], take: &mut dyn FnMut(usize, &mut &[u8]) -> Option<Vec<u8>>| {
-        take(4, b).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as usize)
-    };
-    let n = word(&mut b, &mut take)?;
+    let n = take_len(&mut b)?;
     let mut out = Vec::with_capacity(n.min(b.len() / 4));
     for _ in 0..n {
-        let len = word(&mut b, &mut take)?;
-        out.push(take(len, &mut b)?);
+        let len = take_len(&mut b)?;
+        out.push(take(&mut b, len)?.to_vec());
     }
     b.is_empty().then_some(out)
+}
+
+/// The first `n` bytes of `b`, which moves past them; `None` if `b` is shorter.
+fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    let (head, rest) = b.split_at_checked(n)?;
+    *b = rest;
+    Some(head)
+}
+
+/// A little-endian u32 length taken from the front of `b`.
+fn take_len(b: &mut &[u8]) -> Option<usize> {
+    let w = take(b, 4)?;
+    Some(u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as usize)
 }
 
 /// Runs this process's thread ranks of a job started by a launcher: `GEX_THREADS`

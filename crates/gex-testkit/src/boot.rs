@@ -71,30 +71,18 @@ impl std::ops::Deref for ThreadJob {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gex_core::boot::Bootstrap;
 
+    /// What abort and request_exit do in panic mode is gex-boot's (tested there); the
+    /// test kit's jobs must be in that mode, with the test timeout.
     #[test]
-    fn abort_panics_with_message_and_poisons() {
-        let job = ThreadJob::new(2);
-        let mut b = job.boot(1);
-        let p =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.abort(3, "disk on fire")))
-                .unwrap_err();
-        let msg = p.downcast_ref::<String>().cloned().unwrap_or_default();
-        assert!(
-            msg.contains("rank 1") && msg.contains("disk on fire") && msg.contains("code 3"),
-            "{msg}"
-        );
-        assert!(job.poisoned().unwrap().contains("disk on fire"));
-    }
-
-    #[test]
-    fn request_exit_panics_and_is_recorded() {
-        let job = ThreadJob::new(1);
-        let mut b = job.boot(0);
-        assert!(
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.request_exit(4))).is_err()
-        );
-        assert_eq!(job.exit_requested(), Some((0, 4)));
+    fn test_jobs_panic_on_abort() {
+        for job in [
+            ThreadJob::new(2),
+            ThreadJob::with_hosts(vec![0, 1]),
+            ThreadJob::with_hosts_and_timeout(vec![0], Duration::from_secs(1)),
+        ] {
+            assert_eq!(job.abort_mode(), OnAbort::Panic);
+        }
+        assert_eq!(ThreadJob::new(1).timeout(), DEFAULT_BOOT_TIMEOUT);
     }
 }
