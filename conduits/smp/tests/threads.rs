@@ -122,3 +122,36 @@ fn thread_ranks_share_one_process_and_leave_nothing() {
         "left in /dev/shm: {after:?}"
     );
 }
+
+/// A thread rank that panics while the others wait for it inside the conduit (an
+/// all-gather over the rings that can never complete): the process ends promptly with
+/// exit code 1 and a message naming the rank, rather than hanging. Run in a child
+/// process (gex-testkit's process runner, one process), since the thread launcher ends
+/// the process it runs in.
+#[test]
+fn a_panicking_thread_rank_ends_the_process_naming_it() {
+    let r = gex_testkit::procs::Procs::new(1).run(|_boot| {
+        let out = gex_testkit::boot::ThreadJob::new(3).run(|boot| {
+            let client = ClientBuilder::new()
+                .segment_size(1 << 16)
+                .init::<Smp>(Box::new(boot))
+                .unwrap();
+            let mut ep = client.endpoint(0).unwrap();
+            if client.rank() == 1 {
+                panic!("rank one gives up");
+            }
+            gex_testkit::exchange_barrier(&mut ep).unwrap();
+        });
+        // Not reached: ranks 0 and 2 wait for rank 1 forever, so the thread launcher
+        // ends the process after its grace period (the code checked below says so).
+        eprintln!("the thread job returned: {out:?}");
+    });
+    assert_eq!(r.code, Some(1), "{r}");
+    let log = &r.ranks[0].log;
+    assert!(
+        log.contains("gex: thread rank 1 panicked: rank one gives up")
+            && log.contains("still running"),
+        "{log}"
+    );
+    assert!(r.took < std::time::Duration::from_secs(30), "{r}");
+}
