@@ -12,6 +12,11 @@
 //!                              PMI-1, singleton) and why; then connects and prints
 //!                              rank, size and host ids (run it under the launcher:
 //!                              `srun -n 4 gex-info boot`)
+//! gex-info layout [--threads T] the job layout as rank 0 agreed it: per rank its host,
+//!                              process, endpoints and segment, and which ranks are
+//!                              threads of one process (under a launcher: `gex-run -n 4
+//!                              gex-info layout`; `--threads T`: T thread ranks of this
+//!                              process)
 //! ```
 //!
 //! Everything is read from this process's environment (`GEX_*`), as a gex program
@@ -62,6 +67,12 @@ enum What {
         /// Only say what would be used; do not connect to the launcher.
         #[arg(long)]
         no_connect: bool,
+    },
+    /// The job layout: host, process, endpoints and segment of every rank.
+    Layout {
+        /// Run T thread ranks of this process instead of taking the launcher's job.
+        #[arg(long)]
+        threads: Option<u32>,
     },
 }
 
@@ -149,6 +160,61 @@ fn boot(no_connect: bool) -> Result<(), String> {
     ));
     b.barrier().map_err(|e| e.to_string())?;
     b.finalize(0).map_err(|e| e.to_string())
+}
+
+/// The job layout as `client` agreed it, one line per rank, and a summary of the
+/// processes.
+fn describe_layout(client: &gex::Client) -> String {
+    let l = client.layout();
+    let mut text = String::new();
+    for r in 0..l.size() {
+        let peers = l.process_peers(r);
+        let threads = if peers.len() > 1 {
+            format!(", threads of one process with ranks {peers:?}")
+        } else {
+            String::new()
+        };
+        text += &format!(
+            "rank {r}: host {}, process {}{threads}, {} endpoint(s), segment {} B\n",
+            l.host[r as usize], l.process[r as usize], l.eps[r as usize], l.seg_len[r as usize]
+        );
+    }
+    // A process is counted at its first rank.
+    let procs = (0..l.size())
+        .filter(|&r| l.process_peers(r).first() == Some(&r))
+        .count();
+    text += &if l.one_process() {
+        format!("{} rank(s), all threads of one process\n", l.size())
+    } else {
+        format!("{} rank(s) in {procs} process(es)\n", l.size())
+    };
+    text
+}
+
+/// `gex-info layout`: the layout of the launcher's job (printed by rank 0) or of
+/// `threads` thread ranks of this process.
+fn layout(threads: Option<u32>) -> Result<(), String> {
+    let builder = || gex::ClientBuilder::new().segment_size(1 << 16);
+    let describe = |client: gex::Client| {
+        let text = (client.rank() == 0).then(|| describe_layout(&client));
+        client.finalize().map(|()| text).map_err(|e| e.to_string())
+    };
+    let texts = match threads {
+        Some(t) => gex::run_threads(t, builder, describe).map_err(|e| e.to_string())?,
+        None => {
+            let boot = gex_boot::from_env().map_err(|e| e.to_string())?;
+            let client = builder()
+                .init::<gex::AnyConduit>(boot)
+                .map_err(|e| e.to_string())?;
+            vec![describe(client)]
+        }
+    };
+    for t in texts {
+        if let Some(t) = t? {
+            out(&t);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(feature = "pmix")]
@@ -245,6 +311,7 @@ fn main() -> ExitCode {
         What::Coll { size, single } => coll(size, single),
         What::Ofi => ofi(),
         What::Boot { no_connect } => boot(no_connect),
+        What::Layout { threads } => layout(threads),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -191,3 +191,27 @@ fn boot_under_pmix_without_the_client_is_an_error() {
     );
     assert!(err.contains("PMIX_NAMESPACE=ns"), "{err}");
 }
+
+/// `gex-info layout --threads 3`: three thread ranks of one process, said so.
+#[cfg(feature = "smp")]
+#[test]
+fn layout_of_thread_ranks_says_one_process() {
+    let text = stdout(&gex_info(&["layout", "--threads", "3"], &[]));
+    let pid = |line: &str| {
+        line.split("process ")
+            .nth(1)
+            .and_then(|t| t.split(',').next())
+            .map(str::to_owned)
+    };
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("rank ")).collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines.iter().all(|l| pid(l) == pid(lines[0])), "{text}");
+    assert!(
+        lines[1].contains("threads of one process with ranks [0, 1, 2]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("3 rank(s), all threads of one process"),
+        "{text}"
+    );
+}

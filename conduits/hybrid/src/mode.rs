@@ -171,6 +171,7 @@ mod tests {
             eps: vec![1; 4],
             seg_len: vec![4096; 4],
             host: vec![0, 0, 1, 2],
+            process: vec![1, 2, 3, 4],
         };
         assert_eq!(
             Shape::of(&jl),

@@ -39,8 +39,16 @@
 //!   clock is read after 4 empty polls, and the check (one `poll(2)` over the pidfds)
 //!   runs at most every 100 ms.
 //!
+//! - **Thread ranks.** The ranks may also be threads of one process
+//!   (`gex_boot::threads`), or mix: every rank creates its own region and maps every
+//!   rank's region, its own process's included, so nothing changes on the data path.
+//!   A neighbour of the same process is not watched through a pidfd (its process is
+//!   this one); a thread rank that panics is reported by the thread launcher. The job
+//!   layout says which ranks share a process (`JobLayout::same_process`).
+//!
 //! ## What it does not do
-//! Ranks on several hosts (use a network conduit), or ranks as threads of one process.
+//! Ranks on several hosts (use a network conduit). Thread ranks of one process still
+//! map each other's regions once per rank (no shared mapping per process yet).
 //! In a job that spans several hosts, this conduit serves the ranks of each host as the
 //! near part of gex-conduit-hybrid's `Hybrid<Smp, Far>` (it implements
 //! [`NearConduit`](gex_core::spi::NearConduit)), and a network conduit the hosts.

@@ -274,12 +274,8 @@ impl Smp {
             bell.set_may_block(params.wait != WaitPolicy::Spin);
         }
         let mut blob = Vec::with_capacity(16);
-        blob.extend_from_slice(
-            &rustix::process::getpid()
-                .as_raw_nonzero()
-                .get()
-                .to_le_bytes(),
-        );
+        let my_pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
+        blob.extend_from_slice(&my_pid.to_le_bytes());
         blob.extend_from_slice(&(rustix::fd::AsRawFd::as_raw_fd(&fd)).to_le_bytes());
         blob.extend_from_slice(&(mine.len as u64).to_le_bytes());
         let all = boot.exchange(&blob)?;
@@ -294,6 +290,7 @@ impl Smp {
             });
         }
         let mut peers = Peers::new(params.rank);
+        let mut same_process = 0usize;
         let mut own = Some(own);
         let mut maps = Vec::with_capacity(ranks.len());
         let mut layouts = Vec::with_capacity(ranks.len());
@@ -333,8 +330,14 @@ impl Smp {
                 ),
             })?;
             // The pidfd first: mapping the region through /proc/<pid> then proves that
-            // the pidfd names the process that owns it.
-            peers.watch(r as u32, pid);
+            // the pidfd names the process that owns it. A thread rank of this very
+            // process is not watched: its process ends only with this one (a thread
+            // rank that dies is reported by its thread launcher, `gex_boot::threads`).
+            if pid != my_pid {
+                peers.watch(r as u32, pid);
+            } else {
+                same_process += 1;
+            }
             let (m, l, max) = region::map_peer(r as u32, pid, pfd, len, want)?;
             maps.push(m);
             layouts.push(l);
@@ -358,6 +361,7 @@ impl Smp {
             ranks = n,
             neighbours = smp.ranks.len(),
             watched = smp.peers.watched(),
+            same_process,
             ring_cap,
             max_medium,
             "smp open"

@@ -9,6 +9,7 @@
 //! | [`GEX_JOB_ID`](JOB_ID) | launcher | conduits (not gex-boot) | identifier unique to this job on this host, for naming job-wide resources | none |
 //! | [`GEX_LOCAL_RANK`](LOCAL_RANK) | launcher | conduits (not gex-boot) | rank among the ranks on this host (fork launcher: equals `GEX_RANK` unless `gex-run --hosts` / `JobSpec::hosts` names several hosts) | none |
 //! | [`GEX_LOCAL_SIZE`](LOCAL_SIZE) | launcher | conduits (not gex-boot) | number of ranks on this host (fork launcher: equals `GEX_SIZE` unless several hosts are named) | none |
+//! | [`GEX_THREADS`](THREADS) | `gex-run --threads T`, or the user | [`threads::run_from_env`](crate::threads::run_from_env) | thread ranks per process | `1` |
 //! | [`GEX_CONDUIT`](CONDUIT) | `gex-run --conduit NAME` | the `gex` facade (not gex-boot) | conduit the ranks should open | the facade's default |
 //! | [`PMI_FD`] | `mpiexec` (Hydra), `srun --mpi=pmi2` | [`from_env`](crate::from_env), PMI clients | the rank's inherited socket to the PMI server | — |
 //! | [`PMI_JOBID`] | `srun --mpi=pmi2` | [`detect`](crate::detect), PMI-2 client | the PMI-2 job id (sent in `fullinit`); with `PMI_FD` it selects PMI-2 | — |
@@ -40,6 +41,11 @@ pub const BOOT: &str = "GEX_BOOT";
 /// `GEX_BOOT_FD`: decimal number of the inherited file descriptor of the rank's
 /// UNIX stream socket to the fork launcher.
 pub const BOOT_FD: &str = "GEX_BOOT_FD";
+
+/// `GEX_THREADS`: number of thread ranks each process of the job runs, decimal, at
+/// least 1 (read by [`threads::run_from_env`](crate::threads::run_from_env); set by
+/// `gex-run --threads T`).
+pub const THREADS: &str = "GEX_THREADS";
 
 /// `GEX_RANK`: this process's rank, decimal, in `0..GEX_SIZE`.
 pub const RANK: &str = "GEX_RANK";
@@ -137,6 +143,11 @@ pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
         name: "GEX_BOOT",
         default: "",
         doc: "Bootstrap backend: fork (set by the gex fork launcher), or forced: pmix, pmi2, pmi1 (or pmi), singleton. Unset: detected in the order PMIx (PMIX_NAMESPACE+PMIX_RANK), PMI-2 (PMI_FD+PMI_JOBID), PMI-1 (PMI_FD or PMI_PORT), singleton; gex-info boot says which.",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_THREADS",
+        default: "1",
+        doc: "Thread ranks per process for programs started through gex_boot::threads::run_from_env (gex-run --threads T sets it); the job has processes x threads ranks.",
     },
     gex_core::config::EnvVar {
         name: "GEX_BOOT_FD",

@@ -26,6 +26,11 @@
 //!   runs a job of copies of the current executable and returns its exit code; in
 //!   the copies, the same call returns their bootstrap.
 //!
+//! - [`threads`]: **thread ranks**. A job whose ranks are threads of one process:
+//!   [`threads::run`] starts `N` threads, hands each its [`threads::ThreadBoot`]
+//!   (each initialises its own client with it), joins them and names a rank that
+//!   panicked.
+//!
 //! Every environment variable involved is listed in [`env`](mod@env); the exit semantics
 //! and the wire protocol are in [`launch`].
 //!
@@ -92,6 +97,7 @@ pub mod pmi;
 pub mod pmix;
 mod proto;
 mod signals;
+pub mod threads;
 
 #[doc(hidden)]
 pub mod fuzz_api;

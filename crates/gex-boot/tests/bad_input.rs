@@ -258,6 +258,11 @@ fn bad_gex_run_arguments_are_usage_errors() {
         (&["-n", "-3", "true"][..], "not a number of ranks"),
         (&["-n", "4294967296", "true"][..], "not a number of ranks"),
         (&["-n", "2"][..], "PROG"),
+        (&["-n", "2", "--threads", "0", "true"][..], "at least 1"),
+        (
+            &["-n", "2", "--threads", "x", "true"][..],
+            "not a number of thread ranks",
+        ),
         (&["true"][..], "--ranks"),
         (&["-n", "1", "--host-exec", "env", "true"][..], "--hosts"),
         (&["-n", "1", "--hosts", "a b", "true"][..], "whitespace"),

@@ -7,6 +7,12 @@
 //! (published by reference), and single address mode with signaling put and
 //! rendezvous (3 processes); small broadcasts through the ring on 2 and 8 processes
 //! (more than the cores) and its sleepers' wake-ups (3 processes under `Block`).
+//!
+//! The same jobs also run on **thread ranks** of this test process over smp
+//! (`threads_*`: gex-boot's thread bootstrap, every rank a thread mapping every
+//! rank's region): the matrix on 4 thread ranks, the ring on 2 and on 8 (more thread
+//! ranks than cores) and the sleepers' wake-ups under `Block`; and on a mixed job of
+//! 2 processes × 2 thread ranks (`mixed_matrix_2x2`).
 
 mod common;
 
@@ -347,4 +353,67 @@ fn procs_slot_sleeps_spin_then_block_3() {
 #[test]
 fn procs_slot_wakeups_3() {
     launch_with(3, Some(gex_core::WaitPolicy::Block), SlotWake);
+}
+
+/// Runs `job()` on `ranks` thread ranks of this process (gex-boot's thread bootstrap)
+/// over the smp conduit, 4 MiB segments, gex-rma's and gex-coll's layers, wait policy
+/// `wait` (`None`: automatic); every rank must succeed.
+fn threads<J: Job<Output = ()>>(
+    ranks: u32,
+    wait: Option<gex_core::WaitPolicy>,
+    job: impl Fn() -> J + Sync,
+) {
+    gex::boot::threads::run(ranks, |boot| {
+        let b = layers().segment_size(4 << 20);
+        let b = match wait {
+            Some(w) => b.wait_policy(w),
+            None => b,
+        };
+        gex::init_with_boot(b, Box::new(boot), Some("smp"), job()).unwrap();
+    })
+    .unwrap();
+}
+
+#[test]
+fn threads_matrix_4() {
+    threads(4, None, || Matrix);
+}
+
+#[test]
+fn threads_ring_2() {
+    threads(2, None, || Ring);
+}
+
+#[test]
+fn threads_ring_8() {
+    threads(8, None, || Ring);
+}
+
+#[test]
+fn threads_ring_wakeups_3() {
+    threads(3, Some(gex_core::WaitPolicy::Block), || RingWake);
+}
+
+#[test]
+fn threads_slot_wakeups_3() {
+    threads(3, Some(gex_core::WaitPolicy::Block), || SlotWake);
+}
+
+/// Two processes of two thread ranks each (`gex_boot::threads::ThreadJob::within` over
+/// each process's fork bootstrap, as `gex-run -n 2 --threads 2` with
+/// `threads::run_from_env` does): the matrix on 4 ranks, smp between the processes and
+/// between the threads of each.
+#[test]
+fn mixed_matrix_2x2() {
+    Procs::new(2)
+        .timeout(std::time::Duration::from_secs(600))
+        .run(|boot| {
+            let job = gex::boot::threads::ThreadJob::within(boot, 2).unwrap();
+            job.run(|tb| {
+                let b = layers().segment_size(4 << 20);
+                gex::init_with_boot(b, Box::new(tb), Some("smp"), Matrix).unwrap();
+            })
+            .unwrap();
+        })
+        .assert_success();
 }

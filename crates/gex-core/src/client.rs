@@ -277,6 +277,7 @@ impl<L: LayerSet> ClientBuilder<L> {
             eps,
             seg: seg as u64,
             host: hosts[rank as usize],
+            pid: std::process::id(),
         }
         .encode();
         let all = boot.exchange(&mine)?;
@@ -351,12 +352,13 @@ struct LayoutBlob {
     eps: u16,
     seg: u64,
     host: u32,
+    pid: u32,
 }
 
 impl LayoutBlob {
-    /// Bytes of an encoded blob: rank, size, endpoints, segment length, host id
-    /// (little-endian).
-    const LEN: usize = 4 + 4 + 2 + 8 + 4;
+    /// Bytes of an encoded blob: rank, size, endpoints, segment length, host id,
+    /// process id (little-endian).
+    const LEN: usize = 4 + 4 + 2 + 8 + 4 + 4;
 
     fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(Self::LEN);
@@ -365,6 +367,7 @@ impl LayoutBlob {
         b.extend_from_slice(&self.eps.to_le_bytes());
         b.extend_from_slice(&self.seg.to_le_bytes());
         b.extend_from_slice(&self.host.to_le_bytes());
+        b.extend_from_slice(&self.pid.to_le_bytes());
         b
     }
 
@@ -379,6 +382,7 @@ impl LayoutBlob {
             eps: u16::from_le_bytes([b[8], b[9]]),
             seg: u64::from_le_bytes(seg),
             host: u32_at(18),
+            pid: u32_at(22),
         })
     }
 }
@@ -416,6 +420,7 @@ fn agree_layout(
         eps: Vec::with_capacity(size),
         seg_len: Vec::with_capacity(size),
         host: hosts.to_vec(),
+        process: Vec::with_capacity(size),
     };
     for (r, b) in all.iter().enumerate() {
         let p = LayoutBlob::decode(b).ok_or_else(|| {
@@ -454,6 +459,7 @@ fn agree_layout(
         })?;
         layout.eps.push(p.eps);
         layout.seg_len.push(seg);
+        layout.process.push(p.pid);
     }
     Ok(layout)
 }

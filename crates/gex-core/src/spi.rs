@@ -162,6 +162,11 @@ pub struct JobLayout {
     pub seg_len: Vec<usize>,
     /// Host identifier of every rank (equal means shared memory is possible).
     pub host: Vec<u32>,
+    /// Operating-system process id of every rank, as the rank itself reported it. Two
+    /// ranks on the same host with the same process id are **thread ranks of one
+    /// process** ([`same_process`](JobLayout::same_process)): they share one address
+    /// space. Process ids of different hosts mean nothing to each other.
+    pub process: Vec<u32>,
 }
 
 impl JobLayout {
@@ -175,6 +180,39 @@ impl JobLayout {
         (0..self.size())
             .filter(|&r| self.host[r as usize] == h)
             .collect()
+    }
+    /// Whether ranks `a` and `b` are threads of one process (same host, same process
+    /// id): they share an address space, so either can reach the other's memory
+    /// directly. True for `a == b`; false for ranks outside the job.
+    ///
+    /// ```
+    /// use gex_core::spi::JobLayout;
+    /// let jl = JobLayout {
+    ///     eps: vec![1; 3],
+    ///     seg_len: vec![4096; 3],
+    ///     host: vec![0, 0, 0],
+    ///     process: vec![41, 41, 42],
+    /// };
+    /// assert!(jl.same_process(0, 1));
+    /// assert!(!jl.same_process(1, 2));
+    /// assert_eq!(jl.process_peers(0), vec![0, 1]);
+    /// ```
+    pub fn same_process(&self, a: u32, b: u32) -> bool {
+        let (a, b) = (a as usize, b as usize);
+        match (self.host.get(a), self.host.get(b)) {
+            (Some(ha), Some(hb)) => ha == hb && self.process.get(a) == self.process.get(b),
+            _ => false,
+        }
+    }
+    /// Ranks that are threads of `rank`'s process, in rank order, including `rank`.
+    pub fn process_peers(&self, rank: u32) -> Vec<u32> {
+        (0..self.size())
+            .filter(|&r| self.same_process(rank, r))
+            .collect()
+    }
+    /// Whether every rank of the job is a thread of one process.
+    pub fn one_process(&self) -> bool {
+        (0..self.size()).all(|r| self.same_process(0, r))
     }
 }
 

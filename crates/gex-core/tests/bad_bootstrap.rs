@@ -58,6 +58,7 @@ fn blob_of(rank: u32, size: u32, eps: u16, seg: u64, host: u32) -> Vec<u8> {
     b.extend(eps.to_le_bytes());
     b.extend(seg.to_le_bytes());
     b.extend(host.to_le_bytes());
+    b.extend(std::process::id().to_le_bytes());
     b
 }
 
@@ -181,7 +182,7 @@ fn a_blob_of_another_shape_is_an_error() {
     short.pop();
     let e = init(2, vec![blob(0, 2, 1, 4096), short]).unwrap_err();
     assert!(
-        e.contains("layout blob of rank 1 has 21 bytes, not 22"),
+        e.contains("layout blob of rank 1 has 25 bytes, not 26"),
         "{e}"
     );
     let e = init(

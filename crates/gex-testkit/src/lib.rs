@@ -79,6 +79,7 @@ pub mod rma;
 pub mod rng;
 pub mod sim;
 pub mod tamper;
+pub mod threads;
 
 /// The `GEX_*` settings of the test kit (the simulated fabric, and test switches).
 pub const ENV_VARS: &[gex_core::config::EnvVar] = &[

@@ -333,6 +333,77 @@ pub fn launch_or_start<L: LayerSet>(
     }
 }
 
+/// Runs a job of `ranks` **thread ranks** of this process: one thread per rank, each
+/// building its client with `builder()` on its own thread bootstrap
+/// ([`boot::threads`]) and the conduit named by `GEX_CONDUIT` (default `smp`: the
+/// ranks share memory as process ranks of one host do), then running `f` on it. Returns
+/// what every rank's `f` returned, in rank order. `f` should finalise its client
+/// (`client.finalize()`, collective) before it returns. See `docs/threads.md` for what
+/// thread ranks share.
+///
+/// ```
+/// use gex::prelude::*;
+///
+/// let sums = gex::run_threads(3, || gex::builder().segment_size(1 << 16), |client| {
+///     let mut ep = client.endpoint(0).unwrap();
+///     let world = ep.world();
+///     let me = world.rank() as u64;
+///     let sum = ep.collective(&world, Allreduce::new(vec![me], BuiltinOp::Sum), Blocking).unwrap();
+///     drop(ep);
+///     client.finalize().unwrap();
+///     sum[0]
+/// })?;
+/// assert_eq!(sums, vec![3, 3, 3]);
+/// # Ok::<(), gex::boot::threads::ThreadsError>(())
+/// ```
+///
+/// # Errors
+/// [`ThreadsError::Init`](boot::threads::ThreadsError::Init) naming the first rank
+/// whose client could not be built (the others are released and report nothing);
+/// otherwise as [`boot::threads::run`] (a rank that panicked, by its number).
+pub fn run_threads<L, T, B, F>(
+    ranks: u32,
+    builder: B,
+    f: F,
+) -> Result<Vec<T>, gex_boot::threads::ThreadsError>
+where
+    L: LayerSet,
+    T: Send,
+    B: Fn() -> ClientBuilder<L> + Sync,
+    F: Fn(Client) -> T + Sync,
+{
+    let outs = gex_boot::threads::run(ranks, |boot| {
+        let (job, rank) = (boot.job().clone(), boot.rank());
+        builder()
+            .init::<AnyConduit>(Box::new(boot))
+            .map(&f)
+            .map_err(|e| {
+                job.poison(&format!("rank {rank} could not initialise its client: {e}"));
+                e
+            })
+    })?;
+    let lost = |e: &InitError| matches!(e, InitError::Boot(gex_core::boot::BootError::Lost(_)));
+    // The first error not caused by another rank's (those are `Lost`), else the first.
+    let mut first: Option<(usize, InitError)> = None;
+    let mut done = Vec::with_capacity(outs.len());
+    for (r, o) in outs.into_iter().enumerate() {
+        match o {
+            Ok(t) => done.push(t),
+            Err(e) => match &first {
+                Some((_, f)) if !lost(f) || lost(&e) => {}
+                _ => first = Some((r, e)),
+            },
+        }
+    }
+    match first {
+        Some((r, source)) => Err(gex_boot::threads::ThreadsError::Init {
+            rank: r as u32,
+            source,
+        }),
+        None => Ok(done),
+    }
+}
+
 /// Work to run on a client whose conduit is chosen at run time, monomorphised for it.
 ///
 /// [`run`](Job::run) is generic over the conduit; [`init_with`] (or

@@ -130,15 +130,19 @@ impl Bootstrap for Scripted {
 }
 
 /// A layout blob as `ClientBuilder::init` publishes it: rank, job size, endpoints,
-/// segment length, host id (little-endian).
+/// segment length, host id, process id (little-endian).
 fn layout_blob(rank: u32, size: u32, eps: u16, seg: u64, host: u32) -> Vec<u8> {
     let mut b = rank.to_le_bytes().to_vec();
     b.extend(size.to_le_bytes());
     b.extend(eps.to_le_bytes());
     b.extend(seg.to_le_bytes());
     b.extend(host.to_le_bytes());
+    b.extend(std::process::id().to_le_bytes());
     b
 }
+
+/// Bytes of a layout blob ([`layout_blob`]).
+const LAYOUT_LEN: usize = 26;
 
 pub(crate) fn layout_seeds() -> Vec<Vec<u8>> {
     // One rank whose blob echoes what it sent (one endpoint, 4 KiB), as a launcher
@@ -152,7 +156,8 @@ pub(crate) fn layout_seeds() -> Vec<Vec<u8>> {
 
 /// `ClientBuilder::init` over the loopback conduit with a bootstrap whose exchange
 /// returns fuzzed layout blobs (byte 0: size − 1 in 0..=2; byte 1: host ids; byte
-/// 2: blob count; then length-prefixed blobs): a corrupt exchange is an error, never
+/// 2: blob count; then length-prefixed blobs, whose process id field this process
+/// fills in when a blob has a layout blob's length): a corrupt exchange is an error, never
 /// a panic or an allocation of what a blob claims.
 pub(crate) fn layout(d: &[u8]) -> u64 {
     let mut u = Unstructured::new(d);
@@ -162,8 +167,13 @@ pub(crate) fn layout(d: &[u8]) -> u64 {
     let hosts = vec![0; nhosts];
     let mut blobs = Vec::new();
     for _ in 0..nblobs {
-        let n = usize::from(u.int_in_range(0u8..=24).unwrap_or(22));
-        let b: Vec<u8> = (0..n).map(|_| u.arbitrary().unwrap_or(0)).collect();
+        let n = usize::from(u.int_in_range(0u8..=28).unwrap_or(LAYOUT_LEN as u8));
+        let mut b: Vec<u8> = (0..n).map(|_| u.arbitrary().unwrap_or(0)).collect();
+        if n == LAYOUT_LEN {
+            // The process id this process publishes (a launcher echoes it; the input
+            // cannot know it, so it is written here).
+            b[22..].copy_from_slice(&std::process::id().to_le_bytes());
+        }
         blobs.push(b);
     }
     let boot = Box::new(Scripted { size, hosts, blobs });

@@ -1,7 +1,7 @@
 //! `gex-run`: run a gex job of `N` ranks on this host.
 //!
 //! ```text
-//! gex-run -n N [--conduit NAME] [--hosts LIST [--host-exec PREFIX]] [--] prog args…
+//! gex-run -n N [--threads T] [--conduit NAME] [--hosts LIST [--host-exec PREFIX]] [--] prog args…
 //! ```
 //!
 //! `--hosts a,a,b,b` (or `a*2,b*2`) puts each rank on a named host: ranks with the
@@ -31,6 +31,11 @@ struct Args {
     /// Number of ranks (at least 1).
     #[arg(short = 'n', long = "ranks", value_name = "N", value_parser = parse_ranks)]
     ranks: u32,
+    /// Thread ranks per process (sets GEX_THREADS=T): the job has N x T ranks in N
+    /// processes, for programs that start their ranks with
+    /// gex_boot::threads::run_from_env.
+    #[arg(long, value_name = "T", value_parser = parse_threads)]
+    threads: Option<u32>,
     /// Conduit the ranks should use (sets GEX_CONDUIT=NAME).
     #[arg(long, value_name = "NAME")]
     conduit: Option<OsString>,
@@ -61,6 +66,14 @@ fn parse_ranks(s: &str) -> Result<u32, String> {
     }
 }
 
+fn parse_threads(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Err("the number of thread ranks per process must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("`{s}` is not a number of thread ranks: {e}")),
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let mut command = args.command.into_iter();
@@ -71,6 +84,9 @@ fn main() -> ExitCode {
     let mut spec = JobSpec::new(args.ranks, program)
         .args(command)
         .forward_signals(true);
+    if let Some(t) = args.threads {
+        spec = spec.env(gex_boot::env::THREADS, t.to_string());
+    }
     if let Some(conduit) = args.conduit {
         spec = spec.env(gex_boot::env::CONDUIT, conduit);
     }
