@@ -1,0 +1,376 @@
+//! The operations: [`MsgExt`] on [`Endpoint`].
+
+use crate::engine::{Envelope, Pattern};
+use crate::error::MsgError;
+use crate::layer::{Arrival, Msg, PostedRecv, Status, split_status};
+use gex_core::event::{Data, finish_unit};
+use gex_core::layer::{self, Cx};
+use gex_core::spi::Conduit;
+use gex_core::{Blocking, Endpoint, Event, Mode, Nb};
+
+/// The largest valid tag (tags are `0..=TAG_MAX`; a larger one is
+/// [`MsgError::TagOutOfRange`]).
+pub const TAG_MAX: u32 = i32::MAX as u32;
+
+/// The implicit-event tag the layer's operations are tracked under (mode `Nbi` is not
+/// offered; the constant names the layer's tag for `layer::finish`).
+const IMPLICIT_TAG: u32 = 0x6d73_6700;
+
+/// A communication context (MPI's communicator id): messages match only receives of
+/// the same context. Ranks are world ranks in every context.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Comm(u32);
+
+impl Comm {
+    /// The default context (id 0).
+    pub const WORLD: Comm = Comm(0);
+    /// Context `id`.
+    pub const fn new(id: u32) -> Comm {
+        Comm(id)
+    }
+    /// Its id.
+    pub const fn id(self) -> u32 {
+        self.0
+    }
+}
+
+/// A received message: its bytes (cut to the message's length) and its status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// The message (the receive buffer, cut to the message's length).
+    pub data: Vec<u8>,
+    /// Who sent it, with which tag, and its length.
+    pub status: Status,
+}
+
+fn finish_recv(d: Data, _: Option<Received>) -> Received {
+    let (data, status) = split_status(d);
+    Received { data, status }
+}
+
+fn check_tag(tag: u32) -> Result<(), MsgError> {
+    if tag > TAG_MAX {
+        return Err(MsgError::TagOutOfRange { tag, max: TAG_MAX });
+    }
+    Ok(())
+}
+
+fn check_rank(rank: u32, size: u32) -> Result<(), MsgError> {
+    if rank >= size {
+        return Err(MsgError::BadRank { rank, size });
+    }
+    Ok(())
+}
+
+fn pattern(m: &Msg, comm: Comm, src: Option<u32>, tag: Option<u32>) -> Result<Pattern, MsgError> {
+    if let Some(s) = src {
+        check_rank(s, m.size())?;
+    }
+    if let Some(t) = tag {
+        check_tag(t)?;
+    }
+    Ok(Pattern {
+        src,
+        tag,
+        ctx: comm.id(),
+    })
+}
+
+/// Posts a receive of up to `buf.len()` bytes matching `pat`; the event completes
+/// with the message.
+fn post<C: Conduit>(
+    m: &mut Msg,
+    cx: &mut Cx<'_, C>,
+    pat: Pattern,
+    buf: Vec<u8>,
+) -> Event<Received, MsgError> {
+    let (ev, done) = cx.pending::<Received, MsgError>(None, finish_recv);
+    if let Some((recv, env, a)) = m.matcher.post(pat, PostedRecv { buf, done }) {
+        m.deliver_owned(env, a, recv);
+        m.pump(cx);
+        cx.set_busy();
+    }
+    ev
+}
+
+/// Two-sided tagged messaging on an endpoint (the [`Msg`] layer's operations).
+///
+/// Peers are world ranks; a message goes from an endpoint to the endpoint of the same
+/// index on the destination rank. Receives and probes take `src: Option<u32>` and
+/// `tag: Option<u32>`: `None` is MPI's `ANY_SOURCE` / `ANY_TAG`. Messages from one
+/// source in one [`Comm`] are received in the order they were sent, among the receives
+/// that match them (MPI's non-overtaking rule).
+///
+/// # Errors
+/// Every method: [`MsgError::NoLayer`] if the endpoint does not carry [`Msg`];
+/// [`MsgError::BadRank`] for a rank outside the job; [`MsgError::TagOutOfRange`] for a
+/// tag above [`TAG_MAX`]. Receives: [`MsgError::Truncated`] when the matched message is
+/// longer than the buffer (the message is consumed). Waits:
+/// [`MsgError::Event`]; injection: [`MsgError::Am`].
+pub trait MsgExt {
+    /// Sends `data` to `dst` with `tag` (standard mode): returns once `data` may be
+    /// reused (eager: copied into the network; rendezvous: copied by the layer and the
+    /// request sent; both may complete before the message is received).
+    ///
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+    /// use gex_msg::{Comm, Msg, MsgExt};
+    ///
+    /// let client = ClientBuilder::new().layer::<Msg>()
+    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+    /// let mut ep = client.endpoint(0)?;
+    /// ep.send(Comm::WORLD, 0, 7, b"hello")?;
+    /// let mut buf = [0u8; 16];
+    /// let st = ep.recv(Comm::WORLD, Some(0), Some(7), &mut buf)?;
+    /// assert_eq!(&buf[..st.len], b"hello");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn send(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError>;
+    /// As [`send`](Self::send), nonblocking: the event completes when the send would
+    /// have returned. `data` is copied (or injected) before the call returns.
+    fn isend(
+        &mut self,
+        comm: Comm,
+        dst: u32,
+        tag: u32,
+        data: &[u8],
+    ) -> Result<Event<(), MsgError>, MsgError>;
+    /// Synchronous send: returns only once a receive at `dst` has matched the message.
+    fn ssend(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError>;
+    /// As [`ssend`](Self::ssend), nonblocking.
+    fn issend(
+        &mut self,
+        comm: Comm,
+        dst: u32,
+        tag: u32,
+        data: &[u8],
+    ) -> Result<Event<(), MsgError>, MsgError>;
+    /// Receives a message matching (`src`, `tag`) in `comm` into `buf`; returns its
+    /// status (`status.len` bytes of `buf` were written).
+    fn recv(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+        buf: &mut [u8],
+    ) -> Result<Status, MsgError>;
+    /// Posts a receive into the owned `buf` (its length is the largest message
+    /// accepted); the event gives the buffer back, cut to the message, with its status.
+    /// The event owns the buffer, so dropping or forgetting it before completion is
+    /// harmless.
+    ///
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+    /// use gex_msg::{Comm, Msg, MsgExt};
+    ///
+    /// let client = ClientBuilder::new().layer::<Msg>()
+    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+    /// let mut ep = client.endpoint(0)?;
+    /// let ev = ep.irecv(Comm::WORLD, None, None, vec![0; 64])?; // any source, any tag
+    /// ep.send(Comm::WORLD, 0, 3, &[1, 2, 3])?;
+    /// let got = ep.wait(ev)?;
+    /// assert_eq!((got.data, got.status.tag), (vec![1, 2, 3], 3));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn irecv(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+        buf: Vec<u8>,
+    ) -> Result<Event<Received, MsgError>, MsgError>;
+    /// The status of a message a receive of (`src`, `tag`) would match now, without
+    /// receiving it; `None` if there is none yet. Polls once first.
+    fn iprobe(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+    ) -> Result<Option<Status>, MsgError>;
+    /// Waits until a message matching (`src`, `tag`) has arrived; returns its status
+    /// (a receive of the same pattern posted next receives it).
+    fn probe(&mut self, comm: Comm, src: Option<u32>, tag: Option<u32>)
+    -> Result<Status, MsgError>;
+    /// Sends `data` to `dst` and receives into `buf` from (`src`, `tag`) at the same
+    /// time (no deadlock when two ranks exchange); returns the receive's status.
+    #[allow(clippy::too_many_arguments)]
+    fn sendrecv(
+        &mut self,
+        comm: Comm,
+        dst: u32,
+        send_tag: u32,
+        data: &[u8],
+        src: Option<u32>,
+        recv_tag: Option<u32>,
+        buf: &mut [u8],
+    ) -> Result<Status, MsgError>;
+}
+
+fn send_as<M: Mode, C: Conduit>(
+    ep: &mut Endpoint<C>,
+    comm: Comm,
+    dst: u32,
+    tag: u32,
+    data: &[u8],
+    sync: bool,
+) -> Result<M::Out<(), MsgError>, MsgError> {
+    let ev = layer::with::<Msg, C, _>(ep, |m, cx| {
+        let m = m.get_mut();
+        check_rank(dst, m.size())?;
+        check_tag(tag)?;
+        let (ev, done) = cx.pending::<(), MsgError>(None, finish_unit);
+        m.start_send(cx, dst, tag, comm.id(), data, sync, done)?;
+        Ok::<_, MsgError>(ev)
+    })
+    .ok_or(MsgError::NoLayer)??;
+    layer::finish::<(), MsgError, M, C>(ep, ev, IMPLICIT_TAG)
+}
+
+impl<C: Conduit> MsgExt for Endpoint<C> {
+    fn send(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError> {
+        send_as::<Blocking, C>(self, comm, dst, tag, data, false)
+    }
+
+    fn isend(
+        &mut self,
+        comm: Comm,
+        dst: u32,
+        tag: u32,
+        data: &[u8],
+    ) -> Result<Event<(), MsgError>, MsgError> {
+        send_as::<Nb, C>(self, comm, dst, tag, data, false)
+    }
+
+    fn ssend(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError> {
+        send_as::<Blocking, C>(self, comm, dst, tag, data, true)
+    }
+
+    fn issend(
+        &mut self,
+        comm: Comm,
+        dst: u32,
+        tag: u32,
+        data: &[u8],
+    ) -> Result<Event<(), MsgError>, MsgError> {
+        send_as::<Nb, C>(self, comm, dst, tag, data, true)
+    }
+
+    fn recv(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+        buf: &mut [u8],
+    ) -> Result<Status, MsgError> {
+        // Fast path: an eager message already here is copied straight into `buf`;
+        // otherwise a receive into a buffer of the layer's is posted and waited for
+        // (the caller's buffer is never lent to the layer).
+        let ev = layer::with::<Msg, C, _>(self, |m, cx| {
+            let m = m.get_mut();
+            let pat = pattern(m, comm, src, tag)?;
+            if let Some((_, Arrival::Eager { .. })) = m.matcher.probe(&pat) {
+                let Some((env, Arrival::Eager { data, flags, sreq })) = m.matcher.take(&pat) else {
+                    unreachable!("probed an eager message");
+                };
+                m.ack_if_sync(env, flags, sreq);
+                m.pump(cx);
+                cx.set_busy();
+                return Ok(Err(copy_out(env, &data, buf)));
+            }
+            Ok::<_, MsgError>(Ok(post(m, cx, pat, vec![0; buf.len()])))
+        })
+        .ok_or(MsgError::NoLayer)??;
+        match ev {
+            Err(done) => done,
+            Ok(ev) => {
+                let got = layer::finish::<Received, MsgError, Blocking, C>(self, ev, IMPLICIT_TAG)?;
+                buf[..got.data.len()].copy_from_slice(&got.data);
+                Ok(got.status)
+            }
+        }
+    }
+
+    fn irecv(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+        buf: Vec<u8>,
+    ) -> Result<Event<Received, MsgError>, MsgError> {
+        layer::with::<Msg, C, _>(self, |m, cx| {
+            let m = m.get_mut();
+            let pat = pattern(m, comm, src, tag)?;
+            Ok(post(m, cx, pat, buf))
+        })
+        .ok_or(MsgError::NoLayer)?
+    }
+
+    fn iprobe(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+    ) -> Result<Option<Status>, MsgError> {
+        let pat = layer::with::<Msg, C, _>(self, |m, _| pattern(&m, comm, src, tag))
+            .ok_or(MsgError::NoLayer)??;
+        layer::poll(self);
+        Ok(layer::with::<Msg, C, _>(self, |m, _| probe_status(&m, &pat)).flatten())
+    }
+
+    fn probe(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+    ) -> Result<Status, MsgError> {
+        let pat = layer::with::<Msg, C, _>(self, |m, _| pattern(&m, comm, src, tag))
+            .ok_or(MsgError::NoLayer)??;
+        layer::wait_until::<Msg, C>(self, |m| m.matcher.probe(&pat).is_some());
+        layer::with::<Msg, C, _>(self, |m, _| probe_status(&m, &pat))
+            .flatten()
+            .ok_or(MsgError::NoLayer)
+    }
+
+    fn sendrecv(
+        &mut self,
+        comm: Comm,
+        dst: u32,
+        send_tag: u32,
+        data: &[u8],
+        src: Option<u32>,
+        recv_tag: Option<u32>,
+        buf: &mut [u8],
+    ) -> Result<Status, MsgError> {
+        let sent = self.isend(comm, dst, send_tag, data)?;
+        let st = self.recv(comm, src, recv_tag, buf);
+        let s = self.wait(sent);
+        let st = st?;
+        s?;
+        Ok(st)
+    }
+}
+
+fn probe_status(m: &Msg, pat: &Pattern) -> Option<Status> {
+    m.matcher.probe(pat).map(|(e, a)| Status {
+        source: e.src,
+        tag: e.tag,
+        len: a.len(),
+    })
+}
+
+fn copy_out(env: Envelope, data: &[u8], buf: &mut [u8]) -> Result<Status, MsgError> {
+    if data.len() > buf.len() {
+        return Err(MsgError::Truncated {
+            len: data.len(),
+            capacity: buf.len(),
+            source_rank: env.src,
+            tag: env.tag,
+        });
+    }
+    buf[..data.len()].copy_from_slice(data);
+    Ok(Status {
+        source: env.src,
+        tag: env.tag,
+        len: data.len(),
+    })
+}
