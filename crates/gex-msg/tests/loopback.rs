@@ -209,7 +209,7 @@ fn misuse_errors() {
         .config(Config::from_pairs([("GEX_MSG_EAGER_MAX", "lots")]))
         .init::<Loopback>(Box::new(Singleton::new()))
         .unwrap();
-    assert!(bad.endpoint(0).is_err());
+    assert!(matches!(bad.endpoint(0), Err(gex_core::EpError::Layer(_))));
     // No layer.
     let plain = ClientBuilder::new()
         .init::<Loopback>(Box::new(Singleton::new()))
@@ -238,5 +238,21 @@ fn dropped_receive_events_keep_their_buffers() {
     assert!(gex_core::layer::wait_until::<Msg, _>(
         &mut ep,
         Msg::is_quiet
+    ));
+}
+
+#[test]
+fn an_event_of_another_endpoint_is_an_error() {
+    let c = ClientBuilder::new()
+        .layer::<Msg>()
+        .endpoints(2)
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut a = c.endpoint(0).unwrap();
+    let mut b = c.endpoint(1).unwrap();
+    let ev = a.irecv(Comm::WORLD, None, None, vec![0; 4]).unwrap();
+    assert!(matches!(
+        b.wait(ev),
+        Err(MsgError::Event(gex_core::EventError::WrongEndpoint { .. }))
     ));
 }
