@@ -699,14 +699,13 @@ impl Msg {
             };
             match r {
                 Ok(Injected::WouldBlock) => return Progress::Spinning,
-                // A failed injection (a peer gone) drops the message; its operation, if
-                // any, is abandoned with it.
-                Ok(_) | Err(_) => {
+                // A failed injection (a peer gone) drops the message and fails the
+                // send queued with it, if any.
+                r => {
                     if let Some(Out::Eager { done: Some(d), .. }) = self.outbox.pop_front() {
-                        if r.is_ok() {
-                            d.ok();
-                        } else {
-                            d.fail(MsgError::Am(r.err().expect("error")));
+                        match r {
+                            Ok(_) => d.ok(),
+                            Err(e) => d.fail(MsgError::Am(e)),
                         }
                     }
                 }

@@ -42,7 +42,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut buf = vec![0u8; 4 * 40_000 + 64];
         while busy > 0 {
             let st = ep.recv(w, None, Some(DONE), &mut buf)?; // any worker
-            total += words(&buf[..st.len]).iter().map(|&x| u64::from(x)).sum::<u64>();
+            total += words(&buf[..st.len])
+                .iter()
+                .map(|&x| u64::from(x))
+                .sum::<u64>();
             if next < items.len() {
                 ep.send(w, st.source, WORK, &bytes(&items[next]))?;
                 next += 1;

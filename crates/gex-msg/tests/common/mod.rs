@@ -56,7 +56,7 @@ pub(crate) fn all_to_all<C: Conduit>(
     eager: usize,
 ) {
     let w = Comm::WORLD;
-    let (me, n) = (ep.addr().rank, ep.world().size() as u32);
+    let (me, n) = (ep.addr().rank, ep.world().size());
     let plan = move |src: u32, i: u32| -> usize {
         match (i + src) % 5 {
             0 => 0,
