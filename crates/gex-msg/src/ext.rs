@@ -218,12 +218,19 @@ fn send_as<M: Mode, C: Conduit>(
         let m = m.get_mut();
         check_rank(dst, m.size())?;
         check_tag(tag)?;
+        // The fast path: a standard eager send injected now is complete (no event).
+        if !sync && m.try_eager_now(cx, dst, tag, comm.id(), data)? {
+            return Ok(None);
+        }
         let (ev, done) = cx.pending::<(), MsgError>(None, finish_unit);
         m.start_send(cx, dst, tag, comm.id(), data, sync, done)?;
-        Ok::<_, MsgError>(ev)
+        Ok::<_, MsgError>(Some(ev))
     })
     .ok_or(MsgError::NoLayer)??;
-    layer::finish::<(), MsgError, M, C>(ep, ev, IMPLICIT_TAG)
+    match ev {
+        None => Ok(layer::done::<(), MsgError, M, C>(ep, ())),
+        Some(ev) => layer::finish::<(), MsgError, M, C>(ep, ev, IMPLICIT_TAG),
+    }
 }
 
 impl<C: Conduit> MsgExt for Endpoint<C> {

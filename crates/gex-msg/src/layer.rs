@@ -580,6 +580,43 @@ impl Msg {
         });
     }
 
+    /// The fast path of a standard send: if `data` goes eagerly, nothing is queued
+    /// before it and the conduit takes the message now, sends it and returns `true`
+    /// (the send is complete). `false`: nothing sent, take [`start_send`](Self::start_send).
+    pub(crate) fn try_eager_now<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        dst: u32,
+        tag: u32,
+        ctx: u32,
+        data: &[u8],
+    ) -> Result<bool, MsgError> {
+        let to = EpAddr {
+            rank: dst,
+            ep: self.me.ep,
+        };
+        if !self.outbox.is_empty() || data.len() > self.eager_max.min(cx.max_medium(to)) {
+            return Ok(false);
+        }
+        let seq = self.send_seq[dst as usize];
+        let args = [ctx, tag, seq, 0, 0];
+        match cx.try_request(
+            to,
+            self.hid[h::EAGER as usize],
+            Category::Medium,
+            &args,
+            data,
+            0,
+        )? {
+            Injected::WouldBlock => Ok(false),
+            _ => {
+                self.send_seq[dst as usize] = seq.wrapping_add(1);
+                self.stats.eager_sent += 1;
+                Ok(true)
+            }
+        }
+    }
+
     /// Starts a send of `data` to `dst` (checked by the caller): eager or
     /// rendezvous; `done` completes when the send does (at once for an eager send
     /// injected now). On an error nothing was sent and `done` is dropped.
