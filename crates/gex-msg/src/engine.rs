@@ -21,6 +21,21 @@
 //! the any-source queue, never at other sources' traffic. Within one source, arrivals
 //! must be fed in the sender's order ([`Reorder`] restores it when the network does
 //! not keep it), which gives MPI's non-overtaking rule per (source, tag, context).
+//!
+//! ```
+//! use gex_msg::engine::{Envelope, Matcher, Pattern};
+//!
+//! // Messages carry a name, receives a number.
+//! let mut m: Matcher<&str, u32> = Matcher::new(2);
+//! let any = Pattern { src: None, tag: None, ctx: 0 };
+//! assert!(m.arrive(Envelope { src: 1, tag: 5, ctx: 0 }, "a").is_none()); // unexpected
+//! assert!(m.arrive(Envelope { src: 0, tag: 5, ctx: 0 }, "b").is_none());
+//! // An any-source receive takes the earliest arrival; a specific one its source's.
+//! assert_eq!(m.post(any, 1).map(|(r, e, msg)| (r, e.src, msg)), Some((1, 1, "a")));
+//! assert!(m.post(Pattern { src: Some(1), tag: Some(5), ctx: 0 }, 2).is_none()); // posted
+//! assert_eq!(m.arrive(Envelope { src: 1, tag: 5, ctx: 0 }, "c"), Some((2, "c")));
+//! assert_eq!(m.probe(&any).map(|(e, msg)| (e.src, *msg)), Some((0, "b")));
+//! ```
 
 use std::collections::{BTreeMap, VecDeque};
 

@@ -136,6 +136,22 @@ pub trait MsgExt {
         data: &[u8],
     ) -> Result<Event<(), MsgError>, MsgError>;
     /// Synchronous send: returns only once a receive at `dst` has matched the message.
+    ///
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+    /// use gex_msg::{Comm, Msg, MsgExt};
+    ///
+    /// let client = ClientBuilder::new().layer::<Msg>()
+    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+    /// let mut ep = client.endpoint(0)?;
+    /// let s = ep.issend(Comm::WORLD, 0, 1, b"sync")?;
+    /// ep.poll();
+    /// assert!(!s.is_done()); // no receive matched it yet
+    /// let mut buf = [0u8; 4];
+    /// ep.recv(Comm::WORLD, None, None, &mut buf)?;
+    /// ep.wait(s)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     fn ssend(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError>;
     /// As [`ssend`](Self::ssend), nonblocking.
     fn issend(
@@ -145,6 +161,10 @@ pub trait MsgExt {
         tag: u32,
         data: &[u8],
     ) -> Result<Event<(), MsgError>, MsgError>;
+    /// Ready send (MPI's `rsend`): the program promises that the matching receive is
+    /// already posted. gex-msg sends it as a standard send (which MPI allows): a
+    /// broken promise is not detected, the message is simply queued as unexpected.
+    fn rsend(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError>;
     /// Receives a message matching (`src`, `tag`) in `comm` into `buf`; returns its
     /// status (`status.len` bytes of `buf` were written).
     fn recv(
@@ -189,10 +209,40 @@ pub trait MsgExt {
     ) -> Result<Option<Status>, MsgError>;
     /// Waits until a message matching (`src`, `tag`) has arrived; returns its status
     /// (a receive of the same pattern posted next receives it).
+    ///
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+    /// use gex_msg::{Comm, Msg, MsgExt};
+    ///
+    /// let client = ClientBuilder::new().layer::<Msg>()
+    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+    /// let mut ep = client.endpoint(0)?;
+    /// ep.send(Comm::WORLD, 0, 4, &[9; 300])?;
+    /// let st = ep.probe(Comm::WORLD, None, None)?; // size the buffer from the status
+    /// let mut buf = vec![0u8; st.len];
+    /// ep.recv(Comm::WORLD, Some(st.source), Some(st.tag), &mut buf)?;
+    /// assert_eq!(buf, [9; 300]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     fn probe(&mut self, comm: Comm, src: Option<u32>, tag: Option<u32>)
     -> Result<Status, MsgError>;
     /// Sends `data` to `dst` and receives into `buf` from (`src`, `tag`) at the same
     /// time (no deadlock when two ranks exchange); returns the receive's status.
+    ///
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+    /// use gex_msg::{Comm, Msg, MsgExt};
+    ///
+    /// let client = ClientBuilder::new().layer::<Msg>()
+    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+    /// let mut ep = client.endpoint(0)?;
+    /// let (me, n) = (ep.addr().rank, 1);
+    /// let mut got = [0u8; 8];
+    /// // Around a ring: send to the next rank, receive from the previous one.
+    /// let st = ep.sendrecv(Comm::WORLD, (me + 1) % n, 0, b"token", Some((me + n - 1) % n), Some(0), &mut got)?;
+    /// assert_eq!(&got[..st.len], b"token");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[allow(clippy::too_many_arguments)]
     fn sendrecv(
         &mut self,
@@ -260,6 +310,10 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
         data: &[u8],
     ) -> Result<Event<(), MsgError>, MsgError> {
         send_as::<Nb, C>(self, comm, dst, tag, data, true)
+    }
+
+    fn rsend(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError> {
+        send_as::<Blocking, C>(self, comm, dst, tag, data, false)
     }
 
     fn recv(

@@ -45,7 +45,7 @@
 //!   is future work (see docs/msg.md).
 //! - **Synchronous** sends ([`MsgExt::ssend`]): an eager message carries a flag and
 //!   the receiver acknowledges the match; a rendezvous send is matched when its CTS
-//!   comes.
+//!   comes. Ready sends ([`MsgExt::rsend`]) are standard sends.
 //!
 //! ## Matching
 //! The matching engine ([`engine`]) is protocol logic without I/O: posted receives
@@ -66,7 +66,7 @@
 //! in this crate.
 //!
 //! ## What it does not do (yet)
-//! - Ready mode, buffered mode, persistent requests, cancel, matched probe
+//! - Buffered mode, persistent requests, cancel, matched probe
 //!   (`mprobe`).
 //! - Teams: ranks are world ranks; a [`Comm`] is only a context id.
 //! - The lock-free multi-producer matching of seed 004 (TMPI): here each endpoint's

@@ -64,6 +64,10 @@ fn eager_and_rendezvous_every_call() {
         ep.recv(w, None, Some(8), &mut buf).unwrap();
         ep.wait(s).unwrap();
         assert_eq!(buf, data);
+        // Ready mode: the receive is posted first.
+        let ev = ep.irecv(w, Some(0), Some(10), vec![0; n]).unwrap();
+        ep.rsend(w, 0, 10, &data).unwrap();
+        assert_eq!(ep.wait(ev).unwrap().data, data);
         // sendrecv to self.
         let mut buf = vec![0u8; n];
         let st = ep
