@@ -440,6 +440,13 @@ impl Msg {
         self.eager_max
     }
 
+    /// Sends whose bytes the layer still holds or must still inject: rendezvous sends
+    /// not yet cleared or streamed, synchronous sends not yet acknowledged, messages
+    /// queued under back-pressure. Their bytes move only while this endpoint is polled.
+    pub fn sends_in_flight(&self) -> usize {
+        self.sends.len() + self.outbox.len()
+    }
+
     /// Nothing queued, in flight or unmatched on this endpoint.
     pub fn is_quiet(&self) -> bool {
         self.matcher.posted_len() == 0

@@ -94,6 +94,57 @@ fn ring_sendrecv_and_ssend() {
     });
 }
 
+/// The layer after gex-rma (as `ClientBuilder::new().layer::<Rma>().layer::<Msg>()`
+/// and the facade attach it), on two endpoints per rank: traffic of endpoint 1 never
+/// matches receives of endpoint 0 (a message goes to the endpoint of the same index).
+/// Each endpoint makes progress only while it is polled, so a rendezvous in the
+/// background of endpoint 1 is finished before the thread waits on endpoint 0.
+#[test]
+fn after_rma_on_two_endpoints() {
+    run_sim(
+        3,
+        cfg(5, true),
+        || {
+            ClientBuilder::new()
+                .layer::<gex_rma::Rma>()
+                .layer::<Msg>()
+                .endpoints(2)
+                .config(Config::from_pairs([("GEX_MSG_EAGER_MAX", "64")]))
+        },
+        |client| {
+            let mut e0 = client.endpoint(0).unwrap();
+            let mut e1 = client.endpoint(1).unwrap();
+            assert_eq!(e0.layers(), ["rma", "msg"]);
+            let w = Comm::WORLD;
+            let (me, n) = (e0.addr().rank, 3u32);
+            let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+            for len in [10usize, 1000] {
+                let zero = payload(me, 0, 0, len);
+                let one = payload(me, 1, 1, len);
+                let s0 = e0.isend(w, next, 1, &zero).unwrap();
+                let mut buf = vec![0u8; len.max(8)];
+                let st = e1.sendrecv(w, next, 1, &one, None, None, &mut buf).unwrap();
+                assert_eq!((st.source, &buf), (prev, &payload(prev, 1, 1, len)));
+                // The rendezvous send of endpoint 1 is complete (the layer has the
+                // bytes) but its bytes move only while endpoint 1 is polled: finish
+                // it before this thread turns to endpoint 0 (per-endpoint progress).
+                // (Not `is_quiet`: a peer may already have sent the next round.)
+                assert!(gex_core::layer::wait_until::<Msg, _>(&mut e1, |m| {
+                    m.sends_in_flight() == 0
+                }));
+                let st = e0.recv(w, None, None, &mut buf).unwrap();
+                assert_eq!((st.source, &buf), (prev, &payload(prev, 0, 0, len)));
+                e0.wait(s0).unwrap();
+            }
+            exchange_barrier(&mut e0).unwrap();
+            for ep in [&mut e0, &mut e1] {
+                assert!(gex_core::layer::wait_until::<Msg, _>(ep, Msg::is_quiet));
+            }
+            exchange_barrier(&mut e0).unwrap();
+        },
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
 
