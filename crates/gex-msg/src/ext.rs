@@ -76,16 +76,17 @@ fn pattern(m: &Msg, comm: Comm, src: Option<u32>, tag: Option<u32>) -> Result<Pa
     })
 }
 
-/// Posts a receive of up to `buf.len()` bytes matching `pat`; the event completes
-/// with the message.
+/// Posts a receive of up to `cap` bytes matching `pat` into `buf`; the event
+/// completes with the message.
 fn post<C: Conduit>(
     m: &mut Msg,
     cx: &mut Cx<'_, C>,
     pat: Pattern,
     buf: Vec<u8>,
+    cap: usize,
 ) -> Event<Received, MsgError> {
     let (ev, done) = cx.pending::<Received, MsgError>(None, finish_recv);
-    if let Some((recv, env, a)) = m.matcher.post(pat, PostedRecv { buf, done }) {
+    if let Some((recv, env, a)) = m.matcher.post(pat, PostedRecv { buf, cap, done }) {
         m.deliver_owned(env, a, recv);
         m.pump(cx);
         cx.set_busy();
@@ -338,7 +339,7 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
                 cx.set_busy();
                 return Ok(Err(copy_out(env, &data, buf)));
             }
-            Ok::<_, MsgError>(Ok(post(m, cx, pat, vec![0; buf.len()])))
+            Ok::<_, MsgError>(Ok(post(m, cx, pat, Vec::new(), buf.len())))
         })
         .ok_or(MsgError::NoLayer)??;
         match ev {
@@ -361,7 +362,8 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
         layer::with::<Msg, C, _>(self, |m, cx| {
             let m = m.get_mut();
             let pat = pattern(m, comm, src, tag)?;
-            Ok(post(m, cx, pat, buf))
+            let cap = buf.len();
+            Ok(post(m, cx, pat, buf, cap))
         })
         .ok_or(MsgError::NoLayer)?
     }

@@ -133,10 +133,14 @@ impl ArrivalRef<'_> {
     }
 }
 
-/// A posted receive: its buffer (its length is the capacity) and its completer.
+/// A posted receive: its buffer, the largest message it accepts and its completer.
+/// The buffer is the program's (`irecv`: `cap` is its length) or the blocking
+/// receive's own, empty until a message fills it (no allocation or zeroing of the
+/// caller's capacity up front).
 #[derive(Debug)]
 pub(crate) struct PostedRecv {
     pub(crate) buf: Vec<u8>,
+    pub(crate) cap: usize,
     pub(crate) done: OpCompleter,
 }
 
@@ -505,7 +509,7 @@ impl Msg {
 
     /// A matched pair: an arrival and a posted receive.
     fn deliver(&mut self, env: Envelope, a: ArrivalRef<'_>, recv: PostedRecv) {
-        let PostedRecv { mut buf, done } = recv;
+        let PostedRecv { mut buf, cap, done } = recv;
         let dst = EpAddr {
             rank: env.src,
             ep: self.me.ep,
@@ -521,21 +525,25 @@ impl Msg {
                 if flags & F_SYNC != 0 {
                     self.queue_short(dst, h::ACK, &[sreq]);
                 }
-                if data.len() > buf.len() {
-                    done.fail(truncated(data.len(), buf.len()));
+                if data.len() > cap {
+                    done.fail(truncated(data.len(), cap));
                     return;
                 }
-                buf[..data.len()].copy_from_slice(data);
-                buf.truncate(data.len());
+                // Room for the status too (`complete_recv`): one allocation at most.
+                buf.clear();
+                buf.reserve_exact(data.len() + 8);
+                buf.extend_from_slice(data);
                 complete_recv(buf, env, done);
             }
             ArrivalRef::Rts { len, sreq, .. } => {
-                if len > buf.len() {
+                if len > cap {
                     self.queue_short(dst, h::CTS, &[sreq, 0, 0]);
-                    done.fail(truncated(len, buf.len()));
+                    done.fail(truncated(len, cap));
                     return;
                 }
-                buf.truncate(len);
+                buf.clear();
+                buf.reserve_exact(len + 8);
+                buf.resize(len, 0);
                 let rreq = self.recvs.insert(RecvOp {
                     buf,
                     got: 0,
