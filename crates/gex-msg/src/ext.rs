@@ -34,6 +34,26 @@ impl Comm {
     }
 }
 
+/// A persistent send (MPI's `Send_init`): an envelope checked once, for sends started
+/// again and again with [`MsgExt::start_send`]. Bound to nothing: it may be started
+/// on any endpoint carrying the layer (the rank is checked again, one comparison).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PersistentSend {
+    comm: Comm,
+    dst: u32,
+    tag: u32,
+    sync: bool,
+}
+
+/// A persistent receive (MPI's `Recv_init`): a pattern checked once, for receives
+/// started again and again with [`MsgExt::start_recv`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PersistentRecv {
+    comm: Comm,
+    src: Option<u32>,
+    tag: Option<u32>,
+}
+
 /// A received message: its bytes (cut to the message's length) and its status.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Received {
@@ -227,6 +247,52 @@ pub trait MsgExt {
     /// ```
     fn probe(&mut self, comm: Comm, src: Option<u32>, tag: Option<u32>)
     -> Result<Status, MsgError>;
+    /// A persistent send to `dst` with `tag` (synchronous if `sync`), checked now.
+    ///
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+    /// use gex_msg::{Comm, Msg, MsgExt};
+    ///
+    /// let client = ClientBuilder::new().layer::<Msg>()
+    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+    /// let mut ep = client.endpoint(0)?;
+    /// let tx = ep.send_init(Comm::WORLD, 0, 2, false)?;
+    /// let rx = ep.recv_init(Comm::WORLD, Some(0), Some(2))?;
+    /// for i in 0..3u8 {
+    ///     let r = ep.start_recv(&rx, vec![0; 1])?;
+    ///     let s = ep.start_send(&tx, &[i])?;
+    ///     assert_eq!(ep.wait(r)?.data, [i]);
+    ///     ep.wait(s)?;
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn send_init(
+        &mut self,
+        comm: Comm,
+        dst: u32,
+        tag: u32,
+        sync: bool,
+    ) -> Result<PersistentSend, MsgError>;
+    /// A persistent receive from (`src`, `tag`), checked now.
+    fn recv_init(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+    ) -> Result<PersistentRecv, MsgError>;
+    /// Starts one send of `req` with `data` (as [`isend`](Self::isend) or
+    /// [`issend`](Self::issend)).
+    fn start_send(
+        &mut self,
+        req: &PersistentSend,
+        data: &[u8],
+    ) -> Result<Event<(), MsgError>, MsgError>;
+    /// Starts one receive of `req` into `buf` (as [`irecv`](Self::irecv)).
+    fn start_recv(
+        &mut self,
+        req: &PersistentRecv,
+        buf: Vec<u8>,
+    ) -> Result<Event<Received, MsgError>, MsgError>;
     /// Sends `data` to `dst` and receives into `buf` from (`src`, `tag`) at the same
     /// time (no deadlock when two ranks exchange); returns the receive's status.
     ///
@@ -392,6 +458,51 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
         layer::with::<Msg, C, _>(self, |m, _| probe_status(&m, &pat))
             .flatten()
             .ok_or(MsgError::NoLayer)
+    }
+
+    fn send_init(
+        &mut self,
+        comm: Comm,
+        dst: u32,
+        tag: u32,
+        sync: bool,
+    ) -> Result<PersistentSend, MsgError> {
+        let size = layer::state::<Msg, C, _>(self, |m| m.size()).ok_or(MsgError::NoLayer)?;
+        check_rank(dst, size)?;
+        check_tag(tag)?;
+        Ok(PersistentSend {
+            comm,
+            dst,
+            tag,
+            sync,
+        })
+    }
+
+    fn recv_init(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+    ) -> Result<PersistentRecv, MsgError> {
+        layer::state::<Msg, C, _>(self, |m| pattern(&m, comm, src, tag))
+            .ok_or(MsgError::NoLayer)??;
+        Ok(PersistentRecv { comm, src, tag })
+    }
+
+    fn start_send(
+        &mut self,
+        req: &PersistentSend,
+        data: &[u8],
+    ) -> Result<Event<(), MsgError>, MsgError> {
+        send_as::<Nb, C>(self, req.comm, req.dst, req.tag, data, req.sync)
+    }
+
+    fn start_recv(
+        &mut self,
+        req: &PersistentRecv,
+        buf: Vec<u8>,
+    ) -> Result<Event<Received, MsgError>, MsgError> {
+        self.irecv(req.comm, req.src, req.tag, buf)
     }
 
     fn sendrecv(

@@ -3,7 +3,7 @@
 //! Two-sided tagged messaging for gex, MPI style, as a [layer](gex_core::layer)
 //! composed into every endpoint of a client: [`MsgExt`] offers send/recv,
 //! isend/irecv (events), ssend/issend (synchronous: complete once matched),
-//! probe/iprobe and sendrecv, with any-source and any-tag wildcards and MPI's
+//! rsend (ready mode), persistent requests, probe/iprobe and sendrecv, with any-source and any-tag wildcards and MPI's
 //! non-overtaking order per (source, tag, context).
 //!
 //! ```
@@ -66,7 +66,7 @@
 //! in this crate.
 //!
 //! ## What it does not do (yet)
-//! - Buffered mode, persistent requests, cancel, matched probe
+//! - Buffered mode, cancel, matched probe
 //!   (`mprobe`).
 //! - Teams: ranks are world ranks; a [`Comm`] is only a context id.
 //! - The lock-free multi-producer matching of seed 004 (TMPI): here each endpoint's
@@ -91,7 +91,7 @@ mod ext;
 mod layer;
 
 pub use error::MsgError;
-pub use ext::{Comm, MsgExt, Received, TAG_MAX};
+pub use ext::{Comm, MsgExt, PersistentRecv, PersistentSend, Received, TAG_MAX};
 pub use layer::{Msg, MsgStats, Status};
 
 /// The `GEX_*` settings of the messaging layer ([`Layer::ENV_VARS`](gex_core::layer::Layer::ENV_VARS)

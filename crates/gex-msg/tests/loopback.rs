@@ -260,3 +260,41 @@ fn an_event_of_another_endpoint_is_an_error() {
         Err(MsgError::Event(gex_core::EventError::WrongEndpoint { .. }))
     ));
 }
+
+#[test]
+fn persistent_requests() {
+    let c = client("64");
+    let mut ep = c.endpoint(0).unwrap();
+    let w = Comm::WORLD;
+    let tx = ep.send_init(w, 0, 3, false).unwrap();
+    let stx = ep.send_init(w, 0, 3, true).unwrap();
+    let rx = ep.recv_init(w, None, Some(3)).unwrap();
+    for (i, n) in [0usize, 10, 64, 65, 3000].into_iter().enumerate() {
+        let data = bytes(n, i as u8);
+        let r = ep.start_recv(&rx, vec![0; n]).unwrap();
+        let s = ep.start_send(&tx, &data).unwrap();
+        assert_eq!(ep.wait(r).unwrap().data, data);
+        ep.wait(s).unwrap();
+        // Synchronous: not complete until the receive is started.
+        let s = ep.start_send(&stx, &data).unwrap();
+        for _ in 0..10 {
+            ep.poll();
+        }
+        assert!(!s.is_done());
+        let r = ep.start_recv(&rx, vec![0; n]).unwrap();
+        assert_eq!(ep.wait(r).unwrap().data, data);
+        ep.wait(s).unwrap();
+    }
+    assert_eq!(
+        ep.send_init(w, 4, 0, false),
+        Err(MsgError::BadRank { rank: 4, size: 1 })
+    );
+    assert!(matches!(
+        ep.recv_init(w, None, Some(TAG_MAX + 1)),
+        Err(MsgError::TagOutOfRange { .. })
+    ));
+    assert!(gex_core::layer::wait_until::<Msg, _>(
+        &mut ep,
+        Msg::is_quiet
+    ));
+}
