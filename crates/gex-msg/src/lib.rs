@@ -37,8 +37,10 @@
 //!   and the sender streams the bytes as Medium AMs straight into the receive buffer.
 //!   A standard send is complete once the layer has its copy (it never waits for the
 //!   receiver, so two ranks sending each other large messages before receiving do not
-//!   deadlock); unexpected large messages cost the receiver no memory. Chosen over a pull with
-//!   gex-rma (sender stages into its segment, receiver gets): the segment belongs to
+//!   deadlock); unexpected large messages cost the receiver no memory. Its bytes move
+//!   while the sender's endpoint is polled (any call that polls or waits on it, or its
+//!   progress thread; [`Msg::sends_in_flight`] counts what is left). Chosen over a
+//!   pull with gex-rma (sender stages into its segment, receiver gets): the segment belongs to
 //!   the program, and the layer would need an allocator in it and a free protocol; the
 //!   chunked path works on every conduit, has flow control built in (only matched
 //!   data moves), and needs no other layer. The single-copy path between thread ranks
@@ -66,8 +68,7 @@
 //! in this crate.
 //!
 //! ## What it does not do (yet)
-//! - Buffered mode, cancel, matched probe
-//!   (`mprobe`).
+//! - Buffered mode, cancel, matched probe (`mprobe`).
 //! - Teams: ranks are world ranks; a [`Comm`] is only a context id.
 //! - The lock-free multi-producer matching of seed 004 (TMPI): here each endpoint's
 //!   engine is driven by the thread that drives the endpoint; threads that message
