@@ -69,6 +69,12 @@ pub use gex_rma as rma;
 #[cfg(feature = "coll")]
 pub use gex_coll as coll;
 
+/// Two-sided tagged messaging, MPI style (the `gex-msg` crate): a layer of every
+/// endpoint when the feature `msg` is on; its operations are methods of the endpoint
+/// ([`msg::MsgExt`]).
+#[cfg(feature = "msg")]
+pub use gex_msg as msg;
+
 /// A client whose conduit is chosen at run time (`GEX_CONDUIT`).
 pub type Client = gex_core::Client<AnyConduit>;
 /// An endpoint whose conduit is chosen at run time: where the operations are (write
@@ -80,15 +86,25 @@ pub type OwnedEndpoint = gex_core::OwnedEndpoint<AnyConduit>;
 pub type Scope<'s, 'env> = gex_core::Scope<'s, 'env, AnyConduit>;
 
 /// The layers every endpoint carries by default: gex-rma and gex-coll (with the
-/// features `rma` and `coll`, both on by default).
-#[cfg(feature = "coll")]
+/// features `rma` and `coll`, both on by default), then gex-msg (feature `msg`, off
+/// by default).
+#[cfg(all(feature = "coll", not(feature = "msg")))]
 pub type DefaultLayers = (((), gex_rma::Rma), gex_coll::Coll);
 /// The layers every endpoint carries by default.
-#[cfg(all(feature = "rma", not(feature = "coll")))]
+#[cfg(all(feature = "coll", feature = "msg"))]
+pub type DefaultLayers = ((((), gex_rma::Rma), gex_coll::Coll), gex_msg::Msg);
+/// The layers every endpoint carries by default.
+#[cfg(all(feature = "rma", not(feature = "coll"), not(feature = "msg")))]
 pub type DefaultLayers = ((), gex_rma::Rma);
 /// The layers every endpoint carries by default.
-#[cfg(not(feature = "rma"))]
+#[cfg(all(feature = "rma", not(feature = "coll"), feature = "msg"))]
+pub type DefaultLayers = (((), gex_rma::Rma), gex_msg::Msg);
+/// The layers every endpoint carries by default.
+#[cfg(all(not(feature = "rma"), not(feature = "msg")))]
 pub type DefaultLayers = ();
+/// The layers every endpoint carries by default.
+#[cfg(all(not(feature = "rma"), feature = "msg"))]
+pub type DefaultLayers = ((), gex_msg::Msg);
 
 /// A client builder with the [`DefaultLayers`].
 ///
@@ -102,6 +118,8 @@ pub fn builder() -> ClientBuilder<DefaultLayers> {
     let b = b.layer::<gex_rma::Rma>();
     #[cfg(feature = "coll")]
     let b = b.layer::<gex_coll::Coll>();
+    #[cfg(feature = "msg")]
+    let b = b.layer::<gex_msg::Msg>();
     b
 }
 
@@ -114,6 +132,8 @@ pub mod prelude {
         ReduceOp, ReduceScatter, Scan, Scatter,
     };
     pub use gex_core::{Am, Blocking, EpAddr, Event, HandlerId, Injected, Nb, Nbi, Team, Token};
+    #[cfg(feature = "msg")]
+    pub use gex_msg::{Comm, MsgExt};
     #[cfg(feature = "rma")]
     pub use gex_rma::{
         AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaExt, ScopeRmaExt,
@@ -540,8 +560,10 @@ mod tests {
         assert_eq!(c.conduit_name(), "loopback");
         let ep: OwnedEndpoint = c.endpoint(0).unwrap();
         assert_eq!(ep.conduit_name(), "loopback");
-        #[cfg(feature = "coll")]
+        #[cfg(all(feature = "coll", not(feature = "msg")))]
         assert_eq!(ep.layers(), ["rma", "coll"]);
+        #[cfg(all(feature = "coll", feature = "msg"))]
+        assert_eq!(ep.layers(), ["rma", "coll", "msg"]);
     }
 
     #[test]

@@ -1,0 +1,550 @@
+//! The operations: [`MsgExt`] on [`Endpoint`].
+
+use crate::engine::{Envelope, Pattern};
+use crate::error::MsgError;
+use crate::layer::{Arrival, Msg, PostedRecv, Status, split_status};
+use gex_core::event::{Data, finish_unit};
+use gex_core::layer::{self, Cx};
+use gex_core::spi::Conduit;
+use gex_core::{Blocking, Endpoint, Event, Mode, Nb};
+
+/// The largest valid tag (tags are `0..=TAG_MAX`; a larger one is
+/// [`MsgError::TagOutOfRange`]).
+pub const TAG_MAX: u32 = i32::MAX as u32;
+
+/// The implicit-event tag the layer's operations are tracked under (mode `Nbi` is not
+/// offered; the constant names the layer's tag for `layer::finish`).
+const IMPLICIT_TAG: u32 = 0x6d73_6700;
+
+/// A communication context (MPI's communicator id): messages match only receives of
+/// the same context. Ranks are world ranks in every context.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Comm(u32);
+
+impl Comm {
+    /// The default context (id 0).
+    pub const WORLD: Comm = Comm(0);
+    /// Context `id`.
+    pub const fn new(id: u32) -> Comm {
+        Comm(id)
+    }
+    /// Its id.
+    pub const fn id(self) -> u32 {
+        self.0
+    }
+}
+
+/// A persistent send (MPI's `Send_init`): an envelope checked once, for sends started
+/// again and again with [`MsgExt::start_send`]. Bound to nothing: it may be started
+/// on any endpoint carrying the layer (the rank is checked again, one comparison).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PersistentSend {
+    comm: Comm,
+    dst: u32,
+    tag: u32,
+    sync: bool,
+}
+
+/// A persistent receive (MPI's `Recv_init`): a pattern checked once, for receives
+/// started again and again with [`MsgExt::start_recv`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PersistentRecv {
+    comm: Comm,
+    src: Option<u32>,
+    tag: Option<u32>,
+}
+
+/// A received message: its bytes (cut to the message's length) and its status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// The message (the receive buffer, cut to the message's length).
+    pub data: Vec<u8>,
+    /// Who sent it, with which tag, and its length.
+    pub status: Status,
+}
+
+fn finish_recv(d: Data, _: Option<Received>) -> Received {
+    let (data, status) = split_status(d);
+    Received { data, status }
+}
+
+fn check_tag(tag: u32) -> Result<(), MsgError> {
+    if tag > TAG_MAX {
+        return Err(MsgError::TagOutOfRange { tag, max: TAG_MAX });
+    }
+    Ok(())
+}
+
+fn check_rank(rank: u32, size: u32) -> Result<(), MsgError> {
+    if rank >= size {
+        return Err(MsgError::BadRank { rank, size });
+    }
+    Ok(())
+}
+
+fn pattern(m: &Msg, comm: Comm, src: Option<u32>, tag: Option<u32>) -> Result<Pattern, MsgError> {
+    if let Some(s) = src {
+        check_rank(s, m.size())?;
+    }
+    if let Some(t) = tag {
+        check_tag(t)?;
+    }
+    Ok(Pattern {
+        src,
+        tag,
+        ctx: comm.id(),
+    })
+}
+
+/// Posts a receive of up to `cap` bytes matching `pat` into `buf`; the event
+/// completes with the message.
+fn post<C: Conduit>(
+    m: &mut Msg,
+    cx: &mut Cx<'_, C>,
+    pat: Pattern,
+    buf: Vec<u8>,
+    cap: usize,
+) -> Event<Received, MsgError> {
+    let (ev, done) = cx.pending::<Received, MsgError>(None, finish_recv);
+    if let Some((recv, env, a)) = m.matcher.post(pat, PostedRecv { buf, cap, done }) {
+        m.deliver_owned(env, a, recv);
+        m.pump(cx);
+        cx.set_busy();
+    }
+    ev
+}
+
+/// Two-sided tagged messaging on an endpoint (the [`Msg`] layer's operations).
+///
+/// Peers are world ranks; a message goes from an endpoint to the endpoint of the same
+/// index on the destination rank. Receives and probes take `src: Option<u32>` and
+/// `tag: Option<u32>`: `None` is MPI's `ANY_SOURCE` / `ANY_TAG`. Messages from one
+/// source in one [`Comm`] are received in the order they were sent, among the receives
+/// that match them (MPI's non-overtaking rule).
+///
+/// # Errors
+/// Every method: [`MsgError::NoLayer`] if the endpoint does not carry [`Msg`];
+/// [`MsgError::BadRank`] for a rank outside the job; [`MsgError::TagOutOfRange`] for a
+/// tag above [`TAG_MAX`]. Receives: [`MsgError::Truncated`] when the matched message is
+/// longer than the buffer (the message is consumed). Waits:
+/// [`MsgError::Event`]; injection: [`MsgError::Am`].
+pub trait MsgExt {
+    /// Sends `data` to `dst` with `tag` (standard mode): returns once `data` may be
+    /// reused (eager: copied into the network; rendezvous: copied by the layer and the
+    /// request sent; both may complete before the message is received).
+    ///
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+    /// use gex_msg::{Comm, Msg, MsgExt};
+    ///
+    /// let client = ClientBuilder::new().layer::<Msg>()
+    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+    /// let mut ep = client.endpoint(0)?;
+    /// ep.send(Comm::WORLD, 0, 7, b"hello")?;
+    /// let mut buf = [0u8; 16];
+    /// let st = ep.recv(Comm::WORLD, Some(0), Some(7), &mut buf)?;
+    /// assert_eq!(&buf[..st.len], b"hello");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn send(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError>;
+    /// As [`send`](Self::send), nonblocking: the event completes when the send would
+    /// have returned. `data` is copied (or injected) before the call returns.
+    fn isend(
+        &mut self,
+        comm: Comm,
+        dst: u32,
+        tag: u32,
+        data: &[u8],
+    ) -> Result<Event<(), MsgError>, MsgError>;
+    /// Synchronous send: returns only once a receive at `dst` has matched the message.
+    ///
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+    /// use gex_msg::{Comm, Msg, MsgExt};
+    ///
+    /// let client = ClientBuilder::new().layer::<Msg>()
+    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+    /// let mut ep = client.endpoint(0)?;
+    /// let s = ep.issend(Comm::WORLD, 0, 1, b"sync")?;
+    /// ep.poll();
+    /// assert!(!s.is_done()); // no receive matched it yet
+    /// let mut buf = [0u8; 4];
+    /// ep.recv(Comm::WORLD, None, None, &mut buf)?;
+    /// ep.wait(s)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn ssend(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError>;
+    /// As [`ssend`](Self::ssend), nonblocking.
+    fn issend(
+        &mut self,
+        comm: Comm,
+        dst: u32,
+        tag: u32,
+        data: &[u8],
+    ) -> Result<Event<(), MsgError>, MsgError>;
+    /// Ready send (MPI's `rsend`): the program promises that the matching receive is
+    /// already posted. gex-msg sends it as a standard send (which MPI allows): a
+    /// broken promise is not detected, the message is simply queued as unexpected.
+    fn rsend(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError>;
+    /// Receives a message matching (`src`, `tag`) in `comm` into `buf`; returns its
+    /// status (`status.len` bytes of `buf` were written).
+    fn recv(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+        buf: &mut [u8],
+    ) -> Result<Status, MsgError>;
+    /// Posts a receive into the owned `buf` (its length is the largest message
+    /// accepted); the event gives the buffer back, cut to the message, with its status.
+    /// The event owns the buffer, so dropping or forgetting it before completion is
+    /// harmless.
+    ///
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+    /// use gex_msg::{Comm, Msg, MsgExt};
+    ///
+    /// let client = ClientBuilder::new().layer::<Msg>()
+    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+    /// let mut ep = client.endpoint(0)?;
+    /// let ev = ep.irecv(Comm::WORLD, None, None, vec![0; 64])?; // any source, any tag
+    /// ep.send(Comm::WORLD, 0, 3, &[1, 2, 3])?;
+    /// let got = ep.wait(ev)?;
+    /// assert_eq!((got.data, got.status.tag), (vec![1, 2, 3], 3));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn irecv(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+        buf: Vec<u8>,
+    ) -> Result<Event<Received, MsgError>, MsgError>;
+    /// The status of a message a receive of (`src`, `tag`) would match now, without
+    /// receiving it; `None` if there is none yet. Polls once first.
+    fn iprobe(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+    ) -> Result<Option<Status>, MsgError>;
+    /// Waits until a message matching (`src`, `tag`) has arrived; returns its status
+    /// (a receive of the same pattern posted next receives it).
+    ///
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+    /// use gex_msg::{Comm, Msg, MsgExt};
+    ///
+    /// let client = ClientBuilder::new().layer::<Msg>()
+    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+    /// let mut ep = client.endpoint(0)?;
+    /// ep.send(Comm::WORLD, 0, 4, &[9; 300])?;
+    /// let st = ep.probe(Comm::WORLD, None, None)?; // size the buffer from the status
+    /// let mut buf = vec![0u8; st.len];
+    /// ep.recv(Comm::WORLD, Some(st.source), Some(st.tag), &mut buf)?;
+    /// assert_eq!(buf, [9; 300]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn probe(&mut self, comm: Comm, src: Option<u32>, tag: Option<u32>)
+    -> Result<Status, MsgError>;
+    /// A persistent send to `dst` with `tag` (synchronous if `sync`), checked now.
+    ///
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+    /// use gex_msg::{Comm, Msg, MsgExt};
+    ///
+    /// let client = ClientBuilder::new().layer::<Msg>()
+    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+    /// let mut ep = client.endpoint(0)?;
+    /// let tx = ep.send_init(Comm::WORLD, 0, 2, false)?;
+    /// let rx = ep.recv_init(Comm::WORLD, Some(0), Some(2))?;
+    /// for i in 0..3u8 {
+    ///     let r = ep.start_recv(&rx, vec![0; 1])?;
+    ///     let s = ep.start_send(&tx, &[i])?;
+    ///     assert_eq!(ep.wait(r)?.data, [i]);
+    ///     ep.wait(s)?;
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn send_init(
+        &mut self,
+        comm: Comm,
+        dst: u32,
+        tag: u32,
+        sync: bool,
+    ) -> Result<PersistentSend, MsgError>;
+    /// A persistent receive from (`src`, `tag`), checked now.
+    fn recv_init(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+    ) -> Result<PersistentRecv, MsgError>;
+    /// Starts one send of `req` with `data` (as [`isend`](Self::isend) or
+    /// [`issend`](Self::issend)).
+    fn start_send(
+        &mut self,
+        req: &PersistentSend,
+        data: &[u8],
+    ) -> Result<Event<(), MsgError>, MsgError>;
+    /// Starts one receive of `req` into `buf` (as [`irecv`](Self::irecv)).
+    fn start_recv(
+        &mut self,
+        req: &PersistentRecv,
+        buf: Vec<u8>,
+    ) -> Result<Event<Received, MsgError>, MsgError>;
+    /// Sends `data` to `dst` and receives into `buf` from (`src`, `tag`) at the same
+    /// time (no deadlock when two ranks exchange); returns the receive's status.
+    ///
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+    /// use gex_msg::{Comm, Msg, MsgExt};
+    ///
+    /// let client = ClientBuilder::new().layer::<Msg>()
+    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+    /// let mut ep = client.endpoint(0)?;
+    /// let (me, n) = (ep.addr().rank, 1);
+    /// let mut got = [0u8; 8];
+    /// // Around a ring: send to the next rank, receive from the previous one.
+    /// let st = ep.sendrecv(Comm::WORLD, (me + 1) % n, 0, b"token", Some((me + n - 1) % n), Some(0), &mut got)?;
+    /// assert_eq!(&got[..st.len], b"token");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    fn sendrecv(
+        &mut self,
+        comm: Comm,
+        dst: u32,
+        send_tag: u32,
+        data: &[u8],
+        src: Option<u32>,
+        recv_tag: Option<u32>,
+        buf: &mut [u8],
+    ) -> Result<Status, MsgError>;
+}
+
+fn send_as<M: Mode, C: Conduit>(
+    ep: &mut Endpoint<C>,
+    comm: Comm,
+    dst: u32,
+    tag: u32,
+    data: &[u8],
+    sync: bool,
+) -> Result<M::Out<(), MsgError>, MsgError> {
+    let ev = layer::with::<Msg, C, _>(ep, |m, cx| {
+        let m = m.get_mut();
+        check_rank(dst, m.size())?;
+        check_tag(tag)?;
+        // The fast path: a standard eager send injected now is complete (no event).
+        if !sync && m.try_eager_now(cx, dst, tag, comm.id(), data)? {
+            return Ok(None);
+        }
+        let (ev, done) = cx.pending::<(), MsgError>(None, finish_unit);
+        m.start_send(cx, dst, tag, comm.id(), data, sync, done)?;
+        Ok::<_, MsgError>(Some(ev))
+    })
+    .ok_or(MsgError::NoLayer)??;
+    match ev {
+        None => Ok(layer::done::<(), MsgError, M, C>(ep, ())),
+        Some(ev) => layer::finish::<(), MsgError, M, C>(ep, ev, IMPLICIT_TAG),
+    }
+}
+
+impl<C: Conduit> MsgExt for Endpoint<C> {
+    fn send(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError> {
+        send_as::<Blocking, C>(self, comm, dst, tag, data, false)
+    }
+
+    fn isend(
+        &mut self,
+        comm: Comm,
+        dst: u32,
+        tag: u32,
+        data: &[u8],
+    ) -> Result<Event<(), MsgError>, MsgError> {
+        send_as::<Nb, C>(self, comm, dst, tag, data, false)
+    }
+
+    fn ssend(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError> {
+        send_as::<Blocking, C>(self, comm, dst, tag, data, true)
+    }
+
+    fn issend(
+        &mut self,
+        comm: Comm,
+        dst: u32,
+        tag: u32,
+        data: &[u8],
+    ) -> Result<Event<(), MsgError>, MsgError> {
+        send_as::<Nb, C>(self, comm, dst, tag, data, true)
+    }
+
+    fn rsend(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError> {
+        send_as::<Blocking, C>(self, comm, dst, tag, data, false)
+    }
+
+    fn recv(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+        buf: &mut [u8],
+    ) -> Result<Status, MsgError> {
+        // Fast path: an eager message already here is copied straight into `buf`;
+        // otherwise a receive into a buffer of the layer's is posted and waited for
+        // (the caller's buffer is never lent to the layer).
+        let ev = layer::with::<Msg, C, _>(self, |m, cx| {
+            let m = m.get_mut();
+            let pat = pattern(m, comm, src, tag)?;
+            if let Some((_, Arrival::Eager { .. })) = m.matcher.probe(&pat) {
+                let Some((env, Arrival::Eager { data, flags, sreq })) = m.matcher.take(&pat) else {
+                    unreachable!("probed an eager message");
+                };
+                m.ack_if_sync(env, flags, sreq);
+                m.pump(cx);
+                cx.set_busy();
+                return Ok(Err(copy_out(env, &data, buf)));
+            }
+            Ok::<_, MsgError>(Ok(post(m, cx, pat, Vec::new(), buf.len())))
+        })
+        .ok_or(MsgError::NoLayer)??;
+        match ev {
+            Err(done) => done,
+            Ok(ev) => {
+                let got = layer::finish::<Received, MsgError, Blocking, C>(self, ev, IMPLICIT_TAG)?;
+                buf[..got.data.len()].copy_from_slice(&got.data);
+                Ok(got.status)
+            }
+        }
+    }
+
+    fn irecv(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+        buf: Vec<u8>,
+    ) -> Result<Event<Received, MsgError>, MsgError> {
+        layer::with::<Msg, C, _>(self, |m, cx| {
+            let m = m.get_mut();
+            let pat = pattern(m, comm, src, tag)?;
+            let cap = buf.len();
+            Ok(post(m, cx, pat, buf, cap))
+        })
+        .ok_or(MsgError::NoLayer)?
+    }
+
+    fn iprobe(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+    ) -> Result<Option<Status>, MsgError> {
+        let pat = layer::with::<Msg, C, _>(self, |m, _| pattern(&m, comm, src, tag))
+            .ok_or(MsgError::NoLayer)??;
+        layer::poll(self);
+        Ok(layer::with::<Msg, C, _>(self, |m, _| probe_status(&m, &pat)).flatten())
+    }
+
+    fn probe(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+    ) -> Result<Status, MsgError> {
+        let pat = layer::with::<Msg, C, _>(self, |m, _| pattern(&m, comm, src, tag))
+            .ok_or(MsgError::NoLayer)??;
+        layer::wait_until::<Msg, C>(self, |m| m.matcher.probe(&pat).is_some());
+        layer::with::<Msg, C, _>(self, |m, _| probe_status(&m, &pat))
+            .flatten()
+            .ok_or(MsgError::NoLayer)
+    }
+
+    fn send_init(
+        &mut self,
+        comm: Comm,
+        dst: u32,
+        tag: u32,
+        sync: bool,
+    ) -> Result<PersistentSend, MsgError> {
+        let size = layer::state::<Msg, C, _>(self, |m| m.size()).ok_or(MsgError::NoLayer)?;
+        check_rank(dst, size)?;
+        check_tag(tag)?;
+        Ok(PersistentSend {
+            comm,
+            dst,
+            tag,
+            sync,
+        })
+    }
+
+    fn recv_init(
+        &mut self,
+        comm: Comm,
+        src: Option<u32>,
+        tag: Option<u32>,
+    ) -> Result<PersistentRecv, MsgError> {
+        layer::state::<Msg, C, _>(self, |m| pattern(&m, comm, src, tag))
+            .ok_or(MsgError::NoLayer)??;
+        Ok(PersistentRecv { comm, src, tag })
+    }
+
+    fn start_send(
+        &mut self,
+        req: &PersistentSend,
+        data: &[u8],
+    ) -> Result<Event<(), MsgError>, MsgError> {
+        send_as::<Nb, C>(self, req.comm, req.dst, req.tag, data, req.sync)
+    }
+
+    fn start_recv(
+        &mut self,
+        req: &PersistentRecv,
+        buf: Vec<u8>,
+    ) -> Result<Event<Received, MsgError>, MsgError> {
+        self.irecv(req.comm, req.src, req.tag, buf)
+    }
+
+    fn sendrecv(
+        &mut self,
+        comm: Comm,
+        dst: u32,
+        send_tag: u32,
+        data: &[u8],
+        src: Option<u32>,
+        recv_tag: Option<u32>,
+        buf: &mut [u8],
+    ) -> Result<Status, MsgError> {
+        let sent = self.isend(comm, dst, send_tag, data)?;
+        let st = self.recv(comm, src, recv_tag, buf);
+        let s = self.wait(sent);
+        let st = st?;
+        s?;
+        Ok(st)
+    }
+}
+
+fn probe_status(m: &Msg, pat: &Pattern) -> Option<Status> {
+    m.matcher.probe(pat).map(|(e, a)| Status {
+        source: e.src,
+        tag: e.tag,
+        len: a.len(),
+    })
+}
+
+fn copy_out(env: Envelope, data: &[u8], buf: &mut [u8]) -> Result<Status, MsgError> {
+    if data.len() > buf.len() {
+        return Err(MsgError::Truncated {
+            len: data.len(),
+            capacity: buf.len(),
+            source_rank: env.src,
+            tag: env.tag,
+        });
+    }
+    buf[..data.len()].copy_from_slice(data);
+    Ok(Status {
+        source: env.src,
+        tag: env.tag,
+        len: data.len(),
+    })
+}

@@ -1,0 +1,805 @@
+//! The layer's state on one endpoint, its handlers and its progress hook.
+//!
+//! Wire protocol (every message a request to the same endpoint index of the peer):
+//!
+//! | handler | category | arguments | payload |
+//! |---|---|---|---|
+//! | `EAGER` | Medium | ctx, tag, seq, flags, send id | the message |
+//! | `RTS` (request to send) | Short | ctx, tag, seq, flags, send id, len low, len high | — |
+//! | `CTS` (clear to send) | Short | send id, receive id, accepted | — |
+//! | `DATA` | Medium | receive id, offset low, offset high | a chunk |
+//! | `ACK` (a synchronous eager send matched) | Short | send id | — |
+//!
+//! `seq` numbers the matched messages (eager and RTS) from one endpoint to another:
+//! the receiver feeds them to the matching engine in that order (module `engine`,
+//! `Reorder`), so the network need not keep order. Handlers cannot inject (they get no
+//! `Cx`): what they must send (a clear-to-send, an acknowledgement) goes to the outbox,
+//! which the progress hook and the next operation flush; the progress hook also
+//! streams the chunks of rendezvous sends that were cleared.
+
+use crate::engine::{Envelope, Matcher, Reorder};
+use crate::error::MsgError;
+use gex_core::event::Data;
+use gex_core::event::OpCompleter;
+use gex_core::layer::{Attach, Cx, Layer, Progress};
+use gex_core::spi::Conduit;
+use gex_core::{Am, Category, EpAddr, HandlerId, InitError, Injected, Token};
+use std::collections::VecDeque;
+use std::pin::Pin;
+
+pub(crate) mod h {
+    pub(crate) const EAGER: u8 = 0;
+    pub(crate) const RTS: u8 = 1;
+    pub(crate) const CTS: u8 = 2;
+    pub(crate) const DATA: u8 = 3;
+    pub(crate) const ACK: u8 = 4;
+    pub(crate) const COUNT: u8 = 5;
+}
+
+/// Flag of an eager or RTS message: a synchronous send (acknowledge the match).
+pub(crate) const F_SYNC: u32 = 1;
+
+/// Default of `GEX_MSG_EAGER_MAX`.
+pub(crate) const DEFAULT_EAGER_MAX: usize = 8192;
+
+/// A plain slab: ids are indices, free slots are reused.
+#[derive(Debug)]
+pub(crate) struct Slab<T> {
+    items: Vec<Option<T>>,
+    free: Vec<u32>,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Self {
+        Slab {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<T> Slab<T> {
+    fn insert(&mut self, t: T) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.items[i as usize] = Some(t);
+                i
+            }
+            None => {
+                self.items.push(Some(t));
+                (self.items.len() - 1) as u32
+            }
+        }
+    }
+    fn get_mut(&mut self, i: u32) -> Option<&mut T> {
+        self.items.get_mut(i as usize)?.as_mut()
+    }
+    fn remove(&mut self, i: u32) -> Option<T> {
+        let t = self.items.get_mut(i as usize)?.take()?;
+        self.free.push(i);
+        Some(t)
+    }
+    fn len(&self) -> usize {
+        self.items.len() - self.free.len()
+    }
+}
+
+/// A message the matching engine holds as unexpected.
+#[derive(Debug)]
+pub(crate) enum Arrival {
+    /// An eager message: its bytes (copied out of the network's buffer).
+    Eager {
+        data: Vec<u8>,
+        flags: u32,
+        sreq: u32,
+    },
+    /// A rendezvous request: the sender holds the bytes.
+    Rts { len: usize, flags: u32, sreq: u32 },
+}
+
+impl Arrival {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Arrival::Eager { data, .. } => data.len(),
+            Arrival::Rts { len, .. } => *len,
+        }
+    }
+}
+
+/// An arrival as the handler sees it: eager bytes still in the network's buffer.
+enum ArrivalRef<'a> {
+    Eager {
+        data: &'a [u8],
+        flags: u32,
+        sreq: u32,
+    },
+    Rts {
+        len: usize,
+        flags: u32,
+        sreq: u32,
+    },
+}
+
+impl ArrivalRef<'_> {
+    fn to_owned(&self) -> Arrival {
+        match *self {
+            ArrivalRef::Eager { data, flags, sreq } => Arrival::Eager {
+                data: data.to_vec(),
+                flags,
+                sreq,
+            },
+            ArrivalRef::Rts { len, flags, sreq } => Arrival::Rts { len, flags, sreq },
+        }
+    }
+}
+
+/// A posted receive: its buffer, the largest message it accepts and its completer.
+/// The buffer is the program's (`irecv`: `cap` is its length) or the blocking
+/// receive's own, empty until a message fills it (no allocation or zeroing of the
+/// caller's capacity up front).
+#[derive(Debug)]
+pub(crate) struct PostedRecv {
+    pub(crate) buf: Vec<u8>,
+    pub(crate) cap: usize,
+    pub(crate) done: OpCompleter,
+}
+
+/// A rendezvous receive being filled by `DATA` chunks.
+#[derive(Debug)]
+struct RecvOp {
+    buf: Vec<u8>,
+    got: usize,
+    env: Envelope,
+    done: OpCompleter,
+}
+
+/// A send in flight at the sender.
+#[derive(Debug)]
+enum SendOp {
+    /// A synchronous eager send, waiting for its `ACK`.
+    AwaitAck { done: OpCompleter },
+    /// A rendezvous send: waiting for its `CTS` (`rreq` is `None`), then streamed.
+    /// A standard send completed when the layer copied its bytes (`done` is `None`);
+    /// a synchronous one completes when its `CTS` comes.
+    Rndv {
+        dst: EpAddr,
+        data: Vec<u8>,
+        rreq: Option<u32>,
+        off: usize,
+        done: Option<OpCompleter>,
+    },
+}
+
+/// A message the handlers or an operation could not inject yet (back-pressure).
+#[derive(Debug)]
+enum Out {
+    Short {
+        dst: EpAddr,
+        h: u8,
+        args: [u32; 7],
+        n: u8,
+    },
+    Eager {
+        dst: EpAddr,
+        args: [u32; 5],
+        data: Vec<u8>,
+        /// The completer of a standard send queued under back-pressure (it completes
+        /// when the message is injected).
+        done: Option<OpCompleter>,
+    },
+}
+
+/// The status of a received or probed message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Status {
+    /// The sending rank.
+    pub source: u32,
+    /// The message's tag.
+    pub tag: u32,
+    /// The message's length in bytes.
+    pub len: usize,
+}
+
+/// Counters of one endpoint's messaging layer ([`Msg::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MsgStats {
+    /// Messages sent eagerly.
+    pub eager_sent: u64,
+    /// Messages sent by rendezvous.
+    pub rndv_sent: u64,
+    /// Arrivals that found a posted receive.
+    pub matched_posted: u64,
+    /// Arrivals queued as unexpected.
+    pub unexpected: u64,
+    /// Arrivals that came before an earlier message of their source (held to restore
+    /// the sender's order).
+    pub reordered: u64,
+    /// Messages dropped because they failed validation (unknown ids, bad lengths).
+    pub dropped: u64,
+}
+
+/// The messaging layer (see the [crate documentation](crate)): attach it with
+/// `ClientBuilder::layer::<Msg>()`; its operations are [`MsgExt`](crate::MsgExt)'s.
+#[derive(Debug)]
+pub struct Msg {
+    hid: [HandlerId; h::COUNT as usize],
+    me: EpAddr,
+    size: u32,
+    eager_max: usize,
+    send_seq: Vec<u32>,
+    pub(crate) matcher: Matcher<Arrival, PostedRecv>,
+    reorder: Reorder<(Envelope, Arrival)>,
+    outbox: VecDeque<Out>,
+    sends: Slab<SendOp>,
+    recvs: Slab<RecvOp>,
+    /// Rendezvous sends cleared to stream, in the order their CTS came.
+    streaming: VecDeque<u32>,
+    stats: MsgStats,
+}
+
+/// Reads `GEX_MSG_EAGER_MAX`.
+fn eager_max(cfg: &gex_core::Config) -> Result<usize, InitError> {
+    cfg.size("GEX_MSG_EAGER_MAX", DEFAULT_EAGER_MAX)
+}
+
+impl Layer for Msg {
+    const NAME: &'static str = "msg";
+    const HANDLERS: u8 = h::COUNT;
+    const ENV_VARS: &'static [gex_core::config::EnvVar] = crate::ENV_VARS;
+
+    fn attach<C: Conduit>(cx: &mut Attach<'_, C, Self>) -> Result<Self, InitError> {
+        let eager_max = eager_max(cx.config())?;
+        let size = cx.size();
+        Ok(Msg {
+            hid: std::array::from_fn(|i| cx.handler(i as u8)),
+            me: cx.addr(),
+            size,
+            eager_max,
+            send_seq: vec![0; size as usize],
+            matcher: Matcher::new(size),
+            reorder: Reorder::new(size),
+            outbox: VecDeque::new(),
+            sends: Slab::default(),
+            recvs: Slab::default(),
+            streaming: VecDeque::new(),
+            stats: MsgStats::default(),
+        })
+    }
+
+    fn handle(self: Pin<&mut Self>, hi: u8, t: &mut Token<'_>, am: Am<'_>) {
+        let m = self.get_mut();
+        let src = t.src();
+        if src.rank >= m.size || src.ep != m.me.ep {
+            m.stats.dropped += 1;
+            return;
+        }
+        let a = am.args();
+        let arg = |i: usize| a.get(i).copied();
+        match hi {
+            h::EAGER => {
+                let (Some(ctx), Some(tag), Some(seq), Some(flags), Some(sreq)) =
+                    (arg(0), arg(1), arg(2), arg(3), arg(4))
+                else {
+                    m.stats.dropped += 1;
+                    return;
+                };
+                let env = Envelope {
+                    src: src.rank,
+                    tag,
+                    ctx,
+                };
+                let data = am.payload();
+                m.arrive(seq, env, ArrivalRef::Eager { data, flags, sreq });
+            }
+            h::RTS => {
+                let (Some(ctx), Some(tag), Some(seq), Some(flags), Some(sreq), Some(lo), Some(hi)) =
+                    (arg(0), arg(1), arg(2), arg(3), arg(4), arg(5), arg(6))
+                else {
+                    m.stats.dropped += 1;
+                    return;
+                };
+                let Ok(len) = usize::try_from(u64::from(lo) | (u64::from(hi) << 32)) else {
+                    m.stats.dropped += 1;
+                    return;
+                };
+                let env = Envelope {
+                    src: src.rank,
+                    tag,
+                    ctx,
+                };
+                m.arrive(seq, env, ArrivalRef::Rts { len, flags, sreq });
+            }
+            h::CTS => {
+                let (Some(sreq), Some(rreq), Some(ok)) = (arg(0), arg(1), arg(2)) else {
+                    m.stats.dropped += 1;
+                    return;
+                };
+                match m.sends.get_mut(sreq) {
+                    Some(SendOp::Rndv {
+                        dst,
+                        rreq: r @ None,
+                        done,
+                        ..
+                    }) if *dst == src => {
+                        // Matched: a synchronous send is complete.
+                        if let Some(d) = done.take() {
+                            d.ok();
+                        }
+                        if ok == 1 {
+                            *r = Some(rreq);
+                            m.streaming.push_back(sreq);
+                        } else {
+                            // The receiver consumed the message as truncated: its
+                            // bytes are not needed.
+                            drop(m.sends.remove(sreq));
+                        }
+                    }
+                    _ => m.stats.dropped += 1,
+                }
+            }
+            h::DATA => {
+                let (Some(rreq), Some(lo), Some(hi)) = (arg(0), arg(1), arg(2)) else {
+                    m.stats.dropped += 1;
+                    return;
+                };
+                let off = u64::from(lo) | (u64::from(hi) << 32);
+                let chunk = am.payload();
+                let Some(r) = m.recvs.get_mut(rreq) else {
+                    m.stats.dropped += 1;
+                    return;
+                };
+                let fits = usize::try_from(off)
+                    .ok()
+                    .and_then(|o| o.checked_add(chunk.len()).map(|e| (o, e)))
+                    .filter(|&(_, e)| e <= r.buf.len());
+                let Some((o, e)) = fits.filter(|_| r.env.src == src.rank) else {
+                    m.stats.dropped += 1;
+                    return;
+                };
+                r.buf[o..e].copy_from_slice(chunk);
+                r.got += chunk.len();
+                if r.got >= r.buf.len()
+                    && let Some(r) = m.recvs.remove(rreq)
+                {
+                    complete_recv(r.buf, r.env, r.done);
+                }
+            }
+            h::ACK => {
+                let Some(sreq) = arg(0) else {
+                    m.stats.dropped += 1;
+                    return;
+                };
+                if matches!(m.sends.get_mut(sreq), Some(SendOp::AwaitAck { .. })) {
+                    if let Some(SendOp::AwaitAck { done }) = m.sends.remove(sreq) {
+                        done.ok();
+                    }
+                } else {
+                    m.stats.dropped += 1;
+                }
+            }
+            _ => m.stats.dropped += 1,
+        }
+    }
+
+    fn progress<C: Conduit>(self: Pin<&mut Self>, cx: &mut Cx<'_, C>) -> Progress {
+        self.get_mut().pump(cx)
+    }
+
+    fn describe(&self) -> String {
+        let mut s = String::new();
+        if self.matcher.posted_len() + self.matcher.unexpected_len() + self.sends.len() > 0
+            || !self.outbox.is_empty()
+            || self.recvs.len() > 0
+        {
+            s = format!(
+                "msg: {} posted receives, {} unexpected messages, {} sends in flight ({} streaming), {} rendezvous receives, {} queued for injection, {} held out of order",
+                self.matcher.posted_len(),
+                self.matcher.unexpected_len(),
+                self.sends.len(),
+                self.streaming.len(),
+                self.recvs.len(),
+                self.outbox.len(),
+                self.reorder.held(),
+            );
+        }
+        s
+    }
+}
+
+/// Completes a receive of `buf` (already cut to the message's length) from `env`:
+/// the status travels behind the bytes (`finish_recv` takes it off).
+pub(crate) fn complete_recv(mut buf: Vec<u8>, env: Envelope, done: OpCompleter) {
+    buf.extend_from_slice(&env.src.to_le_bytes());
+    buf.extend_from_slice(&env.tag.to_le_bytes());
+    done.done(Data::Bytes(buf));
+}
+
+/// Takes the status off the bytes a receive completed with.
+pub(crate) fn split_status(d: Data) -> (Vec<u8>, Status) {
+    let mut b = match d {
+        Data::Bytes(b) => b,
+        _ => Vec::new(),
+    };
+    let n = b.len().saturating_sub(8);
+    let word = |i: usize| {
+        b.get(n + i..n + i + 4)
+            .map_or(0, |w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+    };
+    let (source, tag) = (word(0), word(4));
+    b.truncate(n);
+    let len = b.len();
+    (b, Status { source, tag, len })
+}
+
+impl Msg {
+    /// This endpoint's counters.
+    pub fn stats(&self) -> MsgStats {
+        self.stats
+    }
+
+    /// The eager threshold (`GEX_MSG_EAGER_MAX`, bounded by the Medium limit toward
+    /// each peer at send time).
+    pub fn eager_max(&self) -> usize {
+        self.eager_max
+    }
+
+    /// Sends whose bytes the layer still holds or must still inject: rendezvous sends
+    /// not yet cleared or streamed, synchronous sends not yet acknowledged, messages
+    /// queued under back-pressure. Their bytes move only while this endpoint is polled.
+    pub fn sends_in_flight(&self) -> usize {
+        self.sends.len() + self.outbox.len()
+    }
+
+    /// Nothing queued, in flight or unmatched on this endpoint.
+    pub fn is_quiet(&self) -> bool {
+        self.matcher.posted_len() == 0
+            && self.matcher.unexpected_len() == 0
+            && self.sends.len() == 0
+            && self.recvs.len() == 0
+            && self.outbox.is_empty()
+            && self.reorder.held() == 0
+    }
+
+    pub(crate) fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// An arrival numbered `seq` by its source, in any order.
+    fn arrive(&mut self, seq: u32, env: Envelope, a: ArrivalRef<'_>) {
+        if !self.reorder.is_next(env.src, seq) {
+            self.stats.reordered += 1;
+            if self
+                .reorder
+                .hold(env.src, seq, (env, a.to_owned()))
+                .is_err()
+            {
+                self.stats.dropped += 1;
+            }
+            return;
+        }
+        self.reorder.advance(env.src);
+        self.arrive_in_order(env, a);
+        while let Some((env, a)) = self.reorder.pop_ready(env.src) {
+            let r = match &a {
+                Arrival::Eager { data, flags, sreq } => ArrivalRef::Eager {
+                    data,
+                    flags: *flags,
+                    sreq: *sreq,
+                },
+                Arrival::Rts { len, flags, sreq } => ArrivalRef::Rts {
+                    len: *len,
+                    flags: *flags,
+                    sreq: *sreq,
+                },
+            };
+            self.arrive_in_order(env, r);
+        }
+    }
+
+    fn arrive_in_order(&mut self, env: Envelope, a: ArrivalRef<'_>) {
+        match self.matcher.arrive_with(env, || a.to_owned()) {
+            Some(recv) => {
+                self.stats.matched_posted += 1;
+                self.deliver(env, a, recv);
+            }
+            None => self.stats.unexpected += 1,
+        }
+    }
+
+    /// A matched pair: an arrival and a posted receive.
+    fn deliver(&mut self, env: Envelope, a: ArrivalRef<'_>, recv: PostedRecv) {
+        let PostedRecv { mut buf, cap, done } = recv;
+        let dst = EpAddr {
+            rank: env.src,
+            ep: self.me.ep,
+        };
+        let truncated = |len: usize, capacity: usize| MsgError::Truncated {
+            len,
+            capacity,
+            source_rank: env.src,
+            tag: env.tag,
+        };
+        match a {
+            ArrivalRef::Eager { data, flags, sreq } => {
+                if flags & F_SYNC != 0 {
+                    self.queue_short(dst, h::ACK, &[sreq]);
+                }
+                if data.len() > cap {
+                    done.fail(truncated(data.len(), cap));
+                    return;
+                }
+                // Room for the status too (`complete_recv`): one allocation at most.
+                buf.clear();
+                buf.reserve_exact(data.len() + 8);
+                buf.extend_from_slice(data);
+                complete_recv(buf, env, done);
+            }
+            ArrivalRef::Rts { len, sreq, .. } => {
+                if len > cap {
+                    self.queue_short(dst, h::CTS, &[sreq, 0, 0]);
+                    done.fail(truncated(len, cap));
+                    return;
+                }
+                buf.clear();
+                buf.reserve_exact(len + 8);
+                buf.resize(len, 0);
+                let rreq = self.recvs.insert(RecvOp {
+                    buf,
+                    got: 0,
+                    env,
+                    done,
+                });
+                self.queue_short(dst, h::CTS, &[sreq, rreq, 1]);
+            }
+        }
+    }
+
+    /// Delivers a matched unexpected message (taken from the engine) to `recv`.
+    pub(crate) fn deliver_owned(&mut self, env: Envelope, a: Arrival, recv: PostedRecv) {
+        let r = match &a {
+            Arrival::Eager { data, flags, sreq } => ArrivalRef::Eager {
+                data,
+                flags: *flags,
+                sreq: *sreq,
+            },
+            Arrival::Rts { len, flags, sreq } => ArrivalRef::Rts {
+                len: *len,
+                flags: *flags,
+                sreq: *sreq,
+            },
+        };
+        self.deliver(env, r, recv);
+    }
+
+    /// The synchronous-send acknowledgement of an eager message taken by a receive
+    /// that copied it itself (the blocking receive's fast path).
+    pub(crate) fn ack_if_sync(&mut self, env: Envelope, flags: u32, sreq: u32) {
+        if flags & F_SYNC != 0 {
+            let dst = EpAddr {
+                rank: env.src,
+                ep: self.me.ep,
+            };
+            self.queue_short(dst, h::ACK, &[sreq]);
+        }
+    }
+
+    fn queue_short(&mut self, dst: EpAddr, h: u8, a: &[u32]) {
+        let mut args = [0u32; 7];
+        args[..a.len()].copy_from_slice(a);
+        self.outbox.push_back(Out::Short {
+            dst,
+            h,
+            args,
+            n: a.len() as u8,
+        });
+    }
+
+    /// The fast path of a standard send: if `data` goes eagerly, nothing is queued
+    /// before it and the conduit takes the message now, sends it and returns `true`
+    /// (the send is complete). `false`: nothing sent, take [`start_send`](Self::start_send).
+    pub(crate) fn try_eager_now<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        dst: u32,
+        tag: u32,
+        ctx: u32,
+        data: &[u8],
+    ) -> Result<bool, MsgError> {
+        let to = EpAddr {
+            rank: dst,
+            ep: self.me.ep,
+        };
+        if !self.outbox.is_empty() || data.len() > self.eager_max.min(cx.max_medium(to)) {
+            return Ok(false);
+        }
+        let seq = self.send_seq[dst as usize];
+        let args = [ctx, tag, seq, 0, 0];
+        match cx.try_request(
+            to,
+            self.hid[h::EAGER as usize],
+            Category::Medium,
+            &args,
+            data,
+            0,
+        )? {
+            Injected::WouldBlock => Ok(false),
+            _ => {
+                self.send_seq[dst as usize] = seq.wrapping_add(1);
+                self.stats.eager_sent += 1;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Starts a send of `data` to `dst` (checked by the caller): eager or
+    /// rendezvous; `done` completes when the send does (at once for an eager send
+    /// injected now). On an error nothing was sent and `done` is dropped.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn start_send<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        dst: u32,
+        tag: u32,
+        ctx: u32,
+        data: &[u8],
+        sync: bool,
+        done: OpCompleter,
+    ) -> Result<(), MsgError> {
+        let to = EpAddr {
+            rank: dst,
+            ep: self.me.ep,
+        };
+        let seq = self.send_seq[dst as usize];
+        let flags = if sync { F_SYNC } else { 0 };
+        // Flush what is queued first, so that a send under back-pressure keeps its
+        // place behind earlier ones (the receiver restores the order anyway).
+        self.pump(cx);
+        if data.len() <= self.eager_max.min(cx.max_medium(to)) {
+            let (sreq, done) = if sync {
+                (self.sends.insert(SendOp::AwaitAck { done }), None)
+            } else {
+                (0, Some(done))
+            };
+            let args = [ctx, tag, seq, flags, sreq];
+            let injected = if self.outbox.is_empty() {
+                cx.try_request(
+                    to,
+                    self.hid[h::EAGER as usize],
+                    Category::Medium,
+                    &args,
+                    data,
+                    0,
+                )
+            } else {
+                Ok(Injected::WouldBlock)
+            };
+            match injected {
+                Ok(Injected::WouldBlock) => {
+                    self.outbox.push_back(Out::Eager {
+                        dst: to,
+                        args,
+                        data: data.to_vec(),
+                        done,
+                    });
+                    cx.set_busy();
+                }
+                Ok(_) => {
+                    if let Some(d) = done {
+                        d.ok();
+                    }
+                }
+                Err(e) => {
+                    if sync {
+                        drop(self.sends.remove(sreq));
+                    }
+                    return Err(e.into());
+                }
+            }
+            self.stats.eager_sent += 1;
+        } else {
+            let len = data.len() as u64;
+            // The layer owns a copy of the bytes: a standard send is complete now.
+            let done = if sync {
+                Some(done)
+            } else {
+                done.ok();
+                None
+            };
+            let sreq = self.sends.insert(SendOp::Rndv {
+                dst: to,
+                data: data.to_vec(),
+                rreq: None,
+                off: 0,
+                done,
+            });
+            self.queue_short(
+                to,
+                h::RTS,
+                &[ctx, tag, seq, flags, sreq, len as u32, (len >> 32) as u32],
+            );
+            self.stats.rndv_sent += 1;
+            self.pump(cx);
+            cx.set_busy();
+        }
+        self.send_seq[dst as usize] = seq.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Flushes the outbox and streams cleared rendezvous sends until back-pressure.
+    pub(crate) fn pump<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) -> Progress {
+        while let Some(o) = self.outbox.front() {
+            let r = match o {
+                Out::Short { dst, h, args, n } => cx.try_request(
+                    *dst,
+                    self.hid[*h as usize],
+                    Category::Short,
+                    &args[..*n as usize],
+                    &[],
+                    0,
+                ),
+                Out::Eager {
+                    dst, args, data, ..
+                } => cx.try_request(
+                    *dst,
+                    self.hid[h::EAGER as usize],
+                    Category::Medium,
+                    args,
+                    data,
+                    0,
+                ),
+            };
+            match r {
+                Ok(Injected::WouldBlock) => return Progress::Spinning,
+                // A failed injection (a peer gone) drops the message and fails the
+                // send queued with it, if any.
+                r => {
+                    if let Some(Out::Eager { done: Some(d), .. }) = self.outbox.pop_front() {
+                        match r {
+                            Ok(_) => d.ok(),
+                            Err(e) => d.fail(MsgError::Am(e)),
+                        }
+                    }
+                }
+            }
+        }
+        while let Some(&sreq) = self.streaming.front() {
+            let Some(SendOp::Rndv {
+                dst,
+                data,
+                rreq: Some(rreq),
+                off,
+                ..
+            }) = self.sends.get_mut(sreq)
+            else {
+                self.streaming.pop_front();
+                continue;
+            };
+            let chunk = cx.max_medium(*dst).max(1);
+            while *off < data.len() {
+                let end = (*off + chunk).min(data.len());
+                let o = *off as u64;
+                match cx.try_request(
+                    *dst,
+                    self.hid[h::DATA as usize],
+                    Category::Medium,
+                    &[*rreq, o as u32, (o >> 32) as u32],
+                    &data[*off..end],
+                    0,
+                ) {
+                    Ok(Injected::WouldBlock) => return Progress::Spinning,
+                    Ok(_) => *off = end,
+                    Err(_) => {
+                        // A peer gone: the rest of the message is dropped (the send
+                        // completed when it was matched or copied).
+                        self.stats.dropped += 1;
+                        break;
+                    }
+                }
+            }
+            self.streaming.pop_front();
+            drop(self.sends.remove(sreq));
+        }
+        Progress::Idle
+    }
+}

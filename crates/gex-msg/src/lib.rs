@@ -1,0 +1,105 @@
+//! # gex-msg
+//!
+//! Two-sided tagged messaging for gex, MPI style, as a [layer](gex_core::layer)
+//! composed into every endpoint of a client: [`MsgExt`] offers send/recv,
+//! isend/irecv (events), ssend/issend (synchronous: complete once matched),
+//! rsend (ready mode), persistent requests, probe/iprobe and sendrecv, with any-source and any-tag wildcards and MPI's
+//! non-overtaking order per (source, tag, context).
+//!
+//! ```
+//! use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+//! use gex_msg::{Comm, Msg, MsgExt};
+//!
+//! let client = ClientBuilder::new().layer::<Msg>()
+//!     .init::<Loopback>(Box::new(Singleton::new()))?;
+//! let mut ep = client.endpoint(0)?;
+//! let me = ep.addr().rank;
+//! let big = vec![7u8; 100_000]; // above the eager threshold: rendezvous
+//! let ev = ep.isend(Comm::WORLD, me, 1, &big)?;
+//! let got = ep.irecv(Comm::WORLD, Some(me), Some(1), vec![0; 1 << 17])?;
+//! let got = ep.wait(got)?;
+//! ep.wait(ev)?;
+//! assert_eq!(got.data, big);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Protocols
+//! - **Eager** (messages up to `GEX_MSG_EAGER_MAX` bytes, default 8 KiB, and never
+//!   more than the conduit's Medium limit toward the peer): one Medium AM carrying the
+//!   envelope and the bytes. The send is complete once the AM is injected (the
+//!   conduit has copied it). At the receiver, a message that finds a posted receive is
+//!   copied from the network's buffer straight into it; otherwise its bytes are copied
+//!   into the **unexpected queue** (the one allocation of the receive path) until a
+//!   receive takes them.
+//! - **Rendezvous** (larger messages): the sender copies the bytes into a buffer of
+//!   the layer and sends a request to send (RTS, a Short AM with size and tag); when a
+//!   receive matches it, the receiver answers clear-to-send (CTS) naming its receive,
+//!   and the sender streams the bytes as Medium AMs straight into the receive buffer.
+//!   A standard send is complete once the layer has its copy (it never waits for the
+//!   receiver, so two ranks sending each other large messages before receiving do not
+//!   deadlock); unexpected large messages cost the receiver no memory. Its bytes move
+//!   while the sender's endpoint is polled (any call that polls or waits on it, or its
+//!   progress thread; [`Msg::sends_in_flight`] counts what is left). Chosen over a
+//!   pull with gex-rma (sender stages into its segment, receiver gets): the segment belongs to
+//!   the program, and the layer would need an allocator in it and a free protocol; the
+//!   chunked path works on every conduit, has flow control built in (only matched
+//!   data moves), and needs no other layer. The single-copy path between thread ranks
+//!   is future work (see docs/msg.md).
+//! - **Synchronous** sends ([`MsgExt::ssend`]): an eager message carries a flag and
+//!   the receiver acknowledges the match; a rendezvous send is matched when its CTS
+//!   comes. Ready sends ([`MsgExt::rsend`]) are standard sends.
+//!
+//! ## Matching
+//! The matching engine ([`engine`]) is protocol logic without I/O: posted receives
+//! and unexpected messages in per-source queues plus an any-source queue, with post
+//! and arrival numbers that keep MPI's order between wildcard and specific receives.
+//! Senders number their messages per destination, and the receiver restores that
+//! order ([`engine::Reorder`]) before matching, so conduits that reorder (the
+//! simulated fabric with reordering) still give MPI order. No locks: the engine is the
+//! endpoint's layer state, driven by one thread (an endpoint is `Send`, not `Sync`).
+//!
+//! ## The lifetime rule
+//! No operation lends a caller's buffer to the network beyond the call: sends copy
+//! (eager: into the AM; rendezvous: into the layer's buffer); a nonblocking receive
+//! takes an owned `Vec<u8>` which its event gives back, so dropping or forgetting the
+//! event is harmless; the blocking [`recv`](MsgExt::recv) into `&mut [u8]` copies an
+//! eager message already queued straight into it, and otherwise receives into a
+//! buffer of its own and copies when the receive is complete. There is no `unsafe`
+//! in this crate.
+//!
+//! ## What it does not do (yet)
+//! - Buffered mode, cancel, matched probe (`mprobe`).
+//! - Teams: ranks are world ranks; a [`Comm`] is only a context id.
+//! - The lock-free multi-producer matching of seed 004 (TMPI): here each endpoint's
+//!   engine is driven by the thread that drives the endpoint; threads that message
+//!   concurrently use endpoints of their own.
+//! - Single-copy rendezvous over RMA between ranks that share memory.
+//!
+//! ## Words
+//! - **envelope**: (source, tag, context) of a message.
+//! - **unexpected message**: one that arrived before a receive matched it.
+//! - **truncation**: a matched message longer than the receive buffer:
+//!   [`MsgError::Truncated`], the message is consumed.
+//!
+//! ## Settings
+//! [`ENV_VARS`]: `GEX_MSG_EAGER_MAX`.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod engine;
+mod error;
+mod ext;
+mod layer;
+
+pub use error::MsgError;
+pub use ext::{Comm, MsgExt, PersistentRecv, PersistentSend, Received, TAG_MAX};
+pub use layer::{Msg, MsgStats, Status};
+
+/// The `GEX_*` settings of the messaging layer ([`Layer::ENV_VARS`](gex_core::layer::Layer::ENV_VARS)
+/// of [`Msg`]), collected into the registry that `GEX_VERBOSEENV=1` and `gex-info env`
+/// print.
+pub const ENV_VARS: &[gex_core::config::EnvVar] = &[gex_core::config::EnvVar {
+    name: "GEX_MSG_EAGER_MAX",
+    default: "8192",
+    doc: "gex-msg: largest message (bytes) sent eagerly in one Medium AM (also bounded by the conduit's Medium limit toward the peer); larger messages use the rendezvous protocol (request to send, clear to send, chunks).",
+}];
