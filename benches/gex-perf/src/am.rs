@@ -165,11 +165,11 @@ impl AmJob {
 }
 
 impl Job for AmJob {
-    type Output = ();
+    type Output = crate::RankEnd;
 
     fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
         let r = run_am(&self, &client);
-        crate::end_job(client, "gex-perf", r);
+        crate::end_job(client, "gex-perf", r)
     }
 }
 
@@ -365,7 +365,8 @@ fn run_am<C: Conduit>(job: &AmJob, client: &Client<C>) -> Res<()> {
     if me == 0 {
         let mut lines = vec![
             format!(
-                "gex-perf am: {n} ranks ({pairs} pair{}), conduit {}, wait policy {:?}, pinning {}",
+                "gex-perf am: {n} ranks as {} ({pairs} pair{}), conduit {}, wait policy {:?}, pinning {}",
+                crate::rank_kind(),
                 if pairs == 1 { "" } else { "s" },
                 match &provider {
                     Some(p) => format!("{} ({p})", client.conduit_name()),

@@ -90,10 +90,10 @@ impl CollJob {
 }
 
 impl Job for CollJob {
-    type Output = ();
+    type Output = crate::RankEnd;
     fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
         let r = run(&self, &client);
-        crate::end_job(client, "gex-perf", r);
+        crate::end_job(client, "gex-perf", r)
     }
 }
 

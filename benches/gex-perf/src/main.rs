@@ -2,13 +2,15 @@
 //! GASNet's `testam`.
 //!
 //! ```text
-//! gex-perf [-n N] [--conduit NAME] [--pin|--no-pin] am [--json] [--quick] [--sizes LIST] [--iters K] [--test NAME]…
+//! gex-perf [-n N] [--threads T] [--conduit NAME] [--pin|--no-pin] am [--json] [--quick] [--sizes LIST] [--iters K] [--test NAME]…
 //! ```
 //!
 //! Started on its own, `gex-perf` launches itself on `N` ranks (default 2) with the
 //! fork launcher ([`gex::boot::spawn_self`]) and exits with the job's exit code;
 //! started by a launcher (`gex-run -n 4 gex-perf am`), each process is one rank and
-//! `-n` is ignored. Ranks form pairs `(0,1), (2,3), …` that measure concurrently;
+//! `-n` is ignored. With `--threads T` (or `GEX_THREADS`), each process runs `T` thread
+//! ranks ([`gex::boot::threads::ThreadJob::within`]): `-n N --threads T` is `N / T`
+//! processes of `T` thread ranks. Ranks form pairs `(0,1), (2,3), …` that measure concurrently;
 //! rank 0 prints the median over pairs. See `--help` and the `am` module for what
 //! each test measures.
 
@@ -19,6 +21,7 @@ mod progress;
 mod report;
 mod rma;
 mod soak;
+mod storm;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
@@ -29,13 +32,23 @@ use std::process::ExitCode;
 /// (for example under `gex-run -n N gex-perf …`; then -n is ignored). Ranks pair up
 /// as (0,1), (2,3), …; every pair measures at the same time and rank 0 reports the
 /// median over pairs. With more ranks than cores, waits spin then block
-/// automatically (GEX_WAIT overrides). Exit code 0 on success.
+/// automatically (GEX_WAIT overrides). With --threads T the ranks are threads: N / T
+/// processes of T thread ranks each (every JSON line says `"ranks_as": "threads"` and
+/// `"threads_per_process": T`). Exit code 0 on success.
 #[derive(Debug, Parser)]
 #[command(name = "gex-perf", version)]
 struct Cli {
-    /// Number of ranks to launch (ignored when started by a launcher).
-    #[arg(short = 'n', long = "ranks", value_name = "N", default_value_t = 2, value_parser = parse_ranks, global = true)]
-    ranks: u32,
+    /// Number of ranks to launch (ignored when started by a launcher); default 2, or T
+    /// with --threads T.
+    #[arg(short = 'n', long = "ranks", value_name = "N", value_parser = parse_ranks, global = true)]
+    ranks: Option<u32>,
+    /// Ranks as threads: every process runs T thread ranks (default: GEX_THREADS, as
+    /// under `gex-run --threads T`; else process ranks). `-n N --threads T` launches
+    /// N / T processes (N must be a multiple of T); `--threads T` alone is one process
+    /// of T thread ranks. Each thread rank has its own client, as a process rank does;
+    /// pinning pins each rank's thread.
+    #[arg(long, value_name = "T", value_parser = parse_ranks, global = true)]
+    threads: Option<u32>,
     /// Conduit to use (default: GEX_CONDUIT, else smp).
     #[arg(long, value_name = "NAME", global = true)]
     conduit: Option<String>,
@@ -57,7 +70,7 @@ struct Cli {
     cmd: Cmd,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 enum Cmd {
     /// Active messages: round trips, flood rates and bandwidths.
     ///
@@ -66,7 +79,8 @@ enum Cmd {
     /// pair). Default sizes: Medium 8 B..max Medium and Long 8 B..1 MiB in powers of
     /// two (plus the maximum), floods from 4 KiB. Rank 0 prints a table, or with
     /// --json one object per line: {"name","size","ranks","conduit","value","unit",
-    /// "min","max"}; units "us" (latency, per message for floods) and "GB/s" (1e9 B/s).
+    /// "min","max","ranks_as","threads_per_process"}; units "us" (latency, per message
+    /// for floods) and "GB/s" (1e9 B/s).
     /// The full run takes about 20-30 s on 2 cores, --quick about 1 s.
     Am(AmArgs),
     /// One-sided puts (gex-rma): put_lat, put_observed_lat (µs) for 8 B..4 KiB and
@@ -96,6 +110,15 @@ enum Cmd {
     /// and soak_rate; any error fails the job (exit code 1). Run it on 4 ranks:
     /// `gex-perf -n 4 soak`.
     Soak(soak::SoakArgs),
+    /// Storm: every rank sends Medium AMs of mixed sizes (8 B to the Medium limit, a
+    /// seeded random mix) to random peers while serving the others', for --seconds
+    /// (default 2) or --count messages per rank; every payload's checksum is verified.
+    /// Rank 0 reports storm_rate (messages/s over every rank), storm_backpressure_wait
+    /// and storm_backpressure_wait_p99 (µs one back-pressured injection waited until
+    /// the conduit took it: median and 99th percentile over every such injection, 0
+    /// when none was refused; max = the longest), storm_backpressure_events,
+    /// storm_messages, storm_seconds and storm_errors; any error fails the job.
+    Storm(storm::StormArgs),
 }
 
 /// Options of the `coll` benchmark.
@@ -159,7 +182,8 @@ fn parse_op(s: &str) -> Result<gex_coll::OpKind, String> {
 /// Options of the `put`, `get`, `atomic` and `barrier` benchmarks.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct RmaArgs {
-    /// One JSON object per line (keys: name, size, ranks, conduit, value, unit, min, max).
+    /// One JSON object per line (keys: name, size, ranks, conduit, value, unit, min, max,
+    /// ranks_as, threads_per_process).
     #[arg(long)]
     json: bool,
     /// Smoke run: few sizes, short timings.
@@ -180,7 +204,8 @@ pub(crate) struct RmaArgs {
 /// Options of the `am` benchmarks.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct AmArgs {
-    /// One JSON object per line (keys: name, size, ranks, conduit, value, unit, min, max).
+    /// One JSON object per line (keys: name, size, ranks, conduit, value, unit, min, max,
+    /// ranks_as, threads_per_process).
     #[arg(long)]
     pub(crate) json: bool,
     /// Smoke run: few sizes, short timings (a few seconds in all).
@@ -276,7 +301,7 @@ fn parse_ranks(s: &str) -> Result<u32, String> {
     }
 }
 
-fn parse_size(s: &str) -> Result<usize, String> {
+pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
     match gex::config::parse_size(s) {
         Some(0) => Err("sizes must be at least 1 byte".into()),
         Some(n) => Ok(n),
@@ -292,22 +317,58 @@ pub(crate) fn complain(msg: &str) {
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
-/// Ends a rank's part of a job: finalizes after `r` succeeded (a failed finalisation
-/// exits with 1), or aborts the job with `who: rank R: error`.
+/// Ends a rank's part of a job: finalizes after `r` succeeded, or aborts the job with
+/// `who: rank R: error`. A failed finalisation is returned (and printed), not turned
+/// into `std::process::exit`, so that the other thread ranks of this process finish
+/// too; `main` turns it into exit code 1.
 pub(crate) fn end_job<C: gex::spi::Conduit, E: std::fmt::Display>(
     client: gex::core::Client<C>,
     who: &str,
     r: Result<(), E>,
-) {
+) -> RankEnd {
+    let rank = client.rank();
     match r {
-        Ok(()) => {
-            if let Err(e) = client.finalize() {
-                complain(&format!("finalisation failed: {e}"));
-                std::process::exit(1);
-            }
-        }
-        Err(e) => client.abort(1, &format!("{who}: rank {}: {e}", client.rank())),
+        Ok(()) => client.finalize().map_err(|e| {
+            let m = format!("rank {rank}: finalisation failed: {e}");
+            complain(&m);
+            m
+        }),
+        Err(e) => client.abort(1, &format!("{who}: rank {rank}: {e}")),
     }
+}
+
+/// How a rank's part of a job ended: `Err` after a failed finalisation (already
+/// printed).
+pub(crate) type RankEnd = Result<(), String>;
+
+/// How the ranks of this job are made, for the JSON lines (`ranks_as`,
+/// `threads_per_process`). Set once in `main` before any rank starts; every rank of the
+/// process reads the same value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RankKind {
+    /// Thread ranks per process, `None` for process ranks.
+    pub(crate) threads: Option<u32>,
+}
+
+impl std::fmt::Display for RankKind {
+    /// `processes`, or `threads (T per process)`, for the human headers.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.threads {
+            None => f.write_str("processes"),
+            Some(t) => write!(f, "threads ({t} per process)"),
+        }
+    }
+}
+
+static RANK_KIND: std::sync::OnceLock<RankKind> = std::sync::OnceLock::new();
+
+/// This process's [`RankKind`] (process ranks if `main` did not set one, as in unit
+/// tests).
+pub(crate) fn rank_kind() -> RankKind {
+    RANK_KIND
+        .get()
+        .copied()
+        .unwrap_or(RankKind { threads: None })
 }
 
 /// The `GEX_*` variables gex-perf reads itself (besides the library's).
@@ -335,36 +396,42 @@ fn shift_heap() {
     }
 }
 
-fn main() -> ExitCode {
-    shift_heap();
-    let cli = Cli::parse();
-    // Refuse an unknown conduit before launching anything.
-    let conduit = match gex::select_conduit(cli.conduit.as_deref()) {
-        Ok(_) if cli.conduit.is_some() => cli.conduit.clone(),
-        Ok(_) => None,
-        Err(e) => {
-            complain(&e.to_string());
-            return ExitCode::from(2);
-        }
-    };
-    let boot = match gex::boot::spawn_self(cli.ranks) {
-        Ok(gex::boot::Role::Launcher(code)) => return ExitCode::from((code & 0xff) as u8),
-        Ok(gex::boot::Role::Rank(boot)) => boot,
-        Err(e) => {
-            complain(&format!("cannot launch {} ranks: {e}", cli.ranks));
-            return ExitCode::FAILURE;
-        }
-    };
-    let rank = boot.rank();
-    let pin = match (cli.pin, cli.no_pin) {
-        (true, _) => PinMode::On,
-        (_, true) => PinMode::Off,
-        _ => PinMode::Auto,
-    };
-    let outcome = match cli.cmd {
+/// Whether this process was started by a launcher (it is then one process of the
+/// launcher's job and `-n` is ignored).
+fn under_launcher() -> bool {
+    ["GEX_BOOT", "PMI_FD", "PMI_PORT"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+}
+
+/// Thread ranks per process: `--threads`, else `GEX_THREADS`, else none.
+fn threads_wanted(cli: &Cli) -> Result<Option<u32>, String> {
+    if let Some(t) = cli.threads {
+        return Ok(Some(t));
+    }
+    match std::env::var(gex::boot::env::THREADS) {
+        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u32>() {
+            Ok(t) if t >= 1 => Ok(Some(t)),
+            _ => Err(format!(
+                "{}={v:?}: not a number of thread ranks of at least 1",
+                gex::boot::env::THREADS
+            )),
+        },
+        _ => Ok(None),
+    }
+}
+
+/// Runs `cmd` as one rank over `boot` (a process's or a thread rank's bootstrap).
+fn run_rank(
+    cmd: Cmd,
+    boot: Box<dyn gex::boot::Bootstrap>,
+    conduit: Option<&str>,
+    pin: PinMode,
+) -> Result<RankEnd, gex::InitError> {
+    match cmd {
         Cmd::Am(args) => {
             let job = am::AmJob { args, pin };
-            gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)
+            gex::init_with_boot(job.builder(), boot, conduit, job)
         }
         cmd @ (Cmd::Put(_) | Cmd::Get(_) | Cmd::Atomic(_) | Cmd::Barrier(_)) => {
             let (family, a) = match cmd {
@@ -372,7 +439,7 @@ fn main() -> ExitCode {
                 Cmd::Get(a) => (rma::Family::Get, a),
                 Cmd::Atomic(a) => (rma::Family::Atomic, a),
                 Cmd::Barrier(a) => (rma::Family::Barrier, a),
-                Cmd::Am(_) | Cmd::Coll(_) | Cmd::Progress(_) | Cmd::Soak(_) => {
+                Cmd::Am(_) | Cmd::Coll(_) | Cmd::Progress(_) | Cmd::Soak(_) | Cmd::Storm(_) => {
                     unreachable!("matched above")
                 }
             };
@@ -384,15 +451,19 @@ fn main() -> ExitCode {
                 sizes: a.sizes,
                 pin,
             };
-            gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)
+            gex::init_with_boot(job.builder(), boot, conduit, job)
         }
         Cmd::Soak(args) => {
             let job = soak::SoakJob { args, pin };
-            gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)
+            gex::init_with_boot(job.builder(), boot, conduit, job)
+        }
+        Cmd::Storm(args) => {
+            let job = storm::StormJob { args, pin };
+            gex::init_with_boot(job.builder(), boot, conduit, job)
         }
         Cmd::Progress(args) => {
             let job = progress::ProgressJob { args, pin };
-            gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)
+            gex::init_with_boot(job.builder(), boot, conduit, job)
         }
         Cmd::Coll(a) => {
             let job = coll::CollJob {
@@ -409,13 +480,90 @@ fn main() -> ExitCode {
                 buffers: a.buffers,
                 sizes: a.sizes,
             };
-            gex::init_with_boot(job.builder(), boot, conduit.as_deref(), job)
+            gex::init_with_boot(job.builder(), boot, conduit, job)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    shift_heap();
+    let cli = Cli::parse();
+    // Refuse an unknown conduit before launching anything.
+    let conduit = match gex::select_conduit(cli.conduit.as_deref()) {
+        Ok(_) if cli.conduit.is_some() => cli.conduit.clone(),
+        Ok(_) => None,
+        Err(e) => {
+            complain(&e.to_string());
+            return ExitCode::from(2);
         }
     };
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
+    let threads = match threads_wanted(&cli) {
+        Ok(t) => t,
         Err(e) => {
-            complain(&format!("rank {rank}: initialisation failed: {e}"));
+            complain(&e);
+            return ExitCode::from(2);
+        }
+    };
+    let ranks = cli.ranks.unwrap_or(threads.unwrap_or(2));
+    let per_process = threads.unwrap_or(1);
+    if ranks % per_process != 0 && !under_launcher() {
+        complain(&format!(
+            "-n {ranks} is not a multiple of --threads {per_process}: every process runs {per_process} thread ranks"
+        ));
+        return ExitCode::from(2);
+    }
+    let _ = RANK_KIND.set(RankKind { threads });
+    let procs = ranks / per_process;
+    let boot = match gex::boot::spawn_self(procs) {
+        Ok(gex::boot::Role::Launcher(code)) => return ExitCode::from((code & 0xff) as u8),
+        Ok(gex::boot::Role::Rank(boot)) => boot,
+        Err(e) => {
+            complain(&format!("cannot launch {procs} processes: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let pin = match (cli.pin, cli.no_pin) {
+        (true, _) => PinMode::On,
+        (_, true) => PinMode::Off,
+        _ => PinMode::Auto,
+    };
+    let Some(t) = threads else {
+        let rank = boot.rank();
+        return match run_rank(cli.cmd, boot, conduit.as_deref(), pin) {
+            Ok(Ok(())) => ExitCode::SUCCESS,
+            Ok(Err(_)) => ExitCode::FAILURE,
+            Err(e) => {
+                complain(&format!("rank {rank}: initialisation failed: {e}"));
+                ExitCode::FAILURE
+            }
+        };
+    };
+    let job = match gex::boot::threads::ThreadJob::within(boot, t) {
+        Ok(j) => j,
+        Err(e) => {
+            complain(&format!("cannot make {t} thread ranks: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let ends = job.run(|tb| {
+        use gex::boot::Bootstrap as _;
+        let (job, rank) = (tb.job().clone(), tb.rank());
+        match run_rank(cli.cmd.clone(), Box::new(tb), conduit.as_deref(), pin) {
+            Ok(end) => end.is_ok(),
+            Err(e) => {
+                // Release the other thread ranks of this process, which may wait for
+                // this one in a bootstrap collective.
+                job.poison(&format!("rank {rank} could not initialise its client: {e}"));
+                complain(&format!("rank {rank}: initialisation failed: {e}"));
+                false
+            }
+        }
+    });
+    match ends {
+        Ok(ok) if ok.iter().all(|&x| x) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
+        Err(e) => {
+            complain(&e.to_string());
             ExitCode::FAILURE
         }
     }

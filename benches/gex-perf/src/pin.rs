@@ -1,4 +1,9 @@
 //! Pinning a rank to one core (`--pin`).
+//!
+//! Both calls act on the calling thread only (`sched_{get,set}affinity` of thread 0 =
+//! the caller), so a thread rank pins its own thread as a process rank pins its
+//! process's one thread: the thread ranks of a process are started from its main
+//! thread, which never pins itself, so each starts with the process's full mask.
 
 use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
 

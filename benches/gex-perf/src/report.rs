@@ -59,7 +59,35 @@ pub(crate) struct Record {
     pub(crate) max: Option<f64>,
 }
 
-/// Writes records to stdout, flushing each line.
+/// One JSON line: a [`Record`] and how the job's ranks were made.
+#[derive(Serialize)]
+struct Line<'a> {
+    #[serde(flatten)]
+    record: &'a Record,
+    /// `processes` (every rank a process) or `threads` (`--threads T`: processes of
+    /// `T` thread ranks each).
+    ranks_as: &'static str,
+    /// Thread ranks per process (1 for process ranks).
+    threads_per_process: u32,
+}
+
+impl<'a> Line<'a> {
+    fn new(record: &'a Record, kind: crate::RankKind) -> Self {
+        Line {
+            record,
+            ranks_as: if kind.threads.is_some() {
+                "threads"
+            } else {
+                "processes"
+            },
+            threads_per_process: kind.threads.unwrap_or(1),
+        }
+    }
+}
+
+/// Writes records to stdout, flushing each line (each line is written under the
+/// stdout lock, so lines of several ranks of one process do not interleave; only
+/// rank 0 reports).
 #[derive(Debug)]
 pub(crate) struct Reporter {
     json: bool,
@@ -91,7 +119,7 @@ impl Reporter {
     pub(crate) fn record(&self, r: &Record) {
         let mut out = std::io::stdout().lock();
         if self.json {
-            match serde_json::to_string(r) {
+            match serde_json::to_string(&Line::new(r, crate::rank_kind())) {
                 Ok(s) => {
                     let _ = writeln!(out, "{s}");
                 }
@@ -169,12 +197,31 @@ mod tests {
             min: Some(0.4),
             max: Some(0.6),
         };
-        let v: serde_json::Value =
-            serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        let line = |r: &Record, threads| {
+            let l = Line::new(r, crate::RankKind { threads });
+            let v: serde_json::Value =
+                serde_json::from_str(&serde_json::to_string(&l).unwrap()).unwrap();
+            v
+        };
+        let v = line(&r, None);
         let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
-        assert_eq!(keys.len(), 8);
+        assert_eq!(keys.len(), 10);
+        assert_eq!(v["ranks_as"], "processes");
+        assert_eq!(v["threads_per_process"], 1);
+        let t = line(&r, Some(4));
+        assert_eq!(t["ranks_as"], "threads");
+        assert_eq!(t["threads_per_process"], 4);
         for k in [
-            "name", "size", "ranks", "conduit", "value", "unit", "min", "max",
+            "name",
+            "size",
+            "ranks",
+            "conduit",
+            "value",
+            "unit",
+            "min",
+            "max",
+            "ranks_as",
+            "threads_per_process",
         ] {
             assert!(keys.iter().any(|x| x == k), "{k}");
         }
@@ -182,9 +229,8 @@ mod tests {
             provider: Some("tcp;ofi_rxm".into()),
             ..r
         };
-        let v: serde_json::Value =
-            serde_json::from_str(&serde_json::to_string(&with).unwrap()).unwrap();
+        let v = line(&with, None);
         assert_eq!(v["provider"], "tcp;ofi_rxm");
-        assert_eq!(v.as_object().unwrap().len(), 9);
+        assert_eq!(v.as_object().unwrap().len(), 11);
     }
 }

@@ -111,10 +111,10 @@ impl RmaJob {
 }
 
 impl Job for RmaJob {
-    type Output = ();
+    type Output = crate::RankEnd;
     fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
         let r = run(&self, &client);
-        crate::end_job(client, "gex-perf", r);
+        crate::end_job(client, "gex-perf", r)
     }
 }
 

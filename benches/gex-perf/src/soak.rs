@@ -92,10 +92,10 @@ impl SoakJob {
 }
 
 impl Job for SoakJob {
-    type Output = ();
+    type Output = crate::RankEnd;
     fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
         let r = run(&self, &client);
-        crate::end_job(client, "gex-perf soak", r);
+        crate::end_job(client, "gex-perf soak", r)
     }
 }
 

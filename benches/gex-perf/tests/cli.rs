@@ -38,9 +38,20 @@ fn quick_json_on_loopback_has_the_documented_keys() {
         assert_eq!(
             keys,
             [
-                "conduit", "max", "min", "name", "ranks", "size", "unit", "value"
+                "conduit",
+                "max",
+                "min",
+                "name",
+                "ranks",
+                "ranks_as",
+                "size",
+                "threads_per_process",
+                "unit",
+                "value"
             ]
         );
+        assert_eq!(o["ranks_as"], "processes");
+        assert_eq!(o["threads_per_process"], 1);
         assert_eq!(o["conduit"], "loopback");
         assert_eq!(o["ranks"], 1);
         let unit = o["unit"].as_str().expect("unit");
@@ -461,4 +472,153 @@ fn soak_verifies_every_operation_and_fails_on_corruption() {
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("differs"), "{err}");
     assert!(err.contains("errors in"), "{err}");
+}
+
+/// The thread-rank layouts the tests run: one process of 2 thread ranks, and 2
+/// processes of 2 thread ranks each (a mixed job).
+#[cfg(feature = "smp")]
+const THREAD_LAYOUTS: [(&[&str], u64); 2] = [
+    (&["--threads", "2"], 2),
+    (&["-n", "4", "--threads", "2"], 4),
+];
+
+/// `rows` for `args` after each thread layout, checking that every line says its ranks
+/// are threads, two per process, and how many ranks the job has.
+#[cfg(feature = "smp")]
+fn thread_rows(args: &[&str]) -> Vec<(u64, Vec<serde_json::Value>)> {
+    THREAD_LAYOUTS
+        .iter()
+        .map(|&(layout, ranks)| {
+            let all: Vec<&str> = layout.iter().chain(args).copied().collect();
+            let rows = rows(&all);
+            assert!(!rows.is_empty(), "{all:?}: no output");
+            for r in &rows {
+                assert_eq!(r["ranks_as"], "threads", "{all:?}: {r}");
+                assert_eq!(r["threads_per_process"], 2, "{all:?}: {r}");
+                assert_eq!(r["ranks"], ranks, "{all:?}: {r}");
+                assert!(r["value"].as_f64().is_some(), "{all:?}: {r}");
+            }
+            (ranks, rows)
+        })
+        .collect()
+}
+
+#[cfg(feature = "smp")]
+#[test]
+fn am_on_thread_ranks_and_mixed_jobs() {
+    for (ranks, rows) in thread_rows(&[
+        "am",
+        "--json",
+        "--test",
+        "am_short_rtt",
+        "--test",
+        "am_medium_rtt",
+        "--sizes",
+        "8,4K",
+        "--iters",
+        "200",
+        "--batches",
+        "3",
+    ]) {
+        let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            ["am_short_rtt", "am_medium_rtt", "am_medium_rtt"],
+            "{ranks} ranks"
+        );
+    }
+}
+
+#[cfg(feature = "smp")]
+#[test]
+fn barrier_and_coll_on_thread_ranks_and_mixed_jobs() {
+    for (ranks, rows) in thread_rows(&["barrier", "--quick", "--json"]) {
+        assert!(
+            rows.iter().all(|r| r["name"] == "barrier_lat"),
+            "{ranks}: {rows:?}"
+        );
+    }
+    for (ranks, rows) in thread_rows(&["coll", "--quick", "--json"]) {
+        for op in ["barrier", "broadcast", "allreduce", "exchange"] {
+            let name = format!("coll_{op}_lat");
+            assert!(
+                rows.iter().any(|r| r["name"] == name),
+                "{ranks}: {name} missing"
+            );
+        }
+    }
+}
+
+#[cfg(feature = "smp")]
+#[test]
+fn storm_on_processes_threads_and_mixed_jobs_loses_nothing() {
+    let check = |rows: &[serde_json::Value], what: &str| {
+        let get = |name: &str| {
+            rows.iter()
+                .find(|r| r["name"] == name)
+                .and_then(|r| r["value"].as_f64())
+                .unwrap_or_else(|| panic!("{what}: no {name} in {rows:?}"))
+        };
+        assert_eq!(get("storm_errors"), 0.0, "{what}");
+        assert!(get("storm_rate") > 0.0, "{what}");
+        assert!(get("storm_messages") > 0.0, "{what}");
+        let waits = get("storm_backpressure_wait");
+        let p99 = get("storm_backpressure_wait_p99");
+        assert!(0.0 <= waits && waits <= p99, "{what}: {waits} {p99}");
+        if get("storm_backpressure_events") == 0.0 {
+            assert_eq!(p99, 0.0, "{what}");
+        }
+    };
+    let args = ["storm", "--seconds", "0.5", "--json"];
+    let procs = rows(&[&["-n", "3"][..], &args].concat());
+    check(&procs, "3 processes");
+    assert!(procs.iter().all(|r| r["ranks_as"] == "processes"));
+    for (ranks, rows) in thread_rows(&args) {
+        check(&rows, &format!("{ranks} thread ranks"));
+    }
+    // A fixed count: every rank sends exactly that many.
+    let counted = rows(&[
+        "--threads",
+        "2",
+        "storm",
+        "--count",
+        "300",
+        "--max-size",
+        "1K",
+        "--json",
+    ]);
+    check(&counted, "--count");
+    assert!(
+        counted
+            .iter()
+            .any(|r| r["name"] == "storm_messages" && r["value"] == 600.0)
+    );
+    // The checks are live: corrupted payloads fail the job, naming the checksum.
+    let out = gex_perf()
+        .args([
+            "-n",
+            "4",
+            "--threads",
+            "2",
+            "storm",
+            "--count",
+            "200",
+            "--corrupt",
+        ])
+        .output()
+        .expect("gex-perf runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("checksum"), "{err}");
+}
+
+#[test]
+fn threads_must_divide_the_ranks() {
+    let out = gex_perf()
+        .args(["-n", "3", "--threads", "2", "am"])
+        .output()
+        .expect("gex-perf runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("multiple"), "{err}");
 }
