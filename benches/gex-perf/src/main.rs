@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! gex-perf [-n N] [--threads T] [--conduit NAME] [--pin|--no-pin] am [--json] [--quick] [--sizes LIST] [--iters K] [--test NAME]…
+//! gex-perf [-n N] [--threads T] … msg [--json] [--quick] [--sizes LIST]
 //! ```
 //!
 //! Started on its own, `gex-perf` launches itself on `N` ranks (default 2) with the
@@ -16,6 +17,7 @@
 
 mod am;
 mod coll;
+mod msg;
 mod pin;
 mod progress;
 mod report;
@@ -119,6 +121,21 @@ enum Cmd {
     /// when none was refused; max = the longest), storm_backpressure_events,
     /// storm_messages, storm_seconds and storm_errors; any error fails the job.
     Storm(storm::StormArgs),
+    /// Tagged messaging (gex-msg): the MPI anchor's pingpong, OSU-style bidirectional
+    /// tests and the any-source receive rate.
+    ///
+    /// Ranks 0 and 1 measure while the others wait in a barrier
+    /// (as `../shared/anchors/mpibench.c` does): msg_pingpong_lat (µs one-way = half the
+    /// round trip of a blocking send and recv, like MPI_Send/MPI_Recv) and
+    /// msg_pingpong_bw (MB/s = 1e6 B/s, size / one-way time); msg_bi_lat (µs per
+    /// exchange: both ranks isend and irecv one message at once and wait, seed 002's
+    /// bidirectional latency); msg_bibw (MB/s both directions, a window of 64 isends
+    /// and irecvs per round, as osu_bibw) and msg_bi_rate (messages/s both directions,
+    /// 8 B, window 64). With 3 ranks or more, msg_anysource_rate (messages/s): every
+    /// rank but 0 sends 8 B messages to rank 0, which receives with any-source recvs.
+    /// Default sizes 8,64,512,4K,32K,256K,1M; value = median of 7 batches of ~50 ms.
+    /// Compare with `../shared/anchors/run.sh mpi` (its pingpong lines).
+    Msg(msg::MsgArgs),
 }
 
 /// Options of the `coll` benchmark.
@@ -439,7 +456,12 @@ fn run_rank(
                 Cmd::Get(a) => (rma::Family::Get, a),
                 Cmd::Atomic(a) => (rma::Family::Atomic, a),
                 Cmd::Barrier(a) => (rma::Family::Barrier, a),
-                Cmd::Am(_) | Cmd::Coll(_) | Cmd::Progress(_) | Cmd::Soak(_) | Cmd::Storm(_) => {
+                Cmd::Am(_)
+                | Cmd::Coll(_)
+                | Cmd::Progress(_)
+                | Cmd::Soak(_)
+                | Cmd::Storm(_)
+                | Cmd::Msg(_) => {
                     unreachable!("matched above")
                 }
             };
@@ -459,6 +481,10 @@ fn run_rank(
         }
         Cmd::Storm(args) => {
             let job = storm::StormJob { args, pin };
+            gex::init_with_boot(job.builder(), boot, conduit, job)
+        }
+        Cmd::Msg(args) => {
+            let job = msg::MsgJob { args, pin };
             gex::init_with_boot(job.builder(), boot, conduit, job)
         }
         Cmd::Progress(args) => {

@@ -622,3 +622,93 @@ fn threads_must_divide_the_ranks() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("multiple"), "{err}");
 }
+
+/// The figures every `msg` run reports (the pair tests between ranks 0 and 1).
+#[cfg(feature = "smp")]
+const MSG_PAIR_FIGURES: [&str; 5] = [
+    "msg_pingpong_lat",
+    "msg_pingpong_bw",
+    "msg_bi_lat",
+    "msg_bibw",
+    "msg_bi_rate",
+];
+
+#[cfg(feature = "smp")]
+#[test]
+fn msg_quick_on_two_processes_and_two_thread_ranks() {
+    for (layout, ranks_as) in [
+        (&["-n", "2"][..], "processes"),
+        (&["--threads", "2"][..], "threads"),
+    ] {
+        let all: Vec<&str> = layout
+            .iter()
+            .chain(&["msg", "--quick", "--json"])
+            .copied()
+            .collect();
+        let rows = rows(&all);
+        for r in &rows {
+            assert_eq!(r["ranks"], 2, "{all:?}: {r}");
+            assert_eq!(r["ranks_as"], ranks_as, "{all:?}: {r}");
+            let (v, lo, hi) = (
+                r["value"].as_f64().unwrap(),
+                r["min"].as_f64().unwrap(),
+                r["max"].as_f64().unwrap(),
+            );
+            assert!(0.0 < lo && lo <= v && v <= hi, "{all:?}: {r}");
+        }
+        for name in MSG_PAIR_FIGURES {
+            assert!(
+                rows.iter().any(|r| r["name"] == name),
+                "{all:?}: {name} missing"
+            );
+        }
+        // Any-source needs a third rank: skipped with 2.
+        assert!(!rows.iter().any(|r| r["name"] == "msg_anysource_rate"));
+        // The ping-pong runs at the quick sizes, one of them above the eager limit
+        // (rendezvous), in the units of the MPI anchor.
+        let pp: Vec<(u64, &str)> = rows
+            .iter()
+            .filter(|r| r["name"] == "msg_pingpong_lat")
+            .map(|r| (r["size"].as_u64().unwrap(), r["unit"].as_str().unwrap()))
+            .collect();
+        assert_eq!(pp, [(8, "us"), (4096, "us"), (65536, "us")], "{all:?}");
+        assert!(
+            rows.iter()
+                .filter(|r| r["name"] == "msg_pingpong_bw" || r["name"] == "msg_bibw")
+                .all(|r| r["unit"] == "MB/s")
+        );
+    }
+}
+
+#[cfg(feature = "smp")]
+#[test]
+fn msg_anysource_rate_on_three_ranks() {
+    for (layout, ranks_as) in [
+        (&["-n", "3"][..], "processes"),
+        (&["--threads", "3"][..], "threads"),
+    ] {
+        let all: Vec<&str> = layout
+            .iter()
+            .chain(&["msg", "--quick", "--json", "--sizes", "8"])
+            .copied()
+            .collect();
+        let rows = rows(&all);
+        let any: Vec<&serde_json::Value> = rows
+            .iter()
+            .filter(|r| r["name"] == "msg_anysource_rate")
+            .collect();
+        assert_eq!(any.len(), 1, "{all:?}: {rows:?}");
+        let r = any[0];
+        assert_eq!(r["ranks"], 3, "{r}");
+        assert_eq!(r["ranks_as"], ranks_as, "{r}");
+        assert_eq!(r["unit"], "msg/s", "{r}");
+        assert_eq!(r["size"], 8, "{r}");
+        assert!(r["value"].as_f64().unwrap() > 0.0, "{r}");
+        for name in MSG_PAIR_FIGURES {
+            assert!(
+                rows.iter().any(|r| r["name"] == name && r["size"] == 8),
+                "{all:?}: {name} missing"
+            );
+        }
+    }
+}
