@@ -20,7 +20,7 @@ use crate::{AmArgs, PinMode, TestName, complain};
 use gex::coll::CollExt;
 use gex::core::{Client, Endpoint};
 use gex::spi::Conduit;
-use gex::{Am, ClientBuilder, DefaultLayers, EpAddr, HandlerId, Job, Token, WaitPolicy};
+use gex::{Am, ClientBuilder, EpAddr, HandlerId, Job, Token, WaitPolicy};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -151,7 +151,7 @@ impl AmJob {
     /// The client settings: a segment large enough for the largest Long payload, at
     /// most [`SEGMENT_MAX`] (`GEX_SEGMENT_SIZE` still overrides; larger sizes are
     /// skipped with a note).
-    pub(crate) fn builder(&self) -> ClientBuilder<DefaultLayers> {
+    pub(crate) fn builder(&self) -> ClientBuilder<crate::Layers> {
         let largest = self
             .args
             .sizes
@@ -160,7 +160,7 @@ impl AmJob {
             .max()
             .unwrap_or(LONG_MAX_DEFAULT)
             .clamp(LONG_MAX_DEFAULT, SEGMENT_MAX);
-        gex::builder().segment_size(largest.next_multiple_of(4096))
+        crate::builder().segment_size(largest.next_multiple_of(4096))
     }
 }
 

@@ -24,7 +24,7 @@ use crate::report::{Record, Reporter, median};
 use gex::coll::{AddrMode, CollExt, OpKind, Opts, Query};
 use gex::core::Client;
 use gex::spi::Conduit;
-use gex::{ClientBuilder, DefaultLayers, Job};
+use gex::{ClientBuilder, Job};
 use gex_tune::measure::{Budget, Placement};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -74,11 +74,11 @@ impl CollJob {
         }
     }
 
-    pub(crate) fn builder(&self) -> ClientBuilder<DefaultLayers> {
+    pub(crate) fn builder(&self) -> ClientBuilder<crate::Layers> {
         let largest = self.sizes().iter().copied().max().unwrap_or(0);
         // An exchange's input and output (block × ranks each) at 64-byte boundaries,
         // the largest buffers of any operation measured.
-        gex::builder().segment_size_with(move |shape| {
+        crate::builder().segment_size_with(move |shape| {
             let ranks = shape.size as usize;
             largest
                 .saturating_mul(ranks)

@@ -388,6 +388,19 @@ pub(crate) fn rank_kind() -> RankKind {
         .unwrap_or(RankKind { threads: None })
 }
 
+/// The layers of every subcommand but `msg`: gex-rma and gex-coll, as before gex-msg
+/// existed, so that those figures stay comparable across builds (`ci/perf-ab`) and an
+/// idle layer they never use is not part of what they measure.
+pub(crate) type Layers = (((), gex::rma::Rma), gex::coll::Coll);
+
+/// A client builder with [`Layers`] (`msg` uses the facade's [`gex::builder`], which
+/// adds gex-msg).
+pub(crate) fn builder() -> gex::ClientBuilder<Layers> {
+    gex::ClientBuilder::new()
+        .layer::<gex::rma::Rma>()
+        .layer::<gex::coll::Coll>()
+}
+
 /// The `GEX_*` variables gex-perf reads itself (besides the library's).
 pub const ENV_VARS: &[gex::config::EnvVar] = &[gex::config::EnvVar {
     name: "GEX_PERF_HEAP_SHIFT",

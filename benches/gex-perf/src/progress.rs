@@ -32,7 +32,7 @@ use gex::coll::CollExt;
 use gex::core::Client;
 use gex::rma::{GlobalPtr, RmaExt};
 use gex::spi::Conduit;
-use gex::{Blocking, ClientBuilder, DefaultLayers, EpAddr, Job};
+use gex::{Blocking, ClientBuilder, EpAddr, Job};
 use std::time::{Duration, Instant};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -64,10 +64,10 @@ pub(crate) struct ProgressJob {
 
 impl ProgressJob {
     /// Default layers, the AM path forced for RMA, the progress thread as asked.
-    pub(crate) fn builder(&self) -> ClientBuilder<DefaultLayers> {
+    pub(crate) fn builder(&self) -> ClientBuilder<crate::Layers> {
         let mut cfg = gex::config::Config::from_env();
         cfg.set("GEX_RMA_PATH", "am");
-        gex::builder()
+        crate::builder()
             .config(cfg)
             .segment_size(4096)
             .progress_thread(self.args.thread)

@@ -36,7 +36,7 @@ use gex::rma::{
     AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaError, RmaExt, ScopeRmaExt,
 };
 use gex::spi::Conduit;
-use gex::{Am, Blocking, ClientBuilder, DefaultLayers, EpAddr, HandlerId, Job, Nbi, Token};
+use gex::{Am, Blocking, ClientBuilder, EpAddr, HandlerId, Job, Nbi, Token};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -96,9 +96,9 @@ fn placed(store: &mut [u8], len: usize) -> &mut [u8] {
 }
 
 impl RmaJob {
-    pub(crate) fn builder(&self) -> ClientBuilder<DefaultLayers> {
+    pub(crate) fn builder(&self) -> ClientBuilder<crate::Layers> {
         let max = if self.quick { 1 << 20 } else { BW_MAX };
-        gex::builder().segment_size(DATA_OFFSET + max)
+        crate::builder().segment_size(DATA_OFFSET + max)
     }
 
     fn timing(&self) -> (Duration, u32) {

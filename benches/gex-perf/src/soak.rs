@@ -34,7 +34,7 @@ use gex::rma::{
     AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaError, RmaExt, ScopeRmaExt,
 };
 use gex::spi::Conduit;
-use gex::{Am, Blocking, ClientBuilder, DefaultLayers, EpAddr, Job, Nb, Nbi, Token};
+use gex::{Am, Blocking, ClientBuilder, EpAddr, Job, Nb, Nbi, Token};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::sync::Arc;
@@ -84,8 +84,8 @@ const PRINT_ERRORS: u64 = 10;
 
 impl SoakJob {
     /// Default layers, a segment with a Long slot and an RMA slot per rank.
-    pub(crate) fn builder(&self) -> ClientBuilder<DefaultLayers> {
-        gex::builder().segment_size_with(|shape| {
+    pub(crate) fn builder(&self) -> ClientBuilder<crate::Layers> {
+        crate::builder().segment_size_with(|shape| {
             (OFF_PUT + shape.size as usize * SLOT).next_multiple_of(4096)
         })
     }

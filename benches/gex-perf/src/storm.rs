@@ -25,7 +25,7 @@ use gex::coll::{Allreduce, BuiltinOp, CollExt};
 use gex::core::Client;
 use gex::core::layer::{self, Retry};
 use gex::spi::Conduit;
-use gex::{Am, Blocking, ClientBuilder, DefaultLayers, EpAddr, Injected, Job, Token};
+use gex::{Am, Blocking, ClientBuilder, EpAddr, Injected, Job, Token};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::sync::Arc;
@@ -76,8 +76,8 @@ pub(crate) struct StormJob {
 
 impl StormJob {
     /// Default layers (the collectives count and reduce at the end).
-    pub(crate) fn builder(&self) -> ClientBuilder<DefaultLayers> {
-        gex::builder()
+    pub(crate) fn builder(&self) -> ClientBuilder<crate::Layers> {
+        crate::builder()
     }
 }
 
