@@ -33,7 +33,7 @@ use gex::core::{Client, Endpoint};
 use gex::msg::{Comm, MsgExt};
 use gex::spi::Conduit;
 use gex::{ClientBuilder, DefaultLayers, Job};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -245,29 +245,6 @@ fn bidir<C: Conduit>(
     Ok(())
 }
 
-/// Runs `op(k)` in batches sized to about `batch` each (warm-up doubling `k` first);
-/// returns seconds per iteration of every batch.
-fn batches(batch: Duration, count: u32, mut op: impl FnMut(u64) -> Res<()>) -> Res<Vec<f64>> {
-    let mut k = 1u64;
-    let per = loop {
-        let t0 = Instant::now();
-        op(k)?;
-        let e = t0.elapsed();
-        if e >= batch / 4 || k >= 1 << 30 {
-            break e.as_secs_f64() / k as f64;
-        }
-        k *= 2;
-    };
-    let iters = ((batch.as_secs_f64() / per.max(1e-9)) as u64).clamp(1, 1 << 30);
-    (0..count)
-        .map(|_| {
-            let t0 = Instant::now();
-            op(iters)?;
-            Ok(t0.elapsed().as_secs_f64() / iters as f64)
-        })
-        .collect()
-}
-
 /// Serves the commands of `driver` until it says stop.
 fn serve<C: Conduit>(ep: &mut Endpoint<C>, b: &mut Bufs, driver: u32) -> Res<()> {
     let mut cmd = [0u8; 32];
@@ -301,14 +278,7 @@ fn barrier<C: Conduit>(ep: &mut Endpoint<C>) -> Res<()> {
 fn run<C: Conduit>(job: &MsgJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0)?;
-    if job.pin != PinMode::Off {
-        let local = client
-            .neighbours()
-            .iter()
-            .position(|&x| x == me)
-            .unwrap_or(0) as u32;
-        crate::pin::pin_to_nth_allowed(local)?;
-    }
+    crate::pin::pin_rank(client, job.pin)?;
     let sizes = job.sizes();
     let most = sizes.iter().copied().max().unwrap_or(8).max(8);
     let mut b = Bufs::new(most);
@@ -366,7 +336,7 @@ fn run<C: Conduit>(job: &MsgJob, client: &Client<C>) -> Res<()> {
                 k: 0,
                 window: 1,
             };
-            let v = batches(batch, count, |k| {
+            let v = crate::rma::batches(batch, count, |k| {
                 command(&mut ep, 1, Cmd { k, ..cmd })?;
                 pingpong(&mut ep, &mut b, 1, s, k)
             })?;
@@ -393,7 +363,7 @@ fn run<C: Conduit>(job: &MsgJob, client: &Client<C>) -> Res<()> {
                     k: 0,
                     window,
                 };
-                let v = batches(batch, count, |k| {
+                let v = crate::rma::batches(batch, count, |k| {
                     command(&mut ep, 1, Cmd { k, ..cmd })?;
                     bidir(&mut ep, &mut b, 1, s, window, k)
                 })?;
@@ -411,7 +381,7 @@ fn run<C: Conduit>(job: &MsgJob, client: &Client<C>) -> Res<()> {
             k: 0,
             window: WINDOW,
         };
-        let v = batches(batch, count, |k| {
+        let v = crate::rma::batches(batch, count, |k| {
             command(&mut ep, 1, Cmd { k, ..cmd })?;
             bidir(&mut ep, &mut b, 1, 8, WINDOW, k)
         })?;
@@ -441,7 +411,7 @@ fn run<C: Conduit>(job: &MsgJob, client: &Client<C>) -> Res<()> {
     if n >= 3 {
         if me == 0 {
             let senders = u64::from(n - 1);
-            let v = batches(batch, count, |k| {
+            let v = crate::rma::batches(batch, count, |k| {
                 for r in 1..n {
                     command(
                         &mut ep,

@@ -29,3 +29,21 @@ pub(crate) fn pin_to_nth_allowed(index: u32) -> Result<usize, String> {
     sched_setaffinity(None, &set).map_err(|e| format!("sched_setaffinity(core {cpu}): {e}"))?;
     Ok(cpu)
 }
+
+/// Pins the calling thread (a rank's) unless `mode` is off: the rank's place among the
+/// ranks of its host picks the core (`pin_to_nth_allowed`).
+pub(crate) fn pin_rank<C: gex::spi::Conduit>(
+    client: &gex::core::Client<C>,
+    mode: crate::PinMode,
+) -> Result<(), String> {
+    if mode != crate::PinMode::Off {
+        let me = client.rank();
+        let local = client
+            .neighbours()
+            .iter()
+            .position(|&x| x == me)
+            .unwrap_or(0) as u32;
+        pin_to_nth_allowed(local)?;
+    }
+    Ok(())
+}

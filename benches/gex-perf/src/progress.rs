@@ -116,16 +116,9 @@ fn run<C: Conduit>(job: &ProgressJob, client: &Client<C>) -> Res<()> {
     }
     let mut ep = client.endpoint(0)?;
     let world = ep.world();
-    if job.pin != PinMode::Off {
-        // Pins this (the main) thread only: the progress thread, started by the client,
-        // keeps the process's full mask.
-        let local = client
-            .neighbours()
-            .iter()
-            .position(|&x| x == me)
-            .unwrap_or(0) as u32;
-        crate::pin::pin_to_nth_allowed(local)?;
-    }
+    // Pins this (the main) thread only: the progress thread, started by the client,
+    // keeps the process's full mask.
+    crate::pin::pin_rank(client, job.pin)?;
     let compute_time = Duration::from_millis(job.args.compute_ms);
     let word = GlobalPtr::<u64>::new(EpAddr::rank(1), 0);
     let (mut lat, mut work, mut rate) = (Vec::new(), Vec::new(), Vec::new());

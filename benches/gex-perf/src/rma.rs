@@ -119,8 +119,12 @@ impl Job for RmaJob {
 }
 
 /// Runs `op(k)` in batches sized to about `batch` each; returns seconds per iteration
-/// of every batch.
-fn batches(batch: Duration, count: u32, mut op: impl FnMut(u64) -> Res<()>) -> Res<Vec<f64>> {
+/// of every batch (warm-up doubling `k` first). Also gex-perf msg's.
+pub(crate) fn batches(
+    batch: Duration,
+    count: u32,
+    mut op: impl FnMut(u64) -> Res<()>,
+) -> Res<Vec<f64>> {
     let mut k = 1u64;
     let per = loop {
         let t0 = Instant::now();

@@ -149,14 +149,7 @@ fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0)?;
     let world = ep.world();
-    if job.pin != PinMode::Off {
-        let local = client
-            .neighbours()
-            .iter()
-            .position(|&x| x == me)
-            .unwrap_or(0) as u32;
-        crate::pin::pin_to_nth_allowed(local)?;
-    }
+    crate::pin::pin_rank(client, job.pin)?;
     let sh = Arc::new(Shared {
         errors: AtomicU64::new(0),
         replies: AtomicU64::new(0),

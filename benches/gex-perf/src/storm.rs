@@ -180,14 +180,7 @@ fn run<C: Conduit>(job: &StormJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0)?;
     let world = ep.world();
-    if job.pin != PinMode::Off {
-        let local = client
-            .neighbours()
-            .iter()
-            .position(|&x| x == me)
-            .unwrap_or(0) as u32;
-        crate::pin::pin_to_nth_allowed(local)?;
-    }
+    crate::pin::pin_rank(client, job.pin)?;
     let sh = Arc::new(Shared {
         got: (0..n).map(|_| AtomicU64::new(0)).collect(),
         errors: AtomicU64::new(0),
