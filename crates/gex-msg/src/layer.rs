@@ -104,6 +104,22 @@ impl Arrival {
             Arrival::Rts { len, .. } => *len,
         }
     }
+
+    /// The arrival as a handler would have seen it (its bytes borrowed).
+    fn as_arrival_ref(&self) -> ArrivalRef<'_> {
+        match self {
+            Arrival::Eager { data, flags, sreq } => ArrivalRef::Eager {
+                data,
+                flags: *flags,
+                sreq: *sreq,
+            },
+            Arrival::Rts { len, flags, sreq } => ArrivalRef::Rts {
+                len: *len,
+                flags: *flags,
+                sreq: *sreq,
+            },
+        }
+    }
 }
 
 /// An arrival as the handler sees it: eager bytes still in the network's buffer.
@@ -481,18 +497,7 @@ impl Msg {
         self.reorder.advance(env.src);
         self.arrive_in_order(env, a);
         while let Some((env, a)) = self.reorder.pop_ready(env.src) {
-            let r = match &a {
-                Arrival::Eager { data, flags, sreq } => ArrivalRef::Eager {
-                    data,
-                    flags: *flags,
-                    sreq: *sreq,
-                },
-                Arrival::Rts { len, flags, sreq } => ArrivalRef::Rts {
-                    len: *len,
-                    flags: *flags,
-                    sreq: *sreq,
-                },
-            };
+            let r = a.as_arrival_ref();
             self.arrive_in_order(env, r);
         }
     }
@@ -557,18 +562,7 @@ impl Msg {
 
     /// Delivers a matched unexpected message (taken from the engine) to `recv`.
     pub(crate) fn deliver_owned(&mut self, env: Envelope, a: Arrival, recv: PostedRecv) {
-        let r = match &a {
-            Arrival::Eager { data, flags, sreq } => ArrivalRef::Eager {
-                data,
-                flags: *flags,
-                sreq: *sreq,
-            },
-            Arrival::Rts { len, flags, sreq } => ArrivalRef::Rts {
-                len: *len,
-                flags: *flags,
-                sreq: *sreq,
-            },
-        };
+        let r = a.as_arrival_ref();
         self.deliver(env, r, recv);
     }
 
