@@ -2,7 +2,7 @@
 
 use crate::engine::{Envelope, Pattern};
 use crate::error::MsgError;
-use crate::layer::{Arrival, Msg, PostedRecv, Status, split_status};
+use crate::layer::{Arrival, F_SYNC, Msg, PostedRecv, Source, Status, split_status};
 use gex_core::event::{Data, finish_unit};
 use gex_core::layer::{self, Cx};
 use gex_core::spi::Conduit;
@@ -390,30 +390,28 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
         tag: Option<u32>,
         buf: &mut [u8],
     ) -> Result<Status, MsgError> {
-        // Fast path: an eager message already here is copied straight into `buf`;
-        // otherwise a receive into a buffer of the layer's is posted and waited for
-        // (the caller's buffer is never lent to the layer).
-        let ev = layer::with::<Msg, C, _>(self, |m, cx| {
-            let m = m.get_mut();
-            let pat = pattern(m, comm, src, tag)?;
-            if let Some((_, Arrival::Eager { .. })) = m.matcher.probe(&pat) {
-                let Some((env, Arrival::Eager { data, flags, sreq })) = m.matcher.take(&pat) else {
-                    unreachable!("probed an eager message");
-                };
-                m.ack_if_sync(env, flags, sreq);
-                m.pump(cx);
-                cx.set_busy();
-                return Ok(Err(copy_out(env, &data, buf)));
-            }
-            Ok::<_, MsgError>(Ok(post(m, cx, pat, Vec::new(), buf.len())))
-        })
-        .ok_or(MsgError::NoLayer)??;
-        match ev {
-            Err(done) => done,
-            Ok(ev) => {
-                let got = layer::finish::<Received, MsgError, Blocking, C>(self, ev, IMPLICIT_TAG)?;
-                buf[..got.data.len()].copy_from_slice(&got.data);
-                Ok(got.status)
+        // The message is taken when it is here (waiting as a probe does), so an eager
+        // message is copied straight from the unexpected queue into `buf` and a
+        // single-copy rendezvous message straight from the sender's buffer into `buf`
+        // (the caller's buffer is never lent to the layer). No receive posted on this
+        // endpoint can come between (the endpoint is driven by this call), so the
+        // message taken is the one a receive posted now would match.
+        let pat = layer::with::<Msg, C, _>(self, |m, _| pattern(&m, comm, src, tag))
+            .ok_or(MsgError::NoLayer)??;
+        loop {
+            let now = layer::with::<Msg, C, _>(self, |m, cx| recv_now(m.get_mut(), cx, &pat, buf))
+                .ok_or(MsgError::NoLayer)?;
+            match now {
+                Now::Done(r) => return r,
+                Now::Posted(ev) => {
+                    let got =
+                        layer::finish::<Received, MsgError, Blocking, C>(self, ev, IMPLICIT_TAG)?;
+                    buf[..got.data.len()].copy_from_slice(&got.data);
+                    return Ok(got.status);
+                }
+                Now::Wait => {
+                    layer::wait_until::<Msg, C>(self, |m| m.matcher.probe(&pat).is_some());
+                }
             }
         }
     }
@@ -530,6 +528,87 @@ fn probe_status(m: &Msg, pat: &Pattern) -> Option<Status> {
         tag: e.tag,
         len: a.len(),
     })
+}
+
+/// What a blocking receive did now.
+enum Now {
+    /// It took a message and is complete.
+    Done(Result<Status, MsgError>),
+    /// It took a rendezvous message that comes in chunks, into a buffer of its own.
+    Posted(Event<Received, MsgError>),
+    /// No message matches yet.
+    Wait,
+}
+
+/// The blocking receive's step: takes the earliest message matching `pat`, if any,
+/// and copies it into `buf` (eager, or a single-copy rendezvous), or receives it in
+/// chunks into a buffer of the layer's.
+fn recv_now<C: Conduit>(m: &mut Msg, cx: &mut Cx<'_, C>, pat: &Pattern, buf: &mut [u8]) -> Now {
+    let Some((env, a)) = m.matcher.take(pat) else {
+        return Now::Wait;
+    };
+    let now = match a {
+        Arrival::Eager { data, flags, sreq } => {
+            m.ack_if_sync(env, flags, sreq);
+            Now::Done(copy_out(env, &data, buf))
+        }
+        Arrival::Rts {
+            len,
+            flags,
+            sreq,
+            key,
+        } => {
+            let status = Status {
+                source: env.src,
+                tag: env.tag,
+                len,
+            };
+            if len > buf.len() {
+                m.refuse_rts(env.src, sreq);
+                Now::Done(Err(MsgError::Truncated {
+                    len,
+                    capacity: buf.len(),
+                    source_rank: env.src,
+                    tag: env.tag,
+                }))
+            } else {
+                let copied = match m.single_copy_source(env.src, len, flags, key) {
+                    Some(Source::Lent(d)) => {
+                        buf[..len].copy_from_slice(&d);
+                        true
+                    }
+                    Some(Source::Cma { pid, addr }) => {
+                        gex_sync::cma::cma_read(pid, addr, &mut buf[..len]).is_ok()
+                    }
+                    None => false,
+                };
+                if copied {
+                    let dst = m.peer(env.src);
+                    m.read_done(dst, sreq);
+                    Now::Done(Ok(status))
+                } else {
+                    // In chunks, into a buffer of the layer's (no second offer).
+                    let (ev, done) = cx.pending::<Received, MsgError>(None, finish_recv);
+                    let a = Arrival::Rts {
+                        len,
+                        flags: flags & F_SYNC,
+                        sreq,
+                        key,
+                    };
+                    let recv = PostedRecv {
+                        buf: Vec::new(),
+                        cap: buf.len(),
+                        done,
+                    };
+                    m.deliver_owned(env, a, recv);
+                    Now::Posted(ev)
+                }
+            }
+        }
+    };
+    m.pump(cx);
+    cx.set_busy();
+    now
 }
 
 fn copy_out(env: Envelope, data: &[u8], buf: &mut [u8]) -> Result<Status, MsgError> {

@@ -86,6 +86,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod direct;
 pub mod engine;
 mod error;
 mod ext;
@@ -98,8 +99,15 @@ pub use layer::{Msg, MsgStats, Status};
 /// The `GEX_*` settings of the messaging layer ([`Layer::ENV_VARS`](gex_core::layer::Layer::ENV_VARS)
 /// of [`Msg`]), collected into the registry that `GEX_VERBOSEENV=1` and `gex-info env`
 /// print.
-pub const ENV_VARS: &[gex_core::config::EnvVar] = &[gex_core::config::EnvVar {
-    name: "GEX_MSG_EAGER_MAX",
-    default: "8192",
-    doc: "gex-msg: largest message (bytes) sent eagerly in one Medium AM (also bounded by the conduit's Medium limit toward the peer); larger messages use the rendezvous protocol (request to send, clear to send, chunks).",
-}];
+pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
+    gex_core::config::EnvVar {
+        name: "GEX_MSG_EAGER_MAX",
+        default: "8192",
+        doc: "gex-msg: largest message (bytes) sent eagerly in one Medium AM (also bounded by the conduit's Medium limit toward the peer); larger messages use the rendezvous protocol (request to send, then a single copy by the receiver or chunks).",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_MSG_SINGLE_COPY",
+        default: "1",
+        doc: "gex-msg: 1 lets the receiver of a rendezvous message copy it straight from the sender's buffer when the sender is a thread rank of its process or (with CMA, process_vm_readv) a process of its host; 0 always streams chunks as Medium AMs (as between hosts).",
+    },
+];
