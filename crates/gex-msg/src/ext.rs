@@ -578,7 +578,11 @@ fn recv_now<C: Conduit>(m: &mut Msg, cx: &mut Cx<'_, C>, pat: &Pattern, buf: &mu
                         true
                     }
                     Some(Source::Cma { pid, addr }) => {
-                        gex_sync::cma::cma_read(pid, addr, &mut buf[..len]).is_ok()
+                        let ok = gex_sync::cma::cma_read(pid, addr, &mut buf[..len]).is_ok();
+                        if !ok {
+                            m.note_fallback();
+                        }
+                        ok
                     }
                     None => false,
                 };

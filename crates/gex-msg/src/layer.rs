@@ -692,7 +692,7 @@ impl Msg {
                             complete_recv(buf, env, done);
                             return;
                         }
-                        self.stats.rndv_fallback += 1;
+                        self.note_fallback();
                     }
                     None => buf.resize(len, 0),
                 }
@@ -734,6 +734,11 @@ impl Msg {
             self.stats.rndv_fallback += 1;
         }
         got
+    }
+
+    /// A single-copy offer accepted but whose read failed: the chunks come instead.
+    pub(crate) fn note_fallback(&mut self) {
+        self.stats.rndv_fallback += 1;
     }
 
     /// A single-copy read of send `sreq` of `dst` is complete: tell the sender.
