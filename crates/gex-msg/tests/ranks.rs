@@ -344,3 +344,21 @@ fn sim_model_4() {
         );
     }
 }
+
+/// A bad value of `GEX_MSG_SINGLE_COPY` fails the endpoint, naming the setting.
+#[test]
+fn a_bad_single_copy_setting_fails_the_endpoint() {
+    use gex_core::boot::Singleton;
+    use gex_core::loopback::Loopback;
+    let bad = ClientBuilder::new()
+        .layer::<Msg>()
+        .config(Config::from_pairs([("GEX_MSG_SINGLE_COPY", "sometimes")]))
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    match bad.endpoint(0) {
+        Err(gex_core::EpError::Layer(e)) => {
+            assert!(e.to_string().contains("GEX_MSG_SINGLE_COPY"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
