@@ -28,10 +28,25 @@
 //!   read gets `EFAULT` or unrelated bytes of the sender: the message is then as lost
 //!   as any message of a dropped endpoint).
 //!
+//! **Lent caller buffers** (the blocking standard [`send`](crate::MsgExt::send) to a
+//! thread rank of the process, the only true single copy): the registry entry holds
+//! the address of the caller's `&[u8]` instead of an `Arc`, with a state (`Ready`,
+//! `Reading`, `Done`) changed only under the registry's lock. The receiver moves it
+//! from `Ready` to `Reading` when it takes it, copies outside the lock, and sets `Done`
+//! ([`BorrowedRead`], also on drop). The sender's [`Loan`] borrows the slice for its
+//! own lifetime and never ends (returns, unwinds, or is dropped) while the state is
+//! `Reading`: [`Loan::withdraw`] replaces a `Ready` entry by an owned copy (then the
+//! receiver reads the copy), waits out a `Reading` one, and `Loan`'s `drop` withdraws.
+//! So the receiver reads the caller's bytes only while the caller's shared borrow is
+//! alive (nobody can write them), and never through an address that came from the
+//! wire. The sender withdraws after a bounded wait (`send`'s budget), so two ranks
+//! sending each other large messages before receiving still do not deadlock.
+//!
 //! The registry is a mutex-protected map taken three times per rendezvous message
 //! (lend, take, and the sender's clean-up): the rendezvous path moves at least
 //! `GEX_MSG_EAGER_MAX` bytes per message, which costs far more than an uncontended
 //! lock; the eager path never touches it.
+#![allow(unsafe_code)]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -42,7 +57,28 @@ struct Lent {
     src: u32,
     dst: u32,
     ep: u16,
-    data: Arc<[u8]>,
+    len: usize,
+    held: Held,
+}
+
+/// What a registry entry holds.
+#[derive(Debug)]
+enum Held {
+    /// A buffer of the layer's.
+    Owned(Arc<[u8]>),
+    /// The address of a caller's slice of `len` bytes, borrowed by a [`Loan`].
+    Borrowed { addr: usize, state: Read },
+}
+
+/// The state of a borrowed entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Read {
+    /// Not taken yet: the sender may still withdraw it.
+    Ready,
+    /// A receiver is copying from the caller's slice.
+    Reading,
+    /// The receiver is done with it.
+    Done,
 }
 
 /// This process's lent rendezvous buffers, by id.
@@ -85,19 +121,199 @@ pub(crate) fn lend(src: u32, dst: u32, ep: u16, data: Arc<[u8]>) -> Ticket {
     // Ids are never reused within a process (2^64 of them), so a stale id finds nothing.
     let id = r.next;
     r.next += 1;
-    r.lent.insert(id, Lent { src, dst, ep, data });
+    let len = data.len();
+    r.lent.insert(
+        id,
+        Lent {
+            src,
+            dst,
+            ep,
+            len,
+            held: Held::Owned(data),
+        },
+    );
     Ticket(id)
+}
+
+/// What a receiver took from the registry.
+#[derive(Debug)]
+pub(crate) enum Taken {
+    /// A buffer of the sender's layer.
+    Owned(Arc<[u8]>),
+    /// A caller's slice, being read.
+    Borrowed(BorrowedRead),
+}
+
+impl Taken {
+    /// Copies the message into `out` (exactly its length).
+    pub(crate) fn copy_to(self, out: &mut [u8]) {
+        self.read(|b| out.copy_from_slice(b));
+    }
+
+    /// Calls `f` with the message's bytes (then the read is done).
+    pub(crate) fn read(self, f: impl FnOnce(&[u8])) {
+        match self {
+            Taken::Owned(d) => f(&d),
+            Taken::Borrowed(b) => b.read(f),
+        }
+    }
+}
+
+/// A receiver's read of a caller's lent slice: the entry is `Reading` until this is
+/// dropped (then `Done`).
+#[derive(Debug)]
+pub(crate) struct BorrowedRead {
+    key: u64,
+    addr: usize,
+    len: usize,
+}
+
+impl BorrowedRead {
+    fn read(self, f: impl FnOnce(&[u8])) {
+        // SAFETY: `addr`/`len` were registered by `Loan::new` from a live `&[u8]` of
+        // this process (never from the wire), and this read moved the entry from
+        // `Ready` to `Reading` under the registry's lock. The `Loan` holding that
+        // borrow does not end (return, unwind, drop) while the entry is `Reading`
+        // (`Loan::withdraw`, called by its `drop`, waits for `Done`, which only this
+        // value's `drop` sets), so the slice is alive and, being shared-borrowed, not
+        // written while `f` runs (`self` is dropped, setting `Done`, only after `f`
+        // returns, and the slice does not escape `f`).
+        let src = unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) };
+        f(src);
+    }
+}
+
+impl Drop for BorrowedRead {
+    fn drop(&mut self) {
+        if let Some(Lent {
+            held: Held::Borrowed { state, .. },
+            ..
+        }) = registry().lent.get_mut(&self.key)
+        {
+            *state = Read::Done;
+        }
+    }
+}
+
+/// A caller's slice lent to a thread rank of this process for the duration of a
+/// blocking send (module docs). Withdrawn when dropped.
+#[derive(Debug)]
+pub(crate) struct Loan<'a> {
+    key: u64,
+    data: &'a [u8],
+}
+
+impl<'a> Loan<'a> {
+    /// Lends `data` from `src` to `dst` (endpoint `ep`); the [`Ticket`] (for the send)
+    /// removes the entry once the send ends.
+    pub(crate) fn new(src: u32, dst: u32, ep: u16, data: &'a [u8]) -> (Loan<'a>, Ticket) {
+        let mut r = registry();
+        let id = r.next;
+        r.next += 1;
+        r.lent.insert(
+            id,
+            Lent {
+                src,
+                dst,
+                ep,
+                len: data.len(),
+                held: Held::Borrowed {
+                    addr: data.as_ptr() as usize,
+                    state: Read::Ready,
+                },
+            },
+        );
+        (Loan { key: id, data }, Ticket(id))
+    }
+
+    /// The state of the lent slice (`Done` once withdrawn or gone).
+    pub(crate) fn state(&self) -> Read {
+        match registry().lent.get(&self.key) {
+            Some(Lent {
+                held: Held::Borrowed { state, .. },
+                ..
+            }) => *state,
+            _ => Read::Done,
+        }
+    }
+
+    /// Ends the loan: a slice not taken yet is replaced by an owned copy (a receiver
+    /// then reads the copy), a slice being read is waited for (the reader is copying,
+    /// which needs nothing from this thread). Afterwards nobody reads the caller's slice.
+    pub(crate) fn withdraw(&mut self) {
+        let mut copy: Option<Arc<[u8]>> = None;
+        loop {
+            {
+                let mut r = registry();
+                match r.lent.get_mut(&self.key) {
+                    Some(l) => match l.held {
+                        Held::Borrowed {
+                            state: Read::Ready, ..
+                        } => {
+                            if let Some(c) = copy.take() {
+                                l.held = Held::Owned(c);
+                                return;
+                            }
+                        }
+                        Held::Borrowed {
+                            state: Read::Reading,
+                            ..
+                        } => {}
+                        _ => return,
+                    },
+                    None => return,
+                }
+            }
+            // Outside the lock: copy (a `Ready` slice), or let the reader finish.
+            if copy.is_none() && self.state() == Read::Ready {
+                copy = Some(Arc::from(self.data));
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+impl Drop for Loan<'_> {
+    fn drop(&mut self) {
+        self.withdraw();
+    }
+}
+
+/// A clone of the owned buffer lent under `key` (`None` while it is a borrowed
+/// slice or after it was taken), for the chunks of a send whose receiver refused the
+/// single copy.
+pub(crate) fn owned(key: u64) -> Option<Arc<[u8]>> {
+    match registry().lent.get(&key)?.held {
+        Held::Owned(ref d) => Some(d.clone()),
+        Held::Borrowed { .. } => None,
+    }
 }
 
 /// Takes the buffer lent under `key` if it was lent by `src` to `dst` on endpoint
 /// `ep` and holds `len` bytes; `None` (and nothing taken) otherwise.
-pub(crate) fn take(key: u64, src: u32, dst: u32, ep: u16, len: usize) -> Option<Arc<[u8]>> {
+pub(crate) fn take(key: u64, src: u32, dst: u32, ep: u16, len: usize) -> Option<Taken> {
     let mut r = registry();
-    let l = r.lent.get(&key)?;
-    if l.src != src || l.dst != dst || l.ep != ep || l.data.len() != len {
+    let l = r.lent.get_mut(&key)?;
+    if l.src != src || l.dst != dst || l.ep != ep || l.len != len {
         return None;
     }
-    r.lent.remove(&key).map(|l| l.data)
+    match l.held {
+        Held::Borrowed {
+            addr,
+            ref mut state,
+        } => {
+            if *state != Read::Ready {
+                return None;
+            }
+            *state = Read::Reading;
+            Some(Taken::Borrowed(BorrowedRead { key, addr, len }))
+        }
+        Held::Owned(_) => match r.lent.remove(&key)?.held {
+            Held::Owned(d) => Some(Taken::Owned(d)),
+            Held::Borrowed { .. } => None,
+        },
+    }
 }
 
 #[cfg(test)]
@@ -114,10 +330,51 @@ mod tests {
         assert!(take(k, 1, 2, 1, 10).is_none()); // other endpoint
         assert!(take(k, 1, 2, 0, 11).is_none()); // other length
         assert!(take(k + 1_000_000, 1, 2, 0, 10).is_none()); // no such id
-        let got = take(k, 1, 2, 0, 10).expect("lent");
+        let mut got = [0u8; 10];
+        take(k, 1, 2, 0, 10).expect("lent").copy_to(&mut got);
         assert_eq!(&got[..], &data[..]);
         assert!(take(k, 1, 2, 0, 10).is_none()); // taken once
         drop(t);
+    }
+
+    #[test]
+    fn a_loan_is_read_in_place_or_withdrawn_into_a_copy() {
+        let data = vec![9u8; 16];
+        // Read in place.
+        let (loan, t) = Loan::new(0, 1, 0, &data);
+        assert_eq!(loan.state(), Read::Ready);
+        let taken = take(t.key(), 0, 1, 0, 16).expect("lent");
+        assert_eq!(loan.state(), Read::Reading);
+        assert!(take(t.key(), 0, 1, 0, 16).is_none()); // taken once
+        let mut out = [0u8; 16];
+        taken.copy_to(&mut out);
+        assert_eq!(out, [9; 16]);
+        assert_eq!(loan.state(), Read::Done);
+        drop(loan);
+        drop(t);
+        // Withdrawn before a receiver came: the receiver reads an owned copy.
+        let (mut loan, t) = Loan::new(0, 1, 0, &data);
+        loan.withdraw();
+        assert_eq!(loan.state(), Read::Done);
+        assert!(owned(t.key()).is_some());
+        drop(loan);
+        let mut out = [0u8; 16];
+        take(t.key(), 0, 1, 0, 16)
+            .expect("copied")
+            .copy_to(&mut out);
+        assert_eq!(out, [9; 16]);
+        // A loan dropped while a reader reads waits for it.
+        let (loan, t) = Loan::new(0, 1, 0, &data);
+        let taken = take(t.key(), 0, 1, 0, 16).expect("lent");
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                let mut out = [0u8; 16];
+                taken.copy_to(&mut out);
+                assert_eq!(out, [9; 16]);
+            });
+            drop(loan); // returns only once the reader is done
+        });
     }
 
     #[test]

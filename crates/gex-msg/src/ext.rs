@@ -1,5 +1,6 @@
 //! The operations: [`MsgExt`] on [`Endpoint`].
 
+use crate::direct::Read;
 use crate::engine::{Envelope, Pattern};
 use crate::error::MsgError;
 use crate::layer::{Arrival, F_SYNC, Msg, PostedRecv, Source, Status, split_status};
@@ -350,9 +351,65 @@ fn send_as<M: Mode, C: Conduit>(
     }
 }
 
+/// The blocking standard send. A rendezvous message to another thread rank of this
+/// process lends `data` itself (module `direct`): the receiver copies straight from it
+/// (the only copy) while this call waits; if no receiver has taken it within a budget
+/// (20 µs plus about the time a copy of `data` takes), or the receiver asks for chunks,
+/// the loan is withdrawn into a copy of the layer's and the call returns as any
+/// standard send does (so crossing sends do not deadlock). Every other send is
+/// `send_as`'s.
+fn send_blocking<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    comm: Comm,
+    dst: u32,
+    tag: u32,
+    data: &[u8],
+) -> Result<(), MsgError> {
+    let lent = layer::with::<Msg, C, _>(ep, |m, cx| {
+        let m = m.get_mut();
+        check_rank(dst, m.size())?;
+        check_tag(tag)?;
+        if !m.lends(cx, dst, data.len()) {
+            return Ok(None);
+        }
+        Ok::<_, MsgError>(Some(m.start_lent_send(cx, dst, tag, comm.id(), data)))
+    })
+    .ok_or(MsgError::NoLayer)??;
+    let Some((sreq, mut loan)) = lent else {
+        return send_as::<Blocking, C>(ep, comm, dst, tag, data, false);
+    };
+    let budget = std::time::Duration::from_nanos(20_000 + data.len() as u64 / 8);
+    let start = std::time::Instant::now();
+    loop {
+        match loan.state() {
+            Read::Done => {
+                layer::state::<Msg, C, _>(ep, |m| m.get_mut().note_in_place());
+                break;
+            }
+            Read::Reading => std::hint::spin_loop(),
+            Read::Ready => {
+                let cleared = layer::state::<Msg, C, _>(ep, |m| m.cleared(sreq)).unwrap_or(true);
+                if cleared || start.elapsed() > budget {
+                    loan.withdraw();
+                    break;
+                }
+                layer::poll(ep);
+            }
+        }
+    }
+    // Nobody reads `data` any more (`loan`'s drop would withdraw it too, on unwind).
+    drop(loan);
+    // Chunks, if the receiver asked for them, go from the copy as the endpoint is polled.
+    layer::with::<Msg, C, _>(ep, |m, cx| {
+        m.get_mut().pump(cx);
+        cx.set_busy();
+    });
+    Ok(())
+}
+
 impl<C: Conduit> MsgExt for Endpoint<C> {
     fn send(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError> {
-        send_as::<Blocking, C>(self, comm, dst, tag, data, false)
+        send_blocking(self, comm, dst, tag, data)
     }
 
     fn isend(
@@ -380,7 +437,7 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
     }
 
     fn rsend(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError> {
-        send_as::<Blocking, C>(self, comm, dst, tag, data, false)
+        send_blocking(self, comm, dst, tag, data)
     }
 
     fn recv(
@@ -574,7 +631,7 @@ fn recv_now<C: Conduit>(m: &mut Msg, cx: &mut Cx<'_, C>, pat: &Pattern, buf: &mu
             } else {
                 let copied = match m.single_copy_source(env.src, len, flags, key) {
                     Some(Source::Lent(d)) => {
-                        buf[..len].copy_from_slice(&d);
+                        d.copy_to(&mut buf[..len]);
                         true
                     }
                     Some(Source::Cma { pid, addr }) => {

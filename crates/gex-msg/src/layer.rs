@@ -202,7 +202,7 @@ impl ArrivalRef<'_> {
 /// Where a single-copy rendezvous receive reads from.
 pub(crate) enum Source {
     /// A buffer a thread rank of this process lent (taken from the registry).
-    Lent(Arc<[u8]>),
+    Lent(direct::Taken),
     /// An address in another process of this host.
     Cma { pid: u64, addr: usize },
 }
@@ -240,7 +240,10 @@ enum SendOp {
     /// registry when the send ends (module `direct`).
     Rndv {
         dst: EpAddr,
-        data: Arc<[u8]>,
+        /// `None` while the bytes are a caller's slice lent by a blocking send
+        /// (`direct::Loan`): the chunks, if the receiver asks for them, come from the
+        /// owned copy the loan leaves in the registry when withdrawn.
+        data: Option<Arc<[u8]>>,
         rreq: Option<u32>,
         off: usize,
         done: Option<OpCompleter>,
@@ -302,6 +305,10 @@ pub struct MsgStats {
     /// chunks instead (the key refused, CMA refused or failed, or
     /// `GEX_MSG_SINGLE_COPY=0` here).
     pub rndv_fallback: u64,
+    /// Blocking sends to a thread rank of this process whose bytes the receiver read
+    /// straight from the caller's buffer (no copy at the sender; the others were
+    /// withdrawn into a copy of the layer's after a bounded wait).
+    pub rndv_in_place: u64,
 }
 
 /// The messaging layer (see the [crate documentation](crate)): attach it with
@@ -679,8 +686,7 @@ impl Msg {
                 buf.reserve_exact(len + 8);
                 match self.single_copy_source(env.src, len, flags, key) {
                     Some(Source::Lent(data)) => {
-                        buf.extend_from_slice(&data);
-                        drop(data);
+                        data.read(|b| buf.extend_from_slice(b));
                         self.read_done(dst, sreq);
                         complete_recv(buf, env, done);
                         return;
@@ -915,7 +921,7 @@ impl Msg {
             };
             let sreq = self.sends.insert(SendOp::Rndv {
                 dst: to,
-                data,
+                data: Some(data),
                 rreq: None,
                 off: 0,
                 done,
@@ -942,6 +948,75 @@ impl Msg {
         }
         self.send_seq[dst as usize] = seq.wrapping_add(1);
         Ok(())
+    }
+
+    /// True if a blocking standard send of `len` bytes to `dst` lends the caller's
+    /// slice (a rendezvous to another thread rank of this process).
+    pub(crate) fn lends<C: Conduit>(&self, cx: &Cx<'_, C>, dst: u32, len: usize) -> bool {
+        dst != self.me.rank
+            && self.near.get(dst as usize) == Some(&Near::Process)
+            && len > self.eager_max.min(cx.max_medium(self.peer(dst)))
+    }
+
+    /// Starts a rendezvous send of the caller's `data` to `dst` (checked by the
+    /// caller, [`lends`](Self::lends) true), lent in place: the caller keeps the
+    /// returned loan (and so its borrow of `data`) until the receiver is done or the
+    /// loan is withdrawn. Returns the send's id and the loan.
+    pub(crate) fn start_lent_send<'a, C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        dst: u32,
+        tag: u32,
+        ctx: u32,
+        data: &'a [u8],
+    ) -> (u32, direct::Loan<'a>) {
+        let to = self.peer(dst);
+        let seq = self.send_seq[dst as usize];
+        self.pump(cx);
+        let (loan, ticket) = direct::Loan::new(self.me.rank, dst, self.me.ep, data);
+        let key = ticket.key();
+        let sreq = self.sends.insert(SendOp::Rndv {
+            dst: to,
+            data: None,
+            rreq: None,
+            off: 0,
+            done: None,
+            _lent: Some(ticket),
+        });
+        let len = data.len() as u64;
+        self.queue_short(
+            to,
+            h::RTS,
+            &[
+                ctx,
+                tag,
+                seq,
+                F_SHARED,
+                sreq,
+                len as u32,
+                (len >> 32) as u32,
+                key as u32,
+                (key >> 32) as u32,
+            ],
+        );
+        self.stats.rndv_sent += 1;
+        self.send_seq[dst as usize] = seq.wrapping_add(1);
+        self.pump(cx);
+        cx.set_busy();
+        (sreq, loan)
+    }
+
+    /// A lent send was read in place.
+    pub(crate) fn note_in_place(&mut self) {
+        self.stats.rndv_in_place += 1;
+    }
+
+    /// True if the receiver of send `sreq` asked for chunks (its CTS came).
+    pub(crate) fn cleared(&self, sreq: u32) -> bool {
+        matches!(
+            self.sends.items.get(sreq as usize),
+            Some(Some(SendOp::Rndv { rreq: Some(_), .. }))
+        )
     }
 
     /// Flushes the outbox and streams cleared rendezvous sends until back-pressure.
@@ -987,11 +1062,23 @@ impl Msg {
                 data,
                 rreq: Some(rreq),
                 off,
+                _lent: lent,
                 ..
             }) = self.sends.get_mut(sreq)
             else {
                 self.streaming.pop_front();
                 continue;
+            };
+            if data.is_none() {
+                // A lent slice: its sender withdraws it (into an owned copy) when it
+                // sees the CTS; until then nothing can be streamed.
+                match lent.as_ref().and_then(|t| direct::owned(t.key())) {
+                    Some(d) => *data = Some(d),
+                    None => return Progress::Spinning,
+                }
+            }
+            let Some(data) = data.as_deref() else {
+                return Progress::Spinning;
             };
             let chunk = cx.max_medium(*dst).max(1);
             while *off < data.len() {

@@ -76,7 +76,12 @@
 //! matching message and copies it straight into the slice (an eager one from the
 //! unexpected queue, a single-copy rendezvous one from the sender's buffer), or
 //! receives chunks into a buffer of its own and copies when the receive is complete.
-//! There is no `unsafe` in this crate (CMA reads are `gex_sync::cma`'s).
+//! The one exception, within the call: a blocking [`send`](MsgExt::send) of a rendezvous
+//! message to a thread rank of the same process lends the caller's slice to the
+//! receiver for the duration of the call (the receiver copies straight from it, the
+//! only copy), and does not return, or unwind, while the receiver reads it; if no
+//! receiver took it within a short wait it is withdrawn into a copy of the layer's
+//! (module `direct`; its one `unsafe` block is in docs/soundness.md's ledger).
 //!
 //! ## What it does not do (yet)
 //! - Buffered mode, cancel, matched probe (`mprobe`).
@@ -84,7 +89,8 @@
 //! - The lock-free multi-producer matching of seed 004 (TMPI): here each endpoint's
 //!   engine is driven by the thread that drives the endpoint; threads that message
 //!   concurrently use endpoints of their own.
-//! - A sender that lends the caller's buffer (no copy at the sender).
+//! - A sender that lends the caller's buffer beyond a blocking send to a thread rank of
+//!   its process (nonblocking sends and other processes copy at the sender).
 //!
 //! ## Words
 //! - **envelope**: (source, tag, context) of a message.

@@ -362,3 +362,99 @@ fn a_bad_single_copy_setting_fails_the_endpoint() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A blocking send of a large message to a thread rank of the same process that is
+/// already waiting in `recv` is read straight from the caller's buffer (the only
+/// copy), in a ping-pong of 8 MiB messages; every byte is checked. (The sender waits
+/// about 1 ms for the receiver before it copies, so on a loaded host only some rounds
+/// may be in place: at least one of them must be.)
+struct InPlace;
+
+impl Job for InPlace {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        let mut ep = client.endpoint(0).unwrap();
+        let w = Comm::WORLD;
+        let me = ep.addr().rank;
+        let peer = 1 - me;
+        let n = 8 << 20;
+        let mut buf = vec![0u8; n];
+        for round in 0..12u32 {
+            let mine = common::payload(me, 0, round, n);
+            if (round + me) % 2 == 0 {
+                ep.send(w, peer, 0, &mine).unwrap();
+            } else {
+                let st = ep.recv(w, Some(peer), Some(0), &mut buf).unwrap();
+                assert_eq!(st.len, n);
+                assert!(buf == common::payload(peer, 0, round, n), "round {round}");
+            }
+        }
+        exchange_barrier(&mut ep).unwrap();
+        assert!(gex_core::layer::wait_until::<Msg, _>(
+            &mut ep,
+            Msg::is_quiet
+        ));
+        let st = stats(&mut ep);
+        assert!(st.rndv_in_place > 0, "{st:?}");
+        assert_eq!(st.rndv_single_copy, 6, "{st:?}");
+        exchange_barrier(&mut ep).unwrap();
+        drop(ep);
+        client.finalize().unwrap();
+    }
+}
+
+#[test]
+fn threads_in_place_pingpong() {
+    threads(2, EAGER, true, || InPlace);
+}
+
+/// A sender that offers the single copy to a receiver that refuses it
+/// (`GEX_MSG_SINGLE_COPY=0` on rank 1 only): the lent slice is withdrawn into a copy
+/// when the clear-to-send comes, and the chunks come from the copy.
+#[test]
+fn threads_receiver_refusing_the_single_copy() {
+    gex::boot::threads::run(2, |boot| {
+        let on = gex_core::boot::Bootstrap::rank(&boot) == 0;
+        gex::init_with_boot(builder(EAGER, on), Box::new(boot), Some("smp"), Refused).unwrap();
+    })
+    .unwrap();
+}
+
+struct Refused;
+
+impl Job for Refused {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        let mut ep = client.endpoint(0).unwrap();
+        let w = Comm::WORLD;
+        let me = ep.addr().rank;
+        for (i, n) in [EAGER + 1, 100_000].into_iter().enumerate() {
+            let data = common::payload(0, 0, i as u32, n);
+            if me == 0 {
+                ep.send(w, 1, 0, &data).unwrap();
+                let s = ep.isend(w, 1, 1, &data).unwrap();
+                ep.wait(s).unwrap();
+            } else {
+                let mut buf = vec![0u8; n];
+                ep.recv(w, Some(0), Some(0), &mut buf).unwrap();
+                assert_eq!(buf, data);
+                let got = ep.irecv(w, Some(0), Some(1), vec![0; n]).unwrap();
+                assert_eq!(ep.wait(got).unwrap().data, data);
+            }
+        }
+        exchange_barrier(&mut ep).unwrap();
+        assert!(gex_core::layer::wait_until::<Msg, _>(
+            &mut ep,
+            Msg::is_quiet
+        ));
+        let st = stats(&mut ep);
+        if me == 1 {
+            // Four offers (two blocking sends, two isends), each taken in chunks.
+            assert_eq!((st.rndv_single_copy, st.rndv_fallback), (0, 4), "{st:?}");
+        }
+        assert_eq!(st.rndv_in_place, 0, "{st:?}");
+        exchange_barrier(&mut ep).unwrap();
+        drop(ep);
+        client.finalize().unwrap();
+    }
+}
