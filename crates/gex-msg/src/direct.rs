@@ -67,8 +67,18 @@ enum Held {
     /// A buffer of the layer's.
     Owned(Arc<[u8]>),
     /// The address of a caller's slice of `len` bytes, borrowed by a [`Loan`].
-    Borrowed { addr: usize, state: Read },
+    Borrowed { addr: LentPtr, state: Read },
 }
+
+/// The address of a caller's lent slice (a pointer, so it keeps its provenance).
+#[derive(Clone, Copy, Debug)]
+struct LentPtr(*const u8);
+
+// SAFETY: the pointer is only dereferenced by `BorrowedRead::read`, under the
+// registry's `Ready`/`Reading`/`Done` protocol (module docs), which keeps the slice
+// alive and unwritten while it is read; moving the address between threads (inside
+// the registry's mutex) does nothing by itself.
+unsafe impl Send for LentPtr {}
 
 /// The state of a borrowed entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,7 +174,7 @@ impl Taken {
 #[derive(Debug)]
 pub(crate) struct BorrowedRead {
     key: u64,
-    addr: usize,
+    addr: LentPtr,
     len: usize,
 }
 
@@ -178,7 +188,7 @@ impl BorrowedRead {
         // value's `drop` sets), so the slice is alive and, being shared-borrowed, not
         // written while `f` runs (`self` is dropped, setting `Done`, only after `f`
         // returns, and the slice does not escape `f`).
-        let src = unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) };
+        let src = unsafe { std::slice::from_raw_parts(self.addr.0, self.len) };
         f(src);
     }
 }
@@ -218,7 +228,7 @@ impl<'a> Loan<'a> {
                 ep,
                 len: data.len(),
                 held: Held::Borrowed {
-                    addr: data.as_ptr() as usize,
+                    addr: LentPtr(data.as_ptr()),
                     state: Read::Ready,
                 },
             },

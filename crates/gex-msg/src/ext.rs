@@ -380,13 +380,23 @@ fn send_blocking<C: Conduit>(
     };
     let budget = std::time::Duration::from_nanos(20_000 + data.len() as u64 / 8);
     let start = std::time::Instant::now();
+    let mut spins = 0u32;
     loop {
         match loan.state() {
             Read::Done => {
                 layer::state::<Msg, C, _>(ep, |m| m.get_mut().note_in_place());
                 break;
             }
-            Read::Reading => std::hint::spin_loop(),
+            // The receiver is copying: nothing to poll for; yield now and then in
+            // case it shares this core.
+            Read::Reading => {
+                spins += 1;
+                if spins % 256 == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
             Read::Ready => {
                 let cleared = layer::state::<Msg, C, _>(ep, |m| m.cleared(sreq)).unwrap_or(true);
                 if cleared || start.elapsed() > budget {
