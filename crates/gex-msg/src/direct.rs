@@ -89,6 +89,9 @@ pub(crate) enum Read {
     Reading,
     /// The receiver is done with it.
     Done,
+    /// Withdrawn into a copy, or no longer in the registry (the send ended: done, or
+    /// refused as truncated).
+    Gone,
 }
 
 /// This process's lent rendezvous buffers, by id.
@@ -155,6 +158,12 @@ pub(crate) enum Taken {
 }
 
 impl Taken {
+    /// True if the bytes are read from the sender's caller's slice (no copy at the
+    /// sender).
+    pub(crate) fn in_place(&self) -> bool {
+        matches!(self, Taken::Borrowed(_))
+    }
+
     /// Copies the message into `out` (exactly its length).
     pub(crate) fn copy_to(self, out: &mut [u8]) {
         self.read(|b| out.copy_from_slice(b));
@@ -236,14 +245,14 @@ impl<'a> Loan<'a> {
         (Loan { key: id, data }, Ticket(id))
     }
 
-    /// The state of the lent slice (`Done` once withdrawn or gone).
+    /// The state of the lent slice.
     pub(crate) fn state(&self) -> Read {
         match registry().lent.get(&self.key) {
             Some(Lent {
                 held: Held::Borrowed { state, .. },
                 ..
             }) => *state,
-            _ => Read::Done,
+            _ => Read::Gone,
         }
     }
 
@@ -365,7 +374,7 @@ mod tests {
         // Withdrawn before a receiver came: the receiver reads an owned copy.
         let (mut loan, t) = Loan::new(0, 1, 0, &data);
         loan.withdraw();
-        assert_eq!(loan.state(), Read::Done);
+        assert_eq!(loan.state(), Read::Gone);
         assert!(owned(t.key()).is_some());
         drop(loan);
         let mut out = [0u8; 16];

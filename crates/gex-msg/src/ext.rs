@@ -383,10 +383,7 @@ fn send_blocking<C: Conduit>(
     let mut spins = 0u32;
     loop {
         match loan.state() {
-            Read::Done => {
-                layer::state::<Msg, C, _>(ep, |m| m.get_mut().note_in_place());
-                break;
-            }
+            Read::Done | Read::Gone => break,
             // The receiver is copying: nothing to poll for; yield now and then in
             // case it shares this core.
             Read::Reading => {

@@ -305,9 +305,9 @@ pub struct MsgStats {
     /// chunks instead (the key refused, CMA refused or failed, or
     /// `GEX_MSG_SINGLE_COPY=0` here).
     pub rndv_fallback: u64,
-    /// Blocking sends to a thread rank of this process whose bytes the receiver read
-    /// straight from the caller's buffer (no copy at the sender; the others were
-    /// withdrawn into a copy of the layer's after a bounded wait).
+    /// Of [`rndv_single_copy`](Self::rndv_single_copy): messages read straight from
+    /// the sending caller's buffer (a blocking send from a thread rank of this process
+    /// that had not withdrawn its loan: no copy at the sender either).
     pub rndv_in_place: u64,
 }
 
@@ -729,7 +729,11 @@ impl Msg {
         let near = self.near.get(src as usize).copied().unwrap_or(Near::Far);
         let got = match near {
             Near::Process if flags & F_SHARED != 0 => {
-                direct::take(key, src, self.me.rank, self.me.ep, len).map(Source::Lent)
+                let t = direct::take(key, src, self.me.rank, self.me.ep, len);
+                if t.as_ref().is_some_and(direct::Taken::in_place) {
+                    self.stats.rndv_in_place += 1;
+                }
+                t.map(Source::Lent)
             }
             Near::Host(pid) if flags & F_CMA != 0 && self.cma => usize::try_from(key)
                 .ok()
@@ -1004,11 +1008,6 @@ impl Msg {
         self.pump(cx);
         cx.set_busy();
         (sreq, loan)
-    }
-
-    /// A lent send was read in place.
-    pub(crate) fn note_in_place(&mut self) {
-        self.stats.rndv_in_place += 1;
     }
 
     /// True if the receiver of send `sreq` asked for chunks (its CTS came).
