@@ -24,9 +24,9 @@
 //!   kernel checks the range against the sender's mappings: a wrong address is
 //!   `EFAULT` (then the receiver falls back to the chunked protocol) or bytes of the
 //!   sender's own memory, never undefined behaviour in the receiver. The sender keeps
-//!   the buffer owned until `DONE` (or its endpoint is dropped, after which a late
-//!   read gets `EFAULT` or unrelated bytes of the sender: the message is then as lost
-//!   as any message of a dropped endpoint).
+//!   the buffer owned until `DONE`; an endpoint dropped before then leaks the buffers
+//!   of such sends (`Msg`'s `drop`), so a late read still gets the message's bytes (or
+//!   `ESRCH`/`EFAULT` once the process is gone, and the chunks are asked for).
 //!
 //! **Lent caller buffers** (the blocking standard [`send`](crate::MsgExt::send) to a
 //! thread rank of the process, the only true single copy): the registry entry holds

@@ -248,6 +248,8 @@ enum SendOp {
         off: usize,
         done: Option<OpCompleter>,
         _lent: Option<Ticket>,
+        /// The RTS offered `data` by address to a process of this host (CMA).
+        by_address: bool,
     },
 }
 
@@ -337,6 +339,26 @@ pub struct Msg {
 /// Reads `GEX_MSG_EAGER_MAX`.
 fn eager_max(cfg: &gex_core::Config) -> Result<usize, InitError> {
     cfg.size("GEX_MSG_EAGER_MAX", DEFAULT_EAGER_MAX)
+}
+
+impl Drop for Msg {
+    /// An endpoint dropped with rendezvous sends offered by address (CMA) still in
+    /// flight leaks their buffers: a receiver in another process may be reading them
+    /// (it is not told), and must read the message's bytes, not whatever this process
+    /// puts there next. Only sends the program abandoned are leaked (a finished job
+    /// has none).
+    fn drop(&mut self) {
+        for op in self.sends.items.iter_mut().flatten() {
+            if let SendOp::Rndv {
+                data: Some(d),
+                by_address: true,
+                ..
+            } = op
+            {
+                std::mem::forget(d.clone());
+            }
+        }
+    }
 }
 
 impl Layer for Msg {
@@ -923,6 +945,7 @@ impl Msg {
                 Near::Host(_) if self.cma => (flags | F_CMA, data.as_ptr() as usize as u64, None),
                 _ => (flags, 0, None),
             };
+            let by_address = flags & F_CMA != 0;
             let sreq = self.sends.insert(SendOp::Rndv {
                 dst: to,
                 data: Some(data),
@@ -930,6 +953,7 @@ impl Msg {
                 off: 0,
                 done,
                 _lent: lent,
+                by_address,
             });
             self.queue_short(
                 to,
@@ -986,6 +1010,7 @@ impl Msg {
             off: 0,
             done: None,
             _lent: Some(ticket),
+            by_address: false,
         });
         let len = data.len() as u64;
         self.queue_short(
