@@ -332,23 +332,51 @@ fn send_as<M: Mode, C: Conduit>(
     data: &[u8],
     sync: bool,
 ) -> Result<M::Out<(), MsgError>, MsgError> {
-    let ev = layer::with::<Msg, C, _>(ep, |m, cx| {
+    match start(ep, comm, dst, tag, data, sync, false)? {
+        Started::Done => Ok(layer::done::<(), MsgError, M, C>(ep, ())),
+        Started::Pending(ev) => layer::finish::<(), MsgError, M, C>(ep, ev, IMPLICIT_TAG),
+        Started::Lent(..) => unreachable!("not lent unless asked"),
+    }
+}
+
+/// How a send started.
+enum Started<'a> {
+    /// Complete (an eager send injected now).
+    Done,
+    /// In flight: complete with its event.
+    Pending(Event<(), MsgError>),
+    /// A blocking send's slice lent in place (send id, loan): see `send_blocking`.
+    Lent(u32, crate::direct::Loan<'a>),
+}
+
+/// Checks and starts a send; `lend`: a rendezvous to another thread rank of this
+/// process may lend `data` in place (the blocking standard send only).
+fn start<'a, C: Conduit>(
+    ep: &mut Endpoint<C>,
+    comm: Comm,
+    dst: u32,
+    tag: u32,
+    data: &'a [u8],
+    sync: bool,
+    lend: bool,
+) -> Result<Started<'a>, MsgError> {
+    layer::with::<Msg, C, _>(ep, |m, cx| {
         let m = m.get_mut();
         check_rank(dst, m.size())?;
         check_tag(tag)?;
         // The fast path: a standard eager send injected now is complete (no event).
         if !sync && m.try_eager_now(cx, dst, tag, comm.id(), data)? {
-            return Ok(None);
+            return Ok(Started::Done);
+        }
+        if lend && !sync && m.lends(cx, dst, data.len()) {
+            let (sreq, loan) = m.start_lent_send(cx, dst, tag, comm.id(), data);
+            return Ok(Started::Lent(sreq, loan));
         }
         let (ev, done) = cx.pending::<(), MsgError>(None, finish_unit);
         m.start_send(cx, dst, tag, comm.id(), data, sync, done)?;
-        Ok::<_, MsgError>(Some(ev))
+        Ok::<_, MsgError>(Started::Pending(ev))
     })
-    .ok_or(MsgError::NoLayer)??;
-    match ev {
-        None => Ok(layer::done::<(), MsgError, M, C>(ep, ())),
-        Some(ev) => layer::finish::<(), MsgError, M, C>(ep, ev, IMPLICIT_TAG),
-    }
+    .ok_or(MsgError::NoLayer)?
 }
 
 /// The blocking standard send. A rendezvous message to another thread rank of this
@@ -365,18 +393,15 @@ fn send_blocking<C: Conduit>(
     tag: u32,
     data: &[u8],
 ) -> Result<(), MsgError> {
-    let lent = layer::with::<Msg, C, _>(ep, |m, cx| {
-        let m = m.get_mut();
-        check_rank(dst, m.size())?;
-        check_tag(tag)?;
-        if !m.lends(cx, dst, data.len()) {
-            return Ok(None);
+    let (sreq, mut loan) = match start(ep, comm, dst, tag, data, false, true)? {
+        Started::Done => {
+            layer::done::<(), MsgError, Blocking, C>(ep, ());
+            return Ok(());
         }
-        Ok::<_, MsgError>(Some(m.start_lent_send(cx, dst, tag, comm.id(), data)))
-    })
-    .ok_or(MsgError::NoLayer)??;
-    let Some((sreq, mut loan)) = lent else {
-        return send_as::<Blocking, C>(ep, comm, dst, tag, data, false);
+        Started::Pending(ev) => {
+            return layer::finish::<(), MsgError, Blocking, C>(ep, ev, IMPLICIT_TAG);
+        }
+        Started::Lent(sreq, loan) => (sreq, loan),
     };
     let budget = std::time::Duration::from_nanos(20_000 + data.len() as u64 / 8);
     let start = std::time::Instant::now();
