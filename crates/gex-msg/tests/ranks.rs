@@ -39,8 +39,35 @@ fn stats<C: Conduit>(ep: &mut gex_core::Endpoint<C>) -> MsgStats {
     gex_core::layer::with::<Msg, _, _>(ep, |m, _| m.stats()).unwrap()
 }
 
+/// Ends the test process if `f` takes more than 5 minutes (a hang in an in-process
+/// job must fail the run, not stall it).
+fn watchdog<R>(f: impl FnOnce() -> R) -> R {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let dog = std::thread::spawn(move || {
+        if rx.recv_timeout(std::time::Duration::from_secs(300))
+            == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        {
+            eprintln!("tests/ranks.rs: an in-process job hung for 300 s");
+            std::process::abort();
+        }
+    });
+    let r = f();
+    drop(tx);
+    dog.join().unwrap();
+    r
+}
+
 /// Thread ranks of this process over smp.
 fn threads<J: Job<Output = ()>>(
+    ranks: u32,
+    eager: usize,
+    single_copy: bool,
+    job: impl Fn() -> J + Sync,
+) {
+    watchdog(|| threads_unguarded(ranks, eager, single_copy, job));
+}
+
+fn threads_unguarded<J: Job<Output = ()>>(
     ranks: u32,
     eager: usize,
     single_copy: bool,
@@ -323,6 +350,10 @@ fn procs_model_3() {
 
 #[test]
 fn sim_model_4() {
+    watchdog(sim_model_runs);
+}
+
+fn sim_model_runs() {
     use gex_testkit::sim::{Delay, SimConfig, run_sim};
     for (seed, reorder) in [(4u8, true), (5, false)] {
         let cfg = SimConfig {
@@ -423,11 +454,13 @@ fn threads_in_place_pingpong() {
 /// when the clear-to-send comes, and the chunks come from the copy.
 #[test]
 fn threads_receiver_refusing_the_single_copy() {
-    gex::boot::threads::run(2, |boot| {
-        let on = gex_core::boot::Bootstrap::rank(&boot) == 0;
-        gex::init_with_boot(builder(EAGER, on), Box::new(boot), Some("smp"), Refused).unwrap();
-    })
-    .unwrap();
+    watchdog(|| {
+        gex::boot::threads::run(2, |boot| {
+            let on = gex_core::boot::Bootstrap::rank(&boot) == 0;
+            gex::init_with_boot(builder(EAGER, on), Box::new(boot), Some("smp"), Refused).unwrap();
+        })
+        .unwrap();
+    });
 }
 
 struct Refused;
