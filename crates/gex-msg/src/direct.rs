@@ -37,9 +37,11 @@
 //! own lifetime and never ends (returns, unwinds, or is dropped) while the state is
 //! `Reading`: [`Loan::withdraw`] replaces a `Ready` entry by an owned copy (then the
 //! receiver reads the copy), waits out a `Reading` one, and `Loan`'s `drop` withdraws.
-//! So the receiver reads the caller's bytes only while the caller's shared borrow is
-//! alive (nobody can write them), and never through an address that came from the
-//! wire. The sender withdraws after a bounded wait (`send`'s budget), so two ranks
+//! No message changes that: a send that ends (its `DONE` or a refusal handled, even
+//! early from a buggy or lying receiver) leaves an entry being read in place, and the
+//! read's end removes it. So the receiver reads the caller's bytes only while the
+//! caller's shared borrow is alive (nobody can write them), and never through an
+//! address that came from the wire. The sender withdraws after a bounded wait (`send`'s budget), so two ranks
 //! sending each other large messages before receiving still do not deadlock.
 //!
 //! The registry is a mutex-protected map taken three times per rendezvous message
@@ -59,6 +61,9 @@ struct Lent {
     ep: u16,
     len: usize,
     held: Held,
+    /// Its send ended while it was being read (`Ticket`'s drop): the read's end
+    /// removes it.
+    orphan: bool,
 }
 
 /// What a registry entry holds.
@@ -123,8 +128,26 @@ impl Ticket {
 }
 
 impl Drop for Ticket {
+    /// Removes the entry, except one being read (whatever messages said: a `DONE` or a
+    /// refusal that came early, from a buggy or lying receiver): that one stays
+    /// `Reading`, so its `Loan` keeps waiting, and the read's end removes it.
     fn drop(&mut self) {
-        registry().lent.remove(&self.0);
+        let mut r = registry();
+        match r.lent.get_mut(&self.0) {
+            Some(Lent {
+                held:
+                    Held::Borrowed {
+                        state: Read::Reading,
+                        ..
+                    },
+                orphan,
+                ..
+            }) => *orphan = true,
+            Some(_) => {
+                r.lent.remove(&self.0);
+            }
+            None => {}
+        }
     }
 }
 
@@ -143,6 +166,7 @@ pub(crate) fn lend(src: u32, dst: u32, ep: u16, data: Arc<[u8]>) -> Ticket {
             ep,
             len,
             held: Held::Owned(data),
+            orphan: false,
         },
     );
     Ticket(id)
@@ -204,12 +228,17 @@ impl BorrowedRead {
 
 impl Drop for BorrowedRead {
     fn drop(&mut self) {
+        let mut r = registry();
         if let Some(Lent {
             held: Held::Borrowed { state, .. },
+            orphan,
             ..
-        }) = registry().lent.get_mut(&self.key)
+        }) = r.lent.get_mut(&self.key)
         {
             *state = Read::Done;
+            if *orphan {
+                r.lent.remove(&self.key);
+            }
         }
     }
 }
@@ -240,6 +269,7 @@ impl<'a> Loan<'a> {
                     addr: LentPtr(data.as_ptr()),
                     state: Read::Ready,
                 },
+                orphan: false,
             },
         );
         (Loan { key: id, data }, Ticket(id))
@@ -394,6 +424,24 @@ mod tests {
             });
             drop(loan); // returns only once the reader is done
         });
+    }
+
+    #[test]
+    fn a_slice_being_read_outlives_its_ticket() {
+        // The send ended early (a lying `DONE`) while a receiver reads: the loan still
+        // waits for the read.
+        let data = vec![5u8; 8];
+        let (loan, t) = Loan::new(0, 1, 0, &data);
+        let taken = take(t.key(), 0, 1, 0, 8).expect("lent");
+        let key = t.key();
+        drop(t);
+        assert_eq!(loan.state(), Read::Reading);
+        let mut out = [0u8; 8];
+        taken.copy_to(&mut out);
+        assert_eq!(out, [5; 8]);
+        assert_eq!(loan.state(), Read::Gone); // removed by the read's end
+        assert!(!registry().lent.contains_key(&key));
+        drop(loan);
     }
 
     #[test]
