@@ -14,6 +14,7 @@
 
 use gex_core::Endpoint;
 use gex_core::spi::Conduit;
+use gex_msg::engine::{Envelope, Pattern};
 use gex_msg::{Comm, Msg, MsgError, MsgExt, Received};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -63,35 +64,19 @@ fn message(id: u32, size: u8, eager: usize) -> Vec<u8> {
     v
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Env {
-    src: u32,
-    tag: u32,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Pat {
-    src: Option<u32>,
-    tag: Option<u32>,
-}
-
-impl Pat {
-    fn accepts(&self, e: Env) -> bool {
-        self.src.is_none_or(|s| s == e.src) && self.tag.is_none_or(|t| t == e.tag)
-    }
-}
-
-/// The sequential model: posted receives in posting order, unexpected messages in
-/// arrival order.
+/// The sequential model of MPI matching (shared with `matching_model.rs`, which checks
+/// the engine alone against it): posted receives in posting order, unexpected messages
+/// in arrival order; an arrival takes the first posted receive that accepts it, a
+/// receive the first unexpected message it accepts, a probe reports that message.
 #[derive(Default)]
-struct Model {
-    posted: Vec<(Pat, u32)>,
-    unexpected: Vec<(Env, u32)>,
+pub(crate) struct Model {
+    pub(crate) posted: Vec<(Pattern, u64)>,
+    pub(crate) unexpected: Vec<(Envelope, u64)>,
 }
 
 impl Model {
-    fn arrive(&mut self, e: Env, id: u32) -> Option<u32> {
-        match self.posted.iter().position(|(p, _)| p.accepts(e)) {
+    pub(crate) fn arrive(&mut self, e: Envelope, id: u64) -> Option<u64> {
+        match self.posted.iter().position(|(p, _)| p.accepts(&e)) {
             Some(i) => Some(self.posted.remove(i).1),
             None => {
                 self.unexpected.push((e, id));
@@ -99,11 +84,14 @@ impl Model {
             }
         }
     }
-    fn post(&mut self, p: Pat, r: u32) -> Option<(Env, u32)> {
-        match self.unexpected.iter().position(|(e, _)| p.accepts(*e)) {
+    pub(crate) fn probe(&self, p: &Pattern) -> Option<(Envelope, u64)> {
+        self.unexpected.iter().find(|(e, _)| p.accepts(e)).copied()
+    }
+    pub(crate) fn post(&mut self, p: Pattern, id: u64) -> Option<(Envelope, u64)> {
+        match self.unexpected.iter().position(|(e, _)| p.accepts(e)) {
             Some(i) => Some(self.unexpected.remove(i)),
             None => {
-                self.posted.push((p, r));
+                self.posted.push((p, id));
                 None
             }
         }
@@ -124,10 +112,10 @@ struct Driver<'a, C: Conduit> {
     eager: usize,
     model: Model,
     /// Every message sent: its envelope and bytes.
-    sent: Vec<(Env, Vec<u8>)>,
+    sent: Vec<(Envelope, Vec<u8>)>,
     /// Receives posted and not completed yet, by receive id.
-    pending: BTreeMap<u32, gex_core::Event<Received, MsgError>>,
-    next_recv: u32,
+    pending: BTreeMap<u64, gex_core::Event<Received, MsgError>>,
+    next_recv: u64,
     arrived: u64,
 }
 
@@ -142,7 +130,11 @@ impl<C: Conduit> Driver<'_, C> {
         ]
         .concat();
         self.ep.send(CMD, src, 0, &cmd).unwrap();
-        let e = Env { src, tag };
+        let e = Envelope {
+            src,
+            tag,
+            ctx: DATA.id(),
+        };
         self.sent.push((e, data));
         // Wait until it has arrived (matched or queued) before anything else happens.
         self.arrived += 1;
@@ -152,17 +144,17 @@ impl<C: Conduit> Driver<'_, C> {
             s.matched_posted + s.unexpected >= want
         });
         assert_eq!(arrivals(self.ep), want, "one arrival per message");
-        match self.model.arrive(e, id) {
+        match self.model.arrive(e, u64::from(id)) {
             Some(r) => {
                 let ev = self.pending.remove(&r).expect("pending receive");
-                self.check(ev, id);
+                self.check(ev, u64::from(id));
             }
             None => self.no_other_completion(),
         }
     }
 
     /// The receive `ev` completes with message `id`.
-    fn check(&mut self, ev: gex_core::Event<Received, MsgError>, id: u32) {
+    fn check(&mut self, ev: gex_core::Event<Received, MsgError>, id: u64) {
         let got = self.ep.wait(ev).unwrap();
         let (e, data) = &self.sent[id as usize];
         assert_eq!(
@@ -192,7 +184,12 @@ impl<C: Conduit> Driver<'_, C> {
         self.next_recv += 1;
         let cap = 3 * self.eager + 100;
         let ev = self.ep.irecv(DATA, src, tag, vec![0; cap]).unwrap();
-        match self.model.post(Pat { src, tag }, r) {
+        let p = Pattern {
+            src,
+            tag,
+            ctx: DATA.id(),
+        };
+        match self.model.post(p, r) {
             Some((_, id)) => self.check(ev, id),
             None => {
                 self.pending.insert(r, ev);
@@ -203,13 +200,15 @@ impl<C: Conduit> Driver<'_, C> {
 
     fn probe(&mut self, src: Option<u32>, tag: Option<u32>) {
         let got = self.ep.iprobe(DATA, src, tag).unwrap();
-        let p = Pat { src, tag };
+        let p = Pattern {
+            src,
+            tag,
+            ctx: DATA.id(),
+        };
         let want = self
             .model
-            .unexpected
-            .iter()
-            .find(|(e, _)| p.accepts(*e))
-            .map(|&(e, id)| (e.src, e.tag, self.sent[id as usize].1.len()));
+            .probe(&p)
+            .map(|(e, id)| (e.src, e.tag, self.sent[id as usize].1.len()));
         assert_eq!(got.map(|s| (s.source, s.tag, s.len)), want, "probe {p:?}");
     }
 
