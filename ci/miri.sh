@@ -10,6 +10,7 @@
 #   gex-core     lib tests, core_api, bad_input, bad_bootstrap
 #   gex-rma      lib tests, layer (the RMA layer on loopback, both paths), bad_input
 #   gex-coll     lib tests, bad_input, report
+#   gex-msg      lib tests (the registry of lent buffers, module direct)
 #   gex-testkit  conformance_loopback, conformance_sim (three of its five shapes),
 #                sim, faults, bad_input, long_race, lib tests
 #   probes       gex-rma rma_race and atomic_race, gex-core long_race, gex-testkit
@@ -68,6 +69,8 @@ RUNS=(
     "2 gex-core --lib --test core_api --test bad_input --test bad_bootstrap"
     "1 gex-rma --lib --test layer --test bad_input"
     "2 gex-coll --lib --test bad_input --test report"
+    # gex-msg's registry of lent buffers: the in-place read of a caller's slice.
+    "1 gex-msg --lib"
 )
 
 cargo_miri() {

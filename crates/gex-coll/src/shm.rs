@@ -115,6 +115,8 @@ use crate::teams::mix_all;
 use crate::tune::LogGP;
 use gex_core::EpAddr;
 use gex_sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub use gex_sync::cma::cma_capable;
+use gex_sync::cma::{cma_read, pid_namespace};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -1054,94 +1056,6 @@ pub(crate) enum Publish {
     Segment,
     /// By virtual address, read with `process_vm_readv` (CMA).
     Process,
-}
-
-/// True if this process can take part in CMA publications: Linux, the process is
-/// dumpable (else other processes may not read its memory), Yama's `ptrace_scope` is
-/// absent or 0 (else only ancestors may), and `process_vm_readv` works (a seccomp
-/// profile may refuse it), tried once on this process's own memory. Evaluated once
-/// per process. False under Miri, which has neither `prctl` nor `process_vm_readv`
-/// (and runs one process).
-pub fn cma_capable() -> bool {
-    static CAPABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *CAPABLE.get_or_init(cma_probe)
-}
-
-/// The inode of this process's pid namespace (0 if unknown). Evaluated once.
-fn pid_namespace() -> u64 {
-    static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *NS.get_or_init(|| {
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::MetadataExt;
-            std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
-        }
-        #[cfg(not(unix))]
-        {
-            0
-        }
-    })
-}
-
-#[cfg(all(target_os = "linux", not(miri)))]
-fn cma_probe() -> bool {
-    let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
-        .map(|s| s.trim() == "0")
-        .unwrap_or(true);
-    // SAFETY: PR_GET_DUMPABLE takes no pointer arguments and only reads a flag.
-    let dumpable = unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) } == 1;
-    if !yama || !dumpable {
-        return false;
-    }
-    let src = [0x5au8; 64];
-    let mut dst = [0u8; 64];
-    cma_read(
-        u64::from(std::process::id()),
-        src.as_ptr() as usize,
-        &mut dst,
-    )
-    .is_ok()
-        && dst == src
-}
-
-#[cfg(any(not(target_os = "linux"), miri))]
-fn cma_probe() -> bool {
-    false
-}
-
-/// Reads `dst.len()` bytes at `addr` in process `pid` into `dst` with
-/// `process_vm_readv(2)` (repeating after a partial transfer).
-#[cfg(target_os = "linux")]
-fn cma_read(pid: u64, addr: usize, dst: &mut [u8]) -> std::io::Result<()> {
-    let mut done = 0;
-    while done < dst.len() {
-        let local = libc::iovec {
-            iov_base: dst[done..].as_mut_ptr().cast(),
-            iov_len: dst.len() - done,
-        };
-        let remote = libc::iovec {
-            iov_base: (addr + done) as *mut libc::c_void,
-            iov_len: dst.len() - done,
-        };
-        // SAFETY: `local` describes the writable rest of `dst`, which nothing else
-        // touches during the call; the kernel checks `remote` against the target's
-        // mappings (a bad address is an error, not undefined behaviour); one iovec
-        // each.
-        let r = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if r == 0 {
-            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
-        }
-        done += r as usize;
-    }
-    Ok(())
-}
-
-#[cfg(not(target_os = "linux"))]
-fn cma_read(_pid: u64, _addr: usize, _dst: &mut [u8]) -> std::io::Result<()> {
-    Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
 }
 
 /// The digest every tag of a collective of team `tid` on `team`'s channel under

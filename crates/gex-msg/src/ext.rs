@@ -1,8 +1,9 @@
 //! The operations: [`MsgExt`] on [`Endpoint`].
 
+use crate::direct::Read;
 use crate::engine::{Envelope, Pattern};
 use crate::error::MsgError;
-use crate::layer::{Arrival, Msg, PostedRecv, Status, split_status};
+use crate::layer::{Arrival, F_SYNC, Msg, PostedRecv, Source, Status, split_status};
 use gex_core::event::{Data, finish_unit};
 use gex_core::layer::{self, Cx};
 use gex_core::spi::Conduit;
@@ -331,28 +332,116 @@ fn send_as<M: Mode, C: Conduit>(
     data: &[u8],
     sync: bool,
 ) -> Result<M::Out<(), MsgError>, MsgError> {
-    let ev = layer::with::<Msg, C, _>(ep, |m, cx| {
+    match start(ep, comm, dst, tag, data, sync, false)? {
+        Started::Done => Ok(layer::done::<(), MsgError, M, C>(ep, ())),
+        Started::Pending(ev) => layer::finish::<(), MsgError, M, C>(ep, ev, IMPLICIT_TAG),
+        Started::Lent(..) => unreachable!("not lent unless asked"),
+    }
+}
+
+/// How a send started.
+enum Started<'a> {
+    /// Complete (an eager send injected now).
+    Done,
+    /// In flight: complete with its event.
+    Pending(Event<(), MsgError>),
+    /// A blocking send's slice lent in place (send id, loan): see `send_blocking`.
+    Lent(u32, crate::direct::Loan<'a>),
+}
+
+/// Checks and starts a send; `lend`: a rendezvous to another thread rank of this
+/// process may lend `data` in place (the blocking standard send only).
+fn start<'a, C: Conduit>(
+    ep: &mut Endpoint<C>,
+    comm: Comm,
+    dst: u32,
+    tag: u32,
+    data: &'a [u8],
+    sync: bool,
+    lend: bool,
+) -> Result<Started<'a>, MsgError> {
+    layer::with::<Msg, C, _>(ep, |m, cx| {
         let m = m.get_mut();
         check_rank(dst, m.size())?;
         check_tag(tag)?;
         // The fast path: a standard eager send injected now is complete (no event).
         if !sync && m.try_eager_now(cx, dst, tag, comm.id(), data)? {
-            return Ok(None);
+            return Ok(Started::Done);
+        }
+        if lend && !sync && m.lends(cx, dst, data.len()) {
+            let (sreq, loan) = m.start_lent_send(cx, dst, tag, comm.id(), data);
+            return Ok(Started::Lent(sreq, loan));
         }
         let (ev, done) = cx.pending::<(), MsgError>(None, finish_unit);
         m.start_send(cx, dst, tag, comm.id(), data, sync, done)?;
-        Ok::<_, MsgError>(Some(ev))
+        Ok::<_, MsgError>(Started::Pending(ev))
     })
-    .ok_or(MsgError::NoLayer)??;
-    match ev {
-        None => Ok(layer::done::<(), MsgError, M, C>(ep, ())),
-        Some(ev) => layer::finish::<(), MsgError, M, C>(ep, ev, IMPLICIT_TAG),
+    .ok_or(MsgError::NoLayer)?
+}
+
+/// The blocking standard send. A rendezvous message to another thread rank of this
+/// process lends `data` itself (module `direct`): the receiver copies straight from it
+/// (the only copy) while this call waits; if no receiver has taken it within a budget
+/// (20 µs plus about the time a copy of `data` takes), or the receiver asks for chunks,
+/// the loan is withdrawn into a copy of the layer's and the call returns as any
+/// standard send does (so crossing sends do not deadlock). Every other send is
+/// `send_as`'s.
+fn send_blocking<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    comm: Comm,
+    dst: u32,
+    tag: u32,
+    data: &[u8],
+) -> Result<(), MsgError> {
+    let (sreq, mut loan) = match start(ep, comm, dst, tag, data, false, true)? {
+        Started::Done => {
+            layer::done::<(), MsgError, Blocking, C>(ep, ());
+            return Ok(());
+        }
+        Started::Pending(ev) => {
+            return layer::finish::<(), MsgError, Blocking, C>(ep, ev, IMPLICIT_TAG);
+        }
+        Started::Lent(sreq, loan) => (sreq, loan),
+    };
+    let budget = std::time::Duration::from_nanos(20_000 + data.len() as u64 / 8);
+    let start = std::time::Instant::now();
+    let mut spins = 0u32;
+    loop {
+        match loan.state() {
+            Read::Done | Read::Gone => break,
+            // The receiver is copying: nothing to poll for; yield now and then in
+            // case it shares this core.
+            Read::Reading => {
+                spins += 1;
+                if spins % 256 == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            Read::Ready => {
+                let cleared = layer::state::<Msg, C, _>(ep, |m| m.cleared(sreq)).unwrap_or(true);
+                if cleared || start.elapsed() > budget {
+                    loan.withdraw();
+                    break;
+                }
+                layer::poll(ep);
+            }
+        }
     }
+    // Nobody reads `data` any more (`loan`'s drop would withdraw it too, on unwind).
+    drop(loan);
+    // Chunks, if the receiver asked for them, go from the copy as the endpoint is polled.
+    layer::with::<Msg, C, _>(ep, |m, cx| {
+        m.get_mut().pump(cx);
+        cx.set_busy();
+    });
+    Ok(())
 }
 
 impl<C: Conduit> MsgExt for Endpoint<C> {
     fn send(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError> {
-        send_as::<Blocking, C>(self, comm, dst, tag, data, false)
+        send_blocking(self, comm, dst, tag, data)
     }
 
     fn isend(
@@ -380,7 +469,7 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
     }
 
     fn rsend(&mut self, comm: Comm, dst: u32, tag: u32, data: &[u8]) -> Result<(), MsgError> {
-        send_as::<Blocking, C>(self, comm, dst, tag, data, false)
+        send_blocking(self, comm, dst, tag, data)
     }
 
     fn recv(
@@ -390,30 +479,28 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
         tag: Option<u32>,
         buf: &mut [u8],
     ) -> Result<Status, MsgError> {
-        // Fast path: an eager message already here is copied straight into `buf`;
-        // otherwise a receive into a buffer of the layer's is posted and waited for
-        // (the caller's buffer is never lent to the layer).
-        let ev = layer::with::<Msg, C, _>(self, |m, cx| {
-            let m = m.get_mut();
-            let pat = pattern(m, comm, src, tag)?;
-            if let Some((_, Arrival::Eager { .. })) = m.matcher.probe(&pat) {
-                let Some((env, Arrival::Eager { data, flags, sreq })) = m.matcher.take(&pat) else {
-                    unreachable!("probed an eager message");
-                };
-                m.ack_if_sync(env, flags, sreq);
-                m.pump(cx);
-                cx.set_busy();
-                return Ok(Err(copy_out(env, &data, buf)));
-            }
-            Ok::<_, MsgError>(Ok(post(m, cx, pat, Vec::new(), buf.len())))
-        })
-        .ok_or(MsgError::NoLayer)??;
-        match ev {
-            Err(done) => done,
-            Ok(ev) => {
-                let got = layer::finish::<Received, MsgError, Blocking, C>(self, ev, IMPLICIT_TAG)?;
-                buf[..got.data.len()].copy_from_slice(&got.data);
-                Ok(got.status)
+        // The message is taken when it is here (waiting as a probe does), so an eager
+        // message is copied straight from the unexpected queue into `buf` and a
+        // single-copy rendezvous message straight from the sender's buffer into `buf`
+        // (the caller's buffer is never lent to the layer). No receive posted on this
+        // endpoint can come between (the endpoint is driven by this call), so the
+        // message taken is the one a receive posted now would match.
+        let pat = layer::with::<Msg, C, _>(self, |m, _| pattern(&m, comm, src, tag))
+            .ok_or(MsgError::NoLayer)??;
+        loop {
+            let now = layer::with::<Msg, C, _>(self, |m, cx| recv_now(m.get_mut(), cx, &pat, buf))
+                .ok_or(MsgError::NoLayer)?;
+            match now {
+                Now::Done(r) => return r,
+                Now::Posted(ev) => {
+                    let got =
+                        layer::finish::<Received, MsgError, Blocking, C>(self, ev, IMPLICIT_TAG)?;
+                    buf[..got.data.len()].copy_from_slice(&got.data);
+                    return Ok(got.status);
+                }
+                Now::Wait => {
+                    layer::wait_until::<Msg, C>(self, |m| m.matcher.probe(&pat).is_some());
+                }
             }
         }
     }
@@ -530,6 +617,91 @@ fn probe_status(m: &Msg, pat: &Pattern) -> Option<Status> {
         tag: e.tag,
         len: a.len(),
     })
+}
+
+/// What a blocking receive did now.
+enum Now {
+    /// It took a message and is complete.
+    Done(Result<Status, MsgError>),
+    /// It took a rendezvous message that comes in chunks, into a buffer of its own.
+    Posted(Event<Received, MsgError>),
+    /// No message matches yet.
+    Wait,
+}
+
+/// The blocking receive's step: takes the earliest message matching `pat`, if any,
+/// and copies it into `buf` (eager, or a single-copy rendezvous), or receives it in
+/// chunks into a buffer of the layer's.
+fn recv_now<C: Conduit>(m: &mut Msg, cx: &mut Cx<'_, C>, pat: &Pattern, buf: &mut [u8]) -> Now {
+    let Some((env, a)) = m.matcher.take(pat) else {
+        return Now::Wait;
+    };
+    let now = match a {
+        Arrival::Eager { data, flags, sreq } => {
+            m.ack_if_sync(env, flags, sreq);
+            Now::Done(copy_out(env, &data, buf))
+        }
+        Arrival::Rts {
+            len,
+            flags,
+            sreq,
+            key,
+        } => {
+            let status = Status {
+                source: env.src,
+                tag: env.tag,
+                len,
+            };
+            if len > buf.len() {
+                m.refuse_rts(env.src, sreq);
+                Now::Done(Err(MsgError::Truncated {
+                    len,
+                    capacity: buf.len(),
+                    source_rank: env.src,
+                    tag: env.tag,
+                }))
+            } else {
+                let copied = match m.single_copy_source(env.src, len, flags, key) {
+                    Some(Source::Lent(d)) => {
+                        d.copy_to(&mut buf[..len]);
+                        true
+                    }
+                    Some(Source::Cma { pid, addr }) => {
+                        let ok = gex_sync::cma::cma_read(pid, addr, &mut buf[..len]).is_ok();
+                        if !ok {
+                            m.note_fallback();
+                        }
+                        ok
+                    }
+                    None => false,
+                };
+                if copied {
+                    let dst = m.peer(env.src);
+                    m.read_done(dst, sreq);
+                    Now::Done(Ok(status))
+                } else {
+                    // In chunks, into a buffer of the layer's (no second offer).
+                    let (ev, done) = cx.pending::<Received, MsgError>(None, finish_recv);
+                    let a = Arrival::Rts {
+                        len,
+                        flags: flags & F_SYNC,
+                        sreq,
+                        key,
+                    };
+                    let recv = PostedRecv {
+                        buf: Vec::new(),
+                        cap: buf.len(),
+                        done,
+                    };
+                    m.deliver_owned(env, a, recv);
+                    Now::Posted(ev)
+                }
+            }
+        }
+    };
+    m.pump(cx);
+    cx.set_busy();
+    now
 }
 
 fn copy_out(env: Envelope, data: &[u8], buf: &mut [u8]) -> Result<Status, MsgError> {

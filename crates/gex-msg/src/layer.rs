@@ -5,10 +5,17 @@
 //! | handler | category | arguments | payload |
 //! |---|---|---|---|
 //! | `EAGER` | Medium | ctx, tag, seq, flags, send id | the message |
-//! | `RTS` (request to send) | Short | ctx, tag, seq, flags, send id, len low, len high | — |
+//! | `RTS` (request to send) | Short | ctx, tag, seq, flags, send id, len low, len high, key low, key high | — |
 //! | `CTS` (clear to send) | Short | send id, receive id, accepted | — |
 //! | `DATA` | Medium | receive id, offset low, offset high | a chunk |
 //! | `ACK` (a synchronous eager send matched) | Short | send id | — |
+//! | `DONE` (a single-copy rendezvous read the sender's buffer) | Short | send id | — |
+//!
+//! An `RTS` flagged `F_SHARED` (thread ranks of one process) or `F_CMA` (processes of
+//! one host) names the sender's buffer by its key (module `direct`): the receiver
+//! copies the message itself and answers `DONE` instead of `CTS`; if it cannot (the
+//! key is refused, CMA fails, `GEX_MSG_SINGLE_COPY=0`), it answers `CTS` and the chunks
+//! come as for any other peer.
 //!
 //! `seq` numbers the matched messages (eager and RTS) from one endpoint to another:
 //! the receiver feeds them to the matching engine in that order (module `engine`,
@@ -17,6 +24,7 @@
 //! which the progress hook and the next operation flush; the progress hook also
 //! streams the chunks of rendezvous sends that were cleared.
 
+use crate::direct::{self, Ticket};
 use crate::engine::{Envelope, Matcher, Reorder};
 use crate::error::MsgError;
 use gex_core::event::Data;
@@ -26,6 +34,7 @@ use gex_core::spi::Conduit;
 use gex_core::{Am, Category, EpAddr, HandlerId, InitError, Injected, Token};
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::Arc;
 
 pub(crate) mod h {
     pub(crate) const EAGER: u8 = 0;
@@ -33,11 +42,29 @@ pub(crate) mod h {
     pub(crate) const CTS: u8 = 2;
     pub(crate) const DATA: u8 = 3;
     pub(crate) const ACK: u8 = 4;
-    pub(crate) const COUNT: u8 = 5;
+    pub(crate) const DONE: u8 = 5;
+    pub(crate) const COUNT: u8 = 6;
 }
 
 /// Flag of an eager or RTS message: a synchronous send (acknowledge the match).
 pub(crate) const F_SYNC: u32 = 1;
+/// Flag of an RTS: the key is an id in the process's registry of lent buffers
+/// (`direct::lend`), for a thread rank of the sender's process.
+pub(crate) const F_SHARED: u32 = 2;
+/// Flag of an RTS: the key is the address of the sender's buffer in its process, for a
+/// process of the sender's host that may read it with CMA.
+pub(crate) const F_CMA: u32 = 4;
+
+/// Where a peer is, for the rendezvous protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Near {
+    /// Another host (or an unknown one): chunks only.
+    Far,
+    /// A thread rank of this process: the registry of lent buffers.
+    Process,
+    /// Another process of this host, with its process id: CMA.
+    Host(u64),
+}
 
 /// Default of `GEX_MSG_EAGER_MAX`.
 pub(crate) const DEFAULT_EAGER_MAX: usize = 8192;
@@ -93,8 +120,14 @@ pub(crate) enum Arrival {
         flags: u32,
         sreq: u32,
     },
-    /// A rendezvous request: the sender holds the bytes.
-    Rts { len: usize, flags: u32, sreq: u32 },
+    /// A rendezvous request: the sender holds the bytes (`key` names them for a
+    /// single-copy read, see `F_SHARED` and `F_CMA`).
+    Rts {
+        len: usize,
+        flags: u32,
+        sreq: u32,
+        key: u64,
+    },
 }
 
 impl Arrival {
@@ -113,10 +146,16 @@ impl Arrival {
                 flags: *flags,
                 sreq: *sreq,
             },
-            Arrival::Rts { len, flags, sreq } => ArrivalRef::Rts {
+            Arrival::Rts {
+                len,
+                flags,
+                sreq,
+                key,
+            } => ArrivalRef::Rts {
                 len: *len,
                 flags: *flags,
                 sreq: *sreq,
+                key: *key,
             },
         }
     }
@@ -133,6 +172,7 @@ enum ArrivalRef<'a> {
         len: usize,
         flags: u32,
         sreq: u32,
+        key: u64,
     },
 }
 
@@ -144,9 +184,27 @@ impl ArrivalRef<'_> {
                 flags,
                 sreq,
             },
-            ArrivalRef::Rts { len, flags, sreq } => Arrival::Rts { len, flags, sreq },
+            ArrivalRef::Rts {
+                len,
+                flags,
+                sreq,
+                key,
+            } => Arrival::Rts {
+                len,
+                flags,
+                sreq,
+                key,
+            },
         }
     }
+}
+
+/// Where a single-copy rendezvous receive reads from.
+pub(crate) enum Source {
+    /// A buffer a thread rank of this process lent (taken from the registry).
+    Lent(direct::Taken),
+    /// An address in another process of this host.
+    Cma { pid: u64, addr: usize },
 }
 
 /// A posted receive: its buffer, the largest message it accepts and its completer.
@@ -174,15 +232,24 @@ struct RecvOp {
 enum SendOp {
     /// A synchronous eager send, waiting for its `ACK`.
     AwaitAck { done: OpCompleter },
-    /// A rendezvous send: waiting for its `CTS` (`rreq` is `None`), then streamed.
-    /// A standard send completed when the layer copied its bytes (`done` is `None`);
-    /// a synchronous one completes when its `CTS` comes.
+    /// A rendezvous send: waiting for its `CTS` (`rreq` is `None`), then streamed;
+    /// or for its `DONE` (the receiver read `data` itself). A standard send completed
+    /// when the layer copied its bytes (`done` is `None`); a synchronous one completes
+    /// when its `CTS` or `DONE` comes. `data` stays here until then: a receiver on
+    /// another process of the host reads it by address; `lent` withdraws it from the
+    /// registry when the send ends (module `direct`).
     Rndv {
         dst: EpAddr,
-        data: Vec<u8>,
+        /// `None` while the bytes are a caller's slice lent by a blocking send
+        /// (`direct::Loan`): the chunks, if the receiver asks for them, come from the
+        /// owned copy the loan leaves in the registry when withdrawn.
+        data: Option<Arc<[u8]>>,
         rreq: Option<u32>,
         off: usize,
         done: Option<OpCompleter>,
+        _lent: Option<Ticket>,
+        /// The RTS offered `data` by address to a process of this host (CMA).
+        by_address: bool,
     },
 }
 
@@ -192,7 +259,7 @@ enum Out {
     Short {
         dst: EpAddr,
         h: u8,
-        args: [u32; 7],
+        args: [u32; 9],
         n: u8,
     },
     Eager {
@@ -233,6 +300,17 @@ pub struct MsgStats {
     pub reordered: u64,
     /// Messages dropped because they failed validation (unknown ids, bad lengths).
     pub dropped: u64,
+    /// Rendezvous messages this endpoint received with one copy from the sender's
+    /// buffer (a thread rank of this process, or CMA from a process of this host).
+    pub rndv_single_copy: u64,
+    /// Rendezvous messages offered for a single copy that this endpoint received in
+    /// chunks instead (the key refused, CMA refused or failed, or
+    /// `GEX_MSG_SINGLE_COPY=0` here).
+    pub rndv_fallback: u64,
+    /// Of [`rndv_single_copy`](Self::rndv_single_copy): messages read straight from
+    /// the sending caller's buffer (a blocking send from a thread rank of this process
+    /// that had not withdrawn its loan: no copy at the sender either).
+    pub rndv_in_place: u64,
 }
 
 /// The messaging layer (see the [crate documentation](crate)): attach it with
@@ -243,6 +321,10 @@ pub struct Msg {
     me: EpAddr,
     size: u32,
     eager_max: usize,
+    /// Where each rank is (`Near::Far` for every rank if `GEX_MSG_SINGLE_COPY=0`).
+    near: Vec<Near>,
+    /// This process can read and be read with CMA.
+    cma: bool,
     send_seq: Vec<u32>,
     pub(crate) matcher: Matcher<Arrival, PostedRecv>,
     reorder: Reorder<(Envelope, Arrival)>,
@@ -259,6 +341,26 @@ fn eager_max(cfg: &gex_core::Config) -> Result<usize, InitError> {
     cfg.size("GEX_MSG_EAGER_MAX", DEFAULT_EAGER_MAX)
 }
 
+impl Drop for Msg {
+    /// An endpoint dropped with rendezvous sends offered by address (CMA) still in
+    /// flight leaks their buffers: a receiver in another process may be reading them
+    /// (it is not told), and must read the message's bytes, not whatever this process
+    /// puts there next. Only sends the program abandoned are leaked (a finished job
+    /// has none).
+    fn drop(&mut self) {
+        for op in self.sends.items.iter_mut().flatten() {
+            if let SendOp::Rndv {
+                data: Some(d),
+                by_address: true,
+                ..
+            } = op
+            {
+                std::mem::forget(d.clone());
+            }
+        }
+    }
+}
+
 impl Layer for Msg {
     const NAME: &'static str = "msg";
     const HANDLERS: u8 = h::COUNT;
@@ -266,12 +368,33 @@ impl Layer for Msg {
 
     fn attach<C: Conduit>(cx: &mut Attach<'_, C, Self>) -> Result<Self, InitError> {
         let eager_max = eager_max(cx.config())?;
+        let single_copy = cx.config().bool("GEX_MSG_SINGLE_COPY", true)?;
         let size = cx.size();
+        let me = cx.addr();
+        let layout = cx.layout();
+        let near = (0..size)
+            .map(|r| {
+                let (i, m) = (r as usize, me.rank as usize);
+                if !single_copy || layout.host.get(i) != layout.host.get(m) {
+                    Near::Far
+                } else if layout.same_process(r, me.rank) {
+                    Near::Process
+                } else {
+                    layout
+                        .process
+                        .get(i)
+                        .map_or(Near::Far, |&p| Near::Host(u64::from(p)))
+                }
+            })
+            .collect();
+        let cma = single_copy && gex_sync::cma::cma_capable();
         Ok(Msg {
             hid: std::array::from_fn(|i| cx.handler(i as u8)),
-            me: cx.addr(),
+            me,
             size,
             eager_max,
+            near,
+            cma,
             send_seq: vec![0; size as usize],
             matcher: Matcher::new(size),
             reorder: Reorder::new(size),
@@ -319,12 +442,26 @@ impl Layer for Msg {
                     m.stats.dropped += 1;
                     return;
                 };
+                // No key: no single-copy offer.
+                let (flags, key) = match (arg(7), arg(8)) {
+                    (Some(lo), Some(hi)) => (flags, u64::from(lo) | (u64::from(hi) << 32)),
+                    _ => (flags & F_SYNC, 0),
+                };
                 let env = Envelope {
                     src: src.rank,
                     tag,
                     ctx,
                 };
-                m.arrive(seq, env, ArrivalRef::Rts { len, flags, sreq });
+                m.arrive(
+                    seq,
+                    env,
+                    ArrivalRef::Rts {
+                        len,
+                        flags,
+                        sreq,
+                        key,
+                    },
+                );
             }
             h::CTS => {
                 let (Some(sreq), Some(rreq), Some(ok)) = (arg(0), arg(1), arg(2)) else {
@@ -379,6 +516,22 @@ impl Layer for Msg {
                     && let Some(r) = m.recvs.remove(rreq)
                 {
                     complete_recv(r.buf, r.env, r.done);
+                }
+            }
+            h::DONE => {
+                let Some(sreq) = arg(0) else {
+                    m.stats.dropped += 1;
+                    return;
+                };
+                match m.sends.get_mut(sreq) {
+                    Some(SendOp::Rndv {
+                        dst, rreq: None, ..
+                    }) if *dst == src => {
+                        if let Some(SendOp::Rndv { done: Some(d), .. }) = m.sends.remove(sreq) {
+                            d.ok();
+                        }
+                    }
+                    _ => m.stats.dropped += 1,
                 }
             }
             h::ACK => {
@@ -540,7 +693,12 @@ impl Msg {
                 buf.extend_from_slice(data);
                 complete_recv(buf, env, done);
             }
-            ArrivalRef::Rts { len, sreq, .. } => {
+            ArrivalRef::Rts {
+                len,
+                sreq,
+                flags,
+                key,
+            } => {
                 if len > cap {
                     self.queue_short(dst, h::CTS, &[sreq, 0, 0]);
                     done.fail(truncated(len, cap));
@@ -548,7 +706,24 @@ impl Msg {
                 }
                 buf.clear();
                 buf.reserve_exact(len + 8);
-                buf.resize(len, 0);
+                match self.single_copy_source(env.src, len, flags, key) {
+                    Some(Source::Lent(data)) => {
+                        data.read(|b| buf.extend_from_slice(b));
+                        self.read_done(dst, sreq);
+                        complete_recv(buf, env, done);
+                        return;
+                    }
+                    Some(Source::Cma { pid, addr }) => {
+                        buf.resize(len, 0);
+                        if gex_sync::cma::cma_read(pid, addr, &mut buf).is_ok() {
+                            self.read_done(dst, sreq);
+                            complete_recv(buf, env, done);
+                            return;
+                        }
+                        self.note_fallback();
+                    }
+                    None => buf.resize(len, 0),
+                }
                 let rreq = self.recvs.insert(RecvOp {
                     buf,
                     got: 0,
@@ -558,6 +733,65 @@ impl Msg {
                 self.queue_short(dst, h::CTS, &[sreq, rreq, 1]);
             }
         }
+    }
+
+    /// Where the receiver may read a matched rendezvous message of `len` bytes from
+    /// `src` (with the RTS's `flags` and `key`) itself; `None`: ask for the chunks.
+    /// Counts the offers it refuses as fallbacks.
+    pub(crate) fn single_copy_source(
+        &mut self,
+        src: u32,
+        len: usize,
+        flags: u32,
+        key: u64,
+    ) -> Option<Source> {
+        if flags & (F_SHARED | F_CMA) == 0 {
+            return None;
+        }
+        let near = self.near.get(src as usize).copied().unwrap_or(Near::Far);
+        let got = match near {
+            Near::Process if flags & F_SHARED != 0 => {
+                let t = direct::take(key, src, self.me.rank, self.me.ep, len);
+                if t.as_ref().is_some_and(direct::Taken::in_place) {
+                    self.stats.rndv_in_place += 1;
+                }
+                t.map(Source::Lent)
+            }
+            Near::Host(pid) if flags & F_CMA != 0 && self.cma => usize::try_from(key)
+                .ok()
+                .map(|addr| Source::Cma { pid, addr }),
+            _ => None,
+        };
+        if got.is_none() {
+            self.stats.rndv_fallback += 1;
+        }
+        got
+    }
+
+    /// A single-copy offer accepted but whose read failed: the chunks come instead.
+    pub(crate) fn note_fallback(&mut self) {
+        self.stats.rndv_fallback += 1;
+    }
+
+    /// A single-copy read of send `sreq` of `dst` is complete: tell the sender.
+    pub(crate) fn read_done(&mut self, dst: EpAddr, sreq: u32) {
+        self.stats.rndv_single_copy += 1;
+        self.queue_short(dst, h::DONE, &[sreq]);
+    }
+
+    /// The endpoint address of the peer `rank` (same endpoint index as this one).
+    pub(crate) fn peer(&self, rank: u32) -> EpAddr {
+        EpAddr {
+            rank,
+            ep: self.me.ep,
+        }
+    }
+
+    /// Refuses a matched rendezvous message (truncated at the receiver): the sender
+    /// drops its bytes.
+    pub(crate) fn refuse_rts(&mut self, src: u32, sreq: u32) {
+        let dst = self.peer(src);
+        self.queue_short(dst, h::CTS, &[sreq, 0, 0]);
     }
 
     /// Delivers a matched unexpected message (taken from the engine) to `recv`.
@@ -579,7 +813,7 @@ impl Msg {
     }
 
     fn queue_short(&mut self, dst: EpAddr, h: u8, a: &[u32]) {
-        let mut args = [0u32; 7];
+        let mut args = [0u32; 9];
         args[..a.len()].copy_from_slice(a);
         self.outbox.push_back(Out::Short {
             dst,
@@ -700,17 +934,41 @@ impl Msg {
                 done.ok();
                 None
             };
+            let data: Arc<[u8]> = Arc::from(data);
+            // A single-copy offer (module `direct`): a registry id for a thread rank of
+            // this process, the buffer's address for a process of this host.
+            let (flags, key, lent) = match self.near[dst as usize] {
+                Near::Process => {
+                    let t = direct::lend(self.me.rank, dst, self.me.ep, data.clone());
+                    (flags | F_SHARED, t.key(), Some(t))
+                }
+                Near::Host(_) if self.cma => (flags | F_CMA, data.as_ptr() as usize as u64, None),
+                _ => (flags, 0, None),
+            };
+            let by_address = flags & F_CMA != 0;
             let sreq = self.sends.insert(SendOp::Rndv {
                 dst: to,
-                data: data.to_vec(),
+                data: Some(data),
                 rreq: None,
                 off: 0,
                 done,
+                _lent: lent,
+                by_address,
             });
             self.queue_short(
                 to,
                 h::RTS,
-                &[ctx, tag, seq, flags, sreq, len as u32, (len >> 32) as u32],
+                &[
+                    ctx,
+                    tag,
+                    seq,
+                    flags,
+                    sreq,
+                    len as u32,
+                    (len >> 32) as u32,
+                    key as u32,
+                    (key >> 32) as u32,
+                ],
             );
             self.stats.rndv_sent += 1;
             self.pump(cx);
@@ -718,6 +976,71 @@ impl Msg {
         }
         self.send_seq[dst as usize] = seq.wrapping_add(1);
         Ok(())
+    }
+
+    /// True if a blocking standard send of `len` bytes to `dst` lends the caller's
+    /// slice (a rendezvous to another thread rank of this process).
+    pub(crate) fn lends<C: Conduit>(&self, cx: &Cx<'_, C>, dst: u32, len: usize) -> bool {
+        dst != self.me.rank
+            && self.near.get(dst as usize) == Some(&Near::Process)
+            && len > self.eager_max.min(cx.max_medium(self.peer(dst)))
+    }
+
+    /// Starts a rendezvous send of the caller's `data` to `dst` (checked by the
+    /// caller, [`lends`](Self::lends) true), lent in place: the caller keeps the
+    /// returned loan (and so its borrow of `data`) until the receiver is done or the
+    /// loan is withdrawn. Returns the send's id and the loan.
+    pub(crate) fn start_lent_send<'a, C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        dst: u32,
+        tag: u32,
+        ctx: u32,
+        data: &'a [u8],
+    ) -> (u32, direct::Loan<'a>) {
+        let to = self.peer(dst);
+        let seq = self.send_seq[dst as usize];
+        self.pump(cx);
+        let (loan, ticket) = direct::Loan::new(self.me.rank, dst, self.me.ep, data);
+        let key = ticket.key();
+        let sreq = self.sends.insert(SendOp::Rndv {
+            dst: to,
+            data: None,
+            rreq: None,
+            off: 0,
+            done: None,
+            _lent: Some(ticket),
+            by_address: false,
+        });
+        let len = data.len() as u64;
+        self.queue_short(
+            to,
+            h::RTS,
+            &[
+                ctx,
+                tag,
+                seq,
+                F_SHARED,
+                sreq,
+                len as u32,
+                (len >> 32) as u32,
+                key as u32,
+                (key >> 32) as u32,
+            ],
+        );
+        self.stats.rndv_sent += 1;
+        self.send_seq[dst as usize] = seq.wrapping_add(1);
+        self.pump(cx);
+        cx.set_busy();
+        (sreq, loan)
+    }
+
+    /// True if the receiver of send `sreq` asked for chunks (its CTS came).
+    pub(crate) fn cleared(&self, sreq: u32) -> bool {
+        matches!(
+            self.sends.items.get(sreq as usize),
+            Some(Some(SendOp::Rndv { rreq: Some(_), .. }))
+        )
     }
 
     /// Flushes the outbox and streams cleared rendezvous sends until back-pressure.
@@ -763,11 +1086,23 @@ impl Msg {
                 data,
                 rreq: Some(rreq),
                 off,
+                _lent: lent,
                 ..
             }) = self.sends.get_mut(sreq)
             else {
                 self.streaming.pop_front();
                 continue;
+            };
+            if data.is_none() {
+                // A lent slice: its sender withdraws it (into an owned copy) when it
+                // sees the CTS; until then nothing can be streamed.
+                match lent.as_ref().and_then(|t| direct::owned(t.key())) {
+                    Some(d) => *data = Some(d),
+                    None => return Progress::Spinning,
+                }
+            }
+            let Some(data) = data.as_deref() else {
+                return Progress::Spinning;
             };
             let chunk = cx.max_medium(*dst).max(1);
             while *off < data.len() {

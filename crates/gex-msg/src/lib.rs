@@ -43,11 +43,20 @@
 //!   pull with gex-rma (sender stages into its segment, receiver gets): the segment belongs to
 //!   the program, and the layer would need an allocator in it and a free protocol; the
 //!   chunked path works on every conduit, has flow control built in (only matched
-//!   data moves), and needs no other layer. The single-copy path between thread ranks
-//!   is future work (see docs/msg.md).
+//!   data moves), and needs no other layer.
+//! - **Single-copy rendezvous** (larger messages to a thread rank of the same process,
+//!   or to a process of the same host when CMA is allowed; `GEX_MSG_SINGLE_COPY`,
+//!   default on): the same RTS names the sender's buffer by a key; the receiver, once
+//!   a receive matched it, copies the message itself from the sender's buffer and
+//!   answers `DONE` (one round trip, no chunks). Between thread ranks the key is an id
+//!   in a process-wide registry of lent buffers, checked against the lender,
+//!   destination and length (a lying peer cannot make the receiver read anything else);
+//!   between processes it is an address read with `process_vm_readv` (a bad one is an
+//!   error of the kernel, never UB). Whenever the receiver cannot (a refused key, CMA
+//!   refused), it answers CTS and the chunks come. docs/msg.md says why it is sound.
 //! - **Synchronous** sends ([`MsgExt::ssend`]): an eager message carries a flag and
 //!   the receiver acknowledges the match; a rendezvous send is matched when its CTS
-//!   comes. Ready sends ([`MsgExt::rsend`]) are standard sends.
+//!   or `DONE` comes. Ready sends ([`MsgExt::rsend`]) are standard sends.
 //!
 //! ## Matching
 //! The matching engine ([`engine`]) is protocol logic without I/O: posted receives
@@ -60,12 +69,19 @@
 //!
 //! ## The lifetime rule
 //! No operation lends a caller's buffer to the network beyond the call: sends copy
-//! (eager: into the AM; rendezvous: into the layer's buffer); a nonblocking receive
+//! (eager: into the AM; rendezvous: into the layer's buffer, which the layer owns
+//! until the receiver is done with it); a nonblocking receive
 //! takes an owned `Vec<u8>` which its event gives back, so dropping or forgetting the
-//! event is harmless; the blocking [`recv`](MsgExt::recv) into `&mut [u8]` copies an
-//! eager message already queued straight into it, and otherwise receives into a
-//! buffer of its own and copies when the receive is complete. There is no `unsafe`
-//! in this crate.
+//! event is harmless; the blocking [`recv`](MsgExt::recv) into `&mut [u8]` waits for a
+//! matching message and copies it straight into the slice (an eager one from the
+//! unexpected queue, a single-copy rendezvous one from the sender's buffer), or
+//! receives chunks into a buffer of its own and copies when the receive is complete.
+//! The one exception, within the call: a blocking [`send`](MsgExt::send) of a rendezvous
+//! message to a thread rank of the same process lends the caller's slice to the
+//! receiver for the duration of the call (the receiver copies straight from it, the
+//! only copy), and does not return, or unwind, while the receiver reads it; if no
+//! receiver took it within a short wait it is withdrawn into a copy of the layer's
+//! (module `direct`; its one `unsafe` block is in docs/soundness.md's ledger).
 //!
 //! ## What it does not do (yet)
 //! - Buffered mode, cancel, matched probe (`mprobe`).
@@ -73,7 +89,8 @@
 //! - The lock-free multi-producer matching of seed 004 (TMPI): here each endpoint's
 //!   engine is driven by the thread that drives the endpoint; threads that message
 //!   concurrently use endpoints of their own.
-//! - Single-copy rendezvous over RMA between ranks that share memory.
+//! - A sender that lends the caller's buffer beyond a blocking send to a thread rank of
+//!   its process (nonblocking sends and other processes copy at the sender).
 //!
 //! ## Words
 //! - **envelope**: (source, tag, context) of a message.
@@ -86,6 +103,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod direct;
 pub mod engine;
 mod error;
 mod ext;
@@ -98,8 +116,15 @@ pub use layer::{Msg, MsgStats, Status};
 /// The `GEX_*` settings of the messaging layer ([`Layer::ENV_VARS`](gex_core::layer::Layer::ENV_VARS)
 /// of [`Msg`]), collected into the registry that `GEX_VERBOSEENV=1` and `gex-info env`
 /// print.
-pub const ENV_VARS: &[gex_core::config::EnvVar] = &[gex_core::config::EnvVar {
-    name: "GEX_MSG_EAGER_MAX",
-    default: "8192",
-    doc: "gex-msg: largest message (bytes) sent eagerly in one Medium AM (also bounded by the conduit's Medium limit toward the peer); larger messages use the rendezvous protocol (request to send, clear to send, chunks).",
-}];
+pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
+    gex_core::config::EnvVar {
+        name: "GEX_MSG_EAGER_MAX",
+        default: "8192",
+        doc: "gex-msg: largest message (bytes) sent eagerly in one Medium AM (also bounded by the conduit's Medium limit toward the peer); larger messages use the rendezvous protocol (request to send, then a single copy by the receiver or chunks).",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_MSG_SINGLE_COPY",
+        default: "1",
+        doc: "gex-msg: 1 lets the receiver of a rendezvous message copy it straight from the sender's buffer when the sender is a thread rank of its process or (with CMA, process_vm_readv) a process of its host; 0 always streams chunks as Medium AMs (as between hosts).",
+    },
+];

@@ -14,8 +14,16 @@ fn client(eager_max: &str) -> gex_core::Client<Loopback> {
         .unwrap()
 }
 
+/// Quiet once the control messages in flight (a single-copy rendezvous's `DONE`)
+/// have been handled: a few polls at most.
 fn quiet(ep: &mut Endpoint<Loopback>) -> bool {
-    gex_core::layer::with::<Msg, _, _>(ep, |m, _| m.is_quiet()).unwrap()
+    for _ in 0..4 {
+        if gex_core::layer::with::<Msg, _, _>(ep, |m, _| m.is_quiet()).unwrap() {
+            return true;
+        }
+        ep.poll();
+    }
+    false
 }
 
 fn bytes(n: usize, salt: u8) -> Vec<u8> {

@@ -12,7 +12,10 @@
 //! `Reorder` is checked to release every source's messages in the sender's order
 //! from any arrival order.
 
+mod model;
+
 use gex_msg::engine::{Envelope, Matcher, Pattern, Reorder};
+use model::Model;
 use proptest::prelude::*;
 use std::collections::HashSet;
 
@@ -59,37 +62,6 @@ fn op() -> impl Strategy<Value = Op> {
         )
             .prop_map(|(src, tag, ctx)| Op::Probe { src, tag, ctx }),
     ]
-}
-
-/// The sequential model.
-#[derive(Default)]
-struct Model {
-    posted: Vec<(Pattern, u64)>,
-    unexpected: Vec<(Envelope, u64)>,
-}
-
-impl Model {
-    fn arrive(&mut self, e: Envelope, id: u64) -> Option<u64> {
-        match self.posted.iter().position(|(p, _)| p.accepts(&e)) {
-            Some(i) => Some(self.posted.remove(i).1),
-            None => {
-                self.unexpected.push((e, id));
-                None
-            }
-        }
-    }
-    fn probe(&self, p: &Pattern) -> Option<(Envelope, u64)> {
-        self.unexpected.iter().find(|(e, _)| p.accepts(e)).copied()
-    }
-    fn post(&mut self, p: Pattern, id: u64) -> Option<(Envelope, u64)> {
-        match self.unexpected.iter().position(|(e, _)| p.accepts(e)) {
-            Some(i) => Some(self.unexpected.remove(i)),
-            None => {
-                self.posted.push((p, id));
-                None
-            }
-        }
-    }
 }
 
 proptest! {

@@ -16,6 +16,8 @@
 //!   atomic, P1478 semantics, as fast as `memcpy`).
 //! - [`word`]: atomic operations on 4- and 8-byte words of that memory, defined over
 //!   bytes too, so that a copy racing with them is never a mixed-size race.
+//! - [`cma`]: reading another process's memory (`process_vm_readv`) for single-copy
+//!   transfers between processes of one host, and whether the host allows it.
 //! - [`signal`]: the report signal (`SIGUSR1`: print every endpoint's state).
 //! - [`slot`]: one-shot completion slots (completer/waiter pairs) with recycling: the
 //!   completion half of every nonblocking operation.
@@ -73,6 +75,7 @@
 //! ```
 
 pub mod atomic;
+pub mod cma;
 pub mod copy;
 pub mod counter;
 pub mod hint;
