@@ -767,3 +767,59 @@ impl<C: Conduit> Drop for Scope<'_, '_, C> {
         let _ = g.sync_implicit::<EventError>(tag);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{SHARE_EVERY, Share};
+    use gex_sync::wait::WaitPolicy;
+    use std::time::Duration;
+
+    #[test]
+    fn sharing_is_only_for_spin_then_block() {
+        let every = Some(Duration::from_micros(20));
+        for p in [WaitPolicy::Spin, WaitPolicy::Block] {
+            let mut s = Share::new(p, every);
+            for _ in 0..10 * SHARE_EVERY {
+                s.sent();
+            }
+            assert!(s.interval.is_none() && s.since.is_none(), "{p:?}");
+        }
+        // GEX_SHARE_INTERVAL=0 (None) turns it off too.
+        assert!(
+            Share::new(WaitPolicy::SpinThenBlock { spins: 1 }, None)
+                .interval
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_clock_is_read_every_share_every_injections_and_a_wait_restarts_it() {
+        let mut s = Share::new(
+            WaitPolicy::SpinThenBlock { spins: 1 },
+            Some(Duration::from_secs(3600)),
+        );
+        for _ in 0..SHARE_EVERY - 1 {
+            s.sent();
+        }
+        assert!(s.since.is_none(), "read the clock early");
+        s.sent();
+        let t = s.since.expect("the interval starts at the first check");
+        for _ in 0..SHARE_EVERY {
+            s.sent();
+        }
+        // Within the interval: no yield, the interval keeps its start.
+        assert_eq!(s.since, Some(t));
+        s.rest();
+        assert!(s.since.is_none());
+        // An interval of zero length yields at every check and restarts it.
+        let mut s = Share::new(
+            WaitPolicy::SpinThenBlock { spins: 1 },
+            Some(Duration::from_nanos(1)),
+        );
+        for _ in 0..2 * SHARE_EVERY {
+            s.sent();
+        }
+        let t = s.since.expect("restarted after the yield");
+        assert!(t.elapsed() < Duration::from_secs(60));
+    }
+}
