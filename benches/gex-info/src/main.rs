@@ -15,8 +15,9 @@
 //! gex-info layout [--threads T] the job layout as rank 0 agreed it: per rank its host,
 //!                              process, endpoints and segment, and which ranks are
 //!                              threads of one process (under a launcher: `gex-run -n 4
-//!                              gex-info layout`; `--threads T`: T thread ranks of this
-//!                              process)
+//!                              [--threads T] gex-info layout`, which honours
+//!                              `GEX_THREADS`; `--threads T`: T thread ranks of this
+//!                              process alone)
 //! ```
 //!
 //! Everything is read from this process's environment (`GEX_*`), as a gex program
@@ -201,13 +202,15 @@ fn layout(threads: Option<u32>) -> Result<(), String> {
     };
     let texts = match threads {
         Some(t) => gex::run_threads(t, builder, describe).map_err(|e| e.to_string())?,
-        None => {
-            let boot = gex_boot::from_env().map_err(|e| e.to_string())?;
+        // Under a launcher: this process's `GEX_THREADS` thread ranks (one without it),
+        // so `gex-run -n P --threads T gex-info layout` shows the job of P × T ranks.
+        None => gex_boot::threads::run_from_env(|boot| {
             let client = builder()
-                .init::<gex::AnyConduit>(boot)
+                .init::<gex::AnyConduit>(Box::new(boot))
                 .map_err(|e| e.to_string())?;
-            vec![describe(client)]
-        }
+            describe(client)
+        })
+        .map_err(|e| e.to_string())?,
     };
     for t in texts {
         if let Some(t) = t? {

@@ -215,3 +215,21 @@ fn layout_of_thread_ranks_says_one_process() {
         "{text}"
     );
 }
+
+/// `gex-info layout` without `--threads` honours `GEX_THREADS`, as a program started
+/// by `gex-run --threads T` must: alone it runs that many thread ranks of one process.
+#[cfg(feature = "smp")]
+#[test]
+fn layout_honours_gex_threads() {
+    let text = stdout(&gex_info(&["layout"], &[("GEX_THREADS", "2")]));
+    assert!(
+        text.contains("2 rank(s), all threads of one process"),
+        "{text}"
+    );
+    let o = gex_info(&["layout"], &[("GEX_THREADS", "two")]);
+    assert!(!o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("GEX_THREADS"),
+        "{o:?}"
+    );
+}

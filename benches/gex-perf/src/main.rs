@@ -17,6 +17,7 @@
 
 mod am;
 mod coll;
+mod domains;
 mod msg;
 mod pin;
 mod progress;
@@ -136,6 +137,12 @@ enum Cmd {
     /// Default sizes 8,64,512,4K,32K,256K,1M; value = median of 7 batches of ~50 ms.
     /// Compare with `../shared/anchors/run.sh mpi` (its pingpong lines).
     Msg(msg::MsgArgs),
+    /// Communication domains (seed 002): AM message rate of N threads of one rank,
+    /// each driving its own endpoint and sending Short AMs to itself in windows.
+    /// Rank 0 reports domains_rate (msg/s over its workers, `size` = N) and
+    /// domains_speedup (over N = 1, same run) for every N of --eps (default 1,2,4).
+    /// Run it on one rank: `gex-perf -n 1 domains`.
+    Domains(domains::DomainsArgs),
 }
 
 /// Options of the `coll` benchmark.
@@ -474,7 +481,8 @@ fn run_rank(
                 | Cmd::Progress(_)
                 | Cmd::Soak(_)
                 | Cmd::Storm(_)
-                | Cmd::Msg(_) => {
+                | Cmd::Msg(_)
+                | Cmd::Domains(_) => {
                     unreachable!("matched above")
                 }
             };
@@ -498,6 +506,10 @@ fn run_rank(
         }
         Cmd::Msg(args) => {
             let job = msg::MsgJob { args, pin };
+            gex::init_with_boot(job.builder(), boot, conduit, job)
+        }
+        Cmd::Domains(args) => {
+            let job = domains::DomainsJob { args, pin };
             gex::init_with_boot(job.builder(), boot, conduit, job)
         }
         Cmd::Progress(args) => {

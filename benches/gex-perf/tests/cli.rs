@@ -612,6 +612,41 @@ fn storm_on_processes_threads_and_mixed_jobs_loses_nothing() {
     assert!(err.contains("checksum"), "{err}");
 }
 
+#[cfg(feature = "smp")]
+#[test]
+fn domains_reports_every_thread_count_against_one() {
+    let rows = rows(&[
+        "-n",
+        "1",
+        "domains",
+        "--eps",
+        "2,1,3",
+        "--seconds",
+        "0.05",
+        "--json",
+    ]);
+    let get = |name: &str, n: u64| {
+        rows.iter()
+            .find(|r| r["name"] == name && r["size"] == n)
+            .and_then(|r| r["value"].as_f64())
+            .unwrap_or_else(|| panic!("no {name} for {n} in {rows:?}"))
+    };
+    // N = 1 comes first (the reference), repeats are dropped, every N is reported.
+    assert_eq!(rows[0]["name"], "domains_rate");
+    assert_eq!(rows[0]["size"], 1);
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    assert_eq!(get("domains_speedup", 1), 1.0);
+    for n in [1, 2, 3] {
+        let (rate, speedup) = (get("domains_rate", n), get("domains_speedup", n));
+        assert!(rate > 0.0, "{n}: {rate}");
+        let want = rate / get("domains_rate", 1);
+        assert!(
+            (speedup - want).abs() < 1e-9 * want.max(1.0),
+            "{n}: {speedup} {want}"
+        );
+    }
+}
+
 #[test]
 fn threads_must_divide_the_ranks() {
     let out = gex_perf()

@@ -147,7 +147,7 @@ pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
     gex_core::config::EnvVar {
         name: "GEX_THREADS",
         default: "1",
-        doc: "Thread ranks per process for programs started through gex_boot::threads::run_from_env (gex-run --threads T sets it); the job has processes x threads ranks.",
+        doc: "Thread ranks per process for programs started through gex_boot::threads::run_from_env (gex-run --threads T sets it); the job has processes x threads ranks. A process that makes a single rank while it is above 1 fails at init (InitError::Config), instead of running a job of fewer ranks than asked.",
     },
     gex_core::config::EnvVar {
         name: "GEX_BOOT_FD",

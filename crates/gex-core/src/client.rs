@@ -18,6 +18,10 @@ use std::time::Duration;
 /// spin-then-block (`GEX_YIELDS`).
 pub const DEFAULT_YIELDS: u32 = 64;
 
+/// Default of `GEX_SHARE_INTERVAL`: under spin-then-block, a rank that keeps injecting
+/// yields its core at least this often.
+pub const DEFAULT_SHARE_INTERVAL: Duration = Duration::from_micros(20);
+
 /// Default segment length per endpoint.
 pub const DEFAULT_SEGMENT_SIZE: usize = 64 << 20;
 
@@ -34,6 +38,9 @@ pub(crate) struct Shared {
     pub(crate) yields: u32,
     /// A wait without progress for this long prints the endpoint's report (None: never).
     pub(crate) stall_report: Option<Duration>,
+    /// Under spin-then-block: the longest an endpoint injects without yielding its
+    /// core (`GEX_SHARE_INTERVAL`; None: never yields while injecting).
+    pub(crate) share: Option<Duration>,
     /// The configuration the client was built with.
     pub(crate) config: Config,
 }
@@ -282,6 +289,7 @@ impl<L: LayerSet> ClientBuilder<L> {
         .encode();
         let all = boot.exchange(&mine)?;
         let layout = agree_layout(rank, &hosts, &mine, &all)?;
+        check_threads_asked(&config, &layout, rank)?;
         let on_host = layout.neighbours(rank).len();
         // GEX_WAIT, when set, overrides the builder like every other GEX_* variable.
         let mode = match (config.get("GEX_WAIT"), self.wait) {
@@ -317,6 +325,8 @@ impl<L: LayerSet> ClientBuilder<L> {
         let yields = u32::try_from(yields)
             .map_err(|_| InitError::Config("GEX_YIELDS is too large".into()))?;
         let stall = config.u64("GEX_STALL_REPORT", 60)?;
+        let share = config.duration("GEX_SHARE_INTERVAL", DEFAULT_SHARE_INTERVAL)?;
+        let share = (!share.is_zero()).then_some(share);
         if config.bool("GEX_REPORT_SIGNAL", true)? {
             gex_sync::signal::install_report_signal();
         }
@@ -326,6 +336,7 @@ impl<L: LayerSet> ClientBuilder<L> {
             layout,
             yields,
             stall_report: (stall > 0).then(|| Duration::from_secs(stall)),
+            share,
             config,
         });
         let mut attachers = Vec::new();
@@ -506,6 +517,25 @@ fn places(infos: &[LayerInfo]) -> Result<Vec<Place>, InitError> {
         aux = aux_end;
     }
     Ok(out)
+}
+
+/// Refuses a process that made one rank while the launcher asked for thread ranks
+/// (`GEX_THREADS=T`, `T > 1`, set by `gex-run --threads T`): the job would otherwise
+/// run with a `T`-th of the ranks asked, silently. Every process of such a job runs the
+/// same program, so every rank fails alike, before any conduit resource exists.
+fn check_threads_asked(config: &Config, layout: &JobLayout, rank: Rank) -> Result<(), InitError> {
+    let asked = config
+        .get("GEX_THREADS")
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|&t| t > 1);
+    match asked {
+        Some(t) if layout.process_peers(rank).len() == 1 => Err(InitError::Config(format!(
+            "GEX_THREADS={t} asks for {t} thread ranks per process (gex-run --threads), but \
+             this process made one rank: start the ranks with \
+             gex_boot::threads::run_from_env (or gex::run_threads), or unset GEX_THREADS"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// A rank's handle on the job: conduit, bootstrap and endpoints.

@@ -57,6 +57,11 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "Under spin-then-block: sched_yield calls between the spin phase and the sleep, so an oversubscribed rank hands its core to the peer it waits for before paying for a sleep and a wake-up.",
     },
     EnvVar {
+        name: "GEX_SHARE_INTERVAL",
+        default: "20us",
+        doc: "Under spin-then-block (ranks outnumber cores): a rank that keeps injecting active messages yields its core at most this often (checked every 32 injections), so the peers sharing its core get to drain their rings instead of waiting a whole time slice; 0 never yields while injecting.",
+    },
+    EnvVar {
         name: "GEX_VERBOSEENV",
         default: "0",
         doc: "1: rank 0 prints every GEX_* variable and its effective value at initialisation.",

@@ -544,6 +544,10 @@ fn every_bad_core_setting_is_a_config_error_naming_it() {
         ("GEX_PROGRESS_INTERVAL", "5 fortnights"),
         ("GEX_PROGRESS_INTERVAL", "99999999999999999999us"),
         ("GEX_PROGRESS_INTERVAL", "-1ms"),
+        ("GEX_SHARE_INTERVAL", "often"),
+        ("GEX_SHARE_INTERVAL", "-20us"),
+        // The launcher asked for thread ranks, but this process made one rank.
+        ("GEX_THREADS", "2"),
     ];
     for (var, val) in bad {
         let r = ClientBuilder::new()
@@ -555,6 +559,16 @@ fn every_bad_core_setting_is_a_config_error_naming_it() {
             Err(e) => panic!("{var}={val:?}: another error: {e}"),
             Ok(_) => panic!("{var}={val:?} was accepted"),
         }
+    }
+    // One thread rank per process, or a value gex-boot rejects itself, is no error here.
+    for val in ["1", ""] {
+        ClientBuilder::new()
+            .segment_size(SEG)
+            .config(Config::from_pairs([("GEX_THREADS", val)]))
+            .init::<Loopback>(Box::new(Singleton::new()))
+            .unwrap_or_else(|e| panic!("GEX_THREADS={val:?}: {e}"))
+            .finalize()
+            .unwrap();
     }
     // The builder's own values are checked the same way.
     let r = ClientBuilder::new()

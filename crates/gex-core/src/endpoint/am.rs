@@ -439,6 +439,7 @@ impl<C: Conduit> Core<C> {
         let msg = OutMsg::new(dst, handler, Kind::Request, category, args, payload, offset);
         let r = self.cep.inject(&msg, true)?;
         if r.is_sent() {
+            self.share.sent();
             self.stats.sent[dst.rank as usize] += 1;
             am_trace!("request", dst, handler, category, payload.len());
         }
@@ -480,6 +481,7 @@ impl<C: Conduit> Inner<C> {
         loop {
             match self.core.cep.inject(&msg, false)? {
                 Injected::Sent => {
+                    self.core.share.sent();
                     self.core.stats.sent[dst.rank as usize] += 1;
                     am_trace!("request", dst, handler, category, payload.len());
                     return Ok(retried);

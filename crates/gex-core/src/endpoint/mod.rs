@@ -103,6 +103,8 @@ pub(crate) struct Core<C: Conduit> {
     /// Limits for messages to each rank (the conduit's per-peer answer, cached).
     pub(crate) limits: Vec<Limits>,
     pub(crate) policy: WaitPolicy,
+    /// Core sharing while injecting under spin-then-block (`GEX_SHARE_INTERVAL`).
+    pub(crate) share: progress::Share,
     /// Yields between spinning and sleeping under spin-then-block (`GEX_YIELDS`).
     pub(crate) yields: u32,
     pub(crate) me: EpAddr,
@@ -379,6 +381,7 @@ impl<C: Conduit> Endpoint<C> {
             },
             limits,
             policy,
+            share: progress::Share::new(policy, shared.share),
             yields: shared.yields,
             me,
             uid,
@@ -570,7 +573,9 @@ impl<C: Conduit> Endpoint<C> {
     }
     /// Changes the wait policy of this endpoint.
     pub fn set_wait_policy(&mut self, p: WaitPolicy) {
-        self.inner().core.policy = p;
+        let mut g = self.inner();
+        g.core.policy = p;
+        g.core.share = progress::Share::new(p, g.core.shared.share);
     }
     /// The conduit's name.
     pub fn conduit_name(&self) -> &'static str {

@@ -24,6 +24,69 @@ use gex_sync::wait::WaitPolicy;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
+/// Core sharing while injecting, on an oversubscribed host (spin-then-block).
+///
+/// A rank that injects without ever waiting never lets go of its core: the ranks that
+/// share that core cannot drain their rings until the scheduler's time slice ends
+/// (milliseconds), and every peer sending to them waits that long for room
+/// (back-pressure). Under [`WaitPolicy::SpinThenBlock`] an endpoint therefore yields
+/// its core after it has been injecting for `GEX_SHARE_INTERVAL` (20 µs by default):
+/// the clock is read every [`SHARE_EVERY`] successful injections, and only then, so the
+/// cost without oversubscription is one predictable branch.
+#[derive(Debug)]
+pub(crate) struct Share {
+    interval: Option<Duration>,
+    count: u32,
+    since: Option<Instant>,
+}
+
+/// Successful injections between two reads of the clock (see [`Share`]).
+const SHARE_EVERY: u32 = 32;
+
+impl Share {
+    /// Sharing for an endpoint under `policy`, with the client's interval.
+    pub(crate) fn new(policy: WaitPolicy, interval: Option<Duration>) -> Self {
+        Share {
+            interval: interval.filter(|_| matches!(policy, WaitPolicy::SpinThenBlock { .. })),
+            count: 0,
+            since: None,
+        }
+    }
+
+    /// One successful injection.
+    #[inline(always)]
+    pub(crate) fn sent(&mut self) {
+        if let Some(i) = self.interval {
+            self.count += 1;
+            if self.count >= SHARE_EVERY {
+                self.tick(i);
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn tick(&mut self, interval: Duration) {
+        self.count = 0;
+        let now = Instant::now();
+        match self.since {
+            Some(t) if now.duration_since(t) >= interval => {
+                std::thread::yield_now();
+                self.since = Some(Instant::now());
+            }
+            Some(_) => {}
+            None => self.since = Some(now),
+        }
+    }
+
+    /// The endpoint waited (and so let others run, or found nothing to wait for):
+    /// the next interval starts at the next injection.
+    #[inline(always)]
+    pub(crate) fn rest(&mut self) {
+        self.since = None;
+    }
+}
+
 /// Idle polls after which a spinning wait starts yielding now and then (about a few
 /// hundred microseconds of fruitless spinning).
 const SPIN_YIELD_AFTER: u32 = 1 << 14;
@@ -130,6 +193,7 @@ impl<C: Conduit> Inner<C> {
         };
         if yield_now {
             std::thread::yield_now();
+            self.core.share.rest();
         } else {
             r.spins = r.spins.saturating_add(1);
             gex_sync::hint::spin_loop();
@@ -146,6 +210,7 @@ impl<C: Conduit> Inner<C> {
                 WaitPolicy::Spin => WaitPolicy::Spin,
                 _ => {
                     std::thread::yield_now();
+                    self.core.share.rest();
                     return;
                 }
             }
@@ -175,8 +240,10 @@ impl<C: Conduit> Inner<C> {
                     // Oversubscribed: hand the core to a runnable rank (likely the peer
                     // we wait for) before paying for a sleep and a wake-up.
                     std::thread::yield_now();
+                    self.core.share.rest();
                 } else {
                     self.core.cep.block(Duration::from_millis(10));
+                    self.core.share.rest();
                 }
             }
         }
@@ -698,5 +765,61 @@ impl<C: Conduit> Drop for Scope<'_, '_, C> {
         // complete (see `wait_on_unwind`).
         g.wait_on_unwind(&mut |i| i.implicit_done(tag));
         let _ = g.sync_implicit::<EventError>(tag);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SHARE_EVERY, Share};
+    use gex_sync::wait::WaitPolicy;
+    use std::time::Duration;
+
+    #[test]
+    fn sharing_is_only_for_spin_then_block() {
+        let every = Some(Duration::from_micros(20));
+        for p in [WaitPolicy::Spin, WaitPolicy::Block] {
+            let mut s = Share::new(p, every);
+            for _ in 0..10 * SHARE_EVERY {
+                s.sent();
+            }
+            assert!(s.interval.is_none() && s.since.is_none(), "{p:?}");
+        }
+        // GEX_SHARE_INTERVAL=0 (None) turns it off too.
+        assert!(
+            Share::new(WaitPolicy::SpinThenBlock { spins: 1 }, None)
+                .interval
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_clock_is_read_every_share_every_injections_and_a_wait_restarts_it() {
+        let mut s = Share::new(
+            WaitPolicy::SpinThenBlock { spins: 1 },
+            Some(Duration::from_secs(3600)),
+        );
+        for _ in 0..SHARE_EVERY - 1 {
+            s.sent();
+        }
+        assert!(s.since.is_none(), "read the clock early");
+        s.sent();
+        let t = s.since.expect("the interval starts at the first check");
+        for _ in 0..SHARE_EVERY {
+            s.sent();
+        }
+        // Within the interval: no yield, the interval keeps its start.
+        assert_eq!(s.since, Some(t));
+        s.rest();
+        assert!(s.since.is_none());
+        // An interval of zero length yields at every check and restarts it.
+        let mut s = Share::new(
+            WaitPolicy::SpinThenBlock { spins: 1 },
+            Some(Duration::from_nanos(1)),
+        );
+        for _ in 0..2 * SHARE_EVERY {
+            s.sent();
+        }
+        let t = s.since.expect("restarted after the yield");
+        assert!(t.elapsed() < Duration::from_secs(60));
     }
 }
