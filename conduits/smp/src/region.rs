@@ -303,20 +303,20 @@ impl Mapping {
         unsafe { self.base.as_ptr().cast::<Header>().read() }
     }
     /// Slot `ep`'s state word in this mapping of a region of layout `l` (`ep < l.slots`).
-    pub(crate) fn state(&self, l: &Layout, ep: usize) -> &std::sync::atomic::AtomicU64 {
+    pub(crate) fn state(&self, l: &Layout, ep: usize) -> &gex_sync::atomic::AtomicU64 {
         assert!(ep < l.slots && l.len <= self.len);
         // SAFETY: inside the slot table of the mapping (`at` checks the bound), 64-byte
         // aligned; the table is only ever accessed through atomics, by every rank.
-        unsafe { &*self.at(l.state(ep)).cast::<std::sync::atomic::AtomicU64>() }
+        unsafe { &*self.at(l.state(ep)).cast::<gex_sync::atomic::AtomicU64>() }
     }
     /// Slot `ep`'s contacts word, as [`state`](Self::state).
-    pub(crate) fn contacts(&self, l: &Layout, ep: usize) -> &std::sync::atomic::AtomicU64 {
+    pub(crate) fn contacts(&self, l: &Layout, ep: usize) -> &gex_sync::atomic::AtomicU64 {
         assert!(ep < l.slots && l.len <= self.len);
         // SAFETY: as in `state` (8-byte aligned, in the same 64-byte entry).
         unsafe {
             &*self
                 .at(l.contacts(ep))
-                .cast::<std::sync::atomic::AtomicU64>()
+                .cast::<gex_sync::atomic::AtomicU64>()
         }
     }
     pub(crate) fn write_header(&self, h: Header) {
@@ -355,7 +355,7 @@ pub(crate) fn create(
     let m = Mapping::map(&fd, layout.len)?;
     for ep in 0..layout.eps {
         m.state(layout, ep)
-            .store(OPEN, std::sync::atomic::Ordering::Relaxed);
+            .store(OPEN, gex_sync::atomic::Ordering::Relaxed);
         // SAFETY: the doorbell slot is inside the mapping, 64-byte aligned (page base +
         // multiple of size_of::<Doorbell>(), itself a multiple of 64), and unused yet.
         unsafe { Doorbell::init_in_place(m.at(layout.bell(ep)).cast()) };

@@ -130,7 +130,7 @@ struct Rx {
     active: Vec<usize>,
     is_active: Vec<bool>,
     /// This slot's contacts word, and its value when the senders were last looked for.
-    contacts: Raw<std::sync::atomic::AtomicU64>,
+    contacts: Raw<gex_sync::atomic::AtomicU64>,
     seen_contacts: u64,
     seg: Seg,
 }
@@ -141,7 +141,7 @@ impl Rx {
     fn contacted(&self) -> bool {
         self.contacts
             .get()
-            .load(std::sync::atomic::Ordering::Acquire)
+            .load(gex_sync::atomic::Ordering::Acquire)
             != self.seen_contacts
     }
 
@@ -153,7 +153,7 @@ impl Rx {
         self.seen_contacts = self
             .contacts
             .get()
-            .load(std::sync::atomic::Ordering::Acquire);
+            .load(gex_sync::atomic::Ordering::Acquire);
         for (li, l) in c.layouts.iter().enumerate() {
             let base = c.g_base[c.ranks[li] as usize];
             for de in l.eps..l.slots {
@@ -161,7 +161,7 @@ impl Rx {
                 if !self.is_active[g]
                     && c.maps[li]
                         .state(l, de)
-                        .load(std::sync::atomic::Ordering::Acquire)
+                        .load(gex_sync::atomic::Ordering::Acquire)
                         != region::UNUSED
                 {
                     self.is_active[g] = true;
@@ -211,7 +211,7 @@ impl Drop for SmpEp {
         if e >= l.eps && e < l.slots {
             c.maps[c.me]
                 .state(l, e)
-                .store(region::CLOSED, std::sync::atomic::Ordering::Release);
+                .store(region::CLOSED, gex_sync::atomic::Ordering::Release);
         }
     }
 }
@@ -272,7 +272,7 @@ unsafe impl Conduit for Smp {
     /// `Release`). Not collective: a peer's endpoint finds it on its first send
     /// (reading the state word with `Acquire`), and starts polling it once it sends.
     fn open_endpoint(self: &Arc<Self>, index: EpIndex) -> Result<SmpEp, ConduitError> {
-        use std::sync::atomic::Ordering;
+        use gex_sync::atomic::Ordering;
         let me = self.me;
         let l = &self.layouts[me];
         let e = index as usize;
@@ -736,7 +736,7 @@ impl Tx {
     #[cold]
     #[inline(never)]
     fn connect(&mut self, g: usize) -> Result<(), ConduitError> {
-        use std::sync::atomic::Ordering;
+        use gex_sync::atomic::Ordering;
         let dst = self.dst[g];
         let c = self.conduit.clone();
         let li = c.local_of[dst.rank as usize] as usize;
@@ -776,7 +776,7 @@ impl Tx {
         let li = c.local_of[dst.rank as usize] as usize;
         let st = c.maps[li]
             .state(&c.layouts[li], dst.ep as usize)
-            .load(std::sync::atomic::Ordering::Acquire);
+            .load(gex_sync::atomic::Ordering::Acquire);
         match st {
             region::OPEN => Ok(()),
             region::CLOSED => Err(ConduitError::NoEndpoint {

@@ -39,7 +39,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "GEX_MAX_ENDPOINTS",
         default: "16",
-        doc: "Endpoint capacity per rank: the endpoints made at initialisation plus those Client::create_endpoint may make over the client's life (indices are never reused); at least GEX_ENDPOINTS. Conduits that offer endpoints at run time (smp) reserve address space for this many, touching no memory until one is created.",
+        doc: "Endpoint capacity per rank: the endpoints made at initialisation plus those Client::create_endpoint may make over the client's life (indices are never reused); at least GEX_ENDPOINTS. A conduit that offers endpoints at run time may reserve room (address space) for this many.",
     },
     EnvVar {
         name: "GEX_SEGMENT_SIZE",

@@ -525,6 +525,9 @@ fn every_bad_core_setting_is_a_config_error_naming_it() {
         ("GEX_ENDPOINTS", "0"),
         ("GEX_ENDPOINTS", "65536"),
         ("GEX_ENDPOINTS", "99999999999999999999"),
+        ("GEX_MAX_ENDPOINTS", "many"),
+        ("GEX_MAX_ENDPOINTS", "-1"),
+        ("GEX_MAX_ENDPOINTS", "65536"),
         ("GEX_SEGMENT_SIZE", "huge"),
         ("GEX_SEGMENT_SIZE", "16Q"),
         ("GEX_SEGMENT_SIZE", "-4K"),
@@ -825,4 +828,39 @@ fn bootstrap_failures_are_boot_errors() {
         c.finalize(),
         Err(InitError::Boot(BootError::Lost(_)))
     ));
+}
+
+/// `Client::create_endpoint` on a conduit that cannot make endpoints at run time (the
+/// loopback conduit): `EpError::Conduit(ConduitError::Unsupported)`, and the indices
+/// above the endpoints made at init stay refused by the core (`AmError::BadEndpoint`),
+/// whatever `GEX_MAX_ENDPOINTS` says.
+#[test]
+fn create_endpoint_on_a_conduit_without_runtime_endpoints_is_unsupported() {
+    let c = ClientBuilder::new()
+        .segment_size(SEG)
+        .endpoints(2)
+        .config(Config::from_pairs([("GEX_MAX_ENDPOINTS", "8")]))
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    assert!(!c.runtime_endpoints());
+    assert_eq!(c.layout().max_eps, vec![8]);
+    assert_eq!(c.endpoint_capacity(0), Some(2));
+    assert_eq!(
+        c.create_endpoint().map(|_| ()),
+        Err(gex_core::EpError::Conduit(
+            gex_core::spi::ConduitError::Unsupported {
+                conduit: "loopback",
+                what: "endpoints made at run time",
+            }
+        ))
+    );
+    let mut ep = c.endpoint(0).unwrap();
+    let h = ep
+        .register(|_: &mut gex_core::Token<'_>, _: gex_core::Am<'_>| {})
+        .unwrap();
+    let dst = gex_core::EpAddr::new(0, 2);
+    assert_eq!(
+        ep.request_short(dst, h, &[]),
+        Err(gex_core::AmError::BadEndpoint { dst, eps: 2 })
+    );
 }
