@@ -814,6 +814,13 @@ impl Tx {
     #[cold]
     fn flush(&mut self) {
         for g in 0..self.pending.len() {
+            // Replies deferred to an endpoint made at run time that has closed since:
+            // nobody will take them.
+            if !self.pending[g].is_empty() && self.runtime[g] && self.check_open(g).is_err() {
+                self.npending -= self.pending[g].len();
+                self.pending[g].clear();
+                continue;
+            }
             let mut sent = false;
             let Some(rep) = self.rep[g].as_mut() else {
                 continue;
