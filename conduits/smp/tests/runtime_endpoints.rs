@@ -28,6 +28,9 @@ use std::time::Duration;
 const COUNT: HandlerId = HandlerId::at(140);
 const PING: HandlerId = HandlerId::at(141);
 const PONG: HandlerId = HandlerId::at(142);
+/// Lockstep round trips of each thread in `two_threads_two_endpoints` (four threads
+/// on CI's two cores, each spinning in its wait: kept short).
+const ROUNDS: u64 = 200;
 
 fn client(boot: Box<dyn Bootstrap>, max_eps: u32) -> gex_core::Client<Smp> {
     let mut cfg = Config::from_env();
@@ -143,6 +146,9 @@ fn poll_mask(boot: Box<dyn Bootstrap>) {
     let got1 = counter(&mut ep1);
     gex_testkit::exchange_barrier(&mut ep0).unwrap();
     if c.rank() == 1 {
+        // Rank 0 says, from its endpoint 1, that it has left the barrier on endpoint 0
+        // (and polls only endpoint 1 from now on).
+        ep1.wait_until(|| got1.load(Ordering::Relaxed) == 1);
         // Ten requests to the peer's endpoint 0, published before the one to its
         // endpoint 1 (same thread, rings published in order).
         for _ in 0..10 {
@@ -150,6 +156,7 @@ fn poll_mask(boot: Box<dyn Bootstrap>) {
         }
         ep1.request_short(EpAddr::new(peer, 1), COUNT, &[]).unwrap();
     } else {
+        ep1.request_short(EpAddr::new(peer, 1), COUNT, &[]).unwrap();
         ep1.wait_until(|| got1.load(Ordering::Relaxed) == 1);
         // Polling endpoint 1 more: endpoint 0's traffic, already in its rings, stays.
         for _ in 0..1000 {
@@ -219,12 +226,12 @@ fn two_threads_two_endpoints(boot: Box<dyn Bootstrap>) {
     let (a, b) = (AtomicU64::new(0), AtomicU64::new(0));
     std::thread::scope(|s| {
         let (a, b) = (&a, &b);
-        s.spawn(move || drive(&mut { ep0 }, peer, 500, a, b));
-        s.spawn(move || drive(&mut { ep1 }, peer, 500, b, a));
+        s.spawn(move || drive(&mut { ep0 }, peer, ROUNDS, a, b));
+        s.spawn(move || drive(&mut { ep1 }, peer, ROUNDS, b, a));
     });
     assert_eq!(
         (a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)),
-        (500, 500)
+        (ROUNDS, ROUNDS)
     );
 }
 
