@@ -45,7 +45,10 @@
 //!   every slot of the host, and segment per slot, plus a slot table (a state word and
 //!   a contacts word per slot). The region is a sparse `memfd`: the slots never used
 //!   cost address space only, no memory (the rings of an endpoint made at init towards
-//!   every slot of the host are initialised at open: two pages per host slot). A slot is
+//!   every slot of the host are initialised at open: two pages per host slot). The
+//!   address space of a region is about `slots × (segment + 2 × host slots × ring size)`,
+//!   and every rank of the host maps every region: lower `GEX_MAX_ENDPOINTS` for many
+//!   ranks per host with large segments. A slot is
 //!   initialised by its owner when it creates the endpoint and published `OPEN`
 //!   (`Release`), with no collective; a peer's endpoint reads the state (`Acquire`) on
 //!   its first send to it, so a send to a slot not created yet, or closed (the endpoint
