@@ -169,6 +169,7 @@ mod tests {
     fn shape_of_a_layout() {
         let jl = JobLayout {
             eps: vec![1; 4],
+            max_eps: vec![1; 4],
             seg_len: vec![4096; 4],
             host: vec![0, 0, 1, 2],
             process: vec![1, 2, 3, 4],

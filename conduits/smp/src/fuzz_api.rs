@@ -88,7 +88,7 @@ pub fn header_for(
     seg_len: usize,
     max_medium: usize,
 ) -> Option<Header> {
-    let l = crate::region::Layout::new(eps, total_eps, ring_cap, seg_len, 0)?;
+    let l = crate::region::Layout::new(eps, eps, total_eps, ring_cap, seg_len, 0)?;
     Some(Header {
         magic: crate::region::MAGIC,
         rank: u64::from(rank),
@@ -118,6 +118,7 @@ pub fn check_header(
         magic: h.magic,
         rank: h.rank,
         eps: h.eps,
+        slots: h.eps,
         total_eps: h.total_eps,
         ring_cap: h.ring_cap,
         max_medium: h.max_medium,
@@ -125,6 +126,6 @@ pub fn check_header(
         aux_len: 0,
         len: h.len,
     };
-    h.check(rank, eps, total_eps, seg_len, 0, NP_ARGS_AREA)
+    h.check(rank, eps, eps, total_eps, seg_len, 0, NP_ARGS_AREA)
         .map(|(l, m)| (l.len, m))
 }

@@ -39,6 +39,25 @@
 //!   clock is read after 4 empty polls, and the check (one `poll(2)` over the pidfds)
 //!   runs at most every 100 ms.
 //!
+//! - **Endpoints made at run time** (`Client::create_endpoint`). Each rank's region
+//!   reserves room for its endpoint capacity (`GEX_MAX_ENDPOINTS`, default 16, the
+//!   endpoints made at init included): doorbell, auxiliary area, incoming rings from
+//!   every slot of the host, and segment per slot, plus a slot table (a state word and
+//!   a contacts word per slot). The region is a sparse `memfd`: the slots never used
+//!   cost address space only, no memory (the rings of an endpoint made at init towards
+//!   every slot of the host are initialised at open: two pages per host slot). The
+//!   address space of a region is about `slots × (segment + 2 × host slots × ring size)`,
+//!   and every rank of the host maps every region: lower `GEX_MAX_ENDPOINTS` for many
+//!   ranks per host with large segments. A slot is
+//!   initialised by its owner when it creates the endpoint and published `OPEN`
+//!   (`Release`), with no collective; a peer's endpoint reads the state (`Acquire`) on
+//!   its first send to it, so a send to a slot not created yet, or closed (the endpoint
+//!   was dropped; indices are never reused), is `ConduitError::NoEndpoint`, never a hang.
+//!   Each endpoint polls only its own rings (the AM poll mask): those from the
+//!   endpoints made at init, and those from endpoints made at run time once they
+//!   announce their first contact by bumping its contacts word (one load of a local word
+//!   per poll otherwise).
+//!
 //! - **Thread ranks.** The ranks may also be threads of one process
 //!   (`gex_boot::threads`), or mix: every rank creates its own region and maps every
 //!   rank's region, its own process's included, so nothing changes on the data path.

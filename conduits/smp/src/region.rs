@@ -1,14 +1,33 @@
 //! One rank's shared region: layout, creation (memfd), and mapping of peers' regions.
 //!
-//! Layout (all offsets page- or cache-line aligned):
+//! Layout (all offsets page- or cache-line aligned), for `S` endpoint *slots* (the
+//! rank's capacity, `JobLayout::max_eps`: its `E` endpoints made at init, then room for
+//! those made at run time) and `T` slots on the whole host:
 //! ```text
 //! [Header: one page]
-//! [Doorbell of EP 0 .. EP E-1: 64 bytes each, rounded to a page]
-//! [auxiliary area of EP 0 .. EP E-1: aux_len bytes each, rounded to a page]
-//! [rings: for receiver EP e, for sender global EP g, for {request, reply}:
+//! [slot table: per slot, 64 bytes: state word, contacts word; rounded to a page]
+//! [Doorbell of slot 0 .. S-1: 64 bytes each, rounded to a page]
+//! [auxiliary area of slot 0 .. S-1: aux_len bytes each, rounded to a page]
+//! [rings: for receiver slot e, for sender global slot g < T, for {request, reply}:
 //!         RingCtl + data (ring_bytes_needed(cap)), rounded to a page]
-//! [segment of EP 0 .. EP E-1: seg_len rounded to a page each]
+//! [segment of slot 0 .. S-1: seg_len rounded to a page each]
 //! ```
+//!
+//! Only the slots of endpoints that exist are ever touched: `create` initialises the
+//! doorbells and incoming rings of the `E` endpoints made at init (and marks them
+//! open in the slot table); a slot made at run time is initialised by its owner when it
+//! opens it (`Smp::open_endpoint`). The rest of the region is a sparse `memfd` whose
+//! untouched pages cost address space only, no memory: reserving 16 slots per rank
+//! costs nothing until they are used.
+//!
+//! A slot's *state word* is `UNUSED` (0, the memfd's zero), `OPENING`, `OPEN` or
+//! `CLOSED`; the owner publishes `OPEN` with `Release` after initialising the slot, and
+//! a sender reads it with `Acquire` on first contact before it touches the slot's
+//! rings. A slot's *contacts word* counts first contacts by endpoints made at run time
+//! (which receivers poll only once they know them): a sender made at run time bumps it
+//! on first contact with the slot, and the slot's owner, seeing it change, looks for
+//! the senders it does not poll yet (whose state words are no longer `UNUSED`). Both
+//! words are only compared, never used to index memory.
 //!
 //! # Safety
 //! `Mapping` owns an `mmap` of a whole region; raw pointers into it are handed out for
@@ -26,6 +45,17 @@ use rustix::mm::{MapFlags, ProtFlags};
 use std::ptr::NonNull;
 
 const PAGE: usize = 4096;
+/// Bytes of a slot's entry in the slot table (its own cache line).
+const SLOT_ENTRY: usize = 64;
+
+/// Slot state: never opened (the memfd's zero).
+pub(crate) const UNUSED: u64 = 0;
+/// Slot state: being initialised by its owner.
+pub(crate) const OPENING: u64 = 1;
+/// Slot state: open (its rings and doorbell are initialised).
+pub(crate) const OPEN: u64 = 2;
+/// Slot state: closed (an endpoint made at run time, dropped); never reopened.
+pub(crate) const CLOSED: u64 = 3;
 pub(crate) const MAGIC: u64 = 0x6765_785f_736d_7031; // "gex_smp1"
 
 const fn round_up(n: usize, to: usize) -> usize {
@@ -47,6 +77,8 @@ pub(crate) struct Header {
     pub magic: u64,
     pub rank: u64,
     pub eps: u64,
+    /// Endpoint slots (capacity; `eps` of them made at init).
+    pub slots: u64,
     pub total_eps: u64,
     pub ring_cap: u64,
     pub max_medium: u64,
@@ -58,11 +90,16 @@ pub(crate) struct Header {
 /// Offsets inside one rank's region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Layout {
+    /// Endpoints made at init (slots `0..eps`).
     pub eps: usize,
+    /// Endpoint slots (capacity).
+    pub slots: usize,
+    /// Endpoint slots of the host (the global slot numbering's size).
     pub total_eps: usize,
     pub ring_cap: usize,
     pub seg_len: usize,
     pub aux_len: usize,
+    table: usize,
     bells: usize,
     aux: usize,
     rings: usize,
@@ -73,35 +110,45 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
+    /// The layout of a region of `slots` endpoint slots (`eps` of them made at init)
+    /// on a host of `total_eps` slots; `None` if it overflows or `eps > slots`.
     pub(crate) fn new(
         eps: usize,
+        slots: usize,
         total_eps: usize,
         ring_cap: usize,
         seg_len: usize,
         aux_len: usize,
     ) -> Option<Layout> {
         // Every step is checked: the sizes may come from a peer's header.
-        let bells = PAGE;
+        if eps > slots {
+            return None;
+        }
+        let table = PAGE;
+        let bells = table.checked_add(checked_round_up(slots.checked_mul(SLOT_ENTRY)?, PAGE)?)?;
         let aux = bells.checked_add(checked_round_up(
-            eps.checked_mul(std::mem::size_of::<Doorbell>())?,
+            slots.checked_mul(std::mem::size_of::<Doorbell>())?,
             PAGE,
         )?)?;
-        let rings = aux.checked_add(eps.checked_mul(checked_round_up(aux_len, PAGE)?)?)?;
+        let rings = aux.checked_add(slots.checked_mul(checked_round_up(aux_len, PAGE)?)?)?;
         let ring_stride = ring::DATA_OFFSET.checked_add(ring_cap)?;
         let segs = rings.checked_add(checked_round_up(
-            eps.checked_mul(total_eps)?
+            slots
+                .checked_mul(total_eps)?
                 .checked_mul(2)?
                 .checked_mul(ring_stride)?,
             PAGE,
         )?)?;
         let seg_stride = checked_round_up(seg_len.max(1), PAGE)?;
-        let len = segs.checked_add(eps.checked_mul(seg_stride)?)?;
+        let len = segs.checked_add(slots.checked_mul(seg_stride)?)?;
         Some(Layout {
             eps,
+            slots,
             total_eps,
             ring_cap,
             seg_len,
             aux_len,
+            table,
             bells,
             aux,
             rings,
@@ -110,6 +157,14 @@ impl Layout {
             seg_stride,
             len,
         })
+    }
+    /// Offset of slot `ep`'s state word (an `AtomicU64`, 64-byte aligned).
+    pub(crate) fn state(&self, ep: usize) -> usize {
+        self.table + ep * SLOT_ENTRY
+    }
+    /// Offset of slot `ep`'s contacts word (an `AtomicU64`).
+    pub(crate) fn contacts(&self, ep: usize) -> usize {
+        self.table + ep * SLOT_ENTRY + 8
     }
     pub(crate) fn bell(&self, ep: usize) -> usize {
         self.bells + ep * std::mem::size_of::<Doorbell>()
@@ -143,10 +198,12 @@ impl Header {
     ///
     /// # Errors
     /// A description of the first disagreement, naming the field.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn check(
         &self,
         rank: u32,
         eps: usize,
+        slots: usize,
         total_eps: usize,
         seg_len: usize,
         aux_len: usize,
@@ -160,11 +217,12 @@ impl Header {
             usize::try_from(v).map_err(|_| format!("{what} {v} does not fit this machine"))
         };
         if as_usize("endpoint count", h.eps)? != eps
+            || as_usize("endpoint capacity", h.slots)? != slots
             || as_usize("host endpoint count", h.total_eps)? != total_eps
         {
             return Err(format!(
-                "{} endpoints of {} on the host, the job layout says {eps} of {total_eps}",
-                h.eps, h.total_eps
+                "{} endpoints (capacity {}) of {} on the host, the job layout says {eps} (capacity {slots}) of {total_eps}",
+                h.eps, h.slots, h.total_eps
             ));
         }
         let ring_cap = as_usize("ring size", h.ring_cap)?;
@@ -186,7 +244,7 @@ impl Header {
                 h.aux_len
             ));
         }
-        let l = Layout::new(eps, total_eps, ring_cap, seg_len, aux_len)
+        let l = Layout::new(eps, slots, total_eps, ring_cap, seg_len, aux_len)
             .ok_or_else(|| format!("region size overflows (header {h:?})"))?;
         if l.len as u64 != h.len {
             return Err(format!(
@@ -244,6 +302,23 @@ impl Mapping {
         // written by the owner before publication.
         unsafe { self.base.as_ptr().cast::<Header>().read() }
     }
+    /// Slot `ep`'s state word in this mapping of a region of layout `l` (`ep < l.slots`).
+    pub(crate) fn state(&self, l: &Layout, ep: usize) -> &gex_sync::atomic::AtomicU64 {
+        assert!(ep < l.slots && l.len <= self.len);
+        // SAFETY: inside the slot table of the mapping (`at` checks the bound), 64-byte
+        // aligned; the table is only ever accessed through atomics, by every rank.
+        unsafe { &*self.at(l.state(ep)).cast::<gex_sync::atomic::AtomicU64>() }
+    }
+    /// Slot `ep`'s contacts word, as [`state`](Self::state).
+    pub(crate) fn contacts(&self, l: &Layout, ep: usize) -> &gex_sync::atomic::AtomicU64 {
+        assert!(ep < l.slots && l.len <= self.len);
+        // SAFETY: as in `state` (8-byte aligned, in the same 64-byte entry).
+        unsafe {
+            &*self
+                .at(l.contacts(ep))
+                .cast::<gex_sync::atomic::AtomicU64>()
+        }
+    }
     pub(crate) fn write_header(&self, h: Header) {
         // SAFETY: as in `header`; only the owner writes, before publication.
         unsafe { self.base.as_ptr().cast::<Header>().write(h) }
@@ -279,6 +354,8 @@ pub(crate) fn create(
         .map_err(|e| os("sizing the smp region (ftruncate)", e))?;
     let m = Mapping::map(&fd, layout.len)?;
     for ep in 0..layout.eps {
+        m.state(layout, ep)
+            .store(OPEN, gex_sync::atomic::Ordering::Relaxed);
         // SAFETY: the doorbell slot is inside the mapping, 64-byte aligned (page base +
         // multiple of size_of::<Doorbell>(), itself a multiple of 64), and unused yet.
         unsafe { Doorbell::init_in_place(m.at(layout.bell(ep)).cast()) };
@@ -294,6 +371,7 @@ pub(crate) fn create(
         magic: MAGIC,
         rank: rank as u64,
         eps: layout.eps as u64,
+        slots: layout.slots as u64,
         total_eps: layout.total_eps as u64,
         ring_cap: layout.ring_cap as u64,
         max_medium: max_medium as u64,
@@ -309,6 +387,8 @@ pub(crate) fn create(
 pub(crate) struct Expect {
     /// The rank's endpoints (`JobLayout::eps`).
     pub eps: usize,
+    /// The rank's endpoint capacity (`JobLayout::max_eps`).
+    pub slots: usize,
     /// Endpoints of the host.
     pub total_eps: usize,
     /// Segment length of each of its endpoints (`JobLayout::seg_len`).
@@ -337,6 +417,7 @@ pub(crate) fn check_region(
         .check(
             rank,
             want.eps,
+            want.slots,
             want.total_eps,
             want.seg_len,
             want.aux_len,
@@ -392,11 +473,12 @@ mod tests {
     use super::*;
 
     fn header(eps: usize, total: usize, ring_cap: usize, seg_len: usize) -> Header {
-        let l = Layout::new(eps, total, ring_cap, seg_len, 4096).unwrap();
+        let l = Layout::new(eps, eps, total, ring_cap, seg_len, 4096).unwrap();
         Header {
             magic: MAGIC,
             rank: 1,
             eps: eps as u64,
+            slots: eps as u64,
             total_eps: total as u64,
             ring_cap: ring_cap as u64,
             max_medium: 1 << 20,
@@ -409,14 +491,14 @@ mod tests {
     #[test]
     fn an_auxiliary_area_of_another_size_is_an_error() {
         let h = header(2, 3, 8192, 100);
-        let e = h.check(1, 2, 3, 100, 8192, 64).unwrap_err();
+        let e = h.check(1, 2, 2, 3, 100, 8192, 64).unwrap_err();
         assert!(e.contains("auxiliary"), "{e}");
     }
 
     #[test]
     fn a_good_header_passes() {
         let h = header(2, 3, 8192, 100);
-        let (l, max_medium) = h.check(1, 2, 3, 100, 4096, 64).unwrap();
+        let (l, max_medium) = h.check(1, 2, 2, 3, 100, 4096, 64).unwrap();
         assert_eq!(l.len as u64, h.len);
         // Capped by what the ring holds.
         assert_eq!(max_medium, ring::max_body(8192) - 64);
@@ -429,13 +511,13 @@ mod tests {
     #[test]
     fn a_bad_ring_size_is_an_error() {
         for cap in [0usize, 100, 2048, 4097] {
-            let l = Layout::new(1, 1, cap, 0, 4096).unwrap();
+            let l = Layout::new(1, 1, 1, cap, 0, 4096).unwrap();
             let h = Header {
                 ring_cap: cap as u64,
                 len: l.len as u64,
                 ..header(1, 1, 4096, 0)
             };
-            let e = h.check(1, 1, 1, 0, 4096, 64).unwrap_err();
+            let e = h.check(1, 1, 1, 1, 0, 4096, 64).unwrap_err();
             assert!(e.contains("ring size"), "{cap}: {e}");
         }
     }
@@ -445,19 +527,25 @@ mod tests {
     /// builds, a wrong layout in release builds).
     #[test]
     fn huge_sizes_are_errors_not_overflows() {
-        assert_eq!(Layout::new(usize::MAX / 8, 1, 4096, 0, 4096), None);
-        assert_eq!(Layout::new(1, 1, usize::MAX - 8, 0, 4096), None);
-        assert_eq!(Layout::new(1, 1, 4096, usize::MAX, 4096), None);
+        assert_eq!(Layout::new(1, usize::MAX / 8, 1, 4096, 0, 4096), None);
+        assert_eq!(Layout::new(1, 1, 1, usize::MAX - 8, 0, 4096), None);
+        assert_eq!(Layout::new(1, 1, 1, 4096, usize::MAX, 4096), None);
+        assert_eq!(Layout::new(2, 1, 1, 4096, 0, 4096), None);
+        let h = Header {
+            slots: u64::MAX / 8,
+            ..header(1, 1, 4096, 0)
+        };
+        assert!(h.check(1, 1, usize::MAX / 8, 1, 0, 4096, 64).is_err());
         let h = Header {
             eps: u64::MAX / 8,
             ..header(1, 1, 4096, 0)
         };
-        assert!(h.check(1, 1, 1, 0, 4096, 64).is_err());
+        assert!(h.check(1, 1, 1, 1, 0, 4096, 64).is_err());
         let h = Header {
             seg_len: u64::MAX,
             ..header(1, 1, 4096, 0)
         };
-        let e = h.check(1, 1, 1, usize::MAX, 4096, 64).unwrap_err();
+        let e = h.check(1, 1, 1, 1, usize::MAX, 4096, 64).unwrap_err();
         assert!(e.contains("overflows"), "{e}");
     }
 
@@ -467,14 +555,14 @@ mod tests {
     #[test]
     fn a_segment_length_other_than_the_layout_is_an_error() {
         let h = header(2, 3, 8192, 4096);
-        let e = h.check(1, 2, 3, 1 << 20, 4096, 64).unwrap_err();
+        let e = h.check(1, 2, 2, 3, 1 << 20, 4096, 64).unwrap_err();
         assert!(
             e.contains("segments of 4096 bytes, the job layout says 1048576"),
             "{e}"
         );
         // Larger than the layout: refused too (the header is the peer's to write).
-        let e = h.check(1, 2, 3, 100, 4096, 64).unwrap_err();
+        let e = h.check(1, 2, 2, 3, 100, 4096, 64).unwrap_err();
         assert!(e.contains("segments of 4096 bytes"), "{e}");
-        assert!(h.check(1, 2, 3, 4096, 4096, 64).is_ok());
+        assert!(h.check(1, 2, 2, 3, 4096, 4096, 64).is_ok());
     }
 }

@@ -71,6 +71,12 @@ pub struct Smp {
     max_medium: Vec<usize>,
     /// The neighbours' pidfds (in-band liveness, the `live` module).
     peers: Peers,
+    /// This rank's local index.
+    me: usize,
+    /// Endpoint slots of the host (the global slot numbering's size).
+    total: usize,
+    /// Whether this rank's waiters may sleep (doorbells of endpoints made at run time).
+    may_block: bool,
 }
 
 /// `Smp::local_of` of a rank on another host.
@@ -84,11 +90,23 @@ struct Seg {
 }
 
 /// Sending side of an endpoint: one request and one reply producer per destination
-/// global EP, plus the destinations' doorbells and segments.
+/// global EP slot, plus the destinations' doorbells and segments. A producer is made
+/// on first contact (`connect`) when the destination is a slot made at run time (its
+/// rings exist only once its owner opened it) or when this endpoint was made at run
+/// time (its first contact is announced to the destination).
 #[derive(Debug)]
 struct Tx {
-    req: Vec<Producer>,
-    rep: Vec<Producer>,
+    req: Vec<Option<Producer>>,
+    rep: Vec<Option<Producer>>,
+    /// Every destination slot, by global slot number.
+    dst: Vec<EpAddr>,
+    /// Whether the destination slot is one made at run time.
+    runtime: Vec<bool>,
+    /// This endpoint's global slot number.
+    me_g: usize,
+    /// Whether this endpoint was made at run time (it announces its first contacts).
+    me_runtime: bool,
+    conduit: Arc<Smp>,
     bells: Vec<Raw<Doorbell>>,
     segs: Vec<Seg>,
     /// Auxiliary areas of every global EP (all share this host).
@@ -99,13 +117,59 @@ struct Tx {
     npending: usize,
 }
 
-/// Receiving side: one request and one reply consumer per source global EP.
+/// Receiving side: one request and one reply consumer per source global EP slot, of
+/// which only the `active` ones are polled: the endpoints made at init from the start,
+/// an endpoint made at run time once it has announced a first contact with this one
+/// (the contacts word of this slot changed).
 #[derive(Debug)]
 struct Rx {
     req: Vec<Consumer>,
     rep: Vec<Consumer>,
     src: Vec<EpAddr>,
+    /// Global slot numbers of the senders polled, in the order they became known.
+    active: Vec<usize>,
+    is_active: Vec<bool>,
+    /// This slot's contacts word, and its value when the senders were last looked for.
+    contacts: Raw<gex_sync::atomic::AtomicU64>,
+    seen_contacts: u64,
     seg: Seg,
+}
+
+impl Rx {
+    /// Whether a sender made at run time announced a first contact not seen yet.
+    #[inline(always)]
+    fn contacted(&self) -> bool {
+        self.contacts
+            .get()
+            .load(gex_sync::atomic::Ordering::Acquire)
+            != self.seen_contacts
+    }
+
+    /// Starts polling every sender slot made at run time that has been opened (its
+    /// state word is no longer `UNUSED`) and is not polled yet.
+    #[cold]
+    #[inline(never)]
+    fn rescan(&mut self, c: &Smp) {
+        self.seen_contacts = self
+            .contacts
+            .get()
+            .load(gex_sync::atomic::Ordering::Acquire);
+        for (li, l) in c.layouts.iter().enumerate() {
+            let base = c.g_base[c.ranks[li] as usize];
+            for de in l.eps..l.slots {
+                let g = base + de;
+                if !self.is_active[g]
+                    && c.maps[li]
+                        .state(l, de)
+                        .load(gex_sync::atomic::Ordering::Acquire)
+                        != region::UNUSED
+                {
+                    self.is_active[g] = true;
+                    self.active.push(g);
+                }
+            }
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -136,6 +200,21 @@ pub struct SmpEp {
 // SAFETY: `np.body` is a pointer into this endpoint's own reservation, only used by the
 // thread that owns the endpoint; every other field is Send.
 unsafe impl Send for SmpEp {}
+
+impl Drop for SmpEp {
+    /// An endpoint made at run time closes its slot for good: senders that try it
+    /// later get `ConduitError::NoEndpoint` (on first contact, or once its ring is full).
+    fn drop(&mut self) {
+        let c = &self.conduit;
+        let l = &c.layouts[c.me];
+        let e = self.index as usize;
+        if e >= l.eps && e < l.slots {
+            c.maps[c.me]
+                .state(l, e)
+                .store(region::CLOSED, gex_sync::atomic::Ordering::Release);
+        }
+    }
+}
 
 /// The `GEX_*` settings of the smp conduit.
 pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
@@ -186,6 +265,49 @@ unsafe impl Conduit for Smp {
     ) -> Result<(), gex_core::boot::BootError> {
         self.peers.close();
         barrier()
+    }
+
+    /// Opens slot `index` of this rank's region: initialises its doorbell and its
+    /// incoming rings from every slot of the host, then publishes it (`OPEN`, with
+    /// `Release`). Not collective: a peer's endpoint finds it on its first send
+    /// (reading the state word with `Acquire`), and starts polling it once it sends.
+    fn open_endpoint(self: &Arc<Self>, index: EpIndex) -> Result<SmpEp, ConduitError> {
+        use gex_sync::atomic::Ordering;
+        let me = self.me;
+        let l = &self.layouts[me];
+        let e = index as usize;
+        if e < l.eps || e >= l.slots {
+            return Err(ConduitError::Contract(format!(
+                "smp: open_endpoint({index}) outside the runtime slots {}..{}",
+                l.eps, l.slots
+            )));
+        }
+        let m = &self.maps[me];
+        m.state(l, e)
+            .compare_exchange(
+                region::UNUSED,
+                region::OPENING,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .map_err(|_| {
+                ConduitError::Contract(format!("smp: endpoint {index} was opened before"))
+            })?;
+        // SAFETY: the doorbell slot is inside this rank's mapping, 64-byte aligned, and
+        // unused: no sender touches a slot before reading `OPEN`, stored below.
+        unsafe { Doorbell::init_in_place(m.at(l.bell(e)).cast()) };
+        // SAFETY: initialised just above, inside the mapping.
+        let bell = unsafe { &*m.at(l.bell(e)).cast::<Doorbell>() };
+        bell.set_may_block(self.may_block);
+        for g in 0..self.total {
+            for reply in [false, true] {
+                // SAFETY: the ring control block is inside the mapping, aligned as in
+                // `region::create`; nobody uses it before `OPEN` is published.
+                unsafe { ring::RingCtl::init_in_place(m.at(l.ring(e, g, reply)).cast()) };
+            }
+        }
+        m.state(l, e).store(region::OPEN, Ordering::Release);
+        Ok(self.make_ep(me, e))
     }
 }
 
@@ -258,15 +380,23 @@ impl Smp {
         let mut local_of = vec![NOT_LOCAL; n];
         let mut g_base = vec![usize::MAX; n];
         let mut total = 0usize;
+        let slots_of = |r: usize| (jl.max_eps[r].max(jl.eps[r])) as usize;
         for (li, &r) in ranks.iter().enumerate() {
             local_of[r as usize] = li as u32;
             g_base[r as usize] = total;
-            total += jl.eps[r as usize] as usize;
+            total += slots_of(r as usize);
         }
         let me = local_of[rank] as usize;
         let my_eps = jl.eps[rank] as usize;
-        let mine = Layout::new(my_eps, total, ring_cap, jl.seg_len[rank], params.aux_len)
-            .ok_or_else(|| InitError::Config("smp region size overflows".into()))?;
+        let mine = Layout::new(
+            my_eps,
+            slots_of(rank),
+            total,
+            ring_cap,
+            jl.seg_len[rank],
+            params.aux_len,
+        )
+        .ok_or_else(|| InitError::Config("smp region size overflows".into()))?;
         let (fd, own) = region::create(&mine, params.rank, max_medium)?;
         for e in 0..my_eps {
             // SAFETY: initialised by `create`, inside the mapping.
@@ -300,6 +430,7 @@ impl Smp {
             // before anything uses the region (`region::check_region`).
             let want = region::Expect {
                 eps: jl.eps[r as usize] as usize,
+                slots: slots_of(r as usize),
                 total_eps: total,
                 seg_len: jl.seg_len[r as usize],
                 aux_len: params.aux_len,
@@ -354,8 +485,11 @@ impl Smp {
             g_base,
             max_medium: max_med,
             peers,
+            me,
+            total,
+            may_block: params.wait != WaitPolicy::Spin,
         });
-        let eps = (0..my_eps).map(|e| smp.make_ep(me, e, total)).collect();
+        let eps = (0..my_eps).map(|e| smp.make_ep(me, e)).collect();
         tracing::debug!(
             rank,
             ranks = n,
@@ -391,7 +525,7 @@ impl Smp {
             .get(dst.rank as usize)
             .copied()
             .unwrap_or(NOT_LOCAL);
-        l != NOT_LOCAL && (dst.ep as usize) < self.layouts[l as usize].eps
+        l != NOT_LOCAL && (dst.ep as usize) < self.layouts[l as usize].slots
     }
 }
 
@@ -411,12 +545,19 @@ impl Smp {
         (base.cast_const().cast(), data, l.ring_cap)
     }
 
-    /// Endpoint `e` of the rank with local index `me`.
-    fn make_ep(self: &Arc<Self>, me: usize, e: usize, total: usize) -> SmpEp {
+    /// Endpoint `e` of the rank with local index `me` (its slot is open).
+    fn make_ep(self: &Arc<Self>, me: usize, e: usize) -> SmpEp {
+        let total = self.total;
         let me_g = self.g_base[self.ranks[me] as usize] + e;
+        let me_runtime = e >= self.layouts[me].eps;
         let mut tx = Tx {
             req: Vec::with_capacity(total),
             rep: Vec::with_capacity(total),
+            dst: Vec::with_capacity(total),
+            runtime: Vec::with_capacity(total),
+            me_g,
+            me_runtime,
+            conduit: self.clone(),
             bells: Vec::with_capacity(total),
             segs: Vec::with_capacity(total),
             aux: Vec::with_capacity(total),
@@ -424,39 +565,56 @@ impl Smp {
             pending: (0..total).map(|_| VecDeque::new()).collect(),
             npending: 0,
         };
+        let ml = &self.layouts[me];
         let mut rx = Rx {
             req: Vec::with_capacity(total),
             rep: Vec::with_capacity(total),
             src: Vec::with_capacity(total),
+            active: Vec::new(),
+            is_active: Vec::with_capacity(total),
+            contacts: Raw::new(self.maps[me].at(ml.contacts(e))),
+            seen_contacts: 0,
             seg: Seg {
-                base: Raw::new(self.maps[me].at(self.layouts[me].segment(e))),
-                len: self.layouts[me].seg_len,
+                base: Raw::new(self.maps[me].at(ml.segment(e))),
+                len: ml.seg_len,
             },
         };
         for (r, l) in self.layouts.iter().enumerate() {
             let global = self.ranks[r];
-            for de in 0..l.eps {
+            for de in 0..l.slots {
+                let g = self.g_base[global as usize] + de;
+                debug_assert_eq!(g, tx.dst.len());
+                // Rings to a slot made at run time exist once its owner opened it; an
+                // endpoint made at run time announces its first contact: both connect
+                // on first use.
+                let eager = de < l.eps && !me_runtime;
                 for reply in [false, true] {
-                    let (ctl, data, cap) = self.ring_ptrs(r, de, me_g, reply);
-                    // SAFETY: ctl/data/cap describe an initialised ring in a live mapping;
-                    // this endpoint is the only producer of the ring (me_g -> (r, de)).
-                    let p = unsafe { Producer::new(ctl, data, cap) };
+                    let p = eager.then(|| {
+                        let (ctl, data, cap) = self.ring_ptrs(r, de, me_g, reply);
+                        // SAFETY: ctl/data/cap describe a ring of a live mapping,
+                        // initialised at `region::create` (`de` was made at init); this
+                        // endpoint is its only producer (me_g -> (r, de)).
+                        unsafe { Producer::new(ctl, data, cap) }
+                    });
                     if reply {
                         tx.rep.push(p)
                     } else {
                         tx.req.push(p)
                     }
                 }
+                tx.dst.push(EpAddr::new(global, de as u16));
+                tx.runtime.push(de >= l.eps);
                 tx.bells.push(Raw::new(self.maps[r].at(l.bell(de))));
                 tx.aux.push(Raw::new(self.maps[r].at(l.aux(de))));
                 tx.segs.push(Seg {
                     base: Raw::new(self.maps[r].at(l.segment(de))),
                     len: l.seg_len,
                 });
-                let g = self.g_base[global as usize] + de;
                 for reply in [false, true] {
                     let (ctl, data, cap) = self.ring_ptrs(me, e, g, reply);
-                    // SAFETY: as above; this endpoint is the only consumer of (g -> me).
+                    // SAFETY: this endpoint's slot is open, so its incoming rings were
+                    // initialised (`region::create` or `open_endpoint`); this endpoint
+                    // is the only consumer of (g -> me).
                     let c = unsafe { Consumer::new(ctl, data, cap) };
                     if reply {
                         rx.rep.push(c)
@@ -465,14 +623,20 @@ impl Smp {
                     }
                 }
                 rx.src.push(EpAddr::new(global, de as u16));
+                let known = de < l.eps;
+                rx.is_active.push(known);
+                if known {
+                    rx.active.push(g);
+                }
             }
         }
+        rx.rescan(self);
         let max_medium = self.max_medium[me];
         SmpEp {
             index: e as u16,
             tx,
             rx,
-            bell: Raw::new(self.maps[me].at(self.layouts[me].bell(e))),
+            bell: Raw::new(self.maps[me].at(ml.bell(e))),
             seen: 0,
             limits: Limits {
                 max_args: 16,
@@ -563,6 +727,78 @@ impl Tx {
         b + dst.ep as usize
     }
 
+    /// Makes the producers to slot `g` on first contact: a slot made at run time must
+    /// be open (its state word, read with `Acquire`); an endpoint made at run time
+    /// announces itself to the slot (its contacts word) so the slot's owner polls it.
+    ///
+    /// # Errors
+    /// [`ConduitError::NoEndpoint`] if the slot is not open.
+    #[cold]
+    #[inline(never)]
+    fn connect(&mut self, g: usize) -> Result<(), ConduitError> {
+        use gex_sync::atomic::Ordering;
+        let dst = self.dst[g];
+        let c = self.conduit.clone();
+        let li = c.local_of[dst.rank as usize] as usize;
+        let (l, m) = (&c.layouts[li], &c.maps[li]);
+        let de = dst.ep as usize;
+        if de >= l.eps {
+            self.check_open(g)?;
+        }
+        for reply in [false, true] {
+            let (ctl, data, cap) = c.ring_ptrs(li, de, self.me_g, reply);
+            // SAFETY: the ring was initialised by its owner before it published the
+            // slot open (`region::create` for a slot made at init; `open_endpoint`,
+            // whose `Release` store of `OPEN` the `Acquire` load above read); this
+            // endpoint is its only producer.
+            let p = Some(unsafe { Producer::new(ctl, data, cap) });
+            if reply {
+                self.rep[g] = p;
+            } else {
+                self.req[g] = p;
+            }
+        }
+        if self.me_runtime {
+            m.contacts(l, de).fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// Checks that slot `g`, one made at run time, is open.
+    ///
+    /// # Errors
+    /// [`ConduitError::NoEndpoint`] naming the state.
+    #[cold]
+    #[inline(never)]
+    fn check_open(&self, g: usize) -> Result<(), ConduitError> {
+        let dst = self.dst[g];
+        let c = &self.conduit;
+        let li = c.local_of[dst.rank as usize] as usize;
+        let st = c.maps[li]
+            .state(&c.layouts[li], dst.ep as usize)
+            .load(gex_sync::atomic::Ordering::Acquire);
+        match st {
+            region::OPEN => Ok(()),
+            region::CLOSED => Err(ConduitError::NoEndpoint {
+                dst,
+                state: "closed",
+            }),
+            _ => Err(ConduitError::NoEndpoint {
+                dst,
+                state: "not created yet",
+            }),
+        }
+    }
+
+    /// The request producer to slot `g`, connecting on first contact.
+    #[inline(always)]
+    fn req(&mut self, g: usize) -> Result<&mut Producer, ConduitError> {
+        if self.req[g].is_none() {
+            self.connect(g)?;
+        }
+        Ok(self.req[g].as_mut().expect("connected"))
+    }
+
     #[cold]
     fn defer(&mut self, g: usize, msg: &OutMsg<'_>) {
         let len = body_len(msg);
@@ -578,9 +814,19 @@ impl Tx {
     #[cold]
     fn flush(&mut self) {
         for g in 0..self.pending.len() {
+            // Replies deferred to an endpoint made at run time that has closed since:
+            // nobody will take them.
+            if !self.pending[g].is_empty() && self.runtime[g] && self.check_open(g).is_err() {
+                self.npending -= self.pending[g].len();
+                self.pending[g].clear();
+                continue;
+            }
             let mut sent = false;
+            let Some(rep) = self.rep[g].as_mut() else {
+                continue;
+            };
             while let Some((user, body)) = self.pending[g].front() {
-                if !self.rep[g].push(*user, &[body]) {
+                if !rep.push(*user, &[body]) {
                     break;
                 }
                 self.pending[g].pop_front();
@@ -598,11 +844,17 @@ impl ReplyTx for Tx {
     #[inline]
     fn reply(&mut self, msg: &OutMsg<'_>) -> Result<(), ConduitError> {
         let g = self.g(msg.dst());
+        if self.rep[g].is_none() && self.connect(g).is_err() {
+            // A requester made at run time that has closed since: nobody can take the
+            // reply, which is dropped.
+            return Ok(());
+        }
+        let seg = self.segs[g];
         if (self.npending == 0 || self.pending[g].is_empty())
-            && put(&mut self.rep[g], msg, self.segs[g])
+            && put(self.rep[g].as_mut().expect("connected"), msg, seg)
         {
             self.bells[g].get().ring();
-        } else {
+        } else if !(self.runtime[g] && self.check_open(g).is_err()) {
             self.defer(g, msg);
         }
         Ok(())
@@ -691,9 +943,13 @@ impl SmpEp {
         if self.tx.npending > 0 {
             self.tx.flush();
         }
+        if self.rx.contacted() {
+            self.rx.rescan(&self.conduit);
+        }
         let mut n = 0;
         let rx = &mut self.rx;
-        for g in 0..rx.rep.len() {
+        for i in 0..rx.active.len() {
+            let g = rx.active[i];
             if n >= budget {
                 return n;
             }
@@ -708,7 +964,8 @@ impl SmpEp {
                 budget - n,
             );
         }
-        for g in 0..rx.req.len() {
+        for i in 0..rx.active.len() {
+            let g = rx.active[i];
             if n >= budget {
                 return n;
             }
@@ -738,7 +995,10 @@ unsafe impl ConduitEp for SmpEp {
         self.index
     }
     fn capabilities(&self) -> Capabilities {
-        Capabilities::NP_IN_PLACE | Capabilities::SHARED_MEMORY | Capabilities::BLOCKING_WAIT
+        Capabilities::NP_IN_PLACE
+            | Capabilities::SHARED_MEMORY
+            | Capabilities::BLOCKING_WAIT
+            | Capabilities::RUNTIME_ENDPOINTS
     }
     /// This endpoint's limits, with Medium payloads also bounded by what `dst`'s rings
     /// hold (a neighbour may run with smaller rings: `GEX_SMP_RING_SIZE` is per rank),
@@ -772,7 +1032,13 @@ unsafe impl ConduitEp for SmpEp {
     #[inline(always)]
     fn inject(&mut self, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, ConduitError> {
         let g = self.tx.g(msg.dst());
-        if put(&mut self.tx.req[g], msg, self.tx.segs[g]) {
+        // A slot made at run time may have closed since the first contact: one
+        // `Acquire` load of its state word (a line its owner writes twice in its life).
+        if self.tx.runtime[g] {
+            self.tx.check_open(g)?;
+        }
+        let seg = self.tx.segs[g];
+        if put(self.tx.req(g)?, msg, seg) {
             self.tx.bells[g].get().ring();
             Ok(Injected::Sent)
         } else {
@@ -796,11 +1062,12 @@ unsafe impl ConduitEp for SmpEp {
     }
 
     fn has_incoming(&self) -> bool {
-        self.rx
-            .rep
-            .iter()
-            .chain(self.rx.req.iter())
-            .any(|c| c.has_data())
+        let rx = &self.rx;
+        rx.contacted()
+            || rx
+                .active
+                .iter()
+                .any(|&g| rx.rep[g].has_data() || rx.req[g].has_data())
     }
 
     fn block(&mut self, timeout: Duration) {
@@ -815,7 +1082,12 @@ unsafe impl ConduitEp for SmpEp {
         let bell = self.bell.get();
         let seen = self.seen;
         bell.wait_until_timeout(WaitPolicy::Block, timeout, || {
-            bell.epoch() != seen || rx.rep.iter().chain(rx.req.iter()).any(|c| c.has_data())
+            bell.epoch() != seen
+                || rx.contacted()
+                || rx
+                    .active
+                    .iter()
+                    .any(|&g| rx.rep[g].has_data() || rx.req[g].has_data())
         });
         self.seen = bell.epoch();
     }
@@ -834,7 +1106,10 @@ unsafe impl ConduitEp for SmpEp {
     fn describe(&self) -> String {
         let mut lines = Vec::new();
         for (g, p) in self.tx.req.iter().enumerate() {
-            let (rq, rp) = (p.in_flight(), self.tx.rep[g].in_flight());
+            let (Some(p), Some(q)) = (p, &self.tx.rep[g]) else {
+                continue;
+            };
+            let (rq, rp) = (p.in_flight(), q.in_flight());
             let deferred = self.tx.pending[g].len();
             if rq + rp > 0 || deferred > 0 {
                 lines.push(format!(
@@ -844,13 +1119,12 @@ unsafe impl ConduitEp for SmpEp {
                 ));
             }
         }
-        let waiting = self
-            .rx
-            .req
+        let rx = &self.rx;
+        let waiting = rx
+            .active
             .iter()
-            .chain(self.rx.rep.iter())
-            .filter(|c| c.has_data())
-            .count();
+            .map(|&g| rx.req[g].has_data() as usize + rx.rep[g].has_data() as usize)
+            .sum::<usize>();
         if waiting > 0 {
             lines.push(format!("{waiting} incoming rings hold unread records"));
         }
@@ -867,18 +1141,25 @@ unsafe impl ConduitEp for SmpEp {
 
     fn wake(&self, dst: EpAddr) {
         if self.conduit.has(dst) {
-            self.tx.bells[self.dst_g(dst)].get().wake();
+            let g = self.dst_g(dst);
+            // A slot made at run time has a doorbell once it is open.
+            if !self.tx.runtime[g] || self.tx.check_open(g).is_ok() {
+                self.tx.bells[g].get().wake();
+            }
         }
     }
 
     fn prepare(&mut self, req: &PrepareReq, _imm: bool) -> Result<Prepare, ConduitError> {
         let (dst, max_len) = (req.dst(), req.max_len());
         let g = self.tx.g(dst);
+        if self.tx.runtime[g] {
+            self.tx.check_open(g)?;
+        }
         match req.category() {
             Category::Short => Ok(Prepare::Bounce),
             Category::Medium => {
                 let body_len = NP_ARGS_AREA + max_len;
-                let Some(mut r) = self.tx.req[g].reserve(body_len) else {
+                let Some(mut r) = self.tx.req(g)?.reserve(body_len) else {
                     return Ok(Prepare::WouldBlock);
                 };
                 let body = r.body_ptr();
@@ -901,7 +1182,7 @@ unsafe impl ConduitEp for SmpEp {
             // core would make it a `&mut [u8]`). The core builds the payload in its
             // bounce buffer and injects it; say now whether the ring has room.
             Category::Long => {
-                if self.tx.req[g].reserve(NP_ARGS_AREA + 16).is_none() {
+                if self.tx.req(g)?.reserve(NP_ARGS_AREA + 16).is_none() {
                     return Ok(Prepare::WouldBlock);
                 }
                 Ok(Prepare::Bounce)
@@ -924,6 +1205,8 @@ unsafe impl ConduitEp for SmpEp {
             )));
         }
         let mut r = self.tx.req[g]
+            .as_mut()
+            .expect("connected at prepare")
             .reserve(np.body_len)
             .expect("space reserved at prepare");
         let body = r.body_ptr();

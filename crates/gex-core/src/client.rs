@@ -6,7 +6,7 @@ use crate::config::{Config, EnvVar, resolve_wait};
 use crate::endpoint::{Endpoint, OwnedEndpoint};
 use crate::error::{EpError, InitError};
 use crate::layer::{Attacher, Layer, LayerInfo, LayerSet, Place};
-use crate::spi::{Conduit, JobLayout, OpenParams};
+use crate::spi::{Conduit, ConduitEp, JobLayout, OpenParams};
 use crate::types::Rank;
 use gex_sync::wait::WaitPolicy;
 use std::any::Any;
@@ -24,6 +24,10 @@ pub const DEFAULT_SHARE_INTERVAL: Duration = Duration::from_micros(20);
 
 /// Default segment length per endpoint.
 pub const DEFAULT_SEGMENT_SIZE: usize = 64 << 20;
+
+/// Default endpoint capacity of a rank (`GEX_MAX_ENDPOINTS`): the endpoints made at
+/// initialisation plus those [`Client::create_endpoint`] may make.
+pub const DEFAULT_MAX_ENDPOINTS: u16 = 16;
 
 /// Default longest nap of an idle progress thread (`GEX_PROGRESS_INTERVAL`).
 pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_micros(20);
@@ -43,6 +47,12 @@ pub(crate) struct Shared {
     pub(crate) share: Option<Duration>,
     /// The configuration the client was built with.
     pub(crate) config: Config,
+    /// Endpoint indices the core accepts per rank: `layout.max_eps` when the conduit
+    /// opens endpoints at run time ([`crate::spi::Capabilities::RUNTIME_ENDPOINTS`]),
+    /// `layout.eps` otherwise.
+    pub(crate) cap: Vec<u16>,
+    /// Whether the conduit opens endpoints at run time.
+    pub(crate) runtime_eps: bool,
 }
 
 /// The shape of the job, for choosing settings that depend on it
@@ -256,6 +266,13 @@ impl<L: LayerSet> ClientBuilder<L> {
                 "GEX_ENDPOINTS/endpoints must be 1..=65535, got {eps}"
             ))
         })?;
+        let max_eps = config.u64("GEX_MAX_ENDPOINTS", u64::from(DEFAULT_MAX_ENDPOINTS))?;
+        let max_eps = u16::try_from(max_eps).map_err(|_| {
+            InitError::Config(format!(
+                "GEX_MAX_ENDPOINTS must be 0..=65535, got {max_eps}"
+            ))
+        })?;
+        let max_eps = max_eps.max(eps);
         let progress = config.bool("GEX_PROGRESS_THREAD", self.progress_thread.unwrap_or(false))?;
         let interval = config.duration("GEX_PROGRESS_INTERVAL", DEFAULT_PROGRESS_INTERVAL)?;
         let mode = config.wait_mode()?;
@@ -285,6 +302,7 @@ impl<L: LayerSet> ClientBuilder<L> {
             seg: seg as u64,
             host: hosts[rank as usize],
             pid: std::process::id(),
+            max_eps,
         }
         .encode();
         let all = boot.exchange(&mine)?;
@@ -330,9 +348,21 @@ impl<L: LayerSet> ClientBuilder<L> {
         if config.bool("GEX_REPORT_SIGNAL", true)? {
             gex_sync::signal::install_report_signal();
         }
+        let runtime = ceps.first().is_some_and(|e| {
+            e.capabilities()
+                .contains(crate::spi::Capabilities::RUNTIME_ENDPOINTS)
+        });
+        let cap = if runtime {
+            layout.max_eps.clone()
+        } else {
+            layout.eps.clone()
+        };
+        let next = layout.eps[rank as usize];
         let shared = Arc::new(Shared {
             rank,
             size,
+            cap,
+            runtime_eps: runtime,
             layout,
             yields,
             stall_report: (stall > 0).then(|| Duration::from_secs(stall)),
@@ -346,6 +376,7 @@ impl<L: LayerSet> ClientBuilder<L> {
             conduit,
             policy,
             eps: Mutex::new(ceps.into_iter().map(Some).collect()),
+            next: Mutex::new(next),
             boot: Mutex::new(Some(boot)),
             layers: attachers.into_iter().zip(places).collect(),
             infos,
@@ -364,12 +395,13 @@ struct LayoutBlob {
     seg: u64,
     host: u32,
     pid: u32,
+    max_eps: u16,
 }
 
 impl LayoutBlob {
     /// Bytes of an encoded blob: rank, size, endpoints, segment length, host id,
-    /// process id (little-endian).
-    const LEN: usize = 4 + 4 + 2 + 8 + 4 + 4;
+    /// process id, endpoint capacity (little-endian).
+    const LEN: usize = 4 + 4 + 2 + 8 + 4 + 4 + 2;
 
     fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(Self::LEN);
@@ -379,6 +411,7 @@ impl LayoutBlob {
         b.extend_from_slice(&self.seg.to_le_bytes());
         b.extend_from_slice(&self.host.to_le_bytes());
         b.extend_from_slice(&self.pid.to_le_bytes());
+        b.extend_from_slice(&self.max_eps.to_le_bytes());
         b
     }
 
@@ -394,6 +427,7 @@ impl LayoutBlob {
             seg: u64::from_le_bytes(seg),
             host: u32_at(18),
             pid: u32_at(22),
+            max_eps: u16::from_le_bytes([b[26], b[27]]),
         })
     }
 }
@@ -429,6 +463,7 @@ fn agree_layout(
     }
     let mut layout = JobLayout {
         eps: Vec::with_capacity(size),
+        max_eps: Vec::with_capacity(size),
         seg_len: Vec::with_capacity(size),
         host: hosts.to_vec(),
         process: Vec::with_capacity(size),
@@ -462,6 +497,12 @@ fn agree_layout(
         if p.eps == 0 {
             return Err(bad(format!("layout blob of rank {r} has no endpoint")));
         }
+        if p.max_eps < p.eps {
+            return Err(bad(format!(
+                "layout blob of rank {r} has a capacity of {} endpoints, below its {}",
+                p.max_eps, p.eps
+            )));
+        }
         let seg = usize::try_from(p.seg).map_err(|_| {
             bad(format!(
                 "rank {r}'s layout blob has a segment of {} bytes, more than this machine addresses",
@@ -469,6 +510,7 @@ fn agree_layout(
             ))
         })?;
         layout.eps.push(p.eps);
+        layout.max_eps.push(p.max_eps);
         layout.seg_len.push(seg);
         layout.process.push(p.pid);
     }
@@ -548,6 +590,8 @@ pub struct Client<C: Conduit> {
     conduit: Arc<C>,
     policy: WaitPolicy,
     eps: Mutex<Vec<Option<C::Ep>>>,
+    /// The next index [`create_endpoint`](Self::create_endpoint) hands out.
+    next: Mutex<u16>,
     boot: Mutex<Option<Box<dyn Bootstrap>>>,
     layers: Vec<(Attacher<C>, Place)>,
     infos: Vec<LayerInfo>,
@@ -606,6 +650,19 @@ impl<C: Conduit> Client<C> {
         self.shared.layout.eps[self.shared.rank as usize]
     }
 
+    /// Endpoint indices of `rank` that may be addressed: its capacity
+    /// (`layout().max_eps[rank]`) when the conduit makes endpoints at run time, the
+    /// endpoints it made at init otherwise; `None` for a rank outside the job. A send
+    /// to an index at or above it is [`AmError::BadEndpoint`](crate::AmError::BadEndpoint);
+    /// below it but not open on `rank`, [`ConduitError::NoEndpoint`](crate::spi::ConduitError::NoEndpoint).
+    pub fn endpoint_capacity(&self, rank: Rank) -> Option<u16> {
+        self.shared.cap.get(rank as usize).copied()
+    }
+    /// Whether the conduit makes endpoints at run time ([`create_endpoint`](Self::create_endpoint)).
+    pub fn runtime_endpoints(&self) -> bool {
+        self.shared.runtime_eps
+    }
+
     /// Takes endpoint `index` (each can be taken once), with the client's layers
     /// attached. EP 0 is the primordial endpoint.
     ///
@@ -621,6 +678,70 @@ impl<C: Conduit> Client<C> {
                 .ok_or(EpError::NoSuchEndpoint { index, count })?;
             slot.take().ok_or(EpError::Taken(index))?
         };
+        let uid = (Arc::as_ptr(&self.shared) as u64) ^ (u64::from(index) << 48);
+        Endpoint::new(
+            cep,
+            self.shared.clone(),
+            self.conduit.clone(),
+            self.policy,
+            &self.layers,
+            self.progress,
+            uid,
+        )
+        .map_err(|e| EpError::Layer(e.to_string()))
+    }
+
+    /// Makes a new endpoint after initialisation (an endpoint made at run time), with
+    /// the client's layers attached as to the endpoints made at init. Not collective:
+    /// peers reach it as `(rank, index)` (its [`Endpoint::addr`]) from now on, and find
+    /// it on first contact; an endpoint of theirs polls it only once it has sent to it
+    /// or received from it, and each endpoint polls only its own queues (the AM poll
+    /// mask: a thread driving this endpoint never touches another endpoint's queues or
+    /// locks). A peer that sends to the index before this call (or after the endpoint
+    /// is dropped) gets [`ConduitError::NoEndpoint`](crate::spi::ConduitError::NoEndpoint),
+    /// never a hang.
+    ///
+    /// Indices are handed out in order from `layout().eps[rank]` and **never reused**:
+    /// dropping the endpoint closes it for good, and the client makes at most
+    /// `layout().max_eps[rank] - layout().eps[rank]` endpoints over its life
+    /// (`GEX_MAX_ENDPOINTS`, default [`DEFAULT_MAX_ENDPOINTS`], counts both kinds).
+    /// Reduce traffic to an endpoint to nothing (e.g. with a barrier of the
+    /// collectives layer) before dropping it: messages still in flight to it are
+    /// discarded with its queues. RMA to it is not offered yet (the RMA layer reaches
+    /// the endpoints made at init).
+    ///
+    /// # Errors
+    /// [`EpError::Full`] once the capacity is used up; [`EpError::Conduit`] with
+    /// [`ConduitError::Unsupported`](crate::spi::ConduitError::Unsupported) if the
+    /// conduit cannot (no [`Capabilities::RUNTIME_ENDPOINTS`](crate::spi::Capabilities::RUNTIME_ENDPOINTS));
+    /// [`EpError::Layer`] if a layer cannot attach.
+    pub fn create_endpoint(&self) -> Result<OwnedEndpoint<C>, EpError> {
+        let rank = self.shared.rank as usize;
+        let cap = self.shared.cap[rank];
+        let index = {
+            let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+            if *next >= cap {
+                if !self.shared.runtime_eps {
+                    return Err(EpError::Conduit(crate::spi::ConduitError::Unsupported {
+                        conduit: self.conduit.name(),
+                        what: "endpoints made at run time",
+                    }));
+                }
+                return Err(EpError::Full {
+                    capacity: self.shared.layout.max_eps[rank],
+                    init: self.shared.layout.eps[rank],
+                });
+            }
+            let i = *next;
+            *next += 1;
+            i
+        };
+        let cep = C::open_endpoint(&self.conduit, index).map_err(EpError::Conduit)?;
+        if cep.index() != index {
+            return Err(EpError::Conduit(crate::spi::ConduitError::Contract(
+                format!("open_endpoint({index}) returned endpoint {}", cep.index()),
+            )));
+        }
         let uid = (Arc::as_ptr(&self.shared) as u64) ^ (u64::from(index) << 48);
         Endpoint::new(
             cep,

@@ -37,6 +37,11 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "Endpoints provisioned per rank at initialisation (EP 0 plus extra communication domains); overrides ClientBuilder::endpoints.",
     },
     EnvVar {
+        name: "GEX_MAX_ENDPOINTS",
+        default: "16",
+        doc: "Endpoint capacity per rank: the endpoints made at initialisation plus those Client::create_endpoint may make over the client's life (indices are never reused); at least GEX_ENDPOINTS. A conduit that offers endpoints at run time may reserve room (address space) for this many.",
+    },
+    EnvVar {
         name: "GEX_SEGMENT_SIZE",
         default: "67108864",
         doc: "Bytes of segment per endpoint (suffixes K, M, G accepted); overrides ClientBuilder::segment_size.",

@@ -21,11 +21,12 @@ pub enum AmError {
         size: u32,
     },
     /// The destination rank has no endpoint with that index.
-    #[error("{dst} does not exist (that rank has {eps} endpoints)")]
+    #[error("{dst} does not exist (that rank has {eps} endpoint indices)")]
     BadEndpoint {
         /// The address given.
         dst: EpAddr,
-        /// Endpoints the rank has.
+        /// Endpoint indices the rank has: its endpoints made at init, or its capacity
+        /// (`JobLayout::max_eps`) when the conduit makes endpoints at run time.
         eps: u16,
     },
     /// More arguments than [`crate::Limits::max_args`].
@@ -202,4 +203,20 @@ pub enum EpError {
     /// A layer could not attach to the endpoint.
     #[error("{0}")]
     Layer(String),
+    /// [`Client::create_endpoint`](crate::Client::create_endpoint): every index of the
+    /// rank's capacity has been handed out (indices are never reused).
+    #[error(
+        "no endpoint index left: capacity {capacity} ({init} made at init; raise GEX_MAX_ENDPOINTS)"
+    )]
+    Full {
+        /// The rank's endpoint capacity (`JobLayout::max_eps`).
+        capacity: u16,
+        /// Endpoints made at initialisation.
+        init: u16,
+    },
+    /// The conduit refused to open the endpoint (for example
+    /// [`ConduitError::Unsupported`](crate::spi::ConduitError::Unsupported): it cannot
+    /// make endpoints at run time).
+    #[error("{0}")]
+    Conduit(crate::spi::ConduitError),
 }

@@ -80,8 +80,8 @@ mod team;
 mod types;
 
 pub use client::{
-    Client, ClientBuilder, DEFAULT_PROGRESS_INTERVAL, DEFAULT_SEGMENT_SIZE, DEFAULT_SHARE_INTERVAL,
-    DEFAULT_YIELDS, JobShape,
+    Client, ClientBuilder, DEFAULT_MAX_ENDPOINTS, DEFAULT_PROGRESS_INTERVAL, DEFAULT_SEGMENT_SIZE,
+    DEFAULT_SHARE_INTERVAL, DEFAULT_YIELDS, JobShape,
 };
 pub use config::Config;
 pub use endpoint::{

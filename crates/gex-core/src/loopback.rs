@@ -9,6 +9,13 @@
 //!
 //! Each endpoint's inbox is a mutex-protected queue (endpoints may live on different
 //! threads); that is acceptable here because loopback is never a performance path.
+//! Polling an endpoint locks its own inbox only.
+//!
+//! Endpoints made at run time ([`Capabilities::RUNTIME_ENDPOINTS`]): the conduit keeps an
+//! inbox per index of the capacity (`JobLayout::max_eps`); [`Conduit::open_endpoint`]
+//! allocates the segment and auxiliary area of its index (which marks it open), and
+//! dropping the endpoint marks it closed. A send to an index not open is
+//! [`ConduitError::NoEndpoint`]; a reply to one is dropped.
 //!
 //! # Safety
 //! The conduit contract ([`Conduit`], [`ConduitEp`], `unsafe trait`s) holds: segments
@@ -26,11 +33,11 @@ use crate::spi::{
     OpenParams, OutMsg, OwnedInjected, OwnedMsg, ReplyTx,
 };
 use crate::types::{Category, EpAddr, EpIndex, HandlerIndex, Injected, Kind};
-use gex_sync::atomic::{AtomicU64, Ordering};
+use gex_sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 const LIMITS: Limits = Limits {
@@ -101,9 +108,18 @@ impl SegMem {
 /// The loopback conduit (one rank). See the [module documentation](self).
 #[derive(Debug)]
 pub struct Loopback {
+    /// One inbox per index of the capacity.
     inboxes: Vec<Arc<Mutex<VecDeque<Msg>>>>,
-    segs: Vec<SegMem>,
-    aux: Vec<SegMem>,
+    /// Segment of every index; set once the endpoint is open (at `open` for the
+    /// endpoints made at init, `open_endpoint` for the others).
+    segs: Vec<OnceLock<SegMem>>,
+    aux: Vec<OnceLock<SegMem>>,
+    /// Set when an endpoint made at run time is dropped (never reopened).
+    closed: Vec<AtomicBool>,
+    /// Endpoints made at init.
+    eps: usize,
+    seg_len: usize,
+    aux_len: usize,
     next_ticket: AtomicU64,
     completed: Mutex<HashMap<u64, Vec<u8>>>,
 }
@@ -132,16 +148,28 @@ unsafe impl Conduit for Loopback {
             });
         }
         let n = eps[0] as usize;
+        let slots = (params.layout.max_eps[0] as usize).max(n);
+        let lazy = |i: usize, len: usize, what: &str| -> Result<OnceLock<SegMem>, InitError> {
+            Ok(if i < n {
+                OnceLock::from(SegMem::new(len, what)?)
+            } else {
+                OnceLock::new()
+            })
+        };
         let c = Arc::new(Loopback {
-            inboxes: (0..n)
+            inboxes: (0..slots)
                 .map(|_| Arc::new(Mutex::new(VecDeque::new())))
                 .collect(),
-            segs: (0..n)
-                .map(|_| SegMem::new(seg_len[0], "segment"))
+            segs: (0..slots)
+                .map(|i| lazy(i, seg_len[0], "segment"))
                 .collect::<Result<_, _>>()?,
-            aux: (0..n)
-                .map(|_| SegMem::new(params.aux_len, "auxiliary area"))
+            aux: (0..slots)
+                .map(|i| lazy(i, params.aux_len, "auxiliary area"))
                 .collect::<Result<_, _>>()?,
+            closed: (0..slots).map(|_| AtomicBool::new(false)).collect(),
+            eps: n,
+            seg_len: seg_len[0],
+            aux_len: params.aux_len,
             next_ticket: AtomicU64::new(1),
             completed: Mutex::new(HashMap::new()),
         });
@@ -153,12 +181,77 @@ unsafe impl Conduit for Loopback {
             .collect();
         Ok((c, v))
     }
+
+    /// Allocates the segment and auxiliary area of index `index` (`eps..max_eps`),
+    /// which opens it.
+    fn open_endpoint(self: &Arc<Self>, index: EpIndex) -> Result<LoopbackEp, ConduitError> {
+        let i = index as usize;
+        if i < self.eps || i >= self.segs.len() {
+            return Err(ConduitError::Contract(format!(
+                "loopback: open_endpoint({index}) outside the runtime indices {}..{}",
+                self.eps,
+                self.segs.len()
+            )));
+        }
+        let alloc =
+            |len, what| SegMem::new(len, what).map_err(|e| ConduitError::Network(e.to_string()));
+        let (seg, aux) = (
+            alloc(self.seg_len, "segment")?,
+            alloc(self.aux_len, "auxiliary area")?,
+        );
+        // The auxiliary area first: the segment marks the index open.
+        if self.segs[i].get().is_some() || self.aux[i].set(aux).is_err() {
+            return Err(ConduitError::Contract(format!(
+                "loopback: endpoint {index} was opened before"
+            )));
+        }
+        let _ = self.segs[i].set(seg);
+        Ok(LoopbackEp {
+            index,
+            conduit: self.clone(),
+        })
+    }
+}
+
+impl Loopback {
+    /// The segment of `dst` if it is open.
+    ///
+    /// # Errors
+    /// [`ConduitError::NoEndpoint`] naming its state.
+    fn open_seg(&self, dst: EpAddr) -> Result<&SegMem, ConduitError> {
+        let i = dst.ep as usize;
+        match self.segs.get(i).and_then(OnceLock::get) {
+            Some(_) if self.closed[i].load(Ordering::Acquire) => Err(ConduitError::NoEndpoint {
+                dst,
+                state: "closed",
+            }),
+            Some(s) => Ok(s),
+            None => Err(ConduitError::NoEndpoint {
+                dst,
+                state: "not created yet",
+            }),
+        }
+    }
+}
+
+impl Drop for LoopbackEp {
+    fn drop(&mut self) {
+        let i = self.index as usize;
+        if i >= self.conduit.eps {
+            self.conduit.closed[i].store(true, Ordering::Release);
+        }
+    }
 }
 
 impl LoopbackEp {
-    fn push(&self, msg: &OutMsg<'_>, owned: Option<Vec<u8>>, ticket: Option<u64>) {
+    fn push(
+        &self,
+        msg: &OutMsg<'_>,
+        owned: Option<Vec<u8>>,
+        ticket: Option<u64>,
+    ) -> Result<(), ConduitError> {
         let dst = msg.dst();
-        let target = &self.conduit.segs[dst.ep as usize];
+        let target = self.conduit.open_seg(dst)?;
         let (payload, len) = if msg.category() == Category::Long {
             // SAFETY: the core checked offset+len against the segment length. Race-free:
             // byte-wise atomic stores into the destination segment, which every endpoint
@@ -193,12 +286,14 @@ impl LoopbackEp {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push_back(m);
+        Ok(())
     }
 }
 
 impl ReplyTx for LoopbackEp {
     fn reply(&mut self, msg: &OutMsg<'_>) -> Result<(), ConduitError> {
-        self.push(msg, None, None);
+        // A reply to an endpoint made at run time that has closed since is dropped.
+        let _ = self.push(msg, None, None);
         Ok(())
     }
 }
@@ -209,19 +304,22 @@ unsafe impl ConduitEp for LoopbackEp {
         self.index
     }
     fn capabilities(&self) -> Capabilities {
-        Capabilities::SHARED_MEMORY
+        Capabilities::SHARED_MEMORY | Capabilities::RUNTIME_ENDPOINTS
     }
     fn limits(&self, _dst: EpAddr) -> Limits {
         LIMITS
     }
     fn local_segment(&self) -> (NonNull<u8>, usize) {
-        let s = &self.conduit.segs[self.index as usize];
+        let s = self.conduit.segs[self.index as usize]
+            .get()
+            .expect("an endpoint's own segment exists while it lives");
         (s.base(), s.len)
     }
     fn peer_segment(&self, dst: EpAddr) -> Option<(NonNull<u8>, usize)> {
         self.conduit
             .segs
             .get(dst.ep as usize)
+            .and_then(OnceLock::get)
             .filter(|_| dst.rank == 0)
             .map(|s| (s.base(), s.len))
     }
@@ -229,11 +327,12 @@ unsafe impl ConduitEp for LoopbackEp {
         self.conduit
             .aux
             .get(dst.ep as usize)
+            .and_then(OnceLock::get)
             .filter(|a| dst.rank == 0 && a.len > 0)
             .map(SegMem::base)
     }
     fn inject(&mut self, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, ConduitError> {
-        self.push(msg, None, None);
+        self.push(msg, None, None)?;
         Ok(Injected::Sent)
     }
     fn inject_owned(
@@ -242,9 +341,10 @@ unsafe impl ConduitEp for LoopbackEp {
         _imm: bool,
     ) -> Result<OwnedInjected, ConduitError> {
         if msg.msg().category() != Category::Medium {
-            self.push(&msg.msg(), None, None);
+            self.push(&msg.msg(), None, None)?;
             return Ok(OwnedInjected::Done(msg.into_payload()));
         }
+        self.conduit.open_seg(msg.msg().dst())?;
         let ticket = self.conduit.next_ticket.fetch_add(1, Ordering::Relaxed);
         // The buffer itself travels with the message: no copy.
         let (dst, handler, args) = {

@@ -11,6 +11,7 @@
 //! | family | items | semantics |
 //! |---|---|---|
 //! | setup | [`Conduit::open`] | collective; creates `params.layout.eps[rank]` endpoints, each with its segment, and publishes them |
+//! | endpoints at run time | [`Conduit::open_endpoint`] | optional ([`Capabilities::RUNTIME_ENDPOINTS`]); not collective; opens index `eps[rank]..max_eps[rank]`, found by peers on first contact; the default answers [`ConduitError::Unsupported`] |
 //! | description | [`Conduit::NAME`], [`ConduitEp::capabilities`], [`ConduitEp::limits`] | capability flags must match what is implemented (checked by the conformance suite) |
 //! | AM injection | [`ConduitEp::inject`] | request injection of a validated [`OutMsg`] (only the core builds one); `Ok(Sent)` means the payload source may be reused; `Ok(WouldBlock)` only when `imm` |
 //! | local completion | [`ConduitEp::inject_owned`], [`ConduitEp::lc_test`] | optional; owned payloads whose release may be deferred; the default completes synchronously |
@@ -136,6 +137,11 @@ bitflags! {
         /// [`ConduitEp::native_atomic`] performs at least the operations
         /// [`ConduitEp::native_atomic_supported`] lists, without the target's CPU.
         const NATIVE_ATOMICS = 1 << 4;
+        /// [`Conduit::open_endpoint`] opens endpoints after initialisation, at the
+        /// indices `layout.eps[rank]..layout.max_eps[rank]`, and the endpoints send to
+        /// peers' runtime endpoints (a send to one not open answers
+        /// [`ConduitError::NoEndpoint`]). Without it the core refuses those indices.
+        const RUNTIME_ENDPOINTS = 1 << 5;
     }
 }
 
@@ -156,8 +162,14 @@ pub const MIN_MAX_ARGS: usize = 16;
 /// The shape of the job, agreed by every rank before the conduit opens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobLayout {
-    /// Number of endpoints of every rank.
+    /// Number of endpoints of every rank made at initialisation (`0..eps[r]`).
     pub eps: Vec<u16>,
+    /// Endpoint capacity of every rank: at least `eps[r]`; the indices
+    /// `eps[r]..max_eps[r]` are for endpoints made at run time
+    /// ([`Client::create_endpoint`](crate::Client::create_endpoint), `GEX_MAX_ENDPOINTS`).
+    /// A conduit that offers them ([`Capabilities::RUNTIME_ENDPOINTS`]) reserves room
+    /// for this many; the others ignore it.
+    pub max_eps: Vec<u16>,
     /// Segment length of every rank's endpoints (each EP of a rank has a segment of this length).
     pub seg_len: Vec<usize>,
     /// Host identifier of every rank (equal means shared memory is possible).
@@ -189,6 +201,7 @@ impl JobLayout {
     /// use gex_core::spi::JobLayout;
     /// let jl = JobLayout {
     ///     eps: vec![1; 3],
+    ///     max_eps: vec![1; 3],
     ///     seg_len: vec![4096; 3],
     ///     host: vec![0, 0, 0],
     ///     process: vec![41, 41, 42],
@@ -622,6 +635,26 @@ pub enum ConduitError {
     /// A call broke the conduit contract (for example a commit without a prepare).
     #[error("conduit contract violated: {0}")]
     Contract(String),
+    /// The conduit does not offer this operation (for example
+    /// [`Conduit::open_endpoint`] on a conduit without
+    /// [`Capabilities::RUNTIME_ENDPOINTS`]).
+    #[error("the {conduit} conduit does not offer {what}")]
+    Unsupported {
+        /// The conduit's name.
+        conduit: &'static str,
+        /// What it does not offer.
+        what: &'static str,
+    },
+    /// A message was sent to an endpoint index within the destination's capacity that
+    /// is not open there: not created yet, or closed (an endpoint made at run time and
+    /// dropped). Nothing was sent.
+    #[error("endpoint {dst} is not open ({state})")]
+    NoEndpoint {
+        /// The destination.
+        dst: EpAddr,
+        /// `"not created yet"` or `"closed"`.
+        state: &'static str,
+    },
 }
 
 /// A conduit: the per-rank network instance. See the [module documentation](self).
@@ -639,7 +672,10 @@ pub enum ConduitError {
 ///   key's range) was checked against `params.layout` and against what it actually
 ///   mapped or registered, before any endpoint is returned;
 /// - the memory its endpoints describe stays valid as long as the conduit value (the
-///   `Arc` `open` returned) lives, also after the endpoints are dropped.
+///   `Arc` `open` returned) lives, also after the endpoints are dropped;
+/// - [`open_endpoint`](Self::open_endpoint) returns an endpoint whose
+///   [`ConduitEp::index`] is the index asked, with a segment and an auxiliary area as
+///   `open`'s, under every promise above and of [`ConduitEp`].
 pub unsafe trait Conduit: Send + Sync + Sized + 'static {
     /// The conduit's endpoint type.
     type Ep: ConduitEp;
@@ -670,6 +706,31 @@ pub unsafe trait Conduit: Send + Sync + Sized + 'static {
         boot: &mut dyn Bootstrap,
         params: &OpenParams<'_>,
     ) -> Result<(std::sync::Arc<Self>, Vec<Self::Ep>), InitError>;
+
+    /// Opens endpoint `index` of this rank after initialisation (an endpoint made at
+    /// run time, [`Client::create_endpoint`](crate::Client::create_endpoint)): not
+    /// collective, with its own resources (segment of the layout's length, zero-filled,
+    /// auxiliary area), reachable by every peer as `(rank, index)` once this returns,
+    /// peers finding it on first contact. The core calls it at most once per index,
+    /// with `layout.eps[rank] <= index < layout.max_eps[rank]`, and only when the
+    /// endpoints' capabilities hold [`Capabilities::RUNTIME_ENDPOINTS`] (which a
+    /// conduit sets exactly when it implements this method). Dropping the endpoint
+    /// closes it: later sends to it fail with [`ConduitError::NoEndpoint`]. The index
+    /// is never opened again.
+    ///
+    /// The default answers [`ConduitError::Unsupported`].
+    ///
+    /// # Errors
+    /// [`ConduitError::Unsupported`] if the conduit cannot;
+    /// [`ConduitError::Contract`] for an index outside the range above or opened
+    /// before; other [`ConduitError`]s if the network fails.
+    fn open_endpoint(self: &Arc<Self>, index: EpIndex) -> Result<Self::Ep, ConduitError> {
+        let _ = index;
+        Err(ConduitError::Unsupported {
+            conduit: self.name(),
+            what: "endpoints made at run time",
+        })
+    }
 
     /// The last collective step of a rank ([`Client::finalize`](crate::Client::finalize),
     /// also run when a [`Client`](crate::Client) is dropped): runs the job-wide

@@ -51,7 +51,8 @@ impl Bootstrap for Corrupt {
 }
 
 /// A layout blob as rank `rank` of a job of `size` ranks on host 0 publishes it: rank,
-/// size, endpoints, segment length, host (little-endian).
+/// size, endpoints, segment length, host, process id, endpoint capacity (the default
+/// `GEX_MAX_ENDPOINTS`, 16, or `eps` if more) (little-endian).
 fn blob_of(rank: u32, size: u32, eps: u16, seg: u64, host: u32) -> Vec<u8> {
     let mut b = rank.to_le_bytes().to_vec();
     b.extend(size.to_le_bytes());
@@ -59,6 +60,7 @@ fn blob_of(rank: u32, size: u32, eps: u16, seg: u64, host: u32) -> Vec<u8> {
     b.extend(seg.to_le_bytes());
     b.extend(host.to_le_bytes());
     b.extend(std::process::id().to_le_bytes());
+    b.extend(eps.max(16).to_le_bytes());
     b
 }
 
@@ -182,7 +184,7 @@ fn a_blob_of_another_shape_is_an_error() {
     short.pop();
     let e = init(2, vec![blob(0, 2, 1, 4096), short]).unwrap_err();
     assert!(
-        e.contains("layout blob of rank 1 has 25 bytes, not 26"),
+        e.contains("layout blob of rank 1 has 27 bytes, not 28"),
         "{e}"
     );
     let e = init(
@@ -191,4 +193,18 @@ fn a_blob_of_another_shape_is_an_error() {
     )
     .unwrap_err();
     assert!(e.contains("layout blob of rank 1 has 10 bytes"), "{e}");
+}
+
+/// A rank whose blob claims an endpoint capacity below its endpoints made at init is
+/// refused naming the rank (every conduit may size per-endpoint state by it).
+#[test]
+fn a_capacity_below_the_endpoints_is_an_error() {
+    let mut b = blob(1, 2, 3, 4096);
+    let n = b.len();
+    b[n - 2..].copy_from_slice(&2u16.to_le_bytes());
+    let e = init(2, vec![blob(0, 2, 1, 4096), b]).unwrap_err();
+    assert!(
+        e.contains("rank 1 has a capacity of 2 endpoints, below its 3"),
+        "{e}"
+    );
 }

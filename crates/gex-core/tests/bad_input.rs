@@ -19,11 +19,14 @@ use std::time::Duration;
 
 const SEG: usize = 4096;
 
+/// A loopback client of `eps` endpoints and no room for endpoints made at run time
+/// (`GEX_MAX_ENDPOINTS=0`: the capacity is `eps`), so the indices from `eps` on are the
+/// core's `AmError::BadEndpoint`.
 fn client(eps: u16) -> Client<Loopback> {
     ClientBuilder::new()
         .segment_size(SEG)
         .endpoints(eps)
-        .config(Config::default())
+        .config(Config::from_pairs([("GEX_MAX_ENDPOINTS", "0")]))
         .init::<Loopback>(Box::new(Singleton::new()))
         .unwrap()
 }
@@ -525,6 +528,9 @@ fn every_bad_core_setting_is_a_config_error_naming_it() {
         ("GEX_ENDPOINTS", "0"),
         ("GEX_ENDPOINTS", "65536"),
         ("GEX_ENDPOINTS", "99999999999999999999"),
+        ("GEX_MAX_ENDPOINTS", "many"),
+        ("GEX_MAX_ENDPOINTS", "-1"),
+        ("GEX_MAX_ENDPOINTS", "65536"),
         ("GEX_SEGMENT_SIZE", "huge"),
         ("GEX_SEGMENT_SIZE", "16Q"),
         ("GEX_SEGMENT_SIZE", "-4K"),
@@ -839,4 +845,68 @@ fn bootstrap_failures_are_boot_errors() {
         c.finalize(),
         Err(InitError::Boot(BootError::Lost(_)))
     ));
+}
+
+/// `Client::create_endpoint` on the loopback conduit: the first index past init, then
+/// `EpError::Full` past the capacity; a send to an index not created yet, or to an
+/// endpoint made at run time and dropped, is `ConduitError::NoEndpoint`; above the
+/// capacity the core's `AmError::BadEndpoint`.
+#[test]
+fn create_endpoint_errors_on_loopback() {
+    use gex_core::spi::ConduitError;
+    let c = ClientBuilder::new()
+        .segment_size(SEG)
+        .endpoints(2)
+        .config(Config::from_pairs([("GEX_MAX_ENDPOINTS", "4")]))
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    assert!(c.runtime_endpoints());
+    assert_eq!(c.endpoint_capacity(0), Some(4));
+    let mut ep = c.endpoint(0).unwrap();
+    let h = ep
+        .register(|_: &mut gex_core::Token<'_>, _: gex_core::Am<'_>| {})
+        .unwrap();
+    let (two, three) = (gex_core::EpAddr::new(0, 2), gex_core::EpAddr::new(0, 3));
+    assert_eq!(
+        ep.request_short(two, h, &[]),
+        Err(gex_core::AmError::Conduit(ConduitError::NoEndpoint {
+            dst: two,
+            state: "not created yet"
+        }))
+    );
+    let mut e2 = c.create_endpoint().unwrap();
+    assert_eq!(e2.addr(), two);
+    let got = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let g = got.clone();
+    e2.register_at(
+        h.index(),
+        move |_: &mut gex_core::Token<'_>, _: gex_core::Am<'_>| {
+            g.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        },
+    )
+    .unwrap();
+    ep.request_medium(two, h, &[], &[5; 40]).unwrap();
+    e2.wait_until(|| got.load(std::sync::atomic::Ordering::Relaxed) == 1);
+    let e3 = c.create_endpoint().unwrap();
+    assert_eq!(e3.addr(), three);
+    assert_eq!(
+        c.create_endpoint().map(|_| ()),
+        Err(gex_core::EpError::Full {
+            capacity: 4,
+            init: 2
+        })
+    );
+    drop(e2);
+    assert_eq!(
+        ep.request_long(two, h, &[], &[1; 8], 0),
+        Err(gex_core::AmError::Conduit(ConduitError::NoEndpoint {
+            dst: two,
+            state: "closed"
+        }))
+    );
+    let four = gex_core::EpAddr::new(0, 4);
+    assert_eq!(
+        ep.request_short(four, h, &[]),
+        Err(gex_core::AmError::BadEndpoint { dst: four, eps: 4 })
+    );
 }

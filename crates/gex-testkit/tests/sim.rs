@@ -534,3 +534,35 @@ fn payload_limits_are_per_peer() {
         gex_testkit::exchange_barrier(&mut ep).unwrap();
     });
 }
+
+/// The simulated fabric does not make endpoints at run time: `create_endpoint` answers
+/// `EpError::Conduit(ConduitError::Unsupported)`, and the core keeps refusing the
+/// indices past the endpoints made at init (`AmError::BadEndpoint`), whatever
+/// `GEX_MAX_ENDPOINTS` says.
+#[test]
+fn create_endpoint_is_unsupported_on_sim() {
+    let out = run_sim(2, SimConfig::default(), small, |client| {
+        assert!(!client.runtime_endpoints());
+        assert_eq!(client.endpoint_capacity(1), Some(1));
+        let r = client.create_endpoint().map(|_| ());
+        let mut ep = client.endpoint(0).unwrap();
+        ep.register_at(H.index(), |_t: &mut Token<'_>, _am: Am<'_>| {})
+            .unwrap();
+        let dst = EpAddr::new(1 - client.rank(), 1);
+        let bad = ep.request_short(dst, H, &[]);
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
+        (r, bad, dst)
+    });
+    for (r, bad, dst) in out {
+        assert_eq!(
+            r,
+            Err(gex_core::EpError::Conduit(
+                gex_core::spi::ConduitError::Unsupported {
+                    conduit: "sim",
+                    what: "endpoints made at run time",
+                }
+            ))
+        );
+        assert_eq!(bad, Err(AmError::BadEndpoint { dst, eps: 1 }));
+    }
+}

@@ -96,6 +96,10 @@ macro_rules! any_conduit {
             ) -> Result<(), gex_core::boot::BootError> {
                 match self { $( $(#[$m])* AnyConduit::$v(c) => c.finalize(barrier), )+ }
             }
+
+            fn open_endpoint(self: &Arc<Self>, index: EpIndex) -> Result<AnyEp, ConduitError> {
+                match &**self { $( $(#[$m])* AnyConduit::$v(c) => <$t as Conduit>::open_endpoint(c, index).map(AnyEp::$v), )+ }
+            }
         }
 
         // SAFETY: as for `AnyConduit`.

@@ -204,9 +204,10 @@ fn bad_smp_settings_and_segments_are_errors() {
             "{var}={val}: {r:?}"
         );
     }
-    // 8 EiB - 1 GiB and 16 EiB - 1 GiB: no memfd can be that long.
+    // 8 EiB - 1 GiB and 16 EiB - 1 GiB: no memfd can be that long (one endpoint slot:
+    // with the default capacity of 16, the region's size already overflows).
     for size in ["8589934591G", "17179869183G"] {
-        let r = smp(&[("GEX_SEGMENT_SIZE", size)]);
+        let r = smp(&[("GEX_SEGMENT_SIZE", size), ("GEX_MAX_ENDPOINTS", "1")]);
         assert!(matches!(r, Err(InitError::Os { .. })), "{size}: {r:?}");
     }
     // usize::MAX bytes: the region's size (segment, rings, doorbells) overflows.

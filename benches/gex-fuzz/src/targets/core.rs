@@ -130,7 +130,8 @@ impl Bootstrap for Scripted {
 }
 
 /// A layout blob as `ClientBuilder::init` publishes it: rank, job size, endpoints,
-/// segment length, host id, process id (little-endian).
+/// segment length, host id, process id, endpoint capacity (the default
+/// `GEX_MAX_ENDPOINTS`, 16, or `eps` if more) (little-endian).
 fn layout_blob(rank: u32, size: u32, eps: u16, seg: u64, host: u32) -> Vec<u8> {
     let mut b = rank.to_le_bytes().to_vec();
     b.extend(size.to_le_bytes());
@@ -138,11 +139,12 @@ fn layout_blob(rank: u32, size: u32, eps: u16, seg: u64, host: u32) -> Vec<u8> {
     b.extend(seg.to_le_bytes());
     b.extend(host.to_le_bytes());
     b.extend(std::process::id().to_le_bytes());
+    b.extend(eps.max(16).to_le_bytes());
     b
 }
 
 /// Bytes of a layout blob ([`layout_blob`]).
-const LAYOUT_LEN: usize = 26;
+const LAYOUT_LEN: usize = 28;
 
 pub(crate) fn layout_seeds() -> Vec<Vec<u8>> {
     // One rank whose blob echoes what it sent (one endpoint, 4 KiB), as a launcher
@@ -167,12 +169,12 @@ pub(crate) fn layout(d: &[u8]) -> u64 {
     let hosts = vec![0; nhosts];
     let mut blobs = Vec::new();
     for _ in 0..nblobs {
-        let n = usize::from(u.int_in_range(0u8..=28).unwrap_or(LAYOUT_LEN as u8));
+        let n = usize::from(u.int_in_range(0u8..=30).unwrap_or(LAYOUT_LEN as u8));
         let mut b: Vec<u8> = (0..n).map(|_| u.arbitrary().unwrap_or(0)).collect();
         if n == LAYOUT_LEN {
             // The process id this process publishes (a launcher echoes it; the input
             // cannot know it, so it is written here).
-            b[22..].copy_from_slice(&std::process::id().to_le_bytes());
+            b[22..26].copy_from_slice(&std::process::id().to_le_bytes());
         }
         blobs.push(b);
     }

@@ -357,7 +357,7 @@ fn check_dst(shared: &Shared, dst: EpAddr) -> Result<(), AmError> {
             size,
         });
     }
-    let eps = shared.layout.eps[dst.rank as usize];
+    let eps = shared.cap[dst.rank as usize];
     if dst.ep >= eps {
         return Err(AmError::BadEndpoint { dst, eps });
     }

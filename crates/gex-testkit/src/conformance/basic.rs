@@ -263,7 +263,10 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
     barrier(&mut ep)?;
 
     let dst = EpAddr::rank((me + 1) % n);
-    let eps_of = client.layout().eps[dst.rank as usize];
+    let eps_of = client
+        .endpoint_capacity(dst.rank)
+        .ok_or("no endpoint capacity for dst")?;
+    let made_at_init = client.layout().eps[dst.rank as usize];
     let seg_d = ep
         .segment_len_of(dst.rank)
         .ok_or("no segment length for dst")?;
@@ -313,6 +316,30 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
             &e,
             "long to a missing EP",
         )?;
+        // An index within the capacity that the peer has not created (conduits that
+        // make endpoints at run time): a clear error, nothing sent.
+        if client.runtime_endpoints() && made_at_init < eps_of {
+            let absent = EpAddr::new(dst.rank, eps_of - 1);
+            let e = AmError::Conduit(gex_core::spi::ConduitError::NoEndpoint {
+                dst: absent,
+                state: "not created yet",
+            });
+            expect_err(
+                rs(&mut ep, f, absent, H, &[]),
+                &e,
+                "short to an EP not created yet",
+            )?;
+            expect_err(
+                rm(&mut ep, f, absent, H, &[], &[1]),
+                &e,
+                "medium to an EP not created yet",
+            )?;
+            expect_err(
+                rl(&mut ep, f, absent, H, &[], &[1], 0),
+                &e,
+                "long to an EP not created yet",
+            )?;
+        }
         let e = AmError::BadEndpoint {
             dst: EpAddr::new(dst.rank, u16::MAX),
             eps: eps_of,

@@ -31,6 +31,9 @@ fn bytes(a: u32, b: u32, what: u64, len: usize) -> Vec<u8> {
 ///   300 ms), and a sleeper is woken by an arriving message (well before its 10 s
 ///   timeout); then an endpoint with `WaitPolicy::Block` receives it. Without the flag,
 ///   `block` returns promptly.
+/// - `RUNTIME_ENDPOINTS`: `create_endpoint` makes the endpoint of the first index past
+///   those made at init, which receives from endpoint 0 and from itself; without the
+///   flag, `create_endpoint` answers `ConduitError::Unsupported`.
 pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String> {
     const NOTE: HandlerId = HandlerId::at(220);
     const LONG: HandlerId = HandlerId::at(221);
@@ -254,5 +257,64 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
             ));
         }
     }
+    runtime_endpoints(client, &mut ep, caps)?;
     barrier(&mut ep)
+}
+
+/// `RUNTIME_ENDPOINTS`: `create_endpoint` makes an endpoint at the first index past the
+/// endpoints made at init, which receives from an endpoint made at init and from
+/// itself; without the flag it answers `ConduitError::Unsupported`.
+fn runtime_endpoints<C: Conduit>(
+    client: &Client<C>,
+    ep: &mut gex_core::Endpoint<C>,
+    caps: Capabilities,
+) -> Result<(), String> {
+    const HIT: HandlerId = HandlerId::at(223);
+    let me = client.rank();
+    let made = client.create_endpoint();
+    if !caps.contains(Capabilities::RUNTIME_ENDPOINTS) {
+        return match made {
+            Err(gex_core::EpError::Conduit(gex_core::spi::ConduitError::Unsupported {
+                ..
+            })) => Ok(()),
+            Err(e) => Err(format!(
+                "RUNTIME_ENDPOINTS is not set; create_endpoint failed with {e}, not Unsupported"
+            )),
+            Ok(_) => Err("RUNTIME_ENDPOINTS is not set but create_endpoint worked".into()),
+        };
+    }
+    let init = client.layout().eps[me as usize];
+    if client.layout().max_eps[me as usize] <= init {
+        eprintln!(
+            "conformance capabilities: RUNTIME_ENDPOINTS not exercised (GEX_MAX_ENDPOINTS leaves no room)"
+        );
+        return Ok(());
+    }
+    let mut rt =
+        made.map_err(|e| format!("RUNTIME_ENDPOINTS is set but create_endpoint failed: {e}"))?;
+    if rt.addr() != EpAddr::new(me, init) {
+        return Err(format!(
+            "the first endpoint made at run time is {}, not index {init}",
+            rt.addr()
+        ));
+    }
+    let hits = Arc::new(AtomicU64::new(0));
+    let h = hits.clone();
+    rt.register_at(HIT.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
+        h.fetch_add(1, Ordering::Release);
+    })
+    .map_err(err)?;
+    ep.register_at(HIT.index(), |_t: &mut Token<'_>, _am: Am<'_>| {})
+        .map_err(err)?;
+    sent(
+        ep.request_short(rt.addr(), HIT, &[]),
+        "to the endpoint made at run time",
+    )?;
+    sent(
+        rt.request_medium(rt.addr(), HIT, &[], &[1; 8]),
+        "from it to itself",
+    )?;
+    wait_for(&mut rt, "the endpoint made at run time receives", || {
+        hits.load(Ordering::Acquire) == 2
+    })
 }

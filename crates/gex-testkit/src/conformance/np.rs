@@ -309,13 +309,24 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
                 &AmError::BadRank { rank: n, size: n },
                 "prepare to a bad rank",
             )?;
-            let eps = client.layout().eps[d];
+            let eps = client.endpoint_capacity(d as u32).ok_or("no capacity")?;
             let bad = EpAddr::new(d as u32, eps);
             expect_err(
                 medium(&mut ep, bad, 1),
                 &AmError::BadEndpoint { dst: bad, eps },
                 "prepare to a bad EP",
             )?;
+            if client.runtime_endpoints() && client.layout().eps[d] < eps {
+                let absent = EpAddr::new(d as u32, eps - 1);
+                expect_err(
+                    medium(&mut ep, absent, 1),
+                    &AmError::Conduit(gex_core::spi::ConduitError::NoEndpoint {
+                        dst: absent,
+                        state: "not created yet",
+                    }),
+                    "prepare to an EP not created yet",
+                )?;
+            }
         }
     }
     let want = 3 * n as u64;
