@@ -1,7 +1,10 @@
 //! The `domains` mode (seed 002's communication domains): AM message rate of N threads
 //! of one rank, each driving its own endpoint.
 //!
-//! Every rank opens as many endpoints as the largest N asked (`--eps`). For each N,
+//! Every rank has as many endpoints as the largest N asked (`--eps`): endpoint 0 made
+//! at init and the others made at run time ([`Client::create_endpoint`]) when the
+//! conduit can (`Client::runtime_endpoints`; smp and loopback), else all made at init
+//! (`--at-init` forces that; the header says which). For each N,
 //! N worker threads of the rank each take endpoint `i`, register a counting handler on
 //! it and, for `--seconds`, send batches of `--window` Short AMs to that same endpoint
 //! (`(me, i)`: the messages travel through the conduit's ring from the endpoint to
@@ -41,6 +44,10 @@ pub(crate) struct DomainsArgs {
     #[arg(long, value_name = "K", default_value_t = 64,
           value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub(crate) window: u32,
+    /// Make every endpoint at init (`ClientBuilder::endpoints`) instead of making
+    /// those past endpoint 0 at run time.
+    #[arg(long)]
+    pub(crate) at_init: bool,
     /// One JSON object per line.
     #[arg(long)]
     pub(crate) json: bool,
@@ -53,9 +60,15 @@ pub(crate) struct DomainsJob {
 }
 
 impl DomainsJob {
-    /// Default layers, with as many endpoints as the largest N.
+    /// Default layers, with as many endpoints as the largest N made at init
+    /// (`--at-init`), or endpoint 0 and the capacity for the rest.
     pub(crate) fn builder(&self) -> ClientBuilder<crate::Layers> {
-        crate::builder().endpoints(self.counts().into_iter().max().unwrap_or(1))
+        let most = self.counts().into_iter().max().unwrap_or(1);
+        if self.args.at_init {
+            crate::builder().endpoints(most)
+        } else {
+            crate::builder().max_endpoints(most)
+        }
     }
 
     /// The thread counts, 1 first, without repeats.
@@ -136,19 +149,29 @@ fn run<C: Conduit>(job: &DomainsJob, client: &Client<C>) -> Res<()> {
     let me = client.rank();
     let counts = job.counts();
     let most = counts.iter().copied().max().unwrap_or(1);
-    let mut eps = (0..most)
+    let made = client.endpoint_count();
+    let mut eps = (0..made.min(most))
         .map(|i| client.endpoint(i))
         .collect::<Result<Vec<_>, _>>()?;
+    let at_run_time = eps.len() < most as usize;
+    while eps.len() < most as usize {
+        eps.push(
+            client
+                .create_endpoint()
+                .map_err(|e| format!("endpoint {} at run time (try --at-init): {e}", eps.len()))?,
+        );
+    }
     let cores = crate::pin::allowed_cores()?;
     let secs = Duration::from_secs_f64(job.args.seconds.clamp(0.01, 3600.0));
     let rep = Reporter::new(job.args.json);
     if me == 0 {
         rep.header(&[format!(
-            "gex-perf domains: {} rank(s), conduit {}, {} core(s), window {}",
+            "gex-perf domains: {} rank(s), conduit {}, {} core(s), window {}, endpoints past 0 made {}",
             client.size(),
             client.conduit_name(),
             cores.len(),
-            job.args.window
+            job.args.window,
+            if at_run_time { "at run time" } else { "at init" }
         )]);
     }
     let mut base = None;

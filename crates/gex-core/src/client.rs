@@ -82,6 +82,7 @@ enum SegSize {
 pub struct ClientBuilder<L: LayerSet = ()> {
     segment_size: Option<SegSize>,
     endpoints: Option<u16>,
+    max_endpoints: Option<u16>,
     wait: Option<WaitPolicy>,
     config: Option<Config>,
     context: Option<Arc<dyn Any + Send + Sync>>,
@@ -109,6 +110,7 @@ impl<L: LayerSet> std::fmt::Debug for ClientBuilder<L> {
                 },
             )
             .field("endpoints", &self.endpoints)
+            .field("max_endpoints", &self.max_endpoints)
             .field("wait", &self.wait)
             .field("progress_thread", &self.progress_thread)
             .field("layers", &layers.iter().map(|l| l.name).collect::<Vec<_>>())
@@ -123,6 +125,7 @@ impl ClientBuilder<()> {
         ClientBuilder {
             segment_size: None,
             endpoints: None,
+            max_endpoints: None,
             wait: None,
             config: None,
             context: None,
@@ -139,6 +142,7 @@ impl<L: LayerSet> ClientBuilder<L> {
         ClientBuilder {
             segment_size: self.segment_size,
             endpoints: self.endpoints,
+            max_endpoints: self.max_endpoints,
             wait: self.wait,
             config: self.config,
             context: self.context,
@@ -169,6 +173,25 @@ impl<L: LayerSet> ClientBuilder<L> {
     /// Number of endpoints provisioned (EP 0 plus extra communication domains).
     pub fn endpoints(mut self, n: u16) -> Self {
         self.endpoints = Some(n);
+        self
+    }
+    /// Endpoint capacity of this rank: the endpoints made at init plus those
+    /// [`Client::create_endpoint`] may make over the client's life (`GEX_MAX_ENDPOINTS`,
+    /// when set, overrides it; default [`DEFAULT_MAX_ENDPOINTS`]; never below
+    /// [`endpoints`](Self::endpoints)).
+    ///
+    /// ```
+    /// use gex_core::{ClientBuilder, boot::Singleton, loopback::Loopback};
+    /// let client = ClientBuilder::new()
+    ///     .segment_size(4096)
+    ///     .max_endpoints(3)
+    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+    /// let (_a, _b) = (client.create_endpoint()?, client.create_endpoint()?);
+    /// assert!(client.create_endpoint().is_err()); // 1 at init + 2 at run time
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn max_endpoints(mut self, n: u16) -> Self {
+        self.max_endpoints = Some(n);
         self
     }
     /// Sets the wait policy (`GEX_WAIT`, when set, overrides it; default automatic).
@@ -266,7 +289,10 @@ impl<L: LayerSet> ClientBuilder<L> {
                 "GEX_ENDPOINTS/endpoints must be 1..=65535, got {eps}"
             ))
         })?;
-        let max_eps = config.u64("GEX_MAX_ENDPOINTS", u64::from(DEFAULT_MAX_ENDPOINTS))?;
+        let max_eps = config.u64(
+            "GEX_MAX_ENDPOINTS",
+            u64::from(self.max_endpoints.unwrap_or(DEFAULT_MAX_ENDPOINTS)),
+        )?;
         let max_eps = u16::try_from(max_eps).map_err(|_| {
             InitError::Config(format!(
                 "GEX_MAX_ENDPOINTS must be 0..=65535, got {max_eps}"
