@@ -645,6 +645,23 @@ fn domains_reports_every_thread_count_against_one() {
             "{n}: {speedup} {want}"
         );
     }
+    // The same with every endpoint made at init.
+    let at_init = crate::rows(&[
+        "-n",
+        "1",
+        "domains",
+        "--eps",
+        "2",
+        "--seconds",
+        "0.05",
+        "--at-init",
+        "--json",
+    ]);
+    assert_eq!(at_init.len(), 4, "{at_init:?}");
+    assert!(
+        at_init.iter().all(|r| r["value"].as_f64().unwrap() > 0.0),
+        "{at_init:?}"
+    );
 }
 
 #[test]
