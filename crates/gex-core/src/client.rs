@@ -600,7 +600,7 @@ fn check_threads_asked(config: &Config, layout: &JobLayout, rank: Rank) -> Resul
         Some(t) if layout.process_peers(rank).len() == 1 => Err(InitError::Config(format!(
             "GEX_THREADS={t} asks for {t} thread ranks per process (gex-run --threads), but \
              this process made one rank: start the ranks with \
-             gex_boot::threads::run_from_env (or gex::run_threads), or unset GEX_THREADS"
+             gex::run_threads_from_env (or gex_boot::threads::run_from_env), or unset GEX_THREADS"
         ))),
         _ => Ok(()),
     }

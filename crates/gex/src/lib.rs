@@ -392,34 +392,87 @@ where
     B: Fn() -> ClientBuilder<L> + Sync,
     F: Fn(Client) -> T + Sync,
 {
-    let outs = gex_boot::threads::run(ranks, |boot| {
-        let (job, rank) = (boot.job().clone(), boot.rank());
-        builder()
-            .init::<AnyConduit>(Box::new(boot))
-            .map(&f)
-            .map_err(|e| {
-                job.poison(&format!("rank {rank} could not initialise its client: {e}"));
-                e
-            })
-    })?;
+    let outs = gex_boot::threads::run(ranks, |boot| init_thread_rank(boot, &builder, &f))?;
+    first_init_error(outs)
+}
+
+/// Runs this process's **thread ranks** of a job started by a launcher
+/// (`gex-run -n P --threads T`, or `mpiexec`/`srun` with `GEX_THREADS=T` exported): `T`
+/// thread ranks (`GEX_THREADS`, default 1) over the process's bootstrap, each building
+/// its client with `builder()` and the conduit named by `GEX_CONDUIT`, then running `f`
+/// on it, as [`run_threads`] does for a job of one process. Started alone (no launcher)
+/// it runs `GEX_THREADS` thread ranks of a one-process job. Returns what this process's
+/// ranks' `f` returned, in rank order.
+///
+/// ```
+/// // Started alone with GEX_THREADS unset: one thread rank.
+/// let ranks = gex::run_threads_from_env(
+///     || gex::builder().segment_size(1 << 16),
+///     |client| {
+///         let r = (client.rank(), client.size());
+///         client.finalize().unwrap();
+///         r
+///     },
+/// )?;
+/// assert_eq!(ranks, vec![(0, 1)]);
+/// # Ok::<(), gex::boot::threads::ThreadsError>(())
+/// ```
+///
+/// # Errors
+/// As [`run_threads`], and [`ThreadsError::Boot`](boot::threads::ThreadsError::Boot)
+/// if `GEX_THREADS` is not a number of at least 1 or the process's bootstrap cannot
+/// be made ([`boot::threads::run_from_env`]).
+pub fn run_threads_from_env<L, T, B, F>(
+    builder: B,
+    f: F,
+) -> Result<Vec<T>, gex_boot::threads::ThreadsError>
+where
+    L: LayerSet,
+    T: Send,
+    B: Fn() -> ClientBuilder<L> + Sync,
+    F: Fn(Client) -> T + Sync,
+{
+    let outs = gex_boot::threads::run_from_env(|boot| init_thread_rank(boot, &builder, &f))?;
+    first_init_error(outs)
+}
+
+/// One thread rank of [`run_threads`] / [`run_threads_from_env`]: builds its client
+/// and runs `f`; a failed init poisons the job (the other ranks are released) and
+/// comes back with the rank's number.
+fn init_thread_rank<L: LayerSet, T>(
+    boot: gex_boot::threads::ThreadBoot,
+    builder: &impl Fn() -> ClientBuilder<L>,
+    f: &impl Fn(Client) -> T,
+) -> Result<T, (u32, InitError)> {
+    let (job, rank) = (boot.job().clone(), boot.rank());
+    builder()
+        .init::<AnyConduit>(Box::new(boot))
+        .map(f)
+        .map_err(|e| {
+            job.poison(&format!("rank {rank} could not initialise its client: {e}"));
+            (rank, e)
+        })
+}
+
+/// Every rank's result, or the first init error not caused by another rank's (those
+/// are `Lost`), else the first.
+fn first_init_error<T>(
+    outs: Vec<Result<T, (u32, InitError)>>,
+) -> Result<Vec<T>, gex_boot::threads::ThreadsError> {
     let lost = |e: &InitError| matches!(e, InitError::Boot(gex_core::boot::BootError::Lost(_)));
-    // The first error not caused by another rank's (those are `Lost`), else the first.
-    let mut first: Option<(usize, InitError)> = None;
+    let mut first: Option<(u32, InitError)> = None;
     let mut done = Vec::with_capacity(outs.len());
-    for (r, o) in outs.into_iter().enumerate() {
+    for o in outs {
         match o {
             Ok(t) => done.push(t),
-            Err(e) => match &first {
+            Err((r, e)) => match &first {
                 Some((_, f)) if !lost(f) || lost(&e) => {}
                 _ => first = Some((r, e)),
             },
         }
     }
     match first {
-        Some((r, source)) => Err(gex_boot::threads::ThreadsError::Init {
-            rank: r as u32,
-            source,
-        }),
+        Some((rank, source)) => Err(gex_boot::threads::ThreadsError::Init { rank, source }),
         None => Ok(done),
     }
 }
