@@ -3,6 +3,7 @@
 use crate::engine::{Envelope, Pattern};
 use crate::error::MsgError;
 use crate::layer::{Arrival, Msg, PostedRecv, Status, split_status};
+use crate::pair::Took;
 use gex_core::event::{Data, finish_unit};
 use gex_core::layer::{self, Cx};
 use gex_core::spi::Conduit;
@@ -105,6 +106,13 @@ fn post<C: Conduit>(
     buf: Vec<u8>,
     cap: usize,
 ) -> Event<Received, MsgError> {
+    // Enqueue-and-probe: what the near path's queues hold for `pat` is in the engine
+    // before the receive is posted (so it matches in order).
+    if m.near.covers(pat.src) {
+        m.near_drain(pat.src);
+        // The progress hook probes the queues while receives are posted.
+        cx.set_busy();
+    }
     let (ev, done) = cx.pending::<Received, MsgError>(None, finish_recv);
     if let Some((recv, env, a)) = m.matcher.post(pat, PostedRecv { buf, cap, done }) {
         m.deliver_owned(env, a, recv);
@@ -335,7 +343,11 @@ fn send_as<M: Mode, C: Conduit>(
         let m = m.get_mut();
         check_rank(dst, m.size())?;
         check_tag(tag)?;
-        // The fast path: a standard eager send injected now is complete (no event).
+        // The fast paths: a standard send queued on the near path, or a standard
+        // eager send injected now, is complete (no event).
+        if !sync && m.try_near(cx, dst, tag, comm.id(), data) {
+            return Ok(None);
+        }
         if !sync && m.try_eager_now(cx, dst, tag, comm.id(), data)? {
             return Ok(None);
         }
@@ -390,30 +402,58 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
         tag: Option<u32>,
         buf: &mut [u8],
     ) -> Result<Status, MsgError> {
-        // Fast path: an eager message already here is copied straight into `buf`;
-        // otherwise a receive into a buffer of the layer's is posted and waited for
-        // (the caller's buffer is never lent to the layer).
-        let ev = layer::with::<Msg, C, _>(self, |m, cx| {
-            let m = m.get_mut();
-            let pat = pattern(m, comm, src, tag)?;
-            if let Some((_, Arrival::Eager { .. })) = m.matcher.probe(&pat) {
-                let Some((env, Arrival::Eager { data, flags, sreq })) = m.matcher.take(&pat) else {
-                    unreachable!("probed an eager message");
-                };
-                m.ack_if_sync(env, flags, sreq);
-                m.pump(cx);
-                cx.set_busy();
-                return Ok(Err(copy_out(env, &data, buf)));
-            }
-            Ok::<_, MsgError>(Ok(post(m, cx, pat, Vec::new(), buf.len())))
-        })
-        .ok_or(MsgError::NoLayer)??;
-        match ev {
-            Err(done) => done,
-            Ok(ev) => {
-                let got = layer::finish::<Received, MsgError, Blocking, C>(self, ev, IMPLICIT_TAG)?;
-                buf[..got.data.len()].copy_from_slice(&got.data);
-                Ok(got.status)
+        // Fast paths: an eager message already here (in the engine or in a near-path
+        // queue) is copied straight into `buf`. When the sources the receive accepts
+        // reach this endpoint by the near path, the receive waits for a message
+        // without posting (no event, no allocation) and takes it then; otherwise a
+        // receive into a buffer of the layer's is posted and waited for (the
+        // caller's buffer is never lent to the layer).
+        loop {
+            let step = layer::with::<Msg, C, _>(self, |m, cx| {
+                let m = m.get_mut();
+                let pat = pattern(m, comm, src, tag)?;
+                loop {
+                    match m.matcher.probe(&pat) {
+                        Some((_, Arrival::Eager { .. })) => {
+                            let Some((env, Arrival::Eager { data, flags, sreq })) =
+                                m.matcher.take(&pat)
+                            else {
+                                unreachable!("probed an eager message");
+                            };
+                            m.ack_if_sync(env, flags, sreq);
+                            m.pump(cx);
+                            cx.set_busy();
+                            return Ok(RecvStep::Done(copy_out(env, &data, buf)));
+                        }
+                        // A rendezvous request: post (it matches at once).
+                        Some(_) => break,
+                        None => {}
+                    }
+                    if !m.near.covers(pat.src) {
+                        break;
+                    }
+                    match m.near_take(&pat, buf) {
+                        Took::Msg(r) => return Ok(RecvStep::Done(r)),
+                        Took::Engine => continue,
+                        Took::Nothing => return Ok(RecvStep::Wait(pat)),
+                    }
+                }
+                Ok::<_, MsgError>(RecvStep::Posted(post(m, cx, pat, Vec::new(), buf.len())))
+            })
+            .ok_or(MsgError::NoLayer)??;
+            match step {
+                RecvStep::Done(r) => return r,
+                RecvStep::Wait(pat) => {
+                    layer::wait_until::<Msg, C>(self, |m| {
+                        m.near.ready(pat.src) || m.matcher.probe(&pat).is_some()
+                    });
+                }
+                RecvStep::Posted(ev) => {
+                    let got =
+                        layer::finish::<Received, MsgError, Blocking, C>(self, ev, IMPLICIT_TAG)?;
+                    buf[..got.data.len()].copy_from_slice(&got.data);
+                    return Ok(got.status);
+                }
             }
         }
     }
@@ -443,7 +483,7 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
         let pat = layer::with::<Msg, C, _>(self, |m, _| pattern(&m, comm, src, tag))
             .ok_or(MsgError::NoLayer)??;
         layer::poll(self);
-        Ok(layer::with::<Msg, C, _>(self, |m, _| probe_status(&m, &pat)).flatten())
+        Ok(layer::with::<Msg, C, _>(self, |m, _| probe_near(m.get_mut(), &pat)).flatten())
     }
 
     fn probe(
@@ -454,10 +494,16 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
     ) -> Result<Status, MsgError> {
         let pat = layer::with::<Msg, C, _>(self, |m, _| pattern(&m, comm, src, tag))
             .ok_or(MsgError::NoLayer)??;
-        layer::wait_until::<Msg, C>(self, |m| m.matcher.probe(&pat).is_some());
-        layer::with::<Msg, C, _>(self, |m, _| probe_status(&m, &pat))
-            .flatten()
-            .ok_or(MsgError::NoLayer)
+        loop {
+            if let Some(st) = layer::with::<Msg, C, _>(self, |m, _| probe_near(m.get_mut(), &pat))
+                .ok_or(MsgError::NoLayer)?
+            {
+                return Ok(st);
+            }
+            layer::wait_until::<Msg, C>(self, |m| {
+                m.near.ready(pat.src) || m.matcher.probe(&pat).is_some()
+            });
+        }
     }
 
     fn send_init(
@@ -524,6 +570,24 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
     }
 }
 
+/// What a blocking receive does next.
+enum RecvStep {
+    /// Received (or failed).
+    Done(Result<Status, MsgError>),
+    /// Nothing yet on the near path: wait for a message, then look again.
+    Wait(Pattern),
+    /// Posted: wait for the event.
+    Posted(Event<Received, MsgError>),
+}
+
+/// A probe that first feeds the near path's queues it can match to the engine.
+fn probe_near(m: &mut Msg, pat: &Pattern) -> Option<Status> {
+    if m.near.covers(pat.src) {
+        m.near_drain(pat.src);
+    }
+    probe_status(m, pat)
+}
+
 fn probe_status(m: &Msg, pat: &Pattern) -> Option<Status> {
     m.matcher.probe(pat).map(|(e, a)| Status {
         source: e.src,
@@ -532,7 +596,7 @@ fn probe_status(m: &Msg, pat: &Pattern) -> Option<Status> {
     })
 }
 
-fn copy_out(env: Envelope, data: &[u8], buf: &mut [u8]) -> Result<Status, MsgError> {
+pub(crate) fn copy_out(env: Envelope, data: &[u8], buf: &mut [u8]) -> Result<Status, MsgError> {
     if data.len() > buf.len() {
         return Err(MsgError::Truncated {
             len: data.len(),

@@ -19,6 +19,7 @@
 
 use crate::engine::{Envelope, Matcher, Reorder};
 use crate::error::MsgError;
+use crate::pair::NearPath;
 use gex_core::event::Data;
 use gex_core::event::OpCompleter;
 use gex_core::layer::{Attach, Cx, Layer, Progress};
@@ -123,7 +124,7 @@ impl Arrival {
 }
 
 /// An arrival as the handler sees it: eager bytes still in the network's buffer.
-enum ArrivalRef<'a> {
+pub(crate) enum ArrivalRef<'a> {
     Eager {
         data: &'a [u8],
         flags: u32,
@@ -231,8 +232,18 @@ pub struct MsgStats {
     /// Arrivals that came before an earlier message of their source (held to restore
     /// the sender's order).
     pub reordered: u64,
-    /// Messages dropped because they failed validation (unknown ids, bad lengths).
+    /// Messages dropped because they failed validation (unknown ids, bad lengths, a
+    /// near-path slot with a length out of range).
     pub dropped: u64,
+    /// Messages sent by the near path (a queue in the peer's auxiliary area).
+    pub near_sent: u64,
+    /// Messages received from the near path's queues.
+    pub near_received: u64,
+    /// Near-path sends that found the pair's queue full and took the AM path.
+    pub near_full: u64,
+    /// Near-path sends refused because the queue's head word was not one the
+    /// receiver could have written (they took the AM path).
+    pub near_refused: u64,
 }
 
 /// The messaging layer (see the [crate documentation](crate)): attach it with
@@ -240,18 +251,20 @@ pub struct MsgStats {
 #[derive(Debug)]
 pub struct Msg {
     hid: [HandlerId; h::COUNT as usize],
-    me: EpAddr,
+    pub(crate) me: EpAddr,
     size: u32,
     eager_max: usize,
-    send_seq: Vec<u32>,
+    pub(crate) send_seq: Vec<u32>,
     pub(crate) matcher: Matcher<Arrival, PostedRecv>,
-    reorder: Reorder<(Envelope, Arrival)>,
+    pub(crate) reorder: Reorder<(Envelope, Arrival)>,
+    /// The near path (queues in auxiliary areas, module `pair`).
+    pub(crate) near: NearPath,
     outbox: VecDeque<Out>,
     sends: Slab<SendOp>,
     recvs: Slab<RecvOp>,
     /// Rendezvous sends cleared to stream, in the order their CTS came.
     streaming: VecDeque<u32>,
-    stats: MsgStats,
+    pub(crate) stats: MsgStats,
 }
 
 /// Reads `GEX_MSG_EAGER_MAX`.
@@ -263,6 +276,8 @@ impl Layer for Msg {
     const NAME: &'static str = "msg";
     const HANDLERS: u8 = h::COUNT;
     const ENV_VARS: &'static [gex_core::config::EnvVar] = crate::ENV_VARS;
+    /// The near path's queues ([`crate::near::AREA_BYTES`]).
+    const AUX_BYTES: usize = crate::near::AREA_BYTES;
 
     fn attach<C: Conduit>(cx: &mut Attach<'_, C, Self>) -> Result<Self, InitError> {
         let eager_max = eager_max(cx.config())?;
@@ -280,6 +295,7 @@ impl Layer for Msg {
             recvs: Slab::default(),
             streaming: VecDeque::new(),
             stats: MsgStats::default(),
+            near: NearPath::attach(cx),
         })
     }
 
@@ -399,7 +415,21 @@ impl Layer for Msg {
     }
 
     fn progress<C: Conduit>(self: Pin<&mut Self>, cx: &mut Cx<'_, C>) -> Progress {
-        self.get_mut().pump(cx)
+        let m = self.get_mut();
+        let p = m.pump(cx);
+        // Arrivals on the near path run no handler: while receives are posted (or
+        // messages wait for an earlier one of their source), the hook probes the
+        // queues on every poll.
+        if m.near.active() && (m.matcher.posted_len() > 0 || m.reorder.held() > 0) {
+            m.near_drain(None);
+            if m.matcher.posted_len() > 0 || m.reorder.held() > 0 {
+                return match p {
+                    Progress::Spinning => Progress::Spinning,
+                    _ => Progress::Busy,
+                };
+            }
+        }
+        p
     }
 
     fn describe(&self) -> String {
@@ -481,8 +511,23 @@ impl Msg {
         self.size
     }
 
+    /// True if nothing waits in the outbox (a send may take a fast path without
+    /// overtaking a queued message to no purpose).
+    #[inline]
+    pub(crate) fn outbox_empty(&self) -> bool {
+        self.outbox.is_empty()
+    }
+
+    /// Feeds the held messages of `src` that are next in its order to the engine.
+    pub(crate) fn release_held(&mut self, src: u32) {
+        while let Some((env, a)) = self.reorder.pop_ready(src) {
+            let r = a.as_arrival_ref();
+            self.arrive_in_order(env, r);
+        }
+    }
+
     /// An arrival numbered `seq` by its source, in any order.
-    fn arrive(&mut self, seq: u32, env: Envelope, a: ArrivalRef<'_>) {
+    pub(crate) fn arrive(&mut self, seq: u32, env: Envelope, a: ArrivalRef<'_>) {
         if !self.reorder.is_next(env.src, seq) {
             self.stats.reordered += 1;
             if self
@@ -496,10 +541,7 @@ impl Msg {
         }
         self.reorder.advance(env.src);
         self.arrive_in_order(env, a);
-        while let Some((env, a)) = self.reorder.pop_ready(env.src) {
-            let r = a.as_arrival_ref();
-            self.arrive_in_order(env, r);
-        }
+        self.release_held(env.src);
     }
 
     fn arrive_in_order(&mut self, env: Envelope, a: ArrivalRef<'_>) {

@@ -86,10 +86,13 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod area;
 pub mod engine;
 mod error;
 mod ext;
 mod layer;
+pub mod near;
+mod pair;
 
 pub use error::MsgError;
 pub use ext::{Comm, MsgExt, PersistentRecv, PersistentSend, Received, TAG_MAX};
