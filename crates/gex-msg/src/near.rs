@@ -265,7 +265,11 @@ mod tests {
             let mut queued = 0;
             loop {
                 let data = vec![next_in as u8; (next_in as usize * 7) % (PAYLOAD_MAX + 1)];
-                let h = Header { tag: round, ctx: 1, seq: next_in };
+                let h = Header {
+                    tag: round,
+                    ctx: 1,
+                    seq: next_in,
+                };
                 match tx.push(q, h, &data) {
                     Pushed::Sent => {
                         next_in += 1;
@@ -289,7 +293,15 @@ mod tests {
         }
         assert_eq!(rx.removed(), tx.sent());
         assert_eq!(
-            tx.push(q, Header { tag: 0, ctx: 0, seq: 0 }, &[0; PAYLOAD_MAX + 1]),
+            tx.push(
+                q,
+                Header {
+                    tag: 0,
+                    ctx: 0,
+                    seq: 0
+                },
+                &[0; PAYLOAD_MAX + 1]
+            ),
             Pushed::TooLong
         );
     }
@@ -299,7 +311,11 @@ mod tests {
         let w = words();
         let q = Queue::new(&w).unwrap();
         let (mut tx, mut rx) = (Producer::default(), Consumer::default());
-        let h = Header { tag: 1, ctx: 0, seq: 0 };
+        let h = Header {
+            tag: 1,
+            ctx: 0,
+            seq: 0,
+        };
         assert_eq!(tx.push(q, h, b"abc"), Pushed::Sent);
         assert_eq!(tx.push(q, Header { seq: 1, ..h }, b"def"), Pushed::Sent);
         // A liar rewrites the first slot's length.
@@ -318,7 +334,11 @@ mod tests {
         let w = words();
         let q = Queue::new(&w).unwrap();
         let mut tx = Producer::default();
-        let h = Header { tag: 1, ctx: 0, seq: 0 };
+        let h = Header {
+            tag: 1,
+            ctx: 0,
+            seq: 0,
+        };
         for _ in 0..SLOTS {
             assert_eq!(tx.push(q, h, b"x"), Pushed::Sent);
         }

@@ -102,14 +102,15 @@ impl NearPath {
                 });
             }
         }
-        let Some(my_q) = host.iter().position(|&r| r == me.rank).filter(|&i| i < QUEUES) else {
+        let Some(my_q) = host
+            .iter()
+            .position(|&r| r == me.rank)
+            .filter(|&i| i < QUEUES)
+        else {
             return p;
         };
         for &d in &host {
-            let to = EpAddr {
-                rank: d,
-                ep: me.ep,
-            };
+            let to = EpAddr { rank: d, ep: me.ep };
             if let (Some(area), Some(o)) = (Area::of(cx, to), p.outs.get_mut(d as usize)) {
                 *o = Some(Out {
                     area,
