@@ -88,26 +88,56 @@ pub struct Header {
     pub seq: u32,
 }
 
-/// One queue: [`QUEUE_WORDS`] words, usually in a receiver's auxiliary area.
+/// One queue: [`QUEUE_WORDS`] words ([`SLOTS`] slots) in a receiver's auxiliary area,
+/// or fewer slots for a model ([`with_slots`](Self::with_slots)).
 #[derive(Clone, Copy, Debug)]
-pub struct Queue<'a>(&'a [AtomicU64]);
+pub struct Queue<'a> {
+    words: &'a [AtomicU64],
+    /// Slots minus one (a power of two minus one).
+    mask: u64,
+}
 
 impl<'a> Queue<'a> {
     /// The queue in `words`; `None` unless `words` has exactly [`QUEUE_WORDS`] words.
+    #[inline(always)]
     pub fn new(words: &'a [AtomicU64]) -> Option<Queue<'a>> {
-        (words.len() == QUEUE_WORDS).then_some(Queue(words))
+        Self::with_slots(words, SLOTS)
+    }
+
+    /// A queue of `slots` slots (a power of two, at most [`SLOTS`]) in `words`, which
+    /// must hold exactly that many (the loom models use 1 or 2 slots, so that they
+    /// reach the full queue and slot reuse in few steps).
+    #[inline(always)]
+    pub fn with_slots(words: &'a [AtomicU64], slots: usize) -> Option<Queue<'a>> {
+        (slots.is_power_of_two()
+            && slots <= SLOTS
+            && words.len() == HEAD_WORDS + slots * SLOT_WORDS)
+            .then_some(Queue {
+                words,
+                mask: slots as u64 - 1,
+            })
+    }
+
+    /// The number of words of a queue of `slots` slots.
+    pub const fn words_for(slots: usize) -> usize {
+        HEAD_WORDS + slots * SLOT_WORDS
+    }
+
+    #[inline(always)]
+    fn slots(self) -> u64 {
+        self.mask + 1
     }
 
     #[inline(always)]
     fn head(self) -> &'a AtomicU64 {
-        &self.0[0]
+        &self.words[0]
     }
 
-    /// The words of slot `n % SLOTS`.
+    /// The words of slot `n % slots`.
     #[inline(always)]
     fn slot(self, n: u64) -> &'a [AtomicU64] {
-        let at = HEAD_WORDS + (n % SLOTS as u64) as usize * SLOT_WORDS;
-        &self.0[at..at + SLOT_WORDS]
+        let at = HEAD_WORDS + (n & self.mask) as usize * SLOT_WORDS;
+        &self.words[at..at + SLOT_WORDS]
     }
 }
 
@@ -146,14 +176,15 @@ impl Producer {
             return Pushed::TooLong;
         }
         let n = self.tail;
-        if n.wrapping_sub(self.head) >= SLOTS as u64 {
+        let slots = q.slots();
+        if n.wrapping_sub(self.head) >= slots {
             let head = q.head().load(Ordering::Acquire);
             let used = n.wrapping_sub(head);
-            if used > SLOTS as u64 {
+            if used > slots {
                 return Pushed::BadHead;
             }
             self.head = head;
-            if used == SLOTS as u64 {
+            if used == slots {
                 return Pushed::Full;
             }
         }
@@ -353,5 +384,7 @@ mod tests {
         assert_eq!(tx.push(q, h, b"x"), Pushed::Sent);
         assert_eq!(tx.push(q, h, b"x"), Pushed::Full);
         assert!(Queue::new(&w[1..]).is_none());
+        assert!(Queue::with_slots(&w[..Queue::words_for(2)], 2).is_some());
+        assert!(Queue::with_slots(&w[..Queue::words_for(3)], 3).is_none());
     }
 }
