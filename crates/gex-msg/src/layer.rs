@@ -281,6 +281,7 @@ impl Layer for Msg {
 
     fn attach<C: Conduit>(cx: &mut Attach<'_, C, Self>) -> Result<Self, InitError> {
         let eager_max = eager_max(cx.config())?;
+        let near_send = cx.config().bool("GEX_MSG_NEAR", true)?;
         let size = cx.size();
         Ok(Msg {
             hid: std::array::from_fn(|i| cx.handler(i as u8)),
@@ -295,7 +296,7 @@ impl Layer for Msg {
             recvs: Slab::default(),
             streaming: VecDeque::new(),
             stats: MsgStats::default(),
-            near: NearPath::attach(cx),
+            near: NearPath::attach(cx, near_send),
         })
     }
 

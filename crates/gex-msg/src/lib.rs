@@ -49,6 +49,13 @@
 //!   the receiver acknowledges the match; a rendezvous send is matched when its CTS
 //!   comes. Ready sends ([`MsgExt::rsend`]) are standard sends.
 //!
+//! - **Near path** (standard sends of up to [`near::PAYLOAD_MAX`] = 104 bytes to a
+//!   rank of the same host whose auxiliary area the conduit maps): a slot of the pair's
+//!   single-producer single-consumer queue in the receiver's auxiliary area ([`near`]),
+//!   probed by the receives that can match it (enqueue-and-probe); a blocking receive
+//!   copies from the slot straight into its buffer. A full queue sends by AM; both
+//!   paths share the pair's sequence numbers, so order holds across them.
+//!
 //! ## Matching
 //! The matching engine ([`engine`]) is protocol logic without I/O: posted receives
 //! and unexpected messages in per-source queues plus an any-source queue, with post
@@ -64,15 +71,16 @@
 //! takes an owned `Vec<u8>` which its event gives back, so dropping or forgetting the
 //! event is harmless; the blocking [`recv`](MsgExt::recv) into `&mut [u8]` copies an
 //! eager message already queued straight into it, and otherwise receives into a
-//! buffer of its own and copies when the receive is complete. There is no `unsafe`
-//! in this crate.
+//! buffer of its own and copies when the receive is complete. The only `unsafe` of
+//! the crate is the view of the auxiliary areas as atomic words (module `area`,
+//! docs/soundness.md).
 //!
 //! ## What it does not do (yet)
 //! - Buffered mode, cancel, matched probe (`mprobe`).
 //! - Teams: ranks are world ranks; a [`Comm`] is only a context id.
-//! - The lock-free multi-producer matching of seed 004 (TMPI): here each endpoint's
-//!   engine is driven by the thread that drives the endpoint; threads that message
-//!   concurrently use endpoints of their own.
+//! - Lock-free matching inside one endpoint: each endpoint's engine is driven by the
+//!   thread that drives the endpoint (threads that message concurrently use endpoints
+//!   of their own); what is lock-free is the near path between ranks.
 //! - Single-copy rendezvous over RMA between ranks that share memory.
 //!
 //! ## Words
@@ -82,7 +90,7 @@
 //!   [`MsgError::Truncated`], the message is consumed.
 //!
 //! ## Settings
-//! [`ENV_VARS`]: `GEX_MSG_EAGER_MAX`.
+//! [`ENV_VARS`]: `GEX_MSG_EAGER_MAX`, `GEX_MSG_NEAR`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -101,8 +109,15 @@ pub use layer::{Msg, MsgStats, Status};
 /// The `GEX_*` settings of the messaging layer ([`Layer::ENV_VARS`](gex_core::layer::Layer::ENV_VARS)
 /// of [`Msg`]), collected into the registry that `GEX_VERBOSEENV=1` and `gex-info env`
 /// print.
-pub const ENV_VARS: &[gex_core::config::EnvVar] = &[gex_core::config::EnvVar {
-    name: "GEX_MSG_EAGER_MAX",
-    default: "8192",
-    doc: "gex-msg: largest message (bytes) sent eagerly in one Medium AM (also bounded by the conduit's Medium limit toward the peer); larger messages use the rendezvous protocol (request to send, clear to send, chunks).",
-}];
+pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
+    gex_core::config::EnvVar {
+        name: "GEX_MSG_EAGER_MAX",
+        default: "8192",
+        doc: "gex-msg: largest message (bytes) sent eagerly in one Medium AM (also bounded by the conduit's Medium limit toward the peer); larger messages use the rendezvous protocol (request to send, clear to send, chunks).",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_MSG_NEAR",
+        default: "1",
+        doc: "gex-msg: send small standard messages (up to 104 bytes) to same-host ranks through per-pair queues in the receiver's auxiliary area (the near path); 0 sends everything by AM (receivers still take what the queues hold, so ranks may differ).",
+    },
+];

@@ -77,8 +77,10 @@ pub(crate) enum Took {
 }
 
 impl NearPath {
-    /// The queues of this endpoint and of its neighbours, as the conduit maps them.
-    pub(crate) fn attach<C: Conduit>(cx: &Cx<'_, C>) -> NearPath {
+    /// The queues of this endpoint and of its neighbours, as the conduit maps them
+    /// (without `send`, `GEX_MSG_NEAR=0`: only this endpoint's own, which it keeps
+    /// probing, so that ranks with different settings still agree).
+    pub(crate) fn attach<C: Conduit>(cx: &Cx<'_, C>, send: bool) -> NearPath {
         let me = cx.addr();
         let size = cx.size() as usize;
         let Some(mine) = Area::of(cx, me) else {
@@ -105,7 +107,7 @@ impl NearPath {
         let Some(my_q) = host
             .iter()
             .position(|&r| r == me.rank)
-            .filter(|&i| i < QUEUES)
+            .filter(|&i| send && i < QUEUES)
         else {
             return p;
         };
