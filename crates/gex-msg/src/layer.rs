@@ -435,11 +435,17 @@ impl Layer for Msg {
 
     fn describe(&self) -> String {
         let mut s = String::new();
+        if self.near.ready(None) {
+            s = "msg: near-path queues hold messages no receive has probed for".into();
+        }
         if self.matcher.posted_len() + self.matcher.unexpected_len() + self.sends.len() > 0
             || !self.outbox.is_empty()
             || self.recvs.len() > 0
         {
-            s = format!(
+            if !s.is_empty() {
+                s.push('\n');
+            }
+            s += &format!(
                 "msg: {} posted receives, {} unexpected messages, {} sends in flight ({} streaming), {} rendezvous receives, {} queued for injection, {} held out of order",
                 self.matcher.posted_len(),
                 self.matcher.unexpected_len(),
@@ -498,7 +504,8 @@ impl Msg {
         self.sends.len() + self.outbox.len()
     }
 
-    /// Nothing queued, in flight or unmatched on this endpoint.
+    /// Nothing queued, in flight or unmatched on this endpoint (nor waiting in its
+    /// near-path queues).
     pub fn is_quiet(&self) -> bool {
         self.matcher.posted_len() == 0
             && self.matcher.unexpected_len() == 0
@@ -506,6 +513,7 @@ impl Msg {
             && self.recvs.len() == 0
             && self.outbox.is_empty()
             && self.reorder.held() == 0
+            && !self.near.ready(None)
     }
 
     pub(crate) fn size(&self) -> u32 {
