@@ -220,8 +220,9 @@ pub enum Popped {
     /// buffer given to `pop`).
     Msg(Header, usize),
     /// A slot whose length is out of range (written by someone other than an honest
-    /// producer): removed and refused.
-    Corrupt,
+    /// producer): removed and refused. Its header as read (untrusted: the receiver
+    /// uses its sequence number only to let the pair's later messages through).
+    Corrupt(Header),
 }
 
 /// The receiving side of one queue: its private head.
@@ -254,21 +255,19 @@ impl Consumer {
         let w1 = s[1].load(Ordering::Relaxed);
         let w2 = s[2].load(Ordering::Relaxed);
         let len = (w1 & 0xffff_ffff) as usize;
+        let h = Header {
+            tag: (w1 >> 32) as u32,
+            ctx: w2 as u32,
+            seq: (w2 >> 32) as u32,
+        };
         let got = if len > PAYLOAD_MAX {
-            Popped::Corrupt
+            Popped::Corrupt(h)
         } else {
             for (chunk, word) in out[..len].chunks_mut(8).zip(&s[HDR_WORDS..]) {
                 let b = word.load(Ordering::Relaxed).to_le_bytes();
                 chunk.copy_from_slice(&b[..chunk.len()]);
             }
-            Popped::Msg(
-                Header {
-                    tag: (w1 >> 32) as u32,
-                    ctx: w2 as u32,
-                    seq: (w2 >> 32) as u32,
-                },
-                len,
-            )
+            Popped::Msg(h, len)
         };
         self.head = n.wrapping_add(1);
         q.head().store(self.head, Ordering::Release);
@@ -352,7 +351,10 @@ mod tests {
         // A liar rewrites the first slot's length.
         w[HEAD_WORDS + 1].store(u64::MAX, Ordering::Relaxed);
         let mut buf = [0u8; PAYLOAD_MAX];
-        assert_eq!(rx.pop(q, &mut buf), Popped::Corrupt);
+        assert_eq!(
+            rx.pop(q, &mut buf),
+            Popped::Corrupt(Header { tag: u32::MAX, ..h })
+        );
         assert_eq!(rx.pop(q, &mut buf), Popped::Msg(Header { seq: 1, ..h }, 3));
         assert_eq!(&buf[..3], b"def");
         // A forged stamp of the wrong lap reads as empty.

@@ -239,7 +239,7 @@ impl Msg {
             loop {
                 match self.near.pop(k, &mut buf) {
                     (_, Popped::Empty) => break,
-                    (_, Popped::Corrupt) => self.stats.dropped += 1,
+                    (src, Popped::Corrupt(h)) => self.near_refuse(src, h),
                     (src, Popped::Msg(h, l)) => {
                         got += 1;
                         self.near_arrive(src, h, &buf[..l]);
@@ -248,6 +248,17 @@ impl Msg {
             }
         }
         got
+    }
+
+    /// A refused slot: dropped; if its sequence number is the one its source's next
+    /// message needs, the number is skipped, so that the pair's later messages (on
+    /// either path) are not held forever behind it.
+    fn near_refuse(&mut self, src: u32, h: Header) {
+        self.stats.dropped += 1;
+        if self.reorder.is_next(src, h.seq) {
+            self.reorder.advance(src);
+            self.release_held(src);
+        }
     }
 
     fn near_arrive(&mut self, src: u32, h: Header, data: &[u8]) {
@@ -282,7 +293,13 @@ impl Msg {
             loop {
                 match self.near.pop(k, &mut tmp) {
                     (_, Popped::Empty) => break,
-                    (_, Popped::Corrupt) => self.stats.dropped += 1,
+                    (src, Popped::Corrupt(h)) => {
+                        self.near_refuse(src, h);
+                        fed = true;
+                        if self.matcher.unexpected_len() > 0 && self.matcher.probe(pat).is_some() {
+                            return Took::Engine;
+                        }
+                    }
                     (src, Popped::Msg(h, l)) => {
                         let env = Envelope {
                             src,

@@ -78,7 +78,7 @@ fn loom_near_spsc_fifo_through_full_queue() {
                     next += 1;
                 }
                 Popped::Empty => thread::yield_now(),
-                Popped::Corrupt => panic!("an honest producer's slot refused"),
+                Popped::Corrupt(_) => panic!("an honest producer's slot refused"),
             }
         }
         t.join().unwrap();

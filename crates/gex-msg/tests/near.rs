@@ -5,13 +5,17 @@
 //! receiver still gets every message once, in sending order per (source, tag), with
 //! specific, any-tag and any-source receives, receives posted before the traffic, and
 //! probes; messages above the slot size and synchronous sends take the AM path between
-//! the same pair.
+//! the same pair. A lying peer's head word and slot length are refused without
+//! losing the honest messages around them.
+#![allow(unsafe_code)] // `lying_peer_is_refused` writes a peer's area as a liar would.
 
 use gex::Job;
 use gex::spi::Conduit;
+use gex_core::EpAddr;
 use gex_core::{Client, ClientBuilder, Endpoint};
-use gex_msg::near::{PAYLOAD_MAX, SLOTS};
+use gex_msg::near::{PAYLOAD_MAX, QUEUE_WORDS, Queue, SLOTS};
 use gex_msg::{Comm, Msg, MsgExt, MsgStats};
+use gex_sync::atomic::{AtomicU64, Ordering};
 use gex_testkit::exchange_barrier;
 use gex_testkit::procs::Procs;
 use gex_testkit::sim::{SimConfig, run_sim};
@@ -163,6 +167,77 @@ fn no_shared_memory_no_near_path() {
             let s = stats(&mut ep);
             assert_eq!((s.near_sent, s.near_received, s.eager_sent), (0, 0, 1));
             exchange_barrier(&mut ep).unwrap();
+        },
+    );
+}
+
+/// Word `k` of the layer's slice of `rank`'s auxiliary area (endpoint 0), as a liar
+/// sharing the memory would write it.
+fn area_word<C: Conduit>(ep: &mut Endpoint<C>, rank: u32, k: usize) -> &'static AtomicU64 {
+    let p = gex_core::layer::with::<Msg, _, _>(ep, |_, cx| cx.aux(EpAddr { rank, ep: 0 }))
+        .unwrap()
+        .expect("the area is mapped");
+    assert!(k < gex_msg::near::AREA_BYTES / 8);
+    // SAFETY: the layer's slice holds `AREA_BYTES` bytes, 64-byte aligned, and lives as
+    // long as the simulated fabric (the whole `run_sim` call, longer than the test's
+    // use of the word); every access to it is atomic.
+    unsafe { &*p.as_ptr().cast::<AtomicU64>().add(k) }
+}
+
+/// A lying peer: rank 1 writes a `head` word no consumer could have written into the
+/// queue rank 0 sends through (rank 0 refuses it and sends by AM once the queue seems
+/// full); then rank 0 garbles the length of a message it queued (rank 1 drops it and
+/// still receives the next one, whose sequence number follows the dropped one's).
+#[test]
+fn lying_peer_is_refused() {
+    run_sim(
+        2,
+        SimConfig::default(),
+        || ClientBuilder::new().layer::<Msg>(),
+        |client| {
+            let mut ep = client.endpoint(0).unwrap();
+            let me = ep.addr().rank;
+            // Both ranks' host-local index is their rank: rank 0 writes queue 0 of rank 1.
+            if me == 1 {
+                area_word(&mut ep, 1, 0).store(u64::MAX, Ordering::Relaxed);
+            }
+            exchange_barrier(&mut ep).unwrap();
+            if me == 0 {
+                for i in 0..=SLOTS as u8 {
+                    ep.send(W, 1, 5, &[i; 8]).unwrap();
+                }
+                let s = stats(&mut ep);
+                assert_eq!(
+                    (s.near_sent, s.near_refused, s.eager_sent),
+                    (SLOTS as u64, 1, 1)
+                );
+            }
+            exchange_barrier(&mut ep).unwrap();
+            let mut b = [0u8; 8];
+            if me == 1 {
+                for i in 0..=SLOTS as u8 {
+                    ep.recv(W, Some(0), Some(5), &mut b).unwrap();
+                    assert_eq!(b, [i; 8]);
+                }
+            }
+            exchange_barrier(&mut ep).unwrap();
+            if me == 0 {
+                // Message number SLOTS of the pair: slot 0 again; its word 1 holds the
+                // length (low half) and the tag.
+                ep.send(W, 1, 6, &[0xaa; 8]).unwrap();
+                area_word(&mut ep, 1, Queue::words_for(0) + 1).store(u64::MAX, Ordering::Relaxed);
+                ep.send(W, 1, 6, &[0xbb; 8]).unwrap();
+                assert_eq!(stats(&mut ep).near_sent, SLOTS as u64 + 2);
+            }
+            exchange_barrier(&mut ep).unwrap();
+            if me == 1 {
+                let st = ep.recv(W, Some(0), None, &mut b).unwrap();
+                assert_eq!((st.tag, b), (6, [0xbb; 8]));
+                assert_eq!(ep.iprobe(W, None, None).unwrap(), None);
+                assert_eq!(stats(&mut ep).dropped, 1);
+            }
+            exchange_barrier(&mut ep).unwrap();
+            assert_eq!(QUEUE_WORDS, Queue::words_for(SLOTS));
         },
     );
 }
