@@ -18,7 +18,7 @@ use gex_msg::{Comm, Msg, MsgExt, MsgStats};
 use gex_sync::atomic::{AtomicU64, Ordering};
 use gex_testkit::exchange_barrier;
 use gex_testkit::procs::Procs;
-use gex_testkit::sim::{SimConfig, run_sim};
+use gex_testkit::sim::{Delay, SimConfig, run_sim};
 
 const W: Comm = Comm::WORLD;
 /// Messages each sender floods the receiver with: several times a queue.
@@ -131,18 +131,29 @@ fn body<C: Conduit>(ep: &mut Endpoint<C>, n: u32) {
     exchange_barrier(ep).unwrap();
 }
 
+/// On thread ranks, with an AM path that keeps order and with one that reorders and
+/// delays (AM messages then overtake queued ones and wait for them in `Reorder`).
 #[test]
 fn near_thread_ranks() {
-    for n in [2, 3] {
-        run_sim(
-            n,
-            SimConfig::default(),
-            || ClientBuilder::new().layer::<Msg>(),
-            move |client| {
-                let mut ep = client.endpoint(0).unwrap();
-                body(&mut ep, n);
-            },
-        );
+    let reordering = SimConfig {
+        seed: 11,
+        reorder: true,
+        latency: Delay::polls(2),
+        jitter: Delay::polls(5),
+        ..SimConfig::default()
+    };
+    for cfg in [SimConfig::default(), reordering] {
+        for n in [2, 3] {
+            run_sim(
+                n,
+                cfg.clone(),
+                || ClientBuilder::new().layer::<Msg>(),
+                move |client| {
+                    let mut ep = client.endpoint(0).unwrap();
+                    body(&mut ep, n);
+                },
+            );
+        }
     }
 }
 
