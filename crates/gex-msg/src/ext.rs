@@ -432,7 +432,10 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
                     if !m.near.covers(pat.src) {
                         break;
                     }
-                    match m.near_take(&pat, buf) {
+                    let took = m.near_take(&pat, buf);
+                    // What matching released may have queued answers.
+                    m.flush(cx);
+                    match took {
                         Took::Msg(r) => return Ok(RecvStep::Done(r)),
                         Took::Engine => continue,
                         Took::Nothing => return Ok(RecvStep::Wait(pat)),
@@ -483,7 +486,7 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
         let pat = layer::with::<Msg, C, _>(self, |m, _| pattern(&m, comm, src, tag))
             .ok_or(MsgError::NoLayer)??;
         layer::poll(self);
-        Ok(layer::with::<Msg, C, _>(self, |m, _| probe_near(m.get_mut(), &pat)).flatten())
+        Ok(layer::with::<Msg, C, _>(self, |m, cx| probe_near(m.get_mut(), cx, &pat)).flatten())
     }
 
     fn probe(
@@ -495,8 +498,9 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
         let pat = layer::with::<Msg, C, _>(self, |m, _| pattern(&m, comm, src, tag))
             .ok_or(MsgError::NoLayer)??;
         loop {
-            if let Some(st) = layer::with::<Msg, C, _>(self, |m, _| probe_near(m.get_mut(), &pat))
-                .ok_or(MsgError::NoLayer)?
+            if let Some(st) =
+                layer::with::<Msg, C, _>(self, |m, cx| probe_near(m.get_mut(), cx, &pat))
+                    .ok_or(MsgError::NoLayer)?
             {
                 return Ok(st);
             }
@@ -581,9 +585,10 @@ enum RecvStep {
 }
 
 /// A probe that first feeds the near path's queues it can match to the engine.
-fn probe_near(m: &mut Msg, pat: &Pattern) -> Option<Status> {
+fn probe_near<C: Conduit>(m: &mut Msg, cx: &mut Cx<'_, C>, pat: &Pattern) -> Option<Status> {
     if m.near.covers(pat.src) {
         m.near_drain(pat.src);
+        m.flush(cx);
     }
     probe_status(m, pat)
 }

@@ -417,18 +417,20 @@ impl Layer for Msg {
 
     fn progress<C: Conduit>(self: Pin<&mut Self>, cx: &mut Cx<'_, C>) -> Progress {
         let m = self.get_mut();
-        let p = m.pump(cx);
         // Arrivals on the near path run no handler: while receives are posted (or
         // messages wait for an earlier one of their source), the hook probes the
-        // queues on every poll.
-        if m.near.active() && (m.matcher.posted_len() > 0 || m.reorder.held() > 0) {
+        // queues on every poll (before flushing the outbox, which what they match
+        // may fill: acknowledgements, clears to send).
+        let near = m.near.active() && (m.matcher.posted_len() > 0 || m.reorder.held() > 0);
+        if near {
             m.near_drain(None);
-            if m.matcher.posted_len() > 0 || m.reorder.held() > 0 {
-                return match p {
-                    Progress::Spinning => Progress::Spinning,
-                    _ => Progress::Busy,
-                };
-            }
+        }
+        let p = m.pump(cx);
+        if near && (m.matcher.posted_len() > 0 || m.reorder.held() > 0) {
+            return match p {
+                Progress::Spinning => Progress::Spinning,
+                _ => Progress::Busy,
+            };
         }
         p
     }
@@ -525,6 +527,15 @@ impl Msg {
     #[inline]
     pub(crate) fn outbox_empty(&self) -> bool {
         self.outbox.is_empty()
+    }
+
+    /// Flushes what matching put in the outbox (acknowledgements, clears to send) and
+    /// keeps the progress hook running until it is out.
+    pub(crate) fn flush<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) {
+        if !self.outbox.is_empty() {
+            self.pump(cx);
+            cx.set_busy();
+        }
     }
 
     /// Feeds the held messages of `src` that are next in its order to the engine.
