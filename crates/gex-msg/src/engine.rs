@@ -177,6 +177,18 @@ impl<M, R> Matcher<M, R> {
         }
     }
 
+    /// True if a posted receive accepts a message with envelope `e` (an arrival now
+    /// would match it rather than be unexpected).
+    #[inline]
+    pub fn has_posted_for(&self, e: &Envelope) -> bool {
+        self.n_posted > 0
+            && (self.any_src.iter().any(|p| p.pat.accepts(e))
+                || self
+                    .posted
+                    .get(e.src as usize)
+                    .is_some_and(|q| q.iter().any(|p| p.pat.accepts(e))))
+    }
+
     /// Where the earliest-arrived unexpected message matching `pat` is: (source, index).
     fn find(&self, pat: &Pattern) -> Option<(usize, usize)> {
         let first = |s: usize| {

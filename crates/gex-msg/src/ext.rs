@@ -4,6 +4,7 @@ use crate::direct::Read;
 use crate::engine::{Envelope, Pattern};
 use crate::error::MsgError;
 use crate::layer::{Arrival, F_SYNC, Msg, PostedRecv, Source, Status, split_status};
+use crate::pair::Took;
 use gex_core::event::{Data, finish_unit};
 use gex_core::layer::{self, Cx};
 use gex_core::spi::Conduit;
@@ -106,6 +107,13 @@ fn post<C: Conduit>(
     buf: Vec<u8>,
     cap: usize,
 ) -> Event<Received, MsgError> {
+    // Enqueue-and-probe: what the near path's queues hold for `pat` is in the engine
+    // before the receive is posted (so it matches in order).
+    if m.near.covers(pat.src) {
+        m.near_drain(pat.src);
+        // The progress hook probes the queues while receives are posted.
+        cx.set_busy();
+    }
     let (ev, done) = cx.pending::<Received, MsgError>(None, finish_recv);
     if let Some((recv, env, a)) = m.matcher.post(pat, PostedRecv { buf, cap, done }) {
         m.deliver_owned(env, a, recv);
@@ -341,7 +349,7 @@ fn send_as<M: Mode, C: Conduit>(
 
 /// How a send started.
 enum Started<'a> {
-    /// Complete (an eager send injected now).
+    /// Complete (queued on the near path, or an eager send injected now).
     Done,
     /// In flight: complete with its event.
     Pending(Event<(), MsgError>),
@@ -364,7 +372,11 @@ fn start<'a, C: Conduit>(
         let m = m.get_mut();
         check_rank(dst, m.size())?;
         check_tag(tag)?;
-        // The fast path: a standard eager send injected now is complete (no event).
+        // The fast paths: a standard send queued on the near path, or a standard
+        // eager send injected now, is complete (no event).
+        if !sync && m.try_near(cx, dst, tag, comm.id(), data) {
+            return Ok(Started::Done);
+        }
         if !sync && m.try_eager_now(cx, dst, tag, comm.id(), data)? {
             return Ok(Started::Done);
         }
@@ -479,17 +491,41 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
         tag: Option<u32>,
         buf: &mut [u8],
     ) -> Result<Status, MsgError> {
-        // The message is taken when it is here (waiting as a probe does), so an eager
-        // message is copied straight from the unexpected queue into `buf` and a
-        // single-copy rendezvous message straight from the sender's buffer into `buf`
-        // (the caller's buffer is never lent to the layer). No receive posted on this
-        // endpoint can come between (the endpoint is driven by this call), so the
-        // message taken is the one a receive posted now would match.
+        // The message is taken when it is here (waiting as a probe does, without
+        // posting a receive: no event, no allocation), so a near-path message is
+        // copied straight from its queue's slot into `buf`, an eager one straight from
+        // the unexpected queue, and a single-copy rendezvous one straight from the
+        // sender's buffer (the caller's buffer is never lent to the layer). No receive
+        // posted on this endpoint can come between (the endpoint is driven by this
+        // call), so the message taken is the one a receive posted now would match:
+        // the engine's matching messages come first, then the near-path queues the
+        // receive can match (`near_take` leaves a message that an earlier posted
+        // receive wants, or that is not next in its source's order, to the engine).
         let pat = layer::with::<Msg, C, _>(self, |m, _| pattern(&m, comm, src, tag))
             .ok_or(MsgError::NoLayer)??;
         loop {
-            let now = layer::with::<Msg, C, _>(self, |m, cx| recv_now(m.get_mut(), cx, &pat, buf))
-                .ok_or(MsgError::NoLayer)?;
+            let now = layer::with::<Msg, C, _>(self, |m, cx| {
+                let m = m.get_mut();
+                loop {
+                    match recv_now(m, cx, &pat, buf) {
+                        Now::Wait => {}
+                        now => return now,
+                    }
+                    if !m.near.covers(pat.src) {
+                        return Now::Wait;
+                    }
+                    let took = m.near_take(&pat, buf);
+                    // What matching released may have queued answers.
+                    m.flush(cx);
+                    match took {
+                        Took::Msg(r) => return Now::Done(r),
+                        // The engine may now hold a message `pat` matches.
+                        Took::Engine => continue,
+                        Took::Nothing => return Now::Wait,
+                    }
+                }
+            })
+            .ok_or(MsgError::NoLayer)?;
             match now {
                 Now::Done(r) => return r,
                 Now::Posted(ev) => {
@@ -499,7 +535,9 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
                     return Ok(got.status);
                 }
                 Now::Wait => {
-                    layer::wait_until::<Msg, C>(self, |m| m.matcher.probe(&pat).is_some());
+                    layer::wait_until::<Msg, C>(self, |m| {
+                        m.near.ready(pat.src) || m.matcher.probe(&pat).is_some()
+                    });
                 }
             }
         }
@@ -530,7 +568,7 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
         let pat = layer::with::<Msg, C, _>(self, |m, _| pattern(&m, comm, src, tag))
             .ok_or(MsgError::NoLayer)??;
         layer::poll(self);
-        Ok(layer::with::<Msg, C, _>(self, |m, _| probe_status(&m, &pat)).flatten())
+        Ok(layer::with::<Msg, C, _>(self, |m, cx| probe_near(m.get_mut(), cx, &pat)).flatten())
     }
 
     fn probe(
@@ -541,10 +579,17 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
     ) -> Result<Status, MsgError> {
         let pat = layer::with::<Msg, C, _>(self, |m, _| pattern(&m, comm, src, tag))
             .ok_or(MsgError::NoLayer)??;
-        layer::wait_until::<Msg, C>(self, |m| m.matcher.probe(&pat).is_some());
-        layer::with::<Msg, C, _>(self, |m, _| probe_status(&m, &pat))
-            .flatten()
-            .ok_or(MsgError::NoLayer)
+        loop {
+            if let Some(st) =
+                layer::with::<Msg, C, _>(self, |m, cx| probe_near(m.get_mut(), cx, &pat))
+                    .ok_or(MsgError::NoLayer)?
+            {
+                return Ok(st);
+            }
+            layer::wait_until::<Msg, C>(self, |m| {
+                m.near.ready(pat.src) || m.matcher.probe(&pat).is_some()
+            });
+        }
     }
 
     fn send_init(
@@ -609,6 +654,15 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
         s?;
         Ok(st)
     }
+}
+
+/// A probe that first feeds the near path's queues it can match to the engine.
+fn probe_near<C: Conduit>(m: &mut Msg, cx: &mut Cx<'_, C>, pat: &Pattern) -> Option<Status> {
+    if m.near.covers(pat.src) {
+        m.near_drain(pat.src);
+        m.flush(cx);
+    }
+    probe_status(m, pat)
 }
 
 fn probe_status(m: &Msg, pat: &Pattern) -> Option<Status> {
@@ -704,7 +758,7 @@ fn recv_now<C: Conduit>(m: &mut Msg, cx: &mut Cx<'_, C>, pat: &Pattern, buf: &mu
     now
 }
 
-fn copy_out(env: Envelope, data: &[u8], buf: &mut [u8]) -> Result<Status, MsgError> {
+pub(crate) fn copy_out(env: Envelope, data: &[u8], buf: &mut [u8]) -> Result<Status, MsgError> {
     if data.len() > buf.len() {
         return Err(MsgError::Truncated {
             len: data.len(),

@@ -27,6 +27,7 @@
 use crate::direct::{self, Ticket};
 use crate::engine::{Envelope, Matcher, Reorder};
 use crate::error::MsgError;
+use crate::pair::NearPath;
 use gex_core::event::Data;
 use gex_core::event::OpCompleter;
 use gex_core::layer::{Attach, Cx, Layer, Progress};
@@ -57,7 +58,7 @@ pub(crate) const F_CMA: u32 = 4;
 
 /// Where a peer is, for the rendezvous protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Near {
+enum Place {
     /// Another host (or an unknown one): chunks only.
     Far,
     /// A thread rank of this process: the registry of lent buffers.
@@ -162,7 +163,7 @@ impl Arrival {
 }
 
 /// An arrival as the handler sees it: eager bytes still in the network's buffer.
-enum ArrivalRef<'a> {
+pub(crate) enum ArrivalRef<'a> {
     Eager {
         data: &'a [u8],
         flags: u32,
@@ -298,7 +299,8 @@ pub struct MsgStats {
     /// Arrivals that came before an earlier message of their source (held to restore
     /// the sender's order).
     pub reordered: u64,
-    /// Messages dropped because they failed validation (unknown ids, bad lengths).
+    /// Messages dropped because they failed validation (unknown ids, bad lengths, a
+    /// near-path slot with a length out of range).
     pub dropped: u64,
     /// Rendezvous messages this endpoint received with one copy from the sender's
     /// buffer (a thread rank of this process, or CMA from a process of this host).
@@ -311,6 +313,15 @@ pub struct MsgStats {
     /// the sending caller's buffer (a blocking send from a thread rank of this process
     /// that had not withdrawn its loan: no copy at the sender either).
     pub rndv_in_place: u64,
+    /// Messages sent by the near path (a queue in the peer's auxiliary area).
+    pub near_sent: u64,
+    /// Messages received from the near path's queues.
+    pub near_received: u64,
+    /// Near-path sends that found the pair's queue full and took the AM path.
+    pub near_full: u64,
+    /// Near-path sends refused because the queue's head word was not one the
+    /// receiver could have written (they took the AM path).
+    pub near_refused: u64,
 }
 
 /// The messaging layer (see the [crate documentation](crate)): attach it with
@@ -318,22 +329,24 @@ pub struct MsgStats {
 #[derive(Debug)]
 pub struct Msg {
     hid: [HandlerId; h::COUNT as usize],
-    me: EpAddr,
+    pub(crate) me: EpAddr,
     size: u32,
     eager_max: usize,
-    /// Where each rank is (`Near::Far` for every rank if `GEX_MSG_SINGLE_COPY=0`).
-    near: Vec<Near>,
+    /// Where each rank is (`Place::Far` for every rank if `GEX_MSG_SINGLE_COPY=0`).
+    place: Vec<Place>,
     /// This process can read and be read with CMA.
     cma: bool,
-    send_seq: Vec<u32>,
+    pub(crate) send_seq: Vec<u32>,
     pub(crate) matcher: Matcher<Arrival, PostedRecv>,
-    reorder: Reorder<(Envelope, Arrival)>,
+    pub(crate) reorder: Reorder<(Envelope, Arrival)>,
+    /// The near path (queues in auxiliary areas, module `pair`).
+    pub(crate) near: NearPath,
     outbox: VecDeque<Out>,
     sends: Slab<SendOp>,
     recvs: Slab<RecvOp>,
     /// Rendezvous sends cleared to stream, in the order their CTS came.
     streaming: VecDeque<u32>,
-    stats: MsgStats,
+    pub(crate) stats: MsgStats,
 }
 
 /// Reads `GEX_MSG_EAGER_MAX`.
@@ -365,25 +378,28 @@ impl Layer for Msg {
     const NAME: &'static str = "msg";
     const HANDLERS: u8 = h::COUNT;
     const ENV_VARS: &'static [gex_core::config::EnvVar] = crate::ENV_VARS;
+    /// The near path's queues ([`crate::near::AREA_BYTES`]).
+    const AUX_BYTES: usize = crate::near::AREA_BYTES;
 
     fn attach<C: Conduit>(cx: &mut Attach<'_, C, Self>) -> Result<Self, InitError> {
         let eager_max = eager_max(cx.config())?;
         let single_copy = cx.config().bool("GEX_MSG_SINGLE_COPY", true)?;
+        let near_send = cx.config().bool("GEX_MSG_NEAR", true)?;
         let size = cx.size();
         let me = cx.addr();
         let layout = cx.layout();
-        let near = (0..size)
+        let place = (0..size)
             .map(|r| {
                 let (i, m) = (r as usize, me.rank as usize);
                 if !single_copy || layout.host.get(i) != layout.host.get(m) {
-                    Near::Far
+                    Place::Far
                 } else if layout.same_process(r, me.rank) {
-                    Near::Process
+                    Place::Process
                 } else {
                     layout
                         .process
                         .get(i)
-                        .map_or(Near::Far, |&p| Near::Host(u64::from(p)))
+                        .map_or(Place::Far, |&p| Place::Host(u64::from(p)))
                 }
             })
             .collect();
@@ -393,7 +409,7 @@ impl Layer for Msg {
             me,
             size,
             eager_max,
-            near,
+            place,
             cma,
             send_seq: vec![0; size as usize],
             matcher: Matcher::new(size),
@@ -403,6 +419,7 @@ impl Layer for Msg {
             recvs: Slab::default(),
             streaming: VecDeque::new(),
             stats: MsgStats::default(),
+            near: NearPath::attach(cx, near_send),
         })
     }
 
@@ -552,16 +569,38 @@ impl Layer for Msg {
     }
 
     fn progress<C: Conduit>(self: Pin<&mut Self>, cx: &mut Cx<'_, C>) -> Progress {
-        self.get_mut().pump(cx)
+        let m = self.get_mut();
+        // Arrivals on the near path run no handler: while receives are posted (or
+        // messages wait for an earlier one of their source), the hook probes the
+        // queues on every poll (before flushing the outbox, which what they match
+        // may fill: acknowledgements, clears to send).
+        let near = m.near.active() && (m.matcher.posted_len() > 0 || m.reorder.held() > 0);
+        if near {
+            m.near_drain(None);
+        }
+        let p = m.pump(cx);
+        if near && (m.matcher.posted_len() > 0 || m.reorder.held() > 0) {
+            return match p {
+                Progress::Spinning => Progress::Spinning,
+                _ => Progress::Busy,
+            };
+        }
+        p
     }
 
     fn describe(&self) -> String {
         let mut s = String::new();
+        if self.near.ready(None) {
+            s = "msg: near-path queues hold messages no receive has probed for".into();
+        }
         if self.matcher.posted_len() + self.matcher.unexpected_len() + self.sends.len() > 0
             || !self.outbox.is_empty()
             || self.recvs.len() > 0
         {
-            s = format!(
+            if !s.is_empty() {
+                s.push('\n');
+            }
+            s += &format!(
                 "msg: {} posted receives, {} unexpected messages, {} sends in flight ({} streaming), {} rendezvous receives, {} queued for injection, {} held out of order",
                 self.matcher.posted_len(),
                 self.matcher.unexpected_len(),
@@ -620,7 +659,8 @@ impl Msg {
         self.sends.len() + self.outbox.len()
     }
 
-    /// Nothing queued, in flight or unmatched on this endpoint.
+    /// Nothing queued, in flight or unmatched on this endpoint (nor waiting in its
+    /// near-path queues).
     pub fn is_quiet(&self) -> bool {
         self.matcher.posted_len() == 0
             && self.matcher.unexpected_len() == 0
@@ -628,14 +668,39 @@ impl Msg {
             && self.recvs.len() == 0
             && self.outbox.is_empty()
             && self.reorder.held() == 0
+            && !self.near.ready(None)
     }
 
     pub(crate) fn size(&self) -> u32 {
         self.size
     }
 
+    /// True if nothing waits in the outbox (a send may take a fast path without
+    /// overtaking a queued message to no purpose).
+    #[inline]
+    pub(crate) fn outbox_empty(&self) -> bool {
+        self.outbox.is_empty()
+    }
+
+    /// Flushes what matching put in the outbox (acknowledgements, clears to send) and
+    /// keeps the progress hook running until it is out.
+    pub(crate) fn flush<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) {
+        if !self.outbox.is_empty() {
+            self.pump(cx);
+            cx.set_busy();
+        }
+    }
+
+    /// Feeds the held messages of `src` that are next in its order to the engine.
+    pub(crate) fn release_held(&mut self, src: u32) {
+        while let Some((env, a)) = self.reorder.pop_ready(src) {
+            let r = a.as_arrival_ref();
+            self.arrive_in_order(env, r);
+        }
+    }
+
     /// An arrival numbered `seq` by its source, in any order.
-    fn arrive(&mut self, seq: u32, env: Envelope, a: ArrivalRef<'_>) {
+    pub(crate) fn arrive(&mut self, seq: u32, env: Envelope, a: ArrivalRef<'_>) {
         if !self.reorder.is_next(env.src, seq) {
             self.stats.reordered += 1;
             if self
@@ -649,10 +714,7 @@ impl Msg {
         }
         self.reorder.advance(env.src);
         self.arrive_in_order(env, a);
-        while let Some((env, a)) = self.reorder.pop_ready(env.src) {
-            let r = a.as_arrival_ref();
-            self.arrive_in_order(env, r);
-        }
+        self.release_held(env.src);
     }
 
     fn arrive_in_order(&mut self, env: Envelope, a: ArrivalRef<'_>) {
@@ -748,16 +810,16 @@ impl Msg {
         if flags & (F_SHARED | F_CMA) == 0 {
             return None;
         }
-        let near = self.near.get(src as usize).copied().unwrap_or(Near::Far);
-        let got = match near {
-            Near::Process if flags & F_SHARED != 0 => {
+        let place = self.place.get(src as usize).copied().unwrap_or(Place::Far);
+        let got = match place {
+            Place::Process if flags & F_SHARED != 0 => {
                 let t = direct::take(key, src, self.me.rank, self.me.ep, len);
                 if t.as_ref().is_some_and(direct::Taken::in_place) {
                     self.stats.rndv_in_place += 1;
                 }
                 t.map(Source::Lent)
             }
-            Near::Host(pid) if flags & F_CMA != 0 && self.cma => usize::try_from(key)
+            Place::Host(pid) if flags & F_CMA != 0 && self.cma => usize::try_from(key)
                 .ok()
                 .map(|addr| Source::Cma { pid, addr }),
             _ => None,
@@ -937,12 +999,12 @@ impl Msg {
             let data: Arc<[u8]> = Arc::from(data);
             // A single-copy offer (module `direct`): a registry id for a thread rank of
             // this process, the buffer's address for a process of this host.
-            let (flags, key, lent) = match self.near[dst as usize] {
-                Near::Process => {
+            let (flags, key, lent) = match self.place[dst as usize] {
+                Place::Process => {
                     let t = direct::lend(self.me.rank, dst, self.me.ep, data.clone());
                     (flags | F_SHARED, t.key(), Some(t))
                 }
-                Near::Host(_) if self.cma => (flags | F_CMA, data.as_ptr() as usize as u64, None),
+                Place::Host(_) if self.cma => (flags | F_CMA, data.as_ptr() as usize as u64, None),
                 _ => (flags, 0, None),
             };
             let by_address = flags & F_CMA != 0;
@@ -982,7 +1044,7 @@ impl Msg {
     /// slice (a rendezvous to another thread rank of this process).
     pub(crate) fn lends<C: Conduit>(&self, cx: &Cx<'_, C>, dst: u32, len: usize) -> bool {
         dst != self.me.rank
-            && self.near.get(dst as usize) == Some(&Near::Process)
+            && self.place.get(dst as usize) == Some(&Place::Process)
             && len > self.eager_max.min(cx.max_medium(self.peer(dst)))
     }
 

@@ -57,6 +57,16 @@
 //! - **Synchronous** sends ([`MsgExt::ssend`]): an eager message carries a flag and
 //!   the receiver acknowledges the match; a rendezvous send is matched when its CTS
 //!   or `DONE` comes. Ready sends ([`MsgExt::rsend`]) are standard sends.
+//! - **Near path** (standard sends of up to [`near::PAYLOAD_MAX`] = 104 bytes to a
+//!   rank of the same host whose auxiliary area the conduit maps): a slot of the pair's
+//!   single-producer single-consumer queue in the receiver's auxiliary area ([`near`]),
+//!   probed by the receives that can match it (enqueue-and-probe); a blocking receive
+//!   copies from the slot straight into its buffer. A full queue sends by AM; both
+//!   paths share the pair's sequence numbers, so order holds across them.
+//!
+//! A send tries the near path first (small standard sends to a same-host rank), then
+//! eager, then the rendezvous (whose single copy is offered to same-host ranks);
+//! the receiver takes whatever comes by any of them.
 //!
 //! ## Matching
 //! The matching engine ([`engine`]) is protocol logic without I/O: posted receives
@@ -69,26 +79,29 @@
 //!
 //! ## The lifetime rule
 //! No operation lends a caller's buffer to the network beyond the call: sends copy
-//! (eager: into the AM; rendezvous: into the layer's buffer, which the layer owns
-//! until the receiver is done with it); a nonblocking receive
-//! takes an owned `Vec<u8>` which its event gives back, so dropping or forgetting the
+//! (near path: into the queue's slot; eager: into the AM; rendezvous: into the
+//! layer's buffer, which the layer owns until the receiver is done with it); a
+//! nonblocking receive takes an owned `Vec<u8>` which its event gives back, so dropping or forgetting the
 //! event is harmless; the blocking [`recv`](MsgExt::recv) into `&mut [u8]` waits for a
-//! matching message and copies it straight into the slice (an eager one from the
-//! unexpected queue, a single-copy rendezvous one from the sender's buffer), or
-//! receives chunks into a buffer of its own and copies when the receive is complete.
+//! matching message and copies it straight into the slice (a near-path one from the
+//! queue's slot, an eager one from the unexpected queue, a single-copy rendezvous one
+//! from the sender's buffer), or receives chunks into a buffer of its own and copies
+//! when the receive is complete.
 //! The one exception, within the call: a blocking [`send`](MsgExt::send) of a rendezvous
 //! message to a thread rank of the same process lends the caller's slice to the
 //! receiver for the duration of the call (the receiver copies straight from it, the
 //! only copy), and does not return, or unwind, while the receiver reads it; if no
 //! receiver took it within a short wait it is withdrawn into a copy of the layer's
-//! (module `direct`; its one `unsafe` block is in docs/soundness.md's ledger).
+//! (module `direct`). The crate's `unsafe` is that loan's read and the view of the
+//! auxiliary areas as atomic words (module `area`); both are in docs/soundness.md's
+//! ledger.
 //!
 //! ## What it does not do (yet)
 //! - Buffered mode, cancel, matched probe (`mprobe`).
 //! - Teams: ranks are world ranks; a [`Comm`] is only a context id.
-//! - The lock-free multi-producer matching of seed 004 (TMPI): here each endpoint's
-//!   engine is driven by the thread that drives the endpoint; threads that message
-//!   concurrently use endpoints of their own.
+//! - Lock-free matching inside one endpoint: each endpoint's engine is driven by the
+//!   thread that drives the endpoint (threads that message concurrently use endpoints
+//!   of their own); what is lock-free is the near path between ranks.
 //! - A sender that lends the caller's buffer beyond a blocking send to a thread rank of
 //!   its process (nonblocking sends and other processes copy at the sender).
 //!
@@ -99,15 +112,18 @@
 //!   [`MsgError::Truncated`], the message is consumed.
 //!
 //! ## Settings
-//! [`ENV_VARS`]: `GEX_MSG_EAGER_MAX`.
+//! [`ENV_VARS`]: `GEX_MSG_EAGER_MAX`, `GEX_MSG_SINGLE_COPY`, `GEX_MSG_NEAR`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod area;
 mod direct;
 pub mod engine;
 mod error;
 mod ext;
 mod layer;
+pub mod near;
+mod pair;
 
 pub use error::MsgError;
 pub use ext::{Comm, MsgExt, PersistentRecv, PersistentSend, Received, TAG_MAX};
@@ -126,5 +142,10 @@ pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
         name: "GEX_MSG_SINGLE_COPY",
         default: "1",
         doc: "gex-msg: 1 lets the receiver of a rendezvous message copy it straight from the sender's buffer when the sender is a thread rank of its process or (with CMA, process_vm_readv) a process of its host; 0 always streams chunks as Medium AMs (as between hosts).",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_MSG_NEAR",
+        default: "1",
+        doc: "gex-msg: send small standard messages (up to 104 bytes) to same-host ranks through per-pair queues in the receiver's auxiliary area (the near path); 0 sends everything by AM (receivers still take what the queues hold, so ranks may differ).",
     },
 ];
