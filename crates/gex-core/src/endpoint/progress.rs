@@ -30,9 +30,12 @@ use std::time::{Duration, Instant};
 /// share that core cannot drain their rings until the scheduler's time slice ends
 /// (milliseconds), and every peer sending to them waits that long for room
 /// (back-pressure). Under [`WaitPolicy::SpinThenBlock`] an endpoint therefore yields
-/// its core after it has been injecting for `GEX_SHARE_INTERVAL` (20 µs by default):
-/// the clock is read every [`SHARE_EVERY`] successful injections, and only then, so the
-/// cost without oversubscription is one predictable branch.
+/// its core after it has been injecting without a pause for `GEX_SHARE_INTERVAL` (20 µs
+/// by default): the clock is read every [`SHARE_EVERY`] successful injections, and only
+/// then, so the cost without oversubscription is one predictable branch; any wait
+/// (a poll loop's step, a back-pressure retry) starts the interval again, so a rank
+/// that waits between its messages (a round trip) never yields here: a yield at the
+/// wrong moment hands the core to a rank that may keep it for its whole spin budget.
 #[derive(Debug)]
 pub(crate) struct Share {
     interval: Option<Duration>,
@@ -79,8 +82,10 @@ impl Share {
         }
     }
 
-    /// The endpoint waited (and so let others run, or found nothing to wait for):
-    /// the next interval starts at the next injection.
+    /// The endpoint waits (any step of a wait or a back-pressure retry): it is not
+    /// injecting without pause, so the interval starts again at the next injections.
+    /// Only an endpoint that injects at least `2 × SHARE_EVERY` messages with no wait in
+    /// between, over at least the interval, ever yields here (a ping-pong never does).
     #[inline(always)]
     pub(crate) fn rest(&mut self) {
         self.since = None;
@@ -179,6 +184,7 @@ impl<C: Conduit> Inner<C> {
     /// which would bloat every injection loop's fast path.
     #[inline(never)]
     pub(crate) fn retry(&mut self, r: &mut Retry) {
+        self.core.share.rest();
         if self.poll() > 0 {
             r.last_progress = None;
         }
@@ -193,7 +199,6 @@ impl<C: Conduit> Inner<C> {
         };
         if yield_now {
             std::thread::yield_now();
-            self.core.share.rest();
         } else {
             r.spins = r.spins.saturating_add(1);
             gex_sync::hint::spin_loop();
@@ -205,12 +210,12 @@ impl<C: Conduit> Inner<C> {
     /// whose work nothing announces keeps the endpoint awake (yielding instead).
     #[inline]
     pub(crate) fn idle(&mut self, spins: &mut u32) {
+        self.core.share.rest();
         let policy = if self.core.spinning && self.core.busy != 0 {
             match self.core.policy {
                 WaitPolicy::Spin => WaitPolicy::Spin,
                 _ => {
                     std::thread::yield_now();
-                    self.core.share.rest();
                     return;
                 }
             }
@@ -240,10 +245,8 @@ impl<C: Conduit> Inner<C> {
                     // Oversubscribed: hand the core to a runnable rank (likely the peer
                     // we wait for) before paying for a sleep and a wake-up.
                     std::thread::yield_now();
-                    self.core.share.rest();
                 } else {
                     self.core.cep.block(Duration::from_millis(10));
-                    self.core.share.rest();
                 }
             }
         }
