@@ -64,7 +64,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "GEX_SHARE_INTERVAL",
         default: "20us",
-        doc: "Under spin-then-block (ranks outnumber cores): a rank that keeps injecting active messages yields its core at most this often (checked every 32 injections), so the peers sharing its core get to drain their rings instead of waiting a whole time slice; 0 never yields while injecting.",
+        doc: "Under spin-then-block (ranks outnumber cores): a rank that injects active messages without waiting yields its core at most this often (checked every 32 injections; any wait starts the interval again), so the peers sharing its core get to drain their rings instead of waiting a whole time slice; 0 never yields while injecting.",
     },
     EnvVar {
         name: "GEX_VERBOSEENV",
