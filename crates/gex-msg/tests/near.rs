@@ -72,7 +72,15 @@ fn body<C: Conduit>(ep: &mut Endpoint<C>, n: u32) {
 
     // 2. Every other rank floods rank 1, which does not receive meanwhile: queues
     //    fill, senders fall back to the AM path. Tags: 2 for even i, 3 for odd i;
-    //    one synchronous send in the middle.
+    //    one synchronous send in the middle. Rank 1 stays out of gex while the others
+    //    flood (a sleep, no poll): polling, even inside the barrier, drains its queues
+    //    into the unexpected queue, and a rank 1 that polled as fast as the senders
+    //    sent would keep them from ever filling (seen under CI load). The flood needs
+    //    nothing of rank 1 (its rings hold every fallback message), so the senders
+    //    finish it well within the sleep.
+    if me == 1 {
+        std::thread::sleep(std::time::Duration::from_millis(400));
+    }
     if me != 1 {
         let mut evs = Vec::new();
         for i in 0..FLOOD {
