@@ -211,19 +211,7 @@ fn run<C: Conduit>(job: &DomainsJob, client: &Client<C>) -> Res<()> {
                 ("domains_rate", rate, "msg/s"),
                 ("domains_speedup", rate / base, "x"),
             ] {
-                rep.record(&Record {
-                    name,
-                    size: n as usize,
-                    ranks: client.size(),
-                    conduit: client.conduit_name(),
-                    provider: crate::report::provider_of(client),
-                    algorithm: None,
-                    buffers: None,
-                    value,
-                    unit,
-                    min: None,
-                    max: None,
-                });
+                rep.record(&Record::of(client, name, n as usize, value, unit));
             }
         }
     }

@@ -59,6 +59,31 @@ pub(crate) struct Record {
     pub(crate) max: Option<f64>,
 }
 
+impl Record {
+    /// A figure of `client`'s job with no algorithm, placement or batch extremes.
+    pub(crate) fn of<C: Conduit>(
+        client: &Client<C>,
+        name: &'static str,
+        size: usize,
+        value: f64,
+        unit: &'static str,
+    ) -> Self {
+        Record {
+            name,
+            size,
+            ranks: client.size(),
+            conduit: client.conduit_name(),
+            provider: provider_of(client),
+            algorithm: None,
+            buffers: None,
+            value,
+            unit,
+            min: None,
+            max: None,
+        }
+    }
+}
+
 /// One JSON line: a [`Record`] and how the job's ranks were made.
 #[derive(Serialize)]
 struct Line<'a> {

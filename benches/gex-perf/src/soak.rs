@@ -351,19 +351,7 @@ fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
             ("soak_seconds", secs, "s"),
             ("soak_rate", totals[0] as f64 / secs / 1e3, "kop/s"),
         ] {
-            rep.record(&Record {
-                name,
-                size: 0,
-                ranks: n,
-                conduit: client.conduit_name(),
-                provider: crate::report::provider_of(client),
-                algorithm: None,
-                buffers: None,
-                value,
-                unit,
-                min: None,
-                max: None,
-            });
+            rep.record(&Record::of(client, name, 0, value, unit));
         }
     }
     if totals[1] != 0 {

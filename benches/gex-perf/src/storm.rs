@@ -366,17 +366,8 @@ fn run<C: Conduit>(job: &StormJob, client: &Client<C>) -> Res<()> {
         ];
         for (name, value, unit, max) in rows {
             rep.record(&Record {
-                name,
-                size: 0,
-                ranks: n,
-                conduit: client.conduit_name(),
-                provider: crate::report::provider_of(client),
-                algorithm: None,
-                buffers: None,
-                value,
-                unit,
-                min: None,
                 max,
+                ..Record::of(client, name, 0, value, unit)
             });
         }
     }

@@ -7,7 +7,7 @@ use crate::endpoint::{Endpoint, OwnedEndpoint};
 use crate::error::{EpError, InitError};
 use crate::layer::{Attacher, Layer, LayerInfo, LayerSet, Place};
 use crate::spi::{Conduit, ConduitEp, JobLayout, OpenParams};
-use crate::types::Rank;
+use crate::types::{EpIndex, Rank};
 use gex_sync::wait::WaitPolicy;
 use std::any::Any;
 use std::marker::PhantomData;
@@ -689,6 +689,22 @@ impl<C: Conduit> Client<C> {
         self.shared.runtime_eps
     }
 
+    /// The endpoint around the conduit's endpoint `cep` (index `index`, made at init
+    /// or at run time): the layers attached, the progress thread started if asked.
+    fn wrap(&self, cep: C::Ep, index: EpIndex) -> Result<OwnedEndpoint<C>, EpError> {
+        let uid = (Arc::as_ptr(&self.shared) as u64) ^ (u64::from(index) << 48);
+        Endpoint::new(
+            cep,
+            self.shared.clone(),
+            self.conduit.clone(),
+            self.policy,
+            &self.layers,
+            self.progress,
+            uid,
+        )
+        .map_err(|e| EpError::Layer(e.to_string()))
+    }
+
     /// Takes endpoint `index` (each can be taken once), with the client's layers
     /// attached. EP 0 is the primordial endpoint.
     ///
@@ -704,17 +720,7 @@ impl<C: Conduit> Client<C> {
                 .ok_or(EpError::NoSuchEndpoint { index, count })?;
             slot.take().ok_or(EpError::Taken(index))?
         };
-        let uid = (Arc::as_ptr(&self.shared) as u64) ^ (u64::from(index) << 48);
-        Endpoint::new(
-            cep,
-            self.shared.clone(),
-            self.conduit.clone(),
-            self.policy,
-            &self.layers,
-            self.progress,
-            uid,
-        )
-        .map_err(|e| EpError::Layer(e.to_string()))
+        self.wrap(cep, index)
     }
 
     /// Makes a new endpoint after initialisation (an endpoint made at run time), with
@@ -768,17 +774,7 @@ impl<C: Conduit> Client<C> {
                 format!("open_endpoint({index}) returned endpoint {}", cep.index()),
             )));
         }
-        let uid = (Arc::as_ptr(&self.shared) as u64) ^ (u64::from(index) << 48);
-        Endpoint::new(
-            cep,
-            self.shared.clone(),
-            self.conduit.clone(),
-            self.policy,
-            &self.layers,
-            self.progress,
-            uid,
-        )
-        .map_err(|e| EpError::Layer(e.to_string()))
+        self.wrap(cep, index)
     }
 
     /// A bootstrap barrier (slow path; does not poll endpoints — while AM traffic may
