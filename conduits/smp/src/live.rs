@@ -34,8 +34,11 @@
 //! rank` (every neighbour that has ended is named: when one death ends other ranks in
 //! turn, the first one is among them): `poll` cannot return an error, and every wait of this rank would wait
 //! for the dead rank forever. This is the path of every fatal conduit error (a corrupt
-//! ring record ends a rank the same way); under a launcher that ends the job when a
-//! rank fails, the launcher has usually done so already. If the thread is already
+//! ring record ends a rank the same way). Before it panics, the rank waits until the
+//! ended neighbours have been reaped by their parent (at most [`REAP_GRACE`]), so that
+//! the launcher records the neighbour's own exit status first and names it as the rank
+//! that failed; a launcher that ends the job when a rank fails usually ends this rank
+//! during that wait. If the thread is already
 //! unwinding (a drop that waits for operations during a panic), the message is printed
 //! and the process exits with 101, the code of a panic, instead of a double panic.
 //! Checks stop once [`Conduit::finalize`](gex_core::spi::Conduit::finalize) has begun:
@@ -59,6 +62,10 @@ pub(crate) const POLLS_PER_CHECK: u32 = 1 << 12;
 pub(crate) const EMPTY_WEIGHT: u32 = 1 << 10;
 /// Shortest time between two checks of one endpoint.
 pub(crate) const CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Longest wait, when a neighbour has ended, for the launcher to reap it before this
+/// rank ends itself (see [`Peers::fail`]).
+pub(crate) const REAP_GRACE: Duration = Duration::from_millis(500);
 
 /// A neighbour being watched.
 #[derive(Debug)]
@@ -158,10 +165,27 @@ impl Peers {
         }
     }
 
+    /// Waits (at most `grace`) until every process of `ended` has been reaped by its
+    /// parent -- the launcher, which records the exit status when it reaps. Ending this
+    /// rank at once would race the launcher: it could see this rank's panic (101)
+    /// before the neighbour's own status and name this rank as the one that failed.
+    /// `/proc/<pid>` exists while the process is a zombie and goes when it is reaped.
+    fn let_the_launcher_see(ended: &[(u32, u32)], grace: Duration) {
+        let t = std::time::Instant::now();
+        while t.elapsed() < grace
+            && ended
+                .iter()
+                .any(|(_, pid)| std::path::Path::new(&format!("/proc/{pid}")).exists())
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// Ends this rank because the neighbours `ended` (rank, pid) have ended (all that
     /// have: when one rank's death ends others, the first one is among them).
     #[cold]
     pub(crate) fn fail(&self, ended: &[(u32, u32)]) -> ! {
+        Self::let_the_launcher_see(ended, REAP_GRACE);
         let msg = format!(
             "gex smp: rank {}: {} (exited or killed) while this rank is still in the job; \
              ending this rank",
@@ -250,7 +274,16 @@ mod tests {
         assert!(peers.describe().unwrap().contains("neighbour rank 3 (pid"));
         peers.close();
         assert_eq!(peers.ended(), [], "no checks once closing");
+        // A zombie not yet reaped: the wait for the launcher lasts the whole grace...
+        let zombie = [(3, child.id())];
+        let t = Instant::now();
+        Peers::let_the_launcher_see(&zombie, Duration::from_millis(60));
+        assert!(t.elapsed() >= Duration::from_millis(60));
         child.wait().unwrap();
+        // ... and ends as soon as the parent has reaped it.
+        let t = Instant::now();
+        Peers::let_the_launcher_see(&zombie, Duration::from_secs(10));
+        assert!(t.elapsed() < Duration::from_secs(5));
         let e = std::panic::catch_unwind(|| peers.fail(&[(3, 42)])).unwrap_err();
         let text = e.downcast_ref::<String>().unwrap();
         assert!(
