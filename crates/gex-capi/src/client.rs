@@ -5,8 +5,8 @@
 use crate::handle::{gex_client_t, gex_ep_t, in_handler};
 use crate::ptr;
 use crate::status::{Error, entry, gex_status_t};
+use gex_sync::atomic::Ordering;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::Ordering;
 
 /// Initialises this process's rank of the job and writes its client to `*client`.
 ///

@@ -15,8 +15,8 @@ use crate::ptr::{self, Lent, Magic};
 use crate::status::{Error, entry, gex_status_t};
 use gex_facade::rma::RmaError;
 use gex_facade::{AnyEvent, Event};
+use gex_sync::atomic::AtomicU64;
 use std::ffi::c_int;
-use std::sync::atomic::AtomicU64;
 
 /// The operation an event completes.
 #[derive(Debug)]

@@ -6,8 +6,8 @@
 use crate::ptr::Magic;
 use crate::status::{Error, gex_status_t};
 use gex_facade::Team;
+use gex_sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 
 /// A client: this process's rank of the job (`gex_client_init` .. `gex_client_finalize`).

@@ -10,7 +10,7 @@
 #![allow(unsafe_code)]
 
 use crate::status::Error;
-use std::sync::atomic::{AtomicU64, Ordering};
+use gex_sync::atomic::{AtomicU64, Ordering};
 
 /// A handle type: a heap object whose address the C caller holds, marked by a magic
 /// word while it is alive.

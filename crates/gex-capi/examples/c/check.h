@@ -1,6 +1,6 @@
 /* check.h: the examples' error check. Every gex call returns a gex_status_t. */
-#ifndef GEX_EXAMPLE_CHECK_H
-#define GEX_EXAMPLE_CHECK_H
+#ifndef EXAMPLE_CHECK_H
+#define EXAMPLE_CHECK_H
 #include <gex.h>
 #include <stdio.h>
 #include <stdlib.h>
