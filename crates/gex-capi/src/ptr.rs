@@ -130,7 +130,7 @@ pub unsafe fn slice<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T],
 /// The caller's `n` writable elements at `p`.
 ///
 /// # Errors
-/// As [`slice`].
+/// As [`slice()`].
 ///
 /// # Safety
 /// If `n > 0`, `p` is valid for reads and writes of `n` elements for `'a`, accessed by
@@ -156,7 +156,7 @@ impl<T: Copy> Lent<T> {
     /// Checks `n` elements at `p` (as [`slice_mut`]) and remembers them.
     ///
     /// # Errors
-    /// As [`slice`].
+    /// As [`slice()`].
     ///
     /// # Safety
     /// If `n > 0`, `p` is valid for writes of `n` elements until the event of the
