@@ -79,3 +79,6 @@ pub mod rma;
 pub mod status;
 
 pub use status::gex_status_t;
+
+#[cfg(test)]
+mod tests;
