@@ -11,7 +11,7 @@
 #![allow(unsafe_code)]
 
 use crate::handle::gex_ep_t;
-use crate::ptr::{self, Lent, Magic};
+use crate::ptr::{self, Lent};
 use crate::status::{Error, entry, gex_status_t};
 use gex_facade::rma::RmaError;
 use gex_facade::{AnyEvent, Event};
@@ -37,13 +37,7 @@ pub struct gex_event_t {
     op: Op,
 }
 
-impl Magic for gex_event_t {
-    const MAGIC: u64 = 0x6765_785f_6576_6e74; // "gex_evnt"
-    const NAME: &'static str = "event";
-    fn magic(&self) -> &AtomicU64 {
-        &self.magic
-    }
-}
+crate::ptr::magic!(gex_event_t, 0x6765_785f_6576_6e74, "event");
 
 impl gex_event_t {
     /// An event handle for `op`.

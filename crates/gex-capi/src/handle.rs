@@ -3,7 +3,6 @@
 //! the ABI checks: one thread at a time per endpoint, no endpoint call from inside an
 //! AM handler.
 
-use crate::ptr::Magic;
 use crate::status::{Error, gex_status_t};
 use gex_facade::Team;
 use gex_sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -20,13 +19,7 @@ pub struct gex_client_t {
     pub open: Arc<AtomicUsize>,
 }
 
-impl Magic for gex_client_t {
-    const MAGIC: u64 = 0x6765_785f_636c_6e74; // "gex_clnt"
-    const NAME: &'static str = "client";
-    fn magic(&self) -> &AtomicU64 {
-        &self.magic
-    }
-}
+crate::ptr::magic!(gex_client_t, 0x6765_785f_636c_6e74, "client");
 
 impl gex_client_t {
     /// A handle around `client`.
@@ -62,13 +55,7 @@ pub struct gex_ep_t {
     pub size: u32,
 }
 
-impl Magic for gex_ep_t {
-    const MAGIC: u64 = 0x6765_785f_6570_5f5f; // "gex_ep__"
-    const NAME: &'static str = "endpoint";
-    fn magic(&self) -> &AtomicU64 {
-        &self.magic
-    }
-}
+crate::ptr::magic!(gex_ep_t, 0x6765_785f_6570_5f5f, "endpoint");
 
 thread_local! {
     /// True while this thread runs a C AM handler.
@@ -168,13 +155,7 @@ pub struct gex_atomic_domain_t {
     pub ad: gex_facade::rma::AtomicDomain<u64>,
 }
 
-impl Magic for gex_atomic_domain_t {
-    const MAGIC: u64 = 0x6765_785f_6164_6f6d; // "gex_adom"
-    const NAME: &'static str = "atomic domain";
-    fn magic(&self) -> &AtomicU64 {
-        &self.magic
-    }
-}
+crate::ptr::magic!(gex_atomic_domain_t, 0x6765_785f_6164_6f6d, "atomic domain");
 
 impl gex_atomic_domain_t {
     /// A handle around `ad`.

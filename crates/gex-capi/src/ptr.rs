@@ -21,7 +21,36 @@ pub trait Magic {
     const NAME: &'static str;
     /// The handle's magic word.
     fn magic(&self) -> &AtomicU64;
+    /// The address of the magic word of the object at `p`, computed without reading
+    /// or referencing the object.
+    ///
+    /// # Safety
+    /// `p` is non-null, aligned, and points to at least `size_of::<Self>()` bytes of
+    /// one allocation.
+    unsafe fn magic_at(p: *const Self) -> *const AtomicU64;
 }
+
+/// Implements [`Magic`] for a handle type with a `magic: AtomicU64` field. Its one
+/// `unsafe` (a field's address) is this module's, allowed on the impl it expands to.
+macro_rules! magic {
+    ($t:ty, $word:expr, $name:expr) => {
+        #[allow(unsafe_code)]
+        impl $crate::ptr::Magic for $t {
+            const MAGIC: u64 = $word;
+            const NAME: &'static str = $name;
+            fn magic(&self) -> &AtomicU64 {
+                &self.magic
+            }
+            unsafe fn magic_at(p: *const Self) -> *const AtomicU64 {
+                // SAFETY: `p` points to `size_of::<Self>()` bytes of one allocation
+                // (the caller's promise): the field's place is in bounds; no reference
+                // to the object is made and nothing is read.
+                unsafe { &raw const (*p).magic }
+            }
+        }
+    };
+}
+pub(crate) use magic;
 
 /// Hands `b` to the C caller as a raw handle.
 pub fn into_raw<T: Magic>(b: Box<T>) -> *mut T {
@@ -46,16 +75,18 @@ pub unsafe fn handle<'a, T: Magic>(p: *const T) -> Result<&'a T, Error> {
     if !p.is_aligned() {
         return Err(Error::invalid(format!("{} {p:p} is misaligned", T::NAME)));
     }
-    // SAFETY: non-null, aligned and readable (the caller's promise); the magic word is
-    // the first thing read, through a shared reference to a live handle if it matches.
-    let h = unsafe { &*p };
-    if h.magic().load(Ordering::Relaxed) != T::MAGIC {
+    // SAFETY: non-null and aligned (checked), readable for a `T` (the caller's
+    // promise); an `AtomicU64` is valid for any initialised bytes, and nothing else of
+    // the object is read or referenced before its magic word matches.
+    let magic = unsafe { &*T::magic_at(p) };
+    if magic.load(Ordering::Relaxed) != T::MAGIC {
         return Err(Error::invalid(format!(
             "{p:p} is not a live {} (closed, freed, or never one)",
             T::NAME
         )));
     }
-    Ok(h)
+    // SAFETY: the object carries `T`'s magic word: a live handle (the caller's promise).
+    Ok(unsafe { &*p })
 }
 
 /// Takes a handle back from the C caller (to close or free it): checked as
