@@ -166,3 +166,13 @@ impl gex_atomic_domain_t {
         }
     }
 }
+
+// The C caller may use a client, an endpoint (one thread at a time, which
+// `gex_ep_t::with` enforces) and an atomic domain from any thread, through shared
+// references made from its pointers: each must be `Send + Sync`.
+const _: () = {
+    const fn shareable<T: Send + Sync>() {}
+    shareable::<gex_client_t>();
+    shareable::<gex_ep_t>();
+    shareable::<gex_atomic_domain_t>();
+};
