@@ -6,6 +6,9 @@
 #
 #   bash crates/gex-capi/tests/c_examples.sh            # everything
 #   VALGRIND=0 bash crates/gex-capi/tests/c_examples.sh # without the memcheck runs
+#   CAPI_OFI=1 bash crates/gex-capi/tests/c_examples.sh  # also a build with the ofi
+#       conduit (its own target directory, a few minutes more), its examples run with
+#       GEX_CONDUIT=ofi (not in CI yet)
 #
 # ci/test runs it as its `capi` step. No valgrind suppression is needed: every rank
 # frees all its heap blocks by exit (docs/capi.md, "Testing").
@@ -74,6 +77,22 @@ if command -v mpiexec.hydra >/dev/null; then
     run putget-mpiexec 2 '^rank [01] of 2: put/get/events/atomics ok, sum of ranks 1$' mpiexec.hydra -n 2 ./putget
 else
     echo "(no mpiexec.hydra: the MPICH runs are left out)"
+fi
+
+if [[ "${CAPI_OFI:-0}" == 1 ]]; then
+    ofi="$work/ofi"
+    echo "+ PREFIX=$ofi CARGO_FEATURES=ofi bash crates/gex-capi/install.sh"
+    (cd "$root" && PREFIX="$ofi" CARGO_FEATURES=ofi CARGO_TARGET_DIR="$root/target/capi-ofi" \
+        bash crates/gex-capi/install.sh)
+    for p in am_pingpong putget; do
+        # shellcheck disable=SC2046
+        "$CC" -std=c11 -Wall -Wextra -Werror "$root/crates/gex-capi/examples/c/$p.c" \
+            $(PKG_CONFIG_PATH="$ofi/lib/pkgconfig" pkg-config --cflags --libs gex) -o "$work/ofi-$p"
+    done
+    run am_pingpong-ofi 2 '^rank [01] of 2: 1000 short and 1000 medium round trips ok$' \
+        env GEX_CONDUIT=ofi "$ofi/bin/gex-run" -n 2 ./ofi-am_pingpong
+    run putget-ofi 2 '^rank [01] of 2: put/get/events/atomics ok, sum of ranks 1$' \
+        env GEX_CONDUIT=ofi "$ofi/bin/gex-run" -n 2 ./ofi-putget
 fi
 
 if [[ "${VALGRIND:-1}" != 0 ]]; then
