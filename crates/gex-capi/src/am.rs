@@ -1,0 +1,339 @@
+//! Active messages with C handler functions: registration, Short and Medium requests,
+//! and the reply from inside a request handler through its token.
+//!
+//! A C handler is called by a trampoline (a Rust closure registered with the
+//! endpoint) with a `gex_token_t*` that is the address of the `Token` the endpoint
+//! handed the trampoline. The trampoline records that address as the calling thread's
+//! current token; the token functions accept only that address, so a token kept past
+//! its handler, or used on another thread, is refused (`GEX_ERR_INVALID`) instead of
+//! read.
+#![allow(unsafe_code)]
+
+use crate::handle::{HandlerMark, gex_ep_t};
+use crate::ptr;
+use crate::status::{Error, entry, gex_status_t};
+use gex_facade::{Am, EpAddr, HandlerId, Token};
+use std::cell::Cell;
+use std::ffi::{c_int, c_void};
+
+/// The token of the AM being handled: passed to a handler, valid only during that
+/// call and on that thread (for `gex_am_reply_*` and `gex_token_src`).
+#[derive(Debug)]
+pub struct gex_token_t {
+    _opaque: [u8; 0],
+}
+
+/// A C AM handler: `token` (valid during the call), the payload (`len` bytes at
+/// `payload`; NULL when `len` is 0), the `nargs` 32-bit arguments at `args` (NULL when
+/// `nargs` is 0), and the `user_data` given at registration. The payload and the
+/// arguments are valid during the call only.
+///
+/// A handler runs inside `gex_ep_poll` and every other call that polls the endpoint
+/// (waits, blocking operations, the barrier), on the thread that made the call, or on
+/// the endpoint's progress thread (`GEX_PROGRESS_THREAD=1`). It must not call any
+/// endpoint function (they return `GEX_ERR_IN_HANDLER`): only `gex_am_reply_*` (once,
+/// in a request handler) and `gex_token_src`. It must return normally (no `longjmp`
+/// out of it, no C++ exception through it: that aborts the process).
+pub type gex_am_handler_t = Option<
+    unsafe extern "C" fn(
+        token: *mut gex_token_t,
+        payload: *const c_void,
+        len: usize,
+        args: *const u32,
+        nargs: usize,
+        user_data: *mut c_void,
+    ),
+>;
+
+thread_local! {
+    /// The token of the handler this thread is running (null outside handlers).
+    static CURRENT: Cell<*mut c_void> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// Restores the thread's current token when the handler returns.
+struct Current(*mut c_void);
+
+impl Drop for Current {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(self.0));
+    }
+}
+
+/// The user's pointer, handed back to the handler on whatever thread runs it.
+struct UserData(*mut c_void);
+// SAFETY: gex never dereferences it; `gex_am_register`'s caller promises that the
+// handler may use it on the threads that run handlers (the polling thread, or the
+// progress thread).
+unsafe impl Send for UserData {}
+
+/// The token behind `t`, if `t` is the calling thread's current one.
+///
+/// # Safety
+/// None beyond the check: the current token is set only by the trampoline below to the
+/// address of a `Token` that lives (exclusively borrowed by the trampoline, which is
+/// blocked in the C call) until it is reset.
+unsafe fn current<'a>(t: *mut gex_token_t) -> Result<&'a mut Token<'a>, Error> {
+    if t.is_null() {
+        return Err(Error::null("token"));
+    }
+    if CURRENT.with(Cell::get) != t.cast::<c_void>() {
+        return Err(Error::invalid(
+            "token is not the one of the AM handler running on this thread (tokens are valid only during their handler)",
+        ));
+    }
+    // SAFETY: `t` is the address the trampoline set for the `&mut Token` it holds
+    // while the C handler (our caller, on this thread) runs; the trampoline does not
+    // touch the token until the handler returns, and nothing else gets it.
+    Ok(unsafe { &mut *t.cast::<Token<'a>>() })
+}
+
+/// Registers a C handler at the next free index of `128..=255` and writes the index to
+/// `*index`. Register the same handlers in the same order on every rank (the tables
+/// must be identical); `user_data` is handed to every call of the handler.
+///
+/// Returns `GEX_OK`; `GEX_ERR_NULL` for a NULL `handler` or `index`; `GEX_ERR_INVALID`
+/// when the table is full.
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint; `index` NULL or valid for writing one `uint32_t`;
+/// `handler` is a function with the signature of [`gex_am_handler_t`] that follows its
+/// rules; `user_data` may be used by `handler` on the thread that polls the endpoint
+/// (and on its progress thread if it has one) for as long as the endpoint is open.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_am_register(
+    ep: *const gex_ep_t,
+    handler: gex_am_handler_t,
+    user_data: *mut c_void,
+    index: *mut u32,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promise, as `ptr::handle` states it.
+        let h = unsafe { ptr::handle(ep) }?;
+        let f = handler.ok_or_else(|| Error::null("handler"))?;
+        if index.is_null() {
+            return Err(Error::null("index"));
+        }
+        let user = UserData(user_data);
+        let id = h.with(|s| {
+            Ok(s.ep.register(move |t: &mut Token<'_>, am: Am<'_>| {
+                let user = &user;
+                let (payload, args) = (am.payload(), am.args());
+                let tp = std::ptr::from_mut(t).cast::<c_void>();
+                let _restore = Current(CURRENT.with(|c| c.replace(tp)));
+                let _mark = HandlerMark::set();
+                let pp = if payload.is_empty() {
+                    std::ptr::null()
+                } else {
+                    payload.as_ptr().cast()
+                };
+                let ap = if args.is_empty() {
+                    std::ptr::null()
+                } else {
+                    args.as_ptr()
+                };
+                // SAFETY: the registrant promised a handler of this signature that
+                // follows its rules; the token address is current for the call, the
+                // payload and arguments borrowed for it.
+                unsafe { f(tp.cast(), pp, payload.len(), ap, args.len(), user.0) };
+            })?)
+        })?;
+        // SAFETY: `index` is non-null and writable (the caller's promise).
+        unsafe { ptr::write(index, u32::from(id.index()), "index") }?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
+/// The handler id of a C index.
+fn handler_id(index: u32) -> Result<HandlerId, Error> {
+    u8::try_from(index)
+        .ok()
+        .filter(|&i| i >= gex_facade::FIRST_CLIENT_HANDLER)
+        .map(HandlerId::at)
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "handler index {index} is not a client index (128..=255)"
+            ))
+        })
+}
+
+/// The endpoint address of `rank` for endpoint `h`'s index.
+fn dst(h: &gex_ep_t, rank: u32) -> Result<EpAddr, Error> {
+    if rank >= h.size {
+        return Err(Error::invalid(format!(
+            "no such rank {rank} (the job has {} ranks)",
+            h.size
+        )));
+    }
+    Ok(EpAddr::new(rank, h.index))
+}
+
+/// Sends a Short request (`nargs` arguments, no payload) to handler `index` of
+/// `rank`'s endpoint of this endpoint's index, polling while the conduit lacks
+/// resources (handlers may run meanwhile).
+///
+/// Returns `GEX_OK`; `GEX_ERR_INVALID` for a rank out of range, an unregistered index,
+/// or more than `gex_am_max_args` arguments; `GEX_ERR_AM` if the conduit failed.
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint; `args` is valid for reading `nargs` `uint32_t`s
+/// (any pointer when `nargs` is 0).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_am_request_short(
+    ep: *const gex_ep_t,
+    rank: u32,
+    index: u32,
+    args: *const u32,
+    nargs: usize,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::slice` state them.
+        let h = unsafe { ptr::handle(ep) }?;
+        // SAFETY: `args` is readable for the given count (this function's `# Safety`).
+        let args = unsafe { ptr::slice(args, nargs, "args") }?;
+        let (d, id) = (dst(h, rank)?, handler_id(index)?);
+        h.with(|s| Ok(s.ep.request_short(d, id, args)?))?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
+/// Sends a Medium request: as [`gex_am_request_short`] with `len` bytes of payload,
+/// copied before the call returns (the buffer may be reused at once).
+///
+/// Returns as [`gex_am_request_short`], and `GEX_ERR_AM` if `len` is over
+/// `gex_am_max_medium`.
+///
+/// # Safety
+/// As [`gex_am_request_short`], and `payload` is valid for reading `len` bytes (any
+/// pointer when `len` is 0).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_am_request_medium(
+    ep: *const gex_ep_t,
+    rank: u32,
+    index: u32,
+    args: *const u32,
+    nargs: usize,
+    payload: *const c_void,
+    len: usize,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::slice` state them.
+        let h = unsafe { ptr::handle(ep) }?;
+        // SAFETY: `args` is readable for the given count (this function's `# Safety`).
+        let args = unsafe { ptr::slice(args, nargs, "args") }?;
+        // SAFETY: `payload` is readable for the given count (this function's `# Safety`).
+        let payload = unsafe { ptr::slice(payload.cast::<u8>(), len, "payload") }?;
+        let (d, id) = (dst(h, rank)?, handler_id(index)?);
+        h.with(|s| Ok(s.ep.request_medium(d, id, args, payload)?))?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
+/// Replies to the request being handled with a Short AM to handler `index` of the
+/// requester. At most once, from a request handler only.
+///
+/// Returns `GEX_OK`; `GEX_ERR_INVALID` if `token` is not the current handler's (or for
+/// a bad index or too many arguments); `GEX_ERR_AM` for a second reply or a reply from
+/// a reply handler.
+///
+/// # Safety
+/// `args` is valid for reading `nargs` `uint32_t`s (any pointer when `nargs` is 0).
+/// `token` may be any value: only the running handler's token is accepted.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_am_reply_short(
+    token: *mut gex_token_t,
+    index: u32,
+    args: *const u32,
+    nargs: usize,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promise, as `ptr::slice` states it; `current` checks
+        // the token.
+        let args = unsafe { ptr::slice(args, nargs, "args") }?;
+        // SAFETY: none needed beyond `current`'s own check of the token.
+        let t = unsafe { current(token) }?;
+        t.reply_short(handler_id(index)?, args)?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
+/// Replies with a Medium AM (`len` bytes of payload, copied before the call returns):
+/// as [`gex_am_reply_short`], and `GEX_ERR_AM` if `len` is over the reply limit.
+///
+/// # Safety
+/// As [`gex_am_reply_short`], and `payload` is valid for reading `len` bytes (any
+/// pointer when `len` is 0).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_am_reply_medium(
+    token: *mut gex_token_t,
+    index: u32,
+    args: *const u32,
+    nargs: usize,
+    payload: *const c_void,
+    len: usize,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `ptr::slice` states them; `current` checks
+        // the token.
+        let args = unsafe { ptr::slice(args, nargs, "args") }?;
+        // SAFETY: `payload` is readable for the given count (this function's `# Safety`).
+        let payload = unsafe { ptr::slice(payload.cast::<u8>(), len, "payload") }?;
+        // SAFETY: none needed beyond `current`'s own check of the token.
+        let t = unsafe { current(token) }?;
+        t.reply_medium(handler_id(index)?, args, payload)?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
+/// Writes the rank that sent the AM being handled to `*rank`.
+///
+/// # Safety
+/// `rank` is NULL or valid for writing one `uint32_t`. `token` may be any value: only
+/// the running handler's token is accepted.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_token_src(token: *mut gex_token_t, rank: *mut u32) -> c_int {
+    entry(|| {
+        // SAFETY: `current` checks the token; `rank` as the caller promised.
+        let t = unsafe { current(token) }?;
+        let src = t.src().rank;
+        // SAFETY: `rank` is NULL or writable (this function's `# Safety`).
+        unsafe { ptr::write(rank, src, "rank") }?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
+/// Writes the largest number of arguments of an AM to `*max`.
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint; `max` NULL or valid for writing one `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_am_max_args(ep: *const gex_ep_t, max: *mut usize) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::write` state them.
+        let h = unsafe { ptr::handle(ep) }?;
+        let m = h.with(|s| Ok(s.ep.max_args()))?;
+        // SAFETY: `max` is NULL or writable (this function's `# Safety`).
+        unsafe { ptr::write(max, m, "max") }?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
+/// Writes the largest Medium payload to `rank` (in bytes) to `*max`.
+///
+/// # Safety
+/// As [`gex_am_max_args`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_am_max_medium(
+    ep: *const gex_ep_t,
+    rank: u32,
+    max: *mut usize,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::write` state them.
+        let h = unsafe { ptr::handle(ep) }?;
+        let d = dst(h, rank)?;
+        let m = h.with(|s| Ok(s.ep.max_medium(d)))?;
+        // SAFETY: `max` is NULL or writable (this function's `# Safety`).
+        unsafe { ptr::write(max, m, "max") }?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
