@@ -80,7 +80,7 @@ unsafe impl ConduitEp for OfiEp {
     }
     fn local_segment(&self) -> (NonNull<u8>, usize) {
         (
-            NonNull::new(self.conduit.segs[self.index as usize].base()).expect("non-null"),
+            NonNull::new(self.rx.seg).expect("non-null"),
             self.conduit.seg_len,
         )
     }

@@ -125,6 +125,7 @@ mod open;
 mod progress;
 mod report;
 mod rma;
+mod runtime;
 mod rx;
 mod select;
 mod stats;

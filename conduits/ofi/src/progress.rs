@@ -8,6 +8,7 @@
 use crate::config::PROBE_AFTER;
 use crate::ep::OfiEp;
 use crate::fabric::{CQ_BATCH, Completion, Errno, flags};
+use crate::runtime::Reach;
 use crate::rx::Done;
 use gex_core::spi::{Capabilities, ConduitError, Deliver, FarPoll, OutMsg};
 use gex_core::{EpAddr, Injected};
@@ -32,6 +33,11 @@ impl OfiEp {
         if self.tx.nqueued > 0 {
             if let Err(e) = self.tx.flush() {
                 self.die(format!("sending a queued reply: {e}"));
+            }
+        }
+        if !self.tx.ctl.is_empty() {
+            if let Err(e) = self.tx.flush_ctl() {
+                self.die(format!("sending a control message: {e}"));
             }
         }
         if !self.rx.repost.is_empty() {
@@ -115,6 +121,9 @@ impl OfiEp {
             self.tx.flush()?;
         }
         let g = self.tx.g(msg.dst());
+        if self.tx.reach[g] != Reach::Ready && !self.reach_slow(g, msg.dst())? {
+            return Ok(Injected::WouldBlock);
+        }
         if !self.tx.queued[g].is_empty() || !self.tx.credits.take(g) {
             return Ok(Injected::WouldBlock);
         }
@@ -139,6 +148,7 @@ impl OfiEp {
         !self.tx.all_sent()
             || self.rma.free.len() < self.rma.state.len()
             || self.tx.nqueued > 0
+            || !self.tx.ctl.is_empty()
             || !self.rx.repost.is_empty()
             || !self.rx.stash.is_empty()
     }
@@ -162,6 +172,7 @@ impl OfiEp {
     pub(crate) fn block_for(&mut self, timeout: Duration) {
         if !self.caps.contains(Capabilities::BLOCKING_WAIT)
             || self.tx.nqueued > 0
+            || !self.tx.ctl.is_empty()
             || self.tx.credits_due()
             || !self.rx.repost.is_empty()
             || !self.rx.stash.is_empty()

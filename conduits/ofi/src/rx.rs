@@ -20,7 +20,7 @@
 
 use crate::config::MAX_ARGS;
 use crate::ep::OfiEp;
-use crate::fabric::{CQ_BATCH, Completion, EpHandle, Errno, flags};
+use crate::fabric::{CQ_BATCH, Completion, EpHandle, Errno, NOT_AVAIL, flags};
 use crate::mem::Pool;
 use crate::wire;
 use gex_core::spi::{Deliver, Incoming};
@@ -48,7 +48,8 @@ pub(crate) struct Rx {
 impl Rx {
     /// The receiving half of an endpoint whose segment is `seg` (`seg_len` bytes):
     /// `pool` holds its receive buffers (multi-receive ones if `multi`), `eps` the
-    /// number of endpoints of every rank and `g_base` their global numbering.
+    /// number of addressable endpoints of every rank (`Job::cap`) and `g_base` their
+    /// global numbering.
     pub(crate) fn new(
         h: EpHandle,
         pool: Pool,
@@ -220,11 +221,18 @@ impl OfiEp {
             self.tx.credits.returned(g, h.credits);
         }
         let Some(category) = h.category else {
-            if h.hello {
+            if h.ctl != 0 {
+                self.control(g, &h, &msg[h.payload_at()..]);
+            } else if h.hello {
                 self.rx.hellos += 1;
             }
             return Done::Nothing;
         };
+        if self.tx.addrs[g] == NOT_AVAIL {
+            // The first message from an endpoint made at run time: a reply or a
+            // credit may have to go back to it.
+            self.learn(g, h.src_rank, h.src_ep);
+        }
         let mut argbuf = [0u32; 32];
         let args = wire::args(msg, &h, &mut argbuf);
         let body = &msg[h.payload_at()..];

@@ -12,6 +12,7 @@
 use crate::config::{PROBE_DEADLINE, SEND_BUFS};
 use crate::fabric::{EpHandle, Errno};
 use crate::mem::Pool;
+use crate::runtime::Reach;
 use crate::wire::{self, Credits, HEADER};
 use gex_core::EpAddr;
 use gex_core::spi::{ConduitError, OutMsg, ReplyTx};
@@ -51,6 +52,12 @@ pub(crate) struct Tx {
     /// Per endpoint: when its pending liveness probe was first tried, and whether the
     /// provider accepted it ([`Tx::probe`]).
     pub(crate) probe_since: Vec<Option<(Instant, bool)>>,
+    /// Per endpoint: how far requests to it are possible (endpoints made at run time
+    /// are found on first contact: `crate::runtime`).
+    pub(crate) reach: Vec<Reach>,
+    /// Control messages that could not leave at once (destination, whole message),
+    /// sent from `poll` in order.
+    pub(crate) ctl: VecDeque<(usize, Vec<u8>)>,
 }
 
 impl Tx {
@@ -91,6 +98,8 @@ impl Tx {
             probing,
             probe_buf: vec![0; SEND_BUFS],
             probe_since: vec![None; total],
+            reach: vec![Reach::Ready; total],
+            ctl: VecDeque::new(),
         }
     }
 
