@@ -221,6 +221,7 @@ unsafe impl ConduitEp for OfiEp {
 
     fn has_incoming(&self) -> bool {
         self.rx.stash.iter().any(|c| c.flags & flags::RECV != 0)
+            || self.rx.local.iter().any(|c| c.has_data())
     }
 
     /// Sleeps in the CQ's wait object when there is one and nothing that only this

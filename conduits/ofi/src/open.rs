@@ -48,7 +48,7 @@ use crate::rma::Rma;
 use crate::rx::Rx;
 use crate::select::{Chosen, choose, is_loopback, relaxed_limit};
 use crate::stats::EpCounters;
-use crate::tx::Tx;
+use crate::tx::{LocalPath, Tx};
 use crate::wire;
 use crate::wireup::{unlink_names, wireup};
 use gex_core::boot::Bootstrap;
@@ -909,7 +909,7 @@ pub(crate) fn assemble(
         plan.prov != "shm",
     );
     tx.reach = p.reach;
-    let rx = Rx::new(
+    let mut rx = Rx::new(
         h,
         l.rx_pool,
         plan.multi,
@@ -918,6 +918,19 @@ pub(crate) fn assemble(
         job.g_base.clone(),
         job.cap.clone(),
     );
+    if let Some(hub) = &ofi.rt.hub {
+        let cap = job.cap[job.rank] as usize;
+        tx.local = LocalPath {
+            hub: Some(hub.clone()),
+            lo: job.g_base[job.rank],
+            cap,
+            init: job.my_eps,
+            runtime: e >= job.my_eps,
+            out: (0..cap).map(|_| None).collect(),
+        };
+        rx.hub = Some(hub.clone());
+        rx.index = e;
+    }
     let mut ep = OfiEp {
         tx: ManuallyDrop::new(tx),
         rx: ManuallyDrop::new(rx),

@@ -33,6 +33,7 @@ use crate::config::Settings;
 use crate::ep::OfiEp;
 use crate::fabric::NOT_AVAIL;
 use crate::mem::Mem;
+use crate::tx::LocalHub;
 use crate::open::{EpEnv, Job, Parts, Plan, assemble, check_address};
 use crate::wire::{
     self, AddrAns, CTL_ADDR_ANS, CTL_ADDR_REQ, CTL_CLOSED, HEADER, Header, ST_ABSENT, ST_CLOSED,
@@ -116,6 +117,8 @@ pub(crate) struct Runtime {
     segs: Vec<OnceLock<Mem>>,
     /// Serialises `open_endpoint` (a domain opened from the fabric at a time).
     opening: Mutex<()>,
+    /// The in-process path between this rank's endpoints (when enabled).
+    pub(crate) hub: Option<Arc<LocalHub>>,
 }
 
 impl Runtime {
@@ -145,6 +148,9 @@ impl Runtime {
             })
             .collect();
         Runtime {
+            hub: i
+                .enabled
+                .then(|| Arc::new(LocalHub::new(cap, i.plan.stride))),
             segs: (i.job.my_eps..cap).map(|_| OnceLock::new()).collect(),
             enabled: i.enabled,
             job: i.job,

@@ -22,7 +22,11 @@ use crate::config::MAX_ARGS;
 use crate::ep::OfiEp;
 use crate::fabric::{CQ_BATCH, Completion, EpHandle, Errno, NOT_AVAIL, flags};
 use crate::mem::Pool;
+use crate::tx::LocalHub;
 use crate::wire;
+use gex_sync::atomic::Ordering;
+use gex_sync::ring;
+use std::sync::Arc;
 use gex_core::spi::{Deliver, Incoming};
 use gex_core::{Category, EpAddr, Kind};
 use std::collections::VecDeque;
@@ -43,6 +47,12 @@ pub(crate) struct Rx {
     /// Where `poll` reads completions (kept here: not re-initialised on every poll).
     pub(crate) comps: [Completion; CQ_BATCH],
     pub(crate) hellos: usize,
+    /// The in-process path: the rank's hub and this endpoint's index in it, the rings
+    /// from this rank's endpoints taken from it (and how many).
+    pub(crate) hub: Option<Arc<LocalHub>>,
+    pub(crate) index: usize,
+    pub(crate) local: Vec<ring::Consumer>,
+    pub(crate) taken: usize,
 }
 
 impl Rx {
@@ -71,7 +81,21 @@ impl Rx {
             stash: VecDeque::new(),
             comps: [Completion::EMPTY; CQ_BATCH],
             hellos: 0,
+            hub: None,
+            index: 0,
+            local: Vec::new(),
+            taken: 0,
         }
+    }
+
+    /// Whether rings from this rank's endpoints may deliver here.
+    #[inline(always)]
+    pub(crate) fn has_local(&self) -> bool {
+        !self.local.is_empty()
+            || self
+                .hub
+                .as_ref()
+                .is_some_and(|h| h.offered[self.index].load(Ordering::Acquire) != self.taken)
     }
 
     /// Posts receive buffer `i`; `Ok(false)` if the provider has no room now
@@ -149,6 +173,36 @@ impl OfiEp {
             }
         }
         Ok(())
+    }
+
+    /// Delivers up to `budget` messages from the rings of this rank's endpoints (taking
+    /// the rings newly handed over first). Returns the number delivered.
+    pub(crate) fn drain_local<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize {
+        let rx = &mut *self.rx;
+        if let Some(hub) = &rx.hub {
+            let i = rx.index;
+            if hub.offered[i].load(Ordering::Acquire) != rx.taken {
+                let mut v = hub.handoff[i].lock().unwrap_or_else(|e| e.into_inner());
+                rx.taken += v.len();
+                rx.local.append(&mut v);
+            }
+        }
+        let mut rings = std::mem::take(&mut self.rx.local);
+        let mut n = 0;
+        'rings: for c in &mut rings {
+            while n < budget {
+                let Some((_, msg)) = c.peek() else {
+                    continue 'rings;
+                };
+                if let Done::Delivered = self.deliver(msg, d) {
+                    n += 1;
+                }
+                c.pop();
+            }
+            break;
+        }
+        self.rx.local = rings;
+        n
     }
 
     /// Processes one completion.

@@ -13,6 +13,9 @@ use crate::config::{PROBE_DEADLINE, SEND_BUFS};
 use crate::fabric::{EpHandle, Errno};
 use crate::mem::Pool;
 use crate::runtime::Reach;
+use gex_sync::atomic::{AtomicUsize, Ordering};
+use gex_sync::ring;
+use std::sync::Mutex;
 use crate::wire::{self, Credits, HEADER};
 use gex_core::EpAddr;
 use gex_core::spi::{ConduitError, OutMsg, ReplyTx};
@@ -58,6 +61,60 @@ pub(crate) struct Tx {
     /// Control messages that could not leave at once (destination, whole message),
     /// sent from `poll` in order.
     pub(crate) ctl: VecDeque<(usize, Vec<u8>)>,
+    /// The in-process path to endpoints of this rank (see [`LocalPath`]).
+    pub(crate) local: LocalPath,
+}
+
+/// The in-process path of an endpoint: messages between two endpoints of this rank of
+/// which at least one was made at run time go through a single-producer ring per
+/// ordered pair (`gex_sync::ring`), made by the sender at first contact and handed to
+/// the receiver through the rank's [`LocalHub`]; not through the provider, whose
+/// connection handshake would need the receiver's progress before a first message can
+/// leave (a thread that holds both endpoints would wait for itself).
+#[derive(Debug, Default)]
+pub(crate) struct LocalPath {
+    /// The rank's hub (`None`: no in-process path, e.g. without endpoints made at run time).
+    pub(crate) hub: Option<Arc<LocalHub>>,
+    /// Global number of this rank's endpoint 0, and this rank's capacity.
+    pub(crate) lo: usize,
+    pub(crate) cap: usize,
+    /// Endpoints made at init of this rank.
+    pub(crate) init: usize,
+    /// Whether this endpoint was made at run time.
+    pub(crate) runtime: bool,
+    /// Rings to this rank's endpoints, by index (made at first contact).
+    pub(crate) out: Vec<Option<ring::Producer>>,
+}
+
+impl LocalPath {
+    /// This rank's endpoint index of `g` if messages to it take the in-process path.
+    #[inline(always)]
+    pub(crate) fn index_of(&self, g: usize) -> Option<usize> {
+        let i = g.wrapping_sub(self.lo);
+        (i < self.cap && (self.runtime || i >= self.init)).then_some(i)
+    }
+}
+
+/// Where a rank's endpoints hand each other the receiving ends of their rings: per
+/// receiving endpoint, the rings offered and not yet taken, and how many were offered
+/// (the receiver's `poll` compares it with the number it took: one load).
+#[derive(Debug)]
+pub(crate) struct LocalHub {
+    pub(crate) handoff: Vec<Mutex<Vec<ring::Consumer>>>,
+    pub(crate) offered: Vec<AtomicUsize>,
+    /// Data bytes of each ring.
+    pub(crate) ring_cap: usize,
+}
+
+impl LocalHub {
+    /// A hub for `cap` endpoints whose largest message is `stride` bytes.
+    pub(crate) fn new(cap: usize, stride: usize) -> LocalHub {
+        LocalHub {
+            handoff: (0..cap).map(|_| Mutex::new(Vec::new())).collect(),
+            offered: (0..cap).map(|_| AtomicUsize::new(0)).collect(),
+            ring_cap: (stride * 16).next_power_of_two().max(1 << 16),
+        }
+    }
 }
 
 impl Tx {
@@ -100,6 +157,7 @@ impl Tx {
             probe_since: vec![None; total],
             reach: vec![Reach::Ready; total],
             ctl: VecDeque::new(),
+            local: LocalPath::default(),
         }
     }
 
@@ -140,6 +198,9 @@ impl Tx {
         len: usize,
         build: impl FnOnce(&mut [u8]),
     ) -> Result<bool, ConduitError> {
+        if let Some(i) = self.local.index_of(g) {
+            return Ok(self.send_local(i, g, len, build));
+        }
         let credits = self.credits.returnable(g);
         if len <= self.inject_max {
             let mut s = std::mem::take(&mut self.scratch);
@@ -186,6 +247,33 @@ impl Tx {
                 Err(self.fail(format!("fi_send of {len} bytes to endpoint {g}"), e))
             }
         }
+    }
+
+    /// [`send_now`](Self::send_now) on the in-process path to this rank's endpoint `i`
+    /// (global number `g`): into the ring to it, made now at first contact. `false`:
+    /// the ring is full.
+    #[inline]
+    fn send_local(&mut self, i: usize, g: usize, len: usize, build: impl FnOnce(&mut [u8])) -> bool {
+        let credits = self.credits.returnable(g);
+        let l = &mut self.local;
+        let Some(hub) = &l.hub else {
+            return false;
+        };
+        let p = l.out[i].get_or_insert_with(|| {
+            let (p, c) = ring::channel(hub.ring_cap);
+            hub.handoff[i].lock().unwrap_or_else(|e| e.into_inner()).push(c);
+            hub.offered[i].fetch_add(1, Ordering::Release);
+            p
+        });
+        let Some(mut r) = p.reserve(len) else {
+            return false;
+        };
+        let b = &mut r.body()[..len];
+        build(b);
+        wire::set_credits(b, credits);
+        r.commit(0, len);
+        self.credits.sent_back(g, credits);
+        true
     }
 
     #[inline]
@@ -253,7 +341,7 @@ impl Tx {
     #[cold]
     pub(crate) fn probe(&mut self, own: usize) -> Result<(), ConduitError> {
         for g in 0..self.queued.len() {
-            if g == own {
+            if g == own || self.local.index_of(g).is_some() {
                 continue;
             }
             if !self.credits.outstanding(g) {
