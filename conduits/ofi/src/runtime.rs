@@ -49,12 +49,16 @@ pub(crate) enum Reach {
     /// Its address is in this endpoint's AV and the peer's rank knows this endpoint's:
     /// requests go.
     Ready,
-    /// Not looked up yet (or the last answer, "not created yet", was reported).
+    /// Not looked up yet.
     Unknown,
-    /// Asked its rank's endpoint 0; the answer has not been read yet.
+    /// Asked its rank's endpoint 0 for the first time; the answer has not been read yet.
     Asking,
-    /// Its rank answered "not created yet"; the next request reports it.
-    Absent,
+    /// Its rank answered "not created yet": requests report it at once, and the first
+    /// of them asks again (`asked`), so a later answer "open" lets the next through.
+    Absent {
+        /// A new question is on its way.
+        asked: bool,
+    },
     /// Closed (indices are never reused).
     Closed,
 }
@@ -311,12 +315,26 @@ impl OfiEp {
             Reach::Ready => Ok(true),
             Reach::Asking => Ok(false),
             Reach::Closed => Err(no_endpoint(dst, "closed")),
-            Reach::Absent => {
-                self.tx.reach[g] = Reach::Unknown;
+            Reach::Absent { asked: true } => Err(no_endpoint(dst, "not created yet")),
+            Reach::Absent { asked: false } => {
+                if self.ask(dst)? {
+                    self.tx.reach[g] = Reach::Absent { asked: true };
+                }
                 Err(no_endpoint(dst, "not created yet"))
             }
             Reach::Unknown => self.discover(g, dst),
         }
+    }
+
+    /// Sends a `CTL_ADDR_REQ` for `dst` (another rank's endpoint) to its rank's
+    /// endpoint 0; `Ok(false)`: no resources now.
+    fn ask(&mut self, dst: EpAddr) -> Result<bool, ConduitError> {
+        let conduit = self.conduit.clone();
+        let own = self.tx.g(EpAddr::new(self.tx.rank, self.index));
+        let name = conduit.rt.names[own].get().expect("own address known");
+        let body = wire::addr_req(dst.ep, name);
+        let g0 = self.tx.g(EpAddr::new(dst.rank, 0));
+        self.tx.send_ctl(g0, CTL_ADDR_REQ, &body)
     }
 
     fn discover(&mut self, g: usize, dst: EpAddr) -> Result<bool, ConduitError> {
@@ -338,10 +356,7 @@ impl OfiEp {
                 _ => Err(no_endpoint(dst, "not created yet")),
             };
         }
-        let name = rt.names[own].get().expect("own address known");
-        let body = wire::addr_req(dst.ep, name);
-        let g0 = self.tx.g(EpAddr::new(dst.rank, 0));
-        if self.tx.send_ctl(g0, CTL_ADDR_REQ, &body)? {
+        if self.ask(dst)? {
             self.tx.reach[g] = Reach::Asking;
         }
         Ok(false)
@@ -436,7 +451,10 @@ impl OfiEp {
                         a.index
                     ));
                 };
-                if self.tx.reach[t] != Reach::Asking {
+                if !matches!(
+                    self.tx.reach[t],
+                    Reach::Asking | Reach::Absent { asked: true }
+                ) {
                     return;
                 }
                 self.tx.reach[t] = match a.state {
@@ -456,7 +474,7 @@ impl OfiEp {
                         Reach::Ready
                     }
                     ST_CLOSED => Reach::Closed,
-                    _ => Reach::Absent,
+                    _ => Reach::Absent { asked: false },
                 };
             }
             _ => {
