@@ -20,9 +20,9 @@ use crate::mr::{MemRegion, MrCounters, Registry};
 use crate::report::OfiReport;
 use crate::runtime::Runtime;
 use crate::stats::EpCounters;
+use gex_core::EpIndex;
 use gex_core::InitError;
 use gex_core::boot::{BootError, Bootstrap};
-use gex_core::EpIndex;
 use gex_core::spi::{Conduit, ConduitError, FarConduit, OpenParams, SharedSegments};
 use std::sync::{Arc, Mutex};
 

@@ -43,8 +43,8 @@ use crate::fabric::{Attrs, Av, Cq, Domain, Errno, Fabric, Info, Mr, flags};
 use crate::mem::{Mem, Pool};
 use crate::mr::{CacheConfig, MrCache, MrCounters, Registry};
 use crate::report::{self, ReportIn};
-use crate::runtime::{Published, Reach, Runtime, RuntimeIn};
 use crate::rma::Rma;
+use crate::runtime::{Published, Reach, Runtime, RuntimeIn};
 use crate::rx::Rx;
 use crate::select::{Chosen, choose, is_loopback, relaxed_limit};
 use crate::stats::EpCounters;
@@ -198,7 +198,11 @@ impl Job {
         let jl = params.layout;
         let rank = params.rank as usize;
         let cap: Vec<u16> = if runtime {
-            jl.eps.iter().zip(&jl.max_eps).map(|(&e, &m)| e.max(m)).collect()
+            jl.eps
+                .iter()
+                .zip(&jl.max_eps)
+                .map(|(&e, &m)| e.max(m))
+                .collect()
         } else {
             jl.eps.clone()
         };

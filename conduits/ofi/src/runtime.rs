@@ -33,8 +33,8 @@ use crate::config::Settings;
 use crate::ep::OfiEp;
 use crate::fabric::NOT_AVAIL;
 use crate::mem::Mem;
-use crate::tx::LocalHub;
 use crate::open::{EpEnv, Job, Parts, Plan, assemble, check_address};
+use crate::tx::LocalHub;
 use crate::wire::{
     self, AddrAns, CTL_ADDR_ANS, CTL_ADDR_REQ, CTL_CLOSED, HEADER, Header, ST_ABSENT, ST_CLOSED,
     ST_OPEN,
@@ -247,8 +247,8 @@ pub(crate) fn open_endpoint(ofi: &Arc<Ofi>, index: EpIndex) -> Result<OfiEp, Con
         regions: &ofi.regions,
     };
     let mut waitable = true;
-    let mut local = crate::open::open_endpoint(&env, i, &ofi.mr_counters[i], &mut waitable)
-        .map_err(failed)?;
+    let mut local =
+        crate::open::open_endpoint(&env, i, &ofi.mr_counters[i], &mut waitable).map_err(failed)?;
     // Its AV: every endpoint made at init, and itself.
     let own = job.g_base[job.rank] + i;
     let _ = rt.names[own].set(local.name.clone());
@@ -402,7 +402,9 @@ impl OfiEp {
         match h.ctl {
             CTL_ADDR_REQ => {
                 let (index, name) = wire::parse_addr_req(body).unwrap_or_else(|e| {
-                    self.die(format!("malformed control message from rank {rank} EP {ep}: {e}"))
+                    self.die(format!(
+                        "malformed control message from rank {rank} EP {ep}: {e}"
+                    ))
                 });
                 if !rt.enabled || !rt.valid_name(rank, ep, name) {
                     self.die(format!(
@@ -443,7 +445,9 @@ impl OfiEp {
             }
             CTL_ADDR_ANS => {
                 let a = wire::parse_addr_ans(body).unwrap_or_else(|e| {
-                    self.die(format!("malformed control message from rank {rank} EP {ep}: {e}"))
+                    self.die(format!(
+                        "malformed control message from rank {rank} EP {ep}: {e}"
+                    ))
                 });
                 let Some(t) = self.rx.g_of(rank, a.index) else {
                     self.die(format!(

@@ -24,12 +24,12 @@ use crate::fabric::{CQ_BATCH, Completion, EpHandle, Errno, NOT_AVAIL, flags};
 use crate::mem::Pool;
 use crate::tx::LocalHub;
 use crate::wire;
-use gex_sync::atomic::Ordering;
-use gex_sync::ring;
-use std::sync::Arc;
 use gex_core::spi::{Deliver, Incoming};
 use gex_core::{Category, EpAddr, Kind};
+use gex_sync::atomic::Ordering;
+use gex_sync::ring;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// Receiving half of an endpoint.
 #[derive(Debug)]

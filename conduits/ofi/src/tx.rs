@@ -13,14 +13,14 @@ use crate::config::{PROBE_DEADLINE, SEND_BUFS};
 use crate::fabric::{EpHandle, Errno};
 use crate::mem::Pool;
 use crate::runtime::Reach;
-use gex_sync::atomic::{AtomicUsize, Ordering};
-use gex_sync::ring;
-use std::sync::Mutex;
 use crate::wire::{self, Credits, HEADER};
 use gex_core::EpAddr;
 use gex_core::spi::{ConduitError, OutMsg, ReplyTx};
+use gex_sync::atomic::{AtomicUsize, Ordering};
+use gex_sync::ring;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// Sending half of an endpoint (also the [`ReplyTx`] handed to handlers).
@@ -253,7 +253,13 @@ impl Tx {
     /// (global number `g`): into the ring to it, made now at first contact. `false`:
     /// the ring is full.
     #[inline]
-    fn send_local(&mut self, i: usize, g: usize, len: usize, build: impl FnOnce(&mut [u8])) -> bool {
+    fn send_local(
+        &mut self,
+        i: usize,
+        g: usize,
+        len: usize,
+        build: impl FnOnce(&mut [u8]),
+    ) -> bool {
         let credits = self.credits.returnable(g);
         let l = &mut self.local;
         let Some(hub) = &l.hub else {
@@ -261,7 +267,10 @@ impl Tx {
         };
         let p = l.out[i].get_or_insert_with(|| {
             let (p, c) = ring::channel(hub.ring_cap);
-            hub.handoff[i].lock().unwrap_or_else(|e| e.into_inner()).push(c);
+            hub.handoff[i]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(c);
             hub.offered[i].fetch_add(1, Ordering::Release);
             p
         });

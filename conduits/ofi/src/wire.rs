@@ -618,10 +618,16 @@ mod tests {
         encode_ctl(&mut b, 3, 7, CTL_ADDR_REQ, &body);
         set_credits(&mut b, 2);
         let h = decode(&b, 16).unwrap();
-        assert_eq!((h.category, h.ctl, h.src_rank, h.src_ep), (None, CTL_ADDR_REQ, 3, 7));
+        assert_eq!(
+            (h.category, h.ctl, h.src_rank, h.src_ep),
+            (None, CTL_ADDR_REQ, 3, 7)
+        );
         assert_eq!(h.credits, 2);
         assert_eq!(parse_addr_req(&b[h.payload_at()..]), Ok((5, &b"addr"[..])));
-        assert!(parse_addr_req(&[1, 0]).is_err(), "an asker without an address");
+        assert!(
+            parse_addr_req(&[1, 0]).is_err(),
+            "an asker without an address"
+        );
         let open = AddrAns {
             index: 9,
             state: ST_OPEN,
@@ -640,7 +646,10 @@ mod tests {
             state: ST_ABSENT,
             ..open.clone()
         };
-        assert!(parse_addr_ans(&bad.encode()).is_err(), "an absent endpoint with an address");
+        assert!(
+            parse_addr_ans(&bad.encode()).is_err(),
+            "an absent endpoint with an address"
+        );
         let bad = AddrAns { state: 7, ..open };
         assert!(parse_addr_ans(&bad.encode()).is_err());
         assert!(parse_addr_ans(&[0; 5]).is_err());
@@ -690,7 +699,11 @@ mod tests {
         assert!(decode(&b, 16).is_ok());
         for (at, bits, what) in [
             (1, 0x20, "reserved header bits"),
-            (1, F_CTRL, "control flag on a message that is not credit-only"),
+            (
+                1,
+                F_CTRL,
+                "control flag on a message that is not credit-only",
+            ),
             (1, 0x80, "reserved header bits"),
             (3, 0x01, "reserved header bits"),
             (1, F_HELLO, "hello flag on an active message"),

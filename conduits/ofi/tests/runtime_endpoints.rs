@@ -162,7 +162,8 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
     polling(&mut ep0, || {
         ep1.request_medium(dst, COUNT, &[2], &[7; 100]).unwrap();
         ep1.request_long(dst, COUNT, &[3], &[9; 64], 128).unwrap();
-        ep1.request_short(EpAddr::new(peer, 0), COUNT, &[4]).unwrap();
+        ep1.request_short(EpAddr::new(peer, 0), COUNT, &[4])
+            .unwrap();
         // Each endpoint 1 receives 3 from the rank before it and 1 from its own
         // endpoint 0; each endpoint 0 one from the rank before it's endpoint 1.
         ep1.wait_until(|| {
@@ -179,7 +180,9 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
         "a Long lands in the segment of the endpoint made at run time"
     );
     // Every rank is done with every endpoint 1 before any drops its own.
-    polling(&mut ep1, || gex_testkit::exchange_barrier(&mut ep0).unwrap());
+    polling(&mut ep1, || {
+        gex_testkit::exchange_barrier(&mut ep0).unwrap()
+    });
     drop(ep1);
     gex_testkit::exchange_barrier(&mut ep0).unwrap();
     // Closed: an error from the endpoints that reached it before (once the closing
@@ -200,7 +203,9 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
             init: 1
         })
     );
-    polling(&mut ep2, || gex_testkit::exchange_barrier(&mut ep0).unwrap());
+    polling(&mut ep2, || {
+        gex_testkit::exchange_barrier(&mut ep0).unwrap()
+    });
     drop(ep2);
     gex_testkit::exchange_barrier(&mut ep0).unwrap();
 }
