@@ -180,6 +180,13 @@ impl Tx {
         self.g_base[dst.rank as usize] + dst.ep as usize
     }
 
+    /// Names global endpoint `g` in messages: `rank R EP E`.
+    #[cold]
+    pub(crate) fn peer(&self, g: usize) -> String {
+        let r = self.g_base.partition_point(|&b| b <= g).saturating_sub(1);
+        format!("rank {r} EP {}", g - self.g_base.get(r).copied().unwrap_or(0))
+    }
+
     #[cold]
     pub(crate) fn fail(&mut self, what: String, e: Errno) -> ConduitError {
         let msg = format!("{}: {what}: {e}", self.who);
@@ -215,7 +222,7 @@ impl Tx {
                     Ok(true)
                 }
                 Err(Errno::AGAIN) => Ok(false),
-                Err(e) => Err(self.fail(format!("fi_inject of {len} bytes to endpoint {g}"), e)),
+                Err(e) => Err(self.fail(format!("fi_inject of {len} bytes to {}", self.peer(g)), e)),
             };
         }
         let Some(i) = self.free.pop() else {
@@ -244,7 +251,7 @@ impl Tx {
             }
             Err(e) => {
                 self.free.push(i as u32);
-                Err(self.fail(format!("fi_send of {len} bytes to endpoint {g}"), e))
+                Err(self.fail(format!("fi_send of {len} bytes to {}", self.peer(g)), e))
             }
         }
     }
@@ -364,8 +371,9 @@ impl Tx {
             if let Some((t, in_flight)) = self.probe_since[g] {
                 if t.elapsed() > PROBE_DEADLINE {
                     let msg = format!(
-                        "{}: endpoint {g} is unreachable: a liveness probe first tried {:?} ago has not completed while requests to it are outstanding (its process may have exited; the provider retries the connection in silence)",
+                        "{}: {} is unreachable: a liveness probe first tried {:?} ago has not completed while requests to it are outstanding (its process may have exited; the provider retries the connection in silence)",
                         self.who,
+                        self.peer(g),
                         t.elapsed()
                     );
                     self.fatal.get_or_insert(msg.clone());
@@ -410,7 +418,7 @@ impl Tx {
                 }
                 Err(e) => {
                     self.free.push(i as u32);
-                    return Err(self.fail(format!("fi_send of a probe to endpoint {g}"), e));
+                    return Err(self.fail(format!("fi_send of a probe to {}", self.peer(g)), e));
                 }
             }
         }
