@@ -526,15 +526,16 @@ impl crate::tx::Tx {
     }
 }
 
-/// Tries this many times (serving the grave between tries) to send each closing
-/// notice before giving up on it.
-const NOTICE_TRIES: usize = 1000;
+/// How long a dropped endpoint keeps trying (serving its grave between tries) to send
+/// its closing notices, which the provider may refuse while it connects to a peer that
+/// does not poll, before it gives up on those not sent.
+const NOTICE_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Ofi {
     /// Closes endpoint `index` (made at run time) in the directory, and tells the
     /// endpoints that looked it up, from its grave, best effort (a notice the provider
-    /// does not take after [`NOTICE_TRIES`] tries is not sent: that peer's requests
-    /// are then discarded like those in flight at the close).
+    /// has not taken within [`NOTICE_LIMIT`] is not sent: that peer's requests are then
+    /// discarded like those in flight at the close).
     pub(crate) fn close_runtime(&self, index: usize, grave: &mut Grave) {
         let rt = &self.rt;
         let askers = {
@@ -543,6 +544,7 @@ impl Ofi {
             std::mem::take(&mut s.askers)
         };
         let own = rt.job.g_base[rt.job.rank] + index;
+        let t0 = std::time::Instant::now();
         for g in askers {
             if g == own {
                 continue;
@@ -556,14 +558,12 @@ impl Ofi {
                     Err(_) => continue,
                 }
             }
-            for _ in 0..NOTICE_TRIES {
-                match grave.tx.send_ctl(g, CTL_CLOSED, &[]) {
-                    Ok(false) => {
-                        grave.serve();
-                        std::thread::yield_now();
-                    }
-                    _ => break,
+            while let Ok(false) = grave.tx.send_ctl(g, CTL_CLOSED, &[]) {
+                if t0.elapsed() > NOTICE_LIMIT {
+                    break;
                 }
+                grave.serve();
+                std::thread::yield_now();
             }
         }
     }
