@@ -65,7 +65,8 @@ unsafe impl Send for OfiEp {}
 // SAFETY: the conduit contract holds (module `# Safety`, `crate::conduit`): segments are
 // the conduit's registered memory (or a hybrid conduit's shared segments) kept as long as
 // the conduit; received payloads are delivered from this endpoint's receive buffers,
-// reposted only after delivery; native operations complete only once the provider
+// reposted only after delivery, or from a record of an in-process ring, which its
+// producer does not overwrite before the record is popped after delivery; native operations complete only once the provider
 // reported their completion.
 unsafe impl ConduitEp for OfiEp {
     fn index(&self) -> EpIndex {
