@@ -94,8 +94,9 @@ unsafe impl ConduitEp for OfiEp {
     /// A request through libfabric: a request credit, then `fi_inject` or `fi_send`.
     #[inline]
     fn inject(&mut self, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, ConduitError> {
-        let _ = imm; // without a credit or a buffer it answers WouldBlock either way
-        self.inject_net(msg)
+        // Without a credit or a buffer it answers WouldBlock either way; `imm` only
+        // decides how a peer last known "not created yet" is answered (`runtime`).
+        self.inject_net(msg, imm)
     }
 
     /// Drains this endpoint's completion queue: frees send buffers, delivers messages,

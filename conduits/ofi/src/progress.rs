@@ -118,7 +118,11 @@ impl OfiEp {
 
     /// Injects a request through libfabric (credits, then `fi_inject` or `fi_send`).
     #[inline]
-    pub(crate) fn inject_net(&mut self, msg: &OutMsg<'_>) -> Result<Injected, ConduitError> {
+    pub(crate) fn inject_net(
+        &mut self,
+        msg: &OutMsg<'_>,
+        imm: bool,
+    ) -> Result<Injected, ConduitError> {
         if let Some(f) = &self.tx.fatal {
             return Err(ConduitError::Network(f.clone()));
         }
@@ -126,7 +130,7 @@ impl OfiEp {
             self.tx.flush()?;
         }
         let g = self.tx.g(msg.dst());
-        if self.tx.reach[g] != Reach::Ready && !self.reach_slow(g, msg.dst())? {
+        if self.tx.reach[g] != Reach::Ready && !self.reach_slow(g, msg.dst(), imm)? {
             return Ok(Injected::WouldBlock);
         }
         if !self.tx.queued[g].is_empty() || !self.tx.credits.take(g) {

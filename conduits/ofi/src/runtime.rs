@@ -51,10 +51,14 @@ pub(crate) enum Reach {
     Ready,
     /// Not looked up yet.
     Unknown,
-    /// Asked its rank's endpoint 0 for the first time; the answer has not been read yet.
-    Asking,
-    /// Its rank answered "not created yet": requests report it at once, and the first
-    /// of them asks again (`asked`), so a later answer "open" lets the next through.
+    /// Asked its rank's endpoint 0; this many answers are still to come (the last one
+    /// decides: answers come back in order).
+    Asking(u8),
+    /// Its rank answered "not created yet": an immediate request (`imm`) reports it at
+    /// once and asks again in the background (`asked`), so a later answer "open" lets a
+    /// later one through; a request that may wait asks again and waits for the answer
+    /// (so a program that synchronised with the peer after it created the endpoint
+    /// never sees a stale answer).
     Absent {
         /// A new question is on its way.
         asked: bool,
@@ -310,11 +314,26 @@ impl OfiEp {
     /// [`ConduitError::NoEndpoint`] for an endpoint not created yet or closed;
     /// [`ConduitError::Network`] if the provider fails.
     #[cold]
-    pub(crate) fn reach_slow(&mut self, g: usize, dst: EpAddr) -> Result<bool, ConduitError> {
+    pub(crate) fn reach_slow(
+        &mut self,
+        g: usize,
+        dst: EpAddr,
+        imm: bool,
+    ) -> Result<bool, ConduitError> {
         match self.tx.reach[g] {
             Reach::Ready => Ok(true),
-            Reach::Asking => Ok(false),
+            Reach::Asking(_) => Ok(false),
             Reach::Closed => Err(no_endpoint(dst, "closed")),
+            Reach::Absent { asked } if !imm => {
+                // Ask afresh and wait for that answer (one asked before may be stale).
+                let sent = self.ask(dst)?;
+                self.tx.reach[g] = match (asked, sent) {
+                    (true, true) => Reach::Asking(2),
+                    (true, false) | (false, true) => Reach::Asking(1),
+                    (false, false) => Reach::Absent { asked: false },
+                };
+                Ok(false)
+            }
             Reach::Absent { asked: true } => Err(no_endpoint(dst, "not created yet")),
             Reach::Absent { asked: false } => {
                 if self.ask(dst)? {
@@ -357,7 +376,7 @@ impl OfiEp {
             };
         }
         if self.ask(dst)? {
-            self.tx.reach[g] = Reach::Asking;
+            self.tx.reach[g] = Reach::Asking(1);
         }
         Ok(false)
     }
@@ -455,11 +474,13 @@ impl OfiEp {
                         a.index
                     ));
                 };
-                if !matches!(
-                    self.tx.reach[t],
-                    Reach::Asking | Reach::Absent { asked: true }
-                ) {
-                    return;
+                match self.tx.reach[t] {
+                    Reach::Asking(n) if n > 1 => {
+                        self.tx.reach[t] = Reach::Asking(n - 1);
+                        return;
+                    }
+                    Reach::Asking(_) | Reach::Absent { asked: true } => {}
+                    _ => return,
                 }
                 self.tx.reach[t] = match a.state {
                     ST_OPEN => {
