@@ -62,6 +62,8 @@ pub(crate) enum Reach {
     Absent {
         /// A new question is on its way.
         asked: bool,
+        /// The answer has not been reported to a request yet.
+        fresh: bool,
     },
     /// Closed (indices are never reused).
     Closed,
@@ -324,20 +326,33 @@ impl OfiEp {
             Reach::Ready => Ok(true),
             Reach::Asking(_) => Ok(false),
             Reach::Closed => Err(no_endpoint(dst, "closed")),
-            Reach::Absent { asked } if !imm => {
+            Reach::Absent { asked, fresh: true } => {
+                self.tx.reach[g] = Reach::Absent {
+                    asked,
+                    fresh: false,
+                };
+                Err(no_endpoint(dst, "not created yet"))
+            }
+            Reach::Absent { asked, .. } if !imm => {
                 // Ask afresh and wait for that answer (one asked before may be stale).
                 let sent = self.ask(dst)?;
                 self.tx.reach[g] = match (asked, sent) {
                     (true, true) => Reach::Asking(2),
                     (true, false) | (false, true) => Reach::Asking(1),
-                    (false, false) => Reach::Absent { asked: false },
+                    (false, false) => Reach::Absent {
+                        asked: false,
+                        fresh: false,
+                    },
                 };
                 Ok(false)
             }
-            Reach::Absent { asked: true } => Err(no_endpoint(dst, "not created yet")),
-            Reach::Absent { asked: false } => {
+            Reach::Absent { asked: true, .. } => Err(no_endpoint(dst, "not created yet")),
+            Reach::Absent { asked: false, .. } => {
                 if self.ask(dst)? {
-                    self.tx.reach[g] = Reach::Absent { asked: true };
+                    self.tx.reach[g] = Reach::Absent {
+                        asked: true,
+                        fresh: false,
+                    };
                 }
                 Err(no_endpoint(dst, "not created yet"))
             }
@@ -479,7 +494,7 @@ impl OfiEp {
                         self.tx.reach[t] = Reach::Asking(n - 1);
                         return;
                     }
-                    Reach::Asking(_) | Reach::Absent { asked: true } => {}
+                    Reach::Asking(_) | Reach::Absent { asked: true, .. } => {}
                     _ => return,
                 }
                 self.tx.reach[t] = match a.state {
@@ -499,7 +514,10 @@ impl OfiEp {
                         Reach::Ready
                     }
                     ST_CLOSED => Reach::Closed,
-                    _ => Reach::Absent { asked: false },
+                    _ => Reach::Absent {
+                        asked: false,
+                        fresh: true,
+                    },
                 };
             }
             _ => {

@@ -184,7 +184,10 @@ impl Tx {
     #[cold]
     pub(crate) fn peer(&self, g: usize) -> String {
         let r = self.g_base.partition_point(|&b| b <= g).saturating_sub(1);
-        format!("rank {r} EP {}", g - self.g_base.get(r).copied().unwrap_or(0))
+        format!(
+            "rank {r} EP {}",
+            g - self.g_base.get(r).copied().unwrap_or(0)
+        )
     }
 
     #[cold]
@@ -222,7 +225,9 @@ impl Tx {
                     Ok(true)
                 }
                 Err(Errno::AGAIN) => Ok(false),
-                Err(e) => Err(self.fail(format!("fi_inject of {len} bytes to {}", self.peer(g)), e)),
+                Err(e) => {
+                    Err(self.fail(format!("fi_inject of {len} bytes to {}", self.peer(g)), e))
+                }
             };
         }
         let Some(i) = self.free.pop() else {
