@@ -56,7 +56,7 @@ impl Grave {
     /// One pass over the completion queue: completions are recorded, messages
     /// dropped, receive buffers reposted, errors (peers that closed first) ignored.
     /// Returns the completions seen.
-    fn serve(&mut self) -> usize {
+    pub(crate) fn serve(&mut self) -> usize {
         let _ = self.rx.repost_pending();
         let mut seen = 0;
         loop {
@@ -104,7 +104,7 @@ impl Drop for OfiEp {
     fn drop(&mut self) {
         // SAFETY: each field is taken exactly once, here, and never used again: the
         // endpoint is being dropped and no other code runs on it after `drop`.
-        let grave = unsafe {
+        let mut grave = unsafe {
             Grave {
                 objs: ManuallyDrop::take(&mut self.objs),
                 tx: ManuallyDrop::take(&mut self.tx),
@@ -112,6 +112,11 @@ impl Drop for OfiEp {
                 rma: ManuallyDrop::take(&mut self.rma),
             }
         };
+        if self.index as usize >= self.conduit.rt.job.my_eps {
+            // Made at run time: closed for good (docs/ofi.md, "Endpoints made at run
+            // time"); the endpoints that looked it up are told.
+            self.conduit.close_runtime(self.index as usize, &mut grave);
+        }
         self.conduit
             .graves
             .lock()

@@ -18,10 +18,12 @@ use crate::fabric::{Fabric, Info};
 use crate::mem::Mem;
 use crate::mr::{MemRegion, MrCounters, Registry};
 use crate::report::OfiReport;
+use crate::runtime::Runtime;
 use crate::stats::EpCounters;
+use gex_core::EpIndex;
 use gex_core::InitError;
 use gex_core::boot::{BootError, Bootstrap};
-use gex_core::spi::{Conduit, FarConduit, OpenParams, SharedSegments};
+use gex_core::spi::{Conduit, ConduitError, FarConduit, OpenParams, SharedSegments};
 use std::sync::{Arc, Mutex};
 
 /// A peer endpoint's segment as published at open: the address its offset 0 has in RMA
@@ -49,9 +51,10 @@ pub struct Ofi {
     pub(crate) mr_counters: Vec<Arc<MrCounters>>,
     /// Client regions ([`Ofi::register`]).
     pub(crate) regions: Arc<Registry>,
-    // Closed last: every domain (one per endpoint) is closed by then.
-    pub(crate) _fabric: Fabric,
-    pub(crate) _info: Info,
+    // Closed last: every domain (one per endpoint) is closed by then. Endpoints made at
+    // run time open their domains from them.
+    pub(crate) fabric: Fabric,
+    pub(crate) info: Info,
     /// As the far part of a hybrid conduit: the near part's segments, which are this
     /// conduit's segments (kept mapped until every endpoint, and so every registration
     /// of them, is closed: see the `Drop` of [`Ofi`]).
@@ -60,6 +63,10 @@ pub struct Ofi {
     /// its barrier (or when the conduit is dropped without it). Declared last but
     /// emptied by `finalize`; see the `Drop` of [`Ofi`] for the case without it.
     pub(crate) graves: Mutex<Vec<Grave>>,
+    /// What endpoints made at run time need: the job, the plan and settings of `open`,
+    /// the directory of this rank's endpoints and their segments (freed with the
+    /// conduit, after the graves: see `Drop`).
+    pub(crate) rt: Runtime,
 }
 
 impl Drop for Ofi {
@@ -127,6 +134,15 @@ unsafe impl Conduit for Ofi {
         params: &OpenParams<'_>,
     ) -> Result<(Arc<Ofi>, Vec<OfiEp>), InitError> {
         crate::open::open(boot, params, None)
+    }
+
+    /// An endpoint made at run time: its own domain, CQ, AV and RDM endpoint, its own
+    /// segment registered in its domain (with the segments of the endpoints made at
+    /// init: redundant registration), published in this rank's directory, which
+    /// endpoint 0 serves to peers on first contact (docs/ofi.md, "Endpoints made at
+    /// run time"). `Unsupported` as the far part of a hybrid conduit.
+    fn open_endpoint(self: &Arc<Self>, index: EpIndex) -> Result<OfiEp, ConduitError> {
+        crate::runtime::open_endpoint(self, index)
     }
 }
 

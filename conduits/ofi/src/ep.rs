@@ -65,7 +65,8 @@ unsafe impl Send for OfiEp {}
 // SAFETY: the conduit contract holds (module `# Safety`, `crate::conduit`): segments are
 // the conduit's registered memory (or a hybrid conduit's shared segments) kept as long as
 // the conduit; received payloads are delivered from this endpoint's receive buffers,
-// reposted only after delivery; native operations complete only once the provider
+// reposted only after delivery, or from a record of an in-process ring, which its
+// producer does not overwrite before the record is popped after delivery; native operations complete only once the provider
 // reported their completion.
 unsafe impl ConduitEp for OfiEp {
     fn index(&self) -> EpIndex {
@@ -80,7 +81,7 @@ unsafe impl ConduitEp for OfiEp {
     }
     fn local_segment(&self) -> (NonNull<u8>, usize) {
         (
-            NonNull::new(self.conduit.segs[self.index as usize].base()).expect("non-null"),
+            NonNull::new(self.rx.seg).expect("non-null"),
             self.conduit.seg_len,
         )
     }
@@ -93,8 +94,9 @@ unsafe impl ConduitEp for OfiEp {
     /// A request through libfabric: a request credit, then `fi_inject` or `fi_send`.
     #[inline]
     fn inject(&mut self, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, ConduitError> {
-        let _ = imm; // without a credit or a buffer it answers WouldBlock either way
-        self.inject_net(msg)
+        // Without a credit or a buffer it answers WouldBlock either way; `imm` only
+        // decides how a peer last known "not created yet" is answered (`runtime`).
+        self.inject_net(msg, imm)
     }
 
     /// Drains this endpoint's completion queue: frees send buffers, delivers messages,
@@ -221,6 +223,7 @@ unsafe impl ConduitEp for OfiEp {
 
     fn has_incoming(&self) -> bool {
         self.rx.stash.iter().any(|c| c.flags & flags::RECV != 0)
+            || self.rx.local.iter().any(|c| c.has_data())
     }
 
     /// Sleeps in the CQ's wait object when there is one and nothing that only this

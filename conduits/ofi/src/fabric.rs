@@ -507,6 +507,10 @@ impl Drop for Cq {
     }
 }
 
+/// An AV address not known (`FI_ADDR_NOTAVAIL`): a peer endpoint this one has not
+/// inserted yet.
+pub(crate) const NOT_AVAIL: u64 = fi::FI_ADDR_NOTAVAIL;
+
 /// An address vector.
 #[derive(Debug)]
 pub(crate) struct Av {

@@ -10,6 +10,17 @@
 //!   threads that each drive their own gex endpoint share no libfabric object and no
 //!   lock (seed 002). AMs may target any endpoint of any rank: every endpoint's address
 //!   is in every endpoint's address vector.
+//! - **Endpoints made at run time** (`Client::create_endpoint`,
+//!   [`Capabilities::RUNTIME_ENDPOINTS`](gex_core::Capabilities), not with `shm` nor as
+//!   the far part of a hybrid conduit) get the same: their own domain, CQ, AV and RDM
+//!   endpoint, and their own segment registered in their domain (with the segments of the
+//!   endpoints made at init: redundant registration). Peers find one on first contact,
+//!   without a collective: a control message asks its rank's endpoint 0, whose `poll`
+//!   answers from the rank's directory (so a rank's endpoint 0 must be polled for others
+//!   to discover its endpoints made at run time); until the answer the request reports
+//!   back-pressure, and an endpoint not created yet or closed is
+//!   `ConduitError::NoEndpoint`. Endpoints of one rank of which one was made at run time
+//!   talk through in-process rings. See docs/ofi.md, section 2d.
 //! - **Addresses** (`fi_getname`) are exchanged through the bootstrap at open and
 //!   inserted into each address vector; then every endpoint says hello to every other
 //!   endpoint, so connections exist before the first AM and an unreachable peer is
@@ -102,6 +113,7 @@
 //! | `select` | provider selection (`fi_getinfo`, degradation), relaxed-put eligibility |
 //! | `open` | `Conduit::open` as named steps: objects, registrations, address exchange |
 //! | `wireup` | hellos between every pair of endpoints at the end of `open`; `shm` names unlinked |
+//! | `runtime` | endpoints made at run time: opening, the rank's directory, discovery on first contact, closing notices |
 //! | `conduit` | the conduit object [`Ofi`] and its `Conduit` implementation |
 //! | `ep` | the endpoint [`OfiEp`] and its `ConduitEp` implementation |
 //! | `tx` | sends, request credits, queued replies, liveness probes |
@@ -125,6 +137,7 @@ mod open;
 mod progress;
 mod report;
 mod rma;
+mod runtime;
 mod rx;
 mod select;
 mod stats;

@@ -44,10 +44,11 @@ use crate::mem::{Mem, Pool};
 use crate::mr::{CacheConfig, MrCache, MrCounters, Registry};
 use crate::report::{self, ReportIn};
 use crate::rma::Rma;
+use crate::runtime::{Published, Reach, Runtime, RuntimeIn};
 use crate::rx::Rx;
 use crate::select::{Chosen, choose, is_loopback, relaxed_limit};
 use crate::stats::EpCounters;
-use crate::tx::Tx;
+use crate::tx::{LocalPath, Tx};
 use crate::wire;
 use crate::wireup::{unlink_names, wireup};
 use gex_core::boot::Bootstrap;
@@ -63,16 +64,22 @@ pub(crate) fn open(
     params: &OpenParams<'_>,
     shared: Option<SharedSegments>,
 ) -> Result<(Arc<Ofi>, Vec<OfiEp>), InitError> {
-    let job = Job::new(params);
+    let job = Job::new(params, false);
     let s = settings(params)?;
     let chosen = choose(&s, job.single_host)?;
+    // Endpoints made at run time: not as the far part of a hybrid conduit (which does
+    // not offer them), nor with `shm`, whose region names are unlinked after the
+    // wire-up (a later endpoint could not insert its peers' addresses).
+    let runtime = shared.is_none() && chosen.attrs.provider != "shm";
+    let job = Job::new(params, runtime);
     check_reach(&job, &s, &chosen.attrs)?;
     let plan = Plan::new(&s, &chosen, params, shared.is_some())?;
     let segs = segments(&job, shared.as_ref())?;
     let fab = Fabric::open(&chosen.info)
         .map_err(|e| fi_init(&plan.prov, format!("fi_fabric({})", chosen.attrs.fabric), e))?;
     let regions = Arc::new(Registry::default());
-    let mr_counters: Vec<Arc<MrCounters>> = (0..job.my_eps)
+    let my_cap = job.cap[job.rank] as usize;
+    let mr_counters: Vec<Arc<MrCounters>> = (0..my_cap)
         .map(|_| Arc::new(MrCounters::default()))
         .collect();
     let env = EpEnv {
@@ -81,12 +88,13 @@ pub(crate) fn open(
         plan: &plan,
         s: &s,
         segs: &segs,
+        extra: None,
         job: &job,
         regions: &regions,
     };
     let mut waitable = true;
     let mut locals = Vec::with_capacity(job.my_eps);
-    for (e, mr_stats) in mr_counters.iter().enumerate() {
+    for (e, mr_stats) in mr_counters.iter().take(job.my_eps).enumerate() {
         locals.push(open_endpoint(&env, e, mr_stats, &mut waitable)?);
     }
     let peers = exchange(boot, params, &job, &plan, &s, &locals, &segs)?;
@@ -99,24 +107,44 @@ pub(crate) fn open(
         near: shared.as_ref().map(SharedSegments::near_ranks),
     });
     tracing::debug!(rank = job.rank, provider = %plan.prov, "ofi conduit open:\n{report}");
-    let caps = capabilities(&plan, waitable);
+    let mut caps = capabilities(&plan, waitable);
+    caps.set(Capabilities::RUNTIME_ENDPOINTS, runtime);
     let limits = Limits {
         max_args: MAX_ARGS,
         max_medium: peers.max_medium,
         max_long: peers.max_medium,
     };
+    let published: Vec<Published> = locals
+        .iter()
+        .zip(&segs)
+        .map(|(l, seg)| Published {
+            name: l.name.clone(),
+            seg_base: if plan.virt_addr { seg.base() as u64 } else { 0 },
+            key: l.own_key,
+        })
+        .collect();
     let ofi = Arc::new(Ofi {
         report,
         seg_len: job.seg_len,
         remote: peers.remote,
-        counters: (0..job.my_eps).map(|_| EpCounters::default()).collect(),
+        counters: (0..my_cap).map(|_| EpCounters::default()).collect(),
         mr_counters,
         regions,
-        segs,
-        _fabric: fab,
-        _info: chosen.info,
+        fabric: fab,
+        info: chosen.info,
         shared,
         graves: Mutex::new(Vec::new()),
+        rt: Runtime::new(RuntimeIn {
+            enabled: runtime,
+            job,
+            plan,
+            s,
+            limits,
+            caps,
+            names: peers.addrs,
+            published,
+        }),
+        segs,
     });
     let names: Vec<Vec<u8>> = locals.iter().map(|l| l.name.clone()).collect();
     let made = Made {
@@ -125,9 +153,10 @@ pub(crate) fn open(
         limits,
         caps,
     };
-    let mut eps = make_endpoints(&ofi, made, &job, &plan, &s, params.layout.eps.clone())?;
-    wireup(&mut eps, job.total, &job.g_base, &plan.prov)?;
-    unlink_names(&plan.prov, &names)?;
+    let rt = &ofi.rt;
+    let mut eps = make_endpoints(&ofi, made, &rt.job, &rt.plan, &rt.s)?;
+    wireup(&mut eps, &rt.job.init_globals(), &rt.plan.prov)?;
+    unlink_names(&rt.plan.prov, &names)?;
     boot.barrier()?;
     Ok((ofi, eps))
 }
@@ -138,17 +167,26 @@ pub(crate) fn fi_init(prov: &str, what: String, e: Errno) -> InitError {
 }
 
 /// The job as this rank sees it.
+///
+/// Endpoints are numbered globally over every rank's *capacity* (`cap`): its endpoint
+/// capacity (`JobLayout::max_eps`) when the conduit makes endpoints at run time, else
+/// the endpoints made at init; endpoint `e` of rank `r` is number `g_base[r] + e`.
+#[derive(Debug)]
 pub(crate) struct Job {
     /// This rank.
-    rank: usize,
+    pub(crate) rank: usize,
     /// First global endpoint number of every rank.
-    g_base: Vec<usize>,
-    /// Endpoints of the job.
-    total: usize,
-    /// Endpoints of this rank.
-    my_eps: usize,
+    pub(crate) g_base: Vec<usize>,
+    /// Addressable endpoints of every rank (see above).
+    pub(crate) cap: Vec<u16>,
+    /// Endpoints every rank made at init.
+    pub(crate) eps: Vec<u16>,
+    /// Global endpoint numbers of the job (the sum of `cap`).
+    pub(crate) total: usize,
+    /// Endpoints of this rank made at init.
+    pub(crate) my_eps: usize,
     /// Segment length of this rank's endpoints.
-    seg_len: usize,
+    pub(crate) seg_len: usize,
     /// Distinct hosts.
     hosts: usize,
     /// Whether every rank is on one host.
@@ -156,12 +194,21 @@ pub(crate) struct Job {
 }
 
 impl Job {
-    fn new(params: &OpenParams<'_>) -> Job {
+    fn new(params: &OpenParams<'_>, runtime: bool) -> Job {
         let jl = params.layout;
         let rank = params.rank as usize;
-        let mut g_base = Vec::with_capacity(jl.eps.len());
+        let cap: Vec<u16> = if runtime {
+            jl.eps
+                .iter()
+                .zip(&jl.max_eps)
+                .map(|(&e, &m)| e.max(m))
+                .collect()
+        } else {
+            jl.eps.clone()
+        };
+        let mut g_base = Vec::with_capacity(cap.len());
         let mut total = 0usize;
-        for &e in &jl.eps {
+        for &e in &cap {
             g_base.push(total);
             total += e as usize;
         }
@@ -171,12 +218,28 @@ impl Job {
         Job {
             rank,
             g_base,
+            cap,
+            eps: jl.eps.clone(),
             total,
             my_eps: jl.eps[rank] as usize,
             seg_len: jl.seg_len[rank],
             hosts: h.len(),
             single_host: h.len() <= 1,
         }
+    }
+}
+
+impl Job {
+    /// Global numbers of every endpoint made at init, in rank and index order.
+    pub(crate) fn init_globals(&self) -> Vec<usize> {
+        (0..self.eps.len())
+            .flat_map(|r| (0..self.eps[r] as usize).map(move |e| self.g_base[r] + e))
+            .collect()
+    }
+    /// Whether global number `g` is an endpoint made at init.
+    pub(crate) fn is_init(&self, g: usize) -> bool {
+        let r = self.g_base.partition_point(|&b| b <= g) - 1;
+        g - self.g_base[r] < self.eps[r] as usize
     }
 }
 
@@ -198,7 +261,8 @@ fn check_reach(job: &Job, s: &Settings, a: &Attrs) -> Result<(), InitError> {
     Ok(())
 }
 
-/// What every endpoint of this rank will be, decided before any is opened.
+/// What every endpoint of this rank will be, decided before any is opened (and those
+/// made at run time too).
 #[derive(Debug)]
 pub(crate) struct Plan {
     /// The provider, as libfabric names it.
@@ -276,7 +340,7 @@ impl Plan {
     }
 
     /// The largest relaxed put (0: none).
-    fn relaxed_max(&self) -> usize {
+    pub(crate) fn relaxed_max(&self) -> usize {
         self.relaxed.as_ref().map_or(0, |&m| m)
     }
 }
@@ -307,32 +371,36 @@ fn segments(job: &Job, shared: Option<&SharedSegments>) -> Result<Vec<Mem>, Init
 }
 
 /// What opening each endpoint needs.
-struct EpEnv<'a> {
-    fab: &'a Fabric,
-    info: &'a Info,
-    plan: &'a Plan,
-    s: &'a Settings,
-    segs: &'a [Mem],
-    job: &'a Job,
-    regions: &'a Arc<Registry>,
+pub(crate) struct EpEnv<'a> {
+    pub(crate) fab: &'a Fabric,
+    pub(crate) info: &'a Info,
+    pub(crate) plan: &'a Plan,
+    pub(crate) s: &'a Settings,
+    /// The segments of the endpoints made at init (registered in every domain).
+    pub(crate) segs: &'a [Mem],
+    /// An endpoint made at run time: its index and its own segment (registered in its
+    /// domain besides those above).
+    pub(crate) extra: Option<(usize, &'a Mem)>,
+    pub(crate) job: &'a Job,
+    pub(crate) regions: &'a Arc<Registry>,
 }
 
 /// One endpoint, opened but not yet connected to its peers. Field order is drop order:
 /// the libfabric objects (endpoint, registrations) before the memory they name.
-struct Local {
-    objs: Objects,
-    tx_pool: Pool,
-    rx_pool: Pool,
-    rma: Rma,
+pub(crate) struct Local {
+    pub(crate) objs: Objects,
+    pub(crate) tx_pool: Pool,
+    pub(crate) rx_pool: Pool,
+    pub(crate) rma: Rma,
     /// Its address (`fi_getname`).
-    name: Vec<u8>,
+    pub(crate) name: Vec<u8>,
     /// The key of its own segment's registration in its domain (0 without RMA).
-    own_key: u64,
+    pub(crate) own_key: u64,
 }
 
 /// Opens endpoint `e`: its libfabric objects, pools, slot table and registrations.
 /// Clears `waitable` if its CQ has no wait object.
-fn open_endpoint(
+pub(crate) fn open_endpoint(
     env: &EpEnv<'_>,
     e: usize,
     mr_stats: &Arc<MrCounters>,
@@ -543,14 +611,28 @@ fn register_memory(
             fixed.insert(j, (sm.base() as usize, env.job.seg_len, mr.desc()));
             mrs.push(mr);
         }
+        if let Some((e, sm)) = env.extra {
+            // An endpoint made at run time: its own segment, in its own domain only.
+            let mr = reg.register(
+                sm.base(),
+                env.job.seg_len,
+                access,
+                key_base | (16 + e as u64),
+                &format!("segment of EP {e}"),
+            )?;
+            own_key = mr.key();
+            fixed.insert(0, (sm.base() as usize, env.job.seg_len, mr.desc()));
+            mrs.push(mr);
+        }
     }
     Ok((mrs, fixed, own_key))
 }
 
 /// What every rank published.
 struct Peers {
-    /// Address of every endpoint of the job, by global number.
-    addrs: Vec<Vec<u8>>,
+    /// Address of every endpoint of the job made at init, by global number (`None`
+    /// for the numbers of endpoints made at run time).
+    addrs: Vec<Option<Vec<u8>>>,
     /// Segment of every endpoint of the job (`None` without native RMA).
     remote: Vec<Option<RemoteSeg>>,
     /// The smallest Medium limit of all ranks.
@@ -651,12 +733,17 @@ fn parse_blob(
             )));
         }
         check_address(r, e, &p.addr, own_addr, plan)?;
-        peers.addrs.push(p.addr);
+        peers.addrs.push(Some(p.addr));
         peers.remote.push(plan.rma.then_some(RemoteSeg {
             base: if plan.virt_addr { p.seg_base } else { 0 },
             len: jl.seg_len[r],
             key: p.key,
         }));
+    }
+    // Numbers of the endpoints it may make at run time: found on first contact.
+    for _ in k..job.cap[r] as usize {
+        peers.addrs.push(None);
+        peers.remote.push(None);
     }
     Ok(())
 }
@@ -666,7 +753,7 @@ fn parse_blob(
 /// long as this rank's own address `own` (one binary format per provider and fabric,
 /// e.g. a 16-byte `sockaddr_in` under `tcp`). `fi_av_insert` takes no length, so the
 /// provider would otherwise read past a short address or parse a wrong one.
-fn check_address(
+pub(crate) fn check_address(
     r: usize,
     e: usize,
     addr: &[u8],
@@ -696,17 +783,22 @@ fn check_address(
 /// The longest string address accepted from a peer (`shm`'s are about 30 bytes).
 const MAX_STR_ADDR: usize = 4096;
 
-/// Inserts every endpoint's address into each local endpoint's AV; returns, per local
-/// endpoint, the AV address of every endpoint of the job.
-fn insert_addresses(
+/// Inserts every known endpoint's address into each local endpoint's AV; returns, per
+/// local endpoint, the AV address of every endpoint of the job
+/// ([`NOT_AVAIL`](crate::fabric::NOT_AVAIL) for those not known).
+pub(crate) fn insert_addresses(
     locals: &mut [Local],
-    addrs: &[Vec<u8>],
+    addrs: &[Option<Vec<u8>>],
     prov: &str,
 ) -> Result<Vec<Vec<u64>>, InitError> {
     let mut per_ep = Vec::with_capacity(locals.len());
     for (e, l) in locals.iter_mut().enumerate() {
         let mut v = Vec::with_capacity(addrs.len());
         for (g, name) in addrs.iter().enumerate() {
+            let Some(name) = name else {
+                v.push(crate::fabric::NOT_AVAIL);
+                continue;
+            };
             v.push(l.objs.av.insert(name).map_err(|x| {
                 fi_init(
                     prov,
@@ -746,7 +838,6 @@ fn make_endpoints(
     job: &Job,
     plan: &Plan,
     s: &Settings,
-    eps_of: Vec<u16>,
 ) -> Result<Vec<OfiEp>, InitError> {
     let Made {
         locals,
@@ -754,51 +845,113 @@ fn make_endpoints(
         limits,
         caps,
     } = made;
-    let rank = job.rank as u32;
     let mut eps = Vec::with_capacity(job.my_eps);
     for (e, (l, addrs)) in locals.into_iter().zip(addrs).enumerate() {
-        let h = l.objs.ep.handle();
-        let who: Arc<str> = format!("ofi({}) rank {rank} EP {e}", plan.prov).into();
-        let tx = Tx::new(
-            h,
-            rank,
-            e as u16,
-            job.g_base.clone(),
+        // Every endpoint made at init is reached at once; those made at run time are
+        // found on first contact.
+        let reach = (0..job.total)
+            .map(|g| {
+                if job.is_init(g) {
+                    Reach::Ready
+                } else {
+                    Reach::Unknown
+                }
+            })
+            .collect();
+        let parts = Parts {
+            local: l,
+            index: e,
             addrs,
-            plan.attrs.inject_size,
-            l.tx_pool,
-            s.credits,
-            who,
-            plan.prov != "shm",
-        );
-        let rx = Rx::new(
-            h,
-            l.rx_pool,
-            plan.multi,
-            ofi.segs[e].base(),
-            job.seg_len,
-            job.g_base.clone(),
-            eps_of.clone(),
-        );
-        let mut ep = OfiEp {
-            tx: ManuallyDrop::new(tx),
-            rx: ManuallyDrop::new(rx),
-            rma: ManuallyDrop::new(l.rma),
-            objs: ManuallyDrop::new(l.objs),
-            index: e as u16,
+            reach,
+            seg: ofi.segs[e].base(),
             limits,
             caps,
-            conduit: ofi.clone(),
         };
-        // Posted only now that the buffers belong to an `OfiEp`: on every path from
-        // here (this error's included: dropping `ep` moves its parts into a grave,
-        // endpoint first) the libfabric endpoint is closed before the receive pool is
-        // freed. Posting from the local `Rx` freed the pool first on this error.
-        ep.post_receives()
-            .map_err(|x| fi_init(&plan.prov, format!("EP {e}: fi_recvmsg"), x))?;
-        eps.push(ep);
+        eps.push(assemble(ofi, parts, job, plan, s)?);
     }
     Ok(eps)
+}
+
+/// What [`assemble`] makes an endpoint of.
+pub(crate) struct Parts {
+    pub(crate) local: Local,
+    pub(crate) index: usize,
+    /// AV address of every endpoint of the job (`NOT_AVAIL`: not known yet).
+    pub(crate) addrs: Vec<u64>,
+    /// How far every endpoint of the job is reached (see [`Reach`]).
+    pub(crate) reach: Vec<Reach>,
+    /// Its segment.
+    pub(crate) seg: *mut u8,
+    pub(crate) limits: Limits,
+    pub(crate) caps: Capabilities,
+}
+
+/// Makes an endpoint (made at init or at run time) from its opened parts and posts its
+/// receive buffers (once it is an `OfiEp`, whose drop closes the libfabric endpoint
+/// before it frees the buffers).
+pub(crate) fn assemble(
+    ofi: &Arc<Ofi>,
+    p: Parts,
+    job: &Job,
+    plan: &Plan,
+    s: &Settings,
+) -> Result<OfiEp, InitError> {
+    let (l, e) = (p.local, p.index);
+    let rank = job.rank as u32;
+    let h = l.objs.ep.handle();
+    let who: Arc<str> = format!("ofi({}) rank {rank} EP {e}", plan.prov).into();
+    let mut tx = Tx::new(
+        h,
+        rank,
+        e as u16,
+        job.g_base.clone(),
+        p.addrs,
+        plan.attrs.inject_size,
+        l.tx_pool,
+        s.credits,
+        who,
+        plan.prov != "shm",
+    );
+    tx.reach = p.reach;
+    let mut rx = Rx::new(
+        h,
+        l.rx_pool,
+        plan.multi,
+        p.seg,
+        job.seg_len,
+        job.g_base.clone(),
+        job.cap.clone(),
+    );
+    if let Some(hub) = &ofi.rt.hub {
+        let cap = job.cap[job.rank] as usize;
+        tx.local = LocalPath {
+            hub: Some(hub.clone()),
+            lo: job.g_base[job.rank],
+            cap,
+            init: job.my_eps,
+            runtime: e >= job.my_eps,
+            out: (0..cap).map(|_| None).collect(),
+        };
+        rx.hub = Some(hub.clone());
+        rx.index = e;
+    }
+    let mut ep = OfiEp {
+        tx: ManuallyDrop::new(tx),
+        rx: ManuallyDrop::new(rx),
+        rma: ManuallyDrop::new(l.rma),
+        objs: ManuallyDrop::new(l.objs),
+        index: e as u16,
+        limits: p.limits,
+        caps: p.caps,
+        conduit: ofi.clone(),
+    };
+    // Posted only now that the buffers belong to an `OfiEp`: on every path from
+    // here (this error's included: dropping `ep` moves its parts into a grave,
+    // endpoint first) the libfabric endpoint is closed before the receive pool is
+    // freed. Posting from the local `Rx` freed the pool first on this error.
+    ep.post_receives()
+        .map_err(|x| fi_init(&plan.prov, format!("EP {e}: fi_recvmsg"), x))?;
+    Ok(ep)
 }
 
 #[cfg(test)]

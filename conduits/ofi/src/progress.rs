@@ -8,6 +8,7 @@
 use crate::config::PROBE_AFTER;
 use crate::ep::OfiEp;
 use crate::fabric::{CQ_BATCH, Completion, Errno, flags};
+use crate::runtime::Reach;
 use crate::rx::Done;
 use gex_core::spi::{Capabilities, ConduitError, Deliver, FarPoll, OutMsg};
 use gex_core::{EpAddr, Injected};
@@ -32,6 +33,11 @@ impl OfiEp {
         if self.tx.nqueued > 0 {
             if let Err(e) = self.tx.flush() {
                 self.die(format!("sending a queued reply: {e}"));
+            }
+        }
+        if !self.tx.ctl.is_empty() {
+            if let Err(e) = self.tx.flush_ctl() {
+                self.die(format!("sending a control message: {e}"));
             }
         }
         if !self.rx.repost.is_empty() {
@@ -86,6 +92,11 @@ impl OfiEp {
                 break;
             }
         }
+        if self.rx.has_local() {
+            let k = self.drain_local(d, budget.saturating_sub(n).max(1));
+            n += k;
+            seen |= k > 0;
+        }
         if !self.tx.due.is_empty() {
             if let Err(e) = self.tx.return_credits() {
                 self.die(format!("returning credits: {e}"));
@@ -107,7 +118,11 @@ impl OfiEp {
 
     /// Injects a request through libfabric (credits, then `fi_inject` or `fi_send`).
     #[inline]
-    pub(crate) fn inject_net(&mut self, msg: &OutMsg<'_>) -> Result<Injected, ConduitError> {
+    pub(crate) fn inject_net(
+        &mut self,
+        msg: &OutMsg<'_>,
+        imm: bool,
+    ) -> Result<Injected, ConduitError> {
         if let Some(f) = &self.tx.fatal {
             return Err(ConduitError::Network(f.clone()));
         }
@@ -115,6 +130,9 @@ impl OfiEp {
             self.tx.flush()?;
         }
         let g = self.tx.g(msg.dst());
+        if self.tx.reach[g] != Reach::Ready && !self.reach_slow(g, msg.dst(), imm)? {
+            return Ok(Injected::WouldBlock);
+        }
         if !self.tx.queued[g].is_empty() || !self.tx.credits.take(g) {
             return Ok(Injected::WouldBlock);
         }
@@ -139,6 +157,7 @@ impl OfiEp {
         !self.tx.all_sent()
             || self.rma.free.len() < self.rma.state.len()
             || self.tx.nqueued > 0
+            || !self.tx.ctl.is_empty()
             || !self.rx.repost.is_empty()
             || !self.rx.stash.is_empty()
     }
@@ -162,6 +181,7 @@ impl OfiEp {
     pub(crate) fn block_for(&mut self, timeout: Duration) {
         if !self.caps.contains(Capabilities::BLOCKING_WAIT)
             || self.tx.nqueued > 0
+            || !self.tx.ctl.is_empty()
             || self.tx.credits_due()
             || !self.rx.repost.is_empty()
             || !self.rx.stash.is_empty()
@@ -170,7 +190,12 @@ impl OfiEp {
             std::thread::yield_now();
             return;
         }
-        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+        let mut ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+        if self.rx.has_local() {
+            // A message through an in-process ring does not signal the CQ's wait
+            // object: nap briefly instead.
+            ms = ms.min(1);
+        }
         let mut comps = [Completion::EMPTY; CQ_BATCH];
         // Timed out, interrupted, or an error completion (`poll` reports errors): return.
         if let Ok(k) = self.objs.cq.sread(&mut comps, ms) {

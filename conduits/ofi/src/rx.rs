@@ -20,12 +20,16 @@
 
 use crate::config::MAX_ARGS;
 use crate::ep::OfiEp;
-use crate::fabric::{CQ_BATCH, Completion, EpHandle, Errno, flags};
+use crate::fabric::{CQ_BATCH, Completion, EpHandle, Errno, NOT_AVAIL, flags};
 use crate::mem::Pool;
+use crate::tx::LocalHub;
 use crate::wire;
 use gex_core::spi::{Deliver, Incoming};
 use gex_core::{Category, EpAddr, Kind};
+use gex_sync::atomic::Ordering;
+use gex_sync::ring;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// Receiving half of an endpoint.
 #[derive(Debug)]
@@ -43,12 +47,19 @@ pub(crate) struct Rx {
     /// Where `poll` reads completions (kept here: not re-initialised on every poll).
     pub(crate) comps: [Completion; CQ_BATCH],
     pub(crate) hellos: usize,
+    /// The in-process path: the rank's hub and this endpoint's index in it, the rings
+    /// from this rank's endpoints taken from it (and how many).
+    pub(crate) hub: Option<Arc<LocalHub>>,
+    pub(crate) index: usize,
+    pub(crate) local: Vec<ring::Consumer>,
+    pub(crate) taken: usize,
 }
 
 impl Rx {
     /// The receiving half of an endpoint whose segment is `seg` (`seg_len` bytes):
     /// `pool` holds its receive buffers (multi-receive ones if `multi`), `eps` the
-    /// number of endpoints of every rank and `g_base` their global numbering.
+    /// number of addressable endpoints of every rank (`Job::cap`) and `g_base` their
+    /// global numbering.
     pub(crate) fn new(
         h: EpHandle,
         pool: Pool,
@@ -70,7 +81,21 @@ impl Rx {
             stash: VecDeque::new(),
             comps: [Completion::EMPTY; CQ_BATCH],
             hellos: 0,
+            hub: None,
+            index: 0,
+            local: Vec::new(),
+            taken: 0,
         }
+    }
+
+    /// Whether rings from this rank's endpoints may deliver here.
+    #[inline(always)]
+    pub(crate) fn has_local(&self) -> bool {
+        !self.local.is_empty()
+            || self
+                .hub
+                .as_ref()
+                .is_some_and(|h| h.offered[self.index].load(Ordering::Acquire) != self.taken)
     }
 
     /// Posts receive buffer `i`; `Ok(false)` if the provider has no room now
@@ -150,6 +175,36 @@ impl OfiEp {
         Ok(())
     }
 
+    /// Delivers up to `budget` messages from the rings of this rank's endpoints (taking
+    /// the rings newly handed over first). Returns the number delivered.
+    pub(crate) fn drain_local<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize {
+        let rx = &mut *self.rx;
+        if let Some(hub) = &rx.hub {
+            let i = rx.index;
+            if hub.offered[i].load(Ordering::Acquire) != rx.taken {
+                let mut v = hub.handoff[i].lock().unwrap_or_else(|e| e.into_inner());
+                rx.taken += v.len();
+                rx.local.append(&mut v);
+            }
+        }
+        let mut rings = std::mem::take(&mut self.rx.local);
+        let mut n = 0;
+        'rings: for c in &mut rings {
+            while n < budget {
+                let Some((_, msg)) = c.peek() else {
+                    continue 'rings;
+                };
+                if let Done::Delivered = self.deliver(msg, d) {
+                    n += 1;
+                }
+                c.pop();
+            }
+            break;
+        }
+        self.rx.local = rings;
+        n
+    }
+
     /// Processes one completion.
     #[inline]
     pub(crate) fn complete<D: Deliver>(&mut self, c: Completion, d: &mut D) -> Done {
@@ -220,11 +275,18 @@ impl OfiEp {
             self.tx.credits.returned(g, h.credits);
         }
         let Some(category) = h.category else {
-            if h.hello {
+            if h.ctl != 0 {
+                self.control(g, &h, &msg[h.payload_at()..]);
+            } else if h.hello {
                 self.rx.hellos += 1;
             }
             return Done::Nothing;
         };
+        if self.tx.addrs[g] == NOT_AVAIL {
+            // The first message from an endpoint made at run time: a reply or a
+            // credit may have to go back to it.
+            self.learn(g, h.src_rank, h.src_ep);
+        }
         let mut argbuf = [0u32; 32];
         let args = wire::args(msg, &h, &mut argbuf);
         let body = &msg[h.payload_at()..];

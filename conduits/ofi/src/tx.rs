@@ -12,11 +12,15 @@
 use crate::config::{PROBE_DEADLINE, SEND_BUFS};
 use crate::fabric::{EpHandle, Errno};
 use crate::mem::Pool;
+use crate::runtime::Reach;
 use crate::wire::{self, Credits, HEADER};
 use gex_core::EpAddr;
 use gex_core::spi::{ConduitError, OutMsg, ReplyTx};
+use gex_sync::atomic::{AtomicUsize, Ordering};
+use gex_sync::ring;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// Sending half of an endpoint (also the [`ReplyTx`] handed to handlers).
@@ -51,6 +55,66 @@ pub(crate) struct Tx {
     /// Per endpoint: when its pending liveness probe was first tried, and whether the
     /// provider accepted it ([`Tx::probe`]).
     pub(crate) probe_since: Vec<Option<(Instant, bool)>>,
+    /// Per endpoint: how far requests to it are possible (endpoints made at run time
+    /// are found on first contact: `crate::runtime`).
+    pub(crate) reach: Vec<Reach>,
+    /// Control messages that could not leave at once (destination, whole message),
+    /// sent from `poll` in order.
+    pub(crate) ctl: VecDeque<(usize, Vec<u8>)>,
+    /// The in-process path to endpoints of this rank (see [`LocalPath`]).
+    pub(crate) local: LocalPath,
+}
+
+/// The in-process path of an endpoint: messages between two endpoints of this rank of
+/// which at least one was made at run time go through a single-producer ring per
+/// ordered pair (`gex_sync::ring`), made by the sender at first contact and handed to
+/// the receiver through the rank's [`LocalHub`]; not through the provider, whose
+/// connection handshake would need the receiver's progress before a first message can
+/// leave (a thread that holds both endpoints would wait for itself).
+#[derive(Debug, Default)]
+pub(crate) struct LocalPath {
+    /// The rank's hub (`None`: no in-process path, e.g. without endpoints made at run time).
+    pub(crate) hub: Option<Arc<LocalHub>>,
+    /// Global number of this rank's endpoint 0, and this rank's capacity.
+    pub(crate) lo: usize,
+    pub(crate) cap: usize,
+    /// Endpoints made at init of this rank.
+    pub(crate) init: usize,
+    /// Whether this endpoint was made at run time.
+    pub(crate) runtime: bool,
+    /// Rings to this rank's endpoints, by index (made at first contact).
+    pub(crate) out: Vec<Option<ring::Producer>>,
+}
+
+impl LocalPath {
+    /// This rank's endpoint index of `g` if messages to it take the in-process path.
+    #[inline(always)]
+    pub(crate) fn index_of(&self, g: usize) -> Option<usize> {
+        let i = g.wrapping_sub(self.lo);
+        (i < self.cap && (self.runtime || i >= self.init)).then_some(i)
+    }
+}
+
+/// Where a rank's endpoints hand each other the receiving ends of their rings: per
+/// receiving endpoint, the rings offered and not yet taken, and how many were offered
+/// (the receiver's `poll` compares it with the number it took: one load).
+#[derive(Debug)]
+pub(crate) struct LocalHub {
+    pub(crate) handoff: Vec<Mutex<Vec<ring::Consumer>>>,
+    pub(crate) offered: Vec<AtomicUsize>,
+    /// Data bytes of each ring.
+    pub(crate) ring_cap: usize,
+}
+
+impl LocalHub {
+    /// A hub for `cap` endpoints whose largest message is `stride` bytes.
+    pub(crate) fn new(cap: usize, stride: usize) -> LocalHub {
+        LocalHub {
+            handoff: (0..cap).map(|_| Mutex::new(Vec::new())).collect(),
+            offered: (0..cap).map(|_| AtomicUsize::new(0)).collect(),
+            ring_cap: (stride * 16).next_power_of_two().max(1 << 16),
+        }
+    }
 }
 
 impl Tx {
@@ -91,6 +155,9 @@ impl Tx {
             probing,
             probe_buf: vec![0; SEND_BUFS],
             probe_since: vec![None; total],
+            reach: vec![Reach::Ready; total],
+            ctl: VecDeque::new(),
+            local: LocalPath::default(),
         }
     }
 
@@ -113,6 +180,16 @@ impl Tx {
         self.g_base[dst.rank as usize] + dst.ep as usize
     }
 
+    /// Names global endpoint `g` in messages: `rank R EP E`.
+    #[cold]
+    pub(crate) fn peer(&self, g: usize) -> String {
+        let r = self.g_base.partition_point(|&b| b <= g).saturating_sub(1);
+        format!(
+            "rank {r} EP {}",
+            g - self.g_base.get(r).copied().unwrap_or(0)
+        )
+    }
+
     #[cold]
     pub(crate) fn fail(&mut self, what: String, e: Errno) -> ConduitError {
         let msg = format!("{}: {what}: {e}", self.who);
@@ -131,6 +208,9 @@ impl Tx {
         len: usize,
         build: impl FnOnce(&mut [u8]),
     ) -> Result<bool, ConduitError> {
+        if let Some(i) = self.local.index_of(g) {
+            return Ok(self.send_local(i, g, len, build));
+        }
         let credits = self.credits.returnable(g);
         if len <= self.inject_max {
             let mut s = std::mem::take(&mut self.scratch);
@@ -145,7 +225,9 @@ impl Tx {
                     Ok(true)
                 }
                 Err(Errno::AGAIN) => Ok(false),
-                Err(e) => Err(self.fail(format!("fi_inject of {len} bytes to endpoint {g}"), e)),
+                Err(e) => {
+                    Err(self.fail(format!("fi_inject of {len} bytes to {}", self.peer(g)), e))
+                }
             };
         }
         let Some(i) = self.free.pop() else {
@@ -174,9 +256,45 @@ impl Tx {
             }
             Err(e) => {
                 self.free.push(i as u32);
-                Err(self.fail(format!("fi_send of {len} bytes to endpoint {g}"), e))
+                Err(self.fail(format!("fi_send of {len} bytes to {}", self.peer(g)), e))
             }
         }
+    }
+
+    /// [`send_now`](Self::send_now) on the in-process path to this rank's endpoint `i`
+    /// (global number `g`): into the ring to it, made now at first contact. `false`:
+    /// the ring is full.
+    #[inline]
+    fn send_local(
+        &mut self,
+        i: usize,
+        g: usize,
+        len: usize,
+        build: impl FnOnce(&mut [u8]),
+    ) -> bool {
+        let credits = self.credits.returnable(g);
+        let l = &mut self.local;
+        let Some(hub) = &l.hub else {
+            return false;
+        };
+        let p = l.out[i].get_or_insert_with(|| {
+            let (p, c) = ring::channel(hub.ring_cap);
+            hub.handoff[i]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(c);
+            hub.offered[i].fetch_add(1, Ordering::Release);
+            p
+        });
+        let Some(mut r) = p.reserve(len) else {
+            return false;
+        };
+        let b = &mut r.body()[..len];
+        build(b);
+        wire::set_credits(b, credits);
+        r.commit(0, len);
+        self.credits.sent_back(g, credits);
+        true
     }
 
     #[inline]
@@ -244,7 +362,7 @@ impl Tx {
     #[cold]
     pub(crate) fn probe(&mut self, own: usize) -> Result<(), ConduitError> {
         for g in 0..self.queued.len() {
-            if g == own {
+            if g == own || self.local.index_of(g).is_some() {
                 continue;
             }
             if !self.credits.outstanding(g) {
@@ -258,8 +376,9 @@ impl Tx {
             if let Some((t, in_flight)) = self.probe_since[g] {
                 if t.elapsed() > PROBE_DEADLINE {
                     let msg = format!(
-                        "{}: endpoint {g} is unreachable: a liveness probe first tried {:?} ago has not completed while requests to it are outstanding (its process may have exited; the provider retries the connection in silence)",
+                        "{}: {} is unreachable: a liveness probe first tried {:?} ago has not completed while requests to it are outstanding (its process may have exited; the provider retries the connection in silence)",
                         self.who,
+                        self.peer(g),
                         t.elapsed()
                     );
                     self.fatal.get_or_insert(msg.clone());
@@ -304,7 +423,7 @@ impl Tx {
                 }
                 Err(e) => {
                     self.free.push(i as u32);
-                    return Err(self.fail(format!("fi_send of a probe to endpoint {g}"), e));
+                    return Err(self.fail(format!("fi_send of a probe to {}", self.peer(g)), e));
                 }
             }
         }

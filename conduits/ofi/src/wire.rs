@@ -6,8 +6,8 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 0 | handler index |
-//! | 1 | bits 0–1 category (0 Short, 1 Medium, 2 Long, 3 credit-only), bit 2 reply (AMs only), bit 3 hello (credit-only only), bits 4–7 reserved (0) |
+//! | 0 | handler index (control messages: the operation, [`CTL_ADDR_REQ`], [`CTL_ADDR_ANS`] or [`CTL_CLOSED`]) |
+//! | 1 | bits 0–1 category (0 Short, 1 Medium, 2 Long, 3 credit-only), bit 2 reply (AMs only), bit 3 hello (credit-only only), bit 4 control (credit-only only), bits 5–7 reserved (0) |
 //! | 2 | number of arguments |
 //! | 3 | reserved (0) |
 //! | 4–5 | source endpoint index (little-endian) |
@@ -16,6 +16,19 @@
 //! | 12–15 | payload length |
 //! | 16–23 | Long only: destination offset in the target endpoint's segment |
 //! | then | arguments (4 bytes each, little-endian), then the payload |
+//!
+//! # Control messages
+//! Credit-only messages with the control bit carry the conduit's own traffic about
+//! endpoints made at run time (docs/ofi.md, "Endpoints made at run time"); their body
+//! (the payload length says how long) is:
+//!
+//! | operation | body |
+//! |---|---|
+//! | [`CTL_ADDR_REQ`] "where is your endpoint `index`", to a rank's endpoint 0 | `index` (LE `u16`), the asking endpoint's own fabric address |
+//! | [`CTL_ADDR_ANS`] the answer | `index` (LE `u16`), state (0 not created yet, 1 open, 2 closed), segment base (LE `u64`), segment key (LE `u64`), then (open) its fabric address |
+//! | [`CTL_CLOSED`] "the endpoint sending this is closed" | empty |
+//!
+//! They spend no request credit.
 //!
 //! # Credits
 //! Every ordered pair (sending EP, receiving EP) starts with `credits` request credits.
@@ -36,6 +49,19 @@ pub(crate) const LONG_EXTRA: usize = 8;
 pub(crate) const CAT_CREDIT: u8 = 3;
 const F_REPLY: u8 = 1 << 2;
 const F_HELLO: u8 = 1 << 3;
+const F_CTRL: u8 = 1 << 4;
+/// Control operation: "what is the address of your endpoint `index`" (to endpoint 0).
+pub(crate) const CTL_ADDR_REQ: u8 = 1;
+/// Control operation: the answer to a [`CTL_ADDR_REQ`].
+pub(crate) const CTL_ADDR_ANS: u8 = 2;
+/// Control operation: the sending endpoint (made at run time) is closed.
+pub(crate) const CTL_CLOSED: u8 = 3;
+/// State in a [`CTL_ADDR_ANS`]: not created yet.
+pub(crate) const ST_ABSENT: u8 = 0;
+/// State in a [`CTL_ADDR_ANS`]: open.
+pub(crate) const ST_OPEN: u8 = 1;
+/// State in a [`CTL_ADDR_ANS`]: closed.
+pub(crate) const ST_CLOSED: u8 = 2;
 
 /// Bytes a message with `nargs` arguments and `payload` bytes takes on the wire.
 #[inline(always)]
@@ -58,6 +84,8 @@ pub(crate) struct Header {
     pub(crate) category: Option<Category>,
     pub(crate) kind: Kind,
     pub(crate) hello: bool,
+    /// The control operation of a control message (0: not one).
+    pub(crate) ctl: u8,
     pub(crate) nargs: usize,
     pub(crate) src_rank: u32,
     pub(crate) src_ep: u16,
@@ -136,6 +164,86 @@ pub(crate) fn encode_credit(out: &mut [u8; HEADER], src_rank: u32, src_ep: u16, 
     out[8..12].copy_from_slice(&src_rank.to_le_bytes());
 }
 
+/// Writes a control message (operation `op`, `body`) into `out`, which must be
+/// exactly `HEADER + body.len()` bytes.
+pub(crate) fn encode_ctl(out: &mut [u8], src_rank: u32, src_ep: u16, op: u8, body: &[u8]) {
+    debug_assert_eq!(out.len(), HEADER + body.len());
+    out[..HEADER].fill(0);
+    out[0] = op;
+    out[1] = CAT_CREDIT | F_CTRL;
+    out[4..6].copy_from_slice(&src_ep.to_le_bytes());
+    out[8..12].copy_from_slice(&src_rank.to_le_bytes());
+    out[12..16].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    out[HEADER..].copy_from_slice(body);
+}
+
+/// The body of a [`CTL_ADDR_REQ`]: the index asked for, then the asker's address.
+pub(crate) fn addr_req(index: u16, name: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(2 + name.len());
+    b.extend_from_slice(&index.to_le_bytes());
+    b.extend_from_slice(name);
+    b
+}
+
+/// Decodes the body of a [`CTL_ADDR_REQ`]: (index, the asker's address).
+pub(crate) fn parse_addr_req(body: &[u8]) -> Result<(u16, &[u8]), String> {
+    match body {
+        [a, b, name @ ..] if !name.is_empty() => Ok((u16::from_le_bytes([*a, *b]), name)),
+        _ => Err(format!("{}-byte address request", body.len())),
+    }
+}
+
+/// A decoded [`CTL_ADDR_ANS`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct AddrAns<'a> {
+    pub(crate) index: u16,
+    /// [`ST_ABSENT`], [`ST_OPEN`] or [`ST_CLOSED`].
+    pub(crate) state: u8,
+    pub(crate) seg_base: u64,
+    pub(crate) key: u64,
+    /// The endpoint's address (empty unless open).
+    pub(crate) name: &'a [u8],
+}
+
+/// Fixed part of a [`CTL_ADDR_ANS`] body.
+const ANS_FIXED: usize = 2 + 1 + 8 + 8;
+
+impl AddrAns<'_> {
+    /// The body's bytes.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(ANS_FIXED + self.name.len());
+        b.extend_from_slice(&self.index.to_le_bytes());
+        b.push(self.state);
+        b.extend_from_slice(&self.seg_base.to_le_bytes());
+        b.extend_from_slice(&self.key.to_le_bytes());
+        b.extend_from_slice(self.name);
+        b
+    }
+}
+
+/// Decodes the body of a [`CTL_ADDR_ANS`] (an open endpoint's answer must name an
+/// address; the others must not).
+pub(crate) fn parse_addr_ans(body: &[u8]) -> Result<AddrAns<'_>, String> {
+    if body.len() < ANS_FIXED {
+        return Err(format!("{}-byte address answer", body.len()));
+    }
+    let u64_at = |i: usize| u64::from_le_bytes(body[i..i + 8].try_into().expect("8 bytes"));
+    let a = AddrAns {
+        index: u16::from_le_bytes([body[0], body[1]]),
+        state: body[2],
+        seg_base: u64_at(3),
+        key: u64_at(11),
+        name: &body[ANS_FIXED..],
+    };
+    match (a.state, a.name.is_empty()) {
+        (ST_OPEN, false) | (ST_ABSENT | ST_CLOSED, true) => Ok(a),
+        (s, _) => Err(format!(
+            "address answer with state {s} and a {}-byte address",
+            a.name.len()
+        )),
+    }
+}
+
 /// Sets the credit field of an encoded message.
 #[inline(always)]
 pub(crate) fn set_credits(msg: &mut [u8], credits: u16) {
@@ -164,7 +272,7 @@ pub(crate) fn decode(msg: &[u8], max_args: usize) -> Result<Header, String> {
             msg.len()
         ));
     }
-    if msg[1] & !(3 | F_REPLY | F_HELLO) != 0 || msg[3] != 0 {
+    if msg[1] & !(3 | F_REPLY | F_HELLO | F_CTRL) != 0 || msg[3] != 0 {
         return Err(format!(
             "reserved header bits set (flags {:#04x}, reserved byte {:#04x})",
             msg[1], msg[3]
@@ -187,6 +295,7 @@ pub(crate) fn decode(msg: &[u8], max_args: usize) -> Result<Header, String> {
             Kind::Request
         },
         hello: msg[1] & F_HELLO != 0,
+        ctl: 0,
         nargs: msg[2] as usize,
         src_ep: u16_at(4),
         credits: u16_at(6),
@@ -205,7 +314,15 @@ pub(crate) fn decode(msg: &[u8], max_args: usize) -> Result<Header, String> {
         o.copy_from_slice(&msg[HEADER..HEADER + 8]);
         h.offset = usize::try_from(u64::from_le_bytes(o)).map_err(|_| "offset overflows")?;
     }
-    if category.is_none() && (h.nargs != 0 || h.len != 0 || h.handler != 0) {
+    if msg[1] & F_CTRL != 0 {
+        if category.is_some() || h.hello || h.kind == Kind::Reply || h.nargs != 0 {
+            return Err("control flag on a message that is not credit-only".into());
+        }
+        if !(CTL_ADDR_REQ..=CTL_CLOSED).contains(&h.handler) {
+            return Err(format!("unknown control operation {}", h.handler));
+        }
+        h.ctl = h.handler;
+    } else if category.is_none() && (h.nargs != 0 || h.len != 0 || h.handler != 0) {
         return Err("credit-only message with a body".into());
     }
     if category.is_some() && h.hello {
@@ -495,6 +612,60 @@ mod tests {
     }
 
     #[test]
+    fn control_messages_round_trip_and_reject_garbage() {
+        let body = addr_req(5, b"addr");
+        let mut b = vec![0u8; HEADER + body.len()];
+        encode_ctl(&mut b, 3, 7, CTL_ADDR_REQ, &body);
+        set_credits(&mut b, 2);
+        let h = decode(&b, 16).unwrap();
+        assert_eq!(
+            (h.category, h.ctl, h.src_rank, h.src_ep),
+            (None, CTL_ADDR_REQ, 3, 7)
+        );
+        assert_eq!(h.credits, 2);
+        assert_eq!(parse_addr_req(&b[h.payload_at()..]), Ok((5, &b"addr"[..])));
+        assert!(
+            parse_addr_req(&[1, 0]).is_err(),
+            "an asker without an address"
+        );
+        let open = AddrAns {
+            index: 9,
+            state: ST_OPEN,
+            seg_base: 0x1000,
+            key: 77,
+            name: b"xyz",
+        };
+        assert_eq!(parse_addr_ans(&open.encode()), Ok(open.clone()));
+        let closed = AddrAns {
+            state: ST_CLOSED,
+            name: b"",
+            ..open.clone()
+        };
+        assert_eq!(parse_addr_ans(&closed.encode()), Ok(closed));
+        let bad = AddrAns {
+            state: ST_ABSENT,
+            ..open.clone()
+        };
+        assert!(
+            parse_addr_ans(&bad.encode()).is_err(),
+            "an absent endpoint with an address"
+        );
+        let bad = AddrAns { state: 7, ..open };
+        assert!(parse_addr_ans(&bad.encode()).is_err());
+        assert!(parse_addr_ans(&[0; 5]).is_err());
+        // An unknown operation, and the control flag on an AM.
+        let mut b = vec![0u8; HEADER];
+        encode_ctl(&mut b, 0, 0, CTL_CLOSED, &[]);
+        assert_eq!(decode(&b, 16).unwrap().ctl, CTL_CLOSED);
+        b[0] = 9;
+        assert!(decode(&b, 16).is_err());
+        let mut b = vec![0u8; HEADER];
+        encode_ctl(&mut b, 0, 0, CTL_CLOSED, &[]);
+        b[1] = 1 | F_CTRL;
+        assert!(decode(&b, 16).is_err());
+    }
+
+    #[test]
     fn malformed_messages_are_rejected() {
         assert!(decode(&[0; 8], 16).is_err());
         let mut b = vec![0u8; wire_len(Category::Medium, 2, 4)];
@@ -527,7 +698,12 @@ mod tests {
         encode(&mut b, 0, 0, 1, Kind::Request, Category::Short, &[], &[], 0);
         assert!(decode(&b, 16).is_ok());
         for (at, bits, what) in [
-            (1, 0x10, "reserved header bits"),
+            (1, 0x20, "reserved header bits"),
+            (
+                1,
+                F_CTRL,
+                "control flag on a message that is not credit-only",
+            ),
             (1, 0x80, "reserved header bits"),
             (3, 0x01, "reserved header bits"),
             (1, F_HELLO, "hello flag on an active message"),

@@ -32,20 +32,19 @@ impl Deliver for NoDeliver {
 /// connection-oriented provider under ofi_rxm connects lazily, and a lazy connection
 /// needs both sides to make progress) and an unreachable peer is reported here, by
 /// name, instead of hanging later.
-pub(crate) fn wireup(
-    eps: &mut [OfiEp],
-    total: usize,
-    g_base: &[usize],
-    prov: &str,
-) -> Result<(), InitError> {
+///
+/// `init` lists the global numbers of the endpoints made at init (those made at run
+/// time introduce themselves on first contact).
+pub(crate) fn wireup(eps: &mut [OfiEp], init: &[usize], prov: &str) -> Result<(), InitError> {
     let t0 = Instant::now();
+    let total = init.len();
     let mut next = vec![0usize; eps.len()];
     loop {
         let mut all_sent = true;
         let mut all_heard = true;
         for (e, ep) in eps.iter_mut().enumerate() {
-            let own = g_base[ep.tx.rank as usize] + e;
-            send_hellos(ep, &mut next[e], own, total)?;
+            let own = ep.tx.g(gex_core::EpAddr::new(ep.tx.rank, e as u16));
+            send_hellos(ep, &mut next[e], own, init)?;
             all_sent &= next[e] == total;
             ep.progress(&mut NoDeliver, usize::MAX);
             all_heard &= ep.rx.hellos + 1 >= total;
@@ -74,15 +73,15 @@ pub(crate) fn wireup(
     }
 }
 
-/// Sends `ep`'s hellos from global endpoint `*next` on, while the provider takes them.
+/// Sends `ep`'s hellos to the endpoints `init[*next..]`, while the provider takes them.
 fn send_hellos(
     ep: &mut OfiEp,
     next: &mut usize,
     own: usize,
-    total: usize,
+    init: &[usize],
 ) -> Result<(), InitError> {
-    while *next < total {
-        let g = *next;
+    while *next < init.len() {
+        let g = init[*next];
         if g == own {
             // Not to itself: its own progress serves both ends of a connection to
             // itself, so that one can be made lazily, if an AM to self ever needs it.

@@ -709,13 +709,13 @@ fn run_row(row: &Row, index: usize, env: &Env) -> Outcome {
     for r in (0..RANKS).filter(|&r| r != TRIGGER) {
         // `gex smp: rank R: neighbour rank 2 (pid N) has ended ...` (or `neighbours
         // rank 1 (pid M) and rank 2 (pid N) have ended` when a survivor died first);
-        // `gex ofi(tcp;ofi_rxm) rank R EP 0: endpoint 2 is unreachable ...`.
+        // `gex ofi(tcp;ofi_rxm) rank R EP 0: rank 2 EP 0 is unreachable ...`.
         let (head, names) = match expect.survivors {
             Survivors::Quiet => continue,
             Survivors::NameItSmp => (format!("gex smp: rank {r}: neighbour"), dead.clone()),
             Survivors::NameItOfi => (
                 format!("gex ofi(tcp;ofi_rxm) rank {r} EP 0: "),
-                format!("endpoint {TRIGGER} is unreachable"),
+                format!("rank {TRIGGER} EP 0 is unreachable"),
             ),
         };
         if !out

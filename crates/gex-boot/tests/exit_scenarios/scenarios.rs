@@ -201,7 +201,7 @@ pub(crate) enum Survivors {
     /// rank R: neighbour rank T (pid P) has ended`).
     NameItSmp,
     /// Each names the dead rank's endpoint through the ofi conduit's liveness probe
-    /// (`gex ofi(tcp;ofi_rxm) rank R EP 0: endpoint T is unreachable`).
+    /// (`gex ofi(tcp;ofi_rxm) rank R EP 0: rank T EP 0 is unreachable`).
     NameItOfi,
 }
 

@@ -1,0 +1,336 @@
+//! Endpoints made at run time (`Client::create_endpoint`, issue 25 point 1) on the ofi
+//! conduit over `tcp;ofi_rxm`, as process jobs of gex-testkit's process runner. Each
+//! endpoint made at run time has its own libfabric domain, CQ, AV and registration of
+//! its segment; peers find it on first contact through its rank's endpoint 0
+//! (docs/ofi.md, "Endpoints made at run time").
+//!
+//! - `lifecycle` (2 and 3 ranks): a send to an index a peer has not created yet is
+//!   `ConduitError::NoEndpoint` ("not created yet"), never a hang; once created it is
+//!   reached without a collective, from the peer's endpoint 0 and from the peer's
+//!   endpoint made at run time (AM Short, Medium and Long both ways between endpoints
+//!   made at run time of different ranks, with replies); after its owner drops it, a
+//!   send is `NoEndpoint` ("closed"), from an endpoint that reached it before (once the
+//!   closing notice has arrived) and from one that never did (its rank's endpoint 0
+//!   answers "closed"); indices are not reused; past the capacity
+//!   (`GEX_MAX_ENDPOINTS`) `create_endpoint` answers `EpError::Full`.
+//! - `two_threads_two_endpoints`: two threads of a rank, each driving its own endpoint
+//!   (0, and one made at run time), run round trips with the peer's endpoint of the same
+//!   index in lockstep with each other: a thread waits, inside its own endpoint's wait
+//!   loop, for the other thread's progress on the other endpoint, so the test can only
+//!   finish if driving one endpoint needs nothing from the other.
+//! - `shm_and_far_part_refuse`: with the `shm` provider `create_endpoint` answers
+//!   `Unsupported` (and the capability flag is off).
+
+use gex_conduit_ofi::Ofi;
+use gex_core::boot::Bootstrap;
+use gex_core::spi::{Capabilities, ConduitError};
+use gex_core::{Am, AmError, ClientBuilder, Config, EpAddr, EpError, HandlerId, Token};
+use gex_testkit::procs::Procs;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+const COUNT: HandlerId = HandlerId::at(140);
+const PING: HandlerId = HandlerId::at(141);
+const PONG: HandlerId = HandlerId::at(142);
+/// Lockstep round trips of each thread in `two_threads_two_endpoints` (four threads
+/// on CI's two cores, each spinning in its wait: kept short).
+const ROUNDS: u64 = 200;
+
+fn client(boot: Box<dyn Bootstrap>, max_eps: u32, provider: &str) -> gex_core::Client<Ofi> {
+    let cfg = Config::from_pairs([
+        ("GEX_OFI_PROVIDER", provider.to_string()),
+        ("GEX_MAX_ENDPOINTS", max_eps.to_string()),
+    ]);
+    ClientBuilder::new()
+        .segment_size(4096)
+        .config(cfg)
+        .init::<Ofi>(boot)
+        .unwrap()
+}
+
+/// A handler at `COUNT` on `ep` counting messages and replying to each request with a
+/// Short `PONG` carrying its first argument (when it has one).
+fn counter(ep: &mut gex_core::Endpoint<Ofi>) -> (Arc<AtomicU64>, Arc<AtomicU64>) {
+    let (n, pongs) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let m = n.clone();
+    ep.register_at(COUNT.index(), move |t: &mut Token<'_>, am: Am<'_>| {
+        m.fetch_add(1, Ordering::Relaxed);
+        if let Some(&a) = am.args().first() {
+            t.reply_short(PONG, &[a]).unwrap();
+        }
+    })
+    .unwrap();
+    let p = pongs.clone();
+    ep.register_at(PONG.index(), move |_: &mut Token<'_>, _: Am<'_>| {
+        p.fetch_add(1, Ordering::Relaxed);
+    })
+    .unwrap();
+    (n, pongs)
+}
+
+fn not_open(r: Result<(), AmError>, dst: EpAddr, state: &'static str) {
+    assert_eq!(
+        r,
+        Err(AmError::Conduit(ConduitError::NoEndpoint { dst, state })),
+        "send to {dst}"
+    );
+}
+
+/// Sends a Short to `dst` from `ep` until it fails with `NoEndpoint` (the closing
+/// notice of `dst` may still be on its way: sends before it are discarded).
+fn until_closed(ep: &mut gex_core::Endpoint<Ofi>, dst: EpAddr) {
+    loop {
+        match ep.request_short(dst, COUNT, &[]) {
+            Ok(()) => {
+                ep.poll();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            r => return not_open(r, dst, "closed"),
+        }
+    }
+}
+
+/// Rank `me`'s next rank, in a ring of `n`.
+fn next(me: u32, n: u32) -> u32 {
+    (me + 1) % n
+}
+
+fn lifecycle(boot: Box<dyn Bootstrap>) {
+    let c = client(boot, 3, "tcp");
+    let n = c.size();
+    assert!(c.runtime_endpoints());
+    assert_eq!(c.layout().max_eps, vec![3; n as usize]);
+    assert_eq!(c.endpoint_capacity(1), Some(3));
+    let (me, peer) = (c.rank(), next(c.rank(), n));
+    let mut ep0 = c.endpoint(0).unwrap();
+    assert!(ep0.capabilities().contains(Capabilities::RUNTIME_ENDPOINTS));
+    // Handlers are checked at the sender too: every endpoint that sends registers it.
+    let (got0, pongs0) = counter(&mut ep0);
+    gex_testkit::exchange_barrier(&mut ep0).unwrap();
+    // Not created yet on the peer: an error, nothing sent (Short, Medium, Long); its
+    // endpoint 0 answers, which the barrier's polls serve.
+    let absent = EpAddr::new(peer, 1);
+    not_open(
+        ep0.request_short(absent, COUNT, &[]),
+        absent,
+        "not created yet",
+    );
+    not_open(
+        ep0.request_medium(absent, COUNT, &[], &[1, 2, 3]),
+        absent,
+        "not created yet",
+    );
+    not_open(
+        ep0.request_long(absent, COUNT, &[], &[1, 2, 3], 0),
+        absent,
+        "not created yet",
+    );
+    // Nor on this rank.
+    let mine = EpAddr::new(me, 1);
+    not_open(ep0.request_short(mine, COUNT, &[]), mine, "not created yet");
+    // Beyond the capacity: the core's own error.
+    let beyond = EpAddr::new(peer, 3);
+    assert_eq!(
+        ep0.request_short(beyond, COUNT, &[]),
+        Err(AmError::BadEndpoint {
+            dst: beyond,
+            eps: 3
+        })
+    );
+    gex_testkit::exchange_barrier(&mut ep0).unwrap();
+
+    let mut ep1 = c.create_endpoint().unwrap();
+    assert_eq!(ep1.addr(), EpAddr::new(me, 1));
+    assert!(ep1.capabilities().contains(Capabilities::RUNTIME_ENDPOINTS));
+    let (got1, pongs1) = counter(&mut ep1);
+    gex_testkit::exchange_barrier(&mut ep0).unwrap();
+    // First contact from the peer's endpoint made at init (it asks the peer's endpoint
+    // 0, which the peer polls in the same call; the provider's connection to the new
+    // endpoint needs that endpoint polled too: a helper thread does), and from this
+    // rank's endpoint 0 to its endpoint made at run time (the directory, then the
+    // in-process path).
+    let dst = EpAddr::new(peer, 1);
+    polling(&mut ep1, || {
+        ep0.request_short(dst, COUNT, &[1]).unwrap();
+        ep0.request_short(mine, COUNT, &[5]).unwrap();
+    });
+    // Between endpoints made at run time of different ranks, and from one to the
+    // peer's endpoint 0: each first asks the other rank's endpoint 0, which a thread of
+    // that rank must poll meanwhile (here a helper thread; docs/ofi.md). Replies come
+    // back to both endpoints.
+    polling(&mut ep0, || {
+        ep1.request_medium(dst, COUNT, &[2], &[7; 100]).unwrap();
+        ep1.request_long(dst, COUNT, &[3], &[9; 64], 128).unwrap();
+        ep1.request_short(EpAddr::new(peer, 0), COUNT, &[4])
+            .unwrap();
+        // Each endpoint 1 receives 3 from the rank before it and 1 from its own
+        // endpoint 0; each endpoint 0 one from the rank before it's endpoint 1.
+        ep1.wait_until(|| {
+            got1.load(Ordering::Relaxed) == 4
+                && got0.load(Ordering::Relaxed) == 1
+                && pongs0.load(Ordering::Relaxed) == 2
+                && pongs1.load(Ordering::Relaxed) == 3
+        });
+    });
+    let mut long = [0u8; 64];
+    ep1.segment().read(128, &mut long).unwrap();
+    assert_eq!(
+        long, [9; 64],
+        "a Long lands in the segment of the endpoint made at run time"
+    );
+    // Every rank is done with every endpoint 1 before any drops its own.
+    polling(&mut ep1, || {
+        gex_testkit::exchange_barrier(&mut ep0).unwrap()
+    });
+    drop(ep1);
+    gex_testkit::exchange_barrier(&mut ep0).unwrap();
+    // Closed: an error from the endpoints that reached it before (once the closing
+    // notice has arrived), and from one that never did (the peer's endpoint 0 answers).
+    until_closed(&mut ep0, dst);
+    until_closed(&mut ep0, mine);
+    let mut ep2 = c.create_endpoint().unwrap();
+    assert_eq!(ep2.index(), 2, "indices are not reused");
+    let _ = counter(&mut ep2);
+    polling(&mut ep0, || {
+        not_open(ep2.request_short(dst, COUNT, &[]), dst, "closed");
+        not_open(ep2.request_short(mine, COUNT, &[]), mine, "closed");
+    });
+    assert_eq!(
+        c.create_endpoint().map(|_| ()),
+        Err(EpError::Full {
+            capacity: 3,
+            init: 1
+        })
+    );
+    polling(&mut ep2, || {
+        gex_testkit::exchange_barrier(&mut ep0).unwrap()
+    });
+    drop(ep2);
+    gex_testkit::exchange_barrier(&mut ep0).unwrap();
+}
+
+/// Runs `f` while a helper thread polls `ep` (its peers may need it to answer where
+/// an endpoint is, or to take a message).
+fn polling<T>(ep: &mut gex_core::Endpoint<Ofi>, f: impl FnOnce() -> T) -> T {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let stop = &stop;
+        s.spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                ep.poll();
+                std::thread::yield_now();
+            }
+        });
+        let r = f();
+        stop.store(true, Ordering::Relaxed);
+        r
+    })
+}
+
+/// Round trips with the peer's endpoint of the same index, in lockstep with the other
+/// thread's (see the module documentation).
+fn drive(
+    ep: &mut gex_core::Endpoint<Ofi>,
+    peer: u32,
+    rounds: u64,
+    mine: &AtomicU64,
+    other: &AtomicU64,
+) {
+    let (pongs, served) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (p, s) = (pongs.clone(), served.clone());
+    ep.register_at(PING.index(), move |t: &mut Token<'_>, am: Am<'_>| {
+        s.fetch_add(1, Ordering::Relaxed);
+        t.reply_short(PONG, am.args()).unwrap();
+    })
+    .unwrap();
+    ep.register_at(PONG.index(), move |_: &mut Token<'_>, _: Am<'_>| {
+        p.fetch_add(1, Ordering::Relaxed);
+    })
+    .unwrap();
+    let dst = EpAddr::new(peer, ep.index());
+    // The peer creates its endpoint at the same time: retry until it exists.
+    loop {
+        match ep.request_short(dst, PING, &[0]) {
+            Ok(()) => break,
+            Err(AmError::Conduit(ConduitError::NoEndpoint { .. })) => {
+                ep.poll();
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    ep.wait_until(|| pongs.load(Ordering::Relaxed) == 1);
+    for i in 1..=rounds {
+        ep.request_short(dst, PING, &[i as u32]).unwrap();
+        ep.wait_until(|| pongs.load(Ordering::Relaxed) == i + 1);
+        mine.store(i, Ordering::Release);
+        // Inside this endpoint's wait loop: the other thread must advance meanwhile.
+        ep.wait_until(|| other.load(Ordering::Acquire) >= i);
+    }
+    // Serve the peer's last requests before closing.
+    ep.wait_until(|| served.load(Ordering::Relaxed) == rounds + 1);
+}
+
+fn two_threads_two_endpoints(boot: Box<dyn Bootstrap>) {
+    let c = client(boot, 2, "tcp");
+    let peer = 1 - c.rank();
+    let ep0 = c.endpoint(0).unwrap();
+    let ep1 = c.create_endpoint().unwrap();
+    let (a, b) = (AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|s| {
+        let (a, b) = (&a, &b);
+        let t0 = s.spawn(move || {
+            let mut ep0 = ep0;
+            drive(&mut ep0, peer, ROUNDS, a, b);
+            ep0
+        });
+        s.spawn(move || drive(&mut { ep1 }, peer, ROUNDS, b, a));
+        let mut ep0 = t0.join().unwrap();
+        // Endpoint 1 (dropped by its thread) is closed; the peer's may still be
+        // sending: the final barrier (with every endpoint 1 dropped) is on ep0.
+        gex_testkit::exchange_barrier(&mut ep0).unwrap();
+    });
+    assert_eq!(
+        (a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)),
+        (ROUNDS, ROUNDS)
+    );
+}
+
+fn shm_refuses(boot: Box<dyn Bootstrap>) {
+    let c = client(boot, 3, "shm");
+    assert!(!c.runtime_endpoints());
+    let ep0 = c.endpoint(0).unwrap();
+    assert!(!ep0.capabilities().contains(Capabilities::RUNTIME_ENDPOINTS));
+    match c.create_endpoint() {
+        Err(EpError::Conduit(ConduitError::Unsupported { .. })) => {}
+        r => panic!("create_endpoint with shm: {:?}", r.map(|e| e.addr())),
+    }
+}
+
+fn procs(n: u32, body: fn(Box<dyn Bootstrap>)) {
+    Procs::new(n)
+        .timeout(Duration::from_secs(120))
+        .run(body)
+        .assert_success();
+}
+
+#[test]
+fn lifecycle_two_ranks() {
+    procs(2, lifecycle);
+}
+
+#[test]
+fn lifecycle_three_ranks() {
+    procs(3, lifecycle);
+}
+
+#[test]
+fn two_threads_two_endpoints_on_processes() {
+    procs(2, two_threads_two_endpoints);
+}
+
+#[test]
+fn shm_refuses_endpoints_made_at_run_time() {
+    procs(2, shm_refuses);
+}
