@@ -22,7 +22,9 @@
 use gex_conduit_smp::Smp;
 use gex_core::boot::Bootstrap;
 use gex_core::{Blocking, ClientBuilder, Config, EpAddr, Nb, Nbi};
-use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, Rma, RmaError, RmaExt, Strided};
+use gex_rma::{
+    AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, Rma, RmaError, RmaExt, Strided,
+};
 use gex_testkit::exchange_barrier;
 use gex_testkit::procs::Procs;
 use std::sync::Arc;
@@ -64,7 +66,11 @@ fn errors_then_mesh(boot: Box<dyn Bootstrap>) {
     let absent = EpAddr::new(next, 1);
     let p = GlobalPtr::<u64>::new(absent, 64);
     not_open(ep0.put(p, &[1, 2], Blocking), absent, "not created yet");
-    not_open(ep0.put::<u64, _>(p, &[], Blocking), absent, "not created yet");
+    not_open(
+        ep0.put::<u64, _>(p, &[], Blocking),
+        absent,
+        "not created yet",
+    );
     not_open(ep0.put_val(p, 5, Nbi), absent, "not created yet");
     not_open(ep0.get(vec![0u64; 2], p, Nb), absent, "not created yet");
     let mut back = [0u64; 2];
@@ -103,14 +109,20 @@ fn errors_then_mesh(boot: Box<dyn Bootstrap>) {
     // own segment: the next rank's endpoint 0 is untouched.
     let tag = u64::from(me) + 1;
     let to = GlobalPtr::<u64>::new(EpAddr::new(next, 1), 0);
-    ep1.put(to, &[tag, tag * 10, tag * 100, tag * 1000], Blocking).unwrap();
+    ep1.put(to, &[tag, tag * 10, tag * 100, tag * 1000], Blocking)
+        .unwrap();
     // Nb and Nbi puts further in.
     let ev = ep1.put(to.add(4), &[tag + 7], Nb).unwrap();
     ep1.wait(ev).unwrap();
     ep1.put_val(to.add(5), tag + 8, Nbi).unwrap();
     ep1.sync_nbi(NbiCategories::PUTS).unwrap();
-    ep1.memset(GlobalPtr::<u8>::new(EpAddr::new(next, 1), 48), 0xab, 8, Blocking)
-        .unwrap();
+    ep1.memset(
+        GlobalPtr::<u8>::new(EpAddr::new(next, 1), 48),
+        0xab,
+        8,
+        Blocking,
+    )
+    .unwrap();
     // A strided put: every other word of 6..12 from 3 values.
     let shape = Strided {
         counts: &[3],
@@ -118,7 +130,8 @@ fn errors_then_mesh(boot: Box<dyn Bootstrap>) {
         local_start: 0,
         local_strides: &[1],
     };
-    ep1.put_strided(to.add(8), &[tag; 3], shape, Blocking).unwrap();
+    ep1.put_strided(to.add(8), &[tag; 3], shape, Blocking)
+        .unwrap();
     exchange_barrier(&mut ep1).unwrap();
 
     // What the previous rank put here, read from the own segment and from a get of
@@ -167,12 +180,15 @@ fn errors_then_mesh(boot: Box<dyn Bootstrap>) {
         ep1.fetch(&ad, AtomicOp::Fadd, counter, tag, 0, f, Blocking)
             .unwrap();
     }
-    let ev = ep1.fetch(&ad, AtomicOp::Fadd, counter, 0, 0, f, Nb).unwrap();
+    let ev = ep1
+        .fetch(&ad, AtomicOp::Fadd, counter, 0, 0, f, Nb)
+        .unwrap();
     ep1.wait(ev).unwrap();
     exchange_barrier(&mut ep1).unwrap();
     let total: u64 = (1..=u64::from(n)).map(|t| t * 10).sum();
     assert_eq!(
-        ep1.fetch(&ad, AtomicOp::Get, counter, 0, 0, f, Blocking).unwrap(),
+        ep1.fetch(&ad, AtomicOp::Get, counter, 0, 0, f, Blocking)
+            .unwrap(),
         total
     );
     exchange_barrier(&mut ep1).unwrap();
