@@ -800,12 +800,12 @@ pub unsafe trait ConduitEp: Send + 'static {
     /// open: `Ok` for an endpoint made at init and for one made at run time that is
     /// open now; [`ConduitError::NoEndpoint`] naming its state (`"not created yet"`,
     /// `"closed"`) otherwise. Layers that reach a peer's segment without a message
-    /// (gex-rma's direct path through [`peer_segment`](Self::peer_segment), which a
-    /// conduit may map for an index that is not open) ask it before using the
-    /// mapping. The answer may change right after (the owner may create or drop the
-    /// endpoint): traffic racing with a close is the program's to avoid, as for AMs.
-    /// Must not block; a conduit with [`Capabilities::RUNTIME_ENDPOINTS`] implements it
-    /// with a load of the slot's state. The default answers `Ok` (right for conduits
+    /// (a direct copy through [`peer_segment`](Self::peer_segment), which a conduit
+    /// may map for an index that is not open) ask it before using the mapping. The
+    /// answer may change right after (the owner may create or drop the endpoint):
+    /// traffic racing with a close is the program's to avoid, as for AMs. Must not
+    /// block; a conduit with [`Capabilities::RUNTIME_ENDPOINTS`] implements it with a
+    /// load of the endpoint's state. The default answers `Ok` (right for conduits
     /// without endpoints made at run time, whose indices above the endpoints made at
     /// init the core refuses).
     ///
