@@ -165,9 +165,13 @@ fn vis_and_scoped_operations_check_targets_and_ranges() {
     let me = ep.addr();
     let bad_rank = GlobalPtr::<u32>::new(EpAddr::rank(3), 0);
     let rank_err = RmaError::BadRank { rank: 3, size: 1 };
-    let bad_ep = GlobalPtr::<u32>::new(EpAddr::new(0, 1), 0);
+    // Loopback makes endpoints at run time: the first index it cannot have is its
+    // capacity (below it, an index not created is `NoEndpoint`: the test at the end).
+    let cap = c.endpoint_capacity(0).unwrap();
+    assert_eq!(cap, gex_core::DEFAULT_MAX_ENDPOINTS);
+    let bad_ep = GlobalPtr::<u32>::new(EpAddr::new(0, cap), 0);
     let ep_err = RmaError::BadEndpoint {
-        dst: EpAddr::new(0, 1),
+        dst: EpAddr::new(0, cap),
     };
     assert_eq!(
         ep.put_strided(bad_rank, &[1], row(&[1], &[1]), Blocking),
@@ -199,9 +203,9 @@ fn vis_and_scoped_operations_check_targets_and_ranges() {
         Err(rank_err.clone())
     );
     assert_eq!(
-        ep.get_val(GlobalPtr::<u16>::new(EpAddr::new(0, 9), 0), Nbi),
+        ep.get_val(GlobalPtr::<u16>::new(EpAddr::new(0, u16::MAX), 0), Nbi),
         Err(RmaError::BadEndpoint {
-            dst: EpAddr::new(0, 9)
+            dst: EpAddr::new(0, u16::MAX)
         })
     );
     assert_eq!(ep.memset(bad_ep.cast(), 0, 1, Nbi), Err(ep_err.clone()));
