@@ -1033,6 +1033,39 @@ unsafe impl ConduitEp for SmpEp {
         let s = self.tx.segs[self.dst_g(dst)];
         Some((s.base.0, s.len))
     }
+    /// One `Acquire` load of the slot's state word for a slot made at run time
+    /// (`OPEN`, or `NoEndpoint` naming the state); `Ok` for an endpoint made at init
+    /// and for an address this conduit does not serve (another host's, in a hybrid
+    /// job: the far part's to say).
+    #[inline]
+    fn peer_open(&self, dst: EpAddr) -> Result<(), ConduitError> {
+        let c = &self.conduit;
+        let Some(&li) = c.local_of.get(dst.rank as usize) else {
+            return Ok(());
+        };
+        if li == NOT_LOCAL {
+            return Ok(());
+        }
+        let l = &c.layouts[li as usize];
+        let de = dst.ep as usize;
+        if de < l.eps || de >= l.slots {
+            return Ok(());
+        }
+        match c.maps[li as usize]
+            .state(l, de)
+            .load(gex_sync::atomic::Ordering::Acquire)
+        {
+            region::OPEN => Ok(()),
+            region::CLOSED => Err(ConduitError::NoEndpoint {
+                dst,
+                state: "closed",
+            }),
+            _ => Err(ConduitError::NoEndpoint {
+                dst,
+                state: "not created yet",
+            }),
+        }
+    }
 
     // Always inlined: with the ofi feature on (the hybrid conduit calls it too) the
     // compiler kept it out of line, and the short AM flood's sender then bound the

@@ -739,8 +739,10 @@ impl<C: Conduit> Client<C> {
     /// (`GEX_MAX_ENDPOINTS`, default [`DEFAULT_MAX_ENDPOINTS`], counts both kinds).
     /// Reduce traffic to an endpoint to nothing (e.g. with a barrier of the
     /// collectives layer) before dropping it: messages still in flight to it are
-    /// discarded with its queues. RMA to it is not offered yet (the RMA layer reaches
-    /// the endpoints made at init).
+    /// discarded with its queues. The endpoint has its own segment (of this rank's
+    /// segment length), which the RMA layer reaches as `(rank, index)` like an
+    /// endpoint made at init; layers that reach peers' memory without a message ask
+    /// [`ConduitEp::peer_open`](crate::spi::ConduitEp::peer_open) first.
     ///
     /// # Errors
     /// [`EpError::Full`] once the capacity is used up; [`EpError::Conduit`] with

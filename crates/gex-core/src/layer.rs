@@ -690,6 +690,28 @@ impl<'a, C: Conduit> Cx<'a, C> {
         }
         self.core.cep.peer_segment(dst)
     }
+    /// Whether `dst` is open ([`ConduitEp::peer_open`]): `Ok` for this endpoint, the
+    /// endpoints made at init and the endpoints made at run time that are open now;
+    /// [`ConduitError::NoEndpoint`] naming the state of one not created yet or closed.
+    /// `dst` must be within its rank's capacity ([`endpoint_capacity`](Self::endpoint_capacity)).
+    ///
+    /// # Errors
+    /// [`ConduitError::NoEndpoint`] if `dst` is not open.
+    #[inline]
+    pub fn peer_open(&self, dst: EpAddr) -> Result<(), ConduitError> {
+        if dst == self.core.me {
+            return Ok(());
+        }
+        self.core.cep.peer_open(dst)
+    }
+    /// Endpoint indices of `rank` that may be addressed (as
+    /// [`Client::endpoint_capacity`](crate::Client::endpoint_capacity)): its capacity
+    /// when the conduit makes endpoints at run time, the endpoints it made at init
+    /// otherwise; `None` for a rank outside the job.
+    #[inline]
+    pub fn endpoint_capacity(&self, rank: Rank) -> Option<u16> {
+        self.core.shared.cap.get(rank as usize).copied()
+    }
     /// This layer's slice of `dst`'s auxiliary area ([`Layer::AUX_BYTES`] bytes,
     /// 64-byte aligned, zero-filled at open) when the conduit maps it (`dst` shares
     /// memory with this rank; this endpoint included). Accesses from several

@@ -323,6 +323,9 @@ unsafe impl ConduitEp for LoopbackEp {
             .filter(|_| dst.rank == 0)
             .map(|s| (s.base(), s.len))
     }
+    fn peer_open(&self, dst: EpAddr) -> Result<(), ConduitError> {
+        self.conduit.open_seg(dst).map(|_| ())
+    }
     fn aux(&self, dst: EpAddr) -> Option<NonNull<u8>> {
         self.conduit
             .aux

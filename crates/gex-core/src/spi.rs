@@ -22,6 +22,7 @@
 //! | waiting | [`ConduitEp::block`] | sleeps until a message may have arrived (spurious returns allowed) |
 //! | waiting for room | [`ConduitEp::wait_room`] | optional ([`Capabilities::ROOM_WAKE`]); after a refused injection, sleeps until the receiver frees room; the default yields |
 //! | neighbourhood | [`ConduitEp::local_segment`], [`ConduitEp::peer_segment`] | local mapping of a peer's segment when it shares memory |
+//! | endpoint state | [`ConduitEp::peer_open`] | optional (default `Ok`); with run-time endpoints, whether a peer's index is open (`ConduitError::NoEndpoint` otherwise) |
 //! | auxiliary area | [`ConduitEp::aux`], [`ConduitEp::wake`] | a zeroed area per EP of [`OpenParams::aux_len`] bytes, mapped by its neighbours, for the layers above (each layer gets a slice); waking a neighbour's blocked waiter |
 //! | native RMA | [`ConduitEp::native_put`], [`ConduitEp::native_get`], [`ConduitEp::native_test`] | optional ([`Capabilities::NATIVE_RMA`]); one-sided transfers done by the network |
 //! | native atomics | [`ConduitEp::native_atomic_supported`], [`ConduitEp::native_atomic`] | optional ([`Capabilities::NATIVE_ATOMICS`]); NIC-offloaded atomics, chosen per atomic domain |
@@ -801,6 +802,25 @@ pub unsafe trait ConduitEp: Send + 'static {
     fn local_segment(&self) -> (NonNull<u8>, usize);
     /// The local mapping of `dst`'s segment if it shares memory with this rank.
     fn peer_segment(&self, dst: EpAddr) -> Option<(NonNull<u8>, usize)>;
+    /// Whether `dst` (an address within its rank's capacity, checked by the caller) is
+    /// open: `Ok` for an endpoint made at init and for one made at run time that is
+    /// open now; [`ConduitError::NoEndpoint`] naming its state (`"not created yet"`,
+    /// `"closed"`) otherwise. Layers that reach a peer's segment without a message
+    /// (a direct copy through [`peer_segment`](Self::peer_segment), which a conduit
+    /// may map for an index that is not open) ask it before using the mapping. The
+    /// answer may change right after (the owner may create or drop the endpoint):
+    /// traffic racing with a close is the program's to avoid, as for AMs. Must not
+    /// block; a conduit with [`Capabilities::RUNTIME_ENDPOINTS`] implements it with a
+    /// load of the endpoint's state. The default answers `Ok` (right for conduits
+    /// without endpoints made at run time, whose indices above the endpoints made at
+    /// init the core refuses).
+    ///
+    /// # Errors
+    /// [`ConduitError::NoEndpoint`] if `dst` is not open.
+    fn peer_open(&self, dst: EpAddr) -> Result<(), ConduitError> {
+        let _ = dst;
+        Ok(())
+    }
     /// Injects a request to `msg.dst()`. Returns `Ok(Sent)` once the payload source
     /// may be reused; `Ok(WouldBlock)` if resources are lacking and `imm` is set.
     /// Without `imm` the conduit may also return `WouldBlock`; the core then polls and

@@ -726,7 +726,7 @@ impl Rma {
                 }
                 .into());
             }
-            let base = self.mapping(cx, dst, p.offset + size);
+            let base = self.mapping(cx, dst, p.offset + size)?;
             let path = self.path(
                 OpKind::Atomic { nic: ad.nic },
                 size,

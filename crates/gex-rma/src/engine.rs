@@ -242,17 +242,18 @@ impl Rma {
             return false;
         }
         if src.is_empty() {
-            return true;
+            // Nothing moves, but an endpoint made at run time must be open.
+            return !self.made_at_run_time(dst) || cx.peer_open(dst).is_ok();
         }
         match self.mapping(cx, dst, offset + src.len()) {
-            Some(base) => {
+            Ok(Some(base)) => {
                 // SAFETY: the range was checked against the segment; the mapping is
                 // live (module `crate::direct`). Race-free: byte-wise atomic stores
                 // into the segment; `src` is ours.
                 unsafe { gex_sync::copy::atomic_write(base.as_ptr().add(offset), src) };
                 true
             }
-            None => false,
+            Ok(None) | Err(_) => false,
         }
     }
 
@@ -274,17 +275,18 @@ impl Rma {
             return false;
         }
         if len == 0 {
-            return true;
+            // Nothing moves, but an endpoint made at run time must be open.
+            return !self.made_at_run_time(src) || cx.peer_open(src).is_ok();
         }
         match self.mapping(cx, src, offset + len) {
-            Some(base) => {
+            Ok(Some(base)) => {
                 // SAFETY: the range was checked against the segment; `dst` is writable
                 // (contract). Race-free: byte-wise atomic loads from the segment; `dst`
                 // is not otherwise borrowed (contract).
                 unsafe { gex_sync::copy::atomic_copy(base.as_ptr().add(offset), dst, len) };
                 true
             }
-            None => false,
+            Ok(None) | Err(_) => false,
         }
     }
 
@@ -304,7 +306,7 @@ impl Rma {
         if job.is_none() {
             let total: usize = chunks.iter().map(|c| c.len).sum();
             let offset = chunks.first().map_or(0, |c| c.remote);
-            let base = self.mapping(cx, dst, remote_end(chunks));
+            let base = self.mapping(cx, dst, remote_end(chunks))?;
             let path = self.path(OpKind::Put, total, offset, chunks.len(), base.is_some());
             match (path, base) {
                 (Path::Nothing, _) => return Ok(Step::Now(())),
@@ -472,7 +474,7 @@ impl Rma {
         if job.is_none() {
             let total: usize = chunks.iter().map(|c| c.len).sum();
             let offset = chunks.first().map_or(0, |c| c.remote);
-            let base = self.mapping(cx, src, remote_end(chunks));
+            let base = self.mapping(cx, src, remote_end(chunks))?;
             let path = self.path(OpKind::Get, total, offset, chunks.len(), base.is_some());
             match (path, base, to) {
                 (Path::Nothing, _, _) => {
@@ -534,7 +536,7 @@ impl Rma {
         ev: &mut Option<Event<(), RmaError>>,
     ) -> Result<Step<()>, Fail<()>> {
         if job.is_none() {
-            let base = self.mapping(cx, dst, offset + len);
+            let base = self.mapping(cx, dst, offset + len)?;
             match (
                 self.path(OpKind::Memset, len, offset, 1, base.is_some()),
                 base,

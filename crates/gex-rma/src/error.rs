@@ -26,11 +26,26 @@ pub enum RmaError {
         /// Ranks in the job.
         size: u32,
     },
-    /// The target rank has no endpoint with that index.
+    /// The target rank has no endpoint with that index: the index is at or above
+    /// the rank's capacity (`JobLayout::max_eps` when the conduit makes endpoints at
+    /// run time, `JobLayout::eps` otherwise; `Client::endpoint_capacity`).
     #[error("{dst} does not exist")]
     BadEndpoint {
         /// The address given.
         dst: EpAddr,
+    },
+    /// The target is an index within its rank's capacity whose endpoint is not open:
+    /// an endpoint made at run time (`Client::create_endpoint`) that its rank has not
+    /// created yet, or has dropped (closed; indices are never reused). Nothing was
+    /// moved. From the conduit's `ConduitError::NoEndpoint`: the direct path asks the
+    /// conduit before using its mapping of the segment, the AM path gets it from the
+    /// conduit when it sends.
+    #[error("{dst} is not open ({state})")]
+    NoEndpoint {
+        /// The address given.
+        dst: EpAddr,
+        /// `"not created yet"` or `"closed"`.
+        state: &'static str,
     },
     /// The remote range `[offset, offset + len)` (bytes) is not inside the target's
     /// published segment, or computing it overflowed (then `len` is the length of the
@@ -126,12 +141,31 @@ pub enum RmaError {
     #[error(transparent)]
     Event(#[from] EventError),
     /// The AM layer failed (reference path, exchanges), e.g. the conduit failed.
+    /// (A conduit's `NoEndpoint` is [`RmaError::NoEndpoint`] instead.)
     #[error(transparent)]
-    Am(#[from] AmError),
+    Am(AmError),
+}
+
+impl From<AmError> for RmaError {
+    /// `AmError::Conduit(ConduitError::NoEndpoint { .. })` becomes
+    /// [`RmaError::NoEndpoint`]; any other error [`RmaError::Am`].
+    fn from(e: AmError) -> Self {
+        match e {
+            AmError::Conduit(c) => c.into(),
+            e => RmaError::Am(e),
+        }
+    }
 }
 
 impl From<gex_core::spi::ConduitError> for RmaError {
+    /// `ConduitError::NoEndpoint` becomes [`RmaError::NoEndpoint`]; any other error
+    /// `RmaError::Am(AmError::Conduit(..))`.
     fn from(e: gex_core::spi::ConduitError) -> Self {
-        RmaError::Am(AmError::Conduit(e))
+        match e {
+            gex_core::spi::ConduitError::NoEndpoint { dst, state } => {
+                RmaError::NoEndpoint { dst, state }
+            }
+            e => RmaError::Am(AmError::Conduit(e)),
+        }
     }
 }

@@ -182,15 +182,24 @@ pub struct Rma {
     /// This endpoint's segment (base, length).
     pub(crate) seg: NonNull<u8>,
     pub(crate) seg_len: usize,
-    /// Published segment length and endpoint count of every rank.
+    /// Published segment length of every rank (each of its endpoints, made at init
+    /// or at run time, has a segment of this length).
     pub(crate) seg_lens: Vec<usize>,
-    pub(crate) eps: Vec<u16>,
+    /// Endpoint indices every rank may be addressed at (its capacity when the
+    /// conduit makes endpoints at run time: [`Cx::endpoint_capacity`]); at or above,
+    /// [`RmaError::BadEndpoint`].
+    pub(crate) cap: Vec<u16>,
+    /// Endpoints every rank made at init: indices at or above are endpoints made at
+    /// run time, whose state is asked per operation ([`Rma::mapping`]) and whose
+    /// mappings are never cached.
+    pub(crate) init_eps: Vec<u16>,
     pub(crate) caps: Capabilities,
     /// The AM path is forced (`--cfg gex_force_am_rma` or `GEX_RMA_PATH=am`).
     pub(crate) force_am: bool,
     /// Per rank: the cached mapping of its endpoint with this endpoint's index and the
-    /// length a range must stay within ([`Rma::mapping`] fills it; the fast paths'
-    /// whole question in one entry, [`Rma::direct_at`]).
+    /// length a range must stay within ([`Rma::mapping`] fills it, only for an
+    /// endpoint that rank made at init; the fast paths' whole question in one entry,
+    /// [`Rma::direct_at`]).
     pub(crate) direct: Vec<Direct>,
     pub(crate) ops: OpTable,
     next: u32,
@@ -328,7 +337,10 @@ impl Layer for Rma {
         let size = cx.size();
         let layout = cx.layout();
         let seg_lens = layout.seg_len.clone();
-        let eps = layout.eps.clone();
+        let init_eps = layout.eps.clone();
+        let cap = (0..size)
+            .map(|r| cx.endpoint_capacity(r).unwrap_or(0))
+            .collect();
         let mut caps = cx.capabilities();
         if force_am {
             caps.remove(Capabilities::NATIVE_RMA | Capabilities::NATIVE_ATOMICS);
@@ -353,7 +365,8 @@ impl Layer for Rma {
             seg,
             seg_len,
             seg_lens,
-            eps,
+            cap,
+            init_eps,
             caps,
             force_am,
             direct: vec![Direct::NONE; size as usize],
@@ -489,7 +502,9 @@ impl Rma {
 
     // ------------------------------------------------------------------ checks
 
-    /// Checks rank and endpoint; returns the target's segment length.
+    /// Checks rank and endpoint index (below the rank's capacity); returns the
+    /// target's segment length. Whether an endpoint made at run time is open is
+    /// asked of the conduit when the operation starts ([`Rma::mapping`]).
     #[inline]
     pub(crate) fn check_target(&self, dst: EpAddr) -> Result<usize, RmaError> {
         if dst.rank >= self.size {
@@ -499,7 +514,7 @@ impl Rma {
             });
         }
         let r = dst.rank as usize;
-        if dst.ep >= self.eps[r] {
+        if dst.ep >= self.cap[r] {
             return Err(RmaError::BadEndpoint { dst });
         }
         Ok(self.seg_lens[r])
@@ -525,26 +540,48 @@ impl Rma {
         }
     }
 
+    /// True if (checked) `dst` is an endpoint its rank made at run time.
+    #[inline(always)]
+    pub(crate) fn made_at_run_time(&self, dst: EpAddr) -> bool {
+        self.init_eps
+            .get(dst.rank as usize)
+            .is_none_or(|&e| dst.ep >= e)
+    }
+
     /// The local mapping of (checked) `dst`'s segment if the bytes `0..end` of it lie
     /// within what is mapped here and within its published length (every remote range
     /// of the operation ends at or before `end`), unless the AM path is forced. `None`
     /// otherwise: the operation takes the native or AM path, so no direct copy ever
     /// passes the smaller of the two lengths (a conduit may map less than the layout
     /// says: `peer_segment`'s length is at most the layout's).
+    ///
+    /// Every operation asks it when it starts, so this is also where an endpoint made
+    /// at run time is checked to be open (one question to the conduit per operation:
+    /// its mapping is never cached, so a close is seen by the next operation).
+    ///
+    /// # Errors
+    /// [`RmaError::NoEndpoint`] if `dst` is an endpoint made at run time that is not
+    /// open (not created yet, or closed).
     #[inline]
     pub(crate) fn mapping<C: Conduit>(
         &mut self,
         cx: &Cx<'_, C>,
         dst: EpAddr,
         end: usize,
-    ) -> Option<NonNull<u8>> {
+    ) -> Result<Option<NonNull<u8>>, RmaError> {
+        let runtime = self.made_at_run_time(dst);
+        if runtime {
+            cx.peer_open(dst)?;
+        }
         if self.force_am {
-            return None;
+            return Ok(None);
         }
         let r = dst.rank as usize;
-        let (base, len) = if dst.ep != self.me.ep {
-            let (p, len) = cx.peer_segment(dst)?;
-            (p.as_ptr(), len.min(*self.seg_lens.get(r)?))
+        let (base, len) = if dst.ep != self.me.ep || runtime {
+            let (Some((p, len)), Some(&seg)) = (cx.peer_segment(dst), self.seg_lens.get(r)) else {
+                return Ok(None);
+            };
+            (p.as_ptr(), len.min(seg))
         } else {
             if !self.direct[r].asked {
                 // `dst` was checked (rank, endpoint); the range bound is the smaller
@@ -564,17 +601,19 @@ impl Rma {
             (self.direct[r].base, self.direct[r].len)
         };
         if end > len {
-            return None;
+            return Ok(None);
         }
-        NonNull::new(base)
+        Ok(NonNull::new(base))
     }
 
     /// The address of `[offset, offset + len)` of `dst`'s segment if that range is on
     /// the direct path and its mapping is already cached (no conduit call): the whole
-    /// check of the put, get and atomic fast paths, one entry loaded. An empty range
-    /// at offset 0 passes whatever the mapping (its copy moves nothing). `None` for
-    /// anything else (not cached yet, not mapped, the AM path forced, a bad range: the
-    /// slow path decides and reports errors).
+    /// check of the put, get and atomic fast paths, one entry loaded. Once the
+    /// conduit was asked, an empty range at offset 0 passes whatever the mapping (its
+    /// copy moves nothing; the target was checked when it was asked). `None` for
+    /// anything else (not asked yet, never for an endpoint made at run time, not
+    /// mapped, the AM path forced, a bad range: the slow path decides and reports
+    /// errors).
     #[inline(always)]
     pub(crate) fn direct_at(&self, dst: EpAddr, offset: usize, len: usize) -> Option<*mut u8> {
         if dst.ep != self.me.ep {
@@ -582,7 +621,7 @@ impl Rma {
         }
         let d = self.direct.get(dst.rank as usize)?;
         let end = offset.checked_add(len)?;
-        if end > d.len {
+        if end > d.len || !d.asked {
             return None;
         }
         // SAFETY: with `d.len > 0`, `d.base` is a cached mapping of `d.len` bytes

@@ -165,9 +165,13 @@ fn vis_and_scoped_operations_check_targets_and_ranges() {
     let me = ep.addr();
     let bad_rank = GlobalPtr::<u32>::new(EpAddr::rank(3), 0);
     let rank_err = RmaError::BadRank { rank: 3, size: 1 };
-    let bad_ep = GlobalPtr::<u32>::new(EpAddr::new(0, 1), 0);
+    // Loopback makes endpoints at run time: the first index it cannot have is its
+    // capacity (below it, an index not created is `NoEndpoint`: the test at the end).
+    let cap = c.endpoint_capacity(0).unwrap();
+    assert_eq!(cap, gex_core::DEFAULT_MAX_ENDPOINTS);
+    let bad_ep = GlobalPtr::<u32>::new(EpAddr::new(0, cap), 0);
     let ep_err = RmaError::BadEndpoint {
-        dst: EpAddr::new(0, 1),
+        dst: EpAddr::new(0, cap),
     };
     assert_eq!(
         ep.put_strided(bad_rank, &[1], row(&[1], &[1]), Blocking),
@@ -199,9 +203,9 @@ fn vis_and_scoped_operations_check_targets_and_ranges() {
         Err(rank_err.clone())
     );
     assert_eq!(
-        ep.get_val(GlobalPtr::<u16>::new(EpAddr::new(0, 9), 0), Nbi),
+        ep.get_val(GlobalPtr::<u16>::new(EpAddr::new(0, u16::MAX), 0), Nbi),
         Err(RmaError::BadEndpoint {
-            dst: EpAddr::new(0, 9)
+            dst: EpAddr::new(0, u16::MAX)
         })
     );
     assert_eq!(ep.memset(bad_ep.cast(), 0, 1, Nbi), Err(ep_err.clone()));
@@ -621,4 +625,91 @@ fn a_domain_against_another_exchange_is_a_mismatch() {
         matches!(rb, Err(AmError::ExchangeMismatch { ours: 77, .. })),
         "{rb:?}"
     );
+}
+
+// ---------------------------------------------------------------- endpoints made at run time
+
+/// Endpoints made at run time on loopback (capacity 3: endpoint 0 made at init, 1 and
+/// 2 at run time): an index not created yet or closed is `RmaError::NoEndpoint`
+/// naming its state, for every kind of operation (an empty put included), and moves
+/// nothing; an index at the capacity is `RmaError::BadEndpoint`; once created, the
+/// endpoint is a target (its own segment, not endpoint 0's) and an initiator. The
+/// same on smp with 3 ranks, processes and threads, and through the AM path:
+/// `conduits/smp/tests/runtime_rma.rs`.
+#[test]
+fn runtime_endpoints_are_reached_once_open_and_refused_otherwise() {
+    let c = ClientBuilder::new()
+        .layer::<Rma>()
+        .segment_size(SEG)
+        .config(Config::from_pairs([("GEX_MAX_ENDPOINTS", "3")]))
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut ep0 = c.endpoint(0).unwrap();
+    let before = fill(&mut ep0);
+    let one = EpAddr::new(0, 1);
+    let not_open = |state: &'static str| RmaError::NoEndpoint { dst: one, state };
+    let p = GlobalPtr::<u64>::new(one, 8);
+    let absent = not_open("not created yet");
+    assert_eq!(ep0.put(p, &[1, 2], Blocking), Err(absent.clone()));
+    assert_eq!(ep0.put::<u64, _>(p, &[], Blocking), Err(absent.clone()));
+    assert_eq!(ep0.put_val(p, 3, Nbi), Err(absent.clone()));
+    assert_eq!(ep0.get_val(p, Blocking), Err(absent.clone()));
+    assert_eq!(
+        ep0.get(vec![0u64; 2], p, Nb).map(|_| ()),
+        Err(absent.clone())
+    );
+    assert_eq!(
+        ep0.memset(GlobalPtr::<u8>::new(one, 0), 9, 4, Blocking),
+        Err(absent.clone())
+    );
+    let shape = row(&[2], &[1]);
+    assert_eq!(
+        ep0.put_strided(p, &[1, 2], shape, Blocking),
+        Err(absent.clone())
+    );
+    ep0.sync_nbi(NbiCategories::ALL).unwrap();
+    let beyond = EpAddr::new(0, 3);
+    assert_eq!(
+        ep0.put_val(GlobalPtr::<u64>::new(beyond, 0), 1, Blocking),
+        Err(RmaError::BadEndpoint { dst: beyond })
+    );
+    unchanged(&mut ep0, &before);
+
+    let mut ep1 = c.create_endpoint().unwrap();
+    assert_eq!(ep1.addr(), one);
+    // Its own segment, zero-filled: nothing refused landed, and endpoint 0's is apart.
+    assert_eq!(ep1.get_val(p, Blocking), Ok(0));
+    // Direct path only between two endpoints of one thread (the AM path would need
+    // the target endpoint polled meanwhile; smp's test drives each from its thread).
+    if !cfg!(gex_force_am_rma) {
+        ep0.put(p, &[5, 6], Blocking).unwrap();
+        assert_eq!(ep1.get_val(p.add(1), Blocking), Ok(6));
+        ep1.put_val(GlobalPtr::<u64>::new(ep0.addr(), 8), 7, Blocking)
+            .unwrap();
+        assert_eq!(
+            ep0.get_val(GlobalPtr::<u64>::new(ep0.addr(), 8), Blocking),
+            Ok(7)
+        );
+    }
+    let w = ep1.world();
+    let ad = ep1
+        .atomic_domain::<u64>(&w, AtomicOps::FADD | AtomicOps::GET)
+        .unwrap();
+    let word = GlobalPtr::<u64>::new(one, 64);
+    ep1.fetch(&ad, AtomicOp::Fadd, word, 4, 0, NONE, Blocking)
+        .unwrap();
+    assert_eq!(
+        ep1.fetch(&ad, AtomicOp::Get, word, 0, 0, NONE, Blocking),
+        Ok(4)
+    );
+    drop(ep1);
+
+    let closed = not_open("closed");
+    assert_eq!(ep0.put_val(p, 1, Blocking), Err(closed.clone()));
+    assert_eq!(ep0.put::<u64, _>(p, &[], Nbi), Err(closed.clone()));
+    assert_eq!(ep0.get(vec![0u64; 1], p, Blocking), Err(closed.clone()));
+    let mut ep2 = c.create_endpoint().unwrap();
+    assert_eq!(ep2.index(), 2, "indices are not reused");
+    assert_eq!(ep2.get_val(p, Blocking), Err(closed));
+    ep0.sync_nbi(NbiCategories::ALL).unwrap();
 }

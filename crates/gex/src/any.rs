@@ -125,6 +125,10 @@ macro_rules! any_conduit {
                 match self { $( $(#[$m])* AnyEp::$v(e) => e.peer_segment(dst), )+ }
             }
             #[inline]
+            fn peer_open(&self, dst: EpAddr) -> Result<(), ConduitError> {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.peer_open(dst), )+ }
+            }
+            #[inline]
             fn inject(&mut self, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, ConduitError> {
                 match self { $( $(#[$m])* AnyEp::$v(e) => e.inject(msg, imm), )+ }
             }

@@ -782,7 +782,6 @@ pub(super) fn errors<C: Conduit>(client: &Client<C>) -> R {
     let (me, n) = (r.rank(), r.size());
     let seg = r.segment().len();
     let slot = slot_len(&r);
-    let eps = client.endpoint_count();
     let mine = me as usize * slot;
     let right = EpAddr::rank((me + 1) % n);
     // Known contents in my slot on the right neighbour, to prove nothing is written.
@@ -821,7 +820,12 @@ pub(super) fn errors<C: Conduit>(client: &Client<C>) -> R {
         "scoped get from a bad rank",
     )?;
 
-    let bad_ep = EpAddr::new(right.rank, eps);
+    // The first index the right neighbour cannot have: its capacity (the endpoints
+    // made at init, or more where the conduit makes endpoints at run time).
+    let cap = client
+        .endpoint_capacity(right.rank)
+        .ok_or_else(|| format!("no endpoint capacity for rank {}", right.rank))?;
+    let bad_ep = EpAddr::new(right.rank, cap);
     expect_err(
         r.put(GlobalPtr::<u8>::new(bad_ep, 0), &[1], Blocking),
         &RmaError::BadEndpoint { dst: bad_ep },
@@ -832,6 +836,32 @@ pub(super) fn errors<C: Conduit>(client: &Client<C>) -> R {
         &RmaError::BadEndpoint { dst: bad_ep },
         "get_val from a bad endpoint",
     )?;
+    // Below the capacity, above the endpoints made at init: an endpoint made at run
+    // time that nobody created (each case has a client of its own).
+    let init = client.layout().eps[right.rank as usize];
+    if cap > init {
+        let absent = EpAddr::new(right.rank, init);
+        let want = RmaError::NoEndpoint {
+            dst: absent,
+            state: "not created yet",
+        };
+        expect_err(
+            r.put(GlobalPtr::<u8>::new(absent, 0), &[1], Blocking),
+            &want,
+            "put to an endpoint not created yet",
+        )?;
+        expect_err(
+            r.get(vec![0u8; 4], GlobalPtr::<u8>::new(absent, 0), Nb)
+                .map(|_| ()),
+            &want,
+            "get Nb from an endpoint not created yet",
+        )?;
+        expect_err(
+            r.memset(GlobalPtr::<u8>::new(absent, 0), 1, 8, Nbi),
+            &want,
+            "memset Nbi to an endpoint not created yet",
+        )?;
+    }
 
     let oos = |offset, len| RmaError::OutOfSegment {
         dst: right,

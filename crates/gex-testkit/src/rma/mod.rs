@@ -30,7 +30,7 @@
 //! | `rma_atomic_concurrency` | all ranks on words of the last rank: fetch-add (blocking and NB) whose fetched values must form a permutation of `0..n*k`, NBI fetch-dec, a CAS lock (acquire/release) protecting a plain counter, min/max convergence, f64/f32 sums and products, or/and/xor |
 //! | `rma_atomic_errors` | `BadOpSet`, `DomainMismatch` (different op sets, different types: on every rank), `NotInTeam`, `OpNotInDomain`, `NotFetching`, `Misaligned`, `OutOfSegment` (incl. overflow), `BadRank`; failed atomics change nothing |
 //! | `rma_barrier_visibility` | NBI puts synced before a barrier are visible to every rank after it; atomics between barriers all counted (the barrier's own protocol is the collectives layer's) |
-//! | `rma_errors` | `BadRank`, `BadEndpoint`, `OutOfSegment` (incl. offset overflow), `LocalOutOfBounds`, `ShapeMismatch`, `MixedTargets`; failed operations write nothing, local or remote |
+//! | `rma_errors` | `BadRank`, `BadEndpoint` (an index at the neighbour's capacity), `NoEndpoint` (an index below it not created yet, where the conduit makes endpoints at run time), `OutOfSegment` (incl. offset overflow), `LocalOutOfBounds`, `ShapeMismatch`, `MixedTargets`; failed operations write nothing, local or remote |
 //!
 //! # Running it
 //! ```ignore
