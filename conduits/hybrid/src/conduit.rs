@@ -207,10 +207,7 @@ fn capabilities(far: Capabilities, hybrid: bool) -> Capabilities {
     if !hybrid {
         return far;
     }
-    // A refusal may come from either part, and only the near part's wait for room is
-    // reached (when the far part needs no progress): no ROOM_WAKE.
-    (far - Capabilities::BLOCKING_WAIT - Capabilities::NP_IN_PLACE - Capabilities::ROOM_WAKE)
-        | Capabilities::SHARED_MEMORY
+    (far - Capabilities::BLOCKING_WAIT - Capabilities::NP_IN_PLACE) | Capabilities::SHARED_MEMORY
 }
 
 #[cfg(test)]

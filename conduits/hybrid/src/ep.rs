@@ -257,20 +257,6 @@ unsafe impl<N: NearConduit, F: FarConduit> ConduitEp for HybridEp<N, F> {
         }
     }
 
-    /// The near part's wait for room when the far part needs no progress (a refusal
-    /// by the far part then costs at most the near part's wait, bounded by the nap);
-    /// otherwise a yield.
-    fn wait_room(&mut self, timeout: Duration) {
-        let Some(near) = &mut self.near else {
-            return self.far.wait_room(timeout);
-        };
-        if self.far.wants_progress() {
-            std::thread::yield_now();
-        } else {
-            near.wait_room(timeout.min(NAP));
-        }
-    }
-
     /// Without the near part: the far endpoint's. In a hybrid job payloads are not built
     /// in place (`NP_IN_PLACE` would have to hold for every peer): `Bounce`.
     fn prepare(&mut self, req: &PrepareReq, imm: bool) -> Result<Prepare, ConduitError> {

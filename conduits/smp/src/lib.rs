@@ -18,12 +18,6 @@
 //! - **Waking.** Each endpoint has a [`gex_sync::wait::Doorbell`]. A sender rings it after
 //!   publishing; that is one relaxed load unless the receiver may sleep (wait policy
 //!   `block`/`spin-then-block`, chosen automatically when ranks outnumber cores).
-//! - **A full ring wakes its sender when it drains** (`Capabilities::ROOM_WAKE`). A
-//!   sender refused for room, once its spins and yields are used up, asks the ring's
-//!   consumer for a wake-up (a flag in the consumer's cache line) and sleeps on its own
-//!   doorbell (`ConduitEp::wait_room`); the consumer rings it after a drain that
-//!   published its head. A request missed in a race costs the core's 1 ms timeout.
-//!
 //! - **Replies never block.** If a reply ring is full the reply is queued locally and
 //!   requests from that peer are not drained until it has been delivered, which bounds the
 //!   queue to one reply per peer and rules out request/reply deadlock.

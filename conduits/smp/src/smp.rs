@@ -192,9 +192,6 @@ pub struct SmpEp {
     seen: u32,
     limits: Limits,
     np: Option<Np>,
-    /// The request ring (global slot) and record body length of the last injection
-    /// refused for want of room, for [`ConduitEp::wait_room`].
-    room: Option<(usize, usize)>,
     /// When to look at the neighbours' pidfds next.
     watch: Watch,
     conduit: Arc<Smp>,
@@ -647,7 +644,6 @@ impl Smp {
                 max_long: usize::MAX,
             },
             np: None,
-            room: None,
             watch: Watch::new(),
             conduit: self.clone(),
         }
@@ -919,11 +915,6 @@ fn drain<D: Deliver>(
             break;
         }
     }
-    // The sender waits for room in this ring (`wait_room`) and a head published since
-    // freed some: wake it (its doorbell; a fence and a load when it does not sleep).
-    if c.take_room_asked() {
-        tx.bells[g].get().ring();
-    }
     n
 }
 
@@ -1008,7 +999,6 @@ unsafe impl ConduitEp for SmpEp {
             | Capabilities::SHARED_MEMORY
             | Capabilities::BLOCKING_WAIT
             | Capabilities::RUNTIME_ENDPOINTS
-            | Capabilities::ROOM_WAKE
     }
     /// This endpoint's limits, with Medium payloads also bounded by what `dst`'s rings
     /// hold (a neighbour may run with smaller rings: `GEX_SMP_RING_SIZE` is per rank),
@@ -1085,7 +1075,6 @@ unsafe impl ConduitEp for SmpEp {
             self.tx.bells[g].get().ring();
             Ok(Injected::Sent)
         } else {
-            self.room = Some((g, body_len(msg)));
             Ok(Injected::WouldBlock)
         }
     }
@@ -1127,47 +1116,6 @@ unsafe impl ConduitEp for SmpEp {
         let seen = self.seen;
         bell.wait_until_timeout(WaitPolicy::Block, timeout, || {
             bell.epoch() != seen
-                || rx.contacted()
-                || rx
-                    .active
-                    .iter()
-                    .any(|&g| rx.rep[g].has_data() || rx.req[g].has_data())
-        });
-        self.seen = bell.epoch();
-    }
-
-    /// Sleeps on this endpoint's doorbell until the ring of the last refused injection
-    /// has room for its record (the receiver rings this doorbell when it frees room
-    /// this endpoint asked for: `ring::Producer::ask_room`), a message arrives, or
-    /// `timeout` passes. A back-pressured sender thus leaves the core to the receiver
-    /// it waits for instead of competing with it for the core (with more ranks than
-    /// cores the receiver is often not running).
-    fn wait_room(&mut self, timeout: Duration) {
-        self.check_peers();
-        let Some((g, len)) = self.room else {
-            std::thread::yield_now();
-            return;
-        };
-        if self.tx.npending > 0 {
-            // Our deferred replies wait for the peer, which does not ring us: stay awake.
-            std::thread::yield_now();
-            return;
-        }
-        let Some(p) = self.tx.req[g].as_mut() else {
-            self.room = None;
-            return;
-        };
-        if p.ask_room(len) {
-            self.room = None;
-            return;
-        }
-        let p = &*p;
-        let rx = &self.rx;
-        let bell = self.bell.get();
-        let seen = self.seen;
-        bell.wait_until_timeout(WaitPolicy::Block, timeout, || {
-            bell.epoch() != seen
-                || p.room_for(len)
                 || rx.contacted()
                 || rx
                     .active
@@ -1245,7 +1193,6 @@ unsafe impl ConduitEp for SmpEp {
             Category::Medium => {
                 let body_len = NP_ARGS_AREA + max_len;
                 let Some(mut r) = self.tx.req(g)?.reserve(body_len) else {
-                    self.room = Some((g, body_len));
                     return Ok(Prepare::WouldBlock);
                 };
                 let body = r.body_ptr();
@@ -1269,7 +1216,6 @@ unsafe impl ConduitEp for SmpEp {
             // bounce buffer and injects it; say now whether the ring has room.
             Category::Long => {
                 if self.tx.req(g)?.reserve(NP_ARGS_AREA + 16).is_none() {
-                    self.room = Some((g, NP_ARGS_AREA + 16));
                     return Ok(Prepare::WouldBlock);
                 }
                 Ok(Prepare::Bounce)

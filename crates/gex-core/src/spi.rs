@@ -20,7 +20,6 @@
 //! | errors | [`ConduitError`] | the contract's own error type: peer gone, corrupt message, network failure, contract violation |
 //! | progress | [`ConduitEp::poll`] | drains incoming messages of this EP only, calling [`Deliver::deliver`] once per message |
 //! | waiting | [`ConduitEp::block`] | sleeps until a message may have arrived (spurious returns allowed) |
-//! | waiting for room | [`ConduitEp::wait_room`] | optional ([`Capabilities::ROOM_WAKE`]); after a refused injection, sleeps until the receiver frees room; the default yields |
 //! | neighbourhood | [`ConduitEp::local_segment`], [`ConduitEp::peer_segment`] | local mapping of a peer's segment when it shares memory |
 //! | endpoint state | [`ConduitEp::peer_open`] | optional (default `Ok`); with run-time endpoints, whether a peer's index is open (`ConduitError::NoEndpoint` otherwise) |
 //! | auxiliary area | [`ConduitEp::aux`], [`ConduitEp::wake`] | a zeroed area per EP of [`OpenParams::aux_len`] bytes, mapped by its neighbours, for the layers above (each layer gets a slice); waking a neighbour's blocked waiter |
@@ -144,11 +143,6 @@ bitflags! {
         /// peers' runtime endpoints (a send to one not open answers
         /// [`ConduitError::NoEndpoint`]). Without it the core refuses those indices.
         const RUNTIME_ENDPOINTS = 1 << 5;
-        /// [`ConduitEp::wait_room`] sleeps after an injection refused for lack of room
-        /// until the receiver frees room and wakes the sender (or a message arrives),
-        /// instead of yielding: a back-pressured sender leaves its core to the
-        /// receiver it waits for.
-        const ROOM_WAKE = 1 << 6;
     }
 }
 
@@ -866,18 +860,6 @@ pub unsafe trait ConduitEp: Send + 'static {
     /// Sleeps until a message may have arrived or `timeout` passed. Spurious returns are
     /// allowed; a conduit without a wait object returns at once.
     fn block(&mut self, timeout: Duration);
-    /// Waits, after this endpoint refused an injection for back-pressure
-    /// ([`Injected::WouldBlock`], [`Prepare::WouldBlock`]), until the resource it
-    /// lacked may have come back (room in the destination's ring, a send credit), a
-    /// message may have arrived, or `timeout` passed. Spurious returns are allowed. The
-    /// core calls it from [`layer::retry`](crate::layer::retry) once the wait policy's
-    /// spins and yields are used up. The default yields the core: a conduit whose
-    /// receivers do not tell a waiting sender about freed room cannot sleep here
-    /// without adding the whole timeout to the wait.
-    fn wait_room(&mut self, timeout: Duration) {
-        let _ = timeout;
-        std::thread::yield_now();
-    }
     /// The doorbell this endpoint's senders ring, for the endpoint's progress thread to
     /// sleep on while the rank computes (see [`Sleeper`]); the core asks once, when it
     /// starts the thread. A conduit that returns one must from then on ring it after

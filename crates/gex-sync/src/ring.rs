@@ -228,7 +228,7 @@ pub const fn ring_bytes_needed(cap: usize) -> usize {
 /// access a tag word 7 bytes past the end of the data area; memcheck found it in
 /// `corrupt_head_does_not_overflow`.)
 fn attach_head(ctl: &RingCtl) -> u64 {
-    ctl.line.head.load(Ordering::Acquire) & !(PAD_BIT | 7)
+    ctl.head.load(Ordering::Acquire) & !(PAD_BIT | 7)
 }
 
 fn check_geometry(data: *mut u8, cap: usize) {
@@ -258,30 +258,17 @@ fn check_geometry(data: *mut u8, cap: usize) {
 /// ```
 #[repr(C)]
 pub struct RingCtl {
-    /// The consumer's line: its published head and the producer's request for room.
-    line: CachePadded<HeadLine>,
+    /// Position just past the last record the consumer released.
+    head: CachePadded<AtomicU64>,
     /// Loom-only tag side table (zero-sized otherwise).
     tags: CtlTags,
-}
-
-/// The consumer's cache line of the control block.
-#[repr(C)]
-struct HeadLine {
-    /// Position just past the last record the consumer released.
-    head: AtomicU64,
-    /// Non-zero while the producer waits for room ([`Producer::ask_room`]); the consumer
-    /// takes it when it next publishes its head ([`Consumer::take_room_asked`]).
-    want: AtomicU64,
 }
 
 impl RingCtl {
     /// Creates a control block for an empty ring.
     pub fn new() -> Self {
         Self {
-            line: CachePadded::new(HeadLine {
-                head: AtomicU64::new(0),
-                want: AtomicU64::new(0),
-            }),
+            head: CachePadded::new(AtomicU64::new(0)),
             tags: CtlTags::new(),
         }
     }
@@ -300,7 +287,7 @@ impl RingCtl {
 
     /// Returns the consumer's published head position (`Acquire`); for diagnostics.
     pub fn head(&self) -> u64 {
-        self.line.head.load(Ordering::Acquire)
+        self.head.load(Ordering::Acquire)
     }
 }
 
@@ -313,8 +300,7 @@ impl Default for RingCtl {
 impl fmt::Debug for RingCtl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RingCtl")
-            .field("head", &self.line.head.load(Ordering::Relaxed))
-            .field("want", &self.line.want.load(Ordering::Relaxed))
+            .field("head", &self.head.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -500,13 +486,21 @@ impl Producer {
         if body_len > max {
             return None;
         }
-        let (pos, need) = self.place(body_len);
+        let size = record_size(body_len) as u64;
+        let off = self.tail & self.mask;
+        let pos = if off + size <= self.cap as u64 {
+            self.tail
+        } else {
+            // Pad to the end of the lap; the record starts at the next multiple of `cap`.
+            (self.tail | self.mask) + 1
+        };
+        let need = pos + size + SLACK;
         // `need - head > cap`, written so that no head value overflows: the head comes from
         // shared memory, which another process may have corrupted (then records may be
         // overwritten, but every write stays inside the data area).
         if need.saturating_sub(self.cached_head) > self.cap as u64 {
             // SAFETY: `ctl` is valid while `self` lives (contract of `new`).
-            self.cached_head = unsafe { &*self.ctl }.line.head.load(Ordering::Acquire);
+            self.cached_head = unsafe { &*self.ctl }.head.load(Ordering::Acquire);
             if need.saturating_sub(self.cached_head) > self.cap as u64 {
                 return None;
             }
@@ -516,58 +510,6 @@ impl Producer {
             pos,
             len: body_len,
         })
-    }
-
-    /// Where a record of `body_len` bytes would start (after a pad if it does not fit
-    /// before the end of the lap) and the position the head must have passed (minus
-    /// `cap`) for it to fit.
-    #[inline(always)]
-    fn place(&self, body_len: usize) -> (u64, u64) {
-        let size = record_size(body_len) as u64;
-        let off = self.tail & self.mask;
-        let pos = if off + size <= self.cap as u64 {
-            self.tail
-        } else {
-            // Pad to the end of the lap; the record starts at the next multiple of `cap`.
-            (self.tail | self.mask) + 1
-        };
-        (pos, pos + size + SLACK)
-    }
-
-    /// Returns whether a record of `body_len` bytes fits now, reading the shared head
-    /// (`Acquire`) without touching the producer's state: for the condition of a wait
-    /// for room (see [`ask_room`](Self::ask_room)).
-    pub fn room_for(&self, body_len: usize) -> bool {
-        if body_len > max_body(self.cap) {
-            return false;
-        }
-        let (_, need) = self.place(body_len);
-        // SAFETY: `ctl` is valid while `self` lives (contract of `new`).
-        let head = unsafe { &*self.ctl }.line.head.load(Ordering::Acquire);
-        need.saturating_sub(head) <= self.cap as u64
-    }
-
-    /// For a producer about to wait for room for a record of `body_len` bytes: returns
-    /// `true` if it fits now; otherwise asks the consumer to report its next published
-    /// head ([`Consumer::take_room_asked`], after which the consumer's side wakes this
-    /// producer) and returns `false`.
-    ///
-    /// The request is one store to the consumer's cache line, then the head is read
-    /// again. The consumer looks at the request with a plain load after each store of
-    /// its head, with no fence between them, so in a window of a few nanoseconds
-    /// (both stores still in their store buffers) a request can be missed: a waiter
-    /// must therefore bound its sleep (a safety-net timeout), as every doorbell wait
-    /// does. A fence on the consumer's side would close the window at the price of a
-    /// fence per published head on every ring, which the message path does not pay.
-    pub fn ask_room(&mut self, body_len: usize) -> bool {
-        if self.room_for(body_len) {
-            return true;
-        }
-        // SAFETY: `ctl` is valid while `self` lives (contract of `new`).
-        let line = &unsafe { &*self.ctl }.line;
-        line.want.store(1, Ordering::SeqCst);
-        crate::atomic::fence(Ordering::SeqCst);
-        self.room_for(body_len)
     }
 
     /// Copies the concatenation of `parts` into one record with user word `user` and
@@ -597,7 +539,7 @@ impl Producer {
     /// for diagnostics: the answer may be stale by the time it is used).
     pub fn in_flight(&self) -> u64 {
         // SAFETY: `ctl` is valid while `self` lives (contract of `new`).
-        let head = unsafe { &*self.ctl }.line.head.load(Ordering::Acquire);
+        let head = unsafe { &*self.ctl }.head.load(Ordering::Acquire);
         self.tail.saturating_sub(head)
     }
 
@@ -605,7 +547,7 @@ impl Producer {
     /// shared head (`Acquire`) and refreshes the cached copy.
     pub fn is_empty(&mut self) -> bool {
         // SAFETY: `ctl` is valid while `self` lives (contract of `new`).
-        self.cached_head = unsafe { &*self.ctl }.line.head.load(Ordering::Acquire);
+        self.cached_head = unsafe { &*self.ctl }.head.load(Ordering::Acquire);
         self.cached_head == self.tail
     }
 }
@@ -810,8 +752,6 @@ pub struct Consumer {
     /// Last head value stored into the control block (a `Cell` so that the `&self`
     /// emptiness check can publish too).
     published: std::cell::Cell<u64>,
-    /// Set when a publish took the producer's request for room (`take_room_asked`).
-    room_asked: std::cell::Cell<bool>,
     _owner: Option<Arc<OwnedRing>>,
 }
 
@@ -849,7 +789,6 @@ impl Consumer {
             head,
             pending: 0,
             published: std::cell::Cell::new(head),
-            room_asked: std::cell::Cell::new(false),
             _owner: None,
         }
     }
@@ -859,13 +798,9 @@ impl Consumer {
     fn publish(&self) {
         self.published.set(self.head);
         // SAFETY: `ctl` is valid while `self` lives (contract of `new`).
-        let line = &unsafe { &*self.ctl }.line;
-        line.head.store(self.head, Ordering::Release);
-        // A producer waiting for room asked to be told (one load of this line, which the
-        // store above owns anyway); see `Producer::ask_room`.
-        if line.want.load(Ordering::Relaxed) != 0 && line.want.swap(0, Ordering::Relaxed) != 0 {
-            self.room_asked.set(true);
-        }
+        unsafe { &*self.ctl }
+            .head
+            .store(self.head, Ordering::Release);
     }
 
     /// Returns the next record as `(user, body)`, or `None` if the ring is empty.
@@ -1004,29 +939,6 @@ impl Consumer {
     /// Returns the size of the data area in bytes.
     pub fn capacity(&self) -> usize {
         self.cap
-    }
-
-    /// Returns (and clears) whether the producer asked for room
-    /// ([`Producer::ask_room`]) and a head published since has freed some: the caller
-    /// then wakes the producer (a plain `Cell` read; the shared flag was taken by the
-    /// publish itself).
-    ///
-    /// ```
-    /// use gex_sync::ring;
-    ///
-    /// let (mut tx, mut rx) = ring::channel(4096);
-    /// while tx.push(0, &[&[0u8; 1000]]) {} // full
-    /// assert!(!tx.ask_room(1000)); // still full: the request stays
-    /// while rx.peek().is_some() {
-    ///     rx.pop();
-    /// }
-    /// assert!(rx.take_room_asked()); // the empty peek published the head
-    /// assert!(!rx.take_room_asked());
-    /// assert!(tx.room_for(1000));
-    /// ```
-    #[inline]
-    pub fn take_room_asked(&self) -> bool {
-        self.room_asked.replace(false)
     }
 }
 

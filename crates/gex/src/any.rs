@@ -152,9 +152,6 @@ macro_rules! any_conduit {
             fn block(&mut self, timeout: Duration) {
                 match self { $( $(#[$m])* AnyEp::$v(e) => e.block(timeout), )+ }
             }
-            fn wait_room(&mut self, timeout: Duration) {
-                match self { $( $(#[$m])* AnyEp::$v(e) => e.wait_room(timeout), )+ }
-            }
             fn sleeper(&mut self) -> Option<Sleeper> {
                 match self { $( $(#[$m])* AnyEp::$v(e) => e.sleeper(), )+ }
             }

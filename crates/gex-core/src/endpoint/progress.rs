@@ -43,10 +43,6 @@ pub(crate) struct Share {
     since: Option<Instant>,
 }
 
-/// Longest sleep of one back-pressure wait step in the conduit (its safety net: the
-/// receiver that frees room wakes the sender; see `retry`).
-pub(crate) const ROOM_WAIT: Duration = Duration::from_millis(1);
-
 /// Successful injections between two reads of the clock (see [`Share`]).
 const SHARE_EVERY: u32 = 32;
 
@@ -181,13 +177,11 @@ impl<C: Conduit> Inner<C> {
     }
 
     /// One step of waiting for send resources (back-pressure): polls (so handlers
-    /// run and the peer's credits come back), then, under the wait policy, spins,
-    /// yields the core, or (past the spin budget and the yields, or at once under
-    /// `Block`) waits in the conduit until the resource it lacked may have come back
-    /// ([`ConduitEp::wait_room`](crate::spi::ConduitEp::wait_room), at most
-    /// [`ROOM_WAIT`]). Every 1024 steps it checks for a report signal and a stall, as
-    /// every wait does. Never inlined: it holds the whole receive path, which would
-    /// bloat every injection loop's fast path.
+    /// run and the peer's credits come back), then spins or, past the policy's spin
+    /// budget, yields the core (the peer that frees the resources does not wake us, so
+    /// there is nothing to sleep on). Every 1024 steps it checks for a report signal
+    /// and a stall, as every wait does. Never inlined: it holds the whole receive path,
+    /// which would bloat every injection loop's fast path.
     #[inline(never)]
     pub(crate) fn retry(&mut self, r: &mut Retry) {
         self.core.share.rest();
@@ -198,20 +192,16 @@ impl<C: Conduit> Inner<C> {
         if r.checks & 0x3ff == 0 {
             self.check_stall(Instant::now(), &mut r.last_progress);
         }
-        let n = r.spins;
-        match self.core.policy {
-            WaitPolicy::Spin => gex_sync::hint::spin_loop(),
-            WaitPolicy::Block => self.core.cep.wait_room(ROOM_WAIT),
-            WaitPolicy::SpinThenBlock { spins: budget } => {
-                r.spins = n.saturating_add(1);
-                if n < budget {
-                    gex_sync::hint::spin_loop();
-                } else if n < budget.saturating_add(self.core.yields) {
-                    std::thread::yield_now();
-                } else {
-                    self.core.cep.wait_room(ROOM_WAIT);
-                }
-            }
+        let yield_now = match self.core.policy {
+            WaitPolicy::Spin => false,
+            WaitPolicy::Block => true,
+            WaitPolicy::SpinThenBlock { spins: budget } => r.spins >= budget,
+        };
+        if yield_now {
+            std::thread::yield_now();
+        } else {
+            r.spins = r.spins.saturating_add(1);
+            gex_sync::hint::spin_loop();
         }
     }
 

@@ -386,7 +386,7 @@ fn corrupt_head_does_not_overflow() {
     let (mem, mut tx, mut rx) = scribble_ring();
     // Fill the ring so that the next reserve re-reads the head.
     while tx.push(1, &[&[0u8; 40]]) {}
-    mem.ctl().line.head.store(u64::MAX, Ordering::Release);
+    mem.ctl().head.store(u64::MAX, Ordering::Release);
     // Whatever it decides, it stays inside the data area and does not panic.
     for _ in 0..100 {
         let _ = tx.push(2, &[&[7u8; 40]]);
@@ -430,7 +430,7 @@ fn misaligned_head_attaches_at_a_multiple_of_8() {
     ] {
         let (mem, tx, rx) = scribble_ring();
         drop((tx, rx));
-        mem.ctl().line.head.store(head, Ordering::Release);
+        mem.ctl().head.store(head, Ordering::Release);
         // SAFETY: the old endpoints are gone; these are dropped before `mem`.
         let (mut tx, mut rx) = unsafe { mem.endpoints() };
         let start = head & !(1 << 63) & !7;

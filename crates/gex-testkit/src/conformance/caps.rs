@@ -31,8 +31,6 @@ fn bytes(a: u32, b: u32, what: u64, len: usize) -> Vec<u8> {
 ///   300 ms), and a sleeper is woken by an arriving message (well before its 10 s
 ///   timeout); then an endpoint with `WaitPolicy::Block` receives it. Without the flag,
 ///   `block` returns promptly.
-/// - `ROOM_WAKE`: a sender refused for room sleeps in `wait_room` until the receiver
-///   drains, and is woken then (well before the timeout).
 /// - `RUNTIME_ENDPOINTS`: `create_endpoint` makes the endpoint of the first index past
 ///   those made at init, which receives from endpoint 0 and from itself; without the
 ///   flag, `create_endpoint` answers `ConduitError::Unsupported`.
@@ -259,90 +257,8 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
             ));
         }
     }
-    room_wake(client, &mut ep, caps, &notes)?;
     runtime_endpoints(client, &mut ep, caps)?;
     barrier(&mut ep)
-}
-
-/// `ROOM_WAKE`: rank 1 fills what rank 0 can take from it with Medium requests while
-/// rank 0 does not poll, then waits in `wait_room(10 s)` between its attempts; rank 0
-/// drains after 300 ms, and the refused request must go through well before the
-/// 10 s timeout (the receiver woke the sender). Checked with 2 ranks or more.
-fn room_wake<C: Conduit>(
-    client: &Client<C>,
-    ep: &mut gex_core::Endpoint<C>,
-    caps: Capabilities,
-    notes: &AtomicU64,
-) -> Result<(), String> {
-    const NOTE: HandlerId = HandlerId::at(220);
-    if !caps.contains(Capabilities::ROOM_WAKE) || client.size() < 2 {
-        return Ok(());
-    }
-    // Every rank is done with the notes of the cases before (rank 0 counts them).
-    client.boot_barrier().map_err(err)?;
-    let before = notes.load(Ordering::Acquire);
-    let sent_here = match client.rank() {
-        0 => {
-            client.boot_barrier().map_err(err)?;
-            std::thread::sleep(Duration::from_millis(300));
-            0u64
-        }
-        1 => {
-            let dst = EpAddr::rank(0);
-            let len = ep.max_medium(dst).min(16 << 10);
-            let payload = vec![7u8; len];
-            let mut k = 0u64;
-            let start = Instant::now();
-            while ep
-                .try_request_medium(dst, NOTE, &[], &payload)
-                .map_err(err)?
-                == gex_core::Injected::Sent
-            {
-                k += 1;
-                if start.elapsed() > Duration::from_secs(5) {
-                    return Err("ROOM_WAKE case: 5 s of Medium requests were never refused".into());
-                }
-            }
-            client.boot_barrier().map_err(err)?;
-            let t0 = Instant::now();
-            let mut waits = 0u32;
-            loop {
-                probe::wait_room(ep, Duration::from_secs(10));
-                waits += 1;
-                ep.poll();
-                if ep
-                    .try_request_medium(dst, NOTE, &[], &payload)
-                    .map_err(err)?
-                    == gex_core::Injected::Sent
-                {
-                    break;
-                }
-                if t0.elapsed() > Duration::from_secs(8) {
-                    return Err(format!(
-                        "ROOM_WAKE is set but a refused sender was not woken when the receiver drained ({waits} waits in {:?})",
-                        t0.elapsed()
-                    ));
-                }
-            }
-            k + 1
-        }
-        _ => {
-            client.boot_barrier().map_err(err)?;
-            0
-        }
-    };
-    // Rank 0 learns how many to expect from the barrier's exchange of counts.
-    let w = ep.world();
-    let counts = ep
-        .exchange_tagged(&w, crate::BARRIER_TAG, &sent_here.to_le_bytes())
-        .map_err(|e| format!("ROOM_WAKE case: exchange: {e}"))?;
-    if client.rank() == 0 {
-        let want = before + u64::from_le_bytes(counts[1][..8].try_into().map_err(err)?);
-        wait_for(ep, "the ROOM_WAKE flood", || {
-            notes.load(Ordering::Acquire) == want
-        })?;
-    }
-    Ok(())
 }
 
 /// `RUNTIME_ENDPOINTS`: `create_endpoint` makes an endpoint at the first index past the

@@ -4,8 +4,8 @@
 //! build their clients with [`builder`], which attaches it.
 //!
 //! # Safety
-//! [`block`] and [`wait_room`] reach `&mut` the conduit endpoint with
-//! [`Cx::conduit_mut`] to call its `block` or `wait_room`, and neither moves nor keeps it.
+//! [`block`] reaches `&mut` the conduit endpoint with [`Cx::conduit_mut`] to call its
+//! `block`, and neither moves nor keeps it.
 
 #![allow(unsafe_code)]
 
@@ -50,15 +50,6 @@ pub(crate) fn block<C: Conduit>(ep: &mut Endpoint<C>, timeout: std::time::Durati
     with_conduit(ep, |cx| {
         // SAFETY: the endpoint is neither moved nor kept (module `# Safety`).
         unsafe { cx.conduit_mut() }.block(timeout)
-    });
-}
-
-/// The conduit endpoint's [`wait_room`](gex_core::spi::ConduitEp::wait_room) under `ep`.
-pub(crate) fn wait_room<C: Conduit>(ep: &mut Endpoint<C>, timeout: std::time::Duration) {
-    use gex_core::spi::ConduitEp;
-    with_conduit(ep, |cx| {
-        // SAFETY: the endpoint is neither moved nor kept (module `# Safety`).
-        unsafe { cx.conduit_mut() }.wait_room(timeout)
     });
 }
 
