@@ -32,8 +32,11 @@ pub struct Message {
     pub offset: usize,
     /// The arguments.
     pub args: Vec<u32>,
-    /// The payload.
+    /// The payload (a control message's body).
     pub payload: Vec<u8>,
+    /// The operation of a control message (the conduit's own traffic about endpoints
+    /// made at run time); 0 for every other message.
+    pub ctl: u8,
 }
 
 /// Encodes an AM as the conduit sends it, with `credits` returned.
@@ -65,6 +68,14 @@ pub fn encode_credit(src_rank: u32, src_ep: u16, hello: bool, credits: u16) -> V
     h.to_vec()
 }
 
+/// Encodes a control message (operation `op`, `body`) with `credits` returned.
+pub fn encode_ctl(src_rank: u32, src_ep: u16, op: u8, body: &[u8], credits: u16) -> Vec<u8> {
+    let mut v = vec![0u8; crate::wire::HEADER + body.len()];
+    crate::wire::encode_ctl(&mut v, src_rank, src_ep, op, body);
+    crate::wire::set_credits(&mut v, credits);
+    v
+}
+
 /// Decodes a received message as `poll` does.
 ///
 /// # Errors
@@ -84,6 +95,7 @@ pub fn decode(msg: &[u8], max_args: usize) -> Result<Message, String> {
         offset: h.offset,
         args,
         payload: msg[h.payload_at()..].to_vec(),
+        ctl: h.ctl,
     })
 }
 

@@ -43,6 +43,9 @@ pub(crate) fn wire_seeds() -> Vec<Vec<u8>> {
         ),
         ofi::encode_credit(4, 2, true, 8),
         ofi::encode_credit(4, 2, false, 0),
+        // Control messages (run-time endpoints): an address request and a closing notice.
+        ofi::encode_ctl(3, 0, 1, &[2, 0, 9, 9, 9, 9], 0),
+        ofi::encode_ctl(3, 1, 3, &[], 2),
     ]
 }
 
@@ -57,6 +60,10 @@ pub(crate) fn wire(d: &[u8]) -> u64 {
                     m.src_rank, m.src_ep, m.handler, m.kind, c, &m.args, &m.payload, m.offset,
                     m.credits,
                 ),
+                None if m.ctl != 0 => {
+                    assert!(m.args.is_empty() && !m.hello && m.kind == Kind::Request);
+                    ofi::encode_ctl(m.src_rank, m.src_ep, m.ctl, &m.payload, m.credits)
+                }
                 None => {
                     assert!(m.args.is_empty() && m.payload.is_empty());
                     assert_eq!(
