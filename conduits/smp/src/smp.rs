@@ -530,6 +530,25 @@ impl Smp {
 }
 
 impl Smp {
+    /// The state of `dst`'s slot (local rank `li`) with one `Acquire` load: `Ok` if
+    /// open, else [`ConduitError::NoEndpoint`] naming the state.
+    fn slot_open(&self, li: usize, dst: EpAddr) -> Result<(), ConduitError> {
+        match self.maps[li]
+            .state(&self.layouts[li], dst.ep as usize)
+            .load(gex_sync::atomic::Ordering::Acquire)
+        {
+            region::OPEN => Ok(()),
+            region::CLOSED => Err(ConduitError::NoEndpoint {
+                dst,
+                state: "closed",
+            }),
+            _ => Err(ConduitError::NoEndpoint {
+                dst,
+                state: "not created yet",
+            }),
+        }
+    }
+
     /// The ring from global EP `g` to EP `ep` of the rank with local index `r`.
     fn ring_ptrs(
         &self,
@@ -774,20 +793,7 @@ impl Tx {
         let dst = self.dst[g];
         let c = &self.conduit;
         let li = c.local_of[dst.rank as usize] as usize;
-        let st = c.maps[li]
-            .state(&c.layouts[li], dst.ep as usize)
-            .load(gex_sync::atomic::Ordering::Acquire);
-        match st {
-            region::OPEN => Ok(()),
-            region::CLOSED => Err(ConduitError::NoEndpoint {
-                dst,
-                state: "closed",
-            }),
-            _ => Err(ConduitError::NoEndpoint {
-                dst,
-                state: "not created yet",
-            }),
-        }
+        c.slot_open(li, dst)
     }
 
     /// The request producer to slot `g`, connecting on first contact.
@@ -1041,20 +1047,7 @@ unsafe impl ConduitEp for SmpEp {
         if de < l.eps || de >= l.slots {
             return Ok(());
         }
-        match c.maps[li as usize]
-            .state(l, de)
-            .load(gex_sync::atomic::Ordering::Acquire)
-        {
-            region::OPEN => Ok(()),
-            region::CLOSED => Err(ConduitError::NoEndpoint {
-                dst,
-                state: "closed",
-            }),
-            _ => Err(ConduitError::NoEndpoint {
-                dst,
-                state: "not created yet",
-            }),
-        }
+        c.slot_open(li as usize, dst)
     }
 
     // Always inlined: with the ofi feature on (the hybrid conduit calls it too) the
