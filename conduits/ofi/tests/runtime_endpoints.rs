@@ -18,6 +18,14 @@
 //!   index in lockstep with each other: a thread waits, inside its own endpoint's wait
 //!   loop, for the other thread's progress on the other endpoint, so the test can only
 //!   finish if driving one endpoint needs nothing from the other.
+//! - `rma_across_kinds` (`gex_testkit::rma::runtime::across_kinds`, shared with smp):
+//!   gex-rma on endpoints made at run time. First a put and a get from endpoint 0 to a
+//!   peer's index 1 that does not exist yet are `RmaError::NoEndpoint` ("not created
+//!   yet"); then two threads per rank, one driving endpoint 0 and one a run-time
+//!   endpoint 1, put to and get from the next rank's endpoint of the other kind
+//!   (blocking and NBI, gex-rma's AM path, which is how ofi carries RMA to endpoints
+//!   made at run time), each thread serving its own endpoint meanwhile; every rank
+//!   checks what landed in its two segments.
 //! - `shm_and_far_part_refuse`: with the `shm` provider `create_endpoint` answers
 //!   `Unsupported` (and the capability flag is off).
 
@@ -308,6 +316,38 @@ fn shm_refuses(boot: Box<dyn Bootstrap>) {
     }
 }
 
+fn rma_across_kinds(boot: Box<dyn Bootstrap>) {
+    use gex_rma::{GlobalPtr, RmaError, RmaExt};
+    let cfg = Config::from_pairs([
+        ("GEX_OFI_PROVIDER", "tcp;ofi_rxm".to_string()),
+        ("GEX_MAX_ENDPOINTS", "2".to_string()),
+    ]);
+    let c = gex_testkit::rma::client_builder()
+        .segment_size(4096)
+        .config(cfg)
+        .init::<Ofi>(boot)
+        .unwrap();
+    assert!(c.runtime_endpoints());
+    let mut ep0 = c.endpoint(0).unwrap();
+    gex_testkit::exchange_barrier(&mut ep0).unwrap();
+    {
+        let absent = EpAddr::new(next(c.rank(), c.size()), 1);
+        let p = GlobalPtr::<u64>::new(absent, 0);
+        for r in [
+            ep0.put_val(p, 1, gex_core::Blocking).map(|_| 0),
+            ep0.get_val(p, gex_core::Blocking),
+        ] {
+            match r {
+                Err(RmaError::NoEndpoint { dst, state })
+                    if dst == absent && state == "not created yet" => {}
+                other => panic!("RMA to {absent} before it exists: {other:?}"),
+            }
+        }
+        gex_testkit::exchange_barrier(&mut ep0).unwrap();
+    }
+    gex_testkit::rma::runtime::across_kinds(&c, ep0);
+}
+
 fn procs(n: u32, body: fn(Box<dyn Bootstrap>)) {
     Procs::new(n)
         .timeout(Duration::from_secs(120))
@@ -328,6 +368,16 @@ fn lifecycle_three_ranks() {
 #[test]
 fn two_threads_two_endpoints_on_processes() {
     procs(2, two_threads_two_endpoints);
+}
+
+#[test]
+fn rma_across_kinds_two_ranks() {
+    procs(2, rma_across_kinds);
+}
+
+#[test]
+fn rma_across_kinds_three_ranks() {
+    procs(3, rma_across_kinds);
 }
 
 #[test]

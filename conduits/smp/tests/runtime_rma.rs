@@ -14,10 +14,11 @@
 //!   untouched). Then every rank but 0 drops its endpoint 1: rank 0's put, get and
 //!   atomic to a closed one are `RmaError::NoEndpoint` ("closed"), from its run-time
 //!   endpoint and from endpoint 0.
-//! - `across_kinds`: two threads per rank, one driving endpoint 0 (made at init) and one
-//!   driving endpoint 1 (made at run time): each puts to and gets from the peer's
-//!   endpoint of the other kind, and each thread keeps polling its own endpoint until
-//!   both are done, so the AM path's handlers run on the target endpoint's thread.
+//! - `across_kinds` (`gex_testkit::rma::runtime`, shared with the ofi conduit's tests):
+//!   two threads per rank, one driving endpoint 0 (made at init) and one driving
+//!   endpoint 1 (made at run time): each puts to and gets from the peer's endpoint of
+//!   the other kind, and each thread keeps polling its own endpoint until both are
+//!   done, so the AM path's handlers run on the target endpoint's thread.
 
 use gex_conduit_smp::Smp;
 use gex_core::boot::Bootstrap;
@@ -215,62 +216,17 @@ fn errors_then_mesh(boot: Box<dyn Bootstrap>) {
         // Its own endpoint 1 still works (its segment is its own).
         ep1.put_val(GlobalPtr::<u64>::new(ep1.addr(), 8), 99, Blocking)
             .unwrap();
-        assert_eq!(read_u64(&ep1, 8), 99);
+        assert_eq!(gex_testkit::rma::runtime::read_u64(&ep1, 8), 99);
         drop(ep1);
     }
     exchange_barrier(&mut ep0).unwrap();
 }
 
-/// One thread's part of `across_kinds`: puts to and gets from the next rank's
-/// endpoint of the other kind, then keeps polling its own endpoint until the other
-/// thread of its rank is done too, then a barrier over its own endpoint's team.
-fn cross(ep: &mut gex_core::Endpoint<Smp>, next: u32, mine: &AtomicBool, other: &AtomicBool) {
-    let me = ep.addr();
-    let target = EpAddr::new(next, 1 - me.ep);
-    let word = |a: EpAddr| u64::from(a.rank) << 8 | u64::from(a.ep);
-    let at = GlobalPtr::<u64>::new(target, 256 + 8 * usize::from(me.ep));
-    for i in 0..50u64 {
-        ep.put_val(at, word(me) + (i << 16), Blocking).unwrap();
-        assert_eq!(ep.get_val(at, Blocking).unwrap(), word(me) + (i << 16));
-    }
-    ep.put_val(at, word(me), Nbi).unwrap();
-    ep.sync_nbi(NbiCategories::PUTS).unwrap();
-    mine.store(true, Ordering::Release);
-    // Serve the peers' operations on this endpoint until the other thread is done.
-    ep.wait_until(|| other.load(Ordering::Acquire));
-    exchange_barrier(ep).unwrap();
-}
-
+/// `gex_testkit::rma::runtime::across_kinds` on smp (ofi runs it too).
 fn across_kinds(boot: Box<dyn Bootstrap>) {
     let c = client(boot);
-    let (me, n) = (c.rank(), c.size());
-    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
-    let mut ep0 = c.endpoint(0).unwrap();
-    let mut ep1 = c.create_endpoint().unwrap();
-    exchange_barrier(&mut ep0).unwrap();
-    let (a, b) = (AtomicBool::new(false), AtomicBool::new(false));
-    std::thread::scope(|s| {
-        let (a, b) = (&a, &b);
-        let ep0 = &mut ep0;
-        let ep1 = &mut ep1;
-        s.spawn(move || cross(ep0, next, a, b));
-        s.spawn(move || cross(ep1, next, b, a));
-    });
-    // What the previous rank's two threads left here: its endpoint 0's word in this
-    // rank's endpoint 1, its endpoint 1's in endpoint 0.
-    let word = |r: u32, e: u64| u64::from(r) << 8 | e;
-    assert_eq!(read_u64(&ep1, 256), word(prev, 0));
-    assert_eq!(read_u64(&ep0, 264), word(prev, 1));
-    exchange_barrier(&mut ep0).unwrap();
-    drop(ep1);
-    exchange_barrier(&mut ep0).unwrap();
-}
-
-/// The word at `offset` of `ep`'s own segment.
-fn read_u64(ep: &gex_core::Endpoint<Smp>, offset: usize) -> u64 {
-    let mut b = [0u8; 8];
-    ep.segment().read(offset, &mut b).unwrap();
-    u64::from_ne_bytes(b)
+    let ep0 = c.endpoint(0).unwrap();
+    gex_testkit::rma::runtime::across_kinds(&c, ep0);
 }
 
 /// Ends the test process if `f` takes longer than `limit` (a hang is a failure).

@@ -637,7 +637,13 @@ impl<'a, C: Conduit> Cx<'a, C> {
         self.core.max_args()
     }
     /// Injects a request to one of gex's layers' handlers (validated as any request)
-    /// without waiting: `WouldBlock` when resources are lacking (nothing sent).
+    /// without waiting: `WouldBlock` when resources are lacking (nothing sent). The
+    /// conduit sees a request that may wait (`imm` false: the layer retries after
+    /// `WouldBlock`), so a conduit that is still looking a peer up answers
+    /// back-pressure rather than a stale refusal (for endpoints made at run time that
+    /// a conduit discovers by asking their rank: a layer's operation to a peer
+    /// endpoint made after an earlier "not created yet" goes through once the program
+    /// synchronised with its owner).
     ///
     /// # Errors
     /// As [`Endpoint::request_long`](crate::Endpoint::request_long).
@@ -672,7 +678,7 @@ impl<'a, C: Conduit> Cx<'a, C> {
             payload,
             offset,
         );
-        let r = c.cep.inject(&msg, true)?;
+        let r = c.cep.inject(&msg, false)?;
         if r.is_sent() {
             c.stats.sent[dst.rank as usize] += 1;
         }

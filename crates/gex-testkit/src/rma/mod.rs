@@ -50,6 +50,7 @@
 
 mod atomics;
 mod cases;
+pub mod runtime;
 
 use crate::conformance::Case;
 use gex_core::spi::Conduit;
