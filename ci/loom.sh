@@ -11,7 +11,9 @@
 #             loom_ring (the small-broadcast ring's publication, slot reuse and
 #             sleep protocol, src/ring.rs included as is);
 #   gex-msg:  loom_near (the near path's per-pair queues: FIFO through a full queue,
-#             any-source probing of two queues, full-queue fallback in order).
+#             any-source probing of two queues, full-queue fallback in order);
+#             loom_coop (the cooperative copy's loan block: claim, shared chunk
+#             counter, withdrawal, failure, stale requests).
 # docs/testing.md, "loom", lists what each model checks and how long it runs.
 # The build goes to its own target directory (target/loom) so it does not invalidate
 # the normal build, and runs in release mode because loom explores many interleavings.

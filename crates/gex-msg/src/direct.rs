@@ -365,6 +365,22 @@ pub(crate) fn take(key: u64, src: u32, dst: u32, ep: u16, len: usize) -> Option<
     }
 }
 
+/// The sender's share of a cooperative copy (module `coop`): writes `bytes` (of the
+/// caller's lent slice) at `to` in the receiver's process `pid`; false if the kernel
+/// refused (the receiver then asks for the chunks).
+pub(crate) fn coop_write(pid: u64, to: u64, bytes: &[u8]) -> bool {
+    let Ok(to) = usize::try_from(to) else {
+        return false;
+    };
+    // SAFETY: `to` comes from the loan block, where the receiver of this loan
+    // published its buffer (`coop::receive`) and claimed this chunk's range for us
+    // through `next`; it does not touch the range until `done` counts it, which
+    // happens after this call. A lying process can make this write only into its
+    // own memory (the kernel checks the range against `pid`'s mappings), never into
+    // this process's.
+    unsafe { gex_sync::cma::cma_write(pid, to, bytes) }.is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

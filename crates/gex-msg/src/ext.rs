@@ -3,7 +3,7 @@
 use crate::direct::Read;
 use crate::engine::{Envelope, Pattern};
 use crate::error::MsgError;
-use crate::layer::{Arrival, F_SYNC, Msg, PostedRecv, Source, Status, split_status};
+use crate::layer::{Arrival, F_SYNC, LendTo, Msg, PostedRecv, Source, Status, split_status};
 use crate::pair::Took;
 use gex_core::event::{Data, finish_unit};
 use gex_core::layer::{self, Cx};
@@ -343,7 +343,7 @@ fn send_as<M: Mode, C: Conduit>(
     match start(ep, comm, dst, tag, data, sync, false)? {
         Started::Done => Ok(layer::done::<(), MsgError, M, C>(ep, ())),
         Started::Pending(ev) => layer::finish::<(), MsgError, M, C>(ep, ev, IMPLICIT_TAG),
-        Started::Lent(..) => unreachable!("not lent unless asked"),
+        Started::Lent(..) | Started::Coop { .. } => unreachable!("not lent unless asked"),
     }
 }
 
@@ -355,6 +355,13 @@ enum Started<'a> {
     Pending(Event<(), MsgError>),
     /// A blocking send's slice lent in place (send id, loan): see `send_blocking`.
     Lent(u32, crate::direct::Loan<'a>),
+    /// A blocking send's slice lent to another process of the host for the
+    /// cooperative copy (module `coop`): see `coop_send`.
+    Coop {
+        sreq: u32,
+        generation: u64,
+        pid: u64,
+    },
 }
 
 /// Checks and starts a send; `lend`: a rendezvous to another thread rank of this
@@ -380,9 +387,22 @@ fn start<'a, C: Conduit>(
         if !sync && m.try_eager_now(cx, dst, tag, comm.id(), data)? {
             return Ok(Started::Done);
         }
-        if lend && !sync && m.lends(cx, dst, data.len()) {
-            let (sreq, loan) = m.start_lent_send(cx, dst, tag, comm.id(), data);
-            return Ok(Started::Lent(sreq, loan));
+        if lend && !sync {
+            match m.lends(cx, dst, data) {
+                Some(LendTo::Process) => {
+                    let (sreq, loan) = m.start_lent_send(cx, dst, tag, comm.id(), data);
+                    return Ok(Started::Lent(sreq, loan));
+                }
+                Some(LendTo::Host(pid)) => {
+                    let (sreq, generation) = m.start_coop_send(cx, dst, tag, comm.id(), data);
+                    return Ok(Started::Coop {
+                        sreq,
+                        generation,
+                        pid,
+                    });
+                }
+                None => {}
+            }
         }
         let (ev, done) = cx.pending::<(), MsgError>(None, finish_unit);
         m.start_send(cx, dst, tag, comm.id(), data, sync, done)?;
@@ -394,7 +414,7 @@ fn start<'a, C: Conduit>(
 /// The blocking standard send. A rendezvous message to another thread rank of this
 /// process lends `data` itself (module `direct`): the receiver copies straight from it
 /// (the only copy) while this call waits; if no receiver has taken it within a budget
-/// (20 µs plus about the time a copy of `data` takes), or the receiver asks for chunks,
+/// (`GEX_MSG_LEND_WAIT`, default 20 µs, plus about the time a copy of `data` takes), or the receiver asks for chunks,
 /// the loan is withdrawn into a copy of the layer's and the call returns as any
 /// standard send does (so crossing sends do not deadlock). Every other send is
 /// `send_as`'s.
@@ -414,8 +434,13 @@ fn send_blocking<C: Conduit>(
             return layer::finish::<(), MsgError, Blocking, C>(ep, ev, IMPLICIT_TAG);
         }
         Started::Lent(sreq, loan) => (sreq, loan),
+        Started::Coop {
+            sreq,
+            generation,
+            pid,
+        } => return coop_send(ep, sreq, generation, pid, data),
     };
-    let budget = std::time::Duration::from_nanos(20_000 + data.len() as u64 / 8);
+    let budget = layer::state::<Msg, C, _>(ep, |m| m.lend_budget(data.len())).unwrap_or_default();
     let start = std::time::Instant::now();
     let mut spins = 0u32;
     loop {
@@ -444,6 +469,63 @@ fn send_blocking<C: Conduit>(
     // Nobody reads `data` any more (`loan`'s drop would withdraw it too, on unwind).
     drop(loan);
     // Chunks, if the receiver asked for them, go from the copy as the endpoint is polled.
+    layer::with::<Msg, C, _>(ep, |m, cx| {
+        m.get_mut().pump(cx);
+        cx.set_busy();
+    });
+    Ok(())
+}
+
+/// The blocking standard send of a rendezvous message to another process of this
+/// host: `data` is lent for the cooperative copy (module `coop`). The receiver, once
+/// it matched the message, copies it straight from `data` while this call copies its
+/// share of the chunks into the receiver's buffer; if no receiver claimed the loan
+/// within the same budget as `send_blocking`'s, or the receiver asks for chunks, the
+/// loan is withdrawn into a copy of the layer's and the call returns as any standard
+/// send does. It returns only once nobody reads `data` (or its receiver died).
+fn coop_send<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    sreq: u32,
+    generation: u64,
+    pid: u64,
+    data: &[u8],
+) -> Result<(), MsgError> {
+    use crate::coop::Step;
+    let budget = layer::state::<Msg, C, _>(ep, |m| m.lend_budget(data.len())).unwrap_or_default();
+    let start = std::time::Instant::now();
+    let mut spins = 0u32;
+    // Ends the loan if a poll below unwinds (a panicking handler).
+    let guard = layer::state::<Msg, C, _>(ep, |m| m.coop_guard(generation, pid, data)).flatten();
+    loop {
+        let expired = start.elapsed() > budget;
+        let step = layer::state::<Msg, C, _>(ep, |m| {
+            m.get_mut().coop_step(sreq, generation, pid, data, expired)
+        })
+        .unwrap_or(Step::Failed);
+        match step {
+            Step::Ready => {
+                layer::poll(ep);
+            }
+            // The receiver is copying (this side helped with what it could claim):
+            // nothing to poll for. Check now and then that it still lives.
+            Step::Reading => {
+                spins = spins.wrapping_add(1);
+                if spins % 4096 == 0 {
+                    if !crate::coop::process_alive(pid) {
+                        break;
+                    }
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            Step::Done | Step::Withdrawn | Step::Failed => break,
+        }
+    }
+    if let Some(g) = guard {
+        g.disarm();
+    }
+    // Chunks, if the receiver asks for them, go from the copy as the endpoint is polled.
     layer::with::<Msg, C, _>(ep, |m, cx| {
         m.get_mut().pump(cx);
         cx.set_busy();
@@ -727,6 +809,34 @@ fn recv_now<C: Conduit>(m: &mut Msg, cx: &mut Cx<'_, C>, pat: &Pattern, buf: &mu
                         }
                         ok
                     }
+                    Some(Source::Coop {
+                        pid,
+                        addr,
+                        generation,
+                    }) => match m.coop_read(env.src, pid, addr, generation, &mut buf[..len]) {
+                        crate::coop::Received::Read => true,
+                        crate::coop::Received::Failed => false,
+                        // Came late: the sender has a copy; `deliver` asks where it
+                        // is (the offer is still in the flags).
+                        crate::coop::Received::NotLent => {
+                            let (ev, done) = cx.pending::<Received, MsgError>(None, finish_recv);
+                            let a = Arrival::Rts {
+                                len,
+                                flags,
+                                sreq,
+                                key,
+                            };
+                            let recv = PostedRecv {
+                                buf: Vec::new(),
+                                cap: buf.len(),
+                                done,
+                            };
+                            m.deliver_owned(env, a, recv);
+                            m.pump(cx);
+                            cx.set_busy();
+                            return Now::Posted(ev);
+                        }
+                    },
                     None => false,
                 };
                 if copied {

@@ -10,12 +10,16 @@
 //! | `DATA` | Medium | receive id, offset low, offset high | a chunk |
 //! | `ACK` (a synchronous eager send matched) | Short | send id | — |
 //! | `DONE` (a single-copy rendezvous read the sender's buffer) | Short | send id | — |
+//! | `ADDR` (where a withdrawn cooperative loan's copy is) | Short | receive id, send id, address low, address high | — |
 //!
 //! An `RTS` flagged `F_SHARED` (thread ranks of one process) or `F_CMA` (processes of
 //! one host) names the sender's buffer by its key (module `direct`): the receiver
 //! copies the message itself and answers `DONE` instead of `CTS`; if it cannot (the
 //! key is refused, CMA fails, `GEX_MSG_SINGLE_COPY=0`), it answers `CTS` and the chunks
-//! come as for any other peer.
+//! come as for any other peer. A cooperative loan (`F_LOAN`, module `coop`) that the
+//! receiver finds withdrawn (it came late) is answered `CTS` with `accepted` = 2: the
+//! sender answers `ADDR` with the address of the copy it made on withdrawal, which the
+//! receiver reads with CMA (then `DONE`; if that read fails, `CTS` for the chunks).
 //!
 //! `seq` numbers the matched messages (eager and RTS) from one endpoint to another:
 //! the receiver feeds them to the matching engine in that order (module `engine`,
@@ -24,6 +28,7 @@
 //! which the progress hook and the next operation flush; the progress hook also
 //! streams the chunks of rendezvous sends that were cleared.
 
+use crate::area::Area;
 use crate::direct::{self, Ticket};
 use crate::engine::{Envelope, Matcher, Reorder};
 use crate::error::MsgError;
@@ -44,7 +49,8 @@ pub(crate) mod h {
     pub(crate) const DATA: u8 = 3;
     pub(crate) const ACK: u8 = 4;
     pub(crate) const DONE: u8 = 5;
-    pub(crate) const COUNT: u8 = 6;
+    pub(crate) const ADDR: u8 = 6;
+    pub(crate) const COUNT: u8 = 7;
 }
 
 /// Flag of an eager or RTS message: a synchronous send (acknowledge the match).
@@ -55,6 +61,12 @@ pub(crate) const F_SHARED: u32 = 2;
 /// Flag of an RTS: the key is the address of the sender's buffer in its process, for a
 /// process of the sender's host that may read it with CMA.
 pub(crate) const F_CMA: u32 = 4;
+/// Flag of an `F_CMA` RTS: a blocking send's own slice, lent for the cooperative copy
+/// (module `coop`): bits 8..32 of the flags hold the loan's generation's low 24 bits,
+/// bits 48..64 of the key its next 16, bits 0..48 the slice's address.
+pub(crate) const F_LOAN: u32 = 8;
+/// Bits of an address in the key of a lent slice.
+const LOAN_ADDR_BITS: u32 = 48;
 
 /// Where a peer is, for the rendezvous protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +77,63 @@ enum Place {
     Process,
     /// Another process of this host, with its process id: CMA.
     Host(u64),
+}
+
+/// How a blocking send lends the caller's slice ([`Msg::lends`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LendTo {
+    /// To a thread rank of this process, through the registry (module `direct`).
+    Process,
+    /// To another process of this host, with its process id, for the cooperative
+    /// copy (module `coop`).
+    Host(u64),
+}
+
+/// Ends a cooperative loan (module `coop`) if its send unwinds: withdraws it if no
+/// receiver claimed it, else helps and waits until nobody reads the slice (or the
+/// receiver died), so the caller's buffer is never read after the call ended. Lives
+/// within `coop_send`, which borrows the endpoint (so the area stays mapped).
+pub(crate) struct CoopGuard<'a> {
+    area: Area,
+    generation: u64,
+    pid: u64,
+    data: &'a [u8],
+    armed: bool,
+}
+
+impl CoopGuard<'_> {
+    /// The send ended normally ([`Msg::coop_step`] ended the loan).
+    pub(crate) fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CoopGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut spins = 0u32;
+        while crate::coop::sender_step(
+            self.area.loan(),
+            self.generation,
+            self.data.len(),
+            true,
+            |r, to| direct::coop_write(self.pid, to, &self.data[r]),
+        )
+        .pending()
+        {
+            spins = spins.wrapping_add(1);
+            if spins % 4096 == 0 {
+                if !crate::coop::process_alive(self.pid) {
+                    break;
+                }
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
 }
 
 /// Default of `GEX_MSG_EAGER_MAX`.
@@ -206,6 +275,13 @@ pub(crate) enum Source {
     Lent(direct::Taken),
     /// An address in another process of this host.
     Cma { pid: u64, addr: usize },
+    /// A blocking send's own slice in another process of this host, lent for the
+    /// cooperative copy (module `coop`): loan `generation` of the sender's block.
+    Coop {
+        pid: u64,
+        addr: usize,
+        generation: u64,
+    },
 }
 
 /// A posted receive: its buffer, the largest message it accepts and its completer.
@@ -251,6 +327,15 @@ enum SendOp {
         _lent: Option<Ticket>,
         /// The RTS offered `data` by address to a process of this host (CMA).
         by_address: bool,
+        /// `data` is `None` while a blocking send lends its own slice for the
+        /// cooperative copy (module `coop`): the send sets it when the loan ends (a
+        /// copy if the receiver will ask for chunks, an empty buffer if it read
+        /// everything).
+        coop: bool,
+        /// A receiver that found the cooperative loan withdrawn asked where the copy
+        /// is (`CTS` with `accepted` = 2), with this receive id: answered `ADDR` as
+        /// soon as the copy exists.
+        ask_addr: Option<u32>,
     },
 }
 
@@ -332,6 +417,8 @@ pub struct Msg {
     pub(crate) me: EpAddr,
     size: u32,
     eager_max: usize,
+    /// `GEX_MSG_LEND_WAIT` in nanoseconds.
+    lend_wait_ns: u64,
     /// Where each rank is (`Place::Far` for every rank if `GEX_MSG_SINGLE_COPY=0`).
     place: Vec<Place>,
     /// This process can read and be read with CMA.
@@ -341,6 +428,15 @@ pub struct Msg {
     pub(crate) reorder: Reorder<(Envelope, Arrival)>,
     /// The near path (queues in auxiliary areas, module `pair`).
     pub(crate) near: NearPath,
+    /// This endpoint's loan block (module `coop`), if the conduit maps its area and
+    /// CMA works.
+    my_loan: Option<Area>,
+    /// The generations of this endpoint's loans.
+    lender: crate::coop::Lender,
+    /// Rank → its endpoint's loan block, for processes of this host (CMA).
+    loans: Vec<Option<Area>>,
+    /// An empty buffer: the data of a cooperative send that ended read.
+    empty: Arc<[u8]>,
     outbox: VecDeque<Out>,
     sends: Slab<SendOp>,
     recvs: Slab<RecvOp>,
@@ -378,17 +474,22 @@ impl Layer for Msg {
     const NAME: &'static str = "msg";
     const HANDLERS: u8 = h::COUNT;
     const ENV_VARS: &'static [gex_core::config::EnvVar] = crate::ENV_VARS;
-    /// The near path's queues ([`crate::near::AREA_BYTES`]).
-    const AUX_BYTES: usize = crate::near::AREA_BYTES;
+    /// The near path's queues ([`crate::near::AREA_BYTES`]) and the loan block of
+    /// the cooperative copy ([`crate::coop`]).
+    const AUX_BYTES: usize = crate::area::AUX_BYTES;
 
     fn attach<C: Conduit>(cx: &mut Attach<'_, C, Self>) -> Result<Self, InitError> {
         let eager_max = eager_max(cx.config())?;
+        let lend_wait_ns = cx
+            .config()
+            .u64("GEX_MSG_LEND_WAIT", 20)?
+            .saturating_mul(1000);
         let single_copy = cx.config().bool("GEX_MSG_SINGLE_COPY", true)?;
         let near_send = cx.config().bool("GEX_MSG_NEAR", true)?;
         let size = cx.size();
         let me = cx.addr();
         let layout = cx.layout();
-        let place = (0..size)
+        let place: Vec<Place> = (0..size)
             .map(|r| {
                 let (i, m) = (r as usize, me.rank as usize);
                 if !single_copy || layout.host.get(i) != layout.host.get(m) {
@@ -404,11 +505,31 @@ impl Layer for Msg {
             })
             .collect();
         let cma = single_copy && gex_sync::cma::cma_capable();
+        let (my_loan, loans) = if cma {
+            let loans = place
+                .iter()
+                .enumerate()
+                .map(|(r, p)| match p {
+                    Place::Host(_) => Area::of(
+                        cx,
+                        EpAddr {
+                            rank: r as u32,
+                            ep: me.ep,
+                        },
+                    ),
+                    _ => None,
+                })
+                .collect();
+            (Area::of(cx, me), loans)
+        } else {
+            (None, Vec::new())
+        };
         Ok(Msg {
             hid: std::array::from_fn(|i| cx.handler(i as u8)),
             me,
             size,
             eager_max,
+            lend_wait_ns,
             place,
             cma,
             send_seq: vec![0; size as usize],
@@ -420,6 +541,10 @@ impl Layer for Msg {
             streaming: VecDeque::new(),
             stats: MsgStats::default(),
             near: NearPath::attach(cx, near_send),
+            my_loan,
+            lender: crate::coop::Lender::default(),
+            loans,
+            empty: Arc::from(&[][..]),
         })
     }
 
@@ -496,7 +621,32 @@ impl Layer for Msg {
                         if let Some(d) = done.take() {
                             d.ok();
                         }
-                        if ok == 1 {
+                        if ok == 2 {
+                            // A cooperative loan found withdrawn: tell the receiver
+                            // where the copy is (kept until its `DONE` or `CTS`).
+                            // Still lent (the receiver could not claim it): the send
+                            // withdraws it and answers then (`coop_step`).
+                            if let Some(SendOp::Rndv {
+                                data,
+                                by_address,
+                                ask_addr,
+                                ..
+                            }) = m.sends.get_mut(sreq)
+                            {
+                                match data {
+                                    Some(d) => {
+                                        *by_address = true;
+                                        let a = d.as_ptr() as usize as u64;
+                                        m.queue_short(
+                                            src,
+                                            h::ADDR,
+                                            &[rreq, sreq, a as u32, (a >> 32) as u32],
+                                        );
+                                    }
+                                    None => *ask_addr = Some(rreq),
+                                }
+                            }
+                        } else if ok == 1 {
                             *r = Some(rreq);
                             m.streaming.push_back(sreq);
                         } else {
@@ -534,6 +684,14 @@ impl Layer for Msg {
                 {
                     complete_recv(r.buf, r.env, r.done);
                 }
+            }
+            h::ADDR => {
+                let (Some(rreq), Some(sreq), Some(lo), Some(hi)) = (arg(0), arg(1), arg(2), arg(3))
+                else {
+                    m.stats.dropped += 1;
+                    return;
+                };
+                m.read_moved(src, rreq, sreq, u64::from(lo) | (u64::from(hi) << 32));
             }
             h::DONE => {
                 let Some(sreq) = arg(0) else {
@@ -784,6 +942,32 @@ impl Msg {
                         }
                         self.note_fallback();
                     }
+                    Some(Source::Coop {
+                        pid,
+                        addr,
+                        generation,
+                    }) => {
+                        buf.resize(len, 0);
+                        match self.coop_read(env.src, pid, addr, generation, &mut buf) {
+                            crate::coop::Received::Read => {
+                                self.read_done(dst, sreq);
+                                complete_recv(buf, env, done);
+                                return;
+                            }
+                            // Came late: the sender has a copy; ask where it is.
+                            crate::coop::Received::NotLent => {
+                                let rreq = self.recvs.insert(RecvOp {
+                                    buf,
+                                    got: 0,
+                                    env,
+                                    done,
+                                });
+                                self.queue_short(dst, h::CTS, &[sreq, rreq, 2]);
+                                return;
+                            }
+                            crate::coop::Received::Failed => {}
+                        }
+                    }
                     None => buf.resize(len, 0),
                 }
                 let rreq = self.recvs.insert(RecvOp {
@@ -819,6 +1003,15 @@ impl Msg {
                 }
                 t.map(Source::Lent)
             }
+            Place::Host(pid) if flags & F_CMA != 0 && flags & F_LOAN != 0 && self.cma => {
+                let generation = u64::from(flags >> 8) | ((key >> LOAN_ADDR_BITS) << 24);
+                let addr = (key & ((1 << LOAN_ADDR_BITS) - 1)) as usize;
+                Some(Source::Coop {
+                    pid,
+                    addr,
+                    generation,
+                })
+            }
             Place::Host(pid) if flags & F_CMA != 0 && self.cma => usize::try_from(key)
                 .ok()
                 .map(|addr| Source::Cma { pid, addr }),
@@ -828,6 +1021,74 @@ impl Msg {
             self.stats.rndv_fallback += 1;
         }
         got
+    }
+
+    /// The receiver's side of the cooperative copy (module `coop`) of loan
+    /// `generation` of `src` (process `pid`, its slice at `addr`) into `out` (exactly
+    /// the message's length). True if every byte arrived; false: ask for the chunks
+    /// (counted as a fallback; `out`'s content is then unspecified), or ask where the
+    /// sender's copy is (`NotLent`: the loan was withdrawn before this receiver came).
+    pub(crate) fn coop_read(
+        &mut self,
+        src: u32,
+        pid: u64,
+        addr: usize,
+        generation: u64,
+        out: &mut [u8],
+    ) -> crate::coop::Received {
+        let got = match self.loans.get(src as usize).and_then(Option::as_ref) {
+            Some(area) => {
+                let dst_addr = out.as_ptr() as usize as u64;
+                crate::coop::receive(
+                    area.loan(),
+                    generation,
+                    out,
+                    dst_addr,
+                    |r, o| gex_sync::cma::cma_read(pid, addr.wrapping_add(r.start), o).is_ok(),
+                    || crate::coop::process_alive(pid),
+                )
+            }
+            None => crate::coop::Received::NotLent,
+        };
+        match got {
+            crate::coop::Received::Read => self.stats.rndv_in_place += 1,
+            crate::coop::Received::Failed => self.note_fallback(),
+            crate::coop::Received::NotLent => {}
+        }
+        got
+    }
+
+    /// `ADDR` from `src`: the copy of a withdrawn cooperative loan for receive `rreq`
+    /// (send `sreq` of `src`) is at `addr` in `src`'s process: reads it with CMA and
+    /// completes the receive (then `DONE`), or asks for the chunks if the read fails.
+    fn read_moved(&mut self, src: EpAddr, rreq: u32, sreq: u32, addr: u64) {
+        let pid = match self.place.get(src.rank as usize) {
+            Some(Place::Host(pid)) => *pid,
+            _ => {
+                self.stats.dropped += 1;
+                return;
+            }
+        };
+        let Some(r) = self
+            .recvs
+            .get_mut(rreq)
+            .filter(|r| r.env.src == src.rank && r.got == 0)
+        else {
+            self.stats.dropped += 1;
+            return;
+        };
+        let read = usize::try_from(addr)
+            .ok()
+            .is_some_and(|a| gex_sync::cma::cma_read(pid, a, &mut r.buf).is_ok());
+        if read {
+            if let Some(r) = self.recvs.remove(rreq) {
+                self.read_done(src, sreq);
+                complete_recv(r.buf, r.env, r.done);
+            }
+        } else {
+            self.note_fallback();
+            self.queue_short(src, h::CTS, &[sreq, rreq, 1]);
+        }
     }
 
     /// A single-copy offer accepted but whose read failed: the chunks come instead.
@@ -1016,6 +1277,8 @@ impl Msg {
                 done,
                 _lent: lent,
                 by_address,
+                coop: false,
+                ask_addr: None,
             });
             self.queue_short(
                 to,
@@ -1040,12 +1303,167 @@ impl Msg {
         Ok(())
     }
 
-    /// True if a blocking standard send of `len` bytes to `dst` lends the caller's
-    /// slice (a rendezvous to another thread rank of this process).
-    pub(crate) fn lends<C: Conduit>(&self, cx: &Cx<'_, C>, dst: u32, len: usize) -> bool {
-        dst != self.me.rank
-            && self.place.get(dst as usize) == Some(&Place::Process)
-            && len > self.eager_max.min(cx.max_medium(self.peer(dst)))
+    /// How long a blocking send of `len` bytes lends the caller's slice to a receiver
+    /// that has not taken it (`GEX_MSG_LEND_WAIT`, plus about the time a copy takes).
+    pub(crate) fn lend_budget(&self, len: usize) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.lend_wait_ns.saturating_add(len as u64 / 8))
+    }
+
+    /// How a blocking standard send of `len` bytes to `dst` lends the caller's slice,
+    /// if it does: a rendezvous to another thread rank of this process (the registry,
+    /// module `direct`), or to another process of this host whose loan blocks both
+    /// sides map (the cooperative copy, module `coop`).
+    pub(crate) fn lends<C: Conduit>(
+        &self,
+        cx: &Cx<'_, C>,
+        dst: u32,
+        data: &[u8],
+    ) -> Option<LendTo> {
+        if dst == self.me.rank || data.len() <= self.eager_max.min(cx.max_medium(self.peer(dst))) {
+            return None;
+        }
+        match self.place.get(dst as usize)? {
+            Place::Process => Some(LendTo::Process),
+            Place::Host(pid)
+                if self.cma
+                    && self.my_loan.is_some()
+                    && self.loans.get(dst as usize).is_some_and(Option::is_some)
+                    && (data.as_ptr() as usize as u64) >> LOAN_ADDR_BITS == 0 =>
+            {
+                Some(LendTo::Host(*pid))
+            }
+            _ => None,
+        }
+    }
+
+    /// Starts a rendezvous send of the caller's `data` to `dst` (checked by the
+    /// caller, [`lends`](Self::lends) gave `LendTo::Host`), lent for the cooperative
+    /// copy (module `coop`): the caller keeps lending `data` until
+    /// [`coop_step`](Self::coop_step) says the loan ended. Returns the send's id and
+    /// the loan's generation.
+    pub(crate) fn start_coop_send<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        dst: u32,
+        tag: u32,
+        ctx: u32,
+        data: &[u8],
+    ) -> (u32, u64) {
+        let to = self.peer(dst);
+        let seq = self.send_seq[dst as usize];
+        self.pump(cx);
+        let generation = match &self.my_loan {
+            Some(a) => self.lender.offer(a.loan()),
+            None => unreachable!("lends() checked the loan block"),
+        };
+        let sreq = self.sends.insert(SendOp::Rndv {
+            dst: to,
+            data: None,
+            rreq: None,
+            off: 0,
+            done: None,
+            _lent: None,
+            by_address: false,
+            coop: true,
+            ask_addr: None,
+        });
+        let len = data.len() as u64;
+        let key = (data.as_ptr() as usize as u64) | ((generation >> 24) << LOAN_ADDR_BITS);
+        self.queue_short(
+            to,
+            h::RTS,
+            &[
+                ctx,
+                tag,
+                seq,
+                F_CMA | F_LOAN | (((generation & 0xff_ffff) as u32) << 8),
+                sreq,
+                len as u32,
+                (len >> 32) as u32,
+                key as u32,
+                (key >> 32) as u32,
+            ],
+        );
+        self.stats.rndv_sent += 1;
+        self.send_seq[dst as usize] = seq.wrapping_add(1);
+        self.pump(cx);
+        cx.set_busy();
+        (sreq, generation)
+    }
+
+    /// A guard that ends loan `generation` of `data` (to process `pid`) if the
+    /// cooperative send unwinds before it ended (`None` without a loan block).
+    pub(crate) fn coop_guard<'a>(
+        &self,
+        generation: u64,
+        pid: u64,
+        data: &'a [u8],
+    ) -> Option<CoopGuard<'a>> {
+        Some(CoopGuard {
+            area: self.my_loan.as_ref()?.dup(),
+            generation,
+            pid,
+            data,
+            armed: true,
+        })
+    }
+
+    /// One step of the sender of cooperative send `sreq` (loan `generation` of
+    /// `data`, to process `pid`; module `coop`): helps copy while the receiver
+    /// copies; withdraws the loan if its receiver asked for chunks or refused the
+    /// message, or if `expired`. When the loan ends, the send gets the bytes it may
+    /// still have to stream: a copy of `data` (withdrawn, failed) or nothing (read).
+    pub(crate) fn coop_step(
+        &mut self,
+        sreq: u32,
+        generation: u64,
+        pid: u64,
+        data: &[u8],
+        expired: bool,
+    ) -> crate::coop::Step {
+        use crate::coop::Step;
+        let Some(area) = &self.my_loan else {
+            return Step::Failed;
+        };
+        // The receiver asked for chunks (its CTS came) or refused the message (the
+        // send is gone): it will not read the slice.
+        let withdraw = expired
+            || !matches!(
+                self.sends.get_mut(sreq),
+                Some(SendOp::Rndv {
+                    rreq: None,
+                    coop: true,
+                    ask_addr: None,
+                    ..
+                })
+            );
+        let step =
+            crate::coop::sender_step(area.loan(), generation, data.len(), withdraw, |r, to| {
+                direct::coop_write(pid, to, &data[r])
+            });
+        let end = match step {
+            Step::Ready | Step::Reading => return step,
+            Step::Done => self.empty.clone(),
+            Step::Withdrawn | Step::Failed => Arc::from(data),
+        };
+        if let Some(SendOp::Rndv {
+            dst,
+            data: d @ None,
+            coop: true,
+            by_address,
+            ask_addr,
+            ..
+        }) = self.sends.get_mut(sreq)
+        {
+            let a = end.as_ptr() as usize as u64;
+            *d = Some(end);
+            if let Some(rreq) = ask_addr.take() {
+                *by_address = true;
+                let dst = *dst;
+                self.queue_short(dst, h::ADDR, &[rreq, sreq, a as u32, (a >> 32) as u32]);
+            }
+        }
+        step
     }
 
     /// Starts a rendezvous send of the caller's `data` to `dst` (checked by the
@@ -1073,6 +1491,8 @@ impl Msg {
             done: None,
             _lent: Some(ticket),
             by_address: false,
+            coop: false,
+            ask_addr: None,
         });
         let len = data.len() as u64;
         self.queue_short(

@@ -54,6 +54,15 @@
 //!   between processes it is an address read with `process_vm_readv` (a bad one is an
 //!   error of the kernel, never UB). Whenever the receiver cannot (a refused key, CMA
 //!   refused), it answers CTS and the chunks come. docs/msg.md says why it is sound.
+//! - **Cooperative single copy** (a blocking standard [`send`](MsgExt::send) of a
+//!   rendezvous message to a process of the same host, with CMA): the send lends the
+//!   caller's slice instead of copying it, and while the receiver copies chunks of it
+//!   with `process_vm_readv`, the sender (waiting in its call anyway) writes other
+//!   chunks into the receiver's buffer with `process_vm_writev`: on two cores, half
+//!   the time of one copy ([`coop`]). The loan ends, and the call returns, when every
+//!   chunk is copied, or it is withdrawn into a copy of the layer's if no receiver
+//!   claimed it within the send's budget (a receiver that comes later asks where the
+//!   copy is and reads it with CMA).
 //! - **Synchronous** sends ([`MsgExt::ssend`]): an eager message carries a flag and
 //!   the receiver acknowledges the match; a rendezvous send is matched when its CTS
 //!   or `DONE` comes. Ready sends ([`MsgExt::rsend`]) are standard sends.
@@ -88,13 +97,15 @@
 //! from the sender's buffer), or receives chunks into a buffer of its own and copies
 //! when the receive is complete.
 //! The one exception, within the call: a blocking [`send`](MsgExt::send) of a rendezvous
-//! message to a thread rank of the same process lends the caller's slice to the
-//! receiver for the duration of the call (the receiver copies straight from it, the
-//! only copy), and does not return, or unwind, while the receiver reads it; if no
+//! message to a thread rank of the same process, or to a process of the same host,
+//! lends the caller's slice to the receiver for the duration of the call (the receiver
+//! copies straight from it, the only copy; a process receiver with the sender's help,
+//! module [`coop`]), and does not return, or unwind, while the receiver reads it; if no
 //! receiver took it within a short wait it is withdrawn into a copy of the layer's
-//! (module `direct`). The crate's `unsafe` is that loan's read and the view of the
-//! auxiliary areas as atomic words (module `area`); both are in docs/soundness.md's
-//! ledger.
+//! (modules `direct` and [`coop`]). The crate's `unsafe` is the thread loan's read, the
+//! sender's `process_vm_writev` into the receiver's published buffer (module `direct`)
+//! and the view of the auxiliary areas as atomic words (module `area`); all are in
+//! docs/soundness.md's ledger.
 //!
 //! ## What it does not do (yet)
 //! - Buffered mode, cancel, matched probe (`mprobe`).
@@ -102,8 +113,8 @@
 //! - Lock-free matching inside one endpoint: each endpoint's engine is driven by the
 //!   thread that drives the endpoint (threads that message concurrently use endpoints
 //!   of their own); what is lock-free is the near path between ranks.
-//! - A sender that lends the caller's buffer beyond a blocking send to a thread rank of
-//!   its process (nonblocking sends and other processes copy at the sender).
+//! - A sender that lends the caller's buffer beyond a blocking send (nonblocking sends
+//!   copy at the sender).
 //!
 //! ## Words
 //! - **envelope**: (source, tag, context) of a message.
@@ -112,11 +123,13 @@
 //!   [`MsgError::Truncated`], the message is consumed.
 //!
 //! ## Settings
-//! [`ENV_VARS`]: `GEX_MSG_EAGER_MAX`, `GEX_MSG_SINGLE_COPY`, `GEX_MSG_NEAR`.
+//! [`ENV_VARS`]: `GEX_MSG_EAGER_MAX`, `GEX_MSG_SINGLE_COPY`, `GEX_MSG_LEND_WAIT`,
+//! `GEX_MSG_NEAR`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod area;
+pub mod coop;
 mod direct;
 pub mod engine;
 mod error;
@@ -142,6 +155,11 @@ pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
         name: "GEX_MSG_SINGLE_COPY",
         default: "1",
         doc: "gex-msg: 1 lets the receiver of a rendezvous message copy it straight from the sender's buffer when the sender is a thread rank of its process or (with CMA, process_vm_readv) a process of its host; 0 always streams chunks as Medium AMs (as between hosts).",
+    },
+    gex_core::config::EnvVar {
+        name: "GEX_MSG_LEND_WAIT",
+        default: "20",
+        doc: "gex-msg: microseconds a blocking send of a rendezvous message to a thread rank of its process or a process of its host lends the caller's buffer to a receiver that has not taken it yet (plus about the time a copy of the message takes), before it copies the message and returns.",
     },
     gex_core::config::EnvVar {
         name: "GEX_MSG_NEAR",

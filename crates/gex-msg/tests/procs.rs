@@ -69,3 +69,132 @@ fn procs_any_source_storm_3() {
 fn procs_any_source_storm_4_default_threshold() {
     launch(4, 8192);
 }
+
+/// The cooperative copy between two processes (module `gex_msg::coop`): blocking
+/// standard sends of rendezvous messages lend the caller's slice, and the receiver and
+/// the sender copy the chunks together (or, when the receiver comes late or asks for
+/// chunks, the loan is withdrawn into a copy).
+struct Coop;
+
+fn pattern(len: usize, round: usize, from: u32) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i.wrapping_mul(31) ^ round.wrapping_mul(7) ^ from as usize) as u8)
+        .collect()
+}
+
+impl Job for Coop {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        let mut ep = client.endpoint(0).unwrap();
+        let me = ep.addr().rank;
+        let peer = 1 - me;
+        let w = Comm::WORLD;
+        // 1. Ping-pong of blocking sends and receives (the receiver waits in `recv`:
+        //    it claims each loan), sizes from one to many chunks, odd lengths.
+        for (round, len) in [
+            9000usize,
+            40_000,
+            100_000,
+            1 << 20,
+            (1 << 20) + 4097,
+            3 << 20,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for rep in 0..3 {
+                let r = round * 3 + rep;
+                let mut buf = vec![0u8; len];
+                if me == 0 {
+                    ep.send(w, 1, 5, &pattern(len, r, 0)).unwrap();
+                    let st = ep.recv(w, Some(1), Some(5), &mut buf).unwrap();
+                    assert_eq!(st.len, len);
+                    assert!(buf == pattern(len, r, 1), "round {r}: {len} bytes from 1");
+                } else {
+                    let st = ep.recv(w, Some(0), Some(5), &mut buf).unwrap();
+                    assert_eq!(st.len, len);
+                    assert!(buf == pattern(len, r, 0), "round {r}: {len} bytes from 0");
+                    ep.send(w, 0, 5, &pattern(len, r, 1)).unwrap();
+                }
+            }
+        }
+        let st = gex_core::layer::with::<Msg, _, _>(&mut ep, |m, _| m.stats()).unwrap();
+        if gex_sync::cma::cma_capable() && C::NAME == "smp" {
+            // Every one read in place from the caller's slice (the receiver waits in
+            // `recv` and the sender lends for up to 200 ms: `GEX_MSG_LEND_WAIT`),
+            // none in chunks.
+            assert_eq!(
+                (st.rndv_in_place, st.rndv_single_copy, st.rndv_fallback),
+                (18, 18, 0),
+                "{st:?}"
+            );
+        }
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
+        // 2. Crossing sends: both send before receiving. Neither receiver is there to
+        //    claim, so each loan is withdrawn after the send's budget and the receiver
+        //    reads the copy (no deadlock).
+        let len = 1 << 20;
+        ep.send(w, peer, 6, &pattern(len, 100, me)).unwrap();
+        let mut buf = vec![0u8; len];
+        ep.recv(w, Some(peer), Some(6), &mut buf).unwrap();
+        assert!(buf == pattern(len, 100, peer), "crossing");
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
+        // 3. A receive posted first (`irecv`): the matching runs in the handler.
+        if me == 1 {
+            let ev = ep.irecv(w, Some(0), Some(7), vec![0u8; len]).unwrap();
+            gex_testkit::exchange_barrier(&mut ep).unwrap();
+            let got = ep.wait(ev).unwrap();
+            assert!(got.data == pattern(len, 101, 0), "posted receive");
+        } else {
+            gex_testkit::exchange_barrier(&mut ep).unwrap();
+            ep.send(w, 1, 7, &pattern(len, 101, 0)).unwrap();
+        }
+        // 4. Truncation: the receiver refuses the loan; the send still completes.
+        if me == 0 {
+            ep.send(w, 1, 8, &pattern(len, 102, 0)).unwrap();
+        } else {
+            let mut small = vec![0u8; len / 2];
+            let e = ep.recv(w, Some(0), Some(8), &mut small).unwrap_err();
+            assert!(matches!(e, gex_msg::MsgError::Truncated { .. }), "{e:?}");
+        }
+        // 5. A late receiver (600 ms, past the 200 ms loan): the loan is withdrawn into
+        //    a copy, which the receiver reads once it asked where it is (`ADDR`).
+        if me == 0 {
+            ep.send(w, 1, 9, &pattern(len, 103, 0)).unwrap();
+            // The caller's buffer is free again: overwrite a sent one at once.
+            let mut again = pattern(len, 104, 0);
+            ep.send(w, 1, 9, &again).unwrap();
+            again.fill(0);
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(600));
+            let mut buf = vec![0u8; len];
+            ep.recv(w, Some(0), Some(9), &mut buf).unwrap();
+            assert!(buf == pattern(len, 103, 0), "late receiver");
+            ep.recv(w, Some(0), Some(9), &mut buf).unwrap();
+            assert!(buf == pattern(len, 104, 0), "late receiver, second");
+            let st = gex_core::layer::with::<Msg, _, _>(&mut ep, |m, _| m.stats()).unwrap();
+            if gex_sync::cma::cma_capable() && C::NAME == "smp" {
+                // The crossing message and both late ones were read from the sender's
+                // copy by address (`ADDR`), not in chunks.
+                assert!(st.rndv_single_copy - st.rndv_in_place >= 3, "{st:?}");
+                assert_eq!(st.rndv_fallback, 0, "{st:?}");
+            }
+        }
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
+        drop(ep);
+        client.finalize().unwrap();
+    }
+}
+
+#[test]
+fn procs_cooperative_copy_2() {
+    Procs::new(2)
+        .timeout(std::time::Duration::from_secs(300))
+        .run(|boot| {
+            let b = ClientBuilder::new()
+                .layer::<Msg>()
+                .config(Config::from_pairs([("GEX_MSG_LEND_WAIT", "200000")]));
+            gex::init_with_boot(b, boot, None, Coop).unwrap();
+        })
+        .assert_success();
+}

@@ -109,6 +109,59 @@ pub fn cma_read(pid: u64, addr: usize, dst: &mut [u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Writes `src` at `addr` in process `pid` with `process_vm_writev(2)` (repeating
+/// after a partial transfer). Nothing in this process is written; the kernel checks
+/// the remote range against the target's mappings.
+///
+/// # Safety
+/// The write changes another process's memory behind its back: the caller must know
+/// that the target offered the range `addr..addr + src.len()` for this write (it
+/// published the address, and does not read or write the range until it learns,
+/// through a synchronising atomic of shared memory, that the write is over), as
+/// gex-msg's cooperative copy does (`gex_msg::coop`). With `pid` this process, the
+/// range must likewise be memory no reference of this process covers during the call.
+///
+/// # Errors
+/// As [`cma_read`]: `EPERM`, `ESRCH`, `EFAULT`, `UnexpectedEof`; `Unsupported` off Linux.
+#[cfg(target_os = "linux")]
+pub unsafe fn cma_write(pid: u64, addr: usize, src: &[u8]) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < src.len() {
+        let local = libc::iovec {
+            iov_base: src[done..].as_ptr().cast_mut().cast(),
+            iov_len: src.len() - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr + done) as *mut libc::c_void,
+            iov_len: src.len() - done,
+        };
+        // SAFETY: `local` describes the rest of `src`, which the kernel only reads;
+        // the remote range is the target's, offered for this write (the caller's
+        // contract), and checked by the kernel against its mappings; one iovec each.
+        let r = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if r == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+        }
+        done += r as usize;
+    }
+    Ok(())
+}
+
+/// Off Linux: always `Unsupported`.
+///
+/// # Safety
+/// None needed (nothing is written); `unsafe` as on Linux.
+///
+/// # Errors
+/// Always.
+#[cfg(not(target_os = "linux"))]
+pub unsafe fn cma_write(_pid: u64, _addr: usize, _src: &[u8]) -> std::io::Result<()> {
+    Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+}
+
 /// Off Linux: always `Unsupported`.
 ///
 /// # Errors
