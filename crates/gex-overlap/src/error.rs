@@ -56,6 +56,9 @@ pub enum OverlapError {
     /// The fallback path's RMA operation failed (peers whose segment is not mapped).
     #[error(transparent)]
     Rma(#[from] RmaError),
+    /// The conduit failed a native transfer (a peer that left, the network).
+    #[error("conduit: {0}")]
+    Conduit(#[source] gex_core::spi::ConduitError),
     /// The mover thread is gone (it panicked): the transfer cannot complete.
     #[error("the overlap mover thread is gone")]
     MoverGone,

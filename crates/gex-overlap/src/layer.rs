@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use gex_core::config::EnvVar;
 use gex_core::layer::{self, Attach, Cx, Layer, Progress};
-use gex_core::spi::Conduit;
-use gex_core::{Blocking, Endpoint, InitError};
+use gex_core::spi::{Conduit, ConduitError, Native};
+use gex_core::{Blocking, Capabilities, Endpoint, InitError};
 use gex_rma::{GlobalPtr, RmaExt};
 
 use crate::buf::{OverlapBuf, Shared};
@@ -47,6 +47,18 @@ pub struct Overlap {
     min_split: usize,
     mover: Option<Mover>,
     inflight: Arc<AtomicUsize>,
+    /// Strips started as native operations (peers whose segment is not mapped, with a
+    /// progress thread), retired by the progress hook.
+    native: Vec<NativeStrip>,
+}
+
+/// A strip in the network's hands.
+#[derive(Debug)]
+struct NativeStrip {
+    shared: Arc<Shared>,
+    ticket: u64,
+    off: usize,
+    len: usize,
 }
 
 #[derive(Debug)]
@@ -96,18 +108,17 @@ impl Overlap {
     }
 
     fn strip_for(&self, len: usize) -> usize {
-        model::strip_len(
-            params(),
-            self.decomp,
-            len,
-            sys::page_size(),
-            self.min_split,
-        )
+        model::strip_len(params(), self.decomp, len, sys::page_size(), self.min_split)
     }
 }
 
 impl Drop for Overlap {
     fn drop(&mut self) {
+        // A native strip not seen complete may still be written (get) or read (put) by
+        // the network: its buffer's memory is never unmapped (leaked, not freed).
+        for n in self.native.drain(..) {
+            std::mem::forget(n.shared);
+        }
         // The mover finishes every job it was given (they read or write peers'
         // mappings, which outlive the layer: the endpoint drops its layers first).
         if let Some(m) = &mut self.mover {
@@ -163,11 +174,27 @@ impl Layer for Overlap {
             min_split,
             mover: None,
             inflight: Arc::new(AtomicUsize::new(0)),
+            native: Vec::new(),
         })
     }
 
-    fn progress<C: Conduit>(self: Pin<&mut Self>, _cx: &mut Cx<'_, C>) -> Progress {
-        Progress::Idle
+    fn progress<C: Conduit>(self: Pin<&mut Self>, cx: &mut Cx<'_, C>) -> Progress {
+        let me = self.get_mut();
+        let page = sys::page_size();
+        let inflight = &me.inflight;
+        me.native.retain(|n| {
+            if !cx.native_test(n.ticket) {
+                return true;
+            }
+            retire_strip(&n.shared, n.off, n.len, page);
+            inflight.fetch_sub(1, Ordering::AcqRel);
+            false
+        });
+        if me.native.is_empty() {
+            Progress::Idle
+        } else {
+            Progress::Spinning
+        }
     }
 
     fn describe(&self) -> String {
@@ -224,17 +251,26 @@ fn run(j: &Job) {
         // sides are copied byte-wise atomically (the peer may access its segment).
         unsafe {
             match j.dir {
-                Dir::Get => gex_sync::copy::atomic_copy(remote as *const u8, local as *mut u8, s_len),
-                Dir::Put => gex_sync::copy::atomic_copy(local as *const u8, remote as *mut u8, s_len),
+                Dir::Get => {
+                    gex_sync::copy::atomic_copy(remote as *const u8, local as *mut u8, s_len)
+                }
+                Dir::Put => {
+                    gex_sync::copy::atomic_copy(local as *const u8, remote as *mut u8, s_len)
+                }
             }
         }
-        if let Err(e) = j.shared.map.protect(s_off, s_len, Prot::ReadWrite) {
-            // A page left protected and pending would make its readers wait forever.
-            eprintln!("gex-overlap: mprotect failed: {e}");
-            std::process::abort();
-        }
-        region.table.retire(s_off / page, s_len.div_ceil(page));
+        retire_strip(&j.shared, s_off, s_len, page);
     }
+}
+
+/// Unprotects a strip's pages, then marks them retired.
+fn retire_strip(shared: &Shared, off: usize, len: usize, page: usize) {
+    if let Err(e) = shared.map.protect(off, len, Prot::ReadWrite) {
+        // A page left protected and pending would make its readers wait forever.
+        eprintln!("gex-overlap: mprotect failed: {e}");
+        std::process::abort();
+    }
+    shared.region.table.retire(off / page, len.div_ceil(page));
 }
 
 /// The cost model's parameters for this process: measured once, at the first
@@ -395,8 +431,12 @@ pub trait OverlapExt {
     ///
     /// # Errors
     /// [`OverlapError::OutOfBuffer`].
-    fn wait_range(&mut self, buf: &OverlapBuf, offset: usize, len: usize)
-    -> Result<(), OverlapError>;
+    fn wait_range(
+        &mut self,
+        buf: &OverlapBuf,
+        offset: usize,
+        len: usize,
+    ) -> Result<(), OverlapError>;
 
     /// Waits until every demand-driven transfer this endpoint started is complete
     /// (puts at their targets): call it at synchronisation points (before a barrier
@@ -503,9 +543,16 @@ fn transfer<C: Conduit>(
     let page = sys::page_size();
     let (first, n) = table::pages_of(offset, len, buf.len_bytes(), page, true)
         .map_err(|e| range_err(e, offset, len, buf.len_bytes()))?;
-    let (peer, strip, now) = with(ep, |l, cx| {
+    let threaded = ep.has_progress_thread();
+    let (peer, strip, now, native) = with(ep, |l, cx| {
         let now = l.decomp == Decomp::Auto && len < l.min_split;
-        (cx.peer_segment(remote.addr()), l.strip_for(len), now)
+        let native = threaded && cx.capabilities().contains(Capabilities::NATIVE_RMA);
+        (
+            cx.peer_segment(remote.addr()),
+            l.strip_for(len),
+            now,
+            native,
+        )
     })?;
     let done = Issued {
         strips: usize::from(len > 0),
@@ -513,6 +560,11 @@ fn transfer<C: Conduit>(
         demand: false,
     };
     let region = &buf.shared.region;
+    if peer.is_none() && native && !now && len > 0 {
+        if let Some(issued) = native_transfer(ep, dir, buf, offset, remote, len, strip)? {
+            return Ok(issued);
+        }
+    }
     let Some((base, seg_len)) = peer else {
         // Fallback: gex-rma, blocking, through the transfer view of claimed pages.
         region
@@ -557,8 +609,12 @@ fn transfer<C: Conduit>(
         // view; byte-wise atomic on both sides.
         unsafe {
             match dir {
-                Dir::Get => gex_sync::copy::atomic_copy(remote_addr as *const u8, local as *mut u8, len),
-                Dir::Put => gex_sync::copy::atomic_copy(local as *const u8, remote_addr as *mut u8, len),
+                Dir::Get => {
+                    gex_sync::copy::atomic_copy(remote_addr as *const u8, local as *mut u8, len)
+                }
+                Dir::Put => {
+                    gex_sync::copy::atomic_copy(local as *const u8, remote_addr as *mut u8, len)
+                }
             }
         }
         region.table.retire(first, n);
@@ -600,4 +656,131 @@ fn transfer<C: Conduit>(
         strip_len: strip,
         demand: true,
     })
+}
+
+/// A demand-driven transfer to a peer whose segment is not mapped here, through the
+/// conduit's native RMA, when the endpoint has a progress thread (which runs the
+/// progress hook that retires the strips: the fault handler only waits). `None`: the
+/// conduit does not offer it for this peer (nothing claimed; the caller falls back).
+fn native_transfer<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    dir: Dir,
+    buf: &OverlapBuf,
+    offset: usize,
+    remote: GlobalPtr<u8>,
+    len: usize,
+    strip: usize,
+) -> Result<Option<Issued>, OverlapError> {
+    let page = sys::page_size();
+    let target = remote.addr();
+    let (open, seg_len) = with(ep, |_, cx| {
+        let open = remote.rank < cx.size()
+            && cx
+                .endpoint_capacity(remote.rank)
+                .is_some_and(|cap| remote.ep < cap)
+            && cx.peer_open(target).is_ok();
+        (open, cx.layout().seg_len.get(remote.rank as usize).copied())
+    })?;
+    if !open {
+        // gex-rma's path names the error (a rank or endpoint that does not exist).
+        return Ok(None);
+    }
+    match (seg_len, remote.offset.checked_add(len)) {
+        (Some(s), Some(e)) if e <= s => {}
+        (s, _) => {
+            return Err(OverlapError::OutOfSegment {
+                offset: remote.offset,
+                len,
+                seg_len: s.unwrap_or(0),
+            });
+        }
+    }
+    let (first, n) = table::pages_of(offset, len, buf.len_bytes(), page, true)
+        .map_err(|e| range_err(e, offset, len, buf.len_bytes()))?;
+    let region = &buf.shared.region;
+    region
+        .table
+        .claim(first, n, PENDING)
+        .map_err(|page| OverlapError::Overlapping { page })?;
+    region.generation.fetch_add(1, Ordering::AcqRel);
+    let prot = match dir {
+        Dir::Get => Prot::None,
+        Dir::Put => Prot::Read,
+    };
+    if let Err(e) = buf.shared.map.protect(offset, len, prot) {
+        region.table.retire(first, n);
+        return Err(OverlapError::Os(e));
+    }
+    let strips = len.div_ceil(strip);
+    let mut retry = layer::Retry::default();
+    let mut i = 0;
+    while i < strips {
+        let s_off = offset + i * strip;
+        let s_len = strip.min(len - i * strip);
+        let r_off = remote.offset + i * strip;
+        let local = buf.xfer() as usize + s_off;
+        let shared = &buf.shared;
+        let started = with(ep, |l, cx| {
+            // SAFETY: the strip's pages are claimed by this transfer and protected in the
+            // user view (no access for a get, read-only for a put), so nobody else reads
+            // or writes them through the transfer view and nobody modifies them until
+            // the progress hook retires them after `native_test`; the mapping stays
+            // alive while the strip's `Arc<Shared>` is held, and is leaked if the layer
+            // drops first. The remote range lies in the target's segment (checked above
+            // against the job layout's segment length).
+            let r = unsafe {
+                match dir {
+                    Dir::Get => cx.native_get(remote.addr(), r_off, local as *mut u8, s_len),
+                    Dir::Put => cx.native_put(remote.addr(), r_off, local as *const u8, s_len),
+                }
+            };
+            match r {
+                Ok(Native::Pending(ticket)) => {
+                    l.inflight.fetch_add(1, Ordering::AcqRel);
+                    l.native.push(NativeStrip {
+                        shared: shared.clone(),
+                        ticket,
+                        off: s_off,
+                        len: s_len,
+                    });
+                    cx.set_busy();
+                    Ok(Some(true))
+                }
+                Ok(Native::Done) => {
+                    retire_strip(shared, s_off, s_len, page);
+                    Ok(Some(true))
+                }
+                Ok(Native::WouldBlock) => Ok(Some(false)),
+                Ok(Native::Unsupported) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })?;
+        match started {
+            Ok(Some(true)) => i += 1,
+            Ok(Some(false)) => layer::retry(ep, &mut retry),
+            Ok(None) if i == 0 => {
+                // Not offered for this peer: release everything, the caller falls back.
+                let _ = buf.shared.map.protect(offset, len, Prot::ReadWrite);
+                region.table.retire(first, n);
+                return Ok(None);
+            }
+            Ok(None) | Err(_) => {
+                // Strips from `i` on were never started: release them; the ones
+                // started retire as they complete.
+                let rest = offset + i * strip;
+                retire_strip(&buf.shared, rest, offset + len - rest, page);
+                return Err(match started {
+                    Err(e) => OverlapError::Conduit(e),
+                    _ => OverlapError::Conduit(ConduitError::Contract(
+                        "native RMA refused a strip after accepting the first".into(),
+                    )),
+                });
+            }
+        }
+    }
+    Ok(Some(Issued {
+        strips,
+        strip_len: strip,
+        demand: true,
+    }))
 }

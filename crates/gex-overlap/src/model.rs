@@ -110,7 +110,10 @@ mod tests {
         assert_eq!(strip_len(&P, Decomp::Count(4), len, 4096, 0), len / 4);
         assert_eq!(strip_len(&P, Decomp::Bytes(1 << 30), len, 4096, 0), len);
         // A costlier fault means larger strips.
-        let slow = CostParams { fault_ns: 100_000.0, ..P };
+        let slow = CostParams {
+            fault_ns: 100_000.0,
+            ..P
+        };
         assert!(strip_len(&slow, Decomp::Auto, len, 4096, 0) > s);
     }
 }

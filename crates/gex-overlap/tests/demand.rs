@@ -166,7 +166,8 @@ fn overlapping_pending_range_is_refused() {
     ep.set_decomp(Decomp::Bytes(pg), 0).unwrap();
     let mut seen = false;
     for _ in 0..20 {
-        let mut fillers: Vec<OverlapBuf> = (0..8).map(|_| OverlapBuf::new(1 << 20).unwrap()).collect();
+        let mut fillers: Vec<OverlapBuf> =
+            (0..8).map(|_| OverlapBuf::new(1 << 20).unwrap()).collect();
         for f in &mut fillers {
             ep.get_demand(f, 0, p, 1 << 20).unwrap();
         }
@@ -207,7 +208,13 @@ extern "C" fn foreign(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::
     if addr >= pg && addr < pg + 4096 {
         FOREIGN.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the page is the test's own mapping.
-        unsafe { libc::mprotect(pg as *mut libc::c_void, 4096, libc::PROT_READ | libc::PROT_WRITE) };
+        unsafe {
+            libc::mprotect(
+                pg as *mut libc::c_void,
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
     }
 }
 
@@ -221,7 +228,14 @@ fn foreign_handler_installed_before_gex_still_gets_its_faults() {
     }
     // SAFETY: a fresh anonymous page; a handler with the SA_SIGINFO signature.
     unsafe {
-        let pg = libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+        let pg = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
         assert_ne!(pg, libc::MAP_FAILED);
         FOREIGN_PAGE.store(pg as usize, Ordering::Relaxed);
         let mut sa: libc::sigaction = std::mem::zeroed();
@@ -290,7 +304,10 @@ fn fork_after_use() {
     let mut status = 0;
     // SAFETY: waiting for our own child.
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{status:#x}");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{status:#x}"
+    );
 }
 
 #[test]
