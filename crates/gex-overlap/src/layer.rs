@@ -311,14 +311,23 @@ fn measure() -> CostParams {
     std::hint::black_box(sum);
     let faults_ns = sys::now_ns().wrapping_sub(t0) as f64 / PAGES as f64;
     let fault_ns = (faults_ns - mprotect_ns).max(0.0);
-    // G: a copy of the buffer's transfer view into its user view.
-    let len = PAGES * page;
-    let t0 = sys::now_ns();
-    for _ in 0..8 {
-        // SAFETY: both views are mapped for `len` bytes and nothing else touches `b`.
-        unsafe { gex_sync::copy::atomic_copy(b.xfer(), b.shared.map.user(), len) };
-    }
-    let gap = sys::now_ns().wrapping_sub(t0) as f64 / (8 * len) as f64;
+    // G: copies of 1 MiB (larger than most L2 caches) between two buffers' views, the
+    // second copy timed (the first faults the pages in).
+    let len = 1 << 20;
+    let gap = match (OverlapBuf::new(len), OverlapBuf::new(len)) {
+        (Ok(x), Ok(y)) => {
+            let mut t = 0;
+            for _ in 0..2 {
+                let t0 = sys::now_ns();
+                // SAFETY: both views are mapped for `len` bytes, and nothing else
+                // touches these two new buffers.
+                unsafe { gex_sync::copy::atomic_copy(x.xfer(), y.xfer(), len) };
+                t = sys::now_ns().wrapping_sub(t0);
+            }
+            t as f64 / len as f64
+        }
+        _ => fallback.gap_ns_per_byte,
+    };
     CostParams {
         // Handing a job to the mover and waking it.
         overhead_ns: fallback.overhead_ns,
