@@ -329,3 +329,29 @@ fn syscall_after_wait_range_gets_the_bytes() {
         libc::close(fds[1]);
     }
 }
+
+#[test]
+fn bad_settings_fail_the_endpoint() {
+    for (k, v) in [
+        ("GEX_OVERLAP_STRIP", "lots"),
+        ("GEX_OVERLAP_STRIP", "0"),
+        ("GEX_OVERLAP_MIN_SPLIT", "-1"),
+        ("GEX_OVERLAP_TRACE", "yes"),
+    ] {
+        let mut cfg = gex_core::config::Config::default();
+        cfg.set(k, v);
+        let client = ClientBuilder::new()
+            .layer::<Rma>()
+            .layer::<Overlap>()
+            .config(cfg)
+            .segment_size(1 << 16)
+            .init::<Loopback>(Box::new(Singleton::new()))
+            .unwrap();
+        match client.endpoint(0) {
+            Err(gex_core::EpError::Layer(e)) => {
+                assert!(e.to_string().contains(k), "{k}={v}: {e}")
+            }
+            other => panic!("{k}={v}: {:?}", other.map(|_| ())),
+        }
+    }
+}
