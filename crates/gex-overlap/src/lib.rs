@@ -45,9 +45,14 @@
 //!   process ([`params`]): fault and `mprotect` costs, the copy's time per byte.
 //!
 //! ## What it does not do
-//! - Demand-driven transfers only to peers whose segment this process maps (smp, the
-//!   same-host ranks of a hybrid ofi job, thread ranks); to other peers the
-//!   transfer is done during the call through gex-rma (correct, no overlap).
+//! - Demand-driven transfers to peers whose segment this process maps (smp, thread
+//!   ranks, the same-host ranks of a hybrid ofi job), and to other peers through the
+//!   conduit's native RMA only when the endpoint has a progress thread (which retires
+//!   the strips); otherwise the transfer is done during the call through gex-rma
+//!   (correct, no overlap).
+//! - With a progress thread, touching a pending page inside another gex call on the
+//!   same endpoint deadlocks (the handler waits while that call holds the endpoint):
+//!   [`OverlapExt::wait_range`] first, as before a system call.
 //! - No lazy protection (every page of the range is protected at once), no message
 //!   scheduling, delta transfers or cascades (issue 26, points 3 and 4).
 //! - No retirement hooked into gex-coll's barrier: call [`OverlapExt::retire_all`]

@@ -355,3 +355,41 @@ fn bad_settings_fail_the_endpoint() {
         }
     }
 }
+
+#[test]
+fn trace_records_the_faults_waited_for() {
+    let mut cfg = gex_core::config::Config::default();
+    cfg.set("GEX_OVERLAP_TRACE", "1");
+    let client = ClientBuilder::new()
+        .layer::<Rma>()
+        .layer::<Overlap>()
+        .config(cfg)
+        .segment_size(SEG)
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut ep = client.endpoint(0).unwrap();
+    assert!(gex_overlap::trace_enabled());
+    let len = 4 << 20;
+    let p = GlobalPtr::<u8>::new(ep.addr(), 0);
+    // One strip: the last page is touched at once, before the mover can have copied
+    // 4 MiB (retried in case this thread was descheduled that long).
+    ep.set_decomp(Decomp::Unsplit, 0).unwrap();
+    let mut found = false;
+    for _ in 0..20 {
+        let mut buf = OverlapBuf::new(len).unwrap();
+        ep.get_demand(&mut buf, 0, p, len).unwrap();
+        let base = buf.as_ptr() as usize;
+        assert_eq!(std::hint::black_box(buf[len - 1]), 0);
+        ep.retire_all().unwrap();
+        let (records, _) = gex_overlap::overlap_trace();
+        // Other tests of this binary fault too: look for a page of this buffer.
+        if records
+            .iter()
+            .any(|r| r.addr >= base && r.addr < base + len && r.addr % page() == 0)
+        {
+            found = true;
+            break;
+        }
+    }
+    assert!(found, "no fault of this buffer in the trace");
+}

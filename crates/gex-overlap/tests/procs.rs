@@ -1,7 +1,9 @@
 //! Demand-driven gets and puts between ranks of a multi-process job started by
 //! gex-testkit's runner, on the conduit the facade selects (`GEX_CONDUIT`, default
 //! smp; with `--features gex/ofi` and `GEX_CONDUIT=ofi`, the hybrid ofi conduit, whose
-//! same-host ranks map each other's segments).
+//! same-host ranks map each other's segments with `GEX_HYBRID=1`); and on thread ranks
+//! of this test process (gex-boot's thread bootstrap over smp: one fault handler and
+//! registry for every rank's buffers, one mover per rank).
 
 use gex::Job;
 use gex::spi::Conduit;
@@ -23,7 +25,11 @@ fn expect_demand() -> bool {
     var("GEX_CONDUIT") != "ofi" || var("GEX_HYBRID") == "1" || var("GEX_PROGRESS_THREAD") == "1"
 }
 
-struct Exchange;
+/// `mapped`: the ranks are thread ranks of one process over smp (every segment
+/// mapped, so every transfer is demand-driven).
+struct Exchange {
+    mapped: bool,
+}
 
 impl Job for Exchange {
     type Output = ();
@@ -47,7 +53,7 @@ impl Job for Exchange {
             let mut buf = OverlapBuf::new(len).unwrap();
             let issued = ep.get_demand(&mut buf, 0, src, len).unwrap();
             assert!(issued.strips >= 1);
-            assert_eq!(issued.demand, expect_demand(), "{issued:?}");
+            assert_eq!(issued.demand, self.mapped || expect_demand(), "{issued:?}");
             // Two threads stream through the buffer from both ends.
             std::thread::scope(|s| {
                 let b = &buf;
@@ -69,7 +75,7 @@ impl Job for Exchange {
             .for_each(|(i, b)| *b = pattern(me + 7, i));
         let dst = GlobalPtr::<u8>::new(gex_core::EpAddr::new(peer, 0), 4 << 20);
         let issued = ep.put_demand(dst, &out, 0, 1 << 20).unwrap();
-        assert_eq!(issued.demand, expect_demand(), "{issued:?}");
+        assert_eq!(issued.demand, self.mapped || expect_demand(), "{issued:?}");
         out.iter_mut().for_each(|b| *b = 0);
         ep.retire_all().unwrap();
         ep.barrier(&w).unwrap();
@@ -96,7 +102,7 @@ fn launch_env(ranks: u32, env: &[(&str, &str)]) {
         .timeout(std::time::Duration::from_secs(300))
         .run(|boot| {
             let b = gex::builder().layer::<Overlap>().segment_size(8 << 20);
-            gex::init_with_boot(b, boot, None, Exchange).unwrap();
+            gex::init_with_boot(b, boot, None, Exchange { mapped: false }).unwrap();
         })
         .assert_success();
 }
@@ -119,4 +125,15 @@ fn procs_exchange_progress_thread_2() {
         2,
         &[("GEX_PROGRESS_THREAD", "1"), ("GEX_OVERLAP_TRACE", "1")],
     );
+}
+
+/// Three thread ranks of this process: every rank's faults go through the one handler
+/// of the process, every rank has its own mover.
+#[test]
+fn threads_exchange_3() {
+    gex::boot::threads::run(3, |boot| {
+        let b = gex::builder().layer::<Overlap>().segment_size(8 << 20);
+        gex::init_with_boot(b, Box::new(boot), Some("smp"), Exchange { mapped: true }).unwrap();
+    })
+    .unwrap();
 }
