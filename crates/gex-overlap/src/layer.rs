@@ -1,8 +1,8 @@
 //! The overlap layer's state, its mover thread, and the extension trait.
 #![allow(unsafe_code)]
 
+use gex_sync::atomic::{AtomicUsize, Ordering};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;

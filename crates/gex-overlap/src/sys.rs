@@ -19,6 +19,8 @@
 //! - **the registry**: raw pointers to regions, dereferenced by the handler only while
 //!   it holds the slot's user count, which `unregister` waits to drop to zero before the
 //!   region may be freed (a Dekker pair of `SeqCst` operations, see `lookup`);
+//!   addresses are kept in `AtomicUsize`s (gex-sync's atomics shim has no `AtomicPtr`;
+//!   this module is never built under loom: its statics use `const` constructors);
 //! - **the handler** (`on_fault`): async-signal-safe by construction. It allocates
 //!   nothing, takes no lock, touches no `std` state that a lock guards (no printing, no
 //!   `thread_local!` with a destructor or lazy initialisation), and calls only
@@ -32,11 +34,11 @@
 //!   faulting thread. `errno` is saved and restored.
 #![allow(unsafe_code)]
 
+use gex_sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::cell::Cell;
 use std::io;
 use std::ptr;
 use std::sync::Once;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::table::PageTable;
 
@@ -234,7 +236,8 @@ impl Region {
 }
 
 struct Slot {
-    region: AtomicPtr<Region>,
+    /// The region's address (0: free).
+    region: AtomicUsize,
     users: AtomicU32,
 }
 
@@ -243,7 +246,7 @@ pub(crate) const SLOTS: usize = 1024;
 
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: Slot = Slot {
-    region: AtomicPtr::new(ptr::null_mut()),
+    region: AtomicUsize::new(0),
     users: AtomicU32::new(0),
 };
 static REGISTRY: [Slot; SLOTS] = [EMPTY; SLOTS];
@@ -251,10 +254,10 @@ static REGISTRY: [Slot; SLOTS] = [EMPTY; SLOTS];
 /// Publishes `r` to the handler. `r` must stay at its address until [`unregister`]
 /// returns (it lives in an `Arc`). `None` when every slot is taken.
 pub(crate) fn register(r: &Region) -> Option<usize> {
-    let p = r as *const Region as *mut Region;
+    let p = r as *const Region as usize;
     for (i, s) in REGISTRY.iter().enumerate() {
         if s.region
-            .compare_exchange(ptr::null_mut(), p, Ordering::SeqCst, Ordering::Relaxed)
+            .compare_exchange(0, p, Ordering::SeqCst, Ordering::Relaxed)
             .is_ok()
         {
             return Some(i);
@@ -266,7 +269,7 @@ pub(crate) fn register(r: &Region) -> Option<usize> {
 /// Withdraws slot `i` and waits until no handler uses its region.
 pub(crate) fn unregister(i: usize) {
     let s = &REGISTRY[i];
-    s.region.store(ptr::null_mut(), Ordering::SeqCst);
+    s.region.store(0, Ordering::SeqCst);
     while s.users.load(Ordering::SeqCst) != 0 {
         std::hint::spin_loop();
         std::thread::yield_now();
@@ -320,10 +323,8 @@ pub(crate) fn take_trace() -> (Vec<(usize, u64)>, usize) {
 // ---------------------------------------------------------------------------------
 // The handler.
 
-static PREV: [AtomicPtr<libc::sigaction>; 2] = [
-    AtomicPtr::new(ptr::null_mut()),
-    AtomicPtr::new(ptr::null_mut()),
-];
+/// The dispositions found at install (addresses of leaked `Box<sigaction>`s; 0: none).
+static PREV: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 static INSTALL: Once = Once::new();
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 /// Faults the handler waited for (whole process).
@@ -342,7 +343,7 @@ pub(crate) fn install() -> io::Result<()> {
                 err = Some(io::Error::last_os_error());
                 return;
             }
-            PREV[i].store(Box::into_raw(Box::new(old)), Ordering::Release);
+            PREV[i].store(Box::into_raw(Box::new(old)) as usize, Ordering::Release);
             // SAFETY: as above.
             let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
             new.sa_sigaction = on_fault as *const () as usize;
@@ -389,11 +390,11 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
 /// Whether the fault at `addr` was on a page of ours (and is now retired).
 fn lookup(addr: usize) -> bool {
     for s in REGISTRY.iter() {
-        if s.region.load(Ordering::Acquire).is_null() {
+        if s.region.load(Ordering::Acquire) == 0 {
             continue;
         }
         s.users.fetch_add(1, Ordering::SeqCst);
-        let p = s.region.load(Ordering::SeqCst);
+        let p = s.region.load(Ordering::SeqCst) as *const Region;
         if p.is_null() {
             s.users.fetch_sub(1, Ordering::Release);
             continue;
@@ -475,7 +476,7 @@ fn wait_page(r: &Region, addr: usize) -> bool {
 /// this returns, ends the process as it would have without gex (signal and core).
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let i = usize::from(sig != libc::SIGSEGV);
-    let p = PREV[i].load(Ordering::Acquire);
+    let p = PREV[i].load(Ordering::Acquire) as *const libc::sigaction;
     let handler = if p.is_null() {
         libc::SIG_DFL
     } else {

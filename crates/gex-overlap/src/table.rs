@@ -3,26 +3,26 @@
 //! retires them (the mover). Also the conversion of a byte range to pages with its
 //! checks.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use gex_sync::atomic::{AtomicU32, Ordering};
 
 /// Retired: the user view has its normal protection.
-pub(crate) const READY: u8 = 0;
+pub(crate) const READY: u32 = 0;
 /// Claimed by a transfer in flight: a get's destination (no access) or a put's
 /// source (read only).
-pub(crate) const PENDING: u8 = 1;
+pub(crate) const PENDING: u32 = 1;
 /// Protected for the calibration of the fault cost: the handler unprotects it itself.
-pub(crate) const CALIBRATE: u8 = 2;
+pub(crate) const CALIBRATE: u32 = 2;
 
 /// Page states of one buffer.
 #[derive(Debug)]
 pub(crate) struct PageTable {
-    pages: Box<[AtomicU8]>,
+    pages: Box<[AtomicU32]>,
 }
 
 impl PageTable {
     pub(crate) fn new(n: usize) -> PageTable {
         PageTable {
-            pages: (0..n).map(|_| AtomicU8::new(READY)).collect(),
+            pages: (0..n).map(|_| AtomicU32::new(READY)).collect(),
         }
     }
 
@@ -34,7 +34,7 @@ impl PageTable {
     /// Claims pages `first..first+n` for a transfer (`to` is [`PENDING`] or
     /// [`CALIBRATE`]): all of them or none. `Err(page)` names the first page already
     /// claimed (an overlapping pending range).
-    pub(crate) fn claim(&self, first: usize, n: usize, to: u8) -> Result<(), usize> {
+    pub(crate) fn claim(&self, first: usize, n: usize, to: u32) -> Result<(), usize> {
         for i in first..first + n {
             if self.pages[i]
                 .compare_exchange(READY, to, Ordering::AcqRel, Ordering::Acquire)
@@ -57,7 +57,7 @@ impl PageTable {
     }
 
     /// The state of `page` (`Acquire`: the bytes of a retired page are visible).
-    pub(crate) fn state(&self, page: usize) -> u8 {
+    pub(crate) fn state(&self, page: usize) -> u32 {
         self.pages[page].load(Ordering::Acquire)
     }
 

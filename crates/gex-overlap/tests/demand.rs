@@ -3,7 +3,7 @@
 //! write protection of a put's source, bad input, a foreign handler installed before
 //! gex's, a real segfault still crashing, fork after use. The tests that need a fresh
 //! process (the handler is installed once per process) re-run this binary with one
-//! test selected and `GEX_OVERLAP_CHILD` set.
+//! test selected and `OVERLAP_TEST_CHILD` set.
 #![allow(unsafe_code)]
 
 use std::process::Command;
@@ -185,17 +185,17 @@ fn overlapping_pending_range_is_refused() {
     assert!(seen, "a pending page was never refused");
 }
 
-/// Runs this binary's test `name` alone in a child with `GEX_OVERLAP_CHILD=1`.
+/// Runs this binary's test `name` alone in a child with `OVERLAP_TEST_CHILD=1`.
 fn child(name: &str) -> std::process::Output {
     Command::new(std::env::current_exe().unwrap())
         .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env("GEX_OVERLAP_CHILD", "1")
+        .env("OVERLAP_TEST_CHILD", "1")
         .output()
         .unwrap()
 }
 
 fn in_child() -> bool {
-    std::env::var_os("GEX_OVERLAP_CHILD").is_some()
+    std::env::var_os("OVERLAP_TEST_CHILD").is_some()
 }
 
 static FOREIGN: AtomicUsize = AtomicUsize::new(0);
