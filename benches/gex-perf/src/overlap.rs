@@ -6,7 +6,7 @@
 //! blocking get of `--size` bytes (4 MiB) into a private buffer followed by the use:
 //! for every page in order, `--work` steps of arithmetic on the page's bytes (the
 //! consumer's computation) and a checksum of them; then (2) the same with
-//! `get_demand` into an [`OverlapBuf`](gex::overlap::OverlapBuf), whose pages the
+//! `get_demand` into an `OverlapBuf` (gex-overlap), whose pages the
 //! use waits for one by one as strips land. The two alternate, round by round.
 //! Every checksum is compared with the pattern's.
 //!

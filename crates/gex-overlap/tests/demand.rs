@@ -194,6 +194,17 @@ fn child(name: &str) -> std::process::Output {
         .unwrap()
 }
 
+/// A crash on purpose leaves no core file in the test's directory (the signal is
+/// what the tests check).
+fn no_core_file() {
+    let zero = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid rlimit; only this process's core size changes.
+    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &zero) };
+}
+
 fn in_child() -> bool {
     std::env::var_os("OVERLAP_TEST_CHILD").is_some()
 }
@@ -274,6 +285,7 @@ fn real_segfault_still_crashes_with_sigsegv() {
     let p = GlobalPtr::<u8>::new(ep.addr(), 0);
     let mut buf = OverlapBuf::new(1 << 20).unwrap();
     ep.get_demand(&mut buf, 0, p, 1 << 20).unwrap();
+    no_core_file();
     println!("about to fault");
     // SAFETY: none: this is the crash under test (a write to an unmapped page).
     unsafe { (16 as *mut u8).write_volatile(1) };
@@ -392,4 +404,44 @@ fn trace_records_the_faults_waited_for() {
         }
     }
     assert!(found, "no fault of this buffer in the trace");
+}
+
+#[test]
+fn fork_with_a_pending_page_crashes_the_child_that_touches_it() {
+    let client = client();
+    let mut ep = client.endpoint(0).unwrap();
+    let pg = page();
+    let p = GlobalPtr::<u8>::new(ep.addr(), 0);
+    ep.set_decomp(Decomp::Bytes(pg), 0).unwrap();
+    // Keep the mover busy (8 MiB in one-page strips), then start the get whose page
+    // the child touches: it is still pending at the fork.
+    let mut fillers: Vec<OverlapBuf> = (0..8).map(|_| OverlapBuf::new(1 << 20).unwrap()).collect();
+    for f in &mut fillers {
+        ep.get_demand(f, 0, p, 1 << 20).unwrap();
+    }
+    let mut buf = OverlapBuf::new(4 * pg).unwrap();
+    ep.get_demand(&mut buf, 0, p, 4 * pg).unwrap();
+    if !buf.is_pending(0, pg).unwrap() {
+        // The mover was faster than this thread: nothing to check this time.
+        ep.retire_all().unwrap();
+        return;
+    }
+    // SAFETY: the child only reads one byte (which crashes it) or calls _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        no_core_file();
+        let b = std::hint::black_box(&buf)[0];
+        // SAFETY: ends the child (not reached: the read above crashes it).
+        unsafe { libc::_exit(i32::from(b) + 10) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV,
+        "{status:#x}"
+    );
+    ep.retire_all().unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
 }
