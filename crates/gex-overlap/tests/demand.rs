@@ -229,15 +229,44 @@ extern "C" fn foreign(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::
     }
 }
 
+extern "C" fn foreign_plain(_: libc::c_int) {
+    // No address without SA_SIGINFO: the test's page is the only foreign fault.
+    let pg = FOREIGN_PAGE.load(Ordering::Relaxed);
+    FOREIGN.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: the page is the test's own mapping.
+    unsafe {
+        libc::mprotect(
+            pg as *mut libc::c_void,
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+        )
+    };
+}
+
 #[test]
 fn foreign_handler_installed_before_gex_still_gets_its_faults() {
+    foreign_case(
+        "foreign_handler_installed_before_gex_still_gets_its_faults",
+        true,
+    );
+}
+
+#[test]
+fn foreign_plain_handler_installed_before_gex_still_gets_its_faults() {
+    foreign_case(
+        "foreign_plain_handler_installed_before_gex_still_gets_its_faults",
+        false,
+    );
+}
+
+fn foreign_case(name: &str, siginfo: bool) {
     if !in_child() {
-        let out = child("foreign_handler_installed_before_gex_still_gets_its_faults");
+        let out = child(name);
         assert!(out.status.success(), "{out:?}");
         assert!(String::from_utf8_lossy(&out.stdout).contains("foreign ok"));
         return;
     }
-    // SAFETY: a fresh anonymous page; a handler with the SA_SIGINFO signature.
+    // SAFETY: a fresh anonymous page; a handler with the signature its flags declare.
     unsafe {
         let pg = libc::mmap(
             std::ptr::null_mut(),
@@ -250,8 +279,12 @@ fn foreign_handler_installed_before_gex_still_gets_its_faults() {
         assert_ne!(pg, libc::MAP_FAILED);
         FOREIGN_PAGE.store(pg as usize, Ordering::Relaxed);
         let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = foreign as *const () as usize;
-        sa.sa_flags = libc::SA_SIGINFO;
+        if siginfo {
+            sa.sa_sigaction = foreign as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO;
+        } else {
+            sa.sa_sigaction = foreign_plain as *const () as usize;
+        }
         libc::sigemptyset(&mut sa.sa_mask);
         assert_eq!(libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut()), 0);
     }
