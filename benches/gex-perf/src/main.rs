@@ -19,6 +19,7 @@ mod am;
 mod coll;
 mod domains;
 mod msg;
+mod overlap;
 mod pin;
 mod progress;
 mod report;
@@ -143,6 +144,14 @@ enum Cmd {
     /// domains_speedup (over N = 1, same run) for every N of --eps (default 1,2,4).
     /// Run it on one rank: `gex-perf -n 1 domains`.
     Domains(domains::DomainsArgs),
+    /// Demand-driven synchronisation (gex-overlap, seed 000's first kernel): rank 0
+    /// gets --size (4 MiB) from rank 1 and uses it page by page (--work steps of
+    /// arithmetic per page and a checksum), blocking get then use against `get_demand`
+    /// (pages waited for one by one as strips land), alternated for --rounds (11).
+    /// Rows: overlap_get_stream_blocking and overlap_get_stream_demand (µs per round),
+    /// overlap_get_stream_speedup (`x`, blocking / demand per round) and overlap_strip
+    /// (B, the model's strip; min/max = the number of strips).
+    Overlap(overlap::OverlapArgs),
 }
 
 /// Options of the `coll` benchmark.
@@ -479,6 +488,7 @@ fn run_rank(
                 Cmd::Am(_)
                 | Cmd::Coll(_)
                 | Cmd::Progress(_)
+                | Cmd::Overlap(_)
                 | Cmd::Soak(_)
                 | Cmd::Storm(_)
                 | Cmd::Msg(_)
@@ -510,6 +520,10 @@ fn run_rank(
         }
         Cmd::Domains(args) => {
             let job = domains::DomainsJob { args, pin };
+            gex::init_with_boot(job.builder(), boot, conduit, job)
+        }
+        Cmd::Overlap(args) => {
+            let job = overlap::OverlapJob { args, pin };
             gex::init_with_boot(job.builder(), boot, conduit, job)
         }
         Cmd::Progress(args) => {

@@ -764,3 +764,29 @@ fn msg_anysource_rate_on_three_ranks() {
         }
     }
 }
+
+#[test]
+fn overlap_kernel_reports_both_sides_and_the_speedup() {
+    // Correctness only (every round's checksum is verified by the benchmark; the
+    // figures are not judged here: the machine is shared).
+    let rows = rows(&[
+        "-n", "2", "overlap", "--json", "--size", "1M", "--rounds", "3", "--work", "8",
+    ]);
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "overlap_get_stream_blocking",
+            "overlap_get_stream_demand",
+            "overlap_get_stream_speedup",
+            "overlap_strip"
+        ]
+    );
+    assert_eq!(rows[2]["unit"], "x");
+    for r in &rows {
+        assert_eq!(r["size"], 1 << 20);
+        assert!(r["value"].as_f64().expect("a value") > 0.0, "{r}");
+    }
+    let strip = rows[3]["value"].as_f64().unwrap();
+    assert!(strip >= 4096.0 && strip <= f64::from(1 << 20), "{strip}");
+}

@@ -75,6 +75,12 @@ pub use gex_coll as coll;
 #[cfg(feature = "msg")]
 pub use gex_msg as msg;
 
+/// Demand-driven synchronisation (the `gex-overlap` crate) when the feature `overlap`
+/// is on: not a default layer; add it with `.layer::<overlap::Overlap>()`
+/// ([`overlap::OverlapExt`]).
+#[cfg(feature = "overlap")]
+pub use gex_overlap as overlap;
+
 /// A client whose conduit is chosen at run time (`GEX_CONDUIT`).
 pub type Client = gex_core::Client<AnyConduit>;
 /// An endpoint whose conduit is chosen at run time: where the operations are (write

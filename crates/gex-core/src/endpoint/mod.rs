@@ -138,9 +138,13 @@ pub(crate) struct Core<C: Conduit> {
 }
 
 /// The state of an endpoint: the core part and the layers.
+///
+/// The layers are declared (so dropped) before the core: a layer whose work may still
+/// read the conduit's mappings when it is dropped (a helper thread of the layer that
+/// copies from peers' segments) finishes it while the conduit endpoint still exists.
 pub(crate) struct Inner<C: Conduit> {
-    pub(crate) core: Core<C>,
     pub(crate) layers: Vec<LayerSlot<C>>,
+    pub(crate) core: Core<C>,
 }
 
 impl<C: Conduit> Inner<C> {

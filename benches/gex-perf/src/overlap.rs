@@ -1,0 +1,184 @@
+//! The `overlap` benchmark (gex-overlap, seed 000's first kernel): a 4 MiB get
+//! followed by streaming use of the data, demand-driven against blocking, in the same
+//! run.
+//!
+//! Rank 1 fills its segment with a known pattern. Each round, rank 0 (1) times a
+//! blocking get of `--size` bytes (4 MiB) into a private buffer followed by the use:
+//! for every page in order, `--work` steps of arithmetic on the page's bytes (the
+//! consumer's computation) and a checksum of them; then (2) the same with
+//! `get_demand` into an `OverlapBuf` (gex-overlap), whose pages the
+//! use waits for one by one as strips land. The two alternate, round by round.
+//! Every checksum is compared with the pattern's.
+//!
+//! Figures (rank 0; median of `--rounds` rounds, min/max the extreme rounds):
+//! - `overlap_get_stream_blocking` and `overlap_get_stream_demand` (µs per round);
+//! - `overlap_get_stream_speedup` (`x`): blocking / demand time, per round;
+//! - `overlap_strip` (bytes): the strip length the model chose (`value`), with the
+//!   number of strips in `min`/`max`.
+
+use crate::PinMode;
+use crate::report::{Record, Reporter, median};
+use gex::coll::CollExt;
+use gex::core::Client;
+use gex::overlap::{OverlapBuf, OverlapExt};
+use gex::rma::{GlobalPtr, RmaExt};
+use gex::spi::Conduit;
+use gex::{Blocking, ClientBuilder, EpAddr, Job};
+use std::time::Instant;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Options of the `overlap` benchmark.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct OverlapArgs {
+    /// One JSON object per line (keys as for the other tests).
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Bytes per get (K/M suffixes allowed).
+    #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = crate::parse_size)]
+    pub(crate) size: usize,
+    /// Steps of arithmetic per page of the use (its computation between pages).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub(crate) work: u64,
+    /// Rounds of each kind.
+    #[arg(long, value_name = "N", default_value_t = 11, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub(crate) rounds: u32,
+}
+
+/// The layers of an `overlap` run: gex-perf's and gex-overlap.
+pub(crate) type OverlapLayers = (crate::Layers, gex::overlap::Overlap);
+
+/// An `overlap` run.
+pub(crate) struct OverlapJob {
+    pub(crate) args: OverlapArgs,
+    pub(crate) pin: PinMode,
+}
+
+impl OverlapJob {
+    /// gex-perf's layers plus gex-overlap; a segment holding the source.
+    pub(crate) fn builder(&self) -> ClientBuilder<OverlapLayers> {
+        crate::builder()
+            .layer::<gex::overlap::Overlap>()
+            .segment_size(self.args.size.next_multiple_of(1 << 20).max(1 << 20))
+    }
+}
+
+impl Job for OverlapJob {
+    type Output = crate::RankEnd;
+    fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
+        let r = run(&self, &client);
+        crate::end_job(client, "gex-perf", r)
+    }
+}
+
+fn pattern(i: usize) -> u8 {
+    (i.wrapping_mul(7) ^ (i >> 12)) as u8
+}
+
+/// The use of one page: `work` dependent steps seeded by its bytes, and their sum.
+#[inline(never)]
+fn use_page(page: &[u8], work: u64) -> u64 {
+    let sum: u64 = page.iter().map(|&b| u64::from(b)).sum();
+    let mut x = sum;
+    for _ in 0..work {
+        x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+    }
+    std::hint::black_box(x);
+    sum
+}
+
+fn stream(data: &[u8], page: usize, work: u64) -> u64 {
+    data.chunks(page).map(|p| use_page(p, work)).sum()
+}
+
+fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
+    let (me, n) = (client.rank(), client.size());
+    if n < 2 {
+        return Err("overlap needs at least 2 ranks".into());
+    }
+    let mut ep = client.endpoint(0)?;
+    let world = ep.world();
+    crate::pin::pin_rank(client, job.pin)?;
+    let len = job.args.size;
+    let page = 4096;
+    let data: Vec<u8> = (0..len).map(pattern).collect();
+    let want: u64 = data.iter().map(|&b| u64::from(b)).sum();
+    if me == 1 {
+        ep.put(GlobalPtr::<u8>::new(ep.addr(), 0), &data, Blocking)?;
+    }
+    ep.barrier(&world)?;
+    let (mut blocking, mut demand, mut speedup) = (Vec::new(), Vec::new(), Vec::new());
+    let mut strips = (0usize, 0usize);
+    if me == 0 {
+        let src = GlobalPtr::<u8>::new(EpAddr::rank(1), 0);
+        let mut plain = vec![0u8; len];
+        let mut buf = OverlapBuf::new(len)?;
+        // Warm-up: one of each (first-touch of the buffers, the model's measurement).
+        ep.get(&mut plain[..], src, Blocking)?;
+        ep.get_demand(&mut buf, 0, src, len)?;
+        ep.retire_all()?;
+        for round in 0..job.args.rounds {
+            let t0 = Instant::now();
+            ep.get(&mut plain[..], src, Blocking)?;
+            let s1 = stream(&plain, page, job.args.work);
+            let b = t0.elapsed().as_secs_f64() * 1e6;
+            let t0 = Instant::now();
+            let issued = ep.get_demand(&mut buf, 0, src, len)?;
+            let s2 = stream(&buf, page, job.args.work);
+            let d = t0.elapsed().as_secs_f64() * 1e6;
+            ep.retire_all()?;
+            if s1 != want || s2 != want {
+                return Err(format!("round {round}: checksums {s1} and {s2}, want {want}").into());
+            }
+            strips = (issued.strip_len, issued.strips);
+            blocking.push(b);
+            demand.push(d);
+            speedup.push(b / d.max(1e-3));
+        }
+    }
+    ep.barrier(&world)?;
+    if me == 0 {
+        let rep = Reporter::new(job.args.json);
+        let provider = crate::report::provider_of(client);
+        rep.header(&[format!(
+            "gex-perf overlap: {n} ranks, conduit {}, {} B get then {} steps per page of use; value: median of {} rounds",
+            client.conduit_name(),
+            len,
+            job.args.work,
+            job.args.rounds
+        )]);
+        let mut strip = vec![strips.0 as f64];
+        for (name, unit, v, mm) in [
+            ("overlap_get_stream_blocking", "us", &mut blocking, None),
+            ("overlap_get_stream_demand", "us", &mut demand, None),
+            ("overlap_get_stream_speedup", "x", &mut speedup, None),
+            (
+                "overlap_strip",
+                "B",
+                &mut strip,
+                Some((strips.1 as f64, strips.1 as f64)),
+            ),
+        ] {
+            let (min, max) = mm.unwrap_or_else(|| {
+                (
+                    v.iter().copied().fold(f64::INFINITY, f64::min),
+                    v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                )
+            });
+            rep.record(&Record {
+                name,
+                size: len,
+                ranks: n,
+                conduit: client.conduit_name(),
+                provider: provider.clone(),
+                algorithm: None,
+                buffers: None,
+                value: median(v),
+                unit,
+                min: Some(min),
+                max: Some(max),
+            });
+        }
+    }
+    Ok(())
+}

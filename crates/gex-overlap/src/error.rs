@@ -1,0 +1,65 @@
+//! The errors of gex-overlap's operations.
+
+use gex_rma::RmaError;
+
+/// Why a gex-overlap operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OverlapError {
+    /// The buffer offset of a transfer is not a multiple of the page size (pages are
+    /// what gets protected and retired).
+    #[error("buffer offset {offset} is not a multiple of the page size ({page})")]
+    Unaligned {
+        /// The offset given.
+        offset: usize,
+        /// The page size.
+        page: usize,
+    },
+    /// The range does not lie in the buffer.
+    #[error("range {offset}+{len} outside a buffer of {buf_len} bytes")]
+    OutOfBuffer {
+        /// The offset given.
+        offset: usize,
+        /// The length given.
+        len: usize,
+        /// The buffer's length.
+        buf_len: usize,
+    },
+    /// The remote range does not lie in the target's segment.
+    #[error("remote range {offset}+{len} outside the target's segment of {seg_len} bytes")]
+    OutOfSegment {
+        /// The remote byte offset.
+        offset: usize,
+        /// The length.
+        len: usize,
+        /// The target segment's length.
+        seg_len: usize,
+    },
+    /// A page of the range belongs to a transfer still pending (overlapping pending
+    /// ranges are refused: wait for the first with `wait_range` or `retire_all`).
+    #[error("page {page} of the buffer is already part of a pending transfer")]
+    Overlapping {
+        /// The first such page (index in the buffer).
+        page: usize,
+    },
+    /// The endpoint does not carry the overlap layer (build the client with
+    /// `.layer::<gex_overlap::Overlap>()`).
+    #[error("the endpoint has no overlap layer")]
+    NotAttached,
+    /// Every slot of the process's buffer registry is taken
+    /// ([`MAX_BUFFERS`](crate::MAX_BUFFERS) buffers alive).
+    #[error("too many overlap buffers alive")]
+    TooManyBuffers,
+    /// A system call failed (mapping, `mprotect`, the handler's installation).
+    #[error("system call failed: {0}")]
+    Os(#[source] std::io::Error),
+    /// The fallback path's RMA operation failed (peers whose segment is not mapped).
+    #[error(transparent)]
+    Rma(#[from] RmaError),
+    /// The conduit failed a native transfer (a peer that left, the network).
+    #[error("conduit: {0}")]
+    Conduit(#[source] gex_core::spi::ConduitError),
+    /// The mover thread is gone (it panicked): the transfer cannot complete.
+    #[error("the overlap mover thread is gone")]
+    MoverGone,
+}

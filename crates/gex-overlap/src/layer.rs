@@ -1,0 +1,795 @@
+//! The overlap layer's state, its mover thread, and the extension trait.
+#![allow(unsafe_code)]
+
+use gex_sync::atomic::{AtomicUsize, Ordering};
+use std::pin::Pin;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use gex_core::config::EnvVar;
+use gex_core::layer::{self, Attach, Cx, Layer, Progress};
+use gex_core::spi::{Conduit, ConduitError, Native};
+use gex_core::{Blocking, Capabilities, Endpoint, InitError};
+use gex_rma::{GlobalPtr, RmaExt};
+
+use crate::buf::{OverlapBuf, Shared};
+use crate::error::OverlapError;
+use crate::model::{self, CostParams, Decomp};
+use crate::sys::{self, Prot};
+use crate::table::{self, PENDING, RangeError};
+
+/// The `GEX_*` settings of the overlap layer.
+pub const ENV_VARS: &[EnvVar] = &[
+    EnvVar {
+        name: "GEX_OVERLAP_STRIP",
+        default: "auto",
+        doc: "gex-overlap: strip length of demand-driven transfers: `auto` (the cost model's, docs/overlap.md), `none` (never split) or a byte count (rounded up to whole pages).",
+    },
+    EnvVar {
+        name: "GEX_OVERLAP_MIN_SPLIT",
+        default: "65536",
+        doc: "gex-overlap: transfers shorter than this many bytes are done at once (no page protection) when the strip length is `auto`.",
+    },
+    EnvVar {
+        name: "GEX_OVERLAP_TRACE",
+        default: "0",
+        doc: "gex-overlap: `1` records every page fault the handler waited for (page address, nanoseconds waited; `overlap_trace()`), `0` records nothing.",
+    },
+];
+
+/// The demand-driven synchronisation layer (see the crate documentation). Add it to
+/// a client with `.layer::<gex_overlap::Overlap>()` after gex-rma.
+#[derive(Debug)]
+pub struct Overlap {
+    decomp: Decomp,
+    min_split: usize,
+    mover: Option<Mover>,
+    inflight: Arc<AtomicUsize>,
+    /// Strips started as native operations (peers whose segment is not mapped, with a
+    /// progress thread), retired by the progress hook.
+    native: Vec<NativeStrip>,
+}
+
+/// A strip in the network's hands.
+#[derive(Debug)]
+struct NativeStrip {
+    shared: Arc<Shared>,
+    ticket: u64,
+    off: usize,
+    len: usize,
+}
+
+#[derive(Debug)]
+struct Mover {
+    tx: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Direction of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dir {
+    /// Remote → transfer view.
+    Get,
+    /// Transfer view → remote.
+    Put,
+}
+
+/// A transfer given to the mover: strips of `[off, off+len)` of the buffer, from or to
+/// `remote` (an address in a peer's segment mapped in this process).
+struct Job {
+    shared: Arc<Shared>,
+    dir: Dir,
+    remote: usize,
+    off: usize,
+    len: usize,
+    strip: usize,
+}
+
+impl Overlap {
+    fn sender(&mut self) -> Result<&Sender<Job>, OverlapError> {
+        if self.mover.is_none() {
+            let (tx, rx) = channel::<Job>();
+            let inflight = self.inflight.clone();
+            let thread = std::thread::Builder::new()
+                .name("gex-overlap-mover".into())
+                .spawn(move || mover(rx, inflight))
+                .map_err(OverlapError::Os)?;
+            self.mover = Some(Mover {
+                tx: Some(tx),
+                thread: Some(thread),
+            });
+        }
+        match self.mover.as_ref().and_then(|m| m.tx.as_ref()) {
+            Some(tx) => Ok(tx),
+            None => Err(OverlapError::MoverGone),
+        }
+    }
+
+    fn strip_for(&self, len: usize) -> usize {
+        model::strip_len(params(), self.decomp, len, sys::page_size(), self.min_split)
+    }
+}
+
+impl Drop for Overlap {
+    fn drop(&mut self) {
+        // A native strip not seen complete may still be written (get) or read (put) by
+        // the network: its buffer's memory is never unmapped (leaked, not freed).
+        for n in self.native.drain(..) {
+            std::mem::forget(n.shared);
+        }
+        // The mover finishes every job it was given (they read or write peers'
+        // mappings, which outlive the layer: the endpoint drops its layers first).
+        if let Some(m) = &mut self.mover {
+            drop(m.tx.take());
+            if let Some(t) = m.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn parse_bytes(name: &str, v: &str) -> Result<usize, InitError> {
+    v.trim()
+        .parse::<usize>()
+        .map_err(|_| InitError::Config(format!("{name}={v}: expected a byte count")))
+}
+
+impl Layer for Overlap {
+    const NAME: &'static str = "overlap";
+    const ENV_VARS: &'static [EnvVar] = ENV_VARS;
+
+    fn attach<C: Conduit>(cx: &mut Attach<'_, C, Self>) -> Result<Self, InitError> {
+        if cx.layer::<gex_rma::Rma>().is_none() {
+            return Err(InitError::Layer {
+                layer: Self::NAME,
+                msg: "needs gex-rma (attach gex_rma::Rma before it)".into(),
+            });
+        }
+        let cfg = cx.config();
+        let decomp = match cfg.get("GEX_OVERLAP_STRIP").map(str::trim) {
+            None | Some("") | Some("auto") => Decomp::Auto,
+            Some("none") => Decomp::Unsplit,
+            Some(v) => match parse_bytes("GEX_OVERLAP_STRIP", v)? {
+                0 => return Err(InitError::Config("GEX_OVERLAP_STRIP=0".into())),
+                b => Decomp::Bytes(b),
+            },
+        };
+        let min_split = match cfg.get("GEX_OVERLAP_MIN_SPLIT") {
+            None | Some("") => 65536,
+            Some(v) => parse_bytes("GEX_OVERLAP_MIN_SPLIT", v)?,
+        };
+        match cfg.get("GEX_OVERLAP_TRACE").map(str::trim) {
+            None | Some("") | Some("0") => {}
+            Some("1") => sys::set_trace(true),
+            Some(v) => {
+                return Err(InitError::Config(format!(
+                    "GEX_OVERLAP_TRACE={v}: expected 0 or 1"
+                )));
+            }
+        }
+        Ok(Overlap {
+            decomp,
+            min_split,
+            mover: None,
+            inflight: Arc::new(AtomicUsize::new(0)),
+            native: Vec::new(),
+        })
+    }
+
+    fn progress<C: Conduit>(self: Pin<&mut Self>, cx: &mut Cx<'_, C>) -> Progress {
+        let me = self.get_mut();
+        let page = sys::page_size();
+        let inflight = &me.inflight;
+        me.native.retain(|n| {
+            if !cx.native_test(n.ticket) {
+                return true;
+            }
+            retire_strip(&n.shared, n.off, n.len, page);
+            inflight.fetch_sub(1, Ordering::AcqRel);
+            false
+        });
+        if me.native.is_empty() {
+            Progress::Idle
+        } else {
+            Progress::Spinning
+        }
+    }
+
+    fn describe(&self) -> String {
+        let n = self.inflight.load(Ordering::Acquire);
+        if n == 0 {
+            String::new()
+        } else {
+            format!("overlap: {n} demand-driven transfers in flight")
+        }
+    }
+}
+
+fn mover(rx: Receiver<Job>, inflight: Arc<AtomicUsize>) {
+    while let Ok(job) = rx.recv() {
+        run(&job);
+        drop(job);
+        inflight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Moves one job strip by strip, the strip a faulting thread waits for first.
+fn run(j: &Job) {
+    let page = sys::page_size();
+    let region = &j.shared.region;
+    let n = j.len.div_ceil(j.strip);
+    let first_page = j.off / page;
+    let mut done = vec![false; n];
+    let mut next = 0;
+    for _ in 0..n {
+        let w = region.wanted.swap(usize::MAX, Ordering::AcqRel);
+        let mut pick = None;
+        if w != usize::MAX && w >= first_page {
+            let i = (w - first_page) * page / j.strip;
+            if i < n && !done[i] {
+                pick = Some(i);
+            }
+        }
+        let i = pick.unwrap_or_else(|| {
+            while done[next] {
+                next += 1;
+            }
+            next
+        });
+        done[i] = true;
+        let s_off = j.off + i * j.strip;
+        let s_len = j.strip.min(j.len - i * j.strip);
+        let remote = j.remote + i * j.strip;
+        let local = j.shared.map.xfer() as usize + s_off;
+        // SAFETY: `remote..+s_len` lies in a peer's segment, mapped while the endpoint
+        // lives (checked against its length at issue; the endpoint drops its layers,
+        // which join this thread, before its conduit endpoint); `local..+s_len` lies in
+        // the transfer view, kept mapped by `j.shared`, and its pages are claimed by
+        // this job (nobody else writes them, the user view cannot access them). Both
+        // sides are copied byte-wise atomically (the peer may access its segment).
+        unsafe {
+            match j.dir {
+                Dir::Get => {
+                    gex_sync::copy::atomic_copy(remote as *const u8, local as *mut u8, s_len)
+                }
+                Dir::Put => {
+                    gex_sync::copy::atomic_copy(local as *const u8, remote as *mut u8, s_len)
+                }
+            }
+        }
+        retire_strip(&j.shared, s_off, s_len, page);
+    }
+}
+
+/// Unprotects a strip's pages, then marks them retired.
+fn retire_strip(shared: &Shared, off: usize, len: usize, page: usize) {
+    if let Err(e) = shared.map.protect(off, len, Prot::ReadWrite) {
+        // A page left protected and pending would make its readers wait forever.
+        eprintln!("gex-overlap: mprotect failed: {e}");
+        std::process::abort();
+    }
+    shared.region.table.retire(off / page, len.div_ceil(page));
+}
+
+/// The cost model's parameters for this process: measured once, at the first
+/// demand-driven transfer (about a millisecond).
+pub fn params() -> &'static CostParams {
+    static P: OnceLock<CostParams> = OnceLock::new();
+    P.get_or_init(measure)
+}
+
+fn measure() -> CostParams {
+    let page = sys::page_size();
+    const PAGES: usize = 16;
+    let fallback = CostParams {
+        overhead_ns: 5000.0,
+        gap_ns_per_byte: 0.1,
+        round_trip_ns: 5000.0,
+        fault_ns: 2000.0,
+        mprotect_ns: 1000.0,
+    };
+    let Ok(mut b) = OverlapBuf::new(PAGES * page) else {
+        return fallback;
+    };
+    // mprotect: one page, both ways.
+    let t0 = sys::now_ns();
+    for i in 0..PAGES {
+        let _ = b.shared.map.protect(i * page, page, Prot::Read);
+        let _ = b.shared.map.protect(i * page, page, Prot::ReadWrite);
+    }
+    let mprotect_ns = sys::now_ns().wrapping_sub(t0) as f64 / (2 * PAGES) as f64;
+    // A fault: the handler unprotects calibration pages itself (one mprotect each).
+    let _ = b.shared.region.table.claim(0, PAGES, table::CALIBRATE);
+    let _ = b.shared.map.protect(0, PAGES * page, Prot::None);
+    let t0 = sys::now_ns();
+    let mut sum = 0u64;
+    for i in 0..PAGES {
+        sum += u64::from(std::hint::black_box(&mut b[..])[i * page]);
+    }
+    std::hint::black_box(sum);
+    let faults_ns = sys::now_ns().wrapping_sub(t0) as f64 / PAGES as f64;
+    let fault_ns = (faults_ns - mprotect_ns).max(0.0);
+    // G: copies of 1 MiB (larger than most L2 caches) between two buffers' views, the
+    // second copy timed (the first faults the pages in).
+    let len = 1 << 20;
+    let gap = match (OverlapBuf::new(len), OverlapBuf::new(len)) {
+        (Ok(x), Ok(y)) => {
+            let mut t = 0;
+            for _ in 0..2 {
+                let t0 = sys::now_ns();
+                // SAFETY: both views are mapped for `len` bytes, and nothing else
+                // touches these two new buffers.
+                unsafe { gex_sync::copy::atomic_copy(x.xfer(), y.xfer(), len) };
+                t = sys::now_ns().wrapping_sub(t0);
+            }
+            t as f64 / len as f64
+        }
+        _ => fallback.gap_ns_per_byte,
+    };
+    CostParams {
+        // Handing a job to the mover and waking it.
+        overhead_ns: fallback.overhead_ns,
+        gap_ns_per_byte: gap.max(0.01),
+        round_trip_ns: fallback.round_trip_ns,
+        fault_ns,
+        mprotect_ns,
+    }
+}
+
+/// What a demand-driven transfer was split into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Issued {
+    /// Number of strips.
+    pub strips: usize,
+    /// Bytes per strip (the last may be shorter).
+    pub strip_len: usize,
+    /// Whether pages were protected (false: done during the call, below the
+    /// threshold or on the fallback path).
+    pub demand: bool,
+}
+
+/// One page fault the handler waited for (`GEX_OVERLAP_TRACE=1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageFault {
+    /// The page's address (user view).
+    pub addr: usize,
+    /// How long the faulting thread waited for its strip.
+    pub waited: Duration,
+}
+
+/// Takes the page-fault trace recorded so far in this process (and the number of
+/// records that did not fit), empty unless `GEX_OVERLAP_TRACE=1`.
+pub fn overlap_trace() -> (Vec<PageFault>, usize) {
+    let (v, lost) = sys::take_trace();
+    let v = v
+        .into_iter()
+        .map(|(addr, w)| PageFault {
+            addr,
+            waited: Duration::from_nanos(w),
+        })
+        .collect();
+    (v, lost)
+}
+
+/// Whether the trace is on (`GEX_OVERLAP_TRACE=1` at attach).
+pub fn trace_enabled() -> bool {
+    sys::trace_on()
+}
+
+/// Page faults the handler has waited for in this process so far.
+pub fn fault_count() -> u64 {
+    sys::FAULTS.load(Ordering::Relaxed)
+}
+
+fn range_err(e: RangeError, offset: usize, len: usize, buf_len: usize) -> OverlapError {
+    match e {
+        RangeError::Unaligned => OverlapError::Unaligned {
+            offset,
+            page: sys::page_size(),
+        },
+        RangeError::OutOfBuffer => OverlapError::OutOfBuffer {
+            offset,
+            len,
+            buf_len,
+        },
+    }
+}
+
+/// The operations of gex-overlap on an endpoint.
+pub trait OverlapExt {
+    /// Starts a get of `len` bytes at `src` into `buf[offset..offset+len]` and returns
+    /// at once. The destination's pages are protected: the first access to one waits
+    /// for the strip holding it only. `offset` must be page-aligned.
+    ///
+    /// To a peer whose segment this process maps (smp, and the ranks of this host in a
+    /// hybrid ofi job) the strips are moved by the layer's mover thread. Otherwise the
+    /// get is done during the call (gex-rma, blocking) and nothing stays pending.
+    ///
+    /// # Errors
+    /// [`OverlapError::Unaligned`], [`OverlapError::OutOfBuffer`],
+    /// [`OverlapError::OutOfSegment`], [`OverlapError::Overlapping`] (a page of the
+    /// range is still pending), [`OverlapError::NotAttached`], [`OverlapError::Os`],
+    /// [`OverlapError::Rma`] (fallback path).
+    fn get_demand(
+        &mut self,
+        buf: &mut OverlapBuf,
+        offset: usize,
+        src: GlobalPtr<u8>,
+        len: usize,
+    ) -> Result<Issued, OverlapError>;
+
+    /// Starts a put of `buf[offset..offset+len]` to `dst` and returns at once. The
+    /// source's pages are read-only until their strip has left: a write to one waits
+    /// for that strip only. Complete at the target after
+    /// [`retire_all`](Self::retire_all) (or [`wait_range`](Self::wait_range) of the range).
+    ///
+    /// # Errors
+    /// As [`get_demand`](Self::get_demand).
+    fn put_demand(
+        &mut self,
+        dst: GlobalPtr<u8>,
+        buf: &OverlapBuf,
+        offset: usize,
+        len: usize,
+    ) -> Result<Issued, OverlapError>;
+
+    /// Waits until no page holding `buf[offset..offset+len]` is pending: call it before
+    /// handing the range to a system call (which gets `EFAULT` on a pending page).
+    ///
+    /// # Errors
+    /// [`OverlapError::OutOfBuffer`].
+    fn wait_range(
+        &mut self,
+        buf: &OverlapBuf,
+        offset: usize,
+        len: usize,
+    ) -> Result<(), OverlapError>;
+
+    /// Waits until every demand-driven transfer this endpoint started is complete
+    /// (puts at their targets): call it at synchronisation points (before a barrier
+    /// that publishes a put, before `fork`).
+    ///
+    /// # Errors
+    /// [`OverlapError::NotAttached`].
+    fn retire_all(&mut self) -> Result<(), OverlapError>;
+
+    /// Sets how later transfers are split (overrides the model and
+    /// `GEX_OVERLAP_STRIP`); `min_split` is the threshold of [`Decomp::Auto`].
+    ///
+    /// # Errors
+    /// [`OverlapError::NotAttached`].
+    fn set_decomp(&mut self, d: Decomp, min_split: usize) -> Result<(), OverlapError>;
+
+    /// The strip length a transfer of `len` bytes would get now.
+    ///
+    /// # Errors
+    /// [`OverlapError::NotAttached`].
+    fn strip_for(&mut self, len: usize) -> Result<usize, OverlapError>;
+}
+
+fn with<C: Conduit, R>(
+    ep: &mut Endpoint<C>,
+    f: impl FnOnce(&mut Overlap, &mut Cx<'_, C>) -> R,
+) -> Result<R, OverlapError> {
+    layer::with::<Overlap, C, R>(ep, |l, cx| f(l.get_mut(), cx)).ok_or(OverlapError::NotAttached)
+}
+
+impl<C: Conduit> OverlapExt for Endpoint<C> {
+    fn get_demand(
+        &mut self,
+        buf: &mut OverlapBuf,
+        offset: usize,
+        src: GlobalPtr<u8>,
+        len: usize,
+    ) -> Result<Issued, OverlapError> {
+        transfer(self, Dir::Get, buf, offset, src, len)
+    }
+
+    fn put_demand(
+        &mut self,
+        dst: GlobalPtr<u8>,
+        buf: &OverlapBuf,
+        offset: usize,
+        len: usize,
+    ) -> Result<Issued, OverlapError> {
+        transfer(self, Dir::Put, buf, offset, dst, len)
+    }
+
+    fn wait_range(
+        &mut self,
+        buf: &OverlapBuf,
+        offset: usize,
+        len: usize,
+    ) -> Result<(), OverlapError> {
+        let mut spins = 0u32;
+        while buf.is_pending(offset, len)? {
+            backoff(self, &mut spins);
+        }
+        Ok(())
+    }
+
+    fn retire_all(&mut self) -> Result<(), OverlapError> {
+        let inflight = with(self, |l, _| l.inflight.clone())?;
+        let mut spins = 0u32;
+        while inflight.load(Ordering::Acquire) != 0 {
+            backoff(self, &mut spins);
+        }
+        Ok(())
+    }
+
+    fn set_decomp(&mut self, d: Decomp, min_split: usize) -> Result<(), OverlapError> {
+        with(self, |l, _| {
+            l.decomp = d;
+            l.min_split = min_split;
+        })
+    }
+
+    fn strip_for(&mut self, len: usize) -> Result<usize, OverlapError> {
+        with(self, |l, _| l.strip_for(len))
+    }
+}
+
+fn backoff<C: Conduit>(ep: &mut Endpoint<C>, spins: &mut u32) {
+    layer::poll(ep);
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+    *spins = spins.saturating_add(1);
+}
+
+fn transfer<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    dir: Dir,
+    buf: &OverlapBuf,
+    offset: usize,
+    remote: GlobalPtr<u8>,
+    len: usize,
+) -> Result<Issued, OverlapError> {
+    let page = sys::page_size();
+    let (first, n) = table::pages_of(offset, len, buf.len_bytes(), page, true)
+        .map_err(|e| range_err(e, offset, len, buf.len_bytes()))?;
+    let threaded = ep.has_progress_thread();
+    let (peer, strip, now, native) = with(ep, |l, cx| {
+        let now = l.decomp == Decomp::Auto && len < l.min_split;
+        let native = threaded && cx.capabilities().contains(Capabilities::NATIVE_RMA);
+        (
+            cx.peer_segment(remote.addr()),
+            l.strip_for(len),
+            now,
+            native,
+        )
+    })?;
+    let done = Issued {
+        strips: usize::from(len > 0),
+        strip_len: len,
+        demand: false,
+    };
+    let region = &buf.shared.region;
+    if peer.is_none() && native && !now && len > 0 {
+        if let Some(issued) = native_transfer(ep, dir, buf, offset, remote, len, strip)? {
+            return Ok(issued);
+        }
+    }
+    let Some((base, seg_len)) = peer else {
+        // Fallback: gex-rma, blocking, through the transfer view of claimed pages.
+        region
+            .table
+            .claim(first, n, PENDING)
+            .map_err(|page| OverlapError::Overlapping { page })?;
+        // SAFETY: the pages holding `offset..offset+len` are claimed by this call
+        // (nobody else reads or writes them through the transfer view) and lie in the
+        // mapping, which `buf` keeps alive for the call; the user view of them is not
+        // written meanwhile (a get holds `&mut OverlapBuf`; a put only reads).
+        let view = unsafe { std::slice::from_raw_parts_mut(buf.xfer().add(offset), len) };
+        let r = match dir {
+            Dir::Get => ep.get(&mut *view, remote, Blocking).map(|_| ()),
+            Dir::Put => ep.put(remote, &*view, Blocking),
+        };
+        region.table.retire(first, n);
+        r?;
+        return Ok(done);
+    };
+    let end = remote.offset.checked_add(len);
+    if end.is_none_or(|e| e > seg_len) {
+        return Err(OverlapError::OutOfSegment {
+            offset: remote.offset,
+            len,
+            seg_len,
+        });
+    }
+    if len == 0 {
+        return Ok(done);
+    }
+    region
+        .table
+        .claim(first, n, PENDING)
+        .map_err(|page| OverlapError::Overlapping { page })?;
+    region.generation.fetch_add(1, Ordering::AcqRel);
+    let remote_addr = base.as_ptr() as usize + remote.offset;
+    if now {
+        // Below the threshold: copy now, protect nothing.
+        let local = buf.xfer() as usize + offset;
+        // SAFETY: as the mover's copy: the remote range lies in the peer's mapped
+        // segment (checked above), the local one in the claimed pages of the transfer
+        // view; byte-wise atomic on both sides.
+        unsafe {
+            match dir {
+                Dir::Get => {
+                    gex_sync::copy::atomic_copy(remote_addr as *const u8, local as *mut u8, len)
+                }
+                Dir::Put => {
+                    gex_sync::copy::atomic_copy(local as *const u8, remote_addr as *mut u8, len)
+                }
+            }
+        }
+        region.table.retire(first, n);
+        return Ok(done);
+    }
+    let prot = match dir {
+        Dir::Get => Prot::None,
+        Dir::Put => Prot::Read,
+    };
+    if let Err(e) = buf.shared.map.protect(offset, len, prot) {
+        region.table.retire(first, n);
+        return Err(OverlapError::Os(e));
+    }
+    let job = Job {
+        shared: buf.shared.clone(),
+        dir,
+        remote: remote_addr,
+        off: offset,
+        len,
+        strip,
+    };
+    let sent = with(ep, |l, _| {
+        let inflight = l.inflight.clone();
+        let tx = l.sender()?;
+        inflight.fetch_add(1, Ordering::AcqRel);
+        tx.send(job).map_err(|_| {
+            inflight.fetch_sub(1, Ordering::AcqRel);
+            OverlapError::MoverGone
+        })
+    })?;
+    if let Err(e) = sent {
+        // Nothing will move the strips: unprotect and release them.
+        let _ = buf.shared.map.protect(offset, len, Prot::ReadWrite);
+        region.table.retire(first, n);
+        return Err(e);
+    }
+    Ok(Issued {
+        strips: len.div_ceil(strip),
+        strip_len: strip,
+        demand: true,
+    })
+}
+
+/// A demand-driven transfer to a peer whose segment is not mapped here, through the
+/// conduit's native RMA, when the endpoint has a progress thread (which runs the
+/// progress hook that retires the strips: the fault handler only waits). `None`: the
+/// conduit does not offer it for this peer (nothing claimed; the caller falls back).
+fn native_transfer<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    dir: Dir,
+    buf: &OverlapBuf,
+    offset: usize,
+    remote: GlobalPtr<u8>,
+    len: usize,
+    strip: usize,
+) -> Result<Option<Issued>, OverlapError> {
+    let page = sys::page_size();
+    let target = remote.addr();
+    let (open, seg_len) = with(ep, |_, cx| {
+        let open = remote.rank < cx.size()
+            && cx
+                .endpoint_capacity(remote.rank)
+                .is_some_and(|cap| remote.ep < cap)
+            && cx.peer_open(target).is_ok();
+        (open, cx.layout().seg_len.get(remote.rank as usize).copied())
+    })?;
+    if !open {
+        // gex-rma's path names the error (a rank or endpoint that does not exist).
+        return Ok(None);
+    }
+    match (seg_len, remote.offset.checked_add(len)) {
+        (Some(s), Some(e)) if e <= s => {}
+        (s, _) => {
+            return Err(OverlapError::OutOfSegment {
+                offset: remote.offset,
+                len,
+                seg_len: s.unwrap_or(0),
+            });
+        }
+    }
+    let (first, n) = table::pages_of(offset, len, buf.len_bytes(), page, true)
+        .map_err(|e| range_err(e, offset, len, buf.len_bytes()))?;
+    let region = &buf.shared.region;
+    region
+        .table
+        .claim(first, n, PENDING)
+        .map_err(|page| OverlapError::Overlapping { page })?;
+    region.generation.fetch_add(1, Ordering::AcqRel);
+    let prot = match dir {
+        Dir::Get => Prot::None,
+        Dir::Put => Prot::Read,
+    };
+    if let Err(e) = buf.shared.map.protect(offset, len, prot) {
+        region.table.retire(first, n);
+        return Err(OverlapError::Os(e));
+    }
+    let strips = len.div_ceil(strip);
+    let mut retry = layer::Retry::default();
+    let mut i = 0;
+    while i < strips {
+        let s_off = offset + i * strip;
+        let s_len = strip.min(len - i * strip);
+        let r_off = remote.offset + i * strip;
+        let local = buf.xfer() as usize + s_off;
+        let shared = &buf.shared;
+        let started = with(ep, |l, cx| {
+            // SAFETY: the strip's pages are claimed by this transfer and protected in the
+            // user view (no access for a get, read-only for a put), so nobody else reads
+            // or writes them through the transfer view and nobody modifies them until
+            // the progress hook retires them after `native_test`; the mapping stays
+            // alive while the strip's `Arc<Shared>` is held, and is leaked if the layer
+            // drops first. The remote range lies in the target's segment (checked above
+            // against the job layout's segment length).
+            let r = unsafe {
+                match dir {
+                    Dir::Get => cx.native_get(remote.addr(), r_off, local as *mut u8, s_len),
+                    Dir::Put => cx.native_put(remote.addr(), r_off, local as *const u8, s_len),
+                }
+            };
+            match r {
+                Ok(Native::Pending(ticket)) => {
+                    l.inflight.fetch_add(1, Ordering::AcqRel);
+                    l.native.push(NativeStrip {
+                        shared: shared.clone(),
+                        ticket,
+                        off: s_off,
+                        len: s_len,
+                    });
+                    cx.set_busy();
+                    Ok(Some(true))
+                }
+                Ok(Native::Done) => {
+                    retire_strip(shared, s_off, s_len, page);
+                    Ok(Some(true))
+                }
+                Ok(Native::WouldBlock) => Ok(Some(false)),
+                Ok(Native::Unsupported) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })?;
+        match started {
+            Ok(Some(true)) => i += 1,
+            Ok(Some(false)) => layer::retry(ep, &mut retry),
+            Ok(None) if i == 0 => {
+                // Not offered for this peer: release everything, the caller falls back.
+                let _ = buf.shared.map.protect(offset, len, Prot::ReadWrite);
+                region.table.retire(first, n);
+                return Ok(None);
+            }
+            Ok(None) | Err(_) => {
+                // Strips from `i` on were never started: release them; the ones
+                // started retire as they complete.
+                let rest = offset + i * strip;
+                retire_strip(&buf.shared, rest, offset + len - rest, page);
+                return Err(match started {
+                    Err(e) => OverlapError::Conduit(e),
+                    _ => OverlapError::Conduit(ConduitError::Contract(
+                        "native RMA refused a strip after accepting the first".into(),
+                    )),
+                });
+            }
+        }
+    }
+    Ok(Some(Issued {
+        strips,
+        strip_len: strip,
+        demand: true,
+    }))
+}
