@@ -15,7 +15,7 @@
 #![allow(unsafe_code)]
 
 use crate::emu::EmuVerbs;
-use crate::ep::{Ep, PeerInfo, Shape, Unconnected};
+use crate::ep::{Counters, Ep, PeerInfo, Shape, Unconnected};
 use crate::mem::Mem;
 use crate::verbs::{ConnectParams, QpAddr, Verbs, VerbsError};
 use gex_core::boot::{BootError, Bootstrap};
@@ -90,7 +90,20 @@ pub struct Ibv {
     /// Resources of dropped endpoints, kept until `finalize`'s barrier has returned
     /// (peers' operations on them complete meanwhile); emptied before the segments go.
     graves: Mutex<Vec<Box<dyn Any + Send>>>,
+    stats: Arc<Counters>,
     segs: Vec<Mem>,
+}
+
+/// Native operations an [`Ibv`] conduit's endpoints started ([`Ibv::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IbvStats {
+    /// RDMA WRITEs of native puts.
+    pub native_puts: u64,
+    /// RDMA READs of native gets.
+    pub native_gets: u64,
+    /// NIC atomics (fetch-add, compare-swap).
+    pub native_atomics: u64,
 }
 
 impl std::fmt::Debug for Ibv {
@@ -120,6 +133,14 @@ impl Ibv {
     /// The device opened.
     pub fn device(&self) -> &str {
         &self.device
+    }
+    /// Native operations started so far by this conduit's endpoints.
+    pub fn stats(&self) -> IbvStats {
+        IbvStats {
+            native_puts: self.stats.puts.load(std::sync::atomic::Ordering::Relaxed),
+            native_gets: self.stats.gets.load(std::sync::atomic::Ordering::Relaxed),
+            native_atomics: self.stats.atomics.load(std::sync::atomic::Ordering::Relaxed),
+        }
     }
 }
 
@@ -486,6 +507,7 @@ fn open_with<V: Verbs>(
         provider,
         device: device_name,
         graves: Mutex::new(Vec::new()),
+        stats: Arc::new(Counters::default()),
         segs,
     });
     let eps = uncon
@@ -498,6 +520,7 @@ fn open_with<V: Verbs>(
                 base.clone(),
                 infos.clone(),
                 shape,
+                conduit.stats.clone(),
             ))),
             conduit: conduit.clone(),
         })

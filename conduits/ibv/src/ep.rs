@@ -38,6 +38,16 @@ pub(crate) const MAX_INLINE: u32 = 128;
 pub(crate) const RMA_SLOTS: usize = 64;
 /// Bytes of one native operation's bounce buffer (larger transfers are split).
 pub(crate) const RMA_CHUNK: usize = 64 << 10;
+/// Largest native transfer (larger ones take gex-rma's AM path).
+pub(crate) const MAX_TRANSFER: usize = 1 << 30;
+
+/// Native operations started, per conduit ([`crate::Ibv::stats`]).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) puts: std::sync::atomic::AtomicU64,
+    pub(crate) gets: std::sync::atomic::AtomicU64,
+    pub(crate) atomics: std::sync::atomic::AtomicU64,
+}
 
 /// What one endpoint knows of a peer endpoint at open.
 #[derive(Clone, Copy, Debug)]
@@ -160,6 +170,10 @@ pub(crate) struct Ep<V: Verbs> {
     /// Receive completions taken from the completion queue by `block`, delivered by the
     /// next `poll` (first).
     stash: VecDeque<Wc>,
+    stats: std::sync::Arc<Counters>,
+    /// Per operation slot: the registration of a caller's buffer (large transfers),
+    /// dropped at completion. Before `res`: dropped before the device.
+    op_mrs: Vec<Option<V::Mr>>,
     pub(crate) res: Res<V>,
 }
 
@@ -287,6 +301,7 @@ impl<V: Verbs> Unconnected<V> {
         base: Vec<u32>,
         infos: Vec<PeerInfo>,
         shape: Shape,
+        stats: std::sync::Arc<Counters>,
     ) -> Ep<V> {
         let me = base[rank as usize] + index as u32;
         let mut by_qpn = HashMap::new();
@@ -331,6 +346,8 @@ impl<V: Verbs> Unconnected<V> {
             deferred_total: 0,
             owed_credits: false,
             stash: VecDeque::with_capacity(recv_count as usize),
+            stats,
+            op_mrs: (0..RMA_SLOTS).map(|_| None).collect(),
             res: self.res,
         }
     }
@@ -952,12 +969,30 @@ impl<V: Verbs> Ep<V> {
         self.free_rma.pop()
     }
 
-    fn rma_post(&mut self, g: u32, slot: u32, op: SendOp, len: usize) -> Result<(), VerbsError> {
-        let sge = Sge {
+    /// The local buffer of slot `slot`'s operation of `len` bytes: its bounce buffer.
+    fn bounce(&self, slot: u32, len: usize) -> Sge {
+        Sge {
             addr: self.res.rma.at(slot as usize * RMA_CHUNK) as u64,
             len: len as u32,
             lkey: V::lkey(&self.res.rma_mr),
-        };
+        }
+    }
+
+    /// Registers the caller's buffer of a transfer larger than a bounce buffer, for
+    /// the operation in `slot` (deregistered at its completion); `None` if that fails.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` valid until the operation completes.
+    unsafe fn direct(&mut self, slot: u32, ptr: *mut u8, len: usize, access: Access) -> Option<Sge> {
+        // SAFETY: the caller keeps the buffer valid until completion, and the region is
+        // dropped at completion (`rma_done`).
+        let mr = unsafe { self.res.v.reg_mr(ptr, len, access) }.ok()?;
+        let sge = Sge { addr: ptr as u64, len: len as u32, lkey: V::lkey(&mr) };
+        self.op_mrs[slot as usize] = Some(mr);
+        Some(sge)
+    }
+
+    fn rma_post(&mut self, g: u32, slot: u32, op: SendOp, sge: Sge) -> Result<(), VerbsError> {
         let wr = SendWr {
             wr_id: wrid::make(wrid::RMA, g, slot),
             op,
@@ -965,8 +1000,8 @@ impl<V: Verbs> Ep<V> {
             signaled: true,
             inline: false,
         };
-        // SAFETY: the slot's bounce buffer is registered and used by this operation only
-        // until its completion.
+        // SAFETY: the slot's bounce buffer (or the caller's buffer, registered for this
+        // operation) is used by this operation only until its completion.
         unsafe { self.res.v.post_send(&self.peers[g as usize].qp, &wr) }?;
         self.peers[g as usize].sq_used += 1;
         Ok(())
@@ -987,6 +1022,8 @@ impl<V: Verbs> Ep<V> {
             return;
         }
         let op = *op;
+        // A directly registered buffer is deregistered once the NIC is done with it.
+        self.op_mrs[slot] = None;
         if op.error.is_none() {
             if op.len > 0 {
                 // SAFETY: the get's bounce buffer holds the bytes (its READ completed);
@@ -1050,7 +1087,7 @@ impl<V: Verbs> Ep<V> {
         };
         let p = self.peers[g as usize].info;
         if !self.shape.native_rma
-            || len > RMA_CHUNK
+            || len > MAX_TRANSFER
             || offset.checked_add(len).is_none_or(|e| e > p.seg_len)
         {
             return Ok(Native::Unsupported);
@@ -1064,17 +1101,32 @@ impl<V: Verbs> Ep<V> {
         let Some(slot) = self.rma_slot(g, 1) else {
             return Ok(Native::WouldBlock);
         };
-        // SAFETY: the caller's buffer is readable (contract); the slot's bounce buffer is
-        // free and RMA_CHUNK long.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src, self.res.rma.at(slot as usize * RMA_CHUNK), len)
+        let sge = if len <= RMA_CHUNK {
+            // SAFETY: the caller's buffer is readable (contract); the slot's bounce
+            // buffer is free and RMA_CHUNK long.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src, self.res.rma.at(slot as usize * RMA_CHUNK), len)
+            };
+            self.bounce(slot, len)
+        } else {
+            // SAFETY: the caller keeps `src` valid and unmodified until completion.
+            match unsafe { self.direct(slot, src.cast_mut(), len, Access::empty()) } {
+                Some(sge) => sge,
+                None => {
+                    self.free_rma.push(slot);
+                    return Ok(Native::Unsupported);
+                }
+            }
         };
         let op = SendOp::Write {
             remote_addr: p.seg_addr + offset as u64,
             rkey: p.seg_rkey,
         };
-        match self.rma_post(g, slot, op, len) {
-            Ok(()) => Ok(Native::Pending(self.start(slot, 1))),
+        match self.rma_post(g, slot, op, sge) {
+            Ok(()) => {
+                self.stats.puts.fetch_add(1, Ordering::Relaxed);
+                Ok(Native::Pending(self.start(slot, 1)))
+            }
             Err(VerbsError::QueueFull) => {
                 self.free_rma.push(slot);
                 Ok(Native::WouldBlock)
@@ -1102,7 +1154,7 @@ impl<V: Verbs> Ep<V> {
         };
         let p = self.peers[g as usize].info;
         if !self.shape.native_rma
-            || len > RMA_CHUNK
+            || len > MAX_TRANSFER
             || offset.checked_add(len).is_none_or(|e| e > p.seg_len)
         {
             return Ok(Native::Unsupported);
@@ -1116,16 +1168,32 @@ impl<V: Verbs> Ep<V> {
         let Some(slot) = self.rma_slot(g, 1) else {
             return Ok(Native::WouldBlock);
         };
+        let bounced = len <= RMA_CHUNK;
+        let sge = if bounced {
+            self.bounce(slot, len)
+        } else {
+            // SAFETY: the caller keeps `out` valid and unaccessed until completion.
+            match unsafe { self.direct(slot, out, len, Access::LOCAL_WRITE) } {
+                Some(sge) => sge,
+                None => {
+                    self.free_rma.push(slot);
+                    return Ok(Native::Unsupported);
+                }
+            }
+        };
         let op = SendOp::Read {
             remote_addr: p.seg_addr + offset as u64,
             rkey: p.seg_rkey,
         };
-        match self.rma_post(g, slot, op, len) {
+        match self.rma_post(g, slot, op, sge) {
             Ok(()) => {
+                self.stats.gets.fetch_add(1, Ordering::Relaxed);
                 let t = self.start(slot, 1);
                 let o = &mut self.rma_ops[slot as usize];
-                o.out = out as usize;
-                o.len = len;
+                if bounced {
+                    o.out = out as usize;
+                    o.len = len;
+                }
                 Ok(Native::Pending(t))
             }
             Err(VerbsError::QueueFull) => {
@@ -1225,8 +1293,10 @@ impl<V: Verbs> Ep<V> {
                 return Ok(Native::Unsupported);
             }
         };
-        match self.rma_post(g, slot, vop, 8) {
+        let sge = self.bounce(slot, 8);
+        match self.rma_post(g, slot, vop, sge) {
             Ok(()) => {
+                self.stats.atomics.fetch_add(1, Ordering::Relaxed);
                 let t = self.start(slot, 1);
                 let o = &mut self.rma_ops[slot as usize];
                 o.atomic = Some(*op);

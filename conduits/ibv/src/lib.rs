@@ -52,4 +52,4 @@ mod real;
 pub mod verbs;
 mod wire;
 
-pub use conduit::{ENV_VARS, Ibv, IbvEp, Provider};
+pub use conduit::{ENV_VARS, Ibv, IbvEp, IbvStats, Provider};
