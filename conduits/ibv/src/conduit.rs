@@ -139,7 +139,10 @@ impl Ibv {
         IbvStats {
             native_puts: self.stats.puts.load(std::sync::atomic::Ordering::Relaxed),
             native_gets: self.stats.gets.load(std::sync::atomic::Ordering::Relaxed),
-            native_atomics: self.stats.atomics.load(std::sync::atomic::Ordering::Relaxed),
+            native_atomics: self
+                .stats
+                .atomics
+                .load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 }

@@ -1049,6 +1049,12 @@ impl Verbs for EmuVerbs {
         Ok(n)
     }
 
+    fn arm_cq(&self, _cq: &Self::Cq) -> Result<(), VerbsError> {
+        // The emulated channel is the queue's condition variable, signalled by every
+        // completion: nothing to arm.
+        Ok(())
+    }
+
     fn wait_cq(&self, cq: &Self::Cq, timeout: Duration) -> Result<bool, VerbsError> {
         let deadline = Instant::now() + timeout;
         let mut s = cq.inner.state.lock().unwrap_or_else(|e| e.into_inner());

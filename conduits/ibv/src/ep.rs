@@ -873,7 +873,18 @@ impl<V: Verbs> Ep<V> {
         if !self.idle() || !self.stash.is_empty() {
             return;
         }
-        // Send completions alone do not end the wait: take them first.
+        // Send completions alone do not end the wait: take them first; arm the channel,
+        // then look once more (a completion before arming signals nothing).
+        self.collect();
+        if !self.stash.is_empty() {
+            return;
+        }
+        if let Err(e) = self.res.v.arm_cq(&self.res.cq) {
+            panic!(
+                "ibv conduit: rank {} endpoint {}: arming the completion channel: {e}",
+                self.rank, self.index
+            );
+        }
         self.collect();
         if !self.stash.is_empty() {
             return;
@@ -983,11 +994,21 @@ impl<V: Verbs> Ep<V> {
     ///
     /// # Safety
     /// `ptr..ptr+len` valid until the operation completes.
-    unsafe fn direct(&mut self, slot: u32, ptr: *mut u8, len: usize, access: Access) -> Option<Sge> {
+    unsafe fn direct(
+        &mut self,
+        slot: u32,
+        ptr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Option<Sge> {
         // SAFETY: the caller keeps the buffer valid until completion, and the region is
         // dropped at completion (`rma_done`).
         let mr = unsafe { self.res.v.reg_mr(ptr, len, access) }.ok()?;
-        let sge = Sge { addr: ptr as u64, len: len as u32, lkey: V::lkey(&mr) };
+        let sge = Sge {
+            addr: ptr as u64,
+            len: len as u32,
+            lkey: V::lkey(&mr),
+        };
         self.op_mrs[slot as usize] = Some(mr);
         Some(sge)
     }

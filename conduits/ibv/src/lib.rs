@@ -53,3 +53,13 @@ pub mod verbs;
 mod wire;
 
 pub use conduit::{ENV_VARS, Ibv, IbvEp, IbvStats, Provider};
+
+/// The RDMA devices libibverbs sees (`ibv_get_device_list`), with their ports; an empty
+/// list when there is none.
+///
+/// # Errors
+/// [`verbs::VerbsError`] when listing fails.
+#[cfg(feature = "verbs")]
+pub fn real_devices() -> Result<Vec<verbs::DeviceInfo>, verbs::VerbsError> {
+    <real::RdmaVerbs as verbs::Verbs>::devices()
+}

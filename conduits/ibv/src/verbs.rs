@@ -20,7 +20,7 @@
 //! | [`Verbs::post_send`] | `ibv_post_send`: SEND (inline or not), RDMA WRITE, RDMA READ, fetch-add, compare-swap |
 //! | [`Verbs::post_srq_recv`] | `ibv_post_srq_recv` |
 //! | [`Verbs::poll_cq`] | `ibv_poll_cq` |
-//! | [`Verbs::wait_cq`] | `ibv_req_notify_cq`, `poll` on the channel, `ibv_get_cq_event`, `ibv_ack_cq_events` |
+//! | [`Verbs::arm_cq`], [`Verbs::wait_cq`] | `ibv_req_notify_cq`; `poll` on the channel, `ibv_get_cq_event`, `ibv_ack_cq_events` |
 
 //! # Safety
 //! The trait declares the calls whose callers make promises (memory registered and
@@ -468,8 +468,16 @@ pub trait Verbs: Send + Sync + Sized + 'static {
     /// [`VerbsError::CqOverrun`] when completions were lost.
     fn poll_cq(&self, cq: &Self::Cq, out: &mut [Wc]) -> Result<usize, VerbsError>;
 
-    /// Arms `cq`'s completion channel and sleeps until a completion may be there or
-    /// `timeout` passed; true if woken by the channel. Spurious wake-ups are allowed.
+    /// Arms `cq`'s completion channel (`ibv_req_notify_cq`): the next completion
+    /// signals it. Poll the queue once more after arming, then [`wait_cq`](Self::wait_cq),
+    /// so that a completion that arrived before arming is not slept over.
+    ///
+    /// # Errors
+    /// The failing call.
+    fn arm_cq(&self, cq: &Self::Cq) -> Result<(), VerbsError>;
+
+    /// Sleeps until `cq`'s channel signals (armed by [`arm_cq`](Self::arm_cq)) or
+    /// `timeout` passed; true if signalled. Spurious wake-ups are allowed.
     ///
     /// # Errors
     /// The failing call.
