@@ -245,6 +245,100 @@ fn shape(params: &OpenParams<'_>) -> Result<Shape, InitError> {
     })
 }
 
+/// What the conduit sees and would choose with `config` (`gex-info ibv`): the devices
+/// libibverbs lists (or why there are none), the emulation, and the provider, device
+/// and port `GEX_IBV_*` select.
+pub fn probe(config: &gex_core::config::Config) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let port_line = |s: &mut String, p: &crate::verbs::PortInfo| {
+        let _ = writeln!(
+            s,
+            "    port {}: {}, link layer {}, lid {}, mtu {}, {} GIDs",
+            p.port,
+            if p.active { "ACTIVE" } else { "not active" },
+            p.link_layer,
+            p.lid,
+            p.mtu,
+            p.gid_table_len
+        );
+    };
+    #[cfg(feature = "verbs")]
+    {
+        let _ = writeln!(s, "libibverbs provider (verbs): built in");
+        match crate::real::RdmaVerbs::devices() {
+            Ok(d) if d.is_empty() => {
+                let _ = writeln!(s, "  no RDMA device (ibv_get_device_list found none)");
+            }
+            Ok(d) => {
+                for dev in d {
+                    let _ = writeln!(s, "  device {}", dev.name);
+                    for p in &dev.ports {
+                        port_line(&mut s, p);
+                    }
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(s, "  no RDMA device: {e}");
+            }
+        }
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        let _ = writeln!(
+            s,
+            "libibverbs provider (verbs): not built (cargo feature gex-conduit-ibv/verbs, gex/ibv-verbs)
+  no RDMA device can be used by this build"
+        );
+    }
+    let _ = writeln!(
+        s,
+        "software emulation (emu): device {}",
+        crate::emu::DEVICE_NAME
+    );
+    for d in EmuVerbs::devices().unwrap_or_default() {
+        for p in &d.ports {
+            port_line(&mut s, p);
+        }
+    }
+    let setting = |n: &str, d: &str| {
+        config
+            .get(n)
+            .filter(|v| !v.is_empty())
+            .unwrap_or(d)
+            .to_string()
+    };
+    let _ = write!(
+        s,
+        "settings: GEX_IBV_PROVIDER={} GEX_IBV_DEVICE={} GEX_IBV_PORT={} GEX_IBV_GID_INDEX={}
+would choose: ",
+        setting("GEX_IBV_PROVIDER", "auto"),
+        setting("GEX_IBV_DEVICE", "(first)"),
+        setting("GEX_IBV_PORT", "1"),
+        setting("GEX_IBV_GID_INDEX", "0"),
+    );
+    match choose_provider(config.get("GEX_IBV_PROVIDER")) {
+        Ok(Provider::Emu) => {
+            let _ = writeln!(
+                s,
+                "the software emulation ({}, port 1; ranks of one host only)",
+                crate::emu::DEVICE_NAME
+            );
+        }
+        Ok(Provider::Verbs) => {
+            let _ = writeln!(
+                s,
+                "libibverbs, device {}",
+                setting("GEX_IBV_DEVICE", "(the first)")
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(s, "nothing: {e}");
+        }
+    }
+    s
+}
+
 /// Chooses the provider from `GEX_IBV_PROVIDER`.
 pub(crate) fn choose_provider(params_provider: Option<&str>) -> Result<Provider, InitError> {
     match params_provider.unwrap_or("auto") {

@@ -52,7 +52,7 @@ mod real;
 pub mod verbs;
 mod wire;
 
-pub use conduit::{ENV_VARS, Ibv, IbvEp, IbvStats, Provider};
+pub use conduit::{ENV_VARS, Ibv, IbvEp, IbvStats, Provider, probe};
 
 /// The RDMA devices libibverbs sees (`ibv_get_device_list`), with their ports; an empty
 /// list when there is none.

@@ -46,6 +46,7 @@
 //! | `smp` | `smp` (default) | processes on one host, over shared memory |
 //! | `loopback` | always | one rank (singleton programs, examples, tests) |
 //! | `ofi` | `ofi` (off by default) | libfabric (system libfabric >= 1.17): `tcp;ofi_rxm`, `shm`, ...; with shared memory between the ranks of a host in jobs that span several (`conduit::ofi::OfiHybrid`, `GEX_HYBRID`) |
+//! | `ibv` | `ibv` (emulation only), `ibv-verbs` (libibverbs) (off by default) | InfiniBand and RoCE RC queue pairs (`GEX_IBV_PROVIDER=verbs`), or the software RC emulation on one host (`GEX_IBV_PROVIDER=emu`); docs/ibv.md |
 
 pub use gex_core::*;
 
@@ -188,6 +189,13 @@ pub mod conduit {
         pub type OfiHybrid = gex_conduit_hybrid::Hybrid<gex_conduit_smp::Smp, Ofi>;
     }
 
+    /// The ibverbs conduit (feature `ibv`, off by default; `ibv-verbs` for real
+    /// devices).
+    #[cfg(feature = "ibv")]
+    pub mod ibv {
+        pub use gex_conduit_ibv::*;
+    }
+
     /// The hybrid conduit: a shared-memory conduit inside each host composed with a
     /// network conduit between hosts (feature `ofi`, which composes
     /// [`ofi::OfiHybrid`]).
@@ -252,6 +260,8 @@ const CONDUITS: &[&str] = &[
     "loopback",
     #[cfg(feature = "ofi")]
     "ofi",
+    #[cfg(feature = "ibv")]
+    "ibv",
 ];
 
 /// Names of the conduits compiled into this build, the default first.
@@ -552,6 +562,8 @@ fn dispatch<L: LayerSet, J: Job>(
         "loopback" => Ok(job.run(builder.init::<gex_core::loopback::Loopback>(boot)?)),
         #[cfg(feature = "ofi")]
         "ofi" => Ok(job.run(builder.init::<conduit::ofi::OfiHybrid>(boot)?)),
+        #[cfg(feature = "ibv")]
+        "ibv" => Ok(job.run(builder.init::<gex_conduit_ibv::Ibv>(boot)?)),
         other => Err(InitError::Config(format!(
             "conduit {other:?} is not compiled in (compiled in: {})",
             CONDUITS.join(", ")
