@@ -137,12 +137,9 @@ impl Ibv {
     /// Native operations started so far by this conduit's endpoints.
     pub fn stats(&self) -> IbvStats {
         IbvStats {
-            native_puts: self.stats.puts.load(std::sync::atomic::Ordering::Relaxed),
-            native_gets: self.stats.gets.load(std::sync::atomic::Ordering::Relaxed),
-            native_atomics: self
-                .stats
-                .atomics
-                .load(std::sync::atomic::Ordering::Relaxed),
+            native_puts: self.stats.puts.load(gex_sync::atomic::Ordering::Relaxed),
+            native_gets: self.stats.gets.load(gex_sync::atomic::Ordering::Relaxed),
+            native_atomics: self.stats.atomics.load(gex_sync::atomic::Ordering::Relaxed),
         }
     }
 }

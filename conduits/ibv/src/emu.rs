@@ -31,7 +31,7 @@
 //!   after which [`Verbs::poll_cq`] answers [`VerbsError::CqOverrun`].
 //! - **Memory**: regions are (address, length, rights) under a key (lkey = rkey);
 //!   the emulated NIC reads and writes them with gex-sync's atomic copies (aligned
-//!   8-byte words whole), and atomics are `AtomicU64` operations, so the owner's
+//!   8-byte words whole), and atomics are gex-sync word operations, so the owner's
 //!   concurrent accesses are not data races.
 //! - **Fault injection** ([`EmuVerbs::inject`]): drop the connection of a queue pair
 //!   (a dead peer), corrupt the remote keys of the next RDMA requests, and small
@@ -42,11 +42,11 @@ use crate::verbs::{
     Access, ConnectParams, DeviceInfo, LinkLayer, PortInfo, QpAddr, QpCaps, SendOp, SendWr, Sge,
     Verbs, VerbsError, Wc, WcOpcode, WcStatus,
 };
+use gex_sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -389,8 +389,9 @@ fn code_status(c: u32) -> WcStatus {
 unsafe fn nic_write(dst: *mut u8, data: &[u8]) {
     if data.len() == 8 && (dst as usize) % 8 == 0 {
         let v = u64::from_ne_bytes(data.try_into().expect("8 bytes"));
-        // SAFETY: aligned and valid for 8 bytes (caller); others access it atomically.
-        unsafe { AtomicU64::from_ptr(dst.cast::<u64>()) }.store(v, Ordering::Release);
+        // SAFETY: aligned and valid for 8 bytes (caller); others access it through
+        // gex-sync's words and copies.
+        unsafe { gex_sync::word::store64(dst, v, Ordering::Release) };
     } else {
         // SAFETY: valid for writes of data.len() bytes (caller).
         unsafe { gex_sync::copy::atomic_write(dst, data) };
@@ -405,8 +406,7 @@ unsafe fn nic_read(src: *const u8, len: usize) -> Vec<u8> {
     let mut out = vec![0u8; len];
     if len == 8 && (src as usize) % 8 == 0 {
         // SAFETY: aligned and valid for 8 bytes (caller).
-        let v =
-            unsafe { AtomicU64::from_ptr(src.cast_mut().cast::<u64>()) }.load(Ordering::Acquire);
+        let v = unsafe { gex_sync::word::load64(src, Ordering::Acquire) };
         out.copy_from_slice(&v.to_ne_bytes());
     } else {
         // SAFETY: valid for reads of len bytes (caller).
@@ -523,13 +523,13 @@ fn execute(d: &Dev, qp: &QpInner, kind: u8, b: &[u8]) -> Result<Vec<u8>, WcStatu
             let old = d
                 .with_region(rkey, addr, 8, Access::REMOTE_ATOMIC, |p| {
                     // SAFETY: aligned, inside a registered region, under the read lock;
-                    // every access of the word by the NIC is atomic.
-                    let w = unsafe { AtomicU64::from_ptr(p.cast::<u64>()) };
-                    if kind == FADD {
-                        w.fetch_add(a, Ordering::AcqRel)
-                    } else {
-                        match w.compare_exchange(a, c, Ordering::AcqRel, Ordering::Acquire) {
-                            Ok(v) | Err(v) => v,
+                    // gex-sync's word operations are atomic against each other and
+                    // never a mixed-size race with copies of the same bytes.
+                    unsafe {
+                        if kind == FADD {
+                            gex_sync::word::fetch_add64(p, a)
+                        } else {
+                            gex_sync::word::cas64(p, a, c)
                         }
                     }
                 })

@@ -27,9 +27,9 @@ use gex_core::spi::{
     NativeAtomic, OutMsg, ReplyTx,
 };
 use gex_core::{Category, EpAddr, EpIndex, Injected, Kind};
+use gex_sync::atomic::Ordering;
 use std::collections::{HashMap, VecDeque};
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Largest inline SEND (header, arguments and payload).
@@ -44,9 +44,9 @@ pub(crate) const MAX_TRANSFER: usize = 1 << 30;
 /// Native operations started, per conduit ([`crate::Ibv::stats`]).
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub(crate) puts: std::sync::atomic::AtomicU64,
-    pub(crate) gets: std::sync::atomic::AtomicU64,
-    pub(crate) atomics: std::sync::atomic::AtomicU64,
+    pub(crate) puts: gex_sync::atomic::AtomicU64,
+    pub(crate) gets: gex_sync::atomic::AtomicU64,
+    pub(crate) atomics: gex_sync::atomic::AtomicU64,
 }
 
 /// What one endpoint knows of a peer endpoint at open.
@@ -392,7 +392,7 @@ impl<V: Verbs> Ep<V> {
 
     fn credits_back(&self, g: u32, kind: Kind) -> u64 {
         let w = 2 * g as usize + usize::from(kind == Kind::Reply);
-        self.res.credit_in.word(w).load(Ordering::Acquire)
+        self.res.credit_in.load_word(w)
     }
 
     fn has_credit(&self, g: u32, kind: Kind) -> bool {
@@ -545,10 +545,7 @@ impl<V: Verbs> Ep<V> {
                 continue;
             }
             let w = 2 * gi + usize::from(kind == Kind::Reply);
-            self.res
-                .credit_out
-                .word(w)
-                .store(consumed, Ordering::Release);
+            self.res.credit_out.store_word(w, consumed);
             // At the peer, this endpoint's words are at its global index.
             let remote =
                 p.info.credit_addr + 16 * self.me as u64 + 8 * u64::from(kind == Kind::Reply);

@@ -48,17 +48,27 @@ impl Mem {
         // SAFETY: within the allocation (checked).
         unsafe { self.ptr.as_ptr().add(off) }
     }
-    /// The 8-byte word `i` as an atomic (the block is 4096-aligned).
-    pub(crate) fn word(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
+    /// Loads the 8-byte word `i` (the NIC writes it: credit words).
+    pub(crate) fn load_word(&self, i: usize) -> u64 {
         assert!(
             (i + 1) * 8 <= self.len,
             "word {i} past a block of {}",
             self.len
         );
-        // SAFETY: aligned, within the allocation, alive as long as `self`; every access
-        // to the credit words is atomic (the NIC's included: the emulation stores aligned
-        // 8-byte words whole, a NIC's DMA is outside the program).
-        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.at(i * 8).cast::<u64>()) }
+        // SAFETY: aligned (the block is 4096-aligned), within the allocation, alive as
+        // long as `self`; every access to these words goes through gex-sync's words
+        // (the emulated NIC's too; a NIC's DMA is outside the program).
+        unsafe { gex_sync::word::load64(self.at(i * 8), gex_sync::atomic::Ordering::Acquire) }
+    }
+    /// Stores the 8-byte word `i` (the NIC reads it: credit words).
+    pub(crate) fn store_word(&self, i: usize, v: u64) {
+        assert!(
+            (i + 1) * 8 <= self.len,
+            "word {i} past a block of {}",
+            self.len
+        );
+        // SAFETY: as in `load_word`.
+        unsafe { gex_sync::word::store64(self.at(i * 8), v, gex_sync::atomic::Ordering::Release) }
     }
 }
 
