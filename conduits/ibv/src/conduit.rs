@@ -91,6 +91,8 @@ pub struct Ibv {
     /// (peers' operations on them complete meanwhile); emptied before the segments go.
     graves: Mutex<Vec<Box<dyn Any + Send>>>,
     stats: Arc<Counters>,
+    /// Per endpoint made at open, over the emulation: its device's fault injector.
+    faults: Vec<crate::emu::FaultHandle>,
     segs: Vec<Mem>,
 }
 
@@ -134,6 +136,15 @@ impl Ibv {
     pub fn device(&self) -> &str {
         &self.device
     }
+    /// Injects `fault` into the emulated device of endpoint `ep` (tests of error
+    /// completions: a wrong remote key, a network gone); false when the conduit does
+    /// not run on the emulation or the endpoint is not there.
+    pub fn emu_inject(&self, ep: EpIndex, fault: crate::emu::Fault) -> bool {
+        self.faults
+            .get(ep as usize)
+            .is_some_and(|f| f.inject(fault))
+    }
+
     /// Native operations started so far by this conduit's endpoints.
     pub fn stats(&self) -> IbvStats {
         IbvStats {
@@ -384,10 +395,12 @@ unsafe impl Conduit for Ibv {
     ) -> Result<(Arc<Ibv>, Vec<IbvEp>), InitError> {
         let provider = choose_provider(params.config.get("GEX_IBV_PROVIDER"))?;
         match provider {
-            Provider::Emu => open_with::<EmuVerbs>(boot, params, provider, AnyEp::Emu),
+            Provider::Emu => open_with::<EmuVerbs>(boot, params, provider, AnyEp::Emu, |v| {
+                Some(v.fault_handle())
+            }),
             #[cfg(feature = "verbs")]
             Provider::Verbs => {
-                open_with::<crate::real::RdmaVerbs>(boot, params, provider, AnyEp::Verbs)
+                open_with::<crate::real::RdmaVerbs>(boot, params, provider, AnyEp::Verbs, |_| None)
             }
             #[cfg(not(feature = "verbs"))]
             Provider::Verbs => unreachable!("refused by choose_provider"),
@@ -416,6 +429,7 @@ fn open_with<V: Verbs>(
     params: &OpenParams<'_>,
     provider: Provider,
     wrap: impl Fn(Ep<V>) -> AnyEp,
+    fault_handle: impl Fn(&V) -> Option<crate::emu::FaultHandle>,
 ) -> Result<(Arc<Ibv>, Vec<IbvEp>), InitError> {
     let layout = params.layout;
     let rank = params.rank;
@@ -602,6 +616,10 @@ fn open_with<V: Verbs>(
         device: device_name,
         graves: Mutex::new(Vec::new()),
         stats: Arc::new(Counters::default()),
+        faults: uncon
+            .iter()
+            .filter_map(|u| fault_handle(&u.res.v))
+            .collect(),
         segs,
     });
     let eps = uncon

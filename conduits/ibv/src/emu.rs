@@ -74,6 +74,32 @@ pub enum Fault {
         /// How many requests.
         count: u32,
     },
+    /// Sever every connection of the device, as if the network to every peer died.
+    DropAll,
+}
+
+/// A handle to inject faults into an emulated device from elsewhere (the conduit's
+/// [`Ibv::emu_inject`](crate::Ibv::emu_inject)); does nothing once the device is gone.
+#[derive(Clone)]
+pub struct FaultHandle(Weak<Dev>);
+
+impl std::fmt::Debug for FaultHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FaultHandle")
+    }
+}
+
+impl FaultHandle {
+    /// Injects `fault`; false if the device is gone.
+    pub fn inject(&self, fault: Fault) -> bool {
+        match self.0.upgrade() {
+            Some(d) => {
+                d.inject(fault);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -206,6 +232,10 @@ struct QpInner {
     rnr_retry: AtomicU32,
     /// Error state (requests flush).
     error: AtomicBool,
+    /// The status the next posted request completes with when the queue pair failed
+    /// with nothing outstanding (a connection lost while idle: the next request finds
+    /// out, as a NIC's retries would), as `status_code`; 0 for none.
+    pending_error: AtomicU32,
     /// The outbound connection (after `connect`), written under this lock.
     conn: Mutex<Option<Conn>>,
     /// Requests sent, in order, awaiting their answer.
@@ -218,6 +248,10 @@ impl QpInner {
     fn fail(&self, first: WcStatus) {
         self.error.store(true, Ordering::Release);
         let mut out = self.outstanding.lock().unwrap_or_else(|e| e.into_inner());
+        if out.is_empty() {
+            self.pending_error
+                .store(status_code(first), Ordering::Release);
+        }
         let mut status = first;
         while let Some(o) = out.pop_front() {
             self.cq.push(Wc {
@@ -633,10 +667,42 @@ fn call(call: &'static str, e: impl std::fmt::Display) -> VerbsError {
 impl EmuVerbs {
     /// Injects `fault` (see [`Fault`]).
     pub fn inject(&self, fault: Fault) {
+        self.dev.inject(fault);
+    }
+
+    /// A handle that injects faults into this device.
+    pub fn fault_handle(&self) -> FaultHandle {
+        FaultHandle(Arc::downgrade(&self.dev))
+    }
+
+    fn rkey_of(&self, rkey: u32) -> u32 {
+        let c = &self.dev.corrupt_rkeys;
+        if c.load(Ordering::Relaxed) > 0
+            && c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            rkey ^ 0x8000_0000
+        } else {
+            rkey
+        }
+    }
+}
+
+impl Dev {
+    fn inject(&self, fault: Fault) {
         match fault {
+            Fault::DropAll => {
+                for s in self
+                    .streams
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                {
+                    let _ = s.shutdown(std::net::Shutdown::Both);
+                }
+            }
             Fault::DropQp { qpn } => {
                 let qp = self
-                    .dev
                     .qps
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -649,20 +715,8 @@ impl EmuVerbs {
                 }
             }
             Fault::CorruptRkey { count } => {
-                self.dev.corrupt_rkeys.fetch_add(count, Ordering::Relaxed);
+                self.corrupt_rkeys.fetch_add(count, Ordering::Relaxed);
             }
-        }
-    }
-
-    fn rkey_of(&self, rkey: u32) -> u32 {
-        let c = &self.dev.corrupt_rkeys;
-        if c.load(Ordering::Relaxed) > 0
-            && c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-                .is_ok()
-        {
-            rkey ^ 0x8000_0000
-        } else {
-            rkey
         }
     }
 }
@@ -828,6 +882,7 @@ impl Verbs for EmuVerbs {
             max_inline: caps.max_inline,
             rnr_retry: AtomicU32::new(7),
             error: AtomicBool::new(false),
+            pending_error: AtomicU32::new(0),
             conn: Mutex::new(None),
             outstanding: Mutex::new(VecDeque::new()),
         });
@@ -912,10 +967,15 @@ impl Verbs for EmuVerbs {
             if conn.is_none() && !q.error.load(Ordering::Acquire) {
                 return Err(VerbsError::Invalid("queue pair not connected".into()));
             }
-            // A queue pair in error flushes what is posted.
+            // A queue pair in error flushes what is posted (the first request after an
+            // idle failure reports it).
+            let status = match q.pending_error.swap(0, Ordering::AcqRel) {
+                0 => WcStatus::WrFlushError,
+                c => code_status(c),
+            };
             q.cq.push(Wc {
                 wr_id: wr.wr_id,
-                status: WcStatus::WrFlushError,
+                status,
                 opcode,
                 byte_len: 0,
                 qp_num: q.qpn,

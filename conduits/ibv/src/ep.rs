@@ -631,7 +631,16 @@ impl<V: Verbs> Ep<V> {
     }
 
     fn fail_peer(&mut self, wc: &Wc) -> ! {
-        let g = wrid::peer(wc.wr_id) as usize;
+        let g = if wc.opcode == WcOpcode::Recv || wrid::kind(wc.wr_id) == wrid::RECV {
+            self.by_qpn
+                .get(&wc.qp_num)
+                .map_or(usize::MAX, |&g| g as usize)
+        } else {
+            // Release what the request held first: the endpoint stays usable, and an
+            // operation's ticket completes (in error), so nothing waits for it forever.
+            self.send_done(wc);
+            wrid::peer(wc.wr_id) as usize
+        };
         let who = self.peers.get(g).map(|p| p.info.addr);
         let op = match wrid::kind(wc.wr_id) {
             wrid::SEND => "an AM (SEND)",
@@ -791,11 +800,17 @@ impl<V: Verbs> Ep<V> {
     /// Handles one completion; a receive is delivered through `d`, or stashed without one.
     fn completion<D: Deliver>(&mut self, wc: &Wc, d: Option<&mut D>) -> bool {
         if wc.status != WcStatus::Success {
-            if wrid::kind(wc.wr_id) == wrid::RMA && wc.status == WcStatus::RemoteAccessError {
-                self.send_done(wc);
-                return false;
+            let g = wrid::peer(wc.wr_id) as usize;
+            let known = wc.opcode != WcOpcode::Recv
+                && self.peers.get(g).is_some_and(|p| p.failed.is_some());
+            if !known {
+                self.fail_peer(wc);
             }
-            self.fail_peer(wc);
+            // The peer's failure was reported already (the rest of its queue is
+            // flushed): release what the request held, without panicking again (a
+            // panic unwinding through a wait polls the endpoint once more).
+            self.send_done(wc);
+            return false;
         }
         if wc.opcode == WcOpcode::Recv {
             match d {
@@ -1066,15 +1081,6 @@ impl<V: Verbs> Ep<V> {
         self.done_tickets.push(op.ticket);
         self.rma_ops[slot].busy = false;
         self.free_rma.push(slot as u32);
-        if let Some(st) = op.error {
-            // An access the peer refused: a bug of the caller or a broken peer; never a hang.
-            panic!(
-                "ibv conduit: rank {} endpoint {}: a native operation failed: {}",
-                self.rank,
-                self.index,
-                st.describe()
-            );
-        }
     }
 
     fn start(&mut self, slot: u32, left: u32) -> u64 {
