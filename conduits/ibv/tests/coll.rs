@@ -1,7 +1,9 @@
 //! Collectives through the layers on the ibv conduit over the emulation: gex-coll (over
 //! gex-rma, native RMA and NIC atomics on) runs every operation on the world team of a
-//! 3-rank job with the tuner's choice of algorithm, rooted ones from rank 0 and rank 2,
-//! blocks of 0 and 1000 values (8 KB: Long AMs and native puts), and checks every
+//! 3-rank job with the tuner's choice of algorithm and with every algorithm gex-coll
+//! has for it (those that run on 3 members without team scratch space), rooted ones
+//! from rank 0 and rank 2,
+//! blocks of 0 and 3000 values (24 KB: fragmented payloads, native puts), and checks every
 //! value.
 
 use gex_coll::{
@@ -23,8 +25,9 @@ fn expected(op: OpKind, p: u32, me: u32, root: u32, count: usize) -> Vec<u64> {
     use OpKind::*;
     let block = |r: u32, b: u32| input(r, b as usize + 1, count)[b as usize * count..].to_vec();
     let sum = |rs: std::ops::Range<u32>, b: u32| -> Vec<u64> {
+        let blocks: Vec<Vec<u64>> = rs.map(|r| block(r, b)).collect();
         (0..count)
-            .map(|k| rs.clone().map(|r| block(r, b)[k]).sum())
+            .map(|k| blocks.iter().map(|v| v[k]).sum())
             .collect()
     };
     match op {
@@ -48,14 +51,19 @@ fn world(client: &Client<Ibv>) -> Result<(), String> {
     let w = c.world();
     let (p, me) = (w.size(), w.rank());
     let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
+    let mut forced_ran = 0;
     for op in OpKind::ALL {
         let roots = if op.rooted() { vec![0, p - 1] } else { vec![0] };
-        // The tuner's choice (forcing every algorithm took minutes over the emulation
-        // on a loaded 2-core machine; gex-coll's own tests cover each algorithm).
-        let algs: [Option<String>; 1] = [None];
+        // The tuner's choice, and every algorithm gex-coll has for the operation.
+        let mut algs: Vec<Option<String>> = vec![None];
+        algs.extend(c.algorithms(op).into_iter().map(Some));
         for root in roots {
-            for count in [0usize, 1000] {
-                for alg in &algs {
+            for count in [0usize, 3000] {
+                // Every algorithm once (large blocks, root 0); the tuner's choice always.
+                for alg in algs
+                    .iter()
+                    .filter(|a| a.is_none() || (count > 0 && root == 0))
+                {
                     let opts = Opts {
                         algorithm: alg.as_deref(),
                         ..Opts::default()
@@ -115,6 +123,7 @@ fn world(client: &Client<Ibv>) -> Result<(), String> {
                             return Err(format!("rank {me}: {op} algorithm {alg:?}: {err}"));
                         }
                     };
+                    forced_ran += usize::from(alg.is_some());
                     if got != expected(op, p, me, root, count) {
                         return Err(format!(
                             "rank {me}: {op} root {root} count {count} algorithm {alg:?}: wrong result"
@@ -124,6 +133,13 @@ fn world(client: &Client<Ibv>) -> Result<(), String> {
             }
         }
     }
+    // Forced algorithms really ran (not all refused): at least two per operation.
+    if forced_ran < 2 * OpKind::ALL.len() {
+        return Err(format!(
+            "rank {me}: only {forced_ran} forced algorithms ran"
+        ));
+    }
+    eprintln!("rank {me}: {forced_ran} forced algorithm runs");
     c.barrier(&w).map_err(|e| e.to_string())
 }
 
