@@ -21,8 +21,8 @@ use crate::verbs::{ConnectParams, QpAddr, Verbs, VerbsError};
 use gex_core::boot::{BootError, Bootstrap};
 use gex_core::config::EnvVar;
 use gex_core::spi::{
-    AtomicBase, AtomicKind, Capabilities, Conduit, ConduitEp, ConduitError, Deliver, Limits,
-    Native, NativeAtomic, OpenParams, OutMsg,
+    AtomicBase, AtomicKind, Capabilities, Conduit, ConduitEp, ConduitError, Deliver, FarConduit,
+    FarEp, FarPoll, Limits, Native, NativeAtomic, OpenParams, OutMsg, SharedSegments,
 };
 use gex_core::{EpAddr, EpIndex, InitError, Injected};
 use std::any::Any;
@@ -93,7 +93,14 @@ pub struct Ibv {
     stats: Arc<Counters>,
     /// Per endpoint made at open, over the emulation: its device's fault injector.
     faults: Vec<crate::emu::FaultHandle>,
+    /// The segments (own allocations), or none when the segments are a hybrid
+    /// conduit's near part's (`shared`, kept alive as long as this conduit).
+    #[expect(
+        dead_code,
+        reason = "owns the segments' memory until the conduit is dropped"
+    )]
     segs: Vec<Mem>,
+    shared: Option<SharedSegments>,
 }
 
 /// Native operations an [`Ibv`] conduit's endpoints started ([`Ibv::stats`]).
@@ -143,6 +150,12 @@ impl Ibv {
         self.faults
             .get(ep as usize)
             .is_some_and(|f| f.inject(fault))
+    }
+
+    /// Whether the conduit was opened as the far part of a hybrid conduit, on the near
+    /// part's segments.
+    pub fn is_far_part(&self) -> bool {
+        self.shared.is_some()
     }
 
     /// Native operations started so far by this conduit's endpoints.
@@ -393,18 +406,7 @@ unsafe impl Conduit for Ibv {
         boot: &mut dyn Bootstrap,
         params: &OpenParams<'_>,
     ) -> Result<(Arc<Ibv>, Vec<IbvEp>), InitError> {
-        let provider = choose_provider(params.config.get("GEX_IBV_PROVIDER"))?;
-        match provider {
-            Provider::Emu => open_with::<EmuVerbs>(boot, params, provider, AnyEp::Emu, |v| {
-                Some(v.fault_handle())
-            }),
-            #[cfg(feature = "verbs")]
-            Provider::Verbs => {
-                open_with::<crate::real::RdmaVerbs>(boot, params, provider, AnyEp::Verbs, |_| None)
-            }
-            #[cfg(not(feature = "verbs"))]
-            Provider::Verbs => unreachable!("refused by choose_provider"),
-        }
+        open(boot, params, None)
     }
 
     /// Runs the barrier; the dropped endpoints' resources (in the graves) stay alive
@@ -424,12 +426,72 @@ unsafe impl Conduit for Ibv {
     }
 }
 
+/// The far (network) part of a hybrid conduit (`Hybrid<Smp, Ibv>`): ranks of other
+/// hosts through the device, ranks of this host through the near part. Opened on the
+/// near part's segments, which every endpoint registers like its own, so RDMA from
+/// other hosts lands in memory the neighbours map; queue pairs to the neighbours exist
+/// too (NIC atomic domains use the NIC for every peer).
+// SAFETY: the module's `# Safety`; `open_far` registers and keeps `segments`.
+unsafe impl FarConduit for Ibv {
+    fn open_far(
+        boot: &mut dyn Bootstrap,
+        params: &OpenParams<'_>,
+        segments: SharedSegments,
+    ) -> Result<(Arc<Ibv>, Vec<IbvEp>), InitError> {
+        open(boot, params, Some(segments))
+    }
+}
+
+// SAFETY: the module's `# Safety`.
+unsafe impl FarEp for IbvEp {
+    fn in_flight(&self) -> bool {
+        dispatch_ref!(self, e => e.in_flight() || !e.idle())
+    }
+    fn wants_progress(&self) -> bool {
+        dispatch_ref!(self, e => e.in_flight() || !e.idle() || e.has_incoming())
+    }
+    fn poll_far<D: Deliver>(&mut self, d: &mut D, budget: usize) -> FarPoll {
+        let (delivered, active) = dispatch!(self, e => e.poll_active(d, budget));
+        FarPoll { delivered, active }
+    }
+}
+
+fn open(
+    boot: &mut dyn Bootstrap,
+    params: &OpenParams<'_>,
+    shared: Option<SharedSegments>,
+) -> Result<(Arc<Ibv>, Vec<IbvEp>), InitError> {
+    let provider = choose_provider(params.config.get("GEX_IBV_PROVIDER"))?;
+    match provider {
+        Provider::Emu => open_with::<EmuVerbs>(
+            boot,
+            params,
+            provider,
+            AnyEp::Emu,
+            |v| Some(v.fault_handle()),
+            shared,
+        ),
+        #[cfg(feature = "verbs")]
+        Provider::Verbs => open_with::<crate::real::RdmaVerbs>(
+            boot,
+            params,
+            provider,
+            AnyEp::Verbs,
+            |_| None,
+            shared,
+        ),
+        #[cfg(not(feature = "verbs"))]
+        Provider::Verbs => unreachable!("refused by choose_provider"),
+    }
+}
+
 fn open_with<V: Verbs>(
     boot: &mut dyn Bootstrap,
     params: &OpenParams<'_>,
     provider: Provider,
     wrap: impl Fn(Ep<V>) -> AnyEp,
     fault_handle: impl Fn(&V) -> Option<crate::emu::FaultHandle>,
+    shared: Option<SharedSegments>,
 ) -> Result<(Arc<Ibv>, Vec<IbvEp>), InitError> {
     let layout = params.layout;
     let rank = params.rank;
@@ -469,15 +531,35 @@ fn open_with<V: Verbs>(
     let seg_len = layout.seg_len[rank as usize];
 
     // Segments, then per endpoint the device, registrations and queue pairs.
-    let segs = (0..neps)
-        .map(|_| {
-            Mem::new(seg_len)
-                .ok_or_else(|| conduit_err(format!("cannot allocate a segment of {seg_len} bytes")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    // As the far part of a hybrid conduit, the near part's segments (zero-filled,
+    // mapped by the neighbours) are this conduit's: checked against the layout.
+    let segs = match &shared {
+        Some(_) => Vec::new(),
+        None => (0..neps)
+            .map(|_| {
+                Mem::new(seg_len).ok_or_else(|| {
+                    conduit_err(format!("cannot allocate a segment of {seg_len} bytes"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let seg_ptrs: Vec<(NonNull<u8>, usize)> = match &shared {
+        Some(sh) => (0..neps)
+            .map(|i| {
+                let (p, len) = sh.segment(i);
+                if len < seg_len {
+                    return Err(conduit_err(format!(
+                        "the near part's segment of endpoint {i} has {len} bytes, the layout says {seg_len}"
+                    )));
+                }
+                Ok((p, seg_len))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        None => segs.iter().map(|m| (m.ptr(), seg_len)).collect(),
+    };
     let mut uncon = Vec::with_capacity(neps);
     let mut device_name = String::new();
-    for (i, s) in segs.iter().enumerate() {
+    for (i, s) in seg_ptrs.iter().enumerate() {
         let v = V::open(device.as_deref(), port, gid_index as u32).map_err(|e| match e {
             VerbsError::NoDevice(_) => conduit_err(format!(
                 "{e}: GEX_IBV_DEVICE={}",
@@ -493,7 +575,7 @@ fn open_with<V: Verbs>(
                 "port {port} of {device_name} is not active (GEX_IBV_PORT)"
             )));
         }
-        let u = Unconnected::new(v, (s.ptr(), seg_len), &shape, npeers)
+        let u = Unconnected::new(v, *s, &shape, npeers)
             .map_err(|e| conduit_err(format!("endpoint {i}: {e}")))?;
         uncon.push(u);
     }
@@ -621,6 +703,7 @@ fn open_with<V: Verbs>(
             .filter_map(|u| fault_handle(&u.res.v))
             .collect(),
         segs,
+        shared,
     });
     let eps = uncon
         .into_iter()
@@ -637,7 +720,6 @@ fn open_with<V: Verbs>(
             conduit: conduit.clone(),
         })
         .collect();
-    let _ = conduit.segs.len();
     Ok((conduit, eps))
 }
 

@@ -827,7 +827,13 @@ impl<V: Verbs> Ep<V> {
     }
 
     pub(crate) fn poll<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize {
+        self.poll_active(d, budget).0
+    }
+
+    /// `poll`, also telling whether the pass found any completion (`FarEp::poll_far`).
+    pub(crate) fn poll_active<D: Deliver>(&mut self, d: &mut D, budget: usize) -> (usize, bool) {
         self.flush();
+        let mut active = !self.stash.is_empty();
         let mut delivered = 0;
         while delivered < budget
             && let Some(wc) = self.stash.pop_front()
@@ -844,6 +850,7 @@ impl<V: Verbs> Ep<V> {
                     self.rank, self.index
                 ),
             };
+            active |= n > 0;
             for wc in &wcs[..n] {
                 if self.completion(wc, Some(&mut *d)) {
                     delivered += 1;
@@ -856,7 +863,7 @@ impl<V: Verbs> Ep<V> {
         if delivered > 0 {
             self.flush();
         }
-        delivered
+        (delivered, active)
     }
 
     pub(crate) fn has_incoming(&self) -> bool {

@@ -221,5 +221,5 @@ any_conduit! {
     #[cfg(feature = "ofi")]
     Ofi(crate::conduit::ofi::OfiHybrid),
     #[cfg(feature = "ibv")]
-    Ibv(gex_conduit_ibv::Ibv),
+    Ibv(crate::conduit::ibv::IbvHybrid),
 }
