@@ -8,6 +8,10 @@
 //!                              on a team of N (default 8), with the runner-up and why
 //! gex-info ofi                 (built with --features ofi) the libfabric provider,
 //!                              domain and the path of every operation, with reasons
+//! gex-info ibv                 (built with --features ibv or ibv-verbs) the RDMA devices
+//!                              and ports libibverbs sees ("no RDMA device" where there
+//!                              is none), the emulation, and what the ibv conduit would
+//!                              choose with this environment's GEX_IBV_* settings
 //! gex-info boot [--no-connect] the bootstrap this process finds (gex-run, PMIx, PMI-2,
 //!                              PMI-1, singleton) and why; then connects and prints
 //!                              rank, size and host ids (run it under the launcher:
@@ -63,6 +67,8 @@ enum What {
     },
     /// The libfabric conduit's provider, domain and per-operation paths.
     Ofi,
+    /// The ibverbs conduit: RDMA devices and ports, the emulation, what it would choose.
+    Ibv,
     /// The bootstrap this process finds and why; then rank, size and host ids.
     Boot {
         /// Only say what would be used; do not connect to the launcher.
@@ -298,6 +304,20 @@ fn ofi() -> Result<(), String> {
     Ok(())
 }
 
+#[cfg(feature = "ibv")]
+fn ibv() -> Result<(), String> {
+    out(&gex_conduit_ibv::probe(&Config::from_env()));
+    Ok(())
+}
+
+#[cfg(not(feature = "ibv"))]
+fn ibv() -> Result<(), String> {
+    Err(
+        "this gex-info was built without the ibv conduit (cargo build -p gex-info --features ibv, or ibv-verbs for libibverbs)"
+            .into(),
+    )
+}
+
 #[cfg(not(feature = "ofi"))]
 fn ofi() -> Result<(), String> {
     Err(
@@ -313,6 +333,7 @@ fn main() -> ExitCode {
         What::Env => env(),
         What::Coll { size, single } => coll(size, single),
         What::Ofi => ofi(),
+        What::Ibv => ibv(),
         What::Boot { no_connect } => boot(no_connect),
         What::Layout { threads } => layout(threads),
     };

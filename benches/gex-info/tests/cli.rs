@@ -233,3 +233,33 @@ fn layout_honours_gex_threads() {
         "{o:?}"
     );
 }
+
+/// `gex-info ibv` says clearly that there is no RDMA device here (this machine has none:
+/// the libibverbs provider finds none, or is not built in), shows the emulation, and
+/// what the conduit would choose: nothing by default (naming the emulation's setting),
+/// the emulation with `GEX_IBV_PROVIDER=emu`.
+#[cfg(feature = "ibv")]
+#[test]
+fn ibv_says_no_rdma_device_and_what_it_would_choose() {
+    let text = stdout(&gex_info(&["ibv"], &[]));
+    assert!(text.contains("no RDMA device"), "{text}");
+    assert!(
+        text.contains("software emulation (emu): device emu0"),
+        "{text}"
+    );
+    assert!(text.contains("would choose: nothing"), "{text}");
+    assert!(text.contains("GEX_IBV_PROVIDER=emu"), "{text}");
+    let text = stdout(&gex_info(&["ibv"], &[("GEX_IBV_PROVIDER", "emu")]));
+    assert!(
+        text.contains("would choose: the software emulation"),
+        "{text}"
+    );
+}
+
+#[cfg(not(feature = "ibv"))]
+#[test]
+fn ibv_needs_the_feature() {
+    let o = gex_info(&["ibv"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--features ibv"));
+}

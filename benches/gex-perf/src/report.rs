@@ -7,7 +7,9 @@ use std::io::Write;
 
 /// The provider behind the client's conduit, for conduits that have one: the libfabric
 /// provider the ofi conduit opened (`Ofi::report`), alone or as the far part of the
-/// hybrid conduit `GEX_CONDUIT=ofi` runs. `None` for the others.
+/// hybrid conduit `GEX_CONDUIT=ofi` runs; the ibv conduit's verbs provider (`emu`, or
+/// `verbs:<device>`), alone or as the far part of the hybrid conduit `GEX_CONDUIT=ibv`
+/// runs. `None` for the others.
 pub(crate) fn provider_of<C: Conduit>(client: &Client<C>) -> Option<String> {
     #[cfg(feature = "ofi")]
     {
@@ -19,6 +21,21 @@ pub(crate) fn provider_of<C: Conduit>(client: &Client<C>) -> Option<String> {
             .or_else(|| any.downcast_ref::<Ofi>());
         if let Some(ofi) = ofi {
             return Some(ofi.report().provider().to_string());
+        }
+    }
+    #[cfg(feature = "ibv")]
+    {
+        use gex::conduit::ibv::{Ibv, IbvHybrid};
+        let any: &dyn std::any::Any = &**client.conduit();
+        let ibv = any
+            .downcast_ref::<IbvHybrid>()
+            .map(IbvHybrid::far)
+            .or_else(|| any.downcast_ref::<Ibv>());
+        if let Some(ibv) = ibv {
+            return Some(match ibv.provider() {
+                gex::conduit::ibv::Provider::Emu => "emu".to_string(),
+                gex::conduit::ibv::Provider::Verbs => format!("verbs:{}", ibv.device()),
+            });
         }
     }
     let _ = client;

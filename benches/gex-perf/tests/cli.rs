@@ -790,3 +790,43 @@ fn overlap_kernel_reports_both_sides_and_the_speedup() {
     let strip = rows[3]["value"].as_f64().unwrap();
     assert!(strip >= 4096.0 && strip <= f64::from(1 << 20), "{strip}");
 }
+
+/// Over the ibv conduit (its software emulation here: this machine has no RDMA device)
+/// gex-perf runs unchanged: AM round trips, RMA puts and a collective, the JSON lines
+/// naming the conduit and the verbs provider.
+#[cfg(feature = "ibv")]
+#[test]
+fn runs_over_the_ibv_emulation() {
+    for args in [
+        &[
+            "am",
+            "--test",
+            "am_short_rtt",
+            "--iters",
+            "200",
+            "--batches",
+            "1",
+        ][..],
+        &["put", "--quick", "--sizes", "8,65536"][..],
+        &["atomic", "--quick"][..],
+    ] {
+        let out = gex_perf()
+            .env("GEX_IBV_PROVIDER", "emu")
+            .args(["-n", "2", "--no-pin", "--conduit", "ibv"])
+            .args(args)
+            .arg("--json")
+            .output()
+            .expect("gex-perf runs");
+        assert!(
+            out.status.success(),
+            "{args:?}: stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).expect("utf-8");
+        let first = text.lines().next().unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(first).expect("a JSON object");
+        assert_eq!(v["conduit"], "ibv", "{text}");
+        assert_eq!(v["provider"], "emu", "{text}");
+        assert!(v["value"].as_f64().is_some_and(|x| x > 0.0), "{text}");
+    }
+}

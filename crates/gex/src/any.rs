@@ -220,4 +220,6 @@ any_conduit! {
     Loopback(gex_core::loopback::Loopback),
     #[cfg(feature = "ofi")]
     Ofi(crate::conduit::ofi::OfiHybrid),
+    #[cfg(feature = "ibv")]
+    Ibv(crate::conduit::ibv::IbvHybrid),
 }

@@ -46,6 +46,7 @@
 //! | `smp` | `smp` (default) | processes on one host, over shared memory |
 //! | `loopback` | always | one rank (singleton programs, examples, tests) |
 //! | `ofi` | `ofi` (off by default) | libfabric (system libfabric >= 1.17): `tcp;ofi_rxm`, `shm`, ...; with shared memory between the ranks of a host in jobs that span several (`conduit::ofi::OfiHybrid`, `GEX_HYBRID`) |
+//! | `ibv` | `ibv` (emulation only), `ibv-verbs` (libibverbs) (off by default) | InfiniBand and RoCE RC queue pairs (`GEX_IBV_PROVIDER=verbs`), or the software RC emulation on one host (`GEX_IBV_PROVIDER=emu`); with shared memory between the ranks of a host in jobs that span several (`conduit::ibv::IbvHybrid`); docs/ibv.md |
 
 pub use gex_core::*;
 
@@ -194,10 +195,23 @@ pub mod conduit {
         pub type OfiHybrid = gex_conduit_hybrid::Hybrid<gex_conduit_smp::Smp, Ofi>;
     }
 
+    /// The ibverbs conduit (feature `ibv`, off by default; `ibv-verbs` for real
+    /// devices).
+    #[cfg(feature = "ibv")]
+    pub mod ibv {
+        pub use gex_conduit_ibv::*;
+
+        /// The conduit `GEX_CONDUIT=ibv` runs: verbs between hosts and the smp
+        /// conduit's shared memory between the ranks of one host (a hybrid job, see
+        /// `GEX_HYBRID`); in other jobs the ibv conduit alone, through it.
+        /// `client.conduit().far()` is the [`Ibv`] conduit.
+        pub type IbvHybrid = gex_conduit_hybrid::Hybrid<gex_conduit_smp::Smp, Ibv>;
+    }
+
     /// The hybrid conduit: a shared-memory conduit inside each host composed with a
-    /// network conduit between hosts (feature `ofi`, which composes
-    /// [`ofi::OfiHybrid`]).
-    #[cfg(feature = "ofi")]
+    /// network conduit between hosts (features `ofi` and `ibv`, which compose
+    /// `ofi::OfiHybrid` and `ibv::IbvHybrid`).
+    #[cfg(any(feature = "ofi", feature = "ibv"))]
     pub mod hybrid {
         pub use gex_conduit_hybrid::*;
     }
@@ -258,6 +272,8 @@ const CONDUITS: &[&str] = &[
     "loopback",
     #[cfg(feature = "ofi")]
     "ofi",
+    #[cfg(feature = "ibv")]
+    "ibv",
 ];
 
 /// Names of the conduits compiled into this build, the default first.
@@ -558,6 +574,8 @@ fn dispatch<L: LayerSet, J: Job>(
         "loopback" => Ok(job.run(builder.init::<gex_core::loopback::Loopback>(boot)?)),
         #[cfg(feature = "ofi")]
         "ofi" => Ok(job.run(builder.init::<conduit::ofi::OfiHybrid>(boot)?)),
+        #[cfg(feature = "ibv")]
+        "ibv" => Ok(job.run(builder.init::<conduit::ibv::IbvHybrid>(boot)?)),
         other => Err(InitError::Config(format!(
             "conduit {other:?} is not compiled in (compiled in: {})",
             CONDUITS.join(", ")

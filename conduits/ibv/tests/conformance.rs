@@ -1,0 +1,61 @@
+//! The gex conformance suite (gex-testkit) on the ibv conduit over the software RC
+//! emulation (`GEX_IBV_PROVIDER=emu`): every case runs as a real multi-process job
+//! started by gex-testkit's process runner, the ranks' emulated devices talking over
+//! abstract Unix sockets.
+//!
+//! Exclusions: none.
+
+use gex_conduit_ibv::Ibv;
+use gex_core::{ClientBuilder, Config, WaitPolicy};
+use gex_testkit::conformance::{self, Probe};
+use gex_testkit::procs::ProcRunner;
+
+/// The conformance suite's client builder (its probe layer).
+type Builder = ClientBuilder<((), Probe)>;
+
+/// Longest one case may run (they take a few seconds here).
+const CASE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+fn runner(builder: impl Fn() -> Builder + 'static) -> ProcRunner<Ibv> {
+    ProcRunner::new()
+        .builder(move || builder().segment_size(256 << 10))
+        .procs(|p, _| p.timeout(CASE_LIMIT))
+}
+
+fn emu() -> Builder {
+    conformance::builder().config(Config::from_pairs([("GEX_IBV_PROVIDER", "emu")]))
+}
+
+/// Two ranks, default settings.
+mod emu_two_ranks {
+    use super::*;
+    gex_testkit::suite_tests! {
+        suite: core,
+        conduit: Ibv,
+        runner: runner(emu),
+        ranks: 2,
+    }
+}
+
+/// Three ranks with two endpoints each, a credit window of 2 and 1 KiB Mediums (flow
+/// control and reply queueing happen constantly), blocking waits on the completion
+/// channel.
+mod emu_three_ranks_two_eps_small_window_blocking {
+    use super::*;
+    fn builder() -> Builder {
+        conformance::builder()
+            .config(Config::from_pairs([
+                ("GEX_IBV_PROVIDER", "emu"),
+                ("GEX_IBV_CREDITS", "2"),
+                ("GEX_IBV_MAX_MEDIUM", "1024"),
+            ]))
+            .wait_policy(WaitPolicy::Block)
+    }
+    gex_testkit::suite_tests! {
+        suite: core,
+        conduit: Ibv,
+        runner: runner(builder),
+        ranks: 3,
+        endpoints: 2,
+    }
+}

@@ -1,0 +1,79 @@
+//! The ibv conduit as the far part of `Hybrid<Smp, Ibv>` (gex-conduit-hybrid), over the
+//! emulation: 4 ranks on two "hosts" (gex-run's host list: the first half on `a`, the
+//! others on `b`; all on this machine), shared memory within a host, the emulated
+//! verbs across. The core suite, and the RMA suite (direct
+//! copies and CPU atomics within a host, RDMA across; NIC atomic domains use the
+//! emulated NIC for every peer).
+//!
+//! Exclusions: none. (The core suite with two endpoints per rank passes too; it is left
+//! out of CI for time: add `endpoints: 2` to run it.)
+
+use gex_conduit_ibv::Ibv;
+use gex_conduit_smp::Smp;
+use gex_core::layer::LayerSet;
+use gex_core::{Client, ClientBuilder, Config};
+use gex_testkit::conformance;
+use gex_testkit::procs::ProcRunner;
+
+type IbvHybrid = gex_conduit_hybrid::Hybrid<Smp, Ibv>;
+
+fn hosts(ranks: u32) -> Vec<&'static str> {
+    (0..ranks)
+        .map(|r| if r < ranks / 2 { "a" } else { "b" })
+        .collect()
+}
+
+fn neighbours(ranks: u32, rank: u32) -> Vec<u32> {
+    let h = hosts(ranks);
+    (0..ranks)
+        .filter(|&r| h[r as usize] == h[rank as usize])
+        .collect()
+}
+
+fn shared_memory_peers(client: &Client<IbvHybrid>, want: &[u32]) -> Result<(), String> {
+    let got = client.conduit().shared_memory_peers();
+    if got != want || !client.conduit().is_hybrid() || !client.conduit().far().is_far_part() {
+        return Err(format!(
+            "rank {}: shared-memory peers {got:?}, want {want:?}",
+            client.rank()
+        ));
+    }
+    Ok(())
+}
+
+fn two_hosts_runner<L: LayerSet>(
+    builder: fn() -> ClientBuilder<L>,
+    segment: usize,
+) -> ProcRunner<IbvHybrid, L> {
+    ProcRunner::new()
+        .builder(move || {
+            builder()
+                .config(Config::from_pairs([("GEX_IBV_PROVIDER", "emu")]))
+                .segment_size(segment)
+        })
+        .procs(|p, job| {
+            p.hosts(hosts(job.ranks))
+                .timeout(std::time::Duration::from_secs(180))
+        })
+        .check(|client, job| shared_memory_peers(client, &neighbours(job.ranks, client.rank())))
+}
+
+mod two_hosts {
+    use super::*;
+    gex_testkit::suite_tests! {
+        suite: core,
+        conduit: IbvHybrid,
+        runner: two_hosts_runner(conformance::builder, 256 << 10),
+        ranks: 4,
+    }
+}
+
+mod rma_two_hosts {
+    use super::*;
+    gex_testkit::suite_tests! {
+        suite: rma,
+        conduit: IbvHybrid,
+        runner: two_hosts_runner(gex_testkit::rma::client_builder, 2 << 20),
+        ranks: 4,
+    }
+}
