@@ -362,6 +362,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "process_vm_writev: a system call Miri does not emulate"
+    )]
     fn a_loan_read_by_both_sides() {
         let words = block_words();
         let b = Block::new(&words).unwrap();
@@ -479,6 +483,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "spawns a process and reads /proc: not under Miri's isolation"
+    )]
     fn this_process_is_alive_and_a_reaped_child_is_not() {
         assert!(process_alive(u64::from(std::process::id())));
         let mut c = std::process::Command::new("true").spawn().unwrap();
