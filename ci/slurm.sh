@@ -221,7 +221,7 @@ test_all() {
         -- --ignored --test-threads=1
     # Real programs: the release binaries with the PMIx client compiled in.
     run 20m cargo build --locked --release -p gex-perf -p gex -p gex-info \
-        --bin gex-perf --bin gex-info --example hello --features gex-boot/pmix,gex-info/pmix
+        --bin gex-perf --bin gex-info --example hello --features gex-perf/pmix,gex-info/pmix
     binaries_under_srun
 }
 

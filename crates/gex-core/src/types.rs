@@ -107,7 +107,8 @@ impl std::fmt::Display for HandlerId {
 pub enum Injected {
     /// The message was injected (and its payload source may be reused).
     Sent,
-    /// Resources were not available and `IMMEDIATE` was given; nothing was sent.
+    /// Resources were not available and the call was a `try_*` form (which does not
+    /// wait); nothing was sent.
     WouldBlock,
 }
 

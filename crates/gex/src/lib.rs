@@ -82,15 +82,31 @@ pub use gex_msg as msg;
 #[cfg(feature = "overlap")]
 pub use gex_overlap as overlap;
 
-/// A client whose conduit is chosen at run time (`GEX_CONDUIT`).
-pub type Client = gex_core::Client<AnyConduit>;
-/// An endpoint whose conduit is chosen at run time: where the operations are (write
-/// `&mut gex::Endpoint` in signatures).
-pub type Endpoint = gex_core::Endpoint<AnyConduit>;
+/// A client: `gex::Client` is one whose conduit is chosen at run time (`GEX_CONDUIT`,
+/// [`AnyConduit`]); `gex::Client<C>` names one of conduit `C`, as a [`Job`]'s `run`
+/// receives it.
+///
+/// ```
+/// struct Hello;
+/// impl gex::Job for Hello {
+///     type Output = u32;
+///     fn run<C: gex::spi::Conduit>(self, client: gex::Client<C>) -> u32 {
+///         client.size()
+///     }
+/// }
+/// let boot = gex::boot::from_env()?;
+/// assert_eq!(gex::init_with_boot(gex::builder(), boot, None, Hello)?, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub type Client<C = AnyConduit> = gex_core::Client<C>;
+/// An endpoint (of the conduit chosen at run time unless `C` names one): where the
+/// operations are (write `&mut gex::Endpoint` in signatures, `&mut gex::Endpoint<C>`
+/// in code generic over the conduit).
+pub type Endpoint<C = AnyConduit> = gex_core::Endpoint<C>;
 /// The owner of an [`Endpoint`], from [`Client::endpoint`](gex_core::Client::endpoint).
-pub type OwnedEndpoint = gex_core::OwnedEndpoint<AnyConduit>;
+pub type OwnedEndpoint<C = AnyConduit> = gex_core::OwnedEndpoint<C>;
 /// A scope of an [`Endpoint`] (see [`gex_core::Endpoint::scope`]).
-pub type Scope<'s, 'env> = gex_core::Scope<'s, 'env, AnyConduit>;
+pub type Scope<'s, 'env, C = AnyConduit> = gex_core::Scope<'s, 'env, C>;
 
 /// The layers every endpoint carries by default: gex-rma and gex-coll (with the
 /// features `rma` and `coll`, both on by default), then gex-msg (feature `msg`, off
@@ -135,15 +151,18 @@ pub fn builder() -> ClientBuilder<DefaultLayers> {
 pub mod prelude {
     #[cfg(feature = "coll")]
     pub use gex_coll::{
-        Allreduce, Barrier, Broadcast, BuiltinOp, CollExt, Exchange, Gather, GatherAll, Reduce,
-        ReduceOp, ReduceScatter, Scan, Scatter,
+        Allreduce, Barrier, Broadcast, BuiltinOp, CollError, CollExt, Exchange, Gather, GatherAll,
+        OpKind, Reduce, ReduceOp, ReduceScatter, Scan, Scatter, Scratch,
     };
-    pub use gex_core::{Am, Blocking, EpAddr, Event, HandlerId, Injected, Nb, Nbi, Team, Token};
+    pub use gex_core::{
+        Am, Blocking, Config, EpAddr, Event, HandlerId, Injected, Nb, Nbi, Team, Token,
+    };
     #[cfg(feature = "msg")]
     pub use gex_msg::{Comm, MsgExt};
     #[cfg(feature = "rma")]
     pub use gex_rma::{
-        AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaExt, ScopeRmaExt,
+        AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaError, RmaExt, ScopeRmaExt,
+        Strided, Vis,
     };
 }
 
