@@ -1706,3 +1706,11 @@ pub extern "C" fn shmem_clear_lock(lock: *mut c_long) {
         })
     })
 }
+
+/// The default branch of shmem.h's generic selections: a program naming a generic
+/// function with an unsupported type does not compile (this takes no arguments); it
+/// exists so that every declaration of the header is a symbol of the library.
+#[unsafe(no_mangle)]
+pub extern "C" fn gexshmem_generic_type_not_supported() {
+    crate::fatal("shmem.h", "a generic function was called with an unsupported type")
+}
