@@ -115,13 +115,12 @@ pub extern "C" fn shmem_finalize() {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_global_exit(status: c_int) {
-    // Completes what this PE issued, then ends the process with `status`: gex-run sees a
-    // rank end without finalising and ends the whole job with it.
-    let _ = std::panic::catch_unwind(|| with(|s| s.quiet()));
+    // Completes what this PE issued, then ends the job with `status` (gex-run ends
+    // every other PE).
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
-    std::process::exit(status)
+    state::exit_job(status)
 }
 
 #[unsafe(no_mangle)]

@@ -16,7 +16,8 @@
 //! OpenSHMEM functions return no errors: a call that fails (a PE out of range, an
 //! address that is not symmetric, a call before `shmem_init`, a gex failure) prints
 //! the reason on stderr and ends the process with status 1, which gex-run reports as a
-//! failed rank and turns into the end of the job. Panics never cross the ABI: every
+//! failed rank and turns into the end of the job
+//! (`Client::abort`). Panics never cross the ABI: every
 //! entry point runs inside [`std::panic::catch_unwind`], and a panic is such a failure.
 //!
 //! ## Unsafe code
@@ -38,8 +39,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Reports a failed call and ends the process (OpenSHMEM calls have no error results).
 pub(crate) fn fatal(name: &str, msg: &str) -> ! {
-    eprintln!("gex-shmem: {name}: {msg}");
-    std::process::exit(1)
+    state::abort_job(&format!("gex-shmem: {name}: {msg}"))
 }
 
 /// Runs an entry point's body: its error or panic ends the process with a message.

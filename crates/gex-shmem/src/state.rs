@@ -118,6 +118,32 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut State) -> Result<R, ShmemError>) -> Re
     }
 }
 
+/// Ends the whole job with `code` from this PE (`shmem_global_exit`): gex's launcher
+/// ends every other PE and the job exits with `code`. Without a client, ends this
+/// process.
+pub(crate) fn exit_job(code: i32) -> ! {
+    if let Ok(mut g) = STATE.try_lock() {
+        if let Some(s) = g.as_mut() {
+            let _ = s.quiet();
+            if let Some(c) = s.client.as_ref() {
+                c.exit(code)
+            }
+        }
+    }
+    std::process::exit(code)
+}
+
+/// Aborts the whole job with a message (a failed call), or this process without a client.
+pub(crate) fn abort_job(msg: &str) -> ! {
+    if let Ok(g) = STATE.try_lock() {
+        if let Some(c) = g.as_ref().and_then(|s| s.client.as_ref()) {
+            c.abort(1, msg)
+        }
+    }
+    eprintln!("{msg}");
+    std::process::exit(1)
+}
+
 /// The writable loadable segments of the main program: (start, end).
 fn static_region() -> (usize, usize) {
     struct Acc {
