@@ -108,7 +108,8 @@ void *shmem_ptr(const void *dest, int pe);
 void *shmem_team_ptr(shmem_team_t team, const void *dest, int pe);
 void shmem_info_get_version(int *major, int *minor);
 void shmem_info_get_name(char *name);
-void shmem_pcontrol(int level);
+/* Profiling control: gex-shmem has no profiling interface, so this does nothing. */
+static inline void shmem_pcontrol(const int level, ...) { (void)level; }
 
 /* ---- Symmetric heap ----------------------------------------------------------- */
 void *shmem_malloc(size_t size);
@@ -305,6 +306,8 @@ int shmem_team_split_2d(shmem_team_t parent_team, int xrange,
                         const shmem_team_config_t *xaxis_config, long xaxis_mask, shmem_team_t *xaxis_team,
                         const shmem_team_config_t *yaxis_config, long yaxis_mask, shmem_team_t *yaxis_team);
 void shmem_team_destroy(shmem_team_t team);
+/* shmem_sync(team): the team form (the deprecated active-set form is not provided). */
+#define shmem_sync(...) shmem_team_sync(__VA_ARGS__)
 
 #define GEXSHMEM_DECL_COLL(T, N) \
     int shmem_##N##_broadcast(shmem_team_t team, T *dest, const T *source, size_t nelems, int PE_root); \
@@ -383,7 +386,8 @@ int shmem_test_lock(long *lock);
     X(unsigned long long, ulonglong, F)
 #define GEXSHMEM_G_BIT_RED(X, F) \
     X(unsigned char, uchar, F) X(unsigned short, ushort, F) X(unsigned int, uint, F) \
-    X(unsigned long, ulong, F) X(unsigned long long, ulonglong, F)
+    X(unsigned long, ulong, F) X(unsigned long long, ulonglong, F) X(signed char, int8, F) \
+    X(short, int16, F) X(int, int32, F) X(long, int64, F)
 #define GEXSHMEM_G_CMP_RED(X, F) \
     X(char, char, F) X(signed char, schar, F) X(short, short, F) X(int, int, F) X(long, long, F) \
     X(long long, longlong, F) X(unsigned char, uchar, F) X(unsigned short, ushort, F) \

@@ -64,10 +64,32 @@ fn bytes(n: usize, size: usize) -> Result<usize, ShmemError> {
         .ok_or_else(|| ShmemError::Invalid(format!("{n} elements of {size} bytes overflow")))
 }
 
-fn ctx_ok(ctx: *mut c_void) -> Result<(), ShmemError> {
+/// The world PE of `pe`, a PE number of context `ctx`'s team.
+fn ctx_pe(ctx: *mut c_void, pe: c_int) -> Result<c_int, ShmemError> {
     let i = (ctx as usize).wrapping_sub(1);
     with(|s| match s.ctxs.get(i) {
-        Some(Some(_)) => Ok(()),
+        Some(Some(0)) => Ok(pe),
+        Some(Some(t)) => {
+            let team = &s.team(*t)?.team;
+            u32::try_from(pe)
+                .ok()
+                .and_then(|p| team.job_rank(p))
+                .map(|r| r as c_int)
+                .ok_or(ShmemError::BadPe(pe))
+        }
+        _ => Err(ShmemError::BadCtx),
+    })
+}
+
+/// Whether `ctx` is a live context; `SHMEM_CTX_INVALID` is `Ok(false)` (quiet, fence
+/// and destroy of it do nothing).
+fn ctx_live(ctx: *mut c_void) -> Result<bool, ShmemError> {
+    if ctx.is_null() {
+        return Ok(false);
+    }
+    let i = (ctx as usize).wrapping_sub(1);
+    with(|s| match s.ctxs.get(i) {
+        Some(Some(_)) => Ok(true),
         _ => Err(ShmemError::BadCtx),
     })
 }
@@ -190,21 +212,25 @@ pub unsafe extern "C" fn shmem_info_get_name(name: *mut c_char) {
     }
 }
 
-/// Profiling control: accepted and ignored (gex-shmem has no profiling interface).
-#[unsafe(no_mangle)]
-pub extern "C" fn shmem_pcontrol(_level: c_int) {}
 
 // ---------------------------------------------------------------------------------
 // The symmetric heap.
 
-fn alloc(name: &str, size: usize, align: usize) -> *mut c_void {
+/// Allocates `size` bytes aligned to `align` (zeroed if `zero`), collectively: the
+/// block is the same on every PE, and ready (zeroed) on every PE before any returns.
+fn alloc(name: &str, size: usize, align: usize, zero: bool) -> *mut c_void {
     entry(name, || {
         with(|s| {
             s.barrier_all()?;
             let r = s.heap.alloc(size, align);
+            if let (Some(off), true) = (r, zero) {
+                // SAFETY: a fresh block of at least `size` bytes of this PE's heap, which
+                // no other PE writes before the barrier below.
+                unsafe { std::ptr::write_bytes((s.heap_base + off) as *mut u8, 0, size) };
+            }
             let w = s.world.clone();
             s.ep.barrier(&w)?;
-            Ok(r.map_or(std::ptr::null_mut(), |off| (s.seg + off) as *mut c_void))
+            Ok(r.map_or(std::ptr::null_mut(), |off| (s.heap_base + off) as *mut c_void))
         })
     })
 }
@@ -214,7 +240,7 @@ pub extern "C" fn shmem_malloc(size: usize) -> *mut c_void {
     if size == 0 {
         return std::ptr::null_mut();
     }
-    alloc("shmem_malloc", size, MIN_ALIGN)
+    alloc("shmem_malloc", size, MIN_ALIGN, false)
 }
 
 #[unsafe(no_mangle)]
@@ -222,7 +248,7 @@ pub extern "C" fn shmem_malloc_with_hints(size: usize, _hints: c_long) -> *mut c
     if size == 0 {
         return std::ptr::null_mut();
     }
-    alloc("shmem_malloc_with_hints", size, MIN_ALIGN)
+    alloc("shmem_malloc_with_hints", size, MIN_ALIGN, false)
 }
 
 #[unsafe(no_mangle)]
@@ -230,7 +256,7 @@ pub extern "C" fn shmem_align(alignment: usize, size: usize) -> *mut c_void {
     if size == 0 || !alignment.is_power_of_two() {
         return std::ptr::null_mut();
     }
-    alloc("shmem_align", size, alignment)
+    alloc("shmem_align", size, alignment, false)
 }
 
 #[unsafe(no_mangle)]
@@ -238,12 +264,7 @@ pub extern "C" fn shmem_calloc(count: usize, size: usize) -> *mut c_void {
     let Some(n) = count.checked_mul(size).filter(|&n| n > 0) else {
         return std::ptr::null_mut();
     };
-    let p = alloc("shmem_calloc", n, MIN_ALIGN);
-    if !p.is_null() {
-        // SAFETY: a fresh block of at least `n` bytes of this PE's segment.
-        unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, n) };
-    }
-    p
+    alloc("shmem_calloc", n, MIN_ALIGN, true)
 }
 
 #[unsafe(no_mangle)]
@@ -252,7 +273,7 @@ pub extern "C" fn shmem_free(ptr: *mut c_void) {
         with(|s| {
             s.barrier_all()?;
             if !ptr.is_null() {
-                let off = (ptr as usize).wrapping_sub(s.seg);
+                let off = (ptr as usize).wrapping_sub(s.heap_base);
                 if !s.heap.free(off) {
                     return Err(ShmemError::Invalid(format!(
                         "shmem_free of {ptr:p}, not a block of the symmetric heap"
@@ -272,7 +293,7 @@ pub extern "C" fn shmem_realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
             let old = if ptr.is_null() {
                 None
             } else {
-                let off = (ptr as usize).wrapping_sub(s.seg);
+                let off = (ptr as usize).wrapping_sub(s.heap_base);
                 Some((off, s.heap.size_of(off).ok_or_else(|| {
                     ShmemError::Invalid(format!("shmem_realloc of {ptr:p}, not a block of the symmetric heap"))
                 })?))
@@ -291,14 +312,14 @@ pub extern "C" fn shmem_realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
                             // allows them to overlap.
                             unsafe {
                                 std::ptr::copy(
-                                    (s.seg + off) as *const u8,
-                                    (s.seg + new) as *mut u8,
+                                    (s.heap_base + off) as *const u8,
+                                    (s.heap_base + new) as *mut u8,
                                     len.min(size),
                                 )
                             };
                             s.heap.free(off);
                         }
-                        (s.seg + new) as *mut c_void
+                        (s.heap_base + new) as *mut c_void
                     }
                 }
             };
@@ -314,7 +335,7 @@ pub extern "C" fn shmem_realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
 
 /// Put of `n` elements of `size` bytes.
 unsafe fn put_n(ctx: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize, size: usize, pe: c_int, nbi: bool) -> Result<(), ShmemError> {
-    ctx_ok(ctx)?;
+    let pe = ctx_pe(ctx, pe)?;
     // SAFETY: the caller's promise for `src`.
     let src = unsafe { rd(src, bytes(n, size)?) }?;
     with(|s| {
@@ -325,7 +346,7 @@ unsafe fn put_n(ctx: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize
 
 /// Get of `n` elements of `size` bytes.
 unsafe fn get_n(ctx: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize, size: usize, pe: c_int) -> Result<(), ShmemError> {
-    ctx_ok(ctx)?;
+    let pe = ctx_pe(ctx, pe)?;
     // SAFETY: the caller's promise for `dst`.
     let dst = unsafe { wr(dst, bytes(n, size)?) }?;
     with(|s| {
@@ -336,7 +357,7 @@ unsafe fn get_n(ctx: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize
 
 /// Strided put: element `i` of `src` (stride `sst`) to element `i` of `dst` (stride `dst_s`).
 unsafe fn iput_n(ctx: *mut c_void, dst: *mut c_void, src: *const c_void, dst_s: isize, sst: isize, n: usize, size: usize, pe: c_int) -> Result<(), ShmemError> {
-    ctx_ok(ctx)?;
+    let pe = ctx_pe(ctx, pe)?;
     with(|s| {
         let pe = s.pe(pe)?;
         for i in 0..n as isize {
@@ -352,7 +373,7 @@ unsafe fn iput_n(ctx: *mut c_void, dst: *mut c_void, src: *const c_void, dst_s: 
 
 /// Strided get.
 unsafe fn iget_n(ctx: *mut c_void, dst: *mut c_void, src: *const c_void, dst_s: isize, sst: isize, n: usize, size: usize, pe: c_int) -> Result<(), ShmemError> {
-    ctx_ok(ctx)?;
+    let pe = ctx_pe(ctx, pe)?;
     with(|s| {
         let pe = s.pe(pe)?;
         for i in 0..n as isize {
@@ -372,7 +393,7 @@ const SIGNAL_ADD: c_int = 1;
 
 /// Put, then the signal update once the data is at the target.
 unsafe fn put_signal_n(ctx: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize, size: usize, sig: *mut u64, signal: u64, op: c_int, pe: c_int) -> Result<(), ShmemError> {
-    ctx_ok(ctx)?;
+    let pe = ctx_pe(ctx, pe)?;
     // SAFETY: the caller's promise for `src`.
     let src = unsafe { rd(src, bytes(n, size)?) }?;
     let amo = match op {
@@ -622,7 +643,9 @@ pub unsafe extern "C" fn shmem_signal_fetch(sig_addr: *const u64) -> u64 {
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_ctx_fence(ctx: *mut c_void) {
     entry("shmem_fence", || {
-        ctx_ok(ctx)?;
+        if !ctx_live(ctx)? {
+            return Ok(());
+        }
         with(|s| s.quiet())
     })
 }
@@ -635,7 +658,9 @@ pub extern "C" fn shmem_fence() {
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_ctx_quiet(ctx: *mut c_void) {
     entry("shmem_quiet", || {
-        ctx_ok(ctx)?;
+        if !ctx_live(ctx)? {
+            return Ok(());
+        }
         with(|s| s.quiet())
     })
 }
@@ -651,7 +676,7 @@ pub extern "C" fn shmem_quiet() {
 // and swap).
 
 fn amo(ctx: *mut c_void, addr: *const c_void, pe: c_int, width: u32, op: Amo, a: u64, b: u64, fetch: bool) -> Result<u64, ShmemError> {
-    ctx_ok(ctx)?;
+    let pe = ctx_pe(ctx, pe)?;
     with(|s| {
         let pe = s.pe(pe)?;
         s.amo(addr as usize, pe, width, op, a, b, fetch)
@@ -1632,6 +1657,10 @@ pub unsafe extern "C" fn shmem_ctx_create(_options: c_long, ctx: *mut *mut c_voi
 pub unsafe extern "C" fn shmem_team_create_ctx(team: *mut c_void, _options: c_long, ctx: *mut *mut c_void) -> c_int {
     let ok = entry("shmem_team_create_ctx", || with(|s| Ok(s.team(team_index(team)).is_ok())));
     if !ok {
+        if !ctx.is_null() {
+            // SAFETY: the caller's context slot.
+            unsafe { ctx.write(std::ptr::null_mut()) };
+        }
         return -1;
     }
     new_ctx(team_index(team), ctx)
@@ -1640,6 +1669,9 @@ pub unsafe extern "C" fn shmem_team_create_ctx(team: *mut c_void, _options: c_lo
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_ctx_destroy(ctx: *mut c_void) {
     entry("shmem_ctx_destroy", || {
+        if !ctx_live(ctx)? {
+            return Ok(());
+        }
         with(|s| {
             let i = (ctx as usize).wrapping_sub(1);
             if i == 0 {

@@ -31,8 +31,12 @@ pub(crate) struct State {
     pub(crate) world: Team,
     pub(crate) me: u32,
     pub(crate) npes: u32,
-    pub(crate) seg: usize,
-    pub(crate) seg_len: usize,
+    /// The symmetric heap: this PE's address and length (the part of the gex segment
+    /// from its first [`HEAP_ALIGN`]-aligned address).
+    pub(crate) heap_base: usize,
+    pub(crate) heap_len: usize,
+    /// Every PE's offset of the heap in its segment.
+    pads: Vec<usize>,
     pub(crate) ad32: AtomicDomain<u32>,
     pub(crate) ad64: AtomicDomain<u64>,
     pub(crate) heap: Heap,
@@ -86,6 +90,9 @@ impl Amo {
             .copied()
     }
 }
+
+/// The alignment of the heap's start on every PE: the largest `shmem_align` honoured.
+pub(crate) const HEAP_ALIGN: usize = 1 << 21;
 
 /// The state, `None` outside `shmem_init` .. `shmem_finalize`.
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -260,7 +267,7 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
     STATIC_BASE.store(lo, Ordering::Release);
     STATIC_LEN.store(hi - lo, Ordering::Release);
     let heap = heap_size()?;
-    let client = gex_facade::start(gex_facade::builder().segment_size(heap))?;
+    let client = gex_facade::start(gex_facade::builder().segment_size(heap + HEAP_ALIGN))?;
     let mut ep = client.endpoint(0)?;
     let world = ep.world();
     let (me, npes) = (ep.rank(), ep.size());
@@ -338,6 +345,15 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
         let [lo, hi] = split64(old);
         let _ = t.reply_short(h_amor, &[lo, hi, fault]);
     })?;
+    // The heap starts at the first HEAP_ALIGN-aligned address of each PE's segment, so
+    // that alignments up to it hold on every PE; the offsets differ, so they are exchanged.
+    let pad = seg.next_multiple_of(HEAP_ALIGN) - seg;
+    if pad >= seg_len {
+        return Err(ShmemError::Config(format!("a segment of {seg_len} bytes has no room for the heap")));
+    }
+    let pads: Vec<u64> = ep.collective(&world, GatherAll::new(vec![pad as u64]), Blocking)?;
+    let pads: Vec<usize> = pads.into_iter().map(|p| p as usize).collect();
+    let heap_len = seg_len - pad;
     let all_int = AtomicOps::all() & !(AtomicOps::MULT | AtomicOps::FMULT);
     let ad32 = ep.atomic_domain::<u32>(&world, all_int)?;
     let ad64 = ep.atomic_domain::<u64>(&world, all_int)?;
@@ -358,11 +374,12 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
         world: world.clone(),
         me,
         npes,
-        seg,
-        seg_len,
+        heap_base: seg + pad,
+        heap_len,
+        pads,
         ad32,
         ad64,
-        heap: Heap::new(seg_len),
+        heap: Heap::new(heap_len),
         h_put,
         h_get,
         h_amo,
@@ -406,14 +423,19 @@ impl State {
     /// [`ShmemError::NotSymmetric`] if it is neither in the heap nor in static data.
     pub(crate) fn locate(&self, addr: usize, len: usize) -> Result<Loc, ShmemError> {
         let end = addr.checked_add(len).ok_or(ShmemError::NotSymmetric(addr))?;
-        if addr >= self.seg && end <= self.seg + self.seg_len {
-            return Ok(Loc::Heap(addr - self.seg));
+        if addr >= self.heap_base && end <= self.heap_base + self.heap_len {
+            return Ok(Loc::Heap(addr - self.heap_base));
         }
         let (base, slen) = (STATIC_BASE.load(Ordering::Acquire), STATIC_LEN.load(Ordering::Acquire));
         if addr >= base && end <= base + slen {
             return Ok(Loc::Static(addr - base));
         }
         Err(ShmemError::NotSymmetric(addr))
+    }
+
+    /// The offset in `pe`'s segment of heap offset `off`.
+    fn seg_off(&self, pe: u32, off: usize) -> usize {
+        self.pads[pe as usize] + off
     }
 
     /// Checks a PE number.
@@ -450,7 +472,7 @@ impl State {
         }
         match self.locate(dst, src.len())? {
             Loc::Heap(off) => {
-                let p = GlobalPtr::<u8>::new(EpAddr::new(pe, 0), off);
+                let p = GlobalPtr::<u8>::new(EpAddr::new(pe, 0), self.seg_off(pe, off));
                 if nbi {
                     self.ep.put(p, src, Nbi)?;
                 } else {
@@ -502,7 +524,7 @@ impl State {
         }
         match self.locate(src, dst.len())? {
             Loc::Heap(off) => {
-                let p = GlobalPtr::<u8>::new(EpAddr::new(pe, 0), off);
+                let p = GlobalPtr::<u8>::new(EpAddr::new(pe, 0), self.seg_off(pe, off));
                 self.ep.get(&mut *dst, p, Blocking)?;
             }
             Loc::Static(off) => {
@@ -554,7 +576,7 @@ impl State {
                 let f = AtomicFlags::empty();
                 macro_rules! go {
                     ($ad:expr, $t:ty) => {{
-                        let p = GlobalPtr::<$t>::new(EpAddr::new(pe, 0), off);
+                        let p = GlobalPtr::<$t>::new(EpAddr::new(pe, 0), self.seg_off(pe, off));
                         let (x, y) = (a as $t, b as $t);
                         let gop = match (op, fetch) {
                             (Amo::Fetch, _) => AtomicOp::Get,
@@ -622,7 +644,8 @@ impl State {
         match self.locate(addr, 0).ok()? {
             Loc::Heap(off) => {
                 let (b, len) = self.ep.peer_segment(EpAddr::new(pe, 0))?;
-                (off < len).then(|| b.as_ptr() as usize + off)
+                let o = self.seg_off(pe, off);
+                (o < len).then(|| b.as_ptr() as usize + o)
             }
             Loc::Static(_) => (pe == self.me).then_some(addr),
         }
