@@ -92,7 +92,7 @@ impl Amo {
 }
 
 /// The alignment of the heap's start on every PE: the largest `shmem_align` honoured.
-pub(crate) const HEAP_ALIGN: usize = 1 << 21;
+pub(crate) const HEAP_ALIGN: usize = 1 << 24;
 
 /// The state, `None` outside `shmem_init` .. `shmem_finalize`.
 static STATE: Mutex<Option<State>> = Mutex::new(None);
