@@ -11,8 +11,8 @@
  * tables; the generic names (shmem_put, shmem_atomic_fetch_add, ...) are C11 _Generic
  * selections over the distinct standard C types (fixed-width types are aliases of them).
  */
-#ifndef GEX_SHMEM_H
-#define GEX_SHMEM_H
+#ifndef GEXSHMEM_SHMEM_H
+#define GEXSHMEM_SHMEM_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -515,4 +515,4 @@ void gexshmem_generic_type_not_supported(void);
 
 #endif /* C11 */
 
-#endif /* GEX_SHMEM_H */
+#endif /* GEXSHMEM_SHMEM_H */

@@ -634,6 +634,8 @@ pub unsafe extern "C" fn shmem_signal_fetch(sig_addr: *const u64) -> u64 {
         if sig_addr.is_null() {
             return Err(ShmemError::Invalid("NULL sig_addr".into()));
         }
+        // Programs spin on it: it polls, so that signals to static data arrive.
+        state::poll_once()?;
         // SAFETY: the caller's signal word, read atomically (remote updates are atomics).
         Ok(unsafe { gex_sync::atomic::AtomicU64::from_ptr(sig_addr.cast_mut()) }
             .load(gex_sync::atomic::Ordering::Acquire))
@@ -1717,6 +1719,8 @@ pub extern "C" fn shmem_set_lock(lock: *mut c_long) {
 pub extern "C" fn shmem_test_lock(lock: *mut c_long) -> c_int {
     entry("shmem_test_lock", || {
         with(|s| {
+            // Programs spin on test_lock: it polls, so that this PE serves the others.
+            s.ep.poll();
             let me = u64::from(s.me) + 1;
             Ok(c_int::from(s.amo(lock as usize, 0, 8, Amo::Cswap, 0, me, true)? != 0))
         })

@@ -35,6 +35,15 @@ mod state;
 
 pub use error::ShmemError;
 
+/// The `GEX_*` settings gex-shmem reads (at `shmem_init`), beside every setting of gex
+/// (docs/env.md). `SHMEM_SYMMETRIC_SIZE`, the name other OpenSHMEM libraries read, is
+/// honoured when `GEX_SHMEM_HEAP` is unset.
+pub const ENV_VARS: &[gex_facade::config::EnvVar] = &[gex_facade::config::EnvVar {
+    name: "GEX_SHMEM_HEAP",
+    default: "64M",
+    doc: "gex-shmem: bytes of symmetric heap per PE (K/M/G suffixes); SHMEM_SYMMETRIC_SIZE when unset.",
+}];
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Reports a failed call and ends the process (OpenSHMEM calls have no error results).
