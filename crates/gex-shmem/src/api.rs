@@ -157,13 +157,19 @@ pub extern "C" fn shmem_n_pes() -> c_int {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_pe_accessible(pe: c_int) -> c_int {
-    entry("shmem_pe_accessible", || with(|s| Ok(c_int::from(s.pe(pe).is_ok()))))
+    entry("shmem_pe_accessible", || {
+        with(|s| Ok(c_int::from(s.pe(pe).is_ok())))
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_addr_accessible(addr: *const c_void, pe: c_int) -> c_int {
     entry("shmem_addr_accessible", || {
-        with(|s| Ok(c_int::from(s.pe(pe).is_ok() && s.locate(addr as usize, 1).is_ok())))
+        with(|s| {
+            Ok(c_int::from(
+                s.pe(pe).is_ok() && s.locate(addr as usize, 1).is_ok(),
+            ))
+        })
     })
 }
 
@@ -174,7 +180,8 @@ pub extern "C" fn shmem_ptr(dest: *const c_void, pe: c_int) -> *mut c_void {
             let Ok(pe) = s.pe(pe) else {
                 return Ok(std::ptr::null_mut());
             };
-            Ok(s.ptr(dest as usize, pe).map_or(std::ptr::null_mut(), |a| a as *mut c_void))
+            Ok(s.ptr(dest as usize, pe)
+                .map_or(std::ptr::null_mut(), |a| a as *mut c_void))
         })
     })
 }
@@ -187,7 +194,8 @@ pub extern "C" fn shmem_team_ptr(team: *mut c_void, dest: *const c_void, pe: c_i
             let Some(r) = u32::try_from(pe).ok().and_then(|p| t.member(p)) else {
                 return Ok(std::ptr::null_mut());
             };
-            Ok(s.ptr(dest as usize, r.rank).map_or(std::ptr::null_mut(), |a| a as *mut c_void))
+            Ok(s.ptr(dest as usize, r.rank)
+                .map_or(std::ptr::null_mut(), |a| a as *mut c_void))
         })
     })
 }
@@ -212,7 +220,6 @@ pub unsafe extern "C" fn shmem_info_get_name(name: *mut c_char) {
     }
 }
 
-
 // ---------------------------------------------------------------------------------
 // The symmetric heap.
 
@@ -230,7 +237,9 @@ fn alloc(name: &str, size: usize, align: usize, zero: bool) -> *mut c_void {
             }
             let w = s.world.clone();
             s.ep.barrier(&w)?;
-            Ok(r.map_or(std::ptr::null_mut(), |off| (s.heap_base + off) as *mut c_void))
+            Ok(r.map_or(std::ptr::null_mut(), |off| {
+                (s.heap_base + off) as *mut c_void
+            }))
         })
     })
 }
@@ -294,9 +303,14 @@ pub extern "C" fn shmem_realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
                 None
             } else {
                 let off = (ptr as usize).wrapping_sub(s.heap_base);
-                Some((off, s.heap.size_of(off).ok_or_else(|| {
-                    ShmemError::Invalid(format!("shmem_realloc of {ptr:p}, not a block of the symmetric heap"))
-                })?))
+                Some((
+                    off,
+                    s.heap.size_of(off).ok_or_else(|| {
+                        ShmemError::Invalid(format!(
+                            "shmem_realloc of {ptr:p}, not a block of the symmetric heap"
+                        ))
+                    })?,
+                ))
             };
             let out = if size == 0 {
                 if let Some((off, _)) = old {
@@ -334,7 +348,15 @@ pub extern "C" fn shmem_realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
 // RMA.
 
 /// Put of `n` elements of `size` bytes.
-unsafe fn put_n(ctx: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize, size: usize, pe: c_int, nbi: bool) -> Result<(), ShmemError> {
+unsafe fn put_n(
+    ctx: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    size: usize,
+    pe: c_int,
+    nbi: bool,
+) -> Result<(), ShmemError> {
     let pe = ctx_pe(ctx, pe)?;
     // SAFETY: the caller's promise for `src`.
     let src = unsafe { rd(src, bytes(n, size)?) }?;
@@ -345,7 +367,14 @@ unsafe fn put_n(ctx: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize
 }
 
 /// Get of `n` elements of `size` bytes.
-unsafe fn get_n(ctx: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize, size: usize, pe: c_int) -> Result<(), ShmemError> {
+unsafe fn get_n(
+    ctx: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    size: usize,
+    pe: c_int,
+) -> Result<(), ShmemError> {
     let pe = ctx_pe(ctx, pe)?;
     // SAFETY: the caller's promise for `dst`.
     let dst = unsafe { wr(dst, bytes(n, size)?) }?;
@@ -356,7 +385,16 @@ unsafe fn get_n(ctx: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize
 }
 
 /// Strided put: element `i` of `src` (stride `sst`) to element `i` of `dst` (stride `dst_s`).
-unsafe fn iput_n(ctx: *mut c_void, dst: *mut c_void, src: *const c_void, dst_s: isize, sst: isize, n: usize, size: usize, pe: c_int) -> Result<(), ShmemError> {
+unsafe fn iput_n(
+    ctx: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+    dst_s: isize,
+    sst: isize,
+    n: usize,
+    size: usize,
+    pe: c_int,
+) -> Result<(), ShmemError> {
     let pe = ctx_pe(ctx, pe)?;
     with(|s| {
         let pe = s.pe(pe)?;
@@ -372,7 +410,16 @@ unsafe fn iput_n(ctx: *mut c_void, dst: *mut c_void, src: *const c_void, dst_s: 
 }
 
 /// Strided get.
-unsafe fn iget_n(ctx: *mut c_void, dst: *mut c_void, src: *const c_void, dst_s: isize, sst: isize, n: usize, size: usize, pe: c_int) -> Result<(), ShmemError> {
+unsafe fn iget_n(
+    ctx: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+    dst_s: isize,
+    sst: isize,
+    n: usize,
+    size: usize,
+    pe: c_int,
+) -> Result<(), ShmemError> {
     let pe = ctx_pe(ctx, pe)?;
     with(|s| {
         let pe = s.pe(pe)?;
@@ -392,7 +439,17 @@ const SIGNAL_SET: c_int = 0;
 const SIGNAL_ADD: c_int = 1;
 
 /// Put, then the signal update once the data is at the target.
-unsafe fn put_signal_n(ctx: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize, size: usize, sig: *mut u64, signal: u64, op: c_int, pe: c_int) -> Result<(), ShmemError> {
+unsafe fn put_signal_n(
+    ctx: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    size: usize,
+    sig: *mut u64,
+    signal: u64,
+    op: c_int,
+    pe: c_int,
+) -> Result<(), ShmemError> {
     let pe = ctx_pe(ctx, pe)?;
     // SAFETY: the caller's promise for `src`.
     let src = unsafe { rd(src, bytes(n, size)?) }?;
@@ -637,8 +694,10 @@ pub unsafe extern "C" fn shmem_signal_fetch(sig_addr: *const u64) -> u64 {
         // Programs spin on it: it polls, so that signals to static data arrive.
         state::poll_once()?;
         // SAFETY: the caller's signal word, read atomically (remote updates are atomics).
-        Ok(unsafe { gex_sync::atomic::AtomicU64::from_ptr(sig_addr.cast_mut()) }
-            .load(gex_sync::atomic::Ordering::Acquire))
+        Ok(
+            unsafe { gex_sync::atomic::AtomicU64::from_ptr(sig_addr.cast_mut()) }
+                .load(gex_sync::atomic::Ordering::Acquire),
+        )
     })
 }
 
@@ -677,7 +736,16 @@ pub extern "C" fn shmem_quiet() {
 // (two's complement add is the same for signed and unsigned; floats only fetch, set
 // and swap).
 
-fn amo(ctx: *mut c_void, addr: *const c_void, pe: c_int, width: u32, op: Amo, a: u64, b: u64, fetch: bool) -> Result<u64, ShmemError> {
+fn amo(
+    ctx: *mut c_void,
+    addr: *const c_void,
+    pe: c_int,
+    width: u32,
+    op: Amo,
+    a: u64,
+    b: u64,
+    fetch: bool,
+) -> Result<u64, ShmemError> {
     let pe = ctx_pe(ctx, pe)?;
     with(|s| {
         let pe = s.pe(pe)?;
@@ -948,7 +1016,14 @@ unsafe fn excluded(status: *const c_int, i: usize) -> bool {
 ///
 /// # Safety
 /// `ivars` (and `vals` if not NULL) valid for `n` elements, `status` NULL or for `n` ints.
-unsafe fn matching<T: Copy + PartialOrd>(ivars: *const T, n: usize, status: *const c_int, cmp: c_int, val: T, vals: *const T) -> Result<(usize, Vec<usize>), ShmemError> {
+unsafe fn matching<T: Copy + PartialOrd>(
+    ivars: *const T,
+    n: usize,
+    status: *const c_int,
+    cmp: c_int,
+    val: T,
+    vals: *const T,
+) -> Result<(usize, Vec<usize>), ShmemError> {
     let mut live = 0;
     let mut hit = Vec::new();
     for i in 0..n {
@@ -958,7 +1033,11 @@ unsafe fn matching<T: Copy + PartialOrd>(ivars: *const T, n: usize, status: *con
         }
         live += 1;
         // SAFETY: `i < n`.
-        let v = if vals.is_null() { val } else { unsafe { *vals.add(i) } };
+        let v = if vals.is_null() {
+            val
+        } else {
+            unsafe { *vals.add(i) }
+        };
         // SAFETY: `i < n`.
         if compare(unsafe { vread(ivars, i) }, cmp, v)? {
             hit.push(i);
@@ -1094,7 +1173,11 @@ p2p!(
 );
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn shmem_signal_wait_until(sig_addr: *mut u64, cmp: c_int, value: u64) -> u64 {
+pub unsafe extern "C" fn shmem_signal_wait_until(
+    sig_addr: *mut u64,
+    cmp: c_int,
+    value: u64,
+) -> u64 {
     entry("shmem_signal_wait_until", || {
         // SAFETY: the caller's signal word.
         wait_for(|| compare(unsafe { vread(sig_addr, 0) }, cmp, value))?;
@@ -1136,22 +1219,33 @@ pub extern "C" fn shmem_team_sync(team: *mut c_void) -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_team_my_pe(team: *mut c_void) -> c_int {
     entry("shmem_team_my_pe", || {
-        with(|s| Ok(s.team(team_index(team)).map_or(-1, |t| t.team.rank() as c_int)))
+        with(|s| {
+            Ok(s.team(team_index(team))
+                .map_or(-1, |t| t.team.rank() as c_int))
+        })
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_team_n_pes(team: *mut c_void) -> c_int {
     entry("shmem_team_n_pes", || {
-        with(|s| Ok(s.team(team_index(team)).map_or(-1, |t| t.team.size() as c_int)))
+        with(|s| {
+            Ok(s.team(team_index(team))
+                .map_or(-1, |t| t.team.size() as c_int))
+        })
     })
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn shmem_team_translate_pe(src_team: *mut c_void, src_pe: c_int, dest_team: *mut c_void) -> c_int {
+pub extern "C" fn shmem_team_translate_pe(
+    src_team: *mut c_void,
+    src_pe: c_int,
+    dest_team: *mut c_void,
+) -> c_int {
     entry("shmem_team_translate_pe", || {
         with(|s| {
-            let (Ok(a), Ok(b)) = (s.team(team_index(src_team)), s.team(team_index(dest_team))) else {
+            let (Ok(a), Ok(b)) = (s.team(team_index(src_team)), s.team(team_index(dest_team)))
+            else {
                 return Ok(-1);
             };
             let Some(r) = u32::try_from(src_pe).ok().and_then(|p| a.team.job_rank(p)) else {
@@ -1173,7 +1267,11 @@ pub struct shmem_team_config_t {
 const TEAM_NUM_CONTEXTS: c_long = 1;
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn shmem_team_get_config(team: *mut c_void, mask: c_long, config: *mut shmem_team_config_t) -> c_int {
+pub unsafe extern "C" fn shmem_team_get_config(
+    team: *mut c_void,
+    mask: c_long,
+    config: *mut shmem_team_config_t,
+) -> c_int {
     entry("shmem_team_get_config", || {
         with(|s| {
             let Ok(t) = s.team(team_index(team)) else {
@@ -1190,7 +1288,11 @@ pub unsafe extern "C" fn shmem_team_get_config(team: *mut c_void, mask: c_long, 
 
 /// Adds a team made by this library; returns its handle.
 fn add_team(s: &mut state::State, team: Team, num_contexts: i32) -> *mut c_void {
-    let e = TeamEntry { team, num_contexts, owned: true };
+    let e = TeamEntry {
+        team,
+        num_contexts,
+        owned: true,
+    };
     let i = match s.teams.iter().position(Option::is_none) {
         Some(i) => {
             s.teams[i] = Some(e);
@@ -1214,7 +1316,15 @@ unsafe fn config_contexts(config: *const shmem_team_config_t, mask: c_long) -> i
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn shmem_team_split_strided(parent: *mut c_void, start: c_int, stride: c_int, size: c_int, config: *const shmem_team_config_t, config_mask: c_long, new_team: *mut *mut c_void) -> c_int {
+pub unsafe extern "C" fn shmem_team_split_strided(
+    parent: *mut c_void,
+    start: c_int,
+    stride: c_int,
+    size: c_int,
+    config: *const shmem_team_config_t,
+    config_mask: c_long,
+    new_team: *mut *mut c_void,
+) -> c_int {
     // SAFETY: the caller's config struct.
     let nctx = unsafe { config_contexts(config, config_mask) };
     let out = entry("shmem_team_split_strided", || {
@@ -1225,16 +1335,20 @@ pub unsafe extern "C" fn shmem_team_split_strided(parent: *mut c_void, start: c_
             let p = p.team.clone();
             let n = p.size() as i64;
             let (start, stride, size) = (i64::from(start), i64::from(stride), i64::from(size));
-            let valid = size > 0 && (0..size).all(|i| (0..n).contains(&(start + i * stride)))
+            let valid = size > 0
+                && (0..size).all(|i| (0..n).contains(&(start + i * stride)))
                 && (stride != 0 || size == 1);
             let me = i64::from(p.rank());
             let key = (0..size).position(|i| start + i * stride == me);
             let color = if valid { key.map(|_| 0) } else { None };
-            let t = s.ep.split(&p, color, key.unwrap_or(0) as u32, Scratch::None)?;
+            let t =
+                s.ep.split(&p, color, key.unwrap_or(0) as u32, Scratch::None)?;
             if !valid {
                 return Ok(Some(std::ptr::null_mut()));
             }
-            Ok(Some(t.map_or(std::ptr::null_mut(), |t| add_team(s, t, nctx))))
+            Ok(Some(
+                t.map_or(std::ptr::null_mut(), |t| add_team(s, t, nctx)),
+            ))
         })
     });
     if !new_team.is_null() {
@@ -1252,9 +1366,23 @@ pub unsafe extern "C" fn shmem_team_split_strided(parent: *mut c_void, start: c_
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn shmem_team_split_2d(parent: *mut c_void, xrange: c_int, xaxis_config: *const shmem_team_config_t, xaxis_mask: c_long, xaxis_team: *mut *mut c_void, yaxis_config: *const shmem_team_config_t, yaxis_mask: c_long, yaxis_team: *mut *mut c_void) -> c_int {
+pub unsafe extern "C" fn shmem_team_split_2d(
+    parent: *mut c_void,
+    xrange: c_int,
+    xaxis_config: *const shmem_team_config_t,
+    xaxis_mask: c_long,
+    xaxis_team: *mut *mut c_void,
+    yaxis_config: *const shmem_team_config_t,
+    yaxis_mask: c_long,
+    yaxis_team: *mut *mut c_void,
+) -> c_int {
     // SAFETY: the caller's config structs.
-    let (xc, yc) = unsafe { (config_contexts(xaxis_config, xaxis_mask), config_contexts(yaxis_config, yaxis_mask)) };
+    let (xc, yc) = unsafe {
+        (
+            config_contexts(xaxis_config, xaxis_mask),
+            config_contexts(yaxis_config, yaxis_mask),
+        )
+    };
     let out = entry("shmem_team_split_2d", || {
         with(|s| {
             let Ok(p) = s.team(team_index(parent)) else {
@@ -1307,7 +1435,11 @@ pub extern "C" fn shmem_team_destroy(team: *mut c_void) {
 }
 
 /// Runs a collective of `team` on bytes.
-fn coll_team<R>(name: &str, team: *mut c_void, f: impl FnOnce(&mut state::State, &Team) -> Result<R, ShmemError>) -> Result<R, ShmemError> {
+fn coll_team<R>(
+    name: &str,
+    team: *mut c_void,
+    f: impl FnOnce(&mut state::State, &Team) -> Result<R, ShmemError>,
+) -> Result<R, ShmemError> {
     let _ = name;
     with(|s| {
         let t = s.team(team_index(team))?.team.clone();
@@ -1316,9 +1448,18 @@ fn coll_team<R>(name: &str, team: *mut c_void, f: impl FnOnce(&mut state::State,
 }
 
 /// Broadcast of `n` bytes from team rank `root`'s `src` to every member's `dst`.
-unsafe fn broadcast_bytes(team: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize, root: c_int) -> Result<c_int, ShmemError> {
+unsafe fn broadcast_bytes(
+    team: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    root: c_int,
+) -> Result<c_int, ShmemError> {
     coll_team("broadcast", team, |s, t| {
-        let root = u32::try_from(root).ok().filter(|&r| r < t.size()).ok_or(ShmemError::BadPe(root))?;
+        let root = u32::try_from(root)
+            .ok()
+            .filter(|&r| r < t.size())
+            .ok_or(ShmemError::BadPe(root))?;
         let data = if t.rank() == root {
             // SAFETY: the caller's source.
             unsafe { rd(src, n) }?.to_vec()
@@ -1337,7 +1478,12 @@ fn gather_all(s: &mut state::State, t: &Team, mine: Vec<u8>) -> Result<Vec<u8>, 
     Ok(s.ep.collective(t, GatherAll::new(mine), Blocking)?)
 }
 
-unsafe fn fcollect_bytes(team: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize) -> Result<c_int, ShmemError> {
+unsafe fn fcollect_bytes(
+    team: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+) -> Result<c_int, ShmemError> {
     coll_team("fcollect", team, |s, t| {
         // SAFETY: the caller's source.
         let mine = unsafe { rd(src, n) }?.to_vec();
@@ -1348,7 +1494,12 @@ unsafe fn fcollect_bytes(team: *mut c_void, dst: *mut c_void, src: *const c_void
     })
 }
 
-unsafe fn collect_bytes(team: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize) -> Result<c_int, ShmemError> {
+unsafe fn collect_bytes(
+    team: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+) -> Result<c_int, ShmemError> {
     coll_team("collect", team, |s, t| {
         let counts = gather_all(s, t, (n as u64).to_ne_bytes().to_vec())?;
         let counts: Vec<usize> = counts
@@ -1373,18 +1524,28 @@ unsafe fn collect_bytes(team: *mut c_void, dst: *mut c_void, src: *const c_void,
 }
 
 /// Alltoall with strides in elements of `size` bytes (`dst_s`, `sst` = 1: contiguous).
-unsafe fn alltoalls_bytes(team: *mut c_void, dst: *mut c_void, src: *const c_void, dst_s: isize, sst: isize, n: usize, size: usize) -> Result<c_int, ShmemError> {
+unsafe fn alltoalls_bytes(
+    team: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+    dst_s: isize,
+    sst: isize,
+    n: usize,
+    size: usize,
+) -> Result<c_int, ShmemError> {
     coll_team("alltoall", team, |s, t| {
         let p = t.size() as usize;
         let mut packed = Vec::with_capacity(p * n * size);
         for j in 0..p * n {
-            let at = (src as isize).wrapping_add((j as isize).wrapping_mul(sst).wrapping_mul(size as isize));
+            let at = (src as isize)
+                .wrapping_add((j as isize).wrapping_mul(sst).wrapping_mul(size as isize));
             // SAFETY: element `j` of the caller's strided source.
             packed.extend_from_slice(unsafe { rd(at as *const c_void, size) }?);
         }
         let out: Vec<u8> = s.ep.collective(t, Exchange::new(packed), Blocking)?;
         for j in 0..p * n {
-            let at = (dst as isize).wrapping_add((j as isize).wrapping_mul(dst_s).wrapping_mul(size as isize));
+            let at = (dst as isize)
+                .wrapping_add((j as isize).wrapping_mul(dst_s).wrapping_mul(size as isize));
             // SAFETY: element `j` of the caller's strided destination.
             unsafe { wr(at as *mut c_void, size) }?.copy_from_slice(&out[j * size..(j + 1) * size]);
         }
@@ -1432,29 +1593,67 @@ coll_family!(
 macro_rules! coll_mem {
     () => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn shmem_broadcastmem(team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe_root: c_int) -> c_int {
+        pub unsafe extern "C" fn shmem_broadcastmem(
+            team: *mut c_void,
+            dest: *mut c_void,
+            source: *const c_void,
+            nelems: usize,
+            pe_root: c_int,
+        ) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("broadcastmem", || unsafe { broadcast_bytes(team, dest, source, nelems, pe_root) })
+            entry("broadcastmem", || unsafe {
+                broadcast_bytes(team, dest, source, nelems, pe_root)
+            })
         }
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn shmem_collectmem(team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize) -> c_int {
+        pub unsafe extern "C" fn shmem_collectmem(
+            team: *mut c_void,
+            dest: *mut c_void,
+            source: *const c_void,
+            nelems: usize,
+        ) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("collectmem", || unsafe { collect_bytes(team, dest, source, nelems) })
+            entry("collectmem", || unsafe {
+                collect_bytes(team, dest, source, nelems)
+            })
         }
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn shmem_fcollectmem(team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize) -> c_int {
+        pub unsafe extern "C" fn shmem_fcollectmem(
+            team: *mut c_void,
+            dest: *mut c_void,
+            source: *const c_void,
+            nelems: usize,
+        ) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("fcollectmem", || unsafe { fcollect_bytes(team, dest, source, nelems) })
+            entry("fcollectmem", || unsafe {
+                fcollect_bytes(team, dest, source, nelems)
+            })
         }
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn shmem_alltoallmem(team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize) -> c_int {
+        pub unsafe extern "C" fn shmem_alltoallmem(
+            team: *mut c_void,
+            dest: *mut c_void,
+            source: *const c_void,
+            nelems: usize,
+        ) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("alltoallmem", || unsafe { alltoalls_bytes(team, dest, source, 1, 1, nelems, 1) })
+            entry("alltoallmem", || unsafe {
+                alltoalls_bytes(team, dest, source, 1, 1, nelems, 1)
+            })
         }
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn shmem_alltoallsmem(team: *mut c_void, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize) -> c_int {
+        pub unsafe extern "C" fn shmem_alltoallsmem(
+            team: *mut c_void,
+            dest: *mut c_void,
+            source: *const c_void,
+            dst: isize,
+            sst: isize,
+            nelems: usize,
+        ) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("alltoallsmem", || unsafe { alltoalls_bytes(team, dest, source, dst, sst, nelems, 1) })
+            entry("alltoallsmem", || unsafe {
+                alltoalls_bytes(team, dest, source, dst, sst, nelems, 1)
+            })
         }
     };
 }
@@ -1511,7 +1710,13 @@ macro_rules! cx_elem {
 cx_elem!(f32 f64);
 
 /// Reduces with `f` over `team`.
-unsafe fn reduce<T: Elem>(team: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize, f: impl Fn(T, T) -> T) -> Result<c_int, ShmemError> {
+unsafe fn reduce<T: Elem>(
+    team: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    f: impl Fn(T, T) -> T,
+) -> Result<c_int, ShmemError> {
     let len = bytes(n, T::SIZE)?;
     coll_team("reduce", team, |s, t| {
         // SAFETY: the caller's source.
@@ -1520,7 +1725,10 @@ unsafe fn reduce<T: Elem>(team: *mut c_void, dst: *mut c_void, src: *const c_voi
         let mut out = all[..len].to_vec();
         for m in 1..t.size() as usize {
             let other = &all[m * len..(m + 1) * len];
-            for (o, x) in out.chunks_exact_mut(T::SIZE).zip(other.chunks_exact(T::SIZE)) {
+            for (o, x) in out
+                .chunks_exact_mut(T::SIZE)
+                .zip(other.chunks_exact(T::SIZE))
+            {
                 f(T::load(o), T::load(x)).store(o);
             }
         }
@@ -1532,10 +1740,18 @@ unsafe fn reduce<T: Elem>(team: *mut c_void, dst: *mut c_void, src: *const c_voi
 
 /// A reduction of a C type Rust does not have (`long double`), folded by a C function
 /// of shmem.h: `combine(acc, x, n)` folds `n` elements of `x` into `acc`.
-pub type gexshmem_combine_t = Option<unsafe extern "C" fn(acc: *mut c_void, x: *const c_void, n: usize)>;
+pub type gexshmem_combine_t =
+    Option<unsafe extern "C" fn(acc: *mut c_void, x: *const c_void, n: usize)>;
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gexshmem_reduce_with(team: *mut c_void, dest: *mut c_void, source: *const c_void, nreduce: usize, size: usize, combine: gexshmem_combine_t) -> c_int {
+pub unsafe extern "C" fn gexshmem_reduce_with(
+    team: *mut c_void,
+    dest: *mut c_void,
+    source: *const c_void,
+    nreduce: usize,
+    size: usize,
+    combine: gexshmem_combine_t,
+) -> c_int {
     entry("reduce", || {
         let f = combine.ok_or_else(|| ShmemError::Invalid("NULL combine".into()))?;
         let len = bytes(nreduce, size)?;
@@ -1547,7 +1763,13 @@ pub unsafe extern "C" fn gexshmem_reduce_with(team: *mut c_void, dest: *mut c_vo
             for m in 1..t.size() as usize {
                 // SAFETY: shmem.h's combine function reads `nreduce` elements of
                 // `size` bytes from each buffer and writes the first.
-                unsafe { f(out.as_mut_ptr().cast(), all[m * len..].as_ptr().cast(), nreduce) };
+                unsafe {
+                    f(
+                        out.as_mut_ptr().cast(),
+                        all[m * len..].as_ptr().cast(),
+                        nreduce,
+                    )
+                };
             }
             // SAFETY: the caller's destination.
             unsafe { wr(dest, len) }?.copy_from_slice(&out);
@@ -1656,8 +1878,14 @@ pub unsafe extern "C" fn shmem_ctx_create(_options: c_long, ctx: *mut *mut c_voi
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn shmem_team_create_ctx(team: *mut c_void, _options: c_long, ctx: *mut *mut c_void) -> c_int {
-    let ok = entry("shmem_team_create_ctx", || with(|s| Ok(s.team(team_index(team)).is_ok())));
+pub unsafe extern "C" fn shmem_team_create_ctx(
+    team: *mut c_void,
+    _options: c_long,
+    ctx: *mut *mut c_void,
+) -> c_int {
+    let ok = entry("shmem_team_create_ctx", || {
+        with(|s| Ok(s.team(team_index(team)).is_ok()))
+    });
     if !ok {
         if !ctx.is_null() {
             // SAFETY: the caller's context slot.
@@ -1677,7 +1905,9 @@ pub extern "C" fn shmem_ctx_destroy(ctx: *mut c_void) {
         with(|s| {
             let i = (ctx as usize).wrapping_sub(1);
             if i == 0 {
-                return Err(ShmemError::Invalid("shmem_ctx_destroy of SHMEM_CTX_DEFAULT".into()));
+                return Err(ShmemError::Invalid(
+                    "shmem_ctx_destroy of SHMEM_CTX_DEFAULT".into(),
+                ));
             }
             s.quiet()?;
             match s.ctxs.get_mut(i) {
@@ -1694,7 +1924,12 @@ pub extern "C" fn shmem_ctx_destroy(ctx: *mut c_void) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn shmem_ctx_get_team(ctx: *mut c_void, team: *mut *mut c_void) -> c_int {
     let t = entry("shmem_ctx_get_team", || {
-        with(|s| Ok(s.ctxs.get((ctx as usize).wrapping_sub(1)).copied().flatten()))
+        with(|s| {
+            Ok(s.ctxs
+                .get((ctx as usize).wrapping_sub(1))
+                .copied()
+                .flatten())
+        })
     });
     if team.is_null() {
         return -1;
@@ -1722,7 +1957,9 @@ pub extern "C" fn shmem_test_lock(lock: *mut c_long) -> c_int {
             // Programs spin on test_lock: it polls, so that this PE serves the others.
             s.ep.poll();
             let me = u64::from(s.me) + 1;
-            Ok(c_int::from(s.amo(lock as usize, 0, 8, Amo::Cswap, 0, me, true)? != 0))
+            Ok(c_int::from(
+                s.amo(lock as usize, 0, 8, Amo::Cswap, 0, me, true)? != 0,
+            ))
         })
     })
 }
@@ -1735,7 +1972,9 @@ pub extern "C" fn shmem_clear_lock(lock: *mut c_long) {
             let me = u64::from(s.me) + 1;
             let old = s.amo(lock as usize, 0, 8, Amo::Cswap, me, 0, true)?;
             if old != me {
-                return Err(ShmemError::Invalid("shmem_clear_lock of a lock this PE does not hold".into()));
+                return Err(ShmemError::Invalid(
+                    "shmem_clear_lock of a lock this PE does not hold".into(),
+                ));
             }
             Ok(())
         })
@@ -1747,5 +1986,8 @@ pub extern "C" fn shmem_clear_lock(lock: *mut c_long) {
 /// exists so that every declaration of the header is a symbol of the library.
 #[unsafe(no_mangle)]
 pub extern "C" fn gexshmem_generic_type_not_supported() {
-    crate::fatal("shmem.h", "a generic function was called with an unsupported type")
+    crate::fatal(
+        "shmem.h",
+        "a generic function was called with an unsupported type",
+    )
 }

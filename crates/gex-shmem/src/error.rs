@@ -35,7 +35,9 @@ pub enum ShmemError {
 impl fmt::Display for ShmemError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ShmemError::NotInitialized => write!(f, "OpenSHMEM is not initialised (call shmem_init first)"),
+            ShmemError::NotInitialized => {
+                write!(f, "OpenSHMEM is not initialised (call shmem_init first)")
+            }
             ShmemError::Finalized => write!(f, "shmem_init after shmem_finalize"),
             ShmemError::Config(m) => write!(f, "configuration: {m}"),
             ShmemError::NotSymmetric(a) => write!(
@@ -48,7 +50,9 @@ impl fmt::Display for ShmemError {
             ShmemError::BadCtx => write!(f, "invalid context handle"),
             ShmemError::Invalid(m) => write!(f, "invalid argument: {m}"),
             ShmemError::NoMemory => write!(f, "the symmetric heap is exhausted (GEX_SHMEM_HEAP)"),
-            ShmemError::RemoteFault => write!(f, "a remote PE refused an access outside its static data"),
+            ShmemError::RemoteFault => {
+                write!(f, "a remote PE refused an access outside its static data")
+            }
             ShmemError::Gex(m) => write!(f, "gex: {m}"),
         }
     }

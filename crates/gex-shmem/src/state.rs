@@ -117,7 +117,9 @@ static REMOTE_FAULT: AtomicU32 = AtomicU32::new(0);
 ///
 /// # Errors
 /// [`ShmemError::NotInitialized`], or `f`'s.
-pub(crate) fn with<R>(f: impl FnOnce(&mut State) -> Result<R, ShmemError>) -> Result<R, ShmemError> {
+pub(crate) fn with<R>(
+    f: impl FnOnce(&mut State) -> Result<R, ShmemError>,
+) -> Result<R, ShmemError> {
     let mut g = STATE.lock().unwrap_or_else(|p| p.into_inner());
     match g.as_mut() {
         Some(s) => f(s),
@@ -158,7 +160,11 @@ fn static_region() -> (usize, usize) {
         lo: usize,
         hi: usize,
     }
-    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut libc::c_void) -> libc::c_int {
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
         // SAFETY: `data` is the `&mut Acc` passed to dl_iterate_phdr below, alive for the
         // whole iteration; `info` is valid during the callback (glibc's contract).
         let (acc, info) = unsafe { (&mut *data.cast::<Acc>(), &*info) };
@@ -185,7 +191,11 @@ fn static_region() -> (usize, usize) {
     };
     // SAFETY: `cb` follows dl_iterate_phdr's callback contract and `acc` outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(cb), (&raw mut acc).cast()) };
-    if acc.hi > acc.lo { (acc.lo, acc.hi) } else { (0, 0) }
+    if acc.hi > acc.lo {
+        (acc.lo, acc.hi)
+    } else {
+        (0, 0)
+    }
 }
 
 /// Performs `op` on the `width`-byte word at `addr` of this process and returns the
@@ -214,12 +224,19 @@ unsafe fn local_amo(addr: usize, width: u32, op: Amo, a: u64, b: u64) -> u64 {
             }) as u64
         }};
     }
-    if width == 4 { run!(AtomicU32, u32) } else { run!(AtomicU64, u64) }
+    if width == 4 {
+        run!(AtomicU32, u32)
+    } else {
+        run!(AtomicU64, u64)
+    }
 }
 
 /// Whether `[off, off + len)` is inside the static data, and its address if so.
 fn static_addr(off: usize, len: usize) -> Option<usize> {
-    let (base, slen) = (STATIC_BASE.load(Ordering::Acquire), STATIC_LEN.load(Ordering::Acquire));
+    let (base, slen) = (
+        STATIC_BASE.load(Ordering::Acquire),
+        STATIC_LEN.load(Ordering::Acquire),
+    );
     (off.checked_add(len)? <= slen).then_some(base + off)
 }
 
@@ -235,7 +252,11 @@ fn join64(lo: u32, hi: u32) -> u64 {
 fn heap_size() -> Result<usize, ShmemError> {
     for var in ["GEX_SHMEM_HEAP", "SHMEM_SYMMETRIC_SIZE"] {
         if let Ok(v) = std::env::var(var) {
-            return parse_size(&v).ok_or_else(|| ShmemError::Config(format!("{var}={v}: not a size (bytes, with an optional K, M or G)")));
+            return parse_size(&v).ok_or_else(|| {
+                ShmemError::Config(format!(
+                    "{var}={v}: not a size (bytes, with an optional K, M or G)"
+                ))
+            });
         }
     }
     Ok(64 << 20)
@@ -244,14 +265,21 @@ fn heap_size() -> Result<usize, ShmemError> {
 /// `123`, `64K`, `512M`, `2G` (binary units, case-insensitive, optional `B`/`iB`).
 pub(crate) fn parse_size(v: &str) -> Option<usize> {
     let t = v.trim().to_ascii_uppercase();
-    let t = t.strip_suffix("IB").or_else(|| t.strip_suffix('B')).unwrap_or(&t);
+    let t = t
+        .strip_suffix("IB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(&t);
     let (num, mul) = match t.chars().last()? {
         'K' => (&t[..t.len() - 1], 1usize << 10),
         'M' => (&t[..t.len() - 1], 1 << 20),
         'G' => (&t[..t.len() - 1], 1 << 30),
         _ => (t, 1),
     };
-    num.trim().parse::<usize>().ok()?.checked_mul(mul).filter(|&n| n > 0)
+    num.trim()
+        .parse::<usize>()
+        .ok()?
+        .checked_mul(mul)
+        .filter(|&n| n > 0)
 }
 
 /// Initialises the PE (collective). A second call while initialised does nothing.
@@ -349,7 +377,9 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
     // that alignments up to it hold on every PE; the offsets differ, so they are exchanged.
     let pad = seg.next_multiple_of(HEAP_ALIGN) - seg;
     if pad >= seg_len {
-        return Err(ShmemError::Config(format!("a segment of {seg_len} bytes has no room for the heap")));
+        return Err(ShmemError::Config(format!(
+            "a segment of {seg_len} bytes has no room for the heap"
+        )));
     }
     let pads: Vec<u64> = ep.collective(&world, GatherAll::new(vec![pad as u64]), Blocking)?;
     let pads: Vec<usize> = pads.into_iter().map(|p| p as usize).collect();
@@ -384,8 +414,16 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
         h_get,
         h_amo,
         teams: vec![
-            Some(TeamEntry { team: world, num_contexts: 0, owned: false }),
-            Some(TeamEntry { team: shared, num_contexts: 0, owned: false }),
+            Some(TeamEntry {
+                team: world,
+                num_contexts: 0,
+                owned: false,
+            }),
+            Some(TeamEntry {
+                team: shared,
+                num_contexts: 0,
+                owned: false,
+            }),
         ],
         ctxs: vec![Some(0)],
         thread_level: level,
@@ -422,11 +460,16 @@ impl State {
     /// # Errors
     /// [`ShmemError::NotSymmetric`] if it is neither in the heap nor in static data.
     pub(crate) fn locate(&self, addr: usize, len: usize) -> Result<Loc, ShmemError> {
-        let end = addr.checked_add(len).ok_or(ShmemError::NotSymmetric(addr))?;
+        let end = addr
+            .checked_add(len)
+            .ok_or(ShmemError::NotSymmetric(addr))?;
         if addr >= self.heap_base && end <= self.heap_base + self.heap_len {
             return Ok(Loc::Heap(addr - self.heap_base));
         }
-        let (base, slen) = (STATIC_BASE.load(Ordering::Acquire), STATIC_LEN.load(Ordering::Acquire));
+        let (base, slen) = (
+            STATIC_BASE.load(Ordering::Acquire),
+            STATIC_LEN.load(Ordering::Acquire),
+        );
         if addr >= base && end <= base + slen {
             return Ok(Loc::Static(addr - base));
         }
@@ -440,7 +483,10 @@ impl State {
 
     /// Checks a PE number.
     pub(crate) fn pe(&self, pe: i32) -> Result<u32, ShmemError> {
-        u32::try_from(pe).ok().filter(|&p| p < self.npes).ok_or(ShmemError::BadPe(pe))
+        u32::try_from(pe)
+            .ok()
+            .filter(|&p| p < self.npes)
+            .ok_or(ShmemError::BadPe(pe))
     }
 
     fn check_fault(&self) -> Result<(), ShmemError> {
@@ -466,7 +512,13 @@ impl State {
 
     /// Puts `src` at symmetric address `dst` of `pe`. `nbi`: the put may complete later
     /// (at the next quiet); else it is complete at its target on return.
-    pub(crate) fn put(&mut self, dst: usize, src: &[u8], pe: u32, nbi: bool) -> Result<(), ShmemError> {
+    pub(crate) fn put(
+        &mut self,
+        dst: usize,
+        src: &[u8],
+        pe: u32,
+        nbi: bool,
+    ) -> Result<(), ShmemError> {
         if src.is_empty() {
             return Ok(());
         }
@@ -602,7 +654,11 @@ impl State {
                         }
                     }};
                 }
-                if width == 4 { go!(self.ad32, u32) } else { go!(self.ad64, u64) }
+                if width == 4 {
+                    go!(self.ad32, u32)
+                } else {
+                    go!(self.ad64, u64)
+                }
             }
             Loc::Static(off) => {
                 if pe == self.me {
@@ -653,7 +709,10 @@ impl State {
 
     /// The team behind handle index `i`.
     pub(crate) fn team(&self, i: usize) -> Result<&TeamEntry, ShmemError> {
-        self.teams.get(i).and_then(Option::as_ref).ok_or(ShmemError::BadTeam)
+        self.teams
+            .get(i)
+            .and_then(Option::as_ref)
+            .ok_or(ShmemError::BadTeam)
     }
 }
 
