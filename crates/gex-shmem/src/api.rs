@@ -20,6 +20,10 @@ use gex_facade::coll::Scratch;
 use gex_facade::prelude::*;
 use std::ffi::{c_char, c_int, c_long, c_void};
 
+/// `SHMEM_CTX_DEFAULT` of shmem.h: handle 1 (handles are table indices + 1, never
+/// dereferenced).
+const CTX_DEFAULT: *mut c_void = std::ptr::without_provenance_mut(1);
+
 /// The library's OpenSHMEM version.
 const MAJOR: c_int = 1;
 const MINOR: c_int = 5;
@@ -476,7 +480,7 @@ macro_rules! rma_sized {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_put $sz>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("put", || unsafe { put_n(1 as *mut c_void, dest, source, nelems, $size, pe, false) })
+            entry("put", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, false) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_put $sz _nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
@@ -486,7 +490,7 @@ macro_rules! rma_sized {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_put $sz _nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("put_nbi", || unsafe { put_n(1 as *mut c_void, dest, source, nelems, $size, pe, true) })
+            entry("put_nbi", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, true) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_get $sz>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
@@ -496,7 +500,7 @@ macro_rules! rma_sized {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_get $sz>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("get", || unsafe { get_n(1 as *mut c_void, dest, source, nelems, $size, pe) })
+            entry("get", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_get $sz _nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
@@ -506,7 +510,7 @@ macro_rules! rma_sized {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_get $sz _nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("get_nbi", || unsafe { get_n(1 as *mut c_void, dest, source, nelems, $size, pe) })
+            entry("get_nbi", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_put $sz _signal>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
@@ -516,7 +520,7 @@ macro_rules! rma_sized {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_put $sz _signal>](dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("put_signal", || unsafe { put_signal_n(1 as *mut c_void, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
+            entry("put_signal", || unsafe { put_signal_n(CTX_DEFAULT, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_put $sz _signal_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
@@ -526,7 +530,7 @@ macro_rules! rma_sized {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_put $sz _signal_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("put_signal_nbi", || unsafe { put_signal_n(1 as *mut c_void, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
+            entry("put_signal_nbi", || unsafe { put_signal_n(CTX_DEFAULT, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
         }
     )* } };
 }
@@ -541,7 +545,7 @@ macro_rules! rma_strided {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_iput $sz>](dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("iput", || unsafe { iput_n(1 as *mut c_void, dest, source, dst, sst, nelems, $size, pe) })
+            entry("iput", || unsafe { iput_n(CTX_DEFAULT, dest, source, dst, sst, nelems, $size, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_iget $sz>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
@@ -551,7 +555,7 @@ macro_rules! rma_strided {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_iget $sz>](dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("iget", || unsafe { iget_n(1 as *mut c_void, dest, source, dst, sst, nelems, $size, pe) })
+            entry("iget", || unsafe { iget_n(CTX_DEFAULT, dest, source, dst, sst, nelems, $size, pe) })
         }
     )* } };
 }
@@ -566,7 +570,7 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _put>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("put", || unsafe { put_n(1 as *mut c_void, dest, source, nelems, $size, pe, false) })
+            entry("put", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, false) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _put_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
@@ -576,7 +580,7 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _put_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("put_nbi", || unsafe { put_n(1 as *mut c_void, dest, source, nelems, $size, pe, true) })
+            entry("put_nbi", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, true) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _get>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
@@ -586,7 +590,7 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _get>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("get", || unsafe { get_n(1 as *mut c_void, dest, source, nelems, $size, pe) })
+            entry("get", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
         }
         // A get_nbi completes before it returns (allowed: completion at the next quiet
         // at the latest).
@@ -598,7 +602,7 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _get_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("get_nbi", || unsafe { get_n(1 as *mut c_void, dest, source, nelems, $size, pe) })
+            entry("get_nbi", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _iput>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
@@ -608,7 +612,7 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _iput>](dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("iput", || unsafe { iput_n(1 as *mut c_void, dest, source, dst, sst, nelems, $size, pe) })
+            entry("iput", || unsafe { iput_n(CTX_DEFAULT, dest, source, dst, sst, nelems, $size, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _iget>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
@@ -618,7 +622,7 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _iget>](dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("iget", || unsafe { iget_n(1 as *mut c_void, dest, source, dst, sst, nelems, $size, pe) })
+            entry("iget", || unsafe { iget_n(CTX_DEFAULT, dest, source, dst, sst, nelems, $size, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _put_signal>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
@@ -628,7 +632,7 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _put_signal>](dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("put_signal", || unsafe { put_signal_n(1 as *mut c_void, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
+            entry("put_signal", || unsafe { put_signal_n(CTX_DEFAULT, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _put_signal_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
@@ -638,7 +642,7 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _put_signal_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("put_signal_nbi", || unsafe { put_signal_n(1 as *mut c_void, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
+            entry("put_signal_nbi", || unsafe { put_signal_n(CTX_DEFAULT, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
         }
     )* } };
 }
@@ -654,7 +658,7 @@ macro_rules! rma_scalar {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _p>](dest: *mut $t, value: $t, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _p>](1 as *mut c_void, dest, value, pe) }
+            unsafe { [<shmem_ctx_ $tn _p>](CTX_DEFAULT, dest, value, pe) }
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _g>](ctx: *mut c_void, source: *const $t, pe: c_int) -> $t {
@@ -666,7 +670,7 @@ macro_rules! rma_scalar {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _g>](source: *const $t, pe: c_int) -> $t {
             // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _g>](1 as *mut c_void, source, pe) }
+            unsafe { [<shmem_ctx_ $tn _g>](CTX_DEFAULT, source, pe) }
         }
     )* } };
 }
@@ -713,7 +717,7 @@ pub extern "C" fn shmem_ctx_fence(ctx: *mut c_void) {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_fence() {
-    shmem_ctx_fence(1 as *mut c_void)
+    shmem_ctx_fence(CTX_DEFAULT)
 }
 
 #[unsafe(no_mangle)]
@@ -728,7 +732,7 @@ pub extern "C" fn shmem_ctx_quiet(ctx: *mut c_void) {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_quiet() {
-    shmem_ctx_quiet(1 as *mut c_void)
+    shmem_ctx_quiet(CTX_DEFAULT)
 }
 
 // ---------------------------------------------------------------------------------
@@ -762,7 +766,7 @@ macro_rules! amo_ext {
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ $tn _atomic_fetch>](source: *const $t, pe: c_int) -> $t {
-            [<shmem_ctx_ $tn _atomic_fetch>](1 as *mut c_void, source, pe)
+            [<shmem_ctx_ $tn _atomic_fetch>](CTX_DEFAULT, source, pe)
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ctx_ $tn _atomic_set>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
@@ -771,7 +775,7 @@ macro_rules! amo_ext {
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ $tn _atomic_set>](dest: *mut $t, value: $t, pe: c_int) {
-            [<shmem_ctx_ $tn _atomic_set>](1 as *mut c_void, dest, value, pe)
+            [<shmem_ctx_ $tn _atomic_set>](CTX_DEFAULT, dest, value, pe)
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ctx_ $tn _atomic_swap>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
@@ -780,7 +784,7 @@ macro_rules! amo_ext {
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ $tn _atomic_swap>](dest: *mut $t, value: $t, pe: c_int) -> $t {
-            [<shmem_ctx_ $tn _atomic_swap>](1 as *mut c_void, dest, value, pe)
+            [<shmem_ctx_ $tn _atomic_swap>](CTX_DEFAULT, dest, value, pe)
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_nbi>](ctx: *mut c_void, fetch: *mut $t, source: *const $t, pe: c_int) {
@@ -791,7 +795,7 @@ macro_rules! amo_ext {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_nbi>](fetch: *mut $t, source: *const $t, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_fetch_nbi>](1 as *mut c_void, fetch, source, pe) }
+            unsafe { [<shmem_ctx_ $tn _atomic_fetch_nbi>](CTX_DEFAULT, fetch, source, pe) }
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_swap_nbi>](ctx: *mut c_void, fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
@@ -802,7 +806,7 @@ macro_rules! amo_ext {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_swap_nbi>](fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_swap_nbi>](1 as *mut c_void, fetch, dest, value, pe) }
+            unsafe { [<shmem_ctx_ $tn _atomic_swap_nbi>](CTX_DEFAULT, fetch, dest, value, pe) }
         }
     )* } };
 }
@@ -837,7 +841,7 @@ macro_rules! amo_std {
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ $tn _atomic_compare_swap>](dest: *mut $t, cond: $t, value: $t, pe: c_int) -> $t {
-            [<shmem_ctx_ $tn _atomic_compare_swap>](1 as *mut c_void, dest, cond, value, pe)
+            [<shmem_ctx_ $tn _atomic_compare_swap>](CTX_DEFAULT, dest, cond, value, pe)
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_add>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
@@ -846,7 +850,7 @@ macro_rules! amo_std {
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ $tn _atomic_fetch_add>](dest: *mut $t, value: $t, pe: c_int) -> $t {
-            [<shmem_ctx_ $tn _atomic_fetch_add>](1 as *mut c_void, dest, value, pe)
+            [<shmem_ctx_ $tn _atomic_fetch_add>](CTX_DEFAULT, dest, value, pe)
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ctx_ $tn _atomic_add>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
@@ -855,7 +859,7 @@ macro_rules! amo_std {
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ $tn _atomic_add>](dest: *mut $t, value: $t, pe: c_int) {
-            [<shmem_ctx_ $tn _atomic_add>](1 as *mut c_void, dest, value, pe)
+            [<shmem_ctx_ $tn _atomic_add>](CTX_DEFAULT, dest, value, pe)
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_inc>](ctx: *mut c_void, dest: *mut $t, pe: c_int) -> $t {
@@ -864,7 +868,7 @@ macro_rules! amo_std {
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ $tn _atomic_fetch_inc>](dest: *mut $t, pe: c_int) -> $t {
-            [<shmem_ctx_ $tn _atomic_fetch_inc>](1 as *mut c_void, dest, pe)
+            [<shmem_ctx_ $tn _atomic_fetch_inc>](CTX_DEFAULT, dest, pe)
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ctx_ $tn _atomic_inc>](ctx: *mut c_void, dest: *mut $t, pe: c_int) {
@@ -873,7 +877,7 @@ macro_rules! amo_std {
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ $tn _atomic_inc>](dest: *mut $t, pe: c_int) {
-            [<shmem_ctx_ $tn _atomic_inc>](1 as *mut c_void, dest, pe)
+            [<shmem_ctx_ $tn _atomic_inc>](CTX_DEFAULT, dest, pe)
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_compare_swap_nbi>](ctx: *mut c_void, fetch: *mut $t, dest: *mut $t, cond: $t, value: $t, pe: c_int) {
@@ -884,7 +888,7 @@ macro_rules! amo_std {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_compare_swap_nbi>](fetch: *mut $t, dest: *mut $t, cond: $t, value: $t, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_compare_swap_nbi>](1 as *mut c_void, fetch, dest, cond, value, pe) }
+            unsafe { [<shmem_ctx_ $tn _atomic_compare_swap_nbi>](CTX_DEFAULT, fetch, dest, cond, value, pe) }
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_add_nbi>](ctx: *mut c_void, fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
@@ -895,7 +899,7 @@ macro_rules! amo_std {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_add_nbi>](fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_fetch_add_nbi>](1 as *mut c_void, fetch, dest, value, pe) }
+            unsafe { [<shmem_ctx_ $tn _atomic_fetch_add_nbi>](CTX_DEFAULT, fetch, dest, value, pe) }
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_inc_nbi>](ctx: *mut c_void, fetch: *mut $t, dest: *mut $t, pe: c_int) {
@@ -906,7 +910,7 @@ macro_rules! amo_std {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_inc_nbi>](fetch: *mut $t, dest: *mut $t, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_fetch_inc_nbi>](1 as *mut c_void, fetch, dest, pe) }
+            unsafe { [<shmem_ctx_ $tn _atomic_fetch_inc_nbi>](CTX_DEFAULT, fetch, dest, pe) }
         }
     )* } };
 }
@@ -925,7 +929,7 @@ macro_rules! amo_bit {
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ $tn _atomic_fetch_ $op>](dest: *mut $t, value: $t, pe: c_int) -> $t {
-            [<shmem_ctx_ $tn _atomic_fetch_ $op>](1 as *mut c_void, dest, value, pe)
+            [<shmem_ctx_ $tn _atomic_fetch_ $op>](CTX_DEFAULT, dest, value, pe)
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ctx_ $tn _atomic_ $op>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
@@ -934,7 +938,7 @@ macro_rules! amo_bit {
         }
         #[unsafe(no_mangle)]
         pub extern "C" fn [<shmem_ $tn _atomic_ $op>](dest: *mut $t, value: $t, pe: c_int) {
-            [<shmem_ctx_ $tn _atomic_ $op>](1 as *mut c_void, dest, value, pe)
+            [<shmem_ctx_ $tn _atomic_ $op>](CTX_DEFAULT, dest, value, pe)
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_ $op _nbi>](ctx: *mut c_void, fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
@@ -945,7 +949,7 @@ macro_rules! amo_bit {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_ $op _nbi>](fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_fetch_ $op _nbi>](1 as *mut c_void, fetch, dest, value, pe) }
+            unsafe { [<shmem_ctx_ $tn _atomic_fetch_ $op _nbi>](CTX_DEFAULT, fetch, dest, value, pe) }
         }
     } };
 }
@@ -1032,10 +1036,10 @@ unsafe fn matching<T: Copy + PartialOrd>(
             continue;
         }
         live += 1;
-        // SAFETY: `i < n`.
         let v = if vals.is_null() {
             val
         } else {
+            // SAFETY: `i < n`.
             unsafe { *vals.add(i) }
         };
         // SAFETY: `i < n`.
@@ -1805,8 +1809,8 @@ bit_types!(red, or, |a, b| a | b);
 bit_types!(red, xor, |a, b| a ^ b);
 cmp_types!(red, max, |a, b| if b > a { b } else { a });
 cmp_types!(red, min, |a, b| if b < a { b } else { a });
-cmp_types!(red, sum, |a: _, b| wrapping_add(a, b));
-cmp_types!(red, prod, |a: _, b| wrapping_mul(a, b));
+cmp_types!(red, sum, wrapping_add);
+cmp_types!(red, prod, wrapping_mul);
 red!(max, |a: f32, b| a.max(b); float f32;);
 red!(max, |a: f64, b| a.max(b); double f64;);
 red!(min, |a: f32, b| a.min(b); float f32;);
