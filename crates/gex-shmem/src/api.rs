@@ -5,7 +5,7 @@
 //! element counts given; a symmetric address that is the same object on every PE).
 //! What it can check it does (NULL with a non-zero count, PE numbers, symmetric
 //! ranges, team and context handles, alignment of atomics): a failure ends the process
-//! with a message (see [`crate::entry`]).
+//! with a message (see `crate::entry`).
 #![allow(unsafe_code)]
 #![allow(missing_docs)] // the typed families are documented in shmem.h and docs/shmem.md
 #![allow(clippy::missing_safety_doc)] // one `# Safety` for all: this module's

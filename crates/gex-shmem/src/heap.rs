@@ -35,10 +35,10 @@ impl Heap {
     /// Allocates `size` bytes (at least 1) aligned to `align` (a power of two); `None`
     /// when no free range fits.
     pub(crate) fn alloc(&mut self, size: usize, align: usize) -> Option<usize> {
-        let align = align.max(MIN_ALIGN);
         if !align.is_power_of_two() {
             return None;
         }
+        let align = align.max(MIN_ALIGN);
         let size = size.max(1).checked_next_multiple_of(MIN_ALIGN)?;
         let (start, flen, off) = self.free.iter().find_map(|(&s, &l)| {
             let off = s.checked_next_multiple_of(align)?;

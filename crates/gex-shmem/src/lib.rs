@@ -5,9 +5,9 @@
 //! and launching a C program, the Sandia test suite and its exclusion list); this is
 //! the implementer's view.
 //!
-//! - [`state`]: the PE's state behind one lock: the gex client and its primordial
+//! - `state`: the PE's state behind one lock: the gex client and its primordial
 //!   endpoint (with gex-rma and gex-coll), the symmetric heap (the gex segment, carved by
-//!   the deterministic allocator of [`heap`]), static data reached by active messages,
+//!   the deterministic allocator of `heap`), static data reached by active messages,
 //!   teams and contexts.
 //! - [`api`]: the C entry points. The typed families (`shmem_<type>_put`, atomics,
 //!   reductions, ...) are one `macro_rules!` line per type.
@@ -21,7 +21,7 @@
 //! entry point runs inside [`std::panic::catch_unwind`], and a panic is such a failure.
 //!
 //! ## Unsafe code
-//! Denied at the root; allowed in [`state`] (the static-data region from
+//! Denied at the root; allowed in `state` (the static-data region from
 //! `dl_iterate_phdr`, the active-message handlers that write it, local atomics) and in
 //! [`api`] (the `unsafe extern "C"` entry points reading and writing the caller's
 //! memory), each block with its `// SAFETY:`.
