@@ -760,35 +760,39 @@ fn amo(
 macro_rules! amo_ext {
     ($($tn:ident $t:ty, $u:ty;)*) => { paste::paste! { $(
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ctx_ $tn _atomic_fetch>](ctx: *mut c_void, source: *const $t, pe: c_int) -> $t {
+        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch>](ctx: *mut c_void, source: *const $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
             <$t>::from_bits(entry("atomic_fetch", || amo(ctx, source.cast(), pe, w, Amo::Fetch, 0, 0, true)) as $u)
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ $tn _atomic_fetch>](source: *const $t, pe: c_int) -> $t {
-            [<shmem_ctx_ $tn _atomic_fetch>](CTX_DEFAULT, source, pe)
+        pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch>](source: *const $t, pe: c_int) -> $t {
+            // SAFETY: the caller's promise (this module's).
+            unsafe { [<shmem_ctx_ $tn _atomic_fetch>](CTX_DEFAULT, source, pe) }
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ctx_ $tn _atomic_set>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
+        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_set>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
             let w = size_of::<$t>() as u32;
             entry("atomic_set", || amo(ctx, dest.cast(), pe, w, Amo::Set, value.to_bits() as u64, 0, false));
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ $tn _atomic_set>](dest: *mut $t, value: $t, pe: c_int) {
-            [<shmem_ctx_ $tn _atomic_set>](CTX_DEFAULT, dest, value, pe)
+        pub unsafe extern "C" fn [<shmem_ $tn _atomic_set>](dest: *mut $t, value: $t, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            unsafe { [<shmem_ctx_ $tn _atomic_set>](CTX_DEFAULT, dest, value, pe) }
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ctx_ $tn _atomic_swap>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
+        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_swap>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
             <$t>::from_bits(entry("atomic_swap", || amo(ctx, dest.cast(), pe, w, Amo::Swap, value.to_bits() as u64, 0, true)) as $u)
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ $tn _atomic_swap>](dest: *mut $t, value: $t, pe: c_int) -> $t {
-            [<shmem_ctx_ $tn _atomic_swap>](CTX_DEFAULT, dest, value, pe)
+        pub unsafe extern "C" fn [<shmem_ $tn _atomic_swap>](dest: *mut $t, value: $t, pe: c_int) -> $t {
+            // SAFETY: the caller's promise (this module's).
+            unsafe { [<shmem_ctx_ $tn _atomic_swap>](CTX_DEFAULT, dest, value, pe) }
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_nbi>](ctx: *mut c_void, fetch: *mut $t, source: *const $t, pe: c_int) {
-            let v = [<shmem_ctx_ $tn _atomic_fetch>](ctx, source, pe);
+            // SAFETY: the caller's promise (this module's).
+            let v = unsafe { [<shmem_ctx_ $tn _atomic_fetch>](ctx, source, pe) };
             // SAFETY: the caller's fetch buffer of one element.
             entry("atomic_fetch_nbi", || unsafe { wr(fetch.cast(), size_of::<$t>()) }.map(|b| b.copy_from_slice(&v.to_ne_bytes())));
         }
@@ -799,7 +803,8 @@ macro_rules! amo_ext {
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_swap_nbi>](ctx: *mut c_void, fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
-            let v = [<shmem_ctx_ $tn _atomic_swap>](ctx, dest, value, pe);
+            // SAFETY: the caller's promise (this module's).
+            let v = unsafe { [<shmem_ctx_ $tn _atomic_swap>](ctx, dest, value, pe) };
             // SAFETY: the caller's fetch buffer of one element.
             entry("atomic_swap_nbi", || unsafe { wr(fetch.cast(), size_of::<$t>()) }.map(|b| b.copy_from_slice(&v.to_ne_bytes())));
         }
@@ -835,53 +840,59 @@ macro_rules! amo_std {
         amo_ext!($($tn $t, $u;)*);
         paste::paste! { $(
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ctx_ $tn _atomic_compare_swap>](ctx: *mut c_void, dest: *mut $t, cond: $t, value: $t, pe: c_int) -> $t {
+        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_compare_swap>](ctx: *mut c_void, dest: *mut $t, cond: $t, value: $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
             <$t>::from_bits(entry("atomic_compare_swap", || amo(ctx, dest.cast(), pe, w, Amo::Cswap, cond.to_bits() as u64, value.to_bits() as u64, true)) as $u)
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ $tn _atomic_compare_swap>](dest: *mut $t, cond: $t, value: $t, pe: c_int) -> $t {
-            [<shmem_ctx_ $tn _atomic_compare_swap>](CTX_DEFAULT, dest, cond, value, pe)
+        pub unsafe extern "C" fn [<shmem_ $tn _atomic_compare_swap>](dest: *mut $t, cond: $t, value: $t, pe: c_int) -> $t {
+            // SAFETY: the caller's promise (this module's).
+            unsafe { [<shmem_ctx_ $tn _atomic_compare_swap>](CTX_DEFAULT, dest, cond, value, pe) }
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_add>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
+        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_add>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
             <$t>::from_bits(entry("atomic_fetch_add", || amo(ctx, dest.cast(), pe, w, Amo::Add, value.to_bits() as u64, 0, true)) as $u)
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ $tn _atomic_fetch_add>](dest: *mut $t, value: $t, pe: c_int) -> $t {
-            [<shmem_ctx_ $tn _atomic_fetch_add>](CTX_DEFAULT, dest, value, pe)
+        pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_add>](dest: *mut $t, value: $t, pe: c_int) -> $t {
+            // SAFETY: the caller's promise (this module's).
+            unsafe { [<shmem_ctx_ $tn _atomic_fetch_add>](CTX_DEFAULT, dest, value, pe) }
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ctx_ $tn _atomic_add>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
+        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_add>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
             let w = size_of::<$t>() as u32;
             entry("atomic_add", || amo(ctx, dest.cast(), pe, w, Amo::Add, value.to_bits() as u64, 0, false));
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ $tn _atomic_add>](dest: *mut $t, value: $t, pe: c_int) {
-            [<shmem_ctx_ $tn _atomic_add>](CTX_DEFAULT, dest, value, pe)
+        pub unsafe extern "C" fn [<shmem_ $tn _atomic_add>](dest: *mut $t, value: $t, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            unsafe { [<shmem_ctx_ $tn _atomic_add>](CTX_DEFAULT, dest, value, pe) }
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_inc>](ctx: *mut c_void, dest: *mut $t, pe: c_int) -> $t {
+        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_inc>](ctx: *mut c_void, dest: *mut $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
             <$t>::from_bits(entry("atomic_fetch_inc", || amo(ctx, dest.cast(), pe, w, Amo::Add, 1, 0, true)) as $u)
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ $tn _atomic_fetch_inc>](dest: *mut $t, pe: c_int) -> $t {
-            [<shmem_ctx_ $tn _atomic_fetch_inc>](CTX_DEFAULT, dest, pe)
+        pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_inc>](dest: *mut $t, pe: c_int) -> $t {
+            // SAFETY: the caller's promise (this module's).
+            unsafe { [<shmem_ctx_ $tn _atomic_fetch_inc>](CTX_DEFAULT, dest, pe) }
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ctx_ $tn _atomic_inc>](ctx: *mut c_void, dest: *mut $t, pe: c_int) {
+        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_inc>](ctx: *mut c_void, dest: *mut $t, pe: c_int) {
             let w = size_of::<$t>() as u32;
             entry("atomic_inc", || amo(ctx, dest.cast(), pe, w, Amo::Add, 1, 0, false));
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ $tn _atomic_inc>](dest: *mut $t, pe: c_int) {
-            [<shmem_ctx_ $tn _atomic_inc>](CTX_DEFAULT, dest, pe)
+        pub unsafe extern "C" fn [<shmem_ $tn _atomic_inc>](dest: *mut $t, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            unsafe { [<shmem_ctx_ $tn _atomic_inc>](CTX_DEFAULT, dest, pe) }
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_compare_swap_nbi>](ctx: *mut c_void, fetch: *mut $t, dest: *mut $t, cond: $t, value: $t, pe: c_int) {
-            let v = [<shmem_ctx_ $tn _atomic_compare_swap>](ctx, dest, cond, value, pe);
+            // SAFETY: the caller's promise (this module's).
+            let v = unsafe { [<shmem_ctx_ $tn _atomic_compare_swap>](ctx, dest, cond, value, pe) };
             // SAFETY: the caller's fetch buffer of one element.
             entry("atomic_compare_swap_nbi", || unsafe { wr(fetch.cast(), size_of::<$t>()) }.map(|b| b.copy_from_slice(&v.to_ne_bytes())));
         }
@@ -892,7 +903,8 @@ macro_rules! amo_std {
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_add_nbi>](ctx: *mut c_void, fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
-            let v = [<shmem_ctx_ $tn _atomic_fetch_add>](ctx, dest, value, pe);
+            // SAFETY: the caller's promise (this module's).
+            let v = unsafe { [<shmem_ctx_ $tn _atomic_fetch_add>](ctx, dest, value, pe) };
             // SAFETY: the caller's fetch buffer of one element.
             entry("atomic_fetch_add_nbi", || unsafe { wr(fetch.cast(), size_of::<$t>()) }.map(|b| b.copy_from_slice(&v.to_ne_bytes())));
         }
@@ -903,7 +915,8 @@ macro_rules! amo_std {
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_inc_nbi>](ctx: *mut c_void, fetch: *mut $t, dest: *mut $t, pe: c_int) {
-            let v = [<shmem_ctx_ $tn _atomic_fetch_inc>](ctx, dest, pe);
+            // SAFETY: the caller's promise (this module's).
+            let v = unsafe { [<shmem_ctx_ $tn _atomic_fetch_inc>](ctx, dest, pe) };
             // SAFETY: the caller's fetch buffer of one element.
             entry("atomic_fetch_inc_nbi", || unsafe { wr(fetch.cast(), size_of::<$t>()) }.map(|b| b.copy_from_slice(&v.to_ne_bytes())));
         }
@@ -923,26 +936,29 @@ macro_rules! amo_bit {
     )* } };
     (@op $tn:ident $t:ty, $u:ty, $op:ident $amo:ident) => { paste::paste! {
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_ $op>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
+        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_ $op>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
             entry("atomic_fetch_bitwise", || amo(ctx, dest.cast(), pe, w, Amo::$amo, value as $u as u64, 0, true)) as $t
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ $tn _atomic_fetch_ $op>](dest: *mut $t, value: $t, pe: c_int) -> $t {
-            [<shmem_ctx_ $tn _atomic_fetch_ $op>](CTX_DEFAULT, dest, value, pe)
+        pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_ $op>](dest: *mut $t, value: $t, pe: c_int) -> $t {
+            // SAFETY: the caller's promise (this module's).
+            unsafe { [<shmem_ctx_ $tn _atomic_fetch_ $op>](CTX_DEFAULT, dest, value, pe) }
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ctx_ $tn _atomic_ $op>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
+        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_ $op>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
             let w = size_of::<$t>() as u32;
             entry("atomic_bitwise", || amo(ctx, dest.cast(), pe, w, Amo::$amo, value as $u as u64, 0, false));
         }
         #[unsafe(no_mangle)]
-        pub extern "C" fn [<shmem_ $tn _atomic_ $op>](dest: *mut $t, value: $t, pe: c_int) {
-            [<shmem_ctx_ $tn _atomic_ $op>](CTX_DEFAULT, dest, value, pe)
+        pub unsafe extern "C" fn [<shmem_ $tn _atomic_ $op>](dest: *mut $t, value: $t, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            unsafe { [<shmem_ctx_ $tn _atomic_ $op>](CTX_DEFAULT, dest, value, pe) }
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_ $op _nbi>](ctx: *mut c_void, fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
-            let v = [<shmem_ctx_ $tn _atomic_fetch_ $op>](ctx, dest, value, pe);
+            // SAFETY: the caller's promise (this module's).
+            let v = unsafe { [<shmem_ctx_ $tn _atomic_fetch_ $op>](ctx, dest, value, pe) };
             // SAFETY: the caller's fetch buffer of one element.
             entry("atomic_fetch_bitwise_nbi", || unsafe { wr(fetch.cast(), size_of::<$t>()) }.map(|b| b.copy_from_slice(&v.to_ne_bytes())));
         }
@@ -1947,7 +1963,7 @@ pub unsafe extern "C" fn shmem_ctx_get_team(ctx: *mut c_void, team: *mut *mut c_
 // Distributed locks: the lock word of PE 0 holds 0 (free) or 1 + the holder's PE.
 
 #[unsafe(no_mangle)]
-pub extern "C" fn shmem_set_lock(lock: *mut c_long) {
+pub unsafe extern "C" fn shmem_set_lock(lock: *mut c_long) {
     entry("shmem_set_lock", || {
         let me = with(|s| Ok(u64::from(s.me) + 1))?;
         wait_for(|| with(|s| Ok(s.amo(lock as usize, 0, 8, Amo::Cswap, 0, me, true)? == 0)))
@@ -1955,7 +1971,7 @@ pub extern "C" fn shmem_set_lock(lock: *mut c_long) {
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn shmem_test_lock(lock: *mut c_long) -> c_int {
+pub unsafe extern "C" fn shmem_test_lock(lock: *mut c_long) -> c_int {
     entry("shmem_test_lock", || {
         with(|s| {
             // Programs spin on test_lock: it polls, so that this PE serves the others.
@@ -1969,7 +1985,7 @@ pub extern "C" fn shmem_test_lock(lock: *mut c_long) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn shmem_clear_lock(lock: *mut c_long) {
+pub unsafe extern "C" fn shmem_clear_lock(lock: *mut c_long) {
     entry("shmem_clear_lock", || {
         with(|s| {
             s.quiet()?;
