@@ -984,6 +984,23 @@ amo_bit!(
 // ---------------------------------------------------------------------------------
 // Point-to-point synchronisation.
 
+/// Where the `_any` waits and tests start looking: each call starts after the index the
+/// previous one returned, so that a satisfied element cannot hide the others.
+static ANY_CURSOR: gex_sync::atomic::AtomicUsize = gex_sync::atomic::AtomicUsize::new(0);
+
+/// The hit of `hits` (ascending) at or after the cursor, cyclically; moves the cursor past it.
+fn pick_any(hits: &[usize]) -> Option<usize> {
+    use gex_sync::atomic::Ordering;
+    let c = ANY_CURSOR.load(Ordering::Relaxed);
+    let i = hits
+        .iter()
+        .copied()
+        .find(|&i| i >= c)
+        .or_else(|| hits.first().copied())?;
+    ANY_CURSOR.store(i + 1, Ordering::Relaxed);
+    Some(i)
+}
+
 /// `SHMEM_CMP_*` of shmem.h.
 fn compare<T: PartialOrd>(a: T, cmp: c_int, b: T) -> Result<bool, ShmemError> {
     Ok(match cmp {
@@ -1107,7 +1124,7 @@ macro_rules! p2p {
             entry("wait_until_any", || wait_for(|| {
                 // SAFETY: the caller's arrays.
                 let (l, h) = unsafe { matching(ivars, n, status, cmp, value, values) }?;
-                if let Some(&i) = h.first() {
+                if let Some(i) = pick_any(&h) {
                     out = i;
                 }
                 Ok(l == 0 || !h.is_empty())
@@ -1163,7 +1180,7 @@ macro_rules! p2p {
                 state::poll_once()?;
                 // SAFETY: the caller's arrays.
                 let (_, h) = unsafe { matching(ivars, n, status, cmp, value, values) }?;
-                Ok(h.first().copied().unwrap_or(usize::MAX))
+                Ok(pick_any(&h).unwrap_or(usize::MAX))
             })
         }
         #[unsafe(no_mangle)]

@@ -574,6 +574,10 @@ impl State {
         if dst.is_empty() {
             return Ok(());
         }
+        if pe == self.me {
+            // Programs spin on gets of their own PE's data: serve the others.
+            self.ep.poll();
+        }
         match self.locate(src, dst.len())? {
             Loc::Heap(off) => {
                 let p = GlobalPtr::<u8>::new(EpAddr::new(pe, 0), self.seg_off(pe, off));
@@ -622,6 +626,10 @@ impl State {
     ) -> Result<u64, ShmemError> {
         if addr % width as usize != 0 {
             return Err(ShmemError::Misaligned(addr));
+        }
+        if pe == self.me {
+            // Programs spin on atomics of their own PE's words: serve the others.
+            self.ep.poll();
         }
         match self.locate(addr, width as usize)? {
             Loc::Heap(off) => {
