@@ -36,13 +36,20 @@ mod state;
 pub use error::ShmemError;
 
 /// The `GEX_*` settings gex-shmem reads (at `shmem_init`), beside every setting of gex
-/// (docs/env.md). `SHMEM_SYMMETRIC_SIZE`, the name other OpenSHMEM libraries read, is
+/// (docs/env.md), and the one its test-suite runner reads. `SHMEM_SYMMETRIC_SIZE`, the name other OpenSHMEM libraries read, is
 /// honoured when `GEX_SHMEM_HEAP` is unset.
-pub const ENV_VARS: &[gex_facade::config::EnvVar] = &[gex_facade::config::EnvVar {
-    name: "GEX_SHMEM_HEAP",
-    default: "64M",
-    doc: "gex-shmem: bytes of symmetric heap per PE (K/M/G suffixes); SHMEM_SYMMETRIC_SIZE when unset.",
-}];
+pub const ENV_VARS: &[gex_facade::config::EnvVar] = &[
+    gex_facade::config::EnvVar {
+        name: "GEX_SHMEM_HEAP",
+        default: "64M",
+        doc: "gex-shmem: bytes of symmetric heap per PE (K/M/G suffixes); SHMEM_SYMMETRIC_SIZE when unset.",
+    },
+    gex_facade::config::EnvVar {
+        name: "GEX_SOS_TESTS",
+        default: "/work/shared/suites/sos-tests",
+        doc: "crates/gex-shmem/sos/run (not the library): where Sandia OpenSHMEM's test suite is.",
+    },
+];
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
