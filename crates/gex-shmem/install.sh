@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds gex-shmem (OpenSHMEM 1.5 on gex) in release mode and installs it under a prefix:
+# Builds gex-shmem (OpenSHMEM 1.5 on gex) (release mode) and installs it under a prefix:
 #
 #   PREFIX=/opt/gex bash crates/gex-shmem/install.sh
 #
@@ -11,15 +11,20 @@
 #
 # PREFIX defaults to /usr/local. CARGO_FEATURES (e.g. "ofi") adds features of the
 # gex-shmem crate (ofi: the libfabric conduit, needs the system libfabric >= 1.17).
+# PROFILE=debug installs the debug build instead (what the sos step of ci/test uses: it
+# shares the artefacts of the test step's builds).
 # docs/shmem.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 PREFIX="${PREFIX:-/usr/local}"
 features=()
 [[ -n "${CARGO_FEATURES:-}" ]] && features=(--features "$CARGO_FEATURES")
-cargo build --release --locked -p gex-shmem --lib "${features[@]}"
-cargo build --release --locked -p gex-boot --bin gex-run
-target="${CARGO_TARGET_DIR:-target}/release"
+PROFILE="${PROFILE:-release}"
+profile=(--release)
+[[ "$PROFILE" == debug ]] && profile=()
+cargo build "${profile[@]}" --locked -p gex-shmem --lib "${features[@]}"
+cargo build "${profile[@]}" --locked -p gex-boot --bin gex-run
+target="${CARGO_TARGET_DIR:-target}/$PROFILE"
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)"
 install -d "$PREFIX/include" "$PREFIX/lib/pkgconfig" "$PREFIX/bin"
 install -m 0644 crates/gex-shmem/include/shmem.h "$PREFIX/include/shmem.h"
