@@ -647,6 +647,20 @@ impl<C: Conduit> Endpoint<C> {
         self.with_ref(|i| dst == i.core.me || i.core.cep.peer_segment(dst).is_some())
     }
 
+    /// The local mapping of `dst`'s segment (base address, length) when the conduit
+    /// shares memory with it (this endpoint's own segment for `dst` = this endpoint),
+    /// else `None`. Loads and stores through it race with other ranks' accesses
+    /// unless the program synchronises with them.
+    pub fn peer_segment(&self, dst: EpAddr) -> Option<(std::ptr::NonNull<u8>, usize)> {
+        self.with_ref(|i| {
+            if dst == i.core.me {
+                Some(i.core.cep.local_segment())
+            } else {
+                i.core.cep.peer_segment(dst)
+            }
+        })
+    }
+
     /// This endpoint's state report: per-peer message counters, busy layers, implicit
     /// and local-completion operations in flight, then what the conduit and each layer
     /// say they have in flight ([`ConduitEp::describe`](crate::spi::ConduitEp::describe),

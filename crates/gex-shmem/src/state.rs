@@ -1,0 +1,730 @@
+//! The PE's state: the gex client and endpoint, the symmetric heap, the static data
+//! region, the teams and contexts, and the primitives every entry point is built on
+//! (put and get of bytes at a symmetric address, atomics, quiet, the barrier).
+//!
+//! One process-wide lock guards the state: every entry point takes it for the time of
+//! one operation, and the waits (`wait_until`, `test`, locks) take it once per poll,
+//! so that other threads get their turn (`SHMEM_THREAD_MULTIPLE`).
+//!
+//! ## Symmetric addresses
+//! A symmetric address is either in the symmetric heap (the gex segment: the remote
+//! address is the same offset into the target's segment, reached with gex-rma's put,
+//! get and atomics) or in the static data of the executable (its writable `PT_LOAD`
+//! segments: `.data`, `.bss`; the same offset from the start of the target's copy,
+//! since every PE runs the same executable). Static data is not registered with the
+//! conduit, so it is reached by active messages that the target runs when it polls
+//! (any call into this library polls).
+#![allow(unsafe_code)]
+
+use crate::error::ShmemError;
+use crate::heap::Heap;
+use gex_facade::prelude::*;
+use gex_facade::rma::AtomicDomain;
+use gex_facade::{Client, OwnedEndpoint};
+use gex_sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// The state of an initialised PE.
+pub(crate) struct State {
+    pub(crate) client: Option<Client>,
+    pub(crate) ep: OwnedEndpoint,
+    pub(crate) world: Team,
+    pub(crate) me: u32,
+    pub(crate) npes: u32,
+    /// The symmetric heap: this PE's address and length (the part of the gex segment
+    /// from its first [`HEAP_ALIGN`]-aligned address).
+    pub(crate) heap_base: usize,
+    pub(crate) heap_len: usize,
+    /// Every PE's offset of the heap in its segment.
+    pads: Vec<usize>,
+    pub(crate) ad32: AtomicDomain<u32>,
+    pub(crate) ad64: AtomicDomain<u64>,
+    pub(crate) heap: Heap,
+    h_put: HandlerId,
+    h_get: HandlerId,
+    h_amo: HandlerId,
+    /// Teams by handle index (0: world, 1: shared).
+    pub(crate) teams: Vec<Option<TeamEntry>>,
+    /// Contexts by handle index (0: the default context): the team each was made on.
+    pub(crate) ctxs: Vec<Option<usize>>,
+    /// The thread level granted.
+    pub(crate) thread_level: i32,
+}
+
+/// A team and its configuration.
+pub(crate) struct TeamEntry {
+    pub(crate) team: Team,
+    pub(crate) num_contexts: i32,
+    /// Whether this library made it (split teams are destroyed; the predefined not).
+    pub(crate) owned: bool,
+}
+
+/// Where a symmetric address is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Loc {
+    /// This offset into the symmetric heap (the gex segment).
+    Heap(usize),
+    /// This offset into the executable's static data.
+    Static(usize),
+}
+
+/// An atomic operation (the old value is returned by every one of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum Amo {
+    Fetch = 0,
+    Set = 1,
+    Swap = 2,
+    Cswap = 3,
+    Add = 4,
+    And = 5,
+    Or = 6,
+    Xor = 7,
+}
+
+impl Amo {
+    fn from_code(c: u32) -> Option<Amo> {
+        use Amo::*;
+        [Fetch, Set, Swap, Cswap, Add, And, Or, Xor]
+            .get(c as usize)
+            .copied()
+    }
+}
+
+/// The alignment of the heap's start on every PE: the largest `shmem_align` honoured.
+pub(crate) const HEAP_ALIGN: usize = 1 << 24;
+
+/// The state, `None` outside `shmem_init` .. `shmem_finalize`.
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+/// True once `shmem_finalize` ran (a second `shmem_init` is refused).
+static FINALIZED: AtomicBool = AtomicBool::new(false);
+
+/// The executable's static data: start address and length (set at init, before any
+/// handler can run).
+static STATIC_BASE: AtomicUsize = AtomicUsize::new(0);
+static STATIC_LEN: AtomicUsize = AtomicUsize::new(0);
+
+/// Puts to static data not acknowledged yet.
+static OUTSTANDING: AtomicU64 = AtomicU64::new(0);
+/// The reply of the one blocking request in flight (under the state lock).
+static REPLY_DONE: AtomicBool = AtomicBool::new(false);
+static REPLY_VAL: AtomicU64 = AtomicU64::new(0);
+static REPLY_BUF: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+/// Set by a handler that refused an access outside the static data.
+static REMOTE_FAULT: AtomicU32 = AtomicU32::new(0);
+
+/// Runs `f` on the state.
+///
+/// # Errors
+/// [`ShmemError::NotInitialized`], or `f`'s.
+pub(crate) fn with<R>(
+    f: impl FnOnce(&mut State) -> Result<R, ShmemError>,
+) -> Result<R, ShmemError> {
+    let mut g = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    match g.as_mut() {
+        Some(s) => f(s),
+        None => Err(ShmemError::NotInitialized),
+    }
+}
+
+/// Ends the whole job with `code` from this PE (`shmem_global_exit`): gex's launcher
+/// ends every other PE and the job exits with `code`. Without a client, ends this
+/// process.
+pub(crate) fn exit_job(code: i32) -> ! {
+    if let Ok(mut g) = STATE.try_lock() {
+        if let Some(s) = g.as_mut() {
+            let _ = s.quiet();
+            if let Some(c) = s.client.as_ref() {
+                c.exit(code)
+            }
+        }
+    }
+    std::process::exit(code)
+}
+
+/// Aborts the whole job with a message (a failed call), or this process without a client.
+pub(crate) fn abort_job(msg: &str) -> ! {
+    if let Ok(g) = STATE.try_lock() {
+        if let Some(c) = g.as_ref().and_then(|s| s.client.as_ref()) {
+            c.abort(1, msg)
+        }
+    }
+    eprintln!("{msg}");
+    std::process::exit(1)
+}
+
+/// The writable loadable segments of the main program: (start, end).
+fn static_region() -> (usize, usize) {
+    struct Acc {
+        first: bool,
+        lo: usize,
+        hi: usize,
+    }
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is the `&mut Acc` passed to dl_iterate_phdr below, alive for the
+        // whole iteration; `info` is valid during the callback (glibc's contract).
+        let (acc, info) = unsafe { (&mut *data.cast::<Acc>(), &*info) };
+        if !acc.first {
+            return 1;
+        }
+        acc.first = false;
+        for i in 0..usize::from(info.dlpi_phnum) {
+            // SAFETY: `dlpi_phdr` points to `dlpi_phnum` program headers (glibc's contract).
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_W != 0 {
+                let start = info.dlpi_addr as usize + ph.p_vaddr as usize;
+                let end = start + ph.p_memsz as usize;
+                acc.lo = acc.lo.min(start);
+                acc.hi = acc.hi.max(end);
+            }
+        }
+        1
+    }
+    let mut acc = Acc {
+        first: true,
+        lo: usize::MAX,
+        hi: 0,
+    };
+    // SAFETY: `cb` follows dl_iterate_phdr's callback contract and `acc` outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(cb), (&raw mut acc).cast()) };
+    if acc.hi > acc.lo {
+        (acc.lo, acc.hi)
+    } else {
+        (0, 0)
+    }
+}
+
+/// Performs `op` on the `width`-byte word at `addr` of this process and returns the
+/// old value (zero-extended).
+///
+/// # Safety
+/// `addr` is valid for atomic reads and writes of `width` (4 or 8) bytes and aligned to it.
+unsafe fn local_amo(addr: usize, width: u32, op: Amo, a: u64, b: u64) -> u64 {
+    macro_rules! run {
+        ($at:ty, $t:ty) => {{
+            // SAFETY: the caller's promise.
+            let w = unsafe { <$at>::from_ptr(addr as *mut $t) };
+            let (a, b) = (a as $t, b as $t);
+            let o = Ordering::SeqCst;
+            (match op {
+                Amo::Fetch => w.load(o),
+                Amo::Set => w.swap(a, o),
+                Amo::Swap => w.swap(a, o),
+                Amo::Cswap => match w.compare_exchange(a, b, o, o) {
+                    Ok(v) | Err(v) => v,
+                },
+                Amo::Add => w.fetch_add(a, o),
+                Amo::And => w.fetch_and(a, o),
+                Amo::Or => w.fetch_or(a, o),
+                Amo::Xor => w.fetch_xor(a, o),
+            }) as u64
+        }};
+    }
+    if width == 4 {
+        run!(AtomicU32, u32)
+    } else {
+        run!(AtomicU64, u64)
+    }
+}
+
+/// Whether `[off, off + len)` is inside the static data, and its address if so.
+fn static_addr(off: usize, len: usize) -> Option<usize> {
+    let (base, slen) = (
+        STATIC_BASE.load(Ordering::Acquire),
+        STATIC_LEN.load(Ordering::Acquire),
+    );
+    (off.checked_add(len)? <= slen).then_some(base + off)
+}
+
+fn split64(v: u64) -> [u32; 2] {
+    [v as u32, (v >> 32) as u32]
+}
+
+fn join64(lo: u32, hi: u32) -> u64 {
+    u64::from(lo) | (u64::from(hi) << 32)
+}
+
+/// The symmetric heap's size: `GEX_SHMEM_HEAP`, else `SHMEM_SYMMETRIC_SIZE`, else 64 MiB.
+fn heap_size() -> Result<usize, ShmemError> {
+    for var in ["GEX_SHMEM_HEAP", "SHMEM_SYMMETRIC_SIZE"] {
+        if let Ok(v) = std::env::var(var) {
+            return parse_size(&v).ok_or_else(|| {
+                ShmemError::Config(format!(
+                    "{var}={v}: not a size (bytes, with an optional K, M or G)"
+                ))
+            });
+        }
+    }
+    Ok(64 << 20)
+}
+
+/// `123`, `64K`, `512M`, `2G` (binary units, case-insensitive, optional `B`/`iB`).
+pub(crate) fn parse_size(v: &str) -> Option<usize> {
+    let t = v.trim().to_ascii_uppercase();
+    let t = t
+        .strip_suffix("IB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(&t);
+    let (num, mul) = match t.chars().last()? {
+        'K' => (&t[..t.len() - 1], 1usize << 10),
+        'M' => (&t[..t.len() - 1], 1 << 20),
+        'G' => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    num.trim()
+        .parse::<usize>()
+        .ok()?
+        .checked_mul(mul)
+        .filter(|&n| n > 0)
+}
+
+/// Initialises the PE (collective). A second call while initialised does nothing.
+pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
+    let mut g = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = g.as_ref() {
+        return Ok(s.thread_level);
+    }
+    if FINALIZED.load(Ordering::Acquire) {
+        return Err(ShmemError::Finalized);
+    }
+    let (lo, hi) = static_region();
+    STATIC_BASE.store(lo, Ordering::Release);
+    STATIC_LEN.store(hi - lo, Ordering::Release);
+    let heap = heap_size()?;
+    let client = gex_facade::start(gex_facade::builder().segment_size(heap + HEAP_ALIGN))?;
+    let mut ep = client.endpoint(0)?;
+    let world = ep.world();
+    let (me, npes) = (ep.rank(), ep.size());
+    let (seg, seg_len) = {
+        let s = ep.segment();
+        (s.as_ptr() as usize, s.len())
+    };
+    // Reply handlers first, so that the request handlers know their ids.
+    let h_ack = ep.register(|_t: &mut Token<'_>, am: Am<'_>| {
+        if am.args().first() == Some(&1) {
+            REMOTE_FAULT.store(1, Ordering::Release);
+        }
+        OUTSTANDING.fetch_sub(1, Ordering::AcqRel);
+    })?;
+    let h_getr = ep.register(|_t: &mut Token<'_>, am: Am<'_>| {
+        if am.args().first() == Some(&1) {
+            REMOTE_FAULT.store(1, Ordering::Release);
+        }
+        let mut b = REPLY_BUF.lock().unwrap_or_else(|p| p.into_inner());
+        b.clear();
+        b.extend_from_slice(am.payload());
+        REPLY_DONE.store(true, Ordering::Release);
+    })?;
+    let h_amor = ep.register(|_t: &mut Token<'_>, am: Am<'_>| {
+        let a = am.args();
+        if a.get(2) == Some(&1) {
+            REMOTE_FAULT.store(1, Ordering::Release);
+        }
+        REPLY_VAL.store(join64(a[0], a[1]), Ordering::Release);
+        REPLY_DONE.store(true, Ordering::Release);
+    })?;
+    let h_put = ep.register(move |t: &mut Token<'_>, am: Am<'_>| {
+        let a = am.args();
+        let off = join64(a[0], a[1]) as usize;
+        let p = am.payload();
+        let ok = match static_addr(off, p.len()) {
+            Some(addr) => {
+                // SAFETY: `[addr, addr + len)` is inside this process's writable static
+                // data (checked); the program's own accesses to it race only as any RMA
+                // does (OpenSHMEM leaves concurrent local and remote access undefined).
+                unsafe { std::ptr::copy(p.as_ptr(), addr as *mut u8, p.len()) };
+                0
+            }
+            None => 1,
+        };
+        let _ = t.reply_short(h_ack, &[ok]);
+    })?;
+    let h_get = ep.register(move |t: &mut Token<'_>, am: Am<'_>| {
+        let a = am.args();
+        let (off, len) = (join64(a[0], a[1]) as usize, a[2] as usize);
+        match static_addr(off, len) {
+            Some(addr) => {
+                // SAFETY: inside this process's static data (checked), readable.
+                let s = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+                let _ = t.reply_medium(h_getr, &[0], s);
+            }
+            None => {
+                let _ = t.reply_medium(h_getr, &[1], &[]);
+            }
+        }
+    })?;
+    let h_amo = ep.register(move |t: &mut Token<'_>, am: Am<'_>| {
+        let a = am.args();
+        let off = join64(a[0], a[1]) as usize;
+        let width = a[3];
+        let op = Amo::from_code(a[2]);
+        let (x, y) = (join64(a[4], a[5]), join64(a[6], a[7]));
+        let addr = static_addr(off, width as usize)
+            .filter(|&p| (width == 4 || width == 8) && p % width as usize == 0);
+        let (old, fault) = match (addr, op) {
+            // SAFETY: inside the static data, aligned to its width (checked).
+            (Some(p), Some(op)) => (unsafe { local_amo(p, width, op, x, y) }, 0),
+            _ => (0, 1),
+        };
+        let [lo, hi] = split64(old);
+        let _ = t.reply_short(h_amor, &[lo, hi, fault]);
+    })?;
+    // The heap starts at the first HEAP_ALIGN-aligned address of each PE's segment, so
+    // that alignments up to it hold on every PE; the offsets differ, so they are exchanged.
+    let pad = seg.next_multiple_of(HEAP_ALIGN) - seg;
+    if pad >= seg_len {
+        return Err(ShmemError::Config(format!(
+            "a segment of {seg_len} bytes has no room for the heap"
+        )));
+    }
+    let pads: Vec<u64> = ep.collective(&world, GatherAll::new(vec![pad as u64]), Blocking)?;
+    let pads: Vec<usize> = pads.into_iter().map(|p| p as usize).collect();
+    let heap_len = seg_len - pad;
+    let all_int = AtomicOps::all() & !(AtomicOps::MULT | AtomicOps::FMULT);
+    let ad32 = ep.atomic_domain::<u32>(&world, all_int)?;
+    let ad64 = ep.atomic_domain::<u64>(&world, all_int)?;
+    // SHMEM_TEAM_SHARED: every PE whose heap this one maps, which for the conduits of
+    // one host is all or none of the others.
+    let shares_all = (0..npes).all(|r| ep.shares_memory_with(EpAddr::new(r, 0)));
+    let shared = if shares_all {
+        world.clone()
+    } else {
+        ep.split(&world, Some(me), 0, gex_facade::coll::Scratch::None)?
+            .ok_or_else(|| ShmemError::Config("split of the shared team".into()))?
+    };
+    ep.barrier(&world)?;
+    let level = level.clamp(0, 3);
+    *g = Some(State {
+        client: Some(client),
+        ep,
+        world: world.clone(),
+        me,
+        npes,
+        heap_base: seg + pad,
+        heap_len,
+        pads,
+        ad32,
+        ad64,
+        heap: Heap::new(heap_len),
+        h_put,
+        h_get,
+        h_amo,
+        teams: vec![
+            Some(TeamEntry {
+                team: world,
+                num_contexts: 0,
+                owned: false,
+            }),
+            Some(TeamEntry {
+                team: shared,
+                num_contexts: 0,
+                owned: false,
+            }),
+        ],
+        ctxs: vec![Some(0)],
+        thread_level: level,
+    });
+    Ok(level)
+}
+
+/// Finalises the PE (collective): quiet, barrier, close.
+pub(crate) fn finalize() -> Result<(), ShmemError> {
+    let mut g = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(mut s) = g.take() else {
+        return Ok(());
+    };
+    FINALIZED.store(true, Ordering::Release);
+    s.quiet()?;
+    let world = s.world.clone();
+    s.ep.barrier(&world)?;
+    for t in s.teams.drain(..).flatten() {
+        if t.owned && t.team.id() != world.id() {
+            let _ = s.ep.destroy_team(t.team);
+        }
+    }
+    let client = s.client.take();
+    drop(s);
+    if let Some(c) = client {
+        c.finalize()?;
+    }
+    Ok(())
+}
+
+impl State {
+    /// Where `[addr, addr + len)` is.
+    ///
+    /// # Errors
+    /// [`ShmemError::NotSymmetric`] if it is neither in the heap nor in static data.
+    pub(crate) fn locate(&self, addr: usize, len: usize) -> Result<Loc, ShmemError> {
+        let end = addr
+            .checked_add(len)
+            .ok_or(ShmemError::NotSymmetric(addr))?;
+        if addr >= self.heap_base && end <= self.heap_base + self.heap_len {
+            return Ok(Loc::Heap(addr - self.heap_base));
+        }
+        let (base, slen) = (
+            STATIC_BASE.load(Ordering::Acquire),
+            STATIC_LEN.load(Ordering::Acquire),
+        );
+        if addr >= base && end <= base + slen {
+            return Ok(Loc::Static(addr - base));
+        }
+        Err(ShmemError::NotSymmetric(addr))
+    }
+
+    /// The offset in `pe`'s segment of heap offset `off`.
+    fn seg_off(&self, pe: u32, off: usize) -> usize {
+        self.pads[pe as usize] + off
+    }
+
+    /// Checks a PE number.
+    pub(crate) fn pe(&self, pe: i32) -> Result<u32, ShmemError> {
+        u32::try_from(pe)
+            .ok()
+            .filter(|&p| p < self.npes)
+            .ok_or(ShmemError::BadPe(pe))
+    }
+
+    fn check_fault(&self) -> Result<(), ShmemError> {
+        if REMOTE_FAULT.swap(0, Ordering::AcqRel) != 0 {
+            return Err(ShmemError::RemoteFault);
+        }
+        Ok(())
+    }
+
+    fn wait_reply(&mut self) -> Result<(), ShmemError> {
+        let mut spins = 0u32;
+        while !REPLY_DONE.load(Ordering::Acquire) {
+            if self.ep.poll() == 0 {
+                spins += 1;
+                if spins > 64 {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        REPLY_DONE.store(false, Ordering::Release);
+        self.check_fault()
+    }
+
+    /// Puts `src` at symmetric address `dst` of `pe`. `nbi`: the put may complete later
+    /// (at the next quiet); else it is complete at its target on return.
+    pub(crate) fn put(
+        &mut self,
+        dst: usize,
+        src: &[u8],
+        pe: u32,
+        nbi: bool,
+    ) -> Result<(), ShmemError> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        match self.locate(dst, src.len())? {
+            Loc::Heap(off) => {
+                let p = GlobalPtr::<u8>::new(EpAddr::new(pe, 0), self.seg_off(pe, off));
+                if nbi {
+                    self.ep.put(p, src, Nbi)?;
+                } else {
+                    self.ep.put(p, src, Blocking)?;
+                }
+            }
+            Loc::Static(off) => {
+                if pe == self.me {
+                    // SAFETY: `dst` is inside this process's static data (located above);
+                    // `src` is a valid slice; `copy` allows overlap.
+                    unsafe { std::ptr::copy(src.as_ptr(), dst as *mut u8, src.len()) };
+                    return Ok(());
+                }
+                let to = EpAddr::new(pe, 0);
+                let max = self.ep.max_medium(to).max(1);
+                for (i, chunk) in src.chunks(max).enumerate() {
+                    let o = (off + i * max) as u64;
+                    OUTSTANDING.fetch_add(1, Ordering::AcqRel);
+                    if let Err(e) = self.ep.request_medium(to, self.h_put, &split64(o), chunk) {
+                        OUTSTANDING.fetch_sub(1, Ordering::AcqRel);
+                        return Err(e.into());
+                    }
+                }
+                if !nbi {
+                    self.wait_static_puts()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_static_puts(&mut self) -> Result<(), ShmemError> {
+        let mut spins = 0u32;
+        while OUTSTANDING.load(Ordering::Acquire) != 0 {
+            if self.ep.poll() == 0 {
+                spins += 1;
+                if spins > 64 {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        self.check_fault()
+    }
+
+    /// Gets `dst.len()` bytes from symmetric address `src` of `pe`.
+    pub(crate) fn get(&mut self, dst: &mut [u8], src: usize, pe: u32) -> Result<(), ShmemError> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        if pe == self.me {
+            // Programs spin on gets of their own PE's data: serve the others.
+            self.ep.poll();
+        }
+        match self.locate(src, dst.len())? {
+            Loc::Heap(off) => {
+                let p = GlobalPtr::<u8>::new(EpAddr::new(pe, 0), self.seg_off(pe, off));
+                self.ep.get(&mut *dst, p, Blocking)?;
+            }
+            Loc::Static(off) => {
+                if pe == self.me {
+                    // SAFETY: `src` is inside this process's static data (located
+                    // above); `dst` is a valid slice; `copy` allows overlap.
+                    unsafe { std::ptr::copy(src as *const u8, dst.as_mut_ptr(), dst.len()) };
+                    return Ok(());
+                }
+                let to = EpAddr::new(pe, 0);
+                let max = self.ep.max_medium(to).clamp(1, u32::MAX as usize);
+                let mut done = 0;
+                while done < dst.len() {
+                    let n = max.min(dst.len() - done);
+                    let [lo, hi] = split64((off + done) as u64);
+                    REPLY_DONE.store(false, Ordering::Release);
+                    self.ep.request_short(to, self.h_get, &[lo, hi, n as u32])?;
+                    self.wait_reply()?;
+                    let b = REPLY_BUF.lock().unwrap_or_else(|p| p.into_inner());
+                    if b.len() != n {
+                        return Err(ShmemError::RemoteFault);
+                    }
+                    dst[done..done + n].copy_from_slice(&b);
+                    done += n;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Atomic `op` on the `width`-byte word at symmetric address `addr` of `pe`;
+    /// returns the old value (0 for a non-fetching op on the heap, where `fetch` is false).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn amo(
+        &mut self,
+        addr: usize,
+        pe: u32,
+        width: u32,
+        op: Amo,
+        a: u64,
+        b: u64,
+        fetch: bool,
+    ) -> Result<u64, ShmemError> {
+        if addr % width as usize != 0 {
+            return Err(ShmemError::Misaligned(addr));
+        }
+        if pe == self.me {
+            // Programs spin on atomics of their own PE's words: serve the others.
+            self.ep.poll();
+        }
+        match self.locate(addr, width as usize)? {
+            Loc::Heap(off) => {
+                let f = AtomicFlags::empty();
+                macro_rules! go {
+                    ($ad:expr, $t:ty) => {{
+                        let p = GlobalPtr::<$t>::new(EpAddr::new(pe, 0), self.seg_off(pe, off));
+                        let (x, y) = (a as $t, b as $t);
+                        let gop = match (op, fetch) {
+                            (Amo::Fetch, _) => AtomicOp::Get,
+                            (Amo::Set, false) => AtomicOp::Set,
+                            (Amo::Set, true) | (Amo::Swap, _) => AtomicOp::Swap,
+                            (Amo::Cswap, _) => AtomicOp::Fcswap,
+                            (Amo::Add, false) => AtomicOp::Add,
+                            (Amo::Add, true) => AtomicOp::Fadd,
+                            (Amo::And, false) => AtomicOp::And,
+                            (Amo::And, true) => AtomicOp::Fand,
+                            (Amo::Or, false) => AtomicOp::Or,
+                            (Amo::Or, true) => AtomicOp::For,
+                            (Amo::Xor, false) => AtomicOp::Xor,
+                            (Amo::Xor, true) => AtomicOp::Fxor,
+                        };
+                        if gop.is_fetching() {
+                            let ad = $ad.clone();
+                            Ok(self.ep.fetch(&ad, gop, p, x, y, f, Blocking)? as u64)
+                        } else {
+                            let ad = $ad.clone();
+                            self.ep.atomic(&ad, gop, p, x, y, f, Blocking)?;
+                            Ok(0)
+                        }
+                    }};
+                }
+                if width == 4 {
+                    go!(self.ad32, u32)
+                } else {
+                    go!(self.ad64, u64)
+                }
+            }
+            Loc::Static(off) => {
+                if pe == self.me {
+                    // SAFETY: inside this process's static data and aligned (checked above).
+                    return Ok(unsafe { local_amo(addr, width, op, a, b) });
+                }
+                let [olo, ohi] = split64(off as u64);
+                let [alo, ahi] = split64(a);
+                let [blo, bhi] = split64(b);
+                REPLY_DONE.store(false, Ordering::Release);
+                self.ep.request_short(
+                    EpAddr::new(pe, 0),
+                    self.h_amo,
+                    &[olo, ohi, op as u32, width, alo, ahi, blo, bhi],
+                )?;
+                self.wait_reply()?;
+                Ok(REPLY_VAL.load(Ordering::Acquire))
+            }
+        }
+    }
+
+    /// Completes every put, get and atomic issued so far.
+    pub(crate) fn quiet(&mut self) -> Result<(), ShmemError> {
+        self.ep.sync_nbi(NbiCategories::ALL)?;
+        self.wait_static_puts()
+    }
+
+    /// Quiet, then the barrier over every PE.
+    pub(crate) fn barrier_all(&mut self) -> Result<(), ShmemError> {
+        self.quiet()?;
+        let w = self.world.clone();
+        self.ep.barrier(&w)?;
+        Ok(())
+    }
+
+    /// The address of `pe`'s copy of the symmetric address `addr`, if this process
+    /// maps it (NULL otherwise).
+    pub(crate) fn ptr(&self, addr: usize, pe: u32) -> Option<usize> {
+        match self.locate(addr, 0).ok()? {
+            Loc::Heap(off) => {
+                let (b, len) = self.ep.peer_segment(EpAddr::new(pe, 0))?;
+                let o = self.seg_off(pe, off);
+                (o < len).then(|| b.as_ptr() as usize + o)
+            }
+            Loc::Static(_) => (pe == self.me).then_some(addr),
+        }
+    }
+
+    /// The team behind handle index `i`.
+    pub(crate) fn team(&self, i: usize) -> Result<&TeamEntry, ShmemError> {
+        self.teams
+            .get(i)
+            .and_then(Option::as_ref)
+            .ok_or(ShmemError::BadTeam)
+    }
+}
+
+/// Polls once (without holding the lock afterwards). Used by the waits.
+pub(crate) fn poll_once() -> Result<usize, ShmemError> {
+    with(|s| Ok(s.ep.poll()))
+}
