@@ -139,7 +139,7 @@ pub struct Lender {
 impl Lender {
     /// Offers a new loan in `b` (the sender's own block) and returns its generation,
     /// for the request to send. The previous loan of the block must have ended
-    /// ([`sender_step`] returned something other than [`Step::Pending`]).
+    /// ([`sender_step`] returned something other than a pending step ([`Step::pending`])).
     pub fn offer(&mut self, b: Block<'_>) -> u64 {
         self.generation = (self.generation + 1) & GEN_MASK;
         if self.generation == 0 {
