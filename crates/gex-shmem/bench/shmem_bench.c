@@ -1,0 +1,339 @@
+/* shmem_bench: one OpenSHMEM C program, built against gex-shmem (its oshcc) and against
+ * Open MPI's oshmem (Debian's oshcc), for issue 27 point 4. crates/gex-shmem/bench/run
+ * builds and runs it; docs/shmem.md ("Measuring against Open MPI's oshmem").
+ *
+ * Point-to-point cells run between PE 0 and PE 1 (the other PEs wait in
+ * shmem_barrier_all); collective cells run on every PE. Each cell runs one warm-up batch,
+ * then BENCH_BATCHES timed batches; PE 0 prints the median batch, one line per cell:
+ *
+ *     BENCH <name> <size in bytes> <value> <unit>
+ *
+ * then `BENCH_DONE`, and only then calls shmem_finalize (so a library that fails inside
+ * shmem_finalize has printed every figure before). Environment:
+ *     BENCH_ITERS    operations per latency batch (default 10000; collectives and
+ *                    bandwidth windows scale down from it)
+ *     BENCH_BATCHES  timed batches per cell (default 9)
+ *     BENCH_WINDOW   puts per bandwidth window before shmem_quiet (default 16)
+ * Every cell's effect is checked (the data put, got, incremented, broadcast, reduced);
+ * a wrong value prints `BENCH_ERROR ...` and ends the job with shmem_global_exit(1).
+ *
+ * The collectives are OpenSHMEM 1.5's team forms (shmem_broadcastmem, shmem_long_sum_reduce
+ * on SHMEM_TEAM_WORLD). A library whose shmem.h says version < 1.5 (Open MPI 4.1's oshmem
+ * is OpenSHMEM 1.4) gets the 1.4 active-set forms over all PEs instead
+ * (shmem_broadcast64 of one 8-byte element, shmem_long_sum_to_all), and the INFO line
+ * says so. */
+#define _POSIX_C_SOURCE 200809L
+#include <shmem.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if (SHMEM_MAJOR_VERSION * 100 + SHMEM_MINOR_VERSION) >= 105
+#define BENCH_TEAMS 1
+#else
+#define BENCH_TEAMS 0
+#endif
+
+#define BW_MAX (1L << 20)
+#define RED_MAX (65536L / (long)sizeof(long))
+
+static int me, npes;
+static long iters, batches, window;
+
+/* Symmetric objects (heap). */
+static char *bw_dst;     /* BW_MAX bytes, target of puts and source of gets */
+static long *lat_word;   /* target of the 8-byte put, get, p */
+static long *counter;    /* target of fetch_inc */
+static long *bc_src, *bc_dst;
+static long *red_src, *red_dst;
+#if !BENCH_TEAMS
+static long *psync[2];   /* alternating pSync arrays of the 1.4 collectives */
+static long *pwrk;
+static int psync_next;
+#endif
+
+static char *local_buf; /* private: source of puts, destination of gets */
+static long fetch_incs; /* fetch_inc operations PE 0 issued */
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static long env_long(const char *name, long dflt) {
+    const char *s = getenv(name);
+    if (!s || !*s) return dflt;
+    long v = strtol(s, NULL, 10);
+    return v > 0 ? v : dflt;
+}
+
+static void fail(const char *what, long got, long want) {
+    printf("BENCH_ERROR pe %d: %s: got %ld, expected %ld\n", me, what, got, want);
+    fflush(stdout);
+    shmem_global_exit(1);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Runs op(n) once as warm-up, then `batches` times; returns PE 0's median seconds per
+ * batch (0 on other PEs). pair: only PE 0 runs it (the others wait in the barrier);
+ * otherwise every PE runs every batch, each batch started by a barrier. */
+static double measure(void (*op)(long), long n, int pair) {
+    double t[64], med = 0;
+    long b, nb = batches > 64 ? 64 : batches;
+    shmem_barrier_all();
+    if (pair) {
+        if (me == 0) {
+            op(n);
+            for (b = 0; b < nb; b++) {
+                double t0 = now();
+                op(n);
+                t[b] = now() - t0;
+            }
+        }
+    } else {
+        op(n);
+        for (b = 0; b < nb; b++) {
+            shmem_barrier_all();
+            double t0 = now();
+            op(n);
+            t[b] = now() - t0;
+        }
+    }
+    shmem_barrier_all();
+    if (me == 0) {
+        qsort(t, (size_t)nb, sizeof t[0], cmp_double);
+        med = nb % 2 ? t[nb / 2] : 0.5 * (t[nb / 2 - 1] + t[nb / 2]);
+    }
+    return med;
+}
+
+static void report(const char *name, long size, double value, const char *unit) {
+    if (me == 0) {
+        printf("BENCH %s %ld %.4f %s\n", name, size, value, unit);
+        fflush(stdout);
+    }
+}
+
+/* ---- the operations, n times each ---- */
+
+static void op_put8(long n) {
+    for (long i = 0; i < n; i++) {
+        memcpy(local_buf, &i, sizeof i);
+        shmem_putmem(lat_word, local_buf, 8, 1);
+        shmem_quiet();
+    }
+}
+
+static long bw_size;
+static void op_put_bw(long n) {
+    for (long i = 0; i < n; i++) {
+        for (long w = 0; w < window; w++) shmem_putmem(bw_dst, local_buf, (size_t)bw_size, 1);
+        shmem_quiet();
+    }
+}
+
+static void op_get8(long n) {
+    for (long i = 0; i < n; i++) shmem_getmem(local_buf, lat_word, 8, 1);
+}
+
+static void op_p(long n) {
+    for (long i = 0; i < n; i++) {
+        shmem_long_p(lat_word, i, 1);
+        shmem_quiet();
+    }
+}
+
+static void op_finc(long n) {
+    for (long i = 0; i < n; i++) (void)shmem_long_atomic_fetch_inc(counter, 1);
+    fetch_incs += n;
+}
+
+static void op_barrier(long n) {
+    for (long i = 0; i < n; i++) shmem_barrier_all();
+}
+
+static void op_bcast8(long n) {
+    for (long i = 0; i < n; i++) {
+#if BENCH_TEAMS
+        shmem_broadcastmem(SHMEM_TEAM_WORLD, bc_dst, bc_src, 8, 0);
+#else
+        shmem_broadcast64(bc_dst, bc_src, 1, 0, 0, 0, npes, psync[psync_next]);
+        psync_next ^= 1;
+#endif
+    }
+}
+
+static long red_n;
+static void op_reduce(long n) {
+    for (long i = 0; i < n; i++) {
+#if BENCH_TEAMS
+        shmem_long_sum_reduce(SHMEM_TEAM_WORLD, red_dst, red_src, (size_t)red_n);
+#else
+        shmem_long_sum_to_all(red_dst, red_src, (int)red_n, 0, 0, npes, pwrk, psync[psync_next]);
+        psync_next ^= 1;
+#endif
+    }
+}
+
+int main(void) {
+    shmem_init();
+    me = shmem_my_pe();
+    npes = shmem_n_pes();
+    iters = env_long("BENCH_ITERS", 10000);
+    batches = env_long("BENCH_BATCHES", 9);
+    window = env_long("BENCH_WINDOW", 16);
+    if (npes < 2) {
+        if (me == 0) printf("BENCH_ERROR shmem_bench needs at least 2 PEs\n");
+        shmem_global_exit(2);
+    }
+    long coll_iters = iters / 10 > 0 ? iters / 10 : 1;
+    long big_iters = iters / 100 > 0 ? iters / 100 : 1;
+
+    bw_dst = shmem_malloc(BW_MAX);
+    lat_word = shmem_malloc(sizeof(long));
+    counter = shmem_malloc(sizeof(long));
+    bc_src = shmem_malloc(sizeof(long));
+    bc_dst = shmem_malloc(sizeof(long));
+    red_src = shmem_malloc(RED_MAX * sizeof(long));
+    red_dst = shmem_malloc(RED_MAX * sizeof(long));
+#if !BENCH_TEAMS
+    long psync_len = SHMEM_REDUCE_SYNC_SIZE > SHMEM_BCAST_SYNC_SIZE ? SHMEM_REDUCE_SYNC_SIZE
+                                                                   : SHMEM_BCAST_SYNC_SIZE;
+    long wrk_len = RED_MAX / 2 + 1 > SHMEM_REDUCE_MIN_WRKDATA_SIZE ? RED_MAX / 2 + 1
+                                                                  : SHMEM_REDUCE_MIN_WRKDATA_SIZE;
+    for (int k = 0; k < 2; k++) {
+        psync[k] = shmem_malloc((size_t)psync_len * sizeof(long));
+        for (long i = 0; i < psync_len; i++) psync[k][i] = SHMEM_SYNC_VALUE;
+    }
+    pwrk = shmem_malloc((size_t)wrk_len * sizeof(long));
+#endif
+    local_buf = malloc(BW_MAX);
+    if (!bw_dst || !lat_word || !counter || !bc_src || !bc_dst || !red_src || !red_dst ||
+        !local_buf)
+        fail("allocation", 0, 1);
+    memset(bw_dst, 0, BW_MAX);
+    for (long i = 0; i < BW_MAX; i++) local_buf[i] = (char)(i * 7 + 1);
+    *lat_word = -1;
+    *counter = 0;
+    *bc_src = me == 0 ? 0x5eed : -1;
+    *bc_dst = -1;
+    for (long i = 0; i < RED_MAX; i++) red_src[i] = me + 1 + i;
+    shmem_barrier_all();
+
+    if (me == 0) {
+        char name[SHMEM_MAX_NAME_LEN + 1] = {0};
+        int major = 0, minor = 0;
+        shmem_info_get_name(name);
+        shmem_info_get_version(&major, &minor);
+        printf("BENCH_INFO library \"%s\" version %d.%d pes %d iters %ld batches %ld window %ld "
+               "collectives %s\n",
+               name, major, minor, npes, iters, batches, window,
+               BENCH_TEAMS ? "team(1.5)" : "active-set(1.4)");
+        fflush(stdout);
+    }
+
+    double t;
+    /* putmem 8 B: put + quiet, one-way. */
+    t = measure(op_put8, iters, 1);
+    report("putmem_lat", 8, 1e6 * t / (double)iters, "us");
+    if (me == 1) {
+        long v;
+        memcpy(&v, lat_word, sizeof v);
+        if (v != iters - 1) fail("putmem 8 B: the last value", v, iters - 1);
+    }
+
+    /* putmem bandwidth: windows of puts, then quiet. */
+    long bw_sizes[2] = {65536, BW_MAX};
+    for (int k = 0; k < 2; k++) {
+        bw_size = bw_sizes[k];
+        long n = k == 0 ? big_iters : (big_iters / 4 > 0 ? big_iters / 4 : 1);
+        memset(bw_dst, 0, BW_MAX);
+        for (long i = 0; i < BW_MAX; i++) local_buf[i] = (char)(i * 7 + 1);
+        t = measure(op_put_bw, n, 1);
+        report("putmem_bw", bw_size, (double)bw_size * (double)window * (double)n / t / 1e6, "MB/s");
+        if (me == 1) {
+            for (long i = 0; i < bw_size; i += 4093)
+                if (bw_dst[i] != (char)(i * 7 + 1)) fail("putmem bandwidth: a byte", bw_dst[i], (char)(i * 7 + 1));
+        }
+        shmem_barrier_all();
+    }
+
+    /* getmem 8 B. */
+    if (me == 1) *lat_word = 0x600d;
+    shmem_barrier_all();
+    memset(local_buf, 0, 8);
+    t = measure(op_get8, iters, 1);
+    report("getmem_lat", 8, 1e6 * t / (double)iters, "us");
+    if (me == 0) {
+        long v;
+        memcpy(&v, local_buf, sizeof v);
+        if (v != 0x600d) fail("getmem 8 B: the value", v, 0x600d);
+    }
+    for (long i = 0; i < BW_MAX; i++) local_buf[i] = (char)(i * 7 + 1);
+
+    /* shmem_p (long) + quiet. */
+    t = measure(op_p, iters, 1);
+    report("p_lat", 8, 1e6 * t / (double)iters, "us");
+    if (me == 1 && *lat_word != iters - 1) fail("shmem_p: the last value", *lat_word, iters - 1);
+
+    /* atomic_fetch_inc to PE 1. */
+    t = measure(op_finc, iters, 1);
+    report("atomic_fetch_inc_lat", 8, 1e6 * t / (double)iters, "us");
+    shmem_barrier_all();
+    if (me == 0) {
+        long v = shmem_long_atomic_fetch(counter, 1);
+        if (v != fetch_incs) fail("atomic_fetch_inc: the counter", v, fetch_incs);
+    }
+
+    /* barrier_all, every PE. */
+    t = measure(op_barrier, coll_iters, 0);
+    report("barrier_all_lat", 0, 1e6 * t / (double)coll_iters, "us");
+
+    /* broadcast 8 B from PE 0, every PE. */
+    t = measure(op_bcast8, coll_iters, 0);
+    report("broadcastmem_lat", 8, 1e6 * t / (double)coll_iters, "us");
+    shmem_barrier_all();
+    if (me != 0 && *bc_dst != 0x5eed) fail("broadcast 8 B: the value", *bc_dst, 0x5eed);
+
+    /* sum_reduce (long), 8 B and 64 KiB, every PE. */
+    long red_sizes[2] = {1, RED_MAX};
+    for (int k = 0; k < 2; k++) {
+        red_n = red_sizes[k];
+        long n = k == 0 ? coll_iters : big_iters;
+        for (long i = 0; i < RED_MAX; i++) red_dst[i] = -1;
+        t = measure(op_reduce, n, 0);
+        report("sum_reduce_lat", red_n * (long)sizeof(long), 1e6 * t / (double)n, "us");
+        shmem_barrier_all();
+        long base = (long)npes * (npes + 1) / 2;
+        for (long i = 0; i < red_n; i += (red_n > 1 ? 1021 : 1))
+            if (red_dst[i] != base + (long)npes * i) fail("sum_reduce: an element", red_dst[i], base + (long)npes * i);
+    }
+
+    shmem_barrier_all();
+    if (me == 0) {
+        printf("BENCH_DONE\n");
+        fflush(stdout);
+    }
+    free(local_buf);
+#if !BENCH_TEAMS
+    shmem_free(pwrk);
+    shmem_free(psync[1]);
+    shmem_free(psync[0]);
+#endif
+    shmem_free(red_dst);
+    shmem_free(red_src);
+    shmem_free(bc_dst);
+    shmem_free(bc_src);
+    shmem_free(counter);
+    shmem_free(lat_word);
+    shmem_free(bw_dst);
+    shmem_finalize();
+    return 0;
+}
