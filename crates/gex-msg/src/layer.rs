@@ -637,11 +637,7 @@ impl Layer for Msg {
                                     Some(d) => {
                                         *by_address = true;
                                         let a = d.as_ptr() as usize as u64;
-                                        m.queue_short(
-                                            src,
-                                            h::ADDR,
-                                            &[rreq, sreq, a as u32, (a >> 32) as u32],
-                                        );
+                                        m.queue_addr(src, rreq, sreq, a);
                                     }
                                     None => *ask_addr = Some(rreq),
                                 }
@@ -1135,6 +1131,33 @@ impl Msg {
         }
     }
 
+    /// Queues a request to send: `head` is (context, tag, sequence number, flags, send
+    /// id), then the length and the key, each as two words.
+    fn queue_rts(&mut self, dst: EpAddr, head: [u32; 5], len: u64, key: u64) {
+        let [ctx, tag, seq, flags, sreq] = head;
+        let args = [
+            ctx,
+            tag,
+            seq,
+            flags,
+            sreq,
+            len as u32,
+            (len >> 32) as u32,
+            key as u32,
+            (key >> 32) as u32,
+        ];
+        self.queue_short(dst, h::RTS, &args);
+    }
+
+    /// Queues `ADDR`: the copy of send `sreq` for receive `rreq` is at `addr`.
+    fn queue_addr(&mut self, dst: EpAddr, rreq: u32, sreq: u32, addr: u64) {
+        self.queue_short(
+            dst,
+            h::ADDR,
+            &[rreq, sreq, addr as u32, (addr >> 32) as u32],
+        );
+    }
+
     fn queue_short(&mut self, dst: EpAddr, h: u8, a: &[u32]) {
         let mut args = [0u32; 9];
         args[..a.len()].copy_from_slice(a);
@@ -1280,21 +1303,7 @@ impl Msg {
                 coop: false,
                 ask_addr: None,
             });
-            self.queue_short(
-                to,
-                h::RTS,
-                &[
-                    ctx,
-                    tag,
-                    seq,
-                    flags,
-                    sreq,
-                    len as u32,
-                    (len >> 32) as u32,
-                    key as u32,
-                    (key >> 32) as u32,
-                ],
-            );
+            self.queue_rts(to, [ctx, tag, seq, flags, sreq], len, key);
             self.stats.rndv_sent += 1;
             self.pump(cx);
             cx.set_busy();
@@ -1369,20 +1378,17 @@ impl Msg {
         });
         let len = data.len() as u64;
         let key = (data.as_ptr() as usize as u64) | ((generation >> 24) << LOAN_ADDR_BITS);
-        self.queue_short(
+        self.queue_rts(
             to,
-            h::RTS,
-            &[
+            [
                 ctx,
                 tag,
                 seq,
                 F_CMA | F_LOAN | (((generation & 0xff_ffff) as u32) << 8),
                 sreq,
-                len as u32,
-                (len >> 32) as u32,
-                key as u32,
-                (key >> 32) as u32,
             ],
+            len,
+            key,
         );
         self.stats.rndv_sent += 1;
         self.send_seq[dst as usize] = seq.wrapping_add(1);
@@ -1460,7 +1466,7 @@ impl Msg {
             if let Some(rreq) = ask_addr.take() {
                 *by_address = true;
                 let dst = *dst;
-                self.queue_short(dst, h::ADDR, &[rreq, sreq, a as u32, (a >> 32) as u32]);
+                self.queue_addr(dst, rreq, sreq, a);
             }
         }
         step
@@ -1495,21 +1501,7 @@ impl Msg {
             ask_addr: None,
         });
         let len = data.len() as u64;
-        self.queue_short(
-            to,
-            h::RTS,
-            &[
-                ctx,
-                tag,
-                seq,
-                F_SHARED,
-                sreq,
-                len as u32,
-                (len >> 32) as u32,
-                key as u32,
-                (key >> 32) as u32,
-            ],
-        );
+        self.queue_rts(to, [ctx, tag, seq, F_SHARED, sreq], len, key);
         self.stats.rndv_sent += 1;
         self.send_seq[dst as usize] = seq.wrapping_add(1);
         self.pump(cx);
