@@ -11,8 +11,9 @@
 #   gex-rma      lib tests, layer (the RMA layer on loopback, both paths), bad_input
 #   gex-coll     lib tests, bad_input, report
 #   gex-msg      lib tests (the registry of lent buffers, module direct)
-#   gex-testkit  conformance_loopback, sim, faults, bad_input, long_race, lib tests;
-#                conformance_sim (three of its five shapes) only with MIRI_FULL=1
+#   gex-testkit  conformance_loopback, sim, bad_input, long_race, lib tests;
+#                conformance_sim (three of its five shapes) and faults only with
+#                MIRI_FULL=1 (CI's time budget)
 #   probes       gex-rma rma_race and atomic_race, gex-core long_race, gex-testkit
 #                long_race and atomic_race (data races, Miri only)
 # A test that cannot run under Miri is `#[cfg_attr(miri, ignore = "<reason>")]` at the
@@ -64,7 +65,7 @@ RUNS=(
     "1 gex-rma --test rma_race --test atomic_race"
     "1 gex-core --test long_race"
     "1 gex-testkit --test long_race --test atomic_race"
-    "2 gex-testkit --lib --test conformance_loopback --test sim --test faults --test bad_input"
+    "2 gex-testkit --lib --test conformance_loopback --test sim --test bad_input"
     "2 gex-sync --lib --test ring_stress"
     "2 gex-core --lib --test core_api --test bad_input --test bad_bootstrap"
     "1 gex-rma --lib --test layer --test bad_input"
@@ -77,7 +78,7 @@ RUNS=(
 # simulated NIC's unsafe code is still run by the long_race and atomic_race probes, and
 # the same cases run under Miri on loopback); MIRI_FULL=1 adds it.
 if [[ "${MIRI_FULL:-0}" == 1 ]]; then
-    RUNS+=("2 gex-testkit --test conformance_sim")
+    RUNS+=("2 gex-testkit --test conformance_sim --test faults")
 fi
 
 cargo_miri() {
