@@ -23,8 +23,8 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Generates `AnyConduit`, `AnyEp` and their trait impls from one list of
-/// `Variant(conduit type, "feature")`.
+/// Generates `AnyConduit`, `AnyEp` and their trait impls from the facade's conduit list
+/// (`for_each_conduit!`: `Variant(conduit type)` entries under their features' `cfg`).
 macro_rules! any_conduit {
     ($( $(#[$m:meta])* $v:ident($t:ty) ),+ $(,)?) => {
         /// The conduit chosen at run time (`GEX_CONDUIT`, default
@@ -214,12 +214,4 @@ macro_rules! any_conduit {
     };
 }
 
-any_conduit! {
-    #[cfg(feature = "smp")]
-    Smp(gex_conduit_smp::Smp),
-    Loopback(gex_core::loopback::Loopback),
-    #[cfg(feature = "ofi")]
-    Ofi(crate::conduit::ofi::OfiHybrid),
-    #[cfg(feature = "ibv")]
-    Ibv(crate::conduit::ibv::IbvHybrid),
-}
+crate::for_each_conduit!(any_conduit);

@@ -285,15 +285,33 @@ pub const DEFAULT_CONDUIT: &str = <DefaultConduit as Conduit>::NAME;
 /// The environment variable that names the conduit (`GEX_CONDUIT`).
 pub const CONDUIT_VAR: &str = "GEX_CONDUIT";
 
-const CONDUITS: &[&str] = &[
-    #[cfg(feature = "smp")]
-    "smp",
-    "loopback",
-    #[cfg(feature = "ofi")]
-    "ofi",
-    #[cfg(feature = "ibv")]
-    "ibv",
-];
+/// The one list of the conduits this build can run, the default first: calls the
+/// macro `$cb` with `Variant(conduit type)` entries, each under its feature's `cfg`.
+/// `AnyConduit`, `conduits()` and `init_with_boot`'s dispatch all expand it, so a
+/// conduit is added in one place.
+macro_rules! for_each_conduit {
+    ($cb:ident) => {
+        $cb! {
+            #[cfg(feature = "smp")]
+            Smp(gex_conduit_smp::Smp),
+            Loopback(gex_core::loopback::Loopback),
+            #[cfg(feature = "ofi")]
+            Ofi($crate::conduit::ofi::OfiHybrid),
+            #[cfg(feature = "ibv")]
+            Ibv($crate::conduit::ibv::IbvHybrid),
+        }
+    };
+}
+pub(crate) use for_each_conduit;
+
+/// The names of [`for_each_conduit!`]'s list, from each conduit's `Conduit::NAME`.
+macro_rules! conduit_names {
+    ($( $(#[$m:meta])* $v:ident($t:ty) ),+ $(,)?) => {
+        &[ $( $(#[$m])* <$t as Conduit>::NAME, )+ ]
+    };
+}
+
+const CONDUITS: &[&str] = for_each_conduit!(conduit_names);
 
 /// Names of the conduits compiled into this build, the default first.
 ///
@@ -587,19 +605,21 @@ fn dispatch<L: LayerSet, J: Job>(
     boot: Box<dyn Bootstrap>,
     job: J,
 ) -> Result<J::Output, InitError> {
-    match name {
-        #[cfg(feature = "smp")]
-        "smp" => Ok(job.run(builder.init::<gex_conduit_smp::Smp>(boot)?)),
-        "loopback" => Ok(job.run(builder.init::<gex_core::loopback::Loopback>(boot)?)),
-        #[cfg(feature = "ofi")]
-        "ofi" => Ok(job.run(builder.init::<conduit::ofi::OfiHybrid>(boot)?)),
-        #[cfg(feature = "ibv")]
-        "ibv" => Ok(job.run(builder.init::<conduit::ibv::IbvHybrid>(boot)?)),
-        other => Err(InitError::Config(format!(
-            "conduit {other:?} is not compiled in (compiled in: {})",
-            CONDUITS.join(", ")
-        ))),
+    macro_rules! run_named {
+        ($( $(#[$m:meta])* $v:ident($t:ty) ),+ $(,)?) => {
+            $(
+                $(#[$m])*
+                if name == <$t as Conduit>::NAME {
+                    return Ok(job.run(builder.init::<$t>(boot)?));
+                }
+            )+
+        };
     }
+    for_each_conduit!(run_named);
+    Err(InitError::Config(format!(
+        "conduit {name:?} is not compiled in (compiled in: {})",
+        CONDUITS.join(", ")
+    )))
 }
 
 #[cfg(test)]
