@@ -119,14 +119,12 @@
 #![allow(unsafe_code)]
 
 use crate::config::{Config, EnvVar};
-use crate::endpoint::{Core, check_request};
+use crate::endpoint::Core;
 use crate::error::{AmError, InitError};
 use crate::event::{Event, EventErr, Finish, OpCompleter};
-use crate::spi::{
-    Capabilities, Conduit, ConduitEp, ConduitError, JobLayout, Native, NativeAtomic, OutMsg,
-};
+use crate::spi::{Capabilities, Conduit, ConduitEp, ConduitError, JobLayout, Native, NativeAtomic};
 use crate::team::Team;
-use crate::types::{Category, EpAddr, HandlerId, Injected, Kind, Rank};
+use crate::types::{Category, EpAddr, HandlerId, Injected, Rank};
 use crate::{Am, Endpoint, Segment, Token};
 use gex_sync::wait::WaitPolicy;
 use std::any::{Any, TypeId};
@@ -656,33 +654,16 @@ impl<'a, C: Conduit> Cx<'a, C> {
         payload: &[u8],
         offset: usize,
     ) -> Result<Injected, AmError> {
-        let c = &mut *self.core;
-        check_request(
-            &c.shared,
-            &c.owner,
-            &c.limits,
+        self.core.try_inject(
+            dst,
+            category,
+            h.index(),
+            args,
+            payload,
+            offset,
             crate::endpoint::FIRST_LAYER_HANDLER,
-            dst,
-            category,
-            h.index(),
-            args,
-            payload,
-            offset,
-        )?;
-        let msg = OutMsg::new(
-            dst,
-            h.index(),
-            Kind::Request,
-            category,
-            args,
-            payload,
-            offset,
-        );
-        let r = c.cep.inject(&msg, false)?;
-        if r.is_sent() {
-            c.stats.sent[dst.rank as usize] += 1;
-        }
-        Ok(r)
+            false,
+        )
     }
     /// This endpoint's segment.
     pub fn segment(&self) -> Segment<'_> {

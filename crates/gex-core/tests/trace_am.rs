@@ -57,3 +57,51 @@ fn am_path_emits_events() {
     // request + delivery of the request + reply + delivery of the reply.
     assert_eq!(n.load(Ordering::Relaxed), 4);
 }
+
+/// A layer that sends a request to its own handler when asked.
+#[derive(Debug, Default)]
+struct Echo {
+    h: Option<gex_core::HandlerId>,
+    got: u32,
+}
+
+impl gex_core::layer::Layer for Echo {
+    const NAME: &'static str = "echo";
+    const HANDLERS: u8 = 1;
+    fn attach<C: gex_core::spi::Conduit>(
+        cx: &mut gex_core::layer::Attach<'_, C, Self>,
+    ) -> Result<Self, gex_core::InitError> {
+        Ok(Echo {
+            h: Some(cx.handler(0)),
+            got: 0,
+        })
+    }
+    fn handle(mut self: std::pin::Pin<&mut Self>, _h: u8, _t: &mut Token<'_>, _am: Am<'_>) {
+        self.got += 1;
+    }
+}
+
+/// A layer's injection (`Cx::try_request`) goes through the same validate-then-inject
+/// as the program's, so it is traced like every other request.
+#[test]
+fn a_layers_requests_are_traced_too() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let _guard = tracing::subscriber::set_default(Counter(n.clone()));
+    let c = ClientBuilder::new()
+        .layer::<Echo>()
+        .segment_size(4096)
+        .config(gex_core::Config::default())
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut ep = c.endpoint(0).unwrap();
+    let me = ep.addr();
+    let r = gex_core::layer::with::<Echo, _, _>(&mut *ep, |p, cx| {
+        cx.try_request(me, p.h.unwrap(), gex_core::Category::Short, &[], &[], 0)
+    })
+    .unwrap()
+    .unwrap();
+    assert_eq!(r, gex_core::Injected::Sent);
+    assert!(gex_core::layer::wait_until::<Echo, _>(&mut *ep, |p| p.got == 1));
+    // The layer's request + its delivery.
+    assert_eq!(n.load(Ordering::Relaxed), 2);
+}

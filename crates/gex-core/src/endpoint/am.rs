@@ -410,20 +410,21 @@ impl<C: Conduit> Core<C> {
         Ok(HandlerId::new(index))
     }
 
-    /// Validates and injects a request, waiting for resources only if `wait` is given
-    /// (the poll to run meanwhile).
+    /// Validates a request and builds its message: the one check of every request
+    /// (the program's, a layer's and the owned-payload form's), `min_handler` telling
+    /// which handlers the caller may address.
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn try_inject(
-        &mut self,
+    fn request_msg<'a>(
+        &self,
         dst: EpAddr,
         category: Category,
         handler: HandlerIndex,
-        args: &[u32],
-        payload: &[u8],
+        args: &'a [u32],
+        payload: &'a [u8],
         offset: usize,
         min_handler: HandlerIndex,
-    ) -> Result<Injected, AmError> {
+    ) -> Result<OutMsg<'a>, AmError> {
         check_request(
             &self.shared,
             &self.owner,
@@ -436,14 +437,55 @@ impl<C: Conduit> Core<C> {
             payload,
             offset,
         )?;
-        let msg = OutMsg::new(dst, handler, Kind::Request, category, args, payload, offset);
-        let r = self.cep.inject(&msg, true)?;
+        Ok(OutMsg::new(
+            dst,
+            handler,
+            Kind::Request,
+            category,
+            args,
+            payload,
+            offset,
+        ))
+    }
+
+    /// One injection attempt of a validated request; a sent one is counted (the
+    /// endpoint's statistics, the core-sharing interval) and traced (`trace-am`).
+    /// `imm`: the conduit may not wait for resources it is still looking up.
+    #[inline(always)]
+    fn inject_msg(&mut self, msg: &OutMsg<'_>, imm: bool) -> Result<Injected, AmError> {
+        let r = self.cep.inject(msg, imm)?;
         if r.is_sent() {
             self.share.sent();
-            self.stats.sent[dst.rank as usize] += 1;
-            am_trace!("request", dst, handler, category, payload.len());
+            self.stats.sent[msg.dst().rank as usize] += 1;
+            am_trace!(
+                "request",
+                msg.dst(),
+                msg.handler(),
+                msg.category(),
+                msg.payload().len()
+            );
         }
         Ok(r)
+    }
+
+    /// Validates and injects a request once, without waiting: `WouldBlock` when the
+    /// conduit lacks resources (nothing sent). The program's `try_request_*` calls pass
+    /// `imm` true; a layer's (`Cx::try_request`) false.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn try_inject(
+        &mut self,
+        dst: EpAddr,
+        category: Category,
+        handler: HandlerIndex,
+        args: &[u32],
+        payload: &[u8],
+        offset: usize,
+        min_handler: HandlerIndex,
+        imm: bool,
+    ) -> Result<Injected, AmError> {
+        let msg = self.request_msg(dst, category, handler, args, payload, offset, min_handler)?;
+        self.inject_msg(&msg, imm)
     }
 }
 
@@ -463,29 +505,14 @@ impl<C: Conduit> Inner<C> {
         offset: usize,
         min_handler: HandlerIndex,
     ) -> Result<bool, AmError> {
-        check_request(
-            &self.core.shared,
-            &self.core.owner,
-            &self.core.limits,
-            min_handler,
-            dst,
-            category,
-            handler,
-            args,
-            payload,
-            offset,
-        )?;
-        let msg = OutMsg::new(dst, handler, Kind::Request, category, args, payload, offset);
+        let msg =
+            self.core
+                .request_msg(dst, category, handler, args, payload, offset, min_handler)?;
         let mut retry = super::progress::Retry::default();
         let mut retried = false;
         loop {
-            match self.core.cep.inject(&msg, false)? {
-                Injected::Sent => {
-                    self.core.share.sent();
-                    self.core.stats.sent[dst.rank as usize] += 1;
-                    am_trace!("request", dst, handler, category, payload.len());
-                    return Ok(retried);
-                }
+            match self.core.inject_msg(&msg, false)? {
+                Injected::Sent => return Ok(retried),
                 Injected::WouldBlock => {
                     self.retry(&mut retry);
                     retried = true;
@@ -892,6 +919,7 @@ impl<C: Conduit> Endpoint<C> {
             &[],
             0,
             FIRST_CLIENT_HANDLER,
+            true,
         )
     }
 
@@ -915,6 +943,7 @@ impl<C: Conduit> Endpoint<C> {
             payload,
             0,
             FIRST_CLIENT_HANDLER,
+            true,
         )
     }
 
@@ -939,6 +968,7 @@ impl<C: Conduit> Endpoint<C> {
             payload,
             offset,
             FIRST_CLIENT_HANDLER,
+            true,
         )
     }
 

@@ -45,7 +45,6 @@ mod progress;
 mod segment;
 mod thread;
 
-pub(crate) use am::check_request;
 pub use am::{Am, Handler, LongPayload, Token};
 pub use progress::{Retry, Scope};
 pub use segment::Segment;
