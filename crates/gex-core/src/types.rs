@@ -77,12 +77,50 @@ impl HandlerId {
     pub(crate) const fn new(index: HandlerIndex) -> Self {
         HandlerId(index)
     }
-    /// The id of the handler at `index` (see the type's documentation).
+    /// The id of the client handler at `index` (see the type's documentation), for a
+    /// constant: `index` must be a client index ([`FIRST_CLIENT_HANDLER`]`..=255`).
     ///
     /// ```
-    /// assert_eq!(gex_core::HandlerId::at(200).index(), 200);
+    /// const PING: gex_core::HandlerId = gex_core::HandlerId::at(200);
+    /// assert_eq!(PING.index(), 200);
     /// ```
+    /// A reserved index does not compile in a constant:
+    /// ```compile_fail
+    /// const BAD: gex_core::HandlerId = gex_core::HandlerId::at(16); // gex's layers' block
+    /// ```
+    ///
+    /// # Panics
+    /// If `index` is below [`FIRST_CLIENT_HANDLER`] (in a `const`, a compile error). For
+    /// an index known only at run time, [`try_at`](Self::try_at) answers an error.
     pub const fn at(index: HandlerIndex) -> Self {
+        assert!(
+            index >= FIRST_CLIENT_HANDLER,
+            "HandlerId::at: indices below 128 are reserved for gex's layers"
+        );
+        HandlerId(index)
+    }
+    /// As [`at`](Self::at) for an index known at run time.
+    ///
+    /// ```
+    /// use gex_core::{AmError, HandlerId};
+    /// assert_eq!(HandlerId::try_at(130).map(HandlerId::index), Ok(130));
+    /// assert_eq!(HandlerId::try_at(16), Err(AmError::ReservedHandler(16)));
+    /// ```
+    ///
+    /// # Errors
+    /// [`AmError::ReservedHandler`](crate::AmError::ReservedHandler) for an index below
+    /// [`FIRST_CLIENT_HANDLER`] (0 included).
+    pub const fn try_at(index: HandlerIndex) -> Result<Self, crate::AmError> {
+        if index < FIRST_CLIENT_HANDLER {
+            return Err(crate::AmError::ReservedHandler(index));
+        }
+        Ok(HandlerId(index))
+    }
+    /// Any index, reserved ones included: for test suites that check that sends
+    /// refuse reserved and unregistered ids (feature `test-support`; programs use
+    /// [`at`](Self::at) or [`try_at`](Self::try_at)).
+    #[cfg(feature = "test-support")]
+    pub const fn at_any(index: HandlerIndex) -> Self {
         HandlerId(index)
     }
     /// The index in the handler table (identical on every rank that registered the

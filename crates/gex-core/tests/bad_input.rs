@@ -119,24 +119,24 @@ fn owned_errors<M: Mode>(ep: &mut Endpoint<Loopback>, h: HandlerId, mode: M) {
     );
     for idx in [0u8, 200] {
         assert_eq!(
-            med(ep, me, HandlerId::at(idx), &[], 1),
+            med(ep, me, HandlerId::at_any(idx), &[], 1),
             Err(AmError::UnregisteredHandler(idx)),
             "{kind}"
         );
         assert_eq!(
-            long(ep, me, HandlerId::at(idx), &[], 1, 0),
+            long(ep, me, HandlerId::at_any(idx), &[], 1, 0),
             Err(AmError::UnregisteredHandler(idx)),
             "{kind}"
         );
     }
     for idx in [1u8, 5, 127] {
         assert_eq!(
-            med(ep, me, HandlerId::at(idx), &[], 1),
+            med(ep, me, HandlerId::at_any(idx), &[], 1),
             Err(AmError::ReservedHandler(idx)),
             "{kind}"
         );
         assert_eq!(
-            long(ep, me, HandlerId::at(idx), &[], 1, 0),
+            long(ep, me, HandlerId::at_any(idx), &[], 1, 0),
             Err(AmError::ReservedHandler(idx)),
             "{kind}"
         );
@@ -191,7 +191,7 @@ fn reserved_and_missing_handlers_are_refused_by_every_form() {
     // Index 1 is the core's own (registered) exchange handler: reserved all the same.
     for idx in [1u8, 5, 16, 127] {
         let r = AmError::ReservedHandler(idx);
-        let hid = HandlerId::at(idx);
+        let hid = HandlerId::at_any(idx);
         assert_eq!(ep.request_short(me, hid, &[]), Err(r.clone()));
         assert_eq!(ep.request_medium(me, hid, &[], &[1]), Err(r.clone()));
         assert_eq!(ep.request_long(me, hid, &[], &[1], 0), Err(r.clone()));
@@ -214,7 +214,7 @@ fn reserved_and_missing_handlers_are_refused_by_every_form() {
     }
     for idx in [0u8, 129, 255] {
         let u = AmError::UnregisteredHandler(idx);
-        let hid = HandlerId::at(idx);
+        let hid = HandlerId::at_any(idx);
         assert_eq!(ep.request_short(me, hid, &[]), Err(u.clone()));
         assert_eq!(ep.try_request_long(me, hid, &[], &[1], 0), Err(u.clone()));
         assert_eq!(

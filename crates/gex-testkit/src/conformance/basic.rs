@@ -379,7 +379,7 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
             } else {
                 AmError::UnregisteredHandler(h)
             };
-            let h = HandlerId::at(h);
+            let h = HandlerId::at_any(h);
             expect_err(
                 rs(&mut ep, f, dst, h, &[]),
                 &e,
@@ -520,12 +520,12 @@ pub(crate) fn reply_errors<C: Conduit>(client: &Client<C>) -> Result<(), String>
                 "reply to unregistered 250",
             );
             ex(
-                t.reply_medium(HandlerId::at(0), &[], &[]),
+                t.reply_medium(HandlerId::at_any(0), &[], &[]),
                 AmError::UnregisteredHandler(0),
                 "reply to handler 0",
             );
             ex(
-                t.reply_short(HandlerId::at(1), &[0, 0]),
+                t.reply_short(HandlerId::at_any(1), &[0, 0]),
                 AmError::ReservedHandler(1),
                 "reply to the core's reserved exchange handler",
             );
