@@ -401,14 +401,27 @@ mod sealed {
     impl<T, const N: usize> Sealed<T> for &mut [T; N] {}
     impl<T> Sealed<T> for &mut Vec<T> {}
     impl<T> Sealed<T> for Vec<T> {}
+    pub trait SealedMode {}
+    impl SealedMode for gex_core::Blocking {}
 }
+
+/// The modes a borrowed get destination (`&mut [T]`, `&mut [T; N]`, `&mut Vec<T>`) may
+/// use: [`Blocking`] only, since a nonblocking transfer could outlive the borrow. Sealed;
+/// it exists so that the compiler says why when another mode is asked for.
+#[diagnostic::on_unimplemented(
+    message = "a borrowed destination (`&mut [T]`, `&mut [T; N]`, `&mut Vec<T>`) takes only `Blocking`, not `{Self}`: a nonblocking get could outlive the borrow",
+    label = "this mode needs an owned destination",
+    note = "pass an owned `Vec<T>` (its event gives it back), or lend the buffer to a nonblocking get inside `Endpoint::scope` (`ScopeRmaExt::get_into`)"
+)]
+pub trait BorrowedDstMode: Mode + sealed::SealedMode {}
+impl BorrowedDstMode for Blocking {}
 
 /// Where a get may write its elements in mode `M`, and what the get then returns.
 /// Sealed. Implemented by
 ///
 /// | destination | modes | returns |
 /// |---|---|---|
-/// | `&mut [T]`, `&mut [T; N]`, `&mut Vec<T>` (its current length) | [`Blocking`] only | `()` |
+/// | `&mut [T]`, `&mut [T; N]`, `&mut Vec<T>` (its current length) | [`Blocking`] only ([`BorrowedDstMode`]: another mode is a compile error saying why) | `()` |
 /// | `Vec<T>` (owned; its length is the element count) | every mode | `M::Out<Vec<T>, RmaError>`: the filled vector ([`Blocking`]), an [`Event`](gex_core::Event) that gives it back ([`Nb`](gex_core::Nb)), nothing ([`Nbi`](gex_core::Nbi): kept alive until the sync) |
 ///
 /// A borrowed destination with a nonblocking mode does not compile: the transfer could
@@ -573,7 +586,7 @@ unsafe fn get_borrowed_rest<C: Conduit, T: Pod>(
     end::<C, (), Blocking>(ep, r, true)
 }
 
-impl<T: Pod + Send> GetDst<T, Blocking> for &mut [T] {
+impl<T: Pod + Send, M: BorrowedDstMode> GetDst<T, M> for &mut [T] {
     type Out = ();
     #[inline(always)]
     fn get_from<C: Conduit>(
@@ -585,7 +598,7 @@ impl<T: Pod + Send> GetDst<T, Blocking> for &mut [T] {
     }
 }
 
-impl<T: Pod + Send, const N: usize> GetDst<T, Blocking> for &mut [T; N] {
+impl<T: Pod + Send, M: BorrowedDstMode, const N: usize> GetDst<T, M> for &mut [T; N] {
     type Out = ();
     fn get_from<C: Conduit>(
         self,
@@ -596,7 +609,7 @@ impl<T: Pod + Send, const N: usize> GetDst<T, Blocking> for &mut [T; N] {
     }
 }
 
-impl<T: Pod + Send> GetDst<T, Blocking> for &mut Vec<T> {
+impl<T: Pod + Send, M: BorrowedDstMode> GetDst<T, M> for &mut Vec<T> {
     type Out = ();
     fn get_from<C: Conduit>(
         self,

@@ -109,7 +109,7 @@ pub use atomic::{AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, AtomicType};
 pub use bytemuck::Pod;
 pub use engine::try_get_owned;
 pub use error::RmaError;
-pub use ext::{GetDst, RmaExt, ScopeRmaExt, Source};
+pub use ext::{BorrowedDstMode, GetDst, RmaExt, ScopeRmaExt, Source};
 pub use layer::Rma;
 pub use nbi::NbiCategories;
 pub use ptr::{GlobalPtr, Strided, Vis};
