@@ -1226,11 +1226,12 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
 /// ep.put(p, &[1, 2, 3, 4, 5, 6], Blocking)?;
 /// let (mut a, mut b) = ([0u16; 3], [0u16; 3]);
 /// let src = [7u16; 2];
-/// ep.scope(|s| {
+/// // The closure's error type is named once, on its return type (docs/rma.md, Scopes).
+/// ep.scope(|s| -> Result<(), RmaError> {
 ///     s.get_into(&mut a, p)?;
 ///     s.get_into(&mut b, p.add(3))?;
 ///     s.put_from(p.add(6), &src)?;
-///     Ok::<(), RmaError>(())
+///     Ok(())
 /// })?;
 /// assert_eq!((a, b), ([1, 2, 3], [4, 5, 6]));
 /// assert_eq!(ep.get_val(p.add(7), Blocking)?, 7);
