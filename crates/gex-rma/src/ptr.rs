@@ -30,7 +30,22 @@ pub struct GlobalPtr<T> {
 }
 
 impl<T> GlobalPtr<T> {
-    /// A pointer to byte `offset` of the segment of `addr`.
+    /// A pointer to **byte** `offset` of the segment of `addr`.
+    ///
+    /// Offsets into a segment are bytes throughout gex (a segment holds values of many
+    /// types; `byte_offset`, Long AM offsets and `Segment` agree), while arithmetic on
+    /// a typed pointer counts elements, as `<*const T>::add` does:
+    /// [`add`](Self::add) counts `T`s, [`byte_add`](Self::byte_add) bytes, and
+    /// [`at_index`](Self::at_index) builds a pointer from an element index.
+    ///
+    /// ```
+    /// use gex_core::EpAddr;
+    /// use gex_rma::GlobalPtr;
+    /// let a = EpAddr::new(0, 0);
+    /// assert_eq!(GlobalPtr::<u64>::new(a, 16), GlobalPtr::<u64>::at_index(a, 2));
+    /// assert_eq!(GlobalPtr::<u64>::new(a, 16).add(1).byte_offset(), 24);
+    /// assert_eq!(GlobalPtr::<u64>::new(a, 16).byte_add(1).byte_offset(), 17);
+    /// ```
     pub const fn new(addr: EpAddr, offset: usize) -> Self {
         GlobalPtr {
             rank: addr.rank,
@@ -54,6 +69,18 @@ impl<T> GlobalPtr<T> {
             offset: self.offset.saturating_add(step),
             ..self
         }
+    }
+    /// The pointer `n` bytes further (saturating), still holding `T`s.
+    pub const fn byte_add(self, n: usize) -> Self {
+        GlobalPtr {
+            offset: self.offset.saturating_add(n),
+            ..self
+        }
+    }
+    /// A pointer to element `index` of the segment of `addr` seen as an array of `T`
+    /// (byte offset `index * size_of::<T>()`, saturating).
+    pub const fn at_index(addr: EpAddr, index: usize) -> Self {
+        Self::new(addr, 0).add(index)
     }
     /// The same address, viewed as holding `U`s.
     pub const fn cast<U>(self) -> GlobalPtr<U> {
