@@ -206,9 +206,38 @@ impl<L: LayerSet> ClientBuilder<L> {
         self.progress_thread = Some(on);
         self
     }
-    /// Uses this configuration instead of the process environment.
+    /// Uses this configuration **instead of** the process environment: no `GEX_*`
+    /// variable of the environment is read (tests and embedders that want a fixed
+    /// configuration). To change a few settings and keep the environment's, use
+    /// [`setting`](Self::setting), or start from [`Config::from_env`] and
+    /// [`Config::set`].
+    ///
+    /// ```
+    /// use gex_core::{ClientBuilder, Config};
+    /// // Only GEX_WAIT is set: a GEX_SPIN in the environment is ignored.
+    /// let b = ClientBuilder::new().config(Config::from_pairs([("GEX_WAIT", "block")]));
+    /// # let _ = b;
+    /// ```
     pub fn config(mut self, c: Config) -> Self {
         self.config = Some(c);
+        self
+    }
+    /// Sets one `GEX_*` setting over the configuration: the process environment's (read
+    /// now, at the first `setting`) unless [`config`](Self::config) gave one before.
+    /// A later `config` replaces everything set so far.
+    ///
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+    /// let client = ClientBuilder::new()
+    ///     .setting("GEX_WAIT", "block")
+    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+    /// assert_eq!(client.config().get("GEX_WAIT"), Some("block"));
+    /// # Ok::<(), gex_core::InitError>(())
+    /// ```
+    pub fn setting(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.config
+            .get_or_insert_with(Config::from_env)
+            .set(name, value);
         self
     }
     /// Hands a conduit-specific object to [`Conduit::open`] (e.g. the simulated fabric
