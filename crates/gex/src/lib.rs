@@ -550,7 +550,7 @@ fn first_init_error<T>(
 /// struct Describe;
 /// impl Job for Describe {
 ///     type Output = String;
-///     fn run<C: Conduit>(self, client: gex::core::Client<C>) -> String {
+///     fn run<C: Conduit>(self, client: gex::Client<C>) -> String {
 ///         format!("rank {} of {} on {}", client.rank(), client.size(), client.conduit_name())
 ///     }
 /// }
@@ -578,6 +578,43 @@ pub fn init_with<L: LayerSet, J: Job>(
 ) -> Result<J::Output, InitError> {
     let name = select_conduit(config::Config::from_env().get(CONDUIT_VAR))?;
     dispatch(name, builder, gex_boot::from_env()?, job)
+}
+
+/// The self-launching form of [`init_with`], as [`launch_or_start`] is of [`start`]:
+/// started alone, this program launches itself as a job of `ranks` ranks (the process
+/// that launched waits for the job and exits with its exit code: this does not return
+/// there); started by a launcher (gex-run, mpiexec, srun, mpirun), it joins that job.
+/// In every rank it runs `job` monomorphised for the conduit named by `GEX_CONDUIT` and
+/// returns its output.
+///
+/// ```no_run
+/// use gex::{Job, spi::Conduit};
+/// struct Hello;
+/// impl Job for Hello {
+///     type Output = ();
+///     fn run<C: Conduit>(self, client: gex::Client<C>) {
+///         println!("rank {} of {}", client.rank(), client.size());
+///         client.finalize().unwrap();
+///     }
+/// }
+/// gex::launch_or_run(4, gex::builder(), Hello)?;
+/// # Ok::<(), gex::InitError>(())
+/// ```
+///
+/// # Errors
+/// As [`launch_or_start`].
+pub fn launch_or_run<L: LayerSet, J: Job>(
+    ranks: u32,
+    builder: ClientBuilder<L>,
+    job: J,
+) -> Result<J::Output, InitError> {
+    match gex_boot::spawn_self(ranks) {
+        Ok(gex_boot::Role::Launcher(code)) => std::process::exit(code),
+        Ok(gex_boot::Role::Rank(boot)) => init_with_boot(builder, boot, None, job),
+        Err(e) => Err(InitError::Boot(gex_core::boot::BootError::Environment(
+            e.to_string(),
+        ))),
+    }
 }
 
 /// Like [`init_with`], with the bootstrap given (for example the one

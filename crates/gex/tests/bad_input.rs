@@ -1,7 +1,7 @@
 //! Bad input to the `gex` facade (docs/testing.md, "Bad input"): conduit names that
 //! are not compiled in, launcher environments that name no bootstrap, bad conduit
 //! settings and segments no conduit can map, through every entry (`select_conduit`,
-//! `start`, `init`, `init_with`, `init_with_boot`, `launch_or_start`, and
+//! `start`, `init`, `init_with`, `init_with_boot`, `launch_or_start`, `launch_or_run`, and
 //! `ClientBuilder::init` with the run-time conduit). Each must be the documented
 //! `InitError`, never a panic.
 //!
@@ -32,8 +32,25 @@ struct Name;
 
 impl Job for Name {
     type Output = &'static str;
-    fn run<C: Conduit>(self, client: gex::core::Client<C>) -> &'static str {
+    fn run<C: Conduit>(self, client: gex::Client<C>) -> &'static str {
         client.conduit_name()
+    }
+}
+
+/// A job that finalises its client and says which conduit it ran on and its rank.
+struct NameAndRank;
+
+impl Job for NameAndRank {
+    type Output = String;
+    fn run<C: Conduit>(self, client: gex::Client<C>) -> String {
+        let s = format!(
+            "{} {}/{}",
+            client.conduit_name(),
+            client.rank(),
+            client.size()
+        );
+        client.finalize().expect("finalize");
+        s
     }
 }
 
@@ -62,6 +79,7 @@ fn child_entry() {
         "launch_or_start" => show(gex::launch_or_start(2, b()), |c| {
             c.conduit_name().to_string()
         }),
+        "launch_or_run" => show(gex::launch_or_run(2, b(), NameAndRank), |s| s),
         other => panic!("unknown child action {other}"),
     };
     println!("RESULT {line}");
@@ -139,7 +157,13 @@ fn unknown_conduit_names_are_config_errors() {
 /// conduit `InitError::Config`, a malformed core setting `InitError::Config`.
 #[test]
 fn bad_environments_fail_every_entry() {
-    for what in ["start", "init", "init_with", "launch_or_start"] {
+    for what in [
+        "start",
+        "init",
+        "init_with",
+        "launch_or_start",
+        "launch_or_run",
+    ] {
         expect(
             what,
             &[("GEX_BOOT", "carrier-pigeon")],
@@ -215,5 +239,37 @@ fn bad_smp_settings_and_segments_are_errors() {
     assert!(
         matches!(&r, Err(InitError::Config(m)) if m.contains("overflows")),
         "{r:?}"
+    );
+}
+
+/// The counterpart of the bad inputs above: started alone, `launch_or_run` launches the
+/// program as a job of 2 ranks, each of which runs the job (monomorphised for the
+/// default conduit) and prints its result; the launching process exits with the job's
+/// code (0).
+#[test]
+fn launch_or_run_starts_a_job_and_runs_it_in_every_rank() {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["child_entry", "--exact", "--ignored", "--nocapture"])
+        .env_clear()
+        .env("BAD_INPUT_CHILD", "launch_or_run")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut got: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("RESULT "))
+        .collect();
+    got.sort_unstable();
+    let d = gex::DEFAULT_CONDUIT;
+    assert_eq!(
+        got,
+        [format!("ok {d} 0/2"), format!("ok {d} 1/2")],
+        "{stdout}"
     );
 }
