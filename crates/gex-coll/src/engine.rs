@@ -1081,11 +1081,11 @@ impl Coll {
         let src = GlobalPtr::<u8>::new(team.members()[peer as usize], off);
         let got = crate::rma::try_get_owned(cx, vec![0u8; len], src)?;
         match got {
-            Ok(ev) => {
+            crate::rma::OwnedGet::Started(ev) => {
                 s.gets.insert(i, ev);
             }
             // Back-pressure: the announcement stays for the next advance.
-            Err(_buf) => {
+            crate::rma::OwnedGet::Busy(_buf) => {
                 self.mb.rdv.insert(key, (off, len, b));
             }
         }

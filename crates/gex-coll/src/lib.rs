@@ -132,7 +132,7 @@ pub mod profile;
 mod ring;
 /// The parts of gex-rma's layer the collectives use (rendezvous gets; data roots).
 mod rma {
-    pub(crate) use gex_rma::{GlobalPtr, Rma, RmaError, try_get_owned};
+    pub(crate) use gex_rma::{GlobalPtr, OwnedGet, Rma, RmaError, try_get_owned};
 }
 mod root;
 pub mod rootcheck;

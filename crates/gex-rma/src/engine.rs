@@ -587,13 +587,12 @@ impl Rma {
     /// [`try_get_owned`] on the state itself, with its own endpoint's `cx` (the
     /// state caches the mappings `cx` reports: a context of another endpoint would
     /// poison it, which is why this is not public).
-    #[allow(clippy::type_complexity)]
     fn try_get_owned_now<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
         dst: Vec<u8>,
         src: crate::GlobalPtr<u8>,
-    ) -> Result<Result<Event<Vec<u8>, RmaError>, Vec<u8>>, RmaError> {
+    ) -> Result<OwnedGet, RmaError> {
         let a = src.addr();
         self.check_range(a, src.offset, dst.len())?;
         let chunks = [Chunk {
@@ -622,15 +621,15 @@ impl Rma {
             )
         };
         match r {
-            Ok(Step::Done(e)) => Ok(Ok(e)),
-            Ok(Step::Now(v) | Step::Fast(_, v)) => Ok(Ok(cx.ready(Ok(v)))),
+            Ok(Step::Done(e)) => Ok(OwnedGet::Started(e)),
+            Ok(Step::Now(v) | Step::Fast(_, v)) => Ok(OwnedGet::Started(cx.ready(Ok(v)))),
             Ok(Step::Blocked) => {
                 let Some(j) = job else {
                     return Err(RmaError::Event(gex_core::EventError::Abandoned));
                 };
                 if !j.started {
                     self.ops.remove(&j.id);
-                    return Ok(Err(hold.take().unwrap_or_default()));
+                    return Ok(OwnedGet::Busy(hold.take().unwrap_or_default()));
                 }
                 self.open(
                     cx,
@@ -651,7 +650,7 @@ impl Rma {
                     job: j,
                 });
                 cx.set_busy();
-                Ok(Ok(e))
+                Ok(OwnedGet::Started(e))
             }
             Err(f) => Err(f.err),
         }
@@ -679,17 +678,28 @@ impl Rma {
     }
 }
 
+/// What [`try_get_owned`] did with its buffer.
+#[derive(Debug)]
+#[must_use = "a started get's event gives the buffer back; a busy one hands it back"]
+pub enum OwnedGet {
+    /// Started (complete already on the direct path): the event gives the filled
+    /// buffer back.
+    Started(Event<Vec<u8>, RmaError>),
+    /// Back-pressure: nothing was started; the buffer, handed back.
+    Busy(Vec<u8>),
+}
+
 /// Starts a get of `dst.len()` bytes from `src` into the owned buffer `dst` without
 /// waiting, from another layer's code, which may not wait (a rendezvous get started
 /// from the collectives layer's progress hook): `cx` is that layer's context, and the
 /// get runs on the RMA layer of the same endpoint (reached through
 /// [`Cx::with_other`], so the state and the context are always the same endpoint's).
 ///
-/// - `Ok(Ok(event))`: started (complete already on the direct path); the event
-///   gives the filled buffer back. If it is dropped or leaked early, the buffer is
-///   kept alive until the transfer is done with it.
-/// - `Ok(Err(dst))`: back-pressure: nothing was started, the buffer is handed back;
-///   try again from a later progress call.
+/// - `Ok(OwnedGet::Started(event))`: started (complete already on the direct path);
+///   the event gives the filled buffer back. If it is dropped or leaked early, the
+///   buffer is kept alive until the transfer is done with it.
+/// - `Ok(OwnedGet::Busy(dst))`: back-pressure: nothing was started, the buffer is
+///   handed back; try again from a later progress call.
 /// - requests that meet back-pressure after the first are sent by the RMA layer's
 ///   progress hook.
 ///
@@ -707,7 +717,7 @@ impl Rma {
 /// use gex_core::layer::{self, Attach, Layer};
 /// use gex_core::spi::Conduit;
 /// use gex_core::{boot::Singleton, loopback::Loopback, Blocking, ClientBuilder, InitError};
-/// use gex_rma::{GlobalPtr, Rma, RmaExt};
+/// use gex_rma::{GlobalPtr, OwnedGet, Rma, RmaExt};
 ///
 /// /// A layer of the program's own, attached after gex-rma.
 /// #[derive(Debug)]
@@ -728,16 +738,15 @@ impl Rma {
 ///     gex_rma::try_get_owned(cx, vec![0u8; 10], p)
 /// })
 /// .expect("the layer")?;
-/// let ev = started.expect("no back-pressure on loopback");
+/// let OwnedGet::Started(ev) = started else { panic!("no back-pressure on loopback") };
 /// assert_eq!(ep.wait(ev)?, b"rendezvous");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[allow(clippy::type_complexity)]
 pub fn try_get_owned<C: Conduit>(
     cx: &mut Cx<'_, C>,
     dst: Vec<u8>,
     src: crate::GlobalPtr<u8>,
-) -> Result<Result<Event<Vec<u8>, RmaError>, Vec<u8>>, RmaError> {
+) -> Result<OwnedGet, RmaError> {
     cx.with_other::<Rma, _>(|rma, cx| Rma::unpin(rma).try_get_owned_now(cx, dst, src))
         .unwrap_or(Err(RmaError::NoLayer))
 }

@@ -107,7 +107,7 @@ mod vis;
 
 pub use atomic::{AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, AtomicType};
 pub use bytemuck::Pod;
-pub use engine::try_get_owned;
+pub use engine::{OwnedGet, try_get_owned};
 pub use error::RmaError;
 pub use ext::{BorrowedDstMode, GetDst, RmaExt, ScopeRmaExt, Source};
 pub use layer::Rma;

@@ -399,12 +399,14 @@ fn try_get_owned_runs_on_the_contexts_own_endpoint() {
             matches!(r, Err(RmaError::OutOfSegment { seg_len: 4096, .. })),
             "{r:?}"
         );
-        let ev = gex_core::layer::with::<Other, _, _>(&mut b, |_, cx| {
+        let started = gex_core::layer::with::<Other, _, _>(&mut b, |_, cx| {
             gex_rma::try_get_owned(cx, vec![0u8; 64], p)
         })
         .unwrap()
-        .unwrap()
         .unwrap();
+        let gex_rma::OwnedGet::Started(ev) = started else {
+            panic!("back-pressure on loopback: {started:?}")
+        };
         assert_eq!(b.wait(ev).unwrap(), [2u8; 64]);
         let r = gex_core::layer::with::<Rma, _, _>(&mut b, |_, cx| {
             gex_rma::try_get_owned(cx, vec![0u8; 64], p)
