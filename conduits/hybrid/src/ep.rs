@@ -241,6 +241,10 @@ unsafe impl<N: NearConduit, F: FarConduit> ConduitEp for HybridEp<N, F> {
         self.near.as_ref().is_some_and(|n| n.has_incoming()) || self.far.has_incoming()
     }
 
+    fn has_outgoing(&self) -> bool {
+        self.near.as_ref().is_some_and(|n| n.has_outgoing()) || self.far.has_outgoing()
+    }
+
     /// Without the near part: the far endpoint's. Otherwise, one thread cannot sleep on
     /// both parts' wait objects: nap on the near endpoint (a near rank's message wakes
     /// it at once) for at most [`NAP`], so far traffic is seen soon after, and stay

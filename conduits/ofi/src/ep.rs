@@ -226,6 +226,11 @@ unsafe impl ConduitEp for OfiEp {
             || self.rx.local.iter().any(|c| c.has_data())
     }
 
+    /// Replies queued for want of a credit or a send buffer (sent from `poll`).
+    fn has_outgoing(&self) -> bool {
+        self.tx.nqueued > 0
+    }
+
     /// Sleeps in the CQ's wait object when there is one and nothing that only this
     /// endpoint's progress completes is pending; otherwise yields.
     fn block(&mut self, timeout: Duration) {

@@ -21,6 +21,17 @@
 //! - **Replies never block.** If a reply ring is full the reply is queued locally and
 //!   requests from that peer are not drained until it has been delivered, which bounds the
 //!   queue to one reply per peer and rules out request/reply deadlock.
+//! - **Requests wait at the sender before they push back.** If a request ring is full,
+//!   the request is encoded into a queue of the sender's, per destination endpoint, of at
+//!   most `GEX_SMP_OVERFLOW` bytes (default 256 KiB; allocated only when used), and the
+//!   injection succeeds; later requests to that destination queue behind it (order per
+//!   pair is kept), and every `poll` and injection moves what the ring takes. Only a
+//!   full queue reports back-pressure. So a sender whose receiver is preempted (more
+//!   ranks than cores) keeps computing instead of waiting for the scheduler to run the
+//!   receiver (the AM storm's median back-pressure wait: docs/performance.md). The
+//!   requests move with the sender's calls: an endpoint that holds some keeps polling
+//!   instead of sleeping, and dropping it waits (at most 2 s, then says what was left)
+//!   until they are handed over (`ConduitEp::has_outgoing`).
 //!
 //! - **Peers are checked, not trusted.** Before a peer's region is used, the conduit
 //!   checks that the bootstrap returned one descriptor per rank, that the object it
@@ -73,8 +84,9 @@
 //! [`NearConduit`](gex_core::spi::NearConduit)), and a network conduit the hosts.
 //!
 //! ## Configuration
-//! `GEX_SMP_RING_SIZE` (bytes per ring, power of two, default 256 KiB) and
-//! `GEX_SMP_MAX_MEDIUM` (default 64 KiB); see `docs/env.md`.
+//! `GEX_SMP_RING_SIZE` (bytes per ring, power of two, default 256 KiB),
+//! `GEX_SMP_MAX_MEDIUM` (default 64 KiB) and `GEX_SMP_OVERFLOW` (bytes of requests kept
+//! per destination when its ring is full, default 256 KiB; 0: none); see `docs/env.md`.
 
 mod live;
 mod record;
@@ -84,4 +96,4 @@ mod smp;
 #[doc(hidden)]
 pub mod fuzz_api;
 
-pub use smp::{DEFAULT_MAX_MEDIUM, DEFAULT_RING_SIZE, ENV_VARS, Smp, SmpEp};
+pub use smp::{DEFAULT_MAX_MEDIUM, DEFAULT_OVERFLOW, DEFAULT_RING_SIZE, ENV_VARS, Smp, SmpEp};

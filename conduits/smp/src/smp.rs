@@ -77,6 +77,9 @@ pub struct Smp {
     total: usize,
     /// Whether this rank's waiters may sleep (doorbells of endpoints made at run time).
     may_block: bool,
+    /// Bytes of requests each endpoint keeps per destination whose ring is full
+    /// (`GEX_SMP_OVERFLOW`).
+    overflow: usize,
 }
 
 /// `Smp::local_of` of a rank on another host.
@@ -115,6 +118,15 @@ struct Tx {
     /// Replies that found their ring full, per destination (rare; see crate docs).
     pending: Vec<VecDeque<(u32, Vec<u8>)>>,
     npending: usize,
+    /// Requests that found their ring full, per destination, encoded (`GEX_SMP_OVERFLOW`;
+    /// see the crate docs): sent in order before any later request to that destination.
+    ovf: Vec<VecDeque<(u32, Vec<u8>)>>,
+    /// Bytes held in `ovf`, per destination.
+    ovf_bytes: Vec<usize>,
+    /// Requests held in `ovf`, all destinations.
+    novf: usize,
+    /// `GEX_SMP_OVERFLOW`.
+    ovf_cap: usize,
 }
 
 /// Receiving side: one request and one reply consumer per source global EP slot, of
@@ -228,7 +240,16 @@ pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
         default: "65536",
         doc: "smp conduit: largest Medium payload; must fit a ring record.",
     },
+    gex_core::config::EnvVar {
+        name: "GEX_SMP_OVERFLOW",
+        default: "262144",
+        doc: "smp conduit: bytes of requests per destination endpoint that the sender keeps when the destination's request ring is full (sent in order by later calls on the endpoint); 0 reports back-pressure at once.",
+    },
 ];
+
+/// Default of `GEX_SMP_OVERFLOW`: bytes of requests kept per destination endpoint when
+/// its ring is full.
+pub const DEFAULT_OVERFLOW: usize = 256 << 10;
 
 // SAFETY: the conduit contract holds (module `# Safety`, crate documentation): every
 // endpoint's segment and auxiliary area are regions of this rank's shared-memory object
@@ -376,6 +397,7 @@ impl Smp {
             )));
         }
         // The ranks of this host, in rank order, and their global EP numbering.
+        let overflow = params.config.size("GEX_SMP_OVERFLOW", DEFAULT_OVERFLOW)?;
         let ranks: Vec<u32> = jl.neighbours(params.rank);
         let mut local_of = vec![NOT_LOCAL; n];
         let mut g_base = vec![usize::MAX; n];
@@ -488,6 +510,7 @@ impl Smp {
             me,
             total,
             may_block: params.wait != WaitPolicy::Spin,
+            overflow,
         });
         let eps = (0..my_eps).map(|e| smp.make_ep(me, e)).collect();
         tracing::debug!(
@@ -583,6 +606,10 @@ impl Smp {
             g_base: self.g_base.clone(),
             pending: (0..total).map(|_| VecDeque::new()).collect(),
             npending: 0,
+            ovf: (0..total).map(|_| VecDeque::new()).collect(),
+            ovf_bytes: vec![0; total],
+            novf: 0,
+            ovf_cap: self.overflow,
         };
         let ml = &self.layouts[me];
         let mut rx = Rx {
@@ -805,16 +832,93 @@ impl Tx {
         Ok(self.req[g].as_mut().expect("connected"))
     }
 
+    /// `msg`'s ring record body, encoded into a buffer of its own (a Long's payload is
+    /// written to the destination's segment now, as `put` would).
     #[cold]
-    fn defer(&mut self, g: usize, msg: &OutMsg<'_>) {
+    fn encoded(&self, g: usize, msg: &OutMsg<'_>) -> Vec<u8> {
         let len = body_len(msg);
         let mut buf = vec![0u64; len.div_ceil(8)];
         // SAFETY: `buf` has `len` bytes (rounded up), 8-byte aligned.
         unsafe { encode(buf.as_mut_ptr().cast(), msg, self.segs[g]) };
         // SAFETY: a u64 buffer viewed as its bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), len) }.to_vec();
+        unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), len) }.to_vec()
+    }
+
+    #[cold]
+    fn defer(&mut self, g: usize, msg: &OutMsg<'_>) {
+        let bytes = self.encoded(g, msg);
         self.pending[g].push_back((user_word(msg), bytes));
         self.npending += 1;
+    }
+
+    /// Whether the overflow to `g` can take `len` more bytes.
+    #[inline]
+    fn ovf_room(&self, g: usize, len: usize) -> bool {
+        self.ovf_bytes[g].saturating_add(len) <= self.ovf_cap
+    }
+
+    /// A request whose ring is full, or which must wait behind earlier ones kept for
+    /// the same destination: sends what the ring takes now, then the request if nothing
+    /// is left before it, else keeps it if the overflow has room.
+    #[cold]
+    #[inline(never)]
+    fn inject_slow(&mut self, g: usize, msg: &OutMsg<'_>) -> Result<Injected, ConduitError> {
+        if !self.ovf[g].is_empty() {
+            self.flush_ovf(g);
+        }
+        let seg = self.segs[g];
+        if self.ovf[g].is_empty() && put(self.req(g)?, msg, seg) {
+            self.bells[g].get().ring();
+            return Ok(Injected::Sent);
+        }
+        let len = body_len(msg);
+        if !self.ovf_room(g, len) {
+            return Ok(Injected::WouldBlock);
+        }
+        let bytes = self.encoded(g, msg);
+        self.ovf[g].push_back((user_word(msg), bytes));
+        self.ovf_bytes[g] += len;
+        self.novf += 1;
+        Ok(Injected::Sent)
+    }
+
+    /// Moves the requests kept for `g` into its ring, in order, as far as it has room.
+    #[cold]
+    fn flush_ovf(&mut self, g: usize) {
+        // Requests to an endpoint made at run time that has closed since: nobody will
+        // take them.
+        if self.runtime[g] && self.check_open(g).is_err() {
+            self.novf -= self.ovf[g].len();
+            self.ovf[g].clear();
+            self.ovf_bytes[g] = 0;
+            return;
+        }
+        let Some(req) = self.req[g].as_mut() else {
+            return;
+        };
+        let mut sent = false;
+        while let Some((user, body)) = self.ovf[g].front() {
+            if !req.push(*user, &[body]) {
+                break;
+            }
+            self.ovf_bytes[g] -= body.len();
+            self.ovf[g].pop_front();
+            self.novf -= 1;
+            sent = true;
+        }
+        if sent {
+            self.bells[g].get().ring();
+        }
+    }
+
+    /// [`flush_ovf`](Self::flush_ovf) for every destination with requests kept.
+    #[cold]
+    fn flush_all_ovf(&mut self) {
+        for g in 0..self.ovf.len() {
+            if !self.ovf[g].is_empty() {
+                self.flush_ovf(g);
+            }
+        }
     }
 
     #[cold]
@@ -949,6 +1053,9 @@ impl SmpEp {
         if self.tx.npending > 0 {
             self.tx.flush();
         }
+        if self.tx.novf > 0 {
+            self.tx.flush_all_ovf();
+        }
         if self.rx.contacted() {
             self.rx.rescan(&self.conduit);
         }
@@ -1064,11 +1171,12 @@ unsafe impl ConduitEp for SmpEp {
             self.tx.check_open(g)?;
         }
         let seg = self.tx.segs[g];
-        if put(self.tx.req(g)?, msg, seg) {
+        // Requests kept for this destination go first (one load when there are none).
+        if (self.tx.novf == 0 || self.tx.ovf[g].is_empty()) && put(self.tx.req(g)?, msg, seg) {
             self.tx.bells[g].get().ring();
             Ok(Injected::Sent)
         } else {
-            Ok(Injected::WouldBlock)
+            self.tx.inject_slow(g, msg)
         }
     }
 
@@ -1087,6 +1195,10 @@ unsafe impl ConduitEp for SmpEp {
         n
     }
 
+    fn has_outgoing(&self) -> bool {
+        self.tx.npending > 0 || self.tx.novf > 0
+    }
+
     fn has_incoming(&self) -> bool {
         let rx = &self.rx;
         rx.contacted()
@@ -1099,8 +1211,9 @@ unsafe impl ConduitEp for SmpEp {
     fn block(&mut self, timeout: Duration) {
         // About to sleep: a dead neighbour would never ring us.
         self.check_peers();
-        if self.tx.npending > 0 {
-            // Our deferred replies wait for the peer, which does not ring us: stay awake.
+        if self.tx.npending > 0 || self.tx.novf > 0 {
+            // Our deferred replies and kept requests wait for the peer, which does not
+            // ring us: stay awake.
             std::thread::yield_now();
             return;
         }
@@ -1137,11 +1250,13 @@ unsafe impl ConduitEp for SmpEp {
             };
             let (rq, rp) = (p.in_flight(), q.in_flight());
             let deferred = self.tx.pending[g].len();
-            if rq + rp > 0 || deferred > 0 {
+            let kept = self.tx.ovf[g].len();
+            if rq + rp > 0 || deferred > 0 || kept > 0 {
                 lines.push(format!(
-                    "to {}: {rq} request bytes and {rp} reply bytes not yet consumed (ring of {}), {deferred} replies deferred",
+                    "to {}: {rq} request bytes and {rp} reply bytes not yet consumed (ring of {}), {deferred} replies deferred, {kept} requests kept ({} bytes)",
                     self.rx.src[g],
-                    p.capacity()
+                    p.capacity(),
+                    self.tx.ovf_bytes[g]
                 ));
             }
         }
@@ -1185,8 +1300,24 @@ unsafe impl ConduitEp for SmpEp {
             Category::Short => Ok(Prepare::Bounce),
             Category::Medium => {
                 let body_len = NP_ARGS_AREA + max_len;
+                if self.tx.novf != 0 && !self.tx.ovf[g].is_empty() {
+                    self.tx.flush_ovf(g);
+                }
+                if !self.tx.ovf[g].is_empty() {
+                    // Behind requests kept for this destination: built in the core's
+                    // bounce buffer and injected, which keeps the order.
+                    return Ok(if self.tx.ovf_room(g, body_len) {
+                        Prepare::Bounce
+                    } else {
+                        Prepare::WouldBlock
+                    });
+                }
                 let Some(mut r) = self.tx.req(g)?.reserve(body_len) else {
-                    return Ok(Prepare::WouldBlock);
+                    return Ok(if self.tx.ovf_room(g, body_len) {
+                        Prepare::Bounce
+                    } else {
+                        Prepare::WouldBlock
+                    });
                 };
                 let body = r.body_ptr();
                 drop(r); // re-reserved identically at commit: nothing else uses this ring meanwhile
@@ -1208,10 +1339,17 @@ unsafe impl ConduitEp for SmpEp {
             // core would make it a `&mut [u8]`). The core builds the payload in its
             // bounce buffer and injects it; say now whether the ring has room.
             Category::Long => {
-                if self.tx.req(g)?.reserve(NP_ARGS_AREA + 16).is_none() {
-                    return Ok(Prepare::WouldBlock);
+                let body_len = NP_ARGS_AREA + 16;
+                if self.tx.novf != 0 && !self.tx.ovf[g].is_empty() {
+                    self.tx.flush_ovf(g);
                 }
-                Ok(Prepare::Bounce)
+                let ring_room =
+                    self.tx.ovf[g].is_empty() && self.tx.req(g)?.reserve(body_len).is_some();
+                if ring_room || self.tx.ovf_room(g, body_len) {
+                    Ok(Prepare::Bounce)
+                } else {
+                    Ok(Prepare::WouldBlock)
+                }
             }
         }
     }

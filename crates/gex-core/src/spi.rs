@@ -853,6 +853,16 @@ pub unsafe trait ConduitEp: Send + 'static {
     /// Drains incoming messages (at most about `budget`), delivering each to `d`.
     /// Returns the number delivered. Must not block.
     fn poll<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize;
+    /// True while this endpoint holds messages it accepted (`inject` answered
+    /// [`Injected::Sent`](crate::Injected::Sent)) but has not handed to their
+    /// destinations yet: requests kept when a destination's queue was full, replies
+    /// deferred. Such messages move on from later calls (`poll`, `inject`); before the
+    /// core drops the endpoint it polls, delivering, until this is false (for a bounded
+    /// time, then it says what was left). Default: false (a conduit that never keeps
+    /// messages).
+    fn has_outgoing(&self) -> bool {
+        false
+    }
     /// True if a message is waiting (cheap). Conduits use it before sleeping in
     /// [`block`](ConduitEp::block); the conformance suite uses it to check
     /// [`Capabilities::BLOCKING_WAIT`].

@@ -149,6 +149,10 @@ macro_rules! any_conduit {
                 match self { $( $(#[$m])* AnyEp::$v(e) => e.has_incoming(), )+ }
             }
             #[inline]
+            fn has_outgoing(&self) -> bool {
+                match self { $( $(#[$m])* AnyEp::$v(e) => e.has_outgoing(), )+ }
+            }
+            #[inline]
             fn block(&mut self, timeout: Duration) {
                 match self { $( $(#[$m])* AnyEp::$v(e) => e.block(timeout), )+ }
             }

@@ -514,6 +514,10 @@ impl<C: Conduit> Handle<C> {
 // moves the right to use them with it.
 unsafe impl<C: Conduit> Send for Handle<C> where Inner<C>: Send {}
 
+/// How long dropping an endpoint waits for messages its conduit still holds
+/// ([`ConduitEp::has_outgoing`](crate::spi::ConduitEp::has_outgoing)).
+const OUTGOING_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl<C: Conduit> Drop for Handle<C> {
     fn drop(&mut self) {
         if let Some(t) = self.thread.take() {
@@ -525,6 +529,20 @@ impl<C: Conduit> Drop for Handle<C> {
         // SAFETY: the progress thread is gone (joined above) or never existed, so this
         // handle is the only holder of the state.
         let inner = unsafe { &mut *self.cell.inner.get() };
+        // Messages the conduit accepted but still holds (requests kept for a full
+        // destination): hand them over before the endpoint goes, polling (and
+        // delivering) meanwhile, so two endpoints dropped together drain each other.
+        if !std::thread::panicking() && inner.core.cep.has_outgoing() {
+            let deadline = std::time::Instant::now() + OUTGOING_DRAIN;
+            if !inner.wait_for(Some(deadline), |i| !i.core.cep.has_outgoing()) {
+                eprintln!(
+                    "gex: {}: dropped with messages its conduit could not hand over within \
+                     {OUTGOING_DRAIN:?} (their destinations stopped polling):\n{}",
+                    inner.core.me,
+                    inner.core.cep.describe()
+                );
+            }
+        }
         if inner.core.panicked.take().is_some() {
             eprintln!(
                 "gex: {}: a handler panicked and no later call on the endpoint raised it \

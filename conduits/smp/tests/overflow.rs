@@ -1,0 +1,142 @@
+//! Requests kept at the sender when the destination's ring is full
+//! (`GEX_SMP_OVERFLOW`): accepted while the destination does not poll, delivered in
+//! order once it does, handed over when the sending endpoint is dropped, and none kept
+//! with `GEX_SMP_OVERFLOW=0`. Every job is started by gex-testkit's process runner.
+
+use gex_conduit_smp::Smp;
+use gex_core::{Am, ClientBuilder, Config, EpAddr, HandlerId, Injected, Token};
+use gex_testkit::procs::Procs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const H: HandlerId = HandlerId::at(150);
+/// Payload bytes per request: with the 4 KiB rings below, three fit a ring.
+const LEN: usize = 1000;
+
+/// A file next to the test process, shared by the ranks (children of it) of the test
+/// named `test`.
+fn signal(test: &str, what: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "gex-smp-overflow-{test}-{what}-{}",
+        std::os::unix::process::parent_id()
+    ))
+}
+
+fn wait_file(f: &Path, what: &str) {
+    let t0 = Instant::now();
+    while !f.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "{what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Rank 1 stops calling gex until rank 0 has sent what the ring and the overflow
+/// take without any poll of rank 1; returns how many that was (on rank 0), after
+/// `total` requests reached rank 1 in order. `drop_early`: rank 0 drops its endpoint
+/// right after the last request (the drop must hand the kept ones over).
+fn run(test: &'static str, overflow: &str, total: u32, drop_early: bool) -> Option<u32> {
+    let cfg = Config::from_pairs([
+        ("GEX_SMP_RING_SIZE", "4096"),
+        ("GEX_SMP_MAX_MEDIUM", "1024"),
+        ("GEX_SMP_OVERFLOW", overflow),
+    ]);
+    let r = Procs::new(2).run(move |boot| {
+        let c = ClientBuilder::new()
+            .segment_size(4096)
+            .config(cfg)
+            .init::<Smp>(boot)
+            .unwrap();
+        let mut ep = c.endpoint(0).unwrap();
+        let seen = Arc::new(AtomicU64::new(0));
+        let s = seen.clone();
+        ep.register_at(H.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
+            let i = am.args()[0];
+            assert_eq!(
+                u64::from(i),
+                s.load(Ordering::Relaxed),
+                "requests out of order"
+            );
+            assert!(am.payload().len() == LEN && am.payload().iter().all(|&b| b == i as u8));
+            s.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        let (ready, sent) = (signal(test, "ready"), signal(test, "sent"));
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
+        if c.rank() == 0 {
+            wait_file(&ready, "rank 1 never stopped polling");
+            let _ = std::fs::remove_file(&ready);
+            let mut n = 0u32;
+            while n < total {
+                let r = ep
+                    .try_request_medium(EpAddr::rank(1), H, &[n], &[n as u8; LEN])
+                    .unwrap();
+                if r == Injected::WouldBlock {
+                    break;
+                }
+                n += 1;
+            }
+            gex_testkit::procs::note("accepted", &n.to_string());
+            if n > 3 {
+                let report = ep.report();
+                assert!(report.contains("requests kept"), "{report}");
+            }
+            std::fs::write(&sent, b"").unwrap();
+            for i in n..total {
+                ep.request_medium(EpAddr::rank(1), H, &[i], &[i as u8; LEN])
+                    .unwrap();
+            }
+            if drop_early {
+                drop(ep);
+                return;
+            }
+        } else {
+            std::fs::write(&ready, b"").unwrap();
+            wait_file(&sent, "rank 0 never filled the ring");
+            let _ = std::fs::remove_file(&sent);
+            let t0 = Instant::now();
+            while seen.load(Ordering::Relaxed) < u64::from(total) {
+                assert!(t0.elapsed() < Duration::from_secs(60), "requests lost");
+                ep.poll();
+            }
+            if drop_early {
+                // Rank 0's endpoint is gone: the client's finalisation is the meeting.
+                return;
+            }
+        }
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
+    });
+    r.assert_success();
+    r.notes("accepted")
+        .first()
+        .and_then(|n| n.trim().parse().ok())
+}
+
+#[test]
+fn a_full_ring_keeps_requests_in_the_overflow_and_delivers_them_in_order() {
+    // Ring: 3 records of ~1 KiB; overflow: 16 KiB, 15 more.
+    let n = run("keep", "16384", 100, false).expect("rank 0 said how many it sent");
+    assert!(
+        (17..=20).contains(&n),
+        "accepted without a poll of the peer: {n}"
+    );
+}
+
+#[test]
+fn without_an_overflow_a_full_ring_pushes_back_at_once() {
+    let n = run("none", "0", 100, false).expect("rank 0 said how many it sent");
+    assert!(
+        (2..=4).contains(&n),
+        "accepted without a poll of the peer: {n}"
+    );
+}
+
+#[test]
+fn dropping_the_endpoint_hands_the_kept_requests_over() {
+    // All 60 fit the ring and the 64 KiB overflow without a poll of rank 1, which
+    // starts polling only when rank 0 is about to drop its endpoint: the drop must wait
+    // for the 57 or so kept requests to be handed over.
+    let n = run("drop", "65536", 60, true).expect("rank 0 said how many it sent");
+    assert_eq!(n, 60);
+}
