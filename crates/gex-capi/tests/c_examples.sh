@@ -34,7 +34,7 @@ CC="${CC:-cc}"
 
 # The examples, through pkg-config as a user builds them; warnings are errors.
 cd "$root/crates/gex-capi/examples/c"
-for p in hello am_pingpong putget; do
+for p in hello am_pingpong putget teams_colls atomics_long; do
     echo "+ $CC -std=c11 -Wall -Wextra -Werror $p.c \$(pkg-config --cflags --libs gex)"
     # shellcheck disable=SC2046
     "$CC" -std=c11 -Wall -Wextra -Werror "$p.c" $(pkg-config --cflags --libs gex) -o "$work/$p"
@@ -72,9 +72,16 @@ for n in 2 3; do
     run "am_pingpong-$n" "$n" "^rank [0-9] of $n: 1000 short and 1000 medium round trips ok\$" "$gexrun" -n "$n" ./am_pingpong
     run "putget-$n" "$n" "^rank [0-9] of $n: put/get/events/atomics ok, sum of ranks $((n * (n - 1) / 2))\$" "$gexrun" -n "$n" ./putget
 done
+for n in 2 4; do
+    run "teams_colls-$n" "$n" "^rank [0-9] of $n: teams/collectives/nbi/events ok\$" "$gexrun" -n "$n" ./teams_colls
+    run "atomics_long-$n" "$n" "^rank [0-9] of $n: long AMs and typed atomics ok\$" "$gexrun" -n "$n" ./atomics_long
+done
+run atomics_long-progress 2 '^rank [01] of 2: long AMs and typed atomics ok \(progress thread\)$' \
+    "$gexrun" -n 2 ./atomics_long progress
 if command -v mpiexec.hydra >/dev/null; then
     run hello-mpiexec 2 '^hello from rank [01] of 2$' mpiexec.hydra -n 2 ./hello
     run putget-mpiexec 2 '^rank [01] of 2: put/get/events/atomics ok, sum of ranks 1$' mpiexec.hydra -n 2 ./putget
+    run teams_colls-mpiexec 2 '^rank [01] of 2: teams/collectives/nbi/events ok$' mpiexec.hydra -n 2 ./teams_colls
 else
     echo "(no mpiexec.hydra: the MPICH runs are left out)"
 fi
@@ -97,7 +104,7 @@ fi
 
 if [[ "${VALGRIND:-1}" != 0 ]]; then
     command -v valgrind >/dev/null || fail "valgrind is not installed (VALGRIND=0 skips these runs)"
-    for p in hello am_pingpong putget; do
+    for p in hello am_pingpong putget teams_colls atomics_long; do
         mkdir -p "vg-$p"
         echo "+ gex-run -n 2 valgrind --leak-check=full ... ./$p"
         rc=0
