@@ -627,6 +627,108 @@ int gex_allreduce(const gex_ep_t *ep, const gex_team_t *team, const void *src, v
 // freed; `ev` is NULL or valid for writing one pointer.
 int gex_allreduce_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op, gex_event_t **ev);
 
+// Scatters the `size × count` elements of type `dt` at the `src` of team rank `root`:
+// block `i` (`count` elements) goes to the `dst` of team rank `i` (`src` is ignored
+// elsewhere and may be NULL).
+//
+// Returns as [`gex_gather`].
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team; at the root `src` is
+// valid for reading `size × count` elements of `dt`; `dst` is valid for writing
+// `count` elements and does not overlap `src`; both suitably aligned.
+int gex_scatter(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, int dt);
+
+// Starts a scatter (as [`gex_scatter`]) and writes its event to `*ev`: the root's
+// `src` is copied before the call returns; `dst` is written by the call that
+// completes the event (never if the event is freed first).
+//
+// Returns as [`gex_gather_nb`].
+//
+// # Safety
+// As [`gex_scatter`], with `dst` valid for writing until the event is completed or
+// freed; `ev` is NULL or valid for writing one pointer.
+int gex_scatter_nb(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, int dt, gex_event_t **ev);
+
+// All-to-all exchange: block `j` (`count` elements of type `dt`) of member `i`'s `src`
+// becomes block `i` of member `j`'s `dst` (both `size × count` elements).
+//
+// Returns as [`gex_gather`].
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
+// reading and `dst` for writing `size × count` elements of `dt`, not overlapping, both
+// suitably aligned.
+int gex_exchange(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt);
+
+// Starts an exchange (as [`gex_exchange`]) and writes its event to `*ev`; `src` is
+// copied before the call returns, `dst` written by the call that completes the event.
+//
+// Returns as [`gex_gather_nb`].
+//
+// # Safety
+// As [`gex_exchange`], with `dst` valid for writing until the event is completed or
+// freed; `ev` is NULL or valid for writing one pointer.
+int gex_exchange_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, gex_event_t **ev);
+
+// Reduce_scatter: reduces every member's `src` (`size × count` elements of type `dt`)
+// element-wise with `op`; team rank `i`'s `dst` receives block `i` (`count` elements)
+// of the result.
+//
+// Returns as [`gex_reduce`].
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
+// reading `size × count` and `dst` for writing `count` elements of `dt`, not
+// overlapping, both suitably aligned.
+int gex_reduce_scatter(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op);
+
+// Starts a reduce_scatter (as [`gex_reduce_scatter`]) and writes its event to `*ev`;
+// `dst` is written by the call that completes the event.
+//
+// Returns as [`gex_reduce_nb`].
+//
+// # Safety
+// As [`gex_reduce_scatter`], with `dst` valid for writing until the event is completed
+// or freed; `ev` is NULL or valid for writing one pointer.
+int gex_reduce_scatter_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op, gex_event_t **ev);
+
+// Inclusive scan: team rank `i`'s `dst` receives the element-wise reduction with `op`
+// of the `src` of team ranks `0..=i` (`count` elements of type `dt`).
+//
+// Returns as [`gex_reduce`].
+//
+// # Safety
+// As [`gex_allreduce`].
+int gex_scan(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op);
+
+// Starts an inclusive scan (as [`gex_scan`]) and writes its event to `*ev`; `dst` is
+// written by the call that completes the event.
+//
+// Returns as [`gex_reduce_nb`].
+//
+// # Safety
+// As [`gex_allreduce_nb`].
+int gex_scan_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op, gex_event_t **ev);
+
+// Exclusive scan: team rank `i > 0`'s `dst` receives the reduction with `op` of the
+// `src` of team ranks `0..i`; team rank 0's `dst` is not written.
+//
+// Returns as [`gex_reduce`].
+//
+// # Safety
+// As [`gex_allreduce`].
+int gex_exscan(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op);
+
+// Starts an exclusive scan (as [`gex_exscan`]) and writes its event to `*ev`; `dst`
+// (not team rank 0's) is written by the call that completes the event.
+//
+// Returns as [`gex_reduce_nb`].
+//
+// # Safety
+// As [`gex_allreduce_nb`].
+int gex_exscan_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op, gex_event_t **ev);
+
 // Polls the endpoint once and reports whether the event in `*ev` is complete.
 //
 // Returns `GEX_PENDING` if not (nothing changes); once complete, the operation's

@@ -1,7 +1,7 @@
 //! Collectives: over every rank (`gex_barrier`, `gex_allreduce_u64/f64`) and over a
-//! team (`gex_team_barrier`, broadcast, gather, gather_all, reduce, allreduce of every
-//! element type of [`gex_dt_t`] with every operator of [`gex_op_t`]), blocking and
-//! nonblocking (a `gex_event_t`). Each is collective: every member calls it, in the
+//! team (`gex_team_barrier`, broadcast, scatter, gather, gather_all, exchange, reduce,
+//! allreduce, reduce_scatter, scan, exscan of every element type of [`gex_dt_t`] with
+//! every operator of [`gex_op_t`]), blocking and nonblocking (a `gex_event_t`). Each is collective: every member calls it, in the
 //! same order as its other collectives on the team; they poll the endpoint (handlers
 //! run) while they wait.
 //!
@@ -15,7 +15,7 @@ use crate::event::{Done, Filled, Op, gex_event_t};
 use crate::handle::{gex_ep_t, gex_team_t};
 use crate::ptr::{self, Lent};
 use crate::status::{Error, entry, gex_status_t};
-use gex_facade::coll::{BitOp, Elem, ReduceOp};
+use gex_facade::coll::{BitOp, Elem, Exscan, ReduceOp};
 use gex_facade::prelude::*;
 use std::ffi::{c_int, c_void};
 
@@ -250,26 +250,63 @@ unsafe fn broadcast<T: CElem>(
     }
 }
 
-/// Which rooted or all-to-all shape a gather-like call has.
+/// The data collective of a call: which buffers it reads and writes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Shape {
-    /// `gex_gather`: `P × n` at the root.
+    /// `gex_gather`: `n` in, `P × n` out at the root.
     Gather,
-    /// `gex_gather_all`: `P × n` everywhere.
+    /// `gex_gather_all`: `n` in, `P × n` out.
     GatherAll,
-    /// `gex_reduce`: `n` at the root.
+    /// `gex_reduce`: `n` in, `n` out at the root.
     Reduce,
-    /// `gex_allreduce`: `n` everywhere.
+    /// `gex_allreduce`: `n` in, `n` out.
     Allreduce,
+    /// `gex_scatter`: `P × n` in at the root, `n` out.
+    Scatter,
+    /// `gex_exchange`: `P × n` in, `P × n` out.
+    Exchange,
+    /// `gex_reduce_scatter`: `P × n` in, `n` out.
+    ReduceScatter,
+    /// `gex_scan`: `n` in, `n` out.
+    Scan,
+    /// `gex_exscan`: `n` in, `n` out (team rank 0's untouched).
+    Exscan,
 }
 
-/// Gather, gather_all, reduce and allreduce of `n` elements of `T` from `src` into
-/// `dst` (the root's only for the rooted ones), operator `op` for the reductions;
-/// nonblocking with `nb`.
+impl Shape {
+    /// Rooted: only the root has the `P`-block side.
+    fn rooted(self) -> bool {
+        matches!(self, Shape::Gather | Shape::Reduce | Shape::Scatter)
+    }
+    /// A reduction (takes an operator).
+    fn reduces(self) -> bool {
+        matches!(
+            self,
+            Shape::Reduce | Shape::Allreduce | Shape::ReduceScatter | Shape::Scan | Shape::Exscan
+        )
+    }
+    /// (input, output) element counts of a member for blocks of `n` (`pn` = `P × n`)
+    /// with `root` true at the root (or for an unrooted collective).
+    fn lens(self, n: usize, pn: usize, root: bool) -> (usize, usize) {
+        let at = |x: usize| if root { x } else { 0 };
+        match self {
+            Shape::Gather => (n, at(pn)),
+            Shape::GatherAll => (n, pn),
+            Shape::Reduce => (n, at(n)),
+            Shape::Allreduce | Shape::Scan | Shape::Exscan => (n, n),
+            Shape::Scatter => (at(pn), n),
+            Shape::Exchange => (pn, pn),
+            Shape::ReduceScatter => (pn, n),
+        }
+    }
+}
+
+/// A data collective of blocks of `n` elements of `T` from `src` into `dst` (which
+/// each member reads and writes as [`Shape::lens`] says), operator `op` for the
+/// reductions; nonblocking with `nb`.
 ///
 /// # Safety
-/// As [`gex_gather`], [`gex_gather_all`], [`gex_reduce`], [`gex_allreduce`] (and
-/// their `_nb` forms with `nb`).
+/// As the entry point of `shape` (`gex_gather`, ..., and their `_nb` forms with `nb`).
 #[allow(clippy::too_many_arguments)]
 unsafe fn combine<T: CElem>(
     shape: Shape,
@@ -282,81 +319,77 @@ unsafe fn combine<T: CElem>(
     op: c_int,
     nb: Option<*mut *mut gex_event_t>,
 ) -> Result<gex_status_t, Error> {
-    let rooted = matches!(shape, Shape::Gather | Shape::Reduce);
-    if rooted && root >= team.size() {
+    if shape.rooted() && root >= team.size() {
         return Err(Error::invalid(format!(
             "no team rank {root} (the team has {} members)",
             team.size()
         )));
     }
-    let here = !rooted || team.rank() == root;
-    let per = match shape {
-        Shape::Gather | Shape::GatherAll => usize::try_from(team.size())
-            .ok()
-            .and_then(|p| p.checked_mul(n))
-            .ok_or_else(|| Error::invalid("gather: count overflows"))?,
-        Shape::Reduce | Shape::Allreduce => n,
+    let here = !shape.rooted() || team.rank() == root;
+    let pn = usize::try_from(team.size())
+        .ok()
+        .and_then(|p| p.checked_mul(n))
+        .ok_or_else(|| Error::invalid("count overflows"))?;
+    let (k, m) = shape.lens(n, pn, here);
+    disjoint(src, bytes::<T>(k, "src")?, dst, bytes::<T>(m, "dst")?)?;
+    let r = if shape.reduces() {
+        Some(T::reduce_op(op)?)
+    } else {
+        None
     };
-    let m = if here { per } else { 0 };
-    disjoint(src, bytes::<T>(n, "src")?, dst, bytes::<T>(m, "dst")?)?;
-    let reduce = match shape {
-        Shape::Reduce | Shape::Allreduce => Some(T::reduce_op(op)?),
-        _ => None,
+    let red = || {
+        r.clone()
+            .ok_or_else(|| Error::invalid("no reduction operator"))
     };
     let (src, dst) = (src.cast::<T>(), dst.cast::<T>());
-    // SAFETY: `src` is readable for `n` elements (contract).
-    let input = unsafe { ptr::slice(src, n, "src") }?;
-    match slot(nb)? {
-        None => {
-            // SAFETY: `dst` is writable for `m` elements (contract: the root's, or
-            // every member's for the symmetric ones).
-            let out = unsafe { ptr::slice_mut(dst, m, "dst") }?;
-            h.with(|s| {
-                let ep = &mut s.ep;
-                match (shape, reduce) {
-                    (Shape::Gather, _) => {
-                        ep.collective(team, Gather::slices(root, input, out), Blocking)?
-                    }
-                    (Shape::GatherAll, _) => {
-                        ep.collective(team, GatherAll::slices(input, out), Blocking)?
-                    }
-                    (Shape::Reduce, Some(r)) => {
-                        ep.collective(team, Reduce::slices(root, input, out, r), Blocking)?
-                    }
-                    (_, r) => ep.collective(
-                        team,
-                        Allreduce::slices(input, out, r.ok_or_else(|| Error::invalid("op"))?),
-                        Blocking,
-                    )?,
+    // SAFETY: `src` is readable for the `k` elements this member sends (contract).
+    let input = unsafe { ptr::slice(src, k, "src") }?;
+    let Some(ev) = slot(nb)? else {
+        // SAFETY: `dst` is writable for the `m` elements this member receives (contract).
+        let out = unsafe { ptr::slice_mut(dst, m, "dst") }?;
+        h.with(|s| {
+            let (ep, b) = (&mut s.ep, Blocking);
+            match shape {
+                Shape::Gather => ep.collective(team, Gather::slices(root, input, out), b)?,
+                Shape::GatherAll => ep.collective(team, GatherAll::slices(input, out), b)?,
+                Shape::Reduce => {
+                    ep.collective(team, Reduce::slices(root, input, out, red()?), b)?
                 }
-                Ok(())
-            })?;
-            Ok(gex_status_t::GEX_OK)
-        }
-        Some(ev) => {
-            // SAFETY: `dst` stays writable for `m` elements until the event completes
-            // or is freed (contract).
-            let out = unsafe { Lent::new(dst, m, "dst") }?;
-            let data = input.to_vec();
-            let e = h.with(|s| {
-                let ep = &mut s.ep;
-                Ok(match (shape, reduce) {
-                    (Shape::Gather, _) => ep.collective(team, Gather::new(root, data), Nb)?,
-                    (Shape::GatherAll, _) => ep.collective(team, GatherAll::new(data), Nb)?,
-                    (Shape::Reduce, Some(r)) => {
-                        ep.collective(team, Reduce::new(root, data, r), Nb)?
-                    }
-                    (_, r) => ep.collective(
-                        team,
-                        Allreduce::new(data, r.ok_or_else(|| Error::invalid("op"))?),
-                        Nb,
-                    )?,
-                })
-            })?;
-            // SAFETY: `ev` is non-null (checked) and writable (contract).
-            unsafe { started(ev, e, out) }
-        }
-    }
+                Shape::Allreduce => {
+                    ep.collective(team, Allreduce::slices(input, out, red()?), b)?
+                }
+                Shape::Scatter => ep.collective(team, Scatter::slices(root, input, out), b)?,
+                Shape::Exchange => ep.collective(team, Exchange::slices(input, out), b)?,
+                Shape::ReduceScatter => {
+                    ep.collective(team, ReduceScatter::slices(input, out, red()?), b)?
+                }
+                Shape::Scan => ep.collective(team, Scan::slices(input, out, red()?), b)?,
+                Shape::Exscan => ep.collective(team, Exscan::slices(input, out, red()?), b)?,
+            }
+            Ok(())
+        })?;
+        return Ok(gex_status_t::GEX_OK);
+    };
+    // SAFETY: `dst` stays writable for `m` elements until the event completes or is
+    // freed (contract).
+    let out = unsafe { Lent::new(dst, m, "dst") }?;
+    let data = input.to_vec();
+    let e = h.with(|s| {
+        let ep = &mut s.ep;
+        Ok(match shape {
+            Shape::Gather => ep.collective(team, Gather::new(root, data), Nb)?,
+            Shape::GatherAll => ep.collective(team, GatherAll::new(data), Nb)?,
+            Shape::Reduce => ep.collective(team, Reduce::new(root, data, red()?), Nb)?,
+            Shape::Allreduce => ep.collective(team, Allreduce::new(data, red()?), Nb)?,
+            Shape::Scatter => ep.collective(team, Scatter::new(root, data, n), Nb)?,
+            Shape::Exchange => ep.collective(team, Exchange::new(data), Nb)?,
+            Shape::ReduceScatter => ep.collective(team, ReduceScatter::new(data, red()?), Nb)?,
+            Shape::Scan => ep.collective(team, Scan::new(data, red()?), Nb)?,
+            Shape::Exscan => ep.collective(team, Exscan::new(data, red()?), Nb)?,
+        })
+    })?;
+    // SAFETY: `ev` is non-null (checked) and writable (contract).
+    unsafe { started(ev, e, out) }
 }
 
 /// The body of the allreduce entry points over every rank.
@@ -747,6 +780,281 @@ pub unsafe extern "C" fn gex_allreduce_nb(
         // SAFETY: the caller's promises, as `args` states them.
         let (h, t) = unsafe { args(ep, team) }?;
         let g = Shape::Allreduce;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, op, Some(ev))) }
+    })
+}
+
+/// Scatters the `size × count` elements of type `dt` at the `src` of team rank `root`:
+/// block `i` (`count` elements) goes to the `dst` of team rank `i` (`src` is ignored
+/// elsewhere and may be NULL).
+///
+/// Returns as [`gex_gather`].
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint, `team` NULL or a live team; at the root `src` is
+/// valid for reading `size × count` elements of `dt`; `dst` is valid for writing
+/// `count` elements and does not overlap `src`; both suitably aligned.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_scatter(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    root: u32,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    dt: c_int,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `args` states them.
+        let (h, t) = unsafe { args(ep, team) }?;
+        let g = Shape::Scatter;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { by_dt!(dt, combine(g, h, &t, root, src, dst, count, 0, None)) }
+    })
+}
+
+/// Starts a scatter (as [`gex_scatter`]) and writes its event to `*ev`: the root's
+/// `src` is copied before the call returns; `dst` is written by the call that
+/// completes the event (never if the event is freed first).
+///
+/// Returns as [`gex_gather_nb`].
+///
+/// # Safety
+/// As [`gex_scatter`], with `dst` valid for writing until the event is completed or
+/// freed; `ev` is NULL or valid for writing one pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_scatter_nb(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    root: u32,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    dt: c_int,
+    ev: *mut *mut gex_event_t,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `args` states them.
+        let (h, t) = unsafe { args(ep, team) }?;
+        let g = Shape::Scatter;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { by_dt!(dt, combine(g, h, &t, root, src, dst, count, 0, Some(ev))) }
+    })
+}
+
+/// All-to-all exchange: block `j` (`count` elements of type `dt`) of member `i`'s `src`
+/// becomes block `i` of member `j`'s `dst` (both `size × count` elements).
+///
+/// Returns as [`gex_gather`].
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
+/// reading and `dst` for writing `size × count` elements of `dt`, not overlapping, both
+/// suitably aligned.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_exchange(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    dt: c_int,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `args` states them.
+        let (h, t) = unsafe { args(ep, team) }?;
+        let g = Shape::Exchange;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, 0, None)) }
+    })
+}
+
+/// Starts an exchange (as [`gex_exchange`]) and writes its event to `*ev`; `src` is
+/// copied before the call returns, `dst` written by the call that completes the event.
+///
+/// Returns as [`gex_gather_nb`].
+///
+/// # Safety
+/// As [`gex_exchange`], with `dst` valid for writing until the event is completed or
+/// freed; `ev` is NULL or valid for writing one pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_exchange_nb(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    dt: c_int,
+    ev: *mut *mut gex_event_t,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `args` states them.
+        let (h, t) = unsafe { args(ep, team) }?;
+        let g = Shape::Exchange;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, 0, Some(ev))) }
+    })
+}
+
+/// Reduce_scatter: reduces every member's `src` (`size × count` elements of type `dt`)
+/// element-wise with `op`; team rank `i`'s `dst` receives block `i` (`count` elements)
+/// of the result.
+///
+/// Returns as [`gex_reduce`].
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
+/// reading `size × count` and `dst` for writing `count` elements of `dt`, not
+/// overlapping, both suitably aligned.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_reduce_scatter(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    dt: c_int,
+    op: c_int,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `args` states them.
+        let (h, t) = unsafe { args(ep, team) }?;
+        let g = Shape::ReduceScatter;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, op, None)) }
+    })
+}
+
+/// Starts a reduce_scatter (as [`gex_reduce_scatter`]) and writes its event to `*ev`;
+/// `dst` is written by the call that completes the event.
+///
+/// Returns as [`gex_reduce_nb`].
+///
+/// # Safety
+/// As [`gex_reduce_scatter`], with `dst` valid for writing until the event is completed
+/// or freed; `ev` is NULL or valid for writing one pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_reduce_scatter_nb(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    dt: c_int,
+    op: c_int,
+    ev: *mut *mut gex_event_t,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `args` states them.
+        let (h, t) = unsafe { args(ep, team) }?;
+        let g = Shape::ReduceScatter;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, op, Some(ev))) }
+    })
+}
+
+/// Inclusive scan: team rank `i`'s `dst` receives the element-wise reduction with `op`
+/// of the `src` of team ranks `0..=i` (`count` elements of type `dt`).
+///
+/// Returns as [`gex_reduce`].
+///
+/// # Safety
+/// As [`gex_allreduce`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_scan(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    dt: c_int,
+    op: c_int,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `args` states them.
+        let (h, t) = unsafe { args(ep, team) }?;
+        let g = Shape::Scan;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, op, None)) }
+    })
+}
+
+/// Starts an inclusive scan (as [`gex_scan`]) and writes its event to `*ev`; `dst` is
+/// written by the call that completes the event.
+///
+/// Returns as [`gex_reduce_nb`].
+///
+/// # Safety
+/// As [`gex_allreduce_nb`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_scan_nb(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    dt: c_int,
+    op: c_int,
+    ev: *mut *mut gex_event_t,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `args` states them.
+        let (h, t) = unsafe { args(ep, team) }?;
+        let g = Shape::Scan;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, op, Some(ev))) }
+    })
+}
+
+/// Exclusive scan: team rank `i > 0`'s `dst` receives the reduction with `op` of the
+/// `src` of team ranks `0..i`; team rank 0's `dst` is not written.
+///
+/// Returns as [`gex_reduce`].
+///
+/// # Safety
+/// As [`gex_allreduce`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_exscan(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    dt: c_int,
+    op: c_int,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `args` states them.
+        let (h, t) = unsafe { args(ep, team) }?;
+        let g = Shape::Exscan;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, op, None)) }
+    })
+}
+
+/// Starts an exclusive scan (as [`gex_exscan`]) and writes its event to `*ev`; `dst`
+/// (not team rank 0's) is written by the call that completes the event.
+///
+/// Returns as [`gex_reduce_nb`].
+///
+/// # Safety
+/// As [`gex_allreduce_nb`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_exscan_nb(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    dt: c_int,
+    op: c_int,
+    ev: *mut *mut gex_event_t,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `args` states them.
+        let (h, t) = unsafe { args(ep, team) }?;
+        let g = Shape::Exscan;
         // SAFETY: the caller's promises, passed on.
         unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, op, Some(ev))) }
     })

@@ -395,6 +395,61 @@ fn teams_and_typed_collectives_on_one_rank() {
             GEX_ERR_NULL.code()
         );
 
+        // Scatter, exchange, reduce_scatter, scan, exscan (one member: identities).
+        let i64t = gex_dt_t::GEX_DT_I64 as i32;
+        let v = [4i64, -5];
+        let mut out = [0i64; 2];
+        let vs = v.as_ptr().cast();
+        assert_eq!(
+            gex_scatter(e, w, 0, vs, out.as_mut_ptr().cast(), 2, i64t),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(out, v);
+        out = [0; 2];
+        assert_eq!(
+            gex_exchange(e, w, vs, out.as_mut_ptr().cast(), 2, i64t),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(out, v);
+        out = [0; 2];
+        assert_eq!(
+            gex_reduce_scatter(e, w, vs, out.as_mut_ptr().cast(), 2, i64t, sum),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(out, v);
+        out = [0; 2];
+        assert_eq!(
+            gex_scan(e, w, vs, out.as_mut_ptr().cast(), 2, i64t, sum),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(out, v);
+        out = [9; 2];
+        let mut ev = null_mut();
+        assert_eq!(
+            gex_exscan_nb(e, w, vs, out.as_mut_ptr().cast(), 2, i64t, sum, &mut ev),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(gex_event_wait(e, &mut ev), 0);
+        assert_eq!(out, [9, 9], "team rank 0's dst is not written");
+        assert_eq!(
+            gex_scatter_nb(e, w, 0, vs, out.as_mut_ptr().cast(), 2, i64t, &mut ev),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(gex_event_wait(e, &mut ev), 0);
+        assert_eq!(out, v);
+
         assert_eq!(gex_team_free(e, sub), 0);
         assert_eq!(gex_team_barrier(e, sub), GEX_ERR_INVALID.code());
         assert_eq!(gex_team_free(e, w), 0);

@@ -1,6 +1,7 @@
 /* teams_colls.c: teams (world, split by color and key, a team of one, translation of
- * team ranks), collectives on teams (barrier, broadcast, gather, gather_all, reduce,
- * allreduce of several types and operators, blocking and nonblocking), implicit-event
+ * team ranks), collectives on teams (barrier, broadcast, scatter, gather, gather_all,
+ * exchange, reduce, allreduce, reduce_scatter, scan, exscan of several types and
+ * operators, blocking and nonblocking), implicit-event
  * (NBI) puts and gets with their syncs, and one event type: a nonblocking allreduce
  * waited with gex_event_wait_any together with a nonblocking get.
  *   gex-run -n 4 ./teams_colls */
@@ -171,6 +172,24 @@ int main(void) {
     CHECK(gex_reduce_nb(ep, half, hsize - 1, &mine, &hmax, 1, GEX_DT_I64, GEX_OP_MAX, &evs[0]));
     CHECK(gex_event_wait(ep, &evs[0]));
     if (hrank == hsize - 1 && hmax != -(int64_t)color) FAIL("half reduce max %lld", (long long)hmax);
+
+    /* Scatter from rank 0, exchange, reduce_scatter, scan and exscan on the world team. */
+    uint32_t blocks[2 * 64], two_out[2 * 64], one_out[2];
+    for (uint32_t k = 0; k < 2 * size; k++) blocks[k] = rank * 1000 + k;
+    CHECK(gex_scatter(ep, world, 0, rank == 0 ? blocks : NULL, one_out, 2, GEX_DT_U32));
+    if (one_out[0] != 2 * rank || one_out[1] != 2 * rank + 1) FAIL("scatter %u %u", one_out[0], one_out[1]);
+    CHECK(gex_exchange(ep, world, blocks, two_out, 2, GEX_DT_U32));
+    for (uint32_t k = 0; k < size; k++) /* block k came from rank k: its block `rank` */
+        if (two_out[2 * k] != k * 1000 + 2 * rank || two_out[2 * k + 1] != k * 1000 + 2 * rank + 1)
+            FAIL("exchange block %u: %u %u", k, two_out[2 * k], two_out[2 * k + 1]);
+    CHECK(gex_reduce_scatter(ep, world, blocks, one_out, 2, GEX_DT_U32, GEX_OP_MAX));
+    if (one_out[0] != (size - 1) * 1000 + 2 * rank) FAIL("reduce_scatter %u", one_out[0]);
+    int64_t one = 1, upto = 0, before = -7;
+    CHECK(gex_scan(ep, world, &one, &upto, 1, GEX_DT_I64, GEX_OP_SUM));
+    if (upto != (int64_t)rank + 1) FAIL("scan %lld", (long long)upto);
+    CHECK(gex_exscan_nb(ep, world, &one, &before, 1, GEX_DT_I64, GEX_OP_SUM, &evs[0]));
+    CHECK(gex_event_wait(ep, &evs[0]));
+    if (before != (rank == 0 ? -7 : (int64_t)rank)) FAIL("exscan %lld", (long long)before);
 
     /* Errors the ABI reports. */
     EXPECT(GEX_ERR_INVALID, gex_allreduce(ep, world, d, dmin, 1, GEX_DT_F64, GEX_OP_BXOR));
