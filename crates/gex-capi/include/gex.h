@@ -19,6 +19,12 @@
 // Every operation but the bitwise ones (and, or, xor and their fetching forms).
 #define GEX_AOPS_ARITH 524287
 
+// `flags` of `gex_atomic_op_*`: the operation is an acquire at the target word.
+#define GEX_AOP_FLAG_ACQUIRE 1
+
+// `flags` of `gex_atomic_op_*`: the operation is a release at the target word.
+#define GEX_AOP_FLAG_RELEASE 2
+
 // `gex_client_init_ex` flag: every endpoint gets a progress thread that polls it
 // while the program computes outside gex (peers' gets, atomics and collectives over
 // active messages are served meanwhile; AM handlers may then run on that thread).
@@ -945,11 +951,12 @@ int gex_team_free(const gex_ep_t *ep, gex_team_t *team);
 // on the element at `offset` (a multiple of its size) in `rank`'s segment
 // (`rank` a job rank that is a member of the domain's team) and returns
 // once it is done; a fetching operation writes the element's value before
-// it to `*old` unless `old` is NULL (ignored for the others). Ordering:
-// relaxed at the target word; the return orders it before this rank's
-// later operations.
+// it to `*old` unless `old` is NULL (ignored for the others). `flags`:
+// 0 (relaxed at the target word), `GEX_AOP_FLAG_ACQUIRE` and/or
+// `GEX_AOP_FLAG_RELEASE`; the return orders it before this rank's later
+// operations.
 //
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op`, a domain of
+// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` or flag, a domain of
 // another element type or endpoint index, a rank out of range;
 // `GEX_ERR_RMA` for an operation not in the domain, a target outside the
 // segment, misaligned or not in the team.
@@ -957,7 +964,7 @@ int gex_team_free(const gex_ep_t *ep, gex_team_t *team);
 // # Safety
 // `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain; `old`
 // is NULL or valid for writing one element.
-int gex_atomic_op_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint64_t a, uint64_t b, uint64_t *old);
+int gex_atomic_op_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint64_t a, uint64_t b, uint32_t flags, uint64_t *old);
 
 // Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
 // and writes its event to `*ev`; a fetching operation's old value is
@@ -970,7 +977,7 @@ int gex_atomic_op_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_
 // # Safety
 // As the blocking form, with `old` valid for writing until the event is
 // completed or freed; `ev` is NULL or valid for writing one pointer.
-int gex_atomic_op_nb_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint64_t a, uint64_t b, uint64_t *old, gex_event_t **ev);
+int gex_atomic_op_nb_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint64_t a, uint64_t b, uint32_t flags, uint64_t *old, gex_event_t **ev);
 
 // Starts the atomic operation `op` (as the blocking form) with an implicit
 // event: it is done once `gex_nbi_sync(ep, GEX_NBI_ATOMICS)` returns. A
@@ -980,17 +987,18 @@ int gex_atomic_op_nb_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint
 //
 // # Safety
 // `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
-int gex_atomic_op_nbi_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint64_t a, uint64_t b);
+int gex_atomic_op_nbi_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint64_t a, uint64_t b, uint32_t flags);
 
 // Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
 // on the element at `offset` (a multiple of its size) in `rank`'s segment
 // (`rank` a job rank that is a member of the domain's team) and returns
 // once it is done; a fetching operation writes the element's value before
-// it to `*old` unless `old` is NULL (ignored for the others). Ordering:
-// relaxed at the target word; the return orders it before this rank's
-// later operations.
+// it to `*old` unless `old` is NULL (ignored for the others). `flags`:
+// 0 (relaxed at the target word), `GEX_AOP_FLAG_ACQUIRE` and/or
+// `GEX_AOP_FLAG_RELEASE`; the return orders it before this rank's later
+// operations.
 //
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op`, a domain of
+// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` or flag, a domain of
 // another element type or endpoint index, a rank out of range;
 // `GEX_ERR_RMA` for an operation not in the domain, a target outside the
 // segment, misaligned or not in the team.
@@ -998,7 +1006,7 @@ int gex_atomic_op_nbi_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uin
 // # Safety
 // `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain; `old`
 // is NULL or valid for writing one element.
-int gex_atomic_op_i64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int64_t a, int64_t b, int64_t *old);
+int gex_atomic_op_i64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int64_t a, int64_t b, uint32_t flags, int64_t *old);
 
 // Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
 // and writes its event to `*ev`; a fetching operation's old value is
@@ -1011,7 +1019,7 @@ int gex_atomic_op_i64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_
 // # Safety
 // As the blocking form, with `old` valid for writing until the event is
 // completed or freed; `ev` is NULL or valid for writing one pointer.
-int gex_atomic_op_nb_i64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int64_t a, int64_t b, int64_t *old, gex_event_t **ev);
+int gex_atomic_op_nb_i64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int64_t a, int64_t b, uint32_t flags, int64_t *old, gex_event_t **ev);
 
 // Starts the atomic operation `op` (as the blocking form) with an implicit
 // event: it is done once `gex_nbi_sync(ep, GEX_NBI_ATOMICS)` returns. A
@@ -1021,17 +1029,18 @@ int gex_atomic_op_nb_i64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint
 //
 // # Safety
 // `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
-int gex_atomic_op_nbi_i64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int64_t a, int64_t b);
+int gex_atomic_op_nbi_i64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int64_t a, int64_t b, uint32_t flags);
 
 // Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
 // on the element at `offset` (a multiple of its size) in `rank`'s segment
 // (`rank` a job rank that is a member of the domain's team) and returns
 // once it is done; a fetching operation writes the element's value before
-// it to `*old` unless `old` is NULL (ignored for the others). Ordering:
-// relaxed at the target word; the return orders it before this rank's
-// later operations.
+// it to `*old` unless `old` is NULL (ignored for the others). `flags`:
+// 0 (relaxed at the target word), `GEX_AOP_FLAG_ACQUIRE` and/or
+// `GEX_AOP_FLAG_RELEASE`; the return orders it before this rank's later
+// operations.
 //
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op`, a domain of
+// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` or flag, a domain of
 // another element type or endpoint index, a rank out of range;
 // `GEX_ERR_RMA` for an operation not in the domain, a target outside the
 // segment, misaligned or not in the team.
@@ -1039,7 +1048,7 @@ int gex_atomic_op_nbi_i64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uin
 // # Safety
 // `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain; `old`
 // is NULL or valid for writing one element.
-int gex_atomic_op_u32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint32_t a, uint32_t b, uint32_t *old);
+int gex_atomic_op_u32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint32_t a, uint32_t b, uint32_t flags, uint32_t *old);
 
 // Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
 // and writes its event to `*ev`; a fetching operation's old value is
@@ -1052,7 +1061,7 @@ int gex_atomic_op_u32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_
 // # Safety
 // As the blocking form, with `old` valid for writing until the event is
 // completed or freed; `ev` is NULL or valid for writing one pointer.
-int gex_atomic_op_nb_u32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint32_t a, uint32_t b, uint32_t *old, gex_event_t **ev);
+int gex_atomic_op_nb_u32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint32_t a, uint32_t b, uint32_t flags, uint32_t *old, gex_event_t **ev);
 
 // Starts the atomic operation `op` (as the blocking form) with an implicit
 // event: it is done once `gex_nbi_sync(ep, GEX_NBI_ATOMICS)` returns. A
@@ -1062,17 +1071,18 @@ int gex_atomic_op_nb_u32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint
 //
 // # Safety
 // `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
-int gex_atomic_op_nbi_u32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint32_t a, uint32_t b);
+int gex_atomic_op_nbi_u32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, uint32_t a, uint32_t b, uint32_t flags);
 
 // Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
 // on the element at `offset` (a multiple of its size) in `rank`'s segment
 // (`rank` a job rank that is a member of the domain's team) and returns
 // once it is done; a fetching operation writes the element's value before
-// it to `*old` unless `old` is NULL (ignored for the others). Ordering:
-// relaxed at the target word; the return orders it before this rank's
-// later operations.
+// it to `*old` unless `old` is NULL (ignored for the others). `flags`:
+// 0 (relaxed at the target word), `GEX_AOP_FLAG_ACQUIRE` and/or
+// `GEX_AOP_FLAG_RELEASE`; the return orders it before this rank's later
+// operations.
 //
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op`, a domain of
+// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` or flag, a domain of
 // another element type or endpoint index, a rank out of range;
 // `GEX_ERR_RMA` for an operation not in the domain, a target outside the
 // segment, misaligned or not in the team.
@@ -1080,7 +1090,7 @@ int gex_atomic_op_nbi_u32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uin
 // # Safety
 // `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain; `old`
 // is NULL or valid for writing one element.
-int gex_atomic_op_i32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int32_t a, int32_t b, int32_t *old);
+int gex_atomic_op_i32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int32_t a, int32_t b, uint32_t flags, int32_t *old);
 
 // Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
 // and writes its event to `*ev`; a fetching operation's old value is
@@ -1093,7 +1103,7 @@ int gex_atomic_op_i32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_
 // # Safety
 // As the blocking form, with `old` valid for writing until the event is
 // completed or freed; `ev` is NULL or valid for writing one pointer.
-int gex_atomic_op_nb_i32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int32_t a, int32_t b, int32_t *old, gex_event_t **ev);
+int gex_atomic_op_nb_i32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int32_t a, int32_t b, uint32_t flags, int32_t *old, gex_event_t **ev);
 
 // Starts the atomic operation `op` (as the blocking form) with an implicit
 // event: it is done once `gex_nbi_sync(ep, GEX_NBI_ATOMICS)` returns. A
@@ -1103,17 +1113,18 @@ int gex_atomic_op_nb_i32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint
 //
 // # Safety
 // `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
-int gex_atomic_op_nbi_i32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int32_t a, int32_t b);
+int gex_atomic_op_nbi_i32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, int32_t a, int32_t b, uint32_t flags);
 
 // Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
 // on the element at `offset` (a multiple of its size) in `rank`'s segment
 // (`rank` a job rank that is a member of the domain's team) and returns
 // once it is done; a fetching operation writes the element's value before
-// it to `*old` unless `old` is NULL (ignored for the others). Ordering:
-// relaxed at the target word; the return orders it before this rank's
-// later operations.
+// it to `*old` unless `old` is NULL (ignored for the others). `flags`:
+// 0 (relaxed at the target word), `GEX_AOP_FLAG_ACQUIRE` and/or
+// `GEX_AOP_FLAG_RELEASE`; the return orders it before this rank's later
+// operations.
 //
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op`, a domain of
+// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` or flag, a domain of
 // another element type or endpoint index, a rank out of range;
 // `GEX_ERR_RMA` for an operation not in the domain, a target outside the
 // segment, misaligned or not in the team.
@@ -1121,7 +1132,7 @@ int gex_atomic_op_nbi_i32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uin
 // # Safety
 // `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain; `old`
 // is NULL or valid for writing one element.
-int gex_atomic_op_f64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, double a, double b, double *old);
+int gex_atomic_op_f64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, double a, double b, uint32_t flags, double *old);
 
 // Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
 // and writes its event to `*ev`; a fetching operation's old value is
@@ -1134,7 +1145,7 @@ int gex_atomic_op_f64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_
 // # Safety
 // As the blocking form, with `old` valid for writing until the event is
 // completed or freed; `ev` is NULL or valid for writing one pointer.
-int gex_atomic_op_nb_f64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, double a, double b, double *old, gex_event_t **ev);
+int gex_atomic_op_nb_f64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, double a, double b, uint32_t flags, double *old, gex_event_t **ev);
 
 // Starts the atomic operation `op` (as the blocking form) with an implicit
 // event: it is done once `gex_nbi_sync(ep, GEX_NBI_ATOMICS)` returns. A
@@ -1144,17 +1155,18 @@ int gex_atomic_op_nb_f64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint
 //
 // # Safety
 // `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
-int gex_atomic_op_nbi_f64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, double a, double b);
+int gex_atomic_op_nbi_f64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, double a, double b, uint32_t flags);
 
 // Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
 // on the element at `offset` (a multiple of its size) in `rank`'s segment
 // (`rank` a job rank that is a member of the domain's team) and returns
 // once it is done; a fetching operation writes the element's value before
-// it to `*old` unless `old` is NULL (ignored for the others). Ordering:
-// relaxed at the target word; the return orders it before this rank's
-// later operations.
+// it to `*old` unless `old` is NULL (ignored for the others). `flags`:
+// 0 (relaxed at the target word), `GEX_AOP_FLAG_ACQUIRE` and/or
+// `GEX_AOP_FLAG_RELEASE`; the return orders it before this rank's later
+// operations.
 //
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op`, a domain of
+// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` or flag, a domain of
 // another element type or endpoint index, a rank out of range;
 // `GEX_ERR_RMA` for an operation not in the domain, a target outside the
 // segment, misaligned or not in the team.
@@ -1162,7 +1174,7 @@ int gex_atomic_op_nbi_f64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uin
 // # Safety
 // `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain; `old`
 // is NULL or valid for writing one element.
-int gex_atomic_op_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, float a, float b, float *old);
+int gex_atomic_op_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, float a, float b, uint32_t flags, float *old);
 
 // Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
 // and writes its event to `*ev`; a fetching operation's old value is
@@ -1175,7 +1187,7 @@ int gex_atomic_op_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_
 // # Safety
 // As the blocking form, with `old` valid for writing until the event is
 // completed or freed; `ev` is NULL or valid for writing one pointer.
-int gex_atomic_op_nb_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, float a, float b, float *old, gex_event_t **ev);
+int gex_atomic_op_nb_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, float a, float b, uint32_t flags, float *old, gex_event_t **ev);
 
 // Starts the atomic operation `op` (as the blocking form) with an implicit
 // event: it is done once `gex_nbi_sync(ep, GEX_NBI_ATOMICS)` returns. A
@@ -1185,7 +1197,7 @@ int gex_atomic_op_nb_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint
 //
 // # Safety
 // `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
-int gex_atomic_op_nbi_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, float a, float b);
+int gex_atomic_op_nbi_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, float a, float b, uint32_t flags);
 
 #ifdef __cplusplus
 }  // extern "C"

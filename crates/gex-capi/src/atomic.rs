@@ -66,6 +66,17 @@ pub const GEX_AOPS_ALL: u32 = 0x01FF_FFFF;
 /// Every operation but the bitwise ones (and, or, xor and their fetching forms).
 pub const GEX_AOPS_ARITH: u32 = 0x0007_FFFF;
 
+/// `flags` of `gex_atomic_op_*`: the operation is an acquire at the target word.
+pub const GEX_AOP_FLAG_ACQUIRE: u32 = 1;
+/// `flags` of `gex_atomic_op_*`: the operation is a release at the target word.
+pub const GEX_AOP_FLAG_RELEASE: u32 = 2;
+
+/// The RMA layer's flags of C `flags`.
+fn aflags(flags: u32) -> Result<AtomicFlags, Error> {
+    AtomicFlags::from_bits(flags)
+        .ok_or_else(|| Error::invalid(format!("unknown atomic flags {flags:#x}")))
+}
+
 /// The RMA layer's operation of a C code.
 fn aop(op: c_int) -> Result<AtomicOp, Error> {
     usize::try_from(op)
@@ -266,13 +277,14 @@ unsafe fn op_blocking<T: CAtomic>(
     op: c_int,
     a: T,
     b: T,
+    flags: u32,
     old: *mut T,
 ) -> c_int {
     entry(|| {
         // SAFETY: the caller's promises, as `target` states them.
         let (h, d, p) = unsafe { target::<T>(ep, ad, rank, offset) }?;
         let op = aop(op)?;
-        let f = AtomicFlags::empty();
+        let f = aflags(flags)?;
         if !op.is_fetching() {
             h.with(|s| Ok(s.ep.atomic(d, op, p, a, b, f, Blocking)?))?;
             return Ok(gex_status_t::GEX_OK);
@@ -300,6 +312,7 @@ unsafe fn op_nb<T: CAtomic>(
     op: c_int,
     a: T,
     b: T,
+    flags: u32,
     old: *mut T,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
@@ -314,7 +327,7 @@ unsafe fn op_nb<T: CAtomic>(
         // SAFETY: `old` is NULL or stays writable until the event completes or is
         // freed (the caller's promise); nothing is lent when it is NULL.
         let out = unsafe { Lent::new(old, n, "old") }?;
-        let f = AtomicFlags::empty();
+        let f = aflags(flags)?;
         let o = if op.is_fetching() {
             let e = h.with(|s| Ok(s.ep.fetch(d, op, p, a, b, f, Nb)?))?;
             Op::Dyn(Box::new(Fetched(e, out)))
@@ -331,6 +344,7 @@ unsafe fn op_nb<T: CAtomic>(
 ///
 /// # Safety
 /// As the family's `_nbi` function.
+#[allow(clippy::too_many_arguments)]
 unsafe fn op_nbi<T: CAtomic>(
     ep: *const gex_ep_t,
     ad: *const gex_atomic_domain_t,
@@ -339,12 +353,13 @@ unsafe fn op_nbi<T: CAtomic>(
     op: c_int,
     a: T,
     b: T,
+    flags: u32,
 ) -> c_int {
     entry(|| {
         // SAFETY: the caller's promises, as `target` states them.
         let (h, d, p) = unsafe { target::<T>(ep, ad, rank, offset) }?;
         let op = aop(op)?;
-        let f = AtomicFlags::empty();
+        let f = aflags(flags)?;
         h.with(|s| Ok(s.ep.atomic(d, op, p, a, b, f, Nbi)?))?;
         Ok(gex_status_t::GEX_OK)
     })
@@ -375,11 +390,12 @@ macro_rules! atomic_family {
             /// on the element at `offset` (a multiple of its size) in `rank`'s segment
             /// (`rank` a job rank that is a member of the domain's team) and returns
             /// once it is done; a fetching operation writes the element's value before
-            /// it to `*old` unless `old` is NULL (ignored for the others). Ordering:
-            /// relaxed at the target word; the return orders it before this rank's
-            /// later operations.
+            /// it to `*old` unless `old` is NULL (ignored for the others). `flags`:
+            /// 0 (relaxed at the target word), `GEX_AOP_FLAG_ACQUIRE` and/or
+            /// `GEX_AOP_FLAG_RELEASE`; the return orders it before this rank's later
+            /// operations.
             ///
-            /// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op`, a domain of
+            /// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` or flag, a domain of
             /// another element type or endpoint index, a rank out of range;
             /// `GEX_ERR_RMA` for an operation not in the domain, a target outside the
             /// segment, misaligned or not in the team.
@@ -395,10 +411,11 @@ macro_rules! atomic_family {
                 op: c_int,
                 a: $t,
                 b: $t,
+                flags: u32,
                 old: *mut $t,
             ) {
                 // SAFETY: the caller's promises, passed on.
-                unsafe { op_blocking::<$t>(ep, ad, rank, offset, op, a, b, old) }
+                unsafe { op_blocking::<$t>(ep, ad, rank, offset, op, a, b, flags, old) }
             }
 
             /// Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
@@ -420,11 +437,12 @@ macro_rules! atomic_family {
                 op: c_int,
                 a: $t,
                 b: $t,
+                flags: u32,
                 old: *mut $t,
                 ev: *mut *mut gex_event_t,
             ) {
                 // SAFETY: the caller's promises, passed on.
-                unsafe { op_nb::<$t>(ep, ad, rank, offset, op, a, b, old, ev) }
+                unsafe { op_nb::<$t>(ep, ad, rank, offset, op, a, b, flags, old, ev) }
             }
 
             /// Starts the atomic operation `op` (as the blocking form) with an implicit
@@ -443,9 +461,10 @@ macro_rules! atomic_family {
                 op: c_int,
                 a: $t,
                 b: $t,
+                flags: u32,
             ) {
                 // SAFETY: the caller's promises, passed on.
-                unsafe { op_nbi::<$t>(ep, ad, rank, offset, op, a, b) }
+                unsafe { op_nbi::<$t>(ep, ad, rank, offset, op, a, b, flags) }
             }
         }
     };
@@ -494,7 +513,7 @@ pub unsafe extern "C" fn gex_atomic_fetch_add_u64(
 ) -> c_int {
     let op = gex_aop_t::GEX_AOP_FADD as c_int;
     // SAFETY: the caller's promises, passed on.
-    unsafe { op_blocking::<u64>(ep, ad, rank, offset, op, value, 0, old) }
+    unsafe { op_blocking::<u64>(ep, ad, rank, offset, op, value, 0, 0, old) }
 }
 
 /// Atomically replaces the `uint64_t` at `offset` in `rank`'s segment by `desired` if
@@ -518,7 +537,7 @@ pub unsafe extern "C" fn gex_atomic_compare_swap_u64(
 ) -> c_int {
     let op = gex_aop_t::GEX_AOP_FCSWAP as c_int;
     // SAFETY: the caller's promises, passed on.
-    unsafe { op_blocking::<u64>(ep, ad, rank, offset, op, expected, desired, old) }
+    unsafe { op_blocking::<u64>(ep, ad, rank, offset, op, expected, desired, 0, old) }
 }
 
 /// Atomically reads the `uint64_t` at `offset` in `rank`'s segment into `*value`.
@@ -540,7 +559,7 @@ pub unsafe extern "C" fn gex_atomic_get_u64(
     }
     let op = gex_aop_t::GEX_AOP_GET as c_int;
     // SAFETY: the caller's promises, passed on.
-    unsafe { op_blocking::<u64>(ep, ad, rank, offset, op, 0, 0, value) }
+    unsafe { op_blocking::<u64>(ep, ad, rank, offset, op, 0, 0, 0, value) }
 }
 
 /// Starts an atomic fetch-add (as [`gex_atomic_fetch_add_u64`]) and writes its event
@@ -565,5 +584,5 @@ pub unsafe extern "C" fn gex_atomic_fetch_add_u64_nb(
     }
     let op = gex_aop_t::GEX_AOP_FADD as c_int;
     // SAFETY: the caller's promises, passed on.
-    unsafe { op_nb::<u64>(ep, ad, rank, offset, op, value, 0, old, ev) }
+    unsafe { op_nb::<u64>(ep, ad, rank, offset, op, value, 0, 0, old, ev) }
 }

@@ -524,26 +524,26 @@ fn nbi_and_atomic_families_on_one_rank() {
         use gex_aop_t::*;
         let mut old = 0u32;
         assert_eq!(
-            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_SET as i32, 0xF0, 0, null_mut()),
+            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_SET as i32, 0xF0, 0, 0, null_mut()),
             0
         );
         assert_eq!(
-            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_FOR as i32, 0x0F, 0, &mut old),
+            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_FOR as i32, 0x0F, 0, 0, &mut old),
             0
         );
         assert_eq!(old, 0xF0);
         assert_eq!(
-            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_FAND as i32, 0x3C, 0, &mut old),
+            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_FAND as i32, 0x3C, 0, 0, &mut old),
             0
         );
         assert_eq!(old, 0xFF);
         assert_eq!(
-            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_FXOR as i32, 0xFF, 0, &mut old),
+            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_FXOR as i32, 0xFF, 0, 0, &mut old),
             0
         );
         assert_eq!(old, 0x3C);
         assert_eq!(
-            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_SWAP as i32, 5, 0, &mut old),
+            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_SWAP as i32, 5, 0, 0, &mut old),
             0
         );
         assert_eq!(old, 0xC3);
@@ -557,6 +557,7 @@ fn nbi_and_atomic_families_on_one_rank() {
                 GEX_AOP_FADD as i32,
                 1,
                 0,
+                0,
                 &mut old,
                 &mut ev
             ),
@@ -565,44 +566,44 @@ fn nbi_and_atomic_families_on_one_rank() {
         assert_eq!(gex_event_wait(e, &mut ev), 0);
         assert_eq!(old, 5);
         assert_eq!(
-            gex_atomic_op_nbi_u32(e, du32, 0, 256, GEX_AOP_INC as i32, 0, 0),
+            gex_atomic_op_nbi_u32(e, du32, 0, 256, GEX_AOP_INC as i32, 0, 0, 0),
             0
         );
         assert_eq!(gex_nbi_sync(e, crate::rma::GEX_NBI_ATOMICS), 0);
         assert_eq!(
-            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_GET as i32, 0, 0, &mut old),
+            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_GET as i32, 0, 0, 0, &mut old),
             0
         );
         assert_eq!(old, 7);
         // Wrong type, unknown op, misaligned.
         assert_eq!(
-            gex_atomic_op_u64(e, du32, 0, 256, GEX_AOP_GET as i32, 0, 0, null_mut()),
+            gex_atomic_op_u64(e, du32, 0, 256, GEX_AOP_GET as i32, 0, 0, 0, null_mut()),
             GEX_ERR_INVALID.code()
         );
         assert_eq!(
-            gex_atomic_op_u32(e, du32, 0, 256, 25, 0, 0, null_mut()),
+            gex_atomic_op_u32(e, du32, 0, 256, 25, 0, 0, 0, null_mut()),
             GEX_ERR_INVALID.code()
         );
         assert_eq!(
-            gex_atomic_op_u32(e, du32, 0, 258, GEX_AOP_ADD as i32, 1, 0, null_mut()),
+            gex_atomic_op_u32(e, du32, 0, 258, GEX_AOP_ADD as i32, 1, 0, 0, null_mut()),
             GEX_ERR_RMA.code()
         );
         let mut x = 0f64;
         assert_eq!(
-            gex_atomic_op_f64(e, df64, 0, 512, GEX_AOP_SET as i32, 2.5, 0.0, null_mut()),
+            gex_atomic_op_f64(e, df64, 0, 512, GEX_AOP_SET as i32, 2.5, 0.0, 0, null_mut()),
             0
         );
         assert_eq!(
-            gex_atomic_op_f64(e, df64, 0, 512, GEX_AOP_FMAX as i32, 1.0, 0.0, &mut x),
+            gex_atomic_op_f64(e, df64, 0, 512, GEX_AOP_FMAX as i32, 1.0, 0.0, 0, &mut x),
             0
         );
         assert_eq!(x, 2.5);
         assert_eq!(
-            gex_atomic_op_f64(e, df64, 0, 512, GEX_AOP_FCSWAP as i32, 2.5, -1.0, &mut x),
+            gex_atomic_op_f64(e, df64, 0, 512, GEX_AOP_FCSWAP as i32, 2.5, -1.0, 0, &mut x),
             0
         );
         assert_eq!(
-            gex_atomic_op_f64(e, df64, 0, 512, GEX_AOP_GET as i32, 0.0, 0.0, &mut x),
+            gex_atomic_op_f64(e, df64, 0, 512, GEX_AOP_GET as i32, 0.0, 0.0, 0, &mut x),
             0
         );
         assert_eq!(x, -1.0);

@@ -1,6 +1,6 @@
 /* atomics_long.c: typed remote atomics (domains of uint32_t, int64_t, double and
  * uint64_t over the world team; blocking, nonblocking and NBI forms of the opcode
- * families), Long AMs (a request whose payload lands in the next rank's segment, a
+ * families, with acquire/release flags), Long AMs (a request whose payload lands in the next rank's segment, a
  * Long reply into the requester's), and the progress thread from C.
  *   gex-run -n 4 ./atomics_long            (handlers run inside this rank's calls)
  *   gex-run -n 4 ./atomics_long progress   (gex_client_init_ex with a progress thread) */
@@ -114,39 +114,40 @@ int main(int argc, char **argv) {
     CHECK(gex_atomic_domain_create_ex(ep, world, GEX_DT_F64, GEX_AOPS_ARITH, &df64));
     CHECK(gex_atomic_domain_create_ex(ep, world, GEX_DT_U64, GEX_AOPS_ALL, &du64));
     uint32_t old32;
-    CHECK(gex_atomic_op_u32(ep, du32, 0, 0, GEX_AOP_FOR, 1u << rank, 0, &old32));
+    CHECK(gex_atomic_op_u32(ep, du32, 0, 0, GEX_AOP_FOR, 1u << rank, 0, GEX_AOP_FLAG_ACQUIRE | GEX_AOP_FLAG_RELEASE, &old32));
     if (old32 & (1u << rank)) FAIL("my bit was set before me");
-    CHECK(gex_atomic_op_u32(ep, du32, 0, 4, GEX_AOP_XOR, 1u << rank, 0, NULL));
-    CHECK(gex_atomic_op_nbi_u32(ep, du32, 0, 8, GEX_AOP_INC, 0, 0));
-    CHECK(gex_atomic_op_nbi_u32(ep, du32, 0, 12, GEX_AOP_ADD, rank, 0));
+    CHECK(gex_atomic_op_u32(ep, du32, 0, 4, GEX_AOP_XOR, 1u << rank, 0, 0, NULL));
+    CHECK(gex_atomic_op_nbi_u32(ep, du32, 0, 8, GEX_AOP_INC, 0, 0, 0));
+    CHECK(gex_atomic_op_nbi_u32(ep, du32, 0, 12, GEX_AOP_ADD, rank, 0, 0));
     CHECK(gex_nbi_sync(ep, GEX_NBI_ATOMICS));
 
     /* int64_t: nonblocking fetch-adds of -rank, completed with one wait_all. */
     gex_event_t *evs[2];
     int64_t olds[2] = {123, 456};
-    CHECK(gex_atomic_op_nb_i64(ep, di64, 0, 16, GEX_AOP_FADD, -(int64_t)rank, 0, &olds[0], &evs[0]));
-    CHECK(gex_atomic_op_nb_i64(ep, di64, 0, 24, GEX_AOP_FADD, 1, 0, &olds[1], &evs[1]));
+    CHECK(gex_atomic_op_nb_i64(ep, di64, 0, 16, GEX_AOP_FADD, -(int64_t)rank, 0, 0, &olds[0], &evs[0]));
+    CHECK(gex_atomic_op_nb_i64(ep, di64, 0, 24, GEX_AOP_FADD, 1, 0, 0, &olds[1], &evs[1]));
     CHECK(gex_event_wait_all(ep, evs, 2));
     if (olds[0] > 0 || olds[1] < 0 || olds[1] >= (int64_t)size) FAIL("i64 olds %lld %lld", (long long)olds[0], (long long)olds[1]);
-    EXPECT(GEX_ERR_RMA, gex_atomic_op_i64(ep, di64, 0, 16, GEX_AOP_AND, 1, 0, NULL)); /* not in the domain */
+    EXPECT(GEX_ERR_RMA, gex_atomic_op_i64(ep, di64, 0, 16, GEX_AOP_AND, 1, 0, 0, NULL)); /* not in the domain */
 
     /* double: fetch-max of rank * 1.5, and one winner of a compare-and-swap. */
     double oldf;
-    CHECK(gex_atomic_op_f64(ep, df64, 0, 32, GEX_AOP_FMAX, 1.5 * rank, 0.0, &oldf));
-    CHECK(gex_atomic_op_f64(ep, df64, 0, 40, GEX_AOP_FCSWAP, 0.0, 2.0 + rank, &oldf));
+    CHECK(gex_atomic_op_f64(ep, df64, 0, 32, GEX_AOP_FMAX, 1.5 * rank, 0.0, 0, &oldf));
+    CHECK(gex_atomic_op_f64(ep, df64, 0, 40, GEX_AOP_FCSWAP, 0.0, 2.0 + rank, 0, &oldf));
     uint64_t won = oldf == 0.0, wins;
 
     /* uint64_t: the named functions and the family on the same domain. */
     uint64_t o64;
     CHECK(gex_atomic_fetch_add_u64(ep, du64, 0, 48, 10, &o64));
-    CHECK(gex_atomic_op_u64(ep, du64, 0, 48, GEX_AOP_FAND, ~0ull, 0, &o64));
+    CHECK(gex_atomic_op_u64(ep, du64, 0, 48, GEX_AOP_FAND, ~0ull, 0, 0, &o64));
     if (o64 % 10 != 0 || o64 == 0) FAIL("u64 fetch-and saw %llu", (unsigned long long)o64);
 
     /* Errors: wrong type, unknown op, misaligned, bitwise on a float domain. */
-    EXPECT(GEX_ERR_INVALID, gex_atomic_op_u64(ep, du32, 0, 0, GEX_AOP_GET, 0, 0, &o64));
-    EXPECT(GEX_ERR_INVALID, gex_atomic_op_u32(ep, du32, 0, 0, 99, 0, 0, NULL));
-    EXPECT(GEX_ERR_RMA, gex_atomic_op_u32(ep, du32, 0, 2, GEX_AOP_ADD, 1, 0, NULL));
-    EXPECT(GEX_ERR_NULL, gex_atomic_op_nb_u32(ep, du32, 0, 0, GEX_AOP_ADD, 1, 0, NULL, NULL));
+    EXPECT(GEX_ERR_INVALID, gex_atomic_op_u64(ep, du32, 0, 0, GEX_AOP_GET, 0, 0, 0, &o64));
+    EXPECT(GEX_ERR_INVALID, gex_atomic_op_u32(ep, du32, 0, 0, 99, 0, 0, 0, NULL));
+    EXPECT(GEX_ERR_RMA, gex_atomic_op_u32(ep, du32, 0, 2, GEX_AOP_ADD, 1, 0, 0, NULL));
+    EXPECT(GEX_ERR_INVALID, gex_atomic_op_nbi_u32(ep, du32, 0, 0, GEX_AOP_ADD, 1, 0, 8)); /* unknown flag */
+    EXPECT(GEX_ERR_NULL, gex_atomic_op_nb_u32(ep, du32, 0, 0, GEX_AOP_ADD, 1, 0, 0, NULL, NULL));
     gex_atomic_domain_t *nope = NULL;
     EXPECT(GEX_ERR_INVALID, gex_atomic_domain_create_ex(ep, world, GEX_DT_U8, GEX_AOPS_ALL, &nope));
     if (nope != NULL) FAIL("a domain was made on error");
@@ -158,14 +159,14 @@ int main(int argc, char **argv) {
         uint32_t w[4];
         int64_t a, c;
         double m, s;
-        CHECK(gex_atomic_op_u32(ep, du32, 0, 0, GEX_AOP_GET, 0, 0, &w[0]));
-        CHECK(gex_atomic_op_u32(ep, du32, 0, 4, GEX_AOP_GET, 0, 0, &w[1]));
-        CHECK(gex_atomic_op_u32(ep, du32, 0, 8, GEX_AOP_GET, 0, 0, &w[2]));
-        CHECK(gex_atomic_op_u32(ep, du32, 0, 12, GEX_AOP_GET, 0, 0, &w[3]));
-        CHECK(gex_atomic_op_i64(ep, di64, 0, 16, GEX_AOP_GET, 0, 0, &a));
-        CHECK(gex_atomic_op_i64(ep, di64, 0, 24, GEX_AOP_SWAP, 0, 0, &c));
-        CHECK(gex_atomic_op_f64(ep, df64, 0, 32, GEX_AOP_GET, 0, 0, &m));
-        CHECK(gex_atomic_op_f64(ep, df64, 0, 40, GEX_AOP_GET, 0, 0, &s));
+        CHECK(gex_atomic_op_u32(ep, du32, 0, 0, GEX_AOP_GET, 0, 0, GEX_AOP_FLAG_ACQUIRE, &w[0]));
+        CHECK(gex_atomic_op_u32(ep, du32, 0, 4, GEX_AOP_GET, 0, 0, 0, &w[1]));
+        CHECK(gex_atomic_op_u32(ep, du32, 0, 8, GEX_AOP_GET, 0, 0, 0, &w[2]));
+        CHECK(gex_atomic_op_u32(ep, du32, 0, 12, GEX_AOP_GET, 0, 0, 0, &w[3]));
+        CHECK(gex_atomic_op_i64(ep, di64, 0, 16, GEX_AOP_GET, 0, 0, 0, &a));
+        CHECK(gex_atomic_op_i64(ep, di64, 0, 24, GEX_AOP_SWAP, 0, 0, 0, &c));
+        CHECK(gex_atomic_op_f64(ep, df64, 0, 32, GEX_AOP_GET, 0, 0, 0, &m));
+        CHECK(gex_atomic_op_f64(ep, df64, 0, 40, GEX_AOP_GET, 0, 0, 0, &s));
         uint32_t mask = size >= 32 ? ~0u : (1u << size) - 1;
         if (w[0] != mask || w[1] != mask || w[2] != size || w[3] != size * (size - 1) / 2)
             FAIL("u32 words %x %x %u %u", w[0], w[1], w[2], w[3]);
