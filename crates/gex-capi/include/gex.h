@@ -917,6 +917,23 @@ int gex_team_world(const gex_ep_t *ep, gex_team_t **team);
 // valid for writing one pointer.
 int gex_team_split(const gex_ep_t *ep, const gex_team_t *parent, uint32_t color, uint32_t key, gex_team_t **team);
 
+// Creates a team of the members of `parent` whose team ranks in `parent` are the `n`
+// entries of `members`, in that order (the new team's rank `i` is `members[i]`), and
+// writes its handle to `*team`.
+//
+// Collective over the listed members only (the others do not call it), which pass
+// the same list in the same order, in the same order as their other collectives on
+// `parent`. The new team has no scratch space of its own.
+//
+// Returns `GEX_OK`; `GEX_ERR_COLL` for a list with a repeated or out-of-range rank, a
+// caller that is not listed, or a failed exchange; `GEX_ERR_INVALID` if `parent` is
+// not a team of `ep`.
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `parent` NULL or a live team; `members` is valid
+// for reading `n` `uint32_t`s; `team` is NULL or valid for writing one pointer.
+int gex_team_create(const gex_ep_t *ep, const gex_team_t *parent, const uint32_t *members, size_t n, gex_team_t **team);
+
 // Writes this rank's rank in `team` to `*rank` and the team's size to `*size`
 // (either may be NULL when not wanted).
 //
@@ -934,9 +951,10 @@ int gex_team_rank(const gex_team_t *team, uint32_t *rank, uint32_t *size);
 // `team` is NULL or a live team; `rank` is NULL or valid for writing one `uint32_t`.
 int gex_team_translate(const gex_team_t *team, uint32_t team_rank, uint32_t *rank);
 
-// Frees a team handle and, for a team made by `gex_team_split`, destroys the team
-// on this rank (not collective). Wait for its nonblocking collectives first. A NULL
-// `team` is ignored.
+// Frees a team handle and, for a team made by `gex_team_split` or `gex_team_create`,
+// destroys the team on this rank (not collective). Wait for its nonblocking
+// collectives first, and free every team of an endpoint before `gex_ep_close` (this
+// call needs the live endpoint). A NULL `team` is ignored.
 //
 // Returns `GEX_OK`; `GEX_ERR_COLL` if collectives of the team are still in flight
 // here (nothing is done: the handle stays valid); `GEX_ERR_INVALID` if `team` is not

@@ -1,5 +1,5 @@
 //! Teams (`gex_team_t`): the world team of an endpoint, teams split from a parent by
-//! color and key, their ranks, the translation of a team rank to a job rank, and
+//! color and key or made from a list of its ranks, their ranks, the translation of a team rank to a job rank, and
 //! their release.
 //!
 //! A team is of one endpoint: this rank's endpoint of an index and the endpoints of
@@ -84,6 +84,48 @@ pub unsafe extern "C" fn gex_team_split(
     })
 }
 
+/// Creates a team of the members of `parent` whose team ranks in `parent` are the `n`
+/// entries of `members`, in that order (the new team's rank `i` is `members[i]`), and
+/// writes its handle to `*team`.
+///
+/// Collective over the listed members only (the others do not call it), which pass
+/// the same list in the same order, in the same order as their other collectives on
+/// `parent`. The new team has no scratch space of its own.
+///
+/// Returns `GEX_OK`; `GEX_ERR_COLL` for a list with a repeated or out-of-range rank, a
+/// caller that is not listed, or a failed exchange; `GEX_ERR_INVALID` if `parent` is
+/// not a team of `ep`.
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint, `parent` NULL or a live team; `members` is valid
+/// for reading `n` `uint32_t`s; `team` is NULL or valid for writing one pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_team_create(
+    ep: *const gex_ep_t,
+    parent: *const gex_team_t,
+    members: *const u32,
+    n: usize,
+    team: *mut *mut gex_team_t,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `ptr::handle` states them.
+        let h = unsafe { ptr::handle(ep) }?;
+        // SAFETY: `parent` is NULL or a live team (this function's `# Safety`).
+        let p = unsafe { ptr::handle(parent) }?;
+        // SAFETY: `members` is readable for `n` elements (this function's `# Safety`).
+        let list = unsafe { ptr::slice(members, n, "members") }?;
+        if team.is_null() {
+            return Err(Error::null("team"));
+        }
+        let parent = p.of(h)?.clone();
+        let t = h.with(|s| Ok(s.ep.create_team(&parent, list, Scratch::None)?))?;
+        let out = ptr::into_raw(Box::new(gex_team_t::new(t, false)));
+        // SAFETY: `team` is non-null and writable (the caller's promise).
+        unsafe { ptr::write(team, out, "team") }?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
 /// Writes this rank's rank in `team` to `*rank` and the team's size to `*size`
 /// (either may be NULL when not wanted).
 ///
@@ -139,9 +181,10 @@ pub unsafe extern "C" fn gex_team_translate(
     })
 }
 
-/// Frees a team handle and, for a team made by `gex_team_split`, destroys the team
-/// on this rank (not collective). Wait for its nonblocking collectives first. A NULL
-/// `team` is ignored.
+/// Frees a team handle and, for a team made by `gex_team_split` or `gex_team_create`,
+/// destroys the team on this rank (not collective). Wait for its nonblocking
+/// collectives first, and free every team of an endpoint before `gex_ep_close` (this
+/// call needs the live endpoint). A NULL `team` is ignored.
 ///
 /// Returns `GEX_OK`; `GEX_ERR_COLL` if collectives of the team are still in flight
 /// here (nothing is done: the handle stays valid); `GEX_ERR_INVALID` if `team` is not

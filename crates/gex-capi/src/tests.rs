@@ -297,6 +297,20 @@ fn teams_and_typed_collectives_on_one_rank() {
         );
         assert!(none.is_null());
         assert_eq!(gex_team_barrier(e, sub), 0);
+        let (mut listed, zero) = (null_mut(), [0u32]);
+        assert_eq!(
+            gex_team_create(e, sub, zero.as_ptr(), 1, &mut listed),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(gex_team_rank(listed, &mut r, &mut n), 0);
+        assert_eq!((r, n), (0, 1));
+        let twice = [0u32, 0];
+        let rc = gex_team_create(e, w, twice.as_ptr(), 2, &mut none);
+        assert_eq!(rc, GEX_ERR_COLL.code(), "{}", last());
+        assert!(none.is_null());
+        assert_eq!(gex_team_free(e, listed), 0);
 
         // Allreduce of several types and operators, blocking and nonblocking.
         let src = [6i32, -3];

@@ -1,5 +1,5 @@
-/* teams_colls.c: teams (world, split by color and key, a team of one, translation of
- * team ranks), collectives on teams (barrier, broadcast, scatter, gather, gather_all,
+/* teams_colls.c: teams (world, split by color and key, a team of one, a team from a
+ * list of ranks, translation of team ranks), collectives on teams (barrier, broadcast, scatter, gather, gather_all,
  * exchange, reduce, allreduce, reduce_scatter, scan, exscan of several types and
  * operators, blocking and nonblocking), implicit-event
  * (NBI) puts and gets with their syncs, and one event type: a nonblocking allreduce
@@ -61,6 +61,21 @@ int main(void) {
         if (r != 0 || n != 1) FAIL("solo team rank %u of %u", r, n);
     }
     CHECK(gex_team_barrier(ep, half));
+
+    /* A team of the last rank and rank 0, in that order: only they call. */
+    gex_team_t *ends = NULL;
+    uint32_t list[2] = {size - 1, 0};
+    if (rank == 0 || rank == size - 1) {
+        CHECK(gex_team_create(ep, world, list, 2, &ends));
+        CHECK(gex_team_rank(ends, &r, &n));
+        if (n != 2 || r != (rank == 0 ? 1u : 0u)) FAIL("ends team rank %u of %u", r, n);
+        CHECK(gex_team_translate(ends, 1, &j));
+        if (j != 0) FAIL("ends team rank 1 is %u", j);
+        uint64_t mine64 = rank, both;
+        CHECK(gex_allreduce(ep, ends, &mine64, &both, 1, GEX_DT_U64, GEX_OP_SUM));
+        if (both != size - 1) FAIL("ends allreduce %llu", (unsigned long long)both);
+        CHECK(gex_team_free(ep, ends));
+    }
 
     /* Broadcast in the half team from its team rank 0 (job rank `top`). */
     int64_t b[5];
