@@ -31,7 +31,7 @@
 // `GEX_PROGRESS_THREAD=0` or `1` in the environment overrides it.
 #define GEX_INIT_PROGRESS_THREAD 1
 
-// `gex_nbi_sync` / `gex_nbi_test` category: implicit-event puts.
+// `gex_nbi_sync` / `gex_nbi_test` category: implicit-event puts (and memsets).
 #define GEX_NBI_PUTS 1
 
 // `gex_nbi_sync` / `gex_nbi_test` category: implicit-event gets.
@@ -833,6 +833,33 @@ int gex_get(const gex_ep_t *ep, void *dst, uint32_t rank, size_t offset, size_t 
 // `dst` is valid for writing `len` bytes (any pointer when `len` is 0) until the event
 // is completed or freed.
 int gex_get_nb(const gex_ep_t *ep, void *dst, uint32_t rank, size_t offset, size_t len, gex_event_t **ev);
+
+// Sets `len` bytes at `offset` in `rank`'s segment to `value` and returns once they
+// are set (remote completion).
+//
+// Returns as [`gex_put`].
+//
+// # Safety
+// `ep` is NULL or a live endpoint.
+int gex_memset(const gex_ep_t *ep, uint32_t rank, size_t offset, uint8_t value, size_t len);
+
+// Starts a memset (as [`gex_memset`]) and writes its event to `*ev`: it completes
+// when the bytes are set.
+//
+// Returns as [`gex_put_nb`].
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `ev` is NULL or valid for writing one pointer.
+int gex_memset_nb(const gex_ep_t *ep, uint32_t rank, size_t offset, uint8_t value, size_t len, gex_event_t **ev);
+
+// Starts a memset (as [`gex_memset`]) with an implicit event, counted with the puts:
+// the bytes are set once `gex_nbi_sync` of `GEX_NBI_PUTS` returns.
+//
+// Returns as [`gex_put_nbi`].
+//
+// # Safety
+// `ep` is NULL or a live endpoint.
+int gex_memset_nbi(const gex_ep_t *ep, uint32_t rank, size_t offset, uint8_t value, size_t len);
 
 // Starts a put of `len` bytes from `src` to `offset` in `rank`'s segment with an
 // implicit event: `src` may be reused as soon as the call returns; the put is

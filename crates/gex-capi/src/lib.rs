@@ -16,6 +16,7 @@
 //!   of each category from inside a request handler through its `gex_token_t`;
 //! - put/get, blocking, nonblocking (a `gex_event_t`) and implicit-event
 //!   (`gex_put_nbi`, `gex_get_nbi`, `gex_nbi_sync`, `gex_nbi_test` by category);
+//!   memset in the same three forms;
 //!   `gex_event_test/wait/wait_all/wait_any/free` over the events of every layer;
 //! - remote atomics: domains of `uint64_t`, `int64_t`, `uint32_t`, `int32_t`, `double`,
 //!   `float` over a team with any set of GASNet-EX's 25 operations, and per type the

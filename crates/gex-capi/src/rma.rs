@@ -1,5 +1,5 @@
-//! One-sided put and get: blocking, nonblocking (an event) and implicit-event (NBI,
-//! completed by `gex_nbi_sync` / `gex_nbi_test`).
+//! One-sided put, get and memset: blocking, nonblocking (an event) and implicit-event
+//! (NBI, completed by `gex_nbi_sync` / `gex_nbi_test`).
 //!
 //! Remote addresses are `(rank, offset)`: `offset` bytes into the segment of `rank`'s
 //! endpoint of the calling endpoint's index. Every access is range-checked against the
@@ -146,7 +146,84 @@ pub unsafe extern "C" fn gex_get_nb(
     })
 }
 
-/// `gex_nbi_sync` / `gex_nbi_test` category: implicit-event puts.
+/// Sets `len` bytes at `offset` in `rank`'s segment to `value` and returns once they
+/// are set (remote completion).
+///
+/// Returns as [`gex_put`].
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_memset(
+    ep: *const gex_ep_t,
+    rank: u32,
+    offset: usize,
+    value: u8,
+    len: usize,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promise, as `ptr::handle` states it.
+        let h = unsafe { ptr::handle(ep) }?;
+        let p = gptr::<u8>(h, rank, offset)?;
+        h.with(|s| Ok(s.ep.memset(p, value, len, Blocking)?))?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
+/// Starts a memset (as [`gex_memset`]) and writes its event to `*ev`: it completes
+/// when the bytes are set.
+///
+/// Returns as [`gex_put_nb`].
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint; `ev` is NULL or valid for writing one pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_memset_nb(
+    ep: *const gex_ep_t,
+    rank: u32,
+    offset: usize,
+    value: u8,
+    len: usize,
+    ev: *mut *mut gex_event_t,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promise, as `ptr::handle` states it.
+        let h = unsafe { ptr::handle(ep) }?;
+        if ev.is_null() {
+            return Err(Error::null("ev"));
+        }
+        let p = gptr::<u8>(h, rank, offset)?;
+        let e = h.with(|s| Ok(s.ep.memset(p, value, len, Nb)?))?;
+        // SAFETY: `ev` is non-null and writable (the caller's promise).
+        unsafe { hand_out(ev, Op::Unit(e)) }
+    })
+}
+
+/// Starts a memset (as [`gex_memset`]) with an implicit event, counted with the puts:
+/// the bytes are set once `gex_nbi_sync` of `GEX_NBI_PUTS` returns.
+///
+/// Returns as [`gex_put_nbi`].
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_memset_nbi(
+    ep: *const gex_ep_t,
+    rank: u32,
+    offset: usize,
+    value: u8,
+    len: usize,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promise, as `ptr::handle` states it.
+        let h = unsafe { ptr::handle(ep) }?;
+        let p = gptr::<u8>(h, rank, offset)?;
+        h.with(|s| Ok(s.ep.memset(p, value, len, Nbi)?))?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
+/// `gex_nbi_sync` / `gex_nbi_test` category: implicit-event puts (and memsets).
 pub const GEX_NBI_PUTS: u32 = 1;
 /// `gex_nbi_sync` / `gex_nbi_test` category: implicit-event gets.
 pub const GEX_NBI_GETS: u32 = 2;

@@ -487,6 +487,19 @@ fn nbi_and_atomic_families_on_one_rank() {
             );
         }
         assert_eq!(gex_nbi_sync(e, crate::rma::GEX_NBI_PUTS), 0);
+        // Memsets, all three forms, then the bytes read back.
+        assert_eq!(gex_memset(e, 0, 2048, 0xAB, 16), 0);
+        let mut ev = null_mut();
+        assert_eq!(gex_memset_nb(e, 0, 2064, 0xCD, 16, &mut ev), 0);
+        assert_eq!(gex_event_wait(e, &mut ev), 0);
+        assert_eq!(gex_memset_nbi(e, 0, 2080, 0xEF, 16), 0);
+        assert_eq!(gex_nbi_sync(e, crate::rma::GEX_NBI_PUTS), 0);
+        let mut m = [0u8; 48];
+        assert_eq!(gex_get(e, m.as_mut_ptr().cast(), 0, 2048, 48), 0);
+        assert!(m[..16].iter().all(|&b| b == 0xAB), "{m:?}");
+        assert!(m[16..32].iter().all(|&b| b == 0xCD), "{m:?}");
+        assert!(m[32..].iter().all(|&b| b == 0xEF), "{m:?}");
+        assert_eq!(gex_memset(e, 0, 1 << 30, 0, 1), GEX_ERR_RMA.code());
         let mut back = vec![0u8; 200];
         assert_eq!(gex_get_nbi(e, back.as_mut_ptr().cast(), 0, 1024, 100), 0);
         assert_eq!(
