@@ -31,6 +31,10 @@
 // `GEX_PROGRESS_THREAD=0` or `1` in the environment overrides it.
 #define GEX_INIT_PROGRESS_THREAD 1
 
+// Flag of the split-phase barrier: an anonymous entry, which matches any id (the id
+// argument is ignored).
+#define GEX_BARRIER_ANONYMOUS 1
+
 // `gex_nbi_sync` / `gex_nbi_test` category: implicit-event puts (and memsets).
 #define GEX_NBI_PUTS 1
 
@@ -522,6 +526,39 @@ int gex_team_barrier(const gex_ep_t *ep, const gex_team_t *team);
 // # Safety
 // As [`gex_team_barrier`], and `ev` is NULL or valid for writing one pointer.
 int gex_team_barrier_nb(const gex_ep_t *ep, const gex_team_t *team, gex_event_t **ev);
+
+// Notifies this member's split-phase barrier of `team` with the name `id` (or an
+// anonymous entry with `GEX_BARRIER_ANONYMOUS`). Must be followed by
+// `gex_team_barrier_wait` (or a `gex_team_barrier_try` that returns `GEX_OK`) with
+// the same `id` and `flags` before the next notify on the team; other collectives of
+// the team may run in between (the barrier is ordered among them like any other).
+//
+// Returns `GEX_OK`; `GEX_ERR_COLL` if a barrier of the team is already notified here;
+// `GEX_ERR_INVALID` for an unknown flag or a team of another endpoint.
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team.
+int gex_team_barrier_notify(const gex_ep_t *ep, const gex_team_t *team, uint64_t id, uint32_t flags);
+
+// Waits (polling the endpoint) for the split-phase barrier notified on `team`; `id`
+// and `flags` are those of the notify.
+//
+// Returns `GEX_OK`; `GEX_ERR_COLL` if two members notified different names (on every
+// member), if `id`/`flags` differ from this member's notify, or without a notify.
+//
+// # Safety
+// As [`gex_team_barrier_notify`].
+int gex_team_barrier_wait(const gex_ep_t *ep, const gex_team_t *team, uint64_t id, uint32_t flags);
+
+// Polls the endpoint once: `GEX_OK` once the split-phase barrier notified on `team`
+// is complete (it is then over), `GEX_PENDING` while it is not.
+//
+// Returns as [`gex_team_barrier_wait`] (an error also ends the barrier), and
+// `GEX_PENDING`.
+//
+// # Safety
+// As [`gex_team_barrier_notify`].
+int gex_team_barrier_try(const gex_ep_t *ep, const gex_team_t *team, uint64_t id, uint32_t flags);
 
 // Broadcasts the `count` elements of type `dt` (a [`gex_dt_t`]) at `buf` of team
 // rank `root` to the `buf` of every member of `team`.

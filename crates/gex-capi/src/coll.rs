@@ -15,7 +15,7 @@ use crate::event::{Done, Filled, Op, gex_event_t};
 use crate::handle::{gex_ep_t, gex_team_t};
 use crate::ptr::{self, Lent};
 use crate::status::{Error, entry, gex_status_t};
-use gex_facade::coll::{BitOp, Elem, Exscan, ReduceOp};
+use gex_facade::coll::{BarrierFlags, BitOp, Elem, Exscan, ReduceOp};
 use gex_facade::prelude::*;
 use std::ffi::{c_int, c_void};
 
@@ -501,6 +501,95 @@ pub unsafe extern "C" fn gex_team_barrier_nb(
         let e = h.with(|s| Ok(s.ep.collective(&t, Barrier::new(), Nb)?))?;
         // SAFETY: `ev` is non-null (checked) and writable (the caller's promise).
         unsafe { crate::event::hand_out(ev, Op::Dyn(Box::new(Done(e)))) }
+    })
+}
+
+/// Flag of the split-phase barrier: an anonymous entry, which matches any id (the id
+/// argument is ignored).
+pub const GEX_BARRIER_ANONYMOUS: u32 = 1;
+
+/// The gex-coll flags of C barrier flags.
+fn barrier_flags(flags: u32) -> Result<BarrierFlags, Error> {
+    BarrierFlags::from_bits(flags)
+        .ok_or_else(|| Error::invalid(format!("unknown barrier flags {flags:#x}")))
+}
+
+/// Notifies this member's split-phase barrier of `team` with the name `id` (or an
+/// anonymous entry with `GEX_BARRIER_ANONYMOUS`). Must be followed by
+/// `gex_team_barrier_wait` (or a `gex_team_barrier_try` that returns `GEX_OK`) with
+/// the same `id` and `flags` before the next notify on the team; other collectives of
+/// the team may run in between (the barrier is ordered among them like any other).
+///
+/// Returns `GEX_OK`; `GEX_ERR_COLL` if a barrier of the team is already notified here;
+/// `GEX_ERR_INVALID` for an unknown flag or a team of another endpoint.
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint, `team` NULL or a live team.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_team_barrier_notify(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    id: u64,
+    flags: u32,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `args` states them.
+        let (h, t) = unsafe { args(ep, team) }?;
+        let f = barrier_flags(flags)?;
+        h.with(|s| Ok(s.ep.barrier_notify(&t, id, f)?))?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
+/// Waits (polling the endpoint) for the split-phase barrier notified on `team`; `id`
+/// and `flags` are those of the notify.
+///
+/// Returns `GEX_OK`; `GEX_ERR_COLL` if two members notified different names (on every
+/// member), if `id`/`flags` differ from this member's notify, or without a notify.
+///
+/// # Safety
+/// As [`gex_team_barrier_notify`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_team_barrier_wait(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    id: u64,
+    flags: u32,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `args` states them.
+        let (h, t) = unsafe { args(ep, team) }?;
+        let f = barrier_flags(flags)?;
+        h.with(|s| Ok(s.ep.barrier_wait(&t, id, f)?))?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
+/// Polls the endpoint once: `GEX_OK` once the split-phase barrier notified on `team`
+/// is complete (it is then over), `GEX_PENDING` while it is not.
+///
+/// Returns as [`gex_team_barrier_wait`] (an error also ends the barrier), and
+/// `GEX_PENDING`.
+///
+/// # Safety
+/// As [`gex_team_barrier_notify`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_team_barrier_try(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    id: u64,
+    flags: u32,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `args` states them.
+        let (h, t) = unsafe { args(ep, team) }?;
+        let f = barrier_flags(flags)?;
+        let done = h.with(|s| Ok(s.ep.barrier_try(&t, id, f)?))?;
+        Ok(if done {
+            gex_status_t::GEX_OK
+        } else {
+            gex_status_t::GEX_PENDING
+        })
     })
 }
 

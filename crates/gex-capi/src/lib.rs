@@ -24,14 +24,14 @@
 //!   the named `uint64_t` functions of the first slice;
 //! - teams ([`team`]): the world team, split by color and key, created from a list of
 //!   ranks, rank/size/translate,
-//!   free; collectives on a team ([`coll`]): barrier, broadcast, scatter, gather,
+//!   free; collectives on a team ([`coll`]): barrier (also split-phase), broadcast, scatter, gather,
 //!   gather_all, exchange, reduce, allreduce, reduce_scatter, scan and exscan of seven
 //!   element types with sum, prod, min, max and the
 //!   bitwise and logical operators, blocking and nonblocking; the barrier and
 //!   allreduce over every rank of the first slice.
 //!
 //! ## What it does not do (yet)
-//! VIS, split-phase and named barriers, user-defined
+//! VIS, user-defined
 //! reduction operators, NBI access regions (gex-rma's scopes), endpoints made at run
 //! time, thread ranks. See docs/capi.md.
 //!

@@ -297,6 +297,21 @@ fn teams_and_typed_collectives_on_one_rank() {
         );
         assert!(none.is_null());
         assert_eq!(gex_team_barrier(e, sub), 0);
+        // The split-phase barrier: named, anonymous, and its misuses.
+        assert_eq!(gex_team_barrier_notify(e, w, 7, 0), 0, "{}", last());
+        assert_eq!(gex_team_barrier_notify(e, w, 7, 0), GEX_ERR_COLL.code());
+        let rc = loop {
+            match gex_team_barrier_try(e, w, 7, 0) {
+                x if x == GEX_PENDING.code() => continue,
+                x => break x,
+            }
+        };
+        assert_eq!(rc, 0, "{}", last());
+        assert_eq!(gex_team_barrier_wait(e, w, 7, 0), GEX_ERR_COLL.code());
+        let anon = crate::coll::GEX_BARRIER_ANONYMOUS;
+        assert_eq!(gex_team_barrier_notify(e, w, 0, anon), 0);
+        assert_eq!(gex_team_barrier_wait(e, w, 0, anon), 0, "{}", last());
+        assert_eq!(gex_team_barrier_notify(e, w, 0, 4), GEX_ERR_INVALID.code());
         let (mut listed, zero) = (null_mut(), [0u32]);
         assert_eq!(
             gex_team_create(e, sub, zero.as_ptr(), 1, &mut listed),

@@ -1,9 +1,10 @@
 /* teams_colls.c: teams (world, split by color and key, a team of one, a team from a
- * list of ranks, translation of team ranks), collectives on teams (barrier, broadcast, scatter, gather, gather_all,
- * exchange, reduce, allreduce, reduce_scatter, scan, exscan of several types and
- * operators, blocking and nonblocking), implicit-event
- * (NBI) puts and gets with their syncs, and one event type: a nonblocking allreduce
- * waited with gex_event_wait_any together with a nonblocking get.
+ * list of ranks, translation of team ranks); collectives on teams (barrier,
+ * split-phase barrier, broadcast, scatter, gather, gather_all, exchange, reduce,
+ * allreduce, reduce_scatter, scan, exscan of several types and operators, blocking
+ * and nonblocking); implicit-event (NBI) puts and gets with their syncs; and one event
+ * type: a nonblocking allreduce waited with gex_event_wait_any together with a
+ * nonblocking get.
  *   gex-run -n 4 ./teams_colls */
 #include "check.h"
 #include <string.h>
@@ -205,6 +206,21 @@ int main(void) {
     CHECK(gex_exscan_nb(ep, world, &one, &before, 1, GEX_DT_I64, GEX_OP_SUM, &evs[0]));
     CHECK(gex_event_wait(ep, &evs[0]));
     if (before != (rank == 0 ? -7 : (int64_t)rank)) FAIL("exscan %lld", (long long)before);
+
+    /* The split-phase barrier: named on even ranks, anonymous on odd ones (which
+     * matches any name), with a collective in between; then a name mismatch, an
+     * error on every member. */
+    uint32_t bflags = rank % 2 ? GEX_BARRIER_ANONYMOUS : 0;
+    CHECK(gex_team_barrier_notify(ep, world, 42, bflags));
+    EXPECT(GEX_ERR_COLL, gex_team_barrier_notify(ep, world, 42, bflags)); /* notified already */
+    CHECK(gex_allreduce(ep, world, &v, &vsum, 1, GEX_DT_U64, GEX_OP_MAX));
+    while ((rc = gex_team_barrier_try(ep, world, 42, bflags)) == GEX_PENDING) {}
+    CHECK(rc);
+    if (size > 1) {
+        CHECK(gex_team_barrier_notify(ep, world, 100 + rank, 0));
+        EXPECT(GEX_ERR_COLL, gex_team_barrier_wait(ep, world, 100 + rank, 0));
+    }
+    CHECK(gex_team_barrier(ep, world)); /* the team goes on */
 
     /* Errors the ABI reports. */
     EXPECT(GEX_ERR_INVALID, gex_allreduce(ep, world, d, dmin, 1, GEX_DT_F64, GEX_OP_BXOR));
