@@ -72,6 +72,8 @@ for n in 2 3; do
     run "am_pingpong-$n" "$n" "^rank [0-9] of $n: 1000 short and 1000 medium round trips ok\$" "$gexrun" -n "$n" ./am_pingpong
     run "putget-$n" "$n" "^rank [0-9] of $n: put/get/events/atomics ok, sum of ranks $((n * (n - 1) / 2))\$" "$gexrun" -n "$n" ./putget
 done
+run teams_colls-1 1 '^rank 0 of 1: teams/collectives/nbi/events ok$' ./teams_colls
+run atomics_long-1 1 '^rank 0 of 1: long AMs and typed atomics ok$' ./atomics_long
 for n in 2 4; do
     run "teams_colls-$n" "$n" "^rank [0-9] of $n: teams/collectives/nbi/events ok\$" "$gexrun" -n "$n" ./teams_colls
     run "atomics_long-$n" "$n" "^rank [0-9] of $n: long AMs and typed atomics ok\$" "$gexrun" -n "$n" ./atomics_long
