@@ -355,8 +355,9 @@ pub unsafe extern "C" fn gex_event_wait_any(
 }
 
 /// Frees an event whose outcome is not wanted. Its operation goes on (a put still
-/// lands); a pending get no longer writes the caller's buffer, nor a fetching atomic
-/// its word. A NULL `ev` is ignored.
+/// lands, a collective still runs with the other members); a pending get no longer
+/// writes the caller's buffer, nor a fetching atomic its word, nor a collective its
+/// destination. A NULL `ev` is ignored.
 ///
 /// # Safety
 /// `ev` is NULL or a live event, used by no other thread during or after the call.

@@ -93,7 +93,7 @@ if [[ "${CAPI_OFI:-0}" == 1 ]]; then
     echo "+ PREFIX=$ofi CARGO_FEATURES=ofi bash crates/gex-capi/install.sh"
     (cd "$root" && PREFIX="$ofi" CARGO_FEATURES=ofi CARGO_TARGET_DIR="$root/target/capi-ofi" \
         bash crates/gex-capi/install.sh)
-    for p in am_pingpong putget; do
+    for p in am_pingpong putget teams_colls atomics_long; do
         # shellcheck disable=SC2046
         "$CC" -std=c11 -Wall -Wextra -Werror "$root/crates/gex-capi/examples/c/$p.c" \
             $(PKG_CONFIG_PATH="$ofi/lib/pkgconfig" pkg-config --cflags --libs gex) -o "$work/ofi-$p"
@@ -102,6 +102,10 @@ if [[ "${CAPI_OFI:-0}" == 1 ]]; then
         env GEX_CONDUIT=ofi "$ofi/bin/gex-run" -n 2 ./ofi-am_pingpong
     run putget-ofi 2 '^rank [01] of 2: put/get/events/atomics ok, sum of ranks 1$' \
         env GEX_CONDUIT=ofi "$ofi/bin/gex-run" -n 2 ./ofi-putget
+    run teams_colls-ofi 2 '^rank [01] of 2: teams/collectives/nbi/events ok$' \
+        env GEX_CONDUIT=ofi "$ofi/bin/gex-run" -n 2 ./ofi-teams_colls
+    run atomics_long-ofi 2 '^rank [01] of 2: long AMs and typed atomics ok$' \
+        env GEX_CONDUIT=ofi "$ofi/bin/gex-run" -n 2 ./ofi-atomics_long
 fi
 
 if [[ "${VALGRIND:-1}" != 0 ]]; then
