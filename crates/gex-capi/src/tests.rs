@@ -704,3 +704,88 @@ fn a_long_am_lands_in_the_segment() {
     }
     close(c, e);
 }
+
+#[test]
+fn the_new_entry_points_refuse_null_and_foreign_handles() {
+    let (c, e) = open();
+    let junk = vec![0u64; 64];
+    let foreign_team = junk.as_ptr().cast::<crate::handle::gex_team_t>();
+    let foreign_ad = junk.as_ptr().cast::<crate::handle::gex_atomic_domain_t>();
+    let null_ = GEX_ERR_NULL.code();
+    let bad = GEX_ERR_INVALID.code();
+    let u64t = gex_dt_t::GEX_DT_U64 as i32;
+    let mut x = [0u64; 4];
+    // SAFETY: live handles, buffers valid for the counts given, or NULL/foreign
+    // pointers to readable zeroed memory that the checks must refuse before use.
+    unsafe {
+        let mut w = null_mut();
+        assert_eq!(gex_team_world(e, &mut w), 0);
+        let p = x.as_mut_ptr().cast::<c_void>();
+        // Teams.
+        assert_eq!(gex_team_world(e, null_mut()), null_);
+        assert_eq!(gex_team_world(null(), &mut w), null_);
+        let mut t = null_mut();
+        assert_eq!(gex_team_split(e, null(), 0, 0, &mut t), null_);
+        assert_eq!(gex_team_split(e, foreign_team, 0, 0, &mut t), bad);
+        assert_eq!(gex_team_split(e, w, 0, 0, null_mut()), null_);
+        assert_eq!(gex_team_create(e, w, null(), 1, &mut t), null_);
+        assert_eq!(gex_team_rank(foreign_team, null_mut(), null_mut()), bad);
+        assert_eq!(gex_team_translate(w, 0, null_mut()), null_);
+        assert_eq!(gex_team_free(e, foreign_team.cast_mut()), bad);
+        // Collectives.
+        assert_eq!(gex_team_barrier(e, foreign_team), bad);
+        assert_eq!(gex_team_barrier_nb(e, w, null_mut()), null_);
+        assert_eq!(gex_broadcast(e, w, 0, null_mut(), 1, u64t), null_);
+        assert_eq!(gex_gather_all(e, w, p, null_mut(), 1, u64t), null_);
+        assert_eq!(gex_allreduce(e, w, null(), p, 1, u64t, 0), null_);
+        assert_eq!(
+            gex_exchange_nb(e, w, p, p.wrapping_add(16), 1, u64t, null_mut()),
+            null_
+        );
+        let misaligned = p.cast::<u8>().wrapping_add(1).cast::<c_void>();
+        assert_eq!(gex_allreduce(e, w, misaligned, p, 1, u64t, 0), bad);
+        assert_eq!(gex_team_barrier_notify(null(), w, 0, 0), null_);
+        // RMA, NBI.
+        assert_eq!(gex_put_nbi(e, 0, 0, null(), 1), null_);
+        assert_eq!(gex_get_nbi(e, null_mut(), 0, 0, 1), null_);
+        assert_eq!(gex_put_nbi(e, 1, 0, p, 1), bad);
+        assert_eq!(gex_memset_nb(e, 0, 0, 0, 1, null_mut()), null_);
+        assert_eq!(gex_nbi_sync(null(), crate::rma::GEX_NBI_ALL), null_);
+        // Atomics.
+        let mut ad = null_mut();
+        let all = crate::atomic::GEX_AOPS_ALL;
+        assert_eq!(
+            gex_atomic_domain_create_ex(e, w, u64t, all, null_mut()),
+            null_
+        );
+        assert_eq!(
+            gex_atomic_domain_create_ex(e, null(), u64t, all, &mut ad),
+            null_
+        );
+        assert_eq!(
+            gex_atomic_domain_create_ex(e, w, u64t, 1 << 25, &mut ad),
+            bad
+        );
+        assert!(ad.is_null());
+        assert_eq!(
+            gex_atomic_op_u64(e, foreign_ad, 0, 0, 0, 0, 0, 0, null_mut()),
+            bad
+        );
+        assert_eq!(gex_atomic_op_nbi_i32(e, null(), 0, 0, 0, 0, 0, 0), null_);
+        // AMs and the client.
+        assert_eq!(
+            gex_am_request_long(e, 0, 128, null(), 1, null(), 0, 0),
+            null_
+        );
+        assert_eq!(
+            gex_am_reply_long(null_mut(), 128, null(), 0, null(), 0, 0),
+            null_
+        );
+        assert_eq!(gex_am_max_long(e, 0, null_mut()), null_);
+        let mut c2 = null_mut();
+        assert_eq!(gex_client_init_ex(0, 2, &mut c2), bad);
+        assert!(c2.is_null());
+        assert_eq!(gex_team_free(e, w), 0);
+    }
+    close(c, e);
+}
