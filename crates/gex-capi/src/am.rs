@@ -1,5 +1,5 @@
-//! Active messages with C handler functions: registration, Short and Medium requests,
-//! and the reply from inside a request handler through its token.
+//! Active messages with C handler functions: registration, Short, Medium and Long
+//! requests, and the reply from inside a request handler through its token.
 //!
 //! A C handler is called by a trampoline (a Rust closure registered with the
 //! endpoint) with a `gex_token_t*` that is the address of the `Token` the endpoint
@@ -25,8 +25,10 @@ pub struct gex_token_t {
 
 /// A C AM handler: `token` (valid during the call), the payload (`len` bytes at
 /// `payload`; NULL when `len` is 0), the `nargs` 32-bit arguments at `args` (NULL when
-/// `nargs` is 0), and the `user_data` given at registration. The payload and the
-/// arguments are valid during the call only.
+/// `nargs` is 0), and the `user_data` given at registration. A Medium payload and the
+/// arguments are valid during the call only; a Long payload is where the sender put it
+/// in this endpoint's segment (it stays there, and other ranks may write it again
+/// later: read it before the sender is told it may).
 ///
 /// A handler runs inside `gex_ep_poll` and every other call that polls the endpoint
 /// (waits, blocking operations, the barrier), on the thread that made the call, or on
@@ -59,11 +61,13 @@ impl Drop for Current {
     }
 }
 
-/// The user's pointer, handed back to the handler on whatever thread runs it.
-struct UserData(*mut c_void);
-// SAFETY: gex never dereferences it; `gex_am_register`'s caller promises that the
-// handler may use it on the threads that run handlers (the polling thread, or the
-// progress thread).
+/// The user's pointer, handed back to the handler on whatever thread runs it, and the
+/// address of the endpoint's segment (where Long payloads land).
+struct UserData(*mut c_void, *const u8);
+// SAFETY: gex never dereferences either pointer: the user's is handed back to the
+// handler, whose registrant promised that it may use it on the threads that run
+// handlers (the polling thread, or the progress thread); the segment's is only offset
+// (`wrapping_add`) to make the payload address the C handler reads.
 unsafe impl Send for UserData {}
 
 /// The token behind `t`, if `t` is the calling thread's current one.
@@ -113,18 +117,23 @@ pub unsafe extern "C" fn gex_am_register(
         if index.is_null() {
             return Err(Error::null("index"));
         }
-        let user = UserData(user_data);
         let id = h.with(|s| {
+            let user = UserData(user_data, s.ep.segment().as_ptr().cast_const());
             Ok(s.ep.register(move |t: &mut Token<'_>, am: Am<'_>| {
                 let user = &user;
                 let (payload, args) = (am.payload(), am.args());
+                // A Long payload: its address in the segment (not read here).
+                let long = am
+                    .long()
+                    .map(|l| (user.1.wrapping_add(l.offset()).cast::<c_void>(), l.len()));
                 let tp = std::ptr::from_mut(t).cast::<c_void>();
                 let _restore = Current(CURRENT.with(|c| c.replace(tp)));
                 let _mark = HandlerMark::set();
-                let pp = if payload.is_empty() {
-                    std::ptr::null()
-                } else {
-                    payload.as_ptr().cast()
+                let (pp, plen) = match long {
+                    Some((_, 0)) => (std::ptr::null(), 0),
+                    Some(l) => l,
+                    None if payload.is_empty() => (std::ptr::null(), 0),
+                    None => (payload.as_ptr().cast(), payload.len()),
                 };
                 let ap = if args.is_empty() {
                     std::ptr::null()
@@ -134,7 +143,7 @@ pub unsafe extern "C" fn gex_am_register(
                 // SAFETY: the registrant promised a handler of this signature that
                 // follows its rules; the token address is current for the call, the
                 // payload and arguments borrowed for it.
-                unsafe { f(tp.cast(), pp, payload.len(), ap, args.len(), user.0) };
+                unsafe { f(tp.cast(), pp, plen, ap, args.len(), user.0) };
             })?)
         })?;
         // SAFETY: `index` is non-null and writable (the caller's promise).
@@ -228,6 +237,40 @@ pub unsafe extern "C" fn gex_am_request_medium(
     })
 }
 
+/// Sends a Long request: as [`gex_am_request_medium`], with the `len` bytes of
+/// `payload` written at `offset` in `rank`'s segment before the handler runs there
+/// (the handler's `payload` points to them). The source may be reused once the call
+/// returns.
+///
+/// Returns as [`gex_am_request_medium`], with `GEX_ERR_AM` if `len` is over
+/// `gex_am_max_long` or the range is outside the target's segment.
+///
+/// # Safety
+/// As [`gex_am_request_medium`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_am_request_long(
+    ep: *const gex_ep_t,
+    rank: u32,
+    index: u32,
+    args: *const u32,
+    nargs: usize,
+    payload: *const c_void,
+    len: usize,
+    offset: usize,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::slice` state them.
+        let h = unsafe { ptr::handle(ep) }?;
+        // SAFETY: `args` is readable for the given count (this function's `# Safety`).
+        let args = unsafe { ptr::slice(args, nargs, "args") }?;
+        // SAFETY: `payload` is readable for the given count (this function's `# Safety`).
+        let payload = unsafe { ptr::slice(payload.cast::<u8>(), len, "payload") }?;
+        let (d, id) = (dst(h, rank)?, handler_id(index)?);
+        h.with(|s| Ok(s.ep.request_long(d, id, args, payload, offset)?))?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
 /// Replies to the request being handled with a Short AM to handler `index` of the
 /// requester. At most once, from a request handler only.
 ///
@@ -284,6 +327,35 @@ pub unsafe extern "C" fn gex_am_reply_medium(
     })
 }
 
+/// Replies with a Long AM: the `len` bytes of `payload` are written at `offset` in the
+/// requester's segment before its handler runs. As [`gex_am_reply_medium`], and
+/// `GEX_ERR_AM` if the range is outside the requester's segment or over its Long limit.
+///
+/// # Safety
+/// As [`gex_am_reply_medium`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_am_reply_long(
+    token: *mut gex_token_t,
+    index: u32,
+    args: *const u32,
+    nargs: usize,
+    payload: *const c_void,
+    len: usize,
+    offset: usize,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `ptr::slice` states them; `current` checks
+        // the token.
+        let args = unsafe { ptr::slice(args, nargs, "args") }?;
+        // SAFETY: `payload` is readable for the given count (this function's `# Safety`).
+        let payload = unsafe { ptr::slice(payload.cast::<u8>(), len, "payload") }?;
+        // SAFETY: none needed beyond `current`'s own check of the token.
+        let t = unsafe { current(token) }?;
+        t.reply_long(handler_id(index)?, args, payload, offset)?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
 /// Writes the rank that sent the AM being handled to `*rank`.
 ///
 /// # Safety
@@ -332,6 +404,24 @@ pub unsafe extern "C" fn gex_am_max_medium(
         let h = unsafe { ptr::handle(ep) }?;
         let d = dst(h, rank)?;
         let m = h.with(|s| Ok(s.ep.max_medium(d)))?;
+        // SAFETY: `max` is NULL or writable (this function's `# Safety`).
+        unsafe { ptr::write(max, m, "max") }?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
+/// Writes the largest Long payload to `rank` (in bytes; also bounded by its segment)
+/// to `*max`.
+///
+/// # Safety
+/// As [`gex_am_max_args`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_am_max_long(ep: *const gex_ep_t, rank: u32, max: *mut usize) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::write` state them.
+        let h = unsafe { ptr::handle(ep) }?;
+        let d = dst(h, rank)?;
+        let m = h.with(|s| Ok(s.ep.max_long(d)))?;
         // SAFETY: `max` is NULL or writable (this function's `# Safety`).
         unsafe { ptr::write(max, m, "max") }?;
         Ok(gex_status_t::GEX_OK)

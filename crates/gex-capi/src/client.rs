@@ -27,7 +27,34 @@ pub unsafe extern "C" fn gex_client_init(
     segment_size: usize,
     client: *mut *mut gex_client_t,
 ) -> c_int {
+    // SAFETY: the caller's promise, passed on.
+    unsafe { gex_client_init_ex(segment_size, 0, client) }
+}
+
+/// `gex_client_init_ex` flag: every endpoint gets a progress thread that polls it
+/// while the program computes outside gex (peers' gets, atomics and collectives over
+/// active messages are served meanwhile; AM handlers may then run on that thread).
+/// `GEX_PROGRESS_THREAD=0` or `1` in the environment overrides it.
+pub const GEX_INIT_PROGRESS_THREAD: u32 = 1;
+
+/// As [`gex_client_init`], with `flags`: 0, or `GEX_INIT_PROGRESS_THREAD`.
+///
+/// Returns as [`gex_client_init`], and `GEX_ERR_INVALID` for an unknown flag.
+///
+/// # Safety
+/// As [`gex_client_init`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_client_init_ex(
+    segment_size: usize,
+    flags: u32,
+    client: *mut *mut gex_client_t,
+) -> c_int {
     entry(|| {
+        if flags & !GEX_INIT_PROGRESS_THREAD != 0 {
+            return Err(Error::invalid(format!(
+                "unknown gex_client_init_ex flags {flags:#x}"
+            )));
+        }
         if client.is_null() {
             return Err(Error::null("client"));
         }
@@ -40,6 +67,9 @@ pub unsafe extern "C" fn gex_client_init(
         let mut b = gex_facade::builder();
         if segment_size > 0 {
             b = b.segment_size(segment_size);
+        }
+        if flags & GEX_INIT_PROGRESS_THREAD != 0 {
+            b = b.progress_thread(true);
         }
         let c = gex_facade::start(b)?;
         let h = ptr::into_raw(Box::new(gex_client_t::new(c)));

@@ -1,6 +1,7 @@
 //! `gex_event_t`: the one event type of the C ABI, over the events of every
-//! operation it offers (puts, gets into the caller's buffer, fetching atomics), with
-//! test, wait, wait_all, wait_any and free.
+//! operation it offers (puts, gets into the caller's buffer, fetching atomics of every
+//! type, nonblocking collectives of every layer), with test, wait, wait_all, wait_any
+//! and free.
 //!
 //! An event handle is consumed when its operation's outcome is delivered: the call
 //! that finds it complete (`gex_event_test`, a wait) frees it, sets the caller's
@@ -13,10 +14,93 @@
 use crate::handle::gex_ep_t;
 use crate::ptr::{self, Lent};
 use crate::status::{Error, entry, gex_status_t};
+use gex_facade::event::EventErr;
 use gex_facade::rma::RmaError;
 use gex_facade::{AnyEvent, Event};
 use gex_sync::atomic::AtomicU64;
 use std::ffi::c_int;
+
+/// A nonblocking operation of any layer and element type, behind one interface: what
+/// the event functions need of it.
+pub trait Pending: std::fmt::Debug {
+    /// The core's event, for `wait_all`/`wait_any`.
+    fn any(&self) -> &dyn AnyEvent;
+    /// Polls once; true once complete.
+    ///
+    /// # Errors
+    /// `GEX_ERR_EVENT` if the event belongs to another endpoint.
+    fn test(&self, ep: &mut gex_facade::Endpoint) -> Result<bool, Error>;
+    /// Takes the outcome (waiting if it is not complete), delivering its output to
+    /// the caller's destination.
+    ///
+    /// # Errors
+    /// The operation's.
+    fn finish(self: Box<Self>, ep: &mut gex_facade::Endpoint) -> Result<(), Error>;
+}
+
+/// An operation without output (a barrier, an NBI-free completion).
+#[derive(Debug)]
+pub struct Done<E: EventErr>(pub Event<(), E>);
+
+impl<E: EventErr> Pending for Done<E>
+where
+    Error: From<E>,
+{
+    fn any(&self) -> &dyn AnyEvent {
+        &self.0
+    }
+    fn test(&self, ep: &mut gex_facade::Endpoint) -> Result<bool, Error> {
+        Ok(ep.test(&self.0)?)
+    }
+    fn finish(self: Box<Self>, ep: &mut gex_facade::Endpoint) -> Result<(), Error> {
+        Ok(ep.wait(self.0)?)
+    }
+}
+
+/// An operation whose output (a vector of `T`) goes to the caller's destination when
+/// it completes: a collective's result, a fetched value.
+#[derive(Debug)]
+pub struct Filled<T: Copy + Send + 'static, E: EventErr> {
+    /// The operation's event.
+    pub ev: Event<Vec<T>, E>,
+    /// Where its output goes.
+    pub dst: Lent<T>,
+}
+
+impl<T: Copy + Send + std::fmt::Debug + 'static, E: EventErr> Pending for Filled<T, E>
+where
+    Error: From<E>,
+{
+    fn any(&self) -> &dyn AnyEvent {
+        &self.ev
+    }
+    fn test(&self, ep: &mut gex_facade::Endpoint) -> Result<bool, Error> {
+        Ok(ep.test(&self.ev)?)
+    }
+    fn finish(self: Box<Self>, ep: &mut gex_facade::Endpoint) -> Result<(), Error> {
+        let v = ep.wait(self.ev)?;
+        self.dst.fill(&v);
+        Ok(())
+    }
+}
+
+/// A fetching atomic on `T`: the old value goes to the caller's word.
+#[derive(Debug)]
+pub struct Fetched<T: Copy + Send + 'static>(pub Event<T, RmaError>, pub Lent<T>);
+
+impl<T: Copy + Send + std::fmt::Debug + 'static> Pending for Fetched<T> {
+    fn any(&self) -> &dyn AnyEvent {
+        &self.0
+    }
+    fn test(&self, ep: &mut gex_facade::Endpoint) -> Result<bool, Error> {
+        Ok(ep.test(&self.0)?)
+    }
+    fn finish(self: Box<Self>, ep: &mut gex_facade::Endpoint) -> Result<(), Error> {
+        let v = ep.wait(self.0)?;
+        self.1.fill(&[v]);
+        Ok(())
+    }
+}
 
 /// The operation an event completes.
 #[derive(Debug)]
@@ -25,8 +109,8 @@ pub enum Op {
     Unit(Event<(), RmaError>),
     /// A get: its bytes go to the caller's buffer on completion.
     Get(Event<Vec<u8>, RmaError>, Lent<u8>),
-    /// A fetching atomic: the old value goes to the caller's word on completion.
-    Fetch(Event<u64, RmaError>, Lent<u64>),
+    /// Any other operation (collectives, atomics of every type).
+    Dyn(Box<dyn Pending>),
 }
 
 /// A nonblocking operation's completion: consumed (freed, the caller's pointer set to
@@ -52,7 +136,7 @@ impl gex_event_t {
         match &self.op {
             Op::Unit(e) => e,
             Op::Get(e, _) => e,
-            Op::Fetch(e, _) => e,
+            Op::Dyn(p) => p.any(),
         }
     }
 
@@ -62,10 +146,21 @@ impl gex_event_t {
         match self.op {
             Op::Unit(e) => ep.wait(e)?,
             Op::Get(e, dst) => dst.fill(&ep.wait(e)?),
-            Op::Fetch(e, dst) => dst.fill(&[ep.wait(e)?]),
+            Op::Dyn(p) => p.finish(ep)?,
         }
         Ok(())
     }
+}
+
+/// Writes a new event handle for `op` to the caller's slot `ev`.
+///
+/// # Safety
+/// `ev` is non-null and valid for writing one pointer.
+pub(crate) unsafe fn hand_out(ev: *mut *mut gex_event_t, op: Op) -> Result<gex_status_t, Error> {
+    let e = ptr::into_raw(Box::new(gex_event_t::new(op)));
+    // SAFETY: the caller's promise.
+    unsafe { ptr::write(ev, e, "ev") }?;
+    Ok(gex_status_t::GEX_OK)
 }
 
 /// Checks the event handle in the caller's slot `slot`.
@@ -114,7 +209,7 @@ pub unsafe extern "C" fn gex_event_test(ep: *const gex_ep_t, ev: *mut *mut gex_e
             let done = match &e.op {
                 Op::Unit(x) => s.ep.test(x)?,
                 Op::Get(x, _) => s.ep.test(x)?,
-                Op::Fetch(x, _) => s.ep.test(x)?,
+                Op::Dyn(p) => p.test(&mut s.ep)?,
             };
             if !done {
                 return Ok(gex_status_t::GEX_PENDING);
@@ -260,8 +355,9 @@ pub unsafe extern "C" fn gex_event_wait_any(
 }
 
 /// Frees an event whose outcome is not wanted. Its operation goes on (a put still
-/// lands); a pending get no longer writes the caller's buffer, nor a fetching atomic
-/// its word. A NULL `ev` is ignored.
+/// lands, a collective still runs with the other members); a pending get no longer
+/// writes the caller's buffer, nor a fetching atomic its word, nor a collective its
+/// destination. A NULL `ev` is ignored.
 ///
 /// # Safety
 /// `ev` is NULL or a live event, used by no other thread during or after the call.

@@ -1,4 +1,4 @@
-//! The objects behind the C handles (`gex_client_t`, `gex_ep_t`,
+//! The objects behind the C handles (`gex_client_t`, `gex_ep_t`, `gex_team_t`,
 //! `gex_atomic_domain_t`; the events are in [`crate::event`]), and the rules of use
 //! the ABI checks: one thread at a time per endpoint, no endpoint call from inside an
 //! AM handler.
@@ -32,13 +32,18 @@ impl gex_client_t {
     }
 }
 
-/// What an endpoint handle guards: the facade's endpoint and its world team.
+/// What an endpoint handle guards: the facade's endpoint, its world team, and the
+/// implicit-event gets the C layer tracks itself.
 #[derive(Debug)]
 pub struct EpState {
     /// The endpoint.
     pub ep: gex_facade::OwnedEndpoint,
     /// Every rank's endpoint of the same index.
     pub world: Team,
+    /// NBI gets (`gex_get_nbi`) not synced yet: each is a nonblocking get whose bytes
+    /// go to the caller's buffer when `gex_nbi_sync`/`gex_nbi_test` completes it
+    /// (gex-rma's own NBI gets land in a buffer they own, which C cannot name).
+    pub nbi_gets: Vec<crate::event::Filled<u8, gex_facade::rma::RmaError>>,
 }
 
 /// An endpoint (`gex_ep_open` .. `gex_ep_close`).
@@ -100,7 +105,11 @@ impl gex_ep_t {
             index: ep.index(),
             rank: ep.rank(),
             size: ep.size(),
-            state: Mutex::new(EpState { ep, world }),
+            state: Mutex::new(EpState {
+                ep,
+                world,
+                nbi_gets: Vec::new(),
+            }),
             open,
         }
     }
@@ -146,24 +155,80 @@ impl Drop for gex_ep_t {
     }
 }
 
-/// A domain of remote atomics on `uint64_t` over every rank
-/// (`gex_atomic_domain_create` .. `gex_atomic_domain_free`).
+/// The RMA layer's atomic domain of one of the element types of the C ABI.
+#[derive(Debug)]
+#[allow(missing_docs)]
+pub enum AnyDomain {
+    U64(gex_facade::rma::AtomicDomain<u64>),
+    I64(gex_facade::rma::AtomicDomain<i64>),
+    U32(gex_facade::rma::AtomicDomain<u32>),
+    I32(gex_facade::rma::AtomicDomain<i32>),
+    F64(gex_facade::rma::AtomicDomain<f64>),
+    F32(gex_facade::rma::AtomicDomain<f32>),
+}
+
+/// A domain of remote atomics on one element type over the members of a team
+/// (`gex_atomic_domain_create` / `gex_atomic_domain_create_ex` ..
+/// `gex_atomic_domain_free`).
 #[derive(Debug)]
 pub struct gex_atomic_domain_t {
     magic: AtomicU64,
     /// The RMA layer's domain.
-    pub ad: gex_facade::rma::AtomicDomain<u64>,
+    pub ad: AnyDomain,
+    /// The index of the endpoints it was created on.
+    pub index: u16,
 }
 
 crate::ptr::magic!(gex_atomic_domain_t, 0x6765_785f_6164_6f6d, "atomic domain");
 
 impl gex_atomic_domain_t {
-    /// A handle around `ad`.
-    pub fn new(ad: gex_facade::rma::AtomicDomain<u64>) -> Self {
+    /// A handle around `ad`, created on the endpoints of index `index`.
+    pub fn new(ad: AnyDomain, index: u16) -> Self {
         gex_atomic_domain_t {
             magic: AtomicU64::new(0),
             ad,
+            index,
         }
+    }
+}
+
+/// A team: the endpoints of one index of some ranks, in team-rank order
+/// (`gex_team_world` / `gex_team_split` .. `gex_team_free`).
+#[derive(Debug)]
+pub struct gex_team_t {
+    magic: AtomicU64,
+    /// The core's team.
+    pub team: Team,
+    /// True for the world team (not destroyed by `gex_team_free`).
+    pub world: bool,
+}
+
+crate::ptr::magic!(gex_team_t, 0x6765_785f_7465_616d, "team");
+
+impl gex_team_t {
+    /// A handle around `team`.
+    pub fn new(team: Team, world: bool) -> Self {
+        gex_team_t {
+            magic: AtomicU64::new(0),
+            team,
+            world,
+        }
+    }
+
+    /// The team, checked to be one of endpoint `ep`'s (this rank's endpoint of its
+    /// index is a member).
+    ///
+    /// # Errors
+    /// `GEX_ERR_INVALID` for a team of another endpoint.
+    pub fn of(&self, ep: &gex_ep_t) -> Result<&Team, Error> {
+        let me = self.team.me();
+        if me.rank != ep.rank || me.ep != ep.index {
+            return Err(Error::invalid(format!(
+                "the team belongs to endpoint {} of rank {}, not to endpoint {} of rank {}",
+                me.ep, me.rank, ep.index, ep.rank
+            )));
+        }
+        Ok(&self.team)
     }
 }
 
@@ -175,4 +240,5 @@ const _: () = {
     shareable::<gex_client_t>();
     shareable::<gex_ep_t>();
     shareable::<gex_atomic_domain_t>();
+    shareable::<gex_team_t>();
 };

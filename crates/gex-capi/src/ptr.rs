@@ -183,6 +183,13 @@ pub struct Lent<T> {
     n: usize,
 }
 
+// SAFETY: the destination is the C caller's memory, which it promised writable until
+// the operation's event is completed or freed, by whichever thread does that (an event
+// or an endpoint's NBI list may be completed on another thread than the one that
+// started it, one thread at a time: the endpoint's lock, or the event's owner); `T` is
+// sent with it.
+unsafe impl<T: Send> Send for Lent<T> {}
+
 impl<T: Copy> Lent<T> {
     /// Checks `n` elements at `p` (as [`slice_mut`]) and remembers them.
     ///

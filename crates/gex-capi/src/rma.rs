@@ -1,19 +1,20 @@
-//! One-sided put and get (blocking and nonblocking) and remote atomics on `uint64_t`.
+//! One-sided put, get and memset: blocking, nonblocking (an event) and implicit-event
+//! (NBI, completed by `gex_nbi_sync` / `gex_nbi_test`).
 //!
 //! Remote addresses are `(rank, offset)`: `offset` bytes into the segment of `rank`'s
 //! endpoint of the calling endpoint's index. Every access is range-checked against the
 //! target's segment (`GEX_ERR_RMA`).
 #![allow(unsafe_code)]
 
-use crate::event::{Op, gex_event_t};
-use crate::handle::{gex_atomic_domain_t, gex_ep_t};
+use crate::event::{Filled, Op, gex_event_t, hand_out};
+use crate::handle::gex_ep_t;
 use crate::ptr::{self, Lent};
 use crate::status::{Error, entry, gex_status_t};
 use gex_facade::prelude::*;
 use std::ffi::{c_int, c_void};
 
 /// The global pointer of `(rank, offset)` for endpoint `h`'s index.
-fn gptr<T>(h: &gex_ep_t, rank: u32, offset: usize) -> Result<GlobalPtr<T>, Error> {
+pub(crate) fn gptr<T>(h: &gex_ep_t, rank: u32, offset: usize) -> Result<GlobalPtr<T>, Error> {
     if rank >= h.size {
         return Err(Error::invalid(format!(
             "no such rank {rank} (the job has {} ranks)",
@@ -21,17 +22,6 @@ fn gptr<T>(h: &gex_ep_t, rank: u32, offset: usize) -> Result<GlobalPtr<T>, Error
         )));
     }
     Ok(GlobalPtr::new(EpAddr::new(rank, h.index), offset))
-}
-
-/// Writes a new event handle for `op` to the caller's slot `ev`.
-///
-/// # Safety
-/// `ev` is non-null and valid for writing one pointer.
-unsafe fn hand_out(ev: *mut *mut gex_event_t, op: Op) -> Result<gex_status_t, Error> {
-    let e = ptr::into_raw(Box::new(gex_event_t::new(op)));
-    // SAFETY: the caller's promise.
-    unsafe { ptr::write(ev, e, "ev") }?;
-    Ok(gex_status_t::GEX_OK)
 }
 
 /// Puts `len` bytes from `src` at `offset` in `rank`'s segment and returns once they
@@ -156,194 +146,240 @@ pub unsafe extern "C" fn gex_get_nb(
     })
 }
 
-/// Creates a domain of remote atomics on `uint64_t` over every rank (for the
-/// endpoints of this endpoint's index) and writes it to `*ad`. Collective: every rank
-/// calls it, in the same order as its other collectives.
+/// Sets `len` bytes at `offset` in `rank`'s segment to `value` and returns once they
+/// are set (remote completion).
 ///
-/// Returns `GEX_OK`; `GEX_ERR_RMA` if the ranks disagree or the exchange failed.
+/// Returns as [`gex_put`].
 ///
 /// # Safety
-/// `ep` is NULL or a live endpoint; `ad` is NULL or valid for writing one pointer.
+/// `ep` is NULL or a live endpoint.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_atomic_domain_create(
+pub unsafe extern "C" fn gex_memset(
     ep: *const gex_ep_t,
-    ad: *mut *mut gex_atomic_domain_t,
+    rank: u32,
+    offset: usize,
+    value: u8,
+    len: usize,
 ) -> c_int {
     entry(|| {
         // SAFETY: the caller's promise, as `ptr::handle` states it.
         let h = unsafe { ptr::handle(ep) }?;
-        if ad.is_null() {
-            return Err(Error::null("ad"));
-        }
-        let ops =
-            AtomicOps::GET | AtomicOps::SET | AtomicOps::FADD | AtomicOps::ADD | AtomicOps::FCSWAP;
-        let d = h.with(|s| {
-            let world = s.world.clone();
-            Ok(s.ep.atomic_domain::<u64>(&world, ops)?)
-        })?;
-        let p = ptr::into_raw(Box::new(gex_atomic_domain_t::new(d)));
-        // SAFETY: `ad` is non-null and writable (the caller's promise).
-        unsafe { ptr::write(ad, p, "ad") }?;
+        let p = gptr::<u8>(h, rank, offset)?;
+        h.with(|s| Ok(s.ep.memset(p, value, len, Blocking)?))?;
         Ok(gex_status_t::GEX_OK)
     })
 }
 
-/// Frees an atomic domain (not collective). A NULL `ad` is ignored.
+/// Starts a memset (as [`gex_memset`]) and writes its event to `*ev`: it completes
+/// when the bytes are set.
+///
+/// Returns as [`gex_put_nb`].
 ///
 /// # Safety
-/// `ad` is NULL or a live atomic domain, used by no other thread during or after the
-/// call.
+/// `ep` is NULL or a live endpoint; `ev` is NULL or valid for writing one pointer.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_atomic_domain_free(ad: *mut gex_atomic_domain_t) -> c_int {
-    entry(|| {
-        if !ad.is_null() {
-            // SAFETY: the caller's promise, as `ptr::take` states it.
-            drop(unsafe { ptr::take(ad) }?);
-        }
-        Ok(gex_status_t::GEX_OK)
-    })
-}
-
-/// One fetching atomic `op` (operands `a`, `b`) on the word at `(rank, offset)`,
-/// blocking, the old value written to `*old` unless it is NULL.
-///
-/// # Safety
-/// `ep`, `ad` NULL or live handles; `old` NULL or valid for writing one `uint64_t`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn fetch_blocking(
+pub unsafe extern "C" fn gex_memset_nb(
     ep: *const gex_ep_t,
-    ad: *const gex_atomic_domain_t,
-    op: AtomicOp,
     rank: u32,
     offset: usize,
-    a: u64,
-    b: u64,
-    old: *mut u64,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` states them.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `ad` is NULL or a live handle (this function's `# Safety`).
-        let d = unsafe { ptr::handle(ad) }?;
-        let p = gptr::<u64>(h, rank, offset)?;
-        let v = h.with(|s| {
-            Ok(s.ep.fetch(&d.ad, op, p, a, b, AtomicFlags::empty(), Blocking)?)
-        })?;
-        if !old.is_null() {
-            // SAFETY: non-null and writable (the caller's promise).
-            unsafe { ptr::write(old, v, "old") }?;
-        }
-        Ok(gex_status_t::GEX_OK)
-    })
-}
-
-/// Atomically adds `value` to the `uint64_t` at `offset` in `rank`'s segment
-/// (wrapping) and writes the value it had before to `*old` (unless `old` is NULL).
-/// `offset` must be a multiple of 8.
-///
-/// Returns `GEX_OK`; `GEX_ERR_RMA` if the word is outside the segment or misaligned.
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain created on it;
-/// `old` NULL or valid for writing one `uint64_t`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_atomic_fetch_add_u64(
-    ep: *const gex_ep_t,
-    ad: *const gex_atomic_domain_t,
-    rank: u32,
-    offset: usize,
-    value: u64,
-    old: *mut u64,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { fetch_blocking(ep, ad, AtomicOp::Fadd, rank, offset, value, 0, old) }
-}
-
-/// Atomically replaces the `uint64_t` at `offset` in `rank`'s segment by `desired` if
-/// it equals `expected`, and writes the value it had before to `*old` (unless NULL):
-/// the swap happened if `*old == expected`.
-///
-/// Returns as [`gex_atomic_fetch_add_u64`].
-///
-/// # Safety
-/// As [`gex_atomic_fetch_add_u64`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_atomic_compare_swap_u64(
-    ep: *const gex_ep_t,
-    ad: *const gex_atomic_domain_t,
-    rank: u32,
-    offset: usize,
-    expected: u64,
-    desired: u64,
-    old: *mut u64,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe {
-        fetch_blocking(
-            ep,
-            ad,
-            AtomicOp::Fcswap,
-            rank,
-            offset,
-            expected,
-            desired,
-            old,
-        )
-    }
-}
-
-/// Atomically reads the `uint64_t` at `offset` in `rank`'s segment into `*value`.
-///
-/// Returns as [`gex_atomic_fetch_add_u64`]; `GEX_ERR_NULL` if `value` is NULL.
-///
-/// # Safety
-/// As [`gex_atomic_fetch_add_u64`], `value` NULL or valid for writing one `uint64_t`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_atomic_get_u64(
-    ep: *const gex_ep_t,
-    ad: *const gex_atomic_domain_t,
-    rank: u32,
-    offset: usize,
-    value: *mut u64,
-) -> c_int {
-    if value.is_null() {
-        return entry(|| Err(Error::null("value")));
-    }
-    // SAFETY: the caller's promises, passed on.
-    unsafe { fetch_blocking(ep, ad, AtomicOp::Get, rank, offset, 0, 0, value) }
-}
-
-/// Starts an atomic fetch-add (as [`gex_atomic_fetch_add_u64`]) and writes its event
-/// to `*ev`; the old value is written to `*old` by the call that completes the event
-/// (never if the event is freed first).
-///
-/// # Safety
-/// As [`gex_atomic_fetch_add_u64`], with `old` valid for writing one `uint64_t` until
-/// the event is completed or freed; `ev` NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_atomic_fetch_add_u64_nb(
-    ep: *const gex_ep_t,
-    ad: *const gex_atomic_domain_t,
-    rank: u32,
-    offset: usize,
-    value: u64,
-    old: *mut u64,
+    value: u8,
+    len: usize,
     ev: *mut *mut gex_event_t,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promise, as `ptr::handle` states it.
+        let h = unsafe { ptr::handle(ep) }?;
+        if ev.is_null() {
+            return Err(Error::null("ev"));
+        }
+        let p = gptr::<u8>(h, rank, offset)?;
+        let e = h.with(|s| Ok(s.ep.memset(p, value, len, Nb)?))?;
+        // SAFETY: `ev` is non-null and writable (the caller's promise).
+        unsafe { hand_out(ev, Op::Unit(e)) }
+    })
+}
+
+/// Starts a memset (as [`gex_memset`]) with an implicit event, counted with the puts:
+/// the bytes are set once `gex_nbi_sync` of `GEX_NBI_PUTS` returns.
+///
+/// Returns as [`gex_put_nbi`].
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_memset_nbi(
+    ep: *const gex_ep_t,
+    rank: u32,
+    offset: usize,
+    value: u8,
+    len: usize,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promise, as `ptr::handle` states it.
+        let h = unsafe { ptr::handle(ep) }?;
+        let p = gptr::<u8>(h, rank, offset)?;
+        h.with(|s| Ok(s.ep.memset(p, value, len, Nbi)?))?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
+/// `gex_nbi_sync` / `gex_nbi_test` category: implicit-event puts (and memsets).
+pub const GEX_NBI_PUTS: u32 = 1;
+/// `gex_nbi_sync` / `gex_nbi_test` category: implicit-event gets.
+pub const GEX_NBI_GETS: u32 = 2;
+/// `gex_nbi_sync` / `gex_nbi_test` category: implicit-event atomics.
+pub const GEX_NBI_ATOMICS: u32 = 4;
+/// `gex_nbi_sync` / `gex_nbi_test`: every category.
+pub const GEX_NBI_ALL: u32 = 7;
+
+/// Starts a put of `len` bytes from `src` to `offset` in `rank`'s segment with an
+/// implicit event: `src` may be reused as soon as the call returns; the put is
+/// complete (its bytes at the target) once `gex_nbi_sync` of `GEX_NBI_PUTS` returns
+/// (or `gex_nbi_test` of it returns `GEX_OK`).
+///
+/// Returns as [`gex_put`] (nothing is started on error).
+///
+/// # Safety
+/// As [`gex_put`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_put_nbi(
+    ep: *const gex_ep_t,
+    rank: u32,
+    offset: usize,
+    src: *const c_void,
+    len: usize,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::slice` state them.
+        let h = unsafe { ptr::handle(ep) }?;
+        // SAFETY: `src` is readable for the given count (this function's `# Safety`).
+        let src = unsafe { ptr::slice(src.cast::<u8>(), len, "src") }?;
+        let p = gptr::<u8>(h, rank, offset)?;
+        h.with(|s| Ok(s.ep.put(p, src, Nbi)?))?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
+/// Starts a get of `len` bytes from `offset` in `rank`'s segment into `dst` with an
+/// implicit event: the bytes are in `dst` once `gex_nbi_sync` of `GEX_NBI_GETS`
+/// returns (or `gex_nbi_test` of it returns `GEX_OK`), written by that call.
+///
+/// Returns as [`gex_get`] (nothing is started on error).
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint; `dst` is valid for writing `len` bytes (any
+/// pointer when `len` is 0) until the sync of the gets that completes it (or until the
+/// endpoint is closed), and not accessed by anything else meanwhile.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_get_nbi(
+    ep: *const gex_ep_t,
+    dst: *mut c_void,
+    rank: u32,
+    offset: usize,
+    len: usize,
 ) -> c_int {
     entry(|| {
         // SAFETY: the caller's promises, as `ptr::handle` and `Lent::new` state them.
         let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `ad` is NULL or a live handle (this function's `# Safety`).
-        let d = unsafe { ptr::handle(ad) }?;
-        // SAFETY: `old` stays writable until the event completes or is freed (this function's `# Safety`).
-        let out = unsafe { Lent::new(old, 1, "old") }?;
-        if ev.is_null() {
-            return Err(Error::null("ev"));
+        // SAFETY: `dst` stays writable until the sync of the gets (this function's `# Safety`).
+        let dst = unsafe { Lent::new(dst.cast::<u8>(), len, "dst") }?;
+        let p = gptr::<u8>(h, rank, offset)?;
+        h.with(|s| {
+            let ev = s.ep.get(vec![0u8; len], p, Nb)?;
+            s.nbi_gets.push(Filled { ev, dst });
+            Ok(())
+        })?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
+/// The gex-rma categories of the C categories `cats`.
+fn categories(cats: u32) -> Result<NbiCategories, Error> {
+    if cats & !GEX_NBI_ALL != 0 {
+        return Err(Error::invalid(format!(
+            "unknown NBI categories {cats:#x} (GEX_NBI_PUTS | GEX_NBI_GETS | GEX_NBI_ATOMICS)"
+        )));
+    }
+    Ok(NbiCategories::from_bits_truncate(cats))
+}
+
+/// Completes the C layer's NBI gets whose events are complete (all of them, waiting,
+/// with `wait`): their bytes go to the callers' buffers. Returns the first error and
+/// whether none is left.
+fn finish_gets(s: &mut crate::handle::EpState, wait: bool) -> (Result<(), Error>, bool) {
+    let mut first = Ok(());
+    let mut i = 0;
+    while i < s.nbi_gets.len() {
+        if !wait && !crate::event::Pending::any(&s.nbi_gets[i]).done() {
+            i += 1;
+            continue;
         }
-        let p = gptr::<u64>(h, rank, offset)?;
-        let f = AtomicFlags::empty();
-        let e = h.with(|s| Ok(s.ep.fetch(&d.ad, AtomicOp::Fadd, p, value, 0, f, Nb)?))?;
-        // SAFETY: `ev` is non-null and writable (the caller's promise).
-        unsafe { hand_out(ev, Op::Fetch(e, out)) }
+        let f = s.nbi_gets.swap_remove(i);
+        let r = crate::event::Pending::finish(Box::new(f), &mut s.ep);
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    (first, s.nbi_gets.is_empty())
+}
+
+/// Waits (polling the endpoint) until every implicit-event operation of the categories
+/// `cats` (`GEX_NBI_PUTS | GEX_NBI_GETS | GEX_NBI_ATOMICS`, or `GEX_NBI_ALL`) started on
+/// this endpoint so far is complete: puts' bytes at their targets, gets' bytes in their
+/// buffers, atomics performed.
+///
+/// Returns `GEX_OK`, or the first error of an operation that failed (every one is
+/// complete all the same); `GEX_ERR_INVALID` for an unknown category bit.
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_nbi_sync(ep: *const gex_ep_t, cats: u32) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promise, as `ptr::handle` states it.
+        let h = unsafe { ptr::handle(ep) }?;
+        let c = categories(cats)?;
+        h.with(|s| {
+            let synced = s.ep.sync_nbi(c);
+            let (gets, _) = if c.contains(NbiCategories::GETS) {
+                finish_gets(s, true)
+            } else {
+                (Ok(()), true)
+            };
+            synced?;
+            gets
+        })?;
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
+/// Polls the endpoint once and reports whether every implicit-event operation of the
+/// categories `cats` is complete: `GEX_OK` if so (as after [`gex_nbi_sync`]),
+/// `GEX_PENDING` if not. Gets found complete have their bytes in their buffers.
+///
+/// Returns as [`gex_nbi_sync`], and `GEX_PENDING`.
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_nbi_test(ep: *const gex_ep_t, cats: u32) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promise, as `ptr::handle` states it.
+        let h = unsafe { ptr::handle(ep) }?;
+        let c = categories(cats)?;
+        h.with(|s| {
+            let quiet = s.ep.test_nbi(c)?;
+            let (gets, none_left) = if c.contains(NbiCategories::GETS) {
+                finish_gets(s, false)
+            } else {
+                (Ok(()), true)
+            };
+            gets?;
+            Ok(if quiet && none_left {
+                gex_status_t::GEX_OK
+            } else {
+                gex_status_t::GEX_PENDING
+            })
+        })
     })
 }

@@ -4,13 +4,16 @@
 #![allow(unsafe_code)]
 
 use crate::am::*;
+use crate::atomic::*;
 use crate::client::*;
 use crate::coll::*;
 use crate::event::*;
 use crate::handle::{HandlerMark, gex_client_t, gex_ep_t};
 use crate::rma::*;
 use crate::status::*;
+use crate::team::*;
 use gex_status_t::*;
+use gex_sync::atomic::{AtomicUsize, Ordering};
 use std::ffi::{CStr, c_void};
 use std::ptr::{null, null_mut};
 
@@ -223,6 +226,566 @@ fn allreduce_and_atomics_on_one_rank() {
         assert_eq!(v, 7);
         assert_eq!(gex_atomic_get_u64(e, ad, 0, 60, &mut v), GEX_ERR_RMA.code());
         assert_eq!(gex_atomic_domain_free(ad), 0);
+    }
+    close(c, e);
+}
+
+/// include/gex.h is what cbindgen generates from the crate's source, with the
+/// declarations of the macro-generated atomic families (`crate::atomic::DECLS`: cbindgen
+/// does not expand macros): regenerates it and fails if the checked-in file differs
+/// (`BLESS=1` rewrites it instead).
+#[test]
+fn gex_h_matches_the_source() {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let config =
+        cbindgen::Config::from_file(format!("{dir}/cbindgen.toml")).expect("cbindgen.toml");
+    let decls = std::env::temp_dir().join(format!("gex-capi-decls-{}.rs", std::process::id()));
+    std::fs::write(&decls, crate::atomic::DECLS).expect("write the declarations");
+    let mut generated = Vec::new();
+    let built = cbindgen::Builder::new()
+        .with_config(config)
+        .with_src(format!("{dir}/src/lib.rs"))
+        .with_src(&decls)
+        .generate();
+    std::fs::remove_file(&decls).expect("remove the declarations");
+    built
+        .expect("cbindgen generates the header")
+        .write(&mut generated);
+    let text = String::from_utf8_lossy(&generated);
+    for f in [
+        "gex_atomic_op_nb_f32",
+        "gex_atomic_op_nbi_i64",
+        "gex_atomic_op_u32",
+    ] {
+        assert!(
+            text.contains(&format!("int {f}(")),
+            "{f} is not in the header"
+        );
+    }
+    let path = format!("{dir}/include/gex.h");
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(&path, &generated).expect("write include/gex.h");
+        return;
+    }
+    let have = std::fs::read(&path).unwrap_or_default();
+    assert!(
+        have == generated,
+        "include/gex.h differs from what cbindgen generates from src/: \
+         run `BLESS=1 cargo test -p gex-capi --lib gex_h` and commit the header"
+    );
+}
+
+#[test]
+fn teams_and_typed_collectives_on_one_rank() {
+    let (c, e) = open();
+    // SAFETY: every call below has live handles and buffers valid for the counts given,
+    // alive until their events complete.
+    unsafe {
+        let (mut w, mut sub, mut none) = (null_mut(), null_mut(), null_mut());
+        assert_eq!(gex_team_world(e, &mut w), 0, "{}", last());
+        let (mut r, mut n, mut j) = (9, 9, 9);
+        assert_eq!(gex_team_rank(w, &mut r, &mut n), 0);
+        assert_eq!((r, n), (0, 1));
+        assert_eq!(gex_team_translate(w, 0, &mut j), 0);
+        assert_eq!(j, 0);
+        assert_eq!(gex_team_translate(w, 1, &mut j), GEX_ERR_INVALID.code());
+        assert_eq!(gex_team_split(e, w, 5, 0, &mut sub), 0, "{}", last());
+        assert!(!sub.is_null());
+        assert_eq!(
+            gex_team_split(e, w, crate::team::GEX_COLOR_NONE, 0, &mut none),
+            0
+        );
+        assert!(none.is_null());
+        assert_eq!(gex_team_barrier(e, sub), 0);
+        // The split-phase barrier: named, anonymous, and its misuses.
+        assert_eq!(gex_team_barrier_notify(e, w, 7, 0), 0, "{}", last());
+        assert_eq!(gex_team_barrier_notify(e, w, 7, 0), GEX_ERR_COLL.code());
+        let rc = loop {
+            match gex_team_barrier_try(e, w, 7, 0) {
+                x if x == GEX_PENDING.code() => continue,
+                x => break x,
+            }
+        };
+        assert_eq!(rc, 0, "{}", last());
+        assert_eq!(gex_team_barrier_wait(e, w, 7, 0), GEX_ERR_COLL.code());
+        let anon = crate::coll::GEX_BARRIER_ANONYMOUS;
+        assert_eq!(gex_team_barrier_notify(e, w, 0, anon), 0);
+        assert_eq!(gex_team_barrier_wait(e, w, 0, anon), 0, "{}", last());
+        assert_eq!(gex_team_barrier_notify(e, w, 0, 4), GEX_ERR_INVALID.code());
+        let (mut listed, zero) = (null_mut(), [0u32]);
+        assert_eq!(
+            gex_team_create(e, sub, zero.as_ptr(), 1, &mut listed),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(gex_team_rank(listed, &mut r, &mut n), 0);
+        assert_eq!((r, n), (0, 1));
+        let twice = [0u32, 0];
+        let rc = gex_team_create(e, w, twice.as_ptr(), 2, &mut none);
+        assert_eq!(rc, GEX_ERR_COLL.code(), "{}", last());
+        assert!(none.is_null());
+        assert_eq!(gex_team_free(e, listed), 0);
+
+        // Allreduce of several types and operators, blocking and nonblocking.
+        let src = [6i32, -3];
+        let mut dst = [0i32; 2];
+        let (s, d) = (src.as_ptr().cast(), dst.as_mut_ptr().cast());
+        let i32t = gex_dt_t::GEX_DT_I32 as i32;
+        assert_eq!(
+            gex_allreduce(e, sub, s, d, 2, i32t, gex_op_t::GEX_OP_BXOR as i32),
+            0
+        );
+        assert_eq!(dst, src);
+        let f = [1.5f64];
+        let mut g = [0f64];
+        let f64t = gex_dt_t::GEX_DT_F64 as i32;
+        let (fs, fd) = (f.as_ptr().cast(), g.as_mut_ptr().cast());
+        let band = gex_op_t::GEX_OP_BAND as i32;
+        assert_eq!(
+            gex_allreduce(e, w, fs, fd, 1, f64t, band),
+            GEX_ERR_INVALID.code()
+        );
+        assert_eq!(
+            gex_allreduce(e, w, fs, fd, 1, 99, 0),
+            GEX_ERR_INVALID.code()
+        );
+        let mut ev = null_mut();
+        let max = gex_op_t::GEX_OP_MAX as i32;
+        assert_eq!(gex_allreduce_nb(e, w, fs, fd, 1, f64t, max, &mut ev), 0);
+        assert_eq!(g, [0.0], "written only when the event completes");
+        assert_eq!(gex_event_wait(e, &mut ev), 0);
+        assert!(ev.is_null());
+        assert_eq!(g, f);
+
+        // Broadcast, gather, gather_all, reduce.
+        let mut b = [7u64, 8, 9];
+        let u64t = gex_dt_t::GEX_DT_U64 as i32;
+        assert_eq!(gex_broadcast(e, sub, 0, b.as_mut_ptr().cast(), 3, u64t), 0);
+        assert_eq!(
+            gex_broadcast(e, sub, 1, b.as_mut_ptr().cast(), 3, u64t),
+            GEX_ERR_COLL.code()
+        );
+        let mut all = [0u64; 3];
+        assert_eq!(
+            gex_gather_all(e, sub, b.as_ptr().cast(), all.as_mut_ptr().cast(), 3, u64t),
+            0
+        );
+        assert_eq!(all, b);
+        let mut one = [0u64; 3];
+        let mut evs = [null_mut(); 2];
+        assert_eq!(
+            gex_gather_nb(
+                e,
+                w,
+                0,
+                b.as_ptr().cast(),
+                one.as_mut_ptr().cast(),
+                3,
+                u64t,
+                &mut evs[0]
+            ),
+            0
+        );
+        assert_eq!(gex_team_barrier_nb(e, w, &mut evs[1]), 0);
+        assert_eq!(gex_event_wait_all(e, evs.as_mut_ptr(), 2), 0);
+        assert_eq!(one, b);
+        let mut red = [0u64; 3];
+        let sum = gex_op_t::GEX_OP_SUM as i32;
+        assert_eq!(
+            gex_reduce(
+                e,
+                w,
+                0,
+                b.as_ptr().cast(),
+                red.as_mut_ptr().cast(),
+                3,
+                u64t,
+                sum
+            ),
+            0
+        );
+        assert_eq!(red, b);
+        assert_eq!(
+            gex_reduce(
+                e,
+                w,
+                3,
+                b.as_ptr().cast(),
+                red.as_mut_ptr().cast(),
+                3,
+                u64t,
+                sum
+            ),
+            GEX_ERR_INVALID.code()
+        );
+        assert_eq!(
+            gex_broadcast_nb(e, w, 0, b.as_mut_ptr().cast(), 3, u64t, null_mut()),
+            GEX_ERR_NULL.code()
+        );
+
+        // Scatter, exchange, reduce_scatter, scan, exscan (one member: identities).
+        let i64t = gex_dt_t::GEX_DT_I64 as i32;
+        let v = [4i64, -5];
+        let mut out = [0i64; 2];
+        let vs = v.as_ptr().cast();
+        assert_eq!(
+            gex_scatter(e, w, 0, vs, out.as_mut_ptr().cast(), 2, i64t),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(out, v);
+        out = [0; 2];
+        assert_eq!(
+            gex_exchange(e, w, vs, out.as_mut_ptr().cast(), 2, i64t),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(out, v);
+        out = [0; 2];
+        assert_eq!(
+            gex_reduce_scatter(e, w, vs, out.as_mut_ptr().cast(), 2, i64t, sum),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(out, v);
+        out = [0; 2];
+        assert_eq!(
+            gex_scan(e, w, vs, out.as_mut_ptr().cast(), 2, i64t, sum),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(out, v);
+        out = [9; 2];
+        let mut ev = null_mut();
+        assert_eq!(
+            gex_exscan_nb(e, w, vs, out.as_mut_ptr().cast(), 2, i64t, sum, &mut ev),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(gex_event_wait(e, &mut ev), 0);
+        assert_eq!(out, [9, 9], "team rank 0's dst is not written");
+        assert_eq!(
+            gex_scatter_nb(e, w, 0, vs, out.as_mut_ptr().cast(), 2, i64t, &mut ev),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(gex_event_wait(e, &mut ev), 0);
+        assert_eq!(out, v);
+
+        assert_eq!(gex_team_free(e, sub), 0);
+        assert_eq!(gex_team_barrier(e, sub), GEX_ERR_INVALID.code());
+        assert_eq!(gex_team_free(e, w), 0);
+        assert_eq!(gex_team_free(e, null_mut()), 0);
+    }
+    close(c, e);
+}
+
+#[test]
+fn nbi_and_atomic_families_on_one_rank() {
+    let (c, e) = open();
+    // SAFETY: every call below has live handles and buffers valid for the lengths given,
+    // alive until the syncs that complete them.
+    unsafe {
+        let data: Vec<u8> = (0..200u8).collect();
+        for k in 0..4 {
+            let off = 1024 + 50 * k;
+            assert_eq!(
+                gex_put_nbi(e, 0, off, data[50 * k..].as_ptr().cast(), 50),
+                0
+            );
+        }
+        assert_eq!(gex_nbi_sync(e, crate::rma::GEX_NBI_PUTS), 0);
+        // Memsets, all three forms, then the bytes read back.
+        assert_eq!(gex_memset(e, 0, 2048, 0xAB, 16), 0);
+        let mut ev = null_mut();
+        assert_eq!(gex_memset_nb(e, 0, 2064, 0xCD, 16, &mut ev), 0);
+        assert_eq!(gex_event_wait(e, &mut ev), 0);
+        assert_eq!(gex_memset_nbi(e, 0, 2080, 0xEF, 16), 0);
+        assert_eq!(gex_nbi_sync(e, crate::rma::GEX_NBI_PUTS), 0);
+        let mut m = [0u8; 48];
+        assert_eq!(gex_get(e, m.as_mut_ptr().cast(), 0, 2048, 48), 0);
+        assert!(m[..16].iter().all(|&b| b == 0xAB), "{m:?}");
+        assert!(m[16..32].iter().all(|&b| b == 0xCD), "{m:?}");
+        assert!(m[32..].iter().all(|&b| b == 0xEF), "{m:?}");
+        assert_eq!(gex_memset(e, 0, 1 << 30, 0, 1), GEX_ERR_RMA.code());
+        let mut back = vec![0u8; 200];
+        assert_eq!(gex_get_nbi(e, back.as_mut_ptr().cast(), 0, 1024, 100), 0);
+        assert_eq!(
+            gex_get_nbi(e, back[100..].as_mut_ptr().cast(), 0, 1124, 100),
+            0
+        );
+        let rc = loop {
+            match gex_nbi_test(e, crate::rma::GEX_NBI_ALL) {
+                x if x == GEX_PENDING.code() => continue,
+                x => break x,
+            }
+        };
+        assert_eq!(rc, 0);
+        assert_eq!(back, data);
+        assert_eq!(gex_nbi_sync(e, 8), GEX_ERR_INVALID.code());
+        assert_eq!(
+            gex_get_nbi(e, back.as_mut_ptr().cast(), 0, 1 << 30, 8),
+            GEX_ERR_RMA.code()
+        );
+
+        // Typed atomic domains over the world team.
+        let mut w = null_mut();
+        assert_eq!(gex_team_world(e, &mut w), 0);
+        let (mut du32, mut df64, mut bad) = (null_mut(), null_mut(), null_mut());
+        let all = crate::atomic::GEX_AOPS_ALL;
+        let arith = crate::atomic::GEX_AOPS_ARITH;
+        let u32t = gex_dt_t::GEX_DT_U32 as i32;
+        let f64t = gex_dt_t::GEX_DT_F64 as i32;
+        assert_eq!(
+            gex_atomic_domain_create_ex(e, w, u32t, all, &mut du32),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(
+            gex_atomic_domain_create_ex(e, w, f64t, all, &mut bad),
+            GEX_ERR_RMA.code()
+        );
+        assert_eq!(
+            gex_atomic_domain_create_ex(e, w, 6, all, &mut bad),
+            GEX_ERR_INVALID.code()
+        );
+        assert_eq!(
+            gex_atomic_domain_create_ex(e, w, f64t, arith, &mut df64),
+            0,
+            "{}",
+            last()
+        );
+        use gex_aop_t::*;
+        let mut old = 0u32;
+        assert_eq!(
+            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_SET as i32, 0xF0, 0, 0, null_mut()),
+            0
+        );
+        assert_eq!(
+            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_FOR as i32, 0x0F, 0, 0, &mut old),
+            0
+        );
+        assert_eq!(old, 0xF0);
+        assert_eq!(
+            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_FAND as i32, 0x3C, 0, 0, &mut old),
+            0
+        );
+        assert_eq!(old, 0xFF);
+        assert_eq!(
+            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_FXOR as i32, 0xFF, 0, 0, &mut old),
+            0
+        );
+        assert_eq!(old, 0x3C);
+        assert_eq!(
+            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_SWAP as i32, 5, 0, 0, &mut old),
+            0
+        );
+        assert_eq!(old, 0xC3);
+        let mut ev = null_mut();
+        assert_eq!(
+            gex_atomic_op_nb_u32(
+                e,
+                du32,
+                0,
+                256,
+                GEX_AOP_FADD as i32,
+                1,
+                0,
+                0,
+                &mut old,
+                &mut ev
+            ),
+            0
+        );
+        assert_eq!(gex_event_wait(e, &mut ev), 0);
+        assert_eq!(old, 5);
+        assert_eq!(
+            gex_atomic_op_nbi_u32(e, du32, 0, 256, GEX_AOP_INC as i32, 0, 0, 0),
+            0
+        );
+        assert_eq!(gex_nbi_sync(e, crate::rma::GEX_NBI_ATOMICS), 0);
+        assert_eq!(
+            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_GET as i32, 0, 0, 0, &mut old),
+            0
+        );
+        assert_eq!(old, 7);
+        // Wrong type, unknown op, misaligned.
+        assert_eq!(
+            gex_atomic_op_u64(e, du32, 0, 256, GEX_AOP_GET as i32, 0, 0, 0, null_mut()),
+            GEX_ERR_INVALID.code()
+        );
+        assert_eq!(
+            gex_atomic_op_u32(e, du32, 0, 256, 25, 0, 0, 0, null_mut()),
+            GEX_ERR_INVALID.code()
+        );
+        assert_eq!(
+            gex_atomic_op_u32(e, du32, 0, 258, GEX_AOP_ADD as i32, 1, 0, 0, null_mut()),
+            GEX_ERR_RMA.code()
+        );
+        let mut x = 0f64;
+        assert_eq!(
+            gex_atomic_op_f64(e, df64, 0, 512, GEX_AOP_SET as i32, 2.5, 0.0, 0, null_mut()),
+            0
+        );
+        assert_eq!(
+            gex_atomic_op_f64(e, df64, 0, 512, GEX_AOP_FMAX as i32, 1.0, 0.0, 0, &mut x),
+            0
+        );
+        assert_eq!(x, 2.5);
+        assert_eq!(
+            gex_atomic_op_f64(e, df64, 0, 512, GEX_AOP_FCSWAP as i32, 2.5, -1.0, 0, &mut x),
+            0
+        );
+        assert_eq!(
+            gex_atomic_op_f64(e, df64, 0, 512, GEX_AOP_GET as i32, 0.0, 0.0, 0, &mut x),
+            0
+        );
+        assert_eq!(x, -1.0);
+        assert_eq!(gex_atomic_domain_free(du32), 0);
+        assert_eq!(gex_atomic_domain_free(df64), 0);
+        assert_eq!(gex_team_free(e, w), 0);
+    }
+    close(c, e);
+}
+
+/// A Long handler: records the payload's address and first byte.
+unsafe extern "C" fn long_handler(
+    _token: *mut gex_token_t,
+    payload: *const c_void,
+    len: usize,
+    _args: *const u32,
+    _nargs: usize,
+    user: *mut c_void,
+) {
+    // SAFETY: `user` is the test's `[AtomicUsize; 3]`, alive while the endpoint polls;
+    // the payload is `len` bytes of the segment nobody writes meanwhile.
+    let (seen, first) = unsafe { (&*user.cast::<[AtomicUsize; 3]>(), *payload.cast::<u8>()) };
+    seen[0].store(payload as usize, Ordering::Relaxed);
+    seen[2].store(usize::from(first), Ordering::Relaxed);
+    seen[1].store(len, Ordering::Release);
+}
+
+#[test]
+fn a_long_am_lands_in_the_segment() {
+    let (c, e) = open();
+    let seen: [AtomicUsize; 3] = Default::default();
+    // SAFETY: live handles, a handler of the right signature, `seen` alive until the
+    // endpoint is closed, a payload valid for its length.
+    unsafe {
+        let mut idx = 0;
+        let user = (&raw const seen).cast_mut().cast::<c_void>();
+        assert_eq!(gex_am_register(e, Some(long_handler), user, &mut idx), 0);
+        let (mut base, mut len, mut max) = (null_mut::<c_void>(), 0usize, 0usize);
+        assert_eq!(gex_ep_segment(e, &mut base, &mut len), 0);
+        assert_eq!(gex_am_max_long(e, 0, &mut max), 0);
+        assert!(max >= 64, "{max}");
+        let p = [42u8; 64];
+        assert_eq!(
+            gex_am_request_long(e, 0, idx, null(), 0, p.as_ptr().cast(), 64, 4096),
+            0
+        );
+        while seen[1].load(Ordering::Acquire) == 0 {
+            assert_eq!(gex_ep_poll(e, null_mut()), 0);
+        }
+        let got = seen.each_ref().map(|x| x.load(Ordering::Relaxed));
+        assert_eq!(got, [base as usize + 4096, 64, 42]);
+        assert_eq!(
+            gex_am_request_long(e, 0, idx, null(), 0, p.as_ptr().cast(), 64, len - 8),
+            GEX_ERR_AM.code()
+        );
+    }
+    close(c, e);
+}
+
+#[test]
+fn the_new_entry_points_refuse_null_and_foreign_handles() {
+    let (c, e) = open();
+    let junk = vec![0u64; 64];
+    let foreign_team = junk.as_ptr().cast::<crate::handle::gex_team_t>();
+    let foreign_ad = junk.as_ptr().cast::<crate::handle::gex_atomic_domain_t>();
+    let null_ = GEX_ERR_NULL.code();
+    let bad = GEX_ERR_INVALID.code();
+    let u64t = gex_dt_t::GEX_DT_U64 as i32;
+    let mut x = [0u64; 4];
+    // SAFETY: live handles, buffers valid for the counts given, or NULL/foreign
+    // pointers to readable zeroed memory that the checks must refuse before use.
+    unsafe {
+        let mut w = null_mut();
+        assert_eq!(gex_team_world(e, &mut w), 0);
+        let p = x.as_mut_ptr().cast::<c_void>();
+        // Teams.
+        assert_eq!(gex_team_world(e, null_mut()), null_);
+        assert_eq!(gex_team_world(null(), &mut w), null_);
+        let mut t = null_mut();
+        assert_eq!(gex_team_split(e, null(), 0, 0, &mut t), null_);
+        assert_eq!(gex_team_split(e, foreign_team, 0, 0, &mut t), bad);
+        assert_eq!(gex_team_split(e, w, 0, 0, null_mut()), null_);
+        assert_eq!(gex_team_create(e, w, null(), 1, &mut t), null_);
+        assert_eq!(gex_team_rank(foreign_team, null_mut(), null_mut()), bad);
+        assert_eq!(gex_team_translate(w, 0, null_mut()), null_);
+        assert_eq!(gex_team_free(e, foreign_team.cast_mut()), bad);
+        // Collectives.
+        assert_eq!(gex_team_barrier(e, foreign_team), bad);
+        assert_eq!(gex_team_barrier_nb(e, w, null_mut()), null_);
+        assert_eq!(gex_broadcast(e, w, 0, null_mut(), 1, u64t), null_);
+        assert_eq!(gex_gather_all(e, w, p, null_mut(), 1, u64t), null_);
+        assert_eq!(gex_allreduce(e, w, null(), p, 1, u64t, 0), null_);
+        assert_eq!(
+            gex_exchange_nb(e, w, p, p.wrapping_add(16), 1, u64t, null_mut()),
+            null_
+        );
+        let misaligned = p.cast::<u8>().wrapping_add(1).cast::<c_void>();
+        assert_eq!(gex_allreduce(e, w, misaligned, p, 1, u64t, 0), bad);
+        assert_eq!(gex_team_barrier_notify(null(), w, 0, 0), null_);
+        // RMA, NBI.
+        assert_eq!(gex_put_nbi(e, 0, 0, null(), 1), null_);
+        assert_eq!(gex_get_nbi(e, null_mut(), 0, 0, 1), null_);
+        assert_eq!(gex_put_nbi(e, 1, 0, p, 1), bad);
+        assert_eq!(gex_memset_nb(e, 0, 0, 0, 1, null_mut()), null_);
+        assert_eq!(gex_nbi_sync(null(), crate::rma::GEX_NBI_ALL), null_);
+        // Atomics.
+        let mut ad = null_mut();
+        let all = crate::atomic::GEX_AOPS_ALL;
+        assert_eq!(
+            gex_atomic_domain_create_ex(e, w, u64t, all, null_mut()),
+            null_
+        );
+        assert_eq!(
+            gex_atomic_domain_create_ex(e, null(), u64t, all, &mut ad),
+            null_
+        );
+        assert_eq!(
+            gex_atomic_domain_create_ex(e, w, u64t, 1 << 25, &mut ad),
+            bad
+        );
+        assert!(ad.is_null());
+        assert_eq!(
+            gex_atomic_op_u64(e, foreign_ad, 0, 0, 0, 0, 0, 0, null_mut()),
+            bad
+        );
+        assert_eq!(gex_atomic_op_nbi_i32(e, null(), 0, 0, 0, 0, 0, 0), null_);
+        // AMs and the client.
+        assert_eq!(
+            gex_am_request_long(e, 0, 128, null(), 1, null(), 0, 0),
+            null_
+        );
+        assert_eq!(
+            gex_am_reply_long(null_mut(), 128, null(), 0, null(), 0, 0),
+            null_
+        );
+        assert_eq!(gex_am_max_long(e, 0, null_mut()), null_);
+        let mut c2 = null_mut();
+        assert_eq!(gex_client_init_ex(0, 2, &mut c2), bad);
+        assert!(c2.is_null());
+        assert_eq!(gex_team_free(e, w), 0);
     }
     close(c, e);
 }

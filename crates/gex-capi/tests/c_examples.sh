@@ -34,7 +34,7 @@ CC="${CC:-cc}"
 
 # The examples, through pkg-config as a user builds them; warnings are errors.
 cd "$root/crates/gex-capi/examples/c"
-for p in hello am_pingpong putget; do
+for p in hello am_pingpong putget teams_colls atomics_long; do
     echo "+ $CC -std=c11 -Wall -Wextra -Werror $p.c \$(pkg-config --cflags --libs gex)"
     # shellcheck disable=SC2046
     "$CC" -std=c11 -Wall -Wextra -Werror "$p.c" $(pkg-config --cflags --libs gex) -o "$work/$p"
@@ -72,9 +72,18 @@ for n in 2 3; do
     run "am_pingpong-$n" "$n" "^rank [0-9] of $n: 1000 short and 1000 medium round trips ok\$" "$gexrun" -n "$n" ./am_pingpong
     run "putget-$n" "$n" "^rank [0-9] of $n: put/get/events/atomics ok, sum of ranks $((n * (n - 1) / 2))\$" "$gexrun" -n "$n" ./putget
 done
+run teams_colls-1 1 '^rank 0 of 1: teams/collectives/nbi/events ok$' ./teams_colls
+run atomics_long-1 1 '^rank 0 of 1: long AMs and typed atomics ok$' ./atomics_long
+for n in 2 4; do
+    run "teams_colls-$n" "$n" "^rank [0-9] of $n: teams/collectives/nbi/events ok\$" "$gexrun" -n "$n" ./teams_colls
+    run "atomics_long-$n" "$n" "^rank [0-9] of $n: long AMs and typed atomics ok\$" "$gexrun" -n "$n" ./atomics_long
+done
+run atomics_long-progress 2 '^rank [01] of 2: long AMs and typed atomics ok \(progress thread\)$' \
+    "$gexrun" -n 2 ./atomics_long progress
 if command -v mpiexec.hydra >/dev/null; then
     run hello-mpiexec 2 '^hello from rank [01] of 2$' mpiexec.hydra -n 2 ./hello
     run putget-mpiexec 2 '^rank [01] of 2: put/get/events/atomics ok, sum of ranks 1$' mpiexec.hydra -n 2 ./putget
+    run teams_colls-mpiexec 2 '^rank [01] of 2: teams/collectives/nbi/events ok$' mpiexec.hydra -n 2 ./teams_colls
 else
     echo "(no mpiexec.hydra: the MPICH runs are left out)"
 fi
@@ -84,7 +93,7 @@ if [[ "${CAPI_OFI:-0}" == 1 ]]; then
     echo "+ PREFIX=$ofi CARGO_FEATURES=ofi bash crates/gex-capi/install.sh"
     (cd "$root" && PREFIX="$ofi" CARGO_FEATURES=ofi CARGO_TARGET_DIR="$root/target/capi-ofi" \
         bash crates/gex-capi/install.sh)
-    for p in am_pingpong putget; do
+    for p in am_pingpong putget teams_colls atomics_long; do
         # shellcheck disable=SC2046
         "$CC" -std=c11 -Wall -Wextra -Werror "$root/crates/gex-capi/examples/c/$p.c" \
             $(PKG_CONFIG_PATH="$ofi/lib/pkgconfig" pkg-config --cflags --libs gex) -o "$work/ofi-$p"
@@ -93,11 +102,15 @@ if [[ "${CAPI_OFI:-0}" == 1 ]]; then
         env GEX_CONDUIT=ofi "$ofi/bin/gex-run" -n 2 ./ofi-am_pingpong
     run putget-ofi 2 '^rank [01] of 2: put/get/events/atomics ok, sum of ranks 1$' \
         env GEX_CONDUIT=ofi "$ofi/bin/gex-run" -n 2 ./ofi-putget
+    run teams_colls-ofi 2 '^rank [01] of 2: teams/collectives/nbi/events ok$' \
+        env GEX_CONDUIT=ofi "$ofi/bin/gex-run" -n 2 ./ofi-teams_colls
+    run atomics_long-ofi 2 '^rank [01] of 2: long AMs and typed atomics ok$' \
+        env GEX_CONDUIT=ofi "$ofi/bin/gex-run" -n 2 ./ofi-atomics_long
 fi
 
 if [[ "${VALGRIND:-1}" != 0 ]]; then
     command -v valgrind >/dev/null || fail "valgrind is not installed (VALGRIND=0 skips these runs)"
-    for p in hello am_pingpong putget; do
+    for p in hello am_pingpong putget teams_colls atomics_long; do
         mkdir -p "vg-$p"
         echo "+ gex-run -n 2 valgrind --leak-check=full ... ./$p"
         rc=0

@@ -1,4 +1,4 @@
-/* putget.c: one-sided put and get (blocking and nonblocking, one event type), remote
+/* putget.c: one-sided put, get and memset (blocking and nonblocking, one event type), remote
  * atomics and allreduce. Every rank writes a pattern into the next rank's segment,
  * reads it back in several ways, counts itself in a word of rank 0's segment with a
  * fetch-add, and the ranks add up their numbers.
@@ -24,7 +24,7 @@ int main(void) {
     CHECK(gex_ep_open(client, 0, &ep));
     CHECK(gex_ep_rank(ep, &rank, &size));
     CHECK(gex_ep_segment(ep, (void **)&seg, &seg_len));
-    if (seg_len < (size_t)size * SLOT + 64) {
+    if (seg_len < (size_t)size * SLOT + 64 + (size_t)size * 256) {
         fprintf(stderr, "segment of %zu bytes is too small for %u ranks\n", seg_len, size);
         return 1;
     }
@@ -86,6 +86,22 @@ int main(void) {
     EXPECT(GEX_ERR_NULL, gex_put(ep, next, 0, NULL, 1));
     EXPECT(GEX_ERR_NULL, gex_get_nb(ep, back, next, 0, 8, NULL));
     CHECK(gex_put(ep, next, 0, NULL, 0)); /* nothing to put */
+
+    /* Memset in its three forms into my own range of the next rank (past the words
+     * of the atomics), then read back. */
+    size_t mem = (size_t)size * SLOT + 64 + (size_t)rank * 256;
+    CHECK(gex_memset(ep, next, mem, 0x11, 64));
+    CHECK(gex_memset_nb(ep, next, mem + 64, 0x22, 64, &ev));
+    CHECK(gex_event_wait(ep, &ev));
+    CHECK(gex_memset_nbi(ep, next, mem + 128, 0x33, 64));
+    CHECK(gex_nbi_sync(ep, GEX_NBI_PUTS));
+    CHECK(gex_get(ep, back, next, mem, 192));
+    for (int i = 0; i < 192; i++)
+        if (back[i] != (i < 64 ? 0x11 : i < 128 ? 0x22 : 0x33)) {
+            fprintf(stderr, "memset byte %d is %u\n", i, back[i]);
+            return 1;
+        }
+    EXPECT(GEX_ERR_RMA, gex_memset(ep, next, seg_len - 8, 0, 16));
 
     /* Remote atomics: every rank adds 1 to a word of rank 0, then one rank wins a
      * compare-and-swap on another. */
