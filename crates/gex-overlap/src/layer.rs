@@ -33,6 +33,16 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "gex-overlap: transfers shorter than this many bytes are done at once (no page protection) when the strip length is `auto`.",
     },
     EnvVar {
+        name: "GEX_OVERLAP_DELTA",
+        default: "auto",
+        doc: "gex-overlap: delta transfers' increment: what a flush waits to have and the most one send carries: `auto` (the strip model's length for the buffer, at least 4 pages) or a byte count (rounded up to whole pages).",
+    },
+    EnvVar {
+        name: "GEX_OVERLAP_DELTA_WHOLE",
+        default: "50",
+        doc: "gex-overlap: a delta transfer sends the whole rest of its buffer (one run per delta) when at least this percentage (0 to 100) of the buffer changed.",
+    },
+    EnvVar {
         name: "GEX_OVERLAP_TRACE",
         default: "0",
         doc: "gex-overlap: `1` records every page fault the handler waited for (page address, nanoseconds waited; `overlap_trace()`), `0` records nothing.",
@@ -46,7 +56,12 @@ pub struct Overlap {
     decomp: Decomp,
     min_split: usize,
     mover: Option<Mover>,
-    inflight: Arc<AtomicUsize>,
+    pub(crate) inflight: Arc<AtomicUsize>,
+    /// Delta transfers: the delta size (`GEX_OVERLAP_DELTA`; `None`: the model's).
+    pub(crate) delta: Option<usize>,
+    /// Delta transfers: send the whole rest at this percentage changed
+    /// (`GEX_OVERLAP_DELTA_WHOLE`).
+    pub(crate) delta_whole: u32,
     /// Strips started as native operations (peers whose segment is not mapped, with a
     /// progress thread), retired by the progress hook.
     native: Vec<NativeStrip>,
@@ -69,7 +84,7 @@ struct Mover {
 
 /// Direction of a job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Dir {
+pub(crate) enum Dir {
     /// Remote → transfer view.
     Get,
     /// Transfer view → remote.
@@ -78,17 +93,25 @@ enum Dir {
 
 /// A transfer given to the mover: strips of `[off, off+len)` of the buffer, from or to
 /// `remote` (an address in a peer's segment mapped in this process).
-struct Job {
-    shared: Arc<Shared>,
-    dir: Dir,
-    remote: usize,
-    off: usize,
-    len: usize,
-    strip: usize,
+pub(crate) struct Job {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) dir: Dir,
+    pub(crate) remote: usize,
+    pub(crate) off: usize,
+    pub(crate) len: usize,
+    pub(crate) strip: usize,
+    /// A delta send (empty: a demand-driven transfer): the byte ranges of
+    /// `[off, off+len)` to copy (`Put` only), as one strip; the pages then go to
+    /// `after` instead of being retired.
+    pub(crate) pieces: Vec<(usize, usize)>,
+    /// The pages' state after a delta send ([`table::READY`]: unprotected).
+    pub(crate) after: u32,
+    /// Decremented when the job is done (a delta buffer's count of sends in flight).
+    pub(crate) done: Option<Arc<AtomicUsize>>,
 }
 
 impl Overlap {
-    fn sender(&mut self) -> Result<&Sender<Job>, OverlapError> {
+    pub(crate) fn sender(&mut self) -> Result<&Sender<Job>, OverlapError> {
         if self.mover.is_none() {
             let (tx, rx) = channel::<Job>();
             let inflight = self.inflight.clone();
@@ -107,7 +130,7 @@ impl Overlap {
         }
     }
 
-    fn strip_for(&self, len: usize) -> usize {
+    pub(crate) fn strip_for(&self, len: usize) -> usize {
         model::strip_len(params(), self.decomp, len, sys::page_size(), self.min_split)
     }
 }
@@ -160,6 +183,24 @@ impl Layer for Overlap {
             None | Some("") => 65536,
             Some(v) => parse_bytes("GEX_OVERLAP_MIN_SPLIT", v)?,
         };
+        let delta = match cfg.get("GEX_OVERLAP_DELTA").map(str::trim) {
+            None | Some("") | Some("auto") => None,
+            Some(v) => match parse_bytes("GEX_OVERLAP_DELTA", v)? {
+                0 => return Err(InitError::Config("GEX_OVERLAP_DELTA=0".into())),
+                b => Some(b),
+            },
+        };
+        let delta_whole = match cfg.get("GEX_OVERLAP_DELTA_WHOLE").map(str::trim) {
+            None | Some("") => 50,
+            Some(v) => match v.parse::<u32>() {
+                Ok(p) if p <= 100 => p,
+                _ => {
+                    return Err(InitError::Config(format!(
+                        "GEX_OVERLAP_DELTA_WHOLE={v}: expected a percentage from 0 to 100"
+                    )));
+                }
+            },
+        };
         match cfg.get("GEX_OVERLAP_TRACE").map(str::trim) {
             None | Some("") | Some("0") => {}
             Some("1") => sys::set_trace(true),
@@ -174,6 +215,8 @@ impl Layer for Overlap {
             min_split,
             mover: None,
             inflight: Arc::new(AtomicUsize::new(0)),
+            delta,
+            delta_whole,
             native: Vec::new(),
         })
     }
@@ -209,8 +252,16 @@ impl Layer for Overlap {
 
 fn mover(rx: Receiver<Job>, inflight: Arc<AtomicUsize>) {
     while let Ok(job) = rx.recv() {
-        run(&job);
+        if job.pieces.is_empty() {
+            run(&job);
+        } else {
+            run_delta(&job);
+        }
+        let done = job.done.clone();
         drop(job);
+        if let Some(d) = done {
+            d.fetch_sub(1, Ordering::AcqRel);
+        }
         inflight.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -263,8 +314,38 @@ fn run(j: &Job) {
     }
 }
 
+/// Copies a delta send's pieces to the target, then moves its pages to their state
+/// after the send.
+fn run_delta(j: &Job) {
+    let page = sys::page_size();
+    debug_assert_eq!(j.dir, Dir::Put);
+    for &(off, len) in &j.pieces {
+        let remote = j.remote + (off - j.off);
+        let local = j.shared.map.xfer() as usize + off;
+        // SAFETY: as in `run`: the remote range lies in the target's mapped segment
+        // (the whole buffer's image was checked against its length when the epoch
+        // opened), the local one in pages of the transfer view this job claimed
+        // (read-only in the user view: nobody writes them); byte-wise atomic copy.
+        unsafe { gex_sync::copy::atomic_copy(local as *const u8, remote as *mut u8, len) };
+    }
+    finish_delta(&j.shared, j.off, j.len, page, j.after);
+}
+
+/// Moves the pages of `[off, off+len)` of a delta send to `after`: unprotected first
+/// when it is [`table::READY`]; [`table::CLEAN`] and [`table::SENT`] stay read-only.
+pub(crate) fn finish_delta(shared: &Shared, off: usize, len: usize, page: usize, after: u32) {
+    if after == table::READY {
+        retire_strip(shared, off, len, page);
+    } else {
+        shared
+            .region
+            .table
+            .set(off / page, len.div_ceil(page), after);
+    }
+}
+
 /// Unprotects a strip's pages, then marks them retired.
-fn retire_strip(shared: &Shared, off: usize, len: usize, page: usize) {
+pub(crate) fn retire_strip(shared: &Shared, off: usize, len: usize, page: usize) {
     if let Err(e) = shared.map.protect(off, len, Prot::ReadWrite) {
         // A page left protected and pending would make its readers wait forever.
         eprintln!("gex-overlap: mprotect failed: {e}");
@@ -383,7 +464,7 @@ pub fn fault_count() -> u64 {
     sys::FAULTS.load(Ordering::Relaxed)
 }
 
-fn range_err(e: RangeError, offset: usize, len: usize, buf_len: usize) -> OverlapError {
+pub(crate) fn range_err(e: RangeError, offset: usize, len: usize, buf_len: usize) -> OverlapError {
     match e {
         RangeError::Unaligned => OverlapError::Unaligned {
             offset,
@@ -469,7 +550,7 @@ pub trait OverlapExt {
     fn strip_for(&mut self, len: usize) -> Result<usize, OverlapError>;
 }
 
-fn with<C: Conduit, R>(
+pub(crate) fn with<C: Conduit, R>(
     ep: &mut Endpoint<C>,
     f: impl FnOnce(&mut Overlap, &mut Cx<'_, C>) -> R,
 ) -> Result<R, OverlapError> {
@@ -531,7 +612,7 @@ impl<C: Conduit> OverlapExt for Endpoint<C> {
     }
 }
 
-fn backoff<C: Conduit>(ep: &mut Endpoint<C>, spins: &mut u32) {
+pub(crate) fn backoff<C: Conduit>(ep: &mut Endpoint<C>, spins: &mut u32) {
     layer::poll(ep);
     if *spins < 64 {
         std::hint::spin_loop();
@@ -644,6 +725,9 @@ fn transfer<C: Conduit>(
         off: offset,
         len,
         strip,
+        pieces: Vec::new(),
+        after: table::READY,
+        done: None,
     };
     let sent = with(ep, |l, _| {
         let inflight = l.inflight.clone();

@@ -218,6 +218,9 @@ pub(crate) struct Region {
     pub(crate) wanted: AtomicUsize,
     /// Claims so far (tells two races at one address in different transfers apart).
     pub(crate) generation: AtomicU64,
+    /// Delta buffers: the first page written after it was sent in the open epoch,
+    /// plus one (0: none), recorded by the handler.
+    pub(crate) misuse: AtomicUsize,
 }
 
 impl Region {
@@ -231,6 +234,7 @@ impl Region {
             table: PageTable::new(len / page),
             wanted: AtomicUsize::new(usize::MAX),
             generation: AtomicU64::new(0),
+            misuse: AtomicUsize::new(0),
         }
     }
 }
@@ -436,6 +440,36 @@ fn wait_page(r: &Region, addr: usize) -> bool {
                 )
             };
             r.table.retire(page, 1);
+            return true;
+        }
+        crate::table::CLEAN | crate::table::SENT => {
+            // A write to a read-only page of a delta buffer: unchanged since its last
+            // transfer (CLEAN: it becomes changed), or already sent in the open epoch
+            // (SENT: a misuse, recorded for `delta_end`; the page is sent again).
+            // Reads of these pages never fault (PROT_READ), so this is a write.
+            let state = r.table.state(page);
+            if state == crate::table::SENT {
+                let _ = r
+                    .misuse
+                    .compare_exchange(0, page + 1, Ordering::AcqRel, Ordering::Relaxed);
+            }
+            let base = r.base + (page << r.shift);
+            // SAFETY: the page lies in the region's user view (checked by `lookup`),
+            // alive while we hold the slot. Making it writable is what the interrupted
+            // write needs; the page is neither pending nor being copied (CLEAN and
+            // SENT pages are only claimed by a delta send, which holds the buffer's
+            // `&mut` and so cannot run while this thread writes to it).
+            unsafe {
+                libc::mprotect(
+                    base as *mut libc::c_void,
+                    1 << r.shift,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                )
+            };
+            // Two threads writing the page at once both get here: one moves it, the
+            // other finds it READY already; both retry their write, which succeeds.
+            let _ = r.table.cas(page, state, crate::table::READY);
+            LAST.with(|c| c.set((0, 0)));
             return true;
         }
         _ => {

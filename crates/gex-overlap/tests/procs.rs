@@ -137,3 +137,131 @@ fn threads_exchange_3() {
     })
     .unwrap();
 }
+
+/// The bytes of rank `r`'s delta buffer after round `round`: a base pattern, with the
+/// pages `p % 5 == round % 5` rewritten in each round up to `round`.
+fn delta_byte(r: u32, round: u32, i: usize, pg: usize) -> u8 {
+    let p = i / pg;
+    let last = (1..=round).rev().find(|k| p % 5 == (*k as usize) % 5);
+    match last {
+        None => pattern(r, i),
+        Some(k) => pattern(r + 31 * k, i),
+    }
+}
+
+/// Delta puts between ranks: each rank sends its buffer to the next one's segment
+/// every round, after changing a fifth of its pages (by two threads in OS-triggered
+/// mode, marked in annotated mode); the receiver checks every byte. Then a misuse
+/// (a page written after it was flushed) reported, the final bytes still delivered.
+struct DeltaExchange {
+    mode: gex_overlap::Tracking,
+}
+
+impl Job for DeltaExchange {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        use gex_coll::CollExt;
+        use gex_overlap::{DeltaBuf, DeltaExt, OverlapError, Tracking, page_size};
+        let mut ep = client.endpoint(0).unwrap();
+        let w = ep.world().clone();
+        let (me, n) = (w.rank(), w.size());
+        let pg = page_size();
+        let len = 100 * pg;
+        let peer = (me + 1) % n;
+        let from = (me + n - 1) % n;
+        let dst = GlobalPtr::<u8>::new(gex_core::EpAddr::new(peer, 0), 1 << 20);
+        let mut buf = DeltaBuf::new(len, self.mode).unwrap();
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = pattern(me, i);
+        }
+        for round in 0..6u32 {
+            if round > 0 {
+                let half = len / 2;
+                let (a, b) = buf.split_at_mut(half);
+                std::thread::scope(|s| {
+                    for (base, part) in [(0, a), (half, b)] {
+                        s.spawn(move || {
+                            for (j, byte) in part.iter_mut().enumerate() {
+                                let i = base + j;
+                                if (i / pg) % 5 == round as usize % 5 {
+                                    *byte = pattern(me + 31 * round, i);
+                                }
+                            }
+                        });
+                    }
+                });
+                if self.mode == Tracking::Annotated {
+                    for p in (0..100).filter(|p| p % 5 == round as usize % 5) {
+                        buf.mark(p * pg, pg).unwrap();
+                    }
+                }
+            }
+            let s = ep.delta_put(dst, &mut buf).unwrap();
+            if round == 0 {
+                assert_eq!(s.bytes, len);
+            } else {
+                assert_eq!((s.bytes, s.whole), (20 * pg, false), "round {round}");
+                assert_eq!(s.runs, 20, "round {round}");
+            }
+            ep.barrier(&w).unwrap();
+            let mut got = vec![0u8; len];
+            ep.get(&mut got[..], GlobalPtr::new(ep.addr(), 1 << 20), Blocking)
+                .unwrap();
+            for (i, &b) in got.iter().enumerate() {
+                assert_eq!(b, delta_byte(from, round, i, pg), "round {round} byte {i}");
+            }
+            ep.barrier(&w).unwrap();
+        }
+        // Misuse: page 7 written after the flush that sent it.
+        ep.delta_begin(&mut buf, dst).unwrap();
+        buf[7 * pg] = 1;
+        if self.mode == Tracking::Annotated {
+            buf.mark(7 * pg, 1).unwrap();
+            buf.mark(7 * pg, pg).unwrap();
+        }
+        ep.delta_flush(&mut buf).unwrap();
+        buf[7 * pg + 1] = 2;
+        match ep.delta_end(&mut buf) {
+            Err(OverlapError::WrittenAfterSend { offset }) => assert_eq!(offset, 7 * pg),
+            r => panic!("{r:?}"),
+        }
+        ep.delta_wait(&mut buf).unwrap();
+        ep.barrier(&w).unwrap();
+        let mut got = vec![0u8; 2];
+        ep.get(
+            &mut got[..],
+            GlobalPtr::new(ep.addr(), (1 << 20) + 7 * pg),
+            Blocking,
+        )
+        .unwrap();
+        assert_eq!(got, [1, 2]);
+        ep.barrier(&w).unwrap();
+        drop(ep);
+        client.finalize().unwrap();
+    }
+}
+
+fn launch_delta(ranks: u32, mode: gex_overlap::Tracking) {
+    Procs::new(ranks)
+        .timeout(std::time::Duration::from_secs(300))
+        .run(move |boot| {
+            let b = gex::builder().layer::<Overlap>().segment_size(8 << 20);
+            gex::init_with_boot(b, boot, None, DeltaExchange { mode }).unwrap();
+        })
+        .assert_success();
+}
+
+#[test]
+fn procs_delta_put_os_triggered_2() {
+    launch_delta(2, gex_overlap::Tracking::OsTriggered);
+}
+
+#[test]
+fn procs_delta_put_os_triggered_3() {
+    launch_delta(3, gex_overlap::Tracking::OsTriggered);
+}
+
+#[test]
+fn procs_delta_put_annotated_3() {
+    launch_delta(3, gex_overlap::Tracking::Annotated);
+}

@@ -1,0 +1,370 @@
+//! Delta transfers in one process (loopback: the endpoint's own segment is mapped, so
+//! the mover copies the sends): only the changed bytes cross, in both tracking modes;
+//! several threads writing an OS-triggered buffer; sends early in an epoch (flushes,
+//! marks reaching the delta size); misuse (a write after a send in the epoch)
+//! reported; the adaptive whole send; bad input.
+
+use gex_core::boot::Singleton;
+use gex_core::loopback::Loopback;
+use gex_core::{Blocking, Client, ClientBuilder, Endpoint};
+use gex_overlap::{DeltaBuf, DeltaExt, Overlap, OverlapError, Tracking, page_size};
+use gex_rma::{GlobalPtr, Rma, RmaExt};
+
+const SEG: usize = 8 << 20;
+
+fn client_env(delta: Option<&str>) -> Client<Loopback> {
+    let mut cfg = gex_core::config::Config::default();
+    if let Some(d) = delta {
+        cfg.set("GEX_OVERLAP_DELTA", d);
+    }
+    ClientBuilder::new()
+        .layer::<Rma>()
+        .layer::<Overlap>()
+        .config(cfg)
+        .segment_size(SEG)
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap()
+}
+
+fn client() -> Client<Loopback> {
+    client_env(None)
+}
+
+/// The destination region's bytes.
+fn dest(ep: &mut Endpoint<Loopback>, off: usize, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    ep.get(&mut v[..], GlobalPtr::new(ep.addr(), off), Blocking)
+        .unwrap();
+    v
+}
+
+/// Scribbles over the destination region, so that a test sees what a send rewrote.
+fn scribble(ep: &mut Endpoint<Loopback>, off: usize, len: usize) {
+    let p = GlobalPtr::<u8>::new(ep.addr(), off);
+    ep.put(p, &vec![0xEE; len], Blocking).unwrap();
+}
+
+#[test]
+fn os_triggered_sends_only_the_pages_written() {
+    let client = client();
+    let mut ep = client.endpoint(0).unwrap();
+    let pg = page_size();
+    let len = 64 * pg;
+    let dst = GlobalPtr::<u8>::new(ep.addr(), 0);
+    let mut buf = DeltaBuf::new(len, Tracking::OsTriggered).unwrap();
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    let s = ep.delta_put(dst, &mut buf).unwrap();
+    assert_eq!((s.bytes, s.whole), (len, true));
+    assert_eq!(dest(&mut ep, 0, len), buf.to_vec());
+    // Nothing changed: nothing crosses.
+    assert_eq!(buf.changed_bytes(), 0);
+    let s = ep.delta_put(dst, &mut buf).unwrap();
+    assert_eq!(s.bytes, 0);
+    // Pages 3, 4 and 40 written: two runs.
+    scribble(&mut ep, 0, len);
+    let mut model = buf.to_vec();
+    for at in [3 * pg + 5, 4 * pg + 1, 40 * pg + pg - 1] {
+        buf[at] = 7;
+        model[at] = 7;
+    }
+    assert_eq!(buf.changed_bytes(), 3 * pg);
+    let s = ep.delta_put(dst, &mut buf).unwrap();
+    assert_eq!((s.bytes, s.runs, s.whole), (3 * pg, 2, false));
+    // Only those pages were rewritten over the scribble.
+    let d = dest(&mut ep, 0, len);
+    for p in 0..64 {
+        let want: &[u8] = if [3, 4, 40].contains(&p) {
+            &model[p * pg..(p + 1) * pg]
+        } else {
+            &[0xEE; 1][..]
+        };
+        if want.len() == 1 {
+            assert!(
+                d[p * pg..(p + 1) * pg].iter().all(|&b| b == 0xEE),
+                "page {p}"
+            );
+        } else {
+            assert_eq!(&d[p * pg..(p + 1) * pg], want, "page {p}");
+        }
+    }
+}
+
+#[test]
+fn os_triggered_with_four_threads_writing() {
+    let client = client();
+    let mut ep = client.endpoint(0).unwrap();
+    let pg = page_size();
+    let len = 256 * pg;
+    let dst = GlobalPtr::<u8>::new(ep.addr(), 1 << 20);
+    let mut buf = DeltaBuf::new(len, Tracking::OsTriggered).unwrap();
+    ep.delta_put(dst, &mut buf).unwrap();
+    for round in 0..6u8 {
+        // Four threads, each writing every fourth page of its quarter (and some
+        // pages twice, from two threads at once on different bytes).
+        let quarter = len / 4;
+        std::thread::scope(|s| {
+            for (t, part) in buf.chunks_mut(quarter).enumerate() {
+                s.spawn(move || {
+                    for p in (0..quarter / pg).step_by(4) {
+                        part[p * pg + t + usize::from(round)] = round ^ (t as u8) ^ (p as u8);
+                    }
+                });
+            }
+        });
+        let s = ep.delta_put(dst, &mut buf).unwrap();
+        assert_eq!(s.bytes, len / 4, "round {round}");
+        assert_eq!(dest(&mut ep, 1 << 20, len), buf.to_vec(), "round {round}");
+    }
+}
+
+#[test]
+fn annotated_sends_the_marked_bytes_only() {
+    let client = client();
+    let mut ep = client.endpoint(0).unwrap();
+    let pg = page_size();
+    let len = 32 * pg;
+    let dst = GlobalPtr::<u8>::new(ep.addr(), 0);
+    let mut buf = DeltaBuf::new(len, Tracking::Annotated).unwrap();
+    buf.fill(1);
+    let s = ep.delta_put(dst, &mut buf).unwrap();
+    assert_eq!(s.bytes, len);
+    scribble(&mut ep, 0, len);
+    buf[10..20].fill(2);
+    buf.mark(10, 10).unwrap();
+    buf[5 * pg..5 * pg + 100].fill(3);
+    buf.mark(5 * pg, 100).unwrap();
+    // Written but not marked: not sent (the annotation is the program's promise).
+    buf[9 * pg] = 4;
+    let s = ep.delta_put(dst, &mut buf).unwrap();
+    assert_eq!((s.bytes, s.runs, s.whole), (110, 2, false));
+    let d = dest(&mut ep, 0, len);
+    assert_eq!(&d[10..20], &[2; 10]);
+    assert_eq!(&d[5 * pg..5 * pg + 100], &[3; 100][..]);
+    assert_eq!(d[9], 0xEE);
+    assert_eq!(d[9 * pg], 0xEE);
+    assert_eq!(d.iter().filter(|&&b| b != 0xEE).count(), 110);
+}
+
+#[test]
+fn another_destination_gets_everything() {
+    let client = client();
+    let mut ep = client.endpoint(0).unwrap();
+    let pg = page_size();
+    let len = 8 * pg;
+    let mut buf = DeltaBuf::new(len, Tracking::OsTriggered).unwrap();
+    buf.fill(9);
+    let a = GlobalPtr::<u8>::new(ep.addr(), 0);
+    let b = GlobalPtr::<u8>::new(ep.addr(), 2 << 20);
+    assert_eq!(ep.delta_put(a, &mut buf).unwrap().bytes, len);
+    buf[0] = 1;
+    assert_eq!(ep.delta_put(b, &mut buf).unwrap().bytes, len);
+    assert_eq!(dest(&mut ep, 2 << 20, len), buf.to_vec());
+    buf[0] = 2;
+    // Back to `a`: its copy is older than the last transfer, so everything again.
+    assert_eq!(ep.delta_put(a, &mut buf).unwrap().bytes, len);
+    assert_eq!(dest(&mut ep, 0, len), buf.to_vec());
+}
+
+#[test]
+fn most_of_the_buffer_changed_sends_it_whole() {
+    let client = client();
+    let mut ep = client.endpoint(0).unwrap();
+    let pg = page_size();
+    let len = 10 * pg;
+    let dst = GlobalPtr::<u8>::new(ep.addr(), 0);
+    let mut buf = DeltaBuf::new(len, Tracking::Annotated).unwrap();
+    ep.delta_put(dst, &mut buf).unwrap();
+    // Six pages of ten, in pieces: whole (the rest of the buffer in delta-sized runs).
+    for p in [0, 2, 4, 6, 8, 9] {
+        buf[p * pg..(p + 1) * pg].fill(p as u8 + 1);
+        buf.mark(p * pg, pg).unwrap();
+    }
+    let s = ep.delta_put(dst, &mut buf).unwrap();
+    assert!(s.whole);
+    assert_eq!(s.bytes, len);
+    assert_eq!(dest(&mut ep, 0, len), buf.to_vec());
+    // Two of ten: pieces.
+    buf[pg] = 1;
+    buf.mark(pg, 1).unwrap();
+    buf[7 * pg] = 1;
+    buf.mark(7 * pg, 1).unwrap();
+    let s = ep.delta_put(dst, &mut buf).unwrap();
+    assert_eq!((s.bytes, s.whole), (2, false));
+}
+
+/// An epoch: the first part is sent (marks reaching the delta size) while the rest is
+/// computed; then `delta_end`, `delta_wait`.
+#[test]
+fn marks_send_early_inside_an_epoch() {
+    let pg = page_size();
+    let client = client_env(Some(&(4 * pg).to_string()));
+    let mut ep = client.endpoint(0).unwrap();
+    let len = 64 * pg;
+    let dst = GlobalPtr::<u8>::new(ep.addr(), 0);
+    let mut buf = DeltaBuf::new(len, Tracking::Annotated).unwrap();
+    ep.delta_put(dst, &mut buf).unwrap();
+    for round in 1..4u8 {
+        ep.delta_begin(&mut buf, dst).unwrap();
+        assert!(buf.in_epoch());
+        // 24 pages of 64 (less than half: no whole send), page by page, marked as
+        // produced.
+        for p in 0..24 {
+            buf[p * pg..(p + 1) * pg].fill(round.wrapping_mul(p as u8 + 1));
+            ep.delta_mark(&mut buf, p * pg, pg).unwrap();
+        }
+        let s = ep.delta_end(&mut buf).unwrap();
+        assert!(!buf.in_epoch());
+        assert_eq!(s.bytes, 24 * pg);
+        // One send per delta (4 pages), all of them by the marks, before the end.
+        assert_eq!(s.sends, 6, "{s:?}");
+        ep.delta_wait(&mut buf).unwrap();
+        assert_eq!(dest(&mut ep, 0, len), buf.to_vec(), "round {round}");
+    }
+}
+
+#[test]
+fn os_triggered_flush_then_write_again_is_reported() {
+    let client = client();
+    let mut ep = client.endpoint(0).unwrap();
+    let pg = page_size();
+    let len = 16 * pg;
+    let dst = GlobalPtr::<u8>::new(ep.addr(), 0);
+    let mut buf = DeltaBuf::new(len, Tracking::OsTriggered).unwrap();
+    ep.delta_put(dst, &mut buf).unwrap();
+    ep.delta_begin(&mut buf, dst).unwrap();
+    buf[2 * pg] = 1;
+    buf[3 * pg] = 1;
+    ep.delta_flush(&mut buf).unwrap();
+    buf[5 * pg] = 5; // not sent yet: fine
+    buf[3 * pg + 8] = 2; // already sent in this epoch: misuse
+    match ep.delta_end(&mut buf) {
+        Err(OverlapError::WrittenAfterSend { offset }) => assert_eq!(offset, 3 * pg),
+        r => panic!("{r:?}"),
+    }
+    assert!(!buf.in_epoch());
+    ep.delta_wait(&mut buf).unwrap();
+    // The final bytes arrived all the same.
+    assert_eq!(dest(&mut ep, 0, len), buf.to_vec());
+    // The next epoch is clean again.
+    buf[3 * pg] = 3;
+    let s = ep.delta_put(dst, &mut buf).unwrap();
+    assert_eq!(s.bytes, pg);
+    assert_eq!(dest(&mut ep, 0, len), buf.to_vec());
+}
+
+#[test]
+fn annotated_misuse_is_reported_by_mark_and_by_end() {
+    let client = client();
+    let mut ep = client.endpoint(0).unwrap();
+    let pg = page_size();
+    let len = 16 * pg;
+    let dst = GlobalPtr::<u8>::new(ep.addr(), 0);
+    let mut buf = DeltaBuf::new(len, Tracking::Annotated).unwrap();
+    ep.delta_put(dst, &mut buf).unwrap();
+    // Marked again after the flush: the mark says so at once.
+    ep.delta_begin(&mut buf, dst).unwrap();
+    buf[..pg].fill(1);
+    buf.mark(0, pg).unwrap();
+    ep.delta_flush(&mut buf).unwrap();
+    buf[100] = 2;
+    assert!(matches!(
+        buf.mark(100, 1),
+        Err(OverlapError::WrittenAfterSend { offset: 100 })
+    ));
+    assert!(matches!(
+        ep.delta_end(&mut buf),
+        Err(OverlapError::WrittenAfterSend { offset: 100 })
+    ));
+    ep.delta_wait(&mut buf).unwrap();
+    assert_eq!(dest(&mut ep, 0, len), buf.to_vec());
+    // Written after the flush without a mark: the page is read-only, the write
+    // faults and is recorded; the end reports it and sends the page again.
+    ep.delta_begin(&mut buf, dst).unwrap();
+    buf[pg..2 * pg].fill(3);
+    buf.mark(pg, pg).unwrap();
+    ep.delta_flush(&mut buf).unwrap();
+    buf[pg + 7] = 4;
+    assert!(matches!(
+        ep.delta_end(&mut buf),
+        Err(OverlapError::WrittenAfterSend { offset }) if offset == pg
+    ));
+    ep.delta_wait(&mut buf).unwrap();
+    assert_eq!(dest(&mut ep, 0, len), buf.to_vec());
+}
+
+#[test]
+fn bad_input_gives_documented_errors() {
+    let client = client();
+    let mut ep = client.endpoint(0).unwrap();
+    let pg = page_size();
+    let mut buf = DeltaBuf::new(4 * pg, Tracking::Annotated).unwrap();
+    let dst = GlobalPtr::<u8>::new(ep.addr(), 0);
+    assert!(matches!(
+        buf.mark(4 * pg - 1, 2),
+        Err(OverlapError::OutOfBuffer { .. })
+    ));
+    assert!(matches!(
+        buf.mark(usize::MAX, 2),
+        Err(OverlapError::OutOfBuffer { .. })
+    ));
+    assert!(matches!(ep.delta_end(&mut buf), Err(OverlapError::NoEpoch)));
+    assert!(matches!(
+        ep.delta_flush(&mut buf),
+        Err(OverlapError::NoEpoch)
+    ));
+    assert!(matches!(
+        ep.delta_begin(&mut buf, GlobalPtr::new(ep.addr(), SEG - pg)),
+        Err(OverlapError::OutOfSegment { .. })
+    ));
+    assert!(matches!(
+        ep.delta_put(GlobalPtr::new(ep.addr(), usize::MAX), &mut buf),
+        Err(OverlapError::OutOfSegment { .. })
+    ));
+    ep.delta_begin(&mut buf, dst).unwrap();
+    assert!(matches!(
+        ep.delta_begin(&mut buf, dst),
+        Err(OverlapError::EpochOpen)
+    ));
+    assert!(matches!(
+        ep.delta_put(dst, &mut buf),
+        Err(OverlapError::EpochOpen)
+    ));
+    ep.delta_end(&mut buf).unwrap();
+    ep.delta_wait(&mut buf).unwrap();
+    // No overlap layer.
+    let plain = ClientBuilder::new()
+        .layer::<Rma>()
+        .segment_size(1 << 20)
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut ep2 = plain.endpoint(0).unwrap();
+    assert!(matches!(
+        ep2.delta_put(GlobalPtr::new(ep2.addr(), 0), &mut buf),
+        Err(OverlapError::NotAttached)
+    ));
+    // Bad settings.
+    for (k, v) in [
+        ("GEX_OVERLAP_DELTA", "0"),
+        ("GEX_OVERLAP_DELTA", "lots"),
+        ("GEX_OVERLAP_DELTA_WHOLE", "101"),
+        ("GEX_OVERLAP_DELTA_WHOLE", "-1"),
+    ] {
+        let mut cfg = gex_core::config::Config::default();
+        cfg.set(k, v);
+        let c = ClientBuilder::new()
+            .layer::<Rma>()
+            .layer::<Overlap>()
+            .config(cfg)
+            .segment_size(1 << 16)
+            .init::<Loopback>(Box::new(Singleton::new()))
+            .unwrap();
+        match c.endpoint(0) {
+            Err(gex_core::EpError::Layer(e)) => {
+                assert!(e.to_string().contains(k), "{k}={v}: {e}")
+            }
+            other => panic!("{k}={v}: {:?}", other.map(|_| ())),
+        }
+    }
+}
