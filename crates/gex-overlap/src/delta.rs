@@ -16,11 +16,11 @@ use gex_rma::{GlobalPtr, RmaExt};
 
 use crate::buf::OverlapBuf;
 use crate::error::OverlapError;
-use crate::layer::{self, Dir, Job, backoff, with};
+use crate::layer::{self, Dir, Job, Task, Watch, backoff, with};
 use crate::model::{self, Decomp};
 use crate::ranges::RangeSet;
 use crate::sys::{self, Prot};
-use crate::table::{CLEAN, READY, SENT};
+use crate::table::{self, CLEAN, READY, SENT};
 
 /// How a [`DeltaBuf`] learns which bytes the program changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +66,8 @@ struct Epoch {
     stats: DeltaStats,
     /// The first misuse seen (a byte offset), reported by `delta_end`.
     misuse: Option<usize>,
+    /// A send to a receive window: its control block's address here and the epoch.
+    window: Option<(usize, u32)>,
 }
 
 /// A buffer for delta transfers: an [`OverlapBuf`](crate::OverlapBuf)'s memory (two
@@ -139,13 +141,26 @@ impl fmt::Debug for DeltaBuf {
 
 impl DeltaBuf {
     /// A zero-filled delta buffer of `len` bytes. Its first transfer to any
-    /// destination sends everything.
+    /// destination sends everything. In [`Tracking::OsTriggered`] mode its pages are
+    /// read-only from the start (the first write to each faults once), so that a
+    /// flush in the first epoch sends only the pages written in it.
     ///
     /// # Errors
     /// As [`OverlapBuf::new`](crate::OverlapBuf::new).
     pub fn new(len: usize, mode: Tracking) -> Result<DeltaBuf, OverlapError> {
+        let buf = OverlapBuf::new(len)?;
+        if mode == Tracking::OsTriggered {
+            // Watched from the start: a flush in the first epoch sends the pages
+            // written in it (the end sends everything anyway).
+            let n = len.div_ceil(sys::page_size());
+            buf.shared
+                .map
+                .protect(0, len, Prot::Read)
+                .map_err(OverlapError::Os)?;
+            buf.shared.region.table.set(0, n, CLEAN);
+        }
         Ok(DeltaBuf {
-            buf: OverlapBuf::new(len)?,
+            buf,
             mode,
             marked: RangeSet::new(),
             sent: RangeSet::new(),
@@ -238,6 +253,99 @@ impl DerefMut for DeltaBuf {
     }
 }
 
+/// The receive side of seed 001's delta send-recv: a receive buffer (inaccessible
+/// pages until they arrive, as a demand-driven get's destination) and its **window**
+/// in this endpoint's segment: the *shadow* (the sender's [`DeltaBuf`] is copied there,
+/// only what changed in each epoch) and a control block (an arrival word per page, the
+/// sender's end word, the receiver's consumed word). Made by
+/// [`DeltaExt::delta_recv_window`]; each [`DeltaExt::delta_recv`] receives one epoch of
+/// the sender's. It dereferences to `[u8]` (the receive buffer).
+///
+/// Pages arrive in any order; each retires (becomes readable, its bytes final for
+/// this epoch) as soon as its arrival word says so, and the pages the sender did not
+/// send retire at the end of its epoch with their last bytes (from the shadow): a
+/// receive of a message of any size needs no cancellation and no wait.
+///
+/// ```
+/// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+/// use gex_overlap::{DeltaBuf, DeltaExt, Overlap, Tracking};
+/// use gex_rma::{GlobalPtr, Rma};
+///
+/// let client = ClientBuilder::new().layer::<Rma>().layer::<Overlap>()
+///     .segment_size(1 << 20).init::<Loopback>(Box::new(Singleton::new()))?;
+/// let mut ep = client.endpoint(0)?;
+/// let len = 16 << 10;
+/// let mut rx = ep.delta_recv_window(0, len)?;
+/// let window = GlobalPtr::<u8>::new(ep.addr(), rx.window());
+/// let mut tx = DeltaBuf::new(len, Tracking::Annotated)?;
+/// ep.delta_recv(&mut rx)?; // returns at once
+/// ep.delta_send_begin(&mut tx, window)?;
+/// tx[..100].fill(7);
+/// ep.delta_mark(&mut tx, 0, 100)?;
+/// ep.delta_end(&mut tx)?;
+/// assert_eq!(rx[99], 7); // waits for that page only (here: the epoch's end)
+/// ep.delta_wait(&mut tx)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct DeltaRecv {
+    buf: OverlapBuf,
+    /// The window's offset in this endpoint's segment.
+    offset: usize,
+    /// The shadow's and the control block's addresses in this process.
+    shadow: usize,
+    ctl: usize,
+    /// The last epoch posted.
+    epoch: u32,
+    /// Receives posted and not complete (0 or 1).
+    inflight: Arc<AtomicUsize>,
+}
+
+impl fmt::Debug for DeltaRecv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeltaRecv")
+            .field("buf", &self.buf)
+            .field("window", &self.offset)
+            .field("epoch", &self.epoch)
+            .finish()
+    }
+}
+
+impl DeltaRecv {
+    /// The bytes a receive window for a `len`-byte buffer takes in the segment: the
+    /// shadow (`len` rounded up to 64), a 64-byte header and 4 bytes per page.
+    pub fn window_len(len: usize) -> usize {
+        ctl_offset(len) + layer::arrival_word(len.div_ceil(sys::page_size()))
+    }
+
+    /// The window's offset in this endpoint's segment (where senders send).
+    pub fn window(&self) -> usize {
+        self.offset
+    }
+
+    /// The number of epochs posted so far.
+    pub fn epochs(&self) -> u32 {
+        self.epoch
+    }
+
+    /// Whether the posted receive is still incomplete (some page not arrived).
+    pub fn is_pending(&self) -> bool {
+        self.inflight.load(Ordering::Acquire) != 0
+    }
+}
+
+impl Deref for DeltaRecv {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl DerefMut for DeltaRecv {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+}
+
 /// The system page size (what page-granular tracking counts in).
 pub fn page_size() -> usize {
     sys::page_size()
@@ -256,6 +364,54 @@ pub trait DeltaExt {
     /// [`OverlapError::OutOfSegment`] (the region does not fit the target's segment),
     /// [`OverlapError::NotAttached`].
     fn delta_begin(&mut self, buf: &mut DeltaBuf, dst: GlobalPtr<u8>) -> Result<(), OverlapError>;
+
+    /// Opens an epoch of `buf` towards a receive window (seed 001's delta send): as
+    /// [`delta_begin`](Self::delta_begin), and each send also tells the receiver which
+    /// pages arrived, so its [`delta_recv`](Self::delta_recv) retires them one by one;
+    /// [`delta_end`](Self::delta_end) tells it the epoch is complete (pages not sent
+    /// did not change). `window` points at the receiver's [`DeltaRecv::window`], in a
+    /// segment this process maps (smp, thread ranks, the same-host ranks of a hybrid
+    /// ofi job). Waits until the receiver has received the previous epoch (its
+    /// `delta_recv` posted and complete): the window is written again only then.
+    ///
+    /// # Errors
+    /// As [`delta_begin`](Self::delta_begin) ([`OverlapError::OutOfSegment`] for the
+    /// window's whole length, [`DeltaRecv::window_len`]); [`OverlapError::Unaligned`]
+    /// (window offset not page-aligned); [`OverlapError::Unmapped`] (the receiver's
+    /// segment is not mapped here).
+    fn delta_send_begin(
+        &mut self,
+        buf: &mut DeltaBuf,
+        window: GlobalPtr<u8>,
+    ) -> Result<(), OverlapError>;
+
+    /// Makes a receive window at byte `offset` of this endpoint's segment
+    /// ([`DeltaRecv::window_len`]`(len)` bytes, page-aligned) with a receive buffer of
+    /// `len` bytes, and zeroes its control block: make it before the sender's first
+    /// [`delta_send_begin`](Self::delta_send_begin) to it (a barrier in between).
+    ///
+    /// # Errors
+    /// [`OverlapError::Unaligned`], [`OverlapError::OutOfSegment`],
+    /// [`OverlapError::NotAttached`]; as [`OverlapBuf::new`](crate::OverlapBuf::new).
+    fn delta_recv_window(&mut self, offset: usize, len: usize) -> Result<DeltaRecv, OverlapError>;
+
+    /// Posts the receive of the window's next epoch (seed 001's delta receive) and
+    /// returns at once: the receive buffer's pages are inaccessible until they arrive,
+    /// and the first touch of one waits for that page only (in the fault handler); the
+    /// pages the sender did not change retire when its epoch ends. No wait call is
+    /// needed. Waits first for the previous receive of `r` to be complete.
+    ///
+    /// # Errors
+    /// [`OverlapError::NotAttached`], [`OverlapError::Os`],
+    /// [`OverlapError::MoverGone`].
+    fn delta_recv(&mut self, r: &mut DeltaRecv) -> Result<(), OverlapError>;
+
+    /// Waits until every page of `r`'s posted receive has arrived (before handing the
+    /// buffer to a system call, which gets `EFAULT` on a pending page).
+    ///
+    /// # Errors
+    /// None today (a `Result` for the future).
+    fn delta_recv_wait(&mut self, r: &mut DeltaRecv) -> Result<(), OverlapError>;
 
     /// [`DeltaBuf::mark`], then, inside an epoch, sends the whole pages marked so far
     /// once they amount to a delta (`GEX_OVERLAP_DELTA`): the pipelined send of
@@ -321,44 +477,91 @@ fn wait_buf<C: Conduit>(ep: &mut Endpoint<C>, buf: &DeltaBuf) {
 
 impl<C: Conduit> DeltaExt for Endpoint<C> {
     fn delta_begin(&mut self, buf: &mut DeltaBuf, dst: GlobalPtr<u8>) -> Result<(), OverlapError> {
-        if buf.epoch.is_some() {
-            return Err(OverlapError::EpochOpen);
-        }
-        let len = buf.len();
+        begin(self, buf, dst, false)
+    }
+
+    fn delta_send_begin(
+        &mut self,
+        buf: &mut DeltaBuf,
+        window: GlobalPtr<u8>,
+    ) -> Result<(), OverlapError> {
+        begin(self, buf, window, true)
+    }
+
+    fn delta_recv_window(&mut self, offset: usize, len: usize) -> Result<DeltaRecv, OverlapError> {
         let page = sys::page_size();
-        let (peer, delta, whole_pct) = with(self, |l, cx| {
-            let delta = l.delta.unwrap_or_else(|| {
-                model::strip_len(layer::params(), Decomp::Auto, len, page, 0).max(4 * page)
+        if offset % page != 0 {
+            return Err(OverlapError::Unaligned { offset, page });
+        }
+        let me = self.addr();
+        let (base, seg_len) = with(self, |_, cx| cx.peer_segment(me))?
+            .ok_or(OverlapError::Unmapped { rank: me.rank })?;
+        let wlen = DeltaRecv::window_len(len);
+        if offset.checked_add(wlen).is_none_or(|e| e > seg_len) {
+            return Err(OverlapError::OutOfSegment {
+                offset,
+                len: wlen,
+                seg_len,
             });
-            (cx.peer_segment(dst.addr()), delta, l.delta_whole)
-        })?;
-        let remote = match peer {
-            Some((base, seg_len)) => {
-                if dst.offset.checked_add(len).is_none_or(|e| e > seg_len) {
-                    return Err(OverlapError::OutOfSegment {
-                        offset: dst.offset,
-                        len,
-                        seg_len,
-                    });
-                }
-                Some(base.as_ptr() as usize + dst.offset)
-            }
-            // gex-rma checks the range at each put.
-            None => None,
+        }
+        let shadow = base.as_ptr() as usize + offset;
+        let ctl = shadow + ctl_offset(len);
+        // SAFETY: the control block lies in this endpoint's own segment (checked just
+        // above), mapped while the endpoint lives; byte-wise atomic stores (a sender
+        // may read it: the program makes the window before a sender uses it).
+        unsafe { gex_sync::copy::atomic_fill(ctl as *mut u8, 0, wlen - ctl_offset(len)) };
+        Ok(DeltaRecv {
+            buf: OverlapBuf::new(len)?,
+            offset,
+            shadow,
+            ctl,
+            epoch: 0,
+            inflight: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    fn delta_recv(&mut self, r: &mut DeltaRecv) -> Result<(), OverlapError> {
+        with(self, |_, _| ())?;
+        let mut spins = 0u32;
+        while r.inflight.load(Ordering::Acquire) != 0 {
+            backoff(self, &mut spins);
+        }
+        let page = sys::page_size();
+        let len = r.buf.len_bytes();
+        let n = len.div_ceil(page);
+        let region = &r.buf.shared.region;
+        region
+            .table
+            .claim(0, n, table::PENDING)
+            .map_err(|page| OverlapError::Overlapping { page })?;
+        region.generation.fetch_add(1, Ordering::AcqRel);
+        if let Err(e) = r.buf.shared.map.protect(0, len, Prot::None) {
+            region.table.retire(0, n);
+            return Err(OverlapError::Os(e));
+        }
+        r.epoch = r.epoch.wrapping_add(1);
+        let w = Watch {
+            shared: r.buf.shared.clone(),
+            shadow: r.shadow,
+            ctl: r.ctl,
+            epoch: r.epoch,
+            len,
+            left: vec![true; n],
+            done: r.inflight.clone(),
         };
-        wait_buf(self, buf);
-        let key = (dst.rank, dst.ep, dst.offset);
-        buf.sent.clear();
-        buf.epoch = Some(Epoch {
-            dst,
-            remote,
-            full: buf.last != Some(key),
-            delta: delta.div_ceil(page) * page,
-            whole_pct,
-            stats: DeltaStats::default(),
-            misuse: None,
-        });
-        buf.last = None;
+        if let Err(e) = queue(self, Task::Watch(w), &r.inflight) {
+            layer::retire_strip(&r.buf.shared, 0, len, page);
+            r.epoch = r.epoch.wrapping_sub(1);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn delta_recv_wait(&mut self, r: &mut DeltaRecv) -> Result<(), OverlapError> {
+        let mut spins = 0u32;
+        while r.inflight.load(Ordering::Acquire) != 0 {
+            backoff(self, &mut spins);
+        }
         Ok(())
     }
 
@@ -449,7 +652,18 @@ impl<C: Conduit> DeltaExt for Endpoint<C> {
         }
         e.stats.whole = whole;
         buf.marked.clear();
-        let r = send_set(self, buf, &set, after);
+        let mut r = send_set(self, buf, &set, after);
+        if let (Ok(()), Some((ctl, epoch))) = (&r, buf.epoch.as_ref().and_then(|e| e.window)) {
+            r = queue(
+                self,
+                Task::End {
+                    ctl,
+                    epoch,
+                    done: buf.inflight.clone(),
+                },
+                &buf.inflight,
+            );
+        }
         let e = buf.epoch.take().expect("checked above");
         buf.sent.clear();
         r?;
@@ -480,6 +694,99 @@ impl<C: Conduit> DeltaExt for Endpoint<C> {
         wait_buf(self, buf);
         r
     }
+}
+
+fn begin<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    buf: &mut DeltaBuf,
+    dst: GlobalPtr<u8>,
+    to_window: bool,
+) -> Result<(), OverlapError> {
+    if buf.epoch.is_some() {
+        return Err(OverlapError::EpochOpen);
+    }
+    let len = buf.len();
+    let page = sys::page_size();
+    let (peer, delta, whole_pct) = with(ep, |l, cx| {
+        let delta = l.delta.unwrap_or_else(|| {
+            model::strip_len(layer::params(), Decomp::Auto, len, page, 0).max(4 * page)
+        });
+        (cx.peer_segment(dst.addr()), delta, l.delta_whole)
+    })?;
+    if to_window && dst.offset % page != 0 {
+        return Err(OverlapError::Unaligned {
+            offset: dst.offset,
+            page,
+        });
+    }
+    let span = if to_window {
+        DeltaRecv::window_len(len)
+    } else {
+        len
+    };
+    let remote = match peer {
+        Some((base, seg_len)) => {
+            if dst.offset.checked_add(span).is_none_or(|e| e > seg_len) {
+                return Err(OverlapError::OutOfSegment {
+                    offset: dst.offset,
+                    len: span,
+                    seg_len,
+                });
+            }
+            Some(base.as_ptr() as usize + dst.offset)
+        }
+        None if to_window => return Err(OverlapError::Unmapped { rank: dst.rank }),
+        // gex-rma checks the range at each put.
+        None => None,
+    };
+    wait_buf(ep, buf);
+    let window = match remote {
+        Some(base) if to_window => {
+            let ctl = base + ctl_offset(len);
+            // The receiver must have received the last epoch before the shadow is
+            // written again (a rendezvous: this waits for its `delta_recv`).
+            // SAFETY: the control block lies in the target's mapped segment (checked
+            // above with the window's whole length), 64-aligned (page-aligned window,
+            // `ctl_offset` a multiple of 64); accessed only through `gex_sync::word`
+            // and byte-wise atomic copies.
+            let end = unsafe { gex_sync::word::load32(ctl as *const u8, Ordering::Acquire) };
+            let mut spins = 0u32;
+            loop {
+                // SAFETY: as above.
+                let consumed = unsafe {
+                    gex_sync::word::load32(
+                        (ctl + layer::CONSUMED_WORD) as *const u8,
+                        Ordering::Acquire,
+                    )
+                };
+                if consumed == end {
+                    break;
+                }
+                backoff(ep, &mut spins);
+            }
+            Some((ctl, end.wrapping_add(1)))
+        }
+        _ => None,
+    };
+    let key = (dst.rank, dst.ep, dst.offset);
+    buf.sent.clear();
+    buf.epoch = Some(Epoch {
+        dst,
+        remote,
+        full: buf.last != Some(key),
+        delta: delta.div_ceil(page) * page,
+        whole_pct,
+        stats: DeltaStats::default(),
+        misuse: None,
+        window,
+    });
+    buf.last = None;
+    Ok(())
+}
+
+/// Where a window's control block starts (after the shadow, 64-aligned).
+fn ctl_offset(len: usize) -> usize {
+    len.div_ceil(64) * 64
 }
 
 /// What a flush sends now: the whole pages marked (annotated) or written (OS) and
@@ -536,6 +843,26 @@ fn spans(set: &RangeSet, delta: usize, page: usize, len: usize) -> Vec<Span> {
     out
 }
 
+/// Hands `task` to the layer's mover, counted in flight for the layer and in `mine`.
+fn queue<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    task: Task,
+    mine: &Arc<AtomicUsize>,
+) -> Result<(), OverlapError> {
+    let mine = mine.clone();
+    with(ep, |l, _| {
+        let all = l.inflight.clone();
+        let tx = l.sender()?;
+        all.fetch_add(1, Ordering::AcqRel);
+        mine.fetch_add(1, Ordering::AcqRel);
+        tx.send(task).map_err(|_| {
+            all.fetch_sub(1, Ordering::AcqRel);
+            mine.fetch_sub(1, Ordering::AcqRel);
+            OverlapError::MoverGone
+        })
+    })?
+}
+
 /// Sends `set` to the open epoch's destination; the pages end in state `after`.
 fn send_set<C: Conduit>(
     ep: &mut Endpoint<C>,
@@ -545,8 +872,8 @@ fn send_set<C: Conduit>(
 ) -> Result<(), OverlapError> {
     let page = sys::page_size();
     let len = buf.len();
-    let (dst, remote, delta) = match &buf.epoch {
-        Some(e) => (e.dst, e.remote, e.delta),
+    let (dst, remote, delta, notify) = match &buf.epoch {
+        Some(e) => (e.dst, e.remote, e.delta, e.window),
         None => return Err(OverlapError::NoEpoch),
     };
     let shared = buf.buf.shared.clone();
@@ -576,20 +903,9 @@ fn send_set<C: Conduit>(
                     pieces: sp.pieces,
                     after,
                     done: Some(buf.inflight.clone()),
+                    notify,
                 };
-                let inflight = buf.inflight.clone();
-                let sent = with(ep, |l, _| {
-                    let all = l.inflight.clone();
-                    let tx = l.sender()?;
-                    all.fetch_add(1, Ordering::AcqRel);
-                    inflight.fetch_add(1, Ordering::AcqRel);
-                    tx.send(job).map_err(|_| {
-                        all.fetch_sub(1, Ordering::AcqRel);
-                        inflight.fetch_sub(1, Ordering::AcqRel);
-                        OverlapError::MoverGone
-                    })
-                })?;
-                if let Err(e) = sent {
+                if let Err(e) = queue(ep, Task::Job(job), &buf.inflight) {
                     layer::retire_strip(&shared, sp.off, sp.end - sp.off, page);
                     return Err(e);
                 }

@@ -78,6 +78,13 @@ pub enum OverlapError {
         /// A byte offset in the range written (the first found).
         offset: usize,
     },
+    /// A delta send to a receive window on a rank whose segment this process does not
+    /// map (delta send-recv needs the same host: smp, thread ranks, `GEX_HYBRID=1`).
+    #[error("rank {rank}'s segment is not mapped in this process")]
+    Unmapped {
+        /// The receiver's rank.
+        rank: u32,
+    },
     /// The mover thread is gone (it panicked): the transfer cannot complete.
     #[error("the overlap mover thread is gone")]
     MoverGone,

@@ -78,7 +78,7 @@ struct NativeStrip {
 
 #[derive(Debug)]
 struct Mover {
-    tx: Option<Sender<Job>>,
+    tx: Option<Sender<Task>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -108,12 +108,53 @@ pub(crate) struct Job {
     pub(crate) after: u32,
     /// Decremented when the job is done (a delta buffer's count of sends in flight).
     pub(crate) done: Option<Arc<AtomicUsize>>,
+    /// A delta send to a receive window: the address of the window's control block
+    /// and the epoch, stored in the arrival word of each page of the job once copied.
+    pub(crate) notify: Option<(usize, u32)>,
 }
 
+/// What the mover is given.
+pub(crate) enum Task {
+    /// Copy (demand-driven transfer or delta send).
+    Job(Job),
+    /// A delta send's epoch is complete: store `epoch` in the end word at `ctl`
+    /// (after every job queued before it).
+    End {
+        ctl: usize,
+        epoch: u32,
+        done: Arc<AtomicUsize>,
+    },
+    /// A delta receive: retire the receive buffer's pages as they arrive in its
+    /// window.
+    Watch(Watch),
+}
+
+/// A posted delta receive (see `crate::delta`): the pages of `shared` (all of them,
+/// `pages` pages, `len` bytes) retire as the window's arrival words reach `epoch`.
+pub(crate) struct Watch {
+    pub(crate) shared: Arc<Shared>,
+    /// The window's first byte (the shadow) and its control block, in this process's
+    /// own segment.
+    pub(crate) shadow: usize,
+    pub(crate) ctl: usize,
+    pub(crate) epoch: u32,
+    pub(crate) len: usize,
+    pub(crate) left: Vec<bool>,
+    pub(crate) done: Arc<AtomicUsize>,
+}
+
+/// Offset of page `p`'s arrival word in a window's control block.
+pub(crate) const fn arrival_word(p: usize) -> usize {
+    64 + 4 * p
+}
+
+/// Offset of the receiver's consumed word (last epoch fully received).
+pub(crate) const CONSUMED_WORD: usize = 4;
+
 impl Overlap {
-    pub(crate) fn sender(&mut self) -> Result<&Sender<Job>, OverlapError> {
+    pub(crate) fn sender(&mut self) -> Result<&Sender<Task>, OverlapError> {
         if self.mover.is_none() {
-            let (tx, rx) = channel::<Job>();
+            let (tx, rx) = channel::<Task>();
             let inflight = self.inflight.clone();
             let thread = std::thread::Builder::new()
                 .name("gex-overlap-mover".into())
@@ -250,20 +291,136 @@ impl Layer for Overlap {
     }
 }
 
-fn mover(rx: Receiver<Job>, inflight: Arc<AtomicUsize>) {
-    while let Ok(job) = rx.recv() {
-        if job.pieces.is_empty() {
-            run(&job);
+fn mover(rx: Receiver<Task>, inflight: Arc<AtomicUsize>) {
+    use std::sync::mpsc::TryRecvError;
+    let mut watches: Vec<Watch> = Vec::new();
+    let mut idle = 0u32;
+    loop {
+        let task = if watches.is_empty() {
+            match rx.recv() {
+                Ok(t) => Some(t),
+                Err(_) => break,
+            }
         } else {
-            run_delta(&job);
+            match rx.try_recv() {
+                Ok(t) => Some(t),
+                Err(TryRecvError::Empty) => None,
+                // The layer is dropping: receives still posted never complete (their
+                // memory stays alive through the `Arc`s dropped here only if unused).
+                Err(TryRecvError::Disconnected) => break,
+            }
+        };
+        let got = task.is_some();
+        match task {
+            Some(Task::Job(job)) => {
+                if job.pieces.is_empty() {
+                    run(&job);
+                } else {
+                    run_delta(&job);
+                }
+                let done = job.done.clone();
+                drop(job);
+                if let Some(d) = done {
+                    d.fetch_sub(1, Ordering::AcqRel);
+                }
+                inflight.fetch_sub(1, Ordering::AcqRel);
+            }
+            Some(Task::End { ctl, epoch, done }) => {
+                // SAFETY: `ctl` is the 64-aligned control block of a receive window
+                // in a peer's segment mapped in this process (checked when the epoch
+                // opened; mapped while the endpoint lives, which joins this thread
+                // first); its words are accessed only through `gex_sync::word`.
+                unsafe { gex_sync::word::store32(ctl as *mut u8, epoch, Ordering::Release) };
+                done.fetch_sub(1, Ordering::AcqRel);
+                inflight.fetch_sub(1, Ordering::AcqRel);
+            }
+            Some(Task::Watch(w)) => watches.push(w),
+            None => {}
         }
-        let done = job.done.clone();
-        drop(job);
-        if let Some(d) = done {
-            d.fetch_sub(1, Ordering::AcqRel);
+        let mut moved = false;
+        watches.retain_mut(|w| {
+            let (progress, finished) = poll_watch(w);
+            moved |= progress;
+            if finished {
+                w.done.fetch_sub(1, Ordering::AcqRel);
+                inflight.fetch_sub(1, Ordering::AcqRel);
+            }
+            !finished
+        });
+        if got || moved {
+            idle = 0;
+        } else {
+            // Nothing arrived: spin, then yield, then sleep 20 µs at a time.
+            idle = idle.saturating_add(1);
+            if idle < 64 {
+                std::hint::spin_loop();
+            } else if idle < 256 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
         }
-        inflight.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Retires the pages of a posted receive that have arrived; at the epoch's end (the
+/// sender's end word) the rest too, copied from the shadow, which holds the last
+/// bytes of every page. Returns (whether a page retired, whether the receive is done).
+fn poll_watch(w: &mut Watch) -> (bool, bool) {
+    let page = sys::page_size();
+    let xfer = w.shared.map.xfer() as usize;
+    let copy_page = |p: usize| {
+        let off = p * page;
+        let n = page.min(w.len - off);
+        // SAFETY: the shadow page lies in this process's own segment (the window was
+        // checked against its length when the receive was made; mapped while the
+        // endpoint lives, which joins this thread first), the destination in the
+        // transfer view of a page this receive claimed (no access through the user
+        // view until it retires). Byte-wise atomic (the sender's mover may write other
+        // pages of the shadow meanwhile; this page it finished before its arrival
+        // word said so).
+        unsafe {
+            gex_sync::copy::atomic_copy((w.shadow + off) as *const u8, (xfer + off) as *mut u8, n)
+        };
+        retire_strip(&w.shared, off, n, page);
+    };
+    let mut moved = false;
+    for p in 0..w.left.len() {
+        if !w.left[p] {
+            continue;
+        }
+        // SAFETY: as `Task::End`'s store: a word of the window's control block.
+        let a = unsafe {
+            gex_sync::word::load32((w.ctl + arrival_word(p)) as *const u8, Ordering::Acquire)
+        };
+        if a == w.epoch {
+            copy_page(p);
+            w.left[p] = false;
+            moved = true;
+        }
+    }
+    // SAFETY: as above.
+    let end = unsafe { gex_sync::word::load32(w.ctl as *const u8, Ordering::Acquire) };
+    if end != w.epoch {
+        return (moved, false);
+    }
+    // The sender's epoch is complete: every page it sent has its arrival word (set
+    // before the end word); the others did not change, the shadow has their bytes.
+    for p in 0..w.left.len() {
+        if w.left[p] {
+            copy_page(p);
+            w.left[p] = false;
+        }
+    }
+    // SAFETY: as above.
+    unsafe {
+        gex_sync::word::store32(
+            (w.ctl + CONSUMED_WORD) as *mut u8,
+            w.epoch,
+            Ordering::Release,
+        )
+    };
+    (true, true)
 }
 
 /// Moves one job strip by strip, the strip a faulting thread waits for first.
@@ -327,6 +484,20 @@ fn run_delta(j: &Job) {
         // opened), the local one in pages of the transfer view this job claimed
         // (read-only in the user view: nobody writes them); byte-wise atomic copy.
         unsafe { gex_sync::copy::atomic_copy(local as *const u8, remote as *mut u8, len) };
+    }
+    if let Some((ctl, epoch)) = j.notify {
+        for p in j.off / page..(j.off + j.len).div_ceil(page) {
+            // SAFETY: `ctl` is the control block of a receive window in the target's
+            // mapped segment, sized for every page of the buffer (checked when the
+            // epoch opened); a 4-aligned word accessed only through `gex_sync::word`.
+            unsafe {
+                gex_sync::word::store32(
+                    (ctl + arrival_word(p)) as *mut u8,
+                    epoch,
+                    Ordering::Release,
+                )
+            };
+        }
     }
     finish_delta(&j.shared, j.off, j.len, page, j.after);
 }
@@ -728,12 +899,13 @@ fn transfer<C: Conduit>(
         pieces: Vec::new(),
         after: table::READY,
         done: None,
+        notify: None,
     };
     let sent = with(ep, |l, _| {
         let inflight = l.inflight.clone();
         let tx = l.sender()?;
         inflight.fetch_add(1, Ordering::AcqRel);
-        tx.send(job).map_err(|_| {
+        tx.send(Task::Job(job)).map_err(|_| {
             inflight.fetch_sub(1, Ordering::AcqRel);
             OverlapError::MoverGone
         })

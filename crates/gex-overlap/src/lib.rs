@@ -66,6 +66,8 @@
 //! by page faults ([`Tracking::OsTriggered`]); inside an epoch
 //! ([`DeltaExt::delta_begin`] … [`DeltaExt::delta_end`]) finished parts are sent early,
 //! and writing a part already sent is reported ([`OverlapError::WrittenAfterSend`]).
+//! A [`DeltaRecv`] is the receive side: its buffer's pages become readable one by one
+//! as the sender's deltas arrive in its window, with no wait call.
 //!
 //! ## Words
 //! - **strip**: a piece of a transfer moved (and retired) as one.
@@ -88,7 +90,7 @@ mod sys;
 mod table;
 
 pub use buf::OverlapBuf;
-pub use delta::{DeltaBuf, DeltaExt, DeltaStats, Tracking, page_size};
+pub use delta::{DeltaBuf, DeltaExt, DeltaRecv, DeltaStats, Tracking, page_size};
 pub use error::OverlapError;
 pub use layer::{
     ENV_VARS, Issued, Overlap, OverlapExt, PageFault, fault_count, overlap_trace, params,

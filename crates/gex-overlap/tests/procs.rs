@@ -265,3 +265,119 @@ fn procs_delta_put_os_triggered_3() {
 fn procs_delta_put_annotated_3() {
     launch_delta(3, gex_overlap::Tracking::Annotated);
 }
+
+/// Delta send-recv around a ring: every rank posts the receive of its left
+/// neighbour's epoch (returns at once), sends its own buffer to its right neighbour's
+/// window while computing it (pages produced in a scattered order, sent as they are
+/// marked or flushed: they arrive out of order), then reads what it received, page by
+/// page, without a wait. OS-triggered: two threads write, a flush after each quarter.
+struct DeltaRing {
+    mode: gex_overlap::Tracking,
+}
+
+fn ring_byte(r: u32, round: u32, i: usize) -> u8 {
+    pattern(r.wrapping_mul(7).wrapping_add(round * 131), i)
+}
+
+impl Job for DeltaRing {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        use gex_coll::CollExt;
+        use gex_overlap::{DeltaBuf, DeltaExt, Tracking, page_size};
+        let mut ep = client.endpoint(0).unwrap();
+        let w = ep.world().clone();
+        let (me, n) = (w.rank(), w.size());
+        let pg = page_size();
+        let pages = 64;
+        let len = pages * pg;
+        let right = (me + 1) % n;
+        let left = (me + n - 1) % n;
+        let mut rx = ep.delta_recv_window(2 << 20, len).unwrap();
+        let window = GlobalPtr::<u8>::new(gex_core::EpAddr::new(right, 0), 2 << 20);
+        let mut tx = DeltaBuf::new(len, self.mode).unwrap();
+        ep.barrier(&w).unwrap();
+        for round in 0..5u32 {
+            ep.delta_recv(&mut rx).unwrap();
+            ep.delta_send_begin(&mut tx, window).unwrap();
+            // Round 0 writes every page, later rounds every third page; in a
+            // scattered order (a stride coprime with the page count).
+            let order: Vec<usize> = (0..pages)
+                .map(|k| (k * 37 + round as usize) % pages)
+                .filter(|p| round == 0 || p % 3 == round as usize % 3)
+                .collect();
+            match self.mode {
+                Tracking::Annotated => {
+                    for &p in &order {
+                        for (j, b) in tx[p * pg..(p + 1) * pg].iter_mut().enumerate() {
+                            *b = ring_byte(me, round, p * pg + j);
+                        }
+                        ep.delta_mark(&mut tx, p * pg, pg).unwrap();
+                    }
+                }
+                Tracking::OsTriggered => {
+                    for quarter in order.chunks(order.len().div_ceil(4)) {
+                        let (a, b) = tx.split_at_mut(len / 2);
+                        std::thread::scope(|s| {
+                            for (base, part) in [(0, a), (len / 2, b)] {
+                                s.spawn(move || {
+                                    for &p in quarter {
+                                        if p * pg >= base && p * pg < base + len / 2 {
+                                            let at = p * pg - base;
+                                            for (j, b) in part[at..at + pg].iter_mut().enumerate() {
+                                                *b = ring_byte(me, round, p * pg + j);
+                                            }
+                                        }
+                                    }
+                                });
+                            }
+                        });
+                        ep.delta_flush(&mut tx).unwrap();
+                    }
+                }
+            }
+            let s = ep.delta_end(&mut tx).unwrap();
+            if round > 0 {
+                assert_eq!(
+                    (s.bytes, s.whole),
+                    (order.len() * pg, false),
+                    "round {round}: {s:?}"
+                );
+            }
+            // What the left neighbour sent this round, and before for the pages it
+            // did not write this round.
+            for i in (0..len).step_by(61) {
+                let p = i / pg;
+                let last = (0..=round)
+                    .rev()
+                    .find(|&r| r == 0 || p % 3 == r as usize % 3)
+                    .unwrap();
+                assert_eq!(rx[i], ring_byte(left, last, i), "round {round} byte {i}");
+            }
+            ep.delta_wait(&mut tx).unwrap();
+        }
+        ep.delta_recv_wait(&mut rx).unwrap();
+        ep.barrier(&w).unwrap();
+        drop(ep);
+        client.finalize().unwrap();
+    }
+}
+
+fn launch_ring(ranks: u32, mode: gex_overlap::Tracking) {
+    Procs::new(ranks)
+        .timeout(std::time::Duration::from_secs(300))
+        .run(move |boot| {
+            let b = gex::builder().layer::<Overlap>().segment_size(8 << 20);
+            gex::init_with_boot(b, boot, None, DeltaRing { mode }).unwrap();
+        })
+        .assert_success();
+}
+
+#[test]
+fn procs_delta_send_recv_annotated_2() {
+    launch_ring(2, gex_overlap::Tracking::Annotated);
+}
+
+#[test]
+fn procs_delta_send_recv_os_triggered_3() {
+    launch_ring(3, gex_overlap::Tracking::OsTriggered);
+}
