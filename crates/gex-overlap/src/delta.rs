@@ -413,6 +413,61 @@ pub trait DeltaExt {
     /// None today (a `Result` for the future).
     fn delta_recv_wait(&mut self, r: &mut DeltaRecv) -> Result<(), OverlapError>;
 
+    /// A cascade's step (seed 001's chained pipelines): fills `out` (in an open
+    /// epoch, usually towards the next rank's window) chunk by chunk from the posted
+    /// receives `inputs` as their pages arrive, and sends each chunk as soon as it is
+    /// computed, without waiting for whole buffers. For each chunk `[at, at+n)`
+    /// (`chunk` bytes rounded up to whole pages; 0: the epoch's delta size) it calls
+    /// `f(at, inputs' bytes [at, at+n), out's bytes [at, at+n))`: reading an input
+    /// waits for its pages only. With one input and a copy, `f` forwards (a chain or
+    /// ring); with the children's inputs and an addition, it reduces (an array reduce
+    /// up a tree). Call [`delta_end`](Self::delta_end) after it.
+    ///
+    /// # Errors
+    /// [`OverlapError::NoEpoch`]; [`OverlapError::OutOfBuffer`] if an input is shorter
+    /// than `out`; as [`delta_flush`](Self::delta_flush).
+    ///
+    /// ```
+    /// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
+    /// use gex_overlap::{DeltaBuf, DeltaExt, Overlap, Tracking};
+    /// use gex_rma::{GlobalPtr, Rma};
+    ///
+    /// let client = ClientBuilder::new().layer::<Rma>().layer::<Overlap>()
+    ///     .segment_size(1 << 20).init::<Loopback>(Box::new(Singleton::new()))?;
+    /// let mut ep = client.endpoint(0)?;
+    /// let len = 16 << 10;
+    /// // One stage: receive into `rx`, add 1 to every byte, send on to `rx2`.
+    /// let mut rx = ep.delta_recv_window(0, len)?;
+    /// let mut rx2 = ep.delta_recv_window(256 << 10, len)?;
+    /// let (w1, w2) = (GlobalPtr::new(ep.addr(), 0), GlobalPtr::new(ep.addr(), 256 << 10));
+    /// let mut src = DeltaBuf::new(len, Tracking::Annotated)?;
+    /// let mut mid = DeltaBuf::new(len, Tracking::Annotated)?;
+    /// ep.delta_recv(&mut rx)?;
+    /// ep.delta_recv(&mut rx2)?;
+    /// ep.delta_send_begin(&mut src, w1)?;
+    /// src.fill(41);
+    /// src.mark(0, len)?;
+    /// ep.delta_end(&mut src)?;
+    /// ep.delta_send_begin(&mut mid, w2)?;
+    /// ep.delta_relay(&[&rx], &mut mid, 0, |_, ins, out| {
+    ///     for (o, i) in out.iter_mut().zip(ins[0]) {
+    ///         *o = i + 1;
+    ///     }
+    /// })?;
+    /// ep.delta_end(&mut mid)?;
+    /// assert!(rx2.iter().all(|&b| b == 42));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn delta_relay<F>(
+        &mut self,
+        inputs: &[&DeltaRecv],
+        out: &mut DeltaBuf,
+        chunk: usize,
+        f: F,
+    ) -> Result<(), OverlapError>
+    where
+        F: FnMut(usize, &[&[u8]], &mut [u8]);
+
     /// [`DeltaBuf::mark`], then, inside an epoch, sends the whole pages marked so far
     /// once they amount to a delta (`GEX_OVERLAP_DELTA`): the pipelined send of
     /// annotated code.
@@ -561,6 +616,47 @@ impl<C: Conduit> DeltaExt for Endpoint<C> {
         let mut spins = 0u32;
         while r.inflight.load(Ordering::Acquire) != 0 {
             backoff(self, &mut spins);
+        }
+        Ok(())
+    }
+
+    fn delta_relay<F>(
+        &mut self,
+        inputs: &[&DeltaRecv],
+        out: &mut DeltaBuf,
+        chunk: usize,
+        mut f: F,
+    ) -> Result<(), OverlapError>
+    where
+        F: FnMut(usize, &[&[u8]], &mut [u8]),
+    {
+        let Some(e) = &out.epoch else {
+            return Err(OverlapError::NoEpoch);
+        };
+        let len = out.len();
+        if let Some(short) = inputs.iter().find(|r| r.len() < len) {
+            return Err(OverlapError::OutOfBuffer {
+                offset: 0,
+                len,
+                buf_len: short.len(),
+            });
+        }
+        let page = sys::page_size();
+        let chunk = if chunk == 0 {
+            e.delta
+        } else {
+            chunk.div_ceil(page) * page
+        };
+        let mut at = 0;
+        let mut ins: Vec<&[u8]> = Vec::with_capacity(inputs.len());
+        while at < len {
+            let n = chunk.min(len - at);
+            ins.clear();
+            ins.extend(inputs.iter().map(|r| &r[at..at + n]));
+            f(at, &ins, &mut out[at..at + n]);
+            out.mark(at, n)?;
+            self.delta_flush(out)?;
+            at += n;
         }
         Ok(())
     }

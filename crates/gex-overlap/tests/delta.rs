@@ -442,3 +442,37 @@ fn send_recv_bad_input_gives_documented_errors() {
     ));
     assert!(!tx.in_epoch());
 }
+
+#[test]
+fn relay_bad_input_gives_documented_errors() {
+    let client = client();
+    let mut ep = client.endpoint(0).unwrap();
+    let pg = page_size();
+    let rx = ep.delta_recv_window(0, pg).unwrap();
+    let mut out = DeltaBuf::new(2 * pg, Tracking::Annotated).unwrap();
+    let mut calls = 0;
+    assert!(matches!(
+        ep.delta_relay(&[&rx], &mut out, 0, |_, _, _| calls += 1),
+        Err(OverlapError::NoEpoch)
+    ));
+    ep.delta_begin(&mut out, GlobalPtr::new(ep.addr(), 1 << 20))
+        .unwrap();
+    assert!(matches!(
+        ep.delta_relay(&[&rx], &mut out, 0, |_, _, _| calls += 1),
+        Err(OverlapError::OutOfBuffer { buf_len, .. }) if buf_len == pg
+    ));
+    assert_eq!(calls, 0);
+    // No input: a source of the cascade, in chunks of one page.
+    ep.delta_relay(&[], &mut out, 1, |at, ins, o| {
+        assert!(ins.is_empty());
+        o.fill((at / pg) as u8 + 1);
+        calls += 1;
+    })
+    .unwrap();
+    assert_eq!(calls, 2);
+    let s = ep.delta_end(&mut out).unwrap();
+    assert_eq!(s.bytes, 2 * pg);
+    ep.delta_wait(&mut out).unwrap();
+    let d = dest(&mut ep, 1 << 20, 2 * pg);
+    assert!(d[..pg].iter().all(|&b| b == 1) && d[pg..].iter().all(|&b| b == 2));
+}

@@ -381,3 +381,125 @@ fn procs_delta_send_recv_annotated_2() {
 fn procs_delta_send_recv_os_triggered_3() {
     launch_ring(3, gex_overlap::Tracking::OsTriggered);
 }
+
+/// Cascades on 4 ranks (seed 001's chained pipelines), 3 rounds each:
+/// - chain: rank 0 produces a buffer and sends it to rank 1; ranks 1 and 2 each add
+///   their rank to every byte as the pages arrive (`delta_relay`) and send on; rank 3
+///   checks the result;
+/// - array reduce up the tree 0 ← {1, 2}, 1 ← {3}: every rank adds its children's
+///   buffers to its own contribution as they arrive and sends the sum to its parent;
+///   the root's sum (put into its own segment) is checked.
+struct DeltaCascade {
+    reduce: bool,
+}
+
+fn contribution(r: u32, round: u32, i: usize) -> u8 {
+    pattern(r + 11 * round, i)
+}
+
+impl Job for DeltaCascade {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        use gex_coll::CollExt;
+        use gex_overlap::{DeltaBuf, DeltaExt, DeltaRecv, Tracking, page_size};
+        let mut ep = client.endpoint(0).unwrap();
+        let w = ep.world().clone();
+        let (me, n) = (w.rank(), w.size());
+        assert_eq!(n, 4);
+        let pg = page_size();
+        let len = 48 * pg + 40;
+        let slot = DeltaRecv::window_len(len).div_ceil(pg) * pg;
+        let at = |r: u32, k: usize| GlobalPtr::<u8>::new(gex_core::EpAddr::new(r, 0), k * slot);
+        // Who sends to whom: (children, parent).
+        let (children, parent): (Vec<u32>, Option<u32>) = if self.reduce {
+            let kids = [2 * me + 1, 2 * me + 2]
+                .into_iter()
+                .filter(|&c| c < n)
+                .collect();
+            (kids, (me > 0).then(|| (me - 1) / 2))
+        } else {
+            let kids = if me > 0 { vec![me - 1] } else { vec![] };
+            (kids, (me + 1 < n).then_some(me + 1))
+        };
+        // Window k of a rank receives from its k-th child.
+        let mut rx: Vec<DeltaRecv> = (0..children.len())
+            .map(|k| ep.delta_recv_window(k * slot, len).unwrap())
+            .collect();
+        let mut out = DeltaBuf::new(len, Tracking::Annotated).unwrap();
+        ep.barrier(&w).unwrap();
+        for round in 0..3u32 {
+            for r in &mut rx {
+                ep.delta_recv(r).unwrap();
+            }
+            match parent {
+                Some(p) => {
+                    // My index among the parent's children.
+                    let k = if self.reduce {
+                        ((me - 1) % 2) as usize
+                    } else {
+                        0
+                    };
+                    ep.delta_send_begin(&mut out, at(p, k)).unwrap();
+                }
+                // The end of the cascade keeps its result in its own segment.
+                None => ep.delta_begin(&mut out, at(me, 4)).unwrap(),
+            }
+            let ins: Vec<&DeltaRecv> = rx.iter().collect();
+            let reduce = self.reduce;
+            ep.delta_relay(&ins, &mut out, 0, |off, ins, o| {
+                for (j, b) in o.iter_mut().enumerate() {
+                    let i = off + j;
+                    *b = if reduce {
+                        ins.iter()
+                            .fold(contribution(me, round, i), |s, x| s.wrapping_add(x[j]))
+                    } else if ins.is_empty() {
+                        contribution(0, round, i)
+                    } else {
+                        ins[0][j].wrapping_add(me as u8)
+                    };
+                }
+            })
+            .unwrap();
+            ep.delta_end(&mut out).unwrap();
+            ep.delta_wait(&mut out).unwrap();
+            if parent.is_none() {
+                let mut got = vec![0u8; len];
+                ep.get(&mut got[..], at(me, 4), Blocking).unwrap();
+                for (i, &b) in got.iter().enumerate() {
+                    let want = if self.reduce {
+                        (0..n).fold(0u8, |s, r| s.wrapping_add(contribution(r, round, i)))
+                    } else {
+                        contribution(0, round, i).wrapping_add(1 + 2 + 3)
+                    };
+                    assert_eq!(b, want, "round {round} byte {i}");
+                }
+            }
+        }
+        for r in &mut rx {
+            ep.delta_recv_wait(r).unwrap();
+        }
+        ep.barrier(&w).unwrap();
+        drop(ep);
+        client.finalize().unwrap();
+    }
+}
+
+fn launch_cascade(reduce: bool) {
+    Procs::new(4)
+        .timeout(std::time::Duration::from_secs(300))
+        .run(move |boot| {
+            let b = gex::builder().layer::<Overlap>().segment_size(8 << 20);
+            gex::init_with_boot(b, boot, None, DeltaCascade { reduce }).unwrap();
+        })
+        .assert_success();
+}
+
+#[test]
+fn procs_delta_cascade_chain_4() {
+    launch_cascade(false);
+}
+
+#[test]
+fn procs_delta_cascade_array_reduce_4() {
+    launch_cascade(true);
+}
