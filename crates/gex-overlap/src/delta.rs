@@ -263,8 +263,10 @@ impl DerefMut for DeltaBuf {
 ///
 /// Pages arrive in any order; each retires (becomes readable, its bytes final for
 /// this epoch) as soon as its arrival word says so, and the pages the sender did not
-/// send retire at the end of its epoch with their last bytes (from the shadow): a
-/// receive of a message of any size needs no cancellation and no wait.
+/// send retire at the end of its epoch with their last bytes (copied from the shadow
+/// if the program wrote the receive buffer since its last receive, or on the first;
+/// otherwise they hold them already): a receive of a message of any size needs no
+/// cancellation and no wait.
 ///
 /// ```
 /// use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder};
@@ -298,6 +300,9 @@ pub struct DeltaRecv {
     epoch: u32,
     /// Receives posted and not complete (0 or 1).
     inflight: Arc<AtomicUsize>,
+    /// The receive buffer may differ from the shadow outside the pages of the next
+    /// epoch: first receive, or written by the program (`DerefMut`) since the last.
+    written: bool,
 }
 
 impl fmt::Debug for DeltaRecv {
@@ -342,6 +347,8 @@ impl Deref for DeltaRecv {
 
 impl DerefMut for DeltaRecv {
     fn deref_mut(&mut self) -> &mut [u8] {
+        // The next receive copies every page (not only the changed ones).
+        self.written = true;
         &mut self.buf
     }
 }
@@ -572,6 +579,7 @@ impl<C: Conduit> DeltaExt for Endpoint<C> {
             ctl,
             epoch: 0,
             inflight: Arc::new(AtomicUsize::new(0)),
+            written: true,
         })
     }
 
@@ -602,11 +610,14 @@ impl<C: Conduit> DeltaExt for Endpoint<C> {
             epoch: r.epoch,
             len,
             left: vec![true; n],
+            copy_rest: r.written,
             done: r.inflight.clone(),
         };
+        r.written = false;
         if let Err(e) = queue(self, Task::Watch(w), &r.inflight) {
             layer::retire_strip(&r.buf.shared, 0, len, page);
             r.epoch = r.epoch.wrapping_sub(1);
+            r.written = true;
             return Err(e);
         }
         Ok(())

@@ -140,6 +140,10 @@ pub(crate) struct Watch {
     pub(crate) epoch: u32,
     pub(crate) len: usize,
     pub(crate) left: Vec<bool>,
+    /// Whether the pages not sent must be copied from the shadow at the end (the
+    /// program wrote the receive buffer since the last receive, or it is the first):
+    /// otherwise they hold the shadow's bytes already and only retire.
+    pub(crate) copy_rest: bool,
     pub(crate) done: Arc<AtomicUsize>,
 }
 
@@ -384,33 +388,36 @@ fn poll_watch(w: &mut Watch) -> (bool, bool) {
         };
         retire_strip(&w.shared, off, n, page);
     };
+    // The end word first: once it holds the epoch (`Acquire`), every arrival word of
+    // the epoch is visible (the sender stores them before it, `Release`), so a page
+    // whose word does not hold the epoch was not sent in it.
+    // SAFETY: as `Task::End`'s store: a word of the window's control block.
+    let end = unsafe { gex_sync::word::load32(w.ctl as *const u8, Ordering::Acquire) };
+    let ended = end == w.epoch;
     let mut moved = false;
     for p in 0..w.left.len() {
         if !w.left[p] {
             continue;
         }
-        // SAFETY: as `Task::End`'s store: a word of the window's control block.
+        // SAFETY: as above.
         let a = unsafe {
             gex_sync::word::load32((w.ctl + arrival_word(p)) as *const u8, Ordering::Acquire)
         };
-        if a == w.epoch {
+        if a == w.epoch || (ended && w.copy_rest) {
             copy_page(p);
-            w.left[p] = false;
-            moved = true;
+        } else if ended {
+            // Not sent in this epoch: unchanged, and the receive buffer holds the
+            // shadow's bytes already (the program did not write it since).
+            let off = p * page;
+            retire_strip(&w.shared, off, page.min(w.len - off), page);
+        } else {
+            continue;
         }
+        w.left[p] = false;
+        moved = true;
     }
-    // SAFETY: as above.
-    let end = unsafe { gex_sync::word::load32(w.ctl as *const u8, Ordering::Acquire) };
-    if end != w.epoch {
+    if !ended {
         return (moved, false);
-    }
-    // The sender's epoch is complete: every page it sent has its arrival word (set
-    // before the end word); the others did not change, the shadow has their bytes.
-    for p in 0..w.left.len() {
-        if w.left[p] {
-            copy_page(p);
-            w.left[p] = false;
-        }
     }
     // SAFETY: as above.
     unsafe {
