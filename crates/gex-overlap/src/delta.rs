@@ -500,10 +500,12 @@ pub trait DeltaExt {
     /// (peers not mapped here: sent during the call).
     fn delta_flush(&mut self, buf: &mut DeltaBuf) -> Result<(), OverlapError>;
 
-    /// Closes the epoch: starts sending everything changed and not sent yet (the
-    /// whole rest of the buffer on the first transfer to this destination, or when at
-    /// least `GEX_OVERLAP_DELTA_WHOLE` percent of it changed) and returns at once. A
-    /// write to a page still being sent waits for that page only.
+    /// Closes the epoch: waits for the epoch's early sends, then copies everything
+    /// changed and not sent yet (the whole rest of the buffer on the first transfer
+    /// to this destination, or when at least `GEX_OVERLAP_DELTA_WHOLE` percent of it
+    /// changed) during the call: the last piece, which a hand-off to the mover
+    /// thread would only delay. To a receive window, the receiver then sees the
+    /// epoch complete.
     ///
     /// # Errors
     /// [`OverlapError::NoEpoch`]; [`OverlapError::WrittenAfterSend`] if the program
@@ -513,7 +515,8 @@ pub trait DeltaExt {
     fn delta_end(&mut self, buf: &mut DeltaBuf) -> Result<DeltaStats, OverlapError>;
 
     /// Waits until every send of `buf` is complete at the destination (closing the
-    /// open epoch first, as [`delta_end`](Self::delta_end)).
+    /// open epoch first, as [`delta_end`](Self::delta_end)). After `delta_end` to a
+    /// peer whose segment is mapped here, they are already.
     ///
     /// # Errors
     /// As [`delta_end`](Self::delta_end) when it closes an epoch.
@@ -701,7 +704,7 @@ impl<C: Conduit> DeltaExt for Endpoint<C> {
             buf.marked.remove(s, e);
             buf.sent.insert(s, e);
         }
-        send_set(self, buf, &set, SENT)
+        send_set(self, buf, &set, SENT, false)
     }
 
     fn delta_end(&mut self, buf: &mut DeltaBuf) -> Result<DeltaStats, OverlapError> {
@@ -759,17 +762,11 @@ impl<C: Conduit> DeltaExt for Endpoint<C> {
         }
         e.stats.whole = whole;
         buf.marked.clear();
-        let mut r = send_set(self, buf, &set, after);
+        // The rest is copied during the call (the flushes' sends are complete, so
+        // the end word comes after every send of the epoch).
+        let r = send_set(self, buf, &set, after, true);
         if let (Ok(()), Some((ctl, epoch))) = (&r, buf.epoch.as_ref().and_then(|e| e.window)) {
-            r = queue(
-                self,
-                Task::End {
-                    ctl,
-                    epoch,
-                    done: buf.inflight.clone(),
-                },
-                &buf.inflight,
-            );
+            layer::store_end(ctl, epoch);
         }
         let e = buf.epoch.take().expect("checked above");
         buf.sent.clear();
@@ -815,8 +812,11 @@ fn begin<C: Conduit>(
     let len = buf.len();
     let page = sys::page_size();
     let (peer, delta, whole_pct) = with(ep, |l, cx| {
+        // Auto: the strip model's length for the buffer, between 4 and 16 pages
+        // (seed 001: 4 to 5 pages amortise a delta's cost; much longer ones lose
+        // the pipeline).
         let delta = l.delta.unwrap_or_else(|| {
-            model::strip_len(layer::params(), Decomp::Auto, len, page, 0).max(4 * page)
+            model::strip_len(layer::params(), Decomp::Auto, len, page, 0).clamp(4 * page, 16 * page)
         });
         (cx.peer_segment(dst.addr()), delta, l.delta_whole)
     })?;
@@ -976,6 +976,7 @@ fn send_set<C: Conduit>(
     buf: &mut DeltaBuf,
     set: &RangeSet,
     after: u32,
+    inline: bool,
 ) -> Result<(), OverlapError> {
     let page = sys::page_size();
     let len = buf.len();
@@ -987,6 +988,30 @@ fn send_set<C: Conduit>(
     let region = &shared.region;
     for sp in spans(set, delta, page, len) {
         let (first, n) = (sp.off / page, (sp.end - sp.off).div_ceil(page));
+        let bytes: usize = sp.pieces.iter().map(|p| p.1).sum();
+        let runs = sp.pieces.len();
+        if let (true, Some(base)) = (inline, remote) {
+            // The epoch's last pieces, copied by this thread: `&mut buf` keeps every
+            // other access to the buffer away, so nothing is claimed or protected
+            // for the copy (no hand-off to the mover, no `mprotect` but the one an
+            // OS-triggered buffer needs to see the next writes).
+            layer::copy_inline(
+                &shared,
+                base,
+                &sp.pieces,
+                sp.off,
+                sp.end - sp.off,
+                after,
+                notify,
+            )
+            .map_err(OverlapError::Os)?;
+            if let Some(e) = &mut buf.epoch {
+                e.stats.bytes += bytes;
+                e.stats.runs += runs;
+                e.stats.sends += 1;
+            }
+            continue;
+        }
         region
             .table
             .claim_from(first, n, |s| s == READY || s == CLEAN)
@@ -996,8 +1021,6 @@ fn send_set<C: Conduit>(
             layer::retire_strip(&shared, sp.off, sp.end - sp.off, page);
             return Err(OverlapError::Os(e));
         }
-        let bytes: usize = sp.pieces.iter().map(|p| p.1).sum();
-        let runs = sp.pieces.len();
         match remote {
             Some(base) => {
                 let job = Job {

@@ -35,7 +35,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "GEX_OVERLAP_DELTA",
         default: "auto",
-        doc: "gex-overlap: delta transfers' increment: what a flush waits to have and the most one send carries: `auto` (the strip model's length for the buffer, at least 4 pages) or a byte count (rounded up to whole pages).",
+        doc: "gex-overlap: delta transfers' increment: what a flush waits to have and the most one send carries: `auto` (the strip model's length for the buffer, between 4 and 16 pages) or a byte count (rounded up to whole pages).",
     },
     EnvVar {
         name: "GEX_OVERLAP_DELTA_WHOLE",
@@ -117,13 +117,6 @@ pub(crate) struct Job {
 pub(crate) enum Task {
     /// Copy (demand-driven transfer or delta send).
     Job(Job),
-    /// A delta send's epoch is complete: store `epoch` in the end word at `ctl`
-    /// (after every job queued before it).
-    End {
-        ctl: usize,
-        epoch: u32,
-        done: Arc<AtomicUsize>,
-    },
     /// A delta receive: retire the receive buffer's pages as they arrive in its
     /// window.
     Watch(Watch),
@@ -329,15 +322,6 @@ fn mover(rx: Receiver<Task>, inflight: Arc<AtomicUsize>) {
                 }
                 inflight.fetch_sub(1, Ordering::AcqRel);
             }
-            Some(Task::End { ctl, epoch, done }) => {
-                // SAFETY: `ctl` is the 64-aligned control block of a receive window
-                // in a peer's segment mapped in this process (checked when the epoch
-                // opened; mapped while the endpoint lives, which joins this thread
-                // first); its words are accessed only through `gex_sync::word`.
-                unsafe { gex_sync::word::store32(ctl as *mut u8, epoch, Ordering::Release) };
-                done.fetch_sub(1, Ordering::AcqRel);
-                inflight.fetch_sub(1, Ordering::AcqRel);
-            }
             Some(Task::Watch(w)) => watches.push(w),
             None => {}
         }
@@ -386,17 +370,26 @@ fn poll_watch(w: &mut Watch) -> (bool, bool) {
         unsafe {
             gex_sync::copy::atomic_copy((w.shadow + off) as *const u8, (xfer + off) as *mut u8, n)
         };
-        retire_strip(&w.shared, off, n, page);
+    };
+    // Pages ready in this pass retire in runs (one `mprotect` per run).
+    let mut run: Option<(usize, usize)> = None;
+    let flush = |run: &mut Option<(usize, usize)>| {
+        if let Some((first, end)) = run.take() {
+            let off = first * page;
+            retire_strip(&w.shared, off, (end * page).min(w.len) - off, page);
+        }
     };
     // The end word first: once it holds the epoch (`Acquire`), every arrival word of
     // the epoch is visible (the sender stores them before it, `Release`), so a page
     // whose word does not hold the epoch was not sent in it.
-    // SAFETY: as `Task::End`'s store: a word of the window's control block.
+    // SAFETY: a word of the window's control block, in this process's own segment
+    // (checked at `delta_recv_window`), accessed only through `gex_sync::word`.
     let end = unsafe { gex_sync::word::load32(w.ctl as *const u8, Ordering::Acquire) };
     let ended = end == w.epoch;
     let mut moved = false;
     for p in 0..w.left.len() {
         if !w.left[p] {
+            flush(&mut run);
             continue;
         }
         // SAFETY: as above.
@@ -405,17 +398,24 @@ fn poll_watch(w: &mut Watch) -> (bool, bool) {
         };
         if a == w.epoch || (ended && w.copy_rest) {
             copy_page(p);
-        } else if ended {
-            // Not sent in this epoch: unchanged, and the receive buffer holds the
-            // shadow's bytes already (the program did not write it since).
-            let off = p * page;
-            retire_strip(&w.shared, off, page.min(w.len - off), page);
-        } else {
+        } else if !ended {
+            flush(&mut run);
             continue;
         }
+        // Else not sent in this epoch: unchanged, and the receive buffer holds the
+        // shadow's bytes already (the program did not write it since).
+        run = match run {
+            Some((first, e)) if e == p => Some((first, p + 1)),
+            other => {
+                let mut other = other;
+                flush(&mut other);
+                Some((p, p + 1))
+            }
+        };
         w.left[p] = false;
         moved = true;
     }
+    flush(&mut run);
     if !ended {
         return (moved, false);
     }
@@ -476,6 +476,65 @@ fn run(j: &Job) {
         }
         retire_strip(&j.shared, s_off, s_len, page);
     }
+}
+
+/// Stores `epoch` in the end word of a receive window's control block at `ctl` (a
+/// delta send's epoch is complete).
+pub(crate) fn store_end(ctl: usize, epoch: u32) {
+    // SAFETY: `ctl` is the 64-aligned control block of a receive window in a peer's
+    // segment mapped in this process (checked when the epoch opened, against the
+    // window's whole length; mapped while the endpoint lives, and the caller holds it);
+    // its words are accessed only through `gex_sync::word`.
+    unsafe { gex_sync::word::store32(ctl as *mut u8, epoch, Ordering::Release) };
+}
+
+/// Copies the pieces of a delta send on the calling thread, which holds the buffer's
+/// `&mut` (so nobody reads or writes it meanwhile: nothing is claimed), stores the
+/// arrival words of a receive window, and moves the pages to `after` (read-only when
+/// it is not [`table::READY`]). `base`: the target address of the buffer's byte 0.
+pub(crate) fn copy_inline(
+    shared: &Shared,
+    base: usize,
+    pieces: &[(usize, usize)],
+    off: usize,
+    len: usize,
+    after: u32,
+    notify: Option<(usize, u32)>,
+) -> std::io::Result<()> {
+    let page = sys::page_size();
+    for &(o, l) in pieces {
+        // SAFETY: the remote range lies in the target's mapped segment (the buffer's
+        // whole image was checked at `delta_begin`/`delta_send_begin`); the local one
+        // in the transfer view, which `shared` keeps mapped, of a buffer whose `&mut`
+        // the caller holds and with no send in flight: nobody writes these bytes.
+        unsafe {
+            gex_sync::copy::atomic_copy(
+                (shared.map.xfer() as usize + o) as *const u8,
+                (base + o) as *mut u8,
+                l,
+            )
+        };
+    }
+    if let Some((ctl, epoch)) = notify {
+        for p in off / page..(off + len).div_ceil(page) {
+            // SAFETY: as in `run_delta`: a word of the window's control block.
+            unsafe {
+                gex_sync::word::store32(
+                    (ctl + arrival_word(p)) as *mut u8,
+                    epoch,
+                    Ordering::Release,
+                )
+            };
+        }
+    }
+    if after != table::READY {
+        shared.map.protect(off, len, Prot::Read)?;
+        shared
+            .region
+            .table
+            .set(off / page, len.div_ceil(page), after);
+    }
+    Ok(())
 }
 
 /// Copies a delta send's pieces to the target, then moves its pages to their state

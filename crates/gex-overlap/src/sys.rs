@@ -25,7 +25,8 @@
 //!   nothing, takes no lock, touches no `std` state that a lock guards (no printing, no
 //!   `thread_local!` with a destructor or lazy initialisation), and calls only
 //!   `getpid`, `clock_gettime`, `sched_yield`, `nanosleep`, `mprotect` (calibration
-//!   pages only) and `sigaction` (raw system calls without libc state) besides atomic
+//!   pages, and a delta buffer's read-only `CLEAN`/`SENT` pages made writable for the
+//!   interrupted write) and `sigaction` (raw system calls without libc state) besides atomic
 //!   loads and stores. It never polls an endpoint: the interrupted thread may be
 //!   inside a gex call holding that endpoint (`&mut`), its lock word, or the
 //!   allocator's lock. A pending page retires through another thread (the layer's
@@ -218,9 +219,6 @@ pub(crate) struct Region {
     pub(crate) wanted: AtomicUsize,
     /// Claims so far (tells two races at one address in different transfers apart).
     pub(crate) generation: AtomicU64,
-    /// Delta buffers: the first page written after it was sent in the open epoch,
-    /// plus one (0: none), recorded by the handler.
-    pub(crate) misuse: AtomicUsize,
 }
 
 impl Region {
@@ -234,7 +232,6 @@ impl Region {
             table: PageTable::new(len / page),
             wanted: AtomicUsize::new(usize::MAX),
             generation: AtomicU64::new(0),
-            misuse: AtomicUsize::new(0),
         }
     }
 }
@@ -445,14 +442,10 @@ fn wait_page(r: &Region, addr: usize) -> bool {
         crate::table::CLEAN | crate::table::SENT => {
             // A write to a read-only page of a delta buffer: unchanged since its last
             // transfer (CLEAN: it becomes changed), or already sent in the open epoch
-            // (SENT: a misuse, recorded for `delta_end`; the page is sent again).
-            // Reads of these pages never fault (PROT_READ), so this is a write.
+            // (SENT: a misuse; `delta_end` finds the page no longer SENT, reports it
+            // and sends it again). Reads of these pages never fault (PROT_READ), so
+            // this is a write.
             let state = r.table.state(page);
-            if state == crate::table::SENT {
-                let _ = r
-                    .misuse
-                    .compare_exchange(0, page + 1, Ordering::AcqRel, Ordering::Relaxed);
-            }
             let base = r.base + (page << r.shift);
             // SAFETY: the page lies in the region's user view (checked by `lookup`),
             // alive while we hold the slot. Making it writable is what the interrupted

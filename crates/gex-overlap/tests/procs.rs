@@ -174,6 +174,15 @@ impl Job for DeltaExchange {
         for (i, b) in buf.iter_mut().enumerate() {
             *b = pattern(me, i);
         }
+        if ep.peer_segment(dst.addr()).is_none() {
+            // Over the network (ofi without `GEX_HYBRID=1`): delta puts go through
+            // gex-rma during the calls, and receive windows are refused.
+            assert!(matches!(
+                ep.delta_send_begin(&mut buf, dst),
+                Err(OverlapError::Unmapped { rank }) if rank == peer
+            ));
+            assert!(!buf.in_epoch());
+        }
         for round in 0..6u32 {
             if round > 0 {
                 let half = len / 2;
@@ -362,8 +371,11 @@ impl Job for DeltaRing {
     }
 }
 
+/// Receive windows need the receiver's segment mapped: over ofi, a hybrid job
+/// (`GEX_HYBRID=1`; the smp conduit ignores it).
 fn launch_ring(ranks: u32, mode: gex_overlap::Tracking) {
     Procs::new(ranks)
+        .env("GEX_HYBRID", "1")
         .timeout(std::time::Duration::from_secs(300))
         .run(move |boot| {
             let b = gex::builder().layer::<Overlap>().segment_size(8 << 20);
@@ -486,6 +498,7 @@ impl Job for DeltaCascade {
 
 fn launch_cascade(reduce: bool) {
     Procs::new(4)
+        .env("GEX_HYBRID", "1")
         .timeout(std::time::Duration::from_secs(300))
         .run(move |boot| {
             let b = gex::builder().layer::<Overlap>().segment_size(8 << 20);
