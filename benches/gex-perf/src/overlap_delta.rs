@@ -3,8 +3,8 @@
 //! (the order of the two alternates):
 //!
 //! - `pair` (ranks 0 and 1): rank 0 updates one page in `--fraction` (8) of its
-//!   `--size` buffer (`--work` steps of arithmetic per page, a different set of pages
-//!   each round) and sends it to rank 1, which reads all of it. Baseline: the whole
+//!   `--size` buffer (`--work` steps of arithmetic per page; a block of pages that
+//!   moves round by round) and sends it to rank 1, which reads all of it. Baseline: the whole
 //!   buffer sent (a blocking put and a flag) and received (copied out); delta: a
 //!   `DeltaBuf` sent to a receive window (only the updated pages cross, each as soon as
 //!   a delta of them is computed) and a `delta_recv` read page by page, no wait.
@@ -149,18 +149,33 @@ fn seed(rank: u32, round: u32) -> u64 {
     lcg(u64::from(rank) << 32 | u64::from(round))
 }
 
+/// How the baseline waits: as gex-overlap's fault handler does (spin, then yield,
+/// then sleep 20 µs at a time), so that neither side leaves the other fewer cores
+/// when ranks outnumber them.
+fn backoff(spins: &mut u32) {
+    if *spins < 256 {
+        std::hint::spin_loop();
+    } else if *spins < 1024 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(20));
+    }
+    *spins += 1;
+}
+
 /// The blocking baseline's channel: the whole buffer put into region `k` of the
 /// receiver with a flag after it; the receiver copies it out and acknowledges, and the
 /// sender waits for the previous acknowledgement before it writes the region again.
 fn bsend<C: Conduit>(ep: &mut Endpoint<C>, to: u32, k: usize, data: &[u8], seq: u64) -> Res<()> {
     let region = at(to, k, data.len());
     let ctl = region.offset + data.len().next_multiple_of(64);
+    let mut spins = 0;
     loop {
         let ack: u64 = ep.get_val(GlobalPtr::new(EpAddr::rank(to), ctl + 8), Blocking)?;
         if ack + 1 >= seq {
             break;
         }
-        std::hint::spin_loop();
+        backoff(&mut spins);
     }
     ep.put(region, data, Blocking)?;
     ep.put_val(GlobalPtr::<u64>::new(EpAddr::rank(to), ctl), seq, Blocking)?;
@@ -171,12 +186,13 @@ fn brecv<C: Conduit>(ep: &mut Endpoint<C>, k: usize, out: &mut [u8], seq: u64) -
     let me = ep.addr();
     let region = GlobalPtr::<u8>::new(me, k * slot(out.len()));
     let ctl = region.offset + out.len().next_multiple_of(64);
+    let mut spins = 0;
     loop {
         let flag: u64 = ep.get_val(GlobalPtr::new(me, ctl), Blocking)?;
         if flag >= seq {
             break;
         }
-        std::hint::spin_loop();
+        backoff(&mut spins);
     }
     ep.get(&mut out[..], region, Blocking)?;
     ep.put_val(GlobalPtr::<u64>::new(me, ctl + 8), seq, Blocking)?;
@@ -324,9 +340,13 @@ pub(crate) fn run<C: Conduit>(
     Ok(())
 }
 
-/// The pages `pair` updates in `round`.
-fn pair_pages(len: usize, pg: usize, round: u32, fraction: usize) -> impl Iterator<Item = usize> {
-    (0..len.div_ceil(pg)).filter(move |p| (p + round as usize) % fraction == 0)
+/// The pages `pair` updates in `round`: a block of one page in `fraction`, at a
+/// place that moves round by round (an iterative update of a part of the array).
+fn pair_pages(len: usize, pg: usize, round: u32, fraction: usize) -> std::ops::Range<usize> {
+    let pages = len.div_ceil(pg);
+    let n = pages.div_ceil(fraction);
+    let start = (round as usize * 7919 % pages.max(1)).min(pages - n);
+    start..start + n
 }
 
 #[allow(clippy::too_many_arguments)]
