@@ -516,3 +516,23 @@ fn procs_delta_cascade_chain_4() {
 fn procs_delta_cascade_array_reduce_4() {
     launch_cascade(true);
 }
+
+/// Delta send-recv around a ring of 3 thread ranks of this process, OS-triggered:
+/// one fault handler and registry for every rank's buffers (each rank's writes fault
+/// on its own pages), one mover per rank sending and landing pages.
+#[test]
+fn threads_delta_send_recv_os_triggered_3() {
+    gex::boot::threads::run(3, |boot| {
+        let b = gex::builder().layer::<Overlap>().segment_size(8 << 20);
+        gex::init_with_boot(
+            b,
+            Box::new(boot),
+            Some("smp"),
+            DeltaRing {
+                mode: gex_overlap::Tracking::OsTriggered,
+            },
+        )
+        .unwrap();
+    })
+    .unwrap();
+}
