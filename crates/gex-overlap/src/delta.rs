@@ -66,8 +66,9 @@ struct Epoch {
     stats: DeltaStats,
     /// The first misuse seen (a byte offset), reported by `delta_end`.
     misuse: Option<usize>,
-    /// A send to a receive window: its control block's address here and the epoch.
-    window: Option<(usize, u32)>,
+    /// A send to a receive window: its header's and its first arrival word's
+    /// addresses here, and the epoch.
+    window: Option<(usize, usize, u32)>,
 }
 
 /// A buffer for delta transfers: an [`OverlapBuf`](crate::OverlapBuf)'s memory (two
@@ -293,9 +294,10 @@ pub struct DeltaRecv {
     buf: OverlapBuf,
     /// The window's offset in this endpoint's segment.
     offset: usize,
-    /// The shadow's and the control block's addresses in this process.
+    /// The shadow's, the header's and the first arrival word's addresses here.
     shadow: usize,
     ctl: usize,
+    arrivals: usize,
     /// The last epoch posted.
     epoch: u32,
     /// Receives posted and not complete (0 or 1).
@@ -316,10 +318,10 @@ impl fmt::Debug for DeltaRecv {
 }
 
 impl DeltaRecv {
-    /// The bytes a receive window for a `len`-byte buffer takes in the segment: the
-    /// shadow (`len` rounded up to 64), a 64-byte header and 4 bytes per page.
+    /// The bytes a receive window for a `len`-byte buffer takes in the segment: a
+    /// header page, the shadow (`len` rounded up to 64) and 4 bytes per page.
     pub fn window_len(len: usize) -> usize {
-        ctl_offset(len) + layer::arrival_word(len.div_ceil(sys::page_size()))
+        arrivals_offset(len) + layer::arrival_word(len.div_ceil(sys::page_size()))
     }
 
     /// The window's offset in this endpoint's segment (where senders send).
@@ -381,11 +383,15 @@ pub trait DeltaExt {
     /// ofi job). Waits until the receiver has received the previous epoch (its
     /// `delta_recv` posted and complete): the window is written again only then.
     ///
+    /// `buf` may be shorter than the receiver's buffer (a variable-size message:
+    /// [`delta_recv_wait`](Self::delta_recv_wait) tells the receiver its length).
+    ///
     /// # Errors
     /// As [`delta_begin`](Self::delta_begin) ([`OverlapError::OutOfSegment`] for the
     /// window's whole length, [`DeltaRecv::window_len`]); [`OverlapError::Unaligned`]
     /// (window offset not page-aligned); [`OverlapError::Unmapped`] (the receiver's
-    /// segment is not mapped here).
+    /// segment is not mapped here); [`OverlapError::OutOfBuffer`] (`buf` is longer
+    /// than the window's buffer, or no window was made there: `buf_len` 0).
     fn delta_send_begin(
         &mut self,
         buf: &mut DeltaBuf,
@@ -414,11 +420,14 @@ pub trait DeltaExt {
     fn delta_recv(&mut self, r: &mut DeltaRecv) -> Result<(), OverlapError>;
 
     /// Waits until every page of `r`'s posted receive has arrived (before handing the
-    /// buffer to a system call, which gets `EFAULT` on a pending page).
+    /// buffer to a system call, which gets `EFAULT` on a pending page), and returns
+    /// the message's length: the sender's buffer may be shorter than the receive
+    /// buffer (seed 001's variable-size messages); the pages past it keep the bytes of
+    /// the last longer message (0 before any). 0 when no receive was posted yet.
     ///
     /// # Errors
     /// None today (a `Result` for the future).
-    fn delta_recv_wait(&mut self, r: &mut DeltaRecv) -> Result<(), OverlapError>;
+    fn delta_recv_wait(&mut self, r: &mut DeltaRecv) -> Result<usize, OverlapError>;
 
     /// A cascade's step (seed 001's chained pipelines): fills `out` (in an open
     /// epoch, usually towards the next rank's window) chunk by chunk from the posted
@@ -569,17 +578,28 @@ impl<C: Conduit> DeltaExt for Endpoint<C> {
                 seg_len,
             });
         }
-        let shadow = base.as_ptr() as usize + offset;
-        let ctl = shadow + ctl_offset(len);
-        // SAFETY: the control block lies in this endpoint's own segment (checked just
-        // above), mapped while the endpoint lives; byte-wise atomic stores (a sender
-        // may read it: the program makes the window before a sender uses it).
-        unsafe { gex_sync::copy::atomic_fill(ctl as *mut u8, 0, wlen - ctl_offset(len)) };
+        let ctl = base.as_ptr() as usize + offset;
+        let shadow = ctl + page;
+        let arrivals = ctl + arrivals_offset(len);
+        // SAFETY: the header and the arrival words lie in this endpoint's own segment
+        // (checked just above), mapped while the endpoint lives; byte-wise atomic
+        // stores and `gex_sync::word` (a sender may read them: the program makes the
+        // window before a sender uses it).
+        unsafe {
+            gex_sync::copy::atomic_fill(ctl as *mut u8, 0, 64);
+            gex_sync::copy::atomic_fill(arrivals as *mut u8, 0, wlen - arrivals_offset(len));
+            gex_sync::word::store64(
+                (ctl + layer::WINDOW_LEN_WORD) as *mut u8,
+                len as u64,
+                Ordering::Release,
+            );
+        }
         Ok(DeltaRecv {
             buf: OverlapBuf::new(len)?,
             offset,
             shadow,
             ctl,
+            arrivals,
             epoch: 0,
             inflight: Arc::new(AtomicUsize::new(0)),
             written: true,
@@ -610,6 +630,7 @@ impl<C: Conduit> DeltaExt for Endpoint<C> {
             shared: r.buf.shared.clone(),
             shadow: r.shadow,
             ctl: r.ctl,
+            arrivals: r.arrivals,
             epoch: r.epoch,
             len,
             left: vec![true; n],
@@ -626,12 +647,24 @@ impl<C: Conduit> DeltaExt for Endpoint<C> {
         Ok(())
     }
 
-    fn delta_recv_wait(&mut self, r: &mut DeltaRecv) -> Result<(), OverlapError> {
+    fn delta_recv_wait(&mut self, r: &mut DeltaRecv) -> Result<usize, OverlapError> {
         let mut spins = 0u32;
         while r.inflight.load(Ordering::Acquire) != 0 {
             backoff(self, &mut spins);
         }
-        Ok(())
+        if r.epoch == 0 {
+            return Ok(0);
+        }
+        // SAFETY: a word of the window's header, in this endpoint's own segment
+        // (checked at `delta_recv_window`); the sender stored it before the end word
+        // that completed the receive (whose completion the `Acquire` load above saw).
+        let n = unsafe {
+            gex_sync::word::load64(
+                (r.ctl + layer::MSG_LEN_WORD) as *const u8,
+                Ordering::Acquire,
+            )
+        };
+        Ok(n as usize)
     }
 
     fn delta_relay<F>(
@@ -765,8 +798,8 @@ impl<C: Conduit> DeltaExt for Endpoint<C> {
         // The rest is copied during the call (the flushes' sends are complete, so
         // the end word comes after every send of the epoch).
         let r = send_set(self, buf, &set, after, true);
-        if let (Ok(()), Some((ctl, epoch))) = (&r, buf.epoch.as_ref().and_then(|e| e.window)) {
-            layer::store_end(ctl, epoch);
+        if let (Ok(()), Some((ctl, _, epoch))) = (&r, buf.epoch.as_ref().and_then(|e| e.window)) {
+            layer::store_end(ctl, epoch, len);
         }
         let e = buf.epoch.take().expect("checked above");
         buf.sent.clear();
@@ -826,36 +859,57 @@ fn begin<C: Conduit>(
             page,
         });
     }
-    let span = if to_window {
-        DeltaRecv::window_len(len)
-    } else {
-        len
+    let out_of_segment = |len: usize, seg_len: usize| OverlapError::OutOfSegment {
+        offset: dst.offset,
+        len,
+        seg_len,
     };
-    let remote = match peer {
-        Some((base, seg_len)) => {
-            if dst.offset.checked_add(span).is_none_or(|e| e > seg_len) {
-                return Err(OverlapError::OutOfSegment {
-                    offset: dst.offset,
-                    len: span,
-                    seg_len,
+    let (remote, header) = match peer {
+        Some((base, seg_len)) if to_window => {
+            // The header first (its buffer length says where the rest lies).
+            if dst.offset.checked_add(page).is_none_or(|e| e > seg_len) {
+                return Err(out_of_segment(page, seg_len));
+            }
+            let ctl = base.as_ptr() as usize + dst.offset;
+            // SAFETY: the header page lies in the target's mapped segment (checked
+            // just above), page-aligned; its words are accessed only through
+            // `gex_sync::word`.
+            let wlen = unsafe {
+                gex_sync::word::load64(
+                    (ctl + layer::WINDOW_LEN_WORD) as *const u8,
+                    Ordering::Acquire,
+                )
+            } as usize;
+            if wlen < len {
+                // A window for shorter buffers, or none made there (0).
+                return Err(OverlapError::OutOfBuffer {
+                    offset: 0,
+                    len,
+                    buf_len: wlen,
                 });
             }
-            Some(base.as_ptr() as usize + dst.offset)
+            let whole = DeltaRecv::window_len(wlen);
+            if dst.offset.checked_add(whole).is_none_or(|e| e > seg_len) {
+                return Err(out_of_segment(whole, seg_len));
+            }
+            (Some(ctl + page), Some((ctl, ctl + arrivals_offset(wlen))))
+        }
+        Some((base, seg_len)) => {
+            if dst.offset.checked_add(len).is_none_or(|e| e > seg_len) {
+                return Err(out_of_segment(len, seg_len));
+            }
+            (Some(base.as_ptr() as usize + dst.offset), None)
         }
         None if to_window => return Err(OverlapError::Unmapped { rank: dst.rank }),
         // gex-rma checks the range at each put.
-        None => None,
+        None => (None, None),
     };
     wait_buf(ep, buf);
-    let window = match remote {
-        Some(base) if to_window => {
-            let ctl = base + ctl_offset(len);
+    let window = match header {
+        Some((ctl, arrivals)) => {
             // The receiver must have received the last epoch before the shadow is
             // written again (a rendezvous: this waits for its `delta_recv`).
-            // SAFETY: the control block lies in the target's mapped segment (checked
-            // above with the window's whole length), 64-aligned (page-aligned window,
-            // `ctl_offset` a multiple of 64); accessed only through `gex_sync::word`
-            // and byte-wise atomic copies.
+            // SAFETY: as above: words of the header.
             let end = unsafe { gex_sync::word::load32(ctl as *const u8, Ordering::Acquire) };
             let mut spins = 0u32;
             loop {
@@ -871,9 +925,9 @@ fn begin<C: Conduit>(
                 }
                 backoff(ep, &mut spins);
             }
-            Some((ctl, end.wrapping_add(1)))
+            Some((ctl, arrivals, end.wrapping_add(1)))
         }
-        _ => None,
+        None => None,
     };
     let key = (dst.rank, dst.ep, dst.offset);
     buf.sent.clear();
@@ -891,9 +945,10 @@ fn begin<C: Conduit>(
     Ok(())
 }
 
-/// Where a window's control block starts (after the shadow, 64-aligned).
-fn ctl_offset(len: usize) -> usize {
-    len.div_ceil(64) * 64
+/// Where a window's arrival words start: after the header page and the shadow
+/// (rounded up to 64 bytes).
+fn arrivals_offset(len: usize) -> usize {
+    sys::page_size() + len.div_ceil(64) * 64
 }
 
 /// What a flush sends now: the whole pages marked (annotated) or written (OS) and
@@ -981,7 +1036,7 @@ fn send_set<C: Conduit>(
     let page = sys::page_size();
     let len = buf.len();
     let (dst, remote, delta, notify) = match &buf.epoch {
-        Some(e) => (e.dst, e.remote, e.delta, e.window),
+        Some(e) => (e.dst, e.remote, e.delta, e.window.map(|(_, a, k)| (a, k))),
         None => return Err(OverlapError::NoEpoch),
     };
     let shared = buf.buf.shared.clone();

@@ -126,10 +126,10 @@ pub(crate) enum Task {
 /// `pages` pages, `len` bytes) retire as the window's arrival words reach `epoch`.
 pub(crate) struct Watch {
     pub(crate) shared: Arc<Shared>,
-    /// The window's first byte (the shadow) and its control block, in this process's
-    /// own segment.
+    /// The window's shadow, header and arrival words, in this process's own segment.
     pub(crate) shadow: usize,
     pub(crate) ctl: usize,
+    pub(crate) arrivals: usize,
     pub(crate) epoch: u32,
     pub(crate) len: usize,
     pub(crate) left: Vec<bool>,
@@ -140,13 +140,21 @@ pub(crate) struct Watch {
     pub(crate) done: Arc<AtomicUsize>,
 }
 
-/// Offset of page `p`'s arrival word in a window's control block.
+/// Offset of page `p`'s arrival word from a window's first arrival word.
 pub(crate) const fn arrival_word(p: usize) -> usize {
-    64 + 4 * p
+    4 * p
 }
 
-/// Offset of the receiver's consumed word (last epoch fully received).
+/// Offsets in a window's header (its first page): the sender's end word (the last
+/// epoch it completed) is at 0, the receiver's consumed word (the last epoch it
+/// received) at 4, the window's buffer length (64 bits, written by the receiver) at 8,
+/// the last message's length (64 bits, written by the sender before the end word) at
+/// 16.
 pub(crate) const CONSUMED_WORD: usize = 4;
+/// See [`CONSUMED_WORD`].
+pub(crate) const WINDOW_LEN_WORD: usize = 8;
+/// See [`CONSUMED_WORD`].
+pub(crate) const MSG_LEN_WORD: usize = 16;
 
 impl Overlap {
     pub(crate) fn sender(&mut self) -> Result<&Sender<Task>, OverlapError> {
@@ -394,7 +402,10 @@ fn poll_watch(w: &mut Watch) -> (bool, bool) {
         }
         // SAFETY: as above.
         let a = unsafe {
-            gex_sync::word::load32((w.ctl + arrival_word(p)) as *const u8, Ordering::Acquire)
+            gex_sync::word::load32(
+                (w.arrivals + arrival_word(p)) as *const u8,
+                Ordering::Acquire,
+            )
         };
         if a == w.epoch || (ended && w.copy_rest) {
             copy_page(p);
@@ -478,14 +489,21 @@ fn run(j: &Job) {
     }
 }
 
-/// Stores `epoch` in the end word of a receive window's control block at `ctl` (a
-/// delta send's epoch is complete).
-pub(crate) fn store_end(ctl: usize, epoch: u32) {
-    // SAFETY: `ctl` is the 64-aligned control block of a receive window in a peer's
-    // segment mapped in this process (checked when the epoch opened, against the
-    // window's whole length; mapped while the endpoint lives, and the caller holds it);
-    // its words are accessed only through `gex_sync::word`.
-    unsafe { gex_sync::word::store32(ctl as *mut u8, epoch, Ordering::Release) };
+/// Stores the message's length, then `epoch` in the end word, of the receive window
+/// whose header is at `ctl` (a delta send's epoch is complete).
+pub(crate) fn store_end(ctl: usize, epoch: u32, msg_len: usize) {
+    // SAFETY: `ctl` is the page-aligned header of a receive window in a peer's segment
+    // mapped in this process (checked when the epoch opened, against the window's
+    // whole length; mapped while the endpoint lives, and the caller holds it); its
+    // words are accessed only through `gex_sync::word`.
+    unsafe {
+        gex_sync::word::store64(
+            (ctl + MSG_LEN_WORD) as *mut u8,
+            msg_len as u64,
+            Ordering::Relaxed,
+        );
+        gex_sync::word::store32(ctl as *mut u8, epoch, Ordering::Release);
+    }
 }
 
 /// Copies the pieces of a delta send on the calling thread, which holds the buffer's

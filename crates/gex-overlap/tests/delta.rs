@@ -404,7 +404,7 @@ fn send_recv_out_of_order_and_unchanged_pages() {
         }
         // No wait on the receive: reading it waits for each page.
         assert_eq!(&rx[..], &tx[..], "round {round}");
-        ep.delta_recv_wait(&mut rx).unwrap();
+        assert_eq!(ep.delta_recv_wait(&mut rx).unwrap(), len);
         assert!(!rx.is_pending());
         ep.delta_wait(&mut tx).unwrap();
         // The program scribbles over its received copy: the next epoch brings the
@@ -430,15 +430,26 @@ fn send_recv_bad_input_gives_documented_errors() {
         ep.delta_recv_window(usize::MAX / pg * pg, pg),
         Err(OverlapError::OutOfSegment { .. })
     ));
-    let mut tx = DeltaBuf::new(pg, Tracking::OsTriggered).unwrap();
+    let mut tx = DeltaBuf::new(2 * pg, Tracking::OsTriggered).unwrap();
     assert!(matches!(
         ep.delta_send_begin(&mut tx, GlobalPtr::new(ep.addr(), 64)),
         Err(OverlapError::Unaligned { offset: 64, .. })
     ));
-    // The window does not fit after the shadow: `window_len` counts the control block.
+    // Not even the window's header fits.
     assert!(matches!(
-        ep.delta_send_begin(&mut tx, GlobalPtr::new(ep.addr(), SEG - pg)),
+        ep.delta_send_begin(&mut tx, GlobalPtr::new(ep.addr(), SEG)),
         Err(OverlapError::OutOfSegment { .. })
+    ));
+    // No window made there (its header is zero).
+    assert!(matches!(
+        ep.delta_send_begin(&mut tx, GlobalPtr::new(ep.addr(), 2 << 20)),
+        Err(OverlapError::OutOfBuffer { buf_len: 0, .. })
+    ));
+    // A window for a shorter buffer.
+    let _rx = ep.delta_recv_window(1 << 20, pg).unwrap();
+    assert!(matches!(
+        ep.delta_send_begin(&mut tx, GlobalPtr::new(ep.addr(), 1 << 20)),
+        Err(OverlapError::OutOfBuffer { buf_len, .. }) if buf_len == pg
     ));
     assert!(!tx.in_epoch());
 }
@@ -475,4 +486,28 @@ fn relay_bad_input_gives_documented_errors() {
     ep.delta_wait(&mut out).unwrap();
     let d = dest(&mut ep, 1 << 20, 2 * pg);
     assert!(d[..pg].iter().all(|&b| b == 1) && d[pg..].iter().all(|&b| b == 2));
+}
+
+/// Variable-size messages: a receive window for 16 pages gets messages of 16, 5 and
+/// 9 pages (plus some bytes) from three senders in turn; the receiver learns each
+/// length from `delta_recv_wait` and finds the message's bytes.
+#[test]
+fn send_recv_variable_size_messages() {
+    let client = client();
+    let mut ep = client.endpoint(0).unwrap();
+    let pg = page_size();
+    let mut rx = ep.delta_recv_window(0, 16 * pg).unwrap();
+    let window = GlobalPtr::<u8>::new(ep.addr(), 0);
+    for (k, n) in [16 * pg, 5 * pg + 7, 9 * pg + 100].into_iter().enumerate() {
+        let mut tx = DeltaBuf::new(n, Tracking::Annotated).unwrap();
+        ep.delta_recv(&mut rx).unwrap();
+        ep.delta_send_begin(&mut tx, window).unwrap();
+        for (i, b) in tx.iter_mut().enumerate() {
+            *b = (i % 241) as u8 ^ (k as u8 + 1);
+        }
+        let s = ep.delta_end(&mut tx).unwrap();
+        assert_eq!((s.bytes, s.whole), (n, true));
+        assert_eq!(&rx[..n], &tx[..], "message {k}");
+        assert_eq!(ep.delta_recv_wait(&mut rx).unwrap(), n);
+    }
 }
