@@ -511,3 +511,104 @@ fn send_recv_variable_size_messages() {
         assert_eq!(ep.delta_recv_wait(&mut rx).unwrap(), n);
     }
 }
+
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// Write `len` bytes of `val` at `off` (and mark them, in annotated mode).
+        Write(usize, usize, u8),
+        /// A flush inside the epoch.
+        Flush,
+    }
+
+    fn op(len: usize) -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..len, 1usize..3000, any::<u8>())
+                .prop_map(move |(o, l, v)| Op::Write(o, l.min(len - o), v)),
+            1 => Just(Op::Flush),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+        /// Epochs of random writes and flushes against a model (which pages a flush
+        /// sends, so which later writes are misuses): after every epoch the destination
+        /// equals the buffer, what crossed covers what changed, and `delta_end` reports
+        /// a misuse exactly when the model has one.
+        #[test]
+        fn delta_puts_match_the_model(
+            os in any::<bool>(),
+            epochs in proptest::collection::vec(
+                proptest::collection::vec(op(8 * 4096), 0..8), 1..5),
+        ) {
+            let pg = page_size();
+            prop_assume!(pg == 4096);
+            let len = 8 * pg;
+            let client = client();
+            let mut ep = client.endpoint(0).unwrap();
+            let dst = GlobalPtr::<u8>::new(ep.addr(), 0);
+            let mode = if os { Tracking::OsTriggered } else { Tracking::Annotated };
+            let mut buf = DeltaBuf::new(len, mode).unwrap();
+            ep.delta_put(dst, &mut buf).unwrap();
+            for ops in epochs {
+                let before = buf.to_vec();
+                ep.delta_begin(&mut buf, dst).unwrap();
+                // The model: bytes written (and marked) in the epoch, pages flushed.
+                let mut written = vec![false; len];
+                let mut flushed = [false; 8];
+                let mut misuse = false;
+                for op in ops {
+                    match op {
+                        Op::Write(off, n, v) => {
+                            if n == 0 {
+                                continue;
+                            }
+                            let again = (off / pg..(off + n).div_ceil(pg)).any(|p| flushed[p]);
+                            misuse |= again;
+                            buf[off..off + n].fill(v);
+                            written[off..off + n].fill(true);
+                            if !os {
+                                let r = buf.mark(off, n);
+                                if again {
+                                    let is_misuse =
+                                        matches!(r, Err(OverlapError::WrittenAfterSend { .. }));
+                                    prop_assert!(is_misuse, "{:?}", r);
+                                } else {
+                                    prop_assert!(r.is_ok(), "{:?}", r);
+                                }
+                            }
+                        }
+                        Op::Flush => {
+                            ep.delta_flush(&mut buf).unwrap();
+                            // A flush sends the pages written (OS) or entirely marked
+                            // (annotated) so far.
+                            for (p, f) in flushed.iter_mut().enumerate() {
+                                let w = &written[p * pg..(p + 1) * pg];
+                                if (os && w.contains(&true)) || (!os && !w.contains(&false)) {
+                                    *f = true;
+                                }
+                            }
+                        }
+                    }
+                }
+                let r = ep.delta_end(&mut buf);
+                ep.delta_wait(&mut buf).unwrap();
+                match r {
+                    Ok(s) => {
+                        prop_assert!(!misuse, "a write after a flush went unreported");
+                        let changed = buf.iter().zip(&before).filter(|(a, b)| a != b).count();
+                        prop_assert!(s.bytes >= changed, "{:?} < {}", s, changed);
+                    }
+                    Err(OverlapError::WrittenAfterSend { .. }) => prop_assert!(misuse),
+                    Err(e) => prop_assert!(false, "{}", e),
+                }
+                let mut d = vec![0u8; len];
+                ep.get(&mut d[..], dst, Blocking).unwrap();
+                prop_assert_eq!(&d[..], &buf[..]);
+            }
+        }
+    }
+}
