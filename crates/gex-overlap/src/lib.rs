@@ -59,6 +59,11 @@
 //!   before a synchronisation point that must see a put complete.
 //! - A system call given a pending page fails with `EFAULT`: use
 //!   [`OverlapExt::wait_range`] first.
+//! - Delta transfers: OS-triggered tracking sends early only at
+//!   [`DeltaExt::delta_flush`] (not from the fault handler, which would copy pages
+//!   other threads may still be writing); delta send-recv needs the receiver's segment
+//!   mapped here ([`OverlapError::Unmapped`] otherwise) and does not interoperate with
+//!   gex-msg's sends and receives. docs/overlap.md lists the limits.
 //!
 //! ## Delta transfers (seed 001)
 //! A [`DeltaBuf`] sent to a destination ([`DeltaExt`]) carries only what changed since
