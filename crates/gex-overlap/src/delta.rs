@@ -412,7 +412,9 @@ pub trait DeltaExt {
     /// returns at once: the receive buffer's pages are inaccessible until they arrive,
     /// and the first touch of one waits for that page only (in the fault handler); the
     /// pages the sender did not change retire when its epoch ends. No wait call is
-    /// needed. Waits first for the previous receive of `r` to be complete.
+    /// needed. Waits first for the previous receive of `r` to be complete. A posted
+    /// receive counts as a transfer of the endpoint for
+    /// [`OverlapExt::retire_all`](crate::OverlapExt::retire_all).
     ///
     /// # Errors
     /// [`OverlapError::NotAttached`], [`OverlapError::Os`],
