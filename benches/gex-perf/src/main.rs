@@ -20,6 +20,7 @@ mod coll;
 mod domains;
 mod msg;
 mod overlap;
+mod overlap_delta;
 mod pin;
 mod progress;
 mod report;
@@ -150,7 +151,11 @@ enum Cmd {
     /// (pages waited for one by one as strips land), alternated for --rounds (11).
     /// Rows: overlap_get_stream_blocking and overlap_get_stream_demand (µs per round),
     /// overlap_get_stream_speedup (`x`, blocking / demand per round) and overlap_strip
-    /// (B, the model's strip; min/max = the number of strips).
+    /// (B, the model's strip; min/max = the number of strips). With --kernel
+    /// pair|cascade|ring|reduce|delta, seed 001's delta kernels (gex-overlap's delta
+    /// send-recv and cascades), each against its blocking baseline in the same run:
+    /// rows overlap_delta_<kernel>_blocking (pair: _whole), _delta (µs per round) and
+    /// _speedup (`x`); run cascade, ring and reduce on 4 ranks.
     Overlap(overlap::OverlapArgs),
 }
 

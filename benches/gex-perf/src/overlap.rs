@@ -17,6 +17,7 @@
 //!   number of strips in `min`/`max`.
 
 use crate::PinMode;
+use crate::overlap_delta::Kernel;
 use crate::report::{Record, Reporter, median};
 use gex::coll::CollExt;
 use gex::core::Client;
@@ -37,12 +38,53 @@ pub(crate) struct OverlapArgs {
     /// Bytes per get (K/M suffixes allowed).
     #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = crate::parse_size)]
     pub(crate) size: usize,
-    /// Steps of arithmetic per page of the use (its computation between pages).
-    #[arg(long, value_name = "N", default_value_t = 64)]
-    pub(crate) work: u64,
+    /// Steps of arithmetic per page of the use (its computation between pages);
+    /// default 64 for `stream`, 4096 for the delta kernels.
+    #[arg(long, value_name = "N")]
+    pub(crate) work: Option<u64>,
     /// Rounds of each kind.
     #[arg(long, value_name = "N", default_value_t = 11, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub(crate) rounds: u32,
+    /// The kernel: `stream` (seed 000: a get then streaming use), or seed 001's delta
+    /// kernels `pair`, `cascade`, `ring`, `reduce`, or `delta` (those four in turn).
+    #[arg(long, value_enum, default_value = "stream")]
+    pub(crate) kernel: KernelArg,
+    /// `pair`: one page in this many is updated per round.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub(crate) fraction: u64,
+    /// Delta kernels: OS-triggered tracking of the sender's writes (default: annotated).
+    #[arg(long)]
+    pub(crate) os_triggered: bool,
+}
+
+/// `--kernel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum KernelArg {
+    /// Seed 000's get then streaming use.
+    Stream,
+    /// Seed 001's pair.
+    Pair,
+    /// Seed 001's cascade (a chain of all ranks).
+    Cascade,
+    /// Seed 001's ring.
+    Ring,
+    /// Seed 001's array reduce.
+    Reduce,
+    /// The four delta kernels in turn.
+    Delta,
+}
+
+impl KernelArg {
+    fn delta_kernels(self) -> Vec<Kernel> {
+        match self {
+            KernelArg::Stream => vec![],
+            KernelArg::Pair => vec![Kernel::Pair],
+            KernelArg::Cascade => vec![Kernel::Cascade],
+            KernelArg::Ring => vec![Kernel::Ring],
+            KernelArg::Reduce => vec![Kernel::Reduce],
+            KernelArg::Delta => vec![Kernel::Pair, Kernel::Cascade, Kernel::Ring, Kernel::Reduce],
+        }
+    }
 }
 
 /// The layers of an `overlap` run: gex-perf's and gex-overlap.
@@ -57,16 +99,25 @@ pub(crate) struct OverlapJob {
 impl OverlapJob {
     /// gex-perf's layers plus gex-overlap; a segment holding the source.
     pub(crate) fn builder(&self) -> ClientBuilder<OverlapLayers> {
+        let seg = if self.args.kernel == KernelArg::Stream {
+            self.args.size
+        } else {
+            crate::overlap_delta::segment_len(self.args.size)
+        };
         crate::builder()
             .layer::<gex::overlap::Overlap>()
-            .segment_size(self.args.size.next_multiple_of(1 << 20).max(1 << 20))
+            .segment_size(seg.next_multiple_of(1 << 20).max(1 << 20))
     }
 }
 
 impl Job for OverlapJob {
     type Output = crate::RankEnd;
     fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
-        let r = run(&self, &client);
+        let r = if self.args.kernel == KernelArg::Stream {
+            run(&self, &client)
+        } else {
+            run_delta(&self, &client)
+        };
         crate::end_job(client, "gex-perf", r)
     }
 }
@@ -91,6 +142,21 @@ fn stream(data: &[u8], page: usize, work: u64) -> u64 {
     data.chunks(page).map(|p| use_page(p, work)).sum()
 }
 
+/// Seed 001's kernels (`crate::overlap_delta`), one after the other.
+fn run_delta<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
+    if client.size() < 2 {
+        return Err("the delta kernels need at least 2 ranks".into());
+    }
+    let mut ep = client.endpoint(0)?;
+    crate::pin::pin_rank(client, job.pin)?;
+    let mut args = job.args.clone();
+    args.fraction = args.fraction.max(1);
+    for k in job.args.kernel.delta_kernels() {
+        crate::overlap_delta::run(&args, k, client, &mut ep)?;
+    }
+    Ok(())
+}
+
 fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
     if n < 2 {
@@ -100,6 +166,7 @@ fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
     let world = ep.world();
     crate::pin::pin_rank(client, job.pin)?;
     let len = job.args.size;
+    let work = job.args.work.unwrap_or(64);
     let page = 4096;
     let data: Vec<u8> = (0..len).map(pattern).collect();
     let want: u64 = data.iter().map(|&b| u64::from(b)).sum();
@@ -120,11 +187,11 @@ fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
         for round in 0..job.args.rounds {
             let t0 = Instant::now();
             ep.get(&mut plain[..], src, Blocking)?;
-            let s1 = stream(&plain, page, job.args.work);
+            let s1 = stream(&plain, page, work);
             let b = t0.elapsed().as_secs_f64() * 1e6;
             let t0 = Instant::now();
             let issued = ep.get_demand(&mut buf, 0, src, len)?;
-            let s2 = stream(&buf, page, job.args.work);
+            let s2 = stream(&buf, page, work);
             let d = t0.elapsed().as_secs_f64() * 1e6;
             ep.retire_all()?;
             if s1 != want || s2 != want {
@@ -144,7 +211,7 @@ fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
             "gex-perf overlap: {n} ranks, conduit {}, {} B get then {} steps per page of use; value: median of {} rounds",
             client.conduit_name(),
             len,
-            job.args.work,
+            work,
             job.args.rounds
         )]);
         let mut strip = vec![strips.0 as f64];

@@ -791,6 +791,63 @@ fn overlap_kernel_reports_both_sides_and_the_speedup() {
     assert!(strip >= 4096.0 && strip <= f64::from(1 << 20), "{strip}");
 }
 
+#[test]
+fn overlap_delta_kernels_report_both_sides_and_the_speedups() {
+    // Correctness only: every rank compares the checksums of the two variants of each
+    // round (a mismatch fails the run); the figures are not judged here.
+    let all = rows(&[
+        "-n", "4", "overlap", "--json", "--kernel", "delta", "--size", "64K", "--rounds", "2",
+        "--work", "16",
+    ]);
+    let names: Vec<&str> = all.iter().filter_map(|r| r["name"].as_str()).collect();
+    let mut want = Vec::new();
+    for k in ["pair", "cascade", "ring", "reduce"] {
+        let base = if k == "pair" { "whole" } else { "blocking" };
+        for side in [base, "delta", "speedup"] {
+            want.push(format!("overlap_delta_{k}_{side}"));
+        }
+    }
+    assert_eq!(names, want);
+    for r in &all {
+        assert_eq!(r["size"], 64 << 10);
+        assert_eq!(r["ranks"], 4);
+        let unit = if r["name"].as_str().unwrap().ends_with("speedup") {
+            "x"
+        } else {
+            "us"
+        };
+        assert_eq!(r["unit"], unit, "{r}");
+        assert!(r["value"].as_f64().expect("a value") > 0.0, "{r}");
+    }
+    // The pair with OS-triggered tracking, on 2 ranks.
+    let os = rows(&[
+        "-n",
+        "2",
+        "overlap",
+        "--json",
+        "--kernel",
+        "pair",
+        "--os-triggered",
+        "--size",
+        "64K",
+        "--rounds",
+        "2",
+        "--work",
+        "16",
+        "--fraction",
+        "4",
+    ]);
+    let names: Vec<&str> = os.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "overlap_delta_pair_whole",
+            "overlap_delta_pair_delta",
+            "overlap_delta_pair_speedup"
+        ]
+    );
+}
+
 /// Over the ibv conduit (its software emulation here: this machine has no RDMA device)
 /// gex-perf runs unchanged: AM round trips, RMA puts and a collective, the JSON lines
 /// naming the conduit and the verbs provider.

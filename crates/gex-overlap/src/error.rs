@@ -59,6 +59,32 @@ pub enum OverlapError {
     /// The conduit failed a native transfer (a peer that left, the network).
     #[error("conduit: {0}")]
     Conduit(#[source] gex_core::spi::ConduitError),
+    /// A delta buffer's epoch is already open ([`DeltaExt::delta_begin`] twice
+    /// without [`DeltaExt::delta_end`]).
+    ///
+    /// [`DeltaExt::delta_begin`]: crate::DeltaExt::delta_begin
+    /// [`DeltaExt::delta_end`]: crate::DeltaExt::delta_end
+    #[error("the delta buffer's epoch is already open")]
+    EpochOpen,
+    /// The operation needs an open epoch of the delta buffer
+    /// ([`DeltaExt::delta_begin`](crate::DeltaExt::delta_begin) first).
+    #[error("the delta buffer has no open epoch")]
+    NoEpoch,
+    /// The program wrote (or marked) bytes of a delta buffer that were already sent in
+    /// the open epoch: the destination may have been read with the old bytes. The
+    /// range is sent again at the epoch's end.
+    #[error("byte {offset} of the delta buffer was written after it was sent in this epoch")]
+    WrittenAfterSend {
+        /// A byte offset in the range written (the first found).
+        offset: usize,
+    },
+    /// A delta send to a receive window on a rank whose segment this process does not
+    /// map (delta send-recv needs the same host: smp, thread ranks, `GEX_HYBRID=1`).
+    #[error("rank {rank}'s segment is not mapped in this process")]
+    Unmapped {
+        /// The receiver's rank.
+        rank: u32,
+    },
     /// The mover thread is gone (it panicked): the transfer cannot complete.
     #[error("the overlap mover thread is gone")]
     MoverGone,

@@ -33,6 +33,16 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "gex-overlap: transfers shorter than this many bytes are done at once (no page protection) when the strip length is `auto`.",
     },
     EnvVar {
+        name: "GEX_OVERLAP_DELTA",
+        default: "auto",
+        doc: "gex-overlap: delta transfers' increment: what a flush waits to have and the most one send carries: `auto` (the strip model's length for the buffer, between 4 and 16 pages) or a byte count (rounded up to whole pages).",
+    },
+    EnvVar {
+        name: "GEX_OVERLAP_DELTA_WHOLE",
+        default: "50",
+        doc: "gex-overlap: a delta transfer sends the whole rest of its buffer (one run per delta) when at least this percentage (0 to 100) of the buffer changed.",
+    },
+    EnvVar {
         name: "GEX_OVERLAP_TRACE",
         default: "0",
         doc: "gex-overlap: `1` records every page fault the handler waited for (page address, nanoseconds waited; `overlap_trace()`), `0` records nothing.",
@@ -46,7 +56,12 @@ pub struct Overlap {
     decomp: Decomp,
     min_split: usize,
     mover: Option<Mover>,
-    inflight: Arc<AtomicUsize>,
+    pub(crate) inflight: Arc<AtomicUsize>,
+    /// Delta transfers: the delta size (`GEX_OVERLAP_DELTA`; `None`: the model's).
+    pub(crate) delta: Option<usize>,
+    /// Delta transfers: send the whole rest at this percentage changed
+    /// (`GEX_OVERLAP_DELTA_WHOLE`).
+    pub(crate) delta_whole: u32,
     /// Strips started as native operations (peers whose segment is not mapped, with a
     /// progress thread), retired by the progress hook.
     native: Vec<NativeStrip>,
@@ -63,13 +78,13 @@ struct NativeStrip {
 
 #[derive(Debug)]
 struct Mover {
-    tx: Option<Sender<Job>>,
+    tx: Option<Sender<Task>>,
     thread: Option<JoinHandle<()>>,
 }
 
 /// Direction of a job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Dir {
+pub(crate) enum Dir {
     /// Remote → transfer view.
     Get,
     /// Transfer view → remote.
@@ -78,19 +93,73 @@ enum Dir {
 
 /// A transfer given to the mover: strips of `[off, off+len)` of the buffer, from or to
 /// `remote` (an address in a peer's segment mapped in this process).
-struct Job {
-    shared: Arc<Shared>,
-    dir: Dir,
-    remote: usize,
-    off: usize,
-    len: usize,
-    strip: usize,
+pub(crate) struct Job {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) dir: Dir,
+    pub(crate) remote: usize,
+    pub(crate) off: usize,
+    pub(crate) len: usize,
+    pub(crate) strip: usize,
+    /// A delta send (empty: a demand-driven transfer): the byte ranges of
+    /// `[off, off+len)` to copy (`Put` only), as one strip; the pages then go to
+    /// `after` instead of being retired.
+    pub(crate) pieces: Vec<(usize, usize)>,
+    /// The pages' state after a delta send ([`table::READY`]: unprotected).
+    pub(crate) after: u32,
+    /// Decremented when the job is done (a delta buffer's count of sends in flight).
+    pub(crate) done: Option<Arc<AtomicUsize>>,
+    /// A delta send to a receive window: the address of the window's control block
+    /// and the epoch, stored in the arrival word of each page of the job once copied.
+    pub(crate) notify: Option<(usize, u32)>,
 }
 
+/// What the mover is given.
+pub(crate) enum Task {
+    /// Copy (demand-driven transfer or delta send).
+    Job(Job),
+    /// A delta receive: retire the receive buffer's pages as they arrive in its
+    /// window.
+    Watch(Watch),
+}
+
+/// A posted delta receive (see `crate::delta`): the pages of `shared` (all of them,
+/// `pages` pages, `len` bytes) retire as the window's arrival words reach `epoch`.
+pub(crate) struct Watch {
+    pub(crate) shared: Arc<Shared>,
+    /// The window's shadow, header and arrival words, in this process's own segment.
+    pub(crate) shadow: usize,
+    pub(crate) ctl: usize,
+    pub(crate) arrivals: usize,
+    pub(crate) epoch: u32,
+    pub(crate) len: usize,
+    pub(crate) left: Vec<bool>,
+    /// Whether the pages not sent must be copied from the shadow at the end (the
+    /// program wrote the receive buffer since the last receive, or it is the first):
+    /// otherwise they hold the shadow's bytes already and only retire.
+    pub(crate) copy_rest: bool,
+    pub(crate) done: Arc<AtomicUsize>,
+}
+
+/// Offset of page `p`'s arrival word from a window's first arrival word.
+pub(crate) const fn arrival_word(p: usize) -> usize {
+    4 * p
+}
+
+/// Offsets in a window's header (its first page): the sender's end word (the last
+/// epoch it completed) is at 0, the receiver's consumed word (the last epoch it
+/// received) at 4, the window's buffer length (64 bits, written by the receiver) at 8,
+/// the last message's length (64 bits, written by the sender before the end word) at
+/// 16.
+pub(crate) const CONSUMED_WORD: usize = 4;
+/// See [`CONSUMED_WORD`].
+pub(crate) const WINDOW_LEN_WORD: usize = 8;
+/// See [`CONSUMED_WORD`].
+pub(crate) const MSG_LEN_WORD: usize = 16;
+
 impl Overlap {
-    fn sender(&mut self) -> Result<&Sender<Job>, OverlapError> {
+    pub(crate) fn sender(&mut self) -> Result<&Sender<Task>, OverlapError> {
         if self.mover.is_none() {
-            let (tx, rx) = channel::<Job>();
+            let (tx, rx) = channel::<Task>();
             let inflight = self.inflight.clone();
             let thread = std::thread::Builder::new()
                 .name("gex-overlap-mover".into())
@@ -107,7 +176,7 @@ impl Overlap {
         }
     }
 
-    fn strip_for(&self, len: usize) -> usize {
+    pub(crate) fn strip_for(&self, len: usize) -> usize {
         model::strip_len(params(), self.decomp, len, sys::page_size(), self.min_split)
     }
 }
@@ -160,6 +229,24 @@ impl Layer for Overlap {
             None | Some("") => 65536,
             Some(v) => parse_bytes("GEX_OVERLAP_MIN_SPLIT", v)?,
         };
+        let delta = match cfg.get("GEX_OVERLAP_DELTA").map(str::trim) {
+            None | Some("") | Some("auto") => None,
+            Some(v) => match parse_bytes("GEX_OVERLAP_DELTA", v)? {
+                0 => return Err(InitError::Config("GEX_OVERLAP_DELTA=0".into())),
+                b => Some(b),
+            },
+        };
+        let delta_whole = match cfg.get("GEX_OVERLAP_DELTA_WHOLE").map(str::trim) {
+            None | Some("") => 50,
+            Some(v) => match v.parse::<u32>() {
+                Ok(p) if p <= 100 => p,
+                _ => {
+                    return Err(InitError::Config(format!(
+                        "GEX_OVERLAP_DELTA_WHOLE={v}: expected a percentage from 0 to 100"
+                    )));
+                }
+            },
+        };
         match cfg.get("GEX_OVERLAP_TRACE").map(str::trim) {
             None | Some("") | Some("0") => {}
             Some("1") => sys::set_trace(true),
@@ -174,6 +261,8 @@ impl Layer for Overlap {
             min_split,
             mover: None,
             inflight: Arc::new(AtomicUsize::new(0)),
+            delta,
+            delta_whole,
             native: Vec::new(),
         })
     }
@@ -207,12 +296,149 @@ impl Layer for Overlap {
     }
 }
 
-fn mover(rx: Receiver<Job>, inflight: Arc<AtomicUsize>) {
-    while let Ok(job) = rx.recv() {
-        run(&job);
-        drop(job);
-        inflight.fetch_sub(1, Ordering::AcqRel);
+fn mover(rx: Receiver<Task>, inflight: Arc<AtomicUsize>) {
+    use std::sync::mpsc::TryRecvError;
+    let mut watches: Vec<Watch> = Vec::new();
+    let mut idle = 0u32;
+    loop {
+        let task = if watches.is_empty() {
+            match rx.recv() {
+                Ok(t) => Some(t),
+                Err(_) => break,
+            }
+        } else {
+            match rx.try_recv() {
+                Ok(t) => Some(t),
+                Err(TryRecvError::Empty) => None,
+                // The layer is dropping: receives still posted never complete (their
+                // memory stays alive through the `Arc`s dropped here only if unused).
+                Err(TryRecvError::Disconnected) => break,
+            }
+        };
+        let got = task.is_some();
+        match task {
+            Some(Task::Job(job)) => {
+                if job.pieces.is_empty() {
+                    run(&job);
+                } else {
+                    run_delta(&job);
+                }
+                let done = job.done.clone();
+                drop(job);
+                if let Some(d) = done {
+                    d.fetch_sub(1, Ordering::AcqRel);
+                }
+                inflight.fetch_sub(1, Ordering::AcqRel);
+            }
+            Some(Task::Watch(w)) => watches.push(w),
+            None => {}
+        }
+        let mut moved = false;
+        watches.retain_mut(|w| {
+            let (progress, finished) = poll_watch(w);
+            moved |= progress;
+            if finished {
+                w.done.fetch_sub(1, Ordering::AcqRel);
+                inflight.fetch_sub(1, Ordering::AcqRel);
+            }
+            !finished
+        });
+        if got || moved {
+            idle = 0;
+        } else {
+            // Nothing arrived: spin, then yield, then sleep 20 µs at a time.
+            idle = idle.saturating_add(1);
+            if idle < 64 {
+                std::hint::spin_loop();
+            } else if idle < 256 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
     }
+}
+
+/// Retires the pages of a posted receive that have arrived; at the epoch's end (the
+/// sender's end word) the rest too, copied from the shadow, which holds the last
+/// bytes of every page. Returns (whether a page retired, whether the receive is done).
+fn poll_watch(w: &mut Watch) -> (bool, bool) {
+    let page = sys::page_size();
+    let xfer = w.shared.map.xfer() as usize;
+    let copy_page = |p: usize| {
+        let off = p * page;
+        let n = page.min(w.len - off);
+        // SAFETY: the shadow page lies in this process's own segment (the window was
+        // checked against its length when the receive was made; mapped while the
+        // endpoint lives, which joins this thread first), the destination in the
+        // transfer view of a page this receive claimed (no access through the user
+        // view until it retires). Byte-wise atomic (the sender's mover may write other
+        // pages of the shadow meanwhile; this page it finished before its arrival
+        // word said so).
+        unsafe {
+            gex_sync::copy::atomic_copy((w.shadow + off) as *const u8, (xfer + off) as *mut u8, n)
+        };
+    };
+    // Pages ready in this pass retire in runs (one `mprotect` per run).
+    let mut run: Option<(usize, usize)> = None;
+    let flush = |run: &mut Option<(usize, usize)>| {
+        if let Some((first, end)) = run.take() {
+            let off = first * page;
+            retire_strip(&w.shared, off, (end * page).min(w.len) - off, page);
+        }
+    };
+    // The end word first: once it holds the epoch (`Acquire`), every arrival word of
+    // the epoch is visible (the sender stores them before it, `Release`), so a page
+    // whose word does not hold the epoch was not sent in it.
+    // SAFETY: a word of the window's control block, in this process's own segment
+    // (checked at `delta_recv_window`), accessed only through `gex_sync::word`.
+    let end = unsafe { gex_sync::word::load32(w.ctl as *const u8, Ordering::Acquire) };
+    let ended = end == w.epoch;
+    let mut moved = false;
+    for p in 0..w.left.len() {
+        if !w.left[p] {
+            flush(&mut run);
+            continue;
+        }
+        // SAFETY: as above.
+        let a = unsafe {
+            gex_sync::word::load32(
+                (w.arrivals + arrival_word(p)) as *const u8,
+                Ordering::Acquire,
+            )
+        };
+        if a == w.epoch || (ended && w.copy_rest) {
+            copy_page(p);
+        } else if !ended {
+            flush(&mut run);
+            continue;
+        }
+        // Else not sent in this epoch: unchanged, and the receive buffer holds the
+        // shadow's bytes already (the program did not write it since).
+        run = match run {
+            Some((first, e)) if e == p => Some((first, p + 1)),
+            other => {
+                let mut other = other;
+                flush(&mut other);
+                Some((p, p + 1))
+            }
+        };
+        w.left[p] = false;
+        moved = true;
+    }
+    flush(&mut run);
+    if !ended {
+        return (moved, false);
+    }
+    // SAFETY: as above.
+    unsafe {
+        gex_sync::word::store32(
+            (w.ctl + CONSUMED_WORD) as *mut u8,
+            w.epoch,
+            Ordering::Release,
+        )
+    };
+    (true, true)
 }
 
 /// Moves one job strip by strip, the strip a faulting thread waits for first.
@@ -263,8 +489,118 @@ fn run(j: &Job) {
     }
 }
 
+/// Stores the message's length, then `epoch` in the end word, of the receive window
+/// whose header is at `ctl` (a delta send's epoch is complete).
+pub(crate) fn store_end(ctl: usize, epoch: u32, msg_len: usize) {
+    // SAFETY: `ctl` is the page-aligned header of a receive window in a peer's segment
+    // mapped in this process (checked when the epoch opened, against the window's
+    // whole length; mapped while the endpoint lives, and the caller holds it); its
+    // words are accessed only through `gex_sync::word`.
+    unsafe {
+        gex_sync::word::store64(
+            (ctl + MSG_LEN_WORD) as *mut u8,
+            msg_len as u64,
+            Ordering::Relaxed,
+        );
+        gex_sync::word::store32(ctl as *mut u8, epoch, Ordering::Release);
+    }
+}
+
+/// Copies the pieces of a delta send on the calling thread, which holds the buffer's
+/// `&mut` (so nobody reads or writes it meanwhile: nothing is claimed), stores the
+/// arrival words of a receive window, and moves the pages to `after` (read-only when
+/// it is not [`table::READY`]). `base`: the target address of the buffer's byte 0.
+pub(crate) fn copy_inline(
+    shared: &Shared,
+    base: usize,
+    pieces: &[(usize, usize)],
+    off: usize,
+    len: usize,
+    after: u32,
+    notify: Option<(usize, u32)>,
+) -> std::io::Result<()> {
+    let page = sys::page_size();
+    for &(o, l) in pieces {
+        // SAFETY: the remote range lies in the target's mapped segment (the buffer's
+        // whole image was checked at `delta_begin`/`delta_send_begin`); the local one
+        // in the transfer view, which `shared` keeps mapped, of a buffer whose `&mut`
+        // the caller holds and with no send in flight: nobody writes these bytes.
+        unsafe {
+            gex_sync::copy::atomic_copy(
+                (shared.map.xfer() as usize + o) as *const u8,
+                (base + o) as *mut u8,
+                l,
+            )
+        };
+    }
+    if let Some((ctl, epoch)) = notify {
+        for p in off / page..(off + len).div_ceil(page) {
+            // SAFETY: as in `run_delta`: a word of the window's control block.
+            unsafe {
+                gex_sync::word::store32(
+                    (ctl + arrival_word(p)) as *mut u8,
+                    epoch,
+                    Ordering::Release,
+                )
+            };
+        }
+    }
+    if after != table::READY {
+        shared.map.protect(off, len, Prot::Read)?;
+        shared
+            .region
+            .table
+            .set(off / page, len.div_ceil(page), after);
+    }
+    Ok(())
+}
+
+/// Copies a delta send's pieces to the target, then moves its pages to their state
+/// after the send.
+fn run_delta(j: &Job) {
+    let page = sys::page_size();
+    debug_assert_eq!(j.dir, Dir::Put);
+    for &(off, len) in &j.pieces {
+        let remote = j.remote + (off - j.off);
+        let local = j.shared.map.xfer() as usize + off;
+        // SAFETY: as in `run`: the remote range lies in the target's mapped segment
+        // (the whole buffer's image was checked against its length when the epoch
+        // opened), the local one in pages of the transfer view this job claimed
+        // (read-only in the user view: nobody writes them); byte-wise atomic copy.
+        unsafe { gex_sync::copy::atomic_copy(local as *const u8, remote as *mut u8, len) };
+    }
+    if let Some((ctl, epoch)) = j.notify {
+        for p in j.off / page..(j.off + j.len).div_ceil(page) {
+            // SAFETY: `ctl` is the control block of a receive window in the target's
+            // mapped segment, sized for every page of the buffer (checked when the
+            // epoch opened); a 4-aligned word accessed only through `gex_sync::word`.
+            unsafe {
+                gex_sync::word::store32(
+                    (ctl + arrival_word(p)) as *mut u8,
+                    epoch,
+                    Ordering::Release,
+                )
+            };
+        }
+    }
+    finish_delta(&j.shared, j.off, j.len, page, j.after);
+}
+
+/// Moves the pages of `[off, off+len)` of a delta send to `after`: unprotected first
+/// when it is [`table::READY`]; [`table::CLEAN`] and [`table::SENT`] stay read-only.
+pub(crate) fn finish_delta(shared: &Shared, off: usize, len: usize, page: usize, after: u32) {
+    if after == table::READY {
+        retire_strip(shared, off, len, page);
+    } else {
+        shared
+            .region
+            .table
+            .set(off / page, len.div_ceil(page), after);
+    }
+}
+
 /// Unprotects a strip's pages, then marks them retired.
-fn retire_strip(shared: &Shared, off: usize, len: usize, page: usize) {
+pub(crate) fn retire_strip(shared: &Shared, off: usize, len: usize, page: usize) {
     if let Err(e) = shared.map.protect(off, len, Prot::ReadWrite) {
         // A page left protected and pending would make its readers wait forever.
         eprintln!("gex-overlap: mprotect failed: {e}");
@@ -383,7 +719,7 @@ pub fn fault_count() -> u64 {
     sys::FAULTS.load(Ordering::Relaxed)
 }
 
-fn range_err(e: RangeError, offset: usize, len: usize, buf_len: usize) -> OverlapError {
+pub(crate) fn range_err(e: RangeError, offset: usize, len: usize, buf_len: usize) -> OverlapError {
     match e {
         RangeError::Unaligned => OverlapError::Unaligned {
             offset,
@@ -469,7 +805,7 @@ pub trait OverlapExt {
     fn strip_for(&mut self, len: usize) -> Result<usize, OverlapError>;
 }
 
-fn with<C: Conduit, R>(
+pub(crate) fn with<C: Conduit, R>(
     ep: &mut Endpoint<C>,
     f: impl FnOnce(&mut Overlap, &mut Cx<'_, C>) -> R,
 ) -> Result<R, OverlapError> {
@@ -531,7 +867,7 @@ impl<C: Conduit> OverlapExt for Endpoint<C> {
     }
 }
 
-fn backoff<C: Conduit>(ep: &mut Endpoint<C>, spins: &mut u32) {
+pub(crate) fn backoff<C: Conduit>(ep: &mut Endpoint<C>, spins: &mut u32) {
     layer::poll(ep);
     if *spins < 64 {
         std::hint::spin_loop();
@@ -644,12 +980,16 @@ fn transfer<C: Conduit>(
         off: offset,
         len,
         strip,
+        pieces: Vec::new(),
+        after: table::READY,
+        done: None,
+        notify: None,
     };
     let sent = with(ep, |l, _| {
         let inflight = l.inflight.clone();
         let tx = l.sender()?;
         inflight.fetch_add(1, Ordering::AcqRel);
-        tx.send(job).map_err(|_| {
+        tx.send(Task::Job(job)).map_err(|_| {
             inflight.fetch_sub(1, Ordering::AcqRel);
             OverlapError::MoverGone
         })

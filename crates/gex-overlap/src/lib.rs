@@ -54,11 +54,25 @@
 //!   same endpoint deadlocks (the handler waits while that call holds the endpoint):
 //!   [`OverlapExt::wait_range`] first, as before a system call.
 //! - No lazy protection (every page of the range is protected at once), no message
-//!   scheduling, delta transfers or cascades (issue 26, points 3 and 4).
+//!   scheduling (issue 26, point 3).
 //! - No retirement hooked into gex-coll's barrier: call [`OverlapExt::retire_all`]
 //!   before a synchronisation point that must see a put complete.
 //! - A system call given a pending page fails with `EFAULT`: use
 //!   [`OverlapExt::wait_range`] first.
+//! - Delta transfers: OS-triggered tracking sends early only at
+//!   [`DeltaExt::delta_flush`] (not from the fault handler, which would copy pages
+//!   other threads may still be writing); delta send-recv needs the receiver's segment
+//!   mapped here ([`OverlapError::Unmapped`] otherwise) and does not interoperate with
+//!   gex-msg's sends and receives. docs/overlap.md lists the limits.
+//!
+//! ## Delta transfers (seed 001)
+//! A [`DeltaBuf`] sent to a destination ([`DeltaExt`]) carries only what changed since
+//! its last transfer there, tracked by the program's marks ([`Tracking::Annotated`]) or
+//! by page faults ([`Tracking::OsTriggered`]); inside an epoch
+//! ([`DeltaExt::delta_begin`] … [`DeltaExt::delta_end`]) finished parts are sent early,
+//! and writing a part already sent is reported ([`OverlapError::WrittenAfterSend`]).
+//! A [`DeltaRecv`] is the receive side: its buffer's pages become readable one by one
+//! as the sender's deltas arrive in its window, with no wait call.
 //!
 //! ## Words
 //! - **strip**: a piece of a transfer moved (and retired) as one.
@@ -66,18 +80,22 @@
 //!   unprotected.
 //!
 //! ## Settings
-//! [`ENV_VARS`]: `GEX_OVERLAP_STRIP`, `GEX_OVERLAP_MIN_SPLIT`, `GEX_OVERLAP_TRACE`.
+//! [`ENV_VARS`]: `GEX_OVERLAP_STRIP`, `GEX_OVERLAP_MIN_SPLIT`, `GEX_OVERLAP_DELTA`,
+//! `GEX_OVERLAP_DELTA_WHOLE`, `GEX_OVERLAP_TRACE`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod buf;
+mod delta;
 mod error;
 mod layer;
 pub mod model;
+mod ranges;
 mod sys;
 mod table;
 
 pub use buf::OverlapBuf;
+pub use delta::{DeltaBuf, DeltaExt, DeltaRecv, DeltaStats, Tracking, page_size};
 pub use error::OverlapError;
 pub use layer::{
     ENV_VARS, Issued, Overlap, OverlapExt, PageFault, fault_count, overlap_trace, params,

@@ -25,7 +25,8 @@
 //!   nothing, takes no lock, touches no `std` state that a lock guards (no printing, no
 //!   `thread_local!` with a destructor or lazy initialisation), and calls only
 //!   `getpid`, `clock_gettime`, `sched_yield`, `nanosleep`, `mprotect` (calibration
-//!   pages only) and `sigaction` (raw system calls without libc state) besides atomic
+//!   pages, and a delta buffer's read-only `CLEAN`/`SENT` pages made writable for the
+//!   interrupted write) and `sigaction` (raw system calls without libc state) besides atomic
 //!   loads and stores. It never polls an endpoint: the interrupted thread may be
 //!   inside a gex call holding that endpoint (`&mut`), its lock word, or the
 //!   allocator's lock. A pending page retires through another thread (the layer's
@@ -436,6 +437,32 @@ fn wait_page(r: &Region, addr: usize) -> bool {
                 )
             };
             r.table.retire(page, 1);
+            return true;
+        }
+        crate::table::CLEAN | crate::table::SENT => {
+            // A write to a read-only page of a delta buffer: unchanged since its last
+            // transfer (CLEAN: it becomes changed), or already sent in the open epoch
+            // (SENT: a misuse; `delta_end` finds the page no longer SENT, reports it
+            // and sends it again). Reads of these pages never fault (PROT_READ), so
+            // this is a write.
+            let state = r.table.state(page);
+            let base = r.base + (page << r.shift);
+            // SAFETY: the page lies in the region's user view (checked by `lookup`),
+            // alive while we hold the slot. Making it writable is what the interrupted
+            // write needs; the page is neither pending nor being copied (CLEAN and
+            // SENT pages are only claimed by a delta send, which holds the buffer's
+            // `&mut` and so cannot run while this thread writes to it).
+            unsafe {
+                libc::mprotect(
+                    base as *mut libc::c_void,
+                    1 << r.shift,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                )
+            };
+            // Two threads writing the page at once both get here: one moves it, the
+            // other finds it READY already; both retry their write, which succeeds.
+            let _ = r.table.cas(page, state, crate::table::READY);
+            LAST.with(|c| c.set((0, 0)));
             return true;
         }
         _ => {

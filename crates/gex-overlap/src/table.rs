@@ -12,6 +12,14 @@ pub(crate) const READY: u32 = 0;
 pub(crate) const PENDING: u32 = 1;
 /// Protected for the calibration of the fault cost: the handler unprotects it itself.
 pub(crate) const CALIBRATE: u32 = 2;
+/// A page of a [`DeltaBuf`](crate::DeltaBuf) in OS-triggered mode unchanged since its
+/// last transfer: read-only; the first write faults and the handler makes it writable
+/// and [`READY`] (changed: part of the next transfer).
+pub(crate) const CLEAN: u32 = 3;
+/// A page of a [`DeltaBuf`](crate::DeltaBuf) already sent in the open epoch: read-only;
+/// a write to it is a misuse the handler records (then the page is writable and
+/// [`READY`], so it is sent again).
+pub(crate) const SENT: u32 = 4;
 
 /// Page states of one buffer.
 #[derive(Debug)]
@@ -24,11 +32,6 @@ impl PageTable {
         PageTable {
             pages: (0..n).map(|_| AtomicU32::new(READY)).collect(),
         }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.pages.len()
     }
 
     /// Claims pages `first..first+n` for a transfer (`to` is [`PENDING`] or
@@ -49,11 +52,70 @@ impl PageTable {
         Ok(())
     }
 
+    /// Claims pages `first..first+n` whose states all satisfy `from` (moving them to
+    /// [`PENDING`]): all of them or none (each page back to the state it had).
+    /// `Err(page)` names the first page that does not.
+    pub(crate) fn claim_from(
+        &self,
+        first: usize,
+        n: usize,
+        from: impl Fn(u32) -> bool,
+    ) -> Result<(), usize> {
+        let mut old = Vec::with_capacity(n);
+        for i in first..first + n {
+            let cur = self.pages[i].load(Ordering::Acquire);
+            if !from(cur)
+                || self.pages[i]
+                    .compare_exchange(cur, PENDING, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+            {
+                for (j, &o) in (first..i).zip(&old) {
+                    self.pages[j].store(o, Ordering::Release);
+                }
+                return Err(i);
+            }
+            old.push(cur);
+        }
+        Ok(())
+    }
+
     /// Retires pages `first..first+n` (after their user view is unprotected).
     pub(crate) fn retire(&self, first: usize, n: usize) {
+        self.set(first, n, READY);
+    }
+
+    /// Stores `state` in pages `first..first+n` (`Release`).
+    pub(crate) fn set(&self, first: usize, n: usize, state: u32) {
         for p in &self.pages[first..first + n] {
-            p.store(READY, Ordering::Release);
+            p.store(state, Ordering::Release);
         }
+    }
+
+    /// The runs `(first, count)` of pages in state `state`.
+    pub(crate) fn runs_in(&self, state: u32) -> Vec<(usize, usize)> {
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for (i, p) in self.pages.iter().enumerate() {
+            if p.load(Ordering::Acquire) == state {
+                match runs.last_mut() {
+                    Some((f, c)) if *f + *c == i => *c += 1,
+                    _ => runs.push((i, 1)),
+                }
+            }
+        }
+        runs
+    }
+
+    /// Number of pages.
+    #[cfg(test)]
+    pub(crate) fn pages(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// Moves `page` from `from` to `to` (whether it was in `from`).
+    pub(crate) fn cas(&self, page: usize, from: u32, to: u32) -> bool {
+        self.pages[page]
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// The state of `page` (`Acquire`: the bytes of a retired page are visible).
@@ -61,11 +123,11 @@ impl PageTable {
         self.pages[page].load(Ordering::Acquire)
     }
 
-    /// Whether any page of `first..first+n` is still claimed.
+    /// Whether any page of `first..first+n` is still claimed by a transfer.
     pub(crate) fn any_pending(&self, first: usize, n: usize) -> bool {
         self.pages[first..first + n]
             .iter()
-            .any(|p| p.load(Ordering::Acquire) != READY)
+            .any(|p| matches!(p.load(Ordering::Acquire), PENDING | CALIBRATE))
     }
 }
 
@@ -176,7 +238,7 @@ mod tests {
                 for (i, &m) in model.iter().enumerate() {
                     prop_assert_eq!(t.state(i) == PENDING, m);
                 }
-                prop_assert_eq!(t.any_pending(0, t.len()), model.iter().any(|&m| m));
+                prop_assert_eq!(t.any_pending(0, t.pages()), model.iter().any(|&m| m));
             }
         }
     }

@@ -137,3 +137,402 @@ fn threads_exchange_3() {
     })
     .unwrap();
 }
+
+/// The bytes of rank `r`'s delta buffer after round `round`: a base pattern, with the
+/// pages `p % 5 == round % 5` rewritten in each round up to `round`.
+fn delta_byte(r: u32, round: u32, i: usize, pg: usize) -> u8 {
+    let p = i / pg;
+    let last = (1..=round).rev().find(|k| p % 5 == (*k as usize) % 5);
+    match last {
+        None => pattern(r, i),
+        Some(k) => pattern(r + 31 * k, i),
+    }
+}
+
+/// Delta puts between ranks: each rank sends its buffer to the next one's segment
+/// every round, after changing a fifth of its pages (by two threads in OS-triggered
+/// mode, marked in annotated mode); the receiver checks every byte. Then a misuse
+/// (a page written after it was flushed) reported, the final bytes still delivered.
+struct DeltaExchange {
+    mode: gex_overlap::Tracking,
+}
+
+impl Job for DeltaExchange {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        use gex_coll::CollExt;
+        use gex_overlap::{DeltaBuf, DeltaExt, OverlapError, Tracking, page_size};
+        let mut ep = client.endpoint(0).unwrap();
+        let w = ep.world().clone();
+        let (me, n) = (w.rank(), w.size());
+        let pg = page_size();
+        let len = 100 * pg;
+        let peer = (me + 1) % n;
+        let from = (me + n - 1) % n;
+        let dst = GlobalPtr::<u8>::new(gex_core::EpAddr::new(peer, 0), 1 << 20);
+        let mut buf = DeltaBuf::new(len, self.mode).unwrap();
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = pattern(me, i);
+        }
+        if ep.peer_segment(dst.addr()).is_none() {
+            // Over the network (ofi without `GEX_HYBRID=1`): delta puts go through
+            // gex-rma during the calls, and receive windows are refused.
+            assert!(matches!(
+                ep.delta_send_begin(&mut buf, dst),
+                Err(OverlapError::Unmapped { rank }) if rank == peer
+            ));
+            assert!(!buf.in_epoch());
+        }
+        for round in 0..6u32 {
+            if round > 0 {
+                let half = len / 2;
+                let (a, b) = buf.split_at_mut(half);
+                std::thread::scope(|s| {
+                    for (base, part) in [(0, a), (half, b)] {
+                        s.spawn(move || {
+                            for (j, byte) in part.iter_mut().enumerate() {
+                                let i = base + j;
+                                if (i / pg) % 5 == round as usize % 5 {
+                                    *byte = pattern(me + 31 * round, i);
+                                }
+                            }
+                        });
+                    }
+                });
+                if self.mode == Tracking::Annotated {
+                    for p in (0..100).filter(|p| p % 5 == round as usize % 5) {
+                        buf.mark(p * pg, pg).unwrap();
+                    }
+                }
+            }
+            let s = ep.delta_put(dst, &mut buf).unwrap();
+            if round == 0 {
+                assert_eq!(s.bytes, len);
+            } else {
+                assert_eq!((s.bytes, s.whole), (20 * pg, false), "round {round}");
+                assert_eq!(s.runs, 20, "round {round}");
+            }
+            ep.barrier(&w).unwrap();
+            let mut got = vec![0u8; len];
+            ep.get(&mut got[..], GlobalPtr::new(ep.addr(), 1 << 20), Blocking)
+                .unwrap();
+            for (i, &b) in got.iter().enumerate() {
+                assert_eq!(b, delta_byte(from, round, i, pg), "round {round} byte {i}");
+            }
+            ep.barrier(&w).unwrap();
+        }
+        // Misuse: page 7 written after the flush that sent it.
+        ep.delta_begin(&mut buf, dst).unwrap();
+        buf[7 * pg] = 1;
+        if self.mode == Tracking::Annotated {
+            buf.mark(7 * pg, 1).unwrap();
+            buf.mark(7 * pg, pg).unwrap();
+        }
+        ep.delta_flush(&mut buf).unwrap();
+        buf[7 * pg + 1] = 2;
+        match ep.delta_end(&mut buf) {
+            Err(OverlapError::WrittenAfterSend { offset }) => assert_eq!(offset, 7 * pg),
+            r => panic!("{r:?}"),
+        }
+        ep.delta_wait(&mut buf).unwrap();
+        ep.barrier(&w).unwrap();
+        let mut got = vec![0u8; 2];
+        ep.get(
+            &mut got[..],
+            GlobalPtr::new(ep.addr(), (1 << 20) + 7 * pg),
+            Blocking,
+        )
+        .unwrap();
+        assert_eq!(got, [1, 2]);
+        ep.barrier(&w).unwrap();
+        drop(ep);
+        client.finalize().unwrap();
+    }
+}
+
+fn launch_delta(ranks: u32, mode: gex_overlap::Tracking) {
+    Procs::new(ranks)
+        .timeout(std::time::Duration::from_secs(300))
+        .run(move |boot| {
+            let b = gex::builder().layer::<Overlap>().segment_size(8 << 20);
+            gex::init_with_boot(b, boot, None, DeltaExchange { mode }).unwrap();
+        })
+        .assert_success();
+}
+
+#[test]
+fn procs_delta_put_os_triggered_2() {
+    launch_delta(2, gex_overlap::Tracking::OsTriggered);
+}
+
+#[test]
+fn procs_delta_put_os_triggered_3() {
+    launch_delta(3, gex_overlap::Tracking::OsTriggered);
+}
+
+#[test]
+fn procs_delta_put_annotated_3() {
+    launch_delta(3, gex_overlap::Tracking::Annotated);
+}
+
+/// Delta send-recv around a ring: every rank posts the receive of its left
+/// neighbour's epoch (returns at once), sends its own buffer to its right neighbour's
+/// window while computing it (pages produced in a scattered order, sent as they are
+/// marked or flushed: they arrive out of order), then reads what it received, page by
+/// page, without a wait. OS-triggered: two threads write, a flush after each quarter.
+struct DeltaRing {
+    mode: gex_overlap::Tracking,
+}
+
+fn ring_byte(r: u32, round: u32, i: usize) -> u8 {
+    pattern(r.wrapping_mul(7).wrapping_add(round * 131), i)
+}
+
+impl Job for DeltaRing {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        use gex_coll::CollExt;
+        use gex_overlap::{DeltaBuf, DeltaExt, Tracking, page_size};
+        let mut ep = client.endpoint(0).unwrap();
+        let w = ep.world().clone();
+        let (me, n) = (w.rank(), w.size());
+        let pg = page_size();
+        let pages = 64;
+        let len = pages * pg;
+        let right = (me + 1) % n;
+        let left = (me + n - 1) % n;
+        let mut rx = ep.delta_recv_window(2 << 20, len).unwrap();
+        let window = GlobalPtr::<u8>::new(gex_core::EpAddr::new(right, 0), 2 << 20);
+        let mut tx = DeltaBuf::new(len, self.mode).unwrap();
+        ep.barrier(&w).unwrap();
+        for round in 0..5u32 {
+            ep.delta_recv(&mut rx).unwrap();
+            ep.delta_send_begin(&mut tx, window).unwrap();
+            // Round 0 writes every page, later rounds every third page; in a
+            // scattered order (a stride coprime with the page count).
+            let order: Vec<usize> = (0..pages)
+                .map(|k| (k * 37 + round as usize) % pages)
+                .filter(|p| round == 0 || p % 3 == round as usize % 3)
+                .collect();
+            match self.mode {
+                Tracking::Annotated => {
+                    for &p in &order {
+                        for (j, b) in tx[p * pg..(p + 1) * pg].iter_mut().enumerate() {
+                            *b = ring_byte(me, round, p * pg + j);
+                        }
+                        ep.delta_mark(&mut tx, p * pg, pg).unwrap();
+                    }
+                }
+                Tracking::OsTriggered => {
+                    for quarter in order.chunks(order.len().div_ceil(4)) {
+                        let (a, b) = tx.split_at_mut(len / 2);
+                        std::thread::scope(|s| {
+                            for (base, part) in [(0, a), (len / 2, b)] {
+                                s.spawn(move || {
+                                    for &p in quarter {
+                                        if p * pg >= base && p * pg < base + len / 2 {
+                                            let at = p * pg - base;
+                                            for (j, b) in part[at..at + pg].iter_mut().enumerate() {
+                                                *b = ring_byte(me, round, p * pg + j);
+                                            }
+                                        }
+                                    }
+                                });
+                            }
+                        });
+                        ep.delta_flush(&mut tx).unwrap();
+                    }
+                }
+            }
+            let s = ep.delta_end(&mut tx).unwrap();
+            if round > 0 {
+                assert_eq!(
+                    (s.bytes, s.whole),
+                    (order.len() * pg, false),
+                    "round {round}: {s:?}"
+                );
+            }
+            // What the left neighbour sent this round, and before for the pages it
+            // did not write this round.
+            for i in (0..len).step_by(61) {
+                let p = i / pg;
+                let last = (0..=round)
+                    .rev()
+                    .find(|&r| r == 0 || p % 3 == r as usize % 3)
+                    .unwrap();
+                assert_eq!(rx[i], ring_byte(left, last, i), "round {round} byte {i}");
+            }
+            ep.delta_wait(&mut tx).unwrap();
+        }
+        ep.delta_recv_wait(&mut rx).unwrap();
+        ep.barrier(&w).unwrap();
+        drop(ep);
+        client.finalize().unwrap();
+    }
+}
+
+/// Receive windows need the receiver's segment mapped: over ofi, a hybrid job
+/// (`GEX_HYBRID=1`; the smp conduit ignores it).
+fn launch_ring(ranks: u32, mode: gex_overlap::Tracking) {
+    Procs::new(ranks)
+        .env("GEX_HYBRID", "1")
+        .timeout(std::time::Duration::from_secs(300))
+        .run(move |boot| {
+            let b = gex::builder().layer::<Overlap>().segment_size(8 << 20);
+            gex::init_with_boot(b, boot, None, DeltaRing { mode }).unwrap();
+        })
+        .assert_success();
+}
+
+#[test]
+fn procs_delta_send_recv_annotated_2() {
+    launch_ring(2, gex_overlap::Tracking::Annotated);
+}
+
+#[test]
+fn procs_delta_send_recv_os_triggered_3() {
+    launch_ring(3, gex_overlap::Tracking::OsTriggered);
+}
+
+/// Cascades on 4 ranks (seed 001's chained pipelines), 3 rounds each:
+/// - chain: rank 0 produces a buffer and sends it to rank 1; ranks 1 and 2 each add
+///   their rank to every byte as the pages arrive (`delta_relay`) and send on; rank 3
+///   checks the result;
+/// - array reduce up the tree 0 ← {1, 2}, 1 ← {3}: every rank adds its children's
+///   buffers to its own contribution as they arrive and sends the sum to its parent;
+///   the root's sum (put into its own segment) is checked.
+struct DeltaCascade {
+    reduce: bool,
+}
+
+fn contribution(r: u32, round: u32, i: usize) -> u8 {
+    pattern(r + 11 * round, i)
+}
+
+impl Job for DeltaCascade {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        use gex_coll::CollExt;
+        use gex_overlap::{DeltaBuf, DeltaExt, DeltaRecv, Tracking, page_size};
+        let mut ep = client.endpoint(0).unwrap();
+        let w = ep.world().clone();
+        let (me, n) = (w.rank(), w.size());
+        assert_eq!(n, 4);
+        let pg = page_size();
+        let len = 48 * pg + 40;
+        let slot = DeltaRecv::window_len(len).div_ceil(pg) * pg;
+        let at = |r: u32, k: usize| GlobalPtr::<u8>::new(gex_core::EpAddr::new(r, 0), k * slot);
+        // Who sends to whom: (children, parent).
+        let (children, parent): (Vec<u32>, Option<u32>) = if self.reduce {
+            let kids = [2 * me + 1, 2 * me + 2]
+                .into_iter()
+                .filter(|&c| c < n)
+                .collect();
+            (kids, (me > 0).then(|| (me - 1) / 2))
+        } else {
+            let kids = if me > 0 { vec![me - 1] } else { vec![] };
+            (kids, (me + 1 < n).then_some(me + 1))
+        };
+        // Window k of a rank receives from its k-th child.
+        let mut rx: Vec<DeltaRecv> = (0..children.len())
+            .map(|k| ep.delta_recv_window(k * slot, len).unwrap())
+            .collect();
+        let mut out = DeltaBuf::new(len, Tracking::Annotated).unwrap();
+        ep.barrier(&w).unwrap();
+        for round in 0..3u32 {
+            for r in &mut rx {
+                ep.delta_recv(r).unwrap();
+            }
+            match parent {
+                Some(p) => {
+                    // My index among the parent's children.
+                    let k = if self.reduce {
+                        ((me - 1) % 2) as usize
+                    } else {
+                        0
+                    };
+                    ep.delta_send_begin(&mut out, at(p, k)).unwrap();
+                }
+                // The end of the cascade keeps its result in its own segment.
+                None => ep.delta_begin(&mut out, at(me, 4)).unwrap(),
+            }
+            let ins: Vec<&DeltaRecv> = rx.iter().collect();
+            let reduce = self.reduce;
+            ep.delta_relay(&ins, &mut out, 0, |off, ins, o| {
+                for (j, b) in o.iter_mut().enumerate() {
+                    let i = off + j;
+                    *b = if reduce {
+                        ins.iter()
+                            .fold(contribution(me, round, i), |s, x| s.wrapping_add(x[j]))
+                    } else if ins.is_empty() {
+                        contribution(0, round, i)
+                    } else {
+                        ins[0][j].wrapping_add(me as u8)
+                    };
+                }
+            })
+            .unwrap();
+            ep.delta_end(&mut out).unwrap();
+            ep.delta_wait(&mut out).unwrap();
+            if parent.is_none() {
+                let mut got = vec![0u8; len];
+                ep.get(&mut got[..], at(me, 4), Blocking).unwrap();
+                for (i, &b) in got.iter().enumerate() {
+                    let want = if self.reduce {
+                        (0..n).fold(0u8, |s, r| s.wrapping_add(contribution(r, round, i)))
+                    } else {
+                        contribution(0, round, i).wrapping_add(1 + 2 + 3)
+                    };
+                    assert_eq!(b, want, "round {round} byte {i}");
+                }
+            }
+        }
+        for r in &mut rx {
+            ep.delta_recv_wait(r).unwrap();
+        }
+        ep.barrier(&w).unwrap();
+        drop(ep);
+        client.finalize().unwrap();
+    }
+}
+
+fn launch_cascade(reduce: bool) {
+    Procs::new(4)
+        .env("GEX_HYBRID", "1")
+        .timeout(std::time::Duration::from_secs(300))
+        .run(move |boot| {
+            let b = gex::builder().layer::<Overlap>().segment_size(8 << 20);
+            gex::init_with_boot(b, boot, None, DeltaCascade { reduce }).unwrap();
+        })
+        .assert_success();
+}
+
+#[test]
+fn procs_delta_cascade_chain_4() {
+    launch_cascade(false);
+}
+
+#[test]
+fn procs_delta_cascade_array_reduce_4() {
+    launch_cascade(true);
+}
+
+/// Delta send-recv around a ring of 3 thread ranks of this process, OS-triggered:
+/// one fault handler and registry for every rank's buffers (each rank's writes fault
+/// on its own pages), one mover per rank sending and landing pages.
+#[test]
+fn threads_delta_send_recv_os_triggered_3() {
+    gex::boot::threads::run(3, |boot| {
+        let b = gex::builder().layer::<Overlap>().segment_size(8 << 20);
+        gex::init_with_boot(
+            b,
+            Box::new(boot),
+            Some("smp"),
+            DeltaRing {
+                mode: gex_overlap::Tracking::OsTriggered,
+            },
+        )
+        .unwrap();
+    })
+    .unwrap();
+}
