@@ -1,6 +1,21 @@
 //! One endpoint over a verbs provider `V` ([`Ep`]): its device context, completion
-//! queue, shared receive queue, a queue pair per peer endpoint, registered buffers, the
-//! credit windows, AM injection and delivery, native RMA and atomics.
+//! queue, shared receive queue, a queue pair per peer endpoint (made at open, or on
+//! first contact through the UD connection channel), registered buffers, the credit
+//! windows, AM injection and delivery, native RMA and atomics.
+//!
+//! # Lazy wire-up (`GEX_IBV_CONNECT=lazy`)
+//! Each endpoint has one UD queue pair whose address every peer learned at open. The
+//! first message or native operation to a peer endpoint creates the RC queue pair for
+//! it and sends a CONNECT datagram carrying its address; the peer creates its own,
+//! connects it (INIT, RTR, RTS) and answers ACCEPT with its address; the initiator
+//! connects and answers READY. Until a side may send (initiator: ACCEPT received;
+//! acceptor: READY or the first message on the RC queue pair received) operations to
+//! that peer answer back-pressure (`WouldBlock`). Datagrams may be lost or duplicated:
+//! CONNECT and ACCEPT are sent again on a doubling timer, every answer is idempotent
+//! (the queue pair of a pair and its address never change), and a connection that
+//! does not complete within `GEX_IBV_CONNECT_TIMEOUT` fails the peer with an error
+//! naming it. Both sides initiating at once: the endpoint with the lower global index
+//! ignores the other's CONNECT (its own wins), the higher one accepts.
 //!
 //! # Safety
 //! - The segment (owned by the conduit, which outlives the endpoint and its grave) and
@@ -21,6 +36,8 @@ use crate::mem::Mem;
 use crate::verbs::{
     Access, QpCaps, SendOp, SendWr, Sge, Verbs, VerbsError, Wc, WcOpcode, WcStatus,
 };
+use crate::verbs::{GRH_LEN, QpAddr, UdDest};
+use crate::wire::conn;
 use crate::wire::{self, HDR_MAX, Header, MAX_ARGS, wrid};
 use gex_core::spi::{
     AtomicBase, AtomicKind, Capabilities, ConduitError, Deliver, Incoming, Limits, Native,
@@ -30,7 +47,18 @@ use gex_core::{Category, EpAddr, EpIndex, Injected, Kind};
 use gex_sync::atomic::Ordering;
 use std::collections::{HashMap, VecDeque};
 use std::ptr::NonNull;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// Q_Key of the connection channel's UD queue pairs.
+pub(crate) const QKEY: u32 = 0x6765_7851;
+/// Receives posted on the UD queue pair.
+const UD_RECVS: usize = 64;
+/// Bytes of one UD receive buffer (the GRH and a connection datagram).
+const UD_BUF: usize = 128;
+/// First retransmission delay of CONNECT and ACCEPT (it doubles, up to [`RETX_MAX`]).
+const RETX_FIRST: Duration = Duration::from_millis(20);
+/// Longest retransmission delay.
+const RETX_MAX: Duration = Duration::from_millis(500);
 
 /// Largest inline SEND (header, arguments and payload).
 pub(crate) const MAX_INLINE: u32 = 128;
@@ -47,6 +75,50 @@ pub(crate) struct Counters {
     pub(crate) puts: gex_sync::atomic::AtomicU64,
     pub(crate) gets: gex_sync::atomic::AtomicU64,
     pub(crate) atomics: gex_sync::atomic::AtomicU64,
+    /// Large transfers served by a cached registration.
+    pub(crate) reg_hits: gex_sync::atomic::AtomicU64,
+    /// Registrations made for the cache (first use of a registered buffer).
+    pub(crate) reg_misses: gex_sync::atomic::AtomicU64,
+    /// Cached registrations dropped to make room.
+    pub(crate) reg_evictions: gex_sync::atomic::AtomicU64,
+    /// The buffers the application registered (`crate::Ibv::register`).
+    pub(crate) registry: Registry,
+}
+
+/// The buffers the application registered for large native transfers
+/// ([`crate::Ibv::register`]): while an entry is here, its memory is borrowed by the
+/// application's [`crate::Registered`] guard, so it is allocated and mapped. Endpoints
+/// keep their own registrations of them ([`Ep`]'s cache) and drop those once the entry
+/// is gone (`generation` changed) and no operation uses them.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    pub(crate) entries: std::sync::Mutex<Vec<RegEntry>>,
+    /// Bumped (Release) after every removal, under the lock.
+    pub(crate) generation: gex_sync::atomic::AtomicU64,
+    /// Entries now (read without the lock: none means no lookup).
+    pub(crate) count: gex_sync::atomic::AtomicU64,
+    pub(crate) next_id: gex_sync::atomic::AtomicU64,
+}
+
+/// One registered buffer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RegEntry {
+    pub(crate) id: u64,
+    pub(crate) addr: usize,
+    pub(crate) len: usize,
+}
+
+/// An endpoint's registration of a registered buffer.
+struct Cached<V: Verbs> {
+    id: u64,
+    addr: usize,
+    len: usize,
+    mr: V::Mr,
+    /// Operations in flight using it.
+    users: u32,
+    /// Its buffer was unregistered: never used again, dropped once `users` is 0.
+    dead: bool,
+    last_use: u64,
 }
 
 /// What one endpoint knows of a peer endpoint at open.
@@ -63,11 +135,19 @@ pub(crate) struct PeerInfo {
 /// Settings every endpoint of the job shares.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Shape {
+    /// Queue pairs made on first contact (`GEX_IBV_CONNECT=lazy`), not all at open.
+    pub(crate) lazy: bool,
+    /// How long a connection may take before the peer is failed.
+    pub(crate) connect_timeout: Duration,
+    /// GID index for address handles and connections.
+    pub(crate) gid_index: u8,
     pub(crate) max_medium: usize,
     pub(crate) credits: u32,
     pub(crate) send_slots: usize,
     pub(crate) native_rma: bool,
     pub(crate) native_atomics: bool,
+    /// Registrations of registered buffers each endpoint keeps (`GEX_IBV_REG_CACHE`).
+    pub(crate) reg_cache: usize,
 }
 
 impl Shape {
@@ -85,10 +165,51 @@ impl Shape {
     }
 }
 
+/// Where the connection to a peer endpoint is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Conn {
+    /// No queue pair yet.
+    Idle,
+    /// Ours is made, CONNECT sent, no answer yet.
+    Connecting,
+    /// Ours is connected to theirs (ACCEPT sent); waiting for READY or their first
+    /// message before sending.
+    Accepted,
+    /// Both connected: sends go.
+    Ready,
+}
+
+/// A connection in progress: its retransmission timer and deadline.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    g: u32,
+    since: Instant,
+    next: Instant,
+    interval: Duration,
+}
+
+/// The connection channel of the lazy wire-up: the UD queue pair, its receive buffers,
+/// the peers' UD addresses and the address handles made so far. Dropped in field
+/// order: the queue pair before its address handles and buffers' region, the region
+/// before the buffers.
+pub(crate) struct Channel<V: Verbs> {
+    ud: V::UdQp,
+    ahs: Vec<Option<V::Ah>>,
+    mr: V::Mr,
+    mem: Mem,
+    /// Each peer endpoint's UD queue pair (from the exchange at open).
+    peers: Vec<QpAddr>,
+    pending: Vec<Pending>,
+}
+
 /// A peer endpoint's state at this endpoint.
 struct Peer<V: Verbs> {
     info: PeerInfo,
-    qp: V::Qp,
+    /// Our queue pair for the pair (made at open, or on first contact).
+    qp: Option<V::Qp>,
+    conn: Conn,
+    /// The peer's queue pair address, once known.
+    remote: Option<QpAddr>,
     sq_used: u32,
     sent_req: u64,
     sent_rep: u64,
@@ -174,6 +295,18 @@ pub(crate) struct Ep<V: Verbs> {
     /// Per operation slot: the registration of a caller's buffer (large transfers),
     /// dropped at completion. Before `res`: dropped before the device.
     op_mrs: Vec<Option<V::Mr>>,
+    /// Per operation slot: the id of the cached registration it uses (0: none).
+    op_cached: Vec<u64>,
+    /// Registrations of the application's registered buffers, at most `rcache_cap`
+    /// (`GEX_IBV_REG_CACHE`), least recently used evicted first.
+    rcache: Vec<Cached<V>>,
+    rcache_gen: u64,
+    rcache_clock: u64,
+    /// The connection channel (lazy wire-up); before `res`: its queue pair goes before
+    /// the completion queue.
+    chan: Option<Channel<V>>,
+    /// A connection datagram was handled since `block` last looked (ends a wait).
+    conn_event: bool,
     pub(crate) res: Res<V>,
 }
 
@@ -191,8 +324,11 @@ fn verr(peer: EpAddr, what: &str, e: VerbsError) -> ConduitError {
 
 /// Everything `open` made for one endpoint before the peers' addresses are known.
 pub(crate) struct Unconnected<V: Verbs> {
-    pub(crate) res: Res<V>,
+    /// Eager wire-up: one queue pair per peer endpoint; lazy: none.
     pub(crate) qps: Vec<V::Qp>,
+    /// Lazy wire-up: the UD queue pair, its receive block and region.
+    ud: Option<(V::UdQp, V::Mr, Mem)>,
+    pub(crate) res: Res<V>,
     pub(crate) seg: (NonNull<u8>, usize),
 }
 
@@ -233,7 +369,7 @@ impl<V: Verbs> Unconnected<V> {
             .map_err(|x| e("registering credit words", x))?;
         let rma_mr = reg(rma.at(0), rma.len(), Access::LOCAL_WRITE)
             .map_err(|x| e("registering RMA buffers", x))?;
-        let cq_depth = nrecv as u32 + npeers as u32 * shape.sq_depth() + 64;
+        let cq_depth = nrecv as u32 + npeers as u32 * shape.sq_depth() + 64 + 2 * UD_RECVS as u32;
         let cq = v.create_cq(cq_depth).map_err(|x| e("ibv_create_cq", x))?;
         let srq = v
             .create_srq(nrecv as u32)
@@ -253,13 +389,45 @@ impl<V: Verbs> Unconnected<V> {
             max_send_wr: shape.sq_depth(),
             max_inline: MAX_INLINE,
         };
-        let qps = (0..npeers)
-            .map(|_| {
-                v.create_qp(&cq, &srq, caps)
-                    .map_err(|x| e("ibv_create_qp", x))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let qps = if shape.lazy {
+            Vec::new()
+        } else {
+            (0..npeers)
+                .map(|_| {
+                    v.create_qp(&cq, &srq, caps)
+                        .map_err(|x| e("ibv_create_qp", x))
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        let ud = if shape.lazy {
+            let ud_caps = QpCaps {
+                max_send_wr: UD_RECVS as u32,
+                max_inline: MAX_INLINE,
+            };
+            let ud = v
+                .create_ud_qp(&cq, ud_caps, UD_RECVS as u32, QKEY)
+                .map_err(|x| e("creating the UD queue pair", x))?;
+            let mem = alloc(UD_RECVS * UD_BUF, "UD receive buffers")?;
+            // SAFETY: the block lives next to its region in `Channel`, dropped after it.
+            let mr = unsafe { v.reg_mr(mem.at(0), mem.len(), Access::LOCAL_WRITE) }
+                .map_err(|x| e("registering UD receive buffers", x))?;
+            for i in 0..UD_RECVS {
+                let sge = Sge {
+                    addr: mem.at(i * UD_BUF) as u64,
+                    len: UD_BUF as u32,
+                    lkey: V::lkey(&mr),
+                };
+                // SAFETY: a buffer of the registered block, not accessed until its
+                // completion is polled.
+                unsafe { v.post_ud_recv(&ud, wrid::make(wrid::UD_RECV, 0, i as u32), sge) }
+                    .map_err(|x| e("ibv_post_recv", x))?;
+            }
+            Some((ud, mr, mem))
+        } else {
+            None
+        };
         Ok(Unconnected {
+            ud,
             res: Res {
                 srq,
                 cq,
@@ -281,6 +449,11 @@ impl<V: Verbs> Unconnected<V> {
         })
     }
 
+    /// The UD queue pair's address (lazy wire-up).
+    pub(crate) fn ud_addr(&self) -> Option<QpAddr> {
+        self.ud.as_ref().map(|(ud, _, _)| self.res.v.ud_addr(ud))
+    }
+
     /// What this endpoint publishes of itself: segment address, length and key, credit
     /// words' address and key.
     pub(crate) fn published(&self) -> (u64, u64, u32, u64, u32) {
@@ -293,28 +466,40 @@ impl<V: Verbs> Unconnected<V> {
         )
     }
 
-    /// Finishes the endpoint once its queue pairs are connected.
+    /// Finishes the endpoint once its queue pairs are connected (eager), or with the
+    /// peers' UD addresses `ud_peers` (lazy).
+    #[expect(clippy::too_many_arguments, reason = "one call site, in open")]
     pub(crate) fn into_ep(
         self,
         index: EpIndex,
         rank: u32,
         base: Vec<u32>,
         infos: Vec<PeerInfo>,
+        ud_peers: Vec<QpAddr>,
         shape: Shape,
         stats: std::sync::Arc<Counters>,
     ) -> Ep<V> {
         let me = base[rank as usize] + index as u32;
         let mut by_qpn = HashMap::new();
-        let peers: Vec<Peer<V>> = self
-            .qps
+        let mut qps = self.qps.into_iter();
+        let npeers = infos.len();
+        let peers: Vec<Peer<V>> = infos
             .into_iter()
-            .zip(infos)
             .enumerate()
-            .map(|(g, (qp, info))| {
-                by_qpn.insert(self.res.v.qp_addr(&qp).qpn, g as u32);
+            .map(|(g, info)| {
+                let qp = qps.next();
+                if let Some(qp) = &qp {
+                    by_qpn.insert(self.res.v.qp_addr(qp).qpn, g as u32);
+                }
                 Peer {
                     info,
+                    conn: if qp.is_some() {
+                        Conn::Ready
+                    } else {
+                        Conn::Idle
+                    },
                     qp,
+                    remote: None,
                     sq_used: 0,
                     sent_req: 0,
                     sent_rep: 0,
@@ -348,6 +533,19 @@ impl<V: Verbs> Unconnected<V> {
             stash: VecDeque::with_capacity(recv_count as usize),
             stats,
             op_mrs: (0..RMA_SLOTS).map(|_| None).collect(),
+            op_cached: vec![0; RMA_SLOTS],
+            rcache: Vec::new(),
+            rcache_gen: 0,
+            rcache_clock: 0,
+            chan: self.ud.map(|(ud, mr, mem)| Channel {
+                ud,
+                ahs: (0..npeers).map(|_| None).collect(),
+                mr,
+                mem,
+                peers: ud_peers,
+                pending: Vec::new(),
+            }),
+            conn_event: false,
             res: self.res,
         }
     }
@@ -405,6 +603,18 @@ impl<V: Verbs> Ep<V> {
         sent - self.credits_back(g, kind) < self.shape.credits as u64
     }
 
+    /// Posts `wr` on peer `gi`'s queue pair.
+    ///
+    /// # Safety
+    /// As [`Verbs::post_send`].
+    unsafe fn post(&self, gi: usize, wr: &SendWr) -> Result<(), VerbsError> {
+        match &self.peers[gi].qp {
+            // SAFETY: the caller's promise.
+            Some(qp) => unsafe { self.res.v.post_send(qp, wr) },
+            None => Err(VerbsError::Invalid("queue pair not made".into())),
+        }
+    }
+
     /// Tries to send `m` to peer `g` now: `Ok(false)` when resources lack.
     fn try_send(&mut self, g: u32, m: &Out<'_>) -> Result<bool, ConduitError> {
         let gi = g as usize;
@@ -413,6 +623,9 @@ impl<V: Verbs> Ep<V> {
                 rank: self.peers[gi].info.addr.rank,
                 detail: why.clone(),
             });
+        }
+        if self.peers[gi].conn != Conn::Ready && !self.connect(g)? {
+            return Ok(false);
         }
         let long = m.h.category == Category::Long && !m.payload.is_empty();
         let wrs = 1 + u32::from(long);
@@ -448,8 +661,7 @@ impl<V: Verbs> Ep<V> {
                 inline: true,
             };
             // SAFETY: inline: the bytes are copied during the call.
-            unsafe { self.res.v.post_send(&self.peers[gi].qp, &wr) }
-                .map_err(|e| verr(dst, "SEND", e))?;
+            unsafe { self.post(gi, &wr) }.map_err(|e| verr(dst, "SEND", e))?;
         } else {
             let Some(slot) = self.free_slots.pop() else {
                 return Ok(false);
@@ -478,7 +690,7 @@ impl<V: Verbs> Ep<V> {
                     inline: false,
                 };
                 // SAFETY: the slot stays untouched until its SEND completes (after this).
-                if let Err(e) = unsafe { self.res.v.post_send(&self.peers[gi].qp, &wr) } {
+                if let Err(e) = unsafe { self.post(gi, &wr) } {
                     self.free_slots.push(slot);
                     return match e {
                         VerbsError::QueueFull => Ok(false),
@@ -501,8 +713,7 @@ impl<V: Verbs> Ep<V> {
                 inline: false,
             };
             // SAFETY: the slot stays untouched until this SEND completes.
-            unsafe { self.res.v.post_send(&self.peers[gi].qp, &wr) }
-                .map_err(|e| verr(dst, "SEND", e))?;
+            unsafe { self.post(gi, &wr) }.map_err(|e| verr(dst, "SEND", e))?;
         }
         let p = &mut self.peers[gi];
         p.sq_used += 1;
@@ -537,7 +748,7 @@ impl<V: Verbs> Ep<V> {
                 Kind::Request => (p.consumed_req, p.credited_req),
                 Kind::Reply => (p.consumed_rep, p.credited_rep),
             };
-            if consumed == credited || p.failed.is_some() {
+            if consumed == credited || p.failed.is_some() || p.conn != Conn::Ready {
                 continue;
             }
             if p.sq_used + 1 > depth {
@@ -565,7 +776,7 @@ impl<V: Verbs> Ep<V> {
             };
             // SAFETY: a registered credit word; it only ever grows, so whenever the NIC
             // reads it, it reads a valid count.
-            match unsafe { self.res.v.post_send(&p.qp, &wr) } {
+            match unsafe { self.post(gi, &wr) } {
                 Ok(()) => {
                     let p = &mut self.peers[gi];
                     p.sq_used += 1;
@@ -579,8 +790,12 @@ impl<V: Verbs> Ep<V> {
         }
     }
 
-    /// Sends what waits: deferred replies and owed credits.
+    /// Sends what waits: deferred replies and owed credits; retransmits connection
+    /// datagrams that are due.
     fn flush(&mut self) {
+        if self.chan.as_ref().is_some_and(|c| !c.pending.is_empty()) {
+            self.progress_conns();
+        }
         if self.owed_credits {
             self.owed_credits = false;
             for g in 0..self.peers.len() as u32 {
@@ -691,6 +906,11 @@ impl<V: Verbs> Ep<V> {
                 self.rank, self.index, wc.qp_num
             )
         };
+        if self.peers[g as usize].conn != Conn::Ready {
+            // The acceptor's first message from the initiator: it is connected.
+            self.peers[g as usize].conn = Conn::Ready;
+            self.stop_timer(g);
+        }
         let buf_len = self.shape.buf_len();
         let src = self.peers[g as usize].info.addr;
         let n = (wc.byte_len as usize).min(buf_len);
@@ -799,6 +1019,10 @@ impl<V: Verbs> Ep<V> {
 
     /// Handles one completion; a receive is delivered through `d`, or stashed without one.
     fn completion<D: Deliver>(&mut self, wc: &Wc, d: Option<&mut D>) -> bool {
+        if wrid::kind(wc.wr_id) >= wrid::UD_SEND {
+            self.ud_completion(wc);
+            return false;
+        }
         if wc.status != WcStatus::Success {
             let g = wrid::peer(wc.wr_id) as usize;
             let known = wc.opcode != WcOpcode::Recv
@@ -892,10 +1116,16 @@ impl<V: Verbs> Ep<V> {
         if !self.idle() || !self.stash.is_empty() {
             return;
         }
+        // A connection in progress: wake for its next retransmission (`poll` sends it).
+        let timeout = match self.next_timer() {
+            Some(t) => timeout.min(t.saturating_duration_since(Instant::now())),
+            None => timeout,
+        };
+        self.conn_event = false;
         // Send completions alone do not end the wait: take them first; arm the channel,
         // then look once more (a completion before arming signals nothing).
         self.collect();
-        if !self.stash.is_empty() {
+        if !self.stash.is_empty() || self.conn_event {
             return;
         }
         if let Err(e) = self.res.v.arm_cq(&self.res.cq) {
@@ -905,7 +1135,7 @@ impl<V: Verbs> Ep<V> {
             );
         }
         self.collect();
-        if !self.stash.is_empty() {
+        if !self.stash.is_empty() || self.conn_event {
             return;
         }
         if let Err(e) = self.res.v.wait_cq(&self.res.cq, timeout) {
@@ -959,7 +1189,14 @@ impl<V: Verbs> Ep<V> {
                 || req_out > 0
                 || rep_out > 0
                 || p.failed.is_some()
+                || matches!(p.conn, Conn::Connecting | Conn::Accepted)
             {
+                if matches!(p.conn, Conn::Connecting | Conn::Accepted) {
+                    s.push_str(&format!(
+                        "peer {}: connection in progress ({:?})\n",
+                        p.info.addr, p.conn
+                    ));
+                }
                 s.push_str(&format!(
                     "peer {}: {} work requests posted, {req_out}/{} request and {rep_out} reply credits in use, {} replies queued, {} + {} credits not yet returned{}\n",
                     p.info.addr,
@@ -989,9 +1226,327 @@ impl<V: Verbs> Ep<V> {
         s
     }
 
+    // ---- lazy wire-up (slow path) ----------------------------------------------------
+
+    /// Makes progress on the connection to peer `g`, which is not ready: starts it when
+    /// idle, fails it when it took too long. `Ok(true)` when it is ready now.
+    #[cold]
+    fn connect(&mut self, g: u32) -> Result<bool, ConduitError> {
+        let gi = g as usize;
+        let addr = self.peers[gi].info.addr;
+        if let Some(why) = &self.peers[gi].failed {
+            return Err(ConduitError::PeerGone {
+                rank: addr.rank,
+                detail: why.clone(),
+            });
+        }
+        match self.peers[gi].conn {
+            Conn::Ready => return Ok(true),
+            Conn::Idle => {}
+            Conn::Connecting | Conn::Accepted => {
+                self.progress_conns();
+                return match &self.peers[gi].failed {
+                    Some(why) => Err(ConduitError::PeerGone {
+                        rank: addr.rank,
+                        detail: why.clone(),
+                    }),
+                    None => Ok(self.peers[gi].conn == Conn::Ready),
+                };
+            }
+        }
+        if self.chan.is_none() {
+            // Eager wire-up connected every peer at open.
+            return Err(ConduitError::Network(format!(
+                "ibv: no queue pair to rank {} endpoint {}",
+                addr.rank, addr.ep
+            )));
+        }
+        let mine = self.make_qp(g)?;
+        if g == self.me {
+            // Our own endpoint: the queue pair loops back to itself.
+            self.connect_qp(g, &mine)?;
+            self.peers[gi].conn = Conn::Ready;
+            return Ok(true);
+        }
+        self.peers[gi].conn = Conn::Connecting;
+        self.start_timer(g);
+        self.ud_send(g, conn::CONNECT);
+        Ok(false)
+    }
+
+    /// Creates the RC queue pair for peer `g` if there is none; its address.
+    fn make_qp(&mut self, g: u32) -> Result<QpAddr, ConduitError> {
+        let gi = g as usize;
+        if let Some(qp) = &self.peers[gi].qp {
+            return Ok(self.res.v.qp_addr(qp));
+        }
+        let caps = QpCaps {
+            max_send_wr: self.shape.sq_depth(),
+            max_inline: MAX_INLINE,
+        };
+        let qp = self
+            .res
+            .v
+            .create_qp(&self.res.cq, &self.res.srq, caps)
+            .map_err(|e| verr(self.peers[gi].info.addr, "creating the queue pair", e))?;
+        let a = self.res.v.qp_addr(&qp);
+        self.by_qpn.insert(a.qpn, g);
+        self.peers[gi].qp = Some(qp);
+        Ok(a)
+    }
+
+    /// Connects our queue pair for `g` to `remote` (INIT, RTR, RTS).
+    fn connect_qp(&mut self, g: u32, remote: &QpAddr) -> Result<(), ConduitError> {
+        let gi = g as usize;
+        let params = crate::verbs::ConnectParams {
+            retry_cnt: 7,
+            rnr_retry: 7,
+            gid_index: self.shape.gid_index,
+        };
+        let p = &mut self.peers[gi];
+        let qp = p.qp.as_ref().expect("made before connecting");
+        self.res
+            .v
+            .connect(qp, remote, &params)
+            .map_err(|e| verr(p.info.addr, "connecting the queue pair", e))?;
+        p.remote = Some(*remote);
+        Ok(())
+    }
+
+    fn start_timer(&mut self, g: u32) {
+        let now = Instant::now();
+        if let Some(c) = &mut self.chan {
+            c.pending.retain(|p| p.g != g);
+            c.pending.push(Pending {
+                g,
+                since: now,
+                next: now + RETX_FIRST,
+                interval: RETX_FIRST,
+            });
+        }
+    }
+
+    fn stop_timer(&mut self, g: u32) {
+        if let Some(c) = &mut self.chan {
+            c.pending.retain(|p| p.g != g);
+        }
+    }
+
+    /// Sends connection datagram `kind` to peer `g` (lost if the send queue is full: the
+    /// timers send again).
+    fn ud_send(&mut self, g: u32, kind: u8) {
+        let gi = g as usize;
+        let addr = match (kind, &self.peers[gi].qp) {
+            (conn::READY, _) | (_, None) => QpAddr::default(),
+            (_, Some(qp)) => self.res.v.qp_addr(qp),
+        };
+        let gid_index = self.shape.gid_index;
+        let me = self.me;
+        let v = &self.res.v;
+        let Some(c) = &mut self.chan else { return };
+        let dest = c.peers[gi];
+        if c.ahs[gi].is_none() {
+            match v.create_ah(&dest, gid_index) {
+                Ok(ah) => c.ahs[gi] = Some(ah),
+                Err(e) => {
+                    let why = format!("creating an address handle: {e}");
+                    self.peers[gi].failed = Some(why);
+                    return;
+                }
+            }
+        }
+        let msg = conn::Msg {
+            kind,
+            src: me,
+            dst: g,
+            addr,
+        }
+        .encode();
+        let sge = Sge {
+            addr: msg.as_ptr() as u64,
+            len: msg.len() as u32,
+            lkey: 0,
+        };
+        let ah = c.ahs[gi].as_ref().expect("made above");
+        let to = UdDest {
+            qpn: dest.qpn,
+            qkey: QKEY,
+        };
+        // SAFETY: inline: the bytes are copied during the call.
+        let _ =
+            unsafe { v.post_ud_send(&c.ud, ah, to, wrid::make(wrid::UD_SEND, g, 0), sge, true) };
+    }
+
+    /// Handles a completion of the connection channel.
+    fn ud_completion(&mut self, wc: &Wc) {
+        if wrid::kind(wc.wr_id) != wrid::UD_RECV {
+            return; // a datagram sent (or lost: the timers send again)
+        }
+        let i = wrid::index(wc.wr_id) as usize;
+        let Some(c) = &self.chan else { return };
+        let n = (wc.byte_len as usize).min(UD_BUF);
+        let msg = if wc.status == WcStatus::Success && n > GRH_LEN {
+            // SAFETY: the receive completed (the NIC wrote it and will not until it is
+            // reposted below); inside the UD receive block.
+            let bytes =
+                unsafe { std::slice::from_raw_parts(c.mem.at(i * UD_BUF + GRH_LEN), n - GRH_LEN) };
+            conn::Msg::decode(bytes)
+        } else {
+            None
+        };
+        let sge = Sge {
+            addr: c.mem.at(i * UD_BUF) as u64,
+            len: UD_BUF as u32,
+            lkey: V::lkey(&c.mr),
+        };
+        // SAFETY: the datagram was decoded into `msg`; the NIC owns the buffer again.
+        if let Err(e) = unsafe { self.res.v.post_ud_recv(&c.ud, wc.wr_id, sge) } {
+            panic!(
+                "ibv conduit: rank {} endpoint {}: reposting a UD receive failed: {e}",
+                self.rank, self.index
+            );
+        }
+        // Anything malformed, not for us, or from no endpoint of the job is dropped.
+        if let Some(m) = msg
+            && m.dst == self.me
+            && (m.src as usize) < self.peers.len()
+            && m.src != self.me
+        {
+            self.conn_event = true;
+            self.on_datagram(m);
+        }
+    }
+
+    /// The connection protocol: one datagram from peer `m.src`.
+    fn on_datagram(&mut self, m: conn::Msg) {
+        let g = m.src;
+        let gi = g as usize;
+        if self.peers[gi].failed.is_some() {
+            return;
+        }
+        let state = self.peers[gi].conn;
+        let same = |p: &Peer<V>| p.remote.is_none_or(|r| r == m.addr);
+        match m.kind {
+            conn::CONNECT => match state {
+                Conn::Idle => self.accept(g, &m.addr),
+                // Both sides initiated: the lower global index's CONNECT wins, so the
+                // higher one accepts it and the lower one ignores the other.
+                Conn::Connecting if self.me < g => {}
+                Conn::Connecting => self.accept(g, &m.addr),
+                // Our ACCEPT was lost (or this CONNECT is a duplicate): answer again.
+                Conn::Accepted | Conn::Ready if same(&self.peers[gi]) => {
+                    self.ud_send(g, conn::ACCEPT);
+                }
+                _ => {}
+            },
+            conn::ACCEPT => match state {
+                Conn::Connecting | Conn::Accepted => {
+                    if state == Conn::Connecting
+                        && let Err(e) = self.connect_qp(g, &m.addr)
+                    {
+                        self.peers[gi].failed = Some(e.to_string());
+                        self.stop_timer(g);
+                        return;
+                    }
+                    if !same(&self.peers[gi]) {
+                        return;
+                    }
+                    self.peers[gi].conn = Conn::Ready;
+                    self.stop_timer(g);
+                    self.ud_send(g, conn::READY);
+                }
+                // Our READY was lost: the peer sends ACCEPT again.
+                Conn::Ready if same(&self.peers[gi]) => self.ud_send(g, conn::READY),
+                _ => {}
+            },
+            _ => {
+                if state == Conn::Accepted {
+                    self.peers[gi].conn = Conn::Ready;
+                    self.stop_timer(g);
+                }
+            }
+        }
+    }
+
+    /// Answers peer `g`'s CONNECT: our queue pair, connected to theirs, and ACCEPT.
+    fn accept(&mut self, g: u32, remote: &QpAddr) {
+        let gi = g as usize;
+        let r = self.make_qp(g).and_then(|_| self.connect_qp(g, remote));
+        if let Err(e) = r {
+            self.peers[gi].failed = Some(e.to_string());
+            self.stop_timer(g);
+            return;
+        }
+        self.peers[gi].conn = Conn::Accepted;
+        self.start_timer(g);
+        self.ud_send(g, conn::ACCEPT);
+    }
+
+    /// Retransmits what timed out, fails connections past `GEX_IBV_CONNECT_TIMEOUT`.
+    #[cold]
+    fn progress_conns(&mut self) {
+        let Some(c) = &mut self.chan else { return };
+        if c.pending.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let timeout = self.shape.connect_timeout;
+        let mut due = Vec::new();
+        let mut expired = Vec::new();
+        c.pending.retain_mut(|p| {
+            if now.duration_since(p.since) >= timeout {
+                expired.push(p.g);
+                return false;
+            }
+            if now >= p.next {
+                due.push(p.g);
+                p.interval = (p.interval * 2).min(RETX_MAX);
+                p.next = now + p.interval;
+            }
+            true
+        });
+        for g in due {
+            match self.peers[g as usize].conn {
+                Conn::Connecting => self.ud_send(g, conn::CONNECT),
+                Conn::Accepted => self.ud_send(g, conn::ACCEPT),
+                _ => {}
+            }
+        }
+        for g in expired {
+            let p = &mut self.peers[g as usize];
+            let what = match p.conn {
+                Conn::Connecting => "did not answer the connection request",
+                _ => "did not confirm the connection it asked for",
+            };
+            p.failed = Some(format!(
+                "ibv conduit: rank {} endpoint {}: rank {} endpoint {} {what} within {:?} (GEX_IBV_CONNECT_TIMEOUT)",
+                self.rank, self.index, p.info.addr.rank, p.info.addr.ep, timeout
+            ));
+        }
+    }
+
+    /// Connections in progress.
+    pub(crate) fn connecting(&self) -> bool {
+        self.chan.as_ref().is_some_and(|c| !c.pending.is_empty())
+    }
+
+    /// The earliest retransmission deadline, if a connection is in progress.
+    fn next_timer(&self) -> Option<Instant> {
+        self.chan.as_ref()?.pending.iter().map(|p| p.next).min()
+    }
+
     // ---- native RMA and atomics ----------------------------------------------------
 
-    fn rma_slot(&mut self, g: u32, wrs: u32) -> Option<u32> {
+    /// A free operation slot for `wrs` work requests to peer `g`; `Ok(None)` for
+    /// back-pressure (no slot, no send queue entry, or the connection not ready yet).
+    fn rma_slot(&mut self, g: u32, wrs: u32) -> Result<Option<u32>, ConduitError> {
+        if self.peers[g as usize].conn != Conn::Ready && !self.connect(g)? {
+            return Ok(None);
+        }
+        Ok(self.rma_slot_ready(g, wrs))
+    }
+
+    fn rma_slot_ready(&mut self, g: u32, wrs: u32) -> Option<u32> {
         let p = &self.peers[g as usize];
         if p.sq_used + wrs > self.shape.sq_depth() - self.shape.sq_reserve() {
             return None;
@@ -1020,6 +1575,11 @@ impl<V: Verbs> Ep<V> {
         len: usize,
         access: Access,
     ) -> Option<Sge> {
+        if self.stats.registry.count.load(Ordering::Relaxed) > 0 || !self.rcache.is_empty() {
+            if let Some(sge) = self.cached(slot, ptr as usize, len) {
+                return Some(sge);
+            }
+        }
         // SAFETY: the caller keeps the buffer valid until completion, and the region is
         // dropped at completion (`rma_done`).
         let mr = unsafe { self.res.v.reg_mr(ptr, len, access) }.ok()?;
@@ -1032,6 +1592,112 @@ impl<V: Verbs> Ep<V> {
         Some(sge)
     }
 
+    /// The registration cache: a registration covering `ptr..ptr+len` of a buffer the
+    /// application registered (made on first use, kept for the next), for the
+    /// operation in `slot`; `None` when the range is in no registered buffer (or the
+    /// cache is full of registrations in use).
+    #[cold]
+    fn cached(&mut self, slot: u32, ptr: usize, len: usize) -> Option<Sge> {
+        let reg = &self.stats.registry;
+        let generation = reg.generation.load(Ordering::Acquire);
+        if generation != self.rcache_gen {
+            // Buffers were unregistered: forget their registrations (now, or when the
+            // last operation using one completes). Never used again either way.
+            let entries = reg.entries.lock().unwrap_or_else(|e| e.into_inner());
+            for c in &mut self.rcache {
+                if !entries.iter().any(|e| e.id == c.id) {
+                    c.dead = true;
+                }
+            }
+            drop(entries);
+            self.rcache.retain(|c| !c.dead || c.users > 0);
+            self.rcache_gen = generation;
+        }
+        self.rcache_clock += 1;
+        let clock = self.rcache_clock;
+        let end = ptr.checked_add(len)?;
+        if let Some(c) = self
+            .rcache
+            .iter_mut()
+            .find(|c| !c.dead && c.addr <= ptr && end <= c.addr + c.len)
+        {
+            c.users += 1;
+            c.last_use = clock;
+            self.op_cached[slot as usize] = c.id;
+            self.stats.reg_hits.fetch_add(1, Ordering::Relaxed);
+            return Some(Sge {
+                addr: ptr as u64,
+                len: len as u32,
+                lkey: V::lkey(&c.mr),
+            });
+        }
+        // The lock is held while registering: the entry (so its guard, so the memory's
+        // borrow) stays alive meanwhile.
+        let entries = reg.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let e = *entries
+            .iter()
+            .find(|e| e.addr <= ptr && end <= e.addr + e.len)?;
+        if self.rcache.len() >= self.shape.reg_cache {
+            let victim = self
+                .rcache
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.users == 0)
+                .min_by_key(|(_, c)| c.last_use)
+                .map(|(i, _)| i)?;
+            self.rcache.swap_remove(victim);
+            self.stats.reg_evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the buffer is borrowed by its `Registered` guard while its entry is in
+        // the registry (the guard removes it under this lock before the borrow ends);
+        // the region has no remote rights, so after the entry is gone nothing accesses
+        // the memory through it: this endpoint never names it in a new work request
+        // (`dead`), and drops it once the requests naming it completed (the trait's
+        // `reg_mr` contract for regions without remote rights).
+        let mr = unsafe {
+            self.res
+                .v
+                .reg_mr(e.addr as *mut u8, e.len, Access::LOCAL_WRITE)
+        }
+        .ok()?;
+        drop(entries);
+        self.stats.reg_misses.fetch_add(1, Ordering::Relaxed);
+        let lkey = V::lkey(&mr);
+        self.rcache.push(Cached {
+            id: e.id,
+            addr: e.addr,
+            len: e.len,
+            mr,
+            users: 1,
+            dead: false,
+            last_use: clock,
+        });
+        self.op_cached[slot as usize] = e.id;
+        Some(Sge {
+            addr: ptr as u64,
+            len: len as u32,
+            lkey,
+        })
+    }
+
+    /// Frees operation slot `slot` and what it held: its direct registration, its use
+    /// of a cached one.
+    fn release_slot(&mut self, slot: u32) {
+        let s = slot as usize;
+        self.op_mrs[s] = None;
+        let id = std::mem::take(&mut self.op_cached[s]);
+        if id != 0
+            && let Some(i) = self.rcache.iter().position(|c| c.id == id)
+        {
+            let c = &mut self.rcache[i];
+            c.users -= 1;
+            if c.dead && c.users == 0 {
+                self.rcache.swap_remove(i);
+            }
+        }
+        self.free_rma.push(slot);
+    }
+
     fn rma_post(&mut self, g: u32, slot: u32, op: SendOp, sge: Sge) -> Result<(), VerbsError> {
         let wr = SendWr {
             wr_id: wrid::make(wrid::RMA, g, slot),
@@ -1042,7 +1708,7 @@ impl<V: Verbs> Ep<V> {
         };
         // SAFETY: the slot's bounce buffer (or the caller's buffer, registered for this
         // operation) is used by this operation only until its completion.
-        unsafe { self.res.v.post_send(&self.peers[g as usize].qp, &wr) }?;
+        unsafe { self.post(g as usize, &wr) }?;
         self.peers[g as usize].sq_used += 1;
         Ok(())
     }
@@ -1062,8 +1728,6 @@ impl<V: Verbs> Ep<V> {
             return;
         }
         let op = *op;
-        // A directly registered buffer is deregistered once the NIC is done with it.
-        self.op_mrs[slot] = None;
         if op.error.is_none() {
             if op.len > 0 {
                 // SAFETY: the get's bounce buffer holds the bytes (its READ completed);
@@ -1087,7 +1751,9 @@ impl<V: Verbs> Ep<V> {
         }
         self.done_tickets.push(op.ticket);
         self.rma_ops[slot].busy = false;
-        self.free_rma.push(slot as u32);
+        // A directly registered buffer is deregistered once the NIC is done with it; a
+        // cached registration is released.
+        self.release_slot(slot as u32);
     }
 
     fn start(&mut self, slot: u32, left: u32) -> u64 {
@@ -1129,7 +1795,7 @@ impl<V: Verbs> Ep<V> {
                 detail: why.clone(),
             });
         }
-        let Some(slot) = self.rma_slot(g, 1) else {
+        let Some(slot) = self.rma_slot(g, 1)? else {
             return Ok(Native::WouldBlock);
         };
         let sge = if len <= RMA_CHUNK {
@@ -1144,7 +1810,7 @@ impl<V: Verbs> Ep<V> {
             match unsafe { self.direct(slot, src.cast_mut(), len, Access::empty()) } {
                 Some(sge) => sge,
                 None => {
-                    self.free_rma.push(slot);
+                    self.release_slot(slot);
                     return Ok(Native::Unsupported);
                 }
             }
@@ -1159,11 +1825,11 @@ impl<V: Verbs> Ep<V> {
                 Ok(Native::Pending(self.start(slot, 1)))
             }
             Err(VerbsError::QueueFull) => {
-                self.free_rma.push(slot);
+                self.release_slot(slot);
                 Ok(Native::WouldBlock)
             }
             Err(e) => {
-                self.free_rma.push(slot);
+                self.release_slot(slot);
                 Err(verr(dst, "RDMA WRITE", e))
             }
         }
@@ -1196,7 +1862,7 @@ impl<V: Verbs> Ep<V> {
                 detail: why.clone(),
             });
         }
-        let Some(slot) = self.rma_slot(g, 1) else {
+        let Some(slot) = self.rma_slot(g, 1)? else {
             return Ok(Native::WouldBlock);
         };
         let bounced = len <= RMA_CHUNK;
@@ -1207,7 +1873,7 @@ impl<V: Verbs> Ep<V> {
             match unsafe { self.direct(slot, out, len, Access::LOCAL_WRITE) } {
                 Some(sge) => sge,
                 None => {
-                    self.free_rma.push(slot);
+                    self.release_slot(slot);
                     return Ok(Native::Unsupported);
                 }
             }
@@ -1228,11 +1894,11 @@ impl<V: Verbs> Ep<V> {
                 Ok(Native::Pending(t))
             }
             Err(VerbsError::QueueFull) => {
-                self.free_rma.push(slot);
+                self.release_slot(slot);
                 Ok(Native::WouldBlock)
             }
             Err(e) => {
-                self.free_rma.push(slot);
+                self.release_slot(slot);
                 Err(verr(dst, "RDMA READ", e))
             }
         }
@@ -1283,7 +1949,7 @@ impl<V: Verbs> Ep<V> {
                 detail: why.clone(),
             });
         }
-        let Some(slot) = self.rma_slot(g, 1) else {
+        let Some(slot) = self.rma_slot(g, 1)? else {
             return Ok(Native::WouldBlock);
         };
         let (remote_addr, rkey) = (p.seg_addr + offset as u64, p.seg_rkey);
@@ -1320,7 +1986,7 @@ impl<V: Verbs> Ep<V> {
                 swap: op.b,
             },
             _ => {
-                self.free_rma.push(slot);
+                self.release_slot(slot);
                 return Ok(Native::Unsupported);
             }
         };
@@ -1335,11 +2001,11 @@ impl<V: Verbs> Ep<V> {
                 Ok(Native::Pending(t))
             }
             Err(VerbsError::QueueFull) => {
-                self.free_rma.push(slot);
+                self.release_slot(slot);
                 Ok(Native::WouldBlock)
             }
             Err(e) => {
-                self.free_rma.push(slot);
+                self.release_slot(slot);
                 Err(verr(dst, "atomic", e))
             }
         }
