@@ -186,6 +186,9 @@ struct Pending {
     since: Instant,
     next: Instant,
     interval: Duration,
+    /// An operation of ours waits for the connection (an acceptor's connection no one
+    /// waits for is not failed at the deadline: its timer just stops).
+    waited: bool,
 }
 
 /// The connection channel of the lazy wire-up: the UD queue pair, its receive buffers,
@@ -1244,6 +1247,17 @@ impl<V: Verbs> Ep<V> {
             Conn::Ready => return Ok(true),
             Conn::Idle => {}
             Conn::Connecting | Conn::Accepted => {
+                if !self.mark_waited(g) {
+                    // The acceptor's timer stopped (nobody waited then): a new
+                    // deadline, and the datagram again.
+                    self.start_timer(g);
+                    self.mark_waited(g);
+                    let kind = match self.peers[gi].conn {
+                        Conn::Connecting => conn::CONNECT,
+                        _ => conn::ACCEPT,
+                    };
+                    self.ud_send(g, kind);
+                }
                 self.progress_conns();
                 return match &self.peers[gi].failed {
                     Some(why) => Err(ConduitError::PeerGone {
@@ -1270,8 +1284,24 @@ impl<V: Verbs> Ep<V> {
         }
         self.peers[gi].conn = Conn::Connecting;
         self.start_timer(g);
+        self.mark_waited(g);
         self.ud_send(g, conn::CONNECT);
         Ok(false)
+    }
+
+    /// Marks peer `g`'s connection as waited for; false if it has no timer.
+    fn mark_waited(&mut self, g: u32) -> bool {
+        match self
+            .chan
+            .as_mut()
+            .and_then(|c| c.pending.iter_mut().find(|p| p.g == g))
+        {
+            Some(p) => {
+                p.waited = true;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Creates the RC queue pair for peer `g` if there is none; its address.
@@ -1322,6 +1352,7 @@ impl<V: Verbs> Ep<V> {
                 since: now,
                 next: now + RETX_FIRST,
                 interval: RETX_FIRST,
+                waited: false,
             });
         }
     }
@@ -1495,7 +1526,9 @@ impl<V: Verbs> Ep<V> {
         let mut expired = Vec::new();
         c.pending.retain_mut(|p| {
             if now.duration_since(p.since) >= timeout {
-                expired.push(p.g);
+                if p.waited {
+                    expired.push(p.g);
+                }
                 return false;
             }
             if now >= p.next {

@@ -221,3 +221,27 @@ fn finalize_with_a_pending_connection() {
     .expect("job");
     assert!(t0.elapsed() < Duration::from_secs(20));
 }
+
+/// Ranks that disagree on `GEX_IBV_CONNECT` are refused at open, naming the setting.
+#[test]
+fn mixed_wire_up_modes_are_refused() {
+    let job = ThreadJob::new(2);
+    let errs = job
+        .run(|boot| {
+            let mode = if boot.rank() == 0 { "lazy" } else { "eager" };
+            ClientBuilder::new()
+                .config(Config::from_pairs([
+                    ("GEX_IBV_PROVIDER", "emu"),
+                    ("GEX_IBV_CONNECT", mode),
+                ]))
+                .segment_size(64 << 10)
+                .init::<Ibv>(Box::new(boot))
+                .map(|_| ())
+                .expect_err("refused")
+                .to_string()
+        })
+        .expect("job");
+    for e in errs {
+        assert!(e.contains("GEX_IBV_CONNECT"), "{e}");
+    }
+}
