@@ -65,12 +65,12 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "GEX_IBV_CONNECT",
         default: "lazy",
-        doc: "ibv conduit: lazy (each endpoint's RC queue pair to a peer endpoint is made on first contact, through a UD connection channel) or eager (one per peer endpoint, all made and connected at open); must be equal on every rank.",
+        doc: "ibv conduit: lazy (each endpoint's RC queue pair to a peer endpoint is made on first contact, through a UD connection channel served by a thread per endpoint) or eager (one per peer endpoint, all made and connected at open); must be equal on every rank.",
     },
     EnvVar {
         name: "GEX_IBV_CONNECT_TIMEOUT",
         default: "60s",
-        doc: "ibv conduit, lazy wire-up: how long a connection may take (the peer must poll to answer) before operations to that peer fail with an error naming it (e.g. 500ms, 60s).",
+        doc: "ibv conduit, lazy wire-up: how long a connection may take before operations to that peer fail with an error naming it (e.g. 500ms, 60s).",
     },
     EnvVar {
         name: "GEX_IBV_REG_CACHE",
@@ -857,19 +857,24 @@ fn open_with<V: Verbs>(
     let eps = uncon
         .into_iter()
         .enumerate()
-        .map(|(i, u)| IbvEp {
-            ep: Some(wrap(u.into_ep(
-                i as EpIndex,
-                rank,
-                base.clone(),
-                infos.clone(),
-                ud_peers.clone(),
-                shape,
-                conduit.stats.clone(),
-            ))),
-            conduit: conduit.clone(),
+        .map(|(i, u)| {
+            let ep = u
+                .into_ep(
+                    i as EpIndex,
+                    rank,
+                    base.clone(),
+                    infos.clone(),
+                    ud_peers.clone(),
+                    shape,
+                    conduit.stats.clone(),
+                )
+                .map_err(|e| conduit_err(format!("endpoint {i}: {e}")))?;
+            Ok(IbvEp {
+                ep: Some(wrap(ep)),
+                conduit: conduit.clone(),
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>, InitError>>()?;
     Ok((conduit, eps))
 }
 

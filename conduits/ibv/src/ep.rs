@@ -4,18 +4,11 @@
 //! windows, AM injection and delivery, native RMA and atomics.
 //!
 //! # Lazy wire-up (`GEX_IBV_CONNECT=lazy`)
-//! Each endpoint has one UD queue pair whose address every peer learned at open. The
-//! first message or native operation to a peer endpoint creates the RC queue pair for
-//! it and sends a CONNECT datagram carrying its address; the peer creates its own,
-//! connects it (INIT, RTR, RTS) and answers ACCEPT with its address; the initiator
-//! connects and answers READY. Until a side may send (initiator: ACCEPT received;
-//! acceptor: READY or the first message on the RC queue pair received) operations to
-//! that peer answer back-pressure (`WouldBlock`). Datagrams may be lost or duplicated:
-//! CONNECT and ACCEPT are sent again on a doubling timer, every answer is idempotent
-//! (the queue pair of a pair and its address never change), and a connection that
-//! does not complete within `GEX_IBV_CONNECT_TIMEOUT` fails the peer with an error
-//! naming it. Both sides initiating at once: the endpoint with the lower global index
-//! ignores the other's CONNECT (its own wins), the higher one accepts.
+//! The queue pair to a peer endpoint is made on first contact by the endpoint's
+//! connection channel (`crate::connect`, which has the protocol and its thread); until
+//! it is ready, operations to that peer answer back-pressure. The endpoint keeps, per
+//! peer, whether it is ready and its queue pair, so the connected fast path costs one
+//! more test.
 //!
 //! # Safety
 //! - The segment (owned by the conduit, which outlives the endpoint and its grave) and
@@ -32,12 +25,12 @@
 //!   the caller's memory.
 #![allow(unsafe_code)]
 
+use crate::connect::{Channel, Params, Progress, UdParts};
 use crate::mem::Mem;
+use crate::verbs::QpAddr;
 use crate::verbs::{
     Access, QpCaps, SendOp, SendWr, Sge, Verbs, VerbsError, Wc, WcOpcode, WcStatus,
 };
-use crate::verbs::{GRH_LEN, QpAddr, UdDest};
-use crate::wire::conn;
 use crate::wire::{self, HDR_MAX, Header, MAX_ARGS, wrid};
 use gex_core::spi::{
     AtomicBase, AtomicKind, Capabilities, ConduitError, Deliver, Incoming, Limits, Native,
@@ -47,18 +40,8 @@ use gex_core::{Category, EpAddr, EpIndex, Injected, Kind};
 use gex_sync::atomic::Ordering;
 use std::collections::{HashMap, VecDeque};
 use std::ptr::NonNull;
-use std::time::{Duration, Instant};
-
-/// Q_Key of the connection channel's UD queue pairs.
-pub(crate) const QKEY: u32 = 0x6765_7851;
-/// Receives posted on the UD queue pair.
-const UD_RECVS: usize = 64;
-/// Bytes of one UD receive buffer (the GRH and a connection datagram).
-const UD_BUF: usize = 128;
-/// First retransmission delay of CONNECT and ACCEPT (it doubles, up to [`RETX_MAX`]).
-const RETX_FIRST: Duration = Duration::from_millis(20);
-/// Longest retransmission delay.
-const RETX_MAX: Duration = Duration::from_millis(500);
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Largest inline SEND (header, arguments and payload).
 pub(crate) const MAX_INLINE: u32 = 128;
@@ -165,54 +148,13 @@ impl Shape {
     }
 }
 
-/// Where the connection to a peer endpoint is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Conn {
-    /// No queue pair yet.
-    Idle,
-    /// Ours is made, CONNECT sent, no answer yet.
-    Connecting,
-    /// Ours is connected to theirs (ACCEPT sent); waiting for READY or their first
-    /// message before sending.
-    Accepted,
-    /// Both connected: sends go.
-    Ready,
-}
-
-/// A connection in progress: its retransmission timer and deadline.
-#[derive(Clone, Copy, Debug)]
-struct Pending {
-    g: u32,
-    since: Instant,
-    next: Instant,
-    interval: Duration,
-    /// An operation of ours waits for the connection (an acceptor's connection no one
-    /// waits for is not failed at the deadline: its timer just stops).
-    waited: bool,
-}
-
-/// The connection channel of the lazy wire-up: the UD queue pair, its receive buffers,
-/// the peers' UD addresses and the address handles made so far. Dropped in field
-/// order: the queue pair before its address handles and buffers' region, the region
-/// before the buffers.
-pub(crate) struct Channel<V: Verbs> {
-    ud: V::UdQp,
-    ahs: Vec<Option<V::Ah>>,
-    mr: V::Mr,
-    mem: Mem,
-    /// Each peer endpoint's UD queue pair (from the exchange at open).
-    peers: Vec<QpAddr>,
-    pending: Vec<Pending>,
-}
-
 /// A peer endpoint's state at this endpoint.
 struct Peer<V: Verbs> {
     info: PeerInfo,
-    /// Our queue pair for the pair (made at open, or on first contact).
-    qp: Option<V::Qp>,
-    conn: Conn,
-    /// The peer's queue pair address, once known.
-    remote: Option<QpAddr>,
+    /// Our queue pair for the pair (made at open, or on first contact); sends go on it
+    /// only when `ready`.
+    qp: Option<Arc<V::Qp>>,
+    ready: bool,
     sq_used: u32,
     sent_req: u64,
     sent_rep: u64,
@@ -239,8 +181,8 @@ struct Deferred {
 /// The endpoint's verbs resources: dropped in field order, regions before the buffers
 /// they cover, the device context last.
 pub(crate) struct Res<V: Verbs> {
-    srq: V::Srq,
-    cq: V::Cq,
+    srq: Arc<V::Srq>,
+    cq: Arc<V::Cq>,
     seg_mr: V::Mr,
     recv_mr: V::Mr,
     send_mr: V::Mr,
@@ -252,7 +194,7 @@ pub(crate) struct Res<V: Verbs> {
     credit_in: Mem,
     credit_out: Mem,
     rma: Mem,
-    pub(crate) v: V,
+    pub(crate) v: Arc<V>,
 }
 
 /// An operation slot of a native operation: where its result goes at completion.
@@ -270,6 +212,10 @@ struct RmaOp {
     atomic: Option<NativeAtomic>,
     error: Option<WcStatus>,
 }
+
+/// The connection channel of an endpoint and the thread serving it (joined when the
+/// endpoint is dropped).
+type ChannelThread<V> = (Arc<Channel<V>>, Option<std::thread::JoinHandle<()>>);
 
 /// One endpoint over the verbs provider `V`.
 pub(crate) struct Ep<V: Verbs> {
@@ -305,12 +251,26 @@ pub(crate) struct Ep<V: Verbs> {
     rcache: Vec<Cached<V>>,
     rcache_gen: u64,
     rcache_clock: u64,
-    /// The connection channel (lazy wire-up); before `res`: its queue pair goes before
-    /// the completion queue.
-    chan: Option<Channel<V>>,
-    /// A connection datagram was handled since `block` last looked (ends a wait).
-    conn_event: bool,
+    /// The connection channel (lazy wire-up) and its thread, stopped and joined when
+    /// the endpoint is dropped; before `res`: the queue pairs it holds go before the
+    /// completion queue.
+    chan: Option<ChannelThread<V>>,
+    /// Peers an operation found not ready (connections the owner waits for); `block`
+    /// looks at them before sleeping, since the channel's thread completes connections
+    /// without signalling this endpoint's completion queue.
+    awaiting: Vec<u32>,
     pub(crate) res: Res<V>,
+}
+
+impl<V: Verbs> Drop for Ep<V> {
+    fn drop(&mut self) {
+        if let Some((ch, thread)) = &mut self.chan {
+            ch.stop();
+            if let Some(t) = thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
 }
 
 // SAFETY: `seg` points into the conduit's segment, valid while the conduit lives (the
@@ -329,8 +289,8 @@ fn verr(peer: EpAddr, what: &str, e: VerbsError) -> ConduitError {
 pub(crate) struct Unconnected<V: Verbs> {
     /// Eager wire-up: one queue pair per peer endpoint; lazy: none.
     pub(crate) qps: Vec<V::Qp>,
-    /// Lazy wire-up: the UD queue pair, its receive block and region.
-    ud: Option<(V::UdQp, V::Mr, Mem)>,
+    /// Lazy wire-up: the UD queue pair and its buffers.
+    ud: Option<UdParts<V>>,
     pub(crate) res: Res<V>,
     pub(crate) seg: (NonNull<u8>, usize),
 }
@@ -372,7 +332,7 @@ impl<V: Verbs> Unconnected<V> {
             .map_err(|x| e("registering credit words", x))?;
         let rma_mr = reg(rma.at(0), rma.len(), Access::LOCAL_WRITE)
             .map_err(|x| e("registering RMA buffers", x))?;
-        let cq_depth = nrecv as u32 + npeers as u32 * shape.sq_depth() + 64 + 2 * UD_RECVS as u32;
+        let cq_depth = nrecv as u32 + npeers as u32 * shape.sq_depth() + 64;
         let cq = v.create_cq(cq_depth).map_err(|x| e("ibv_create_cq", x))?;
         let srq = v
             .create_srq(nrecv as u32)
@@ -403,37 +363,15 @@ impl<V: Verbs> Unconnected<V> {
                 .collect::<Result<Vec<_>, _>>()?
         };
         let ud = if shape.lazy {
-            let ud_caps = QpCaps {
-                max_send_wr: UD_RECVS as u32,
-                max_inline: MAX_INLINE,
-            };
-            let ud = v
-                .create_ud_qp(&cq, ud_caps, UD_RECVS as u32, QKEY)
-                .map_err(|x| e("creating the UD queue pair", x))?;
-            let mem = alloc(UD_RECVS * UD_BUF, "UD receive buffers")?;
-            // SAFETY: the block lives next to its region in `Channel`, dropped after it.
-            let mr = unsafe { v.reg_mr(mem.at(0), mem.len(), Access::LOCAL_WRITE) }
-                .map_err(|x| e("registering UD receive buffers", x))?;
-            for i in 0..UD_RECVS {
-                let sge = Sge {
-                    addr: mem.at(i * UD_BUF) as u64,
-                    len: UD_BUF as u32,
-                    lkey: V::lkey(&mr),
-                };
-                // SAFETY: a buffer of the registered block, not accessed until its
-                // completion is polled.
-                unsafe { v.post_ud_recv(&ud, wrid::make(wrid::UD_RECV, 0, i as u32), sge) }
-                    .map_err(|x| e("ibv_post_recv", x))?;
-            }
-            Some((ud, mr, mem))
+            Some(UdParts::new(&v)?)
         } else {
             None
         };
         Ok(Unconnected {
             ud,
             res: Res {
-                srq,
-                cq,
+                srq: Arc::new(srq),
+                cq: Arc::new(cq),
                 seg_mr,
                 recv_mr,
                 send_mr,
@@ -445,7 +383,7 @@ impl<V: Verbs> Unconnected<V> {
                 credit_in,
                 credit_out,
                 rma,
-                v,
+                v: Arc::new(v),
             },
             qps,
             seg,
@@ -454,7 +392,7 @@ impl<V: Verbs> Unconnected<V> {
 
     /// The UD queue pair's address (lazy wire-up).
     pub(crate) fn ud_addr(&self) -> Option<QpAddr> {
-        self.ud.as_ref().map(|(ud, _, _)| self.res.v.ud_addr(ud))
+        self.ud.as_ref().map(|u| u.addr(&self.res.v))
     }
 
     /// What this endpoint publishes of itself: segment address, length and key, credit
@@ -481,11 +419,10 @@ impl<V: Verbs> Unconnected<V> {
         ud_peers: Vec<QpAddr>,
         shape: Shape,
         stats: std::sync::Arc<Counters>,
-    ) -> Ep<V> {
+    ) -> Result<Ep<V>, String> {
         let me = base[rank as usize] + index as u32;
         let mut by_qpn = HashMap::new();
         let mut qps = self.qps.into_iter();
-        let npeers = infos.len();
         let peers: Vec<Peer<V>> = infos
             .into_iter()
             .enumerate()
@@ -496,13 +433,8 @@ impl<V: Verbs> Unconnected<V> {
                 }
                 Peer {
                     info,
-                    conn: if qp.is_some() {
-                        Conn::Ready
-                    } else {
-                        Conn::Idle
-                    },
-                    qp,
-                    remote: None,
+                    ready: qp.is_some(),
+                    qp: qp.map(Arc::new),
                     sq_used: 0,
                     sent_req: 0,
                     sent_rep: 0,
@@ -516,7 +448,9 @@ impl<V: Verbs> Unconnected<V> {
             })
             .collect();
         let recv_count = (peers.len() * 2 * shape.credits as usize) as u32;
-        Ep {
+        let addrs: Vec<EpAddr> = peers.iter().map(|p| p.info.addr).collect();
+        let ud = self.ud;
+        let mut ep = Ep {
             index,
             rank,
             me,
@@ -540,17 +474,35 @@ impl<V: Verbs> Unconnected<V> {
             rcache: Vec::new(),
             rcache_gen: 0,
             rcache_clock: 0,
-            chan: self.ud.map(|(ud, mr, mem)| Channel {
-                ud,
-                ahs: (0..npeers).map(|_| None).collect(),
-                mr,
-                mem,
-                peers: ud_peers,
-                pending: Vec::new(),
-            }),
-            conn_event: false,
+            chan: None,
+            awaiting: Vec::new(),
             res: self.res,
+        };
+        if let Some(parts) = ud {
+            let p = Params {
+                me,
+                rank,
+                index,
+                addrs,
+                ud_peers,
+                caps: QpCaps {
+                    max_send_wr: shape.sq_depth(),
+                    max_inline: MAX_INLINE,
+                },
+                gid_index: shape.gid_index,
+                timeout: shape.connect_timeout,
+            };
+            let ch = Arc::new(Channel::new(
+                parts,
+                p,
+                ep.res.v.clone(),
+                ep.res.cq.clone(),
+                ep.res.srq.clone(),
+            ));
+            let thread = ch.spawn()?;
+            ep.chan = Some((ch, Some(thread)));
         }
+        Ok(ep)
     }
 }
 
@@ -627,7 +579,7 @@ impl<V: Verbs> Ep<V> {
                 detail: why.clone(),
             });
         }
-        if self.peers[gi].conn != Conn::Ready && !self.connect(g)? {
+        if !self.peers[gi].ready && !self.connect(g)? {
             return Ok(false);
         }
         let long = m.h.category == Category::Long && !m.payload.is_empty();
@@ -751,7 +703,7 @@ impl<V: Verbs> Ep<V> {
                 Kind::Request => (p.consumed_req, p.credited_req),
                 Kind::Reply => (p.consumed_rep, p.credited_rep),
             };
-            if consumed == credited || p.failed.is_some() || p.conn != Conn::Ready {
+            if consumed == credited || p.failed.is_some() || !p.ready {
                 continue;
             }
             if p.sq_used + 1 > depth {
@@ -796,9 +748,6 @@ impl<V: Verbs> Ep<V> {
     /// Sends what waits: deferred replies and owed credits; retransmits connection
     /// datagrams that are due.
     fn flush(&mut self) {
-        if self.chan.as_ref().is_some_and(|c| !c.pending.is_empty()) {
-            self.progress_conns();
-        }
         if self.owed_credits {
             self.owed_credits = false;
             for g in 0..self.peers.len() as u32 {
@@ -903,17 +852,16 @@ impl<V: Verbs> Ep<V> {
     /// Handles a receive: decodes, delivers, reposts, counts the credit.
     fn recv_done<D: Deliver>(&mut self, wc: &Wc, d: &mut D) {
         let i = wrid::index(wc.wr_id) as usize;
-        let Some(&g) = self.by_qpn.get(&wc.qp_num) else {
-            panic!(
-                "ibv conduit: rank {} endpoint {}: a message on unknown queue pair {}",
-                self.rank, self.index, wc.qp_num
-            )
+        let g = match self.by_qpn.get(&wc.qp_num) {
+            Some(&g) => g,
+            // The first message of a peer that connected to us.
+            None => self.adopt_qpn(wc.qp_num).unwrap_or_else(|| {
+                panic!(
+                    "ibv conduit: rank {} endpoint {}: a message on unknown queue pair {}",
+                    self.rank, self.index, wc.qp_num
+                )
+            }),
         };
-        if self.peers[g as usize].conn != Conn::Ready {
-            // The acceptor's first message from the initiator: it is connected.
-            self.peers[g as usize].conn = Conn::Ready;
-            self.stop_timer(g);
-        }
         let buf_len = self.shape.buf_len();
         let src = self.peers[g as usize].info.addr;
         let n = (wc.byte_len as usize).min(buf_len);
@@ -1022,10 +970,6 @@ impl<V: Verbs> Ep<V> {
 
     /// Handles one completion; a receive is delivered through `d`, or stashed without one.
     fn completion<D: Deliver>(&mut self, wc: &Wc, d: Option<&mut D>) -> bool {
-        if wrid::kind(wc.wr_id) >= wrid::UD_SEND {
-            self.ud_completion(wc);
-            return false;
-        }
         if wc.status != WcStatus::Success {
             let g = wrid::peer(wc.wr_id) as usize;
             let known = wc.opcode != WcOpcode::Recv
@@ -1119,16 +1063,21 @@ impl<V: Verbs> Ep<V> {
         if !self.idle() || !self.stash.is_empty() {
             return;
         }
-        // A connection in progress: wake for its next retransmission (`poll` sends it).
-        let timeout = match self.next_timer() {
-            Some(t) => timeout.min(t.saturating_duration_since(Instant::now())),
-            None => timeout,
+        // A connection completes on the channel's thread, which does not signal this
+        // completion queue: adopt what is ready (the caller retries at once), else look
+        // again soon.
+        if !self.awaiting.is_empty() && self.check_awaiting() {
+            return;
+        }
+        let timeout = if self.connecting() {
+            timeout.min(Duration::from_millis(1))
+        } else {
+            timeout
         };
-        self.conn_event = false;
         // Send completions alone do not end the wait: take them first; arm the channel,
         // then look once more (a completion before arming signals nothing).
         self.collect();
-        if !self.stash.is_empty() || self.conn_event {
+        if !self.stash.is_empty() {
             return;
         }
         if let Err(e) = self.res.v.arm_cq(&self.res.cq) {
@@ -1138,7 +1087,7 @@ impl<V: Verbs> Ep<V> {
             );
         }
         self.collect();
-        if !self.stash.is_empty() || self.conn_event {
+        if !self.stash.is_empty() {
             return;
         }
         if let Err(e) = self.res.v.wait_cq(&self.res.cq, timeout) {
@@ -1192,14 +1141,7 @@ impl<V: Verbs> Ep<V> {
                 || req_out > 0
                 || rep_out > 0
                 || p.failed.is_some()
-                || matches!(p.conn, Conn::Connecting | Conn::Accepted)
             {
-                if matches!(p.conn, Conn::Connecting | Conn::Accepted) {
-                    s.push_str(&format!(
-                        "peer {}: connection in progress ({:?})\n",
-                        p.info.addr, p.conn
-                    ));
-                }
                 s.push_str(&format!(
                     "peer {}: {} work requests posted, {req_out}/{} request and {rep_out} reply credits in use, {} replies queued, {} + {} credits not yet returned{}\n",
                     p.info.addr,
@@ -1231,8 +1173,9 @@ impl<V: Verbs> Ep<V> {
 
     // ---- lazy wire-up (slow path) ----------------------------------------------------
 
-    /// Makes progress on the connection to peer `g`, which is not ready: starts it when
-    /// idle, fails it when it took too long. `Ok(true)` when it is ready now.
+    /// Peer `g` is not ready: asks the connection channel (which starts the connection
+    /// if there is none) and adopts the queue pair once it is ready. `Ok(true)` when it
+    /// is ready now.
     #[cold]
     fn connect(&mut self, g: u32) -> Result<bool, ConduitError> {
         let gi = g as usize;
@@ -1243,329 +1186,67 @@ impl<V: Verbs> Ep<V> {
                 detail: why.clone(),
             });
         }
-        match self.peers[gi].conn {
-            Conn::Ready => return Ok(true),
-            Conn::Idle => {}
-            Conn::Connecting | Conn::Accepted => {
-                if !self.mark_waited(g) {
-                    // The acceptor's timer stopped (nobody waited then): a new
-                    // deadline, and the datagram again.
-                    self.start_timer(g);
-                    self.mark_waited(g);
-                    let kind = match self.peers[gi].conn {
-                        Conn::Connecting => conn::CONNECT,
-                        _ => conn::ACCEPT,
-                    };
-                    self.ud_send(g, kind);
-                }
-                self.progress_conns();
-                return match &self.peers[gi].failed {
-                    Some(why) => Err(ConduitError::PeerGone {
-                        rank: addr.rank,
-                        detail: why.clone(),
-                    }),
-                    None => Ok(self.peers[gi].conn == Conn::Ready),
-                };
-            }
-        }
-        if self.chan.is_none() {
+        let Some((ch, _)) = &self.chan else {
             // Eager wire-up connected every peer at open.
             return Err(ConduitError::Network(format!(
                 "ibv: no queue pair to rank {} endpoint {}",
                 addr.rank, addr.ep
             )));
-        }
-        let mine = self.make_qp(g)?;
-        if g == self.me {
-            // Our own endpoint: the queue pair loops back to itself.
-            self.connect_qp(g, &mine)?;
-            self.peers[gi].conn = Conn::Ready;
-            return Ok(true);
-        }
-        self.peers[gi].conn = Conn::Connecting;
-        self.start_timer(g);
-        self.mark_waited(g);
-        self.ud_send(g, conn::CONNECT);
-        Ok(false)
-    }
-
-    /// Marks peer `g`'s connection as waited for; false if it has no timer.
-    fn mark_waited(&mut self, g: u32) -> bool {
-        match self
-            .chan
-            .as_mut()
-            .and_then(|c| c.pending.iter_mut().find(|p| p.g == g))
-        {
-            Some(p) => {
-                p.waited = true;
-                true
+        };
+        match ch.connect(g) {
+            Progress::Ready(qp) => {
+                self.adopt(g, qp);
+                Ok(true)
             }
-            None => false,
-        }
-    }
-
-    /// Creates the RC queue pair for peer `g` if there is none; its address.
-    fn make_qp(&mut self, g: u32) -> Result<QpAddr, ConduitError> {
-        let gi = g as usize;
-        if let Some(qp) = &self.peers[gi].qp {
-            return Ok(self.res.v.qp_addr(qp));
-        }
-        let caps = QpCaps {
-            max_send_wr: self.shape.sq_depth(),
-            max_inline: MAX_INLINE,
-        };
-        let qp = self
-            .res
-            .v
-            .create_qp(&self.res.cq, &self.res.srq, caps)
-            .map_err(|e| verr(self.peers[gi].info.addr, "creating the queue pair", e))?;
-        let a = self.res.v.qp_addr(&qp);
-        self.by_qpn.insert(a.qpn, g);
-        self.peers[gi].qp = Some(qp);
-        Ok(a)
-    }
-
-    /// Connects our queue pair for `g` to `remote` (INIT, RTR, RTS).
-    fn connect_qp(&mut self, g: u32, remote: &QpAddr) -> Result<(), ConduitError> {
-        let gi = g as usize;
-        let params = crate::verbs::ConnectParams {
-            retry_cnt: 7,
-            rnr_retry: 7,
-            gid_index: self.shape.gid_index,
-        };
-        let p = &mut self.peers[gi];
-        let qp = p.qp.as_ref().expect("made before connecting");
-        self.res
-            .v
-            .connect(qp, remote, &params)
-            .map_err(|e| verr(p.info.addr, "connecting the queue pair", e))?;
-        p.remote = Some(*remote);
-        Ok(())
-    }
-
-    fn start_timer(&mut self, g: u32) {
-        let now = Instant::now();
-        if let Some(c) = &mut self.chan {
-            c.pending.retain(|p| p.g != g);
-            c.pending.push(Pending {
-                g,
-                since: now,
-                next: now + RETX_FIRST,
-                interval: RETX_FIRST,
-                waited: false,
-            });
-        }
-    }
-
-    fn stop_timer(&mut self, g: u32) {
-        if let Some(c) = &mut self.chan {
-            c.pending.retain(|p| p.g != g);
-        }
-    }
-
-    /// Sends connection datagram `kind` to peer `g` (lost if the send queue is full: the
-    /// timers send again).
-    fn ud_send(&mut self, g: u32, kind: u8) {
-        let gi = g as usize;
-        let addr = match (kind, &self.peers[gi].qp) {
-            (conn::READY, _) | (_, None) => QpAddr::default(),
-            (_, Some(qp)) => self.res.v.qp_addr(qp),
-        };
-        let gid_index = self.shape.gid_index;
-        let me = self.me;
-        let v = &self.res.v;
-        let Some(c) = &mut self.chan else { return };
-        let dest = c.peers[gi];
-        if c.ahs[gi].is_none() {
-            match v.create_ah(&dest, gid_index) {
-                Ok(ah) => c.ahs[gi] = Some(ah),
-                Err(e) => {
-                    let why = format!("creating an address handle: {e}");
-                    self.peers[gi].failed = Some(why);
-                    return;
+            Progress::Pending => {
+                if !self.awaiting.contains(&g) {
+                    self.awaiting.push(g);
                 }
+                Ok(false)
             }
-        }
-        let msg = conn::Msg {
-            kind,
-            src: me,
-            dst: g,
-            addr,
-        }
-        .encode();
-        let sge = Sge {
-            addr: msg.as_ptr() as u64,
-            len: msg.len() as u32,
-            lkey: 0,
-        };
-        let ah = c.ahs[gi].as_ref().expect("made above");
-        let to = UdDest {
-            qpn: dest.qpn,
-            qkey: QKEY,
-        };
-        // SAFETY: inline: the bytes are copied during the call.
-        let _ =
-            unsafe { v.post_ud_send(&c.ud, ah, to, wrid::make(wrid::UD_SEND, g, 0), sge, true) };
-    }
-
-    /// Handles a completion of the connection channel.
-    fn ud_completion(&mut self, wc: &Wc) {
-        if wrid::kind(wc.wr_id) != wrid::UD_RECV {
-            return; // a datagram sent (or lost: the timers send again)
-        }
-        let i = wrid::index(wc.wr_id) as usize;
-        let Some(c) = &self.chan else { return };
-        let n = (wc.byte_len as usize).min(UD_BUF);
-        let msg = if wc.status == WcStatus::Success && n > GRH_LEN {
-            // SAFETY: the receive completed (the NIC wrote it and will not until it is
-            // reposted below); inside the UD receive block.
-            let bytes =
-                unsafe { std::slice::from_raw_parts(c.mem.at(i * UD_BUF + GRH_LEN), n - GRH_LEN) };
-            conn::Msg::decode(bytes)
-        } else {
-            None
-        };
-        let sge = Sge {
-            addr: c.mem.at(i * UD_BUF) as u64,
-            len: UD_BUF as u32,
-            lkey: V::lkey(&c.mr),
-        };
-        // SAFETY: the datagram was decoded into `msg`; the NIC owns the buffer again.
-        if let Err(e) = unsafe { self.res.v.post_ud_recv(&c.ud, wc.wr_id, sge) } {
-            panic!(
-                "ibv conduit: rank {} endpoint {}: reposting a UD receive failed: {e}",
-                self.rank, self.index
-            );
-        }
-        // Anything malformed, not for us, or from no endpoint of the job is dropped.
-        if let Some(m) = msg
-            && m.dst == self.me
-            && (m.src as usize) < self.peers.len()
-            && m.src != self.me
-        {
-            self.conn_event = true;
-            self.on_datagram(m);
-        }
-    }
-
-    /// The connection protocol: one datagram from peer `m.src`.
-    fn on_datagram(&mut self, m: conn::Msg) {
-        let g = m.src;
-        let gi = g as usize;
-        if self.peers[gi].failed.is_some() {
-            return;
-        }
-        let state = self.peers[gi].conn;
-        let same = |p: &Peer<V>| p.remote.is_none_or(|r| r == m.addr);
-        match m.kind {
-            conn::CONNECT => match state {
-                Conn::Idle => self.accept(g, &m.addr),
-                // Both sides initiated: the lower global index's CONNECT wins, so the
-                // higher one accepts it and the lower one ignores the other.
-                Conn::Connecting if self.me < g => {}
-                Conn::Connecting => self.accept(g, &m.addr),
-                // Our ACCEPT was lost (or this CONNECT is a duplicate): answer again.
-                Conn::Accepted | Conn::Ready if same(&self.peers[gi]) => {
-                    self.ud_send(g, conn::ACCEPT);
-                }
-                _ => {}
-            },
-            conn::ACCEPT => match state {
-                Conn::Connecting | Conn::Accepted => {
-                    if state == Conn::Connecting
-                        && let Err(e) = self.connect_qp(g, &m.addr)
-                    {
-                        self.peers[gi].failed = Some(e.to_string());
-                        self.stop_timer(g);
-                        return;
-                    }
-                    if !same(&self.peers[gi]) {
-                        return;
-                    }
-                    self.peers[gi].conn = Conn::Ready;
-                    self.stop_timer(g);
-                    self.ud_send(g, conn::READY);
-                }
-                // Our READY was lost: the peer sends ACCEPT again.
-                Conn::Ready if same(&self.peers[gi]) => self.ud_send(g, conn::READY),
-                _ => {}
-            },
-            _ => {
-                if state == Conn::Accepted {
-                    self.peers[gi].conn = Conn::Ready;
-                    self.stop_timer(g);
-                }
+            Progress::Failed(why) => {
+                self.awaiting.retain(|&x| x != g);
+                self.peers[gi].failed = Some(why.clone());
+                Err(ConduitError::PeerGone {
+                    rank: addr.rank,
+                    detail: why,
+                })
             }
         }
     }
 
-    /// Answers peer `g`'s CONNECT: our queue pair, connected to theirs, and ACCEPT.
-    fn accept(&mut self, g: u32, remote: &QpAddr) {
-        let gi = g as usize;
-        let r = self.make_qp(g).and_then(|_| self.connect_qp(g, remote));
-        if let Err(e) = r {
-            self.peers[gi].failed = Some(e.to_string());
-            self.stop_timer(g);
-            return;
-        }
-        self.peers[gi].conn = Conn::Accepted;
-        self.start_timer(g);
-        self.ud_send(g, conn::ACCEPT);
-    }
-
-    /// Retransmits what timed out, fails connections past `GEX_IBV_CONNECT_TIMEOUT`.
+    /// Adopts the awaited connections that became ready (or failed); true if any did,
+    /// so the caller's operations can go on.
     #[cold]
-    fn progress_conns(&mut self) {
-        let Some(c) = &mut self.chan else { return };
-        if c.pending.is_empty() {
-            return;
+    fn check_awaiting(&mut self) -> bool {
+        let mut changed = false;
+        for g in std::mem::take(&mut self.awaiting) {
+            changed |= !matches!(self.connect(g), Ok(false));
         }
-        let now = Instant::now();
-        let timeout = self.shape.connect_timeout;
-        let mut due = Vec::new();
-        let mut expired = Vec::new();
-        c.pending.retain_mut(|p| {
-            if now.duration_since(p.since) >= timeout {
-                if p.waited {
-                    expired.push(p.g);
-                }
-                return false;
-            }
-            if now >= p.next {
-                due.push(p.g);
-                p.interval = (p.interval * 2).min(RETX_MAX);
-                p.next = now + p.interval;
-            }
-            true
-        });
-        for g in due {
-            match self.peers[g as usize].conn {
-                Conn::Connecting => self.ud_send(g, conn::CONNECT),
-                Conn::Accepted => self.ud_send(g, conn::ACCEPT),
-                _ => {}
-            }
-        }
-        for g in expired {
-            let p = &mut self.peers[g as usize];
-            let what = match p.conn {
-                Conn::Connecting => "did not answer the connection request",
-                _ => "did not confirm the connection it asked for",
-            };
-            p.failed = Some(format!(
-                "ibv conduit: rank {} endpoint {}: rank {} endpoint {} {what} within {:?} (GEX_IBV_CONNECT_TIMEOUT)",
-                self.rank, self.index, p.info.addr.rank, p.info.addr.ep, timeout
-            ));
-        }
+        changed
     }
 
-    /// Connections in progress.
+    /// Takes the ready queue pair `qp` of peer `g` from the channel.
+    fn adopt(&mut self, g: u32, qp: Arc<V::Qp>) {
+        self.awaiting.retain(|&x| x != g);
+        self.by_qpn.insert(self.res.v.qp_addr(&qp).qpn, g);
+        let p = &mut self.peers[g as usize];
+        p.qp = Some(qp);
+        p.ready = true;
+    }
+
+    /// A message on queue pair `qpn`, unknown so far: one the connection channel made
+    /// for a peer that connected to us (its first message makes it ready).
+    #[cold]
+    fn adopt_qpn(&mut self, qpn: u32) -> Option<u32> {
+        let (g, qp) = self.chan.as_ref()?.0.adopt_qpn(qpn)?;
+        self.adopt(g, qp);
+        Some(g)
+    }
+
+    /// Connections in progress, or ready and not yet adopted.
     pub(crate) fn connecting(&self) -> bool {
-        self.chan.as_ref().is_some_and(|c| !c.pending.is_empty())
-    }
-
-    /// The earliest retransmission deadline, if a connection is in progress.
-    fn next_timer(&self) -> Option<Instant> {
-        self.chan.as_ref()?.pending.iter().map(|p| p.next).min()
+        !self.awaiting.is_empty() || self.chan.as_ref().is_some_and(|(c, _)| c.connecting())
     }
 
     // ---- native RMA and atomics ----------------------------------------------------
@@ -1573,7 +1254,7 @@ impl<V: Verbs> Ep<V> {
     /// A free operation slot for `wrs` work requests to peer `g`; `Ok(None)` for
     /// back-pressure (no slot, no send queue entry, or the connection not ready yet).
     fn rma_slot(&mut self, g: u32, wrs: u32) -> Result<Option<u32>, ConduitError> {
-        if self.peers[g as usize].conn != Conn::Ready && !self.connect(g)? {
+        if !self.peers[g as usize].ready && !self.connect(g)? {
             return Ok(None);
         }
         Ok(self.rma_slot_ready(g, wrs))

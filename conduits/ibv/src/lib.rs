@@ -17,7 +17,8 @@
 //! - **Wire-up**: segment and credit-word keys and the UD queue pair's address are
 //!   exchanged through the bootstrap at open and checked against the job layout. The
 //!   RC queue pair to a peer endpoint is made on first contact (`GEX_IBV_CONNECT=lazy`,
-//!   the default): CONNECT, ACCEPT and READY datagrams over UD, retransmitted on a
+//!   the default): CONNECT, ACCEPT and READY datagrams over UD, served by a thread per
+//!   endpoint (a target that never polls is still connected), retransmitted on a
 //!   timer, with simultaneous connects resolved by endpoint order and a bounded wait
 //!   (`GEX_IBV_CONNECT_TIMEOUT`); or all at open (`eager`: every RC queue pair's
 //!   address exchanged and connected before a barrier).
@@ -45,13 +46,13 @@
 //!   [`ConduitError::PeerGone`](gex_core::spi::ConduitError).
 //!
 //! ## What it does not do (yet)
-//! Connection requests are answered from the endpoint's own progress (no connection
-//! thread), there are no endpoints made at run time, and real devices have not been
-//! tested (docs/ibv.md, section 7).
+//! There are no endpoints made at run time, and real devices have not been tested
+//! (docs/ibv.md, section 7).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod conduit;
+mod connect;
 pub mod emu;
 mod ep;
 mod mem;

@@ -103,7 +103,7 @@ pub(crate) fn decode(bytes: &[u8], args: &mut [u32; MAX_ARGS]) -> Result<Header,
     })
 }
 
-/// The connection datagrams of the lazy wire-up (`crate::ep`), sent over the UD queue
+/// The connection datagrams of the lazy wire-up (`crate::connect`), sent over the UD queue
 /// pairs: magic, kind, source and destination endpoints (global indices), and the
 /// sender's RC queue pair address for the pair (zero in a READY).
 pub(crate) mod conn {
