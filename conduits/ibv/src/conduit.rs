@@ -63,6 +63,21 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "ibv conduit: request (and reply) credits per ordered endpoint pair, 2..=1024; the shared receive queue holds 2 x credits buffers per peer endpoint; must be equal on every rank.",
     },
     EnvVar {
+        name: "GEX_IBV_CONNECT",
+        default: "lazy",
+        doc: "ibv conduit: lazy (each endpoint's RC queue pair to a peer endpoint is made on first contact, through a UD connection channel served by a thread per endpoint) or eager (one per peer endpoint, all made and connected at open); must be equal on every rank.",
+    },
+    EnvVar {
+        name: "GEX_IBV_CONNECT_TIMEOUT",
+        default: "60s",
+        doc: "ibv conduit, lazy wire-up: how long a connection may take before operations to that peer fail with an error naming it (e.g. 500ms, 60s).",
+    },
+    EnvVar {
+        name: "GEX_IBV_REG_CACHE",
+        default: "16",
+        doc: "ibv conduit: registrations of buffers the application registered (Ibv::register) each endpoint keeps for large native puts and gets, least recently used evicted first; 0: none kept (each transfer registers its buffer).",
+    },
+    EnvVar {
         name: "GEX_IBV_RMA",
         default: "1",
         doc: "ibv conduit: 0 leaves native RMA (RDMA WRITE/READ) and NIC atomics off, so gex-rma uses its AM reference path.",
@@ -113,6 +128,56 @@ pub struct IbvStats {
     pub native_gets: u64,
     /// NIC atomics (fetch-add, compare-swap).
     pub native_atomics: u64,
+    /// Large transfers that used a cached registration of a registered buffer.
+    pub reg_cache_hits: u64,
+    /// Registrations made for the cache (a registered buffer's first large transfer
+    /// on an endpoint, or after its eviction).
+    pub reg_cache_misses: u64,
+    /// Cached registrations evicted to make room.
+    pub reg_cache_evictions: u64,
+}
+
+/// A buffer registered for large native transfers ([`Ibv::register`]); unregistered
+/// when dropped. Dereferences to the buffer.
+pub struct Registered<'a> {
+    buf: &'a mut [u8],
+    id: u64,
+    stats: Arc<Counters>,
+}
+
+impl std::fmt::Debug for Registered<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registered")
+            .field("addr", &self.buf.as_ptr())
+            .field("len", &self.buf.len())
+            .finish()
+    }
+}
+
+impl std::ops::Deref for Registered<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.buf
+    }
+}
+
+impl std::ops::DerefMut for Registered<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.buf
+    }
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        use gex_sync::atomic::Ordering;
+        let reg = &self.stats.registry;
+        let mut entries = reg.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.retain(|e| e.id != self.id);
+        reg.count.store(entries.len() as u64, Ordering::Relaxed);
+        // Endpoints see the change before starting their next transfer through the
+        // cache (Acquire there), and look the entry up under this lock.
+        reg.generation.fetch_add(1, Ordering::Release);
+    }
 }
 
 impl std::fmt::Debug for Ibv {
@@ -152,6 +217,13 @@ impl Ibv {
             .is_some_and(|f| f.inject(fault))
     }
 
+    /// What the emulated device of endpoint `ep` made so far (queue pairs, memory
+    /// registrations, datagrams); `None` when the conduit does not run on the
+    /// emulation or the endpoint's device is gone.
+    pub fn emu_counts(&self, ep: EpIndex) -> Option<crate::emu::EmuCounts> {
+        self.faults.get(ep as usize)?.counts()
+    }
+
     /// Whether the conduit was opened as the far part of a hybrid conduit, on the near
     /// part's segments.
     pub fn is_far_part(&self) -> bool {
@@ -160,10 +232,43 @@ impl Ibv {
 
     /// Native operations started so far by this conduit's endpoints.
     pub fn stats(&self) -> IbvStats {
+        use gex_sync::atomic::Ordering::Relaxed;
         IbvStats {
-            native_puts: self.stats.puts.load(gex_sync::atomic::Ordering::Relaxed),
-            native_gets: self.stats.gets.load(gex_sync::atomic::Ordering::Relaxed),
-            native_atomics: self.stats.atomics.load(gex_sync::atomic::Ordering::Relaxed),
+            native_puts: self.stats.puts.load(Relaxed),
+            native_gets: self.stats.gets.load(Relaxed),
+            native_atomics: self.stats.atomics.load(Relaxed),
+            reg_cache_hits: self.stats.reg_hits.load(Relaxed),
+            reg_cache_misses: self.stats.reg_misses.load(Relaxed),
+            reg_cache_evictions: self.stats.reg_evictions.load(Relaxed),
+        }
+    }
+
+    /// Registers `buf` for large native puts and gets (above 64 KiB, which go without
+    /// a bounce buffer): while the returned guard lives, a transfer from or into a
+    /// range of it uses a registration each endpoint makes on first use and keeps
+    /// (`GEX_IBV_REG_CACHE` of them, least recently used evicted), instead of
+    /// registering the buffer for every transfer. The guard borrows the buffer, so it
+    /// cannot be freed meanwhile; dropping it unregisters it: no transfer started
+    /// after that uses the registrations, which endpoints drop once the transfers
+    /// using them completed. Transfers from memory that is not registered this way
+    /// register it for the transfer alone, as without the cache (nothing is cached on
+    /// its address: freed and reused memory is never served a stale registration).
+    pub fn register<'a>(&self, buf: &'a mut [u8]) -> Registered<'a> {
+        use gex_sync::atomic::Ordering::Relaxed;
+        let reg = &self.stats.registry;
+        let id = reg.next_id.fetch_add(1, Relaxed) + 1;
+        let mut entries = reg.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.push(crate::ep::RegEntry {
+            id,
+            addr: buf.as_mut_ptr() as usize,
+            len: buf.len(),
+        });
+        reg.count.store(entries.len() as u64, Relaxed);
+        drop(entries);
+        Registered {
+            buf,
+            id,
+            stats: self.stats.clone(),
         }
     }
 }
@@ -257,12 +362,38 @@ fn shape(params: &OpenParams<'_>) -> Result<Shape, InitError> {
     }
     let rma = c.bool("GEX_IBV_RMA", true)?;
     let atomics = c.bool("GEX_IBV_ATOMICS", true)?;
+    let reg_cache = c.size("GEX_IBV_REG_CACHE", 16)?;
+    let lazy = match c.get("GEX_IBV_CONNECT").unwrap_or("lazy") {
+        "lazy" | "" => true,
+        "eager" => false,
+        other => {
+            return Err(InitError::Config(format!(
+                "GEX_IBV_CONNECT={other}: expected lazy or eager"
+            )));
+        }
+    };
+    let connect_timeout = c.duration("GEX_IBV_CONNECT_TIMEOUT", Duration::from_secs(60))?;
+    if connect_timeout.is_zero() {
+        return Err(InitError::Config(
+            "GEX_IBV_CONNECT_TIMEOUT=0: must be positive".into(),
+        ));
+    }
+    let gid_index = c.size("GEX_IBV_GID_INDEX", 0)?;
+    let gid_index = u8::try_from(gid_index).map_err(|_| {
+        InitError::Config(format!(
+            "GEX_IBV_GID_INDEX={gid_index}: must be within 0..=255"
+        ))
+    })?;
     Ok(Shape {
+        lazy,
+        connect_timeout,
+        gid_index,
         max_medium,
         credits: credits as u32,
         send_slots: 64,
         native_rma: rma,
         native_atomics: rma && atomics,
+        reg_cache,
     })
 }
 
@@ -445,10 +576,10 @@ unsafe impl FarConduit for Ibv {
 // SAFETY: the module's `# Safety`.
 unsafe impl FarEp for IbvEp {
     fn in_flight(&self) -> bool {
-        dispatch_ref!(self, e => e.in_flight() || !e.idle())
+        dispatch_ref!(self, e => e.in_flight() || !e.idle() || e.connecting())
     }
     fn wants_progress(&self) -> bool {
-        dispatch_ref!(self, e => e.in_flight() || !e.idle() || e.has_incoming())
+        dispatch_ref!(self, e => e.in_flight() || !e.idle() || e.has_incoming() || e.connecting())
     }
     fn poll_far<D: Deliver>(&mut self, d: &mut D, budget: usize) -> FarPoll {
         let (delivered, active) = dispatch!(self, e => e.poll_active(d, budget));
@@ -507,12 +638,7 @@ fn open_with<V: Verbs>(
         .ok()
         .filter(|p| *p >= 1)
         .ok_or_else(|| InitError::Config(format!("GEX_IBV_PORT={port}: must be within 1..=255")))?;
-    let gid_index = c.size("GEX_IBV_GID_INDEX", 0)?;
-    let gid_index = u8::try_from(gid_index).map_err(|_| {
-        InitError::Config(format!(
-            "GEX_IBV_GID_INDEX={gid_index}: must be within 0..=255"
-        ))
-    })?;
+    let gid_index = shape.gid_index;
 
     let mut base = Vec::with_capacity(size);
     let mut total = 0u32;
@@ -588,6 +714,7 @@ fn open_with<V: Verbs>(
     blob.extend_from_slice(&(shape.max_medium as u32).to_le_bytes());
     blob.extend_from_slice(&shape.credits.to_le_bytes());
     blob.extend_from_slice(&(neps as u16).to_le_bytes());
+    blob.push(u8::from(shape.lazy));
     for u in &uncon {
         let (sa, sl, sk, ca, ck) = u.published();
         blob.extend_from_slice(&sa.to_le_bytes());
@@ -595,8 +722,14 @@ fn open_with<V: Verbs>(
         blob.extend_from_slice(&sk.to_le_bytes());
         blob.extend_from_slice(&ca.to_le_bytes());
         blob.extend_from_slice(&ck.to_le_bytes());
-        for qp in &u.qps {
-            u.res.v.qp_addr(qp).encode(&mut blob);
+        // Lazy: the UD queue pair's address; eager: one RC address per peer endpoint.
+        match u.ud_addr() {
+            Some(a) => a.encode(&mut blob),
+            None => {
+                for qp in &u.qps {
+                    u.res.v.qp_addr(qp).encode(&mut blob);
+                }
+            }
         }
     }
     let blobs = boot.exchange(&blob)?;
@@ -606,7 +739,8 @@ fn open_with<V: Verbs>(
             blobs.len()
         )));
     }
-    const HEAD: usize = 4 + 1 + 4 + 4 + 2;
+    const HEAD: usize = 4 + 1 + 4 + 4 + 2 + 1;
+    let addrs_per_ep = if shape.lazy { 1 } else { npeers };
     const PER_EP: usize = 8 + 8 + 4 + 8 + 4;
     // Decode and check every peer's blob against the layout before anything is used.
     let mut infos = Vec::with_capacity(npeers);
@@ -614,7 +748,14 @@ fn open_with<V: Verbs>(
     for (r, b) in blobs.iter().enumerate() {
         let bad = |what: String| conduit_err(format!("rank {r} published {what}"));
         let eps = layout.eps[r] as usize;
-        let want = HEAD + eps * (PER_EP + npeers * QpAddr::LEN);
+        let want = HEAD + eps * (PER_EP + addrs_per_ep * QpAddr::LEN);
+        if b.len() >= HEAD && b[15] != u8::from(shape.lazy) {
+            return Err(bad(format!(
+                "GEX_IBV_CONNECT={}; this rank has {} (it must be equal)",
+                if b[15] == 0 { "eager" } else { "lazy" },
+                if shape.lazy { "lazy" } else { "eager" }
+            )));
+        }
         if b.len() != want {
             return Err(bad(format!(
                 "{} bytes of addresses, {want} expected for {eps} endpoints and {npeers} peers",
@@ -661,13 +802,13 @@ fn open_with<V: Verbs>(
                 credit_rkey: u32_at(at + 28),
             });
             at += PER_EP;
-            let addrs = (0..npeers)
+            let addrs = (0..addrs_per_ep)
                 .map(|k| {
                     QpAddr::decode(&b[at + k * QpAddr::LEN..at + (k + 1) * QpAddr::LEN])
                         .expect("checked length")
                 })
                 .collect();
-            at += npeers * QpAddr::LEN;
+            at += addrs_per_ep * QpAddr::LEN;
             qpaddrs.push(addrs);
         }
     }
@@ -690,8 +831,16 @@ fn open_with<V: Verbs>(
             })?;
         }
     }
-    // Every queue pair is ready to receive before anyone sends.
-    boot.barrier()?;
+    // Eager: every queue pair is ready to receive before anyone sends. (Lazy: the UD
+    // queue pairs posted their receives before the exchange.)
+    if !shape.lazy {
+        boot.barrier()?;
+    }
+    let ud_peers: Vec<QpAddr> = if shape.lazy {
+        qpaddrs.iter().map(|a| a[0]).collect()
+    } else {
+        Vec::new()
+    };
 
     let conduit = Arc::new(Ibv {
         provider,
@@ -708,18 +857,24 @@ fn open_with<V: Verbs>(
     let eps = uncon
         .into_iter()
         .enumerate()
-        .map(|(i, u)| IbvEp {
-            ep: Some(wrap(u.into_ep(
-                i as EpIndex,
-                rank,
-                base.clone(),
-                infos.clone(),
-                shape,
-                conduit.stats.clone(),
-            ))),
-            conduit: conduit.clone(),
+        .map(|(i, u)| {
+            let ep = u
+                .into_ep(
+                    i as EpIndex,
+                    rank,
+                    base.clone(),
+                    infos.clone(),
+                    ud_peers.clone(),
+                    shape,
+                    conduit.stats.clone(),
+                )
+                .map_err(|e| conduit_err(format!("endpoint {i}: {e}")))?;
+            Ok(IbvEp {
+                ep: Some(wrap(ep)),
+                conduit: conduit.clone(),
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>, InitError>>()?;
     Ok((conduit, eps))
 }
 

@@ -33,20 +33,30 @@
 //!   the emulated NIC reads and writes them with gex-sync's atomic copies (aligned
 //!   8-byte words whole), and atomics are gex-sync word operations, so the owner's
 //!   concurrent accesses are not data races.
+//! - **Unreliable datagrams**: a UD queue pair binds a Unix *datagram* socket in the
+//!   abstract namespace, named after its device's GID and its number; a UD SEND is one
+//!   datagram (Q_Key, source QPN, payload) to the socket its address handle and QPN
+//!   name, completed at once (as a NIC completes a UD send when it leaves: nothing
+//!   tells the sender whether it arrived). A thread per UD queue pair receives: a
+//!   datagram with a wrong Q_Key, or that finds no receive posted, is dropped; one
+//!   taken lands after the 40-byte GRH space ([`GRH_LEN`]), as on a real port.
 //! - **Fault injection** ([`EmuVerbs::inject`]): drop the connection of a queue pair
-//!   (a dead peer), corrupt the remote keys of the next RDMA requests, and small
-//!   completion queues for overruns.
+//!   (a dead peer), corrupt the remote keys of the next RDMA requests, lose or
+//!   duplicate the next datagrams a device sends, and small completion queues for
+//!   overruns.
+//! - **Counters** ([`EmuVerbs::counts`]): queue pairs created and memory regions
+//!   registered, for tests that check what the conduit made.
 #![allow(unsafe_code)]
 
 use crate::verbs::{
-    Access, ConnectParams, DeviceInfo, LinkLayer, PortInfo, QpAddr, QpCaps, SendOp, SendWr, Sge,
-    Verbs, VerbsError, Wc, WcOpcode, WcStatus,
+    Access, ConnectParams, DeviceInfo, GRH_LEN, LinkLayer, PortInfo, QpAddr, QpCaps, SendOp,
+    SendWr, Sge, UdDest, Verbs, VerbsError, Wc, WcOpcode, WcStatus,
 };
-use gex_sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use gex_sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::os::unix::net::{SocketAddr, UnixDatagram, UnixListener, UnixStream};
 use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -76,6 +86,35 @@ pub enum Fault {
     },
     /// Sever every connection of the device, as if the network to every peer died.
     DropAll,
+    /// Lose the next `count` datagrams the device's UD queue pairs send (`u32::MAX`:
+    /// every one from now on): their sends complete, nothing arrives.
+    LoseDatagrams {
+        /// How many.
+        count: u32,
+    },
+    /// Deliver each of the next `count` datagrams the device sends twice.
+    DuplicateDatagrams {
+        /// How many.
+        count: u32,
+    },
+}
+
+/// What an emulated device made so far ([`EmuVerbs::counts`], [`FaultHandle::counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EmuCounts {
+    /// RC queue pairs created.
+    pub rc_qps: u64,
+    /// UD queue pairs created.
+    pub ud_qps: u64,
+    /// Memory regions registered (`reg_mr` calls that succeeded).
+    pub reg_mrs: u64,
+    /// Memory regions registered now (not yet deregistered).
+    pub live_mrs: u64,
+    /// Datagrams sent (each one counted once, lost or duplicated ones included).
+    pub datagrams: u64,
+    /// Datagrams lost by the fault [`Fault::LoseDatagrams`].
+    pub datagrams_lost: u64,
 }
 
 /// A handle to inject faults into an emulated device from elsewhere (the conduit's
@@ -100,6 +139,11 @@ impl FaultHandle {
             None => false,
         }
     }
+
+    /// What the device made so far; `None` once it is gone.
+    pub fn counts(&self) -> Option<EmuCounts> {
+        self.0.upgrade().map(|d| d.counts())
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -121,6 +165,13 @@ struct Dev {
     closing: AtomicBool,
     /// Every stream of the device (both sides), shut down when it closes.
     streams: Mutex<Vec<UnixStream>>,
+    lose_datagrams: AtomicU32,
+    duplicate_datagrams: AtomicU32,
+    rc_qps: AtomicU64,
+    ud_qps: AtomicU64,
+    reg_mrs: AtomicU64,
+    datagrams: AtomicU64,
+    datagrams_lost: AtomicU64,
 }
 
 impl Dev {
@@ -150,6 +201,13 @@ fn socket_name(gid: &[u8; 16]) -> Vec<u8> {
     for b in gid {
         name.extend_from_slice(format!("{b:02x}").as_bytes());
     }
+    name
+}
+
+/// The abstract name of UD queue pair `qpn` of the device `gid`.
+fn ud_socket_name(gid: &[u8; 16], qpn: u32) -> Vec<u8> {
+    let mut name = socket_name(gid);
+    name.extend_from_slice(format!("-ud-{qpn:06x}").as_bytes());
     name
 }
 
@@ -296,6 +354,109 @@ impl Drop for EmuQp {
         }
     }
 }
+
+struct UdInner {
+    qpn: u32,
+    qkey: u32,
+    cq: Arc<CqInner>,
+    /// Receives posted, in order.
+    rq: Mutex<VecDeque<Recv>>,
+    depth: usize,
+    max_inline: u32,
+    /// Bound to the queue pair's abstract name; sends go out of it too.
+    sock: UnixDatagram,
+}
+
+/// An emulated UD queue pair: a datagram socket and a thread receiving from it.
+pub struct EmuUdQp {
+    inner: Arc<UdInner>,
+    /// The device outlives its queue pairs.
+    _dev: Arc<Dev>,
+}
+
+impl std::fmt::Debug for EmuUdQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EmuUdQp({})", self.inner.qpn)
+    }
+}
+
+/// An emulated address handle: the remote device's GID.
+#[derive(Debug)]
+pub struct EmuAh {
+    gid: [u8; 16],
+}
+
+/// Datagram header: Q_Key, source QPN.
+const DGRAM_HDR: usize = 8;
+/// How often a UD receiving thread looks whether its queue pair is gone.
+const UD_WAKE: Duration = Duration::from_millis(50);
+
+/// The receiving side of a UD queue pair: places datagrams into posted receives.
+fn ud_receive(dev: Weak<Dev>, qp: Weak<UdInner>, sock: UnixDatagram) {
+    let mut buf = vec![0u8; DGRAM_HDR + MAX_DGRAM];
+    loop {
+        let got = sock.recv(&mut buf);
+        let (Some(d), Some(q)) = (dev.upgrade(), qp.upgrade()) else {
+            return;
+        };
+        if d.closing.load(Ordering::Acquire) {
+            return;
+        }
+        let n = match got {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue;
+            }
+            Err(_) => return,
+        };
+        if n < DGRAM_HDR || u32_at(&buf, 0) != Some(q.qkey) {
+            continue; // not for this queue key: dropped, as a port does
+        }
+        let data = &buf[DGRAM_HDR..n];
+        let Some(r) = q.rq.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else {
+            continue; // no receive posted: a UD datagram is dropped
+        };
+        let len = GRH_LEN + data.len();
+        let status = if len > r.sge.len as usize {
+            WcStatus::LocalLengthError
+        } else {
+            let mut grh = [0u8; GRH_LEN];
+            // Byte 0: IP version 6, as a real GRH; bytes 8..24: the source GID
+            // (unknown here, left zero).
+            grh[0] = 0x60;
+            let wrote = d.with_region(r.sge.lkey, r.sge.addr, len, Access::LOCAL_WRITE, |p| {
+                // SAFETY: inside a registered region (checked for `len` bytes), under
+                // the table's read lock.
+                unsafe {
+                    nic_write(p, &grh);
+                    nic_write(p.add(GRH_LEN), data);
+                }
+            });
+            if wrote.is_some() {
+                WcStatus::Success
+            } else {
+                WcStatus::LocalProtectionError
+            }
+        };
+        q.cq.push(Wc {
+            wr_id: r.wr_id,
+            status,
+            opcode: WcOpcode::Recv,
+            byte_len: len as u32,
+            qp_num: q.qpn,
+        });
+    }
+}
+
+/// Largest emulated datagram payload (a port's MTU).
+pub const MAX_DGRAM: usize = 4096;
 
 /// An emulated memory region; deregistered when dropped.
 pub struct EmuMr {
@@ -675,6 +836,11 @@ impl EmuVerbs {
         FaultHandle(Arc::downgrade(&self.dev))
     }
 
+    /// What the device made so far.
+    pub fn counts(&self) -> EmuCounts {
+        self.dev.counts()
+    }
+
     fn rkey_of(&self, rkey: u32) -> u32 {
         let c = &self.dev.corrupt_rkeys;
         if c.load(Ordering::Relaxed) > 0
@@ -717,7 +883,35 @@ impl Dev {
             Fault::CorruptRkey { count } => {
                 self.corrupt_rkeys.fetch_add(count, Ordering::Relaxed);
             }
+            Fault::LoseDatagrams { count } => {
+                self.lose_datagrams.store(count, Ordering::Relaxed);
+            }
+            Fault::DuplicateDatagrams { count } => {
+                self.duplicate_datagrams.store(count, Ordering::Relaxed);
+            }
         }
+    }
+
+    fn counts(&self) -> EmuCounts {
+        EmuCounts {
+            rc_qps: self.rc_qps.load(Ordering::Relaxed),
+            ud_qps: self.ud_qps.load(Ordering::Relaxed),
+            reg_mrs: self.reg_mrs.load(Ordering::Relaxed),
+            live_mrs: self.mrs.read().unwrap_or_else(|e| e.into_inner()).len() as u64,
+            datagrams: self.datagrams.load(Ordering::Relaxed),
+            datagrams_lost: self.datagrams_lost.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Takes one from a fault counter (`u32::MAX` never runs out); true if it was set.
+    fn take_fault(c: &AtomicU32) -> bool {
+        c.load(Ordering::Relaxed) > 0
+            && c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| match n {
+                0 => None,
+                u32::MAX => Some(u32::MAX),
+                n => Some(n - 1),
+            })
+            .is_ok()
     }
 }
 
@@ -732,6 +926,8 @@ impl Verbs for EmuVerbs {
     type Cq = EmuCq;
     type Srq = EmuSrq;
     type Qp = EmuQp;
+    type UdQp = EmuUdQp;
+    type Ah = EmuAh;
     const PROVIDER: &'static str = "emu";
 
     fn devices() -> Result<Vec<DeviceInfo>, VerbsError> {
@@ -775,6 +971,13 @@ impl Verbs for EmuVerbs {
             corrupt_rkeys: AtomicU32::new(0),
             closing: AtomicBool::new(false),
             streams: Mutex::new(Vec::new()),
+            lose_datagrams: AtomicU32::new(0),
+            duplicate_datagrams: AtomicU32::new(0),
+            rc_qps: AtomicU64::new(0),
+            ud_qps: AtomicU64::new(0),
+            reg_mrs: AtomicU64::new(0),
+            datagrams: AtomicU64::new(0),
+            datagrams_lost: AtomicU64::new(0),
         });
         let weak = Arc::downgrade(&dev);
         std::thread::Builder::new()
@@ -832,6 +1035,7 @@ impl Verbs for EmuVerbs {
                 access,
             },
         );
+        self.dev.reg_mrs.fetch_add(1, Ordering::Relaxed);
         Ok(EmuMr {
             key,
             dev: self.dev.clone(),
@@ -891,6 +1095,7 @@ impl Verbs for EmuVerbs {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(qpn, inner.clone());
+        self.dev.rc_qps.fetch_add(1, Ordering::Relaxed);
         Ok(EmuQp {
             inner,
             dev: self.dev.clone(),
@@ -1133,6 +1338,135 @@ impl Verbs for EmuVerbs {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+    fn create_ud_qp(
+        &self,
+        cq: &Self::Cq,
+        caps: QpCaps,
+        recv_depth: u32,
+        qkey: u32,
+    ) -> Result<Self::UdQp, VerbsError> {
+        let qpn = self.dev.next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
+        let addr = SocketAddr::from_abstract_name(ud_socket_name(&self.dev.gid, qpn))
+            .map_err(|e| call("ibv_create_qp(UD)", e))?;
+        let sock = UnixDatagram::bind_addr(&addr).map_err(|e| call("ibv_create_qp(UD)", e))?;
+        let reader = sock.try_clone().map_err(|e| call("ibv_create_qp(UD)", e))?;
+        reader
+            .set_read_timeout(Some(UD_WAKE))
+            .map_err(|e| call("ibv_create_qp(UD)", e))?;
+        let inner = Arc::new(UdInner {
+            qpn,
+            qkey,
+            cq: cq.inner.clone(),
+            rq: Mutex::new(VecDeque::new()),
+            depth: recv_depth.max(1) as usize,
+            max_inline: caps.max_inline,
+            sock,
+        });
+        let (w, q) = (Arc::downgrade(&self.dev), Arc::downgrade(&inner));
+        std::thread::Builder::new()
+            .name("gex-ibv-emu-ud".into())
+            .spawn(move || ud_receive(w, q, reader))
+            .map_err(|e| call("thread", e))?;
+        self.dev.ud_qps.fetch_add(1, Ordering::Relaxed);
+        Ok(EmuUdQp {
+            inner,
+            _dev: self.dev.clone(),
+        })
+    }
+
+    fn ud_addr(&self, qp: &Self::UdQp) -> QpAddr {
+        QpAddr {
+            lid: 0,
+            gid: self.dev.gid,
+            qpn: qp.inner.qpn,
+            psn: 0,
+        }
+    }
+
+    fn create_ah(&self, remote: &QpAddr, _gid_index: u8) -> Result<Self::Ah, VerbsError> {
+        Ok(EmuAh { gid: remote.gid })
+    }
+
+    unsafe fn post_ud_send(
+        &self,
+        qp: &Self::UdQp,
+        ah: &Self::Ah,
+        dest: UdDest,
+        wr_id: u64,
+        sge: Sge,
+        inline: bool,
+    ) -> Result<(), VerbsError> {
+        let q = &qp.inner;
+        let len = sge.len as usize;
+        if len > MAX_DGRAM {
+            return Err(VerbsError::Invalid(format!(
+                "a datagram of {len} bytes, at most {MAX_DGRAM}"
+            )));
+        }
+        if inline && sge.len > q.max_inline {
+            return Err(VerbsError::Invalid(format!(
+                "{len} inline bytes, at most {}",
+                q.max_inline
+            )));
+        }
+        let data = if inline {
+            // SAFETY: the caller's buffer is valid for reads of its length (inline data
+            // is read at post time).
+            Some(unsafe { nic_read(sge.addr as usize as *const u8, len) })
+        } else {
+            self.dev
+                .with_region(sge.lkey, sge.addr, len, Access::empty(), |p| {
+                    // SAFETY: inside a registered region, under the read lock.
+                    unsafe { nic_read(p, len) }
+                })
+        };
+        let status = match data {
+            None => WcStatus::LocalProtectionError,
+            Some(data) => {
+                let mut dgram = Vec::with_capacity(DGRAM_HDR + len);
+                dgram.extend_from_slice(&dest.qkey.to_le_bytes());
+                dgram.extend_from_slice(&q.qpn.to_le_bytes());
+                dgram.extend_from_slice(&data);
+                self.dev.datagrams.fetch_add(1, Ordering::Relaxed);
+                if Dev::take_fault(&self.dev.lose_datagrams) {
+                    self.dev.datagrams_lost.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    let copies = if Dev::take_fault(&self.dev.duplicate_datagrams) {
+                        2
+                    } else {
+                        1
+                    };
+                    if let Ok(to) =
+                        SocketAddr::from_abstract_name(ud_socket_name(&ah.gid, dest.qpn))
+                    {
+                        for _ in 0..copies {
+                            // A datagram nobody receives (no such queue pair, a full
+                            // socket buffer) is lost, as on a fabric.
+                            let _ = q.sock.send_to_addr(&dgram, &to);
+                        }
+                    }
+                }
+                WcStatus::Success
+            }
+        };
+        q.cq.push(Wc {
+            wr_id,
+            status,
+            opcode: WcOpcode::Send,
+            byte_len: sge.len,
+            qp_num: q.qpn,
+        });
+        Ok(())
+    }
+
+    unsafe fn post_ud_recv(&self, qp: &Self::UdQp, wr_id: u64, sge: Sge) -> Result<(), VerbsError> {
+        let mut q = qp.inner.rq.lock().unwrap_or_else(|e| e.into_inner());
+        if q.len() >= qp.inner.depth {
+            return Err(VerbsError::QueueFull);
+        }
+        q.push_back(Recv { wr_id, sge });
+        Ok(())
     }
 }
 

@@ -1,6 +1,14 @@
 //! One endpoint over a verbs provider `V` ([`Ep`]): its device context, completion
-//! queue, shared receive queue, a queue pair per peer endpoint, registered buffers, the
-//! credit windows, AM injection and delivery, native RMA and atomics.
+//! queue, shared receive queue, a queue pair per peer endpoint (made at open, or on
+//! first contact through the UD connection channel), registered buffers, the credit
+//! windows, AM injection and delivery, native RMA and atomics.
+//!
+//! # Lazy wire-up (`GEX_IBV_CONNECT=lazy`)
+//! The queue pair to a peer endpoint is made on first contact by the endpoint's
+//! connection channel (`crate::connect`, which has the protocol and its thread); until
+//! it is ready, operations to that peer answer back-pressure. The endpoint keeps, per
+//! peer, whether it is ready and its queue pair, so the connected fast path costs one
+//! more test.
 //!
 //! # Safety
 //! - The segment (owned by the conduit, which outlives the endpoint and its grave) and
@@ -17,7 +25,9 @@
 //!   the caller's memory.
 #![allow(unsafe_code)]
 
+use crate::connect::{Channel, Params, Progress, UdParts};
 use crate::mem::Mem;
+use crate::verbs::QpAddr;
 use crate::verbs::{
     Access, QpCaps, SendOp, SendWr, Sge, Verbs, VerbsError, Wc, WcOpcode, WcStatus,
 };
@@ -30,6 +40,7 @@ use gex_core::{Category, EpAddr, EpIndex, Injected, Kind};
 use gex_sync::atomic::Ordering;
 use std::collections::{HashMap, VecDeque};
 use std::ptr::NonNull;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Largest inline SEND (header, arguments and payload).
@@ -47,6 +58,50 @@ pub(crate) struct Counters {
     pub(crate) puts: gex_sync::atomic::AtomicU64,
     pub(crate) gets: gex_sync::atomic::AtomicU64,
     pub(crate) atomics: gex_sync::atomic::AtomicU64,
+    /// Large transfers served by a cached registration.
+    pub(crate) reg_hits: gex_sync::atomic::AtomicU64,
+    /// Registrations made for the cache (first use of a registered buffer).
+    pub(crate) reg_misses: gex_sync::atomic::AtomicU64,
+    /// Cached registrations dropped to make room.
+    pub(crate) reg_evictions: gex_sync::atomic::AtomicU64,
+    /// The buffers the application registered (`crate::Ibv::register`).
+    pub(crate) registry: Registry,
+}
+
+/// The buffers the application registered for large native transfers
+/// ([`crate::Ibv::register`]): while an entry is here, its memory is borrowed by the
+/// application's [`crate::Registered`] guard, so it is allocated and mapped. Endpoints
+/// keep their own registrations of them ([`Ep`]'s cache) and drop those once the entry
+/// is gone (`generation` changed) and no operation uses them.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    pub(crate) entries: std::sync::Mutex<Vec<RegEntry>>,
+    /// Bumped (Release) after every removal, under the lock.
+    pub(crate) generation: gex_sync::atomic::AtomicU64,
+    /// Entries now (read without the lock: none means no lookup).
+    pub(crate) count: gex_sync::atomic::AtomicU64,
+    pub(crate) next_id: gex_sync::atomic::AtomicU64,
+}
+
+/// One registered buffer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RegEntry {
+    pub(crate) id: u64,
+    pub(crate) addr: usize,
+    pub(crate) len: usize,
+}
+
+/// An endpoint's registration of a registered buffer.
+struct Cached<V: Verbs> {
+    id: u64,
+    addr: usize,
+    len: usize,
+    mr: V::Mr,
+    /// Operations in flight using it.
+    users: u32,
+    /// Its buffer was unregistered: never used again, dropped once `users` is 0.
+    dead: bool,
+    last_use: u64,
 }
 
 /// What one endpoint knows of a peer endpoint at open.
@@ -63,11 +118,19 @@ pub(crate) struct PeerInfo {
 /// Settings every endpoint of the job shares.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Shape {
+    /// Queue pairs made on first contact (`GEX_IBV_CONNECT=lazy`), not all at open.
+    pub(crate) lazy: bool,
+    /// How long a connection may take before the peer is failed.
+    pub(crate) connect_timeout: Duration,
+    /// GID index for address handles and connections.
+    pub(crate) gid_index: u8,
     pub(crate) max_medium: usize,
     pub(crate) credits: u32,
     pub(crate) send_slots: usize,
     pub(crate) native_rma: bool,
     pub(crate) native_atomics: bool,
+    /// Registrations of registered buffers each endpoint keeps (`GEX_IBV_REG_CACHE`).
+    pub(crate) reg_cache: usize,
 }
 
 impl Shape {
@@ -88,7 +151,10 @@ impl Shape {
 /// A peer endpoint's state at this endpoint.
 struct Peer<V: Verbs> {
     info: PeerInfo,
-    qp: V::Qp,
+    /// Our queue pair for the pair (made at open, or on first contact); sends go on it
+    /// only when `ready`.
+    qp: Option<Arc<V::Qp>>,
+    ready: bool,
     sq_used: u32,
     sent_req: u64,
     sent_rep: u64,
@@ -115,8 +181,8 @@ struct Deferred {
 /// The endpoint's verbs resources: dropped in field order, regions before the buffers
 /// they cover, the device context last.
 pub(crate) struct Res<V: Verbs> {
-    srq: V::Srq,
-    cq: V::Cq,
+    srq: Arc<V::Srq>,
+    cq: Arc<V::Cq>,
     seg_mr: V::Mr,
     recv_mr: V::Mr,
     send_mr: V::Mr,
@@ -128,7 +194,7 @@ pub(crate) struct Res<V: Verbs> {
     credit_in: Mem,
     credit_out: Mem,
     rma: Mem,
-    pub(crate) v: V,
+    pub(crate) v: Arc<V>,
 }
 
 /// An operation slot of a native operation: where its result goes at completion.
@@ -146,6 +212,10 @@ struct RmaOp {
     atomic: Option<NativeAtomic>,
     error: Option<WcStatus>,
 }
+
+/// The connection channel of an endpoint and the thread serving it (joined when the
+/// endpoint is dropped).
+type ChannelThread<V> = (Arc<Channel<V>>, Option<std::thread::JoinHandle<()>>);
 
 /// One endpoint over the verbs provider `V`.
 pub(crate) struct Ep<V: Verbs> {
@@ -174,7 +244,33 @@ pub(crate) struct Ep<V: Verbs> {
     /// Per operation slot: the registration of a caller's buffer (large transfers),
     /// dropped at completion. Before `res`: dropped before the device.
     op_mrs: Vec<Option<V::Mr>>,
+    /// Per operation slot: the id of the cached registration it uses (0: none).
+    op_cached: Vec<u64>,
+    /// Registrations of the application's registered buffers, at most `rcache_cap`
+    /// (`GEX_IBV_REG_CACHE`), least recently used evicted first.
+    rcache: Vec<Cached<V>>,
+    rcache_gen: u64,
+    rcache_clock: u64,
+    /// The connection channel (lazy wire-up) and its thread, stopped and joined when
+    /// the endpoint is dropped; before `res`: the queue pairs it holds go before the
+    /// completion queue.
+    chan: Option<ChannelThread<V>>,
+    /// Peers an operation found not ready (connections the owner waits for); `block`
+    /// looks at them before sleeping, since the channel's thread completes connections
+    /// without signalling this endpoint's completion queue.
+    awaiting: Vec<u32>,
     pub(crate) res: Res<V>,
+}
+
+impl<V: Verbs> Drop for Ep<V> {
+    fn drop(&mut self) {
+        if let Some((ch, thread)) = &mut self.chan {
+            ch.stop();
+            if let Some(t) = thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
 }
 
 // SAFETY: `seg` points into the conduit's segment, valid while the conduit lives (the
@@ -191,8 +287,11 @@ fn verr(peer: EpAddr, what: &str, e: VerbsError) -> ConduitError {
 
 /// Everything `open` made for one endpoint before the peers' addresses are known.
 pub(crate) struct Unconnected<V: Verbs> {
-    pub(crate) res: Res<V>,
+    /// Eager wire-up: one queue pair per peer endpoint; lazy: none.
     pub(crate) qps: Vec<V::Qp>,
+    /// Lazy wire-up: the UD queue pair and its buffers.
+    ud: Option<UdParts<V>>,
+    pub(crate) res: Res<V>,
     pub(crate) seg: (NonNull<u8>, usize),
 }
 
@@ -253,16 +352,26 @@ impl<V: Verbs> Unconnected<V> {
             max_send_wr: shape.sq_depth(),
             max_inline: MAX_INLINE,
         };
-        let qps = (0..npeers)
-            .map(|_| {
-                v.create_qp(&cq, &srq, caps)
-                    .map_err(|x| e("ibv_create_qp", x))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let qps = if shape.lazy {
+            Vec::new()
+        } else {
+            (0..npeers)
+                .map(|_| {
+                    v.create_qp(&cq, &srq, caps)
+                        .map_err(|x| e("ibv_create_qp", x))
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        let ud = if shape.lazy {
+            Some(UdParts::new(&v)?)
+        } else {
+            None
+        };
         Ok(Unconnected {
+            ud,
             res: Res {
-                srq,
-                cq,
+                srq: Arc::new(srq),
+                cq: Arc::new(cq),
                 seg_mr,
                 recv_mr,
                 send_mr,
@@ -274,11 +383,16 @@ impl<V: Verbs> Unconnected<V> {
                 credit_in,
                 credit_out,
                 rma,
-                v,
+                v: Arc::new(v),
             },
             qps,
             seg,
         })
+    }
+
+    /// The UD queue pair's address (lazy wire-up).
+    pub(crate) fn ud_addr(&self) -> Option<QpAddr> {
+        self.ud.as_ref().map(|u| u.addr(&self.res.v))
     }
 
     /// What this endpoint publishes of itself: segment address, length and key, credit
@@ -293,28 +407,34 @@ impl<V: Verbs> Unconnected<V> {
         )
     }
 
-    /// Finishes the endpoint once its queue pairs are connected.
+    /// Finishes the endpoint once its queue pairs are connected (eager), or with the
+    /// peers' UD addresses `ud_peers` (lazy).
+    #[expect(clippy::too_many_arguments, reason = "one call site, in open")]
     pub(crate) fn into_ep(
         self,
         index: EpIndex,
         rank: u32,
         base: Vec<u32>,
         infos: Vec<PeerInfo>,
+        ud_peers: Vec<QpAddr>,
         shape: Shape,
         stats: std::sync::Arc<Counters>,
-    ) -> Ep<V> {
+    ) -> Result<Ep<V>, String> {
         let me = base[rank as usize] + index as u32;
         let mut by_qpn = HashMap::new();
-        let peers: Vec<Peer<V>> = self
-            .qps
+        let mut qps = self.qps.into_iter();
+        let peers: Vec<Peer<V>> = infos
             .into_iter()
-            .zip(infos)
             .enumerate()
-            .map(|(g, (qp, info))| {
-                by_qpn.insert(self.res.v.qp_addr(&qp).qpn, g as u32);
+            .map(|(g, info)| {
+                let qp = qps.next();
+                if let Some(qp) = &qp {
+                    by_qpn.insert(self.res.v.qp_addr(qp).qpn, g as u32);
+                }
                 Peer {
                     info,
-                    qp,
+                    ready: qp.is_some(),
+                    qp: qp.map(Arc::new),
                     sq_used: 0,
                     sent_req: 0,
                     sent_rep: 0,
@@ -328,7 +448,9 @@ impl<V: Verbs> Unconnected<V> {
             })
             .collect();
         let recv_count = (peers.len() * 2 * shape.credits as usize) as u32;
-        Ep {
+        let addrs: Vec<EpAddr> = peers.iter().map(|p| p.info.addr).collect();
+        let ud = self.ud;
+        let mut ep = Ep {
             index,
             rank,
             me,
@@ -348,8 +470,39 @@ impl<V: Verbs> Unconnected<V> {
             stash: VecDeque::with_capacity(recv_count as usize),
             stats,
             op_mrs: (0..RMA_SLOTS).map(|_| None).collect(),
+            op_cached: vec![0; RMA_SLOTS],
+            rcache: Vec::new(),
+            rcache_gen: 0,
+            rcache_clock: 0,
+            chan: None,
+            awaiting: Vec::new(),
             res: self.res,
+        };
+        if let Some(parts) = ud {
+            let p = Params {
+                me,
+                rank,
+                index,
+                addrs,
+                ud_peers,
+                caps: QpCaps {
+                    max_send_wr: shape.sq_depth(),
+                    max_inline: MAX_INLINE,
+                },
+                gid_index: shape.gid_index,
+                timeout: shape.connect_timeout,
+            };
+            let ch = Arc::new(Channel::new(
+                parts,
+                p,
+                ep.res.v.clone(),
+                ep.res.cq.clone(),
+                ep.res.srq.clone(),
+            ));
+            let thread = ch.spawn()?;
+            ep.chan = Some((ch, Some(thread)));
         }
+        Ok(ep)
     }
 }
 
@@ -405,6 +558,18 @@ impl<V: Verbs> Ep<V> {
         sent - self.credits_back(g, kind) < self.shape.credits as u64
     }
 
+    /// Posts `wr` on peer `gi`'s queue pair.
+    ///
+    /// # Safety
+    /// As [`Verbs::post_send`].
+    unsafe fn post(&self, gi: usize, wr: &SendWr) -> Result<(), VerbsError> {
+        match &self.peers[gi].qp {
+            // SAFETY: the caller's promise.
+            Some(qp) => unsafe { self.res.v.post_send(qp, wr) },
+            None => Err(VerbsError::Invalid("queue pair not made".into())),
+        }
+    }
+
     /// Tries to send `m` to peer `g` now: `Ok(false)` when resources lack.
     fn try_send(&mut self, g: u32, m: &Out<'_>) -> Result<bool, ConduitError> {
         let gi = g as usize;
@@ -413,6 +578,9 @@ impl<V: Verbs> Ep<V> {
                 rank: self.peers[gi].info.addr.rank,
                 detail: why.clone(),
             });
+        }
+        if !self.peers[gi].ready && !self.connect(g)? {
+            return Ok(false);
         }
         let long = m.h.category == Category::Long && !m.payload.is_empty();
         let wrs = 1 + u32::from(long);
@@ -448,8 +616,7 @@ impl<V: Verbs> Ep<V> {
                 inline: true,
             };
             // SAFETY: inline: the bytes are copied during the call.
-            unsafe { self.res.v.post_send(&self.peers[gi].qp, &wr) }
-                .map_err(|e| verr(dst, "SEND", e))?;
+            unsafe { self.post(gi, &wr) }.map_err(|e| verr(dst, "SEND", e))?;
         } else {
             let Some(slot) = self.free_slots.pop() else {
                 return Ok(false);
@@ -478,7 +645,7 @@ impl<V: Verbs> Ep<V> {
                     inline: false,
                 };
                 // SAFETY: the slot stays untouched until its SEND completes (after this).
-                if let Err(e) = unsafe { self.res.v.post_send(&self.peers[gi].qp, &wr) } {
+                if let Err(e) = unsafe { self.post(gi, &wr) } {
                     self.free_slots.push(slot);
                     return match e {
                         VerbsError::QueueFull => Ok(false),
@@ -501,8 +668,7 @@ impl<V: Verbs> Ep<V> {
                 inline: false,
             };
             // SAFETY: the slot stays untouched until this SEND completes.
-            unsafe { self.res.v.post_send(&self.peers[gi].qp, &wr) }
-                .map_err(|e| verr(dst, "SEND", e))?;
+            unsafe { self.post(gi, &wr) }.map_err(|e| verr(dst, "SEND", e))?;
         }
         let p = &mut self.peers[gi];
         p.sq_used += 1;
@@ -537,7 +703,7 @@ impl<V: Verbs> Ep<V> {
                 Kind::Request => (p.consumed_req, p.credited_req),
                 Kind::Reply => (p.consumed_rep, p.credited_rep),
             };
-            if consumed == credited || p.failed.is_some() {
+            if consumed == credited || p.failed.is_some() || !p.ready {
                 continue;
             }
             if p.sq_used + 1 > depth {
@@ -565,7 +731,7 @@ impl<V: Verbs> Ep<V> {
             };
             // SAFETY: a registered credit word; it only ever grows, so whenever the NIC
             // reads it, it reads a valid count.
-            match unsafe { self.res.v.post_send(&p.qp, &wr) } {
+            match unsafe { self.post(gi, &wr) } {
                 Ok(()) => {
                     let p = &mut self.peers[gi];
                     p.sq_used += 1;
@@ -579,7 +745,8 @@ impl<V: Verbs> Ep<V> {
         }
     }
 
-    /// Sends what waits: deferred replies and owed credits.
+    /// Sends what waits: deferred replies and owed credits; retransmits connection
+    /// datagrams that are due.
     fn flush(&mut self) {
         if self.owed_credits {
             self.owed_credits = false;
@@ -685,11 +852,15 @@ impl<V: Verbs> Ep<V> {
     /// Handles a receive: decodes, delivers, reposts, counts the credit.
     fn recv_done<D: Deliver>(&mut self, wc: &Wc, d: &mut D) {
         let i = wrid::index(wc.wr_id) as usize;
-        let Some(&g) = self.by_qpn.get(&wc.qp_num) else {
-            panic!(
-                "ibv conduit: rank {} endpoint {}: a message on unknown queue pair {}",
-                self.rank, self.index, wc.qp_num
-            )
+        let g = match self.by_qpn.get(&wc.qp_num) {
+            Some(&g) => g,
+            // The first message of a peer that connected to us.
+            None => self.adopt_qpn(wc.qp_num).unwrap_or_else(|| {
+                panic!(
+                    "ibv conduit: rank {} endpoint {}: a message on unknown queue pair {}",
+                    self.rank, self.index, wc.qp_num
+                )
+            }),
         };
         let buf_len = self.shape.buf_len();
         let src = self.peers[g as usize].info.addr;
@@ -892,6 +1063,17 @@ impl<V: Verbs> Ep<V> {
         if !self.idle() || !self.stash.is_empty() {
             return;
         }
+        // A connection completes on the channel's thread, which does not signal this
+        // completion queue: adopt what is ready (the caller retries at once), else look
+        // again soon.
+        if !self.awaiting.is_empty() && self.check_awaiting() {
+            return;
+        }
+        let timeout = if self.connecting() {
+            timeout.min(Duration::from_millis(1))
+        } else {
+            timeout
+        };
         // Send completions alone do not end the wait: take them first; arm the channel,
         // then look once more (a completion before arming signals nothing).
         self.collect();
@@ -989,9 +1171,96 @@ impl<V: Verbs> Ep<V> {
         s
     }
 
+    // ---- lazy wire-up (slow path) ----------------------------------------------------
+
+    /// Peer `g` is not ready: asks the connection channel (which starts the connection
+    /// if there is none) and adopts the queue pair once it is ready. `Ok(true)` when it
+    /// is ready now.
+    #[cold]
+    fn connect(&mut self, g: u32) -> Result<bool, ConduitError> {
+        let gi = g as usize;
+        let addr = self.peers[gi].info.addr;
+        if let Some(why) = &self.peers[gi].failed {
+            return Err(ConduitError::PeerGone {
+                rank: addr.rank,
+                detail: why.clone(),
+            });
+        }
+        let Some((ch, _)) = &self.chan else {
+            // Eager wire-up connected every peer at open.
+            return Err(ConduitError::Network(format!(
+                "ibv: no queue pair to rank {} endpoint {}",
+                addr.rank, addr.ep
+            )));
+        };
+        match ch.connect(g) {
+            Progress::Ready(qp) => {
+                self.adopt(g, qp);
+                Ok(true)
+            }
+            Progress::Pending => {
+                if !self.awaiting.contains(&g) {
+                    self.awaiting.push(g);
+                }
+                Ok(false)
+            }
+            Progress::Failed(why) => {
+                self.awaiting.retain(|&x| x != g);
+                self.peers[gi].failed = Some(why.clone());
+                Err(ConduitError::PeerGone {
+                    rank: addr.rank,
+                    detail: why,
+                })
+            }
+        }
+    }
+
+    /// Adopts the awaited connections that became ready (or failed); true if any did,
+    /// so the caller's operations can go on.
+    #[cold]
+    fn check_awaiting(&mut self) -> bool {
+        let mut changed = false;
+        for g in std::mem::take(&mut self.awaiting) {
+            changed |= !matches!(self.connect(g), Ok(false));
+        }
+        changed
+    }
+
+    /// Takes the ready queue pair `qp` of peer `g` from the channel.
+    fn adopt(&mut self, g: u32, qp: Arc<V::Qp>) {
+        self.awaiting.retain(|&x| x != g);
+        self.by_qpn.insert(self.res.v.qp_addr(&qp).qpn, g);
+        let p = &mut self.peers[g as usize];
+        p.qp = Some(qp);
+        p.ready = true;
+    }
+
+    /// A message on queue pair `qpn`, unknown so far: one the connection channel made
+    /// for a peer that connected to us (its first message makes it ready).
+    #[cold]
+    fn adopt_qpn(&mut self, qpn: u32) -> Option<u32> {
+        let (g, qp) = self.chan.as_ref()?.0.adopt_qpn(qpn)?;
+        self.adopt(g, qp);
+        Some(g)
+    }
+
+    /// Connections in progress, or ready and not yet adopted.
+    pub(crate) fn connecting(&self) -> bool {
+        !self.awaiting.is_empty() || self.chan.as_ref().is_some_and(|(c, _)| c.connecting())
+    }
+
     // ---- native RMA and atomics ----------------------------------------------------
 
-    fn rma_slot(&mut self, g: u32, wrs: u32) -> Option<u32> {
+    /// A free operation slot for `wrs` work requests to peer `g`; `Ok(None)` for
+    /// back-pressure (no slot, no send queue entry, or the connection not ready yet).
+    fn rma_slot(&mut self, g: u32, wrs: u32) -> Result<Option<u32>, ConduitError> {
+        if !self.peers[g as usize].ready && !self.connect(g)? {
+            return Ok(None);
+        }
+        Ok(self.rma_slot_ready(g, wrs))
+    }
+
+    fn rma_slot_ready(&mut self, g: u32, wrs: u32) -> Option<u32> {
         let p = &self.peers[g as usize];
         if p.sq_used + wrs > self.shape.sq_depth() - self.shape.sq_reserve() {
             return None;
@@ -1020,6 +1289,11 @@ impl<V: Verbs> Ep<V> {
         len: usize,
         access: Access,
     ) -> Option<Sge> {
+        if self.stats.registry.count.load(Ordering::Relaxed) > 0 || !self.rcache.is_empty() {
+            if let Some(sge) = self.cached(slot, ptr as usize, len) {
+                return Some(sge);
+            }
+        }
         // SAFETY: the caller keeps the buffer valid until completion, and the region is
         // dropped at completion (`rma_done`).
         let mr = unsafe { self.res.v.reg_mr(ptr, len, access) }.ok()?;
@@ -1032,6 +1306,112 @@ impl<V: Verbs> Ep<V> {
         Some(sge)
     }
 
+    /// The registration cache: a registration covering `ptr..ptr+len` of a buffer the
+    /// application registered (made on first use, kept for the next), for the
+    /// operation in `slot`; `None` when the range is in no registered buffer (or the
+    /// cache is full of registrations in use).
+    #[cold]
+    fn cached(&mut self, slot: u32, ptr: usize, len: usize) -> Option<Sge> {
+        let reg = &self.stats.registry;
+        let generation = reg.generation.load(Ordering::Acquire);
+        if generation != self.rcache_gen {
+            // Buffers were unregistered: forget their registrations (now, or when the
+            // last operation using one completes). Never used again either way.
+            let entries = reg.entries.lock().unwrap_or_else(|e| e.into_inner());
+            for c in &mut self.rcache {
+                if !entries.iter().any(|e| e.id == c.id) {
+                    c.dead = true;
+                }
+            }
+            drop(entries);
+            self.rcache.retain(|c| !c.dead || c.users > 0);
+            self.rcache_gen = generation;
+        }
+        self.rcache_clock += 1;
+        let clock = self.rcache_clock;
+        let end = ptr.checked_add(len)?;
+        if let Some(c) = self
+            .rcache
+            .iter_mut()
+            .find(|c| !c.dead && c.addr <= ptr && end <= c.addr + c.len)
+        {
+            c.users += 1;
+            c.last_use = clock;
+            self.op_cached[slot as usize] = c.id;
+            self.stats.reg_hits.fetch_add(1, Ordering::Relaxed);
+            return Some(Sge {
+                addr: ptr as u64,
+                len: len as u32,
+                lkey: V::lkey(&c.mr),
+            });
+        }
+        // The lock is held while registering: the entry (so its guard, so the memory's
+        // borrow) stays alive meanwhile.
+        let entries = reg.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let e = *entries
+            .iter()
+            .find(|e| e.addr <= ptr && end <= e.addr + e.len)?;
+        if self.rcache.len() >= self.shape.reg_cache {
+            let victim = self
+                .rcache
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.users == 0)
+                .min_by_key(|(_, c)| c.last_use)
+                .map(|(i, _)| i)?;
+            self.rcache.swap_remove(victim);
+            self.stats.reg_evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the buffer is borrowed by its `Registered` guard while its entry is in
+        // the registry (the guard removes it under this lock before the borrow ends);
+        // the region has no remote rights, so after the entry is gone nothing accesses
+        // the memory through it: this endpoint never names it in a new work request
+        // (`dead`), and drops it once the requests naming it completed (the trait's
+        // `reg_mr` contract for regions without remote rights).
+        let mr = unsafe {
+            self.res
+                .v
+                .reg_mr(e.addr as *mut u8, e.len, Access::LOCAL_WRITE)
+        }
+        .ok()?;
+        drop(entries);
+        self.stats.reg_misses.fetch_add(1, Ordering::Relaxed);
+        let lkey = V::lkey(&mr);
+        self.rcache.push(Cached {
+            id: e.id,
+            addr: e.addr,
+            len: e.len,
+            mr,
+            users: 1,
+            dead: false,
+            last_use: clock,
+        });
+        self.op_cached[slot as usize] = e.id;
+        Some(Sge {
+            addr: ptr as u64,
+            len: len as u32,
+            lkey,
+        })
+    }
+
+    /// Frees operation slot `slot` and what it held: its direct registration, its use
+    /// of a cached one.
+    fn release_slot(&mut self, slot: u32) {
+        let s = slot as usize;
+        self.op_mrs[s] = None;
+        let id = std::mem::take(&mut self.op_cached[s]);
+        if id != 0
+            && let Some(i) = self.rcache.iter().position(|c| c.id == id)
+        {
+            let c = &mut self.rcache[i];
+            c.users -= 1;
+            if c.dead && c.users == 0 {
+                self.rcache.swap_remove(i);
+            }
+        }
+        self.free_rma.push(slot);
+    }
+
     fn rma_post(&mut self, g: u32, slot: u32, op: SendOp, sge: Sge) -> Result<(), VerbsError> {
         let wr = SendWr {
             wr_id: wrid::make(wrid::RMA, g, slot),
@@ -1042,7 +1422,7 @@ impl<V: Verbs> Ep<V> {
         };
         // SAFETY: the slot's bounce buffer (or the caller's buffer, registered for this
         // operation) is used by this operation only until its completion.
-        unsafe { self.res.v.post_send(&self.peers[g as usize].qp, &wr) }?;
+        unsafe { self.post(g as usize, &wr) }?;
         self.peers[g as usize].sq_used += 1;
         Ok(())
     }
@@ -1062,8 +1442,6 @@ impl<V: Verbs> Ep<V> {
             return;
         }
         let op = *op;
-        // A directly registered buffer is deregistered once the NIC is done with it.
-        self.op_mrs[slot] = None;
         if op.error.is_none() {
             if op.len > 0 {
                 // SAFETY: the get's bounce buffer holds the bytes (its READ completed);
@@ -1087,7 +1465,9 @@ impl<V: Verbs> Ep<V> {
         }
         self.done_tickets.push(op.ticket);
         self.rma_ops[slot].busy = false;
-        self.free_rma.push(slot as u32);
+        // A directly registered buffer is deregistered once the NIC is done with it; a
+        // cached registration is released.
+        self.release_slot(slot as u32);
     }
 
     fn start(&mut self, slot: u32, left: u32) -> u64 {
@@ -1129,7 +1509,7 @@ impl<V: Verbs> Ep<V> {
                 detail: why.clone(),
             });
         }
-        let Some(slot) = self.rma_slot(g, 1) else {
+        let Some(slot) = self.rma_slot(g, 1)? else {
             return Ok(Native::WouldBlock);
         };
         let sge = if len <= RMA_CHUNK {
@@ -1144,7 +1524,7 @@ impl<V: Verbs> Ep<V> {
             match unsafe { self.direct(slot, src.cast_mut(), len, Access::empty()) } {
                 Some(sge) => sge,
                 None => {
-                    self.free_rma.push(slot);
+                    self.release_slot(slot);
                     return Ok(Native::Unsupported);
                 }
             }
@@ -1159,11 +1539,11 @@ impl<V: Verbs> Ep<V> {
                 Ok(Native::Pending(self.start(slot, 1)))
             }
             Err(VerbsError::QueueFull) => {
-                self.free_rma.push(slot);
+                self.release_slot(slot);
                 Ok(Native::WouldBlock)
             }
             Err(e) => {
-                self.free_rma.push(slot);
+                self.release_slot(slot);
                 Err(verr(dst, "RDMA WRITE", e))
             }
         }
@@ -1196,7 +1576,7 @@ impl<V: Verbs> Ep<V> {
                 detail: why.clone(),
             });
         }
-        let Some(slot) = self.rma_slot(g, 1) else {
+        let Some(slot) = self.rma_slot(g, 1)? else {
             return Ok(Native::WouldBlock);
         };
         let bounced = len <= RMA_CHUNK;
@@ -1207,7 +1587,7 @@ impl<V: Verbs> Ep<V> {
             match unsafe { self.direct(slot, out, len, Access::LOCAL_WRITE) } {
                 Some(sge) => sge,
                 None => {
-                    self.free_rma.push(slot);
+                    self.release_slot(slot);
                     return Ok(Native::Unsupported);
                 }
             }
@@ -1228,11 +1608,11 @@ impl<V: Verbs> Ep<V> {
                 Ok(Native::Pending(t))
             }
             Err(VerbsError::QueueFull) => {
-                self.free_rma.push(slot);
+                self.release_slot(slot);
                 Ok(Native::WouldBlock)
             }
             Err(e) => {
-                self.free_rma.push(slot);
+                self.release_slot(slot);
                 Err(verr(dst, "RDMA READ", e))
             }
         }
@@ -1283,7 +1663,7 @@ impl<V: Verbs> Ep<V> {
                 detail: why.clone(),
             });
         }
-        let Some(slot) = self.rma_slot(g, 1) else {
+        let Some(slot) = self.rma_slot(g, 1)? else {
             return Ok(Native::WouldBlock);
         };
         let (remote_addr, rkey) = (p.seg_addr + offset as u64, p.seg_rkey);
@@ -1320,7 +1700,7 @@ impl<V: Verbs> Ep<V> {
                 swap: op.b,
             },
             _ => {
-                self.free_rma.push(slot);
+                self.release_slot(slot);
                 return Ok(Native::Unsupported);
             }
         };
@@ -1335,11 +1715,11 @@ impl<V: Verbs> Ep<V> {
                 Ok(Native::Pending(t))
             }
             Err(VerbsError::QueueFull) => {
-                self.free_rma.push(slot);
+                self.release_slot(slot);
                 Ok(Native::WouldBlock)
             }
             Err(e) => {
-                self.free_rma.push(slot);
+                self.release_slot(slot);
                 Err(verr(dst, "atomic", e))
             }
         }

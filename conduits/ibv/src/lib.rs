@@ -11,11 +11,17 @@
 //!   processes of one host.
 //! - **Endpoints**: each gex endpoint opens its own device context, protection domain,
 //!   completion queue (with a completion channel for blocking waits), shared receive
-//!   queue and one RC queue pair per peer endpoint; its segment is registered once for
-//!   remote read, write and atomics.
-//! - **Wire-up**: queue pair addresses (LID, GID, QPN), segment and credit-word keys are
-//!   exchanged through the bootstrap at open and checked against the job layout; every
-//!   queue pair is connected (INIT, RTR, RTS) before a barrier.
+//!   queue, a UD queue pair (the connection channel) and one RC queue pair per peer
+//!   endpoint it talks with; its segment is registered once for remote read, write and
+//!   atomics.
+//! - **Wire-up**: segment and credit-word keys and the UD queue pair's address are
+//!   exchanged through the bootstrap at open and checked against the job layout. The
+//!   RC queue pair to a peer endpoint is made on first contact (`GEX_IBV_CONNECT=lazy`,
+//!   the default): CONNECT, ACCEPT and READY datagrams over UD, served by a thread per
+//!   endpoint (a target that never polls is still connected), retransmitted on a
+//!   timer, with simultaneous connects resolved by endpoint order and a bounded wait
+//!   (`GEX_IBV_CONNECT_TIMEOUT`); or all at open (`eager`: every RC queue pair's
+//!   address exchanged and connected before a barrier).
 //! - **AMs over SEND/RECV**: one SEND per AM (a 16-byte header, the arguments, a Medium
 //!   payload), inline when it fits in 128 bytes, else from a registered send buffer;
 //!   receives come from the shared receive queue and are delivered in place, then
@@ -28,7 +34,10 @@
 //!   without a credit reports `WouldBlock`; a reply without one is queued and sent from
 //!   `poll`, holding back its request's credit, so the queue is bounded by the window.
 //! - **Native RMA and atomics**: puts and gets of up to 64 KiB are one RDMA WRITE or
-//!   READ through a registered bounce buffer; 64-bit fetch-add and compare-swap (and
+//!   READ through a registered bounce buffer; larger ones use the caller's buffer,
+//!   registered per transfer, or cached when the application registered it
+//!   ([`Ibv::register`]: the guard borrows the buffer, so a registration is never
+//!   served for freed memory); 64-bit fetch-add and compare-swap (and
 //!   the operations built on them: add, sub, inc, dec, get) are NIC atomics through
 //!   gex-rma's native-atomics hook.
 //! - **Errors**: an error completion (retry exceeded, remote access error, RNR retry
@@ -37,13 +46,13 @@
 //!   [`ConduitError::PeerGone`](gex_core::spi::ConduitError).
 //!
 //! ## What it does not do (yet)
-//! Queue pairs are created and connected at open for every peer endpoint (not lazily),
-//! there are no endpoints made at run time, and it is not yet the far part of a hybrid
-//! conduit. Real devices have not been tested (docs/ibv.md).
+//! There are no endpoints made at run time, and real devices have not been tested
+//! (docs/ibv.md, section 7).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod conduit;
+mod connect;
 pub mod emu;
 mod ep;
 mod mem;
@@ -52,7 +61,7 @@ mod real;
 pub mod verbs;
 mod wire;
 
-pub use conduit::{ENV_VARS, Ibv, IbvEp, IbvStats, Provider, probe};
+pub use conduit::{ENV_VARS, Ibv, IbvEp, IbvStats, Provider, Registered, probe};
 
 /// The RDMA devices libibverbs sees (`ibv_get_device_list`), with their ports; an empty
 /// list when there is none.

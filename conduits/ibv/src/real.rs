@@ -13,7 +13,7 @@
 
 use crate::verbs::{
     Access, ConnectParams, DeviceInfo, LinkLayer, PortInfo, QpAddr, QpCaps, SendOp, SendWr, Sge,
-    Verbs, VerbsError, Wc, WcOpcode, WcStatus,
+    UdDest, Verbs, VerbsError, Wc, WcOpcode, WcStatus,
 };
 use rdma_sys as ib;
 use std::ffi::CStr;
@@ -137,6 +137,40 @@ impl Drop for RdmaQp {
     fn drop(&mut self) {
         // SAFETY: created by `create_qp`, destroyed once.
         unsafe { ib::ibv_destroy_qp(self.qp.as_ptr()) };
+    }
+}
+
+/// An unreliable-datagram queue pair.
+pub(crate) struct RdmaUdQp {
+    qp: NonNull<ib::ibv_qp>,
+    _ctx: Arc<Ctx>,
+}
+// SAFETY: libibverbs locks its queue pairs.
+unsafe impl Send for RdmaUdQp {}
+// SAFETY: as above.
+unsafe impl Sync for RdmaUdQp {}
+impl Drop for RdmaUdQp {
+    fn drop(&mut self) {
+        // SAFETY: created by `create_ud_qp`, destroyed once.
+        unsafe { ib::ibv_destroy_qp(self.qp.as_ptr()) };
+    }
+}
+
+/// An address handle.
+pub(crate) struct RdmaAh {
+    ah: NonNull<ib::ibv_ah>,
+    _ctx: Arc<Ctx>,
+}
+// SAFETY: an address handle is immutable once created; libibverbs allows its use from
+// any thread.
+unsafe impl Send for RdmaAh {}
+// SAFETY: as above.
+unsafe impl Sync for RdmaAh {}
+impl Drop for RdmaAh {
+    fn drop(&mut self) {
+        // SAFETY: created by `create_ah`, destroyed once, after the UD queue pair that
+        // sends through it (the conduit's field order), so no posted send refers to it.
+        unsafe { ib::ibv_destroy_ah(self.ah.as_ptr()) };
     }
 }
 
@@ -266,10 +300,30 @@ fn modify(
     mask: u32,
     what: &'static str,
 ) -> Result<(), VerbsError> {
-    // SAFETY: a live queue pair and a live attribute struct.
+    modify_raw(qp.qp, attr, mask, what)
+}
+
+fn modify_raw(
+    qp: NonNull<ib::ibv_qp>,
+    attr: &mut ib::ibv_qp_attr,
+    mask: u32,
+    what: &'static str,
+) -> Result<(), VerbsError> {
+    // SAFETY: a live queue pair (owned by the caller's handle) and a live attribute
+    // struct.
     rc(what, unsafe {
-        ib::ibv_modify_qp(qp.qp.as_ptr(), attr, mask as i32)
+        ib::ibv_modify_qp(qp.as_ptr(), attr, mask as i32)
     })
+}
+
+fn post_result(r: i32) -> Result<(), VerbsError> {
+    match r {
+        0 => Ok(()),
+        libc::ENOMEM => Err(VerbsError::QueueFull),
+        e => Err(VerbsError::Invalid(
+            std::io::Error::from_raw_os_error(e).to_string(),
+        )),
+    }
 }
 
 impl Verbs for RdmaVerbs {
@@ -277,6 +331,8 @@ impl Verbs for RdmaVerbs {
     type Cq = RdmaCq;
     type Srq = RdmaSrq;
     type Qp = RdmaQp;
+    type UdQp = RdmaUdQp;
+    type Ah = RdmaAh;
     const PROVIDER: &'static str = "verbs";
 
     fn devices() -> Result<Vec<DeviceInfo>, VerbsError> {
@@ -688,5 +744,145 @@ impl Verbs for RdmaVerbs {
             unsafe { ib::ibv_ack_cq_events(ev_cq, 1) };
         }
         Ok(true)
+    }
+
+    fn create_ud_qp(
+        &self,
+        cq: &RdmaCq,
+        caps: QpCaps,
+        recv_depth: u32,
+        qkey: u32,
+    ) -> Result<RdmaUdQp, VerbsError> {
+        use ib::ibv_qp_attr_mask as m;
+        use ib::ibv_qp_state as s;
+        // SAFETY: zeroed C struct.
+        let mut a: ib::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        a.send_cq = cq.cq.as_ptr();
+        a.recv_cq = cq.cq.as_ptr();
+        a.cap.max_send_wr = caps.max_send_wr;
+        a.cap.max_recv_wr = recv_depth;
+        a.cap.max_send_sge = 1;
+        a.cap.max_recv_sge = 1;
+        a.cap.max_inline_data = caps.max_inline;
+        a.qp_type = ib::ibv_qp_type::IBV_QPT_UD;
+        // SAFETY: live protection domain, queue and attributes.
+        let qp = unsafe { ib::ibv_create_qp(self.ctx.pd.as_ptr(), &mut a) };
+        let qp = NonNull::new(qp).ok_or_else(|| errno("ibv_create_qp(UD)"))?;
+        // Owned from here: an error below destroys it.
+        let ud = RdmaUdQp {
+            qp,
+            _ctx: self.ctx.clone(),
+        };
+        // SAFETY: zeroed C struct.
+        let mut a: ib::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = s::IBV_QPS_INIT;
+        a.pkey_index = 0;
+        a.port_num = self.port.port;
+        a.qkey = qkey;
+        modify_raw(
+            ud.qp,
+            &mut a,
+            (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_QKEY).0,
+            "ibv_modify_qp(UD INIT)",
+        )?;
+        // SAFETY: zeroed C struct.
+        let mut a: ib::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = s::IBV_QPS_RTR;
+        modify_raw(ud.qp, &mut a, m::IBV_QP_STATE.0, "ibv_modify_qp(UD RTR)")?;
+        // SAFETY: zeroed C struct.
+        let mut a: ib::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = s::IBV_QPS_RTS;
+        // SAFETY: a live queue pair.
+        a.sq_psn = unsafe { ud.qp.as_ref() }.qp_num & 0xff_ffff;
+        modify_raw(
+            ud.qp,
+            &mut a,
+            (m::IBV_QP_STATE | m::IBV_QP_SQ_PSN).0,
+            "ibv_modify_qp(UD RTS)",
+        )?;
+        Ok(ud)
+    }
+
+    fn ud_addr(&self, qp: &RdmaUdQp) -> QpAddr {
+        // SAFETY: a live queue pair.
+        let qpn = unsafe { qp.qp.as_ref() }.qp_num;
+        QpAddr {
+            lid: self.port.lid,
+            gid: self.gid,
+            qpn,
+            psn: 0,
+        }
+    }
+
+    fn create_ah(&self, remote: &QpAddr, gid_index: u8) -> Result<RdmaAh, VerbsError> {
+        // SAFETY: zeroed C struct.
+        let mut a: ib::ibv_ah_attr = unsafe { std::mem::zeroed() };
+        a.dlid = remote.lid;
+        a.port_num = self.port.port;
+        if remote.gid != [0; 16] {
+            a.is_global = 1;
+            a.grh.dgid.raw = remote.gid;
+            a.grh.sgid_index = gid_index;
+            a.grh.hop_limit = 64;
+        }
+        // SAFETY: live protection domain and attributes.
+        let ah = unsafe { ib::ibv_create_ah(self.ctx.pd.as_ptr(), &mut a) };
+        let ah = NonNull::new(ah).ok_or_else(|| errno("ibv_create_ah"))?;
+        Ok(RdmaAh {
+            ah,
+            _ctx: self.ctx.clone(),
+        })
+    }
+
+    unsafe fn post_ud_send(
+        &self,
+        qp: &RdmaUdQp,
+        ah: &RdmaAh,
+        dest: UdDest,
+        wr_id: u64,
+        sge: Sge,
+        inline: bool,
+    ) -> Result<(), VerbsError> {
+        use ib::ibv_send_flags as f;
+        let mut s = ib::ibv_sge {
+            addr: sge.addr,
+            length: sge.len,
+            lkey: sge.lkey,
+        };
+        // SAFETY: zeroed C struct (null pointers, zero unions).
+        let mut w: ib::ibv_send_wr = unsafe { std::mem::zeroed() };
+        w.wr_id = wr_id;
+        w.sg_list = &mut s;
+        w.num_sge = 1;
+        w.opcode = ib::ibv_wr_opcode::IBV_WR_SEND;
+        w.send_flags = f::IBV_SEND_SIGNALED.0 | if inline { f::IBV_SEND_INLINE.0 } else { 0 };
+        w.wr.ud = ib::ud_t {
+            ah: ah.ah.as_ptr(),
+            remote_qpn: dest.qpn,
+            remote_qkey: dest.qkey,
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: a live queue pair and address handle (the handle is only read while
+        // posting: the NIC copies the route into the work queue entry); locals copied
+        // during the call; the buffer's validity is the caller's promise.
+        post_result(unsafe { ib::ibv_post_send(qp.qp.as_ptr(), &mut w, &mut bad) })
+    }
+
+    unsafe fn post_ud_recv(&self, qp: &RdmaUdQp, wr_id: u64, sge: Sge) -> Result<(), VerbsError> {
+        let mut s = ib::ibv_sge {
+            addr: sge.addr,
+            length: sge.len,
+            lkey: sge.lkey,
+        };
+        let mut w = ib::ibv_recv_wr {
+            wr_id,
+            next: ptr::null_mut(),
+            sg_list: &mut s,
+            num_sge: 1,
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: a live queue pair; locals copied during the call; the buffer is the
+        // caller's promise.
+        post_result(unsafe { ib::ibv_post_recv(qp.qp.as_ptr(), &mut w, &mut bad) })
     }
 }

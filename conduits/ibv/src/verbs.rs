@@ -21,6 +21,10 @@
 //! | [`Verbs::post_srq_recv`] | `ibv_post_srq_recv` |
 //! | [`Verbs::poll_cq`] | `ibv_poll_cq` |
 //! | [`Verbs::arm_cq`], [`Verbs::wait_cq`] | `ibv_req_notify_cq`; `poll` on the channel, `ibv_get_cq_event`, `ibv_ack_cq_events` |
+//! | [`Verbs::create_ud_qp`] | `ibv_create_qp` (UD), `ibv_modify_qp` to INIT (Q_Key), RTR, RTS |
+//! | [`Verbs::create_ah`], dropping a [`Verbs::Ah`] | `ibv_create_ah`, `ibv_destroy_ah` |
+//! | [`Verbs::post_ud_send`] | `ibv_post_send`: SEND with an address handle, remote QPN and Q_Key |
+//! | [`Verbs::post_ud_recv`] | `ibv_post_recv` (a UD receive starts with the 40-byte GRH, [`GRH_LEN`]) |
 
 //! # Safety
 //! The trait declares the calls whose callers make promises (memory registered and
@@ -28,6 +32,22 @@
 #![allow(unsafe_code)]
 
 use std::time::Duration;
+
+/// Bytes of the Global Routing Header space at the start of every receive of an
+/// unreliable-datagram (UD) queue pair: the message follows it, and the completion's
+/// `byte_len` counts it.
+pub const GRH_LEN: usize = 40;
+
+/// Where a UD SEND goes, besides its address handle: the remote queue pair and the Q_Key
+/// it accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdDest {
+    /// Remote UD queue pair number.
+    pub qpn: u32,
+    /// Queue key the remote queue pair was created with (a datagram with another one is
+    /// dropped).
+    pub qkey: u32,
+}
 
 /// A failure of a verbs call (not a work completion: those carry a [`WcStatus`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -359,6 +379,10 @@ pub trait Verbs: Send + Sync + Sized + 'static {
     type Srq: Send + Sync;
     /// An RC queue pair.
     type Qp: Send + Sync;
+    /// An unreliable-datagram (UD) queue pair.
+    type UdQp: Send + Sync;
+    /// An address handle (the route to a remote port, for UD sends).
+    type Ah: Send + Sync;
 
     /// The provider's name (`"emu"`, `"verbs"`).
     const PROVIDER: &'static str;
@@ -388,7 +412,11 @@ pub trait Verbs: Send + Sync + Sized + 'static {
     /// # Safety
     /// The memory must stay valid (allocated, not unmapped) until the returned region
     /// is dropped: the provider and peers (within `access`) read and write it
-    /// meanwhile, through raw pointers and atomics.
+    /// meanwhile, through raw pointers and atomics. Exception: a region registered
+    /// without remote rights (no `REMOTE_*` in `access`) is accessed only for the work
+    /// requests that name its local key, so its memory need only stay valid while such
+    /// a request may be outstanding; after that the region may outlive the memory
+    /// provided no new request names it (a provider never reaches it otherwise).
     ///
     /// # Errors
     /// [`VerbsError::Call`] if registration fails.
@@ -482,4 +510,57 @@ pub trait Verbs: Send + Sync + Sized + 'static {
     /// # Errors
     /// The failing call.
     fn wait_cq(&self, cq: &Self::Cq, timeout: Duration) -> Result<bool, VerbsError>;
+
+    /// Creates an unreliable-datagram queue pair in state RTS, whose sends and receives
+    /// complete on `cq` (receive completions carry the queue pair's number), with its
+    /// own receive queue of `recv_depth` entries, accepting datagrams sent with `qkey`.
+    /// Datagrams may be lost, duplicated or reordered; one that finds no receive posted
+    /// is dropped.
+    ///
+    /// # Errors
+    /// The failing call.
+    fn create_ud_qp(
+        &self,
+        cq: &Self::Cq,
+        caps: QpCaps,
+        recv_depth: u32,
+        qkey: u32,
+    ) -> Result<Self::UdQp, VerbsError>;
+    /// A UD queue pair's address (LID, GID, QPN), to publish.
+    fn ud_addr(&self, qp: &Self::UdQp) -> QpAddr;
+    /// Creates an address handle to the port of `remote` (its LID, and its GID when
+    /// not zero, through the local GID at `gid_index`).
+    ///
+    /// # Errors
+    /// The failing `ibv_create_ah`.
+    fn create_ah(&self, remote: &QpAddr, gid_index: u8) -> Result<Self::Ah, VerbsError>;
+    /// Posts one signaled SEND of `sge` on the UD queue pair `qp` to `dest` through `ah`
+    /// (inline when `inline`: copied at post time, `lkey` unused).
+    ///
+    /// # Safety
+    /// As [`post_send`](Self::post_send): unless `inline`, the buffer stays valid until
+    /// the request's completion has been polled or the queue pair is destroyed, in a
+    /// region registered with `lkey`.
+    ///
+    /// # Errors
+    /// [`VerbsError::QueueFull`] when the send queue is full, [`VerbsError::Invalid`]
+    /// for a request the provider refuses.
+    unsafe fn post_ud_send(
+        &self,
+        qp: &Self::UdQp,
+        ah: &Self::Ah,
+        dest: UdDest,
+        wr_id: u64,
+        sge: Sge,
+        inline: bool,
+    ) -> Result<(), VerbsError>;
+    /// Posts a receive of one buffer (at least [`GRH_LEN`] bytes more than the largest
+    /// datagram) to the UD queue pair's receive queue.
+    ///
+    /// # Safety
+    /// As [`post_srq_recv`](Self::post_srq_recv).
+    ///
+    /// # Errors
+    /// [`VerbsError::QueueFull`] when the queue is full.
+    unsafe fn post_ud_recv(&self, qp: &Self::UdQp, wr_id: u64, sge: Sge) -> Result<(), VerbsError>;
 }

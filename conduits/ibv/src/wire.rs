@@ -103,6 +103,62 @@ pub(crate) fn decode(bytes: &[u8], args: &mut [u32; MAX_ARGS]) -> Result<Header,
     })
 }
 
+/// The connection datagrams of the lazy wire-up (`crate::connect`), sent over the UD queue
+/// pairs: magic, kind, source and destination endpoints (global indices), and the
+/// sender's RC queue pair address for the pair (zero in a READY).
+pub(crate) mod conn {
+    use crate::verbs::QpAddr;
+
+    /// "I made queue pair `addr` for you; make yours and connect it."
+    pub(crate) const CONNECT: u8 = 1;
+    /// "Mine (`addr`) is connected to yours; connect yours."
+    pub(crate) const ACCEPT: u8 = 2;
+    /// "Mine is connected too: send."
+    pub(crate) const READY: u8 = 3;
+    const MAGIC: u32 = 0x6765_7863; // "gexc"
+    /// Encoded length.
+    pub(crate) const LEN: usize = 4 + 1 + 4 + 4 + QpAddr::LEN;
+
+    /// One datagram.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(crate) struct Msg {
+        pub(crate) kind: u8,
+        pub(crate) src: u32,
+        pub(crate) dst: u32,
+        pub(crate) addr: QpAddr,
+    }
+
+    impl Msg {
+        pub(crate) fn encode(&self) -> [u8; LEN] {
+            let mut out = [0u8; LEN];
+            out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+            out[4] = self.kind;
+            out[5..9].copy_from_slice(&self.src.to_le_bytes());
+            out[9..13].copy_from_slice(&self.dst.to_le_bytes());
+            let mut a = Vec::with_capacity(QpAddr::LEN);
+            self.addr.encode(&mut a);
+            out[13..].copy_from_slice(&a);
+            out
+        }
+        /// Decodes exactly [`LEN`] bytes; `None` for anything else.
+        pub(crate) fn decode(b: &[u8]) -> Option<Msg> {
+            if b.len() != LEN || u32::from_le_bytes(b[0..4].try_into().ok()?) != MAGIC {
+                return None;
+            }
+            let kind = b[4];
+            if !(CONNECT..=READY).contains(&kind) {
+                return None;
+            }
+            Some(Msg {
+                kind,
+                src: u32::from_le_bytes(b[5..9].try_into().ok()?),
+                dst: u32::from_le_bytes(b[9..13].try_into().ok()?),
+                addr: QpAddr::decode(&b[13..])?,
+            })
+        }
+    }
+}
+
 /// Work request identifiers: kind (8 bits), peer (24 bits), index (32 bits).
 pub(crate) mod wrid {
     /// A SEND (index: its send slot, or [`NO_SLOT`] for an inline one).
@@ -115,6 +171,10 @@ pub(crate) mod wrid {
     pub(crate) const RECV: u64 = 4;
     /// A native RMA or atomic operation (index: its operation slot).
     pub(crate) const RMA: u64 = 5;
+    /// A connection datagram sent on the UD queue pair (peer: its destination).
+    pub(crate) const UD_SEND: u64 = 6;
+    /// A receive of the UD queue pair (index: the buffer).
+    pub(crate) const UD_RECV: u64 = 7;
     /// No send slot.
     pub(crate) const NO_SLOT: u32 = u32::MAX;
 
@@ -158,6 +218,22 @@ mod tests {
         buf[2] = 3;
         buf[1] = 6;
         assert!(decode(&buf[..n + 8], &mut args).is_err());
+        let m = conn::Msg {
+            kind: conn::ACCEPT,
+            src: 3,
+            dst: 0x00ff_fffe,
+            addr: crate::verbs::QpAddr {
+                lid: 7,
+                gid: [9; 16],
+                qpn: 0x12_3456,
+                psn: 5,
+            },
+        };
+        assert_eq!(conn::Msg::decode(&m.encode()), Some(m));
+        let mut bad = m.encode();
+        bad[4] = 9;
+        assert_eq!(conn::Msg::decode(&bad), None);
+        assert_eq!(conn::Msg::decode(&m.encode()[1..]), None);
         let id = wrid::make(wrid::RMA, 0x12_3456, 77);
         assert_eq!(
             (wrid::kind(id), wrid::peer(id), wrid::index(id)),

@@ -26,13 +26,30 @@ fn emu() -> Builder {
     conformance::builder().config(Config::from_pairs([("GEX_IBV_PROVIDER", "emu")]))
 }
 
-/// Two ranks, default settings.
+/// Two ranks, default settings (queue pairs made on first contact).
 mod emu_two_ranks {
     use super::*;
     gex_testkit::suite_tests! {
         suite: core,
         conduit: Ibv,
         runner: runner(emu),
+        ranks: 2,
+    }
+}
+
+/// Two ranks, every queue pair made and connected at open (`GEX_IBV_CONNECT=eager`).
+mod emu_two_ranks_eager {
+    use super::*;
+    fn builder() -> Builder {
+        conformance::builder().config(Config::from_pairs([
+            ("GEX_IBV_PROVIDER", "emu"),
+            ("GEX_IBV_CONNECT", "eager"),
+        ]))
+    }
+    gex_testkit::suite_tests! {
+        suite: core,
+        conduit: Ibv,
+        runner: runner(builder),
         ranks: 2,
     }
 }

@@ -451,3 +451,112 @@ fn devices_and_selection() {
     ));
     assert!(EmuVerbs::open(None, 2, 0).is_err());
 }
+
+/// Waits up to `for_` for completions (fewer than asked is no failure: UD may lose).
+fn wait_some(side: &Side, for_: Duration) -> Vec<Wc> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + for_;
+    let mut buf = [Wc::EMPTY; 8];
+    while Instant::now() < deadline {
+        let k = side.v.poll_cq(&side.cq, &mut buf).unwrap();
+        got.extend_from_slice(&buf[..k]);
+        if k == 0 {
+            side.v.wait_cq(&side.cq, Duration::from_millis(20)).unwrap();
+        }
+    }
+    got
+}
+
+#[test]
+fn ud_datagrams_grh_qkey_loss_and_duplication() {
+    use gex_conduit_ibv::emu::EmuCounts;
+    use gex_conduit_ibv::verbs::{GRH_LEN, UdDest};
+    const QKEY: u32 = 0x1234_5678;
+    let a = Side::new(256, ALL);
+    let b = Side::new(256, ALL);
+    let ua = a.v.create_ud_qp(&a.cq, CAPS, 16, QKEY).unwrap();
+    let ub = b.v.create_ud_qp(&b.cq, CAPS, 16, QKEY).unwrap();
+    let bq = b.v.ud_addr(&ub);
+    let ah = a.v.create_ah(&bq, 0).unwrap();
+    // b posts 8 receives of 128 bytes at words 512.. (4096 bytes in).
+    let post_recvs = |n: u64| {
+        for i in 0..n {
+            // SAFETY: inside b's registered memory, alive until the test ends.
+            unsafe {
+                b.v.post_ud_recv(&ub, 100 + i, b.sge(512 + 16 * i as usize, 128))
+            }
+            .unwrap();
+        }
+    };
+    post_recvs(8);
+    let send = |msg: &[u8], qkey: u32| {
+        let sge = Sge {
+            addr: msg.as_ptr() as u64,
+            len: msg.len() as u32,
+            lkey: 0,
+        };
+        let dest = UdDest { qpn: bq.qpn, qkey };
+        // SAFETY: inline: read during the call.
+        unsafe { a.v.post_ud_send(&ua, &ah, dest, 7, sge, true) }.unwrap();
+    };
+    // In the simple case a datagram lands after the GRH space.
+    send(b"hello", QKEY);
+    let wcs = b.wait(1);
+    assert_eq!(wcs[0].status, WcStatus::Success);
+    assert_eq!(wcs[0].opcode, WcOpcode::Recv);
+    assert_eq!(wcs[0].wr_id, 100);
+    assert_eq!(wcs[0].qp_num, bq.qpn);
+    assert_eq!(wcs[0].byte_len as usize, GRH_LEN + 5);
+    // SAFETY: the receive completed; nothing writes it now.
+    let got =
+        unsafe { std::slice::from_raw_parts((b.addr(512) as usize as *const u8).add(GRH_LEN), 5) };
+    assert_eq!(got, b"hello");
+    // The sender's completion is a successful SEND, whatever became of the datagram.
+    let wa = a.wait(1);
+    assert_eq!((wa[0].wr_id, wa[0].status), (7, WcStatus::Success));
+    // A wrong Q_Key is dropped.
+    send(b"wrong key", QKEY ^ 1);
+    assert!(wait_some(&b, Duration::from_millis(200)).is_empty());
+    // Loss: the next two datagrams vanish, the third arrives.
+    a.v.inject(Fault::LoseDatagrams { count: 2 });
+    for m in [&b"lost 1"[..], b"lost 2", b"kept"] {
+        send(m, QKEY);
+    }
+    let wcs = wait_some(&b, Duration::from_millis(300));
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    assert_eq!(wcs[0].byte_len as usize, GRH_LEN + 4);
+    // Duplication: one send, two arrivals.
+    a.v.inject(Fault::DuplicateDatagrams { count: 1 });
+    send(b"twice", QKEY);
+    let wcs = wait_some(&b, Duration::from_millis(300));
+    assert_eq!(wcs.len(), 2, "{wcs:?}");
+    assert!(wcs.iter().all(|w| w.byte_len as usize == GRH_LEN + 5));
+    // No receive posted: dropped (4 of 8 receives used so far; use up the rest).
+    for _ in 0..4 {
+        send(b"fill", QKEY);
+    }
+    assert_eq!(wait_some(&b, Duration::from_millis(300)).len(), 4);
+    send(b"nowhere", QKEY);
+    assert!(wait_some(&b, Duration::from_millis(200)).is_empty());
+    post_recvs(1);
+    send(b"again", QKEY);
+    assert_eq!(b.wait(1)[0].byte_len as usize, GRH_LEN + 5);
+    // A datagram to a queue pair that does not exist is lost, not an error.
+    let nowhere = UdDest {
+        qpn: 0xfff0,
+        qkey: QKEY,
+    };
+    let msg = *b"x";
+    let sge = Sge {
+        addr: msg.as_ptr() as u64,
+        len: 1,
+        lkey: 0,
+    };
+    // SAFETY: inline.
+    unsafe { a.v.post_ud_send(&ua, &ah, nowhere, 9, sge, true) }.unwrap();
+    let c: EmuCounts = a.v.counts();
+    assert_eq!((c.rc_qps, c.ud_qps, c.datagrams_lost), (1, 1, 2));
+    assert_eq!(c.datagrams, 13);
+    assert_eq!(b.v.counts().datagrams, 0);
+    drop((ua, ub));
+}

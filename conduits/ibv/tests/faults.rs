@@ -126,6 +126,10 @@ fn bad_settings_name_the_variable() {
         ("GEX_IBV_MAX_MEDIUM", "10"),
         ("GEX_IBV_PORT", "0"),
         ("GEX_IBV_RMA", "maybe"),
+        ("GEX_IBV_CONNECT", "sometimes"),
+        ("GEX_IBV_CONNECT_TIMEOUT", "soon"),
+        ("GEX_IBV_CONNECT_TIMEOUT", "0s"),
+        ("GEX_IBV_REG_CACHE", "lots"),
     ] {
         let r = ClientBuilder::new()
             .config(Config::from_pairs([("GEX_IBV_PROVIDER", "emu"), (k, v)]))

@@ -1,0 +1,310 @@
+//! The lazy wire-up (`GEX_IBV_CONNECT=lazy`, the default) over the emulation: queue
+//! pairs are made only for the peers an endpoint talks with (counted by the emulated
+//! devices), a passive target (one that never polls) is connected by its connection
+//! thread, simultaneous first contact from both sides, lost and duplicated connection
+//! datagrams (fault injection), a peer that never answers (an error naming it, in
+//! bounded time), and finalize with a connection pending. Thread ranks of one process
+//! (gex-testkit's `ThreadJob`), each with its own emulated device.
+
+use gex_conduit_ibv::Ibv;
+use gex_conduit_ibv::emu::Fault;
+use gex_core::boot::Bootstrap;
+use gex_core::{Am, ClientBuilder, Config, EpAddr, HandlerId, Injected, Token};
+use gex_testkit::boot::{ThreadBoot, ThreadJob};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+fn init(boot: ThreadBoot, extra: &[(&str, &str)]) -> gex_core::Client<Ibv> {
+    let mut pairs = vec![("GEX_IBV_PROVIDER", "emu")];
+    pairs.extend_from_slice(extra);
+    ClientBuilder::new()
+        .config(Config::from_pairs(pairs))
+        .segment_size(64 << 10)
+        .init::<Ibv>(Box::new(boot))
+        .expect("init over the emulation")
+}
+
+/// An endpoint with handler 200 counting the requests it got.
+fn counting_ep(client: &gex_core::Client<Ibv>) -> (gex_core::OwnedEndpoint<Ibv>, Arc<AtomicUsize>) {
+    let mut ep = client.endpoint(0).expect("ep");
+    let got = Arc::new(AtomicUsize::new(0));
+    let g = got.clone();
+    ep.register_at(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
+        g.fetch_add(1, Ordering::Relaxed);
+    })
+    .expect("register");
+    (ep, got)
+}
+
+fn wait_for(ep: &mut gex_core::OwnedEndpoint<Ibv>, got: &AtomicUsize, n: usize) {
+    let ok = ep.wait_until_timeout(|| got.load(Ordering::Relaxed) >= n, Duration::from_secs(30));
+    assert!(
+        ok,
+        "only {} of {n} requests arrived",
+        got.load(Ordering::Relaxed)
+    );
+}
+
+/// Ranks talk in pairs (0 with 1, 2 with 3): lazily each endpoint makes one RC queue
+/// pair (its partner's) and one UD queue pair; eagerly, one RC queue pair per endpoint
+/// of the job and no UD queue pair.
+#[test]
+fn only_the_peers_talked_with_get_queue_pairs() {
+    for (mode, rc, ud) in [("lazy", 1u64, 1u64), ("eager", 4, 0)] {
+        let job = ThreadJob::new(4);
+        let start = Barrier::new(4);
+        job.run(|boot| {
+            let rank = boot.rank();
+            let client = init(boot, &[("GEX_IBV_CONNECT", mode)]);
+            let (mut ep, got) = counting_ep(&client);
+            start.wait();
+            let partner = rank ^ 1;
+            for _ in 0..10 {
+                ep.request_short(EpAddr::rank(partner), HandlerId::at(200), &[])
+                    .expect("request");
+            }
+            wait_for(&mut ep, &got, 10);
+            let c = client.conduit().emu_counts(0).expect("emulated device");
+            assert_eq!(
+                (c.rc_qps, c.ud_qps),
+                (rc, ud),
+                "{mode}: rank {rank} made {c:?}"
+            );
+            // Nobody leaves before everyone has counted (a late message would not
+            // make a queue pair, but keep the counts exact).
+            start.wait();
+            drop(ep);
+            client.finalize().expect("finalize");
+        })
+        .expect("job");
+    }
+}
+
+/// Both sides send their first request at the same moment: one connection results
+/// (one queue pair each), every message arrives.
+#[test]
+fn simultaneous_first_contact() {
+    for round in 0..5 {
+        let job = ThreadJob::new(2);
+        let start = Barrier::new(2);
+        job.run(|boot| {
+            let rank = boot.rank();
+            let client = init(boot, &[]);
+            let (mut ep, got) = counting_ep(&client);
+            start.wait();
+            for _ in 0..50 {
+                ep.request_short(EpAddr::rank(1 - rank), HandlerId::at(200), &[])
+                    .expect("request");
+            }
+            wait_for(&mut ep, &got, 50);
+            let c = client.conduit().emu_counts(0).expect("emulated device");
+            assert_eq!(c.rc_qps, 1, "round {round}: rank {rank}: {c:?}");
+            start.wait();
+            drop(ep);
+            client.finalize().expect("finalize");
+        })
+        .expect("job");
+    }
+}
+
+/// Rank 0's first two CONNECTs are lost, rank 1's first ACCEPT is lost and the next
+/// datagrams are duplicated: the connection forms through retransmission and
+/// idempotent answers, and the messages arrive once each.
+#[test]
+fn lost_and_duplicated_connection_datagrams() {
+    let job = ThreadJob::new(2);
+    let start = Barrier::new(2);
+    job.run(|boot| {
+        let rank = boot.rank();
+        let client = init(boot, &[]);
+        let (mut ep, got) = counting_ep(&client);
+        let ibv = client.conduit().clone();
+        if rank == 0 {
+            assert!(ibv.emu_inject(0, Fault::LoseDatagrams { count: 2 }));
+            assert!(ibv.emu_inject(0, Fault::DuplicateDatagrams { count: 4 }));
+        } else {
+            assert!(ibv.emu_inject(0, Fault::LoseDatagrams { count: 1 }));
+            assert!(ibv.emu_inject(0, Fault::DuplicateDatagrams { count: 4 }));
+        }
+        start.wait();
+        if rank == 0 {
+            for _ in 0..5 {
+                ep.request_short(EpAddr::rank(1), HandlerId::at(200), &[])
+                    .expect("request");
+            }
+            wait_for(&mut ep, &got, 1);
+        } else {
+            wait_for(&mut ep, &got, 5);
+            ep.request_short(EpAddr::rank(0), HandlerId::at(200), &[])
+                .expect("request");
+        }
+        let c = ibv.emu_counts(0).expect("emulated device");
+        assert_eq!(c.datagrams_lost, if rank == 0 { 2 } else { 1 }, "{c:?}");
+        assert!(c.datagrams > c.datagrams_lost, "{c:?}");
+        assert_eq!(c.rc_qps, 1, "{c:?}");
+        start.wait();
+        // Exactly the messages sent arrived (a duplicated datagram is not a message).
+        ep.poll();
+        assert_eq!(got.load(Ordering::Relaxed), if rank == 0 { 1 } else { 5 });
+        drop(ep);
+        client.finalize().expect("finalize");
+    })
+    .expect("job");
+}
+
+/// Rank 1 never polls while rank 0 makes first contact with AMs, a large put and a get:
+/// its connection thread answers, so everything goes through; rank 1 then finds the
+/// requests and the bytes.
+#[test]
+fn a_passive_target_is_connected() {
+    let job = ThreadJob::new(2);
+    let phase = Barrier::new(2);
+    job.run(|boot| {
+        let rank = boot.rank();
+        let client = gex_testkit::rma::client_builder()
+            .config(Config::from_pairs([("GEX_IBV_PROVIDER", "emu")]))
+            .segment_size(1 << 20)
+            .init::<Ibv>(Box::new(boot))
+            .expect("init");
+        let mut ep = client.endpoint(0).expect("ep");
+        let got = Arc::new(AtomicUsize::new(0));
+        let g = got.clone();
+        ep.register_at(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
+            g.fetch_add(1, Ordering::Relaxed);
+        })
+        .expect("register");
+        phase.wait();
+        let bytes: Vec<u8> = (0..300_000u32).map(|i| (i * 13) as u8).collect();
+        if rank == 0 {
+            use gex_rma::{GlobalPtr, RmaExt};
+            for _ in 0..5 {
+                ep.request_short(EpAddr::rank(1), HandlerId::at(200), &[])
+                    .expect("request");
+            }
+            let dst = GlobalPtr::<u8>::new(EpAddr::rank(1), 4096);
+            ep.put(dst, &bytes, gex_core::Blocking).expect("put");
+            let mut back = vec![0u8; bytes.len()];
+            ep.get(&mut back[..], dst, gex_core::Blocking).expect("get");
+            assert!(back == bytes);
+        }
+        // Rank 1 has not polled until here.
+        phase.wait();
+        if rank == 1 {
+            assert!(
+                ep.wait_until_timeout(|| got.load(Ordering::Relaxed) >= 5, Duration::from_secs(30))
+            );
+            let mut mine = vec![0u8; bytes.len()];
+            ep.segment().read(4096, &mut mine).expect("read");
+            assert!(mine == bytes, "the put's bytes are in rank 1's segment");
+        }
+        phase.wait();
+        drop(ep);
+        client.finalize().expect("finalize");
+    })
+    .expect("job");
+}
+
+/// Rank 1's device loses every datagram it sends (its answers never arrive): rank 0's
+/// request fails after `GEX_IBV_CONNECT_TIMEOUT` with an error naming rank 1's endpoint
+/// and the setting, and nothing hangs.
+#[test]
+fn a_peer_that_never_answers_is_named() {
+    let job = ThreadJob::new(2);
+    let done = Barrier::new(2);
+    job.run(|boot| {
+        let rank = boot.rank();
+        let client = init(boot, &[("GEX_IBV_CONNECT_TIMEOUT", "1s")]);
+        let (mut ep, _got) = counting_ep(&client);
+        if rank == 1 {
+            assert!(
+                client
+                    .conduit()
+                    .emu_inject(0, Fault::LoseDatagrams { count: u32::MAX })
+            );
+        }
+        done.wait();
+        if rank == 0 {
+            let t0 = Instant::now();
+            let e = ep
+                .request_short(EpAddr::rank(1), HandlerId::at(200), &[])
+                .expect_err("no answer")
+                .to_string();
+            let took = t0.elapsed();
+            eprintln!("after {took:?}: {e}");
+            assert!(
+                e.contains("rank 1 endpoint 0")
+                    && e.contains("did not answer")
+                    && e.contains("GEX_IBV_CONNECT_TIMEOUT"),
+                "{e}"
+            );
+            assert!(
+                took >= Duration::from_millis(900) && took < Duration::from_secs(10),
+                "took {took:?}"
+            );
+            // Later operations to it fail at once.
+            let t1 = Instant::now();
+            assert!(
+                ep.request_short(EpAddr::rank(1), HandlerId::at(200), &[])
+                    .is_err()
+            );
+            assert!(t1.elapsed() < Duration::from_millis(500));
+        }
+        done.wait();
+        drop(ep);
+        client.finalize().expect("finalize");
+    })
+    .expect("job");
+}
+
+/// Rank 0 starts a connection (its request answers would-block) and both ranks
+/// finalize without waiting for it: finalize returns (the connection threads are
+/// stopped and joined), nothing hangs or panics.
+#[test]
+fn finalize_with_a_pending_connection() {
+    let job = ThreadJob::new(2);
+    let t0 = Instant::now();
+    job.run(|boot| {
+        let rank = boot.rank();
+        let client = init(boot, &[]);
+        let (mut ep, _got) = counting_ep(&client);
+        if rank == 0 {
+            let r = ep
+                .try_request_short(EpAddr::rank(1), HandlerId::at(200), &[])
+                .expect("no error");
+            assert_eq!(r, Injected::WouldBlock);
+            // The queue pair is made and CONNECT sent (rank 1's connection thread may
+            // already be answering).
+            let c = client.conduit().emu_counts(0).expect("emulated device");
+            assert!(c.rc_qps == 1 && c.datagrams >= 1, "{c:?}");
+        }
+        drop(ep);
+        client.finalize().expect("finalize");
+    })
+    .expect("job");
+    assert!(t0.elapsed() < Duration::from_secs(20));
+}
+
+/// Ranks that disagree on `GEX_IBV_CONNECT` are refused at open, naming the setting.
+#[test]
+fn mixed_wire_up_modes_are_refused() {
+    let job = ThreadJob::new(2);
+    let errs = job
+        .run(|boot| {
+            let mode = if boot.rank() == 0 { "lazy" } else { "eager" };
+            ClientBuilder::new()
+                .config(Config::from_pairs([
+                    ("GEX_IBV_PROVIDER", "emu"),
+                    ("GEX_IBV_CONNECT", mode),
+                ]))
+                .segment_size(64 << 10)
+                .init::<Ibv>(Box::new(boot))
+                .map(|_| ())
+                .expect_err("refused")
+                .to_string()
+        })
+        .expect("job");
+    for e in errs {
+        assert!(e.contains("GEX_IBV_CONNECT"), "{e}");
+    }
+}
