@@ -75,6 +75,12 @@ fn ctx_pe(ctx: *mut c_void, pe: c_int) -> Result<c_int, ShmemError> {
         return Ok(pe);
     }
     let i = (ctx as usize).wrapping_sub(1);
+    match state::ctx_team(i) {
+        // A context of the world team: no lock.
+        Some(Some(0)) => return Ok(pe),
+        Some(None) => return Err(ShmemError::BadCtx),
+        _ => {}
+    }
     with(|s| match s.ctxs.get(i) {
         Some(Some(0)) => Ok(pe),
         Some(Some(t)) => {
@@ -99,6 +105,11 @@ fn ctx_live(ctx: *mut c_void) -> Result<bool, ShmemError> {
         return Ok(true);
     }
     let i = (ctx as usize).wrapping_sub(1);
+    match state::ctx_team(i) {
+        Some(Some(_)) => return Ok(true),
+        Some(None) => return Err(ShmemError::BadCtx),
+        None => {}
+    }
     with(|s| match s.ctxs.get(i) {
         Some(Some(_)) => Ok(true),
         _ => Err(ShmemError::BadCtx),
@@ -1457,11 +1468,11 @@ pub extern "C" fn shmem_team_destroy(team: *mut c_void) {
                 return Ok(()); // the predefined teams are not destroyed
             }
             if let Some(Some(e)) = s.teams.get_mut(i).map(Option::take) {
-                s.ctxs.iter_mut().for_each(|c| {
-                    if *c == Some(i) {
-                        *c = None;
+                for c in 0..s.ctxs.len() {
+                    if s.ctxs[c] == Some(i) {
+                        s.set_ctx(c, None);
                     }
-                });
+                }
                 s.ep.destroy_team(e.team)?;
             }
             Ok(())
@@ -1938,16 +1949,12 @@ fn new_ctx(team_i: usize, ctx: *mut *mut c_void) -> c_int {
     let r = entry("shmem_ctx_create", || {
         with(|s| {
             s.team(team_i)?;
-            let i = match s.ctxs.iter().position(Option::is_none) {
-                Some(i) => {
-                    s.ctxs[i] = Some(team_i);
-                    i
-                }
-                None => {
-                    s.ctxs.push(Some(team_i));
-                    s.ctxs.len() - 1
-                }
-            };
+            let i = s
+                .ctxs
+                .iter()
+                .position(Option::is_none)
+                .unwrap_or(s.ctxs.len());
+            s.set_ctx(i, Some(team_i));
             Ok((i + 1) as *mut c_void)
         })
     });
@@ -1997,9 +2004,9 @@ pub extern "C" fn shmem_ctx_destroy(ctx: *mut c_void) {
                 ));
             }
             s.quiet()?;
-            match s.ctxs.get_mut(i) {
-                Some(c @ Some(_)) => {
-                    *c = None;
+            match s.ctxs.get(i) {
+                Some(Some(_)) => {
+                    s.set_ctx(i, None);
                     Ok(())
                 }
                 _ => Err(ShmemError::BadCtx),
@@ -2132,6 +2139,16 @@ mod tests {
             h.join().unwrap();
         }
         shmem_quiet();
+        // Context handles: looked up without the lock, refused once destroyed.
+        let mut ctx: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `ctx` is a local slot.
+        assert_eq!(unsafe { shmem_ctx_create(0, &raw mut ctx) }, 0);
+        assert_eq!(ctx_pe(ctx, 0).unwrap(), 0);
+        assert!(ctx_live(ctx).unwrap());
+        shmem_ctx_destroy(ctx);
+        assert!(matches!(ctx_pe(ctx, 0), Err(ShmemError::BadCtx)));
+        assert!(matches!(ctx_live(ctx), Err(ShmemError::BadCtx)));
+        assert!(!ctx_live(std::ptr::null_mut()).unwrap());
         // SAFETY: the symmetric counter.
         let total = unsafe { shmem_long_atomic_fetch(counter as *const i64, 0) };
         assert_eq!(total, (THREADS * N) as i64);

@@ -74,6 +74,21 @@ static EP_NBI: AtomicBool = AtomicBool::new(false);
 /// mappings stay valid for calls racing finalize (module documentation).
 static RETIRED: Mutex<Option<OwnedEndpoint>> = Mutex::new(None);
 
+/// How many context handles [`CTX_TEAMS`] mirrors.
+const CTX_MIRROR: usize = 256;
+/// The contexts of the first [`CTX_MIRROR`] handle indices, for lookups without the
+/// lock: the team index + 1 of a live context, 0 otherwise. A copy of `State::ctxs`,
+/// written under the lock by [`State::set_ctx`].
+static CTX_TEAMS: [AtomicUsize; CTX_MIRROR] = [const { AtomicUsize::new(0) }; CTX_MIRROR];
+
+/// What the mirror says of context index `i`: `Some(Some(team))` live, `Some(None)` not
+/// live, `None` not mirrored (look in `State::ctxs`).
+#[inline]
+pub(crate) fn ctx_team(i: usize) -> Option<Option<usize>> {
+    let v = CTX_TEAMS.get(i)?.load(Ordering::Acquire);
+    Some(v.checked_sub(1))
+}
+
 /// The published PE while initialised.
 ///
 /// # Errors
@@ -674,9 +689,12 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
                 owned: false,
             }),
         ],
-        ctxs: vec![Some(0)],
+        ctxs: Vec::new(),
         thread_level: level,
     });
+    if let Some(s) = g.as_mut() {
+        s.set_ctx(0, Some(0));
+    }
     Ok(level)
 }
 
@@ -948,10 +966,12 @@ impl State {
 
     /// Completes every put, get and atomic issued so far.
     pub(crate) fn quiet(&mut self) -> Result<(), ShmemError> {
-        // Every NBI put through the endpoint was issued under the lock this holds.
-        EP_NBI.store(false, Ordering::Release);
         fence(Ordering::SeqCst);
-        self.ep.sync_nbi(NbiCategories::ALL)?;
+        // Every NBI put through the endpoint was issued under the lock this holds, and
+        // set the flag; without one there is nothing to sync (a sync polls every layer).
+        if EP_NBI.swap(false, Ordering::AcqRel) {
+            self.ep.sync_nbi(NbiCategories::ALL)?;
+        }
         self.wait_static_puts()
     }
 
@@ -973,6 +993,18 @@ impl State {
                 (o < len).then(|| b.as_ptr() as usize + o)
             }
             Loc::Static(_) => (pe == self.me).then_some(addr),
+        }
+    }
+
+    /// Sets context index `i` to live on team index `team` (or not live), in the table
+    /// and its lock-free mirror.
+    pub(crate) fn set_ctx(&mut self, i: usize, team: Option<usize>) {
+        if self.ctxs.len() <= i {
+            self.ctxs.resize(i + 1, None);
+        }
+        self.ctxs[i] = team;
+        if let Some(m) = CTX_TEAMS.get(i) {
+            m.store(team.map_or(0, |t| t + 1), Ordering::Release);
         }
     }
 
