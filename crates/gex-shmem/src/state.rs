@@ -636,8 +636,12 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
             .ok_or_else(|| ShmemError::Config("split of the shared team".into()))?
     };
     let level = level.clamp(0, 3);
+    // The AM path forced (`GEX_RMA_PATH=am`, `--cfg gex_force_am_rma`): every operation
+    // goes through the endpoint, as gex-rma's own would.
+    let forced_am =
+        cfg!(gex_force_am_rma) || ep.config().get("GEX_RMA_PATH").is_some_and(|v| v == "am");
     let mut peers = Vec::with_capacity(npes as usize);
-    for r in 0..npes {
+    for r in (0..npes).filter(|_| !forced_am) {
         let heap = ep
             .peer_segment(EpAddr::new(r, 0))
             .zip(ep.segment_len_of(r))
@@ -647,6 +651,7 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
             });
         peers.push(heap.filter(|&(_, len)| len > 0).unwrap_or((0, 0)));
     }
+    peers.resize(npes as usize, (0, 0));
     let published = Pe {
         me,
         npes,
