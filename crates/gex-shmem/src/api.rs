@@ -16,7 +16,7 @@ use crate::entry;
 use crate::error::ShmemError;
 use crate::heap::MIN_ALIGN;
 use crate::state::{self, Amo, TeamEntry, with};
-use gex_facade::coll::Scratch;
+use gex_facade::coll::{BitOp, Scratch};
 use gex_facade::prelude::*;
 use std::ffi::{c_char, c_int, c_long, c_void};
 
@@ -69,8 +69,18 @@ fn bytes(n: usize, size: usize) -> Result<usize, ShmemError> {
 }
 
 /// The world PE of `pe`, a PE number of context `ctx`'s team.
+#[inline]
 fn ctx_pe(ctx: *mut c_void, pe: c_int) -> Result<c_int, ShmemError> {
+    if ctx == CTX_DEFAULT {
+        return Ok(pe);
+    }
     let i = (ctx as usize).wrapping_sub(1);
+    match state::ctx_team(i) {
+        // A context of the world team: no lock.
+        Some(Some(0)) => return Ok(pe),
+        Some(None) => return Err(ShmemError::BadCtx),
+        _ => {}
+    }
     with(|s| match s.ctxs.get(i) {
         Some(Some(0)) => Ok(pe),
         Some(Some(t)) => {
@@ -91,7 +101,15 @@ fn ctx_live(ctx: *mut c_void) -> Result<bool, ShmemError> {
     if ctx.is_null() {
         return Ok(false);
     }
+    if ctx == CTX_DEFAULT {
+        return Ok(true);
+    }
     let i = (ctx as usize).wrapping_sub(1);
+    match state::ctx_team(i) {
+        Some(Some(_)) => return Ok(true),
+        Some(None) => return Err(ShmemError::BadCtx),
+        None => {}
+    }
     with(|s| match s.ctxs.get(i) {
         Some(Some(_)) => Ok(true),
         _ => Err(ShmemError::BadCtx),
@@ -125,7 +143,7 @@ pub unsafe extern "C" fn shmem_init_thread(requested: c_int, provided: *mut c_in
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn shmem_query_thread(provided: *mut c_int) {
     entry("shmem_query_thread", || {
-        let p = with(|s| Ok(s.thread_level))?;
+        let p = state::pe()?.thread_level;
         if !provided.is_null() {
             // SAFETY: the caller's pointer to an int.
             unsafe { provided.write(p) };
@@ -151,12 +169,12 @@ pub extern "C" fn shmem_global_exit(status: c_int) {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_my_pe() -> c_int {
-    entry("shmem_my_pe", || with(|s| Ok(s.me as c_int)))
+    entry("shmem_my_pe", || Ok(state::pe()?.me as c_int))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_n_pes() -> c_int {
-    entry("shmem_n_pes", || with(|s| Ok(s.npes as c_int)))
+    entry("shmem_n_pes", || Ok(state::pe()?.npes as c_int))
 }
 
 #[unsafe(no_mangle)]
@@ -364,10 +382,7 @@ unsafe fn put_n(
     let pe = ctx_pe(ctx, pe)?;
     // SAFETY: the caller's promise for `src`.
     let src = unsafe { rd(src, bytes(n, size)?) }?;
-    with(|s| {
-        let pe = s.pe(pe)?;
-        s.put(dst as usize, src, pe, nbi)
-    })
+    state::put(dst as usize, src, pe, nbi)
 }
 
 /// Get of `n` elements of `size` bytes.
@@ -382,10 +397,7 @@ unsafe fn get_n(
     let pe = ctx_pe(ctx, pe)?;
     // SAFETY: the caller's promise for `dst`.
     let dst = unsafe { wr(dst, bytes(n, size)?) }?;
-    with(|s| {
-        let pe = s.pe(pe)?;
-        s.get(dst, src as usize, pe)
-    })
+    state::get(dst, src as usize, pe)
 }
 
 /// Strided put: element `i` of `src` (stride `sst`) to element `i` of `dst` (stride `dst_s`).
@@ -711,7 +723,7 @@ pub extern "C" fn shmem_ctx_fence(ctx: *mut c_void) {
         if !ctx_live(ctx)? {
             return Ok(());
         }
-        with(|s| s.quiet())
+        state::quiet()
     })
 }
 
@@ -726,7 +738,7 @@ pub extern "C" fn shmem_ctx_quiet(ctx: *mut c_void) {
         if !ctx_live(ctx)? {
             return Ok(());
         }
-        with(|s| s.quiet())
+        state::quiet()
     })
 }
 
@@ -751,10 +763,7 @@ fn amo(
     fetch: bool,
 ) -> Result<u64, ShmemError> {
     let pe = ctx_pe(ctx, pe)?;
-    with(|s| {
-        let pe = s.pe(pe)?;
-        s.amo(addr as usize, pe, width, op, a, b, fetch)
-    })
+    state::amo(addr as usize, pe, width, op, a, b, fetch)
 }
 
 macro_rules! amo_ext {
@@ -1459,11 +1468,11 @@ pub extern "C" fn shmem_team_destroy(team: *mut c_void) {
                 return Ok(()); // the predefined teams are not destroyed
             }
             if let Some(Some(e)) = s.teams.get_mut(i).map(Option::take) {
-                s.ctxs.iter_mut().for_each(|c| {
-                    if *c == Some(i) {
-                        *c = None;
+                for c in 0..s.ctxs.len() {
+                    if s.ctxs[c] == Some(i) {
+                        s.set_ctx(c, None);
                     }
-                });
+                }
                 s.ep.destroy_team(e.team)?;
             }
             Ok(())
@@ -1497,15 +1506,19 @@ unsafe fn broadcast_bytes(
             .ok()
             .filter(|&r| r < t.size())
             .ok_or(ShmemError::BadPe(root))?;
-        let data = if t.rank() == root {
-            // SAFETY: the caller's source.
-            unsafe { rd(src, n) }?.to_vec()
-        } else {
-            vec![0u8; n]
-        };
-        let out: Vec<u8> = s.ep.collective(t, Broadcast::new(root, data), Blocking)?;
+        if t.rank() == root && n > 0 {
+            if src.is_null() || dst.is_null() {
+                return Err(ShmemError::Invalid("NULL source or destination".into()));
+            }
+            // SAFETY: the caller's `n` readable bytes at `src` and writable at `dst`;
+            // `copy` allows them to overlap (or be the same).
+            unsafe { std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), n) };
+        }
+        // In place in the caller's destination (no copy, no allocation; gex-coll's
+        // shared-memory path when it is in the symmetric heap): the root's holds the data.
         // SAFETY: the caller's destination.
-        unsafe { wr(dst, n) }?.copy_from_slice(&out);
+        let d = unsafe { wr(dst, n) }?;
+        s.ep.collective(t, Broadcast::in_place(root, d), Blocking)?;
         Ok(0)
     })
 }
@@ -1522,6 +1535,16 @@ unsafe fn fcollect_bytes(
     n: usize,
 ) -> Result<c_int, ShmemError> {
     coll_team("fcollect", team, |s, t| {
+        let total = bytes(n, t.size() as usize)?;
+        let (a, b) = (src as usize, dst as usize);
+        if n > 0 && (a.saturating_add(n) <= b || b.saturating_add(total) <= a) {
+            // Disjoint: straight from the caller's source into its destination.
+            // SAFETY: the caller's source and destination of `n` times the team's size
+            // bytes, which do not overlap (checked).
+            let (src, dst) = unsafe { (rd(src, n)?, wr(dst, total)?) };
+            s.ep.collective(t, GatherAll::slices(src, dst), Blocking)?;
+            return Ok(0);
+        }
         // SAFETY: the caller's source.
         let mine = unsafe { rd(src, n) }?.to_vec();
         let all = gather_all(s, t, mine)?;
@@ -1696,9 +1719,10 @@ macro_rules! coll_mem {
 }
 coll_mem!();
 
-// Reductions: every member's `nreduce` elements are gathered, and each member folds
-// them in team-rank order (the same order everywhere, so every member gets the same
-// result, floats included).
+// Reductions: the integer and float ones are gex-coll's allreduce with its built-in
+// operators (`reduce_coll`, in the caller's buffers); the complex ones and `long
+// double` gather every member's `nreduce` elements, and each member folds them in
+// team-rank order (the same order everywhere, so every member gets the same result).
 
 /// A reduction's element: read from and written to native-endian bytes.
 trait Elem: Copy {
@@ -1715,7 +1739,7 @@ macro_rules! elem {
         }
     )*};
 }
-elem!(i8 u8 i16 u16 i32 u32 i64 u64 isize usize f32 f64);
+elem!(f32 f64);
 
 /// A complex number of shmem.h (`float _Complex`, `double _Complex`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -1815,6 +1839,69 @@ pub unsafe extern "C" fn gexshmem_reduce_with(
     })
 }
 
+/// Reduces with gex-coll's allreduce and operator `op` over `team`: in place when
+/// `dst` is `src`, from `src` into `dst` when they are disjoint (no copy, no allocation),
+/// else through a copy of the source.
+unsafe fn reduce_coll<T: gex_facade::coll::Elem>(
+    team: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    op: &ReduceOp<T>,
+) -> Result<c_int, ShmemError> {
+    let len = bytes(n, size_of::<T>())?;
+    coll_team("reduce", team, |s, t| {
+        if n == 0 {
+            return Ok(0);
+        }
+        if src.is_null() || dst.is_null() {
+            return Err(ShmemError::Invalid("NULL source or destination".into()));
+        }
+        let (a, b) = (src as usize, dst as usize);
+        let aligned = a % align_of::<T>() == 0 && b % align_of::<T>() == 0;
+        if aligned && a == b {
+            // SAFETY: the caller's `n` elements at `dst` (= `src`), aligned (checked);
+            // every bit pattern is a `T` (`Elem: Pod`).
+            let buf = unsafe { std::slice::from_raw_parts_mut(dst.cast::<T>(), n) };
+            s.ep.collective(t, Allreduce::in_place(buf, op), Blocking)?;
+        } else if aligned && (a.saturating_add(len) <= b || b.saturating_add(len) <= a) {
+            // SAFETY: the caller's `n` elements at each, aligned and disjoint (checked).
+            let (x, y) = unsafe {
+                (
+                    std::slice::from_raw_parts(src.cast::<T>(), n),
+                    std::slice::from_raw_parts_mut(dst.cast::<T>(), n),
+                )
+            };
+            s.ep.collective(t, Allreduce::slices(x, y, op), Blocking)?;
+        } else {
+            let mut buf = vec![T::zeroed(); n];
+            // SAFETY: the caller's `len` readable bytes at `src`; `buf` is `len` bytes
+            // of its own.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.cast::<u8>(), buf.as_mut_ptr().cast(), len)
+            };
+            s.ep.collective(t, Allreduce::in_place(&mut buf, op), Blocking)?;
+            // SAFETY: the caller's `len` writable bytes at `dst`.
+            unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr().cast::<u8>(), dst.cast(), len) };
+        }
+        Ok(0)
+    })
+}
+
+/// The typed reductions gex-coll has operators for (every integer and float type; the
+/// complex ones fold through [`reduce`]). `$make` builds the operator once per function.
+macro_rules! red_coll {
+    ($op:ident, $make:expr; $($tn:ident $t:ty;)*) => { paste::paste! { $(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn [<shmem_ $tn _ $op _reduce>](team: *mut c_void, dest: *mut c_void, source: *const c_void, nreduce: usize) -> c_int {
+            static OP: std::sync::OnceLock<ReduceOp<$t>> = std::sync::OnceLock::new();
+            let op = OP.get_or_init(|| $make);
+            // SAFETY: the caller's promise (this module's).
+            entry(concat!(stringify!($op), "_reduce"), || unsafe { reduce_coll::<$t>(team, dest, source, nreduce, op) })
+        }
+    )* } };
+}
+
 macro_rules! red {
     ($op:ident, $f:expr; $($tn:ident $t:ty;)*) => { paste::paste! { $(
         #[unsafe(no_mangle)]
@@ -1837,47 +1924,21 @@ macro_rules! cmp_types {
             int64 i64; uint8 u8; uint16 u16; uint32 u32; uint64 u64; size usize;);
     };
 }
-bit_types!(red, and, |a, b| a & b);
-bit_types!(red, or, |a, b| a | b);
-bit_types!(red, xor, |a, b| a ^ b);
-cmp_types!(red, max, |a, b| if b > a { b } else { a });
-cmp_types!(red, min, |a, b| if b < a { b } else { a });
-cmp_types!(red, sum, wrapping_add);
-cmp_types!(red, prod, wrapping_mul);
-red!(max, |a: f32, b| a.max(b); float f32;);
-red!(max, |a: f64, b| a.max(b); double f64;);
-red!(min, |a: f32, b| a.min(b); float f32;);
-red!(min, |a: f64, b| a.min(b); double f64;);
-red!(sum, |a: f32, b| a + b; float f32;);
-red!(sum, |a: f64, b| a + b; double f64;);
-red!(prod, |a: f32, b| a * b; float f32;);
-red!(prod, |a: f64, b| a * b; double f64;);
+bit_types!(red_coll, and, ReduceOp::bitwise(BitOp::Band));
+bit_types!(red_coll, or, ReduceOp::bitwise(BitOp::Bor));
+bit_types!(red_coll, xor, ReduceOp::bitwise(BitOp::Bxor));
+cmp_types!(red_coll, max, ReduceOp::builtin(BuiltinOp::Max));
+cmp_types!(red_coll, min, ReduceOp::builtin(BuiltinOp::Min));
+cmp_types!(red_coll, sum, ReduceOp::builtin(BuiltinOp::Sum));
+cmp_types!(red_coll, prod, ReduceOp::builtin(BuiltinOp::Prod));
+red_coll!(max, ReduceOp::builtin(BuiltinOp::Max); float f32; double f64;);
+red_coll!(min, ReduceOp::builtin(BuiltinOp::Min); float f32; double f64;);
+red_coll!(sum, ReduceOp::builtin(BuiltinOp::Sum); float f32; double f64;);
+red_coll!(prod, ReduceOp::builtin(BuiltinOp::Prod); float f32; double f64;);
 red!(sum, |a: Cx<f32>, b| a + b; complexf Cx<f32>;);
 red!(sum, |a: Cx<f64>, b| a + b; complexd Cx<f64>;);
 red!(prod, |a: Cx<f32>, b| a * b; complexf Cx<f32>;);
 red!(prod, |a: Cx<f64>, b| a * b; complexd Cx<f64>;);
-
-/// Integer arithmetic of the reductions: wrapping, as C's unsigned (and, in practice,
-/// signed) arithmetic.
-trait Wrap: Copy {
-    fn wadd(self, o: Self) -> Self;
-    fn wmul(self, o: Self) -> Self;
-}
-macro_rules! wrap {
-    ($($t:ty)*) => {$(
-        impl Wrap for $t {
-            fn wadd(self, o: Self) -> Self { self.wrapping_add(o) }
-            fn wmul(self, o: Self) -> Self { self.wrapping_mul(o) }
-        }
-    )*};
-}
-wrap!(i8 u8 i16 u16 i32 u32 i64 u64 isize usize);
-fn wrapping_add<T: Wrap>(a: T, b: T) -> T {
-    a.wadd(b)
-}
-fn wrapping_mul<T: Wrap>(a: T, b: T) -> T {
-    a.wmul(b)
-}
 
 // ---------------------------------------------------------------------------------
 // Contexts: every context is carried by the PE's one gex endpoint (see docs/shmem.md:
@@ -1888,16 +1949,12 @@ fn new_ctx(team_i: usize, ctx: *mut *mut c_void) -> c_int {
     let r = entry("shmem_ctx_create", || {
         with(|s| {
             s.team(team_i)?;
-            let i = match s.ctxs.iter().position(Option::is_none) {
-                Some(i) => {
-                    s.ctxs[i] = Some(team_i);
-                    i
-                }
-                None => {
-                    s.ctxs.push(Some(team_i));
-                    s.ctxs.len() - 1
-                }
-            };
+            let i = s
+                .ctxs
+                .iter()
+                .position(Option::is_none)
+                .unwrap_or(s.ctxs.len());
+            s.set_ctx(i, Some(team_i));
             Ok((i + 1) as *mut c_void)
         })
     });
@@ -1947,9 +2004,9 @@ pub extern "C" fn shmem_ctx_destroy(ctx: *mut c_void) {
                 ));
             }
             s.quiet()?;
-            match s.ctxs.get_mut(i) {
-                Some(c @ Some(_)) => {
-                    *c = None;
+            match s.ctxs.get(i) {
+                Some(Some(_)) => {
+                    s.set_ctx(i, None);
                     Ok(())
                 }
                 _ => Err(ShmemError::BadCtx),
@@ -2027,4 +2084,113 @@ pub extern "C" fn gexshmem_generic_type_not_supported() {
         "shmem.h",
         "a generic function was called with an unsupported type",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    //! One PE in this process (gex's singleton start): the direct paths from several
+    //! threads at once, contexts, quiet, and finalize racing them. One test, since a
+    //! process initialises OpenSHMEM once.
+    use super::*;
+    use gex_sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn threads_contexts_and_finalize_on_one_pe() {
+        let mut provided = -1;
+        // SAFETY: `provided` is a local int.
+        assert_eq!(unsafe { shmem_init_thread(3, &raw mut provided) }, 0);
+        assert_eq!(provided, 3);
+        assert_eq!((shmem_my_pe(), shmem_n_pes()), (0, 1));
+        const THREADS: usize = 4;
+        const N: usize = 20_000;
+        let counter = shmem_calloc(1, 8) as usize;
+        let words = shmem_calloc(THREADS * 8, 8) as usize;
+        assert!(counter != 0 && words != 0);
+        let hs: Vec<_> = (0..THREADS)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    let mut ctx: *mut c_void = std::ptr::null_mut();
+                    // SAFETY: `ctx` is a local slot.
+                    assert_eq!(unsafe { shmem_ctx_create(0, &raw mut ctx) }, 0);
+                    let mine = (words + t * 64) as *mut c_void;
+                    for i in 0..N {
+                        let v = [i as u64; 8];
+                        // SAFETY: symmetric words of this PE's heap; `v` is a local.
+                        unsafe {
+                            shmem_long_atomic_fetch_inc(counter as *mut i64, 0);
+                            if i % 2 == 0 {
+                                shmem_putmem(mine, v.as_ptr().cast(), 64, 0);
+                            } else {
+                                shmem_ctx_putmem_nbi(ctx, mine, v.as_ptr().cast(), 64, 0);
+                                shmem_ctx_quiet(ctx);
+                            }
+                        }
+                        let mut back = [0u64; 8];
+                        // SAFETY: as above.
+                        unsafe { shmem_getmem(back.as_mut_ptr().cast(), mine, 64, 0) };
+                        assert_eq!(back, v, "thread {t}, iteration {i}");
+                    }
+                    shmem_ctx_destroy(ctx);
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        shmem_quiet();
+        // Context handles: looked up without the lock, refused once destroyed.
+        let mut ctx: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `ctx` is a local slot.
+        assert_eq!(unsafe { shmem_ctx_create(0, &raw mut ctx) }, 0);
+        assert_eq!(ctx_pe(ctx, 0).unwrap(), 0);
+        assert!(ctx_live(ctx).unwrap());
+        shmem_ctx_destroy(ctx);
+        assert!(matches!(ctx_pe(ctx, 0), Err(ShmemError::BadCtx)));
+        assert!(matches!(ctx_live(ctx), Err(ShmemError::BadCtx)));
+        assert!(!ctx_live(std::ptr::null_mut()).unwrap());
+        // SAFETY: the symmetric counter.
+        let total = unsafe { shmem_long_atomic_fetch(counter as *const i64, 0) };
+        assert_eq!(total, (THREADS * N) as i64);
+        // SAFETY: as above.
+        let old = unsafe { shmem_long_atomic_compare_swap(counter as *mut i64, total, 7, 0) };
+        assert_eq!(old, total);
+        // SAFETY: as above.
+        assert_eq!(unsafe { shmem_long_g(counter as *const i64, 0) }, 7);
+
+        // Threads still putting while the PE finalises: their calls fail (not
+        // initialised) once it began, and none touches unmapped memory.
+        let stop = Arc::new(AtomicBool::new(false));
+        let racers: Vec<_> = (0..2)
+            .map(|t| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut ok = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let v = ok.to_ne_bytes();
+                        if state::put(words + t * 64, &v, 0, false).is_ok()
+                            && state::amo(counter, 0, 8, Amo::Add, 1, 0, true).is_ok()
+                        {
+                            ok += 1;
+                        } else {
+                            break;
+                        }
+                    }
+                    ok
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        shmem_finalize();
+        let after = state::put(words, &[1], 0, false);
+        assert!(
+            matches!(after, Err(ShmemError::NotInitialized)),
+            "{after:?}"
+        );
+        assert!(matches!(state::quiet(), Err(ShmemError::NotInitialized)));
+        stop.store(true, Ordering::Relaxed);
+        for r in racers {
+            r.join().unwrap();
+        }
+    }
 }

@@ -2,9 +2,31 @@
 //! region, the teams and contexts, and the primitives every entry point is built on
 //! (put and get of bytes at a symmetric address, atomics, quiet, the barrier).
 //!
-//! One process-wide lock guards the state: every entry point takes it for the time of
-//! one operation, and the waits (`wait_until`, `test`, locks) take it once per poll,
-//! so that other threads get their turn (`SHMEM_THREAD_MULTIPLE`).
+//! ## Two parts: the published PE and the locked state
+//! What the hot paths need never changes between `shmem_init` and the end of the
+//! process: this PE's number, the heap's place and length, and for every PE the address
+//! of its heap in this process's mapping of its segment (when the conduit maps it: smp,
+//! and this PE itself). `shmem_init` publishes it once ([`Pe`], in a `OnceLock`), and
+//! the puts, gets and atomics to a mapped heap word read it without a lock: a bounds
+//! check and a byte-wise atomic copy ([`gex_sync::copy`]) or a word operation
+//! ([`gex_sync::word`]), as gex-rma's own direct path does, complete when they return.
+//! `shmem_quiet` is then a fence, unless an operation went through the endpoint.
+//!
+//! Everything else (the endpoint and its operations to PEs that are not mapped or to
+//! static data, the heap allocator, teams, contexts, collectives) is the [`State`],
+//! behind one process-wide lock taken for the time of one operation; the waits
+//! (`wait_until`, `test`, locks) take it once per poll, so that other threads get
+//! their turn (`SHMEM_THREAD_MULTIPLE`).
+//!
+//! ## Finalize and calls racing it
+//! Calls after `shmem_finalize` are erroneous (OpenSHMEM 1.5, 9.1.5); here they report
+//! "not initialised" and end the process. A call that another thread started before
+//! `shmem_finalize` returned may still be running its direct copy when finalize ends:
+//! so that this is never a use of unmapped memory, `shmem_finalize` does not drop the
+//! endpoint: it keeps it (with the conduit and its mappings of every PE's segment)
+//! until the process exits ([`RETIRED`]), and the published [`Pe`] is never freed. The
+//! rule is then: an address a fast path computed from [`Pe`] stays mapped for the life
+//! of the process, whatever other threads call.
 //!
 //! ## Symmetric addresses
 //! A symmetric address is either in the symmetric heap (the gex segment: the remote
@@ -21,8 +43,228 @@ use crate::heap::Heap;
 use gex_facade::prelude::*;
 use gex_facade::rma::AtomicDomain;
 use gex_facade::{Client, OwnedEndpoint};
-use gex_sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use gex_sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::{Mutex, OnceLock};
+
+/// What every fast path reads: published once by `shmem_init` (in [`PE`]), never
+/// changed or freed afterwards (module documentation).
+pub(crate) struct Pe {
+    pub(crate) me: u32,
+    pub(crate) npes: u32,
+    /// This PE's heap: its address and length.
+    pub(crate) heap_base: usize,
+    pub(crate) heap_len: usize,
+    /// Per PE: the address of its heap in this process's mapping of its segment and the
+    /// bytes of it mapped from there; `(0, 0)` when the conduit does not map it (the
+    /// endpoint carries those operations).
+    peers: Box<[(usize, usize)]>,
+    /// The atomic domains agreed on CPU atomics (not the NIC's): an atomic on a mapped
+    /// word may be done here, coherently with the other PEs' (gex-rma's rule).
+    cpu_atomics: bool,
+    pub(crate) thread_level: i32,
+}
+
+/// The published PE (module documentation).
+static PE: OnceLock<Pe> = OnceLock::new();
+/// True between `shmem_init` and `shmem_finalize`.
+static LIVE: AtomicBool = AtomicBool::new(false);
+/// An NBI put went through the endpoint since the last quiet (which then syncs it).
+static EP_NBI: AtomicBool = AtomicBool::new(false);
+/// The endpoint after `shmem_finalize`: kept, never dropped, so that its conduit's
+/// mappings stay valid for calls racing finalize (module documentation).
+static RETIRED: Mutex<Option<OwnedEndpoint>> = Mutex::new(None);
+
+/// How many context handles [`CTX_TEAMS`] mirrors.
+const CTX_MIRROR: usize = 256;
+/// The contexts of the first [`CTX_MIRROR`] handle indices, for lookups without the
+/// lock: the team index + 1 of a live context, 0 otherwise. A copy of `State::ctxs`,
+/// written under the lock by [`State::set_ctx`].
+static CTX_TEAMS: [AtomicUsize; CTX_MIRROR] = [const { AtomicUsize::new(0) }; CTX_MIRROR];
+
+/// What the mirror says of context index `i`: `Some(Some(team))` live, `Some(None)` not
+/// live, `None` not mirrored (look in `State::ctxs`).
+#[inline]
+pub(crate) fn ctx_team(i: usize) -> Option<Option<usize>> {
+    let v = CTX_TEAMS.get(i)?.load(Ordering::Acquire);
+    Some(v.checked_sub(1))
+}
+
+/// The published PE while initialised.
+///
+/// # Errors
+/// [`ShmemError::NotInitialized`] before `shmem_init` and after `shmem_finalize`.
+#[inline]
+pub(crate) fn pe() -> Result<&'static Pe, ShmemError> {
+    if !LIVE.load(Ordering::Acquire) {
+        return Err(ShmemError::NotInitialized);
+    }
+    PE.get().ok_or(ShmemError::NotInitialized)
+}
+
+impl Pe {
+    /// Checks a PE number.
+    #[inline]
+    pub(crate) fn pe(&self, pe: i32) -> Result<u32, ShmemError> {
+        u32::try_from(pe)
+            .ok()
+            .filter(|&p| p < self.npes)
+            .ok_or(ShmemError::BadPe(pe))
+    }
+
+    /// The address in this process of `[addr, addr + len)` (a range of this PE's heap)
+    /// on (checked) PE `pe`, if the conduit maps it here; `None`: not in the heap, or not
+    /// mapped (the endpoint's path decides and reports errors).
+    #[inline(always)]
+    fn direct(&self, addr: usize, len: usize, pe: u32) -> Option<*mut u8> {
+        let off = addr.wrapping_sub(self.heap_base);
+        let (base, mapped) = *self.peers.get(pe as usize)?;
+        if off >= self.heap_len || len > self.heap_len - off || len > mapped.saturating_sub(off) {
+            return None;
+        }
+        Some((base + off) as *mut u8)
+    }
+}
+
+/// Polls the endpoint once if no other thread holds the state (that one polls): calls
+/// that may be spun on serve the others' active messages.
+fn serve() {
+    if let Ok(mut g) = STATE.try_lock() {
+        if let Some(s) = g.as_mut() {
+            s.ep.poll();
+        }
+    }
+}
+
+/// Puts `src` at symmetric address `dst` of `pe` (a PE number, checked). `nbi`: the
+/// put may complete later (at the next quiet); else it is complete at its target on
+/// return.
+///
+/// # Errors
+/// As [`State::put`].
+#[inline]
+pub(crate) fn put(dst: usize, src: &[u8], pe: i32, nbi: bool) -> Result<(), ShmemError> {
+    let p = self::pe()?;
+    let pe = p.pe(pe)?;
+    if let Some(at) = p.direct(dst, src.len(), pe) {
+        // SAFETY: `at .. at + len` is inside the mapping of `pe`'s segment (checked
+        // against the mapped length), which stays mapped for the life of the process
+        // (module documentation); byte-wise atomic stores, so other PEs' and threads'
+        // concurrent accesses give unspecified bytes, not a data race.
+        unsafe { gex_sync::copy::atomic_write(at, src) };
+        return Ok(());
+    }
+    with(|s| s.put(dst, src, pe, nbi))
+}
+
+/// Gets `dst.len()` bytes from symmetric address `src` of `pe` (checked).
+///
+/// # Errors
+/// As [`State::get`].
+#[inline]
+pub(crate) fn get(dst: &mut [u8], src: usize, pe: i32) -> Result<(), ShmemError> {
+    let p = self::pe()?;
+    let pe = p.pe(pe)?;
+    if let Some(at) = p.direct(src, dst.len(), pe) {
+        if pe == p.me {
+            // Programs spin on gets of their own PE's data: serve the others.
+            serve();
+        }
+        // SAFETY: inside the mapping of `pe`'s segment (checked), mapped for the life of
+        // the process; byte-wise atomic loads; `dst` is the caller's own slice.
+        unsafe { gex_sync::copy::atomic_read(at, dst) };
+        return Ok(());
+    }
+    with(|s| s.get(dst, src, pe))
+}
+
+/// Atomic `op` on the `width`-byte word at symmetric address `addr` of `pe` (checked);
+/// returns the old value (0 for a non-fetching op on the heap, where `fetch` is false).
+///
+/// # Errors
+/// As [`State::amo`].
+#[inline]
+pub(crate) fn amo(
+    addr: usize,
+    pe: i32,
+    width: u32,
+    op: Amo,
+    a: u64,
+    b: u64,
+    fetch: bool,
+) -> Result<u64, ShmemError> {
+    let p = self::pe()?;
+    let pe = p.pe(pe)?;
+    // 4 or 8: alignment by mask (a `%` by a run-time width is a division, which was
+    // half of the time of a fetch-inc).
+    let w = width as usize;
+    let mask = w.wrapping_sub(1);
+    if p.cpu_atomics && w.is_power_of_two() && addr & mask == 0 {
+        if let Some(at) = p.direct(addr, w, pe).filter(|&at| at as usize & mask == 0) {
+            if pe == p.me {
+                // Programs spin on atomics of their own PE's words: serve the others.
+                serve();
+            }
+            // SAFETY: inside the mapping of `pe`'s segment (checked), mapped for the life
+            // of the process, aligned to its width (checked); every other access to the
+            // word is a `gex_sync::word` operation or a byte-wise copy (gex-rma's rule).
+            return Ok(unsafe { word_amo(at, width, op, a, b) });
+        }
+    }
+    with(|s| s.amo(addr, pe, width, op, a, b, fetch))
+}
+
+/// Performs `op` on the `width`-byte (4 or 8) word at `at` with [`gex_sync::word`]
+/// (as gex-rma's CPU atomic domains do) and returns the old value, zero-extended.
+///
+/// # Safety
+/// `at` is valid for reads and writes of `width` bytes for the call and aligned to it;
+/// every concurrent access to it is a `gex_sync::word` operation or a `gex_sync::copy`.
+#[inline(always)]
+unsafe fn word_amo(at: *mut u8, width: u32, op: Amo, a: u64, b: u64) -> u64 {
+    use gex_sync::word;
+    macro_rules! run {
+        ($t:ty, $load:ident, $store:ident, $swap:ident, $cas:ident, $add:ident, $update:ident) => {{
+            let (x, y) = (a as $t, b as $t);
+            // SAFETY: the caller's promise.
+            u64::from(unsafe {
+                match op {
+                    Amo::Fetch => word::$load(at, Ordering::Acquire),
+                    Amo::Set => {
+                        word::$store(at, x, Ordering::Release);
+                        0
+                    }
+                    Amo::Swap => word::$swap(at, x),
+                    Amo::Cswap => word::$cas(at, x, y),
+                    Amo::Add => word::$add(at, x),
+                    Amo::And => word::$update(at, |o| Some(o & x)),
+                    Amo::Or => word::$update(at, |o| Some(o | x)),
+                    Amo::Xor => word::$update(at, |o| Some(o ^ x)),
+                }
+            })
+        }};
+    }
+    if width == 4 {
+        run!(u32, load32, store32, swap32, cas32, fetch_add32, update32)
+    } else {
+        run!(u64, load64, store64, swap64, cas64, fetch_add64, update64)
+    }
+}
+
+/// Completes every put, get and atomic issued so far: the direct ones are complete
+/// already (a fence orders them before what follows); the endpoint is synced only when
+/// an operation went through it.
+///
+/// # Errors
+/// [`ShmemError::NotInitialized`], or as [`State::quiet`].
+#[inline]
+pub(crate) fn quiet() -> Result<(), ShmemError> {
+    self::pe()?;
+    fence(Ordering::SeqCst);
+    if EP_NBI.load(Ordering::Acquire) || OUTSTANDING.load(Ordering::Acquire) != 0 {
+        return with(|s| s.quiet());
+    }
+    Ok(())
+}
 
 /// The state of an initialised PE.
 pub(crate) struct State {
@@ -396,8 +638,38 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
         ep.split(&world, Some(me), 0, gex_facade::coll::Scratch::None)?
             .ok_or_else(|| ShmemError::Config("split of the shared team".into()))?
     };
-    ep.barrier(&world)?;
     let level = level.clamp(0, 3);
+    // The AM path forced (`GEX_RMA_PATH=am`, `--cfg gex_force_am_rma`): every operation
+    // goes through the endpoint, as gex-rma's own would.
+    let forced_am =
+        cfg!(gex_force_am_rma) || ep.config().get("GEX_RMA_PATH").is_some_and(|v| v == "am");
+    let mut peers = Vec::with_capacity(npes as usize);
+    for r in (0..npes).filter(|_| !forced_am) {
+        let heap = ep
+            .peer_segment(EpAddr::new(r, 0))
+            .zip(ep.segment_len_of(r))
+            .and_then(|((base, mapped), published)| {
+                let len = mapped.min(published).checked_sub(pads[r as usize])?;
+                Some((base.as_ptr() as usize + pads[r as usize], len))
+            });
+        peers.push(heap.filter(|&(_, len)| len > 0).unwrap_or((0, 0)));
+    }
+    peers.resize(npes as usize, (0, 0));
+    let published = Pe {
+        me,
+        npes,
+        heap_base: seg + pad,
+        heap_len,
+        peers: peers.into_boxed_slice(),
+        cpu_atomics: !ad32.is_native() && !ad64.is_native(),
+        thread_level: level,
+    };
+    if PE.set(published).is_err() {
+        // Only one shmem_init runs (`FINALIZED` refuses a second one), under the lock.
+        return Err(ShmemError::Finalized);
+    }
+    ep.barrier(&world)?;
+    LIVE.store(true, Ordering::Release);
     *g = Some(State {
         client: Some(client),
         ep,
@@ -425,9 +697,12 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
                 owned: false,
             }),
         ],
-        ctxs: vec![Some(0)],
+        ctxs: Vec::new(),
         thread_level: level,
     });
+    if let Some(s) = g.as_mut() {
+        s.set_ctx(0, Some(0));
+    }
     Ok(level)
 }
 
@@ -438,16 +713,24 @@ pub(crate) fn finalize() -> Result<(), ShmemError> {
         return Ok(());
     };
     FINALIZED.store(true, Ordering::Release);
-    s.quiet()?;
-    let world = s.world.clone();
-    s.ep.barrier(&world)?;
-    for t in s.teams.drain(..).flatten() {
-        if t.owned && t.team.id() != world.id() {
-            let _ = s.ep.destroy_team(t.team);
+    LIVE.store(false, Ordering::Release);
+    let closed = (|| {
+        s.quiet()?;
+        let world = s.world.clone();
+        s.ep.barrier(&world)?;
+        for t in s.teams.drain(..).flatten() {
+            if t.owned && t.team.id() != world.id() {
+                let _ = s.ep.destroy_team(t.team);
+            }
         }
-    }
+        Ok::<(), ShmemError>(())
+    })();
     let client = s.client.take();
-    drop(s);
+    let State { ep, .. } = s;
+    // Kept for the life of the process, also when closing failed (module
+    // documentation): what a racing direct copy reaches stays mapped.
+    *RETIRED.lock().unwrap_or_else(|p| p.into_inner()) = Some(ep);
+    closed?;
     if let Some(c) = client {
         c.finalize()?;
     }
@@ -527,6 +810,7 @@ impl State {
                 let p = GlobalPtr::<u8>::new(EpAddr::new(pe, 0), self.seg_off(pe, off));
                 if nbi {
                     self.ep.put(p, src, Nbi)?;
+                    EP_NBI.store(true, Ordering::Release);
                 } else {
                     self.ep.put(p, src, Blocking)?;
                 }
@@ -690,7 +974,12 @@ impl State {
 
     /// Completes every put, get and atomic issued so far.
     pub(crate) fn quiet(&mut self) -> Result<(), ShmemError> {
-        self.ep.sync_nbi(NbiCategories::ALL)?;
+        fence(Ordering::SeqCst);
+        // Every NBI put through the endpoint was issued under the lock this holds, and
+        // set the flag; without one there is nothing to sync (a sync polls every layer).
+        if EP_NBI.swap(false, Ordering::AcqRel) {
+            self.ep.sync_nbi(NbiCategories::ALL)?;
+        }
         self.wait_static_puts()
     }
 
@@ -712,6 +1001,18 @@ impl State {
                 (o < len).then(|| b.as_ptr() as usize + o)
             }
             Loc::Static(_) => (pe == self.me).then_some(addr),
+        }
+    }
+
+    /// Sets context index `i` to live on team index `team` (or not live), in the table
+    /// and its lock-free mirror.
+    pub(crate) fn set_ctx(&mut self, i: usize, team: Option<usize>) {
+        if self.ctxs.len() <= i {
+            self.ctxs.resize(i + 1, None);
+        }
+        self.ctxs[i] = team;
+        if let Some(m) = CTX_TEAMS.get(i) {
+            m.store(team.map_or(0, |t| t + 1), Ordering::Release);
         }
     }
 
