@@ -904,6 +904,14 @@ unsafe impl ConduitEp for IbvEp {
     fn has_incoming(&self) -> bool {
         dispatch_ref!(self, e => e.has_incoming())
     }
+    /// Replies queued for want of a credit, a send buffer or a send queue entry, and
+    /// credit words not yet written: only this endpoint's polls send them, so the core
+    /// polls a dropped endpoint until they are gone. Without this, an endpoint dropped
+    /// with a full reply window (its last replies queued) went to its grave unpolled and
+    /// their requesters waited forever (the intermittent `multi_ep` hang).
+    fn has_outgoing(&self) -> bool {
+        dispatch_ref!(self, e => !e.idle())
+    }
     fn block(&mut self, timeout: Duration) {
         dispatch!(self, e => e.block(timeout))
     }

@@ -1055,6 +1055,8 @@ impl<V: Verbs> Ep<V> {
         }
     }
 
+    /// Nothing waits that only this endpoint's polls send: no reply queued, no credit
+    /// word owed (`ConduitEp::has_outgoing` is its negation).
     pub(crate) fn idle(&self) -> bool {
         self.deferred_total == 0 && !self.owed_credits
     }
