@@ -21,17 +21,17 @@
 //! - **Replies never block.** If a reply ring is full the reply is queued locally and
 //!   requests from that peer are not drained until it has been delivered, which bounds the
 //!   queue to one reply per peer and rules out request/reply deadlock.
-//! - **Requests wait at the sender before they push back.** If a request ring is full,
-//!   the request is encoded into a queue of the sender's, per destination endpoint, of at
-//!   most `GEX_SMP_OVERFLOW` bytes (default 256 KiB; allocated only when used), and the
+//! - **Requests may wait at the sender before they push back** (`GEX_SMP_OVERFLOW`, off
+//!   by default). With a budget of bytes, a request whose ring is full is encoded into a
+//!   queue of the sender's, per destination endpoint (allocated only when used), and the
 //!   injection succeeds; later requests to that destination queue behind it (order per
 //!   pair is kept), and every `poll` and injection moves what the ring takes. Only a
-//!   full queue reports back-pressure. So a sender whose receiver is preempted (more
-//!   ranks than cores) keeps computing instead of waiting for the scheduler to run the
-//!   receiver (the AM storm's median back-pressure wait: docs/performance.md). The
-//!   requests move with the sender's calls: an endpoint that holds some keeps polling
-//!   instead of sleeping, and dropping it waits (at most 2 s, then says what was left)
-//!   until they are handed over (`ConduitEp::has_outgoing`).
+//!   full queue reports back-pressure. Measured with more ranks than cores, it raises
+//!   the AM storm's rate but makes each remaining back-pressure wait longer, and it
+//!   slows 2 ranks (docs/performance.md): hence off by default. The requests move with
+//!   the sender's calls: an endpoint that holds some keeps polling instead of sleeping,
+//!   and dropping it waits (at most 2 s, then says what was left) until they are handed
+//!   over (`ConduitEp::has_outgoing`; deferred replies too).
 //!
 //! - **Peers are checked, not trusted.** Before a peer's region is used, the conduit
 //!   checks that the bootstrap returned one descriptor per rank, that the object it
@@ -86,7 +86,7 @@
 //! ## Configuration
 //! `GEX_SMP_RING_SIZE` (bytes per ring, power of two, default 256 KiB),
 //! `GEX_SMP_MAX_MEDIUM` (default 64 KiB) and `GEX_SMP_OVERFLOW` (bytes of requests kept
-//! per destination when its ring is full, default 256 KiB; 0: none); see `docs/env.md`.
+//! per destination when its ring is full, default 0: none); see `docs/env.md`.
 
 mod live;
 mod record;

@@ -242,14 +242,16 @@ pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
     },
     gex_core::config::EnvVar {
         name: "GEX_SMP_OVERFLOW",
-        default: "262144",
-        doc: "smp conduit: bytes of requests per destination endpoint that the sender keeps when the destination's request ring is full (sent in order by later calls on the endpoint); 0 reports back-pressure at once.",
+        default: "0",
+        doc: "smp conduit: bytes of requests per destination endpoint that the sender keeps when the destination's request ring is full (sent in order by later calls on the endpoint); 0 (the default) reports back-pressure at once.",
     },
 ];
 
 /// Default of `GEX_SMP_OVERFLOW`: bytes of requests kept per destination endpoint when
-/// its ring is full.
-pub const DEFAULT_OVERFLOW: usize = 256 << 10;
+/// its ring is full. Off: measured, a queue raised the AM storm's rate with more ranks
+/// than cores but made each back-pressure wait longer and slowed 2 ranks
+/// (docs/performance.md, "The AM storm with a sender-side queue").
+pub const DEFAULT_OVERFLOW: usize = 0;
 
 // SAFETY: the conduit contract holds (module `# Safety`, crate documentation): every
 // endpoint's segment and auxiliary area are regions of this rank's shared-memory object
