@@ -154,8 +154,8 @@ enum Cmd {
     /// (B, the model's strip; min/max = the number of strips). With --kernel
     /// pair|cascade|ring|reduce|delta, seed 001's delta kernels (gex-overlap's delta
     /// send-recv and cascades), each against its blocking baseline in the same run:
-    /// rows overlap_delta_<kernel>_blocking (pair: _whole), _delta (µs per round) and
-    /// _speedup (`x`); run cascade, ring and reduce on 4 ranks.
+    /// rows `overlap_delta_<kernel>_blocking` (pair: `_whole`), `_delta` (µs per round) and
+    /// `_speedup` (`x`); run cascade, ring and reduce on 4 ranks.
     Overlap(overlap::OverlapArgs),
 }
 

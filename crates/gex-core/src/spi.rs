@@ -854,7 +854,7 @@ pub unsafe trait ConduitEp: Send + 'static {
     /// Returns the number delivered. Must not block.
     fn poll<D: Deliver>(&mut self, d: &mut D, budget: usize) -> usize;
     /// True while this endpoint holds messages it accepted (`inject` answered
-    /// [`Injected::Sent`](crate::Injected::Sent)) but has not handed to their
+    /// [`Injected::Sent`]) but has not handed to their
     /// destinations yet: requests kept when a destination's queue was full, replies
     /// deferred. Such messages move on from later calls (`poll`, `inject`); before the
     /// core drops the endpoint it polls, delivering, until this is false (for a bounded
