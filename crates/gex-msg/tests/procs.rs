@@ -157,8 +157,12 @@ impl Job for Coop {
             let e = ep.recv(w, Some(0), Some(8), &mut small).unwrap_err();
             assert!(matches!(e, gex_msg::MsgError::Truncated { .. }), "{e:?}");
         }
-        // 5. A late receiver (600 ms, past the 200 ms loan): the loan is withdrawn into
-        //    a copy, which the receiver reads once it asked where it is (`ADDR`).
+        // 5. A late receiver (1 s, past both 200 ms loans): each loan is withdrawn into
+        //    a copy, which the receiver reads once it asked where it is (`ADDR`). The
+        //    barrier starts the sender's loans and the receiver's sleep together (the
+        //    truncated step above may end much later at the sender; without it the
+        //    second loan could still be open when the receiver came).
+        gex_testkit::exchange_barrier(&mut ep).unwrap();
         if me == 0 {
             ep.send(w, 1, 9, &pattern(len, 103, 0)).unwrap();
             // The caller's buffer is free again: overwrite a sent one at once.
@@ -166,7 +170,7 @@ impl Job for Coop {
             ep.send(w, 1, 9, &again).unwrap();
             again.fill(0);
         } else {
-            std::thread::sleep(std::time::Duration::from_millis(600));
+            std::thread::sleep(std::time::Duration::from_millis(1000));
             let mut buf = vec![0u8; len];
             ep.recv(w, Some(0), Some(9), &mut buf).unwrap();
             assert!(buf == pattern(len, 103, 0), "late receiver");
@@ -174,9 +178,13 @@ impl Job for Coop {
             assert!(buf == pattern(len, 104, 0), "late receiver, second");
             let st = gex_core::layer::with::<Msg, _, _>(&mut ep, |m, _| m.stats()).unwrap();
             if gex_sync::cma::cma_capable() && C::NAME == "smp" {
-                // The crossing message and both late ones were read from the sender's
-                // copy by address (`ADDR`), not in chunks.
-                assert!(st.rndv_single_copy - st.rndv_in_place >= 3, "{st:?}");
+                // Both late ones were read from the sender's copy by address (`ADDR`),
+                // not in chunks. (The crossing message of step 2 may go either way, both
+                // single copies: by address if its loan was withdrawn before this rank's
+                // own send ended, in place if this rank's send started first and ended
+                // while the peer's loan was still open; the test once counted it as by
+                // address and failed about one run in three.)
+                assert!(st.rndv_single_copy - st.rndv_in_place >= 2, "{st:?}");
                 assert_eq!(st.rndv_fallback, 0, "{st:?}");
             }
         }
