@@ -33,6 +33,27 @@
 //! }
 //! ```
 //!
+//! ## Starting a job
+//!
+//! There is one way to start a rank: [`start`]`(builder)` builds this rank's client
+//! with the builder's settings and layers, the bootstrap of the launcher that started
+//! the process (gex-run, `mpiexec`, `srun`, `mpirun`; alone, a job of one rank) and the
+//! conduit `GEX_CONDUIT` names. Every other entry point is that call with one thing
+//! changed, and says which in its name:
+//!
+//! | call | what changes |
+//! |---|---|
+//! | [`init`]`()` | `start(gex::builder())`: default settings and layers |
+//! | [`launch_or_start`]`(n, builder)` | started alone, the program first launches itself on `n` ranks (this process then waits and exits with the job's code) |
+//! | [`init_with`]`(builder, job)` | runs a [`Job`] monomorphised for the conduit instead of returning a [`Client`] of [`AnyConduit`] |
+//! | [`launch_or_run`]`(n, builder, job)` | both of the above |
+//! | [`init_with_boot`]`(builder, boot, conduit, job)` | the bootstrap and conduit given instead of read from the environment |
+//! | [`run_threads`]`(n, builder, f)` | the ranks are `n` threads of this process, each running `f` on its client |
+//! | [`run_threads_from_env`]`(builder, f)` | `GEX_THREADS` thread ranks in each process of a launched job |
+//!
+//! Below the facade, `builder.init::<C>(boot)` ([`ClientBuilder::init`]) is what all of
+//! them call. docs/launching.md describes the launchers.
+//!
 //! ## Choosing a conduit
 //!
 //! [`Client`] is `gex_core::Client<AnyConduit>`: the conduit is picked when the job
@@ -403,9 +424,15 @@ pub fn launch_or_start<L: LayerSet>(
     ranks: u32,
     builder: ClientBuilder<L>,
 ) -> Result<gex_core::Client<AnyConduit>, InitError> {
+    builder.init::<AnyConduit>(self_launch(ranks)?)
+}
+
+/// The bootstrap of this rank of a self-launched job ([`gex_boot::spawn_self`]): in the
+/// process that launched the job, waits for it and exits with its code.
+fn self_launch(ranks: u32) -> Result<Box<dyn Bootstrap>, InitError> {
     match gex_boot::spawn_self(ranks) {
         Ok(gex_boot::Role::Launcher(code)) => std::process::exit(code),
-        Ok(gex_boot::Role::Rank(boot)) => builder.init::<AnyConduit>(boot),
+        Ok(gex_boot::Role::Rank(boot)) => Ok(boot),
         Err(e) => Err(InitError::Boot(gex_core::boot::BootError::Environment(
             e.to_string(),
         ))),
@@ -576,8 +603,7 @@ pub fn init_with<L: LayerSet, J: Job>(
     builder: ClientBuilder<L>,
     job: J,
 ) -> Result<J::Output, InitError> {
-    let name = select_conduit(config::Config::from_env().get(CONDUIT_VAR))?;
-    dispatch(name, builder, gex_boot::from_env()?, job)
+    init_with_boot(builder, gex_boot::from_env()?, None, job)
 }
 
 /// The self-launching form of [`init_with`], as [`launch_or_start`] is of [`start`]:
@@ -608,13 +634,7 @@ pub fn launch_or_run<L: LayerSet, J: Job>(
     builder: ClientBuilder<L>,
     job: J,
 ) -> Result<J::Output, InitError> {
-    match gex_boot::spawn_self(ranks) {
-        Ok(gex_boot::Role::Launcher(code)) => std::process::exit(code),
-        Ok(gex_boot::Role::Rank(boot)) => init_with_boot(builder, boot, None, job),
-        Err(e) => Err(InitError::Boot(gex_core::boot::BootError::Environment(
-            e.to_string(),
-        ))),
-    }
+    init_with_boot(builder, self_launch(ranks)?, None, job)
 }
 
 /// Like [`init_with`], with the bootstrap given (for example the one
