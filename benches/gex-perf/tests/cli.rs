@@ -792,6 +792,42 @@ fn overlap_kernel_reports_both_sides_and_the_speedup() {
 }
 
 #[test]
+fn overlap_halo_kernel_reports_every_mode_and_its_speedup() {
+    // Correctness only: the last iteration of every round checks every halo byte (a
+    // wrong byte fails the run); the figures are not judged here.
+    let rows = rows(&[
+        "-n", "3", "overlap", "--json", "--kernel", "halo", "--puts", "8", "--iters", "5",
+        "--rounds", "2",
+    ]);
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "overlap_halo_plain",
+            "overlap_halo_train",
+            "overlap_halo_train_speedup",
+            "overlap_halo_piggyback",
+            "overlap_halo_piggyback_speedup",
+            "overlap_halo_auto",
+            "overlap_halo_auto_speedup"
+        ]
+    );
+    for r in &rows {
+        assert_eq!(
+            (r["size"].as_u64(), r["ranks"].as_u64()),
+            (Some(16), Some(3))
+        );
+        let unit = if r["name"].as_str().unwrap().ends_with("speedup") {
+            "x"
+        } else {
+            "us"
+        };
+        assert_eq!(r["unit"], unit, "{r}");
+        assert!(r["value"].as_f64().expect("a value") > 0.0, "{r}");
+    }
+}
+
+#[test]
 fn overlap_delta_kernels_report_both_sides_and_the_speedups() {
     // Correctness only: every rank compares the checksums of the two variants of each
     // round (a mismatch fails the run); the figures are not judged here.
