@@ -14,7 +14,7 @@
 //! plain / mode, per round) for the three other modes.
 
 use crate::overlap::OverlapArgs;
-use crate::report::{Record, Reporter, median};
+use crate::report::{Record, Reporter, spread};
 use gex::EpAddr;
 use gex::coll::CollExt;
 use gex::core::{Client, Endpoint};
@@ -149,8 +149,7 @@ pub(crate) fn run<C: Conduit>(
         }
     }
     for (name, unit, mut v) in rows {
-        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let (value, min, max) = spread(&mut v);
         rep.record(&Record {
             name,
             size: args.put_size,
@@ -159,10 +158,10 @@ pub(crate) fn run<C: Conduit>(
             provider: provider.clone(),
             algorithm: None,
             buffers: None,
-            value: median(&mut v),
+            value,
             unit,
-            min: Some(min),
-            max: Some(max),
+            min,
+            max,
         });
     }
     Ok(())

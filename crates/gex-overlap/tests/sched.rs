@@ -98,24 +98,17 @@ fn procs(mode: SchedMode) {
         .assert_success();
 }
 
+/// Every mode in turn, each a job of 3 processes.
 #[test]
-fn procs_halo_auto_3() {
-    procs(SchedMode::Auto);
-}
-
-#[test]
-fn procs_halo_plain_3() {
-    procs(SchedMode::Plain);
-}
-
-#[test]
-fn procs_halo_train_3() {
-    procs(SchedMode::Train);
-}
-
-#[test]
-fn procs_halo_piggyback_3() {
-    procs(SchedMode::Piggyback);
+fn procs_halo_every_mode_3() {
+    for mode in [
+        SchedMode::Auto,
+        SchedMode::Plain,
+        SchedMode::Train,
+        SchedMode::Piggyback,
+    ] {
+        procs(mode);
+    }
 }
 
 /// Thread ranks of this process: every segment mapped, trains forced and automatic.
@@ -130,17 +123,22 @@ fn threads_halo_3() {
     }
 }
 
+/// A client of one rank over loopback, with gex-rma and the overlap layer.
+fn loopback() -> Client<Loopback> {
+    ClientBuilder::new()
+        .layer::<Rma>()
+        .layer::<Overlap>()
+        .segment_size(1 << 16)
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap()
+}
+
 /// A train leaves on the endpoint's next poll without a signal or a flush (mode
 /// `train`), and waits for the flush in mode `piggyback`.
 #[test]
 fn trains_leave_on_the_next_poll_unless_held() {
     for (mode, on_poll) in [(SchedMode::Train, true), (SchedMode::Piggyback, false)] {
-        let client = ClientBuilder::new()
-            .layer::<Rma>()
-            .layer::<Overlap>()
-            .segment_size(1 << 16)
-            .init::<Loopback>(Box::new(Singleton::new()))
-            .unwrap();
+        let client = loopback();
         let mut ep = client.endpoint(0).unwrap();
         ep.set_sched(mode).unwrap();
         let me = ep.addr();
@@ -170,12 +168,7 @@ fn trains_leave_on_the_next_poll_unless_held() {
 
 #[test]
 fn bad_input_gives_documented_errors() {
-    let client = ClientBuilder::new()
-        .layer::<Rma>()
-        .layer::<Overlap>()
-        .segment_size(1 << 16)
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let client = loopback();
     let mut ep = client.endpoint(0).unwrap();
     let me = ep.addr();
     for mode in [SchedMode::Auto, SchedMode::Plain, SchedMode::Train] {
