@@ -21,6 +21,7 @@ mod domains;
 mod msg;
 mod overlap;
 mod overlap_delta;
+mod overlap_halo;
 mod pin;
 mod progress;
 mod report;
@@ -155,7 +156,11 @@ enum Cmd {
     /// pair|cascade|ring|reduce|delta, seed 001's delta kernels (gex-overlap's delta
     /// send-recv and cascades), each against its blocking baseline in the same run:
     /// rows `overlap_delta_<kernel>_blocking` (pair: `_whole`), `_delta` (µs per round) and
-    /// `_speedup` (`x`); run cascade, ring and reduce on 4 ranks.
+    /// `_speedup` (`x`); run cascade, ring and reduce on 4 ranks. With --kernel halo,
+    /// a ring halo exchange of --puts (64) puts of --put-size (16) bytes per neighbour
+    /// and a signal each, per iteration, in each scheduling mode of gex-overlap:
+    /// rows `overlap_halo_<plain|train|piggyback|auto>` (µs per iteration) and
+    /// `overlap_halo_<mode>_speedup` (`x`, plain / mode).
     Overlap(overlap::OverlapArgs),
 }
 

@@ -55,6 +55,15 @@ pub(crate) struct OverlapArgs {
     /// Delta kernels: OS-triggered tracking of the sender's writes (default: annotated).
     #[arg(long)]
     pub(crate) os_triggered: bool,
+    /// `halo`: puts per neighbour per iteration.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub(crate) puts: u32,
+    /// `halo`: bytes per put.
+    #[arg(long, value_name = "BYTES", default_value = "16", value_parser = crate::parse_size)]
+    pub(crate) put_size: usize,
+    /// `halo`: iterations per round.
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) iters: u32,
 }
 
 /// `--kernel`.
@@ -72,12 +81,15 @@ pub(crate) enum KernelArg {
     Reduce,
     /// The four delta kernels in turn.
     Delta,
+    /// A halo exchange of small puts: message scheduling (trains, piggybacking)
+    /// against plain NBI puts.
+    Halo,
 }
 
 impl KernelArg {
     fn delta_kernels(self) -> Vec<Kernel> {
         match self {
-            KernelArg::Stream => vec![],
+            KernelArg::Stream | KernelArg::Halo => vec![],
             KernelArg::Pair => vec![Kernel::Pair],
             KernelArg::Cascade => vec![Kernel::Cascade],
             KernelArg::Ring => vec![Kernel::Ring],
@@ -99,10 +111,10 @@ pub(crate) struct OverlapJob {
 impl OverlapJob {
     /// gex-perf's layers plus gex-overlap; a segment holding the source.
     pub(crate) fn builder(&self) -> ClientBuilder<OverlapLayers> {
-        let seg = if self.args.kernel == KernelArg::Stream {
-            self.args.size
-        } else {
-            crate::overlap_delta::segment_len(self.args.size)
+        let seg = match self.args.kernel {
+            KernelArg::Stream => self.args.size,
+            KernelArg::Halo => crate::overlap_halo::segment_len(&self.args),
+            _ => crate::overlap_delta::segment_len(self.args.size),
         };
         crate::builder()
             .layer::<gex::overlap::Overlap>()
@@ -113,10 +125,10 @@ impl OverlapJob {
 impl Job for OverlapJob {
     type Output = crate::RankEnd;
     fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
-        let r = if self.args.kernel == KernelArg::Stream {
-            run(&self, &client)
-        } else {
-            run_delta(&self, &client)
+        let r = match self.args.kernel {
+            KernelArg::Stream => run(&self, &client),
+            KernelArg::Halo => run_halo(&self, &client),
+            _ => run_delta(&self, &client),
         };
         crate::end_job(client, "gex-perf", r)
     }
@@ -140,6 +152,16 @@ fn use_page(page: &[u8], work: u64) -> u64 {
 
 fn stream(data: &[u8], page: usize, work: u64) -> u64 {
     data.chunks(page).map(|p| use_page(p, work)).sum()
+}
+
+/// The halo kernel (`crate::overlap_halo`).
+fn run_halo<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
+    if client.size() < 2 {
+        return Err("the halo kernel needs at least 2 ranks".into());
+    }
+    let mut ep = client.endpoint(0)?;
+    crate::pin::pin_rank(client, job.pin)?;
+    crate::overlap_halo::run(&job.args, client, &mut ep)
 }
 
 /// Seed 001's kernels (`crate::overlap_delta`), one after the other.

@@ -792,6 +792,45 @@ fn overlap_kernel_reports_both_sides_and_the_speedup() {
 }
 
 #[test]
+fn overlap_halo_kernel_reports_every_mode_and_its_speedup() {
+    // Correctness only: the last iteration of every round checks every halo byte (a
+    // wrong byte fails the run); the figures are not judged here.
+    let rows = rows(&[
+        "-n", "3", "overlap", "--json", "--kernel", "halo", "--puts", "8", "--iters", "5",
+        "--rounds", "2",
+    ]);
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "overlap_halo_plain",
+            "overlap_halo_train",
+            "overlap_halo_train_speedup",
+            "overlap_halo_piggyback",
+            "overlap_halo_piggyback_speedup",
+            "overlap_halo_auto",
+            "overlap_halo_auto_speedup"
+        ]
+    );
+    assert_kernel_rows(&rows, 16, 3);
+}
+
+/// Every row of an overlap kernel: its size and ranks, a positive value, and the unit
+/// its name says (`_speedup` rows `x`, the others `us`).
+fn assert_kernel_rows(rows: &[serde_json::Value], size: u64, ranks: u64) {
+    for r in rows {
+        assert_eq!(
+            (r["size"].as_u64(), r["ranks"].as_u64()),
+            (Some(size), Some(ranks)),
+            "{r}"
+        );
+        let speedup = r["name"].as_str().unwrap().ends_with("speedup");
+        assert_eq!(r["unit"], if speedup { "x" } else { "us" }, "{r}");
+        assert!(r["value"].as_f64().expect("a value") > 0.0, "{r}");
+    }
+}
+
+#[test]
 fn overlap_delta_kernels_report_both_sides_and_the_speedups() {
     // Correctness only: every rank compares the checksums of the two variants of each
     // round (a mismatch fails the run); the figures are not judged here.
@@ -808,17 +847,7 @@ fn overlap_delta_kernels_report_both_sides_and_the_speedups() {
         }
     }
     assert_eq!(names, want);
-    for r in &all {
-        assert_eq!(r["size"], 64 << 10);
-        assert_eq!(r["ranks"], 4);
-        let unit = if r["name"].as_str().unwrap().ends_with("speedup") {
-            "x"
-        } else {
-            "us"
-        };
-        assert_eq!(r["unit"], unit, "{r}");
-        assert!(r["value"].as_f64().expect("a value") > 0.0, "{r}");
-    }
+    assert_kernel_rows(&all, 64 << 10, 4);
     // The pair with OS-triggered tracking, on 2 ranks.
     let os = rows(&[
         "-n",

@@ -85,6 +85,12 @@ pub enum OverlapError {
         /// The receiver's rank.
         rank: u32,
     },
+    /// A message of the scheduler (a train or a signal, [`SchedExt`]) could not be
+    /// sent: the conduit failed or the destination is gone.
+    ///
+    /// [`SchedExt`]: crate::SchedExt
+    #[error("scheduled message: {0}")]
+    Am(#[source] gex_core::AmError),
     /// The mover thread is gone (it panicked): the transfer cannot complete.
     #[error("the overlap mover thread is gone")]
     MoverGone,

@@ -11,12 +11,13 @@ use std::time::Duration;
 use gex_core::config::EnvVar;
 use gex_core::layer::{self, Attach, Cx, Layer, Progress};
 use gex_core::spi::{Conduit, ConduitError, Native};
-use gex_core::{Blocking, Capabilities, Endpoint, InitError};
+use gex_core::{Am, Blocking, Capabilities, Endpoint, InitError, Token};
 use gex_rma::{GlobalPtr, RmaExt};
 
 use crate::buf::{OverlapBuf, Shared};
 use crate::error::OverlapError;
 use crate::model::{self, CostParams, Decomp};
+use crate::sched::{SchedExt, SchedMode};
 use crate::sys::{self, Prot};
 use crate::table::{self, PENDING, RangeError};
 
@@ -43,6 +44,21 @@ pub const ENV_VARS: &[EnvVar] = &[
         doc: "gex-overlap: a delta transfer sends the whole rest of its buffer (one run per delta) when at least this percentage (0 to 100) of the buffer changed.",
     },
     EnvVar {
+        name: "GEX_OVERLAP_SCHED",
+        default: "auto",
+        doc: "gex-overlap: how scheduled puts (`SchedExt::sched_put`) travel: `auto` (per destination, from statistics), `plain` (each an NBI put), `train` (small puts coalesced, sent on the next poll) or `piggyback` (small puts wait for the next signal).",
+    },
+    EnvVar {
+        name: "GEX_OVERLAP_TRAIN",
+        default: "4096",
+        doc: "gex-overlap: bytes of a train of scheduled puts (records of 12 bytes plus the data), at most the conduit's largest Medium payload.",
+    },
+    EnvVar {
+        name: "GEX_OVERLAP_TRAIN_PUT",
+        default: "256",
+        doc: "gex-overlap: the largest scheduled put that rides a train; larger ones are sent at once.",
+    },
+    EnvVar {
         name: "GEX_OVERLAP_TRACE",
         default: "0",
         doc: "gex-overlap: `1` records every page fault the handler waited for (page address, nanoseconds waited; `overlap_trace()`), `0` records nothing.",
@@ -65,6 +81,8 @@ pub struct Overlap {
     /// Strips started as native operations (peers whose segment is not mapped, with a
     /// progress thread), retired by the progress hook.
     native: Vec<NativeStrip>,
+    /// Message scheduling: trains and piggybacked puts (`crate::sched`).
+    pub(crate) sched: crate::sched::Sched,
 }
 
 /// A strip in the network's hands.
@@ -207,6 +225,7 @@ fn parse_bytes(name: &str, v: &str) -> Result<usize, InitError> {
 
 impl Layer for Overlap {
     const NAME: &'static str = "overlap";
+    const HANDLERS: u8 = crate::sched::HANDLERS;
     const ENV_VARS: &'static [EnvVar] = ENV_VARS;
 
     fn attach<C: Conduit>(cx: &mut Attach<'_, C, Self>) -> Result<Self, InitError> {
@@ -247,6 +266,40 @@ impl Layer for Overlap {
                 }
             },
         };
+        let sched_mode = match cfg.get("GEX_OVERLAP_SCHED") {
+            None => SchedMode::Auto,
+            Some(v) => SchedMode::parse(v).ok_or_else(|| {
+                InitError::Config(format!(
+                    "GEX_OVERLAP_SCHED={v}: expected auto, plain, train or piggyback"
+                ))
+            })?,
+        };
+        let train = match cfg.get("GEX_OVERLAP_TRAIN") {
+            None | Some("") => 4096,
+            Some(v) => parse_bytes("GEX_OVERLAP_TRAIN", v)?,
+        };
+        let train_put = match cfg.get("GEX_OVERLAP_TRAIN_PUT") {
+            None | Some("") => 256,
+            Some(v) => parse_bytes("GEX_OVERLAP_TRAIN_PUT", v)?,
+        };
+        let me = cx.addr();
+        let seg = cx
+            .peer_segment(me)
+            .map(|(p, l)| (p.as_ptr() as usize, l))
+            .ok_or_else(|| InitError::Layer {
+                layer: Self::NAME,
+                msg: "the conduit does not map this endpoint's own segment".into(),
+            })?;
+        let sched = crate::sched::Sched::new(
+            sched_mode,
+            train,
+            train_put,
+            seg,
+            (
+                cx.handler(crate::sched::H_TRAIN),
+                cx.handler(crate::sched::H_ACK),
+            ),
+        );
         match cfg.get("GEX_OVERLAP_TRACE").map(str::trim) {
             None | Some("") | Some("0") => {}
             Some("1") => sys::set_trace(true),
@@ -264,7 +317,12 @@ impl Layer for Overlap {
             delta,
             delta_whole,
             native: Vec::new(),
+            sched,
         })
+    }
+
+    fn handle(self: Pin<&mut Self>, h: u8, t: &mut Token<'_>, am: Am<'_>) {
+        self.sched_handle(h, t, am);
     }
 
     fn progress<C: Conduit>(self: Pin<&mut Self>, cx: &mut Cx<'_, C>) -> Progress {
@@ -279,20 +337,25 @@ impl Layer for Overlap {
             inflight.fetch_sub(1, Ordering::AcqRel);
             false
         });
-        if me.native.is_empty() {
-            Progress::Idle
-        } else {
+        let sched = me.sched_progress(cx);
+        if !me.native.is_empty() {
             Progress::Spinning
+        } else {
+            sched
         }
     }
 
     fn describe(&self) -> String {
         let n = self.inflight.load(Ordering::Acquire);
-        if n == 0 {
-            String::new()
-        } else {
-            format!("overlap: {n} demand-driven transfers in flight")
+        let m = self.sched_outstanding();
+        let mut out = Vec::new();
+        if n != 0 {
+            out.push(format!("overlap: {n} demand-driven transfers in flight"));
         }
+        if m != 0 {
+            out.push(format!("overlap: {m} trains or signals not acknowledged"));
+        }
+        out.join("\n")
     }
 }
 
@@ -784,11 +847,12 @@ pub trait OverlapExt {
     ) -> Result<(), OverlapError>;
 
     /// Waits until every demand-driven transfer this endpoint started is complete
-    /// (puts at their targets): call it at synchronisation points (before a barrier
-    /// that publishes a put, before `fork`).
+    /// (puts at their targets), and every scheduled put and signal
+    /// ([`SchedExt::sched_flush`](crate::SchedExt::sched_flush)): call it at
+    /// synchronisation points (before a barrier that publishes a put, before `fork`).
     ///
     /// # Errors
-    /// [`OverlapError::NotAttached`].
+    /// [`OverlapError::NotAttached`]; as `sched_flush`.
     fn retire_all(&mut self) -> Result<(), OverlapError>;
 
     /// Sets how later transfers are split (overrides the model and
@@ -847,6 +911,7 @@ impl<C: Conduit> OverlapExt for Endpoint<C> {
     }
 
     fn retire_all(&mut self) -> Result<(), OverlapError> {
+        self.sched_flush()?;
         let inflight = with(self, |l, _| l.inflight.clone())?;
         let mut spins = 0u32;
         while inflight.load(Ordering::Acquire) != 0 {

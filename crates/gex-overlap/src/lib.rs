@@ -53,8 +53,7 @@
 //! - With a progress thread, touching a pending page inside another gex call on the
 //!   same endpoint deadlocks (the handler waits while that call holds the endpoint):
 //!   [`OverlapExt::wait_range`] first, as before a system call.
-//! - No lazy protection (every page of the range is protected at once), no message
-//!   scheduling (issue 26, point 3).
+//! - No lazy protection (every page of the range is protected at once).
 //! - No retirement hooked into gex-coll's barrier: call [`OverlapExt::retire_all`]
 //!   before a synchronisation point that must see a put complete.
 //! - A system call given a pending page fails with `EFAULT`: use
@@ -91,6 +90,7 @@ mod error;
 mod layer;
 pub mod model;
 mod ranges;
+mod sched;
 mod sys;
 mod table;
 
@@ -102,6 +102,7 @@ pub use layer::{
     trace_enabled,
 };
 pub use model::{CostParams, Decomp};
+pub use sched::{SchedExt, SchedMode, SchedStats};
 
 /// At most this many [`OverlapBuf`]s are alive at once in a process.
 pub const MAX_BUFFERS: usize = sys::SLOTS;

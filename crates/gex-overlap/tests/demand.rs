@@ -382,6 +382,9 @@ fn bad_settings_fail_the_endpoint() {
         ("GEX_OVERLAP_STRIP", "0"),
         ("GEX_OVERLAP_MIN_SPLIT", "-1"),
         ("GEX_OVERLAP_TRACE", "yes"),
+        ("GEX_OVERLAP_SCHED", "fast"),
+        ("GEX_OVERLAP_TRAIN", "lots"),
+        ("GEX_OVERLAP_TRAIN_PUT", "-1"),
     ] {
         let mut cfg = gex_core::config::Config::default();
         cfg.set(k, v);
