@@ -179,6 +179,48 @@ pub unsafe extern "C" fn gex_ep_open(
     })
 }
 
+/// Makes a new endpoint of the client at run time, with the RMA and collectives
+/// layers, and writes it to `*ep` and its index to `*index` (NULL when not wanted).
+/// Not collective: peers reach it from now on (found on first contact), and only this
+/// endpoint's owner polls its traffic, so each thread of a runtime can drive an
+/// endpoint of its own without touching the others'. As with `gex_ep_open`, a call
+/// reaches the endpoint of the same index on other ranks: indices are handed out in
+/// order (after the `GEX_ENDPOINTS` of initialisation) and never reused, so ranks that
+/// create their endpoints in the same order get the same indices. A client makes at
+/// most `GEX_MAX_ENDPOINTS` endpoints over its life (both kinds; default 16).
+///
+/// Returns `GEX_OK`; `GEX_ERR_STATE` once that many were made; `GEX_ERR_INIT` if the
+/// conduit cannot make endpoints at run time or a layer cannot attach (the last error
+/// says which); `GEX_ERR_NULL` / `GEX_ERR_INVALID` for the handles.
+///
+/// # Safety
+/// `client` is NULL or a live client; `ep` is NULL or valid for writing one pointer;
+/// `index` is NULL or valid for writing one `uint16_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_ep_create(
+    client: *const gex_client_t,
+    ep: *mut *mut gex_ep_t,
+    index: *mut u16,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promise, as `ptr::handle` states it.
+        let c = unsafe { ptr::handle(client) }?;
+        if ep.is_null() {
+            return Err(Error::null("ep"));
+        }
+        let e = c.client.create_endpoint()?;
+        let i = e.addr().ep;
+        let h = ptr::into_raw(Box::new(gex_ep_t::new(e, c.open.clone())));
+        // SAFETY: `ep` is non-null and writable (the caller's promise).
+        unsafe { ptr::write(ep, h, "ep") }?;
+        if !index.is_null() {
+            // SAFETY: non-null and writable (the caller's promise).
+            unsafe { index.write(i) };
+        }
+        Ok(gex_status_t::GEX_OK)
+    })
+}
+
 /// Closes an endpoint and frees its handle. Reduce traffic to it to nothing first
 /// (`gex_ep_barrier`): messages still in flight to it are discarded. Events of the
 /// endpoint not completed yet stay valid handles but can only be freed

@@ -180,6 +180,7 @@ impl From<gex_facade::EpError> for Error {
         use gex_facade::EpError;
         let s = match e {
             EpError::NoSuchEndpoint { .. } | EpError::Taken(_) => gex_status_t::GEX_ERR_INVALID,
+            EpError::Full { .. } => gex_status_t::GEX_ERR_STATE,
             _ => gex_status_t::GEX_ERR_INIT,
         };
         Error::new(s, e.to_string())

@@ -14,7 +14,7 @@ use crate::status::*;
 use crate::team::*;
 use gex_status_t::*;
 use gex_sync::atomic::{AtomicUsize, Ordering};
-use std::ffi::{CStr, c_void};
+use std::ffi::{CStr, c_int, c_void};
 use std::ptr::{null, null_mut};
 
 fn last() -> String {
@@ -788,4 +788,64 @@ fn the_new_entry_points_refuse_null_and_foreign_handles() {
         assert_eq!(gex_team_free(e, w), 0);
     }
     close(c, e);
+}
+
+#[test]
+fn endpoints_made_at_run_time_carry_rma_and_are_never_reused() {
+    let (c, e0) = open();
+    let (mut e1, mut i1) = (null_mut(), 0u16);
+    // SAFETY: a live client, valid output slots.
+    let r = unsafe { gex_ep_create(c, &mut e1, &mut i1) };
+    assert_eq!(r, 0, "{}", last());
+    assert_eq!(i1, 1);
+    // A put through the new endpoint lands in the segment of endpoint 1 (its index),
+    // not endpoint 0's.
+    let (word, mut back, mut zero) = (0x5eed_u64.to_le_bytes(), [0u8; 8], [9u8; 8]);
+    // SAFETY: live endpoints; 8 readable / writable bytes.
+    unsafe {
+        assert_eq!(gex_put(e1, 0, 64, word.as_ptr().cast(), 8), 0, "{}", last());
+        assert_eq!(
+            gex_get(e1, back.as_mut_ptr().cast(), 0, 64, 8),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(
+            gex_get(e0, zero.as_mut_ptr().cast(), 0, 64, 8),
+            0,
+            "{}",
+            last()
+        );
+    }
+    assert_eq!((back, zero), (word, [0; 8]));
+    // SAFETY: a live endpoint, given up.
+    assert_eq!(unsafe { gex_ep_close(e1) }, 0, "{}", last());
+    // Indices are not reused; the index output may be NULL; capacity runs out.
+    let mut made = Vec::new();
+    loop {
+        let (mut e, mut i) = (null_mut(), 0u16);
+        // SAFETY: a live client, valid output slots.
+        let r = unsafe { gex_ep_create(c, &mut e, &mut i) };
+        if r != 0 {
+            assert_eq!(r, GEX_ERR_STATE as c_int, "{}", last());
+            assert!(last().contains("GEX_MAX_ENDPOINTS"), "{}", last());
+            break;
+        }
+        assert_eq!(i as usize, 2 + made.len());
+        made.push(e);
+    }
+    assert!(!made.is_empty());
+    // SAFETY: NULL slots are what the checks are for.
+    let nulls = unsafe {
+        (
+            gex_ep_create(c, null_mut(), null_mut()),
+            gex_ep_create(null(), &mut e1, null_mut()),
+        )
+    };
+    assert_eq!(nulls, (GEX_ERR_NULL as c_int, GEX_ERR_NULL as c_int));
+    for e in made {
+        // SAFETY: live endpoints, given up.
+        assert_eq!(unsafe { gex_ep_close(e) }, 0, "{}", last());
+    }
+    close(c, e0);
 }

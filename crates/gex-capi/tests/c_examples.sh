@@ -34,7 +34,7 @@ CC="${CC:-cc}"
 
 # The examples, through pkg-config as a user builds them; warnings are errors.
 cd "$root/crates/gex-capi/examples/c"
-for p in hello am_pingpong putget teams_colls atomics_long; do
+for p in hello am_pingpong putget teams_colls atomics_long threads; do
     echo "+ $CC -std=c11 -Wall -Wextra -Werror $p.c \$(pkg-config --cflags --libs gex)"
     # shellcheck disable=SC2046
     "$CC" -std=c11 -Wall -Wextra -Werror "$p.c" $(pkg-config --cflags --libs gex) -o "$work/$p"
@@ -78,6 +78,9 @@ for n in 2 4; do
     run "teams_colls-$n" "$n" "^rank [0-9] of $n: teams/collectives/nbi/events ok\$" "$gexrun" -n "$n" ./teams_colls
     run "atomics_long-$n" "$n" "^rank [0-9] of $n: long AMs and typed atomics ok\$" "$gexrun" -n "$n" ./atomics_long
 done
+for n in 1 3; do
+    run "threads-$n" "$n" "^rank [0-9] of $n: 2 endpoints made at run time, one per thread, ok\$" "$gexrun" -n "$n" ./threads
+done
 run atomics_long-progress 2 '^rank [01] of 2: long AMs and typed atomics ok \(progress thread\)$' \
     "$gexrun" -n 2 ./atomics_long progress
 if command -v mpiexec.hydra >/dev/null; then
@@ -110,7 +113,7 @@ fi
 
 if [[ "${VALGRIND:-1}" != 0 ]]; then
     command -v valgrind >/dev/null || fail "valgrind is not installed (VALGRIND=0 skips these runs)"
-    for p in hello am_pingpong putget teams_colls atomics_long; do
+    for p in hello am_pingpong putget teams_colls atomics_long threads; do
         mkdir -p "vg-$p"
         echo "+ gex-run -n 2 valgrind --leak-check=full ... ./$p"
         rc=0
