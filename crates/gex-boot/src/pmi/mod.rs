@@ -147,8 +147,8 @@ use std::time::{Duration, Instant};
 
 use gex_core::boot::{BootError, Bootstrap};
 
-use crate::env;
-use wire::{Conn, MAX_REQUEST_LINE, Msg};
+use crate::{client, env};
+use wire::{Attrs, Conn, MAX_REQUEST_LINE, Msg};
 
 /// Upper bound on the length of the keys this client makes (`gex.<seq>.<rank>.<chunk>`
 /// with a `u64` and two `u32` in decimal is at most 46 bytes).
@@ -462,21 +462,7 @@ impl PmiClient {
         &self.kvs
     }
 
-    fn next_seq(&mut self) -> u64 {
-        let s = self.seq;
-        self.seq += 1;
-        s
-    }
-
-    fn check_open(&self, what: &str) -> Result<(), BootError> {
-        if self.finalized {
-            Err(BootError::Protocol(format!(
-                "bootstrap {what} called after finalize"
-            )))
-        } else {
-            Ok(())
-        }
-    }
+    collective_seq!(finalized);
 
     /// Sends `cmd=abort exitcode=code` (the server sends no reply), after letting
     /// the launcher read this rank's pending output ([`drain_output`]).
@@ -569,40 +555,12 @@ pub(crate) fn fuzz_connect(
 }
 
 impl Bootstrap for PmiClient {
-    fn name(&self) -> &'static str {
-        "pmi"
-    }
-    fn rank(&self) -> u32 {
-        self.rank
-    }
-    fn size(&self) -> u32 {
-        self.size
-    }
-    fn host_ids(&self) -> &[u32] {
-        &self.hosts
-    }
-    fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
-        self.check_open("exchange")?;
-        let seq = self.next_seq();
-        self.kvs_exchange(seq, mine)
-    }
-    fn barrier(&mut self) -> Result<(), BootError> {
-        self.check_open("barrier")?;
-        self.next_seq();
-        self.fence()
-    }
-    fn broadcast(&mut self, root: u32, data: &[u8]) -> Result<Vec<u8>, BootError> {
-        self.check_open("broadcast")?;
-        let seq = self.next_seq();
-        self.kvs_broadcast(seq, root, data)
-    }
+    bootstrap_identity!("pmi");
+    kvs_collectives!();
     fn abort(&mut self, code: i32, msg: &str) -> ! {
-        let code = if code == 0 { 1 } else { code };
+        let code = client::abort_code(code);
         // Hydra does not print abort messages: say it here, once.
-        eprintln!(
-            "gex: rank {} aborted the job (code {code}): {msg}",
-            self.rank
-        );
+        client::print_abort(self.rank, code, msg);
         if let Err(e) = self.send_abort(code) {
             tracing::debug!(rank = self.rank, code, error = %e, "PMI abort not delivered");
         }

@@ -33,10 +33,10 @@ use std::os::fd::OwnedFd;
 use gex_core::boot::{BootError, Bootstrap};
 
 use super::kvs::{COUNT_PREFIX, Kvs, host_ids_from_names, node_name};
-use super::wire::Conn;
+use super::wire::{Attrs, Conn};
 use super::wire2;
 use super::{PmiClient, check_rank, drain_output, env_str, env_u32, parse_process_mapping};
-use crate::env;
+use crate::{client, env};
 
 /// `PMI2_MAX_VALLEN`: the longest value the reference client and servers accept.
 const MAX_VALUE: usize = 1024;
@@ -240,21 +240,7 @@ impl Pmi2Client {
         self.appnum
     }
 
-    fn next_seq(&mut self) -> u64 {
-        let s = self.seq;
-        self.seq += 1;
-        s
-    }
-
-    fn check_open(&self, what: &str) -> Result<(), BootError> {
-        if self.finalized {
-            Err(BootError::Protocol(format!(
-                "bootstrap {what} called after finalize"
-            )))
-        } else {
-            Ok(())
-        }
-    }
+    collective_seq!(finalized);
 
     /// Sends `abort;isworld=TRUE;msg=…` (no reply comes), after letting the launcher
     /// read this rank's pending output. `;` in the message becomes `,` (Slurm does
@@ -319,44 +305,13 @@ impl Kvs for Pmi2Client {
 }
 
 impl Bootstrap for Pmi2Client {
-    fn name(&self) -> &'static str {
-        "pmi2"
-    }
-    fn rank(&self) -> u32 {
-        self.rank
-    }
-    fn size(&self) -> u32 {
-        self.size
-    }
-    fn host_ids(&self) -> &[u32] {
-        &self.hosts
-    }
-    fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
-        self.check_open("exchange")?;
-        let seq = self.next_seq();
-        self.kvs_exchange(seq, mine)
-    }
-    fn barrier(&mut self) -> Result<(), BootError> {
-        self.check_open("barrier")?;
-        self.next_seq();
-        self.fence()
-    }
-    fn broadcast(&mut self, root: u32, data: &[u8]) -> Result<Vec<u8>, BootError> {
-        self.check_open("broadcast")?;
-        let seq = self.next_seq();
-        self.kvs_broadcast(seq, root, data)
-    }
+    bootstrap_identity!("pmi2");
+    kvs_collectives!();
     fn abort(&mut self, code: i32, msg: &str) -> ! {
-        let code = if code == 0 { 1 } else { code };
+        let code = client::abort_code(code);
         // Neither Slurm nor Hydra prints the abort message: say it here, once.
-        eprintln!(
-            "gex: rank {} aborted the job (code {code}): {msg}",
-            self.rank
-        );
-        let why = format!(
-            "gex rank {} aborted the job (code {code}): {msg}",
-            self.rank
-        );
+        client::print_abort(self.rank, code, msg);
+        let why = client::abort_reason(self.rank, code, msg);
         if let Err(e) = self.send_abort(&why) {
             tracing::debug!(rank = self.rank, code, error = %e, "PMI-2 abort not delivered");
         }
@@ -371,7 +326,7 @@ impl Bootstrap for Pmi2Client {
         Ok(())
     }
     fn request_exit(&mut self, code: i32) {
-        let why = format!("gex rank {} ended the job with exit code {code}", self.rank);
+        let why = client::exit_reason(self.rank, code);
         if let Err(e) = self.send_abort(&why) {
             tracing::debug!(rank = self.rank, code, error = %e, "exit request not delivered");
         }
