@@ -72,6 +72,7 @@
 //! ```
 
 pub mod boot;
+pub mod child;
 pub mod conformance;
 pub mod procs;
 #[cfg(feature = "rma")]
