@@ -71,15 +71,21 @@ pub(crate) trait Attrs: std::fmt::Debug {
     }
 }
 
-impl Attrs for Msg {
-    const PROTOCOL: &'static str = "PMI";
-    fn cmd(&self) -> &str {
-        &self.cmd
-    }
-    fn attrs(&self) -> &[(String, String)] {
-        &self.attrs
-    }
+/// [`Attrs`] for the reply types, with the protocol their errors name.
+macro_rules! attrs_of {
+    ($($t:ty => $protocol:literal),*) => {$(
+        impl Attrs for $t {
+            const PROTOCOL: &'static str = $protocol;
+            fn cmd(&self) -> &str {
+                &self.cmd
+            }
+            fn attrs(&self) -> &[(String, String)] {
+                &self.attrs
+            }
+        }
+    )*};
 }
+attrs_of!(Msg => "PMI", super::wire2::Cmd => "PMI-2");
 
 impl Msg {
     /// Parses `cmd=NAME k=v k=v` (no newline). Attributes are separated by

@@ -31,16 +31,6 @@ pub(crate) struct Cmd {
     pub(crate) attrs: Vec<(String, String)>,
 }
 
-impl Attrs for Cmd {
-    const PROTOCOL: &'static str = "PMI-2";
-    fn cmd(&self) -> &str {
-        &self.cmd
-    }
-    fn attrs(&self) -> &[(String, String)] {
-        &self.attrs
-    }
-}
-
 fn protocol(msg: String) -> BootError {
     BootError::Protocol(msg)
 }
