@@ -335,11 +335,11 @@ impl Bootstrap for Pmi2Client {
 
 #[cfg(test)]
 mod tests {
+    use super::super::mock::{self, Served, Shared, blob};
     use super::*;
-    use std::collections::HashMap;
     use std::io::{BufRead, BufReader, Read, Write};
     use std::os::unix::net::UnixStream;
-    use std::sync::{Arc, Barrier, Mutex};
+    use std::sync::{Arc, Mutex};
 
     /// How the fake server behaves.
     #[derive(Clone)]
@@ -375,24 +375,10 @@ mod tests {
 
     /// A PMI-2 server for `size` clients in threads of this process, checking what
     /// real servers check (value length, `;` in values, `pmijobid`).
-    fn serve(
-        cfg: Server,
-    ) -> (
-        Vec<OwnedFd>,
-        Vec<std::thread::JoinHandle<()>>,
-        Arc<Mutex<Seen>>,
-    ) {
-        let kvs: Arc<Mutex<HashMap<String, String>>> = Arc::default();
-        let barrier = Arc::new(Barrier::new(cfg.size as usize));
-        let seen: Arc<Mutex<Seen>> = Arc::default();
-        let mut clients = Vec::new();
-        let mut threads = Vec::new();
-        for rank in 0..cfg.size {
-            let (a, b) = UnixStream::pair().unwrap();
-            clients.push(OwnedFd::from(a));
-            let (cfg, kvs, barrier, seen) =
-                (cfg.clone(), kvs.clone(), barrier.clone(), seen.clone());
-            threads.push(std::thread::spawn(move || {
+    fn serve(cfg: Server) -> Served<Seen> {
+        mock::serve(
+            cfg.size,
+            move |rank, b, Shared::<Seen> { kvs, barrier, seen }| {
                 let mut s = b;
                 let mut line = String::new();
                 BufReader::new(s.try_clone().unwrap())
@@ -487,39 +473,21 @@ mod tests {
                         other => panic!("unexpected command {other}"),
                     }
                 }
-            }));
-        }
-        (clients, threads, seen)
+            },
+        )
     }
 
     fn job<T: Send + 'static>(
         cfg: Server,
         body: impl Fn(Pmi2Client) -> T + Send + Sync + 'static,
     ) -> (Vec<T>, Arc<Mutex<Seen>>) {
-        let (clients, servers, seen) = serve(cfg);
-        let body = Arc::new(body);
-        let ranks: Vec<_> = clients
-            .into_iter()
-            .enumerate()
-            .map(|(r, sock)| {
-                let body = body.clone();
-                std::thread::spawn(move || {
-                    let Hello::Accepted(conn) = hello(Conn::new(sock)).unwrap() else {
-                        panic!("PMI-2 refused");
-                    };
-                    body(Pmi2Client::after_init(conn, r as u32, Some("7".into())).unwrap())
-                })
-            })
-            .collect();
-        let out = ranks.into_iter().map(|t| t.join().unwrap()).collect();
-        for s in servers {
-            s.join().unwrap();
-        }
-        (out, seen)
-    }
-
-    fn blob(rank: u32, len: usize) -> Vec<u8> {
-        (0..len).map(|i| (i as u32 * 7 + rank * 13) as u8).collect()
+        let connect = |r, sock| {
+            let Hello::Accepted(conn) = hello(Conn::new(sock)).unwrap() else {
+                panic!("PMI-2 refused");
+            };
+            Pmi2Client::after_init(conn, r, Some("7".into())).unwrap()
+        };
+        mock::job(serve(cfg), connect, body)
     }
 
     #[test]
