@@ -443,18 +443,11 @@ fn run_am<C: Conduit>(job: &AmJob, client: &Client<C>) -> Res<()> {
                     let min = all.iter().map(|s| s.min).fold(f64::INFINITY, f64::min);
                     let max = all.iter().map(|s| s.max).fold(f64::NEG_INFINITY, f64::max);
                     let value = median(&mut all.iter().map(|s| s.value).collect::<Vec<_>>());
+                    let (name, unit) = (point.test.name(), point.test.unit());
                     reporter.record(&Record {
-                        name: point.test.name(),
-                        size: point.size,
-                        ranks: n,
-                        conduit: client.conduit_name(),
-                        provider: provider.clone(),
-                        algorithm: None,
-                        buffers: None,
-                        value,
-                        unit: point.test.unit(),
                         min: Some(min),
                         max: Some(max),
+                        ..Record::of(client, name, point.size, value, unit)
                     });
                 }
             }

@@ -26,7 +26,7 @@
 //! that negligible. Each point: warm-up (which sizes the batches), then 7 (`--quick`:
 //! 3) timed batches; value = median batch, min/max = extreme batches.
 
-use crate::report::{Record, Reporter, median};
+use crate::report::{Record, Reporter};
 use crate::{PinMode, complain};
 use gex::coll::CollExt;
 use gex::core::{Client, Endpoint};
@@ -284,7 +284,6 @@ fn run<C: Conduit>(job: &MsgJob, client: &Client<C>) -> Res<()> {
     let mut b = Bufs::new(most);
     let (batch, count) = job.timing();
     let reporter = Reporter::new(job.args.json);
-    let provider = crate::report::provider_of(client);
     if me == 0 {
         let mut lines = vec![
             format!(
@@ -306,21 +305,7 @@ fn run<C: Conduit>(job: &MsgJob, client: &Client<C>) -> Res<()> {
         }
     }
     let report = |name: &'static str, size: usize, unit: &'static str, mut v: Vec<f64>| {
-        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        reporter.record(&Record {
-            name,
-            size,
-            ranks: n,
-            conduit: client.conduit_name(),
-            provider: provider.clone(),
-            algorithm: None,
-            buffers: None,
-            value: median(&mut v),
-            unit,
-            min: Some(min),
-            max: Some(max),
-        });
+        reporter.record(&Record::of_samples(client, name, size, unit, &mut v));
     };
     if n < 2 {
         return Err("msg needs at least 2 ranks".into());

@@ -18,7 +18,7 @@
 
 use crate::PinMode;
 use crate::overlap_delta::Kernel;
-use crate::report::{Record, Reporter, median};
+use crate::report::{Record, Reporter};
 use gex::coll::CollExt;
 use gex::core::Client;
 use gex::overlap::{OverlapBuf, OverlapExt};
@@ -228,7 +228,6 @@ fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
     ep.barrier(&world)?;
     if me == 0 {
         let rep = Reporter::new(job.args.json);
-        let provider = crate::report::provider_of(client);
         rep.header(&[format!(
             "gex-perf overlap: {n} ranks, conduit {}, {} B get then {} steps per page of use; value: median of {} rounds",
             client.conduit_name(),
@@ -248,25 +247,11 @@ fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
                 Some((strips.1 as f64, strips.1 as f64)),
             ),
         ] {
-            let (min, max) = mm.unwrap_or_else(|| {
-                (
-                    v.iter().copied().fold(f64::INFINITY, f64::min),
-                    v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                )
-            });
-            rep.record(&Record {
-                name,
-                size: len,
-                ranks: n,
-                conduit: client.conduit_name(),
-                provider: provider.clone(),
-                algorithm: None,
-                buffers: None,
-                value: median(v),
-                unit,
-                min: Some(min),
-                max: Some(max),
-            });
+            let mut r = Record::of_samples(client, name, len, unit, v);
+            if let Some((min, max)) = mm {
+                (r.min, r.max) = (Some(min), Some(max));
+            }
+            rep.record(&r);
         }
     }
     Ok(())

@@ -29,7 +29,7 @@
 //! (`x`, blocking / delta per round).
 
 use crate::overlap::OverlapArgs;
-use crate::report::{Record, Reporter, median};
+use crate::report::{Record, Reporter};
 use gex::coll::{Allreduce, BuiltinOp, CollExt};
 use gex::core::{Client, Endpoint};
 use gex::overlap::{DeltaBuf, DeltaExt, DeltaRecv, Tracking, page_size};
@@ -309,7 +309,6 @@ pub(crate) fn run<C: Conduit>(
     ep.barrier(&world)?;
     if me == 0 {
         let rep = Reporter::new(args.json);
-        let provider = crate::report::provider_of(client);
         rep.header(&[format!(
             "gex-perf overlap --kernel {kernel:?}: {n} ranks, conduit {}, {len} B buffers, {work} steps per page, {} tracking; value: median of {} rounds",
             client.conduit_name(),
@@ -322,19 +321,7 @@ pub(crate) fn run<C: Conduit>(
             (names[1], "us", &mut delta),
             (names[2], "x", &mut speedup),
         ] {
-            rep.record(&Record {
-                name,
-                size: len,
-                ranks: n,
-                conduit: client.conduit_name(),
-                provider: provider.clone(),
-                algorithm: None,
-                buffers: None,
-                value: median(v),
-                unit,
-                min: Some(v.iter().copied().fold(f64::INFINITY, f64::min)),
-                max: Some(v.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
-            });
+            rep.record(&Record::of_samples(client, name, len, unit, v));
         }
     }
     Ok(())

@@ -27,7 +27,7 @@
 //! Every got value is checked against the round number the target wrote.
 
 use crate::PinMode;
-use crate::report::{Record, Reporter, median};
+use crate::report::{Record, Reporter};
 use gex::coll::CollExt;
 use gex::core::Client;
 use gex::rma::{GlobalPtr, RmaExt};
@@ -174,7 +174,6 @@ fn run<C: Conduit>(job: &ProgressJob, client: &Client<C>) -> Res<()> {
             "no-thread"
         };
         let rep = Reporter::new(job.args.json);
-        let provider = crate::report::provider_of(client);
         rep.header(&[format!(
             "gex-perf progress: {n} ranks, conduit {}, target computes {} ms per round without gex, progress thread {}; value: median of {} rounds",
             client.conduit_name(),
@@ -187,20 +186,9 @@ fn run<C: Conduit>(job: &ProgressJob, client: &Client<C>) -> Res<()> {
             ("progress_compute_ms", "ms", &mut work),
             ("progress_compute_rate", "Msteps/s", &mut rate),
         ] {
-            let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-            let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             rep.record(&Record {
-                name,
-                size: 8,
-                ranks: n,
-                conduit: client.conduit_name(),
-                provider: provider.clone(),
                 algorithm: Some(label.into()),
-                buffers: None,
-                value: median(v),
-                unit,
-                min: Some(min),
-                max: Some(max),
+                ..Record::of_samples(client, name, 8, unit, v)
             });
         }
     }

@@ -99,6 +99,24 @@ impl Record {
             max: None,
         }
     }
+
+    /// A figure of `client`'s job from the samples `v` (of batches, pairs or rounds):
+    /// their median, with their smallest and largest as the extremes (reorders `v`).
+    pub(crate) fn of_samples<C: Conduit>(
+        client: &Client<C>,
+        name: &'static str,
+        size: usize,
+        unit: &'static str,
+        v: &mut [f64],
+    ) -> Self {
+        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        Record {
+            min: Some(min),
+            max: Some(max),
+            ..Record::of(client, name, size, median(v), unit)
+        }
+    }
 }
 
 /// One JSON line: a [`Record`] and how the job's ranks were made.

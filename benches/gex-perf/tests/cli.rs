@@ -9,26 +9,31 @@ fn gex_perf() -> Command {
     c
 }
 
-#[test]
-fn quick_json_on_loopback_has_the_documented_keys() {
-    let out = gex_perf()
-        .args([
-            "-n",
-            "1",
-            "--conduit",
-            "loopback",
-            "am",
-            "--quick",
-            "--json",
-        ])
-        .output()
-        .expect("gex-perf runs");
+/// Runs `cmd`, asserts it succeeded and returns its standard output.
+fn stdout_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("gex-perf runs");
     assert!(
         out.status.success(),
-        "stderr: {}",
+        "{cmd:?}: stderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8(out.stdout).expect("utf-8");
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// A quick `am` run on the loopback conduit, in JSON.
+const LOOPBACK_AM: &[&str] = &[
+    "-n",
+    "1",
+    "--conduit",
+    "loopback",
+    "am",
+    "--quick",
+    "--json",
+];
+
+#[test]
+fn quick_json_on_loopback_has_the_documented_keys() {
+    let text = stdout_ok(gex_perf().args(LOOPBACK_AM));
     let mut names = Vec::new();
     for line in text.lines() {
         let v: serde_json::Value = serde_json::from_str(line).expect("one JSON object per line");
@@ -78,30 +83,14 @@ fn quick_json_on_loopback_has_the_documented_keys() {
 
 #[test]
 fn test_selection_and_sizes() {
-    let out = gex_perf()
-        .args([
-            "-n",
-            "1",
-            "--conduit",
-            "loopback",
-            "am",
-            "--quick",
-            "--json",
-            "--test",
-            "am_medium_rtt",
-            "--sizes",
-            "16,1K",
-            "--iters",
-            "50",
-        ])
-        .output()
-        .expect("gex-perf runs");
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let text = stdout_ok(gex_perf().args(LOOPBACK_AM).args([
+        "--test",
+        "am_medium_rtt",
+        "--sizes",
+        "16,1K",
+        "--iters",
+        "50",
+    ]));
     let sizes: Vec<u64> = text
         .lines()
         .map(|l| {
@@ -129,14 +118,7 @@ fn unknown_conduit_fails_with_a_message() {
 
 #[cfg(feature = "smp")]
 fn rows(args: &[&str]) -> Vec<serde_json::Value> {
-    let out = gex_perf().args(args).output().expect("gex-perf runs");
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("utf-8")
+    stdout_ok(gex_perf().args(args))
         .lines()
         .map(|l| serde_json::from_str(l).expect("JSON line"))
         .collect()
@@ -222,6 +204,18 @@ fn smp_atomic_reports_fetch_add_latency_and_rate() {
     assert!(!out.status.success());
 }
 
+/// One batch of 200 short-AM round trips (`am_short_rtt`).
+#[cfg(any(feature = "ofi", feature = "ibv"))]
+const AM_SHORT_RTT: &[&str] = &[
+    "am",
+    "--test",
+    "am_short_rtt",
+    "--iters",
+    "200",
+    "--batches",
+    "1",
+];
+
 /// Over the libfabric conduit the JSON lines name the conduit and the provider
 /// (issue 5's interface): `"conduit":"ofi"`, `"provider":"tcp;ofi_rxm"` with
 /// `GEX_OFI_PROVIDER=tcp`, `"provider":"shm"` with `shm`.
@@ -229,31 +223,13 @@ fn smp_atomic_reports_fetch_add_latency_and_rate() {
 #[test]
 fn json_lines_over_ofi_carry_conduit_and_provider() {
     for (prov, want) in [("tcp", "tcp;ofi_rxm"), ("shm", "shm")] {
-        let out = gex_perf()
-            .env("GEX_OFI_PROVIDER", prov)
-            .args([
-                "-n",
-                "2",
-                "--no-pin",
-                "--conduit",
-                "ofi",
-                "am",
-                "--test",
-                "am_short_rtt",
-                "--iters",
-                "200",
-                "--batches",
-                "1",
-                "--json",
-            ])
-            .output()
-            .expect("gex-perf runs");
-        assert!(
-            out.status.success(),
-            "{prov}: stderr: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let text = stdout_ok(
+            gex_perf()
+                .env("GEX_OFI_PROVIDER", prov)
+                .args(["-n", "2", "--no-pin", "--conduit", "ofi"])
+                .args(AM_SHORT_RTT)
+                .arg("--json"),
         );
-        let text = String::from_utf8(out.stdout).expect("utf-8");
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 1, "{prov}: {text}");
         let v: serde_json::Value = serde_json::from_str(lines[0]).expect("a JSON object");
@@ -675,6 +651,14 @@ fn threads_must_divide_the_ranks() {
     assert!(err.contains("multiple"), "{err}");
 }
 
+/// `args` after each layout of `n` ranks, with the `ranks_as` it reports: `-n n`
+/// (processes) and `--threads n` (thread ranks of one process).
+#[cfg(feature = "smp")]
+fn layouts<'a>(n: &'a str, args: &[&'a str]) -> [(Vec<&'a str>, &'static str); 2] {
+    [(["-n", n], "processes"), (["--threads", n], "threads")]
+        .map(|(layout, ranks_as)| (layout.iter().chain(args).copied().collect(), ranks_as))
+}
+
 /// The figures every `msg` run reports (the pair tests between ranks 0 and 1).
 #[cfg(feature = "smp")]
 const MSG_PAIR_FIGURES: [&str; 5] = [
@@ -688,15 +672,7 @@ const MSG_PAIR_FIGURES: [&str; 5] = [
 #[cfg(feature = "smp")]
 #[test]
 fn msg_quick_on_two_processes_and_two_thread_ranks() {
-    for (layout, ranks_as) in [
-        (&["-n", "2"][..], "processes"),
-        (&["--threads", "2"][..], "threads"),
-    ] {
-        let all: Vec<&str> = layout
-            .iter()
-            .chain(&["msg", "--quick", "--json"])
-            .copied()
-            .collect();
+    for (all, ranks_as) in layouts("2", &["msg", "--quick", "--json"]) {
         let rows = rows(&all);
         for r in &rows {
             assert_eq!(r["ranks"], 2, "{all:?}: {r}");
@@ -735,15 +711,7 @@ fn msg_quick_on_two_processes_and_two_thread_ranks() {
 #[cfg(feature = "smp")]
 #[test]
 fn msg_anysource_rate_on_three_ranks() {
-    for (layout, ranks_as) in [
-        (&["-n", "3"][..], "processes"),
-        (&["--threads", "3"][..], "threads"),
-    ] {
-        let all: Vec<&str> = layout
-            .iter()
-            .chain(&["msg", "--quick", "--json", "--sizes", "8"])
-            .copied()
-            .collect();
+    for (all, ranks_as) in layouts("3", &["msg", "--quick", "--json", "--sizes", "8"]) {
         let rows = rows(&all);
         let any: Vec<&serde_json::Value> = rows
             .iter()
@@ -884,31 +852,17 @@ fn overlap_delta_kernels_report_both_sides_and_the_speedups() {
 #[test]
 fn runs_over_the_ibv_emulation() {
     for args in [
-        &[
-            "am",
-            "--test",
-            "am_short_rtt",
-            "--iters",
-            "200",
-            "--batches",
-            "1",
-        ][..],
+        AM_SHORT_RTT,
         &["put", "--quick", "--sizes", "8,65536"][..],
         &["atomic", "--quick"][..],
     ] {
-        let out = gex_perf()
-            .env("GEX_IBV_PROVIDER", "emu")
-            .args(["-n", "2", "--no-pin", "--conduit", "ibv"])
-            .args(args)
-            .arg("--json")
-            .output()
-            .expect("gex-perf runs");
-        assert!(
-            out.status.success(),
-            "{args:?}: stderr: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let text = stdout_ok(
+            gex_perf()
+                .env("GEX_IBV_PROVIDER", "emu")
+                .args(["-n", "2", "--no-pin", "--conduit", "ibv"])
+                .args(args)
+                .arg("--json"),
         );
-        let text = String::from_utf8(out.stdout).expect("utf-8");
         let first = text.lines().next().unwrap_or_default();
         let v: serde_json::Value = serde_json::from_str(first).expect("a JSON object");
         assert_eq!(v["conduit"], "ibv", "{text}");

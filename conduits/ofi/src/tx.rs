@@ -301,19 +301,7 @@ impl Tx {
     pub(crate) fn send_msg(&mut self, g: usize, msg: &OutMsg<'_>) -> Result<bool, ConduitError> {
         let len = wire::wire_len(msg.category(), msg.args().len(), msg.payload().len());
         let (rank, index) = (self.rank, self.index);
-        self.send_now(g, len, |b| {
-            wire::encode(
-                b,
-                rank,
-                index,
-                msg.handler(),
-                msg.kind(),
-                msg.category(),
-                msg.args(),
-                msg.payload(),
-                msg.offset(),
-            )
-        })
+        self.send_now(g, len, |b| encode_msg(b, rank, index, msg))
     }
 
     /// Sends queued replies, oldest first, while resources last.
@@ -484,20 +472,26 @@ impl ReplyTx for Tx {
         // No resources now: queue it (never block); bounded by the credit window.
         let mut v =
             vec![0u8; wire::wire_len(msg.category(), msg.args().len(), msg.payload().len())];
-        wire::encode(
-            &mut v,
-            self.rank,
-            self.index,
-            msg.handler(),
-            msg.kind(),
-            msg.category(),
-            msg.args(),
-            msg.payload(),
-            msg.offset(),
-        );
+        encode_msg(&mut v, self.rank, self.index, msg);
         self.queued[g].push_back(v);
         self.nqueued += 1;
         self.credits.hold(g);
         Ok(())
     }
+}
+
+/// Encodes `msg` of rank `rank`'s endpoint `index` into `b` (`wire::wire_len` of it).
+#[inline]
+fn encode_msg(b: &mut [u8], rank: u32, index: u16, msg: &OutMsg<'_>) {
+    wire::encode(
+        b,
+        rank,
+        index,
+        msg.handler(),
+        msg.kind(),
+        msg.category(),
+        msg.args(),
+        msg.payload(),
+        msg.offset(),
+    )
 }

@@ -44,13 +44,7 @@ fn client(boot: Box<dyn Bootstrap>, max_eps: u32) -> gex_core::Client<Smp> {
 
 /// A counting handler at `COUNT` on `ep`.
 fn counter(ep: &mut gex_core::Endpoint<Smp>) -> Arc<AtomicU64> {
-    let n = Arc::new(AtomicU64::new(0));
-    let m = n.clone();
-    ep.register_at(COUNT.index(), move |_: &mut Token<'_>, _: Am<'_>| {
-        m.fetch_add(1, Ordering::Relaxed);
-    })
-    .unwrap();
-    n
+    gex_testkit::counting_handler(ep, COUNT.index())
 }
 
 fn not_open(r: Result<(), AmError>, dst: EpAddr, state: &'static str) {

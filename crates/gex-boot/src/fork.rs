@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use gex_core::boot::{BootError, Bootstrap};
 use rustix::io::Errno;
-use rustix::net::{RecvFlags, SendFlags};
+use rustix::net::RecvFlags;
 
 use crate::env;
 use crate::proto::{self, ToLauncher, ToRank};
@@ -108,15 +108,7 @@ impl ForkClient {
 
     fn send(&mut self, msg: &ToLauncher) -> Result<(), BootError> {
         let frame = msg.encode().map_err(|e| BootError::Protocol(e.0))?;
-        let mut rest = &frame[..];
-        while !rest.is_empty() {
-            match rustix::net::send(&self.sock, rest, SendFlags::NOSIGNAL) {
-                Ok(n) => rest = &rest[n..],
-                Err(Errno::INTR) => {}
-                Err(e) => return Err(lost_or_io(e, "send")),
-            }
-        }
-        Ok(())
+        crate::client::send_all(&self.sock, &frame, lost_or_io)
     }
 
     fn recv_exact(&mut self, buf: &mut [u8]) -> Result<(), BootError> {
@@ -153,11 +145,7 @@ impl ForkClient {
         ToRank::decode(&body).map_err(|e| BootError::Protocol(e.0))
     }
 
-    fn next_seq(&mut self) -> u64 {
-        let s = self.seq;
-        self.seq += 1;
-        s
-    }
+    collective_seq!();
 
     fn unexpected(what: &str, seq: u64, got: &ToRank) -> BootError {
         BootError::Protocol(format!("expected the result of {what} #{seq}, got {got:?}"))
@@ -165,18 +153,7 @@ impl ForkClient {
 }
 
 impl Bootstrap for ForkClient {
-    fn name(&self) -> &'static str {
-        "fork"
-    }
-    fn rank(&self) -> u32 {
-        self.rank
-    }
-    fn size(&self) -> u32 {
-        self.size
-    }
-    fn host_ids(&self) -> &[u32] {
-        &self.hosts
-    }
+    bootstrap_identity!("fork");
     fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
         let seq = self.next_seq();
         self.send(&ToLauncher::Exchange {
@@ -214,17 +191,14 @@ impl Bootstrap for ForkClient {
         }
     }
     fn abort(&mut self, code: i32, msg: &str) -> ! {
-        let code = if code == 0 { 1 } else { code };
+        let code = crate::client::abort_code(code);
         let sent = self.send(&ToLauncher::Abort {
             code,
             msg: msg.to_owned(),
         });
         if sent.is_err() {
             // The launcher cannot print the message for us.
-            eprintln!(
-                "gex: rank {} aborted the job (code {code}): {msg}",
-                self.rank
-            );
+            crate::client::print_abort(self.rank, code, msg);
         }
         std::process::exit(code)
     }
@@ -242,7 +216,7 @@ impl Bootstrap for ForkClient {
 mod tests {
     use super::*;
     use crate::proto::FrameBuf;
-    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    use rustix::net::{AddressFamily, SendFlags, SocketFlags, SocketType};
 
     /// A fake launcher on the other end of a socketpair: reads one frame, answers
     /// with `reply(msg)` until `reply` returns `None`.

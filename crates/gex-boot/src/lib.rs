@@ -84,6 +84,8 @@
 //! # Ok::<(), gex_core::boot::BootError>(())
 //! ```
 
+#[macro_use]
+mod client;
 mod child;
 mod coord;
 mod detect;

@@ -28,7 +28,7 @@ fn boot_variant(e: &BootError) -> &'static str {
 #[test]
 #[ignore = "run by the other tests of this file in a child process"]
 fn child_bootstrap() {
-    let Ok(what) = std::env::var("BAD_INPUT_CHILD") else {
+    let Ok(what) = std::env::var(gex_testkit::child::VAR) else {
         return;
     };
     let line = match what.as_str() {
@@ -51,35 +51,8 @@ fn child_bootstrap() {
     println!("RESULT {line}");
 }
 
-/// Runs `child_bootstrap` doing `what` with only `env` set; returns its RESULT line.
-fn child(what: &str, env: &[(&str, &str)]) -> String {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["child_bootstrap", "--exact", "--ignored", "--nocapture"])
-        .env_clear()
-        .env("BAD_INPUT_CHILD", what)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "child {what} {env:?} failed: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("RESULT "))
-        .unwrap_or_else(|| panic!("child {what} {env:?} printed no result: {stdout}"))
-        .to_string()
-}
-
 fn expect(what: &str, env: &[(&str, &str)], want: &str, mentions: &str) {
-    let got = child(what, env);
-    assert!(
-        got.starts_with(want) && got.contains(mentions),
-        "{what} with {env:?}: expected {want:?} mentioning {mentions:?}, got {got:?}"
-    );
+    gex_testkit::child::expect("child_bootstrap", what, env, want, mentions);
 }
 
 /// `GEX_BOOT` naming no backend, and every backend's environment missing or

@@ -22,6 +22,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use gex_core::boot::Bootstrap;
+use gex_testkit::procs::{is_gone, recorded_pids, signal, wait_until};
 
 /// Set in the ranks: the job's scratch directory. Its presence is the rank marker.
 const RANK_DIR: &str = "GEXTEST_MPI_DIR";
@@ -120,7 +121,7 @@ impl Job {
     }
     /// The pids of every rank process that started.
     fn pids(&self) -> Vec<u32> {
-        rank_pids(self.dir.path())
+        recorded_pids(self.dir.path())
     }
     /// Asserts that `n` rank processes started and that none of them is still
     /// running (allowing a moment for the kernel to finish the kills).
@@ -145,44 +146,6 @@ impl Job {
                 self.report()
             );
         }
-    }
-}
-
-fn rank_pids(dir: &Path) -> Vec<u32> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
-            let name = e.ok()?.file_name().into_string().ok()?;
-            name.strip_prefix("pid.")?.parse().ok()
-        })
-        .collect()
-}
-
-/// Whether `pid` is gone (no such process, or a zombie waiting to be reaped).
-fn is_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-            .unwrap_or(false),
-    }
-}
-
-fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    cond()
-}
-
-fn signal(pid: u32, sig: rustix::process::Signal) {
-    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
-        let _ = rustix::process::kill_process(p, sig);
     }
 }
 
@@ -226,7 +189,7 @@ fn run_job(mpiexec: &Path, ranks: u32, test: &str, extra: &[&str], env: &[(&str,
                 let _ = child.kill();
             }
             let _ = child.wait();
-            for p in rank_pids(dir.path()) {
+            for p in recorded_pids(dir.path()) {
                 signal(p, rustix::process::Signal::KILL);
             }
             let job = Job {

@@ -48,7 +48,7 @@ impl Drop for TempDir {
     }
 }
 
-use gex_testkit::procs::{is_gone, shm_leftovers, shm_names};
+use gex_testkit::procs::{is_gone, shm_leftovers, shm_names, wait_until};
 
 fn read_pids(dir: &Path, ranks: &[u32]) -> Vec<u32> {
     ranks
@@ -58,17 +58,6 @@ fn read_pids(dir: &Path, ranks: &[u32]) -> Vec<u32> {
             s.trim().parse().unwrap()
         })
         .collect()
-}
-
-fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    cond()
 }
 
 #[test]

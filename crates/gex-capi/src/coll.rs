@@ -285,6 +285,31 @@ impl Shape {
             Shape::Reduce | Shape::Allreduce | Shape::ReduceScatter | Shape::Scan | Shape::Exscan
         )
     }
+    /// The body of the entry points of this data collective: the handles checked,
+    /// then [`combine`] for the element type `dt` (a [`gex_dt_t`]).
+    ///
+    /// # Safety
+    /// As the entry point of `self` (and its `_nb` form with `nb`).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn entry(
+        self,
+        ep: *const gex_ep_t,
+        team: *const gex_team_t,
+        root: u32,
+        src: *const c_void,
+        dst: *mut c_void,
+        count: usize,
+        dt: c_int,
+        op: c_int,
+        nb: Option<*mut *mut gex_event_t>,
+    ) -> c_int {
+        entry(|| {
+            // SAFETY: the caller's promises, as `args` states them.
+            let (h, t) = unsafe { args(ep, team) }?;
+            // SAFETY: the caller's promises, passed on.
+            unsafe { by_dt!(dt, combine(self, h, &t, root, src, dst, count, op, nb)) }
+        })
+    }
     /// (input, output) element counts of a member for blocks of `n` (`pn` = `P × n`)
     /// with `root` true at the root (or for an unrooted collective).
     fn lens(self, n: usize, pn: usize, root: bool) -> (usize, usize) {
@@ -669,13 +694,8 @@ pub unsafe extern "C" fn gex_gather(
     count: usize,
     dt: c_int,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::Gather;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, root, src, dst, count, 0, None)) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::Gather.entry(ep, team, root, src, dst, count, dt, 0, None) }
 }
 
 /// Starts a gather (as [`gex_gather`]) and writes its event to `*ev`: `src` is copied
@@ -698,13 +718,8 @@ pub unsafe extern "C" fn gex_gather_nb(
     dt: c_int,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::Gather;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, root, src, dst, count, 0, Some(ev))) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::Gather.entry(ep, team, root, src, dst, count, dt, 0, Some(ev)) }
 }
 
 /// Gathers the `count` elements of type `dt` at every member's `src` into every
@@ -724,13 +739,8 @@ pub unsafe extern "C" fn gex_gather_all(
     count: usize,
     dt: c_int,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::GatherAll;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, 0, None)) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::GatherAll.entry(ep, team, 0, src, dst, count, dt, 0, None) }
 }
 
 /// Starts a gather_all (as [`gex_gather_all`]) and writes its event to `*ev`; `dst` is
@@ -751,13 +761,8 @@ pub unsafe extern "C" fn gex_gather_all_nb(
     dt: c_int,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::GatherAll;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, 0, Some(ev))) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::GatherAll.entry(ep, team, 0, src, dst, count, dt, 0, Some(ev)) }
 }
 
 /// Reduces the `count` elements of type `dt` at every member's `src` element-wise
@@ -782,13 +787,8 @@ pub unsafe extern "C" fn gex_reduce(
     dt: c_int,
     op: c_int,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::Reduce;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, root, src, dst, count, op, None)) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::Reduce.entry(ep, team, root, src, dst, count, dt, op, None) }
 }
 
 /// Starts a reduce (as [`gex_reduce`]) and writes its event to `*ev`; the root's `dst`
@@ -811,13 +811,8 @@ pub unsafe extern "C" fn gex_reduce_nb(
     op: c_int,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::Reduce;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, root, src, dst, count, op, Some(ev))) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::Reduce.entry(ep, team, root, src, dst, count, dt, op, Some(ev)) }
 }
 
 /// Reduces as [`gex_reduce`] into every member's `dst` (`count` elements).
@@ -836,13 +831,8 @@ pub unsafe extern "C" fn gex_allreduce(
     dt: c_int,
     op: c_int,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::Allreduce;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, op, None)) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::Allreduce.entry(ep, team, 0, src, dst, count, dt, op, None) }
 }
 
 /// Starts an allreduce (as [`gex_allreduce`]) and writes its event to `*ev`: `src` is
@@ -865,13 +855,8 @@ pub unsafe extern "C" fn gex_allreduce_nb(
     op: c_int,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::Allreduce;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, op, Some(ev))) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::Allreduce.entry(ep, team, 0, src, dst, count, dt, op, Some(ev)) }
 }
 
 /// Scatters the `size × count` elements of type `dt` at the `src` of team rank `root`:
@@ -894,13 +879,8 @@ pub unsafe extern "C" fn gex_scatter(
     count: usize,
     dt: c_int,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::Scatter;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, root, src, dst, count, 0, None)) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::Scatter.entry(ep, team, root, src, dst, count, dt, 0, None) }
 }
 
 /// Starts a scatter (as [`gex_scatter`]) and writes its event to `*ev`: the root's
@@ -923,13 +903,8 @@ pub unsafe extern "C" fn gex_scatter_nb(
     dt: c_int,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::Scatter;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, root, src, dst, count, 0, Some(ev))) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::Scatter.entry(ep, team, root, src, dst, count, dt, 0, Some(ev)) }
 }
 
 /// All-to-all exchange: block `j` (`count` elements of type `dt`) of member `i`'s `src`
@@ -950,13 +925,8 @@ pub unsafe extern "C" fn gex_exchange(
     count: usize,
     dt: c_int,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::Exchange;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, 0, None)) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::Exchange.entry(ep, team, 0, src, dst, count, dt, 0, None) }
 }
 
 /// Starts an exchange (as [`gex_exchange`]) and writes its event to `*ev`; `src` is
@@ -977,13 +947,8 @@ pub unsafe extern "C" fn gex_exchange_nb(
     dt: c_int,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::Exchange;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, 0, Some(ev))) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::Exchange.entry(ep, team, 0, src, dst, count, dt, 0, Some(ev)) }
 }
 
 /// Reduce_scatter: reduces every member's `src` (`size × count` elements of type `dt`)
@@ -1006,13 +971,8 @@ pub unsafe extern "C" fn gex_reduce_scatter(
     dt: c_int,
     op: c_int,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::ReduceScatter;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, op, None)) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::ReduceScatter.entry(ep, team, 0, src, dst, count, dt, op, None) }
 }
 
 /// Starts a reduce_scatter (as [`gex_reduce_scatter`]) and writes its event to `*ev`;
@@ -1034,13 +994,8 @@ pub unsafe extern "C" fn gex_reduce_scatter_nb(
     op: c_int,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::ReduceScatter;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, op, Some(ev))) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::ReduceScatter.entry(ep, team, 0, src, dst, count, dt, op, Some(ev)) }
 }
 
 /// Inclusive scan: team rank `i`'s `dst` receives the element-wise reduction with `op`
@@ -1060,13 +1015,8 @@ pub unsafe extern "C" fn gex_scan(
     dt: c_int,
     op: c_int,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::Scan;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, op, None)) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::Scan.entry(ep, team, 0, src, dst, count, dt, op, None) }
 }
 
 /// Starts an inclusive scan (as [`gex_scan`]) and writes its event to `*ev`; `dst` is
@@ -1087,13 +1037,8 @@ pub unsafe extern "C" fn gex_scan_nb(
     op: c_int,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::Scan;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, op, Some(ev))) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::Scan.entry(ep, team, 0, src, dst, count, dt, op, Some(ev)) }
 }
 
 /// Exclusive scan: team rank `i > 0`'s `dst` receives the reduction with `op` of the
@@ -1113,13 +1058,8 @@ pub unsafe extern "C" fn gex_exscan(
     dt: c_int,
     op: c_int,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::Exscan;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, op, None)) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::Exscan.entry(ep, team, 0, src, dst, count, dt, op, None) }
 }
 
 /// Starts an exclusive scan (as [`gex_exscan`]) and writes its event to `*ev`; `dst`
@@ -1140,11 +1080,6 @@ pub unsafe extern "C" fn gex_exscan_nb(
     op: c_int,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let g = Shape::Exscan;
-        // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, combine(g, h, &t, 0, src, dst, count, op, Some(ev))) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { Shape::Exscan.entry(ep, team, 0, src, dst, count, dt, op, Some(ev)) }
 }

@@ -106,6 +106,28 @@ struct Registry {
     lent: HashMap<u64, Lent>,
 }
 
+impl Registry {
+    /// Registers `len` bytes `held` for rank `src`'s send to rank `dst` (endpoint
+    /// `ep`) under a new id, which it returns. Ids are never reused within a process
+    /// (2^64 of them), so a stale id finds nothing.
+    fn insert(&mut self, src: u32, dst: u32, ep: u16, len: usize, held: Held) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        self.lent.insert(
+            id,
+            Lent {
+                src,
+                dst,
+                ep,
+                len,
+                held,
+                orphan: false,
+            },
+        );
+        id
+    }
+}
+
 fn registry() -> MutexGuard<'static, Registry> {
     static REG: OnceLock<Mutex<Registry>> = OnceLock::new();
     // A panic while the lock is held cannot leave the map inconsistent (each operation
@@ -153,23 +175,8 @@ impl Drop for Ticket {
 
 /// Lends `data` from rank `src` to rank `dst` (endpoint `ep`): its id goes in the RTS.
 pub(crate) fn lend(src: u32, dst: u32, ep: u16, data: Arc<[u8]>) -> Ticket {
-    let mut r = registry();
-    // Ids are never reused within a process (2^64 of them), so a stale id finds nothing.
-    let id = r.next;
-    r.next += 1;
     let len = data.len();
-    r.lent.insert(
-        id,
-        Lent {
-            src,
-            dst,
-            ep,
-            len,
-            held: Held::Owned(data),
-            orphan: false,
-        },
-    );
-    Ticket(id)
+    Ticket(registry().insert(src, dst, ep, len, Held::Owned(data)))
 }
 
 /// What a receiver took from the registry.
@@ -255,23 +262,11 @@ impl<'a> Loan<'a> {
     /// Lends `data` from `src` to `dst` (endpoint `ep`); the [`Ticket`] (for the send)
     /// removes the entry once the send ends.
     pub(crate) fn new(src: u32, dst: u32, ep: u16, data: &'a [u8]) -> (Loan<'a>, Ticket) {
-        let mut r = registry();
-        let id = r.next;
-        r.next += 1;
-        r.lent.insert(
-            id,
-            Lent {
-                src,
-                dst,
-                ep,
-                len: data.len(),
-                held: Held::Borrowed {
-                    addr: LentPtr(data.as_ptr()),
-                    state: Read::Ready,
-                },
-                orphan: false,
-            },
-        );
+        let held = Held::Borrowed {
+            addr: LentPtr(data.as_ptr()),
+            state: Read::Ready,
+        };
+        let id = registry().insert(src, dst, ep, data.len(), held);
         (Loan { key: id, data }, Ticket(id))
     }
 

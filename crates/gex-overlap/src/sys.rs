@@ -422,20 +422,27 @@ fn wait_page(r: &Region, addr: usize) -> bool {
     }
     let page = (addr - r.base) >> r.shift;
     let generation = r.generation.load(Ordering::Acquire);
+    // Makes the faulting page readable and writable, for the arms below that say why
+    // no other thread reads, copies or claims it meanwhile.
+    let unprotect = || {
+        let base = r.base + (page << r.shift);
+        // SAFETY: the page lies in the region's user view (checked by `lookup`), which
+        // is alive while we hold the slot; making it writable is what the interrupted
+        // access needs, and the callers below are the two cases where nothing else
+        // depends on its protection (a calibration page, a CLEAN or SENT page).
+        unsafe {
+            libc::mprotect(
+                base as *mut libc::c_void,
+                1 << r.shift,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+    };
     match r.table.state(page) {
         crate::table::PENDING => {}
         crate::table::CALIBRATE => {
-            let base = r.base + (page << r.shift);
-            // SAFETY: the page lies in the region's user view (checked above), which is
-            // alive while we hold the slot; calibration pages are only ever touched by
-            // the thread measuring.
-            unsafe {
-                libc::mprotect(
-                    base as *mut libc::c_void,
-                    1 << r.shift,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                )
-            };
+            // Calibration pages are only ever touched by the thread measuring.
+            unprotect();
             r.table.retire(page, 1);
             return true;
         }
@@ -446,19 +453,10 @@ fn wait_page(r: &Region, addr: usize) -> bool {
             // and sends it again). Reads of these pages never fault (PROT_READ), so
             // this is a write.
             let state = r.table.state(page);
-            let base = r.base + (page << r.shift);
-            // SAFETY: the page lies in the region's user view (checked by `lookup`),
-            // alive while we hold the slot. Making it writable is what the interrupted
-            // write needs; the page is neither pending nor being copied (CLEAN and
-            // SENT pages are only claimed by a delta send, which holds the buffer's
-            // `&mut` and so cannot run while this thread writes to it).
-            unsafe {
-                libc::mprotect(
-                    base as *mut libc::c_void,
-                    1 << r.shift,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                )
-            };
+            // The page is neither pending nor being copied (CLEAN and SENT pages are
+            // only claimed by a delta send, which holds the buffer's `&mut` and so
+            // cannot run while this thread writes to it).
+            unprotect();
             // Two threads writing the page at once both get here: one moves it, the
             // other finds it READY already; both retry their write, which succeeds.
             let _ = r.table.cas(page, state, crate::table::READY);

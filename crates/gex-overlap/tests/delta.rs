@@ -4,6 +4,8 @@
 //! marks reaching the delta size); misuse (a write after a send in the epoch)
 //! reported; the adaptive whole send; bad input.
 
+mod common;
+
 use gex_core::boot::Singleton;
 use gex_core::loopback::Loopback;
 use gex_core::{Blocking, Client, ClientBuilder, Endpoint};
@@ -345,28 +347,12 @@ fn bad_input_gives_documented_errors() {
         Err(OverlapError::NotAttached)
     ));
     // Bad settings.
-    for (k, v) in [
+    common::assert_bad_settings(&[
         ("GEX_OVERLAP_DELTA", "0"),
         ("GEX_OVERLAP_DELTA", "lots"),
         ("GEX_OVERLAP_DELTA_WHOLE", "101"),
         ("GEX_OVERLAP_DELTA_WHOLE", "-1"),
-    ] {
-        let mut cfg = gex_core::config::Config::default();
-        cfg.set(k, v);
-        let c = ClientBuilder::new()
-            .layer::<Rma>()
-            .layer::<Overlap>()
-            .config(cfg)
-            .segment_size(1 << 16)
-            .init::<Loopback>(Box::new(Singleton::new()))
-            .unwrap();
-        match c.endpoint(0) {
-            Err(gex_core::EpError::Layer(e)) => {
-                assert!(e.to_string().contains(k), "{k}={v}: {e}")
-            }
-            other => panic!("{k}={v}: {:?}", other.map(|_| ())),
-        }
-    }
+    ]);
 }
 
 /// Delta send-recv on one endpoint (loopback: the mover both sends and retires the

@@ -9,6 +9,8 @@
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+mod common;
+
 use gex_core::boot::Singleton;
 use gex_core::loopback::Loopback;
 use gex_core::{Blocking, Client, ClientBuilder};
@@ -377,7 +379,7 @@ fn syscall_after_wait_range_gets_the_bytes() {
 
 #[test]
 fn bad_settings_fail_the_endpoint() {
-    for (k, v) in [
+    common::assert_bad_settings(&[
         ("GEX_OVERLAP_STRIP", "lots"),
         ("GEX_OVERLAP_STRIP", "0"),
         ("GEX_OVERLAP_MIN_SPLIT", "-1"),
@@ -385,23 +387,7 @@ fn bad_settings_fail_the_endpoint() {
         ("GEX_OVERLAP_SCHED", "fast"),
         ("GEX_OVERLAP_TRAIN", "lots"),
         ("GEX_OVERLAP_TRAIN_PUT", "-1"),
-    ] {
-        let mut cfg = gex_core::config::Config::default();
-        cfg.set(k, v);
-        let client = ClientBuilder::new()
-            .layer::<Rma>()
-            .layer::<Overlap>()
-            .config(cfg)
-            .segment_size(1 << 16)
-            .init::<Loopback>(Box::new(Singleton::new()))
-            .unwrap();
-        match client.endpoint(0) {
-            Err(gex_core::EpError::Layer(e)) => {
-                assert!(e.to_string().contains(k), "{k}={v}: {e}")
-            }
-            other => panic!("{k}={v}: {:?}", other.map(|_| ())),
-        }
-    }
+    ]);
 }
 
 #[test]

@@ -97,12 +97,18 @@ fn launch(ranks: u32) {
 }
 
 fn launch_env(ranks: u32, env: &[(&str, &str)]) {
+    launch_job(ranks, env, Exchange { mapped: false });
+}
+
+/// Runs `job` on `ranks` rank processes with `env` set (the overlap layer, 8 MiB
+/// segments, at most 300 s) and asserts that the job succeeded.
+fn launch_job<J: gex::Job>(ranks: u32, env: &[(&str, &str)], job: J) {
     env.iter()
         .fold(Procs::new(ranks), |p, &(k, v)| p.env(k, v))
         .timeout(std::time::Duration::from_secs(300))
-        .run(|boot| {
+        .run(move |boot| {
             let b = gex::builder().layer::<Overlap>().segment_size(8 << 20);
-            gex::init_with_boot(b, boot, None, Exchange { mapped: false }).unwrap();
+            gex::init_with_boot(b, boot, None, job).unwrap();
         })
         .assert_success();
 }
@@ -251,13 +257,7 @@ impl Job for DeltaExchange {
 }
 
 fn launch_delta(ranks: u32, mode: gex_overlap::Tracking) {
-    Procs::new(ranks)
-        .timeout(std::time::Duration::from_secs(300))
-        .run(move |boot| {
-            let b = gex::builder().layer::<Overlap>().segment_size(8 << 20);
-            gex::init_with_boot(b, boot, None, DeltaExchange { mode }).unwrap();
-        })
-        .assert_success();
+    launch_job(ranks, &[], DeltaExchange { mode });
 }
 
 #[test]
@@ -374,14 +374,7 @@ impl Job for DeltaRing {
 /// Receive windows need the receiver's segment mapped: over ofi, a hybrid job
 /// (`GEX_HYBRID=1`; the smp conduit ignores it).
 fn launch_ring(ranks: u32, mode: gex_overlap::Tracking) {
-    Procs::new(ranks)
-        .env("GEX_HYBRID", "1")
-        .timeout(std::time::Duration::from_secs(300))
-        .run(move |boot| {
-            let b = gex::builder().layer::<Overlap>().segment_size(8 << 20);
-            gex::init_with_boot(b, boot, None, DeltaRing { mode }).unwrap();
-        })
-        .assert_success();
+    launch_job(ranks, &[("GEX_HYBRID", "1")], DeltaRing { mode });
 }
 
 #[test]
@@ -497,14 +490,7 @@ impl Job for DeltaCascade {
 }
 
 fn launch_cascade(reduce: bool) {
-    Procs::new(4)
-        .env("GEX_HYBRID", "1")
-        .timeout(std::time::Duration::from_secs(300))
-        .run(move |boot| {
-            let b = gex::builder().layer::<Overlap>().segment_size(8 << 20);
-            gex::init_with_boot(b, boot, None, DeltaCascade { reduce }).unwrap();
-        })
-        .assert_success();
+    launch_job(4, &[("GEX_HYBRID", "1")], DeltaCascade { reduce });
 }
 
 #[test]

@@ -83,21 +83,39 @@ fn cma_probe() -> bool {
 /// target's mapping ends inside the range; `Unsupported` off Linux.
 #[cfg(target_os = "linux")]
 pub fn cma_read(pid: u64, addr: usize, dst: &mut [u8]) -> std::io::Result<()> {
-    let mut done = 0;
-    while done < dst.len() {
+    let len = dst.len();
+    transfer(addr, len, |done, remote| {
         let local = libc::iovec {
             iov_base: dst[done..].as_mut_ptr().cast(),
-            iov_len: dst.len() - done,
-        };
-        let remote = libc::iovec {
-            iov_base: (addr + done) as *mut libc::c_void,
-            iov_len: dst.len() - done,
+            iov_len: len - done,
         };
         // SAFETY: `local` describes the writable rest of `dst`, which nothing else
         // touches during the call; the kernel checks `remote` against the target's
         // mappings (a bad address is an error, not undefined behaviour); one iovec
         // each.
-        let r = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, remote, 1, 0) }
+    })
+}
+
+/// Moves `len` bytes to or from `addr..addr + len` of another process: `once(done,
+/// remote)` moves bytes from `done` on (`remote` describes `addr + done..addr + len`)
+/// and returns what `process_vm_readv`/`process_vm_writev` returned; repeated after a
+/// partial transfer. A negative return is the OS error, 0 before the end
+/// `UnexpectedEof`.
+#[cfg(target_os = "linux")]
+#[inline]
+fn transfer(
+    addr: usize,
+    len: usize,
+    mut once: impl FnMut(usize, &libc::iovec) -> isize,
+) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < len {
+        let remote = libc::iovec {
+            iov_base: (addr + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        let r = once(done, &remote);
         if r < 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -125,29 +143,16 @@ pub fn cma_read(pid: u64, addr: usize, dst: &mut [u8]) -> std::io::Result<()> {
 /// As [`cma_read`]: `EPERM`, `ESRCH`, `EFAULT`, `UnexpectedEof`; `Unsupported` off Linux.
 #[cfg(target_os = "linux")]
 pub unsafe fn cma_write(pid: u64, addr: usize, src: &[u8]) -> std::io::Result<()> {
-    let mut done = 0;
-    while done < src.len() {
+    transfer(addr, src.len(), |done, remote| {
         let local = libc::iovec {
             iov_base: src[done..].as_ptr().cast_mut().cast(),
-            iov_len: src.len() - done,
-        };
-        let remote = libc::iovec {
-            iov_base: (addr + done) as *mut libc::c_void,
             iov_len: src.len() - done,
         };
         // SAFETY: `local` describes the rest of `src`, which the kernel only reads;
         // the remote range is the target's, offered for this write (the caller's
         // contract), and checked by the kernel against its mappings; one iovec each.
-        let r = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if r == 0 {
-            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
-        }
-        done += r as usize;
-    }
-    Ok(())
+        unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, remote, 1, 0) }
+    })
 }
 
 /// Off Linux: always `Unsupported`.

@@ -72,6 +72,7 @@
 //! ```
 
 pub mod boot;
+pub mod child;
 pub mod conformance;
 pub mod procs;
 #[cfg(feature = "rma")]
@@ -121,6 +122,28 @@ pub fn exchange_barrier<C: gex_core::spi::Conduit>(
 ) -> Result<(), gex_core::AmError> {
     let w = ep.world();
     ep.exchange_tagged(&w, crate::BARRIER_TAG, &[]).map(drop)
+}
+
+/// Registers at `index` on `ep` a handler that counts the messages it runs for, and
+/// returns the count.
+///
+/// # Panics
+/// If `index` cannot be registered (taken, or not a client index).
+pub fn counting_handler<C: gex_core::spi::Conduit>(
+    ep: &mut gex_core::Endpoint<C>,
+    index: gex_core::HandlerIndex,
+) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+    use std::sync::atomic::Ordering;
+    let n = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let m = n.clone();
+    ep.register_at(
+        index,
+        move |_: &mut gex_core::Token<'_>, _: gex_core::Am<'_>| {
+            m.fetch_add(1, Ordering::Relaxed);
+        },
+    )
+    .unwrap();
+    n
 }
 
 /// The text of a panic payload (`&str` or `String`).

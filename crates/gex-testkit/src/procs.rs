@@ -1017,10 +1017,40 @@ pub fn is_gone(pid: u32) -> bool {
     }
 }
 
-fn signal(pid: u32, sig: rustix::process::Signal) {
-    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+/// Sends `sig` to process `pid`, if there is one (errors are ignored: the process
+/// may be gone already). Also for tests with launchers of their own.
+pub fn signal(pid: u32, sig: rustix::process::Signal) {
+    if let Some(p) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
         let _ = rustix::process::kill_process(p, sig);
     }
+}
+
+/// Polls `cond` every 20 ms until it holds or `limit` has passed; whether it held
+/// (asked once more at the end). For tests waiting on processes of their own.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}
+
+/// The pids that ranks recorded as files named `pid.<pid>` in `dir` (the scheme of
+/// gex-boot's launcher tests).
+pub fn recorded_pids(dir: &Path) -> Vec<u32> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            name.strip_prefix("pid.")?.parse().ok()
+        })
+        .collect()
 }
 
 fn kill(pid: u32) {

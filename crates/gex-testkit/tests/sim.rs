@@ -120,12 +120,7 @@ fn latency_in_polls_holds_messages_back() {
     let cfg = SimConfig::default().latency(Delay::polls(5));
     run_sim(2, cfg, small, |client| {
         let mut ep = client.endpoint(0).unwrap();
-        let got = Arc::new(AtomicU32::new(0));
-        let g = got.clone();
-        ep.register_at(H.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
-            g.fetch_add(1, Ordering::Relaxed);
-        })
-        .unwrap();
+        let got = gex_testkit::counting_handler(&mut ep, H.index());
         gex_testkit::exchange_barrier(&mut ep).unwrap();
         client.boot_barrier().unwrap(); // rank 0 stops polling before rank 1 sends
         if client.rank() == 1 {
@@ -358,12 +353,7 @@ fn one_rank_without_a_context_gets_a_private_fabric() {
         .init::<Sim>(Box::new(Singleton::new()))
         .unwrap();
     let mut ep = client.endpoint(0).unwrap();
-    let got = Arc::new(AtomicU32::new(0));
-    let g = got.clone();
-    ep.register_at(H.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
-        g.fetch_add(1, Ordering::Relaxed);
-    })
-    .unwrap();
+    let got = gex_testkit::counting_handler(&mut ep, H.index());
     ep.request_short(ep.addr(), H, &[]).unwrap();
     ep.wait_until(|| got.load(Ordering::Relaxed) == 1);
 }

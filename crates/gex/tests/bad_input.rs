@@ -12,7 +12,6 @@
 use gex::boot::{BootError, Singleton};
 use gex::spi::Conduit;
 use gex::{AnyConduit, Config, InitError, Job};
-use std::process::{Command, Stdio};
 
 /// The variant of an init error, for the parent to match.
 fn variant(e: &InitError) -> &'static str {
@@ -64,7 +63,7 @@ fn show<T>(r: Result<T, InitError>, ok: impl FnOnce(T) -> String) -> String {
 #[test]
 #[ignore = "run by the other tests of this file in a child process"]
 fn child_entry() {
-    let Ok(what) = std::env::var("BAD_INPUT_CHILD") else {
+    let Ok(what) = std::env::var(gex_testkit::child::VAR) else {
         return;
     };
     let b = || gex::builder().segment_size(1 << 16);
@@ -85,35 +84,8 @@ fn child_entry() {
     println!("RESULT {line}");
 }
 
-/// Runs `child_entry` doing `what` with only `env` set; returns its RESULT line.
-fn child(what: &str, env: &[(&str, &str)]) -> String {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["child_entry", "--exact", "--ignored", "--nocapture"])
-        .env_clear()
-        .env("BAD_INPUT_CHILD", what)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "child {what} {env:?} failed: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("RESULT "))
-        .unwrap_or_else(|| panic!("child {what} {env:?} printed no result: {stdout}"))
-        .to_string()
-}
-
 fn expect(what: &str, env: &[(&str, &str)], want: &str, mentions: &str) {
-    let got = child(what, env);
-    assert!(
-        got.starts_with(want) && got.contains(mentions),
-        "{what} with {env:?}: expected {want:?} mentioning {mentions:?}, got {got:?}"
-    );
+    gex_testkit::child::expect("child_entry", what, env, want, mentions);
 }
 
 #[test]
@@ -248,23 +220,8 @@ fn bad_smp_settings_and_segments_are_errors() {
 /// code (0).
 #[test]
 fn launch_or_run_starts_a_job_and_runs_it_in_every_rank() {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["child_entry", "--exact", "--ignored", "--nocapture"])
-        .env_clear()
-        .env("BAD_INPUT_CHILD", "launch_or_run")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut got: Vec<&str> = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("RESULT "))
-        .collect();
+    let stdout = gex_testkit::child::run("child_entry", "launch_or_run", &[]);
+    let mut got: Vec<&str> = gex_testkit::child::results(&stdout).collect();
     got.sort_unstable();
     let d = gex::DEFAULT_CONDUIT;
     assert_eq!(

@@ -129,6 +129,8 @@
 mod b64;
 mod kvs;
 mod mapping;
+#[cfg(test)]
+mod mock;
 mod pmi2;
 
 pub(crate) use pmi2::negotiate;
@@ -147,8 +149,8 @@ use std::time::{Duration, Instant};
 
 use gex_core::boot::{BootError, Bootstrap};
 
-use crate::env;
-use wire::{Conn, MAX_REQUEST_LINE, Msg};
+use crate::{client, env};
+use wire::{Attrs, Conn, MAX_REQUEST_LINE, Msg};
 
 /// Upper bound on the length of the keys this client makes (`gex.<seq>.<rank>.<chunk>`
 /// with a `u64` and two `u32` in decimal is at most 46 bytes).
@@ -462,21 +464,7 @@ impl PmiClient {
         &self.kvs
     }
 
-    fn next_seq(&mut self) -> u64 {
-        let s = self.seq;
-        self.seq += 1;
-        s
-    }
-
-    fn check_open(&self, what: &str) -> Result<(), BootError> {
-        if self.finalized {
-            Err(BootError::Protocol(format!(
-                "bootstrap {what} called after finalize"
-            )))
-        } else {
-            Ok(())
-        }
-    }
+    collective_seq!(finalized);
 
     /// Sends `cmd=abort exitcode=code` (the server sends no reply), after letting
     /// the launcher read this rank's pending output ([`drain_output`]).
@@ -569,40 +557,12 @@ pub(crate) fn fuzz_connect(
 }
 
 impl Bootstrap for PmiClient {
-    fn name(&self) -> &'static str {
-        "pmi"
-    }
-    fn rank(&self) -> u32 {
-        self.rank
-    }
-    fn size(&self) -> u32 {
-        self.size
-    }
-    fn host_ids(&self) -> &[u32] {
-        &self.hosts
-    }
-    fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
-        self.check_open("exchange")?;
-        let seq = self.next_seq();
-        self.kvs_exchange(seq, mine)
-    }
-    fn barrier(&mut self) -> Result<(), BootError> {
-        self.check_open("barrier")?;
-        self.next_seq();
-        self.fence()
-    }
-    fn broadcast(&mut self, root: u32, data: &[u8]) -> Result<Vec<u8>, BootError> {
-        self.check_open("broadcast")?;
-        let seq = self.next_seq();
-        self.kvs_broadcast(seq, root, data)
-    }
+    bootstrap_identity!("pmi");
+    kvs_collectives!();
     fn abort(&mut self, code: i32, msg: &str) -> ! {
-        let code = if code == 0 { 1 } else { code };
+        let code = client::abort_code(code);
         // Hydra does not print abort messages: say it here, once.
-        eprintln!(
-            "gex: rank {} aborted the job (code {code}): {msg}",
-            self.rank
-        );
+        client::print_abort(self.rank, code, msg);
         if let Err(e) = self.send_abort(code) {
             tracing::debug!(rank = self.rank, code, error = %e, "PMI abort not delivered");
         }
@@ -625,11 +585,11 @@ impl Bootstrap for PmiClient {
 
 #[cfg(test)]
 mod tests {
+    use super::mock::{self, Served, Shared, blob};
     use super::*;
-    use std::collections::HashMap;
     use std::io::{BufRead, BufReader, Write};
     use std::os::unix::net::UnixStream;
-    use std::sync::{Arc, Barrier, Mutex};
+    use std::sync::{Arc, Mutex};
 
     /// How the fake PMI server behaves.
     #[derive(Clone)]
@@ -650,24 +610,10 @@ mod tests {
     /// A PMI-1 server for `size` clients in threads of this process: one thread per
     /// connection, a shared KVS and a barrier. It checks the limits a real server
     /// imposes (line length, value length, printable tokens).
-    fn serve(
-        cfg: Server,
-    ) -> (
-        Vec<OwnedFd>,
-        Vec<std::thread::JoinHandle<()>>,
-        Arc<Mutex<Seen>>,
-    ) {
-        let kvs: Arc<Mutex<HashMap<String, String>>> = Arc::default();
-        let barrier = Arc::new(Barrier::new(cfg.size as usize));
-        let seen: Arc<Mutex<Seen>> = Arc::default();
-        let mut clients = Vec::new();
-        let mut threads = Vec::new();
-        for rank in 0..cfg.size {
-            let (a, b) = UnixStream::pair().unwrap();
-            clients.push(OwnedFd::from(a));
-            let (cfg, kvs, barrier, seen) =
-                (cfg.clone(), kvs.clone(), barrier.clone(), seen.clone());
-            threads.push(std::thread::spawn(move || {
+    fn serve(cfg: Server) -> Served<Seen> {
+        mock::serve(
+            cfg.size,
+            move |rank, b, Shared::<Seen> { kvs, barrier, seen }| {
                 let mut out = b.try_clone().unwrap();
                 let mut reply = |s: &str| out.write_all(s.as_bytes()).unwrap();
                 for line in BufReader::new(b).lines() {
@@ -687,7 +633,9 @@ mod tests {
                                 cfg.size
                             ));
                         }
-                        "init" => reply("cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n"),
+                        "init" => {
+                            reply("cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n")
+                        }
                         "get_maxes" => reply(&format!(
                             "cmd=maxes kvsname_max=256 keylen_max=64 vallen_max={}\n",
                             cfg.vallen_max
@@ -711,9 +659,9 @@ mod tests {
                                 kvs.lock().unwrap().get(key).cloned()
                             };
                             match v {
-                                Some(v) => reply(&format!(
-                                    "cmd=get_result rc=0 msg=success value={v}\n"
-                                )),
+                                Some(v) => {
+                                    reply(&format!("cmd=get_result rc=0 msg=success value={v}\n"))
+                                }
                                 None => reply(&format!(
                                     "cmd=get_result rc=-1 msg=key_{key}_not_found value=unknown\n"
                                 )),
@@ -737,9 +685,8 @@ mod tests {
                         other => panic!("unexpected command {other}"),
                     }
                 }
-            }));
-        }
-        (clients, threads, seen)
+            },
+        )
     }
 
     /// Runs `body` on every client of a fake server, each in its own thread.
@@ -747,35 +694,16 @@ mod tests {
         cfg: Server,
         body: impl Fn(PmiClient) -> T + Send + Sync + 'static,
     ) -> (Vec<T>, Arc<Mutex<Seen>>) {
-        let handshake = cfg.handshake;
-        let size = cfg.size;
-        let (clients, servers, seen) = serve(cfg);
-        let body = Arc::new(body);
-        let ranks: Vec<_> = clients
-            .into_iter()
-            .enumerate()
-            .map(|(r, sock)| {
-                let body = body.clone();
-                std::thread::spawn(move || {
-                    let r = r as u32;
-                    let ident = if handshake {
-                        Ident::Handshake { pmiid: r }
-                    } else {
-                        Ident::Known { rank: r, size }
-                    };
-                    body(PmiClient::connect(sock, ident).unwrap())
-                })
-            })
-            .collect();
-        let out = ranks.into_iter().map(|t| t.join().unwrap()).collect();
-        for s in servers {
-            s.join().unwrap();
-        }
-        (out, seen)
-    }
-
-    fn blob(rank: u32, len: usize) -> Vec<u8> {
-        (0..len).map(|i| (i as u32 * 7 + rank * 13) as u8).collect()
+        let (handshake, size) = (cfg.handshake, cfg.size);
+        let connect = move |r, sock| {
+            let ident = if handshake {
+                Ident::Handshake { pmiid: r }
+            } else {
+                Ident::Known { rank: r, size }
+            };
+            PmiClient::connect(sock, ident).unwrap()
+        };
+        mock::job(serve(cfg), connect, body)
     }
 
     #[test]

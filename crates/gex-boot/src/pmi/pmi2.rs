@@ -33,10 +33,10 @@ use std::os::fd::OwnedFd;
 use gex_core::boot::{BootError, Bootstrap};
 
 use super::kvs::{COUNT_PREFIX, Kvs, host_ids_from_names, node_name};
-use super::wire::Conn;
+use super::wire::{Attrs, Conn};
 use super::wire2;
 use super::{PmiClient, check_rank, drain_output, env_str, env_u32, parse_process_mapping};
-use crate::env;
+use crate::{client, env};
 
 /// `PMI2_MAX_VALLEN`: the longest value the reference client and servers accept.
 const MAX_VALUE: usize = 1024;
@@ -240,21 +240,7 @@ impl Pmi2Client {
         self.appnum
     }
 
-    fn next_seq(&mut self) -> u64 {
-        let s = self.seq;
-        self.seq += 1;
-        s
-    }
-
-    fn check_open(&self, what: &str) -> Result<(), BootError> {
-        if self.finalized {
-            Err(BootError::Protocol(format!(
-                "bootstrap {what} called after finalize"
-            )))
-        } else {
-            Ok(())
-        }
-    }
+    collective_seq!(finalized);
 
     /// Sends `abort;isworld=TRUE;msg=…` (no reply comes), after letting the launcher
     /// read this rank's pending output. `;` in the message becomes `,` (Slurm does
@@ -319,44 +305,13 @@ impl Kvs for Pmi2Client {
 }
 
 impl Bootstrap for Pmi2Client {
-    fn name(&self) -> &'static str {
-        "pmi2"
-    }
-    fn rank(&self) -> u32 {
-        self.rank
-    }
-    fn size(&self) -> u32 {
-        self.size
-    }
-    fn host_ids(&self) -> &[u32] {
-        &self.hosts
-    }
-    fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
-        self.check_open("exchange")?;
-        let seq = self.next_seq();
-        self.kvs_exchange(seq, mine)
-    }
-    fn barrier(&mut self) -> Result<(), BootError> {
-        self.check_open("barrier")?;
-        self.next_seq();
-        self.fence()
-    }
-    fn broadcast(&mut self, root: u32, data: &[u8]) -> Result<Vec<u8>, BootError> {
-        self.check_open("broadcast")?;
-        let seq = self.next_seq();
-        self.kvs_broadcast(seq, root, data)
-    }
+    bootstrap_identity!("pmi2");
+    kvs_collectives!();
     fn abort(&mut self, code: i32, msg: &str) -> ! {
-        let code = if code == 0 { 1 } else { code };
+        let code = client::abort_code(code);
         // Neither Slurm nor Hydra prints the abort message: say it here, once.
-        eprintln!(
-            "gex: rank {} aborted the job (code {code}): {msg}",
-            self.rank
-        );
-        let why = format!(
-            "gex rank {} aborted the job (code {code}): {msg}",
-            self.rank
-        );
+        client::print_abort(self.rank, code, msg);
+        let why = client::abort_reason(self.rank, code, msg);
         if let Err(e) = self.send_abort(&why) {
             tracing::debug!(rank = self.rank, code, error = %e, "PMI-2 abort not delivered");
         }
@@ -371,7 +326,7 @@ impl Bootstrap for Pmi2Client {
         Ok(())
     }
     fn request_exit(&mut self, code: i32) {
-        let why = format!("gex rank {} ended the job with exit code {code}", self.rank);
+        let why = client::exit_reason(self.rank, code);
         if let Err(e) = self.send_abort(&why) {
             tracing::debug!(rank = self.rank, code, error = %e, "exit request not delivered");
         }
@@ -380,11 +335,11 @@ impl Bootstrap for Pmi2Client {
 
 #[cfg(test)]
 mod tests {
+    use super::super::mock::{self, Served, Shared, blob};
     use super::*;
-    use std::collections::HashMap;
     use std::io::{BufRead, BufReader, Read, Write};
     use std::os::unix::net::UnixStream;
-    use std::sync::{Arc, Barrier, Mutex};
+    use std::sync::{Arc, Mutex};
 
     /// How the fake server behaves.
     #[derive(Clone)]
@@ -420,24 +375,10 @@ mod tests {
 
     /// A PMI-2 server for `size` clients in threads of this process, checking what
     /// real servers check (value length, `;` in values, `pmijobid`).
-    fn serve(
-        cfg: Server,
-    ) -> (
-        Vec<OwnedFd>,
-        Vec<std::thread::JoinHandle<()>>,
-        Arc<Mutex<Seen>>,
-    ) {
-        let kvs: Arc<Mutex<HashMap<String, String>>> = Arc::default();
-        let barrier = Arc::new(Barrier::new(cfg.size as usize));
-        let seen: Arc<Mutex<Seen>> = Arc::default();
-        let mut clients = Vec::new();
-        let mut threads = Vec::new();
-        for rank in 0..cfg.size {
-            let (a, b) = UnixStream::pair().unwrap();
-            clients.push(OwnedFd::from(a));
-            let (cfg, kvs, barrier, seen) =
-                (cfg.clone(), kvs.clone(), barrier.clone(), seen.clone());
-            threads.push(std::thread::spawn(move || {
+    fn serve(cfg: Server) -> Served<Seen> {
+        mock::serve(
+            cfg.size,
+            move |rank, b, Shared::<Seen> { kvs, barrier, seen }| {
                 let mut s = b;
                 let mut line = String::new();
                 BufReader::new(s.try_clone().unwrap())
@@ -532,39 +473,21 @@ mod tests {
                         other => panic!("unexpected command {other}"),
                     }
                 }
-            }));
-        }
-        (clients, threads, seen)
+            },
+        )
     }
 
     fn job<T: Send + 'static>(
         cfg: Server,
         body: impl Fn(Pmi2Client) -> T + Send + Sync + 'static,
     ) -> (Vec<T>, Arc<Mutex<Seen>>) {
-        let (clients, servers, seen) = serve(cfg);
-        let body = Arc::new(body);
-        let ranks: Vec<_> = clients
-            .into_iter()
-            .enumerate()
-            .map(|(r, sock)| {
-                let body = body.clone();
-                std::thread::spawn(move || {
-                    let Hello::Accepted(conn) = hello(Conn::new(sock)).unwrap() else {
-                        panic!("PMI-2 refused");
-                    };
-                    body(Pmi2Client::after_init(conn, r as u32, Some("7".into())).unwrap())
-                })
-            })
-            .collect();
-        let out = ranks.into_iter().map(|t| t.join().unwrap()).collect();
-        for s in servers {
-            s.join().unwrap();
-        }
-        (out, seen)
-    }
-
-    fn blob(rank: u32, len: usize) -> Vec<u8> {
-        (0..len).map(|i| (i as u32 * 7 + rank * 13) as u8).collect()
+        let connect = |r, sock| {
+            let Hello::Accepted(conn) = hello(Conn::new(sock)).unwrap() else {
+                panic!("PMI-2 refused");
+            };
+            Pmi2Client::after_init(conn, r, Some("7".into())).unwrap()
+        };
+        mock::job(serve(cfg), connect, body)
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use gex_core::boot::BootError;
 use rustix::io::Errno;
-use rustix::net::{RecvFlags, SendFlags};
+use rustix::net::RecvFlags;
 
 /// Longest request line this client sends, newline included: `PMIU_MAXLINE` of
 /// MPICH's simple PMI client, the size of the line buffers PMI servers were
@@ -28,6 +28,64 @@ pub(crate) struct Msg {
     pub(crate) cmd: String,
     pub(crate) attrs: Vec<(String, String)>,
 }
+
+/// The attribute lookups of a parsed PMI-1 line ([`Msg`]) or PMI-2 command
+/// ([`Cmd`](super::wire2::Cmd)); errors name the protocol and the command.
+pub(crate) trait Attrs: std::fmt::Debug {
+    /// The protocol, as error messages name it.
+    const PROTOCOL: &'static str;
+    /// The command name.
+    fn cmd(&self) -> &str;
+    /// The attributes, in order.
+    fn attrs(&self) -> &[(String, String)];
+
+    /// The value of attribute `key`, if present.
+    fn get(&self, key: &str) -> Option<&str> {
+        self.attrs()
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of attribute `key`, which must be present.
+    fn require(&self, key: &str) -> Result<&str, BootError> {
+        self.get(key).ok_or_else(|| {
+            BootError::Protocol(format!(
+                "{} reply cmd={} lacks the attribute {key}: {self:?}",
+                Self::PROTOCOL,
+                self.cmd()
+            ))
+        })
+    }
+
+    /// The value of attribute `key` as an integer.
+    fn int(&self, key: &str) -> Result<i64, BootError> {
+        let v = self.require(key)?;
+        v.trim().parse::<i64>().map_err(|_| {
+            BootError::Protocol(format!(
+                "{} reply cmd={}: {key}={v:?} is not an integer",
+                Self::PROTOCOL,
+                self.cmd()
+            ))
+        })
+    }
+}
+
+/// [`Attrs`] for the reply types, with the protocol their errors name.
+macro_rules! attrs_of {
+    ($($t:ty => $protocol:literal),*) => {$(
+        impl Attrs for $t {
+            const PROTOCOL: &'static str = $protocol;
+            fn cmd(&self) -> &str {
+                &self.cmd
+            }
+            fn attrs(&self) -> &[(String, String)] {
+                &self.attrs
+            }
+        }
+    )*};
+}
+attrs_of!(Msg => "PMI", super::wire2::Cmd => "PMI-2");
 
 impl Msg {
     /// Parses `cmd=NAME k=v k=v` (no newline). Attributes are separated by
@@ -61,35 +119,6 @@ impl Msg {
         Ok(Msg {
             cmd: cmd.to_owned(),
             attrs,
-        })
-    }
-
-    /// The value of attribute `key`, if present.
-    pub(crate) fn get(&self, key: &str) -> Option<&str> {
-        self.attrs
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The value of attribute `key`, which must be present.
-    pub(crate) fn require(&self, key: &str) -> Result<&str, BootError> {
-        self.get(key).ok_or_else(|| {
-            BootError::Protocol(format!(
-                "PMI reply cmd={} lacks the attribute {key}: {self:?}",
-                self.cmd
-            ))
-        })
-    }
-
-    /// The value of attribute `key` as an integer.
-    pub(crate) fn int(&self, key: &str) -> Result<i64, BootError> {
-        let v = self.require(key)?;
-        v.trim().parse::<i64>().map_err(|_| {
-            BootError::Protocol(format!(
-                "PMI reply cmd={}: {key}={v:?} is not an integer",
-                self.cmd
-            ))
         })
     }
 
@@ -143,15 +172,7 @@ impl Conn {
 
     /// Sends `bytes` as they are (PMI-2 framed commands).
     pub(crate) fn send_bytes(&mut self, bytes: &[u8]) -> Result<(), BootError> {
-        let mut rest = bytes;
-        while !rest.is_empty() {
-            match rustix::net::send(&self.sock, rest, SendFlags::NOSIGNAL) {
-                Ok(n) => rest = &rest[n..],
-                Err(Errno::INTR) => {}
-                Err(e) => return Err(lost_or_io(e, "send")),
-            }
-        }
-        Ok(())
+        crate::client::send_all(&self.sock, bytes, lost_or_io)
     }
 
     /// Receives one line, without its `\n`.
@@ -173,18 +194,25 @@ impl Conn {
                     "PMI server sent a line longer than {MAX_REPLY_LINE} bytes"
                 )));
             }
-            let mut chunk = [0u8; 4096];
-            match rustix::net::recv(self.sock.as_fd(), &mut chunk, RecvFlags::empty()) {
-                Ok((0, _)) => {
-                    return Err(BootError::Lost(
-                        "the PMI server (the launcher) closed the connection (the job is ending)"
-                            .into(),
-                    ));
-                }
-                Ok((n, _)) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(Errno::INTR) => {}
-                Err(e) => return Err(lost_or_io(e, "recv")),
+            self.fill(usize::MAX)?;
+        }
+    }
+
+    /// Appends what one `recv` of at most `max` (and 4 KiB) bytes gives to the
+    /// buffer (nothing when interrupted).
+    fn fill(&mut self, max: usize) -> Result<(), BootError> {
+        let mut chunk = [0u8; 4096];
+        let want = max.min(chunk.len());
+        match rustix::net::recv(self.sock.as_fd(), &mut chunk[..want], RecvFlags::empty()) {
+            Ok((0, _)) => Err(BootError::Lost(
+                "the PMI server (the launcher) closed the connection (the job is ending)".into(),
+            )),
+            Ok((got, _)) => {
+                self.buf.extend_from_slice(&chunk[..got]);
+                Ok(())
             }
+            Err(Errno::INTR) => Ok(()),
+            Err(e) => Err(lost_or_io(e, "recv")),
         }
     }
 
@@ -192,19 +220,7 @@ impl Conn {
     /// read left in the buffer.
     pub(crate) fn recv_exact(&mut self, n: usize) -> Result<Vec<u8>, BootError> {
         while self.buf.len() < n {
-            let mut chunk = [0u8; 4096];
-            let want = (n - self.buf.len()).min(chunk.len());
-            match rustix::net::recv(self.sock.as_fd(), &mut chunk[..want], RecvFlags::empty()) {
-                Ok((0, _)) => {
-                    return Err(BootError::Lost(
-                        "the PMI server (the launcher) closed the connection (the job is ending)"
-                            .into(),
-                    ));
-                }
-                Ok((got, _)) => self.buf.extend_from_slice(&chunk[..got]),
-                Err(Errno::INTR) => {}
-                Err(e) => return Err(lost_or_io(e, "recv")),
-            }
+            self.fill(n - self.buf.len())?;
         }
         Ok(self.buf.drain(..n).collect())
     }

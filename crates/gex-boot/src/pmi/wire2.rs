@@ -15,7 +15,7 @@
 
 use gex_core::boot::BootError;
 
-use super::wire::Conn;
+use super::wire::{Attrs, Conn};
 
 /// Width of the length field.
 const LEN_FIELD: usize = 6;
@@ -81,35 +81,6 @@ impl Cmd {
                 "PMI-2 server sent a command that does not start with cmd=: {body:?}"
             ))),
         }
-    }
-
-    /// The value of attribute `key`, if present.
-    pub(crate) fn get(&self, key: &str) -> Option<&str> {
-        self.attrs
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The value of attribute `key`, which must be present.
-    pub(crate) fn require(&self, key: &str) -> Result<&str, BootError> {
-        self.get(key).ok_or_else(|| {
-            protocol(format!(
-                "PMI-2 reply cmd={} lacks the attribute {key}: {self:?}",
-                self.cmd
-            ))
-        })
-    }
-
-    /// The value of attribute `key` as an integer.
-    pub(crate) fn int(&self, key: &str) -> Result<i64, BootError> {
-        let v = self.require(key)?;
-        v.trim().parse::<i64>().map_err(|_| {
-            protocol(format!(
-                "PMI-2 reply cmd={}: {key}={v:?} is not an integer",
-                self.cmd
-            ))
-        })
     }
 
     /// The value of attribute `key` as a PMI-2 boolean (`TRUE` or `FALSE`).

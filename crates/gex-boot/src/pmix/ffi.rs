@@ -231,35 +231,39 @@ pub(crate) unsafe fn release_value(v: *mut pmix_value_t) {
 
 /// An info array entry holding an `int`.
 pub(crate) fn int_info(key: &CStr, value: c_int) -> Result<pmix_info_t, Status> {
-    // SAFETY: as in `bool_info`: all-zero bytes are the constructed state.
-    let mut info: pmix_info_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `info` is valid and writable; `key` is NUL-terminated; `value` lives
-    // across the call, which copies it (an int needs no allocation).
-    check(unsafe {
-        PMIx_Info_load(
-            &mut info,
-            key.as_ptr(),
-            std::ptr::from_ref(&value).cast(),
-            PMIX_INT,
-        )
-    })?;
-    Ok(info)
+    // SAFETY: `PMIX_INT` is the type of a `c_int`.
+    unsafe { scalar_info(key, &value, PMIX_INT) }
 }
 
 /// An info array entry holding a `bool`.
 pub(crate) fn bool_info(key: &CStr, value: bool) -> Result<pmix_info_t, Status> {
+    // SAFETY: `PMIX_BOOL` is the type of a `bool`.
+    unsafe { scalar_info(key, &value, PMIX_BOOL) }
+}
+
+/// An info array entry holding the scalar `value`, of PMIx type `ty`.
+///
+/// # Safety
+/// `ty` is the PMIx type of `T`, a plain scalar that `PMIx_Info_load` copies (no
+/// allocation, so nothing needs freeing): `PMIX_INT` for `c_int`, `PMIX_BOOL` for
+/// `bool`.
+unsafe fn scalar_info<T: Copy>(
+    key: &CStr,
+    value: &T,
+    ty: pmix_data_type_t,
+) -> Result<pmix_info_t, Status> {
     // SAFETY: pmix_info_t is plain data (arrays, integers, a union of integers and
     // pointers) for which all-zero bytes is the PMIX_INFO_CONSTRUCT state.
     let mut info: pmix_info_t = unsafe { std::mem::zeroed() };
     // SAFETY: `info` is a valid, writable pmix_info_t; `key` is NUL-terminated and
-    // shorter than PMIX_MAX_KEYLEN; `value` is a live bool for the duration of the
-    // call, which copies it (a bool needs no allocation, so nothing needs freeing).
+    // shorter than PMIX_MAX_KEYLEN; `value` is live for the duration of the call,
+    // which copies it as the `ty` it is (the caller's promise).
     check(unsafe {
         PMIx_Info_load(
             &mut info,
             key.as_ptr(),
-            std::ptr::from_ref(&value).cast(),
-            PMIX_BOOL,
+            std::ptr::from_ref(value).cast(),
+            ty,
         )
     })?;
     Ok(info)

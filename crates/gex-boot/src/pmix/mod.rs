@@ -59,6 +59,7 @@ use std::ffi::{CStr, CString, c_char};
 
 use gex_core::boot::{BootError, Bootstrap};
 
+use crate::client;
 use crate::pmi::kvs_host_ids;
 use ffi::{Status, pmix_proc_t, pmix_value_t};
 
@@ -318,21 +319,7 @@ impl PmixClient {
         Ok(kvs_host_ids(&names))
     }
 
-    fn next_seq(&mut self) -> u64 {
-        let s = self.seq;
-        self.seq += 1;
-        s
-    }
-
-    fn check_open(&self, what: &str) -> Result<(), BootError> {
-        if self.finalized {
-            Err(BootError::Protocol(format!(
-                "bootstrap {what} called after finalize"
-            )))
-        } else {
-            Ok(())
-        }
-    }
+    collective_seq!(finalized);
 
     fn key(seq: u64) -> Result<CString, BootError> {
         c_key(&format!("gex.{seq}"))
@@ -418,18 +405,7 @@ impl PmixClient {
 }
 
 impl Bootstrap for PmixClient {
-    fn name(&self) -> &'static str {
-        "pmix"
-    }
-    fn rank(&self) -> u32 {
-        self.rank
-    }
-    fn size(&self) -> u32 {
-        self.size
-    }
-    fn host_ids(&self) -> &[u32] {
-        &self.hosts
-    }
+    bootstrap_identity!("pmix");
     fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
         self.check_open("exchange")?;
         let seq = self.next_seq();
@@ -472,15 +448,9 @@ impl Bootstrap for PmixClient {
         }
     }
     fn abort(&mut self, code: i32, msg: &str) -> ! {
-        let code = if code == 0 { 1 } else { code };
-        eprintln!(
-            "gex: rank {} aborted the job (code {code}): {msg}",
-            self.rank
-        );
-        let why = format!(
-            "gex rank {} aborted the job (code {code}): {msg}",
-            self.rank
-        );
+        let code = client::abort_code(code);
+        client::print_abort(self.rank, code, msg);
+        let why = client::abort_reason(self.rank, code, msg);
         if let Err(e) = self.send_abort(code, &why) {
             tracing::debug!(rank = self.rank, code, error = %e, "PMIx abort not delivered");
         }
@@ -496,7 +466,7 @@ impl Bootstrap for PmixClient {
             .map_err(|st| error("PMIx_Finalize", st))
     }
     fn request_exit(&mut self, code: i32) {
-        let why = format!("gex rank {} ended the job with exit code {code}", self.rank);
+        let why = client::exit_reason(self.rank, code);
         if let Err(e) = self.send_abort(code, &why) {
             tracing::debug!(rank = self.rank, code, error = %e, "exit request not delivered");
         }

@@ -23,6 +23,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use gex_core::boot::Bootstrap;
+use gex_testkit::procs::{is_gone, recorded_pids, shm_names, signal, wait_until};
 
 /// Set in the ranks: the job's scratch directory. Its presence is the rank marker.
 pub(crate) const RANK_DIR: &str = "GEXTEST_LAUNCH_DIR";
@@ -228,7 +229,7 @@ impl Job {
         self.status.code()
     }
     fn pids(&self) -> Vec<u32> {
-        rank_pids(self.dir.path())
+        recorded_pids(self.dir.path())
     }
     /// Asserts that `n` rank processes started and none of them is still running
     /// (allowing a moment for the kernel to finish the kills).
@@ -287,54 +288,6 @@ impl Job {
     }
 }
 
-/// The names in /dev/shm.
-fn shm_names() -> Vec<String> {
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn rank_pids(dir: &Path) -> Vec<u32> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
-            let name = e.ok()?.file_name().into_string().ok()?;
-            name.strip_prefix("pid.")?.parse().ok()
-        })
-        .collect()
-}
-
-/// Whether `pid` is gone (no such process, or a zombie waiting to be reaped).
-fn is_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-            .unwrap_or(false),
-    }
-}
-
-fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    cond()
-}
-
-fn signal(pid: u32, sig: rustix::process::Signal) {
-    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
-        let _ = rustix::process::kill_process(p, sig);
-    }
-}
-
 /// Runs `test` as a job of `ranks` ranks under `launcher`, stdout and stderr to
 /// files, at most `limit`: a job still running then is interrupted (SIGTERM to the
 /// launcher, which makes it clean up), then killed with its ranks, and the test
@@ -376,7 +329,7 @@ pub(crate) fn run_job(launcher: Launcher, ranks: u32, test: &str, opts: Opts) ->
                 let _ = child.kill();
             }
             let _ = child.wait();
-            for p in rank_pids(dir.path()) {
+            for p in recorded_pids(dir.path()) {
                 signal(p, rustix::process::Signal::KILL);
             }
             let job = Job {

@@ -440,15 +440,6 @@ fn read_marks(dir: &Path) -> Vec<SystemTime> {
     v
 }
 
-fn signal(pid: u32, sig: rustix::process::Signal) {
-    if let Some(p) = i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-    {
-        let _ = rustix::process::kill_process(p, sig);
-    }
-}
-
 fn signal_group(pid: u32, sig: rustix::process::Signal) {
     if let Some(p) = i32::try_from(pid)
         .ok()
@@ -591,7 +582,7 @@ fn run_row(row: &Row, index: usize, env: &Env) -> Outcome {
         if all_ready() {
             std::thread::sleep(Duration::from_millis(150));
             signalled = Some(SystemTime::now());
-            signal(launcher_pid, sig);
+            procs::signal(launcher_pid, sig);
         } else {
             problems.push("the ranks never got ready for the launcher's signal".into());
         }
@@ -637,7 +628,7 @@ fn run_row(row: &Row, index: usize, env: &Env) -> Outcome {
         .filter(|&p| !procs::is_gone(p))
         .collect();
     for &p in &orphans {
-        signal(p, rustix::process::Signal::KILL);
+        procs::signal(p, rustix::process::Signal::KILL);
     }
     if !orphans.is_empty() {
         problems.push(format!(

@@ -47,6 +47,52 @@ fn opaque_memmove() -> Memmove {
     f
 }
 
+/// A copy as loads of the first and the last bytes of `src..src + n` into the named
+/// registers (class `$class`), then stores of them at the same places of `dst`: each
+/// `$head` register moves `$ptr` bytes at `$hoff` from the start (`""` or `" + 16"`,
+/// ...), each `$tail` register those at `$toff` before the end (`"8"`: `n - 8`). `$load`
+/// and `$store` are the instructions, `$lm` and `$sm` the register modifiers of their
+/// register operand (`":e"`, `":x"` or `""`). Every load precedes every store, so
+/// overlapping ranges are copied as `memmove` would. Expands to the `asm!` block
+/// alone: its caller's `unsafe` block states why the places lie inside the ranges.
+macro_rules! copy_ends {
+    (
+        $src:expr, $dst:expr, $n:expr, $class:ident,
+        $load:literal $lm:literal, $store:literal $sm:literal, $ptr:literal;
+        $($head:ident $hoff:literal),+;
+        $($tail:ident $toff:literal),+
+    ) => {
+        asm!(
+            $(concat!($load, " {", stringify!($head), $lm, "}, ", $ptr, " ptr [{s}", $hoff, "]"),)+
+            $(concat!($load, " {", stringify!($tail), $lm, "}, ", $ptr, " ptr [{s} + {n} - ", $toff, "]"),)+
+            $(concat!($store, " ", $ptr, " ptr [{d}", $hoff, "], {", stringify!($head), $sm, "}"),)+
+            $(concat!($store, " ", $ptr, " ptr [{d} + {n} - ", $toff, "], {", stringify!($tail), $sm, "}"),)+
+            s = in(reg) $src,
+            d = in(reg) $dst,
+            n = in(reg) $n,
+            $($head = out($class) _,)+
+            $($tail = out($class) _,)+
+            options(nostack, preserves_flags),
+        )
+    };
+}
+
+/// A fill as two stores of the low `$ptr`-sized part (register modifier `$wm`) of `w`:
+/// the first and the last `$size` bytes of `dst..dst + n`. Expands to the `asm!` block
+/// alone (see [`copy_ends!`]).
+macro_rules! fill_ends {
+    ($dst:expr, $n:expr, $w:expr, $ptr:literal $wm:literal, $size:literal) => {
+        asm!(
+            concat!("mov ", $ptr, " ptr [{d}], {w", $wm, "}"),
+            concat!("mov ", $ptr, " ptr [{d} + {n} - ", $size, "], {w", $wm, "}"),
+            d = in(reg) $dst,
+            n = in(reg) $n,
+            w = in(reg) $w,
+            options(nostack, preserves_flags),
+        )
+    };
+}
+
 /// A fill uses `rep stosb` from this size up.
 const REP_STOSB_MIN: usize = 2048;
 
@@ -90,35 +136,10 @@ unsafe fn copy_65_128(src: *const u8, dst: *mut u8, n: usize) {
     // SAFETY: 64 < n <= 128: the first and the last 64 bytes lie inside the ranges;
     // every load precedes every store.
     unsafe {
-        asm!(
-            "movdqu {a}, xmmword ptr [{s}]",
-            "movdqu {b}, xmmword ptr [{s} + 16]",
-            "movdqu {c}, xmmword ptr [{s} + 32]",
-            "movdqu {e}, xmmword ptr [{s} + 48]",
-            "movdqu {f}, xmmword ptr [{s} + {n} - 64]",
-            "movdqu {g}, xmmword ptr [{s} + {n} - 48]",
-            "movdqu {h}, xmmword ptr [{s} + {n} - 32]",
-            "movdqu {i}, xmmword ptr [{s} + {n} - 16]",
-            "movdqu xmmword ptr [{d}], {a}",
-            "movdqu xmmword ptr [{d} + 16], {b}",
-            "movdqu xmmword ptr [{d} + 32], {c}",
-            "movdqu xmmword ptr [{d} + 48], {e}",
-            "movdqu xmmword ptr [{d} + {n} - 64], {f}",
-            "movdqu xmmword ptr [{d} + {n} - 48], {g}",
-            "movdqu xmmword ptr [{d} + {n} - 32], {h}",
-            "movdqu xmmword ptr [{d} + {n} - 16], {i}",
-            s = in(reg) src,
-            d = in(reg) dst,
-            n = in(reg) n,
-            a = out(xmm_reg) _,
-            b = out(xmm_reg) _,
-            c = out(xmm_reg) _,
-            e = out(xmm_reg) _,
-            f = out(xmm_reg) _,
-            g = out(xmm_reg) _,
-            h = out(xmm_reg) _,
-            i = out(xmm_reg) _,
-            options(nostack, preserves_flags),
+        copy_ends!(
+            src, dst, n, xmm_reg, "movdqu" "", "movdqu" "", "xmmword";
+            a "", b " + 16", c " + 32", e " + 48";
+            f "64", g "48", h "32", i "16"
         )
     }
 }
@@ -134,39 +155,19 @@ unsafe fn copy_17_64(src: *const u8, dst: *mut u8, n: usize) {
         // SAFETY: 16 < n <= 32: both 16-byte halves (which overlap when n < 32) lie
         // inside the ranges.
         unsafe {
-            asm!(
-                "movdqu {a}, xmmword ptr [{s}]",
-                "movdqu {b}, xmmword ptr [{s} + {n} - 16]",
-                "movdqu xmmword ptr [{d}], {a}",
-                "movdqu xmmword ptr [{d} + {n} - 16], {b}",
-                s = in(reg) src,
-                d = in(reg) dst,
-                n = in(reg) n,
-                a = out(xmm_reg) _,
-                b = out(xmm_reg) _,
-                options(nostack, preserves_flags),
+            copy_ends!(
+                src, dst, n, xmm_reg, "movdqu" "", "movdqu" "", "xmmword";
+                a "";
+                b "16"
             )
         }
     } else {
         // SAFETY: 32 < n <= 64: the first and the last 32 bytes lie inside the ranges.
         unsafe {
-            asm!(
-                "movdqu {a}, xmmword ptr [{s}]",
-                "movdqu {b}, xmmword ptr [{s} + 16]",
-                "movdqu {c}, xmmword ptr [{s} + {n} - 32]",
-                "movdqu {e}, xmmword ptr [{s} + {n} - 16]",
-                "movdqu xmmword ptr [{d}], {a}",
-                "movdqu xmmword ptr [{d} + 16], {b}",
-                "movdqu xmmword ptr [{d} + {n} - 32], {c}",
-                "movdqu xmmword ptr [{d} + {n} - 16], {e}",
-                s = in(reg) src,
-                d = in(reg) dst,
-                n = in(reg) n,
-                a = out(xmm_reg) _,
-                b = out(xmm_reg) _,
-                c = out(xmm_reg) _,
-                e = out(xmm_reg) _,
-                options(nostack, preserves_flags),
+            copy_ends!(
+                src, dst, n, xmm_reg, "movdqu" "", "movdqu" "", "xmmword";
+                a "", b " + 16";
+                c "32", e "16"
             )
         }
     }
@@ -182,44 +183,11 @@ unsafe fn copy_le16(src: *const u8, dst: *mut u8, n: usize) {
     // range with `w <= n`, so they stay inside it.
     unsafe {
         if n >= 8 {
-            asm!(
-                "mov {a}, qword ptr [{s}]",
-                "mov {b}, qword ptr [{s} + {n} - 8]",
-                "mov qword ptr [{d}], {a}",
-                "mov qword ptr [{d} + {n} - 8], {b}",
-                s = in(reg) src,
-                d = in(reg) dst,
-                n = in(reg) n,
-                a = out(reg) _,
-                b = out(reg) _,
-                options(nostack, preserves_flags),
-            )
+            copy_ends!(src, dst, n, reg, "mov" "", "mov" "", "qword"; a ""; b "8")
         } else if n >= 4 {
-            asm!(
-                "mov {a:e}, dword ptr [{s}]",
-                "mov {b:e}, dword ptr [{s} + {n} - 4]",
-                "mov dword ptr [{d}], {a:e}",
-                "mov dword ptr [{d} + {n} - 4], {b:e}",
-                s = in(reg) src,
-                d = in(reg) dst,
-                n = in(reg) n,
-                a = out(reg) _,
-                b = out(reg) _,
-                options(nostack, preserves_flags),
-            )
+            copy_ends!(src, dst, n, reg, "mov" ":e", "mov" ":e", "dword"; a ""; b "4")
         } else if n >= 2 {
-            asm!(
-                "movzx {a:e}, word ptr [{s}]",
-                "movzx {b:e}, word ptr [{s} + {n} - 2]",
-                "mov word ptr [{d}], {a:x}",
-                "mov word ptr [{d} + {n} - 2], {b:x}",
-                s = in(reg) src,
-                d = in(reg) dst,
-                n = in(reg) n,
-                a = out(reg) _,
-                b = out(reg) _,
-                options(nostack, preserves_flags),
-            )
+            copy_ends!(src, dst, n, reg, "movzx" ":e", "mov" ":x", "word"; a ""; b "2")
         } else if n == 1 {
             asm!(
                 "movzx {a:e}, byte ptr [{s}]",
@@ -246,32 +214,11 @@ pub(super) unsafe fn fill(dst: *mut u8, byte: u8, n: usize) {
         if n > 16 {
             fill_gt16(dst, w, n)
         } else if n >= 8 {
-            asm!(
-                "mov qword ptr [{d}], {w}",
-                "mov qword ptr [{d} + {n} - 8], {w}",
-                d = in(reg) dst,
-                n = in(reg) n,
-                w = in(reg) w,
-                options(nostack, preserves_flags),
-            )
+            fill_ends!(dst, n, w, "qword" "", "8")
         } else if n >= 4 {
-            asm!(
-                "mov dword ptr [{d}], {w:e}",
-                "mov dword ptr [{d} + {n} - 4], {w:e}",
-                d = in(reg) dst,
-                n = in(reg) n,
-                w = in(reg) w,
-                options(nostack, preserves_flags),
-            )
+            fill_ends!(dst, n, w, "dword" ":e", "4")
         } else if n >= 2 {
-            asm!(
-                "mov word ptr [{d}], {w:x}",
-                "mov word ptr [{d} + {n} - 2], {w:x}",
-                d = in(reg) dst,
-                n = in(reg) n,
-                w = in(reg) w,
-                options(nostack, preserves_flags),
-            )
+            fill_ends!(dst, n, w, "word" ":x", "2")
         } else if n == 1 {
             asm!(
                 "mov byte ptr [{d}], {w:l}",

@@ -1,0 +1,118 @@
+//! What the bootstrap clients (fork, PMI-1, PMI-2, PMIx) have in common: the
+//! identity half of their [`Bootstrap`](gex_core::boot::Bootstrap) impls, the
+//! collective sequence number and the "after finalize" check, and the words of an
+//! abort. Each client struct has `rank`, `size`, `hosts` and `seq` fields (and,
+//! for [`collective_seq!`]`(finalized)`, a `finalized` one).
+
+use std::os::fd::AsFd;
+
+use gex_core::boot::BootError;
+use rustix::io::Errno;
+use rustix::net::SendFlags;
+
+/// `name`, `rank`, `size` and `host_ids` of a `Bootstrap` impl, read from the
+/// client's `rank`, `size` and `hosts` fields.
+macro_rules! bootstrap_identity {
+    ($name:literal) => {
+        fn name(&self) -> &'static str {
+            $name
+        }
+        fn rank(&self) -> u32 {
+            self.rank
+        }
+        fn size(&self) -> u32 {
+            self.size
+        }
+        fn host_ids(&self) -> &[u32] {
+            &self.hosts
+        }
+    };
+}
+
+/// Inherent `next_seq` (the number of the next bootstrap collective, from the
+/// `seq` field) and, with `finalized`, `check_open` (a protocol error once the
+/// `finalized` field is set).
+macro_rules! collective_seq {
+    () => {
+        fn next_seq(&mut self) -> u64 {
+            let s = self.seq;
+            self.seq += 1;
+            s
+        }
+    };
+    (finalized) => {
+        collective_seq!();
+
+        fn check_open(&self, what: &str) -> Result<(), BootError> {
+            if self.finalized {
+                Err(BootError::Protocol(format!(
+                    "bootstrap {what} called after finalize"
+                )))
+            } else {
+                Ok(())
+            }
+        }
+    };
+}
+
+/// `exchange`, `barrier` and `broadcast` of a `Bootstrap` impl for a PMI client:
+/// each checks the client is open, takes the next sequence number and runs the
+/// collective over the key-value space ([`Kvs`](crate::pmi) provided methods).
+macro_rules! kvs_collectives {
+    () => {
+        fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
+            self.check_open("exchange")?;
+            let seq = self.next_seq();
+            self.kvs_exchange(seq, mine)
+        }
+        fn barrier(&mut self) -> Result<(), BootError> {
+            self.check_open("barrier")?;
+            self.next_seq();
+            self.fence()
+        }
+        fn broadcast(&mut self, root: u32, data: &[u8]) -> Result<Vec<u8>, BootError> {
+            self.check_open("broadcast")?;
+            let seq = self.next_seq();
+            self.kvs_broadcast(seq, root, data)
+        }
+    };
+}
+
+/// Sends all of `bytes` on `sock` (retrying on `EINTR`, without `SIGPIPE`); a
+/// failure is told by `lost_or_io(errno, "send")`.
+pub(crate) fn send_all(
+    sock: impl AsFd,
+    bytes: &[u8],
+    lost_or_io: fn(Errno, &str) -> BootError,
+) -> Result<(), BootError> {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match rustix::net::send(&sock, rest, SendFlags::NOSIGNAL) {
+            Ok(n) => rest = &rest[n..],
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(lost_or_io(e, "send")),
+        }
+    }
+    Ok(())
+}
+
+/// The exit code of an abort with `code`: 0 would read as success, so it is 1.
+pub(crate) fn abort_code(code: i32) -> i32 {
+    if code == 0 { 1 } else { code }
+}
+
+/// Prints `gex: rank R aborted the job (code C): MSG` on standard error, for when
+/// the launcher does not print the message itself.
+pub(crate) fn print_abort(rank: u32, code: i32, msg: &str) {
+    eprintln!("gex: rank {rank} aborted the job (code {code}): {msg}");
+}
+
+/// The reason handed to a process manager's abort call.
+pub(crate) fn abort_reason(rank: u32, code: i32, msg: &str) -> String {
+    format!("gex rank {rank} aborted the job (code {code}): {msg}")
+}
+
+/// The reason handed to a process manager's abort call by `request_exit`.
+pub(crate) fn exit_reason(rank: u32, code: i32) -> String {
+    format!("gex rank {rank} ended the job with exit code {code}")
+}

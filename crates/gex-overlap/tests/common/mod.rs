@@ -1,0 +1,29 @@
+//! What the single-process tests of gex-overlap share.
+
+use gex_core::ClientBuilder;
+use gex_core::boot::Singleton;
+use gex_core::loopback::Loopback;
+use gex_overlap::Overlap;
+use gex_rma::Rma;
+
+/// Each setting `k=v` alone makes opening an endpoint of an Rma+Overlap loopback
+/// client fail with a layer error that names `k`.
+pub(crate) fn assert_bad_settings(settings: &[(&str, &str)]) {
+    for &(k, v) in settings {
+        let mut cfg = gex_core::config::Config::default();
+        cfg.set(k, v);
+        let client = ClientBuilder::new()
+            .layer::<Rma>()
+            .layer::<Overlap>()
+            .config(cfg)
+            .segment_size(1 << 16)
+            .init::<Loopback>(Box::new(Singleton::new()))
+            .unwrap();
+        match client.endpoint(0) {
+            Err(gex_core::EpError::Layer(e)) => {
+                assert!(e.to_string().contains(k), "{k}={v}: {e}")
+            }
+            other => panic!("{k}={v}: {:?}", other.map(|_| ())),
+        }
+    }
+}
