@@ -14,7 +14,7 @@
 //! plain / mode, per round) for the three other modes.
 
 use crate::overlap::OverlapArgs;
-use crate::report::{Record, Reporter, spread};
+use crate::report::{Record, Reporter};
 use gex::EpAddr;
 use gex::coll::CollExt;
 use gex::core::{Client, Endpoint};
@@ -128,7 +128,6 @@ pub(crate) fn run<C: Conduit>(
         return Ok(());
     }
     let rep = Reporter::new(args.json);
-    let provider = crate::report::provider_of(client);
     rep.header(&[format!(
         "gex-perf overlap --kernel halo: {n} ranks, conduit {}, {} puts of {} B per neighbour per iteration, {iters} iterations per round; value: median of {} rounds",
         client.conduit_name(),
@@ -149,20 +148,7 @@ pub(crate) fn run<C: Conduit>(
         }
     }
     for (name, unit, mut v) in rows {
-        let (value, min, max) = spread(&mut v);
-        rep.record(&Record {
-            name,
-            size: args.put_size,
-            ranks: n,
-            conduit: client.conduit_name(),
-            provider: provider.clone(),
-            algorithm: None,
-            buffers: None,
-            value,
-            unit,
-            min,
-            max,
-        });
+        rep.record(&Record::of_samples(client, name, args.put_size, unit, &mut v));
     }
     Ok(())
 }

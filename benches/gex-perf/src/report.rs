@@ -216,13 +216,6 @@ fn fmt_value(v: f64) -> String {
     }
 }
 
-/// The median of `v` and its extremes (min, max): a row's value and spread.
-pub(crate) fn spread(v: &mut [f64]) -> (f64, Option<f64>, Option<f64>) {
-    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (median(v), Some(min), Some(max))
-}
-
 /// Median of a non-empty slice (sorted in place; mean of the two middle values
 /// when the length is even).
 pub(crate) fn median(v: &mut [f64]) -> f64 {
