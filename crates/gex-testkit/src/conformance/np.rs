@@ -3,7 +3,7 @@
 use super::util::{Errs, Pattern, barrier, bytes_of, expect_err, wait_for};
 use crate::rng::hash_words;
 use gex_core::spi::Conduit;
-use gex_core::{Am, AmError, Category, Client, Endpoint, EpAddr, HandlerId, Injected, Token};
+use gex_core::{Am, AmError, Body, Category, Client, Endpoint, EpAddr, HandlerId, Injected, Token};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,9 +15,9 @@ fn err(e: impl std::fmt::Display) -> String {
 
 /// Builds a negotiated-payload message of `plen` bytes and commits `fill` (its first
 /// `clen` bytes; `clen` may exceed `plen` to provoke `CommitTooLarge`). With `imm`,
-/// through [`Endpoint::try_request_medium_with`](gex_core::Endpoint::try_request_medium_with)
+/// through [`Endpoint::try_request_with`](gex_core::Endpoint::try_request_with)
 /// (polling while the conduit lacks resources, bounded); without, through
-/// [`Endpoint::request_medium_with`](gex_core::Endpoint::request_medium_with), which
+/// [`Endpoint::request_with`](gex_core::Endpoint::request_with), which
 /// waits for resources.
 #[allow(clippy::too_many_arguments)]
 fn send_prepared<C: Conduit>(
@@ -52,9 +52,9 @@ fn send_prepared<C: Conduit>(
         loop {
             let r = match cat {
                 Category::Long => {
-                    ep.try_request_long_with(dst, h, args, plen, offset, fill_with)?
+                    ep.try_request_with(dst, h, Body::long(args, plen, offset), fill_with)?
                 }
-                _ => ep.try_request_medium_with(dst, h, args, plen, fill_with)?,
+                _ => ep.try_request_with(dst, h, Body::medium(args, plen), fill_with)?,
             };
             if r == Injected::Sent {
                 return checked(Ok(()));
@@ -68,14 +68,14 @@ fn send_prepared<C: Conduit>(
         }
     }
     let r = match cat {
-        Category::Long => ep.request_long_with(dst, h, args, plen, offset, fill_with),
-        _ => ep.request_medium_with(dst, h, args, plen, fill_with),
+        Category::Long => ep.request_with(dst, h, Body::long(args, plen, offset), fill_with),
+        _ => ep.request_with(dst, h, Body::medium(args, plen), fill_with),
     };
     checked(r)
 }
 
 /// Negotiated payloads to every rank: Medium and Long buffers prepared, filled in place
-/// and committed with fewer bytes than prepared; zero-byte commits; IMMEDIATE prepares;
+/// and committed with fewer bytes than prepared; zero-byte commits; non-waiting ones (`try_request_with`);
 /// a `fill` that panics and every failed commit (`CommitTooLarge`,
 /// `UnregisteredHandler`, `TooManyArgs`) send nothing; prepare-time errors
 /// (`PayloadTooLarge`, `OutOfSegment`, `BadRank`, `BadEndpoint`).
@@ -184,7 +184,7 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
         .map_err(|e| format!("zero-byte commit: {e}"))?;
         // Abandoned (a panicking `fill`) and failed messages send nothing.
         let abandoned = catch_unwind(AssertUnwindSafe(|| {
-            ep.request_medium_with(dst, H, &[me, 9, 0], 16.min(maxm[d]), |b| {
+            ep.request_with(dst, H, Body::medium(&[me, 9, 0], 16.min(maxm[d])), |b| {
                 b.fill(0xab);
                 panic!("a fill that panics on purpose")
             })
@@ -197,10 +197,15 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
         // have run yet).
         let spare = off + plen;
         let abandoned = catch_unwind(AssertUnwindSafe(|| {
-            ep.request_long_with(dst, H, &[me, 9, 0], 16.min(maxl[d]), spare, |b| {
-                b.fill(0xab);
-                panic!("a fill that panics on purpose")
-            })
+            ep.request_with(
+                dst,
+                H,
+                Body::long(&[me, 9, 0], 16.min(maxl[d]), spare),
+                |b| {
+                    b.fill(0xab);
+                    panic!("a fill that panics on purpose")
+                },
+            )
         }));
         if abandoned.is_ok() {
             return Err("a panicking fill did not end the call".into());
@@ -264,18 +269,18 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
         for imm in [false, true] {
             let medium = |ep: &mut Endpoint<C>, dst: EpAddr, len: usize| -> Result<(), AmError> {
                 if imm {
-                    ep.try_request_medium_with(dst, H, &[], len, |_| 0)
+                    ep.try_request_with(dst, H, Body::medium(&[], len), |_| 0)
                         .map(drop)
                 } else {
-                    ep.request_medium_with(dst, H, &[], len, |_| 0)
+                    ep.request_with(dst, H, Body::medium(&[], len), |_| 0)
                 }
             };
             let long = |ep: &mut Endpoint<C>, len: usize, off: usize| -> Result<(), AmError> {
                 if imm {
-                    ep.try_request_long_with(dst, H, &[], len, off, |_| 0)
+                    ep.try_request_with(dst, H, Body::long(&[], len, off), |_| 0)
                         .map(drop)
                 } else {
-                    ep.request_long_with(dst, H, &[], len, off, |_| 0)
+                    ep.request_with(dst, H, Body::long(&[], len, off), |_| 0)
                 }
             };
             expect_err(
