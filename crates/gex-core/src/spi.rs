@@ -420,7 +420,7 @@ impl<'a> OutMsg<'a> {
             kind,
             category: body.category(),
             args: body.args(),
-            payload: *body.payload(),
+            payload: body.payload(),
             offset: body.offset(),
         }
     }

@@ -60,6 +60,12 @@ pub type Handler = Box<dyn for<'t, 'a> FnMut(&mut Token<'t>, Am<'a>) + Send>;
 /// [`short`](Body::short), [`medium`](Body::medium) or [`long`](Body::long) and handed
 /// to [`Endpoint::request`], [`Endpoint::try_request`] or [`Token::reply`].
 ///
+/// These, with [`Endpoint::request_owned`] and [`Endpoint::request_with`] /
+/// [`Endpoint::try_request_with`], are every way to send an AM. A body is a small `Copy`
+/// value whose category is a constant at the call site; the entry points are
+/// `#[inline]` and match on it, so each call compiles to the path a per-category method
+/// would.
+///
 /// The payload type `P` says how the payload is given: borrowed bytes (`&[u8]`, the
 /// default) for the copying sends; an owned `Vec<u8>` for [`Endpoint::request_owned`];
 /// a capacity in bytes (`usize`) for [`Endpoint::request_with`], whose closure writes
@@ -1039,10 +1045,13 @@ impl<C: Conduit> Endpoint<C> {
     /// the endpoint's bounce buffer). A Long's is always the endpoint's own (never the
     /// destination range: other ranks may write a segment at any time, so it cannot be
     /// a `&mut [u8]` of the caller's), and what `fill` says it wrote is copied into
-    /// place when sent. If `fill` panics nothing is sent. There is no guard object to
-    /// keep or to leak between the reservation and the send: the conduit contract's
-    /// rule that nothing else runs on the endpoint in between holds by construction
-    /// (why a closure and not a prepared value: the [module](self) documentation).
+    /// place when sent. If `fill` panics nothing is sent.
+    ///
+    /// Why a closure and not a prepared value the program holds: a value could be
+    /// leaked (`mem::forget`) or kept while other calls reach the conduit between its
+    /// reservation and its send, which the conduit contract forbids; the closure runs
+    /// inside the one call that reserves and sends, so that rule holds by construction,
+    /// and after a `WouldBlock` nothing stays borrowed, so a retry loop is plain code.
     ///
     /// ```
     /// # use gex_core::{boot::Singleton, loopback::Loopback, Am, Body, ClientBuilder, Token};
