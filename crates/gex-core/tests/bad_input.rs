@@ -192,37 +192,18 @@ fn reserved_and_missing_handlers_are_refused_by_every_form() {
     for idx in [1u8, 5, 16, 127] {
         let r = AmError::ReservedHandler(idx);
         let hid = HandlerId::at_any(idx);
-        assert_eq!(ep.request(me, hid, Body::short(&[])), Err(r.clone()));
-        assert_eq!(ep.request(me, hid, Body::medium(&[], &[1])), Err(r.clone()));
-        assert_eq!(
-            ep.request(me, hid, Body::long(&[], &[1], 0)),
-            Err(r.clone())
-        );
-        assert_eq!(ep.try_request(me, hid, Body::short(&[])), Err(r.clone()));
-        assert_eq!(
-            ep.try_request(me, hid, Body::medium(&[], &[1])),
-            Err(r.clone())
-        );
-        assert_eq!(
-            ep.try_request(me, hid, Body::long(&[], &[1], 0)),
-            Err(r.clone())
-        );
-        assert_eq!(
-            ep.try_request_with(me, hid, Body::medium(&[], 8), |_| 1),
-            Err(r.clone())
-        );
-        assert_eq!(
-            ep.try_request_with(me, hid, Body::long(&[], 8, 0), |_| 1),
-            Err(r.clone())
-        );
-        assert_eq!(
-            ep.request_with(me, hid, Body::medium(&[], 8), |_| 1),
-            Err(r.clone())
-        );
-        assert_eq!(
-            ep.request_with(me, hid, Body::long(&[], 8, 0), |_| 1),
-            Err(r)
-        );
+        for body in [
+            Body::short(&[]),
+            Body::medium(&[], &[1]),
+            Body::long(&[], &[1], 0),
+        ] {
+            assert_eq!(ep.request(me, hid, body), Err(r.clone()));
+            assert_eq!(ep.try_request(me, hid, body), Err(r.clone()));
+        }
+        for body in [Body::medium(&[], 8), Body::long(&[], 8, 0)] {
+            assert_eq!(ep.request_with(me, hid, body, |_| 1), Err(r.clone()));
+            assert_eq!(ep.try_request_with(me, hid, body, |_| 1), Err(r.clone()));
+        }
     }
     for idx in [0u8, 129, 255] {
         let u = AmError::UnregisteredHandler(idx);
