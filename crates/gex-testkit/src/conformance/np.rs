@@ -13,25 +13,23 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Builds a negotiated-payload message of `plen` bytes and commits `fill` (its first
-/// `clen` bytes; `clen` may exceed `plen` to provoke `CommitTooLarge`). With `imm`,
+/// Builds a negotiated-payload message of `body` (its payload: the capacity, `plen`
+/// bytes) and commits `fill` (its first `clen` bytes; `clen` may exceed `plen` to
+/// provoke `CommitTooLarge`). With `imm`,
 /// through [`Endpoint::try_request_with`](gex_core::Endpoint::try_request_with)
 /// (polling while the conduit lacks resources, bounded); without, through
 /// [`Endpoint::request_with`](gex_core::Endpoint::request_with), which
 /// waits for resources.
-#[allow(clippy::too_many_arguments)]
 fn send_prepared<C: Conduit>(
     ep: &mut Endpoint<C>,
     dst: EpAddr,
-    cat: Category,
-    plen: usize,
-    offset: usize,
-    imm: bool,
     h: HandlerId,
-    args: &[u32],
+    body: Body<'_, usize>,
+    imm: bool,
     fill: &[u8],
     clen: usize,
 ) -> Result<(), AmError> {
+    let plen = *body.payload();
     let wrong_len = std::cell::Cell::new(None);
     let fill_with = |b: &mut [u8]| {
         if b.len() != plen {
@@ -50,12 +48,7 @@ fn send_prepared<C: Conduit>(
     if imm {
         let deadline = Instant::now() + super::CASE_WAIT;
         loop {
-            let r = match cat {
-                Category::Long => {
-                    ep.try_request_with(dst, h, Body::long(args, plen, offset), fill_with)?
-                }
-                _ => ep.try_request_with(dst, h, Body::medium(args, plen), fill_with)?,
-            };
+            let r = ep.try_request_with(dst, h, body, fill_with)?;
             if r == Injected::Sent {
                 return checked(Ok(()));
             }
@@ -67,11 +60,7 @@ fn send_prepared<C: Conduit>(
             ep.poll();
         }
     }
-    let r = match cat {
-        Category::Long => ep.request_with(dst, h, Body::long(args, plen, offset), fill_with),
-        _ => ep.request_with(dst, h, Body::medium(args, plen), fill_with),
-    };
-    checked(r)
+    checked(ep.request_with(dst, h, body, fill_with))
 }
 
 /// Negotiated payloads to every rank: Medium and Long buffers prepared, filled in place
@@ -140,12 +129,9 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
         send_prepared(
             &mut ep,
             dst,
-            Category::Medium,
-            plen,
-            0,
-            imm,
             H,
-            &[me, 0, clen as u32],
+            Body::medium(&[me, 0, clen as u32], plen),
+            imm,
             &fill,
             clen,
         )
@@ -158,12 +144,9 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
         send_prepared(
             &mut ep,
             dst,
-            Category::Long,
-            plen,
-            off,
-            imm,
             H,
-            &[me, 1, clen as u32],
+            Body::long(&[me, 1, clen as u32], plen, off),
+            imm,
             &fill,
             clen,
         )
@@ -172,12 +155,9 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
         send_prepared(
             &mut ep,
             dst,
-            Category::Medium,
-            16.min(maxm[d]),
-            0,
-            imm,
             H,
-            &[me, 2, 0],
+            Body::medium(&[me, 2, 0], 16.min(maxm[d])),
+            imm,
             &[],
             0,
         )
@@ -215,12 +195,9 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
             send_prepared(
                 &mut ep,
                 dst,
-                Category::Medium,
-                pl,
-                0,
-                imm,
                 H,
-                &[me, 9, 0],
+                Body::medium(&[me, 9, 0], pl),
+                imm,
                 &[],
                 pl + 1,
             ),
@@ -234,12 +211,9 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
             send_prepared(
                 &mut ep,
                 dst,
-                Category::Medium,
-                pl,
-                0,
-                imm,
                 HandlerId::at(250),
-                &[me, 9, 0],
+                Body::medium(&[me, 9, 0], pl),
+                imm,
                 &[],
                 0,
             ),
@@ -250,12 +224,9 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
             send_prepared(
                 &mut ep,
                 dst,
-                Category::Long,
-                16.min(maxl[d]),
-                spare,
-                imm,
                 H,
-                &vec![0; max_args + 1],
+                Body::long(&vec![0; max_args + 1], 16.min(maxl[d]), spare),
+                imm,
                 &[],
                 0,
             ),
