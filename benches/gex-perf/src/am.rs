@@ -20,7 +20,7 @@ use crate::{AmArgs, PinMode, TestName, complain};
 use gex::coll::CollExt;
 use gex::core::{Client, Endpoint};
 use gex::spi::Conduit;
-use gex::{Am, ClientBuilder, EpAddr, HandlerId, Job, Token, WaitPolicy};
+use gex::{Am, Body, ClientBuilder, EpAddr, HandlerId, Job, Token, WaitPolicy};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -175,11 +175,11 @@ impl Job for AmJob {
 
 fn register<C: Conduit>(ep: &mut Endpoint<C>, c: &Arc<Counters>) -> Res<()> {
     ep.register_at(H_PING_SHORT.index(), |t: &mut Token<'_>, _am: Am<'_>| {
-        t.reply_short(H_PONG_SHORT, &[])
+        t.reply(H_PONG_SHORT, Body::short(&[]))
             .expect("gex-perf: Short reply failed");
     })?;
     ep.register_at(H_PING_MEDIUM.index(), |t: &mut Token<'_>, am: Am<'_>| {
-        t.reply_medium(H_PONG_MEDIUM, &[], am.payload())
+        t.reply(H_PONG_MEDIUM, Body::medium(&[], am.payload()))
             .expect("gex-perf: Medium reply failed");
     })?;
     let me = ep.addr();
@@ -194,7 +194,7 @@ fn register<C: Conduit>(ep: &mut Endpoint<C>, c: &Arc<Counters>) -> Res<()> {
             // Long to a segment that is also its source must.
             own.resize(l.len(), 0);
             l.read(&mut own);
-            t.reply_long(H_PONG_LONG, &[], &own, l.offset())
+            t.reply(H_PONG_LONG, Body::long(&[], &own, l.offset()))
                 .expect("gex-perf: Long reply failed");
             return;
         }
@@ -203,7 +203,7 @@ fn register<C: Conduit>(ep: &mut Endpoint<C>, c: &Arc<Counters>) -> Res<()> {
         // pong writes the leader's segment, not this one.
         #[allow(unsafe_code)]
         let bytes = unsafe { l.as_slice() };
-        t.reply_long(H_PONG_LONG, &[], bytes, l.offset())
+        t.reply(H_PONG_LONG, Body::long(&[], bytes, l.offset()))
             .expect("gex-perf: Long reply failed");
     })?;
     for h in [H_PONG_SHORT, H_PONG_MEDIUM, H_PONG_LONG] {
@@ -223,7 +223,7 @@ fn register<C: Conduit>(ep: &mut Endpoint<C>, c: &Arc<Counters>) -> Res<()> {
             // Messages from one sender are delivered in order: every flood message has
             // been counted by now.
             let n = cc.arrivals.swap(0, Relaxed);
-            t.reply_short(H_FLOOD_ACK, &[n as u32, (n >> 32) as u32])
+            t.reply(H_FLOOD_ACK, Body::short(&[n as u32, (n >> 32) as u32]))
                 .expect("gex-perf: ack reply failed");
         },
     )?;
@@ -413,12 +413,12 @@ fn run_am<C: Conduit>(job: &AmJob, client: &Client<C>) -> Res<()> {
             Role::Leader { peer } => {
                 let stats = bench.measure(*point, peer)?;
                 if peer.rank != me {
-                    bench.ep.request_short(peer, H_STOP, &[id])?;
+                    bench.ep.request(peer, H_STOP, Body::short(&[id]))?;
                 }
                 if me != 0 {
                     bench
                         .ep
-                        .request_short(EpAddr::rank(0), H_RESULT, &stats.to_args(id))?;
+                        .request(EpAddr::rank(0), H_RESULT, Body::short(&stats.to_args(id)))?;
                 } else {
                     let c = bench.c.clone();
                     let others = pairs as usize - 1;
@@ -551,7 +551,7 @@ impl<C: Conduit> Bench<C> {
         let c = &*self.c;
         let start = c.pong.load(Relaxed);
         for want in start + 1..=start + k {
-            self.ep.request_short(peer, H_PING_SHORT, &[])?;
+            self.ep.request(peer, H_PING_SHORT, Body::short(&[]))?;
             wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
         }
         Ok(())
@@ -562,7 +562,8 @@ impl<C: Conduit> Bench<C> {
         let payload = &self.buf[..size];
         let start = c.pong.load(Relaxed);
         for want in start + 1..=start + k {
-            self.ep.request_medium(peer, H_PING_MEDIUM, &[], payload)?;
+            self.ep
+                .request(peer, H_PING_MEDIUM, Body::medium(&[], payload))?;
             wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
         }
         Ok(())
@@ -573,7 +574,8 @@ impl<C: Conduit> Bench<C> {
         let payload = &self.buf[..size];
         let start = c.pong.load(Relaxed);
         for want in start + 1..=start + k {
-            self.ep.request_long(peer, H_PING_LONG, &[], payload, 0)?;
+            self.ep
+                .request(peer, H_PING_LONG, Body::long(&[], payload, 0))?;
             wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
         }
         Ok(())
@@ -587,22 +589,22 @@ impl<C: Conduit> Bench<C> {
         match kind {
             Kind::Short => {
                 for _ in 0..k {
-                    ep.request_short(peer, H_FLOOD, &[])?;
+                    ep.request(peer, H_FLOOD, Body::short(&[]))?;
                 }
             }
             Kind::Medium => {
                 for _ in 0..k {
-                    ep.request_medium(peer, H_FLOOD, &[], payload)?;
+                    ep.request(peer, H_FLOOD, Body::medium(&[], payload))?;
                 }
             }
             Kind::Long => {
                 for _ in 0..k {
-                    ep.request_long(peer, H_FLOOD, &[], payload, 0)?;
+                    ep.request(peer, H_FLOOD, Body::long(&[], payload, 0))?;
                 }
             }
         }
         let want = c.ack_seq.load(Relaxed) + 1;
-        ep.request_short(peer, H_FLOOD_END, &[])?;
+        ep.request(peer, H_FLOOD_END, Body::short(&[]))?;
         wait(ep, self.spin, || c.ack_seq.load(Relaxed) >= want);
         let got = c.ack_count.load(Relaxed);
         if got != k {
@@ -680,7 +682,8 @@ mod tests {
         let me = ep.addr();
         let ping = [7u8; 64];
         for want in 1..=2 {
-            ep.request_long(me, H_PING_LONG, &[], &ping, 128).unwrap();
+            ep.request(me, H_PING_LONG, Body::long(&[], &ping, 128))
+                .unwrap();
             ep.wait_until(|| c.pong.load(Relaxed) >= want);
         }
         let mut back = [0u8; 64];

@@ -22,7 +22,7 @@ use crate::report::{Record, Reporter};
 use crate::{PinMode, complain};
 use gex::core::Client;
 use gex::spi::Conduit;
-use gex::{Am, ClientBuilder, EpAddr, Injected, Job, Token};
+use gex::{Am, Body, ClientBuilder, EpAddr, Injected, Job, Token};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -127,7 +127,7 @@ fn drive<C: Conduit>(
     let mut sent = 0u64;
     while t0.elapsed() < secs {
         for _ in 0..window {
-            while ep.try_request_short(dst, h, &[7])? == Injected::WouldBlock {
+            while ep.try_request(dst, h, Body::short(&[7]))? == Injected::WouldBlock {
                 ep.poll();
             }
             sent += 1;

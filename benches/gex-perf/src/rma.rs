@@ -36,7 +36,7 @@ use gex::rma::{
     AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaError, RmaExt, ScopeRmaExt,
 };
 use gex::spi::Conduit;
-use gex::{Am, Blocking, ClientBuilder, EpAddr, HandlerId, Job, Nbi, Token};
+use gex::{Am, Blocking, Body, ClientBuilder, EpAddr, HandlerId, Job, Nbi, Token};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -170,7 +170,7 @@ fn am_ref<C: Conduit>(
     let rtt = |r: &mut Endpoint<C>, k: u64| -> Res<()> {
         let start = pongs.load(Ordering::Relaxed);
         for want in start + 1..=start + k {
-            r.request_short(EpAddr::rank(peer), H_REF_PING, &[])?;
+            r.request(EpAddr::rank(peer), H_REF_PING, Body::short(&[]))?;
             r.wait_until(|| pongs.load(Ordering::Relaxed) >= want);
         }
         Ok(())
@@ -207,7 +207,7 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
     let pongs = Arc::new(AtomicU64::new(0));
     if job.am_ref {
         r.register_at(H_REF_PING.index(), |t: &mut Token<'_>, _am: Am<'_>| {
-            let _ = t.reply_short(H_REF_PONG, &[]);
+            let _ = t.reply(H_REF_PONG, Body::short(&[]));
         })?;
         let p = pongs.clone();
         r.register_at(

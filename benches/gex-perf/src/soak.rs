@@ -34,7 +34,7 @@ use gex::rma::{
     AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaError, RmaExt, ScopeRmaExt,
 };
 use gex::spi::Conduit;
-use gex::{Am, Blocking, ClientBuilder, EpAddr, Job, Nb, Nbi, Token};
+use gex::{Am, Blocking, Body, ClientBuilder, EpAddr, Job, Nb, Nbi, Token};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::sync::Arc;
@@ -196,7 +196,7 @@ fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
                         buf[len / 2] ^= 0x40;
                     }
                     let want = sh.replies.load(Relaxed) + 1;
-                    ep.request_medium(dst, h.med_req, &args, &buf[..len])?;
+                    ep.request(dst, h.med_req, Body::medium(&args, &buf[..len]))?;
                     ep.wait_until(|| sh.replies.load(Relaxed) >= want);
                 }
                 1 => {
@@ -204,13 +204,13 @@ fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
                     pattern(u64::from(me), seq, &mut buf[..len]);
                     let want = sh.replies.load(Relaxed) + 1;
                     let off = OFF_LONG + me as usize * SLOT;
-                    ep.request_long(dst, h.long_req, &args, &buf[..len], off)?;
+                    ep.request(dst, h.long_req, Body::long(&args, &buf[..len], off))?;
                     ep.wait_until(|| sh.replies.load(Relaxed) >= want);
                 }
                 2 => {
                     let k = rng.random_range(1..=64u64);
                     for _ in 0..k {
-                        ep.request_short(dst, h.flood, &[])?;
+                        ep.request(dst, h.flood, Body::short(&[]))?;
                     }
                     sent[peer as usize] += k;
                 }
@@ -393,7 +393,7 @@ fn register<C: Conduit>(ep: &mut Endpoint<C>, sh: &Arc<Shared>, me: u32) -> Res<
                 t.src()
             ));
         }
-        if let Err(e) = t.reply_medium(med_rep, am.args(), am.payload()) {
+        if let Err(e) = t.reply(med_rep, Body::medium(am.args(), am.payload())) {
             s.error(&format!(
                 "rank {me}: Medium reply to {} failed: {e}",
                 t.src()
@@ -420,7 +420,7 @@ fn register<C: Conduit>(ep: &mut Endpoint<C>, sh: &Arc<Shared>, me: u32) -> Res<
                 t.src()
             )),
         }
-        if let Err(e) = t.reply_short(reply, &[]) {
+        if let Err(e) = t.reply(reply, Body::short(&[])) {
             s.error(&format!("rank {me}: Long reply to {} failed: {e}", t.src()));
         }
     })?;

@@ -6,7 +6,7 @@
 //! of [`TABLE`] messages: a size (log-uniform from 8 B to the Medium limit, so small
 //! and large messages mix), an offset into a buffer of random bytes, and the payload's
 //! checksum. It then sends table entries in turn, each to a peer drawn at random (never
-//! itself, unless it is alone), with `try_request_medium`: an injection the conduit
+//! itself, unless it is alone), with `try_request`: an injection the conduit
 //! refuses for back-pressure ([`Injected::WouldBlock`]) is retried with
 //! [`layer::retry`] (which polls, so the rank serves its peers meanwhile) and the time
 //! from the first refusal to the accepted injection is recorded in a log-linear
@@ -25,7 +25,7 @@ use gex::coll::{Allreduce, BuiltinOp, CollExt};
 use gex::core::Client;
 use gex::core::layer::{self, Retry};
 use gex::spi::Conduit;
-use gex::{Am, Blocking, ClientBuilder, EpAddr, Injected, Job, Token};
+use gex::{Am, Blocking, Body, ClientBuilder, EpAddr, Injected, Job, Token};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::sync::Arc;
@@ -274,12 +274,12 @@ fn run<C: Conduit>(job: &StormJob, client: &Client<C>) -> Res<()> {
             payload = &bad[..m.len];
         }
         let dst = EpAddr::rank(peer);
-        if ep.try_request_medium(dst, h, &args, payload)? == Injected::WouldBlock {
+        if ep.try_request(dst, h, Body::medium(&args, payload))? == Injected::WouldBlock {
             let blocked = Instant::now();
             let mut r = Retry::default();
             loop {
                 layer::retry(&mut ep, &mut r);
-                if ep.try_request_medium(dst, h, &args, payload)? == Injected::Sent {
+                if ep.try_request(dst, h, Body::medium(&args, payload))? == Injected::Sent {
                     break;
                 }
             }

@@ -10,7 +10,7 @@
 //!   on the near part's segments (a native put from another host lands where the
 //!   neighbours read), the mode agreed by every rank, finalisation nesting.
 //!
-//! Exclusions: `back_pressure` (the mock parts' queues are unbounded, so an IMMEDIATE
+//! Exclusions: `back_pressure` (the mock parts' queues are unbounded, so a non-waiting
 //! flood never reports WouldBlock).
 //!
 //! # Safety
@@ -23,7 +23,7 @@ mod mock;
 use gex_conduit_hybrid::{FAR_POLL_MAX, Hybrid, NAP};
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{Conduit, ConduitEp, Native};
-use gex_core::{Am, Client, Config, EpAddr, HandlerId, Token, WaitPolicy};
+use gex_core::{Am, Body, Client, Config, EpAddr, HandlerId, Token, WaitPolicy};
 use gex_testkit::boot::ThreadJob;
 use gex_testkit::conformance::{self, Case, Job, Probe};
 use gex_testkit::exchange_barrier;
@@ -177,7 +177,7 @@ mod conformance_two_hosts {
         runner: run,
         ranks: 4,
         exclude: {
-            back_pressure: "the mock parts' queues are unbounded: an IMMEDIATE flood never reports WouldBlock",
+            back_pressure: "the mock parts' queues are unbounded: a non-waiting flood never reports WouldBlock",
         },
     }
 }
@@ -195,7 +195,7 @@ mod conformance_two_hosts_two_eps {
         ranks: 4,
         endpoints: 2,
         exclude: {
-            back_pressure: "the mock parts' queues are unbounded: an IMMEDIATE flood never reports WouldBlock",
+            back_pressure: "the mock parts' queues are unbounded: a non-waiting flood never reports WouldBlock",
         },
     }
 }
@@ -212,7 +212,7 @@ mod conformance_one_host_forced {
         runner: run,
         ranks: 3,
         exclude: {
-            back_pressure: "the mock parts' queues are unbounded: an IMMEDIATE flood never reports WouldBlock",
+            back_pressure: "the mock parts' queues are unbounded: a non-waiting flood never reports WouldBlock",
         },
     }
 }
@@ -229,7 +229,7 @@ mod conformance_off {
         runner: run,
         ranks: 4,
         exclude: {
-            back_pressure: "the mock parts' queues are unbounded: an IMMEDIATE flood never reports WouldBlock",
+            back_pressure: "the mock parts' queues are unbounded: a non-waiting flood never reports WouldBlock",
         },
     }
 }
@@ -244,7 +244,8 @@ fn paths(client: &Client<H>, fabric: &Fabric) -> Result<[u64; 6], String> {
     let got = Arc::new(AtomicU32::new(0));
     let g = got.clone();
     ep.register_at(200, |t: &mut Token<'_>, _am: Am<'_>| {
-        t.reply_short(HandlerId::at(201), &[7]).expect("reply")
+        t.reply(HandlerId::at(201), Body::short(&[7]))
+            .expect("reply")
     })
     .map_err(|e| e.to_string())?;
     ep.register_at(201, move |_t: &mut Token<'_>, am: Am<'_>| {
@@ -265,7 +266,7 @@ fn paths(client: &Client<H>, fabric: &Fabric) -> Result<[u64; 6], String> {
     let n = client.size();
     for _ in 0..PINGS {
         for r in 0..n {
-            ep.request_short(EpAddr::rank(r), HandlerId::at(200), &[1])
+            ep.request(EpAddr::rank(r), HandlerId::at(200), Body::short(&[1]))
                 .map_err(|e| e.to_string())?;
         }
     }
@@ -451,7 +452,8 @@ fn far_reads_back_off_while_idle() {
             let got = Arc::new(AtomicU32::new(0));
             let g = got.clone();
             ep.register_at(200, |t: &mut Token<'_>, _am: Am<'_>| {
-                t.reply_short(HandlerId::at(201), &[]).expect("reply")
+                t.reply(HandlerId::at(201), Body::short(&[]))
+                    .expect("reply")
             })
             .unwrap();
             ep.register_at(201, move |_t: &mut Token<'_>, _am: Am<'_>| {
@@ -468,7 +470,7 @@ fn far_reads_back_off_while_idle() {
             // A request to the other host: the next poll reads the far part.
             let other = (me + 2) % 4;
             let p1 = c.far_polls.load(Ordering::Relaxed);
-            ep.request_short(EpAddr::rank(other), HandlerId::at(200), &[])
+            ep.request(EpAddr::rank(other), HandlerId::at(200), Body::short(&[]))
                 .unwrap();
             ep.poll();
             let after_request = c.far_polls.load(Ordering::Relaxed) - p1;
@@ -510,7 +512,7 @@ fn block_naps_on_the_near_part() {
             if me == 0 {
                 std::thread::sleep(Duration::from_millis(50));
                 // To the other host: only the far part carries it.
-                ep.request_short(EpAddr::rank(2), HandlerId::at(200), &[])
+                ep.request(EpAddr::rank(2), HandlerId::at(200), Body::short(&[]))
                     .unwrap();
             }
             if me == 2 {

@@ -6,7 +6,7 @@
 
 use gex_conduit_ibv::Ibv;
 use gex_core::boot::Bootstrap;
-use gex_core::{Am, ClientBuilder, Config, EpAddr, HandlerId, Injected, Token};
+use gex_core::{Am, Body, ClientBuilder, Config, EpAddr, HandlerId, Injected, Token};
 use gex_testkit::boot::ThreadJob;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -21,7 +21,7 @@ const REP: HandlerId = HandlerId::at(201);
 /// grave without a poll, the queued replies never left, and the requester waited for
 /// them forever.
 ///
-/// Deterministic: rank 0 sends 4 requests without polling (`try_request_short`: request
+/// Deterministic: rank 0 sends 4 requests without polling (`try_request`: request
 /// credits come back by RDMA WRITE, no poll needed), so it consumes no reply and returns
 /// no reply credit; rank 1 (a window of 2) sends 2 replies and queues 2, checks its
 /// report says so, and drops its endpoint. Rank 0 then waits for all 4 replies.
@@ -47,7 +47,7 @@ fn replies_queued_at_a_dropped_endpoint_still_leave() {
         // replies to each), rank 0 counts replies.
         let c = count.clone();
         ep.register_at(REQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
-            t.reply_short(REP, am.args()).expect("reply");
+            t.reply(REP, Body::short(am.args())).expect("reply");
             c.fetch_add(1, Ordering::Relaxed);
         })
         .expect("register");
@@ -61,7 +61,7 @@ fn replies_queued_at_a_dropped_endpoint_still_leave() {
             let deadline = Instant::now() + Duration::from_secs(30);
             for i in 0..4 {
                 while ep
-                    .try_request_short(EpAddr::rank(1), REQ, &[i])
+                    .try_request(EpAddr::rank(1), REQ, Body::short(&[i]))
                     .expect("request")
                     == Injected::WouldBlock
                 {

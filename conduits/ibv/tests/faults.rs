@@ -7,7 +7,7 @@
 use gex_conduit_ibv::Ibv;
 use gex_conduit_ibv::emu::Fault;
 use gex_core::boot::Singleton;
-use gex_core::{Am, Blocking, ClientBuilder, Config, EpAddr, HandlerId, Token};
+use gex_core::{Am, Blocking, Body, ClientBuilder, Config, EpAddr, HandlerId, Token};
 use gex_rma::{GlobalPtr, RmaExt};
 use gex_testkit::boot::{ThreadBoot, ThreadJob};
 use gex_testkit::exchange_barrier;
@@ -101,7 +101,7 @@ fn faults() {
     // The network goes away: the request's SEND completes in error.
     let (msg, took) = rank0_fails(|ibv, ep| {
         assert!(ibv.emu_inject(0, Fault::DropAll));
-        let sent = ep.request_short(EpAddr::rank(1), HandlerId::at(200), &[]);
+        let sent = ep.request(EpAddr::rank(1), HandlerId::at(200), Body::short(&[]));
         let t0 = Instant::now();
         // Either the request already fails, or its completion does while we wait.
         if sent.is_ok() {

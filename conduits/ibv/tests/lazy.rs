@@ -9,7 +9,7 @@
 use gex_conduit_ibv::Ibv;
 use gex_conduit_ibv::emu::Fault;
 use gex_core::boot::Bootstrap;
-use gex_core::{Am, ClientBuilder, Config, EpAddr, HandlerId, Injected, Token};
+use gex_core::{Am, Body, ClientBuilder, Config, EpAddr, HandlerId, Injected, Token};
 use gex_testkit::boot::{ThreadBoot, ThreadJob};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -61,7 +61,7 @@ fn only_the_peers_talked_with_get_queue_pairs() {
             start.wait();
             let partner = rank ^ 1;
             for _ in 0..10 {
-                ep.request_short(EpAddr::rank(partner), HandlerId::at(200), &[])
+                ep.request(EpAddr::rank(partner), HandlerId::at(200), Body::short(&[]))
                     .expect("request");
             }
             wait_for(&mut ep, &got, 10);
@@ -94,7 +94,7 @@ fn simultaneous_first_contact() {
             let (mut ep, got) = counting_ep(&client);
             start.wait();
             for _ in 0..50 {
-                ep.request_short(EpAddr::rank(1 - rank), HandlerId::at(200), &[])
+                ep.request(EpAddr::rank(1 - rank), HandlerId::at(200), Body::short(&[]))
                     .expect("request");
             }
             wait_for(&mut ep, &got, 50);
@@ -130,13 +130,13 @@ fn lost_and_duplicated_connection_datagrams() {
         start.wait();
         if rank == 0 {
             for _ in 0..5 {
-                ep.request_short(EpAddr::rank(1), HandlerId::at(200), &[])
+                ep.request(EpAddr::rank(1), HandlerId::at(200), Body::short(&[]))
                     .expect("request");
             }
             wait_for(&mut ep, &got, 1);
         } else {
             wait_for(&mut ep, &got, 5);
-            ep.request_short(EpAddr::rank(0), HandlerId::at(200), &[])
+            ep.request(EpAddr::rank(0), HandlerId::at(200), Body::short(&[]))
                 .expect("request");
         }
         let c = ibv.emu_counts(0).expect("emulated device");
@@ -179,7 +179,7 @@ fn a_passive_target_is_connected() {
         if rank == 0 {
             use gex_rma::{GlobalPtr, RmaExt};
             for _ in 0..5 {
-                ep.request_short(EpAddr::rank(1), HandlerId::at(200), &[])
+                ep.request(EpAddr::rank(1), HandlerId::at(200), Body::short(&[]))
                     .expect("request");
             }
             let dst = GlobalPtr::<u8>::new(EpAddr::rank(1), 4096);
@@ -227,7 +227,7 @@ fn a_peer_that_never_answers_is_named() {
         if rank == 0 {
             let t0 = Instant::now();
             let e = ep
-                .request_short(EpAddr::rank(1), HandlerId::at(200), &[])
+                .request(EpAddr::rank(1), HandlerId::at(200), Body::short(&[]))
                 .expect_err("no answer")
                 .to_string();
             let took = t0.elapsed();
@@ -245,7 +245,7 @@ fn a_peer_that_never_answers_is_named() {
             // Later operations to it fail at once.
             let t1 = Instant::now();
             assert!(
-                ep.request_short(EpAddr::rank(1), HandlerId::at(200), &[])
+                ep.request(EpAddr::rank(1), HandlerId::at(200), Body::short(&[]))
                     .is_err()
             );
             assert!(t1.elapsed() < Duration::from_millis(500));
@@ -270,7 +270,7 @@ fn finalize_with_a_pending_connection() {
         let (mut ep, _got) = counting_ep(&client);
         if rank == 0 {
             let r = ep
-                .try_request_short(EpAddr::rank(1), HandlerId::at(200), &[])
+                .try_request(EpAddr::rank(1), HandlerId::at(200), Body::short(&[]))
                 .expect("no error");
             assert_eq!(r, Injected::WouldBlock);
             // The queue pair is made and CONNECT sent (rank 1's connection thread may

@@ -8,7 +8,7 @@
 
 use gex_coll::{Coll, CollExt};
 use gex_conduit_ofi::Ofi;
-use gex_core::{Am, ClientBuilder, Config, EpAddr, Token};
+use gex_core::{Am, Body, ClientBuilder, Config, EpAddr, Token};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
@@ -40,7 +40,7 @@ fn main() {
                 .expect("register");
             let ping = ep
                 .register(move |t: &mut Token<'_>, _am: Am<'_>| {
-                    t.reply_short(pong, &[]).expect("reply");
+                    t.reply(pong, Body::short(&[])).expect("reply");
                 })
                 .expect("register");
             ep.barrier(&world).expect("barrier");
@@ -51,7 +51,7 @@ fn main() {
                     if i == warm {
                         t0 = Instant::now();
                     }
-                    ep.request_short(EpAddr::rank(1), ping, &[])
+                    ep.request(EpAddr::rank(1), ping, Body::short(&[]))
                         .expect("request");
                     ep.wait_until(|| pongs.load(Ordering::Acquire) > i);
                 }

@@ -106,6 +106,11 @@
 //! Long payloads larger than a Medium.
 
 //!
+//! ## Cargo features
+//! `fuzz` (off): the hidden `fuzz_api` module, through which `benches/gex-fuzz` reaches
+//! the decoders of message headers and of the address blob. Not API: only gex-fuzz
+//! enables it.
+//!
 //! ## Source map
 //! | module | what it does |
 //! |---|---|
@@ -129,6 +134,7 @@ mod conduit;
 mod config;
 mod ep;
 mod fabric;
+#[cfg(feature = "fuzz")]
 #[doc(hidden)]
 pub mod fuzz_api;
 mod mem;

@@ -8,7 +8,7 @@
 //! Operation canceled" (tcp;ofi_rxm).
 
 use gex_conduit_ofi::Ofi;
-use gex_core::{Am, ClientBuilder, Config, EpAddr, Nb, Token};
+use gex_core::{Am, Body, ClientBuilder, Config, EpAddr, Nb, Token};
 use gex_rma::{GlobalPtr, Rma, RmaExt};
 use gex_testkit::exchange_barrier;
 use gex_testkit::procs::Procs;
@@ -80,7 +80,7 @@ fn last_messages_of_a_closing_rank_arrive() {
         if client.rank() == 0 {
             let payload = vec![7u8; 8 << 10];
             for _ in 0..N {
-                ep.request_medium(EpAddr::rank(1), h, &[], &payload)
+                ep.request(EpAddr::rank(1), h, Body::medium(&[], &payload))
                     .expect("request");
             }
         } else {

@@ -3,7 +3,7 @@
 
 use gex_conduit_ofi::Ofi;
 use gex_core::boot::Singleton;
-use gex_core::{Am, Client, ClientBuilder, Config, EpAddr, HandlerId, InitError, Token};
+use gex_core::{Am, Body, Client, ClientBuilder, Config, EpAddr, HandlerId, InitError, Token};
 use gex_testkit::exchange_barrier;
 use gex_testkit::procs::Procs;
 use std::sync::Arc;
@@ -83,7 +83,7 @@ fn report_and_self_send_over_tcp() {
     // Three requests not yet delivered (nobody polled): the hang report shows the
     // credits they hold.
     for i in 0..3 {
-        ep.request_medium(EpAddr::rank(0), h, &[i], &[7; 3000])
+        ep.request(EpAddr::rank(0), h, Body::medium(&[i], &[7; 3000]))
             .expect("request");
     }
     let state = ep.report();
@@ -92,7 +92,7 @@ fn report_and_self_send_over_tcp() {
         "{state}"
     );
     for i in 3..100 {
-        ep.request_medium(EpAddr::rank(0), h, &[i], &[7; 3000])
+        ep.request(EpAddr::rank(0), h, Body::medium(&[i], &[7; 3000]))
             .expect("request");
     }
     ep.wait_until(|| got.load(Ordering::Acquire) == (0..100).sum());
@@ -137,8 +137,11 @@ fn peer_exit_mid_transfer_ends_the_job() {
         // Rank 0 keeps sending until the job is ended under it (or the conduit
         // reports the failure).
         loop {
-            if let Err(e) = ep.request_medium(EpAddr::rank(1), HandlerId::at(200), &[], &[1; 2000])
-            {
+            if let Err(e) = ep.request(
+                EpAddr::rank(1),
+                HandlerId::at(200),
+                Body::medium(&[], &[1; 2000]),
+            ) {
                 eprintln!("rank 0: {e}");
                 std::process::exit(9);
             }
@@ -211,8 +214,11 @@ fn kill_9_of_a_rank_leaves_nothing_in_dev_shm() {
             std::process::exit(3); // not reached
         }
         loop {
-            if let Err(e) = ep.request_medium(EpAddr::rank(1), HandlerId::at(200), &[], &[1; 2000])
-            {
+            if let Err(e) = ep.request(
+                EpAddr::rank(1),
+                HandlerId::at(200),
+                Body::medium(&[], &[1; 2000]),
+            ) {
                 eprintln!("rank 0: {e}");
                 std::process::exit(9);
             }
@@ -268,7 +274,11 @@ fn vanished_peer_over_tcp_is_a_clear_error() {
     let t0 = Instant::now();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         loop {
-            match ep.try_request_medium(EpAddr::rank(1), HandlerId::at(200), &[], &[7; 2000]) {
+            match ep.try_request(
+                EpAddr::rank(1),
+                HandlerId::at(200),
+                Body::medium(&[], &[7; 2000]),
+            ) {
                 Err(e) => return e.to_string(),
                 Ok(_) => {
                     ep.poll();
@@ -343,7 +353,7 @@ fn waiting_on_a_vanished_peer_over_tcp_is_a_clear_error() {
     ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
         .expect("register");
     exchange_barrier(&mut ep).expect("barrier");
-    ep.request_short(EpAddr::rank(1), HandlerId::at(200), &[])
+    ep.request(EpAddr::rank(1), HandlerId::at(200), Body::short(&[]))
         .expect("request");
     assert!(peer.join().is_err(), "rank 1 panicked on purpose");
     let t0 = Instant::now();

@@ -7,7 +7,7 @@
 
 use gex_conduit_ofi::Ofi;
 use gex_core::boot::Bootstrap;
-use gex_core::{Am, ClientBuilder, Config, EpAddr, HandlerId, Token};
+use gex_core::{Am, Body, ClientBuilder, Config, EpAddr, HandlerId, Token};
 use gex_testkit::procs::{Outcome, Procs, Report};
 use gex_testkit::tamper::{Tampered, replace_le_u64};
 
@@ -34,8 +34,12 @@ fn job(tamper: fn(Tampered) -> Tampered) -> Report {
             .map_err(|e| e.to_string())?;
         let peer = EpAddr::rank(1 - c.rank());
         if ep.segment_len_of(peer.rank) != Some(SEG as usize) {
-            ep.request_long(peer, HandlerId::at(200), &[], &[0xab; 2 * SEG as usize], 0)
-                .map_err(|e| format!("the Long was refused: {e}"))?;
+            ep.request(
+                peer,
+                HandlerId::at(200),
+                Body::long(&[], &[0xab; 2 * SEG as usize], 0),
+            )
+            .map_err(|e| format!("the Long was refused: {e}"))?;
         }
         gex_testkit::exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
         drop(ep);

@@ -32,7 +32,7 @@
 use gex_conduit_ofi::Ofi;
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{Capabilities, ConduitError};
-use gex_core::{Am, AmError, ClientBuilder, Config, EpAddr, EpError, HandlerId, Token};
+use gex_core::{Am, AmError, Body, ClientBuilder, Config, EpAddr, EpError, HandlerId, Token};
 use gex_testkit::procs::Procs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,7 +65,7 @@ fn counter(ep: &mut gex_core::Endpoint<Ofi>) -> (Arc<AtomicU64>, Arc<AtomicU64>)
     ep.register_at(COUNT.index(), move |t: &mut Token<'_>, am: Am<'_>| {
         m.fetch_add(1, Ordering::Relaxed);
         if let Some(&a) = am.args().first() {
-            t.reply_short(PONG, &[a]).unwrap();
+            t.reply(PONG, Body::short(&[a])).unwrap();
         }
     })
     .unwrap();
@@ -89,7 +89,7 @@ fn not_open(r: Result<(), AmError>, dst: EpAddr, state: &'static str) {
 /// notice of `dst` may still be on its way: sends before it are discarded).
 fn until_closed(ep: &mut gex_core::Endpoint<Ofi>, dst: EpAddr) {
     loop {
-        match ep.request_short(dst, COUNT, &[]) {
+        match ep.request(dst, COUNT, Body::short(&[])) {
             Ok(()) => {
                 ep.poll();
                 std::thread::sleep(Duration::from_millis(1));
@@ -120,27 +120,31 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
     // endpoint 0 answers, which the barrier's polls serve.
     let absent = EpAddr::new(peer, 1);
     not_open(
-        ep0.request_short(absent, COUNT, &[]),
+        ep0.request(absent, COUNT, Body::short(&[])),
         absent,
         "not created yet",
     );
     not_open(
-        ep0.request_medium(absent, COUNT, &[], &[1, 2, 3]),
+        ep0.request(absent, COUNT, Body::medium(&[], &[1, 2, 3])),
         absent,
         "not created yet",
     );
     not_open(
-        ep0.request_long(absent, COUNT, &[], &[1, 2, 3], 0),
+        ep0.request(absent, COUNT, Body::long(&[], &[1, 2, 3], 0)),
         absent,
         "not created yet",
     );
     // Nor on this rank.
     let mine = EpAddr::new(me, 1);
-    not_open(ep0.request_short(mine, COUNT, &[]), mine, "not created yet");
+    not_open(
+        ep0.request(mine, COUNT, Body::short(&[])),
+        mine,
+        "not created yet",
+    );
     // Beyond the capacity: the core's own error.
     let beyond = EpAddr::new(peer, 3);
     assert_eq!(
-        ep0.request_short(beyond, COUNT, &[]),
+        ep0.request(beyond, COUNT, Body::short(&[])),
         Err(AmError::BadEndpoint {
             dst: beyond,
             eps: 3
@@ -160,17 +164,19 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
     // in-process path).
     let dst = EpAddr::new(peer, 1);
     polling(&mut ep1, || {
-        ep0.request_short(dst, COUNT, &[1]).unwrap();
-        ep0.request_short(mine, COUNT, &[5]).unwrap();
+        ep0.request(dst, COUNT, Body::short(&[1])).unwrap();
+        ep0.request(mine, COUNT, Body::short(&[5])).unwrap();
     });
     // Between endpoints made at run time of different ranks, and from one to the
     // peer's endpoint 0: each first asks the other rank's endpoint 0, which a thread of
     // that rank must poll meanwhile (here a helper thread; docs/ofi.md). Replies come
     // back to both endpoints.
     polling(&mut ep0, || {
-        ep1.request_medium(dst, COUNT, &[2], &[7; 100]).unwrap();
-        ep1.request_long(dst, COUNT, &[3], &[9; 64], 128).unwrap();
-        ep1.request_short(EpAddr::new(peer, 0), COUNT, &[4])
+        ep1.request(dst, COUNT, Body::medium(&[2], &[7; 100]))
+            .unwrap();
+        ep1.request(dst, COUNT, Body::long(&[3], &[9; 64], 128))
+            .unwrap();
+        ep1.request(EpAddr::new(peer, 0), COUNT, Body::short(&[4]))
             .unwrap();
         // Each endpoint 1 receives 3 from the rank before it and 1 from its own
         // endpoint 0; each endpoint 0 one from the rank before it's endpoint 1.
@@ -201,8 +207,8 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
     assert_eq!(ep2.index(), 2, "indices are not reused");
     let _ = counter(&mut ep2);
     polling(&mut ep0, || {
-        not_open(ep2.request_short(dst, COUNT, &[]), dst, "closed");
-        not_open(ep2.request_short(mine, COUNT, &[]), mine, "closed");
+        not_open(ep2.request(dst, COUNT, Body::short(&[])), dst, "closed");
+        not_open(ep2.request(mine, COUNT, Body::short(&[])), mine, "closed");
     });
     assert_eq!(
         c.create_endpoint().map(|_| ()),
@@ -249,7 +255,7 @@ fn drive(
     let (p, s) = (pongs.clone(), served.clone());
     ep.register_at(PING.index(), move |t: &mut Token<'_>, am: Am<'_>| {
         s.fetch_add(1, Ordering::Relaxed);
-        t.reply_short(PONG, am.args()).unwrap();
+        t.reply(PONG, Body::short(am.args())).unwrap();
     })
     .unwrap();
     ep.register_at(PONG.index(), move |_: &mut Token<'_>, _: Am<'_>| {
@@ -259,7 +265,7 @@ fn drive(
     let dst = EpAddr::new(peer, ep.index());
     // The peer creates its endpoint at the same time: retry until it exists.
     loop {
-        match ep.request_short(dst, PING, &[0]) {
+        match ep.request(dst, PING, Body::short(&[0])) {
             Ok(()) => break,
             Err(AmError::Conduit(ConduitError::NoEndpoint { .. })) => {
                 ep.poll();
@@ -270,7 +276,7 @@ fn drive(
     }
     ep.wait_until(|| pongs.load(Ordering::Relaxed) == 1);
     for i in 1..=rounds {
-        ep.request_short(dst, PING, &[i as u32]).unwrap();
+        ep.request(dst, PING, Body::short(&[i as u32])).unwrap();
         ep.wait_until(|| pongs.load(Ordering::Relaxed) == i + 1);
         mine.store(i, Ordering::Release);
         // Inside this endpoint's wait loop: the other thread must advance meanwhile.

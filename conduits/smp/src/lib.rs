@@ -87,12 +87,17 @@
 //! `GEX_SMP_RING_SIZE` (bytes per ring, power of two, default 256 KiB),
 //! `GEX_SMP_MAX_MEDIUM` (default 64 KiB) and `GEX_SMP_OVERFLOW` (bytes of requests kept
 //! per destination when its ring is full, default 0: none); see `docs/env.md`.
+//!
+//! ## Cargo features
+//! `fuzz` (off): the hidden `fuzz_api` module, through which `benches/gex-fuzz` reaches
+//! the decoders of ring records and region headers. Not API: only gex-fuzz enables it.
 
 mod live;
 mod record;
 mod region;
 mod smp;
 
+#[cfg(feature = "fuzz")]
 #[doc(hidden)]
 pub mod fuzz_api;
 

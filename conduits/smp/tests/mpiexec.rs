@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use gex_conduit_smp::Smp;
 use gex_core::boot::Bootstrap;
-use gex_core::{Am, ClientBuilder, EpAddr, HandlerId, Token};
+use gex_core::{Am, Body, ClientBuilder, EpAddr, HandlerId, Token};
 use gex_testkit::procs::{self, Procs};
 
 const RANKS: u32 = 4;
@@ -35,7 +35,7 @@ fn rank_body(boot: Box<dyn Bootstrap>) {
     ep.register_at(200, move |t: &mut Token<'_>, am: Am<'_>| {
         // args: [sender, nonce]; answer with [this rank, nonce + 1].
         assert_eq!(am.args()[0], t.src().rank);
-        t.reply_short(HandlerId::at(201), &[me, am.args()[1] + 1])
+        t.reply(HandlerId::at(201), Body::short(&[me, am.args()[1] + 1]))
             .unwrap();
     })
     .unwrap();
@@ -46,10 +46,10 @@ fn rank_body(boot: Box<dyn Bootstrap>) {
     })
     .unwrap();
     for peer in 0..n {
-        ep.request_short(
+        ep.request(
             EpAddr::rank(peer),
             HandlerId::at(200),
-            &[me, 1000 * me + peer],
+            Body::short(&[me, 1000 * me + peer]),
         )
         .unwrap();
     }

@@ -4,7 +4,7 @@
 //! with `GEX_SMP_OVERFLOW=0`. Every job is started by gex-testkit's process runner.
 
 use gex_conduit_smp::Smp;
-use gex_core::{Am, ClientBuilder, Config, EpAddr, HandlerId, Injected, Token};
+use gex_core::{Am, Body, ClientBuilder, Config, EpAddr, HandlerId, Injected, Token};
 use gex_testkit::procs::Procs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -70,7 +70,7 @@ fn run(test: &'static str, overflow: &str, total: u32, drop_early: bool) -> Opti
             let mut n = 0u32;
             while n < total {
                 let r = ep
-                    .try_request_medium(EpAddr::rank(1), H, &[n], &[n as u8; LEN])
+                    .try_request(EpAddr::rank(1), H, Body::medium(&[n], &[n as u8; LEN]))
                     .unwrap();
                 if r == Injected::WouldBlock {
                     break;
@@ -84,7 +84,7 @@ fn run(test: &'static str, overflow: &str, total: u32, drop_early: bool) -> Opti
             }
             std::fs::write(&sent, b"").unwrap();
             for i in n..total {
-                ep.request_medium(EpAddr::rank(1), H, &[i], &[i as u8; LEN])
+                ep.request(EpAddr::rank(1), H, Body::medium(&[i], &[i as u8; LEN]))
                     .unwrap();
             }
             if drop_early {

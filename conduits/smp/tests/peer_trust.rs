@@ -12,7 +12,7 @@
 
 use gex_conduit_smp::Smp;
 use gex_core::boot::Bootstrap;
-use gex_core::{Am, ClientBuilder, EpAddr, HandlerId, Token};
+use gex_core::{Am, Body, ClientBuilder, EpAddr, HandlerId, Token};
 use gex_rma::{GlobalPtr, RmaExt};
 use gex_testkit::procs::{Outcome, Procs, Report};
 use gex_testkit::tamper::{Tampered, replace_le_u64};
@@ -137,12 +137,10 @@ fn inflated_peer_segments_fail_init_instead_of_a_long_writing_past_them() {
         ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
             .map_err(|e| e.to_string())?;
         if c.rank() == 0 {
-            ep.request_long(
+            ep.request(
                 EpAddr::new(1, 0),
                 HandlerId::at(200),
-                &[],
-                &[0xab; SPILL],
-                0,
+                Body::long(&[], &[0xab; SPILL], 0),
             )
             .map_err(|e| format!("the Long was refused: {e}"))?;
         }
@@ -200,12 +198,10 @@ fn a_peer_whose_region_disagrees_with_the_layout_is_refused() {
         ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
             .map_err(|e| e.to_string())?;
         if c.rank() == 0 {
-            ep.request_long(
+            ep.request(
                 EpAddr::new(1, 0),
                 HandlerId::at(200),
-                &[],
-                &[0xab; SPILL],
-                0,
+                Body::long(&[], &[0xab; SPILL], 0),
             )
             .map_err(|e| format!("the Long was refused: {e}"))?;
         }
@@ -320,7 +316,7 @@ fn a_neighbour_with_smaller_rings_bounds_mediums_to_it() {
                 let t0 = std::time::Instant::now();
                 let payload = vec![7u8; max];
                 while ep
-                    .try_request_medium(peer, HandlerId::at(201), &[], &payload)
+                    .try_request(peer, HandlerId::at(201), Body::medium(&[], &payload))
                     .map_err(|e| e.to_string())?
                     == gex_core::Injected::WouldBlock
                 {

@@ -19,7 +19,7 @@
 use gex_conduit_smp::Smp;
 use gex_core::boot::Bootstrap;
 use gex_core::spi::ConduitError;
-use gex_core::{Am, AmError, ClientBuilder, Config, EpAddr, EpError, HandlerId, Token};
+use gex_core::{Am, AmError, Body, ClientBuilder, Config, EpAddr, EpError, HandlerId, Token};
 use gex_testkit::procs::Procs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,24 +69,24 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
     // Not created yet on the peer: an error, nothing sent (Short, Medium, Long).
     let absent = EpAddr::new(peer, 1);
     not_open(
-        ep0.request_short(absent, COUNT, &[]),
+        ep0.request(absent, COUNT, Body::short(&[])),
         absent,
         "not created yet",
     );
     not_open(
-        ep0.request_medium(absent, COUNT, &[], &[1, 2, 3]),
+        ep0.request(absent, COUNT, Body::medium(&[], &[1, 2, 3])),
         absent,
         "not created yet",
     );
     not_open(
-        ep0.request_long(absent, COUNT, &[], &[1, 2, 3], 0),
+        ep0.request(absent, COUNT, Body::long(&[], &[1, 2, 3], 0)),
         absent,
         "not created yet",
     );
     // Beyond the capacity: the core's own error.
     let beyond = EpAddr::new(peer, 3);
     assert_eq!(
-        ep0.request_short(beyond, COUNT, &[]),
+        ep0.request(beyond, COUNT, Body::short(&[])),
         Err(AmError::BadEndpoint {
             dst: beyond,
             eps: 3
@@ -101,9 +101,11 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
     // First contact from the peer's endpoint made at init, then from its endpoint made
     // at run time (which its owner's endpoint 1 starts polling on that contact).
     let dst = EpAddr::new(peer, 1);
-    ep0.request_short(dst, COUNT, &[]).unwrap();
-    ep1.request_medium(dst, COUNT, &[], &[7; 100]).unwrap();
-    ep1.request_long(dst, COUNT, &[], &[9; 64], 128).unwrap();
+    ep0.request(dst, COUNT, Body::short(&[])).unwrap();
+    ep1.request(dst, COUNT, Body::medium(&[], &[7; 100]))
+        .unwrap();
+    ep1.request(dst, COUNT, Body::long(&[], &[9; 64], 128))
+        .unwrap();
     ep1.wait_until(|| got1.load(Ordering::Relaxed) == 3);
     let mut long = [0u8; 64];
     ep1.segment().read(128, &mut long).unwrap();
@@ -115,11 +117,11 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
     drop(ep1);
     gex_testkit::exchange_barrier(&mut ep0).unwrap();
     // Closed: an error from the endpoint that reached it before, and from one that never did.
-    not_open(ep0.request_short(dst, COUNT, &[]), dst, "closed");
+    not_open(ep0.request(dst, COUNT, Body::short(&[])), dst, "closed");
     let mut ep2 = c.create_endpoint().unwrap();
     assert_eq!(ep2.index(), 2, "indices are not reused");
     let _ = counter(&mut ep2);
-    not_open(ep2.request_short(dst, COUNT, &[]), dst, "closed");
+    not_open(ep2.request(dst, COUNT, Body::short(&[])), dst, "closed");
     assert_eq!(
         c.create_endpoint().map(|_| ()),
         Err(EpError::Full {
@@ -146,11 +148,14 @@ fn poll_mask(boot: Box<dyn Bootstrap>) {
         // Ten requests to the peer's endpoint 0, published before the one to its
         // endpoint 1 (same thread, rings published in order).
         for _ in 0..10 {
-            ep0.request_short(EpAddr::new(peer, 0), COUNT, &[]).unwrap();
+            ep0.request(EpAddr::new(peer, 0), COUNT, Body::short(&[]))
+                .unwrap();
         }
-        ep1.request_short(EpAddr::new(peer, 1), COUNT, &[]).unwrap();
+        ep1.request(EpAddr::new(peer, 1), COUNT, Body::short(&[]))
+            .unwrap();
     } else {
-        ep1.request_short(EpAddr::new(peer, 1), COUNT, &[]).unwrap();
+        ep1.request(EpAddr::new(peer, 1), COUNT, Body::short(&[]))
+            .unwrap();
         ep1.wait_until(|| got1.load(Ordering::Relaxed) == 1);
         // Polling endpoint 1 more: endpoint 0's traffic, already in its rings, stays.
         for _ in 0..1000 {
@@ -181,7 +186,7 @@ fn drive(
     let (p, s) = (pongs.clone(), served.clone());
     ep.register_at(PING.index(), move |t: &mut Token<'_>, am: Am<'_>| {
         s.fetch_add(1, Ordering::Relaxed);
-        t.reply_short(PONG, am.args()).unwrap();
+        t.reply(PONG, Body::short(am.args())).unwrap();
     })
     .unwrap();
     ep.register_at(PONG.index(), move |_: &mut Token<'_>, _: Am<'_>| {
@@ -191,7 +196,7 @@ fn drive(
     let dst = EpAddr::new(peer, ep.index());
     // The peer creates its endpoint at the same time: retry until it exists.
     loop {
-        match ep.request_short(dst, PING, &[0]) {
+        match ep.request(dst, PING, Body::short(&[0])) {
             Ok(()) => break,
             Err(AmError::Conduit(ConduitError::NoEndpoint { .. })) => {
                 ep.poll();
@@ -202,7 +207,7 @@ fn drive(
     }
     ep.wait_until(|| pongs.load(Ordering::Relaxed) == 1);
     for i in 1..=rounds {
-        ep.request_short(dst, PING, &[i as u32]).unwrap();
+        ep.request(dst, PING, Body::short(&[i as u32])).unwrap();
         ep.wait_until(|| pongs.load(Ordering::Relaxed) == i + 1);
         mine.store(i, Ordering::Release);
         // Inside this endpoint's wait loop: the other thread must advance meanwhile.

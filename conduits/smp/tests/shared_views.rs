@@ -5,11 +5,11 @@
 
 use gex_conduit_smp::Smp;
 use gex_core::boot::Singleton;
-use gex_core::{Am, ClientBuilder, EpAddr, HandlerId, Token};
+use gex_core::{Am, Body, ClientBuilder, EpAddr, HandlerId, Token};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The buffer a Long request is built in (`request_long_with`'s `fill`) is the
+/// The buffer a Long request is built in (`request_with`'s `fill` for a Long body) is the
 /// caller's exclusively (`&mut [u8]`) until it is sent. On smp it used to be the destination's segment itself, which the
 /// destination (and every other rank, by RMA or Long AMs) may write at any time: here
 /// endpoint 1 writes its own segment through [`gex_core::Segment::write`] while
@@ -41,7 +41,7 @@ fn prepared_long_buffer_is_not_the_destination_segment() {
     const LEN: usize = 64;
     let dst = EpAddr::new(0, 1);
     let seg1 = e1.segment();
-    e0.request_long_with(dst, H, &[], LEN, OFF, |buf| {
+    e0.request_with(dst, H, Body::long(&[], LEN, OFF), |buf| {
         buf.fill(0xaa);
         // Endpoint 1 owns its segment and may write it whenever it likes (safe).
         seg1.write(OFF, &[0x55; LEN]).unwrap();

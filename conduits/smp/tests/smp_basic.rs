@@ -5,7 +5,7 @@
 
 use gex_conduit_smp::Smp;
 use gex_core::boot::Bootstrap;
-use gex_core::{Am, ClientBuilder, Config, EpAddr, HandlerId, Injected, Token, WaitPolicy};
+use gex_core::{Am, Body, ClientBuilder, Config, EpAddr, HandlerId, Injected, Token, WaitPolicy};
 use gex_testkit::procs::{self, Procs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +26,7 @@ fn ping_pong_every_pair() {
         let got = Arc::new(AtomicU64::new(0));
         let g = got.clone();
         ep.register_at(130, |t: &mut Token<'_>, am: Am<'_>| {
-            t.reply_medium(HandlerId::at(131), am.args(), am.payload())
+            t.reply(HandlerId::at(131), Body::medium(am.args(), am.payload()))
                 .unwrap();
         })
         .unwrap();
@@ -42,11 +42,10 @@ fn ping_pong_every_pair() {
             for len in [0usize, 1, 7, 4096, 65536] {
                 let fill = (peer * 31 + len as u32) as u8;
                 let buf = vec![fill; len];
-                ep.request_medium(
+                ep.request(
                     EpAddr::rank(peer),
                     HandlerId::at(130),
-                    &[len as u32, fill as u32],
-                    &buf,
+                    Body::medium(&[len as u32, fill as u32], &buf),
                 )
                 .unwrap();
                 want += 1;
@@ -74,8 +73,12 @@ fn long_lands_in_mapped_peer_segment() {
         })
         .unwrap();
         let peer = EpAddr::rank(1 - c.rank());
-        ep.request_long(peer, HandlerId::at(140), &[], &[0xab; 1000], 100)
-            .unwrap();
+        ep.request(
+            peer,
+            HandlerId::at(140),
+            Body::long(&[], &[0xab; 1000], 100),
+        )
+        .unwrap();
         ep.wait_until(|| seen.load(Ordering::Relaxed) == 1);
         // Neighbours map each other's segments; the Long landed in this one.
         assert!(ep.shares_memory_with(peer));
@@ -104,7 +107,7 @@ fn replies_survive_full_rings() {
         let replies = Arc::new(AtomicU64::new(0));
         let r = replies.clone();
         ep.register_at(150, |t: &mut Token<'_>, am: Am<'_>| {
-            t.reply_medium(HandlerId::at(151), am.args(), am.payload())
+            t.reply(HandlerId::at(151), Body::medium(am.args(), am.payload()))
                 .unwrap()
         })
         .unwrap();
@@ -119,7 +122,11 @@ fn replies_survive_full_rings() {
         let mut sent = 0;
         while sent < total {
             match ep
-                .try_request_medium(peer, HandlerId::at(150), &[sent], &[7u8; 1000])
+                .try_request(
+                    peer,
+                    HandlerId::at(150),
+                    Body::medium(&[sent], &[7u8; 1000]),
+                )
                 .unwrap()
             {
                 Injected::Sent => sent += 1,
@@ -149,7 +156,7 @@ fn blocking_waits_wake() {
         let got = Arc::new(AtomicU64::new(0));
         let g = got.clone();
         ep.register_at(160, |t: &mut Token<'_>, _am: Am<'_>| {
-            t.reply_short(HandlerId::at(161), &[]).unwrap()
+            t.reply(HandlerId::at(161), Body::short(&[])).unwrap()
         })
         .unwrap();
         ep.register_at(161, move |_t: &mut Token<'_>, _am: Am<'_>| {
@@ -159,7 +166,8 @@ fn blocking_waits_wake() {
         let n = c.size();
         let peer = EpAddr::rank((c.rank() + 1) % n);
         for i in 1..=200 {
-            ep.request_short(peer, HandlerId::at(160), &[]).unwrap();
+            ep.request(peer, HandlerId::at(160), Body::short(&[]))
+                .unwrap();
             ep.wait_until(|| got.load(Ordering::Relaxed) == i);
         }
         gex_testkit::exchange_barrier(&mut ep).unwrap();
@@ -183,7 +191,7 @@ fn endpoints_on_threads() {
                     let got = Arc::new(AtomicU64::new(0));
                     let g = got.clone();
                     ep.register_at(170, |t: &mut Token<'_>, am: Am<'_>| {
-                        t.reply_short(HandlerId::at(171), am.args()).unwrap()
+                        t.reply(HandlerId::at(171), Body::short(am.args())).unwrap()
                     })
                     .unwrap();
                     ep.register_at(171, move |t: &mut Token<'_>, am: Am<'_>| {
@@ -193,7 +201,7 @@ fn endpoints_on_threads() {
                     .unwrap();
                     let dst = EpAddr::new(peer_rank, e);
                     for i in 1..=1000 {
-                        ep.request_short(dst, HandlerId::at(170), &[e as u32])
+                        ep.request(dst, HandlerId::at(170), Body::short(&[e as u32]))
                             .unwrap();
                         ep.wait_until(|| got.load(Ordering::Relaxed) == i);
                     }
@@ -272,7 +280,7 @@ fn panic_in_a_handler_ends_the_job() {
         .unwrap();
         gex_testkit::exchange_barrier(&mut ep).unwrap();
         if c.rank() == 0 {
-            ep.request_short(EpAddr::rank(1), HandlerId::at(190), &[])
+            ep.request(EpAddr::rank(1), HandlerId::at(190), Body::short(&[]))
                 .unwrap();
         }
         ep.wait_until(|| false);
@@ -339,7 +347,7 @@ fn the_progress_thread_sleeps_on_the_doorbell_and_serves_a_computing_rank() {
             .unwrap();
         let ping = ep
             .register(move |t: &mut Token<'_>, _am: Am<'_>| {
-                t.reply_short(pong, &[]).unwrap();
+                t.reply(pong, Body::short(&[])).unwrap();
             })
             .unwrap();
         let me = c.rank();
@@ -355,7 +363,7 @@ fn the_progress_thread_sleeps_on_the_doorbell_and_serves_a_computing_rank() {
         } else {
             std::thread::sleep(std::time::Duration::from_millis(20));
             for i in 1..=10 {
-                ep.request_short(EpAddr::rank(1), ping, &[]).unwrap();
+                ep.request(EpAddr::rank(1), ping, Body::short(&[])).unwrap();
                 let t0 = std::time::Instant::now();
                 assert!(
                     ep.wait_until_timeout(
@@ -426,8 +434,12 @@ fn the_report_shows_unconsumed_ring_bytes_by_peer() {
             wait_for(&ready, "rank 1 never left the barrier");
             let _ = std::fs::remove_file(&ready);
             for i in 0..3 {
-                ep.request_medium(EpAddr::rank(1), HandlerId::at(140), &[i], &[9u8; 100])
-                    .unwrap();
+                ep.request(
+                    EpAddr::rank(1),
+                    HandlerId::at(140),
+                    Body::medium(&[i], &[9u8; 100]),
+                )
+                .unwrap();
             }
             let report = ep.report();
             let line = report

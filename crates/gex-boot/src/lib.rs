@@ -63,6 +63,13 @@
 //!   matching client. Faults are handled by the launcher: see
 //!   [`pmi`](mod@pmi#ending-the-job) and `docs/launching.md`.
 //!
+//! # Cargo features
+//!
+//! - `pmix` (off): the PMIx client (links the system libpmix).
+//! - `fuzz` (off): the hidden `fuzz_api` module, through which `benches/gex-fuzz`
+//!   reaches the decoders of launcher frames, PMI wire lines, base64 and PMI
+//!   mappings. Not API: only gex-fuzz enables it.
+//!
 //! # Words
 //!
 //! - **rank**: one member of a job, numbered `0..size`.
@@ -101,6 +108,7 @@ mod proto;
 mod signals;
 pub mod threads;
 
+#[cfg(feature = "fuzz")]
 #[doc(hidden)]
 pub mod fuzz_api;
 

@@ -12,7 +12,7 @@
 use crate::handle::{HandlerMark, gex_ep_t};
 use crate::ptr;
 use crate::status::{Error, entry, gex_status_t};
-use gex_facade::{Am, EpAddr, HandlerId, Token};
+use gex_facade::{Am, Body, EpAddr, HandlerId, Token};
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 
@@ -200,7 +200,7 @@ pub unsafe extern "C" fn gex_am_request_short(
         // SAFETY: `args` is readable for the given count (this function's `# Safety`).
         let args = unsafe { ptr::slice(args, nargs, "args") }?;
         let (d, id) = (dst(h, rank)?, handler_id(index)?);
-        h.with(|s| Ok(s.ep.request_short(d, id, args)?))?;
+        h.with(|s| Ok(s.ep.request(d, id, Body::short(args))?))?;
         Ok(gex_status_t::GEX_OK)
     })
 }
@@ -232,7 +232,7 @@ pub unsafe extern "C" fn gex_am_request_medium(
         // SAFETY: `payload` is readable for the given count (this function's `# Safety`).
         let payload = unsafe { ptr::slice(payload.cast::<u8>(), len, "payload") }?;
         let (d, id) = (dst(h, rank)?, handler_id(index)?);
-        h.with(|s| Ok(s.ep.request_medium(d, id, args, payload)?))?;
+        h.with(|s| Ok(s.ep.request(d, id, Body::medium(args, payload))?))?;
         Ok(gex_status_t::GEX_OK)
     })
 }
@@ -266,7 +266,7 @@ pub unsafe extern "C" fn gex_am_request_long(
         // SAFETY: `payload` is readable for the given count (this function's `# Safety`).
         let payload = unsafe { ptr::slice(payload.cast::<u8>(), len, "payload") }?;
         let (d, id) = (dst(h, rank)?, handler_id(index)?);
-        h.with(|s| Ok(s.ep.request_long(d, id, args, payload, offset)?))?;
+        h.with(|s| Ok(s.ep.request(d, id, Body::long(args, payload, offset))?))?;
         Ok(gex_status_t::GEX_OK)
     })
 }
@@ -294,7 +294,7 @@ pub unsafe extern "C" fn gex_am_reply_short(
         let args = unsafe { ptr::slice(args, nargs, "args") }?;
         // SAFETY: none needed beyond `current`'s own check of the token.
         let t = unsafe { current(token) }?;
-        t.reply_short(handler_id(index)?, args)?;
+        t.reply(handler_id(index)?, Body::short(args))?;
         Ok(gex_status_t::GEX_OK)
     })
 }
@@ -322,7 +322,7 @@ pub unsafe extern "C" fn gex_am_reply_medium(
         let payload = unsafe { ptr::slice(payload.cast::<u8>(), len, "payload") }?;
         // SAFETY: none needed beyond `current`'s own check of the token.
         let t = unsafe { current(token) }?;
-        t.reply_medium(handler_id(index)?, args, payload)?;
+        t.reply(handler_id(index)?, Body::medium(args, payload))?;
         Ok(gex_status_t::GEX_OK)
     })
 }
@@ -351,7 +351,7 @@ pub unsafe extern "C" fn gex_am_reply_long(
         let payload = unsafe { ptr::slice(payload.cast::<u8>(), len, "payload") }?;
         // SAFETY: none needed beyond `current`'s own check of the token.
         let t = unsafe { current(token) }?;
-        t.reply_long(handler_id(index)?, args, payload, offset)?;
+        t.reply(handler_id(index)?, Body::long(args, payload, offset))?;
         Ok(gex_status_t::GEX_OK)
     })
 }

@@ -23,13 +23,13 @@
 //! error types mix in one `wait_all`/`wait_any`/`wait_some` through [`AnyEvent`].
 //!
 //! ```
-//! use gex_core::{boot::Singleton, loopback::Loopback, Am, ClientBuilder, EpAddr, Nb, Token};
+//! use gex_core::{boot::Singleton, loopback::Loopback, Am, Body, ClientBuilder, EpAddr, Nb, Token};
 //! let client = ClientBuilder::new().segment_size(4096).init::<Loopback>(Box::new(Singleton::new()))?;
 //! let mut ep = client.endpoint(0)?;
 //! let h = ep.register(|_t: &mut Token<'_>, _am: Am<'_>| {})?;
 //! // A Medium request from an owned buffer, nonblocking: the event gives the buffer
 //! // back once the conduit no longer reads it (loopback: once delivered).
-//! let ev = ep.request_medium_owned(EpAddr::rank(0), h, &[], vec![1u8; 64], Nb)?;
+//! let ev = ep.request_owned(EpAddr::rank(0), h, Body::medium(&[], vec![1u8; 64]), Nb)?;
 //! let buf = ep.wait(ev)?;
 //! assert_eq!(buf.len(), 64);
 //! # Ok::<(), Box<dyn std::error::Error>>(())

@@ -86,7 +86,7 @@
 //! use gex_core::layer::{self, Attach, Layer, Progress};
 //! use std::pin::Pin;
 //! use gex_core::spi::Conduit;
-//! use gex_core::{boot::Singleton, loopback::Loopback, Am, Category, ClientBuilder, HandlerId, InitError, Token};
+//! use gex_core::{boot::Singleton, loopback::Loopback, Am, Body, Category, ClientBuilder, HandlerId, InitError, Token};
 //!
 //! /// Counts pings; replies to each with a pong.
 //! #[derive(Debug)]
@@ -100,7 +100,7 @@
 //!     }
 //!     fn handle(mut self: Pin<&mut Self>, h: u8, t: &mut Token<'_>, _am: Am<'_>) {
 //!         match h {
-//!             0 => t.reply_short(self.pong, &[]).expect("reply"),
+//!             0 => t.reply(self.pong, Body::short(&[])).expect("reply"),
 //!             _ => self.pongs += 1,
 //!         }
 //!     }
@@ -644,7 +644,7 @@ impl<'a, C: Conduit> Cx<'a, C> {
     /// synchronised with its owner).
     ///
     /// # Errors
-    /// As [`Endpoint::request_long`](crate::Endpoint::request_long).
+    /// As [`Endpoint::request`](crate::Endpoint::request).
     pub fn try_request(
         &mut self,
         dst: EpAddr,
@@ -654,13 +654,11 @@ impl<'a, C: Conduit> Cx<'a, C> {
         payload: &[u8],
         offset: usize,
     ) -> Result<Injected, AmError> {
+        let body = crate::Body::of(category, args, payload, offset);
         self.core.try_inject(
             dst,
-            category,
             h.index(),
-            args,
-            payload,
-            offset,
+            body,
             crate::endpoint::FIRST_LAYER_HANDLER,
             false,
         )
@@ -997,12 +995,12 @@ pub fn poll<C: Conduit>(ep: &mut Endpoint<C>) -> usize {
 /// kept for the call that ends the operation.
 ///
 /// ```
-/// # use gex_core::{loopback::Loopback, boot::Singleton, ClientBuilder, EpAddr, Injected, layer::{self, Retry}};
+/// # use gex_core::{loopback::Loopback, boot::Singleton, Body, ClientBuilder, EpAddr, Injected, layer::{self, Retry}};
 /// # let client = ClientBuilder::new().segment_size(4096).init::<Loopback>(Box::new(Singleton::new()))?;
 /// # let mut ep = client.endpoint(0)?;
 /// # let h = ep.register(|_t: &mut gex_core::Token<'_>, _am: gex_core::Am<'_>| {})?;
 /// let mut r = Retry::default();
-/// while ep.try_request_short(EpAddr::rank(0), h, &[])? == Injected::WouldBlock {
+/// while ep.try_request(EpAddr::rank(0), h, Body::short(&[]))? == Injected::WouldBlock {
 ///     layer::retry(&mut ep, &mut r);
 /// }
 /// # ep.poll();

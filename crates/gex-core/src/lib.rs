@@ -37,7 +37,7 @@
 //!
 //! ## Example
 //! ```
-//! use gex_core::{boot::Singleton, loopback::Loopback, Am, ClientBuilder, EpAddr, Token};
+//! use gex_core::{boot::Singleton, loopback::Loopback, Am, Body, ClientBuilder, EpAddr, Token};
 //! use std::sync::{Arc, atomic::{AtomicU64, Ordering}};
 //!
 //! let client = ClientBuilder::new().segment_size(1 << 16).init::<Loopback>(Box::new(Singleton::new()))?;
@@ -49,9 +49,9 @@
 //! })?;
 //! let echo = ep.register(move |t: &mut Token<'_>, am: Am<'_>| {
 //!     // Echo the payload back in a reply.
-//!     t.reply_medium(done, am.args(), am.payload()).unwrap();
+//!     t.reply(done, Body::medium(am.args(), am.payload())).unwrap();
 //! })?;
-//! ep.request_medium(EpAddr::rank(0), echo, &[1, 2, 3], b"hello")?;
+//! ep.request(EpAddr::rank(0), echo, Body::medium(&[1, 2, 3], b"hello"))?;
 //! ep.wait_until(|| got.load(Ordering::Relaxed) == 5);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -85,7 +85,7 @@ pub use client::{
 };
 pub use config::Config;
 pub use endpoint::{
-    Am, Endpoint, EpStats, Handler, LongPayload, OwnedEndpoint, Scope, Segment, Token,
+    Am, Body, Endpoint, EpStats, Handler, LongPayload, OwnedEndpoint, Scope, Segment, Token,
 };
 pub use error::{AmError, EpError, EventError, InitError, RegisterError};
 pub use event::{AnyEvent, Blocking, Event, Mode, ModeKind, Nb, Nbi};

@@ -407,25 +407,21 @@ pub struct OutMsg<'a> {
 
 impl<'a> OutMsg<'a> {
     /// Builds a message the caller has validated (see the type's documentation).
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(crate) fn new(
         dst: EpAddr,
         handler: HandlerIndex,
         kind: Kind,
-        category: Category,
-        args: &'a [u32],
-        payload: &'a [u8],
-        offset: usize,
+        body: crate::Body<'a>,
     ) -> Self {
         OutMsg {
             dst,
             handler,
             kind,
-            category,
-            args,
-            payload,
-            offset,
+            category: body.category(),
+            args: body.args(),
+            payload: body.payload(),
+            offset: body.offset(),
         }
     }
     /// The destination endpoint.

@@ -10,8 +10,8 @@ use gex_core::layer::Layer;
 use gex_core::loopback::Loopback;
 use gex_core::spi::Conduit;
 use gex_core::{
-    Am, AmError, Blocking, Client, ClientBuilder, Config, Endpoint, EpAddr, EpError, EventError,
-    HandlerId, InitError, Mode, Nb, Nbi, Team, Token,
+    Am, AmError, Blocking, Body, Client, ClientBuilder, Config, Endpoint, EpAddr, EpError,
+    EventError, HandlerId, InitError, Mode, Nb, Nbi, Team, Token,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -62,11 +62,11 @@ fn nothing_sent(ep: &mut Endpoint<Loopback>, handled: &AtomicU32) {
 fn owned_errors<M: Mode>(ep: &mut Endpoint<Loopback>, h: HandlerId, mode: M) {
     let me = ep.addr();
     let med = |ep: &mut Endpoint<Loopback>, dst, h, args: &[u32], len| {
-        ep.request_medium_owned(dst, h, args, vec![7u8; len], mode)
+        ep.request_owned(dst, h, Body::medium(args, vec![7u8; len]), mode)
             .map(|_| ())
     };
     let long = |ep: &mut Endpoint<Loopback>, dst, h, args: &[u32], len, off| {
-        ep.request_long_owned(dst, h, args, vec![7u8; len], off, mode)
+        ep.request_owned(dst, h, Body::long(args, vec![7u8; len], off), mode)
             .map(|_| ())
     };
     let kind = std::any::type_name::<M>();
@@ -192,47 +192,46 @@ fn reserved_and_missing_handlers_are_refused_by_every_form() {
     for idx in [1u8, 5, 16, 127] {
         let r = AmError::ReservedHandler(idx);
         let hid = HandlerId::at_any(idx);
-        assert_eq!(ep.request_short(me, hid, &[]), Err(r.clone()));
-        assert_eq!(ep.request_medium(me, hid, &[], &[1]), Err(r.clone()));
-        assert_eq!(ep.request_long(me, hid, &[], &[1], 0), Err(r.clone()));
-        assert_eq!(ep.try_request_short(me, hid, &[]), Err(r.clone()));
-        assert_eq!(ep.try_request_medium(me, hid, &[], &[1]), Err(r.clone()));
-        assert_eq!(ep.try_request_long(me, hid, &[], &[1], 0), Err(r.clone()));
-        assert_eq!(
-            ep.try_request_medium_with(me, hid, &[], 8, |_| 1),
-            Err(r.clone())
-        );
-        assert_eq!(
-            ep.try_request_long_with(me, hid, &[], 8, 0, |_| 1),
-            Err(r.clone())
-        );
-        assert_eq!(
-            ep.request_medium_with(me, hid, &[], 8, |_| 1),
-            Err(r.clone())
-        );
-        assert_eq!(ep.request_long_with(me, hid, &[], 8, 0, |_| 1), Err(r));
+        for body in [
+            Body::short(&[]),
+            Body::medium(&[], &[1]),
+            Body::long(&[], &[1], 0),
+        ] {
+            assert_eq!(ep.request(me, hid, body), Err(r.clone()));
+            assert_eq!(ep.try_request(me, hid, body), Err(r.clone()));
+        }
+        for body in [Body::medium(&[], 8), Body::long(&[], 8, 0)] {
+            assert_eq!(ep.request_with(me, hid, body, |_| 1), Err(r.clone()));
+            assert_eq!(ep.try_request_with(me, hid, body, |_| 1), Err(r.clone()));
+        }
     }
     for idx in [0u8, 129, 255] {
         let u = AmError::UnregisteredHandler(idx);
         let hid = HandlerId::at_any(idx);
-        assert_eq!(ep.request_short(me, hid, &[]), Err(u.clone()));
-        assert_eq!(ep.try_request_long(me, hid, &[], &[1], 0), Err(u.clone()));
+        assert_eq!(ep.request(me, hid, Body::short(&[])), Err(u.clone()));
         assert_eq!(
-            ep.try_request_medium_with(me, hid, &[], 8, |_| 1),
+            ep.try_request(me, hid, Body::long(&[], &[1], 0)),
             Err(u.clone())
         );
-        assert_eq!(ep.request_medium_with(me, hid, &[], 8, |_| 0), Err(u));
+        assert_eq!(
+            ep.try_request_with(me, hid, Body::medium(&[], 8), |_| 1),
+            Err(u.clone())
+        );
+        assert_eq!(
+            ep.request_with(me, hid, Body::medium(&[], 8), |_| 0),
+            Err(u)
+        );
     }
     // The other send-time errors, on both kinds of buffer.
     assert_eq!(
-        ep.request_long_with(me, h, &[], 8, SEG - 8, |_| 9),
+        ep.request_with(me, h, Body::long(&[], 8, SEG - 8), |_| 9),
         Err(AmError::CommitTooLarge {
             len: 9,
             prepared: 8
         })
     );
     assert!(matches!(
-        ep.request_medium_with(me, h, &[0; 17], 8, |_| 8),
+        ep.request_with(me, h, Body::medium(&[0; 17], 8), |_| 8),
         Err(AmError::TooManyArgs { given: 17, .. })
     ));
     nothing_sent(&mut ep, &handled);
@@ -246,25 +245,25 @@ fn prepare_time_errors_are_reported_before_any_buffer_is_lent() {
     let me = ep.addr();
     let maxm = ep.max_medium(me);
     assert_eq!(
-        ep.request_medium_with(EpAddr::rank(1), h, &[], 8, |_| 0),
+        ep.request_with(EpAddr::rank(1), h, Body::medium(&[], 8), |_| 0),
         Err(AmError::BadRank { rank: 1, size: 1 })
     );
     assert_eq!(
-        ep.request_long_with(EpAddr::new(0, 1), h, &[], 8, 0, |_| 0),
+        ep.request_with(EpAddr::new(0, 1), h, Body::long(&[], 8, 0), |_| 0),
         Err(AmError::BadEndpoint {
             dst: EpAddr::new(0, 1),
             eps: 1
         })
     );
     assert_eq!(
-        ep.request_medium_with(me, h, &[], maxm + 1, |_| 0),
+        ep.request_with(me, h, Body::medium(&[], maxm + 1), |_| 0),
         Err(AmError::PayloadTooLarge {
             len: maxm + 1,
             max: maxm
         })
     );
     assert_eq!(
-        ep.request_long_with(me, h, &[], 2, usize::MAX, |_| 0),
+        ep.request_with(me, h, Body::long(&[], 2, usize::MAX), |_| 0),
         Err(AmError::OutOfSegment {
             dst: me,
             offset: usize::MAX,
@@ -275,7 +274,7 @@ fn prepare_time_errors_are_reported_before_any_buffer_is_lent() {
     // `fill` is not called when the prepare fails.
     let called = std::cell::Cell::new(false);
     assert_eq!(
-        ep.try_request_long_with(me, h, &[], 16, SEG - 8, |_| {
+        ep.try_request_with(me, h, Body::long(&[], 16, SEG - 8), |_| {
             called.set(true);
             0
         }),
@@ -298,10 +297,10 @@ fn zero_lengths_at_the_segment_end() {
     let mut ep = c.endpoint(0).unwrap();
     let (h, handled) = counting(&mut ep);
     let me = ep.addr();
-    ep.request_long(me, h, &[], &[], SEG).unwrap();
+    ep.request(me, h, Body::long(&[], &[], SEG)).unwrap();
     ep.wait_until(|| handled.load(Ordering::Relaxed) == 1);
     assert_eq!(
-        ep.request_long(me, h, &[], &[], SEG + 1),
+        ep.request(me, h, Body::long(&[], &[], SEG + 1)),
         Err(AmError::OutOfSegment {
             dst: me,
             offset: SEG + 1,
@@ -378,10 +377,10 @@ fn every_wait_refuses_another_endpoints_event() {
     let (h, _) = counting(&mut a);
     let _ = counting(&mut b);
     let mine = b
-        .request_medium_owned(EpAddr::new(0, 0), h, &[], vec![1u8; 8], Nb)
+        .request_owned(EpAddr::new(0, 0), h, Body::medium(&[], vec![1u8; 8]), Nb)
         .unwrap();
     let theirs = a
-        .request_medium_owned(EpAddr::new(0, 1), h, &[], vec![5u8; 100], Nb)
+        .request_owned(EpAddr::new(0, 1), h, Body::medium(&[], vec![5u8; 100]), Nb)
         .unwrap();
     let wrong = EventError::WrongEndpoint {
         started_on: EpAddr::new(0, 0),
@@ -411,7 +410,7 @@ fn an_event_tracked_on_another_endpoint_fails_the_sync() {
     let (h, _) = counting(&mut a);
     let _ = counting(&mut b);
     let ev = a
-        .request_medium_owned(EpAddr::new(0, 1), h, &[], vec![5u8; 100], Nb)
+        .request_owned(EpAddr::new(0, 1), h, Body::medium(&[], vec![5u8; 100]), Nb)
         .unwrap();
     gex_core::layer::track_implicit(&mut *b, 7, ev);
     match b.sync_implicit::<AmError>(Some(7)) {
@@ -421,7 +420,7 @@ fn an_event_tracked_on_another_endpoint_fails_the_sync() {
         other => panic!("sync of a foreign implicit event: {other:?}"),
     }
     let ev = a
-        .request_medium_owned(EpAddr::new(0, 1), h, &[], vec![5u8; 100], Nb)
+        .request_owned(EpAddr::new(0, 1), h, Body::medium(&[], vec![5u8; 100]), Nb)
         .unwrap();
     let r = b.scope(|s| {
         let tag = s.tag();
@@ -434,7 +433,7 @@ fn an_event_tracked_on_another_endpoint_fails_the_sync() {
     );
     // A scope returns its body's error (after waiting for what it started).
     assert_eq!(
-        b.scope(|s| s.request_short(EpAddr::rank(9), h, &[])),
+        b.scope(|s| s.request(EpAddr::rank(9), h, Body::short(&[]))),
         Err(AmError::BadRank { rank: 9, size: 1 })
     );
     b.poll();
@@ -868,7 +867,7 @@ fn create_endpoint_errors_on_loopback() {
         .unwrap();
     let (two, three) = (gex_core::EpAddr::new(0, 2), gex_core::EpAddr::new(0, 3));
     assert_eq!(
-        ep.request_short(two, h, &[]),
+        ep.request(two, h, Body::short(&[])),
         Err(gex_core::AmError::Conduit(ConduitError::NoEndpoint {
             dst: two,
             state: "not created yet"
@@ -885,7 +884,7 @@ fn create_endpoint_errors_on_loopback() {
         },
     )
     .unwrap();
-    ep.request_medium(two, h, &[], &[5; 40]).unwrap();
+    ep.request(two, h, Body::medium(&[], &[5; 40])).unwrap();
     e2.wait_until(|| got.load(std::sync::atomic::Ordering::Relaxed) == 1);
     let e3 = c.create_endpoint().unwrap();
     assert_eq!(e3.addr(), three);
@@ -898,7 +897,7 @@ fn create_endpoint_errors_on_loopback() {
     );
     drop(e2);
     assert_eq!(
-        ep.request_long(two, h, &[], &[1; 8], 0),
+        ep.request(two, h, Body::long(&[], &[1; 8], 0)),
         Err(gex_core::AmError::Conduit(ConduitError::NoEndpoint {
             dst: two,
             state: "closed"
@@ -906,7 +905,7 @@ fn create_endpoint_errors_on_loopback() {
     );
     let four = gex_core::EpAddr::new(0, 4);
     assert_eq!(
-        ep.request_short(four, h, &[]),
+        ep.request(four, h, Body::short(&[])),
         Err(gex_core::AmError::BadEndpoint { dst: four, eps: 4 })
     );
 }

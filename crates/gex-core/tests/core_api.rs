@@ -7,7 +7,7 @@ use gex_core::layer::{self, Cx, Layer, Progress};
 use gex_core::loopback::Loopback;
 use gex_core::spi::Conduit;
 use gex_core::{
-    Am, AmError, Blocking, Category, ClientBuilder, EpAddr, EpError, EventError, HandlerId,
+    Am, AmError, Blocking, Body, Category, ClientBuilder, EpAddr, EpError, EventError, HandlerId,
     InitError, Injected, Nb, Nbi, RegisterError, Token,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,7 +37,7 @@ fn deferred_local_completion_returns_the_buffer_after_delivery() {
     let buf = vec![9u8; 1000];
     let ptr = buf.as_ptr();
     let ev = ep
-        .request_medium_owned(EpAddr::rank(0), h, &[], buf, Nb)
+        .request_owned(EpAddr::rank(0), h, Body::medium(&[], buf), Nb)
         .unwrap();
     // Not delivered yet: loopback still holds the buffer.
     assert!(!ev.is_done());
@@ -46,10 +46,15 @@ fn deferred_local_completion_returns_the_buffer_after_delivery() {
     assert_eq!(seen.lock().unwrap().as_slice(), &[9u8; 1000][..]);
     // Blocking mode gives the buffer back directly; implicit mode tracks it.
     let back = ep
-        .request_medium_owned(EpAddr::rank(0), h, &[], vec![1u8; 10], Blocking)
+        .request_owned(
+            EpAddr::rank(0),
+            h,
+            Body::medium(&[], vec![1u8; 10]),
+            Blocking,
+        )
         .unwrap();
     assert_eq!(back.len(), 10);
-    ep.request_medium_owned(EpAddr::rank(0), h, &[], vec![2u8; 10], Nbi)
+    ep.request_owned(EpAddr::rank(0), h, Body::medium(&[], vec![2u8; 10]), Nbi)
         .unwrap();
     ep.sync_implicit::<AmError>(None).unwrap();
     assert_eq!(seen.lock().unwrap().len(), 1020);
@@ -101,7 +106,7 @@ fn an_id_from_another_endpoint_is_checked_against_this_table() {
     let second = a.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
     // `b` registered nothing: the id names an index it does not have.
     assert_eq!(
-        b.request_short(EpAddr::new(0, 0), second, &[]),
+        b.request(EpAddr::new(0, 0), second, Body::short(&[])),
         Err(AmError::UnregisteredHandler(second.index()))
     );
 }
@@ -112,13 +117,16 @@ fn try_forms_report_back_pressure_and_full_forms_validate() {
     let mut ep = c.endpoint(0).unwrap();
     let h = ep.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
     let me = ep.addr();
-    assert_eq!(ep.try_request_short(me, h, &[1]).unwrap(), Injected::Sent);
     assert_eq!(
-        ep.try_request_medium(me, h, &[], &[1; 8]).unwrap(),
+        ep.try_request(me, h, Body::short(&[1])).unwrap(),
         Injected::Sent
     );
     assert_eq!(
-        ep.request_long(me, h, &[], &[0; 8], 4090),
+        ep.try_request(me, h, Body::medium(&[], &[1; 8])).unwrap(),
+        Injected::Sent
+    );
+    assert_eq!(
+        ep.request(me, h, Body::long(&[], &[0; 8], 4090)),
         Err(AmError::OutOfSegment {
             dst: me,
             offset: 4090,
@@ -127,11 +135,11 @@ fn try_forms_report_back_pressure_and_full_forms_validate() {
         })
     );
     assert_eq!(
-        ep.request_short(EpAddr::rank(3), h, &[]),
+        ep.request(EpAddr::rank(3), h, Body::short(&[])),
         Err(AmError::BadRank { rank: 3, size: 1 })
     );
     assert!(matches!(
-        ep.request_short(me, h, &[0; 17]),
+        ep.request(me, h, Body::short(&[0; 17])),
         Err(AmError::TooManyArgs { given: 17, .. })
     ));
     // The closure form never leaves a borrow behind: a retry loop compiles and works.
@@ -139,7 +147,7 @@ fn try_forms_report_back_pressure_and_full_forms_validate() {
     loop {
         tries += 1;
         match ep
-            .try_request_medium_with(me, h, &[], 32, |b| {
+            .try_request_with(me, h, Body::medium(&[], 32), |b| {
                 b[..4].copy_from_slice(b"abcd");
                 4
             })
@@ -153,7 +161,7 @@ fn try_forms_report_back_pressure_and_full_forms_validate() {
     }
     assert_eq!(tries, 1);
     assert!(matches!(
-        ep.try_request_medium_with(me, h, &[], 8, |_| 9),
+        ep.try_request_with(me, h, Body::medium(&[], 8), |_| 9),
         Err(AmError::CommitTooLarge {
             len: 9,
             prepared: 8
@@ -173,7 +181,7 @@ fn token_reports_reply_limits() {
             *s.lock().unwrap() = Some((t.max_args(), t.max_reply_medium(), t.max_reply_long()));
         })
         .unwrap();
-    ep.request_short(EpAddr::rank(0), h, &[]).unwrap();
+    ep.request(EpAddr::rank(0), h, Body::short(&[])).unwrap();
     ep.wait_until(|| seen.lock().unwrap().is_some());
     let got = seen.lock().unwrap().unwrap();
     assert_eq!(got, (ep.max_args(), ep.max_medium(EpAddr::rank(0)), 4096));
@@ -199,7 +207,7 @@ fn an_event_waited_on_another_endpoint_is_an_error() {
     let h = a.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
     let _ = b.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
     let ev = a
-        .request_medium_owned(EpAddr::new(0, 1), h, &[], vec![5u8; 100], Nb)
+        .request_owned(EpAddr::new(0, 1), h, Body::medium(&[], vec![5u8; 100]), Nb)
         .unwrap();
     assert!(!ev.is_done(), "loopback defers the buffer until delivery");
     let err = b.wait(ev).unwrap_err();
@@ -211,7 +219,7 @@ fn an_event_waited_on_another_endpoint_is_an_error() {
         })
     );
     let ev = a
-        .request_medium_owned(EpAddr::new(0, 1), h, &[], vec![5u8; 100], Nb)
+        .request_owned(EpAddr::new(0, 1), h, Body::medium(&[], vec![5u8; 100]), Nb)
         .unwrap();
     assert!(matches!(b.test(&ev), Err(EventError::WrongEndpoint { .. })));
     assert!(matches!(
@@ -247,7 +255,7 @@ fn long_payloads_are_read_through_copies() {
             *g.lock().unwrap() = l.to_vec();
         })
         .unwrap();
-    ep.request_long(EpAddr::rank(0), h, &[], b"hello", 64)
+    ep.request(EpAddr::rank(0), h, Body::long(&[], b"hello", 64))
         .unwrap();
     ep.wait_until(|| !got.lock().unwrap().is_empty());
     assert_eq!(got.lock().unwrap().as_slice(), b"hello");
@@ -278,7 +286,7 @@ fn ams_cross_endpoints_on_threads() {
         let _ping = b
             .register(move |t: &mut Token<'_>, am: Am<'_>| {
                 assert_eq!(t.src(), EpAddr::new(0, 0));
-                t.reply_short(pong, am.args()).unwrap();
+                t.reply(pong, Body::short(am.args())).unwrap();
             })
             .unwrap();
         let done = Arc::new(AtomicU64::new(0));
@@ -291,10 +299,12 @@ fn ams_cross_endpoints_on_threads() {
     // Wait until the thread has registered its handlers (its table must match).
     std::thread::sleep(Duration::from_millis(50));
     for i in 1..=100u32 {
-        a.request_short(EpAddr::new(0, 1), a_ping, &[i]).unwrap();
+        a.request(EpAddr::new(0, 1), a_ping, Body::short(&[i]))
+            .unwrap();
     }
     a.wait_until(|| got.load(Ordering::Relaxed) == 5050);
-    a.request_short(EpAddr::new(0, 1), a_done, &[]).unwrap();
+    a.request(EpAddr::new(0, 1), a_done, Body::short(&[]))
+        .unwrap();
     let _ = a_pong;
     t.join().unwrap();
 }
@@ -352,7 +362,7 @@ fn a_scope_completes_its_operations_before_returning() {
     let me = ep.addr();
     ep.scope(|s| {
         for _ in 0..3 {
-            let ev = s.request_medium_owned(me, h, &[], vec![0; 8], Nb)?;
+            let ev = s.request_owned(me, h, Body::medium(&[], vec![0; 8]), Nb)?;
             let tag = s.tag();
             layer::track_implicit(&mut *s, tag, ev);
         }
@@ -405,7 +415,9 @@ impl Layer for Pinger {
     }
     fn handle(mut self: std::pin::Pin<&mut Self>, h: u8, t: &mut Token<'_>, _am: Am<'_>) {
         match h {
-            0 => t.reply_short(self.pong.expect("attached"), &[]).unwrap(),
+            0 => t
+                .reply(self.pong.expect("attached"), Body::short(&[]))
+                .unwrap(),
             _ => self.pongs += 1,
         }
     }
@@ -466,7 +478,7 @@ fn layers_get_handler_blocks_aux_slices_settings_and_progress() {
     );
     // Reserved handlers are not for clients.
     assert_eq!(
-        ep.request_short(me, ping, &[]),
+        ep.request(me, ping, Body::short(&[])),
         Err(AmError::ReservedHandler(16))
     );
     // A layer sends to its own handlers without waiting; the endpoint's waits run its
@@ -545,7 +557,9 @@ fn a_progress_thread_serves_requests_while_the_owner_computes() {
         .register(|_t: &mut Token<'_>, _a: Am<'_>| {})
         .unwrap();
     let _ping_t = target
-        .register(move |t: &mut Token<'_>, am: Am<'_>| t.reply_short(pong_t, am.args()).unwrap())
+        .register(move |t: &mut Token<'_>, am: Am<'_>| {
+            t.reply(pong_t, Body::short(am.args())).unwrap()
+        })
         .unwrap();
     let _pong_p = peer
         .register(move |_t: &mut Token<'_>, am: Am<'_>| {
@@ -560,7 +574,7 @@ fn a_progress_thread_serves_requests_while_the_owner_computes() {
         drop(target);
     });
     let t0 = Instant::now();
-    peer.request_short(EpAddr::new(0, 0), ping_p, &[42])
+    peer.request(EpAddr::new(0, 0), ping_p, Body::short(&[42]))
         .unwrap();
     assert!(peer.wait_until_timeout(|| got.load(Ordering::Relaxed) == 42, Duration::from_secs(5)));
     assert!(
@@ -655,7 +669,7 @@ fn the_report_names_counters_layers_and_the_conduit() {
     let c = stuck_client(gex_core::Config::default());
     let mut ep = c.endpoint(0).unwrap();
     let h = ep.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
-    ep.request_short(EpAddr::rank(0), h, &[]).unwrap();
+    ep.request(EpAddr::rank(0), h, Body::short(&[])).unwrap();
     ep.poll();
     let r = ep.report();
     assert!(r.contains("state of rank 0 ep 0"), "{r}");
@@ -833,7 +847,7 @@ fn child_thread_handler_panics() {
         .register(|_t: &mut Token<'_>, _a: Am<'_>| panic!("a handler panics on purpose"))
         .unwrap();
     let _ = peer.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
-    peer.request_short(target.addr(), boom, &[]).unwrap();
+    peer.request(target.addr(), boom, Body::short(&[])).unwrap();
     // The owner computes; the progress thread runs the handler, which panics.
     std::thread::sleep(Duration::from_secs(5));
     drop(target);

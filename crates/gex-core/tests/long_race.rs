@@ -9,7 +9,7 @@
 
 use gex_core::boot::Singleton;
 use gex_core::loopback::Loopback;
-use gex_core::{Am, ClientBuilder, EpAddr, HandlerId, Token};
+use gex_core::{Am, Body, ClientBuilder, EpAddr, HandlerId, Token};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -36,7 +36,7 @@ fn a_long_delivery_and_a_segment_read_do_not_race() {
     std::thread::scope(|s| {
         s.spawn(move || {
             for i in 1..=3u8 {
-                e0.request_long(EpAddr::new(0, 1), H, &[], &[i; 27], 5)
+                e0.request(EpAddr::new(0, 1), H, Body::long(&[], &[i; 27], 5))
                     .unwrap();
             }
         });

@@ -5,7 +5,7 @@
 
 use gex_core::boot::Singleton;
 use gex_core::loopback::Loopback;
-use gex_core::{Am, ClientBuilder, EpAddr, Token};
+use gex_core::{Am, Body, ClientBuilder, EpAddr, Token};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tracing::span::{Attributes, Id, Record};
@@ -50,9 +50,9 @@ fn am_path_emits_events() {
         })
         .unwrap();
     let ping = ep
-        .register(move |t: &mut Token<'_>, _am: Am<'_>| t.reply_short(pong, &[]).unwrap())
+        .register(move |t: &mut Token<'_>, _am: Am<'_>| t.reply(pong, Body::short(&[])).unwrap())
         .unwrap();
-    ep.request_short(EpAddr::rank(0), ping, &[]).unwrap();
+    ep.request(EpAddr::rank(0), ping, Body::short(&[])).unwrap();
     ep.wait_until(|| done.load(Ordering::Relaxed) == 1);
     // request + delivery of the request + reply + delivery of the reply.
     assert_eq!(n.load(Ordering::Relaxed), 4);

@@ -17,7 +17,7 @@ use gex_core::spi::{
     Capabilities, Conduit, ConduitEp, ConduitError, Deliver, Limits, OpenParams, OutMsg, Prepare,
     PrepareReq,
 };
-use gex_core::{AmError, ClientBuilder, EpAddr, EpIndex, InitError, Injected};
+use gex_core::{AmError, Body, ClientBuilder, EpAddr, EpIndex, InitError, Injected};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -110,7 +110,7 @@ fn a_short_in_place_buffer_is_a_contract_error() {
         .register(|_t: &mut gex_core::Token<'_>, _am: gex_core::Am<'_>| {})
         .unwrap();
     let mut filled = false;
-    match ep.request_medium_with(me, h, &[], 32, |buf| {
+    match ep.request_with(me, h, Body::medium(&[], 32), |buf| {
         filled = true;
         buf.fill(0xff);
         0

@@ -45,7 +45,7 @@ use std::pin::Pin;
 
 use gex_core::layer::{Cx, Progress};
 use gex_core::spi::Conduit;
-use gex_core::{Am, Category, EpAddr, HandlerId, Injected, Nbi, Token};
+use gex_core::{Am, Body, Category, EpAddr, HandlerId, Injected, Nbi, Token};
 use gex_rma::{GlobalPtr, NbiCategories, RmaExt};
 
 use crate::error::OverlapError;
@@ -337,7 +337,7 @@ impl Sched {
             }
         }
         // A reply fails only if the requester is gone; its flush then fails on its side.
-        let _ = t.reply_short(self.h_ack, &[]);
+        let _ = t.reply(self.h_ack, Body::short(&[]));
     }
 }
 

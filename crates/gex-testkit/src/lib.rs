@@ -49,7 +49,7 @@
 //!     ranks: 3,
 //!     endpoints: 2,
 //!     exclude: {
-//!         back_pressure: "MyConduit's queues are unbounded, IMMEDIATE never reports WouldBlock",
+//!         back_pressure: "MyConduit's queues are unbounded, non-waiting requests never report WouldBlock",
 //!     },
 //! }
 //! ```

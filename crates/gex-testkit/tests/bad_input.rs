@@ -3,7 +3,7 @@
 //! form over the destination's `max_long` is `AmError::PayloadTooLarge`, sending
 //! nothing (docs/testing.md, "Bad input").
 
-use gex_core::{Am, AmError, Blocking, ClientBuilder, HandlerId, Nb, Nbi, Token};
+use gex_core::{Am, AmError, Blocking, Body, ClientBuilder, HandlerId, Nb, Nbi, Token};
 use gex_testkit::sim::{SimConfig, run_sim};
 use std::sync::{Arc, Mutex};
 
@@ -35,45 +35,45 @@ fn longs_over_the_conduits_limit_are_payload_too_large() {
             let rq = ep
                 .register_at(130, move |t: &mut Token<'_>, _am: Am<'_>| {
                     let mut v = r.lock().unwrap();
-                    v.push(t.reply_long(rp, &[], &[1u8; MAX_LONG + 1], 0));
-                    v.push(t.reply_short(rp, &[]));
+                    v.push(t.reply(rp, Body::long(&[], &[1u8; MAX_LONG + 1], 0)));
+                    v.push(t.reply(rp, Body::short(&[])));
                 })
                 .unwrap();
             ep.register_at(rp.index(), |_t: &mut Token<'_>, _am: Am<'_>| {})
                 .unwrap();
             assert_eq!(
-                ep.request_long(me, rq, &[], &big, 0),
+                ep.request(me, rq, Body::long(&[], &big, 0)),
                 Err(too_large.clone())
             );
             assert_eq!(
-                ep.try_request_long(me, rq, &[], &big, 0),
+                ep.try_request(me, rq, Body::long(&[], &big, 0)),
                 Err(too_large.clone())
             );
             assert_eq!(
-                ep.request_long_owned(me, rq, &[], big.clone(), 0, Blocking)
+                ep.request_owned(me, rq, Body::long(&[], big.clone(), 0), Blocking)
                     .map(drop),
                 Err(too_large.clone())
             );
             assert_eq!(
-                ep.request_long_owned(me, rq, &[], big.clone(), 0, Nb)
+                ep.request_owned(me, rq, Body::long(&[], big.clone(), 0), Nb)
                     .map(drop),
                 Err(too_large.clone())
             );
             assert_eq!(
-                ep.request_long_owned(me, rq, &[], big.clone(), 0, Nbi),
+                ep.request_owned(me, rq, Body::long(&[], big.clone(), 0), Nbi),
                 Err(too_large.clone())
             );
             assert_eq!(
-                ep.request_long_with(me, rq, &[], MAX_LONG + 1, 0, |_| 0),
+                ep.request_with(me, rq, Body::long(&[], MAX_LONG + 1, 0), |_| 0),
                 Err(too_large.clone())
             );
             assert_eq!(
-                ep.try_request_long_with(me, rq, &[], MAX_LONG + 1, 0, |_| 0),
+                ep.try_request_with(me, rq, Body::long(&[], MAX_LONG + 1, 0), |_| 0),
                 Err(too_large.clone())
             );
             assert_eq!(ep.stats().sent.iter().sum::<u64>(), 0, "a failed call sent");
             // The reply over the limit fails in the handler; the good one goes.
-            ep.request_short(me, rq, &[]).unwrap();
+            ep.request(me, rq, Body::short(&[])).unwrap();
             ep.wait_until(|| replied.lock().unwrap().len() == 2);
             assert_eq!(*replied.lock().unwrap(), vec![Err(too_large), Ok(())]);
             gex_testkit::exchange_barrier(&mut ep).unwrap();

@@ -10,7 +10,7 @@ gex_testkit::suite_tests! {
     ranks: 1,
     exclude: {
         flood_one_rank: "needs 3 ranks; loopback runs a job of one",
-        back_pressure: "loopback's queues are unbounded: IMMEDIATE never reports WouldBlock",
+        back_pressure: "loopback's queues are unbounded: non-waiting requests never report WouldBlock",
     },
 }
 
@@ -25,7 +25,7 @@ mod two_endpoints {
         endpoints: 2,
         exclude: {
             flood_one_rank: "needs 3 ranks; loopback runs a job of one",
-            back_pressure: "loopback's queues are unbounded: IMMEDIATE never reports WouldBlock",
+            back_pressure: "loopback's queues are unbounded: non-waiting requests never report WouldBlock",
         },
     }
 }

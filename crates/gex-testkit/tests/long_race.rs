@@ -7,7 +7,7 @@
 //! Miri the probes are ignored: `cargo +nightly miri test -p gex-testkit --test
 //! long_race` (docs/soundness.md, class 4).
 
-use gex_core::{Am, ClientBuilder, EpAddr, HandlerId, Token};
+use gex_core::{Am, Body, ClientBuilder, EpAddr, HandlerId, Token};
 use gex_testkit::sim::{SimConfig, run_sim};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -32,7 +32,7 @@ fn a_long_delivery_and_a_segment_read_do_not_race() {
             gex_testkit::exchange_barrier(&mut ep).unwrap();
             if client.rank() == 1 {
                 for i in 1..=3u8 {
-                    ep.request_long(EpAddr::rank(0), H, &[], &[i; 27], 5)
+                    ep.request(EpAddr::rank(0), H, Body::long(&[], &[i; 27], 5))
                         .unwrap();
                 }
             } else {

@@ -215,7 +215,7 @@ mod loopback_in_a_process {
         endpoints: 2,
         exclude: {
             flood_one_rank: "needs 3 ranks; loopback runs a job of one",
-            back_pressure: "loopback's queues are unbounded: IMMEDIATE never reports WouldBlock",
+            back_pressure: "loopback's queues are unbounded: non-waiting requests never report WouldBlock",
         },
     }
 }

@@ -3,14 +3,14 @@
 //! model of what every endpoint must receive.
 //!
 //! Each operation is one request (category, argument count, payload size, source and
-//! destination endpoint, IMMEDIATE or not) that may ask for a reply (category, argument
+//! destination endpoint, waiting or not) that may ask for a reply (category, argument
 //! count, size). The model: every request reported `Sent` is delivered exactly once to
 //! its destination with its exact contents, and its reply (if any) exactly once to its
 //! source; a request reported `WouldBlock` is never delivered; with reordering off,
 //! messages of one (source EP, destination EP, request/reply) stream arrive in the
 //! order they were sent.
 
-use gex_core::{Am, Category, ClientBuilder, EpAddr, HandlerId, Injected, Kind, Token};
+use gex_core::{Am, Body, Category, ClientBuilder, EpAddr, HandlerId, Injected, Kind, Token};
 use gex_testkit::rng::hash_words;
 use gex_testkit::sim::{Delay, SimConfig, run_sim};
 use proptest::prelude::*;
@@ -318,9 +318,11 @@ fn run_with(
                             if let Some(r) = &op.reply {
                                 let p = payload(r.seed, r.len);
                                 let res = match r.cat {
-                                    Category::Short => t.reply_short(RP, &r.args),
-                                    Category::Medium => t.reply_medium(RP, &r.args, &p),
-                                    Category::Long => t.reply_long(RP, &r.args, &p, r.offset),
+                                    Category::Short => t.reply(RP, Body::short(&r.args)),
+                                    Category::Medium => t.reply(RP, Body::medium(&r.args, &p)),
+                                    Category::Long => {
+                                        t.reply(RP, Body::long(&r.args, &p, r.offset))
+                                    }
                                 };
                                 if let Err(e) = res {
                                     s1.err(format!("{me}: reply of op {id}: {e}"));
@@ -352,22 +354,22 @@ fn run_with(
                             let p = payload(w.seed, w.len);
                             let r = match (w.cat, op.imm) {
                                 (Category::Short, true) => {
-                                    ep.try_request_short(op.dst, RQ, &w.args)
+                                    ep.try_request(op.dst, RQ, Body::short(&w.args))
                                 }
                                 (Category::Medium, true) => {
-                                    ep.try_request_medium(op.dst, RQ, &w.args, &p)
+                                    ep.try_request(op.dst, RQ, Body::medium(&w.args, &p))
                                 }
                                 (Category::Long, true) => {
-                                    ep.try_request_long(op.dst, RQ, &w.args, &p, w.offset)
+                                    ep.try_request(op.dst, RQ, Body::long(&w.args, &p, w.offset))
                                 }
                                 (Category::Short, false) => ep
-                                    .request_short(op.dst, RQ, &w.args)
+                                    .request(op.dst, RQ, Body::short(&w.args))
                                     .map(|()| Injected::Sent),
                                 (Category::Medium, false) => ep
-                                    .request_medium(op.dst, RQ, &w.args, &p)
+                                    .request(op.dst, RQ, Body::medium(&w.args, &p))
                                     .map(|()| Injected::Sent),
                                 (Category::Long, false) => ep
-                                    .request_long(op.dst, RQ, &w.args, &p, w.offset)
+                                    .request(op.dst, RQ, Body::long(&w.args, &p, w.offset))
                                     .map(|()| Injected::Sent),
                             };
                             let status = match r {

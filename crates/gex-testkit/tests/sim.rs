@@ -2,7 +2,9 @@
 //! determinism, delays, back-pressure, deferred local completion, failure reporting.
 
 use gex_core::boot::Singleton;
-use gex_core::{Am, AmError, ClientBuilder, EpAddr, HandlerId, Injected, Nb, Token, WaitPolicy};
+use gex_core::{
+    Am, AmError, Body, ClientBuilder, EpAddr, HandlerId, Injected, Nb, Token, WaitPolicy,
+};
 use gex_testkit::boot::ThreadJob;
 use gex_testkit::sim::{Delay, Sim, SimConfig, SimFabric, run_sim};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -42,7 +44,7 @@ fn arrival_order(ranks: u32, cfg: SimConfig, n: u32) -> Vec<(u32, u32)> {
         client.boot_barrier().unwrap(); // rank 0 stops polling before anyone sends
         if client.rank() != 0 {
             for seq in 0..n {
-                ep.request_short(EpAddr::rank(0), H, &[client.rank(), seq])
+                ep.request(EpAddr::rank(0), H, Body::short(&[client.rank(), seq]))
                     .unwrap();
             }
         }
@@ -124,7 +126,7 @@ fn latency_in_polls_holds_messages_back() {
         gex_testkit::exchange_barrier(&mut ep).unwrap();
         client.boot_barrier().unwrap(); // rank 0 stops polling before rank 1 sends
         if client.rank() == 1 {
-            ep.request_short(EpAddr::rank(0), H, &[]).unwrap();
+            ep.request(EpAddr::rank(0), H, Body::short(&[])).unwrap();
         }
         client.boot_barrier().unwrap();
         if client.rank() == 0 {
@@ -159,7 +161,7 @@ fn latency_in_nanoseconds_holds_messages_back_and_sleepers_wake() {
         gex_testkit::exchange_barrier(&mut ep).unwrap();
         if client.rank() == 1 {
             *sent_at.lock().unwrap() = Some(Instant::now());
-            ep.request_short(EpAddr::rank(0), H, &[]).unwrap();
+            ep.request(EpAddr::rank(0), H, Body::short(&[])).unwrap();
         } else {
             ep.wait_until(|| got.lock().unwrap().is_some());
             let dt = got.lock().unwrap().unwrap() - sent_at.lock().unwrap().unwrap();
@@ -186,7 +188,7 @@ fn back_pressure_follows_ring_capacity_and_replies_never_block() {
             g.fetch_add(1, Ordering::Relaxed);
             if am.args().is_empty() {
                 // 4 KiB replies to a rank that is not polling: must never block.
-                t.reply_medium(HandlerId::at(H.index() + 1), &[], &[7; 4096])
+                t.reply(HandlerId::at(H.index() + 1), Body::medium(&[], &[7; 4096]))
                     .unwrap();
             }
         })
@@ -201,7 +203,11 @@ fn back_pressure_follows_ring_capacity_and_replies_never_block() {
         if client.rank() == 0 {
             let dst = EpAddr::rank(1);
             let mut sent = 0;
-            while ep.try_request_medium(dst, H, &[1], &[0; 96]).unwrap() == Injected::Sent {
+            while ep
+                .try_request(dst, H, Body::medium(&[1], &[0; 96]))
+                .unwrap()
+                == Injected::Sent
+            {
                 sent += 1;
                 assert!(sent < 100, "no back-pressure");
             }
@@ -212,7 +218,7 @@ fn back_pressure_follows_ring_capacity_and_replies_never_block() {
             ep.wait_until(|| got.load(Ordering::Relaxed) == 6);
             // Many requests to self, each replied to rank 1 itself; all replies queue up.
             for _ in 0..50 {
-                ep.request_short(EpAddr::rank(1), H, &[]).unwrap();
+                ep.request(EpAddr::rank(1), H, Body::short(&[])).unwrap();
             }
             ep.wait_until(|| replies.load(Ordering::Relaxed) == 50);
         }
@@ -230,7 +236,7 @@ fn deferred_local_completion_waits_for_delivery() {
         client.boot_barrier().unwrap(); // rank 1 stops polling before rank 0 sends
         if client.rank() == 0 {
             let ev = ep
-                .request_medium_owned(EpAddr::rank(1), H, &[], vec![5; 64], Nb)
+                .request_owned(EpAddr::rank(1), H, Body::medium(&[], vec![5; 64]), Nb)
                 .unwrap();
             for _ in 0..10 {
                 assert!(
@@ -264,7 +270,7 @@ fn unregistered_handler_at_the_receiver_panics_with_a_clear_message() {
         gex_testkit::exchange_barrier(&mut ep).unwrap();
         client.boot_barrier().unwrap();
         if client.rank() == 1 {
-            ep.request_short(EpAddr::rank(0), HandlerId::at(200), &[])
+            ep.request(EpAddr::rank(0), HandlerId::at(200), Body::short(&[]))
                 .unwrap();
         }
         client.boot_barrier().unwrap();
@@ -354,7 +360,7 @@ fn one_rank_without_a_context_gets_a_private_fabric() {
         .unwrap();
     let mut ep = client.endpoint(0).unwrap();
     let got = gex_testkit::counting_handler(&mut ep, H.index());
-    ep.request_short(ep.addr(), H, &[]).unwrap();
+    ep.request(ep.addr(), H, Body::short(&[])).unwrap();
     ep.wait_until(|| got.load(Ordering::Relaxed) == 1);
 }
 
@@ -513,7 +519,7 @@ fn payload_limits_are_per_peer() {
         gex_testkit::exchange_barrier(&mut ep).unwrap();
         let peer = EpAddr::rank(1 - client.rank());
         assert_eq!(ep.max_medium(peer), 1024);
-        let r = ep.request_medium(peer, H, &[], &[0; 2000]);
+        let r = ep.request(peer, H, Body::medium(&[], &[0; 2000]));
         assert_eq!(
             r,
             Err(AmError::PayloadTooLarge {
@@ -539,7 +545,7 @@ fn create_endpoint_is_unsupported_on_sim() {
         ep.register_at(H.index(), |_t: &mut Token<'_>, _am: Am<'_>| {})
             .unwrap();
         let dst = EpAddr::new(1 - client.rank(), 1);
-        let bad = ep.request_short(dst, H, &[]);
+        let bad = ep.request(dst, H, Body::short(&[]));
         gex_testkit::exchange_barrier(&mut ep).unwrap();
         (r, bad, dst)
     });

@@ -19,7 +19,7 @@
 
 use gex_core::layer::{self, Attach, Cx, Layer, Progress};
 use gex_core::spi::Conduit;
-use gex_core::{Am, Blocking, ClientBuilder, Endpoint, EpAddr, HandlerId, InitError, Token};
+use gex_core::{Am, Blocking, Body, ClientBuilder, Endpoint, EpAddr, HandlerId, InitError, Token};
 use gex_rma::{GlobalPtr, Rma, RmaError, RmaExt, ScopeRmaExt};
 use gex_testkit::exchange_barrier;
 use gex_testkit::sim::{Sim, SimConfig, run_sim};
@@ -160,7 +160,7 @@ fn handlers(ep: &mut Endpoint<Sim>, armed: Arc<AtomicBool>) -> (HandlerId, Handl
         .unwrap();
     let go = ep
         .register(move |t: &mut Token<'_>, _am: Am<'_>| {
-            t.reply_short(boom, &[]).unwrap();
+            t.reply(boom, Body::short(&[])).unwrap();
         })
         .unwrap();
     (boom, go)
@@ -234,7 +234,7 @@ fn src() -> GlobalPtr<u8> {
 #[test]
 fn a_handlers_panic_ends_a_blocking_get_only_once_it_landed() {
     run_probe(false, |ep, go, buf| {
-        ep.request_short(EpAddr::rank(1), go, &[])
+        ep.request(EpAddr::rank(1), go, Body::short(&[]))
             .map_err(|e| e.to_string())?;
         let r = catch_unwind(AssertUnwindSafe(|| ep.get(&mut *buf, src(), Blocking)));
         match r {
@@ -250,7 +250,7 @@ fn a_handlers_panic_ends_a_blocking_get_only_once_it_landed() {
 #[test]
 fn a_handlers_panic_and_a_direct_get() {
     run_probe(true, |ep, go, buf| {
-        ep.request_short(EpAddr::rank(1), go, &[])
+        ep.request(EpAddr::rank(1), go, Body::short(&[]))
             .map_err(|e| e.to_string())?;
         ep.get(&mut *buf, src(), Blocking)
             .map_err(|e| e.to_string())?;
@@ -288,7 +288,7 @@ fn a_panic_inside_the_wait_waits_for_the_get_while_it_unwinds() {
 #[test]
 fn a_handlers_panic_inside_a_scope_waits_for_its_gets() {
     run_probe(false, |ep, go, buf| {
-        ep.request_short(EpAddr::rank(1), go, &[])
+        ep.request(EpAddr::rank(1), go, Body::short(&[]))
             .map_err(|e| e.to_string())?;
         let r = catch_unwind(AssertUnwindSafe(|| {
             ep.scope(|s| {
@@ -322,16 +322,16 @@ fn a_panicking_fill_leaves_the_endpoint_sound() {
                     panic!("a fill that panics on purpose")
                 };
                 if long {
-                    ep.request_long_with(EpAddr::rank(1), go, &[], 64, 0, fill)
+                    ep.request_with(EpAddr::rank(1), go, Body::long(&[], 64, 0), fill)
                 } else {
-                    ep.request_medium_with(EpAddr::rank(1), go, &[], 64, fill)
+                    ep.request_with(EpAddr::rank(1), go, Body::medium(&[], 64), fill)
                 }
             }));
             if r.is_ok() {
                 return Err("the fill's panic did not end the call".into());
             }
         }
-        ep.request_short(EpAddr::rank(1), go, &[])
+        ep.request(EpAddr::rank(1), go, Body::short(&[]))
             .map_err(|e| e.to_string())?;
         let r = catch_unwind(AssertUnwindSafe(|| ep.get(&mut *buf, src(), Blocking)));
         match r {

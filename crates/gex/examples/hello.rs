@@ -15,10 +15,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let on_pong = ep
         .register(move |_t: &mut Token<'_>, am: Am<'_>| p.store(am.args()[0], Ordering::Release))?;
     let on_ping = ep.register(move |t: &mut Token<'_>, am: Am<'_>| {
-        t.reply_short(on_pong, am.args())
+        t.reply(on_pong, Body::short(am.args()))
             .expect("a request handler may reply")
     })?;
-    ep.request_short(EpAddr::rank((me + 1) % n), on_ping, &[me])?;
+    ep.request(EpAddr::rank((me + 1) % n), on_ping, Body::short(&[me]))?;
     ep.wait_until(|| pong.load(Ordering::Acquire) == me);
     println!("hello from rank {me} of {n}");
     let world = ep.world();

@@ -29,12 +29,12 @@ fn worker(ep: &mut Endpoint, next: u32) -> Result<u64, Box<dyn std::error::Error
         // Messages to this endpoint come from the partner's endpoint of the same index.
         assert_eq!(t.src().ep, me.ep, "a worker hears from its partner only");
         s.fetch_add(1, Ordering::Relaxed);
-        t.reply_short(on_pong, &[1])
+        t.reply(on_pong, Body::short(&[1]))
             .expect("a request handler may reply");
     })?;
     let partner = EpAddr::new(next, me.ep);
     for i in 1..=ROUNDS {
-        ep.request_short(partner, on_ping, &[])?;
+        ep.request(partner, on_ping, Body::short(&[]))?;
         ep.wait_until(|| pongs.load(Ordering::Acquire) == i);
     }
     // Serve the previous rank's worker to its last request before closing.

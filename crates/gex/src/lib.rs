@@ -176,7 +176,7 @@ pub mod prelude {
         OpKind, Reduce, ReduceOp, ReduceScatter, Scan, Scatter, Scratch,
     };
     pub use gex_core::{
-        Am, Blocking, Config, EpAddr, Event, HandlerId, Injected, Nb, Nbi, Team, Token,
+        Am, Blocking, Body, Config, EpAddr, Event, HandlerId, Injected, Nb, Nbi, Team, Token,
     };
     #[cfg(feature = "msg")]
     pub use gex_msg::{Comm, MsgExt};

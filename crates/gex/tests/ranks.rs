@@ -28,11 +28,11 @@ fn all_layers<C: Conduit>(client: gex::core::Client<C>) -> Result<(), String> {
         .map_err(|x| e(&x))?;
     let ping = ep
         .register(move |t: &mut Token<'_>, _am: Am<'_>| {
-            t.reply_short(pong, &[me]).expect("reply");
+            t.reply(pong, Body::short(&[me])).expect("reply");
         })
         .map_err(|x| e(&x))?;
     for peer in (0..n).filter(|&p| p != me) {
-        ep.request_short(EpAddr::rank(peer), ping, &[])
+        ep.request(EpAddr::rank(peer), ping, Body::short(&[]))
             .map_err(|x| e(&x))?;
     }
     ep.wait_until(|| replies.load(Ordering::Relaxed) == n - 1);

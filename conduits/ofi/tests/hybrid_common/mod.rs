@@ -8,7 +8,7 @@ use gex_conduit_hybrid::Hybrid;
 use gex_conduit_ofi::Ofi;
 use gex_conduit_smp::Smp;
 use gex_core::spi::ConduitEp;
-use gex_core::{Am, Blocking, Client, ClientBuilder, EpAddr, HandlerId, Token};
+use gex_core::{Am, Blocking, Body, Client, ClientBuilder, EpAddr, HandlerId, Token};
 use gex_rma::{GlobalPtr, Rma, RmaExt};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,7 +70,8 @@ pub(crate) fn check_paths(
     let replies = Arc::new(AtomicU64::new(0));
     let r2 = replies.clone();
     ep.register_at(200, |t: &mut Token<'_>, _am: Am<'_>| {
-        t.reply_short(HandlerId::at(201), &[7]).expect("reply");
+        t.reply(HandlerId::at(201), Body::short(&[7]))
+            .expect("reply");
     })
     .map_err(|e| e.to_string())?;
     ep.register_at(201, move |_t: &mut Token<'_>, am: Am<'_>| {
@@ -83,7 +84,7 @@ pub(crate) fn check_paths(
     barrier(&mut ep)?;
     for _ in 0..PINGS {
         for r in 0..n {
-            ep.request_short(EpAddr::rank(r), HandlerId::at(200), &[1])
+            ep.request(EpAddr::rank(r), HandlerId::at(200), Body::short(&[1]))
                 .map_err(|e| e.to_string())?;
         }
     }

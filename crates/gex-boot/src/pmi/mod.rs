@@ -525,6 +525,7 @@ impl Kvs for PmiClient {
 }
 
 /// [`wire::Msg::parse`] for [`crate::fuzz_api`].
+#[cfg(feature = "fuzz")]
 pub(crate) fn fuzz_parse(line: &str) -> Result<(String, Vec<(String, String)>), String> {
     Msg::parse(line)
         .map(|m| (m.cmd, m.attrs))
@@ -532,16 +533,19 @@ pub(crate) fn fuzz_parse(line: &str) -> Result<(String, Vec<(String, String)>), 
 }
 
 /// [`b64::encode`] for [`crate::fuzz_api`].
+#[cfg(feature = "fuzz")]
 pub(crate) fn fuzz_b64_encode(data: &[u8]) -> String {
     b64::encode(data)
 }
 
 /// [`b64::decode`] for [`crate::fuzz_api`].
+#[cfg(feature = "fuzz")]
 pub(crate) fn fuzz_b64_decode(s: &str) -> Result<Vec<u8>, String> {
     b64::decode(s).map_err(|e| e.to_string())
 }
 
 /// [`PmiClient::connect`] for [`crate::fuzz_api`].
+#[cfg(feature = "fuzz")]
 pub(crate) fn fuzz_connect(
     sock: OwnedFd,
     rank: u32,

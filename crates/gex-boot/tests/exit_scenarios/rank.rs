@@ -170,7 +170,7 @@ fn scenario(s: &Scenario, client: Arc<gex::Client>, rank: u32, n: u32) -> Res {
     let h_pong =
         ep.register(move |_t: &mut Token<'_>, _am: Am<'_>| r.store(true, Ordering::Release))?;
     let h_ping = ep.register(move |t: &mut Token<'_>, _am: Am<'_>| {
-        t.reply_short(h_pong, &[])
+        t.reply(h_pong, Body::short(&[]))
             .expect("a request handler may reply")
     })?;
     // Everyone is up and has registered its handlers.
@@ -183,7 +183,7 @@ fn scenario(s: &Scenario, client: Arc<gex::Client>, rank: u32, n: u32) -> Res {
             ready(rank);
             await_ready(everyone());
             let next = (rank + 1) % n;
-            ep.request_short(EpAddr::rank(next), h_exit, &[10 + next])?;
+            ep.request(EpAddr::rank(next), h_exit, Body::short(&[10 + next]))?;
             ep.wait_until(|| false);
             unexpected(rank, "wait_until");
         }
@@ -218,11 +218,11 @@ fn scenario(s: &Scenario, client: Arc<gex::Client>, rank: u32, n: u32) -> Res {
             match s.trigger {
                 Trigger::HandlerExit(code) => {
                     await_ready(std::iter::once(t).chain((1..n).filter(move |&r| r != t)));
-                    ep.request_short(EpAddr::rank(t), h_exit, &[code as u32])?;
+                    ep.request(EpAddr::rank(t), h_exit, Body::short(&[code as u32]))?;
                 }
                 Trigger::HandlerPanic => {
                     await_ready(std::iter::once(t).chain((1..n).filter(move |&r| r != t)));
-                    ep.request_short(EpAddr::rank(t), h_panic, &[])?;
+                    ep.request(EpAddr::rank(t), h_panic, Body::short(&[]))?;
                 }
                 _ => {}
             }
@@ -315,7 +315,7 @@ fn wait_as_other(
         Others::Reply => {
             // Once the triggering rank has left the start-up barrier for good.
             await_idle(TRIGGER);
-            ep.request_short(EpAddr::rank(TRIGGER), h_ping, &[])?;
+            ep.request(EpAddr::rank(TRIGGER), h_ping, Body::short(&[]))?;
             ready(rank);
             ep.wait_until(|| replied.load(Ordering::Acquire));
             unexpected(rank, "the wait for the reply")

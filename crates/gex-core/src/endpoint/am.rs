@@ -1,6 +1,24 @@
 //! Active messages: handlers and their registration, tokens, the message view handlers
-//! get, validation, and injection (blocking, `try_*`, owned payloads, negotiated
-//! payloads).
+//! get, what a message sends ([`Body`]), validation, and injection (blocking, `try_*`,
+//! owned payloads, payloads built in place).
+//!
+//! # Entry points
+//! Every send names its destination, its handler and a [`Body`] (category, arguments,
+//! payload): [`Endpoint::request`] (waits under back-pressure),
+//! [`Endpoint::try_request`] (back-pressure as [`Injected::WouldBlock`]),
+//! [`Endpoint::request_owned`] (an owned buffer whose local completion may be deferred),
+//! [`Endpoint::request_with`] / [`Endpoint::try_request_with`] (the payload built in
+//! place by a closure) and [`Token::reply`]. A `Body` is a small `Copy` value whose
+//! category is a constant at the call site: the entry points are `#[inline]` and match
+//! on it, so a Short request compiles to the code the category-specific methods of
+//! earlier versions did.
+//!
+//! In-place building takes a closure, not a prepared value the program holds: a value
+//! between the conduit's reservation and its send could be leaked (`mem::forget`) or
+//! kept while other calls reach the conduit, which the conduit contract forbids; a
+//! closure runs inside the one call that reserves and sends, so the rule holds by
+//! construction, a panic in it cancels the reservation, and nothing stays borrowed after
+//! a `WouldBlock`, so a retry loop is plain code.
 //!
 //! # Safety
 //! - [`LongPayload`] reads a Long payload in this endpoint's segment, which the conduit
@@ -10,7 +28,7 @@
 //! - `Prepared` turns a conduit's negotiated-payload buffer for a Medium request into
 //!   a slice: the conduit promises it stays valid and unaliased until
 //!   `commit`/`cancel`, and `Prepared` exists only inside one call of
-//!   `request_*_with`/`try_request_*_with` (never handed to the program, so it cannot
+//!   `request_with`/`try_request_with` (never handed to the program, so it cannot
 //!   be leaked) holding the endpoint's state exclusively, so no other conduit call can
 //!   happen in between. A Long request's in-place buffer may be the destination range
 //!   of a segment (shared-memory conduits), which other ranks write at any time: it is
@@ -36,6 +54,129 @@ use std::ptr::NonNull;
 /// message ([`Am`]). Handlers must not block or poll; they run on the thread that
 /// polls the endpoint (or on its progress thread).
 pub type Handler = Box<dyn for<'t, 'a> FnMut(&mut Token<'t>, Am<'a>) + Send>;
+
+/// What an active message sends: its category, its 32-bit arguments, its payload and,
+/// for a Long, where the payload lands in the destination's segment. Made by
+/// [`short`](Body::short), [`medium`](Body::medium) or [`long`](Body::long) and handed
+/// to [`Endpoint::request`], [`Endpoint::try_request`] or [`Token::reply`].
+///
+/// These, with [`Endpoint::request_owned`] and [`Endpoint::request_with`] /
+/// [`Endpoint::try_request_with`], are every way to send an AM. A body is a small `Copy`
+/// value whose category is a constant at the call site; the entry points are
+/// `#[inline]` and match on it, so each call compiles to the path a per-category method
+/// would.
+///
+/// The payload type `P` says how the payload is given: borrowed bytes (`&[u8]`, the
+/// default) for the copying sends; an owned `Vec<u8>` for [`Endpoint::request_owned`];
+/// a capacity in bytes (`usize`) for [`Endpoint::request_with`], whose closure writes
+/// the payload. Made at the call site, a body takes any payload that coerces to the
+/// expected type (`&vec`, `b"..."`, `&[]`).
+///
+/// ```
+/// # use gex_core::{boot::Singleton, loopback::Loopback, Am, Body, ClientBuilder, Token};
+/// # let client = ClientBuilder::new().segment_size(4096).init::<Loopback>(Box::new(Singleton::new()))?;
+/// # let mut ep = client.endpoint(0)?;
+/// let h = ep.register(|_t: &mut Token<'_>, am: Am<'_>| assert_eq!(am.args(), [7]))?;
+/// let me = ep.addr();
+/// ep.request(me, h, Body::short(&[7]))?;
+/// ep.request(me, h, Body::medium(&[7], b"hello"))?;
+/// ep.request(me, h, Body::long(&[7], b"hello", 128))?; // lands at offset 128
+/// # ep.poll();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Body<'a, P = &'a [u8]> {
+    category: Category,
+    args: &'a [u32],
+    payload: P,
+    offset: usize,
+}
+
+impl<'a> Body<'a> {
+    /// A Short message: arguments only.
+    #[inline]
+    pub const fn short(args: &'a [u32]) -> Self {
+        Body {
+            category: Category::Short,
+            args,
+            payload: &[],
+            offset: 0,
+        }
+    }
+}
+
+impl<'a, P> Body<'a, P> {
+    /// A Medium message: the payload is delivered in a temporary buffer of the
+    /// destination's handler.
+    #[inline]
+    pub const fn medium(args: &'a [u32], payload: P) -> Self {
+        Body {
+            category: Category::Medium,
+            args,
+            payload,
+            offset: 0,
+        }
+    }
+    /// A Long message: the payload is written at `offset` in the destination's segment
+    /// before its handler runs.
+    #[inline]
+    pub const fn long(args: &'a [u32], payload: P, offset: usize) -> Self {
+        Body {
+            category: Category::Long,
+            args,
+            payload,
+            offset,
+        }
+    }
+    /// Short, Medium or Long.
+    #[inline]
+    pub fn category(&self) -> Category {
+        self.category
+    }
+    /// The 32-bit arguments.
+    #[inline]
+    pub fn args(&self) -> &'a [u32] {
+        self.args
+    }
+    /// The payload as given.
+    #[inline]
+    pub fn payload(&self) -> &P {
+        &self.payload
+    }
+    /// Long: where the payload lands in the destination's segment (0 otherwise).
+    #[inline]
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+    /// A body of any category (the offset is ignored but by a Long).
+    #[inline]
+    pub(crate) const fn of(category: Category, args: &'a [u32], payload: P, offset: usize) -> Self {
+        Body {
+            category,
+            args,
+            payload,
+            offset,
+        }
+    }
+    /// The same category, arguments and offset with another payload.
+    #[inline]
+    pub(crate) fn with_payload<Q>(&self, payload: Q) -> Body<'a, Q> {
+        Body {
+            category: self.category,
+            args: self.args,
+            payload,
+            offset: self.offset,
+        }
+    }
+}
+
+impl<'a, P: AsRef<[u8]>> Body<'a, P> {
+    /// The body with its payload as a byte slice.
+    #[inline]
+    pub(crate) fn bytes(&self) -> Body<'_, &[u8]> {
+        self.with_payload(self.payload.as_ref())
+    }
+}
 
 /// The message a handler receives.
 #[derive(Clone, Copy, Debug)]
@@ -211,48 +352,56 @@ impl Token<'_> {
             .unwrap_or(0);
         self.limits[self.src.rank as usize].max_long.min(seg)
     }
-    /// Replies with a Short AM.
+    /// Replies to the sender with `handler` and `body` (Short, Medium or Long). A
+    /// payload is copied before this returns; a Long one is written at the body's
+    /// offset in the requester's segment.
+    ///
+    /// ```
+    /// # use gex_core::{boot::Singleton, loopback::Loopback, Am, Body, ClientBuilder, Token};
+    /// # let client = ClientBuilder::new().init::<Loopback>(Box::new(Singleton::new()))?;
+    /// # let mut ep = client.endpoint(0)?;
+    /// let done = ep.register(|_t: &mut Token<'_>, am: Am<'_>| assert_eq!(am.payload(), b"hi"))?;
+    /// let echo = ep.register(move |t: &mut Token<'_>, am: Am<'_>| {
+    ///     t.reply(done, Body::medium(am.args(), am.payload())).unwrap();
+    /// })?;
+    /// let me = ep.addr();
+    /// ep.request(me, echo, Body::medium(&[], b"hi"))?;
+    /// # ep.poll();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// [`AmError::ReplyFromReply`], [`AmError::AlreadyReplied`], [`AmError::TooManyArgs`],
-    /// [`AmError::UnregisteredHandler`], [`AmError::Conduit`].
-    pub fn reply_short(&mut self, handler: HandlerId, args: &[u32]) -> Result<(), AmError> {
-        self.reply(Category::Short, handler, args, &[], 0)
+    /// [`AmError::UnregisteredHandler`], [`AmError::ReservedHandler`],
+    /// [`AmError::PayloadTooLarge`] (Medium, Long), [`AmError::OutOfSegment`] (Long),
+    /// [`AmError::Conduit`].
+    #[inline]
+    pub fn reply(&mut self, handler: HandlerId, body: Body<'_>) -> Result<(), AmError> {
+        self.reply_body(handler, body)
     }
-    /// Replies with a Medium AM; the payload is copied before this returns.
-    ///
-    /// # Errors
-    /// As [`reply_short`](Token::reply_short), plus [`AmError::PayloadTooLarge`].
+
+    /// [`reply`](Self::reply) with a Short body.
+    #[doc(hidden)]
+    #[inline]
+    // kept until the coll/rma layers migrate (gex-core may not name them: check-layering L12)
+    pub fn reply_short(&mut self, handler: HandlerId, args: &[u32]) -> Result<(), AmError> {
+        self.reply_body(handler, Body::short(args))
+    }
+
+    /// [`reply`](Self::reply) with a Medium body.
+    #[doc(hidden)]
+    #[inline]
+    // kept until the coll/rma layers migrate (gex-core may not name them: check-layering L12)
     pub fn reply_medium(
         &mut self,
         handler: HandlerId,
         args: &[u32],
         payload: &[u8],
     ) -> Result<(), AmError> {
-        self.reply(Category::Medium, handler, args, payload, 0)
-    }
-    /// Replies with a Long AM written at `offset` in the requester's segment.
-    ///
-    /// # Errors
-    /// As [`reply_medium`](Token::reply_medium), plus [`AmError::OutOfSegment`].
-    pub fn reply_long(
-        &mut self,
-        handler: HandlerId,
-        args: &[u32],
-        payload: &[u8],
-        offset: usize,
-    ) -> Result<(), AmError> {
-        self.reply(Category::Long, handler, args, payload, offset)
+        self.reply_body(handler, Body::medium(args, payload))
     }
 
-    fn reply(
-        &mut self,
-        category: Category,
-        handler: HandlerId,
-        args: &[u32],
-        payload: &[u8],
-        offset: usize,
-    ) -> Result<(), AmError> {
+    fn reply_body(&mut self, handler: HandlerId, body: Body<'_>) -> Result<(), AmError> {
         if self.kind == Kind::Reply {
             return Err(AmError::ReplyFromReply);
         }
@@ -265,36 +414,38 @@ impl Token<'_> {
             self.owner,
             self.min_handler,
             self.src,
-            category,
             h,
-            args,
-            payload,
-            offset,
+            &body,
             &self.shared.layout.seg_len,
         )?;
-        let msg = OutMsg::new(self.src, h, Kind::Reply, category, args, payload, offset);
+        let msg = body.out_msg(self.src, h, Kind::Reply);
         self.tx.reply(&msg)?;
         self.replied = true;
-        am_trace!("reply", self.src, h, category, payload.len());
+        am_trace!("reply", self.src, h, body.category, body.payload.len());
         Ok(())
     }
 }
 
+impl<'a> Body<'a> {
+    /// The conduit's view of this body sent to `dst` with `handler`.
+    #[inline]
+    fn out_msg(&self, dst: EpAddr, handler: HandlerIndex, kind: Kind) -> OutMsg<'a> {
+        OutMsg::new(dst, handler, kind, *self)
+    }
+}
+
 /// The checks shared by requests and replies once the destination is known to exist.
-#[allow(clippy::too_many_arguments)]
 #[inline]
 pub(crate) fn check_body(
     limits: &Limits,
     owner: &[u8; 256],
     min_handler: HandlerIndex,
     dst: EpAddr,
-    category: Category,
     handler: HandlerIndex,
-    args: &[u32],
-    payload: &[u8],
-    offset: usize,
+    body: &Body<'_>,
     seg_lens: &[usize],
 ) -> Result<(), AmError> {
+    let (args, payload) = (body.args, body.payload);
     if handler != 0 && handler < min_handler {
         return Err(AmError::ReservedHandler(handler));
     }
@@ -307,7 +458,7 @@ pub(crate) fn check_body(
     if handler == 0 || owner[handler as usize] == OWN_NONE {
         return Err(AmError::UnregisteredHandler(handler));
     }
-    match category {
+    match body.category {
         Category::Short => {}
         Category::Medium => {
             if payload.len() > limits.max_medium {
@@ -317,7 +468,7 @@ pub(crate) fn check_body(
                 });
             }
         }
-        Category::Long => check_long(limits, dst, payload.len(), offset, seg_lens)?,
+        Category::Long => check_long(limits, dst, payload.len(), body.offset, seg_lens)?,
     }
     Ok(())
 }
@@ -365,7 +516,6 @@ fn check_dst(shared: &Shared, dst: EpAddr) -> Result<(), AmError> {
 }
 
 /// Every check of a request.
-#[allow(clippy::too_many_arguments)]
 #[inline]
 pub(crate) fn check_request(
     shared: &Shared,
@@ -373,11 +523,8 @@ pub(crate) fn check_request(
     limits: &[Limits],
     min_handler: HandlerIndex,
     dst: EpAddr,
-    category: Category,
     handler: HandlerIndex,
-    args: &[u32],
-    payload: &[u8],
-    offset: usize,
+    body: &Body<'_>,
 ) -> Result<(), AmError> {
     check_dst(shared, dst)?;
     check_body(
@@ -385,11 +532,8 @@ pub(crate) fn check_request(
         owner,
         min_handler,
         dst,
-        category,
         handler,
-        args,
-        payload,
-        offset,
+        body,
         &shared.layout.seg_len,
     )
 }
@@ -414,15 +558,11 @@ impl<C: Conduit> Core<C> {
     /// (the program's, a layer's and the owned-payload form's), `min_handler` telling
     /// which handlers the caller may address.
     #[inline]
-    #[allow(clippy::too_many_arguments)]
     fn request_msg<'a>(
         &self,
         dst: EpAddr,
-        category: Category,
         handler: HandlerIndex,
-        args: &'a [u32],
-        payload: &'a [u8],
-        offset: usize,
+        body: Body<'a>,
         min_handler: HandlerIndex,
     ) -> Result<OutMsg<'a>, AmError> {
         check_request(
@@ -431,21 +571,10 @@ impl<C: Conduit> Core<C> {
             &self.limits,
             min_handler,
             dst,
-            category,
             handler,
-            args,
-            payload,
-            offset,
+            &body,
         )?;
-        Ok(OutMsg::new(
-            dst,
-            handler,
-            Kind::Request,
-            category,
-            args,
-            payload,
-            offset,
-        ))
+        Ok(body.out_msg(dst, handler, Kind::Request))
     }
 
     /// One injection attempt of a validated request; a sent one is counted (the
@@ -469,22 +598,18 @@ impl<C: Conduit> Core<C> {
     }
 
     /// Validates and injects a request once, without waiting: `WouldBlock` when the
-    /// conduit lacks resources (nothing sent). The program's `try_request_*` calls pass
+    /// conduit lacks resources (nothing sent). The program's `try_request*` calls pass
     /// `imm` true; a layer's (`Cx::try_request`) false.
     #[inline]
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn try_inject(
         &mut self,
         dst: EpAddr,
-        category: Category,
         handler: HandlerIndex,
-        args: &[u32],
-        payload: &[u8],
-        offset: usize,
+        body: Body<'_>,
         min_handler: HandlerIndex,
         imm: bool,
     ) -> Result<Injected, AmError> {
-        let msg = self.request_msg(dst, category, handler, args, payload, offset, min_handler)?;
+        let msg = self.request_msg(dst, handler, body, min_handler)?;
         self.inject_msg(&msg, imm)
     }
 }
@@ -493,21 +618,15 @@ impl<C: Conduit> Inner<C> {
     /// Injects a validated request, polling (so handlers run) while the conduit lacks
     /// resources. `Ok(true)` if it polled: a handler's panic may be pending, which the
     /// public caller raises once the payload is copied.
-    #[allow(clippy::too_many_arguments)]
     #[inline]
     pub(crate) fn request(
         &mut self,
         dst: EpAddr,
-        category: Category,
         handler: HandlerIndex,
-        args: &[u32],
-        payload: &[u8],
-        offset: usize,
+        body: Body<'_>,
         min_handler: HandlerIndex,
     ) -> Result<bool, AmError> {
-        let msg =
-            self.core
-                .request_msg(dst, category, handler, args, payload, offset, min_handler)?;
+        let msg = self.core.request_msg(dst, handler, body, min_handler)?;
         let mut retry = super::progress::Retry::default();
         let mut retried = false;
         loop {
@@ -521,15 +640,11 @@ impl<C: Conduit> Inner<C> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn request_owned(
         &mut self,
         dst: EpAddr,
-        category: Category,
         handler: HandlerIndex,
-        args: &[u32],
-        mut payload: Vec<u8>,
-        offset: usize,
+        body: Body<'_, Vec<u8>>,
     ) -> Result<Event<Vec<u8>, AmError>, AmError> {
         check_request(
             &self.core.shared,
@@ -537,12 +652,11 @@ impl<C: Conduit> Inner<C> {
             &self.core.limits,
             FIRST_CLIENT_HANDLER,
             dst,
-            category,
             handler,
-            args,
-            &payload,
-            offset,
+            &body.bytes(),
         )?;
+        let (category, args, offset) = (body.category, body.args, body.offset);
+        let mut payload = body.payload;
         let mut retry = super::progress::Retry::default();
         let mut retried = false;
         let ev = loop {
@@ -590,7 +704,7 @@ impl<C: Conduit> Inner<C> {
 }
 
 /// A negotiated-payload message being built in place, inside one call of
-/// [`Endpoint::request_medium_with`] and its kin (never handed out: a guard a program
+/// [`Endpoint::request_with`] or [`Endpoint::try_request_with`] (never handed out: a guard a program
 /// could leak would let other calls reach the conduit between its reservation and its
 /// send).
 pub(crate) struct Prepared<'e, C: Conduit> {
@@ -648,22 +762,20 @@ impl<C: Conduit> Prepared<'_, C> {
                 let payload = unsafe {
                     std::slice::from_raw_parts(p.as_ptr().cast::<u8>().cast_const(), len)
                 };
+                let body = Body::of(category, args, payload, offset);
                 if let Err(e) = check_request(
                     &ep.core.shared,
                     &ep.core.owner,
                     &ep.core.limits,
                     FIRST_CLIENT_HANDLER,
                     dst,
-                    category,
                     h,
-                    args,
-                    payload,
-                    offset,
+                    &body,
                 ) {
                     ep.core.cep.cancel();
                     return Err(e);
                 }
-                let msg = OutMsg::new(dst, h, Kind::Request, category, args, payload, offset);
+                let msg = body.out_msg(dst, h, Kind::Request);
                 ep.core.cep.commit(&msg)?;
                 ep.core.stats.sent[dst.rank as usize] += 1;
                 ep.core.stats.built_in_place += 1;
@@ -673,15 +785,8 @@ impl<C: Conduit> Prepared<'_, C> {
                 let ep = &mut *self.ep;
                 let payload = std::mem::take(&mut ep.core.bounce);
                 // The bounce path waits for resources: the payload is built already.
-                let r = ep.request(
-                    dst,
-                    category,
-                    h,
-                    args,
-                    &payload[..len],
-                    offset,
-                    FIRST_CLIENT_HANDLER,
-                );
+                let body = Body::of(category, args, &payload[..len], offset);
+                let r = ep.request(dst, h, body, FIRST_CLIENT_HANDLER);
                 ep.core.bounce = payload;
                 if r? {
                     ep.rethrow();
@@ -814,40 +919,59 @@ impl<C: Conduit> Endpoint<C> {
         self.with_ref(|i| i.core.owner[index as usize] != OWN_NONE)
     }
 
-    /// Sends a Short request, polling (so handlers run) until the conduit has the
-    /// resources to inject it.
+    /// Sends a request to `dst`'s `handler` with `body` (Short, Medium or Long),
+    /// polling (so handlers run) until the conduit has the resources to inject it. A
+    /// payload is copied before this returns, so its buffer may be reused at once
+    /// (synchronous local completion); a Long one is written at the body's offset in
+    /// `dst`'s segment before the handler runs there.
+    ///
+    /// ```
+    /// # use gex_core::{boot::Singleton, loopback::Loopback, Am, Body, ClientBuilder, Token};
+    /// # let client = ClientBuilder::new().init::<Loopback>(Box::new(Singleton::new()))?;
+    /// # let mut ep = client.endpoint(0)?;
+    /// let h = ep.register(|_t: &mut Token<'_>, am: Am<'_>| assert_eq!(am.payload(), b"hi"))?;
+    /// let me = ep.addr();
+    /// ep.request(me, h, Body::medium(&[1, 2], b"hi"))?;
+    /// # ep.poll();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// [`AmError::BadRank`], [`AmError::BadEndpoint`], [`AmError::TooManyArgs`],
-    /// [`AmError::UnregisteredHandler`], [`AmError::Conduit`].
+    /// [`AmError::UnregisteredHandler`], [`AmError::ReservedHandler`],
+    /// [`AmError::PayloadTooLarge`] (Medium, Long), [`AmError::OutOfSegment`] (Long),
+    /// [`AmError::Conduit`]. Nothing is sent on error.
     #[inline]
+    pub fn request(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerId,
+        body: Body<'_>,
+    ) -> Result<(), AmError> {
+        let mut g = self.inner();
+        if g.request(dst, handler.index(), body, FIRST_CLIENT_HANDLER)? {
+            g.rethrow();
+        }
+        Ok(())
+    }
+
+    /// [`request`](Self::request) with a Short body.
+    #[doc(hidden)]
+    #[inline]
+    // kept until the coll/rma layers migrate (gex-core may not name them: check-layering L12)
     pub fn request_short(
         &mut self,
         dst: EpAddr,
         handler: HandlerId,
         args: &[u32],
     ) -> Result<(), AmError> {
-        let mut g = self.inner();
-        if g.request(
-            dst,
-            Category::Short,
-            handler.index(),
-            args,
-            &[],
-            0,
-            FIRST_CLIENT_HANDLER,
-        )? {
-            g.rethrow();
-        }
-        Ok(())
+        self.request(dst, handler, Body::short(args))
     }
 
-    /// Sends a Medium request. The payload is copied before this returns, so the buffer
-    /// may be reused at once (synchronous local completion).
-    ///
-    /// # Errors
-    /// As [`request_short`](Self::request_short), plus [`AmError::PayloadTooLarge`].
+    /// [`request`](Self::request) with a Medium body.
+    #[doc(hidden)]
     #[inline]
+    // kept until the coll/rma layers migrate (gex-core may not name them: check-layering L12)
     pub fn request_medium(
         &mut self,
         dst: EpAddr,
@@ -855,254 +979,20 @@ impl<C: Conduit> Endpoint<C> {
         args: &[u32],
         payload: &[u8],
     ) -> Result<(), AmError> {
-        let mut g = self.inner();
-        if g.request(
-            dst,
-            Category::Medium,
-            handler.index(),
-            args,
-            payload,
-            0,
-            FIRST_CLIENT_HANDLER,
-        )? {
-            g.rethrow();
-        }
-        Ok(())
+        self.request(dst, handler, Body::medium(args, payload))
     }
 
-    /// Sends a Long request: `payload` is written at `offset` in `dst`'s segment before
-    /// the handler runs there. Synchronous local completion.
-    ///
-    /// # Errors
-    /// As [`request_medium`](Self::request_medium), plus [`AmError::OutOfSegment`].
-    #[inline]
-    pub fn request_long(
-        &mut self,
-        dst: EpAddr,
-        handler: HandlerId,
-        args: &[u32],
-        payload: &[u8],
-        offset: usize,
-    ) -> Result<(), AmError> {
-        let mut g = self.inner();
-        if g.request(
-            dst,
-            Category::Long,
-            handler.index(),
-            args,
-            payload,
-            offset,
-            FIRST_CLIENT_HANDLER,
-        )? {
-            g.rethrow();
-        }
-        Ok(())
-    }
-
-    /// [`request_short`](Self::request_short) without waiting for resources: returns
-    /// [`Injected::WouldBlock`] (nothing sent) when the conduit lacks them.
-    ///
-    /// # Errors
-    /// As [`request_short`](Self::request_short).
-    #[inline]
-    pub fn try_request_short(
-        &mut self,
-        dst: EpAddr,
-        handler: HandlerId,
-        args: &[u32],
-    ) -> Result<Injected, AmError> {
-        self.inner().core.try_inject(
-            dst,
-            Category::Short,
-            handler.index(),
-            args,
-            &[],
-            0,
-            FIRST_CLIENT_HANDLER,
-            true,
-        )
-    }
-
-    /// [`request_medium`](Self::request_medium) without waiting for resources.
-    ///
-    /// # Errors
-    /// As [`request_medium`](Self::request_medium).
-    #[inline]
-    pub fn try_request_medium(
-        &mut self,
-        dst: EpAddr,
-        handler: HandlerId,
-        args: &[u32],
-        payload: &[u8],
-    ) -> Result<Injected, AmError> {
-        self.inner().core.try_inject(
-            dst,
-            Category::Medium,
-            handler.index(),
-            args,
-            payload,
-            0,
-            FIRST_CLIENT_HANDLER,
-            true,
-        )
-    }
-
-    /// [`request_long`](Self::request_long) without waiting for resources.
-    ///
-    /// # Errors
-    /// As [`request_long`](Self::request_long).
-    #[inline]
-    pub fn try_request_long(
-        &mut self,
-        dst: EpAddr,
-        handler: HandlerId,
-        args: &[u32],
-        payload: &[u8],
-        offset: usize,
-    ) -> Result<Injected, AmError> {
-        self.inner().core.try_inject(
-            dst,
-            Category::Long,
-            handler.index(),
-            args,
-            payload,
-            offset,
-            FIRST_CLIENT_HANDLER,
-            true,
-        )
-    }
-
-    /// Sends a Medium request from an owned buffer whose local completion may be
-    /// deferred (conduits that send from the buffer itself return it only once the
-    /// network no longer reads it). The mode decides what comes back: [`Blocking`](crate::Blocking)
-    /// waits and returns the buffer, [`Nb`](crate::Nb) returns an [`Event`] that gives
-    /// it back, [`Nbi`](crate::Nbi) returns nothing (the buffer is freed at local
-    /// completion, which [`sync_implicit`](Self::sync_implicit) waits for).
-    ///
-    /// # Errors
-    /// As [`request_medium`](Self::request_medium).
-    pub fn request_medium_owned<M: Mode>(
-        &mut self,
-        dst: EpAddr,
-        handler: HandlerId,
-        args: &[u32],
-        payload: Vec<u8>,
-        _mode: M,
-    ) -> Result<M::Out<Vec<u8>, AmError>, AmError> {
-        let ev =
-            self.inner()
-                .request_owned(dst, Category::Medium, handler.index(), args, payload, 0)?;
-        M::finish(self, ev, 0)
-    }
-
-    /// As [`request_medium_owned`](Self::request_medium_owned) for a Long request
-    /// landing at `offset` in `dst`'s segment.
-    ///
-    /// # Errors
-    /// As [`request_long`](Self::request_long).
-    pub fn request_long_owned<M: Mode>(
-        &mut self,
-        dst: EpAddr,
-        handler: HandlerId,
-        args: &[u32],
-        payload: Vec<u8>,
-        offset: usize,
-        _mode: M,
-    ) -> Result<M::Out<Vec<u8>, AmError>, AmError> {
-        let ev = self.inner().request_owned(
-            dst,
-            Category::Long,
-            handler.index(),
-            args,
-            payload,
-            offset,
-        )?;
-        M::finish(self, ev, 0)
-    }
-
-    /// Builds a Medium request in place (negotiated payload), waiting (polling) while
-    /// the conduit lacks resources: `fill` writes the payload into the buffer (of
-    /// `max_len` bytes: the conduit's own when it builds payloads in place, else the
-    /// endpoint's bounce buffer) and returns its length, then the message is sent. If
-    /// `fill` panics nothing is sent. There is no guard object to keep or to leak
-    /// between the reservation and the send: the conduit contract's rule that nothing
-    /// else runs on the endpoint in between holds by construction.
+    /// [`request`](Self::request) without waiting for resources: returns
+    /// [`Injected::WouldBlock`] (nothing sent) when the conduit lacks them; poll and
+    /// try again.
     ///
     /// ```
-    /// # use gex_core::{boot::Singleton, loopback::Loopback, Am, ClientBuilder, Token};
-    /// # let client = ClientBuilder::new().segment_size(4096).init::<Loopback>(Box::new(Singleton::new()))?;
+    /// # use gex_core::{boot::Singleton, loopback::Loopback, Am, Body, ClientBuilder, Injected, Token};
+    /// # let client = ClientBuilder::new().init::<Loopback>(Box::new(Singleton::new()))?;
     /// # let mut ep = client.endpoint(0)?;
-    /// let h = ep.register(|_t: &mut Token<'_>, am: Am<'_>| assert_eq!(am.payload(), b"hi"))?;
+    /// let h = ep.register(|_t: &mut Token<'_>, _am: Am<'_>| {})?;
     /// let me = ep.addr();
-    /// ep.request_medium_with(me, h, &[], 16, |buf| { buf[..2].copy_from_slice(b"hi"); 2 })?;
-    /// # ep.poll();
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`AmError::BadRank`], [`AmError::BadEndpoint`], [`AmError::PayloadTooLarge`]
-    /// (checked before `fill` runs); [`AmError::CommitTooLarge`] for a length above
-    /// `max_len`, [`AmError::TooManyArgs`], [`AmError::UnregisteredHandler`],
-    /// [`AmError::ReservedHandler`] (nothing sent); [`AmError::Conduit`].
-    pub fn request_medium_with(
-        &mut self,
-        dst: EpAddr,
-        handler: HandlerId,
-        args: &[u32],
-        max_len: usize,
-        fill: impl FnOnce(&mut [u8]) -> usize,
-    ) -> Result<(), AmError> {
-        self.with(dst, Category::Medium, handler, args, max_len, 0, fill, true)
-            .map(drop)
-    }
-
-    /// As [`request_medium_with`](Self::request_medium_with) for a Long request whose
-    /// payload lands at `offset` in `dst`'s segment. The buffer `fill` gets is the
-    /// endpoint's own (never the destination range: other ranks may write a segment at
-    /// any time, so it cannot be a `&mut [u8]` of the caller's), and what it returns is
-    /// copied into place when sent; a `fill` that panics writes nothing anywhere.
-    ///
-    /// # Errors
-    /// As [`request_medium_with`](Self::request_medium_with), plus
-    /// [`AmError::OutOfSegment`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn request_long_with(
-        &mut self,
-        dst: EpAddr,
-        handler: HandlerId,
-        args: &[u32],
-        max_len: usize,
-        offset: usize,
-        fill: impl FnOnce(&mut [u8]) -> usize,
-    ) -> Result<(), AmError> {
-        self.with(
-            dst,
-            Category::Long,
-            handler,
-            args,
-            max_len,
-            offset,
-            fill,
-            true,
-        )
-        .map(drop)
-    }
-
-    /// Builds a Medium request in place without waiting for resources: `fill` writes
-    /// the payload into the buffer (of `max_len` bytes) and returns its length, then
-    /// the message is sent. Returns [`Injected::WouldBlock`] (and does not call `fill`)
-    /// when the conduit lacks resources; nothing stays borrowed, so a retry loop is
-    /// plain code.
-    ///
-    /// ```
-    /// # use gex_core::{boot::Singleton, loopback::Loopback, Am, ClientBuilder, Token, Injected};
-    /// # let client = ClientBuilder::new().segment_size(4096).init::<Loopback>(Box::new(Singleton::new()))?;
-    /// # let mut ep = client.endpoint(0)?;
-    /// let h = ep.register(|_t: &mut Token<'_>, am: Am<'_>| assert_eq!(am.payload(), b"hi"))?;
-    /// let me = ep.addr();
-    /// while ep.try_request_medium_with(me, h, &[], 16, |buf| { buf[..2].copy_from_slice(b"hi"); 2 })?
-    ///     == Injected::WouldBlock
-    /// {
+    /// while ep.try_request(me, h, Body::short(&[1]))? == Injected::WouldBlock {
     ///     ep.poll();
     /// }
     /// # ep.poll();
@@ -1110,72 +1000,131 @@ impl<C: Conduit> Endpoint<C> {
     /// ```
     ///
     /// # Errors
-    /// As [`request_medium_with`](Self::request_medium_with).
-    pub fn try_request_medium_with(
+    /// As [`request`](Self::request).
+    #[inline]
+    pub fn try_request(
         &mut self,
         dst: EpAddr,
         handler: HandlerId,
-        args: &[u32],
-        max_len: usize,
-        fill: impl FnOnce(&mut [u8]) -> usize,
+        body: Body<'_>,
     ) -> Result<Injected, AmError> {
-        self.with(
-            dst,
-            Category::Medium,
-            handler,
-            args,
-            max_len,
-            0,
-            fill,
-            false,
-        )
+        self.inner()
+            .core
+            .try_inject(dst, handler.index(), body, FIRST_CLIENT_HANDLER, true)
     }
 
-    /// As [`try_request_medium_with`](Self::try_request_medium_with) for a Long request
-    /// landing at `offset` in `dst`'s segment. `fill` writes the endpoint's own buffer
-    /// (never the destination range, which other ranks may write meanwhile); the
-    /// bytes it says it wrote are copied into place when the message is sent.
+    /// Sends a Medium or Long request from an owned buffer
+    /// ([`Body::medium`]`(args, vec)`, [`Body::long`]`(args, vec, offset)`) whose local
+    /// completion may be deferred (conduits that send from the buffer itself return it
+    /// only once the network no longer reads it). The mode decides what comes back:
+    /// [`Blocking`](crate::Blocking) waits and returns the buffer, [`Nb`](crate::Nb)
+    /// returns an [`Event`] that gives it back, [`Nbi`](crate::Nbi) returns nothing
+    /// (the buffer is freed at local completion, which
+    /// [`sync_implicit`](Self::sync_implicit) waits for).
     ///
     /// # Errors
-    /// As [`try_request_medium_with`](Self::try_request_medium_with), plus
-    /// [`AmError::OutOfSegment`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn try_request_long_with(
+    /// As [`request`](Self::request).
+    pub fn request_owned<M: Mode>(
         &mut self,
         dst: EpAddr,
         handler: HandlerId,
-        args: &[u32],
-        max_len: usize,
-        offset: usize,
-        fill: impl FnOnce(&mut [u8]) -> usize,
-    ) -> Result<Injected, AmError> {
-        self.with(
-            dst,
-            Category::Long,
-            handler,
-            args,
-            max_len,
-            offset,
-            fill,
-            false,
-        )
+        body: Body<'_, Vec<u8>>,
+        _mode: M,
+    ) -> Result<M::Out<Vec<u8>, AmError>, AmError> {
+        let ev = self.inner().request_owned(dst, handler.index(), body)?;
+        M::finish(self, ev, 0)
     }
 
-    /// The negotiated-payload forms: reserves (waiting for resources if `wait`, else
-    /// answering `WouldBlock`), lets `fill` build the payload, sends it. The
-    /// reservation never outlives the call (a panic in `fill` cancels it).
-    #[allow(clippy::too_many_arguments)]
+    /// Builds a request's payload in place (negotiated payload), waiting (polling)
+    /// while the conduit lacks resources. The body's payload is a capacity:
+    /// [`Body::medium`]`(args, max_len)` or [`Body::long`]`(args, max_len, offset)`.
+    /// `fill` writes the payload into a buffer of `max_len` bytes and returns its
+    /// length, then the message is sent.
+    ///
+    /// A Medium's buffer is the conduit's own when it builds payloads in place (else
+    /// the endpoint's bounce buffer). A Long's is always the endpoint's own (never the
+    /// destination range: other ranks may write a segment at any time, so it cannot be
+    /// a `&mut [u8]` of the caller's), and what `fill` says it wrote is copied into
+    /// place when sent. If `fill` panics nothing is sent.
+    ///
+    /// Why a closure and not a prepared value the program holds: a value could be
+    /// leaked (`mem::forget`) or kept while other calls reach the conduit between its
+    /// reservation and its send, which the conduit contract forbids; the closure runs
+    /// inside the one call that reserves and sends, so that rule holds by construction,
+    /// and after a `WouldBlock` nothing stays borrowed, so a retry loop is plain code.
+    ///
+    /// ```
+    /// # use gex_core::{boot::Singleton, loopback::Loopback, Am, Body, ClientBuilder, Token};
+    /// # let client = ClientBuilder::new().segment_size(4096).init::<Loopback>(Box::new(Singleton::new()))?;
+    /// # let mut ep = client.endpoint(0)?;
+    /// let h = ep.register(|_t: &mut Token<'_>, am: Am<'_>| assert_eq!(am.payload(), b"hi"))?;
+    /// let me = ep.addr();
+    /// ep.request_with(me, h, Body::medium(&[], 16), |buf| {
+    ///     buf[..2].copy_from_slice(b"hi");
+    ///     2
+    /// })?;
+    /// # ep.poll();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`AmError::BadRank`], [`AmError::BadEndpoint`], [`AmError::PayloadTooLarge`],
+    /// [`AmError::OutOfSegment`] (checked for `max_len` before `fill` runs);
+    /// [`AmError::CommitTooLarge`] for a length above `max_len`,
+    /// [`AmError::TooManyArgs`], [`AmError::UnregisteredHandler`],
+    /// [`AmError::ReservedHandler`] (nothing sent); [`AmError::Conduit`].
+    pub fn request_with(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerId,
+        body: Body<'_, usize>,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<(), AmError> {
+        self.with(dst, handler, body, fill, true).map(drop)
+    }
+
+    /// [`request_with`](Self::request_with) without waiting for resources: returns
+    /// [`Injected::WouldBlock`] (and does not call `fill`) when the conduit lacks them;
+    /// nothing stays borrowed, so a retry loop is plain code.
+    ///
+    /// ```
+    /// # use gex_core::{boot::Singleton, loopback::Loopback, Am, Body, ClientBuilder, Token, Injected};
+    /// # let client = ClientBuilder::new().segment_size(4096).init::<Loopback>(Box::new(Singleton::new()))?;
+    /// # let mut ep = client.endpoint(0)?;
+    /// let h = ep.register(|_t: &mut Token<'_>, am: Am<'_>| assert_eq!(am.payload(), b"hi"))?;
+    /// let me = ep.addr();
+    /// let fill = |buf: &mut [u8]| { buf[..2].copy_from_slice(b"hi"); 2 };
+    /// while ep.try_request_with(me, h, Body::medium(&[], 16), fill)? == Injected::WouldBlock {
+    ///     ep.poll();
+    /// }
+    /// # ep.poll();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`request_with`](Self::request_with).
+    pub fn try_request_with(
+        &mut self,
+        dst: EpAddr,
+        handler: HandlerId,
+        body: Body<'_, usize>,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<Injected, AmError> {
+        self.with(dst, handler, body, fill, false)
+    }
+
+    /// The in-place forms: reserves (waiting for resources if `wait`, else answering
+    /// `WouldBlock`), lets `fill` build the payload, sends it. The reservation never
+    /// outlives the call (a panic in `fill` cancels it).
     fn with(
         &mut self,
         dst: EpAddr,
-        category: Category,
         handler: HandlerId,
-        args: &[u32],
-        max_len: usize,
-        offset: usize,
+        body: Body<'_, usize>,
         fill: impl FnOnce(&mut [u8]) -> usize,
         wait: bool,
     ) -> Result<Injected, AmError> {
+        let (category, max_len, offset) = (body.category, body.payload, body.offset);
         let mut g = self.inner();
         let Some(buf) = g.prepare_req(dst, category, max_len, offset, wait)? else {
             return Ok(Injected::WouldBlock);
@@ -1189,6 +1138,6 @@ impl<C: Conduit> Endpoint<C> {
             len: max_len,
         };
         let len = fill(p.buffer());
-        p.commit(handler, args, len).map(|()| Injected::Sent)
+        p.commit(handler, body.args, len).map(|()| Injected::Sent)
     }
 }

@@ -4,12 +4,11 @@
 //! and polls until it has every other member's: simple and slow (n² messages), not a
 //! collective algorithm; collectives belong to the collectives layer.
 
-use super::am::Am;
+use super::am::{Am, Body};
 use super::{Endpoint, H_EXCHANGE};
 use crate::error::AmError;
 use crate::spi::Conduit;
 use crate::team::Team;
-use crate::types::Category;
 use std::collections::HashMap;
 
 /// (team id, exchange number, source team rank).
@@ -135,11 +134,8 @@ impl<C: Conduit> Endpoint<C> {
                 let args = [lo, hi, seq, rank, total, off as u32, tag];
                 g.request(
                     dst,
-                    Category::Medium,
                     H_EXCHANGE,
-                    &args,
-                    &blob[off..end],
-                    0,
+                    Body::medium(&args, &blob[off..end]),
                     H_EXCHANGE,
                 )?;
                 off = end;

@@ -45,7 +45,7 @@ mod progress;
 mod segment;
 mod thread;
 
-pub use am::{Am, Handler, LongPayload, Token};
+pub use am::{Am, Body, Handler, LongPayload, Token};
 pub use progress::{Retry, Scope};
 pub use segment::Segment;
 
@@ -290,7 +290,7 @@ pub(crate) struct Handle<C: Conduit> {
 /// ```
 ///
 /// ```
-/// use gex_core::{Am, Token};
+/// use gex_core::{Am, Body, Token};
 /// # use gex_core::loopback::Loopback;
 /// # let client = gex_core::ClientBuilder::new().segment_size(4096)
 /// #     .init::<Loopback>(Box::new(gex_core::boot::Singleton::new())).unwrap();
@@ -300,9 +300,9 @@ pub(crate) struct Handle<C: Conduit> {
 /// let ack = ep.register(|_: &mut Token<'_>, _: Am<'_>| {}).unwrap();
 /// let add = ep.register(move |t: &mut Token<'_>, am: Am<'_>| {
 ///     h.fetch_add(am.args()[0], std::sync::atomic::Ordering::Relaxed);
-///     t.reply_short(ack, &[]).unwrap();
+///     t.reply(ack, Body::short(&[])).unwrap();
 /// }).unwrap();
-/// ep.request_short(ep.addr(), add, &[5]).unwrap();
+/// ep.request(ep.addr(), add, Body::short(&[5])).unwrap();
 /// ep.wait_until(|| hits.load(std::sync::atomic::Ordering::Relaxed) == 5);
 /// ```
 #[repr(transparent)]

@@ -1,4 +1,4 @@
-//! A negotiated-payload message is built inside one call (`request_medium_with`), not
+//! A negotiated-payload message is built inside one call (`request_with`), not
 //! through a guard a program could leak: forgetting the old `Prepared` guard let the
 //! next call reach the conduit between the reservation and its commit (the simulated
 //! conduit caught it: "inject between prepare and commit/cancel").

@@ -4,7 +4,7 @@ use super::probe::with_conduit;
 use super::util::{Errs, Pattern, args_for, barrier, bytes_of, lock, sent, wait_for};
 use crate::rng::hash_words;
 use gex_core::spi::{Conduit, ConduitEp};
-use gex_core::{Am, Category, Client, EpAddr, HandlerId, Kind, Limits, Nb, Token};
+use gex_core::{Am, Body, Category, Client, EpAddr, HandlerId, Kind, Limits, Nb, Token};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -255,11 +255,12 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
             let args = args_for(rseed, rp.nargs);
             let payload = pat.get(rseed, rlen);
             let r = match rp.cat {
-                Category::Short => t.reply_short(RP, &args),
-                Category::Medium => t.reply_medium(RP, &args, payload),
-                Category::Long => {
-                    t.reply_long(RP, &args, payload, long_offset(i, 37, view.seg[s], rlen))
-                }
+                Category::Short => t.reply(RP, Body::short(&args)),
+                Category::Medium => t.reply(RP, Body::medium(&args, payload)),
+                Category::Long => t.reply(
+                    RP,
+                    Body::long(&args, payload, long_offset(i, 37, view.seg[s], rlen)),
+                ),
             };
             if let Err(e) = r {
                 errs.push(format!(
@@ -337,14 +338,12 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
                     let payload = pat.get(s, len);
                     let what = format!("iteration {i}: request {rq:?} ({len} bytes) to {dst}");
                     let r = match rq.cat {
-                        Category::Short => ep.request_short(dst, RQ, &args),
-                        Category::Medium => ep.request_medium(dst, RQ, &args, payload),
-                        Category::Long => ep.request_long(
+                        Category::Short => ep.request(dst, RQ, Body::short(&args)),
+                        Category::Medium => ep.request(dst, RQ, Body::medium(&args, payload)),
+                        Category::Long => ep.request(
                             dst,
                             RQ,
-                            &args,
-                            payload,
-                            long_offset(i, 61, view.seg[d], len),
+                            Body::long(&args, payload, long_offset(i, 61, view.seg[d], len)),
                         ),
                     };
                     sent(r, &what)?;
@@ -451,12 +450,12 @@ pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), 
             let args = [view.me, round, ci as u32, rlen as u32];
             let payload = pat.get(rs, rlen);
             let r = match cat {
-                Category::Short => t.reply_short(RP, &args),
-                Category::Medium => t.reply_medium(RP, &args, payload),
+                Category::Short => t.reply(RP, Body::short(&args)),
+                Category::Medium => t.reply(RP, Body::medium(&args, payload)),
                 Category::Long => {
                     let off =
                         view.seg[peer] / 2 + (view.seg[peer] / 2 / n as usize) * view.me as usize;
-                    t.reply_long(RP, &args, payload, off)
+                    t.reply(RP, Body::long(&args, payload, off))
                 }
             };
             if let Err(e) = r {
@@ -518,11 +517,13 @@ pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), 
                 let payload = pat.get(s, len);
                 let what = format!("round {round} {cat:?} ping to {dst}");
                 let r = match cat {
-                    Category::Short => ep.request_short(dst, RQ, &args),
-                    Category::Medium => ep.request_medium(dst, RQ, &args, payload),
-                    Category::Long => {
-                        ep.request_long(dst, RQ, &args, payload, slot(view.seg[d]) * me as usize)
-                    }
+                    Category::Short => ep.request(dst, RQ, Body::short(&args)),
+                    Category::Medium => ep.request(dst, RQ, Body::medium(&args, payload)),
+                    Category::Long => ep.request(
+                        dst,
+                        RQ,
+                        Body::long(&args, payload, slot(view.seg[d]) * me as usize),
+                    ),
                 };
                 sent(r, &what)?;
                 expected_replies += 1;
@@ -628,7 +629,11 @@ pub(crate) fn long_offsets<C: Conduit>(client: &Client<C>) -> Result<(), String>
         for (i, (off, len)) in pieces(&view, me, d).into_iter().enumerate() {
             let payload = pat.get(seed(me, d, i), len);
             sent(
-                ep.request_long(EpAddr::rank(d as u32), H, &[me, i as u32], payload, off),
+                ep.request(
+                    EpAddr::rank(d as u32),
+                    H,
+                    Body::long(&[me, i as u32], payload, off),
+                ),
                 &format!("piece {i} to rank {d}"),
             )?;
         }
@@ -714,24 +719,24 @@ pub(crate) fn payload_source_reuse<C: Conduit>(client: &Client<C>) -> Result<(),
     for k in 0..K {
         buf[..mlen].copy_from_slice(pat.get(seed(me, k, 0), mlen));
         sent(
-            ep.request_medium(dst, H, &[k, 0, mlen as u32], &buf[..mlen]),
+            ep.request(dst, H, Body::medium(&[k, 0, mlen as u32], &buf[..mlen])),
             "medium",
         )?;
         buf.fill(0xee);
         buf[..llen].copy_from_slice(pat.get(seed(me, k, 1), llen));
         let off = slot * me as usize + k as usize * llen;
         sent(
-            ep.request_long(dst, H, &[k, 1, llen as u32], &buf[..llen], off),
+            ep.request(dst, H, Body::long(&[k, 1, llen as u32], &buf[..llen], off)),
             "long",
         )?;
         buf.fill(0xdd);
         let owned = pat.get(seed(me, k, 2), mlen).to_vec();
         let ev = ep
-            .request_medium_owned(dst, H, &[k, 2, mlen as u32], owned, Nb)
+            .request_owned(dst, H, Body::medium(&[k, 2, mlen as u32], owned), Nb)
             .map_err(err)?;
         let back = ep.wait(ev).map_err(err)?;
         if back.as_slice() != pat.get(seed(me, k, 2), mlen) {
-            return Err("request_medium_owned gave back a different buffer".into());
+            return Err("request_owned gave back a different buffer".into());
         }
     }
     wait_for(&mut ep, "every message from the left neighbour", || {

@@ -4,7 +4,9 @@ use super::probe::with_conduit;
 use super::util::{Errs, barrier, expect_err, sent, wait_for};
 use gex_core::spi::Conduit;
 use gex_core::spi::{ConduitEp, MIN_MAX_ARGS};
-use gex_core::{Am, AmError, Client, Endpoint, EpAddr, EpError, HandlerId, RegisterError, Token};
+use gex_core::{
+    Am, AmError, Body, Client, Endpoint, EpAddr, EpError, HandlerId, RegisterError, Token,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -126,9 +128,9 @@ fn rs<C: Conduit>(
     args: &[u32],
 ) -> Result<(), AmError> {
     if imm {
-        ep.try_request_short(dst, h, args).map(drop)
+        ep.try_request(dst, h, Body::short(args)).map(drop)
     } else {
-        ep.request_short(dst, h, args)
+        ep.request(dst, h, Body::short(args))
     }
 }
 
@@ -142,9 +144,10 @@ fn rm<C: Conduit>(
     payload: &[u8],
 ) -> Result<(), AmError> {
     if imm {
-        ep.try_request_medium(dst, h, args, payload).map(drop)
+        ep.try_request(dst, h, Body::medium(args, payload))
+            .map(drop)
     } else {
-        ep.request_medium(dst, h, args, payload)
+        ep.request(dst, h, Body::medium(args, payload))
     }
 }
 
@@ -159,9 +162,10 @@ fn rl<C: Conduit>(
     offset: usize,
 ) -> Result<(), AmError> {
     if imm {
-        ep.try_request_long(dst, h, args, payload, offset).map(drop)
+        ep.try_request(dst, h, Body::long(args, payload, offset))
+            .map(drop)
     } else {
-        ep.request_long(dst, h, args, payload, offset)
+        ep.request(dst, h, Body::long(args, payload, offset))
     }
 }
 
@@ -235,7 +239,7 @@ pub(crate) fn register_errors<C: Conduit>(client: &Client<C>) -> Result<(), Stri
     }
     barrier(&mut ep)?;
     sent(
-        ep.request_short(ep.addr(), HandlerId::at(128), &[]),
+        ep.request(ep.addr(), HandlerId::at(128), Body::short(&[])),
         "self request",
     )?;
     wait_for(&mut ep, "the self request", || {
@@ -249,7 +253,7 @@ pub(crate) fn register_errors<C: Conduit>(client: &Client<C>) -> Result<(), Stri
 
 /// Sender-side validation: bad rank, bad endpoint, too many args, unregistered
 /// handler, payload too large, Long out of segment (also with offset overflow); with
-/// and without IMMEDIATE; a failed request sends nothing.
+/// waiting and not (`request`, `try_request`); a failed request sends nothing.
 pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), String> {
     const H: HandlerId = HandlerId::at(128);
     let (me, n) = (client.rank(), client.size());
@@ -464,7 +468,7 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
         ));
     }
     // One valid request each; then nothing else may arrive.
-    sent(ep.request_short(dst, H, &[]), "valid request")?;
+    sent(ep.request(dst, H, Body::short(&[])), "valid request")?;
     wait_for(&mut ep, "one request from the left neighbour", || {
         got.load(Ordering::Relaxed) >= 1
     })?;
@@ -507,7 +511,7 @@ pub(crate) fn reply_errors<C: Conduit>(client: &Client<C>) -> Result<(), String>
                 }
             };
             ex(
-                t.reply_short(RP, &vec![0; max_args + 1]),
+                t.reply(RP, Body::short(&vec![0; max_args + 1])),
                 AmError::TooManyArgs {
                     given: max_args + 1,
                     max: max_args,
@@ -515,22 +519,22 @@ pub(crate) fn reply_errors<C: Conduit>(client: &Client<C>) -> Result<(), String>
                 "reply with too many args",
             );
             ex(
-                t.reply_short(HandlerId::at(250), &[]),
+                t.reply(HandlerId::at(250), Body::short(&[])),
                 AmError::UnregisteredHandler(250),
                 "reply to unregistered 250",
             );
             ex(
-                t.reply_medium(HandlerId::at_any(0), &[], &[]),
+                t.reply(HandlerId::at_any(0), Body::medium(&[], &[])),
                 AmError::UnregisteredHandler(0),
                 "reply to handler 0",
             );
             ex(
-                t.reply_short(HandlerId::at_any(1), &[0, 0]),
+                t.reply(HandlerId::at_any(1), Body::short(&[0, 0])),
                 AmError::ReservedHandler(1),
                 "reply to the core's reserved exchange handler",
             );
             ex(
-                t.reply_medium(RP, &[], &vec![0; maxm + 1]),
+                t.reply(RP, Body::medium(&[], &vec![0; maxm + 1])),
                 AmError::PayloadTooLarge {
                     len: maxm + 1,
                     max: maxm,
@@ -538,7 +542,7 @@ pub(crate) fn reply_errors<C: Conduit>(client: &Client<C>) -> Result<(), String>
                 "reply medium over max",
             );
             ex(
-                t.reply_long(RP, &[], &[1], seg),
+                t.reply(RP, Body::long(&[], &[1], seg)),
                 AmError::OutOfSegment {
                     dst: src,
                     offset: seg,
@@ -548,7 +552,7 @@ pub(crate) fn reply_errors<C: Conduit>(client: &Client<C>) -> Result<(), String>
                 "reply long past the end",
             );
             ex(
-                t.reply_long(RP, &[], &[1, 2], usize::MAX - 1),
+                t.reply(RP, Body::long(&[], &[1, 2], usize::MAX - 1)),
                 AmError::OutOfSegment {
                     dst: src,
                     offset: usize::MAX - 1,
@@ -560,24 +564,24 @@ pub(crate) fn reply_errors<C: Conduit>(client: &Client<C>) -> Result<(), String>
             e.check(!t.has_replied(), || {
                 "has_replied() after failed replies only".into()
             });
-            if let Err(x) = t.reply_short(RP, &[7]) {
+            if let Err(x) = t.reply(RP, Body::short(&[7])) {
                 e.push(format!("good reply failed: {x}"));
             }
             e.check(t.has_replied(), || {
                 "has_replied() false after a reply".into()
             });
             ex(
-                t.reply_short(RP, &[]),
+                t.reply(RP, Body::short(&[])),
                 AmError::AlreadyReplied,
                 "second reply (short)",
             );
             ex(
-                t.reply_medium(RP, &[], &[1]),
+                t.reply(RP, Body::medium(&[], &[1])),
                 AmError::AlreadyReplied,
                 "second reply (medium)",
             );
             ex(
-                t.reply_long(RP, &[], &[1], 0),
+                t.reply(RP, Body::long(&[], &[1], 0)),
                 AmError::AlreadyReplied,
                 "second reply (long)",
             );
@@ -591,9 +595,9 @@ pub(crate) fn reply_errors<C: Conduit>(client: &Client<C>) -> Result<(), String>
                 || format!("reply handler saw {:?} args {:?}", am.kind(), am.args()),
             );
             for (what, r) in [
-                ("short", t.reply_short(RP, &[])),
-                ("medium", t.reply_medium(RP, &[], &[1])),
-                ("long", t.reply_long(RP, &[], &[1], 0)),
+                ("short", t.reply(RP, Body::short(&[]))),
+                ("medium", t.reply(RP, Body::medium(&[], &[1]))),
+                ("long", t.reply(RP, Body::long(&[], &[1], 0))),
             ] {
                 if let Err(m) = expect_err(
                     r,
@@ -609,7 +613,7 @@ pub(crate) fn reply_errors<C: Conduit>(client: &Client<C>) -> Result<(), String>
     }
     barrier(&mut ep)?;
     sent(
-        ep.request_short(EpAddr::rank((me + 1) % n), RQ, &[me]),
+        ep.request(EpAddr::rank((me + 1) % n), RQ, Body::short(&[me])),
         "request",
     )?;
     wait_for(&mut ep, "the reply and the neighbour's request", || {

@@ -5,7 +5,7 @@ use super::raw::{peer_read, peer_write};
 use super::util::{barrier, sent, wait_for};
 use crate::rng::hash_words;
 use gex_core::spi::{Conduit, ConduitEp};
-use gex_core::{Am, Capabilities, Client, EpAddr, HandlerId, Token, WaitPolicy};
+use gex_core::{Am, Body, Capabilities, Client, EpAddr, HandlerId, Token, WaitPolicy};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -49,7 +49,7 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
         })
         .map_err(err)?;
         ep.register_at(LONG.index(), |t: &mut Token<'_>, _am: Am<'_>| {
-            t.reply_short(ACK, &[]).expect("ack");
+            t.reply(ACK, Body::short(&[])).expect("ack");
         })
         .map_err(err)?;
         let acks = acks.clone();
@@ -129,7 +129,7 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
         let data = bytes(me, r, 2, slot);
         let before = acks.load(Ordering::Acquire);
         sent(
-            ep.request_long(EpAddr::rank(r), LONG, &[], &data, off),
+            ep.request(EpAddr::rank(r), LONG, Body::long(&[], &data, off)),
             "Long to a neighbour",
         )?;
         wait_for(&mut ep, "the Long handler's ack", || {
@@ -154,7 +154,7 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
             .map_err(err)?
     };
     let before = ep.stats().built_in_place;
-    ep.request_medium_with(me_addr, h, &[], 16, |_| 0)
+    ep.request_with(me_addr, h, Body::medium(&[], 16), |_| 0)
         .map_err(err)?;
     let in_place = ep.stats().built_in_place > before;
     // The message to self must be delivered here: left queued, it would arrive in
@@ -224,7 +224,7 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
                 0 => sleeper_wakes(&mut ep)?,
                 1 => {
                     std::thread::sleep(Duration::from_millis(100));
-                    sent(ep.request_short(EpAddr::rank(0), NOTE, &[]), "note")?;
+                    sent(ep.request(EpAddr::rank(0), NOTE, Body::short(&[])), "note")?;
                 }
                 _ => {}
             }
@@ -235,7 +235,10 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
             std::thread::scope(|s| {
                 let h = s.spawn(move || {
                     std::thread::sleep(Duration::from_millis(100));
-                    sent(ep1.request_short(EpAddr::rank(me), NOTE, &[]), "note")
+                    sent(
+                        ep1.request(EpAddr::rank(me), NOTE, Body::short(&[])),
+                        "note",
+                    )
                 });
                 let r = sleeper_wakes(&mut ep);
                 h.join()
@@ -307,11 +310,11 @@ fn runtime_endpoints<C: Conduit>(
     ep.register_at(HIT.index(), |_t: &mut Token<'_>, _am: Am<'_>| {})
         .map_err(err)?;
     sent(
-        ep.request_short(rt.addr(), HIT, &[]),
+        ep.request(rt.addr(), HIT, Body::short(&[])),
         "to the endpoint made at run time",
     )?;
     sent(
-        rt.request_medium(rt.addr(), HIT, &[], &[1; 8]),
+        rt.request(rt.addr(), HIT, Body::medium(&[], &[1; 8])),
         "from it to itself",
     )?;
     wait_for(&mut rt, "the endpoint made at run time receives", || {

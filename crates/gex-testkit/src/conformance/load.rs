@@ -4,7 +4,7 @@
 use super::util::{Errs, Pattern, SeqSet, barrier, bytes_of, lock, sent, wait_for};
 use crate::rng::hash_words;
 use gex_core::spi::Conduit;
-use gex_core::{Am, Client, EpAddr, HandlerId, Injected, Token};
+use gex_core::{Am, Body, Client, EpAddr, HandlerId, Injected, Token};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -59,7 +59,7 @@ pub(crate) fn many_in_flight<C: Conduit>(client: &Client<C>) -> Result<(), Strin
         ep.register_at(RQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
             let seq = am.args()[0];
             note(&reqs, &errs, am.src(), seq);
-            if let Err(e) = t.reply_short(RP, &[seq]) {
+            if let Err(e) = t.reply(RP, Body::short(&[seq])) {
                 errs.push(format!("reply: {e}"));
             }
             nreq.fetch_add(1, Ordering::Release);
@@ -80,7 +80,7 @@ pub(crate) fn many_in_flight<C: Conduit>(client: &Client<C>) -> Result<(), Strin
     barrier(&mut ep)?;
     for seq in 0..N {
         for &dst in &peers {
-            sent(ep.request_short(dst, RQ, &[seq]), "request")?;
+            sent(ep.request(dst, RQ, Body::short(&[seq])), "request")?;
         }
     }
     let want = u64::from(N) * peers.len() as u64;
@@ -123,7 +123,11 @@ pub(crate) fn flood_one_rank<C: Conduit>(client: &Client<C>) -> Result<(), Strin
     barrier(&mut ep)?;
     for seq in 0..M {
         sent(
-            ep.request_medium(target, H, &[seq], pat.get(seed(me, seq), len(seq))),
+            ep.request(
+                target,
+                H,
+                Body::medium(&[seq], pat.get(seed(me, seq), len(seq))),
+            ),
             "flood request",
         )?;
     }
@@ -191,7 +195,7 @@ pub(crate) fn multi_ep<C: Conduit>(client: &Client<C>) -> Result<(), String> {
                                 errs.push(format!("request {seq} from {src} to EP {k}: {d}"));
                             }
                             note(&seen, &errs, src, seq);
-                            if let Err(e) = t.reply_short(RP, &[seq, k as u32]) {
+                            if let Err(e) = t.reply(RP, Body::short(&[seq, k as u32])) {
                                 errs.push(format!("reply: {e}"));
                             }
                             nreq.fetch_add(1, Ordering::Release);
@@ -212,7 +216,7 @@ pub(crate) fn multi_ep<C: Conduit>(client: &Client<C>) -> Result<(), String> {
                     for seq in 0..K {
                         for &dst in &targets {
                             let p = pat.get(seed(me, k, dst, seq), len(seq));
-                            sent(ep.request_medium(dst, RQ, &[me, k as u32, dst.ep as u32, seq], p), "request")?;
+                            sent(ep.request(dst, RQ, Body::medium(&[me, k as u32, dst.ep as u32, seq], p)), "request")?;
                         }
                     }
                     let want_rep = u64::from(K) * targets.len() as u64;
@@ -280,26 +284,26 @@ fn imm_flood<C: Conduit>(client: &Client<C>, strict: bool) -> Result<(), String>
     let mut count = 0u32;
     let mut would_block = false;
     while count < cap {
-        match ep.try_request_medium(target, RQ, &[count], &payload) {
+        match ep.try_request(target, RQ, Body::medium(&[count], &payload)) {
             Ok(Injected::Sent) => count += 1,
             Ok(Injected::WouldBlock) => {
                 would_block = true;
                 break;
             }
-            Err(e) => return Err(format!("IMMEDIATE request {count}: {e}")),
+            Err(e) => return Err(format!("non-waiting request {count}: {e}")),
         }
     }
     client.boot_barrier().map_err(err)?;
-    // Without IMMEDIATE the same requests must go through (the core polls).
+    // Waiting, the same requests must go through (the core polls).
     for seq in count..count + AFTER {
         sent(
-            ep.request_medium(target, RQ, &[seq], &payload),
-            "request after the IMMEDIATE flood",
+            ep.request(target, RQ, Body::medium(&[seq], &payload)),
+            "request after the non-waiting flood",
         )?;
     }
     let total = count + AFTER;
     sent(
-        ep.request_short(target, DONE, &[total, u32::from(would_block)]),
+        ep.request(target, DONE, Body::short(&[total, u32::from(would_block)])),
         "done",
     )?;
     if me == 0 {
@@ -320,7 +324,7 @@ fn imm_flood<C: Conduit>(client: &Client<C>, strict: bool) -> Result<(), String>
                 Some(s) if s.is_exactly(c) => {}
                 other => {
                     return Err(format!(
-                        "rank {r} sent {c} requests (IMMEDIATE ones that reported WouldBlock excluded); received {} distinct: lost or phantom messages",
+                        "rank {r} sent {c} requests (non-waiting ones that reported WouldBlock excluded); received {} distinct: lost or phantom messages",
                         other.map_or(0, |s| s.count())
                     ));
                 }
@@ -328,29 +332,29 @@ fn imm_flood<C: Conduit>(client: &Client<C>, strict: bool) -> Result<(), String>
             // Self-sends may bypass queues: rank 0 is exempt unless it is alone.
             if strict && !wb && (r != 0 || n == 1) {
                 return Err(format!(
-                    "rank {r} saw no WouldBlock in {cap} IMMEDIATE requests to a rank that was not polling"
+                    "rank {r} saw no WouldBlock in {cap} non-waiting requests to a rank that was not polling"
                 ));
             }
         }
     }
     if strict && !would_block && (me != 0 || n == 1) {
         return Err(format!(
-            "no WouldBlock in {cap} IMMEDIATE requests of {plen} bytes to a rank that was not polling"
+            "no WouldBlock in {cap} non-waiting requests of {plen} bytes to a rank that was not polling"
         ));
     }
     Ok(())
 }
 
-/// Every rank floods rank 0 with IMMEDIATE Medium requests while rank 0 does not
-/// poll, stopping at the first `WouldBlock` (or after 20 000), then sends more without
-/// IMMEDIATE (which must all report `Sent`). Rank 0 then drains: exactly the requests
+/// Every rank floods rank 0 with non-waiting Medium requests (`try_request`) while rank
+/// 0 does not poll, stopping at the first `WouldBlock` (or after 20 000), then sends
+/// more waiting ones (which must all report `Sent`). Rank 0 then drains: exactly the requests
 /// reported `Sent` arrive, once each.
 pub(crate) fn immediate_flood<C: Conduit>(client: &Client<C>) -> Result<(), String> {
     imm_flood(client, false)
 }
 
 /// As `immediate_flood`, but every sender must see `WouldBlock` within 100 000
-/// IMMEDIATE requests: the conduit's queues are bounded and back-pressure is reported.
+/// non-waiting requests: the conduit's queues are bounded and back-pressure is reported.
 /// (Rank 0's flood of itself is exempt in jobs of several ranks: self-sends may bypass
 /// queues.)
 /// Conduits with unbounded queues exclude this case.
@@ -388,7 +392,7 @@ pub(crate) fn barrier_with_traffic<C: Conduit>(client: &Client<C>) -> Result<(),
             if am.payload() != [src.rank as u8; 32] {
                 errs.push(format!("corrupt payload from {src}"));
             }
-            if let Err(e) = t.reply_short(RP, &[it]) {
+            if let Err(e) = t.reply(RP, Body::short(&[it])) {
                 errs.push(format!("reply: {e}"));
             }
             nreq.fetch_add(1, Ordering::Release);
@@ -406,7 +410,11 @@ pub(crate) fn barrier_with_traffic<C: Conduit>(client: &Client<C>) -> Result<(),
         cur.store(u64::from(i), Ordering::Release);
         for j in 0..PER {
             sent(
-                ep.request_medium(EpAddr::rank(dst_of(me, i, j)), RQ, &[me, i], &payload),
+                ep.request(
+                    EpAddr::rank(dst_of(me, i, j)),
+                    RQ,
+                    Body::medium(&[me, i], &payload),
+                ),
                 "request",
             )?;
         }

@@ -13,18 +13,18 @@
 //! |---|---|---|---|
 //! | `segment_basics` | 1 | 1 | segments zero-filled, sized as agreed, local read/write round trip and bounds; endpoints taken once |
 //! | `register_errors` | 1 | 1 | `RegisterError::{Zero, Reserved, AlreadyRegistered}`; a refused registration keeps the first handler |
-//! | `request_errors` | 1 | 1 | `BadRank`, `BadEndpoint`, `TooManyArgs`, `UnregisteredHandler`, `PayloadTooLarge`, `OutOfSegment` (also offsets near `usize::MAX`), with and without IMMEDIATE; failed requests send nothing |
+//! | `request_errors` | 1 | 1 | `BadRank`, `BadEndpoint`, `TooManyArgs`, `UnregisteredHandler`, `PayloadTooLarge`, `OutOfSegment` (also offsets near `usize::MAX`), waiting and non-waiting (`try_request`); failed requests send nothing |
 //! | `reply_errors` | 1 | 1 | in handlers: reply validation errors, then `AlreadyReplied` (every category), `ReplyFromReply` (every category); failed replies send nothing |
 //! | `am_categories` | 1 | 1 | Short/Medium/Long x args `0..=max_args` x sizes 0, 1, max-1, max, as request and as reply, to the right neighbour and to self; bytes, args, kind, source, Long offset and address |
 //! | `ping_pong_all_pairs` | 1 | 1 | every rank pings every rank (self included) in all three categories, concurrently |
 //! | `long_offsets` | 1 | 1 | Long payloads at many offsets (unaligned, zero-length, at the segment's end) land exactly there and nowhere else |
-//! | `payload_source_reuse` | 1 | 1 | payload buffers reusable when injection returns; `request_medium_owned` gives its buffer back intact |
+//! | `payload_source_reuse` | 1 | 1 | payload buffers reusable when injection returns; `request_owned` gives its buffer back intact |
 //! | `many_in_flight` | 1 | 1 | 10 000 requests from every rank to every other before waiting, all replied; no loss, no duplicates |
 //! | `flood_one_rank` | 3 | 1 | every rank floods rank 0 at once; contents, no loss, no duplicates |
 //! | `multi_ep` | 1 | 2 | one thread per EP; EP k sends to EP k and EP k+1 of every rank; sources, targets, replies |
-//! | `immediate_flood` | 1 | 1 | IMMEDIATE flood into a rank that does not poll; `WouldBlock` only with IMMEDIATE; exactly the requests reported `Sent` arrive |
+//! | `immediate_flood` | 1 | 1 | non-waiting flood into a rank that does not poll; `WouldBlock` only from non-waiting requests; exactly the requests reported `Sent` arrive |
 //! | `back_pressure` | 1 | 1 | as `immediate_flood`, and every sender sees `WouldBlock` (bounded queues) |
-//! | `negotiated_payload` | 1 | 1 | prepare/fill/commit fewer bytes (Medium, Long, zero bytes, IMMEDIATE); dropped and failed commits send nothing; prepare-time errors |
+//! | `negotiated_payload` | 1 | 1 | prepare/fill/commit fewer bytes (Medium, Long, zero bytes, non-waiting); dropped and failed commits send nothing; prepare-time errors |
 //! | `barrier_with_traffic` | 1 | 1 | a barrier (the core's all-gather, `Endpoint::exchange_tagged`) 60 times with requests in flight; no rank passes it early |
 //! | `capabilities` | 1 | 1 | `SHARED_MEMORY`, `NP_IN_PLACE`, `BLOCKING_WAIT` match behaviour |
 //!
@@ -263,14 +263,14 @@ pub fn cases<C: Conduit>() -> Vec<Case<C>> {
         ),
         c(
             "immediate_flood",
-            "IMMEDIATE floods lose and duplicate nothing; WouldBlock only with IMMEDIATE",
+            "non-waiting floods lose and duplicate nothing; WouldBlock only from non-waiting requests",
             1,
             1,
             load::immediate_flood::<C>,
         ),
         c(
             "back_pressure",
-            "an IMMEDIATE flood into a rank that does not poll reports WouldBlock",
+            "a non-waiting flood into a rank that does not poll reports WouldBlock",
             1,
             1,
             load::back_pressure::<C>,

@@ -3,7 +3,7 @@
 use super::util::{Errs, Pattern, barrier, bytes_of, expect_err, wait_for};
 use crate::rng::hash_words;
 use gex_core::spi::Conduit;
-use gex_core::{Am, AmError, Category, Client, Endpoint, EpAddr, HandlerId, Injected, Token};
+use gex_core::{Am, AmError, Body, Category, Client, Endpoint, EpAddr, HandlerId, Injected, Token};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,25 +13,23 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Builds a negotiated-payload message of `plen` bytes and commits `fill` (its first
-/// `clen` bytes; `clen` may exceed `plen` to provoke `CommitTooLarge`). With `imm`,
-/// through [`Endpoint::try_request_medium_with`](gex_core::Endpoint::try_request_medium_with)
+/// Builds a negotiated-payload message of `body` (its payload: the capacity, `plen`
+/// bytes) and commits `fill` (its first `clen` bytes; `clen` may exceed `plen` to
+/// provoke `CommitTooLarge`). With `imm`,
+/// through [`Endpoint::try_request_with`](gex_core::Endpoint::try_request_with)
 /// (polling while the conduit lacks resources, bounded); without, through
-/// [`Endpoint::request_medium_with`](gex_core::Endpoint::request_medium_with), which
+/// [`Endpoint::request_with`](gex_core::Endpoint::request_with), which
 /// waits for resources.
-#[allow(clippy::too_many_arguments)]
 fn send_prepared<C: Conduit>(
     ep: &mut Endpoint<C>,
     dst: EpAddr,
-    cat: Category,
-    plen: usize,
-    offset: usize,
-    imm: bool,
     h: HandlerId,
-    args: &[u32],
+    body: Body<'_, usize>,
+    imm: bool,
     fill: &[u8],
     clen: usize,
 ) -> Result<(), AmError> {
+    let plen = *body.payload();
     let wrong_len = std::cell::Cell::new(None);
     let fill_with = |b: &mut [u8]| {
         if b.len() != plen {
@@ -50,12 +48,7 @@ fn send_prepared<C: Conduit>(
     if imm {
         let deadline = Instant::now() + super::CASE_WAIT;
         loop {
-            let r = match cat {
-                Category::Long => {
-                    ep.try_request_long_with(dst, h, args, plen, offset, fill_with)?
-                }
-                _ => ep.try_request_medium_with(dst, h, args, plen, fill_with)?,
-            };
+            let r = ep.try_request_with(dst, h, body, fill_with)?;
             if r == Injected::Sent {
                 return checked(Ok(()));
             }
@@ -67,15 +60,11 @@ fn send_prepared<C: Conduit>(
             ep.poll();
         }
     }
-    let r = match cat {
-        Category::Long => ep.request_long_with(dst, h, args, plen, offset, fill_with),
-        _ => ep.request_medium_with(dst, h, args, plen, fill_with),
-    };
-    checked(r)
+    checked(ep.request_with(dst, h, body, fill_with))
 }
 
 /// Negotiated payloads to every rank: Medium and Long buffers prepared, filled in place
-/// and committed with fewer bytes than prepared; zero-byte commits; IMMEDIATE prepares;
+/// and committed with fewer bytes than prepared; zero-byte commits; non-waiting ones (`try_request_with`);
 /// a `fill` that panics and every failed commit (`CommitTooLarge`,
 /// `UnregisteredHandler`, `TooManyArgs`) send nothing; prepare-time errors
 /// (`PayloadTooLarge`, `OutOfSegment`, `BadRank`, `BadEndpoint`).
@@ -140,12 +129,9 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
         send_prepared(
             &mut ep,
             dst,
-            Category::Medium,
-            plen,
-            0,
-            imm,
             H,
-            &[me, 0, clen as u32],
+            Body::medium(&[me, 0, clen as u32], plen),
+            imm,
             &fill,
             clen,
         )
@@ -158,12 +144,9 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
         send_prepared(
             &mut ep,
             dst,
-            Category::Long,
-            plen,
-            off,
-            imm,
             H,
-            &[me, 1, clen as u32],
+            Body::long(&[me, 1, clen as u32], plen, off),
+            imm,
             &fill,
             clen,
         )
@@ -172,19 +155,16 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
         send_prepared(
             &mut ep,
             dst,
-            Category::Medium,
-            16.min(maxm[d]),
-            0,
-            imm,
             H,
-            &[me, 2, 0],
+            Body::medium(&[me, 2, 0], 16.min(maxm[d])),
+            imm,
             &[],
             0,
         )
         .map_err(|e| format!("zero-byte commit: {e}"))?;
         // Abandoned (a panicking `fill`) and failed messages send nothing.
         let abandoned = catch_unwind(AssertUnwindSafe(|| {
-            ep.request_medium_with(dst, H, &[me, 9, 0], 16.min(maxm[d]), |b| {
+            ep.request_with(dst, H, Body::medium(&[me, 9, 0], 16.min(maxm[d])), |b| {
                 b.fill(0xab);
                 panic!("a fill that panics on purpose")
             })
@@ -197,10 +177,15 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
         // have run yet).
         let spare = off + plen;
         let abandoned = catch_unwind(AssertUnwindSafe(|| {
-            ep.request_long_with(dst, H, &[me, 9, 0], 16.min(maxl[d]), spare, |b| {
-                b.fill(0xab);
-                panic!("a fill that panics on purpose")
-            })
+            ep.request_with(
+                dst,
+                H,
+                Body::long(&[me, 9, 0], 16.min(maxl[d]), spare),
+                |b| {
+                    b.fill(0xab);
+                    panic!("a fill that panics on purpose")
+                },
+            )
         }));
         if abandoned.is_ok() {
             return Err("a panicking fill did not end the call".into());
@@ -210,12 +195,9 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
             send_prepared(
                 &mut ep,
                 dst,
-                Category::Medium,
-                pl,
-                0,
-                imm,
                 H,
-                &[me, 9, 0],
+                Body::medium(&[me, 9, 0], pl),
+                imm,
                 &[],
                 pl + 1,
             ),
@@ -229,12 +211,9 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
             send_prepared(
                 &mut ep,
                 dst,
-                Category::Medium,
-                pl,
-                0,
-                imm,
                 HandlerId::at(250),
-                &[me, 9, 0],
+                Body::medium(&[me, 9, 0], pl),
+                imm,
                 &[],
                 0,
             ),
@@ -245,12 +224,9 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
             send_prepared(
                 &mut ep,
                 dst,
-                Category::Long,
-                16.min(maxl[d]),
-                spare,
-                imm,
                 H,
-                &vec![0; max_args + 1],
+                Body::long(&vec![0; max_args + 1], 16.min(maxl[d]), spare),
+                imm,
                 &[],
                 0,
             ),
@@ -264,18 +240,18 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
         for imm in [false, true] {
             let medium = |ep: &mut Endpoint<C>, dst: EpAddr, len: usize| -> Result<(), AmError> {
                 if imm {
-                    ep.try_request_medium_with(dst, H, &[], len, |_| 0)
+                    ep.try_request_with(dst, H, Body::medium(&[], len), |_| 0)
                         .map(drop)
                 } else {
-                    ep.request_medium_with(dst, H, &[], len, |_| 0)
+                    ep.request_with(dst, H, Body::medium(&[], len), |_| 0)
                 }
             };
             let long = |ep: &mut Endpoint<C>, len: usize, off: usize| -> Result<(), AmError> {
                 if imm {
-                    ep.try_request_long_with(dst, H, &[], len, off, |_| 0)
+                    ep.try_request_with(dst, H, Body::long(&[], len, off), |_| 0)
                         .map(drop)
                 } else {
-                    ep.request_long_with(dst, H, &[], len, off, |_| 0)
+                    ep.request_with(dst, H, Body::long(&[], len, off), |_| 0)
                 }
             };
             expect_err(

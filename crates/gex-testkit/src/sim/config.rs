@@ -50,7 +50,7 @@ pub enum Fault {
     CorruptMedium,
     /// Long payloads are written one byte after their offset (when that fits).
     ShiftLong,
-    /// An IMMEDIATE request that finds its lane full is sent anyway, yet reported as
+    /// A non-waiting request that finds its lane full is sent anyway, yet reported as
     /// `WouldBlock`.
     IgnoreImmediate,
     /// `BLOCKING_WAIT` is reported, but `block` returns at once.
@@ -126,7 +126,7 @@ pub struct SimConfig {
     /// ([`Capabilities::NP_IN_PLACE`](gex_core::Capabilities)); otherwise the core's
     /// bounce buffer is used.
     pub np_in_place: bool,
-    /// Owned Medium payloads ([`request_medium_owned`](gex_core::Endpoint::request_medium_owned))
+    /// Owned Medium payloads ([`request_owned`](gex_core::Endpoint::request_owned))
     /// travel with the message and are handed back only once it was delivered
     /// (deferred local completion); otherwise they complete at injection.
     pub deferred_lc: bool,

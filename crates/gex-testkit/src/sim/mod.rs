@@ -13,7 +13,7 @@
 //! fabric as conduit context; [`run_sim`] does all of it (threads, bootstrap,
 //! watchdog):
 //! ```
-//! use gex_core::{Am, ClientBuilder, EpAddr, Token};
+//! use gex_core::{Am, Body, ClientBuilder, EpAddr, Token};
 //! use gex_testkit::sim::{run_sim, SimConfig};
 //! use std::sync::{Arc, atomic::{AtomicU32, Ordering}};
 //!
@@ -24,7 +24,7 @@
 //!     let add = ep.register(move |_t: &mut Token<'_>, am: Am<'_>| { g.fetch_add(am.args()[0], Ordering::Relaxed); }).unwrap();
 //!     gex_testkit::exchange_barrier(&mut ep).unwrap(); // every rank registered its handler
 //!     for r in 0..client.size() {
-//!         ep.request_short(EpAddr::rank(r), add, &[client.rank() + 1]).unwrap();
+//!         ep.request(EpAddr::rank(r), add, Body::short(&[client.rank() + 1])).unwrap();
 //!     }
 //!     ep.wait_until(|| got.load(Ordering::Relaxed) == 1 + 2 + 3);
 //!     gex_testkit::exchange_barrier(&mut ep).unwrap();
