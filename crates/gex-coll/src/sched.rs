@@ -171,10 +171,7 @@ pub(crate) fn span(ranges: &[Range<usize>]) -> usize {
     ranges.iter().map(|r| r.len()).sum()
 }
 
-/// The byte-level reduction: `f(acc, incoming, incoming_is_left)` sets
-/// `acc = incoming ⊕ acc` if `incoming_is_left`, else `acc = acc ⊕ incoming`,
-/// elementwise over slices of equal length.
-pub type ReduceFn = std::sync::Arc<dyn Fn(&mut [u8], &[u8], bool) + Send + Sync>;
+pub use crate::op::ReduceFn;
 
 /// Applies local step `l` to `work`.
 pub(crate) fn apply_local(work: &mut [u8], l: &Local, reduce: Option<&ReduceFn>) {
@@ -218,11 +215,12 @@ pub(crate) fn pack(work: &[u8], ranges: &[Range<usize>]) -> Vec<u8> {
     v
 }
 
+#[cfg(feature = "internals")]
 pub mod model {
     //! Sequential execution and LogGP timing of the schedules of a whole team, in one
-    //! thread and without any conduit.
+    //! thread and without any conduit (feature `internals`: the tests' reference).
     use super::*;
-    use crate::tune::LogGP;
+    use crate::loggp::LogGP;
     use std::collections::HashMap;
 
     /// Why a set of schedules could not run to completion.
