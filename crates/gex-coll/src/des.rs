@@ -3,7 +3,7 @@
 //!
 //! The simulated-fabric conduit of gex-testkit runs ranks as OS threads, which does
 //! not scale to 1024+ ranks on a small machine, and it measures the host, not a
-//! modelled network. This simulator executes the *same* [`Schedule`]s the engine
+//! modelled network. This simulator executes the *same* [`Schedule`](crate::sched::Schedule)s the engine
 //! executes (each algorithm's `plan` for every rank), event by event in time order, so
 //! a simulated ordering or crossover is a property of the algorithms gex-coll runs, not
 //! of a separate formula. It lives in gex-coll (not gex-testkit) because it needs the

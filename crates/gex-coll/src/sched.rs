@@ -4,9 +4,10 @@
 //! [`Schedule`] for each rank: a work buffer, where the rank's input goes in it, a list
 //! of [`Round`]s of sends, receives and local combinations, and where the output is
 //! taken from. The layer's engine ([`Coll`](crate::Coll)) executes schedules over any
-//! conduit; [`model::run`] executes the schedules of every rank of a team in one thread
-//! (a sequential reference used by tests), and [`model::loggp_time`] predicts their
-//! running time under LogGP parameters (used for simulations at scale).
+//! conduit; `model::run` (feature `internals`) executes the schedules of every rank of
+//! a team in one thread (a sequential reference used by tests), and
+//! `model::loggp_time` predicts their running time under LogGP parameters (used for
+//! simulations at scale).
 //!
 //! ## Round semantics
 //! Round `i` of a rank: (1) every send of the round takes a snapshot of its ranges of

@@ -6,10 +6,10 @@
 //! of the message algorithms; [`catalog`](crate::catalog()) adds the placement ones
 //! (`shm`, `hier`): the instances the autotuner, the planner, `gex-info coll` and `gex-tune` read.
 //! The built-in families are values of [`Builtin`]; each family lives in its own
-//! module with its plan and its cost together (a [`Family`](family::Family) record,
-//! registered in [`family::family`]). A new algorithm is one new module implementing
-//! [`Algorithm`] (the helpers of [`tree`] and [`blocks`] build schedules, those of
-//! [`cost`] the LogGP terms) plus one line in [`messages`], as [`ScatterAllgather`]
+//! module with its plan and its cost together (a `Family` record, registered in
+//! `family::family`). A new algorithm is one new module implementing
+//! [`Algorithm`] (the helpers of `tree` and `blocks` build schedules, those of
+//! `cost` the LogGP terms) plus one line in [`messages`], as [`ScatterAllgather`]
 //! shows. A hardware (NIC) collective plugs in as one more [`Algorithm`] registered
 //! with [`CollExt::register_algorithm`](crate::CollExt::register_algorithm).
 
