@@ -397,18 +397,9 @@ fn scatter_allgather_broadcast() {
             }
         }
     }
-    let q = |size: u32, bytes: usize| Query {
-        op: OpKind::Broadcast,
-        size,
-        bytes,
-        addr: AddrMode::Local,
-        sync: SyncModes::default(),
-        commutative: true,
-        scratch: false,
-        shm: false,
-        hier: false,
-        hosts: 0,
-        host_ranges: false,
+    // The query the layer builds for a team of messages only.
+    let q = |size: u32, bytes: usize| {
+        gex_coll::Placement::default().query(OpKind::Broadcast, size, bytes, AddrMode::Local)
     };
     // The root sends (P − 1)/P of the message twice (scatter, ring), not the whole
     // message log2 P times.
