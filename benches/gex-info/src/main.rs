@@ -3,9 +3,13 @@
 //! ```text
 //! gex-info conduits            compiled conduits: capabilities and limits (one-rank probe)
 //! gex-info env                 every GEX_* variable: value here, default, meaning
-//! gex-info coll [-n N] [--single]
+//! gex-info coll [-n N] [--single] [--hosts H] [--no-shm]
 //!                              the collective algorithm chosen per operation and size
-//!                              on a team of N (default 8), with the runner-up and why
+//!                              on a team of N (default 8), with the runner-up and why,
+//!                              and the path a blocking call takes: by default the team
+//!                              of a job on this host (shared memory: `shm` where the
+//!                              tuner takes it); `--hosts H` spreads it over H hosts,
+//!                              `--no-shm` is a conduit without shared memory
 //! gex-info ofi                 (built with --features ofi) the libfabric provider,
 //!                              domain and the path of every operation, with reasons
 //! gex-info ibv                 (built with --features ibv or ibv-verbs) the RDMA devices
@@ -64,6 +68,13 @@ enum What {
         /// Single address mode (every member's addresses known) instead of local.
         #[arg(long)]
         single: bool,
+        /// Hosts the team spans (1: all on this host).
+        #[arg(long, default_value_t = 1)]
+        hosts: u32,
+        /// The members do not share memory (a conduit without it, e.g. ofi or ibv
+        /// between processes of one host).
+        #[arg(long)]
+        no_shm: bool,
     },
     /// The libfabric conduit's provider, domain and per-operation paths.
     Ofi,
@@ -258,10 +269,17 @@ fn env() -> Result<(), String> {
 /// The choices of the tuner a gex program's collectives layer has: the layer of an
 /// endpoint of a one-rank job (loopback), which read its `GEX_COLL_*` settings from
 /// the environment when it attached (a bad one fails here, naming the variable), asked
-/// about teams of `size`.
-fn coll(size: u32, single: bool) -> Result<(), String> {
+/// about teams of `size` placed as `place` — the queries the layer builds for such a
+/// team, so the table shows what the job would run and the path a blocking call takes.
+fn coll(size: u32, single: bool, place: gex_coll::Placement) -> Result<(), String> {
     if size == 0 {
         return Err("a team has at least one member (-n 1 or more)".into());
+    }
+    if place.hosts == 0 || place.hosts > size {
+        return Err(format!(
+            "a team of {size} spans 1 to {size} hosts (--hosts {})",
+            place.hosts
+        ));
     }
     let client = gex::builder()
         .segment_size(1 << 16)
@@ -274,7 +292,7 @@ fn coll(size: u32, single: bool) -> Result<(), String> {
         gex_coll::AddrMode::Local
     };
     let table = ep
-        .tuner(|t| t.table(size, addr))
+        .tuner(|t| t.table_on(size, addr, place))
         .map_err(|e| e.to_string())?;
     out(&table);
     Ok(())
@@ -331,7 +349,19 @@ fn main() -> ExitCode {
     let r = match cli.what.unwrap_or(What::Conduits) {
         What::Conduits => conduits(),
         What::Env => env(),
-        What::Coll { size, single } => coll(size, single),
+        What::Coll {
+            size,
+            single,
+            hosts,
+            no_shm,
+        } => coll(
+            size,
+            single,
+            gex_coll::Placement {
+                shm: !no_shm,
+                hosts,
+            },
+        ),
         What::Ofi => ofi(),
         What::Ibv => ibv(),
         What::Boot { no_connect } => boot(no_connect),

@@ -87,6 +87,54 @@ fn coll_prints_a_choice_per_operation_and_follows_overrides() {
     }
 }
 
+/// What a job on one host runs (issue 29): an 8-rank team with shared memory takes
+/// `shm` for small allreduce and barrier, directly in the caller, and the small
+/// broadcast through the ring; the same team without shared memory, or over two
+/// hosts, moves messages (or runs host stages).
+#[test]
+fn coll_shows_the_path_a_job_on_this_host_takes() {
+    let row = |text: &str, op: &str, bytes: &str| -> Vec<String> {
+        text.lines()
+            .find(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w.first() == Some(&op) && (op == "barrier" || w.get(1) == Some(&bytes))
+            })
+            .unwrap_or_else(|| panic!("no {op} {bytes} row:\n{text}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    let host = stdout(&gex_info(&["coll", "-n", "8"], &[]));
+    assert!(host.contains("one host, shared memory"), "{host}");
+    let ar = row(&host, "allreduce", "8");
+    assert_eq!(
+        (ar[2].as_str(), ar[4].as_str()),
+        ("shm", "shm-direct"),
+        "{host}"
+    );
+    let bar = row(&host, "barrier", "0");
+    assert_eq!(
+        (bar[2].as_str(), bar[4].as_str()),
+        ("shm", "shm-direct"),
+        "{host}"
+    );
+    let bc = row(&host, "broadcast", "8");
+    assert_eq!(
+        (bc[2].as_str(), bc[4].as_str()),
+        ("shm", "shm-ring"),
+        "{host}"
+    );
+    let msgs = stdout(&gex_info(&["coll", "-n", "8", "--no-shm"], &[]));
+    let ar = row(&msgs, "allreduce", "8");
+    assert_ne!(ar[2], "shm", "{msgs}");
+    assert_eq!(ar[4], "messages", "{msgs}");
+    let two = stdout(&gex_info(&["coll", "-n", "8", "--hosts", "2"], &[]));
+    assert!(two.contains("2 hosts"), "{two}");
+    assert!(two.lines().skip(2).all(|l| !l.contains("shm-")), "{two}");
+    let o = gex_info(&["coll", "-n", "4", "--hosts", "5"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+}
+
 #[test]
 fn bad_input_exits_2_with_a_message() {
     let o = gex_info(&["coll", "-n", "0"], &[]);

@@ -7,7 +7,7 @@
 //! broadcast) into the output directory, printing the figures and crossovers.
 
 use gex_coll::des::{Options, simulate};
-use gex_coll::{Algorithm, LogGP, OpKind, PlanCtx, algo::catalog};
+use gex_coll::{Algorithm, LogGP, OpKind, PlanCtx, catalog};
 use gex_tune::svg::{Chart, Series, page};
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! next run resumes from it (timing only the remaining cells) and writes a profile
 //! that gex-coll's tuner loads.
 
-use gex_coll::{Profile, Reason, Tuner, algo::catalog};
+use gex_coll::{Profile, Reason, Tuner, catalog};
 use std::process::Command;
 
 fn tune(dir: &std::path::Path, extra: &[&str]) -> (i32, String) {

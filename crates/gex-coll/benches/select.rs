@@ -1,6 +1,6 @@
 //! Microbenchmark of the autotuner's cached selection (no harness): prints ns/lookup.
 //! Run with `cargo bench -p gex-coll --bench select`.
-use gex_coll::{AddrMode, LogGP, OpKind, Query, SyncModes, Tuner, algo::catalog};
+use gex_coll::{AddrMode, LogGP, OpKind, Query, SyncModes, Tuner, catalog};
 use std::time::Instant;
 
 fn main() {

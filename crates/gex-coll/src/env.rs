@@ -5,8 +5,9 @@
 //! conduits' into the registry that `GEX_VERBOSEENV=1` and `gex-info env` print, and
 //! documented in docs/env.md.
 
+use crate::loggp::LogGP;
 use crate::op::OpKind;
-use crate::tune::{LogGP, Tuner};
+use crate::tune::Tuner;
 use gex_core::InitError;
 use gex_core::config::{Config, EnvVar};
 use std::cell::Cell;
@@ -121,7 +122,7 @@ pub(crate) fn sleep_yields(cfg: &Config) -> Result<u32, InitError> {
 /// # Errors
 /// [`InitError::Layer`] naming the variable whose value is wrong.
 pub(crate) fn tuner(cfg: &Config) -> Result<Tuner, InitError> {
-    let mut t = Tuner::new(crate::algo::catalog(), LogGP::default());
+    let mut t = Tuner::new(crate::catalog::catalog(), LogGP::default());
     // The variable read last is the one that failed.
     let last = Cell::new("");
     let r = t.configure(|k| {

@@ -55,10 +55,10 @@
 //! with the stages).
 
 use crate::algo::{Algorithm, Builtin, Kind, PlanCtx, Query};
+use crate::loggp::LogGP;
 use crate::op::{AddrMode, OpKind, SyncMode, Transport};
 use crate::sched::{ReduceFn, Schedule};
 use crate::shm::Shm;
-use crate::tune::LogGP;
 use gex_core::Team;
 use std::collections::HashMap;
 
@@ -186,7 +186,7 @@ impl Algorithm for HierAlgo {
         // of a host send across hosts at the full rate `G` at once, while they share
         // the host's link; the leader alone uses it here, so it gets `G / s` (the
         // same convention).
-        let catalog = crate::algo::catalog();
+        let catalog = crate::algo::messages();
         let leaders = |op: OpKind, bytes: usize, all_to_all: bool| {
             let sub = Query {
                 op,

@@ -14,9 +14,10 @@
 use crate::engine::{Body, Input, OpState, Start};
 use crate::error::CollError;
 use crate::layer::Coll;
+use crate::mix::mix_all;
 use crate::op::Opts;
 use crate::rootcheck::mismatch;
-use crate::teams::{ext, mix_all};
+use crate::teams::ext;
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
 
@@ -108,8 +109,8 @@ impl Coll {
                 });
                 let e = mismatch(team.id(), seq, found);
                 st.result = Some(Err(e.clone()));
-                self.pending_aborts.push((team.clone(), seq, found));
-                self.history.failed(team.id(), seq, &e);
+                self.agree.pending_aborts.push((team.clone(), seq, found));
+                self.agree.history.failed(team.id(), seq, &e);
                 self.fail_team(team.id(), &e);
                 false
             }

@@ -6,11 +6,11 @@
 
 use crate::barrier::Notified;
 use crate::engine::OpState;
-use crate::error::{CollError, Disagreement};
+use crate::error::CollError;
 use crate::msg::{H_ABORT, H_PROBE, HANDLERS, Mailbox, Outbox, Probe, abort_args};
 use crate::ring;
 use crate::rma::Rma;
-use crate::rootcheck::{self, Described, History, mismatch};
+use crate::rootcheck::{self, Agreement, Described, mismatch};
 use crate::shm::{self, Area, Expected, ShmTeam};
 use crate::shmdrive::DirectWait;
 use crate::teams::{SegAlloc, ext};
@@ -20,7 +20,7 @@ use gex_core::layer::{Attach, Cx, Layer, Progress};
 use gex_core::spi::Conduit;
 use gex_core::{Am, Capabilities, EpAddr, HandlerId, InitError, Team, Token, WaitPolicy};
 use gex_sync::atomic::{AtomicU32, Ordering, fence};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// The collectives layer of gex: teams, the barrier and every collective, as a layer
@@ -72,42 +72,20 @@ pub struct Coll {
     pub(crate) counters: Counters,
     /// The wait of a blocking call on the direct path.
     pub(crate) direct: Option<DirectWait>,
-    pub(crate) history: History,
-    /// Collectives other members (or this one) reported failed: (team, seq).
-    pub(crate) aborted: HashSet<(u64, u32)>,
-    /// Collectives whose failure this member must tell their team about: (team,
-    /// seq, what was found).
-    pub(crate) pending_aborts: Vec<(Team, u32, Option<Disagreement>)>,
-    /// Members to tell that a collective failed: they probed it here before this
-    /// member knew ([`Coll::fail_op`], [`Coll::fail_team`]).
-    pub(crate) pending_replies: Vec<(EpAddr, CollError)>,
+    /// Agreement: what this member knows of its collectives' outcomes and whom it
+    /// must tell ([`crate::rootcheck`]).
+    pub(crate) agree: Agreement,
     /// Teams whose members disagreed on a collective, by id, with the error: every
     /// later collective of them fails with it ([`crate::rootcheck`]).
     pub(crate) failed: HashMap<u64, CollError>,
-    /// The member (team rank) that sent the message of another belief a schedule
-    /// just met ([`Coll::ask`] asks it what differs).
-    pub(crate) disagreeing: Option<u32>,
     /// Split-phase barriers notified and not yet waited for, by team id.
     pub(crate) notified: HashMap<u64, Notified>,
     pub(crate) policy: WaitPolicy,
     /// `GEX_COLL_SLEEP_YIELDS` ([`crate::shmdrive::sleep_after`]).
     pub(crate) sleep_yields: u32,
-    /// Changes whenever the tuner may decide differently (a program's access to it,
-    /// an online winner recorded).
-    pub(crate) tuner_gen: u64,
-    /// The last tuned direct call's decision (its key, and whether it takes the
-    /// shared-memory algorithm): calls in a loop skip the tuner.
-    pub(crate) direct_choice: Option<(crate::shmdrive::ChoiceKey, bool)>,
-    /// The last small broadcast's key (team, root, context), digest and belief
-    /// ([`Coll::ring_base`]).
-    pub(crate) ring_key: Option<crate::shmdrive::RingKey>,
-    /// The last direct call's decisions, for calls of the same shape
-    /// ([`crate::shmdrive`], *Replay*).
-    pub(crate) replay: Option<crate::shmdrive::Replay>,
-    /// The team (id, size), tuner generation and belief of the last blocking barrier
-    /// under default options that took the shared-memory barrier
-    /// ([`Coll::barrier_replay`]).
-    pub(crate) bar_replay: Option<(u64, u32, u64, u32)>,
+    /// The direct path's fast-path caches (the last decisions, replayed by calls of
+    /// the same shape).
+    pub(crate) fast: crate::shmdrive::FastPath,
     /// This layer instance, the maker of the team extensions it uses
     /// ([`crate::teams::Owner`]).
     pub(crate) owner: crate::teams::Owner,
@@ -330,20 +308,12 @@ impl Layer for Coll {
             in_stage: false,
             counters: Counters::default(),
             direct: None,
-            history: History::default(),
-            aborted: HashSet::new(),
-            pending_aborts: Vec::new(),
-            pending_replies: Vec::new(),
+            agree: Agreement::default(),
             failed: HashMap::new(),
-            disagreeing: None,
             notified: HashMap::new(),
             policy: cx.wait_policy(),
             sleep_yields,
-            tuner_gen: 0,
-            direct_choice: None,
-            ring_key: None,
-            replay: None,
-            bar_replay: None,
+            fast: crate::shmdrive::FastPath::default(),
             owner,
             _pin: std::marker::PhantomPinned,
         };
@@ -388,7 +358,7 @@ impl Layer for Coll {
             this.answer(cx);
         }
         let (mut progressed, shm_active) = this.advance_all(cx);
-        if !this.pending_aborts.is_empty() || !this.pending_replies.is_empty() {
+        if !this.agree.pending_aborts.is_empty() || !this.agree.pending_replies.is_empty() {
             this.send_aborts(cx);
         }
         progressed |= this.direct_progress();
@@ -554,7 +524,7 @@ impl Coll {
     /// Answers probes and takes aborts (see [`crate::rootcheck`]).
     fn answer<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) {
         for (team, seq, found) in std::mem::take(&mut self.mb.aborts) {
-            self.aborted.insert((team, seq));
+            self.agree.aborted.insert((team, seq));
             let e = mismatch(team, seq, found);
             match self.find_op(team, seq) {
                 Some(id) => self.fail_op(id, e, false),
@@ -606,7 +576,7 @@ impl Coll {
                 return;
             }
         }
-        match self.history.lookup(p.team, p.seq).cloned() {
+        match self.agree.history.lookup(p.team, p.seq).cloned() {
             Some(k) if k.failed.is_some() => {
                 self.abort_to(cx, p.src, k.failed.as_ref().expect("checked"));
             }
@@ -616,7 +586,7 @@ impl Coll {
                 // learn it from their own probes, of this member or of the prober.
                 let found = k.desc.disagreement(k.rank, &p.desc, p.rank);
                 let e = mismatch(p.team, p.seq, found);
-                self.history.failed(p.team, p.seq, &e);
+                self.agree.history.failed(p.team, p.seq, &e);
                 self.fail_team(p.team, &e);
                 self.abort_to(cx, p.src, &e);
             }
@@ -630,7 +600,7 @@ impl Coll {
                     let e = e.clone();
                     self.abort_to(cx, p.src, &e);
                 }
-                None => self.history.keep(p),
+                None => self.agree.history.keep(p),
             },
         }
     }
@@ -653,13 +623,13 @@ impl Coll {
         if self.failed.get(&id).is_none_or(earlier) {
             self.failed.insert(id, e.clone());
             // Members that asked about a collective of it not started here.
-            let early = std::mem::take(&mut self.history.early);
+            let early = std::mem::take(&mut self.agree.history.early);
             let (theirs, rest): (Vec<Probe>, Vec<Probe>) = early
                 .into_iter()
                 .partition(|p| p.team == id && rootcheck::covers(e, p.seq));
-            self.history.early = rest;
+            self.agree.history.early = rest;
             for p in theirs {
-                self.pending_replies.push((p.src, e.clone()));
+                self.agree.pending_replies.push((p.src, e.clone()));
             }
         }
         if self
@@ -721,7 +691,7 @@ impl Coll {
         if !complete {
             st.result = Some(Err(e.clone()));
             for m in std::mem::take(&mut st.probers) {
-                self.pending_replies.push((m, e.clone()));
+                self.agree.pending_replies.push((m, e.clone()));
             }
             if let Some(t) = ext(&st.team).shm.as_ref() {
                 if st.is_shm() || st.is_bar() {
@@ -737,8 +707,8 @@ impl Coll {
                 }
             }
         }
-        self.history.failed(team, seq, &e);
-        self.aborted.insert((team, seq));
+        self.agree.history.failed(team, seq, &e);
+        self.agree.aborted.insert((team, seq));
         self.mb.forget(team, seq);
         self.fail_team(team, &e);
         if tell {
@@ -747,7 +717,9 @@ impl Coll {
                 CollError::Mismatch { found, .. } => *found,
                 _ => None,
             };
-            self.pending_aborts.push((st.team.clone(), seq, found));
+            self.agree
+                .pending_aborts
+                .push((st.team.clone(), seq, found));
         }
         self.settle(id);
     }
@@ -755,10 +727,10 @@ impl Coll {
     /// Tells the members of the collectives in `pending_aborts` that they failed, and
     /// the members in `pending_replies`.
     pub(crate) fn send_aborts<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) {
-        for (m, e) in std::mem::take(&mut self.pending_replies) {
+        for (m, e) in std::mem::take(&mut self.agree.pending_replies) {
             self.abort_to(cx, m, &e);
         }
-        for (team, seq, found) in std::mem::take(&mut self.pending_aborts) {
+        for (team, seq, found) in std::mem::take(&mut self.agree.pending_aborts) {
             let me = self.me;
             let e = mismatch(team.id(), seq, found);
             for &m in team.members().iter().filter(|&&m| m != me) {
@@ -782,8 +754,9 @@ impl Coll {
     pub(crate) fn early_checks(&mut self, id: u64) {
         let st = &self.ops[&id];
         let (team, seq, belief) = (st.team.id(), st.seq, st.belief);
-        if self.aborted.contains(&(team, seq)) {
+        if self.agree.aborted.contains(&(team, seq)) {
             let e = self
+                .agree
                 .history
                 .lookup(team, seq)
                 .and_then(|k| k.failed.clone())
@@ -791,7 +764,7 @@ impl Coll {
             self.fail_op(id, e, false);
             return;
         }
-        let probes = self.history.take_early(team, seq);
+        let probes = self.agree.history.take_early(team, seq);
         if let Some(p) = probes.iter().find(|p| p.desc.belief() != belief) {
             let found = st.desc.disagreement(st.team.rank(), &p.desc, p.rank);
             self.fail_op(id, mismatch(team, seq, found), true);

@@ -47,17 +47,19 @@
 //!   every member's segment offsets given, in-place with `src: None`).
 //! - **Roots** ([`Root`]): a team rank, or where the root's data lives (a
 //!   [`GlobalPtr`](gex_rma::GlobalPtr)) — seed 003's data-centric roots.
-//! - **Agreement** ([`rootcheck`]): members that call one collective with different
+//! - **Agreement**: members that call one collective with different
 //!   operations, roots, element types, block lengths, reduction operators or sync
 //!   modes get [`CollError::Mismatch`] naming the field, both values and the members,
 //!   on every member, instead of a hang or wrong data; a blocking call that waits is
 //!   covered by `GEX_STALL_REPORT` like any other wait.
-//! - **Algorithms** ([`algo`]): flat, binomial, k-nomial, k-ary, chain (pipelined),
-//!   fork trees, dissemination, Bruck (radix k), ring, recursive doubling and halving,
-//!   pairwise, and compositions; transfers by eager AM, signaling put (Long AM, then a
+//! - **Algorithms** ([`algo`], the catalogue [`catalog()`]): flat, binomial, k-nomial,
+//!   k-ary, chain (pipelined), fork trees, dissemination, Bruck (radix k), ring,
+//!   recursive doubling and halving, pairwise, scatter + gather_all broadcast
+//!   ([`ScatterAllgather`]), and compositions; transfers by eager AM, signaling put (Long AM, then a
 //!   flag) or rendezvous (a get through gex-rma's layer, then an acknowledgement).
-//!   Each is a value behind the [`Algorithm`] trait, which is also the plug-in point
-//!   for a hardware collective.
+//!   Each is a value behind the [`Algorithm`] trait (its plan and its cost), listed in
+//!   one table ([`algo::messages`]); the trait is also the plug-in point for a
+//!   hardware collective.
 //! - **Shared memory** ([`Shm`], `shm`): on a team whose members map each other's
 //!   auxiliary areas (one host), every operation moves by loads and stores through
 //!   per-member slots with flag words, no AMs ([`CollExt::shared_memory`]).
@@ -70,24 +72,30 @@
 //!   from a [`Profile`] written by `gex-tune` (`GEX_COLL_PROFILE`), online timing of
 //!   the surviving candidates on first use (`GEX_COLL_TUNE=online`), and the
 //!   [`Reason`] of every choice.
-//! - **Simulation at scale** ([`des`]): a discrete-event LogGP simulator of the same
-//!   schedules on thousands of ranks, with transports and data.
+//! - **Simulation at scale** (`des`, feature `internals`): a discrete-event LogGP
+//!   simulator of the same schedules on thousands of ranks, with transports and data.
 //!
 //! ## How it works
 //! An algorithm produces, for each rank, a [`Schedule`](sched::Schedule): rounds of
 //! sends, receives (copy or combine) and local steps over a work buffer — pure data,
 //! no I/O. The layer's engine executes schedules over AMs without ever waiting:
 //! sends that meet back-pressure stay queued, and the layer's progress hook advances
-//! every collective in flight on each poll of the endpoint. [`sched::model`] runs the
-//! schedules of a whole team in one thread (the tests' reference) and predicts their
-//! time under LogGP (simulations of thousands of ranks).
+//! every collective in flight on each poll of the endpoint. `sched::model` (feature
+//! `internals`) runs the schedules of a whole team in one thread (the tests' reference)
+//! and predicts their time under LogGP (simulations of thousands of ranks).
 //!
-//! Module map (private modules): `layer` (the [`Coll`] layer: state, attach,
-//! handlers, progress hook), `msg` (message layouts, the mailbox), `engine` (the
-//! schedule engine), `shmdrive` (shared-memory collectives, the direct path of
-//! blocking calls, sleeping), `hierdrive` (hierarchical stages), `teams` (team
-//! state and management), `online` (online tuning), `api` ([`CollExt`]), `env`
-//! (settings).
+//! Module map (private modules), in three tiers that import one way (docs/coll.md,
+//! "Components"; `ci/check-modules`): the catalogue and the model — `op`, `error`,
+//! `loggp`, `sched`, [`algo`] (one module per algorithm), `catalog`, `tune`,
+//! `profile`, `hier`, `path` (the path a call takes), `mix`, `env` (settings); the
+//! shared-memory channel — `shm`, `barrier`, `rootcheck` (agreement), `msg` (message
+//! layouts, the mailbox); the runtime — `layer` (the [`Coll`] layer: state, attach,
+//! handlers, progress hook), `engine` (the schedule engine), `shmdrive` (the direct
+//! path of blocking calls, sleeping), `hierdrive` (hierarchical stages), `teams`
+//! (team state and management), `online` (online tuning), `api` ([`CollExt`]).
+//!
+//! Feature `internals`: the test and tuning internals (`des`, `sched::model`), for
+//! gex-coll's own tests and tools such as gex-tune.
 //!
 //! ## What it does not do
 //! - Signaling put and rendezvous apply to broadcast and gather_all (trees; flat,
@@ -108,12 +116,15 @@
 //! - **sequence number**: the per-team count of collectives started; with the team id
 //!   it keys every message.
 //! - **belief**: a digest of a collective's descriptor: operation, root, element
-//!   type, block length, reduction operator, sync modes ([`rootcheck`]).
+//!   type, block length, reduction operator, sync modes.
 #![warn(missing_docs)]
 
 pub mod algo;
 mod api;
 pub mod barrier;
+mod catalog;
+/// The discrete-event LogGP simulator (feature `internals`).
+#[cfg(feature = "internals")]
 pub mod des;
 pub mod desc;
 mod engine;
@@ -122,20 +133,23 @@ mod error;
 mod hier;
 mod hierdrive;
 mod layer;
+mod loggp;
 #[cfg(gex_loom)]
 #[doc(hidden)]
 pub mod loomkit;
+mod mix;
 mod msg;
 mod online;
 mod op;
-pub mod profile;
+mod path;
+mod profile;
 mod ring;
 /// The parts of gex-rma's layer the collectives use (rendezvous gets; data roots).
 mod rma {
     pub(crate) use gex_rma::{GlobalPtr, OwnedGet, Rma, RmaError, try_get_owned};
 }
 mod root;
-pub mod rootcheck;
+mod rootcheck;
 pub mod sched;
 mod shm;
 mod shmdrive;
@@ -143,9 +157,10 @@ mod single;
 mod teams;
 mod tune;
 
-pub use algo::{Algorithm, Builtin, Kind, PlanCtx, Query};
+pub use algo::{Algorithm, Builtin, Kind, PlanCtx, Query, ScatterAllgather};
 pub use api::{COLL_TAG, CollExt, CollStats};
 pub use barrier::BarrierFlags;
+pub use catalog::catalog;
 pub use desc::{
     Allreduce, Barrier, Borrowed, Broadcast, ByKind, Collective, Exchange, Exscan, Gather,
     GatherAll, InSegments, Owned, Reduce, ReduceScatter, Scan, Scatter,
@@ -155,14 +170,14 @@ pub use error::{CollError, Disagreement, Field};
 pub use gex_core::Team;
 pub use hier::HierAlgo;
 pub use layer::Coll;
+pub use loggp::LogGP;
 pub use op::{
-    AddrMode, BitOp, BuiltinOp, Elem, IntElem, OpKind, Opts, ReduceArg, ReduceOp, SyncMode,
-    SyncModes, Transport,
+    AddrMode, BitOp, BuiltinOp, Elem, IntElem, OpKind, Opts, ReduceArg, ReduceFn, ReduceOp,
+    SyncMode, SyncModes, Transport,
 };
-pub use profile::Profile;
+pub use profile::{Cell as ProfileCell, Profile};
 pub use root::Root;
-pub use sched::ReduceFn;
 pub use shm::{Shm, cma_capable};
 pub use single::Single;
 pub use teams::{Scratch, TeamExt};
-pub use tune::{Choice, LogGP, Reason, TuneMode, Tuner, size_class};
+pub use tune::{Choice, Placement, Reason, TuneMode, Tuner, size_class};

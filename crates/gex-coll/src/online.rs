@@ -46,7 +46,7 @@ pub(crate) fn trial<C: Conduit>(
     };
     coll(ep, |c, _| {
         c.tuner.record_online(team.id(), q, winner);
-        c.tuner_gen += 1;
+        c.fast.tuner_changed();
         c.counters.online_trials += 1;
     })
 }

@@ -1,9 +1,13 @@
 //! Operations, modes, element types and reduction operators.
 
-use crate::sched::ReduceFn;
 use bytemuck::Pod;
 use std::fmt;
 use std::sync::Arc;
+
+/// The byte-level reduction: `f(acc, incoming, incoming_is_left)` sets
+/// `acc = incoming ⊕ acc` if `incoming_is_left`, else `acc = acc ⊕ incoming`,
+/// elementwise over slices of equal length.
+pub type ReduceFn = std::sync::Arc<dyn Fn(&mut [u8], &[u8], bool) + Send + Sync>;
 
 /// The collective operations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

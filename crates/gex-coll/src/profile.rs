@@ -36,8 +36,8 @@
 //! decides).
 
 use crate::error::CollError;
+use crate::loggp::LogGP;
 use crate::op::OpKind;
-use crate::tune::LogGP;
 use std::fmt::Write as _;
 
 /// One measured cell of a profile.

@@ -35,7 +35,7 @@ use crate::rma::GlobalPtr;
 /// owner), as every member must pass the same operation, element type, block length,
 /// operator and sync modes. When they do not, every member gets
 /// [`CollError::Mismatch`] (here with [`Field::Root`](crate::Field::Root), both roots
-/// and the members that named them) instead of waiting forever ([`crate::rootcheck`]).
+/// and the members that named them) instead of waiting forever (the agreement check, docs/coll.md).
 /// Exactly:
 ///
 /// - A member fails with `Mismatch` when its part of the collective needs data or a

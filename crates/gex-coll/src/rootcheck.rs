@@ -47,14 +47,15 @@
 
 use crate::CollError;
 use crate::error::{Disagreement, FIELDS, sync_code};
+use crate::mix::mix_all;
 use crate::msg::Probe;
 use crate::op::{OpKind, SyncModes};
 use crate::ring::VALID;
 use crate::ring::Wait;
 use crate::shm::{ShmTeam, WaitOn};
-use crate::teams::mix_all;
+use gex_core::{EpAddr, Team};
 use gex_sync::atomic::Ordering;
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 /// How long a collective may make no progress before the stall checks run (probes,
@@ -520,6 +521,27 @@ pub(crate) struct Known {
     pub(crate) desc: Desc,
     pub(crate) rank: u32,
     pub(crate) failed: Option<CollError>,
+}
+
+/// Agreement on collectives' outcomes, one member's side: what it knows of recent
+/// collectives (its [`History`]), which failed, whom it must tell, and who disagreed
+/// with a schedule's message. Part of the layer record ([`Coll`](crate::Coll)'s
+/// `agree`).
+#[derive(Debug, Default)]
+pub(crate) struct Agreement {
+    /// Recent collectives and early probes.
+    pub(crate) history: History,
+    /// Collectives other members (or this one) reported failed: (team, seq).
+    pub(crate) aborted: HashSet<(u64, u32)>,
+    /// Collectives whose failure this member must tell their team about: (team,
+    /// seq, what was found).
+    pub(crate) pending_aborts: Vec<(Team, u32, Option<Disagreement>)>,
+    /// Members to tell that a collective failed: they probed it here before this
+    /// member knew (`Coll::fail_op`, `Coll::fail_team`).
+    pub(crate) pending_replies: Vec<(EpAddr, CollError)>,
+    /// The member (team rank) that sent the message of another belief a schedule
+    /// just met (`Coll::ask` asks it what differs).
+    pub(crate) disagreeing: Option<u32>,
 }
 
 /// What this member knows of recent collectives (for probes of members behind it).

@@ -4,9 +4,10 @@
 //! [`Schedule`] for each rank: a work buffer, where the rank's input goes in it, a list
 //! of [`Round`]s of sends, receives and local combinations, and where the output is
 //! taken from. The layer's engine ([`Coll`](crate::Coll)) executes schedules over any
-//! conduit; [`model::run`] executes the schedules of every rank of a team in one thread
-//! (a sequential reference used by tests), and [`model::loggp_time`] predicts their
-//! running time under LogGP parameters (used for simulations at scale).
+//! conduit; `model::run` (feature `internals`) executes the schedules of every rank of
+//! a team in one thread (a sequential reference used by tests), and
+//! `model::loggp_time` predicts their running time under LogGP parameters (used for
+//! simulations at scale).
 //!
 //! ## Round semantics
 //! Round `i` of a rank: (1) every send of the round takes a snapshot of its ranges of
@@ -171,10 +172,7 @@ pub(crate) fn span(ranges: &[Range<usize>]) -> usize {
     ranges.iter().map(|r| r.len()).sum()
 }
 
-/// The byte-level reduction: `f(acc, incoming, incoming_is_left)` sets
-/// `acc = incoming ⊕ acc` if `incoming_is_left`, else `acc = acc ⊕ incoming`,
-/// elementwise over slices of equal length.
-pub type ReduceFn = std::sync::Arc<dyn Fn(&mut [u8], &[u8], bool) + Send + Sync>;
+pub use crate::op::ReduceFn;
 
 /// Applies local step `l` to `work`.
 pub(crate) fn apply_local(work: &mut [u8], l: &Local, reduce: Option<&ReduceFn>) {
@@ -218,11 +216,12 @@ pub(crate) fn pack(work: &[u8], ranges: &[Range<usize>]) -> Vec<u8> {
     v
 }
 
+#[cfg(feature = "internals")]
 pub mod model {
     //! Sequential execution and LogGP timing of the schedules of a whole team, in one
-    //! thread and without any conduit.
+    //! thread and without any conduit (feature `internals`: the tests' reference).
     use super::*;
-    use crate::tune::LogGP;
+    use crate::loggp::LogGP;
     use std::collections::HashMap;
 
     /// Why a set of schedules could not run to completion.

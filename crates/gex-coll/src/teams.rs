@@ -22,6 +22,7 @@ use crate::api::gather_all_vec;
 use crate::error::CollError;
 use crate::hier::{Hier, Layout};
 use crate::layer::{Coll, ShmLocal};
+use crate::mix::mix_all;
 use crate::shm::{Area, NCH, ShmTeam};
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
@@ -533,10 +534,7 @@ pub(crate) fn destroy_team<C: Conduit>(ep: &mut Endpoint<C>, team: Team) -> Resu
             return Err(CollError::NotMember { team: team.id() });
         }
         // A later team may take the id: forget the decision kept for this one.
-        c.direct_choice = None;
-        c.replay = None;
-        c.bar_replay = None;
-        c.ring_key = None;
+        c.fast.forget();
         let pending = c
             .ops
             .values()
@@ -581,22 +579,6 @@ impl Coll {
             }
         }
     }
-}
-
-/// A 64-bit mix (splitmix64 finaliser).
-pub(crate) fn mix(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-pub(crate) fn mix_all(parts: &[u64]) -> u64 {
-    let mut h = 0x6a09_e667_f3bc_c908u64;
-    for p in parts {
-        h = mix(h ^ p.wrapping_add(0x9e37_79b9_7f4a_7c15));
-    }
-    // 0 is the world team.
-    h.max(1)
 }
 
 /// First-fit allocator over the scratch region of the segment.

@@ -7,100 +7,13 @@
 
 use crate::algo::{Algorithm, Query};
 use crate::error::CollError;
+use crate::loggp::LogGP;
 use crate::op::{AddrMode, OpKind, SyncMode};
 use crate::profile::Profile;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
-
-/// LogGP parameters (times in µs, `big_g` and `copy` in µs per byte).
-///
-/// `l` latency, `o` per-message CPU overhead, `g` gap between injections, `big_g` gap
-/// per byte (1 / bandwidth); `copy` is the cost of copying one byte out of a
-/// receive buffer (what a signaling put saves).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct LogGP {
-    /// Latency L.
-    pub l: f64,
-    /// Overhead o.
-    pub o: f64,
-    /// Gap g.
-    pub g: f64,
-    /// Gap per byte G.
-    pub big_g: f64,
-    /// Local copy cost per byte.
-    pub copy: f64,
-}
-
-impl Default for LogGP {
-    /// Parameters of shared memory on a current machine (used until a calibration
-    /// or `GEX_COLL_LOGGP` says otherwise).
-    fn default() -> Self {
-        LogGP {
-            l: 0.3,
-            o: 0.1,
-            g: 0.05,
-            big_g: 1.0 / 10_000.0,
-            copy: 1.0 / 20_000.0,
-        }
-    }
-}
-
-impl LogGP {
-    /// Cray XT4 (Franklin) after seed 003's Table 1: 6.2 µs latency, 7.6 GB/s.
-    pub const CRAY_XT4: LogGP = LogGP {
-        l: 6.2,
-        o: 0.5,
-        g: 0.5,
-        big_g: 1.0 / 7_600.0,
-        copy: 1.0 / 10_600.0,
-    };
-    /// IBM BlueGene/P (Intrepid) after seed 003's Table 1: 1.5 µs, 0.85 GB/s.
-    pub const BLUEGENE_P: LogGP = LogGP {
-        l: 1.5,
-        o: 0.5,
-        g: 0.5,
-        big_g: 1.0 / 850.0,
-        copy: 1.0 / 13_600.0,
-    };
-    /// Sun Constellation (Ranger) after seed 003's Table 1: 2.3 µs, 1 GB/s.
-    pub const RANGER: LogGP = LogGP {
-        l: 2.3,
-        o: 0.5,
-        g: 0.5,
-        big_g: 1.0 / 1_000.0,
-        copy: 1.0 / 10_600.0,
-    };
-
-    /// Parses `L,o,g,G[,copy]` (µs, µs, µs, µs per byte, µs per byte), the format of
-    /// `GEX_COLL_LOGGP`.
-    ///
-    /// ```
-    /// let m = gex_coll::LogGP::parse("6.2,0.5,0.5,0.0001").unwrap();
-    /// assert_eq!(m.l, 6.2);
-    /// assert!(gex_coll::LogGP::parse("1,2").is_err());
-    /// ```
-    ///
-    /// # Errors
-    /// [`CollError::Config`] naming the problem.
-    pub fn parse(s: &str) -> Result<LogGP, CollError> {
-        let v: Result<Vec<f64>, _> = s.split(',').map(|x| x.trim().parse::<f64>()).collect();
-        let v = v.map_err(|e| CollError::Config(format!("GEX_COLL_LOGGP={s:?}: {e}")))?;
-        if !(4..=5).contains(&v.len()) || v.iter().any(|x| !x.is_finite() || *x < 0.0) {
-            return Err(CollError::Config(format!(
-                "GEX_COLL_LOGGP={s:?}: expected 4 or 5 non-negative numbers L,o,g,G[,copy]"
-            )));
-        }
-        Ok(LogGP {
-            l: v[0],
-            o: v[1],
-            g: v[2],
-            big_g: v[3],
-            copy: v.get(4).copied().unwrap_or(LogGP::default().copy),
-        })
-    }
-}
 
 /// Size class of a block: `ceil(log2(bytes + 1))`, so 0 B is class 0, 1 B class 1,
 /// 2–3 B class 2, ... The cost of a class is evaluated at its largest size.
@@ -217,6 +130,50 @@ pub enum TuneMode {
     /// surviving candidates on the first use of a cell on a team and keeps the winner
     /// (`GEX_COLL_TUNE=online`).
     Online,
+}
+
+/// Where a team's members are, as the layer sees it when it asks the tuner
+/// ([`Tuner::table_on`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// The members map each other's memory (one host, a conduit with shared memory):
+    /// the team has a shared-memory channel and `shm` can run.
+    pub shm: bool,
+    /// Hosts the team spans (0 or 1: one). Over more than one, `hier` can run; the
+    /// members are taken to be placed in blocks of consecutive ranks per host.
+    pub hosts: u32,
+}
+
+impl Placement {
+    /// The query the layer builds for a call of `op` with `bytes` per block on a team
+    /// of `size` members placed so (default sync modes, a commutative operator, no
+    /// scratch space).
+    pub fn query(&self, op: OpKind, size: u32, bytes: usize, addr: AddrMode) -> Query {
+        let hier = self.hosts > 1 && size > 1;
+        Query {
+            op,
+            size,
+            bytes: if op == OpKind::Barrier { 0 } else { bytes },
+            addr,
+            sync: crate::op::SyncModes::default(),
+            commutative: true,
+            scratch: false,
+            shm: self.shm && !hier,
+            hier,
+            hosts: if hier { self.hosts } else { 0 },
+            host_ranges: hier,
+        }
+    }
+}
+
+impl fmt::Display for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.hosts > 1, self.shm) {
+            (true, _) => write!(f, "{} hosts", self.hosts),
+            (false, true) => write!(f, "one host, shared memory"),
+            (false, false) => write!(f, "messages only"),
+        }
+    }
 }
 
 /// The autotuner: the registered algorithms, the LogGP parameters and the cache of
@@ -532,54 +489,69 @@ impl Tuner {
     }
 
     /// A human-readable table of the choice for every operation and a range of sizes
-    /// on a team of `size` members (commutative operators, default sync modes): the
-    /// chosen algorithm, why (override, profile or model) and the evidence — the
-    /// measured or predicted time against the runner-up.
+    /// on a team of `size` members (commutative operators, default sync modes) whose
+    /// members exchange messages only (no shared memory, one host): the chosen
+    /// algorithm, why (override, profile or model), the path a blocking call takes and
+    /// the evidence — the measured or predicted time against the runner-up. See
+    /// [`table_on`](Self::table_on) for other placements.
     ///
     /// ```
-    /// let mut t = gex_coll::Tuner::new(gex_coll::algo::catalog(), gex_coll::LogGP::RANGER);
+    /// let mut t = gex_coll::Tuner::new(gex_coll::catalog(), gex_coll::LogGP::RANGER);
     /// let table = t.table(1024, gex_coll::AddrMode::Local);
     /// assert!(table.contains("allreduce") && table.contains("1048576"));
     /// ```
     pub fn table(&mut self, size: u32, addr: AddrMode) -> String {
+        self.table_on(size, addr, Placement::default())
+    }
+
+    /// [`table`](Self::table) for a team placed as `place`: the queries are those the
+    /// layer builds for such a team (its `shm` and `hier` fields), so the table shows
+    /// what a job would run — on one host with shared memory, `shm` where the tuner
+    /// takes it, and the path: `shm-ring` (the small-broadcast ring), `shm-direct`
+    /// (the slots, in the caller), `shm-channel` (the slots, through the layer),
+    /// `hier` (host and leader stages) or `messages` (the schedule engine). The path is
+    /// that of a blocking call on an otherwise idle endpoint.
+    ///
+    /// ```
+    /// use gex_coll::{AddrMode, Placement, Tuner};
+    /// let mut t = Tuner::new(gex_coll::catalog(), gex_coll::LogGP::default());
+    /// let one_host = t.table_on(8, AddrMode::Local, Placement { shm: true, hosts: 1 });
+    /// let row = one_host.lines().find(|l| l.starts_with("allreduce")).unwrap();
+    /// assert!(row.contains("shm"), "{row}");
+    /// ```
+    pub fn table_on(&mut self, size: u32, addr: AddrMode, place: Placement) -> String {
         use std::fmt::Write as _;
         let profile = match &self.profile {
             Some((w, _)) => format!(", profile {w}"),
             None => String::new(),
         };
         let mut out = format!(
-            "team size {size}, {addr:?} address mode, mode {:?}{profile}, model {:?}\n",
+            "team size {size}, {addr:?} address mode, {place}, mode {:?}{profile}, model {:?}\n",
             self.mode, self.model
         );
         let _ = writeln!(
             out,
-            "{:<15} {:>9}  {:<16} {:<8}  why",
-            "op", "bytes", "choice", "reason"
+            "{:<15} {:>9}  {:<16} {:<8}  {:<11}  why",
+            "op", "bytes", "choice", "reason", "path"
         );
         for op in OpKind::ALL {
             for bytes in [8usize, 512, 4096, 65536, 1 << 20] {
-                let q = Query {
-                    op,
-                    size,
-                    bytes,
-                    addr,
-                    sync: crate::op::SyncModes::default(),
-                    commutative: true,
-                    scratch: false,
-                    shm: false,
-                    hier: false,
-                    hosts: 0,
-                    host_ranges: false,
-                };
+                let q = place.query(op, size, bytes, addr);
                 match self.explain(&q) {
                     Ok(c) => {
+                        let path = self
+                            .algos
+                            .iter()
+                            .find(|a| a.name() == c.algorithm)
+                            .map_or("?", |a| crate::path::blocking_path(a.as_ref(), &q));
                         let _ = writeln!(
                             out,
-                            "{:<15} {:>9}  {:<16} {:<8}  {}",
+                            "{:<15} {:>9}  {:<16} {:<8}  {:<11}  {}",
                             op.name(),
                             bytes,
                             c.algorithm,
                             c.reason.as_str(),
+                            path,
                             c.detail
                         );
                     }
@@ -708,7 +680,7 @@ impl Tuner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::catalog;
+    use crate::catalog::catalog;
     use crate::op::SyncModes;
 
     fn q(op: OpKind, size: u32, bytes: usize) -> Query {

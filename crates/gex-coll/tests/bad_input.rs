@@ -571,7 +571,7 @@ fn a_tuner_without_candidates_is_no_algorithm() {
 #[test]
 fn tuner_configuration_errors_have_their_variants() {
     let conf = |k: &'static str, v: &'static str| {
-        let mut t = Tuner::new(gex_coll::algo::catalog(), LogGP::default());
+        let mut t = Tuner::new(gex_coll::catalog(), LogGP::default());
         t.configure(|x| (x == k).then(|| v.to_string()))
     };
     assert!(matches!(
@@ -614,7 +614,7 @@ fn tuner_configuration_errors_have_their_variants() {
     );
     match p {
         Ok(p) => {
-            let mut t = Tuner::new(gex_coll::algo::catalog(), LogGP::default());
+            let mut t = Tuner::new(gex_coll::catalog(), LogGP::default());
             assert!(matches!(
                 t.set_profile("p.toml", p),
                 Err(CollError::Profile { .. })

@@ -7,7 +7,7 @@ mod common;
 use common::{bytes, reference};
 use gex_coll::des::{Options, simulate};
 use gex_coll::sched::Schedule;
-use gex_coll::{Algorithm, BuiltinOp, LogGP, OpKind, PlanCtx, ReduceOp, algo::catalog};
+use gex_coll::{Algorithm, BuiltinOp, LogGP, OpKind, PlanCtx, ReduceOp, catalog};
 use std::sync::Arc;
 
 const PLATFORMS: [(&str, LogGP); 3] = [

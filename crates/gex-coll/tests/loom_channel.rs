@@ -1,4 +1,4 @@
-//! Loom models of the shared-memory channel's slot protocol (`src/shm.rs`, `ShmOp`:
+//! Loom models of the shared-memory channel's slot protocol (`src/shm/`, `ShmOp`:
 //! `publish`, `step`, `write`, `read`): run with
 //! `RUSTFLAGS="--cfg gex_loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p gex-coll --release --test loom_channel`
 //! (or `ci/loom.sh`).
@@ -15,7 +15,7 @@
 //! is checked byte for byte (a stale `REF` or slot gives another member's, round's or
 //! collective's bytes).
 //!
-//! **The models fail when the code is broken** (mutations of `src/shm.rs` tried by
+//! **The models fail when the code is broken** (mutations of `src/shm/` tried by
 //! hand, each one reverted; what loom reported):
 //! - `POST` store `Release` → `Relaxed` (`publish`): both models, `Causality
 //!   violation: Concurrent read and write accesses` (a slot / segment read not

@@ -1,4 +1,4 @@
-//! Loom models of the sleep protocol of shared-memory waits (`src/shm.rs`, module
+//! Loom models of the sleep protocol of shared-memory waits (`src/shm/`, module
 //! docs, *Sleeping*): run with
 //! `RUSTFLAGS="--cfg gex_loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p gex-coll --release --test loom_sleep`
 //! (or `ci/loom.sh`).

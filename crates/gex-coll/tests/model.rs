@@ -5,9 +5,7 @@ mod common;
 
 use common::{bytes, matmul, reference};
 use gex_coll::sched::model;
-use gex_coll::{
-    AddrMode, BuiltinOp, LogGP, OpKind, PlanCtx, Query, ReduceOp, SyncModes, algo::catalog,
-};
+use gex_coll::{AddrMode, BuiltinOp, LogGP, OpKind, PlanCtx, Query, ReduceOp, SyncModes, catalog};
 use proptest::prelude::*;
 
 fn check(
@@ -382,4 +380,69 @@ fn fork_cost_tracks_the_schedule_simulation() {
         }
     }
     assert_eq!(checked, 2 * 5 * 5 * 3);
+}
+
+/// The `scatter+allgather` broadcast: the reference's result on every team size,
+/// root and block length (uneven pieces, fewer elements than members), fewer bytes
+/// through the root than a binomial tree, and the tuner's choice where its model
+/// wins — large broadcasts on big teams.
+#[test]
+fn scatter_allgather_broadcast() {
+    use gex_coll::{Algorithm, ScatterAllgather, Tuner};
+    let a = ScatterAllgather;
+    for p in 1u32..=12 {
+        for root in [0, p / 2, p - 1] {
+            for count in [0usize, 1, 3, p as usize + 1, 50] {
+                check(&a, OpKind::Broadcast, p, root, count, true).unwrap();
+            }
+        }
+    }
+    // The query the layer builds for a team of messages only.
+    let q = |size: u32, bytes: usize| {
+        gex_coll::Placement::default().query(OpKind::Broadcast, size, bytes, AddrMode::Local)
+    };
+    // The root sends (P − 1)/P of the message twice (scatter, ring), not the whole
+    // message log2 P times.
+    let ctx = |rank| PlanCtx {
+        op: OpKind::Broadcast,
+        size: 16,
+        rank,
+        root: 0,
+        block: 1 << 20,
+        elem: 8,
+        commutative: true,
+    };
+    let sent = |s: &gex_coll::sched::Schedule| -> usize {
+        s.rounds
+            .iter()
+            .flat_map(|r| &r.sends)
+            .flat_map(|x| &x.ranges)
+            .map(|r| r.len())
+            .sum()
+    };
+    let binomial = catalog()
+        .into_iter()
+        .find(|a| a.name() == "binomial")
+        .unwrap();
+    assert_eq!(sent(&binomial.plan(&ctx(0))), 4 << 20);
+    assert_eq!(sent(&a.plan(&ctx(0))), 2 * (15 << 16));
+    // The model: cheaper than every tree (the pipelined chain included: its depth is
+    // P − 1 segments) for 1 MiB on 1024 ranks, and then the tuner's choice.
+    let m = LogGP {
+        l: 1.0,
+        o: 0.5,
+        g: 0.5,
+        big_g: 1e-3,
+        copy: 1e-4,
+    };
+    let mut t = Tuner::new(catalog(), m);
+    assert_eq!(
+        t.select(&q(1024, 1 << 20), None).unwrap().name(),
+        "scatter+allgather"
+    );
+    // Not for small messages, where the ring's P − 1 steps cost latency.
+    assert_ne!(
+        t.select(&q(64, 8), None).unwrap().name(),
+        "scatter+allgather"
+    );
 }

@@ -2490,3 +2490,41 @@ fn ring_sleepers_are_woken() {
         },
     );
 }
+
+/// The catalogue's `scatter+allgather` broadcast (an algorithm outside the built-in
+/// families, docs/coll.md "The catalogue") run by the layer over a reordering
+/// network: every member gets the root's data, for every root, with pieces that
+/// split unevenly (and fewer elements than members).
+#[test]
+fn scatter_allgather_broadcast_matches_the_reference() {
+    for p in [1u32, 3, 4, 7] {
+        run_sim(
+            p,
+            SimConfig::default().reorder(true).seed(29),
+            || layers().segment_size(SEG),
+            |client| {
+                let mut c = client.endpoint(0).unwrap();
+                let w = c.world().clone();
+                let me = w.rank();
+                assert!(
+                    c.algorithms(OpKind::Broadcast)
+                        .iter()
+                        .any(|a| a == "scatter+allgather")
+                );
+                for root in 0..w.size() {
+                    for count in [0usize, 1, 5, 1000] {
+                        let data: Vec<u32> = (0..count as u32).map(|i| i * 7 + root).collect();
+                        let mine = if me == root {
+                            data.clone()
+                        } else {
+                            vec![0; count]
+                        };
+                        let d = Broadcast::new(root, mine).algorithm("scatter+allgather");
+                        let got = c.collective(&w, d, Blocking).unwrap();
+                        assert_eq!(got, data, "p={} root={root} count={count}", w.size());
+                    }
+                }
+            },
+        );
+    }
+}

@@ -3,7 +3,7 @@
 
 use super::few;
 use crate::engine::outcome;
-use gex_coll::algo::catalog;
+use gex_coll::catalog;
 use gex_coll::{AddrMode, CollError, LogGP, Profile, Query, SyncModes, Tuner};
 
 pub(crate) fn profile_seeds() -> Vec<Vec<u8>> {

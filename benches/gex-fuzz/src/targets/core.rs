@@ -74,7 +74,7 @@ pub(crate) fn config(d: &[u8]) -> u64 {
         Err(e) => classes.insert(short(e.to_string())),
     };
     let _ = c.describe(&[gex_core::config::ENV_VARS]);
-    let mut t = Tuner::new(gex_coll::algo::catalog(), LogGP::default());
+    let mut t = Tuner::new(gex_coll::catalog(), LogGP::default());
     // Not GEX_COLL_PROFILE: it names a file to read (fuzzed by `coll-profile`).
     let r = t.configure(|k| {
         if k == "GEX_COLL_PROFILE" {

@@ -44,7 +44,8 @@ use crate::barrier::{Entry, ShmBar};
 use crate::engine::{Body, OpState};
 use crate::error::CollError;
 use crate::layer::{Coll, Counters, ShmLocal};
-use crate::op::{AddrMode, OpKind, Opts, SyncMode, SyncModes};
+use crate::op::{AddrMode, OpKind, Opts, SyncModes};
+use crate::path::ring_eligible;
 use crate::ring;
 use crate::rootcheck::{self, Desc, Stall};
 use crate::shm::{Area, Io, Publish, ShmOp, ShmTeam, WaitOn};
@@ -54,6 +55,9 @@ use gex_core::spi::Conduit;
 use gex_core::{EpAddr, Team, WaitPolicy};
 use gex_sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+mod replay;
+mod ringdrive;
 
 /// Fruitless progress calls after which a member waiting for a shared-memory flag
 /// announces that it may sleep, under each wait policy (`None`: never); `yields`:
@@ -66,18 +70,6 @@ pub(crate) fn sleep_after(p: WaitPolicy, yields: u32) -> Option<u32> {
         // cores.
         WaitPolicy::SpinThenBlock { spins } => Some(spins.saturating_add(yields)),
     }
-}
-
-/// True if a `shm` collective runs through the small-broadcast ring
-/// ([`crate::ring`]): a broadcast of at most [`ring::CAP`] bytes without entry or exit
-/// synchronisation `All`. The same on every member (it depends on the call alone),
-/// whether it runs directly or in the layer's table.
-#[inline]
-pub(crate) fn ring_eligible(kind: OpKind, n: usize, sync: SyncModes) -> bool {
-    kind == OpKind::Broadcast
-        && n <= ring::CAP
-        && sync.input != SyncMode::All
-        && sync.output != SyncMode::All
 }
 
 /// How long a direct step of the slot protocol under [`WaitPolicy::Spin`] keeps
@@ -114,7 +106,7 @@ pub(crate) struct RingKey {
 /// The digest the ring tags of broadcasts with `belief` on `team` start from.
 fn ring_digest(team: &Team, belief: u32) -> u64 {
     let generation = ext(team).shm.as_ref().map_or(0, |t| t.generation);
-    crate::teams::mix_all(&[generation, team.id(), u64::from(belief), 0xb7ca])
+    crate::mix::mix_all(&[generation, team.id(), u64::from(belief), 0xb7ca])
 }
 
 /// How [`Coll::replay_run`] ended.
@@ -350,6 +342,45 @@ pub(crate) struct ReplayKey {
     pub(crate) codes: (u8, u8),
 }
 
+/// The direct path's caches: the last decisions of blocking calls, so that calls in
+/// a loop skip the tuner, the descriptor digest and the slot choice. Owned by the
+/// layer record, read and written by the direct path alone (and cleared when a team
+/// goes or the tuner may decide differently).
+#[derive(Default)]
+pub(crate) struct FastPath {
+    /// Changes whenever the tuner may decide differently (a program's access to it,
+    /// an online winner recorded).
+    pub(crate) tuner_gen: u64,
+    /// The last tuned direct call's decision (its key, and whether it takes the
+    /// shared-memory algorithm).
+    pub(crate) direct_choice: Option<(ChoiceKey, bool)>,
+    /// The last small broadcast's key (team, root, context), digest and belief
+    /// ([`Coll::ring_base`]).
+    pub(crate) ring_key: Option<RingKey>,
+    /// The last direct call's decisions, for calls of the same shape (module docs,
+    /// *Replay*).
+    pub(crate) replay: Option<Replay>,
+    /// The team (id, size), tuner generation and belief of the last blocking barrier
+    /// under default options that took the shared-memory barrier
+    /// ([`Coll::barrier_replay`]).
+    pub(crate) bar_replay: Option<(u64, u32, u64, u32)>,
+}
+
+impl FastPath {
+    /// The tuner may decide differently: every cached decision is stale.
+    pub(crate) fn tuner_changed(&mut self) {
+        self.tuner_gen += 1;
+    }
+
+    /// Forgets every cached decision (a team went: its id may come back).
+    pub(crate) fn forget(&mut self) {
+        self.direct_choice = None;
+        self.replay = None;
+        self.bar_replay = None;
+        self.ring_key = None;
+    }
+}
+
 /// The decisions of the last direct call that ran the slot protocol (see the module
 /// docs, *Replay*).
 pub(crate) struct Replay {
@@ -388,49 +419,6 @@ pub(crate) struct ChoiceKey {
 }
 
 impl Coll {
-    /// The digest of the ring publications of broadcasts with descriptor `desc` (its
-    /// root included) on `team` ([`crate::rootcheck`]), and their belief. The last
-    /// one is kept ([`RingKey`]): calls in a loop skip the hashing.
-    #[inline]
-    pub(crate) fn ring_base(&mut self, team: &Team, desc: &Desc) -> (u64, u32) {
-        match desc.ring_key_of() {
-            Some(key) => self.ring_cached(team, key, || *desc),
-            None => (ring_digest(team, desc.belief()), desc.belief()),
-        }
-    }
-
-    /// The digest and belief of the ring's cache entry of broadcasts with key `key`
-    /// ([`Desc::ring_key`]) on `team`, made with `desc` (the descriptor of that key)
-    /// when it is not the last one.
-    #[inline(always)]
-    pub(crate) fn ring_cached(
-        &mut self,
-        team: &Team,
-        key: u64,
-        desc: impl FnOnce() -> Desc,
-    ) -> (u64, u32) {
-        match &self.ring_key {
-            Some(k) if k.team == team.id() && k.key == key => (k.base, k.belief),
-            _ => self.ring_cache_new(team, key, desc()),
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn ring_cache_new(&mut self, team: &Team, key: u64, desc: Desc) -> (u64, u32) {
-        let belief = desc.belief();
-        let k = RingKey {
-            team: team.id(),
-            key,
-            desc,
-            base: ring_digest(team, belief),
-            belief,
-            shm_gen: None,
-        };
-        self.ring_key = Some(k);
-        (k.base, k.belief)
-    }
-
     /// True if a collective of `st`'s team started before it (lower sequence number)
     /// and of the kind `kind` selects has not finished here: `st` must wait its turn.
     pub(crate) fn earlier_unfinished(&self, st: &OpState, kind: impl Fn(&OpState) -> bool) -> bool {
@@ -542,9 +530,9 @@ impl Coll {
             bytes: n,
             commutative: r.commutative,
             sync: r.opts.sync,
-            generation: self.tuner_gen,
+            generation: self.fast.tuner_gen,
         };
-        if let Some((k, shm)) = self.direct_choice {
+        if let Some((k, shm)) = self.fast.direct_choice {
             if r.opts.algorithm.is_none() && k == key {
                 return Ok(Some((shm, true)));
             }
@@ -561,157 +549,9 @@ impl Coll {
             (a.is_shared_memory(), r.opts.algorithm.is_none())
         };
         if fixed {
-            self.direct_choice = Some((key, shm));
+            self.fast.direct_choice = Some((key, shm));
         }
         Ok(Some((shm, fixed)))
-    }
-
-    /// Starts a blocking in-place broadcast of `buf` from `root` on `team` through
-    /// the small-broadcast ring directly ([`crate::ring`]), if that applies: the
-    /// team has a channel, nothing else is in flight on the endpoint, the call is
-    /// small, and the tuned (or forced) algorithm is `shm`. The leanest direct call:
-    /// one call into the layer begins and takes the first step (a root publishes, a
-    /// reader whose root published copies), no operation record but the ring's.
-    /// Otherwise [`RingBegin::Declined`], nothing consumed (the general path then
-    /// decides, and reports a bad root).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn ring_begin<C: Conduit>(
-        &mut self,
-        cx: &mut Cx<'_, C>,
-        team: &Team,
-        root: u32,
-        (buf, ty, elem): (&mut [u8], u8, usize),
-        opts: &Opts<'_>,
-        call: &mut Option<RingCall>,
-    ) -> Result<RingBegin, CollError> {
-        let x = ext(team);
-        let Some(sh) = x.shm.as_ref() else {
-            return Ok(RingBegin::Declined);
-        };
-        let (p, me, n) = (team.size(), team.rank(), buf.len());
-        if !self.ops.is_empty()
-            || root >= p
-            || elem > 0xff
-            || self.team_failed(team.id())
-            || !ring_eligible(OpKind::Broadcast, n, opts.sync)
-        {
-            return Ok(RingBegin::Declined);
-        }
-        // The last small broadcast's descriptor and decision (`shm`, tuned in this
-        // tuner generation) hold for a call of the same key: no tuner's key.
-        let key = Desc::ring_key(root, n, (ty, elem), opts.sync);
-        let generation = self.tuner_gen;
-        let decided = opts.algorithm.is_none()
-            && matches!(&self.ring_key, Some(k) if k.team == team.id() && k.key == key && k.shm_gen == Some(generation));
-        let mut fixed = false;
-        if !decided {
-            let req = DirectReq {
-                kind: OpKind::Broadcast,
-                root,
-                elem: 1,
-                count: n,
-                commutative: true,
-                opts,
-                entry: Entry::default(),
-                trial: false,
-                replay: None,
-                codes: (ty, 0),
-            };
-            match self.direct_takes_shm(team, &req)? {
-                Some((true, f)) => fixed = f,
-                _ => return Ok(RingBegin::Declined),
-            }
-        }
-        // A wait left by a call that unwound (a panicking handler) is stale.
-        self.direct = None;
-        let seq = x.next_seq();
-        let (base, belief) = self.ring_cached(team, key, || {
-            Desc::new(OpKind::Broadcast, root, (ty, elem), n, 0, opts.sync)
-        });
-        if fixed {
-            if let Some(k) = self.ring_key.as_mut() {
-                k.shm_gen = Some(generation);
-            }
-        }
-        let cached = &self.ring_key;
-        rootcheck::announce(sh, &mut self.shm.described[sh.ch], seq, belief, || {
-            cached.map(|k| k.desc).unwrap_or_default()
-        });
-        let mut b = ring::Bcast::new(seq, base, root, n);
-        let (input, out): (&[u8], &mut [u8]) = if me == root {
-            (buf, &mut [])
-        } else {
-            (&[], buf)
-        };
-        let done = b.step(
-            &sh.view(),
-            &mut self.shm.ring[sh.ch],
-            &mut self.shm.fencing,
-            input,
-            out,
-        );
-        // Already fenced (crate::ring).
-        sh.wake_fenced(std::mem::take(&mut b.wake), &mut |a| cx.wake(a));
-        self.counters.direct_calls += 1;
-        self.counters.ring_calls += 1;
-        if done {
-            self.calm();
-            return Ok(RingBegin::Done);
-        }
-        let wait = WaitOn::Ring(b.wait.expect("a pending step records its wait"));
-        self.await_flag(cx, wait, Stall::default(), (team.id(), me, seq, belief));
-        *call = Some(RingCall {
-            own: sh.areas[me as usize],
-            fencing: self.shm.fencing.on,
-            b,
-            seq,
-            belief,
-        });
-        Ok(RingBegin::Pending)
-    }
-
-    /// Steps a small broadcast begun by [`ring_begin`](Self::ring_begin) (as
-    /// [`direct_step`](Self::direct_step) does a direct call): true once done.
-    ///
-    /// # Errors
-    /// [`CollError::Mismatch`] when the stall checks find one, or the team failed.
-    pub(crate) fn ring_step<C: Conduit>(
-        &mut self,
-        cx: &mut Cx<'_, C>,
-        team: &Team,
-        call: &mut RingCall,
-        buf: &mut [u8],
-    ) -> Result<bool, CollError> {
-        let x = ext(team);
-        let t = x.shm.as_ref().expect("ring calls need a channel");
-        let stall = take_wait(
-            (&mut self.direct, &mut self.shm),
-            t,
-            team.id(),
-            (call.seq, call.belief),
-        )?;
-        let (input, out): (&[u8], &mut [u8]) = if t.me == call.b.root() {
-            (buf, &mut [])
-        } else {
-            (&[], buf)
-        };
-        let done = call.b.step(
-            &t.view(),
-            &mut self.shm.ring[t.ch],
-            &mut self.shm.fencing,
-            input,
-            out,
-        );
-        call.fencing = self.shm.fencing.on;
-        t.wake_fenced(std::mem::take(&mut call.b.wake), &mut |a| cx.wake(a));
-        if done {
-            self.calm();
-            self.shm.unwatch();
-            return Ok(true);
-        }
-        let wait = WaitOn::Ring(call.b.wait.expect("a pending step records its wait"));
-        self.await_flag(cx, wait, stall, (team.id(), t.me, call.seq, call.belief));
-        Ok(false)
     }
 
     /// Starts a blocking call on the direct path if it applies (see the module docs):
@@ -757,7 +597,7 @@ impl Coll {
         };
         let body = if r.kind == OpKind::Barrier {
             if fixed && *r.opts == Opts::default() {
-                self.bar_replay = Some((team.id(), p, self.tuner_gen, belief));
+                self.fast.bar_replay = Some((team.id(), p, self.fast.tuner_gen, belief));
             }
             DirectBody::Bar(ShmBar::new(p, x.next_barrier(), r.entry))
         } else if ring {
@@ -784,9 +624,9 @@ impl Coll {
             let oversubscribed = cpus > 0 && p > cpus;
             op.set_belief(sh, belief);
             if let (Some(key), true) = (r.replay, fixed) {
-                self.replay = Some(Replay {
+                self.fast.replay = Some(Replay {
                     key,
-                    generation: self.tuner_gen,
+                    generation: self.fast.tuner_gen,
                     desc,
                     belief,
                     oversubscribed,
@@ -810,158 +650,6 @@ impl Coll {
             size: p,
             rank: me,
         })))
-    }
-
-    /// Runs a blocking call whose shape `key` is the last direct call's, from that
-    /// call's decisions (see the module docs, *Replay*), if they still hold: the same
-    /// team and tuner generation, nothing else in flight on the endpoint. It restarts
-    /// the kept operation in place, begins and takes the first step (with
-    /// [`direct_step`](Self::direct_step)'s bookkeeping, for a body known to be the
-    /// slot protocol's); a call that has to wait is left in `slot` for the caller's
-    /// wait loop, with its wait recorded (the caller asks for the progress hook
-    /// before the endpoint's wait loop).
-    ///
-    /// It needs nothing of the endpoint but its wait `policy` and a way to `wake`
-    /// members, so a caller holding the layer's state alone
-    /// ([`layer::state`](gex_core::layer::state)) runs it
-    /// and does the wakes it asked for afterwards ([`wake_team`](Self::wake_team)).
-    #[inline]
-    pub(crate) fn replay_run(
-        &mut self,
-        team: &Team,
-        key: &ReplayKey,
-        io: &mut Io<'_>,
-        slot: &mut Option<DirectOp>,
-        (policy, wake): (WaitPolicy, &mut impl FnMut(EpAddr)),
-    ) -> Replayed {
-        let Coll {
-            replay,
-            shm,
-            counters,
-            direct,
-            ops,
-            tuner_gen,
-            world,
-            me,
-            owner,
-            failed,
-            mb,
-            ..
-        } = self;
-        let Some(r) = replay.as_mut() else {
-            return Replayed::Declined;
-        };
-        if r.key != *key
-            || r.generation != *tuner_gen
-            || !ops.is_empty()
-            || (mb.alarm && (!mb.aborts.is_empty() || failed.contains_key(&key.team)))
-        {
-            return Replayed::Declined;
-        }
-        let Some(x) = borrowed_ext(team, world, (*me, owner)) else {
-            return Replayed::Declined;
-        };
-        let Some(t) = x.shm.as_ref() else {
-            return Replayed::Declined;
-        };
-        let seq = x.next_seq();
-        // The kept operation carries the belief and the digest of its tags.
-        let op = &mut r.op;
-        op.restart(seq);
-        // A wait left by a call that unwound (a panicking handler) is stale.
-        *direct = None;
-        counters.direct_calls += 1;
-        counters.replayed_calls += 1;
-        op.keep_own(io.input, io.out);
-        counters.publish(op, t, io.input, r.oversubscribed);
-        if shm.shm_step(t, op, (seq, r.belief, Some(&r.desc)), io, (policy, wake)) {
-            shm.calm();
-            return Replayed::Done;
-        }
-        let d = slot.insert(DirectOp {
-            team: key.team,
-            seq,
-            belief: r.belief,
-            body: DirectBody::Shm(op.clone()),
-            size: team.size(),
-            rank: team.rank(),
-        });
-        *direct = d.pending_wait(Stall::default());
-        Replayed::Pending
-    }
-
-    /// Runs a blocking barrier under default options on `team` with `entry` as the
-    /// last one did, if its decision still holds (the same team and tuner
-    /// generation, nothing in flight on the endpoint): begins the shared-memory
-    /// barrier and takes its first step, as [`direct_begin`](Self::direct_begin) and
-    /// [`direct_step`](Self::direct_step) do for a barrier, without the tuner's key,
-    /// the belief or the endpoint's context. Like [`replay_run`](Self::replay_run)
-    /// it needs nothing of the endpoint but a way to `wake` members; a barrier that
-    /// has to wait is left in `slot` for the caller, with its wait recorded as
-    /// [`replay_run`](Self::replay_run) does. 2 ranks, VM in its fast state: about
-    /// 0.07 µs per barrier, 0.10 through the general direct path (docs/coll.md,
-    /// *Replayed barriers*).
-    #[inline]
-    pub(crate) fn barrier_replay(
-        &mut self,
-        team: &Team,
-        entry: Entry,
-        slot: &mut Option<DirectOp>,
-        wake: &mut impl FnMut(EpAddr),
-    ) -> Replayed {
-        let Some((id, size, generation, belief)) = self.bar_replay else {
-            return Replayed::Declined;
-        };
-        if id != team.id()
-            || size != team.size()
-            || generation != self.tuner_gen
-            || !self.ops.is_empty()
-            || self.team_failed(id)
-        {
-            return Replayed::Declined;
-        }
-        let Coll {
-            shm,
-            counters,
-            direct,
-            world,
-            me,
-            owner,
-            ..
-        } = self;
-        let Some(x) = borrowed_ext(team, world, (*me, owner)) else {
-            return Replayed::Declined;
-        };
-        let Some(t) = x.shm.as_ref() else {
-            return Replayed::Declined;
-        };
-        // A wait left by a call that unwound (a panicking handler) is stale.
-        *direct = None;
-        counters.direct_calls += 1;
-        counters.replayed_calls += 1;
-        let seq = x.next_seq();
-        let mut b = ShmBar::new(size, x.next_barrier(), entry);
-        let done = b.step(t);
-        t.wake_fenced(b.take_wake(), wake);
-        if done {
-            shm.calm();
-        }
-        // The belief serves the stall checks of a barrier that waits (the digest the
-        // first barrier computed).
-        let d = slot.insert(DirectOp {
-            team: id,
-            seq,
-            belief,
-            body: DirectBody::Bar(b),
-            size,
-            rank: team.rank(),
-        });
-        if done {
-            Replayed::Done
-        } else {
-            *direct = d.pending_wait(Stall::default());
-            Replayed::Pending
-        }
     }
 
     /// Wakes the members of `team` that announced they may sleep: the wakes a call
@@ -1032,9 +720,9 @@ impl Coll {
             return;
         }
         self.fail_team(team.id(), e);
-        self.history.failed(team.id(), *seq, e);
-        self.aborted.insert((team.id(), *seq));
-        self.pending_aborts.push((team, *seq, *found));
+        self.agree.history.failed(team.id(), *seq, e);
+        self.agree.aborted.insert((team.id(), *seq));
+        self.agree.pending_aborts.push((team, *seq, *found));
         self.send_aborts(cx);
         cx.set_busy();
     }

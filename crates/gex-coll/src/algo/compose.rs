@@ -1,0 +1,109 @@
+//! Compositions over binomial trees: allreduce = reduce + broadcast, gather_all =
+//! gather + broadcast, reduce_scatter = reduce + scatter (each also the plan of the
+//! operation for families that do not declare it).
+
+use super::cost::Cost;
+use super::family::{Family, any_radix};
+use super::tree::{Tree, k_bcast, k_gather, k_reduce_ordered, k_scatter, subtree_end};
+use super::{Builtin, Kind, PlanCtx, Query};
+use crate::op::OpKind;
+use crate::sched::Schedule;
+
+/// allreduce = reduce + broadcast.
+pub(crate) const REDUCE_BCAST: Family = Family {
+    kind: Kind::ReduceBcast,
+    radix: any_radix,
+    name: |_, _, _| "reduce+bcast".to_string(),
+    ops: &[OpKind::Allreduce],
+    put_gather_all: false,
+    supports: super::family::always,
+    cost: |_, _, c| 2.0 * c.tree(Tree::Knomial(2), c.nf, 0),
+    plan: |a, c| match c.op {
+        OpKind::Allreduce => reduce_bcast(c),
+        _ => super::fallback(a, c),
+    },
+};
+
+/// gather_all = gather + broadcast.
+pub(crate) const GATHER_BCAST: Family = Family {
+    kind: Kind::GatherBcast,
+    radix: any_radix,
+    name: |_, _, _| "gather+bcast".to_string(),
+    ops: &[OpKind::GatherAll],
+    put_gather_all: false,
+    supports: super::family::always,
+    cost: gather_bcast_cost,
+    plan: |a, c| match c.op {
+        OpKind::GatherAll => gather_bcast(c),
+        _ => super::fallback(a, c),
+    },
+};
+
+/// reduce_scatter = reduce + scatter.
+pub(crate) const REDUCE_SCATTER: Family = Family {
+    kind: Kind::ReduceScatter,
+    radix: any_radix,
+    name: |_, _, _| "reduce+scatter".to_string(),
+    ops: &[OpKind::ReduceScatter],
+    put_gather_all: false,
+    supports: super::family::always,
+    cost: reduce_scatter_cost,
+    plan: |a, c| match c.op {
+        OpKind::ReduceScatter => reduce_scatter(c),
+        _ => super::fallback(a, c),
+    },
+};
+
+fn gather_bcast_cost(_a: &Builtin, _q: &Query, c: &Cost<'_>) -> f64 {
+    let m = c.m;
+    c.lg2 * c.msg(0.0)
+        + (c.pf - 1.0) * c.nf * (m.big_g + m.copy)
+        + c.tree(Tree::Knomial(2), c.pf * c.nf, 0)
+}
+
+fn reduce_scatter_cost(_a: &Builtin, _q: &Query, c: &Cost<'_>) -> f64 {
+    c.tree(Tree::Knomial(2), c.pf * c.nf, 0) + c.lg2 * c.msg(0.0) + (c.pf - 1.0) * c.nf * c.m.big_g
+}
+
+/// Reduce + broadcast over binomial trees rooted at 0.
+pub(crate) fn reduce_bcast(c: &PlanCtx) -> Schedule {
+    let (p, r, n) = (c.size, c.rank, c.block);
+    // reduce + broadcast over binomial trees rooted at 0.
+    let mut s = Schedule::new(n, n);
+    s.input.push((0..n, 0));
+    k_reduce_ordered(&mut s, Tree::Knomial(2), p, r, 0, 0..n, 0);
+    k_bcast(&mut s, Tree::Knomial(2), p, r, 0, 0..n, 0, 2);
+    s.output.push((0..n, 0));
+    s
+}
+
+/// Gather + broadcast over binomial trees rooted at 0.
+pub(crate) fn gather_bcast(c: &PlanCtx) -> Schedule {
+    let (p, r, n) = (c.size, c.rank, c.block);
+    let pn = p as usize * n;
+    // gather + broadcast over binomial trees rooted at 0.
+    let t2 = Tree::Knomial(2);
+    let sub = subtree_end(t2, r, p) - r;
+    let mut g = Schedule::new(sub as usize * n, 0);
+    g.input.push((0..n, 0));
+    k_gather(&mut g, t2, p, r, 0, n, 0);
+    let mut bsch = Schedule::new(pn, pn);
+    k_bcast(&mut bsch, t2, p, r, 0, 0..pn, 0, 0);
+    let mut s = g.then(bsch, 1);
+    s.out_len = pn;
+    s.output.push((0..pn, 0));
+    s
+}
+
+/// Reduce (ordered binomial to 0) + binomial scatter from 0.
+pub(crate) fn reduce_scatter(c: &PlanCtx) -> Schedule {
+    let (p, r, n) = (c.size, c.rank, c.block);
+    let pn = p as usize * n;
+    // reduce (ordered binomial to 0) + binomial scatter from 0.
+    let mut s = Schedule::new(pn, n);
+    s.input.push((0..pn, 0));
+    k_reduce_ordered(&mut s, Tree::Knomial(2), p, r, 0, 0..pn, 0);
+    k_scatter(&mut s, Tree::Knomial(2), p, r, 0, n, 2);
+    s.output.push((0..n, 0));
+    s
+}
