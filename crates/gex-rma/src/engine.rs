@@ -199,9 +199,8 @@ impl Rma {
             return false;
         };
         // SAFETY: `direct_at` checked the range against the cached mapping, which is
-        // live (module `crate::direct`). Race-free: the segment side is written with
-        // byte-wise atomic stores (others may access it at any time); `src` is ours.
-        unsafe { gex_sync::copy::atomic_write(at, src) };
+        // live (module `crate::direct`).
+        unsafe { crate::direct::put_at(at, src) };
         true
     }
 
@@ -221,10 +220,32 @@ impl Rma {
             return false;
         };
         // SAFETY: `direct_at` checked the range against the cached mapping; `dst` is
-        // writable (contract). Race-free: the segment side is read with byte-wise
-        // atomic loads; `dst` is not otherwise borrowed (contract).
-        unsafe { gex_sync::copy::atomic_copy(at, dst, len) };
+        // writable and not otherwise borrowed (contract).
+        unsafe { crate::direct::get_at(at, dst, len) };
         true
+    }
+
+    /// Where `[offset, offset + len)` of `dst` is on the direct path, asking the
+    /// conduit if need be: `Some(Some(base))` (the segment's mapping) when it is valid
+    /// and mapped, `Some(None)` when it is empty and its endpoint reachable (nothing
+    /// to move), `None` otherwise (then the step runs, and reports any error).
+    #[inline(always)]
+    fn direct_range<C: Conduit>(
+        &mut self,
+        cx: &Cx<'_, C>,
+        dst: EpAddr,
+        offset: usize,
+        len: usize,
+    ) -> Option<Option<std::ptr::NonNull<u8>>> {
+        self.check_range(dst, offset, len).ok()?;
+        if len == 0 {
+            // Nothing moves, but an endpoint made at run time must be open.
+            return (!self.made_at_run_time(dst) || cx.peer_open(dst).is_ok()).then_some(None);
+        }
+        match self.mapping(cx, dst, offset + len) {
+            Ok(Some(base)) => Some(Some(base)),
+            Ok(None) | Err(_) => None,
+        }
     }
 
     /// The fast path of a contiguous put: if `[offset, offset + src.len())` of `dst` is
@@ -238,22 +259,15 @@ impl Rma {
         offset: usize,
         src: &[u8],
     ) -> bool {
-        if self.check_range(dst, offset, src.len()).is_err() {
-            return false;
-        }
-        if src.is_empty() {
-            // Nothing moves, but an endpoint made at run time must be open.
-            return !self.made_at_run_time(dst) || cx.peer_open(dst).is_ok();
-        }
-        match self.mapping(cx, dst, offset + src.len()) {
-            Ok(Some(base)) => {
+        match self.direct_range(cx, dst, offset, src.len()) {
+            None => false,
+            Some(None) => true,
+            Some(Some(base)) => {
                 // SAFETY: the range was checked against the segment; the mapping is
-                // live (module `crate::direct`). Race-free: byte-wise atomic stores
-                // into the segment; `src` is ours.
-                unsafe { gex_sync::copy::atomic_write(base.as_ptr().add(offset), src) };
+                // live (module `crate::direct`).
+                unsafe { crate::direct::put_at(base.as_ptr().add(offset), src) };
                 true
             }
-            Ok(None) | Err(_) => false,
         }
     }
 
@@ -271,22 +285,15 @@ impl Rma {
         dst: *mut u8,
         len: usize,
     ) -> bool {
-        if self.check_range(src, offset, len).is_err() {
-            return false;
-        }
-        if len == 0 {
-            // Nothing moves, but an endpoint made at run time must be open.
-            return !self.made_at_run_time(src) || cx.peer_open(src).is_ok();
-        }
-        match self.mapping(cx, src, offset + len) {
-            Ok(Some(base)) => {
+        match self.direct_range(cx, src, offset, len) {
+            None => false,
+            Some(None) => true,
+            Some(Some(base)) => {
                 // SAFETY: the range was checked against the segment; `dst` is writable
-                // (contract). Race-free: byte-wise atomic loads from the segment; `dst`
-                // is not otherwise borrowed (contract).
-                unsafe { gex_sync::copy::atomic_copy(base.as_ptr().add(offset), dst, len) };
+                // and not otherwise borrowed (contract).
+                unsafe { crate::direct::get_at(base.as_ptr().add(offset), dst, len) };
                 true
             }
-            Ok(None) | Err(_) => false,
         }
     }
 

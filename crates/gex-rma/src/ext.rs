@@ -29,7 +29,8 @@
 
 use crate::RmaError;
 use crate::atomic::{
-    AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, AtomicType, agree, fetch_finish,
+    AtomicDomain, AtomicFlags, AtomicIssue, AtomicOp, AtomicOps, AtomicOut, AtomicReq, AtomicType,
+    agree, fetch_finish,
 };
 use crate::engine::{Fail, GetTo, How, Job, Step};
 use crate::layer::Rma;
@@ -100,10 +101,10 @@ impl Issuing for Option<Job> {
 }
 
 /// An atomic's entry.
-impl Issuing for Option<u32> {
+impl<O: Send + 'static> Issuing for AtomicIssue<O> {
     #[inline(always)]
     fn entry(&self) -> Option<u32> {
-        *self
+        self.id
     }
 }
 
@@ -279,24 +280,23 @@ unsafe fn put_from_slow<C: Conduit>(
 /// An atomic past its direct path (AM, native, or a mapping not cached yet): steps
 /// under back-pressure, then ends as mode `M` asks. `want`: the old value is wanted.
 #[inline(never)]
-#[allow(clippy::too_many_arguments)]
 fn atomic_slow<C: Conduit, T: AtomicType, M: Mode, O: Send + 'static>(
     ep: &mut Endpoint<C>,
     ad: &AtomicDomain<T>,
-    op: AtomicOp,
-    p: GlobalPtr<T>,
-    ab: (T, T),
-    f: AtomicFlags,
+    req: AtomicReq<T>,
     want: bool,
     finish: Finish<O>,
 ) -> Result<M::Out<O, RmaError>, RmaError> {
     let how = How::new(M::KIND);
-    let mut ev = None;
-    let r = drive(ep, None, |r, cx, id| {
+    let out = AtomicOut {
+        result: None,
+        want,
+        finish,
+    };
+    let r = drive(ep, AtomicIssue::new(), |r, cx, st| {
         // SAFETY: no result location (a fetched value comes with the completion).
-        let st =
-            unsafe { r.atomic_step(cx, ad, op, p, ab, f, how, None, want, finish, id, &mut ev) };
-        fin::<C, O, M>(cx, st)
+        let step = unsafe { r.atomic_step(cx, ad, req, how, out, st) };
+        fin::<C, O, M>(cx, step)
     })?;
     end::<C, O, M>(ep, r, false)
 }
@@ -916,38 +916,35 @@ pub trait RmaExt<C: Conduit> {
         ops: AtomicOps,
     ) -> Result<AtomicDomain<T>, RmaError>;
 
-    /// Atomic `op` of domain `ad` on the word at `p` (operands `a`, `b`: see
-    /// [`AtomicOp`]; unused ones are ignored). A fetching op's old value is discarded.
-    /// NBI: counted with the atomics.
+    /// Atomic `op` (with its operands) of domain `ad` on the word at `p`, in its
+    /// non-fetching form (see [`AtomicOp`]: `Get` and `Swap`, which only fetch, run
+    /// with their old value discarded); the domain must allow
+    /// [`op.flag()`](AtomicOp::flag). NBI: counted with the atomics.
     ///
     /// # Errors
     /// [`RmaError::OpNotInDomain`], [`RmaError::NotInTeam`], [`RmaError::Misaligned`],
     /// and as [`put`](Self::put); nothing is performed on error.
-    #[allow(clippy::too_many_arguments)]
     fn atomic<T: AtomicType, M: Mode>(
         &mut self,
         ad: &AtomicDomain<T>,
-        op: AtomicOp,
         p: GlobalPtr<T>,
-        a: T,
-        b: T,
+        op: AtomicOp<T>,
         f: AtomicFlags,
         mode: M,
     ) -> Result<M::Out<(), RmaError>, RmaError>;
 
-    /// Fetching atomic: the word's value before `op` (in mode NBI the value is
-    /// discarded: fetch into a buffer lent to a scope with [`ScopeRmaExt::fetch_into`]).
+    /// Fetching atomic: `op` in its fetching form (see [`AtomicOp`]: `Set` fetches as
+    /// a swap); the domain must allow [`op.fetch_flag()`](AtomicOp::fetch_flag).
+    /// Returns the word's value before `op` (in mode NBI the value is discarded: fetch
+    /// into a buffer lent to a scope with [`ScopeRmaExt::fetch_into`]).
     ///
     /// # Errors
-    /// [`RmaError::NotFetching`] for a non-fetching op, else as [`atomic`](Self::atomic).
-    #[allow(clippy::too_many_arguments)]
-    fn fetch<T: AtomicType, M: Mode>(
+    /// As [`atomic`](Self::atomic).
+    fn fetch_atomic<T: AtomicType, M: Mode>(
         &mut self,
         ad: &AtomicDomain<T>,
-        op: AtomicOp,
         p: GlobalPtr<T>,
-        a: T,
-        b: T,
+        op: AtomicOp<T>,
         f: AtomicFlags,
         mode: M,
     ) -> Result<M::Out<T, RmaError>, RmaError>;
@@ -1142,44 +1139,35 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
     fn atomic<T: AtomicType, M: Mode>(
         &mut self,
         ad: &AtomicDomain<T>,
-        op: AtomicOp,
         p: GlobalPtr<T>,
-        a: T,
-        b: T,
+        op: AtomicOp<T>,
         f: AtomicFlags,
         _mode: M,
     ) -> Result<M::Out<(), RmaError>, RmaError> {
+        let req = AtomicReq::new(p, op, false, f);
         // The direct path to a cached mapping: a CPU atomic, no event.
-        if let Some(Some(_)) =
-            crate::layer::fast(self, move |r| r.atomic_fast(ad, op, p, (a, b), f))
-        {
+        if let Some(Some(_)) = crate::layer::fast(self, move |r| r.atomic_fast(ad, req)) {
             return Ok(layer::done::<(), RmaError, M, C>(self, ()));
         }
-        atomic_slow::<C, T, M, ()>(self, ad, op, p, (a, b), f, false, finish_unit)
+        atomic_slow::<C, T, M, ()>(self, ad, req, false, finish_unit)
     }
 
     #[inline]
-    fn fetch<T: AtomicType, M: Mode>(
+    fn fetch_atomic<T: AtomicType, M: Mode>(
         &mut self,
         ad: &AtomicDomain<T>,
-        op: AtomicOp,
         p: GlobalPtr<T>,
-        a: T,
-        b: T,
+        op: AtomicOp<T>,
         f: AtomicFlags,
         _mode: M,
     ) -> Result<M::Out<T, RmaError>, RmaError> {
-        if !op.is_fetching() {
-            return Err(RmaError::NotFetching { op });
-        }
+        let req = AtomicReq::new(p, op, true, f);
         // The direct path to a cached mapping: a CPU atomic, no event.
-        if let Some(Some(old)) =
-            crate::layer::fast(self, move |r| r.atomic_fast(ad, op, p, (a, b), f))
-        {
+        if let Some(Some(old)) = crate::layer::fast(self, move |r| r.atomic_fast(ad, req)) {
             return Ok(layer::done::<T, RmaError, M, C>(self, T::from_bits(old)));
         }
         let want = M::KIND != ModeKind::Nbi;
-        atomic_slow::<C, T, M, T>(self, ad, op, p, (a, b), f, want, fetch_finish::<T>)
+        atomic_slow::<C, T, M, T>(self, ad, req, want, fetch_finish::<T>)
     }
 
     fn sync_nbi(&mut self, cats: NbiCategories) -> Result<(), RmaError> {
@@ -1259,18 +1247,17 @@ pub trait ScopeRmaExt<'env, C: Conduit> {
     /// As [`RmaExt::put`].
     fn put_from<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &'env [T]) -> Result<(), RmaError>;
 
-    /// Fetching atomic whose old value is stored into `dst`, lent for the scope.
+    /// Fetching atomic (the fetching form of `op`, as
+    /// [`RmaExt::fetch_atomic`]) whose old value is stored into `dst`, lent for the
+    /// scope.
     ///
     /// # Errors
-    /// As [`RmaExt::fetch`].
-    #[allow(clippy::too_many_arguments)]
+    /// As [`RmaExt::fetch_atomic`].
     fn fetch_into<T: AtomicType>(
         &mut self,
         ad: &AtomicDomain<T>,
-        op: AtomicOp,
         p: GlobalPtr<T>,
-        a: T,
-        b: T,
+        op: AtomicOp<T>,
         f: AtomicFlags,
         dst: &'env mut T,
     ) -> Result<(), RmaError>;
@@ -1355,38 +1342,22 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
     fn fetch_into<T: AtomicType>(
         &mut self,
         ad: &AtomicDomain<T>,
-        op: AtomicOp,
         p: GlobalPtr<T>,
-        a: T,
-        b: T,
+        op: AtomicOp<T>,
         f: AtomicFlags,
         dst: &'env mut T,
     ) -> Result<(), RmaError> {
-        if !op.is_fetching() {
-            return Err(RmaError::NotFetching { op });
-        }
         let tag = self.tag();
-        let res: *mut T = dst;
-        let mut ev = None;
-        let r = drive(self, None, |r, cx, id| {
+        let req = AtomicReq::new(p, op, true, f);
+        let out = AtomicOut {
+            result: Some(dst as *mut T),
+            want: false,
+            finish: finish_unit,
+        };
+        let r = drive(self, AtomicIssue::new(), |r, cx, st| {
             // SAFETY: `dst` is borrowed for the scope, which waits for the operation.
-            let st = unsafe {
-                r.atomic_step(
-                    cx,
-                    ad,
-                    op,
-                    p,
-                    (a, b),
-                    f,
-                    How::scoped(),
-                    Some(res),
-                    false,
-                    finish_unit,
-                    id,
-                    &mut ev,
-                )
-            };
-            raw(cx, st)
+            let step = unsafe { r.atomic_step(cx, ad, req, How::scoped(), out, st) };
+            raw(cx, step)
         })?;
         end_scoped(self, tag, r)
     }
