@@ -134,7 +134,7 @@ impl Rma {
                 if !self.send(cx, dst, h.put_packed, Category::Medium, &[id], &cur.pkt, 0)? {
                     return Ok(false);
                 }
-                self.bump(id, 1);
+                self.ops.bump(id, 1);
                 cur.pkt.clear();
                 cur.pkt_ready = false;
             }
@@ -174,7 +174,7 @@ impl Rma {
             )? {
                 return Ok(false);
             }
-            self.bump(id, 1);
+            self.ops.bump(id, 1);
             cur.off += n;
             if cur.off == c.len {
                 cur.ci += 1;
@@ -202,7 +202,7 @@ impl Rma {
                 if !self.send(cx, src, h.get_packed, Category::Medium, &args, &cur.pkt, 0)? {
                     return Ok(false);
                 }
-                self.bump(id, cur.acc);
+                self.ops.bump(id, cur.acc);
                 cur.pkt.clear();
                 cur.pkt_ready = false;
             }
@@ -241,7 +241,7 @@ impl Rma {
             if !self.send(cx, src, h.get, Category::Short, &args, &[], 0)? {
                 return Ok(false);
             }
-            self.bump(id, n);
+            self.ops.bump(id, n);
             cur.off += n;
             if cur.off == c.len {
                 cur.ci += 1;
@@ -255,7 +255,7 @@ impl Rma {
     /// Credits one acknowledgement-like unit from a message (not for abandoned
     /// operations, whose remaining units are native tickets).
     fn credit_msg(&mut self, id: u32, n: usize) {
-        let ok = self.ops.get(&id).is_some_and(|op| !op.abandoned) && self.credit(id, n);
+        let ok = self.ops.get(&id).is_some_and(|op| !op.abandoned) && self.ops.credit(id, n);
         if !ok {
             self.dropped += 1;
         }
@@ -382,7 +382,7 @@ impl Rma {
                 _ => false,
             };
         if ok {
-            self.credit(a[0], p.len());
+            self.ops.credit(a[0], p.len());
         } else {
             self.dropped += 1;
         }

@@ -61,12 +61,13 @@ use crate::engine::{Fail, How, Step};
 use crate::layer::Rma;
 use crate::native::NativeStep;
 use crate::nbi::Cat;
+use crate::ops::Handout;
 use crate::path::{OpKind, Path};
 use bytemuck::Pod;
 use gex_core::event::{Data, Finish};
 use gex_core::layer::Cx;
 use gex_core::spi::{AtomicBase, Conduit, ConduitEp, NativeAtomic};
-use gex_core::{Am, Category, Event, ModeKind, Team, Token};
+use gex_core::{Am, Category, Event, Team, Token};
 use gex_sync::atomic::{Ordering, fence};
 use std::marker::PhantomData;
 
@@ -728,7 +729,7 @@ impl Rma {
                 ops: ops & AtomicOps::BITWISE,
             }
         });
-        let offers = self.caps.contains(gex_core::Capabilities::NATIVE_ATOMICS) && {
+        let offers = self.t.caps.contains(gex_core::Capabilities::NATIVE_ATOMICS) && {
             let cep = cx.conduit();
             Code::ALL
                 .iter()
@@ -841,7 +842,7 @@ impl Rma {
         if !ad.has_member(dst) {
             return None;
         }
-        let at = self.direct_at(dst, p.offset, size)?;
+        let at = self.t.direct_at(dst, p.offset, size)?;
         if at as usize % size != 0 {
             return None;
         }
@@ -871,7 +872,7 @@ impl Rma {
         if !ad.has_member(dst) {
             return Err(RmaError::NotInTeam { dst });
         }
-        self.check_range(dst, p.offset, size)?;
+        self.t.check_range(dst, p.offset, size)?;
         let misaligned = RmaError::Misaligned {
             dst,
             offset: p.offset,
@@ -880,8 +881,8 @@ impl Rma {
         if p.offset % size != 0 {
             return Err(misaligned);
         }
-        let base = self.mapping(cx, dst, p.offset + size)?;
-        let path = self.path(
+        let base = self.t.mapping(cx, dst, p.offset + size)?;
+        let path = self.t.path(
             OpKind::Atomic { nic: ad.nic },
             size,
             p.offset,
@@ -912,7 +913,9 @@ impl Rma {
         } else {
             std::ptr::null_mut()
         };
-        let i = self.new_op(dst, "atomic", std::ptr::null_mut(), 0, land);
+        let i = self
+            .ops
+            .new_op(dst, "atomic", std::ptr::null_mut(), 0, land);
         if let (Some(r), Some(e)) = (result, self.ops.get_mut(&i)) {
             e.result = Some((r.cast(), size));
         }
@@ -932,7 +935,7 @@ impl Rma {
     ) -> Result<bool, RmaError> {
         let (p, op, f) = (req.ptr, req.code, req.flags);
         let dst = p.addr();
-        if nic && !self.force_am {
+        if nic && !self.t.force_am {
             let (base, fetch) = op.native();
             let na = NativeAtomic {
                 kind: T::KIND,
@@ -976,7 +979,7 @@ impl Rma {
         let h = self.h.atomic;
         let sent = self.send(cx, dst, h, Category::Short, &args, &[], 0)?;
         if sent {
-            self.bump(i, 1);
+            self.ops.bump(i, 1);
         }
         Ok(sent)
     }
@@ -1010,20 +1013,19 @@ impl Rma {
         match self.atomic_issue(cx, ad.nic, &req, i, fetching) {
             Ok(false) => Ok(Step::Blocked),
             Ok(true) => {
-                let mut hold: Option<O> = None;
+                let mut out = Handout {
+                    hold: &mut None,
+                    finish: out.finish,
+                    ev: &mut st.ev,
+                };
                 if self.ops.get(&i).is_some_and(|e| e.remaining > 0) {
-                    let counted =
-                        (how.kind == ModeKind::Nbi && !how.scoped).then_some(Cat::Atomics);
-                    self.open(cx, i, how.kind, counted, &mut hold, out.finish, &mut st.ev);
+                    self.ops.open(cx, i, how.counted(Cat::Atomics), &mut out);
                 }
-                let d = match self.seal(i) {
+                let d = match self.ops.seal(i) {
                     Some(w) => Data::Word(w),
                     None => Data::Unit,
                 };
-                Ok(match st.ev.take() {
-                    Some(e) => Step::Done(e),
-                    None => Step::Now((out.finish)(d, None)),
-                })
+                Ok(out.step(d))
             }
             Err(err) => {
                 // Nothing was started: a single unit failed to start.
@@ -1092,7 +1094,7 @@ impl Rma {
                 }
                 _ => false,
             }
-            && self.credit(a[0], 1);
+            && self.ops.credit(a[0], 1);
         if !ok {
             self.dropped += 1;
         }

@@ -20,9 +20,10 @@ use crate::am::{AmCursor, short_put_args};
 use crate::layer::Rma;
 use crate::native::{NativeStep, PutSrc};
 use crate::nbi::Cat;
+use crate::ops::Handout;
 use crate::path::{OpKind, Path};
 use crate::vis::Chunk;
-use gex_core::event::{Data, Finish, finish_held};
+use gex_core::event::{Data, finish_held};
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
 use gex_core::{Category, EpAddr, Event, ModeKind};
@@ -53,7 +54,7 @@ impl How {
         }
     }
     /// The NBI category the operation is counted in, if it is counted.
-    fn counted(self, cat: Cat) -> Option<Cat> {
+    pub(crate) fn counted(self, cat: Cat) -> Option<Cat> {
         (self.kind == ModeKind::Nbi && !self.scoped).then_some(cat)
     }
 }
@@ -122,7 +123,7 @@ pub(crate) struct Deferred {
 }
 
 /// Where the last byte of validated `chunks` ends in the remote segment (0 for none):
-/// the bound a direct path must find mapped ([`Rma::mapping`]).
+/// the bound a direct path must find mapped ([`Targets::mapping`](crate::target::Targets::mapping)).
 #[inline]
 fn remote_end(chunks: &[Chunk]) -> usize {
     chunks.iter().map(|c| c.remote + c.len).max().unwrap_or(0)
@@ -138,53 +139,44 @@ impl Job {
 }
 
 impl Rma {
-    /// Opens the decision of how `j` completes, then seals it: the event to hand out.
-    #[allow(clippy::too_many_arguments)]
+    /// Opens the decision of how `j` completes (`counted`: its NBI category, if it
+    /// is counted), then seals it: the event to hand out.
     fn finish_job<C: Conduit, O: Send + 'static>(
         &mut self,
         cx: &mut Cx<'_, C>,
         j: &Job,
-        how: How,
-        cat: Cat,
-        hold: &mut Option<O>,
-        finish: Finish<O>,
-        ev: &mut Option<Event<O, RmaError>>,
+        counted: Option<Cat>,
+        mut out: Handout<'_, O>,
     ) -> Step<O> {
         if self.ops.get(&j.id).is_some_and(|op| op.remaining > 0) {
-            self.open(cx, j.id, how.kind, how.counted(cat), hold, finish, ev);
+            self.ops.open(cx, j.id, counted, &mut out);
         }
-        let d = match self.seal(j.id) {
+        let d = match self.ops.seal(j.id) {
             Some(w) => Data::Word(w),
             None => Data::Unit,
         };
-        match ev.take() {
-            Some(e) => Step::Done(e),
-            None => Step::Now(finish(d, hold.take())),
-        }
+        out.step(d)
     }
 
-    /// Turns an error while issuing `j` into a [`Fail`].
-    #[allow(clippy::too_many_arguments)]
+    /// Turns an error while issuing `j` into a [`Fail`] (`counted` as for
+    /// [`finish_job`](Self::finish_job)).
     fn fail_job<C: Conduit, O: Send + 'static>(
         &mut self,
         cx: &mut Cx<'_, C>,
         j: &Job,
-        how: How,
-        cat: Cat,
-        hold: &mut Option<O>,
-        finish: Finish<O>,
-        ev: &mut Option<Event<O, RmaError>>,
+        counted: Option<Cat>,
+        mut out: Handout<'_, O>,
         err: RmaError,
     ) -> Fail<O> {
         if !j.started {
             self.ops.remove(&j.id);
             return Fail { err, ev: None };
         }
-        self.open(cx, j.id, how.kind, how.counted(cat), hold, finish, ev);
+        self.ops.open(cx, j.id, counted, &mut out);
         let in_flight = self.abandon(j.id, err.clone());
         Fail {
             err,
-            ev: if in_flight { ev.take() } else { None },
+            ev: if in_flight { out.ev.take() } else { None },
         }
     }
 
@@ -195,7 +187,7 @@ impl Rma {
     /// false and takes [`put_now`](Self::put_now).
     #[inline(always)]
     pub(crate) fn put_fast(&mut self, dst: EpAddr, offset: usize, src: &[u8]) -> bool {
-        let Some(at) = self.direct_at(dst, offset, src.len()) else {
+        let Some(at) = self.t.direct_at(dst, offset, src.len()) else {
             return false;
         };
         // SAFETY: `direct_at` checked the range against the cached mapping, which is
@@ -216,7 +208,7 @@ impl Rma {
         dst: *mut u8,
         len: usize,
     ) -> bool {
-        let Some(at) = self.direct_at(src, offset, len) else {
+        let Some(at) = self.t.direct_at(src, offset, len) else {
             return false;
         };
         // SAFETY: `direct_at` checked the range against the cached mapping; `dst` is
@@ -237,12 +229,12 @@ impl Rma {
         offset: usize,
         len: usize,
     ) -> Option<Option<std::ptr::NonNull<u8>>> {
-        self.check_range(dst, offset, len).ok()?;
+        self.t.check_range(dst, offset, len).ok()?;
         if len == 0 {
             // Nothing moves, but an endpoint made at run time must be open.
-            return (!self.made_at_run_time(dst) || cx.peer_open(dst).is_ok()).then_some(None);
+            return (!self.t.made_at_run_time(dst) || cx.peer_open(dst).is_ok()).then_some(None);
         }
-        match self.mapping(cx, dst, offset + len) {
+        match self.t.mapping(cx, dst, offset + len) {
             Ok(Some(base)) => Some(Some(base)),
             Ok(None) | Err(_) => None,
         }
@@ -313,8 +305,10 @@ impl Rma {
         if job.is_none() {
             let total: usize = chunks.iter().map(|c| c.len).sum();
             let offset = chunks.first().map_or(0, |c| c.remote);
-            let base = self.mapping(cx, dst, remote_end(chunks))?;
-            let path = self.path(OpKind::Put, total, offset, chunks.len(), base.is_some());
+            let base = self.t.mapping(cx, dst, remote_end(chunks))?;
+            let path = self
+                .t
+                .path(OpKind::Put, total, offset, chunks.len(), base.is_some());
             match (path, base) {
                 (Path::Nothing, _) => return Ok(Step::Now(())),
                 (Path::Direct, Some(base)) => {
@@ -334,7 +328,8 @@ impl Rma {
             let id = if blocking_short {
                 0
             } else {
-                self.new_op(dst, "put", std::ptr::null_mut(), 0, std::ptr::null_mut())
+                self.ops
+                    .new_op(dst, "put", std::ptr::null_mut(), 0, std::ptr::null_mut())
             };
             *job = Some(Job {
                 path,
@@ -348,8 +343,6 @@ impl Rma {
         let Some(j) = job.as_mut() else {
             return Ok(Step::Blocked);
         };
-        let mut hold: Option<()> = None;
-        let fin: Finish<()> = gex_core::event::finish_unit;
         loop {
             let r: Result<bool, RmaError> = match j.path {
                 Path::AmShort => {
@@ -371,7 +364,7 @@ impl Rma {
                     self.send(cx, dst, h, Category::Short, &args[..n], &[], 0)
                         .inspect(|&sent| {
                             if sent {
-                                self.bump(j.id, 1);
+                                self.ops.bump(j.id, 1);
                             }
                         })
                 }
@@ -417,10 +410,15 @@ impl Rma {
                     j.started = true;
                 }
             }
+            let out = Handout {
+                hold: &mut None,
+                finish: gex_core::event::finish_unit,
+                ev,
+            };
             return match r {
-                Ok(true) => Ok(self.finish_job(cx, j, how, Cat::Puts, &mut hold, fin, ev)),
+                Ok(true) => Ok(self.finish_job(cx, j, how.counted(Cat::Puts), out)),
                 Ok(false) => Ok(Step::Blocked),
-                Err(e) => Err(self.fail_job(cx, j, how, Cat::Puts, &mut hold, fin, ev, e)),
+                Err(e) => Err(self.fail_job(cx, j, how.counted(Cat::Puts), out, e)),
             };
         }
     }
@@ -459,7 +457,7 @@ impl Rma {
     }
 
     /// One step of a get of `chunks` from `src` (validated) into `to`; the event's
-    /// output is `finish` of the completion data and `hold`.
+    /// output is made as `out` says.
     ///
     /// # Safety
     /// A [`GetTo::Ptr`] destination is writable for its length and untouched by anyone
@@ -473,16 +471,17 @@ impl Rma {
         chunks: &[Chunk],
         to: GetTo,
         how: How,
-        hold: &mut Option<O>,
-        finish: Finish<O>,
         job: &mut Option<Job>,
-        ev: &mut Option<Event<O, RmaError>>,
+        out: Handout<'_, O>,
     ) -> Result<Step<O>, Fail<O>> {
+        let (finish, hold) = (out.finish, &mut *out.hold);
         if job.is_none() {
             let total: usize = chunks.iter().map(|c| c.len).sum();
             let offset = chunks.first().map_or(0, |c| c.remote);
-            let base = self.mapping(cx, src, remote_end(chunks))?;
-            let path = self.path(OpKind::Get, total, offset, chunks.len(), base.is_some());
+            let base = self.t.mapping(cx, src, remote_end(chunks))?;
+            let path = self
+                .t
+                .path(OpKind::Get, total, offset, chunks.len(), base.is_some());
             match (path, base, to) {
                 (Path::Nothing, _, _) => {
                     return Ok(Step::Now(finish(Data::Word(0), hold.take())));
@@ -503,10 +502,10 @@ impl Rma {
                 _ => {}
             }
             let id = match to {
-                GetTo::Ptr(p, n) => self.new_op(src, "get", p, n, std::ptr::null_mut()),
+                GetTo::Ptr(p, n) => self.ops.new_op(src, "get", p, n, std::ptr::null_mut()),
                 GetTo::Land(n) => {
                     let land = Box::into_raw(Box::new(0u64));
-                    self.new_op(src, "get", land.cast(), n, land)
+                    self.ops.new_op(src, "get", land.cast(), n, land)
                 }
             };
             *job = Some(Job {
@@ -523,9 +522,9 @@ impl Rma {
         };
         let dst = self.ops.get(&j.id).map_or(std::ptr::null_mut(), |o| o.dst);
         match self.get_pump(cx, j, src, chunks, dst) {
-            Ok(true) => Ok(self.finish_job(cx, j, how, Cat::Gets, hold, finish, ev)),
+            Ok(true) => Ok(self.finish_job(cx, j, how.counted(Cat::Gets), out)),
             Ok(false) => Ok(Step::Blocked),
-            Err(e) => Err(self.fail_job(cx, j, how, Cat::Gets, hold, finish, ev, e)),
+            Err(e) => Err(self.fail_job(cx, j, how.counted(Cat::Gets), out, e)),
         }
     }
 
@@ -543,9 +542,9 @@ impl Rma {
         ev: &mut Option<Event<(), RmaError>>,
     ) -> Result<Step<()>, Fail<()>> {
         if job.is_none() {
-            let base = self.mapping(cx, dst, offset + len)?;
+            let base = self.t.mapping(cx, dst, offset + len)?;
             match (
-                self.path(OpKind::Memset, len, offset, 1, base.is_some()),
+                self.t.path(OpKind::Memset, len, offset, 1, base.is_some()),
                 base,
             ) {
                 (Path::Nothing, _) => return Ok(Step::Now(())),
@@ -556,7 +555,9 @@ impl Rma {
                 }
                 _ => {}
             }
-            let id = self.new_op(dst, "memset", std::ptr::null_mut(), 0, std::ptr::null_mut());
+            let id = self
+                .ops
+                .new_op(dst, "memset", std::ptr::null_mut(), 0, std::ptr::null_mut());
             *job = Some(Job {
                 path: Path::Am,
                 id,
@@ -578,16 +579,19 @@ impl Rma {
             crate::am::hi(len),
             u32::from(byte),
         ];
-        let mut hold: Option<()> = None;
-        let fin: Finish<()> = gex_core::event::finish_unit;
+        let out = Handout {
+            hold: &mut None,
+            finish: gex_core::event::finish_unit,
+            ev,
+        };
         match self.send(cx, dst, h, Category::Short, &args, &[], 0) {
             Ok(true) => {
-                self.bump(j.id, 1);
+                self.ops.bump(j.id, 1);
                 j.started = true;
-                Ok(self.finish_job(cx, j, how, Cat::Puts, &mut hold, fin, ev))
+                Ok(self.finish_job(cx, j, how.counted(Cat::Puts), out))
             }
             Ok(false) => Ok(Step::Blocked),
-            Err(e) => Err(self.fail_job(cx, j, how, Cat::Puts, &mut hold, fin, ev, e)),
+            Err(e) => Err(self.fail_job(cx, j, how.counted(Cat::Puts), out, e)),
         }
     }
 
@@ -601,7 +605,7 @@ impl Rma {
         src: crate::GlobalPtr<u8>,
     ) -> Result<OwnedGet, RmaError> {
         let a = src.addr();
-        self.check_range(a, src.offset, dst.len())?;
+        self.t.check_range(a, src.offset, dst.len())?;
         let chunks = [Chunk {
             remote: src.offset,
             local: 0,
@@ -621,10 +625,12 @@ impl Rma {
                 &chunks,
                 GetTo::Ptr(p, n),
                 How::new(ModeKind::Nb),
-                &mut hold,
-                finish_held,
                 &mut job,
-                &mut ev,
+                Handout {
+                    hold: &mut hold,
+                    finish: finish_held,
+                    ev: &mut ev,
+                },
             )
         };
         match r {
@@ -638,15 +644,12 @@ impl Rma {
                     self.ops.remove(&j.id);
                     return Ok(OwnedGet::Busy(hold.take().unwrap_or_default()));
                 }
-                self.open(
-                    cx,
-                    j.id,
-                    ModeKind::Nb,
-                    None,
-                    &mut hold,
-                    finish_held,
-                    &mut ev,
-                );
+                let mut out = Handout {
+                    hold: &mut hold,
+                    finish: finish_held,
+                    ev: &mut ev,
+                };
+                self.ops.open(cx, j.id, None, &mut out);
                 let e = ev
                     .take()
                     .ok_or(RmaError::Event(gex_core::EventError::Abandoned))?;
@@ -671,7 +674,7 @@ impl Rma {
             match self.get_pump(cx, &mut d.job, src, &chunks, dst) {
                 Ok(false) => true,
                 Ok(true) => {
-                    self.seal(d.job.id);
+                    self.ops.seal(d.job.id);
                     false
                 }
                 Err(e) => {
