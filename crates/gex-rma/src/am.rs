@@ -97,23 +97,32 @@ impl AmCursor {
     }
 }
 
-impl Rma {
-    /// Sends one request without waiting: false under back-pressure (nothing sent).
-    #[inline]
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn send<C: Conduit>(
-        &mut self,
-        cx: &mut Cx<'_, C>,
-        dst: EpAddr,
-        h: HandlerId,
-        cat: Category,
-        args: &[u32],
-        payload: &[u8],
-        offset: usize,
-    ) -> Result<bool, RmaError> {
-        Ok(cx.try_request(dst, h, cat, args, payload, offset)? == Injected::Sent)
-    }
+/// Sends one request without waiting: false under back-pressure (nothing sent).
+#[inline]
+pub(crate) fn send<C: Conduit>(
+    cx: &mut Cx<'_, C>,
+    dst: EpAddr,
+    h: HandlerId,
+    cat: Category,
+    args: &[u32],
+    payload: &[u8],
+    offset: usize,
+) -> Result<bool, RmaError> {
+    Ok(cx.try_request(dst, h, cat, args, payload, offset)? == Injected::Sent)
+}
 
+/// Sends one Short request without waiting, as [`send`].
+#[inline]
+pub(crate) fn send_short<C: Conduit>(
+    cx: &mut Cx<'_, C>,
+    dst: EpAddr,
+    h: HandlerId,
+    args: &[u32],
+) -> Result<bool, RmaError> {
+    send(cx, dst, h, Category::Short, args, &[], 0)
+}
+
+impl Rma {
     /// Sends the put messages of `chunks` (from `src`) for operation `id`, resuming at
     /// `cur`; true once every message is sent, false at back-pressure.
     pub(crate) fn am_put_pump<C: Conduit>(
@@ -131,7 +140,7 @@ impl Rma {
         let h = self.h;
         loop {
             if cur.pkt_ready {
-                if !self.send(cx, dst, h.put_packed, Category::Medium, &[id], &cur.pkt, 0)? {
+                if !send(cx, dst, h.put_packed, Category::Medium, &[id], &cur.pkt, 0)? {
                     return Ok(false);
                 }
                 self.ops.bump(id, 1);
@@ -163,7 +172,7 @@ impl Rma {
             }
             let n = (c.len - cur.off).min(max_long);
             let piece = &bytes[cur.off..cur.off + n];
-            if !self.send(
+            if !send(
                 cx,
                 dst,
                 h.put_long,
@@ -199,7 +208,7 @@ impl Rma {
         loop {
             if cur.pkt_ready {
                 let args = [id, lo(cur.start), hi(cur.start)];
-                if !self.send(cx, src, h.get_packed, Category::Medium, &args, &cur.pkt, 0)? {
+                if !send(cx, src, h.get_packed, Category::Medium, &args, &cur.pkt, 0)? {
                     return Ok(false);
                 }
                 self.ops.bump(id, cur.acc);
@@ -238,7 +247,7 @@ impl Rma {
             let n = (c.len - cur.off).min(max_med);
             let (r, l) = (c.remote + cur.off, c.local + cur.off);
             let args = [id, lo(r), hi(r), n as u32, lo(l), hi(l)];
-            if !self.send(cx, src, h.get, Category::Short, &args, &[], 0)? {
+            if !send_short(cx, src, h.get, &args)? {
                 return Ok(false);
             }
             self.ops.bump(id, n);

@@ -67,7 +67,7 @@ use bytemuck::Pod;
 use gex_core::event::{Data, Finish};
 use gex_core::layer::Cx;
 use gex_core::spi::{AtomicBase, Conduit, ConduitEp, NativeAtomic};
-use gex_core::{Am, Category, Event, Team, Token};
+use gex_core::{Am, Event, Team, Token};
 use gex_sync::atomic::{Ordering, fence};
 use std::marker::PhantomData;
 
@@ -977,7 +977,7 @@ impl Rma {
             (y >> 32) as u32,
         ];
         let h = self.h.atomic;
-        let sent = self.send(cx, dst, h, Category::Short, &args, &[], 0)?;
+        let sent = crate::am::send_short(cx, dst, h, &args)?;
         if sent {
             self.ops.bump(i, 1);
         }

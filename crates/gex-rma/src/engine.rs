@@ -26,7 +26,7 @@ use crate::vis::Chunk;
 use gex_core::event::{Data, finish_held};
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
-use gex_core::{Category, EpAddr, Event, ModeKind};
+use gex_core::{EpAddr, Event, ModeKind};
 use std::sync::Arc;
 
 /// How an operation was asked for.
@@ -57,6 +57,22 @@ impl How {
     pub(crate) fn counted(self, cat: Cat) -> Option<Cat> {
         (self.kind == ModeKind::Nbi && !self.scoped).then_some(cat)
     }
+}
+
+/// The remote side of a transfer: the target and the (validated) chunks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Xfer<'a> {
+    pub(crate) peer: EpAddr,
+    pub(crate) chunks: &'a [Chunk],
+}
+
+/// A memset: `len` bytes set to `byte` at `offset` of `dst` (validated).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fill {
+    pub(crate) dst: EpAddr,
+    pub(crate) offset: usize,
+    pub(crate) byte: u8,
+    pub(crate) len: usize,
 }
 
 /// A transfer in progress.
@@ -289,19 +305,18 @@ impl Rma {
         }
     }
 
-    /// One step of a put of `chunks` of `src` to `dst` (validated).
+    /// One step of a put of `src` to the (validated) transfer `x`.
     #[inline]
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn put_step<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
-        dst: EpAddr,
-        chunks: &[Chunk],
+        x: Xfer<'_>,
         src: &[u8],
         how: How,
         job: &mut Option<Job>,
         ev: &mut Option<Event<(), RmaError>>,
     ) -> Result<Step<()>, Fail<()>> {
+        let Xfer { peer: dst, chunks } = x;
         if job.is_none() {
             let total: usize = chunks.iter().map(|c| c.len).sum();
             let offset = chunks.first().map_or(0, |c| c.remote);
@@ -350,7 +365,7 @@ impl Rma {
                     let (mut args, n) = short_put_args(c.remote, &src[c.local..c.local + c.len]);
                     if how.kind == ModeKind::Blocking {
                         let h = self.h.put_short_b;
-                        return match self.send(cx, dst, h, Category::Short, &args[1..n], &[], 0) {
+                        return match crate::am::send_short(cx, dst, h, &args[1..n]) {
                             Ok(false) => Ok(Step::Blocked),
                             Ok(true) => {
                                 self.fast_sent += 1;
@@ -361,12 +376,11 @@ impl Rma {
                     }
                     args[0] = j.id;
                     let h = self.h.put_short;
-                    self.send(cx, dst, h, Category::Short, &args[..n], &[], 0)
-                        .inspect(|&sent| {
-                            if sent {
-                                self.ops.bump(j.id, 1);
-                            }
-                        })
+                    crate::am::send_short(cx, dst, h, &args[..n]).inspect(|&sent| {
+                        if sent {
+                            self.ops.bump(j.id, 1);
+                        }
+                    })
                 }
                 Path::Native => {
                     let copy = j.copy.clone();
@@ -463,17 +477,16 @@ impl Rma {
     /// A [`GetTo::Ptr`] destination is writable for its length and untouched by anyone
     /// else until the operation completes (module `# Safety`).
     #[inline]
-    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn get_step<C: Conduit, O: Send + 'static>(
         &mut self,
         cx: &mut Cx<'_, C>,
-        src: EpAddr,
-        chunks: &[Chunk],
+        x: Xfer<'_>,
         to: GetTo,
         how: How,
         job: &mut Option<Job>,
         out: Handout<'_, O>,
     ) -> Result<Step<O>, Fail<O>> {
+        let Xfer { peer: src, chunks } = x;
         let (finish, hold) = (out.finish, &mut *out.hold);
         if job.is_none() {
             let total: usize = chunks.iter().map(|c| c.len).sum();
@@ -529,18 +542,20 @@ impl Rma {
     }
 
     /// One step of a memset of `len` bytes at `offset` of `dst` (validated).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn memset_step<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
-        dst: EpAddr,
-        offset: usize,
-        byte: u8,
-        len: usize,
+        fill: Fill,
         how: How,
         job: &mut Option<Job>,
         ev: &mut Option<Event<(), RmaError>>,
     ) -> Result<Step<()>, Fail<()>> {
+        let Fill {
+            dst,
+            offset,
+            byte,
+            len,
+        } = fill;
         if job.is_none() {
             let base = self.t.mapping(cx, dst, offset + len)?;
             match (
@@ -584,7 +599,7 @@ impl Rma {
             finish: gex_core::event::finish_unit,
             ev,
         };
-        match self.send(cx, dst, h, Category::Short, &args, &[], 0) {
+        match crate::am::send_short(cx, dst, h, &args) {
             Ok(true) => {
                 self.ops.bump(j.id, 1);
                 j.started = true;
@@ -621,8 +636,10 @@ impl Rma {
         let r = unsafe {
             self.get_step(
                 cx,
-                a,
-                &chunks,
+                Xfer {
+                    peer: a,
+                    chunks: &chunks,
+                },
                 GetTo::Ptr(p, n),
                 How::new(ModeKind::Nb),
                 &mut job,

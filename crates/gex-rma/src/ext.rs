@@ -33,7 +33,7 @@ use crate::atomic::{
     agree, fetch_finish,
 };
 use crate::drive::{drive, end, end_scoped, fin, raw};
-use crate::engine::{Fail, GetTo, How, Job, Step};
+use crate::engine::{Fail, Fill, GetTo, How, Job, Step, Xfer};
 use crate::layer::Rma;
 use crate::nbi::NbiCategories;
 use crate::ops::Handout;
@@ -152,28 +152,25 @@ fn put_bytes<C: Conduit, X>(
                 return conv(cx, Err(Fail::from(e)));
             }
         }
-        let s = r.put_step(cx, dst, chunks, bytes, how, job, &mut ev);
+        let s = r.put_step(cx, Xfer { peer: dst, chunks }, bytes, how, job, &mut ev);
         conv(cx, s)
     })
 }
 
-/// A get of `chunks` from `src` into `to`; the output is `finish` of `hold`; `conv`
-/// as for [`put_bytes`].
+/// A get of transfer `x` into `to`; the output is `finish` of `hold` (`made`);
+/// `conv` as for [`put_bytes`].
 ///
 /// # Safety
 /// A [`GetTo::Ptr`] destination is writable for its length and untouched by anyone
 /// else until the operation completes (the callers: a blocking call waits, an owned
 /// buffer moves into the event, a scoped borrow lasts until the scope's end).
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(crate) unsafe fn get_bytes<C: Conduit, O: Send + 'static, X>(
     ep: &mut Endpoint<C>,
-    src: EpAddr,
-    chunks: &[Chunk],
+    x: Xfer<'_>,
     to: GetTo,
     how: How,
-    hold: Option<O>,
-    finish: Finish<O>,
+    (hold, finish): (Option<O>, Finish<O>),
     check: impl Fn(&Rma) -> Result<(), RmaError>,
     conv: impl Fn(&Cx<'_, C>, Result<Step<O>, Fail<O>>) -> Option<X>,
 ) -> Result<X, RmaError> {
@@ -186,14 +183,13 @@ pub(crate) unsafe fn get_bytes<C: Conduit, O: Send + 'static, X>(
                 return conv(cx, Err(Fail::from(e)));
             }
         }
-        // SAFETY: forwarded contract.
         let out = Handout {
             hold: &mut hold,
             finish,
             ev: &mut ev,
         };
         // SAFETY: forwarded contract.
-        let s = unsafe { r.get_step(cx, src, chunks, to, how, job, out) };
+        let s = unsafe { r.get_step(cx, x, to, how, job, out) };
         conv(cx, s)
     })
 }
@@ -357,12 +353,13 @@ unsafe fn get_borrowed_slow<C: Conduit>(
     let r = unsafe {
         get_bytes(
             ep,
-            a,
-            &chunks,
+            Xfer {
+                peer: a,
+                chunks: &chunks,
+            },
             GetTo::Ptr(p, bytes),
             How::new(ModeKind::Blocking),
-            None,
-            finish_unit,
+            (None, finish_unit),
             |r| r.t.check_range(a, off, bytes),
             fin::<C, (), Blocking>,
         )
@@ -388,12 +385,13 @@ unsafe fn get_borrowed_rest<C: Conduit, T: Pod>(
     let r = unsafe {
         get_bytes(
             ep,
-            a,
-            &chunks,
+            Xfer {
+                peer: a,
+                chunks: &chunks,
+            },
             GetTo::Ptr(p, bytes),
             How::new(ModeKind::Blocking),
-            None,
-            finish_unit,
+            (None, finish_unit),
             |_| Ok(()),
             fin::<C, (), Blocking>,
         )
@@ -467,12 +465,13 @@ impl<T: Pod + Send, M: Mode> GetDst<T, M> for Vec<T> {
         let r = unsafe {
             get_bytes(
                 ep,
-                a,
-                &chunks,
+                Xfer {
+                    peer: a,
+                    chunks: &chunks,
+                },
                 GetTo::Ptr(p, bytes),
                 How::new(M::KIND),
-                Some(self),
-                finish_held,
+                (Some(self), finish_held),
                 |r| {
                     if contiguous {
                         r.t.check_range(a, off, bytes)
@@ -871,12 +870,13 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let r = unsafe {
             get_bytes(
                 self,
-                a,
-                &chunks,
+                Xfer {
+                    peer: a,
+                    chunks: &chunks,
+                },
                 GetTo::Land(n),
                 How::new(M::KIND),
-                None,
-                val_finish::<T>,
+                (None, val_finish::<T>),
                 |r| r.t.check_range(a, off, n),
                 fin::<C, T, M>,
             )
@@ -900,7 +900,13 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
                     return fin::<C, (), M>(cx, Err(Fail::from(e)));
                 }
             }
-            let st = r.memset_step(cx, a, off, byte, len, how, job, &mut ev);
+            let fill = Fill {
+                dst: a,
+                offset: off,
+                byte,
+                len,
+            };
+            let st = r.memset_step(cx, fill, how, job, &mut ev);
             fin::<C, (), M>(cx, st)
         })?;
         end::<C, (), M>(self, r, false)

@@ -12,7 +12,7 @@ use crate::atomic::{
     AtomicDomain, AtomicFlags, AtomicIssue, AtomicOp, AtomicOut, AtomicReq, AtomicType,
 };
 use crate::drive::{drive, end_scoped, raw};
-use crate::engine::{GetTo, How};
+use crate::engine::{GetTo, How, Xfer};
 use crate::ext::{get_bytes, put_from_slow, vis_chunks};
 use crate::ptr::{GlobalPtr, Vis};
 use crate::vis::Chunk;
@@ -114,12 +114,13 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         let r = unsafe {
             get_bytes(
                 self,
-                a,
-                &chunks,
+                Xfer {
+                    peer: a,
+                    chunks: &chunks,
+                },
                 GetTo::Ptr(p, bytes),
                 How::scoped(),
-                None,
-                finish_unit,
+                (None, finish_unit),
                 |r| r.t.check_range(a, off, bytes),
                 raw,
             )
@@ -140,12 +141,13 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         let r = unsafe {
             get_bytes(
                 self,
-                a,
-                &chunks,
+                Xfer {
+                    peer: a,
+                    chunks: &chunks,
+                },
                 GetTo::Ptr(p, bytes),
                 How::scoped(),
-                None,
-                finish_unit,
+                (None, finish_unit),
                 |_| Ok(()),
                 raw,
             )
