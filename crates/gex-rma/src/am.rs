@@ -97,16 +97,18 @@ impl AmCursor {
     }
 }
 
-/// Sends one request without waiting: false under back-pressure (nothing sent).
+/// A request's payload: its category, its bytes and (Long) their offset in the
+/// target's segment.
+type Payload<'a> = (Category, &'a [u8], usize);
+
+/// Sends one request (handler `h`, arguments `args`) without waiting: false under
+/// back-pressure (nothing sent).
 #[inline]
 pub(crate) fn send<C: Conduit>(
     cx: &mut Cx<'_, C>,
     dst: EpAddr,
-    h: HandlerId,
-    cat: Category,
-    args: &[u32],
-    payload: &[u8],
-    offset: usize,
+    (h, args): (HandlerId, &[u32]),
+    (cat, payload, offset): Payload<'_>,
 ) -> Result<bool, RmaError> {
     Ok(cx.try_request(dst, h, cat, args, payload, offset)? == Injected::Sent)
 }
@@ -119,7 +121,7 @@ pub(crate) fn send_short<C: Conduit>(
     h: HandlerId,
     args: &[u32],
 ) -> Result<bool, RmaError> {
-    send(cx, dst, h, Category::Short, args, &[], 0)
+    send(cx, dst, (h, args), (Category::Short, &[], 0))
 }
 
 impl Rma {
@@ -140,7 +142,12 @@ impl Rma {
         let h = self.h;
         loop {
             if cur.pkt_ready {
-                if !send(cx, dst, h.put_packed, Category::Medium, &[id], &cur.pkt, 0)? {
+                if !send(
+                    cx,
+                    dst,
+                    (h.put_packed, &[id]),
+                    (Category::Medium, &cur.pkt, 0),
+                )? {
                     return Ok(false);
                 }
                 self.ops.bump(id, 1);
@@ -172,15 +179,8 @@ impl Rma {
             }
             let n = (c.len - cur.off).min(max_long);
             let piece = &bytes[cur.off..cur.off + n];
-            if !send(
-                cx,
-                dst,
-                h.put_long,
-                Category::Long,
-                &[id],
-                piece,
-                c.remote + cur.off,
-            )? {
+            let long = (Category::Long, piece, c.remote + cur.off);
+            if !send(cx, dst, (h.put_long, &[id]), long)? {
                 return Ok(false);
             }
             self.ops.bump(id, 1);
@@ -208,7 +208,12 @@ impl Rma {
         loop {
             if cur.pkt_ready {
                 let args = [id, lo(cur.start), hi(cur.start)];
-                if !send(cx, src, h.get_packed, Category::Medium, &args, &cur.pkt, 0)? {
+                if !send(
+                    cx,
+                    src,
+                    (h.get_packed, &args),
+                    (Category::Medium, &cur.pkt, 0),
+                )? {
                     return Ok(false);
                 }
                 self.ops.bump(id, cur.acc);

@@ -964,20 +964,13 @@ impl Rma {
         }
         let code =
             op as u32 | (T::KIND.code() << 8) | (f.bits() << 16) | if fetching { WANT } else { 0 };
-        let o = p.offset as u64;
-        let (x, y) = (req.a, req.b);
-        let args = [
-            i,
-            code,
-            o as u32,
-            (o >> 32) as u32,
-            x as u32,
-            (x >> 32) as u32,
-            y as u32,
-            (y >> 32) as u32,
-        ];
-        let h = self.h.atomic;
-        let sent = crate::am::send_short(cx, dst, h, &args)?;
+        // [op, code, offset, a, b]: the 64-bit words as (low, high) halves.
+        let mut args = [i, code, 0, 0, 0, 0, 0, 0];
+        for (k, w) in [p.offset as u64, req.a, req.b].into_iter().enumerate() {
+            args[2 + 2 * k] = w as u32;
+            args[3 + 2 * k] = (w >> 32) as u32;
+        }
+        let sent = crate::am::send_short(cx, dst, self.h.atomic, &args)?;
         if sent {
             self.ops.bump(i, 1);
         }

@@ -14,12 +14,13 @@ use crate::atomic::{
 use crate::drive::{drive, end_scoped, raw};
 use crate::engine::{GetTo, How, Xfer};
 use crate::ext::{get_bytes, put_from_slow, vis_chunks};
+use crate::layer::Rma;
 use crate::ptr::{GlobalPtr, Vis};
 use crate::vis::Chunk;
 use bytemuck::Pod;
-use gex_core::Scope;
 use gex_core::event::finish_unit;
 use gex_core::spi::Conduit;
+use gex_core::{Endpoint, Scope};
 
 /// Operations that lend a buffer to the transfer for the life of a
 /// [scope](gex_core::Endpoint::scope): implemented for [`Scope`]; `use gex_rma::ScopeRmaExt;`.
@@ -90,6 +91,26 @@ pub trait ScopeRmaExt<'env, C: Conduit> {
     ) -> Result<(), RmaError>;
 }
 
+/// A get of transfer `x` into the `bytes` bytes at `p`, lent to the scope of `tag`:
+/// tracked under the tag (also after a failure: [`end_scoped`] tracks what is in
+/// flight), so the scope waits for it before the borrow ends.
+///
+/// # Safety
+/// `p` is valid for writes of `bytes` bytes and lent to the scope of `tag`: nothing
+/// else uses that memory until the scope has waited for its operations.
+unsafe fn get_scoped<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    tag: u32,
+    x: Xfer<'_>,
+    (p, bytes): (*mut u8, usize),
+    check: impl Fn(&Rma) -> Result<(), RmaError>,
+) -> Result<(), RmaError> {
+    let to = GetTo::Ptr(p, bytes);
+    // SAFETY: forwarded contract; the scope waits for the operation before it returns.
+    let r = unsafe { get_bytes(ep, x, to, How::scoped(), (None, finish_unit), check, raw) }?;
+    end_scoped(ep, tag, r)
+}
+
 impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
     fn get_into<T: Pod>(&mut self, dst: &'env mut [T], src: GlobalPtr<T>) -> Result<(), RmaError> {
         let bytes = std::mem::size_of_val(dst);
@@ -109,23 +130,12 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
             local: 0,
             len: bytes,
         }];
-        // SAFETY: `dst` is borrowed for the scope, which waits for the operation (also
-        // after a failure: `end_scoped` tracks what is in flight) before it returns.
-        let r = unsafe {
-            get_bytes(
-                self,
-                Xfer {
-                    peer: a,
-                    chunks: &chunks,
-                },
-                GetTo::Ptr(p, bytes),
-                How::scoped(),
-                (None, finish_unit),
-                |r| r.t.check_range(a, off, bytes),
-                raw,
-            )
-        }?;
-        end_scoped(self, tag, r)
+        let x = Xfer {
+            peer: a,
+            chunks: &chunks,
+        };
+        // SAFETY: `dst` is borrowed for the scope of `tag`.
+        unsafe { get_scoped(self, tag, x, (p, bytes), |r| r.t.check_range(a, off, bytes)) }
     }
 
     fn get_vis_into<T: Pod>(
@@ -137,22 +147,12 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         let bytes = std::mem::size_of_val(dst);
         let (a, chunks) = vis_chunks(self, &src, dst.len())?;
         let p = dst.as_mut_ptr().cast::<u8>();
-        // SAFETY: as in `get_into`.
-        let r = unsafe {
-            get_bytes(
-                self,
-                Xfer {
-                    peer: a,
-                    chunks: &chunks,
-                },
-                GetTo::Ptr(p, bytes),
-                How::scoped(),
-                (None, finish_unit),
-                |_| Ok(()),
-                raw,
-            )
-        }?;
-        end_scoped(self, tag, r)
+        let x = Xfer {
+            peer: a,
+            chunks: &chunks,
+        };
+        // SAFETY: `dst` is borrowed for the scope of `tag`.
+        unsafe { get_scoped(self, tag, x, (p, bytes), |_| Ok(())) }
     }
 
     #[inline(always)]

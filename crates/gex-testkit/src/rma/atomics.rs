@@ -132,43 +132,25 @@ fn same<T: Model>(a: T, b: T) -> bool {
     a.bits() == b.bits()
 }
 
-/// Cases of [`op_case`]: GASNet-EX's 25 operations, then the three pairs only the
-/// typed API spells.
+/// Cases of [`op_case`]: every variant of [`AtomicOp`] through both methods. That
+/// is GASNet-EX's 25 operations and the three pairs only the typed API spells:
+/// `atomic` of `Get` and `Swap` (performed, old value discarded) and `fetch_atomic`
+/// of `Set` (a swap).
 const CASES: usize = 28;
 
-/// Case `i` with operands `a`, `b`: (fetching form, operation). Cases 0..25 are
-/// GASNet-EX's operations in code order (bit `1 << i` of the op set); 25..28 are
-/// `atomic` of `Get` and `Swap` (performed, old value discarded) and `fetch_atomic` of
-/// `Set` (a swap).
+/// Case `i` with operands `a`, `b`: (fetching form, operation).
 fn op_case<T: Copy>(i: usize, a: T, b: T) -> (bool, AtomicOp<T>) {
     use AtomicOp::*;
     let cs = CompareSwap {
         expected: a,
         new: b,
     };
-    let arith = [
-        Add(a),
-        Sub(a),
-        Mult(a),
-        Min(a),
-        Max(a),
-        Inc,
-        Dec,
-        And(a),
-        Or(a),
-        Xor(a),
+    #[rustfmt::skip]
+    let variants = [
+        Get, Set(a), Swap(a), cs, Add(a), Sub(a), Mult(a), Min(a), Max(a), Inc, Dec,
+        And(a), Or(a), Xor(a),
     ];
-    match i {
-        0 => (false, Set(a)),
-        1 => (true, Get),
-        2 => (true, Swap(a)),
-        3 => (false, cs),
-        4 => (true, cs),
-        5..25 => ((i - 5) % 2 == 1, arith[(i - 5) / 2]),
-        25 => (false, Get),
-        26 => (false, Swap(a)),
-        _ => (true, Set(a)),
-    }
+    (i % 2 == 1, variants[i / 2])
 }
 
 /// The op-set bit of `op` in its fetching form or not.
