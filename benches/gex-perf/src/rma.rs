@@ -329,12 +329,10 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
                 let mut adds = 0u64;
                 let lat = batches(batch, count, |k| {
                     for _ in 0..k {
-                        std::hint::black_box(r.fetch(
+                        std::hint::black_box(r.fetch_atomic(
                             &ad,
-                            AtomicOp::Fadd,
                             word,
-                            1,
-                            0,
+                            AtomicOp::Add(1),
                             f,
                             Blocking,
                         )?);
@@ -344,13 +342,13 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
                 })?;
                 let rate = batches(batch, count, |k| {
                     for _ in 0..k {
-                        r.atomic(&ad, AtomicOp::Fadd, word, 1, 0, f, Nbi)?;
+                        r.fetch_atomic(&ad, word, AtomicOp::Add(1), f, Nbi)?;
                     }
                     r.sync_nbi(NbiCategories::ATOMICS)?;
                     adds += k;
                     Ok(())
                 })?;
-                let got = r.fetch(&ad, AtomicOp::Get, word, 0, 0, f, Blocking)?;
+                let got = r.fetch_atomic(&ad, word, AtomicOp::Get, f, Blocking)?;
                 if got != adds {
                     return Err(format!("the counter holds {got}, {adds} adds were made").into());
                 }

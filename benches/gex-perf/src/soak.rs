@@ -262,13 +262,13 @@ fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
                 5 => {
                     let v = rng.random_range(1..=1000u64);
                     let p = GlobalPtr::<u64>::new(dst, OFF_COUNTER);
-                    ep.atomic(&ad, AtomicOp::Add, p, v, 0, f, Nbi)?;
+                    ep.atomic(&ad, p, AtomicOp::Add(v), f, Nbi)?;
                     adds[peer as usize] += v;
                 }
                 _ => {
                     let v = rng.random_range(1..=1000u64);
                     let p = GlobalPtr::<u64>::new(dst, OFF_COUNTER);
-                    let old = ep.fetch(&ad, AtomicOp::Fadd, p, v, 0, f, Blocking)?;
+                    let old = ep.fetch_atomic(&ad, p, AtomicOp::Add(v), f, Blocking)?;
                     // The completed adds this rank made to that word are in it (its NBI
                     // adds may still be on their way).
                     if old < fetched[peer as usize] {
@@ -302,12 +302,10 @@ fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
     let want_counter: u64 = (0..n as usize)
         .map(|i| tally[i * n as usize + me as usize])
         .sum();
-    let counter = ep.fetch(
+    let counter = ep.fetch_atomic(
         &ad,
-        AtomicOp::Get,
         GlobalPtr::<u64>::new(EpAddr::rank(me), OFF_COUNTER),
-        0,
-        0,
+        AtomicOp::Get,
         f,
         Blocking,
     )?;

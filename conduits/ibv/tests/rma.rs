@@ -128,7 +128,7 @@ fn native_rank(boot: Box<dyn gex_core::boot::Bootstrap>, rma: &'static str) -> R
     let f = AtomicFlags::empty();
     let before = client.conduit().stats().native_atomics;
     for _ in 0..100 {
-        ep.fetch(&ad, AtomicOp::Fadd, word, 1, 0, f, Blocking)
+        ep.fetch_atomic(&ad, word, AtomicOp::Add(1), f, Blocking)
             .map_err(es)?;
     }
     let counted = client.conduit().stats().native_atomics - before;
@@ -139,7 +139,7 @@ fn native_rank(boot: Box<dyn gex_core::boot::Bootstrap>, rma: &'static str) -> R
     }
     exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
     let total = ep
-        .fetch(&ad, AtomicOp::Get, word, 0, 0, f, Blocking)
+        .fetch_atomic(&ad, word, AtomicOp::Get, f, Blocking)
         .map_err(es)?;
     if total != 100 * u64::from(ep.size()) {
         return Err(format!("word holds {total} after 100 fetch-adds per rank"));

@@ -205,7 +205,7 @@ fn native_rank(
     let f = AtomicFlags::empty();
     let before = client.conduit().stats().native_atomics;
     for _ in 0..100 {
-        ep.fetch(&ad, AtomicOp::Fadd, word, 1, 0, f, Blocking)
+        ep.fetch_atomic(&ad, word, AtomicOp::Add(1), f, Blocking)
             .map_err(es)?;
     }
     let counted = client.conduit().stats().native_atomics - before;
@@ -216,7 +216,7 @@ fn native_rank(
     }
     exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
     let total = ep
-        .fetch(&ad, AtomicOp::Get, word, 0, 0, f, Blocking)
+        .fetch_atomic(&ad, word, AtomicOp::Get, f, Blocking)
         .map_err(es)?;
     if total != 100 * u64::from(ep.size()) {
         return Err(format!("word holds {total} after 100 fetch-adds per rank"));
@@ -615,7 +615,7 @@ fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Re
     let mut seen = Vec::new();
     for _ in 0..50 {
         seen.push(
-            ep.fetch(&ad, AtomicOp::Fadd, word, 1, 0, f, Blocking)
+            ep.fetch_atomic(&ad, word, AtomicOp::Add(1), f, Blocking)
                 .map_err(e)?,
         );
     }
@@ -627,7 +627,7 @@ fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Re
     }
     exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
     let total = ep
-        .fetch(&ad, AtomicOp::Get, word, 0, 0, f, Blocking)
+        .fetch_atomic(&ad, word, AtomicOp::Get, f, Blocking)
         .map_err(e)?;
     if total != 50 * u64::from(ep.size()) {
         return Err(format!("word holds {total} after 50 fetch-adds per rank"));

@@ -178,17 +178,17 @@ fn errors_then_mesh(boot: Box<dyn Bootstrap>) {
     let counter = GlobalPtr::<u64>::new(EpAddr::new(0, 1), 512);
     let f = AtomicFlags::empty();
     for _ in 0..10 {
-        ep1.fetch(&ad, AtomicOp::Fadd, counter, tag, 0, f, Blocking)
+        ep1.fetch_atomic(&ad, counter, AtomicOp::Add(tag), f, Blocking)
             .unwrap();
     }
     let ev = ep1
-        .fetch(&ad, AtomicOp::Fadd, counter, 0, 0, f, Nb)
+        .fetch_atomic(&ad, counter, AtomicOp::Add(0), f, Nb)
         .unwrap();
     ep1.wait(ev).unwrap();
     exchange_barrier(&mut ep1).unwrap();
     let total: u64 = (1..=u64::from(n)).map(|t| t * 10).sum();
     assert_eq!(
-        ep1.fetch(&ad, AtomicOp::Get, counter, 0, 0, f, Blocking)
+        ep1.fetch_atomic(&ad, counter, AtomicOp::Get, f, Blocking)
             .unwrap(),
         total
     );
@@ -207,7 +207,7 @@ fn errors_then_mesh(boot: Box<dyn Bootstrap>) {
         not_open(ep0.put(p, &[1, 2, 3], Nbi), closed, "closed");
         not_open(ep0.get(vec![0u64; 3], p, Nb), closed, "closed");
         not_open(
-            ep1.fetch(&ad, AtomicOp::Fadd, p, 1, 0, f, Blocking),
+            ep1.fetch_atomic(&ad, p, AtomicOp::Add(1), f, Blocking),
             closed,
             "closed",
         );

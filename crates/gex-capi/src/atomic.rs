@@ -77,12 +77,37 @@ fn aflags(flags: u32) -> Result<AtomicFlags, Error> {
         .ok_or_else(|| Error::invalid(format!("unknown atomic flags {flags:#x}")))
 }
 
-/// The RMA layer's operation of a C code.
-fn aop(op: c_int) -> Result<AtomicOp, Error> {
-    usize::try_from(op)
-        .ok()
-        .and_then(|i| AtomicOp::ALL.get(i).copied())
-        .ok_or_else(|| Error::invalid(format!("unknown atomic operation {op}")))
+/// The RMA layer's operation of a C code with its operands `a`, `b` (those the code
+/// does not use are ignored): (fetching form, operation), the form being GASNet-EX's
+/// (get, swap and the `F*` codes fetch).
+fn aop<T: Copy>(op: c_int, a: T, b: T) -> Result<(bool, AtomicOp<T>), Error> {
+    use AtomicOp::*;
+    let cs = CompareSwap {
+        expected: a,
+        new: b,
+    };
+    // From GEX_AOP_ADD on: pairs (non-fetching, fetching) in this order.
+    let pairs = [
+        Add(a),
+        Sub(a),
+        Mult(a),
+        Min(a),
+        Max(a),
+        Inc,
+        Dec,
+        And(a),
+        Or(a),
+        Xor(a),
+    ];
+    Ok(match op {
+        0 => (false, Set(a)),
+        1 => (true, Get),
+        2 => (true, Swap(a)),
+        3 => (false, cs),
+        4 => (true, cs),
+        5..=24 => ((op - 5) % 2 == 1, pairs[(op - 5) as usize / 2]),
+        _ => return Err(Error::invalid(format!("unknown atomic operation {op}"))),
+    })
 }
 
 /// An element type of the C atomics: its place in [`AnyDomain`].
@@ -283,13 +308,13 @@ unsafe fn op_blocking<T: CAtomic>(
     entry(|| {
         // SAFETY: the caller's promises, as `target` states them.
         let (h, d, p) = unsafe { target::<T>(ep, ad, rank, offset) }?;
-        let op = aop(op)?;
+        let (fetching, op) = aop(op, a, b)?;
         let f = aflags(flags)?;
-        if !op.is_fetching() {
-            h.with(|s| Ok(s.ep.atomic(d, op, p, a, b, f, Blocking)?))?;
+        if !fetching {
+            h.with(|s| Ok(s.ep.atomic(d, p, op, f, Blocking)?))?;
             return Ok(gex_status_t::GEX_OK);
         }
-        let v = h.with(|s| Ok(s.ep.fetch(d, op, p, a, b, f, Blocking)?))?;
+        let v = h.with(|s| Ok(s.ep.fetch_atomic(d, p, op, f, Blocking)?))?;
         if !old.is_null() {
             // SAFETY: non-null and writable (the caller's promise).
             unsafe { ptr::write(old, v, "old") }?;
@@ -319,20 +344,20 @@ unsafe fn op_nb<T: CAtomic>(
     entry(|| {
         // SAFETY: the caller's promises, as `target` states them.
         let (h, d, p) = unsafe { target::<T>(ep, ad, rank, offset) }?;
-        let op = aop(op)?;
+        let (fetching, op) = aop(op, a, b)?;
         if ev.is_null() {
             return Err(Error::null("ev"));
         }
-        let n = usize::from(!old.is_null() && op.is_fetching());
+        let n = usize::from(!old.is_null() && fetching);
         // SAFETY: `old` is NULL or stays writable until the event completes or is
         // freed (the caller's promise); nothing is lent when it is NULL.
         let out = unsafe { Lent::new(old, n, "old") }?;
         let f = aflags(flags)?;
-        let o = if op.is_fetching() {
-            let e = h.with(|s| Ok(s.ep.fetch(d, op, p, a, b, f, Nb)?))?;
+        let o = if fetching {
+            let e = h.with(|s| Ok(s.ep.fetch_atomic(d, p, op, f, Nb)?))?;
             Op::Dyn(Box::new(Fetched(e, out)))
         } else {
-            let e = h.with(|s| Ok(s.ep.atomic(d, op, p, a, b, f, Nb)?))?;
+            let e = h.with(|s| Ok(s.ep.atomic(d, p, op, f, Nb)?))?;
             Op::Dyn(Box::new(Done(e)))
         };
         // SAFETY: `ev` is non-null and writable (the caller's promise).
@@ -358,9 +383,14 @@ unsafe fn op_nbi<T: CAtomic>(
     entry(|| {
         // SAFETY: the caller's promises, as `target` states them.
         let (h, d, p) = unsafe { target::<T>(ep, ad, rank, offset) }?;
-        let op = aop(op)?;
+        let (fetching, op) = aop(op, a, b)?;
         let f = aflags(flags)?;
-        h.with(|s| Ok(s.ep.atomic(d, op, p, a, b, f, Nbi)?))?;
+        if fetching {
+            // The fetching form, its value discarded (the op set names it).
+            h.with(|s| Ok(s.ep.fetch_atomic(d, p, op, f, Nbi)?))?;
+        } else {
+            h.with(|s| Ok(s.ep.atomic(d, p, op, f, Nbi)?))?;
+        }
         Ok(gex_status_t::GEX_OK)
     })
 }

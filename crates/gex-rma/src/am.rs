@@ -97,23 +97,34 @@ impl AmCursor {
     }
 }
 
-impl Rma {
-    /// Sends one request without waiting: false under back-pressure (nothing sent).
-    #[inline]
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn send<C: Conduit>(
-        &mut self,
-        cx: &mut Cx<'_, C>,
-        dst: EpAddr,
-        h: HandlerId,
-        cat: Category,
-        args: &[u32],
-        payload: &[u8],
-        offset: usize,
-    ) -> Result<bool, RmaError> {
-        Ok(cx.try_request(dst, h, cat, args, payload, offset)? == Injected::Sent)
-    }
+/// A request's payload: its category, its bytes and (Long) their offset in the
+/// target's segment.
+type Payload<'a> = (Category, &'a [u8], usize);
 
+/// Sends one request (handler `h`, arguments `args`) without waiting: false under
+/// back-pressure (nothing sent).
+#[inline]
+pub(crate) fn send<C: Conduit>(
+    cx: &mut Cx<'_, C>,
+    dst: EpAddr,
+    (h, args): (HandlerId, &[u32]),
+    (cat, payload, offset): Payload<'_>,
+) -> Result<bool, RmaError> {
+    Ok(cx.try_request(dst, h, cat, args, payload, offset)? == Injected::Sent)
+}
+
+/// Sends one Short request without waiting, as [`send`].
+#[inline]
+pub(crate) fn send_short<C: Conduit>(
+    cx: &mut Cx<'_, C>,
+    dst: EpAddr,
+    h: HandlerId,
+    args: &[u32],
+) -> Result<bool, RmaError> {
+    send(cx, dst, (h, args), (Category::Short, &[], 0))
+}
+
+impl Rma {
     /// Sends the put messages of `chunks` (from `src`) for operation `id`, resuming at
     /// `cur`; true once every message is sent, false at back-pressure.
     pub(crate) fn am_put_pump<C: Conduit>(
@@ -131,10 +142,15 @@ impl Rma {
         let h = self.h;
         loop {
             if cur.pkt_ready {
-                if !self.send(cx, dst, h.put_packed, Category::Medium, &[id], &cur.pkt, 0)? {
+                if !send(
+                    cx,
+                    dst,
+                    (h.put_packed, &[id]),
+                    (Category::Medium, &cur.pkt, 0),
+                )? {
                     return Ok(false);
                 }
-                self.bump(id, 1);
+                self.ops.bump(id, 1);
                 cur.pkt.clear();
                 cur.pkt_ready = false;
             }
@@ -163,18 +179,11 @@ impl Rma {
             }
             let n = (c.len - cur.off).min(max_long);
             let piece = &bytes[cur.off..cur.off + n];
-            if !self.send(
-                cx,
-                dst,
-                h.put_long,
-                Category::Long,
-                &[id],
-                piece,
-                c.remote + cur.off,
-            )? {
+            let long = (Category::Long, piece, c.remote + cur.off);
+            if !send(cx, dst, (h.put_long, &[id]), long)? {
                 return Ok(false);
             }
-            self.bump(id, 1);
+            self.ops.bump(id, 1);
             cur.off += n;
             if cur.off == c.len {
                 cur.ci += 1;
@@ -199,10 +208,15 @@ impl Rma {
         loop {
             if cur.pkt_ready {
                 let args = [id, lo(cur.start), hi(cur.start)];
-                if !self.send(cx, src, h.get_packed, Category::Medium, &args, &cur.pkt, 0)? {
+                if !send(
+                    cx,
+                    src,
+                    (h.get_packed, &args),
+                    (Category::Medium, &cur.pkt, 0),
+                )? {
                     return Ok(false);
                 }
-                self.bump(id, cur.acc);
+                self.ops.bump(id, cur.acc);
                 cur.pkt.clear();
                 cur.pkt_ready = false;
             }
@@ -238,10 +252,10 @@ impl Rma {
             let n = (c.len - cur.off).min(max_med);
             let (r, l) = (c.remote + cur.off, c.local + cur.off);
             let args = [id, lo(r), hi(r), n as u32, lo(l), hi(l)];
-            if !self.send(cx, src, h.get, Category::Short, &args, &[], 0)? {
+            if !send_short(cx, src, h.get, &args)? {
                 return Ok(false);
             }
-            self.bump(id, n);
+            self.ops.bump(id, n);
             cur.off += n;
             if cur.off == c.len {
                 cur.ci += 1;
@@ -255,7 +269,7 @@ impl Rma {
     /// Credits one acknowledgement-like unit from a message (not for abandoned
     /// operations, whose remaining units are native tickets).
     fn credit_msg(&mut self, id: u32, n: usize) {
-        let ok = self.ops.get(&id).is_some_and(|op| !op.abandoned) && self.credit(id, n);
+        let ok = self.ops.get(&id).is_some_and(|op| !op.abandoned) && self.ops.credit(id, n);
         if !ok {
             self.dropped += 1;
         }
@@ -382,7 +396,7 @@ impl Rma {
                 _ => false,
             };
         if ok {
-            self.credit(a[0], p.len());
+            self.ops.credit(a[0], p.len());
         } else {
             self.dropped += 1;
         }

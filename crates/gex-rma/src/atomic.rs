@@ -61,17 +61,20 @@ use crate::engine::{Fail, How, Step};
 use crate::layer::Rma;
 use crate::native::NativeStep;
 use crate::nbi::Cat;
+use crate::ops::Handout;
 use crate::path::{OpKind, Path};
 use bytemuck::Pod;
 use gex_core::event::{Data, Finish};
 use gex_core::layer::Cx;
 use gex_core::spi::{AtomicBase, Conduit, ConduitEp, NativeAtomic};
-use gex_core::{Am, Category, Event, ModeKind, Team, Token};
+use gex_core::{Am, Event, Team, Token};
 use gex_sync::atomic::{Ordering, fence};
 use std::marker::PhantomData;
 
 bitflags::bitflags! {
-    /// The operations an [`AtomicDomain`] may perform (one bit per [`AtomicOp`]).
+    /// The operations an [`AtomicDomain`] may perform: one bit per operation of
+    /// GASNet-EX in its fetching or non-fetching form ([`AtomicOp::flag`],
+    /// [`AtomicOp::fetch_flag`]).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub struct AtomicOps: u32 {
         /// Non-fetching store.
@@ -141,12 +144,122 @@ bitflags::bitflags! {
     }
 }
 
-/// One atomic operation (GASNet-EX's list). Operands: `op1` for set, swap, add, sub,
-/// mult, min, max and the bitwise ones; `op1` = the value compared and `op2` = the
-/// value stored for `Cswap`/`Fcswap`; none for get, inc and dec.
+/// One atomic operation with its operands, on words of type `T` (GASNet-EX's list,
+/// one variant per operation whatever its fetching form).
+///
+/// Whether the old value comes back is the method's choice, not the operation's:
+/// [`RmaExt::atomic`](crate::RmaExt::atomic) performs the non-fetching form and
+/// returns `()`, [`RmaExt::fetch_atomic`](crate::RmaExt::fetch_atomic) (and
+/// [`ScopeRmaExt::fetch_into`](crate::ScopeRmaExt::fetch_into)) the fetching form and
+/// return the word's value before the operation. Every pair is defined, so there is
+/// no run-time "does not fetch" error:
+///
+/// | variant | `atomic` performs (needs in the domain) | `fetch_atomic` performs (needs) |
+/// |---|---|---|
+/// | `Get` | a load, value discarded (`GET`) | a load (`GET`) |
+/// | `Set(v)` | a store (`SET`) | a swap: the fetching set (`SWAP`) |
+/// | `Swap(v)` | a swap, old value discarded (`SWAP`) | a swap (`SWAP`) |
+/// | `CompareSwap { expected, new }` | `CSWAP` | `FCSWAP` |
+/// | `Add(v)`, `Sub(v)`, `Mult(v)`, `Min(v)`, `Max(v)`, `Inc`, `Dec`, `And(v)`, `Or(v)`, `Xor(v)` | `ADD`, `SUB`, ... | `FADD`, `FSUB`, ... |
+///
+/// [`flag`](Self::flag) and [`fetch_flag`](Self::fetch_flag) give the bit each form
+/// needs in the domain's op set ([`AtomicOps`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
-pub enum AtomicOp {
+pub enum AtomicOp<T> {
+    /// Reads the word.
+    Get,
+    /// Stores the value (fetching: a swap).
+    Set(T),
+    /// Stores the value; the old one is fetched.
+    Swap(T),
+    /// Stores `new` if the word equals `expected` (bit patterns compared).
+    CompareSwap {
+        /// The value compared with the word.
+        expected: T,
+        /// The value stored if they are equal.
+        new: T,
+    },
+    /// Adds the value (integers wrap).
+    Add(T),
+    /// Subtracts the value (integers wrap).
+    Sub(T),
+    /// Multiplies by the value (integers wrap).
+    Mult(T),
+    /// Keeps the smaller of the word and the value.
+    Min(T),
+    /// Keeps the larger of the word and the value.
+    Max(T),
+    /// Adds one.
+    Inc,
+    /// Subtracts one.
+    Dec,
+    /// Bitwise and (integers only).
+    And(T),
+    /// Bitwise or (integers only).
+    Or(T),
+    /// Bitwise xor (integers only).
+    Xor(T),
+}
+
+impl<T: Copy> AtomicOp<T> {
+    /// The op-set bit [`RmaExt::atomic`](crate::RmaExt::atomic) needs for this
+    /// operation (its non-fetching form: `Add(_)` needs [`AtomicOps::ADD`]).
+    #[inline]
+    pub fn flag(self) -> AtomicOps {
+        self.code(false).flag()
+    }
+
+    /// The op-set bit [`RmaExt::fetch_atomic`](crate::RmaExt::fetch_atomic) needs for
+    /// this operation (its fetching form: `Add(_)` needs [`AtomicOps::FADD`], `Set(_)`
+    /// [`AtomicOps::SWAP`]).
+    #[inline]
+    pub fn fetch_flag(self) -> AtomicOps {
+        self.code(true).flag()
+    }
+
+    /// The operation on the wire and at the SPI, in its fetching form or not.
+    #[inline(always)]
+    pub(crate) fn code(self, fetch: bool) -> Code {
+        use AtomicOp::*;
+        let pick = |n: Code, f: Code| if fetch { f } else { n };
+        match self {
+            Get => Code::Get,
+            Set(_) => pick(Code::Set, Code::Swap),
+            Swap(_) => Code::Swap,
+            CompareSwap { .. } => pick(Code::Cswap, Code::Fcswap),
+            Add(_) => pick(Code::Add, Code::Fadd),
+            Sub(_) => pick(Code::Sub, Code::Fsub),
+            Mult(_) => pick(Code::Mult, Code::Fmult),
+            Min(_) => pick(Code::Min, Code::Fmin),
+            Max(_) => pick(Code::Max, Code::Fmax),
+            Inc => pick(Code::Inc, Code::Finc),
+            Dec => pick(Code::Dec, Code::Fdec),
+            And(_) => pick(Code::And, Code::Fand),
+            Or(_) => pick(Code::Or, Code::For),
+            Xor(_) => pick(Code::Xor, Code::Fxor),
+        }
+    }
+}
+
+impl<T: AtomicType> AtomicOp<T> {
+    /// The operands' bit patterns (0 for an operand the operation does not have).
+    #[inline(always)]
+    fn operands(self) -> (u64, u64) {
+        use AtomicOp::*;
+        match self {
+            Get | Inc | Dec => (0, 0),
+            CompareSwap { expected, new } => (expected.to_bits(), new.to_bits()),
+            Set(v) | Swap(v) | Add(v) | Sub(v) | Mult(v) | Min(v) | Max(v) | And(v) | Or(v)
+            | Xor(v) => (v.to_bits(), 0),
+        }
+    }
+}
+
+/// One of GASNet-EX's 25 operations, fetching form included: what the wire (the AM
+/// path's code word), the op set ([`AtomicOps`], bit `1 << code`) and the SPI
+/// ([`AtomicBase`] and a fetching flag) speak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Code {
     Set = 0,
     Get,
     Swap,
@@ -174,10 +287,10 @@ pub enum AtomicOp {
     Fxor,
 }
 
-impl AtomicOp {
+impl Code {
     /// Every operation, in code order.
-    pub const ALL: [AtomicOp; 25] = {
-        use AtomicOp::*;
+    pub(crate) const ALL: [Code; 25] = {
+        use Code::*;
         [
             Set, Get, Swap, Cswap, Fcswap, Add, Fadd, Sub, Fsub, Mult, Fmult, Min, Fmin, Max, Fmax,
             Inc, Finc, Dec, Fdec, And, Fand, Or, For, Xor, Fxor,
@@ -185,13 +298,15 @@ impl AtomicOp {
     };
 
     /// The op-set bit of this operation.
-    pub fn flag(self) -> AtomicOps {
+    #[inline(always)]
+    pub(crate) fn flag(self) -> AtomicOps {
         AtomicOps::from_bits_retain(1 << self as u32)
     }
 
     /// True if the operation returns the old value (get, swap and the `F*` ops).
-    pub fn is_fetching(self) -> bool {
-        use AtomicOp::*;
+    #[inline(always)]
+    pub(crate) fn is_fetching(self) -> bool {
+        use Code::*;
         matches!(
             self,
             Get | Swap
@@ -209,17 +324,7 @@ impl AtomicOp {
         )
     }
 
-    /// Number of operands it uses (0, 1 or 2).
-    pub fn operands(self) -> usize {
-        use AtomicOp::*;
-        match self {
-            Get | Inc | Finc | Dec | Fdec => 0,
-            Cswap | Fcswap => 2,
-            _ => 1,
-        }
-    }
-
-    fn from_code(c: u32) -> Option<AtomicOp> {
+    fn from_code(c: u32) -> Option<Code> {
         Self::ALL.get(c as usize).copied()
     }
 
@@ -229,7 +334,7 @@ impl AtomicOp {
     }
 
     fn base(self) -> Base {
-        use AtomicOp::*;
+        use Code::*;
         match self {
             Set => Base::Set,
             Get => Base::Get,
@@ -245,6 +350,33 @@ impl AtomicOp {
             And | Fand => Base::And,
             Or | For => Base::Or,
             Xor | Fxor => Base::Xor,
+        }
+    }
+}
+
+/// One atomic as the layer performs it: the word, the operation in its chosen form
+/// and its operands' bit patterns, the ordering flags. Made once per call, by value
+/// (no allocation), from the public [`AtomicOp`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AtomicReq<T> {
+    pub(crate) ptr: GlobalPtr<T>,
+    pub(crate) code: Code,
+    pub(crate) a: u64,
+    pub(crate) b: u64,
+    pub(crate) flags: AtomicFlags,
+}
+
+impl<T: AtomicType> AtomicReq<T> {
+    /// `op` on the word at `ptr`, in its fetching form if `fetch`.
+    #[inline(always)]
+    pub(crate) fn new(ptr: GlobalPtr<T>, op: AtomicOp<T>, fetch: bool, flags: AtomicFlags) -> Self {
+        let (a, b) = op.operands();
+        AtomicReq {
+            ptr,
+            code: op.code(fetch),
+            a,
+            b,
+            flags,
         }
     }
 }
@@ -519,7 +651,7 @@ pub(crate) fn fetch_finish<T: AtomicType>(d: Data, _: Option<T>) -> T {
 /// every member agreed on. Made collectively by
 /// [`RmaExt::atomic_domain`](crate::RmaExt::atomic_domain); a small descriptor that
 /// operations borrow ([`RmaExt::atomic`](crate::RmaExt::atomic),
-/// [`RmaExt::fetch`](crate::RmaExt::fetch)).
+/// [`RmaExt::fetch_atomic`](crate::RmaExt::fetch_atomic)).
 ///
 /// ```
 /// use gex_core::{boot::Singleton, loopback::Loopback, Blocking, ClientBuilder};
@@ -532,12 +664,13 @@ pub(crate) fn fetch_finish<T: AtomicType>(d: Data, _: Option<T>) -> T {
 /// let ad = ep.atomic_domain::<u64>(&world, AtomicOps::FADD | AtomicOps::FCSWAP | AtomicOps::GET)?;
 /// let p = GlobalPtr::<u64>::new(ep.addr(), 64);
 /// let f = AtomicFlags::empty();
-/// assert_eq!(ep.fetch(&ad, AtomicOp::Fadd, p, 5, 0, f, Blocking)?, 0);
-/// assert_eq!(ep.fetch(&ad, AtomicOp::Fcswap, p, 5, 9, f, Blocking)?, 5);
-/// assert_eq!(ep.fetch(&ad, AtomicOp::Get, p, 0, 0, f, Blocking)?, 9);
+/// assert_eq!(ep.fetch_atomic(&ad, p, AtomicOp::Add(5), f, Blocking)?, 0);
+/// let swap = AtomicOp::CompareSwap { expected: 5, new: 9 };
+/// assert_eq!(ep.fetch_atomic(&ad, p, swap, f, Blocking)?, 5);
+/// assert_eq!(ep.fetch_atomic(&ad, p, AtomicOp::Get, f, Blocking)?, 9);
 /// assert_eq!(
-///     ep.atomic(&ad, AtomicOp::Max, p, 1, 0, f, Blocking),
-///     Err(RmaError::OpNotInDomain { op: AtomicOp::Max })
+///     ep.atomic(&ad, p, AtomicOp::Max(1), f, Blocking),
+///     Err(RmaError::OpNotInDomain { op: AtomicOps::MAX })
 /// );
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -596,9 +729,9 @@ impl Rma {
                 ops: ops & AtomicOps::BITWISE,
             }
         });
-        let offers = self.caps.contains(gex_core::Capabilities::NATIVE_ATOMICS) && {
+        let offers = self.t.caps.contains(gex_core::Capabilities::NATIVE_ATOMICS) && {
             let cep = cx.conduit();
-            AtomicOp::ALL
+            Code::ALL
                 .iter()
                 .filter(|op| ops.contains(op.flag()))
                 .all(|op| {
@@ -641,157 +774,185 @@ pub(crate) fn agree<T: AtomicType>(
     })
 }
 
+impl<T: AtomicType> AtomicDomain<T> {
+    /// True if `dst` is a member of the domain's team.
+    #[inline(always)]
+    fn has_member(&self, dst: gex_core::EpAddr) -> bool {
+        if self.team.id() == 0 {
+            dst.ep == self.team.me().ep
+        } else {
+            self.team.rank_of(dst).is_some()
+        }
+    }
+}
+
+/// Where the old value of an atomic goes: the event's output and a borrowed
+/// destination.
+#[derive(Debug)]
+pub(crate) struct AtomicOut<T, O: Send + 'static> {
+    /// A borrowed destination of the fetched value (scoped fetches), written at
+    /// completion.
+    pub(crate) result: Option<*mut T>,
+    /// The event's output is made of the old value (`finish`): the target must send it.
+    pub(crate) want: bool,
+    /// Makes the output from the completion data.
+    pub(crate) finish: Finish<O>,
+}
+
+impl<T, O: Send + 'static> Clone for AtomicOut<T, O> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T, O: Send + 'static> Copy for AtomicOut<T, O> {}
+
+/// An atomic being issued: its entry in the op table once made, its event once the
+/// completion is decided. The state [`drive`](crate::ext) advances.
+#[derive(Debug)]
+pub(crate) struct AtomicIssue<O: Send + 'static> {
+    pub(crate) id: Option<u32>,
+    pub(crate) ev: Option<Event<O, RmaError>>,
+}
+
+impl<O: Send + 'static> AtomicIssue<O> {
+    pub(crate) fn new() -> Self {
+        AtomicIssue { id: None, ev: None }
+    }
+}
+
 impl Rma {
     /// The fastest path of an atomic, run under
-    /// [`layer::state`](gex_core::layer::state): a CPU
-    /// atomic in a domain that allows `op`, on an aligned word of a member whose
-    /// segment mapping is cached, executes now and gives the old value's bits;
+    /// [`layer::state`](gex_core::layer::state): a
+    /// CPU atomic in a domain that allows the operation, on an aligned word of a member
+    /// whose segment mapping is cached, executes now and gives the old value's bits;
     /// anything else gives `None` and takes [`atomic_step`](Self::atomic_step), which
     /// reports any error.
     #[inline(always)]
     pub(crate) fn atomic_fast<T: AtomicType>(
         &self,
         ad: &AtomicDomain<T>,
-        op: AtomicOp,
-        p: GlobalPtr<T>,
-        (a, b): (T, T),
-        f: AtomicFlags,
+        req: AtomicReq<T>,
     ) -> Option<u64> {
         let size = std::mem::size_of::<T>();
+        let p = req.ptr;
         let dst = p.addr();
-        if ad.nic || !ad.ops.contains(op.flag()) || p.offset % size != 0 {
+        if ad.nic || !ad.ops.contains(req.code.flag()) || p.offset % size != 0 {
             return None;
         }
-        let member = if ad.team.id() == 0 {
-            dst.ep == ad.team.me().ep
-        } else {
-            ad.team.rank_of(dst).is_some()
-        };
-        if !member {
+        if !ad.has_member(dst) {
             return None;
         }
-        let at = self.direct_at(dst, p.offset, size)?;
+        let at = self.t.direct_at(dst, p.offset, size)?;
         if at as usize % size != 0 {
             return None;
         }
         // SAFETY: inside the mapped segment and aligned (checked); every access to the
         // word is atomic (module rules).
-        Some(unsafe { exec(at, T::KIND, op.base(), a.to_bits(), b.to_bits(), f) })
+        Some(unsafe { exec(at, T::KIND, req.code.base(), req.a, req.b, req.flags) })
     }
-    /// One step of atomic `op` of domain `ad` on the word at `p`. `result`: a borrowed
-    /// destination of the fetched value (scoped fetches); `fetch`: the event's output is
-    /// the fetched value (`finish`).
+
+    /// The first step of an atomic: checks it, performs it now on the direct path
+    /// (`Ok(Some(old))`), or makes its entry in the op table (`Ok(None)`, `st.id` set).
     ///
     /// # Safety
-    /// `result`, if given, is writable for one `T` and untouched by anyone else until
-    /// the operation completes (module `# Safety`).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn atomic_step<C: Conduit, T: AtomicType, O: Send + 'static>(
+    /// `result`, if given, is writable for one `T` (module `# Safety`).
+    unsafe fn atomic_start<C: Conduit, T: AtomicType>(
         &mut self,
         cx: &mut Cx<'_, C>,
         ad: &AtomicDomain<T>,
-        op: AtomicOp,
-        p: GlobalPtr<T>,
-        (a, b): (T, T),
-        f: AtomicFlags,
-        how: How,
+        req: &AtomicReq<T>,
         result: Option<*mut T>,
-        want: bool,
-        finish: Finish<O>,
-        id: &mut Option<u32>,
-        ev: &mut Option<Event<O, RmaError>>,
-    ) -> Result<Step<O>, Fail<O>> {
+    ) -> Result<Result<u64, u32>, RmaError> {
         let size = std::mem::size_of::<T>();
+        let (p, op) = (req.ptr, req.code);
         let dst = p.addr();
-        let (x, y) = (a.to_bits(), b.to_bits());
-        let mut hold: Option<O> = None;
-        if id.is_none() {
-            if !ad.ops.contains(op.flag()) {
-                return Err(RmaError::OpNotInDomain { op }.into());
-            }
-            let member = if ad.team.id() == 0 {
-                dst.ep == ad.team.me().ep
-            } else {
-                ad.team.rank_of(dst).is_some()
-            };
-            if !member {
-                return Err(RmaError::NotInTeam { dst }.into());
-            }
-            self.check_range(dst, p.offset, size)?;
-            if p.offset % size != 0 {
-                return Err(RmaError::Misaligned {
-                    dst,
-                    offset: p.offset,
-                    align: size,
-                }
-                .into());
-            }
-            let base = self.mapping(cx, dst, p.offset + size)?;
-            let path = self.path(
-                OpKind::Atomic { nic: ad.nic },
-                size,
-                p.offset,
-                1,
-                base.is_some(),
-            );
-            if let (Path::Direct, Some(base)) = (path, base) {
-                // SAFETY: the offset is inside the mapped segment (checked).
-                let at = unsafe { base.as_ptr().add(p.offset) };
-                if at as usize % size != 0 {
-                    return Err(RmaError::Misaligned {
-                        dst,
-                        offset: p.offset,
-                        align: size,
-                    }
-                    .into());
-                }
-                // SAFETY: inside the mapped segment and aligned (checked); every access
-                // to the word is atomic (module rules).
-                let old = unsafe { exec(at, T::KIND, op.base(), x, y, f) };
-                if let Some(r) = result {
-                    // SAFETY: writable (contract).
-                    unsafe { r.write_unaligned(T::from_bits(old)) };
-                }
-                return Ok(Step::Now(finish(Data::Word(old), None)));
-            }
-            // A fetching NIC atomic always gets a word to land the old value in, also
-            // when nobody wants it (`atomic` with a fetching op, `fetch` in mode NBI):
-            // the conduit contract allows a null result only for an operation that
-            // does not fetch (the NIC writes the old value through it).
-            let land = if path == Path::Native && op.is_fetching() {
-                Box::into_raw(Box::new(0u64))
-            } else {
-                std::ptr::null_mut()
-            };
-            let i = self.new_op(p.addr(), "atomic", std::ptr::null_mut(), 0, land);
-            if let (Some(r), Some(e)) = (result, self.ops.get_mut(&i)) {
-                e.result = Some((r.cast(), size));
-            }
-            *id = Some(i);
+        if !ad.ops.contains(op.flag()) {
+            return Err(RmaError::OpNotInDomain { op: op.flag() });
         }
-        let Some(i) = *id else {
-            return Ok(Step::Blocked);
+        if !ad.has_member(dst) {
+            return Err(RmaError::NotInTeam { dst });
+        }
+        self.t.check_range(dst, p.offset, size)?;
+        let misaligned = RmaError::Misaligned {
+            dst,
+            offset: p.offset,
+            align: size,
         };
-        let fetching = op.is_fetching() && (want || result.is_some());
-        let land = self.ops.get(&i).map_or(std::ptr::null_mut(), |e| e.land);
-        let nic = ad.nic && !self.force_am;
-        let r: Result<bool, RmaError> = if nic {
+        if p.offset % size != 0 {
+            return Err(misaligned);
+        }
+        let base = self.t.mapping(cx, dst, p.offset + size)?;
+        let path = self.t.path(
+            OpKind::Atomic { nic: ad.nic },
+            size,
+            p.offset,
+            1,
+            base.is_some(),
+        );
+        if let (Path::Direct, Some(base)) = (path, base) {
+            // SAFETY: the offset is inside the mapped segment (checked).
+            let at = unsafe { base.as_ptr().add(p.offset) };
+            if at as usize % size != 0 {
+                return Err(misaligned);
+            }
+            // SAFETY: inside the mapped segment and aligned (checked); every access
+            // to the word is atomic (module rules).
+            let old = unsafe { exec(at, T::KIND, op.base(), req.a, req.b, req.flags) };
+            if let Some(r) = result {
+                // SAFETY: writable (contract).
+                unsafe { r.write_unaligned(T::from_bits(old)) };
+            }
+            return Ok(Ok(old));
+        }
+        // A fetching NIC atomic always gets a word to land the old value in, also
+        // when nobody wants it (`atomic` of a fetching form, `fetch_atomic` in mode
+        // NBI): the conduit contract allows a null result only for an operation that
+        // does not fetch (the NIC writes the old value through it).
+        let land = if path == Path::Native && op.is_fetching() {
+            Box::into_raw(Box::new(0u64))
+        } else {
+            std::ptr::null_mut()
+        };
+        let i = self
+            .ops
+            .new_op(dst, "atomic", std::ptr::null_mut(), 0, land);
+        if let (Some(r), Some(e)) = (result, self.ops.get_mut(&i)) {
+            e.result = Some((r.cast(), size));
+        }
+        Ok(Err(i))
+    }
+
+    /// Issues atomic `req` of entry `i`, on the NIC or as a Short AM: true once
+    /// started, false under back-pressure. `fetching`: the target sends the old value
+    /// back (AM path).
+    fn atomic_issue<C: Conduit, T: AtomicType>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        nic: bool,
+        req: &AtomicReq<T>,
+        i: u32,
+        fetching: bool,
+    ) -> Result<bool, RmaError> {
+        let (p, op, f) = (req.ptr, req.code, req.flags);
+        let dst = p.addr();
+        if nic && !self.t.force_am {
             let (base, fetch) = op.native();
             let na = NativeAtomic {
                 kind: T::KIND,
                 base,
                 fetch,
-                a: x,
-                b: y,
+                a: req.a,
+                b: req.b,
                 acquire: f.contains(AtomicFlags::ACQUIRE),
                 release: f.contains(AtomicFlags::RELEASE),
             };
+            let land = self.ops.get(&i).map_or(std::ptr::null_mut(), |e| e.land);
             // SAFETY: the word was checked; `land` is owned by the entry until it
             // completes.
-            match unsafe { self.native_atomic(cx, i, dst, p.offset, &na, land) } {
-                Ok(NativeStep::Done) => Ok(true),
-                Ok(NativeStep::Blocked) => Ok(false),
-                Ok(NativeStep::Unsupported) => Err(RmaError::Am(gex_core::AmError::Conduit(
+            return match unsafe { self.native_atomic(cx, i, dst, p.offset, &na, land) }? {
+                NativeStep::Done => Ok(true),
+                NativeStep::Blocked => Ok(false),
+                NativeStep::Unsupported => Err(RmaError::Am(gex_core::AmError::Conduit(
                     gex_core::spi::ConduitError::Contract(format!(
                         "{}: native atomic {:?} on {:?} refused after being offered",
                         C::NAME,
@@ -799,47 +960,65 @@ impl Rma {
                         na.kind
                     )),
                 ))),
-                Err(e) => Err(e),
-            }
-        } else {
-            let code = op as u32
-                | (T::KIND.code() << 8)
-                | (f.bits() << 16)
-                | if fetching { WANT } else { 0 };
-            let o = p.offset as u64;
-            let args = [
-                i,
-                code,
-                o as u32,
-                (o >> 32) as u32,
-                x as u32,
-                (x >> 32) as u32,
-                y as u32,
-                (y >> 32) as u32,
-            ];
-            let h = self.h.atomic;
-            self.send(cx, dst, h, Category::Short, &args, &[], 0)
-                .inspect(|&sent| {
-                    if sent {
-                        self.bump(i, 1);
-                    }
-                })
+            };
+        }
+        let code =
+            op as u32 | (T::KIND.code() << 8) | (f.bits() << 16) | if fetching { WANT } else { 0 };
+        // [op, code, offset, a, b]: the 64-bit words as (low, high) halves.
+        let mut args = [i, code, 0, 0, 0, 0, 0, 0];
+        for (k, w) in [p.offset as u64, req.a, req.b].into_iter().enumerate() {
+            args[2 + 2 * k] = w as u32;
+            args[3 + 2 * k] = (w >> 32) as u32;
+        }
+        let sent = crate::am::send_short(cx, dst, self.h.atomic, &args)?;
+        if sent {
+            self.ops.bump(i, 1);
+        }
+        Ok(sent)
+    }
+
+    /// One step of atomic `req` of domain `ad`; the old value goes to `out`.
+    ///
+    /// # Safety
+    /// `out.result`, if given, is writable for one `T` and untouched by anyone else
+    /// until the operation completes (module `# Safety`).
+    pub(crate) unsafe fn atomic_step<C: Conduit, T: AtomicType, O: Send + 'static>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        ad: &AtomicDomain<T>,
+        req: AtomicReq<T>,
+        how: How,
+        out: AtomicOut<T, O>,
+        st: &mut AtomicIssue<O>,
+    ) -> Result<Step<O>, Fail<O>> {
+        let i = match st.id {
+            Some(i) => i,
+            // SAFETY: forwarded contract.
+            None => match unsafe { self.atomic_start(cx, ad, &req, out.result) }? {
+                Ok(old) => return Ok(Step::Now((out.finish)(Data::Word(old), None))),
+                Err(i) => {
+                    st.id = Some(i);
+                    i
+                }
+            },
         };
-        let counted = (how.kind == ModeKind::Nbi && !how.scoped).then_some(Cat::Atomics);
-        match r {
+        let fetching = req.code.is_fetching() && (out.want || out.result.is_some());
+        match self.atomic_issue(cx, ad.nic, &req, i, fetching) {
             Ok(false) => Ok(Step::Blocked),
             Ok(true) => {
+                let mut out = Handout {
+                    hold: &mut None,
+                    finish: out.finish,
+                    ev: &mut st.ev,
+                };
                 if self.ops.get(&i).is_some_and(|e| e.remaining > 0) {
-                    self.open(cx, i, how.kind, counted, &mut hold, finish, ev);
+                    self.ops.open(cx, i, how.counted(Cat::Atomics), &mut out);
                 }
-                let d = match self.seal(i) {
+                let d = match self.ops.seal(i) {
                     Some(w) => Data::Word(w),
                     None => Data::Unit,
                 };
-                Ok(match ev.take() {
-                    Some(e) => Step::Done(e),
-                    None => Step::Now(finish(d, None)),
-                })
+                Ok(out.step(d))
             }
             Err(err) => {
                 // Nothing was started: a single unit failed to start.
@@ -859,7 +1038,7 @@ impl Rma {
         let code = a[1];
         let off = crate::am::join(a[2], a[3]);
         let (Some(op), Some(k)) = (
-            AtomicOp::from_code(code & 0xff),
+            Code::from_code(code & 0xff),
             Kind::from_code((code >> 8) & 0xff),
         ) else {
             self.dropped += 1;
@@ -908,7 +1087,7 @@ impl Rma {
                 }
                 _ => false,
             }
-            && self.credit(a[0], 1);
+            && self.ops.credit(a[0], 1);
         if !ok {
             self.dropped += 1;
         }
@@ -948,8 +1127,8 @@ mod tests {
         );
         assert_eq!(compute(Kind::U64, Base::Cswap, 3, 3, 7), Some(7));
         assert_eq!(compute(Kind::U64, Base::Cswap, 3, 4, 7), None);
-        for op in AtomicOp::ALL {
-            assert_eq!(AtomicOp::from_code(op as u32), Some(op));
+        for op in Code::ALL {
+            assert_eq!(Code::from_code(op as u32), Some(op));
         }
         assert_eq!(AtomicOps::all().bits().count_ones(), 25);
     }

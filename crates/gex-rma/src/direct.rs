@@ -18,6 +18,32 @@
 use crate::vis::Chunk;
 use std::ptr::NonNull;
 
+/// The direct-copy put: copies `src` into the segment at `at`. Every put on the
+/// direct path ends here (the fastest path of a contiguous put, its slow path's
+/// direct case, and each chunk of a VIS put).
+///
+/// # Safety
+/// `at .. at + src.len()` lies in a live mapping of a segment.
+#[inline(always)]
+pub(crate) unsafe fn put_at(at: *mut u8, src: &[u8]) {
+    // SAFETY: in bounds (contract). Race-free: byte-wise atomic stores into the
+    // segment; `src` is the caller's.
+    unsafe { gex_sync::copy::atomic_write(at, src) };
+}
+
+/// The direct-copy get: copies `len` bytes of the segment at `at` to `dst`. Every get
+/// on the direct path ends here.
+///
+/// # Safety
+/// `at .. at + len` lies in a live mapping of a segment; `dst` is valid for writes of
+/// `len` bytes and not otherwise borrowed.
+#[inline(always)]
+pub(crate) unsafe fn get_at(at: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: both ranges are in bounds (contract). Race-free: byte-wise atomic
+    // loads from the segment; `dst` is not otherwise borrowed (contract).
+    unsafe { gex_sync::copy::atomic_copy(at, dst, len) };
+}
+
 /// Copies `chunks` of `src` into the segment mapped at `base`.
 ///
 /// # Safety
@@ -27,14 +53,8 @@ use std::ptr::NonNull;
 pub(crate) unsafe fn put(base: NonNull<u8>, chunks: &[Chunk], src: &[u8]) {
     for c in chunks {
         debug_assert!(c.local + c.len <= src.len());
-        // SAFETY: both ranges are in bounds (contract). Race-free: byte-wise atomic
-        // stores into the segment; `src` is the caller's.
-        unsafe {
-            gex_sync::copy::atomic_write(
-                base.as_ptr().add(c.remote),
-                &src[c.local..c.local + c.len],
-            )
-        };
+        // SAFETY: the remote range is in the mapping (contract).
+        unsafe { put_at(base.as_ptr().add(c.remote), &src[c.local..c.local + c.len]) };
     }
 }
 
@@ -46,11 +66,8 @@ pub(crate) unsafe fn put(base: NonNull<u8>, chunks: &[Chunk], src: &[u8]) {
 #[inline]
 pub(crate) unsafe fn get(base: NonNull<u8>, chunks: &[Chunk], dst: *mut u8) {
     for c in chunks {
-        // SAFETY: both ranges are in bounds (contract). Race-free: byte-wise atomic
-        // loads from the segment; `dst` is not otherwise borrowed (contract).
-        unsafe {
-            gex_sync::copy::atomic_copy(base.as_ptr().add(c.remote), dst.add(c.local), c.len)
-        };
+        // SAFETY: both ranges are in bounds (contract).
+        unsafe { get_at(base.as_ptr().add(c.remote), dst.add(c.local), c.len) };
     }
 }
 

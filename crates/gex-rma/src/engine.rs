@@ -20,12 +20,13 @@ use crate::am::{AmCursor, short_put_args};
 use crate::layer::Rma;
 use crate::native::{NativeStep, PutSrc};
 use crate::nbi::Cat;
+use crate::ops::Handout;
 use crate::path::{OpKind, Path};
 use crate::vis::Chunk;
-use gex_core::event::{Data, Finish, finish_held};
+use gex_core::event::{Data, finish_held};
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
-use gex_core::{Category, EpAddr, Event, ModeKind};
+use gex_core::{EpAddr, Event, ModeKind};
 use std::sync::Arc;
 
 /// How an operation was asked for.
@@ -53,9 +54,25 @@ impl How {
         }
     }
     /// The NBI category the operation is counted in, if it is counted.
-    fn counted(self, cat: Cat) -> Option<Cat> {
+    pub(crate) fn counted(self, cat: Cat) -> Option<Cat> {
         (self.kind == ModeKind::Nbi && !self.scoped).then_some(cat)
     }
+}
+
+/// The remote side of a transfer: the target and the (validated) chunks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Xfer<'a> {
+    pub(crate) peer: EpAddr,
+    pub(crate) chunks: &'a [Chunk],
+}
+
+/// A memset: `len` bytes set to `byte` at `offset` of `dst` (validated).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fill {
+    pub(crate) dst: EpAddr,
+    pub(crate) offset: usize,
+    pub(crate) byte: u8,
+    pub(crate) len: usize,
 }
 
 /// A transfer in progress.
@@ -122,7 +139,7 @@ pub(crate) struct Deferred {
 }
 
 /// Where the last byte of validated `chunks` ends in the remote segment (0 for none):
-/// the bound a direct path must find mapped ([`Rma::mapping`]).
+/// the bound a direct path must find mapped ([`Targets::mapping`](crate::target::Targets::mapping)).
 #[inline]
 fn remote_end(chunks: &[Chunk]) -> usize {
     chunks.iter().map(|c| c.remote + c.len).max().unwrap_or(0)
@@ -138,53 +155,44 @@ impl Job {
 }
 
 impl Rma {
-    /// Opens the decision of how `j` completes, then seals it: the event to hand out.
-    #[allow(clippy::too_many_arguments)]
+    /// Opens the decision of how `j` completes (`counted`: its NBI category, if it
+    /// is counted), then seals it: the event to hand out.
     fn finish_job<C: Conduit, O: Send + 'static>(
         &mut self,
         cx: &mut Cx<'_, C>,
         j: &Job,
-        how: How,
-        cat: Cat,
-        hold: &mut Option<O>,
-        finish: Finish<O>,
-        ev: &mut Option<Event<O, RmaError>>,
+        counted: Option<Cat>,
+        mut out: Handout<'_, O>,
     ) -> Step<O> {
         if self.ops.get(&j.id).is_some_and(|op| op.remaining > 0) {
-            self.open(cx, j.id, how.kind, how.counted(cat), hold, finish, ev);
+            self.ops.open(cx, j.id, counted, &mut out);
         }
-        let d = match self.seal(j.id) {
+        let d = match self.ops.seal(j.id) {
             Some(w) => Data::Word(w),
             None => Data::Unit,
         };
-        match ev.take() {
-            Some(e) => Step::Done(e),
-            None => Step::Now(finish(d, hold.take())),
-        }
+        out.step(d)
     }
 
-    /// Turns an error while issuing `j` into a [`Fail`].
-    #[allow(clippy::too_many_arguments)]
+    /// Turns an error while issuing `j` into a [`Fail`] (`counted` as for
+    /// [`finish_job`](Self::finish_job)).
     fn fail_job<C: Conduit, O: Send + 'static>(
         &mut self,
         cx: &mut Cx<'_, C>,
         j: &Job,
-        how: How,
-        cat: Cat,
-        hold: &mut Option<O>,
-        finish: Finish<O>,
-        ev: &mut Option<Event<O, RmaError>>,
+        counted: Option<Cat>,
+        mut out: Handout<'_, O>,
         err: RmaError,
     ) -> Fail<O> {
         if !j.started {
             self.ops.remove(&j.id);
             return Fail { err, ev: None };
         }
-        self.open(cx, j.id, how.kind, how.counted(cat), hold, finish, ev);
+        self.ops.open(cx, j.id, counted, &mut out);
         let in_flight = self.abandon(j.id, err.clone());
         Fail {
             err,
-            ev: if in_flight { ev.take() } else { None },
+            ev: if in_flight { out.ev.take() } else { None },
         }
     }
 
@@ -195,13 +203,12 @@ impl Rma {
     /// false and takes [`put_now`](Self::put_now).
     #[inline(always)]
     pub(crate) fn put_fast(&mut self, dst: EpAddr, offset: usize, src: &[u8]) -> bool {
-        let Some(at) = self.direct_at(dst, offset, src.len()) else {
+        let Some(at) = self.t.direct_at(dst, offset, src.len()) else {
             return false;
         };
         // SAFETY: `direct_at` checked the range against the cached mapping, which is
-        // live (module `crate::direct`). Race-free: the segment side is written with
-        // byte-wise atomic stores (others may access it at any time); `src` is ours.
-        unsafe { gex_sync::copy::atomic_write(at, src) };
+        // live (module `crate::direct`).
+        unsafe { crate::direct::put_at(at, src) };
         true
     }
 
@@ -217,14 +224,36 @@ impl Rma {
         dst: *mut u8,
         len: usize,
     ) -> bool {
-        let Some(at) = self.direct_at(src, offset, len) else {
+        let Some(at) = self.t.direct_at(src, offset, len) else {
             return false;
         };
         // SAFETY: `direct_at` checked the range against the cached mapping; `dst` is
-        // writable (contract). Race-free: the segment side is read with byte-wise
-        // atomic loads; `dst` is not otherwise borrowed (contract).
-        unsafe { gex_sync::copy::atomic_copy(at, dst, len) };
+        // writable and not otherwise borrowed (contract).
+        unsafe { crate::direct::get_at(at, dst, len) };
         true
+    }
+
+    /// Where `[offset, offset + len)` of `dst` is on the direct path, asking the
+    /// conduit if need be: `Some(Some(base))` (the segment's mapping) when it is valid
+    /// and mapped, `Some(None)` when it is empty and its endpoint reachable (nothing
+    /// to move), `None` otherwise (then the step runs, and reports any error).
+    #[inline(always)]
+    fn direct_range<C: Conduit>(
+        &mut self,
+        cx: &Cx<'_, C>,
+        dst: EpAddr,
+        offset: usize,
+        len: usize,
+    ) -> Option<Option<std::ptr::NonNull<u8>>> {
+        self.t.check_range(dst, offset, len).ok()?;
+        if len == 0 {
+            // Nothing moves, but an endpoint made at run time must be open.
+            return (!self.t.made_at_run_time(dst) || cx.peer_open(dst).is_ok()).then_some(None);
+        }
+        match self.t.mapping(cx, dst, offset + len) {
+            Ok(Some(base)) => Some(Some(base)),
+            Ok(None) | Err(_) => None,
+        }
     }
 
     /// The fast path of a contiguous put: if `[offset, offset + src.len())` of `dst` is
@@ -238,22 +267,15 @@ impl Rma {
         offset: usize,
         src: &[u8],
     ) -> bool {
-        if self.check_range(dst, offset, src.len()).is_err() {
-            return false;
-        }
-        if src.is_empty() {
-            // Nothing moves, but an endpoint made at run time must be open.
-            return !self.made_at_run_time(dst) || cx.peer_open(dst).is_ok();
-        }
-        match self.mapping(cx, dst, offset + src.len()) {
-            Ok(Some(base)) => {
+        match self.direct_range(cx, dst, offset, src.len()) {
+            None => false,
+            Some(None) => true,
+            Some(Some(base)) => {
                 // SAFETY: the range was checked against the segment; the mapping is
-                // live (module `crate::direct`). Race-free: byte-wise atomic stores
-                // into the segment; `src` is ours.
-                unsafe { gex_sync::copy::atomic_write(base.as_ptr().add(offset), src) };
+                // live (module `crate::direct`).
+                unsafe { crate::direct::put_at(base.as_ptr().add(offset), src) };
                 true
             }
-            Ok(None) | Err(_) => false,
         }
     }
 
@@ -271,43 +293,37 @@ impl Rma {
         dst: *mut u8,
         len: usize,
     ) -> bool {
-        if self.check_range(src, offset, len).is_err() {
-            return false;
-        }
-        if len == 0 {
-            // Nothing moves, but an endpoint made at run time must be open.
-            return !self.made_at_run_time(src) || cx.peer_open(src).is_ok();
-        }
-        match self.mapping(cx, src, offset + len) {
-            Ok(Some(base)) => {
+        match self.direct_range(cx, src, offset, len) {
+            None => false,
+            Some(None) => true,
+            Some(Some(base)) => {
                 // SAFETY: the range was checked against the segment; `dst` is writable
-                // (contract). Race-free: byte-wise atomic loads from the segment; `dst`
-                // is not otherwise borrowed (contract).
-                unsafe { gex_sync::copy::atomic_copy(base.as_ptr().add(offset), dst, len) };
+                // and not otherwise borrowed (contract).
+                unsafe { crate::direct::get_at(base.as_ptr().add(offset), dst, len) };
                 true
             }
-            Ok(None) | Err(_) => false,
         }
     }
 
-    /// One step of a put of `chunks` of `src` to `dst` (validated).
+    /// One step of a put of `src` to the (validated) transfer `x`.
     #[inline]
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn put_step<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
-        dst: EpAddr,
-        chunks: &[Chunk],
+        x: Xfer<'_>,
         src: &[u8],
         how: How,
         job: &mut Option<Job>,
         ev: &mut Option<Event<(), RmaError>>,
     ) -> Result<Step<()>, Fail<()>> {
+        let Xfer { peer: dst, chunks } = x;
         if job.is_none() {
             let total: usize = chunks.iter().map(|c| c.len).sum();
             let offset = chunks.first().map_or(0, |c| c.remote);
-            let base = self.mapping(cx, dst, remote_end(chunks))?;
-            let path = self.path(OpKind::Put, total, offset, chunks.len(), base.is_some());
+            let base = self.t.mapping(cx, dst, remote_end(chunks))?;
+            let path = self
+                .t
+                .path(OpKind::Put, total, offset, chunks.len(), base.is_some());
             match (path, base) {
                 (Path::Nothing, _) => return Ok(Step::Now(())),
                 (Path::Direct, Some(base)) => {
@@ -327,7 +343,8 @@ impl Rma {
             let id = if blocking_short {
                 0
             } else {
-                self.new_op(dst, "put", std::ptr::null_mut(), 0, std::ptr::null_mut())
+                self.ops
+                    .new_op(dst, "put", std::ptr::null_mut(), 0, std::ptr::null_mut())
             };
             *job = Some(Job {
                 path,
@@ -341,8 +358,6 @@ impl Rma {
         let Some(j) = job.as_mut() else {
             return Ok(Step::Blocked);
         };
-        let mut hold: Option<()> = None;
-        let fin: Finish<()> = gex_core::event::finish_unit;
         loop {
             let r: Result<bool, RmaError> = match j.path {
                 Path::AmShort => {
@@ -350,7 +365,7 @@ impl Rma {
                     let (mut args, n) = short_put_args(c.remote, &src[c.local..c.local + c.len]);
                     if how.kind == ModeKind::Blocking {
                         let h = self.h.put_short_b;
-                        return match self.send(cx, dst, h, Category::Short, &args[1..n], &[], 0) {
+                        return match crate::am::send_short(cx, dst, h, &args[1..n]) {
                             Ok(false) => Ok(Step::Blocked),
                             Ok(true) => {
                                 self.fast_sent += 1;
@@ -361,12 +376,11 @@ impl Rma {
                     }
                     args[0] = j.id;
                     let h = self.h.put_short;
-                    self.send(cx, dst, h, Category::Short, &args[..n], &[], 0)
-                        .inspect(|&sent| {
-                            if sent {
-                                self.bump(j.id, 1);
-                            }
-                        })
+                    crate::am::send_short(cx, dst, h, &args[..n]).inspect(|&sent| {
+                        if sent {
+                            self.ops.bump(j.id, 1);
+                        }
+                    })
                 }
                 Path::Native => {
                     let copy = j.copy.clone();
@@ -410,10 +424,15 @@ impl Rma {
                     j.started = true;
                 }
             }
+            let out = Handout {
+                hold: &mut None,
+                finish: gex_core::event::finish_unit,
+                ev,
+            };
             return match r {
-                Ok(true) => Ok(self.finish_job(cx, j, how, Cat::Puts, &mut hold, fin, ev)),
+                Ok(true) => Ok(self.finish_job(cx, j, how.counted(Cat::Puts), out)),
                 Ok(false) => Ok(Step::Blocked),
-                Err(e) => Err(self.fail_job(cx, j, how, Cat::Puts, &mut hold, fin, ev, e)),
+                Err(e) => Err(self.fail_job(cx, j, how.counted(Cat::Puts), out, e)),
             };
         }
     }
@@ -452,30 +471,30 @@ impl Rma {
     }
 
     /// One step of a get of `chunks` from `src` (validated) into `to`; the event's
-    /// output is `finish` of the completion data and `hold`.
+    /// output is made as `out` says.
     ///
     /// # Safety
     /// A [`GetTo::Ptr`] destination is writable for its length and untouched by anyone
     /// else until the operation completes (module `# Safety`).
     #[inline]
-    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn get_step<C: Conduit, O: Send + 'static>(
         &mut self,
         cx: &mut Cx<'_, C>,
-        src: EpAddr,
-        chunks: &[Chunk],
+        x: Xfer<'_>,
         to: GetTo,
         how: How,
-        hold: &mut Option<O>,
-        finish: Finish<O>,
         job: &mut Option<Job>,
-        ev: &mut Option<Event<O, RmaError>>,
+        out: Handout<'_, O>,
     ) -> Result<Step<O>, Fail<O>> {
+        let Xfer { peer: src, chunks } = x;
+        let (finish, hold) = (out.finish, &mut *out.hold);
         if job.is_none() {
             let total: usize = chunks.iter().map(|c| c.len).sum();
             let offset = chunks.first().map_or(0, |c| c.remote);
-            let base = self.mapping(cx, src, remote_end(chunks))?;
-            let path = self.path(OpKind::Get, total, offset, chunks.len(), base.is_some());
+            let base = self.t.mapping(cx, src, remote_end(chunks))?;
+            let path = self
+                .t
+                .path(OpKind::Get, total, offset, chunks.len(), base.is_some());
             match (path, base, to) {
                 (Path::Nothing, _, _) => {
                     return Ok(Step::Now(finish(Data::Word(0), hold.take())));
@@ -496,10 +515,10 @@ impl Rma {
                 _ => {}
             }
             let id = match to {
-                GetTo::Ptr(p, n) => self.new_op(src, "get", p, n, std::ptr::null_mut()),
+                GetTo::Ptr(p, n) => self.ops.new_op(src, "get", p, n, std::ptr::null_mut()),
                 GetTo::Land(n) => {
                     let land = Box::into_raw(Box::new(0u64));
-                    self.new_op(src, "get", land.cast(), n, land)
+                    self.ops.new_op(src, "get", land.cast(), n, land)
                 }
             };
             *job = Some(Job {
@@ -516,29 +535,31 @@ impl Rma {
         };
         let dst = self.ops.get(&j.id).map_or(std::ptr::null_mut(), |o| o.dst);
         match self.get_pump(cx, j, src, chunks, dst) {
-            Ok(true) => Ok(self.finish_job(cx, j, how, Cat::Gets, hold, finish, ev)),
+            Ok(true) => Ok(self.finish_job(cx, j, how.counted(Cat::Gets), out)),
             Ok(false) => Ok(Step::Blocked),
-            Err(e) => Err(self.fail_job(cx, j, how, Cat::Gets, hold, finish, ev, e)),
+            Err(e) => Err(self.fail_job(cx, j, how.counted(Cat::Gets), out, e)),
         }
     }
 
     /// One step of a memset of `len` bytes at `offset` of `dst` (validated).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn memset_step<C: Conduit>(
         &mut self,
         cx: &mut Cx<'_, C>,
-        dst: EpAddr,
-        offset: usize,
-        byte: u8,
-        len: usize,
+        fill: Fill,
         how: How,
         job: &mut Option<Job>,
         ev: &mut Option<Event<(), RmaError>>,
     ) -> Result<Step<()>, Fail<()>> {
+        let Fill {
+            dst,
+            offset,
+            byte,
+            len,
+        } = fill;
         if job.is_none() {
-            let base = self.mapping(cx, dst, offset + len)?;
+            let base = self.t.mapping(cx, dst, offset + len)?;
             match (
-                self.path(OpKind::Memset, len, offset, 1, base.is_some()),
+                self.t.path(OpKind::Memset, len, offset, 1, base.is_some()),
                 base,
             ) {
                 (Path::Nothing, _) => return Ok(Step::Now(())),
@@ -549,7 +570,9 @@ impl Rma {
                 }
                 _ => {}
             }
-            let id = self.new_op(dst, "memset", std::ptr::null_mut(), 0, std::ptr::null_mut());
+            let id = self
+                .ops
+                .new_op(dst, "memset", std::ptr::null_mut(), 0, std::ptr::null_mut());
             *job = Some(Job {
                 path: Path::Am,
                 id,
@@ -571,16 +594,19 @@ impl Rma {
             crate::am::hi(len),
             u32::from(byte),
         ];
-        let mut hold: Option<()> = None;
-        let fin: Finish<()> = gex_core::event::finish_unit;
-        match self.send(cx, dst, h, Category::Short, &args, &[], 0) {
+        let out = Handout {
+            hold: &mut None,
+            finish: gex_core::event::finish_unit,
+            ev,
+        };
+        match crate::am::send_short(cx, dst, h, &args) {
             Ok(true) => {
-                self.bump(j.id, 1);
+                self.ops.bump(j.id, 1);
                 j.started = true;
-                Ok(self.finish_job(cx, j, how, Cat::Puts, &mut hold, fin, ev))
+                Ok(self.finish_job(cx, j, how.counted(Cat::Puts), out))
             }
             Ok(false) => Ok(Step::Blocked),
-            Err(e) => Err(self.fail_job(cx, j, how, Cat::Puts, &mut hold, fin, ev, e)),
+            Err(e) => Err(self.fail_job(cx, j, how.counted(Cat::Puts), out, e)),
         }
     }
 
@@ -594,7 +620,7 @@ impl Rma {
         src: crate::GlobalPtr<u8>,
     ) -> Result<OwnedGet, RmaError> {
         let a = src.addr();
-        self.check_range(a, src.offset, dst.len())?;
+        self.t.check_range(a, src.offset, dst.len())?;
         let chunks = [Chunk {
             remote: src.offset,
             local: 0,
@@ -610,14 +636,18 @@ impl Rma {
         let r = unsafe {
             self.get_step(
                 cx,
-                a,
-                &chunks,
+                Xfer {
+                    peer: a,
+                    chunks: &chunks,
+                },
                 GetTo::Ptr(p, n),
                 How::new(ModeKind::Nb),
-                &mut hold,
-                finish_held,
                 &mut job,
-                &mut ev,
+                Handout {
+                    hold: &mut hold,
+                    finish: finish_held,
+                    ev: &mut ev,
+                },
             )
         };
         match r {
@@ -631,15 +661,12 @@ impl Rma {
                     self.ops.remove(&j.id);
                     return Ok(OwnedGet::Busy(hold.take().unwrap_or_default()));
                 }
-                self.open(
-                    cx,
-                    j.id,
-                    ModeKind::Nb,
-                    None,
-                    &mut hold,
-                    finish_held,
-                    &mut ev,
-                );
+                let mut out = Handout {
+                    hold: &mut hold,
+                    finish: finish_held,
+                    ev: &mut ev,
+                };
+                self.ops.open(cx, j.id, None, &mut out);
                 let e = ev
                     .take()
                     .ok_or(RmaError::Event(gex_core::EventError::Abandoned))?;
@@ -664,7 +691,7 @@ impl Rma {
             match self.get_pump(cx, &mut d.job, src, &chunks, dst) {
                 Ok(false) => true,
                 Ok(true) => {
-                    self.seal(d.job.id);
+                    self.ops.seal(d.job.id);
                     false
                 }
                 Err(e) => {

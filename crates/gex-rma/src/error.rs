@@ -104,20 +104,16 @@ pub enum RmaError {
     /// The atomic operation is not in the domain's agreed op set.
     #[error("atomic operation {op:?} is not in the domain's op set")]
     OpNotInDomain {
-        /// The operation.
-        op: crate::AtomicOp,
+        /// The operation's bit in the op set (its fetching or non-fetching form:
+        /// [`AtomicOp::flag`](crate::AtomicOp::flag),
+        /// [`AtomicOp::fetch_flag`](crate::AtomicOp::fetch_flag)).
+        op: crate::AtomicOps,
     },
     /// An atomic targets an endpoint that is not a member of the domain's team.
     #[error("{dst} is not a member of the atomic domain's team")]
     NotInTeam {
         /// The target.
         dst: EpAddr,
-    },
-    /// A fetching call was given a non-fetching operation.
-    #[error("atomic operation {op:?} does not fetch")]
-    NotFetching {
-        /// The operation.
-        op: crate::AtomicOp,
     },
     /// An atomic domain's op set has operations its type does not support (bitwise
     /// operations on a float type).

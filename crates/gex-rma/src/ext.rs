@@ -29,191 +29,24 @@
 
 use crate::RmaError;
 use crate::atomic::{
-    AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, AtomicType, agree, fetch_finish,
+    AtomicDomain, AtomicFlags, AtomicIssue, AtomicOp, AtomicOps, AtomicOut, AtomicReq, AtomicType,
+    agree, fetch_finish,
 };
-use crate::engine::{Fail, GetTo, How, Job, Step};
+use crate::drive::{drive, end, end_scoped, fin, raw};
+use crate::engine::{Fail, Fill, GetTo, How, Job, Step, Xfer};
 use crate::layer::Rma;
-use crate::nbi::{NbiCategories, TAG};
+use crate::nbi::NbiCategories;
+use crate::ops::Handout;
 use crate::ptr::{GlobalPtr, Strided, Vis};
 use crate::vis::Chunk;
 use bytemuck::Pod;
 use gex_core::event::{Data, Finish, finish_held, finish_unit};
 use gex_core::layer::{self, Cx};
 use gex_core::spi::Conduit;
-use gex_core::{Blocking, Endpoint, EpAddr, Event, Mode, ModeKind, Scope, Team};
+use gex_core::{Blocking, Endpoint, EpAddr, Mode, ModeKind, Team};
 
 /// The [`Endpoint::exchange_tagged`] tag of atomic-domain agreement ("rmaD").
 const ATOMIC_DOMAIN_TAG: u32 = 0x726d_6144;
-
-/// Runs `step` with the layer's state until it gives an answer, polling the endpoint
-/// between tries (back-pressure). `state` is the operation's issuing state (its job),
-/// which `step` advances.
-///
-/// Every exit path waits: until `step` gives its answer (which hands the operation's
-/// units in flight to an event, or to a failure that waits for them), the operation
-/// lives only here; if a panic unwinds out of the loop (a layer's progress hook or a
-/// conduit panicking in [`layer::retry`]'s poll, or a panic in the step itself), the
-/// guard cancels it: its entry is abandoned, so late replies are dropped, and the
-/// guard waits for the native operations the network still holds of it (they may read
-/// or write the caller's buffer) before the unwinding goes on
-/// ([`layer::wait_unwinding`]).
-#[inline(always)]
-fn drive<C: Conduit, S: Issuing, R>(
-    ep: &mut Endpoint<C>,
-    state: S,
-    mut step: impl FnMut(&mut Rma, &mut Cx<'_, C>, &mut S) -> Option<R>,
-) -> Result<R, RmaError> {
-    let mut g = IssueGuard {
-        ep,
-        state,
-        answered: false,
-    };
-    let mut retry = layer::Retry::default();
-    loop {
-        let IssueGuard { ep, state, .. } = &mut g;
-        match crate::layer::with(ep, |r, cx| step(r, cx, state)) {
-            None => {
-                g.answered = true;
-                return Err(RmaError::NoLayer);
-            }
-            Some(Some(r)) => {
-                g.answered = true;
-                return Ok(r);
-            }
-            Some(None) => {}
-        }
-        layer::retry(g.ep, &mut retry);
-    }
-}
-
-/// What [`drive`]'s guard needs of an operation being issued.
-trait Issuing {
-    /// The operation's entry in the op table, once a step has made one.
-    fn entry(&self) -> Option<u32>;
-}
-
-impl Issuing for Option<Job> {
-    #[inline(always)]
-    fn entry(&self) -> Option<u32> {
-        self.as_ref().and_then(Job::entry)
-    }
-}
-
-/// An atomic's entry.
-impl Issuing for Option<u32> {
-    #[inline(always)]
-    fn entry(&self) -> Option<u32> {
-        *self
-    }
-}
-
-/// Nothing in the op table (a flush).
-impl Issuing for () {
-    #[inline(always)]
-    fn entry(&self) -> Option<u32> {
-        None
-    }
-}
-
-/// [`drive`]'s guard: cancels the operation if the loop is left without an answer,
-/// which only a panic does.
-struct IssueGuard<'a, C: Conduit, S: Issuing> {
-    ep: &'a mut Endpoint<C>,
-    state: S,
-    answered: bool,
-}
-
-impl<C: Conduit, S: Issuing> Drop for IssueGuard<'_, C, S> {
-    #[inline(always)]
-    fn drop(&mut self) {
-        if !self.answered {
-            if let Some(id) = self.state.entry() {
-                cancel_on_unwind(self.ep, id);
-            }
-        }
-    }
-}
-
-/// Cancels operation `id` while a panic unwinds out of [`drive`]: abandons its entry
-/// (replies still to come are dropped, as for an operation that failed while it was
-/// issued) and waits, bounded, for its native operations in flight.
-#[cold]
-#[inline(never)]
-fn cancel_on_unwind<C: Conduit>(ep: &mut Endpoint<C>, id: u32) {
-    let cancelled = RmaError::Event(gex_core::EventError::Abandoned);
-    let in_flight = crate::layer::with(ep, |r, _| r.abandon(id, cancelled)).unwrap_or(false);
-    if in_flight {
-        layer::wait_unwinding::<Rma, C>(ep, |r| !r.ops.contains_key(&id));
-    }
-}
-
-/// How an operation ends, decided inside the layer's closure (where the output of an
-/// operation complete during the call becomes `M::Out` without an event).
-enum Fin<O: Send + 'static, M: Mode> {
-    /// Complete: the output as mode `M` returns it.
-    Out(M::Out<O, RmaError>),
-    /// Complete when this event is.
-    Ev(Event<O, RmaError>),
-    /// A small blocking AM put: complete when the fast acknowledgements reach the count.
-    Fast(u64, M::Out<O, RmaError>),
-}
-
-/// Converts a step for [`end`] (in the layer's closure): `None` under back-pressure.
-#[inline(always)]
-fn fin<C: Conduit, O: Send + 'static, M: Mode>(
-    cx: &Cx<'_, C>,
-    r: Result<Step<O>, Fail<O>>,
-) -> Option<Result<Fin<O, M>, Fail<O>>> {
-    match r {
-        Ok(Step::Blocked) => None,
-        Ok(Step::Now(v)) => Some(Ok(Fin::Out(cx.done::<O, RmaError, M>(v)))),
-        Ok(Step::Done(e)) => Some(Ok(Fin::Ev(e))),
-        Ok(Step::Fast(w, v)) => Some(Ok(Fin::Fast(w, cx.done::<O, RmaError, M>(v)))),
-        Err(f) => Some(Err(f)),
-    }
-}
-
-/// A step as it is, for scoped operations: `None` under back-pressure.
-#[inline(always)]
-fn raw<C: Conduit, O: Send + 'static>(
-    _cx: &Cx<'_, C>,
-    r: Result<Step<O>, Fail<O>>,
-) -> Option<Result<Step<O>, Fail<O>>> {
-    match r {
-        Ok(Step::Blocked) => None,
-        other => Some(other),
-    }
-}
-
-/// Ends an operation as mode `M` asks. `lent`: a buffer the caller lends for the call
-/// (a borrowed source or destination) may still be in use by units in flight after a
-/// failure: wait for them before returning the error.
-#[inline(always)]
-fn end<C: Conduit, O: Send + 'static, M: Mode>(
-    ep: &mut Endpoint<C>,
-    r: Result<Fin<O, M>, Fail<O>>,
-    lent: bool,
-) -> Result<M::Out<O, RmaError>, RmaError> {
-    match r {
-        Ok(Fin::Out(o)) => Ok(o),
-        Ok(Fin::Ev(ev)) => layer::finish::<O, RmaError, M, C>(ep, ev, TAG),
-        Ok(Fin::Fast(want, o)) => {
-            layer::wait_until::<Rma, C>(ep, |r| r.fast_acks >= want);
-            Ok(o)
-        }
-        Err(f) => Err(failed(ep, f, lent)),
-    }
-}
-
-/// After a failure: waits for units in flight that may use a lent buffer.
-#[cold]
-fn failed<C: Conduit, O: Send + 'static>(ep: &mut Endpoint<C>, f: Fail<O>, lent: bool) -> RmaError {
-    if let (true, Some(ev)) = (lent, f.ev) {
-        // On every path, as a blocking operation's wait (`layer::finish`).
-        let _ = layer::finish::<O, RmaError, Blocking, C>(ep, ev, TAG);
-    }
-    f.err
-}
 
 /// A contiguous put past its fastest path (the mapping not cached yet, or no mapping).
 #[inline(never)]
@@ -254,7 +87,7 @@ fn put_contiguous<C: Conduit, X>(
         &chunks,
         bytes,
         how,
-        |r| r.check_range(a, off, bytes.len()),
+        |r| r.t.check_range(a, off, bytes.len()),
         conv,
     )
 }
@@ -265,7 +98,7 @@ fn put_contiguous<C: Conduit, X>(
 /// `bytes` stays borrowed (unwritten, alive) until the scope of `tag` has waited for
 /// its operations: a source lent to the scope ([`ScopeRmaExt::put_from`]).
 #[inline(never)]
-unsafe fn put_from_slow<C: Conduit>(
+pub(crate) unsafe fn put_from_slow<C: Conduit>(
     ep: &mut Endpoint<C>,
     tag: u32,
     a: EpAddr,
@@ -279,49 +112,25 @@ unsafe fn put_from_slow<C: Conduit>(
 /// An atomic past its direct path (AM, native, or a mapping not cached yet): steps
 /// under back-pressure, then ends as mode `M` asks. `want`: the old value is wanted.
 #[inline(never)]
-#[allow(clippy::too_many_arguments)]
 fn atomic_slow<C: Conduit, T: AtomicType, M: Mode, O: Send + 'static>(
     ep: &mut Endpoint<C>,
     ad: &AtomicDomain<T>,
-    op: AtomicOp,
-    p: GlobalPtr<T>,
-    ab: (T, T),
-    f: AtomicFlags,
+    req: AtomicReq<T>,
     want: bool,
     finish: Finish<O>,
 ) -> Result<M::Out<O, RmaError>, RmaError> {
     let how = How::new(M::KIND);
-    let mut ev = None;
-    let r = drive(ep, None, |r, cx, id| {
+    let out = AtomicOut {
+        result: None,
+        want,
+        finish,
+    };
+    let r = drive(ep, AtomicIssue::new(), |r, cx, st| {
         // SAFETY: no result location (a fetched value comes with the completion).
-        let st =
-            unsafe { r.atomic_step(cx, ad, op, p, ab, f, how, None, want, finish, id, &mut ev) };
-        fin::<C, O, M>(cx, st)
+        let step = unsafe { r.atomic_step(cx, ad, req, how, out, st) };
+        fin::<C, O, M>(cx, step)
     })?;
     end::<C, O, M>(ep, r, false)
-}
-
-/// As [`end`] for a scoped operation: its event is tracked under the scope's tag (the
-/// scope waits for it before the borrow ends), also after a failure.
-fn end_scoped<C: Conduit>(
-    ep: &mut Endpoint<C>,
-    tag: u32,
-    r: Result<Step<()>, Fail<()>>,
-) -> Result<(), RmaError> {
-    match r {
-        Ok(Step::Done(ev)) => {
-            layer::track_implicit(ep, tag, ev);
-            Ok(())
-        }
-        Ok(Step::Now(()) | Step::Fast(..)) => Ok(()),
-        Ok(Step::Blocked) => Err(RmaError::Event(gex_core::EventError::Abandoned)),
-        Err(Fail { err, ev }) => {
-            if let Some(ev) = ev {
-                layer::track_implicit(ep, tag, ev);
-            }
-            Err(err)
-        }
-    }
 }
 
 /// A put of validated-on-first-step `chunks` of `bytes` to `dst`; `conv` turns the
@@ -343,28 +152,25 @@ fn put_bytes<C: Conduit, X>(
                 return conv(cx, Err(Fail::from(e)));
             }
         }
-        let s = r.put_step(cx, dst, chunks, bytes, how, job, &mut ev);
+        let s = r.put_step(cx, Xfer { peer: dst, chunks }, bytes, how, job, &mut ev);
         conv(cx, s)
     })
 }
 
-/// A get of `chunks` from `src` into `to`; the output is `finish` of `hold`; `conv`
-/// as for [`put_bytes`].
+/// A get of transfer `x` into `to`; the output is `finish` of `hold` (`made`);
+/// `conv` as for [`put_bytes`].
 ///
 /// # Safety
 /// A [`GetTo::Ptr`] destination is writable for its length and untouched by anyone
 /// else until the operation completes (the callers: a blocking call waits, an owned
 /// buffer moves into the event, a scoped borrow lasts until the scope's end).
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn get_bytes<C: Conduit, O: Send + 'static, X>(
+pub(crate) unsafe fn get_bytes<C: Conduit, O: Send + 'static, X>(
     ep: &mut Endpoint<C>,
-    src: EpAddr,
-    chunks: &[Chunk],
+    x: Xfer<'_>,
     to: GetTo,
     how: How,
-    hold: Option<O>,
-    finish: Finish<O>,
+    (hold, finish): (Option<O>, Finish<O>),
     check: impl Fn(&Rma) -> Result<(), RmaError>,
     conv: impl Fn(&Cx<'_, C>, Result<Step<O>, Fail<O>>) -> Option<X>,
 ) -> Result<X, RmaError> {
@@ -377,20 +183,25 @@ unsafe fn get_bytes<C: Conduit, O: Send + 'static, X>(
                 return conv(cx, Err(Fail::from(e)));
             }
         }
+        let out = Handout {
+            hold: &mut hold,
+            finish,
+            ev: &mut ev,
+        };
         // SAFETY: forwarded contract.
-        let s = unsafe { r.get_step(cx, src, chunks, to, how, &mut hold, finish, job, &mut ev) };
+        let s = unsafe { r.get_step(cx, x, to, how, job, out) };
         conv(cx, s)
     })
 }
 
 /// The validated chunks of a VIS transfer over a local buffer of `n` elements.
-fn vis_chunks<C: Conduit, T>(
+pub(crate) fn vis_chunks<C: Conduit, T>(
     ep: &mut Endpoint<C>,
     vis: &Vis<'_, T>,
     n: usize,
 ) -> Result<(EpAddr, Vec<Chunk>), RmaError> {
     crate::layer::with(ep, |r, _| {
-        crate::vis::chunks(vis, n, r.me, &|a| r.check_target(a))
+        crate::vis::chunks(vis, n, r.t.me, &|a| r.t.check_target(a))
     })
     .ok_or(RmaError::NoLayer)?
 }
@@ -426,7 +237,7 @@ impl BorrowedDstMode for Blocking {}
 ///
 /// A borrowed destination with a nonblocking mode does not compile: the transfer could
 /// outlive the borrow. Lend a buffer to a nonblocking get inside
-/// [`Endpoint::scope`] instead ([`ScopeRmaExt::get_into`]).
+/// [`Endpoint::scope`] instead ([`ScopeRmaExt::get_into`](crate::ScopeRmaExt::get_into)).
 ///
 /// ```compile_fail
 /// # use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder, Nb};
@@ -542,13 +353,14 @@ unsafe fn get_borrowed_slow<C: Conduit>(
     let r = unsafe {
         get_bytes(
             ep,
-            a,
-            &chunks,
+            Xfer {
+                peer: a,
+                chunks: &chunks,
+            },
             GetTo::Ptr(p, bytes),
             How::new(ModeKind::Blocking),
-            None,
-            finish_unit,
-            |r| r.check_range(a, off, bytes),
+            (None, finish_unit),
+            |r| r.t.check_range(a, off, bytes),
             fin::<C, (), Blocking>,
         )
     }?;
@@ -573,12 +385,13 @@ unsafe fn get_borrowed_rest<C: Conduit, T: Pod>(
     let r = unsafe {
         get_bytes(
             ep,
-            a,
-            &chunks,
+            Xfer {
+                peer: a,
+                chunks: &chunks,
+            },
             GetTo::Ptr(p, bytes),
             How::new(ModeKind::Blocking),
-            None,
-            finish_unit,
+            (None, finish_unit),
             |_| Ok(()),
             fin::<C, (), Blocking>,
         )
@@ -652,15 +465,16 @@ impl<T: Pod + Send, M: Mode> GetDst<T, M> for Vec<T> {
         let r = unsafe {
             get_bytes(
                 ep,
-                a,
-                &chunks,
+                Xfer {
+                    peer: a,
+                    chunks: &chunks,
+                },
                 GetTo::Ptr(p, bytes),
                 How::new(M::KIND),
-                Some(self),
-                finish_held,
+                (Some(self), finish_held),
                 |r| {
                     if contiguous {
-                        r.check_range(a, off, bytes)
+                        r.t.check_range(a, off, bytes)
                     } else {
                         Ok(())
                     }
@@ -916,38 +730,35 @@ pub trait RmaExt<C: Conduit> {
         ops: AtomicOps,
     ) -> Result<AtomicDomain<T>, RmaError>;
 
-    /// Atomic `op` of domain `ad` on the word at `p` (operands `a`, `b`: see
-    /// [`AtomicOp`]; unused ones are ignored). A fetching op's old value is discarded.
-    /// NBI: counted with the atomics.
+    /// Atomic `op` (with its operands) of domain `ad` on the word at `p`, in its
+    /// non-fetching form (see [`AtomicOp`]: `Get` and `Swap`, which only fetch, run
+    /// with their old value discarded); the domain must allow
+    /// [`op.flag()`](AtomicOp::flag). NBI: counted with the atomics.
     ///
     /// # Errors
     /// [`RmaError::OpNotInDomain`], [`RmaError::NotInTeam`], [`RmaError::Misaligned`],
     /// and as [`put`](Self::put); nothing is performed on error.
-    #[allow(clippy::too_many_arguments)]
     fn atomic<T: AtomicType, M: Mode>(
         &mut self,
         ad: &AtomicDomain<T>,
-        op: AtomicOp,
         p: GlobalPtr<T>,
-        a: T,
-        b: T,
+        op: AtomicOp<T>,
         f: AtomicFlags,
         mode: M,
     ) -> Result<M::Out<(), RmaError>, RmaError>;
 
-    /// Fetching atomic: the word's value before `op` (in mode NBI the value is
-    /// discarded: fetch into a buffer lent to a scope with [`ScopeRmaExt::fetch_into`]).
+    /// Fetching atomic: `op` in its fetching form (see [`AtomicOp`]: `Set` fetches as
+    /// a swap); the domain must allow [`op.fetch_flag()`](AtomicOp::fetch_flag).
+    /// Returns the word's value before `op` (in mode NBI the value is discarded: fetch
+    /// into a buffer lent to a scope with [`ScopeRmaExt::fetch_into`](crate::ScopeRmaExt::fetch_into)).
     ///
     /// # Errors
-    /// [`RmaError::NotFetching`] for a non-fetching op, else as [`atomic`](Self::atomic).
-    #[allow(clippy::too_many_arguments)]
-    fn fetch<T: AtomicType, M: Mode>(
+    /// As [`atomic`](Self::atomic).
+    fn fetch_atomic<T: AtomicType, M: Mode>(
         &mut self,
         ad: &AtomicDomain<T>,
-        op: AtomicOp,
         p: GlobalPtr<T>,
-        a: T,
-        b: T,
+        op: AtomicOp<T>,
         f: AtomicFlags,
         mode: M,
     ) -> Result<M::Out<T, RmaError>, RmaError>;
@@ -1059,13 +870,14 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let r = unsafe {
             get_bytes(
                 self,
-                a,
-                &chunks,
+                Xfer {
+                    peer: a,
+                    chunks: &chunks,
+                },
                 GetTo::Land(n),
                 How::new(M::KIND),
-                None,
-                val_finish::<T>,
-                |r| r.check_range(a, off, n),
+                (None, val_finish::<T>),
+                |r| r.t.check_range(a, off, n),
                 fin::<C, T, M>,
             )
         }?;
@@ -1084,11 +896,17 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let mut ev = None;
         let r = drive(self, None::<Job>, |r, cx, job| {
             if job.is_none() {
-                if let Err(e) = r.check_range(a, off, len) {
+                if let Err(e) = r.t.check_range(a, off, len) {
                     return fin::<C, (), M>(cx, Err(Fail::from(e)));
                 }
             }
-            let st = r.memset_step(cx, a, off, byte, len, how, job, &mut ev);
+            let fill = Fill {
+                dst: a,
+                offset: off,
+                byte,
+                len,
+            };
+            let st = r.memset_step(cx, fill, how, job, &mut ev);
             fin::<C, (), M>(cx, st)
         })?;
         end::<C, (), M>(self, r, false)
@@ -1142,44 +960,35 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
     fn atomic<T: AtomicType, M: Mode>(
         &mut self,
         ad: &AtomicDomain<T>,
-        op: AtomicOp,
         p: GlobalPtr<T>,
-        a: T,
-        b: T,
+        op: AtomicOp<T>,
         f: AtomicFlags,
         _mode: M,
     ) -> Result<M::Out<(), RmaError>, RmaError> {
+        let req = AtomicReq::new(p, op, false, f);
         // The direct path to a cached mapping: a CPU atomic, no event.
-        if let Some(Some(_)) =
-            crate::layer::fast(self, move |r| r.atomic_fast(ad, op, p, (a, b), f))
-        {
+        if let Some(Some(_)) = crate::layer::fast(self, move |r| r.atomic_fast(ad, req)) {
             return Ok(layer::done::<(), RmaError, M, C>(self, ()));
         }
-        atomic_slow::<C, T, M, ()>(self, ad, op, p, (a, b), f, false, finish_unit)
+        atomic_slow::<C, T, M, ()>(self, ad, req, false, finish_unit)
     }
 
     #[inline]
-    fn fetch<T: AtomicType, M: Mode>(
+    fn fetch_atomic<T: AtomicType, M: Mode>(
         &mut self,
         ad: &AtomicDomain<T>,
-        op: AtomicOp,
         p: GlobalPtr<T>,
-        a: T,
-        b: T,
+        op: AtomicOp<T>,
         f: AtomicFlags,
         _mode: M,
     ) -> Result<M::Out<T, RmaError>, RmaError> {
-        if !op.is_fetching() {
-            return Err(RmaError::NotFetching { op });
-        }
+        let req = AtomicReq::new(p, op, true, f);
         // The direct path to a cached mapping: a CPU atomic, no event.
-        if let Some(Some(old)) =
-            crate::layer::fast(self, move |r| r.atomic_fast(ad, op, p, (a, b), f))
-        {
+        if let Some(Some(old)) = crate::layer::fast(self, move |r| r.atomic_fast(ad, req)) {
             return Ok(layer::done::<T, RmaError, M, C>(self, T::from_bits(old)));
         }
         let want = M::KIND != ModeKind::Nbi;
-        atomic_slow::<C, T, M, T>(self, ad, op, p, (a, b), f, want, fetch_finish::<T>)
+        atomic_slow::<C, T, M, T>(self, ad, req, want, fetch_finish::<T>)
     }
 
     fn sync_nbi(&mut self, cats: NbiCategories) -> Result<(), RmaError> {
@@ -1193,7 +1002,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
                 Err(e) => Some(Err(e)),
             })??;
         }
-        layer::wait_until::<Rma, C>(self, |r| r.nbi.quiet(cats));
+        layer::wait_until::<Rma, C>(self, |r| r.nbi.quiet(cats, &r.ops.counted));
         Ok(())
     }
 
@@ -1202,192 +1011,6 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
             crate::layer::with(self, |r, cx| r.flush_step(cx)).ok_or(RmaError::NoLayer)??;
         }
         self.poll();
-        crate::layer::with(self, |r, _| r.nbi.quiet(cats)).ok_or(RmaError::NoLayer)
-    }
-}
-
-/// Operations that lend a buffer to the transfer for the life of a
-/// [scope](Endpoint::scope): implemented for [`Scope`]; `use gex_rma::ScopeRmaExt;`.
-///
-/// Each starts the operation without waiting and tracks it under the scope's tag;
-/// the scope returns only once every one has completed (on success, error and panic),
-/// so the borrowed buffer is free again exactly when the borrow ends.
-/// [`Scope::sync`] waits for them earlier. The buffer cannot be used inside the scope
-/// after it was lent (the borrow checker refuses it).
-///
-/// ```
-/// use gex_core::{boot::Singleton, loopback::Loopback, Blocking, ClientBuilder};
-/// use gex_rma::{GlobalPtr, Rma, RmaError, RmaExt, ScopeRmaExt};
-///
-/// let client = ClientBuilder::new().layer::<Rma>().segment_size(4096)
-///     .init::<Loopback>(Box::new(Singleton::new()))?;
-/// let mut ep = client.endpoint(0)?;
-/// let p = GlobalPtr::<u16>::new(ep.addr(), 0);
-/// ep.put(p, &[1, 2, 3, 4, 5, 6], Blocking)?;
-/// let (mut a, mut b) = ([0u16; 3], [0u16; 3]);
-/// let src = [7u16; 2];
-/// // The closure's error type is named once, on its return type (docs/rma.md, Scopes).
-/// ep.scope(|s| -> Result<(), RmaError> {
-///     s.get_into(&mut a, p)?;
-///     s.get_into(&mut b, p.add(3))?;
-///     s.put_from(p.add(6), &src)?;
-///     Ok(())
-/// })?;
-/// assert_eq!((a, b), ([1, 2, 3], [4, 5, 6]));
-/// assert_eq!(ep.get_val(p.add(7), Blocking)?, 7);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub trait ScopeRmaExt<'env, C: Conduit> {
-    /// Gets `dst.len()` elements from `src` into `dst`, lent for the scope.
-    ///
-    /// # Errors
-    /// As [`RmaExt::get`] (nothing is started on a validation error).
-    fn get_into<T: Pod>(&mut self, dst: &'env mut [T], src: GlobalPtr<T>) -> Result<(), RmaError>;
-
-    /// VIS get into `dst`, lent for the scope.
-    ///
-    /// # Errors
-    /// As [`RmaExt::get_vis`].
-    fn get_vis_into<T: Pod>(&mut self, dst: &'env mut [T], src: Vis<'_, T>)
-    -> Result<(), RmaError>;
-
-    /// Puts `src`, lent for the scope: no copy is made (the network may read the
-    /// buffer after the call returns, the bulk form of a put); complete at the target
-    /// when the scope returns.
-    ///
-    /// # Errors
-    /// As [`RmaExt::put`].
-    fn put_from<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &'env [T]) -> Result<(), RmaError>;
-
-    /// Fetching atomic whose old value is stored into `dst`, lent for the scope.
-    ///
-    /// # Errors
-    /// As [`RmaExt::fetch`].
-    #[allow(clippy::too_many_arguments)]
-    fn fetch_into<T: AtomicType>(
-        &mut self,
-        ad: &AtomicDomain<T>,
-        op: AtomicOp,
-        p: GlobalPtr<T>,
-        a: T,
-        b: T,
-        f: AtomicFlags,
-        dst: &'env mut T,
-    ) -> Result<(), RmaError>;
-}
-
-impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
-    fn get_into<T: Pod>(&mut self, dst: &'env mut [T], src: GlobalPtr<T>) -> Result<(), RmaError> {
-        let bytes = std::mem::size_of_val(dst);
-        let p = dst.as_mut_ptr().cast::<u8>();
-        let (a, off) = (src.addr(), src.offset);
-        // The direct path to a cached mapping: complete now, nothing to track.
-        if crate::layer::fast(self, move |r| {
-            // SAFETY: `dst` is borrowed for the scope and written only by the copy.
-            unsafe { r.get_fast(a, off, p, bytes) }
-        }) == Some(true)
-        {
-            return Ok(());
-        }
-        let tag = self.tag();
-        let chunks = [Chunk {
-            remote: off,
-            local: 0,
-            len: bytes,
-        }];
-        // SAFETY: `dst` is borrowed for the scope, which waits for the operation (also
-        // after a failure: `end_scoped` tracks what is in flight) before it returns.
-        let r = unsafe {
-            get_bytes(
-                self,
-                a,
-                &chunks,
-                GetTo::Ptr(p, bytes),
-                How::scoped(),
-                None,
-                finish_unit,
-                |r| r.check_range(a, off, bytes),
-                raw,
-            )
-        }?;
-        end_scoped(self, tag, r)
-    }
-
-    fn get_vis_into<T: Pod>(
-        &mut self,
-        dst: &'env mut [T],
-        src: Vis<'_, T>,
-    ) -> Result<(), RmaError> {
-        let tag = self.tag();
-        let bytes = std::mem::size_of_val(dst);
-        let (a, chunks) = vis_chunks(self, &src, dst.len())?;
-        let p = dst.as_mut_ptr().cast::<u8>();
-        // SAFETY: as in `get_into`.
-        let r = unsafe {
-            get_bytes(
-                self,
-                a,
-                &chunks,
-                GetTo::Ptr(p, bytes),
-                How::scoped(),
-                None,
-                finish_unit,
-                |_| Ok(()),
-                raw,
-            )
-        }?;
-        end_scoped(self, tag, r)
-    }
-
-    #[inline(always)]
-    fn put_from<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &'env [T]) -> Result<(), RmaError> {
-        let bytes: &[u8] = bytemuck::cast_slice(src);
-        let (a, off) = (dst.addr(), dst.offset);
-        // The direct path to a cached mapping: complete now, nothing to track.
-        if crate::layer::fast(self, move |r| r.put_fast(a, off, bytes)) == Some(true) {
-            return Ok(());
-        }
-        let tag = self.tag();
-        // SAFETY: `src` is lent for `'env`, which outlives the scope of `tag`.
-        unsafe { put_from_slow(self, tag, a, off, bytes) }
-    }
-
-    fn fetch_into<T: AtomicType>(
-        &mut self,
-        ad: &AtomicDomain<T>,
-        op: AtomicOp,
-        p: GlobalPtr<T>,
-        a: T,
-        b: T,
-        f: AtomicFlags,
-        dst: &'env mut T,
-    ) -> Result<(), RmaError> {
-        if !op.is_fetching() {
-            return Err(RmaError::NotFetching { op });
-        }
-        let tag = self.tag();
-        let res: *mut T = dst;
-        let mut ev = None;
-        let r = drive(self, None, |r, cx, id| {
-            // SAFETY: `dst` is borrowed for the scope, which waits for the operation.
-            let st = unsafe {
-                r.atomic_step(
-                    cx,
-                    ad,
-                    op,
-                    p,
-                    (a, b),
-                    f,
-                    How::scoped(),
-                    Some(res),
-                    false,
-                    finish_unit,
-                    id,
-                    &mut ev,
-                )
-            };
-            raw(cx, st)
-        })?;
-        end_scoped(self, tag, r)
+        crate::layer::with(self, |r, _| r.nbi.quiet(cats, &r.ops.counted)).ok_or(RmaError::NoLayer)
     }
 }

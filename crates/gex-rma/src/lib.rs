@@ -95,24 +95,29 @@
 mod am;
 mod atomic;
 mod direct;
+mod drive;
 mod engine;
 mod error;
 mod ext;
 mod layer;
 mod native;
 mod nbi;
+mod ops;
 mod path;
 mod ptr;
+mod scope;
+mod target;
 mod vis;
 
 pub use atomic::{AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, AtomicType};
 pub use bytemuck::Pod;
 pub use engine::{OwnedGet, try_get_owned};
 pub use error::RmaError;
-pub use ext::{BorrowedDstMode, GetDst, RmaExt, ScopeRmaExt, Source};
+pub use ext::{BorrowedDstMode, GetDst, RmaExt, Source};
 pub use layer::Rma;
 pub use nbi::NbiCategories;
 pub use ptr::{GlobalPtr, Strided, Vis};
+pub use scope::ScopeRmaExt;
 
 /// The `GEX_*` settings of the RMA layer ([`Layer::ENV_VARS`](gex_core::layer::Layer::ENV_VARS)
 /// of [`Rma`]), collected into the registry that `GEX_VERBOSEENV=1` and `gex-info env`

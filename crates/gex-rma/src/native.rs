@@ -72,7 +72,7 @@ impl Rma {
         units: usize,
         src: Option<Arc<[u8]>>,
     ) {
-        self.bump(id, units);
+        self.ops.bump(id, units);
         self.native.push(NativePend {
             ticket,
             id,
@@ -91,7 +91,7 @@ impl Rma {
                 // Dropped here: the source copy is no longer read.
                 let (id, units) = (p.id, p.units);
                 drop(p);
-                if !self.credit(id, units) {
+                if !self.ops.credit(id, units) {
                     self.dropped += 1;
                 }
             } else {

@@ -55,11 +55,10 @@ impl NbiCategories {
     }
 }
 
-/// The NBI state of one endpoint.
+/// The relaxed-put state of one endpoint (the counters of implicit-event operations
+/// are the op table's: [`OpTable::counted`](crate::ops::OpTable)).
 #[derive(Debug, Default)]
 pub(crate) struct Nbi {
-    /// Counted implicit-event operations in flight, per [`Cat`].
-    pub(crate) pending: [usize; 3],
     /// Destinations of relaxed native puts not flushed yet.
     unflushed: HashSet<EpAddr>,
     /// The flush in progress (kept to reuse its allocation).
@@ -80,10 +79,10 @@ impl Nbi {
         self.unflushed.insert(dst);
     }
 
-    /// True when nothing counted in `cats` is in flight and nothing is left to flush
-    /// (for puts).
-    pub(crate) fn quiet(&self, cats: NbiCategories) -> bool {
-        cats.cats().all(|c| self.pending[c] == 0)
+    /// True when nothing counted in `cats` is in flight (`counted`: the op table's
+    /// counters) and nothing is left to flush (for puts).
+    pub(crate) fn quiet(&self, cats: NbiCategories, counted: &[usize; 3]) -> bool {
+        cats.cats().all(|c| counted[c] == 0)
             && (!cats.contains(NbiCategories::PUTS)
                 || (self.unflushed.is_empty() && self.flushing.is_empty()))
     }
@@ -108,14 +107,19 @@ impl Rma {
             match cx.native_flush(dst)? {
                 Native::Done | Native::Unsupported => {}
                 Native::Pending(ticket) => {
-                    let id =
-                        self.new_op(dst, "flush", std::ptr::null_mut(), 0, std::ptr::null_mut());
+                    let id = self.ops.new_op(
+                        dst,
+                        "flush",
+                        std::ptr::null_mut(),
+                        0,
+                        std::ptr::null_mut(),
+                    );
                     if let Some(op) = self.ops.get_mut(&id) {
-                        op.done = crate::layer::Done::Count(Cat::Puts);
+                        op.done = crate::ops::Done::Count(Cat::Puts);
                     }
-                    self.nbi.pending[Cat::Puts as usize] += 1;
+                    self.ops.counted[Cat::Puts as usize] += 1;
                     self.track_native(cx, id, ticket, 1, None);
-                    self.seal(id);
+                    self.ops.seal(id);
                 }
                 Native::WouldBlock => return Ok(false),
             }
@@ -143,7 +147,7 @@ impl Rma {
         }
         if self.nbi.flushing.is_empty()
             && self.nbi.unflushed.is_empty()
-            && self.nbi.pending[Cat::Puts as usize] == 0
+            && self.ops.counted[Cat::Puts as usize] == 0
         {
             for c in self.scope_flush.drain(..) {
                 c.ok();

@@ -42,11 +42,11 @@ fn atomics_and_puts_and_gets_of_the_same_words_do_not_race() {
             for _ in 0..2 {
                 for off in [0, 4, 8] {
                     let p = GlobalPtr::<u32>::new(t, off);
-                    e0.fetch(&d32, AtomicOp::Fadd, p, 1, 0, f, Blocking)
+                    e0.fetch_atomic(&d32, p, AtomicOp::Add(1), f, Blocking)
                         .unwrap();
                 }
                 let p = GlobalPtr::<u64>::new(t, 16);
-                e0.fetch(&d64, AtomicOp::Fadd, p, 1, 0, f, Blocking)
+                e0.fetch_atomic(&d64, p, AtomicOp::Add(1), f, Blocking)
                     .unwrap();
             }
         });

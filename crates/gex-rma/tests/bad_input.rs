@@ -110,11 +110,12 @@ fn every_operation_without_the_layer_is_no_layer() {
     );
     let pw = GlobalPtr::<u64>::new(ep.addr(), 0);
     assert_eq!(
-        ep.atomic(&ad, AtomicOp::Add, pw, 1, 0, NONE, Blocking),
+        ep.atomic(&ad, pw, AtomicOp::Add(1), NONE, Blocking),
         Err(n.clone())
     );
     assert_eq!(
-        ep.fetch(&ad, AtomicOp::Fadd, pw, 1, 0, NONE, Nb).map(drop),
+        ep.fetch_atomic(&ad, pw, AtomicOp::Add(1), NONE, Nb)
+            .map(drop),
         Err(n.clone())
     );
     let w2 = ep.world();
@@ -134,7 +135,7 @@ fn every_operation_without_the_layer_is_no_layer() {
     );
     assert_eq!(ep.scope(|s| s.put_from(p, &src)), Err(n.clone()));
     assert_eq!(
-        ep.scope(|s| s.fetch_into(&ad, AtomicOp::Fadd, pw, 1, 0, NONE, &mut old)),
+        ep.scope(|s| s.fetch_into(&ad, pw, AtomicOp::Add(1), NONE, &mut old)),
         Err(n)
     );
 }
@@ -303,14 +304,12 @@ fn contiguous_fast_paths_keep_the_range_checks_once_the_mapping_is_cached() {
             assert_eq!(a, [0; 8]);
             if off % 8 == 0 {
                 assert_eq!(
-                    ep.fetch(
+                    ep.fetch_atomic(
                         &ad,
-                        AtomicOp::Fadd,
                         GlobalPtr::new(me, off),
-                        1,
-                        0,
+                        AtomicOp::Add(1),
                         NONE,
-                        Blocking
+                        Blocking,
                     ),
                     Err(e)
                 );
@@ -318,15 +317,7 @@ fn contiguous_fast_paths_keep_the_range_checks_once_the_mapping_is_cached() {
         }
         // A misaligned atomic is still refused (by the checked path).
         assert!(matches!(
-            ep.fetch(
-                &ad,
-                AtomicOp::Fadd,
-                GlobalPtr::new(me, 4),
-                1,
-                0,
-                NONE,
-                Blocking
-            ),
+            ep.fetch_atomic(&ad, GlobalPtr::new(me, 4), AtomicOp::Add(1), NONE, Blocking,),
             Err(RmaError::Misaligned { .. })
         ));
         unchanged(&mut ep, &before);
@@ -489,7 +480,7 @@ fn world_domain(ep: &mut Endpoint<Loopback>, ops: AtomicOps) -> AtomicDomain<u64
 }
 
 /// The fetching forms and the scoped fetch check like `atomic`: op set, team,
-/// alignment, range, fetching op; nothing is performed.
+/// alignment, range; a fetching set is a swap; nothing is performed.
 #[test]
 fn fetches_check_like_atomics() {
     let c = client(2);
@@ -497,37 +488,49 @@ fn fetches_check_like_atomics() {
     let me = ep.addr();
     let ad = world_domain(&mut ep, AtomicOps::FADD | AtomicOps::SET | AtomicOps::GET);
     let p = GlobalPtr::<u64>::new(me, 64);
-    ep.atomic(&ad, AtomicOp::Set, p, 77, 0, NONE, Blocking)
+    ep.atomic(&ad, p, AtomicOp::Set(77), NONE, Blocking)
         .unwrap();
     let mut old = 0u64;
-    let nd = RmaError::OpNotInDomain { op: AtomicOp::Fxor };
+    let nd = RmaError::OpNotInDomain {
+        op: AtomicOps::FXOR,
+    };
     assert_eq!(
-        ep.fetch(&ad, AtomicOp::Fxor, p, 1, 0, NONE, Nbi),
+        ep.fetch_atomic(&ad, p, AtomicOp::Xor(1), NONE, Nbi),
         Err(nd.clone())
     );
     assert_eq!(
-        ep.scope(|s| s.fetch_into(&ad, AtomicOp::Fxor, p, 1, 0, NONE, &mut old)),
+        ep.scope(|s| s.fetch_into(&ad, p, AtomicOp::Xor(1), NONE, &mut old)),
         Err(nd)
     );
+    // A fetching set is a swap, which the domain does not allow (it allows the set).
+    let swap = RmaError::OpNotInDomain {
+        op: AtomicOps::SWAP,
+    };
+    assert_eq!(AtomicOp::Set(1u64).fetch_flag(), AtomicOps::SWAP);
     assert_eq!(
-        ep.scope(|s| s.fetch_into(&ad, AtomicOp::Set, p, 1, 0, NONE, &mut old)),
-        Err(RmaError::NotFetching { op: AtomicOp::Set })
+        ep.scope(|s| s.fetch_into(&ad, p, AtomicOp::Set(1), NONE, &mut old)),
+        Err(swap.clone())
     );
     assert_eq!(
-        ep.fetch(&ad, AtomicOp::Set, p, 1, 0, NONE, Nbi),
-        Err(RmaError::NotFetching { op: AtomicOp::Set })
+        ep.fetch_atomic(&ad, p, AtomicOp::Set(1), NONE, Nbi),
+        Err(swap)
+    );
+    // The non-fetching add is not in the domain either (the fetching one is).
+    assert_eq!(
+        ep.atomic(&ad, p, AtomicOp::Add(1), NONE, Blocking),
+        Err(RmaError::OpNotInDomain { op: AtomicOps::ADD })
     );
     // Endpoint 1 is not in endpoint 0's world team.
     let stranger = GlobalPtr::<u64>::new(EpAddr::new(0, 1), 64);
     assert_eq!(
-        ep.fetch(&ad, AtomicOp::Fadd, stranger, 1, 0, NONE, Nb)
+        ep.fetch_atomic(&ad, stranger, AtomicOp::Add(1), NONE, Nb)
             .map(drop),
         Err(RmaError::NotInTeam {
             dst: stranger.addr()
         })
     );
     assert_eq!(
-        ep.scope(|s| s.fetch_into(&ad, AtomicOp::Fadd, stranger, 1, 0, NONE, &mut old)),
+        ep.scope(|s| s.fetch_into(&ad, stranger, AtomicOp::Add(1), NONE, &mut old)),
         Err(RmaError::NotInTeam {
             dst: stranger.addr()
         })
@@ -540,34 +543,33 @@ fn fetches_check_like_atomics() {
             align: 8,
         };
         assert_eq!(
-            ep.fetch(&ad, AtomicOp::Fadd, q, 1, 0, NONE, Blocking),
+            ep.fetch_atomic(&ad, q, AtomicOp::Add(1), NONE, Blocking),
             Err(mis.clone())
         );
         assert_eq!(
-            ep.scope(|s| s.fetch_into(&ad, AtomicOp::Fadd, q, 1, 0, NONE, &mut old)),
+            ep.scope(|s| s.fetch_into(&ad, q, AtomicOp::Add(1), NONE, &mut old)),
             Err(mis)
         );
     }
     for off in [SEG, SEG - 4, usize::MAX - 7] {
         let q = GlobalPtr::<u64>::new(me, off);
         assert_eq!(
-            ep.fetch(&ad, AtomicOp::Fadd, q, 1, 0, NONE, Nb).map(drop),
+            ep.fetch_atomic(&ad, q, AtomicOp::Add(1), NONE, Nb)
+                .map(drop),
             Err(oos(me, off, 8))
         );
         assert_eq!(
-            ep.atomic(&ad, AtomicOp::Fadd, q, 1, 0, NONE, Nbi),
+            ep.fetch_atomic(&ad, q, AtomicOp::Add(1), NONE, Nbi),
             Err(oos(me, off, 8))
         );
     }
     assert_eq!(
-        ep.fetch(
+        ep.fetch_atomic(
             &ad,
-            AtomicOp::Fadd,
             GlobalPtr::new(EpAddr::new(0, 2), 0),
-            1,
-            0,
+            AtomicOp::Add(1),
             NONE,
-            Blocking
+            Blocking,
         ),
         Err(RmaError::NotInTeam {
             dst: EpAddr::new(0, 2)
@@ -576,7 +578,7 @@ fn fetches_check_like_atomics() {
     assert_eq!(old, 0, "a failed scoped fetch wrote its destination");
     ep.sync_nbi(NbiCategories::ALL).unwrap();
     assert_eq!(
-        ep.fetch(&ad, AtomicOp::Get, p, 0, 0, NONE, Blocking),
+        ep.fetch_atomic(&ad, p, AtomicOp::Get, NONE, Blocking),
         Ok(77),
         "a failed atomic changed the word"
     );
@@ -696,10 +698,10 @@ fn runtime_endpoints_are_reached_once_open_and_refused_otherwise() {
         .atomic_domain::<u64>(&w, AtomicOps::FADD | AtomicOps::GET)
         .unwrap();
     let word = GlobalPtr::<u64>::new(one, 64);
-    ep1.fetch(&ad, AtomicOp::Fadd, word, 4, 0, NONE, Blocking)
+    ep1.fetch_atomic(&ad, word, AtomicOp::Add(4), NONE, Blocking)
         .unwrap();
     assert_eq!(
-        ep1.fetch(&ad, AtomicOp::Get, word, 0, 0, NONE, Blocking),
+        ep1.fetch_atomic(&ad, word, AtomicOp::Get, NONE, Blocking),
         Ok(4)
     );
     drop(ep1);

@@ -103,16 +103,17 @@ fn every_mode(path: &str) {
     let w = GlobalPtr::<u64>::new(me, 8);
     let f = AtomicFlags::empty();
     assert_eq!(
-        ep.fetch(&ad, AtomicOp::Fadd, w, 5, 0, f, Blocking).unwrap(),
+        ep.fetch_atomic(&ad, w, AtomicOp::Add(5), f, Blocking)
+            .unwrap(),
         0
     );
-    let ev = ep.fetch(&ad, AtomicOp::Fadd, w, 5, 0, f, Nb).unwrap();
+    let ev = ep.fetch_atomic(&ad, w, AtomicOp::Add(5), f, Nb).unwrap();
     assert_eq!(ep.wait(ev).unwrap(), 5);
-    ep.atomic(&ad, AtomicOp::Add, w, 1, 0, f, Nbi).unwrap();
-    ep.fetch(&ad, AtomicOp::Fadd, w, 1, 0, f, Nbi).unwrap();
+    ep.atomic(&ad, w, AtomicOp::Add(1), f, Nbi).unwrap();
+    ep.fetch_atomic(&ad, w, AtomicOp::Add(1), f, Nbi).unwrap();
     ep.sync_nbi(NbiCategories::ATOMICS).unwrap();
     assert_eq!(
-        ep.fetch(&ad, AtomicOp::Get, w, 0, 0, f, Blocking).unwrap(),
+        ep.fetch_atomic(&ad, w, AtomicOp::Get, f, Blocking).unwrap(),
         12
     );
     // Scopes: borrowed destinations and sources.
@@ -122,7 +123,7 @@ fn every_mode(path: &str) {
         s.get_into(&mut a, p)?;
         s.get_vis_into(&mut b, Vis::Vector(&[(p.add(10), 1), (p.add(12), 1)]))?;
         s.put_from(p.add(500), &src)?;
-        s.fetch_into(&ad, AtomicOp::Fadd, w, 100, 0, f, &mut old)?;
+        s.fetch_into(&ad, w, AtomicOp::Add(100), f, &mut old)?;
         Ok::<(), RmaError>(())
     })
     .unwrap();
@@ -189,12 +190,10 @@ fn an_event_of_another_endpoint_is_an_error() {
     let world = a.world();
     let ad = a.atomic_domain::<u32>(&world, AtomicOps::FINC).unwrap();
     let ev = a
-        .fetch(
+        .fetch_atomic(
             &ad,
-            AtomicOp::Finc,
             p.cast::<u32>(),
-            0,
-            0,
+            AtomicOp::Inc,
             AtomicFlags::empty(),
             Nb,
         )
@@ -302,18 +301,16 @@ fn members_asking_for_different_op_sets_get_an_error() {
         assert!(!ad.is_native(), "loopback has no NIC atomics");
         let w = GlobalPtr::<u64>::new(team.member(0).unwrap(), 0);
         for _ in 0..100 {
-            ep.fetch(&ad, AtomicOp::Fadd, w, 1, 0, AtomicFlags::empty(), Blocking)?;
+            ep.fetch_atomic(&ad, w, AtomicOp::Add(1), AtomicFlags::empty(), Blocking)?;
         }
         let stranger = GlobalPtr::<u64>::new(EpAddr::new(0, 7), 0);
         assert_eq!(
-            ep.atomic(
+            ep.fetch_atomic(
                 &ad,
-                AtomicOp::Fadd,
                 stranger,
-                1,
-                0,
+                AtomicOp::Add(1),
                 AtomicFlags::empty(),
-                Blocking
+                Blocking,
             ),
             Err(RmaError::NotInTeam {
                 dst: stranger.addr()

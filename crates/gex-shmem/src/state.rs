@@ -922,26 +922,29 @@ impl State {
                     ($ad:expr, $t:ty) => {{
                         let p = GlobalPtr::<$t>::new(EpAddr::new(pe, 0), self.seg_off(pe, off));
                         let (x, y) = (a as $t, b as $t);
-                        let gop = match (op, fetch) {
-                            (Amo::Fetch, _) => AtomicOp::Get,
-                            (Amo::Set, false) => AtomicOp::Set,
-                            (Amo::Set, true) | (Amo::Swap, _) => AtomicOp::Swap,
-                            (Amo::Cswap, _) => AtomicOp::Fcswap,
-                            (Amo::Add, false) => AtomicOp::Add,
-                            (Amo::Add, true) => AtomicOp::Fadd,
-                            (Amo::And, false) => AtomicOp::And,
-                            (Amo::And, true) => AtomicOp::Fand,
-                            (Amo::Or, false) => AtomicOp::Or,
-                            (Amo::Or, true) => AtomicOp::For,
-                            (Amo::Xor, false) => AtomicOp::Xor,
-                            (Amo::Xor, true) => AtomicOp::Fxor,
+                        // The fetching form for fetch, swap and compare-and-swap (and a
+                        // fetching set: a swap), the plain one otherwise.
+                        let (gop, fetching) = match op {
+                            Amo::Fetch => (AtomicOp::Get, true),
+                            Amo::Set => (AtomicOp::Set(x), fetch),
+                            Amo::Swap => (AtomicOp::Swap(x), true),
+                            Amo::Cswap => (
+                                AtomicOp::CompareSwap {
+                                    expected: x,
+                                    new: y,
+                                },
+                                true,
+                            ),
+                            Amo::Add => (AtomicOp::Add(x), fetch),
+                            Amo::And => (AtomicOp::And(x), fetch),
+                            Amo::Or => (AtomicOp::Or(x), fetch),
+                            Amo::Xor => (AtomicOp::Xor(x), fetch),
                         };
-                        if gop.is_fetching() {
-                            let ad = $ad.clone();
-                            Ok(self.ep.fetch(&ad, gop, p, x, y, f, Blocking)? as u64)
+                        let ad = $ad.clone();
+                        if fetching {
+                            Ok(self.ep.fetch_atomic(&ad, p, gop, f, Blocking)? as u64)
                         } else {
-                            let ad = $ad.clone();
-                            self.ep.atomic(&ad, gop, p, x, y, f, Blocking)?;
+                            self.ep.atomic(&ad, p, gop, f, Blocking)?;
                             Ok(0)
                         }
                     }};

@@ -41,11 +41,11 @@ fn atomics_against_reads(cfg: SimConfig, native: bool) {
                     // 4 bytes: both halves of the word at 0, the low half of the one at 8.
                     for off in [0, 4, 8] {
                         let p = GlobalPtr::<u32>::new(t, off);
-                        ep.fetch(&d32, AtomicOp::Fadd, p, 1, 0, f, Blocking)
+                        ep.fetch_atomic(&d32, p, AtomicOp::Add(1), f, Blocking)
                             .unwrap();
                     }
                     let p = GlobalPtr::<u64>::new(t, 16);
-                    ep.fetch(&d64, AtomicOp::Fadd, p, 1, 0, f, Blocking)
+                    ep.fetch_atomic(&d64, p, AtomicOp::Add(1), f, Blocking)
                         .unwrap();
                 }
             } else {

@@ -287,15 +287,15 @@ mod native_paths {
             let f = AtomicFlags::empty();
             for t in 0..2 {
                 let w = GlobalPtr::<u64>::new(EpAddr::rank(t), 8192);
-                r.atomic(ad, AtomicOp::Set, w, 40, 0, f, Blocking)
+                r.atomic(ad, w, AtomicOp::Set(40), f, Blocking)
                     .map_err(es)?;
                 let old = r
-                    .fetch(ad, AtomicOp::Fadd, w, 2, 0, f, Blocking)
+                    .fetch_atomic(ad, w, AtomicOp::Add(2), f, Blocking)
                     .map_err(es)?;
-                let ev = r.fetch(ad, AtomicOp::Fadd, w, 3, 0, f, Nb).map_err(es)?;
+                let ev = r.fetch_atomic(ad, w, AtomicOp::Add(3), f, Nb).map_err(es)?;
                 let old2 = r.wait(ev).map_err(es)?;
                 let now = r
-                    .fetch(ad, AtomicOp::Get, w, 0, 0, f, Blocking)
+                    .fetch_atomic(ad, w, AtomicOp::Get, f, Blocking)
                     .map_err(es)?;
                 check("native fetch-add values", (old, old2, now) == (40, 42, 45))?;
             }
@@ -315,8 +315,9 @@ mod native_paths {
     /// to flush flushes nothing; puts with an explicit event and blocking puts stay
     /// complete at the target (not relaxed); puts whose source is lent to a scope are
     /// relaxed, and the scope's end flushes them.
-    /// A fetching NIC atomic whose old value nobody wants (`atomic` with a fetching op
-    /// in every mode, `fetch` in mode NBI) still gets a word for the NIC to land it in:
+    /// A fetching NIC atomic whose old value nobody wants (`atomic` of `Get`, which
+    /// only fetches, in every mode; `fetch_atomic` in mode NBI) still gets a word for
+    /// the NIC to land it in:
     /// the conduit contract allows a null result only for a non-fetching operation (the
     /// simulated conduit refuses it as a contract error). Failed before: gex-rma passed
     /// null with `fetch: true`.
@@ -327,17 +328,19 @@ mod native_paths {
             let f = AtomicFlags::empty();
             for t in 0..2 {
                 let w = GlobalPtr::<u64>::new(EpAddr::rank(t), 4096);
-                r.atomic(ad, AtomicOp::Set, w, 10, 0, f, Blocking)
+                r.atomic(ad, w, AtomicOp::Set(10), f, Blocking)
                     .map_err(es)?;
-                r.atomic(ad, AtomicOp::Fadd, w, 1, 0, f, Blocking)
-                    .map_err(es)?;
-                let ev = r.atomic(ad, AtomicOp::Fadd, w, 2, 0, f, Nb).map_err(es)?;
+                r.atomic(ad, w, AtomicOp::Get, f, Blocking).map_err(es)?;
+                let ev = r.atomic(ad, w, AtomicOp::Get, f, Nb).map_err(es)?;
                 r.wait(ev).map_err(es)?;
-                r.atomic(ad, AtomicOp::Fadd, w, 3, 0, f, Nbi).map_err(es)?;
-                r.fetch(ad, AtomicOp::Fadd, w, 4, 0, f, Nbi).map_err(es)?;
+                r.atomic(ad, w, AtomicOp::Get, f, Nbi).map_err(es)?;
+                r.fetch_atomic(ad, w, AtomicOp::Add(4), f, Nbi)
+                    .map_err(es)?;
+                r.fetch_atomic(ad, w, AtomicOp::Add(6), f, Nbi)
+                    .map_err(es)?;
                 r.sync_nbi(NbiCategories::ATOMICS).map_err(es)?;
                 let now = r
-                    .fetch(ad, AtomicOp::Get, w, 0, 0, f, Blocking)
+                    .fetch_atomic(ad, w, AtomicOp::Get, f, Blocking)
                     .map_err(es)?;
                 check(&format!("discarded fetch-adds: {now} (want 20)"), now == 20)?;
             }
@@ -514,7 +517,7 @@ mod native_paths {
                 let w = GlobalPtr::<i64>::new(EpAddr::rank(1), 64);
                 let before = counts(&mut r);
                 for _ in 0..50 {
-                    r.fetch(&partly, AtomicOp::Fadd, w, 1, 0, f, Blocking)
+                    r.fetch_atomic(&partly, w, AtomicOp::Add(1), f, Blocking)
                         .map_err(es)?;
                 }
                 check(
@@ -523,16 +526,16 @@ mod native_paths {
                 )?;
                 barrier(&mut r)?;
                 let v = r
-                    .fetch(&partly, AtomicOp::Fmult, w, 2, 0, f, Blocking)
+                    .fetch_atomic(&partly, w, AtomicOp::Mult(2), f, Blocking)
                     .map_err(es)?;
                 barrier(&mut r)?;
                 let end = r
-                    .fetch(&partly, AtomicOp::Get, w, 0, 0, f, Blocking)
+                    .fetch_atomic(&partly, w, AtomicOp::Get, f, Blocking)
                     .map_err(es)?;
                 check("fallback results", end == 400 && (v == 100 || v == 200))?;
                 // The offered domain on another word does use the NIC.
                 let w2 = GlobalPtr::<i64>::new(EpAddr::rank(0), 128);
-                r.atomic(&offered, AtomicOp::Fadd, w2, 5, 0, f, Blocking)
+                r.fetch_atomic(&offered, w2, AtomicOp::Add(5), f, Blocking)
                     .map_err(es)?;
                 let nic = counts(&mut r).atomics - before.atomics;
                 check(
@@ -541,7 +544,7 @@ mod native_paths {
                 )?;
                 barrier(&mut r)?;
                 let got = r
-                    .fetch(&offered, AtomicOp::Get, w2, 0, 0, f, Blocking)
+                    .fetch_atomic(&offered, w2, AtomicOp::Get, f, Blocking)
                     .map_err(es)?;
                 check("offered domain result", got == 10)?;
                 barrier(&mut r)?;
@@ -668,13 +671,14 @@ mod mapped_len {
                     let w = GlobalPtr::<u64>::new(EpAddr::new(1, 0), PAST + 1024);
                     let f = AtomicFlags::empty();
                     via_ams(&mut r, "an atomic", |r| {
-                        r.atomic(&ad, AtomicOp::Set, w, 5, 0, f, Blocking)
+                        r.atomic(&ad, w, AtomicOp::Set(5), f, Blocking)
                     })?;
                     via_ams(&mut r, "a fetch", |r| {
-                        r.fetch(&ad, AtomicOp::Fadd, w, 1, 0, f, Blocking).map(drop)
+                        r.fetch_atomic(&ad, w, AtomicOp::Add(1), f, Blocking)
+                            .map(drop)
                     })?;
                     let v = r
-                        .fetch(&ad, AtomicOp::Fadd, w, 0, 0, f, Blocking)
+                        .fetch_atomic(&ad, w, AtomicOp::Add(0), f, Blocking)
                         .map_err(es)?;
                     if v != 6 {
                         return Err(format!("atomics past the mapping: {v}"));
@@ -839,8 +843,12 @@ mod prop_strided {
 /// commute, so any interleaving gives the model's result).
 mod prop_atomics {
     use super::barrier;
-    use gex_core::{AnyEvent, Blocking, ClientBuilder, EpAddr, Nb, Nbi};
-    use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, Rma, RmaExt};
+    use gex_core::spi::Conduit;
+    use gex_core::{AnyEvent, Blocking, ClientBuilder, Endpoint, EpAddr, Event, Nb, Nbi};
+    use gex_rma::{
+        AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, AtomicType, GlobalPtr, NbiCategories, Rma,
+        RmaError, RmaExt,
+    };
     use gex_testkit::sim::{SimConfig, run_sim};
     use proptest::prelude::*;
 
@@ -859,15 +867,41 @@ mod prop_atomics {
         )
     }
 
-    fn op_of(word: usize, v: u8) -> AtomicOp {
+    /// The operation of variant `v` on `word` with operand `x`: (fetching form, op).
+    fn op_of<T: Copy>(word: usize, v: u8, x: T) -> (bool, AtomicOp<T>) {
         use AtomicOp::*;
-        match word {
-            0 => [Add, Fadd, Sub, Fsub, Inc, Finc, Dec, Fdec][v as usize % 8],
-            1 => [Xor, Fxor][v as usize % 2],
-            2 => [Min, Fmin][v as usize % 2],
-            3 => [Max, Fmax][v as usize % 2],
-            4 => [Or, For][v as usize % 2],
-            _ => [Add, Fadd][v as usize % 2],
+        let op = match word {
+            0 => [Add(x), Sub(x), Inc, Dec][v as usize % 8 / 2],
+            1 => Xor(x),
+            2 => Min(x),
+            3 => Max(x),
+            4 => Or(x),
+            _ => Add(x),
+        };
+        (v % 2 == 1, op)
+    }
+
+    /// Issues `op` (in its fetching form, the value discarded, or not) in mode `mode`
+    /// (0 blocking, 1 NB, else NBI): the event of a non-fetching NB one (a fetching
+    /// one is waited for here).
+    fn issue<C: Conduit, T: AtomicType>(
+        r: &mut Endpoint<C>,
+        ad: &AtomicDomain<T>,
+        p: GlobalPtr<T>,
+        (fetch, op): (bool, AtomicOp<T>),
+        mode: u8,
+    ) -> Result<Option<Event<(), RmaError>>, RmaError> {
+        let f = AtomicFlags::empty();
+        match (fetch, mode) {
+            (false, 0) => r.atomic(ad, p, op, f, Blocking).map(|()| None),
+            (false, 1) => r.atomic(ad, p, op, f, Nb).map(Some),
+            (false, _) => r.atomic(ad, p, op, f, Nbi).map(|()| None),
+            (true, 0) => r.fetch_atomic(ad, p, op, f, Blocking).map(|_| None),
+            (true, 1) => {
+                let e = r.fetch_atomic(ad, p, op, f, Nb)?;
+                r.wait(e).map(|_| None)
+            }
+            (true, _) => r.fetch_atomic(ad, p, op, f, Nbi).map(|()| None),
         }
     }
 
@@ -877,11 +911,11 @@ mod prop_atomics {
         let mut m = vec![init; RANKS as usize];
         for &(t, w, v, x, _) in all.iter().flatten() {
             let word = &mut m[t as usize][w];
-            let op = op_of(w, v);
+            let (_, op) = op_of(w, v, x);
             *word = match (w, op) {
-                (0, AtomicOp::Add | AtomicOp::Fadd) => word.wrapping_add(x),
-                (0, AtomicOp::Sub | AtomicOp::Fsub) => word.wrapping_sub(x),
-                (0, AtomicOp::Inc | AtomicOp::Finc) => word.wrapping_add(1),
+                (0, AtomicOp::Add(x)) => word.wrapping_add(x),
+                (0, AtomicOp::Sub(x)) => word.wrapping_sub(x),
+                (0, AtomicOp::Inc) => word.wrapping_add(1),
                 (0, _) => word.wrapping_sub(1),
                 (1, _) => *word ^ x,
                 (2, _) => (*word as i64).min(x as i64) as u64,
@@ -923,20 +957,16 @@ mod prop_atomics {
                 let ptr = |rank: u32, w: usize| GlobalPtr::<u64>::new(EpAddr::rank(rank), w * 8);
                 r.atomic(
                     &u64d,
-                    AtomicOp::Set,
                     ptr(me.rank, 2),
-                    i64::MAX as u64,
-                    0,
+                    AtomicOp::Set(i64::MAX as u64),
                     f,
                     Blocking,
                 )
                 .map_err(es)?;
                 r.atomic(
                     &u64d,
-                    AtomicOp::Set,
                     ptr(me.rank, 3),
-                    i64::MIN as u64,
-                    0,
+                    AtomicOp::Set(i64::MIN as u64),
                     f,
                     Blocking,
                 )
@@ -944,38 +974,21 @@ mod prop_atomics {
                 barrier(&mut r)?;
                 let mut evs = Vec::new();
                 for &(t, w, v, x, mode) in &all[me.rank as usize] {
-                    let op = op_of(w, v);
                     let p = ptr(t, w);
+                    let (a, off) = (p.addr(), p.offset);
                     let ev = match w {
-                        0 | 1 => match mode {
-                            0 => r.atomic(&u64d, op, p, x, 0, f, Blocking).map(|()| None),
-                            1 => r.atomic(&u64d, op, p, x, 0, f, Nb).map(Some),
-                            _ => r.atomic(&u64d, op, p, x, 0, f, Nbi).map(|()| None),
-                        },
+                        0 | 1 => issue(&mut r, &u64d, p, op_of(w, v, x), mode),
                         2 | 3 => {
-                            let p = GlobalPtr::<i64>::new(p.addr(), p.offset);
-                            match mode {
-                                0 if op.is_fetching() => {
-                                    r.fetch(&i64d, op, p, x as i64, 0, f, Nb).map(|e| {
-                                        let _ = r.wait(e);
-                                        None
-                                    })
-                                }
-                                0 => r
-                                    .atomic(&i64d, op, p, x as i64, 0, f, Blocking)
-                                    .map(|()| None),
-                                1 => r.atomic(&i64d, op, p, x as i64, 0, f, Nb).map(Some),
-                                _ => r.atomic(&i64d, op, p, x as i64, 0, f, Nbi).map(|()| None),
-                            }
+                            let p = GlobalPtr::<i64>::new(a, off);
+                            issue(&mut r, &i64d, p, op_of(w, v, x as i64), mode)
                         }
                         4 => {
-                            let p = GlobalPtr::<u32>::new(p.addr(), p.offset);
-                            r.atomic(&u32d, op, p, x as u32, 0, f, Nb).map(Some)
+                            let p = GlobalPtr::<u32>::new(a, off);
+                            issue(&mut r, &u32d, p, op_of(w, v, x as u32), 1)
                         }
                         _ => {
-                            let p = GlobalPtr::<f64>::new(p.addr(), p.offset);
-                            r.atomic(&f64d, op, p, (x % 100) as f64, 0.0, f, Nbi)
-                                .map(|()| None)
+                            let p = GlobalPtr::<f64>::new(a, off);
+                            issue(&mut r, &f64d, p, op_of(w, v, (x % 100) as f64), 2)
                         }
                     }
                     .map_err(es)?;

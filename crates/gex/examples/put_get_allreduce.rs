@@ -21,15 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let counter = GlobalPtr::<u64>::new(world.member(0).expect("rank 0"), 4096);
     // (collective: every rank asks for the same operations)
     let domain = ep.atomic_domain::<u64>(&world, AtomicOps::ADD | AtomicOps::GET)?;
-    let added = ep.atomic(
-        &domain,
-        AtomicOp::Add,
-        counter,
-        1,
-        0,
-        AtomicFlags::empty(),
-        Nb,
-    )?;
+    let added = ep.atomic(&domain, counter, AtomicOp::Add(1), AtomicFlags::empty(), Nb)?;
     // One progress engine: waiting on either event drives both.
     assert_eq!(ep.wait(back)?, vec![u64::from(me)]);
     ep.wait(added)?;
@@ -43,7 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ep.barrier(&world)?;
     if me == 0 {
         let f = AtomicFlags::empty();
-        let count = ep.fetch(&domain, AtomicOp::Get, counter, 0, 0, f, Blocking)?;
+        let count = ep.fetch_atomic(&domain, counter, AtomicOp::Get, f, Blocking)?;
         assert_eq!(count, u64::from(n));
         println!("{n} ranks: sum of ranks {}, atomic count {count}", sum[0]);
     }

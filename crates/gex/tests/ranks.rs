@@ -53,7 +53,7 @@ fn all_layers<C: Conduit>(client: gex::core::Client<C>) -> Result<(), String> {
     let counter = GlobalPtr::<u64>::new(EpAddr::rank(0), 1024);
     let f = AtomicFlags::empty();
     let added = ep
-        .atomic(&ad, AtomicOp::Add, counter, 1, 0, f, Nb)
+        .atomic(&ad, counter, AtomicOp::Add(1), f, Nb)
         .map_err(|x| e(&x))?;
     if ep.wait(back).map_err(|x| e(&x))? != [me + 100] {
         return Err(format!("rank {me}: get returned another value"));
@@ -71,7 +71,7 @@ fn all_layers<C: Conduit>(client: gex::core::Client<C>) -> Result<(), String> {
     }
     ep.barrier(&world).map_err(|x| e(&x))?;
     let count = ep
-        .fetch(&ad, AtomicOp::Get, counter, 0, 0, f, Blocking)
+        .fetch_atomic(&ad, counter, AtomicOp::Get, f, Blocking)
         .map_err(|x| e(&x))?;
     if count != u64::from(n) {
         return Err(format!("rank {me}: counter {count}, expected {n}"));

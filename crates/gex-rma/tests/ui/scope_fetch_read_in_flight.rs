@@ -11,7 +11,7 @@ fn main() {
     let p = GlobalPtr::<u64>::new(ep.addr(), 0);
     let mut old = 0u64;
     ep.scope(|s| {
-        s.fetch_into(&ad, AtomicOp::Fadd, p, 1, 0, AtomicFlags::empty(), &mut old)?;
+        s.fetch_into(&ad, p, AtomicOp::Add(1), AtomicFlags::empty(), &mut old)?;
         assert_eq!(old, 0);
         Ok::<(), RmaError>(())
     })

@@ -19,8 +19,8 @@ const NONE: AtomicFlags = AtomicFlags::empty();
 /// A sequential model of one element type (written independently of gex-rma).
 pub(crate) trait Model: AtomicType + Copy {
     const FLOAT: bool;
-    /// The word's value after `op` with operands `a`, `b` on `o`.
-    fn apply(op: AtomicOp, o: Self, a: Self, b: Self) -> Self;
+    /// The word's value after `op` (with its operands) on `o`.
+    fn apply(op: AtomicOp<Self>, o: Self) -> Self;
     fn sample(g: &mut SplitMix64) -> Self;
     fn bits(self) -> u64;
 }
@@ -29,28 +29,28 @@ macro_rules! int_model {
     ($t:ty) => {
         impl Model for $t {
             const FLOAT: bool = false;
-            fn apply(op: AtomicOp, o: $t, a: $t, b: $t) -> $t {
+            fn apply(op: AtomicOp<$t>, o: $t) -> $t {
                 use AtomicOp::*;
                 match op {
                     Get => o,
-                    Set | Swap => a,
-                    Cswap | Fcswap => {
-                        if o == a {
-                            b
+                    Set(a) | Swap(a) => a,
+                    CompareSwap { expected, new } => {
+                        if o == expected {
+                            new
                         } else {
                             o
                         }
                     }
-                    Add | Fadd => o.wrapping_add(a),
-                    Sub | Fsub => o.wrapping_sub(a),
-                    Mult | Fmult => o.wrapping_mul(a),
-                    Min | Fmin => o.min(a),
-                    Max | Fmax => o.max(a),
-                    Inc | Finc => o.wrapping_add(1),
-                    Dec | Fdec => o.wrapping_sub(1),
-                    And | Fand => o & a,
-                    Or | For => o | a,
-                    Xor | Fxor => o ^ a,
+                    Add(a) => o.wrapping_add(a),
+                    Sub(a) => o.wrapping_sub(a),
+                    Mult(a) => o.wrapping_mul(a),
+                    Min(a) => o.min(a),
+                    Max(a) => o.max(a),
+                    Inc => o.wrapping_add(1),
+                    Dec => o.wrapping_sub(1),
+                    And(a) => o & a,
+                    Or(a) => o | a,
+                    Xor(a) => o ^ a,
                 }
             }
             fn sample(g: &mut SplitMix64) -> $t {
@@ -77,38 +77,38 @@ macro_rules! float_model {
     ($t:ty) => {
         impl Model for $t {
             const FLOAT: bool = true;
-            fn apply(op: AtomicOp, o: $t, a: $t, b: $t) -> $t {
+            fn apply(op: AtomicOp<$t>, o: $t) -> $t {
                 use AtomicOp::*;
                 match op {
                     Get => o,
-                    Set | Swap => a,
-                    Cswap | Fcswap => {
-                        if o.to_bits() == a.to_bits() {
-                            b
+                    Set(a) | Swap(a) => a,
+                    CompareSwap { expected, new } => {
+                        if o.to_bits() == expected.to_bits() {
+                            new
                         } else {
                             o
                         }
                     }
-                    Add | Fadd => o + a,
-                    Sub | Fsub => o - a,
-                    Mult | Fmult => o * a,
-                    Min | Fmin => {
+                    Add(a) => o + a,
+                    Sub(a) => o - a,
+                    Mult(a) => o * a,
+                    Min(a) => {
                         if a < o {
                             a
                         } else {
                             o
                         }
                     }
-                    Max | Fmax => {
+                    Max(a) => {
                         if a > o {
                             a
                         } else {
                             o
                         }
                     }
-                    Inc | Finc => o + 1.0,
-                    Dec | Fdec => o - 1.0,
-                    And | Fand | Or | For | Xor | Fxor => o,
+                    Inc => o + 1.0,
+                    Dec => o - 1.0,
+                    And(_) | Or(_) | Xor(_) => o,
                 }
             }
             fn sample(g: &mut SplitMix64) -> $t {
@@ -132,10 +132,30 @@ fn same<T: Model>(a: T, b: T) -> bool {
     a.bits() == b.bits()
 }
 
-fn ops_for<T: Model>() -> impl Iterator<Item = AtomicOp> {
-    AtomicOp::ALL
-        .into_iter()
-        .filter(|op| !T::FLOAT || !op.flag().intersects(AtomicOps::BITWISE))
+/// Cases of [`op_case`]: every variant of [`AtomicOp`] through both methods. That
+/// is GASNet-EX's 25 operations and the three pairs only the typed API spells:
+/// `atomic` of `Get` and `Swap` (performed, old value discarded) and `fetch_atomic`
+/// of `Set` (a swap).
+const CASES: usize = 28;
+
+/// Case `i` with operands `a`, `b`: (fetching form, operation).
+fn op_case<T: Copy>(i: usize, a: T, b: T) -> (bool, AtomicOp<T>) {
+    use AtomicOp::*;
+    let cs = CompareSwap {
+        expected: a,
+        new: b,
+    };
+    #[rustfmt::skip]
+    let variants = [
+        Get, Set(a), Swap(a), cs, Add(a), Sub(a), Mult(a), Min(a), Max(a), Inc, Dec,
+        And(a), Or(a), Xor(a),
+    ];
+    (i % 2 == 1, variants[i / 2])
+}
+
+/// The op-set bit of `op` in its fetching form or not.
+fn bit<T: Copy>(fetch: bool, op: AtomicOp<T>) -> AtomicOps {
+    if fetch { op.fetch_flag() } else { op.flag() }
 }
 
 fn domain_for<C: Conduit, T: Model>(r: &mut Ep<C>) -> R<AtomicDomain<T>> {
@@ -159,39 +179,45 @@ fn ops_one_type<C: Conduit, T: Model>(r: &mut Ep<C>, word: usize, name: &str) ->
     for d in 0..n {
         let p = GlobalPtr::<T>::new(EpAddr::rank(d), me as usize * slot + word);
         let mut model = T::sample(&mut g);
-        r.atomic(&ad, AtomicOp::Set, p, model, model, NONE, Blocking)
+        r.atomic(&ad, p, AtomicOp::Set(model), NONE, Blocking)
             .map_err(e2s("set"))?;
         for round in 0..2 {
-            for op in ops_for::<T>() {
+            for case in 0..CASES {
+                let (fetch, op) = op_case(case, model, model);
+                if T::FLOAT && bit(fetch, op).intersects(AtomicOps::BITWISE) {
+                    continue;
+                }
                 for mode in 0..5 {
-                    let what = format!("{name} {op:?} mode {mode} round {round} on rank {d}");
-                    let a = if matches!(op, AtomicOp::Cswap | AtomicOp::Fcswap) && g.up_to(1) == 0 {
-                        model
-                    } else {
-                        T::sample(&mut g)
-                    };
-                    let b = T::sample(&mut g);
+                    let (mut a, b) = (T::sample(&mut g), T::sample(&mut g));
+                    let cs = matches!(op_case(case, a, b).1, AtomicOp::CompareSwap { .. });
+                    if cs && g.up_to(1) == 0 {
+                        a = model;
+                    }
+                    let (fetch, op) = op_case(case, a, b);
+                    let what = format!(
+                        "{name} {op:?} (fetch {fetch}) mode {mode} round {round} on rank {d}"
+                    );
                     let f = AtomicFlags::from_bits_truncate(g.up_to(3) as u32);
                     let want_old = model;
-                    model = T::apply(op, model, a, b);
-                    let got: Option<T> = match (mode, op.is_fetching()) {
-                        (0, true) => {
-                            Some(r.fetch(&ad, op, p, a, b, f, Blocking).map_err(e2s(&what))?)
-                        }
+                    model = T::apply(op, model);
+                    let got: Option<T> = match (mode, fetch) {
+                        (0, true) => Some(
+                            r.fetch_atomic(&ad, p, op, f, Blocking)
+                                .map_err(e2s(&what))?,
+                        ),
                         (0, false) => {
-                            r.atomic(&ad, op, p, a, b, f, Blocking)
-                                .map_err(e2s(&what))?;
+                            r.atomic(&ad, p, op, f, Blocking).map_err(e2s(&what))?;
                             None
                         }
                         (1, true) => {
-                            let ev = r.fetch(&ad, op, p, a, b, f, Nb).map_err(e2s(&what))?;
+                            let ev = r.fetch_atomic(&ad, p, op, f, Nb).map_err(e2s(&what))?;
                             Some(wait(r, ev, &what)?)
                         }
                         (2, true) => {
                             // Into a destination lent to a scope, synced inside it.
                             let mut out = T::zeroed();
                             r.scope(|s| {
-                                s.fetch_into(&ad, op, p, a, b, f, &mut out)?;
+                                s.fetch_into(&ad, p, op, f, &mut out)?;
                                 s.sync::<RmaError>()
                             })
                             .map_err(e2s(&what))?;
@@ -200,23 +226,23 @@ fn ops_one_type<C: Conduit, T: Model>(r: &mut Ep<C>, word: usize, name: &str) ->
                         (3, true) => {
                             // Completed by the end of the scope (GASNet-EX's access region).
                             let mut out = T::zeroed();
-                            r.scope(|s| s.fetch_into(&ad, op, p, a, b, f, &mut out))
+                            r.scope(|s| s.fetch_into(&ad, p, op, f, &mut out))
                                 .map_err(e2s(&what))?;
                             Some(out)
                         }
                         (4, true) => {
                             // Implicit event: the value is discarded, the word changes.
-                            r.fetch(&ad, op, p, a, b, f, Nbi).map_err(e2s(&what))?;
+                            r.fetch_atomic(&ad, p, op, f, Nbi).map_err(e2s(&what))?;
                             r.sync_nbi(NbiCategories::ATOMICS).map_err(e2s(&what))?;
                             None
                         }
                         (1, false) => {
-                            let ev = r.atomic(&ad, op, p, a, b, f, Nb).map_err(e2s(&what))?;
+                            let ev = r.atomic(&ad, p, op, f, Nb).map_err(e2s(&what))?;
                             wait(r, ev, &what)?;
                             None
                         }
                         _ => {
-                            r.atomic(&ad, op, p, a, b, f, Nbi).map_err(e2s(&what))?;
+                            r.atomic(&ad, p, op, f, Nbi).map_err(e2s(&what))?;
                             if mode == 2 {
                                 r.sync_nbi(NbiCategories::ALL).map_err(e2s(&what))?;
                             } else if mode == 4 {
@@ -238,7 +264,7 @@ fn ops_one_type<C: Conduit, T: Model>(r: &mut Ep<C>, word: usize, name: &str) ->
                         }
                     }
                     let now = r
-                        .fetch(&ad, AtomicOp::Get, p, model, model, NONE, Blocking)
+                        .fetch_atomic(&ad, p, AtomicOp::Get, NONE, Blocking)
                         .map_err(e2s("get"))?;
                     if !same(now, model) {
                         return Err(format!(
@@ -308,49 +334,41 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     let pu = |o: usize| GlobalPtr::<u64>::new(t, o);
     if me == 0 {
         for w in [W_COUNT, W_LOCK, W_PLAIN, W_MULT] {
-            r.atomic(&u64d, AtomicOp::Set, pu(w), 0, 0, NONE, Blocking)
+            r.atomic(&u64d, pu(w), AtomicOp::Set(0), NONE, Blocking)
                 .map_err(e2s("init"))?;
         }
-        r.atomic(&u64d, AtomicOp::Set, pu(W_MULT), 1, 0, NONE, Blocking)
+        r.atomic(&u64d, pu(W_MULT), AtomicOp::Set(1), NONE, Blocking)
             .map_err(e2s("init"))?;
-        r.atomic(&u64d, AtomicOp::Set, pu(W_AND), u64::MAX, 0, NONE, Blocking)
+        r.atomic(&u64d, pu(W_AND), AtomicOp::Set(u64::MAX), NONE, Blocking)
             .map_err(e2s("init"))?;
         r.atomic(
             &i32d,
-            AtomicOp::Set,
             GlobalPtr::new(t, W_DEC),
-            0,
-            0,
+            AtomicOp::Set(0),
             NONE,
             Blocking,
         )
         .map_err(e2s("init"))?;
         r.atomic(
             &u32d,
-            AtomicOp::Set,
             GlobalPtr::new(t, W_OR),
-            0,
-            0,
+            AtomicOp::Set(0),
             NONE,
             Blocking,
         )
         .map_err(e2s("init"))?;
         r.atomic(
             &u32d,
-            AtomicOp::Set,
             GlobalPtr::new(t, W_XOR),
-            0,
-            0,
+            AtomicOp::Set(0),
             NONE,
             Blocking,
         )
         .map_err(e2s("init"))?;
         r.atomic(
             &i64d,
-            AtomicOp::Set,
             GlobalPtr::new(t, W_MIN),
-            i64::MAX,
-            0,
+            AtomicOp::Set(i64::MAX),
             NONE,
             Blocking,
         )
@@ -358,10 +376,8 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
         for (w, v) in [(W_MAX, f64::NEG_INFINITY), (W_FSUM, 0.0), (W_FMULT, 1.0)] {
             r.atomic(
                 &f64d,
-                AtomicOp::Set,
                 GlobalPtr::new(t, w),
-                v,
-                0.0,
+                AtomicOp::Set(v),
                 NONE,
                 Blocking,
             )
@@ -369,10 +385,8 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
         }
         r.atomic(
             &f32d,
-            AtomicOp::Set,
             GlobalPtr::new(t, W_F32SUM),
-            0.0,
-            0.0,
+            AtomicOp::Set(0.0),
             NONE,
             Blocking,
         )
@@ -386,25 +400,17 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     for i in 0..k {
         if i % 2 == 0 {
             fetched.push(
-                r.fetch(&u64d, AtomicOp::Fadd, pu(W_COUNT), 1, 0, NONE, Blocking)
+                r.fetch_atomic(&u64d, pu(W_COUNT), AtomicOp::Add(1), NONE, Blocking)
                     .map_err(e2s("fadd"))?,
             );
         } else {
             pending.push(
-                r.fetch(&u64d, AtomicOp::Fadd, pu(W_COUNT), 1, 0, NONE, Nb)
+                r.fetch_atomic(&u64d, pu(W_COUNT), AtomicOp::Add(1), NONE, Nb)
                     .map_err(e2s("fadd nb"))?,
             );
         }
-        r.atomic(
-            &i32d,
-            AtomicOp::Dec,
-            GlobalPtr::new(t, W_DEC),
-            0,
-            0,
-            NONE,
-            Nbi,
-        )
-        .map_err(e2s("dec nbi"))?;
+        r.atomic(&i32d, GlobalPtr::new(t, W_DEC), AtomicOp::Dec, NONE, Nbi)
+            .map_err(e2s("dec nbi"))?;
     }
     for ev in pending {
         fetched.push(wait(&mut r, ev, "fadd Nb")?);
@@ -422,12 +428,13 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     for _ in 0..iters {
         loop {
             let old = r
-                .fetch(
+                .fetch_atomic(
                     &u64d,
-                    AtomicOp::Fcswap,
                     pu(W_LOCK),
-                    0,
-                    u64::from(me) + 1,
+                    AtomicOp::CompareSwap {
+                        expected: 0,
+                        new: u64::from(me) + 1,
+                    },
                     AtomicFlags::ACQUIRE,
                     Blocking,
                 )
@@ -448,10 +455,8 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
             .map_err(e2s("put plain"))?;
         r.atomic(
             &u64d,
-            AtomicOp::Set,
             pu(W_LOCK),
-            0,
-            0,
+            AtomicOp::Set(0),
             AtomicFlags::RELEASE,
             Blocking,
         )
@@ -464,10 +469,8 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
         let v = g.next_u64() as i64 >> 4;
         r.atomic(
             &i64d,
-            AtomicOp::Min,
             GlobalPtr::new(t, W_MIN),
-            v.min(i64::from(me) * -1000),
-            0,
+            AtomicOp::Min(v.min(i64::from(me) * -1000)),
             NONE,
             Blocking,
         )
@@ -475,10 +478,8 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
         let fv = f64::from(me) * 1.5 - (g.up_to(10) as f64);
         r.atomic(
             &f64d,
-            AtomicOp::Fmax,
             GlobalPtr::new(t, W_MAX),
-            fv,
-            0.0,
+            AtomicOp::Max(fv),
             NONE,
             Blocking,
         )
@@ -487,20 +488,16 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     for _ in 0..k {
         r.atomic(
             &f64d,
-            AtomicOp::Add,
             GlobalPtr::new(t, W_FSUM),
-            0.5,
-            0.0,
+            AtomicOp::Add(0.5),
             NONE,
             Nbi,
         )
         .map_err(e2s("fadd f64"))?;
         r.atomic(
             &f32d,
-            AtomicOp::Fadd,
             GlobalPtr::new(t, W_F32SUM),
-            0.25,
-            0.0,
+            AtomicOp::Add(0.25),
             NONE,
             Blocking,
         )
@@ -511,10 +508,8 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     let bit = 1u32 << (me % 32);
     r.atomic(
         &u32d,
-        AtomicOp::For,
         GlobalPtr::new(t, W_OR),
-        bit,
-        0,
+        AtomicOp::Or(bit),
         NONE,
         Blocking,
     )
@@ -522,10 +517,8 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     for _ in 0..3 {
         r.atomic(
             &u32d,
-            AtomicOp::Xor,
             GlobalPtr::new(t, W_XOR),
-            bit,
-            0,
+            AtomicOp::Xor(bit),
             NONE,
             Blocking,
         )
@@ -533,22 +526,18 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     }
     r.atomic(
         &u64d,
-        AtomicOp::Fand,
         pu(W_AND),
-        !(1u64 << me),
-        0,
+        AtomicOp::And(!(1u64 << me)),
         NONE,
         Blocking,
     )
     .map_err(e2s("and"))?;
-    r.atomic(&u64d, AtomicOp::Mult, pu(W_MULT), 2, 0, NONE, Blocking)
+    r.atomic(&u64d, pu(W_MULT), AtomicOp::Mult(2), NONE, Blocking)
         .map_err(e2s("mult"))?;
     r.atomic(
         &f64d,
-        AtomicOp::Fmult,
         GlobalPtr::new(t, W_FMULT),
-        3.0,
-        0.0,
+        AtomicOp::Mult(3.0),
         NONE,
         Blocking,
     )
@@ -571,7 +560,7 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
             allf[i]
         ));
     }
-    let get_u64 = |r: &mut Ep<C>, w| r.fetch(&u64d, AtomicOp::Get, pu(w), 0, 0, NONE, Blocking);
+    let get_u64 = |r: &mut Ep<C>, w| r.fetch_atomic(&u64d, pu(w), AtomicOp::Get, NONE, Blocking);
     let checks: Vec<(&str, u64, u64)> = vec![
         (
             "counter",
@@ -601,12 +590,10 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
         }
     }
     let dec = r
-        .fetch(
+        .fetch_atomic(
             &i32d,
-            AtomicOp::Get,
             GlobalPtr::new(t, W_DEC),
-            0,
-            0,
+            AtomicOp::Get,
             NONE,
             Blocking,
         )
@@ -616,23 +603,19 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     }
     let mask = (0..n).fold(0u32, |m, i| m | 1 << (i % 32));
     let or = r
-        .fetch(
+        .fetch_atomic(
             &u32d,
-            AtomicOp::Get,
             GlobalPtr::new(t, W_OR),
-            0,
-            0,
+            AtomicOp::Get,
             NONE,
             Blocking,
         )
         .map_err(e2s("get"))?;
     let xor = r
-        .fetch(
+        .fetch_atomic(
             &u32d,
-            AtomicOp::Get,
             GlobalPtr::new(t, W_XOR),
-            0,
-            0,
+            AtomicOp::Get,
             NONE,
             Blocking,
         )
@@ -651,37 +634,25 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
         }
     }
     let min = r
-        .fetch(
+        .fetch_atomic(
             &i64d,
-            AtomicOp::Get,
             GlobalPtr::new(t, W_MIN),
-            0,
-            0,
+            AtomicOp::Get,
             NONE,
             Blocking,
         )
         .map_err(e2s("get"))?;
     let get_f = |r: &mut Ep<C>, w| {
-        r.fetch(
-            &f64d,
-            AtomicOp::Get,
-            GlobalPtr::new(t, w),
-            0.0,
-            0.0,
-            NONE,
-            Blocking,
-        )
+        r.fetch_atomic(&f64d, GlobalPtr::new(t, w), AtomicOp::Get, NONE, Blocking)
     };
     let max = get_f(&mut r, W_MAX).map_err(e2s("get"))?;
     let fsum = get_f(&mut r, W_FSUM).map_err(e2s("get"))?;
     let fmult = get_f(&mut r, W_FMULT).map_err(e2s("get"))?;
     let f32sum = r
-        .fetch(
+        .fetch_atomic(
             &f32d,
-            AtomicOp::Get,
             GlobalPtr::new(t, W_F32SUM),
-            0.0,
-            0.0,
+            AtomicOp::Get,
             NONE,
             Blocking,
         )
@@ -763,7 +734,7 @@ pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
         // The world team of endpoint 0 has no endpoint 1.
         let other = GlobalPtr::<u64>::new(EpAddr::new(me, 1), 0);
         expect(
-            r.atomic(&ad, AtomicOp::Fadd, other, 1, 0, NONE, Blocking),
+            r.fetch_atomic(&ad, other, AtomicOp::Add(1), NONE, Blocking),
             &RmaError::NotInTeam { dst: other.addr() },
             "a word outside the domain's team",
         )?;
@@ -772,49 +743,65 @@ pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
         let dst = EpAddr::rank(d);
         let base = me as usize * slot;
         let p = GlobalPtr::<u64>::new(dst, base);
-        r.atomic(&ad, AtomicOp::Set, p, 77, 0, NONE, Blocking)
+        r.atomic(&ad, p, AtomicOp::Set(77), NONE, Blocking)
             .map_err(e2s("set"))?;
-        let nd = RmaError::OpNotInDomain { op: AtomicOp::Max };
+        let nd = RmaError::OpNotInDomain { op: AtomicOps::MAX };
         expect(
-            r.atomic(&ad, AtomicOp::Max, p, 1000, 0, NONE, Blocking),
+            r.atomic(&ad, p, AtomicOp::Max(1000), NONE, Blocking),
             &nd,
             "op",
         )?;
         expect(
-            r.atomic(&ad, AtomicOp::Max, p, 1000, 0, NONE, Nb),
+            r.atomic(&ad, p, AtomicOp::Max(1000), NONE, Nb),
             &nd,
             "op_nb",
         )?;
         expect(
-            r.atomic(&ad, AtomicOp::Max, p, 1000, 0, NONE, Nbi),
+            r.atomic(&ad, p, AtomicOp::Max(1000), NONE, Nbi),
             &nd,
             "op_nbi",
         )?;
         expect(
-            r.fetch(&ad, AtomicOp::Fcswap, p, 77, 1, NONE, Blocking),
+            r.fetch_atomic(
+                &ad,
+                p,
+                AtomicOp::CompareSwap {
+                    expected: 77,
+                    new: 1,
+                },
+                NONE,
+                Blocking,
+            ),
             &RmaError::OpNotInDomain {
-                op: AtomicOp::Fcswap,
+                op: AtomicOps::FCSWAP,
             },
             "fetch",
         )?;
+        // A fetching set is a swap: the domain has the set, not the swap.
+        let swap = RmaError::OpNotInDomain {
+            op: AtomicOps::SWAP,
+        };
         expect(
-            r.fetch(&ad, AtomicOp::Set, p, 1, 1, NONE, Blocking),
-            &RmaError::NotFetching { op: AtomicOp::Set },
+            r.fetch_atomic(&ad, p, AtomicOp::Set(1), NONE, Blocking),
+            &swap,
             "fetch of set",
         )?;
         expect(
-            r.fetch(&ad, AtomicOp::Set, p, 1, 1, NONE, Nb),
-            &RmaError::NotFetching { op: AtomicOp::Set },
+            r.fetch_atomic(&ad, p, AtomicOp::Set(1), NONE, Nb),
+            &swap,
             "fetch_nb of set",
+        )?;
+        expect(
+            r.atomic(&ad, p, AtomicOp::Add(1), NONE, Blocking),
+            &RmaError::OpNotInDomain { op: AtomicOps::ADD },
+            "the non-fetching add (the fetching one is in the domain)",
         )?;
         for off in [base + 4, base + 1] {
             expect(
-                r.atomic(
+                r.fetch_atomic(
                     &ad,
-                    AtomicOp::Fadd,
                     GlobalPtr::new(dst, off),
-                    1,
-                    0,
+                    AtomicOp::Add(1),
                     NONE,
                     Blocking,
                 ),
@@ -829,10 +816,8 @@ pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
         expect(
             r.atomic(
                 &ad32,
-                AtomicOp::Add,
                 GlobalPtr::new(dst, base + 2),
-                1,
-                0,
+                AtomicOp::Add(1),
                 NONE,
                 Blocking,
             ),
@@ -846,12 +831,10 @@ pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
         let seg_len = r.segment_len_of(d).unwrap_or(0);
         for off in [seg_len, seg_len - 4, usize::MAX - 3] {
             expect(
-                r.atomic(
+                r.fetch_atomic(
                     &ad,
-                    AtomicOp::Fadd,
                     GlobalPtr::new(dst, off),
-                    1,
-                    0,
+                    AtomicOp::Add(1),
                     NONE,
                     Blocking,
                 ),
@@ -865,19 +848,17 @@ pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
             )?;
         }
         let v = r
-            .fetch(&ad, AtomicOp::Get, p, 0, 0, NONE, Blocking)
+            .fetch_atomic(&ad, p, AtomicOp::Get, NONE, Blocking)
             .map_err(e2s("get"))?;
         if v != 77 {
             return Err(format!("failed atomics changed the word on rank {d}: {v}"));
         }
     }
     expect(
-        r.atomic(
+        r.fetch_atomic(
             &ad,
-            AtomicOp::Fadd,
             GlobalPtr::new(EpAddr::rank(n), 0),
-            1,
-            0,
+            AtomicOp::Add(1),
             NONE,
             Blocking,
         ),
@@ -909,7 +890,7 @@ pub(super) fn barrier_visibility<C: Conduit>(client: &Client<C>) -> R {
         r.sync_nbi(NbiCategories::ALL).map_err(e2s("sync"))?;
         for _ in 0..3 {
             let _ = r
-                .fetch(&ad, AtomicOp::Fadd, counter, 1, 0, NONE, Blocking)
+                .fetch_atomic(&ad, counter, AtomicOp::Add(1), NONE, Blocking)
                 .map_err(e2s("fadd"))?;
         }
         barrier(&mut r)?;
@@ -928,7 +909,7 @@ pub(super) fn barrier_visibility<C: Conduit>(client: &Client<C>) -> R {
         barrier(&mut r)?;
     }
     let c = r
-        .fetch(&ad, AtomicOp::Get, counter, 0, 0, NONE, Blocking)
+        .fetch_atomic(&ad, counter, AtomicOp::Get, NONE, Blocking)
         .map_err(e2s("get"))?;
     // Rank 0's word 0 is in rank 0's slot; only this case's atomics touch it.
     if c != 60 * u64::from(n) {
