@@ -148,7 +148,13 @@ pub(crate) fn run<C: Conduit>(
         }
     }
     for (name, unit, mut v) in rows {
-        rep.record(&Record::of_samples(client, name, args.put_size, unit, &mut v));
+        rep.record(&Record::of_samples(
+            client,
+            name,
+            args.put_size,
+            unit,
+            &mut v,
+        ));
     }
     Ok(())
 }

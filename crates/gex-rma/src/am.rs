@@ -35,7 +35,7 @@ use crate::layer::Rma;
 use crate::vis::Chunk;
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
-use gex_core::{Am, Category, EpAddr, HandlerId, Injected, Token};
+use gex_core::{Am, Body, Category, EpAddr, HandlerId, Injected, Token};
 
 /// Bytes of one packed-piece header: offset (u64 LE) and length (u32 LE).
 pub(crate) const PIECE_HDR: usize = 12;
@@ -276,7 +276,7 @@ impl Rma {
     }
 
     fn ack(&mut self, t: &mut Token<'_>, op: u32) {
-        let _ = t.reply_short(self.h.ack, &[op]);
+        let _ = t.reply(self.h.ack, Body::short(&[op]));
     }
 
     /// Long put piece: the core has written the payload; acknowledge.
@@ -335,7 +335,10 @@ impl Rma {
         // SAFETY: the range is inside this endpoint's segment (checked); the bounce
         // buffer is the layer's own. Race-free: byte-wise atomic loads from the segment.
         unsafe { gex_sync::copy::atomic_read(self.seg.as_ptr().add(off), &mut self.bounce) };
-        let _ = t.reply_medium(self.h.get_reply, &[a[0], a[4], a[5]], &self.bounce);
+        let _ = t.reply(
+            self.h.get_reply,
+            Body::medium(&[a[0], a[4], a[5]], &self.bounce),
+        );
     }
 
     /// Packed get: pieces (offset, len) gathered into one reply.
@@ -362,7 +365,10 @@ impl Rma {
                 gex_sync::copy::atomic_read(self.seg.as_ptr().add(off), &mut self.bounce[at..])
             };
         }
-        let _ = t.reply_medium(self.h.get_reply, &[a[0], a[1], a[2]], &self.bounce);
+        let _ = t.reply(
+            self.h.get_reply,
+            Body::medium(&[a[0], a[1], a[2]], &self.bounce),
+        );
     }
 
     /// Get reply: copy into the recorded destination.
@@ -451,7 +457,7 @@ impl Rma {
         if !ok {
             self.dropped += 1;
         }
-        let _ = t.reply_short(self.h.ack_fast, &[]);
+        let _ = t.reply(self.h.ack_fast, Body::short(&[]));
     }
 }
 

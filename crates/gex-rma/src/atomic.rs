@@ -67,7 +67,7 @@ use bytemuck::Pod;
 use gex_core::event::{Data, Finish};
 use gex_core::layer::Cx;
 use gex_core::spi::{AtomicBase, Conduit, ConduitEp, NativeAtomic};
-use gex_core::{Am, Event, Team, Token};
+use gex_core::{Am, Body, Event, Team, Token};
 use gex_sync::atomic::{Ordering, fence};
 use std::marker::PhantomData;
 
@@ -1070,9 +1070,12 @@ impl Rma {
             )
         };
         if code & WANT != 0 {
-            let _ = t.reply_short(self.h.atomic_reply, &[a[0], old as u32, (old >> 32) as u32]);
+            let _ = t.reply(
+                self.h.atomic_reply,
+                Body::short(&[a[0], old as u32, (old >> 32) as u32]),
+            );
         } else {
-            let _ = t.reply_short(self.h.ack, &a[..1]);
+            let _ = t.reply(self.h.ack, Body::short(&a[..1]));
         }
     }
 

@@ -583,7 +583,7 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
             }
             None => 1,
         };
-        let _ = t.reply_short(h_ack, &[ok]);
+        let _ = t.reply(h_ack, Body::short(&[ok]));
     })?;
     let h_get = ep.register(move |t: &mut Token<'_>, am: Am<'_>| {
         let a = am.args();
@@ -592,10 +592,10 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
             Some(addr) => {
                 // SAFETY: inside this process's static data (checked), readable.
                 let s = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
-                let _ = t.reply_medium(h_getr, &[0], s);
+                let _ = t.reply(h_getr, Body::medium(&[0], s));
             }
             None => {
-                let _ = t.reply_medium(h_getr, &[1], &[]);
+                let _ = t.reply(h_getr, Body::medium(&[1], &[]));
             }
         }
     })?;
@@ -613,7 +613,7 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
             _ => (0, 1),
         };
         let [lo, hi] = split64(old);
-        let _ = t.reply_short(h_amor, &[lo, hi, fault]);
+        let _ = t.reply(h_amor, Body::short(&[lo, hi, fault]));
     })?;
     // The heap starts at the first HEAP_ALIGN-aligned address of each PE's segment, so
     // that alignments up to it hold on every PE; the offsets differ, so they are exchanged.
@@ -827,7 +827,10 @@ impl State {
                 for (i, chunk) in src.chunks(max).enumerate() {
                     let o = (off + i * max) as u64;
                     OUTSTANDING.fetch_add(1, Ordering::AcqRel);
-                    if let Err(e) = self.ep.request_medium(to, self.h_put, &split64(o), chunk) {
+                    if let Err(e) =
+                        self.ep
+                            .request(to, self.h_put, Body::medium(&split64(o), chunk))
+                    {
                         OUTSTANDING.fetch_sub(1, Ordering::AcqRel);
                         return Err(e.into());
                     }
@@ -881,7 +884,8 @@ impl State {
                     let n = max.min(dst.len() - done);
                     let [lo, hi] = split64((off + done) as u64);
                     REPLY_DONE.store(false, Ordering::Release);
-                    self.ep.request_short(to, self.h_get, &[lo, hi, n as u32])?;
+                    self.ep
+                        .request(to, self.h_get, Body::short(&[lo, hi, n as u32]))?;
                     self.wait_reply()?;
                     let b = REPLY_BUF.lock().unwrap_or_else(|p| p.into_inner());
                     if b.len() != n {
@@ -964,10 +968,10 @@ impl State {
                 let [alo, ahi] = split64(a);
                 let [blo, bhi] = split64(b);
                 REPLY_DONE.store(false, Ordering::Release);
-                self.ep.request_short(
+                self.ep.request(
                     EpAddr::new(pe, 0),
                     self.h_amo,
-                    &[olo, ohi, op as u32, width, alo, ahi, blo, bhi],
+                    Body::short(&[olo, ohi, op as u32, width, alo, ahi, blo, bhi]),
                 )?;
                 self.wait_reply()?;
                 Ok(REPLY_VAL.load(Ordering::Acquire))

@@ -380,27 +380,6 @@ impl Token<'_> {
         self.reply_body(handler, body)
     }
 
-    /// [`reply`](Self::reply) with a Short body.
-    #[doc(hidden)]
-    #[inline]
-    // kept until the coll/rma layers migrate (gex-core may not name them: check-layering L12)
-    pub fn reply_short(&mut self, handler: HandlerId, args: &[u32]) -> Result<(), AmError> {
-        self.reply_body(handler, Body::short(args))
-    }
-
-    /// [`reply`](Self::reply) with a Medium body.
-    #[doc(hidden)]
-    #[inline]
-    // kept until the coll/rma layers migrate (gex-core may not name them: check-layering L12)
-    pub fn reply_medium(
-        &mut self,
-        handler: HandlerId,
-        args: &[u32],
-        payload: &[u8],
-    ) -> Result<(), AmError> {
-        self.reply_body(handler, Body::medium(args, payload))
-    }
-
     fn reply_body(&mut self, handler: HandlerId, body: Body<'_>) -> Result<(), AmError> {
         if self.kind == Kind::Reply {
             return Err(AmError::ReplyFromReply);
@@ -953,33 +932,6 @@ impl<C: Conduit> Endpoint<C> {
             g.rethrow();
         }
         Ok(())
-    }
-
-    /// [`request`](Self::request) with a Short body.
-    #[doc(hidden)]
-    #[inline]
-    // kept until the coll/rma layers migrate (gex-core may not name them: check-layering L12)
-    pub fn request_short(
-        &mut self,
-        dst: EpAddr,
-        handler: HandlerId,
-        args: &[u32],
-    ) -> Result<(), AmError> {
-        self.request(dst, handler, Body::short(args))
-    }
-
-    /// [`request`](Self::request) with a Medium body.
-    #[doc(hidden)]
-    #[inline]
-    // kept until the coll/rma layers migrate (gex-core may not name them: check-layering L12)
-    pub fn request_medium(
-        &mut self,
-        dst: EpAddr,
-        handler: HandlerId,
-        args: &[u32],
-        payload: &[u8],
-    ) -> Result<(), AmError> {
-        self.request(dst, handler, Body::medium(args, payload))
     }
 
     /// [`request`](Self::request) without waiting for resources: returns
