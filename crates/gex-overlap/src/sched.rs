@@ -637,7 +637,7 @@ impl<C: Conduit> SchedExt for gex_core::Endpoint<C> {
         loop {
             // SAFETY: an aligned word inside this endpoint's segment (checked), mapped
             // while it lives; `gex_sync::word` (byte-sized against copies).
-            let v = unsafe { gex_sync::word::load64(w, std::sync::atomic::Ordering::Acquire) };
+            let v = unsafe { gex_sync::word::load64(w, gex_sync::atomic::Ordering::Acquire) };
             if v >= at_least {
                 return Ok(v);
             }
