@@ -432,8 +432,15 @@ fn rank<L: LayerSet>(
 ) -> Result<(), String> {
     let me = boot.rank();
     let hosts = boot.host_ids().to_vec();
+    // Spin-then-block, not the `auto` policy's spinning (2 ranks per "host" on a
+    // 2-core machine): two of these 4-rank jobs run at once under the test harness,
+    // and spinning ranks of one job took the cores from the other's (a case of 1.5 s
+    // alone took 50-60 s so).
     let client = builder()
-        .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
+        .config(Config::from_pairs([
+            ("GEX_OFI_PROVIDER", "tcp"),
+            ("GEX_WAIT", "spin-then-block"),
+        ]))
         .segment_size(segment)
         .endpoints(job.endpoints)
         .init::<OfiHybrid>(boot)

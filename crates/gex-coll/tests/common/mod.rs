@@ -25,39 +25,51 @@ pub fn reference(
     inputs: &[Vec<u8>],
     f: Option<&ReduceFn>,
 ) -> Vec<Vec<u8>> {
+    (0..inputs.len())
+        .map(|i| reference_of(i, op, root, n, inputs, f))
+        .collect()
+}
+
+/// [`reference`] of rank `i` alone (a rank checking its own result computes only its
+/// own: the whole table costs `P` times as much, which in a debug build was most of
+/// the multi-process matrices' time).
+pub fn reference_of(
+    i: usize,
+    op: OpKind,
+    root: usize,
+    n: usize,
+    inputs: &[Vec<u8>],
+    f: Option<&ReduceFn>,
+) -> Vec<u8> {
     let p = inputs.len();
-    let fold = |parts: &mut dyn Iterator<Item = Vec<u8>>| -> Vec<u8> {
+    let block = |r: usize, b: usize| &inputs[r][b * n..(b + 1) * n];
+    // Folds blocks `b` of ranks `rs` in rank order.
+    let fold = |rs: std::ops::Range<usize>, b: usize| -> Vec<u8> {
         let mut acc: Option<Vec<u8>> = None;
-        for x in parts {
-            acc = Some(match acc {
-                None => x,
-                Some(mut a) => {
-                    (f.expect("reduction"))(&mut a, &x, false);
-                    a
-                }
-            });
+        for r in rs {
+            match &mut acc {
+                None => acc = Some(block(r, b).to_vec()),
+                Some(a) => (f.expect("reduction"))(a, block(r, b), false),
+            }
         }
         acc.unwrap_or_default()
     };
-    let block = |r: usize, b: usize| inputs[r][b * n..(b + 1) * n].to_vec();
-    (0..p)
-        .map(|i| match op {
-            OpKind::Barrier => vec![],
-            OpKind::Broadcast => inputs[root][..n].to_vec(),
-            OpKind::Scatter => block(root, i),
-            OpKind::Gather if i == root => (0..p).flat_map(|r| block(r, 0)).collect(),
-            OpKind::Gather => vec![],
-            OpKind::GatherAll => (0..p).flat_map(|r| block(r, 0)).collect(),
-            OpKind::Exchange => (0..p).flat_map(|r| block(r, i)).collect(),
-            OpKind::Reduce if i == root => fold(&mut (0..p).map(|r| block(r, 0))),
-            OpKind::Reduce => vec![],
-            OpKind::Allreduce => fold(&mut (0..p).map(|r| block(r, 0))),
-            OpKind::ReduceScatter => fold(&mut (0..p).map(|r| block(r, i))),
-            OpKind::Scan => fold(&mut (0..=i).map(|r| block(r, 0))),
-            OpKind::Exscan if i == 0 => vec![],
-            OpKind::Exscan => fold(&mut (0..i).map(|r| block(r, 0))),
-        })
-        .collect()
+    match op {
+        OpKind::Barrier => vec![],
+        OpKind::Broadcast => inputs[root][..n].to_vec(),
+        OpKind::Scatter => block(root, i).to_vec(),
+        OpKind::Gather if i == root => (0..p).flat_map(|r| block(r, 0).to_vec()).collect(),
+        OpKind::Gather => vec![],
+        OpKind::GatherAll => (0..p).flat_map(|r| block(r, 0).to_vec()).collect(),
+        OpKind::Exchange => (0..p).flat_map(|r| block(r, i).to_vec()).collect(),
+        OpKind::Reduce if i == root => fold(0..p, 0),
+        OpKind::Reduce => vec![],
+        OpKind::Allreduce => fold(0..p, 0),
+        OpKind::ReduceScatter => fold(0..p, i),
+        OpKind::Scan => fold(0..i + 1, 0),
+        OpKind::Exscan if i == 0 => vec![],
+        OpKind::Exscan => fold(0..i, 0),
+    }
 }
 
 /// 2x2 matrix product with wrapping arithmetic: associative, not commutative.
@@ -75,14 +87,20 @@ pub fn matmul(a: &[u64; 4], b: &[u64; 4]) -> [u64; 4] {
 pub fn bytes(rank: usize, salt: u64, len: usize) -> Vec<u8> {
     let mut x = (rank as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
         ^ salt.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    (0..len)
+    // Eight bytes per step of the generator, collected as words and cast once (a
+    // byte per step, or a slice copy per step, made input generation a large share
+    // of the debug-build tests' time).
+    let words: Vec<u64> = (0..len.div_ceil(8))
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            (x >> 24) as u8
+            x
         })
-        .collect()
+        .collect();
+    let mut v: Vec<u8> = bytemuck::cast_slice(&words).to_vec();
+    v.truncate(len);
+    v
 }
 
 /// Affine maps x -> m·x + c (mod 2^32) packed as (m << 32 | c); composition in rank
@@ -135,7 +153,8 @@ pub fn run_one<C: Conduit, T: Elem>(
         Err(e) => panic!("{op} {alg:?}: {e}"),
         Ok(ev) => bytemuck::cast_slice(&c.wait(ev).unwrap()).to_vec(),
     };
-    let want = reference(
+    let want = reference_of(
+        me as usize,
         op,
         root as usize,
         n,
@@ -143,7 +162,7 @@ pub fn run_one<C: Conduit, T: Elem>(
         op.reduces().then_some(red.func()),
     );
     assert_eq!(
-        got, want[me as usize],
+        got, want,
         "{op} alg={alg:?} P={p} root={root} count={count} rank {me}"
     );
     true
@@ -248,14 +267,14 @@ pub fn run_one_blocking<C: Conduit, T: Elem>(
         Err(e) => panic!("{op} {alg:?}: {e}"),
         Ok(()) => {}
     }
-    let want = reference(
+    let want = reference_of(
+        me as usize,
         op,
         root as usize,
         n,
         &inputs,
         op.reduces().then_some(red.func()),
     );
-    let want = &want[me as usize];
     let got: &[u8] = bytemuck::cast_slice(&dst);
     if op == OpKind::Barrier {
         assert!(got.iter().all(|&b| b == 0xa5));
@@ -471,14 +490,14 @@ pub fn buffer_matrix<C: Conduit>(
                     if op != OpKind::Broadcast {
                         src.fill(0xeeee_eeee_eeee_eeee);
                     }
-                    let want = reference(
+                    let want = &reference_of(
+                        me as usize,
                         op,
                         root as usize,
                         n,
                         &inputs,
                         op.reduces().then_some(red.func()),
                     );
-                    let want = &want[me as usize];
                     let got: &[u8] = bytemuck::cast_slice(dst);
                     if want.is_empty() {
                         assert!(
