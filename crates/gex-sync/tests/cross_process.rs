@@ -233,10 +233,16 @@ fn parent(map: &Mapping, child: &mut Child) {
         // The child may be waiting for room in ring B.
         sh.child_bell.ring();
         if !progress {
-            // The child echoes every record it consumes, so data in B also means room in A.
-            let ok = sh
-                .parent_bell
-                .wait_until_timeout(POLICY, PATIENCE, || rx.has_data());
+            // Data in B, or room in A for the next record. The child's echo of a record
+            // does not mean room in A: a consumer publishes the space it freed in
+            // batches (a quarter of the ring, or when it finds the ring empty), so the
+            // child may echo the last record of a full ring before the parent can see
+            // the room. Waiting for B alone then deadlocked, about one run in ten: the
+            // parent asleep for B, the child asleep for A. The child rings this bell when
+            // it finds A empty (and so publishes its head) before it sleeps.
+            let ok = sh.parent_bell.wait_until_timeout(POLICY, PATIENCE, || {
+                rx.has_data() || (sent < RECORDS && tx.reserve(len_of(sent)).is_some())
+            });
             assert!(ok, "parent starved: sent {sent}, echoed {echoed}");
             assert!(child.try_wait().unwrap().is_none(), "child exited early");
         }
@@ -302,6 +308,11 @@ fn child() {
 
     let mut seq = 0u64;
     loop {
+        if !rx.has_data() {
+            // Ring A is empty and its head published (by `has_data`): the parent may be
+            // waiting for that room (see the parent's wait).
+            sh.parent_bell.ring();
+        }
         let ok = sh
             .child_bell
             .wait_until_timeout(POLICY, PATIENCE, || rx.has_data());
