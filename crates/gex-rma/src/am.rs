@@ -35,7 +35,7 @@ use crate::layer::Rma;
 use crate::vis::Chunk;
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
-use gex_core::{Am, Body, Category, EpAddr, HandlerId, Injected, Token};
+use gex_core::{Am, Category, EpAddr, HandlerId, Injected};
 
 /// Bytes of one packed-piece header: offset (u64 LE) and length (u32 LE).
 pub(crate) const PIECE_HDR: usize = 12;
@@ -271,43 +271,7 @@ impl Rma {
     fn credit_msg(&mut self, id: u32, n: usize) {
         let ok = self.ops.get(&id).is_some_and(|op| !op.abandoned) && self.ops.credit(id, n);
         if !ok {
-            self.dropped += 1;
-        }
-    }
-
-    fn ack(&mut self, t: &mut Token<'_>, op: u32) {
-        let _ = t.reply(self.h.ack, Body::short(&[op]));
-    }
-
-    /// Long put piece: the core has written the payload; acknowledge.
-    pub(crate) fn on_put_long(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
-        match am.args().first() {
-            Some(&op) => self.ack(t, op),
-            None => self.dropped += 1,
-        }
-    }
-
-    /// Packed put: pieces (offset, len, bytes) written into this segment.
-    pub(crate) fn on_put_packed(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
-        let mut p = am.payload();
-        while p.len() >= PIECE_HDR {
-            let off = u64::from_le_bytes(p[..8].try_into().unwrap_or_default()) as usize;
-            let len = u32::from_le_bytes(p[8..12].try_into().unwrap_or_default()) as usize;
-            p = &p[PIECE_HDR..];
-            let ok = len <= p.len() && off.checked_add(len).is_some_and(|e| e <= self.seg_len);
-            if !ok {
-                self.dropped += 1;
-                break;
-            }
-            // SAFETY: [off, off+len) is inside this endpoint's segment (checked); the
-            // payload is the core's temporary buffer. Race-free: byte-wise atomic stores
-            // into the segment, which others may access meanwhile.
-            unsafe { gex_sync::copy::atomic_write(self.seg.as_ptr().add(off), &p[..len]) };
-            p = &p[len..];
-        }
-        match am.args().first() {
-            Some(&op) => self.ack(t, op),
-            None => self.dropped += 1,
+            self.served.dropped += 1;
         }
     }
 
@@ -315,60 +279,8 @@ impl Rma {
     pub(crate) fn on_ack(&mut self, am: &Am<'_>) {
         match am.args().first() {
             Some(&op) => self.credit_msg(op, 1),
-            None => self.dropped += 1,
+            None => self.served.dropped += 1,
         }
-    }
-
-    /// Get: copy from this segment into a Medium reply.
-    pub(crate) fn on_get(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
-        let a = am.args();
-        if a.len() < 6 {
-            self.dropped += 1;
-            return;
-        }
-        let (off, len) = (join(a[1], a[2]), a[3] as usize);
-        if off.checked_add(len).is_none_or(|e| e > self.seg_len) {
-            self.dropped += 1;
-            return;
-        }
-        self.bounce.resize(len, 0);
-        // SAFETY: the range is inside this endpoint's segment (checked); the bounce
-        // buffer is the layer's own. Race-free: byte-wise atomic loads from the segment.
-        unsafe { gex_sync::copy::atomic_read(self.seg.as_ptr().add(off), &mut self.bounce) };
-        let _ = t.reply(
-            self.h.get_reply,
-            Body::medium(&[a[0], a[4], a[5]], &self.bounce),
-        );
-    }
-
-    /// Packed get: pieces (offset, len) gathered into one reply.
-    pub(crate) fn on_get_packed(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
-        let a = am.args();
-        if a.len() < 3 {
-            self.dropped += 1;
-            return;
-        }
-        self.bounce.clear();
-        for e in am.payload().chunks_exact(PIECE_HDR) {
-            let off = u64::from_le_bytes(e[..8].try_into().unwrap_or_default()) as usize;
-            let len = u32::from_le_bytes(e[8..12].try_into().unwrap_or_default()) as usize;
-            if off.checked_add(len).is_none_or(|x| x > self.seg_len) {
-                self.dropped += 1;
-                return;
-            }
-            let at = self.bounce.len();
-            self.bounce.resize(at + len, 0);
-            // SAFETY: the range is inside this endpoint's segment (checked); the bounce
-            // buffer is the layer's own and has room (resized). Race-free: byte-wise
-            // atomic loads from the segment.
-            unsafe {
-                gex_sync::copy::atomic_read(self.seg.as_ptr().add(off), &mut self.bounce[at..])
-            };
-        }
-        let _ = t.reply(
-            self.h.get_reply,
-            Body::medium(&[a[0], a[1], a[2]], &self.bounce),
-        );
     }
 
     /// Get reply: copy into the recorded destination.
@@ -404,66 +316,20 @@ impl Rma {
         if ok {
             self.ops.credit(a[0], p.len());
         } else {
-            self.dropped += 1;
+            self.served.dropped += 1;
         }
-    }
-
-    /// Memset: `[op, off lo, off hi, len lo, len hi, byte]`.
-    pub(crate) fn on_memset(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
-        let a = am.args();
-        if a.len() < 6 {
-            self.dropped += 1;
-            return;
-        }
-        let (off, len) = (join(a[1], a[2]), join(a[3], a[4]));
-        if off.checked_add(len).is_some_and(|e| e <= self.seg_len) {
-            // SAFETY: the range is inside this endpoint's segment (checked). Race-free:
-            // byte-wise atomic stores.
-            unsafe { gex_sync::copy::atomic_fill(self.seg.as_ptr().add(off), a[5] as u8, len) };
-        } else {
-            self.dropped += 1;
-        }
-        self.ack(t, a[0]);
-    }
-
-    /// Writes the bytes of a small put (`words` after the header, `len` bytes) at `off`;
-    /// false if the message is malformed.
-    fn short_put_write(&mut self, off: usize, len: usize, words: &[u32]) -> bool {
-        short_put_write(self.seg.as_ptr(), self.seg_len, off, len, words)
-    }
-
-    /// Small put, nonblocking form.
-    pub(crate) fn on_put_short(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
-        let a = am.args();
-        let ok = a.len() >= 3 && {
-            let (off, len) = short_put_range(a[1], a[2]);
-            self.short_put_write(off, len, &a[3..])
-        };
-        if !ok {
-            self.dropped += 1;
-        }
-        if let Some(&op) = a.first() {
-            self.ack(t, op);
-        }
-    }
-
-    /// Small put, blocking form (no op word; acknowledged by a counted reply).
-    pub(crate) fn on_put_short_b(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
-        let a = am.args();
-        let ok = a.len() >= 2 && {
-            let (off, len) = short_put_range(a[0], a[1]);
-            self.short_put_write(off, len, &a[2..])
-        };
-        if !ok {
-            self.dropped += 1;
-        }
-        let _ = t.reply(self.h.ack_fast, Body::short(&[]));
     }
 }
 
 /// Writes the bytes of a small put at `off` of the segment `seg` of `seg_len` bytes;
 /// false if the message is malformed (nothing written).
-fn short_put_write(seg: *mut u8, seg_len: usize, off: usize, len: usize, words: &[u32]) -> bool {
+pub(crate) fn short_put_write(
+    seg: *mut u8,
+    seg_len: usize,
+    off: usize,
+    len: usize,
+    words: &[u32],
+) -> bool {
     let max = crate::path::SHORT_PUT_MAX;
     let ok =
         len <= 4 * words.len() && len <= max && off.checked_add(len).is_some_and(|e| e <= seg_len);

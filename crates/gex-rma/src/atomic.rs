@@ -67,7 +67,7 @@ use bytemuck::Pod;
 use gex_core::event::{Data, Finish};
 use gex_core::layer::Cx;
 use gex_core::spi::{AtomicBase, Conduit, ConduitEp, NativeAtomic};
-use gex_core::{Am, Body, Event, Team, Token};
+use gex_core::{Am, Event, Team};
 use gex_sync::atomic::{Ordering, fence};
 use std::marker::PhantomData;
 
@@ -324,7 +324,7 @@ impl Code {
         )
     }
 
-    fn from_code(c: u32) -> Option<Code> {
+    pub(crate) fn from_code(c: u32) -> Option<Code> {
         Self::ALL.get(c as usize).copied()
     }
 
@@ -333,7 +333,7 @@ impl Code {
         (self.base(), self.is_fetching())
     }
 
-    fn base(self) -> Base {
+    pub(crate) fn base(self) -> Base {
         use Code::*;
         match self {
             Set => Base::Set,
@@ -392,7 +392,7 @@ mod sealed {
 use gex_core::spi::AtomicKind as Kind;
 
 /// What gex-rma needs of a kind beyond the SPI's methods.
-trait KindExt: Sized + Copy {
+pub(crate) trait KindExt: Sized + Copy {
     fn from_code(c: u32) -> Option<Self>;
     fn code(self) -> u32;
     fn is_float(self) -> bool;
@@ -602,7 +602,7 @@ exec_width!(
 /// # Safety
 /// As `exec32`/`exec64`, for the width of `k`.
 #[inline]
-unsafe fn exec(p: *mut u8, k: Kind, op: Base, a: u64, b: u64, f: AtomicFlags) -> u64 {
+pub(crate) unsafe fn exec(p: *mut u8, k: Kind, op: Base, a: u64, b: u64, f: AtomicFlags) -> u64 {
     // SAFETY: forwarded contract.
     unsafe {
         if k.size() == 4 {
@@ -613,12 +613,12 @@ unsafe fn exec(p: *mut u8, k: Kind, op: Base, a: u64, b: u64, f: AtomicFlags) ->
     }
 }
 
-fn join64(l: u32, h: u32) -> u64 {
+pub(crate) fn join64(l: u32, h: u32) -> u64 {
     (u64::from(h) << 32) | u64::from(l)
 }
 
 /// Bit 24 of the code word: the initiator wants the old value back.
-const WANT: u32 = 1 << 24;
+pub(crate) const WANT: u32 = 1 << 24;
 
 /// Stores the bit pattern `v` of a `size`-byte element at `res` (nothing if null).
 ///
@@ -1028,57 +1028,6 @@ impl Rma {
         }
     }
 
-    /// Atomic request: performs the CPU atomic on this segment and replies.
-    pub(crate) fn on_atomic(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
-        let a = am.args();
-        if a.len() < 8 {
-            self.dropped += 1;
-            return;
-        }
-        let code = a[1];
-        let off = crate::am::join(a[2], a[3]);
-        let (Some(op), Some(k)) = (
-            Code::from_code(code & 0xff),
-            Kind::from_code((code >> 8) & 0xff),
-        ) else {
-            self.dropped += 1;
-            return;
-        };
-        if k.is_float() && op.flag().intersects(AtomicOps::BITWISE) {
-            self.dropped += 1;
-            return;
-        }
-        let f = AtomicFlags::from_bits_truncate((code >> 16) & 0xff);
-        let size = k.size();
-        let seg = self.seg.as_ptr();
-        let ok = off.checked_add(size).is_some_and(|e| e <= self.seg_len)
-            && (seg as usize).wrapping_add(off) % size == 0;
-        if !ok {
-            self.dropped += 1;
-            return;
-        }
-        // SAFETY: inside this endpoint's segment and aligned (checked); atomic by the
-        // module rules.
-        let old = unsafe {
-            exec(
-                seg.add(off),
-                k,
-                op.base(),
-                join64(a[4], a[5]),
-                join64(a[6], a[7]),
-                f,
-            )
-        };
-        if code & WANT != 0 {
-            let _ = t.reply(
-                self.h.atomic_reply,
-                Body::short(&[a[0], old as u32, (old >> 32) as u32]),
-            );
-        } else {
-            let _ = t.reply(self.h.ack, Body::short(&a[..1]));
-        }
-    }
-
     /// Atomic reply: `[op, old lo, old hi]`.
     pub(crate) fn on_atomic_reply(&mut self, am: &Am<'_>) {
         let a = am.args();
@@ -1092,7 +1041,7 @@ impl Rma {
             }
             && self.ops.credit(a[0], 1);
         if !ok {
-            self.dropped += 1;
+            self.served.dropped += 1;
         }
     }
 }

@@ -35,12 +35,12 @@ use crate::RmaError;
 use crate::native::NativePend;
 use crate::nbi::Nbi;
 use crate::ops::OpTable;
+use crate::served::Served;
 use crate::target::Targets;
 use gex_core::event::OpCompleter;
 use gex_core::layer::{Attach, Cx, Layer, Progress};
 use gex_core::spi::Conduit;
 use gex_core::{Am, Capabilities, HandlerId, InitError, Token};
-use std::ptr::NonNull;
 
 /// The handlers of the AM reference protocol (the layer's block, in this order).
 #[derive(Clone, Copy, Debug)]
@@ -99,9 +99,8 @@ pub(crate) mod h {
 /// ```
 pub struct Rma {
     pub(crate) h: Handlers,
-    /// This endpoint's segment (base, length).
-    pub(crate) seg: NonNull<u8>,
-    pub(crate) seg_len: usize,
+    /// The target side: serving other ranks' requests ([`crate::served`]).
+    pub(crate) served: Served,
     /// The targets: addressing checks and the direct path's mappings
     /// ([`crate::target`]).
     pub(crate) t: Targets,
@@ -113,11 +112,6 @@ pub struct Rma {
     /// Small blocking puts acknowledged and sent so far.
     pub(crate) fast_acks: u64,
     pub(crate) fast_sent: u64,
-    /// Reply buffer of the get handlers.
-    pub(crate) bounce: Vec<u8>,
-    /// Messages handlers had to drop (late replies of abandoned operations, malformed
-    /// requests).
-    pub(crate) dropped: u64,
     /// Gets started by [`try_get_owned`](crate::try_get_owned) whose remaining requests met
     /// back-pressure: sent by the progress hook.
     pub(crate) deferred: Vec<crate::engine::Deferred>,
@@ -171,7 +165,7 @@ impl std::fmt::Debug for Rma {
             .field("ops", &self.ops.len())
             .field("native", &self.native.len())
             .field("nbi", &self.ops.counted)
-            .field("dropped", &self.dropped)
+            .field("dropped", &self.served.dropped)
             .finish()
     }
 }
@@ -228,31 +222,29 @@ impl Layer for Rma {
         if force_am {
             caps.remove(Capabilities::NATIVE_RMA | Capabilities::NATIVE_ATOMICS);
         }
+        let h = Handlers {
+            put_long: cx.handler(h::PUT_LONG),
+            put_packed: cx.handler(h::PUT_PACKED),
+            ack: cx.handler(h::ACK),
+            get: cx.handler(h::GET),
+            get_packed: cx.handler(h::GET_PACKED),
+            get_reply: cx.handler(h::GET_REPLY),
+            memset: cx.handler(h::MEMSET),
+            put_short: cx.handler(h::PUT_SHORT),
+            ack_fast: cx.handler(h::ACK_FAST),
+            put_short_b: cx.handler(h::PUT_SHORT_B),
+            atomic: cx.handler(h::ATOMIC),
+            atomic_reply: cx.handler(h::ATOMIC_REPLY),
+        };
         Ok(Rma {
-            h: Handlers {
-                put_long: cx.handler(h::PUT_LONG),
-                put_packed: cx.handler(h::PUT_PACKED),
-                ack: cx.handler(h::ACK),
-                get: cx.handler(h::GET),
-                get_packed: cx.handler(h::GET_PACKED),
-                get_reply: cx.handler(h::GET_REPLY),
-                memset: cx.handler(h::MEMSET),
-                put_short: cx.handler(h::PUT_SHORT),
-                ack_fast: cx.handler(h::ACK_FAST),
-                put_short_b: cx.handler(h::PUT_SHORT_B),
-                atomic: cx.handler(h::ATOMIC),
-                atomic_reply: cx.handler(h::ATOMIC_REPLY),
-            },
-            seg,
-            seg_len,
+            h,
+            served: Served::new(h, seg, seg_len),
             t: Targets::new(me, size, seg_lens, cap, init_eps, caps, force_am),
             ops: OpTable::default(),
             native: Vec::new(),
             nbi: Nbi::default(),
             fast_acks: 0,
             fast_sent: 0,
-            bounce: Vec::new(),
-            dropped: 0,
             deferred: Vec::new(),
             scope_relaxed: false,
             scope_flush: Vec::new(),
@@ -263,19 +255,19 @@ impl Layer for Rma {
     fn handle(self: std::pin::Pin<&mut Self>, hi: u8, t: &mut Token<'_>, am: Am<'_>) {
         let this = Rma::unpin(self);
         match hi {
-            h::PUT_LONG => this.on_put_long(t, &am),
-            h::PUT_PACKED => this.on_put_packed(t, &am),
+            h::PUT_LONG => this.served.on_put_long(t, &am),
+            h::PUT_PACKED => this.served.on_put_packed(t, &am),
             h::ACK => this.on_ack(&am),
-            h::GET => this.on_get(t, &am),
-            h::GET_PACKED => this.on_get_packed(t, &am),
+            h::GET => this.served.on_get(t, &am),
+            h::GET_PACKED => this.served.on_get_packed(t, &am),
             h::GET_REPLY => this.on_get_reply(&am),
-            h::MEMSET => this.on_memset(t, &am),
-            h::PUT_SHORT => this.on_put_short(t, &am),
+            h::MEMSET => this.served.on_memset(t, &am),
+            h::PUT_SHORT => this.served.on_put_short(t, &am),
             h::ACK_FAST => this.fast_acks += 1,
-            h::PUT_SHORT_B => this.on_put_short_b(t, &am),
-            h::ATOMIC => this.on_atomic(t, &am),
+            h::PUT_SHORT_B => this.served.on_put_short_b(t, &am),
+            h::ATOMIC => this.served.on_atomic(t, &am),
             h::ATOMIC_REPLY => this.on_atomic_reply(&am),
-            _ => this.dropped += 1,
+            _ => this.served.dropped += 1,
         }
     }
 
@@ -312,10 +304,10 @@ impl Layer for Rma {
                 self.deferred.len()
             ));
         }
-        if self.dropped > 0 {
+        if self.served.dropped > 0 {
             lines.push(format!(
                 "{} reference-protocol messages dropped",
-                self.dropped
+                self.served.dropped
             ));
         }
         lines.join("\n")
@@ -360,7 +352,7 @@ impl Rma {
     /// operations abandoned after an error, or malformed requests). Zero in a healthy
     /// job; for diagnosis and tests.
     pub fn dropped_messages(&self) -> u64 {
-        self.dropped
+        self.served.dropped
     }
 
     /// Operations in flight in this endpoint's table (including those whose events

@@ -106,6 +106,7 @@ mod ops;
 mod path;
 mod ptr;
 mod scope;
+mod served;
 mod target;
 mod vis;
 

@@ -92,7 +92,7 @@ impl Rma {
                 let (id, units) = (p.id, p.units);
                 drop(p);
                 if !self.ops.credit(id, units) {
-                    self.dropped += 1;
+                    self.served.dropped += 1;
                 }
             } else {
                 i += 1;
