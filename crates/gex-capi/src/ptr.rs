@@ -228,4 +228,31 @@ impl<T: Copy> Lent<T> {
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.p, n) };
         }
     }
+
+    /// Writes `src` at element `at` of the lent destination (a part of it: the
+    /// elements a strided get addresses, one run at a time, when its event completes).
+    ///
+    /// # Errors
+    /// `GEX_ERR_INVALID` if `at + src.len()` is past the lent elements (nothing is
+    /// written).
+    pub fn write_at(&mut self, at: usize, src: &[T]) -> Result<(), Error> {
+        match at.checked_add(src.len()) {
+            Some(end) if end <= self.n => {}
+            _ => {
+                return Err(Error::invalid(format!(
+                    "write of {} elements at {at} past the {} lent",
+                    src.len(),
+                    self.n
+                )));
+            }
+        }
+        if !src.is_empty() {
+            // SAFETY: `new` checked `p` for `n` elements and its caller promised them
+            // writable until the event completes, which is now (`&mut self`: the loan
+            // is used by one completion); `at + len <= n` (checked); `src` is ours, so
+            // they do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.p.add(at), src.len()) };
+        }
+        Ok(())
+    }
 }
