@@ -1076,8 +1076,8 @@ int gex_team_free(const gex_ep_t *ep, gex_team_t *team);
 // `fn` runs on the thread that progresses a collective using the operator: inside
 // the gex calls of that thread that poll (the collective's own call, `gex_ep_poll`,
 // event tests and waits), or on the endpoint's progress thread if there is one. It is
-// called on copies gex owns, with `count` elements (currently always 1), aligned for
-// any C type of `elem_size` bytes (to at most 16).
+// called on copies gex owns, with `count` elements (currently always 1), 16-byte
+// aligned. The buffers of the collectives need no alignment beyond their C type's.
 //
 // Returns `GEX_OK`; `GEX_ERR_NULL` if `fn` or `op` is NULL; `GEX_ERR_INVALID` for an
 // unsupported `elem_size`.
@@ -1112,7 +1112,7 @@ int gex_op_free(gex_user_op_t *op);
 // # Safety
 // `ep` is NULL or a live endpoint, `team` NULL or a live team, `op` NULL or a live
 // operator; `src` is valid for reading and `dst` for writing `count` elements (any
-// pointers when `count` is 0), not overlapping, both aligned for the elements.
+// pointers when `count` is 0), not overlapping.
 int gex_allreduce_user(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op);
 
 // Starts an allreduce with a user operator (as [`gex_allreduce_user`]) and writes its

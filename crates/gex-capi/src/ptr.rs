@@ -108,6 +108,22 @@ pub unsafe fn take<T: Magic>(p: *mut T) -> Result<Box<T>, Error> {
     Ok(b)
 }
 
+/// Frees a handle the C caller gives up (`gex_*_free`): NULL is ignored, anything
+/// else is taken back as [`take`] and dropped.
+///
+/// # Errors
+/// As [`handle`] (but for NULL).
+///
+/// # Safety
+/// As [`take`], for a non-null `p`.
+pub unsafe fn free<T: Magic>(p: *mut T) -> Result<crate::status::gex_status_t, Error> {
+    if !p.is_null() {
+        // SAFETY: the caller's promise, as `take` states it.
+        drop(unsafe { take(p) }?);
+    }
+    Ok(crate::status::gex_status_t::GEX_OK)
+}
+
 /// Writes `v` to the caller's output slot `p`.
 ///
 /// # Errors

@@ -5,10 +5,11 @@
 //! gex-coll's operators are typed ([`ReduceOp<T>`] over an element type `T: Elem`, a
 //! `Pod`), and its user operators apply a Rust function to one element pair at a time.
 //! The C operator becomes such an operator over an opaque element type of its size:
-//! one `#[repr(C)]` byte array per supported size (1, 2, 4, 8, 16, 32, 64, 128 and 256
-//! bytes), aligned to its size up to 16 bytes, so that the C function receives pointers
-//! as aligned as a C type of that size needs. The C function is called once per
-//! element pair (`count` is 1), on copies gex owns: `inout` is the left operand and
+//! one byte array per supported size (1, 2, 4, 8, 16, 32, 64, 128 and 256 bytes),
+//! alignment 1, so that the caller's buffers need no alignment beyond their C type's.
+//! The C function is called once per element pair (`count` is 1), on copies gex owns,
+//! 16-byte aligned (as aligned as any C type of these sizes needs): `inout` is the left
+//! operand and
 //! receives the result, `in` the right one; operands are combined in team-rank order
 //! (`x0 ⊕ x1 ⊕ …`) unless the operator is commutative.
 #![allow(unsafe_code)]
@@ -19,7 +20,6 @@ use crate::handle::{gex_ep_t, gex_team_t};
 use crate::ptr;
 use crate::status::{Error, entry, gex_status_t};
 use gex_facade::coll::{BuiltinOp, Elem, ReduceOp};
-use gex_facade::prelude::Team;
 use gex_sync::atomic::AtomicU64;
 use std::ffi::{c_int, c_void};
 
@@ -49,24 +49,29 @@ unsafe impl Send for CFn {}
 unsafe impl Sync for CFn {}
 
 impl CFn {
-    /// `*l ⊕ *r`, by the C function on a copy of `l`.
+    /// `*l ⊕ *r`, by the C function on 16-byte aligned copies of both.
     fn apply<E: Copy>(&self, l: &E, r: &E) -> E {
-        let mut out = *l;
-        // SAFETY: `out` and `r` are valid, aligned elements of the operator's size
-        // (`E` is the opaque type of that size), one each (`count` 1); the C function
-        // was promised callable with `arg` on this thread (`gex_op_create`'s `# Safety`)
-        // and does not unwind.
+        let (mut out, inc) = (Aligned(*l), Aligned(*r));
+        // SAFETY: `out` and `inc` are valid elements of the operator's size (`E` is the
+        // opaque type of that size), one each (`count` 1), 16-byte aligned; the C
+        // function was promised callable with `arg` on this thread (`gex_op_create`'s
+        // `# Safety`) and does not unwind.
         unsafe {
             (self.f)(
-                (&raw mut out).cast::<c_void>(),
-                std::ptr::from_ref(r).cast::<c_void>(),
+                (&raw mut out.0).cast::<c_void>(),
+                (&raw const inc.0).cast::<c_void>(),
                 1,
                 self.arg,
             )
         };
-        out
+        out.0
     }
 }
+
+/// An operand as the C function receives it: aligned for any C type of the supported
+/// sizes.
+#[repr(C, align(16))]
+struct Aligned<E>(E);
 
 /// A user-defined reduction operator (`gex_op_create` .. `gex_op_free`).
 #[derive(Debug)]
@@ -83,15 +88,14 @@ crate::ptr::magic!(gex_user_op_t, 0x6765_785f_7573_6f70, "user op");
 pub trait Opaque: CElem {}
 
 macro_rules! opaque {
-    ($($name:ident $n:literal $align:literal),*) => {$(
+    ($($name:ident $n:literal),*) => {$(
         #[doc = concat!("An opaque element of ", stringify!($n), " bytes (user operators).")]
-        #[repr(C, align($align))]
+        #[repr(transparent)]
         #[derive(Clone, Copy, Debug, PartialEq)]
         pub struct $name([u8; $n]);
-        // SAFETY: a byte array, size a multiple of the alignment: no padding, every
-        // bit pattern valid, all-zero valid.
+        // SAFETY: a byte array: no padding, every bit pattern valid, all-zero valid.
         unsafe impl bytemuck::Zeroable for $name {}
-        // SAFETY: as above; `repr(C)`, `Copy`, `'static`.
+        // SAFETY: as above; `repr(transparent)`, `Copy`, `'static`.
         unsafe impl bytemuck::Pod for $name {}
         impl Elem for $name {
             fn builtin(_: BuiltinOp, a: Self, _: Self) -> Self {
@@ -110,25 +114,22 @@ macro_rules! opaque {
         impl Opaque for $name {}
     )*};
 }
-opaque!(
-    B1 1 1, B2 2 2, B4 4 4, B8 8 8, B16 16 16, B32 32 16, B64 64 16, B128 128 16,
-    B256 256 16
-);
+opaque!(B1 1, B2 2, B4 4, B8 8, B16 16, B32 32, B64 64, B128 128, B256 256);
 
-/// Runs `$f::<E>(args)` for the opaque element type of `$size` bytes;
+/// Evaluates `$body` with `$e` the opaque element type of `$size` bytes;
 /// `GEX_ERR_INVALID` for an unsupported size.
 macro_rules! by_size {
-    ($size:expr, $f:ident($($a:expr),* $(,)?)) => {
+    ($size:expr, |$e:ident| $body:expr) => {
         match $size {
-            1 => $f::<B1>($($a),*),
-            2 => $f::<B2>($($a),*),
-            4 => $f::<B4>($($a),*),
-            8 => $f::<B8>($($a),*),
-            16 => $f::<B16>($($a),*),
-            32 => $f::<B32>($($a),*),
-            64 => $f::<B64>($($a),*),
-            128 => $f::<B128>($($a),*),
-            256 => $f::<B256>($($a),*),
+            1 => { type $e = B1; $body }
+            2 => { type $e = B2; $body }
+            4 => { type $e = B4; $body }
+            8 => { type $e = B8; $body }
+            16 => { type $e = B16; $body }
+            32 => { type $e = B32; $body }
+            64 => { type $e = B64; $body }
+            128 => { type $e = B128; $body }
+            256 => { type $e = B256; $body }
             other => Err(unsupported(other)),
         }
     };
@@ -148,8 +149,8 @@ fn unsupported(size: usize) -> Error {
 /// `fn` runs on the thread that progresses a collective using the operator: inside
 /// the gex calls of that thread that poll (the collective's own call, `gex_ep_poll`,
 /// event tests and waits), or on the endpoint's progress thread if there is one. It is
-/// called on copies gex owns, with `count` elements (currently always 1), aligned for
-/// any C type of `elem_size` bytes (to at most 16).
+/// called on copies gex owns, with `count` elements (currently always 1), 16-byte
+/// aligned. The buffers of the collectives need no alignment beyond their C type's.
 ///
 /// Returns `GEX_OK`; `GEX_ERR_NULL` if `fn` or `op` is NULL; `GEX_ERR_INVALID` for an
 /// unsupported `elem_size`.
@@ -202,14 +203,8 @@ pub unsafe extern "C" fn gex_op_create(
 /// `op` is NULL or a live operator, used by no other thread during or after the call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gex_op_free(op: *mut gex_user_op_t) -> c_int {
-    entry(|| {
-        if op.is_null() {
-            return Ok(gex_status_t::GEX_OK);
-        }
-        // SAFETY: the caller's promise, as `ptr::take` states it.
-        drop(unsafe { ptr::take(op) }?);
-        Ok(gex_status_t::GEX_OK)
-    })
+    // SAFETY: the caller's promise, as `ptr::free` states it.
+    entry(|| unsafe { ptr::free(op) })
 }
 
 /// gex-coll's operator of the C operator `u`, on elements `E`.
@@ -218,40 +213,18 @@ fn reduce_op<E: Opaque>(u: &gex_user_op_t) -> ReduceOp<E> {
     ReduceOp::user(u.commutative, move |l: &E, r: &E| f.apply(l, r))
 }
 
-/// The data collective `shape` with the user operator `u` on elements `E`.
-///
-/// # Safety
-/// As the entry point of `shape` (its `_nb` form with `nb`).
-#[allow(clippy::too_many_arguments)]
-unsafe fn user<E: Opaque>(
-    shape: Shape,
-    h: &gex_ep_t,
-    team: &Team,
-    root: u32,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    u: &gex_user_op_t,
-    nb: Option<*mut *mut gex_event_t>,
-) -> Result<gex_status_t, Error> {
-    let r = Red::Op(reduce_op::<E>(u));
-    // SAFETY: the caller's promises, passed on.
-    unsafe { combine::<E>(shape, h, team, root, src, dst, count, r, nb) }
-}
+/// The root and the buffers of a call: `(root, src, dst, count)`.
+struct Io(u32, *const c_void, *mut c_void, usize);
 
 /// The body of the user-operator entry points.
 ///
 /// # Safety
 /// As the entry point of `shape` (its `_nb` form with `nb`).
-#[allow(clippy::too_many_arguments)]
 unsafe fn run(
     shape: Shape,
     ep: *const gex_ep_t,
     team: *const gex_team_t,
-    root: u32,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
+    io: Io,
     op: *const gex_user_op_t,
     nb: Option<*mut *mut gex_event_t>,
 ) -> c_int {
@@ -261,13 +234,11 @@ unsafe fn run(
         // SAFETY: the caller's promise, as `ptr::handle` states it.
         let u = unsafe { ptr::handle(op) }?;
         slot(nb)?;
-        // SAFETY: the caller's promises, passed on.
-        unsafe {
-            by_size!(
-                u.elem_size,
-                user(shape, h, &t, root, src, dst, count, u, nb)
-            )
-        }
+        by_size!(u.elem_size, |E| {
+            let r = Red::Op(reduce_op::<E>(u));
+            // SAFETY: the caller's promises, passed on.
+            unsafe { combine::<E>(shape, h, &t, io.0, io.1, io.2, io.3, r, nb) }
+        })
     })
 }
 
@@ -283,7 +254,7 @@ unsafe fn run(
 /// # Safety
 /// `ep` is NULL or a live endpoint, `team` NULL or a live team, `op` NULL or a live
 /// operator; `src` is valid for reading and `dst` for writing `count` elements (any
-/// pointers when `count` is 0), not overlapping, both aligned for the elements.
+/// pointers when `count` is 0), not overlapping.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gex_allreduce_user(
     ep: *const gex_ep_t,
@@ -293,8 +264,9 @@ pub unsafe extern "C" fn gex_allreduce_user(
     count: usize,
     op: *const gex_user_op_t,
 ) -> c_int {
+    let io = Io(0, src, dst, count);
     // SAFETY: the caller's promises, passed on.
-    unsafe { run(Shape::Allreduce, ep, team, 0, src, dst, count, op, None) }
+    unsafe { run(Shape::Allreduce, ep, team, io, op, None) }
 }
 
 /// Starts an allreduce with a user operator (as [`gex_allreduce_user`]) and writes its
@@ -316,8 +288,9 @@ pub unsafe extern "C" fn gex_allreduce_user_nb(
     op: *const gex_user_op_t,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
+    let io = Io(0, src, dst, count);
     // SAFETY: the caller's promises, passed on.
-    unsafe { run(Shape::Allreduce, ep, team, 0, src, dst, count, op, Some(ev)) }
+    unsafe { run(Shape::Allreduce, ep, team, io, op, Some(ev)) }
 }
 
 /// Reduces as [`gex_allreduce_user`] into the `dst` of team rank `root` only (`dst` is
@@ -338,8 +311,9 @@ pub unsafe extern "C" fn gex_reduce_user(
     count: usize,
     op: *const gex_user_op_t,
 ) -> c_int {
+    let io = Io(root, src, dst, count);
     // SAFETY: the caller's promises, passed on.
-    unsafe { run(Shape::Reduce, ep, team, root, src, dst, count, op, None) }
+    unsafe { run(Shape::Reduce, ep, team, io, op, None) }
 }
 
 /// Starts a reduce with a user operator (as [`gex_reduce_user`]) and writes its event
@@ -361,8 +335,9 @@ pub unsafe extern "C" fn gex_reduce_user_nb(
     op: *const gex_user_op_t,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
+    let io = Io(root, src, dst, count);
     // SAFETY: the caller's promises, passed on.
-    unsafe { run(Shape::Reduce, ep, team, root, src, dst, count, op, Some(ev)) }
+    unsafe { run(Shape::Reduce, ep, team, io, op, Some(ev)) }
 }
 
 /// Inclusive scan with a user operator: team rank `i`'s `dst` receives
@@ -381,8 +356,9 @@ pub unsafe extern "C" fn gex_scan_user(
     count: usize,
     op: *const gex_user_op_t,
 ) -> c_int {
+    let io = Io(0, src, dst, count);
     // SAFETY: the caller's promises, passed on.
-    unsafe { run(Shape::Scan, ep, team, 0, src, dst, count, op, None) }
+    unsafe { run(Shape::Scan, ep, team, io, op, None) }
 }
 
 /// Starts an inclusive scan with a user operator (as [`gex_scan_user`]) and writes its
@@ -402,17 +378,14 @@ pub unsafe extern "C" fn gex_scan_user_nb(
     op: *const gex_user_op_t,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
+    let io = Io(0, src, dst, count);
     // SAFETY: the caller's promises, passed on.
-    unsafe { run(Shape::Scan, ep, team, 0, src, dst, count, op, Some(ev)) }
+    unsafe { run(Shape::Scan, ep, team, io, op, Some(ev)) }
 }
 
 /// The byte-level function gex-coll applies for `u` (tests: operand order).
 #[cfg(test)]
 pub(crate) fn reduce_op_for_test(u: &gex_user_op_t) -> gex_facade::coll::ReduceFn {
-    by_size!(u.elem_size, reduce_op_fn(u)).expect("a supported size")
-}
-
-#[cfg(test)]
-fn reduce_op_fn<E: Opaque>(u: &gex_user_op_t) -> Result<gex_facade::coll::ReduceFn, Error> {
-    Ok(reduce_op::<E>(u).func().clone())
+    let f: Result<_, Error> = by_size!(u.elem_size, |E| Ok(reduce_op::<E>(u).func().clone()));
+    f.expect("a supported size")
 }

@@ -201,57 +201,113 @@ impl Remote {
     }
 }
 
-/// The pieces of a vector call and their total length.
-///
-/// # Safety
-/// If `n > 0`, `pieces` is valid for reading `n` pieces.
-unsafe fn vector(
-    h: &gex_ep_t,
-    rank: u32,
-    pieces: *const gex_piece_t,
-    n: usize,
-) -> Result<(Remote, usize), Error> {
-    // SAFETY: the caller's promise, as `ptr::slice` states it.
-    let ps = unsafe { ptr::slice(pieces, n, "pieces") }?;
-    let mut total = 0usize;
-    let mut v = Vec::with_capacity(n);
-    for p in ps {
-        total = total
-            .checked_add(p.len)
-            .ok_or_else(|| Error::invalid("the pieces' lengths overflow"))?;
-        v.push((gptr::<u8>(h, rank, p.offset)?, p.len));
-    }
-    if n == 0 {
-        gptr::<u8>(h, rank, 0)?;
-    }
-    Ok((Remote::Vector(v), total))
+/// The remote pieces of a vector or indexed call, as the caller gave them.
+#[derive(Clone, Copy)]
+enum Pieces {
+    /// `gex_piece_t`s and their number.
+    Vector(*const gex_piece_t, usize),
+    /// Offsets, their number, and the bytes of each piece.
+    Indexed(*const usize, usize, usize),
 }
 
-/// The pieces of an indexed call and their total length.
+impl Pieces {
+    /// The remote side (every offset's `rank` checked) and its total length.
+    ///
+    /// # Safety
+    /// The array is valid for reading its count of elements (any pointer for 0).
+    unsafe fn remote(self, h: &gex_ep_t, rank: u32) -> Result<(Remote, usize), Error> {
+        gptr::<u8>(h, rank, 0)?;
+        Ok(match self {
+            Pieces::Vector(p, n) => {
+                // SAFETY: the caller's promise, as `ptr::slice` states it.
+                let ps = unsafe { ptr::slice(p, n, "pieces") }?;
+                let mut total = 0usize;
+                let mut v = Vec::with_capacity(n);
+                for p in ps {
+                    total = total
+                        .checked_add(p.len)
+                        .ok_or_else(|| Error::invalid("the pieces' lengths overflow"))?;
+                    v.push((gptr::<u8>(h, rank, p.offset)?, p.len));
+                }
+                (Remote::Vector(v), total)
+            }
+            Pieces::Indexed(o, n, each) => {
+                // SAFETY: the caller's promise, as `ptr::slice` states it.
+                let os = unsafe { ptr::slice(o, n, "offsets") }?;
+                let total = n
+                    .checked_mul(each)
+                    .filter(|&b| b <= isize::MAX as usize)
+                    .ok_or_else(|| {
+                        Error::invalid(format!("{n} pieces of {each} bytes overflow"))
+                    })?;
+                let v = os
+                    .iter()
+                    .map(|&o| gptr::<u8>(h, rank, o))
+                    .collect::<Result<_, _>>()?;
+                (Remote::Indexed(v, each), total)
+            }
+        })
+    }
+}
+
+/// The local length of a packed side: the caller's `given` (a vector call's), which
+/// must be the pieces' `total`, or the total (an indexed call's).
+fn packed_len(given: Option<usize>, total: usize, what: &str) -> Result<usize, Error> {
+    match given {
+        Some(g) if g != total => Err(Error::invalid(format!(
+            "{what} {g} is not the pieces' total length {total}"
+        ))),
+        _ => Ok(total),
+    }
+}
+
+/// The body of the vector and indexed puts (`src_len`: a vector put's).
 ///
 /// # Safety
-/// If `n > 0`, `offsets` is valid for reading `n` offsets.
-unsafe fn indexed(
-    h: &gex_ep_t,
+/// As [`gex_put_vector`] / [`gex_put_indexed`] (and the `ev` of their `_nb` forms with
+/// `PutMode::Nb`).
+unsafe fn put_pieces(
+    ep: *const gex_ep_t,
     rank: u32,
-    offsets: *const usize,
-    n: usize,
-    each: usize,
-) -> Result<(Remote, usize), Error> {
-    // SAFETY: the caller's promise, as `ptr::slice` states it.
-    let os = unsafe { ptr::slice(offsets, n, "offsets") }?;
-    let total = n
-        .checked_mul(each)
-        .filter(|&b| b <= isize::MAX as usize)
-        .ok_or_else(|| Error::invalid(format!("{n} pieces of {each} bytes overflow")))?;
-    let v = os
-        .iter()
-        .map(|&o| gptr::<u8>(h, rank, o))
-        .collect::<Result<Vec<_>, _>>()?;
-    if n == 0 {
-        gptr::<u8>(h, rank, 0)?;
-    }
-    Ok((Remote::Indexed(v, each), total))
+    pieces: Pieces,
+    src: *const c_void,
+    src_len: Option<usize>,
+    mode: PutMode,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promise, as `ptr::handle` states it.
+        let h = unsafe { ptr::handle(ep) }?;
+        // SAFETY: the pieces' array is readable for its count (contract).
+        let (r, total) = unsafe { pieces.remote(h, rank) }?;
+        let len = packed_len(src_len, total, "src_len")?;
+        // SAFETY: `src` is readable for the pieces' total length (contract).
+        let s = unsafe { ptr::slice(src.cast::<u8>(), len, "src") }?;
+        // SAFETY: the caller's promise about `ev`, passed on.
+        unsafe { put(h, &r, s, mode) }
+    })
+}
+
+/// The body of the vector and indexed gets (`dst_len`: a vector get's).
+///
+/// # Safety
+/// As [`gex_get_vector`] / [`gex_get_indexed`] (and their `_nb` forms with `ev`).
+unsafe fn get_pieces(
+    ep: *const gex_ep_t,
+    dst: *mut c_void,
+    dst_len: Option<usize>,
+    rank: u32,
+    pieces: Pieces,
+    ev: Option<*mut *mut gex_event_t>,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promise, as `ptr::handle` states it.
+        let h = unsafe { ptr::handle(ep) }?;
+        // SAFETY: the pieces' array is readable for its count (contract).
+        let (r, total) = unsafe { pieces.remote(h, rank) }?;
+        let len = packed_len(dst_len, total, "dst_len")?;
+        // SAFETY: the caller's promises about `dst` and `ev`, passed on.
+        unsafe { get_packed(h, &r, dst, len, ev) }
+    })
 }
 
 /// How a put completes.
@@ -346,73 +402,80 @@ impl Pending for StridedGet {
     }
 }
 
-/// The shape of a strided call, with `rank`, `offset` checked.
-///
-/// # Safety
-/// As [`Shape::new`].
-#[allow(clippy::too_many_arguments)]
-unsafe fn strided(
-    h: &gex_ep_t,
-    rank: u32,
-    offset: usize,
-    remote_strides: *const isize,
-    remote_what: &str,
-    local_strides: *const isize,
-    local_what: &str,
+/// The C arrays of a strided call, by side.
+#[derive(Clone, Copy)]
+struct Dims {
+    remote: *const isize,
+    local: *const isize,
     elem_size: usize,
     counts: *const usize,
     ndims: usize,
-) -> Result<(GlobalPtr<u8>, Shape), Error> {
-    // SAFETY: the caller's promise, passed on.
-    let sh = unsafe {
-        Shape::new(
-            remote_strides,
-            remote_what,
-            local_strides,
-            local_what,
-            elem_size,
-            counts,
-            ndims,
-        )
-    }?;
-    Ok((gptr::<u8>(h, rank, offset)?, sh))
+}
+
+/// The [`Dims`] of remote strides `remote` and local strides `local`.
+fn dims(
+    remote: *const isize,
+    local: *const isize,
+    elem_size: usize,
+    counts: *const usize,
+    ndims: usize,
+) -> Dims {
+    Dims {
+        remote,
+        local,
+        elem_size,
+        counts,
+        ndims,
+    }
+}
+
+impl Dims {
+    /// The remote pointer and the shape, `rank` checked; `put` names the sides.
+    ///
+    /// # Safety
+    /// As [`Shape::new`].
+    unsafe fn shape(
+        self,
+        h: &gex_ep_t,
+        rank: u32,
+        offset: usize,
+        put: bool,
+    ) -> Result<(GlobalPtr<u8>, Shape), Error> {
+        let (rw, lw) = if put {
+            ("dst_strides", "src_strides")
+        } else {
+            ("src_strides", "dst_strides")
+        };
+        let (r, l, es, c, n) = (
+            self.remote,
+            self.local,
+            self.elem_size,
+            self.counts,
+            self.ndims,
+        );
+        // SAFETY: the caller's promise, passed on.
+        let sh = unsafe { Shape::new(r, rw, l, lw, es, c, n) }?;
+        Ok((gptr::<u8>(h, rank, offset)?, sh))
+    }
 }
 
 /// The body of the strided puts.
 ///
 /// # Safety
 /// As [`gex_put_strided`] (and the `ev` of [`gex_put_strided_nb`] with `PutMode::Nb`).
-#[allow(clippy::too_many_arguments)]
 unsafe fn put_strided(
     ep: *const gex_ep_t,
     rank: u32,
     offset: usize,
-    dst_strides: *const isize,
     src: *const c_void,
-    src_strides: *const isize,
-    elem_size: usize,
-    counts: *const usize,
-    ndims: usize,
+    d: Dims,
     mode: PutMode,
 ) -> c_int {
     entry(|| {
         // SAFETY: the caller's promise, as `ptr::handle` states it.
         let h = unsafe { ptr::handle(ep) }?;
         // SAFETY: the arrays are readable for `ndims` elements (contract).
-        let (p, sh) = unsafe {
-            strided(
-                h,
-                rank,
-                offset,
-                dst_strides,
-                "dst_strides",
-                src_strides,
-                "src_strides",
-                elem_size,
-                counts,
-                ndims,
-            )
-        }?;
+        let (p, sh) = unsafe { d.shape(h, rank, offset, true) }?;
         let base = sh.base(src, "src")?;
         // SAFETY: the span from the lowest to the highest byte the shape addresses
         // from `src` is readable during the call (contract).
@@ -452,21 +515,9 @@ pub unsafe extern "C" fn gex_put_strided(
     counts: *const usize,
     ndims: usize,
 ) -> c_int {
+    let d = dims(dst_strides, src_strides, elem_size, counts, ndims);
     // SAFETY: the caller's promises, passed on.
-    unsafe {
-        put_strided(
-            ep,
-            rank,
-            offset,
-            dst_strides,
-            src,
-            src_strides,
-            elem_size,
-            counts,
-            ndims,
-            PutMode::Blocking,
-        )
-    }
+    unsafe { put_strided(ep, rank, offset, src, d, PutMode::Blocking) }
 }
 
 /// Starts a strided put (as [`gex_put_strided`]) and writes its event to `*ev`; `src`
@@ -491,21 +542,9 @@ pub unsafe extern "C" fn gex_put_strided_nb(
     ndims: usize,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
+    let d = dims(dst_strides, src_strides, elem_size, counts, ndims);
     // SAFETY: the caller's promises, passed on.
-    unsafe {
-        put_strided(
-            ep,
-            rank,
-            offset,
-            dst_strides,
-            src,
-            src_strides,
-            elem_size,
-            counts,
-            ndims,
-            PutMode::Nb(ev),
-        )
-    }
+    unsafe { put_strided(ep, rank, offset, src, d, PutMode::Nb(ev)) }
 }
 
 /// Starts a strided put (as [`gex_put_strided`]) with an implicit event: the bytes are
@@ -528,58 +567,28 @@ pub unsafe extern "C" fn gex_put_strided_nbi(
     counts: *const usize,
     ndims: usize,
 ) -> c_int {
+    let d = dims(dst_strides, src_strides, elem_size, counts, ndims);
     // SAFETY: the caller's promises, passed on.
-    unsafe {
-        put_strided(
-            ep,
-            rank,
-            offset,
-            dst_strides,
-            src,
-            src_strides,
-            elem_size,
-            counts,
-            ndims,
-            PutMode::Nbi,
-        )
-    }
+    unsafe { put_strided(ep, rank, offset, src, d, PutMode::Nbi) }
 }
 
 /// The body of the strided gets.
 ///
 /// # Safety
 /// As [`gex_get_strided`] (and [`gex_get_strided_nb`] with `ev`).
-#[allow(clippy::too_many_arguments)]
 unsafe fn get_strided(
     ep: *const gex_ep_t,
     dst: *mut c_void,
-    dst_strides: *const isize,
     rank: u32,
     offset: usize,
-    src_strides: *const isize,
-    elem_size: usize,
-    counts: *const usize,
-    ndims: usize,
+    d: Dims,
     ev: Option<*mut *mut gex_event_t>,
 ) -> c_int {
     entry(|| {
         // SAFETY: the caller's promise, as `ptr::handle` states it.
         let h = unsafe { ptr::handle(ep) }?;
         // SAFETY: the arrays are readable for `ndims` elements (contract).
-        let (p, sh) = unsafe {
-            strided(
-                h,
-                rank,
-                offset,
-                src_strides,
-                "src_strides",
-                dst_strides,
-                "dst_strides",
-                elem_size,
-                counts,
-                ndims,
-            )
-        }?;
+        let (p, sh) = unsafe { d.shape(h, rank, offset, false) }?;
         let base = sh.base(dst.cast_const(), "dst")?.cast_mut();
         let Some(ev) = ev else {
             // SAFETY: the span from the lowest to the highest byte the shape
@@ -636,21 +645,9 @@ pub unsafe extern "C" fn gex_get_strided(
     counts: *const usize,
     ndims: usize,
 ) -> c_int {
+    let d = dims(src_strides, dst_strides, elem_size, counts, ndims);
     // SAFETY: the caller's promises, passed on.
-    unsafe {
-        get_strided(
-            ep,
-            dst,
-            dst_strides,
-            rank,
-            offset,
-            src_strides,
-            elem_size,
-            counts,
-            ndims,
-            None,
-        )
-    }
+    unsafe { get_strided(ep, dst, rank, offset, d, None) }
 }
 
 /// Starts a strided get (as [`gex_get_strided`]) and writes its event to `*ev`. The
@@ -680,51 +677,9 @@ pub unsafe extern "C" fn gex_get_strided_nb(
     ndims: usize,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
+    let d = dims(src_strides, dst_strides, elem_size, counts, ndims);
     // SAFETY: the caller's promises, passed on.
-    unsafe {
-        get_strided(
-            ep,
-            dst,
-            dst_strides,
-            rank,
-            offset,
-            src_strides,
-            elem_size,
-            counts,
-            ndims,
-            Some(ev),
-        )
-    }
-}
-
-/// The body of the vector puts.
-///
-/// # Safety
-/// As [`gex_put_vector`] (and the `ev` of [`gex_put_vector_nb`] with `PutMode::Nb`).
-unsafe fn put_vector(
-    ep: *const gex_ep_t,
-    rank: u32,
-    pieces: *const gex_piece_t,
-    npieces: usize,
-    src: *const c_void,
-    src_len: usize,
-    mode: PutMode,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promise, as `ptr::handle` states it.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `pieces` is readable for `npieces` (contract).
-        let (r, total) = unsafe { vector(h, rank, pieces, npieces) }?;
-        if total != src_len {
-            return Err(Error::invalid(format!(
-                "src_len {src_len} is not the pieces' total length {total}"
-            )));
-        }
-        // SAFETY: `src` is readable for `src_len` bytes (contract).
-        let s = unsafe { ptr::slice(src.cast::<u8>(), src_len, "src") }?;
-        // SAFETY: the caller's promise about `ev`, passed on.
-        unsafe { put(h, &r, s, mode) }
-    })
+    unsafe { get_strided(ep, dst, rank, offset, d, Some(ev)) }
 }
 
 /// Puts `npieces` pieces to `rank`'s segment: piece `i` is `pieces[i].len` bytes at
@@ -749,8 +704,9 @@ pub unsafe extern "C" fn gex_put_vector(
     src: *const c_void,
     src_len: usize,
 ) -> c_int {
+    let pc = Pieces::Vector(pieces, npieces);
     // SAFETY: the caller's promises, passed on.
-    unsafe { put_vector(ep, rank, pieces, npieces, src, src_len, PutMode::Blocking) }
+    unsafe { put_pieces(ep, rank, pc, src, Some(src_len), PutMode::Blocking) }
 }
 
 /// Starts a vector put (as [`gex_put_vector`]) and writes its event to `*ev`; `src`
@@ -770,8 +726,9 @@ pub unsafe extern "C" fn gex_put_vector_nb(
     src_len: usize,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
+    let pc = Pieces::Vector(pieces, npieces);
     // SAFETY: the caller's promises, passed on.
-    unsafe { put_vector(ep, rank, pieces, npieces, src, src_len, PutMode::Nb(ev)) }
+    unsafe { put_pieces(ep, rank, pc, src, Some(src_len), PutMode::Nb(ev)) }
 }
 
 /// Starts a vector put (as [`gex_put_vector`]) with an implicit event (completed by
@@ -790,36 +747,9 @@ pub unsafe extern "C" fn gex_put_vector_nbi(
     src: *const c_void,
     src_len: usize,
 ) -> c_int {
+    let pc = Pieces::Vector(pieces, npieces);
     // SAFETY: the caller's promises, passed on.
-    unsafe { put_vector(ep, rank, pieces, npieces, src, src_len, PutMode::Nbi) }
-}
-
-/// The body of the vector gets.
-///
-/// # Safety
-/// As [`gex_get_vector`] (and [`gex_get_vector_nb`] with `ev`).
-unsafe fn get_vector(
-    ep: *const gex_ep_t,
-    dst: *mut c_void,
-    dst_len: usize,
-    rank: u32,
-    pieces: *const gex_piece_t,
-    npieces: usize,
-    ev: Option<*mut *mut gex_event_t>,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promise, as `ptr::handle` states it.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `pieces` is readable for `npieces` (contract).
-        let (r, total) = unsafe { vector(h, rank, pieces, npieces) }?;
-        if total != dst_len {
-            return Err(Error::invalid(format!(
-                "dst_len {dst_len} is not the pieces' total length {total}"
-            )));
-        }
-        // SAFETY: the caller's promises about `dst` and `ev`, passed on.
-        unsafe { get_packed(h, &r, dst, dst_len, ev) }
-    })
+    unsafe { put_pieces(ep, rank, pc, src, Some(src_len), PutMode::Nbi) }
 }
 
 /// Gets `npieces` pieces from `rank`'s segment into `dst`, packed in order (`dst_len`
@@ -840,8 +770,9 @@ pub unsafe extern "C" fn gex_get_vector(
     pieces: *const gex_piece_t,
     npieces: usize,
 ) -> c_int {
+    let pc = Pieces::Vector(pieces, npieces);
     // SAFETY: the caller's promises, passed on.
-    unsafe { get_vector(ep, dst, dst_len, rank, pieces, npieces, None) }
+    unsafe { get_pieces(ep, dst, Some(dst_len), rank, pc, None) }
 }
 
 /// Starts a vector get (as [`gex_get_vector`]) and writes its event to `*ev`; `dst`
@@ -862,33 +793,9 @@ pub unsafe extern "C" fn gex_get_vector_nb(
     npieces: usize,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
+    let pc = Pieces::Vector(pieces, npieces);
     // SAFETY: the caller's promises, passed on.
-    unsafe { get_vector(ep, dst, dst_len, rank, pieces, npieces, Some(ev)) }
-}
-
-/// The body of the indexed puts.
-///
-/// # Safety
-/// As [`gex_put_indexed`] (and the `ev` of [`gex_put_indexed_nb`] with `PutMode::Nb`).
-unsafe fn put_indexed(
-    ep: *const gex_ep_t,
-    rank: u32,
-    offsets: *const usize,
-    n: usize,
-    each: usize,
-    src: *const c_void,
-    mode: PutMode,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promise, as `ptr::handle` states it.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `offsets` is readable for `n` (contract).
-        let (r, total) = unsafe { indexed(h, rank, offsets, n, each) }?;
-        // SAFETY: `src` is readable for `n × each` bytes (contract).
-        let s = unsafe { ptr::slice(src.cast::<u8>(), total, "src") }?;
-        // SAFETY: the caller's promise about `ev`, passed on.
-        unsafe { put(h, &r, s, mode) }
-    })
+    unsafe { get_pieces(ep, dst, Some(dst_len), rank, pc, Some(ev)) }
 }
 
 /// Puts `n` pieces of `each` bytes to `rank`'s segment, piece `i` at byte
@@ -909,8 +816,9 @@ pub unsafe extern "C" fn gex_put_indexed(
     each: usize,
     src: *const c_void,
 ) -> c_int {
+    let pc = Pieces::Indexed(offsets, n, each);
     // SAFETY: the caller's promises, passed on.
-    unsafe { put_indexed(ep, rank, offsets, n, each, src, PutMode::Blocking) }
+    unsafe { put_pieces(ep, rank, pc, src, None, PutMode::Blocking) }
 }
 
 /// Starts an indexed put (as [`gex_put_indexed`]) and writes its event to `*ev`; `src`
@@ -930,8 +838,9 @@ pub unsafe extern "C" fn gex_put_indexed_nb(
     src: *const c_void,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
+    let pc = Pieces::Indexed(offsets, n, each);
     // SAFETY: the caller's promises, passed on.
-    unsafe { put_indexed(ep, rank, offsets, n, each, src, PutMode::Nb(ev)) }
+    unsafe { put_pieces(ep, rank, pc, src, None, PutMode::Nb(ev)) }
 }
 
 /// Starts an indexed put (as [`gex_put_indexed`]) with an implicit event (completed by
@@ -950,31 +859,9 @@ pub unsafe extern "C" fn gex_put_indexed_nbi(
     each: usize,
     src: *const c_void,
 ) -> c_int {
+    let pc = Pieces::Indexed(offsets, n, each);
     // SAFETY: the caller's promises, passed on.
-    unsafe { put_indexed(ep, rank, offsets, n, each, src, PutMode::Nbi) }
-}
-
-/// The body of the indexed gets.
-///
-/// # Safety
-/// As [`gex_get_indexed`] (and [`gex_get_indexed_nb`] with `ev`).
-unsafe fn get_indexed(
-    ep: *const gex_ep_t,
-    dst: *mut c_void,
-    rank: u32,
-    offsets: *const usize,
-    n: usize,
-    each: usize,
-    ev: Option<*mut *mut gex_event_t>,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promise, as `ptr::handle` states it.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `offsets` is readable for `n` (contract).
-        let (r, total) = unsafe { indexed(h, rank, offsets, n, each) }?;
-        // SAFETY: the caller's promises about `dst` and `ev`, passed on.
-        unsafe { get_packed(h, &r, dst, total, ev) }
-    })
+    unsafe { put_pieces(ep, rank, pc, src, None, PutMode::Nbi) }
 }
 
 /// Gets `n` pieces of `each` bytes from `rank`'s segment, piece `i` from byte
@@ -997,7 +884,7 @@ pub unsafe extern "C" fn gex_get_indexed(
     each: usize,
 ) -> c_int {
     // SAFETY: the caller's promises, passed on.
-    unsafe { get_indexed(ep, dst, rank, offsets, n, each, None) }
+    unsafe { get_pieces(ep, dst, None, rank, Pieces::Indexed(offsets, n, each), None) }
 }
 
 /// Starts an indexed get (as [`gex_get_indexed`]) and writes its event to `*ev`; `dst`
@@ -1018,6 +905,7 @@ pub unsafe extern "C" fn gex_get_indexed_nb(
     each: usize,
     ev: *mut *mut gex_event_t,
 ) -> c_int {
+    let pc = Pieces::Indexed(offsets, n, each);
     // SAFETY: the caller's promises, passed on.
-    unsafe { get_indexed(ep, dst, rank, offsets, n, each, Some(ev)) }
+    unsafe { get_pieces(ep, dst, None, rank, pc, Some(ev)) }
 }

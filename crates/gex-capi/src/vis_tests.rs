@@ -11,7 +11,7 @@ use crate::team::*;
 use crate::userop::*;
 use crate::vis::*;
 use gex_status_t::*;
-use std::ffi::{CStr, c_void};
+use std::ffi::{CStr, c_int, c_void};
 use std::ptr::{null, null_mut};
 
 fn last() -> String {
@@ -514,98 +514,61 @@ fn user_operators_combine_in_order_and_run_collectives() {
         // The operator gex-coll applies: left ⊕ right, whichever side arrives.
         let u = crate::ptr::handle(op).unwrap();
         let f = crate::userop::reduce_op_for_test(u);
-        let (a, b) = ([1i64, 1, 0, 1], [1i64, 0, 1, 1]);
-        let mut acc: Vec<u8> = a.iter().flat_map(|x| x.to_ne_bytes()).collect();
-        let inc: Vec<u8> = b.iter().flat_map(|x| x.to_ne_bytes()).collect();
-        f(&mut acc, &inc, false); // acc = a · b
-        assert_eq!(
-            acc,
-            [2i64, 1, 1, 1]
-                .iter()
-                .flat_map(|x| x.to_ne_bytes())
-                .collect::<Vec<_>>()
-        );
-        let mut acc2: Vec<u8> = a.iter().flat_map(|x| x.to_ne_bytes()).collect();
-        f(&mut acc2, &inc, true); // acc = b · a
-        assert_eq!(
-            acc2,
-            [1i64, 1, 1, 2]
-                .iter()
-                .flat_map(|x| x.to_ne_bytes())
-                .collect::<Vec<_>>()
-        );
+        let bytes = |m: [i64; 4]| -> Vec<u8> { m.iter().flat_map(|x| x.to_ne_bytes()).collect() };
+        let (a, b) = (bytes([1, 1, 0, 1]), bytes([1, 0, 1, 1]));
+        let mut acc = a.clone();
+        f(&mut acc, &b, false); // acc = a · b
+        assert_eq!(acc, bytes([2, 1, 1, 1]));
+        let mut acc = a.clone();
+        f(&mut acc, &b, true); // acc = b · a
+        assert_eq!(acc, bytes([1, 1, 1, 2]));
         assert_eq!(calls, 2);
 
         let mut w = null_mut();
         assert_eq!(gex_team_world(e, &mut w), 0);
         let src = [[1i64, 2, 3, 4], [5, 6, 7, 8]];
+        let s = src.as_ptr().cast::<c_void>();
+        // On one rank every form gives back its input: each writes `n` matrices to
+        // `d` (through an event for the `_nb` forms) and nothing past them.
+        type Form<'a> = &'a dyn Fn(*mut c_void, usize, *mut *mut gex_event_t) -> c_int;
+        let forms: [(&str, Form<'_>); 6] = [
+            ("allreduce", &|d, n, _| {
+                gex_allreduce_user(e, w, s, d, n, op)
+            }),
+            ("allreduce_nb", &|d, n, ev| {
+                gex_allreduce_user_nb(e, w, s, d, n, op, ev)
+            }),
+            ("reduce", &|d, n, _| gex_reduce_user(e, w, 0, s, d, n, op)),
+            ("reduce_nb", &|d, n, ev| {
+                gex_reduce_user_nb(e, w, 0, s, d, n, op, ev)
+            }),
+            ("scan", &|d, n, _| gex_scan_user(e, w, s, d, n, op)),
+            ("scan_nb", &|d, n, ev| {
+                gex_scan_user_nb(e, w, s, d, n, op, ev)
+            }),
+        ];
+        for (name, f) in forms {
+            for n in [0, 1, 2] {
+                let mut dst = [[0i64; 4]; 2];
+                let mut ev = null_mut();
+                assert_eq!(
+                    f(dst.as_mut_ptr().cast(), n, &mut ev),
+                    0,
+                    "{name}: {}",
+                    last()
+                );
+                assert_eq!(ev.is_null(), !name.ends_with("_nb"), "{name}");
+                if !ev.is_null() {
+                    wait(e, ev);
+                }
+                assert_eq!(dst[..n], src[..n], "{name} of {n}");
+                assert!(
+                    dst[n..].iter().all(|m| *m == [0; 4]),
+                    "{name} wrote past {n}"
+                );
+            }
+        }
         let mut dst = [[0i64; 4]; 2];
-        assert_eq!(
-            gex_allreduce_user(e, w, src.as_ptr().cast(), dst.as_mut_ptr().cast(), 2, op),
-            0,
-            "{}",
-            last()
-        );
-        assert_eq!(dst, src);
-        let mut ev = null_mut();
-        dst = [[0; 4]; 2];
-        assert_eq!(
-            gex_scan_user_nb(
-                e,
-                w,
-                src.as_ptr().cast(),
-                dst.as_mut_ptr().cast(),
-                2,
-                op,
-                &mut ev
-            ),
-            0
-        );
-        wait(e, ev);
-        assert_eq!(dst, src);
-        dst = [[0; 4]; 2];
-        assert_eq!(
-            gex_reduce_user(e, w, 0, src.as_ptr().cast(), dst.as_mut_ptr().cast(), 2, op),
-            0
-        );
-        assert_eq!(dst, src);
-        dst = [[0; 4]; 2];
-        assert_eq!(
-            gex_allreduce_user_nb(
-                e,
-                w,
-                src.as_ptr().cast(),
-                dst.as_mut_ptr().cast(),
-                1,
-                op,
-                &mut ev
-            ),
-            0
-        );
-        wait(e, ev);
-        assert_eq!(dst[0], src[0]);
-        assert_eq!(dst[1], [0; 4]);
-        dst = [[0; 4]; 2];
-        assert_eq!(
-            gex_reduce_user_nb(
-                e,
-                w,
-                0,
-                src.as_ptr().cast(),
-                dst.as_mut_ptr().cast(),
-                2,
-                op,
-                &mut ev
-            ),
-            0
-        );
-        wait(e, ev);
-        assert_eq!(dst, src);
-        assert_eq!(
-            gex_scan_user(e, w, src.as_ptr().cast(), dst.as_mut_ptr().cast(), 0, op),
-            0
-        );
-
         // Bad input.
         assert_eq!(
             gex_reduce_user(e, w, 1, src.as_ptr().cast(), dst.as_mut_ptr().cast(), 2, op),

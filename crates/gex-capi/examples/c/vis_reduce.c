@@ -11,14 +11,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FAIL(...)                                                                      \
-    do {                                                                               \
-        fprintf(stderr, "rank %u: ", rank);                                            \
-        fprintf(stderr, __VA_ARGS__);                                                  \
-        fputc('\n', stderr);                                                           \
-        exit(1);                                                                       \
-    } while (0)
-
 #define A_OFF 1024 /* strided blocks: A_OFF + writer * A_BLK */
 #define A_BLK 64
 #define B_OFF 8192 /* vector pieces: B_OFF + writer * B_BLK */
