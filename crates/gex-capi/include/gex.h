@@ -185,6 +185,9 @@ typedef struct gex_team_t gex_team_t;
 // call and on that thread (for `gex_am_reply_*` and `gex_token_src`).
 typedef struct gex_token_t gex_token_t;
 
+// A user-defined reduction operator (`gex_op_create` .. `gex_op_free`).
+typedef struct gex_user_op_t gex_user_op_t;
+
 // A C AM handler: `token` (valid during the call), the payload (`len` bytes at
 // `payload`; NULL when `len` is 0), the `nargs` 32-bit arguments at `args` (NULL when
 // `nargs` is 0), and the `user_data` given at registration. A Medium payload and the
@@ -199,6 +202,22 @@ typedef struct gex_token_t gex_token_t;
 // in a request handler) and `gex_token_src`. It must return normally (no `longjmp`
 // out of it, no C++ exception through it: that aborts the process).
 typedef void (*gex_am_handler_t)(gex_token_t *token, const void *payload, size_t len, const uint32_t *args, size_t nargs, void *user_data);
+
+// A user reduction function: combines `count` elements of the operator's
+// `elem_size` bytes, `inout[i] = inout[i] ⊕ in[i]` (`inout` is the left operand),
+// called with the `arg` given to `gex_op_create`. It must not call gex, must not
+// unwind (a C++ exception or a `longjmp` out of it is undefined behaviour), and must
+// be associative (and commutative if created so).
+typedef void (*gex_reduce_fn_t)(void *inout, const void *in, size_t count, void *arg);
+
+// One piece of a vector transfer: `len` bytes at byte `offset` of the target's
+// segment.
+typedef struct {
+  // Byte offset in the target's segment.
+  size_t offset;
+  // Length in bytes.
+  size_t len;
+} gex_piece_t;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1048,6 +1067,280 @@ int gex_team_translate(const gex_team_t *team, uint32_t team_rank, uint32_t *ran
 // `ep` is NULL or a live endpoint; `team` is NULL or a live team, used by no other
 // thread during or after the call (when it returns `GEX_OK`).
 int gex_team_free(const gex_ep_t *ep, gex_team_t *team);
+
+// Creates a user-defined reduction operator: `fn` combines elements of `elem_size`
+// bytes (1, 2, 4, 8, 16, 32, 64, 128 or 256: pad other types to the next of these),
+// called with `arg`; `commutative` non-zero allows gex to combine operands out of
+// team-rank order. Writes the operator to `*op`.
+//
+// `fn` runs on the thread that progresses a collective using the operator: inside
+// the gex calls of that thread that poll (the collective's own call, `gex_ep_poll`,
+// event tests and waits), or on the endpoint's progress thread if there is one. It is
+// called on copies gex owns, with `count` elements (currently always 1), 16-byte
+// aligned. The buffers of the collectives need no alignment beyond their C type's.
+//
+// Returns `GEX_OK`; `GEX_ERR_NULL` if `fn` or `op` is NULL; `GEX_ERR_INVALID` for an
+// unsupported `elem_size`.
+//
+// # Safety
+// `op` is NULL or valid for writing one pointer. `fn` is a function of the type
+// [`gex_reduce_fn_t`] that may be called with `arg` on any thread that progresses a
+// collective using the operator (from several threads at once when it is used on
+// several endpoints), never unwinds, and does not call gex; `arg` stays valid for
+// `fn` until every collective started with the operator has completed (its outcome
+// taken, or its event freed and the collective completed on every member).
+int gex_op_create(gex_reduce_fn_t fn, size_t elem_size, int commutative, void *arg, gex_user_op_t **op);
+
+// Frees a user-defined operator. Collectives already started with it are not
+// affected (they hold their own copy of `fn` and `arg`). A NULL `op` is ignored.
+//
+// Returns `GEX_OK`; `GEX_ERR_INVALID` if `op` is not a live operator.
+//
+// # Safety
+// `op` is NULL or a live operator, used by no other thread during or after the call.
+int gex_op_free(gex_user_op_t *op);
+
+// Reduces the `count` elements (of `op`'s `elem_size` bytes) of every member's `src`
+// element-wise with the user operator `op`, in team-rank order unless `op` is
+// commutative, and writes the result to every member's `dst`. Every member passes
+// the same `count` and an operator of the same function, size and commutativity.
+//
+// Returns `GEX_OK`; `GEX_ERR_INVALID` for overlapping buffers, a team of another
+// endpoint or an `op` that is not a live operator; `GEX_ERR_NULL` for a NULL `op`;
+// `GEX_ERR_COLL` if it failed (e.g. the members passed different counts).
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team, `op` NULL or a live
+// operator; `src` is valid for reading and `dst` for writing `count` elements (any
+// pointers when `count` is 0), not overlapping.
+int gex_allreduce_user(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op);
+
+// Starts an allreduce with a user operator (as [`gex_allreduce_user`]) and writes its
+// event to `*ev`: `src` is copied before the call returns, `dst` written by the call
+// that completes the event (never if the event is freed first).
+//
+// Returns as [`gex_allreduce_user`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_allreduce_user`], with `dst` valid for writing until the event is
+// completed or freed; `ev` is NULL or valid for writing one pointer.
+int gex_allreduce_user_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op, gex_event_t **ev);
+
+// Reduces as [`gex_allreduce_user`] into the `dst` of team rank `root` only (`dst` is
+// ignored elsewhere and may be NULL).
+//
+// Returns as [`gex_allreduce_user`], and `GEX_ERR_INVALID` for a `root` out of range.
+//
+// # Safety
+// As [`gex_allreduce_user`], with `dst` valid for writing `count` elements at the
+// root only.
+int gex_reduce_user(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, const gex_user_op_t *op);
+
+// Starts a reduce with a user operator (as [`gex_reduce_user`]) and writes its event
+// to `*ev`; the root's `dst` is written by the call that completes the event.
+//
+// Returns as [`gex_reduce_user`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_reduce_user`], with the root's `dst` valid for writing until the event is
+// completed or freed; `ev` is NULL or valid for writing one pointer.
+int gex_reduce_user_nb(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, const gex_user_op_t *op, gex_event_t **ev);
+
+// Inclusive scan with a user operator: team rank `i`'s `dst` receives
+// `src_0 ⊕ src_1 ⊕ … ⊕ src_i` element-wise (`count` elements).
+//
+// Returns as [`gex_allreduce_user`].
+//
+// # Safety
+// As [`gex_allreduce_user`].
+int gex_scan_user(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op);
+
+// Starts an inclusive scan with a user operator (as [`gex_scan_user`]) and writes its
+// event to `*ev`; `dst` is written by the call that completes the event.
+//
+// Returns as [`gex_allreduce_user_nb`].
+//
+// # Safety
+// As [`gex_allreduce_user_nb`].
+int gex_scan_user_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op, gex_event_t **ev);
+
+// Puts a strided region: `ndims` dimensions of `counts[d]` elements of `elem_size`
+// bytes, dimension 0 innermost. Element `(i_0, .., i_{n-1})` is read at byte
+// `src + Σ i_d * src_strides[d]` and written at byte `offset + Σ i_d * dst_strides[d]`
+// of `rank`'s segment (strides in bytes, negative or zero allowed; zero destination
+// strides make elements overwrite each other in an unspecified order). `ndims` 0 moves
+// one element; a count or `elem_size` of 0 moves nothing. Returns once the bytes are
+// at the target.
+//
+// Returns `GEX_OK`; `GEX_ERR_RMA` if an element is outside the target's segment or the
+// conduit failed (nothing moves); `GEX_ERR_INVALID` for a rank out of range or an
+// offset that overflows; `GEX_ERR_NULL` for a NULL array with `ndims > 0` or a NULL
+// `src` with something to move.
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `dst_strides`, `src_strides` and `counts` are valid
+// for reading `ndims` elements (any pointers when `ndims` is 0); every byte from the
+// lowest to the highest the shape addresses from `src` (the gaps between elements
+// included) is in one object, readable and not written during the call.
+int gex_put_strided(const gex_ep_t *ep, uint32_t rank, size_t offset, const ptrdiff_t *dst_strides, const void *src, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims);
+
+// Starts a strided put (as [`gex_put_strided`]) and writes its event to `*ev`; `src`
+// may be reused as soon as the call returns, the event completes when the bytes are
+// at the target.
+//
+// Returns as [`gex_put_strided`] (no event is made on error); `GEX_ERR_NULL` if `ev`
+// is NULL.
+//
+// # Safety
+// As [`gex_put_strided`], and `ev` is NULL or valid for writing one pointer.
+int gex_put_strided_nb(const gex_ep_t *ep, uint32_t rank, size_t offset, const ptrdiff_t *dst_strides, const void *src, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims, gex_event_t **ev);
+
+// Starts a strided put (as [`gex_put_strided`]) with an implicit event: the bytes are
+// at the target once `gex_nbi_sync` of `GEX_NBI_PUTS` returns. `src` may be reused as
+// soon as the call returns.
+//
+// Returns as [`gex_put_strided`] (nothing is started on error).
+//
+// # Safety
+// As [`gex_put_strided`].
+int gex_put_strided_nbi(const gex_ep_t *ep, uint32_t rank, size_t offset, const ptrdiff_t *dst_strides, const void *src, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims);
+
+// Gets a strided region: element `(i_0, .., i_{n-1})` (`elem_size` bytes, dimension 0
+// innermost) is read at byte `offset + Σ i_d * src_strides[d]` of `rank`'s segment and
+// written at byte `dst + Σ i_d * dst_strides[d]` (strides in bytes, negative or zero
+// allowed). `ndims` 0 moves one element; a count or `elem_size` of 0 moves nothing.
+// Returns once the bytes are in `dst`; only the addressed bytes are written.
+//
+// Returns as [`gex_put_strided`] (NULL `dst` with something to move: `GEX_ERR_NULL`).
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `dst_strides`, `src_strides` and `counts` are valid
+// for reading `ndims` elements (any pointers when `ndims` is 0); every byte from the
+// lowest to the highest the shape addresses from `dst` (the gaps between elements
+// included) is in one object, writable and not accessed by anything else during the
+// call.
+int gex_get_strided(const gex_ep_t *ep, void *dst, const ptrdiff_t *dst_strides, uint32_t rank, size_t offset, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims);
+
+// Starts a strided get (as [`gex_get_strided`]) and writes its event to `*ev`. The
+// elements are written to `dst` by the call that completes the event (not before,
+// and never if the event is freed first); only the elements the shape addresses are
+// written, so the gaps between them may be used meanwhile.
+//
+// Returns as [`gex_get_strided`] (no event is made on error); `GEX_ERR_NULL` if `ev`
+// is NULL.
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `ev` is NULL or valid for writing one pointer;
+// the arrays are valid for reading `ndims` elements; every byte from the lowest to the
+// highest the shape addresses from `dst` is in one object, and the bytes of the
+// addressed elements are writable and not accessed by anything else until the event
+// is completed or freed.
+int gex_get_strided_nb(const gex_ep_t *ep, void *dst, const ptrdiff_t *dst_strides, uint32_t rank, size_t offset, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims, gex_event_t **ev);
+
+// Puts `npieces` pieces to `rank`'s segment: piece `i` is `pieces[i].len` bytes at
+// byte `pieces[i].offset`, taken from `src` in order (packed, piece after piece;
+// `src_len` must be the pieces' total length). Returns once the bytes are at the
+// target.
+//
+// Returns `GEX_OK`; `GEX_ERR_RMA` if a piece is outside the target's segment or the
+// conduit failed (nothing moves); `GEX_ERR_INVALID` for a rank out of range or a
+// `src_len` that is not the total; `GEX_ERR_NULL` for a NULL `pieces` with
+// `npieces > 0` or a NULL `src` with `src_len > 0`.
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `pieces` is valid for reading `npieces` pieces and
+// `src` for reading `src_len` bytes (any pointers for 0).
+int gex_put_vector(const gex_ep_t *ep, uint32_t rank, const gex_piece_t *pieces, size_t npieces, const void *src, size_t src_len);
+
+// Starts a vector put (as [`gex_put_vector`]) and writes its event to `*ev`; `src`
+// may be reused as soon as the call returns.
+//
+// Returns as [`gex_put_vector`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_put_vector`], and `ev` is NULL or valid for writing one pointer.
+int gex_put_vector_nb(const gex_ep_t *ep, uint32_t rank, const gex_piece_t *pieces, size_t npieces, const void *src, size_t src_len, gex_event_t **ev);
+
+// Starts a vector put (as [`gex_put_vector`]) with an implicit event (completed by
+// `gex_nbi_sync` of `GEX_NBI_PUTS`); `src` may be reused as soon as the call returns.
+//
+// Returns as [`gex_put_vector`].
+//
+// # Safety
+// As [`gex_put_vector`].
+int gex_put_vector_nbi(const gex_ep_t *ep, uint32_t rank, const gex_piece_t *pieces, size_t npieces, const void *src, size_t src_len);
+
+// Gets `npieces` pieces from `rank`'s segment into `dst`, packed in order (`dst_len`
+// must be the pieces' total length). Returns once the bytes are in `dst`.
+//
+// Returns as [`gex_put_vector`] (`dst`, `dst_len` in place of `src`, `src_len`).
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `pieces` is valid for reading `npieces` pieces;
+// `dst` is valid for writing `dst_len` bytes (any pointers for 0) and not accessed by
+// anything else during the call.
+int gex_get_vector(const gex_ep_t *ep, void *dst, size_t dst_len, uint32_t rank, const gex_piece_t *pieces, size_t npieces);
+
+// Starts a vector get (as [`gex_get_vector`]) and writes its event to `*ev`; `dst`
+// is written by the call that completes the event (never if it is freed first).
+//
+// Returns as [`gex_get_vector`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_get_vector`], with `dst` writable until the event is completed or freed;
+// `ev` is NULL or valid for writing one pointer.
+int gex_get_vector_nb(const gex_ep_t *ep, void *dst, size_t dst_len, uint32_t rank, const gex_piece_t *pieces, size_t npieces, gex_event_t **ev);
+
+// Puts `n` pieces of `each` bytes to `rank`'s segment, piece `i` at byte
+// `offsets[i]`, taken from `src` in order (packed: `n × each` bytes). Returns once
+// the bytes are at the target.
+//
+// Returns as [`gex_put_vector`] (`GEX_ERR_INVALID` if `n × each` overflows).
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `offsets` is valid for reading `n` offsets and
+// `src` for reading `n × each` bytes (any pointers for 0).
+int gex_put_indexed(const gex_ep_t *ep, uint32_t rank, const size_t *offsets, size_t n, size_t each, const void *src);
+
+// Starts an indexed put (as [`gex_put_indexed`]) and writes its event to `*ev`; `src`
+// may be reused as soon as the call returns.
+//
+// Returns as [`gex_put_indexed`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_put_indexed`], and `ev` is NULL or valid for writing one pointer.
+int gex_put_indexed_nb(const gex_ep_t *ep, uint32_t rank, const size_t *offsets, size_t n, size_t each, const void *src, gex_event_t **ev);
+
+// Starts an indexed put (as [`gex_put_indexed`]) with an implicit event (completed by
+// `gex_nbi_sync` of `GEX_NBI_PUTS`); `src` may be reused as soon as the call returns.
+//
+// Returns as [`gex_put_indexed`].
+//
+// # Safety
+// As [`gex_put_indexed`].
+int gex_put_indexed_nbi(const gex_ep_t *ep, uint32_t rank, const size_t *offsets, size_t n, size_t each, const void *src);
+
+// Gets `n` pieces of `each` bytes from `rank`'s segment, piece `i` from byte
+// `offsets[i]`, into `dst` packed in order (`n × each` bytes). Returns once the bytes
+// are in `dst`.
+//
+// Returns as [`gex_put_indexed`].
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `offsets` is valid for reading `n` offsets; `dst`
+// is valid for writing `n × each` bytes (any pointers for 0) and not accessed by
+// anything else during the call.
+int gex_get_indexed(const gex_ep_t *ep, void *dst, uint32_t rank, const size_t *offsets, size_t n, size_t each);
+
+// Starts an indexed get (as [`gex_get_indexed`]) and writes its event to `*ev`; `dst`
+// is written by the call that completes the event (never if it is freed first).
+//
+// Returns as [`gex_get_indexed`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_get_indexed`], with `dst` writable until the event is completed or freed;
+// `ev` is NULL or valid for writing one pointer.
+int gex_get_indexed_nb(const gex_ep_t *ep, void *dst, uint32_t rank, const size_t *offsets, size_t n, size_t each, gex_event_t **ev);
 
 // Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
 // on the element at `offset` (a multiple of its size) in `rank`'s segment

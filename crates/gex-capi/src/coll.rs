@@ -163,7 +163,7 @@ pub unsafe extern "C" fn gex_barrier(ep: *const gex_ep_t) -> c_int {
 ///
 /// # Safety
 /// `ep` is NULL or a live endpoint, `team` NULL or a live team.
-unsafe fn args<'a>(
+pub(crate) unsafe fn args<'a>(
     ep: *const gex_ep_t,
     team: *const gex_team_t,
 ) -> Result<(&'a gex_ep_t, Team), Error> {
@@ -204,7 +204,9 @@ unsafe fn started<T: CElem>(
 }
 
 /// Checks the event slot of a nonblocking call.
-fn slot(nb: Option<*mut *mut gex_event_t>) -> Result<Option<*mut *mut gex_event_t>, Error> {
+pub(crate) fn slot(
+    nb: Option<*mut *mut gex_event_t>,
+) -> Result<Option<*mut *mut gex_event_t>, Error> {
     match nb {
         Some(ev) if ev.is_null() => Err(Error::null("ev")),
         x => Ok(x),
@@ -250,9 +252,18 @@ unsafe fn broadcast<T: CElem>(
     }
 }
 
+/// The reduction operator of a data collective: a C [`gex_op_t`] value (ignored by
+/// the collectives that do not reduce) or a ready operator (a user-defined one).
+pub(crate) enum Red<T> {
+    /// A [`gex_op_t`] value.
+    C(c_int),
+    /// An operator built by the caller.
+    Op(ReduceOp<T>),
+}
+
 /// The data collective of a call: which buffers it reads and writes.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Shape {
+pub(crate) enum Shape {
     /// `gex_gather`: `n` in, `P × n` out at the root.
     Gather,
     /// `gex_gather_all`: `n` in, `P × n` out.
@@ -307,7 +318,12 @@ impl Shape {
             // SAFETY: the caller's promises, as `args` states them.
             let (h, t) = unsafe { args(ep, team) }?;
             // SAFETY: the caller's promises, passed on.
-            unsafe { by_dt!(dt, combine(self, h, &t, root, src, dst, count, op, nb)) }
+            unsafe {
+                by_dt!(
+                    dt,
+                    combine(self, h, &t, root, src, dst, count, Red::C(op), nb)
+                )
+            }
         })
     }
     /// (input, output) element counts of a member for blocks of `n` (`pn` = `P × n`)
@@ -333,7 +349,7 @@ impl Shape {
 /// # Safety
 /// As the entry point of `shape` (`gex_gather`, ..., and their `_nb` forms with `nb`).
 #[allow(clippy::too_many_arguments)]
-unsafe fn combine<T: CElem>(
+pub(crate) unsafe fn combine<T: CElem>(
     shape: Shape,
     h: &gex_ep_t,
     team: &Team,
@@ -341,7 +357,7 @@ unsafe fn combine<T: CElem>(
     src: *const c_void,
     dst: *mut c_void,
     n: usize,
-    op: c_int,
+    op: Red<T>,
     nb: Option<*mut *mut gex_event_t>,
 ) -> Result<gex_status_t, Error> {
     if shape.rooted() && root >= team.size() {
@@ -358,7 +374,10 @@ unsafe fn combine<T: CElem>(
     let (k, m) = shape.lens(n, pn, here);
     disjoint(src, bytes::<T>(k, "src")?, dst, bytes::<T>(m, "dst")?)?;
     let r = if shape.reduces() {
-        Some(T::reduce_op(op)?)
+        Some(match op {
+            Red::C(op) => T::reduce_op(op)?,
+            Red::Op(r) => r,
+        })
     } else {
         None
     };
@@ -442,7 +461,7 @@ unsafe fn allreduce<T: CElem>(
                 src.cast(),
                 dst.cast(),
                 n,
-                op,
+                Red::C(op),
                 None,
             )
         }

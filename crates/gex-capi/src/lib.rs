@@ -28,12 +28,17 @@
 //!   gather_all, exchange, reduce, allreduce, reduce_scatter, scan and exscan of seven
 //!   element types with sum, prod, min, max and the
 //!   bitwise and logical operators, blocking and nonblocking; the barrier and
-//!   allreduce over every rank of the first slice.
+//!   allreduce over every rank of the first slice;
+//! - VIS ([`vis`]): strided (GASNet-style byte strides), vector and indexed put/get over
+//!   gex-rma's `put_vis`/`get_vis` on bytes, blocking, `_nb`, and `_nbi` for the puts;
+//! - user-defined reduction operators ([`userop`]): a C function over elements of 1,
+//!   2, 4, ..., 256 bytes (an opaque `Pod` element type per size), used by
+//!   `gex_allreduce_user`, `gex_reduce_user`, `gex_scan_user` and their `_nb` forms.
 //!
 //! ## What it does not do (yet)
-//! VIS, user-defined
-//! reduction operators, NBI access regions (gex-rma's scopes), endpoints made at run
-//! time, thread ranks. See docs/capi.md.
+//! VIS gets with an implicit event, user operators on other element sizes or with
+//! reduce_scatter/exscan, NBI access regions (gex-rma's scopes), thread ranks. See
+//! docs/capi.md.
 //!
 //! ## The rules at the boundary
 //! - **Errors are return codes.** Every entry point returns an `int`: [`gex_status_t`]
@@ -94,8 +99,12 @@ pub mod ptr;
 pub mod rma;
 pub mod status;
 pub mod team;
+pub mod userop;
+pub mod vis;
 
 pub use status::gex_status_t;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod vis_tests;

@@ -108,6 +108,22 @@ pub unsafe fn take<T: Magic>(p: *mut T) -> Result<Box<T>, Error> {
     Ok(b)
 }
 
+/// Frees a handle the C caller gives up (`gex_*_free`): NULL is ignored, anything
+/// else is taken back as [`take`] and dropped.
+///
+/// # Errors
+/// As [`handle`] (but for NULL).
+///
+/// # Safety
+/// As [`take`], for a non-null `p`.
+pub unsafe fn free<T: Magic>(p: *mut T) -> Result<crate::status::gex_status_t, Error> {
+    if !p.is_null() {
+        // SAFETY: the caller's promise, as `take` states it.
+        drop(unsafe { take(p) }?);
+    }
+    Ok(crate::status::gex_status_t::GEX_OK)
+}
+
 /// Writes `v` to the caller's output slot `p`.
 ///
 /// # Errors
@@ -227,5 +243,32 @@ impl<T: Copy> Lent<T> {
             // the event is taken); `src` is ours, so they do not overlap.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.p, n) };
         }
+    }
+
+    /// Writes `src` at element `at` of the lent destination (a part of it: the
+    /// elements a strided get addresses, one run at a time, when its event completes).
+    ///
+    /// # Errors
+    /// `GEX_ERR_INVALID` if `at + src.len()` is past the lent elements (nothing is
+    /// written).
+    pub fn write_at(&mut self, at: usize, src: &[T]) -> Result<(), Error> {
+        match at.checked_add(src.len()) {
+            Some(end) if end <= self.n => {}
+            _ => {
+                return Err(Error::invalid(format!(
+                    "write of {} elements at {at} past the {} lent",
+                    src.len(),
+                    self.n
+                )));
+            }
+        }
+        if !src.is_empty() {
+            // SAFETY: `new` checked `p` for `n` elements and its caller promised them
+            // writable until the event completes, which is now (`&mut self`: the loan
+            // is used by one completion); `at + len <= n` (checked); `src` is ours, so
+            // they do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.p.add(at), src.len()) };
+        }
+        Ok(())
     }
 }

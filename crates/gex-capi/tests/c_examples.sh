@@ -34,7 +34,7 @@ CC="${CC:-cc}"
 
 # The examples, through pkg-config as a user builds them; warnings are errors.
 cd "$root/crates/gex-capi/examples/c"
-for p in hello am_pingpong putget teams_colls atomics_long threads; do
+for p in hello am_pingpong putget teams_colls atomics_long threads vis_reduce; do
     echo "+ $CC -std=c11 -Wall -Wextra -Werror $p.c \$(pkg-config --cflags --libs gex)"
     # shellcheck disable=SC2046
     "$CC" -std=c11 -Wall -Wextra -Werror "$p.c" $(pkg-config --cflags --libs gex) -o "$work/$p"
@@ -81,6 +81,9 @@ done
 for n in 1 3; do
     run "threads-$n" "$n" "^rank [0-9] of $n: 2 endpoints made at run time, one per thread, ok\$" "$gexrun" -n "$n" ./threads
 done
+for n in 1 3; do
+    run "vis_reduce-$n" "$n" "^rank [0-9] of $n: vis and user reductions ok\$" "$gexrun" -n "$n" ./vis_reduce
+done
 run atomics_long-progress 2 '^rank [01] of 2: long AMs and typed atomics ok \(progress thread\)$' \
     "$gexrun" -n 2 ./atomics_long progress
 if command -v mpiexec.hydra >/dev/null; then
@@ -113,7 +116,7 @@ fi
 
 if [[ "${VALGRIND:-1}" != 0 ]]; then
     command -v valgrind >/dev/null || fail "valgrind is not installed (VALGRIND=0 skips these runs)"
-    for p in hello am_pingpong putget teams_colls atomics_long threads; do
+    for p in hello am_pingpong putget teams_colls atomics_long threads vis_reduce; do
         mkdir -p "vg-$p"
         echo "+ gex-run -n 2 valgrind --leak-check=full ... ./$p"
         rc=0

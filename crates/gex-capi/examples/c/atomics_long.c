@@ -8,14 +8,6 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#define FAIL(...)                                                                      \
-    do {                                                                               \
-        fprintf(stderr, "rank %u: ", rank);                                            \
-        fprintf(stderr, __VA_ARGS__);                                                  \
-        fputc('\n', stderr);                                                           \
-        exit(1);                                                                       \
-    } while (0)
-
 #define LONG_LEN 1000  /* bytes of each Long payload */
 #define REQ_OFF 8192   /* where rank r's request lands in the next rank: REQ_OFF + r * 1024 */
 #define REP_OFF 65536  /* where the reply lands in the requester: REP_OFF */

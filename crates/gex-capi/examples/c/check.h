@@ -25,4 +25,13 @@
             exit(1);                                                                  \
         }                                                                             \
     } while (0)
+
+/* Reports a failed check of this rank (a `rank` variable in scope) and exits. */
+#define FAIL(...)                                                                     \
+    do {                                                                              \
+        fprintf(stderr, "rank %u: ", rank);                                           \
+        fprintf(stderr, __VA_ARGS__);                                                 \
+        fputc('\n', stderr);                                                          \
+        exit(1);                                                                      \
+    } while (0)
 #endif

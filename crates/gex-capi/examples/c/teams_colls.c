@@ -9,14 +9,6 @@
 #include "check.h"
 #include <string.h>
 
-#define FAIL(...)                                                                      \
-    do {                                                                               \
-        fprintf(stderr, "rank %u: ", rank);                                            \
-        fprintf(stderr, __VA_ARGS__);                                                  \
-        fputc('\n', stderr);                                                           \
-        exit(1);                                                                       \
-    } while (0)
-
 #define NBI_LEN 256  /* bytes each rank puts into the next rank's segment, in 4 NBI puts */
 #define NBI_OFF 4096 /* where they land: NBI_OFF + rank * NBI_LEN */
 
