@@ -21,7 +21,7 @@
 
 use crate::PinMode;
 use crate::report::{Record, Reporter, median};
-use gex::coll::{AddrMode, CollExt, OpKind, Opts, Query};
+use gex::coll::{CollExt, OpKind, Opts, Query};
 use gex::core::Client;
 use gex::spi::Conduit;
 use gex::{ClientBuilder, Job};
@@ -170,17 +170,8 @@ fn run<C: Conduit>(job: &CollJob, client: &Client<C>) -> Res<()> {
             sizes
         } {
             let q = Query {
-                op,
-                size: n,
-                bytes,
-                addr: AddrMode::Local,
-                sync: Default::default(),
-                commutative: true,
-                scratch: false,
                 shm: c.shared_memory(&world),
-                hier: false,
-                hosts: 0,
-                host_ranges: false,
+                ..Query::plain(op, n, bytes)
             };
             // (label, forced algorithm): the tuner's choice and/or fixed algorithms.
             let runs: Vec<(String, Option<String>)> = match &job.algorithm {

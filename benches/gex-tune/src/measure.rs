@@ -17,8 +17,8 @@ use gex::core::Endpoint;
 use gex::spi::Conduit;
 use gex::{Blocking, Team};
 use gex_coll::{
-    AddrMode, Allreduce, Barrier, Broadcast, BuiltinOp, CollError, CollExt, Exchange, Exscan,
-    Gather, GatherAll, OpKind, Opts, Query, Reduce, ReduceOp, ReduceScatter, Scan, Scatter,
+    Allreduce, Barrier, Broadcast, BuiltinOp, CollError, CollExt, Exchange, Exscan, Gather,
+    GatherAll, OpKind, Opts, Query, Reduce, ReduceOp, ReduceScatter, Scan, Scatter,
 };
 use std::time::{Duration, Instant};
 
@@ -54,17 +54,8 @@ impl Budget {
 /// team has a shared-memory channel ([`CollExt::shared_memory`]).
 pub fn query(op: OpKind, size: u32, bytes: usize, shm: bool) -> Query {
     Query {
-        op,
-        size,
-        bytes,
-        addr: AddrMode::Local,
-        sync: Default::default(),
-        commutative: true,
-        scratch: false,
         shm,
-        hier: false,
-        hosts: 0,
-        host_ranges: false,
+        ..Query::plain(op, size, bytes)
     }
 }
 

@@ -1164,6 +1164,46 @@ int gex_scan_user(const gex_ep_t *ep, const gex_team_t *team, const void *src, v
 // As [`gex_allreduce_user_nb`].
 int gex_scan_user_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op, gex_event_t **ev);
 
+// Reduce_scatter with a user operator: reduces every member's `src` (`size × count`
+// elements) element-wise with `op` (in team-rank order unless `op` is commutative);
+// team rank `i`'s `dst` receives block `i` (`count` elements) of the result.
+//
+// Returns as [`gex_allreduce_user`].
+//
+// # Safety
+// As [`gex_allreduce_user`], with `src` valid for reading `size × count` elements.
+int gex_reduce_scatter_user(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op);
+
+// Starts a reduce_scatter with a user operator (as [`gex_reduce_scatter_user`]) and
+// writes its event to `*ev`; `dst` is written by the call that completes the event.
+//
+// Returns as [`gex_allreduce_user_nb`].
+//
+// # Safety
+// As [`gex_reduce_scatter_user`], with `dst` valid for writing until the event is
+// completed or freed; `ev` is NULL or valid for writing one pointer.
+int gex_reduce_scatter_user_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op, gex_event_t **ev);
+
+// Exclusive scan with a user operator: team rank `i > 0`'s `dst` receives
+// `src_0 ⊕ … ⊕ src_{i-1}` element-wise (`count` elements); team rank 0's `dst` is
+// not written.
+//
+// Returns as [`gex_allreduce_user`].
+//
+// # Safety
+// As [`gex_allreduce_user`].
+int gex_exscan_user(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op);
+
+// Starts an exclusive scan with a user operator (as [`gex_exscan_user`]) and writes
+// its event to `*ev`; `dst` (not team rank 0's) is written by the call that completes
+// the event.
+//
+// Returns as [`gex_allreduce_user_nb`].
+//
+// # Safety
+// As [`gex_allreduce_user_nb`].
+int gex_exscan_user_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op, gex_event_t **ev);
+
 // Puts a strided region: `ndims` dimensions of `counts[d]` elements of `elem_size`
 // bytes, dimension 0 innermost. Element `(i_0, .., i_{n-1})` is read at byte
 // `src + Σ i_d * src_strides[d]` and written at byte `offset + Σ i_d * dst_strides[d]`
@@ -1237,6 +1277,18 @@ int gex_get_strided(const gex_ep_t *ep, void *dst, const ptrdiff_t *dst_strides,
 // is completed or freed.
 int gex_get_strided_nb(const gex_ep_t *ep, void *dst, const ptrdiff_t *dst_strides, uint32_t rank, size_t offset, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims, gex_event_t **ev);
 
+// Starts a strided get (as [`gex_get_strided`]) with an implicit event: the elements
+// are written to `dst` by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done)
+// of `GEX_NBI_GETS` that completes it; only the elements the shape addresses are
+// written.
+//
+// Returns as [`gex_get_strided`] (nothing is started on error).
+//
+// # Safety
+// As [`gex_get_strided_nb`] without `ev`, with the addressed elements writable and
+// not accessed by anything else until the gets' NBI sync (or the endpoint's close).
+int gex_get_strided_nbi(const gex_ep_t *ep, void *dst, const ptrdiff_t *dst_strides, uint32_t rank, size_t offset, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims);
+
 // Puts `npieces` pieces to `rank`'s segment: piece `i` is `pieces[i].len` bytes at
 // byte `pieces[i].offset`, taken from `src` in order (packed, piece after piece;
 // `src_len` must be the pieces' total length). Returns once the bytes are at the
@@ -1291,6 +1343,17 @@ int gex_get_vector(const gex_ep_t *ep, void *dst, size_t dst_len, uint32_t rank,
 // `ev` is NULL or valid for writing one pointer.
 int gex_get_vector_nb(const gex_ep_t *ep, void *dst, size_t dst_len, uint32_t rank, const gex_piece_t *pieces, size_t npieces, gex_event_t **ev);
 
+// Starts a vector get (as [`gex_get_vector`]) with an implicit event: `dst` is
+// written by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done) of
+// `GEX_NBI_GETS` that completes it.
+//
+// Returns as [`gex_get_vector`] (nothing is started on error).
+//
+// # Safety
+// As [`gex_get_vector`], with `dst` writable and not accessed by anything else until
+// the gets' NBI sync (or the endpoint's close).
+int gex_get_vector_nbi(const gex_ep_t *ep, void *dst, size_t dst_len, uint32_t rank, const gex_piece_t *pieces, size_t npieces);
+
 // Puts `n` pieces of `each` bytes to `rank`'s segment, piece `i` at byte
 // `offsets[i]`, taken from `src` in order (packed: `n × each` bytes). Returns once
 // the bytes are at the target.
@@ -1341,6 +1404,17 @@ int gex_get_indexed(const gex_ep_t *ep, void *dst, uint32_t rank, const size_t *
 // As [`gex_get_indexed`], with `dst` writable until the event is completed or freed;
 // `ev` is NULL or valid for writing one pointer.
 int gex_get_indexed_nb(const gex_ep_t *ep, void *dst, uint32_t rank, const size_t *offsets, size_t n, size_t each, gex_event_t **ev);
+
+// Starts an indexed get (as [`gex_get_indexed`]) with an implicit event: `dst` is
+// written by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done) of
+// `GEX_NBI_GETS` that completes it.
+//
+// Returns as [`gex_get_indexed`] (nothing is started on error).
+//
+// # Safety
+// As [`gex_get_indexed`], with `dst` writable and not accessed by anything else until
+// the gets' NBI sync (or the endpoint's close).
+int gex_get_indexed_nbi(const gex_ep_t *ep, void *dst, uint32_t rank, const size_t *offsets, size_t n, size_t each);
 
 // Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
 // on the element at `offset` (a multiple of its size) in `rank`'s segment

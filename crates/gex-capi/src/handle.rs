@@ -40,10 +40,10 @@ pub struct EpState {
     pub ep: gex_facade::OwnedEndpoint,
     /// Every rank's endpoint of the same index.
     pub world: Team,
-    /// NBI gets (`gex_get_nbi`) not synced yet: each is a nonblocking get whose bytes
-    /// go to the caller's buffer when `gex_nbi_sync`/`gex_nbi_test` completes it
+    /// NBI gets (`gex_get_nbi` and the VIS gets' `_nbi` forms) not synced yet: each is
+    /// a nonblocking get whose bytes go to the caller's buffer when `gex_nbi_sync`/`gex_nbi_test` completes it
     /// (gex-rma's own NBI gets land in a buffer they own, which C cannot name).
-    pub nbi_gets: Vec<crate::event::Filled<u8, gex_facade::rma::RmaError>>,
+    pub nbi_gets: Vec<Box<dyn crate::event::Pending + Send>>,
 }
 
 /// An endpoint (`gex_ep_open` .. `gex_ep_close`).

@@ -30,15 +30,15 @@
 //!   bitwise and logical operators, blocking and nonblocking; the barrier and
 //!   allreduce over every rank of the first slice;
 //! - VIS ([`vis`]): strided (GASNet-style byte strides), vector and indexed put/get over
-//!   gex-rma's `put_vis`/`get_vis` on bytes, blocking, `_nb`, and `_nbi` for the puts;
+//!   gex-rma's `put_vis`/`get_vis` on bytes, blocking, `_nb` and `_nbi`;
 //! - user-defined reduction operators ([`userop`]): a C function over elements of 1,
 //!   2, 4, ..., 256 bytes (an opaque `Pod` element type per size), used by
-//!   `gex_allreduce_user`, `gex_reduce_user`, `gex_scan_user` and their `_nb` forms.
+//!   `gex_allreduce_user`, `gex_reduce_user`, `gex_reduce_scatter_user`,
+//!   `gex_scan_user`, `gex_exscan_user` and their `_nb` forms.
 //!
 //! ## What it does not do (yet)
-//! VIS gets with an implicit event, user operators on other element sizes or with
-//! reduce_scatter/exscan, NBI access regions (gex-rma's scopes), thread ranks. See
-//! docs/capi.md.
+//! User operators on other element sizes, NBI access regions (gex-rma's scopes), thread
+//! ranks. See docs/capi.md.
 //!
 //! ## The rules at the boundary
 //! - **Errors are return codes.** Every entry point returns an `int`: [`gex_status_t`]

@@ -286,7 +286,7 @@ pub unsafe extern "C" fn gex_get_nbi(
         let p = gptr::<u8>(h, rank, offset)?;
         h.with(|s| {
             let ev = s.ep.get(vec![0u8; len], p, Nb)?;
-            s.nbi_gets.push(Filled { ev, dst });
+            s.nbi_gets.push(Box::new(Filled { ev, dst }));
             Ok(())
         })?;
         Ok(gex_status_t::GEX_OK)
@@ -310,12 +310,12 @@ fn finish_gets(s: &mut crate::handle::EpState, wait: bool) -> (Result<(), Error>
     let mut first = Ok(());
     let mut i = 0;
     while i < s.nbi_gets.len() {
-        if !wait && !crate::event::Pending::any(&s.nbi_gets[i]).done() {
+        if !wait && !s.nbi_gets[i].any().done() {
             i += 1;
             continue;
         }
         let f = s.nbi_gets.swap_remove(i);
-        let r = crate::event::Pending::finish(Box::new(f), &mut s.ep);
+        let r = f.finish(&mut s.ep);
         if first.is_ok() {
             first = r;
         }

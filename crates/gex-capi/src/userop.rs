@@ -1,6 +1,7 @@
 //! User-defined reduction operators from C: a C function combining elements of
 //! `elem_size` bytes ([`gex_reduce_fn_t`]), registered with `gex_op_create` and used by
-//! `gex_allreduce_user`, `gex_reduce_user` and `gex_scan_user` (blocking and `_nb`).
+//! `gex_allreduce_user`, `gex_reduce_user`, `gex_reduce_scatter_user`, `gex_scan_user`
+//! and `gex_exscan_user` (blocking and `_nb`).
 //!
 //! gex-coll's operators are typed ([`ReduceOp<T>`] over an element type `T: Elem`, a
 //! `Pod`), and its user operators apply a Rust function to one element pair at a time.
@@ -381,6 +382,96 @@ pub unsafe extern "C" fn gex_scan_user_nb(
     let io = Io(0, src, dst, count);
     // SAFETY: the caller's promises, passed on.
     unsafe { run(Shape::Scan, ep, team, io, op, Some(ev)) }
+}
+
+/// Reduce_scatter with a user operator: reduces every member's `src` (`size × count`
+/// elements) element-wise with `op` (in team-rank order unless `op` is commutative);
+/// team rank `i`'s `dst` receives block `i` (`count` elements) of the result.
+///
+/// Returns as [`gex_allreduce_user`].
+///
+/// # Safety
+/// As [`gex_allreduce_user`], with `src` valid for reading `size × count` elements.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_reduce_scatter_user(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    op: *const gex_user_op_t,
+) -> c_int {
+    let io = Io(0, src, dst, count);
+    // SAFETY: the caller's promises, passed on.
+    unsafe { run(Shape::ReduceScatter, ep, team, io, op, None) }
+}
+
+/// Starts a reduce_scatter with a user operator (as [`gex_reduce_scatter_user`]) and
+/// writes its event to `*ev`; `dst` is written by the call that completes the event.
+///
+/// Returns as [`gex_allreduce_user_nb`].
+///
+/// # Safety
+/// As [`gex_reduce_scatter_user`], with `dst` valid for writing until the event is
+/// completed or freed; `ev` is NULL or valid for writing one pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_reduce_scatter_user_nb(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    op: *const gex_user_op_t,
+    ev: *mut *mut gex_event_t,
+) -> c_int {
+    let io = Io(0, src, dst, count);
+    // SAFETY: the caller's promises, passed on.
+    unsafe { run(Shape::ReduceScatter, ep, team, io, op, Some(ev)) }
+}
+
+/// Exclusive scan with a user operator: team rank `i > 0`'s `dst` receives
+/// `src_0 ⊕ … ⊕ src_{i-1}` element-wise (`count` elements); team rank 0's `dst` is
+/// not written.
+///
+/// Returns as [`gex_allreduce_user`].
+///
+/// # Safety
+/// As [`gex_allreduce_user`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_exscan_user(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    op: *const gex_user_op_t,
+) -> c_int {
+    let io = Io(0, src, dst, count);
+    // SAFETY: the caller's promises, passed on.
+    unsafe { run(Shape::Exscan, ep, team, io, op, None) }
+}
+
+/// Starts an exclusive scan with a user operator (as [`gex_exscan_user`]) and writes
+/// its event to `*ev`; `dst` (not team rank 0's) is written by the call that completes
+/// the event.
+///
+/// Returns as [`gex_allreduce_user_nb`].
+///
+/// # Safety
+/// As [`gex_allreduce_user_nb`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_exscan_user_nb(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    src: *const c_void,
+    dst: *mut c_void,
+    count: usize,
+    op: *const gex_user_op_t,
+    ev: *mut *mut gex_event_t,
+) -> c_int {
+    let io = Io(0, src, dst, count);
+    // SAFETY: the caller's promises, passed on.
+    unsafe { run(Shape::Exscan, ep, team, io, op, Some(ev)) }
 }
 
 /// The byte-level function gex-coll applies for `u` (tests: operand order).

@@ -24,7 +24,7 @@
 //! vector and indexed gets write their packed buffer then.
 #![allow(unsafe_code)]
 
-use crate::event::{Op, Pending, gex_event_t, hand_out};
+use crate::event::{Filled, Op, Pending, gex_event_t, hand_out};
 use crate::handle::gex_ep_t;
 use crate::ptr::{self, Lent};
 use crate::rma::gptr;
@@ -265,14 +265,14 @@ fn packed_len(given: Option<usize>, total: usize, what: &str) -> Result<usize, E
 ///
 /// # Safety
 /// As [`gex_put_vector`] / [`gex_put_indexed`] (and the `ev` of their `_nb` forms with
-/// `PutMode::Nb`).
+/// `Mode::Nb`).
 unsafe fn put_pieces(
     ep: *const gex_ep_t,
     rank: u32,
     pieces: Pieces,
     src: *const c_void,
     src_len: Option<usize>,
-    mode: PutMode,
+    mode: Mode,
 ) -> c_int {
     entry(|| {
         // SAFETY: the caller's promise, as `ptr::handle` states it.
@@ -297,7 +297,7 @@ unsafe fn get_pieces(
     dst_len: Option<usize>,
     rank: u32,
     pieces: Pieces,
-    ev: Option<*mut *mut gex_event_t>,
+    mode: Mode,
 ) -> c_int {
     entry(|| {
         // SAFETY: the caller's promise, as `ptr::handle` states it.
@@ -306,13 +306,14 @@ unsafe fn get_pieces(
         let (r, total) = unsafe { pieces.remote(h, rank) }?;
         let len = packed_len(dst_len, total, "dst_len")?;
         // SAFETY: the caller's promises about `dst` and `ev`, passed on.
-        unsafe { get_packed(h, &r, dst, len, ev) }
+        unsafe { get_packed(h, &r, dst, len, mode) }
     })
 }
 
-/// How a put completes.
+/// How a VIS call completes: before it returns, through an event handed out, or by
+/// `gex_nbi_sync` (puts: of `GEX_NBI_PUTS`; gets: of `GEX_NBI_GETS`).
 #[derive(Clone, Copy)]
-enum PutMode {
+enum Mode {
     Blocking,
     Nb(*mut *mut gex_event_t),
     Nbi,
@@ -321,18 +322,18 @@ enum PutMode {
 /// A VIS put of `src` to `remote`.
 ///
 /// # Safety
-/// With `PutMode::Nb(ev)`, `ev` is NULL or valid for writing one pointer.
+/// With `Mode::Nb(ev)`, `ev` is NULL or valid for writing one pointer.
 unsafe fn put(
     h: &gex_ep_t,
     remote: &Remote,
     src: &[u8],
-    mode: PutMode,
+    mode: Mode,
 ) -> Result<gex_status_t, Error> {
     let vis = remote.vis();
     match mode {
-        PutMode::Blocking => h.with(|s| Ok(s.ep.put_vis(vis, src, Blocking)?))?,
-        PutMode::Nbi => h.with(|s| Ok(s.ep.put_vis(vis, src, Nbi)?))?,
-        PutMode::Nb(ev) => {
+        Mode::Blocking => h.with(|s| Ok(s.ep.put_vis(vis, src, Blocking)?))?,
+        Mode::Nbi => h.with(|s| Ok(s.ep.put_vis(vis, src, Nbi)?))?,
+        Mode::Nb(ev) => {
             if ev.is_null() {
                 return Err(Error::null("ev"));
             }
@@ -347,35 +348,40 @@ unsafe fn put(
 /// A packed (vector or indexed) get of `len` bytes from `remote` into `dst`.
 ///
 /// # Safety
-/// `dst` is valid for writing `len` bytes (any pointer when 0), during the call
-/// without `ev`, until the event is completed or freed with it; `ev` is `None` or a
-/// pointer NULL or valid for writing one pointer.
+/// `dst` is valid for writing `len` bytes (any pointer when 0): during the call when
+/// blocking, until the event is completed or freed with `Mode::Nb(ev)`, until the
+/// gets' NBI sync with `Mode::Nbi`; `ev` is NULL or valid for writing one pointer.
 unsafe fn get_packed(
     h: &gex_ep_t,
     remote: &Remote,
     dst: *mut c_void,
     len: usize,
-    ev: Option<*mut *mut gex_event_t>,
+    mode: Mode,
 ) -> Result<gex_status_t, Error> {
     let vis = remote.vis();
-    match ev {
-        None => {
-            // SAFETY: `dst` is writable for `len` bytes during the call (contract).
-            let d = unsafe { ptr::slice_mut(dst.cast::<u8>(), len, "dst") }?;
-            h.with(|s| Ok(s.ep.get_vis(d, vis, Blocking)?))?;
-            Ok(gex_status_t::GEX_OK)
-        }
-        Some(ev) => {
-            // SAFETY: `dst` stays writable until the event completes or is freed (contract).
-            let d = unsafe { Lent::new(dst.cast::<u8>(), len, "dst") }?;
-            if ev.is_null() {
-                return Err(Error::null("ev"));
-            }
-            let e = h.with(|s| Ok(s.ep.get_vis(vec![0u8; len], vis, Nb)?))?;
-            // SAFETY: `ev` is non-null and writable (contract).
-            unsafe { hand_out(ev, Op::Get(e, d)) }
-        }
+    if let Mode::Blocking = mode {
+        // SAFETY: `dst` is writable for `len` bytes during the call (contract).
+        let d = unsafe { ptr::slice_mut(dst.cast::<u8>(), len, "dst") }?;
+        h.with(|s| Ok(s.ep.get_vis(d, vis, Blocking)?))?;
+        return Ok(gex_status_t::GEX_OK);
     }
+    // SAFETY: `dst` stays writable until the event completes or is freed, or until the
+    // NBI sync of the gets (contract).
+    let d = unsafe { Lent::new(dst.cast::<u8>(), len, "dst") }?;
+    if let Mode::Nb(ev) = mode {
+        if ev.is_null() {
+            return Err(Error::null("ev"));
+        }
+        let e = h.with(|s| Ok(s.ep.get_vis(vec![0u8; len], vis, Nb)?))?;
+        // SAFETY: `ev` is non-null and writable (contract).
+        return unsafe { hand_out(ev, Op::Get(e, d)) };
+    }
+    h.with(|s| {
+        let ev = s.ep.get_vis(vec![0u8; len], vis, Nb)?;
+        s.nbi_gets.push(Box::new(Filled { ev, dst: d }));
+        Ok(())
+    })?;
+    Ok(gex_status_t::GEX_OK)
 }
 
 /// A nonblocking strided get: on completion, only the elements its shape addresses
@@ -462,14 +468,14 @@ impl Dims {
 /// The body of the strided puts.
 ///
 /// # Safety
-/// As [`gex_put_strided`] (and the `ev` of [`gex_put_strided_nb`] with `PutMode::Nb`).
+/// As [`gex_put_strided`] (and the `ev` of [`gex_put_strided_nb`] with `Mode::Nb`).
 unsafe fn put_strided(
     ep: *const gex_ep_t,
     rank: u32,
     offset: usize,
     src: *const c_void,
     d: Dims,
-    mode: PutMode,
+    mode: Mode,
 ) -> c_int {
     entry(|| {
         // SAFETY: the caller's promise, as `ptr::handle` states it.
@@ -517,7 +523,7 @@ pub unsafe extern "C" fn gex_put_strided(
 ) -> c_int {
     let d = dims(dst_strides, src_strides, elem_size, counts, ndims);
     // SAFETY: the caller's promises, passed on.
-    unsafe { put_strided(ep, rank, offset, src, d, PutMode::Blocking) }
+    unsafe { put_strided(ep, rank, offset, src, d, Mode::Blocking) }
 }
 
 /// Starts a strided put (as [`gex_put_strided`]) and writes its event to `*ev`; `src`
@@ -544,7 +550,7 @@ pub unsafe extern "C" fn gex_put_strided_nb(
 ) -> c_int {
     let d = dims(dst_strides, src_strides, elem_size, counts, ndims);
     // SAFETY: the caller's promises, passed on.
-    unsafe { put_strided(ep, rank, offset, src, d, PutMode::Nb(ev)) }
+    unsafe { put_strided(ep, rank, offset, src, d, Mode::Nb(ev)) }
 }
 
 /// Starts a strided put (as [`gex_put_strided`]) with an implicit event: the bytes are
@@ -569,7 +575,7 @@ pub unsafe extern "C" fn gex_put_strided_nbi(
 ) -> c_int {
     let d = dims(dst_strides, src_strides, elem_size, counts, ndims);
     // SAFETY: the caller's promises, passed on.
-    unsafe { put_strided(ep, rank, offset, src, d, PutMode::Nbi) }
+    unsafe { put_strided(ep, rank, offset, src, d, Mode::Nbi) }
 }
 
 /// The body of the strided gets.
@@ -582,7 +588,7 @@ unsafe fn get_strided(
     rank: u32,
     offset: usize,
     d: Dims,
-    ev: Option<*mut *mut gex_event_t>,
+    mode: Mode,
 ) -> c_int {
     entry(|| {
         // SAFETY: the caller's promise, as `ptr::handle` states it.
@@ -590,7 +596,7 @@ unsafe fn get_strided(
         // SAFETY: the arrays are readable for `ndims` elements (contract).
         let (p, sh) = unsafe { d.shape(h, rank, offset, false) }?;
         let base = sh.base(dst.cast_const(), "dst")?.cast_mut();
-        let Some(ev) = ev else {
+        if let Mode::Blocking = mode {
             // SAFETY: the span from the lowest to the highest byte the shape
             // addresses from `dst` is writable and used by nothing else during the
             // call (contract).
@@ -598,24 +604,32 @@ unsafe fn get_strided(
             let shape = sh.strided();
             h.with(|s| Ok(s.ep.get_vis(d, Vis::Strided { ptr: p, shape }, Blocking)?))?;
             return Ok(gex_status_t::GEX_OK);
-        };
+        }
         // SAFETY: the elements the shape addresses stay writable until the event
-        // completes or is freed (contract); only they are written (`StridedGet`).
+        // completes or is freed, or until the gets' NBI sync (contract); only they are
+        // written (`StridedGet`).
         let d = unsafe { Lent::new(base, sh.span, "dst") }?;
-        if ev.is_null() {
+        if let Mode::Nb(ev) = mode
+            && ev.is_null()
+        {
             return Err(Error::null("ev"));
         }
         let shape = sh.strided();
-        let e = h.with(|s| {
-            Ok(s.ep.get_vis(vec![0u8; sh.span], Vis::Strided { ptr: p, shape }, Nb)?)
-        })?;
-        let g = StridedGet {
+        let vis = Vis::Strided { ptr: p, shape };
+        let e = h.with(|s| Ok(s.ep.get_vis(vec![0u8; sh.span], vis, Nb)?))?;
+        let g = Box::new(StridedGet {
             ev: e,
             dst: d,
             shape: sh,
-        };
-        // SAFETY: `ev` is non-null and writable (contract).
-        unsafe { hand_out(ev, Op::Dyn(Box::new(g))) }
+        });
+        match mode {
+            // SAFETY: `ev` is non-null (checked above) and writable (contract).
+            Mode::Nb(ev) => unsafe { hand_out(ev, Op::Dyn(g)) },
+            _ => h.with(|s| {
+                s.nbi_gets.push(g);
+                Ok(gex_status_t::GEX_OK)
+            }),
+        }
     })
 }
 
@@ -647,7 +661,7 @@ pub unsafe extern "C" fn gex_get_strided(
 ) -> c_int {
     let d = dims(src_strides, dst_strides, elem_size, counts, ndims);
     // SAFETY: the caller's promises, passed on.
-    unsafe { get_strided(ep, dst, rank, offset, d, None) }
+    unsafe { get_strided(ep, dst, rank, offset, d, Mode::Blocking) }
 }
 
 /// Starts a strided get (as [`gex_get_strided`]) and writes its event to `*ev`. The
@@ -679,7 +693,34 @@ pub unsafe extern "C" fn gex_get_strided_nb(
 ) -> c_int {
     let d = dims(src_strides, dst_strides, elem_size, counts, ndims);
     // SAFETY: the caller's promises, passed on.
-    unsafe { get_strided(ep, dst, rank, offset, d, Some(ev)) }
+    unsafe { get_strided(ep, dst, rank, offset, d, Mode::Nb(ev)) }
+}
+
+/// Starts a strided get (as [`gex_get_strided`]) with an implicit event: the elements
+/// are written to `dst` by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done)
+/// of `GEX_NBI_GETS` that completes it; only the elements the shape addresses are
+/// written.
+///
+/// Returns as [`gex_get_strided`] (nothing is started on error).
+///
+/// # Safety
+/// As [`gex_get_strided_nb`] without `ev`, with the addressed elements writable and
+/// not accessed by anything else until the gets' NBI sync (or the endpoint's close).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_get_strided_nbi(
+    ep: *const gex_ep_t,
+    dst: *mut c_void,
+    dst_strides: *const isize,
+    rank: u32,
+    offset: usize,
+    src_strides: *const isize,
+    elem_size: usize,
+    counts: *const usize,
+    ndims: usize,
+) -> c_int {
+    let d = dims(src_strides, dst_strides, elem_size, counts, ndims);
+    // SAFETY: the caller's promises, passed on.
+    unsafe { get_strided(ep, dst, rank, offset, d, Mode::Nbi) }
 }
 
 /// Puts `npieces` pieces to `rank`'s segment: piece `i` is `pieces[i].len` bytes at
@@ -706,7 +747,7 @@ pub unsafe extern "C" fn gex_put_vector(
 ) -> c_int {
     let pc = Pieces::Vector(pieces, npieces);
     // SAFETY: the caller's promises, passed on.
-    unsafe { put_pieces(ep, rank, pc, src, Some(src_len), PutMode::Blocking) }
+    unsafe { put_pieces(ep, rank, pc, src, Some(src_len), Mode::Blocking) }
 }
 
 /// Starts a vector put (as [`gex_put_vector`]) and writes its event to `*ev`; `src`
@@ -728,7 +769,7 @@ pub unsafe extern "C" fn gex_put_vector_nb(
 ) -> c_int {
     let pc = Pieces::Vector(pieces, npieces);
     // SAFETY: the caller's promises, passed on.
-    unsafe { put_pieces(ep, rank, pc, src, Some(src_len), PutMode::Nb(ev)) }
+    unsafe { put_pieces(ep, rank, pc, src, Some(src_len), Mode::Nb(ev)) }
 }
 
 /// Starts a vector put (as [`gex_put_vector`]) with an implicit event (completed by
@@ -749,7 +790,7 @@ pub unsafe extern "C" fn gex_put_vector_nbi(
 ) -> c_int {
     let pc = Pieces::Vector(pieces, npieces);
     // SAFETY: the caller's promises, passed on.
-    unsafe { put_pieces(ep, rank, pc, src, Some(src_len), PutMode::Nbi) }
+    unsafe { put_pieces(ep, rank, pc, src, Some(src_len), Mode::Nbi) }
 }
 
 /// Gets `npieces` pieces from `rank`'s segment into `dst`, packed in order (`dst_len`
@@ -772,7 +813,7 @@ pub unsafe extern "C" fn gex_get_vector(
 ) -> c_int {
     let pc = Pieces::Vector(pieces, npieces);
     // SAFETY: the caller's promises, passed on.
-    unsafe { get_pieces(ep, dst, Some(dst_len), rank, pc, None) }
+    unsafe { get_pieces(ep, dst, Some(dst_len), rank, pc, Mode::Blocking) }
 }
 
 /// Starts a vector get (as [`gex_get_vector`]) and writes its event to `*ev`; `dst`
@@ -795,7 +836,30 @@ pub unsafe extern "C" fn gex_get_vector_nb(
 ) -> c_int {
     let pc = Pieces::Vector(pieces, npieces);
     // SAFETY: the caller's promises, passed on.
-    unsafe { get_pieces(ep, dst, Some(dst_len), rank, pc, Some(ev)) }
+    unsafe { get_pieces(ep, dst, Some(dst_len), rank, pc, Mode::Nb(ev)) }
+}
+
+/// Starts a vector get (as [`gex_get_vector`]) with an implicit event: `dst` is
+/// written by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done) of
+/// `GEX_NBI_GETS` that completes it.
+///
+/// Returns as [`gex_get_vector`] (nothing is started on error).
+///
+/// # Safety
+/// As [`gex_get_vector`], with `dst` writable and not accessed by anything else until
+/// the gets' NBI sync (or the endpoint's close).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_get_vector_nbi(
+    ep: *const gex_ep_t,
+    dst: *mut c_void,
+    dst_len: usize,
+    rank: u32,
+    pieces: *const gex_piece_t,
+    npieces: usize,
+) -> c_int {
+    let pc = Pieces::Vector(pieces, npieces);
+    // SAFETY: the caller's promises, passed on.
+    unsafe { get_pieces(ep, dst, Some(dst_len), rank, pc, Mode::Nbi) }
 }
 
 /// Puts `n` pieces of `each` bytes to `rank`'s segment, piece `i` at byte
@@ -818,7 +882,7 @@ pub unsafe extern "C" fn gex_put_indexed(
 ) -> c_int {
     let pc = Pieces::Indexed(offsets, n, each);
     // SAFETY: the caller's promises, passed on.
-    unsafe { put_pieces(ep, rank, pc, src, None, PutMode::Blocking) }
+    unsafe { put_pieces(ep, rank, pc, src, None, Mode::Blocking) }
 }
 
 /// Starts an indexed put (as [`gex_put_indexed`]) and writes its event to `*ev`; `src`
@@ -840,7 +904,7 @@ pub unsafe extern "C" fn gex_put_indexed_nb(
 ) -> c_int {
     let pc = Pieces::Indexed(offsets, n, each);
     // SAFETY: the caller's promises, passed on.
-    unsafe { put_pieces(ep, rank, pc, src, None, PutMode::Nb(ev)) }
+    unsafe { put_pieces(ep, rank, pc, src, None, Mode::Nb(ev)) }
 }
 
 /// Starts an indexed put (as [`gex_put_indexed`]) with an implicit event (completed by
@@ -861,7 +925,7 @@ pub unsafe extern "C" fn gex_put_indexed_nbi(
 ) -> c_int {
     let pc = Pieces::Indexed(offsets, n, each);
     // SAFETY: the caller's promises, passed on.
-    unsafe { put_pieces(ep, rank, pc, src, None, PutMode::Nbi) }
+    unsafe { put_pieces(ep, rank, pc, src, None, Mode::Nbi) }
 }
 
 /// Gets `n` pieces of `each` bytes from `rank`'s segment, piece `i` from byte
@@ -883,8 +947,9 @@ pub unsafe extern "C" fn gex_get_indexed(
     n: usize,
     each: usize,
 ) -> c_int {
+    let pc = Pieces::Indexed(offsets, n, each);
     // SAFETY: the caller's promises, passed on.
-    unsafe { get_pieces(ep, dst, None, rank, Pieces::Indexed(offsets, n, each), None) }
+    unsafe { get_pieces(ep, dst, None, rank, pc, Mode::Blocking) }
 }
 
 /// Starts an indexed get (as [`gex_get_indexed`]) and writes its event to `*ev`; `dst`
@@ -907,5 +972,28 @@ pub unsafe extern "C" fn gex_get_indexed_nb(
 ) -> c_int {
     let pc = Pieces::Indexed(offsets, n, each);
     // SAFETY: the caller's promises, passed on.
-    unsafe { get_pieces(ep, dst, None, rank, pc, Some(ev)) }
+    unsafe { get_pieces(ep, dst, None, rank, pc, Mode::Nb(ev)) }
+}
+
+/// Starts an indexed get (as [`gex_get_indexed`]) with an implicit event: `dst` is
+/// written by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done) of
+/// `GEX_NBI_GETS` that completes it.
+///
+/// Returns as [`gex_get_indexed`] (nothing is started on error).
+///
+/// # Safety
+/// As [`gex_get_indexed`], with `dst` writable and not accessed by anything else until
+/// the gets' NBI sync (or the endpoint's close).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gex_get_indexed_nbi(
+    ep: *const gex_ep_t,
+    dst: *mut c_void,
+    rank: u32,
+    offsets: *const usize,
+    n: usize,
+    each: usize,
+) -> c_int {
+    let pc = Pieces::Indexed(offsets, n, each);
+    // SAFETY: the caller's promises, passed on.
+    unsafe { get_pieces(ep, dst, None, rank, pc, Mode::Nbi) }
 }

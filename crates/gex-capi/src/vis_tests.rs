@@ -132,6 +132,33 @@ fn strided_put_and_get_with_byte_strides() {
                 16, 0xaaaa, 17, 0xaaaa, 18, 0xaaaa, 11, 0xaaaa, 12, 0xaaaa, 13, 0xaaaa
             ]
         );
+        // NBI: the same, completed by the gets' NBI sync (a puts' sync leaves it).
+        let mut gappy = [0xaaaau16; 12];
+        assert_eq!(
+            gex_get_strided_nbi(
+                e,
+                gappy.as_mut_ptr().cast(),
+                gap_st.as_ptr(),
+                0,
+                8,
+                dst_st.as_ptr(),
+                2,
+                counts.as_ptr(),
+                2
+            ),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(gex_nbi_sync(e, GEX_NBI_PUTS), 0);
+        assert_eq!(gappy, [0xaaaa; 12], "written by a puts' sync");
+        assert_eq!(gex_nbi_sync(e, GEX_NBI_GETS), 0);
+        assert_eq!(
+            gappy,
+            [
+                16, 0xaaaa, 17, 0xaaaa, 18, 0xaaaa, 11, 0xaaaa, 12, 0xaaaa, 13, 0xaaaa
+            ]
+        );
         // Nonblocking and NBI puts of the same shape.
         seg[..64].fill(0);
         let mut ev = null_mut();
@@ -338,6 +365,22 @@ fn vector_and_indexed_put_and_get() {
         );
         wait(e, ev);
         assert_eq!(&nb, b"abcde");
+        let mut nbi = [0u8; 5];
+        assert_eq!(
+            gex_get_vector_nbi(e, nbi.as_mut_ptr().cast(), 5, 0, pieces.as_ptr(), 3),
+            0
+        );
+        let rev = [40usize, 30];
+        let mut ix3 = [0u8; 4];
+        // Before the indexed put below, so this get must read the bytes as they are now.
+        let was = [seg[40], seg[41], seg[30], seg[31]];
+        assert_eq!(
+            gex_get_indexed_nbi(e, ix3.as_mut_ptr().cast(), 0, rev.as_ptr(), 2, 2),
+            0
+        );
+        assert_eq!(gex_nbi_sync(e, GEX_NBI_GETS), 0);
+        assert_eq!(&nbi, b"abcde");
+        assert_eq!(ix3, was);
         assert_eq!(
             gex_put_vector_nb(
                 e,
@@ -531,7 +574,7 @@ fn user_operators_combine_in_order_and_run_collectives() {
         // On one rank every form gives back its input: each writes `n` matrices to
         // `d` (through an event for the `_nb` forms) and nothing past them.
         type Form<'a> = &'a dyn Fn(*mut c_void, usize, *mut *mut gex_event_t) -> c_int;
-        let forms: [(&str, Form<'_>); 6] = [
+        let forms: [(&str, Form<'_>); 10] = [
             ("allreduce", &|d, n, _| {
                 gex_allreduce_user(e, w, s, d, n, op)
             }),
@@ -545,6 +588,17 @@ fn user_operators_combine_in_order_and_run_collectives() {
             ("scan", &|d, n, _| gex_scan_user(e, w, s, d, n, op)),
             ("scan_nb", &|d, n, ev| {
                 gex_scan_user_nb(e, w, s, d, n, op, ev)
+            }),
+            ("reduce_scatter", &|d, n, _| {
+                gex_reduce_scatter_user(e, w, s, d, n, op)
+            }),
+            ("reduce_scatter_nb", &|d, n, ev| {
+                gex_reduce_scatter_user_nb(e, w, s, d, n, op, ev)
+            }),
+            // One rank: rank 0's exclusive prefix is empty, so nothing is written.
+            ("exscan", &|d, n, _| gex_exscan_user(e, w, s, d, n, op)),
+            ("exscan_nb", &|d, n, ev| {
+                gex_exscan_user_nb(e, w, s, d, n, op, ev)
             }),
         ];
         for (name, f) in forms {
@@ -561,10 +615,11 @@ fn user_operators_combine_in_order_and_run_collectives() {
                 if !ev.is_null() {
                     wait(e, ev);
                 }
-                assert_eq!(dst[..n], src[..n], "{name} of {n}");
+                let wrote = if name.starts_with("exscan") { 0 } else { n };
+                assert_eq!(dst[..wrote], src[..wrote], "{name} of {n}");
                 assert!(
-                    dst[n..].iter().all(|m| *m == [0; 4]),
-                    "{name} wrote past {n}"
+                    dst[wrote..].iter().all(|m| *m == [0; 4]),
+                    "{name} wrote past {wrote}"
                 );
             }
         }

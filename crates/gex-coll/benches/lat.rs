@@ -34,17 +34,8 @@ impl Job for Lat {
             for bytes in [8usize, 4096, 65536] {
                 let iters = if bytes > 10_000 { 200 } else { 2000 };
                 let q = gex_coll::Query {
-                    op,
-                    size: p as u32,
-                    bytes,
-                    addr: gex_coll::AddrMode::Local,
-                    sync: Default::default(),
-                    commutative: true,
-                    scratch: false,
                     shm: c.shared_memory(&w),
-                    hier: false,
-                    hosts: 0,
-                    host_ranges: false,
+                    ..gex_coll::Query::plain(op, p as u32, bytes)
                 };
                 let alg = c.explain(&q).map(|x| x.algorithm).unwrap_or_default();
                 // Buffers made once per cell: the loop times the collective alone.

@@ -1,27 +1,13 @@
 //! Microbenchmark of the autotuner's cached selection (no harness): prints ns/lookup.
 //! Run with `cargo bench -p gex-coll --bench select`.
-use gex_coll::{AddrMode, LogGP, OpKind, Query, SyncModes, Tuner, catalog};
+use gex_coll::{LogGP, OpKind, Query, Tuner, catalog};
 use std::time::Instant;
 
 fn main() {
     let mut t = Tuner::new(catalog(), LogGP::default());
     let qs: Vec<Query> = OpKind::ALL
         .iter()
-        .flat_map(|&op| {
-            [8usize, 4096, 1 << 20].map(|bytes| Query {
-                op,
-                size: 64,
-                bytes,
-                addr: AddrMode::Local,
-                sync: SyncModes::default(),
-                commutative: true,
-                scratch: false,
-                shm: false,
-                hier: false,
-                hosts: 0,
-                host_ranges: false,
-            })
-        })
+        .flat_map(|&op| [8usize, 4096, 1 << 20].map(|bytes| Query::plain(op, 64, bytes)))
         .collect();
     for q in &qs {
         t.select(q, None).expect("a choice");

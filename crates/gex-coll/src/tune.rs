@@ -681,22 +681,9 @@ impl Tuner {
 mod tests {
     use super::*;
     use crate::catalog::catalog;
-    use crate::op::SyncModes;
 
     fn q(op: OpKind, size: u32, bytes: usize) -> Query {
-        Query {
-            op,
-            size,
-            bytes,
-            addr: AddrMode::Local,
-            sync: SyncModes::default(),
-            commutative: true,
-            scratch: false,
-            shm: false,
-            hier: false,
-            hosts: 0,
-            host_ranges: false,
-        }
+        Query::plain(op, size, bytes)
     }
 
     #[test]

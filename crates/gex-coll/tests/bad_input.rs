@@ -7,9 +7,9 @@
 //! on the simulator where members must disagree.
 
 use gex_coll::{
-    AddrMode, Allreduce, Barrier, BarrierFlags, Broadcast, BuiltinOp, ByKind, Coll, CollError,
-    CollExt, Exchange, Gather, GatherAll, InSegments, LogGP, OpKind, Opts, Profile, Query, Reduce,
-    Scatter, Scratch, Single, SyncModes, TeamExt, Tuner,
+    Allreduce, Barrier, BarrierFlags, Broadcast, BuiltinOp, ByKind, Coll, CollError, CollExt,
+    Exchange, Gather, GatherAll, InSegments, LogGP, OpKind, Opts, Profile, Query, Reduce, Scatter,
+    Scratch, Single, TeamExt, Tuner,
 };
 use gex_core::boot::Singleton;
 use gex_core::loopback::Loopback;
@@ -35,19 +35,7 @@ fn client(eps: u16) -> Client<Loopback> {
 }
 
 fn query(op: OpKind, size: u32, bytes: usize) -> Query {
-    Query {
-        op,
-        size,
-        bytes,
-        addr: AddrMode::Local,
-        sync: SyncModes::default(),
-        commutative: true,
-        scratch: false,
-        shm: false,
-        hier: false,
-        hosts: 0,
-        host_ranges: false,
-    }
+    Query::plain(op, size, bytes)
 }
 
 // ---------------------------------------------------------------- without the layer

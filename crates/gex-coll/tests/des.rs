@@ -92,19 +92,10 @@ fn data_matches_the_reference_at_1024_ranks() {
             let a = algo(name);
             let count = 2usize;
             let n = count * 4;
+            // Simulated networks: no shared memory, one rank per host.
             let q = gex_coll::Query {
-                op,
-                size: p,
-                bytes: n,
                 addr: gex_coll::AddrMode::Single,
-                sync: Default::default(),
-                commutative: true,
-                scratch: false,
-                // Simulated networks: no shared memory, one rank per host.
-                shm: false,
-                hier: false,
-                hosts: 0,
-                host_ranges: false,
+                ..gex_coll::Query::plain(op, p, n)
             };
             if !a.supports(&q) {
                 continue;

@@ -5,7 +5,7 @@ mod common;
 
 use common::{bytes, matmul, reference};
 use gex_coll::sched::model;
-use gex_coll::{AddrMode, BuiltinOp, LogGP, OpKind, PlanCtx, Query, ReduceOp, SyncModes, catalog};
+use gex_coll::{AddrMode, BuiltinOp, LogGP, OpKind, PlanCtx, Query, ReduceOp, catalog};
 use proptest::prelude::*;
 
 fn check(
@@ -29,22 +29,14 @@ fn check(
     };
     let n = count * elem;
     let q = Query {
-        op,
-        size: p,
-        bytes: n,
         // Signaling put and rendezvous exist only in single address mode.
         addr: if alg.transport() == gex_coll::Transport::Eager {
             AddrMode::Local
         } else {
             AddrMode::Single
         },
-        sync: SyncModes::default(),
         commutative: comm,
-        scratch: false,
-        shm: false,
-        hier: false,
-        hosts: 0,
-        host_ranges: false,
+        ..Query::plain(op, p, n)
     };
     if !alg.supports(&q) {
         return Ok(());
@@ -147,17 +139,8 @@ fn every_op_has_a_non_commutative_algorithm_for_every_size() {
     for op in OpKind::ALL.into_iter().filter(|o| o.reduces()) {
         for p in [1u32, 2, 3, 5, 6, 7, 8, 12] {
             let q = Query {
-                op,
-                size: p,
-                bytes: 32,
-                addr: AddrMode::Local,
-                sync: SyncModes::default(),
                 commutative: false,
-                scratch: false,
-                shm: false,
-                hier: false,
-                hosts: 0,
-                host_ranges: false,
+                ..Query::plain(op, p, 32)
             };
             let n = catalog().iter().filter(|a| a.supports(&q)).count();
             assert!(n >= 2, "{op} P={p}: {n} algorithms");
@@ -240,19 +223,7 @@ fn tuner_choice_is_near_the_simulated_best() {
     let mut worst: (f64, String) = (1.0, String::new());
     for op in OpKind::ALL {
         for bytes in [8usize, 4096, 65536] {
-            let q = Query {
-                op,
-                size: p,
-                bytes,
-                addr: AddrMode::Local,
-                sync: SyncModes::default(),
-                commutative: true,
-                scratch: false,
-                shm: false,
-                hier: false,
-                hosts: 0,
-                host_ranges: false,
-            };
+            let q = Query::plain(op, p, bytes);
             let sim = |a: &dyn gex_coll::Algorithm| {
                 let s: Vec<_> = (0..p)
                     .map(|r| {
@@ -296,17 +267,11 @@ fn hier_cost_model_choices() {
     use gex_coll::Tuner;
     let mut t = Tuner::new(catalog(), LogGP::default());
     let q = |op, size, hosts, bytes, commutative, host_ranges| Query {
-        op,
-        size,
-        bytes,
-        addr: AddrMode::Local,
-        sync: Default::default(),
         commutative,
-        scratch: false,
-        shm: false,
         hier: true,
         hosts,
         host_ranges,
+        ..Query::plain(op, size, bytes)
     };
     for op in OpKind::ALL {
         let c = t.explain(&q(op, 9, 3, 8, true, true)).unwrap();
@@ -341,19 +306,7 @@ fn fork_cost_tracks_the_schedule_simulation() {
         for &op in a.ops() {
             for p in [2u32, 13, 27, 48, 100] {
                 for bytes in [8usize, 4096, 65536] {
-                    let q = Query {
-                        op,
-                        size: p,
-                        bytes,
-                        addr: AddrMode::Local,
-                        sync: SyncModes::default(),
-                        commutative: true,
-                        scratch: false,
-                        shm: false,
-                        hier: false,
-                        hosts: 0,
-                        host_ranges: false,
-                    };
+                    let q = Query::plain(op, p, bytes);
                     let s: Vec<_> = (0..p)
                         .map(|r| {
                             a.plan(&PlanCtx {

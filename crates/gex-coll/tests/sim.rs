@@ -571,7 +571,7 @@ fn teams_and_concurrent_collectives() {
 /// GEX_COLL_<OP> overrides through the client's configuration, and errors.
 #[test]
 fn env_override_and_errors() {
-    use gex_coll::{AddrMode, Query, SyncModes};
+    use gex_coll::Query;
     use gex_core::Config;
     let builder = || {
         layers().segment_size(SEG).config(Config::from_pairs([
@@ -582,19 +582,7 @@ fn env_override_and_errors() {
     run_sim(3, SimConfig::default(), builder, |client| {
         let mut c = client.endpoint(0).unwrap();
         let w = c.world().clone();
-        let q = Query {
-            op: OpKind::Broadcast,
-            size: 3,
-            bytes: 8,
-            addr: AddrMode::Local,
-            sync: SyncModes::default(),
-            commutative: true,
-            scratch: false,
-            shm: false,
-            hier: false,
-            hosts: 0,
-            host_ranges: false,
-        };
+        let q = Query::plain(OpKind::Broadcast, 3, 8);
         let why = c.explain(&q).unwrap();
         assert_eq!(
             (why.algorithm.as_str(), why.reason),
@@ -902,17 +890,8 @@ fn shm_per_host_teams_and_cross_host_leaders() {
             let shm = !cfg!(gex_force_am_rma);
             assert_eq!(c.shared_memory(&host), shm);
             let q = gex_coll::Query {
-                op: OpKind::Allreduce,
-                size: 3,
-                bytes: 8,
-                addr: gex_coll::AddrMode::Local,
-                sync: Default::default(),
-                commutative: true,
-                scratch: false,
                 shm,
-                hier: false,
-                hosts: 0,
-                host_ranges: false,
+                ..gex_coll::Query::plain(OpKind::Allreduce, 3, 8)
             };
             assert_eq!(c.explain(&q).unwrap().algorithm == "shm", shm);
             // 9000 u32 = 36 KB per block: three rounds on a world-sized slot, eight
@@ -1316,17 +1295,12 @@ fn hier_choices(c: &mut Endpoint<Sim>, team: &Team, hosts: u32, ranges: bool, ro
     for op in OpKind::ALL {
         for commutative in [true, false] {
             let q = gex_coll::Query {
-                op,
-                size: team.size(),
-                bytes: 8,
-                addr: gex_coll::AddrMode::Local,
-                sync: Default::default(),
                 commutative: commutative || !op.reduces(),
-                scratch: false,
                 shm: c.shared_memory(team),
                 hier: true,
                 hosts,
                 host_ranges: ranges,
+                ..gex_coll::Query::plain(op, team.size(), 8)
             };
             let ch = c.explain(&q).unwrap();
             let offered = ch.candidates.iter().any(|x| x.0 == "hier");
@@ -1551,7 +1525,7 @@ fn hier_world_round_robin() {
 /// cell do not re-time, results stay right, and a split team times its own cells.
 #[test]
 fn online_tuning_agrees_and_caches() {
-    use gex_coll::{AddrMode, Query, SyncModes, TuneMode};
+    use gex_coll::{Query, TuneMode};
     let builder = || {
         layers()
             .segment_size(SEG)
@@ -1573,17 +1547,9 @@ fn online_tuning_agrees_and_caches() {
             assert_eq!(c.coll_stats().online_trials, 1, "round {round}");
         }
         let q = Query {
-            op: OpKind::Allreduce,
-            size: 4,
-            bytes: 400,
-            addr: AddrMode::Local,
-            sync: SyncModes::default(),
-            commutative: true,
-            scratch: false,
             shm: c.shared_memory(&w),
             hier: c.hierarchical(&w),
-            hosts: 0,
-            host_ranges: false,
+            ..Query::plain(OpKind::Allreduce, 4, 400)
         };
         let a = c
             .tuner(|t| t.online_choice(w.id(), &q).unwrap().name().to_string())
@@ -1975,17 +1941,11 @@ fn hier_override_leaves_stages_to_the_tuner() {
             let mut n = 0;
             for op in OpKind::ALL {
                 let q = gex_coll::Query {
-                    op,
-                    size: 6,
-                    bytes: 8,
-                    addr: gex_coll::AddrMode::Local,
                     sync: gex_coll::SyncModes::default(),
-                    commutative: true,
-                    scratch: false,
-                    shm: false,
                     hier: c.hierarchical(&w),
                     hosts: 2,
                     host_ranges: true,
+                    ..gex_coll::Query::plain(op, 6, 8)
                 };
                 match c.explain(&q) {
                     Ok(why) => assert_eq!(

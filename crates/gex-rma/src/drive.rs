@@ -8,8 +8,8 @@
 use crate::RmaError;
 use crate::atomic::AtomicIssue;
 use crate::engine::{Fail, Job, Step};
-use crate::layer::Rma;
 use crate::nbi::TAG;
+use crate::state::Rma;
 use gex_core::layer::{self, Cx};
 use gex_core::spi::Conduit;
 use gex_core::{Blocking, Endpoint, Event, Mode};
@@ -40,7 +40,7 @@ pub(crate) fn drive<C: Conduit, S: Issuing, R>(
     let mut retry = layer::Retry::default();
     loop {
         let IssueGuard { ep, state, .. } = &mut g;
-        match crate::layer::with(ep, |r, cx| step(r, cx, state)) {
+        match crate::state::with(ep, |r, cx| step(r, cx, state)) {
             None => {
                 g.answered = true;
                 return Err(RmaError::NoLayer);
@@ -110,7 +110,7 @@ impl<C: Conduit, S: Issuing> Drop for IssueGuard<'_, C, S> {
 #[inline(never)]
 pub(crate) fn cancel_on_unwind<C: Conduit>(ep: &mut Endpoint<C>, id: u32) {
     let cancelled = RmaError::Event(gex_core::EventError::Abandoned);
-    let in_flight = crate::layer::with(ep, |r, _| r.abandon(id, cancelled)).unwrap_or(false);
+    let in_flight = crate::state::with(ep, |r, _| r.abandon(id, cancelled)).unwrap_or(false);
     if in_flight {
         layer::wait_unwinding::<Rma, C>(ep, |r| !r.ops.contains_key(&id));
     }

@@ -13,7 +13,7 @@
 //!
 //! # Safety
 //! The unsafe code hands raw destinations to the engine ([`crate::engine`]) under the
-//! lifetime rule of [`crate::layer`], which this module enforces with types:
+//! lifetime rule of [`crate::state`], which this module enforces with types:
 //! - a borrowed destination (`&mut [T]`) is only accepted in blocking mode
 //!   ([`GetDst`]), and a blocking call returns only after its operation completed, or,
 //!   after a failure, after the units already in flight did; it waits through
@@ -28,16 +28,14 @@
 #![allow(unsafe_code)]
 
 use crate::RmaError;
-use crate::atomic::{
-    AtomicDomain, AtomicFlags, AtomicIssue, AtomicOp, AtomicOps, AtomicOut, AtomicReq, AtomicType,
-    agree, fetch_finish,
-};
+use crate::aop::{AtomicFlags, AtomicOp, AtomicOps, AtomicReq, AtomicType, fetch_finish};
+use crate::atomic::{AtomicDomain, AtomicIssue, AtomicOut, agree};
 use crate::drive::{drive, end, end_scoped, fin, raw};
 use crate::engine::{Fail, Fill, GetTo, How, Job, Step, Xfer};
-use crate::layer::Rma;
 use crate::nbi::NbiCategories;
 use crate::ops::Handout;
 use crate::ptr::{GlobalPtr, Strided, Vis};
+use crate::state::Rma;
 use crate::vis::Chunk;
 use bytemuck::Pod;
 use gex_core::event::{Data, Finish, finish_held, finish_unit};
@@ -57,7 +55,7 @@ fn put_slow<C: Conduit, M: Mode>(
     bytes: &[u8],
 ) -> Result<M::Out<(), RmaError>, RmaError> {
     // The direct path: a bounds check and a copy, no event.
-    if let Some(Some(out)) = crate::layer::with(ep, |r, cx| {
+    if let Some(Some(out)) = crate::state::with(ep, |r, cx| {
         r.put_now(cx, a, off, bytes)
             .then(|| cx.done::<(), RmaError, M>(()))
     }) {
@@ -200,7 +198,7 @@ pub(crate) fn vis_chunks<C: Conduit, T>(
     vis: &Vis<'_, T>,
     n: usize,
 ) -> Result<(EpAddr, Vec<Chunk>), RmaError> {
-    crate::layer::with(ep, |r, _| {
+    crate::state::with(ep, |r, _| {
         crate::vis::chunks(vis, n, r.t.me, &|a| r.t.check_target(a))
     })
     .ok_or(RmaError::NoLayer)?
@@ -307,7 +305,7 @@ fn get_borrowed<C: Conduit, T: Pod>(
     if let Source::Ptr(gp) = src {
         let (a, off) = (gp.addr(), gp.offset);
         // The direct path to a cached mapping: a bounds check and a copy, no event.
-        if crate::layer::fast(ep, move |r| {
+        if crate::state::fast(ep, move |r| {
             // SAFETY: `dst` is borrowed for the call and written only by the copy.
             unsafe { r.get_fast(a, off, p, bytes) }
         }) == Some(true)
@@ -340,7 +338,7 @@ unsafe fn get_borrowed_slow<C: Conduit>(
 ) -> Result<(), RmaError> {
     // The direct path: a bounds check and a copy, no event.
     // SAFETY: `p` is writable for `bytes` bytes and ours for the call (contract).
-    if crate::layer::with(ep, |r, cx| unsafe { r.get_now(cx, a, off, p, bytes) }) == Some(true) {
+    if crate::state::with(ep, |r, cx| unsafe { r.get_now(cx, a, off, p, bytes) }) == Some(true) {
         return Ok(());
     }
     let chunks = [Chunk {
@@ -447,7 +445,7 @@ impl<T: Pod + Send, M: Mode> GetDst<T, M> for Vec<T> {
             // The direct path: a bounds check and a copy, no event.
             let (a, off) = (gp.addr(), gp.offset);
             let mut v = Some(self);
-            let fast = crate::layer::with(ep, |r, cx| {
+            let fast = crate::state::with(ep, |r, cx| {
                 // SAFETY: the vector is ours for the call and written only by the copy.
                 let now = unsafe { r.get_now(cx, a, off, p, bytes) };
                 now.then(|| cx.done::<Vec<T>, RmaError, M>(v.take().unwrap_or_default()))
@@ -790,7 +788,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let (a, off) = (dst.addr(), dst.offset);
         // The direct path to a cached mapping: a bounds check and a copy, no event.
-        if crate::layer::fast(self, move |r| r.put_fast(a, off, bytes)) == Some(true) {
+        if crate::state::fast(self, move |r| r.put_fast(a, off, bytes)) == Some(true) {
             return Ok(layer::done::<(), RmaError, M, C>(self, ()));
         }
         put_slow::<C, M>(self, a, off, bytes)
@@ -840,12 +838,12 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let mut v = T::zeroed();
         let pv = (&raw mut v).cast::<u8>();
         // SAFETY: `pv` is a local of `n` bytes, written only by the copy.
-        let now = crate::layer::fast(self, move |r| unsafe { r.get_fast(a, off, pv, n) });
+        let now = crate::state::fast(self, move |r| unsafe { r.get_fast(a, off, pv, n) });
         if now == Some(true) {
             return Ok(layer::done::<T, RmaError, M, C>(self, v));
         }
         // The direct path: a bounds check and a copy, no event.
-        let fast = crate::layer::with(self, |r, cx| {
+        let fast = crate::state::with(self, |r, cx| {
             let mut v = T::zeroed();
             // SAFETY: `v` is a local of `n` bytes.
             let now = unsafe { r.get_now(cx, a, off, (&raw mut v).cast(), n) };
@@ -858,7 +856,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
             // Blocking: into a local, which outlives the wait (no landing word).
             let mut v = T::zeroed();
             get_borrowed(self, std::slice::from_mut(&mut v), Source::Ptr(src))?;
-            return crate::layer::with(self, |_, cx| cx.done::<T, RmaError, M>(v))
+            return crate::state::with(self, |_, cx| cx.done::<T, RmaError, M>(v))
                 .ok_or(RmaError::NoLayer);
         }
         let chunks = [Chunk {
@@ -945,7 +943,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         team: &Team,
         ops: AtomicOps,
     ) -> Result<AtomicDomain<T>, RmaError> {
-        let (blob, bad) = crate::layer::with(self, |r, cx| r.domain_request::<C, T>(cx, ops))
+        let (blob, bad) = crate::state::with(self, |r, cx| r.domain_request::<C, T>(cx, ops))
             .ok_or(RmaError::NoLayer)?;
         // A tag of its own: a member at another collective call gets an error, not a
         // pairing with an unrelated exchange.
@@ -967,7 +965,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
     ) -> Result<M::Out<(), RmaError>, RmaError> {
         let req = AtomicReq::new(p, op, false, f);
         // The direct path to a cached mapping: a CPU atomic, no event.
-        if let Some(Some(_)) = crate::layer::fast(self, move |r| r.atomic_fast(ad, req)) {
+        if let Some(Some(_)) = crate::state::fast(self, move |r| r.atomic_fast(ad, req)) {
             return Ok(layer::done::<(), RmaError, M, C>(self, ()));
         }
         atomic_slow::<C, T, M, ()>(self, ad, req, false, finish_unit)
@@ -984,7 +982,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
     ) -> Result<M::Out<T, RmaError>, RmaError> {
         let req = AtomicReq::new(p, op, true, f);
         // The direct path to a cached mapping: a CPU atomic, no event.
-        if let Some(Some(old)) = crate::layer::fast(self, move |r| r.atomic_fast(ad, req)) {
+        if let Some(Some(old)) = crate::state::fast(self, move |r| r.atomic_fast(ad, req)) {
             return Ok(layer::done::<T, RmaError, M, C>(self, T::from_bits(old)));
         }
         let want = M::KIND != ModeKind::Nbi;
@@ -1008,9 +1006,9 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
 
     fn test_nbi(&mut self, cats: NbiCategories) -> Result<bool, RmaError> {
         if cats.contains(NbiCategories::PUTS) {
-            crate::layer::with(self, |r, cx| r.flush_step(cx)).ok_or(RmaError::NoLayer)??;
+            crate::state::with(self, |r, cx| r.flush_step(cx)).ok_or(RmaError::NoLayer)??;
         }
         self.poll();
-        crate::layer::with(self, |r, _| r.nbi.quiet(cats, &r.ops.counted)).ok_or(RmaError::NoLayer)
+        crate::state::with(self, |r, _| r.nbi.quiet(cats, &r.ops.counted)).ok_or(RmaError::NoLayer)
     }
 }

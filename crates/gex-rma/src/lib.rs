@@ -93,12 +93,14 @@
 #![warn(missing_docs)]
 
 mod am;
+mod aop;
 mod atomic;
 mod direct;
 mod drive;
 mod engine;
 mod error;
 mod ext;
+mod job;
 mod layer;
 mod native;
 mod nbi;
@@ -107,18 +109,20 @@ mod path;
 mod ptr;
 mod scope;
 mod served;
+mod state;
 mod target;
 mod vis;
 
-pub use atomic::{AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, AtomicType};
+pub use aop::{AtomicFlags, AtomicOp, AtomicOps, AtomicType};
+pub use atomic::AtomicDomain;
 pub use bytemuck::Pod;
 pub use engine::{OwnedGet, try_get_owned};
 pub use error::RmaError;
 pub use ext::{BorrowedDstMode, GetDst, RmaExt, Source};
-pub use layer::Rma;
 pub use nbi::NbiCategories;
 pub use ptr::{GlobalPtr, Strided, Vis};
 pub use scope::ScopeRmaExt;
+pub use state::Rma;
 
 /// The `GEX_*` settings of the RMA layer ([`Layer::ENV_VARS`](gex_core::layer::Layer::ENV_VARS)
 /// of [`Rma`]), collected into the registry that `GEX_VERBOSEENV=1` and `gex-info env`

@@ -12,7 +12,7 @@
 //!
 //! # Safety
 //! `Op::dst`/`Op::result` point at destinations that outlive the operation (the rules
-//! of [`crate::layer`]); `Op::land` is a heap word the entry owns (from
+//! of [`crate::state`]); `Op::land` is a heap word the entry owns (from
 //! `Box::into_raw`, freed with the entry, read at completion when every writer is
 //! done).
 #![allow(unsafe_code)]
@@ -24,6 +24,21 @@ use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
 use gex_core::{EpAddr, Event};
 use std::collections::HashMap;
+
+/// Outcome of a step.
+#[derive(Debug)]
+pub(crate) enum Step<O: Send + 'static> {
+    /// Back-pressure: poll and call again with the same job.
+    Blocked,
+    /// Complete during the call (direct path, nothing to move, or counted in its NBI
+    /// category): the output. No event exists.
+    Now(O),
+    /// Every unit has started: complete when the event is.
+    Done(Event<O, RmaError>),
+    /// A small blocking AM put: complete when the fast acknowledgements reach the
+    /// count; then the output.
+    Fast(u64, O),
+}
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// Hasher of the op table: ids are consecutive `u32`s, so a multiplicative mix is
@@ -116,10 +131,10 @@ impl<O: Send + 'static> Handout<'_, O> {
     /// The step of an operation whose units have all started: complete when its event
     /// is, or now (no event was made: nothing is outstanding, or it is counted) with
     /// the output made of `d`.
-    pub(crate) fn step(self, d: Data) -> crate::engine::Step<O> {
+    pub(crate) fn step(self, d: Data) -> Step<O> {
         match self.ev.take() {
-            Some(e) => crate::engine::Step::Done(e),
-            None => crate::engine::Step::Now((self.finish)(d, self.hold.take())),
+            Some(e) => Step::Done(e),
+            None => Step::Now((self.finish)(d, self.hold.take())),
         }
     }
 }
@@ -278,7 +293,7 @@ impl OpTable {
         if let Some((p, n)) = op.result {
             // SAFETY: a borrowed fetch destination outlives its operation (module
             // `# Safety`); `n` is the width of its element.
-            unsafe { crate::atomic::store_word(p, n, op.word) };
+            unsafe { crate::aop::store_word(p, n, op.word) };
         }
         match std::mem::replace(&mut op.done, Done::Unset) {
             Done::Event(c) => match op.error.take() {

@@ -8,14 +8,13 @@
 #![allow(unsafe_code)]
 
 use crate::RmaError;
-use crate::atomic::{
-    AtomicDomain, AtomicFlags, AtomicIssue, AtomicOp, AtomicOut, AtomicReq, AtomicType,
-};
+use crate::aop::{AtomicFlags, AtomicOp, AtomicReq, AtomicType};
+use crate::atomic::{AtomicDomain, AtomicIssue, AtomicOut};
 use crate::drive::{drive, end_scoped, raw};
 use crate::engine::{GetTo, How, Xfer};
 use crate::ext::{get_bytes, put_from_slow, vis_chunks};
-use crate::layer::Rma;
 use crate::ptr::{GlobalPtr, Vis};
+use crate::state::Rma;
 use crate::vis::Chunk;
 use bytemuck::Pod;
 use gex_core::event::finish_unit;
@@ -117,7 +116,7 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         let p = dst.as_mut_ptr().cast::<u8>();
         let (a, off) = (src.addr(), src.offset);
         // The direct path to a cached mapping: complete now, nothing to track.
-        if crate::layer::fast(self, move |r| {
+        if crate::state::fast(self, move |r| {
             // SAFETY: `dst` is borrowed for the scope and written only by the copy.
             unsafe { r.get_fast(a, off, p, bytes) }
         }) == Some(true)
@@ -160,7 +159,7 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let (a, off) = (dst.addr(), dst.offset);
         // The direct path to a cached mapping: complete now, nothing to track.
-        if crate::layer::fast(self, move |r| r.put_fast(a, off, bytes)) == Some(true) {
+        if crate::state::fast(self, move |r| r.put_fast(a, off, bytes)) == Some(true) {
             return Ok(());
         }
         let tag = self.tag();

@@ -1,7 +1,7 @@
 //! The target side of the AM reference protocol ([`crate::am`]): what this endpoint
 //! needs to serve other ranks' RMA requests, and the handlers that serve them (puts,
 //! packed puts, small puts, gets, packed gets, memsets, atomics). A component of the
-//! layer record ([`Rma`](crate::layer::Rma)`::served`): its own state (this endpoint's
+//! layer record ([`Rma`](crate::state::Rma)`::served`): its own state (this endpoint's
 //! segment, the get handlers' bounce buffer, the count of dropped messages) and one
 //! entry per request handler. The initiator side (operations in flight, replies
 //! credited to them) is [`crate::ops`] and [`crate::am`].
@@ -13,8 +13,8 @@
 //! the same time).
 #![allow(unsafe_code)]
 
-use crate::atomic::KindExt;
-use crate::layer::Handlers;
+use crate::am::Handlers;
+use crate::aop::KindExt;
 use gex_core::{Am, Body, Token};
 use std::ptr::NonNull;
 
@@ -194,7 +194,7 @@ impl Served {
         let code = a[1];
         let off = crate::am::join(a[2], a[3]);
         let (Some(op), Some(k)) = (
-            crate::atomic::Code::from_code(code & 0xff),
+            crate::aop::Code::from_code(code & 0xff),
             gex_core::spi::AtomicKind::from_code((code >> 8) & 0xff),
         ) else {
             self.dropped += 1;
@@ -216,16 +216,16 @@ impl Served {
         // SAFETY: inside this endpoint's segment and aligned (checked); atomic by the
         // module rules.
         let old = unsafe {
-            crate::atomic::exec(
+            crate::aop::exec(
                 seg.add(off),
                 k,
                 op.base(),
-                crate::atomic::join64(a[4], a[5]),
-                crate::atomic::join64(a[6], a[7]),
+                crate::aop::join64(a[4], a[5]),
+                crate::aop::join64(a[6], a[7]),
                 f,
             )
         };
-        if code & crate::atomic::WANT != 0 {
+        if code & crate::aop::WANT != 0 {
             let _ = t.reply(
                 self.h.atomic_reply,
                 Body::short(&[a[0], old as u32, (old >> 32) as u32]),

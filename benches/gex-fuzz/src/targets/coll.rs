@@ -4,7 +4,7 @@
 use super::few;
 use crate::engine::outcome;
 use gex_coll::catalog;
-use gex_coll::{AddrMode, CollError, LogGP, Profile, Query, SyncModes, Tuner};
+use gex_coll::{CollError, LogGP, Profile, Query, Tuner};
 
 pub(crate) fn profile_seeds() -> Vec<Vec<u8>> {
     let doc = "version = 1\n\n[machine]\nconduit = \"smp\"\nranks = 4\n\n[loggp]\nl = 0.35\n\
@@ -41,19 +41,7 @@ pub(crate) fn profile(d: &[u8]) -> u64 {
             let loaded = tuner.set_profile("fuzz.toml", p).is_ok();
             if loaded {
                 for c in cells.iter().take(8) {
-                    let q = Query {
-                        op: c.op,
-                        size: c.team,
-                        bytes: c.bytes,
-                        addr: AddrMode::Local,
-                        sync: SyncModes::default(),
-                        commutative: true,
-                        scratch: false,
-                        shm: false,
-                        hier: false,
-                        hosts: 0,
-                        host_ranges: false,
-                    };
+                    let q = Query::plain(c.op, c.team, c.bytes);
                     let _ = tuner.select(&q, None);
                 }
             }

@@ -1,6 +1,7 @@
 //! Launcher conformance cases, shared by the tests that run them under a real
-//! launcher: `launch_hydra.rs` (MPICH's Hydra, PMI-2), `launch_slurm.rs` (`srun`,
-//! PMI-2 and PMIx) and `launch_mpirun.rs` (Open MPI's `mpirun`, PMIx).
+//! launcher: `gex_mpiexec.rs` (MPICH's Hydra, PMI-1), `launch_hydra.rs` (Hydra,
+//! PMI-2), `launch_slurm.rs` (`srun`, PMI-2 and PMIx) and `launch_mpirun.rs` (Open
+//! MPI's `mpirun`, PMIx).
 //!
 //! Each case is one function that plays both sides. In the test process it runs
 //! `<launcher> <this test binary> <test name> --exact --nocapture --test-threads=1`
@@ -41,6 +42,9 @@ static ONE_JOB: Mutex<()> = Mutex::new(());
 /// A launcher under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Launcher {
+    /// MPICH's Hydra `mpiexec.hydra` as a user runs it: PMI-1, which
+    /// [`gex_boot::detect`] picks there.
+    Hydra,
     /// MPICH's Hydra `mpiexec.hydra` with `GEX_BOOT=pmi2` (Hydra serves both PMI
     /// versions on its socket; detection would pick PMI-1 there).
     HydraPmi2,
@@ -56,6 +60,7 @@ impl Launcher {
     /// The bootstrap the ranks must find.
     pub(crate) fn backend(self) -> &'static str {
         match self {
+            Launcher::Hydra => "pmi",
             Launcher::HydraPmi2 | Launcher::SrunPmi2 => "pmi2",
             Launcher::SrunPmix | Launcher::Mpirun => "pmix",
         }
@@ -63,7 +68,7 @@ impl Launcher {
 
     fn program(self) -> Option<PathBuf> {
         let names: &[&str] = match self {
-            Launcher::HydraPmi2 => &["mpiexec.hydra", "mpiexec.mpich"],
+            Launcher::Hydra | Launcher::HydraPmi2 => &["mpiexec.hydra", "mpiexec.mpich"],
             Launcher::SrunPmi2 | Launcher::SrunPmix => &["srun"],
             Launcher::Mpirun => &["mpirun.openmpi", "orterun", "prterun"],
         };
@@ -86,6 +91,9 @@ impl Launcher {
         let mut c = Command::new(prog);
         let n = ranks.to_string();
         match self {
+            Launcher::Hydra => {
+                c.args(opts.hydra_args).args(["-n", &n]);
+            }
             Launcher::HydraPmi2 => {
                 c.args(["-n", &n]).env("GEX_BOOT", "pmi2");
             }
@@ -118,7 +126,7 @@ impl Launcher {
     pub(crate) fn code_of_finalized(self, codes: &[i32]) -> i32 {
         match self {
             // Hydra 4.0: the bitwise OR of the ranks' codes.
-            Launcher::HydraPmi2 => codes.iter().fold(0, |a, c| a | c),
+            Launcher::Hydra | Launcher::HydraPmi2 => codes.iter().fold(0, |a, c| a | c),
             // srun: the largest.
             Launcher::SrunPmi2 | Launcher::SrunPmix => codes.iter().copied().max().unwrap_or(0),
             // mpirun: the first non-zero code it saw (here: the lowest rank's, as the
@@ -134,6 +142,9 @@ impl Launcher {
             // Hydra 4.0 in PMI-2 mode: its proxy fails writing to the dead rank's
             // socket and the job ends as an internal error (255), naming no rank.
             Launcher::HydraPmi2 => None,
+            // Hydra 4.0 with PMI-1: its "BAD TERMINATION" banner goes to stdout and
+            // names the dead process's pid, not its rank.
+            Launcher::Hydra => None,
             Launcher::SrunPmi2 | Launcher::SrunPmix => Some(format!("task {rank}: Killed")),
             Launcher::Mpirun => Some(format!("rank {rank} with PID")),
         }
@@ -145,6 +156,8 @@ impl Launcher {
         match self {
             // Hydra 4.0 has no PMI-2 abort: it ends the job as a protocol error.
             Launcher::HydraPmi2 => Some(255),
+            // PMI-1's abort: the aborting rank's code.
+            Launcher::Hydra => Some(code),
             // Slurm kills the step with SIGKILL; srun reports 128 + 9 or the
             // aborting rank's own code, whichever reached it last.
             Launcher::SrunPmi2 | Launcher::SrunPmix => None,
@@ -163,6 +176,10 @@ pub(crate) struct Opts {
     /// Slurm: no `--kill-on-bad-exit` (a rank's non-zero exit does not end the
     /// others).
     pub(crate) keep_going: bool,
+    /// [`Launcher::Hydra`]: arguments before `-n` (e.g. `-pmi-port`).
+    pub(crate) hydra_args: &'static [&'static str],
+    /// Added to the launcher's environment (after `GEX_BOOT` is removed).
+    pub(crate) env: &'static [(&'static str, &'static str)],
 }
 
 /// A fresh directory, removed on drop.
@@ -313,6 +330,7 @@ pub(crate) fn run_job(launcher: Launcher, ranks: u32, test: &str, opts: Opts) ->
     if launcher != Launcher::HydraPmi2 {
         cmd.env_remove("GEX_BOOT");
     }
+    cmd.envs(opts.env.iter().copied());
     let _ = writeln!(std::io::stderr(), "+ {cmd:?}");
     let shm_before = shm_names();
     let start = Instant::now();
@@ -406,7 +424,7 @@ pub(crate) fn stamp(dir: &Path, name: &str) {
 
 /// A blob whose length and content depend on the rank and the round; some are
 /// empty, some far larger than a PMI value.
-fn blob(rank: u32, round: u32) -> Vec<u8> {
+pub(crate) fn blob(rank: u32, round: u32) -> Vec<u8> {
     let len = match round {
         0 => 0,
         1 => 1 + rank as usize,
@@ -592,7 +610,7 @@ pub(crate) fn time_limit(l: Launcher, name: &str) {
     let opts = Opts {
         time_limit_min: Some(1),
         limit: Some(Duration::from_secs(150)),
-        keep_going: false,
+        ..Opts::default()
     };
     let job = run_job(l, 2, name, opts);
     assert!(

@@ -4,11 +4,13 @@
  * the diagonal back with an indexed get and the whole block with a nonblocking strided
  * get into a gappy buffer, puts two pieces with a vector put; then reduces 2 x 2
  * integer matrices and affine maps with non-commutative user operators
- * (gex_allreduce_user, its _nb form and gex_scan_user) and checks the products in
- * rank order.
+ * (gex_allreduce_user, its _nb form, gex_scan_user, gex_exscan_user and
+ * gex_reduce_scatter_user_nb) and checks the products in rank order; reads pieces
+ * back with an NBI vector get.
  *   gex-run -n 3 ./vis_reduce */
 #include "check.h"
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define A_OFF 1024 /* strided blocks: A_OFF + writer * A_BLK */
@@ -130,6 +132,14 @@ int main(void) {
     memcpy(&w[2], seg + B_OFF + (size_t)prev * B_BLK, 4);
     for (int k = 0; k < 3; k++)
         if (w[k] != (int32_t)prev * 7 + k) FAIL("vector piece %d = %d", k, w[k]);
+    /* The same pieces again with an NBI vector get, completed by the gets' sync. */
+    int32_t w2[3] = {-1, -1, -1};
+    size_t b_prev = B_OFF + (size_t)prev * B_BLK;
+    gex_piece_t mine_pieces[2] = {{b_prev + 16, 8}, {b_prev, 4}};
+    CHECK(gex_get_vector_nbi(ep, w2, sizeof w2, rank, mine_pieces, 2));
+    CHECK(gex_nbi_sync(ep, GEX_NBI_GETS));
+    for (int k = 0; k < 3; k++)
+        if (w2[k] != (int32_t)prev * 7 + k) FAIL("vector NBI get piece %d = %d", k, w2[k]);
 
     /* Non-commutative user reductions, combined in rank order. */
     size_t calls = 0;
@@ -150,6 +160,27 @@ int main(void) {
     if (memcmp(all, want, sizeof all)) FAIL("allreduce of matrices: wrong product");
     CHECK(gex_scan_user(ep, world, mine, all, 2, matop));
     if (memcmp(all, pre, sizeof all)) FAIL("scan of matrices: wrong prefix product");
+    /* Exclusive scan: rank r > 0 receives the product of ranks 0..r-1; rank 0's dst
+     * is left as it was. */
+    mat2 ex[2], ex_want[2] = {rank_mat(0), rank_mat2(0)};
+    memset(ex, 0x5a, sizeof ex);
+    for (uint32_t r = 1; r < rank; r++) {
+        ex_want[0] = mul(ex_want[0], rank_mat(r));
+        ex_want[1] = mul(ex_want[1], rank_mat2(r));
+    }
+    if (rank == 0) memcpy(ex_want, ex, sizeof ex);
+    CHECK(gex_exscan_user(ep, world, mine, ex, 2, matop));
+    if (memcmp(ex, ex_want, sizeof ex)) FAIL("exscan of matrices: wrong exclusive prefix");
+    /* Reduce_scatter: block i of rank r is rank_mat(r + i); rank i receives
+     * rank_mat(i) * rank_mat(1 + i) * ... in rank order. */
+    mat2 *blocks = malloc(size * sizeof(mat2)), mine_rs, rs_want = rank_mat(rank);
+    if (!blocks) FAIL("malloc");
+    for (uint32_t i = 0; i < size; i++) blocks[i] = rank_mat(rank + i);
+    for (uint32_t r = 1; r < size; r++) rs_want = mul(rs_want, rank_mat(r + rank));
+    CHECK(gex_reduce_scatter_user_nb(ep, world, blocks, &mine_rs, 1, matop, &ev));
+    CHECK(gex_event_wait(ep, &ev));
+    if (memcmp(&mine_rs, &rs_want, sizeof rs_want)) FAIL("reduce_scatter of matrices: wrong block");
+    free(blocks);
     affine f = rank_aff(rank), g, fw = rank_aff(0);
     for (uint32_t r = 1; r < size; r++) {
         affine h = rank_aff(r), c = {fw.a * h.a, fw.a * h.b + fw.b};

@@ -35,7 +35,7 @@ mod tree;
 pub use scatter_allgather::ScatterAllgather;
 
 use crate::loggp::LogGP;
-use crate::op::{AddrMode, OpKind, SyncModes, Transport};
+use crate::op::{AddrMode, OpKind, SyncMode, SyncModes, Transport};
 use crate::sched::Schedule;
 use cost::Cost;
 use family::family;
@@ -79,6 +79,34 @@ pub struct Query {
     /// per-host partial reductions combine in team-rank order and `hier` takes
     /// non-commutative operators too.
     pub host_ranges: bool,
+}
+
+impl Query {
+    /// The plain query: `op` on a team of `size` with `bytes` per block, local
+    /// addressing, default synchronisation, a commutative operator, and none of the
+    /// optional resources (no team scratch, no shared-memory channel, not
+    /// hierarchical). Set the other fields with struct update syntax:
+    ///
+    /// ```
+    /// use gex_coll::{OpKind, Query};
+    /// let q = Query { shm: true, ..Query::plain(OpKind::Broadcast, 8, 64) };
+    /// assert!(q.shm && q.commutative && !q.hier);
+    /// ```
+    pub const fn plain(op: OpKind, size: u32, bytes: usize) -> Query {
+        Query {
+            op,
+            size,
+            bytes,
+            addr: AddrMode::Local,
+            sync: SyncModes::new(SyncMode::My, SyncMode::My),
+            commutative: true,
+            scratch: false,
+            shm: false,
+            hier: false,
+            hosts: 0,
+            host_ranges: false,
+        }
+    }
 }
 
 /// Everything a rank needs to compute its schedule.

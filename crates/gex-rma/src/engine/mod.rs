@@ -11,17 +11,24 @@
 //! # Safety
 //! The get steps take a raw destination: the callers guarantee it is writable and
 //! untouched by anyone else until the operation completes (the rules of
-//! [`crate::layer`]); the steps hand it only to the direct copy, the native path and
+//! [`crate::state`]); the steps hand it only to the direct copy, the native path and
 //! the operation's entry.
 #![allow(unsafe_code)]
 
+mod flush;
+mod pump;
+mod tickets;
+
+pub(crate) use crate::job::{Deferred, Job};
+pub(crate) use crate::ops::Step;
+
 use crate::RmaError;
 use crate::am::{AmCursor, short_put_args};
-use crate::layer::Rma;
 use crate::native::{NativeStep, PutSrc};
 use crate::nbi::Cat;
 use crate::ops::Handout;
 use crate::path::{OpKind, Path};
+use crate::state::Rma;
 use crate::vis::Chunk;
 use gex_core::event::{Data, finish_held};
 use gex_core::layer::Cx;
@@ -75,36 +82,6 @@ pub(crate) struct Fill {
     pub(crate) len: usize,
 }
 
-/// A transfer in progress.
-#[derive(Debug)]
-pub(crate) struct Job {
-    path: Path,
-    /// Its entry in the op table.
-    id: u32,
-    /// Native cursor (chunk index).
-    ci: usize,
-    am: AmCursor,
-    /// A copy of a put's source read by pending native puts.
-    copy: Option<Arc<[u8]>>,
-    /// A unit (message, native operation) has started.
-    started: bool,
-}
-
-/// Outcome of a step.
-#[derive(Debug)]
-pub(crate) enum Step<O: Send + 'static> {
-    /// Back-pressure: poll and call again with the same job.
-    Blocked,
-    /// Complete during the call (direct path, nothing to move, or counted in its NBI
-    /// category): the output. No event exists.
-    Now(O),
-    /// Every unit has started: complete when the event is.
-    Done(Event<O, RmaError>),
-    /// A small blocking AM put: complete when the fast acknowledgements reach the
-    /// count; then the output.
-    Fast(u64, O),
-}
-
 /// A failed step: the error, and the event of units already in flight that may still
 /// use a borrowed buffer (wait for it, or track it in the scope, before returning).
 #[derive(Debug)]
@@ -129,29 +106,11 @@ pub(crate) enum GetTo {
     Land(usize),
 }
 
-/// A get started by [`try_get_owned`] whose requests met back-pressure.
-#[derive(Debug)]
-pub(crate) struct Deferred {
-    src: EpAddr,
-    chunks: [Chunk; 1],
-    dst: *mut u8,
-    job: Job,
-}
-
 /// Where the last byte of validated `chunks` ends in the remote segment (0 for none):
 /// the bound a direct path must find mapped ([`Targets::mapping`](crate::target::Targets::mapping)).
 #[inline]
 fn remote_end(chunks: &[Chunk]) -> usize {
     chunks.iter().map(|c| c.remote + c.len).max().unwrap_or(0)
-}
-
-impl Job {
-    /// The job's entry in the op table (none for a blocking short put, which
-    /// completes by counting fast acknowledgements: id 0, never an entry's).
-    #[inline(always)]
-    pub(crate) fn entry(&self) -> Option<u32> {
-        (self.id != 0).then_some(self.id)
-    }
 }
 
 impl Rma {
