@@ -851,7 +851,7 @@ fn begin<C: Conduit>(
         // (seed 001: 4 to 5 pages amortise a delta's cost; much longer ones lose
         // the pipeline).
         let delta = l.delta.unwrap_or_else(|| {
-            model::strip_len(layer::params(), Decomp::Auto, len, page, 0).clamp(4 * page, 16 * page)
+            model::strip_len(l.cost(), &Decomp::Auto, len, page, 0).clamp(4 * page, 16 * page)
         });
         (cx.peer_segment(dst.addr()), delta, l.delta_whole)
     })?;
@@ -1086,7 +1086,7 @@ fn send_set<C: Conduit>(
                     remote: base + sp.off,
                     off: sp.off,
                     len: sp.end - sp.off,
-                    strip: sp.end - sp.off,
+                    plan: model::StripPlan::equal(sp.end - sp.off, sp.end - sp.off),
                     pieces: sp.pieces,
                     after,
                     done: Some(buf.inflight.clone()),

@@ -1,0 +1,186 @@
+//! Strip plans in transfers (loopback: the mover moves the strips): variable and
+//! explicit strips deliver every byte; the overlap profile (`GEX_OVERLAP_PROFILE`)
+//! steers the model, and a bad one fails the endpoint.
+
+use gex_core::boot::Singleton;
+use gex_core::config::Config;
+use gex_core::loopback::Loopback;
+use gex_core::{Blocking, Client, ClientBuilder};
+use gex_overlap::model::{self, CostParams};
+use gex_overlap::{Decomp, Overlap, OverlapBuf, OverlapExt, OverlapProfile};
+use gex_rma::{GlobalPtr, Rma, RmaExt};
+
+const SEG: usize = 16 << 20;
+
+fn client(cfg: Config) -> Client<Loopback> {
+    ClientBuilder::new()
+        .layer::<Rma>()
+        .layer::<Overlap>()
+        .config(cfg)
+        .segment_size(SEG)
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap()
+}
+
+fn pattern(i: usize) -> u8 {
+    (i.wrapping_mul(131) ^ (i >> 11)) as u8
+}
+
+fn page() -> usize {
+    gex_overlap::page_size()
+}
+
+#[test]
+fn variable_and_explicit_strips_deliver_every_byte() {
+    let client = client(Config::default());
+    let mut ep = client.endpoint(0).unwrap();
+    let pg = page();
+    let len = (4 << 20) + 123;
+    let data: Vec<u8> = (0..len).map(pattern).collect();
+    let src = GlobalPtr::<u8>::new(ep.addr(), 0);
+    ep.put(src, &data, Blocking).unwrap();
+    let cases = [
+        Decomp::Variable,
+        Decomp::Sizes(vec![pg, 3 * pg, 16 * pg, 100_000]),
+    ];
+    for d in cases {
+        ep.set_decomp(d.clone(), 0).unwrap();
+        let plan = ep.plan_for(len).unwrap();
+        assert!(!plan.is_equal(), "{d:?}: {plan:?}");
+        let mut buf = OverlapBuf::new(len).unwrap();
+        let issued = ep.get_demand(&mut buf, 0, src, len).unwrap();
+        assert!(issued.demand && issued.variable, "{d:?}: {issued:?}");
+        assert_eq!(issued.strips, plan.count());
+        assert_eq!(issued.strip_len, plan.strip(0).1);
+        // One thread streams from the start, one from the end, while strips land.
+        std::thread::scope(|s| {
+            let b = &buf;
+            s.spawn(move || {
+                for i in (0..len).step_by(509) {
+                    assert_eq!(b[i], pattern(i), "byte {i}");
+                }
+            });
+            s.spawn(move || {
+                for i in (0..len).rev().step_by(4093) {
+                    assert_eq!(b[i], pattern(i), "byte {i}");
+                }
+            });
+        });
+        assert_eq!(&buf[..], &data[..], "{d:?}");
+        // The same plan for a put: every byte at the target.
+        let dst = GlobalPtr::<u8>::new(ep.addr(), len.next_multiple_of(pg));
+        let issued = ep.put_demand(dst, &buf, 0, len).unwrap();
+        assert!(issued.variable);
+        ep.retire_all().unwrap();
+        let mut back = vec![0u8; len];
+        ep.get(&mut back[..], dst, Blocking).unwrap();
+        assert_eq!(back, data, "{d:?}");
+    }
+}
+
+const A: CostParams = CostParams {
+    overhead_ns: 4000.0,
+    gap_ns_per_byte: 0.25,
+    round_trip_ns: 900.0,
+    fault_ns: 1500.0,
+    mprotect_ns: 700.0,
+};
+
+/// A profile file of this test (removed when dropped).
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str, text: &str) -> TempFile {
+        let p =
+            std::env::temp_dir().join(format!("gex-overlap-{}-{name}.toml", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        TempFile(p)
+    }
+
+    fn cfg(&self) -> Config {
+        let mut c = Config::default();
+        c.set("GEX_OVERLAP_PROFILE", self.0.to_str().unwrap());
+        c
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn profile(conduit: &str, p: CostParams) -> String {
+    let mut prof = OverlapProfile::default();
+    prof.set(conduit, p);
+    prof.to_text()
+}
+
+#[test]
+fn profile_parameters_steer_the_strip_model() {
+    let len = 4 << 20;
+    let pg = page();
+    let slow = CostParams {
+        fault_ns: 400_000.0,
+        ..A
+    };
+    let fa = TempFile::new("a", &profile("loopback", A));
+    let fb = TempFile::new("b", &profile("loopback", slow));
+    let strip_of = |cfg: Config| {
+        let c = client(cfg);
+        let mut ep = c.endpoint(0).unwrap();
+        ep.strip_for(len).unwrap()
+    };
+    let sa = strip_of(fa.cfg());
+    let sb = strip_of(fb.cfg());
+    assert_eq!(
+        sa,
+        model::strip_len(&A, &Decomp::Auto, len, pg, 65536),
+        "the profile's parameters are the model's"
+    );
+    assert!(
+        sb > sa,
+        "a costlier fault means longer strips: {sb} vs {sa}"
+    );
+    // A profile without this conduit's table: the process's own measurement.
+    let other = TempFile::new("other", &profile("smp", slow));
+    assert_eq!(
+        strip_of(other.cfg()),
+        model::strip_len(gex_overlap::params(), &Decomp::Auto, len, pg, 65536)
+    );
+    // A consumer ten times slower than the data: the profile's model gains from
+    // variable strips.
+    let c = client(fa.cfg());
+    let mut ep = c.endpoint(0).unwrap();
+    assert!(ep.plan_for(len).unwrap().is_equal());
+    ep.set_consume_cost(Some(10.0 * A.gap_ns_per_byte)).unwrap();
+    let plan = ep.plan_for(len).unwrap();
+    assert!(!plan.is_equal(), "{plan:?}");
+    assert!(plan.strip(0).1 < sa);
+    ep.set_consume_cost(None).unwrap();
+    assert!(ep.plan_for(len).unwrap().is_equal());
+}
+
+#[test]
+fn a_bad_profile_fails_the_endpoint_naming_the_file_and_line() {
+    let bad = TempFile::new("bad", "[loopback]\nfault_ns = many\n");
+    let missing = TempFile::new("missing", "");
+    let missing_cfg = missing.cfg();
+    drop(missing);
+    for (cfg, want) in [
+        (bad.cfg(), "line 2: fault_ns = many".to_string()),
+        (missing_cfg, "No such file".to_string()),
+    ] {
+        let c = client(cfg);
+        match c.endpoint(0) {
+            Err(gex_core::EpError::Layer(e)) => {
+                let m = e.to_string();
+                assert!(
+                    m.contains("GEX_OVERLAP_PROFILE=") && m.contains(&want),
+                    "{m}"
+                );
+            }
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+    }
+}
