@@ -130,6 +130,9 @@ pub(crate) struct Job {
     pub(crate) len: usize,
     /// The strips of `[off, off+len)` (a delta send: one).
     pub(crate) plan: StripPlan,
+    /// A lazy get (`OverlapExt::get_lazy`): strips retire through `sys::lazy_retire`
+    /// and the transfer ends with `sys::lazy_settle`.
+    pub(crate) lazy: bool,
     /// A delta send (empty: a demand-driven transfer): the byte ranges of
     /// `[off, off+len)` to copy (`Put` only), as one strip; the pages then go to
     /// `after` instead of being retired.
@@ -583,7 +586,14 @@ fn run(j: &Job) {
                 }
             }
         }
-        retire_strip(&j.shared, s_off, s_len, page);
+        if j.lazy {
+            sys::lazy_retire(region, s_off / page, s_len.div_ceil(page));
+        } else {
+            retire_strip(&j.shared, s_off, s_len, page);
+        }
+    }
+    if j.lazy {
+        sys::lazy_settle(region);
     }
 }
 
@@ -644,7 +654,7 @@ pub(crate) fn copy_inline(
         }
     }
     if after != table::READY {
-        shared.map.protect(off, len, Prot::Read)?;
+        shared.protect(off, len, Prot::Read)?;
         shared
             .region
             .table
@@ -699,7 +709,7 @@ pub(crate) fn finish_delta(shared: &Shared, off: usize, len: usize, page: usize,
 
 /// Unprotects a strip's pages, then marks them retired.
 pub(crate) fn retire_strip(shared: &Shared, off: usize, len: usize, page: usize) {
-    if let Err(e) = shared.map.protect(off, len, Prot::ReadWrite) {
+    if let Err(e) = shared.protect(off, len, Prot::ReadWrite) {
         // A page left protected and pending would make its readers wait forever.
         eprintln!("gex-overlap: mprotect failed: {e}");
         std::process::abort();
@@ -735,7 +745,7 @@ pub(crate) fn measure() -> CostParams {
     for i in 0..PAGES {
         for (k, prot) in [Prot::Read, Prot::ReadWrite].into_iter().enumerate() {
             let t0 = sys::now_ns();
-            let _ = b.shared.map.protect(i * page, page, prot);
+            let _ = b.shared.protect(i * page, page, prot);
             calls[2 * i + k] = sys::now_ns().wrapping_sub(t0);
         }
     }
@@ -744,7 +754,7 @@ pub(crate) fn measure() -> CostParams {
     // A fault: the handler unprotects calibration pages itself (one mprotect each);
     // the median fault, less one mprotect.
     let _ = b.shared.region.table.claim(0, PAGES, table::CALIBRATE);
-    let _ = b.shared.map.protect(0, PAGES * page, Prot::None);
+    let _ = b.shared.protect(0, PAGES * page, Prot::None);
     let mut faults = [0u64; PAGES];
     let mut sum = 0u64;
     for (i, f) in faults.iter_mut().enumerate() {
@@ -868,6 +878,39 @@ pub trait OverlapExt {
         len: usize,
     ) -> Result<Issued, OverlapError>;
 
+    /// [`get_demand`](Self::get_demand) with **lazy protection** (seed 000): of the
+    /// destination's pages only two are protected, the first page of the lowest strip
+    /// not landed (the *guard*, which a reader going up the range reaches next) and
+    /// the first page of the next strip not landed (the *tripwire*). A fault on the
+    /// guard waits for its strip, then moves both on; strips that land before the
+    /// reader gets there cost no `mprotect` at all (eager protection: one per strip).
+    /// A fault on the tripwire (a jump ahead) falls back to protecting every pending
+    /// page, as `get_demand` ([`OverlapBuf::stats`] counts the fallbacks and the
+    /// calls saved). A second lazy get into a buffer whose first is pending is
+    /// protected eagerly; to a peer whose segment is not mapped here the transfer is
+    /// as `get_demand`'s.
+    ///
+    /// # Safety
+    /// Until the range has retired ([`wait_range`](Self::wait_range) of it returned,
+    /// or [`retire_all`](Self::retire_all)), every thread accesses the range's pages
+    /// **in ascending order from its first page, without skipping one**: a thread
+    /// accesses a page only after it accessed every page of the range before it
+    /// (accessing again a page it has accessed is fine). The pages of a strip not
+    /// landed are accessible except their first: a jump past the guard that misses
+    /// the tripwire reads bytes that change afterwards under the program's `&[u8]`
+    /// (undefined behaviour). A system call given the range also waits for it first
+    /// (`wait_range`), as with `get_demand`.
+    ///
+    /// # Errors
+    /// As [`get_demand`](Self::get_demand).
+    unsafe fn get_lazy(
+        &mut self,
+        buf: &mut OverlapBuf,
+        offset: usize,
+        src: GlobalPtr<u8>,
+        len: usize,
+    ) -> Result<Issued, OverlapError>;
+
     /// Starts a put of `buf[offset..offset+len]` to `dst` and returns at once. The
     /// source's pages are read-only until their strip has left: a write to one waits
     /// for that strip only. Complete at the target after
@@ -948,7 +991,17 @@ impl<C: Conduit> OverlapExt for Endpoint<C> {
         src: GlobalPtr<u8>,
         len: usize,
     ) -> Result<Issued, OverlapError> {
-        transfer(self, Dir::Get, buf, offset, src, len)
+        transfer(self, Dir::Get, buf, offset, src, len, false)
+    }
+
+    unsafe fn get_lazy(
+        &mut self,
+        buf: &mut OverlapBuf,
+        offset: usize,
+        src: GlobalPtr<u8>,
+        len: usize,
+    ) -> Result<Issued, OverlapError> {
+        transfer(self, Dir::Get, buf, offset, src, len, true)
     }
 
     fn put_demand(
@@ -958,7 +1011,7 @@ impl<C: Conduit> OverlapExt for Endpoint<C> {
         offset: usize,
         len: usize,
     ) -> Result<Issued, OverlapError> {
-        transfer(self, Dir::Put, buf, offset, dst, len)
+        transfer(self, Dir::Put, buf, offset, dst, len, false)
     }
 
     fn wait_range(
@@ -971,6 +1024,9 @@ impl<C: Conduit> OverlapExt for Endpoint<C> {
         while buf.is_pending(offset, len)? {
             backoff(self, &mut spins);
         }
+        // A lazy transfer that has landed: its guard and tripwire unprotected now
+        // (not only when the mover gets there), so that a system call may follow.
+        sys::lazy_settle(&buf.shared.region);
         Ok(())
     }
 
@@ -1030,6 +1086,7 @@ fn transfer<C: Conduit>(
     offset: usize,
     remote: GlobalPtr<u8>,
     len: usize,
+    lazy: bool,
 ) -> Result<Issued, OverlapError> {
     let page = sys::page_size();
     let (first, n) = table::pages_of(offset, len, buf.len_bytes(), page, true)
@@ -1111,9 +1168,20 @@ fn transfer<C: Conduit>(
         Dir::Get => Prot::None,
         Dir::Put => Prot::Read,
     };
-    if let Err(e) = buf.shared.map.protect(offset, len, prot) {
-        region.table.retire(first, n);
-        return Err(OverlapError::Os(e));
+    let lazy = lazy
+        && dir == Dir::Get
+        && sys::lazy_begin(
+            region,
+            first,
+            n,
+            plan.iter().map(|(o, _)| first + o / page),
+            plan.count(),
+        );
+    if !lazy {
+        if let Err(e) = buf.shared.protect(offset, len, prot) {
+            region.table.retire(first, n);
+            return Err(OverlapError::Os(e));
+        }
     }
     let job = Job {
         shared: buf.shared.clone(),
@@ -1122,6 +1190,7 @@ fn transfer<C: Conduit>(
         off: offset,
         len,
         plan: plan.clone(),
+        lazy,
         pieces: Vec::new(),
         after: table::READY,
         done: None,
@@ -1138,8 +1207,9 @@ fn transfer<C: Conduit>(
     })?;
     if let Err(e) = sent {
         // Nothing will move the strips: unprotect and release them.
-        let _ = buf.shared.map.protect(offset, len, Prot::ReadWrite);
+        let _ = buf.shared.protect(offset, len, Prot::ReadWrite);
         region.table.retire(first, n);
+        sys::lazy_settle(region);
         return Err(e);
     }
     Ok(issued(&plan))
@@ -1194,7 +1264,7 @@ fn native_transfer<C: Conduit>(
         Dir::Get => Prot::None,
         Dir::Put => Prot::Read,
     };
-    if let Err(e) = buf.shared.map.protect(offset, len, prot) {
+    if let Err(e) = buf.shared.protect(offset, len, prot) {
         region.table.retire(first, n);
         return Err(OverlapError::Os(e));
     }
@@ -1247,7 +1317,7 @@ fn native_transfer<C: Conduit>(
             Ok(Some(false)) => layer::retry(ep, &mut retry),
             Ok(None) if i == 0 => {
                 // Not offered for this peer: release everything, the caller falls back.
-                let _ = buf.shared.map.protect(offset, len, Prot::ReadWrite);
+                let _ = buf.shared.protect(offset, len, Prot::ReadWrite);
                 region.table.retire(first, n);
                 return Ok(None);
             }

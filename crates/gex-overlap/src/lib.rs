@@ -56,7 +56,9 @@
 //! - With a progress thread, touching a pending page inside another gex call on the
 //!   same endpoint deadlocks (the handler waits while that call holds the endpoint):
 //!   [`OverlapExt::wait_range`] first, as before a system call.
-//! - No lazy protection (every page of the range is protected at once).
+//! - Lazy protection (only the next strip's first page protected, seed 000) is
+//!   `unsafe` ([`OverlapExt::get_lazy`]: the program promises sequential access); the
+//!   safe operations protect every page of the range at once.
 //! - No retirement hooked into gex-coll's barrier: call [`OverlapExt::retire_all`]
 //!   before a synchronisation point that must see a put complete.
 //! - A system call given a pending page fails with `EFAULT`: use
@@ -99,7 +101,7 @@ mod sched;
 mod sys;
 mod table;
 
-pub use buf::OverlapBuf;
+pub use buf::{BufStats, OverlapBuf};
 pub use calibrate::calibrate;
 pub use delta::{DeltaBuf, DeltaExt, DeltaRecv, DeltaStats, Tracking, page_size};
 pub use error::OverlapError;

@@ -184,3 +184,113 @@ fn a_bad_profile_fails_the_endpoint_naming_the_file_and_line() {
         }
     }
 }
+
+/// Puts the pattern into the first `len` bytes of the segment.
+fn source(ep: &mut gex_core::Endpoint<Loopback>, len: usize) -> (GlobalPtr<u8>, Vec<u8>) {
+    let data: Vec<u8> = (0..len).map(pattern).collect();
+    let src = GlobalPtr::<u8>::new(ep.addr(), 0);
+    ep.put(src, &data, Blocking).unwrap();
+    (src, data)
+}
+
+#[test]
+#[allow(unsafe_code)]
+fn lazy_sequential_reads_see_every_byte_with_fewer_mprotects() {
+    let client = client(Config::default());
+    let mut ep = client.endpoint(0).unwrap();
+    let len = 4 << 20;
+    let (src, data) = source(&mut ep, len);
+    ep.set_decomp(Decomp::Count(16), 0).unwrap();
+    // Eager: one call at issue, one per strip.
+    let mut eager = OverlapBuf::new(len).unwrap();
+    ep.get_demand(&mut eager, 0, src, len).unwrap();
+    assert_eq!(&eager[..], &data[..]);
+    ep.retire_all().unwrap();
+    assert_eq!(eager.stats().mprotect_calls, 17);
+    // Lazy, read once everything landed: the guard and the tripwire protected, then
+    // unprotected (by the reader's one fault or the mover's end): four calls.
+    let mut late = OverlapBuf::new(len).unwrap();
+    // SAFETY: the range is read in ascending order from its first page.
+    let issued = unsafe { ep.get_lazy(&mut late, 0, src, len) }.unwrap();
+    assert!(issued.demand);
+    while late.is_pending(0, len).unwrap() {
+        std::thread::yield_now();
+    }
+    assert_eq!(&late[..], &data[..]);
+    ep.retire_all().unwrap();
+    let st = late.stats();
+    assert_eq!((st.lazy_transfers, st.lazy_fallbacks), (1, 0));
+    assert_eq!(st.mprotect_calls, 4, "{st:?}");
+    assert_eq!(st.mprotects_saved, 17 - 4, "{st:?}");
+    // Lazy, two threads streaming up the range while strips land: every byte right,
+    // no fallback, at most two calls per guard moved.
+    for _ in 0..3 {
+        let mut buf = OverlapBuf::new(len).unwrap();
+        // SAFETY: both threads read the range in ascending order from its first page.
+        unsafe { ep.get_lazy(&mut buf, 0, src, len) }.unwrap();
+        std::thread::scope(|s| {
+            for t in 0..2usize {
+                let (b, d) = (&buf, &data);
+                s.spawn(move || {
+                    for i in (t..len).step_by(61) {
+                        assert_eq!(b[i], d[i], "byte {i}");
+                    }
+                });
+            }
+        });
+        assert_eq!(&buf[..], &data[..]);
+        ep.retire_all().unwrap();
+        let st = buf.stats();
+        assert_eq!(st.lazy_fallbacks, 0, "{st:?}");
+        assert!(st.mprotect_calls <= 2 + 2 * 16, "{st:?}");
+        assert!(!buf.is_pending(0, len).unwrap());
+    }
+}
+
+#[test]
+#[allow(unsafe_code)]
+fn lazy_jump_ahead_falls_back_and_reads_every_byte() {
+    let client = client(Config::default());
+    let mut ep = client.endpoint(0).unwrap();
+    let len = 4 << 20;
+    let (src, data) = source(&mut ep, len);
+    ep.set_decomp(Decomp::Count(16), 0).unwrap();
+    let strip = len / 16;
+    // The mover copies a long get first (jobs run in order), so that the lazy one
+    // is still pending when this thread jumps; retried in case this thread was
+    // descheduled that long.
+    let mut ahead = OverlapBuf::new(2 * len).unwrap();
+    let long = GlobalPtr::<u8>::new(ep.addr(), 0);
+    let mut fell_back = false;
+    for _ in 0..5 {
+        ep.set_decomp(Decomp::Unsplit, 0).unwrap();
+        ep.get_demand(&mut ahead, 0, long, 2 * len).unwrap();
+        ep.set_decomp(Decomp::Count(16), 0).unwrap();
+        let mut buf = OverlapBuf::new(len).unwrap();
+        // SAFETY: the first access breaks the promise on purpose, onto the one page
+        // of a later strip still guarded: the tripwire (the second strip's first
+        // page) stays protected until that strip lands, the guard moves (no access
+        // reached the guard) or the transfer ends. So no byte is read before it has
+        // landed; after the fallback every pending page is protected (as with
+        // `get_demand`), and without one (the transfer had landed) the rest is read
+        // after `wait_range`.
+        unsafe { ep.get_lazy(&mut buf, 0, src, len) }.unwrap();
+        assert_eq!(buf[strip], data[strip]);
+        if buf.stats().lazy_fallbacks == 0 {
+            ep.wait_range(&buf, 0, len).unwrap();
+        }
+        // Every byte read (backwards) is the final one.
+        for i in (0..len).rev().step_by(97) {
+            assert_eq!(buf[i], data[i], "byte {i}");
+        }
+        assert_eq!(&buf[..], &data[..]);
+        ep.retire_all().unwrap();
+        let st = buf.stats();
+        assert_eq!(st.lazy_transfers, 1);
+        if st.lazy_fallbacks == 1 {
+            fell_back = true;
+            break;
+        }
+    }
+    assert!(fell_back, "the jump never met the tripwire");
+}
