@@ -67,7 +67,9 @@ fn variable_and_explicit_strips_deliver_every_byte() {
             });
         });
         assert_eq!(&buf[..], &data[..], "{d:?}");
-        // The same plan for a put: every byte at the target.
+        // The same plan for a put: every byte at the target (once the get retired:
+        // a page is readable just before its state says so).
+        ep.wait_range(&buf, 0, len).unwrap();
         let dst = GlobalPtr::<u8>::new(ep.addr(), len.next_multiple_of(pg));
         let issued = ep.put_demand(dst, &buf, 0, len).unwrap();
         assert!(issued.variable);
