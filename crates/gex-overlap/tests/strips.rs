@@ -2,24 +2,19 @@
 //! explicit strips deliver every byte; the overlap profile (`GEX_OVERLAP_PROFILE`)
 //! steers the model, and a bad one fails the endpoint.
 
-use gex_core::boot::Singleton;
 use gex_core::config::Config;
 use gex_core::loopback::Loopback;
-use gex_core::{Blocking, Client, ClientBuilder};
+use gex_core::{Blocking, Client};
 use gex_overlap::model::{self, CostParams};
-use gex_overlap::{Decomp, Overlap, OverlapBuf, OverlapExt, OverlapProfile};
-use gex_rma::{GlobalPtr, Rma, RmaExt};
+use gex_overlap::{Decomp, OverlapBuf, OverlapExt, OverlapProfile};
+use gex_rma::{GlobalPtr, RmaExt};
 
 const SEG: usize = 16 << 20;
 
+mod common;
+
 fn client(cfg: Config) -> Client<Loopback> {
-    ClientBuilder::new()
-        .layer::<Rma>()
-        .layer::<Overlap>()
-        .config(cfg)
-        .segment_size(SEG)
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap()
+    common::loopback_client(cfg, SEG)
 }
 
 fn pattern(i: usize) -> u8 {
@@ -161,6 +156,17 @@ fn profile_parameters_steer_the_strip_model() {
     assert!(plan.strip(0).1 < sa);
     ep.set_consume_cost(None).unwrap();
     assert!(ep.plan_for(len).unwrap().is_equal());
+}
+
+#[test]
+fn bad_strip_and_profile_settings_fail_the_endpoint() {
+    common::assert_bad_settings(&[
+        ("GEX_OVERLAP_STRIP", "variables"),
+        (
+            "GEX_OVERLAP_PROFILE",
+            "/nonexistent/gex-overlap-profile.toml",
+        ),
+    ]);
 }
 
 #[test]
