@@ -520,6 +520,14 @@ fn main() -> ExitCode {
             };
         }
         Cmd::Tune(a) => (Some(a), None),
+        Cmd::Overlap(a) if a.len < overlap::MIN_LEN => {
+            complain(&format!(
+                "overlap: --len {} is less than 16 pages ({} B)",
+                a.len,
+                overlap::MIN_LEN
+            ));
+            return ExitCode::from(2);
+        }
         Cmd::Overlap(a) => (None, Some(a)),
     };
     let conduit = match gex::select_conduit(cli.conduit.as_deref()) {

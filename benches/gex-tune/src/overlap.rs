@@ -12,6 +12,9 @@ use gex::overlap::{Overlap, OverlapProfile};
 use gex::rma::GlobalPtr;
 use gex::spi::Conduit;
 
+/// The least `--len`: 16 pages of 4 KiB (`calibrate` times 16 strips).
+pub(crate) const MIN_LEN: usize = 16 * 4096;
+
 /// Options of `overlap`.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct OverlapArgs {

@@ -24,6 +24,8 @@ fn bad_arguments_exit_2() {
             "not a size",
         ),
         (&["tune", "--buffers", "heap"][..], "not a placement"),
+        (&["overlap", "--len", "4K"][..], "less than 16 pages"),
+        (&["overlap", "--len", "lots"][..], "not a size"),
         (&["-n", "x", "tune"][..], "--ranks"),
         (
             &["--conduit", "carrier-pigeon", "tune"][..],
