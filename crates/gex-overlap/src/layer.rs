@@ -82,6 +82,12 @@ pub struct Overlap {
     /// The consumer's work per byte (ns) the program declared
     /// ([`OverlapExt::set_consume_cost`]).
     consume: Option<f64>,
+    /// Learned from the last observed get: its consumer found most strips landed
+    /// (slower than the data), so the model takes `c = 2·G` unless told `consume`.
+    slow: bool,
+    /// The last demand-driven get of four strips or more through the mover: its
+    /// buffer, the buffer's count of waited faults at issue, its strips.
+    watch: Option<(std::sync::Weak<Shared>, u64, usize)>,
     mover: Option<Mover>,
     pub(crate) inflight: Arc<AtomicUsize>,
     /// Delta transfers: the delta size (`GEX_OVERLAP_DELTA`; `None`: the model's).
@@ -215,14 +221,25 @@ impl Overlap {
     }
 
     pub(crate) fn plan_for(&self, len: usize) -> StripPlan {
+        let learned = self.slow.then(|| 2.0 * self.cost().gap_ns_per_byte);
         model::plan(
             self.cost(),
             &self.decomp,
             len,
             sys::page_size(),
             self.min_split,
-            self.consume,
+            self.consume.or(learned),
         )
+    }
+
+    /// Reads the statistics of the last observed get ([`model::slower_than_data`]).
+    fn learn(&mut self) {
+        if let Some((weak, at_issue, strips)) = self.watch.take() {
+            if let Some(shared) = weak.upgrade() {
+                let waited = shared.region.waits.load(Ordering::Relaxed) - at_issue;
+                self.slow = model::slower_than_data(waited, strips);
+            }
+        }
     }
 }
 
@@ -350,6 +367,8 @@ impl Layer for Overlap {
             min_split,
             cost,
             consume: None,
+            slow: false,
+            watch: None,
             mover: None,
             inflight: Arc::new(AtomicUsize::new(0)),
             delta,
@@ -968,8 +987,8 @@ pub trait OverlapExt {
 
     /// Tells the strip model how long the program works on each byte of the data of
     /// a get after it arrives (ns per byte; seed 000's `C(size)/size`), or forgets it
-    /// (`None`: the consumer is taken to keep up with the data). With a consumer
-    /// slower than the data the model may choose variable strips ([`model`]).
+    /// (`None`: the layer's statistics decide, [`model::slower_than_data`]). With a
+    /// consumer slower than the data the model may choose variable strips ([`model`]).
     ///
     /// # Errors
     /// [`OverlapError::NotAttached`].
@@ -1093,6 +1112,9 @@ fn transfer<C: Conduit>(
         .map_err(|e| range_err(e, offset, len, buf.len_bytes()))?;
     let threaded = ep.has_progress_thread();
     let (peer, plan, now, native) = with(ep, |l, cx| {
+        if dir == Dir::Get {
+            l.learn();
+        }
         let now = l.decomp == Decomp::Auto && len < l.min_split;
         let native = threaded && cx.capabilities().contains(Capabilities::NATIVE_RMA);
         (cx.peer_segment(remote.addr()), l.plan_for(len), now, native)
@@ -1197,6 +1219,10 @@ fn transfer<C: Conduit>(
         notify: None,
     };
     let sent = with(ep, |l, _| {
+        if dir == Dir::Get && plan.count() >= 4 {
+            let waits = buf.shared.region.waits.load(Ordering::Relaxed);
+            l.watch = Some((Arc::downgrade(&buf.shared), waits, plan.count()));
+        }
         let inflight = l.inflight.clone();
         let tx = l.sender()?;
         inflight.fetch_add(1, Ordering::AcqRel);

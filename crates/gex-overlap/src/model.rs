@@ -20,8 +20,10 @@
 //! only when it predicts a gain. With no work per byte given the consumer is taken to
 //! keep up with the data (`c = G`): then every strip is waited for, the last strip's
 //! length and the number of strips are what count, and equal strips win; growing
-//! strips gain when the consumer is slower than the data
-//! ([`OverlapExt::set_consume_cost`](crate::OverlapExt::set_consume_cost)).
+//! strips gain when the consumer is slower than the data. The layer gives `c` from
+//! the program ([`OverlapExt::set_consume_cost`](crate::OverlapExt::set_consume_cost))
+//! or from its statistics ([`slower_than_data`]: `2·G` after a get whose consumer
+//! rarely waited).
 
 use std::time::Duration;
 
@@ -267,6 +269,15 @@ pub fn plan(
     }
 }
 
+/// The layer's statistics (seed 000: "the runtime maintains statistics ... to guide
+/// the decomposition"): a get's consumer that waited in the fault handler for at most
+/// a quarter of its `strips` found the rest landed, so it is slower than the data.
+/// The layer then plans the next gets for a consumer working `2·G` per byte (unless
+/// the program said how long it works, `set_consume_cost`).
+pub fn slower_than_data(waited: u64, strips: usize) -> bool {
+    waited.saturating_mul(4) <= strips as u64
+}
+
 /// The predicted time until a consumer that works `consume` ns per byte (`None`:
 /// `G`, it keeps up with the data) has used the last byte of a transfer in strips
 /// `plan`: the mover lands strip after strip (`o + s·G + m` each, after the round
@@ -359,6 +370,18 @@ mod tests {
             plan(&P, &Decomp::Auto, 1 << 16, page, 1 << 20, c).count(),
             1
         );
+    }
+
+    #[test]
+    fn a_consumer_that_rarely_waits_is_slower_than_the_data() {
+        assert!(slower_than_data(0, 13));
+        assert!(slower_than_data(3, 13));
+        assert!(!slower_than_data(4, 13));
+        assert!(!slower_than_data(13, 13));
+        assert!(!slower_than_data(u64::MAX, 4));
+        // And the model then prefers growing strips (c = 2·G).
+        let c = Some(2.0 * P.gap_ns_per_byte);
+        assert!(!plan(&P, &Decomp::Auto, 4 << 20, 4096, 0, c).is_equal());
     }
 
     fn decomp() -> impl Strategy<Value = Decomp> {

@@ -224,6 +224,9 @@ pub(crate) struct Region {
     /// `mprotect` calls made on this buffer's user view (transfers, the mover, the
     /// handler).
     pub(crate) mprotects: AtomicU64,
+    /// Faults that found their page pending and waited (the consumer caught up with
+    /// the data: the strip model's statistics).
+    pub(crate) waits: AtomicU64,
     /// The lazy protection of a transfer of this buffer (`OverlapExt::get_lazy`).
     pub(crate) lazy: Lazy,
 }
@@ -333,6 +336,7 @@ impl Region {
             wanted: AtomicUsize::new(usize::MAX),
             generation: AtomicU64::new(0),
             mprotects: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
             lazy: Lazy::new(len / page),
         }
     }
@@ -586,6 +590,9 @@ fn wait_page(r: &Region, addr: usize) -> bool {
 /// Waits (spinning, yielding, then sleeping 20 µs at a time) until `page` is no
 /// longer pending, having told the mover it is wanted; counts and traces the wait.
 fn wait_pending(r: &Region, page: usize) {
+    if r.table.state(page) == crate::table::PENDING {
+        r.waits.fetch_add(1, Ordering::Relaxed);
+    }
     r.wanted.store(page, Ordering::Release);
     let t0 = now_ns();
     let mut spins = 0u32;

@@ -302,3 +302,29 @@ fn lazy_jump_ahead_falls_back_and_reads_every_byte() {
     }
     assert!(fell_back, "the jump never met the tripwire");
 }
+
+#[test]
+fn the_model_learns_a_slow_consumer_from_its_faults() {
+    let len = 4 << 20;
+    let fa = TempFile::new("learn", &profile("loopback", A));
+    let c = client(fa.cfg());
+    let mut ep = c.endpoint(0).unwrap();
+    let (src, data) = source(&mut ep, len);
+    ep.set_decomp(Decomp::Auto, 0).unwrap();
+    let mut buf = OverlapBuf::new(len).unwrap();
+    let issued = ep.get_demand(&mut buf, 0, src, len).unwrap();
+    assert!(issued.strips >= 4 && !issued.variable, "{issued:?}");
+    // A consumer that reads once everything has landed waited for no strip: slower
+    // than the data. The next get's model takes variable strips.
+    ep.wait_range(&buf, 0, len).unwrap();
+    assert_eq!(&buf[..], &data[..]);
+    let issued = ep.get_demand(&mut buf, 0, src, len).unwrap();
+    assert!(issued.variable, "{issued:?}");
+    assert!(!ep.plan_for(len).unwrap().is_equal());
+    ep.wait_range(&buf, 0, len).unwrap();
+    // The program's own figure wins over what was learned.
+    ep.set_consume_cost(Some(A.gap_ns_per_byte)).unwrap();
+    let issued = ep.get_demand(&mut buf, 0, src, len).unwrap();
+    assert!(!issued.variable, "{issued:?}");
+    ep.retire_all().unwrap();
+}
