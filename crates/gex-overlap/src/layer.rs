@@ -359,7 +359,7 @@ impl Layer for Overlap {
             None | Some("") => None,
             Some(path) => crate::profile::OverlapProfile::load(path)
                 .map_err(|e| InitError::Config(format!("GEX_OVERLAP_PROFILE={path}: {e}")))?
-                .get(C::NAME)
+                .get(cx.conduit_name())
                 .copied(),
         };
         Ok(Overlap {
