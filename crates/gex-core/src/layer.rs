@@ -500,8 +500,8 @@ impl<'a, C: Conduit> Cx<'a, C> {
     pub fn capabilities(&self) -> Capabilities {
         self.core.cep.capabilities()
     }
-    /// The conduit's name (`smp`, `ofi`, ...; the one chosen for a conduit chosen at
-    /// run time: `Conduit::name`, as `Client::conduit_name`).
+    /// The conduit's name ([`Conduit::name`], as `Client::conduit_name`: for a
+    /// conduit chosen at run time, the chosen one's).
     pub fn conduit_name(&self) -> &'static str {
         self.core._conduit.name()
     }
