@@ -152,7 +152,10 @@ enum Cmd {
     /// (pages waited for one by one as strips land), alternated for --rounds (11).
     /// Rows: overlap_get_stream_blocking and overlap_get_stream_demand (µs per round),
     /// overlap_get_stream_speedup (`x`, blocking / demand per round) and overlap_strip
-    /// (B, the model's strip; min/max = the number of strips). With --kernel
+    /// (B, the model's strip; min/max = the number of strips); then the same get in
+    /// the model's equal and variable strips: overlap_get_stream_equal, _variable (µs),
+    /// _variable_speedup (`x`, equal / variable) and overlap_strip_variable (B, the
+    /// first strip; min/max = the number of strips). With --kernel
     /// pair|cascade|ring|reduce|delta, seed 001's delta kernels (gex-overlap's delta
     /// send-recv and cascades), each against its blocking baseline in the same run:
     /// rows `overlap_delta_<kernel>_blocking` (pair: `_whole`), `_delta` (µs per round) and

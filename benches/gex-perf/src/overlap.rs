@@ -14,14 +14,20 @@
 //! - `overlap_get_stream_blocking` and `overlap_get_stream_demand` (µs per round);
 //! - `overlap_get_stream_speedup` (`x`): blocking / demand time, per round;
 //! - `overlap_strip` (bytes): the strip length the model chose (`value`), with the
-//!   number of strips in `min`/`max`.
+//!   number of strips in `min`/`max`;
+//! - `overlap_get_stream_equal` and `overlap_get_stream_variable` (µs per round): the
+//!   same get forced into the model's equal strips (`Decomp::Equal`) and into its
+//!   variable ones (`Decomp::Variable`: a small first strip, then growing), alternated
+//!   with the others round by round; `overlap_get_stream_variable_speedup` (`x`):
+//!   equal / variable per round; `overlap_strip_variable` (bytes): the variable plan's
+//!   first strip, with the number of strips in `min`/`max`.
 
 use crate::PinMode;
 use crate::overlap_delta::Kernel;
 use crate::report::{Record, Reporter};
 use gex::coll::CollExt;
 use gex::core::Client;
-use gex::overlap::{OverlapBuf, OverlapExt};
+use gex::overlap::{Decomp, OverlapBuf, OverlapExt};
 use gex::rma::{GlobalPtr, RmaExt};
 use gex::spi::Conduit;
 use gex::{Blocking, ClientBuilder, EpAddr, Job};
@@ -197,7 +203,9 @@ fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
     }
     ep.barrier(&world)?;
     let (mut blocking, mut demand, mut speedup) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut equal, mut variable, mut var_speedup) = (Vec::new(), Vec::new(), Vec::new());
     let mut strips = (0usize, 0usize);
+    let mut var_strips = (0usize, 0usize);
     if me == 0 {
         let src = GlobalPtr::<u8>::new(EpAddr::rank(1), 0);
         let mut plain = vec![0u8; len];
@@ -223,6 +231,26 @@ fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
             blocking.push(b);
             demand.push(d);
             speedup.push(b / d.max(1e-3));
+            // Equal against variable strips, forced (the model's lengths).
+            let mut t = [0.0f64; 2];
+            for (k, d) in [Decomp::Equal, Decomp::Variable].into_iter().enumerate() {
+                ep.set_decomp(d, 0)?;
+                let t0 = Instant::now();
+                let issued = ep.get_demand(&mut buf, 0, src, len)?;
+                let s = stream(&buf, page, work);
+                t[k] = t0.elapsed().as_secs_f64() * 1e6;
+                ep.retire_all()?;
+                if s != want {
+                    return Err(format!("round {round}: checksum {s}, want {want}").into());
+                }
+                if k == 1 {
+                    var_strips = (issued.strip_len, issued.strips);
+                }
+            }
+            ep.set_decomp(Decomp::Auto, 65536)?;
+            equal.push(t[0]);
+            variable.push(t[1]);
+            var_speedup.push(t[0] / t[1].max(1e-3));
         }
     }
     ep.barrier(&world)?;
@@ -236,6 +264,7 @@ fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
             job.args.rounds
         )]);
         let mut strip = vec![strips.0 as f64];
+        let mut var_strip = vec![var_strips.0 as f64];
         for (name, unit, v, mm) in [
             ("overlap_get_stream_blocking", "us", &mut blocking, None),
             ("overlap_get_stream_demand", "us", &mut demand, None),
@@ -245,6 +274,20 @@ fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
                 "B",
                 &mut strip,
                 Some((strips.1 as f64, strips.1 as f64)),
+            ),
+            ("overlap_get_stream_equal", "us", &mut equal, None),
+            ("overlap_get_stream_variable", "us", &mut variable, None),
+            (
+                "overlap_get_stream_variable_speedup",
+                "x",
+                &mut var_speedup,
+                None,
+            ),
+            (
+                "overlap_strip_variable",
+                "B",
+                &mut var_strip,
+                Some((var_strips.1 as f64, var_strips.1 as f64)),
             ),
         ] {
             let mut r = Record::of_samples(client, name, len, unit, v);

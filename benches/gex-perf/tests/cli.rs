@@ -747,10 +747,20 @@ fn overlap_kernel_reports_both_sides_and_the_speedup() {
             "overlap_get_stream_blocking",
             "overlap_get_stream_demand",
             "overlap_get_stream_speedup",
-            "overlap_strip"
+            "overlap_strip",
+            "overlap_get_stream_equal",
+            "overlap_get_stream_variable",
+            "overlap_get_stream_variable_speedup",
+            "overlap_strip_variable"
         ]
     );
     assert_eq!(rows[2]["unit"], "x");
+    assert_eq!(rows[6]["unit"], "x");
+    // The variable plan's first strip is shorter than the get, and there are at
+    // least two strips.
+    let first = rows[7]["value"].as_f64().unwrap();
+    assert!(first >= 4096.0 && first < f64::from(1 << 20), "{first}");
+    assert!(rows[7]["max"].as_f64().unwrap() >= 2.0, "{}", rows[7]);
     for r in &rows {
         assert_eq!(r["size"], 1 << 20);
         assert!(r["value"].as_f64().expect("a value") > 0.0, "{r}");

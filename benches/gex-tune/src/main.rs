@@ -4,6 +4,7 @@
 //! gex-tune [-n N] [--conduit NAME] tune [-o FILE] [--state FILE] [--fresh] [--quick]
 //!                                       [--op OP]… [--sizes LIST]
 //! gex-tune plots [--out DIR] [--ranks P]
+//! gex-tune [-n N] [--conduit NAME] overlap [-o FILE] [--len BYTES]
 //! ```
 //!
 //! `tune` launches itself on N ranks (default 4) like gex-perf, calibrates the LogGP
@@ -15,6 +16,10 @@
 //!
 //! `plots` runs the discrete-event LogGP simulation of gex-coll's schedules on 1024
 //! ranks with seed 003's Table 1 platforms and writes the SVG plots of docs/coll.md.
+//!
+//! `overlap` measures gex-overlap's strip-model parameters for the conduit (rank 0 to
+//! rank 1) and stores them in the overlap profile (`GEX_OVERLAP_PROFILE=FILE` loads
+//! it; see `overlap.rs`).
 
 use clap::{Parser, Subcommand};
 use gex::config::Config;
@@ -28,6 +33,7 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Instant;
 
+mod overlap;
 mod plots;
 
 /// Offline autotuner of gex-coll, and simulation plots.
@@ -57,6 +63,9 @@ enum Cmd {
     Tune(TuneArgs),
     /// Simulate 1024+ ranks with seed 003's platforms and write SVG plots.
     Plots(plots::PlotArgs),
+    /// Measure gex-overlap's strip-model parameters for the conduit and store them in
+    /// the overlap profile (GEX_OVERLAP_PROFILE).
+    Overlap(overlap::OverlapArgs),
 }
 
 /// Options of `tune`.
@@ -500,7 +509,7 @@ fn plain_config(vars: impl Iterator<Item = (String, String)>) -> (Config, Vec<St
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let args = match cli.cmd {
+    let (args, over) = match cli.cmd {
         Cmd::Plots(a) => {
             return match plots::run(&a) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -510,7 +519,16 @@ fn main() -> ExitCode {
                 }
             };
         }
-        Cmd::Tune(a) => a,
+        Cmd::Tune(a) => (Some(a), None),
+        Cmd::Overlap(a) if a.len < overlap::MIN_LEN => {
+            complain(&format!(
+                "overlap: --len {} is less than 16 pages ({} B)",
+                a.len,
+                overlap::MIN_LEN
+            ));
+            return ExitCode::from(2);
+        }
+        Cmd::Overlap(a) => (None, Some(a)),
     };
     let conduit = match gex::select_conduit(cli.conduit.as_deref()) {
         Ok(_) if cli.conduit.is_some() => cli.conduit.clone(),
@@ -536,13 +554,25 @@ fn main() -> ExitCode {
             ignored.join(", ")
         ));
     }
-    let job = TuneJob { args };
-    match gex::init_with_boot(
-        gex::builder().segment_size(16 << 20).config(config),
-        boot,
-        conduit.as_deref(),
-        job,
-    ) {
+    let run = match (args, over) {
+        (Some(args), _) => gex::init_with_boot(
+            gex::builder().segment_size(16 << 20).config(config),
+            boot,
+            conduit.as_deref(),
+            TuneJob { args },
+        ),
+        (None, Some(args)) => {
+            let job = overlap::OverlapJob { args };
+            gex::init_with_boot(
+                overlap::builder(job.segment()).config(config),
+                boot,
+                conduit.as_deref(),
+                job,
+            )
+        }
+        (None, None) => unreachable!("plots returned above"),
+    };
+    match run {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
             complain(&format!("rank {rank}: initialisation failed: {e}"));

@@ -24,6 +24,8 @@ fn bad_arguments_exit_2() {
             "not a size",
         ),
         (&["tune", "--buffers", "heap"][..], "not a placement"),
+        (&["overlap", "--len", "4K"][..], "less than 16 pages"),
+        (&["overlap", "--len", "lots"][..], "not a size"),
         (&["-n", "x", "tune"][..], "--ranks"),
         (
             &["--conduit", "carrier-pigeon", "tune"][..],
@@ -67,4 +69,50 @@ fn a_malformed_state_file_is_reported_with_its_line() {
     assert!(err.contains("bad.state:1"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     assert!(!wrote, "a profile was written");
+}
+
+/// `gex-tune overlap` writes the conduit's table of the overlap profile (keeping the
+/// other tables, and gex-overlap reads it back), and leaves a malformed file alone,
+/// naming its line.
+#[test]
+fn overlap_writes_its_profile_and_refuses_a_malformed_one() {
+    let dir = std::env::temp_dir().join(format!("gex-tune-overlap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("ov.toml");
+    let keep = "[ofi]\noverhead_ns = 1\ngap_ns_per_byte = 1\nround_trip_ns = 1\nfault_ns = 1\nmprotect_ns = 1\n";
+    std::fs::write(&out, keep).unwrap();
+    let run = |file: &std::path::Path| {
+        gex_tune(&[
+            "-n",
+            "1",
+            "--conduit",
+            "loopback",
+            "overlap",
+            "--len",
+            "256K",
+            "-o",
+            file.to_str().unwrap(),
+        ])
+    };
+    let o = run(&out);
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[loopback]\nfault_ns = fast\n").unwrap();
+    let ob = run(&bad);
+    let bad_after = std::fs::read_to_string(&bad).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p = gex::overlap::OverlapProfile::parse(&text).unwrap();
+    let lb = p.get("loopback").expect("the loopback table");
+    assert!(lb.gap_ns_per_byte > 0.0 && lb.mprotect_ns > 0.0, "{lb:?}");
+    assert_eq!(
+        p.get("ofi").unwrap().fault_ns,
+        1.0,
+        "the other table is kept"
+    );
+    let err = String::from_utf8_lossy(&ob.stderr);
+    assert!(!ob.status.success());
+    assert!(err.contains("bad.toml: line 2"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(bad_after, "[loopback]\nfault_ns = fast\n");
 }

@@ -500,6 +500,11 @@ impl<'a, C: Conduit> Cx<'a, C> {
     pub fn capabilities(&self) -> Capabilities {
         self.core.cep.capabilities()
     }
+    /// The conduit's name ([`Conduit::name`], as `Client::conduit_name`: for a
+    /// conduit chosen at run time, the chosen one's).
+    pub fn conduit_name(&self) -> &'static str {
+        self.core._conduit.name()
+    }
     /// The conduit endpoint underneath, shared: its queries ([`ConduitEp::limits`],
     /// [`ConduitEp::local_segment`], [`ConduitEp::has_incoming`], ...) and whatever the
     /// conduit offers through `&self`. The operations that need `&mut` are the

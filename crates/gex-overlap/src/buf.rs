@@ -5,6 +5,8 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
+use gex_sync::atomic::Ordering;
+
 use crate::error::OverlapError;
 use crate::sys::{self, Mapping, Region};
 
@@ -15,6 +17,31 @@ pub(crate) struct Shared {
     pub(crate) map: Mapping,
     pub(crate) region: Region,
     slot: usize,
+}
+
+impl Shared {
+    /// Sets the protection of the user view's bytes `[off, off+len)` (whole pages),
+    /// counting the call ([`OverlapBuf::stats`]).
+    pub(crate) fn protect(&self, off: usize, len: usize, prot: sys::Prot) -> std::io::Result<()> {
+        self.region.mprotects.fetch_add(1, Ordering::Relaxed);
+        self.map.protect(off, len, prot)
+    }
+}
+
+/// What a buffer's transfers cost in page protection ([`OverlapBuf::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BufStats {
+    /// `mprotect` calls made on the buffer so far (at issue, by the mover, by the
+    /// fault handler).
+    pub mprotect_calls: u64,
+    /// Lazy transfers into it ([`OverlapExt::get_lazy`](crate::OverlapExt::get_lazy)).
+    pub lazy_transfers: u64,
+    /// Lazy transfers that fell back to protecting every pending page (a fault off
+    /// the expected page: a jump ahead).
+    pub lazy_fallbacks: u64,
+    /// `mprotect` calls the finished lazy transfers made fewer than eager protection
+    /// would have (one at issue and one per strip).
+    pub mprotects_saved: u64,
 }
 
 impl Drop for Shared {
@@ -97,6 +124,17 @@ impl OverlapBuf {
                 buf_len: self.len,
             })?;
         Ok(self.shared.region.table.any_pending(first, n))
+    }
+
+    /// What its transfers cost in page protection so far.
+    pub fn stats(&self) -> BufStats {
+        let r = &self.shared.region;
+        BufStats {
+            mprotect_calls: r.mprotects.load(Ordering::Relaxed),
+            lazy_transfers: r.lazy.transfers.load(Ordering::Relaxed),
+            lazy_fallbacks: r.lazy.fallbacks.load(Ordering::Relaxed),
+            mprotects_saved: r.lazy.saved.load(Ordering::Relaxed),
+        }
     }
 
     pub(crate) fn len_bytes(&self) -> usize {

@@ -155,7 +155,6 @@ impl DeltaBuf {
             // written in it (the end sends everything anyway).
             let n = len.div_ceil(sys::page_size());
             buf.shared
-                .map
                 .protect(0, len, Prot::Read)
                 .map_err(OverlapError::Os)?;
             buf.shared.region.table.set(0, n, CLEAN);
@@ -623,7 +622,7 @@ impl<C: Conduit> DeltaExt for Endpoint<C> {
             .claim(0, n, table::PENDING)
             .map_err(|page| OverlapError::Overlapping { page })?;
         region.generation.fetch_add(1, Ordering::AcqRel);
-        if let Err(e) = r.buf.shared.map.protect(0, len, Prot::None) {
+        if let Err(e) = r.buf.shared.protect(0, len, Prot::None) {
             region.table.retire(0, n);
             return Err(OverlapError::Os(e));
         }
@@ -851,7 +850,7 @@ fn begin<C: Conduit>(
         // (seed 001: 4 to 5 pages amortise a delta's cost; much longer ones lose
         // the pipeline).
         let delta = l.delta.unwrap_or_else(|| {
-            model::strip_len(layer::params(), Decomp::Auto, len, page, 0).clamp(4 * page, 16 * page)
+            model::strip_len(l.cost(), &Decomp::Auto, len, page, 0).clamp(4 * page, 16 * page)
         });
         (cx.peer_segment(dst.addr()), delta, l.delta_whole)
     })?;
@@ -1074,7 +1073,7 @@ fn send_set<C: Conduit>(
             .claim_from(first, n, |s| s == READY || s == CLEAN)
             .map_err(|page| OverlapError::Overlapping { page })?;
         region.generation.fetch_add(1, Ordering::AcqRel);
-        if let Err(e) = shared.map.protect(sp.off, sp.end - sp.off, Prot::Read) {
+        if let Err(e) = shared.protect(sp.off, sp.end - sp.off, Prot::Read) {
             layer::retire_strip(&shared, sp.off, sp.end - sp.off, page);
             return Err(OverlapError::Os(e));
         }
@@ -1086,7 +1085,8 @@ fn send_set<C: Conduit>(
                     remote: base + sp.off,
                     off: sp.off,
                     len: sp.end - sp.off,
-                    strip: sp.end - sp.off,
+                    plan: model::StripPlan::equal(sp.end - sp.off, sp.end - sp.off),
+                    lazy: false,
                     pieces: sp.pieces,
                     after,
                     done: Some(buf.inflight.clone()),

@@ -91,6 +91,11 @@ pub enum OverlapError {
     /// [`SchedExt`]: crate::SchedExt
     #[error("scheduled message: {0}")]
     Am(#[source] gex_core::AmError),
+    /// An overlap profile ([`OverlapProfile`](crate::OverlapProfile),
+    /// `GEX_OVERLAP_PROFILE`) could not be read or parsed: the file, the line and the
+    /// problem.
+    #[error("overlap profile: {0}")]
+    Profile(String),
     /// The mover thread is gone (it panicked): the transfer cannot complete.
     #[error("the overlap mover thread is gone")]
     MoverGone,

@@ -16,7 +16,7 @@ use gex_rma::{GlobalPtr, RmaExt};
 
 use crate::buf::{OverlapBuf, Shared};
 use crate::error::OverlapError;
-use crate::model::{self, CostParams, Decomp};
+use crate::model::{self, CostParams, Decomp, StripPlan};
 use crate::sched::{SchedExt, SchedMode};
 use crate::sys::{self, Prot};
 use crate::table::{self, PENDING, RangeError};
@@ -26,7 +26,12 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "GEX_OVERLAP_STRIP",
         default: "auto",
-        doc: "gex-overlap: strip length of demand-driven transfers: `auto` (the cost model's, docs/overlap.md), `none` (never split) or a byte count (rounded up to whole pages).",
+        doc: "gex-overlap: strips of demand-driven transfers: `auto` (the cost model's choice between equal and variable strips, docs/overlap.md), `equal` (the model's equal strips), `variable` (the model's growing strips), `none` (never split) or a byte count (equal strips, rounded up to whole pages).",
+    },
+    EnvVar {
+        name: "GEX_OVERLAP_PROFILE",
+        default: "",
+        doc: "gex-overlap: a profile file written by `gex-tune overlap` (the strip model's parameters per conduit); the conduit's table there replaces the parameters the process measures itself (a file without one: they are measured). Unreadable or malformed: the endpoint fails.",
     },
     EnvVar {
         name: "GEX_OVERLAP_MIN_SPLIT",
@@ -69,8 +74,20 @@ pub const ENV_VARS: &[EnvVar] = &[
 /// a client with `.layer::<gex_overlap::Overlap>()` after gex-rma.
 #[derive(Debug)]
 pub struct Overlap {
-    decomp: Decomp,
+    pub(crate) decomp: Decomp,
     min_split: usize,
+    /// The model's parameters from the profile (`GEX_OVERLAP_PROFILE`); `None`: the
+    /// process's own measurement ([`params`]).
+    cost: Option<CostParams>,
+    /// The consumer's work per byte (ns) the program declared
+    /// ([`OverlapExt::set_consume_cost`]).
+    consume: Option<f64>,
+    /// Learned from the last observed get: its consumer found most strips landed
+    /// (slower than the data), so the model takes `c = 2·G` unless told `consume`.
+    slow: bool,
+    /// The last demand-driven get of four strips or more through the mover: its
+    /// buffer, the buffer's count of waited faults at issue, its strips.
+    watch: Option<(std::sync::Weak<Shared>, u64, usize)>,
     mover: Option<Mover>,
     pub(crate) inflight: Arc<AtomicUsize>,
     /// Delta transfers: the delta size (`GEX_OVERLAP_DELTA`; `None`: the model's).
@@ -117,7 +134,11 @@ pub(crate) struct Job {
     pub(crate) remote: usize,
     pub(crate) off: usize,
     pub(crate) len: usize,
-    pub(crate) strip: usize,
+    /// The strips of `[off, off+len)` (a delta send: one).
+    pub(crate) plan: StripPlan,
+    /// A lazy get (`OverlapExt::get_lazy`): strips retire through `sys::lazy_retire`
+    /// and the transfer ends with `sys::lazy_settle`.
+    pub(crate) lazy: bool,
     /// A delta send (empty: a demand-driven transfer): the byte ranges of
     /// `[off, off+len)` to copy (`Put` only), as one strip; the pages then go to
     /// `after` instead of being retired.
@@ -194,8 +215,31 @@ impl Overlap {
         }
     }
 
-    pub(crate) fn strip_for(&self, len: usize) -> usize {
-        model::strip_len(params(), self.decomp, len, sys::page_size(), self.min_split)
+    /// The model's parameters: the profile's, else the process's own.
+    pub(crate) fn cost(&self) -> &CostParams {
+        self.cost.as_ref().unwrap_or_else(|| params())
+    }
+
+    pub(crate) fn plan_for(&self, len: usize) -> StripPlan {
+        let learned = self.slow.then(|| 2.0 * self.cost().gap_ns_per_byte);
+        model::plan(
+            self.cost(),
+            &self.decomp,
+            len,
+            sys::page_size(),
+            self.min_split,
+            self.consume.or(learned),
+        )
+    }
+
+    /// Reads the statistics of the last observed get ([`model::slower_than_data`]).
+    fn learn(&mut self) {
+        if let Some((weak, at_issue, strips)) = self.watch.take() {
+            if let Some(shared) = weak.upgrade() {
+                let waited = shared.region.waits.load(Ordering::Relaxed) - at_issue;
+                self.slow = model::slower_than_data(waited, strips);
+            }
+        }
     }
 }
 
@@ -238,6 +282,8 @@ impl Layer for Overlap {
         let cfg = cx.config();
         let decomp = match cfg.get("GEX_OVERLAP_STRIP").map(str::trim) {
             None | Some("") | Some("auto") => Decomp::Auto,
+            Some("equal") => Decomp::Equal,
+            Some("variable") => Decomp::Variable,
             Some("none") => Decomp::Unsplit,
             Some(v) => match parse_bytes("GEX_OVERLAP_STRIP", v)? {
                 0 => return Err(InitError::Config("GEX_OVERLAP_STRIP=0".into())),
@@ -309,9 +355,20 @@ impl Layer for Overlap {
                 )));
             }
         }
+        let cost = match cfg.get("GEX_OVERLAP_PROFILE").map(str::trim) {
+            None | Some("") => None,
+            Some(path) => crate::profile::OverlapProfile::load(path)
+                .map_err(|e| InitError::Config(format!("GEX_OVERLAP_PROFILE={path}: {e}")))?
+                .get(cx.conduit_name())
+                .copied(),
+        };
         Ok(Overlap {
             decomp,
             min_split,
+            cost,
+            consume: None,
+            slow: false,
+            watch: None,
             mover: None,
             inflight: Arc::new(AtomicUsize::new(0)),
             delta,
@@ -508,16 +565,16 @@ fn poll_watch(w: &mut Watch) -> (bool, bool) {
 fn run(j: &Job) {
     let page = sys::page_size();
     let region = &j.shared.region;
-    let n = j.len.div_ceil(j.strip);
+    let n = j.plan.count();
     let first_page = j.off / page;
     let mut done = vec![false; n];
     let mut next = 0;
     for _ in 0..n {
         let w = region.wanted.swap(usize::MAX, Ordering::AcqRel);
         let mut pick = None;
-        if w != usize::MAX && w >= first_page {
-            let i = (w - first_page) * page / j.strip;
-            if i < n && !done[i] {
+        if w != usize::MAX && w >= first_page && (w - first_page) * page < j.len {
+            let i = j.plan.index_of((w - first_page) * page);
+            if !done[i] {
                 pick = Some(i);
             }
         }
@@ -528,9 +585,9 @@ fn run(j: &Job) {
             next
         });
         done[i] = true;
-        let s_off = j.off + i * j.strip;
-        let s_len = j.strip.min(j.len - i * j.strip);
-        let remote = j.remote + i * j.strip;
+        let (rel, s_len) = j.plan.strip(i);
+        let s_off = j.off + rel;
+        let remote = j.remote + rel;
         let local = j.shared.map.xfer() as usize + s_off;
         // SAFETY: `remote..+s_len` lies in a peer's segment, mapped while the endpoint
         // lives (checked against its length at issue; the endpoint drops its layers,
@@ -548,7 +605,14 @@ fn run(j: &Job) {
                 }
             }
         }
-        retire_strip(&j.shared, s_off, s_len, page);
+        if j.lazy {
+            sys::lazy_retire(region, s_off / page, s_len.div_ceil(page));
+        } else {
+            retire_strip(&j.shared, s_off, s_len, page);
+        }
+    }
+    if j.lazy {
+        sys::lazy_settle(region);
     }
 }
 
@@ -609,7 +673,7 @@ pub(crate) fn copy_inline(
         }
     }
     if after != table::READY {
-        shared.map.protect(off, len, Prot::Read)?;
+        shared.protect(off, len, Prot::Read)?;
         shared
             .region
             .table
@@ -664,7 +728,7 @@ pub(crate) fn finish_delta(shared: &Shared, off: usize, len: usize, page: usize,
 
 /// Unprotects a strip's pages, then marks them retired.
 pub(crate) fn retire_strip(shared: &Shared, off: usize, len: usize, page: usize) {
-    if let Err(e) = shared.map.protect(off, len, Prot::ReadWrite) {
+    if let Err(e) = shared.protect(off, len, Prot::ReadWrite) {
         // A page left protected and pending would make its readers wait forever.
         eprintln!("gex-overlap: mprotect failed: {e}");
         std::process::abort();
@@ -679,7 +743,9 @@ pub fn params() -> &'static CostParams {
     P.get_or_init(measure)
 }
 
-fn measure() -> CostParams {
+/// Measures `m`, `f` and the copy's `G` in this process (`o` and the round trip:
+/// constants).
+pub(crate) fn measure() -> CostParams {
     let page = sys::page_size();
     const PAGES: usize = 16;
     let fallback = CostParams {
@@ -692,24 +758,32 @@ fn measure() -> CostParams {
     let Ok(mut b) = OverlapBuf::new(PAGES * page) else {
         return fallback;
     };
-    // mprotect: one page, both ways.
-    let t0 = sys::now_ns();
+    // mprotect: one page, both ways; the median call (a shared machine's outliers
+    // left out).
+    let mut calls = [0u64; 2 * PAGES];
     for i in 0..PAGES {
-        let _ = b.shared.map.protect(i * page, page, Prot::Read);
-        let _ = b.shared.map.protect(i * page, page, Prot::ReadWrite);
+        for (k, prot) in [Prot::Read, Prot::ReadWrite].into_iter().enumerate() {
+            let t0 = sys::now_ns();
+            let _ = b.shared.protect(i * page, page, prot);
+            calls[2 * i + k] = sys::now_ns().wrapping_sub(t0);
+        }
     }
-    let mprotect_ns = sys::now_ns().wrapping_sub(t0) as f64 / (2 * PAGES) as f64;
-    // A fault: the handler unprotects calibration pages itself (one mprotect each).
+    calls.sort_unstable();
+    let mprotect_ns = calls[PAGES] as f64;
+    // A fault: the handler unprotects calibration pages itself (one mprotect each);
+    // the median fault, less one mprotect.
     let _ = b.shared.region.table.claim(0, PAGES, table::CALIBRATE);
-    let _ = b.shared.map.protect(0, PAGES * page, Prot::None);
-    let t0 = sys::now_ns();
+    let _ = b.shared.protect(0, PAGES * page, Prot::None);
+    let mut faults = [0u64; PAGES];
     let mut sum = 0u64;
-    for i in 0..PAGES {
+    for (i, f) in faults.iter_mut().enumerate() {
+        let t0 = sys::now_ns();
         sum += u64::from(std::hint::black_box(&mut b[..])[i * page]);
+        *f = sys::now_ns().wrapping_sub(t0);
     }
     std::hint::black_box(sum);
-    let faults_ns = sys::now_ns().wrapping_sub(t0) as f64 / PAGES as f64;
-    let fault_ns = (faults_ns - mprotect_ns).max(0.0);
+    faults.sort_unstable();
+    let fault_ns = (faults[PAGES / 2] as f64 - mprotect_ns).max(0.0);
     // G: copies of 1 MiB (larger than most L2 caches) between two buffers' views, the
     // second copy timed (the first faults the pages in).
     let len = 1 << 20;
@@ -742,8 +816,12 @@ fn measure() -> CostParams {
 pub struct Issued {
     /// Number of strips.
     pub strips: usize,
-    /// Bytes per strip (the last may be shorter).
+    /// Bytes of the first strip (equal strips: of every strip but the last, which may
+    /// be shorter).
     pub strip_len: usize,
+    /// Whether the strips grow (variable strips: [`Decomp::Variable`], or the model's
+    /// choice under [`Decomp::Auto`], or [`Decomp::Sizes`] with different lengths).
+    pub variable: bool,
     /// Whether pages were protected (false: done during the call, below the
     /// threshold or on the fallback path).
     pub demand: bool,
@@ -819,6 +897,39 @@ pub trait OverlapExt {
         len: usize,
     ) -> Result<Issued, OverlapError>;
 
+    /// [`get_demand`](Self::get_demand) with **lazy protection** (seed 000): of the
+    /// destination's pages only two are protected, the first page of the lowest strip
+    /// not landed (the *guard*, which a reader going up the range reaches next) and
+    /// the first page of the next strip not landed (the *tripwire*). A fault on the
+    /// guard waits for its strip, then moves both on; strips that land before the
+    /// reader gets there cost no `mprotect` at all (eager protection: one per strip).
+    /// A fault on the tripwire (a jump ahead) falls back to protecting every pending
+    /// page, as `get_demand` ([`OverlapBuf::stats`] counts the fallbacks and the
+    /// calls saved). A second lazy get into a buffer whose first is pending is
+    /// protected eagerly; to a peer whose segment is not mapped here the transfer is
+    /// as `get_demand`'s.
+    ///
+    /// # Safety
+    /// Until the range has retired ([`wait_range`](Self::wait_range) of it returned,
+    /// or [`retire_all`](Self::retire_all)), every thread accesses the range's pages
+    /// **in ascending order from its first page, without skipping one**: a thread
+    /// accesses a page only after it accessed every page of the range before it
+    /// (accessing again a page it has accessed is fine). The pages of a strip not
+    /// landed are accessible except their first: a jump past the guard that misses
+    /// the tripwire reads bytes that change afterwards under the program's `&[u8]`
+    /// (undefined behaviour). A system call given the range also waits for it first
+    /// (`wait_range`), as with `get_demand`.
+    ///
+    /// # Errors
+    /// As [`get_demand`](Self::get_demand).
+    unsafe fn get_lazy(
+        &mut self,
+        buf: &mut OverlapBuf,
+        offset: usize,
+        src: GlobalPtr<u8>,
+        len: usize,
+    ) -> Result<Issued, OverlapError>;
+
     /// Starts a put of `buf[offset..offset+len]` to `dst` and returns at once. The
     /// source's pages are read-only until their strip has left: a write to one waits
     /// for that strip only. Complete at the target after
@@ -862,11 +973,26 @@ pub trait OverlapExt {
     /// [`OverlapError::NotAttached`].
     fn set_decomp(&mut self, d: Decomp, min_split: usize) -> Result<(), OverlapError>;
 
-    /// The strip length a transfer of `len` bytes would get now.
+    /// The length of the first strip a transfer of `len` bytes would get now.
     ///
     /// # Errors
     /// [`OverlapError::NotAttached`].
     fn strip_for(&mut self, len: usize) -> Result<usize, OverlapError>;
+
+    /// The strips a transfer of `len` bytes would get now.
+    ///
+    /// # Errors
+    /// [`OverlapError::NotAttached`].
+    fn plan_for(&mut self, len: usize) -> Result<StripPlan, OverlapError>;
+
+    /// Tells the strip model how long the program works on each byte of the data of
+    /// a get after it arrives (ns per byte; seed 000's `C(size)/size`), or forgets it
+    /// (`None`: the layer's statistics decide, [`model::slower_than_data`]). With a
+    /// consumer slower than the data the model may choose variable strips ([`model`]).
+    ///
+    /// # Errors
+    /// [`OverlapError::NotAttached`].
+    fn set_consume_cost(&mut self, ns_per_byte: Option<f64>) -> Result<(), OverlapError>;
 }
 
 pub(crate) fn with<C: Conduit, R>(
@@ -884,7 +1010,17 @@ impl<C: Conduit> OverlapExt for Endpoint<C> {
         src: GlobalPtr<u8>,
         len: usize,
     ) -> Result<Issued, OverlapError> {
-        transfer(self, Dir::Get, buf, offset, src, len)
+        transfer(self, Dir::Get, buf, offset, src, len, false)
+    }
+
+    unsafe fn get_lazy(
+        &mut self,
+        buf: &mut OverlapBuf,
+        offset: usize,
+        src: GlobalPtr<u8>,
+        len: usize,
+    ) -> Result<Issued, OverlapError> {
+        transfer(self, Dir::Get, buf, offset, src, len, true)
     }
 
     fn put_demand(
@@ -894,7 +1030,7 @@ impl<C: Conduit> OverlapExt for Endpoint<C> {
         offset: usize,
         len: usize,
     ) -> Result<Issued, OverlapError> {
-        transfer(self, Dir::Put, buf, offset, dst, len)
+        transfer(self, Dir::Put, buf, offset, dst, len, false)
     }
 
     fn wait_range(
@@ -907,6 +1043,9 @@ impl<C: Conduit> OverlapExt for Endpoint<C> {
         while buf.is_pending(offset, len)? {
             backoff(self, &mut spins);
         }
+        // A lazy transfer that has landed: its guard and tripwire unprotected now
+        // (not only when the mover gets there), so that a system call may follow.
+        sys::lazy_settle(&buf.shared.region);
         Ok(())
     }
 
@@ -928,7 +1067,24 @@ impl<C: Conduit> OverlapExt for Endpoint<C> {
     }
 
     fn strip_for(&mut self, len: usize) -> Result<usize, OverlapError> {
-        with(self, |l, _| l.strip_for(len))
+        with(self, |l, _| {
+            let p = l.plan_for(len);
+            if p.count() == 0 {
+                len.max(sys::page_size())
+            } else {
+                p.strip(0).1
+            }
+        })
+    }
+
+    fn plan_for(&mut self, len: usize) -> Result<StripPlan, OverlapError> {
+        with(self, |l, _| l.plan_for(len))
+    }
+
+    fn set_consume_cost(&mut self, ns_per_byte: Option<f64>) -> Result<(), OverlapError> {
+        with(self, |l, _| {
+            l.consume = ns_per_byte.filter(|c| c.is_finite() && *c >= 0.0);
+        })
     }
 }
 
@@ -949,29 +1105,29 @@ fn transfer<C: Conduit>(
     offset: usize,
     remote: GlobalPtr<u8>,
     len: usize,
+    lazy: bool,
 ) -> Result<Issued, OverlapError> {
     let page = sys::page_size();
     let (first, n) = table::pages_of(offset, len, buf.len_bytes(), page, true)
         .map_err(|e| range_err(e, offset, len, buf.len_bytes()))?;
     let threaded = ep.has_progress_thread();
-    let (peer, strip, now, native) = with(ep, |l, cx| {
+    let (peer, plan, now, native) = with(ep, |l, cx| {
+        if dir == Dir::Get {
+            l.learn();
+        }
         let now = l.decomp == Decomp::Auto && len < l.min_split;
         let native = threaded && cx.capabilities().contains(Capabilities::NATIVE_RMA);
-        (
-            cx.peer_segment(remote.addr()),
-            l.strip_for(len),
-            now,
-            native,
-        )
+        (cx.peer_segment(remote.addr()), l.plan_for(len), now, native)
     })?;
     let done = Issued {
         strips: usize::from(len > 0),
         strip_len: len,
+        variable: false,
         demand: false,
     };
     let region = &buf.shared.region;
     if peer.is_none() && native && !now && len > 0 {
-        if let Some(issued) = native_transfer(ep, dir, buf, offset, remote, len, strip)? {
+        if let Some(issued) = native_transfer(ep, dir, buf, offset, remote, len, &plan)? {
             return Ok(issued);
         }
     }
@@ -1034,9 +1190,20 @@ fn transfer<C: Conduit>(
         Dir::Get => Prot::None,
         Dir::Put => Prot::Read,
     };
-    if let Err(e) = buf.shared.map.protect(offset, len, prot) {
-        region.table.retire(first, n);
-        return Err(OverlapError::Os(e));
+    let lazy = lazy
+        && dir == Dir::Get
+        && sys::lazy_begin(
+            region,
+            first,
+            n,
+            plan.iter().map(|(o, _)| first + o / page),
+            plan.count(),
+        );
+    if !lazy {
+        if let Err(e) = buf.shared.protect(offset, len, prot) {
+            region.table.retire(first, n);
+            return Err(OverlapError::Os(e));
+        }
     }
     let job = Job {
         shared: buf.shared.clone(),
@@ -1044,13 +1211,18 @@ fn transfer<C: Conduit>(
         remote: remote_addr,
         off: offset,
         len,
-        strip,
+        plan: plan.clone(),
+        lazy,
         pieces: Vec::new(),
         after: table::READY,
         done: None,
         notify: None,
     };
     let sent = with(ep, |l, _| {
+        if dir == Dir::Get && plan.count() >= 4 {
+            let waits = buf.shared.region.waits.load(Ordering::Relaxed);
+            l.watch = Some((Arc::downgrade(&buf.shared), waits, plan.count()));
+        }
         let inflight = l.inflight.clone();
         let tx = l.sender()?;
         inflight.fetch_add(1, Ordering::AcqRel);
@@ -1061,15 +1233,12 @@ fn transfer<C: Conduit>(
     })?;
     if let Err(e) = sent {
         // Nothing will move the strips: unprotect and release them.
-        let _ = buf.shared.map.protect(offset, len, Prot::ReadWrite);
+        let _ = buf.shared.protect(offset, len, Prot::ReadWrite);
         region.table.retire(first, n);
+        sys::lazy_settle(region);
         return Err(e);
     }
-    Ok(Issued {
-        strips: len.div_ceil(strip),
-        strip_len: strip,
-        demand: true,
-    })
+    Ok(issued(&plan))
 }
 
 /// A demand-driven transfer to a peer whose segment is not mapped here, through the
@@ -1083,7 +1252,7 @@ fn native_transfer<C: Conduit>(
     offset: usize,
     remote: GlobalPtr<u8>,
     len: usize,
-    strip: usize,
+    plan: &StripPlan,
 ) -> Result<Option<Issued>, OverlapError> {
     let page = sys::page_size();
     let target = remote.addr();
@@ -1121,17 +1290,17 @@ fn native_transfer<C: Conduit>(
         Dir::Get => Prot::None,
         Dir::Put => Prot::Read,
     };
-    if let Err(e) = buf.shared.map.protect(offset, len, prot) {
+    if let Err(e) = buf.shared.protect(offset, len, prot) {
         region.table.retire(first, n);
         return Err(OverlapError::Os(e));
     }
-    let strips = len.div_ceil(strip);
+    let strips = plan.count();
     let mut retry = layer::Retry::default();
     let mut i = 0;
     while i < strips {
-        let s_off = offset + i * strip;
-        let s_len = strip.min(len - i * strip);
-        let r_off = remote.offset + i * strip;
+        let (rel, s_len) = plan.strip(i);
+        let s_off = offset + rel;
+        let r_off = remote.offset + rel;
         let local = buf.xfer() as usize + s_off;
         let shared = &buf.shared;
         let started = with(ep, |l, cx| {
@@ -1174,14 +1343,14 @@ fn native_transfer<C: Conduit>(
             Ok(Some(false)) => layer::retry(ep, &mut retry),
             Ok(None) if i == 0 => {
                 // Not offered for this peer: release everything, the caller falls back.
-                let _ = buf.shared.map.protect(offset, len, Prot::ReadWrite);
+                let _ = buf.shared.protect(offset, len, Prot::ReadWrite);
                 region.table.retire(first, n);
                 return Ok(None);
             }
             Ok(None) | Err(_) => {
                 // Strips from `i` on were never started: release them; the ones
                 // started retire as they complete.
-                let rest = offset + i * strip;
+                let rest = offset + plan.strip(i).0;
                 retire_strip(&buf.shared, rest, offset + len - rest, page);
                 return Err(match started {
                     Err(e) => OverlapError::Conduit(e),
@@ -1192,9 +1361,15 @@ fn native_transfer<C: Conduit>(
             }
         }
     }
-    Ok(Some(Issued {
-        strips,
-        strip_len: strip,
+    Ok(Some(issued(plan)))
+}
+
+/// What a demand-driven transfer in strips `plan` reports.
+fn issued(plan: &StripPlan) -> Issued {
+    Issued {
+        strips: plan.count(),
+        strip_len: plan.iter().next().map_or(0, |s| s.1),
+        variable: !plan.is_equal(),
         demand: true,
-    }))
+    }
 }

@@ -41,8 +41,11 @@
 //!   page is wanted (it moves that strip next) and waits for the page to retire, then
 //!   returns and the access is done again. It never polls the endpoint; docs/overlap.md
 //!   has the signal-safety argument.
-//! - Strips come from a cost model ([`model`]) fed by parameters measured once per
-//!   process ([`params`]): fault and `mprotect` costs, the copy's time per byte.
+//! - Strips (equal, or growing from a small first one: [`StripPlan`]) come from a
+//!   cost model ([`model`]) fed by parameters measured once per process ([`params`]:
+//!   fault and `mprotect` costs, the copy's time per byte) or per conduit by
+//!   `gex-tune overlap` ([`calibrate`]) into the profile `GEX_OVERLAP_PROFILE` names
+//!   ([`OverlapProfile`]).
 //!
 //! ## What it does not do
 //! - Demand-driven transfers to peers whose segment this process maps (smp, thread
@@ -53,7 +56,9 @@
 //! - With a progress thread, touching a pending page inside another gex call on the
 //!   same endpoint deadlocks (the handler waits while that call holds the endpoint):
 //!   [`OverlapExt::wait_range`] first, as before a system call.
-//! - No lazy protection (every page of the range is protected at once).
+//! - Lazy protection (only the next strip's first page protected, seed 000) is
+//!   `unsafe` ([`OverlapExt::get_lazy`]: the program promises sequential access); the
+//!   safe operations protect every page of the range at once.
 //! - No retirement hooked into gex-coll's barrier: call [`OverlapExt::retire_all`]
 //!   before a synchronisation point that must see a put complete.
 //! - A system call given a pending page fails with `EFAULT`: use
@@ -79,29 +84,33 @@
 //!   unprotected.
 //!
 //! ## Settings
-//! [`ENV_VARS`]: `GEX_OVERLAP_STRIP`, `GEX_OVERLAP_MIN_SPLIT`, `GEX_OVERLAP_DELTA`,
+//! [`ENV_VARS`]: `GEX_OVERLAP_STRIP`, `GEX_OVERLAP_PROFILE`, `GEX_OVERLAP_MIN_SPLIT`, `GEX_OVERLAP_DELTA`,
 //! `GEX_OVERLAP_DELTA_WHOLE`, `GEX_OVERLAP_TRACE`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod buf;
+mod calibrate;
 mod delta;
 mod error;
 mod layer;
 pub mod model;
+mod profile;
 mod ranges;
 mod sched;
 mod sys;
 mod table;
 
-pub use buf::OverlapBuf;
+pub use buf::{BufStats, OverlapBuf};
+pub use calibrate::calibrate;
 pub use delta::{DeltaBuf, DeltaExt, DeltaRecv, DeltaStats, Tracking, page_size};
 pub use error::OverlapError;
 pub use layer::{
     ENV_VARS, Issued, Overlap, OverlapExt, PageFault, fault_count, overlap_trace, params,
     trace_enabled,
 };
-pub use model::{CostParams, Decomp};
+pub use model::{CostParams, Decomp, StripPlan};
+pub use profile::OverlapProfile;
 pub use sched::{SchedExt, SchedMode, SchedStats};
 
 /// At most this many [`OverlapBuf`]s are alive at once in a process.

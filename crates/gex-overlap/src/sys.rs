@@ -22,11 +22,13 @@
 //!   addresses are kept in `AtomicUsize`s (gex-sync's atomics shim has no `AtomicPtr`;
 //!   this module is never built under loom: its statics use `const` constructors);
 //! - **the handler** (`on_fault`): async-signal-safe by construction. It allocates
-//!   nothing, takes no lock, touches no `std` state that a lock guards (no printing, no
+//!   nothing, takes no lock the interrupted code may hold (a lazy transfer's spin
+//!   word, [`Lazy`], is held only for a few `mprotect`s by code that touches no buffer
+//!   page meanwhile), touches no `std` state that a lock guards (no printing, no
 //!   `thread_local!` with a destructor or lazy initialisation), and calls only
 //!   `getpid`, `clock_gettime`, `sched_yield`, `nanosleep`, `mprotect` (calibration
-//!   pages, and a delta buffer's read-only `CLEAN`/`SENT` pages made writable for the
-//!   interrupted write) and `sigaction` (raw system calls without libc state) besides atomic
+//!   pages, a delta buffer's read-only `CLEAN`/`SENT` pages made writable for the
+//!   interrupted write, a lazy transfer's guard and tripwire), `abort` and `sigaction` (raw system calls without libc state) besides atomic
 //!   loads and stores. It never polls an endpoint: the interrupted thread may be
 //!   inside a gex call holding that endpoint (`&mut`), its lock word, or the
 //!   allocator's lock. A pending page retires through another thread (the layer's
@@ -219,6 +221,107 @@ pub(crate) struct Region {
     pub(crate) wanted: AtomicUsize,
     /// Claims so far (tells two races at one address in different transfers apart).
     pub(crate) generation: AtomicU64,
+    /// `mprotect` calls made on this buffer's user view (transfers, the mover, the
+    /// handler).
+    pub(crate) mprotects: AtomicU64,
+    /// Faults that found their page pending and waited (the consumer caught up with
+    /// the data: the strip model's statistics).
+    pub(crate) waits: AtomicU64,
+    /// The lazy protection of a transfer of this buffer (`OverlapExt::get_lazy`).
+    pub(crate) lazy: Lazy,
+}
+
+/// No page (a guard or tripwire not set).
+pub(crate) const NO_PAGE: usize = usize::MAX;
+/// [`Lazy::mode`]: no lazy transfer pending.
+pub(crate) const LAZY_OFF: u32 = 0;
+/// [`Lazy::mode`]: a lazy transfer pending, only its guard and tripwire protected.
+pub(crate) const LAZY_ON: u32 = 1;
+/// [`Lazy::mode`]: a lazy transfer whose every pending page is protected (a fault off
+/// the expected page was seen: random access).
+pub(crate) const LAZY_FALLBACK: u32 = 2;
+
+/// The lazy protection of one transfer of a buffer (at most one at a time): of the
+/// pages `lo..hi` (all claimed), only the **guard** (the first page of the lowest
+/// strip not landed, the page a sequential reader reaches next) and the
+/// **tripwire** (the first page of the next strip not landed) are protected. The
+/// guard's fault waits for its strip, then moves the guard and the tripwire on; a
+/// fault on the tripwire (a jump ahead) protects every pending page (the fallback).
+/// Every protection change of a lazy transfer, and the mover's retirement of its
+/// strips, happen under `lock` (a spin word, held for a few system calls only: never
+/// while waiting for a strip).
+#[derive(Debug)]
+pub(crate) struct Lazy {
+    pub(crate) lock: AtomicU32,
+    pub(crate) mode: AtomicU32,
+    pub(crate) lo: AtomicUsize,
+    pub(crate) hi: AtomicUsize,
+    pub(crate) guard: AtomicUsize,
+    pub(crate) trip: AtomicUsize,
+    /// One bit per page: the first page of a strip of the lazy transfer.
+    pub(crate) heads: Box<[AtomicU64]>,
+    /// `mprotects` when the lazy transfer began, and what eager protection would have
+    /// made (one call at issue, one per strip).
+    pub(crate) calls_before: AtomicU64,
+    pub(crate) eager_calls: AtomicU64,
+    /// Lazy transfers, fallbacks to protecting everything, `mprotect` calls saved.
+    pub(crate) transfers: AtomicU64,
+    pub(crate) fallbacks: AtomicU64,
+    pub(crate) saved: AtomicU64,
+}
+
+impl Lazy {
+    fn new(pages: usize) -> Lazy {
+        Lazy {
+            lock: AtomicU32::new(0),
+            mode: AtomicU32::new(LAZY_OFF),
+            lo: AtomicUsize::new(0),
+            hi: AtomicUsize::new(0),
+            guard: AtomicUsize::new(NO_PAGE),
+            trip: AtomicUsize::new(NO_PAGE),
+            heads: (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            calls_before: AtomicU64::new(0),
+            eager_calls: AtomicU64::new(0),
+            transfers: AtomicU64::new(0),
+            fallbacks: AtomicU64::new(0),
+            saved: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes the lock word (spinning, then yielding: async-signal-safe).
+    pub(crate) fn lock(&self) {
+        let mut spins = 0u32;
+        while self
+            .lock
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                // SAFETY: sched_yield has no preconditions (async-signal-safe).
+                unsafe { libc::sched_yield() };
+            }
+            spins = spins.saturating_add(1);
+        }
+    }
+
+    pub(crate) fn unlock(&self) {
+        self.lock.store(0, Ordering::Release);
+    }
+
+    pub(crate) fn is_head(&self, page: usize) -> bool {
+        self.heads[page / 64].load(Ordering::Relaxed) & (1 << (page % 64)) != 0
+    }
+
+    pub(crate) fn set_head(&self, page: usize, on: bool) {
+        let bit = 1u64 << (page % 64);
+        if on {
+            self.heads[page / 64].fetch_or(bit, Ordering::Relaxed);
+        } else {
+            self.heads[page / 64].fetch_and(!bit, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Region {
@@ -232,6 +335,9 @@ impl Region {
             table: PageTable::new(len / page),
             wanted: AtomicUsize::new(usize::MAX),
             generation: AtomicU64::new(0),
+            mprotects: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
+            lazy: Lazy::new(len / page),
         }
     }
 }
@@ -422,6 +528,11 @@ fn wait_page(r: &Region, addr: usize) -> bool {
     }
     let page = (addr - r.base) >> r.shift;
     let generation = r.generation.load(Ordering::Acquire);
+    if r.lazy.mode.load(Ordering::Acquire) != LAZY_OFF {
+        if let Some(ours) = lazy_fault(r, page) {
+            return ours;
+        }
+    }
     // Makes the faulting page readable and writable, for the arms below that say why
     // no other thread reads, copies or claims it meanwhile.
     let unprotect = || {
@@ -472,6 +583,16 @@ fn wait_page(r: &Region, addr: usize) -> bool {
         }
     }
     LAST.with(|c| c.set((0, 0)));
+    wait_pending(r, page);
+    true
+}
+
+/// Waits (spinning, yielding, then sleeping 20 µs at a time) until `page` is no
+/// longer pending, having told the mover it is wanted; counts and traces the wait.
+fn wait_pending(r: &Region, page: usize) {
+    if r.table.state(page) == crate::table::PENDING {
+        r.waits.fetch_add(1, Ordering::Relaxed);
+    }
     r.wanted.store(page, Ordering::Release);
     let t0 = now_ns();
     let mut spins = 0u32;
@@ -493,7 +614,242 @@ fn wait_page(r: &Region, addr: usize) -> bool {
     }
     FAULTS.fetch_add(1, Ordering::Relaxed);
     trace(r.base + (page << r.shift), now_ns().wrapping_sub(t0));
+}
+
+// ---------------------------------------------------------------------------------
+// Lazy protection (`OverlapExt::get_lazy`, docs/overlap.md "Lazy protection").
+
+/// Sets the protection of pages `first..first+n` of the region's user view (a raw
+/// `mprotect`, async-signal-safe), counting the call. Pages past the mapping are
+/// not touched.
+pub(crate) fn prot_pages(r: &Region, first: usize, n: usize, prot: Prot) {
+    let pages = r.len >> r.shift;
+    let n = n.min(pages.saturating_sub(first));
+    if n == 0 {
+        return;
+    }
+    let p = match prot {
+        Prot::None => libc::PROT_NONE,
+        Prot::Read => libc::PROT_READ,
+        Prot::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
+    };
+    r.mprotects.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: pages `first..first+n` lie inside the region's user view (clamped
+    // above), which is mapped while the region is registered or its buffer alive (the
+    // callers hold one or the other). Which pages a lazy transfer protects is decided
+    // under its lock (`Lazy`), and the protection only ever denies access to pending
+    // pages or grants it to retired ones and to the guard's strip.
+    let rc = unsafe {
+        libc::mprotect(
+            (r.base + (first << r.shift)) as *mut libc::c_void,
+            n << r.shift,
+            p,
+        )
+    };
+    if rc != 0 {
+        // A guard left unprotected would let a reader see bytes not landed; one left
+        // protected would make it wait forever. Neither can be recovered from here.
+        // SAFETY: abort has no preconditions (async-signal-safe).
+        unsafe { libc::abort() };
+    }
+}
+
+/// Starts the lazy protection of a get into pages `first..first+n` (claimed), in
+/// strips beginning at `heads` (page indices, ascending, the first `first`): the
+/// guard (`first`) and the tripwire (the second strip's first page) are protected.
+/// `false`: another lazy transfer of the buffer is pending (nothing done; protect
+/// this one eagerly).
+pub(crate) fn lazy_begin(
+    r: &Region,
+    first: usize,
+    n: usize,
+    heads: impl Iterator<Item = usize>,
+    strips: usize,
+) -> bool {
+    let z = &r.lazy;
+    z.lock();
+    if z.mode.load(Ordering::Relaxed) != LAZY_OFF {
+        z.unlock();
+        return false;
+    }
+    for p in first..first + n {
+        z.set_head(p, false);
+    }
+    let mut trip = NO_PAGE;
+    for (i, h) in heads.enumerate() {
+        z.set_head(h, true);
+        if i == 1 {
+            trip = h;
+        }
+    }
+    z.lo.store(first, Ordering::Relaxed);
+    z.hi.store(first + n, Ordering::Relaxed);
+    z.calls_before
+        .store(r.mprotects.load(Ordering::Relaxed), Ordering::Relaxed);
+    z.eager_calls.store(1 + strips as u64, Ordering::Relaxed);
+    prot_pages(r, first, 1, Prot::None);
+    if trip != NO_PAGE {
+        prot_pages(r, trip, 1, Prot::None);
+    }
+    z.guard.store(first, Ordering::Relaxed);
+    z.trip.store(trip, Ordering::Relaxed);
+    z.transfers.fetch_add(1, Ordering::Relaxed);
+    z.mode.store(LAZY_ON, Ordering::Release);
+    z.unlock();
     true
+}
+
+/// The mover retires pages `first..first+n` (a strip) of a lazy transfer: without a
+/// system call while only the guard and tripwire are protected (the last page first,
+/// so that a page seen retired means its whole strip is), else (the fallback) as
+/// any strip: unprotected, then retired.
+pub(crate) fn lazy_retire(r: &Region, first: usize, n: usize) {
+    let z = &r.lazy;
+    z.lock();
+    if z.mode.load(Ordering::Relaxed) == LAZY_ON {
+        for p in (first..first + n).rev() {
+            r.table.retire(p, 1);
+        }
+    } else {
+        prot_pages(r, first, n, Prot::ReadWrite);
+        r.table.retire(first, n);
+    }
+    z.unlock();
+}
+
+/// Ends the lazy transfer if none of its pages is pending: unprotects the guard and
+/// the tripwire, counts the calls saved. The mover calls it after the transfer's last
+/// strip, `wait_range` after its wait.
+pub(crate) fn lazy_settle(r: &Region) {
+    let z = &r.lazy;
+    if z.mode.load(Ordering::Acquire) == LAZY_OFF {
+        return;
+    }
+    z.lock();
+    let (lo, hi) = (z.lo.load(Ordering::Relaxed), z.hi.load(Ordering::Relaxed));
+    if z.mode.load(Ordering::Relaxed) != LAZY_OFF && !r.table.any_pending(lo, hi - lo) {
+        lazy_finish(r);
+    }
+    z.unlock();
+}
+
+/// (Lock held, nothing pending.) Unprotects what is still protected, counts the
+/// calls saved against eager protection, and ends the lazy transfer.
+fn lazy_finish(r: &Region) {
+    let z = &r.lazy;
+    for p in [
+        z.guard.load(Ordering::Relaxed),
+        z.trip.load(Ordering::Relaxed),
+    ] {
+        if p != NO_PAGE {
+            prot_pages(r, p, 1, Prot::ReadWrite);
+        }
+    }
+    z.guard.store(NO_PAGE, Ordering::Relaxed);
+    z.trip.store(NO_PAGE, Ordering::Relaxed);
+    let used = r.mprotects.load(Ordering::Relaxed) - z.calls_before.load(Ordering::Relaxed);
+    let saved = z.eager_calls.load(Ordering::Relaxed).saturating_sub(used);
+    z.saved.fetch_add(saved, Ordering::Relaxed);
+    z.mode.store(LAZY_OFF, Ordering::Release);
+}
+
+/// A fault on a page of a buffer with a lazy transfer. `Some(true)`: handled, retry
+/// the access; `None`: not a lazy page's fault (or the fallback was just taken): the
+/// ordinary rules apply (wait for a pending page, retry a retired one once).
+fn lazy_fault(r: &Region, page: usize) -> Option<bool> {
+    let z = &r.lazy;
+    z.lock();
+    let (lo, hi) = (z.lo.load(Ordering::Relaxed), z.hi.load(Ordering::Relaxed));
+    if z.mode.load(Ordering::Relaxed) != LAZY_ON || page < lo || page >= hi {
+        z.unlock();
+        return None;
+    }
+    if page == z.guard.load(Ordering::Relaxed) {
+        // The page a sequential reader reaches next: wait for its strip (its first
+        // page retires last), then move the guard and the tripwire on.
+        z.unlock();
+        wait_pending(r, page);
+        z.lock();
+        if z.mode.load(Ordering::Relaxed) == LAZY_ON && z.guard.load(Ordering::Relaxed) == page {
+            lazy_advance(r, page);
+        }
+        z.unlock();
+        LAST.with(|c| c.set((0, 0)));
+        return Some(true);
+    }
+    if page == z.trip.load(Ordering::Relaxed) {
+        // A jump ahead (past the guard's strip): the access is not sequential.
+        lazy_fallback(r);
+    }
+    z.unlock();
+    None
+}
+
+/// (Lock held, `g` the guard and retired.) The guard moves to the first pending page
+/// after it (the first page of the lowest strip not landed: a strip's first page
+/// retires last), the tripwire to the first page of the next strip not landed; what
+/// is new is protected first, then what is no longer guarded unprotected.
+fn lazy_advance(r: &Region, g: usize) {
+    let z = &r.lazy;
+    let hi = z.hi.load(Ordering::Relaxed);
+    let pending = |p: usize| r.table.state(p) == crate::table::PENDING;
+    let old_trip = z.trip.load(Ordering::Relaxed);
+    let n = (g + 1..hi).find(|&p| pending(p)).unwrap_or(NO_PAGE);
+    let t = if n == NO_PAGE {
+        NO_PAGE
+    } else {
+        (n + 1..hi)
+            .find(|&p| z.is_head(p) && pending(p))
+            .unwrap_or(NO_PAGE)
+    };
+    for p in [n, t] {
+        if p != NO_PAGE && p != old_trip {
+            prot_pages(r, p, 1, Prot::None);
+        }
+    }
+    z.guard.store(n, Ordering::Relaxed);
+    z.trip.store(t, Ordering::Relaxed);
+    prot_pages(r, g, 1, Prot::ReadWrite);
+    if old_trip != NO_PAGE && old_trip != n && old_trip != t {
+        prot_pages(r, old_trip, 1, Prot::ReadWrite);
+    }
+    if n == NO_PAGE {
+        lazy_finish(r);
+    }
+}
+
+/// (Lock held.) Seed 000's fallback for random access: every pending page of the lazy
+/// transfer is protected (runs of pages, one call each), the guard and tripwire
+/// unprotected if they retired; from now on the mover unprotects each strip as it
+/// lands (eager protection).
+fn lazy_fallback(r: &Region) {
+    let z = &r.lazy;
+    z.mode.store(LAZY_FALLBACK, Ordering::Release);
+    let (lo, hi) = (z.lo.load(Ordering::Relaxed), z.hi.load(Ordering::Relaxed));
+    let pending = |p: usize| r.table.state(p) == crate::table::PENDING;
+    let mut p = lo;
+    while p < hi {
+        if pending(p) {
+            let s = p;
+            while p < hi && pending(p) {
+                p += 1;
+            }
+            prot_pages(r, s, p - s, Prot::None);
+        } else {
+            p += 1;
+        }
+    }
+    for q in [
+        z.guard.load(Ordering::Relaxed),
+        z.trip.load(Ordering::Relaxed),
+    ] {
+        if q != NO_PAGE && !pending(q) {
+            prot_pages(r, q, 1, Prot::ReadWrite);
+        }
+    }
+    z.guard.store(NO_PAGE, Ordering::Relaxed);
+    z.trip.store(NO_PAGE, Ordering::Relaxed);
+    z.fallbacks.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Hands a fault that is not ours to the disposition found at install: a handler is

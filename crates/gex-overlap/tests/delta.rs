@@ -9,7 +9,7 @@ mod common;
 use gex_core::boot::Singleton;
 use gex_core::loopback::Loopback;
 use gex_core::{Blocking, Client, ClientBuilder, Endpoint};
-use gex_overlap::{DeltaBuf, DeltaExt, Overlap, OverlapError, Tracking, page_size};
+use gex_overlap::{DeltaBuf, DeltaExt, OverlapError, Tracking, page_size};
 use gex_rma::{GlobalPtr, Rma, RmaExt};
 
 const SEG: usize = 8 << 20;
@@ -19,13 +19,7 @@ fn client_env(delta: Option<&str>) -> Client<Loopback> {
     if let Some(d) = delta {
         cfg.set("GEX_OVERLAP_DELTA", d);
     }
-    ClientBuilder::new()
-        .layer::<Rma>()
-        .layer::<Overlap>()
-        .config(cfg)
-        .segment_size(SEG)
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap()
+    common::loopback_client(cfg, SEG)
 }
 
 fn client() -> Client<Loopback> {

@@ -20,12 +20,7 @@ use gex_rma::{GlobalPtr, Rma, RmaExt};
 const SEG: usize = 8 << 20;
 
 fn client() -> Client<Loopback> {
-    ClientBuilder::new()
-        .layer::<Rma>()
-        .layer::<Overlap>()
-        .segment_size(SEG)
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap()
+    common::loopback_client(gex_core::config::Config::default(), SEG)
 }
 
 fn pattern(i: usize) -> u8 {

@@ -1,8 +1,9 @@
 //! What the single-process tests of gex-overlap share.
 
-use gex_core::ClientBuilder;
 use gex_core::boot::Singleton;
+use gex_core::config::Config;
 use gex_core::loopback::Loopback;
+use gex_core::{Client, ClientBuilder};
 use gex_overlap::Overlap;
 use gex_rma::Rma;
 
@@ -26,4 +27,16 @@ pub(crate) fn assert_bad_settings(settings: &[(&str, &str)]) {
             other => panic!("{k}={v}: {:?}", other.map(|_| ())),
         }
     }
+}
+
+/// An Rma+Overlap loopback client with configuration `cfg` and a segment of `seg`
+/// bytes.
+pub(crate) fn loopback_client(cfg: Config, seg: usize) -> Client<Loopback> {
+    ClientBuilder::new()
+        .layer::<Rma>()
+        .layer::<Overlap>()
+        .config(cfg)
+        .segment_size(seg)
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap()
 }
