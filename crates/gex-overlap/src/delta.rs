@@ -71,6 +71,16 @@ struct Epoch {
     window: Option<(usize, usize, u32)>,
 }
 
+/// Where a [`DeltaBuf`] was last transferred (the destination that holds its copy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dest {
+    /// A region of a segment: rank, endpoint, offset.
+    Seg(u32, u16, usize),
+    /// Messages on (communicator id, destination rank, tag).
+    #[cfg_attr(not(feature = "msg"), allow(dead_code))]
+    Msg(u32, u32, u32),
+}
+
 /// A buffer for delta transfers: an [`OverlapBuf`](crate::OverlapBuf)'s memory (two
 /// views of one memory file, page-aligned, zero-filled at creation) plus the record of
 /// what changed since its last transfer. It dereferences to `[u8]`.
@@ -123,8 +133,8 @@ pub struct DeltaBuf {
     marked: RangeSet,
     /// Ranges sent in the open epoch.
     sent: RangeSet,
-    /// The destination of the last transfer (rank, endpoint, offset).
-    last: Option<(u32, u16, usize)>,
+    /// The destination of the last transfer.
+    pub(crate) last: Option<Dest>,
     epoch: Option<Epoch>,
     /// Sends of this buffer not complete yet.
     inflight: Arc<AtomicUsize>,
@@ -221,6 +231,49 @@ impl DeltaBuf {
     /// the changed pages' bytes and the marked ones ([`Tracking::OsTriggered`]).
     pub fn changed_bytes(&self) -> usize {
         self.changed().bytes()
+    }
+
+    /// For a transfer of the whole buffer outside an epoch (a delta message) to
+    /// `key`: the runs to send (sorted, disjoint `(start, end)`) and whether they are
+    /// the whole buffer (the first transfer to `key`, or at least `whole_pct` percent
+    /// changed).
+    #[cfg(feature = "msg")]
+    pub(crate) fn delta_runs(&self, key: Dest, whole_pct: u32) -> (Vec<(usize, usize)>, bool) {
+        let len = self.len();
+        let set = self.changed();
+        let whole = self.last != Some(key)
+            || (set.bytes() as u128) * 100 >= u128::from(whole_pct) * len as u128;
+        if whole {
+            (vec![(0, len)], true)
+        } else {
+            (set.runs().to_vec(), false)
+        }
+    }
+
+    /// After a transfer outside an epoch to `key` (a delta message): nothing is
+    /// changed any more (marks cleared; OS-triggered: the written pages read-only
+    /// again, `CLEAN`, so the next writes are seen), and `key` holds the copy.
+    #[cfg(feature = "msg")]
+    pub(crate) fn sent_to(&mut self, key: Dest) -> Result<(), OverlapError> {
+        self.marked.clear();
+        if self.mode == Tracking::OsTriggered {
+            let page = sys::page_size();
+            let len = self.len();
+            let shared = &self.buf.shared;
+            for (first, n) in shared.region.table.runs_in(READY) {
+                let off = first * page;
+                // `&mut self`: no slice of the buffer lives, so nothing writes these
+                // pages while they become read-only and CLEAN.
+                if let Err(e) = shared.protect(off, ((first + n) * page).min(len) - off, Prot::Read)
+                {
+                    self.last = None;
+                    return Err(OverlapError::Os(e));
+                }
+                shared.region.table.set(first, n, CLEAN);
+            }
+        }
+        self.last = Some(key);
+        Ok(())
     }
 
     /// What changed and is not sent yet.
@@ -543,7 +596,7 @@ pub trait DeltaExt {
     ) -> Result<DeltaStats, OverlapError>;
 }
 
-fn wait_buf<C: Conduit>(ep: &mut Endpoint<C>, buf: &DeltaBuf) {
+pub(crate) fn wait_buf<C: Conduit>(ep: &mut Endpoint<C>, buf: &DeltaBuf) {
     let mut spins = 0u32;
     while buf.inflight.load(Ordering::Acquire) != 0 {
         backoff(ep, &mut spins);
@@ -805,7 +858,7 @@ impl<C: Conduit> DeltaExt for Endpoint<C> {
         let e = buf.epoch.take().expect("checked above");
         buf.sent.clear();
         r?;
-        buf.last = Some((e.dst.rank, e.dst.ep, e.dst.offset));
+        buf.last = Some(Dest::Seg(e.dst.rank, e.dst.ep, e.dst.offset));
         match e.misuse {
             Some(offset) => Err(OverlapError::WrittenAfterSend { offset }),
             None => Ok(e.stats),
@@ -930,7 +983,7 @@ fn begin<C: Conduit>(
         }
         None => None,
     };
-    let key = (dst.rank, dst.ep, dst.offset);
+    let key = Dest::Seg(dst.rank, dst.ep, dst.offset);
     buf.sent.clear();
     buf.epoch = Some(Epoch {
         dst,

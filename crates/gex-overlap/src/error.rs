@@ -99,4 +99,29 @@ pub enum OverlapError {
     /// The mover thread is gone (it panicked): the transfer cannot complete.
     #[error("the overlap mover thread is gone")]
     MoverGone,
+    /// A delta message ([`apply_delta`](crate::apply_delta), the receive of a delta
+    /// sent as a message) does not start with the delta format's magic (`GXDL`) and
+    /// version 1: not a delta message, or a newer format. Nothing was written.
+    #[error("not a delta message (magic {magic:#010x}, version {version})")]
+    NotDelta {
+        /// The message's first four bytes (little-endian), or what there is of them.
+        magic: u32,
+        /// Its version byte.
+        version: u8,
+    },
+    /// A delta message's length does not match its header and runs: it ends inside
+    /// the header or inside a run (truncated), or has bytes after its last run.
+    /// Nothing was written.
+    #[error("delta message of {got} bytes: its header and runs need {need}")]
+    DeltaLength {
+        /// The length the header and the runs read so far need (for bytes after
+        /// the last run: where the last run ends).
+        need: usize,
+        /// The message's length.
+        got: usize,
+    },
+    /// The gex-msg send or receive of a delta message failed (feature `msg`).
+    #[cfg(feature = "msg")]
+    #[error("message: {0}")]
+    Msg(#[source] gex_msg::MsgError),
 }

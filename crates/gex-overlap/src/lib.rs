@@ -66,8 +66,9 @@
 //! - Delta transfers: OS-triggered tracking sends early only at
 //!   [`DeltaExt::delta_flush`] (not from the fault handler, which would copy pages
 //!   other threads may still be writing); delta send-recv needs the receiver's segment
-//!   mapped here ([`OverlapError::Unmapped`] otherwise) and does not interoperate with
-//!   gex-msg's sends and receives. docs/overlap.md lists the limits.
+//!   mapped here ([`OverlapError::Unmapped`] otherwise); the delta sent as an
+//!   ordinary gex-msg message (feature `msg`) works over any conduit but costs a copy
+//!   on each side and has no early sends. docs/overlap.md lists the limits.
 //!
 //! ## Delta transfers (seed 001)
 //! A [`DeltaBuf`] sent to a destination ([`DeltaExt`]) carries only what changed since
@@ -77,6 +78,11 @@
 //! and writing a part already sent is reported ([`OverlapError::WrittenAfterSend`]).
 //! A [`DeltaRecv`] is the receive side: its buffer's pages become readable one by one
 //! as the sender's deltas arrive in its window, with no wait call.
+//!
+//! With the feature `msg`, `DeltaMsgExt` sends a [`DeltaBuf`]'s changes as one
+//! ordinary gex-msg message (ordered with the program's other messages, over any
+//! conduit) and applies them at the receiver; [`apply_delta`] decodes such a message
+//! received with a plain receive.
 //!
 //! ## Words
 //! - **strip**: a piece of a transfer moved (and retired) as one.
@@ -95,11 +101,14 @@ mod delta;
 mod error;
 mod layer;
 pub mod model;
+#[cfg(feature = "msg")]
+mod msg;
 mod profile;
 mod ranges;
 mod sched;
 mod sys;
 mod table;
+mod wire;
 
 pub use buf::{BufStats, OverlapBuf};
 pub use calibrate::calibrate;
@@ -110,8 +119,11 @@ pub use layer::{
     trace_enabled,
 };
 pub use model::{CostParams, Decomp, StripPlan};
+#[cfg(feature = "msg")]
+pub use msg::DeltaMsgExt;
 pub use profile::OverlapProfile;
 pub use sched::{SchedExt, SchedMode, SchedStats};
+pub use wire::{DELTA_HEADER, DELTA_MAGIC, DELTA_RUN_HEADER, DeltaStatus, apply_delta};
 
 /// At most this many [`OverlapBuf`]s are alive at once in a process.
 pub const MAX_BUFFERS: usize = sys::SLOTS;
