@@ -385,6 +385,48 @@ unsafe fn put_n(
     state::put(dst as usize, src, pe, nbi)
 }
 
+/// The fast path of a put on the default context (inlined into the entry points): a
+/// copy through the mapping of a mapped PE's heap, without `catch_unwind`, the lock or
+/// a call; `false`: nothing done, take the checked path (`put_n` under `entry`).
+///
+/// # Safety
+/// As `put_n`.
+#[inline(always)]
+unsafe fn put_fast(
+    ctx: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    size: usize,
+    pe: c_int,
+) -> bool {
+    let Some(len) = n.checked_mul(size) else {
+        return false;
+    };
+    // SAFETY: the caller's promise for `src`.
+    ctx == CTX_DEFAULT && unsafe { state::put_direct(dst as usize, src.cast(), len, pe) }
+}
+
+/// The fast path of a get on the default context, as [`put_fast`].
+///
+/// # Safety
+/// As `get_n`.
+#[inline(always)]
+unsafe fn get_fast(
+    ctx: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    size: usize,
+    pe: c_int,
+) -> bool {
+    let Some(len) = n.checked_mul(size) else {
+        return false;
+    };
+    // SAFETY: the caller's promise for `dst`.
+    ctx == CTX_DEFAULT && unsafe { state::get_direct(dst.cast(), src as usize, len, pe) }
+}
+
 /// Get of `n` elements of `size` bytes.
 unsafe fn get_n(
     ctx: *mut c_void,
@@ -487,40 +529,72 @@ macro_rules! rma_sized {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_put $sz>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
+            if unsafe { put_fast(ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
+            // SAFETY: the caller's promise (this module's).
             entry("put", || unsafe { put_n(ctx, dest, source, nelems, $size, pe, false) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_put $sz>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            if unsafe { put_fast(CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
             entry("put", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, false) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_put $sz _nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
+            if unsafe { put_fast(ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
+            // SAFETY: the caller's promise (this module's).
             entry("put_nbi", || unsafe { put_n(ctx, dest, source, nelems, $size, pe, true) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_put $sz _nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            if unsafe { put_fast(CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
             entry("put_nbi", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, true) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_get $sz>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
+            if unsafe { get_fast(ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
+            // SAFETY: the caller's promise (this module's).
             entry("get", || unsafe { get_n(ctx, dest, source, nelems, $size, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_get $sz>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            if unsafe { get_fast(CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
             entry("get", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_get $sz _nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
+            if unsafe { get_fast(ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
+            // SAFETY: the caller's promise (this module's).
             entry("get_nbi", || unsafe { get_n(ctx, dest, source, nelems, $size, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_get $sz _nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            if unsafe { get_fast(CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
             entry("get_nbi", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
         }
@@ -577,30 +651,54 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _put>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
+            if unsafe { put_fast(ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
+            // SAFETY: the caller's promise (this module's).
             entry("put", || unsafe { put_n(ctx, dest, source, nelems, $size, pe, false) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _put>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            if unsafe { put_fast(CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
             entry("put", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, false) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _put_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
+            if unsafe { put_fast(ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
+            // SAFETY: the caller's promise (this module's).
             entry("put_nbi", || unsafe { put_n(ctx, dest, source, nelems, $size, pe, true) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _put_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            if unsafe { put_fast(CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
             entry("put_nbi", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, true) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _get>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
+            if unsafe { get_fast(ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
+            // SAFETY: the caller's promise (this module's).
             entry("get", || unsafe { get_n(ctx, dest, source, nelems, $size, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _get>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            if unsafe { get_fast(CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
             entry("get", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
         }
@@ -609,10 +707,18 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _get_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
+            if unsafe { get_fast(ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
+            // SAFETY: the caller's promise (this module's).
             entry("get_nbi", || unsafe { get_n(ctx, dest, source, nelems, $size, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _get_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            if unsafe { get_fast(CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
             entry("get_nbi", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
         }
@@ -665,6 +771,10 @@ macro_rules! rma_scalar {
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _p>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
             let v = value;
             // SAFETY: `v` is a local of one element.
+            if unsafe { put_fast(ctx, dest.cast(), (&raw const v).cast(), 1, size_of::<$t>(), pe) } {
+                return;
+            }
+            // SAFETY: `v` is a local of one element.
             entry("p", || unsafe { put_n(ctx, dest.cast(), (&raw const v).cast(), 1, size_of::<$t>(), pe, false) })
         }
         #[unsafe(no_mangle)]
@@ -675,6 +785,10 @@ macro_rules! rma_scalar {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _g>](ctx: *mut c_void, source: *const $t, pe: c_int) -> $t {
             let mut v: $t = Default::default();
+            // SAFETY: `v` is a local of one element.
+            if unsafe { get_fast(ctx, (&raw mut v).cast(), source.cast(), 1, size_of::<$t>(), pe) } {
+                return v;
+            }
             // SAFETY: `v` is a local of one element.
             entry("g", || unsafe { get_n(ctx, (&raw mut v).cast(), source.cast(), 1, size_of::<$t>(), pe) });
             v
@@ -729,6 +843,9 @@ pub extern "C" fn shmem_ctx_fence(ctx: *mut c_void) {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_fence() {
+    if state::quiet_direct() {
+        return;
+    }
     shmem_ctx_fence(CTX_DEFAULT)
 }
 
@@ -744,6 +861,9 @@ pub extern "C" fn shmem_ctx_quiet(ctx: *mut c_void) {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_quiet() {
+    if state::quiet_direct() {
+        return;
+    }
     shmem_ctx_quiet(CTX_DEFAULT)
 }
 
@@ -766,12 +886,34 @@ fn amo(
     state::amo(addr as usize, pe, width, op, a, b, fetch)
 }
 
+/// An atomic entry point: the lock-free CPU atomic on a mapped heap word when the
+/// context is the default one, else `amo` under `entry`.
+#[inline(always)]
+fn amo_call(
+    name: &str,
+    ctx: *mut c_void,
+    addr: *const c_void,
+    pe: c_int,
+    width: u32,
+    op: Amo,
+    a: u64,
+    b: u64,
+    fetch: bool,
+) -> u64 {
+    if ctx == CTX_DEFAULT {
+        if let Some(v) = state::amo_direct(addr as usize, pe, width, op, a, b) {
+            return v;
+        }
+    }
+    entry(name, || amo(ctx, addr, pe, width, op, a, b, fetch))
+}
+
 macro_rules! amo_ext {
     ($($tn:ident $t:ty, $u:ty;)*) => { paste::paste! { $(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch>](ctx: *mut c_void, source: *const $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
-            <$t>::from_bits(entry("atomic_fetch", || amo(ctx, source.cast(), pe, w, Amo::Fetch, 0, 0, true)) as $u)
+            <$t>::from_bits(amo_call("atomic_fetch", ctx, source.cast(), pe, w, Amo::Fetch, 0, 0, true) as $u)
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch>](source: *const $t, pe: c_int) -> $t {
@@ -781,7 +923,7 @@ macro_rules! amo_ext {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_set>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
             let w = size_of::<$t>() as u32;
-            entry("atomic_set", || amo(ctx, dest.cast(), pe, w, Amo::Set, value.to_bits() as u64, 0, false));
+            amo_call("atomic_set", ctx, dest.cast(), pe, w, Amo::Set, value.to_bits() as u64, 0, false);
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_set>](dest: *mut $t, value: $t, pe: c_int) {
@@ -791,7 +933,7 @@ macro_rules! amo_ext {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_swap>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
-            <$t>::from_bits(entry("atomic_swap", || amo(ctx, dest.cast(), pe, w, Amo::Swap, value.to_bits() as u64, 0, true)) as $u)
+            <$t>::from_bits(amo_call("atomic_swap", ctx, dest.cast(), pe, w, Amo::Swap, value.to_bits() as u64, 0, true) as $u)
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_swap>](dest: *mut $t, value: $t, pe: c_int) -> $t {
@@ -851,7 +993,7 @@ macro_rules! amo_std {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_compare_swap>](ctx: *mut c_void, dest: *mut $t, cond: $t, value: $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
-            <$t>::from_bits(entry("atomic_compare_swap", || amo(ctx, dest.cast(), pe, w, Amo::Cswap, cond.to_bits() as u64, value.to_bits() as u64, true)) as $u)
+            <$t>::from_bits(amo_call("atomic_compare_swap", ctx, dest.cast(), pe, w, Amo::Cswap, cond.to_bits() as u64, value.to_bits() as u64, true) as $u)
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_compare_swap>](dest: *mut $t, cond: $t, value: $t, pe: c_int) -> $t {
@@ -861,7 +1003,7 @@ macro_rules! amo_std {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_add>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
-            <$t>::from_bits(entry("atomic_fetch_add", || amo(ctx, dest.cast(), pe, w, Amo::Add, value.to_bits() as u64, 0, true)) as $u)
+            <$t>::from_bits(amo_call("atomic_fetch_add", ctx, dest.cast(), pe, w, Amo::Add, value.to_bits() as u64, 0, true) as $u)
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_add>](dest: *mut $t, value: $t, pe: c_int) -> $t {
@@ -871,7 +1013,7 @@ macro_rules! amo_std {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_add>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
             let w = size_of::<$t>() as u32;
-            entry("atomic_add", || amo(ctx, dest.cast(), pe, w, Amo::Add, value.to_bits() as u64, 0, false));
+            amo_call("atomic_add", ctx, dest.cast(), pe, w, Amo::Add, value.to_bits() as u64, 0, false);
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_add>](dest: *mut $t, value: $t, pe: c_int) {
@@ -881,7 +1023,7 @@ macro_rules! amo_std {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_inc>](ctx: *mut c_void, dest: *mut $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
-            <$t>::from_bits(entry("atomic_fetch_inc", || amo(ctx, dest.cast(), pe, w, Amo::Add, 1, 0, true)) as $u)
+            <$t>::from_bits(amo_call("atomic_fetch_inc", ctx, dest.cast(), pe, w, Amo::Add, 1, 0, true) as $u)
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_inc>](dest: *mut $t, pe: c_int) -> $t {
@@ -891,7 +1033,7 @@ macro_rules! amo_std {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_inc>](ctx: *mut c_void, dest: *mut $t, pe: c_int) {
             let w = size_of::<$t>() as u32;
-            entry("atomic_inc", || amo(ctx, dest.cast(), pe, w, Amo::Add, 1, 0, false));
+            amo_call("atomic_inc", ctx, dest.cast(), pe, w, Amo::Add, 1, 0, false);
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_inc>](dest: *mut $t, pe: c_int) {
@@ -947,7 +1089,7 @@ macro_rules! amo_bit {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_ $op>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
-            entry("atomic_fetch_bitwise", || amo(ctx, dest.cast(), pe, w, Amo::$amo, value as $u as u64, 0, true)) as $t
+            amo_call("atomic_fetch_bitwise", ctx, dest.cast(), pe, w, Amo::$amo, value as $u as u64, 0, true) as $t
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_ $op>](dest: *mut $t, value: $t, pe: c_int) -> $t {
@@ -957,7 +1099,7 @@ macro_rules! amo_bit {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_ $op>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
             let w = size_of::<$t>() as u32;
-            entry("atomic_bitwise", || amo(ctx, dest.cast(), pe, w, Amo::$amo, value as $u as u64, 0, false));
+            amo_call("atomic_bitwise", ctx, dest.cast(), pe, w, Amo::$amo, value as $u as u64, 0, false);
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_ $op>](dest: *mut $t, value: $t, pe: c_int) {

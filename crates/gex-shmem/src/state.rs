@@ -43,7 +43,8 @@ use crate::heap::Heap;
 use gex_facade::prelude::*;
 use gex_facade::rma::AtomicDomain;
 use gex_facade::{Client, OwnedEndpoint};
-use gex_sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+use gex_sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::ffi::c_int;
 use std::sync::{Mutex, OnceLock};
 
 /// What every fast path reads: published once by `shmem_init` (in [`PE`]), never
@@ -51,12 +52,12 @@ use std::sync::{Mutex, OnceLock};
 pub(crate) struct Pe {
     pub(crate) me: u32,
     pub(crate) npes: u32,
-    /// This PE's heap: its address and length.
+    /// This PE's heap: its address (its length bounds every PE's entry of `peers`).
     pub(crate) heap_base: usize,
-    pub(crate) heap_len: usize,
     /// Per PE: the address of its heap in this process's mapping of its segment and the
-    /// bytes of it mapped from there; `(0, 0)` when the conduit does not map it (the
-    /// endpoint carries those operations).
+    /// bytes of it that may be reached from there (mapped, published, and within this
+    /// PE's heap length, so that one comparison checks a range); `(0, 0)` when the
+    /// conduit does not map it (the endpoint carries those operations).
     peers: Box<[(usize, usize)]>,
     /// The atomic domains agreed on CPU atomics (not the NIC's): an atomic on a mapped
     /// word may be done here, coherently with the other PEs' (gex-rma's rule).
@@ -66,8 +67,9 @@ pub(crate) struct Pe {
 
 /// The published PE (module documentation).
 static PE: OnceLock<Pe> = OnceLock::new();
-/// True between `shmem_init` and `shmem_finalize`.
-static LIVE: AtomicBool = AtomicBool::new(false);
+/// [`PE`]'s value between `shmem_init` and `shmem_finalize`, null outside: what every
+/// call reads first, one load.
+static PUB: AtomicPtr<Pe> = AtomicPtr::new(std::ptr::null_mut());
 /// An NBI put went through the endpoint since the last quiet (which then syncs it).
 static EP_NBI: AtomicBool = AtomicBool::new(false);
 /// The endpoint after `shmem_finalize`: kept, never dropped, so that its conduit's
@@ -93,12 +95,18 @@ pub(crate) fn ctx_team(i: usize) -> Option<Option<usize>> {
 ///
 /// # Errors
 /// [`ShmemError::NotInitialized`] before `shmem_init` and after `shmem_finalize`.
-#[inline]
+#[inline(always)]
 pub(crate) fn pe() -> Result<&'static Pe, ShmemError> {
-    if !LIVE.load(Ordering::Acquire) {
-        return Err(ShmemError::NotInitialized);
-    }
-    PE.get().ok_or(ShmemError::NotInitialized)
+    published().ok_or(ShmemError::NotInitialized)
+}
+
+/// The published PE while initialised, else `None`: one load.
+#[inline(always)]
+pub(crate) fn published() -> Option<&'static Pe> {
+    let p = PUB.load(Ordering::Acquire);
+    // SAFETY: `PUB` is null or the address of `PE`'s value (stored by `init` after
+    // `PE.set`), which is `'static` and never changed or freed afterwards.
+    unsafe { p.cast_const().as_ref() }
 }
 
 impl Pe {
@@ -112,17 +120,111 @@ impl Pe {
     }
 
     /// The address in this process of `[addr, addr + len)` (a range of this PE's heap)
-    /// on (checked) PE `pe`, if the conduit maps it here; `None`: not in the heap, or not
-    /// mapped (the endpoint's path decides and reports errors).
+    /// on PE `pe`, if the conduit maps it here; `None`: not in the heap, not mapped, or
+    /// `pe` out of range (a negative PE number as `usize` is beyond every PE: the
+    /// bounds check of `peers` is the PE check). The endpoint's path decides then and
+    /// reports errors.
     #[inline(always)]
-    fn direct(&self, addr: usize, len: usize, pe: u32) -> Option<*mut u8> {
+    fn direct(&self, addr: usize, len: usize, pe: usize) -> Option<*mut u8> {
+        let &(base, lim) = self.peers.get(pe)?;
         let off = addr.wrapping_sub(self.heap_base);
-        let (base, mapped) = *self.peers.get(pe as usize)?;
-        if off >= self.heap_len || len > self.heap_len - off || len > mapped.saturating_sub(off) {
+        if off.checked_add(len)? > lim || lim == 0 {
             return None;
         }
         Some((base + off) as *mut u8)
     }
+}
+
+/// The lock-free put (issue 27 point 4: the entry points' fast path, inlined into
+/// them): `len` bytes from `src` to symmetric address `dst` of PE `pe` when the
+/// conduit maps its heap here; `false` (nothing done) otherwise, for the checked path.
+///
+/// # Safety
+/// `src` is valid for reads of `len` bytes (or null: `false`).
+#[inline(always)]
+pub(crate) unsafe fn put_direct(dst: usize, src: *const u8, len: usize, pe: c_int) -> bool {
+    let Some(p) = published() else {
+        return false;
+    };
+    if len == 0 || src.is_null() {
+        return false;
+    }
+    let Some(at) = p.direct(dst, len, pe as usize) else {
+        return false;
+    };
+    // SAFETY: `at .. at + len` is inside the mapping of `pe`'s segment (checked against
+    // the reachable length), mapped for the life of the process (module documentation);
+    // `src` the caller's; byte-wise atomic stores on the shared side.
+    unsafe { gex_sync::copy::atomic_write(at, std::slice::from_raw_parts(src, len)) };
+    true
+}
+
+/// The lock-free get, as [`put_direct`].
+///
+/// # Safety
+/// `dst` is valid for writes of `len` bytes and not otherwise accessed meanwhile (or
+/// null: `false`).
+#[inline(always)]
+pub(crate) unsafe fn get_direct(dst: *mut u8, src: usize, len: usize, pe: c_int) -> bool {
+    let Some(p) = published() else {
+        return false;
+    };
+    if len == 0 || dst.is_null() {
+        return false;
+    }
+    let Some(at) = p.direct(src, len, pe as usize) else {
+        return false;
+    };
+    if pe as u32 == p.me {
+        // Programs spin on gets of their own PE's data: serve the others.
+        serve();
+    }
+    // SAFETY: inside the mapping of `pe`'s segment (checked), mapped for the life of the
+    // process; byte-wise atomic loads; `dst` is the caller's.
+    unsafe { gex_sync::copy::atomic_read(at, std::slice::from_raw_parts_mut(dst, len)) };
+    true
+}
+
+/// The lock-free atomic, as [`put_direct`]: `Some(old value)` when done (CPU atomic
+/// domains, mapped heap, aligned word), `None` for the checked path.
+#[inline(always)]
+pub(crate) fn amo_direct(
+    addr: usize,
+    pe: c_int,
+    width: u32,
+    op: Amo,
+    a: u64,
+    b: u64,
+) -> Option<u64> {
+    let p = published()?;
+    let w = width as usize;
+    let mask = w.wrapping_sub(1);
+    if !p.cpu_atomics || !w.is_power_of_two() || addr & mask != 0 {
+        return None;
+    }
+    let at = p.direct(addr, w, pe as usize)?;
+    if at as usize & mask != 0 {
+        return None;
+    }
+    if pe as u32 == p.me {
+        // Programs spin on atomics of their own PE's words: serve the others.
+        serve();
+    }
+    // SAFETY: inside the mapping of `pe`'s segment (checked), mapped for the life of
+    // the process, aligned to its width (checked); every other access to the word is a
+    // `gex_sync::word` operation or a byte-wise copy (gex-rma's rule).
+    Some(unsafe { word_amo(at, width, op, a, b) })
+}
+
+/// `shmem_quiet`'s fast path: a full barrier, done when nothing went through the
+/// endpoint since the last quiet; `false`: take [`quiet`].
+#[inline(always)]
+pub(crate) fn quiet_direct() -> bool {
+    if published().is_none() {
+        return false;
+    }
+    gex_sync::word::full_fence();
+    !EP_NBI.load(Ordering::Acquire) && OUTSTANDING.load(Ordering::Acquire) == 0
 }
 
 /// Polls the endpoint once if no other thread holds the state (that one polls): calls
@@ -145,7 +247,7 @@ fn serve() {
 pub(crate) fn put(dst: usize, src: &[u8], pe: i32, nbi: bool) -> Result<(), ShmemError> {
     let p = self::pe()?;
     let pe = p.pe(pe)?;
-    if let Some(at) = p.direct(dst, src.len(), pe) {
+    if let Some(at) = p.direct(dst, src.len(), pe as usize) {
         // SAFETY: `at .. at + len` is inside the mapping of `pe`'s segment (checked
         // against the mapped length), which stays mapped for the life of the process
         // (module documentation); byte-wise atomic stores, so other PEs' and threads'
@@ -164,7 +266,7 @@ pub(crate) fn put(dst: usize, src: &[u8], pe: i32, nbi: bool) -> Result<(), Shme
 pub(crate) fn get(dst: &mut [u8], src: usize, pe: i32) -> Result<(), ShmemError> {
     let p = self::pe()?;
     let pe = p.pe(pe)?;
-    if let Some(at) = p.direct(src, dst.len(), pe) {
+    if let Some(at) = p.direct(src, dst.len(), pe as usize) {
         if pe == p.me {
             // Programs spin on gets of their own PE's data: serve the others.
             serve();
@@ -199,7 +301,10 @@ pub(crate) fn amo(
     let w = width as usize;
     let mask = w.wrapping_sub(1);
     if p.cpu_atomics && w.is_power_of_two() && addr & mask == 0 {
-        if let Some(at) = p.direct(addr, w, pe).filter(|&at| at as usize & mask == 0) {
+        if let Some(at) = p
+            .direct(addr, w, pe as usize)
+            .filter(|&at| at as usize & mask == 0)
+        {
             if pe == p.me {
                 // Programs spin on atomics of their own PE's words: serve the others.
                 serve();
@@ -259,7 +364,7 @@ unsafe fn word_amo(at: *mut u8, width: u32, op: Amo, a: u64, b: u64) -> u64 {
 #[inline]
 pub(crate) fn quiet() -> Result<(), ShmemError> {
     self::pe()?;
-    fence(Ordering::SeqCst);
+    gex_sync::word::full_fence();
     if EP_NBI.load(Ordering::Acquire) || OUTSTANDING.load(Ordering::Acquire) != 0 {
         return with(|s| s.quiet());
     }
@@ -652,14 +757,17 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
                 let len = mapped.min(published).checked_sub(pads[r as usize])?;
                 Some((base.as_ptr() as usize + pads[r as usize], len))
             });
-        peers.push(heap.filter(|&(_, len)| len > 0).unwrap_or((0, 0)));
+        peers.push(
+            heap.map(|(base, len)| (base, len.min(heap_len)))
+                .filter(|&(_, len)| len > 0)
+                .unwrap_or((0, 0)),
+        );
     }
     peers.resize(npes as usize, (0, 0));
     let published = Pe {
         me,
         npes,
         heap_base: seg + pad,
-        heap_len,
         peers: peers.into_boxed_slice(),
         cpu_atomics: !ad32.is_native() && !ad64.is_native(),
         thread_level: level,
@@ -669,7 +777,9 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
         return Err(ShmemError::Finalized);
     }
     ep.barrier(&world)?;
-    LIVE.store(true, Ordering::Release);
+    if let Some(p) = PE.get() {
+        PUB.store(std::ptr::from_ref(p).cast_mut(), Ordering::Release);
+    }
     *g = Some(State {
         client: Some(client),
         ep,
@@ -713,7 +823,7 @@ pub(crate) fn finalize() -> Result<(), ShmemError> {
         return Ok(());
     };
     FINALIZED.store(true, Ordering::Release);
-    LIVE.store(false, Ordering::Release);
+    PUB.store(std::ptr::null_mut(), Ordering::Release);
     let closed = (|| {
         s.quiet()?;
         let world = s.world.clone();
@@ -773,7 +883,9 @@ impl State {
     }
 
     fn check_fault(&self) -> Result<(), ShmemError> {
-        if REMOTE_FAULT.swap(0, Ordering::AcqRel) != 0 {
+        // A load first: the swap (a locked instruction) only when a fault was flagged.
+        if REMOTE_FAULT.load(Ordering::Acquire) != 0 && REMOTE_FAULT.swap(0, Ordering::AcqRel) != 0
+        {
             return Err(ShmemError::RemoteFault);
         }
         Ok(())
@@ -981,10 +1093,10 @@ impl State {
 
     /// Completes every put, get and atomic issued so far.
     pub(crate) fn quiet(&mut self) -> Result<(), ShmemError> {
-        fence(Ordering::SeqCst);
+        gex_sync::word::full_fence();
         // Every NBI put through the endpoint was issued under the lock this holds, and
         // set the flag; without one there is nothing to sync (a sync polls every layer).
-        if EP_NBI.swap(false, Ordering::AcqRel) {
+        if EP_NBI.load(Ordering::Acquire) && EP_NBI.swap(false, Ordering::AcqRel) {
             self.ep.sync_nbi(NbiCategories::ALL)?;
         }
         self.wait_static_puts()
@@ -993,8 +1105,7 @@ impl State {
     /// Quiet, then the barrier over every PE.
     pub(crate) fn barrier_all(&mut self) -> Result<(), ShmemError> {
         self.quiet()?;
-        let w = self.world.clone();
-        self.ep.barrier(&w)?;
+        self.ep.barrier(&self.world)?;
         Ok(())
     }
 
