@@ -23,6 +23,8 @@ use std::ffi::{c_char, c_int, c_long, c_void};
 /// `SHMEM_CTX_DEFAULT` of shmem.h: handle 1 (handles are table indices + 1, never
 /// dereferenced).
 const CTX_DEFAULT: *mut c_void = std::ptr::without_provenance_mut(1);
+/// `SHMEM_CTX_PRIVATE` of shmem.h.
+const SHMEM_CTX_PRIVATE: c_long = 1;
 
 /// The library's OpenSHMEM version.
 const MAJOR: c_int = 1;
@@ -114,6 +116,13 @@ fn ctx_live(ctx: *mut c_void) -> Result<bool, ShmemError> {
         Some(Some(_)) => Ok(true),
         _ => Err(ShmemError::BadCtx),
     })
+}
+
+/// The context index of a handle other than `SHMEM_CTX_DEFAULT` (whose operations go
+/// through the PE's endpoint): `None` for the default context.
+#[inline]
+fn ctx_index(ctx: *mut c_void) -> Option<usize> {
+    (ctx != CTX_DEFAULT).then(|| (ctx as usize).wrapping_sub(1))
 }
 
 fn team_index(team: *mut c_void) -> usize {
@@ -382,7 +391,7 @@ unsafe fn put_n(
     let pe = ctx_pe(ctx, pe)?;
     // SAFETY: the caller's promise for `src`.
     let src = unsafe { rd(src, bytes(n, size)?) }?;
-    state::put(dst as usize, src, pe, nbi)
+    state::put_on(ctx_index(ctx), dst as usize, src, pe, nbi)
 }
 
 /// The fast path of a put on the default context (inlined into the entry points): a
@@ -439,7 +448,7 @@ unsafe fn get_n(
     let pe = ctx_pe(ctx, pe)?;
     // SAFETY: the caller's promise for `dst`.
     let dst = unsafe { wr(dst, bytes(n, size)?) }?;
-    state::get(dst, src as usize, pe)
+    state::get_on(ctx_index(ctx), dst, src as usize, pe)
 }
 
 /// Strided put: element `i` of `src` (stride `sst`) to element `i` of `dst` (stride `dst_s`).
@@ -837,7 +846,10 @@ pub extern "C" fn shmem_ctx_fence(ctx: *mut c_void) {
         if !ctx_live(ctx)? {
             return Ok(());
         }
-        state::quiet()
+        match ctx_index(ctx) {
+            Some(i) => state::ctx_quiet(i),
+            None => state::quiet(),
+        }
     })
 }
 
@@ -855,7 +867,10 @@ pub extern "C" fn shmem_ctx_quiet(ctx: *mut c_void) {
         if !ctx_live(ctx)? {
             return Ok(());
         }
-        state::quiet()
+        match ctx_index(ctx) {
+            Some(i) => state::ctx_quiet(i),
+            None => state::quiet(),
+        }
     })
 }
 
@@ -2083,20 +2098,14 @@ red!(prod, |a: Cx<f32>, b| a * b; complexf Cx<f32>;);
 red!(prod, |a: Cx<f64>, b| a * b; complexd Cx<f64>;);
 
 // ---------------------------------------------------------------------------------
-// Contexts: every context is carried by the PE's one gex endpoint (see docs/shmem.md:
-// contexts order and complete together with the default context; a context's quiet
-// is the PE's quiet).
+// Contexts: each context other than the default one gets a gex endpoint of its own
+// from a pool (`state::Slot`; docs/shmem.md, "Contexts"), or rides the PE's endpoint
+// when gex cannot make one.
 
-fn new_ctx(team_i: usize, ctx: *mut *mut c_void) -> c_int {
+fn new_ctx(team_i: usize, options: c_long, ctx: *mut *mut c_void) -> c_int {
     let r = entry("shmem_ctx_create", || {
         with(|s| {
-            s.team(team_i)?;
-            let i = s
-                .ctxs
-                .iter()
-                .position(Option::is_none)
-                .unwrap_or(s.ctxs.len());
-            s.set_ctx(i, Some(team_i));
+            let i = s.new_ctx(team_i, options & SHMEM_CTX_PRIVATE != 0)?;
             Ok((i + 1) as *mut c_void)
         })
     });
@@ -2109,14 +2118,14 @@ fn new_ctx(team_i: usize, ctx: *mut *mut c_void) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn shmem_ctx_create(_options: c_long, ctx: *mut *mut c_void) -> c_int {
-    new_ctx(0, ctx)
+pub unsafe extern "C" fn shmem_ctx_create(options: c_long, ctx: *mut *mut c_void) -> c_int {
+    new_ctx(0, options, ctx)
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn shmem_team_create_ctx(
     team: *mut c_void,
-    _options: c_long,
+    options: c_long,
     ctx: *mut *mut c_void,
 ) -> c_int {
     let ok = entry("shmem_team_create_ctx", || {
@@ -2129,7 +2138,7 @@ pub unsafe extern "C" fn shmem_team_create_ctx(
         }
         return -1;
     }
-    new_ctx(team_index(team), ctx)
+    new_ctx(team_index(team), options, ctx)
 }
 
 #[unsafe(no_mangle)]
@@ -2138,23 +2147,35 @@ pub extern "C" fn shmem_ctx_destroy(ctx: *mut c_void) {
         if !ctx_live(ctx)? {
             return Ok(());
         }
-        with(|s| {
-            let i = (ctx as usize).wrapping_sub(1);
-            if i == 0 {
-                return Err(ShmemError::Invalid(
-                    "shmem_ctx_destroy of SHMEM_CTX_DEFAULT".into(),
-                ));
-            }
-            s.quiet()?;
-            match s.ctxs.get(i) {
-                Some(Some(_)) => {
-                    s.set_ctx(i, None);
-                    Ok(())
-                }
-                _ => Err(ShmemError::BadCtx),
-            }
-        })
+        let i = (ctx as usize).wrapping_sub(1);
+        if i != 0 {
+            // The context's own endpoint first, without the state lock.
+            state::ctx_quiet(i)?;
+        }
+        with(|s| s.end_ctx(i))
     })
+}
+
+/// gex's extension (declared in shmem.h): the index of the gex endpoint that carries
+/// `ctx`'s operations to PEs reached through an endpoint (0: the PE's own endpoint;
+/// -1: not a live context), and in `*ops` (when not NULL) how many operations that
+/// endpoint carried for the context since it was made.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gexshmem_ctx_endpoint(ctx: *mut c_void, ops: *mut u64) -> c_int {
+    let r = entry("gexshmem_ctx_endpoint", || {
+        if !ctx_live(ctx)? {
+            return Ok(None);
+        }
+        Ok(Some(ctx_index(ctx).map_or((0, 0), state::ctx_endpoint)))
+    });
+    let Some((index, n)) = r else {
+        return -1;
+    };
+    if !ops.is_null() {
+        // SAFETY: the caller's `uint64_t` slot.
+        unsafe { ops.write(n) };
+    }
+    c_int::from(index)
 }
 
 #[unsafe(no_mangle)]
@@ -2310,7 +2331,7 @@ mod tests {
                     let mut ok = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         let v = ok.to_ne_bytes();
-                        if state::put(words + t * 64, &v, 0, false).is_ok()
+                        if state::put_on(None, words + t * 64, &v, 0, false).is_ok()
                             && state::amo(counter, 0, 8, Amo::Add, 1, 0, true).is_ok()
                         {
                             ok += 1;
@@ -2324,7 +2345,7 @@ mod tests {
             .collect();
         std::thread::sleep(std::time::Duration::from_millis(20));
         shmem_finalize();
-        let after = state::put(words, &[1], 0, false);
+        let after = state::put_on(None, words, &[1], 0, false);
         assert!(
             matches!(after, Err(ShmemError::NotInitialized)),
             "{after:?}"
