@@ -394,14 +394,17 @@ unsafe fn put_n(
     state::put_on(ctx_index(ctx), dst as usize, src, pe, nbi)
 }
 
-/// The fast path of a put on the default context (inlined into the entry points): a
-/// copy through the mapping of a mapped PE's heap, without `catch_unwind`, the lock or
-/// a call; `false`: nothing done, take the checked path (`put_n` under `entry`).
+/// The fast path of a put (`get` false: `src` to symmetric `dst`) or a get (`get`
+/// true: symmetric `src` to `dst`) on the default context, inlined into the entry
+/// points: a copy through the mapping of a mapped PE's heap, without `catch_unwind`,
+/// the lock or a call; `false`: nothing done, take the checked path (`put_n`/`get_n`
+/// under `entry`).
 ///
 /// # Safety
-/// As `put_n`.
+/// As `put_n` / `get_n`.
 #[inline(always)]
-unsafe fn put_fast(
+unsafe fn rma_fast(
+    get: bool,
     ctx: *mut c_void,
     dst: *mut c_void,
     src: *const c_void,
@@ -409,31 +412,17 @@ unsafe fn put_fast(
     size: usize,
     pe: c_int,
 ) -> bool {
-    let Some(len) = n.checked_mul(size) else {
-        return false;
-    };
-    // SAFETY: the caller's promise for `src`.
-    ctx == CTX_DEFAULT && unsafe { state::put_direct(dst as usize, src.cast(), len, pe) }
-}
-
-/// The fast path of a get on the default context, as [`put_fast`].
-///
-/// # Safety
-/// As `get_n`.
-#[inline(always)]
-unsafe fn get_fast(
-    ctx: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    n: usize,
-    size: usize,
-    pe: c_int,
-) -> bool {
-    let Some(len) = n.checked_mul(size) else {
-        return false;
-    };
-    // SAFETY: the caller's promise for `dst`.
-    ctx == CTX_DEFAULT && unsafe { state::get_direct(dst.cast(), src as usize, len, pe) }
+    match n.checked_mul(size) {
+        // SAFETY: the caller's promise for `src` (put) or `dst` (get).
+        Some(len) if ctx == CTX_DEFAULT => unsafe {
+            if get {
+                state::get_direct(dst.cast(), src as usize, len, pe)
+            } else {
+                state::put_direct(dst as usize, src.cast(), len, pe)
+            }
+        },
+        _ => false,
+    }
 }
 
 /// Get of `n` elements of `size` bytes.
@@ -538,7 +527,7 @@ macro_rules! rma_sized {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_put $sz>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            if unsafe { put_fast(ctx, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast(false, ctx, dest, source, nelems, $size, pe) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
@@ -547,7 +536,7 @@ macro_rules! rma_sized {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_put $sz>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            if unsafe { put_fast(CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast(false, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
@@ -556,7 +545,7 @@ macro_rules! rma_sized {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_put $sz _nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            if unsafe { put_fast(ctx, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast(false, ctx, dest, source, nelems, $size, pe) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
@@ -565,7 +554,7 @@ macro_rules! rma_sized {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_put $sz _nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            if unsafe { put_fast(CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast(false, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
@@ -574,7 +563,7 @@ macro_rules! rma_sized {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_get $sz>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            if unsafe { get_fast(ctx, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast(true, ctx, dest, source, nelems, $size, pe) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
@@ -583,7 +572,7 @@ macro_rules! rma_sized {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_get $sz>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            if unsafe { get_fast(CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast(true, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
@@ -592,7 +581,7 @@ macro_rules! rma_sized {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_get $sz _nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            if unsafe { get_fast(ctx, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast(true, ctx, dest, source, nelems, $size, pe) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
@@ -601,7 +590,7 @@ macro_rules! rma_sized {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_get $sz _nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            if unsafe { get_fast(CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast(true, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
@@ -660,7 +649,7 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _put>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            if unsafe { put_fast(ctx, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast(false, ctx, dest, source, nelems, $size, pe) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
@@ -669,7 +658,7 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _put>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            if unsafe { put_fast(CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast(false, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
@@ -678,7 +667,7 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _put_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            if unsafe { put_fast(ctx, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast(false, ctx, dest, source, nelems, $size, pe) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
@@ -687,7 +676,7 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _put_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            if unsafe { put_fast(CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast(false, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
@@ -696,7 +685,7 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _get>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            if unsafe { get_fast(ctx, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast(true, ctx, dest, source, nelems, $size, pe) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
@@ -705,7 +694,7 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _get>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            if unsafe { get_fast(CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast(true, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
@@ -716,7 +705,7 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _get_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            if unsafe { get_fast(ctx, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast(true, ctx, dest, source, nelems, $size, pe) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
@@ -725,7 +714,7 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _get_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            if unsafe { get_fast(CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast(true, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
@@ -780,7 +769,7 @@ macro_rules! rma_scalar {
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _p>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
             let v = value;
             // SAFETY: `v` is a local of one element.
-            if unsafe { put_fast(ctx, dest.cast(), (&raw const v).cast(), 1, size_of::<$t>(), pe) } {
+            if unsafe { rma_fast(false, ctx, dest.cast(), (&raw const v).cast(), 1, size_of::<$t>(), pe) } {
                 return;
             }
             // SAFETY: `v` is a local of one element.
@@ -795,7 +784,7 @@ macro_rules! rma_scalar {
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _g>](ctx: *mut c_void, source: *const $t, pe: c_int) -> $t {
             let mut v: $t = Default::default();
             // SAFETY: `v` is a local of one element.
-            if unsafe { get_fast(ctx, (&raw mut v).cast(), source.cast(), 1, size_of::<$t>(), pe) } {
+            if unsafe { rma_fast(true, ctx, (&raw mut v).cast(), source.cast(), 1, size_of::<$t>(), pe) } {
                 return v;
             }
             // SAFETY: `v` is a local of one element.
