@@ -167,16 +167,14 @@ unsafe impl<N: NearConduit, F: FarConduit> Conduit for Hybrid<N, F> {
             %reason,
             "hybrid conduit open"
         );
-        // One set per endpoint index of the capacity: endpoints made at run time
-        // (`open_endpoint`, far part alone) count too.
-        let slots = far_eps.len().max(usize::from(
-            params
-                .layout
-                .max_eps
-                .get(params.rank as usize)
-                .copied()
-                .unwrap_or(0),
-        ));
+        // One set per endpoint index; outside a hybrid job, of the capacity: endpoints
+        // made at run time (`open_endpoint`, far part alone) count too.
+        let cap = params.layout.max_eps.get(params.rank as usize).copied();
+        let slots = if hybrid {
+            far_eps.len()
+        } else {
+            far_eps.len().max(usize::from(cap.unwrap_or(0)))
+        };
         let conduit = Arc::new(Hybrid {
             counters: (0..slots).map(|_| PathCounters::default()).collect(),
             far,
