@@ -89,8 +89,10 @@ enum Cmd {
     /// for floods) and "GB/s" (1e9 B/s).
     /// The full run takes about 20-30 s on 2 cores, --quick about 1 s.
     Am(AmArgs),
-    /// One-sided puts (gex-rma): put_lat, put_observed_lat (µs) for 8 B..4 KiB and
-    /// put_bw (GB/s) for 1 KiB..64 MiB; rank 0 reports its own pair.
+    /// One-sided puts (gex-rma): put_lat, put_observed_lat (µs) for 8 B..4 KiB,
+    /// put_fence_lat and put_val_fence_lat (µs, 8 B: a put then a full barrier, as
+    /// OpenSHMEM's put + quiet) and put_bw (GB/s) for 1 KiB..64 MiB; rank 0 reports its
+    /// own pair.
     Put(RmaArgs),
     /// One-sided gets (gex-rma): get_lat (µs) for 8 B..4 KiB and get_bw (GB/s).
     Get(RmaArgs),

@@ -4,6 +4,11 @@
 //! the same time; rank 0 reports its own pair (barrier: every rank takes part).
 //! - `put_lat` / `get_lat` (µs): a blocking put / get of `size` bytes into / from the
 //!   peer's segment (remote completion), averaged over a batch.
+//! - `put_fence_lat` / `put_val_fence_lat` (µs, 8 B only): a blocking 8-byte put
+//!   (`put` of a slice / `put_val` of a `u64`) followed by a full barrier
+//!   (`gex_sync::word::full_fence`): the semantics of OpenSHMEM's `shmem_putmem` /
+//!   `shmem_long_p` followed by `shmem_quiet` (complete at the target, and ordered
+//!   before every later load and store), the rows gex-shmem's benchmark compares with.
 //! - `put_observed_lat` (µs, one-way): rank A puts a sequence number into B's segment,
 //!   B polls its own segment until it sees it and puts it back; half the round trip.
 //!   This is UCX's `put_lat` (the peer polls memory) and needs no handler on B.
@@ -390,6 +395,45 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
                             "get_lat"
                         };
                         report(name, s, "us", v.iter().map(|t| t * 1e6).collect());
+                    }
+                }
+            }
+            if job.family == Family::Put && lat_sizes.contains(&8) {
+                // The same operations as OpenSHMEM's `shmem_putmem` of 8 B + `shmem_quiet`
+                // and `shmem_long_p` + `shmem_quiet`: a blocking put (complete at the
+                // target), then the full barrier a quiet needs for store→load order.
+                barrier(&mut r)?;
+                if leader {
+                    let word: GlobalPtr<u64> = GlobalPtr::new(EpAddr::rank(peer), DATA_OFFSET);
+                    let fenced = batches(batch, count, |k| {
+                        for _ in 0..k {
+                            r.put(data, &buf[..8], Blocking)?;
+                            gex_sync::word::full_fence();
+                        }
+                        Ok(())
+                    })?;
+                    let mut i = 0u64;
+                    let val = batches(batch, count, |k| {
+                        for _ in 0..k {
+                            i += 1;
+                            r.put_val(word, i, Blocking)?;
+                            gex_sync::word::full_fence();
+                        }
+                        Ok(())
+                    })?;
+                    if me == 0 {
+                        report(
+                            "put_fence_lat",
+                            8,
+                            "us",
+                            fenced.iter().map(|t| t * 1e6).collect(),
+                        );
+                        report(
+                            "put_val_fence_lat",
+                            8,
+                            "us",
+                            val.iter().map(|t| t * 1e6).collect(),
+                        );
                     }
                 }
             }

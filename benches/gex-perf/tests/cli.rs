@@ -204,6 +204,44 @@ fn smp_atomic_reports_fetch_add_latency_and_rate() {
     assert!(!out.status.success());
 }
 
+/// `put --sizes 8` adds the rows with OpenSHMEM put + quiet's semantics after the
+/// plain latency: `put_fence_lat` and `put_val_fence_lat` (8 B, µs; positive, min ≤
+/// median ≤ max), and only when 8 B is among the sizes.
+#[cfg(feature = "smp")]
+#[test]
+fn smp_put_reports_the_fenced_rows_at_8_bytes() {
+    let got8 = rows(&["-n", "2", "put", "--json", "--quick", "--sizes", "8"]);
+    let got: Vec<(&str, u64)> = got8
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap(), r["size"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("put_lat", 8),
+            ("put_fence_lat", 8),
+            ("put_val_fence_lat", 8),
+            ("put_observed_lat", 8)
+        ]
+    );
+    for r in &got8 {
+        let (v, min, max) = (
+            r["value"].as_f64().unwrap(),
+            r["min"].as_f64().unwrap(),
+            r["max"].as_f64().unwrap(),
+        );
+        assert!(0.0 < min && min <= v && v <= max, "{r}");
+    }
+    // Without the 8-byte size the fenced rows are not run.
+    let got16 = rows(&["-n", "2", "put", "--json", "--quick", "--sizes", "16"]);
+    assert!(
+        got16
+            .iter()
+            .all(|r| !r["name"].as_str().unwrap().contains("fence")),
+        "{got16:?}"
+    );
+}
+
 /// One batch of 200 short-AM round trips (`am_short_rtt`).
 #[cfg(any(feature = "ofi", feature = "ibv"))]
 const AM_SHORT_RTT: &[&str] = &[

@@ -13,11 +13,12 @@
 use crate::ep::HybridEp;
 use crate::mode;
 use crate::stats::{HybridStats, PathCounters};
-use gex_core::InitError;
 use gex_core::boot::{BootError, Bootstrap};
 use gex_core::spi::{
-    Capabilities, Conduit, ConduitEp, FarConduit, NearConduit, OpenParams, SharedSegments,
+    Capabilities, Conduit, ConduitEp, ConduitError, FarConduit, NearConduit, OpenParams,
+    SharedSegments,
 };
+use gex_core::{EpIndex, InitError};
 use std::fmt;
 use std::sync::Arc;
 
@@ -166,10 +167,16 @@ unsafe impl<N: NearConduit, F: FarConduit> Conduit for Hybrid<N, F> {
             %reason,
             "hybrid conduit open"
         );
+        // One set per endpoint index; outside a hybrid job, of the capacity: endpoints
+        // made at run time (`open_endpoint`, far part alone) count too.
+        let cap = params.layout.max_eps.get(params.rank as usize).copied();
+        let slots = if hybrid {
+            far_eps.len()
+        } else {
+            far_eps.len().max(usize::from(cap.unwrap_or(0)))
+        };
         let conduit = Arc::new(Hybrid {
-            counters: (0..far_eps.len())
-                .map(|_| PathCounters::default())
-                .collect(),
+            counters: (0..slots).map(|_| PathCounters::default()).collect(),
             far,
             near,
             reason,
@@ -184,6 +191,21 @@ unsafe impl<N: NearConduit, F: FarConduit> Conduit for Hybrid<N, F> {
             })
             .collect();
         Ok((conduit, eps))
+    }
+
+    /// An endpoint made at run time: the far part's, when the job is not hybrid (the
+    /// conduit is then the far conduit alone, through this one). A hybrid job's near
+    /// part cannot make endpoints at run time: `Unsupported`.
+    fn open_endpoint(self: &Arc<Self>, index: EpIndex) -> Result<Self::Ep, ConduitError> {
+        if self.near.is_some() {
+            return Err(ConduitError::Unsupported {
+                conduit: self.name(),
+                what: "endpoints made at run time in a hybrid job",
+            });
+        }
+        let far = F::open_endpoint(&self.far, index)?;
+        let caps = capabilities(far.capabilities(), false);
+        Ok(HybridEp::new(far, None, caps, self.clone()))
     }
 
     /// The far part's finalisation around the near part's around `barrier` (one

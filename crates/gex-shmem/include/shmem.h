@@ -401,6 +401,10 @@ int shmem_test_lock(long *lock);
 #define GEXSHMEM_GCONST(T, N, F) T *: shmem_##N##_##F, const T *: shmem_##N##_##F,
 #define GEXSHMEM_GCCONST(T, N, F) T *: shmem_ctx_##N##_##F, const T *: shmem_ctx_##N##_##F,
 
+/* gex's extension: the index of the gex endpoint carrying ctx's operations to PEs
+ * reached through an endpoint (0: the PE's own; -1: not a live context), and in *ops
+ * (if not NULL) how many operations it carried for ctx. docs/shmem.md, "Contexts". */
+int gexshmem_ctx_endpoint(shmem_ctx_t ctx, uint64_t *ops);
 void gexshmem_generic_type_not_supported(void);
 #define GEXSHMEM_SEL(LIST, X, F, arg) _Generic((arg), LIST(X, F) default: gexshmem_generic_type_not_supported)
 

@@ -23,6 +23,8 @@ use std::ffi::{c_char, c_int, c_long, c_void};
 /// `SHMEM_CTX_DEFAULT` of shmem.h: handle 1 (handles are table indices + 1, never
 /// dereferenced).
 const CTX_DEFAULT: *mut c_void = std::ptr::without_provenance_mut(1);
+/// `SHMEM_CTX_PRIVATE` of shmem.h.
+const SHMEM_CTX_PRIVATE: c_long = 1;
 
 /// The library's OpenSHMEM version.
 const MAJOR: c_int = 1;
@@ -114,6 +116,13 @@ fn ctx_live(ctx: *mut c_void) -> Result<bool, ShmemError> {
         Some(Some(_)) => Ok(true),
         _ => Err(ShmemError::BadCtx),
     })
+}
+
+/// The context index of a handle other than `SHMEM_CTX_DEFAULT` (whose operations go
+/// through the PE's endpoint): `None` for the default context.
+#[inline]
+fn ctx_index(ctx: *mut c_void) -> Option<usize> {
+    (ctx != CTX_DEFAULT).then(|| (ctx as usize).wrapping_sub(1))
 }
 
 fn team_index(team: *mut c_void) -> usize {
@@ -382,7 +391,38 @@ unsafe fn put_n(
     let pe = ctx_pe(ctx, pe)?;
     // SAFETY: the caller's promise for `src`.
     let src = unsafe { rd(src, bytes(n, size)?) }?;
-    state::put(dst as usize, src, pe, nbi)
+    state::put_on(ctx_index(ctx), dst as usize, src, pe, nbi)
+}
+
+/// The fast path of a put (`get` false: `src` to symmetric `dst`) or a get (`get`
+/// true: symmetric `src` to `dst`) on the default context, inlined into the entry
+/// points: a copy through the mapping of a mapped PE's heap, without `catch_unwind`,
+/// the lock or a call; `false`: nothing done, take the checked path (`put_n`/`get_n`
+/// under `entry`).
+///
+/// # Safety
+/// As `put_n` / `get_n`.
+#[inline(always)]
+unsafe fn rma_fast(
+    get: bool,
+    ctx: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    size: usize,
+    pe: c_int,
+) -> bool {
+    match n.checked_mul(size) {
+        // SAFETY: the caller's promise for `src` (put) or `dst` (get).
+        Some(len) if ctx == CTX_DEFAULT => unsafe {
+            if get {
+                state::get_direct(dst.cast(), src as usize, len, pe)
+            } else {
+                state::put_direct(dst as usize, src.cast(), len, pe)
+            }
+        },
+        _ => false,
+    }
 }
 
 /// Get of `n` elements of `size` bytes.
@@ -397,7 +437,7 @@ unsafe fn get_n(
     let pe = ctx_pe(ctx, pe)?;
     // SAFETY: the caller's promise for `dst`.
     let dst = unsafe { wr(dst, bytes(n, size)?) }?;
-    state::get(dst, src as usize, pe)
+    state::get_on(ctx_index(ctx), dst, src as usize, pe)
 }
 
 /// Strided put: element `i` of `src` (stride `sst`) to element `i` of `dst` (stride `dst_s`).
@@ -487,40 +527,72 @@ macro_rules! rma_sized {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_put $sz>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
+            if unsafe { rma_fast(false, ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
+            // SAFETY: the caller's promise (this module's).
             entry("put", || unsafe { put_n(ctx, dest, source, nelems, $size, pe, false) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_put $sz>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            if unsafe { rma_fast(false, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
             entry("put", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, false) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_put $sz _nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
+            if unsafe { rma_fast(false, ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
+            // SAFETY: the caller's promise (this module's).
             entry("put_nbi", || unsafe { put_n(ctx, dest, source, nelems, $size, pe, true) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_put $sz _nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            if unsafe { rma_fast(false, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
             entry("put_nbi", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, true) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_get $sz>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
+            if unsafe { rma_fast(true, ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
+            // SAFETY: the caller's promise (this module's).
             entry("get", || unsafe { get_n(ctx, dest, source, nelems, $size, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_get $sz>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            if unsafe { rma_fast(true, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
             entry("get", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_get $sz _nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
+            if unsafe { rma_fast(true, ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
+            // SAFETY: the caller's promise (this module's).
             entry("get_nbi", || unsafe { get_n(ctx, dest, source, nelems, $size, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_get $sz _nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            if unsafe { rma_fast(true, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
             entry("get_nbi", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
         }
@@ -577,30 +649,54 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _put>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
+            if unsafe { rma_fast(false, ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
+            // SAFETY: the caller's promise (this module's).
             entry("put", || unsafe { put_n(ctx, dest, source, nelems, $size, pe, false) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _put>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            if unsafe { rma_fast(false, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
             entry("put", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, false) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _put_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
+            if unsafe { rma_fast(false, ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
+            // SAFETY: the caller's promise (this module's).
             entry("put_nbi", || unsafe { put_n(ctx, dest, source, nelems, $size, pe, true) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _put_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            if unsafe { rma_fast(false, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
             entry("put_nbi", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, true) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _get>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
+            if unsafe { rma_fast(true, ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
+            // SAFETY: the caller's promise (this module's).
             entry("get", || unsafe { get_n(ctx, dest, source, nelems, $size, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _get>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            if unsafe { rma_fast(true, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
             entry("get", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
         }
@@ -609,10 +705,18 @@ macro_rules! rma_bulk {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _get_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
+            if unsafe { rma_fast(true, ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
+            // SAFETY: the caller's promise (this module's).
             entry("get_nbi", || unsafe { get_n(ctx, dest, source, nelems, $size, pe) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _get_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            if unsafe { rma_fast(true, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
             entry("get_nbi", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
         }
@@ -665,6 +769,10 @@ macro_rules! rma_scalar {
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _p>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
             let v = value;
             // SAFETY: `v` is a local of one element.
+            if unsafe { rma_fast(false, ctx, dest.cast(), (&raw const v).cast(), 1, size_of::<$t>(), pe) } {
+                return;
+            }
+            // SAFETY: `v` is a local of one element.
             entry("p", || unsafe { put_n(ctx, dest.cast(), (&raw const v).cast(), 1, size_of::<$t>(), pe, false) })
         }
         #[unsafe(no_mangle)]
@@ -675,6 +783,10 @@ macro_rules! rma_scalar {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _g>](ctx: *mut c_void, source: *const $t, pe: c_int) -> $t {
             let mut v: $t = Default::default();
+            // SAFETY: `v` is a local of one element.
+            if unsafe { rma_fast(true, ctx, (&raw mut v).cast(), source.cast(), 1, size_of::<$t>(), pe) } {
+                return v;
+            }
             // SAFETY: `v` is a local of one element.
             entry("g", || unsafe { get_n(ctx, (&raw mut v).cast(), source.cast(), 1, size_of::<$t>(), pe) });
             v
@@ -723,12 +835,18 @@ pub extern "C" fn shmem_ctx_fence(ctx: *mut c_void) {
         if !ctx_live(ctx)? {
             return Ok(());
         }
-        state::quiet()
+        match ctx_index(ctx) {
+            Some(i) => state::ctx_quiet(i),
+            None => state::quiet(),
+        }
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_fence() {
+    if state::quiet_direct() {
+        return;
+    }
     shmem_ctx_fence(CTX_DEFAULT)
 }
 
@@ -738,12 +856,18 @@ pub extern "C" fn shmem_ctx_quiet(ctx: *mut c_void) {
         if !ctx_live(ctx)? {
             return Ok(());
         }
-        state::quiet()
+        match ctx_index(ctx) {
+            Some(i) => state::ctx_quiet(i),
+            None => state::quiet(),
+        }
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_quiet() {
+    if state::quiet_direct() {
+        return;
+    }
     shmem_ctx_quiet(CTX_DEFAULT)
 }
 
@@ -766,12 +890,34 @@ fn amo(
     state::amo(addr as usize, pe, width, op, a, b, fetch)
 }
 
+/// An atomic entry point: the lock-free CPU atomic on a mapped heap word when the
+/// context is the default one, else `amo` under `entry`.
+#[inline(always)]
+fn amo_call(
+    name: &str,
+    ctx: *mut c_void,
+    addr: *const c_void,
+    pe: c_int,
+    width: u32,
+    op: Amo,
+    a: u64,
+    b: u64,
+    fetch: bool,
+) -> u64 {
+    if ctx == CTX_DEFAULT {
+        if let Some(v) = state::amo_direct(addr as usize, pe, width, op, a, b) {
+            return v;
+        }
+    }
+    entry(name, || amo(ctx, addr, pe, width, op, a, b, fetch))
+}
+
 macro_rules! amo_ext {
     ($($tn:ident $t:ty, $u:ty;)*) => { paste::paste! { $(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch>](ctx: *mut c_void, source: *const $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
-            <$t>::from_bits(entry("atomic_fetch", || amo(ctx, source.cast(), pe, w, Amo::Fetch, 0, 0, true)) as $u)
+            <$t>::from_bits(amo_call("atomic_fetch", ctx, source.cast(), pe, w, Amo::Fetch, 0, 0, true) as $u)
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch>](source: *const $t, pe: c_int) -> $t {
@@ -781,7 +927,7 @@ macro_rules! amo_ext {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_set>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
             let w = size_of::<$t>() as u32;
-            entry("atomic_set", || amo(ctx, dest.cast(), pe, w, Amo::Set, value.to_bits() as u64, 0, false));
+            amo_call("atomic_set", ctx, dest.cast(), pe, w, Amo::Set, value.to_bits() as u64, 0, false);
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_set>](dest: *mut $t, value: $t, pe: c_int) {
@@ -791,7 +937,7 @@ macro_rules! amo_ext {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_swap>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
-            <$t>::from_bits(entry("atomic_swap", || amo(ctx, dest.cast(), pe, w, Amo::Swap, value.to_bits() as u64, 0, true)) as $u)
+            <$t>::from_bits(amo_call("atomic_swap", ctx, dest.cast(), pe, w, Amo::Swap, value.to_bits() as u64, 0, true) as $u)
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_swap>](dest: *mut $t, value: $t, pe: c_int) -> $t {
@@ -851,7 +997,7 @@ macro_rules! amo_std {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_compare_swap>](ctx: *mut c_void, dest: *mut $t, cond: $t, value: $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
-            <$t>::from_bits(entry("atomic_compare_swap", || amo(ctx, dest.cast(), pe, w, Amo::Cswap, cond.to_bits() as u64, value.to_bits() as u64, true)) as $u)
+            <$t>::from_bits(amo_call("atomic_compare_swap", ctx, dest.cast(), pe, w, Amo::Cswap, cond.to_bits() as u64, value.to_bits() as u64, true) as $u)
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_compare_swap>](dest: *mut $t, cond: $t, value: $t, pe: c_int) -> $t {
@@ -861,7 +1007,7 @@ macro_rules! amo_std {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_add>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
-            <$t>::from_bits(entry("atomic_fetch_add", || amo(ctx, dest.cast(), pe, w, Amo::Add, value.to_bits() as u64, 0, true)) as $u)
+            <$t>::from_bits(amo_call("atomic_fetch_add", ctx, dest.cast(), pe, w, Amo::Add, value.to_bits() as u64, 0, true) as $u)
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_add>](dest: *mut $t, value: $t, pe: c_int) -> $t {
@@ -871,7 +1017,7 @@ macro_rules! amo_std {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_add>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
             let w = size_of::<$t>() as u32;
-            entry("atomic_add", || amo(ctx, dest.cast(), pe, w, Amo::Add, value.to_bits() as u64, 0, false));
+            amo_call("atomic_add", ctx, dest.cast(), pe, w, Amo::Add, value.to_bits() as u64, 0, false);
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_add>](dest: *mut $t, value: $t, pe: c_int) {
@@ -881,7 +1027,7 @@ macro_rules! amo_std {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_inc>](ctx: *mut c_void, dest: *mut $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
-            <$t>::from_bits(entry("atomic_fetch_inc", || amo(ctx, dest.cast(), pe, w, Amo::Add, 1, 0, true)) as $u)
+            <$t>::from_bits(amo_call("atomic_fetch_inc", ctx, dest.cast(), pe, w, Amo::Add, 1, 0, true) as $u)
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_inc>](dest: *mut $t, pe: c_int) -> $t {
@@ -891,7 +1037,7 @@ macro_rules! amo_std {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_inc>](ctx: *mut c_void, dest: *mut $t, pe: c_int) {
             let w = size_of::<$t>() as u32;
-            entry("atomic_inc", || amo(ctx, dest.cast(), pe, w, Amo::Add, 1, 0, false));
+            amo_call("atomic_inc", ctx, dest.cast(), pe, w, Amo::Add, 1, 0, false);
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_inc>](dest: *mut $t, pe: c_int) {
@@ -947,7 +1093,7 @@ macro_rules! amo_bit {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_ $op>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
             let w = size_of::<$t>() as u32;
-            entry("atomic_fetch_bitwise", || amo(ctx, dest.cast(), pe, w, Amo::$amo, value as $u as u64, 0, true)) as $t
+            amo_call("atomic_fetch_bitwise", ctx, dest.cast(), pe, w, Amo::$amo, value as $u as u64, 0, true) as $t
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_ $op>](dest: *mut $t, value: $t, pe: c_int) -> $t {
@@ -957,7 +1103,7 @@ macro_rules! amo_bit {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_ $op>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
             let w = size_of::<$t>() as u32;
-            entry("atomic_bitwise", || amo(ctx, dest.cast(), pe, w, Amo::$amo, value as $u as u64, 0, false));
+            amo_call("atomic_bitwise", ctx, dest.cast(), pe, w, Amo::$amo, value as $u as u64, 0, false);
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _atomic_ $op>](dest: *mut $t, value: $t, pe: c_int) {
@@ -1941,20 +2087,14 @@ red!(prod, |a: Cx<f32>, b| a * b; complexf Cx<f32>;);
 red!(prod, |a: Cx<f64>, b| a * b; complexd Cx<f64>;);
 
 // ---------------------------------------------------------------------------------
-// Contexts: every context is carried by the PE's one gex endpoint (see docs/shmem.md:
-// contexts order and complete together with the default context; a context's quiet
-// is the PE's quiet).
+// Contexts: each context other than the default one gets a gex endpoint of its own
+// from a pool (`state::Slot`; docs/shmem.md, "Contexts"), or rides the PE's endpoint
+// when gex cannot make one.
 
-fn new_ctx(team_i: usize, ctx: *mut *mut c_void) -> c_int {
+fn new_ctx(team_i: usize, options: c_long, ctx: *mut *mut c_void) -> c_int {
     let r = entry("shmem_ctx_create", || {
         with(|s| {
-            s.team(team_i)?;
-            let i = s
-                .ctxs
-                .iter()
-                .position(Option::is_none)
-                .unwrap_or(s.ctxs.len());
-            s.set_ctx(i, Some(team_i));
+            let i = s.new_ctx(team_i, options & SHMEM_CTX_PRIVATE != 0)?;
             Ok((i + 1) as *mut c_void)
         })
     });
@@ -1967,14 +2107,14 @@ fn new_ctx(team_i: usize, ctx: *mut *mut c_void) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn shmem_ctx_create(_options: c_long, ctx: *mut *mut c_void) -> c_int {
-    new_ctx(0, ctx)
+pub unsafe extern "C" fn shmem_ctx_create(options: c_long, ctx: *mut *mut c_void) -> c_int {
+    new_ctx(0, options, ctx)
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn shmem_team_create_ctx(
     team: *mut c_void,
-    _options: c_long,
+    options: c_long,
     ctx: *mut *mut c_void,
 ) -> c_int {
     let ok = entry("shmem_team_create_ctx", || {
@@ -1987,7 +2127,7 @@ pub unsafe extern "C" fn shmem_team_create_ctx(
         }
         return -1;
     }
-    new_ctx(team_index(team), ctx)
+    new_ctx(team_index(team), options, ctx)
 }
 
 #[unsafe(no_mangle)]
@@ -1996,23 +2136,35 @@ pub extern "C" fn shmem_ctx_destroy(ctx: *mut c_void) {
         if !ctx_live(ctx)? {
             return Ok(());
         }
-        with(|s| {
-            let i = (ctx as usize).wrapping_sub(1);
-            if i == 0 {
-                return Err(ShmemError::Invalid(
-                    "shmem_ctx_destroy of SHMEM_CTX_DEFAULT".into(),
-                ));
-            }
-            s.quiet()?;
-            match s.ctxs.get(i) {
-                Some(Some(_)) => {
-                    s.set_ctx(i, None);
-                    Ok(())
-                }
-                _ => Err(ShmemError::BadCtx),
-            }
-        })
+        let i = (ctx as usize).wrapping_sub(1);
+        if i != 0 {
+            // The context's own endpoint first, without the state lock.
+            state::ctx_quiet(i)?;
+        }
+        with(|s| s.end_ctx(i))
     })
+}
+
+/// gex's extension (declared in shmem.h): the index of the gex endpoint that carries
+/// `ctx`'s operations to PEs reached through an endpoint (0: the PE's own endpoint;
+/// -1: not a live context), and in `*ops` (when not NULL) how many operations that
+/// endpoint carried for the context since it was made.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gexshmem_ctx_endpoint(ctx: *mut c_void, ops: *mut u64) -> c_int {
+    let r = entry("gexshmem_ctx_endpoint", || {
+        if !ctx_live(ctx)? {
+            return Ok(None);
+        }
+        Ok(Some(ctx_index(ctx).map_or((0, 0), state::ctx_endpoint)))
+    });
+    let Some((index, n)) = r else {
+        return -1;
+    };
+    if !ops.is_null() {
+        // SAFETY: the caller's `uint64_t` slot.
+        unsafe { ops.write(n) };
+    }
+    c_int::from(index)
 }
 
 #[unsafe(no_mangle)]
@@ -2168,7 +2320,7 @@ mod tests {
                     let mut ok = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         let v = ok.to_ne_bytes();
-                        if state::put(words + t * 64, &v, 0, false).is_ok()
+                        if state::put_on(None, words + t * 64, &v, 0, false).is_ok()
                             && state::amo(counter, 0, 8, Amo::Add, 1, 0, true).is_ok()
                         {
                             ok += 1;
@@ -2182,7 +2334,7 @@ mod tests {
             .collect();
         std::thread::sleep(std::time::Duration::from_millis(20));
         shmem_finalize();
-        let after = state::put(words, &[1], 0, false);
+        let after = state::put_on(None, words, &[1], 0, false);
         assert!(
             matches!(after, Err(ShmemError::NotInitialized)),
             "{after:?}"

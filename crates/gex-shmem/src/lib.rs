@@ -8,7 +8,7 @@
 //! - `state`: the PE's state behind one lock: the gex client and its primordial
 //!   endpoint (with gex-rma and gex-coll), the symmetric heap (the gex segment, carved by
 //!   the deterministic allocator of `heap`), static data reached by active messages,
-//!   teams and contexts.
+//!   teams and contexts (each context with a gex endpoint of its own from a pool).
 //! - [`api`]: the C entry points. The typed families (`shmem_<type>_put`, atomics,
 //!   reductions, ...) are one `macro_rules!` line per type.
 //!

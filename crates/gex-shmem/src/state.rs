@@ -16,7 +16,9 @@
 //! static data, the heap allocator, teams, contexts, collectives) is the [`State`],
 //! behind one process-wide lock taken for the time of one operation; the waits
 //! (`wait_until`, `test`, locks) take it once per poll, so that other threads get
-//! their turn (`SHMEM_THREAD_MULTIPLE`).
+//! their turn (`SHMEM_THREAD_MULTIPLE`). A context's own endpoint ([`Slot`]) is
+//! outside it: its puts, gets and quiet to PEs that are not mapped take no lock
+//! (private context) or the slot's own.
 //!
 //! ## Finalize and calls racing it
 //! Calls after `shmem_finalize` are erroneous (OpenSHMEM 1.5, 9.1.5); here they report
@@ -43,7 +45,8 @@ use crate::heap::Heap;
 use gex_facade::prelude::*;
 use gex_facade::rma::AtomicDomain;
 use gex_facade::{Client, OwnedEndpoint};
-use gex_sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+use gex_sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::ffi::c_int;
 use std::sync::{Mutex, OnceLock};
 
 /// What every fast path reads: published once by `shmem_init` (in [`PE`]), never
@@ -53,10 +56,18 @@ pub(crate) struct Pe {
     pub(crate) npes: u32,
     /// This PE's heap: its address and length.
     pub(crate) heap_base: usize,
-    pub(crate) heap_len: usize,
+    heap_len: usize,
+    /// Every PE's offset of the heap in its segment.
+    pads: Box<[usize]>,
+    /// Some PE is reached through an endpoint: contexts get endpoints of their own.
+    ctx_eps: bool,
+    /// A no-op handler of endpoint 0 (the same on every PE): contexts' endpoints send
+    /// it their first message to a PE ([`CtxEp::reach`]).
+    hello: HandlerId,
     /// Per PE: the address of its heap in this process's mapping of its segment and the
-    /// bytes of it mapped from there; `(0, 0)` when the conduit does not map it (the
-    /// endpoint carries those operations).
+    /// bytes of it that may be reached from there (mapped, published, and within this
+    /// PE's heap length, so that one comparison checks a range); `(0, 0)` when the
+    /// conduit does not map it (the endpoint carries those operations).
     peers: Box<[(usize, usize)]>,
     /// The atomic domains agreed on CPU atomics (not the NIC's): an atomic on a mapped
     /// word may be done here, coherently with the other PEs' (gex-rma's rule).
@@ -66,8 +77,9 @@ pub(crate) struct Pe {
 
 /// The published PE (module documentation).
 static PE: OnceLock<Pe> = OnceLock::new();
-/// True between `shmem_init` and `shmem_finalize`.
-static LIVE: AtomicBool = AtomicBool::new(false);
+/// [`PE`]'s value between `shmem_init` and `shmem_finalize`, null outside: what every
+/// call reads first, one load.
+static PUB: AtomicPtr<Pe> = AtomicPtr::new(std::ptr::null_mut());
 /// An NBI put went through the endpoint since the last quiet (which then syncs it).
 static EP_NBI: AtomicBool = AtomicBool::new(false);
 /// The endpoint after `shmem_finalize`: kept, never dropped, so that its conduit's
@@ -81,6 +93,231 @@ const CTX_MIRROR: usize = 256;
 /// written under the lock by [`State::set_ctx`].
 static CTX_TEAMS: [AtomicUsize; CTX_MIRROR] = [const { AtomicUsize::new(0) }; CTX_MIRROR];
 
+/// A context's own endpoint (issue 27 point 2; docs/shmem.md, "Contexts"): slot `i`
+/// belongs to context index `i` (for `i <` [`CTX_MIRROR`]). Its endpoint is made once
+/// (by the first `shmem_ctx_create` that gets index `i` while some PE is reached
+/// through an endpoint), under the state lock, and kept for the life of the process: a
+/// destroyed context leaves it in the slot, and the next context given index `i` reuses
+/// it (`shmem_ctx_create` prefers free indices whose slot has one). Its puts, gets and
+/// quiet to PEs the conduit does not map go through it, to the target's endpoint 0
+/// (which holds the symmetric heap), without the state lock.
+pub(crate) struct Slot {
+    ep: OnceLock<SlotEp>,
+    /// The tag ([`thread_tag`]) of the thread owning the live private context of this
+    /// slot, 0 when the context is not private (or none is live). Set from 0 only under
+    /// `lock`; set back to 0 only by the owner (`shmem_ctx_destroy`).
+    owner: AtomicUsize,
+    /// An NBI put went through the endpoint since the context's last quiet.
+    nbi: AtomicBool,
+    /// Operations the endpoint carried (`gexshmem_ctx_endpoint`: the tests' proof that a
+    /// context's operations went through its own endpoint).
+    ops: AtomicU64,
+    /// Held around every use of the endpoint by a context that is not private.
+    lock: Mutex<()>,
+}
+
+/// A slot's endpoint and its index.
+struct SlotEp {
+    index: u16,
+    ep: std::cell::UnsafeCell<CtxEp>,
+}
+
+/// What a context's operations through its endpoint use.
+pub(crate) struct CtxEp {
+    ep: OwnedEndpoint,
+    /// The buffer of its gets (kept: no allocation once grown).
+    buf: Vec<u8>,
+    /// Per PE: this endpoint has reached its endpoint 0 ([`CtxEp::reach`]).
+    reached: Vec<bool>,
+}
+
+impl CtxEp {
+    /// Makes sure this endpoint has reached PE `pe`'s endpoint 0 once (a Short request
+    /// to the PE's no-op handler, sent with `try_request` while serving endpoint 0
+    /// between attempts). The first contact of an endpoint made at run time waits for
+    /// the peer's endpoint 0 (ofi: the discovery of addresses and the provider's
+    /// connection); a blocking gex operation would wait for it inside gex, polling
+    /// only this endpoint, and when every thread of the peer PE waits so too, no one
+    /// polls the peer's endpoint 0.
+    fn reach(&mut self, pe: u32, hello: HandlerId) -> Result<(), ShmemError> {
+        if self.reached.get(pe as usize).copied().unwrap_or(true) {
+            return Ok(());
+        }
+        let mut spins = 0u32;
+        while self
+            .ep
+            .try_request(EpAddr::new(pe, 0), hello, Body::short(&[]))?
+            == Injected::WouldBlock
+        {
+            self.ep.poll();
+            serve();
+            spins += 1;
+            if spins > 64 {
+                std::thread::yield_now();
+            }
+        }
+        self.reached[pe as usize] = true;
+        Ok(())
+    }
+
+    /// Waits for `ev` on the context's endpoint while serving the PE's endpoint 0: a
+    /// thread waiting here may be the only one of its PE in the library, and other PEs'
+    /// requests to this PE's heap (gex-rma's AM path, ofi's discovery of this endpoint)
+    /// are answered by endpoint 0 only when someone polls it.
+    fn wait<T: Send + 'static>(&mut self, ev: Event<T, RmaError>) -> Result<T, ShmemError> {
+        let mut spins = 0u32;
+        while !self.ep.test(&ev).map_err(RmaError::from)? {
+            serve();
+            spins += 1;
+            if spins > 64 {
+                std::thread::yield_now();
+            }
+        }
+        Ok(self.ep.wait(ev)?)
+    }
+}
+
+// SAFETY: `ep` is reached only through `with_slot_ep`, which makes one `&mut` at a time:
+// for a private context only the owner thread (`Slot::owner` equal to its tag, which
+// only that thread sets back to 0), otherwise only a holder of `Slot::lock` that found
+// `owner` 0 under it (and `owner` leaves 0 only under that lock). `OwnedEndpoint` is
+// `Send`: using it from one thread at a time is what gex asks.
+unsafe impl Sync for SlotEp {}
+
+impl Slot {
+    const fn new() -> Slot {
+        Slot {
+            ep: OnceLock::new(),
+            owner: AtomicUsize::new(0),
+            nbi: AtomicBool::new(false),
+            ops: AtomicU64::new(0),
+            lock: Mutex::new(()),
+        }
+    }
+}
+
+/// The context slots (see [`Slot`]).
+static SLOTS: [Slot; CTX_MIRROR] = [const { Slot::new() }; CTX_MIRROR];
+
+/// A tag of the calling thread, distinct between live threads (the address of a
+/// thread-local), never 0.
+fn thread_tag() -> usize {
+    thread_local! { static TAG: u8 = const { 0 }; }
+    TAG.with(|t| std::ptr::from_ref(t) as usize)
+}
+
+/// Runs `f` on the endpoint of context index `i` (see [`Slot`]): `None` when it has
+/// none (the context rides the PE's endpoint).
+fn with_slot_ep<R>(
+    i: usize,
+    f: impl FnOnce(&mut CtxEp, &Slot) -> Result<R, ShmemError>,
+) -> Option<Result<R, ShmemError>> {
+    let slot = SLOTS.get(i)?;
+    let cell = slot.ep.get()?;
+    let owner = slot.owner.load(Ordering::Acquire);
+    if owner != 0 {
+        if owner != thread_tag() {
+            return Some(Err(ShmemError::Invalid(
+                "a private context used by a thread that did not create it".into(),
+            )));
+        }
+        // SAFETY: this thread owns the private context (`owner` is its tag, and only it
+        // sets it back): no other `&mut` of the endpoint exists (`SlotEp`'s rule).
+        return Some(f(unsafe { &mut *cell.ep.get() }, slot));
+    }
+    let _g = slot.lock.lock().unwrap_or_else(|p| p.into_inner());
+    if slot.owner.load(Ordering::Acquire) != 0 {
+        return Some(Err(ShmemError::BadCtx));
+    }
+    // SAFETY: `lock` is held and `owner` is 0 under it: the only `&mut` (`SlotEp`'s rule).
+    Some(f(unsafe { &mut *cell.ep.get() }, slot))
+}
+
+/// The put of `src` to heap address `dst` of (world) PE `pe` on context index `i`'s own
+/// endpoint, to `pe`'s endpoint 0; `None`: the context has no endpoint, or `dst` is not
+/// in the heap (the PE's path decides).
+pub(crate) fn ctx_put(
+    i: usize,
+    dst: usize,
+    src: &[u8],
+    pe: u32,
+    nbi: bool,
+) -> Option<Result<(), ShmemError>> {
+    let p = published()?;
+    let g = p.remote_heap(dst, src.len(), pe)?;
+    with_slot_ep(i, |c, slot| {
+        c.reach(pe, p.hello)?;
+        if nbi {
+            c.ep.put(g, src, Nbi)?;
+            slot.nbi.store(true, Ordering::Release);
+        } else {
+            let ev = c.ep.put(g, src, Nb)?;
+            c.wait(ev)?;
+        }
+        slot.ops.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+/// The get into `dst` from heap address `src` of `pe` on context index `i`'s own
+/// endpoint, as [`ctx_put`].
+pub(crate) fn ctx_get(
+    i: usize,
+    dst: &mut [u8],
+    src: usize,
+    pe: u32,
+) -> Option<Result<(), ShmemError>> {
+    let p = published()?;
+    let g = p.remote_heap(src, dst.len(), pe)?;
+    with_slot_ep(i, |c, slot| {
+        c.reach(pe, p.hello)?;
+        let mut buf = std::mem::take(&mut c.buf);
+        buf.clear();
+        buf.resize(dst.len(), 0);
+        let ev = c.ep.get(buf, g, Nb)?;
+        let buf = c.wait(ev)?;
+        dst.copy_from_slice(&buf);
+        c.buf = buf;
+        slot.ops.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+/// Context index `i`'s quiet: its own endpoint's NBI puts (if it has one and issued
+/// any), then what the PE's quiet completes (what the context sent through the PE's
+/// endpoint: static data).
+pub(crate) fn ctx_quiet(i: usize) -> Result<(), ShmemError> {
+    if let Some(r) = with_slot_ep(i, |c, slot| {
+        if slot.nbi.load(Ordering::Acquire) {
+            slot.nbi.store(false, Ordering::Release);
+            // As `CtxEp::wait`: serve endpoint 0 meanwhile.
+            let mut spins = 0u32;
+            while !c.ep.test_nbi(NbiCategories::ALL)? {
+                serve();
+                spins += 1;
+                if spins > 64 {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        Ok(())
+    }) {
+        r?;
+    }
+    quiet()
+}
+
+/// `gexshmem_ctx_endpoint`: the index of context index `i`'s own endpoint (0: it has
+/// none) and the operations it carried.
+pub(crate) fn ctx_endpoint(i: usize) -> (u16, u64) {
+    SLOTS.get(i).map_or((0, 0), |s| {
+        (
+            s.ep.get().map_or(0, |e| e.index),
+            s.ops.load(Ordering::Relaxed),
+        )
+    })
+}
+
 /// What the mirror says of context index `i`: `Some(Some(team))` live, `Some(None)` not
 /// live, `None` not mirrored (look in `State::ctxs`).
 #[inline]
@@ -93,12 +330,18 @@ pub(crate) fn ctx_team(i: usize) -> Option<Option<usize>> {
 ///
 /// # Errors
 /// [`ShmemError::NotInitialized`] before `shmem_init` and after `shmem_finalize`.
-#[inline]
+#[inline(always)]
 pub(crate) fn pe() -> Result<&'static Pe, ShmemError> {
-    if !LIVE.load(Ordering::Acquire) {
-        return Err(ShmemError::NotInitialized);
-    }
-    PE.get().ok_or(ShmemError::NotInitialized)
+    published().ok_or(ShmemError::NotInitialized)
+}
+
+/// The published PE while initialised, else `None`: one load.
+#[inline(always)]
+pub(crate) fn published() -> Option<&'static Pe> {
+    let p = PUB.load(Ordering::Acquire);
+    // SAFETY: `PUB` is null or the address of `PE`'s value (stored by `init` after
+    // `PE.set`), which is `'static` and never changed or freed afterwards.
+    unsafe { p.cast_const().as_ref() }
 }
 
 impl Pe {
@@ -112,17 +355,124 @@ impl Pe {
     }
 
     /// The address in this process of `[addr, addr + len)` (a range of this PE's heap)
-    /// on (checked) PE `pe`, if the conduit maps it here; `None`: not in the heap, or not
-    /// mapped (the endpoint's path decides and reports errors).
+    /// on PE `pe`, if the conduit maps it here; `None`: not in the heap, not mapped, or
+    /// `pe` out of range (a negative PE number as `usize` is beyond every PE: the
+    /// bounds check of `peers` is the PE check). The endpoint's path decides then and
+    /// reports errors.
     #[inline(always)]
-    fn direct(&self, addr: usize, len: usize, pe: u32) -> Option<*mut u8> {
+    fn direct(&self, addr: usize, len: usize, pe: usize) -> Option<*mut u8> {
+        let &(base, lim) = self.peers.get(pe)?;
         let off = addr.wrapping_sub(self.heap_base);
-        let (base, mapped) = *self.peers.get(pe as usize)?;
-        if off >= self.heap_len || len > self.heap_len - off || len > mapped.saturating_sub(off) {
+        if off.checked_add(len)? > lim || lim == 0 {
             return None;
         }
         Some((base + off) as *mut u8)
     }
+}
+
+impl Pe {
+    /// The global address (on `pe`'s endpoint 0, whose segment holds its heap) of heap
+    /// range `[addr, addr + len)`; `None` outside the heap or `pe` out of range.
+    fn remote_heap(&self, addr: usize, len: usize, pe: u32) -> Option<GlobalPtr<u8>> {
+        let off = addr.wrapping_sub(self.heap_base);
+        if off.checked_add(len)? > self.heap_len {
+            return None;
+        }
+        let pad = *self.pads.get(pe as usize)?;
+        Some(GlobalPtr::new(EpAddr::new(pe, 0), pad + off))
+    }
+}
+
+/// The lock-free put (issue 27 point 4: the entry points' fast path, inlined into
+/// them): `len` bytes from `src` to symmetric address `dst` of PE `pe` when the
+/// conduit maps its heap here; `false` (nothing done) otherwise, for the checked path.
+///
+/// # Safety
+/// `src` is valid for reads of `len` bytes (or null: `false`).
+#[inline(always)]
+pub(crate) unsafe fn put_direct(dst: usize, src: *const u8, len: usize, pe: c_int) -> bool {
+    let Some(p) = published() else {
+        return false;
+    };
+    if len == 0 || src.is_null() {
+        return false;
+    }
+    let Some(at) = p.direct(dst, len, pe as usize) else {
+        return false;
+    };
+    // SAFETY: `at .. at + len` is inside the mapping of `pe`'s segment (checked against
+    // the reachable length), mapped for the life of the process (module documentation);
+    // `src` the caller's; byte-wise atomic stores on the shared side.
+    unsafe { gex_sync::copy::atomic_write(at, std::slice::from_raw_parts(src, len)) };
+    true
+}
+
+/// The lock-free get, as [`put_direct`].
+///
+/// # Safety
+/// `dst` is valid for writes of `len` bytes and not otherwise accessed meanwhile (or
+/// null: `false`).
+#[inline(always)]
+pub(crate) unsafe fn get_direct(dst: *mut u8, src: usize, len: usize, pe: c_int) -> bool {
+    let Some(p) = published() else {
+        return false;
+    };
+    if len == 0 || dst.is_null() {
+        return false;
+    }
+    let Some(at) = p.direct(src, len, pe as usize) else {
+        return false;
+    };
+    if pe as u32 == p.me {
+        // Programs spin on gets of their own PE's data: serve the others.
+        serve();
+    }
+    // SAFETY: inside the mapping of `pe`'s segment (checked), mapped for the life of the
+    // process; byte-wise atomic loads; `dst` is the caller's.
+    unsafe { gex_sync::copy::atomic_read(at, std::slice::from_raw_parts_mut(dst, len)) };
+    true
+}
+
+/// The lock-free atomic, as [`put_direct`]: `Some(old value)` when done (CPU atomic
+/// domains, mapped heap, aligned word), `None` for the checked path.
+#[inline(always)]
+pub(crate) fn amo_direct(
+    addr: usize,
+    pe: c_int,
+    width: u32,
+    op: Amo,
+    a: u64,
+    b: u64,
+) -> Option<u64> {
+    let p = published()?;
+    let w = width as usize;
+    let mask = w.wrapping_sub(1);
+    if !p.cpu_atomics || !w.is_power_of_two() || addr & mask != 0 {
+        return None;
+    }
+    let at = p.direct(addr, w, pe as usize)?;
+    if at as usize & mask != 0 {
+        return None;
+    }
+    if pe as u32 == p.me {
+        // Programs spin on atomics of their own PE's words: serve the others.
+        serve();
+    }
+    // SAFETY: inside the mapping of `pe`'s segment (checked), mapped for the life of
+    // the process, aligned to its width (checked); every other access to the word is a
+    // `gex_sync::word` operation or a byte-wise copy (gex-rma's rule).
+    Some(unsafe { word_amo(at, width, op, a, b) })
+}
+
+/// `shmem_quiet`'s fast path: a full barrier, done when nothing went through the
+/// endpoint since the last quiet; `false`: take [`quiet`].
+#[inline(always)]
+pub(crate) fn quiet_direct() -> bool {
+    if published().is_none() {
+        return false;
+    }
+    gex_sync::word::full_fence();
+    !EP_NBI.load(Ordering::Acquire) && OUTSTANDING.load(Ordering::Acquire) == 0
 }
 
 /// Polls the endpoint once if no other thread holds the state (that one polls): calls
@@ -135,17 +485,24 @@ fn serve() {
     }
 }
 
-/// Puts `src` at symmetric address `dst` of `pe` (a PE number, checked). `nbi`: the
-/// put may complete later (at the next quiet); else it is complete at its target on
-/// return.
+/// Puts `src` at symmetric address `dst` of `pe` (a PE number, checked) on context
+/// index `ctx` (`None`: the default context). `nbi`: the put may complete later (at the
+/// next quiet); else it is complete at its target on return. What does not take the
+/// direct path goes through the context's own endpoint when it has one ([`ctx_put`]).
 ///
 /// # Errors
 /// As [`State::put`].
 #[inline]
-pub(crate) fn put(dst: usize, src: &[u8], pe: i32, nbi: bool) -> Result<(), ShmemError> {
+pub(crate) fn put_on(
+    ctx: Option<usize>,
+    dst: usize,
+    src: &[u8],
+    pe: i32,
+    nbi: bool,
+) -> Result<(), ShmemError> {
     let p = self::pe()?;
     let pe = p.pe(pe)?;
-    if let Some(at) = p.direct(dst, src.len(), pe) {
+    if let Some(at) = p.direct(dst, src.len(), pe as usize) {
         // SAFETY: `at .. at + len` is inside the mapping of `pe`'s segment (checked
         // against the mapped length), which stays mapped for the life of the process
         // (module documentation); byte-wise atomic stores, so other PEs' and threads'
@@ -153,18 +510,27 @@ pub(crate) fn put(dst: usize, src: &[u8], pe: i32, nbi: bool) -> Result<(), Shme
         unsafe { gex_sync::copy::atomic_write(at, src) };
         return Ok(());
     }
+    if let Some(r) = ctx.and_then(|i| ctx_put(i, dst, src, pe, nbi)) {
+        return r;
+    }
     with(|s| s.put(dst, src, pe, nbi))
 }
 
-/// Gets `dst.len()` bytes from symmetric address `src` of `pe` (checked).
+/// Gets `dst.len()` bytes from symmetric address `src` of `pe` (checked) on context
+/// index `ctx`, as [`put_on`].
 ///
 /// # Errors
 /// As [`State::get`].
 #[inline]
-pub(crate) fn get(dst: &mut [u8], src: usize, pe: i32) -> Result<(), ShmemError> {
+pub(crate) fn get_on(
+    ctx: Option<usize>,
+    dst: &mut [u8],
+    src: usize,
+    pe: i32,
+) -> Result<(), ShmemError> {
     let p = self::pe()?;
     let pe = p.pe(pe)?;
-    if let Some(at) = p.direct(src, dst.len(), pe) {
+    if let Some(at) = p.direct(src, dst.len(), pe as usize) {
         if pe == p.me {
             // Programs spin on gets of their own PE's data: serve the others.
             serve();
@@ -173,6 +539,11 @@ pub(crate) fn get(dst: &mut [u8], src: usize, pe: i32) -> Result<(), ShmemError>
         // the process; byte-wise atomic loads; `dst` is the caller's own slice.
         unsafe { gex_sync::copy::atomic_read(at, dst) };
         return Ok(());
+    }
+    if !dst.is_empty() {
+        if let Some(r) = ctx.and_then(|i| ctx_get(i, &mut *dst, src, pe)) {
+            return r;
+        }
     }
     with(|s| s.get(dst, src, pe))
 }
@@ -199,7 +570,10 @@ pub(crate) fn amo(
     let w = width as usize;
     let mask = w.wrapping_sub(1);
     if p.cpu_atomics && w.is_power_of_two() && addr & mask == 0 {
-        if let Some(at) = p.direct(addr, w, pe).filter(|&at| at as usize & mask == 0) {
+        if let Some(at) = p
+            .direct(addr, w, pe as usize)
+            .filter(|&at| at as usize & mask == 0)
+        {
             if pe == p.me {
                 // Programs spin on atomics of their own PE's words: serve the others.
                 serve();
@@ -259,7 +633,7 @@ unsafe fn word_amo(at: *mut u8, width: u32, op: Amo, a: u64, b: u64) -> u64 {
 #[inline]
 pub(crate) fn quiet() -> Result<(), ShmemError> {
     self::pe()?;
-    fence(Ordering::SeqCst);
+    gex_sync::word::full_fence();
     if EP_NBI.load(Ordering::Acquire) || OUTSTANDING.load(Ordering::Acquire) != 0 {
         return with(|s| s.quiet());
     }
@@ -615,6 +989,7 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
         let [lo, hi] = split64(old);
         let _ = t.reply(h_amor, Body::short(&[lo, hi, fault]));
     })?;
+    let h_hello = ep.register(|_t: &mut Token<'_>, _am: Am<'_>| {})?;
     // The heap starts at the first HEAP_ALIGN-aligned address of each PE's segment, so
     // that alignments up to it hold on every PE; the offsets differ, so they are exchanged.
     let pad = seg.next_multiple_of(HEAP_ALIGN) - seg;
@@ -652,7 +1027,11 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
                 let len = mapped.min(published).checked_sub(pads[r as usize])?;
                 Some((base.as_ptr() as usize + pads[r as usize], len))
             });
-        peers.push(heap.filter(|&(_, len)| len > 0).unwrap_or((0, 0)));
+        peers.push(
+            heap.map(|(base, len)| (base, len.min(heap_len)))
+                .filter(|&(_, len)| len > 0)
+                .unwrap_or((0, 0)),
+        );
     }
     peers.resize(npes as usize, (0, 0));
     let published = Pe {
@@ -660,6 +1039,9 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
         npes,
         heap_base: seg + pad,
         heap_len,
+        pads: pads.clone().into_boxed_slice(),
+        ctx_eps: peers.iter().any(|&(_, len)| len == 0),
+        hello: h_hello,
         peers: peers.into_boxed_slice(),
         cpu_atomics: !ad32.is_native() && !ad64.is_native(),
         thread_level: level,
@@ -669,7 +1051,9 @@ pub(crate) fn init(level: i32) -> Result<i32, ShmemError> {
         return Err(ShmemError::Finalized);
     }
     ep.barrier(&world)?;
-    LIVE.store(true, Ordering::Release);
+    if let Some(p) = PE.get() {
+        PUB.store(std::ptr::from_ref(p).cast_mut(), Ordering::Release);
+    }
     *g = Some(State {
         client: Some(client),
         ep,
@@ -713,7 +1097,7 @@ pub(crate) fn finalize() -> Result<(), ShmemError> {
         return Ok(());
     };
     FINALIZED.store(true, Ordering::Release);
-    LIVE.store(false, Ordering::Release);
+    PUB.store(std::ptr::null_mut(), Ordering::Release);
     let closed = (|| {
         s.quiet()?;
         let world = s.world.clone();
@@ -773,7 +1157,9 @@ impl State {
     }
 
     fn check_fault(&self) -> Result<(), ShmemError> {
-        if REMOTE_FAULT.swap(0, Ordering::AcqRel) != 0 {
+        // A load first: the swap (a locked instruction) only when a fault was flagged.
+        if REMOTE_FAULT.load(Ordering::Acquire) != 0 && REMOTE_FAULT.swap(0, Ordering::AcqRel) != 0
+        {
             return Err(ShmemError::RemoteFault);
         }
         Ok(())
@@ -981,10 +1367,10 @@ impl State {
 
     /// Completes every put, get and atomic issued so far.
     pub(crate) fn quiet(&mut self) -> Result<(), ShmemError> {
-        fence(Ordering::SeqCst);
+        gex_sync::word::full_fence();
         // Every NBI put through the endpoint was issued under the lock this holds, and
         // set the flag; without one there is nothing to sync (a sync polls every layer).
-        if EP_NBI.swap(false, Ordering::AcqRel) {
+        if EP_NBI.load(Ordering::Acquire) && EP_NBI.swap(false, Ordering::AcqRel) {
             self.ep.sync_nbi(NbiCategories::ALL)?;
         }
         self.wait_static_puts()
@@ -993,8 +1379,7 @@ impl State {
     /// Quiet, then the barrier over every PE.
     pub(crate) fn barrier_all(&mut self) -> Result<(), ShmemError> {
         self.quiet()?;
-        let w = self.world.clone();
-        self.ep.barrier(&w)?;
+        self.ep.barrier(&self.world)?;
         Ok(())
     }
 
@@ -1009,6 +1394,77 @@ impl State {
             }
             Loc::Static(_) => (pe == self.me).then_some(addr),
         }
+    }
+
+    /// Makes a context on team index `team` (private: only the calling thread uses
+    /// it) and returns its index. A free index whose slot already has an endpoint is
+    /// taken first (a destroyed context's endpoint is reused); else the first free index,
+    /// whose slot gets a new endpoint when some PE is reached through an endpoint. When
+    /// gex cannot make one (`EpError::Full` past `GEX_MAX_ENDPOINTS`, a conduit without
+    /// endpoints made at run time, an index past the slots), the context rides the PE's
+    /// endpoint: creation does not fail for it (docs/shmem.md, "Contexts").
+    pub(crate) fn new_ctx(&mut self, team: usize, private: bool) -> Result<usize, ShmemError> {
+        self.team(team)?;
+        let n = self.ctxs.len();
+        let reuse =
+            (1..n.min(CTX_MIRROR)).find(|&j| self.ctxs[j].is_none() && SLOTS[j].ep.get().is_some());
+        let i = reuse.unwrap_or_else(|| self.ctxs.iter().position(Option::is_none).unwrap_or(n));
+        if let Some(slot) = SLOTS.get(i) {
+            if slot.ep.get().is_none() && PE.get().is_some_and(|p| p.ctx_eps) {
+                let made = self.client.as_ref().and_then(|c| c.create_endpoint().ok());
+                // gex checks a request's handler against the sender's table too.
+                let hello = PE.get().map(|p| p.hello);
+                if let Some(mut ep) = made.filter(|_| hello.is_some()) {
+                    if let Some(h) = hello {
+                        ep.register_at(h.index(), |_t: &mut Token<'_>, _am: Am<'_>| {})?;
+                    }
+                    let index = ep.addr().ep;
+                    let _ = slot.ep.set(SlotEp {
+                        index,
+                        ep: std::cell::UnsafeCell::new(CtxEp {
+                            ep,
+                            buf: Vec::new(),
+                            reached: vec![false; self.npes as usize],
+                        }),
+                    });
+                }
+            }
+            let _g = slot.lock.lock().unwrap_or_else(|p| p.into_inner());
+            slot.nbi.store(false, Ordering::Release);
+            slot.ops.store(0, Ordering::Relaxed);
+            slot.owner
+                .store(if private { thread_tag() } else { 0 }, Ordering::Release);
+        }
+        self.set_ctx(i, Some(team));
+        Ok(i)
+    }
+
+    /// Ends context index `i` (not the default one): quiet, then not live; its slot's
+    /// endpoint stays for the next context of that index. The caller quieted the
+    /// context's own endpoint.
+    pub(crate) fn end_ctx(&mut self, i: usize) -> Result<(), ShmemError> {
+        if i == 0 {
+            return Err(ShmemError::Invalid(
+                "shmem_ctx_destroy of SHMEM_CTX_DEFAULT".into(),
+            ));
+        }
+        if !matches!(self.ctxs.get(i), Some(Some(_))) {
+            return Err(ShmemError::BadCtx);
+        }
+        let slot = SLOTS.get(i);
+        if let Some(o) = slot.map(|s| s.owner.load(Ordering::Acquire)) {
+            if o != 0 && o != thread_tag() {
+                return Err(ShmemError::Invalid(
+                    "a private context destroyed by a thread that did not create it".into(),
+                ));
+            }
+        }
+        self.quiet()?;
+        self.set_ctx(i, None);
+        if let Some(s) = slot {
+            s.owner.store(0, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// Sets context index `i` to live on team index `team` (or not live), in the table

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds tests/contexts.c against an install of gex-shmem and runs it on 2 PEs over smp
+# (direct path: contexts need no endpoint), smp with GEX_RMA_PATH=am and ofi
+# (tcp;ofi_rxm) (both: every context operation through the context's own endpoint,
+# which the program checks). docs/shmem.md, "Contexts".
+#
+#   bash crates/gex-shmem/tests/contexts.sh PREFIX [CONFIG...]
+#
+# PREFIX: an install of gex-shmem with the ofi conduit (install.sh with
+# CARGO_FEATURES=ofi; sos/run makes one and runs this). CONFIG: any of smp, smp-am, ofi
+# (default: all three; ofi is skipped with a message when the install has no ofi).
+set -uo pipefail
+[[ $# -ge 1 ]] || { echo "usage: contexts.sh PREFIX [smp|smp-am|ofi ...]" >&2; exit 2; }
+prefix="$1"
+shift
+configs=("$@")
+[[ ${#configs[@]} -gt 0 ]] || configs=(smp smp-am ofi)
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+work="$(mktemp -d /tmp/gex-shctx.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+"$prefix/bin/oshcc" -std=c11 -O1 -g -Wall -Werror -pthread "$here/contexts.c" -o "$work/contexts" \
+    || { echo "contexts.sh: oshcc failed" >&2; exit 1; }
+failed=0
+for c in "${configs[@]}"; do
+    envs=(GEX_MAX_ENDPOINTS=16)
+    case "$c" in
+    smp) envs+=(EXPECT_CTX_EP=0) ;;
+    smp-am) envs+=(GEX_RMA_PATH=am EXPECT_CTX_EP=1) ;;
+    ofi)
+        if ! nm -D "$prefix/lib/libgexshmem.so" | grep fi_fabric >/dev/null; then
+            echo "contexts.sh: ofi: skipped (the install has no ofi conduit)"
+            continue
+        fi
+        envs+=(GEX_CONDUIT=ofi GEX_OFI_PROVIDER=tcp EXPECT_CTX_EP=1) ;;
+    *) echo "contexts.sh: unknown configuration $c" >&2; exit 2 ;;
+    esac
+    if env "${envs[@]}" timeout 60 "$prefix/bin/oshrun" -n 2 "$work/contexts" >"$work/$c.out" 2>&1 \
+        && grep -q '^contexts: ok' "$work/$c.out"; then
+        echo "contexts.sh: $c: $(grep '^contexts: ok' "$work/$c.out")"
+    else
+        echo "contexts.sh: $c: FAILED; its output:" >&2
+        tail -n 20 "$work/$c.out" >&2
+        failed=1
+    fi
+done
+exit $failed
