@@ -201,6 +201,133 @@ fn am_ref<C: Conduit>(
     Ok((a, p))
 }
 
+/// The message sizes of the latency runs (8 B to 4 KiB) and of the bandwidth runs
+/// (1 KiB up to `BW_MAX`, as the segment of `seg_len` bytes holds): `--sizes` within
+/// those ranges, else the defaults (fewer with `--quick`).
+fn sizes(job: &RmaJob, seg_len: usize) -> (Vec<usize>, Vec<usize>) {
+    let lat_sizes: Vec<usize> = if !job.sizes.is_empty() {
+        let mut v: Vec<usize> = job
+            .sizes
+            .iter()
+            .copied()
+            .filter(|&s| (8..=4096).contains(&s))
+            .collect();
+        v.dedup();
+        v
+    } else if job.quick {
+        vec![8, 4096]
+    } else {
+        (3..=12).map(|p| 1usize << p).collect()
+    };
+    let bw_sizes: Vec<usize> = if !job.sizes.is_empty() {
+        let mut v: Vec<usize> = job
+            .sizes
+            .iter()
+            .copied()
+            .filter(|&s| (1024..=BW_MAX).contains(&s) && DATA_OFFSET + s <= seg_len)
+            .collect();
+        v.dedup();
+        v
+    } else if job.quick {
+        vec![1 << 10, 1 << 20]
+    } else {
+        (10..=26)
+            .step_by(2)
+            .map(|p| 1usize << p)
+            .filter(|&s| DATA_OFFSET + s <= seg_len)
+            .collect()
+    };
+    (lat_sizes, bw_sizes)
+}
+
+/// The observed latency of a put: a sequence number ping-pongs through the flag words
+/// of the segments between `leader` and its `peer` (`follower` answers); the leader's
+/// round-trip times (two observed puts each), `None` elsewhere.
+fn observed_lat<C: Conduit>(
+    r: &mut Endpoint<C>,
+    peer: u32,
+    leader: bool,
+    follower: bool,
+    batch: Duration,
+    count: u32,
+) -> Res<Option<Vec<f64>>> {
+    let flag: GlobalPtr<u64> = GlobalPtr::new(EpAddr::rank(peer), FLAG_OFFSET);
+    let base = r.segment().as_ptr();
+    // SAFETY: see the module's Safety section (aligned, mapped, 8-byte writes).
+    let mine = unsafe { AtomicU64::from_ptr(base.add(FLAG_OFFSET).cast::<u64>()) };
+    let mut seq = 0u64;
+    if leader {
+        let v = batches(batch, count, |k| {
+            for _ in 0..k {
+                seq += 1;
+                r.put_val(flag, seq, Blocking)?;
+                while mine.load(Ordering::Acquire) != seq {
+                    r.poll();
+                }
+            }
+            Ok(())
+        })?;
+        r.put_val(flag, u64::MAX, Blocking)?;
+        return Ok(Some(v));
+    }
+    if follower {
+        loop {
+            let v = mine.load(Ordering::Acquire);
+            if v == u64::MAX {
+                break;
+            }
+            if v > seq {
+                seq = v;
+                r.put_val(flag, v, Blocking)?;
+            }
+            r.poll();
+        }
+    }
+    Ok(None)
+}
+
+/// Fetch-and-add on a counter in the peer's segment (its first data word): the
+/// leader's blocking latencies and `Nbi` rates per batch (the counter checked after),
+/// `None` elsewhere. Collective over the team (an atomic domain, a barrier).
+fn fadd<C: Conduit>(
+    r: &mut Endpoint<C>,
+    peer: u32,
+    leader: bool,
+    batch: Duration,
+    count: u32,
+) -> Res<Option<(Vec<f64>, Vec<f64>)>> {
+    let world = r.world();
+    let ad = r.atomic_domain::<u64>(&world, AtomicOps::FADD | AtomicOps::GET)?;
+    // The leader's counter lives in the peer's segment (first data word).
+    let word: GlobalPtr<u64> = GlobalPtr::new(EpAddr::rank(peer), DATA_OFFSET);
+    let f = AtomicFlags::empty();
+    barrier(r)?;
+    if !leader {
+        return Ok(None);
+    }
+    let mut adds = 0u64;
+    let lat = batches(batch, count, |k| {
+        for _ in 0..k {
+            std::hint::black_box(r.fetch_atomic(&ad, word, AtomicOp::Add(1), f, Blocking)?);
+        }
+        adds += k;
+        Ok(())
+    })?;
+    let rate = batches(batch, count, |k| {
+        for _ in 0..k {
+            r.fetch_atomic(&ad, word, AtomicOp::Add(1), f, Nbi)?;
+        }
+        r.sync_nbi(NbiCategories::ATOMICS)?;
+        adds += k;
+        Ok(())
+    })?;
+    let got = r.fetch_atomic(&ad, word, AtomicOp::Get, f, Blocking)?;
+    if got != adds {
+        return Err(format!("the counter holds {got}, {adds} adds were made").into());
+    }
+    Ok(Some((lat, rate)))
+}
+
 fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
     let mut r = client.endpoint(0)?;
@@ -254,38 +381,7 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
     let follower = me % 2 == 1;
     let peer = if leader { me + 1 } else { me.wrapping_sub(1) };
     let seg_len = r.segment().len();
-    let lat_sizes: Vec<usize> = if !job.sizes.is_empty() {
-        let mut v: Vec<usize> = job
-            .sizes
-            .iter()
-            .copied()
-            .filter(|&s| (8..=4096).contains(&s))
-            .collect();
-        v.dedup();
-        v
-    } else if job.quick {
-        vec![8, 4096]
-    } else {
-        (3..=12).map(|p| 1usize << p).collect()
-    };
-    let bw_sizes: Vec<usize> = if !job.sizes.is_empty() {
-        let mut v: Vec<usize> = job
-            .sizes
-            .iter()
-            .copied()
-            .filter(|&s| (1024..=BW_MAX).contains(&s) && DATA_OFFSET + s <= seg_len)
-            .collect();
-        v.dedup();
-        v
-    } else if job.quick {
-        vec![1 << 10, 1 << 20]
-    } else {
-        (10..=26)
-            .step_by(2)
-            .map(|p| 1usize << p)
-            .filter(|&s| DATA_OFFSET + s <= seg_len)
-            .collect()
-    };
+    let (lat_sizes, bw_sizes) = sizes(job, seg_len);
     let most = bw_sizes
         .iter()
         .chain(&lat_sizes)
@@ -319,53 +415,22 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             }
         }
         Family::Atomic if n >= 2 => {
-            let world = r.world();
-            let ad = r.atomic_domain::<u64>(&world, AtomicOps::FADD | AtomicOps::GET)?;
-            // The leader's counter lives in the peer's segment (first data word).
-            let word: GlobalPtr<u64> = GlobalPtr::new(EpAddr::rank(peer), DATA_OFFSET);
-            let f = AtomicFlags::empty();
-            barrier(&mut r)?;
-            if leader {
-                let mut adds = 0u64;
-                let lat = batches(batch, count, |k| {
-                    for _ in 0..k {
-                        std::hint::black_box(r.fetch_atomic(
-                            &ad,
-                            word,
-                            AtomicOp::Add(1),
-                            f,
-                            Blocking,
-                        )?);
-                    }
-                    adds += k;
-                    Ok(())
-                })?;
-                let rate = batches(batch, count, |k| {
-                    for _ in 0..k {
-                        r.fetch_atomic(&ad, word, AtomicOp::Add(1), f, Nbi)?;
-                    }
-                    r.sync_nbi(NbiCategories::ATOMICS)?;
-                    adds += k;
-                    Ok(())
-                })?;
-                let got = r.fetch_atomic(&ad, word, AtomicOp::Get, f, Blocking)?;
-                if got != adds {
-                    return Err(format!("the counter holds {got}, {adds} adds were made").into());
-                }
-                if me == 0 {
-                    report(
-                        "atomic_fadd_lat",
-                        8,
-                        "us",
-                        lat.iter().map(|t| t * 1e6).collect(),
-                    );
-                    report(
-                        "atomic_fadd_rate",
-                        8,
-                        "Mop/s",
-                        rate.iter().map(|t| 1e-6 / t).collect(),
-                    );
-                }
+            let v = fadd(&mut r, peer, leader, batch, count)?;
+            if me == 0
+                && let Some((lat, rate)) = v
+            {
+                report(
+                    "atomic_fadd_lat",
+                    8,
+                    "us",
+                    lat.iter().map(|t| t * 1e6).collect(),
+                );
+                report(
+                    "atomic_fadd_rate",
+                    8,
+                    "Mop/s",
+                    rate.iter().map(|t| 1e-6 / t).collect(),
+                );
             }
         }
         Family::Put | Family::Get if n >= 2 => {
@@ -413,43 +478,16 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             if job.family == Family::Put {
                 // Observed latency: a sequence number ping-pongs through the segments.
                 barrier(&mut r)?;
-                let flag: GlobalPtr<u64> = GlobalPtr::new(EpAddr::rank(peer), FLAG_OFFSET);
-                let base = r.segment().as_ptr();
-                // SAFETY: see the module's Safety section (aligned, mapped, 8-byte writes).
-                let mine = unsafe { AtomicU64::from_ptr(base.add(FLAG_OFFSET).cast::<u64>()) };
-                let mut seq = 0u64;
-                if leader {
-                    let v = batches(batch, count, |k| {
-                        for _ in 0..k {
-                            seq += 1;
-                            r.put_val(flag, seq, Blocking)?;
-                            while mine.load(Ordering::Acquire) != seq {
-                                r.poll();
-                            }
-                        }
-                        Ok(())
-                    })?;
-                    r.put_val(flag, u64::MAX, Blocking)?;
-                    if me == 0 {
-                        report(
-                            "put_observed_lat",
-                            8,
-                            "us",
-                            v.iter().map(|t| t * 1e6 / 2.0).collect(),
-                        );
-                    }
-                } else if follower {
-                    loop {
-                        let v = mine.load(Ordering::Acquire);
-                        if v == u64::MAX {
-                            break;
-                        }
-                        if v > seq {
-                            seq = v;
-                            r.put_val(flag, v, Blocking)?;
-                        }
-                        r.poll();
-                    }
+                let v = observed_lat(&mut r, peer, leader, follower, batch, count)?;
+                if me == 0
+                    && let Some(v) = v
+                {
+                    report(
+                        "put_observed_lat",
+                        8,
+                        "us",
+                        v.iter().map(|t| t * 1e6 / 2.0).collect(),
+                    );
                 }
             }
             for &s in &bw_sizes {
