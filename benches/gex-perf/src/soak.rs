@@ -31,10 +31,11 @@ use crate::{PinMode, complain};
 use gex::coll::{Allreduce, Broadcast, BuiltinOp, CollExt, Exchange, GatherAll, Reduce};
 use gex::core::{Client, Endpoint};
 use gex::rma::{
-    AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaError, RmaExt, ScopeRmaExt,
+    AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaError, RmaExt,
+    ScopeRmaExt,
 };
 use gex::spi::Conduit;
-use gex::{Am, Blocking, Body, ClientBuilder, EpAddr, Job, Nb, Nbi, Token};
+use gex::{Am, Blocking, Body, ClientBuilder, EpAddr, Job, Nb, Nbi, Team, Token};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::sync::Arc;
@@ -143,6 +144,60 @@ impl Shared {
 
 fn seq_of(a: &[u32]) -> u64 {
     u64::from(a[0]) | (u64::from(a[1]) << 32)
+}
+
+/// The end of a soak: every operation's effect checked against what its sources say
+/// (the counter of this rank against every rank's adds to it, the Short requests that
+/// arrived against those sent); a difference is an error counted in `sh`.
+fn verify<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    world: &Team,
+    ad: &AtomicDomain<u64>,
+    sh: &Shared,
+    adds: &[u64],
+    sent: &[u64],
+) -> Res<()> {
+    let (me, n) = (ep.rank(), ep.size());
+    ep.sync_nbi(NbiCategories::ALL)?;
+    ep.barrier(world)?;
+    let mut tally = vec![0u64; 2 * n as usize * n as usize];
+    for j in 0..n as usize {
+        tally[me as usize * n as usize + j] = adds[j];
+        tally[(n as usize + me as usize) * n as usize + j] = sent[j];
+    }
+    let tally = ep.collective(world, Allreduce::new(tally, BuiltinOp::Sum), Blocking)?;
+    let want_counter: u64 = (0..n as usize)
+        .map(|i| tally[i * n as usize + me as usize])
+        .sum();
+    let counter = ep.fetch_atomic(
+        ad,
+        GlobalPtr::<u64>::new(EpAddr::rank(me), OFF_COUNTER),
+        AtomicOp::Get,
+        AtomicFlags::empty(),
+        Blocking,
+    )?;
+    if counter != want_counter {
+        sh.error(&format!(
+            "rank {me}: the counter holds {counter}, the ranks added {want_counter}"
+        ));
+    }
+    for i in 0..n as usize {
+        let want = tally[(n as usize + i) * n as usize + me as usize];
+        // A barrier orders no AM handling (as in GASNet-EX): requests sent before it
+        // may still wait in this rank's queues after it. Serve them until the count
+        // is reached; a count still short after the grace period is a loss.
+        ep.wait_until_timeout(
+            || sh.flood[i].load(Relaxed) >= want,
+            std::time::Duration::from_secs(10),
+        );
+        let got = sh.flood[i].load(Relaxed);
+        if got != want {
+            sh.error(&format!(
+                "rank {me}: {got} Short requests arrived from rank {i}, it sent {want}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
@@ -291,45 +346,7 @@ fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
     let secs = t0.elapsed().as_secs_f64();
 
     // The end: every operation's effect checked against what its sources say.
-    ep.sync_nbi(NbiCategories::ALL)?;
-    ep.barrier(&world)?;
-    let mut tally = vec![0u64; 2 * n as usize * n as usize];
-    for j in 0..n as usize {
-        tally[me as usize * n as usize + j] = adds[j];
-        tally[(n as usize + me as usize) * n as usize + j] = sent[j];
-    }
-    let tally = ep.collective(&world, Allreduce::new(tally, BuiltinOp::Sum), Blocking)?;
-    let want_counter: u64 = (0..n as usize)
-        .map(|i| tally[i * n as usize + me as usize])
-        .sum();
-    let counter = ep.fetch_atomic(
-        &ad,
-        GlobalPtr::<u64>::new(EpAddr::rank(me), OFF_COUNTER),
-        AtomicOp::Get,
-        f,
-        Blocking,
-    )?;
-    if counter != want_counter {
-        sh.error(&format!(
-            "rank {me}: the counter holds {counter}, the ranks added {want_counter}"
-        ));
-    }
-    for i in 0..n as usize {
-        let want = tally[(n as usize + i) * n as usize + me as usize];
-        // A barrier orders no AM handling (as in GASNet-EX): requests sent before it
-        // may still wait in this rank's queues after it. Serve them until the count
-        // is reached; a count still short after the grace period is a loss.
-        ep.wait_until_timeout(
-            || sh.flood[i].load(Relaxed) >= want,
-            std::time::Duration::from_secs(10),
-        );
-        let got = sh.flood[i].load(Relaxed);
-        if got != want {
-            sh.error(&format!(
-                "rank {me}: {got} Short requests arrived from rank {i}, it sent {want}"
-            ));
-        }
-    }
+    verify(&mut ep, &world, &ad, &sh, &adds, &sent)?;
     let totals = ep.collective(
         &world,
         Allreduce::new(vec![ops, sh.errors.load(Relaxed)], BuiltinOp::Sum),
