@@ -63,6 +63,89 @@ fn send_prepared<C: Conduit>(
     checked(ep.request_with(dst, h, body, fill_with))
 }
 
+/// Prepare-time errors of negotiated payloads to `dst` (whose largest Medium is
+/// `max_medium` and segment `seg_len` bytes), waiting and immediate:
+/// `PayloadTooLarge`, `OutOfSegment` (past the end, overflowing offset), `BadRank`,
+/// `BadEndpoint`, and an endpoint not created yet where there can be one.
+fn prepare_errors<C: Conduit>(
+    client: &Client<C>,
+    ep: &mut Endpoint<C>,
+    h: HandlerId,
+    dst: EpAddr,
+    max_medium: usize,
+    seg_len: usize,
+) -> Result<(), String> {
+    let (n, d) = (client.size(), dst.rank as usize);
+    for imm in [false, true] {
+        let medium = |ep: &mut Endpoint<C>, dst: EpAddr, len: usize| -> Result<(), AmError> {
+            if imm {
+                ep.try_request_with(dst, h, Body::medium(&[], len), |_| 0)
+                    .map(drop)
+            } else {
+                ep.request_with(dst, h, Body::medium(&[], len), |_| 0)
+            }
+        };
+        let long = |ep: &mut Endpoint<C>, len: usize, off: usize| -> Result<(), AmError> {
+            if imm {
+                ep.try_request_with(dst, h, Body::long(&[], len, off), |_| 0)
+                    .map(drop)
+            } else {
+                ep.request_with(dst, h, Body::long(&[], len, off), |_| 0)
+            }
+        };
+        expect_err(
+            medium(ep, dst, max_medium + 1),
+            &AmError::PayloadTooLarge {
+                len: max_medium + 1,
+                max: max_medium,
+            },
+            "prepare medium over max",
+        )?;
+        let e = AmError::OutOfSegment {
+            dst,
+            offset: seg_len,
+            len: 1,
+            seg_len,
+        };
+        expect_err(long(ep, 1, seg_len), &e, "prepare long past the end")?;
+        let e = AmError::OutOfSegment {
+            dst,
+            offset: usize::MAX,
+            len: 1,
+            seg_len,
+        };
+        expect_err(
+            long(ep, 1, usize::MAX),
+            &e,
+            "prepare long with overflowing offset",
+        )?;
+        expect_err(
+            medium(ep, EpAddr::rank(n), 1),
+            &AmError::BadRank { rank: n, size: n },
+            "prepare to a bad rank",
+        )?;
+        let eps = client.endpoint_capacity(d as u32).ok_or("no capacity")?;
+        let bad = EpAddr::new(d as u32, eps);
+        expect_err(
+            medium(ep, bad, 1),
+            &AmError::BadEndpoint { dst: bad, eps },
+            "prepare to a bad EP",
+        )?;
+        if client.runtime_endpoints() && client.layout().eps[d] < eps {
+            let absent = EpAddr::new(d as u32, eps - 1);
+            expect_err(
+                medium(ep, absent, 1),
+                &AmError::Conduit(gex_core::spi::ConduitError::NoEndpoint {
+                    dst: absent,
+                    state: "not created yet",
+                }),
+                "prepare to an EP not created yet",
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// Negotiated payloads to every rank: Medium and Long buffers prepared, filled in place
 /// and committed with fewer bytes than prepared; zero-byte commits; non-waiting ones (`try_request_with`);
 /// a `fill` that panics and every failed commit (`CommitTooLarge`,
@@ -236,74 +319,7 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
             },
             "commit with too many args",
         )?;
-        // Prepare-time errors, waiting and immediate.
-        for imm in [false, true] {
-            let medium = |ep: &mut Endpoint<C>, dst: EpAddr, len: usize| -> Result<(), AmError> {
-                if imm {
-                    ep.try_request_with(dst, H, Body::medium(&[], len), |_| 0)
-                        .map(drop)
-                } else {
-                    ep.request_with(dst, H, Body::medium(&[], len), |_| 0)
-                }
-            };
-            let long = |ep: &mut Endpoint<C>, len: usize, off: usize| -> Result<(), AmError> {
-                if imm {
-                    ep.try_request_with(dst, H, Body::long(&[], len, off), |_| 0)
-                        .map(drop)
-                } else {
-                    ep.request_with(dst, H, Body::long(&[], len, off), |_| 0)
-                }
-            };
-            expect_err(
-                medium(&mut ep, dst, maxm[d] + 1),
-                &AmError::PayloadTooLarge {
-                    len: maxm[d] + 1,
-                    max: maxm[d],
-                },
-                "prepare medium over max",
-            )?;
-            let e = AmError::OutOfSegment {
-                dst,
-                offset: seg[d],
-                len: 1,
-                seg_len: seg[d],
-            };
-            expect_err(long(&mut ep, 1, seg[d]), &e, "prepare long past the end")?;
-            let e = AmError::OutOfSegment {
-                dst,
-                offset: usize::MAX,
-                len: 1,
-                seg_len: seg[d],
-            };
-            expect_err(
-                long(&mut ep, 1, usize::MAX),
-                &e,
-                "prepare long with overflowing offset",
-            )?;
-            expect_err(
-                medium(&mut ep, EpAddr::rank(n), 1),
-                &AmError::BadRank { rank: n, size: n },
-                "prepare to a bad rank",
-            )?;
-            let eps = client.endpoint_capacity(d as u32).ok_or("no capacity")?;
-            let bad = EpAddr::new(d as u32, eps);
-            expect_err(
-                medium(&mut ep, bad, 1),
-                &AmError::BadEndpoint { dst: bad, eps },
-                "prepare to a bad EP",
-            )?;
-            if client.runtime_endpoints() && client.layout().eps[d] < eps {
-                let absent = EpAddr::new(d as u32, eps - 1);
-                expect_err(
-                    medium(&mut ep, absent, 1),
-                    &AmError::Conduit(gex_core::spi::ConduitError::NoEndpoint {
-                        dst: absent,
-                        state: "not created yet",
-                    }),
-                    "prepare to an EP not created yet",
-                )?;
-            }
-        }
+        prepare_errors(client, &mut ep, H, dst, maxm[d], seg[d])?;
     }
     let want = 3 * n as u64;
     wait_for(&mut ep, "every committed message", || {

@@ -646,11 +646,7 @@ fn check_all<C: Conduit>(r: &mut Ep<C>, d: &Words, k: usize, iters: u64) -> R {
             get_u64(r, W_AND).map_err(e2s("get"))?,
             !((1u64 << n) - 1),
         ),
-        (
-            "mult",
-            get_u64(r, W_MULT).map_err(e2s("get"))?,
-            1u64 << n,
-        ),
+        ("mult", get_u64(r, W_MULT).map_err(e2s("get"))?, 1u64 << n),
         (
             "locked plain counter",
             r.get_val(d.pu(W_PLAIN), Blocking).map_err(e2s("get"))?,
