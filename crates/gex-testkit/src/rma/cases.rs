@@ -777,18 +777,12 @@ pub(super) fn vis_shapes<C: Conduit>(client: &Client<C>) -> R {
     finish(&mut r)
 }
 
-pub(super) fn errors<C: Conduit>(client: &Client<C>) -> R {
-    let mut r = setup(client)?;
+/// RMA to destinations that do not exist refused, in every mode: a rank past the job,
+/// an endpoint past the right neighbour's capacity, and (where endpoints are made at
+/// run time) one below it that nobody created.
+fn destination_errors<C: Conduit>(client: &Client<C>, r: &mut Ep<C>) -> R {
     let (me, n) = (r.rank(), r.size());
-    let seg = r.segment().len();
-    let slot = slot_len(&r);
-    let mine = me as usize * slot;
     let right = EpAddr::rank((me + 1) % n);
-    // Known contents in my slot on the right neighbour, to prove nothing is written.
-    let fill = bytes(seed(me, 0, 41), 256);
-    let p = GlobalPtr::<u8>::new(right, mine);
-    r.put(p, &fill, Blocking).map_err(e2s("fill"))?;
-
     let bad_rank = GlobalPtr::<u8>::new(EpAddr::rank(n), 0);
     let want = RmaError::BadRank { rank: n, size: n };
     expect_err(r.put(bad_rank, &[1], Blocking), &want, "put to a bad rank")?;
@@ -862,53 +856,21 @@ pub(super) fn errors<C: Conduit>(client: &Client<C>) -> R {
             "memset Nbi to an endpoint not created yet",
         )?;
     }
+    Ok(())
+}
 
+/// VIS errors to `right` (the slot at `mine` of its segment), each with a valid first
+/// piece that must not be written: a vector piece past the end, lengths that do not
+/// match, two targets, indexed and strided shapes that do not fit.
+fn vis_errors<C: Conduit>(r: &mut Ep<C>, right: EpAddr, mine: usize) -> R {
+    let me = r.rank();
+    let seg = r.segment().len();
     let oos = |offset, len| RmaError::OutOfSegment {
         dst: right,
         offset,
         len,
         seg_len: seg,
     };
-    expect_err(
-        r.put(GlobalPtr::<u8>::new(right, seg - 3), &[0u8; 4], Blocking),
-        &oos(seg - 3, 4),
-        "put past the end",
-    )?;
-    expect_err(
-        r.get(&mut [0u8; 1], GlobalPtr::<u8>::new(right, seg), Blocking),
-        &oos(seg, 1),
-        "get at the end",
-    )?;
-    expect_err(
-        r.put_val(GlobalPtr::<u64>::new(right, seg - 7), 1, Blocking),
-        &oos(seg - 7, 8),
-        "put_val past the end",
-    )?;
-    expect_err(
-        r.put(
-            GlobalPtr::<u8>::new(right, usize::MAX - 1),
-            &[0u8; 4],
-            Blocking,
-        ),
-        &oos(usize::MAX - 1, 4),
-        "offset overflow",
-    )?;
-    expect_err(
-        r.memset(GlobalPtr::<u8>::new(right, 1), 0, usize::MAX, Blocking),
-        &oos(1, usize::MAX),
-        "memset length overflow",
-    )?;
-    let far = GlobalPtr::<u64>::new(right, 0).add(usize::MAX / 4);
-    if r.get_val(far, Blocking).is_ok() {
-        return Err("get_val at a saturated pointer succeeded".into());
-    }
-    // Exactly at the end is fine; zero bytes at the end too.
-    r.put(GlobalPtr::<u8>::new(right, seg - 1), &[9u8], Blocking)
-        .map_err(e2s("last byte"))?;
-    r.put::<u8, _>(GlobalPtr::new(right, seg), &[], Blocking)
-        .map_err(e2s("zero bytes at the end"))?;
-
-    // VIS errors, each with a valid first piece that must not be written.
     let q = GlobalPtr::<u8>::new(right, mine);
     let junk = [0xeeu8; 64];
     expect_err(
@@ -978,7 +940,71 @@ pub(super) fn errors<C: Conduit>(client: &Client<C>) -> R {
         Err(RmaError::ShapeMismatch(_)) => {}
         other => return Err(format!("strides/counts mismatch: {other:?}")),
     }
+    Ok(())
+}
+
+pub(super) fn errors<C: Conduit>(client: &Client<C>) -> R {
+    let mut r = setup(client)?;
+    let (me, n) = (r.rank(), r.size());
+    let seg = r.segment().len();
+    let slot = slot_len(&r);
+    let mine = me as usize * slot;
+    let right = EpAddr::rank((me + 1) % n);
+    // Known contents in my slot on the right neighbour, to prove nothing is written.
+    let fill = bytes(seed(me, 0, 41), 256);
+    let p = GlobalPtr::<u8>::new(right, mine);
+    r.put(p, &fill, Blocking).map_err(e2s("fill"))?;
+
+    destination_errors(client, &mut r)?;
+
+    let oos = |offset, len| RmaError::OutOfSegment {
+        dst: right,
+        offset,
+        len,
+        seg_len: seg,
+    };
+    expect_err(
+        r.put(GlobalPtr::<u8>::new(right, seg - 3), &[0u8; 4], Blocking),
+        &oos(seg - 3, 4),
+        "put past the end",
+    )?;
+    expect_err(
+        r.get(&mut [0u8; 1], GlobalPtr::<u8>::new(right, seg), Blocking),
+        &oos(seg, 1),
+        "get at the end",
+    )?;
+    expect_err(
+        r.put_val(GlobalPtr::<u64>::new(right, seg - 7), 1, Blocking),
+        &oos(seg - 7, 8),
+        "put_val past the end",
+    )?;
+    expect_err(
+        r.put(
+            GlobalPtr::<u8>::new(right, usize::MAX - 1),
+            &[0u8; 4],
+            Blocking,
+        ),
+        &oos(usize::MAX - 1, 4),
+        "offset overflow",
+    )?;
+    expect_err(
+        r.memset(GlobalPtr::<u8>::new(right, 1), 0, usize::MAX, Blocking),
+        &oos(1, usize::MAX),
+        "memset length overflow",
+    )?;
+    let far = GlobalPtr::<u64>::new(right, 0).add(usize::MAX / 4);
+    if r.get_val(far, Blocking).is_ok() {
+        return Err("get_val at a saturated pointer succeeded".into());
+    }
+    // Exactly at the end is fine; zero bytes at the end too.
+    r.put(GlobalPtr::<u8>::new(right, seg - 1), &[9u8], Blocking)
+        .map_err(e2s("last byte"))?;
+    r.put::<u8, _>(GlobalPtr::new(right, seg), &[], Blocking)
+        .map_err(e2s("zero bytes at the end"))?;
+
+    vis_errors(&mut r, right, mine)?;
     // A failed get writes nothing locally.
+    let q = GlobalPtr::<u8>::new(right, mine);
     let mut local = [0x11u8; 16];
     let _ = r.get_vector(
         &mut local,
