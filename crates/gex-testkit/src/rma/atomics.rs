@@ -755,10 +755,10 @@ fn expect<T: std::fmt::Debug>(r: Result<T, RmaError>, want: &RmaError, what: &st
     }
 }
 
-pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
-    let mut r = setup(client)?;
+/// Atomic domains refused: a float domain with a bitwise operation, and (collective)
+/// members asking for different operation sets or element types.
+fn domain_errors<C: Conduit>(r: &mut Ep<C>) -> R {
     let (me, n) = (r.rank(), r.size());
-    let slot = slot_len(&r);
     let w = r.world();
     expect(
         r.atomic_domain::<f64>(&w, AtomicOps::ADD | AtomicOps::XOR),
@@ -799,6 +799,127 @@ pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
             "members asking for different types",
         )?;
     }
+    Ok(())
+}
+
+/// Operations on the word at `base` of `dst`'s segment (it holds 77) refused by the
+/// domains `ad` (u64: fetch-add, set, get) and `ad32` (u32: add): operations outside
+/// the domain in every mode, misaligned words, words out of the segment.
+fn word_errors<C: Conduit>(
+    r: &mut Ep<C>,
+    ad: &AtomicDomain<u64>,
+    ad32: &AtomicDomain<u32>,
+    dst: EpAddr,
+    base: usize,
+) -> R {
+    let p = GlobalPtr::<u64>::new(dst, base);
+    let nd = RmaError::OpNotInDomain { op: AtomicOps::MAX };
+    expect(
+        r.atomic(ad, p, AtomicOp::Max(1000), NONE, Blocking),
+        &nd,
+        "op",
+    )?;
+    expect(r.atomic(ad, p, AtomicOp::Max(1000), NONE, Nb), &nd, "op_nb")?;
+    expect(
+        r.atomic(ad, p, AtomicOp::Max(1000), NONE, Nbi),
+        &nd,
+        "op_nbi",
+    )?;
+    expect(
+        r.fetch_atomic(
+            ad,
+            p,
+            AtomicOp::CompareSwap {
+                expected: 77,
+                new: 1,
+            },
+            NONE,
+            Blocking,
+        ),
+        &RmaError::OpNotInDomain {
+            op: AtomicOps::FCSWAP,
+        },
+        "fetch",
+    )?;
+    // A fetching set is a swap: the domain has the set, not the swap.
+    let swap = RmaError::OpNotInDomain {
+        op: AtomicOps::SWAP,
+    };
+    expect(
+        r.fetch_atomic(ad, p, AtomicOp::Set(1), NONE, Blocking),
+        &swap,
+        "fetch of set",
+    )?;
+    expect(
+        r.fetch_atomic(ad, p, AtomicOp::Set(1), NONE, Nb),
+        &swap,
+        "fetch_nb of set",
+    )?;
+    expect(
+        r.atomic(ad, p, AtomicOp::Add(1), NONE, Blocking),
+        &RmaError::OpNotInDomain { op: AtomicOps::ADD },
+        "the non-fetching add (the fetching one is in the domain)",
+    )?;
+    for off in [base + 4, base + 1] {
+        expect(
+            r.fetch_atomic(
+                ad,
+                GlobalPtr::new(dst, off),
+                AtomicOp::Add(1),
+                NONE,
+                Blocking,
+            ),
+            &RmaError::Misaligned {
+                dst,
+                offset: off,
+                align: 8,
+            },
+            "misaligned u64",
+        )?;
+    }
+    expect(
+        r.atomic(
+            ad32,
+            GlobalPtr::new(dst, base + 2),
+            AtomicOp::Add(1),
+            NONE,
+            Blocking,
+        ),
+        &RmaError::Misaligned {
+            dst,
+            offset: base + 2,
+            align: 4,
+        },
+        "misaligned u32",
+    )?;
+    let seg_len = r.segment_len_of(dst.rank).unwrap_or(0);
+    for off in [seg_len, seg_len - 4, usize::MAX - 3] {
+        expect(
+            r.fetch_atomic(
+                ad,
+                GlobalPtr::new(dst, off),
+                AtomicOp::Add(1),
+                NONE,
+                Blocking,
+            ),
+            &RmaError::OutOfSegment {
+                dst,
+                offset: off,
+                len: 8,
+                seg_len,
+            },
+            "out of segment",
+        )?;
+    }
+    Ok(())
+}
+
+pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
+    let mut r = setup(client)?;
+    let (me, n) = (r.rank(), r.size());
+    let slot = slot_len(&r);
+    let w = r.world();
+    domain_errors(&mut r)?;
     let ad = r
         .atomic_domain::<u64>(&w, AtomicOps::FADD | AtomicOps::SET | AtomicOps::GET)
         .map_err(e2s("domain"))?;
@@ -820,108 +941,7 @@ pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
         let p = GlobalPtr::<u64>::new(dst, base);
         r.atomic(&ad, p, AtomicOp::Set(77), NONE, Blocking)
             .map_err(e2s("set"))?;
-        let nd = RmaError::OpNotInDomain { op: AtomicOps::MAX };
-        expect(
-            r.atomic(&ad, p, AtomicOp::Max(1000), NONE, Blocking),
-            &nd,
-            "op",
-        )?;
-        expect(
-            r.atomic(&ad, p, AtomicOp::Max(1000), NONE, Nb),
-            &nd,
-            "op_nb",
-        )?;
-        expect(
-            r.atomic(&ad, p, AtomicOp::Max(1000), NONE, Nbi),
-            &nd,
-            "op_nbi",
-        )?;
-        expect(
-            r.fetch_atomic(
-                &ad,
-                p,
-                AtomicOp::CompareSwap {
-                    expected: 77,
-                    new: 1,
-                },
-                NONE,
-                Blocking,
-            ),
-            &RmaError::OpNotInDomain {
-                op: AtomicOps::FCSWAP,
-            },
-            "fetch",
-        )?;
-        // A fetching set is a swap: the domain has the set, not the swap.
-        let swap = RmaError::OpNotInDomain {
-            op: AtomicOps::SWAP,
-        };
-        expect(
-            r.fetch_atomic(&ad, p, AtomicOp::Set(1), NONE, Blocking),
-            &swap,
-            "fetch of set",
-        )?;
-        expect(
-            r.fetch_atomic(&ad, p, AtomicOp::Set(1), NONE, Nb),
-            &swap,
-            "fetch_nb of set",
-        )?;
-        expect(
-            r.atomic(&ad, p, AtomicOp::Add(1), NONE, Blocking),
-            &RmaError::OpNotInDomain { op: AtomicOps::ADD },
-            "the non-fetching add (the fetching one is in the domain)",
-        )?;
-        for off in [base + 4, base + 1] {
-            expect(
-                r.fetch_atomic(
-                    &ad,
-                    GlobalPtr::new(dst, off),
-                    AtomicOp::Add(1),
-                    NONE,
-                    Blocking,
-                ),
-                &RmaError::Misaligned {
-                    dst,
-                    offset: off,
-                    align: 8,
-                },
-                "misaligned u64",
-            )?;
-        }
-        expect(
-            r.atomic(
-                &ad32,
-                GlobalPtr::new(dst, base + 2),
-                AtomicOp::Add(1),
-                NONE,
-                Blocking,
-            ),
-            &RmaError::Misaligned {
-                dst,
-                offset: base + 2,
-                align: 4,
-            },
-            "misaligned u32",
-        )?;
-        let seg_len = r.segment_len_of(d).unwrap_or(0);
-        for off in [seg_len, seg_len - 4, usize::MAX - 3] {
-            expect(
-                r.fetch_atomic(
-                    &ad,
-                    GlobalPtr::new(dst, off),
-                    AtomicOp::Add(1),
-                    NONE,
-                    Blocking,
-                ),
-                &RmaError::OutOfSegment {
-                    dst,
-                    offset: off,
-                    len: 8,
-                    seg_len,
-                },
-                "out of segment",
-            )?;
-        }
+        word_errors(&mut r, &ad, &ad32, dst, base)?;
         let v = r
             .fetch_atomic(&ad, p, AtomicOp::Get, NONE, Blocking)
             .map_err(e2s("get"))?;
