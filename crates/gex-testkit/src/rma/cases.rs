@@ -600,6 +600,108 @@ fn random_shape(g: &mut SplitMix64, m: usize) -> Option<ShapeBuf> {
     })
 }
 
+/// The fixed shapes of [`vis_shapes`]: reflection, 2-D transpose, degenerate,
+/// zero-dimensional, with their local extents.
+fn fixed_shapes() -> Vec<ShapeBuf> {
+    let mut shapes: Vec<ShapeBuf> = Vec::new();
+    // Fixed shapes: reflection, 2-D transpose, degenerate, zero-dimensional.
+    let fixed: [FixedShape; 5] = [
+        (&[16], &[-1], &[1], 15),
+        (&[4, 6], &[6, 1], &[1, 4], 0),
+        (&[3, 0, 2], &[1, 3, 9], &[1, 3, 9], 0),
+        (&[], &[], &[], 5),
+        (&[5, 3], &[-1, -5], &[-1, 5], 14),
+    ];
+    for (c, rs, ls, base) in fixed {
+        let (llo, lhi) = c.iter().zip(ls).fold((0i64, 0i64), |(lo, hi), (c, s)| {
+            let e = (*c as i64 - 1).max(0) * *s as i64;
+            if e < 0 { (lo + e, hi) } else { (lo, hi + e) }
+        });
+        shapes.push(ShapeBuf {
+            counts: c.to_vec(),
+            rs: rs.to_vec(),
+            ls: ls.to_vec(),
+            local_start: (-llo) as usize,
+            local_len: (lhi - llo + 1) as usize,
+            base,
+        });
+    }
+    shapes
+}
+
+/// Vector and indexed puts and gets of [`vis_shapes`]: random disjoint pieces on a
+/// grid of 16 elements of `region` (which `model` mirrors), round trips checked, then
+/// the whole region against the model.
+fn vector_indexed<C: Conduit>(
+    r: &mut Ep<C>,
+    g: &mut SplitMix64,
+    region: GlobalPtr<u32>,
+    model: &mut [u32],
+) -> R {
+    let m = model.len();
+    for k in 0..20 {
+        let cells = m / 16;
+        let mut picked: Vec<usize> = (0..cells).filter(|_| g.up_to(3) == 0).collect();
+        // Shuffle a little (order matters for the packing of local data).
+        if picked.len() > 2 {
+            let (i, j) = (g.up_to(picked.len() as u64 - 1) as usize, 0);
+            picked.swap(i, j);
+        }
+        let lens: Vec<usize> = picked.iter().map(|_| g.up_to(16) as usize).collect();
+        let list: Vec<(GlobalPtr<u32>, usize)> = picked
+            .iter()
+            .zip(&lens)
+            .map(|(c, l)| (region.add(c * 16), *l))
+            .collect();
+        let total: usize = lens.iter().sum();
+        let src: Vec<u32> = (0..total).map(|_| g.next_u64() as u32).collect();
+        let mut at = 0;
+        for (c, l) in picked.iter().zip(&lens) {
+            model[c * 16..c * 16 + l].copy_from_slice(&src[at..at + l]);
+            at += l;
+        }
+        if k % 2 == 0 {
+            r.put_vector(&list, &src, Blocking)
+                .map_err(e2s("put_vector"))?;
+            let mut back = vec![0u32; total];
+            r.get_vector(&mut back, &list, Blocking)
+                .map_err(e2s("get_vector"))?;
+            check_eq(&back, &src, "vector round trip")?;
+        } else {
+            r.put_vis(Vis::Vector(&list), &src, Nbi)
+                .map_err(e2s("put_vis Nbi vector"))?;
+            r.sync_nbi(NbiCategories::PUTS).map_err(e2s("sync puts"))?;
+            let ev = r
+                .get_vis(vec![0u32; total], Vis::Vector(&list), Nb)
+                .map_err(e2s("get_vis Nb vector"))?;
+            check_eq(
+                &wait(r, ev, "get_vis Nb")?,
+                &src,
+                "vector NB round trip",
+            )?;
+        }
+        let each = g.up_to(16) as usize;
+        let ptrs: Vec<GlobalPtr<u32>> = picked.iter().map(|c| region.add(c * 16)).collect();
+        let src: Vec<u32> = (0..ptrs.len() * each)
+            .map(|_| g.next_u64() as u32)
+            .collect();
+        for (i, c) in picked.iter().enumerate() {
+            model[c * 16..c * 16 + each].copy_from_slice(&src[i * each..(i + 1) * each]);
+        }
+        r.put_indexed(&ptrs, each, &src, Blocking)
+            .map_err(e2s("put_indexed"))?;
+        let mut back = vec![0u32; src.len()];
+        r.get_indexed(&mut back, &ptrs, each, Blocking)
+            .map_err(e2s("get_indexed"))?;
+        check_eq(&back, &src, "indexed round trip")?;
+        let mut whole = vec![0u32; m];
+        r.get(&mut whole, region, Blocking)
+            .map_err(e2s("get region"))?;
+        check_eq(&whole, model, "region after vector/indexed puts")?;
+    }
+    Ok(())
+}
+
 pub(super) fn vis_shapes<C: Conduit>(client: &Client<C>) -> R {
     let mut r = setup(client)?;
     let (me, n) = (r.rank(), r.size());
@@ -612,29 +714,7 @@ pub(super) fn vis_shapes<C: Conduit>(client: &Client<C>) -> R {
         let mut model = vec![0u32; m];
         r.put(region, &model, Blocking)
             .map_err(e2s("zero region"))?;
-        let mut shapes: Vec<ShapeBuf> = Vec::new();
-        // Fixed shapes: reflection, 2-D transpose, degenerate, zero-dimensional.
-        let fixed: [FixedShape; 5] = [
-            (&[16], &[-1], &[1], 15),
-            (&[4, 6], &[6, 1], &[1, 4], 0),
-            (&[3, 0, 2], &[1, 3, 9], &[1, 3, 9], 0),
-            (&[], &[], &[], 5),
-            (&[5, 3], &[-1, -5], &[-1, 5], 14),
-        ];
-        for (c, rs, ls, base) in fixed {
-            let (llo, lhi) = c.iter().zip(ls).fold((0i64, 0i64), |(lo, hi), (c, s)| {
-                let e = (*c as i64 - 1).max(0) * *s as i64;
-                if e < 0 { (lo + e, hi) } else { (lo, hi + e) }
-            });
-            shapes.push(ShapeBuf {
-                counts: c.to_vec(),
-                rs: rs.to_vec(),
-                ls: ls.to_vec(),
-                local_start: (-llo) as usize,
-                local_len: (lhi - llo + 1) as usize,
-                base,
-            });
-        }
+        let mut shapes = fixed_shapes();
         while shapes.len() < 60 {
             if let Some(s) = random_shape(&mut g, m) {
                 shapes.push(s);
@@ -712,67 +792,7 @@ pub(super) fn vis_shapes<C: Conduit>(client: &Client<C>) -> R {
                 check_eq(&got, &want, &format!("strided get, {what}"))?;
             }
         }
-        // Vector and indexed: random disjoint pieces on a grid of 16 elements.
-        for k in 0..20 {
-            let cells = m / 16;
-            let mut picked: Vec<usize> = (0..cells).filter(|_| g.up_to(3) == 0).collect();
-            // Shuffle a little (order matters for the packing of local data).
-            if picked.len() > 2 {
-                let (i, j) = (g.up_to(picked.len() as u64 - 1) as usize, 0);
-                picked.swap(i, j);
-            }
-            let lens: Vec<usize> = picked.iter().map(|_| g.up_to(16) as usize).collect();
-            let list: Vec<(GlobalPtr<u32>, usize)> = picked
-                .iter()
-                .zip(&lens)
-                .map(|(c, l)| (region.add(c * 16), *l))
-                .collect();
-            let total: usize = lens.iter().sum();
-            let src: Vec<u32> = (0..total).map(|_| g.next_u64() as u32).collect();
-            let mut at = 0;
-            for (c, l) in picked.iter().zip(&lens) {
-                model[c * 16..c * 16 + l].copy_from_slice(&src[at..at + l]);
-                at += l;
-            }
-            if k % 2 == 0 {
-                r.put_vector(&list, &src, Blocking)
-                    .map_err(e2s("put_vector"))?;
-                let mut back = vec![0u32; total];
-                r.get_vector(&mut back, &list, Blocking)
-                    .map_err(e2s("get_vector"))?;
-                check_eq(&back, &src, "vector round trip")?;
-            } else {
-                r.put_vis(Vis::Vector(&list), &src, Nbi)
-                    .map_err(e2s("put_vis Nbi vector"))?;
-                r.sync_nbi(NbiCategories::PUTS).map_err(e2s("sync puts"))?;
-                let ev = r
-                    .get_vis(vec![0u32; total], Vis::Vector(&list), Nb)
-                    .map_err(e2s("get_vis Nb vector"))?;
-                check_eq(
-                    &wait(&mut r, ev, "get_vis Nb")?,
-                    &src,
-                    "vector NB round trip",
-                )?;
-            }
-            let each = g.up_to(16) as usize;
-            let ptrs: Vec<GlobalPtr<u32>> = picked.iter().map(|c| region.add(c * 16)).collect();
-            let src: Vec<u32> = (0..ptrs.len() * each)
-                .map(|_| g.next_u64() as u32)
-                .collect();
-            for (i, c) in picked.iter().enumerate() {
-                model[c * 16..c * 16 + each].copy_from_slice(&src[i * each..(i + 1) * each]);
-            }
-            r.put_indexed(&ptrs, each, &src, Blocking)
-                .map_err(e2s("put_indexed"))?;
-            let mut back = vec![0u32; src.len()];
-            r.get_indexed(&mut back, &ptrs, each, Blocking)
-                .map_err(e2s("get_indexed"))?;
-            check_eq(&back, &src, "indexed round trip")?;
-            let mut whole = vec![0u32; m];
-            r.get(&mut whole, region, Blocking)
-                .map_err(e2s("get region"))?;
-            check_eq(&whole, &model, "region after vector/indexed puts")?;
-        }
+        vector_indexed(&mut r, &mut g, region, &mut model)?;
     }
     finish(&mut r)
 }
