@@ -151,6 +151,97 @@ fn prepare_errors<C: Conduit>(
 /// a `fill` that panics and every failed commit (`CommitTooLarge`,
 /// `UnregisteredHandler`, `TooManyArgs`) send nothing; prepare-time errors
 /// (`PayloadTooLarge`, `OutOfSegment`, `BadRank`, `BadEndpoint`).
+/// Negotiated payloads to `dst` that send nothing (`imm`: not waiting): a `fill` that
+/// panics (Medium, and Long at `spare`, a range of its own), a commit larger than
+/// prepared, to an unregistered handler, with too many arguments. `max_medium` and
+/// `max_long` are `dst`'s limits.
+fn failed_sends<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    h: HandlerId,
+    dst: EpAddr,
+    imm: bool,
+    max_medium: usize,
+    max_long: usize,
+    spare: usize,
+) -> Result<(), String> {
+    let me = ep.rank();
+    let max_args = ep.max_args();
+    // Abandoned (a panicking `fill`) and failed messages send nothing.
+    let abandoned = catch_unwind(AssertUnwindSafe(|| {
+        ep.request_with(dst, h, Body::medium(&[me, 9, 0], 16.min(max_medium)), |b| {
+            b.fill(0xab);
+            panic!("a fill that panics on purpose")
+        })
+    }));
+    if abandoned.is_ok() {
+        return Err("a panicking fill did not end the call".into());
+    }
+    // A conduit may build Long payloads directly in the target segment, so prepares
+    // that send nothing use their own range (the committed one's handler may not
+    // have run yet).
+    let abandoned = catch_unwind(AssertUnwindSafe(|| {
+        ep.request_with(
+            dst,
+            h,
+            Body::long(&[me, 9, 0], 16.min(max_long), spare),
+            |b| {
+                b.fill(0xab);
+                panic!("a fill that panics on purpose")
+            },
+        )
+    }));
+    if abandoned.is_ok() {
+        return Err("a panicking fill did not end the call".into());
+    }
+    let pl = 16.min(max_medium);
+    expect_err(
+        send_prepared(
+            ep,
+            dst,
+            h,
+            Body::medium(&[me, 9, 0], pl),
+            imm,
+            &[],
+            pl + 1,
+        ),
+        &AmError::CommitTooLarge {
+            len: pl + 1,
+            prepared: pl,
+        },
+        "commit larger than prepared",
+    )?;
+    expect_err(
+        send_prepared(
+            ep,
+            dst,
+            HandlerId::at(250),
+            Body::medium(&[me, 9, 0], pl),
+            imm,
+            &[],
+            0,
+        ),
+        &AmError::UnregisteredHandler(250),
+        "commit to an unregistered handler",
+    )?;
+    expect_err(
+        send_prepared(
+            ep,
+            dst,
+            h,
+            Body::long(&vec![0; max_args + 1], 16.min(max_long), spare),
+            imm,
+            &[],
+            0,
+        ),
+        &AmError::TooManyArgs {
+            given: max_args + 1,
+            max: max_args,
+        },
+        "commit with too many args",
+    )?;
+    Ok(())
+}
+
 pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), String> {
     const H: HandlerId = HandlerId::at(210);
     let (me, n) = (client.rank(), client.size());
@@ -200,7 +291,6 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
         .map_err(err)?;
     }
     barrier(&mut ep)?;
-    let max_args = ep.max_args();
     for k in 0..n {
         let d = ((me + k) % n) as usize;
         let dst = EpAddr::rank(d as u32);
@@ -245,80 +335,8 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
             0,
         )
         .map_err(|e| format!("zero-byte commit: {e}"))?;
-        // Abandoned (a panicking `fill`) and failed messages send nothing.
-        let abandoned = catch_unwind(AssertUnwindSafe(|| {
-            ep.request_with(dst, H, Body::medium(&[me, 9, 0], 16.min(maxm[d])), |b| {
-                b.fill(0xab);
-                panic!("a fill that panics on purpose")
-            })
-        }));
-        if abandoned.is_ok() {
-            return Err("a panicking fill did not end the call".into());
-        }
-        // A conduit may build Long payloads directly in the target segment, so prepares
-        // that send nothing use their own range (the committed one's handler may not
-        // have run yet).
         let spare = off + plen;
-        let abandoned = catch_unwind(AssertUnwindSafe(|| {
-            ep.request_with(
-                dst,
-                H,
-                Body::long(&[me, 9, 0], 16.min(maxl[d]), spare),
-                |b| {
-                    b.fill(0xab);
-                    panic!("a fill that panics on purpose")
-                },
-            )
-        }));
-        if abandoned.is_ok() {
-            return Err("a panicking fill did not end the call".into());
-        }
-        let pl = 16.min(maxm[d]);
-        expect_err(
-            send_prepared(
-                &mut ep,
-                dst,
-                H,
-                Body::medium(&[me, 9, 0], pl),
-                imm,
-                &[],
-                pl + 1,
-            ),
-            &AmError::CommitTooLarge {
-                len: pl + 1,
-                prepared: pl,
-            },
-            "commit larger than prepared",
-        )?;
-        expect_err(
-            send_prepared(
-                &mut ep,
-                dst,
-                HandlerId::at(250),
-                Body::medium(&[me, 9, 0], pl),
-                imm,
-                &[],
-                0,
-            ),
-            &AmError::UnregisteredHandler(250),
-            "commit to an unregistered handler",
-        )?;
-        expect_err(
-            send_prepared(
-                &mut ep,
-                dst,
-                H,
-                Body::long(&vec![0; max_args + 1], 16.min(maxl[d]), spare),
-                imm,
-                &[],
-                0,
-            ),
-            &AmError::TooManyArgs {
-                given: max_args + 1,
-                max: max_args,
-            },
-            "commit with too many args",
-        )?;
+        failed_sends(&mut ep, H, dst, imm, maxm[d], maxl[d], spare)?;
         prepare_errors(client, &mut ep, H, dst, maxm[d], seg[d])?;
     }
     let want = 3 * n as u64;

@@ -674,11 +674,7 @@ fn vector_indexed<C: Conduit>(
             let ev = r
                 .get_vis(vec![0u32; total], Vis::Vector(&list), Nb)
                 .map_err(e2s("get_vis Nb vector"))?;
-            check_eq(
-                &wait(r, ev, "get_vis Nb")?,
-                &src,
-                "vector NB round trip",
-            )?;
+            check_eq(&wait(r, ev, "get_vis Nb")?, &src, "vector NB round trip")?;
         }
         let each = g.up_to(16) as usize;
         let ptrs: Vec<GlobalPtr<u32>> = picked.iter().map(|c| region.add(c * 16)).collect();
