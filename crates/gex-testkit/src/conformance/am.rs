@@ -418,120 +418,168 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
     Ok(())
 }
 
+/// Handlers of [`ping_pong_all_pairs`]: pings to `PP_RQ`, pongs to `PP_RP`.
+const PP_RQ: HandlerId = HandlerId::at(150);
+const PP_RP: HandlerId = HandlerId::at(151);
+/// The categories of [`ping_pong_all_pairs`], by index in the arguments.
+const PP_CATS: [Category; 3] = [Category::Short, Category::Medium, Category::Long];
+
+/// What [`ping_pong_all_pairs`] and its handlers share.
+struct PingPong {
+    n: u32,
+    view: View,
+    pat: Pattern,
+    errs: Errs,
+    /// Pings handled.
+    handled: AtomicU64,
+    /// Pongs received.
+    replies: AtomicU64,
+}
+
+impl PingPong {
+    /// A ping: verified (category, kind, payload, Long offset) and echoed in the same
+    /// category into the requester's reply half.
+    fn on_ping(&self, t: &mut Token<'_>, am: Am<'_>) {
+        let (view, pat, errs, handled, n, cats) = (
+            &self.view,
+            &self.pat,
+            &self.errs,
+            &self.handled,
+            self.n,
+            PP_CATS,
+        );
+        let src = am.src();
+        let a = am.args();
+        if a.len() != 4 || a[0] != src.rank {
+            errs.push(format!("request from {src} with args {a:?}"));
+            return;
+        }
+        let (round, ci, len) = (a[1], a[2] as usize, a[3] as usize);
+        let cat = cats[ci % 3];
+        let s = hash_words(&[src.rank as u64, view.me as u64, round as u64, ci as u64]);
+        let my_slot = view.seg[view.me as usize] / 2 / n as usize;
+        if am.category() != cat || am.kind() != Kind::Request {
+            errs.push(format!(
+                "request from {src}: category {:?} / kind {:?}",
+                am.category(),
+                am.kind()
+            ));
+        }
+        let bad = match cat {
+            Category::Short => (!am.payload().is_empty()).then(|| "payload on Short".to_string()),
+            Category::Medium => pat.diff(s, len, am.payload()),
+            Category::Long => {
+                let off = my_slot * src.rank as usize;
+                if am.offset() != off {
+                    Some(format!("Long offset {} != {off}", am.offset()))
+                } else {
+                    pat.diff(s, len, &bytes_of(&am))
+                }
+            }
+        };
+        if let Some(b) = bad {
+            errs.push(format!("request round {round} {cat:?} from {src}: {b}"));
+        }
+        // Echo in the same category.
+        let peer = src.rank as usize;
+        let rlen = match cat {
+            Category::Long => (view.seg[peer] / 2 / n as usize)
+                .min(view.limits[peer].max_long)
+                .min(len + 1),
+            Category::Medium => view.limits[peer].max_medium.min(2 + 131 * round as usize),
+            Category::Short => 0,
+        };
+        let rs = hash_words(&[view.me as u64, src.rank as u64, round as u64, ci as u64, 1]);
+        let args = [view.me, round, ci as u32, rlen as u32];
+        let payload = pat.get(rs, rlen);
+        let r = match cat {
+            Category::Short => t.reply(PP_RP, Body::short(&args)),
+            Category::Medium => t.reply(PP_RP, Body::medium(&args, payload)),
+            Category::Long => {
+                let off = view.seg[peer] / 2 + (view.seg[peer] / 2 / n as usize) * view.me as usize;
+                t.reply(PP_RP, Body::long(&args, payload, off))
+            }
+        };
+        if let Err(e) = r {
+            errs.push(format!("reply to {src}: {e}"));
+        }
+        handled.fetch_add(1, Ordering::Release);
+    }
+
+    /// A pong: verified against the ping it answers.
+    fn on_pong(&self, am: Am<'_>) {
+        let (view, pat, errs, replies, n, cats) = (
+            &self.view,
+            &self.pat,
+            &self.errs,
+            &self.replies,
+            self.n,
+            PP_CATS,
+        );
+        let src = am.src();
+        let a = am.args();
+        if a.len() != 4 || a[0] != src.rank || am.kind() != Kind::Reply {
+            errs.push(format!(
+                "reply from {src} with args {a:?} kind {:?}",
+                am.kind()
+            ));
+            return;
+        }
+        let (round, ci, len) = (a[1], a[2] as usize, a[3] as usize);
+        let rs = hash_words(&[src.rank as u64, view.me as u64, round as u64, ci as u64, 1]);
+        let my_seg = view.seg[view.me as usize];
+        let bad = if am.category() != cats[ci % 3] {
+            Some(format!("category {:?}", am.category()))
+        } else if am.category() == Category::Long
+            && am.offset() != my_seg / 2 + (my_seg / 2 / n as usize) * src.rank as usize
+        {
+            Some(format!("Long reply offset {}", am.offset()))
+        } else if am.category() == Category::Short {
+            (!am.payload().is_empty()).then(|| "payload on Short".to_string())
+        } else {
+            pat.diff(rs, len, &bytes_of(&am))
+        };
+        if let Some(b) = bad {
+            errs.push(format!("reply round {round} from {src}: {b}"));
+        }
+        replies.fetch_add(1, Ordering::Release);
+    }
+}
+
 /// Ping-pong between every pair of ranks (self included), all ranks at once: each
 /// rank sends Short, Medium and Long requests to every rank, one at a time, waiting for
 /// each reply (same category) before the next. Requests land in the request half of
 /// the target's segment, replies in the reply half of the requester's, in per-peer
 /// slots.
 pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), String> {
-    const RQ: HandlerId = HandlerId::at(150);
-    const RP: HandlerId = HandlerId::at(151);
     const ROUNDS: u32 = if cfg!(miri) { 2 } else { 6 };
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0).map_err(err)?;
-    let view = Arc::new(View::new(client, &mut ep));
-    let pat = Arc::new(Pattern::new(view.largest()));
-    let errs = Errs::new();
-    let handled = Arc::new(AtomicU64::new(0));
-    let replies = Arc::new(AtomicU64::new(0));
+    let view = View::new(client, &mut ep);
+    let st = Arc::new(PingPong {
+        n,
+        pat: Pattern::new(view.largest()),
+        view,
+        errs: Errs::new(),
+        handled: AtomicU64::new(0),
+        replies: AtomicU64::new(0),
+    });
+    let (view, pat, errs, handled, replies) =
+        (&st.view, &st.pat, &st.errs, &st.handled, &st.replies);
     let slot = |seg: usize| seg / 2 / n as usize;
-    let cats = [Category::Short, Category::Medium, Category::Long];
+    let cats = PP_CATS;
     // Lengths travel in the arguments: [sender, round, category, len].
     {
-        let (view, pat, errs, handled) = (view.clone(), pat.clone(), errs.clone(), handled.clone());
-        ep.register_at(RQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
-            let src = am.src();
-            let a = am.args();
-            if a.len() != 4 || a[0] != src.rank {
-                errs.push(format!("request from {src} with args {a:?}"));
-                return;
-            }
-            let (round, ci, len) = (a[1], a[2] as usize, a[3] as usize);
-            let cat = cats[ci % 3];
-            let s = hash_words(&[src.rank as u64, view.me as u64, round as u64, ci as u64]);
-            let my_slot = view.seg[view.me as usize] / 2 / n as usize;
-            if am.category() != cat || am.kind() != Kind::Request {
-                errs.push(format!(
-                    "request from {src}: category {:?} / kind {:?}",
-                    am.category(),
-                    am.kind()
-                ));
-            }
-            let bad = match cat {
-                Category::Short => {
-                    (!am.payload().is_empty()).then(|| "payload on Short".to_string())
-                }
-                Category::Medium => pat.diff(s, len, am.payload()),
-                Category::Long => {
-                    let off = my_slot * src.rank as usize;
-                    if am.offset() != off {
-                        Some(format!("Long offset {} != {off}", am.offset()))
-                    } else {
-                        pat.diff(s, len, &bytes_of(&am))
-                    }
-                }
-            };
-            if let Some(b) = bad {
-                errs.push(format!("request round {round} {cat:?} from {src}: {b}"));
-            }
-            // Echo in the same category.
-            let peer = src.rank as usize;
-            let rlen = match cat {
-                Category::Long => (view.seg[peer] / 2 / n as usize)
-                    .min(view.limits[peer].max_long)
-                    .min(len + 1),
-                Category::Medium => view.limits[peer].max_medium.min(2 + 131 * round as usize),
-                Category::Short => 0,
-            };
-            let rs = hash_words(&[view.me as u64, src.rank as u64, round as u64, ci as u64, 1]);
-            let args = [view.me, round, ci as u32, rlen as u32];
-            let payload = pat.get(rs, rlen);
-            let r = match cat {
-                Category::Short => t.reply(RP, Body::short(&args)),
-                Category::Medium => t.reply(RP, Body::medium(&args, payload)),
-                Category::Long => {
-                    let off =
-                        view.seg[peer] / 2 + (view.seg[peer] / 2 / n as usize) * view.me as usize;
-                    t.reply(RP, Body::long(&args, payload, off))
-                }
-            };
-            if let Err(e) = r {
-                errs.push(format!("reply to {src}: {e}"));
-            }
-            handled.fetch_add(1, Ordering::Release);
+        let st = st.clone();
+        ep.register_at(PP_RQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
+            st.on_ping(t, am)
         })
         .map_err(err)?;
     }
     {
-        let (view, pat, errs, replies) = (view.clone(), pat.clone(), errs.clone(), replies.clone());
-        ep.register_at(RP.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
-            let src = am.src();
-            let a = am.args();
-            if a.len() != 4 || a[0] != src.rank || am.kind() != Kind::Reply {
-                errs.push(format!(
-                    "reply from {src} with args {a:?} kind {:?}",
-                    am.kind()
-                ));
-                return;
-            }
-            let (round, ci, len) = (a[1], a[2] as usize, a[3] as usize);
-            let rs = hash_words(&[src.rank as u64, view.me as u64, round as u64, ci as u64, 1]);
-            let my_seg = view.seg[view.me as usize];
-            let bad = if am.category() != cats[ci % 3] {
-                Some(format!("category {:?}", am.category()))
-            } else if am.category() == Category::Long
-                && am.offset() != my_seg / 2 + (my_seg / 2 / n as usize) * src.rank as usize
-            {
-                Some(format!("Long reply offset {}", am.offset()))
-            } else if am.category() == Category::Short {
-                (!am.payload().is_empty()).then(|| "payload on Short".to_string())
-            } else {
-                pat.diff(rs, len, &bytes_of(&am))
-            };
-            if let Some(b) = bad {
-                errs.push(format!("reply round {round} from {src}: {b}"));
-            }
-            replies.fetch_add(1, Ordering::Release);
+        let st = st.clone();
+        ep.register_at(PP_RP.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
+            st.on_pong(am)
         })
         .map_err(err)?;
     }
@@ -554,11 +602,11 @@ pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), 
                 let payload = pat.get(s, len);
                 let what = format!("round {round} {cat:?} ping to {dst}");
                 let r = match cat {
-                    Category::Short => ep.request(dst, RQ, Body::short(&args)),
-                    Category::Medium => ep.request(dst, RQ, Body::medium(&args, payload)),
+                    Category::Short => ep.request(dst, PP_RQ, Body::short(&args)),
+                    Category::Medium => ep.request(dst, PP_RQ, Body::medium(&args, payload)),
                     Category::Long => ep.request(
                         dst,
-                        RQ,
+                        PP_RQ,
                         Body::long(&args, payload, slot(view.seg[d]) * me as usize),
                     ),
                 };

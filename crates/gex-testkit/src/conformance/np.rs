@@ -195,15 +195,7 @@ fn failed_sends<C: Conduit>(
     }
     let pl = 16.min(max_medium);
     expect_err(
-        send_prepared(
-            ep,
-            dst,
-            h,
-            Body::medium(&[me, 9, 0], pl),
-            imm,
-            &[],
-            pl + 1,
-        ),
+        send_prepared(ep, dst, h, Body::medium(&[me, 9, 0], pl), imm, &[], pl + 1),
         &AmError::CommitTooLarge {
             len: pl + 1,
             prepared: pl,
