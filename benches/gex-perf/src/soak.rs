@@ -200,6 +200,50 @@ fn verify<C: Conduit>(
     Ok(())
 }
 
+/// Two halves of this rank's put slot at `dst`: a put from `buf` and a get into `back`,
+/// both lent to one scope, then both halves checked (`len` bytes of each; errors
+/// counted in `sh`).
+fn scoped_put_get<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    sh: &Shared,
+    dst: EpAddr,
+    seq: u64,
+    len: usize,
+    buf: &mut [u8],
+    back: &mut [u8],
+) -> Res<()> {
+    let (me, peer) = (ep.rank(), dst.rank);
+    // Two halves of the slot: a put from `buf` and a get into `back`,
+    // both lent to one scope.
+    let half = SLOT / 2;
+    let base = OFF_PUT + me as usize * SLOT;
+    let (pa, pb) = (
+        GlobalPtr::<u8>::new(dst, base),
+        GlobalPtr::<u8>::new(dst, base + half),
+    );
+    pattern(u64::from(me), seq, &mut buf[..len]);
+    ep.put(pb, &buf[..len], Blocking)?;
+    pattern(u64::from(me), seq + (1 << 63), &mut buf[half..half + len]);
+    let (src, dst_buf) = (&buf[half..half + len], &mut back[..len]);
+    ep.scope(|s| {
+        s.put_from(pa, src)?;
+        s.get_into(dst_buf, pb)?;
+        Ok::<(), RmaError>(())
+    })?;
+    if !check(u64::from(me), seq, &back[..len]) {
+        sh.error(&format!(
+            "rank {me}: scoped get of {len} B from rank {peer} read other bytes"
+        ));
+    }
+    ep.get(&mut back[..len], pa, Blocking)?;
+    if !check(u64::from(me), seq + (1 << 63), &back[..len]) {
+        sh.error(&format!(
+            "rank {me}: scoped put of {len} B to rank {peer} left other bytes"
+        ));
+    }
+    Ok(())
+}
+
 fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0)?;
@@ -284,35 +328,8 @@ fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
                     }
                 }
                 4 => {
-                    // Two halves of the slot: a put from `buf` and a get into `back`,
-                    // both lent to one scope.
-                    let half = SLOT / 2;
-                    let len = rng.random_range(1..=half);
-                    let base = OFF_PUT + me as usize * SLOT;
-                    let (pa, pb) = (
-                        GlobalPtr::<u8>::new(dst, base),
-                        GlobalPtr::<u8>::new(dst, base + half),
-                    );
-                    pattern(u64::from(me), seq, &mut buf[..len]);
-                    ep.put(pb, &buf[..len], Blocking)?;
-                    pattern(u64::from(me), seq + (1 << 63), &mut buf[half..half + len]);
-                    let (src, dst_buf) = (&buf[half..half + len], &mut back[..len]);
-                    ep.scope(|s| {
-                        s.put_from(pa, src)?;
-                        s.get_into(dst_buf, pb)?;
-                        Ok::<(), RmaError>(())
-                    })?;
-                    if !check(u64::from(me), seq, &back[..len]) {
-                        sh.error(&format!(
-                            "rank {me}: scoped get of {len} B from rank {peer} read other bytes"
-                        ));
-                    }
-                    ep.get(&mut back[..len], pa, Blocking)?;
-                    if !check(u64::from(me), seq + (1 << 63), &back[..len]) {
-                        sh.error(&format!(
-                            "rank {me}: scoped put of {len} B to rank {peer} left other bytes"
-                        ));
-                    }
+                    let len = rng.random_range(1..=SLOT / 2);
+                    scoped_put_get(&mut ep, &sh, dst, seq, len, &mut buf, &mut back)?;
                 }
                 5 => {
                     let v = rng.random_range(1..=1000u64);
