@@ -328,6 +328,127 @@ fn fadd<C: Conduit>(
     Ok(Some((lat, rate)))
 }
 
+/// A rank's part in the pair tests of [`run`]: its peer, whether it leads (measures)
+/// or follows (answers), and the timing of the batches.
+#[derive(Clone, Copy)]
+struct Pair {
+    peer: u32,
+    leader: bool,
+    follower: bool,
+    batch: Duration,
+    count: u32,
+}
+
+/// The put or get family of [`run`] (`job.family`): latencies at `sizes.0`, the AM
+/// reference (`--am-ref`, answers counted in `pongs`), the observed put latency, and
+/// bandwidths at `sizes.1`, between each leader and its peer; rank 0 reports each row
+/// as it is measured. `bufs`: the local source and destination buffers.
+fn put_get<C: Conduit>(
+    r: &mut Endpoint<C>,
+    job: &RmaJob,
+    pair: Pair,
+    pongs: &AtomicU64,
+    sizes: (&[usize], &[usize]),
+    bufs: (&[u8], &mut [u8]),
+    report: &impl Fn(&'static str, usize, &'static str, Vec<f64>),
+) -> Res<()> {
+    let me = r.rank();
+    let Pair {
+        peer,
+        leader,
+        follower,
+        batch,
+        count,
+    } = pair;
+    let (lat_sizes, bw_sizes) = sizes;
+    let (buf, dst) = bufs;
+    let data: GlobalPtr<u8> = GlobalPtr::new(EpAddr::rank(peer), DATA_OFFSET);
+    for &s in lat_sizes {
+        barrier(r)?;
+        if leader {
+            let v = transfers(
+                r,
+                job.family,
+                Mode::Blocking,
+                data,
+                &buf[..s],
+                &mut dst[..s],
+                batch,
+                count,
+            )?;
+            if me == 0 {
+                let name = if job.family == Family::Put {
+                    "put_lat"
+                } else {
+                    "get_lat"
+                };
+                report(name, s, "us", v.iter().map(|t| t * 1e6).collect());
+            }
+        }
+    }
+    if job.family == Family::Put && job.am_ref {
+        barrier(r)?;
+        if leader {
+            let (a, p) = am_ref(r, pongs, peer, data, batch, count)?;
+            if me == 0 {
+                let ratio: Vec<f64> = p.iter().zip(&a).map(|(p, a)| p / a).collect();
+                report("am_short_rtt", 0, "us", a.iter().map(|t| t * 1e6).collect());
+                report(
+                    "put_lat_8_alt",
+                    8,
+                    "us",
+                    p.iter().map(|t| t * 1e6).collect(),
+                );
+                report("put_over_am_rtt", 8, "x", ratio);
+            }
+        }
+    }
+    if job.family == Family::Put {
+        // Observed latency: a sequence number ping-pongs through the segments.
+        barrier(r)?;
+        let v = observed_lat(r, peer, leader, follower, batch, count)?;
+        if me == 0
+            && let Some(v) = v
+        {
+            report(
+                "put_observed_lat",
+                8,
+                "us",
+                v.iter().map(|t| t * 1e6 / 2.0).collect(),
+            );
+        }
+    }
+    for &s in bw_sizes {
+        barrier(r)?;
+        if leader {
+            let v = transfers(
+                r,
+                job.family,
+                Mode::Stream,
+                data,
+                &buf[..s],
+                &mut dst[..s],
+                batch,
+                count,
+            )?;
+            if me == 0 {
+                let name = if job.family == Family::Put {
+                    "put_bw"
+                } else {
+                    "get_bw"
+                };
+                report(
+                    name,
+                    s,
+                    "GB/s",
+                    v.iter().map(|t| s as f64 / t / 1e9).collect(),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
     let mut r = client.endpoint(0)?;
@@ -434,90 +555,15 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             }
         }
         Family::Put | Family::Get if n >= 2 => {
-            let data: GlobalPtr<u8> = GlobalPtr::new(EpAddr::rank(peer), DATA_OFFSET);
-            for &s in &lat_sizes {
-                barrier(&mut r)?;
-                if leader {
-                    let v = transfers(
-                        &mut r,
-                        job.family,
-                        Mode::Blocking,
-                        data,
-                        &buf[..s],
-                        &mut dst[..s],
-                        batch,
-                        count,
-                    )?;
-                    if me == 0 {
-                        let name = if job.family == Family::Put {
-                            "put_lat"
-                        } else {
-                            "get_lat"
-                        };
-                        report(name, s, "us", v.iter().map(|t| t * 1e6).collect());
-                    }
-                }
-            }
-            if job.family == Family::Put && job.am_ref {
-                barrier(&mut r)?;
-                if leader {
-                    let (a, p) = am_ref(&mut r, &pongs, peer, data, batch, count)?;
-                    if me == 0 {
-                        let ratio: Vec<f64> = p.iter().zip(&a).map(|(p, a)| p / a).collect();
-                        report("am_short_rtt", 0, "us", a.iter().map(|t| t * 1e6).collect());
-                        report(
-                            "put_lat_8_alt",
-                            8,
-                            "us",
-                            p.iter().map(|t| t * 1e6).collect(),
-                        );
-                        report("put_over_am_rtt", 8, "x", ratio);
-                    }
-                }
-            }
-            if job.family == Family::Put {
-                // Observed latency: a sequence number ping-pongs through the segments.
-                barrier(&mut r)?;
-                let v = observed_lat(&mut r, peer, leader, follower, batch, count)?;
-                if me == 0
-                    && let Some(v) = v
-                {
-                    report(
-                        "put_observed_lat",
-                        8,
-                        "us",
-                        v.iter().map(|t| t * 1e6 / 2.0).collect(),
-                    );
-                }
-            }
-            for &s in &bw_sizes {
-                barrier(&mut r)?;
-                if leader {
-                    let v = transfers(
-                        &mut r,
-                        job.family,
-                        Mode::Stream,
-                        data,
-                        &buf[..s],
-                        &mut dst[..s],
-                        batch,
-                        count,
-                    )?;
-                    if me == 0 {
-                        let name = if job.family == Family::Put {
-                            "put_bw"
-                        } else {
-                            "get_bw"
-                        };
-                        report(
-                            name,
-                            s,
-                            "GB/s",
-                            v.iter().map(|t| s as f64 / t / 1e9).collect(),
-                        );
-                    }
-                }
-            }
+            let pair = Pair {
+                peer,
+                leader,
+                follower,
+                batch,
+                count,
+            };
+            let sizes = (&lat_sizes[..], &bw_sizes[..]);
+            put_get(&mut r, job, pair, &pongs, sizes, (buf, dst), &report)?;
         }
         _ => return Err("put, get and atomic need at least 2 ranks".into()),
     }
