@@ -242,6 +242,55 @@ fn check_arrivals<C: Conduit>(
     Ok(())
 }
 
+/// Rank 0's rows: the rate, the back-pressure waits (median and 99th percentile of
+/// every rank's histogram, the longest as their max), events, messages, seconds and
+/// errors, from the job's sums (`msgs, errors, events, histogram...`) and maxes
+/// (`send time, longest wait`, in ns); `max` is the largest message.
+fn report<C: Conduit>(job: &StormJob, client: &Client<C>, max: usize, sums: &[u64], maxes: &[u64]) {
+    let n = client.size();
+    let count = job.args.count;
+    let (msgs, errors, events, hist) = (sums[0], sums[1], sums[2], &sums[3..]);
+    let secs = maxes[0] as f64 / 1e9;
+    let rep = Reporter::new(job.args.json);
+    rep.header(&[format!(
+        "gex-perf storm: {n} ranks as {}, conduit {}, Medium {MIN_SIZE}..{max} B, seed {}, {}",
+        crate::rank_kind(),
+        client.conduit_name(),
+        job.args.seed,
+        match count {
+            Some(k) => format!("{k} messages per rank"),
+            None => format!("{} s", job.args.seconds),
+        }
+    )]);
+    let us = |ns: Option<f64>| ns.map_or(0.0, |v| v / 1e3);
+    let longest = (events > 0).then_some(maxes[1] as f64 / 1e3);
+    let rows: [(&'static str, f64, &'static str, Option<f64>); 7] = [
+        ("storm_rate", msgs as f64 / secs, "msg/s", None),
+        (
+            "storm_backpressure_wait",
+            us(quantile(hist, 0.5)),
+            "us",
+            longest,
+        ),
+        (
+            "storm_backpressure_wait_p99",
+            us(quantile(hist, 0.99)),
+            "us",
+            longest,
+        ),
+        ("storm_backpressure_events", events as f64, "events", None),
+        ("storm_messages", msgs as f64, "msgs", None),
+        ("storm_seconds", secs, "s", None),
+        ("storm_errors", errors as f64, "errors", None),
+    ];
+    for (name, value, unit, max) in rows {
+        rep.record(&Record {
+            max,
+            ..Record::of(client, name, 0, value, unit)
+        });
+    }
+}
+
 fn run<C: Conduit>(job: &StormJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0)?;
@@ -353,46 +402,7 @@ fn run<C: Conduit>(job: &StormJob, client: &Client<C>) -> Res<()> {
         Blocking,
     )?;
     if me == 0 {
-        let (msgs, errors, events, hist) = (sums[0], sums[1], sums[2], &sums[3..]);
-        let secs = maxes[0] as f64 / 1e9;
-        let rep = Reporter::new(job.args.json);
-        rep.header(&[format!(
-            "gex-perf storm: {n} ranks as {}, conduit {}, Medium {MIN_SIZE}..{max} B, seed {}, {}",
-            crate::rank_kind(),
-            client.conduit_name(),
-            job.args.seed,
-            match count {
-                Some(k) => format!("{k} messages per rank"),
-                None => format!("{} s", job.args.seconds),
-            }
-        )]);
-        let us = |ns: Option<f64>| ns.map_or(0.0, |v| v / 1e3);
-        let longest = (events > 0).then_some(maxes[1] as f64 / 1e3);
-        let rows: [(&'static str, f64, &'static str, Option<f64>); 7] = [
-            ("storm_rate", msgs as f64 / secs, "msg/s", None),
-            (
-                "storm_backpressure_wait",
-                us(quantile(hist, 0.5)),
-                "us",
-                longest,
-            ),
-            (
-                "storm_backpressure_wait_p99",
-                us(quantile(hist, 0.99)),
-                "us",
-                longest,
-            ),
-            ("storm_backpressure_events", events as f64, "events", None),
-            ("storm_messages", msgs as f64, "msgs", None),
-            ("storm_seconds", secs, "s", None),
-            ("storm_errors", errors as f64, "errors", None),
-        ];
-        for (name, value, unit, max) in rows {
-            rep.record(&Record {
-                max,
-                ..Record::of(client, name, 0, value, unit)
-            });
-        }
+        report(job, client, max, &sums, &maxes);
     }
     let errors = sums[1];
     if errors != 0 {
