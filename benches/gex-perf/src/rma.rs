@@ -363,29 +363,48 @@ fn put_get<C: Conduit>(
     let (lat_sizes, bw_sizes) = sizes;
     let (buf, dst) = bufs;
     let data: GlobalPtr<u8> = GlobalPtr::new(EpAddr::rank(peer), DATA_OFFSET);
-    for &s in lat_sizes {
-        barrier(r)?;
-        if leader {
-            let v = transfers(
-                r,
-                job.family,
-                Mode::Blocking,
-                data,
-                &buf[..s],
-                &mut dst[..s],
-                batch,
-                count,
-            )?;
-            if me == 0 {
-                let name = if job.family == Family::Put {
-                    "put_lat"
-                } else {
-                    "get_lat"
-                };
-                report(name, s, "us", v.iter().map(|t| t * 1e6).collect());
+    // One size after the other, a barrier before each: the leader's transfers in
+    // `mode`, reported as `names` (put, get) in `unit` (`value` of size and time).
+    let mut sweep = |r: &mut Endpoint<C>,
+                     mode: Mode,
+                     sizes: &[usize],
+                     names: (&'static str, &'static str),
+                     unit: &'static str,
+                     value: fn(usize, f64) -> f64|
+     -> Res<()> {
+        for &s in sizes {
+            barrier(r)?;
+            if leader {
+                let v = transfers(
+                    r,
+                    job.family,
+                    mode,
+                    data,
+                    &buf[..s],
+                    &mut dst[..s],
+                    batch,
+                    count,
+                )?;
+                if me == 0 {
+                    let name = if job.family == Family::Put {
+                        names.0
+                    } else {
+                        names.1
+                    };
+                    report(name, s, unit, v.iter().map(|&t| value(s, t)).collect());
+                }
             }
         }
-    }
+        Ok(())
+    };
+    sweep(
+        r,
+        Mode::Blocking,
+        lat_sizes,
+        ("put_lat", "get_lat"),
+        "us",
+        |_, t| t * 1e6,
+    )?;
     if job.family == Family::Put && job.am_ref {
         barrier(r)?;
         if leader {
@@ -418,34 +437,14 @@ fn put_get<C: Conduit>(
             );
         }
     }
-    for &s in bw_sizes {
-        barrier(r)?;
-        if leader {
-            let v = transfers(
-                r,
-                job.family,
-                Mode::Stream,
-                data,
-                &buf[..s],
-                &mut dst[..s],
-                batch,
-                count,
-            )?;
-            if me == 0 {
-                let name = if job.family == Family::Put {
-                    "put_bw"
-                } else {
-                    "get_bw"
-                };
-                report(
-                    name,
-                    s,
-                    "GB/s",
-                    v.iter().map(|t| s as f64 / t / 1e9).collect(),
-                );
-            }
-        }
-    }
+    sweep(
+        r,
+        Mode::Stream,
+        bw_sizes,
+        ("put_bw", "get_bw"),
+        "GB/s",
+        |s, t| s as f64 / t / 1e9,
+    )?;
     Ok(())
 }
 
