@@ -185,15 +185,13 @@ impl<T> Slab<T> {
     }
 }
 
-/// A message the matching engine holds as unexpected.
+/// A message the matching engine holds as unexpected (`D = Vec<u8>`: its eager bytes
+/// copied out of the network's buffer), or as the handler sees it ([`ArrivalRef`]:
+/// eager bytes still in the network's buffer).
 #[derive(Debug)]
-pub(crate) enum Arrival {
-    /// An eager message: its bytes (copied out of the network's buffer).
-    Eager {
-        data: Vec<u8>,
-        flags: u32,
-        sreq: u32,
-    },
+pub(crate) enum Arrival<D = Vec<u8>> {
+    /// An eager message: its bytes.
+    Eager { data: D, flags: u32, sreq: u32 },
     /// A rendezvous request: the sender holds the bytes (`key` names them for a
     /// single-copy read, see `F_SHARED` and `F_CMA`).
     Rts {
@@ -203,6 +201,9 @@ pub(crate) enum Arrival {
         key: u64,
     },
 }
+
+/// An arrival as the handler sees it: eager bytes still in the network's buffer.
+pub(crate) type ArrivalRef<'a> = Arrival<&'a [u8]>;
 
 impl Arrival {
     pub(crate) fn len(&self) -> usize {
@@ -214,51 +215,24 @@ impl Arrival {
 
     /// The arrival as a handler would have seen it (its bytes borrowed).
     fn as_arrival_ref(&self) -> ArrivalRef<'_> {
-        match self {
-            Arrival::Eager { data, flags, sreq } => ArrivalRef::Eager {
-                data,
-                flags: *flags,
-                sreq: *sreq,
-            },
-            Arrival::Rts {
-                len,
-                flags,
-                sreq,
-                key,
-            } => ArrivalRef::Rts {
-                len: *len,
-                flags: *flags,
-                sreq: *sreq,
-                key: *key,
-            },
-        }
+        self.map_data(Vec::as_slice)
     }
 }
 
-/// An arrival as the handler sees it: eager bytes still in the network's buffer.
-pub(crate) enum ArrivalRef<'a> {
-    Eager {
-        data: &'a [u8],
-        flags: u32,
-        sreq: u32,
-    },
-    Rts {
-        len: usize,
-        flags: u32,
-        sreq: u32,
-        key: u64,
-    },
-}
-
-impl ArrivalRef<'_> {
-    fn to_owned(&self) -> Arrival {
+impl<D> Arrival<D> {
+    /// The same arrival with eager bytes `f(data)`.
+    fn map_data<'s, E>(&'s self, f: impl FnOnce(&'s D) -> E) -> Arrival<E> {
         match *self {
-            ArrivalRef::Eager { data, flags, sreq } => Arrival::Eager {
-                data: data.to_vec(),
+            Arrival::Eager {
+                ref data,
+                flags,
+                sreq,
+            } => Arrival::Eager {
+                data: f(data),
                 flags,
                 sreq,
             },
-            ArrivalRef::Rts {
+            Arrival::Rts {
                 len,
                 flags,
                 sreq,
@@ -270,6 +244,12 @@ impl ArrivalRef<'_> {
                 key,
             },
         }
+    }
+}
+
+impl ArrivalRef<'_> {
+    fn to_owned(&self) -> Arrival {
+        self.map_data(|d| d.to_vec())
     }
 }
 
