@@ -128,6 +128,14 @@ struct Cmd {
 }
 
 impl Cmd {
+    /// Ends the server's loop (`serve`).
+    const STOP: Cmd = Cmd {
+        op: Op::Stop,
+        size: 0,
+        k: 0,
+        window: 0,
+    };
+
     fn encode(self) -> [u8; 32] {
         let mut b = [0u8; 32];
         b[..8].copy_from_slice(&(self.op as u64).to_le_bytes());
@@ -275,6 +283,44 @@ fn barrier<C: Conduit>(ep: &mut Endpoint<C>) -> Res<()> {
     Ok(())
 }
 
+/// Rank 0's side of the any-source phase: every other rank sends 8-byte messages,
+/// which rank 0 receives from any source; its times per batch (then it stops the
+/// senders).
+fn anysource<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    b: &mut Bufs,
+    batch: Duration,
+    count: u32,
+) -> Res<Vec<f64>> {
+    let n = ep.size();
+    let senders = u64::from(n - 1);
+    let v = crate::rma::batches(batch, count, |k| {
+        for r in 1..n {
+            command(
+                ep,
+                r,
+                Cmd {
+                    op: Op::Flood,
+                    size: 8,
+                    k,
+                    window: 1,
+                },
+            )?;
+        }
+        for _ in 0..k * senders {
+            let st = ep.recv(W, None, Some(TAG_DATA), &mut b.rbuf[..8])?;
+            if st.len != 8 {
+                return Err(format!("anysource: {} bytes from {}", st.len, st.source).into());
+            }
+        }
+        Ok(())
+    })?;
+    for r in 1..n {
+        command(ep, r, Cmd::STOP)?;
+    }
+    Ok(v)
+}
+
 fn run<C: Conduit>(job: &MsgJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0)?;
@@ -377,16 +423,7 @@ fn run<C: Conduit>(job: &MsgJob, client: &Client<C>) -> Res<()> {
             "msg/s",
             v.iter().map(|t| msgs / t).collect(),
         );
-        command(
-            &mut ep,
-            1,
-            Cmd {
-                op: Op::Stop,
-                size: 0,
-                k: 0,
-                window: 0,
-            },
-        )?;
+        command(&mut ep, 1, Cmd::STOP)?;
     } else if me == 1 {
         serve(&mut ep, &mut b, 0)?;
     }
@@ -395,49 +432,14 @@ fn run<C: Conduit>(job: &MsgJob, client: &Client<C>) -> Res<()> {
     // Phase 2: every other rank sends 8 B to rank 0, which receives from any source.
     if n >= 3 {
         if me == 0 {
-            let senders = u64::from(n - 1);
-            let v = crate::rma::batches(batch, count, |k| {
-                for r in 1..n {
-                    command(
-                        &mut ep,
-                        r,
-                        Cmd {
-                            op: Op::Flood,
-                            size: 8,
-                            k,
-                            window: 1,
-                        },
-                    )?;
-                }
-                for _ in 0..k * senders {
-                    let st = ep.recv(W, None, Some(TAG_DATA), &mut b.rbuf[..8])?;
-                    if st.len != 8 {
-                        return Err(
-                            format!("anysource: {} bytes from {}", st.len, st.source).into()
-                        );
-                    }
-                }
-                Ok(())
-            })?;
-            let per_batch = senders as f64;
+            let v = anysource(&mut ep, &mut b, batch, count)?;
+            let per_batch = f64::from(n - 1);
             report(
                 "msg_anysource_rate",
                 8,
                 "msg/s",
                 v.iter().map(|t| per_batch / t).collect(),
             );
-            for r in 1..n {
-                command(
-                    &mut ep,
-                    r,
-                    Cmd {
-                        op: Op::Stop,
-                        size: 0,
-                        k: 0,
-                        window: 0,
-                    },
-                )?;
-            }
         } else {
             serve(&mut ep, &mut b, 0)?;
         }

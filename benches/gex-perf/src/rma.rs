@@ -206,6 +206,294 @@ fn am_ref<C: Conduit>(
     Ok((a, p))
 }
 
+/// The message sizes of the latency runs (8 B to 4 KiB) and of the bandwidth runs
+/// (1 KiB up to `BW_MAX`, as the segment of `seg_len` bytes holds): `--sizes` within
+/// those ranges, else the defaults (fewer with `--quick`).
+fn sizes(job: &RmaJob, seg_len: usize) -> (Vec<usize>, Vec<usize>) {
+    let lat_sizes: Vec<usize> = if !job.sizes.is_empty() {
+        let mut v: Vec<usize> = job
+            .sizes
+            .iter()
+            .copied()
+            .filter(|&s| (8..=4096).contains(&s))
+            .collect();
+        v.dedup();
+        v
+    } else if job.quick {
+        vec![8, 4096]
+    } else {
+        (3..=12).map(|p| 1usize << p).collect()
+    };
+    let bw_sizes: Vec<usize> = if !job.sizes.is_empty() {
+        let mut v: Vec<usize> = job
+            .sizes
+            .iter()
+            .copied()
+            .filter(|&s| (1024..=BW_MAX).contains(&s) && DATA_OFFSET + s <= seg_len)
+            .collect();
+        v.dedup();
+        v
+    } else if job.quick {
+        vec![1 << 10, 1 << 20]
+    } else {
+        (10..=26)
+            .step_by(2)
+            .map(|p| 1usize << p)
+            .filter(|&s| DATA_OFFSET + s <= seg_len)
+            .collect()
+    };
+    (lat_sizes, bw_sizes)
+}
+
+/// The observed latency of a put: a sequence number ping-pongs through the flag words
+/// of the segments between `leader` and its `peer` (`follower` answers); the leader's
+/// round-trip times (two observed puts each), `None` elsewhere.
+fn observed_lat<C: Conduit>(
+    r: &mut Endpoint<C>,
+    peer: u32,
+    leader: bool,
+    follower: bool,
+    batch: Duration,
+    count: u32,
+) -> Res<Option<Vec<f64>>> {
+    let flag: GlobalPtr<u64> = GlobalPtr::new(EpAddr::rank(peer), FLAG_OFFSET);
+    let base = r.segment().as_ptr();
+    // SAFETY: see the module's Safety section (aligned, mapped, 8-byte writes).
+    let mine = unsafe { AtomicU64::from_ptr(base.add(FLAG_OFFSET).cast::<u64>()) };
+    let mut seq = 0u64;
+    if leader {
+        let v = batches(batch, count, |k| {
+            for _ in 0..k {
+                seq += 1;
+                r.put_val(flag, seq, Blocking)?;
+                while mine.load(Ordering::Acquire) != seq {
+                    r.poll();
+                }
+            }
+            Ok(())
+        })?;
+        r.put_val(flag, u64::MAX, Blocking)?;
+        return Ok(Some(v));
+    }
+    if follower {
+        loop {
+            let v = mine.load(Ordering::Acquire);
+            if v == u64::MAX {
+                break;
+            }
+            if v > seq {
+                seq = v;
+                r.put_val(flag, v, Blocking)?;
+            }
+            r.poll();
+        }
+    }
+    Ok(None)
+}
+
+/// Fetch-and-add on a counter in the peer's segment (its first data word): the
+/// leader's blocking latencies and `Nbi` rates per batch (the counter checked after),
+/// `None` elsewhere. Collective over the team (an atomic domain, a barrier).
+fn fadd<C: Conduit>(
+    r: &mut Endpoint<C>,
+    peer: u32,
+    leader: bool,
+    batch: Duration,
+    count: u32,
+) -> Res<Option<(Vec<f64>, Vec<f64>)>> {
+    let world = r.world();
+    let ad = r.atomic_domain::<u64>(&world, AtomicOps::FADD | AtomicOps::GET)?;
+    // The leader's counter lives in the peer's segment (first data word).
+    let word: GlobalPtr<u64> = GlobalPtr::new(EpAddr::rank(peer), DATA_OFFSET);
+    let f = AtomicFlags::empty();
+    barrier(r)?;
+    if !leader {
+        return Ok(None);
+    }
+    let mut adds = 0u64;
+    let lat = batches(batch, count, |k| {
+        for _ in 0..k {
+            std::hint::black_box(r.fetch_atomic(&ad, word, AtomicOp::Add(1), f, Blocking)?);
+        }
+        adds += k;
+        Ok(())
+    })?;
+    let rate = batches(batch, count, |k| {
+        for _ in 0..k {
+            r.fetch_atomic(&ad, word, AtomicOp::Add(1), f, Nbi)?;
+        }
+        r.sync_nbi(NbiCategories::ATOMICS)?;
+        adds += k;
+        Ok(())
+    })?;
+    let got = r.fetch_atomic(&ad, word, AtomicOp::Get, f, Blocking)?;
+    if got != adds {
+        return Err(format!("the counter holds {got}, {adds} adds were made").into());
+    }
+    Ok(Some((lat, rate)))
+}
+
+/// A rank's part in the pair tests of [`run`]: its peer, whether it leads (measures)
+/// or follows (answers), and the timing of the batches.
+#[derive(Clone, Copy)]
+struct Pair {
+    peer: u32,
+    leader: bool,
+    follower: bool,
+    batch: Duration,
+    count: u32,
+}
+
+/// The put or get family of [`run`] (`job.family`): latencies at `sizes.0`, the AM
+/// reference (`--am-ref`, answers counted in `pongs`), the observed put latency, and
+/// bandwidths at `sizes.1`, between each leader and its peer; rank 0 reports each row
+/// as it is measured. `bufs`: the local source and destination buffers.
+/// The same operations as OpenSHMEM's `shmem_putmem` of 8 B + `shmem_quiet` and
+/// `shmem_long_p` + `shmem_quiet`: a blocking put (complete at the target), then the
+/// full barrier a quiet needs for store→load order. The times of both, in batches.
+fn fence_lat<C: Conduit>(
+    r: &mut Endpoint<C>,
+    data: GlobalPtr<u8>,
+    bytes: &[u8],
+    batch: Duration,
+    count: u32,
+) -> Res<(Vec<f64>, Vec<f64>)> {
+    let word: GlobalPtr<u64> = GlobalPtr::new(data.addr(), data.byte_offset());
+    let fenced = batches(batch, count, |k| {
+        for _ in 0..k {
+            r.put(data, bytes, Blocking)?;
+            gex_sync::word::full_fence();
+        }
+        Ok(())
+    })?;
+    let mut i = 0u64;
+    let val = batches(batch, count, |k| {
+        for _ in 0..k {
+            i += 1;
+            r.put_val(word, i, Blocking)?;
+            gex_sync::word::full_fence();
+        }
+        Ok(())
+    })?;
+    Ok((fenced, val))
+}
+
+fn put_get<C: Conduit>(
+    r: &mut Endpoint<C>,
+    job: &RmaJob,
+    pair: Pair,
+    pongs: &AtomicU64,
+    sizes: (&[usize], &[usize]),
+    bufs: (&[u8], &mut [u8]),
+    report: &impl Fn(&'static str, usize, &'static str, Vec<f64>),
+) -> Res<()> {
+    let me = r.rank();
+    let Pair {
+        peer,
+        leader,
+        follower,
+        batch,
+        count,
+    } = pair;
+    let (lat_sizes, bw_sizes) = sizes;
+    let (buf, dst) = bufs;
+    let data: GlobalPtr<u8> = GlobalPtr::new(EpAddr::rank(peer), DATA_OFFSET);
+    // One size after the other, a barrier before each: the leader's transfers in
+    // `mode`, reported as `names` (put, get) in `unit` (`value` of size and time).
+    let mut sweep = |r: &mut Endpoint<C>,
+                     mode: Mode,
+                     sizes: &[usize],
+                     names: (&'static str, &'static str),
+                     unit: &'static str,
+                     value: fn(usize, f64) -> f64|
+     -> Res<()> {
+        for &s in sizes {
+            barrier(r)?;
+            if leader {
+                let v = transfers(
+                    r,
+                    job.family,
+                    mode,
+                    data,
+                    &buf[..s],
+                    &mut dst[..s],
+                    batch,
+                    count,
+                )?;
+                if me == 0 {
+                    let name = if job.family == Family::Put {
+                        names.0
+                    } else {
+                        names.1
+                    };
+                    report(name, s, unit, v.iter().map(|&t| value(s, t)).collect());
+                }
+            }
+        }
+        Ok(())
+    };
+    sweep(
+        r,
+        Mode::Blocking,
+        lat_sizes,
+        ("put_lat", "get_lat"),
+        "us",
+        |_, t| t * 1e6,
+    )?;
+    if job.family == Family::Put && lat_sizes.contains(&8) {
+        barrier(r)?;
+        if leader {
+            let (fenced, val) = fence_lat(r, data, &buf[..8], batch, count)?;
+            if me == 0 {
+                let us = |v: Vec<f64>| v.iter().map(|t| t * 1e6).collect();
+                report("put_fence_lat", 8, "us", us(fenced));
+                report("put_val_fence_lat", 8, "us", us(val));
+            }
+        }
+    }
+    if job.family == Family::Put && job.am_ref {
+        barrier(r)?;
+        if leader {
+            let (a, p) = am_ref(r, pongs, peer, data, batch, count)?;
+            if me == 0 {
+                let ratio: Vec<f64> = p.iter().zip(&a).map(|(p, a)| p / a).collect();
+                report("am_short_rtt", 0, "us", a.iter().map(|t| t * 1e6).collect());
+                report(
+                    "put_lat_8_alt",
+                    8,
+                    "us",
+                    p.iter().map(|t| t * 1e6).collect(),
+                );
+                report("put_over_am_rtt", 8, "x", ratio);
+            }
+        }
+    }
+    if job.family == Family::Put {
+        // Observed latency: a sequence number ping-pongs through the segments.
+        barrier(r)?;
+        let v = observed_lat(r, peer, leader, follower, batch, count)?;
+        if me == 0
+            && let Some(v) = v
+        {
+            report(
+                "put_observed_lat",
+                8,
+                "us",
+                v.iter().map(|t| t * 1e6 / 2.0).collect(),
+            );
+        }
+    }
+    sweep(
+        r,
+        Mode::Stream,
+        bw_sizes,
+        ("put_bw", "get_bw"),
+        "GB/s",
+        |s, t| s as f64 / t / 1e9,
+    )?;
+    Ok(())
+}
+
 fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
     let mut r = client.endpoint(0)?;
@@ -259,38 +547,7 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
     let follower = me % 2 == 1;
     let peer = if leader { me + 1 } else { me.wrapping_sub(1) };
     let seg_len = r.segment().len();
-    let lat_sizes: Vec<usize> = if !job.sizes.is_empty() {
-        let mut v: Vec<usize> = job
-            .sizes
-            .iter()
-            .copied()
-            .filter(|&s| (8..=4096).contains(&s))
-            .collect();
-        v.dedup();
-        v
-    } else if job.quick {
-        vec![8, 4096]
-    } else {
-        (3..=12).map(|p| 1usize << p).collect()
-    };
-    let bw_sizes: Vec<usize> = if !job.sizes.is_empty() {
-        let mut v: Vec<usize> = job
-            .sizes
-            .iter()
-            .copied()
-            .filter(|&s| (1024..=BW_MAX).contains(&s) && DATA_OFFSET + s <= seg_len)
-            .collect();
-        v.dedup();
-        v
-    } else if job.quick {
-        vec![1 << 10, 1 << 20]
-    } else {
-        (10..=26)
-            .step_by(2)
-            .map(|p| 1usize << p)
-            .filter(|&s| DATA_OFFSET + s <= seg_len)
-            .collect()
-    };
+    let (lat_sizes, bw_sizes) = sizes(job, seg_len);
     let most = bw_sizes
         .iter()
         .chain(&lat_sizes)
@@ -324,206 +581,34 @@ fn run<C: Conduit>(job: &RmaJob, client: &Client<C>) -> Res<()> {
             }
         }
         Family::Atomic if n >= 2 => {
-            let world = r.world();
-            let ad = r.atomic_domain::<u64>(&world, AtomicOps::FADD | AtomicOps::GET)?;
-            // The leader's counter lives in the peer's segment (first data word).
-            let word: GlobalPtr<u64> = GlobalPtr::new(EpAddr::rank(peer), DATA_OFFSET);
-            let f = AtomicFlags::empty();
-            barrier(&mut r)?;
-            if leader {
-                let mut adds = 0u64;
-                let lat = batches(batch, count, |k| {
-                    for _ in 0..k {
-                        std::hint::black_box(r.fetch_atomic(
-                            &ad,
-                            word,
-                            AtomicOp::Add(1),
-                            f,
-                            Blocking,
-                        )?);
-                    }
-                    adds += k;
-                    Ok(())
-                })?;
-                let rate = batches(batch, count, |k| {
-                    for _ in 0..k {
-                        r.fetch_atomic(&ad, word, AtomicOp::Add(1), f, Nbi)?;
-                    }
-                    r.sync_nbi(NbiCategories::ATOMICS)?;
-                    adds += k;
-                    Ok(())
-                })?;
-                let got = r.fetch_atomic(&ad, word, AtomicOp::Get, f, Blocking)?;
-                if got != adds {
-                    return Err(format!("the counter holds {got}, {adds} adds were made").into());
-                }
-                if me == 0 {
-                    report(
-                        "atomic_fadd_lat",
-                        8,
-                        "us",
-                        lat.iter().map(|t| t * 1e6).collect(),
-                    );
-                    report(
-                        "atomic_fadd_rate",
-                        8,
-                        "Mop/s",
-                        rate.iter().map(|t| 1e-6 / t).collect(),
-                    );
-                }
+            let v = fadd(&mut r, peer, leader, batch, count)?;
+            if me == 0
+                && let Some((lat, rate)) = v
+            {
+                report(
+                    "atomic_fadd_lat",
+                    8,
+                    "us",
+                    lat.iter().map(|t| t * 1e6).collect(),
+                );
+                report(
+                    "atomic_fadd_rate",
+                    8,
+                    "Mop/s",
+                    rate.iter().map(|t| 1e-6 / t).collect(),
+                );
             }
         }
         Family::Put | Family::Get if n >= 2 => {
-            let data: GlobalPtr<u8> = GlobalPtr::new(EpAddr::rank(peer), DATA_OFFSET);
-            for &s in &lat_sizes {
-                barrier(&mut r)?;
-                if leader {
-                    let v = transfers(
-                        &mut r,
-                        job.family,
-                        Mode::Blocking,
-                        data,
-                        &buf[..s],
-                        &mut dst[..s],
-                        batch,
-                        count,
-                    )?;
-                    if me == 0 {
-                        let name = if job.family == Family::Put {
-                            "put_lat"
-                        } else {
-                            "get_lat"
-                        };
-                        report(name, s, "us", v.iter().map(|t| t * 1e6).collect());
-                    }
-                }
-            }
-            if job.family == Family::Put && lat_sizes.contains(&8) {
-                // The same operations as OpenSHMEM's `shmem_putmem` of 8 B + `shmem_quiet`
-                // and `shmem_long_p` + `shmem_quiet`: a blocking put (complete at the
-                // target), then the full barrier a quiet needs for store→load order.
-                barrier(&mut r)?;
-                if leader {
-                    let word: GlobalPtr<u64> = GlobalPtr::new(EpAddr::rank(peer), DATA_OFFSET);
-                    let fenced = batches(batch, count, |k| {
-                        for _ in 0..k {
-                            r.put(data, &buf[..8], Blocking)?;
-                            gex_sync::word::full_fence();
-                        }
-                        Ok(())
-                    })?;
-                    let mut i = 0u64;
-                    let val = batches(batch, count, |k| {
-                        for _ in 0..k {
-                            i += 1;
-                            r.put_val(word, i, Blocking)?;
-                            gex_sync::word::full_fence();
-                        }
-                        Ok(())
-                    })?;
-                    if me == 0 {
-                        report(
-                            "put_fence_lat",
-                            8,
-                            "us",
-                            fenced.iter().map(|t| t * 1e6).collect(),
-                        );
-                        report(
-                            "put_val_fence_lat",
-                            8,
-                            "us",
-                            val.iter().map(|t| t * 1e6).collect(),
-                        );
-                    }
-                }
-            }
-            if job.family == Family::Put && job.am_ref {
-                barrier(&mut r)?;
-                if leader {
-                    let (a, p) = am_ref(&mut r, &pongs, peer, data, batch, count)?;
-                    if me == 0 {
-                        let ratio: Vec<f64> = p.iter().zip(&a).map(|(p, a)| p / a).collect();
-                        report("am_short_rtt", 0, "us", a.iter().map(|t| t * 1e6).collect());
-                        report(
-                            "put_lat_8_alt",
-                            8,
-                            "us",
-                            p.iter().map(|t| t * 1e6).collect(),
-                        );
-                        report("put_over_am_rtt", 8, "x", ratio);
-                    }
-                }
-            }
-            if job.family == Family::Put {
-                // Observed latency: a sequence number ping-pongs through the segments.
-                barrier(&mut r)?;
-                let flag: GlobalPtr<u64> = GlobalPtr::new(EpAddr::rank(peer), FLAG_OFFSET);
-                let base = r.segment().as_ptr();
-                // SAFETY: see the module's Safety section (aligned, mapped, 8-byte writes).
-                let mine = unsafe { AtomicU64::from_ptr(base.add(FLAG_OFFSET).cast::<u64>()) };
-                let mut seq = 0u64;
-                if leader {
-                    let v = batches(batch, count, |k| {
-                        for _ in 0..k {
-                            seq += 1;
-                            r.put_val(flag, seq, Blocking)?;
-                            while mine.load(Ordering::Acquire) != seq {
-                                r.poll();
-                            }
-                        }
-                        Ok(())
-                    })?;
-                    r.put_val(flag, u64::MAX, Blocking)?;
-                    if me == 0 {
-                        report(
-                            "put_observed_lat",
-                            8,
-                            "us",
-                            v.iter().map(|t| t * 1e6 / 2.0).collect(),
-                        );
-                    }
-                } else if follower {
-                    loop {
-                        let v = mine.load(Ordering::Acquire);
-                        if v == u64::MAX {
-                            break;
-                        }
-                        if v > seq {
-                            seq = v;
-                            r.put_val(flag, v, Blocking)?;
-                        }
-                        r.poll();
-                    }
-                }
-            }
-            for &s in &bw_sizes {
-                barrier(&mut r)?;
-                if leader {
-                    let v = transfers(
-                        &mut r,
-                        job.family,
-                        Mode::Stream,
-                        data,
-                        &buf[..s],
-                        &mut dst[..s],
-                        batch,
-                        count,
-                    )?;
-                    if me == 0 {
-                        let name = if job.family == Family::Put {
-                            "put_bw"
-                        } else {
-                            "get_bw"
-                        };
-                        report(
-                            name,
-                            s,
-                            "GB/s",
-                            v.iter().map(|t| s as f64 / t / 1e9).collect(),
-                        );
-                    }
-                }
-            }
+            let pair = Pair {
+                peer,
+                leader,
+                follower,
+                batch,
+                count,
+            };
+            let sizes = (&lat_sizes[..], &bw_sizes[..]);
+            put_get(&mut r, job, pair, &pongs, sizes, (buf, dst), &report)?;
         }
         _ => return Err("put, get and atomic need at least 2 ranks".into()),
     }

@@ -31,10 +31,11 @@ use crate::{PinMode, complain};
 use gex::coll::{Allreduce, Broadcast, BuiltinOp, CollExt, Exchange, GatherAll, Reduce};
 use gex::core::{Client, Endpoint};
 use gex::rma::{
-    AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaError, RmaExt, ScopeRmaExt,
+    AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaError, RmaExt,
+    ScopeRmaExt,
 };
 use gex::spi::Conduit;
-use gex::{Am, Blocking, Body, ClientBuilder, EpAddr, Job, Nb, Nbi, Token};
+use gex::{Am, Blocking, Body, ClientBuilder, EpAddr, Job, Nb, Nbi, Team, Token};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::sync::Arc;
@@ -145,6 +146,104 @@ fn seq_of(a: &[u32]) -> u64 {
     u64::from(a[0]) | (u64::from(a[1]) << 32)
 }
 
+/// The end of a soak: every operation's effect checked against what its sources say
+/// (the counter of this rank against every rank's adds to it, the Short requests that
+/// arrived against those sent); a difference is an error counted in `sh`.
+fn verify<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    world: &Team,
+    ad: &AtomicDomain<u64>,
+    sh: &Shared,
+    adds: &[u64],
+    sent: &[u64],
+) -> Res<()> {
+    let (me, n) = (ep.rank(), ep.size());
+    ep.sync_nbi(NbiCategories::ALL)?;
+    ep.barrier(world)?;
+    let mut tally = vec![0u64; 2 * n as usize * n as usize];
+    for j in 0..n as usize {
+        tally[me as usize * n as usize + j] = adds[j];
+        tally[(n as usize + me as usize) * n as usize + j] = sent[j];
+    }
+    let tally = ep.collective(world, Allreduce::new(tally, BuiltinOp::Sum), Blocking)?;
+    let want_counter: u64 = (0..n as usize)
+        .map(|i| tally[i * n as usize + me as usize])
+        .sum();
+    let counter = ep.fetch_atomic(
+        ad,
+        GlobalPtr::<u64>::new(EpAddr::rank(me), OFF_COUNTER),
+        AtomicOp::Get,
+        AtomicFlags::empty(),
+        Blocking,
+    )?;
+    if counter != want_counter {
+        sh.error(&format!(
+            "rank {me}: the counter holds {counter}, the ranks added {want_counter}"
+        ));
+    }
+    for i in 0..n as usize {
+        let want = tally[(n as usize + i) * n as usize + me as usize];
+        // A barrier orders no AM handling (as in GASNet-EX): requests sent before it
+        // may still wait in this rank's queues after it. Serve them until the count
+        // is reached; a count still short after the grace period is a loss.
+        ep.wait_until_timeout(
+            || sh.flood[i].load(Relaxed) >= want,
+            std::time::Duration::from_secs(10),
+        );
+        let got = sh.flood[i].load(Relaxed);
+        if got != want {
+            sh.error(&format!(
+                "rank {me}: {got} Short requests arrived from rank {i}, it sent {want}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Two halves of this rank's put slot at `dst`: a put from `buf` and a get into `back`,
+/// both lent to one scope, then both halves checked (`len` bytes of each; errors
+/// counted in `sh`).
+fn scoped_put_get<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    sh: &Shared,
+    dst: EpAddr,
+    seq: u64,
+    len: usize,
+    buf: &mut [u8],
+    back: &mut [u8],
+) -> Res<()> {
+    let (me, peer) = (ep.rank(), dst.rank);
+    // Two halves of the slot: a put from `buf` and a get into `back`,
+    // both lent to one scope.
+    let half = SLOT / 2;
+    let base = OFF_PUT + me as usize * SLOT;
+    let (pa, pb) = (
+        GlobalPtr::<u8>::new(dst, base),
+        GlobalPtr::<u8>::new(dst, base + half),
+    );
+    pattern(u64::from(me), seq, &mut buf[..len]);
+    ep.put(pb, &buf[..len], Blocking)?;
+    pattern(u64::from(me), seq + (1 << 63), &mut buf[half..half + len]);
+    let (src, dst_buf) = (&buf[half..half + len], &mut back[..len]);
+    ep.scope(|s| {
+        s.put_from(pa, src)?;
+        s.get_into(dst_buf, pb)?;
+        Ok::<(), RmaError>(())
+    })?;
+    if !check(u64::from(me), seq, &back[..len]) {
+        sh.error(&format!(
+            "rank {me}: scoped get of {len} B from rank {peer} read other bytes"
+        ));
+    }
+    ep.get(&mut back[..len], pa, Blocking)?;
+    if !check(u64::from(me), seq + (1 << 63), &back[..len]) {
+        sh.error(&format!(
+            "rank {me}: scoped put of {len} B to rank {peer} left other bytes"
+        ));
+    }
+    Ok(())
+}
+
 fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0)?;
@@ -229,35 +328,8 @@ fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
                     }
                 }
                 4 => {
-                    // Two halves of the slot: a put from `buf` and a get into `back`,
-                    // both lent to one scope.
-                    let half = SLOT / 2;
-                    let len = rng.random_range(1..=half);
-                    let base = OFF_PUT + me as usize * SLOT;
-                    let (pa, pb) = (
-                        GlobalPtr::<u8>::new(dst, base),
-                        GlobalPtr::<u8>::new(dst, base + half),
-                    );
-                    pattern(u64::from(me), seq, &mut buf[..len]);
-                    ep.put(pb, &buf[..len], Blocking)?;
-                    pattern(u64::from(me), seq + (1 << 63), &mut buf[half..half + len]);
-                    let (src, dst_buf) = (&buf[half..half + len], &mut back[..len]);
-                    ep.scope(|s| {
-                        s.put_from(pa, src)?;
-                        s.get_into(dst_buf, pb)?;
-                        Ok::<(), RmaError>(())
-                    })?;
-                    if !check(u64::from(me), seq, &back[..len]) {
-                        sh.error(&format!(
-                            "rank {me}: scoped get of {len} B from rank {peer} read other bytes"
-                        ));
-                    }
-                    ep.get(&mut back[..len], pa, Blocking)?;
-                    if !check(u64::from(me), seq + (1 << 63), &back[..len]) {
-                        sh.error(&format!(
-                            "rank {me}: scoped put of {len} B to rank {peer} left other bytes"
-                        ));
-                    }
+                    let len = rng.random_range(1..=SLOT / 2);
+                    scoped_put_get(&mut ep, &sh, dst, seq, len, &mut buf, &mut back)?;
                 }
                 5 => {
                     let v = rng.random_range(1..=1000u64);
@@ -291,45 +363,7 @@ fn run<C: Conduit>(job: &SoakJob, client: &Client<C>) -> Res<()> {
     let secs = t0.elapsed().as_secs_f64();
 
     // The end: every operation's effect checked against what its sources say.
-    ep.sync_nbi(NbiCategories::ALL)?;
-    ep.barrier(&world)?;
-    let mut tally = vec![0u64; 2 * n as usize * n as usize];
-    for j in 0..n as usize {
-        tally[me as usize * n as usize + j] = adds[j];
-        tally[(n as usize + me as usize) * n as usize + j] = sent[j];
-    }
-    let tally = ep.collective(&world, Allreduce::new(tally, BuiltinOp::Sum), Blocking)?;
-    let want_counter: u64 = (0..n as usize)
-        .map(|i| tally[i * n as usize + me as usize])
-        .sum();
-    let counter = ep.fetch_atomic(
-        &ad,
-        GlobalPtr::<u64>::new(EpAddr::rank(me), OFF_COUNTER),
-        AtomicOp::Get,
-        f,
-        Blocking,
-    )?;
-    if counter != want_counter {
-        sh.error(&format!(
-            "rank {me}: the counter holds {counter}, the ranks added {want_counter}"
-        ));
-    }
-    for i in 0..n as usize {
-        let want = tally[(n as usize + i) * n as usize + me as usize];
-        // A barrier orders no AM handling (as in GASNet-EX): requests sent before it
-        // may still wait in this rank's queues after it. Serve them until the count
-        // is reached; a count still short after the grace period is a loss.
-        ep.wait_until_timeout(
-            || sh.flood[i].load(Relaxed) >= want,
-            std::time::Duration::from_secs(10),
-        );
-        let got = sh.flood[i].load(Relaxed);
-        if got != want {
-            sh.error(&format!(
-                "rank {me}: {got} Short requests arrived from rank {i}, it sent {want}"
-            ));
-        }
-    }
+    verify(&mut ep, &world, &ad, &sh, &adds, &sent)?;
     let totals = ep.collective(
         &world,
         Allreduce::new(vec![ops, sh.errors.load(Relaxed)], BuiltinOp::Sum),

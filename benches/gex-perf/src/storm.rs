@@ -22,10 +22,10 @@
 use crate::report::{Record, Reporter};
 use crate::{PinMode, complain};
 use gex::coll::{Allreduce, BuiltinOp, CollExt};
-use gex::core::Client;
 use gex::core::layer::{self, Retry};
+use gex::core::{Client, Endpoint};
 use gex::spi::Conduit;
-use gex::{Am, Blocking, Body, ClientBuilder, EpAddr, Injected, Job, Token};
+use gex::{Am, Blocking, Body, ClientBuilder, EpAddr, Injected, Job, Team, Token};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::sync::Arc;
@@ -176,6 +176,121 @@ struct Msg {
     sum: u64,
 }
 
+/// A rank's table of messages: `TABLE` entries with sizes log-uniform over
+/// `[MIN_SIZE, max]` at random offsets into random bytes (returned with it), each with
+/// its checksum.
+fn table(rng: &mut SmallRng, max: usize) -> (Vec<u8>, Vec<Msg>) {
+    let mut bytes = vec![0u8; max + 4096];
+    rng.fill(&mut bytes[..]);
+    let (lo_bits, hi_bits) = (MIN_SIZE.ilog2(), max.ilog2());
+    let table: Vec<Msg> = (0..TABLE)
+        .map(|_| {
+            let e = rng.random_range(lo_bits..=hi_bits);
+            let len = rng
+                .random_range((1usize << e)..(1usize << (e + 1)))
+                .clamp(MIN_SIZE, max);
+            let off = rng.random_range(0..=bytes.len() - len);
+            Msg {
+                off,
+                len,
+                sum: checksum(&bytes[off..off + len]),
+            }
+        })
+        .collect();
+    (bytes, table)
+}
+
+/// Every rank's counts of messages towards every rank (a row per source), then per
+/// source: the messages that arrived here against those it sent (waiting up to 30 s
+/// for late ones), and no more once everything sent has arrived; a difference is an
+/// error counted in `sh`.
+fn check_arrivals<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    world: &Team,
+    sh: &Shared,
+    sent: &[u64],
+) -> Res<()> {
+    let (me, n) = (ep.rank(), ep.size());
+    // Every rank's counts towards every rank: row = source.
+    let mut matrix = vec![0u64; (n as usize) * (n as usize)];
+    matrix[me as usize * n as usize..][..n as usize].copy_from_slice(sent);
+    let matrix = ep.collective(world, Allreduce::new(matrix, BuiltinOp::Sum), Blocking)?;
+    for src in 0..n as usize {
+        let want = matrix[src * n as usize + me as usize];
+        let c = &sh.got[src];
+        ep.wait_until_timeout(|| c.load(Relaxed) >= want, Duration::from_secs(30));
+        let got = c.load(Relaxed);
+        if got != want {
+            sh.error(&format!(
+                "rank {me}: {got} messages arrived from rank {src}, it sent {want}"
+            ));
+        }
+    }
+    // Everything that was sent has arrived: a later duplicate would show here.
+    ep.barrier(world)?;
+    for src in 0..n as usize {
+        let (want, got) = (
+            matrix[src * n as usize + me as usize],
+            sh.got[src].load(Relaxed),
+        );
+        if got > want {
+            sh.error(&format!(
+                "rank {me}: {got} messages from rank {src}, it sent {want}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Rank 0's rows: the rate, the back-pressure waits (median and 99th percentile of
+/// every rank's histogram, the longest as their max), events, messages, seconds and
+/// errors, from the job's sums (`msgs, errors, events, histogram...`) and maxes
+/// (`send time, longest wait`, in ns); `max` is the largest message.
+fn report<C: Conduit>(job: &StormJob, client: &Client<C>, max: usize, sums: &[u64], maxes: &[u64]) {
+    let n = client.size();
+    let count = job.args.count;
+    let (msgs, errors, events, hist) = (sums[0], sums[1], sums[2], &sums[3..]);
+    let secs = maxes[0] as f64 / 1e9;
+    let rep = Reporter::new(job.args.json);
+    rep.header(&[format!(
+        "gex-perf storm: {n} ranks as {}, conduit {}, Medium {MIN_SIZE}..{max} B, seed {}, {}",
+        crate::rank_kind(),
+        client.conduit_name(),
+        job.args.seed,
+        match count {
+            Some(k) => format!("{k} messages per rank"),
+            None => format!("{} s", job.args.seconds),
+        }
+    )]);
+    let us = |ns: Option<f64>| ns.map_or(0.0, |v| v / 1e3);
+    let longest = (events > 0).then_some(maxes[1] as f64 / 1e3);
+    let rows: [(&'static str, f64, &'static str, Option<f64>); 7] = [
+        ("storm_rate", msgs as f64 / secs, "msg/s", None),
+        (
+            "storm_backpressure_wait",
+            us(quantile(hist, 0.5)),
+            "us",
+            longest,
+        ),
+        (
+            "storm_backpressure_wait_p99",
+            us(quantile(hist, 0.99)),
+            "us",
+            longest,
+        ),
+        ("storm_backpressure_events", events as f64, "events", None),
+        ("storm_messages", msgs as f64, "msgs", None),
+        ("storm_seconds", secs, "s", None),
+        ("storm_errors", errors as f64, "errors", None),
+    ];
+    for (name, value, unit, max) in rows {
+        rep.record(&Record {
+            max,
+            ..Record::of(client, name, 0, value, unit)
+        });
+    }
+}
+
 fn run<C: Conduit>(job: &StormJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0)?;
@@ -223,23 +338,7 @@ fn run<C: Conduit>(job: &StormJob, client: &Client<C>) -> Res<()> {
 
     // The table: sizes log-uniform over [MIN_SIZE, max], random offsets into random bytes.
     let mut rng = SmallRng::seed_from_u64(job.args.seed ^ (u64::from(me) << 32) ^ 0x5707);
-    let mut bytes = vec![0u8; max + 4096];
-    rng.fill(&mut bytes[..]);
-    let (lo_bits, hi_bits) = (MIN_SIZE.ilog2(), max.ilog2());
-    let table: Vec<Msg> = (0..TABLE)
-        .map(|_| {
-            let e = rng.random_range(lo_bits..=hi_bits);
-            let len = rng
-                .random_range((1usize << e)..(1usize << (e + 1)))
-                .clamp(MIN_SIZE, max);
-            let off = rng.random_range(0..=bytes.len() - len);
-            Msg {
-                off,
-                len,
-                sum: checksum(&bytes[off..off + len]),
-            }
-        })
-        .collect();
+    let (bytes, table) = table(&mut rng, max);
 
     let mut bad = vec![0u8; max];
     let mut sent = vec![0u64; n as usize];
@@ -291,34 +390,7 @@ fn run<C: Conduit>(job: &StormJob, client: &Client<C>) -> Res<()> {
     }
     let send_ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
 
-    // Every rank's counts towards every rank: row = source.
-    let mut matrix = vec![0u64; (n as usize) * (n as usize)];
-    matrix[me as usize * n as usize..][..n as usize].copy_from_slice(&sent);
-    let matrix = ep.collective(&world, Allreduce::new(matrix, BuiltinOp::Sum), Blocking)?;
-    for src in 0..n as usize {
-        let want = matrix[src * n as usize + me as usize];
-        let c = &sh.got[src];
-        ep.wait_until_timeout(|| c.load(Relaxed) >= want, Duration::from_secs(30));
-        let got = c.load(Relaxed);
-        if got != want {
-            sh.error(&format!(
-                "rank {me}: {got} messages arrived from rank {src}, it sent {want}"
-            ));
-        }
-    }
-    // Everything that was sent has arrived: a later duplicate would show here.
-    ep.barrier(&world)?;
-    for src in 0..n as usize {
-        let (want, got) = (
-            matrix[src * n as usize + me as usize],
-            sh.got[src].load(Relaxed),
-        );
-        if got > want {
-            sh.error(&format!(
-                "rank {me}: {got} messages from rank {src}, it sent {want}"
-            ));
-        }
-    }
+    check_arrivals(&mut ep, &world, &sh, &sent)?;
     let msgs: u64 = sent.iter().sum();
     let events: u64 = hist.iter().sum();
     let mut sums = vec![msgs, sh.errors.load(Relaxed), events];
@@ -330,46 +402,7 @@ fn run<C: Conduit>(job: &StormJob, client: &Client<C>) -> Res<()> {
         Blocking,
     )?;
     if me == 0 {
-        let (msgs, errors, events, hist) = (sums[0], sums[1], sums[2], &sums[3..]);
-        let secs = maxes[0] as f64 / 1e9;
-        let rep = Reporter::new(job.args.json);
-        rep.header(&[format!(
-            "gex-perf storm: {n} ranks as {}, conduit {}, Medium {MIN_SIZE}..{max} B, seed {}, {}",
-            crate::rank_kind(),
-            client.conduit_name(),
-            job.args.seed,
-            match count {
-                Some(k) => format!("{k} messages per rank"),
-                None => format!("{} s", job.args.seconds),
-            }
-        )]);
-        let us = |ns: Option<f64>| ns.map_or(0.0, |v| v / 1e3);
-        let longest = (events > 0).then_some(maxes[1] as f64 / 1e3);
-        let rows: [(&'static str, f64, &'static str, Option<f64>); 7] = [
-            ("storm_rate", msgs as f64 / secs, "msg/s", None),
-            (
-                "storm_backpressure_wait",
-                us(quantile(hist, 0.5)),
-                "us",
-                longest,
-            ),
-            (
-                "storm_backpressure_wait_p99",
-                us(quantile(hist, 0.99)),
-                "us",
-                longest,
-            ),
-            ("storm_backpressure_events", events as f64, "events", None),
-            ("storm_messages", msgs as f64, "msgs", None),
-            ("storm_seconds", secs, "s", None),
-            ("storm_errors", errors as f64, "errors", None),
-        ];
-        for (name, value, unit, max) in rows {
-            rep.record(&Record {
-                max,
-                ..Record::of(client, name, 0, value, unit)
-            });
-        }
+        report(job, client, max, &sums, &maxes);
     }
     let errors = sums[1];
     if errors != 0 {

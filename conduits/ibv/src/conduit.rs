@@ -22,7 +22,7 @@ use gex_core::boot::{BootError, Bootstrap};
 use gex_core::config::EnvVar;
 use gex_core::spi::{
     AtomicBase, AtomicKind, Capabilities, Conduit, ConduitEp, ConduitError, Deliver, FarConduit,
-    FarEp, FarPoll, Limits, Native, NativeAtomic, OpenParams, OutMsg, SharedSegments,
+    FarEp, FarPoll, JobLayout, Limits, Native, NativeAtomic, OpenParams, OutMsg, SharedSegments,
 };
 use gex_core::{EpAddr, EpIndex, InitError, Injected};
 use std::any::Any;
@@ -616,6 +616,165 @@ fn open(
     }
 }
 
+/// Opens one device context per endpoint (`GEX_IBV_DEVICE`, or the first; port
+/// `port`), checks that its port is active, and makes the endpoint's registrations and
+/// queue pairs over its segment in `segs` (`npeers` peer endpoints): the endpoints
+/// before the address exchange, and the device's name.
+fn open_endpoints<V: Verbs>(
+    device: Option<&str>,
+    port: u8,
+    gid_index: u8,
+    segs: &[(NonNull<u8>, usize)],
+    shape: &Shape,
+    npeers: usize,
+) -> Result<(Vec<Unconnected<V>>, String), InitError> {
+    let mut uncon = Vec::with_capacity(segs.len());
+    let mut device_name = String::new();
+    for (i, s) in segs.iter().enumerate() {
+        let v = V::open(device, port, gid_index as u32).map_err(|e| match e {
+            VerbsError::NoDevice(_) => conduit_err(format!(
+                "{e}: GEX_IBV_DEVICE={}",
+                device.unwrap_or("(first)")
+            )),
+            e => conduit_err(format!(
+                "opening the device (GEX_IBV_DEVICE, GEX_IBV_PORT={port}): {e}"
+            )),
+        })?;
+        device_name = v.device_name().to_owned();
+        if !v.port().active {
+            return Err(conduit_err(format!(
+                "port {port} of {device_name} is not active (GEX_IBV_PORT)"
+            )));
+        }
+        let u = Unconnected::new(v, *s, shape, npeers)
+            .map_err(|e| conduit_err(format!("endpoint {i}: {e}")))?;
+        uncon.push(u);
+    }
+    Ok((uncon, device_name))
+}
+
+/// Bytes of an address blob's head: magic, provider, largest Medium, credits, endpoint
+/// count, wire-up mode.
+const BLOB_HEAD: usize = 4 + 1 + 4 + 4 + 2 + 1;
+/// Bytes per endpoint in an address blob before its queue pair addresses: segment
+/// (address, length, key) and credit words (address, key).
+const BLOB_PER_EP: usize = 8 + 8 + 4 + 8 + 4;
+
+/// This rank's address blob: magic, provider, settings, endpoint count; per endpoint
+/// its segment, credit words and one queue pair address per peer endpoint (lazy
+/// wire-up: the address of its UD queue pair).
+fn encode_blob<V: Verbs>(provider: Provider, shape: &Shape, uncon: &[Unconnected<V>]) -> Vec<u8> {
+    let neps = uncon.len();
+    let mut blob = Vec::new();
+    blob.extend_from_slice(&MAGIC.to_le_bytes());
+    blob.push(provider as u8);
+    blob.extend_from_slice(&(shape.max_medium as u32).to_le_bytes());
+    blob.extend_from_slice(&shape.credits.to_le_bytes());
+    blob.extend_from_slice(&(neps as u16).to_le_bytes());
+    blob.push(u8::from(shape.lazy));
+    for u in uncon {
+        let (sa, sl, sk, ca, ck) = u.published();
+        blob.extend_from_slice(&sa.to_le_bytes());
+        blob.extend_from_slice(&sl.to_le_bytes());
+        blob.extend_from_slice(&sk.to_le_bytes());
+        blob.extend_from_slice(&ca.to_le_bytes());
+        blob.extend_from_slice(&ck.to_le_bytes());
+        // Lazy: the UD queue pair's address; eager: one RC address per peer endpoint.
+        match u.ud_addr() {
+            Some(a) => a.encode(&mut blob),
+            None => {
+                for qp in &u.qps {
+                    u.res.v.qp_addr(qp).encode(&mut blob);
+                }
+            }
+        }
+    }
+    blob
+}
+
+/// Decodes rank `r`'s address blob `b`, checked against the layout and this rank's
+/// settings (`shape`, `provider`) before anything is used: its endpoints' segments and
+/// credit words, and their queue pair addresses (one per peer endpoint of `npeers`,
+/// or one UD address with lazy wire-up).
+fn decode_blob(
+    r: usize,
+    b: &[u8],
+    layout: &JobLayout,
+    shape: &Shape,
+    provider: Provider,
+    npeers: usize,
+) -> Result<(Vec<PeerInfo>, Vec<Vec<QpAddr>>), InitError> {
+    let addrs_per_ep = if shape.lazy { 1 } else { npeers };
+    let mut infos = Vec::new();
+    let mut qpaddrs = Vec::new();
+    let bad = |what: String| conduit_err(format!("rank {r} published {what}"));
+    let eps = layout.eps[r] as usize;
+    let want = BLOB_HEAD + eps * (BLOB_PER_EP + addrs_per_ep * QpAddr::LEN);
+    if b.len() >= BLOB_HEAD && b[15] != u8::from(shape.lazy) {
+        return Err(bad(format!(
+            "GEX_IBV_CONNECT={}; this rank has {} (it must be equal)",
+            if b[15] == 0 { "eager" } else { "lazy" },
+            if shape.lazy { "lazy" } else { "eager" }
+        )));
+    }
+    if b.len() != want {
+        return Err(bad(format!(
+            "{} bytes of addresses, {want} expected for {eps} endpoints and {npeers} peers",
+            b.len()
+        )));
+    }
+    if u32::from_le_bytes(b[0..4].try_into().expect("4")) != MAGIC {
+        return Err(bad("a blob that is not the ibv conduit's".into()));
+    }
+    if b[4] != provider as u8 {
+        return Err(bad(
+            "another verbs provider (GEX_IBV_PROVIDER differs between ranks)".into(),
+        ));
+    }
+    let mm = u32::from_le_bytes(b[5..9].try_into().expect("4")) as usize;
+    let cr = u32::from_le_bytes(b[9..13].try_into().expect("4"));
+    if mm != shape.max_medium || cr != shape.credits {
+        return Err(bad(format!(
+            "GEX_IBV_MAX_MEDIUM={mm}, GEX_IBV_CREDITS={cr}; this rank has {} and {} (they must be equal)",
+            shape.max_medium, shape.credits
+        )));
+    }
+    let ne = u16::from_le_bytes(b[13..15].try_into().expect("2")) as usize;
+    if ne != eps {
+        return Err(bad(format!("{ne} endpoints, the layout says {eps}")));
+    }
+    let mut at = BLOB_HEAD;
+    for e in 0..eps {
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
+        let sl = u64_at(at + 8);
+        if sl != layout.seg_len[r] as u64 {
+            return Err(bad(format!(
+                "a segment of {sl} bytes for endpoint {e}, the layout says {}",
+                layout.seg_len[r]
+            )));
+        }
+        infos.push(PeerInfo {
+            addr: EpAddr::new(r as u32, e as u16),
+            seg_addr: u64_at(at),
+            seg_len: sl as usize,
+            seg_rkey: u32_at(at + 16),
+            credit_addr: u64_at(at + 20),
+            credit_rkey: u32_at(at + 28),
+        });
+        at += BLOB_PER_EP;
+        let addrs = (0..addrs_per_ep)
+            .map(|k| {
+                QpAddr::decode(&b[at + k * QpAddr::LEN..at + (k + 1) * QpAddr::LEN])
+                    .expect("checked length")
+            })
+            .collect();
+        at += addrs_per_ep * QpAddr::LEN;
+        qpaddrs.push(addrs);
+    }
+    Ok((infos, qpaddrs))
+}
+
 fn open_with<V: Verbs>(
     boot: &mut dyn Bootstrap,
     params: &OpenParams<'_>,
@@ -683,55 +842,16 @@ fn open_with<V: Verbs>(
             .collect::<Result<Vec<_>, _>>()?,
         None => segs.iter().map(|m| (m.ptr(), seg_len)).collect(),
     };
-    let mut uncon = Vec::with_capacity(neps);
-    let mut device_name = String::new();
-    for (i, s) in seg_ptrs.iter().enumerate() {
-        let v = V::open(device.as_deref(), port, gid_index as u32).map_err(|e| match e {
-            VerbsError::NoDevice(_) => conduit_err(format!(
-                "{e}: GEX_IBV_DEVICE={}",
-                device.as_deref().unwrap_or("(first)")
-            )),
-            e => conduit_err(format!(
-                "opening the device (GEX_IBV_DEVICE, GEX_IBV_PORT={port}): {e}"
-            )),
-        })?;
-        device_name = v.device_name().to_owned();
-        if !v.port().active {
-            return Err(conduit_err(format!(
-                "port {port} of {device_name} is not active (GEX_IBV_PORT)"
-            )));
-        }
-        let u = Unconnected::new(v, *s, &shape, npeers)
-            .map_err(|e| conduit_err(format!("endpoint {i}: {e}")))?;
-        uncon.push(u);
-    }
+    let (uncon, device_name) = open_endpoints::<V>(
+        device.as_deref(),
+        port,
+        gid_index,
+        &seg_ptrs,
+        &shape,
+        npeers,
+    )?;
 
-    // The blob: magic, provider, settings, endpoint count; per endpoint its segment,
-    // credit words and one queue pair address per peer endpoint.
-    let mut blob = Vec::new();
-    blob.extend_from_slice(&MAGIC.to_le_bytes());
-    blob.push(provider as u8);
-    blob.extend_from_slice(&(shape.max_medium as u32).to_le_bytes());
-    blob.extend_from_slice(&shape.credits.to_le_bytes());
-    blob.extend_from_slice(&(neps as u16).to_le_bytes());
-    blob.push(u8::from(shape.lazy));
-    for u in &uncon {
-        let (sa, sl, sk, ca, ck) = u.published();
-        blob.extend_from_slice(&sa.to_le_bytes());
-        blob.extend_from_slice(&sl.to_le_bytes());
-        blob.extend_from_slice(&sk.to_le_bytes());
-        blob.extend_from_slice(&ca.to_le_bytes());
-        blob.extend_from_slice(&ck.to_le_bytes());
-        // Lazy: the UD queue pair's address; eager: one RC address per peer endpoint.
-        match u.ud_addr() {
-            Some(a) => a.encode(&mut blob),
-            None => {
-                for qp in &u.qps {
-                    u.res.v.qp_addr(qp).encode(&mut blob);
-                }
-            }
-        }
-    }
+    let blob = encode_blob(provider, &shape, &uncon);
     let blobs = boot.exchange(&blob)?;
     if blobs.len() != size {
         return Err(conduit_err(format!(
@@ -739,78 +859,13 @@ fn open_with<V: Verbs>(
             blobs.len()
         )));
     }
-    const HEAD: usize = 4 + 1 + 4 + 4 + 2 + 1;
-    let addrs_per_ep = if shape.lazy { 1 } else { npeers };
-    const PER_EP: usize = 8 + 8 + 4 + 8 + 4;
     // Decode and check every peer's blob against the layout before anything is used.
     let mut infos = Vec::with_capacity(npeers);
     let mut qpaddrs: Vec<Vec<QpAddr>> = Vec::with_capacity(npeers);
     for (r, b) in blobs.iter().enumerate() {
-        let bad = |what: String| conduit_err(format!("rank {r} published {what}"));
-        let eps = layout.eps[r] as usize;
-        let want = HEAD + eps * (PER_EP + addrs_per_ep * QpAddr::LEN);
-        if b.len() >= HEAD && b[15] != u8::from(shape.lazy) {
-            return Err(bad(format!(
-                "GEX_IBV_CONNECT={}; this rank has {} (it must be equal)",
-                if b[15] == 0 { "eager" } else { "lazy" },
-                if shape.lazy { "lazy" } else { "eager" }
-            )));
-        }
-        if b.len() != want {
-            return Err(bad(format!(
-                "{} bytes of addresses, {want} expected for {eps} endpoints and {npeers} peers",
-                b.len()
-            )));
-        }
-        if u32::from_le_bytes(b[0..4].try_into().expect("4")) != MAGIC {
-            return Err(bad("a blob that is not the ibv conduit's".into()));
-        }
-        if b[4] != provider as u8 {
-            return Err(bad(
-                "another verbs provider (GEX_IBV_PROVIDER differs between ranks)".into(),
-            ));
-        }
-        let mm = u32::from_le_bytes(b[5..9].try_into().expect("4")) as usize;
-        let cr = u32::from_le_bytes(b[9..13].try_into().expect("4"));
-        if mm != shape.max_medium || cr != shape.credits {
-            return Err(bad(format!(
-                "GEX_IBV_MAX_MEDIUM={mm}, GEX_IBV_CREDITS={cr}; this rank has {} and {} (they must be equal)",
-                shape.max_medium, shape.credits
-            )));
-        }
-        let ne = u16::from_le_bytes(b[13..15].try_into().expect("2")) as usize;
-        if ne != eps {
-            return Err(bad(format!("{ne} endpoints, the layout says {eps}")));
-        }
-        let mut at = HEAD;
-        for e in 0..eps {
-            let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
-            let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
-            let sl = u64_at(at + 8);
-            if sl != layout.seg_len[r] as u64 {
-                return Err(bad(format!(
-                    "a segment of {sl} bytes for endpoint {e}, the layout says {}",
-                    layout.seg_len[r]
-                )));
-            }
-            infos.push(PeerInfo {
-                addr: EpAddr::new(r as u32, e as u16),
-                seg_addr: u64_at(at),
-                seg_len: sl as usize,
-                seg_rkey: u32_at(at + 16),
-                credit_addr: u64_at(at + 20),
-                credit_rkey: u32_at(at + 28),
-            });
-            at += PER_EP;
-            let addrs = (0..addrs_per_ep)
-                .map(|k| {
-                    QpAddr::decode(&b[at + k * QpAddr::LEN..at + (k + 1) * QpAddr::LEN])
-                        .expect("checked length")
-                })
-                .collect();
-            at += addrs_per_ep * QpAddr::LEN;
-            qpaddrs.push(addrs);
-        }
+        let (i, q) = decode_blob(r, b, layout, &shape, provider, npeers)?;
+        infos.extend(i);
+        qpaddrs.extend(q);
     }
 
     // Connect: endpoint i's queue pair to peer g meets peer g's queue pair to i.

@@ -187,133 +187,170 @@ impl View {
     }
 }
 
+/// Handlers of [`am_categories`]: requests to `CAT_RQ`, replies to `CAT_RP`.
+const CAT_RQ: HandlerId = HandlerId::at(140);
+const CAT_RP: HandlerId = HandlerId::at(141);
+
+/// The payload seed of message `i` from rank `s` to rank `d` in direction `dir` (0:
+/// request, 1: reply) of [`am_categories`].
+fn cat_seed(s: u32, d: u32, i: usize, dir: u64) -> u64 {
+    hash_words(&[s as u64, d as u64, i as u64, dir])
+}
+
+/// What [`am_categories`] and its handlers share.
+struct Cats {
+    view: View,
+    sched: Vec<(Spec, Spec)>,
+    pat: Pattern,
+    errs: Errs,
+    /// Requests received, per source (the next iteration number).
+    next: Mutex<HashMap<EpAddr, usize>>,
+    /// The request outstanding: destination and iteration.
+    cur: Mutex<Option<(EpAddr, usize)>>,
+    /// Replies received.
+    done: AtomicU64,
+}
+
+impl Cats {
+    /// A request: verified against the schedule, answered with the scheduled reply
+    /// into the requester's segment.
+    fn on_request(&self, t: &mut Token<'_>, am: Am<'_>) {
+        let (view, sched, pat, errs, next) =
+            (&self.view, &self.sched, &self.pat, &self.errs, &self.next);
+        let src = am.src();
+        let s = src.rank as usize;
+        let i = {
+            let mut g = lock(next);
+            let e = g.entry(src).or_insert(0);
+            *e += 1;
+            *e - 1
+        };
+        let Some(&(rq, rp)) = sched.get(i) else {
+            errs.push(format!("unexpected request #{i} from {src}"));
+            return;
+        };
+        if !t.is_request() || t.has_replied() || t.src() != src {
+            errs.push("request token in a wrong state".to_string());
+        }
+        let my_seg = view.seg[view.me as usize];
+        let len = len_of(rq.size, max_for(rq.cat, &view.limits[s], my_seg));
+        let x = Expect {
+            kind: Kind::Request,
+            src,
+            cat: rq.cat,
+            nargs: rq.nargs,
+            seed: cat_seed(src.rank, view.me, i, 0),
+            len,
+            offset: if rq.cat == Category::Long {
+                long_offset(i, 61, my_seg, len)
+            } else {
+                0
+            },
+            seg_base: view.seg_base,
+        };
+        if let Some(d) = verify(&am, &x, pat) {
+            errs.push(format!("iteration {i} request from {src}: {d}"));
+        }
+        // Reply per schedule into the requester's segment.
+        let rseed = cat_seed(view.me, src.rank, i, 1);
+        let rlen = len_of(rp.size, max_for(rp.cat, &view.limits[s], view.seg[s]));
+        let args = args_for(rseed, rp.nargs);
+        let payload = pat.get(rseed, rlen);
+        let r = match rp.cat {
+            Category::Short => t.reply(CAT_RP, Body::short(&args)),
+            Category::Medium => t.reply(CAT_RP, Body::medium(&args, payload)),
+            Category::Long => t.reply(
+                CAT_RP,
+                Body::long(&args, payload, long_offset(i, 37, view.seg[s], rlen)),
+            ),
+        };
+        if let Err(e) = r {
+            errs.push(format!(
+                "iteration {i}: reply {rp:?} ({rlen} bytes) to {src} failed: {e}"
+            ));
+        } else if !t.has_replied() {
+            errs.push("has_replied() false after replying".to_string());
+        }
+    }
+
+    /// A reply: verified against the request outstanding.
+    fn on_reply(&self, t: &mut Token<'_>, am: Am<'_>) {
+        let (view, sched, pat, errs, cur, done) = (
+            &self.view,
+            &self.sched,
+            &self.pat,
+            &self.errs,
+            &self.cur,
+            &self.done,
+        );
+        let Some((dst, i)) = *lock(cur) else {
+            errs.push(format!(
+                "reply from {} with no request outstanding",
+                am.src()
+            ));
+            return;
+        };
+        if t.is_request() {
+            errs.push("reply token claims to be a request".to_string());
+        }
+        let rp = sched[i].1;
+        let d = dst.rank as usize;
+        let my_seg = view.seg[view.me as usize];
+        let len = len_of(rp.size, max_for(rp.cat, &view.limits[d], my_seg));
+        let x = Expect {
+            kind: Kind::Reply,
+            src: dst,
+            cat: rp.cat,
+            nargs: rp.nargs,
+            seed: cat_seed(dst.rank, view.me, i, 1),
+            len,
+            offset: if rp.cat == Category::Long {
+                long_offset(i, 37, my_seg, len)
+            } else {
+                0
+            },
+            seg_base: view.seg_base,
+        };
+        if let Some(e) = verify(&am, &x, pat) {
+            errs.push(format!("iteration {i} reply from {dst}: {e}"));
+        }
+        done.fetch_add(1, Ordering::Release);
+    }
+}
+
 /// Every category x every argument count `0..=max_args` x payload sizes 0, 1, max-1
 /// and max, as request and as reply; contents, arguments, categories, kinds, sources,
 /// Long offsets and the Long payload's address are verified. One message in flight at
 /// a time: rank `t` sends to its right neighbour and to itself during turn `t`. (Under
 /// Miri: each size once, with 0 or `max_args` arguments, to the right neighbour only.)
 pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String> {
-    const RQ: HandlerId = HandlerId::at(140);
-    const RP: HandlerId = HandlerId::at(141);
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0).map_err(err)?;
-    let view = Arc::new(View::new(client, &mut ep));
-    let sched = Arc::new(schedule(ep.max_args()));
-    let pat = Arc::new(Pattern::new(view.largest()));
-    let errs = Errs::new();
-    let next: Arc<Mutex<HashMap<EpAddr, usize>>> = Arc::default();
-    let cur: Arc<Mutex<Option<(EpAddr, usize)>>> = Arc::default();
-    let done = Arc::new(AtomicU64::new(0));
-    let seed =
-        |s: u32, d: u32, i: usize, dir: u64| hash_words(&[s as u64, d as u64, i as u64, dir]);
+    let view = View::new(client, &mut ep);
+    let st = Arc::new(Cats {
+        sched: schedule(ep.max_args()),
+        pat: Pattern::new(view.largest()),
+        view,
+        errs: Errs::new(),
+        next: Mutex::default(),
+        cur: Mutex::default(),
+        done: AtomicU64::new(0),
+    });
+    let (view, sched, pat, errs, next, cur, done) = (
+        &st.view, &st.sched, &st.pat, &st.errs, &st.next, &st.cur, &st.done,
+    );
+    let seed = cat_seed;
     {
-        let (view, sched, pat, errs, next) = (
-            view.clone(),
-            sched.clone(),
-            pat.clone(),
-            errs.clone(),
-            next.clone(),
-        );
-        ep.register_at(RQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
-            let src = am.src();
-            let s = src.rank as usize;
-            let i = {
-                let mut g = lock(&next);
-                let e = g.entry(src).or_insert(0);
-                *e += 1;
-                *e - 1
-            };
-            let Some(&(rq, rp)) = sched.get(i) else {
-                errs.push(format!("unexpected request #{i} from {src}"));
-                return;
-            };
-            if !t.is_request() || t.has_replied() || t.src() != src {
-                errs.push("request token in a wrong state".to_string());
-            }
-            let my_seg = view.seg[view.me as usize];
-            let len = len_of(rq.size, max_for(rq.cat, &view.limits[s], my_seg));
-            let x = Expect {
-                kind: Kind::Request,
-                src,
-                cat: rq.cat,
-                nargs: rq.nargs,
-                seed: seed(src.rank, view.me, i, 0),
-                len,
-                offset: if rq.cat == Category::Long {
-                    long_offset(i, 61, my_seg, len)
-                } else {
-                    0
-                },
-                seg_base: view.seg_base,
-            };
-            if let Some(d) = verify(&am, &x, &pat) {
-                errs.push(format!("iteration {i} request from {src}: {d}"));
-            }
-            // Reply per schedule into the requester's segment.
-            let rseed = seed(view.me, src.rank, i, 1);
-            let rlen = len_of(rp.size, max_for(rp.cat, &view.limits[s], view.seg[s]));
-            let args = args_for(rseed, rp.nargs);
-            let payload = pat.get(rseed, rlen);
-            let r = match rp.cat {
-                Category::Short => t.reply(RP, Body::short(&args)),
-                Category::Medium => t.reply(RP, Body::medium(&args, payload)),
-                Category::Long => t.reply(
-                    RP,
-                    Body::long(&args, payload, long_offset(i, 37, view.seg[s], rlen)),
-                ),
-            };
-            if let Err(e) = r {
-                errs.push(format!(
-                    "iteration {i}: reply {rp:?} ({rlen} bytes) to {src} failed: {e}"
-                ));
-            } else if !t.has_replied() {
-                errs.push("has_replied() false after replying".to_string());
-            }
+        let st = st.clone();
+        ep.register_at(CAT_RQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
+            st.on_request(t, am)
         })
         .map_err(err)?;
     }
     {
-        let (view, sched, pat, errs, cur, done) = (
-            view.clone(),
-            sched.clone(),
-            pat.clone(),
-            errs.clone(),
-            cur.clone(),
-            done.clone(),
-        );
-        ep.register_at(RP.index(), move |t: &mut Token<'_>, am: Am<'_>| {
-            let Some((dst, i)) = *lock(&cur) else {
-                errs.push(format!(
-                    "reply from {} with no request outstanding",
-                    am.src()
-                ));
-                return;
-            };
-            if t.is_request() {
-                errs.push("reply token claims to be a request".to_string());
-            }
-            let rp = sched[i].1;
-            let d = dst.rank as usize;
-            let my_seg = view.seg[view.me as usize];
-            let len = len_of(rp.size, max_for(rp.cat, &view.limits[d], my_seg));
-            let x = Expect {
-                kind: Kind::Reply,
-                src: dst,
-                cat: rp.cat,
-                nargs: rp.nargs,
-                seed: seed(dst.rank, view.me, i, 1),
-                len,
-                offset: if rp.cat == Category::Long {
-                    long_offset(i, 37, my_seg, len)
-                } else {
-                    0
-                },
-                seg_base: view.seg_base,
-            };
-            if let Some(e) = verify(&am, &x, &pat) {
-                errs.push(format!("iteration {i} reply from {dst}: {e}"));
-            }
-            done.fetch_add(1, Ordering::Release);
+        let st = st.clone();
+        ep.register_at(CAT_RP.index(), move |t: &mut Token<'_>, am: Am<'_>| {
+            st.on_reply(t, am)
         })
         .map_err(err)?;
     }
@@ -330,7 +367,7 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
             for &dst in &dsts {
                 let d = dst.rank as usize;
                 for (i, &(rq, _)) in sched.iter().enumerate() {
-                    *lock(&cur) = Some((dst, i));
+                    *lock(cur) = Some((dst, i));
                     let before = done.load(Ordering::Acquire);
                     let len = len_of(rq.size, max_for(rq.cat, &view.limits[d], view.seg[d]));
                     let s = seed(me, dst.rank, i, 0);
@@ -338,11 +375,11 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
                     let payload = pat.get(s, len);
                     let what = format!("iteration {i}: request {rq:?} ({len} bytes) to {dst}");
                     let r = match rq.cat {
-                        Category::Short => ep.request(dst, RQ, Body::short(&args)),
-                        Category::Medium => ep.request(dst, RQ, Body::medium(&args, payload)),
+                        Category::Short => ep.request(dst, CAT_RQ, Body::short(&args)),
+                        Category::Medium => ep.request(dst, CAT_RQ, Body::medium(&args, payload)),
                         Category::Long => ep.request(
                             dst,
-                            RQ,
+                            CAT_RQ,
                             Body::long(&args, payload, long_offset(i, 61, view.seg[d], len)),
                         ),
                     };
@@ -352,7 +389,7 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
                     })?;
                 }
             }
-            *lock(&cur) = None;
+            *lock(cur) = None;
         }
         barrier(&mut ep)?;
     }
@@ -362,7 +399,7 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
     } else {
         vec![EpAddr::rank((me + n - 1) % n)]
     };
-    let got = lock(&next).clone();
+    let got = lock(next).clone();
     for src in expected {
         if got.get(&src).copied().unwrap_or(0) != sched.len() {
             return Err(format!(
@@ -381,120 +418,168 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
     Ok(())
 }
 
+/// Handlers of [`ping_pong_all_pairs`]: pings to `PP_RQ`, pongs to `PP_RP`.
+const PP_RQ: HandlerId = HandlerId::at(150);
+const PP_RP: HandlerId = HandlerId::at(151);
+/// The categories of [`ping_pong_all_pairs`], by index in the arguments.
+const PP_CATS: [Category; 3] = [Category::Short, Category::Medium, Category::Long];
+
+/// What [`ping_pong_all_pairs`] and its handlers share.
+struct PingPong {
+    n: u32,
+    view: View,
+    pat: Pattern,
+    errs: Errs,
+    /// Pings handled.
+    handled: AtomicU64,
+    /// Pongs received.
+    replies: AtomicU64,
+}
+
+impl PingPong {
+    /// A ping: verified (category, kind, payload, Long offset) and echoed in the same
+    /// category into the requester's reply half.
+    fn on_ping(&self, t: &mut Token<'_>, am: Am<'_>) {
+        let (view, pat, errs, handled, n, cats) = (
+            &self.view,
+            &self.pat,
+            &self.errs,
+            &self.handled,
+            self.n,
+            PP_CATS,
+        );
+        let src = am.src();
+        let a = am.args();
+        if a.len() != 4 || a[0] != src.rank {
+            errs.push(format!("request from {src} with args {a:?}"));
+            return;
+        }
+        let (round, ci, len) = (a[1], a[2] as usize, a[3] as usize);
+        let cat = cats[ci % 3];
+        let s = hash_words(&[src.rank as u64, view.me as u64, round as u64, ci as u64]);
+        let my_slot = view.seg[view.me as usize] / 2 / n as usize;
+        if am.category() != cat || am.kind() != Kind::Request {
+            errs.push(format!(
+                "request from {src}: category {:?} / kind {:?}",
+                am.category(),
+                am.kind()
+            ));
+        }
+        let bad = match cat {
+            Category::Short => (!am.payload().is_empty()).then(|| "payload on Short".to_string()),
+            Category::Medium => pat.diff(s, len, am.payload()),
+            Category::Long => {
+                let off = my_slot * src.rank as usize;
+                if am.offset() != off {
+                    Some(format!("Long offset {} != {off}", am.offset()))
+                } else {
+                    pat.diff(s, len, &bytes_of(&am))
+                }
+            }
+        };
+        if let Some(b) = bad {
+            errs.push(format!("request round {round} {cat:?} from {src}: {b}"));
+        }
+        // Echo in the same category.
+        let peer = src.rank as usize;
+        let rlen = match cat {
+            Category::Long => (view.seg[peer] / 2 / n as usize)
+                .min(view.limits[peer].max_long)
+                .min(len + 1),
+            Category::Medium => view.limits[peer].max_medium.min(2 + 131 * round as usize),
+            Category::Short => 0,
+        };
+        let rs = hash_words(&[view.me as u64, src.rank as u64, round as u64, ci as u64, 1]);
+        let args = [view.me, round, ci as u32, rlen as u32];
+        let payload = pat.get(rs, rlen);
+        let r = match cat {
+            Category::Short => t.reply(PP_RP, Body::short(&args)),
+            Category::Medium => t.reply(PP_RP, Body::medium(&args, payload)),
+            Category::Long => {
+                let off = view.seg[peer] / 2 + (view.seg[peer] / 2 / n as usize) * view.me as usize;
+                t.reply(PP_RP, Body::long(&args, payload, off))
+            }
+        };
+        if let Err(e) = r {
+            errs.push(format!("reply to {src}: {e}"));
+        }
+        handled.fetch_add(1, Ordering::Release);
+    }
+
+    /// A pong: verified against the ping it answers.
+    fn on_pong(&self, am: Am<'_>) {
+        let (view, pat, errs, replies, n, cats) = (
+            &self.view,
+            &self.pat,
+            &self.errs,
+            &self.replies,
+            self.n,
+            PP_CATS,
+        );
+        let src = am.src();
+        let a = am.args();
+        if a.len() != 4 || a[0] != src.rank || am.kind() != Kind::Reply {
+            errs.push(format!(
+                "reply from {src} with args {a:?} kind {:?}",
+                am.kind()
+            ));
+            return;
+        }
+        let (round, ci, len) = (a[1], a[2] as usize, a[3] as usize);
+        let rs = hash_words(&[src.rank as u64, view.me as u64, round as u64, ci as u64, 1]);
+        let my_seg = view.seg[view.me as usize];
+        let bad = if am.category() != cats[ci % 3] {
+            Some(format!("category {:?}", am.category()))
+        } else if am.category() == Category::Long
+            && am.offset() != my_seg / 2 + (my_seg / 2 / n as usize) * src.rank as usize
+        {
+            Some(format!("Long reply offset {}", am.offset()))
+        } else if am.category() == Category::Short {
+            (!am.payload().is_empty()).then(|| "payload on Short".to_string())
+        } else {
+            pat.diff(rs, len, &bytes_of(&am))
+        };
+        if let Some(b) = bad {
+            errs.push(format!("reply round {round} from {src}: {b}"));
+        }
+        replies.fetch_add(1, Ordering::Release);
+    }
+}
+
 /// Ping-pong between every pair of ranks (self included), all ranks at once: each
 /// rank sends Short, Medium and Long requests to every rank, one at a time, waiting for
 /// each reply (same category) before the next. Requests land in the request half of
 /// the target's segment, replies in the reply half of the requester's, in per-peer
 /// slots.
 pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), String> {
-    const RQ: HandlerId = HandlerId::at(150);
-    const RP: HandlerId = HandlerId::at(151);
     const ROUNDS: u32 = if cfg!(miri) { 2 } else { 6 };
     let (me, n) = (client.rank(), client.size());
     let mut ep = client.endpoint(0).map_err(err)?;
-    let view = Arc::new(View::new(client, &mut ep));
-    let pat = Arc::new(Pattern::new(view.largest()));
-    let errs = Errs::new();
-    let handled = Arc::new(AtomicU64::new(0));
-    let replies = Arc::new(AtomicU64::new(0));
+    let view = View::new(client, &mut ep);
+    let st = Arc::new(PingPong {
+        n,
+        pat: Pattern::new(view.largest()),
+        view,
+        errs: Errs::new(),
+        handled: AtomicU64::new(0),
+        replies: AtomicU64::new(0),
+    });
+    let (view, pat, errs, handled, replies) =
+        (&st.view, &st.pat, &st.errs, &st.handled, &st.replies);
     let slot = |seg: usize| seg / 2 / n as usize;
-    let cats = [Category::Short, Category::Medium, Category::Long];
+    let cats = PP_CATS;
     // Lengths travel in the arguments: [sender, round, category, len].
     {
-        let (view, pat, errs, handled) = (view.clone(), pat.clone(), errs.clone(), handled.clone());
-        ep.register_at(RQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
-            let src = am.src();
-            let a = am.args();
-            if a.len() != 4 || a[0] != src.rank {
-                errs.push(format!("request from {src} with args {a:?}"));
-                return;
-            }
-            let (round, ci, len) = (a[1], a[2] as usize, a[3] as usize);
-            let cat = cats[ci % 3];
-            let s = hash_words(&[src.rank as u64, view.me as u64, round as u64, ci as u64]);
-            let my_slot = view.seg[view.me as usize] / 2 / n as usize;
-            if am.category() != cat || am.kind() != Kind::Request {
-                errs.push(format!(
-                    "request from {src}: category {:?} / kind {:?}",
-                    am.category(),
-                    am.kind()
-                ));
-            }
-            let bad = match cat {
-                Category::Short => {
-                    (!am.payload().is_empty()).then(|| "payload on Short".to_string())
-                }
-                Category::Medium => pat.diff(s, len, am.payload()),
-                Category::Long => {
-                    let off = my_slot * src.rank as usize;
-                    if am.offset() != off {
-                        Some(format!("Long offset {} != {off}", am.offset()))
-                    } else {
-                        pat.diff(s, len, &bytes_of(&am))
-                    }
-                }
-            };
-            if let Some(b) = bad {
-                errs.push(format!("request round {round} {cat:?} from {src}: {b}"));
-            }
-            // Echo in the same category.
-            let peer = src.rank as usize;
-            let rlen = match cat {
-                Category::Long => (view.seg[peer] / 2 / n as usize)
-                    .min(view.limits[peer].max_long)
-                    .min(len + 1),
-                Category::Medium => view.limits[peer].max_medium.min(2 + 131 * round as usize),
-                Category::Short => 0,
-            };
-            let rs = hash_words(&[view.me as u64, src.rank as u64, round as u64, ci as u64, 1]);
-            let args = [view.me, round, ci as u32, rlen as u32];
-            let payload = pat.get(rs, rlen);
-            let r = match cat {
-                Category::Short => t.reply(RP, Body::short(&args)),
-                Category::Medium => t.reply(RP, Body::medium(&args, payload)),
-                Category::Long => {
-                    let off =
-                        view.seg[peer] / 2 + (view.seg[peer] / 2 / n as usize) * view.me as usize;
-                    t.reply(RP, Body::long(&args, payload, off))
-                }
-            };
-            if let Err(e) = r {
-                errs.push(format!("reply to {src}: {e}"));
-            }
-            handled.fetch_add(1, Ordering::Release);
+        let st = st.clone();
+        ep.register_at(PP_RQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
+            st.on_ping(t, am)
         })
         .map_err(err)?;
     }
     {
-        let (view, pat, errs, replies) = (view.clone(), pat.clone(), errs.clone(), replies.clone());
-        ep.register_at(RP.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
-            let src = am.src();
-            let a = am.args();
-            if a.len() != 4 || a[0] != src.rank || am.kind() != Kind::Reply {
-                errs.push(format!(
-                    "reply from {src} with args {a:?} kind {:?}",
-                    am.kind()
-                ));
-                return;
-            }
-            let (round, ci, len) = (a[1], a[2] as usize, a[3] as usize);
-            let rs = hash_words(&[src.rank as u64, view.me as u64, round as u64, ci as u64, 1]);
-            let my_seg = view.seg[view.me as usize];
-            let bad = if am.category() != cats[ci % 3] {
-                Some(format!("category {:?}", am.category()))
-            } else if am.category() == Category::Long
-                && am.offset() != my_seg / 2 + (my_seg / 2 / n as usize) * src.rank as usize
-            {
-                Some(format!("Long reply offset {}", am.offset()))
-            } else if am.category() == Category::Short {
-                (!am.payload().is_empty()).then(|| "payload on Short".to_string())
-            } else {
-                pat.diff(rs, len, &bytes_of(&am))
-            };
-            if let Some(b) = bad {
-                errs.push(format!("reply round {round} from {src}: {b}"));
-            }
-            replies.fetch_add(1, Ordering::Release);
+        let st = st.clone();
+        ep.register_at(PP_RP.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
+            st.on_pong(am)
         })
         .map_err(err)?;
     }
@@ -517,11 +602,11 @@ pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), 
                 let payload = pat.get(s, len);
                 let what = format!("round {round} {cat:?} ping to {dst}");
                 let r = match cat {
-                    Category::Short => ep.request(dst, RQ, Body::short(&args)),
-                    Category::Medium => ep.request(dst, RQ, Body::medium(&args, payload)),
+                    Category::Short => ep.request(dst, PP_RQ, Body::short(&args)),
+                    Category::Medium => ep.request(dst, PP_RQ, Body::medium(&args, payload)),
                     Category::Long => ep.request(
                         dst,
-                        RQ,
+                        PP_RQ,
                         Body::long(&args, payload, slot(view.seg[d]) * me as usize),
                     ),
                 };

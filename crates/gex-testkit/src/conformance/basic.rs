@@ -251,6 +251,99 @@ pub(crate) fn register_errors<C: Conduit>(client: &Client<C>) -> Result<(), Stri
     barrier(&mut ep)
 }
 
+/// The same error `e` from a Short, a Medium (1 byte) and a Long (1 byte at offset 0)
+/// request without arguments to handler `h` of `dst` (`imm`: not waiting); `what`
+/// names the destination in the messages.
+fn expect_err_all<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    imm: bool,
+    dst: EpAddr,
+    h: HandlerId,
+    e: &AmError,
+    what: &str,
+) -> Result<(), String> {
+    expect_err(rs(ep, imm, dst, h, &[]), e, &format!("short {what}"))?;
+    expect_err(rm(ep, imm, dst, h, &[], &[1]), e, &format!("medium {what}"))?;
+    expect_err(
+        rl(ep, imm, dst, h, &[], &[1], 0),
+        e,
+        &format!("long {what}"),
+    )
+}
+
+/// Payload sizes and Long ranges refused by requests to handler `h` of `dst`, whose
+/// segment has `seg_d` bytes (`imm`: not waiting): a Medium over `max_medium`, a Long
+/// over the conduit's limit (or `max_long` equal to the segment), and Longs out of the
+/// segment (past its end, overflowing offsets).
+fn size_errors<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    f: bool,
+    dst: EpAddr,
+    h: HandlerId,
+    seg_d: usize,
+) -> Result<(), String> {
+    let maxm = ep.max_medium(dst);
+    let big = vec![0u8; maxm + 1];
+    expect_err(
+        rm(ep, f, dst, h, &[], &big),
+        &AmError::PayloadTooLarge {
+            len: maxm + 1,
+            max: maxm,
+        },
+        "medium over max_medium",
+    )?;
+
+    let climit = with_conduit(ep, |cx| cx.conduit().limits(dst).max_long);
+    if climit < seg_d {
+        let big = vec![0u8; climit + 1];
+        expect_err(
+            rl(ep, f, dst, h, &[], &big, 0),
+            &AmError::PayloadTooLarge {
+                len: climit + 1,
+                max: climit,
+            },
+            "long over max_long",
+        )?;
+    } else if ep.max_long(dst) != seg_d {
+        return Err(format!(
+            "max_long({dst}) = {} but the conduit limit {climit} >= segment {seg_d}",
+            ep.max_long(dst)
+        ));
+    }
+    let big = vec![0u8; seg_d + 1];
+    let r = rl(ep, f, dst, h, &[], &big, 0);
+    match r {
+        Err(AmError::OutOfSegment { .. } | AmError::PayloadTooLarge { .. }) => {}
+        other => {
+            return Err(format!(
+                "long of segment length + 1: expected OutOfSegment or PayloadTooLarge, got {other:?}"
+            ));
+        }
+    }
+    let mut ranges = vec![(seg_d, 1usize), (usize::MAX, 1), (usize::MAX - 2, 4)];
+    if seg_d <= climit {
+        ranges.push((1, seg_d));
+    }
+    if seg_d >= 3 {
+        ranges.push((seg_d - 3, 4));
+    }
+    for (offset, len) in ranges {
+        let payload = vec![0u8; len];
+        let e = AmError::OutOfSegment {
+            dst,
+            offset,
+            len,
+            seg_len: seg_d,
+        };
+        expect_err(
+            rl(ep, f, dst, h, &[], &payload, offset),
+            &e,
+            &format!("long of {len} at {offset}"),
+        )?;
+    }
+    Ok(())
+}
+
 /// Sender-side validation: bad rank, bad endpoint, too many args, unregistered
 /// handler, payload too large, Long out of segment (also with offset overflow); with
 /// waiting and not (`request`, `try_request`); a failed request sends nothing.
@@ -279,21 +372,7 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
     for f in [false, true] {
         let bad_rank = EpAddr::rank(n);
         let e = AmError::BadRank { rank: n, size: n };
-        expect_err(
-            rs(&mut ep, f, bad_rank, H, &[]),
-            &e,
-            "short to rank == size",
-        )?;
-        expect_err(
-            rm(&mut ep, f, bad_rank, H, &[], &[1]),
-            &e,
-            "medium to rank == size",
-        )?;
-        expect_err(
-            rl(&mut ep, f, bad_rank, H, &[], &[1], 0),
-            &e,
-            "long to rank == size",
-        )?;
+        expect_err_all(&mut ep, f, bad_rank, H, &e, "to rank == size")?;
         let e = AmError::BadRank {
             rank: u32::MAX,
             size: n,
@@ -309,17 +388,7 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
             dst: bad_ep,
             eps: eps_of,
         };
-        expect_err(rs(&mut ep, f, bad_ep, H, &[]), &e, "short to a missing EP")?;
-        expect_err(
-            rm(&mut ep, f, bad_ep, H, &[], &[1]),
-            &e,
-            "medium to a missing EP",
-        )?;
-        expect_err(
-            rl(&mut ep, f, bad_ep, H, &[], &[1], 0),
-            &e,
-            "long to a missing EP",
-        )?;
+        expect_err_all(&mut ep, f, bad_ep, H, &e, "to a missing EP")?;
         // An index within the capacity that the peer has not created (conduits that
         // make endpoints at run time): a clear error, nothing sent.
         if client.runtime_endpoints() && made_at_init < eps_of {
@@ -328,21 +397,7 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
                 dst: absent,
                 state: "not created yet",
             });
-            expect_err(
-                rs(&mut ep, f, absent, H, &[]),
-                &e,
-                "short to an EP not created yet",
-            )?;
-            expect_err(
-                rm(&mut ep, f, absent, H, &[], &[1]),
-                &e,
-                "medium to an EP not created yet",
-            )?;
-            expect_err(
-                rl(&mut ep, f, absent, H, &[], &[1], 0),
-                &e,
-                "long to an EP not created yet",
-            )?;
+            expect_err_all(&mut ep, f, absent, H, &e, "to an EP not created yet")?;
         }
         let e = AmError::BadEndpoint {
             dst: EpAddr::new(dst.rank, u16::MAX),
@@ -384,82 +439,11 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
                 AmError::UnregisteredHandler(h)
             };
             let h = HandlerId::at_any(h);
-            expect_err(
-                rs(&mut ep, f, dst, h, &[]),
-                &e,
-                &format!("short to unregistered handler {h}"),
-            )?;
-            expect_err(
-                rm(&mut ep, f, dst, h, &[], &[1]),
-                &e,
-                &format!("medium to unregistered handler {h}"),
-            )?;
-            expect_err(
-                rl(&mut ep, f, dst, h, &[], &[1], 0),
-                &e,
-                &format!("long to unregistered handler {h}"),
-            )?;
+            let what = format!("to unregistered handler {h}");
+            expect_err_all(&mut ep, f, dst, h, &e, &what)?;
         }
 
-        let maxm = ep.max_medium(dst);
-        let big = vec![0u8; maxm + 1];
-        expect_err(
-            rm(&mut ep, f, dst, H, &[], &big),
-            &AmError::PayloadTooLarge {
-                len: maxm + 1,
-                max: maxm,
-            },
-            "medium over max_medium",
-        )?;
-
-        let climit = with_conduit(&mut ep, |cx| cx.conduit().limits(dst).max_long);
-        if climit < seg_d {
-            let big = vec![0u8; climit + 1];
-            expect_err(
-                rl(&mut ep, f, dst, H, &[], &big, 0),
-                &AmError::PayloadTooLarge {
-                    len: climit + 1,
-                    max: climit,
-                },
-                "long over max_long",
-            )?;
-        } else if ep.max_long(dst) != seg_d {
-            return Err(format!(
-                "max_long({dst}) = {} but the conduit limit {climit} >= segment {seg_d}",
-                ep.max_long(dst)
-            ));
-        }
-        let big = vec![0u8; seg_d + 1];
-        let r = rl(&mut ep, f, dst, H, &[], &big, 0);
-        match r {
-            Err(AmError::OutOfSegment { .. } | AmError::PayloadTooLarge { .. }) => {}
-            other => {
-                return Err(format!(
-                    "long of segment length + 1: expected OutOfSegment or PayloadTooLarge, got {other:?}"
-                ));
-            }
-        }
-        let mut ranges = vec![(seg_d, 1usize), (usize::MAX, 1), (usize::MAX - 2, 4)];
-        if seg_d <= climit {
-            ranges.push((1, seg_d));
-        }
-        if seg_d >= 3 {
-            ranges.push((seg_d - 3, 4));
-        }
-        for (offset, len) in ranges {
-            let payload = vec![0u8; len];
-            let e = AmError::OutOfSegment {
-                dst,
-                offset,
-                len,
-                seg_len: seg_d,
-            };
-            expect_err(
-                rl(&mut ep, f, dst, H, &[], &payload, offset),
-                &e,
-                &format!("long of {len} at {offset}"),
-            )?;
-        }
+        size_errors(&mut ep, f, dst, H, seg_d)?;
     }
     let sent_after: u64 = ep.stats().sent.iter().sum();
     if sent_after != sent_before {

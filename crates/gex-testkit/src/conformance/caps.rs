@@ -5,7 +5,7 @@ use super::raw::{peer_read, peer_write};
 use super::util::{barrier, sent, wait_for};
 use crate::rng::hash_words;
 use gex_core::spi::{Conduit, ConduitEp};
-use gex_core::{Am, Body, Capabilities, Client, EpAddr, HandlerId, Token, WaitPolicy};
+use gex_core::{Am, Body, Capabilities, Client, Endpoint, EpAddr, HandlerId, Token, WaitPolicy};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,54 +20,24 @@ fn bytes(a: u32, b: u32, what: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Capability flags against behaviour:
-/// - `SHARED_MEMORY`: `peer_segment` maps exactly the neighbours (and, if anything, its
-///   own segment at the local address); bytes written through a mapping are read by the
-///   owner after a barrier, and bytes a Long request wrote are visible through the
-///   mapping once its handler replied. Without the flag no peer is mapped.
-/// - `NP_IN_PLACE`: `prepare` answers `InPlace` when resources are free; without it,
-///   `Bounce`.
-/// - `BLOCKING_WAIT`: `block` really sleeps when nothing arrives (few returns in
-///   300 ms), and a sleeper is woken by an arriving message (well before its 10 s
-///   timeout); then an endpoint with `WaitPolicy::Block` receives it. Without the flag,
-///   `block` returns promptly.
-/// - `RUNTIME_ENDPOINTS`: `create_endpoint` makes the endpoint of the first index past
-///   those made at init, which receives from endpoint 0 and from itself; without the
-///   flag, `create_endpoint` answers `ConduitError::Unsupported`.
-pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String> {
-    const NOTE: HandlerId = HandlerId::at(220);
-    const LONG: HandlerId = HandlerId::at(221);
-    const ACK: HandlerId = HandlerId::at(222);
+/// `SHARED_MEMORY`: `peer_segment` maps exactly the neighbours (and, if anything, its
+/// own segment at the local address); bytes written through a mapping are read by the
+/// owner after a barrier, and bytes a Long request (to handler `long`, which answers
+/// with an acknowledgement counted in `acks`) wrote are visible through the mapping.
+fn shared_memory<C: Conduit>(
+    client: &Client<C>,
+    ep: &mut Endpoint<C>,
+    caps: Capabilities,
+    acks: &AtomicU64,
+    long: HandlerId,
+) -> Result<(), String> {
     let (me, n) = (client.rank(), client.size());
-    let mut ep = client.endpoint(0).map_err(err)?;
-    let notes = Arc::new(AtomicU64::new(0));
-    let acks = Arc::new(AtomicU64::new(0));
-    {
-        let notes = notes.clone();
-        ep.register_at(NOTE.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
-            notes.fetch_add(1, Ordering::Release);
-        })
-        .map_err(err)?;
-        ep.register_at(LONG.index(), |t: &mut Token<'_>, _am: Am<'_>| {
-            t.reply(ACK, Body::short(&[])).expect("ack");
-        })
-        .map_err(err)?;
-        let acks = acks.clone();
-        ep.register_at(ACK.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
-            acks.fetch_add(1, Ordering::Release);
-        })
-        .map_err(err)?;
-    }
-    barrier(&mut ep)?;
-    let caps = ep.capabilities();
     let seg = client.layout().seg_len.clone();
     let neighbours = client.neighbours();
-
-    // SHARED_MEMORY
-    let local = with_conduit(&mut ep, |cx| cx.conduit().local_segment());
+    let local = with_conduit(ep, |cx| cx.conduit().local_segment());
     let mut mapped = Vec::new();
     for r in 0..n {
-        let m = with_conduit(&mut ep, |cx| cx.conduit().peer_segment(EpAddr::rank(r)));
+        let m = with_conduit(ep, |cx| cx.conduit().peer_segment(EpAddr::rank(r)));
         if r == me {
             if let Some(p) = m {
                 if p != local {
@@ -112,7 +82,7 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
             peer_write(map, slot * me as usize, &bytes(me, r, 1, slot))?;
         }
     }
-    barrier(&mut ep)?;
+    barrier(ep)?;
     for &(r, _) in &mapped {
         let mut got = vec![0; slot];
         ep.segment()
@@ -129,10 +99,10 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
         let data = bytes(me, r, 2, slot);
         let before = acks.load(Ordering::Acquire);
         sent(
-            ep.request(EpAddr::rank(r), LONG, Body::long(&[], &data, off)),
+            ep.request(EpAddr::rank(r), long, Body::long(&[], &data, off)),
             "Long to a neighbour",
         )?;
-        wait_for(&mut ep, "the Long handler's ack", || {
+        wait_for(ep, "the Long handler's ack", || {
             acks.load(Ordering::Acquire) > before
         })?;
         let mut got = vec![0; slot];
@@ -143,9 +113,13 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
             ));
         }
     }
-    barrier(&mut ep)?;
+    barrier(ep)?;
+    Ok(())
+}
 
-    // NP_IN_PLACE
+/// `NP_IN_PLACE`: `prepare` answers `InPlace` when resources are free; without it,
+/// `Bounce`.
+fn np_in_place<C: Conduit>(ep: &mut Endpoint<C>, caps: Capabilities) -> Result<(), String> {
     let me_addr = ep.addr();
     let landed = Arc::new(AtomicBool::new(false));
     let h = {
@@ -159,7 +133,7 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
     let in_place = ep.stats().built_in_place > before;
     // The message to self must be delivered here: left queued, it would arrive in
     // the idle window below.
-    wait_for(&mut ep, "the in-place request to self", || {
+    wait_for(ep, "the in-place request to self", || {
         landed.load(Ordering::Acquire)
     })?;
     match (caps.contains(Capabilities::NP_IN_PLACE), in_place) {
@@ -170,7 +144,53 @@ pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String>
             ));
         }
     }
+    barrier(ep)?;
+    Ok(())
+}
+
+/// Capability flags against behaviour:
+/// - `SHARED_MEMORY`: `peer_segment` maps exactly the neighbours (and, if anything, its
+///   own segment at the local address); bytes written through a mapping are read by the
+///   owner after a barrier, and bytes a Long request wrote are visible through the
+///   mapping once its handler replied. Without the flag no peer is mapped.
+/// - `NP_IN_PLACE`: `prepare` answers `InPlace` when resources are free; without it,
+///   `Bounce`.
+/// - `BLOCKING_WAIT`: `block` really sleeps when nothing arrives (few returns in
+///   300 ms), and a sleeper is woken by an arriving message (well before its 10 s
+///   timeout); then an endpoint with `WaitPolicy::Block` receives it. Without the flag,
+///   `block` returns promptly.
+/// - `RUNTIME_ENDPOINTS`: `create_endpoint` makes the endpoint of the first index past
+///   those made at init, which receives from endpoint 0 and from itself; without the
+///   flag, `create_endpoint` answers `ConduitError::Unsupported`.
+pub(crate) fn capabilities<C: Conduit>(client: &Client<C>) -> Result<(), String> {
+    const NOTE: HandlerId = HandlerId::at(220);
+    const LONG: HandlerId = HandlerId::at(221);
+    const ACK: HandlerId = HandlerId::at(222);
+    let (me, n) = (client.rank(), client.size());
+    let mut ep = client.endpoint(0).map_err(err)?;
+    let notes = Arc::new(AtomicU64::new(0));
+    let acks = Arc::new(AtomicU64::new(0));
+    {
+        let notes = notes.clone();
+        ep.register_at(NOTE.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
+            notes.fetch_add(1, Ordering::Release);
+        })
+        .map_err(err)?;
+        ep.register_at(LONG.index(), |t: &mut Token<'_>, _am: Am<'_>| {
+            t.reply(ACK, Body::short(&[])).expect("ack");
+        })
+        .map_err(err)?;
+        let acks = acks.clone();
+        ep.register_at(ACK.index(), move |_t: &mut Token<'_>, _am: Am<'_>| {
+            acks.fetch_add(1, Ordering::Release);
+        })
+        .map_err(err)?;
+    }
     barrier(&mut ep)?;
+    let caps = ep.capabilities();
+
+    shared_memory(client, &mut ep, caps, &acks, LONG)?;
+    np_in_place(&mut ep, caps)?;
 
     // BLOCKING_WAIT
     if caps.contains(Capabilities::BLOCKING_WAIT) {

@@ -63,11 +63,177 @@ fn send_prepared<C: Conduit>(
     checked(ep.request_with(dst, h, body, fill_with))
 }
 
+/// Prepare-time errors of negotiated payloads to `dst` (whose largest Medium is
+/// `max_medium` and segment `seg_len` bytes), waiting and immediate:
+/// `PayloadTooLarge`, `OutOfSegment` (past the end, overflowing offset), `BadRank`,
+/// `BadEndpoint`, and an endpoint not created yet where there can be one.
+fn prepare_errors<C: Conduit>(
+    client: &Client<C>,
+    ep: &mut Endpoint<C>,
+    h: HandlerId,
+    dst: EpAddr,
+    max_medium: usize,
+    seg_len: usize,
+) -> Result<(), String> {
+    let (n, d) = (client.size(), dst.rank as usize);
+    for imm in [false, true] {
+        let medium = |ep: &mut Endpoint<C>, dst: EpAddr, len: usize| -> Result<(), AmError> {
+            if imm {
+                ep.try_request_with(dst, h, Body::medium(&[], len), |_| 0)
+                    .map(drop)
+            } else {
+                ep.request_with(dst, h, Body::medium(&[], len), |_| 0)
+            }
+        };
+        let long = |ep: &mut Endpoint<C>, len: usize, off: usize| -> Result<(), AmError> {
+            if imm {
+                ep.try_request_with(dst, h, Body::long(&[], len, off), |_| 0)
+                    .map(drop)
+            } else {
+                ep.request_with(dst, h, Body::long(&[], len, off), |_| 0)
+            }
+        };
+        expect_err(
+            medium(ep, dst, max_medium + 1),
+            &AmError::PayloadTooLarge {
+                len: max_medium + 1,
+                max: max_medium,
+            },
+            "prepare medium over max",
+        )?;
+        let e = AmError::OutOfSegment {
+            dst,
+            offset: seg_len,
+            len: 1,
+            seg_len,
+        };
+        expect_err(long(ep, 1, seg_len), &e, "prepare long past the end")?;
+        let e = AmError::OutOfSegment {
+            dst,
+            offset: usize::MAX,
+            len: 1,
+            seg_len,
+        };
+        expect_err(
+            long(ep, 1, usize::MAX),
+            &e,
+            "prepare long with overflowing offset",
+        )?;
+        expect_err(
+            medium(ep, EpAddr::rank(n), 1),
+            &AmError::BadRank { rank: n, size: n },
+            "prepare to a bad rank",
+        )?;
+        let eps = client.endpoint_capacity(d as u32).ok_or("no capacity")?;
+        let bad = EpAddr::new(d as u32, eps);
+        expect_err(
+            medium(ep, bad, 1),
+            &AmError::BadEndpoint { dst: bad, eps },
+            "prepare to a bad EP",
+        )?;
+        if client.runtime_endpoints() && client.layout().eps[d] < eps {
+            let absent = EpAddr::new(d as u32, eps - 1);
+            expect_err(
+                medium(ep, absent, 1),
+                &AmError::Conduit(gex_core::spi::ConduitError::NoEndpoint {
+                    dst: absent,
+                    state: "not created yet",
+                }),
+                "prepare to an EP not created yet",
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// Negotiated payloads to every rank: Medium and Long buffers prepared, filled in place
 /// and committed with fewer bytes than prepared; zero-byte commits; non-waiting ones (`try_request_with`);
 /// a `fill` that panics and every failed commit (`CommitTooLarge`,
 /// `UnregisteredHandler`, `TooManyArgs`) send nothing; prepare-time errors
 /// (`PayloadTooLarge`, `OutOfSegment`, `BadRank`, `BadEndpoint`).
+/// Negotiated payloads to `dst` that send nothing (`imm`: not waiting): a `fill` that
+/// panics (Medium, and Long at `spare`, a range of its own), a commit larger than
+/// prepared, to an unregistered handler, with too many arguments. `max_medium` and
+/// `max_long` are `dst`'s limits.
+fn failed_sends<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    h: HandlerId,
+    dst: EpAddr,
+    imm: bool,
+    max_medium: usize,
+    max_long: usize,
+    spare: usize,
+) -> Result<(), String> {
+    let me = ep.rank();
+    let max_args = ep.max_args();
+    // Abandoned (a panicking `fill`) and failed messages send nothing.
+    let abandoned = catch_unwind(AssertUnwindSafe(|| {
+        ep.request_with(dst, h, Body::medium(&[me, 9, 0], 16.min(max_medium)), |b| {
+            b.fill(0xab);
+            panic!("a fill that panics on purpose")
+        })
+    }));
+    if abandoned.is_ok() {
+        return Err("a panicking fill did not end the call".into());
+    }
+    // A conduit may build Long payloads directly in the target segment, so prepares
+    // that send nothing use their own range (the committed one's handler may not
+    // have run yet).
+    let abandoned = catch_unwind(AssertUnwindSafe(|| {
+        ep.request_with(
+            dst,
+            h,
+            Body::long(&[me, 9, 0], 16.min(max_long), spare),
+            |b| {
+                b.fill(0xab);
+                panic!("a fill that panics on purpose")
+            },
+        )
+    }));
+    if abandoned.is_ok() {
+        return Err("a panicking fill did not end the call".into());
+    }
+    let pl = 16.min(max_medium);
+    expect_err(
+        send_prepared(ep, dst, h, Body::medium(&[me, 9, 0], pl), imm, &[], pl + 1),
+        &AmError::CommitTooLarge {
+            len: pl + 1,
+            prepared: pl,
+        },
+        "commit larger than prepared",
+    )?;
+    expect_err(
+        send_prepared(
+            ep,
+            dst,
+            HandlerId::at(250),
+            Body::medium(&[me, 9, 0], pl),
+            imm,
+            &[],
+            0,
+        ),
+        &AmError::UnregisteredHandler(250),
+        "commit to an unregistered handler",
+    )?;
+    expect_err(
+        send_prepared(
+            ep,
+            dst,
+            h,
+            Body::long(&vec![0; max_args + 1], 16.min(max_long), spare),
+            imm,
+            &[],
+            0,
+        ),
+        &AmError::TooManyArgs {
+            given: max_args + 1,
+            max: max_args,
+        },
+        "commit with too many args",
+    )?;
+    Ok(())
+}
+
 pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), String> {
     const H: HandlerId = HandlerId::at(210);
     let (me, n) = (client.rank(), client.size());
@@ -117,7 +283,6 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
         .map_err(err)?;
     }
     barrier(&mut ep)?;
-    let max_args = ep.max_args();
     for k in 0..n {
         let d = ((me + k) % n) as usize;
         let dst = EpAddr::rank(d as u32);
@@ -162,148 +327,9 @@ pub(crate) fn negotiated_payload<C: Conduit>(client: &Client<C>) -> Result<(), S
             0,
         )
         .map_err(|e| format!("zero-byte commit: {e}"))?;
-        // Abandoned (a panicking `fill`) and failed messages send nothing.
-        let abandoned = catch_unwind(AssertUnwindSafe(|| {
-            ep.request_with(dst, H, Body::medium(&[me, 9, 0], 16.min(maxm[d])), |b| {
-                b.fill(0xab);
-                panic!("a fill that panics on purpose")
-            })
-        }));
-        if abandoned.is_ok() {
-            return Err("a panicking fill did not end the call".into());
-        }
-        // A conduit may build Long payloads directly in the target segment, so prepares
-        // that send nothing use their own range (the committed one's handler may not
-        // have run yet).
         let spare = off + plen;
-        let abandoned = catch_unwind(AssertUnwindSafe(|| {
-            ep.request_with(
-                dst,
-                H,
-                Body::long(&[me, 9, 0], 16.min(maxl[d]), spare),
-                |b| {
-                    b.fill(0xab);
-                    panic!("a fill that panics on purpose")
-                },
-            )
-        }));
-        if abandoned.is_ok() {
-            return Err("a panicking fill did not end the call".into());
-        }
-        let pl = 16.min(maxm[d]);
-        expect_err(
-            send_prepared(
-                &mut ep,
-                dst,
-                H,
-                Body::medium(&[me, 9, 0], pl),
-                imm,
-                &[],
-                pl + 1,
-            ),
-            &AmError::CommitTooLarge {
-                len: pl + 1,
-                prepared: pl,
-            },
-            "commit larger than prepared",
-        )?;
-        expect_err(
-            send_prepared(
-                &mut ep,
-                dst,
-                HandlerId::at(250),
-                Body::medium(&[me, 9, 0], pl),
-                imm,
-                &[],
-                0,
-            ),
-            &AmError::UnregisteredHandler(250),
-            "commit to an unregistered handler",
-        )?;
-        expect_err(
-            send_prepared(
-                &mut ep,
-                dst,
-                H,
-                Body::long(&vec![0; max_args + 1], 16.min(maxl[d]), spare),
-                imm,
-                &[],
-                0,
-            ),
-            &AmError::TooManyArgs {
-                given: max_args + 1,
-                max: max_args,
-            },
-            "commit with too many args",
-        )?;
-        // Prepare-time errors, waiting and immediate.
-        for imm in [false, true] {
-            let medium = |ep: &mut Endpoint<C>, dst: EpAddr, len: usize| -> Result<(), AmError> {
-                if imm {
-                    ep.try_request_with(dst, H, Body::medium(&[], len), |_| 0)
-                        .map(drop)
-                } else {
-                    ep.request_with(dst, H, Body::medium(&[], len), |_| 0)
-                }
-            };
-            let long = |ep: &mut Endpoint<C>, len: usize, off: usize| -> Result<(), AmError> {
-                if imm {
-                    ep.try_request_with(dst, H, Body::long(&[], len, off), |_| 0)
-                        .map(drop)
-                } else {
-                    ep.request_with(dst, H, Body::long(&[], len, off), |_| 0)
-                }
-            };
-            expect_err(
-                medium(&mut ep, dst, maxm[d] + 1),
-                &AmError::PayloadTooLarge {
-                    len: maxm[d] + 1,
-                    max: maxm[d],
-                },
-                "prepare medium over max",
-            )?;
-            let e = AmError::OutOfSegment {
-                dst,
-                offset: seg[d],
-                len: 1,
-                seg_len: seg[d],
-            };
-            expect_err(long(&mut ep, 1, seg[d]), &e, "prepare long past the end")?;
-            let e = AmError::OutOfSegment {
-                dst,
-                offset: usize::MAX,
-                len: 1,
-                seg_len: seg[d],
-            };
-            expect_err(
-                long(&mut ep, 1, usize::MAX),
-                &e,
-                "prepare long with overflowing offset",
-            )?;
-            expect_err(
-                medium(&mut ep, EpAddr::rank(n), 1),
-                &AmError::BadRank { rank: n, size: n },
-                "prepare to a bad rank",
-            )?;
-            let eps = client.endpoint_capacity(d as u32).ok_or("no capacity")?;
-            let bad = EpAddr::new(d as u32, eps);
-            expect_err(
-                medium(&mut ep, bad, 1),
-                &AmError::BadEndpoint { dst: bad, eps },
-                "prepare to a bad EP",
-            )?;
-            if client.runtime_endpoints() && client.layout().eps[d] < eps {
-                let absent = EpAddr::new(d as u32, eps - 1);
-                expect_err(
-                    medium(&mut ep, absent, 1),
-                    &AmError::Conduit(gex_core::spi::ConduitError::NoEndpoint {
-                        dst: absent,
-                        state: "not created yet",
-                    }),
-                    "prepare to an EP not created yet",
-                )?;
-            }
-        }
+        failed_sends(&mut ep, H, dst, imm, maxm[d], maxl[d], spare)?;
+        prepare_errors(client, &mut ep, H, dst, maxm[d], seg[d])?;
     }
     let want = 3 * n as u64;
     wait_for(&mut ep, "every committed message", || {

@@ -319,101 +319,160 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     if FETCHED + n as usize * k * 8 > r.segment().len() {
         return Err("segment too small for rma_atomic_concurrency".into());
     }
-    let t = EpAddr::rank(n - 1);
-    let all = AtomicOps::all();
-    let w = r.world();
-    let u64d = r.atomic_domain::<u64>(&w, all).map_err(e2s("domain"))?;
-    let i32d = r.atomic_domain::<i32>(&w, all).map_err(e2s("domain"))?;
-    let u32d = r.atomic_domain::<u32>(&w, all).map_err(e2s("domain"))?;
-    let i64d = r
-        .atomic_domain::<i64>(&w, AtomicOps::MIN | AtomicOps::SET | AtomicOps::GET)
-        .map_err(e2s("domain"))?;
-    let fl = AtomicOps::all() - AtomicOps::BITWISE;
-    let f64d = r.atomic_domain::<f64>(&w, fl).map_err(e2s("domain"))?;
-    let f32d = r.atomic_domain::<f32>(&w, fl).map_err(e2s("domain"))?;
-    let pu = |o: usize| GlobalPtr::<u64>::new(t, o);
+    let d = Words::new(&mut r)?;
     if me == 0 {
-        for w in [W_COUNT, W_LOCK, W_PLAIN, W_MULT] {
-            r.atomic(&u64d, pu(w), AtomicOp::Set(0), NONE, Blocking)
-                .map_err(e2s("init"))?;
-        }
-        r.atomic(&u64d, pu(W_MULT), AtomicOp::Set(1), NONE, Blocking)
+        init_words(&mut r, &d)?;
+    }
+    barrier(&mut r)?;
+    hammer(&mut r, &d, k)?;
+    cas_lock(&mut r, &d, iters)?;
+    mixed_ops(&mut r, &d, k)?;
+    barrier(&mut r)?;
+    check_all(&mut r, &d, k, iters)?;
+    finish(&mut r)
+}
+
+/// The atomic domains of [`atomic_concurrency`] over the world, and the rank whose
+/// segment holds the words (the last).
+struct Words {
+    t: EpAddr,
+    u64d: AtomicDomain<u64>,
+    i32d: AtomicDomain<i32>,
+    u32d: AtomicDomain<u32>,
+    i64d: AtomicDomain<i64>,
+    f64d: AtomicDomain<f64>,
+    f32d: AtomicDomain<f32>,
+}
+
+impl Words {
+    fn new<C: Conduit>(r: &mut Ep<C>) -> R<Words> {
+        let t = EpAddr::rank(r.size() - 1);
+        let all = AtomicOps::all();
+        let w = r.world();
+        let u64d = r.atomic_domain::<u64>(&w, all).map_err(e2s("domain"))?;
+        let i32d = r.atomic_domain::<i32>(&w, all).map_err(e2s("domain"))?;
+        let u32d = r.atomic_domain::<u32>(&w, all).map_err(e2s("domain"))?;
+        let i64d = r
+            .atomic_domain::<i64>(&w, AtomicOps::MIN | AtomicOps::SET | AtomicOps::GET)
+            .map_err(e2s("domain"))?;
+        let fl = AtomicOps::all() - AtomicOps::BITWISE;
+        let f64d = r.atomic_domain::<f64>(&w, fl).map_err(e2s("domain"))?;
+        let f32d = r.atomic_domain::<f32>(&w, fl).map_err(e2s("domain"))?;
+        Ok(Words {
+            t,
+            u64d,
+            i32d,
+            u32d,
+            i64d,
+            f64d,
+            f32d,
+        })
+    }
+
+    /// The `u64` word at offset `o` of the target's segment.
+    fn pu(&self, o: usize) -> GlobalPtr<u64> {
+        GlobalPtr::new(self.t, o)
+    }
+}
+
+/// Rank 0 sets every word to its starting value.
+fn init_words<C: Conduit>(r: &mut Ep<C>, d: &Words) -> R {
+    for w in [W_COUNT, W_LOCK, W_PLAIN, W_MULT] {
+        r.atomic(&d.u64d, d.pu(w), AtomicOp::Set(0), NONE, Blocking)
             .map_err(e2s("init"))?;
-        r.atomic(&u64d, pu(W_AND), AtomicOp::Set(u64::MAX), NONE, Blocking)
-            .map_err(e2s("init"))?;
-        r.atomic(
-            &i32d,
-            GlobalPtr::new(t, W_DEC),
-            AtomicOp::Set(0),
-            NONE,
-            Blocking,
-        )
+    }
+    r.atomic(&d.u64d, d.pu(W_MULT), AtomicOp::Set(1), NONE, Blocking)
         .map_err(e2s("init"))?;
+    r.atomic(
+        &d.u64d,
+        d.pu(W_AND),
+        AtomicOp::Set(u64::MAX),
+        NONE,
+        Blocking,
+    )
+    .map_err(e2s("init"))?;
+    r.atomic(
+        &d.i32d,
+        GlobalPtr::new(d.t, W_DEC),
+        AtomicOp::Set(0),
+        NONE,
+        Blocking,
+    )
+    .map_err(e2s("init"))?;
+    r.atomic(
+        &d.u32d,
+        GlobalPtr::new(d.t, W_OR),
+        AtomicOp::Set(0),
+        NONE,
+        Blocking,
+    )
+    .map_err(e2s("init"))?;
+    r.atomic(
+        &d.u32d,
+        GlobalPtr::new(d.t, W_XOR),
+        AtomicOp::Set(0),
+        NONE,
+        Blocking,
+    )
+    .map_err(e2s("init"))?;
+    r.atomic(
+        &d.i64d,
+        GlobalPtr::new(d.t, W_MIN),
+        AtomicOp::Set(i64::MAX),
+        NONE,
+        Blocking,
+    )
+    .map_err(e2s("init"))?;
+    for (w, v) in [(W_MAX, f64::NEG_INFINITY), (W_FSUM, 0.0), (W_FMULT, 1.0)] {
         r.atomic(
-            &u32d,
-            GlobalPtr::new(t, W_OR),
-            AtomicOp::Set(0),
-            NONE,
-            Blocking,
-        )
-        .map_err(e2s("init"))?;
-        r.atomic(
-            &u32d,
-            GlobalPtr::new(t, W_XOR),
-            AtomicOp::Set(0),
-            NONE,
-            Blocking,
-        )
-        .map_err(e2s("init"))?;
-        r.atomic(
-            &i64d,
-            GlobalPtr::new(t, W_MIN),
-            AtomicOp::Set(i64::MAX),
-            NONE,
-            Blocking,
-        )
-        .map_err(e2s("init"))?;
-        for (w, v) in [(W_MAX, f64::NEG_INFINITY), (W_FSUM, 0.0), (W_FMULT, 1.0)] {
-            r.atomic(
-                &f64d,
-                GlobalPtr::new(t, w),
-                AtomicOp::Set(v),
-                NONE,
-                Blocking,
-            )
-            .map_err(e2s("init"))?;
-        }
-        r.atomic(
-            &f32d,
-            GlobalPtr::new(t, W_F32SUM),
-            AtomicOp::Set(0.0),
+            &d.f64d,
+            GlobalPtr::new(d.t, w),
+            AtomicOp::Set(v),
             NONE,
             Blocking,
         )
         .map_err(e2s("init"))?;
     }
-    barrier(&mut r)?;
+    r.atomic(
+        &d.f32d,
+        GlobalPtr::new(d.t, W_F32SUM),
+        AtomicOp::Set(0.0),
+        NONE,
+        Blocking,
+    )
+    .map_err(e2s("init"))?;
+    Ok(())
+}
 
-    // 1. Everyone hammers one counter with fetch-add (blocking and NB) and fetch-dec.
+/// Phase 1: everyone hammers one counter with fetch-add (blocking and NB) and fetch-dec, and
+/// puts the values it fetched on rank 0.
+fn hammer<C: Conduit>(r: &mut Ep<C>, d: &Words, k: usize) -> R {
+    let me = r.rank();
     let mut fetched: Vec<u64> = Vec::with_capacity(k);
     let mut pending = Vec::new();
     for i in 0..k {
         if i % 2 == 0 {
             fetched.push(
-                r.fetch_atomic(&u64d, pu(W_COUNT), AtomicOp::Add(1), NONE, Blocking)
+                r.fetch_atomic(&d.u64d, d.pu(W_COUNT), AtomicOp::Add(1), NONE, Blocking)
                     .map_err(e2s("fadd"))?,
             );
         } else {
             pending.push(
-                r.fetch_atomic(&u64d, pu(W_COUNT), AtomicOp::Add(1), NONE, Nb)
+                r.fetch_atomic(&d.u64d, d.pu(W_COUNT), AtomicOp::Add(1), NONE, Nb)
                     .map_err(e2s("fadd nb"))?,
             );
         }
-        r.atomic(&i32d, GlobalPtr::new(t, W_DEC), AtomicOp::Dec, NONE, Nbi)
-            .map_err(e2s("dec nbi"))?;
+        r.atomic(
+            &d.i32d,
+            GlobalPtr::new(d.t, W_DEC),
+            AtomicOp::Dec,
+            NONE,
+            Nbi,
+        )
+        .map_err(e2s("dec nbi"))?;
     }
     for ev in pending {
-        fetched.push(wait(&mut r, ev, "fadd Nb")?);
+        fetched.push(wait(r, ev, "fadd Nb")?);
     }
     r.sync_nbi(NbiCategories::ALL).map_err(e2s("sync"))?;
     r.put(
@@ -422,15 +481,19 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
         Blocking,
     )
     .map_err(e2s("put fetched"))?;
+    Ok(())
+}
 
-    // 2. A CAS lock protecting a plain counter.
+/// Phase 2: a CAS lock protecting a plain counter, taken `iters` times.
+fn cas_lock<C: Conduit>(r: &mut Ep<C>, d: &Words, iters: u64) -> R {
+    let (me, n) = (r.rank(), r.size());
     let deadline = Instant::now() + CASE_WAIT;
     for _ in 0..iters {
         loop {
             let old = r
                 .fetch_atomic(
-                    &u64d,
-                    pu(W_LOCK),
+                    &d.u64d,
+                    d.pu(W_LOCK),
                     AtomicOp::CompareSwap {
                         expected: 0,
                         new: u64::from(me) + 1,
@@ -450,26 +513,32 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
             }
             r.poll();
         }
-        let v: u64 = r.get_val(pu(W_PLAIN), Blocking).map_err(e2s("get plain"))?;
-        r.put_val(pu(W_PLAIN), v + 1, Blocking)
+        let v: u64 = r
+            .get_val(d.pu(W_PLAIN), Blocking)
+            .map_err(e2s("get plain"))?;
+        r.put_val(d.pu(W_PLAIN), v + 1, Blocking)
             .map_err(e2s("put plain"))?;
         r.atomic(
-            &u64d,
-            pu(W_LOCK),
+            &d.u64d,
+            d.pu(W_LOCK),
             AtomicOp::Set(0),
             AtomicFlags::RELEASE,
             Blocking,
         )
         .map_err(e2s("unlock"))?;
     }
+    Ok(())
+}
 
-    // 3. min/max, float sums and products, bitwise.
+/// Phase 3: min/max, float sums and products, bitwise.
+fn mixed_ops<C: Conduit>(r: &mut Ep<C>, d: &Words, k: usize) -> R {
+    let me = r.rank();
     let mut g = SplitMix64::new(u64::from(me) + 99);
     for _ in 0..20 {
         let v = g.next_u64() as i64 >> 4;
         r.atomic(
-            &i64d,
-            GlobalPtr::new(t, W_MIN),
+            &d.i64d,
+            GlobalPtr::new(d.t, W_MIN),
             AtomicOp::Min(v.min(i64::from(me) * -1000)),
             NONE,
             Blocking,
@@ -477,8 +546,8 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
         .map_err(e2s("min"))?;
         let fv = f64::from(me) * 1.5 - (g.up_to(10) as f64);
         r.atomic(
-            &f64d,
-            GlobalPtr::new(t, W_MAX),
+            &d.f64d,
+            GlobalPtr::new(d.t, W_MAX),
             AtomicOp::Max(fv),
             NONE,
             Blocking,
@@ -487,16 +556,16 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     }
     for _ in 0..k {
         r.atomic(
-            &f64d,
-            GlobalPtr::new(t, W_FSUM),
+            &d.f64d,
+            GlobalPtr::new(d.t, W_FSUM),
             AtomicOp::Add(0.5),
             NONE,
             Nbi,
         )
         .map_err(e2s("fadd f64"))?;
         r.atomic(
-            &f32d,
-            GlobalPtr::new(t, W_F32SUM),
+            &d.f32d,
+            GlobalPtr::new(d.t, W_F32SUM),
             AtomicOp::Add(0.25),
             NONE,
             Blocking,
@@ -507,8 +576,8 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
         .map_err(e2s("sync atomics"))?;
     let bit = 1u32 << (me % 32);
     r.atomic(
-        &u32d,
-        GlobalPtr::new(t, W_OR),
+        &d.u32d,
+        GlobalPtr::new(d.t, W_OR),
         AtomicOp::Or(bit),
         NONE,
         Blocking,
@@ -516,8 +585,8 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     .map_err(e2s("or"))?;
     for _ in 0..3 {
         r.atomic(
-            &u32d,
-            GlobalPtr::new(t, W_XOR),
+            &d.u32d,
+            GlobalPtr::new(d.t, W_XOR),
             AtomicOp::Xor(bit),
             NONE,
             Blocking,
@@ -525,26 +594,29 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
         .map_err(e2s("xor"))?;
     }
     r.atomic(
-        &u64d,
-        pu(W_AND),
+        &d.u64d,
+        d.pu(W_AND),
         AtomicOp::And(!(1u64 << me)),
         NONE,
         Blocking,
     )
     .map_err(e2s("and"))?;
-    r.atomic(&u64d, pu(W_MULT), AtomicOp::Mult(2), NONE, Blocking)
+    r.atomic(&d.u64d, d.pu(W_MULT), AtomicOp::Mult(2), NONE, Blocking)
         .map_err(e2s("mult"))?;
     r.atomic(
-        &f64d,
-        GlobalPtr::new(t, W_FMULT),
+        &d.f64d,
+        GlobalPtr::new(d.t, W_FMULT),
         AtomicOp::Mult(3.0),
         NONE,
         Blocking,
     )
     .map_err(e2s("fmult"))?;
-    barrier(&mut r)?;
+    Ok(())
+}
 
-    // Every rank checks everything.
+/// The end: every rank checks everything.
+fn check_all<C: Conduit>(r: &mut Ep<C>, d: &Words, k: usize, iters: u64) -> R {
+    let n = r.size();
     let nk = n as usize * k;
     let mut allf = vec![0u64; nk];
     r.get(
@@ -560,27 +632,24 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
             allf[i]
         ));
     }
-    let get_u64 = |r: &mut Ep<C>, w| r.fetch_atomic(&u64d, pu(w), AtomicOp::Get, NONE, Blocking);
+    let get_u64 =
+        |r: &mut Ep<C>, w| r.fetch_atomic(&d.u64d, d.pu(w), AtomicOp::Get, NONE, Blocking);
     let checks: Vec<(&str, u64, u64)> = vec![
         (
             "counter",
-            get_u64(&mut r, W_COUNT).map_err(e2s("get"))?,
+            get_u64(r, W_COUNT).map_err(e2s("get"))?,
             nk as u64,
         ),
-        ("lock", get_u64(&mut r, W_LOCK).map_err(e2s("get"))?, 0),
+        ("lock", get_u64(r, W_LOCK).map_err(e2s("get"))?, 0),
         (
             "and",
-            get_u64(&mut r, W_AND).map_err(e2s("get"))?,
+            get_u64(r, W_AND).map_err(e2s("get"))?,
             !((1u64 << n) - 1),
         ),
-        (
-            "mult",
-            get_u64(&mut r, W_MULT).map_err(e2s("get"))?,
-            1u64 << n,
-        ),
+        ("mult", get_u64(r, W_MULT).map_err(e2s("get"))?, 1u64 << n),
         (
             "locked plain counter",
-            r.get_val(pu(W_PLAIN), Blocking).map_err(e2s("get"))?,
+            r.get_val(d.pu(W_PLAIN), Blocking).map_err(e2s("get"))?,
             u64::from(n) * iters,
         ),
     ];
@@ -591,8 +660,8 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     }
     let dec = r
         .fetch_atomic(
-            &i32d,
-            GlobalPtr::new(t, W_DEC),
+            &d.i32d,
+            GlobalPtr::new(d.t, W_DEC),
             AtomicOp::Get,
             NONE,
             Blocking,
@@ -604,8 +673,8 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     let mask = (0..n).fold(0u32, |m, i| m | 1 << (i % 32));
     let or = r
         .fetch_atomic(
-            &u32d,
-            GlobalPtr::new(t, W_OR),
+            &d.u32d,
+            GlobalPtr::new(d.t, W_OR),
             AtomicOp::Get,
             NONE,
             Blocking,
@@ -613,8 +682,8 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
         .map_err(e2s("get"))?;
     let xor = r
         .fetch_atomic(
-            &u32d,
-            GlobalPtr::new(t, W_XOR),
+            &d.u32d,
+            GlobalPtr::new(d.t, W_XOR),
             AtomicOp::Get,
             NONE,
             Blocking,
@@ -635,23 +704,29 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
     }
     let min = r
         .fetch_atomic(
-            &i64d,
-            GlobalPtr::new(t, W_MIN),
+            &d.i64d,
+            GlobalPtr::new(d.t, W_MIN),
             AtomicOp::Get,
             NONE,
             Blocking,
         )
         .map_err(e2s("get"))?;
     let get_f = |r: &mut Ep<C>, w| {
-        r.fetch_atomic(&f64d, GlobalPtr::new(t, w), AtomicOp::Get, NONE, Blocking)
+        r.fetch_atomic(
+            &d.f64d,
+            GlobalPtr::new(d.t, w),
+            AtomicOp::Get,
+            NONE,
+            Blocking,
+        )
     };
-    let max = get_f(&mut r, W_MAX).map_err(e2s("get"))?;
-    let fsum = get_f(&mut r, W_FSUM).map_err(e2s("get"))?;
-    let fmult = get_f(&mut r, W_FMULT).map_err(e2s("get"))?;
+    let max = get_f(r, W_MAX).map_err(e2s("get"))?;
+    let fsum = get_f(r, W_FSUM).map_err(e2s("get"))?;
+    let fmult = get_f(r, W_FMULT).map_err(e2s("get"))?;
     let f32sum = r
         .fetch_atomic(
-            &f32d,
-            GlobalPtr::new(t, W_F32SUM),
+            &d.f32d,
+            GlobalPtr::new(d.t, W_F32SUM),
             AtomicOp::Get,
             NONE,
             Blocking,
@@ -670,7 +745,7 @@ pub(super) fn atomic_concurrency<C: Conduit>(client: &Client<C>) -> R {
             nk as f32 * 0.25
         ));
     }
-    finish(&mut r)
+    Ok(())
 }
 
 fn expect<T: std::fmt::Debug>(r: Result<T, RmaError>, want: &RmaError, what: &str) -> R {
@@ -680,10 +755,10 @@ fn expect<T: std::fmt::Debug>(r: Result<T, RmaError>, want: &RmaError, what: &st
     }
 }
 
-pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
-    let mut r = setup(client)?;
+/// Atomic domains refused: a float domain with a bitwise operation, and (collective)
+/// members asking for different operation sets or element types.
+fn domain_errors<C: Conduit>(r: &mut Ep<C>) -> R {
     let (me, n) = (r.rank(), r.size());
-    let slot = slot_len(&r);
     let w = r.world();
     expect(
         r.atomic_domain::<f64>(&w, AtomicOps::ADD | AtomicOps::XOR),
@@ -724,6 +799,127 @@ pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
             "members asking for different types",
         )?;
     }
+    Ok(())
+}
+
+/// Operations on the word at `base` of `dst`'s segment (it holds 77) refused by the
+/// domains `ad` (u64: fetch-add, set, get) and `ad32` (u32: add): operations outside
+/// the domain in every mode, misaligned words, words out of the segment.
+fn word_errors<C: Conduit>(
+    r: &mut Ep<C>,
+    ad: &AtomicDomain<u64>,
+    ad32: &AtomicDomain<u32>,
+    dst: EpAddr,
+    base: usize,
+) -> R {
+    let p = GlobalPtr::<u64>::new(dst, base);
+    let nd = RmaError::OpNotInDomain { op: AtomicOps::MAX };
+    expect(
+        r.atomic(ad, p, AtomicOp::Max(1000), NONE, Blocking),
+        &nd,
+        "op",
+    )?;
+    expect(r.atomic(ad, p, AtomicOp::Max(1000), NONE, Nb), &nd, "op_nb")?;
+    expect(
+        r.atomic(ad, p, AtomicOp::Max(1000), NONE, Nbi),
+        &nd,
+        "op_nbi",
+    )?;
+    expect(
+        r.fetch_atomic(
+            ad,
+            p,
+            AtomicOp::CompareSwap {
+                expected: 77,
+                new: 1,
+            },
+            NONE,
+            Blocking,
+        ),
+        &RmaError::OpNotInDomain {
+            op: AtomicOps::FCSWAP,
+        },
+        "fetch",
+    )?;
+    // A fetching set is a swap: the domain has the set, not the swap.
+    let swap = RmaError::OpNotInDomain {
+        op: AtomicOps::SWAP,
+    };
+    expect(
+        r.fetch_atomic(ad, p, AtomicOp::Set(1), NONE, Blocking),
+        &swap,
+        "fetch of set",
+    )?;
+    expect(
+        r.fetch_atomic(ad, p, AtomicOp::Set(1), NONE, Nb),
+        &swap,
+        "fetch_nb of set",
+    )?;
+    expect(
+        r.atomic(ad, p, AtomicOp::Add(1), NONE, Blocking),
+        &RmaError::OpNotInDomain { op: AtomicOps::ADD },
+        "the non-fetching add (the fetching one is in the domain)",
+    )?;
+    for off in [base + 4, base + 1] {
+        expect(
+            r.fetch_atomic(
+                ad,
+                GlobalPtr::new(dst, off),
+                AtomicOp::Add(1),
+                NONE,
+                Blocking,
+            ),
+            &RmaError::Misaligned {
+                dst,
+                offset: off,
+                align: 8,
+            },
+            "misaligned u64",
+        )?;
+    }
+    expect(
+        r.atomic(
+            ad32,
+            GlobalPtr::new(dst, base + 2),
+            AtomicOp::Add(1),
+            NONE,
+            Blocking,
+        ),
+        &RmaError::Misaligned {
+            dst,
+            offset: base + 2,
+            align: 4,
+        },
+        "misaligned u32",
+    )?;
+    let seg_len = r.segment_len_of(dst.rank).unwrap_or(0);
+    for off in [seg_len, seg_len - 4, usize::MAX - 3] {
+        expect(
+            r.fetch_atomic(
+                ad,
+                GlobalPtr::new(dst, off),
+                AtomicOp::Add(1),
+                NONE,
+                Blocking,
+            ),
+            &RmaError::OutOfSegment {
+                dst,
+                offset: off,
+                len: 8,
+                seg_len,
+            },
+            "out of segment",
+        )?;
+    }
+    Ok(())
+}
+
+pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
+    let mut r = setup(client)?;
+    let (me, n) = (r.rank(), r.size());
+    let slot = slot_len(&r);
+    let w = r.world();
+    domain_errors(&mut r)?;
     let ad = r
         .atomic_domain::<u64>(&w, AtomicOps::FADD | AtomicOps::SET | AtomicOps::GET)
         .map_err(e2s("domain"))?;
@@ -745,108 +941,7 @@ pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
         let p = GlobalPtr::<u64>::new(dst, base);
         r.atomic(&ad, p, AtomicOp::Set(77), NONE, Blocking)
             .map_err(e2s("set"))?;
-        let nd = RmaError::OpNotInDomain { op: AtomicOps::MAX };
-        expect(
-            r.atomic(&ad, p, AtomicOp::Max(1000), NONE, Blocking),
-            &nd,
-            "op",
-        )?;
-        expect(
-            r.atomic(&ad, p, AtomicOp::Max(1000), NONE, Nb),
-            &nd,
-            "op_nb",
-        )?;
-        expect(
-            r.atomic(&ad, p, AtomicOp::Max(1000), NONE, Nbi),
-            &nd,
-            "op_nbi",
-        )?;
-        expect(
-            r.fetch_atomic(
-                &ad,
-                p,
-                AtomicOp::CompareSwap {
-                    expected: 77,
-                    new: 1,
-                },
-                NONE,
-                Blocking,
-            ),
-            &RmaError::OpNotInDomain {
-                op: AtomicOps::FCSWAP,
-            },
-            "fetch",
-        )?;
-        // A fetching set is a swap: the domain has the set, not the swap.
-        let swap = RmaError::OpNotInDomain {
-            op: AtomicOps::SWAP,
-        };
-        expect(
-            r.fetch_atomic(&ad, p, AtomicOp::Set(1), NONE, Blocking),
-            &swap,
-            "fetch of set",
-        )?;
-        expect(
-            r.fetch_atomic(&ad, p, AtomicOp::Set(1), NONE, Nb),
-            &swap,
-            "fetch_nb of set",
-        )?;
-        expect(
-            r.atomic(&ad, p, AtomicOp::Add(1), NONE, Blocking),
-            &RmaError::OpNotInDomain { op: AtomicOps::ADD },
-            "the non-fetching add (the fetching one is in the domain)",
-        )?;
-        for off in [base + 4, base + 1] {
-            expect(
-                r.fetch_atomic(
-                    &ad,
-                    GlobalPtr::new(dst, off),
-                    AtomicOp::Add(1),
-                    NONE,
-                    Blocking,
-                ),
-                &RmaError::Misaligned {
-                    dst,
-                    offset: off,
-                    align: 8,
-                },
-                "misaligned u64",
-            )?;
-        }
-        expect(
-            r.atomic(
-                &ad32,
-                GlobalPtr::new(dst, base + 2),
-                AtomicOp::Add(1),
-                NONE,
-                Blocking,
-            ),
-            &RmaError::Misaligned {
-                dst,
-                offset: base + 2,
-                align: 4,
-            },
-            "misaligned u32",
-        )?;
-        let seg_len = r.segment_len_of(d).unwrap_or(0);
-        for off in [seg_len, seg_len - 4, usize::MAX - 3] {
-            expect(
-                r.fetch_atomic(
-                    &ad,
-                    GlobalPtr::new(dst, off),
-                    AtomicOp::Add(1),
-                    NONE,
-                    Blocking,
-                ),
-                &RmaError::OutOfSegment {
-                    dst,
-                    offset: off,
-                    len: 8,
-                    seg_len,
-                },
-                "out of segment",
-            )?;
-        }
+        word_errors(&mut r, &ad, &ad32, dst, base)?;
         let v = r
             .fetch_atomic(&ad, p, AtomicOp::Get, NONE, Blocking)
             .map_err(e2s("get"))?;

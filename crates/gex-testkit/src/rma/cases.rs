@@ -600,6 +600,104 @@ fn random_shape(g: &mut SplitMix64, m: usize) -> Option<ShapeBuf> {
     })
 }
 
+/// The fixed shapes of [`vis_shapes`]: reflection, 2-D transpose, degenerate,
+/// zero-dimensional, with their local extents.
+fn fixed_shapes() -> Vec<ShapeBuf> {
+    let mut shapes: Vec<ShapeBuf> = Vec::new();
+    // Fixed shapes: reflection, 2-D transpose, degenerate, zero-dimensional.
+    let fixed: [FixedShape; 5] = [
+        (&[16], &[-1], &[1], 15),
+        (&[4, 6], &[6, 1], &[1, 4], 0),
+        (&[3, 0, 2], &[1, 3, 9], &[1, 3, 9], 0),
+        (&[], &[], &[], 5),
+        (&[5, 3], &[-1, -5], &[-1, 5], 14),
+    ];
+    for (c, rs, ls, base) in fixed {
+        let (llo, lhi) = c.iter().zip(ls).fold((0i64, 0i64), |(lo, hi), (c, s)| {
+            let e = (*c as i64 - 1).max(0) * *s as i64;
+            if e < 0 { (lo + e, hi) } else { (lo, hi + e) }
+        });
+        shapes.push(ShapeBuf {
+            counts: c.to_vec(),
+            rs: rs.to_vec(),
+            ls: ls.to_vec(),
+            local_start: (-llo) as usize,
+            local_len: (lhi - llo + 1) as usize,
+            base,
+        });
+    }
+    shapes
+}
+
+/// Vector and indexed puts and gets of [`vis_shapes`]: random disjoint pieces on a
+/// grid of 16 elements of `region` (which `model` mirrors), round trips checked, then
+/// the whole region against the model.
+fn vector_indexed<C: Conduit>(
+    r: &mut Ep<C>,
+    g: &mut SplitMix64,
+    region: GlobalPtr<u32>,
+    model: &mut [u32],
+) -> R {
+    let m = model.len();
+    for k in 0..20 {
+        let cells = m / 16;
+        let mut picked: Vec<usize> = (0..cells).filter(|_| g.up_to(3) == 0).collect();
+        // Shuffle a little (order matters for the packing of local data).
+        if picked.len() > 2 {
+            let (i, j) = (g.up_to(picked.len() as u64 - 1) as usize, 0);
+            picked.swap(i, j);
+        }
+        let lens: Vec<usize> = picked.iter().map(|_| g.up_to(16) as usize).collect();
+        let list: Vec<(GlobalPtr<u32>, usize)> = picked
+            .iter()
+            .zip(&lens)
+            .map(|(c, l)| (region.add(c * 16), *l))
+            .collect();
+        let total: usize = lens.iter().sum();
+        let src: Vec<u32> = (0..total).map(|_| g.next_u64() as u32).collect();
+        let mut at = 0;
+        for (c, l) in picked.iter().zip(&lens) {
+            model[c * 16..c * 16 + l].copy_from_slice(&src[at..at + l]);
+            at += l;
+        }
+        if k % 2 == 0 {
+            r.put_vector(&list, &src, Blocking)
+                .map_err(e2s("put_vector"))?;
+            let mut back = vec![0u32; total];
+            r.get_vector(&mut back, &list, Blocking)
+                .map_err(e2s("get_vector"))?;
+            check_eq(&back, &src, "vector round trip")?;
+        } else {
+            r.put_vis(Vis::Vector(&list), &src, Nbi)
+                .map_err(e2s("put_vis Nbi vector"))?;
+            r.sync_nbi(NbiCategories::PUTS).map_err(e2s("sync puts"))?;
+            let ev = r
+                .get_vis(vec![0u32; total], Vis::Vector(&list), Nb)
+                .map_err(e2s("get_vis Nb vector"))?;
+            check_eq(&wait(r, ev, "get_vis Nb")?, &src, "vector NB round trip")?;
+        }
+        let each = g.up_to(16) as usize;
+        let ptrs: Vec<GlobalPtr<u32>> = picked.iter().map(|c| region.add(c * 16)).collect();
+        let src: Vec<u32> = (0..ptrs.len() * each)
+            .map(|_| g.next_u64() as u32)
+            .collect();
+        for (i, c) in picked.iter().enumerate() {
+            model[c * 16..c * 16 + each].copy_from_slice(&src[i * each..(i + 1) * each]);
+        }
+        r.put_indexed(&ptrs, each, &src, Blocking)
+            .map_err(e2s("put_indexed"))?;
+        let mut back = vec![0u32; src.len()];
+        r.get_indexed(&mut back, &ptrs, each, Blocking)
+            .map_err(e2s("get_indexed"))?;
+        check_eq(&back, &src, "indexed round trip")?;
+        let mut whole = vec![0u32; m];
+        r.get(&mut whole, region, Blocking)
+            .map_err(e2s("get region"))?;
+        check_eq(&whole, model, "region after vector/indexed puts")?;
+    }
+    Ok(())
+}
+
 pub(super) fn vis_shapes<C: Conduit>(client: &Client<C>) -> R {
     let mut r = setup(client)?;
     let (me, n) = (r.rank(), r.size());
@@ -612,29 +710,7 @@ pub(super) fn vis_shapes<C: Conduit>(client: &Client<C>) -> R {
         let mut model = vec![0u32; m];
         r.put(region, &model, Blocking)
             .map_err(e2s("zero region"))?;
-        let mut shapes: Vec<ShapeBuf> = Vec::new();
-        // Fixed shapes: reflection, 2-D transpose, degenerate, zero-dimensional.
-        let fixed: [FixedShape; 5] = [
-            (&[16], &[-1], &[1], 15),
-            (&[4, 6], &[6, 1], &[1, 4], 0),
-            (&[3, 0, 2], &[1, 3, 9], &[1, 3, 9], 0),
-            (&[], &[], &[], 5),
-            (&[5, 3], &[-1, -5], &[-1, 5], 14),
-        ];
-        for (c, rs, ls, base) in fixed {
-            let (llo, lhi) = c.iter().zip(ls).fold((0i64, 0i64), |(lo, hi), (c, s)| {
-                let e = (*c as i64 - 1).max(0) * *s as i64;
-                if e < 0 { (lo + e, hi) } else { (lo, hi + e) }
-            });
-            shapes.push(ShapeBuf {
-                counts: c.to_vec(),
-                rs: rs.to_vec(),
-                ls: ls.to_vec(),
-                local_start: (-llo) as usize,
-                local_len: (lhi - llo + 1) as usize,
-                base,
-            });
-        }
+        let mut shapes = fixed_shapes();
         while shapes.len() < 60 {
             if let Some(s) = random_shape(&mut g, m) {
                 shapes.push(s);
@@ -712,83 +788,17 @@ pub(super) fn vis_shapes<C: Conduit>(client: &Client<C>) -> R {
                 check_eq(&got, &want, &format!("strided get, {what}"))?;
             }
         }
-        // Vector and indexed: random disjoint pieces on a grid of 16 elements.
-        for k in 0..20 {
-            let cells = m / 16;
-            let mut picked: Vec<usize> = (0..cells).filter(|_| g.up_to(3) == 0).collect();
-            // Shuffle a little (order matters for the packing of local data).
-            if picked.len() > 2 {
-                let (i, j) = (g.up_to(picked.len() as u64 - 1) as usize, 0);
-                picked.swap(i, j);
-            }
-            let lens: Vec<usize> = picked.iter().map(|_| g.up_to(16) as usize).collect();
-            let list: Vec<(GlobalPtr<u32>, usize)> = picked
-                .iter()
-                .zip(&lens)
-                .map(|(c, l)| (region.add(c * 16), *l))
-                .collect();
-            let total: usize = lens.iter().sum();
-            let src: Vec<u32> = (0..total).map(|_| g.next_u64() as u32).collect();
-            let mut at = 0;
-            for (c, l) in picked.iter().zip(&lens) {
-                model[c * 16..c * 16 + l].copy_from_slice(&src[at..at + l]);
-                at += l;
-            }
-            if k % 2 == 0 {
-                r.put_vector(&list, &src, Blocking)
-                    .map_err(e2s("put_vector"))?;
-                let mut back = vec![0u32; total];
-                r.get_vector(&mut back, &list, Blocking)
-                    .map_err(e2s("get_vector"))?;
-                check_eq(&back, &src, "vector round trip")?;
-            } else {
-                r.put_vis(Vis::Vector(&list), &src, Nbi)
-                    .map_err(e2s("put_vis Nbi vector"))?;
-                r.sync_nbi(NbiCategories::PUTS).map_err(e2s("sync puts"))?;
-                let ev = r
-                    .get_vis(vec![0u32; total], Vis::Vector(&list), Nb)
-                    .map_err(e2s("get_vis Nb vector"))?;
-                check_eq(
-                    &wait(&mut r, ev, "get_vis Nb")?,
-                    &src,
-                    "vector NB round trip",
-                )?;
-            }
-            let each = g.up_to(16) as usize;
-            let ptrs: Vec<GlobalPtr<u32>> = picked.iter().map(|c| region.add(c * 16)).collect();
-            let src: Vec<u32> = (0..ptrs.len() * each)
-                .map(|_| g.next_u64() as u32)
-                .collect();
-            for (i, c) in picked.iter().enumerate() {
-                model[c * 16..c * 16 + each].copy_from_slice(&src[i * each..(i + 1) * each]);
-            }
-            r.put_indexed(&ptrs, each, &src, Blocking)
-                .map_err(e2s("put_indexed"))?;
-            let mut back = vec![0u32; src.len()];
-            r.get_indexed(&mut back, &ptrs, each, Blocking)
-                .map_err(e2s("get_indexed"))?;
-            check_eq(&back, &src, "indexed round trip")?;
-            let mut whole = vec![0u32; m];
-            r.get(&mut whole, region, Blocking)
-                .map_err(e2s("get region"))?;
-            check_eq(&whole, &model, "region after vector/indexed puts")?;
-        }
+        vector_indexed(&mut r, &mut g, region, &mut model)?;
     }
     finish(&mut r)
 }
 
-pub(super) fn errors<C: Conduit>(client: &Client<C>) -> R {
-    let mut r = setup(client)?;
+/// RMA to destinations that do not exist refused, in every mode: a rank past the job,
+/// an endpoint past the right neighbour's capacity, and (where endpoints are made at
+/// run time) one below it that nobody created.
+fn destination_errors<C: Conduit>(client: &Client<C>, r: &mut Ep<C>) -> R {
     let (me, n) = (r.rank(), r.size());
-    let seg = r.segment().len();
-    let slot = slot_len(&r);
-    let mine = me as usize * slot;
     let right = EpAddr::rank((me + 1) % n);
-    // Known contents in my slot on the right neighbour, to prove nothing is written.
-    let fill = bytes(seed(me, 0, 41), 256);
-    let p = GlobalPtr::<u8>::new(right, mine);
-    r.put(p, &fill, Blocking).map_err(e2s("fill"))?;
-
     let bad_rank = GlobalPtr::<u8>::new(EpAddr::rank(n), 0);
     let want = RmaError::BadRank { rank: n, size: n };
     expect_err(r.put(bad_rank, &[1], Blocking), &want, "put to a bad rank")?;
@@ -862,53 +872,21 @@ pub(super) fn errors<C: Conduit>(client: &Client<C>) -> R {
             "memset Nbi to an endpoint not created yet",
         )?;
     }
+    Ok(())
+}
 
+/// VIS errors to `right` (the slot at `mine` of its segment), each with a valid first
+/// piece that must not be written: a vector piece past the end, lengths that do not
+/// match, two targets, indexed and strided shapes that do not fit.
+fn vis_errors<C: Conduit>(r: &mut Ep<C>, right: EpAddr, mine: usize) -> R {
+    let me = r.rank();
+    let seg = r.segment().len();
     let oos = |offset, len| RmaError::OutOfSegment {
         dst: right,
         offset,
         len,
         seg_len: seg,
     };
-    expect_err(
-        r.put(GlobalPtr::<u8>::new(right, seg - 3), &[0u8; 4], Blocking),
-        &oos(seg - 3, 4),
-        "put past the end",
-    )?;
-    expect_err(
-        r.get(&mut [0u8; 1], GlobalPtr::<u8>::new(right, seg), Blocking),
-        &oos(seg, 1),
-        "get at the end",
-    )?;
-    expect_err(
-        r.put_val(GlobalPtr::<u64>::new(right, seg - 7), 1, Blocking),
-        &oos(seg - 7, 8),
-        "put_val past the end",
-    )?;
-    expect_err(
-        r.put(
-            GlobalPtr::<u8>::new(right, usize::MAX - 1),
-            &[0u8; 4],
-            Blocking,
-        ),
-        &oos(usize::MAX - 1, 4),
-        "offset overflow",
-    )?;
-    expect_err(
-        r.memset(GlobalPtr::<u8>::new(right, 1), 0, usize::MAX, Blocking),
-        &oos(1, usize::MAX),
-        "memset length overflow",
-    )?;
-    let far = GlobalPtr::<u64>::new(right, 0).add(usize::MAX / 4);
-    if r.get_val(far, Blocking).is_ok() {
-        return Err("get_val at a saturated pointer succeeded".into());
-    }
-    // Exactly at the end is fine; zero bytes at the end too.
-    r.put(GlobalPtr::<u8>::new(right, seg - 1), &[9u8], Blocking)
-        .map_err(e2s("last byte"))?;
-    r.put::<u8, _>(GlobalPtr::new(right, seg), &[], Blocking)
-        .map_err(e2s("zero bytes at the end"))?;
-
-    // VIS errors, each with a valid first piece that must not be written.
     let q = GlobalPtr::<u8>::new(right, mine);
     let junk = [0xeeu8; 64];
     expect_err(
@@ -978,7 +956,71 @@ pub(super) fn errors<C: Conduit>(client: &Client<C>) -> R {
         Err(RmaError::ShapeMismatch(_)) => {}
         other => return Err(format!("strides/counts mismatch: {other:?}")),
     }
+    Ok(())
+}
+
+pub(super) fn errors<C: Conduit>(client: &Client<C>) -> R {
+    let mut r = setup(client)?;
+    let (me, n) = (r.rank(), r.size());
+    let seg = r.segment().len();
+    let slot = slot_len(&r);
+    let mine = me as usize * slot;
+    let right = EpAddr::rank((me + 1) % n);
+    // Known contents in my slot on the right neighbour, to prove nothing is written.
+    let fill = bytes(seed(me, 0, 41), 256);
+    let p = GlobalPtr::<u8>::new(right, mine);
+    r.put(p, &fill, Blocking).map_err(e2s("fill"))?;
+
+    destination_errors(client, &mut r)?;
+
+    let oos = |offset, len| RmaError::OutOfSegment {
+        dst: right,
+        offset,
+        len,
+        seg_len: seg,
+    };
+    expect_err(
+        r.put(GlobalPtr::<u8>::new(right, seg - 3), &[0u8; 4], Blocking),
+        &oos(seg - 3, 4),
+        "put past the end",
+    )?;
+    expect_err(
+        r.get(&mut [0u8; 1], GlobalPtr::<u8>::new(right, seg), Blocking),
+        &oos(seg, 1),
+        "get at the end",
+    )?;
+    expect_err(
+        r.put_val(GlobalPtr::<u64>::new(right, seg - 7), 1, Blocking),
+        &oos(seg - 7, 8),
+        "put_val past the end",
+    )?;
+    expect_err(
+        r.put(
+            GlobalPtr::<u8>::new(right, usize::MAX - 1),
+            &[0u8; 4],
+            Blocking,
+        ),
+        &oos(usize::MAX - 1, 4),
+        "offset overflow",
+    )?;
+    expect_err(
+        r.memset(GlobalPtr::<u8>::new(right, 1), 0, usize::MAX, Blocking),
+        &oos(1, usize::MAX),
+        "memset length overflow",
+    )?;
+    let far = GlobalPtr::<u64>::new(right, 0).add(usize::MAX / 4);
+    if r.get_val(far, Blocking).is_ok() {
+        return Err("get_val at a saturated pointer succeeded".into());
+    }
+    // Exactly at the end is fine; zero bytes at the end too.
+    r.put(GlobalPtr::<u8>::new(right, seg - 1), &[9u8], Blocking)
+        .map_err(e2s("last byte"))?;
+    r.put::<u8, _>(GlobalPtr::new(right, seg), &[], Blocking)
+        .map_err(e2s("zero bytes at the end"))?;
+
+    vis_errors(&mut r, right, mine)?;
     // A failed get writes nothing locally.
+    let q = GlobalPtr::<u8>::new(right, mine);
     let mut local = [0x11u8; 16];
     let _ = r.get_vector(
         &mut local,
