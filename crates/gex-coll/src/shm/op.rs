@@ -697,7 +697,7 @@ impl ShmOp {
         }
         // Loom models: the slot's bytes were written (race detection on plain bytes).
         #[cfg(gex_loom)]
-        crate::loomkit::touch(dst, 1, true);
+        super::shadow::touch(dst, 1, true);
     }
 
     /// Applies member `q`'s piece of data round `i` from its slot or its input.
@@ -743,7 +743,7 @@ impl ShmOp {
         // Loom models: the publication's bytes are read (race detection on plain bytes).
         #[cfg(gex_loom)]
         if let Ok(inc) = inc {
-            crate::loomkit::touch(inc.as_ptr(), inc.len(), false);
+            super::shadow::touch(inc.as_ptr(), inc.len(), false);
         }
         let dst = match self.op {
             OpKind::Gather | OpKind::GatherAll | OpKind::Exchange => q as usize * self.n + pc.start,

@@ -105,7 +105,7 @@ impl Coll {
             }
         }
         // A wait left by a call that unwound (a panicking handler) is stale.
-        self.direct = None;
+        self.shm.wait = None;
         let seq = x.next_seq();
         let (base, belief) = self.ring_cached(team, key, || {
             Desc::new(OpKind::Broadcast, root, (ty, elem), n, 0, opts.sync)
@@ -134,8 +134,8 @@ impl Coll {
         );
         // Already fenced (crate::ring).
         sh.wake_fenced(std::mem::take(&mut b.wake), &mut |a| cx.wake(a));
-        self.counters.direct_calls += 1;
-        self.counters.ring_calls += 1;
+        self.tuning.counters.direct_calls += 1;
+        self.tuning.counters.ring_calls += 1;
         if done {
             self.calm();
             return Ok(RingBegin::Done);
@@ -166,12 +166,7 @@ impl Coll {
     ) -> Result<bool, CollError> {
         let x = ext(team);
         let t = x.shm.as_ref().expect("ring calls need a channel");
-        let stall = take_wait(
-            (&mut self.direct, &mut self.shm),
-            t,
-            team.id(),
-            (call.seq, call.belief),
-        )?;
+        let stall = take_wait(&mut self.shm, t, team.id(), (call.seq, call.belief))?;
         let (input, out): (&[u8], &mut [u8]) = if t.me == call.b.root() {
             (buf, &mut [])
         } else {

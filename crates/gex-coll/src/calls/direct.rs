@@ -343,8 +343,8 @@ pub(super) fn step_direct<C: Conduit>(
 
 pub(super) fn merged_entry(d: &DirectOp) -> Entry {
     match &d.body {
-        crate::shmdrive::DirectBody::Bar(b) => b.entry(),
-        crate::shmdrive::DirectBody::Shm(_) | crate::shmdrive::DirectBody::Ring { .. } => {
+        crate::shmpath::DirectBody::Bar(b) => b.entry(),
+        crate::shmpath::DirectBody::Shm(_) | crate::shmpath::DirectBody::Ring { .. } => {
             Entry::default()
         }
     }
