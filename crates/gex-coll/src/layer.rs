@@ -10,7 +10,7 @@ use crate::optable::{Body, OpState, OpTable, waited_peers};
 use crate::rma::Rma;
 use crate::rootcheck::{self, Agreement, mismatch};
 use crate::shm::{self, Area};
-use crate::shmpath::{FastPath, ShmPath, sleep_after};
+use crate::shmpath::{FastPath, ShmPath};
 use crate::teams::{Found, Teams, ext};
 use crate::tuning::Tuning;
 use gex_core::config::EnvVar;
@@ -164,11 +164,10 @@ impl Layer for Coll {
             own.set_cma(shm::cma_capable());
             generation = own.next_generation();
         }
-        let mut shm = ShmPath::new(own, generation);
-        shm.sleep_yields = sleep_yields;
+        let mut shm = ShmPath::new(own, generation).with_sleep_yields(sleep_yields);
         shm.note_policy(cx.wait_policy());
         let owner = crate::teams::Owner::new();
-        let shared = (generation, &shm.used);
+        let shared = (generation, shm.used());
         let world = crate::teams::world_team(cx, shared, &owner);
         crate::teams::setup_world_hier(&world, cx, shared, &owner);
         let x = ext(&world);
@@ -199,7 +198,7 @@ impl Layer for Coll {
 
     fn describe(&self) -> String {
         let mut lines: Vec<String> = self.ops.values().map(OpState::describe).collect();
-        if let Some(d) = &self.shm.wait {
+        if let Some(d) = self.shm.waiting() {
             lines.push(format!(
                 "a blocking call (team {:#x} seq {}) waits for {}",
                 d.team, d.seq, d.wait
@@ -221,8 +220,7 @@ impl Layer for Coll {
 
     fn progress<C: Conduit>(self: std::pin::Pin<&mut Self>, cx: &mut Cx<'_, C>) -> Progress {
         let this = Coll::unpin(self);
-        this.shm.policy = cx.wait_policy();
-        this.shm.note_policy(this.shm.policy);
+        this.shm.note_policy(cx.wait_policy());
         this.flush_outbox(cx);
         if this.wire.mb.alarm || !this.wire.mb.probes.is_empty() {
             this.answer(cx);
@@ -231,9 +229,9 @@ impl Layer for Coll {
         if !this.agree.pending_aborts.is_empty() || !this.agree.pending_replies.is_empty() {
             this.send_aborts(cx);
         }
-        progressed |= this.direct_progress();
+        progressed |= this.shm.direct_progress();
         let busy = !this.ops.is_empty() || !this.wire.outbox.is_empty();
-        if !shm_active && this.shm.wait.is_none() {
+        if !shm_active && this.shm.waiting().is_none() {
             this.calm();
             return if busy { Progress::Busy } else { Progress::Idle };
         }
@@ -241,7 +239,7 @@ impl Layer for Coll {
             this.calm();
             return Progress::Spinning;
         }
-        if !this.sleep_gate() {
+        if !this.shm.sleep_gate() {
             return Progress::Spinning;
         }
         // Announced: look once more at every flag waited for (crate::shm, *Sleeping*).
@@ -326,32 +324,11 @@ impl Coll {
         (progressed, shm_active)
     }
 
-    /// Before a sleep: counts a fruitless call and, once the wait policy's spin part
-    /// is over, announces that this member may sleep; true if it did.
-    fn sleep_gate(&mut self) -> bool {
-        let Some(after) = sleep_after(self.shm.policy, self.shm.sleep_yields) else {
-            return false;
-        };
-        self.shm.fruitless = self.shm.fruitless.saturating_add(1);
-        if self.shm.fruitless < after {
-            return false;
-        }
-        let Some(own) = self.shm.own else {
-            return false;
-        };
-        if !self.shm.sleepy {
-            self.shm.may_sleep_now();
-            own.sleepy().store(1, Ordering::Relaxed);
-            self.shm.sleepy = true;
-        }
-        true
-    }
-
     /// True unless this member waits for a publication (a slot's, a small
     /// broadcast's) whose writer does not wake sleepers yet
     /// ([`shm::WaitOn::sleep_safe`]).
     fn waits_sleep_safe(&self) -> bool {
-        self.shm.wait.as_ref().is_none_or(|d| d.wait.sleep_safe())
+        self.shm.waiting().is_none_or(|d| d.wait.sleep_safe())
             && self.ops.values().all(|st| {
                 st.ring_wait().is_none_or(|w| w.sleep_safe())
                     && st.slot_wait().is_none_or(|w| w.sleep_safe())
@@ -361,8 +338,7 @@ impl Coll {
     /// A direct call waits and can step now.
     fn direct_ready_now(&self) -> bool {
         self.shm
-            .wait
-            .as_ref()
+            .waiting()
             .is_some_and(|d| d.check || d.wait.ready())
     }
 
@@ -405,11 +381,11 @@ impl Coll {
             }
             return;
         }
-        if let Some(d) = self.shm.wait {
+        if let Some(&d) = self.shm.waiting() {
             // A blocking call on the direct path.
             if (d.team, d.seq) == (p.team, p.seq) {
                 if d.belief != theirs && !d.failed {
-                    let ours = self.shm.watch.as_ref().and_then(|t| {
+                    let ours = self.shm.watched().and_then(|t| {
                         let t = ext(t).shm.as_ref()?;
                         rootcheck::own_desc(t, d.belief)
                     });
@@ -469,8 +445,7 @@ impl Coll {
         }
         if self
             .shm
-            .wait
-            .as_ref()
+            .waiting()
             .is_some_and(|d| d.team == id && rootcheck::covers(e, d.seq))
         {
             self.shm.fail_direct(e);

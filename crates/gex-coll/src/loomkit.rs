@@ -236,7 +236,7 @@ impl Member {
     }
 
     /// Announces, once, that this member may sleep (`Area::set_may_sleep`, as
-    /// `ShmLocal::note_policy` does under a policy that may).
+    /// `ShmPath::note_policy` does under a policy that may).
     pub fn set_may_sleep(&self) {
         for a in &self.team.areas {
             a.set_team_may_sleep(self.team.ch);

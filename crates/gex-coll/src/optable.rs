@@ -161,7 +161,7 @@ pub(crate) struct SchedOp {
     pub(crate) probed: Option<usize>,
     /// When this member took a message of another belief and asked its sender which
     /// field differs (the collective fails with the answer, or without one after
-    /// [`STALL`] × 2).
+    /// [`STALL`](crate::rootcheck::STALL) × 2).
     pub(crate) asked: Option<std::time::Instant>,
 }
 
@@ -195,7 +195,7 @@ pub(crate) struct OpState {
     pub(crate) taken: bool,
     pub(crate) stall: Stall,
     /// Members that probed this collective while it ran here with their descriptor:
-    /// told if it fails ([`Coll::fail_op`]).
+    /// told if it fails ([`Coll::fail_op`](crate::Coll::fail_op)).
     pub(crate) probers: Vec<EpAddr>,
 }
 

@@ -11,7 +11,7 @@ use crate::op::{OpKind, SyncModes};
 use crate::ring;
 use crate::rootcheck::{self, Desc, Described, Stall};
 use crate::shm::{self, Area, Expected, Io, ShmOp, ShmTeam, WaitOn};
-use crate::teams::CollTeam;
+use crate::teams::{CollTeam, ext};
 use gex_core::{EpAddr, Team, WaitPolicy};
 use gex_sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,44 +23,44 @@ use std::time::{Duration, Instant};
 /// endpoint's wait policy and `GEX_COLL_SLEEP_YIELDS`.
 pub(crate) struct ShmPath {
     /// This endpoint's area (`None`: no shared-memory collectives).
-    pub(crate) own: Option<Area>,
+    own: Option<Area>,
     /// Channels in use (bit 0: the world team).
-    pub(crate) used: Arc<AtomicU32>,
+    used: Arc<AtomicU32>,
     /// Acknowledgements expected per channel and slot of this endpoint's area.
-    pub(crate) expected: Expected,
+    expected: Expected,
     /// Generation of this layer on its endpoint (0: no shared-memory collectives).
-    pub(crate) generation: u64,
+    generation: u64,
     /// This member announced it may sleep ([`crate::shmdrive`]).
-    pub(crate) sleepy: bool,
+    sleepy: bool,
     /// Fruitless progress calls while waiting for shared-memory flags.
-    pub(crate) fruitless: u32,
+    fruitless: u32,
     /// This endpoint's small-broadcast ring, per channel ([`crate::ring`]).
-    pub(crate) ring: [ring::Local<Area>; shm::NCH],
+    ring: [ring::Local<Area>; shm::NCH],
     /// This member's side of the ring's sleep protocol.
-    pub(crate) fencing: ring::Fencing,
+    fencing: ring::Fencing,
     /// This member's `MAYSLEEP` word is set (it may sleep).
-    pub(crate) may_sleep: bool,
+    may_sleep: bool,
     /// The members' areas of the last team this member joined on each channel (whose
     /// `TEAMSLEEP` words it sets when it may sleep: [`join`](Self::join)).
-    pub(crate) teams: [Vec<Area>; shm::NCH],
+    teams: [Vec<Area>; shm::NCH],
     /// Which descriptors this member's records hold, per channel
     /// ([`rootcheck::announce`]).
-    pub(crate) described: [Described; shm::NCH],
+    described: [Described; shm::NCH],
     /// The error a direct call's wait failed with
-    /// ([`DirectWait::failed`](crate::shmdrive::DirectWait::failed)).
-    pub(crate) direct_error: Option<CollError>,
+    /// ([`DirectWait::failed`]).
+    direct_error: Option<CollError>,
     /// The team of a direct call, lent while it waits in the endpoint's wait loop:
     /// the progress hook then runs its stall checks itself, and the wait goes on
     /// unless they find something, so that a wait making no progress reaches
-    /// `GEX_STALL_REPORT` ([`Coll::watch_direct`]). The call's step that ends it
+    /// `GEX_STALL_REPORT` ([`Coll::watch_direct`](crate::Coll::watch_direct)). The call's step that ends it
     /// (done or failed) drops it.
-    pub(crate) watch: Option<Team>,
+    watch: Option<Team>,
     /// The wait of a blocking call on the direct path.
-    pub(crate) wait: Option<DirectWait>,
+    wait: Option<DirectWait>,
     /// The endpoint's wait policy (as the last progress call saw it).
-    pub(crate) policy: WaitPolicy,
+    policy: WaitPolicy,
     /// `GEX_COLL_SLEEP_YIELDS` ([`sleep_after`]).
-    pub(crate) sleep_yields: u32,
+    sleep_yields: u32,
 }
 
 impl ShmPath {
@@ -141,6 +141,177 @@ impl ShmPath {
         self.teams[t.ch] = t.areas.clone();
     }
 
+    /// Sets `GEX_COLL_SLEEP_YIELDS` ([`sleep_after`]).
+    pub(crate) fn with_sleep_yields(mut self, yields: u32) -> ShmPath {
+        self.sleep_yields = yields;
+        self
+    }
+
+    /// The generation of this layer on its endpoint (0: no shared-memory
+    /// collectives).
+    #[inline]
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The channels in use on this endpoint (bit 0: the world team), shared with the
+    /// teams that use them.
+    #[inline]
+    pub(crate) fn used(&self) -> &Arc<AtomicU32> {
+        &self.used
+    }
+
+    /// The endpoint's wait policy, as the last progress call saw it.
+    #[inline]
+    pub(crate) fn policy(&self) -> WaitPolicy {
+        self.policy
+    }
+
+    /// True if the endpoint may sleep between polls of a shared-memory wait (it
+    /// blocks at every wait, or this member announced it may sleep): polls are rare,
+    /// so a stall counts polls as it would time ([`Stall::fruitless`]).
+    #[inline]
+    pub(crate) fn polls_rare(&self) -> bool {
+        self.policy == WaitPolicy::Block || self.sleepy
+    }
+
+    /// The wait of a blocking call on the direct path, if one waits.
+    #[inline(always)]
+    pub(crate) fn waiting(&self) -> Option<&DirectWait> {
+        self.wait.as_ref()
+    }
+
+    /// Records that a blocking call on the direct path waits for `w` (`None`: none
+    /// waits; a wait left by a call that unwound is stale).
+    #[inline(always)]
+    pub(crate) fn set_wait(&mut self, w: Option<DirectWait>) {
+        self.wait = w;
+    }
+
+    /// The team a direct call lent for its waits in the endpoint's wait loop.
+    #[inline]
+    pub(crate) fn watched(&self) -> Option<&Team> {
+        self.watch.as_ref()
+    }
+
+    /// Lends `team` (resolved) for the waits of the direct call about to wait in the
+    /// endpoint's wait loop, unless it is lent already; `resolve` makes it.
+    #[inline]
+    pub(crate) fn watch(&mut self, id: u64, resolve: impl FnOnce() -> Option<Team>) {
+        if self.watch.as_ref().is_none_or(|t| t.id() != id) {
+            self.watch = resolve();
+        }
+    }
+
+    /// The acknowledgements expected on this endpoint's slots.
+    #[inline(always)]
+    pub(crate) fn expected_mut(&mut self) -> &mut Expected {
+        &mut self.expected
+    }
+
+    /// This member's side of the ring's sleep protocol.
+    #[inline(always)]
+    pub(crate) fn fencing_mut(&mut self) -> &mut ring::Fencing {
+        &mut self.fencing
+    }
+
+    /// Whether this member fences ring flags.
+    #[inline(always)]
+    pub(crate) fn fencing_on(&self) -> bool {
+        self.fencing.on
+    }
+
+    /// This endpoint's small-broadcast ring on channel `ch` and its side of the
+    /// ring's sleep protocol.
+    #[inline(always)]
+    pub(crate) fn ring_parts(&mut self, ch: usize) -> (&mut ring::Local<Area>, &mut ring::Fencing) {
+        (&mut self.ring[ch], &mut self.fencing)
+    }
+
+    /// This member starts collective `seq` of team `t` with `belief`
+    /// ([`rootcheck::announce`], with this member's records of the channel).
+    #[inline(always)]
+    pub(crate) fn announce(
+        &mut self,
+        t: &ShmTeam,
+        seq: u32,
+        belief: u32,
+        desc: impl FnOnce() -> Desc,
+    ) {
+        rootcheck::announce(t, &mut self.described[t.ch], seq, belief, desc);
+    }
+
+    /// Before a sleep: counts a fruitless progress call and, once the wait policy's
+    /// spin part is over, announces that this member may sleep; true if it did.
+    pub(crate) fn sleep_gate(&mut self) -> bool {
+        let Some(after) = sleep_after(self.policy, self.sleep_yields) else {
+            return false;
+        };
+        self.fruitless = self.fruitless.saturating_add(1);
+        if self.fruitless < after {
+            return false;
+        }
+        let Some(own) = self.own else {
+            return false;
+        };
+        if !self.sleepy {
+            self.may_sleep_now();
+            own.sleepy().store(1, Ordering::Relaxed);
+            self.sleepy = true;
+        }
+        true
+    }
+
+    /// True once the direct call can step again (the condition its caller waits for).
+    #[inline]
+    pub(crate) fn direct_ready(&self) -> bool {
+        self.wait
+            .as_ref()
+            .is_none_or(|d| d.check || d.failed || d.wait.ready())
+    }
+
+    /// The progress hook's part for a direct call's wait: counts it stalled and says
+    /// when the stall checks are due (the caller's next step runs them, or, with the
+    /// team lent ([`watch`](Self::watch)), this call). True if the call can step now.
+    pub(crate) fn direct_progress(&mut self) -> bool {
+        let rare = self.polls_rare();
+        let Some(d) = self.wait.as_mut() else {
+            return false;
+        };
+        if d.wait.ready() {
+            // Its caller steps (or finished on its own: `DirectOp::finish`).
+            self.wait = None;
+            return true;
+        }
+        if d.check || d.failed {
+            return true;
+        }
+        if !d.stall.fruitless(rare) {
+            return false;
+        }
+        let Some(team) = self.watch.as_ref().filter(|t| t.id() == d.team) else {
+            // The caller has not lent its team: its next step runs the checks.
+            d.check = true;
+            return true;
+        };
+        // In the endpoint's wait loop: the checks run here, and the wait goes on
+        // unless they find the call can never complete.
+        let Some(t) = ext(team).shm.as_ref() else {
+            return false;
+        };
+        let desc = rootcheck::own_desc(t, d.belief);
+        let call = (d.seq, d.belief, desc.as_ref());
+        match rootcheck::shm_stalled_as(t, d.team, call, &d.wait) {
+            Some(e) => {
+                rootcheck::poison(t, &e);
+                d.failed = true;
+                self.direct_error = Some(e);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Fails the direct call waiting here with `e` (kept for its next step), unless
     /// it failed already.
     pub(crate) fn fail_direct(&mut self, e: &CollError) {
@@ -182,7 +353,7 @@ const INNER_WAIT: Duration = Duration::from_micros(2);
 const INNER_LOOKS: u32 = 64;
 
 /// The last small broadcast's descriptor, as the ring's cache keeps it
-/// ([`Coll::ring_base`]).
+/// ([`Coll::ring_base`](crate::Coll::ring_base)).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RingKey {
     pub(crate) team: u64,
@@ -193,7 +364,7 @@ pub(crate) struct RingKey {
     pub(crate) base: u64,
     pub(crate) belief: u32,
     /// The tuner generation in which a blocking in-place call of this key took `shm`
-    /// by the tuner's choice ([`Coll::ring_begin`]): later ones skip the tuner's key.
+    /// by the tuner's choice ([`Coll::ring_begin`](crate::Coll::ring_begin)): later ones skip the tuner's key.
     pub(crate) shm_gen: Option<u64>,
 }
 
@@ -295,7 +466,7 @@ pub(crate) struct DirectWait {
     pub(crate) seq: u32,
     pub(crate) belief: u32,
     /// The call failed (the error is [`ShmPath::direct_error`]): the stall checks
-    /// found its members disagree, or its team failed ([`Coll::fail_team`]). The
+    /// found its members disagree, or its team failed ([`Coll::fail_team`](crate::Coll::fail_team)). The
     /// next step returns it.
     pub(crate) failed: bool,
 }
@@ -341,14 +512,14 @@ pub(crate) struct FastPath {
     /// shared-memory algorithm).
     pub(crate) direct_choice: Option<(ChoiceKey, bool)>,
     /// The last small broadcast's key (team, root, context), digest and belief
-    /// ([`Coll::ring_base`]).
+    /// ([`Coll::ring_base`](crate::Coll::ring_base)).
     pub(crate) ring_key: Option<RingKey>,
     /// The last direct call's decisions, for calls of the same shape (module docs,
     /// *Replay*).
     pub(crate) replay: Option<Replay>,
     /// The team (id, size), tuner generation and belief of the last blocking barrier
     /// under default options that took the shared-memory barrier
-    /// ([`Coll::barrier_replay`]).
+    /// ([`Coll::barrier_replay`](crate::Coll::barrier_replay)).
     pub(crate) bar_replay: Option<(u64, u32, u64, u32)>,
 }
 
@@ -399,7 +570,7 @@ pub(crate) struct ChoiceKey {
 /// `policy`, asking `wake` for the members to wake: runs the stall checks first when
 /// the progress hook found them due (a mismatch fails the call and poisons the
 /// team); on `Pending`, records the wait (without asking for the progress hook: the
-/// callers do, [`Coll::direct_step`] at once, the borrowed path only before the
+/// callers do, [`Coll::direct_step`](crate::Coll::direct_step) at once, the borrowed path only before the
 /// endpoint's wait loop).
 #[inline]
 pub(crate) fn step_parts(
@@ -474,7 +645,7 @@ pub(crate) fn take_wait(
 impl ShmPath {
     /// One direct step of the slot protocol for collective `seq` under `belief`
     /// (`announce`: the descriptor of a first step that announces the collective to
-    /// the checks, a replayed call's; a call begun by [`Coll::direct_begin`] was
+    /// the checks, a replayed call's; a call begun by [`Coll::direct_begin`](crate::Coll::direct_begin) was
     /// announced there): steps (with
     /// [`step_shm`](Self::step_shm)'s inner looks under wait policy `policy`),
     /// records it finished when done, and wakes (`wake`) the members it stored flags

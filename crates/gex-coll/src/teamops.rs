@@ -141,11 +141,11 @@ fn agree_channel<C: Conduit>(
         return Ok(None);
     }
     let (areas, free) = coll(ep, |c, cx| {
-        if c.shm.generation == 0 {
+        if c.shm.generation() == 0 {
             return (None, 0);
         }
         let areas = shm_areas(cx, team.members());
-        let free = !c.shm.used.load(Ordering::Relaxed) & ((1u32 << NCH) - 1);
+        let free = !c.shm.used().load(Ordering::Relaxed) & ((1u32 << NCH) - 1);
         let mine = if areas.is_some() { free } else { 0 };
         (areas, mine)
     })?;
@@ -156,13 +156,13 @@ fn agree_channel<C: Conduit>(
     };
     let ch = common.trailing_zeros() as usize;
     coll(ep, |c, cx| {
-        c.shm.used.fetch_or(1 << ch, Ordering::Relaxed);
+        c.shm.used().fetch_or(1 << ch, Ordering::Relaxed);
         let t = ShmTeam::new(
             ch,
             areas,
             shm_segments(cx, team.members()),
-            c.shm.generation,
-            c.shm.used.clone(),
+            c.shm.generation(),
+            c.shm.used().clone(),
             team.members().to_vec(),
             team.rank(),
             team.id(),
@@ -176,7 +176,7 @@ fn agree_channel<C: Conduit>(
 /// team: every member forms its host team, leaders the leaders team).
 fn setup_hier<C: Conduit>(ep: &mut Endpoint<C>, t: &Team) -> Result<(), CollError> {
     let layout = coll(ep, |c, cx| {
-        if t.size() < 3 || c.shm.generation == 0 {
+        if t.size() < 3 || c.shm.generation() == 0 {
             return None;
         }
         host_layout(cx, t.members())

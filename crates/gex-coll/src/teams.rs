@@ -46,7 +46,7 @@ pub enum Scratch {
     Alloc(usize),
 }
 
-/// The layer instance (one endpoint's [`Coll`]) that made a team's extension. Every
+/// The layer instance (one endpoint's [`Coll`](crate::Coll)) that made a team's extension. Every
 /// extension holds its maker's allocation, so no later layer gets the same address:
 /// [`made`](Self::made) is one pointer comparison on the hot path of every call.
 #[derive(Clone, Debug)]
@@ -138,7 +138,7 @@ impl CollTeam {
 ///
 /// # Panics
 /// If `team` has none: every team the engine holds was resolved by
-/// [`Coll::resolve`].
+/// [`Coll::resolve`](crate::Coll::resolve).
 #[inline]
 pub(crate) fn ext(team: &Team) -> &CollTeam {
     team.ext::<CollTeam>()
@@ -220,7 +220,7 @@ pub(crate) fn world_team<C: Conduit>(
 }
 
 /// A team that stands in for the world team while the layer lends it out
-/// ([`Coll::with_resolved`]).
+/// ([`Coll::with_resolved`](crate::Coll::with_resolved)).
 pub(crate) fn placeholder(me: EpAddr) -> Team {
     Team::new(u64::MAX, vec![me], 0)
 }
@@ -243,7 +243,7 @@ pub(crate) fn host_layout<C: Conduit>(cx: &Cx<'_, C>, members: &[EpAddr]) -> Opt
 
 /// Gives the world team host and leader sub-teams when the job spans hosts and one of
 /// them holds two or more ranks, without communication: the layout is the same on
-/// every rank, the ids follow [`setup_hier`]'s rule, the host team takes channel 0
+/// every rank, the ids follow [`setup_hier`](crate::teamops)'s rule, the host team takes channel 0
 /// (the world's, unused by a world that spans hosts) when its members map each
 /// other's areas, and the leaders (one per host) never share memory. `generation`
 /// and `used` as for [`world_team`]; the caller joins the host team's channel.

@@ -56,14 +56,14 @@ pub struct CollStats {
     pub sleep_polls: u64,
 }
 
-/// The operations of the collectives layer ([`Coll`]), as methods of every endpoint
+/// The operations of the collectives layer ([`Coll`](crate::Coll)), as methods of every endpoint
 /// that carries it.
 ///
 /// Every collective goes through one entry, [`collective`](Self::collective), with a
 /// *descriptor* of the operation ([`Allreduce::new`](crate::Allreduce::new),
 /// [`Broadcast::in_place`](crate::Broadcast::in_place), ...; see [`crate::desc`]) and
 /// a completion *mode*: [`Blocking`](gex_core::Blocking) returns the output,
-/// [`Nb`](gex_core::Nb) an [`Event`] to wait on with the endpoint
+/// [`Nb`](gex_core::Nb) an [`Event`](gex_core::event::Event) to wait on with the endpoint
 /// ([`Endpoint::wait`], `test`, `wait_all` over mixed events), [`Nbi`](gex_core::Nbi)
 /// nothing (a [`sync_collectives`](Self::sync_collectives) waits). Descriptors over
 /// borrowed slices exist in blocking mode only (the borrow must outlive the
@@ -108,7 +108,7 @@ pub trait CollExt<C: Conduit> {
     ///
     /// # Errors
     /// Argument errors before anything moves ([`CollError::BadLength`],
-    /// [`CollError::BadRank`], [`CollError::NotMember`], a bad data root ([`Root`]), an
+    /// [`CollError::BadRank`], [`CollError::NotMember`], a bad data root ([`Root`](crate::Root)), an
     /// algorithm that cannot run the call, [`CollError::ScratchTooSmall`]);
     /// [`CollError::Mismatch`] at once on a team whose members disagreed on an
     /// earlier collective; in blocking mode (else from the event) the collective's

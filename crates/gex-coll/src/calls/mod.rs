@@ -1,6 +1,6 @@
 //! The paths every collective call takes: lowering a descriptor's call (checks,
 //! root, shape), the direct shared-memory path of blocking calls (driven by the
-//! caller, [`direct`]), and the layer's table with an event. [`crate::desc`]'s
+//! caller, [`direct`](mod@direct)), and the layer's table with an event. [`crate::desc`]'s
 //! descriptors run through here; [`crate::api`] is the endpoint's side.
 
 use crate::barrier::{ENTRY_LEN, Entry};

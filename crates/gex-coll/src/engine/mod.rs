@@ -432,8 +432,8 @@ impl Coll {
         }
         // Over messages the endpoint may sleep until one arrives: polls are rare.
         let rare = match &st.body {
-            Body::Sched(_) => self.shm.policy != gex_core::WaitPolicy::Spin,
-            _ => self.shm.policy == gex_core::WaitPolicy::Block || self.shm.sleepy,
+            Body::Sched(_) => self.shm.policy() != gex_core::WaitPolicy::Spin,
+            _ => self.shm.polls_rare(),
         };
         let progressed = match &st.body {
             Body::Sched(_) => self.advance_sched(cx, id),

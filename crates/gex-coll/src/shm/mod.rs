@@ -159,7 +159,7 @@ pub(crate) const CMA_FLAG: u64 = 1 << 63;
 const PIDNS: usize = 16;
 /// Offset of the `MAYSLEEP` word: sticky 1 once the owner may sleep (at once under
 /// `Block`, at its first sleep announcement under spin-then-block:
-/// [`ShmLocal::note_policy`](crate::layer::ShmLocal::note_policy)) ([`crate::ring`],
+/// [`ShmPath::note_policy`](crate::shmpath::ShmPath::note_policy)) ([`crate::ring`],
 /// *Sleeping without a fence per broadcast*).
 const MAYSLEEP: usize = 24;
 /// Offset of the `FENCING` word: sticky 1 once the owner fences after every ring flag
@@ -180,7 +180,7 @@ const fn chk_line(c: usize) -> usize {
 /// Team sleep line of channel `c`: its first word, `TEAMSLEEP`, is sticky 1 once a
 /// member of a team on the channel that the owner belongs to may sleep (the member
 /// sets it in every member's area before its own `MAYSLEEP`,
-/// [`ShmLocal::join`](crate::layer::ShmLocal::join)), so that a writer looks at one
+/// [`ShmPath::join`](crate::shmpath::ShmPath::join)), so that a writer looks at one
 /// word of its own header, not at a line in every member's header
 /// ([`ShmTeam::may_sleep_any`]). Alone in its line: written once per member at most.
 const fn sleep_line(c: usize) -> usize {

@@ -228,7 +228,7 @@ impl ShmOp {
     /// `MAYSLEEP` need nothing: one load per member (a word that stays in this
     /// member's cache), instead of the two checks. A member sets `SLEEPY` only under
     /// a wait policy that may sleep, after its `MAYSLEEP`
-    /// ([`ShmLocal::note_policy`](crate::layer::ShmLocal::note_policy)), so an
+    /// ([`ShmPath::note_policy`](crate::shmpath::ShmPath::note_policy)), so an
     /// acknowledged member that reads no acknowledgement after its fence has its
     /// `MAYSLEEP` seen here as surely as its `SLEEPY`.
     #[inline]
@@ -296,7 +296,7 @@ impl ShmOp {
     }
 
     /// Makes this collective, whatever its state, collective `seq` of its team, not
-    /// yet started: a replayed call's operation ([`crate::shmdrive::Replay`]), reset
+    /// yet started: a replayed call's operation ([`crate::shmpath::Replay`]), reset
     /// in place; its fixed fields, belief and tag digest stay.
     #[inline]
     pub(crate) fn restart(&mut self, seq: u32) {

@@ -12,7 +12,7 @@
 //! caller's buffers: no table entry, no event, no copy in or out, no allocation. The
 //! caller's function steps it (through [`layer::with`]) and, between steps,
 //! waits through the endpoint ([`layer::wait_until`]) for the one flag the
-//! step stopped at; the layer's progress hook sees the wait (in [`Coll::direct`]) so
+//! step stopped at; the layer's progress hook sees the wait (in [`ShmPath::waiting`](crate::shmpath::ShmPath::waiting)) so
 //! that it can keep the endpoint awake, announce a sleep, and run the stall checks.
 //!
 //! **Replay.** A blocking call over borrowed slices (or an in-place broadcast) whose
@@ -29,7 +29,7 @@
 //! members.
 //!
 //! **Sleeping.** A member whose wait for a flag lasts longer than the spin part of
-//! its wait policy ([`sleep_after`]) announces that it may sleep (its `SLEEPY` word)
+//! its wait policy ([`sleep_after`](crate::shmpath::sleep_after)) announces that it may sleep (its `SLEEPY` word)
 //! and reports [`Progress::Busy`](gex_core::layer::Progress::Busy) to the endpoint,
 //! which may then block in the conduit; before that it reports
 //! [`Progress::Spinning`](gex_core::layer::Progress::Spinning) (the endpoint spins or
@@ -191,17 +191,16 @@ impl Coll {
             Body::Shm(op) => {
                 if first {
                     op.op().set_belief(t, st.belief);
-                    let rec = &mut shm.described[t.ch];
-                    rootcheck::announce(t, rec, st.seq, st.belief, || desc);
+                    shm.announce(t, st.seq, st.belief, || desc);
                 }
-                let done = op.step(t, &mut shm.expected);
+                let done = op.step(t, shm.expected_mut());
                 let stored = op.op().stored();
                 if done {
                     rootcheck::finished(t, st.seq);
                     st.result = Some(Ok(op.take_output()));
                 }
                 op.op()
-                    .wake_members(t, &mut shm.fencing, &mut |a| cx.wake(a));
+                    .wake_members(t, shm.fencing_mut(), &mut |a| cx.wake(a));
                 (done, stored)
             }
             Body::Bar(b) => {
@@ -215,13 +214,11 @@ impl Coll {
             }
             Body::Ring(r) => {
                 if first {
-                    let rec = &mut shm.described[t.ch];
-                    rootcheck::announce(t, rec, st.seq, st.belief, || desc);
+                    shm.announce(t, st.seq, st.belief, || desc);
                 }
                 let view = t.view();
-                let local = &mut shm.ring[t.ch];
-                let done =
-                    r.op.step(&view, local, &mut shm.fencing, &r.input, &mut r.out);
+                let (local, fencing) = shm.ring_parts(t.ch);
+                let done = r.op.step(&view, local, fencing, &r.input, &mut r.out);
                 if done {
                     st.result = Some(Ok(std::mem::take(&mut r.out)));
                 }
@@ -307,7 +304,7 @@ impl Coll {
         }
         self.check_team(cx, team)?;
         // A wait left by a call that unwound (a panicking handler) is stale.
-        self.shm.wait = None;
+        self.shm.set_wait(None);
         let (p, me, n) = (team.size(), team.rank(), r.elem * r.count);
         if r.root >= p {
             return Err(CollError::BadRank {
@@ -342,7 +339,7 @@ impl Coll {
             DirectBody::Ring {
                 b: ring::Bcast::new(seq, base, r.root, n),
                 own: sh.areas[me as usize],
-                fencing: self.shm.fencing.on,
+                fencing: self.shm.fencing_on(),
             }
         } else {
             let mut op = ShmOp::new(
@@ -375,7 +372,7 @@ impl Coll {
         };
         if !matches!(body, DirectBody::Bar(_)) {
             // Its first step follows at once (the caller's `drive`).
-            rootcheck::announce(sh, &mut self.shm.described[sh.ch], seq, belief, || desc);
+            self.shm.announce(sh, seq, belief, || desc);
         }
         self.tuning.counters.direct_calls += 1;
         Ok(Begin::Began(slot.insert(DirectOp {
@@ -410,7 +407,7 @@ impl Coll {
         stall: Stall,
         (team, rank, seq, belief): (u64, u32, u32, u32),
     ) {
-        self.shm.wait = Some(DirectWait {
+        self.shm.set_wait(Some(DirectWait {
             wait,
             stall,
             check: false,
@@ -419,19 +416,18 @@ impl Coll {
             seq,
             belief,
             failed: false,
-        });
+        }));
         cx.set_busy();
     }
 
     /// Lends `team` to the wait of the direct call that is about to wait in the
-    /// endpoint's wait loop ([`ShmPath::watch`]), and asks for the progress hook.
+    /// endpoint's wait loop ([`ShmPath::watch`](crate::shmpath::ShmPath::watch)), and asks for the progress hook.
     /// Only before that loop: not on a call that completes without it (the step that
     /// ends the call drops it: no entry into the layer for that).
     #[cold]
     pub(crate) fn watch_direct<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, team: &Team) {
-        if self.shm.watch.as_ref().is_none_or(|t| t.id() != team.id()) {
-            self.shm.watch = self.resolve(team).ok();
-        }
+        let Coll { shm, teams, .. } = self;
+        shm.watch(team.id(), || teams.resolve(team).ok());
         cx.set_busy();
     }
 
@@ -448,7 +444,7 @@ impl Coll {
         let CollError::Mismatch { seq, found, .. } = e else {
             return;
         };
-        self.shm.wait = None;
+        self.shm.set_wait(None);
         let Ok(team) = self.resolve(team) else {
             return;
         };
@@ -507,56 +503,6 @@ impl Coll {
         let Coll { shm, teams, .. } = self;
         let x = teams.borrowed_ext(team)?;
         Some(step_parts(shm, x, team.id(), d, io, (policy, wake)))
-    }
-
-    /// True once the direct call can step again (the condition its caller waits for).
-    pub(crate) fn direct_ready(&self) -> bool {
-        self.shm
-            .wait
-            .as_ref()
-            .is_none_or(|d| d.check || d.failed || d.wait.ready())
-    }
-
-    /// The progress hook's part for a direct call's wait: counts it stalled and says
-    /// when the stall checks are due (the caller's next step runs them). True if the
-    /// call can step now.
-    pub(crate) fn direct_progress(&mut self) -> bool {
-        let rare = self.shm.policy == WaitPolicy::Block || self.shm.sleepy;
-        let Some(d) = self.shm.wait.as_mut() else {
-            return false;
-        };
-        if d.wait.ready() {
-            // Its caller steps (or finished on its own: `DirectOp::finish`).
-            self.shm.wait = None;
-            return true;
-        }
-        if d.check || d.failed {
-            return true;
-        }
-        if !d.stall.fruitless(rare) {
-            return false;
-        }
-        let Some(team) = self.shm.watch.as_ref().filter(|t| t.id() == d.team) else {
-            // The caller has not lent its team: its next step runs the checks.
-            d.check = true;
-            return true;
-        };
-        // In the endpoint's wait loop: the checks run here, and the wait goes on
-        // unless they find the call can never complete.
-        let Some(t) = ext(team).shm.as_ref() else {
-            return false;
-        };
-        let desc = rootcheck::own_desc(t, d.belief);
-        let call = (d.seq, d.belief, desc.as_ref());
-        match rootcheck::shm_stalled_as(t, d.team, call, &d.wait) {
-            Some(e) => {
-                rootcheck::poison(t, &e);
-                d.failed = true;
-                self.shm.direct_error = Some(e);
-                true
-            }
-            None => false,
-        }
     }
 
     /// No wait on shared-memory flags is stalled any more: withdraw a sleep

@@ -59,7 +59,7 @@ impl Coll {
         let op = &mut r.op;
         op.restart(seq);
         // A wait left by a call that unwound (a panicking handler) is stale.
-        shm.wait = None;
+        shm.set_wait(None);
         counters.direct_calls += 1;
         counters.replayed_calls += 1;
         op.keep_own(io.input, io.out);
@@ -76,7 +76,7 @@ impl Coll {
             size: team.size(),
             rank: team.rank(),
         });
-        shm.wait = d.pending_wait(Stall::default());
+        shm.set_wait(d.pending_wait(Stall::default()));
         Replayed::Pending
     }
 
@@ -121,7 +121,7 @@ impl Coll {
             return Replayed::Declined;
         };
         // A wait left by a call that unwound (a panicking handler) is stale.
-        shm.wait = None;
+        shm.set_wait(None);
         counters.direct_calls += 1;
         counters.replayed_calls += 1;
         let seq = x.next_seq();
@@ -144,7 +144,7 @@ impl Coll {
         if done {
             Replayed::Done
         } else {
-            shm.wait = d.pending_wait(Stall::default());
+            shm.set_wait(d.pending_wait(Stall::default()));
             Replayed::Pending
         }
     }

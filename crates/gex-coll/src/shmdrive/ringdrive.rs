@@ -105,7 +105,7 @@ impl Coll {
             }
         }
         // A wait left by a call that unwound (a panicking handler) is stale.
-        self.shm.wait = None;
+        self.shm.set_wait(None);
         let seq = x.next_seq();
         let (base, belief) = self.ring_cached(team, key, || {
             Desc::new(OpKind::Broadcast, root, (ty, elem), n, 0, opts.sync)
@@ -116,7 +116,7 @@ impl Coll {
             }
         }
         let cached = &self.fast.ring_key;
-        rootcheck::announce(sh, &mut self.shm.described[sh.ch], seq, belief, || {
+        self.shm.announce(sh, seq, belief, || {
             cached.map(|k| k.desc).unwrap_or_default()
         });
         let mut b = ring::Bcast::new(seq, base, root, n);
@@ -125,13 +125,8 @@ impl Coll {
         } else {
             (&[], buf)
         };
-        let done = b.step(
-            &sh.view(),
-            &mut self.shm.ring[sh.ch],
-            &mut self.shm.fencing,
-            input,
-            out,
-        );
+        let (local, fencing) = self.shm.ring_parts(sh.ch);
+        let done = b.step(&sh.view(), local, fencing, input, out);
         // Already fenced (crate::ring).
         sh.wake_fenced(std::mem::take(&mut b.wake), &mut |a| cx.wake(a));
         self.tuning.counters.direct_calls += 1;
@@ -144,7 +139,7 @@ impl Coll {
         self.await_flag(cx, wait, Stall::default(), (team.id(), me, seq, belief));
         *call = Some(RingCall {
             own: sh.areas[me as usize],
-            fencing: self.shm.fencing.on,
+            fencing: self.shm.fencing_on(),
             b,
             seq,
             belief,
@@ -172,14 +167,9 @@ impl Coll {
         } else {
             (&[], buf)
         };
-        let done = call.b.step(
-            &t.view(),
-            &mut self.shm.ring[t.ch],
-            &mut self.shm.fencing,
-            input,
-            out,
-        );
-        call.fencing = self.shm.fencing.on;
+        let (local, fencing) = self.shm.ring_parts(t.ch);
+        let done = call.b.step(&t.view(), local, fencing, input, out);
+        call.fencing = self.shm.fencing_on();
         t.wake_fenced(std::mem::take(&mut call.b.wake), &mut |a| cx.wake(a));
         if done {
             self.calm();
