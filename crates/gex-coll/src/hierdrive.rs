@@ -11,11 +11,12 @@
 //! parent's descriptor disagree on every stage, are caught there, and name the
 //! parent's field and values (the ranks translated to the parent team's).
 
-use crate::engine::{Body, Input, OpState, Start};
+use crate::engine::{Input, Start};
 use crate::error::CollError;
 use crate::layer::Coll;
 use crate::mix::mix_all;
 use crate::op::Opts;
+use crate::optable::{Body, OpState};
 use crate::rootcheck::mismatch;
 use crate::teams::ext;
 use gex_core::layer::Cx;
@@ -26,7 +27,7 @@ impl Coll {
     /// flight and starts the next; true if it did something.
     pub(crate) fn advance_hier<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, id: u64) -> bool {
         let st = &self.ops[&id];
-        if !st.started && self.earlier_unfinished(st, OpState::is_hier) {
+        if !st.started && self.ops.earlier_unfinished(st, OpState::is_hier) {
             return false;
         }
         let mut progressed = false;
@@ -150,8 +151,8 @@ impl Coll {
         let desc = st.desc.stage(ctx);
         // Stages are never timed online: a trial is a collective of the sub-team
         // that would run inside this stage.
-        let in_trial = std::mem::replace(&mut self.in_trial, true);
-        self.in_stage = true;
+        let in_trial = self.tuning.set_trial(true);
+        self.tuning.set_stage(true);
         let sub_team = self.resolve(&call.team).ok();
         let started = sub_team
             .ok_or(CollError::NotMember {
@@ -175,8 +176,8 @@ impl Coll {
                     None,
                 )
             });
-        self.in_trial = in_trial;
-        self.in_stage = false;
+        self.tuning.set_trial(in_trial);
+        self.tuning.set_stage(false);
         let st = self.ops.get_mut(&id).expect("present");
         let Body::Hier(h) = &mut st.body else {
             return None;

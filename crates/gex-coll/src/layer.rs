@@ -4,24 +4,20 @@
 //! into the layer's mailbox), and the progress hook that advances every collective in
 //! flight.
 
-use crate::barrier::Notified;
-use crate::engine::OpState;
 use crate::error::CollError;
-use crate::msg::{H_ABORT, H_PROBE, HANDLERS, Mailbox, Outbox, Probe, abort_args};
-use crate::ring;
+use crate::msg::{H_ABORT, H_PROBE, HANDLERS, Probe, Wire, abort_args};
+use crate::optable::{Body, OpState, OpTable, waited_peers};
 use crate::rma::Rma;
-use crate::rootcheck::{self, Agreement, Described, mismatch};
-use crate::shm::{self, Area, Expected, ShmTeam};
-use crate::shmdrive::DirectWait;
-use crate::teams::{SegAlloc, ext};
-use crate::tune::Tuner;
+use crate::rootcheck::{self, Agreement, mismatch};
+use crate::shm::{self, Area};
+use crate::shmpath::{FastPath, ShmPath};
+use crate::teams::{Found, Teams, ext};
+use crate::tuning::Tuning;
 use gex_core::config::EnvVar;
 use gex_core::layer::{Attach, Cx, Layer, Progress};
 use gex_core::spi::Conduit;
-use gex_core::{Am, Capabilities, EpAddr, HandlerId, InitError, Team, Token, WaitPolicy};
-use gex_sync::atomic::{AtomicU32, Ordering, fence};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use gex_core::{Am, Capabilities, Endpoint, EpAddr, InitError, Team, Token};
+use gex_sync::atomic::{Ordering, fence};
 
 /// The collectives layer of gex: teams, the barrier and every collective, as a layer
 /// of an endpoint ([`gex_core::layer`]). Add it to the client after gex-rma's layer;
@@ -49,46 +45,25 @@ use std::sync::Arc;
 /// outside this crate may swap or replace it (it is reached as `Pin<&mut Coll>`; see
 /// "Pinned states" in [`gex_core::layer`]).
 pub struct Coll {
-    pub(crate) hids: [HandlerId; HANDLERS as usize],
-    pub(crate) me: EpAddr,
-    pub(crate) mb: Mailbox,
-    pub(crate) outbox: Outbox,
-    /// Collectives in flight, by start order.
-    pub(crate) ops: BTreeMap<u64, OpState>,
-    pub(crate) next_op: u64,
-    pub(crate) tuner: Tuner,
-    /// The primordial team with the layer's extension.
-    pub(crate) world: Team,
-    /// A stand-in for `world` while [`with_resolved`](Self::with_resolved) lends it.
-    pub(crate) hole: Option<Team>,
-    pub(crate) alloc: SegAlloc,
-    pub(crate) seg_len: usize,
-    pub(crate) shm: ShmLocal,
-    /// An online trial is running (its calls are not tuned online themselves).
-    pub(crate) in_trial: bool,
-    /// A hierarchical stage is starting its sub-collective: an override that cannot
-    /// run it gives way to the tuner.
-    pub(crate) in_stage: bool,
-    pub(crate) counters: Counters,
-    /// The wait of a blocking call on the direct path.
-    pub(crate) direct: Option<DirectWait>,
+    /// The team registry: this endpoint's address, the world team, the teams that
+    /// failed, split-phase barriers notified, the scratch allocator.
+    pub(crate) teams: Teams,
+    /// Collectives in flight.
+    pub(crate) ops: OpTable,
+    /// Handler ids, the mailbox and the control messages waiting to be sent.
+    pub(crate) wire: Wire,
     /// Agreement: what this member knows of its collectives' outcomes and whom it
     /// must tell ([`crate::rootcheck`]).
     pub(crate) agree: Agreement,
-    /// Teams whose members disagreed on a collective, by id, with the error: every
-    /// later collective of them fails with it ([`crate::rootcheck`]).
-    pub(crate) failed: HashMap<u64, CollError>,
-    /// Split-phase barriers notified and not yet waited for, by team id.
-    pub(crate) notified: HashMap<u64, Notified>,
-    pub(crate) policy: WaitPolicy,
-    /// `GEX_COLL_SLEEP_YIELDS` ([`crate::shmdrive::sleep_after`]).
-    pub(crate) sleep_yields: u32,
-    /// The direct path's fast-path caches (the last decisions, replayed by calls of
-    /// the same shape).
-    pub(crate) fast: crate::shmdrive::FastPath,
-    /// This layer instance, the maker of the team extensions it uses
-    /// ([`crate::teams::Owner`]).
-    pub(crate) owner: crate::teams::Owner,
+    /// The shared-memory direct path: this endpoint's area and channels, the sleep
+    /// protocol, a blocking call's wait.
+    pub(crate) shm: ShmPath,
+    /// The direct path's caches: the last decisions of blocking calls, replayed by
+    /// calls of the same shape (apart from `shm`, which a replayed call steps while
+    /// it reads them).
+    pub(crate) fast: FastPath,
+    /// The tuner, trial and stage flags, counters.
+    pub(crate) tuning: Tuning,
     /// Pinned (see the type's documentation).
     _pin: std::marker::PhantomPinned,
 }
@@ -128,134 +103,36 @@ pub(crate) fn lent<C: Conduit, R>(
     gex_core::layer::state::<Coll, C, R>(ep, |p| f(Coll::unpin(p)))
 }
 
-/// This endpoint's shared-memory state.
-#[derive(Debug)]
-pub(crate) struct ShmLocal {
-    /// This endpoint's area (`None`: no shared-memory collectives).
-    pub(crate) own: Option<Area>,
-    /// Channels in use (bit 0: the world team).
-    pub(crate) used: Arc<AtomicU32>,
-    /// Acknowledgements expected per channel and slot of this endpoint's area.
-    pub(crate) expected: Expected,
-    /// Generation of this layer on its endpoint (0: no shared-memory collectives).
-    pub(crate) generation: u64,
-    /// This member announced it may sleep ([`crate::shmdrive`]).
-    pub(crate) sleepy: bool,
-    /// Fruitless progress calls while waiting for shared-memory flags.
-    pub(crate) fruitless: u32,
-    /// This endpoint's small-broadcast ring, per channel ([`crate::ring`]).
-    pub(crate) ring: [ring::Local<Area>; shm::NCH],
-    /// This member's side of the ring's sleep protocol.
-    pub(crate) fencing: ring::Fencing,
-    /// This member's `MAYSLEEP` word is set (it may sleep).
-    pub(crate) may_sleep: bool,
-    /// The members' areas of the last team this member joined on each channel (whose
-    /// `TEAMSLEEP` words it sets when it may sleep: [`join`](Self::join)).
-    pub(crate) teams: [Vec<Area>; shm::NCH],
-    /// Which descriptors this member's records hold, per channel
-    /// ([`rootcheck::announce`]).
-    pub(crate) described: [Described; shm::NCH],
-    /// The error a direct call's wait failed with
-    /// ([`DirectWait::failed`](crate::shmdrive::DirectWait::failed)).
-    pub(crate) direct_error: Option<CollError>,
-    /// The team of a direct call, lent while it waits in the endpoint's wait loop:
-    /// the progress hook then runs its stall checks itself, and the wait goes on
-    /// unless they find something, so that a wait making no progress reaches
-    /// `GEX_STALL_REPORT` ([`Coll::watch_direct`]). The call's step that ends it
-    /// (done or failed) drops it.
-    pub(crate) watch: Option<Team>,
-}
-
-impl ShmLocal {
-    /// The state of an endpoint whose area is `own` (`None`: no shared-memory
-    /// collectives), layer generation `generation`: only the world channel in use,
-    /// the acknowledgements its slots hold already expected, nothing announced.
-    pub(crate) fn new(own: Option<Area>, generation: u64) -> ShmLocal {
-        ShmLocal {
-            own,
-            used: Arc::new(AtomicU32::new(1)),
-            expected: Expected::from_area(own),
-            generation,
-            sleepy: false,
-            fruitless: 0,
-            ring: Default::default(),
-            fencing: ring::Fencing::default(),
-            may_sleep: false,
-            teams: Default::default(),
-            described: Default::default(),
-            direct_error: None,
-            watch: None,
-        }
-    }
-
-    /// Announces at once that this member may sleep when `policy` sleeps at every
-    /// wait (`Block`); under spin-then-block the announcement waits for the member's
-    /// first sleep ([`may_sleep_now`](Self::may_sleep_now)), so that members that
-    /// never sleep (a spin part never exhausted) never make their writers fence.
-    #[inline]
-    pub(crate) fn note_policy(&mut self, policy: WaitPolicy) {
-        if policy == WaitPolicy::Block {
-            self.may_sleep_now();
-        }
-    }
-
-    /// Announces, once, that this member may sleep ([`crate::ring`], *Sleeping
-    /// without a fence per broadcast*: members storing flags it waits for start
-    /// fencing when they see it). Before the member's first `SLEEPY` store: a member
-    /// that sees `SLEEPY` set sees `MAYSLEEP` too (`ShmOp::wake_members` relies on
-    /// it).
-    #[inline]
-    pub(crate) fn may_sleep_now(&mut self) {
-        if !self.may_sleep {
-            if let Some(own) = self.own {
-                // Every team's members first (`ShmTeam::may_sleep_any` reads their
-                // words before the members' `MAYSLEEP`).
-                for (c, areas) in self.teams.iter().enumerate() {
-                    for a in areas {
-                        a.set_team_may_sleep(c);
-                    }
-                }
-                own.set_may_sleep();
-                self.may_sleep = true;
-            }
-        }
-    }
-
-    /// This member joins `t` (made here, before any of its collectives): a member
-    /// that may sleep already sets the channel's `TEAMSLEEP` word in every member's
-    /// area; one that announces later sets them then
-    /// ([`may_sleep_now`](Self::may_sleep_now)). The channel's previous team is
-    /// forgotten: words it set stay set (they are never cleared, since a member
-    /// of the new team may have set them), which costs its owners only the look at
-    /// the members' words.
-    pub(crate) fn join(&mut self, t: &ShmTeam) {
-        if self.may_sleep {
-            for a in &t.areas {
-                a.set_team_may_sleep(t.ch);
-            }
-        }
-        self.teams[t.ch] = t.areas.clone();
+/// Runs `f` with the collectives layer of `ep`.
+///
+/// # Errors
+/// [`CollError::Layer`] if the endpoint does not carry it.
+#[inline]
+pub(crate) fn coll<C: Conduit, R>(
+    ep: &mut Endpoint<C>,
+    f: impl FnOnce(&mut Coll, &mut Cx<'_, C>) -> R,
+) -> Result<R, CollError> {
+    // (The error is made only when returned: one built eagerly for `ok_or` was
+    // dropped on every call.)
+    match gex_core::layer::with::<Coll, C, R>(ep, |p, cx| f(Coll::unpin(p), cx)) {
+        Some(r) => Ok(r),
+        None => Err(CollError::Layer(
+            "the endpoint does not carry the collectives layer",
+        )),
     }
 }
 
-/// Counters of the layer ([`CollStats`](crate::CollStats)).
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Counters {
-    pub(crate) online_trials: u64,
-    pub(crate) direct_calls: u64,
-    pub(crate) replayed_calls: u64,
-    pub(crate) by_reference_calls: u64,
-    pub(crate) cma_calls: u64,
-    pub(crate) ring_calls: u64,
-    pub(crate) sleep_polls: u64,
+/// `team` resolved for `ep` (see [`Coll::resolve`]).
+pub(crate) fn resolve<C: Conduit>(ep: &mut Endpoint<C>, team: &Team) -> Result<Team, CollError> {
+    coll(ep, |c, _| c.resolve(team))?
 }
 
 impl std::fmt::Debug for Coll {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Coll")
-            .field("addr", &self.me)
+            .field("addr", &self.teams.me())
             .field("in_flight", &self.ops.len())
-            .field("tuner", &self.tuner)
+            .field("tuner", self.tuning.tuner())
             .finish_non_exhaustive()
     }
 }
@@ -287,61 +164,53 @@ impl Layer for Coll {
             own.set_cma(shm::cma_capable());
             generation = own.next_generation();
         }
-        let mut shm = ShmLocal::new(own, generation);
+        let mut shm = ShmPath::new(own, generation).with_sleep_yields(sleep_yields);
         shm.note_policy(cx.wait_policy());
         let owner = crate::teams::Owner::new();
-        let world = crate::teams::world_team(cx, &mut shm, &owner);
-        let mut c = Coll {
-            hids,
-            me,
-            mb: Mailbox::default(),
-            outbox: Outbox::new(),
-            ops: BTreeMap::new(),
-            next_op: 1,
-            tuner,
-            world,
-            hole: Some(crate::teams::placeholder(me)),
-            alloc: SegAlloc::default(),
-            seg_len: cx.segment().len(),
-            shm,
-            in_trial: false,
-            in_stage: false,
-            counters: Counters::default(),
-            direct: None,
+        let shared = (generation, shm.used());
+        let world = crate::teams::world_team(cx, shared, &owner);
+        crate::teams::setup_world_hier(&world, cx, shared, &owner);
+        let x = ext(&world);
+        let host = x.hier.get().map(|h| &h.host);
+        for t in [x.shm.as_ref(), host.and_then(|h| ext(h).shm.as_ref())]
+            .into_iter()
+            .flatten()
+        {
+            shm.join(t);
+        }
+        Ok(Coll {
+            teams: Teams::new(me, world, owner, cx.segment().len()),
+            ops: OpTable::new(),
+            wire: Wire::new(hids),
             agree: Agreement::default(),
-            failed: HashMap::new(),
-            notified: HashMap::new(),
-            policy: cx.wait_policy(),
-            sleep_yields,
-            fast: crate::shmdrive::FastPath::default(),
-            owner,
+            shm,
+            fast: FastPath::default(),
+            tuning: Tuning::new(tuner),
             _pin: std::marker::PhantomPinned,
-        };
-        crate::teams::setup_world_hier(&mut c, cx);
-        Ok(c)
+        })
     }
 
     #[inline]
     fn handle(self: std::pin::Pin<&mut Self>, h: u8, _t: &mut Token<'_>, am: Am<'_>) {
         let this = Coll::unpin(self);
-        this.mb.deliver(h, &am);
+        this.wire.mb.deliver(h, &am);
     }
 
     fn describe(&self) -> String {
         let mut lines: Vec<String> = self.ops.values().map(OpState::describe).collect();
-        if let Some(d) = &self.direct {
+        if let Some(d) = self.shm.waiting() {
             lines.push(format!(
                 "a blocking call (team {:#x} seq {}) waits for {}",
                 d.team, d.seq, d.wait
             ));
         }
-        if !self.outbox.is_empty() {
+        if !self.wire.outbox.is_empty() {
             lines.push(format!(
                 "{} control messages wait for send resources",
-                self.outbox.len()
+                self.wire.outbox.len()
             ));
         }
-        let m = &self.mb;
+        let m = &self.wire.mb;
         let held = m.eager.len() + m.long.len() + m.ready.len() + m.rdv.len();
         if held > 0 {
             lines.push(format!("{held} received messages not taken yet"));
@@ -351,19 +220,18 @@ impl Layer for Coll {
 
     fn progress<C: Conduit>(self: std::pin::Pin<&mut Self>, cx: &mut Cx<'_, C>) -> Progress {
         let this = Coll::unpin(self);
-        this.policy = cx.wait_policy();
-        this.shm.note_policy(this.policy);
+        this.shm.note_policy(cx.wait_policy());
         this.flush_outbox(cx);
-        if this.mb.alarm || !this.mb.probes.is_empty() {
+        if this.wire.mb.alarm || !this.wire.mb.probes.is_empty() {
             this.answer(cx);
         }
         let (mut progressed, shm_active) = this.advance_all(cx);
         if !this.agree.pending_aborts.is_empty() || !this.agree.pending_replies.is_empty() {
             this.send_aborts(cx);
         }
-        progressed |= this.direct_progress();
-        let busy = !this.ops.is_empty() || !this.outbox.is_empty();
-        if !shm_active && this.direct.is_none() {
+        progressed |= this.shm.direct_progress();
+        let busy = !this.ops.is_empty() || !this.wire.outbox.is_empty();
+        if !shm_active && this.shm.waiting().is_none() {
             this.calm();
             return if busy { Progress::Busy } else { Progress::Idle };
         }
@@ -371,7 +239,7 @@ impl Layer for Coll {
             this.calm();
             return Progress::Spinning;
         }
-        if !this.sleep_gate() {
+        if !this.shm.sleep_gate() {
             return Progress::Spinning;
         }
         // Announced: look once more at every flag waited for (crate::shm, *Sleeping*).
@@ -386,7 +254,7 @@ impl Layer for Coll {
         if again || this.direct_ready_now() {
             return Progress::Spinning;
         }
-        this.counters.sleep_polls += 1;
+        this.tuning.counters.sleep_polls += 1;
         Progress::Busy
     }
 }
@@ -398,12 +266,6 @@ fn shared_memory<C: Conduit>(cx: &Cx<'_, C>) -> bool {
 }
 
 impl Coll {
-    /// The id of handler `h` of the layer's block.
-    #[inline]
-    pub(crate) fn hid(&self, h: u8) -> HandlerId {
-        self.hids[h as usize]
-    }
-
     /// `team` with the layer's extension: itself, or this layer's world team for the
     /// endpoint's primordial team.
     ///
@@ -411,20 +273,7 @@ impl Coll {
     /// [`CollError::NotMember`] if this endpoint is not `team.me()` (or the team was
     /// not made by this layer).
     pub(crate) fn resolve(&self, team: &Team) -> Result<Team, CollError> {
-        let not_member = || CollError::NotMember { team: team.id() };
-        if team.me() != self.me {
-            return Err(not_member());
-        }
-        if self.owner.ext_of(team).is_some() {
-            return Ok(team.clone());
-        }
-        // `me` matched: the primordial team of this endpoint's index (a team with
-        // another layer instance's extension is no team of this endpoint's, but for
-        // this rule, which ignores its members as for a team without one).
-        if team.id() == 0 && team.size() == self.world.size() {
-            return Ok(self.world.clone());
-        }
-        Err(not_member())
+        self.teams.resolve(team)
     }
 
     /// Runs `f` with `team` resolved by reference (no reference count touched: the
@@ -439,23 +288,16 @@ impl Coll {
         team: &Team,
         f: impl FnOnce(&mut Coll, &Team) -> Result<R, CollError>,
     ) -> Result<R, CollError> {
-        if team.me() != self.me {
-            return Err(CollError::NotMember { team: team.id() });
-        }
-        if self.owner.ext_of(team).is_some() {
+        if let Found::Own = self.teams.lookup(team)? {
             return f(self, team);
-        }
-        if team.id() != 0 || team.size() != self.world.size() {
-            return Err(CollError::NotMember { team: team.id() });
         }
         // (The error is made only when returned: one built eagerly for `ok_or` was
         // dropped on every call.)
-        let Some(hole) = self.hole.take() else {
+        let Some(world) = self.teams.lend_world() else {
             return Err(CollError::Layer("the world team is lent already"));
         };
-        let world = std::mem::replace(&mut self.world, hole);
         let r = f(self, &world);
-        self.hole = Some(std::mem::replace(&mut self.world, world));
+        self.teams.give_back(world);
         r
     }
 
@@ -464,9 +306,9 @@ impl Coll {
     pub(crate) fn advance_all<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) -> (bool, bool) {
         let mut progressed = false;
         let mut shm_active = false;
-        let mut next = self.ops.keys().next().copied();
+        let mut next = self.ops.next_after(None);
         while let Some(id) = next {
-            next = self.ops.range(id + 1..).next().map(|(&k, _)| k);
+            next = self.ops.next_after(Some(id));
             progressed |= self.advance(cx, id);
             self.settle(id);
             if self.reap(id) {
@@ -482,32 +324,11 @@ impl Coll {
         (progressed, shm_active)
     }
 
-    /// Before a sleep: counts a fruitless call and, once the wait policy's spin part
-    /// is over, announces that this member may sleep; true if it did.
-    fn sleep_gate(&mut self) -> bool {
-        let Some(after) = crate::shmdrive::sleep_after(self.policy, self.sleep_yields) else {
-            return false;
-        };
-        self.shm.fruitless = self.shm.fruitless.saturating_add(1);
-        if self.shm.fruitless < after {
-            return false;
-        }
-        let Some(own) = self.shm.own else {
-            return false;
-        };
-        if !self.shm.sleepy {
-            self.shm.may_sleep_now();
-            own.sleepy().store(1, Ordering::Relaxed);
-            self.shm.sleepy = true;
-        }
-        true
-    }
-
     /// True unless this member waits for a publication (a slot's, a small
     /// broadcast's) whose writer does not wake sleepers yet
     /// ([`shm::WaitOn::sleep_safe`]).
     fn waits_sleep_safe(&self) -> bool {
-        self.direct.as_ref().is_none_or(|d| d.wait.sleep_safe())
+        self.shm.waiting().is_none_or(|d| d.wait.sleep_safe())
             && self.ops.values().all(|st| {
                 st.ring_wait().is_none_or(|w| w.sleep_safe())
                     && st.slot_wait().is_none_or(|w| w.sleep_safe())
@@ -516,22 +337,22 @@ impl Coll {
 
     /// A direct call waits and can step now.
     fn direct_ready_now(&self) -> bool {
-        self.direct
-            .as_ref()
+        self.shm
+            .waiting()
             .is_some_and(|d| d.check || d.wait.ready())
     }
 
     /// Answers probes and takes aborts (see [`crate::rootcheck`]).
     fn answer<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) {
-        for (team, seq, found) in std::mem::take(&mut self.mb.aborts) {
+        for (team, seq, found) in std::mem::take(&mut self.wire.mb.aborts) {
             self.agree.aborted.insert((team, seq));
             let e = mismatch(team, seq, found);
-            match self.find_op(team, seq) {
+            match self.ops.find(team, seq) {
                 Some(id) => self.fail_op(id, e, false),
                 None => self.fail_team(team, &e),
             }
         }
-        for p in std::mem::take(&mut self.mb.probes) {
+        for p in std::mem::take(&mut self.wire.mb.probes) {
             self.answer_probe(cx, p);
         }
     }
@@ -544,7 +365,7 @@ impl Coll {
     #[cold]
     fn answer_probe<C: Conduit>(&mut self, cx: &mut Cx<'_, C>, p: Probe) {
         let theirs = p.desc.belief();
-        if let Some(id) = self.find_op(p.team, p.seq) {
+        if let Some(id) = self.ops.find(p.team, p.seq) {
             let st = &self.ops[&id];
             if st.belief != theirs {
                 let found = st.desc.disagreement(st.team.rank(), &p.desc, p.rank);
@@ -560,11 +381,11 @@ impl Coll {
             }
             return;
         }
-        if let Some(d) = self.direct {
+        if let Some(&d) = self.shm.waiting() {
             // A blocking call on the direct path.
             if (d.team, d.seq) == (p.team, p.seq) {
                 if d.belief != theirs && !d.failed {
-                    let ours = self.shm.watch.as_ref().and_then(|t| {
+                    let ours = self.shm.watched().and_then(|t| {
                         let t = ext(t).shm.as_ref()?;
                         rootcheck::own_desc(t, d.belief)
                     });
@@ -592,8 +413,8 @@ impl Coll {
             }
             Some(_) => {}
             None => match self
-                .failed
-                .get(&p.team)
+                .teams
+                .failed(p.team)
                 .filter(|e| rootcheck::covers(e, p.seq))
             {
                 Some(e) => {
@@ -605,23 +426,13 @@ impl Coll {
         }
     }
 
-    /// The collective (team, seq) in flight here.
-    pub(crate) fn find_op(&self, team: u64, seq: u32) -> Option<u64> {
-        self.ops
-            .iter()
-            .find(|(_, o)| o.team.id() == team && o.seq == seq)
-            .map(|(&id, _)| id)
-    }
-
     /// Records that team `id` failed with `e` (the first error stays): every later
     /// collective of it fails with it, as do those in flight here (at their next
     /// advance) and a blocking call waiting on the direct path.
     pub(crate) fn fail_team(&mut self, id: u64, e: &CollError) {
-        self.mb.alarm = true;
+        self.wire.mb.alarm = true;
         // The earliest failed collective stays (later ones follow from it).
-        let earlier = |k: &CollError| rootcheck::earlier(e, k);
-        if self.failed.get(&id).is_none_or(earlier) {
-            self.failed.insert(id, e.clone());
+        if self.teams.record_failure(id, e, rootcheck::earlier) {
             // Members that asked about a collective of it not started here.
             let early = std::mem::take(&mut self.agree.history.early);
             let (theirs, rest): (Vec<Probe>, Vec<Probe>) = early
@@ -633,11 +444,11 @@ impl Coll {
             }
         }
         if self
-            .direct
-            .as_ref()
+            .shm
+            .waiting()
             .is_some_and(|d| d.team == id && rootcheck::covers(e, d.seq))
         {
-            crate::shmdrive::fail_direct(&mut self.direct, &mut self.shm, e);
+            self.shm.fail_direct(e);
         }
     }
 
@@ -645,7 +456,7 @@ impl Coll {
     /// decline: the general path takes them, [`check_team`](Self::check_team)).
     #[inline(always)]
     pub(crate) fn team_failed(&self, id: u64) -> bool {
-        self.mb.alarm && (!self.mb.aborts.is_empty() || self.failed.contains_key(&id))
+        self.wire.mb.alarm && (!self.wire.mb.aborts.is_empty() || self.teams.failed(id).is_some())
     }
 
     /// The error of team `id` if members disagreed on one of its collectives
@@ -673,7 +484,7 @@ impl Coll {
         // The collective about to start: covered if it is the failed one or later
         // (a member still creating the team may learn that a later one failed).
         let next = ext(team).peek_seq();
-        match self.failed.get(&team.id()) {
+        match self.teams.failed(team.id()) {
             Some(e) if rootcheck::covers(e, next) => Err(e.clone()),
             _ => Ok(()),
         }
@@ -698,7 +509,7 @@ impl Coll {
                     rootcheck::poison(t, &e);
                 }
             }
-            if let crate::engine::Body::Hier(h) = &mut st.body {
+            if let Body::Hier(h) = &mut st.body {
                 if let Some(sub) = h.sub.take() {
                     self.fail_op(sub, e.clone(), false);
                     if let Some(o) = self.ops.get_mut(&sub) {
@@ -709,7 +520,7 @@ impl Coll {
         }
         self.agree.history.failed(team, seq, &e);
         self.agree.aborted.insert((team, seq));
-        self.mb.forget(team, seq);
+        self.wire.mb.forget(team, seq);
         self.fail_team(team, &e);
         if tell {
             let st = &self.ops[&id];
@@ -731,7 +542,7 @@ impl Coll {
             self.abort_to(cx, m, &e);
         }
         for (team, seq, found) in std::mem::take(&mut self.agree.pending_aborts) {
-            let me = self.me;
+            let me = self.teams.me();
             let e = mismatch(team.id(), seq, found);
             for &m in team.members().iter().filter(|&&m| m != me) {
                 self.abort_to(cx, m, &e);
@@ -744,7 +555,7 @@ impl Coll {
         let CollError::Mismatch { team, seq, found } = e else {
             return;
         };
-        let args = abort_args(*team, *seq, self.me.rank, *found);
+        let args = abort_args(*team, *seq, self.teams.me().rank, *found);
         // A failure to tell a member that is gone is not this member's error.
         let _ = self.ctl(cx, dst, H_ABORT, &args);
     }
@@ -778,8 +589,8 @@ impl Coll {
         };
         let (team, seq, desc) = (st.team.clone(), st.seq, st.desc);
         match &mut st.body {
-            crate::engine::Body::Sched(s) => {
-                let peers = crate::engine::waited_peers(s);
+            Body::Sched(s) => {
+                let peers = waited_peers(s);
                 let args = Probe::args(team.id(), seq, team.rank(), &desc);
                 for &q in &peers {
                     let dst = team.members()[q as usize];
@@ -794,7 +605,7 @@ impl Coll {
                     }
                 }
             }
-            crate::engine::Body::Hier(h) => {
+            Body::Hier(h) => {
                 // Ask the members of the stage's sub-team about this collective: one
                 // that passed another descriptor may run another algorithm (the
                 // tuner's choice depends on the block length), never joining the
@@ -807,14 +618,12 @@ impl Coll {
                     return;
                 };
                 let args = Probe::args(team.id(), seq, team.rank(), &desc);
-                let me = self.me;
+                let me = self.teams.me();
                 for &m in sub_team.members().iter().filter(|&&m| m != me) {
                     let _ = self.ctl(cx, m, H_PROBE, &args);
                 }
             }
-            crate::engine::Body::Shm(_)
-            | crate::engine::Body::Ring(_)
-            | crate::engine::Body::Bar(_) => {
+            Body::Shm(_) | Body::Ring(_) | Body::Bar(_) => {
                 let Some(w) = self.shm_wait(id) else {
                     return;
                 };
@@ -831,66 +640,6 @@ impl Coll {
 
     /// Messages the handlers dropped as malformed (0 in a healthy job).
     pub(crate) fn dropped(&self) -> u64 {
-        self.mb.dropped
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ShmLocal;
-    use crate::shm::{AREA_LEN, Area, ShmTeam};
-    use gex_core::EpAddr;
-    use gex_sync::atomic::AtomicU32;
-    use std::ptr::NonNull;
-    use std::sync::Arc;
-
-    /// A zeroed area in process memory, accessed only through atomics once shared, as
-    /// the conduit's. A `Vec` (moving a `Box` would retag it as unique under Miri's
-    /// Stacked Borrows and invalidate `base`), zeroed by the allocator (a loop over a
-    /// megabyte of words takes a minute under Miri).
-    fn area() -> (Vec<u64>, Area) {
-        let mut words = vec![0u64; AREA_LEN / 8];
-        let base = NonNull::new(words.as_mut_ptr().cast::<u8>()).expect("a vec is not null");
-        (words, Area::new(base))
-    }
-
-    /// Member `me`'s view of a team of `areas` on channel `ch`.
-    fn team(ch: usize, areas: &[Area], me: u32) -> ShmTeam {
-        let members = (0..areas.len() as u32).map(|q| EpAddr::new(q, 0)).collect();
-        let used = Arc::new(AtomicU32::new(1 << ch));
-        ShmTeam::new(ch, areas.to_vec(), Vec::new(), 1, used, members, me, 7)
-    }
-
-    /// A writer asks its own `TEAMSLEEP` word first: a member that may sleep sets it
-    /// in every member's area of each team it joined (when it announces, or at the
-    /// join if it announced before), and a member's `MAYSLEEP` without it is not
-    /// looked at.
-    #[test]
-    fn team_sleep_words_follow_announcements_and_joins() {
-        let (_b0, a0) = area();
-        let (_b1, a1) = area();
-        let (_b2, a2) = area();
-        let t = [a0, a1, a2];
-        let writer = team(1, &t, 0);
-        let mut m2 = ShmLocal::new(Some(a2), 1);
-        m2.join(&team(1, &t, 2));
-        assert!(!writer.may_sleep_any(0b110), "nobody announced");
-        m2.may_sleep_now();
-        assert!(writer.may_sleep_any(0b100), "member 2 announced");
-        assert!(!writer.may_sleep_any(0b010), "member 1 did not");
-        assert!(a1.team_may_sleep(1), "every member's word is set");
-        // A team joined after the announcement: set at the join.
-        let later = team(2, &[a1, a2], 0);
-        assert!(!later.may_sleep_any(0b10), "not joined yet");
-        m2.join(&team(2, &[a1, a2], 1));
-        assert!(later.may_sleep_any(0b10), "set at the join");
-        // A team without member 2 on another channel: its words stay clear, and a
-        // member's own `MAYSLEEP` is not looked at without them.
-        let other = team(3, &[a0, a1], 0);
-        a1.set_may_sleep();
-        assert!(
-            !other.may_sleep_any(0b10),
-            "no member of this team announced"
-        );
+        self.wire.mb.dropped
     }
 }

@@ -122,6 +122,8 @@
 pub mod algo;
 mod api;
 pub mod barrier;
+mod belief;
+mod calls;
 mod catalog;
 /// The discrete-event LogGP simulator (feature `internals`).
 #[cfg(feature = "internals")]
@@ -139,8 +141,8 @@ mod loggp;
 pub mod loomkit;
 mod mix;
 mod msg;
-mod online;
 mod op;
+mod optable;
 mod path;
 mod profile;
 mod ring;
@@ -153,9 +155,13 @@ mod rootcheck;
 pub mod sched;
 mod shm;
 mod shmdrive;
+mod shmpath;
 mod single;
+mod spec;
+mod teamops;
 mod teams;
 mod tune;
+mod tuning;
 
 pub use algo::{Algorithm, Builtin, Kind, PlanCtx, Query, ScatterAllgather};
 pub use api::{COLL_TAG, CollExt, CollStats};

@@ -20,13 +20,13 @@
 
 use crate::barrier::{Entry, ShmBar};
 use crate::op::{OpKind, SyncModes};
+use crate::shm::shadow::{Cell, SHADOW, Shadow, touch};
 use crate::shm::{Area, Expected, Io, Publish, ShmOp, ShmTeam, WaitOn, layout};
 use gex_core::EpAddr;
 use gex_sync::atomic::{AtomicU32, AtomicU64};
-use loom::cell::UnsafeCell;
 use std::alloc::Layout;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 // `Area` casts area words to `&AtomicU64`: loom's must be one word too.
 const _: () = assert!(std::mem::size_of::<AtomicU64>() == 8);
@@ -47,45 +47,6 @@ pub const BYREF_MIN: usize = crate::shm::BYREF_MIN;
 /// Bytes of a segment's shadow cells (a read or write of a segment accesses the
 /// cells it overlaps).
 const SEG_GRAIN: usize = 4096;
-
-/// A shadowed byte range and its cell.
-struct Cell {
-    start: usize,
-    end: usize,
-    cell: Arc<Shadow>,
-}
-
-/// A loom cell that stands for plain bytes (it holds nothing itself).
-struct Shadow(UnsafeCell<()>);
-
-// SAFETY: the cell holds no data; its accesses are loom's bookkeeping, which loom
-// checks for races (that is its purpose).
-unsafe impl Send for Shadow {}
-// SAFETY: as above.
-unsafe impl Sync for Shadow {}
-
-/// Every shadowed range of the live [`Shared`]s (disjoint: by address).
-static SHADOW: Mutex<Vec<Cell>> = Mutex::new(Vec::new());
-
-/// Accesses the shadow cells of `len` bytes at `p` (reading, or writing if `write`);
-/// bytes nobody shadows are ignored. Called by the code under test.
-pub(crate) fn touch(p: *const u8, len: usize, write: bool) {
-    let (a, b) = (p as usize, p as usize + len.max(1));
-    let cells: Vec<_> = SHADOW
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .iter()
-        .filter(|c| c.start < b && a < c.end)
-        .map(|c| c.cell.clone())
-        .collect();
-    for c in cells {
-        if write {
-            c.0.with_mut(|_| ());
-        } else {
-            c.0.with(|_| ());
-        }
-    }
-}
 
 /// One zeroed allocation of the models (an area or a segment).
 #[derive(Debug)]
@@ -109,7 +70,7 @@ impl Block {
         Cell {
             start: base + r.start,
             end: base + r.end,
-            cell: Arc::new(Shadow(UnsafeCell::new(()))),
+            cell: Arc::new(Shadow::new()),
         }
     }
 }
@@ -275,7 +236,7 @@ impl Member {
     }
 
     /// Announces, once, that this member may sleep (`Area::set_may_sleep`, as
-    /// `ShmLocal::note_policy` does under a policy that may).
+    /// `ShmPath::note_policy` does under a policy that may).
     pub fn set_may_sleep(&self) {
         for a in &self.team.areas {
             a.set_team_may_sleep(self.team.ch);

@@ -19,8 +19,8 @@
 //! Handlers only record: they never send (the progress hook answers probes). A
 //! receiver compares beliefs when it takes a message, not in the handler.
 
+use crate::belief::Desc;
 use crate::error::{Disagreement, FIELDS};
-use crate::rootcheck::Desc;
 use gex_core::{Am, Category, EpAddr, HandlerId};
 use std::collections::{HashMap, VecDeque};
 
@@ -220,3 +220,31 @@ pub(crate) type Outbox = VecDeque<Ctl>;
 
 /// The category of every control message.
 pub(crate) const CTL: Category = Category::Short;
+
+/// The layer's messaging state (a component of [`Coll`](crate::Coll)): its handler
+/// ids, the mailbox its handlers record into and the control messages waiting for
+/// send resources.
+pub(crate) struct Wire {
+    hids: [HandlerId; HANDLERS as usize],
+    /// What the handlers recorded, until the engine takes it.
+    pub(crate) mb: Mailbox,
+    /// Control messages that met back-pressure, in order.
+    pub(crate) outbox: Outbox,
+}
+
+impl Wire {
+    /// The messaging state of a layer whose handler block is `hids`.
+    pub(crate) fn new(hids: [HandlerId; HANDLERS as usize]) -> Wire {
+        Wire {
+            hids,
+            mb: Mailbox::default(),
+            outbox: Outbox::new(),
+        }
+    }
+
+    /// The id of handler `h` of the layer's block.
+    #[inline]
+    pub(crate) fn hid(&self, h: u8) -> HandlerId {
+        self.hids[h as usize]
+    }
+}

@@ -1,6 +1,7 @@
-//! Teams: the layer's state per team (an extension of gex-core's [`Team`]), and team
-//! management: split, create, destroy, the world team and the sub-teams of teams
-//! that span hosts.
+//! Teams: the layer's state per team (an extension of gex-core's [`Team`]), the
+//! world team and the sub-teams of a world that spans hosts, and the layer's team
+//! registry ([`Teams`], a component of [`Coll`](crate::Coll)). Making and destroying
+//! teams (collectives over a parent) is [`crate::teamops`]'s.
 //!
 //! A team's extension ([`CollTeam`]) holds its sequence counter (every collective of
 //! the team takes the next number; with the team id it keys every message, so any
@@ -18,17 +19,16 @@
 //! job in the same process, or an earlier client whose memory is unmapped) is not a
 //! team of this endpoint's ([`CollError::NotMember`]).
 
-use crate::api::gather_all_vec;
+use crate::barrier::Notified;
 use crate::error::CollError;
 use crate::hier::{Hier, Layout};
-use crate::layer::{Coll, ShmLocal};
 use crate::mix::mix_all;
-use crate::shm::{Area, NCH, ShmTeam};
+use crate::shm::{Area, ShmTeam};
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
-use gex_core::{Capabilities, Endpoint, EpAddr, Team};
+use gex_core::{Capabilities, EpAddr, Team};
 use gex_sync::atomic::{AtomicU32, Ordering};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -46,7 +46,7 @@ pub enum Scratch {
     Alloc(usize),
 }
 
-/// The layer instance (one endpoint's [`Coll`]) that made a team's extension. Every
+/// The layer instance (one endpoint's [`Coll`](crate::Coll)) that made a team's extension. Every
 /// extension holds its maker's allocation, so no later layer gets the same address:
 /// [`made`](Self::made) is one pointer comparison on the hot path of every call.
 #[derive(Clone, Debug)]
@@ -74,8 +74,8 @@ impl Owner {
 
 /// The layer's state of one team (the extension of a [`Team`] it made).
 pub(crate) struct CollTeam {
-    seq: AtomicU32,
-    bar_k: AtomicU32,
+    pub(crate) seq: AtomicU32,
+    pub(crate) bar_k: AtomicU32,
     pub(crate) splits: AtomicU32,
     pub(crate) creates: Mutex<HashMap<u64, u32>>,
     /// Per member: (offset, len) of its scratch space.
@@ -138,14 +138,14 @@ impl CollTeam {
 ///
 /// # Panics
 /// If `team` has none: every team the engine holds was resolved by
-/// [`Coll::resolve`].
+/// [`Coll::resolve`](crate::Coll::resolve).
 #[inline]
 pub(crate) fn ext(team: &Team) -> &CollTeam {
     team.ext::<CollTeam>()
         .expect("gex-coll: a team the layer resolved carries its extension")
 }
 
-fn with_ext(id: u64, members: Vec<EpAddr>, me: u32, x: CollTeam) -> Team {
+pub(crate) fn with_ext(id: u64, members: Vec<EpAddr>, me: u32, x: CollTeam) -> Team {
     Team::with_ext(id, members, me, Arc::new(x))
 }
 
@@ -164,7 +164,7 @@ impl TeamExt for Team {
 
 /// The layer's slices of the auxiliary areas of `members`, if the conduit maps all of
 /// them and this endpoint runs shared-memory collectives.
-fn shm_areas<C: Conduit>(cx: &Cx<'_, C>, members: &[EpAddr]) -> Option<Vec<Area>> {
+pub(crate) fn shm_areas<C: Conduit>(cx: &Cx<'_, C>, members: &[EpAddr]) -> Option<Vec<Area>> {
     if cfg!(gex_force_am_rma) || !cx.capabilities().contains(Capabilities::SHARED_MEMORY) {
         return None;
     }
@@ -173,7 +173,7 @@ fn shm_areas<C: Conduit>(cx: &Cx<'_, C>, members: &[EpAddr]) -> Option<Vec<Area>
 
 /// Every member's segment as mapped here (base address, length), or empty if one is
 /// not mapped (see [`ShmTeam::segs`]).
-fn shm_segments<C: Conduit>(cx: &Cx<'_, C>, members: &[EpAddr]) -> Vec<(usize, usize)> {
+pub(crate) fn shm_segments<C: Conduit>(cx: &Cx<'_, C>, members: &[EpAddr]) -> Vec<(usize, usize)> {
     members
         .iter()
         .map(|&a| {
@@ -185,12 +185,18 @@ fn shm_segments<C: Conduit>(cx: &Cx<'_, C>, members: &[EpAddr]) -> Vec<(usize, u
 }
 
 /// The primordial team with the layer's extension (channel 0 when every rank maps
-/// every other's area).
-pub(crate) fn world_team<C: Conduit>(cx: &Cx<'_, C>, shm: &mut ShmLocal, owner: &Owner) -> Team {
+/// every other's area), for an endpoint whose layer generation is `generation` (0:
+/// no shared-memory collectives) and channels in use `used`. The caller joins its
+/// channel ([`ShmPath::join`](crate::shmpath::ShmPath::join)).
+pub(crate) fn world_team<C: Conduit>(
+    cx: &Cx<'_, C>,
+    (generation, used): (u64, &Arc<AtomicU32>),
+    owner: &Owner,
+) -> Team {
     let me = cx.addr();
     let size = cx.size();
     let members: Vec<EpAddr> = (0..size).map(|r| EpAddr::new(r, me.ep)).collect();
-    let world_shm = (shm.generation > 0 && size > 1)
+    let world_shm = (generation > 0 && size > 1)
         .then(|| shm_areas(cx, &members))
         .flatten()
         .map(|areas| {
@@ -198,16 +204,13 @@ pub(crate) fn world_team<C: Conduit>(cx: &Cx<'_, C>, shm: &mut ShmLocal, owner: 
                 0,
                 areas,
                 shm_segments(cx, &members),
-                shm.generation,
-                shm.used.clone(),
+                generation,
+                used.clone(),
                 members.clone(),
                 me.rank,
                 0,
             )
         });
-    if let Some(t) = &world_shm {
-        shm.join(t);
-    }
     with_ext(
         0,
         members,
@@ -217,14 +220,14 @@ pub(crate) fn world_team<C: Conduit>(cx: &Cx<'_, C>, shm: &mut ShmLocal, owner: 
 }
 
 /// A team that stands in for the world team while the layer lends it out
-/// ([`Coll::with_resolved`]).
+/// ([`Coll::with_resolved`](crate::Coll::with_resolved)).
 pub(crate) fn placeholder(me: EpAddr) -> Team {
     Team::new(u64::MAX, vec![me], 0)
 }
 
 /// The hosts of `members` from the job layout (a rank of unknown host counts as a
 /// host of its own), if they span hosts and share one.
-fn host_layout<C: Conduit>(cx: &Cx<'_, C>, members: &[EpAddr]) -> Option<Layout> {
+pub(crate) fn host_layout<C: Conduit>(cx: &Cx<'_, C>, members: &[EpAddr]) -> Option<Layout> {
     let hosts: Vec<u32> = members
         .iter()
         .map(|a| {
@@ -240,12 +243,17 @@ fn host_layout<C: Conduit>(cx: &Cx<'_, C>, members: &[EpAddr]) -> Option<Layout>
 
 /// Gives the world team host and leader sub-teams when the job spans hosts and one of
 /// them holds two or more ranks, without communication: the layout is the same on
-/// every rank, the ids follow [`setup_hier`]'s rule, the host team takes channel 0
+/// every rank, the ids follow [`setup_hier`](crate::teamops)'s rule, the host team takes channel 0
 /// (the world's, unused by a world that spans hosts) when its members map each
-/// other's areas, and the leaders (one per host) never share memory.
-pub(crate) fn setup_world_hier<C: Conduit>(c: &mut Coll, cx: &Cx<'_, C>) {
-    let w = c.world.clone();
-    if w.size() < 3 || c.shm.generation == 0 || ext(&w).shm.is_some() {
+/// other's areas, and the leaders (one per host) never share memory. `generation`
+/// and `used` as for [`world_team`]; the caller joins the host team's channel.
+pub(crate) fn setup_world_hier<C: Conduit>(
+    w: &Team,
+    cx: &Cx<'_, C>,
+    (generation, used): (u64, &Arc<AtomicU32>),
+    owner: &Owner,
+) {
+    if w.size() < 3 || generation == 0 || ext(w).shm.is_some() {
         return;
     }
     let Some(layout) = host_layout(cx, w.members()) else {
@@ -265,21 +273,18 @@ pub(crate) fn setup_world_hier<C: Conduit>(c: &mut Coll, cx: &Cx<'_, C>) {
                 0,
                 areas,
                 shm_segments(cx, &addrs),
-                c.shm.generation,
-                c.shm.used.clone(),
+                generation,
+                used.clone(),
                 addrs.clone(),
                 host_rank,
                 hid,
             )
         });
-    if let Some(t) = &shm {
-        c.shm.join(t);
-    }
     let host = with_ext(
         hid,
         addrs,
         host_rank,
-        CollTeam::new(&c.owner, Vec::new(), None, shm),
+        CollTeam::new(owner, Vec::new(), None, shm),
     );
     let leaders = (host_rank == 0).then(|| {
         let addrs: Vec<EpAddr> = layout
@@ -292,11 +297,11 @@ pub(crate) fn setup_world_hier<C: Conduit>(c: &mut Coll, cx: &Cx<'_, C>) {
             lid,
             addrs,
             my_host,
-            CollTeam::new(&c.owner, Vec::new(), None, None),
+            CollTeam::new(owner, Vec::new(), None, None),
         )
     });
     let ranges = layout.ranges();
-    let _ = ext(&w).hier.set(Hier {
+    let _ = ext(w).hier.set(Hier {
         host,
         leaders,
         layout,
@@ -304,260 +309,192 @@ pub(crate) fn setup_world_hier<C: Conduit>(c: &mut Coll, cx: &Cx<'_, C>) {
     });
 }
 
-/// Runs `f` with the collectives layer of `ep`.
-///
-/// # Errors
-/// [`CollError::Layer`] if the endpoint does not carry it.
-#[inline]
-pub(crate) fn coll<C: Conduit, R>(
-    ep: &mut Endpoint<C>,
-    f: impl FnOnce(&mut Coll, &mut Cx<'_, C>) -> R,
-) -> Result<R, CollError> {
-    // (The error is made only when returned: one built eagerly for `ok_or` was
-    // dropped on every call.)
-    match gex_core::layer::with::<Coll, C, R>(ep, |p, cx| f(Coll::unpin(p), cx)) {
-        Some(r) => Ok(r),
-        None => Err(CollError::Layer(
-            "the endpoint does not carry the collectives layer",
-        )),
-    }
+/// The layer's team registry (a component of [`Coll`](crate::Coll)): this endpoint's
+/// address, the world team (the primordial team with the layer's extension, lent to
+/// blocking calls without touching its reference count), the layer instance that
+/// makes extensions ([`Owner`]), the teams that failed and the split-phase barriers
+/// notified, and the scratch allocator over the segment.
+pub(crate) struct Teams {
+    me: EpAddr,
+    /// The primordial team with the layer's extension.
+    world: Team,
+    /// A stand-in for `world` while [`lend_world`](Self::lend_world) lends it.
+    hole: Option<Team>,
+    /// This layer instance, the maker of the team extensions it uses.
+    owner: Owner,
+    /// Teams whose members disagreed on a collective, by id, with the error: every
+    /// later collective of them fails with it ([`crate::rootcheck`]).
+    failed: HashMap<u64, CollError>,
+    /// Split-phase barriers notified and not yet waited for, by team id.
+    notified: HashMap<u64, Notified>,
+    alloc: SegAlloc,
+    seg_len: usize,
 }
 
-/// `team` resolved for `ep` (see [`Coll::resolve`]).
-pub(crate) fn resolve<C: Conduit>(ep: &mut Endpoint<C>, team: &Team) -> Result<Team, CollError> {
-    coll(ep, |c, _| c.resolve(team))?
+/// How [`Teams::lookup`] found a team of this endpoint's.
+pub(crate) enum Found {
+    /// The team carries this layer's extension: use it as it is.
+    Own,
+    /// The endpoint's primordial team: use the registry's world team.
+    World,
 }
 
-/// Splits `parent` by `color` (see [`CollExt::split`](crate::CollExt::split)).
-pub(crate) fn split<C: Conduit>(
-    ep: &mut Endpoint<C>,
-    parent: &Team,
-    color: Option<u32>,
-    key: u32,
-    scratch: Scratch,
-) -> Result<Option<Team>, CollError> {
-    let parent = resolve(ep, parent)?;
-    let mine = [u32::from(color.is_some()), color.unwrap_or(0), key];
-    let all: Vec<u32> = gather_all_vec(ep, &parent, mine.to_vec())?;
-    let idx = ext(&parent).splits.fetch_add(1, Ordering::Relaxed);
-    let Some(c) = color else {
-        return Ok(None);
-    };
-    let mut m: Vec<(u32, u32)> = (0..parent.size())
-        .filter(|&i| {
-            let e = &all[i as usize * 3..i as usize * 3 + 3];
-            e[0] == 1 && e[1] == c
-        })
-        .map(|i| (all[i as usize * 3 + 2], i))
-        .collect();
-    m.sort_unstable();
-    let members: Vec<u32> = m.iter().map(|x| x.1).collect();
-    let id = mix_all(&[parent.id(), u64::from(idx), u64::from(c), 0x5311]);
-    form(ep, &parent, &members, id, scratch).map(Some)
-}
-
-/// Creates a team of the parent-team ranks `members` (see
-/// [`CollExt::create_team`](crate::CollExt::create_team)).
-pub(crate) fn create_team<C: Conduit>(
-    ep: &mut Endpoint<C>,
-    parent: &Team,
-    members: &[u32],
-    scratch: Scratch,
-) -> Result<Team, CollError> {
-    let parent = resolve(ep, parent)?;
-    if members.is_empty() {
-        return Err(CollError::BadMembers("empty".into()));
-    }
-    let mut seen = HashSet::new();
-    for &m in members {
-        if m >= parent.size() {
-            return Err(CollError::BadRank {
-                rank: m,
-                size: parent.size(),
-            });
-        }
-        if !seen.insert(m) {
-            return Err(CollError::BadMembers(format!("rank {m} listed twice")));
+impl Teams {
+    /// The registry of endpoint `me` whose world team is `world`, made by `owner`, on
+    /// a segment of `seg_len` bytes (no scratch region yet).
+    pub(crate) fn new(me: EpAddr, world: Team, owner: Owner, seg_len: usize) -> Teams {
+        Teams {
+            me,
+            world,
+            hole: Some(placeholder(me)),
+            owner,
+            failed: HashMap::new(),
+            notified: HashMap::new(),
+            alloc: SegAlloc::default(),
+            seg_len,
         }
     }
-    if !members.contains(&parent.rank()) {
-        return Err(CollError::NotMember { team: 0 });
+
+    /// This endpoint's address.
+    #[inline(always)]
+    pub(crate) fn me(&self) -> EpAddr {
+        self.me
     }
-    let lh = mix_all(&members.iter().map(|&m| u64::from(m)).collect::<Vec<_>>());
-    let n = {
-        let mut c = ext(&parent)
-            .creates
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let e = c.entry(lh).or_insert(0);
-        *e += 1;
-        *e
-    };
-    let id = mix_all(&[parent.id(), lh, u64::from(n), 0xc4ea]);
-    form(ep, &parent, members, id, scratch)
-}
 
-/// Makes team `id` of the parent-team ranks `members` (collective over them): its
-/// scratch table, its shared-memory channel and, spanning hosts, its sub-teams.
-fn form<C: Conduit>(
-    ep: &mut Endpoint<C>,
-    parent: &Team,
-    members: &[u32],
-    id: u64,
-    scratch: Scratch,
-) -> Result<Team, CollError> {
-    let addrs: Vec<EpAddr> = members
-        .iter()
-        .map(|&m| parent.members()[m as usize])
-        .collect();
-    let me = members
-        .iter()
-        .position(|&m| m == parent.rank())
-        .ok_or(CollError::NotMember { team: id })? as u32;
-    let (local, allocated, owner) = coll(ep, |c, _| {
-        c.scratch_for(scratch).map(|(l, a)| (l, a, c.owner.clone()))
-    })??;
-    let provisional = with_ext(
-        id,
-        addrs.clone(),
-        me,
-        CollTeam::new(&owner, Vec::new(), None, None),
-    );
-    let table = match local {
-        None => Vec::new(),
-        Some((off, len)) => {
-            let v: Vec<u64> = gather_all_vec(ep, &provisional, vec![off as u64, len as u64])?;
-            v.chunks_exact(2)
-                .map(|c| (c[0] as usize, c[1] as usize))
-                .collect()
-        }
-    };
-    let shm = agree_channel(ep, &provisional)?;
-    let t = with_ext(id, addrs, me, CollTeam::new(&owner, table, allocated, shm));
-    setup_hier(ep, &t)?;
-    // Continue the provisional team's sequence numbers.
-    let (p, x) = (ext(&provisional), ext(&t));
-    x.seq
-        .store(p.seq.load(Ordering::Relaxed), Ordering::Relaxed);
-    x.bar_k
-        .store(p.bar_k.load(Ordering::Relaxed), Ordering::Relaxed);
-    Ok(t)
-}
-
-/// Agrees with the members of a new team on a shared-memory channel free on all of
-/// them (collective over the provisional team).
-fn agree_channel<C: Conduit>(
-    ep: &mut Endpoint<C>,
-    team: &Team,
-) -> Result<Option<ShmTeam>, CollError> {
-    if team.size() < 2 {
-        return Ok(None);
+    /// The layer instance that makes this endpoint's team extensions.
+    #[inline]
+    pub(crate) fn owner(&self) -> &Owner {
+        &self.owner
     }
-    let (areas, free) = coll(ep, |c, cx| {
-        if c.shm.generation == 0 {
-            return (None, 0);
-        }
-        let areas = shm_areas(cx, team.members());
-        let free = !c.shm.used.load(Ordering::Relaxed) & ((1u32 << NCH) - 1);
-        let mine = if areas.is_some() { free } else { 0 };
-        (areas, mine)
-    })?;
-    let all: Vec<u32> = gather_all_vec(ep, team, vec![free])?;
-    let common = all.iter().fold(u32::MAX, |a, &b| a & b);
-    let (Some(areas), true) = (areas, common != 0) else {
-        return Ok(None);
-    };
-    let ch = common.trailing_zeros() as usize;
-    coll(ep, |c, cx| {
-        c.shm.used.fetch_or(1 << ch, Ordering::Relaxed);
-        let t = ShmTeam::new(
-            ch,
-            areas,
-            shm_segments(cx, team.members()),
-            c.shm.generation,
-            c.shm.used.clone(),
-            team.members().to_vec(),
-            team.rank(),
-            team.id(),
-        );
-        c.shm.join(&t);
-        Some(t)
-    })
-}
 
-/// Gives a team that spans hosts its host and leader sub-teams (collective over the
-/// team: every member forms its host team, leaders the leaders team).
-fn setup_hier<C: Conduit>(ep: &mut Endpoint<C>, t: &Team) -> Result<(), CollError> {
-    let layout = coll(ep, |c, cx| {
-        if t.size() < 3 || c.shm.generation == 0 {
-            return None;
-        }
-        host_layout(cx, t.members())
-    })?;
-    let Some(layout) = layout else {
-        return Ok(());
-    };
-    let me = t.rank();
-    let my_host = layout.place[me as usize].0;
-    let members = layout.hosts[my_host as usize].clone();
-    let hid = mix_all(&[t.id(), 0x4057, u64::from(my_host)]);
-    let host = form(ep, t, &members, hid, Scratch::None)?;
-    let leaders = if members[0] == me {
-        let lid = mix_all(&[t.id(), 0x1ead]);
-        Some(form(ep, t, &layout.leaders(), lid, Scratch::None)?)
-    } else {
-        None
-    };
-    let ranges = layout.ranges();
-    let _ = ext(t).hier.set(Hier {
-        host,
-        leaders,
-        layout,
-        ranges,
-    });
-    Ok(())
-}
-
-/// Destroys a team (see [`CollExt::destroy_team`](crate::CollExt::destroy_team)).
-pub(crate) fn destroy_team<C: Conduit>(ep: &mut Endpoint<C>, team: Team) -> Result<(), CollError> {
-    if team.id() == 0 {
-        return Err(CollError::BadMembers(
-            "the world team cannot be destroyed".into(),
-        ));
+    /// The length of this endpoint's segment.
+    #[inline]
+    pub(crate) fn seg_len(&self) -> usize {
+        self.seg_len
     }
-    gex_core::layer::poll(ep);
-    coll(ep, |c, _| {
-        // Another endpoint's team (or another layer instance's: another job's, an
-        // earlier client's): its scratch is not this endpoint's to free.
-        let foreign = team.ext::<CollTeam>().is_some_and(|x| !c.owner.made(x));
-        if team.me() != c.me || foreign {
+
+    /// Where `team`'s extension is: its own, or (the endpoint's primordial team) the
+    /// world's.
+    ///
+    /// # Errors
+    /// [`CollError::NotMember`] if this endpoint is not `team.me()` (or the team was
+    /// not made by this layer).
+    #[inline(always)]
+    pub(crate) fn lookup(&self, team: &Team) -> Result<Found, CollError> {
+        if team.me() != self.me {
             return Err(CollError::NotMember { team: team.id() });
         }
-        // A later team may take the id: forget the decision kept for this one.
-        c.fast.forget();
-        let pending = c
-            .ops
-            .values()
-            .filter(|o| o.team.id() == team.id() && !o.taken)
-            .count();
-        if pending > 0 {
-            return Err(CollError::TeamBusy {
-                team: team.id(),
-                pending,
-            });
+        if self.owner.ext_of(team).is_some() {
+            return Ok(Found::Own);
         }
-        c.notified.remove(&team.id());
-        if let Some(r) = c.owner.ext_of(&team).and_then(|x| x.allocated.clone()) {
-            c.alloc.release(r);
+        // `me` matched: the primordial team of this endpoint's index (a team with
+        // another layer instance's extension is no team of this endpoint's, but for
+        // this rule, which ignores its members as for a team without one).
+        if team.id() != 0 || team.size() != self.world.size() {
+            return Err(CollError::NotMember { team: team.id() });
         }
-        Ok(())
-    })?
-}
+        Ok(Found::World)
+    }
 
-impl Coll {
+    /// `team` with the layer's extension: itself, or the world team for the
+    /// endpoint's primordial team.
+    ///
+    /// # Errors
+    /// As [`lookup`](Self::lookup).
+    pub(crate) fn resolve(&self, team: &Team) -> Result<Team, CollError> {
+        match self.lookup(team)? {
+            Found::Own => Ok(team.clone()),
+            Found::World => Ok(self.world.clone()),
+        }
+    }
+
+    /// `team`'s extension, resolved as [`lookup`](Self::lookup) does, by reference;
+    /// `None` for a team that is not this endpoint's.
+    #[inline(always)]
+    pub(crate) fn borrowed_ext<'a>(&'a self, team: &'a Team) -> Option<&'a CollTeam> {
+        if team.me() != self.me {
+            return None;
+        }
+        self.owner.ext_of(team).or_else(|| {
+            (team.id() == 0 && team.size() == self.world.size()).then(|| ext(&self.world))
+        })
+    }
+
+    /// Lends the world team out (no reference count touched: a stand-in takes its
+    /// place until [`give_back`](Self::give_back)); `None` if it is lent already.
+    #[inline(always)]
+    pub(crate) fn lend_world(&mut self) -> Option<Team> {
+        let hole = self.hole.take()?;
+        Some(std::mem::replace(&mut self.world, hole))
+    }
+
+    /// Takes back the world team [`lend_world`](Self::lend_world) lent.
+    #[inline(always)]
+    pub(crate) fn give_back(&mut self, world: Team) {
+        self.hole = Some(std::mem::replace(&mut self.world, world));
+    }
+
+    /// True if some team failed.
+    #[inline(always)]
+    pub(crate) fn any_failed(&self) -> bool {
+        !self.failed.is_empty()
+    }
+
+    /// The error team `id` failed with, if it did.
+    #[inline]
+    pub(crate) fn failed(&self, id: u64) -> Option<&CollError> {
+        self.failed.get(&id)
+    }
+
+    /// Records that team `id` failed with `e` unless it failed with an earlier
+    /// collective already (`earlier(e, known)`: `e` is earlier than `known`); true if
+    /// recorded.
+    pub(crate) fn record_failure(
+        &mut self,
+        id: u64,
+        e: &CollError,
+        earlier: impl Fn(&CollError, &CollError) -> bool,
+    ) -> bool {
+        if self.failed.get(&id).is_none_or(|k| earlier(e, k)) {
+            self.failed.insert(id, e.clone());
+            return true;
+        }
+        false
+    }
+
+    /// True if a split-phase barrier of team `id` was notified and not waited for.
+    pub(crate) fn is_notified(&self, id: u64) -> bool {
+        self.notified.contains_key(&id)
+    }
+
+    /// Keeps the split-phase barrier `n` of team `id` until it is waited for.
+    pub(crate) fn keep_notified(&mut self, id: u64, n: Notified) {
+        self.notified.insert(id, n);
+    }
+
+    /// Takes the split-phase barrier of team `id` notified.
+    pub(crate) fn take_notified(&mut self, id: u64) -> Option<Notified> {
+        self.notified.remove(&id)
+    }
+
+    /// Sets the segment range scratch space is allocated from.
+    ///
+    /// # Errors
+    /// [`CollError::Scratch`] if it is not inside the segment.
+    pub(crate) fn set_scratch_region(&mut self, region: Range<usize>) -> Result<(), CollError> {
+        if region.end > self.seg_len || region.start > region.end {
+            return Err(CollError::Scratch(format!(
+                "region {region:?} is outside the {}-byte segment",
+                self.seg_len
+            )));
+        }
+        self.alloc = SegAlloc::new(region);
+        Ok(())
+    }
+
     /// This member's scratch range for a new team, allocated if asked.
     #[allow(clippy::type_complexity)]
-    fn scratch_for(
+    pub(crate) fn scratch_for(
         &mut self,
         scratch: Scratch,
     ) -> Result<(Option<(usize, usize)>, Option<Range<usize>>), CollError> {
@@ -577,6 +514,29 @@ impl Coll {
                 })?;
                 Ok((Some((r.start, len)), Some(r)))
             }
+        }
+    }
+
+    /// Checks that `team` is this endpoint's to destroy.
+    ///
+    /// # Errors
+    /// [`CollError::NotMember`] for another endpoint's team, or another layer
+    /// instance's (another job's, an earlier client's: its scratch is not this
+    /// endpoint's to free).
+    pub(crate) fn check_own(&self, team: &Team) -> Result<(), CollError> {
+        let foreign = team.ext::<CollTeam>().is_some_and(|x| !self.owner.made(x));
+        if team.me() != self.me || foreign {
+            return Err(CollError::NotMember { team: team.id() });
+        }
+        Ok(())
+    }
+
+    /// Forgets destroyed team `team` (checked by [`check_own`](Self::check_own)):
+    /// its notified barrier and its allocated scratch range.
+    pub(crate) fn forget(&mut self, team: &Team) {
+        self.notified.remove(&team.id());
+        if let Some(r) = self.owner.ext_of(team).and_then(|x| x.allocated.clone()) {
+            self.alloc.release(r);
         }
     }
 }

@@ -9,7 +9,7 @@
 //! `REF`, a reference into its segment), stores the round's tag in `POST` (release);
 //! a reader waits for the tag (acquire), loads `REF`, copies, and adds one to `ACK`
 //! (release). The slot bytes and the segments are plain memory with loom shadow
-//! cells (`loomkit::touch`, called by `ShmOp::write` and `ShmOp::read`), so loom
+//! cells (`shm::shadow::touch`, its cells made by `loomkit`, called by `ShmOp::write` and `ShmOp::read`), so loom
 //! reports a read of a slot not ordered after its write, and a slot or input
 //! rewritten before its readers' reads are ordered before the rewrite; every output
 //! is checked byte for byte (a stale `REF` or slot gives another member's, round's or

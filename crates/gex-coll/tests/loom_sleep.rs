@@ -10,7 +10,7 @@
 //! the sequentially consistent swap of the flag is meant as the fence). The sleeper's side lives in
 //! the layer's progress hook, which needs an endpoint; it is **mirrored** here, line
 //! for line, in [`wait`]:
-//! - `layer.rs`, `Coll::sleep_gate`: `own.sleepy().store(1, Relaxed)` (once per
+//! - `shmpath.rs`, `ShmPath::sleep_gate`: `own.sleepy().store(1, Relaxed)` (once per
 //!   announcement);
 //! - `layer.rs`, `Coll::progress`: `fence(SeqCst)`, then every flag waited for is
 //!   looked at once more (`advance_all`, `direct_ready_now`: `WaitOn::ready`);
@@ -84,9 +84,9 @@ impl Bells {
 fn wait(m: &Member, bells: &Bells, ready: &dyn Fn() -> bool, safe: &dyn Fn() -> bool) {
     let mut sleepy = false;
     while !ready() {
-        // layer.rs, Coll::sleep_gate: announce (`MAYSLEEP` first, once: at once under
-        // `Block`, `ShmLocal::note_policy`; at the first sleep under spin-then-block,
-        // `ShmLocal::may_sleep_now`).
+        // shmpath.rs, ShmPath::sleep_gate: announce (`MAYSLEEP` first, once: at once under
+        // `Block`, `ShmPath::note_policy`; at the first sleep under spin-then-block,
+        // `ShmPath::may_sleep_now`).
         if !sleepy {
             m.set_may_sleep();
             m.sleepy().store(1, Ordering::Relaxed);
@@ -134,7 +134,7 @@ fn loom_sleep_channel() {
 }
 
 /// As [`loom_sleep_channel`], between members under spin-then-block: each announces
-/// `MAYSLEEP` only at its first sleep (`ShmLocal::may_sleep_now`, mirrored in
+/// `MAYSLEEP` only at its first sleep (`ShmPath::may_sleep_now`, mirrored in
 /// [`wait`]), racing with the writer's look at it after a publication or an
 /// acknowledgement (`ShmOp::wake_members`, which skips the wake checks while no
 /// member it stored for announced `MAYSLEEP`).

@@ -21,16 +21,16 @@ use crate::hier::HierOp;
 use crate::layer::Coll;
 use crate::msg::{CTL, Ctl, H_ACK, H_EAGER, H_LONG, H_PROBE, H_RDV, H_READY, Probe, split64};
 use crate::op::{AddrMode, OpKind, Opts, SyncMode, Transport};
+use crate::optable::{Body, OpState, Out, OwnedRing, PendingSend, SchedOp};
 use crate::path::ring_eligible;
-use crate::rma::{GlobalPtr, RmaError};
+use crate::rma::GlobalPtr;
 use crate::rootcheck::{self, Desc, STALL, Stall, mismatch};
 use crate::sched::{self, Action, ReduceFn, Schedule, span};
 use crate::shm::{OwnedShm, ShmOp};
-use crate::shmdrive::OwnedRing;
 use crate::single::Single;
 use crate::teams::ext;
-use crate::tune::TuneMode;
-use gex_core::event::{Data, Event, OpCompleter};
+use crate::tuning::query;
+use gex_core::event::{Data, OpCompleter};
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
 use gex_core::{Category, EpAddr, HandlerId, Injected, Team};
@@ -93,175 +93,6 @@ pub(crate) enum Input<'a> {
     Single(&'a Single),
 }
 
-/// Where a schedule's output goes.
-#[derive(Debug)]
-pub(crate) enum Out {
-    Local,
-    /// Write the output at this offset of our segment (unless mirrored).
-    Seg(usize),
-}
-
-/// A send of the current round not yet (completely) issued.
-#[derive(Debug)]
-pub(crate) struct PendingSend {
-    /// Index in the round's sends.
-    idx: usize,
-    /// The snapshot of an eager send (taken when the round opened).
-    data: Option<Vec<u8>>,
-    /// Bytes issued so far.
-    off: usize,
-    /// A signaling put's receiver said it is ready (consumed from the mailbox).
-    ready: bool,
-}
-
-/// A schedule executed over AMs.
-pub(crate) struct SchedOp {
-    pub(crate) sched: Schedule,
-    pub(crate) work: Vec<u8>,
-    pub(crate) reduce: Option<ReduceFn>,
-    pub(crate) transport: Transport,
-    /// Signaling put / rendezvous: the segment offset every member's work buffer
-    /// mirrors.
-    pub(crate) mirror: Option<Vec<usize>>,
-    pub(crate) need_ready: bool,
-    /// Mirrors the team's scratch space (local mode with put/rendezvous): starts
-    /// only once earlier such collectives of the team finished here.
-    pub(crate) uses_scratch: bool,
-    round: usize,
-    pending: Vec<PendingSend>,
-    /// READY messages still to send when starting.
-    readies: Vec<(u32, u32)>,
-    round_open: bool,
-    applied: usize,
-    gets: HashMap<usize, Event<Vec<u8>, RmaError>>,
-    fetched: HashMap<usize, Vec<u8>>,
-    pub(crate) acks_expected: u32,
-    out: Out,
-    out_no: bool,
-    /// The round whose peers were probed.
-    probed: Option<usize>,
-    /// When this member took a message of another belief and asked its sender which
-    /// field differs (the collective fails with the answer, or without one after
-    /// [`STALL`] × 2).
-    asked: Option<std::time::Instant>,
-}
-
-/// The body of a collective in flight.
-pub(crate) enum Body {
-    Sched(Box<SchedOp>),
-    Shm(Box<OwnedShm>),
-    /// A small broadcast through the ring ([`crate::ring`]).
-    Ring(Box<OwnedRing>),
-    Bar(ShmBar),
-    Hier(Box<HierOp>),
-}
-
-/// One collective in flight on this member.
-pub(crate) struct OpState {
-    /// The team (with the layer's extension).
-    pub(crate) team: Team,
-    pub(crate) seq: u32,
-    pub(crate) kind: OpKind,
-    /// The descriptor members compare, and its digest ([`crate::rootcheck`]).
-    pub(crate) desc: Desc,
-    pub(crate) belief: u32,
-    pub(crate) body: Body,
-    pub(crate) started: bool,
-    /// The outcome, until handed over.
-    pub(crate) result: Option<Result<Vec<u8>, CollError>>,
-    /// The completer of the program's event (none for stages of a hierarchical
-    /// collective, whose parent takes the result).
-    pub(crate) done: Option<OpCompleter>,
-    /// The outcome was handed over; what remains is background work.
-    pub(crate) taken: bool,
-    pub(crate) stall: Stall,
-    /// Members that probed this collective while it ran here with their descriptor:
-    /// told if it fails ([`Coll::fail_op`]).
-    pub(crate) probers: Vec<EpAddr>,
-}
-
-impl std::fmt::Debug for OpState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpState")
-            .field("team", &self.team)
-            .field("seq", &self.seq)
-            .field("kind", &self.kind)
-            .field("done", &self.result.is_some())
-            .finish()
-    }
-}
-
-impl OpState {
-    /// One line for a hang report.
-    pub(crate) fn describe(&self) -> String {
-        let what = match &self.body {
-            Body::Sched(s) => format!(
-                "schedule round {}/{} ({} of its receives applied, {} sends pending, {} acks expected)",
-                s.round,
-                s.sched.rounds.len(),
-                s.applied,
-                s.pending.len(),
-                s.acks_expected
-            ),
-            Body::Shm(s) => s.describe(),
-            Body::Ring(r) => match r.op.wait {
-                Some(w) => format!("small broadcast (ring), waits for {w}"),
-                None => "small broadcast (ring)".to_string(),
-            },
-            Body::Bar(b) => match b.wait() {
-                Some(w) => format!("shared-memory barrier, waits for {w}"),
-                None => "shared-memory barrier".to_string(),
-            },
-            Body::Hier(h) => format!(
-                "hierarchical, stage {} (stage collective {:?})",
-                h.stage, h.sub
-            ),
-        };
-        format!(
-            "{} on team {:#x} seq {}{}: {what}",
-            self.kind,
-            self.team.id(),
-            self.seq,
-            match (&self.result, self.taken) {
-                (_, true) => " (complete, finishing)",
-                (Some(_), false) => " (complete)",
-                (None, false) if !self.started => " (waiting its turn)",
-                _ => "",
-            }
-        )
-    }
-
-    /// Runs through the team's channel (slots or ring): one at a time, in sequence
-    /// order, with the team's other such collectives.
-    pub(crate) fn is_shm(&self) -> bool {
-        matches!(self.body, Body::Shm(_) | Body::Ring(_))
-    }
-    /// What a small broadcast waits for.
-    pub(crate) fn ring_wait(&self) -> Option<crate::ring::Wait<crate::shm::Area>> {
-        match &self.body {
-            Body::Ring(r) => r.op.wait,
-            _ => None,
-        }
-    }
-    /// What a collective of the slot protocol waits for (its publisher's flag, or
-    /// acknowledgements of its own).
-    pub(crate) fn slot_wait(&self) -> Option<crate::shm::WaitOn> {
-        match &self.body {
-            Body::Shm(s) => s.wait(),
-            _ => None,
-        }
-    }
-    pub(crate) fn is_bar(&self) -> bool {
-        matches!(self.body, Body::Bar(_))
-    }
-    pub(crate) fn is_hier(&self) -> bool {
-        matches!(self.body, Body::Hier(_))
-    }
-    fn uses_scratch(&self) -> bool {
-        matches!(&self.body, Body::Sched(s) if s.uses_scratch)
-    }
-}
-
 /// Sends `payload` without waiting; false on back-pressure (nothing sent).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn try_send<C: Conduit>(
@@ -285,11 +116,11 @@ impl Coll {
         h: u8,
         args: &[u32],
     ) -> Result<(), CollError> {
-        let handler = self.hid(h);
-        if self.outbox.is_empty() && try_send(cx, dst, handler, CTL, args, &[], 0)? {
+        let handler = self.wire.hid(h);
+        if self.wire.outbox.is_empty() && try_send(cx, dst, handler, CTL, args, &[], 0)? {
             return Ok(());
         }
-        self.outbox.push_back(Ctl {
+        self.wire.outbox.push_back(Ctl {
             dst,
             handler,
             args: args.to_vec(),
@@ -299,80 +130,15 @@ impl Coll {
 
     /// Sends queued control messages until back-pressure.
     pub(crate) fn flush_outbox<C: Conduit>(&mut self, cx: &mut Cx<'_, C>) {
-        while let Some(c) = self.outbox.front() {
+        while let Some(c) = self.wire.outbox.front() {
             match try_send(cx, c.dst, c.handler, CTL, &c.args, &[], 0) {
                 Ok(false) => return,
                 // A control message to a peer that is gone: nothing to retry.
                 Ok(true) | Err(_) => {
-                    self.outbox.pop_front();
+                    self.wire.outbox.pop_front();
                 }
             }
         }
-    }
-
-    /// The tuner's query for a call of `op` with `n`-byte blocks on `team`.
-    pub(crate) fn query(
-        team: &Team,
-        op: OpKind,
-        n: usize,
-        addr: AddrMode,
-        opts: &Opts<'_>,
-        commutative: bool,
-    ) -> Query {
-        let x = ext(team);
-        let p = team.size();
-        let hier = x.hier.get();
-        let n = if op == OpKind::Barrier { 0 } else { n };
-        // Local mode can use signaling put / rendezvous through the team's scratch
-        // space when every member's can hold the whole output.
-        let scratch = addr == AddrMode::Local
-            && n > 0
-            && x.scratch.len() == p as usize
-            && x.scratch.iter().all(|s| s.1 >= p as usize * n);
-        Query {
-            op,
-            size: p,
-            bytes: n,
-            addr,
-            sync: opts.sync,
-            commutative,
-            scratch,
-            shm: x.shm.is_some(),
-            hier: hier.is_some(),
-            hosts: hier.map_or(0, |h| h.hosts()),
-            host_ranges: hier.is_some_and(|h| h.ranges),
-        }
-    }
-
-    /// True if the online tuner decides `q` (no forced algorithm, no override or
-    /// profile cell, local mode, not inside a trial).
-    pub(crate) fn online_applies(&self, q: &Query, opts: &Opts<'_>) -> bool {
-        opts.algorithm.is_none()
-            && !self.in_trial
-            && q.addr == AddrMode::Local
-            && self.tuner.mode() == TuneMode::Online
-            && !self.tuner.fixed_by_config(q)
-    }
-
-    /// The algorithm of a call (an online winner, an override or the model's choice;
-    /// a stage gives way to the tuner when an override cannot run it).
-    pub(crate) fn choose(
-        &mut self,
-        team: &Team,
-        q: &Query,
-        opts: &Opts<'_>,
-    ) -> Result<Arc<dyn Algorithm>, CollError> {
-        if self.online_applies(q, opts) {
-            if let Some(a) = self.tuner.online_choice(team.id(), q) {
-                return Ok(a.clone());
-            }
-        }
-        let r = if self.in_stage {
-            self.tuner.select_within(q).cloned()
-        } else {
-            self.tuner.select(q, opts.algorithm).cloned()
-        };
-        r.map_err(|e| scratch_error(team, q, e, &self.tuner))
     }
 
     /// Starts a collective on `team` (resolved: it carries the layer's extension);
@@ -398,8 +164,8 @@ impl Coll {
             Input::Single(_) => AddrMode::Single,
         };
         let commutative = s.reduce.as_ref().is_none_or(|x| x.1);
-        let q = Self::query(team, s.kind, n, addr, &s.opts, commutative);
-        let algo = self.choose(team, &q, &s.opts)?;
+        let q = query(team, s.kind, n, addr, &s.opts, commutative);
+        let algo = self.tuning.choose(team, &q, &s.opts)?;
         let x = ext(team);
         let seq = x.next_seq();
         let desc = s.desc();
@@ -413,8 +179,6 @@ impl Coll {
                 return Err(e);
             }
         };
-        let id = self.next_op;
-        self.next_op += 1;
         let st = OpState {
             team: team.clone(),
             seq,
@@ -429,7 +193,7 @@ impl Coll {
             stall: Stall::default(),
             probers: Vec::new(),
         };
-        self.ops.insert(id, st);
+        let id = self.ops.add(st);
         cx.set_busy();
         self.agree
             .history
@@ -480,7 +244,7 @@ impl Coll {
                     };
                     let (base, _) = self.ring_base(team, desc);
                     let op = crate::ring::Bcast::new(seq, base, s.root, n);
-                    self.counters.ring_calls += 1;
+                    self.tuning.counters.ring_calls += 1;
                     let out = if r == s.root {
                         input.clone()
                     } else {
@@ -509,7 +273,11 @@ impl Coll {
             }
             // An element larger than a chunk: a message algorithm, chosen alike on
             // every member.
-            let a = self.tuner.select(&Query { shm: false, ..q }, None)?.clone();
+            let a = self
+                .tuning
+                .tuner_mut()
+                .select(&Query { shm: false, ..q }, None)?
+                .clone();
             return self.body(cx, team, seq, &a, Query { shm: false, ..q }, s, desc);
         }
         let sched = self.sched_body(cx, team, algo.as_ref(), &q, s)?;
@@ -624,10 +392,10 @@ impl Coll {
             None => dst,
         };
         for (o, l) in [(src, io.in_len), (dst, io.out_len)] {
-            if o.checked_add(l).is_none_or(|e| e > self.seg_len) {
+            if o.checked_add(l).is_none_or(|e| e > self.teams.seg_len()) {
                 return Err(CollError::BadAddress(format!(
                     "[{o}, +{l}) is outside the {}-byte segment",
-                    self.seg_len
+                    self.teams.seg_len()
                 )));
             }
         }
@@ -652,10 +420,10 @@ impl Coll {
         if st.result.is_some() || st.taken {
             return false;
         }
-        if !self.failed.is_empty() {
+        if self.teams.any_failed() {
             // Its team failed (members disagreed on this or an earlier collective):
             // so does every later collective of it still running here.
-            let e = self.failed.get(&st.team.id());
+            let e = self.teams.failed(st.team.id());
             if let Some(e) = e.filter(|e| rootcheck::covers(e, st.seq)) {
                 let e = e.clone();
                 self.fail_op(id, e, false);
@@ -664,8 +432,8 @@ impl Coll {
         }
         // Over messages the endpoint may sleep until one arrives: polls are rare.
         let rare = match &st.body {
-            Body::Sched(_) => self.policy != gex_core::WaitPolicy::Spin,
-            _ => self.policy == gex_core::WaitPolicy::Block || self.shm.sleepy,
+            Body::Sched(_) => self.shm.policy() != gex_core::WaitPolicy::Spin,
+            _ => self.shm.polls_rare(),
         };
         let progressed = match &st.body {
             Body::Sched(_) => self.advance_sched(cx, id),
@@ -713,7 +481,7 @@ impl Coll {
                 (true, None)
             }
         };
-        self.ops.insert(id, st);
+        self.ops.put_back(id, st);
         if let Some(e) = failed {
             self.fail_op(id, e, true);
         }
@@ -754,6 +522,7 @@ impl Coll {
         };
         s.acks_expected == 0
             || self
+                .wire
                 .mb
                 .acks
                 .get(&(st.team.id(), st.seq))
@@ -864,7 +633,7 @@ impl Coll {
             return false;
         }
         let st = self.ops.remove(&id).expect("present");
-        self.mb.acks.remove(&(st.team.id(), st.seq));
+        self.wire.mb.acks.remove(&(st.team.id(), st.seq));
         true
     }
 
@@ -900,39 +669,6 @@ struct SingleIo<'a> {
     n: usize,
     in_len: usize,
     out_len: usize,
-}
-
-/// A forced algorithm that cannot run: if scratch space is what it lacks, the error
-/// says how much is needed and how much there is.
-fn scratch_error(team: &Team, q: &Query, e: CollError, tuner: &crate::tune::Tuner) -> CollError {
-    let CollError::Unsupported { algorithm, .. } = &e else {
-        return e;
-    };
-    let Some(a) = tuner.algorithms().iter().find(|a| a.name() == algorithm) else {
-        return e;
-    };
-    if q.addr != AddrMode::Local
-        || q.scratch
-        || !a.supports(&Query {
-            scratch: true,
-            ..*q
-        })
-    {
-        return e;
-    }
-    let x = ext(team);
-    let available = if x.scratch.len() == team.size() as usize {
-        x.scratch.iter().map(|s| s.1).min().unwrap_or(0)
-    } else {
-        0
-    };
-    CollError::ScratchTooSmall {
-        algorithm: algorithm.clone(),
-        needed: team.size() as usize * q.bytes,
-        available,
-        size: team.size(),
-        block: q.bytes,
-    }
 }
 
 /// Adds the entry (in-all) and exit (out-all) barrier rounds.
@@ -1049,28 +785,6 @@ fn shift_tags(s: &mut Schedule, by: u32) {
             x.tag += by;
         }
     }
-}
-
-/// The members this schedule waits for in its current round (for probes), once per
-/// round; empty if they were probed already (a probed member that learns later that
-/// the collective cannot complete tells this one: [`OpState::probers`]).
-pub(crate) fn waited_peers(s: &mut SchedOp) -> Vec<u32> {
-    if s.probed == Some(s.round) || s.round >= s.sched.rounds.len() {
-        return Vec::new();
-    }
-    s.probed = Some(s.round);
-    let mut v: Vec<u32> = s.sched.rounds[s.round].recvs[s.applied..]
-        .iter()
-        .map(|r| r.peer)
-        .chain(
-            s.pending
-                .iter()
-                .map(|p| s.sched.rounds[s.round].sends[p.idx].peer),
-        )
-        .collect();
-    v.sort_unstable();
-    v.dedup();
-    v
 }
 
 const _: () = assert!(ENTRY_LEN == 16);

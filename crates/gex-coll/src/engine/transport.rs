@@ -14,7 +14,7 @@ impl Coll {
     ) -> Result<bool, CollError> {
         let (tlo, thi) = split64(st.team.id());
         let me = st.team.rank();
-        let h = self.hid(H_READY);
+        let h = self.wire.hid(H_READY);
         let Body::Sched(s) = &mut st.body else {
             return Ok(true);
         };
@@ -78,7 +78,7 @@ impl Coll {
         }
         let total = s.pending[i].data.as_ref().map_or(0, Vec::len);
         let chunk = cx.max_medium(dst).max(1);
-        let h = self.hid(H_EAGER);
+        let h = self.wire.hid(H_EAGER);
         let start = s.pending[i].off;
         loop {
             let off = s.pending[i].off;
@@ -121,7 +121,7 @@ impl Coll {
         if s.transport == Transport::Put {
             let start = s.pending[i].off;
             if s.need_ready && !s.pending[i].ready {
-                match self.mb.ready.remove(&(tid, seq, peer, tag)) {
+                match self.wire.mb.ready.remove(&(tid, seq, peer, tag)) {
                     None => return Ok(None),
                     Some(b) if b != belief => {
                         self.agree.disagreeing = Some(peer);
@@ -133,7 +133,7 @@ impl Coll {
             let total = r.len();
             let base = m[peer as usize] + r.start;
             let chunk = cx.max_long(dst).max(1);
-            let h = self.hid(H_LONG);
+            let h = self.wire.hid(H_LONG);
             while s.pending[i].off < total {
                 let off = s.pending[i].off;
                 let len = chunk.min(total - off);
@@ -149,7 +149,7 @@ impl Coll {
         let (olo, ohi) = split64((m[me as usize] + r.start) as u64);
         let (llo, lhi) = split64(r.len() as u64);
         let args = [tlo, thi, seq, me, tag, olo, ohi, llo, lhi, belief];
-        if !try_send(cx, dst, self.hid(H_RDV), CTL, &args, &[], 0)? {
+        if !try_send(cx, dst, self.wire.hid(H_RDV), CTL, &args, &[], 0)? {
             return Ok(None);
         }
         s.acks_expected += 1;
@@ -173,7 +173,7 @@ impl Coll {
             let r = v.ranges[0].clone();
             let base = s.mirror.as_ref().expect("transports need mirrors")[team.rank() as usize];
             if s.transport == Transport::Put {
-                match self.mb.long.get(&key) {
+                match self.wire.mb.long.get(&key) {
                     Some(&(got, b)) if got >= r.len() => {
                         if b != belief {
                             self.agree.disagreeing = Some(peer);
@@ -182,20 +182,20 @@ impl Coll {
                     }
                     _ => return Ok(None),
                 }
-                self.mb.long.remove(&key);
+                self.wire.mb.long.remove(&key);
                 let mut buf = vec![0u8; r.len()];
                 cx.segment().read(base + r.start, &mut buf)?;
                 return Ok(Some(buf));
             }
             return self.rendezvous(cx, team, seq, belief, s, key);
         }
-        match self.mb.eager.get(&key) {
+        match self.wire.mb.eager.get(&key) {
             Some(p) if p.got == p.buf.len() => {
                 if p.belief != belief {
                     self.agree.disagreeing = Some(peer);
                     return Err(mismatch(team.id(), seq, None));
                 }
-                Ok(self.mb.eager.remove(&key).map(|p| p.buf))
+                Ok(self.wire.mb.eager.remove(&key).map(|p| p.buf))
             }
             _ => Ok(None),
         }
@@ -229,7 +229,7 @@ impl Coll {
             self.ctl(cx, src, H_ACK, &[tlo, thi, seq])?;
             return Ok(Some(buf));
         }
-        let Some((off, len, b)) = self.mb.rdv.remove(&key) else {
+        let Some((off, len, b)) = self.wire.mb.rdv.remove(&key) else {
             return Ok(None);
         };
         if b != belief {
@@ -244,7 +244,7 @@ impl Coll {
             }
             // Back-pressure: the announcement stays for the next advance.
             crate::rma::OwnedGet::Busy(_buf) => {
-                self.mb.rdv.insert(key, (off, len, b));
+                self.wire.mb.rdv.insert(key, (off, len, b));
             }
         }
         Ok(None)

@@ -117,11 +117,29 @@ use gex_core::EpAddr;
 use gex_sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 mod op;
+#[cfg(gex_loom)]
+pub(crate) mod shadow;
 pub use gex_sync::cma::cma_capable;
 use gex_sync::cma::{cma_read, pid_namespace};
 pub(crate) use op::{Io, OwnedShm, Publish, ShmOp};
 use std::ptr::NonNull;
 use std::sync::Arc;
+
+/// Check line words (per channel; [`crate::rootcheck`] reads and writes them). `TAG`
+/// and `DONE` are also the small-broadcast ring's claim and acknowledgement words
+/// ([`crate::ring`]).
+pub(crate) mod chk {
+    /// The team's tag (with [`VALID`](crate::ring::VALID)): whose line this is.
+    pub(crate) const TAG: usize = 0;
+    /// The sequence number and belief of the collective the member started last.
+    pub(crate) const BELIEF: usize = 1;
+    /// The sequence number of the member's last finished collective (with
+    /// [`VALID`](crate::ring::VALID)).
+    pub(crate) const DONE: usize = 2;
+    /// Set (1) once the member poisoned the team (its finding is in its descriptor
+    /// lines).
+    pub(crate) const POISON: usize = 3;
+}
 
 /// Bytes of the layer's slice of every auxiliary area.
 pub(crate) const AREA_LEN: usize = (1 << 20) - 4096;
@@ -141,7 +159,7 @@ pub(crate) const CMA_FLAG: u64 = 1 << 63;
 const PIDNS: usize = 16;
 /// Offset of the `MAYSLEEP` word: sticky 1 once the owner may sleep (at once under
 /// `Block`, at its first sleep announcement under spin-then-block:
-/// [`ShmLocal::note_policy`](crate::layer::ShmLocal::note_policy)) ([`crate::ring`],
+/// [`ShmPath::note_policy`](crate::shmpath::ShmPath::note_policy)) ([`crate::ring`],
 /// *Sleeping without a fence per broadcast*).
 const MAYSLEEP: usize = 24;
 /// Offset of the `FENCING` word: sticky 1 once the owner fences after every ring flag
@@ -162,7 +180,7 @@ const fn chk_line(c: usize) -> usize {
 /// Team sleep line of channel `c`: its first word, `TEAMSLEEP`, is sticky 1 once a
 /// member of a team on the channel that the owner belongs to may sleep (the member
 /// sets it in every member's area before its own `MAYSLEEP`,
-/// [`ShmLocal::join`](crate::layer::ShmLocal::join)), so that a writer looks at one
+/// [`ShmPath::join`](crate::shmpath::ShmPath::join)), so that a writer looks at one
 /// word of its own header, not at a line in every member's header
 /// ([`ShmTeam::may_sleep_any`]). Alone in its line: written once per member at most.
 const fn sleep_line(c: usize) -> usize {
@@ -474,11 +492,11 @@ impl crate::ring::Words for Area {
     }
     #[inline]
     fn claim(&self, ch: usize) -> &AtomicU64 {
-        self.chk(ch, crate::rootcheck::TAG)
+        self.chk(ch, chk::TAG)
     }
     #[inline]
     fn done(&self, ch: usize) -> &AtomicU64 {
-        self.chk(ch, crate::rootcheck::DONE)
+        self.chk(ch, chk::DONE)
     }
     #[inline]
     fn sleepy(&self) -> &AtomicU64 {
@@ -591,7 +609,7 @@ pub(crate) struct ShmTeam {
 impl ShmTeam {
     /// The channel `ch` of a team `tid` (generation `generation`) whose members'
     /// areas and mapped segments are `areas` and `segs`; this member is `me`. Takes
-    /// the channel's check line for the team ([`crate::rootcheck::claim`]).
+    /// the channel's check line for the team ([`ShmTeam::claim`]).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         ch: usize,
@@ -614,8 +632,20 @@ impl ShmTeam {
             me,
             tag,
         };
-        crate::rootcheck::claim(&t);
+        t.claim();
         t
+    }
+
+    /// Prepares this member's check line for the team (when it takes the channel):
+    /// beliefs and finished collectives of earlier teams on the channel never count
+    /// ([`crate::rootcheck`]).
+    fn claim(&self) {
+        let own = self.areas[self.me as usize];
+        own.chk(self.ch, chk::BELIEF).store(0, Ordering::Relaxed);
+        own.chk(self.ch, chk::DONE).store(0, Ordering::Relaxed);
+        own.chk(self.ch, chk::POISON).store(0, Ordering::Relaxed);
+        own.chk(self.ch, chk::TAG)
+            .store(u64::from(self.tag) | crate::ring::VALID, Ordering::Release);
     }
 
     /// Wakes the members of `mask` (bit = team rank) that announced they may sleep,

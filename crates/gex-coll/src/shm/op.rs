@@ -228,7 +228,7 @@ impl ShmOp {
     /// `MAYSLEEP` need nothing: one load per member (a word that stays in this
     /// member's cache), instead of the two checks. A member sets `SLEEPY` only under
     /// a wait policy that may sleep, after its `MAYSLEEP`
-    /// ([`ShmLocal::note_policy`](crate::layer::ShmLocal::note_policy)), so an
+    /// ([`ShmPath::note_policy`](crate::shmpath::ShmPath::note_policy)), so an
     /// acknowledged member that reads no acknowledgement after its fence has its
     /// `MAYSLEEP` seen here as surely as its `SLEEPY`.
     #[inline]
@@ -296,7 +296,7 @@ impl ShmOp {
     }
 
     /// Makes this collective, whatever its state, collective `seq` of its team, not
-    /// yet started: a replayed call's operation ([`crate::shmdrive::Replay`]), reset
+    /// yet started: a replayed call's operation ([`crate::shmpath::Replay`]), reset
     /// in place; its fixed fields, belief and tag digest stay.
     #[inline]
     pub(crate) fn restart(&mut self, seq: u32) {
@@ -697,7 +697,7 @@ impl ShmOp {
         }
         // Loom models: the slot's bytes were written (race detection on plain bytes).
         #[cfg(gex_loom)]
-        crate::loomkit::touch(dst, 1, true);
+        super::shadow::touch(dst, 1, true);
     }
 
     /// Applies member `q`'s piece of data round `i` from its slot or its input.
@@ -743,7 +743,7 @@ impl ShmOp {
         // Loom models: the publication's bytes are read (race detection on plain bytes).
         #[cfg(gex_loom)]
         if let Ok(inc) = inc {
-            crate::loomkit::touch(inc.as_ptr(), inc.len(), false);
+            super::shadow::touch(inc.as_ptr(), inc.len(), false);
         }
         let dst = match self.op {
             OpKind::Gather | OpKind::GatherAll | OpKind::Exchange => q as usize * self.n + pc.start,

@@ -28,31 +28,27 @@ impl Coll {
         (policy, wake): (WaitPolicy, &mut impl FnMut(EpAddr)),
     ) -> Replayed {
         let Coll {
-            fast: FastPath {
-                replay, tuner_gen, ..
-            },
+            fast,
             shm,
-            counters,
-            direct,
+            tuning,
             ops,
-            world,
-            me,
-            owner,
-            failed,
-            mb,
+            teams,
+            wire,
             ..
         } = self;
-        let Some(r) = replay.as_mut() else {
+        let Some(r) = fast.replay.as_mut() else {
             return Replayed::Declined;
         };
+        let mb = &wire.mb;
         if r.key != *key
-            || r.generation != *tuner_gen
+            || r.generation != fast.tuner_gen
             || !ops.is_empty()
-            || (mb.alarm && (!mb.aborts.is_empty() || failed.contains_key(&key.team)))
+            || (mb.alarm && (!mb.aborts.is_empty() || teams.failed(key.team).is_some()))
         {
             return Replayed::Declined;
         }
-        let Some(x) = borrowed_ext(team, world, (*me, owner)) else {
+        let counters = &mut tuning.counters;
+        let Some(x) = teams.borrowed_ext(team) else {
             return Replayed::Declined;
         };
         let Some(t) = x.shm.as_ref() else {
@@ -63,7 +59,7 @@ impl Coll {
         let op = &mut r.op;
         op.restart(seq);
         // A wait left by a call that unwound (a panicking handler) is stale.
-        *direct = None;
+        shm.set_wait(None);
         counters.direct_calls += 1;
         counters.replayed_calls += 1;
         op.keep_own(io.input, io.out);
@@ -80,7 +76,7 @@ impl Coll {
             size: team.size(),
             rank: team.rank(),
         });
-        *direct = d.pending_wait(Stall::default());
+        shm.set_wait(d.pending_wait(Stall::default()));
         Replayed::Pending
     }
 
@@ -115,22 +111,17 @@ impl Coll {
             return Replayed::Declined;
         }
         let Coll {
-            shm,
-            counters,
-            direct,
-            world,
-            me,
-            owner,
-            ..
+            shm, tuning, teams, ..
         } = self;
-        let Some(x) = borrowed_ext(team, world, (*me, owner)) else {
+        let counters = &mut tuning.counters;
+        let Some(x) = teams.borrowed_ext(team) else {
             return Replayed::Declined;
         };
         let Some(t) = x.shm.as_ref() else {
             return Replayed::Declined;
         };
         // A wait left by a call that unwound (a panicking handler) is stale.
-        *direct = None;
+        shm.set_wait(None);
         counters.direct_calls += 1;
         counters.replayed_calls += 1;
         let seq = x.next_seq();
@@ -153,7 +144,7 @@ impl Coll {
         if done {
             Replayed::Done
         } else {
-            *direct = d.pending_wait(Stall::default());
+            shm.set_wait(d.pending_wait(Stall::default()));
             Replayed::Pending
         }
     }

@@ -105,7 +105,7 @@ impl Coll {
             }
         }
         // A wait left by a call that unwound (a panicking handler) is stale.
-        self.direct = None;
+        self.shm.set_wait(None);
         let seq = x.next_seq();
         let (base, belief) = self.ring_cached(team, key, || {
             Desc::new(OpKind::Broadcast, root, (ty, elem), n, 0, opts.sync)
@@ -116,7 +116,7 @@ impl Coll {
             }
         }
         let cached = &self.fast.ring_key;
-        rootcheck::announce(sh, &mut self.shm.described[sh.ch], seq, belief, || {
+        self.shm.announce(sh, seq, belief, || {
             cached.map(|k| k.desc).unwrap_or_default()
         });
         let mut b = ring::Bcast::new(seq, base, root, n);
@@ -125,17 +125,12 @@ impl Coll {
         } else {
             (&[], buf)
         };
-        let done = b.step(
-            &sh.view(),
-            &mut self.shm.ring[sh.ch],
-            &mut self.shm.fencing,
-            input,
-            out,
-        );
+        let (local, fencing) = self.shm.ring_parts(sh.ch);
+        let done = b.step(&sh.view(), local, fencing, input, out);
         // Already fenced (crate::ring).
         sh.wake_fenced(std::mem::take(&mut b.wake), &mut |a| cx.wake(a));
-        self.counters.direct_calls += 1;
-        self.counters.ring_calls += 1;
+        self.tuning.counters.direct_calls += 1;
+        self.tuning.counters.ring_calls += 1;
         if done {
             self.calm();
             return Ok(RingBegin::Done);
@@ -144,7 +139,7 @@ impl Coll {
         self.await_flag(cx, wait, Stall::default(), (team.id(), me, seq, belief));
         *call = Some(RingCall {
             own: sh.areas[me as usize],
-            fencing: self.shm.fencing.on,
+            fencing: self.shm.fencing_on(),
             b,
             seq,
             belief,
@@ -166,25 +161,15 @@ impl Coll {
     ) -> Result<bool, CollError> {
         let x = ext(team);
         let t = x.shm.as_ref().expect("ring calls need a channel");
-        let stall = take_wait(
-            (&mut self.direct, &mut self.shm),
-            t,
-            team.id(),
-            (call.seq, call.belief),
-        )?;
+        let stall = take_wait(&mut self.shm, t, team.id(), (call.seq, call.belief))?;
         let (input, out): (&[u8], &mut [u8]) = if t.me == call.b.root() {
             (buf, &mut [])
         } else {
             (&[], buf)
         };
-        let done = call.b.step(
-            &t.view(),
-            &mut self.shm.ring[t.ch],
-            &mut self.shm.fencing,
-            input,
-            out,
-        );
-        call.fencing = self.shm.fencing.on;
+        let (local, fencing) = self.shm.ring_parts(t.ch);
+        let done = call.b.step(&t.view(), local, fencing, input, out);
+        call.fencing = self.shm.fencing_on();
         t.wake_fenced(std::mem::take(&mut call.b.wake), &mut |a| cx.wake(a));
         if done {
             self.calm();

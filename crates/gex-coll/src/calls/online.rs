@@ -2,13 +2,13 @@
 //! size, size class, modes) on a team times the surviving candidates, collectively,
 //! and the winner is kept for the team.
 
+use super::{into_bytes, start_event, vec_from_bytes};
 use crate::algo::Query;
-use crate::api::{start_event, vec_from_bytes};
 use crate::engine::{Input, Start};
 use crate::error::CollError;
+use crate::layer::coll;
 use crate::op::{BuiltinOp, OpKind, Opts, ReduceOp};
 use crate::sched::ReduceFn;
-use crate::teams::coll;
 use gex_core::event::Data;
 use gex_core::spi::Conduit;
 use gex_core::{Endpoint, Team};
@@ -32,22 +32,24 @@ pub(crate) fn trial<C: Conduit>(
     reduce: &Option<(ReduceFn, bool)>,
     opts: &Opts<'_>,
 ) -> Result<(), CollError> {
-    let cands = coll(ep, |c, _| c.tuner.online_candidates(q, TRIAL_CANDIDATES))?;
+    let cands = coll(ep, |c, _| {
+        c.tuning.tuner().online_candidates(q, TRIAL_CANDIDATES)
+    })?;
     let winner = if cands.len() <= 1 {
         *cands.first().ok_or(CollError::NoAlgorithm {
             op: q.op,
             size: q.size,
         })?
     } else {
-        coll(ep, |c, _| c.in_trial = true)?;
+        coll(ep, |c, _| c.tuning.set_trial(true))?;
         let r = time_candidates(ep, team, q, &cands, (root, elem, count), reduce, opts);
-        coll(ep, |c, _| c.in_trial = false)?;
+        coll(ep, |c, _| c.tuning.set_trial(false))?;
         r?
     };
     coll(ep, |c, _| {
-        c.tuner.record_online(team.id(), q, winner);
+        c.tuning.tuner_mut().record_online(team.id(), q, winner);
         c.fast.tuner_changed();
-        c.counters.online_trials += 1;
+        c.tuning.counters.online_trials += 1;
     })
 }
 
@@ -68,7 +70,7 @@ fn time_candidates<C: Conduit>(
     let names: Vec<String> = coll(ep, |c, _| {
         cands
             .iter()
-            .map(|&i| c.tuner.algorithms()[i].name().to_string())
+            .map(|&i| c.tuning.tuner().algorithms()[i].name().to_string())
             .collect()
     })?;
     let mut times = Vec::with_capacity(names.len());
@@ -104,7 +106,7 @@ fn time_candidates<C: Conduit>(
         root: 0,
         elem: size_of::<f64>(),
         count: times.len(),
-        input: Input::Owned(crate::api::into_bytes(times)),
+        input: Input::Owned(into_bytes(times)),
         reduce: Some((max.func().clone(), true)),
         opts: Opts::default(),
         codes: (crate::op::elem_code::<f64>(), max.code()),

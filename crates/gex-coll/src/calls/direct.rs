@@ -37,7 +37,7 @@ pub(super) enum Direct {
 
 /// A blocking in-place broadcast of `buf` from `root` through the small-broadcast
 /// ring, directly ([`Coll::ring_begin`]): `Ok(false)` if that does not apply (nothing
-/// consumed). Waits as [`direct`] does; a reader whose root published completes
+/// consumed). Waits as [`direct`](fn@direct) does; a reader whose root published completes
 /// without entering the layer again.
 #[inline]
 pub(super) fn ring_in_place<C: Conduit>(
@@ -70,7 +70,7 @@ pub(super) fn ring_in_place<C: Conduit>(
             pause.spins = 0;
             waited = true;
             coll(ep, |c, cx| c.watch_direct(cx, team))?;
-            let _ = layer::wait_until::<Coll, C>(ep, |c| c.direct_ready());
+            let _ = layer::wait_until::<Coll, C>(ep, |c| c.shm.direct_ready());
         }
         let done = coll(ep, |c, cx| {
             c.with_resolved(team, |c, team| c.ring_step(cx, team, d, &mut *buf))
@@ -296,7 +296,7 @@ pub(super) fn wait_direct<C: Conduit>(
             // the wait goes on through stall checks that find nothing (and reaches
             // `GEX_STALL_REPORT` if nothing happens).
             coll(ep, |c, cx| c.watch_direct(cx, team))?;
-            let _ = layer::wait_until::<Coll, C>(ep, |c| c.direct_ready());
+            let _ = layer::wait_until::<Coll, C>(ep, |c| c.shm.direct_ready());
         }
         stepped = step_direct(ep, team, d, io, policy).map_err(|e| mismatch_seen(ep, team, e))?;
     }
@@ -343,8 +343,8 @@ pub(super) fn step_direct<C: Conduit>(
 
 pub(super) fn merged_entry(d: &DirectOp) -> Entry {
     match &d.body {
-        crate::shmdrive::DirectBody::Bar(b) => b.entry(),
-        crate::shmdrive::DirectBody::Shm(_) | crate::shmdrive::DirectBody::Ring { .. } => {
+        crate::shmpath::DirectBody::Bar(b) => b.entry(),
+        crate::shmpath::DirectBody::Shm(_) | crate::shmpath::DirectBody::Ring { .. } => {
             Entry::default()
         }
     }
