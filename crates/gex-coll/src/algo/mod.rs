@@ -301,11 +301,9 @@ impl Builtin {
     /// support outside; a forced use there is [`CollError::Unsupported`](crate::CollError::Unsupported)).
     ///
     /// ```
-    /// use gex_coll::{AddrMode, Algorithm, Builtin, Kind, OpKind, Query, SyncModes, Transport};
+    /// use gex_coll::{Algorithm, Builtin, Kind, OpKind, Query, Transport};
     /// let a = Builtin::new(Kind::Chain, 0, 8192, Transport::Eager).with_sizes(16384, usize::MAX);
-    /// let q = |bytes| Query { op: OpKind::Broadcast, size: 4, bytes, addr: AddrMode::Local,
-    ///                         sync: SyncModes::default(), commutative: true, scratch: false,
-    ///                         shm: false, hier: false, hosts: 0, host_ranges: false };
+    /// let q = |bytes| Query::plain(OpKind::Broadcast, 4, bytes);
     /// assert!(!a.supports(&q(100)));
     /// assert!(a.supports(&q(1 << 20)));
     /// ```

@@ -247,8 +247,7 @@ pub trait CollExt<C: Conduit> {
     ///     let mut ep = client.endpoint(0).unwrap();
     ///     ep.register_algorithm(Arc::new(Nic(Builtin::new(Kind::Knomial, 2, 0, Transport::Eager)))).unwrap();
     ///     let w = ep.world();
-    ///     let q = Query { op: OpKind::Broadcast, size: 3, bytes: 8, addr: gex_coll::AddrMode::Local,
-    ///                     sync: Default::default(), commutative: true, scratch: false, shm: false, hier: false, hosts: 0, host_ranges: false };
+    ///     let q = Query::plain(OpKind::Broadcast, 3, 8);
     ///     assert_eq!(ep.explain(&q).unwrap().algorithm, "nic");
     ///     let mut v = [w.rank(); 2];
     ///     ep.collective(&w, Broadcast::in_place(1, &mut v), Blocking).unwrap();
