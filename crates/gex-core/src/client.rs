@@ -262,6 +262,27 @@ impl<L: LayerSet> ClientBuilder<L> {
         v
     }
 
+    /// The endpoints opened at init and the most a rank may have (`GEX_ENDPOINTS`,
+    /// `GEX_MAX_ENDPOINTS` over the builder's values), checked.
+    fn endpoint_counts(&self, config: &Config) -> Result<(u16, u16), InitError> {
+        let eps = config.u64("GEX_ENDPOINTS", self.endpoints.unwrap_or(1) as u64)?;
+        let eps = u16::try_from(eps).ok().filter(|&e| e >= 1).ok_or_else(|| {
+            InitError::Config(format!(
+                "GEX_ENDPOINTS/endpoints must be 1..=65535, got {eps}"
+            ))
+        })?;
+        let max_eps = config.u64(
+            "GEX_MAX_ENDPOINTS",
+            u64::from(self.max_endpoints.unwrap_or(DEFAULT_MAX_ENDPOINTS)),
+        )?;
+        let max_eps = u16::try_from(max_eps).map_err(|_| {
+            InitError::Config(format!(
+                "GEX_MAX_ENDPOINTS must be 0..=65535, got {max_eps}"
+            ))
+        })?;
+        Ok((eps, max_eps.max(eps)))
+    }
+
     /// Initialises the client: collective over every rank of the job.
     ///
     /// What the bootstrap says is checked before it is used (the bootstrap is a safe
@@ -279,55 +300,20 @@ impl<L: LayerSet> ClientBuilder<L> {
     /// a layout exchange that disagrees with it); [`InitError::Conduit`]/
     /// [`InitError::Os`] if the conduit cannot open, or a peer published something that
     /// disagrees with the layout.
-    pub fn init<C: Conduit>(self, mut boot: Box<dyn Bootstrap>) -> Result<Client<C>, InitError> {
-        let config = self.config.unwrap_or_else(Config::from_env);
-        let rank = boot.rank();
-        let size = boot.size();
-        // `Bootstrap` is a safe trait: what it says is checked before anything uses it.
-        if rank >= size {
-            return Err(InitError::Boot(BootError::Protocol(format!(
-                "the {} bootstrap says this is rank {rank} of a job of {size} ranks",
-                boot.name()
-            ))));
-        }
-        let hosts = boot.host_ids().to_vec();
-        if hosts.len() != size as usize {
-            return Err(InitError::Config(format!(
-                "bootstrap gave {} host ids for {size} ranks",
-                hosts.len()
-            )));
-        }
-        let local_size = hosts
-            .iter()
-            .filter(|&&h| Some(&h) == hosts.get(rank as usize))
-            .count() as u32;
-        let shape = JobShape {
-            size,
-            rank,
-            local_size,
-        };
+    pub fn init<C: Conduit>(
+        mut self,
+        mut boot: Box<dyn Bootstrap>,
+    ) -> Result<Client<C>, InitError> {
+        let config = self.config.take().unwrap_or_else(Config::from_env);
+        let (shape, hosts) = checked_shape(&*boot)?;
+        let JobShape { size, rank, .. } = shape;
         let default_seg = match &self.segment_size {
             None => DEFAULT_SEGMENT_SIZE,
             Some(SegSize::Fixed(n)) => *n,
             Some(SegSize::Per(f)) => f(shape),
         };
         let seg = config.size("GEX_SEGMENT_SIZE", default_seg)?;
-        let eps = config.u64("GEX_ENDPOINTS", self.endpoints.unwrap_or(1) as u64)?;
-        let eps = u16::try_from(eps).ok().filter(|&e| e >= 1).ok_or_else(|| {
-            InitError::Config(format!(
-                "GEX_ENDPOINTS/endpoints must be 1..=65535, got {eps}"
-            ))
-        })?;
-        let max_eps = config.u64(
-            "GEX_MAX_ENDPOINTS",
-            u64::from(self.max_endpoints.unwrap_or(DEFAULT_MAX_ENDPOINTS)),
-        )?;
-        let max_eps = u16::try_from(max_eps).map_err(|_| {
-            InitError::Config(format!(
-                "GEX_MAX_ENDPOINTS must be 0..=65535, got {max_eps}"
-            ))
-        })?;
-        let max_eps = max_eps.max(eps);
+        let (eps, max_eps) = self.endpoint_counts(&config)?;
         let progress = config.bool("GEX_PROGRESS_THREAD", self.progress_thread.unwrap_or(false))?;
         let interval = config.duration("GEX_PROGRESS_INTERVAL", DEFAULT_PROGRESS_INTERVAL)?;
         let mode = config.wait_mode()?;
@@ -438,6 +424,37 @@ impl<L: LayerSet> ClientBuilder<L> {
             progress: progress.then_some(interval),
         })
     }
+}
+
+/// This rank's place in the job and the host id of every rank, as the bootstrap says
+/// them, checked first (`Bootstrap` is a safe trait): the rank below the job size, one
+/// host id per rank.
+fn checked_shape(boot: &dyn Bootstrap) -> Result<(JobShape, Vec<u32>), InitError> {
+    let rank = boot.rank();
+    let size = boot.size();
+    if rank >= size {
+        return Err(InitError::Boot(BootError::Protocol(format!(
+            "the {} bootstrap says this is rank {rank} of a job of {size} ranks",
+            boot.name()
+        ))));
+    }
+    let hosts = boot.host_ids().to_vec();
+    if hosts.len() != size as usize {
+        return Err(InitError::Config(format!(
+            "bootstrap gave {} host ids for {size} ranks",
+            hosts.len()
+        )));
+    }
+    let local_size = hosts
+        .iter()
+        .filter(|&&h| Some(&h) == hosts.get(rank as usize))
+        .count() as u32;
+    let shape = JobShape {
+        size,
+        rank,
+        local_size,
+    };
+    Ok((shape, hosts))
 }
 
 /// What every rank publishes in the layout exchange of [`ClientBuilder::init`]: who it
