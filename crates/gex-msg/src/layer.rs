@@ -407,6 +407,9 @@ pub struct MsgStats {
     /// Near-path sends refused because the queue's head word was not one the
     /// receiver could have written (they took the AM path).
     pub near_refused: u64,
+    /// Eager messages copied straight into a waiting blocking receive's buffer by
+    /// their handler.
+    pub landed: u64,
 }
 
 /// The messaging layer (see the [crate documentation](crate)): attach it with
@@ -443,6 +446,8 @@ pub struct Msg {
     /// Rendezvous sends cleared to stream, in the order their CTS came.
     streaming: VecDeque<u32>,
     pub(crate) stats: MsgStats,
+    /// A waiting blocking receive's slice (module `landing`).
+    pub(crate) landing: Option<crate::landing::Landing>,
 }
 
 /// Reads `GEX_MSG_EAGER_MAX`.
@@ -545,6 +550,7 @@ impl Layer for Msg {
             lender: crate::coop::Lender::default(),
             loans,
             empty: Arc::from(&[][..]),
+            landing: None,
         })
     }
 
@@ -872,6 +878,17 @@ impl Msg {
     }
 
     fn arrive_in_order(&mut self, env: Envelope, a: ArrivalRef<'_>) {
+        // A waiting blocking receive takes an eager message no posted receive wants
+        // straight into its slice (no unexpected copy, no allocation).
+        if let (Some(l), ArrivalRef::Eager { data, flags, sreq }) = (&mut self.landing, &a) {
+            if l.takes(&env, data.len()) && !self.matcher.has_posted_for(&env) {
+                l.land(env, data);
+                self.stats.landed += 1;
+                let (flags, sreq) = (*flags, *sreq);
+                self.ack_if_sync(env, flags, sreq);
+                return;
+            }
+        }
         match self.matcher.arrive_with(env, || a.to_owned()) {
             Some(recv) => {
                 self.stats.matched_posted += 1;
