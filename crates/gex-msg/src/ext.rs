@@ -3,6 +3,7 @@
 use crate::direct::Read;
 use crate::engine::{Envelope, Pattern};
 use crate::error::MsgError;
+use crate::landing::Landing;
 use crate::layer::{Arrival, F_SYNC, LendTo, Msg, PostedRecv, Source, Status, split_status};
 use crate::pair::Took;
 use gex_core::event::{Data, finish_unit};
@@ -588,24 +589,30 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
         loop {
             let now = layer::with::<Msg, C, _>(self, |m, cx| {
                 let m = m.get_mut();
-                loop {
+                let now = loop {
                     match recv_now(m, cx, &pat, buf) {
                         Now::Wait => {}
-                        now => return now,
+                        now => break now,
                     }
                     if !m.near.covers(pat.src) {
-                        return Now::Wait;
+                        break Now::Wait;
                     }
                     let took = m.near_take(&pat, buf);
                     // What matching released may have queued answers.
                     m.flush(cx);
                     match took {
-                        Took::Msg(r) => return Now::Done(r),
+                        Took::Msg(r) => break Now::Done(r),
                         // The engine may now hold a message `pat` matches.
                         Took::Engine => continue,
-                        Took::Nothing => return Now::Wait,
+                        Took::Nothing => break Now::Wait,
                     }
+                };
+                // Nothing queued matches: the first eager message that does while
+                // this call waits lands straight in `buf` (module `landing`).
+                if matches!(now, Now::Wait) {
+                    m.landing = Some(Landing::new(pat, buf));
                 }
+                now
             })
             .ok_or(MsgError::NoLayer)?;
             match now {
@@ -617,9 +624,16 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
                     return Ok(got.status);
                 }
                 Now::Wait => {
-                    layer::wait_until::<Msg, C>(self, |m| {
-                        m.near.ready(pat.src) || m.matcher.probe(&pat).is_some()
+                    // Takes the landing back however the wait ends (unwinding too).
+                    let armed = Armed(&mut *self);
+                    layer::wait_until::<Msg, C>(armed.0, |m| {
+                        m.landing.as_ref().is_some_and(|l| l.got.is_some())
+                            || m.near.ready(pat.src)
+                            || m.matcher.probe(&pat).is_some()
                     });
+                    if let Some(r) = armed.take() {
+                        return r;
+                    }
                 }
             }
         }
@@ -735,6 +749,33 @@ impl<C: Conduit> MsgExt for Endpoint<C> {
         let st = st?;
         s?;
         Ok(st)
+    }
+}
+
+/// A blocking receive's landing armed in its endpoint's layer state: taken back
+/// (disarmed) by [`take`](Self::take) or the drop, before the receive's slice is used
+/// again.
+struct Armed<'a, C: Conduit>(&'a mut Endpoint<C>);
+
+impl<C: Conduit> Armed<'_, C> {
+    /// Disarms; what landed, if a message did.
+    fn take(mut self) -> Option<Result<Status, MsgError>> {
+        let got = self.disarm();
+        // Disarmed: nothing left for the drop (the guard holds only a reference).
+        std::mem::forget(self);
+        got
+    }
+
+    fn disarm(&mut self) -> Option<Result<Status, MsgError>> {
+        layer::with::<Msg, C, _>(self.0, |m, _| m.get_mut().landing.take())
+            .flatten()
+            .and_then(|l| l.got)
+    }
+}
+
+impl<C: Conduit> Drop for Armed<'_, C> {
+    fn drop(&mut self) {
+        self.disarm();
     }
 }
 

@@ -93,7 +93,8 @@
 //! nonblocking receive takes an owned `Vec<u8>` which its event gives back, so dropping or forgetting the
 //! event is harmless; the blocking [`recv`](MsgExt::recv) into `&mut [u8]` waits for a
 //! matching message and copies it straight into the slice (a near-path one from the
-//! queue's slot, an eager one from the unexpected queue, a single-copy rendezvous one
+//! queue's slot, an eager one from the unexpected queue, or from the network's buffer
+//! if it comes while the call waits, a single-copy rendezvous one
 //! from the sender's buffer), or receives chunks into a buffer of its own and copies
 //! when the receive is complete.
 //! The one exception, within the call: a blocking [`send`](MsgExt::send) of a rendezvous
@@ -102,10 +103,14 @@
 //! copies straight from it, the only copy; a process receiver with the sender's help,
 //! module [`coop`]), and does not return, or unwind, while the receiver reads it; if no
 //! receiver took it within a short wait it is withdrawn into a copy of the layer's
-//! (modules `direct` and [`coop`]). The crate's `unsafe` is the thread loan's read, the
-//! sender's `process_vm_writev` into the receiver's published buffer (module `direct`)
-//! and the view of the auxiliary areas as atomic words (module `area`); all are in
-//! docs/soundness.md's ledger.
+//! (modules `direct` and [`coop`]). The other exception: while a blocking
+//! [`recv`](MsgExt::recv) waits with nothing queued that it matches, the handler of the
+//! first eager message it matches copies the message straight into the caller's slice
+//! (module `landing`; the receive takes the landing back before it returns, or
+//! unwinds). The crate's `unsafe` is the thread loan's read, the
+//! sender's `process_vm_writev` into the receiver's published buffer (module `direct`),
+//! the landing's copy (module `landing`) and the view of the auxiliary areas as atomic
+//! words (module `area`); all are in docs/soundness.md's ledger.
 //!
 //! ## What it does not do (yet)
 //! - Buffered mode, cancel, matched probe (`mprobe`).
@@ -134,6 +139,7 @@ mod direct;
 pub mod engine;
 mod error;
 mod ext;
+mod landing;
 mod layer;
 pub mod near;
 mod pair;

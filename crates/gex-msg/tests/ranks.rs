@@ -506,3 +506,75 @@ impl Job for Refused {
         client.finalize().unwrap();
     }
 }
+
+/// A blocking receive that waits when an eager message comes: the handler copies the
+/// message straight into the receive's buffer (`landed`), unless a posted receive
+/// takes it first, it is not the receive's, it is too long (left as unexpected: the
+/// receive reports the truncation), or it is synchronous (acknowledged all the same).
+#[test]
+fn threads_eager_lands_in_a_waiting_recv() {
+    threads(2, EAGER, true, || Landed);
+}
+
+struct Landed;
+
+impl Job for Landed {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        let mut ep = client.endpoint(0).unwrap();
+        let w = Comm::WORLD;
+        let me = ep.addr().rank;
+        // Above the near path's 104 bytes, within the eager limit.
+        let n = 300;
+        let msg = |i: u32| common::payload(0, 0, i, n);
+        // Time for rank 1 to be waiting in its `recv` before each message.
+        let pause = || std::thread::sleep(std::time::Duration::from_millis(50));
+        if me == 0 {
+            exchange_barrier(&mut ep).unwrap();
+            pause();
+            // To the posted any-tag receive, then to the waiting receive.
+            ep.send(w, 1, 1, &msg(0)).unwrap();
+            ep.send(w, 1, 1, &msg(1)).unwrap();
+            pause();
+            // Completes only once the landing matched it.
+            ep.ssend(w, 1, 2, &msg(2)).unwrap();
+            pause();
+            // Not the waiting receive's tag, then its tag.
+            ep.send(w, 1, 5, &msg(3)).unwrap();
+            ep.send(w, 1, 4, &msg(4)).unwrap();
+            pause();
+            // Longer than the waiting receive's buffer.
+            ep.send(w, 1, 6, &msg(5)).unwrap();
+        } else {
+            let posted = ep.irecv(w, Some(0), None, vec![0; n]).unwrap();
+            exchange_barrier(&mut ep).unwrap();
+            let mut buf = vec![0u8; n];
+            let st = ep.recv(w, Some(0), Some(1), &mut buf).unwrap();
+            assert_eq!((st.source, st.tag, st.len), (0, 1, n));
+            assert_eq!(buf, msg(1));
+            assert_eq!(ep.wait(posted).unwrap().data, msg(0));
+            let st = ep.recv(w, Some(0), Some(2), &mut buf).unwrap();
+            assert_eq!((st.tag, st.len), (2, n));
+            assert_eq!(buf, msg(2));
+            ep.recv(w, Some(0), Some(4), &mut buf).unwrap();
+            assert_eq!(buf, msg(4));
+            ep.recv(w, Some(0), Some(5), &mut buf).unwrap();
+            assert_eq!(buf, msg(3));
+            let mut short = vec![0u8; n - 1];
+            let err = ep.recv(w, Some(0), Some(6), &mut short).unwrap_err();
+            assert!(
+                matches!(err, MsgError::Truncated { len, .. } if len == n),
+                "{err:?}"
+            );
+            let st = stats(&mut ep);
+            // Messages 1, 2 and 4 landed; 0 went to the posted receive, 3 and 5 were
+            // unexpected.
+            assert_eq!((st.landed, st.matched_posted), (3, 1), "{st:?}");
+        }
+        exchange_barrier(&mut ep).unwrap();
+        assert!(gex_core::layer::wait_until::<Msg, _>(
+            &mut ep,
+            Msg::is_quiet
+        ));
+    }
+}

@@ -391,6 +391,9 @@ pub struct MsgStats {
     /// Near-path sends refused because the queue's head word was not one the
     /// receiver could have written (they took the AM path).
     pub near_refused: u64,
+    /// Eager messages copied straight into a waiting blocking receive's buffer by
+    /// their handler.
+    pub landed: u64,
 }
 
 /// The messaging layer (see the [crate documentation](crate)): attach it with
@@ -427,6 +430,8 @@ pub struct Msg {
     /// Rendezvous sends cleared to stream, in the order their CTS came.
     streaming: VecDeque<u32>,
     pub(crate) stats: MsgStats,
+    /// A waiting blocking receive's slice (module `landing`).
+    pub(crate) landing: Option<crate::landing::Landing>,
 }
 
 /// Reads `GEX_MSG_EAGER_MAX`.
@@ -529,6 +534,7 @@ impl Layer for Msg {
             lender: crate::coop::Lender::default(),
             loans,
             empty: Arc::from(&[][..]),
+            landing: None,
         })
     }
 

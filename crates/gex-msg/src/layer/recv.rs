@@ -54,6 +54,17 @@ impl Msg {
     }
 
     pub(super) fn arrive_in_order(&mut self, env: Envelope, a: ArrivalRef<'_>) {
+        // A waiting blocking receive takes an eager message no posted receive wants
+        // straight into its slice (no unexpected copy, no allocation).
+        if let (Some(l), ArrivalRef::Eager { data, flags, sreq }) = (&mut self.landing, &a) {
+            if l.takes(&env, data.len()) && !self.matcher.has_posted_for(&env) {
+                l.land(env, data);
+                self.stats.landed += 1;
+                let (flags, sreq) = (*flags, *sreq);
+                self.ack_if_sync(env, flags, sreq);
+                return;
+            }
+        }
         match self.matcher.arrive_with(env, || a.to_owned()) {
             Some(recv) => {
                 self.stats.matched_posted += 1;
