@@ -16,7 +16,8 @@ use crate::schedule::{FarSchedule, NAP};
 use crate::stats::PathCounters;
 use gex_core::spi::{
     AtomicBase, AtomicKind, Capabilities, ConduitEp, ConduitError, Deliver, FarConduit, FarEp,
-    Limits, Native, NativeAtomic, NearConduit, OutMsg, OwnedMsg, Prepare, PrepareReq,
+    Limits, Native, NativeAtomic, NativeResult, NearConduit, OutMsg, OwnedMsg, Prepare, PrepareReq,
+    SegRange,
 };
 use gex_core::{EpAddr, EpIndex, Injected, OwnedInjected};
 use std::ptr::NonNull;
@@ -286,27 +287,15 @@ unsafe impl<N: NearConduit, F: FarConduit> ConduitEp for HybridEp<N, F> {
     }
 
     #[inline]
-    unsafe fn native_put(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        src: *const u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
+    unsafe fn native_put(&mut self, to: SegRange, src: *const u8) -> NativeResult {
         // SAFETY: forwarded contract of `native_put`.
-        unsafe { self.far.native_put(dst, offset, src, len) }
+        unsafe { self.far.native_put(to, src) }
     }
 
     #[inline]
-    unsafe fn native_put_relaxed(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        src: *const u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
+    unsafe fn native_put_relaxed(&mut self, to: SegRange, src: *const u8) -> NativeResult {
         // SAFETY: forwarded contract of `native_put_relaxed`.
-        unsafe { self.far.native_put_relaxed(dst, offset, src, len) }
+        unsafe { self.far.native_put_relaxed(to, src) }
     }
 
     #[inline]
@@ -315,15 +304,9 @@ unsafe impl<N: NearConduit, F: FarConduit> ConduitEp for HybridEp<N, F> {
     }
 
     #[inline]
-    unsafe fn native_get(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        out: *mut u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
+    unsafe fn native_get(&mut self, from: SegRange, out: *mut u8) -> NativeResult {
         // SAFETY: forwarded contract of `native_get`.
-        unsafe { self.far.native_get(dst, offset, out, len) }
+        unsafe { self.far.native_get(from, out) }
     }
 
     fn native_atomic_supported(&self, kind: AtomicKind, base: AtomicBase, fetch: bool) -> bool {

@@ -22,7 +22,7 @@ mod mock;
 
 use gex_conduit_hybrid::{FAR_POLL_MAX, Hybrid, NAP};
 use gex_core::boot::Bootstrap;
-use gex_core::spi::{Conduit, ConduitEp, Native};
+use gex_core::spi::{Conduit, ConduitEp, Native, SegRange};
 use gex_core::{Am, Body, Client, Config, EpAddr, HandlerId, Token, WaitPolicy};
 use gex_testkit::boot::ThreadJob;
 use gex_testkit::conformance::{self, Case, Job, Probe};
@@ -578,7 +578,7 @@ fn far_part_uses_the_near_segments() {
                 // SAFETY: `data` lives until the put returns `Done` (the mock completes at
                 // once); the range lies in the peer's segment.
                 let done = conduit_ep(&mut ep, |cep| unsafe {
-                    cep.native_put(EpAddr::new(2, 1), 128, data.as_ptr(), 64)
+                    cep.native_put(SegRange::new(EpAddr::new(2, 1), 128, 64), data.as_ptr())
                 });
                 assert_eq!(done, Ok(Native::Done));
             }

@@ -22,7 +22,8 @@ use gex_core::boot::{BootError, Bootstrap};
 use gex_core::config::EnvVar;
 use gex_core::spi::{
     AtomicBase, AtomicKind, Capabilities, Conduit, ConduitEp, ConduitError, Deliver, FarConduit,
-    FarEp, FarPoll, JobLayout, Limits, Native, NativeAtomic, OpenParams, OutMsg, SharedSegments,
+    FarEp, FarPoll, JobLayout, Limits, Native, NativeAtomic, NativeResult, OpenParams, OutMsg,
+    SegRange, SharedSegments,
 };
 use gex_core::{EpAddr, EpIndex, InitError, Injected};
 use std::any::Any;
@@ -970,25 +971,13 @@ unsafe impl ConduitEp for IbvEp {
     fn block(&mut self, timeout: Duration) {
         dispatch!(self, e => e.block(timeout))
     }
-    unsafe fn native_put(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        src: *const u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
+    unsafe fn native_put(&mut self, to: SegRange, src: *const u8) -> NativeResult {
         // SAFETY: forwarded contract.
-        dispatch!(self, e => unsafe { e.native_put(dst, offset, src, len) })
+        dispatch!(self, e => unsafe { e.native_put(to, src) })
     }
-    unsafe fn native_get(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        out: *mut u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
+    unsafe fn native_get(&mut self, from: SegRange, out: *mut u8) -> NativeResult {
         // SAFETY: forwarded contract.
-        dispatch!(self, e => unsafe { e.native_get(dst, offset, out, len) })
+        dispatch!(self, e => unsafe { e.native_get(from, out) })
     }
     fn native_atomic_supported(&self, kind: AtomicKind, base: AtomicBase, fetch: bool) -> bool {
         dispatch_ref!(self, e => e.native_atomic_supported(kind, base, fetch))

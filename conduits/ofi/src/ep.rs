@@ -17,7 +17,7 @@ use crate::rx::Rx;
 use crate::tx::Tx;
 use gex_core::spi::{
     AtomicBase, AtomicKind, Capabilities, ConduitEp, ConduitError, Deliver, FarEp, FarPoll, Limits,
-    Native, NativeAtomic, OutMsg,
+    Native, NativeAtomic, NativeResult, OutMsg, SegRange,
 };
 use gex_core::{EpAddr, EpIndex, Injected};
 use std::mem::ManuallyDrop;
@@ -111,20 +111,14 @@ unsafe impl ConduitEp for OfiEp {
         self.progress(d, budget).delivered
     }
 
-    /// `fi_writemsg` with `FI_DELIVERY_COMPLETE` into `dst`'s registered segment.
+    /// `fi_writemsg` with `FI_DELIVERY_COMPLETE` into `to.dst`'s registered segment.
     /// `Unsupported` when native RMA is off, or under `FI_MR_LOCAL` for a source outside
     /// this rank's segments; `WouldBlock` when all slots are in use or the provider
     /// answers `-FI_EAGAIN`.
     #[inline]
-    unsafe fn native_put(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        src: *const u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
+    unsafe fn native_put(&mut self, to: SegRange, src: *const u8) -> NativeResult {
         // SAFETY: forwarded contract of `native_put` (`src` only read).
-        unsafe { self.native_rma(dst, offset, src.cast_mut(), len, Dir::Write, true) }
+        unsafe { self.native_rma(to, src.cast_mut(), Dir::Write, true) }
     }
 
     /// Where the provider orders reads after writes (docs/ofi.md, "Relaxed puts"):
@@ -133,30 +127,18 @@ unsafe impl ConduitEp for OfiEp {
     /// the next [`native_flush`](Self::native_flush). Otherwise (or above the
     /// provider's `max_order_raw_size`) a [`native_put`](Self::native_put).
     #[inline]
-    unsafe fn native_put_relaxed(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        src: *const u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
-        let delivery = len > self.rma.relaxed_max;
+    unsafe fn native_put_relaxed(&mut self, to: SegRange, src: *const u8) -> NativeResult {
+        let delivery = to.len > self.rma.relaxed_max;
         // SAFETY: forwarded contract of `native_put` (`src` only read).
-        unsafe { self.native_rma(dst, offset, src.cast_mut(), len, Dir::Write, delivery) }
+        unsafe { self.native_rma(to, src.cast_mut(), Dir::Write, delivery) }
     }
 
-    /// `fi_read` from `dst`'s registered segment (see [`native_put`](Self::native_put)
+    /// `fi_read` from `from.dst`'s registered segment (see [`native_put`](Self::native_put)
     /// for the answers).
     #[inline]
-    unsafe fn native_get(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        out: *mut u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
+    unsafe fn native_get(&mut self, from: SegRange, out: *mut u8) -> NativeResult {
         // SAFETY: forwarded contract of `native_get`.
-        unsafe { self.native_rma(dst, offset, out, len, Dir::Read, true) }
+        unsafe { self.native_rma(from, out, Dir::Read, true) }
     }
 
     /// Where relaxed puts to `dst` were posted since its last flush: one `fi_read` of

@@ -26,7 +26,9 @@ use crate::mem::Mem;
 use crate::stats::EpCounters;
 use gex_core::EpAddr;
 use gex_core::InitError;
-use gex_core::spi::{AtomicBase, AtomicKind, ConduitError, Native, NativeAtomic};
+use gex_core::spi::{
+    AtomicBase, AtomicKind, ConduitError, Native, NativeAtomic, NativeResult, SegRange,
+};
 
 /// Native RMA state of one endpoint: a fixed table of slots, each with an
 /// `fi_context2` handed to libfabric; a ticket is `generation << 32 | slot`.
@@ -140,19 +142,18 @@ impl OfiEp {
     /// the call, counters, and the answers documented on `native_put`.
     ///
     /// # Safety
-    /// As `ConduitEp::native_put` (write: `buf` readable and unmodified until
-    /// completion) or `native_get` (read: `buf` writable and untouched by others until
+    /// As `ConduitEp::native_put` (write: `buf..buf+range.len` readable and unmodified
+    /// until completion) or `native_get` (read: writable and untouched by others until
     /// completion).
     #[inline]
     pub(crate) unsafe fn native_rma(
         &mut self,
-        dst: EpAddr,
-        offset: usize,
+        range: SegRange,
         buf: *mut u8,
-        len: usize,
         dir: Dir,
         delivery: bool,
-    ) -> Result<Native, ConduitError> {
+    ) -> NativeResult {
+        let SegRange { dst, offset, len } = range;
         if !self.rma.on {
             return Ok(Native::Unsupported);
         }

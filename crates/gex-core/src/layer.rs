@@ -122,7 +122,10 @@ use crate::config::{Config, EnvVar};
 use crate::endpoint::Core;
 use crate::error::{AmError, InitError};
 use crate::event::{Event, EventErr, Finish, OpCompleter};
-use crate::spi::{Capabilities, Conduit, ConduitEp, ConduitError, JobLayout, Native, NativeAtomic};
+use crate::spi::{
+    Capabilities, Conduit, ConduitEp, ConduitError, JobLayout, Native, NativeAtomic, NativeResult,
+    SegRange,
+};
 use crate::team::Team;
 use crate::types::{Category, EpAddr, HandlerId, Injected, Rank};
 use crate::{Am, Endpoint, Segment, Token};
@@ -527,21 +530,15 @@ impl<'a, C: Conduit> Cx<'a, C> {
     /// [`ConduitEp::native_put`] of the conduit underneath.
     ///
     /// # Safety
-    /// As [`ConduitEp::native_put`]: `src..src+len` stays valid and unmodified until
-    /// completion, and the range was checked to lie in `dst`'s segment.
+    /// As [`ConduitEp::native_put`]: `src..src+to.len` stays valid and unmodified until
+    /// completion, and `to` was checked to lie in `to.dst`'s segment.
     ///
     /// # Errors
     /// The conduit's.
     #[inline]
-    pub unsafe fn native_put(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        src: *const u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
+    pub unsafe fn native_put(&mut self, to: SegRange, src: *const u8) -> NativeResult {
         // SAFETY: forwarded contract.
-        unsafe { self.core.cep.native_put(dst, offset, src, len) }
+        unsafe { self.core.cep.native_put(to, src) }
     }
     /// [`ConduitEp::native_put_relaxed`] of the conduit underneath.
     ///
@@ -551,35 +548,23 @@ impl<'a, C: Conduit> Cx<'a, C> {
     /// # Errors
     /// The conduit's.
     #[inline]
-    pub unsafe fn native_put_relaxed(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        src: *const u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
+    pub unsafe fn native_put_relaxed(&mut self, to: SegRange, src: *const u8) -> NativeResult {
         // SAFETY: forwarded contract.
-        unsafe { self.core.cep.native_put_relaxed(dst, offset, src, len) }
+        unsafe { self.core.cep.native_put_relaxed(to, src) }
     }
     /// [`ConduitEp::native_get`] of the conduit underneath.
     ///
     /// # Safety
-    /// As [`ConduitEp::native_get`]: `out..out+len` stays valid, and is not read or
-    /// written by anyone else, until completion; the range was checked to lie in
-    /// `dst`'s segment.
+    /// As [`ConduitEp::native_get`]: `out..out+from.len` stays valid, and is not read
+    /// or written by anyone else, until completion; `from` was checked to lie in
+    /// `from.dst`'s segment.
     ///
     /// # Errors
     /// The conduit's.
     #[inline]
-    pub unsafe fn native_get(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        out: *mut u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
+    pub unsafe fn native_get(&mut self, from: SegRange, out: *mut u8) -> NativeResult {
         // SAFETY: forwarded contract.
-        unsafe { self.core.cep.native_get(dst, offset, out, len) }
+        unsafe { self.core.cep.native_get(from, out) }
     }
     /// [`ConduitEp::native_atomic`] of the conduit underneath.
     ///

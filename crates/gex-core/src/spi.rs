@@ -353,6 +353,49 @@ pub enum Native {
     Unsupported,
 }
 
+/// What the native operations answer: [`Native`], or the failure of the peer or the
+/// network.
+pub type NativeResult = Result<Native, ConduitError>;
+
+/// A range of a peer endpoint's segment: `len` bytes at offset `offset` of `dst`'s
+/// segment. The caller of a native operation ([`ConduitEp::native_put`],
+/// [`ConduitEp::native_put_relaxed`], [`ConduitEp::native_get`]) has checked that the
+/// range lies in that segment; conduits rely on it without checking again. Building
+/// one checks nothing: the check is part of those methods' safety contracts.
+///
+/// ```
+/// use gex_core::spi::SegRange;
+/// use gex_core::EpAddr;
+///
+/// let r = SegRange::new(EpAddr::new(1, 0), 4096, 64);
+/// assert_eq!((r.offset, r.len), (4096, 64));
+/// assert_eq!(r.end(), 4160);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegRange {
+    /// The endpoint whose segment holds the range.
+    pub dst: EpAddr,
+    /// Offset of the first byte in `dst`'s segment.
+    pub offset: usize,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+impl SegRange {
+    /// `len` bytes at offset `offset` of `dst`'s segment.
+    #[inline]
+    #[must_use]
+    pub const fn new(dst: EpAddr, offset: usize, len: usize) -> Self {
+        Self { dst, offset, len }
+    }
+    /// The offset one past the last byte (`offset + len`, saturating).
+    #[inline]
+    #[must_use]
+    pub const fn end(&self) -> usize {
+        self.offset.saturating_add(self.len)
+    }
+}
+
 /// Answer of [`ConduitEp::prepare`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prepare {
@@ -924,32 +967,27 @@ pub unsafe trait ConduitEp: Send + 'static {
         let _ = dst;
     }
 
-    /// Starts a put of `len` bytes from `src` to offset `offset` of `dst`'s segment,
-    /// done by the network ([`Capabilities::NATIVE_RMA`]). Completion ([`Native::Done`]
-    /// or a true [`native_test`](ConduitEp::native_test)) means the bytes are at the
-    /// target and `src` may be reused. The default answers [`Native::Unsupported`]; a
-    /// conduit may also answer it per peer or size, and the caller then uses AMs.
+    /// Starts a put of `to.len` bytes from `src` to the range `to` of a peer's
+    /// segment, done by the network ([`Capabilities::NATIVE_RMA`]). Completion
+    /// ([`Native::Done`] or a true [`native_test`](ConduitEp::native_test)) means the
+    /// bytes are at the target and `src` may be reused. The default answers
+    /// [`Native::Unsupported`]; a conduit may also answer it per peer or size, and the
+    /// caller then uses AMs.
     ///
     /// # Safety
-    /// `src..src+len` must stay valid and unmodified until completion; the range was
-    /// checked by the caller to lie in `dst`'s segment.
+    /// `src..src+to.len` must stay valid and unmodified until completion; `to` was
+    /// checked by the caller to lie in `to.dst`'s segment.
     ///
     /// # Errors
     /// [`ConduitError`] if the peer or the network failed.
-    unsafe fn native_put(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        src: *const u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
-        let _ = (dst, offset, src, len);
+    unsafe fn native_put(&mut self, to: SegRange, src: *const u8) -> NativeResult {
+        let _ = (to, src);
         Ok(Native::Unsupported)
     }
     /// Starts a put like [`native_put`](ConduitEp::native_put) whose completion only
     /// means `src` may be reused (local completion): the bytes may still be on their
     /// way, and are at the target once a [`native_flush`](ConduitEp::native_flush) of
-    /// `dst` started after this call has completed. The layers above use it for
+    /// `to.dst` started after this call has completed. The layers above use it for
     /// implicit-event (NBI) puts, whose completion is only observed at a sync, which
     /// flushes; a network whose remote completion costs traffic per operation (an
     /// acknowledgement, `FI_DELIVERY_COMPLETE`) then pays it once per sync and peer
@@ -961,15 +999,9 @@ pub unsafe trait ConduitEp: Send + 'static {
     ///
     /// # Errors
     /// [`ConduitError`] if the peer or the network failed.
-    unsafe fn native_put_relaxed(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        src: *const u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
+    unsafe fn native_put_relaxed(&mut self, to: SegRange, src: *const u8) -> NativeResult {
         // SAFETY: forwarded contract.
-        unsafe { self.native_put(dst, offset, src, len) }
+        unsafe { self.native_put(to, src) }
     }
     /// Starts a flush of `dst`: its completion ([`Native::Done`], or a true
     /// [`native_test`](ConduitEp::native_test)) means the bytes of every
@@ -983,23 +1015,18 @@ pub unsafe trait ConduitEp: Send + 'static {
         let _ = dst;
         Ok(Native::Done)
     }
-    /// Starts a get of `len` bytes at offset `offset` of `dst`'s segment into `out`,
-    /// done by the network. Completion means the bytes are in `out`.
+    /// Starts a get of the range `from` of a peer's segment into `out` (`from.len`
+    /// bytes), done by the network. Completion means the bytes are in `out`.
     ///
     /// # Safety
-    /// `out..out+len` must stay valid, and not be read or written by anyone else, until
-    /// completion; the range was checked by the caller to lie in `dst`'s segment.
+    /// `out..out+from.len` must stay valid, and not be read or written by anyone else,
+    /// until completion; `from` was checked by the caller to lie in `from.dst`'s
+    /// segment.
     ///
     /// # Errors
     /// [`ConduitError`] if the peer or the network failed.
-    unsafe fn native_get(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        out: *mut u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
-        let _ = (dst, offset, out, len);
+    unsafe fn native_get(&mut self, from: SegRange, out: *mut u8) -> NativeResult {
+        let _ = (from, out);
         Ok(Native::Unsupported)
     }
     /// Whether [`native_atomic`](ConduitEp::native_atomic) performs `base` (fetching or

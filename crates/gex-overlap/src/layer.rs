@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use gex_core::config::EnvVar;
 use gex_core::layer::{self, Attach, Cx, Layer, Progress};
-use gex_core::spi::{Conduit, ConduitError, Native};
+use gex_core::spi::{Conduit, ConduitError, Native, SegRange};
 use gex_core::{Am, Blocking, Capabilities, Endpoint, InitError, Token};
 use gex_rma::{GlobalPtr, RmaExt};
 
@@ -1300,9 +1300,9 @@ fn native_transfer<C: Conduit>(
     while i < strips {
         let (rel, s_len) = plan.strip(i);
         let s_off = offset + rel;
-        let r_off = remote.offset + rel;
         let local = buf.xfer() as usize + s_off;
         let shared = &buf.shared;
+        let range = SegRange::new(remote.addr(), remote.offset + rel, s_len);
         let started = with(ep, |l, cx| {
             // SAFETY: the strip's pages are claimed by this transfer and protected in the
             // user view (no access for a get, read-only for a put), so nobody else reads
@@ -1313,8 +1313,8 @@ fn native_transfer<C: Conduit>(
             // against the job layout's segment length).
             let r = unsafe {
                 match dir {
-                    Dir::Get => cx.native_get(remote.addr(), r_off, local as *mut u8, s_len),
-                    Dir::Put => cx.native_put(remote.addr(), r_off, local as *const u8, s_len),
+                    Dir::Get => cx.native_get(range, local as *mut u8),
+                    Dir::Put => cx.native_put(range, local as *const u8),
                 }
             };
             match r {

@@ -15,8 +15,8 @@ use gex_core::boot::Bootstrap;
 use gex_core::config::EnvVar;
 use gex_core::spi::{
     AtomicBase, AtomicKind, Capabilities, Conduit, ConduitEp, ConduitError, Deliver, Limits,
-    Native, NativeAtomic, OpenParams, OutMsg, OwnedInjected, OwnedMsg, Prepare, PrepareReq,
-    Sleeper,
+    Native, NativeAtomic, NativeResult, OpenParams, OutMsg, OwnedInjected, OwnedMsg, Prepare,
+    PrepareReq, SegRange, Sleeper,
 };
 use gex_core::{EpAddr, EpIndex, InitError, Injected};
 use std::ptr::NonNull;
@@ -183,23 +183,23 @@ macro_rules! any_conduit {
                 match self { $( $(#[$m])* AnyEp::$v(e) => e.wake(dst), )+ }
             }
             #[inline]
-            unsafe fn native_put(&mut self, dst: EpAddr, offset: usize, src: *const u8, len: usize) -> Result<Native, ConduitError> {
+            unsafe fn native_put(&mut self, to: SegRange, src: *const u8) -> NativeResult {
                 // SAFETY: forwarded contract.
-                match self { $( $(#[$m])* AnyEp::$v(e) => unsafe { e.native_put(dst, offset, src, len) }, )+ }
+                match self { $( $(#[$m])* AnyEp::$v(e) => unsafe { e.native_put(to, src) }, )+ }
             }
             #[inline]
-            unsafe fn native_put_relaxed(&mut self, dst: EpAddr, offset: usize, src: *const u8, len: usize) -> Result<Native, ConduitError> {
+            unsafe fn native_put_relaxed(&mut self, to: SegRange, src: *const u8) -> NativeResult {
                 // SAFETY: forwarded contract.
-                match self { $( $(#[$m])* AnyEp::$v(e) => unsafe { e.native_put_relaxed(dst, offset, src, len) }, )+ }
+                match self { $( $(#[$m])* AnyEp::$v(e) => unsafe { e.native_put_relaxed(to, src) }, )+ }
             }
             #[inline]
             fn native_flush(&mut self, dst: EpAddr) -> Result<Native, ConduitError> {
                 match self { $( $(#[$m])* AnyEp::$v(e) => e.native_flush(dst), )+ }
             }
             #[inline]
-            unsafe fn native_get(&mut self, dst: EpAddr, offset: usize, out: *mut u8, len: usize) -> Result<Native, ConduitError> {
+            unsafe fn native_get(&mut self, from: SegRange, out: *mut u8) -> NativeResult {
                 // SAFETY: forwarded contract.
-                match self { $( $(#[$m])* AnyEp::$v(e) => unsafe { e.native_get(dst, offset, out, len) }, )+ }
+                match self { $( $(#[$m])* AnyEp::$v(e) => unsafe { e.native_get(from, out) }, )+ }
             }
             #[inline]
             fn native_atomic_supported(&self, kind: AtomicKind, base: AtomicBase, fetch: bool) -> bool {

@@ -11,7 +11,8 @@
 use gex_core::boot::{BootError, Bootstrap};
 use gex_core::spi::{
     Capabilities, Conduit, ConduitEp, ConduitError, Deliver, FarConduit, FarEp, FarPoll, Incoming,
-    Limits, Native, NearConduit, OpenParams, OutMsg, ReplyTx, SharedSegments,
+    Limits, Native, NativeResult, NearConduit, OpenParams, OutMsg, ReplyTx, SegRange,
+    SharedSegments,
 };
 use gex_core::{Category, EpAddr, EpIndex, InitError, Injected, Kind};
 use std::collections::{HashMap, VecDeque};
@@ -647,17 +648,13 @@ unsafe impl ConduitEp for MockFarEp {
         *woken = false;
     }
     /// The "NIC" copies into the target's registered segment at once.
-    unsafe fn native_put(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        src: *const u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
-        let peer = &self.peers[&(dst.rank, dst.ep)];
-        assert!(offset + len <= peer.seg_len);
-        // SAFETY: the caller checked the range; `src` is valid for `len` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(src, (peer.seg as *mut u8).add(offset), len) };
+    unsafe fn native_put(&mut self, to: SegRange, src: *const u8) -> NativeResult {
+        let peer = &self.peers[&(to.dst.rank, to.dst.ep)];
+        assert!(to.end() <= peer.seg_len);
+        // SAFETY: the caller checked the range; `src` is valid for `to.len` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, (peer.seg as *mut u8).add(to.offset), to.len);
+        };
         Ok(Native::Done)
     }
 }

@@ -34,7 +34,7 @@ use crate::verbs::{
 use crate::wire::{self, HDR_MAX, Header, MAX_ARGS, wrid};
 use gex_core::spi::{
     AtomicBase, AtomicKind, Capabilities, ConduitError, Deliver, Incoming, Limits, Native,
-    NativeAtomic, OutMsg, ReplyTx,
+    NativeAtomic, NativeResult, OutMsg, ReplyTx, SegRange,
 };
 use gex_core::{Category, EpAddr, EpIndex, Injected, Kind};
 use gex_sync::atomic::Ordering;

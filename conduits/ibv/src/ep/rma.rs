@@ -302,14 +302,9 @@ impl<V: Verbs> Ep<V> {
     /// A put of at most one chunk, or `None` for the caller's AM path.
     ///
     /// # Safety
-    /// `src..src+len` valid for reads during the call.
-    pub(crate) unsafe fn native_put(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        src: *const u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
+    /// `src..src+to.len` valid for reads during the call.
+    pub(crate) unsafe fn native_put(&mut self, to: SegRange, src: *const u8) -> NativeResult {
+        let SegRange { dst, offset, len } = to;
         let native = self.shape.native_rma && len <= MAX_TRANSFER;
         let (g, p, slot) = match self.rma_begin(dst, |p| {
             native && offset.checked_add(len).is_some_and(|e| e <= p.seg_len)
@@ -349,14 +344,9 @@ impl<V: Verbs> Ep<V> {
     /// A get of at most one chunk.
     ///
     /// # Safety
-    /// `out..out+len` valid for writes and unaccessed until completion.
-    pub(crate) unsafe fn native_get(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        out: *mut u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
+    /// `out..out+from.len` valid for writes and unaccessed until completion.
+    pub(crate) unsafe fn native_get(&mut self, from: SegRange, out: *mut u8) -> NativeResult {
+        let SegRange { dst, offset, len } = from;
         let native = self.shape.native_rma && len <= MAX_TRANSFER;
         let (g, p, slot) = match self.rma_begin(dst, |p| {
             native && offset.checked_add(len).is_some_and(|e| e <= p.seg_len)

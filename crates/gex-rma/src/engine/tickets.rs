@@ -12,7 +12,7 @@ use crate::state::Rma;
 use crate::vis::Chunk;
 use gex_core::EpAddr;
 use gex_core::layer::Cx;
-use gex_core::spi::{Conduit, Native, NativeAtomic};
+use gex_core::spi::{Conduit, Native, NativeAtomic, SegRange};
 use std::sync::Arc;
 
 impl Rma {
@@ -69,11 +69,11 @@ impl Rma {
             }
             // SAFETY: forwarded contract.
             let r = unsafe {
-                let p = src.base.add(c.local);
+                let (to, p) = (SegRange::new(dst, c.remote, c.len), src.base.add(c.local));
                 if src.relaxed {
-                    cx.native_put_relaxed(dst, c.remote, p, c.len)
+                    cx.native_put_relaxed(to, p)
                 } else {
-                    cx.native_put(dst, c.remote, p, c.len)
+                    cx.native_put(to, p)
                 }
             }?;
             match r {
@@ -111,7 +111,8 @@ impl Rma {
                 continue;
             }
             // SAFETY: forwarded contract.
-            let r = unsafe { cx.native_get(src, c.remote, dst.add(c.local), c.len) }?;
+            let r =
+                unsafe { cx.native_get(SegRange::new(src, c.remote, c.len), dst.add(c.local)) }?;
             match r {
                 Native::Done => {}
                 Native::Pending(t) => self.track_native(cx, id, t, c.len, None),

@@ -64,7 +64,8 @@ use crate::rng::{SplitMix64, hash_words};
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{
     AtomicBase, AtomicKind, Conduit, ConduitEp, ConduitError, Deliver, Incoming, JobLayout, Native,
-    NativeAtomic, OpenParams, OutMsg, OwnedInjected, OwnedMsg, Prepare, PrepareReq, ReplyTx,
+    NativeAtomic, NativeResult, OpenParams, OutMsg, OwnedInjected, OwnedMsg, Prepare, PrepareReq,
+    ReplyTx, SegRange,
 };
 use gex_core::{
     Capabilities, Category, EpAddr, EpIndex, HandlerIndex, InitError, Injected, Kind, Limits,
@@ -508,15 +509,13 @@ impl SimEp {
     /// its segment and its global id) issued to the NIC.
     fn nic_rma(
         &mut self,
-        dst: EpAddr,
-        off: usize,
-        len: usize,
+        r: SegRange,
         work: impl FnOnce(*mut u8, usize) -> nic::Work,
-    ) -> Result<Native, ConduitError> {
-        let Some((at, gid)) = self.nic_rma_target(dst, off, len)? else {
+    ) -> NativeResult {
+        let Some((at, gid)) = self.nic_rma_target(r.dst, r.offset, r.len)? else {
             return Ok(Native::Unsupported);
         };
-        if len == 0 {
+        if r.len == 0 {
             return Ok(Native::Done);
         }
         Ok(self.nic_issue(work(at, gid)))
@@ -564,37 +563,25 @@ unsafe impl ConduitEp for SimEp {
     }
 
     #[allow(unsafe_code)]
-    unsafe fn native_put(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        src: *const u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
-        self.nic_rma(dst, offset, len, |to, _| nic::Work::Put {
+    unsafe fn native_put(&mut self, to: SegRange, src: *const u8) -> NativeResult {
+        self.nic_rma(to, |at, _| nic::Work::Put {
             src,
-            dst: to,
-            len,
+            dst: at,
+            len: to.len,
         })
     }
 
     #[allow(unsafe_code)]
-    unsafe fn native_put_relaxed(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        src: *const u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
+    unsafe fn native_put_relaxed(&mut self, to: SegRange, src: *const u8) -> NativeResult {
         if !self.fabric.cfg.relaxed_puts {
             // SAFETY: forwarded contract.
-            return unsafe { self.native_put(dst, offset, src, len) };
+            return unsafe { self.native_put(to, src) };
         }
-        self.nic_rma(dst, offset, len, |to, gid| nic::Work::PutRelaxed {
+        self.nic_rma(to, |at, gid| nic::Work::PutRelaxed {
             gid,
             src,
-            dst: to,
-            len,
+            dst: at,
+            len: to.len,
         })
     }
 
@@ -612,17 +599,11 @@ unsafe impl ConduitEp for SimEp {
     }
 
     #[allow(unsafe_code)]
-    unsafe fn native_get(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        out: *mut u8,
-        len: usize,
-    ) -> Result<Native, ConduitError> {
-        self.nic_rma(dst, offset, len, |from, _| nic::Work::Get {
-            src: from,
+    unsafe fn native_get(&mut self, from: SegRange, out: *mut u8) -> NativeResult {
+        self.nic_rma(from, |at, _| nic::Work::Get {
+            src: at,
             dst: out,
-            len,
+            len: from.len,
         })
     }
 
