@@ -33,6 +33,7 @@ use gex_conduit_ofi::Ofi;
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{Capabilities, ConduitError};
 use gex_core::{Am, AmError, Body, ClientBuilder, Config, EpAddr, EpError, HandlerId, Token};
+use gex_testkit::lockstep_round_trips;
 use gex_testkit::procs::Procs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -242,50 +243,6 @@ fn polling<T>(ep: &mut gex_core::Endpoint<Ofi>, f: impl FnOnce() -> T) -> T {
     })
 }
 
-/// Round trips with the peer's endpoint of the same index, in lockstep with the other
-/// thread's (see the module documentation).
-fn drive(
-    ep: &mut gex_core::Endpoint<Ofi>,
-    peer: u32,
-    rounds: u64,
-    mine: &AtomicU64,
-    other: &AtomicU64,
-) {
-    let (pongs, served) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let (p, s) = (pongs.clone(), served.clone());
-    ep.register_at(PING.index(), move |t: &mut Token<'_>, am: Am<'_>| {
-        s.fetch_add(1, Ordering::Relaxed);
-        t.reply(PONG, Body::short(am.args())).unwrap();
-    })
-    .unwrap();
-    ep.register_at(PONG.index(), move |_: &mut Token<'_>, _: Am<'_>| {
-        p.fetch_add(1, Ordering::Relaxed);
-    })
-    .unwrap();
-    let dst = EpAddr::new(peer, ep.index());
-    // The peer creates its endpoint at the same time: retry until it exists.
-    loop {
-        match ep.request(dst, PING, Body::short(&[0])) {
-            Ok(()) => break,
-            Err(AmError::Conduit(ConduitError::NoEndpoint { .. })) => {
-                ep.poll();
-                std::thread::yield_now();
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-    ep.wait_until(|| pongs.load(Ordering::Relaxed) == 1);
-    for i in 1..=rounds {
-        ep.request(dst, PING, Body::short(&[i as u32])).unwrap();
-        ep.wait_until(|| pongs.load(Ordering::Relaxed) == i + 1);
-        mine.store(i, Ordering::Release);
-        // Inside this endpoint's wait loop: the other thread must advance meanwhile.
-        ep.wait_until(|| other.load(Ordering::Acquire) >= i);
-    }
-    // Serve the peer's last requests before closing.
-    ep.wait_until(|| served.load(Ordering::Relaxed) == rounds + 1);
-}
-
 fn two_threads_two_endpoints(boot: Box<dyn Bootstrap>) {
     let c = client(boot, 2, "tcp");
     let peer = 1 - c.rank();
@@ -296,10 +253,10 @@ fn two_threads_two_endpoints(boot: Box<dyn Bootstrap>) {
         let (a, b) = (&a, &b);
         let t0 = s.spawn(move || {
             let mut ep0 = ep0;
-            drive(&mut ep0, peer, ROUNDS, a, b);
+            lockstep_round_trips(&mut ep0, (PING, PONG), peer, ROUNDS, (a, b));
             ep0
         });
-        s.spawn(move || drive(&mut { ep1 }, peer, ROUNDS, b, a));
+        s.spawn(move || lockstep_round_trips(&mut { ep1 }, (PING, PONG), peer, ROUNDS, (b, a)));
         let mut ep0 = t0.join().unwrap();
         // Endpoint 1 (dropped by its thread) is closed; the peer's may still be
         // sending: the final barrier (with every endpoint 1 dropped) is on ep0.

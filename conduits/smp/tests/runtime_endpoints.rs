@@ -19,7 +19,8 @@
 use gex_conduit_smp::Smp;
 use gex_core::boot::Bootstrap;
 use gex_core::spi::ConduitError;
-use gex_core::{Am, AmError, Body, ClientBuilder, Config, EpAddr, EpError, HandlerId, Token};
+use gex_core::{AmError, Body, ClientBuilder, Config, EpAddr, EpError, HandlerId};
+use gex_testkit::lockstep_round_trips;
 use gex_testkit::procs::Procs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -173,50 +174,6 @@ fn poll_mask(boot: Box<dyn Bootstrap>) {
     drop(ep1);
 }
 
-/// Round trips with the peer's endpoint of the same index, in lockstep with the other
-/// thread's (see the module documentation).
-fn drive(
-    ep: &mut gex_core::Endpoint<Smp>,
-    peer: u32,
-    rounds: u64,
-    mine: &AtomicU64,
-    other: &AtomicU64,
-) {
-    let (pongs, served) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let (p, s) = (pongs.clone(), served.clone());
-    ep.register_at(PING.index(), move |t: &mut Token<'_>, am: Am<'_>| {
-        s.fetch_add(1, Ordering::Relaxed);
-        t.reply(PONG, Body::short(am.args())).unwrap();
-    })
-    .unwrap();
-    ep.register_at(PONG.index(), move |_: &mut Token<'_>, _: Am<'_>| {
-        p.fetch_add(1, Ordering::Relaxed);
-    })
-    .unwrap();
-    let dst = EpAddr::new(peer, ep.index());
-    // The peer creates its endpoint at the same time: retry until it exists.
-    loop {
-        match ep.request(dst, PING, Body::short(&[0])) {
-            Ok(()) => break,
-            Err(AmError::Conduit(ConduitError::NoEndpoint { .. })) => {
-                ep.poll();
-                std::thread::yield_now();
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-    ep.wait_until(|| pongs.load(Ordering::Relaxed) == 1);
-    for i in 1..=rounds {
-        ep.request(dst, PING, Body::short(&[i as u32])).unwrap();
-        ep.wait_until(|| pongs.load(Ordering::Relaxed) == i + 1);
-        mine.store(i, Ordering::Release);
-        // Inside this endpoint's wait loop: the other thread must advance meanwhile.
-        ep.wait_until(|| other.load(Ordering::Acquire) >= i);
-    }
-    // Serve the peer's last requests before closing.
-    ep.wait_until(|| served.load(Ordering::Relaxed) == rounds + 1);
-}
-
 fn two_threads_two_endpoints(boot: Box<dyn Bootstrap>) {
     let c = client(boot, 2);
     let peer = 1 - c.rank();
@@ -225,32 +182,13 @@ fn two_threads_two_endpoints(boot: Box<dyn Bootstrap>) {
     let (a, b) = (AtomicU64::new(0), AtomicU64::new(0));
     std::thread::scope(|s| {
         let (a, b) = (&a, &b);
-        s.spawn(move || drive(&mut { ep0 }, peer, ROUNDS, a, b));
-        s.spawn(move || drive(&mut { ep1 }, peer, ROUNDS, b, a));
+        s.spawn(move || lockstep_round_trips(&mut { ep0 }, (PING, PONG), peer, ROUNDS, (a, b)));
+        s.spawn(move || lockstep_round_trips(&mut { ep1 }, (PING, PONG), peer, ROUNDS, (b, a)));
     });
     assert_eq!(
         (a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)),
         (ROUNDS, ROUNDS)
     );
-}
-
-/// Ends the test process if `f` takes longer than `limit` (a hang is a failure).
-fn watchdog<T>(limit: Duration, f: impl FnOnce() -> T) -> T {
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let d = done.clone();
-    std::thread::spawn(move || {
-        let start = std::time::Instant::now();
-        while !d.load(Ordering::Relaxed) {
-            if start.elapsed() > limit {
-                eprintln!("runtime_endpoints: a job hung for {limit:?}");
-                std::process::exit(101);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    });
-    let r = f();
-    done.store(true, Ordering::Relaxed);
-    r
 }
 
 fn procs(body: fn(Box<dyn Bootstrap>)) {
@@ -261,7 +199,7 @@ fn procs(body: fn(Box<dyn Bootstrap>)) {
 }
 
 fn threads(body: fn(Box<dyn Bootstrap>)) {
-    watchdog(Duration::from_secs(120), || {
+    gex_testkit::watchdog("runtime_endpoints", Duration::from_secs(120), || {
         gex_boot::threads::run(2, |boot| body(Box::new(boot))).unwrap();
     });
 }

@@ -146,6 +146,79 @@ pub fn counting_handler<C: gex_core::spi::Conduit>(
     n
 }
 
+/// Runs `f`, ending the test process (exit code 101, naming `what`) if it takes
+/// longer than `limit`: a hang is a failure, never a stuck test run.
+pub fn watchdog<T>(what: &str, limit: std::time::Duration, f: impl FnOnce() -> T) -> T {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    let what = what.to_string();
+    std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        while !d.load(Ordering::Relaxed) {
+            if start.elapsed() > limit {
+                eprintln!("{what}: a job hung for {limit:?}");
+                std::process::exit(101);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    });
+    let r = f();
+    done.store(true, Ordering::Relaxed);
+    r
+}
+
+/// `rounds` AM round trips from `ep` to the endpoint of the same index on rank `peer`,
+/// in lockstep with another thread's endpoint: after round `i` this one stores `i` in
+/// `mine`, then waits (inside its own wait loop) until `other` reaches `i`, so each
+/// thread must make progress while the other waits. Registers a handler at `ping`
+/// that replies with `pong`, and one at `pong` that counts; the first request is
+/// retried while the peer's endpoint does not exist yet. Returns once the peer's
+/// `rounds + 1` requests were served too.
+///
+/// # Panics
+/// If a handler cannot be registered or a request fails otherwise.
+pub fn lockstep_round_trips<C: gex_core::spi::Conduit>(
+    ep: &mut gex_core::Endpoint<C>,
+    (ping, pong): (gex_core::HandlerId, gex_core::HandlerId),
+    peer: u32,
+    rounds: u64,
+    (mine, other): (&std::sync::atomic::AtomicU64, &std::sync::atomic::AtomicU64),
+) {
+    use gex_core::{Am, AmError, Body, EpAddr, Token, spi::ConduitError};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let served = std::sync::Arc::new(AtomicU64::new(0));
+    let s = served.clone();
+    ep.register_at(ping.index(), move |t: &mut Token<'_>, am: Am<'_>| {
+        s.fetch_add(1, Ordering::Relaxed);
+        t.reply(pong, Body::short(am.args())).unwrap();
+    })
+    .unwrap();
+    let pongs = counting_handler(ep, pong.index());
+    let dst = EpAddr::new(peer, ep.index());
+    // The peer creates its endpoint at the same time: retry until it exists.
+    loop {
+        match ep.request(dst, ping, Body::short(&[0])) {
+            Ok(()) => break,
+            Err(AmError::Conduit(ConduitError::NoEndpoint { .. })) => {
+                ep.poll();
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    ep.wait_until(|| pongs.load(Ordering::Relaxed) == 1);
+    for i in 1..=rounds {
+        ep.request(dst, ping, Body::short(&[i as u32])).unwrap();
+        ep.wait_until(|| pongs.load(Ordering::Relaxed) == i + 1);
+        mine.store(i, Ordering::Release);
+        // Inside this endpoint's wait loop: the other thread must advance meanwhile.
+        ep.wait_until(|| other.load(Ordering::Acquire) >= i);
+    }
+    // Serve the peer's last requests before closing.
+    ep.wait_until(|| served.load(Ordering::Relaxed) == rounds + 1);
+}
+
 /// The text of a panic payload (`&str` or `String`).
 pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
