@@ -201,27 +201,9 @@ fn native_rank(
             ad.is_native()
         ));
     }
-    let word = GlobalPtr::<u64>::new(EpAddr::rank(1), 64);
-    let f = AtomicFlags::empty();
-    let before = client.conduit().stats().native_atomics;
-    for _ in 0..100 {
-        ep.fetch_atomic(&ad, word, AtomicOp::Add(1), f, Blocking)
-            .map_err(es)?;
-    }
-    let counted = client.conduit().stats().native_atomics - before;
-    if counted != if want_native { 100 } else { 0 } {
-        return Err(format!(
-            "{counted} native atomics counted for 100 fetch-adds"
-        ));
-    }
-    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
-    let total = ep
-        .fetch_atomic(&ad, word, AtomicOp::Get, f, Blocking)
-        .map_err(es)?;
-    if total != 100 * u64::from(ep.size()) {
-        return Err(format!("word holds {total} after 100 fetch-adds per rank"));
-    }
-    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
+    gex_testkit::rma::hundred_fetch_adds(&mut ep, &ad, want_native, || {
+        client.conduit().stats().native_atomics
+    })?;
     drop(ep);
     client.finalize().map_err(|e| e.to_string())
 }
