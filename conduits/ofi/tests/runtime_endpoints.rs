@@ -32,9 +32,9 @@
 use gex_conduit_ofi::Ofi;
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{Capabilities, ConduitError};
-use gex_core::{Am, AmError, Body, ClientBuilder, Config, EpAddr, EpError, HandlerId, Token};
-use gex_testkit::lockstep_round_trips;
+use gex_core::{Am, Body, ClientBuilder, Config, EpAddr, EpError, HandlerId, Token};
 use gex_testkit::procs::Procs;
+use gex_testkit::{assert_absent_and_beyond, assert_not_open, lockstep_round_trips};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -78,14 +78,6 @@ fn counter(ep: &mut gex_core::Endpoint<Ofi>) -> (Arc<AtomicU64>, Arc<AtomicU64>)
     (n, pongs)
 }
 
-fn not_open(r: Result<(), AmError>, dst: EpAddr, state: &'static str) {
-    assert_eq!(
-        r,
-        Err(AmError::Conduit(ConduitError::NoEndpoint { dst, state })),
-        "send to {dst}"
-    );
-}
-
 /// Sends a Short to `dst` from `ep` until it fails with `NoEndpoint` (the closing
 /// notice of `dst` may still be on its way: sends before it are discarded).
 fn until_closed(ep: &mut gex_core::Endpoint<Ofi>, dst: EpAddr) {
@@ -95,7 +87,7 @@ fn until_closed(ep: &mut gex_core::Endpoint<Ofi>, dst: EpAddr) {
                 ep.poll();
                 std::thread::sleep(Duration::from_millis(1));
             }
-            r => return not_open(r, dst, "closed"),
+            r => return assert_not_open(r, dst, "closed"),
         }
     }
 }
@@ -120,36 +112,15 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
     // Not created yet on the peer: an error, nothing sent (Short, Medium, Long); its
     // endpoint 0 answers, which the barrier's polls serve.
     let absent = EpAddr::new(peer, 1);
-    not_open(
-        ep0.request(absent, COUNT, Body::short(&[])),
-        absent,
-        "not created yet",
-    );
-    not_open(
-        ep0.request(absent, COUNT, Body::medium(&[], &[1, 2, 3])),
-        absent,
-        "not created yet",
-    );
-    not_open(
-        ep0.request(absent, COUNT, Body::long(&[], &[1, 2, 3], 0)),
-        absent,
-        "not created yet",
-    );
+    // Beyond the capacity: the core's own error.
+    let beyond = EpAddr::new(peer, 3);
+    assert_absent_and_beyond(&mut ep0, COUNT, absent, (beyond, 3));
     // Nor on this rank.
     let mine = EpAddr::new(me, 1);
-    not_open(
+    assert_not_open(
         ep0.request(mine, COUNT, Body::short(&[])),
         mine,
         "not created yet",
-    );
-    // Beyond the capacity: the core's own error.
-    let beyond = EpAddr::new(peer, 3);
-    assert_eq!(
-        ep0.request(beyond, COUNT, Body::short(&[])),
-        Err(AmError::BadEndpoint {
-            dst: beyond,
-            eps: 3
-        })
     );
     gex_testkit::exchange_barrier(&mut ep0).unwrap();
 
@@ -208,8 +179,8 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
     assert_eq!(ep2.index(), 2, "indices are not reused");
     let _ = counter(&mut ep2);
     polling(&mut ep0, || {
-        not_open(ep2.request(dst, COUNT, Body::short(&[])), dst, "closed");
-        not_open(ep2.request(mine, COUNT, Body::short(&[])), mine, "closed");
+        assert_not_open(ep2.request(dst, COUNT, Body::short(&[])), dst, "closed");
+        assert_not_open(ep2.request(mine, COUNT, Body::short(&[])), mine, "closed");
     });
     assert_eq!(
         c.create_endpoint().map(|_| ()),

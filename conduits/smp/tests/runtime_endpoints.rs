@@ -18,10 +18,10 @@
 
 use gex_conduit_smp::Smp;
 use gex_core::boot::Bootstrap;
-use gex_core::spi::ConduitError;
-use gex_core::{AmError, Body, ClientBuilder, Config, EpAddr, EpError, HandlerId};
-use gex_testkit::lockstep_round_trips;
+
+use gex_core::{Body, ClientBuilder, Config, EpAddr, EpError, HandlerId};
 use gex_testkit::procs::Procs;
+use gex_testkit::{assert_absent_and_beyond, assert_not_open, lockstep_round_trips};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -48,14 +48,6 @@ fn counter(ep: &mut gex_core::Endpoint<Smp>) -> Arc<AtomicU64> {
     gex_testkit::counting_handler(ep, COUNT.index())
 }
 
-fn not_open(r: Result<(), AmError>, dst: EpAddr, state: &'static str) {
-    assert_eq!(
-        r,
-        Err(AmError::Conduit(ConduitError::NoEndpoint { dst, state })),
-        "send to {dst}"
-    );
-}
-
 fn lifecycle(boot: Box<dyn Bootstrap>) {
     let c = client(boot, 3);
     assert!(c.runtime_endpoints());
@@ -69,30 +61,9 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
     gex_testkit::exchange_barrier(&mut ep0).unwrap();
     // Not created yet on the peer: an error, nothing sent (Short, Medium, Long).
     let absent = EpAddr::new(peer, 1);
-    not_open(
-        ep0.request(absent, COUNT, Body::short(&[])),
-        absent,
-        "not created yet",
-    );
-    not_open(
-        ep0.request(absent, COUNT, Body::medium(&[], &[1, 2, 3])),
-        absent,
-        "not created yet",
-    );
-    not_open(
-        ep0.request(absent, COUNT, Body::long(&[], &[1, 2, 3], 0)),
-        absent,
-        "not created yet",
-    );
     // Beyond the capacity: the core's own error.
     let beyond = EpAddr::new(peer, 3);
-    assert_eq!(
-        ep0.request(beyond, COUNT, Body::short(&[])),
-        Err(AmError::BadEndpoint {
-            dst: beyond,
-            eps: 3
-        })
-    );
+    assert_absent_and_beyond(&mut ep0, COUNT, absent, (beyond, 3));
     gex_testkit::exchange_barrier(&mut ep0).unwrap();
 
     let mut ep1 = c.create_endpoint().unwrap();
@@ -118,11 +89,11 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
     drop(ep1);
     gex_testkit::exchange_barrier(&mut ep0).unwrap();
     // Closed: an error from the endpoint that reached it before, and from one that never did.
-    not_open(ep0.request(dst, COUNT, Body::short(&[])), dst, "closed");
+    assert_not_open(ep0.request(dst, COUNT, Body::short(&[])), dst, "closed");
     let mut ep2 = c.create_endpoint().unwrap();
     assert_eq!(ep2.index(), 2, "indices are not reused");
     let _ = counter(&mut ep2);
-    not_open(ep2.request(dst, COUNT, Body::short(&[])), dst, "closed");
+    assert_not_open(ep2.request(dst, COUNT, Body::short(&[])), dst, "closed");
     assert_eq!(
         c.create_endpoint().map(|_| ()),
         Err(EpError::Full {

@@ -219,6 +219,54 @@ pub fn lockstep_round_trips<C: gex_core::spi::Conduit>(
     ep.wait_until(|| served.load(Ordering::Relaxed) == rounds + 1);
 }
 
+/// Asserts that `r`, a request to `dst`, failed with the conduit's
+/// [`NoEndpoint`](gex_core::spi::ConduitError::NoEndpoint) in `state` ("not created
+/// yet", "closed").
+///
+/// # Panics
+/// If it did not, naming `dst`.
+pub fn assert_not_open(
+    r: Result<(), gex_core::AmError>,
+    dst: gex_core::EpAddr,
+    state: &'static str,
+) {
+    use gex_core::{AmError, spi::ConduitError};
+    assert_eq!(
+        r,
+        Err(AmError::Conduit(ConduitError::NoEndpoint { dst, state })),
+        "send to {dst}"
+    );
+}
+
+/// Asserts what requests from `ep` (with the handler `h`) to endpoints that do not
+/// exist come to: a Short, a Medium and a Long to `absent` (within the capacity, not
+/// created yet) fail with the conduit's `NoEndpoint` and send nothing, and a Short to
+/// `beyond` (an index at or past the capacity `eps`) with the core's own
+/// [`AmError::BadEndpoint`](gex_core::AmError::BadEndpoint).
+///
+/// # Panics
+/// If any request ends otherwise.
+pub fn assert_absent_and_beyond<C: gex_core::spi::Conduit>(
+    ep: &mut gex_core::Endpoint<C>,
+    h: gex_core::HandlerId,
+    absent: gex_core::EpAddr,
+    (beyond, eps): (gex_core::EpAddr, u16),
+) {
+    use gex_core::{AmError, Body};
+    let state = "not created yet";
+    assert_not_open(ep.request(absent, h, Body::short(&[])), absent, state);
+    let data: &[u8] = &[1, 2, 3];
+    let medium = ep.request(absent, h, Body::medium(&[], data));
+    assert_not_open(medium, absent, state);
+    let long = ep.request(absent, h, Body::long(&[], data, 0));
+    assert_not_open(long, absent, state);
+    assert_eq!(
+        ep.request(beyond, h, Body::short(&[])),
+        Err(AmError::BadEndpoint { dst: beyond, eps }),
+        "send beyond the capacity"
+    );
+}
+
 /// The text of a panic payload (`&str` or `String`).
 pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
