@@ -29,41 +29,23 @@ fn config(rma: &'static str) -> impl Fn() -> Builder {
     }
 }
 
-/// Native RMA and NIC atomics, three ranks.
-mod native {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Ibv,
-        runner: runner(config("1")),
-        ranks: 3,
-    }
+/// The clients of `native_two_eps_blocking`: native RMA, blocking waits.
+fn native_blocking() -> Builder {
+    config("1")().wait_policy(WaitPolicy::Block)
 }
 
-/// Native RMA, two ranks with two endpoints each, blocking waits.
-mod native_two_eps_blocking {
-    use super::*;
-    fn builder() -> Builder {
-        config("1")().wait_policy(WaitPolicy::Block)
-    }
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Ibv,
-        runner: runner(builder),
-        ranks: 2,
-        endpoints: 2,
-    }
-}
+gex_testkit::suite_modules! {
+    suite: rma,
+    conduit: Ibv;
 
-/// gex-rma's AM reference path (`GEX_IBV_RMA=0`), two ranks.
-mod am_path {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Ibv,
-        runner: runner(config("0")),
-        ranks: 2,
-    }
+    /// Native RMA and NIC atomics, three ranks.
+    native: runner(config("1")), ranks 3;
+
+    /// Native RMA, two ranks with two endpoints each, blocking waits.
+    native_two_eps_blocking: runner(native_blocking), ranks 2, endpoints 2;
+
+    /// gex-rma's AM reference path (`GEX_IBV_RMA=0`), two ranks.
+    am_path: runner(config("0")), ranks 2;
 }
 
 /// One rank's part of `native_path_is_taken` / `am_path_with_rma_off`: a 1 MiB put and
