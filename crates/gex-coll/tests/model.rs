@@ -50,7 +50,7 @@ fn check(
         elem,
         commutative: comm,
     };
-    let scheds = plan_each(&*alg, ctx);
+    let scheds = plan_each(alg, ctx);
     let inputs: Vec<Vec<u8>> = (0..p as usize)
         .map(|r| {
             let (ib, _) = op.shape(p, r as u32, root);
@@ -210,7 +210,7 @@ fn tuner_choice_is_near_the_simulated_best() {
         for bytes in [8usize, 4096, 65536] {
             let q = Query::plain(op, p, bytes);
             let sim = |a: &dyn gex_coll::Algorithm| {
-                let s = plan_all(&*a, op, p, bytes, 8);
+                let s = plan_all(a, op, p, bytes, 8);
                 model::loggp_time(&s, &m).unwrap()
             };
             let cat = catalog();
