@@ -182,13 +182,7 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
         assert_not_open(ep2.request(dst, COUNT, Body::short(&[])), dst, "closed");
         assert_not_open(ep2.request(mine, COUNT, Body::short(&[])), mine, "closed");
     });
-    assert_eq!(
-        c.create_endpoint().map(|_| ()),
-        Err(EpError::Full {
-            capacity: 3,
-            init: 1
-        })
-    );
+    gex_testkit::assert_endpoints_full(&c, 3, 1);
     polling(&mut ep2, || {
         gex_testkit::exchange_barrier(&mut ep0).unwrap()
     });

@@ -19,7 +19,7 @@
 use gex_conduit_smp::Smp;
 use gex_core::boot::Bootstrap;
 
-use gex_core::{Body, ClientBuilder, Config, EpAddr, EpError, HandlerId};
+use gex_core::{Body, ClientBuilder, Config, EpAddr, HandlerId};
 use gex_testkit::procs::Procs;
 use gex_testkit::{assert_absent_and_beyond, assert_not_open, lockstep_round_trips};
 use std::sync::Arc;
@@ -94,13 +94,7 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
     assert_eq!(ep2.index(), 2, "indices are not reused");
     let _ = counter(&mut ep2);
     assert_not_open(ep2.request(dst, COUNT, Body::short(&[])), dst, "closed");
-    assert_eq!(
-        c.create_endpoint().map(|_| ()),
-        Err(EpError::Full {
-            capacity: 3,
-            init: 1
-        })
-    );
+    gex_testkit::assert_endpoints_full(&c, 3, 1);
     drop(ep2);
     gex_testkit::exchange_barrier(&mut ep0).unwrap();
 }

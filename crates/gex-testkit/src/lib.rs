@@ -267,6 +267,24 @@ pub fn assert_absent_and_beyond<C: gex_core::spi::Conduit>(
     );
 }
 
+/// Asserts that `c` can make no more endpoints: `create_endpoint` fails with
+/// [`EpError::Full`](gex_core::EpError::Full) naming the capacity and the endpoints
+/// made at initialisation.
+///
+/// # Panics
+/// If it makes one, or fails otherwise.
+pub fn assert_endpoints_full<C: gex_core::spi::Conduit>(
+    c: &gex_core::Client<C>,
+    capacity: u16,
+    init: u16,
+) {
+    assert_eq!(
+        c.create_endpoint().map(|_| ()),
+        Err(gex_core::EpError::Full { capacity, init }),
+        "create_endpoint past the capacity"
+    );
+}
+
 /// The text of a panic payload (`&str` or `String`).
 pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
