@@ -26,53 +26,39 @@ fn emu() -> Builder {
     conformance::builder().config(Config::from_pairs([("GEX_IBV_PROVIDER", "emu")]))
 }
 
-/// Two ranks, default settings (queue pairs made on first contact).
-mod emu_two_ranks {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Ibv,
-        runner: runner(emu),
-        ranks: 2,
-    }
+/// The clients of `emu_two_ranks_eager`.
+fn emu_two_ranks_eager_clients() -> Builder {
+    conformance::builder().config(Config::from_pairs([
+        ("GEX_IBV_PROVIDER", "emu"),
+        ("GEX_IBV_CONNECT", "eager"),
+    ]))
 }
 
-/// Two ranks, every queue pair made and connected at open (`GEX_IBV_CONNECT=eager`).
-mod emu_two_ranks_eager {
-    use super::*;
-    fn builder() -> Builder {
-        conformance::builder().config(Config::from_pairs([
+/// The clients of `emu_three_ranks_two_eps_small_window_blocking`.
+fn emu_three_ranks_two_eps_small_window_blocking_clients() -> Builder {
+    conformance::builder()
+        .config(Config::from_pairs([
             ("GEX_IBV_PROVIDER", "emu"),
-            ("GEX_IBV_CONNECT", "eager"),
+            ("GEX_IBV_CREDITS", "2"),
+            ("GEX_IBV_MAX_MEDIUM", "1024"),
         ]))
-    }
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Ibv,
-        runner: runner(builder),
-        ranks: 2,
-    }
+        .wait_policy(WaitPolicy::Block)
 }
 
-/// Three ranks with two endpoints each, a credit window of 2 and 1 KiB Mediums (flow
-/// control and reply queueing happen constantly), blocking waits on the completion
-/// channel.
-mod emu_three_ranks_two_eps_small_window_blocking {
-    use super::*;
-    fn builder() -> Builder {
-        conformance::builder()
-            .config(Config::from_pairs([
-                ("GEX_IBV_PROVIDER", "emu"),
-                ("GEX_IBV_CREDITS", "2"),
-                ("GEX_IBV_MAX_MEDIUM", "1024"),
-            ]))
-            .wait_policy(WaitPolicy::Block)
-    }
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Ibv,
-        runner: runner(builder),
-        ranks: 3,
-        endpoints: 2,
-    }
+gex_testkit::suite_modules! {
+    suite: core,
+    conduit: Ibv;
+
+    /// Two ranks, default settings (queue pairs made on first contact).
+    emu_two_ranks: runner(emu), ranks 2;
+
+    /// Two ranks, every queue pair made and connected at open (`GEX_IBV_CONNECT=eager`).
+    emu_two_ranks_eager: runner(emu_two_ranks_eager_clients), ranks 2;
+
+    /// Three ranks with two endpoints each, a credit window of 2 and 1 KiB Mediums (flow
+    /// control and reply queueing happen constantly), blocking waits on the completion
+    /// channel.
+    emu_three_ranks_two_eps_small_window_blocking:
+        runner(emu_three_ranks_two_eps_small_window_blocking_clients),
+        ranks 3, endpoints 2;
 }

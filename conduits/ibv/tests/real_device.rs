@@ -71,26 +71,20 @@ fn rma_runner() -> Device<ProcRunner<Ibv, ((), Rma)>> {
     }))
 }
 
-/// The core suite, two ranks.
-mod core_two_ranks {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Ibv,
-        runner: core_runner(),
-        ranks: 2,
-    }
+gex_testkit::suite_modules! {
+    suite: core,
+    conduit: Ibv;
+
+    /// The core suite, two ranks.
+    core_two_ranks: core_runner(), ranks 2;
 }
 
-/// The RMA suite, three ranks.
-mod rma_three_ranks {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Ibv,
-        runner: rma_runner(),
-        ranks: 3,
-    }
+gex_testkit::suite_modules! {
+    suite: rma,
+    conduit: Ibv;
+
+    /// The RMA suite, three ranks.
+    rma_three_ranks: rma_runner(), ranks 3;
 }
 
 #[test]

@@ -29,41 +29,23 @@ fn config(rma: &'static str) -> impl Fn() -> Builder {
     }
 }
 
-/// Native RMA and NIC atomics, three ranks.
-mod native {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Ibv,
-        runner: runner(config("1")),
-        ranks: 3,
-    }
+/// The clients of `native_two_eps_blocking`: native RMA, blocking waits.
+fn native_blocking() -> Builder {
+    config("1")().wait_policy(WaitPolicy::Block)
 }
 
-/// Native RMA, two ranks with two endpoints each, blocking waits.
-mod native_two_eps_blocking {
-    use super::*;
-    fn builder() -> Builder {
-        config("1")().wait_policy(WaitPolicy::Block)
-    }
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Ibv,
-        runner: runner(builder),
-        ranks: 2,
-        endpoints: 2,
-    }
-}
+gex_testkit::suite_modules! {
+    suite: rma,
+    conduit: Ibv;
 
-/// gex-rma's AM reference path (`GEX_IBV_RMA=0`), two ranks.
-mod am_path {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Ibv,
-        runner: runner(config("0")),
-        ranks: 2,
-    }
+    /// Native RMA and NIC atomics, three ranks.
+    native: runner(config("1")), ranks 3;
+
+    /// Native RMA, two ranks with two endpoints each, blocking waits.
+    native_two_eps_blocking: runner(native_blocking), ranks 2, endpoints 2;
+
+    /// gex-rma's AM reference path (`GEX_IBV_RMA=0`), two ranks.
+    am_path: runner(config("0")), ranks 2;
 }
 
 /// One rank's part of `native_path_is_taken` / `am_path_with_rma_off`: a 1 MiB put and
@@ -73,7 +55,7 @@ mod am_path {
 /// values arrive either way.
 fn native_rank(boot: Box<dyn gex_core::boot::Bootstrap>, rma: &'static str) -> Result<(), String> {
     use gex_core::{Blocking, EpAddr};
-    use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, RmaError, RmaExt};
+    use gex_rma::{AtomicOps, GlobalPtr, RmaError, RmaExt};
     use gex_testkit::exchange_barrier;
     let native = rma == "1";
     let client = config(rma)()
@@ -124,27 +106,9 @@ fn native_rank(boot: Box<dyn gex_core::boot::Bootstrap>, rma: &'static str) -> R
             ad.is_native()
         ));
     }
-    let word = GlobalPtr::<u64>::new(EpAddr::rank(1), 64);
-    let f = AtomicFlags::empty();
-    let before = client.conduit().stats().native_atomics;
-    for _ in 0..100 {
-        ep.fetch_atomic(&ad, word, AtomicOp::Add(1), f, Blocking)
-            .map_err(es)?;
-    }
-    let counted = client.conduit().stats().native_atomics - before;
-    if counted != if native { 100 } else { 0 } {
-        return Err(format!(
-            "{counted} native atomics counted for 100 fetch-adds"
-        ));
-    }
-    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
-    let total = ep
-        .fetch_atomic(&ad, word, AtomicOp::Get, f, Blocking)
-        .map_err(es)?;
-    if total != 100 * u64::from(ep.size()) {
-        return Err(format!("word holds {total} after 100 fetch-adds per rank"));
-    }
-    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
+    gex_testkit::rma::hundred_fetch_adds(&mut ep, &ad, native, || {
+        client.conduit().stats().native_atomics
+    })?;
     drop(ep);
     client.finalize().map_err(|e| e.to_string())
 }

@@ -28,74 +28,42 @@ fn provider(p: &'static str) -> impl Fn() -> Builder {
     move || conformance::builder().config(Config::from_pairs([("GEX_OFI_PROVIDER", p)]))
 }
 
-/// tcp;ofi_rxm, two ranks.
-mod tcp {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Ofi,
-        runner: runner(provider("tcp")),
-        ranks: 2,
-    }
+/// The clients of `tcp_small_window_blocking`.
+fn tcp_small_window_blocking_clients() -> Builder {
+    conformance::builder()
+        .config(Config::from_pairs([
+            ("GEX_OFI_PROVIDER", "tcp"),
+            ("GEX_OFI_MULTI_RECV", "0"),
+            ("GEX_OFI_CREDITS", "4"),
+            ("GEX_OFI_MAX_MEDIUM", "1024"),
+        ]))
+        .wait_policy(WaitPolicy::Block)
 }
 
-/// tcp;ofi_rxm, three ranks with two endpoints each (one libfabric domain per endpoint).
-mod tcp_three_ranks_two_eps {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Ofi,
-        runner: runner(provider("tcp")),
-        ranks: 3,
-        endpoints: 2,
-    }
+/// The clients of `shm_three_ranks_two_eps_blocking`.
+fn shm_three_ranks_two_eps_blocking_clients() -> Builder {
+    provider("shm")().wait_policy(WaitPolicy::Block)
 }
 
-/// shm, two ranks.
-mod shm {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Ofi,
-        runner: runner(provider("shm")),
-        ranks: 2,
-    }
-}
+gex_testkit::suite_modules! {
+    suite: core,
+    conduit: Ofi;
 
-/// tcp;ofi_rxm without multi-receive (the pre-posted buffer pool), a credit window of 4
-/// and 1 KiB Mediums, so flow control and reply queueing happen constantly; blocking
-/// waits (the CQ wait object).
-mod tcp_small_window_blocking {
-    use super::*;
-    fn builder() -> Builder {
-        conformance::builder()
-            .config(Config::from_pairs([
-                ("GEX_OFI_PROVIDER", "tcp"),
-                ("GEX_OFI_MULTI_RECV", "0"),
-                ("GEX_OFI_CREDITS", "4"),
-                ("GEX_OFI_MAX_MEDIUM", "1024"),
-            ]))
-            .wait_policy(WaitPolicy::Block)
-    }
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Ofi,
-        runner: runner(builder),
-        ranks: 2,
-    }
-}
+    /// tcp;ofi_rxm, two ranks.
+    tcp: runner(provider("tcp")), ranks 2;
 
-/// shm, three ranks with two endpoints each, always sleeping in the CQ's wait object.
-mod shm_three_ranks_two_eps_blocking {
-    use super::*;
-    fn builder() -> Builder {
-        provider("shm")().wait_policy(WaitPolicy::Block)
-    }
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Ofi,
-        runner: runner(builder),
-        ranks: 3,
-        endpoints: 2,
-    }
+    /// tcp;ofi_rxm, three ranks with two endpoints each (one libfabric domain per endpoint).
+    tcp_three_ranks_two_eps: runner(provider("tcp")), ranks 3, endpoints 2;
+
+    /// shm, two ranks.
+    shm: runner(provider("shm")), ranks 2;
+
+    /// tcp;ofi_rxm without multi-receive (the pre-posted buffer pool), a credit window of 4
+    /// and 1 KiB Mediums, so flow control and reply queueing happen constantly; blocking
+    /// waits (the CQ wait object).
+    tcp_small_window_blocking: runner(tcp_small_window_blocking_clients), ranks 2;
+
+    /// shm, three ranks with two endpoints each, always sleeping in the CQ's wait object.
+    shm_three_ranks_two_eps_blocking: runner(shm_three_ranks_two_eps_blocking_clients),
+        ranks 3, endpoints 2;
 }

@@ -5,10 +5,60 @@ use gex_conduit_ofi::Ofi;
 use gex_core::boot::Singleton;
 use gex_core::{Am, Body, Client, ClientBuilder, Config, EpAddr, HandlerId, InitError, Token};
 use gex_testkit::exchange_barrier;
-use gex_testkit::procs::Procs;
+use gex_testkit::procs::{self, Procs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// A builder of clients over `provider` with 64 KiB segments.
+fn builder(provider: &str) -> ClientBuilder {
+    ClientBuilder::new()
+        .config(Config::from_pairs([("GEX_OFI_PROVIDER", provider)]))
+        .segment_size(64 << 10)
+}
+
+/// A client over tcp;ofi_rxm on a thread rank's bootstrap.
+fn tcp_thread_client(boot: gex_testkit::boot::ThreadBoot) -> Client<Ofi> {
+    builder("tcp").init::<Ofi>(Box::new(boot)).expect("init")
+}
+
+/// The text of a caught panic (`String` or `&str`).
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// A 2-rank job over `provider` (`eps` endpoints each): rank 1 counts rank 0's
+/// requests and, after 100, leaves by `leave`; rank 0 floods it with Mediums until the
+/// job is ended under it (or the conduit reports the failure: exit 9). Every rank ends
+/// its process itself.
+fn flood_a_leaving_peer(provider: &'static str, eps: u16, leave: fn() -> !) -> procs::Report {
+    Procs::new(2).run(move |boot| -> () {
+        let client = builder(provider)
+            .endpoints(eps)
+            .init::<Ofi>(boot)
+            .expect("init");
+        let mut ep = client.endpoint(0).expect("ep");
+        let got = gex_testkit::counting_handler(&mut ep, 200);
+        exchange_barrier(&mut ep).expect("barrier");
+        if client.rank() == 1 {
+            ep.wait_until(|| got.load(Ordering::Relaxed) >= 100);
+            leave();
+        }
+        loop {
+            if let Err(e) = ep.request(
+                EpAddr::rank(1),
+                HandlerId::at(200),
+                Body::medium(&[], &[1; 2000]),
+            ) {
+                eprintln!("rank 0: {e}");
+                std::process::exit(9);
+            }
+        }
+    })
+}
 
 fn singleton(pairs: &[(&str, &str)]) -> Result<Client<Ofi>, InitError> {
     ClientBuilder::new()
@@ -115,38 +165,7 @@ fn multi_receive_can_be_turned_off() {
 /// the job ends promptly with a non-zero code instead of hanging.
 #[test]
 fn peer_exit_mid_transfer_ends_the_job() {
-    // `-> ()`: every rank ends its process itself.
-    let r = Procs::new(2).run(|boot| -> () {
-        let client = ClientBuilder::new()
-            .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
-            .segment_size(64 << 10)
-            .init::<Ofi>(boot)
-            .expect("init");
-        let mut ep = client.endpoint(0).expect("ep");
-        let got = Arc::new(AtomicU64::new(0));
-        let g = got.clone();
-        ep.register_at(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
-            g.fetch_add(1, Ordering::Relaxed);
-        })
-        .expect("register");
-        exchange_barrier(&mut ep).expect("barrier");
-        if client.rank() == 1 {
-            ep.wait_until(|| got.load(Ordering::Relaxed) >= 100);
-            std::process::exit(7);
-        }
-        // Rank 0 keeps sending until the job is ended under it (or the conduit
-        // reports the failure).
-        loop {
-            if let Err(e) = ep.request(
-                EpAddr::rank(1),
-                HandlerId::at(200),
-                Body::medium(&[], &[1; 2000]),
-            ) {
-                eprintln!("rank 0: {e}");
-                std::process::exit(9);
-            }
-        }
-    });
+    let r = flood_a_leaving_peer("tcp", 1, || std::process::exit(7));
     assert!(
         r.code().is_some_and(|c| c != 0),
         "a rank died: the job must fail\n{r}"
@@ -160,9 +179,7 @@ fn peer_exit_mid_transfer_ends_the_job() {
 #[test]
 fn waiting_paths_follow_the_provider() {
     for (prov, sleeps) in [("tcp", true), ("shm", false)] {
-        let client = ClientBuilder::new()
-            .config(Config::from_pairs([("GEX_OFI_PROVIDER", prov)]))
-            .segment_size(64 << 10)
+        let client = builder(prov)
             .wait_policy(gex_core::WaitPolicy::Block)
             .init::<Ofi>(Box::new(Singleton::new()))
             .expect("opens");
@@ -190,39 +207,11 @@ fn waiting_paths_follow_the_provider() {
 /// there: libfabric's shm provider names its regions `<pid>:<uid>:<index>`).
 #[test]
 fn kill_9_of_a_rank_leaves_nothing_in_dev_shm() {
-    // `-> ()`: every rank ends its process itself.
-    let r = Procs::new(2).run(|boot| -> () {
-        let client = ClientBuilder::new()
-            .config(Config::from_pairs([("GEX_OFI_PROVIDER", "shm")]))
-            .segment_size(64 << 10)
-            .endpoints(2)
-            .init::<Ofi>(boot)
-            .expect("init");
-        let mut ep = client.endpoint(0).expect("ep");
-        let got = Arc::new(AtomicU64::new(0));
-        let g = got.clone();
-        ep.register_at(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
-            g.fetch_add(1, Ordering::Relaxed);
-        })
-        .expect("register");
-        exchange_barrier(&mut ep).expect("barrier");
-        if client.rank() == 1 {
-            ep.wait_until(|| got.load(Ordering::Relaxed) >= 100);
-            let _ = std::process::Command::new("kill")
-                .args(["-9", &std::process::id().to_string()])
-                .status();
-            std::process::exit(3); // not reached
-        }
-        loop {
-            if let Err(e) = ep.request(
-                EpAddr::rank(1),
-                HandlerId::at(200),
-                Body::medium(&[], &[1; 2000]),
-            ) {
-                eprintln!("rank 0: {e}");
-                std::process::exit(9);
-            }
-        }
+    let r = flood_a_leaving_peer("shm", 2, || {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &std::process::id().to_string()])
+            .status();
+        std::process::exit(3); // not reached
     });
     assert!(
         r.code().is_some_and(|c| c != 0),
@@ -245,16 +234,9 @@ fn vanished_peer_over_tcp_is_a_clear_error() {
     use gex_testkit::boot::ThreadJob;
     let job = ThreadJob::new(2);
     let (gone_tx, gone_rx) = std::sync::mpsc::channel::<()>();
-    let init = |boot: gex_testkit::boot::ThreadBoot| {
-        ClientBuilder::new()
-            .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
-            .segment_size(64 << 10)
-            .init::<Ofi>(Box::new(boot))
-            .expect("init")
-    };
     let b1 = job.boot(1);
     let peer = std::thread::spawn(move || {
-        let client = init(b1);
+        let client = tcp_thread_client(b1);
         let mut ep = client.endpoint(0).expect("ep");
         ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
             .expect("register");
@@ -263,7 +245,7 @@ fn vanished_peer_over_tcp_is_a_clear_error() {
         let _ = gone_tx.send(());
         std::panic::resume_unwind(Box::new("rank 1 vanishes (on purpose)"));
     });
-    let client = init(job.boot(0));
+    let client = tcp_thread_client(job.boot(0));
     let mut ep = client.endpoint(0).expect("ep");
     ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
         .expect("register");
@@ -292,11 +274,7 @@ fn vanished_peer_over_tcp_is_a_clear_error() {
     }));
     let msg = match outcome {
         Ok(m) => m,
-        Err(p) => p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default(),
+        Err(p) => panic_text(p),
     };
     eprintln!("rank 0 saw: {msg}");
     assert!(
@@ -318,16 +296,9 @@ fn vanished_peer_over_tcp_is_a_clear_error() {
 fn waiting_on_a_vanished_peer_over_tcp_is_a_clear_error() {
     use gex_testkit::boot::ThreadJob;
     let job = ThreadJob::new(2);
-    let init = |boot: gex_testkit::boot::ThreadBoot| {
-        ClientBuilder::new()
-            .config(Config::from_pairs([("GEX_OFI_PROVIDER", "tcp")]))
-            .segment_size(64 << 10)
-            .init::<Ofi>(Box::new(boot))
-            .expect("init")
-    };
     let b1 = job.boot(1);
     let peer = std::thread::spawn(move || {
-        let client = init(b1);
+        let client = tcp_thread_client(b1);
         let mut ep = client.endpoint(0).expect("ep");
         let asked = Arc::new(AtomicU64::new(0));
         let a = asked.clone();
@@ -342,7 +313,7 @@ fn waiting_on_a_vanished_peer_over_tcp_is_a_clear_error() {
         // Vanish: unwinding drops endpoint and client without finalizing.
         std::panic::resume_unwind(Box::new("rank 1 vanishes (on purpose)"));
     });
-    let client = init(job.boot(0));
+    let client = tcp_thread_client(job.boot(0));
     let mut ep = client.endpoint(0).expect("ep");
     let replies = Arc::new(AtomicU64::new(0));
     let r = replies.clone();
@@ -369,11 +340,7 @@ fn waiting_on_a_vanished_peer_over_tcp_is_a_clear_error() {
     let took = t0.elapsed();
     let msg = match outcome {
         Ok(()) => "the reply arrived".to_string(),
-        Err(p) => p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default(),
+        Err(p) => panic_text(p),
     };
     eprintln!("rank 0 saw after {took:?}: {msg}");
     assert!(

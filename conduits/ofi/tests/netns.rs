@@ -473,39 +473,24 @@ fn rank<L: LayerSet>(
     client.finalize().map_err(|e| e.to_string())
 }
 
-/// 4 ranks, 2 per namespace, one endpoint each.
-mod two_hosts {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: OfiHybrid,
-        runner: runner,
-        ranks: 4,
-    }
+gex_testkit::suite_modules! {
+    suite: core,
+    conduit: OfiHybrid;
+
+    /// 4 ranks, 2 per namespace, one endpoint each.
+    two_hosts: runner, ranks 4;
+
+    /// 4 ranks, 2 per namespace, two endpoints each (one libfabric domain per endpoint).
+    two_hosts_two_eps: runner, ranks 4, endpoints 2;
 }
 
-/// 4 ranks, 2 per namespace, two endpoints each (one libfabric domain per endpoint).
-mod two_hosts_two_eps {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: OfiHybrid,
-        runner: runner,
-        ranks: 4,
-        endpoints: 2,
-    }
-}
+gex_testkit::suite_modules! {
+    suite: rma,
+    conduit: OfiHybrid;
 
-/// The RMA suite, 4 ranks, 2 per namespace: direct copies within a namespace, native
-/// `FI_RMA` across the veth.
-mod rma_two_hosts {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: OfiHybrid,
-        runner: rma_runner,
-        ranks: 4,
-    }
+    /// The RMA suite, 4 ranks, 2 per namespace: direct copies within a namespace, native
+    /// `FI_RMA` across the veth.
+    rma_two_hosts: rma_runner, ranks 4;
 }
 
 /// Requests to the rank's own namespace go through the rings, the others through
@@ -616,26 +601,20 @@ fn mpiexec_rma_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), Strin
     )
 }
 
-/// The core conformance suite under Hydra's `mpiexec`, 2 ranks per namespace.
-mod mpiexec_two_hosts {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: OfiHybrid,
-        runner: mpiexec_runner,
-        ranks: 4,
-    }
+gex_testkit::suite_modules! {
+    suite: core,
+    conduit: OfiHybrid;
+
+    /// The core conformance suite under Hydra's `mpiexec`, 2 ranks per namespace.
+    mpiexec_two_hosts: mpiexec_runner, ranks 4;
 }
 
-/// The RMA suite under Hydra's `mpiexec`, 2 ranks per namespace.
-mod mpiexec_rma_two_hosts {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: OfiHybrid,
-        runner: mpiexec_rma_runner,
-        ranks: 4,
-    }
+gex_testkit::suite_modules! {
+    suite: rma,
+    conduit: OfiHybrid;
+
+    /// The RMA suite under Hydra's `mpiexec`, 2 ranks per namespace.
+    mpiexec_rma_two_hosts: mpiexec_rma_runner, ranks 4;
 }
 
 /// `paths_are_counted` under Hydra's `mpiexec`: the neighbourhood comes from

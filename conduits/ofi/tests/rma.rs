@@ -49,6 +49,19 @@ fn no_registration_left(ofi: &Ofi) -> Result<(), String> {
     Ok(())
 }
 
+/// A client with the RMA layer and [`SEGMENT`]-byte segments on `boot`, configured
+/// by `pairs`.
+fn rma_client(
+    boot: Box<dyn gex_core::boot::Bootstrap>,
+    pairs: &[(&str, &str)],
+) -> Result<gex_core::Client<Ofi>, String> {
+    gex_testkit::rma::client_builder()
+        .segment_size(SEGMENT)
+        .config(Config::from_pairs(pairs.iter().copied()))
+        .init::<Ofi>(boot)
+        .map_err(|e| e.to_string())
+}
+
 fn config(provider: &'static str, rma: &'static str) -> impl Fn() -> Builder {
     move || {
         gex_testkit::rma::client_builder().config(Config::from_pairs([
@@ -58,64 +71,43 @@ fn config(provider: &'static str, rma: &'static str) -> impl Fn() -> Builder {
     }
 }
 
-/// tcp;ofi_rxm, native RMA, two ranks.
-mod tcp_native {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Ofi,
-        runner: runner(config("tcp", "1")),
-        ranks: 2,
-    }
+/// The clients of `tcp_native_three_ranks_two_eps_blocking`: native RMA, blocking waits.
+fn tcp_native_blocking() -> Builder {
+    config("tcp", "1")().wait_policy(WaitPolicy::Block)
 }
 
-/// tcp;ofi_rxm, native RMA, three ranks with two endpoints each (RMA between
-/// endpoints of different libfabric domains), sleeping in the CQ's wait object.
-mod tcp_native_three_ranks_two_eps_blocking {
-    use super::*;
-    fn builder() -> Builder {
-        config("tcp", "1")().wait_policy(WaitPolicy::Block)
-    }
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Ofi,
-        runner: runner(builder),
-        ranks: 3,
-        endpoints: 2,
-    }
+/// The clients of `tcp_mr_local_three_ranks_two_eps_blocking`: `FI_MR_LOCAL` forced, a
+/// two-entry registration cache, blocking waits.
+fn tcp_mr_local_blocking() -> Builder {
+    gex_testkit::rma::client_builder()
+        .config(Config::from_pairs([
+            ("GEX_OFI_PROVIDER", "tcp"),
+            ("GEX_OFI_MR_LOCAL", "1"),
+            ("GEX_OFI_MR_CACHE_ENTRIES", "2"),
+        ]))
+        .wait_policy(WaitPolicy::Block)
 }
 
-/// tcp;ofi_rxm, AM reference path (`GEX_OFI_RMA=0`), two ranks.
-mod tcp_am {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Ofi,
-        runner: runner(config("tcp", "0")),
-        ranks: 2,
-    }
-}
+gex_testkit::suite_modules! {
+    suite: rma,
+    conduit: Ofi;
 
-/// shm, native RMA, three ranks.
-mod shm_native {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Ofi,
-        runner: runner(config("shm", "1")),
-        ranks: 3,
-    }
-}
+    /// tcp;ofi_rxm, native RMA, two ranks.
+    tcp_native: runner(config("tcp", "1")), ranks 2;
 
-/// shm, AM reference path (`GEX_OFI_RMA=0`), two ranks.
-mod shm_am {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Ofi,
-        runner: runner(config("shm", "0")),
-        ranks: 2,
-    }
+    /// tcp;ofi_rxm, native RMA, three ranks with two endpoints each (RMA between
+    /// endpoints of different libfabric domains), sleeping in the CQ's wait object.
+    tcp_native_three_ranks_two_eps_blocking: runner(tcp_native_blocking),
+        ranks 3, endpoints 2;
+
+    /// tcp;ofi_rxm, AM reference path (`GEX_OFI_RMA=0`), two ranks.
+    tcp_am: runner(config("tcp", "0")), ranks 2;
+
+    /// shm, native RMA, three ranks.
+    shm_native: runner(config("shm", "1")), ranks 3;
+
+    /// shm, AM reference path (`GEX_OFI_RMA=0`), two ranks.
+    shm_am: runner(config("shm", "0")), ranks 2;
 }
 
 /// One rank's part of `native_path_is_taken_*`: rank 0 puts 1 MiB to rank 1 and gets it
@@ -129,15 +121,14 @@ fn native_rank(
     rma: &str,
     atomics: &str,
 ) -> Result<(), String> {
-    let client = gex_testkit::rma::client_builder()
-        .segment_size(SEGMENT)
-        .config(Config::from_pairs([
+    let client = rma_client(
+        boot,
+        &[
             ("GEX_OFI_PROVIDER", provider),
             ("GEX_OFI_RMA", rma),
             ("GEX_OFI_ATOMICS", atomics),
-        ]))
-        .init::<Ofi>(boot)
-        .map_err(|e| e.to_string())?;
+        ],
+    )?;
     let native = rma == "1";
     let report = client.conduit().report().clone();
     let path = report
@@ -201,27 +192,9 @@ fn native_rank(
             ad.is_native()
         ));
     }
-    let word = GlobalPtr::<u64>::new(EpAddr::rank(1), 64);
-    let f = AtomicFlags::empty();
-    let before = client.conduit().stats().native_atomics;
-    for _ in 0..100 {
-        ep.fetch_atomic(&ad, word, AtomicOp::Add(1), f, Blocking)
-            .map_err(es)?;
-    }
-    let counted = client.conduit().stats().native_atomics - before;
-    if counted != if want_native { 100 } else { 0 } {
-        return Err(format!(
-            "{counted} native atomics counted for 100 fetch-adds"
-        ));
-    }
-    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
-    let total = ep
-        .fetch_atomic(&ad, word, AtomicOp::Get, f, Blocking)
-        .map_err(es)?;
-    if total != 100 * u64::from(ep.size()) {
-        return Err(format!("word holds {total} after 100 fetch-adds per rank"));
-    }
-    exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
+    gex_testkit::rma::hundred_fetch_adds(&mut ep, &ad, want_native, || {
+        client.conduit().stats().native_atomics
+    })?;
     drop(ep);
     client.finalize().map_err(|e| e.to_string())
 }
@@ -267,15 +240,14 @@ fn relaxed_rank(
     mr_local: &str,
     expect: bool,
 ) -> Result<(), String> {
-    let client = gex_testkit::rma::client_builder()
-        .segment_size(SEGMENT)
-        .config(Config::from_pairs([
+    let client = rma_client(
+        boot,
+        &[
             ("GEX_OFI_PROVIDER", provider),
             ("GEX_OFI_RELAXED_PUTS", relaxed),
             ("GEX_OFI_MR_LOCAL", mr_local),
-        ]))
-        .init::<Ofi>(boot)
-        .map_err(|e| e.to_string())?;
+        ],
+    )?;
     let es = |e: RmaError| e.to_string();
     let path = client
         .conduit()
@@ -416,50 +388,22 @@ fn config_mr_local(provider: &'static str) -> impl Fn() -> Builder {
     }
 }
 
-/// tcp;ofi_rxm, native RMA and atomics as under `FI_MR_LOCAL`: the suite's heap
-/// buffers (outside the segments) are registered per operation, atomics use the
-/// registered slot words.
-mod tcp_mr_local {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Ofi,
-        runner: runner(config_mr_local("tcp")),
-        ranks: 2,
-    }
-}
+gex_testkit::suite_modules! {
+    suite: rma,
+    conduit: Ofi;
 
-/// The same with three ranks of two endpoints each (registrations in two domains per
-/// rank), a two-entry cache, and `WaitPolicy::Block`.
-mod tcp_mr_local_three_ranks_two_eps_blocking {
-    use super::*;
-    fn builder() -> Builder {
-        gex_testkit::rma::client_builder()
-            .config(Config::from_pairs([
-                ("GEX_OFI_PROVIDER", "tcp"),
-                ("GEX_OFI_MR_LOCAL", "1"),
-                ("GEX_OFI_MR_CACHE_ENTRIES", "2"),
-            ]))
-            .wait_policy(WaitPolicy::Block)
-    }
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Ofi,
-        runner: runner(builder),
-        ranks: 3,
-        endpoints: 2,
-    }
-}
+    /// tcp;ofi_rxm, native RMA and atomics as under `FI_MR_LOCAL`: the suite's heap
+    /// buffers (outside the segments) are registered per operation, atomics use the
+    /// registered slot words.
+    tcp_mr_local: runner(config_mr_local("tcp")), ranks 2;
 
-/// shm, native RMA and atomics as under `FI_MR_LOCAL`, three ranks.
-mod shm_mr_local {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Ofi,
-        runner: runner(config_mr_local("shm")),
-        ranks: 3,
-    }
+    /// The same with three ranks of two endpoints each (registrations in two domains per
+    /// rank), a two-entry cache, and `WaitPolicy::Block`.
+    tcp_mr_local_three_ranks_two_eps_blocking: runner(tcp_mr_local_blocking),
+        ranks 3, endpoints 2;
+
+    /// shm, native RMA and atomics as under `FI_MR_LOCAL`, three ranks.
+    shm_mr_local: runner(config_mr_local("shm")), ranks 3;
 }
 
 /// One rank's part of `mr_cache_*`: with `GEX_OFI_MR_LOCAL=1` and a cache of two
@@ -469,15 +413,14 @@ mod shm_mr_local {
 /// cache evicts at its bound, that an ended region's registration is closed, that
 /// atomics stay native, and that every registration is closed once the endpoints are.
 fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Result<(), String> {
-    let client = gex_testkit::rma::client_builder()
-        .segment_size(SEGMENT)
-        .config(Config::from_pairs([
+    let client = rma_client(
+        boot,
+        &[
             ("GEX_OFI_PROVIDER", provider),
             ("GEX_OFI_MR_LOCAL", "1"),
             ("GEX_OFI_MR_CACHE_ENTRIES", "2"),
-        ]))
-        .init::<Ofi>(boot)
-        .map_err(|e| e.to_string())?;
+        ],
+    )?;
     let ofi = client.conduit().clone();
     let report = ofi.report().clone();
     let path = report

@@ -32,8 +32,9 @@
 use gex_conduit_ofi::Ofi;
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{Capabilities, ConduitError};
-use gex_core::{Am, AmError, Body, ClientBuilder, Config, EpAddr, EpError, HandlerId, Token};
+use gex_core::{Am, Body, ClientBuilder, Config, EpAddr, EpError, HandlerId, Token};
 use gex_testkit::procs::Procs;
+use gex_testkit::{assert_absent_and_beyond, assert_not_open, lockstep_round_trips};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -77,14 +78,6 @@ fn counter(ep: &mut gex_core::Endpoint<Ofi>) -> (Arc<AtomicU64>, Arc<AtomicU64>)
     (n, pongs)
 }
 
-fn not_open(r: Result<(), AmError>, dst: EpAddr, state: &'static str) {
-    assert_eq!(
-        r,
-        Err(AmError::Conduit(ConduitError::NoEndpoint { dst, state })),
-        "send to {dst}"
-    );
-}
-
 /// Sends a Short to `dst` from `ep` until it fails with `NoEndpoint` (the closing
 /// notice of `dst` may still be on its way: sends before it are discarded).
 fn until_closed(ep: &mut gex_core::Endpoint<Ofi>, dst: EpAddr) {
@@ -94,7 +87,7 @@ fn until_closed(ep: &mut gex_core::Endpoint<Ofi>, dst: EpAddr) {
                 ep.poll();
                 std::thread::sleep(Duration::from_millis(1));
             }
-            r => return not_open(r, dst, "closed"),
+            r => return assert_not_open(r, dst, "closed"),
         }
     }
 }
@@ -119,36 +112,15 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
     // Not created yet on the peer: an error, nothing sent (Short, Medium, Long); its
     // endpoint 0 answers, which the barrier's polls serve.
     let absent = EpAddr::new(peer, 1);
-    not_open(
-        ep0.request(absent, COUNT, Body::short(&[])),
-        absent,
-        "not created yet",
-    );
-    not_open(
-        ep0.request(absent, COUNT, Body::medium(&[], &[1, 2, 3])),
-        absent,
-        "not created yet",
-    );
-    not_open(
-        ep0.request(absent, COUNT, Body::long(&[], &[1, 2, 3], 0)),
-        absent,
-        "not created yet",
-    );
+    // Beyond the capacity: the core's own error.
+    let beyond = EpAddr::new(peer, 3);
+    assert_absent_and_beyond(&mut ep0, COUNT, absent, (beyond, 3));
     // Nor on this rank.
     let mine = EpAddr::new(me, 1);
-    not_open(
+    assert_not_open(
         ep0.request(mine, COUNT, Body::short(&[])),
         mine,
         "not created yet",
-    );
-    // Beyond the capacity: the core's own error.
-    let beyond = EpAddr::new(peer, 3);
-    assert_eq!(
-        ep0.request(beyond, COUNT, Body::short(&[])),
-        Err(AmError::BadEndpoint {
-            dst: beyond,
-            eps: 3
-        })
     );
     gex_testkit::exchange_barrier(&mut ep0).unwrap();
 
@@ -207,16 +179,10 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
     assert_eq!(ep2.index(), 2, "indices are not reused");
     let _ = counter(&mut ep2);
     polling(&mut ep0, || {
-        not_open(ep2.request(dst, COUNT, Body::short(&[])), dst, "closed");
-        not_open(ep2.request(mine, COUNT, Body::short(&[])), mine, "closed");
+        assert_not_open(ep2.request(dst, COUNT, Body::short(&[])), dst, "closed");
+        assert_not_open(ep2.request(mine, COUNT, Body::short(&[])), mine, "closed");
     });
-    assert_eq!(
-        c.create_endpoint().map(|_| ()),
-        Err(EpError::Full {
-            capacity: 3,
-            init: 1
-        })
-    );
+    gex_testkit::assert_endpoints_full(&c, 3, 1);
     polling(&mut ep2, || {
         gex_testkit::exchange_barrier(&mut ep0).unwrap()
     });
@@ -242,50 +208,6 @@ fn polling<T>(ep: &mut gex_core::Endpoint<Ofi>, f: impl FnOnce() -> T) -> T {
     })
 }
 
-/// Round trips with the peer's endpoint of the same index, in lockstep with the other
-/// thread's (see the module documentation).
-fn drive(
-    ep: &mut gex_core::Endpoint<Ofi>,
-    peer: u32,
-    rounds: u64,
-    mine: &AtomicU64,
-    other: &AtomicU64,
-) {
-    let (pongs, served) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let (p, s) = (pongs.clone(), served.clone());
-    ep.register_at(PING.index(), move |t: &mut Token<'_>, am: Am<'_>| {
-        s.fetch_add(1, Ordering::Relaxed);
-        t.reply(PONG, Body::short(am.args())).unwrap();
-    })
-    .unwrap();
-    ep.register_at(PONG.index(), move |_: &mut Token<'_>, _: Am<'_>| {
-        p.fetch_add(1, Ordering::Relaxed);
-    })
-    .unwrap();
-    let dst = EpAddr::new(peer, ep.index());
-    // The peer creates its endpoint at the same time: retry until it exists.
-    loop {
-        match ep.request(dst, PING, Body::short(&[0])) {
-            Ok(()) => break,
-            Err(AmError::Conduit(ConduitError::NoEndpoint { .. })) => {
-                ep.poll();
-                std::thread::yield_now();
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-    ep.wait_until(|| pongs.load(Ordering::Relaxed) == 1);
-    for i in 1..=rounds {
-        ep.request(dst, PING, Body::short(&[i as u32])).unwrap();
-        ep.wait_until(|| pongs.load(Ordering::Relaxed) == i + 1);
-        mine.store(i, Ordering::Release);
-        // Inside this endpoint's wait loop: the other thread must advance meanwhile.
-        ep.wait_until(|| other.load(Ordering::Acquire) >= i);
-    }
-    // Serve the peer's last requests before closing.
-    ep.wait_until(|| served.load(Ordering::Relaxed) == rounds + 1);
-}
-
 fn two_threads_two_endpoints(boot: Box<dyn Bootstrap>) {
     let c = client(boot, 2, "tcp");
     let peer = 1 - c.rank();
@@ -296,10 +218,10 @@ fn two_threads_two_endpoints(boot: Box<dyn Bootstrap>) {
         let (a, b) = (&a, &b);
         let t0 = s.spawn(move || {
             let mut ep0 = ep0;
-            drive(&mut ep0, peer, ROUNDS, a, b);
+            lockstep_round_trips(&mut ep0, (PING, PONG), peer, ROUNDS, (a, b));
             ep0
         });
-        s.spawn(move || drive(&mut { ep1 }, peer, ROUNDS, b, a));
+        s.spawn(move || lockstep_round_trips(&mut { ep1 }, (PING, PONG), peer, ROUNDS, (b, a)));
         let mut ep0 = t0.join().unwrap();
         // Endpoint 1 (dropped by its thread) is closed; the peer's may still be
         // sending: the final barrier (with every endpoint 1 dropped) is on ep0.

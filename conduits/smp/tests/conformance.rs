@@ -17,45 +17,29 @@ fn runner(builder: fn() -> Builder) -> ProcRunner<Smp> {
     ProcRunner::new().builder(move || builder().segment_size(1 << 20))
 }
 
-/// Three ranks with two endpoints each, default rings.
-mod three_ranks_two_eps {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Smp,
-        runner: runner(conformance::builder),
-        ranks: 3,
-        endpoints: 2,
-    }
+/// The clients of `small_rings`.
+fn small_rings_clients() -> Builder {
+    conformance::builder().config(Config::from_pairs([
+        ("GEX_SMP_RING_SIZE", "4096"),
+        ("GEX_SMP_MAX_MEDIUM", "1024"),
+    ]))
 }
 
-/// Two ranks on 4 KiB rings, so back-pressure and reply deferral happen constantly.
-mod small_rings {
-    use super::*;
-    fn builder() -> Builder {
-        conformance::builder().config(Config::from_pairs([
-            ("GEX_SMP_RING_SIZE", "4096"),
-            ("GEX_SMP_MAX_MEDIUM", "1024"),
-        ]))
-    }
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Smp,
-        runner: runner(builder),
-        ranks: 2,
-    }
+/// The clients of `blocking_waits`.
+fn blocking_waits_clients() -> Builder {
+    conformance::builder().wait_policy(WaitPolicy::Block)
 }
 
-/// Four ranks that always sleep in the kernel while waiting (doorbell wake-ups).
-mod blocking_waits {
-    use super::*;
-    fn builder() -> Builder {
-        conformance::builder().wait_policy(WaitPolicy::Block)
-    }
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Smp,
-        runner: runner(builder),
-        ranks: 4,
-    }
+gex_testkit::suite_modules! {
+    suite: core,
+    conduit: Smp;
+
+    /// Three ranks with two endpoints each, default rings.
+    three_ranks_two_eps: runner(conformance::builder), ranks 3, endpoints 2;
+
+    /// Two ranks on 4 KiB rings, so back-pressure and reply deferral happen constantly.
+    small_rings: runner(small_rings_clients), ranks 2;
+
+    /// Four ranks that always sleep in the kernel while waiting (doorbell wake-ups).
+    blocking_waits: runner(blocking_waits_clients), ranks 4;
 }

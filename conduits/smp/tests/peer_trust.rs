@@ -100,6 +100,39 @@ fn check_canary(c: &gex_core::Client<impl gex_core::spi::Conduit>) -> Ran {
     }
 }
 
+/// After a boot barrier, rank 1 checks that nothing wrote past its segment.
+fn canary_after_barrier(c: &gex_core::Client<Smp>) -> Ran {
+    c.boot_barrier().map_err(|e| e.to_string())?;
+    if c.rank() == 1 {
+        check_canary(c)?;
+    }
+    Ok(())
+}
+
+/// A 2-rank job (two endpoints each) whose rank `liar` tells `lie`: rank 0 sends a
+/// Long of `SPILL` bytes to rank 1's EP 0, then rank 1 checks its canary.
+fn long_past_the_segment(liar: u32, lie: Lie) -> Report {
+    Procs::new(2).run(move |boot| -> Ran {
+        let c = ClientBuilder::new()
+            .segment_size(SEG as usize)
+            .endpoints(2)
+            .init::<Smp>(boot_of(boot, liar, lie))
+            .map_err(|e| e.to_string())?;
+        let mut ep = c.endpoint(0).map_err(|e| e.to_string())?;
+        ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
+            .map_err(|e| e.to_string())?;
+        if c.rank() == 0 {
+            ep.request(
+                EpAddr::new(1, 0),
+                HandlerId::at(200),
+                Body::long(&[], &[0xab; SPILL], 0),
+            )
+            .map_err(|e| format!("the Long was refused: {e}"))?;
+        }
+        canary_after_barrier(&c)
+    })
+}
+
 /// The outcome of `rank` as text, for assertion messages.
 fn outcome(r: &Report, rank: u32) -> Option<&Outcome> {
     r.rank(rank).map(|x| &x.outcome)
@@ -127,29 +160,7 @@ fn assert_refused(r: &Report, rank: u32, words: &[&str]) {
 /// length.
 #[test]
 fn inflated_peer_segments_fail_init_instead_of_a_long_writing_past_them() {
-    let r = Procs::new(2).run(|boot| -> Ran {
-        let c = ClientBuilder::new()
-            .segment_size(SEG as usize)
-            .endpoints(2)
-            .init::<Smp>(boot_of(boot, 0, Lie::InflateOthers))
-            .map_err(|e| e.to_string())?;
-        let mut ep = c.endpoint(0).map_err(|e| e.to_string())?;
-        ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
-            .map_err(|e| e.to_string())?;
-        if c.rank() == 0 {
-            ep.request(
-                EpAddr::new(1, 0),
-                HandlerId::at(200),
-                Body::long(&[], &[0xab; SPILL], 0),
-            )
-            .map_err(|e| format!("the Long was refused: {e}"))?;
-        }
-        c.boot_barrier().map_err(|e| e.to_string())?;
-        if c.rank() == 1 {
-            check_canary(&c)?;
-        }
-        Ok(())
-    });
+    let r = long_past_the_segment(0, Lie::InflateOthers);
     assert_refused(&r, 0, &["rank 1", "segment", "4096", "1048576"]);
 }
 
@@ -173,11 +184,7 @@ fn inflated_peer_segments_fail_init_instead_of_a_put_writing_past_them() {
             )
             .map_err(|e| format!("the put was refused: {e}"))?;
         }
-        c.boot_barrier().map_err(|e| e.to_string())?;
-        if c.rank() == 1 {
-            check_canary(&c)?;
-        }
-        Ok(())
+        canary_after_barrier(&c)
     });
     assert_refused(&r, 0, &["rank 1", "segment", "4096", "1048576"]);
 }
@@ -188,29 +195,7 @@ fn inflated_peer_segments_fail_init_instead_of_a_put_writing_past_them() {
 /// header disagrees with the layout.
 #[test]
 fn a_peer_whose_region_disagrees_with_the_layout_is_refused() {
-    let r = Procs::new(2).run(|boot| -> Ran {
-        let c = ClientBuilder::new()
-            .segment_size(SEG as usize)
-            .endpoints(2)
-            .init::<Smp>(boot_of(boot, 1, Lie::InflateOwnOutgoing))
-            .map_err(|e| e.to_string())?;
-        let mut ep = c.endpoint(0).map_err(|e| e.to_string())?;
-        ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
-            .map_err(|e| e.to_string())?;
-        if c.rank() == 0 {
-            ep.request(
-                EpAddr::new(1, 0),
-                HandlerId::at(200),
-                Body::long(&[], &[0xab; SPILL], 0),
-            )
-            .map_err(|e| format!("the Long was refused: {e}"))?;
-        }
-        c.boot_barrier().map_err(|e| e.to_string())?;
-        if c.rank() == 1 {
-            check_canary(&c)?;
-        }
-        Ok(())
-    });
+    let r = long_past_the_segment(1, Lie::InflateOwnOutgoing);
     assert_refused(&r, 0, &["rank 1", "segment", "4096", "1048576"]);
 }
 

@@ -10,51 +10,40 @@ use gex_core::layer::LayerSet;
 use gex_core::{ClientBuilder, Config};
 use gex_testkit::procs::ProcRunner;
 
-/// Two ranks, 17 MiB segments (the 16 MiB case runs).
-mod two_ranks {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Smp,
-        runner: ProcRunner::new().builder(|| gex_testkit::rma::client_builder().segment_size(17 << 20)),
-        ranks: 2,
-    }
+/// The clients of `four_ranks_small_rings`.
+fn four_ranks_small_rings_clients() -> ClientBuilder<impl LayerSet> {
+    gex_testkit::rma::client_builder()
+        .segment_size(4 << 20)
+        .config(Config::from_pairs([
+            ("GEX_SMP_RING_SIZE", "16384"),
+            ("GEX_SMP_MAX_MEDIUM", "2048"),
+        ]))
 }
 
-/// Four ranks, 4 MiB segments, small rings and Medium payloads (AM path under
-/// back-pressure when forced).
-mod four_ranks_small_rings {
-    use super::*;
-    fn builder() -> ClientBuilder<impl LayerSet> {
-        gex_testkit::rma::client_builder()
-            .segment_size(4 << 20)
-            .config(Config::from_pairs([
-                ("GEX_SMP_RING_SIZE", "16384"),
-                ("GEX_SMP_MAX_MEDIUM", "2048"),
-            ]))
-    }
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Smp,
-        runner: ProcRunner::new().builder(builder),
-        ranks: 4,
-    }
+/// The clients of `five_ranks_blocking`.
+fn five_ranks_blocking_clients() -> ClientBuilder<impl LayerSet> {
+    gex_testkit::rma::client_builder()
+        .segment_size(2 << 20)
+        .wait_policy(gex_core::WaitPolicy::Block)
 }
 
-/// Five ranks that sleep when they wait (`WaitPolicy::Block`): the shared-memory
-/// barrier's releases must wake them (a lost wake-up costs a 10 ms sleep per barrier,
-/// and the runner's watchdog ends a hang).
-mod five_ranks_blocking {
-    use super::*;
-    fn builder() -> ClientBuilder<impl LayerSet> {
-        gex_testkit::rma::client_builder()
-            .segment_size(2 << 20)
-            .wait_policy(gex_core::WaitPolicy::Block)
-    }
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Smp,
-        runner: ProcRunner::new().builder(builder),
-        ranks: 5,
-    }
+gex_testkit::suite_modules! {
+    suite: rma,
+    conduit: Smp;
+
+    /// Two ranks, 17 MiB segments (the 16 MiB case runs).
+    two_ranks: ProcRunner::new()
+        .builder(|| gex_testkit::rma::client_builder().segment_size(17 << 20)),
+        ranks 2;
+
+    /// Four ranks, 4 MiB segments, small rings and Medium payloads (AM path under
+    /// back-pressure when forced).
+    four_ranks_small_rings: ProcRunner::new().builder(four_ranks_small_rings_clients),
+        ranks 4;
+
+    /// Five ranks that sleep when they wait (`WaitPolicy::Block`): the shared-memory
+    /// barrier's releases must wake them (a lost wake-up costs a 10 ms sleep per barrier,
+    /// and the runner's watchdog ends a hang).
+    five_ranks_blocking: ProcRunner::new().builder(five_ranks_blocking_clients),
+        ranks 5;
 }

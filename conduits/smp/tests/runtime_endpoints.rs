@@ -18,9 +18,10 @@
 
 use gex_conduit_smp::Smp;
 use gex_core::boot::Bootstrap;
-use gex_core::spi::ConduitError;
-use gex_core::{Am, AmError, Body, ClientBuilder, Config, EpAddr, EpError, HandlerId, Token};
+
+use gex_core::{Body, ClientBuilder, Config, EpAddr, HandlerId};
 use gex_testkit::procs::Procs;
+use gex_testkit::{assert_absent_and_beyond, assert_not_open, lockstep_round_trips};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -47,14 +48,6 @@ fn counter(ep: &mut gex_core::Endpoint<Smp>) -> Arc<AtomicU64> {
     gex_testkit::counting_handler(ep, COUNT.index())
 }
 
-fn not_open(r: Result<(), AmError>, dst: EpAddr, state: &'static str) {
-    assert_eq!(
-        r,
-        Err(AmError::Conduit(ConduitError::NoEndpoint { dst, state })),
-        "send to {dst}"
-    );
-}
-
 fn lifecycle(boot: Box<dyn Bootstrap>) {
     let c = client(boot, 3);
     assert!(c.runtime_endpoints());
@@ -68,30 +61,9 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
     gex_testkit::exchange_barrier(&mut ep0).unwrap();
     // Not created yet on the peer: an error, nothing sent (Short, Medium, Long).
     let absent = EpAddr::new(peer, 1);
-    not_open(
-        ep0.request(absent, COUNT, Body::short(&[])),
-        absent,
-        "not created yet",
-    );
-    not_open(
-        ep0.request(absent, COUNT, Body::medium(&[], &[1, 2, 3])),
-        absent,
-        "not created yet",
-    );
-    not_open(
-        ep0.request(absent, COUNT, Body::long(&[], &[1, 2, 3], 0)),
-        absent,
-        "not created yet",
-    );
     // Beyond the capacity: the core's own error.
     let beyond = EpAddr::new(peer, 3);
-    assert_eq!(
-        ep0.request(beyond, COUNT, Body::short(&[])),
-        Err(AmError::BadEndpoint {
-            dst: beyond,
-            eps: 3
-        })
-    );
+    assert_absent_and_beyond(&mut ep0, COUNT, absent, (beyond, 3));
     gex_testkit::exchange_barrier(&mut ep0).unwrap();
 
     let mut ep1 = c.create_endpoint().unwrap();
@@ -117,18 +89,12 @@ fn lifecycle(boot: Box<dyn Bootstrap>) {
     drop(ep1);
     gex_testkit::exchange_barrier(&mut ep0).unwrap();
     // Closed: an error from the endpoint that reached it before, and from one that never did.
-    not_open(ep0.request(dst, COUNT, Body::short(&[])), dst, "closed");
+    assert_not_open(ep0.request(dst, COUNT, Body::short(&[])), dst, "closed");
     let mut ep2 = c.create_endpoint().unwrap();
     assert_eq!(ep2.index(), 2, "indices are not reused");
     let _ = counter(&mut ep2);
-    not_open(ep2.request(dst, COUNT, Body::short(&[])), dst, "closed");
-    assert_eq!(
-        c.create_endpoint().map(|_| ()),
-        Err(EpError::Full {
-            capacity: 3,
-            init: 1
-        })
-    );
+    assert_not_open(ep2.request(dst, COUNT, Body::short(&[])), dst, "closed");
+    gex_testkit::assert_endpoints_full(&c, 3, 1);
     drop(ep2);
     gex_testkit::exchange_barrier(&mut ep0).unwrap();
 }
@@ -173,50 +139,6 @@ fn poll_mask(boot: Box<dyn Bootstrap>) {
     drop(ep1);
 }
 
-/// Round trips with the peer's endpoint of the same index, in lockstep with the other
-/// thread's (see the module documentation).
-fn drive(
-    ep: &mut gex_core::Endpoint<Smp>,
-    peer: u32,
-    rounds: u64,
-    mine: &AtomicU64,
-    other: &AtomicU64,
-) {
-    let (pongs, served) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let (p, s) = (pongs.clone(), served.clone());
-    ep.register_at(PING.index(), move |t: &mut Token<'_>, am: Am<'_>| {
-        s.fetch_add(1, Ordering::Relaxed);
-        t.reply(PONG, Body::short(am.args())).unwrap();
-    })
-    .unwrap();
-    ep.register_at(PONG.index(), move |_: &mut Token<'_>, _: Am<'_>| {
-        p.fetch_add(1, Ordering::Relaxed);
-    })
-    .unwrap();
-    let dst = EpAddr::new(peer, ep.index());
-    // The peer creates its endpoint at the same time: retry until it exists.
-    loop {
-        match ep.request(dst, PING, Body::short(&[0])) {
-            Ok(()) => break,
-            Err(AmError::Conduit(ConduitError::NoEndpoint { .. })) => {
-                ep.poll();
-                std::thread::yield_now();
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-    ep.wait_until(|| pongs.load(Ordering::Relaxed) == 1);
-    for i in 1..=rounds {
-        ep.request(dst, PING, Body::short(&[i as u32])).unwrap();
-        ep.wait_until(|| pongs.load(Ordering::Relaxed) == i + 1);
-        mine.store(i, Ordering::Release);
-        // Inside this endpoint's wait loop: the other thread must advance meanwhile.
-        ep.wait_until(|| other.load(Ordering::Acquire) >= i);
-    }
-    // Serve the peer's last requests before closing.
-    ep.wait_until(|| served.load(Ordering::Relaxed) == rounds + 1);
-}
-
 fn two_threads_two_endpoints(boot: Box<dyn Bootstrap>) {
     let c = client(boot, 2);
     let peer = 1 - c.rank();
@@ -225,32 +147,13 @@ fn two_threads_two_endpoints(boot: Box<dyn Bootstrap>) {
     let (a, b) = (AtomicU64::new(0), AtomicU64::new(0));
     std::thread::scope(|s| {
         let (a, b) = (&a, &b);
-        s.spawn(move || drive(&mut { ep0 }, peer, ROUNDS, a, b));
-        s.spawn(move || drive(&mut { ep1 }, peer, ROUNDS, b, a));
+        s.spawn(move || lockstep_round_trips(&mut { ep0 }, (PING, PONG), peer, ROUNDS, (a, b)));
+        s.spawn(move || lockstep_round_trips(&mut { ep1 }, (PING, PONG), peer, ROUNDS, (b, a)));
     });
     assert_eq!(
         (a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)),
         (ROUNDS, ROUNDS)
     );
-}
-
-/// Ends the test process if `f` takes longer than `limit` (a hang is a failure).
-fn watchdog<T>(limit: Duration, f: impl FnOnce() -> T) -> T {
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let d = done.clone();
-    std::thread::spawn(move || {
-        let start = std::time::Instant::now();
-        while !d.load(Ordering::Relaxed) {
-            if start.elapsed() > limit {
-                eprintln!("runtime_endpoints: a job hung for {limit:?}");
-                std::process::exit(101);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    });
-    let r = f();
-    done.store(true, Ordering::Relaxed);
-    r
 }
 
 fn procs(body: fn(Box<dyn Bootstrap>)) {
@@ -261,7 +164,7 @@ fn procs(body: fn(Box<dyn Bootstrap>)) {
 }
 
 fn threads(body: fn(Box<dyn Bootstrap>)) {
-    watchdog(Duration::from_secs(120), || {
+    gex_testkit::watchdog("runtime_endpoints", Duration::from_secs(120), || {
         gex_boot::threads::run(2, |boot| body(Box::new(boot))).unwrap();
     });
 }

@@ -28,8 +28,6 @@ use gex_rma::{
 };
 use gex_testkit::exchange_barrier;
 use gex_testkit::procs::Procs;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Ranks of every job.
@@ -229,25 +227,6 @@ fn across_kinds(boot: Box<dyn Bootstrap>) {
     gex_testkit::rma::runtime::across_kinds(&c, ep0);
 }
 
-/// Ends the test process if `f` takes longer than `limit` (a hang is a failure).
-fn watchdog<T>(limit: Duration, f: impl FnOnce() -> T) -> T {
-    let done = Arc::new(AtomicBool::new(false));
-    let d = done.clone();
-    std::thread::spawn(move || {
-        let start = std::time::Instant::now();
-        while !d.load(Ordering::Relaxed) {
-            if start.elapsed() > limit {
-                eprintln!("runtime_rma: a job hung for {limit:?}");
-                std::process::exit(101);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    });
-    let r = f();
-    done.store(true, Ordering::Relaxed);
-    r
-}
-
 fn procs(body: fn(Box<dyn Bootstrap>)) {
     Procs::new(RANKS)
         .timeout(Duration::from_secs(180))
@@ -256,7 +235,7 @@ fn procs(body: fn(Box<dyn Bootstrap>)) {
 }
 
 fn threads(body: fn(Box<dyn Bootstrap>)) {
-    watchdog(Duration::from_secs(180), || {
+    gex_testkit::watchdog("runtime_rma", Duration::from_secs(180), || {
         gex_boot::threads::run(RANKS, |boot| body(Box::new(boot))).unwrap();
     });
 }

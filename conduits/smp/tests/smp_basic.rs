@@ -5,7 +5,10 @@
 
 use gex_conduit_smp::Smp;
 use gex_core::boot::Bootstrap;
-use gex_core::{Am, Body, ClientBuilder, Config, EpAddr, HandlerId, Injected, Token, WaitPolicy};
+use gex_core::{
+    Am, Body, ClientBuilder, Config, Endpoint, EpAddr, HandlerId, HandlerIndex, Injected, Token,
+    WaitPolicy,
+};
 use gex_testkit::procs::{self, Procs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,27 +18,57 @@ fn job(n: u32, body: impl FnOnce(Box<dyn Bootstrap>)) {
     Procs::new(n).run(body).assert_success();
 }
 
+/// A client of `seg`-byte segments (default config) on `boot`.
+fn client(boot: Box<dyn Bootstrap>, seg: usize) -> gex_core::Client<Smp> {
+    ClientBuilder::new()
+        .segment_size(seg)
+        .init::<Smp>(boot)
+        .unwrap()
+}
+
+/// Registers at `at` on `ep` a handler that answers each request with a reply to
+/// `reply_to` carrying the request's arguments, and its payload in a Medium when
+/// `medium` (else a Short).
+fn echo(ep: &mut Endpoint<Smp>, at: HandlerIndex, reply_to: HandlerIndex, medium: bool) {
+    let to = HandlerId::at(reply_to);
+    ep.register_at(at, move |t: &mut Token<'_>, am: Am<'_>| {
+        let body = if medium {
+            Body::medium(am.args(), am.payload())
+        } else {
+            Body::short(am.args())
+        };
+        t.reply(to, body).unwrap()
+    })
+    .unwrap();
+}
+
+/// Registers at `at` on `ep` a handler that runs `check` on each message it gets and
+/// then counts it; returns the count.
+fn counted(
+    ep: &mut Endpoint<Smp>,
+    at: HandlerIndex,
+    check: impl Fn(&Token<'_>, &Am<'_>) + Send + 'static,
+) -> Arc<AtomicU64> {
+    let n = Arc::new(AtomicU64::new(0));
+    let m = n.clone();
+    ep.register_at(at, move |t: &mut Token<'_>, am: Am<'_>| {
+        check(t, &am);
+        m.fetch_add(1, Ordering::Relaxed);
+    })
+    .unwrap();
+    n
+}
+
 #[test]
 fn ping_pong_every_pair() {
     job(3, |boot| {
-        let c = ClientBuilder::new()
-            .segment_size(1 << 20)
-            .init::<Smp>(boot)
-            .unwrap();
+        let c = client(boot, 1 << 20);
         let mut ep = c.endpoint(0).unwrap();
-        let got = Arc::new(AtomicU64::new(0));
-        let g = got.clone();
-        ep.register_at(130, |t: &mut Token<'_>, am: Am<'_>| {
-            t.reply(HandlerId::at(131), Body::medium(am.args(), am.payload()))
-                .unwrap();
-        })
-        .unwrap();
-        ep.register_at(131, move |_t: &mut Token<'_>, am: Am<'_>| {
+        echo(&mut ep, 130, 131, true);
+        let got = counted(&mut ep, 131, |_, am| {
             assert_eq!(am.args()[0] as usize, am.payload().len());
             assert!(am.payload().iter().all(|&b| b == am.args()[1] as u8));
-            g.fetch_add(1, Ordering::Relaxed);
-        })
-        .unwrap();
+        });
         let n = c.size();
         let mut want = 0;
         for peer in 0..n {
@@ -59,19 +92,12 @@ fn ping_pong_every_pair() {
 #[test]
 fn long_lands_in_mapped_peer_segment() {
     job(2, |boot| {
-        let c = ClientBuilder::new()
-            .segment_size(1 << 16)
-            .init::<Smp>(boot)
-            .unwrap();
+        let c = client(boot, 1 << 16);
         let mut ep = c.endpoint(0).unwrap();
-        let seen = Arc::new(AtomicU64::new(0));
-        let s = seen.clone();
-        ep.register_at(140, move |_t: &mut Token<'_>, am: Am<'_>| {
+        let seen = counted(&mut ep, 140, |_, am| {
             assert_eq!(am.offset(), 100);
             assert_eq!(am.long().expect("a Long").to_vec(), &[0xab; 1000][..]);
-            s.fetch_add(1, Ordering::Relaxed);
-        })
-        .unwrap();
+        });
         let peer = EpAddr::rank(1 - c.rank());
         ep.request(
             peer,
@@ -104,18 +130,8 @@ fn replies_survive_full_rings() {
             .init::<Smp>(boot)
             .unwrap();
         let mut ep = c.endpoint(0).unwrap();
-        let replies = Arc::new(AtomicU64::new(0));
-        let r = replies.clone();
-        ep.register_at(150, |t: &mut Token<'_>, am: Am<'_>| {
-            t.reply(HandlerId::at(151), Body::medium(am.args(), am.payload()))
-                .unwrap()
-        })
-        .unwrap();
-        ep.register_at(151, move |_t: &mut Token<'_>, am: Am<'_>| {
-            assert_eq!(am.payload().len(), 1000);
-            r.fetch_add(1, Ordering::Relaxed);
-        })
-        .unwrap();
+        echo(&mut ep, 150, 151, true);
+        let replies = counted(&mut ep, 151, |_, am| assert_eq!(am.payload().len(), 1000));
         let peer = EpAddr::rank(1 - c.rank());
         let mut would_block = 0u64;
         let total = 5000;
@@ -153,16 +169,8 @@ fn blocking_waits_wake() {
             .unwrap();
         let mut ep = c.endpoint(0).unwrap();
         assert_eq!(ep.wait_policy(), WaitPolicy::Block);
-        let got = Arc::new(AtomicU64::new(0));
-        let g = got.clone();
-        ep.register_at(160, |t: &mut Token<'_>, _am: Am<'_>| {
-            t.reply(HandlerId::at(161), Body::short(&[])).unwrap()
-        })
-        .unwrap();
-        ep.register_at(161, move |_t: &mut Token<'_>, _am: Am<'_>| {
-            g.fetch_add(1, Ordering::Relaxed);
-        })
-        .unwrap();
+        echo(&mut ep, 160, 161, false);
+        let got = counted(&mut ep, 161, |_, _| {});
         let n = c.size();
         let peer = EpAddr::rank((c.rank() + 1) % n);
         for i in 1..=200 {
@@ -188,17 +196,10 @@ fn endpoints_on_threads() {
             for e in 0..3u16 {
                 let mut ep = c.endpoint(e).unwrap();
                 s.spawn(move || {
-                    let got = Arc::new(AtomicU64::new(0));
-                    let g = got.clone();
-                    ep.register_at(170, |t: &mut Token<'_>, am: Am<'_>| {
-                        t.reply(HandlerId::at(171), Body::short(am.args())).unwrap()
-                    })
-                    .unwrap();
-                    ep.register_at(171, move |t: &mut Token<'_>, am: Am<'_>| {
+                    echo(&mut ep, 170, 171, false);
+                    let got = counted(&mut ep, 171, |t, am| {
                         assert_eq!(t.src().ep as u32, am.args()[0]);
-                        g.fetch_add(1, Ordering::Relaxed);
-                    })
-                    .unwrap();
+                    });
                     let dst = EpAddr::new(peer_rank, e);
                     for i in 1..=1000 {
                         ep.request(dst, HandlerId::at(170), Body::short(&[e as u32]))
@@ -239,10 +240,7 @@ const FAILED: &str = "failed";
 #[test]
 fn kill_9_of_a_rank_ends_the_job() {
     let (r, code, took) = failing_job(3, |boot| {
-        let c = ClientBuilder::new()
-            .segment_size(1 << 20)
-            .init::<Smp>(boot)
-            .unwrap();
+        let c = client(boot, 1 << 20);
         let mut ep = c.endpoint(0).unwrap();
         gex_testkit::exchange_barrier(&mut ep).unwrap();
         if c.rank() == 1 {
@@ -268,10 +266,7 @@ fn kill_9_of_a_rank_ends_the_job() {
 #[test]
 fn panic_in_a_handler_ends_the_job() {
     let (r, code, took) = failing_job(2, |boot| {
-        let c = ClientBuilder::new()
-            .segment_size(1 << 16)
-            .init::<Smp>(boot)
-            .unwrap();
+        let c = client(boot, 1 << 16);
         let mut ep = c.endpoint(0).unwrap();
         ep.register_at(190, |_t: &mut Token<'_>, _am: Am<'_>| {
             procs::mark(FAILED);
@@ -295,10 +290,7 @@ fn panic_in_a_handler_ends_the_job() {
 #[test]
 fn nothing_left_in_dev_shm() {
     let r = Procs::new(2).run(|boot| {
-        let c = ClientBuilder::new()
-            .segment_size(1 << 20)
-            .init::<Smp>(boot)
-            .unwrap();
+        let c = client(boot, 1 << 20);
         let mut ep = c.endpoint(0).unwrap();
         gex_testkit::exchange_barrier(&mut ep).unwrap();
     });
@@ -399,17 +391,9 @@ fn the_progress_thread_sleeps_on_the_doorbell_and_serves_a_computing_rank() {
 #[test]
 fn the_report_shows_unconsumed_ring_bytes_by_peer() {
     job(2, |boot| {
-        let c = ClientBuilder::new()
-            .segment_size(4096)
-            .init::<Smp>(boot)
-            .unwrap();
+        let c = client(boot, 4096);
         let mut ep = c.endpoint(0).unwrap();
-        let got = Arc::new(AtomicU64::new(0));
-        let g = got.clone();
-        ep.register_at(140, move |_t: &mut Token<'_>, _am: Am<'_>| {
-            g.fetch_add(1, Ordering::Relaxed);
-        })
-        .unwrap();
+        let got = counted(&mut ep, 140, |_, _| {});
         // Both ranks are children of the test process: files next to it are the
         // signals. Rank 1 may still be polling inside the barrier after rank 0 left
         // it, so rank 0 sends only once rank 1 says it has stopped calling gex

@@ -14,28 +14,18 @@ use gex_core::{ClientBuilder, WaitPolicy};
 use gex_testkit::conformance;
 use gex_testkit::threads::ThreadRunner;
 
-/// AM suite, two thread ranks with two endpoints each.
-mod core_two_ranks {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Smp,
-        runner: ThreadRunner::new().builder(|| conformance::builder().segment_size(1 << 20)),
-        ranks: 2,
-        endpoints: 2,
-    }
-}
+gex_testkit::suite_modules! {
+    suite: core,
+    conduit: Smp;
 
-/// AM suite, four thread ranks, automatic wait policy (spin then block when ranks
-/// outnumber cores).
-mod core_four_ranks {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Smp,
-        runner: ThreadRunner::new().builder(|| conformance::builder().segment_size(1 << 20)),
-        ranks: 4,
-    }
+    /// AM suite, two thread ranks with two endpoints each.
+    core_two_ranks: ThreadRunner::new().builder(|| conformance::builder().segment_size(1 << 20)),
+        ranks 2, endpoints 2;
+
+    /// AM suite, four thread ranks, automatic wait policy (spin then block when ranks
+    /// outnumber cores).
+    core_four_ranks: ThreadRunner::new().builder(|| conformance::builder().segment_size(1 << 20)),
+        ranks 4;
 }
 
 /// AM suite, four thread ranks that always sleep in the kernel while waiting: the
@@ -54,31 +44,24 @@ mod core_four_ranks_blocking {
     }
 }
 
-/// RMA suite (puts, gets, VIS, atomics, barrier visibility), two thread ranks, 17 MiB
-/// segments (the 16 MiB case runs).
-mod rma_two_ranks {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Smp,
-        runner: ThreadRunner::new().builder(|| gex_testkit::rma::client_builder().segment_size(17 << 20)),
-        ranks: 2,
-    }
+/// The clients of `rma_four_ranks`.
+fn rma_four_ranks_clients() -> ClientBuilder<impl LayerSet> {
+    gex_testkit::rma::client_builder().segment_size(4 << 20)
 }
 
-/// RMA suite, four thread ranks, automatic wait policy (spin then block when ranks
-/// outnumber cores).
-mod rma_four_ranks {
-    use super::*;
-    fn builder() -> ClientBuilder<impl LayerSet> {
-        gex_testkit::rma::client_builder().segment_size(4 << 20)
-    }
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Smp,
-        runner: ThreadRunner::new().builder(builder),
-        ranks: 4,
-    }
+gex_testkit::suite_modules! {
+    suite: rma,
+    conduit: Smp;
+
+    /// RMA suite (puts, gets, VIS, atomics, barrier visibility), two thread ranks, 17 MiB
+    /// segments (the 16 MiB case runs).
+    rma_two_ranks: ThreadRunner::new()
+        .builder(|| gex_testkit::rma::client_builder().segment_size(17 << 20)),
+        ranks 2;
+
+    /// RMA suite, four thread ranks, automatic wait policy (spin then block when ranks
+    /// outnumber cores).
+    rma_four_ranks: ThreadRunner::new().builder(rma_four_ranks_clients), ranks 4;
 }
 
 /// Four thread ranks of this process: the job layout says they are one process, every

@@ -4,10 +4,9 @@
 
 mod common;
 
-use common::{bytes, reference};
+use common::{bytes, plan_all, reference};
 use gex_coll::des::{Options, simulate};
-use gex_coll::sched::Schedule;
-use gex_coll::{Algorithm, BuiltinOp, LogGP, OpKind, PlanCtx, ReduceOp, catalog};
+use gex_coll::{Algorithm, BuiltinOp, LogGP, OpKind, ReduceOp, catalog};
 use std::sync::Arc;
 
 const PLATFORMS: [(&str, LogGP); 3] = [
@@ -23,29 +22,15 @@ fn algo(name: &str) -> Arc<dyn Algorithm> {
         .unwrap_or_else(|| panic!("no algorithm {name}"))
 }
 
-fn plan(a: &dyn Algorithm, op: OpKind, p: u32, n: usize, elem: usize) -> Vec<Schedule> {
-    (0..p)
-        .map(|r| {
-            a.plan(&PlanCtx {
-                op,
-                size: p,
-                rank: r,
-                root: 0,
-                block: n,
-                elem,
-                commutative: true,
-            })
-        })
-        .collect()
-}
-
 fn time(name: &str, op: OpKind, p: u32, n: usize, m: &LogGP) -> f64 {
     let a = algo(name);
     let o = Options {
         transport: a.transport(),
         in_my: true,
     };
-    simulate(&plan(&*a, op, p, n, 1), m, o, None).unwrap().time
+    simulate(&plan_all(&*a, op, p, n, 1), m, o, None)
+        .unwrap()
+        .time
 }
 
 /// Every listed (algorithm, operation) on 1024 and 1000 ranks (those with P² messages
@@ -100,7 +85,7 @@ fn data_matches_the_reference_at_1024_ranks() {
             if !a.supports(&q) {
                 continue;
             }
-            let scheds = plan(&*a, op, p, n, 4);
+            let scheds = plan_all(&*a, op, p, n, 4);
             let inputs: Vec<Vec<u8>> = (0..p as usize)
                 .map(|r| {
                     let (ib, _) = op.shape(p, r as u32, 0);

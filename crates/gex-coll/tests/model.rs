@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{bytes, matmul, reference};
+use common::{bytes, matmul, plan_all, plan_each, reference};
 use gex_coll::sched::model;
 use gex_coll::{AddrMode, BuiltinOp, LogGP, OpKind, PlanCtx, Query, ReduceOp, catalog};
 use proptest::prelude::*;
@@ -41,19 +41,16 @@ fn check(
     if !alg.supports(&q) {
         return Ok(());
     }
-    let scheds: Vec<_> = (0..p)
-        .map(|r| {
-            alg.plan(&PlanCtx {
-                op,
-                size: p,
-                rank: r,
-                root,
-                block: n,
-                elem,
-                commutative: comm,
-            })
-        })
-        .collect();
+    let ctx = PlanCtx {
+        op,
+        size: p,
+        rank: 0,
+        root,
+        block: n,
+        elem,
+        commutative: comm,
+    };
+    let scheds = plan_each(alg, ctx);
     let inputs: Vec<Vec<u8>> = (0..p as usize)
         .map(|r| {
             let (ib, _) = op.shape(p, r as u32, root);
@@ -179,19 +176,7 @@ fn loggp_1024_ranks_exchange_crossover() {
 fn exchange_crossover(p: u32) {
     let time = |name: &str, n: usize, m: &LogGP| {
         let a = catalog().into_iter().find(|a| a.name() == name).unwrap();
-        let s: Vec<_> = (0..p)
-            .map(|r| {
-                a.plan(&PlanCtx {
-                    op: OpKind::Exchange,
-                    size: p,
-                    rank: r,
-                    root: 0,
-                    block: n,
-                    elem: 1,
-                    commutative: true,
-                })
-            })
-            .collect();
+        let s = plan_all(&*a, OpKind::Exchange, p, n, 1);
         model::loggp_time(&s, m).unwrap()
     };
     let mut crossovers = Vec::new();
@@ -225,19 +210,7 @@ fn tuner_choice_is_near_the_simulated_best() {
         for bytes in [8usize, 4096, 65536] {
             let q = Query::plain(op, p, bytes);
             let sim = |a: &dyn gex_coll::Algorithm| {
-                let s: Vec<_> = (0..p)
-                    .map(|r| {
-                        a.plan(&PlanCtx {
-                            op,
-                            size: p,
-                            rank: r,
-                            root: 0,
-                            block: bytes,
-                            elem: 8,
-                            commutative: true,
-                        })
-                    })
-                    .collect();
+                let s = plan_all(a, op, p, bytes, 8);
                 model::loggp_time(&s, &m).unwrap()
             };
             let cat = catalog();
@@ -307,19 +280,7 @@ fn fork_cost_tracks_the_schedule_simulation() {
             for p in [2u32, 13, 27, 48, 100] {
                 for bytes in [8usize, 4096, 65536] {
                     let q = Query::plain(op, p, bytes);
-                    let s: Vec<_> = (0..p)
-                        .map(|r| {
-                            a.plan(&PlanCtx {
-                                op,
-                                size: p,
-                                rank: r,
-                                root: 0,
-                                block: bytes,
-                                elem: 8,
-                                commutative: true,
-                            })
-                        })
-                        .collect();
+                    let s = plan_all(&**a, op, p, bytes, 8);
                     let sim = model::loggp_time(&s, &m).unwrap();
                     let ratio = a.cost(&q, &m) / sim;
                     assert!(

@@ -15,8 +15,6 @@ use gex_coll::{CollExt, Scratch};
 use gex_core::Config;
 use gex_core::boot::Bootstrap;
 use gex_testkit::procs::Procs;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 fn body(boot: Box<dyn Bootstrap>) {
@@ -57,25 +55,6 @@ fn body(boot: Box<dyn Bootstrap>) {
     ep0.barrier(&w0).unwrap();
 }
 
-/// Ends the test process if `f` takes longer than `limit` (a hang is a failure).
-fn watchdog<T>(limit: Duration, f: impl FnOnce() -> T) -> T {
-    let done = Arc::new(AtomicBool::new(false));
-    let d = done.clone();
-    std::thread::spawn(move || {
-        let start = std::time::Instant::now();
-        while !d.load(Ordering::Relaxed) {
-            if start.elapsed() > limit {
-                eprintln!("runtime_endpoints: a job hung for {limit:?}");
-                std::process::exit(101);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    });
-    let r = f();
-    done.store(true, Ordering::Relaxed);
-    r
-}
-
 #[test]
 fn collectives_on_runtime_endpoints_on_processes() {
     Procs::new(3)
@@ -86,7 +65,7 @@ fn collectives_on_runtime_endpoints_on_processes() {
 
 #[test]
 fn collectives_on_runtime_endpoints_on_thread_ranks() {
-    watchdog(Duration::from_secs(300), || {
+    gex_testkit::watchdog("runtime_endpoints", Duration::from_secs(300), || {
         gex_boot::threads::run(3, |boot| body(Box::new(boot))).unwrap();
     });
 }

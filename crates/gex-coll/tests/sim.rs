@@ -8,7 +8,8 @@
 mod common;
 
 use common::{
-    affine, buffer_matrix, bytes, layers, matrix, matrix_mode, reference, run_one, segment_matrix,
+    affine, buffer_matrix, bytes, layers, matrix, matrix_mode, on_sim, reference, run_one,
+    segment_matrix,
 };
 use gex_coll::{
     Allreduce, Barrier, BitOp, Broadcast, BuiltinOp, CollError, CollExt, Exchange, GatherAll,
@@ -26,26 +27,20 @@ const SEG: usize = 1 << 20;
 const ALL_COUNTS: &[usize] = &[0, 1, 13, 4500];
 
 fn matrix_job(p: u32, cfg: SimConfig, counts: &[usize]) {
-    let ran = run_sim(
-        p,
-        cfg,
-        || layers().segment_size(SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
-            // The catalogue's fork trees run in the matrix, and one on a given grid
-            // (2 × 2: partial or ragged on most team sizes).
-            assert!(c.algorithms(OpKind::Scatter).iter().any(|a| a == "fork3d"));
-            c.register_algorithm(std::sync::Arc::new(
-                gex_coll::Builtin::fork(&[2, 2], gex_coll::Transport::Eager).unwrap(),
-            ))
-            .unwrap();
-            let w = c.world().clone();
-            let n = matrix(&mut c, &w, counts);
-            c.barrier(&w).unwrap();
-            assert_eq!(c.coll_stats().dropped_messages, 0);
-            n
-        },
-    );
+    let ran = on_sim(p, cfg, SEG, |mut c, _| {
+        // The catalogue's fork trees run in the matrix, and one on a given grid
+        // (2 × 2: partial or ragged on most team sizes).
+        assert!(c.algorithms(OpKind::Scatter).iter().any(|a| a == "fork3d"));
+        c.register_algorithm(std::sync::Arc::new(
+            gex_coll::Builtin::fork(&[2, 2], gex_coll::Transport::Eager).unwrap(),
+        ))
+        .unwrap();
+        let w = c.world().clone();
+        let n = matrix(&mut c, &w, counts);
+        c.barrier(&w).unwrap();
+        assert_eq!(c.coll_stats().dropped_messages, 0);
+        n
+    });
     assert!(ran[0] > 100, "only {} cases ran", ran[0]);
 }
 
@@ -101,13 +96,11 @@ fn matrix_4_small_rings() {
 /// Split teams: the matrix on both halves of 8 ranks (sizes 3 and 5), at once.
 #[test]
 fn matrix_on_split_teams() {
-    let ran = run_sim(
+    let ran = on_sim(
         8,
         SimConfig::default().reorder(true).seed(4),
-        || layers().segment_size(SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
-            let w = c.world().clone();
+        SEG,
+        |mut c, w| {
             let r = w.rank();
             let t = c
                 .split(&w, Some(u32::from(r % 8 < 3)), 100 - r, Scratch::None)
@@ -149,94 +142,85 @@ fn single_mode_small_limits() {
 }
 
 fn single_mode_job(p: u32, cfg: SimConfig) {
-    run_sim(
-        p,
-        cfg,
-        || layers().segment_size(SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
-            let w = c.world().clone();
-            let (p, me) = (w.size(), w.rank());
-            let modes = [SyncMode::No, SyncMode::My, SyncMode::All];
-            let mut salt = 0u64;
-            let mut by_transport = [0usize; 3];
-            for op in [OpKind::Broadcast, OpKind::GatherAll] {
-                for alg in c.algorithms(op) {
-                    let all_modes = [
-                        "flat+put",
-                        "binomial+rdv",
-                        "ring+put",
-                        "chain64k+rdv",
-                        "binomial",
-                    ]
-                    .contains(&alg.as_str());
-                    for count in [3usize, 5000] {
-                        for i in modes {
-                            for o in modes {
-                                if !all_modes && (i != o || i == SyncMode::All) {
-                                    continue;
-                                }
-                                salt += 1;
-                                let n = count * 4;
-                                let root = (salt % u64::from(p)) as u32;
-                                // Source at 0, destinations at rank-dependent offsets.
-                                let dst: Vec<usize> =
-                                    (0..p as usize).map(|r| 200_000 + 64 * r).collect();
-                                let src_len = n;
-                                let inputs: Vec<Vec<u8>> =
-                                    (0..p as usize).map(|r| bytes(r, salt, src_len)).collect();
-                                c.segment().write(0, &inputs[me as usize]).unwrap();
-                                c.segment()
-                                    .write(dst[me as usize], &vec![0xEE; p as usize * n])
-                                    .unwrap();
-                                c.barrier(&w).unwrap();
-                                let addrs = Single {
-                                    src: Some(vec![0; p as usize]),
-                                    dst: dst.clone(),
-                                };
-                                let opts = Opts::sync(i, o).with_algorithm(&alg);
-                                let h = match c.collective(
-                                    &w,
-                                    InSegments::<u32>::new(op, count, addrs.clone())
-                                        .root(root)
-                                        .opts(opts),
-                                    Nb,
-                                ) {
-                                    Err(CollError::Unsupported { .. }) => continue,
-                                    r => r.unwrap(),
-                                };
-                                c.wait(h).unwrap();
-                                let want = reference(op, root as usize, n, &inputs, None);
-                                let mut got = vec![0u8; want[me as usize].len()];
-                                c.segment().read(dst[me as usize], &mut got).unwrap();
-                                assert_eq!(
-                                    got, want[me as usize],
-                                    "{op} {alg} in={i:?} out={o:?} count={count}"
-                                );
-                                by_transport[usize::from(alg.ends_with("+put"))
-                                    + 2 * usize::from(alg.ends_with("+rdv"))] += 1;
-                                c.barrier(&w).unwrap();
+    on_sim(p, cfg, SEG, |mut c, w| {
+        let (p, me) = (w.size(), w.rank());
+        let modes = [SyncMode::No, SyncMode::My, SyncMode::All];
+        let mut salt = 0u64;
+        let mut by_transport = [0usize; 3];
+        for op in [OpKind::Broadcast, OpKind::GatherAll] {
+            for alg in c.algorithms(op) {
+                let all_modes = [
+                    "flat+put",
+                    "binomial+rdv",
+                    "ring+put",
+                    "chain64k+rdv",
+                    "binomial",
+                ]
+                .contains(&alg.as_str());
+                for count in [3usize, 5000] {
+                    for i in modes {
+                        for o in modes {
+                            if !all_modes && (i != o || i == SyncMode::All) {
+                                continue;
                             }
+                            salt += 1;
+                            let n = count * 4;
+                            let root = (salt % u64::from(p)) as u32;
+                            // Source at 0, destinations at rank-dependent offsets.
+                            let dst: Vec<usize> =
+                                (0..p as usize).map(|r| 200_000 + 64 * r).collect();
+                            let src_len = n;
+                            let inputs: Vec<Vec<u8>> =
+                                (0..p as usize).map(|r| bytes(r, salt, src_len)).collect();
+                            c.segment().write(0, &inputs[me as usize]).unwrap();
+                            c.segment()
+                                .write(dst[me as usize], &vec![0xEE; p as usize * n])
+                                .unwrap();
+                            c.barrier(&w).unwrap();
+                            let addrs = Single {
+                                src: Some(vec![0; p as usize]),
+                                dst: dst.clone(),
+                            };
+                            let opts = Opts::sync(i, o).with_algorithm(&alg);
+                            let h = match c.collective(
+                                &w,
+                                InSegments::<u32>::new(op, count, addrs.clone())
+                                    .root(root)
+                                    .opts(opts),
+                                Nb,
+                            ) {
+                                Err(CollError::Unsupported { .. }) => continue,
+                                r => r.unwrap(),
+                            };
+                            c.wait(h).unwrap();
+                            let want = reference(op, root as usize, n, &inputs, None);
+                            let mut got = vec![0u8; want[me as usize].len()];
+                            c.segment().read(dst[me as usize], &mut got).unwrap();
+                            assert_eq!(
+                                got, want[me as usize],
+                                "{op} {alg} in={i:?} out={o:?} count={count}"
+                            );
+                            by_transport[usize::from(alg.ends_with("+put"))
+                                + 2 * usize::from(alg.ends_with("+rdv"))] += 1;
+                            c.barrier(&w).unwrap();
                         }
                     }
                 }
             }
-            assert!(by_transport.iter().all(|&x| x > 0), "{by_transport:?}");
-        },
-    );
+        }
+        assert!(by_transport.iter().all(|&x| x > 0), "{by_transport:?}");
+    });
 }
 
 /// Single address mode for every other operation (tuned algorithm), out of place and
 /// in place.
 #[test]
 fn single_mode_every_op() {
-    run_sim(
+    on_sim(
         3,
         SimConfig::default().reorder(true).seed(8),
-        || layers().segment_size(SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
-            let w = c.world().clone();
+        SEG,
+        |mut c, w| {
             let (p, me) = (w.size() as usize, w.rank() as usize);
             let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum);
             for (k, op) in OpKind::ALL.into_iter().enumerate() {
@@ -306,81 +290,74 @@ fn in_my_sync_is_honoured() {
     for mode in [SyncMode::My, SyncMode::All, SyncMode::No] {
         let started = AtomicBool::new(false);
         let started = &started;
-        run_sim(
-            2,
-            SimConfig::default(),
-            || layers().segment_size(SEG),
-            move |client| {
-                let mut c = client.endpoint(0).unwrap();
-                let w = c.world().clone();
-                let me = w.rank();
-                let dst = 4096;
-                let n = 256;
-                if me == 0 {
-                    c.segment().write(0, &[7u8; 256]).unwrap();
+        on_sim(2, SimConfig::default(), SEG, move |mut c, w| {
+            let me = w.rank();
+            let dst = 4096;
+            let n = 256;
+            if me == 0 {
+                c.segment().write(0, &[7u8; 256]).unwrap();
+            }
+            c.segment().write(dst, &[0xEE; 256]).unwrap();
+            c.barrier(&w).unwrap();
+            let addrs = Single {
+                src: Some(vec![0, 0]),
+                dst: vec![dst, dst],
+            };
+            let opts = Opts::sync(mode, SyncMode::My).with_algorithm("flat+put");
+            if me == 0 {
+                let h = c
+                    .collective(
+                        &w,
+                        InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
+                            .root(0)
+                            .opts(opts),
+                        Nb,
+                    )
+                    .unwrap();
+                for _ in 0..10 {
+                    c.test(&h).unwrap();
                 }
-                c.segment().write(dst, &[0xEE; 256]).unwrap();
-                c.barrier(&w).unwrap();
-                let addrs = Single {
-                    src: Some(vec![0, 0]),
-                    dst: vec![dst, dst],
-                };
-                let opts = Opts::sync(mode, SyncMode::My).with_algorithm("flat+put");
-                if me == 0 {
-                    let h = c
-                        .collective(
-                            &w,
-                            InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
-                                .root(0)
-                                .opts(opts),
-                            Nb,
-                        )
-                        .unwrap();
-                    for _ in 0..10 {
-                        c.test(&h).unwrap();
-                    }
-                    started.store(true, Ordering::SeqCst);
-                    c.wait(h).unwrap();
-                } else {
-                    while !started.load(Ordering::SeqCst) {
-                        std::thread::yield_now();
-                    }
-                    // Keep polling (as any gex call would) before entering.
-                    let t0 = Instant::now();
-                    let mut buf = [0u8; 256];
-                    loop {
-                        c.poll();
-                        c.segment().read(dst, &mut buf).unwrap();
-                        if buf != [0xEE; 256] || t0.elapsed() > Duration::from_millis(200) {
-                            break;
-                        }
-                        std::thread::yield_now();
-                    }
-                    match mode {
-                        SyncMode::No => {
-                            assert_eq!(buf, [7u8; 256], "in-no: the put should land early here")
-                        }
-                        _ => assert_eq!(
-                            buf, [0xEE; 256],
-                            "{mode:?}: data landed before rank 1 entered"
-                        ),
-                    }
-                    let h = c
-                        .collective(
-                            &w,
-                            InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
-                                .root(0)
-                                .opts(opts),
-                            Nb,
-                        )
-                        .unwrap();
-                    c.wait(h).unwrap();
+                started.store(true, Ordering::SeqCst);
+                c.wait(h).unwrap();
+            } else {
+                while !started.load(Ordering::SeqCst) {
+                    std::thread::yield_now();
+                }
+                // Keep polling (as any gex call would) before entering.
+                let t0 = Instant::now();
+                let mut buf = [0u8; 256];
+                loop {
+                    c.poll();
                     c.segment().read(dst, &mut buf).unwrap();
-                    assert_eq!(buf, [7u8; 256]);
+                    if buf != [0xEE; 256] || t0.elapsed() > Duration::from_millis(200) {
+                        break;
+                    }
+                    std::thread::yield_now();
                 }
-                c.barrier(&w).unwrap();
-            },
-        );
+                match mode {
+                    SyncMode::No => {
+                        assert_eq!(buf, [7u8; 256], "in-no: the put should land early here")
+                    }
+                    _ => assert_eq!(
+                        buf, [0xEE; 256],
+                        "{mode:?}: data landed before rank 1 entered"
+                    ),
+                }
+                let h = c
+                    .collective(
+                        &w,
+                        InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
+                            .root(0)
+                            .opts(opts),
+                        Nb,
+                    )
+                    .unwrap();
+                c.wait(h).unwrap();
+                c.segment().read(dst, &mut buf).unwrap();
+                assert_eq!(buf, [7u8; 256]);
+            }
+            c.barrier(&w).unwrap();
+        });
     }
 }
 
@@ -389,15 +366,14 @@ fn in_my_sync_is_honoured() {
 /// overlapping teams started in different orders on different ranks.
 #[test]
 fn teams_and_concurrent_collectives() {
-    run_sim(
+    on_sim(
         6,
         SimConfig::default()
             .reorder(true)
             .seed(13)
             .latency(Delay::polls(2)),
-        || layers().segment_size(SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
+        SEG,
+        |mut c, _| {
             c.set_scratch_region(SEG / 2..SEG).unwrap();
             let w = c.world().clone();
             let r = w.rank();
@@ -678,65 +654,58 @@ fn out_sync_modes() {
     for (alg, out, early) in cases {
         let entered = AtomicBool::new(false);
         let entered = &entered;
-        run_sim(
-            2,
-            SimConfig::default(),
-            || layers().segment_size(SEG),
-            move |client| {
-                let mut c = client.endpoint(0).unwrap();
-                let w = c.world().clone();
-                let n = 1000;
-                c.segment().write(0, &[3u8; 1000]).unwrap();
-                c.barrier(&w).unwrap();
-                let addrs = Single {
-                    src: Some(vec![0, 0]),
-                    dst: vec![8192, 8192],
-                };
-                let opts = Opts::sync(SyncMode::No, out).with_algorithm(alg);
-                if w.rank() == 0 {
-                    let h = c
-                        .collective(
-                            &w,
-                            InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
-                                .root(0)
-                                .opts(opts),
-                            Nb,
-                        )
-                        .unwrap();
-                    let t0 = Instant::now();
-                    let mut done = false;
-                    while t0.elapsed() < Duration::from_millis(100) && !done {
-                        done = c.test(&h).unwrap();
-                    }
-                    assert_eq!(done, early, "{alg} out={out:?}");
-                    entered.store(true, Ordering::SeqCst);
-                    c.wait(h).unwrap();
-                } else {
-                    while !entered.load(Ordering::SeqCst) {
-                        std::thread::yield_now();
-                    }
-                    let h = c
-                        .collective(
-                            &w,
-                            InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
-                                .root(0)
-                                .opts(opts),
-                            Nb,
-                        )
-                        .unwrap();
-                    c.wait(h).unwrap();
-                    let mut buf = [0u8; 1000];
-                    c.segment().read(8192, &mut buf).unwrap();
-                    assert_eq!(buf, [3u8; 1000]);
+        on_sim(2, SimConfig::default(), SEG, move |mut c, w| {
+            let n = 1000;
+            c.segment().write(0, &[3u8; 1000]).unwrap();
+            c.barrier(&w).unwrap();
+            let addrs = Single {
+                src: Some(vec![0, 0]),
+                dst: vec![8192, 8192],
+            };
+            let opts = Opts::sync(SyncMode::No, out).with_algorithm(alg);
+            if w.rank() == 0 {
+                let h = c
+                    .collective(
+                        &w,
+                        InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
+                            .root(0)
+                            .opts(opts),
+                        Nb,
+                    )
+                    .unwrap();
+                let t0 = Instant::now();
+                let mut done = false;
+                while t0.elapsed() < Duration::from_millis(100) && !done {
+                    done = c.test(&h).unwrap();
                 }
-                c.barrier(&w).unwrap();
-                // Nothing is left in flight (out-no work finished in the background).
-                for _ in 0..100 {
-                    c.poll();
+                assert_eq!(done, early, "{alg} out={out:?}");
+                entered.store(true, Ordering::SeqCst);
+                c.wait(h).unwrap();
+            } else {
+                while !entered.load(Ordering::SeqCst) {
+                    std::thread::yield_now();
                 }
-                assert_eq!(c.coll_stats().in_flight, 0);
-            },
-        );
+                let h = c
+                    .collective(
+                        &w,
+                        InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
+                            .root(0)
+                            .opts(opts),
+                        Nb,
+                    )
+                    .unwrap();
+                c.wait(h).unwrap();
+                let mut buf = [0u8; 1000];
+                c.segment().read(8192, &mut buf).unwrap();
+                assert_eq!(buf, [3u8; 1000]);
+            }
+            c.barrier(&w).unwrap();
+            // Nothing is left in flight (out-no work finished in the background).
+            for _ in 0..100 {
+                c.poll();
+            }
+            assert_eq!(c.coll_stats().in_flight, 0);
+        });
     }
 }
 
@@ -757,9 +726,7 @@ mod prop {
         ) {
             let op = OpKind::ALL[oi];
             let cfg = SimConfig::default().reorder(reorder).seed(seed);
-            run_sim(p, cfg, || layers().segment_size(SEG), |client| {
-                let mut c = client.endpoint(0).unwrap();
-                let w = c.world().clone();
+            on_sim(p, cfg, SEG, |mut c, w| {
                 let algs = c.algorithms(op);
                 let alg = algs[ai % algs.len()].clone();
                 let root = rs % p;
@@ -780,15 +747,14 @@ mod prop {
 /// passes through each member's scratch.
 #[test]
 fn local_mode_through_scratch() {
-    run_sim(
+    on_sim(
         4,
         SimConfig::default()
             .reorder(true)
             .seed(31)
             .ranks_per_host(1),
-        || layers().segment_size(SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
+        SEG,
+        |mut c, _| {
             c.set_scratch_region(SEG / 2..SEG).unwrap();
             let w = c.world().clone();
             let t = c
@@ -861,17 +827,15 @@ fn local_mode_through_scratch() {
 /// a team of the host leaders (across hosts) runs the message algorithms.
 #[test]
 fn shm_per_host_teams_and_cross_host_leaders() {
-    let ran = run_sim(
+    let ran = on_sim(
         9,
         SimConfig::default()
             .reorder(true)
             .seed(77)
             .ranks_per_host(3)
             .timeout(Duration::from_secs(300)),
-        || layers().segment_size(SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
-            let w = c.world().clone();
+        SEG,
+        |mut c, w| {
             let r = w.rank();
             assert!(!c.shared_memory(&w));
             let sum = ReduceOp::<u32>::builtin(BuiltinOp::Sum);
@@ -921,13 +885,11 @@ fn shm_per_host_teams_and_cross_host_leaders() {
 /// rank-dependent orders, under every sync mode, all complete with the right values.
 #[test]
 fn shm_channels_concurrency_and_sync_modes() {
-    run_sim(
+    on_sim(
         4,
         SimConfig::default().reorder(true).seed(5),
-        || layers().segment_size(SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
-            let w = c.world().clone();
+        SEG,
+        |mut c, w| {
             let (p, me) = (w.size(), w.rank());
             let on = !cfg!(gex_force_am_rma);
             assert_eq!(c.shared_memory(&w), on);
@@ -996,59 +958,52 @@ fn shm_channels_concurrency_and_sync_modes() {
 /// flight, even before its event is waited for.)
 #[test]
 fn blocking_calls_mix_direct_and_queued_paths() {
-    run_sim(
-        4,
-        SimConfig::default().seed(9),
-        || layers().segment_size(SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
-            let w = c.world().clone();
-            let (p, me) = (w.size(), w.rank());
-            let on = !cfg!(gex_force_am_rma);
-            let quad = c.create_team(&w, &[0, 1, 2, 3], Scratch::None).unwrap();
-            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
-            let held = (me < 2).then(|| {
-                c.collective(
-                    &quad,
-                    Allreduce::new(vec![u64::from(me); 1000], sum.clone()),
-                    Nb,
-                )
-                .unwrap()
-            });
-            let before = c.coll_stats().direct_calls;
-            for k in 0..20u32 {
-                let root = k % p;
-                let mut buf = vec![if me == root { k * 31 + 7 } else { 0 }; 1 + k as usize * 300];
-                c.collective(&w, Broadcast::in_place(root, &mut buf), Blocking)
-                    .unwrap();
-                assert!(buf.iter().all(|&x| x == k * 31 + 7), "broadcast {k}");
-                let mut out = [0u64; 3];
-                c.collective(
-                    &w,
-                    Allreduce::slices(&[u64::from(me + k); 3], &mut out, sum.clone()),
-                    Blocking,
-                )
+    on_sim(4, SimConfig::default().seed(9), SEG, |mut c, w| {
+        let (p, me) = (w.size(), w.rank());
+        let on = !cfg!(gex_force_am_rma);
+        let quad = c.create_team(&w, &[0, 1, 2, 3], Scratch::None).unwrap();
+        let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
+        let held = (me < 2).then(|| {
+            c.collective(
+                &quad,
+                Allreduce::new(vec![u64::from(me); 1000], sum.clone()),
+                Nb,
+            )
+            .unwrap()
+        });
+        let before = c.coll_stats().direct_calls;
+        for k in 0..20u32 {
+            let root = k % p;
+            let mut buf = vec![if me == root { k * 31 + 7 } else { 0 }; 1 + k as usize * 300];
+            c.collective(&w, Broadcast::in_place(root, &mut buf), Blocking)
                 .unwrap();
-                assert_eq!(out, [(0..p).map(|r| u64::from(r + k)).sum::<u64>(); 3]);
-            }
-            let direct = c.coll_stats().direct_calls - before;
-            assert_eq!(direct, if on && me >= 2 { 40 } else { 0 }, "rank {me}");
-            let held = held.unwrap_or_else(|| {
-                c.collective(
-                    &quad,
-                    Allreduce::new(vec![u64::from(me); 1000], sum.clone()),
-                    Nb,
-                )
-                .unwrap()
-            });
-            assert_eq!(c.wait(held).unwrap(), vec![6u64; 1000]);
-            c.barrier(&w).unwrap();
-            // The barrier: direct everywhere once nothing is held.
-            let all = u64::from(on) * (direct + 1);
-            assert_eq!(c.coll_stats().direct_calls - before, all);
-            assert_eq!(c.coll_stats().in_flight, 0);
-        },
-    );
+            assert!(buf.iter().all(|&x| x == k * 31 + 7), "broadcast {k}");
+            let mut out = [0u64; 3];
+            c.collective(
+                &w,
+                Allreduce::slices(&[u64::from(me + k); 3], &mut out, sum.clone()),
+                Blocking,
+            )
+            .unwrap();
+            assert_eq!(out, [(0..p).map(|r| u64::from(r + k)).sum::<u64>(); 3]);
+        }
+        let direct = c.coll_stats().direct_calls - before;
+        assert_eq!(direct, if on && me >= 2 { 40 } else { 0 }, "rank {me}");
+        let held = held.unwrap_or_else(|| {
+            c.collective(
+                &quad,
+                Allreduce::new(vec![u64::from(me); 1000], sum.clone()),
+                Nb,
+            )
+            .unwrap()
+        });
+        assert_eq!(c.wait(held).unwrap(), vec![6u64; 1000]);
+        c.barrier(&w).unwrap();
+        // The barrier: direct everywhere once nothing is held.
+        let all = u64::from(on) * (direct + 1);
+        assert_eq!(c.coll_stats().direct_calls - before, all);
+        assert_eq!(c.coll_stats().in_flight, 0);
+    });
 }
 
 /// Calls (and barriers) that replayed the previous one's decisions so far.
@@ -1062,47 +1017,40 @@ fn replayed(c: &mut Endpoint<Sim>) -> u64 {
 /// destroyed, takes the general path first.
 #[test]
 fn replayed_barriers_keep_names_and_teams() {
-    run_sim(
-        4,
-        SimConfig::default().seed(12),
-        || layers().segment_size(SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
-            let w = c.world().clone();
-            let (p, me) = (w.size(), w.rank());
-            let on = !cfg!(gex_force_am_rma);
-            let r0 = replayed(&mut c);
-            for _ in 0..5 {
-                c.barrier(&w).unwrap();
-            }
-            // The first barrier chooses; the four after it replay.
-            assert_eq!(replayed(&mut c) - r0, if on { 4 } else { 0 });
-            // Matching names pass, different ones fail everywhere, on the replayed path.
+    on_sim(4, SimConfig::default().seed(12), SEG, |mut c, w| {
+        let (p, me) = (w.size(), w.rank());
+        let on = !cfg!(gex_force_am_rma);
+        let r0 = replayed(&mut c);
+        for _ in 0..5 {
+            c.barrier(&w).unwrap();
+        }
+        // The first barrier chooses; the four after it replay.
+        assert_eq!(replayed(&mut c) - r0, if on { 4 } else { 0 });
+        // Matching names pass, different ones fail everywhere, on the replayed path.
+        let before = replayed(&mut c);
+        c.collective(&w, Barrier::named(7), Blocking).unwrap();
+        let r = c.collective(&w, Barrier::named(u64::from(me % 2)), Blocking);
+        assert_eq!(r, Err(CollError::BarrierMismatch), "rank {me}");
+        assert_eq!(replayed(&mut c) - before, if on { 2 } else { 0 });
+        c.barrier(&w).unwrap();
+        // Another team: its first barrier takes the general path, then it replays;
+        // the world's next barrier takes the general path again.
+        let all: Vec<u32> = (0..p).rev().collect();
+        for _ in 0..2 {
+            let t = c.create_team(&w, &all, Scratch::None).unwrap();
             let before = replayed(&mut c);
-            c.collective(&w, Barrier::named(7), Blocking).unwrap();
-            let r = c.collective(&w, Barrier::named(u64::from(me % 2)), Blocking);
-            assert_eq!(r, Err(CollError::BarrierMismatch), "rank {me}");
+            for _ in 0..3 {
+                c.barrier(&t).unwrap();
+            }
             assert_eq!(replayed(&mut c) - before, if on { 2 } else { 0 });
-            c.barrier(&w).unwrap();
-            // Another team: its first barrier takes the general path, then it replays;
-            // the world's next barrier takes the general path again.
-            let all: Vec<u32> = (0..p).rev().collect();
-            for _ in 0..2 {
-                let t = c.create_team(&w, &all, Scratch::None).unwrap();
-                let before = replayed(&mut c);
-                for _ in 0..3 {
-                    c.barrier(&t).unwrap();
-                }
-                assert_eq!(replayed(&mut c) - before, if on { 2 } else { 0 });
-                c.destroy_team(t).unwrap();
-            }
-            let before = replayed(&mut c);
-            c.barrier(&w).unwrap();
-            c.barrier(&w).unwrap();
-            assert_eq!(replayed(&mut c) - before, u64::from(on));
-            assert_eq!(c.coll_stats().in_flight, 0);
-        },
-    );
+            c.destroy_team(t).unwrap();
+        }
+        let before = replayed(&mut c);
+        c.barrier(&w).unwrap();
+        c.barrier(&w).unwrap();
+        assert_eq!(replayed(&mut c) - before, u64::from(on));
+        assert_eq!(c.coll_stats().in_flight, 0);
+    });
 }
 
 /// Blocking calls of one shape in a loop replay the first call's checks and decisions
@@ -1111,125 +1059,118 @@ fn replayed_barriers_keep_names_and_teams() {
 /// a non-commutative reduction still gives the right result.
 #[test]
 fn replayed_calls_keep_the_checks_and_results() {
-    run_sim(
-        4,
-        SimConfig::default().seed(11),
-        || layers().segment_size(SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
-            let w = c.world().clone();
-            let (p, me) = (w.size(), w.rank());
-            let on = !cfg!(gex_force_am_rma);
-            let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
-            let r0 = replayed(&mut c);
-            for k in 0..10u64 {
-                let (src, mut out) = ([u64::from(me) + k; 3], [0u64; 3]);
-                let d = Allreduce::slices(&src, &mut out, sum.clone());
-                c.collective(&w, d, Blocking).unwrap();
-                let want = (0..u64::from(p)).map(|r| r + k).sum::<u64>();
-                assert_eq!(out, [want; 3], "allreduce {k}");
-            }
-            // The first call lowers and chooses; the nine after it replay.
-            assert_eq!(replayed(&mut c) - r0, if on { 9 } else { 0 });
-            // A borrowed operator replays as a moved one does.
-            let before = replayed(&mut c);
-            for k in 0..4u64 {
-                let (src, mut out) = ([u64::from(me) + k; 3], [0u64; 3]);
-                c.collective(&w, Allreduce::slices(&src, &mut out, &sum), Blocking)
-                    .unwrap();
-                assert_eq!(out, [(0..u64::from(p)).map(|r| r + k).sum::<u64>(); 3]);
-            }
-            assert_eq!(replayed(&mut c) - before, if on { 4 } else { 0 });
-            // In-place broadcasts above the ring's size replay too, from any root.
-            for root in [1 % p, 1 % p, 1 % p, 0, 0] {
-                let mut buf = vec![if me == root { u64::from(root) + 5 } else { 0 }; 40];
-                c.collective(&w, Broadcast::in_place(root, &mut buf), Blocking)
-                    .unwrap();
-                assert!(buf.iter().all(|&x| x == u64::from(root) + 5));
-            }
-            let before = replayed(&mut c);
-            for _ in 0..3 {
-                let mut buf = vec![if me == 0 { 9u64 } else { 0 }; 40];
-                c.collective(&w, Broadcast::in_place(0, &mut buf), Blocking)
-                    .unwrap();
-                assert!(buf.iter().all(|&x| x == 9));
-            }
-            assert_eq!(replayed(&mut c) - before, if on { 3 } else { 0 });
-            // A bad output length is still an error (the shape differs: no replay).
-            let (src, mut short) = ([1u64; 3], [0u64; 2]);
-            let d = Allreduce::slices(&src, &mut short, sum.clone());
-            assert!(matches!(
-                c.collective(&w, d, Blocking),
-                Err(CollError::BadLength { .. })
-            ));
-            // Another root of the same lengths: its own checks and the right result.
-            for root in [0, p - 1, 0] {
-                let (src, mut out) = ([u64::from(me) + 1; 2], [0u64; 2]);
-                let d = Reduce::slices(root, &src, &mut out, sum.clone());
-                c.collective(&w, d, Blocking).unwrap();
-                let want = if me == root {
-                    [(1..=u64::from(p)).sum::<u64>(); 2]
-                } else {
-                    [0; 2]
-                };
-                assert_eq!(out, want, "reduce to {root}");
-            }
-            // A non-commutative (associative) reduction of the same shape: combined in
-            // rank order, so the leftmost operand, rank 0's, wins.
-            let first = ReduceOp::<u64>::user(false, |a: &u64, _: &u64| *a);
-            for _ in 0..3 {
-                let (src, mut out) = ([u64::from(me) + 1; 3], [0u64; 3]);
-                let d = Allreduce::slices(&src, &mut out, first.clone());
-                c.collective(&w, d, Blocking).unwrap();
-                assert_eq!(out, [1; 3]);
-            }
-            // The tuner changed: the next call chooses again (no replay, though the
-            // call before it had the same shape), the one after it replays.
+    on_sim(4, SimConfig::default().seed(11), SEG, |mut c, w| {
+        let (p, me) = (w.size(), w.rank());
+        let on = !cfg!(gex_force_am_rma);
+        let sum = ReduceOp::<u64>::builtin(BuiltinOp::Sum);
+        let r0 = replayed(&mut c);
+        for k in 0..10u64 {
+            let (src, mut out) = ([u64::from(me) + k; 3], [0u64; 3]);
+            let d = Allreduce::slices(&src, &mut out, sum.clone());
+            c.collective(&w, d, Blocking).unwrap();
+            let want = (0..u64::from(p)).map(|r| r + k).sum::<u64>();
+            assert_eq!(out, [want; 3], "allreduce {k}");
+        }
+        // The first call lowers and chooses; the nine after it replay.
+        assert_eq!(replayed(&mut c) - r0, if on { 9 } else { 0 });
+        // A borrowed operator replays as a moved one does.
+        let before = replayed(&mut c);
+        for k in 0..4u64 {
+            let (src, mut out) = ([u64::from(me) + k; 3], [0u64; 3]);
+            c.collective(&w, Allreduce::slices(&src, &mut out, &sum), Blocking)
+                .unwrap();
+            assert_eq!(out, [(0..u64::from(p)).map(|r| r + k).sum::<u64>(); 3]);
+        }
+        assert_eq!(replayed(&mut c) - before, if on { 4 } else { 0 });
+        // In-place broadcasts above the ring's size replay too, from any root.
+        for root in [1 % p, 1 % p, 1 % p, 0, 0] {
+            let mut buf = vec![if me == root { u64::from(root) + 5 } else { 0 }; 40];
+            c.collective(&w, Broadcast::in_place(root, &mut buf), Blocking)
+                .unwrap();
+            assert!(buf.iter().all(|&x| x == u64::from(root) + 5));
+        }
+        let before = replayed(&mut c);
+        for _ in 0..3 {
+            let mut buf = vec![if me == 0 { 9u64 } else { 0 }; 40];
+            c.collective(&w, Broadcast::in_place(0, &mut buf), Blocking)
+                .unwrap();
+            assert!(buf.iter().all(|&x| x == 9));
+        }
+        assert_eq!(replayed(&mut c) - before, if on { 3 } else { 0 });
+        // A bad output length is still an error (the shape differs: no replay).
+        let (src, mut short) = ([1u64; 3], [0u64; 2]);
+        let d = Allreduce::slices(&src, &mut short, sum.clone());
+        assert!(matches!(
+            c.collective(&w, d, Blocking),
+            Err(CollError::BadLength { .. })
+        ));
+        // Another root of the same lengths: its own checks and the right result.
+        for root in [0, p - 1, 0] {
+            let (src, mut out) = ([u64::from(me) + 1; 2], [0u64; 2]);
+            let d = Reduce::slices(root, &src, &mut out, sum.clone());
+            c.collective(&w, d, Blocking).unwrap();
+            let want = if me == root {
+                [(1..=u64::from(p)).sum::<u64>(); 2]
+            } else {
+                [0; 2]
+            };
+            assert_eq!(out, want, "reduce to {root}");
+        }
+        // A non-commutative (associative) reduction of the same shape: combined in
+        // rank order, so the leftmost operand, rank 0's, wins.
+        let first = ReduceOp::<u64>::user(false, |a: &u64, _: &u64| *a);
+        for _ in 0..3 {
+            let (src, mut out) = ([u64::from(me) + 1; 3], [0u64; 3]);
+            let d = Allreduce::slices(&src, &mut out, first.clone());
+            c.collective(&w, d, Blocking).unwrap();
+            assert_eq!(out, [1; 3]);
+        }
+        // The tuner changed: the next call chooses again (no replay, though the
+        // call before it had the same shape), the one after it replays.
+        let (src, mut out) = ([1u64; 3], [0u64; 3]);
+        let d = Allreduce::slices(&src, &mut out, sum.clone());
+        c.collective(&w, d, Blocking).unwrap();
+        let before = replayed(&mut c);
+        c.tuner(|_| ()).unwrap();
+        for _ in 0..2 {
             let (src, mut out) = ([1u64; 3], [0u64; 3]);
             let d = Allreduce::slices(&src, &mut out, sum.clone());
             c.collective(&w, d, Blocking).unwrap();
+            assert_eq!(out, [u64::from(p); 3]);
+        }
+        assert_eq!(replayed(&mut c) - before, u64::from(on));
+        // Forced options never replay (`shm` itself where it runs).
+        let forced = if on {
+            "shm".to_string()
+        } else {
+            c.algorithms(OpKind::Allreduce).swap_remove(0)
+        };
+        let before = replayed(&mut c);
+        for _ in 0..2 {
+            let mut out = [0u64; 3];
+            let d = Allreduce::slices(&[1u64; 3], &mut out, sum.clone())
+                .opts(Opts::default().with_algorithm(&forced));
+            c.collective(&w, d, Blocking).unwrap();
+            assert_eq!(out, [u64::from(p); 3]);
+        }
+        assert_eq!(replayed(&mut c), before);
+        // A team destroyed and another made: calls on it lower again.
+        let all: Vec<u32> = (0..p).collect();
+        for round in 0..2u64 {
+            let t = c.create_team(&w, &all, Scratch::None).unwrap();
             let before = replayed(&mut c);
-            c.tuner(|_| ()).unwrap();
-            for _ in 0..2 {
-                let (src, mut out) = ([1u64; 3], [0u64; 3]);
+            for _ in 0..3 {
+                let (src, mut out) = ([round; 3], [0u64; 3]);
                 let d = Allreduce::slices(&src, &mut out, sum.clone());
-                c.collective(&w, d, Blocking).unwrap();
-                assert_eq!(out, [u64::from(p); 3]);
+                c.collective(&t, d, Blocking).unwrap();
+                assert_eq!(out, [round * u64::from(p); 3]);
             }
-            assert_eq!(replayed(&mut c) - before, u64::from(on));
-            // Forced options never replay (`shm` itself where it runs).
-            let forced = if on {
-                "shm".to_string()
-            } else {
-                c.algorithms(OpKind::Allreduce).swap_remove(0)
-            };
-            let before = replayed(&mut c);
-            for _ in 0..2 {
-                let mut out = [0u64; 3];
-                let d = Allreduce::slices(&[1u64; 3], &mut out, sum.clone())
-                    .opts(Opts::default().with_algorithm(&forced));
-                c.collective(&w, d, Blocking).unwrap();
-                assert_eq!(out, [u64::from(p); 3]);
-            }
-            assert_eq!(replayed(&mut c), before);
-            // A team destroyed and another made: calls on it lower again.
-            let all: Vec<u32> = (0..p).collect();
-            for round in 0..2u64 {
-                let t = c.create_team(&w, &all, Scratch::None).unwrap();
-                let before = replayed(&mut c);
-                for _ in 0..3 {
-                    let (src, mut out) = ([round; 3], [0u64; 3]);
-                    let d = Allreduce::slices(&src, &mut out, sum.clone());
-                    c.collective(&t, d, Blocking).unwrap();
-                    assert_eq!(out, [round * u64::from(p); 3]);
-                }
-                assert_eq!(replayed(&mut c) - before, if on { 2 } else { 0 });
-                c.destroy_team(t).unwrap();
-            }
-            c.barrier(&w).unwrap();
-            assert_eq!(c.coll_stats().in_flight, 0);
-        },
-    );
+            assert_eq!(replayed(&mut c) - before, if on { 2 } else { 0 });
+            c.destroy_team(t).unwrap();
+        }
+        c.barrier(&w).unwrap();
+        assert_eq!(c.coll_stats().in_flight, 0);
+    });
 }
 
 /// Cases each rank of a `hier` test runs at least (under `--cfg gex_force_am_rma`
@@ -1323,7 +1264,7 @@ fn hier_choices(c: &mut Endpoint<Sim>, team: &Team, hosts: u32, ranges: bool, ro
 /// the world; forced broadcast, reduce, allreduce and barrier spelled out.
 #[test]
 fn hier_equal_hosts_world_and_round_robin() {
-    let ran = run_sim(
+    let ran = on_sim(
         9,
         SimConfig::default()
             .reorder(true)
@@ -1331,10 +1272,8 @@ fn hier_equal_hosts_world_and_round_robin() {
             .ranks_per_host(3)
             // Nine debug-built thread ranks, every algorithm: slow on a busy machine.
             .timeout(Duration::from_secs(600)),
-        || layers().segment_size(4 * SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
-            let w = c.world().clone();
+        4 * SEG,
+        |mut c, w| {
             let r = w.rank();
             let on = !cfg!(gex_force_am_rma);
             assert_eq!(c.hierarchical(&w), on);
@@ -1397,17 +1336,15 @@ fn hier_equal_hosts_world_and_round_robin() {
 /// 3, 3 and 1 interleaved members; then a world of 5 ranks on hosts of 2, 2 and 1.
 #[test]
 fn hier_unequal_hosts() {
-    let ran = run_sim(
+    let ran = on_sim(
         9,
         SimConfig::default()
             .reorder(true)
             .seed(17)
             .ranks_per_host(3)
             .timeout(Duration::from_secs(600)),
-        || layers().segment_size(4 * SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
-            let w = c.world().clone();
+        4 * SEG,
+        |mut c, w| {
             let r = w.rank();
             let on = !cfg!(gex_force_am_rma);
             let mut n = 0;
@@ -1448,17 +1385,15 @@ fn hier_unequal_hosts() {
     // Ranks 7 and 8 are in neither team.
     let (in_teams, _) = ran.split_at(7);
     assert!(in_teams.iter().all(|&n| n > HIER_MIN_CASES), "{ran:?}");
-    let ran = run_sim(
+    let ran = on_sim(
         5,
         SimConfig::default()
             .reorder(true)
             .seed(19)
             .ranks_per_host(2)
             .timeout(Duration::from_secs(600)),
-        || layers().segment_size(4 * SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
-            let w = c.world().clone();
+        4 * SEG,
+        |mut c, w| {
             let on = !cfg!(gex_force_am_rma);
             assert_eq!(c.hierarchical(&w), on);
             let n = if on {
@@ -1481,17 +1416,15 @@ fn hier_unequal_hosts() {
 /// `hier` and the tuner runs another algorithm for them; teams split from it work.
 #[test]
 fn hier_world_round_robin() {
-    let ran = run_sim(
+    let ran = on_sim(
         8,
         SimConfig::default()
             .reorder(true)
             .seed(23)
             .placement((0..8).map(|r| r % 3).collect())
             .timeout(Duration::from_secs(600)),
-        || layers().segment_size(4 * SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
-            let w = c.world().clone();
+        4 * SEG,
+        |mut c, w| {
             let r = w.rank();
             let on = !cfg!(gex_force_am_rma);
             assert_eq!(c.hierarchical(&w), on);
@@ -1602,13 +1535,11 @@ fn online_tuning_agrees_and_caches() {
 #[test]
 fn segment_buffers_by_reference() {
     for (p, per_host) in [(4u32, 4u32), (6, 2)] {
-        run_sim(
+        on_sim(
             p,
             SimConfig::default().seed(21).ranks_per_host(per_host),
-            || layers().segment_size(4 * SEG),
-            |client| {
-                let mut c = client.endpoint(0).unwrap();
-                let w = c.world().clone();
+            4 * SEG,
+            |mut c, w| {
                 let me = w.rank();
                 let host = c
                     .split(&w, Some(me / per_host), me, Scratch::None)
@@ -1658,13 +1589,11 @@ fn data_centric_roots() {
     use common::to_vec;
     use gex_coll::Root;
     use gex_rma::{GlobalPtr, RmaError};
-    run_sim(
+    on_sim(
         6,
         SimConfig::default().reorder(true).seed(31),
-        || layers().segment_size(SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
-            let w = c.world().clone();
+        SEG,
+        |mut c, w| {
             let me = w.rank();
             // Teams {4, 2, 0} and {5, 3, 1} (job ranks in team-rank order).
             let t = c
@@ -2001,94 +1930,87 @@ fn root_mismatch_is_an_error_not_a_hang() {
             .seed(41)
             .ranks_per_host(per_host)
             .timeout(Duration::from_secs(120));
-        run_sim(
-            3,
-            cfg,
-            || layers().segment_size(SEG),
-            move |client| {
-                let mut c = client.endpoint(0).unwrap();
-                let w = c.world();
-                let me = w.rank();
-                fn mismatch<T>(r: &Result<T, CollError>) -> bool {
-                    match r {
-                        Err(CollError::Mismatch { found, .. }) => {
-                            found.is_none_or(|d| d.field == gex_coll::Field::Root)
-                        }
-                        _ => false,
+        on_sim(3, cfg, SEG, move |mut c, w| {
+            let me = w.rank();
+            fn mismatch<T>(r: &Result<T, CollError>) -> bool {
+                match r {
+                    Err(CollError::Mismatch { found, .. }) => {
+                        found.is_none_or(|d| d.field == gex_coll::Field::Root)
                     }
+                    _ => false,
                 }
-                // Two members, each naming the other.
-                let pair = c
-                    .split(&w, Some(u32::from(me < 2)), me, Scratch::None)
-                    .unwrap()
-                    .unwrap();
-                if me < 2 {
-                    assert_eq!(
-                        c.shared_memory(&pair),
-                        per_host > 1 && !cfg!(gex_force_am_rma)
-                    );
-                    let mut b = [me; 4];
-                    let r = c.collective(&pair, Broadcast::in_place(1 - me, &mut b), Blocking);
-                    assert!(mismatch(&r), "rank {me}: {r:?}");
-                    // The team failed: its next collective fails at once.
-                    let r = c.collective(&pair, Barrier::new(), Blocking);
-                    assert!(mismatch(&r), "rank {me}: {r:?}");
-                }
-                // Nonblocking (on a new pair: the first failed): the event fails the
-                // same way.
-                let pair2 = c
-                    .split(&w, Some(u32::from(me < 2)), me, Scratch::None)
-                    .unwrap()
-                    .unwrap();
-                if me < 2 {
-                    let ev = c
-                        .collective(
-                            &pair2,
-                            Broadcast::new(1 - me, vec![me; 4]).algorithm("flat"),
-                            Nb,
-                        )
-                        .unwrap();
-                    let r = c.wait(ev);
-                    assert!(mismatch(&r), "rank {me}: {r:?}");
-                }
-                // Three members, three roots (binomial tree, and the tuned algorithm).
-                let trio = c.create_team(&w, &[0, 1, 2], Scratch::None).unwrap();
-                for alg in ["binomial", ""] {
-                    let mut b = [me; 4];
-                    let d = Broadcast::in_place((me + 1) % 3, &mut b);
-                    let d = if alg.is_empty() { d } else { d.algorithm(alg) };
-                    let r = c.collective(&trio, d, Blocking);
-                    assert!(mismatch(&r), "rank {me} {alg}: {r:?}");
-                }
-                // A reduce whose root waits for a member that named another root.
-                let t = c.create_team(&w, &[0, 1, 2], Scratch::None).unwrap();
-                let root = if me == 2 { 1 } else { 0 };
-                let r = c.collective(
-                    &t,
-                    Reduce::new(root, vec![1u32; 3], BuiltinOp::Sum),
-                    Blocking,
+            }
+            // Two members, each naming the other.
+            let pair = c
+                .split(&w, Some(u32::from(me < 2)), me, Scratch::None)
+                .unwrap()
+                .unwrap();
+            if me < 2 {
+                assert_eq!(
+                    c.shared_memory(&pair),
+                    per_host > 1 && !cfg!(gex_force_am_rma)
                 );
-                if me == 0 {
-                    assert!(mismatch(&r), "rank 0: {r:?}");
-                } else {
-                    assert!(r.is_ok() || mismatch(&r), "rank {me}: {r:?}");
-                }
-                c.destroy_team(pair).unwrap();
-                c.destroy_team(pair2).unwrap();
-                c.destroy_team(trio).unwrap();
-                c.destroy_team(t).unwrap();
-                // The world is unaffected.
-                let s = c
+                let mut b = [me; 4];
+                let r = c.collective(&pair, Broadcast::in_place(1 - me, &mut b), Blocking);
+                assert!(mismatch(&r), "rank {me}: {r:?}");
+                // The team failed: its next collective fails at once.
+                let r = c.collective(&pair, Barrier::new(), Blocking);
+                assert!(mismatch(&r), "rank {me}: {r:?}");
+            }
+            // Nonblocking (on a new pair: the first failed): the event fails the
+            // same way.
+            let pair2 = c
+                .split(&w, Some(u32::from(me < 2)), me, Scratch::None)
+                .unwrap()
+                .unwrap();
+            if me < 2 {
+                let ev = c
                     .collective(
-                        &w,
-                        Allreduce::new(vec![u64::from(me)], BuiltinOp::Sum),
-                        Blocking,
+                        &pair2,
+                        Broadcast::new(1 - me, vec![me; 4]).algorithm("flat"),
+                        Nb,
                     )
                     .unwrap();
-                assert_eq!(s, vec![3]);
-                c.barrier(&w).unwrap();
-            },
-        );
+                let r = c.wait(ev);
+                assert!(mismatch(&r), "rank {me}: {r:?}");
+            }
+            // Three members, three roots (binomial tree, and the tuned algorithm).
+            let trio = c.create_team(&w, &[0, 1, 2], Scratch::None).unwrap();
+            for alg in ["binomial", ""] {
+                let mut b = [me; 4];
+                let d = Broadcast::in_place((me + 1) % 3, &mut b);
+                let d = if alg.is_empty() { d } else { d.algorithm(alg) };
+                let r = c.collective(&trio, d, Blocking);
+                assert!(mismatch(&r), "rank {me} {alg}: {r:?}");
+            }
+            // A reduce whose root waits for a member that named another root.
+            let t = c.create_team(&w, &[0, 1, 2], Scratch::None).unwrap();
+            let root = if me == 2 { 1 } else { 0 };
+            let r = c.collective(
+                &t,
+                Reduce::new(root, vec![1u32; 3], BuiltinOp::Sum),
+                Blocking,
+            );
+            if me == 0 {
+                assert!(mismatch(&r), "rank 0: {r:?}");
+            } else {
+                assert!(r.is_ok() || mismatch(&r), "rank {me}: {r:?}");
+            }
+            c.destroy_team(pair).unwrap();
+            c.destroy_team(pair2).unwrap();
+            c.destroy_team(trio).unwrap();
+            c.destroy_team(t).unwrap();
+            // The world is unaffected.
+            let s = c
+                .collective(
+                    &w,
+                    Allreduce::new(vec![u64::from(me)], BuiltinOp::Sum),
+                    Blocking,
+                )
+                .unwrap();
+            assert_eq!(s, vec![3]);
+            c.barrier(&w).unwrap();
+        });
     }
 }
 
@@ -2104,35 +2026,28 @@ fn broadcast_sizes_of_different_classes_are_an_error_not_a_hang() {
             .seed(43)
             .ranks_per_host(2)
             .timeout(Duration::from_secs(120));
-        run_sim(
-            2,
-            cfg,
-            || layers().segment_size(SEG),
-            move |client| {
-                let mut c = client.endpoint(0).unwrap();
-                let w = c.world();
-                let me = w.rank();
-                let t = c.create_team(&w, &[0, 1], Scratch::None).unwrap();
-                if !c.shared_memory(&t) {
-                    return; // gex_force_am_rma: no shared-memory team
-                }
-                let mut b = vec![7u8; if me == 0 { root_len } else { reader_len }];
-                let r = c.collective(&t, Broadcast::in_place(0, &mut b), Blocking);
-                if me == 1 {
-                    assert!(
-                        matches!(r, Err(CollError::Mismatch { .. })),
-                        "{root_len} vs {reader_len}: {r:?}"
-                    );
-                } else {
-                    assert!(
-                        r.is_ok() || matches!(r, Err(CollError::Mismatch { .. })),
-                        "{r:?}"
-                    );
-                }
-                c.destroy_team(t).unwrap();
-                c.barrier(&w).unwrap();
-            },
-        );
+        on_sim(2, cfg, SEG, move |mut c, w| {
+            let me = w.rank();
+            let t = c.create_team(&w, &[0, 1], Scratch::None).unwrap();
+            if !c.shared_memory(&t) {
+                return; // gex_force_am_rma: no shared-memory team
+            }
+            let mut b = vec![7u8; if me == 0 { root_len } else { reader_len }];
+            let r = c.collective(&t, Broadcast::in_place(0, &mut b), Blocking);
+            if me == 1 {
+                assert!(
+                    matches!(r, Err(CollError::Mismatch { .. })),
+                    "{root_len} vs {reader_len}: {r:?}"
+                );
+            } else {
+                assert!(
+                    r.is_ok() || matches!(r, Err(CollError::Mismatch { .. })),
+                    "{r:?}"
+                );
+            }
+            c.destroy_team(t).unwrap();
+            c.barrier(&w).unwrap();
+        });
     }
 }
 
@@ -2152,78 +2067,71 @@ fn barrier_names_mismatch_on_every_member() {
             .seed(43)
             .ranks_per_host(per_host)
             .timeout(Duration::from_secs(120));
-        run_sim(
-            6,
-            cfg,
-            || layers().segment_size(SEG),
-            move |client| {
-                let mut c = client.endpoint(0).unwrap();
-                let w = c.world();
-                let me = u64::from(w.rank());
-                if per_host == 3 {
-                    assert_eq!(c.hierarchical(&w), !cfg!(gex_force_am_rma));
-                }
-                // Different names, nonblocking: every member sees it.
-                let ev = c.collective(&w, Barrier::named(me % 2), Nb).unwrap();
-                assert_eq!(c.wait(ev), Err(CollError::BarrierMismatch), "rank {me}");
-                // The same name, blocking and nonblocking; anonymous entries mixed in.
-                c.collective(&w, Barrier::named(7), Blocking).unwrap();
-                let b = if me % 3 == 0 {
-                    Barrier::new()
-                } else {
-                    Barrier::named(9)
-                };
-                let ev = c.collective(&w, b, Nb).unwrap();
-                c.wait(ev).unwrap();
-                // A named entry against anonymous blocking barriers elsewhere.
-                let r = if me == 4 {
-                    c.collective(&w, Barrier::named(3), Blocking)
-                } else {
-                    c.barrier(&w)
-                };
-                assert_eq!(r, Ok(()), "one name and anonymous entries match");
-                let r = if me == 4 {
-                    c.collective(&w, Barrier::named(3), Blocking)
-                } else if me == 5 {
-                    c.collective(&w, Barrier::named(4), Blocking)
-                } else {
-                    c.barrier(&w)
-                };
-                assert_eq!(r, Err(CollError::BarrierMismatch), "rank {me}");
-                // Split phase.
-                c.barrier_notify(&w, 11, named).unwrap();
-                assert_eq!(
-                    c.barrier_notify(&w, 11, named),
-                    Err(CollError::BarrierAlreadyNotified)
-                );
-                while !c.barrier_try(&w, 11, named).unwrap() {}
-                assert_eq!(
-                    c.barrier_wait(&w, 11, named),
-                    Err(CollError::BarrierNotNotified)
-                );
-                c.barrier_notify(&w, 20 + me, named).unwrap();
-                assert_eq!(
-                    c.barrier_wait(&w, 20 + me, named),
-                    Err(CollError::BarrierMismatch),
-                    "rank {me}"
-                );
-                let id = if me == 0 { 0 } else { 5 };
-                let f = if me == 0 { anon } else { named };
-                c.barrier_notify(&w, id, f).unwrap();
-                // Other collectives may run between notify and wait.
-                let s = c
-                    .collective(&w, Allreduce::new(vec![me], BuiltinOp::Sum), Blocking)
-                    .unwrap();
-                assert_eq!(s, vec![15]);
-                c.barrier_wait(&w, id, f).unwrap();
-                // Waiting with another name than notified: this member's error only.
-                c.barrier_notify(&w, 30, named).unwrap();
-                let wait_id = if me == 2 { 31 } else { 30 };
-                let r = c.barrier_wait(&w, wait_id, named);
-                assert_eq!(r.is_err(), me == 2, "rank {me}: {r:?}");
-                c.barrier(&w).unwrap();
-            },
-        );
+        on_sim(6, cfg, SEG, move |mut c, w| {
+            let me = u64::from(w.rank());
+            if per_host == 3 {
+                assert_eq!(c.hierarchical(&w), !cfg!(gex_force_am_rma));
+            }
+            // Different names, nonblocking: every member sees it.
+            let ev = c.collective(&w, Barrier::named(me % 2), Nb).unwrap();
+            assert_eq!(c.wait(ev), Err(CollError::BarrierMismatch), "rank {me}");
+            // The same name, blocking and nonblocking; anonymous entries mixed in.
+            c.collective(&w, Barrier::named(7), Blocking).unwrap();
+            let b = if me % 3 == 0 {
+                Barrier::new()
+            } else {
+                Barrier::named(9)
+            };
+            let ev = c.collective(&w, b, Nb).unwrap();
+            c.wait(ev).unwrap();
+            // A named entry against anonymous blocking barriers elsewhere.
+            let r = if me == 4 {
+                c.collective(&w, Barrier::named(3), Blocking)
+            } else {
+                c.barrier(&w)
+            };
+            assert_eq!(r, Ok(()), "one name and anonymous entries match");
+            let r = if me == 4 {
+                c.collective(&w, Barrier::named(3), Blocking)
+            } else if me == 5 {
+                c.collective(&w, Barrier::named(4), Blocking)
+            } else {
+                c.barrier(&w)
+            };
+            assert_eq!(r, Err(CollError::BarrierMismatch), "rank {me}");
+            // Split phase.
+            c.barrier_notify(&w, 11, named).unwrap();
+            assert_eq!(
+                c.barrier_notify(&w, 11, named),
+                Err(CollError::BarrierAlreadyNotified)
+            );
+            while !c.barrier_try(&w, 11, named).unwrap() {}
+            assert_eq!(
+                c.barrier_wait(&w, 11, named),
+                Err(CollError::BarrierNotNotified)
+            );
+            c.barrier_notify(&w, 20 + me, named).unwrap();
+            assert_eq!(
+                c.barrier_wait(&w, 20 + me, named),
+                Err(CollError::BarrierMismatch),
+                "rank {me}"
+            );
+            let id = if me == 0 { 0 } else { 5 };
+            let f = if me == 0 { anon } else { named };
+            c.barrier_notify(&w, id, f).unwrap();
+            // Other collectives may run between notify and wait.
+            let s = c
+                .collective(&w, Allreduce::new(vec![me], BuiltinOp::Sum), Blocking)
+                .unwrap();
+            assert_eq!(s, vec![15]);
+            c.barrier_wait(&w, id, f).unwrap();
+            // Waiting with another name than notified: this member's error only.
+            c.barrier_notify(&w, 30, named).unwrap();
+            let wait_id = if me == 2 { 31 } else { 30 };
+            let r = c.barrier_wait(&w, wait_id, named);
+            assert_eq!(r.is_err(), me == 2, "rank {me}: {r:?}");
+            c.barrier(&w).unwrap();
+        });
     }
 }
 
@@ -2297,13 +2205,11 @@ fn settings_are_read_when_the_layer_attaches() {
 #[test]
 fn ring_small_broadcasts_2_to_8_ranks() {
     for p in 2..=8u32 {
-        run_sim(
+        on_sim(
             p,
             SimConfig::default().seed(u64::from(p)),
-            || layers().segment_size(SEG),
-            move |client| {
-                let mut c = client.endpoint(0).unwrap();
-                let w = c.world().clone();
+            SEG,
+            move |mut c, w| {
                 let me = w.rank();
                 let on = !cfg!(gex_force_am_rma);
                 let ring = |c: &mut Endpoint<Sim>| c.coll_stats().ring_calls;
@@ -2373,13 +2279,11 @@ fn ring_small_broadcasts_2_to_8_ranks() {
 #[test]
 fn ring_packed_root_runs_ahead() {
     for p in [2u32, 3] {
-        run_sim(
+        on_sim(
             p,
             SimConfig::default().seed(60 + u64::from(p)),
-            || layers().segment_size(SEG),
-            move |client| {
-                let mut c = client.endpoint(0).unwrap();
-                let w = c.world().clone();
+            SEG,
+            move |mut c, w| {
                 let me = w.rank();
                 let r0 = c.coll_stats().ring_calls;
                 for k in 0..300u32 {
@@ -2458,13 +2362,11 @@ fn ring_sleepers_are_woken() {
 #[test]
 fn scatter_allgather_broadcast_matches_the_reference() {
     for p in [1u32, 3, 4, 7] {
-        run_sim(
+        on_sim(
             p,
             SimConfig::default().reorder(true).seed(29),
-            || layers().segment_size(SEG),
-            |client| {
-                let mut c = client.endpoint(0).unwrap();
-                let w = c.world().clone();
+            SEG,
+            |mut c, w| {
                 let me = w.rank();
                 assert!(
                     c.algorithms(OpKind::Broadcast)

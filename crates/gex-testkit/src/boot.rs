@@ -86,3 +86,116 @@ mod tests {
         assert_eq!(ThreadJob::new(1).timeout(), DEFAULT_BOOT_TIMEOUT);
     }
 }
+
+/// What the exchange of a [`ScriptedBoot`] returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Exchange {
+    /// These blobs, whatever this rank sent (a corrupt launcher, or a fuzz input).
+    Blobs(Vec<Vec<u8>>),
+    /// Every rank's blob as that rank would publish it: this rank's, but for the first
+    /// four bytes (the sender's rank, which the core's layout blob starts with), which
+    /// become each rank's number (little-endian).
+    EchoPerRank,
+    /// `BootError::Lost` (the launcher is gone).
+    Fail,
+}
+
+/// A bootstrap whose collectives answer as scripted, for tests of what
+/// `ClientBuilder::init` makes of a bootstrap that says something inconsistent (a
+/// corrupt launcher, or a runtime's own `impl Bootstrap`): the exchange returns
+/// [`Exchange`], the barrier fails if `fail_barrier`, a broadcast returns the root's
+/// data, and an abort panics with its message.
+#[derive(Clone, Debug)]
+pub struct ScriptedBoot {
+    /// This rank.
+    pub rank: u32,
+    /// Ranks in the job.
+    pub size: u32,
+    /// The host id of every rank ([`ScriptedBoot::new`]: all 0).
+    pub hosts: Vec<u32>,
+    /// What the exchange returns.
+    pub exchange: Exchange,
+    /// Whether the barrier (also the one of finalisation) fails with `BootError::Lost`.
+    pub fail_barrier: bool,
+}
+
+impl ScriptedBoot {
+    /// Rank `rank` of a job of `size` ranks on host 0 whose exchange returns `exchange`
+    /// and whose barrier succeeds.
+    pub fn new(rank: u32, size: u32, exchange: Exchange) -> Self {
+        ScriptedBoot {
+            rank,
+            size,
+            hosts: vec![0; size as usize],
+            exchange,
+            fail_barrier: false,
+        }
+    }
+}
+
+fn lost() -> gex_core::boot::BootError {
+    gex_core::boot::BootError::Lost("the launcher is gone".into())
+}
+
+impl gex_core::boot::Bootstrap for ScriptedBoot {
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+    fn size(&self) -> u32 {
+        self.size
+    }
+    fn host_ids(&self) -> &[u32] {
+        &self.hosts
+    }
+    fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, gex_core::boot::BootError> {
+        match &self.exchange {
+            Exchange::Blobs(b) => Ok(b.clone()),
+            Exchange::EchoPerRank => Ok((0..self.size)
+                .map(|r| {
+                    let mut b = mine.to_vec();
+                    if let Some(head) = b.get_mut(..4) {
+                        head.copy_from_slice(&r.to_le_bytes());
+                    }
+                    b
+                })
+                .collect()),
+            Exchange::Fail => Err(lost()),
+        }
+    }
+    fn barrier(&mut self) -> Result<(), gex_core::boot::BootError> {
+        if self.fail_barrier {
+            return Err(lost());
+        }
+        Ok(())
+    }
+    fn broadcast(&mut self, _root: u32, data: &[u8]) -> Result<Vec<u8>, gex_core::boot::BootError> {
+        Ok(data.to_vec())
+    }
+    fn abort(&mut self, code: i32, msg: &str) -> ! {
+        panic!("abort({code}): {msg}")
+    }
+    fn finalize(&mut self, _code: i32) -> Result<(), gex_core::boot::BootError> {
+        Ok(())
+    }
+    fn request_exit(&mut self, _code: i32) {}
+}
+
+/// Bytes of a layout blob ([`layout_blob`]).
+pub const LAYOUT_BLOB_LEN: usize = 28;
+
+/// A layout blob as `ClientBuilder::init` publishes it: rank, job size, endpoints,
+/// segment length, host id, process id (this process's), endpoint capacity (the
+/// default `GEX_MAX_ENDPOINTS`, 16, or `eps` if more), little-endian.
+pub fn layout_blob(rank: u32, size: u32, eps: u16, seg: u64, host: u32) -> Vec<u8> {
+    let mut b = rank.to_le_bytes().to_vec();
+    b.extend(size.to_le_bytes());
+    b.extend(eps.to_le_bytes());
+    b.extend(seg.to_le_bytes());
+    b.extend(host.to_le_bytes());
+    b.extend(std::process::id().to_le_bytes());
+    b.extend(eps.max(16).to_le_bytes());
+    b
+}

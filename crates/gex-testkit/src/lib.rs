@@ -146,6 +146,145 @@ pub fn counting_handler<C: gex_core::spi::Conduit>(
     n
 }
 
+/// Runs `f`, ending the test process (exit code 101, naming `what`) if it takes
+/// longer than `limit`: a hang is a failure, never a stuck test run.
+pub fn watchdog<T>(what: &str, limit: std::time::Duration, f: impl FnOnce() -> T) -> T {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    let what = what.to_string();
+    std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        while !d.load(Ordering::Relaxed) {
+            if start.elapsed() > limit {
+                eprintln!("{what}: a job hung for {limit:?}");
+                std::process::exit(101);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    });
+    let r = f();
+    done.store(true, Ordering::Relaxed);
+    r
+}
+
+/// `rounds` AM round trips from `ep` to the endpoint of the same index on rank `peer`,
+/// in lockstep with another thread's endpoint: after round `i` this one stores `i` in
+/// `mine`, then waits (inside its own wait loop) until `other` reaches `i`, so each
+/// thread must make progress while the other waits. Registers a handler at `ping`
+/// that replies with `pong`, and one at `pong` that counts; the first request is
+/// retried while the peer's endpoint does not exist yet. Returns once the peer's
+/// `rounds + 1` requests were served too.
+///
+/// # Panics
+/// If a handler cannot be registered or a request fails otherwise.
+pub fn lockstep_round_trips<C: gex_core::spi::Conduit>(
+    ep: &mut gex_core::Endpoint<C>,
+    (ping, pong): (gex_core::HandlerId, gex_core::HandlerId),
+    peer: u32,
+    rounds: u64,
+    (mine, other): (&std::sync::atomic::AtomicU64, &std::sync::atomic::AtomicU64),
+) {
+    use gex_core::{Am, AmError, Body, EpAddr, Token, spi::ConduitError};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let served = std::sync::Arc::new(AtomicU64::new(0));
+    let s = served.clone();
+    ep.register_at(ping.index(), move |t: &mut Token<'_>, am: Am<'_>| {
+        s.fetch_add(1, Ordering::Relaxed);
+        t.reply(pong, Body::short(am.args())).unwrap();
+    })
+    .unwrap();
+    let pongs = counting_handler(ep, pong.index());
+    let dst = EpAddr::new(peer, ep.index());
+    // The peer creates its endpoint at the same time: retry until it exists.
+    loop {
+        match ep.request(dst, ping, Body::short(&[0])) {
+            Ok(()) => break,
+            Err(AmError::Conduit(ConduitError::NoEndpoint { .. })) => {
+                ep.poll();
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    ep.wait_until(|| pongs.load(Ordering::Relaxed) == 1);
+    for i in 1..=rounds {
+        ep.request(dst, ping, Body::short(&[i as u32])).unwrap();
+        ep.wait_until(|| pongs.load(Ordering::Relaxed) == i + 1);
+        mine.store(i, Ordering::Release);
+        // Inside this endpoint's wait loop: the other thread must advance meanwhile.
+        ep.wait_until(|| other.load(Ordering::Acquire) >= i);
+    }
+    // Serve the peer's last requests before closing.
+    ep.wait_until(|| served.load(Ordering::Relaxed) == rounds + 1);
+}
+
+/// Asserts that `r`, a request to `dst`, failed with the conduit's
+/// [`NoEndpoint`](gex_core::spi::ConduitError::NoEndpoint) in `state` ("not created
+/// yet", "closed").
+///
+/// # Panics
+/// If it did not, naming `dst`.
+pub fn assert_not_open(
+    r: Result<(), gex_core::AmError>,
+    dst: gex_core::EpAddr,
+    state: &'static str,
+) {
+    use gex_core::{AmError, spi::ConduitError};
+    assert_eq!(
+        r,
+        Err(AmError::Conduit(ConduitError::NoEndpoint { dst, state })),
+        "send to {dst}"
+    );
+}
+
+/// Asserts what requests from `ep` (with the handler `h`) to endpoints that do not
+/// exist come to: a Short, a Medium and a Long to `absent` (within the capacity, not
+/// created yet) fail with the conduit's `NoEndpoint` and send nothing, and a Short to
+/// `beyond` (an index at or past the capacity `eps`) with the core's own
+/// [`AmError::BadEndpoint`](gex_core::AmError::BadEndpoint).
+///
+/// # Panics
+/// If any request ends otherwise.
+pub fn assert_absent_and_beyond<C: gex_core::spi::Conduit>(
+    ep: &mut gex_core::Endpoint<C>,
+    h: gex_core::HandlerId,
+    absent: gex_core::EpAddr,
+    (beyond, eps): (gex_core::EpAddr, u16),
+) {
+    use gex_core::{AmError, Body};
+    let state = "not created yet";
+    assert_not_open(ep.request(absent, h, Body::short(&[])), absent, state);
+    let data: &[u8] = &[1, 2, 3];
+    let medium = ep.request(absent, h, Body::medium(&[], data));
+    assert_not_open(medium, absent, state);
+    let long = ep.request(absent, h, Body::long(&[], data, 0));
+    assert_not_open(long, absent, state);
+    assert_eq!(
+        ep.request(beyond, h, Body::short(&[])),
+        Err(AmError::BadEndpoint { dst: beyond, eps }),
+        "send beyond the capacity"
+    );
+}
+
+/// Asserts that `c` can make no more endpoints: `create_endpoint` fails with
+/// [`EpError::Full`](gex_core::EpError::Full) naming the capacity and the endpoints
+/// made at initialisation.
+///
+/// # Panics
+/// If it makes one, or fails otherwise.
+pub fn assert_endpoints_full<C: gex_core::spi::Conduit>(
+    c: &gex_core::Client<C>,
+    capacity: u16,
+    init: u16,
+) {
+    assert_eq!(
+        c.create_endpoint().map(|_| ()),
+        Err(gex_core::EpError::Full { capacity, init }),
+        "create_endpoint past the capacity"
+    );
+}
+
 /// The text of a panic payload (`&str` or `String`).
 pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {

@@ -10,26 +10,16 @@ fn base() -> SimConfig {
     SimConfig::from_env().expect("GEX_SIM_* variables")
 }
 
-/// Two ranks, FIFO, no delays.
-mod fifo_r2 {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Sim,
-        runner: SimRunner::new(base()),
-        ranks: 2,
-    }
-}
+gex_testkit::suite_modules! {
+    suite: core,
+    conduit: Sim;
 
-/// Three ranks, reordering with a jitter of up to 6 polls, small request lanes.
-mod reorder_r3 {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Sim,
-        runner: SimRunner::new(base().reorder(true).jitter(Delay::polls(6)).ring_capacity(8 << 10)),
-        ranks: 3,
-    }
+    /// Two ranks, FIFO, no delays.
+    fifo_r2: SimRunner::new(base()), ranks 2;
+
+    /// Three ranks, reordering with a jitter of up to 6 polls, small request lanes.
+    reorder_r3: SimRunner::new(base().reorder(true).jitter(Delay::polls(6)).ring_capacity(8 << 10)),
+        ranks 3;
 }
 
 /// Five ranks, reordering, 20 µs wall-clock latency plus up to 30 µs jitter. Not
@@ -46,16 +36,15 @@ mod latency_r5 {
     }
 }
 
-/// Two ranks with two endpoints each, reordering, latency of 3 polls.
-mod two_eps_r2 {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: Sim,
-        runner: SimRunner::new(base().reorder(true).latency(Delay::polls(3)).jitter(Delay::polls(3))),
-        ranks: 2,
-        endpoints: 2,
-    }
+gex_testkit::suite_modules! {
+    suite: core,
+    conduit: Sim;
+
+    /// Two ranks with two endpoints each, reordering, latency of 3 polls.
+    two_eps_r2: SimRunner::new(
+        base().reorder(true).latency(Delay::polls(3)).jitter(Delay::polls(3)),
+    ),
+        ranks 2, endpoints 2;
 }
 
 /// Three ranks on three simulated hosts (no shared memory between them), FIFO with

@@ -78,15 +78,12 @@ fn forced() -> bool {
     cfg!(gex_force_am_rma) || std::env::var("GEX_RMA_PATH").is_ok_and(|v| v.trim() == "am")
 }
 
-/// Two ranks sharing memory: the direct path (unless forced to AM).
-mod r2_shared {
-    use super::*;
-    gex_testkit::suite_tests! {
-        suite: rma,
-        conduit: Sim,
-        runner: SimRunner::new(SimConfig::default()).segment_size(4 << 20),
-        ranks: 2,
-    }
+gex_testkit::suite_modules! {
+    suite: rma,
+    conduit: Sim;
+
+    /// Two ranks sharing memory: the direct path (unless forced to AM).
+    r2_shared: SimRunner::new(SimConfig::default()).segment_size(4 << 20), ranks 2;
 }
 
 /// Three ranks, one per host (no shared memory between them), reordering on: the AM

@@ -5,10 +5,10 @@
 use crate::engine::outcome;
 use arbitrary::Unstructured;
 use gex_coll::{LogGP, TuneMode, Tuner};
-use gex_core::boot::{BootError, Bootstrap};
 use gex_core::config::{Config, parse_size};
 use gex_core::loopback::Loopback;
 use gex_core::{ClientBuilder, InitError};
+use gex_testkit::boot::{Exchange, LAYOUT_BLOB_LEN, ScriptedBoot, layout_blob};
 
 pub(crate) fn config_seeds() -> Vec<Vec<u8>> {
     [
@@ -90,62 +90,6 @@ pub(crate) fn config(d: &[u8]) -> u64 {
     outcome(&classes.into_iter().collect::<Vec<_>>().join(" "))
 }
 
-/// A bootstrap whose exchange returns what the fuzz input says (a corrupt launcher).
-#[derive(Debug)]
-struct Scripted {
-    size: u32,
-    hosts: Vec<u32>,
-    blobs: Vec<Vec<u8>>,
-}
-
-impl Bootstrap for Scripted {
-    fn name(&self) -> &'static str {
-        "scripted"
-    }
-    fn rank(&self) -> u32 {
-        0
-    }
-    fn size(&self) -> u32 {
-        self.size
-    }
-    fn host_ids(&self) -> &[u32] {
-        &self.hosts
-    }
-    fn exchange(&mut self, _mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
-        Ok(self.blobs.clone())
-    }
-    fn barrier(&mut self) -> Result<(), BootError> {
-        Ok(())
-    }
-    fn broadcast(&mut self, _root: u32, data: &[u8]) -> Result<Vec<u8>, BootError> {
-        Ok(data.to_vec())
-    }
-    fn abort(&mut self, code: i32, msg: &str) -> ! {
-        panic!("abort({code}): {msg}")
-    }
-    fn finalize(&mut self, _code: i32) -> Result<(), BootError> {
-        Ok(())
-    }
-    fn request_exit(&mut self, _code: i32) {}
-}
-
-/// A layout blob as `ClientBuilder::init` publishes it: rank, job size, endpoints,
-/// segment length, host id, process id, endpoint capacity (the default
-/// `GEX_MAX_ENDPOINTS`, 16, or `eps` if more) (little-endian).
-fn layout_blob(rank: u32, size: u32, eps: u16, seg: u64, host: u32) -> Vec<u8> {
-    let mut b = rank.to_le_bytes().to_vec();
-    b.extend(size.to_le_bytes());
-    b.extend(eps.to_le_bytes());
-    b.extend(seg.to_le_bytes());
-    b.extend(host.to_le_bytes());
-    b.extend(std::process::id().to_le_bytes());
-    b.extend(eps.max(16).to_le_bytes());
-    b
-}
-
-/// Bytes of a layout blob ([`layout_blob`]).
-const LAYOUT_LEN: usize = 28;
-
 pub(crate) fn layout_seeds() -> Vec<Vec<u8>> {
     // One rank whose blob echoes what it sent (one endpoint, 4 KiB), as a launcher
     // returns it; see `layout` for the encoding.
@@ -169,16 +113,19 @@ pub(crate) fn layout(d: &[u8]) -> u64 {
     let hosts = vec![0; nhosts];
     let mut blobs = Vec::new();
     for _ in 0..nblobs {
-        let n = usize::from(u.int_in_range(0u8..=30).unwrap_or(LAYOUT_LEN as u8));
+        let n = usize::from(u.int_in_range(0u8..=30).unwrap_or(LAYOUT_BLOB_LEN as u8));
         let mut b: Vec<u8> = (0..n).map(|_| u.arbitrary().unwrap_or(0)).collect();
-        if n == LAYOUT_LEN {
+        if n == LAYOUT_BLOB_LEN {
             // The process id this process publishes (a launcher echoes it; the input
             // cannot know it, so it is written here).
             b[22..26].copy_from_slice(&std::process::id().to_le_bytes());
         }
         blobs.push(b);
     }
-    let boot = Box::new(Scripted { size, hosts, blobs });
+    let boot = Box::new(ScriptedBoot {
+        hosts,
+        ..ScriptedBoot::new(0, size, Exchange::Blobs(blobs))
+    });
     let r = ClientBuilder::new()
         .segment_size(4096)
         .config(Config::default())

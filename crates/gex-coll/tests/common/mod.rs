@@ -16,6 +16,58 @@ pub fn layers() -> gex_core::ClientBuilder<(((), gex_rma::Rma), gex_coll::Coll)>
         .layer::<gex_coll::Coll>()
 }
 
+/// Runs `f` on `p` thread ranks of the simulated fabric `cfg`, a client with the
+/// layers of [`layers`] and a `seg`-byte segment on each: `f` gets endpoint 0 and its
+/// world team, and the results come back in rank order.
+pub fn on_sim<R: Send>(
+    p: u32,
+    cfg: gex_testkit::sim::SimConfig,
+    seg: usize,
+    f: impl Fn(gex_core::OwnedEndpoint<gex_testkit::sim::Sim>, Team) -> R + Send + Sync,
+) -> Vec<R> {
+    gex_testkit::sim::run_sim(
+        p,
+        cfg,
+        || layers().segment_size(seg),
+        |client| {
+            let c = client.endpoint(0).unwrap();
+            let w = c.world().clone();
+            f(c, w)
+        },
+    )
+}
+
+/// The schedules of every rank of a team of `p` for `op` by `a`: root 0, blocks of
+/// `n` elements of `elem` bytes, a commutative reduction.
+pub fn plan_all(
+    a: &dyn gex_coll::Algorithm,
+    op: OpKind,
+    p: u32,
+    n: usize,
+    elem: usize,
+) -> Vec<gex_coll::sched::Schedule> {
+    let ctx = gex_coll::PlanCtx {
+        op,
+        size: p,
+        rank: 0,
+        root: 0,
+        block: n,
+        elem,
+        commutative: true,
+    };
+    plan_each(a, ctx)
+}
+
+/// The schedules of every rank `0..ctx.size` by `a`, `ctx` but for the rank.
+pub fn plan_each(
+    a: &dyn gex_coll::Algorithm,
+    ctx: gex_coll::PlanCtx,
+) -> Vec<gex_coll::sched::Schedule> {
+    (0..ctx.size)
+        .map(|rank| a.plan(&gex_coll::PlanCtx { rank, ..ctx }))
+        .collect()
+}
+
 /// Expected output of every rank for `op` on `inputs` (bytes per rank), blocks of `n`
 /// bytes, reduction `f` combining in rank order.
 pub fn reference(

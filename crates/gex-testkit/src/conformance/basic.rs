@@ -119,53 +119,18 @@ pub(crate) fn segment_basics<C: Conduit>(client: &Client<C>) -> Result<(), Strin
     Ok(())
 }
 
-/// A Short request, waiting for resources or (`imm`) not.
-fn rs<C: Conduit>(
+/// A request with `body`, waiting for resources or (`imm`) not.
+fn request<C: Conduit>(
     ep: &mut Endpoint<C>,
     imm: bool,
     dst: EpAddr,
     h: HandlerId,
-    args: &[u32],
+    body: Body<'_>,
 ) -> Result<(), AmError> {
     if imm {
-        ep.try_request(dst, h, Body::short(args)).map(drop)
+        ep.try_request(dst, h, body).map(drop)
     } else {
-        ep.request(dst, h, Body::short(args))
-    }
-}
-
-/// A Medium request, waiting for resources or (`imm`) not.
-fn rm<C: Conduit>(
-    ep: &mut Endpoint<C>,
-    imm: bool,
-    dst: EpAddr,
-    h: HandlerId,
-    args: &[u32],
-    payload: &[u8],
-) -> Result<(), AmError> {
-    if imm {
-        ep.try_request(dst, h, Body::medium(args, payload))
-            .map(drop)
-    } else {
-        ep.request(dst, h, Body::medium(args, payload))
-    }
-}
-
-/// A Long request, waiting for resources or (`imm`) not.
-fn rl<C: Conduit>(
-    ep: &mut Endpoint<C>,
-    imm: bool,
-    dst: EpAddr,
-    h: HandlerId,
-    args: &[u32],
-    payload: &[u8],
-    offset: usize,
-) -> Result<(), AmError> {
-    if imm {
-        ep.try_request(dst, h, Body::long(args, payload, offset))
-            .map(drop)
-    } else {
-        ep.request(dst, h, Body::long(args, payload, offset))
+        ep.request(dst, h, body)
     }
 }
 
@@ -262,10 +227,18 @@ fn expect_err_all<C: Conduit>(
     e: &AmError,
     what: &str,
 ) -> Result<(), String> {
-    expect_err(rs(ep, imm, dst, h, &[]), e, &format!("short {what}"))?;
-    expect_err(rm(ep, imm, dst, h, &[], &[1]), e, &format!("medium {what}"))?;
     expect_err(
-        rl(ep, imm, dst, h, &[], &[1], 0),
+        request(ep, imm, dst, h, Body::short(&[])),
+        e,
+        &format!("short {what}"),
+    )?;
+    expect_err(
+        request(ep, imm, dst, h, Body::medium(&[], &[1])),
+        e,
+        &format!("medium {what}"),
+    )?;
+    expect_err(
+        request(ep, imm, dst, h, Body::long(&[], &[1], 0)),
         e,
         &format!("long {what}"),
     )
@@ -285,7 +258,7 @@ fn size_errors<C: Conduit>(
     let maxm = ep.max_medium(dst);
     let big = vec![0u8; maxm + 1];
     expect_err(
-        rm(ep, f, dst, h, &[], &big),
+        request(ep, f, dst, h, Body::medium(&[], &big)),
         &AmError::PayloadTooLarge {
             len: maxm + 1,
             max: maxm,
@@ -297,7 +270,7 @@ fn size_errors<C: Conduit>(
     if climit < seg_d {
         let big = vec![0u8; climit + 1];
         expect_err(
-            rl(ep, f, dst, h, &[], &big, 0),
+            request(ep, f, dst, h, Body::long(&[], &big, 0)),
             &AmError::PayloadTooLarge {
                 len: climit + 1,
                 max: climit,
@@ -311,7 +284,7 @@ fn size_errors<C: Conduit>(
         ));
     }
     let big = vec![0u8; seg_d + 1];
-    let r = rl(ep, f, dst, h, &[], &big, 0);
+    let r = request(ep, f, dst, h, Body::long(&[], &big, 0));
     match r {
         Err(AmError::OutOfSegment { .. } | AmError::PayloadTooLarge { .. }) => {}
         other => {
@@ -336,7 +309,7 @@ fn size_errors<C: Conduit>(
             seg_len: seg_d,
         };
         expect_err(
-            rl(ep, f, dst, h, &[], &payload, offset),
+            request(ep, f, dst, h, Body::long(&[], &payload, offset)),
             &e,
             &format!("long of {len} at {offset}"),
         )?;
@@ -378,7 +351,7 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
             size: n,
         };
         expect_err(
-            rs(&mut ep, f, EpAddr::rank(u32::MAX), H, &[]),
+            request(&mut ep, f, EpAddr::rank(u32::MAX), H, Body::short(&[])),
             &e,
             "short to rank u32::MAX",
         )?;
@@ -404,7 +377,13 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
             eps: eps_of,
         };
         expect_err(
-            rs(&mut ep, f, EpAddr::new(dst.rank, u16::MAX), H, &[]),
+            request(
+                &mut ep,
+                f,
+                EpAddr::new(dst.rank, u16::MAX),
+                H,
+                Body::short(&[]),
+            ),
             &e,
             "short to EP u16::MAX",
         )?;
@@ -415,17 +394,17 @@ pub(crate) fn request_errors<C: Conduit>(client: &Client<C>) -> Result<(), Strin
             max: max_args,
         };
         expect_err(
-            rs(&mut ep, f, dst, H, &many),
+            request(&mut ep, f, dst, H, Body::short(&many)),
             &e,
             "short with too many args",
         )?;
         expect_err(
-            rm(&mut ep, f, dst, H, &many, &[]),
+            request(&mut ep, f, dst, H, Body::medium(&many, &[])),
             &e,
             "medium with too many args",
         )?;
         expect_err(
-            rl(&mut ep, f, dst, H, &many, &[], 0),
+            request(&mut ep, f, dst, H, Body::long(&many, &[], 0)),
             &e,
             "long with too many args",
         )?;

@@ -582,6 +582,45 @@ macro_rules! suite_tests {
     };
 }
 
+/// Several configurations of one suite, each in its own module (what
+/// [`suite_tests!`] asks for), one entry a configuration: its doc, module name, runner,
+/// ranks and optionally endpoints. Each module has `use super::*;`.
+///
+/// ```ignore
+/// gex_testkit::suite_modules! {
+///     suite: rma,
+///     conduit: MyConduit;
+///
+///     /// Native RMA, three ranks.
+///     native: runner(config("1")), ranks 3;
+///
+///     /// Two ranks with two endpoints each.
+///     two_eps: runner(config("1")), ranks 2, endpoints 2;
+/// }
+/// ```
+#[macro_export]
+macro_rules! suite_modules {
+    (
+        suite: $s:ident,
+        conduit: $c:ty;
+        $($(#[$doc:meta])* $name:ident: $r:expr, ranks $n:expr $(, endpoints $e:expr)?;)*
+    ) => {
+        $(
+            $(#[$doc])*
+            mod $name {
+                use super::*;
+                $crate::suite_tests! {
+                    suite: $s,
+                    conduit: $c,
+                    runner: $r,
+                    ranks: $n,
+                    $(endpoints: $e,)?
+                }
+            }
+        )*
+    };
+}
+
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __gex_first {

@@ -20,7 +20,23 @@ const NONE: AtomicFlags = AtomicFlags::empty();
 pub(crate) trait Model: AtomicType + Copy {
     const FLOAT: bool;
     /// The word's value after `op` (with its operands) on `o`.
-    fn apply(op: AtomicOp<Self>, o: Self) -> Self;
+    fn apply(op: AtomicOp<Self>, o: Self) -> Self {
+        use AtomicOp::*;
+        match op {
+            Get => o,
+            Set(a) | Swap(a) => a,
+            CompareSwap { expected, new } => {
+                if same(o, expected) {
+                    new
+                } else {
+                    o
+                }
+            }
+            _ => Self::arith(op, o),
+        }
+    }
+    /// [`Model::apply`] of the arithmetic and bitwise operations (`Add` to `Xor`).
+    fn arith(op: AtomicOp<Self>, o: Self) -> Self;
     fn sample(g: &mut SplitMix64) -> Self;
     fn bits(self) -> u64;
 }
@@ -29,18 +45,10 @@ macro_rules! int_model {
     ($t:ty) => {
         impl Model for $t {
             const FLOAT: bool = false;
-            fn apply(op: AtomicOp<$t>, o: $t) -> $t {
+            fn arith(op: AtomicOp<$t>, o: $t) -> $t {
                 use AtomicOp::*;
                 match op {
-                    Get => o,
-                    Set(a) | Swap(a) => a,
-                    CompareSwap { expected, new } => {
-                        if o == expected {
-                            new
-                        } else {
-                            o
-                        }
-                    }
+                    Get | Set(_) | Swap(_) | CompareSwap { .. } => unreachable!("in apply"),
                     Add(a) => o.wrapping_add(a),
                     Sub(a) => o.wrapping_sub(a),
                     Mult(a) => o.wrapping_mul(a),
@@ -77,18 +85,10 @@ macro_rules! float_model {
     ($t:ty) => {
         impl Model for $t {
             const FLOAT: bool = true;
-            fn apply(op: AtomicOp<$t>, o: $t) -> $t {
+            fn arith(op: AtomicOp<$t>, o: $t) -> $t {
                 use AtomicOp::*;
                 match op {
-                    Get => o,
-                    Set(a) | Swap(a) => a,
-                    CompareSwap { expected, new } => {
-                        if o.to_bits() == expected.to_bits() {
-                            new
-                        } else {
-                            o
-                        }
-                    }
+                    Get | Set(_) | Swap(_) | CompareSwap { .. } => unreachable!("in apply"),
                     Add(a) => o + a,
                     Sub(a) => o - a,
                     Mult(a) => o * a,
@@ -369,79 +369,54 @@ impl Words {
         })
     }
 
-    /// The `u64` word at offset `o` of the target's segment.
-    fn pu(&self, o: usize) -> GlobalPtr<u64> {
+    /// The word at offset `o` of the target's segment.
+    fn at<T: AtomicType>(&self, o: usize) -> GlobalPtr<T> {
         GlobalPtr::new(self.t, o)
     }
 }
 
+/// A blocking, unflagged atomic `op` on `p` of domain `ad`; an error is named `what`.
+fn blocking<C: Conduit, T: AtomicType>(
+    r: &mut Ep<C>,
+    ad: &AtomicDomain<T>,
+    p: GlobalPtr<T>,
+    op: AtomicOp<T>,
+    what: &str,
+) -> R {
+    r.atomic(ad, p, op, NONE, Blocking).map_err(e2s(what))
+}
+
+/// The value of the word `p` of domain `ad`, by a blocking fetching get.
+fn get_word<C: Conduit, T: AtomicType>(
+    r: &mut Ep<C>,
+    ad: &AtomicDomain<T>,
+    p: GlobalPtr<T>,
+) -> R<T> {
+    r.fetch_atomic(ad, p, AtomicOp::Get, NONE, Blocking)
+        .map_err(e2s("get"))
+}
+
 /// Rank 0 sets every word to its starting value.
 fn init_words<C: Conduit>(r: &mut Ep<C>, d: &Words) -> R {
-    for w in [W_COUNT, W_LOCK, W_PLAIN, W_MULT] {
-        r.atomic(&d.u64d, d.pu(w), AtomicOp::Set(0), NONE, Blocking)
-            .map_err(e2s("init"))?;
+    let u64s = [
+        (W_COUNT, 0),
+        (W_LOCK, 0),
+        (W_PLAIN, 0),
+        (W_MULT, 1),
+        (W_AND, u64::MAX),
+    ];
+    for (w, v) in u64s {
+        blocking(r, &d.u64d, d.at(w), AtomicOp::Set(v), "init u64")?;
     }
-    r.atomic(&d.u64d, d.pu(W_MULT), AtomicOp::Set(1), NONE, Blocking)
-        .map_err(e2s("init"))?;
-    r.atomic(
-        &d.u64d,
-        d.pu(W_AND),
-        AtomicOp::Set(u64::MAX),
-        NONE,
-        Blocking,
-    )
-    .map_err(e2s("init"))?;
-    r.atomic(
-        &d.i32d,
-        GlobalPtr::new(d.t, W_DEC),
-        AtomicOp::Set(0),
-        NONE,
-        Blocking,
-    )
-    .map_err(e2s("init"))?;
-    r.atomic(
-        &d.u32d,
-        GlobalPtr::new(d.t, W_OR),
-        AtomicOp::Set(0),
-        NONE,
-        Blocking,
-    )
-    .map_err(e2s("init"))?;
-    r.atomic(
-        &d.u32d,
-        GlobalPtr::new(d.t, W_XOR),
-        AtomicOp::Set(0),
-        NONE,
-        Blocking,
-    )
-    .map_err(e2s("init"))?;
-    r.atomic(
-        &d.i64d,
-        GlobalPtr::new(d.t, W_MIN),
-        AtomicOp::Set(i64::MAX),
-        NONE,
-        Blocking,
-    )
-    .map_err(e2s("init"))?;
+    blocking(r, &d.i32d, d.at(W_DEC), AtomicOp::Set(0), "init i32")?;
+    for w in [W_OR, W_XOR] {
+        blocking(r, &d.u32d, d.at(w), AtomicOp::Set(0), "init u32")?;
+    }
+    blocking(r, &d.i64d, d.at(W_MIN), AtomicOp::Set(i64::MAX), "init i64")?;
     for (w, v) in [(W_MAX, f64::NEG_INFINITY), (W_FSUM, 0.0), (W_FMULT, 1.0)] {
-        r.atomic(
-            &d.f64d,
-            GlobalPtr::new(d.t, w),
-            AtomicOp::Set(v),
-            NONE,
-            Blocking,
-        )
-        .map_err(e2s("init"))?;
+        blocking(r, &d.f64d, d.at(w), AtomicOp::Set(v), "init f64")?;
     }
-    r.atomic(
-        &d.f32d,
-        GlobalPtr::new(d.t, W_F32SUM),
-        AtomicOp::Set(0.0),
-        NONE,
-        Blocking,
-    )
-    .map_err(e2s("init"))?;
-    Ok(())
+    blocking(r, &d.f32d, d.at(W_F32SUM), AtomicOp::Set(0.0), "init f32")
 }
 
 /// Phase 1: everyone hammers one counter with fetch-add (blocking and NB) and fetch-dec, and
@@ -450,26 +425,21 @@ fn hammer<C: Conduit>(r: &mut Ep<C>, d: &Words, k: usize) -> R {
     let me = r.rank();
     let mut fetched: Vec<u64> = Vec::with_capacity(k);
     let mut pending = Vec::new();
+    let count = d.at::<u64>(W_COUNT);
     for i in 0..k {
         if i % 2 == 0 {
             fetched.push(
-                r.fetch_atomic(&d.u64d, d.pu(W_COUNT), AtomicOp::Add(1), NONE, Blocking)
+                r.fetch_atomic(&d.u64d, count, AtomicOp::Add(1), NONE, Blocking)
                     .map_err(e2s("fadd"))?,
             );
         } else {
             pending.push(
-                r.fetch_atomic(&d.u64d, d.pu(W_COUNT), AtomicOp::Add(1), NONE, Nb)
+                r.fetch_atomic(&d.u64d, count, AtomicOp::Add(1), NONE, Nb)
                     .map_err(e2s("fadd nb"))?,
             );
         }
-        r.atomic(
-            &d.i32d,
-            GlobalPtr::new(d.t, W_DEC),
-            AtomicOp::Dec,
-            NONE,
-            Nbi,
-        )
-        .map_err(e2s("dec nbi"))?;
+        r.atomic(&d.i32d, d.at(W_DEC), AtomicOp::Dec, NONE, Nbi)
+            .map_err(e2s("dec nbi"))?;
     }
     for ev in pending {
         fetched.push(wait(r, ev, "fadd Nb")?);
@@ -488,19 +458,15 @@ fn hammer<C: Conduit>(r: &mut Ep<C>, d: &Words, k: usize) -> R {
 fn cas_lock<C: Conduit>(r: &mut Ep<C>, d: &Words, iters: u64) -> R {
     let (me, n) = (r.rank(), r.size());
     let deadline = Instant::now() + CASE_WAIT;
+    let (lock, plain) = (d.at::<u64>(W_LOCK), d.at::<u64>(W_PLAIN));
+    let take = AtomicOp::CompareSwap {
+        expected: 0,
+        new: u64::from(me) + 1,
+    };
     for _ in 0..iters {
         loop {
             let old = r
-                .fetch_atomic(
-                    &d.u64d,
-                    d.pu(W_LOCK),
-                    AtomicOp::CompareSwap {
-                        expected: 0,
-                        new: u64::from(me) + 1,
-                    },
-                    AtomicFlags::ACQUIRE,
-                    Blocking,
-                )
+                .fetch_atomic(&d.u64d, lock, take, AtomicFlags::ACQUIRE, Blocking)
                 .map_err(e2s("lock"))?;
             if old == 0 {
                 break;
@@ -513,14 +479,12 @@ fn cas_lock<C: Conduit>(r: &mut Ep<C>, d: &Words, iters: u64) -> R {
             }
             r.poll();
         }
-        let v: u64 = r
-            .get_val(d.pu(W_PLAIN), Blocking)
-            .map_err(e2s("get plain"))?;
-        r.put_val(d.pu(W_PLAIN), v + 1, Blocking)
+        let v: u64 = r.get_val(plain, Blocking).map_err(e2s("get plain"))?;
+        r.put_val(plain, v + 1, Blocking)
             .map_err(e2s("put plain"))?;
         r.atomic(
             &d.u64d,
-            d.pu(W_LOCK),
+            lock,
             AtomicOp::Set(0),
             AtomicFlags::RELEASE,
             Blocking,
@@ -536,82 +500,27 @@ fn mixed_ops<C: Conduit>(r: &mut Ep<C>, d: &Words, k: usize) -> R {
     let mut g = SplitMix64::new(u64::from(me) + 99);
     for _ in 0..20 {
         let v = g.next_u64() as i64 >> 4;
-        r.atomic(
-            &d.i64d,
-            GlobalPtr::new(d.t, W_MIN),
-            AtomicOp::Min(v.min(i64::from(me) * -1000)),
-            NONE,
-            Blocking,
-        )
-        .map_err(e2s("min"))?;
+        let min = AtomicOp::Min(v.min(i64::from(me) * -1000));
+        blocking(r, &d.i64d, d.at(W_MIN), min, "min")?;
         let fv = f64::from(me) * 1.5 - (g.up_to(10) as f64);
-        r.atomic(
-            &d.f64d,
-            GlobalPtr::new(d.t, W_MAX),
-            AtomicOp::Max(fv),
-            NONE,
-            Blocking,
-        )
-        .map_err(e2s("fmax"))?;
+        blocking(r, &d.f64d, d.at(W_MAX), AtomicOp::Max(fv), "fmax")?;
     }
     for _ in 0..k {
-        r.atomic(
-            &d.f64d,
-            GlobalPtr::new(d.t, W_FSUM),
-            AtomicOp::Add(0.5),
-            NONE,
-            Nbi,
-        )
-        .map_err(e2s("fadd f64"))?;
-        r.atomic(
-            &d.f32d,
-            GlobalPtr::new(d.t, W_F32SUM),
-            AtomicOp::Add(0.25),
-            NONE,
-            Blocking,
-        )
-        .map_err(e2s("fadd f32"))?;
+        r.atomic(&d.f64d, d.at(W_FSUM), AtomicOp::Add(0.5), NONE, Nbi)
+            .map_err(e2s("fadd f64"))?;
+        blocking(r, &d.f32d, d.at(W_F32SUM), AtomicOp::Add(0.25), "fadd f32")?;
     }
     r.sync_nbi(NbiCategories::ATOMICS)
         .map_err(e2s("sync atomics"))?;
     let bit = 1u32 << (me % 32);
-    r.atomic(
-        &d.u32d,
-        GlobalPtr::new(d.t, W_OR),
-        AtomicOp::Or(bit),
-        NONE,
-        Blocking,
-    )
-    .map_err(e2s("or"))?;
+    blocking(r, &d.u32d, d.at(W_OR), AtomicOp::Or(bit), "or")?;
     for _ in 0..3 {
-        r.atomic(
-            &d.u32d,
-            GlobalPtr::new(d.t, W_XOR),
-            AtomicOp::Xor(bit),
-            NONE,
-            Blocking,
-        )
-        .map_err(e2s("xor"))?;
+        blocking(r, &d.u32d, d.at(W_XOR), AtomicOp::Xor(bit), "xor")?;
     }
-    r.atomic(
-        &d.u64d,
-        d.pu(W_AND),
-        AtomicOp::And(!(1u64 << me)),
-        NONE,
-        Blocking,
-    )
-    .map_err(e2s("and"))?;
-    r.atomic(&d.u64d, d.pu(W_MULT), AtomicOp::Mult(2), NONE, Blocking)
-        .map_err(e2s("mult"))?;
-    r.atomic(
-        &d.f64d,
-        GlobalPtr::new(d.t, W_FMULT),
-        AtomicOp::Mult(3.0),
-        NONE,
-        Blocking,
-    )
-    .map_err(e2s("fmult"))?;
-    Ok(())
+    let and = AtomicOp::And(!(1u64 << me));
+    blocking(r, &d.u64d, d.at(W_AND), and, "and")?;
+    blocking(r, &d.u64d, d.at(W_MULT), AtomicOp::Mult(2), "mult")?;
+    blocking(r, &d.f64d, d.at(W_FMULT), AtomicOp::Mult(3.0), "fmult")
 }
 
 /// The end: every rank checks everything.
@@ -632,24 +541,18 @@ fn check_all<C: Conduit>(r: &mut Ep<C>, d: &Words, k: usize, iters: u64) -> R {
             allf[i]
         ));
     }
-    let get_u64 =
-        |r: &mut Ep<C>, w| r.fetch_atomic(&d.u64d, d.pu(w), AtomicOp::Get, NONE, Blocking);
     let checks: Vec<(&str, u64, u64)> = vec![
-        (
-            "counter",
-            get_u64(r, W_COUNT).map_err(e2s("get"))?,
-            nk as u64,
-        ),
-        ("lock", get_u64(r, W_LOCK).map_err(e2s("get"))?, 0),
+        ("counter", get_word(r, &d.u64d, d.at(W_COUNT))?, nk as u64),
+        ("lock", get_word(r, &d.u64d, d.at(W_LOCK))?, 0),
         (
             "and",
-            get_u64(r, W_AND).map_err(e2s("get"))?,
+            get_word(r, &d.u64d, d.at(W_AND))?,
             !((1u64 << n) - 1),
         ),
-        ("mult", get_u64(r, W_MULT).map_err(e2s("get"))?, 1u64 << n),
+        ("mult", get_word(r, &d.u64d, d.at(W_MULT))?, 1u64 << n),
         (
             "locked plain counter",
-            r.get_val(d.pu(W_PLAIN), Blocking).map_err(e2s("get"))?,
+            r.get_val(d.at(W_PLAIN), Blocking).map_err(e2s("get"))?,
             u64::from(n) * iters,
         ),
     ];
@@ -658,37 +561,13 @@ fn check_all<C: Conduit>(r: &mut Ep<C>, d: &Words, k: usize, iters: u64) -> R {
             return Err(format!("{what}: {got} != {want}"));
         }
     }
-    let dec = r
-        .fetch_atomic(
-            &d.i32d,
-            GlobalPtr::new(d.t, W_DEC),
-            AtomicOp::Get,
-            NONE,
-            Blocking,
-        )
-        .map_err(e2s("get"))?;
+    let dec = get_word(r, &d.i32d, d.at(W_DEC))?;
     if dec != -(nk as i32) {
         return Err(format!("dec counter {dec} != -{nk}"));
     }
     let mask = (0..n).fold(0u32, |m, i| m | 1 << (i % 32));
-    let or = r
-        .fetch_atomic(
-            &d.u32d,
-            GlobalPtr::new(d.t, W_OR),
-            AtomicOp::Get,
-            NONE,
-            Blocking,
-        )
-        .map_err(e2s("get"))?;
-    let xor = r
-        .fetch_atomic(
-            &d.u32d,
-            GlobalPtr::new(d.t, W_XOR),
-            AtomicOp::Get,
-            NONE,
-            Blocking,
-        )
-        .map_err(e2s("get"))?;
+    let or = get_word(r, &d.u32d, d.at(W_OR))?;
+    let xor = get_word(r, &d.u32d, d.at(W_XOR))?;
     if or != mask || xor != mask {
         return Err(format!("or {or:#x} / xor {xor:#x} != {mask:#x}"));
     }
@@ -702,36 +581,11 @@ fn check_all<C: Conduit>(r: &mut Ep<C>, d: &Words, k: usize, iters: u64) -> R {
             want_max = want_max.max(f64::from(s) * 1.5 - (g.up_to(10) as f64));
         }
     }
-    let min = r
-        .fetch_atomic(
-            &d.i64d,
-            GlobalPtr::new(d.t, W_MIN),
-            AtomicOp::Get,
-            NONE,
-            Blocking,
-        )
-        .map_err(e2s("get"))?;
-    let get_f = |r: &mut Ep<C>, w| {
-        r.fetch_atomic(
-            &d.f64d,
-            GlobalPtr::new(d.t, w),
-            AtomicOp::Get,
-            NONE,
-            Blocking,
-        )
-    };
-    let max = get_f(r, W_MAX).map_err(e2s("get"))?;
-    let fsum = get_f(r, W_FSUM).map_err(e2s("get"))?;
-    let fmult = get_f(r, W_FMULT).map_err(e2s("get"))?;
-    let f32sum = r
-        .fetch_atomic(
-            &d.f32d,
-            GlobalPtr::new(d.t, W_F32SUM),
-            AtomicOp::Get,
-            NONE,
-            Blocking,
-        )
-        .map_err(e2s("get"))?;
+    let min = get_word(r, &d.i64d, d.at(W_MIN))?;
+    let max = get_word(r, &d.f64d, d.at(W_MAX))?;
+    let fsum = get_word(r, &d.f64d, d.at(W_FSUM))?;
+    let fmult = get_word(r, &d.f64d, d.at(W_FMULT))?;
+    let f32sum = get_word(r, &d.f32d, d.at(W_F32SUM))?;
     if min != want_min || max != want_max {
         return Err(format!(
             "min {min} / max {max}, want {want_min} / {want_max}"
@@ -746,6 +600,15 @@ fn check_all<C: Conduit>(r: &mut Ep<C>, d: &Words, k: usize, iters: u64) -> R {
         ));
     }
     Ok(())
+}
+
+/// A blocking fetch-add of 1 on `p` of domain `ad` (the probe of the refusal cases).
+fn fadd1<C: Conduit>(
+    r: &mut Ep<C>,
+    ad: &AtomicDomain<u64>,
+    p: GlobalPtr<u64>,
+) -> Result<u64, RmaError> {
+    r.fetch_atomic(ad, p, AtomicOp::Add(1), NONE, Blocking)
 }
 
 fn expect<T: std::fmt::Debug>(r: Result<T, RmaError>, want: &RmaError, what: &str) -> R {
@@ -862,13 +725,7 @@ fn word_errors<C: Conduit>(
     )?;
     for off in [base + 4, base + 1] {
         expect(
-            r.fetch_atomic(
-                ad,
-                GlobalPtr::new(dst, off),
-                AtomicOp::Add(1),
-                NONE,
-                Blocking,
-            ),
+            fadd1(r, ad, GlobalPtr::new(dst, off)),
             &RmaError::Misaligned {
                 dst,
                 offset: off,
@@ -895,13 +752,7 @@ fn word_errors<C: Conduit>(
     let seg_len = r.segment_len_of(dst.rank).unwrap_or(0);
     for off in [seg_len, seg_len - 4, usize::MAX - 3] {
         expect(
-            r.fetch_atomic(
-                ad,
-                GlobalPtr::new(dst, off),
-                AtomicOp::Add(1),
-                NONE,
-                Blocking,
-            ),
+            fadd1(r, ad, GlobalPtr::new(dst, off)),
             &RmaError::OutOfSegment {
                 dst,
                 offset: off,
@@ -930,7 +781,7 @@ pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
         // The world team of endpoint 0 has no endpoint 1.
         let other = GlobalPtr::<u64>::new(EpAddr::new(me, 1), 0);
         expect(
-            r.fetch_atomic(&ad, other, AtomicOp::Add(1), NONE, Blocking),
+            fadd1(&mut r, &ad, other),
             &RmaError::NotInTeam { dst: other.addr() },
             "a word outside the domain's team",
         )?;
@@ -939,24 +790,15 @@ pub(super) fn atomic_errors<C: Conduit>(client: &Client<C>) -> R {
         let dst = EpAddr::rank(d);
         let base = me as usize * slot;
         let p = GlobalPtr::<u64>::new(dst, base);
-        r.atomic(&ad, p, AtomicOp::Set(77), NONE, Blocking)
-            .map_err(e2s("set"))?;
+        blocking(&mut r, &ad, p, AtomicOp::Set(77), "set")?;
         word_errors(&mut r, &ad, &ad32, dst, base)?;
-        let v = r
-            .fetch_atomic(&ad, p, AtomicOp::Get, NONE, Blocking)
-            .map_err(e2s("get"))?;
+        let v = get_word(&mut r, &ad, p)?;
         if v != 77 {
             return Err(format!("failed atomics changed the word on rank {d}: {v}"));
         }
     }
     expect(
-        r.fetch_atomic(
-            &ad,
-            GlobalPtr::new(EpAddr::rank(n), 0),
-            AtomicOp::Add(1),
-            NONE,
-            Blocking,
-        ),
+        fadd1(&mut r, &ad, GlobalPtr::new(EpAddr::rank(n), 0)),
         &RmaError::BadRank { rank: n, size: n },
         "bad rank",
     )?;

@@ -62,6 +62,46 @@ pub fn client_builder() -> gex_core::ClientBuilder<((), gex_rma::Rma)> {
     gex_core::ClientBuilder::new().layer::<gex_rma::Rma>()
 }
 
+/// The atomics half of the conduits' `native_path_is_taken` tests, on every rank:
+/// 100 blocking fetch-adds of 1 on the `u64` word at offset 64 of rank 1's segment
+/// through `ad` (fetch-add and get); the conduit's count of native atomics
+/// (`native_atomics`, read before and after) must grow by 100 exactly when
+/// `native`, and after a barrier the word must hold 100 per rank. Ends with a
+/// barrier.
+///
+/// # Errors
+/// A message saying which check failed, or an RMA or barrier error.
+pub fn hundred_fetch_adds<C: Conduit>(
+    ep: &mut gex_core::Endpoint<C>,
+    ad: &gex_rma::AtomicDomain<u64>,
+    native: bool,
+    native_atomics: impl Fn() -> u64,
+) -> Result<(), String> {
+    use gex_core::{Blocking, EpAddr};
+    use gex_rma::{AtomicFlags, AtomicOp, GlobalPtr, RmaExt};
+    let word = GlobalPtr::<u64>::new(EpAddr::rank(1), 64);
+    let f = AtomicFlags::empty();
+    let before = native_atomics();
+    for _ in 0..100 {
+        ep.fetch_atomic(ad, word, AtomicOp::Add(1), f, Blocking)
+            .map_err(|e| e.to_string())?;
+    }
+    let counted = native_atomics() - before;
+    if counted != if native { 100 } else { 0 } {
+        return Err(format!(
+            "{counted} native atomics counted for 100 fetch-adds (native: {native})"
+        ));
+    }
+    crate::exchange_barrier(ep).map_err(|e| e.to_string())?;
+    let total = ep
+        .fetch_atomic(ad, word, AtomicOp::Get, f, Blocking)
+        .map_err(|e| e.to_string())?;
+    if total != 100 * u64::from(ep.size()) {
+        return Err(format!("word holds {total} after 100 fetch-adds per rank"));
+    }
+    crate::exchange_barrier(ep).map_err(|e| e.to_string())
+}
+
 /// Names of every RMA case, in registry order.
 pub const CASE_NAMES: &[&str] = &[
     "rma_contiguous",

@@ -470,6 +470,25 @@ struct Replier<'a> {
 }
 
 impl SimEp {
+    /// Queues `msg` from this endpoint ([`push`]); with `capacity`, as a request that
+    /// respects the lane capacity.
+    fn queue(
+        &mut self,
+        msg: &OutMsg<'_>,
+        capacity: bool,
+        owned: Option<Owned<'_>>,
+    ) -> Result<Injected, ConduitError> {
+        push(
+            &self.fabric,
+            self.me,
+            self.gid,
+            &mut self.rng,
+            msg,
+            capacity,
+            owned,
+        )
+    }
+
     /// Native operations this endpoint's simulated NIC has performed.
     pub fn native_counts(&self) -> NativeCounts {
         self.nic.counts
@@ -714,26 +733,10 @@ unsafe impl ConduitEp for SimEp {
                 "inject is for requests; replies go through ReplyTx".into(),
             ));
         }
-        let r = push(
-            &self.fabric,
-            self.me,
-            self.gid,
-            &mut self.rng,
-            msg,
-            true,
-            None,
-        )?;
+        let r = self.queue(msg, true, None)?;
         if r == Injected::WouldBlock && imm && self.fabric.cfg.fault == Fault::IgnoreImmediate {
             // Fault: send anyway and claim nothing was sent.
-            push(
-                &self.fabric,
-                self.me,
-                self.gid,
-                &mut self.rng,
-                msg,
-                false,
-                None,
-            )?;
+            self.queue(msg, false, None)?;
         }
         if r == Injected::WouldBlock && !imm {
             self.back_off();
@@ -755,15 +758,7 @@ unsafe impl ConduitEp for SimEp {
             buf: &mut buf,
             ticket: deferred.then_some(ticket),
         };
-        let sent = push(
-            &self.fabric,
-            self.me,
-            self.gid,
-            &mut self.rng,
-            &header,
-            true,
-            Some(o),
-        )?;
+        let sent = self.queue(&header, true, Some(o))?;
         match (sent, buf) {
             (Injected::WouldBlock, Some(b)) => {
                 if !imm {
@@ -915,16 +910,7 @@ unsafe impl ConduitEp for SimEp {
         }
         self.prepared = false;
         // The lane had room at prepare time and only this endpoint sends on it.
-        push(
-            &self.fabric,
-            self.me,
-            self.gid,
-            &mut self.rng,
-            msg,
-            false,
-            None,
-        )
-        .map(|_| ())
+        self.queue(msg, false, None).map(|_| ())
     }
 
     fn cancel(&mut self) {
