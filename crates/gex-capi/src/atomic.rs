@@ -395,24 +395,7 @@ unsafe fn op_nbi<T: CAtomic>(
     })
 }
 
-/// Emits C entry points (`emit`) or their declarations as Rust source text
-/// (`declare`, an expression: a string), from the same tokens.
-macro_rules! c_fns {
-    (emit $( $(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block )*) => {$(
-        $(#[$m])*
-        #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int $body
-    )*};
-    (declare $( $(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block )*) => {
-        concat!($(
-            stringify!($(#[$m])* #[unsafe(no_mangle)] pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {}),
-            "\n",
-        )*)
-    };
-}
-
-/// The three functions of one element type `$t` (`emit` or `declare`, as [`c_fns!`]).
+/// The three functions of one element type `$t` (`emit` or `declare`, as `c_fns!`).
 macro_rules! atomic_family {
     ($mode:ident; $t:ty, $op:ident, $nb:ident, $nbi:ident) => {
         c_fns! { $mode

@@ -231,8 +231,8 @@ fn allreduce_and_atomics_on_one_rank() {
 }
 
 /// include/gex.h is what cbindgen generates from the crate's source, with the
-/// declarations of the macro-generated atomic families (`crate::atomic::DECLS`: cbindgen
-/// does not expand macros): regenerates it and fails if the checked-in file differs
+/// declarations of the macro-generated entry points (`crate::DECLS`: cbindgen does not
+/// expand macros): regenerates it and fails if the checked-in file differs
 /// (`BLESS=1` rewrites it instead).
 #[test]
 fn gex_h_matches_the_source() {
@@ -240,7 +240,7 @@ fn gex_h_matches_the_source() {
     let config =
         cbindgen::Config::from_file(format!("{dir}/cbindgen.toml")).expect("cbindgen.toml");
     let decls = std::env::temp_dir().join(format!("gex-capi-decls-{}.rs", std::process::id()));
-    std::fs::write(&decls, crate::atomic::DECLS).expect("write the declarations");
+    std::fs::write(&decls, crate::DECLS.concat()).expect("write the declarations");
     let mut generated = Vec::new();
     let built = cbindgen::Builder::new()
         .with_config(config)
@@ -256,6 +256,8 @@ fn gex_h_matches_the_source() {
         "gex_atomic_op_nb_f32",
         "gex_atomic_op_nbi_i64",
         "gex_atomic_op_u32",
+        "gex_gather_nb",
+        "gex_exscan_user",
     ] {
         assert!(
             text.contains(&format!("int {f}(")),
