@@ -12,7 +12,7 @@
 #![allow(unsafe_code)]
 
 use crate::event::{Done, Filled, Op, gex_event_t};
-use crate::handle::{gex_ep_t, gex_team_t};
+use crate::handle::{EpState, gex_ep_t, gex_team_t};
 use crate::ptr::{self, Lent};
 use crate::status::{Error, entry, gex_status_t};
 use gex_facade::coll::{BarrierFlags, BitOp, Elem, Exscan, ReduceOp};
@@ -575,6 +575,23 @@ fn barrier_flags(flags: u32) -> Result<BarrierFlags, Error> {
         .ok_or_else(|| Error::invalid(format!("unknown barrier flags {flags:#x}")))
 }
 
+/// The body of the split-phase barrier calls: the handles and `flags` checked, then
+/// `f` on the endpoint's state, the team and the gex-coll flags.
+///
+/// # Safety
+/// As [`gex_team_barrier_notify`].
+unsafe fn split_phase<R>(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    flags: u32,
+    f: impl FnOnce(&mut EpState, &Team, BarrierFlags) -> Result<R, Error>,
+) -> Result<R, Error> {
+    // SAFETY: the caller's promises, as `args` states them.
+    let (h, t) = unsafe { args(ep, team) }?;
+    let flags = barrier_flags(flags)?;
+    h.with(|s| f(s, &t, flags))
+}
+
 /// Notifies this member's split-phase barrier of `team` with the name `id` (or an
 /// anonymous entry with `GEX_BARRIER_ANONYMOUS`). Must be followed by
 /// `gex_team_barrier_wait` (or a `gex_team_barrier_try` that returns `GEX_OK`) with
@@ -594,10 +611,12 @@ pub unsafe extern "C" fn gex_team_barrier_notify(
     flags: u32,
 ) -> c_int {
     entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let f = barrier_flags(flags)?;
-        h.with(|s| Ok(s.ep.barrier_notify(&t, id, f)?))?;
+        // SAFETY: the caller's promises, passed on.
+        unsafe {
+            split_phase(ep, team, flags, |s, t, f| {
+                Ok(s.ep.barrier_notify(t, id, f)?)
+            })
+        }?;
         Ok(gex_status_t::GEX_OK)
     })
 }
@@ -618,10 +637,12 @@ pub unsafe extern "C" fn gex_team_barrier_wait(
     flags: u32,
 ) -> c_int {
     entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let f = barrier_flags(flags)?;
-        h.with(|s| Ok(s.ep.barrier_wait(&t, id, f)?))?;
+        // SAFETY: the caller's promises, passed on.
+        unsafe {
+            split_phase(ep, team, flags, |s, t, f| {
+                Ok(s.ep.barrier_wait(t, id, f)?)
+            })
+        }?;
         Ok(gex_status_t::GEX_OK)
     })
 }
@@ -642,10 +663,9 @@ pub unsafe extern "C" fn gex_team_barrier_try(
     flags: u32,
 ) -> c_int {
     entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let f = barrier_flags(flags)?;
-        let done = h.with(|s| Ok(s.ep.barrier_try(&t, id, f)?))?;
+        // SAFETY: the caller's promises, passed on.
+        let done =
+            unsafe { split_phase(ep, team, flags, |s, t, f| Ok(s.ep.barrier_try(t, id, f)?)) }?;
         Ok(if done {
             gex_status_t::GEX_OK
         } else {
