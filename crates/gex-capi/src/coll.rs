@@ -268,6 +268,22 @@ impl From<(c_int, c_int)> for DtOp {
     }
 }
 
+/// The root (team rank 0 for an unrooted collective), buffers, element count and
+/// event slot (`None`: blocking) of a data collective's call.
+#[derive(Clone, Copy)]
+pub(crate) struct Call {
+    /// The root's team rank.
+    pub(crate) root: u32,
+    /// The input.
+    pub(crate) src: *const c_void,
+    /// The output.
+    pub(crate) dst: *mut c_void,
+    /// The block's element count.
+    pub(crate) count: usize,
+    /// The event slot of a nonblocking call.
+    pub(crate) nb: Option<*mut *mut gex_event_t>,
+}
+
 /// The reduction operator of a data collective: a C [`gex_op_t`] value (ignored by
 /// the collectives that do not reduce) or a ready operator (a user-defined one).
 pub(crate) enum Red<T> {
@@ -323,24 +339,15 @@ impl Shape {
         self,
         ep: *const gex_ep_t,
         team: *const gex_team_t,
-        root: u32,
-        src: *const c_void,
-        dst: *mut c_void,
-        count: usize,
+        call: Call,
         dt_op: impl Into<DtOp>,
-        nb: Option<*mut *mut gex_event_t>,
     ) -> c_int {
         let DtOp(dt, op) = dt_op.into();
         entry(|| {
             // SAFETY: the caller's promises, as `args` states them.
             let (h, t) = unsafe { args(ep, team) }?;
             // SAFETY: the caller's promises, passed on.
-            unsafe {
-                by_dt!(
-                    dt,
-                    combine(self, h, &t, root, src, dst, count, Red::C(op), nb)
-                )
-            }
+            unsafe { by_dt!(dt, combine(self, h, &t, call, Red::C(op))) }
         })
     }
     /// (input, output) element counts of a member for blocks of `n` (`pn` = `P × n`)
@@ -370,13 +377,16 @@ pub(crate) unsafe fn combine<T: CElem>(
     shape: Shape,
     h: &gex_ep_t,
     team: &Team,
-    root: u32,
-    src: *const c_void,
-    dst: *mut c_void,
-    n: usize,
+    call: Call,
     op: Red<T>,
-    nb: Option<*mut *mut gex_event_t>,
 ) -> Result<gex_status_t, Error> {
+    let Call {
+        root,
+        src,
+        dst,
+        count: n,
+        nb,
+    } = call;
     if shape.rooted() && root >= team.size() {
         return Err(Error::invalid(format!(
             "no team rank {root} (the team has {} members)",
@@ -470,17 +480,15 @@ unsafe fn allreduce<T: CElem>(
         let world = h.with(|s| Ok(s.world.clone()))?;
         // SAFETY: the caller's promises, passed on.
         unsafe {
-            combine::<T>(
-                Shape::Allreduce,
-                h,
-                &world,
-                0,
-                src.cast(),
-                dst.cast(),
-                n,
-                Red::C(op),
-                None,
-            )
+            let (src, dst) = (src.cast(), dst.cast());
+            let call = Call {
+                root: 0,
+                src,
+                dst,
+                count: n,
+                nb: None,
+            };
+            combine::<T>(Shape::Allreduce, h, &world, call, Red::C(op))
         }
     })
 }

@@ -164,8 +164,8 @@ macro_rules! or_default {
 /// (`DECLS`, as [`c_fns!`]), from one list: `fn name = Shape [root] (args) [ev];` takes
 /// `ep`, `team`, `root: u32` (when named), `src`, `dst`, `count`, the `args` and
 /// `ev: *mut *mut gex_event_t` (when named), and passes them to `$run` as the
-/// `coll::Shape`, the handles, the root (0 without one), the buffers and count, the
-/// `args` as a tuple and the event slot (`None` without one).
+/// `coll::Shape`, the handles, a `coll::Call` (the root, 0 without one; the buffers
+/// and count; the event slot, `None` without one) and the `args` as a tuple.
 macro_rules! team_data_fns {
     ($run:path; $($list:tt)*) => {
         team_data_fns!(@fns emit, $run; $($list)*);
@@ -191,8 +191,9 @@ macro_rules! team_data_fns {
                 $($ev: *mut *mut gex_event_t,)?
             ) {
                 let (root, nb) = (or_default!($($root)?), or_default!($(Some($ev))?));
+                let call = $crate::coll::Call { root, src, dst, count, nb };
                 // SAFETY: the caller's promises, passed on.
-                unsafe { $run(Shape::$shape, ep, team, root, src, dst, count, ($($arg,)*), nb) }
+                unsafe { $run(Shape::$shape, ep, team, call, ($($arg,)*)) }
             }
         )* }
     };

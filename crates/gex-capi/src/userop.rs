@@ -15,7 +15,7 @@
 //! (`x0 ⊕ x1 ⊕ …`) unless the operator is commutative.
 #![allow(unsafe_code)]
 
-use crate::coll::{CElem, Red, Shape, args, combine, slot};
+use crate::coll::{CElem, Call, Red, Shape, args, combine, slot};
 use crate::event::gex_event_t;
 use crate::handle::{gex_ep_t, gex_team_t};
 use crate::ptr;
@@ -223,23 +223,19 @@ unsafe fn run(
     shape: Shape,
     ep: *const gex_ep_t,
     team: *const gex_team_t,
-    root: u32,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
+    call: Call,
     (op,): (*const gex_user_op_t,),
-    nb: Option<*mut *mut gex_event_t>,
 ) -> c_int {
     entry(|| {
         // SAFETY: the caller's promises, as `args` states them.
         let (h, t) = unsafe { args(ep, team) }?;
         // SAFETY: the caller's promise, as `ptr::handle` states it.
         let u = unsafe { ptr::handle(op) }?;
-        slot(nb)?;
+        slot(call.nb)?;
         by_size!(u.elem_size, |E| {
             let r = Red::Op(reduce_op::<E>(u));
             // SAFETY: the caller's promises, passed on.
-            unsafe { combine::<E>(shape, h, &t, root, src, dst, count, r, nb) }
+            unsafe { combine::<E>(shape, h, &t, call, r) }
         })
     })
 }
