@@ -50,27 +50,24 @@ impl Mode {
 /// completion) on endpoint `$h` as `$mode` says; the event of `Mode::Nb` to its slot,
 /// checked non-null by `Mode::check` before.
 macro_rules! issue {
+    (@on $h:expr, $completion:expr, |$ep:ident, $c:ident| $call:expr) => {
+        $h.with(|s| {
+            let ($ep, $c) = (&mut s.ep, $completion);
+            Ok($call?)
+        })
+    };
     ($h:expr, $mode:expr, |$ep:ident, $c:ident| $call:expr) => {
         match $mode {
             Mode::Blocking => {
-                $h.with(|s| {
-                    let ($ep, $c) = (&mut s.ep, Blocking);
-                    Ok($call?)
-                })?;
+                issue!(@on $h, Blocking, |$ep, $c| $call)?;
                 Ok(gex_status_t::GEX_OK)
             }
             Mode::Nbi => {
-                $h.with(|s| {
-                    let ($ep, $c) = (&mut s.ep, Nbi);
-                    Ok($call?)
-                })?;
+                issue!(@on $h, Nbi, |$ep, $c| $call)?;
                 Ok(gex_status_t::GEX_OK)
             }
             Mode::Nb(ev) => {
-                let e = $h.with(|s| {
-                    let ($ep, $c) = (&mut s.ep, Nb);
-                    Ok($call?)
-                })?;
+                let e = issue!(@on $h, Nb, |$ep, $c| $call)?;
                 // SAFETY: `ev` is non-null (`Mode::check`) and writable (the caller's
                 // promise).
                 unsafe { hand_out(ev, Op::Unit(e)) }
