@@ -225,6 +225,27 @@ fn run_calls(boot: &mut dyn Bootstrap, calls: &[Call]) -> Vec<Result<Vec<Vec<u8>
     out
 }
 
+/// The run of a scripted client that connected as `r` says: its host ids and the
+/// results of `calls` until one fails; the client is closed before the scripted peer
+/// `t` is joined.
+fn client_run<C: Bootstrap>(
+    r: Result<C, BootError>,
+    calls: &[Call],
+    t: std::thread::JoinHandle<()>,
+) -> ClientRun {
+    let out = match r {
+        Ok(mut c) => {
+            let hosts = c.host_ids().to_vec();
+            let res = run_calls(&mut c, calls);
+            drop(c);
+            (Ok(hosts), res)
+        }
+        Err(e) => (Err(e), Vec::new()),
+    };
+    let _ = t.join();
+    out
+}
+
 /// What a scripted client run gave: the connection's result (host ids), then each
 /// call's.
 pub type ClientRun = (
@@ -244,32 +265,13 @@ pub fn pmi_scripted(
 ) -> ClientRun {
     let (sock, t) = scripted_peer(script);
     let r = crate::pmi::fuzz_connect(sock, rank, size, handshake);
-    let out = match r {
-        Ok(mut c) => {
-            let hosts = c.host_ids().to_vec();
-            let res = run_calls(&mut c, calls);
-            drop(c);
-            (Ok(hosts), res)
-        }
-        Err(e) => (Err(e), Vec::new()),
-    };
-    let _ = t.join();
-    out
+    client_run(r, calls, t)
 }
 
 /// Connects a fork-launcher client as `rank` of `size` to a launcher that answers with
 /// `script` (raw frames), then makes `calls` until one fails.
 pub fn fork_scripted(rank: u32, size: u32, script: Vec<u8>, calls: &[Call]) -> ClientRun {
     let (sock, t) = scripted_peer(script);
-    let out = match crate::fork::ForkClient::connect(sock, rank, size) {
-        Ok(mut c) => {
-            let hosts = c.host_ids().to_vec();
-            let res = run_calls(&mut c, calls);
-            drop(c);
-            (Ok(hosts), res)
-        }
-        Err(e) => (Err(e), Vec::new()),
-    };
-    let _ = t.join();
-    out
+    let r = crate::fork::ForkClient::connect(sock, rank, size);
+    client_run(r, calls, t)
 }

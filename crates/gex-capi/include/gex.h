@@ -622,194 +622,6 @@ int gex_broadcast(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, voi
 // freed; `ev` is NULL or valid for writing one pointer.
 int gex_broadcast_nb(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, void *buf, size_t count, int dt, gex_event_t **ev);
 
-// Gathers the `count` elements of type `dt` at every member's `src` into the `dst` of
-// team rank `root`, in team-rank order (`size × count` elements there; `dst` is
-// ignored elsewhere and may be NULL).
-//
-// Returns as [`gex_broadcast`], and `GEX_ERR_INVALID` for overlapping buffers.
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
-// reading `count` elements of `dt`; at the root `dst` is valid for writing
-// `size × count` elements and does not overlap `src` (any pointers for 0 elements);
-// both suitably aligned.
-int gex_gather(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, int dt);
-
-// Starts a gather (as [`gex_gather`]) and writes its event to `*ev`: `src` is copied
-// before the call returns; the root's `dst` is written by the call that completes the
-// event (never if the event is freed first).
-//
-// Returns as [`gex_gather`]; `GEX_ERR_NULL` if `ev` is NULL.
-//
-// # Safety
-// As [`gex_gather`], with the root's `dst` valid for writing until the event is
-// completed or freed; `ev` is NULL or valid for writing one pointer.
-int gex_gather_nb(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, int dt, gex_event_t **ev);
-
-// Gathers the `count` elements of type `dt` at every member's `src` into every
-// member's `dst` (`size × count` elements, in team-rank order).
-//
-// Returns as [`gex_gather`].
-//
-// # Safety
-// As [`gex_gather`], with `dst` valid for writing `size × count` elements on every
-// member.
-int gex_gather_all(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt);
-
-// Starts a gather_all (as [`gex_gather_all`]) and writes its event to `*ev`; `dst` is
-// written by the call that completes the event.
-//
-// Returns as [`gex_gather_nb`].
-//
-// # Safety
-// As [`gex_gather_all`], with `dst` valid for writing until the event is completed
-// or freed; `ev` is NULL or valid for writing one pointer.
-int gex_gather_all_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, gex_event_t **ev);
-
-// Reduces the `count` elements of type `dt` at every member's `src` element-wise
-// with `op` (a [`gex_op_t`]; the bitwise and logical ones on integer types only) into
-// the `dst` of team rank `root` (`dst` is ignored elsewhere and may be NULL).
-//
-// Returns as [`gex_gather`], and `GEX_ERR_INVALID` for an unknown `op` or a bitwise
-// one on a float type.
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
-// reading `count` elements of `dt`; at the root `dst` is valid for writing `count`
-// elements and does not overlap `src`; both suitably aligned.
-int gex_reduce(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, int dt, int op);
-
-// Starts a reduce (as [`gex_reduce`]) and writes its event to `*ev`; the root's `dst`
-// is written by the call that completes the event.
-//
-// Returns as [`gex_reduce`]; `GEX_ERR_NULL` if `ev` is NULL.
-//
-// # Safety
-// As [`gex_reduce`], with the root's `dst` valid for writing until the event is
-// completed or freed; `ev` is NULL or valid for writing one pointer.
-int gex_reduce_nb(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, int dt, int op, gex_event_t **ev);
-
-// Reduces as [`gex_reduce`] into every member's `dst` (`count` elements).
-//
-// Returns as [`gex_reduce`].
-//
-// # Safety
-// As [`gex_reduce`], with `dst` valid for writing `count` elements on every member.
-int gex_allreduce(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op);
-
-// Starts an allreduce (as [`gex_allreduce`]) and writes its event to `*ev`: `src` is
-// copied before the call returns; `dst` is written by the call that completes the
-// event (never if the event is freed first).
-//
-// Returns as [`gex_reduce_nb`].
-//
-// # Safety
-// As [`gex_allreduce`], with `dst` valid for writing until the event is completed or
-// freed; `ev` is NULL or valid for writing one pointer.
-int gex_allreduce_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op, gex_event_t **ev);
-
-// Scatters the `size × count` elements of type `dt` at the `src` of team rank `root`:
-// block `i` (`count` elements) goes to the `dst` of team rank `i` (`src` is ignored
-// elsewhere and may be NULL).
-//
-// Returns as [`gex_gather`].
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `team` NULL or a live team; at the root `src` is
-// valid for reading `size × count` elements of `dt`; `dst` is valid for writing
-// `count` elements and does not overlap `src`; both suitably aligned.
-int gex_scatter(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, int dt);
-
-// Starts a scatter (as [`gex_scatter`]) and writes its event to `*ev`: the root's
-// `src` is copied before the call returns; `dst` is written by the call that
-// completes the event (never if the event is freed first).
-//
-// Returns as [`gex_gather_nb`].
-//
-// # Safety
-// As [`gex_scatter`], with `dst` valid for writing until the event is completed or
-// freed; `ev` is NULL or valid for writing one pointer.
-int gex_scatter_nb(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, int dt, gex_event_t **ev);
-
-// All-to-all exchange: block `j` (`count` elements of type `dt`) of member `i`'s `src`
-// becomes block `i` of member `j`'s `dst` (both `size × count` elements).
-//
-// Returns as [`gex_gather`].
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
-// reading and `dst` for writing `size × count` elements of `dt`, not overlapping, both
-// suitably aligned.
-int gex_exchange(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt);
-
-// Starts an exchange (as [`gex_exchange`]) and writes its event to `*ev`; `src` is
-// copied before the call returns, `dst` written by the call that completes the event.
-//
-// Returns as [`gex_gather_nb`].
-//
-// # Safety
-// As [`gex_exchange`], with `dst` valid for writing until the event is completed or
-// freed; `ev` is NULL or valid for writing one pointer.
-int gex_exchange_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, gex_event_t **ev);
-
-// Reduce_scatter: reduces every member's `src` (`size × count` elements of type `dt`)
-// element-wise with `op`; team rank `i`'s `dst` receives block `i` (`count` elements)
-// of the result.
-//
-// Returns as [`gex_reduce`].
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
-// reading `size × count` and `dst` for writing `count` elements of `dt`, not
-// overlapping, both suitably aligned.
-int gex_reduce_scatter(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op);
-
-// Starts a reduce_scatter (as [`gex_reduce_scatter`]) and writes its event to `*ev`;
-// `dst` is written by the call that completes the event.
-//
-// Returns as [`gex_reduce_nb`].
-//
-// # Safety
-// As [`gex_reduce_scatter`], with `dst` valid for writing until the event is completed
-// or freed; `ev` is NULL or valid for writing one pointer.
-int gex_reduce_scatter_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op, gex_event_t **ev);
-
-// Inclusive scan: team rank `i`'s `dst` receives the element-wise reduction with `op`
-// of the `src` of team ranks `0..=i` (`count` elements of type `dt`).
-//
-// Returns as [`gex_reduce`].
-//
-// # Safety
-// As [`gex_allreduce`].
-int gex_scan(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op);
-
-// Starts an inclusive scan (as [`gex_scan`]) and writes its event to `*ev`; `dst` is
-// written by the call that completes the event.
-//
-// Returns as [`gex_reduce_nb`].
-//
-// # Safety
-// As [`gex_allreduce_nb`].
-int gex_scan_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op, gex_event_t **ev);
-
-// Exclusive scan: team rank `i > 0`'s `dst` receives the reduction with `op` of the
-// `src` of team ranks `0..i`; team rank 0's `dst` is not written.
-//
-// Returns as [`gex_reduce`].
-//
-// # Safety
-// As [`gex_allreduce`].
-int gex_exscan(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op);
-
-// Starts an exclusive scan (as [`gex_exscan`]) and writes its event to `*ev`; `dst`
-// (not team rank 0's) is written by the call that completes the event.
-//
-// Returns as [`gex_reduce_nb`].
-//
-// # Safety
-// As [`gex_allreduce_nb`].
-int gex_exscan_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op, gex_event_t **ev);
-
 // Polls the endpoint once and reports whether the event in `*ev` is complete.
 //
 // Returns `GEX_PENDING` if not (nothing changes); once complete, the operation's
@@ -865,100 +677,6 @@ int gex_event_wait_any(const gex_ep_t *ep, gex_event_t **evs, size_t n, size_t *
 // # Safety
 // `ev` is NULL or a live event, used by no other thread during or after the call.
 int gex_event_free(gex_event_t *ev);
-
-// Puts `len` bytes from `src` at `offset` in `rank`'s segment and returns once they
-// are there (remote completion).
-//
-// Returns `GEX_OK`; `GEX_ERR_RMA` if the range is outside the target's segment or the
-// conduit failed; `GEX_ERR_INVALID` for a rank out of range.
-//
-// # Safety
-// `ep` is NULL or a live endpoint; `src` is valid for reading `len` bytes (any pointer
-// when `len` is 0).
-int gex_put(const gex_ep_t *ep, uint32_t rank, size_t offset, const void *src, size_t len);
-
-// Starts a put of `len` bytes from `src` to `offset` in `rank`'s segment and writes
-// its event to `*ev`. `src` may be reused as soon as the call returns (gex has copied
-// what it still needs); the event completes when the bytes are at the target.
-//
-// Returns as [`gex_put`] (no event is made on error); `GEX_ERR_NULL` if `ev` is NULL.
-//
-// # Safety
-// As [`gex_put`], and `ev` is NULL or valid for writing one pointer.
-int gex_put_nb(const gex_ep_t *ep, uint32_t rank, size_t offset, const void *src, size_t len, gex_event_t **ev);
-
-// Gets `len` bytes from `offset` in `rank`'s segment into `dst` and returns once they
-// are there.
-//
-// Returns as [`gex_put`].
-//
-// # Safety
-// `ep` is NULL or a live endpoint; `dst` is valid for writing `len` bytes (any
-// pointer when `len` is 0) and not accessed by anything else during the call.
-int gex_get(const gex_ep_t *ep, void *dst, uint32_t rank, size_t offset, size_t len);
-
-// Starts a get of `len` bytes from `offset` in `rank`'s segment into `dst` and writes
-// its event to `*ev`. The bytes are written to `dst` by the call that completes the
-// event (`gex_event_test` returning `GEX_OK`, or a wait): not before, and never if
-// the event is freed first.
-//
-// Returns as [`gex_put_nb`].
-//
-// # Safety
-// `ep` is NULL or a live endpoint; `ev` is NULL or valid for writing one pointer;
-// `dst` is valid for writing `len` bytes (any pointer when `len` is 0) until the event
-// is completed or freed.
-int gex_get_nb(const gex_ep_t *ep, void *dst, uint32_t rank, size_t offset, size_t len, gex_event_t **ev);
-
-// Sets `len` bytes at `offset` in `rank`'s segment to `value` and returns once they
-// are set (remote completion).
-//
-// Returns as [`gex_put`].
-//
-// # Safety
-// `ep` is NULL or a live endpoint.
-int gex_memset(const gex_ep_t *ep, uint32_t rank, size_t offset, uint8_t value, size_t len);
-
-// Starts a memset (as [`gex_memset`]) and writes its event to `*ev`: it completes
-// when the bytes are set.
-//
-// Returns as [`gex_put_nb`].
-//
-// # Safety
-// `ep` is NULL or a live endpoint; `ev` is NULL or valid for writing one pointer.
-int gex_memset_nb(const gex_ep_t *ep, uint32_t rank, size_t offset, uint8_t value, size_t len, gex_event_t **ev);
-
-// Starts a memset (as [`gex_memset`]) with an implicit event, counted with the puts:
-// the bytes are set once `gex_nbi_sync` of `GEX_NBI_PUTS` returns.
-//
-// Returns as [`gex_put_nbi`].
-//
-// # Safety
-// `ep` is NULL or a live endpoint.
-int gex_memset_nbi(const gex_ep_t *ep, uint32_t rank, size_t offset, uint8_t value, size_t len);
-
-// Starts a put of `len` bytes from `src` to `offset` in `rank`'s segment with an
-// implicit event: `src` may be reused as soon as the call returns; the put is
-// complete (its bytes at the target) once `gex_nbi_sync` of `GEX_NBI_PUTS` returns
-// (or `gex_nbi_test` of it returns `GEX_OK`).
-//
-// Returns as [`gex_put`] (nothing is started on error).
-//
-// # Safety
-// As [`gex_put`].
-int gex_put_nbi(const gex_ep_t *ep, uint32_t rank, size_t offset, const void *src, size_t len);
-
-// Starts a get of `len` bytes from `offset` in `rank`'s segment into `dst` with an
-// implicit event: the bytes are in `dst` once `gex_nbi_sync` of `GEX_NBI_GETS`
-// returns (or `gex_nbi_test` of it returns `GEX_OK`), written by that call.
-//
-// Returns as [`gex_get`] (nothing is started on error).
-//
-// # Safety
-// `ep` is NULL or a live endpoint; `dst` is valid for writing `len` bytes (any
-// pointer when `len` is 0) until the sync of the gets that completes it (or until the
-// endpoint is closed), and not accessed by anything else meanwhile.
-int gex_get_nbi(const gex_ep_t *ep, void *dst, uint32_t rank, size_t offset, size_t len);
 
 // Waits (polling the endpoint) until every implicit-event operation of the categories
 // `cats` (`GEX_NBI_PUTS | GEX_NBI_GETS | GEX_NBI_ATOMICS`, or `GEX_NBI_ALL`) started on
@@ -1099,322 +817,6 @@ int gex_op_create(gex_reduce_fn_t fn, size_t elem_size, int commutative, void *a
 // # Safety
 // `op` is NULL or a live operator, used by no other thread during or after the call.
 int gex_op_free(gex_user_op_t *op);
-
-// Reduces the `count` elements (of `op`'s `elem_size` bytes) of every member's `src`
-// element-wise with the user operator `op`, in team-rank order unless `op` is
-// commutative, and writes the result to every member's `dst`. Every member passes
-// the same `count` and an operator of the same function, size and commutativity.
-//
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for overlapping buffers, a team of another
-// endpoint or an `op` that is not a live operator; `GEX_ERR_NULL` for a NULL `op`;
-// `GEX_ERR_COLL` if it failed (e.g. the members passed different counts).
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `team` NULL or a live team, `op` NULL or a live
-// operator; `src` is valid for reading and `dst` for writing `count` elements (any
-// pointers when `count` is 0), not overlapping.
-int gex_allreduce_user(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op);
-
-// Starts an allreduce with a user operator (as [`gex_allreduce_user`]) and writes its
-// event to `*ev`: `src` is copied before the call returns, `dst` written by the call
-// that completes the event (never if the event is freed first).
-//
-// Returns as [`gex_allreduce_user`]; `GEX_ERR_NULL` if `ev` is NULL.
-//
-// # Safety
-// As [`gex_allreduce_user`], with `dst` valid for writing until the event is
-// completed or freed; `ev` is NULL or valid for writing one pointer.
-int gex_allreduce_user_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op, gex_event_t **ev);
-
-// Reduces as [`gex_allreduce_user`] into the `dst` of team rank `root` only (`dst` is
-// ignored elsewhere and may be NULL).
-//
-// Returns as [`gex_allreduce_user`], and `GEX_ERR_INVALID` for a `root` out of range.
-//
-// # Safety
-// As [`gex_allreduce_user`], with `dst` valid for writing `count` elements at the
-// root only.
-int gex_reduce_user(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, const gex_user_op_t *op);
-
-// Starts a reduce with a user operator (as [`gex_reduce_user`]) and writes its event
-// to `*ev`; the root's `dst` is written by the call that completes the event.
-//
-// Returns as [`gex_reduce_user`]; `GEX_ERR_NULL` if `ev` is NULL.
-//
-// # Safety
-// As [`gex_reduce_user`], with the root's `dst` valid for writing until the event is
-// completed or freed; `ev` is NULL or valid for writing one pointer.
-int gex_reduce_user_nb(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, const gex_user_op_t *op, gex_event_t **ev);
-
-// Inclusive scan with a user operator: team rank `i`'s `dst` receives
-// `src_0 ⊕ src_1 ⊕ … ⊕ src_i` element-wise (`count` elements).
-//
-// Returns as [`gex_allreduce_user`].
-//
-// # Safety
-// As [`gex_allreduce_user`].
-int gex_scan_user(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op);
-
-// Starts an inclusive scan with a user operator (as [`gex_scan_user`]) and writes its
-// event to `*ev`; `dst` is written by the call that completes the event.
-//
-// Returns as [`gex_allreduce_user_nb`].
-//
-// # Safety
-// As [`gex_allreduce_user_nb`].
-int gex_scan_user_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op, gex_event_t **ev);
-
-// Reduce_scatter with a user operator: reduces every member's `src` (`size × count`
-// elements) element-wise with `op` (in team-rank order unless `op` is commutative);
-// team rank `i`'s `dst` receives block `i` (`count` elements) of the result.
-//
-// Returns as [`gex_allreduce_user`].
-//
-// # Safety
-// As [`gex_allreduce_user`], with `src` valid for reading `size × count` elements.
-int gex_reduce_scatter_user(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op);
-
-// Starts a reduce_scatter with a user operator (as [`gex_reduce_scatter_user`]) and
-// writes its event to `*ev`; `dst` is written by the call that completes the event.
-//
-// Returns as [`gex_allreduce_user_nb`].
-//
-// # Safety
-// As [`gex_reduce_scatter_user`], with `dst` valid for writing until the event is
-// completed or freed; `ev` is NULL or valid for writing one pointer.
-int gex_reduce_scatter_user_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op, gex_event_t **ev);
-
-// Exclusive scan with a user operator: team rank `i > 0`'s `dst` receives
-// `src_0 ⊕ … ⊕ src_{i-1}` element-wise (`count` elements); team rank 0's `dst` is
-// not written.
-//
-// Returns as [`gex_allreduce_user`].
-//
-// # Safety
-// As [`gex_allreduce_user`].
-int gex_exscan_user(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op);
-
-// Starts an exclusive scan with a user operator (as [`gex_exscan_user`]) and writes
-// its event to `*ev`; `dst` (not team rank 0's) is written by the call that completes
-// the event.
-//
-// Returns as [`gex_allreduce_user_nb`].
-//
-// # Safety
-// As [`gex_allreduce_user_nb`].
-int gex_exscan_user_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op, gex_event_t **ev);
-
-// Puts a strided region: `ndims` dimensions of `counts[d]` elements of `elem_size`
-// bytes, dimension 0 innermost. Element `(i_0, .., i_{n-1})` is read at byte
-// `src + Σ i_d * src_strides[d]` and written at byte `offset + Σ i_d * dst_strides[d]`
-// of `rank`'s segment (strides in bytes, negative or zero allowed; zero destination
-// strides make elements overwrite each other in an unspecified order). `ndims` 0 moves
-// one element; a count or `elem_size` of 0 moves nothing. Returns once the bytes are
-// at the target.
-//
-// Returns `GEX_OK`; `GEX_ERR_RMA` if an element is outside the target's segment or the
-// conduit failed (nothing moves); `GEX_ERR_INVALID` for a rank out of range or an
-// offset that overflows; `GEX_ERR_NULL` for a NULL array with `ndims > 0` or a NULL
-// `src` with something to move.
-//
-// # Safety
-// `ep` is NULL or a live endpoint; `dst_strides`, `src_strides` and `counts` are valid
-// for reading `ndims` elements (any pointers when `ndims` is 0); every byte from the
-// lowest to the highest the shape addresses from `src` (the gaps between elements
-// included) is in one object, readable and not written during the call.
-int gex_put_strided(const gex_ep_t *ep, uint32_t rank, size_t offset, const ptrdiff_t *dst_strides, const void *src, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims);
-
-// Starts a strided put (as [`gex_put_strided`]) and writes its event to `*ev`; `src`
-// may be reused as soon as the call returns, the event completes when the bytes are
-// at the target.
-//
-// Returns as [`gex_put_strided`] (no event is made on error); `GEX_ERR_NULL` if `ev`
-// is NULL.
-//
-// # Safety
-// As [`gex_put_strided`], and `ev` is NULL or valid for writing one pointer.
-int gex_put_strided_nb(const gex_ep_t *ep, uint32_t rank, size_t offset, const ptrdiff_t *dst_strides, const void *src, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims, gex_event_t **ev);
-
-// Starts a strided put (as [`gex_put_strided`]) with an implicit event: the bytes are
-// at the target once `gex_nbi_sync` of `GEX_NBI_PUTS` returns. `src` may be reused as
-// soon as the call returns.
-//
-// Returns as [`gex_put_strided`] (nothing is started on error).
-//
-// # Safety
-// As [`gex_put_strided`].
-int gex_put_strided_nbi(const gex_ep_t *ep, uint32_t rank, size_t offset, const ptrdiff_t *dst_strides, const void *src, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims);
-
-// Gets a strided region: element `(i_0, .., i_{n-1})` (`elem_size` bytes, dimension 0
-// innermost) is read at byte `offset + Σ i_d * src_strides[d]` of `rank`'s segment and
-// written at byte `dst + Σ i_d * dst_strides[d]` (strides in bytes, negative or zero
-// allowed). `ndims` 0 moves one element; a count or `elem_size` of 0 moves nothing.
-// Returns once the bytes are in `dst`; only the addressed bytes are written.
-//
-// Returns as [`gex_put_strided`] (NULL `dst` with something to move: `GEX_ERR_NULL`).
-//
-// # Safety
-// `ep` is NULL or a live endpoint; `dst_strides`, `src_strides` and `counts` are valid
-// for reading `ndims` elements (any pointers when `ndims` is 0); every byte from the
-// lowest to the highest the shape addresses from `dst` (the gaps between elements
-// included) is in one object, writable and not accessed by anything else during the
-// call.
-int gex_get_strided(const gex_ep_t *ep, void *dst, const ptrdiff_t *dst_strides, uint32_t rank, size_t offset, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims);
-
-// Starts a strided get (as [`gex_get_strided`]) and writes its event to `*ev`. The
-// elements are written to `dst` by the call that completes the event (not before,
-// and never if the event is freed first); only the elements the shape addresses are
-// written, so the gaps between them may be used meanwhile.
-//
-// Returns as [`gex_get_strided`] (no event is made on error); `GEX_ERR_NULL` if `ev`
-// is NULL.
-//
-// # Safety
-// `ep` is NULL or a live endpoint; `ev` is NULL or valid for writing one pointer;
-// the arrays are valid for reading `ndims` elements; every byte from the lowest to the
-// highest the shape addresses from `dst` is in one object, and the bytes of the
-// addressed elements are writable and not accessed by anything else until the event
-// is completed or freed.
-int gex_get_strided_nb(const gex_ep_t *ep, void *dst, const ptrdiff_t *dst_strides, uint32_t rank, size_t offset, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims, gex_event_t **ev);
-
-// Starts a strided get (as [`gex_get_strided`]) with an implicit event: the elements
-// are written to `dst` by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done)
-// of `GEX_NBI_GETS` that completes it; only the elements the shape addresses are
-// written.
-//
-// Returns as [`gex_get_strided`] (nothing is started on error).
-//
-// # Safety
-// As [`gex_get_strided_nb`] without `ev`, with the addressed elements writable and
-// not accessed by anything else until the gets' NBI sync (or the endpoint's close).
-int gex_get_strided_nbi(const gex_ep_t *ep, void *dst, const ptrdiff_t *dst_strides, uint32_t rank, size_t offset, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims);
-
-// Puts `npieces` pieces to `rank`'s segment: piece `i` is `pieces[i].len` bytes at
-// byte `pieces[i].offset`, taken from `src` in order (packed, piece after piece;
-// `src_len` must be the pieces' total length). Returns once the bytes are at the
-// target.
-//
-// Returns `GEX_OK`; `GEX_ERR_RMA` if a piece is outside the target's segment or the
-// conduit failed (nothing moves); `GEX_ERR_INVALID` for a rank out of range or a
-// `src_len` that is not the total; `GEX_ERR_NULL` for a NULL `pieces` with
-// `npieces > 0` or a NULL `src` with `src_len > 0`.
-//
-// # Safety
-// `ep` is NULL or a live endpoint; `pieces` is valid for reading `npieces` pieces and
-// `src` for reading `src_len` bytes (any pointers for 0).
-int gex_put_vector(const gex_ep_t *ep, uint32_t rank, const gex_piece_t *pieces, size_t npieces, const void *src, size_t src_len);
-
-// Starts a vector put (as [`gex_put_vector`]) and writes its event to `*ev`; `src`
-// may be reused as soon as the call returns.
-//
-// Returns as [`gex_put_vector`]; `GEX_ERR_NULL` if `ev` is NULL.
-//
-// # Safety
-// As [`gex_put_vector`], and `ev` is NULL or valid for writing one pointer.
-int gex_put_vector_nb(const gex_ep_t *ep, uint32_t rank, const gex_piece_t *pieces, size_t npieces, const void *src, size_t src_len, gex_event_t **ev);
-
-// Starts a vector put (as [`gex_put_vector`]) with an implicit event (completed by
-// `gex_nbi_sync` of `GEX_NBI_PUTS`); `src` may be reused as soon as the call returns.
-//
-// Returns as [`gex_put_vector`].
-//
-// # Safety
-// As [`gex_put_vector`].
-int gex_put_vector_nbi(const gex_ep_t *ep, uint32_t rank, const gex_piece_t *pieces, size_t npieces, const void *src, size_t src_len);
-
-// Gets `npieces` pieces from `rank`'s segment into `dst`, packed in order (`dst_len`
-// must be the pieces' total length). Returns once the bytes are in `dst`.
-//
-// Returns as [`gex_put_vector`] (`dst`, `dst_len` in place of `src`, `src_len`).
-//
-// # Safety
-// `ep` is NULL or a live endpoint; `pieces` is valid for reading `npieces` pieces;
-// `dst` is valid for writing `dst_len` bytes (any pointers for 0) and not accessed by
-// anything else during the call.
-int gex_get_vector(const gex_ep_t *ep, void *dst, size_t dst_len, uint32_t rank, const gex_piece_t *pieces, size_t npieces);
-
-// Starts a vector get (as [`gex_get_vector`]) and writes its event to `*ev`; `dst`
-// is written by the call that completes the event (never if it is freed first).
-//
-// Returns as [`gex_get_vector`]; `GEX_ERR_NULL` if `ev` is NULL.
-//
-// # Safety
-// As [`gex_get_vector`], with `dst` writable until the event is completed or freed;
-// `ev` is NULL or valid for writing one pointer.
-int gex_get_vector_nb(const gex_ep_t *ep, void *dst, size_t dst_len, uint32_t rank, const gex_piece_t *pieces, size_t npieces, gex_event_t **ev);
-
-// Starts a vector get (as [`gex_get_vector`]) with an implicit event: `dst` is
-// written by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done) of
-// `GEX_NBI_GETS` that completes it.
-//
-// Returns as [`gex_get_vector`] (nothing is started on error).
-//
-// # Safety
-// As [`gex_get_vector`], with `dst` writable and not accessed by anything else until
-// the gets' NBI sync (or the endpoint's close).
-int gex_get_vector_nbi(const gex_ep_t *ep, void *dst, size_t dst_len, uint32_t rank, const gex_piece_t *pieces, size_t npieces);
-
-// Puts `n` pieces of `each` bytes to `rank`'s segment, piece `i` at byte
-// `offsets[i]`, taken from `src` in order (packed: `n × each` bytes). Returns once
-// the bytes are at the target.
-//
-// Returns as [`gex_put_vector`] (`GEX_ERR_INVALID` if `n × each` overflows).
-//
-// # Safety
-// `ep` is NULL or a live endpoint; `offsets` is valid for reading `n` offsets and
-// `src` for reading `n × each` bytes (any pointers for 0).
-int gex_put_indexed(const gex_ep_t *ep, uint32_t rank, const size_t *offsets, size_t n, size_t each, const void *src);
-
-// Starts an indexed put (as [`gex_put_indexed`]) and writes its event to `*ev`; `src`
-// may be reused as soon as the call returns.
-//
-// Returns as [`gex_put_indexed`]; `GEX_ERR_NULL` if `ev` is NULL.
-//
-// # Safety
-// As [`gex_put_indexed`], and `ev` is NULL or valid for writing one pointer.
-int gex_put_indexed_nb(const gex_ep_t *ep, uint32_t rank, const size_t *offsets, size_t n, size_t each, const void *src, gex_event_t **ev);
-
-// Starts an indexed put (as [`gex_put_indexed`]) with an implicit event (completed by
-// `gex_nbi_sync` of `GEX_NBI_PUTS`); `src` may be reused as soon as the call returns.
-//
-// Returns as [`gex_put_indexed`].
-//
-// # Safety
-// As [`gex_put_indexed`].
-int gex_put_indexed_nbi(const gex_ep_t *ep, uint32_t rank, const size_t *offsets, size_t n, size_t each, const void *src);
-
-// Gets `n` pieces of `each` bytes from `rank`'s segment, piece `i` from byte
-// `offsets[i]`, into `dst` packed in order (`n × each` bytes). Returns once the bytes
-// are in `dst`.
-//
-// Returns as [`gex_put_indexed`].
-//
-// # Safety
-// `ep` is NULL or a live endpoint; `offsets` is valid for reading `n` offsets; `dst`
-// is valid for writing `n × each` bytes (any pointers for 0) and not accessed by
-// anything else during the call.
-int gex_get_indexed(const gex_ep_t *ep, void *dst, uint32_t rank, const size_t *offsets, size_t n, size_t each);
-
-// Starts an indexed get (as [`gex_get_indexed`]) and writes its event to `*ev`; `dst`
-// is written by the call that completes the event (never if it is freed first).
-//
-// Returns as [`gex_get_indexed`]; `GEX_ERR_NULL` if `ev` is NULL.
-//
-// # Safety
-// As [`gex_get_indexed`], with `dst` writable until the event is completed or freed;
-// `ev` is NULL or valid for writing one pointer.
-int gex_get_indexed_nb(const gex_ep_t *ep, void *dst, uint32_t rank, const size_t *offsets, size_t n, size_t each, gex_event_t **ev);
-
-// Starts an indexed get (as [`gex_get_indexed`]) with an implicit event: `dst` is
-// written by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done) of
-// `GEX_NBI_GETS` that completes it.
-//
-// Returns as [`gex_get_indexed`] (nothing is started on error).
-//
-// # Safety
-// As [`gex_get_indexed`], with `dst` writable and not accessed by anything else until
-// the gets' NBI sync (or the endpoint's close).
-int gex_get_indexed_nbi(const gex_ep_t *ep, void *dst, uint32_t rank, const size_t *offsets, size_t n, size_t each);
 
 // Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
 // on the element at `offset` (a multiple of its size) in `rank`'s segment
@@ -1667,6 +1069,604 @@ int gex_atomic_op_nb_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint
 // # Safety
 // `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
 int gex_atomic_op_nbi_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, float a, float b, uint32_t flags);
+
+// Gathers the `count` elements of type `dt` at every member's `src` into the `dst` of
+// team rank `root`, in team-rank order (`size × count` elements there; `dst` is
+// ignored elsewhere and may be NULL).
+//
+// Returns as [`gex_broadcast`], and `GEX_ERR_INVALID` for overlapping buffers.
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
+// reading `count` elements of `dt`; at the root `dst` is valid for writing
+// `size × count` elements and does not overlap `src` (any pointers for 0 elements);
+// both suitably aligned.
+int gex_gather(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, int dt);
+
+// Starts a gather (as [`gex_gather`]) and writes its event to `*ev`: `src` is copied
+// before the call returns; the root's `dst` is written by the call that completes the
+// event (never if the event is freed first).
+//
+// Returns as [`gex_gather`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_gather`], with the root's `dst` valid for writing until the event is
+// completed or freed; `ev` is NULL or valid for writing one pointer.
+int gex_gather_nb(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, int dt, gex_event_t **ev);
+
+// Gathers the `count` elements of type `dt` at every member's `src` into every
+// member's `dst` (`size × count` elements, in team-rank order).
+//
+// Returns as [`gex_gather`].
+//
+// # Safety
+// As [`gex_gather`], with `dst` valid for writing `size × count` elements on every
+// member.
+int gex_gather_all(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt);
+
+// Starts a gather_all (as [`gex_gather_all`]) and writes its event to `*ev`; `dst` is
+// written by the call that completes the event.
+//
+// Returns as [`gex_gather_nb`].
+//
+// # Safety
+// As [`gex_gather_all`], with `dst` valid for writing until the event is completed
+// or freed; `ev` is NULL or valid for writing one pointer.
+int gex_gather_all_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, gex_event_t **ev);
+
+// Reduces the `count` elements of type `dt` at every member's `src` element-wise
+// with `op` (a [`gex_op_t`]; the bitwise and logical ones on integer types only) into
+// the `dst` of team rank `root` (`dst` is ignored elsewhere and may be NULL).
+//
+// Returns as [`gex_gather`], and `GEX_ERR_INVALID` for an unknown `op` or a bitwise
+// one on a float type.
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
+// reading `count` elements of `dt`; at the root `dst` is valid for writing `count`
+// elements and does not overlap `src`; both suitably aligned.
+int gex_reduce(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, int dt, int op);
+
+// Starts a reduce (as [`gex_reduce`]) and writes its event to `*ev`; the root's `dst`
+// is written by the call that completes the event.
+//
+// Returns as [`gex_reduce`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_reduce`], with the root's `dst` valid for writing until the event is
+// completed or freed; `ev` is NULL or valid for writing one pointer.
+int gex_reduce_nb(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, int dt, int op, gex_event_t **ev);
+
+// Reduces as [`gex_reduce`] into every member's `dst` (`count` elements).
+//
+// Returns as [`gex_reduce`].
+//
+// # Safety
+// As [`gex_reduce`], with `dst` valid for writing `count` elements on every member.
+int gex_allreduce(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op);
+
+// Starts an allreduce (as [`gex_allreduce`]) and writes its event to `*ev`: `src` is
+// copied before the call returns; `dst` is written by the call that completes the
+// event (never if the event is freed first).
+//
+// Returns as [`gex_reduce_nb`].
+//
+// # Safety
+// As [`gex_allreduce`], with `dst` valid for writing until the event is completed or
+// freed; `ev` is NULL or valid for writing one pointer.
+int gex_allreduce_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op, gex_event_t **ev);
+
+// Scatters the `size × count` elements of type `dt` at the `src` of team rank `root`:
+// block `i` (`count` elements) goes to the `dst` of team rank `i` (`src` is ignored
+// elsewhere and may be NULL).
+//
+// Returns as [`gex_gather`].
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team; at the root `src` is
+// valid for reading `size × count` elements of `dt`; `dst` is valid for writing
+// `count` elements and does not overlap `src`; both suitably aligned.
+int gex_scatter(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, int dt);
+
+// Starts a scatter (as [`gex_scatter`]) and writes its event to `*ev`: the root's
+// `src` is copied before the call returns; `dst` is written by the call that
+// completes the event (never if the event is freed first).
+//
+// Returns as [`gex_gather_nb`].
+//
+// # Safety
+// As [`gex_scatter`], with `dst` valid for writing until the event is completed or
+// freed; `ev` is NULL or valid for writing one pointer.
+int gex_scatter_nb(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, int dt, gex_event_t **ev);
+
+// All-to-all exchange: block `j` (`count` elements of type `dt`) of member `i`'s `src`
+// becomes block `i` of member `j`'s `dst` (both `size × count` elements).
+//
+// Returns as [`gex_gather`].
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
+// reading and `dst` for writing `size × count` elements of `dt`, not overlapping, both
+// suitably aligned.
+int gex_exchange(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt);
+
+// Starts an exchange (as [`gex_exchange`]) and writes its event to `*ev`; `src` is
+// copied before the call returns, `dst` written by the call that completes the event.
+//
+// Returns as [`gex_gather_nb`].
+//
+// # Safety
+// As [`gex_exchange`], with `dst` valid for writing until the event is completed or
+// freed; `ev` is NULL or valid for writing one pointer.
+int gex_exchange_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, gex_event_t **ev);
+
+// Reduce_scatter: reduces every member's `src` (`size × count` elements of type `dt`)
+// element-wise with `op`; team rank `i`'s `dst` receives block `i` (`count` elements)
+// of the result.
+//
+// Returns as [`gex_reduce`].
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
+// reading `size × count` and `dst` for writing `count` elements of `dt`, not
+// overlapping, both suitably aligned.
+int gex_reduce_scatter(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op);
+
+// Starts a reduce_scatter (as [`gex_reduce_scatter`]) and writes its event to `*ev`;
+// `dst` is written by the call that completes the event.
+//
+// Returns as [`gex_reduce_nb`].
+//
+// # Safety
+// As [`gex_reduce_scatter`], with `dst` valid for writing until the event is completed
+// or freed; `ev` is NULL or valid for writing one pointer.
+int gex_reduce_scatter_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op, gex_event_t **ev);
+
+// Inclusive scan: team rank `i`'s `dst` receives the element-wise reduction with `op`
+// of the `src` of team ranks `0..=i` (`count` elements of type `dt`).
+//
+// Returns as [`gex_reduce`].
+//
+// # Safety
+// As [`gex_allreduce`].
+int gex_scan(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op);
+
+// Starts an inclusive scan (as [`gex_scan`]) and writes its event to `*ev`; `dst` is
+// written by the call that completes the event.
+//
+// Returns as [`gex_reduce_nb`].
+//
+// # Safety
+// As [`gex_allreduce_nb`].
+int gex_scan_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op, gex_event_t **ev);
+
+// Exclusive scan: team rank `i > 0`'s `dst` receives the reduction with `op` of the
+// `src` of team ranks `0..i`; team rank 0's `dst` is not written.
+//
+// Returns as [`gex_reduce`].
+//
+// # Safety
+// As [`gex_allreduce`].
+int gex_exscan(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op);
+
+// Starts an exclusive scan (as [`gex_exscan`]) and writes its event to `*ev`; `dst`
+// (not team rank 0's) is written by the call that completes the event.
+//
+// Returns as [`gex_reduce_nb`].
+//
+// # Safety
+// As [`gex_allreduce_nb`].
+int gex_exscan_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op, gex_event_t **ev);
+
+// Reduces the `count` elements (of `op`'s `elem_size` bytes) of every member's `src`
+// element-wise with the user operator `op`, in team-rank order unless `op` is
+// commutative, and writes the result to every member's `dst`. Every member passes
+// the same `count` and an operator of the same function, size and commutativity.
+//
+// Returns `GEX_OK`; `GEX_ERR_INVALID` for overlapping buffers, a team of another
+// endpoint or an `op` that is not a live operator; `GEX_ERR_NULL` for a NULL `op`;
+// `GEX_ERR_COLL` if it failed (e.g. the members passed different counts).
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team, `op` NULL or a live
+// operator; `src` is valid for reading and `dst` for writing `count` elements (any
+// pointers when `count` is 0), not overlapping.
+int gex_allreduce_user(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op);
+
+// Starts an allreduce with a user operator (as [`gex_allreduce_user`]) and writes its
+// event to `*ev`: `src` is copied before the call returns, `dst` written by the call
+// that completes the event (never if the event is freed first).
+//
+// Returns as [`gex_allreduce_user`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_allreduce_user`], with `dst` valid for writing until the event is
+// completed or freed; `ev` is NULL or valid for writing one pointer.
+int gex_allreduce_user_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op, gex_event_t **ev);
+
+// Reduces as [`gex_allreduce_user`] into the `dst` of team rank `root` only (`dst` is
+// ignored elsewhere and may be NULL).
+//
+// Returns as [`gex_allreduce_user`], and `GEX_ERR_INVALID` for a `root` out of range.
+//
+// # Safety
+// As [`gex_allreduce_user`], with `dst` valid for writing `count` elements at the
+// root only.
+int gex_reduce_user(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, const gex_user_op_t *op);
+
+// Starts a reduce with a user operator (as [`gex_reduce_user`]) and writes its event
+// to `*ev`; the root's `dst` is written by the call that completes the event.
+//
+// Returns as [`gex_reduce_user`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_reduce_user`], with the root's `dst` valid for writing until the event is
+// completed or freed; `ev` is NULL or valid for writing one pointer.
+int gex_reduce_user_nb(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, const void *src, void *dst, size_t count, const gex_user_op_t *op, gex_event_t **ev);
+
+// Inclusive scan with a user operator: team rank `i`'s `dst` receives
+// `src_0 ⊕ src_1 ⊕ … ⊕ src_i` element-wise (`count` elements).
+//
+// Returns as [`gex_allreduce_user`].
+//
+// # Safety
+// As [`gex_allreduce_user`].
+int gex_scan_user(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op);
+
+// Starts an inclusive scan with a user operator (as [`gex_scan_user`]) and writes its
+// event to `*ev`; `dst` is written by the call that completes the event.
+//
+// Returns as [`gex_allreduce_user_nb`].
+//
+// # Safety
+// As [`gex_allreduce_user_nb`].
+int gex_scan_user_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op, gex_event_t **ev);
+
+// Reduce_scatter with a user operator: reduces every member's `src` (`size × count`
+// elements) element-wise with `op` (in team-rank order unless `op` is commutative);
+// team rank `i`'s `dst` receives block `i` (`count` elements) of the result.
+//
+// Returns as [`gex_allreduce_user`].
+//
+// # Safety
+// As [`gex_allreduce_user`], with `src` valid for reading `size × count` elements.
+int gex_reduce_scatter_user(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op);
+
+// Starts a reduce_scatter with a user operator (as [`gex_reduce_scatter_user`]) and
+// writes its event to `*ev`; `dst` is written by the call that completes the event.
+//
+// Returns as [`gex_allreduce_user_nb`].
+//
+// # Safety
+// As [`gex_reduce_scatter_user`], with `dst` valid for writing until the event is
+// completed or freed; `ev` is NULL or valid for writing one pointer.
+int gex_reduce_scatter_user_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op, gex_event_t **ev);
+
+// Exclusive scan with a user operator: team rank `i > 0`'s `dst` receives
+// `src_0 ⊕ … ⊕ src_{i-1}` element-wise (`count` elements); team rank 0's `dst` is
+// not written.
+//
+// Returns as [`gex_allreduce_user`].
+//
+// # Safety
+// As [`gex_allreduce_user`].
+int gex_exscan_user(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op);
+
+// Starts an exclusive scan with a user operator (as [`gex_exscan_user`]) and writes
+// its event to `*ev`; `dst` (not team rank 0's) is written by the call that completes
+// the event.
+//
+// Returns as [`gex_allreduce_user_nb`].
+//
+// # Safety
+// As [`gex_allreduce_user_nb`].
+int gex_exscan_user_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, const gex_user_op_t *op, gex_event_t **ev);
+
+// Puts `len` bytes from `src` at `offset` in `rank`'s segment and returns once they
+// are there (remote completion).
+//
+// Returns `GEX_OK`; `GEX_ERR_RMA` if the range is outside the target's segment or the
+// conduit failed; `GEX_ERR_INVALID` for a rank out of range.
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `src` is valid for reading `len` bytes (any pointer
+// when `len` is 0).
+int gex_put(const gex_ep_t *ep, uint32_t rank, size_t offset, const void *src, size_t len);
+
+// Starts a put of `len` bytes from `src` to `offset` in `rank`'s segment and writes
+// its event to `*ev`. `src` may be reused as soon as the call returns (gex has copied
+// what it still needs); the event completes when the bytes are at the target.
+//
+// Returns as [`gex_put`] (no event is made on error); `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_put`], and `ev` is NULL or valid for writing one pointer.
+int gex_put_nb(const gex_ep_t *ep, uint32_t rank, size_t offset, const void *src, size_t len, gex_event_t **ev);
+
+// Starts a put of `len` bytes from `src` to `offset` in `rank`'s segment with an
+// implicit event: `src` may be reused as soon as the call returns; the put is
+// complete (its bytes at the target) once `gex_nbi_sync` of `GEX_NBI_PUTS` returns
+// (or `gex_nbi_test` of it returns `GEX_OK`).
+//
+// Returns as [`gex_put`] (nothing is started on error).
+//
+// # Safety
+// As [`gex_put`].
+int gex_put_nbi(const gex_ep_t *ep, uint32_t rank, size_t offset, const void *src, size_t len);
+
+// Gets `len` bytes from `offset` in `rank`'s segment into `dst` and returns once they
+// are there.
+//
+// Returns as [`gex_put`].
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `dst` is valid for writing `len` bytes (any
+// pointer when `len` is 0) and not accessed by anything else during the call.
+int gex_get(const gex_ep_t *ep, void *dst, uint32_t rank, size_t offset, size_t len);
+
+// Starts a get of `len` bytes from `offset` in `rank`'s segment into `dst` and writes
+// its event to `*ev`. The bytes are written to `dst` by the call that completes the
+// event (`gex_event_test` returning `GEX_OK`, or a wait): not before, and never if
+// the event is freed first.
+//
+// Returns as [`gex_put_nb`].
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `ev` is NULL or valid for writing one pointer;
+// `dst` is valid for writing `len` bytes (any pointer when `len` is 0) until the event
+// is completed or freed.
+int gex_get_nb(const gex_ep_t *ep, void *dst, uint32_t rank, size_t offset, size_t len, gex_event_t **ev);
+
+// Starts a get of `len` bytes from `offset` in `rank`'s segment into `dst` with an
+// implicit event: the bytes are in `dst` once `gex_nbi_sync` of `GEX_NBI_GETS`
+// returns (or `gex_nbi_test` of it returns `GEX_OK`), written by that call.
+//
+// Returns as [`gex_get`] (nothing is started on error).
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `dst` is valid for writing `len` bytes (any
+// pointer when `len` is 0) until the sync of the gets that completes it (or until the
+// endpoint is closed), and not accessed by anything else meanwhile.
+int gex_get_nbi(const gex_ep_t *ep, void *dst, uint32_t rank, size_t offset, size_t len);
+
+// Sets `len` bytes at `offset` in `rank`'s segment to `value` and returns once they
+// are set (remote completion).
+//
+// Returns as [`gex_put`].
+//
+// # Safety
+// `ep` is NULL or a live endpoint.
+int gex_memset(const gex_ep_t *ep, uint32_t rank, size_t offset, uint8_t value, size_t len);
+
+// Starts a memset (as [`gex_memset`]) and writes its event to `*ev`: it completes
+// when the bytes are set.
+//
+// Returns as [`gex_put_nb`].
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `ev` is NULL or valid for writing one pointer.
+int gex_memset_nb(const gex_ep_t *ep, uint32_t rank, size_t offset, uint8_t value, size_t len, gex_event_t **ev);
+
+// Starts a memset (as [`gex_memset`]) with an implicit event, counted with the puts:
+// the bytes are set once `gex_nbi_sync` of `GEX_NBI_PUTS` returns.
+//
+// Returns as [`gex_put_nbi`].
+//
+// # Safety
+// `ep` is NULL or a live endpoint.
+int gex_memset_nbi(const gex_ep_t *ep, uint32_t rank, size_t offset, uint8_t value, size_t len);
+
+// Puts a strided region: `ndims` dimensions of `counts[d]` elements of `elem_size`
+// bytes, dimension 0 innermost. Element `(i_0, .., i_{n-1})` is read at byte
+// `src + Σ i_d * src_strides[d]` and written at byte `offset + Σ i_d * dst_strides[d]`
+// of `rank`'s segment (strides in bytes, negative or zero allowed; zero destination
+// strides make elements overwrite each other in an unspecified order). `ndims` 0 moves
+// one element; a count or `elem_size` of 0 moves nothing. Returns once the bytes are
+// at the target.
+//
+// Returns `GEX_OK`; `GEX_ERR_RMA` if an element is outside the target's segment or the
+// conduit failed (nothing moves); `GEX_ERR_INVALID` for a rank out of range or an
+// offset that overflows; `GEX_ERR_NULL` for a NULL array with `ndims > 0` or a NULL
+// `src` with something to move.
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `dst_strides`, `src_strides` and `counts` are valid
+// for reading `ndims` elements (any pointers when `ndims` is 0); every byte from the
+// lowest to the highest the shape addresses from `src` (the gaps between elements
+// included) is in one object, readable and not written during the call.
+int gex_put_strided(const gex_ep_t *ep, uint32_t rank, size_t offset, const ptrdiff_t *dst_strides, const void *src, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims);
+
+// Starts a strided put (as [`gex_put_strided`]) and writes its event to `*ev`; `src`
+// may be reused as soon as the call returns, the event completes when the bytes are
+// at the target.
+//
+// Returns as [`gex_put_strided`] (no event is made on error); `GEX_ERR_NULL` if `ev`
+// is NULL.
+//
+// # Safety
+// As [`gex_put_strided`], and `ev` is NULL or valid for writing one pointer.
+int gex_put_strided_nb(const gex_ep_t *ep, uint32_t rank, size_t offset, const ptrdiff_t *dst_strides, const void *src, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims, gex_event_t **ev);
+
+// Starts a strided put (as [`gex_put_strided`]) with an implicit event: the bytes are
+// at the target once `gex_nbi_sync` of `GEX_NBI_PUTS` returns. `src` may be reused as
+// soon as the call returns.
+//
+// Returns as [`gex_put_strided`] (nothing is started on error).
+//
+// # Safety
+// As [`gex_put_strided`].
+int gex_put_strided_nbi(const gex_ep_t *ep, uint32_t rank, size_t offset, const ptrdiff_t *dst_strides, const void *src, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims);
+
+// Gets a strided region: element `(i_0, .., i_{n-1})` (`elem_size` bytes, dimension 0
+// innermost) is read at byte `offset + Σ i_d * src_strides[d]` of `rank`'s segment and
+// written at byte `dst + Σ i_d * dst_strides[d]` (strides in bytes, negative or zero
+// allowed). `ndims` 0 moves one element; a count or `elem_size` of 0 moves nothing.
+// Returns once the bytes are in `dst`; only the addressed bytes are written.
+//
+// Returns as [`gex_put_strided`] (NULL `dst` with something to move: `GEX_ERR_NULL`).
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `dst_strides`, `src_strides` and `counts` are valid
+// for reading `ndims` elements (any pointers when `ndims` is 0); every byte from the
+// lowest to the highest the shape addresses from `dst` (the gaps between elements
+// included) is in one object, writable and not accessed by anything else during the
+// call.
+int gex_get_strided(const gex_ep_t *ep, void *dst, const ptrdiff_t *dst_strides, uint32_t rank, size_t offset, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims);
+
+// Starts a strided get (as [`gex_get_strided`]) and writes its event to `*ev`. The
+// elements are written to `dst` by the call that completes the event (not before,
+// and never if the event is freed first); only the elements the shape addresses are
+// written, so the gaps between them may be used meanwhile.
+//
+// Returns as [`gex_get_strided`] (no event is made on error); `GEX_ERR_NULL` if `ev`
+// is NULL.
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `ev` is NULL or valid for writing one pointer;
+// the arrays are valid for reading `ndims` elements; every byte from the lowest to the
+// highest the shape addresses from `dst` is in one object, and the bytes of the
+// addressed elements are writable and not accessed by anything else until the event
+// is completed or freed.
+int gex_get_strided_nb(const gex_ep_t *ep, void *dst, const ptrdiff_t *dst_strides, uint32_t rank, size_t offset, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims, gex_event_t **ev);
+
+// Starts a strided get (as [`gex_get_strided`]) with an implicit event: the elements
+// are written to `dst` by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done)
+// of `GEX_NBI_GETS` that completes it; only the elements the shape addresses are
+// written.
+//
+// Returns as [`gex_get_strided`] (nothing is started on error).
+//
+// # Safety
+// As [`gex_get_strided_nb`] without `ev`, with the addressed elements writable and
+// not accessed by anything else until the gets' NBI sync (or the endpoint's close).
+int gex_get_strided_nbi(const gex_ep_t *ep, void *dst, const ptrdiff_t *dst_strides, uint32_t rank, size_t offset, const ptrdiff_t *src_strides, size_t elem_size, const size_t *counts, size_t ndims);
+
+// Puts `npieces` pieces to `rank`'s segment: piece `i` is `pieces[i].len` bytes at
+// byte `pieces[i].offset`, taken from `src` in order (packed, piece after piece;
+// `src_len` must be the pieces' total length). Returns once the bytes are at the
+// target.
+//
+// Returns `GEX_OK`; `GEX_ERR_RMA` if a piece is outside the target's segment or the
+// conduit failed (nothing moves); `GEX_ERR_INVALID` for a rank out of range or a
+// `src_len` that is not the total; `GEX_ERR_NULL` for a NULL `pieces` with
+// `npieces > 0` or a NULL `src` with `src_len > 0`.
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `pieces` is valid for reading `npieces` pieces and
+// `src` for reading `src_len` bytes (any pointers for 0).
+int gex_put_vector(const gex_ep_t *ep, uint32_t rank, const gex_piece_t *pieces, size_t npieces, const void *src, size_t src_len);
+
+// Starts a vector put (as [`gex_put_vector`]) and writes its event to `*ev`; `src`
+// may be reused as soon as the call returns.
+//
+// Returns as [`gex_put_vector`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_put_vector`], and `ev` is NULL or valid for writing one pointer.
+int gex_put_vector_nb(const gex_ep_t *ep, uint32_t rank, const gex_piece_t *pieces, size_t npieces, const void *src, size_t src_len, gex_event_t **ev);
+
+// Starts a vector put (as [`gex_put_vector`]) with an implicit event (completed by
+// `gex_nbi_sync` of `GEX_NBI_PUTS`); `src` may be reused as soon as the call returns.
+//
+// Returns as [`gex_put_vector`].
+//
+// # Safety
+// As [`gex_put_vector`].
+int gex_put_vector_nbi(const gex_ep_t *ep, uint32_t rank, const gex_piece_t *pieces, size_t npieces, const void *src, size_t src_len);
+
+// Gets `npieces` pieces from `rank`'s segment into `dst`, packed in order (`dst_len`
+// must be the pieces' total length). Returns once the bytes are in `dst`.
+//
+// Returns as [`gex_put_vector`] (`dst`, `dst_len` in place of `src`, `src_len`).
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `pieces` is valid for reading `npieces` pieces;
+// `dst` is valid for writing `dst_len` bytes (any pointers for 0) and not accessed by
+// anything else during the call.
+int gex_get_vector(const gex_ep_t *ep, void *dst, size_t dst_len, uint32_t rank, const gex_piece_t *pieces, size_t npieces);
+
+// Starts a vector get (as [`gex_get_vector`]) and writes its event to `*ev`; `dst`
+// is written by the call that completes the event (never if it is freed first).
+//
+// Returns as [`gex_get_vector`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_get_vector`], with `dst` writable until the event is completed or freed;
+// `ev` is NULL or valid for writing one pointer.
+int gex_get_vector_nb(const gex_ep_t *ep, void *dst, size_t dst_len, uint32_t rank, const gex_piece_t *pieces, size_t npieces, gex_event_t **ev);
+
+// Starts a vector get (as [`gex_get_vector`]) with an implicit event: `dst` is
+// written by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done) of
+// `GEX_NBI_GETS` that completes it.
+//
+// Returns as [`gex_get_vector`] (nothing is started on error).
+//
+// # Safety
+// As [`gex_get_vector`], with `dst` writable and not accessed by anything else until
+// the gets' NBI sync (or the endpoint's close).
+int gex_get_vector_nbi(const gex_ep_t *ep, void *dst, size_t dst_len, uint32_t rank, const gex_piece_t *pieces, size_t npieces);
+
+// Puts `n` pieces of `each` bytes to `rank`'s segment, piece `i` at byte
+// `offsets[i]`, taken from `src` in order (packed: `n × each` bytes). Returns once
+// the bytes are at the target.
+//
+// Returns as [`gex_put_vector`] (`GEX_ERR_INVALID` if `n × each` overflows).
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `offsets` is valid for reading `n` offsets and
+// `src` for reading `n × each` bytes (any pointers for 0).
+int gex_put_indexed(const gex_ep_t *ep, uint32_t rank, const size_t *offsets, size_t n, size_t each, const void *src);
+
+// Starts an indexed put (as [`gex_put_indexed`]) and writes its event to `*ev`; `src`
+// may be reused as soon as the call returns.
+//
+// Returns as [`gex_put_indexed`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_put_indexed`], and `ev` is NULL or valid for writing one pointer.
+int gex_put_indexed_nb(const gex_ep_t *ep, uint32_t rank, const size_t *offsets, size_t n, size_t each, const void *src, gex_event_t **ev);
+
+// Starts an indexed put (as [`gex_put_indexed`]) with an implicit event (completed by
+// `gex_nbi_sync` of `GEX_NBI_PUTS`); `src` may be reused as soon as the call returns.
+//
+// Returns as [`gex_put_indexed`].
+//
+// # Safety
+// As [`gex_put_indexed`].
+int gex_put_indexed_nbi(const gex_ep_t *ep, uint32_t rank, const size_t *offsets, size_t n, size_t each, const void *src);
+
+// Gets `n` pieces of `each` bytes from `rank`'s segment, piece `i` from byte
+// `offsets[i]`, into `dst` packed in order (`n × each` bytes). Returns once the bytes
+// are in `dst`.
+//
+// Returns as [`gex_put_indexed`].
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `offsets` is valid for reading `n` offsets; `dst`
+// is valid for writing `n × each` bytes (any pointers for 0) and not accessed by
+// anything else during the call.
+int gex_get_indexed(const gex_ep_t *ep, void *dst, uint32_t rank, const size_t *offsets, size_t n, size_t each);
+
+// Starts an indexed get (as [`gex_get_indexed`]) and writes its event to `*ev`; `dst`
+// is written by the call that completes the event (never if it is freed first).
+//
+// Returns as [`gex_get_indexed`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_get_indexed`], with `dst` writable until the event is completed or freed;
+// `ev` is NULL or valid for writing one pointer.
+int gex_get_indexed_nb(const gex_ep_t *ep, void *dst, uint32_t rank, const size_t *offsets, size_t n, size_t each, gex_event_t **ev);
+
+// Starts an indexed get (as [`gex_get_indexed`]) with an implicit event: `dst` is
+// written by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done) of
+// `GEX_NBI_GETS` that completes it.
+//
+// Returns as [`gex_get_indexed`] (nothing is started on error).
+//
+// # Safety
+// As [`gex_get_indexed`], with `dst` writable and not accessed by anything else until
+// the gets' NBI sync (or the endpoint's close).
+int gex_get_indexed_nbi(const gex_ep_t *ep, void *dst, uint32_t rank, const size_t *offsets, size_t n, size_t each);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -176,6 +176,75 @@ fn dst(h: &gex_ep_t, rank: u32) -> Result<EpAddr, Error> {
     Ok(EpAddr::new(rank, h.index))
 }
 
+/// The kind of an AM: Short (no payload), Medium, or Long (its payload written at
+/// the offset in the target's segment).
+#[derive(Clone, Copy)]
+enum Kind {
+    Short,
+    Medium,
+    Long(usize),
+}
+
+/// The arguments and payload of a C AM call as it passed them: `(args, nargs,
+/// payload, len, kind)`.
+struct Msg(*const u32, usize, *const c_void, usize, Kind);
+
+impl Msg {
+    /// The arguments and payload, checked (the payload is not read for a Short).
+    ///
+    /// # Safety
+    /// The arguments are valid for reading `nargs` `uint32_t`s, the payload of a
+    /// Medium or Long for reading `len` bytes (any pointers for 0).
+    unsafe fn body<'a>(self) -> Result<Body<'a>, Error> {
+        let Msg(args, nargs, payload, len, kind) = self;
+        // SAFETY: `args` is readable for the given count (the caller's promise).
+        let args = unsafe { ptr::slice(args, nargs, "args") }?;
+        if let Kind::Short = kind {
+            return Ok(Body::short(args));
+        }
+        // SAFETY: `payload` is readable for the given count (the caller's promise).
+        let payload = unsafe { ptr::slice(payload.cast::<u8>(), len, "payload") }?;
+        Ok(match kind {
+            Kind::Long(offset) => Body::long(args, payload, offset),
+            _ => Body::medium(args, payload),
+        })
+    }
+}
+
+/// The body of the requests: the endpoint, the message, the rank and the index
+/// checked, then the request.
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint; `msg` as [`Msg::body`] requires.
+unsafe fn request(
+    ep: *const gex_ep_t,
+    rank: u32,
+    index: u32,
+    msg: Msg,
+) -> Result<gex_status_t, Error> {
+    // SAFETY: the caller's promise, as `ptr::handle` states it.
+    let h = unsafe { ptr::handle(ep) }?;
+    // SAFETY: the caller's promise, passed on.
+    let body = unsafe { msg.body() }?;
+    let (d, id) = (dst(h, rank)?, handler_id(index)?);
+    h.with(|s| Ok(s.ep.request(d, id, body)?))?;
+    Ok(gex_status_t::GEX_OK)
+}
+
+/// The body of the replies: the message checked, then the token (`current`) and the
+/// index, then the reply.
+///
+/// # Safety
+/// `msg` as [`Msg::body`] requires; `token` may be any value.
+unsafe fn reply(token: *mut gex_token_t, index: u32, msg: Msg) -> Result<gex_status_t, Error> {
+    // SAFETY: the caller's promise, passed on.
+    let body = unsafe { msg.body() }?;
+    // SAFETY: none needed beyond `current`'s own check of the token.
+    let t = unsafe { current(token) }?;
+    t.reply(handler_id(index)?, body)?;
+    Ok(gex_status_t::GEX_OK)
+}
+
 /// Sends a Short request (`nargs` arguments, no payload) to handler `index` of
 /// `rank`'s endpoint of this endpoint's index, polling while the conduit lacks
 /// resources (handlers may run meanwhile).
@@ -194,15 +263,9 @@ pub unsafe extern "C" fn gex_am_request_short(
     args: *const u32,
     nargs: usize,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::slice` state them.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `args` is readable for the given count (this function's `# Safety`).
-        let args = unsafe { ptr::slice(args, nargs, "args") }?;
-        let (d, id) = (dst(h, rank)?, handler_id(index)?);
-        h.with(|s| Ok(s.ep.request(d, id, Body::short(args))?))?;
-        Ok(gex_status_t::GEX_OK)
-    })
+    let msg = Msg(args, nargs, std::ptr::null(), 0, Kind::Short);
+    // SAFETY: the caller's promises, passed on (no payload is read for a Short).
+    entry(|| unsafe { request(ep, rank, index, msg) })
 }
 
 /// Sends a Medium request: as [`gex_am_request_short`] with `len` bytes of payload,
@@ -224,17 +287,9 @@ pub unsafe extern "C" fn gex_am_request_medium(
     payload: *const c_void,
     len: usize,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::slice` state them.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `args` is readable for the given count (this function's `# Safety`).
-        let args = unsafe { ptr::slice(args, nargs, "args") }?;
-        // SAFETY: `payload` is readable for the given count (this function's `# Safety`).
-        let payload = unsafe { ptr::slice(payload.cast::<u8>(), len, "payload") }?;
-        let (d, id) = (dst(h, rank)?, handler_id(index)?);
-        h.with(|s| Ok(s.ep.request(d, id, Body::medium(args, payload))?))?;
-        Ok(gex_status_t::GEX_OK)
-    })
+    let msg = Msg(args, nargs, payload, len, Kind::Medium);
+    // SAFETY: the caller's promises, passed on.
+    entry(|| unsafe { request(ep, rank, index, msg) })
 }
 
 /// Sends a Long request: as [`gex_am_request_medium`], with the `len` bytes of
@@ -258,17 +313,9 @@ pub unsafe extern "C" fn gex_am_request_long(
     len: usize,
     offset: usize,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::slice` state them.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `args` is readable for the given count (this function's `# Safety`).
-        let args = unsafe { ptr::slice(args, nargs, "args") }?;
-        // SAFETY: `payload` is readable for the given count (this function's `# Safety`).
-        let payload = unsafe { ptr::slice(payload.cast::<u8>(), len, "payload") }?;
-        let (d, id) = (dst(h, rank)?, handler_id(index)?);
-        h.with(|s| Ok(s.ep.request(d, id, Body::long(args, payload, offset))?))?;
-        Ok(gex_status_t::GEX_OK)
-    })
+    let msg = Msg(args, nargs, payload, len, Kind::Long(offset));
+    // SAFETY: the caller's promises, passed on.
+    entry(|| unsafe { request(ep, rank, index, msg) })
 }
 
 /// Replies to the request being handled with a Short AM to handler `index` of the
@@ -288,15 +335,9 @@ pub unsafe extern "C" fn gex_am_reply_short(
     args: *const u32,
     nargs: usize,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promise, as `ptr::slice` states it; `current` checks
-        // the token.
-        let args = unsafe { ptr::slice(args, nargs, "args") }?;
-        // SAFETY: none needed beyond `current`'s own check of the token.
-        let t = unsafe { current(token) }?;
-        t.reply(handler_id(index)?, Body::short(args))?;
-        Ok(gex_status_t::GEX_OK)
-    })
+    let msg = Msg(args, nargs, std::ptr::null(), 0, Kind::Short);
+    // SAFETY: the caller's promises, passed on (no payload is read for a Short).
+    entry(|| unsafe { reply(token, index, msg) })
 }
 
 /// Replies with a Medium AM (`len` bytes of payload, copied before the call returns):
@@ -314,17 +355,9 @@ pub unsafe extern "C" fn gex_am_reply_medium(
     payload: *const c_void,
     len: usize,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::slice` states them; `current` checks
-        // the token.
-        let args = unsafe { ptr::slice(args, nargs, "args") }?;
-        // SAFETY: `payload` is readable for the given count (this function's `# Safety`).
-        let payload = unsafe { ptr::slice(payload.cast::<u8>(), len, "payload") }?;
-        // SAFETY: none needed beyond `current`'s own check of the token.
-        let t = unsafe { current(token) }?;
-        t.reply(handler_id(index)?, Body::medium(args, payload))?;
-        Ok(gex_status_t::GEX_OK)
-    })
+    let msg = Msg(args, nargs, payload, len, Kind::Medium);
+    // SAFETY: the caller's promises, passed on.
+    entry(|| unsafe { reply(token, index, msg) })
 }
 
 /// Replies with a Long AM: the `len` bytes of `payload` are written at `offset` in the
@@ -343,17 +376,9 @@ pub unsafe extern "C" fn gex_am_reply_long(
     len: usize,
     offset: usize,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::slice` states them; `current` checks
-        // the token.
-        let args = unsafe { ptr::slice(args, nargs, "args") }?;
-        // SAFETY: `payload` is readable for the given count (this function's `# Safety`).
-        let payload = unsafe { ptr::slice(payload.cast::<u8>(), len, "payload") }?;
-        // SAFETY: none needed beyond `current`'s own check of the token.
-        let t = unsafe { current(token) }?;
-        t.reply(handler_id(index)?, Body::long(args, payload, offset))?;
-        Ok(gex_status_t::GEX_OK)
-    })
+    let msg = Msg(args, nargs, payload, len, Kind::Long(offset));
+    // SAFETY: the caller's promises, passed on.
+    entry(|| unsafe { reply(token, index, msg) })
 }
 
 /// Writes the rank that sent the AM being handled to `*rank`.

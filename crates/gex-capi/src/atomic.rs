@@ -18,7 +18,7 @@
 use crate::event::{Done, Fetched, Op, gex_event_t, hand_out};
 use crate::handle::{AnyDomain, gex_atomic_domain_t, gex_ep_t, gex_team_t};
 use crate::ptr::{self, Lent};
-use crate::rma::gptr;
+use crate::rma::{Mode, gptr};
 use crate::status::{Error, entry, gex_status_t};
 use gex_facade::prelude::*;
 use gex_facade::rma::{AtomicDomain, AtomicType};
@@ -288,13 +288,14 @@ unsafe fn target<'a, T: CAtomic>(
     Ok((h, dom, gptr::<T>(h, rank, offset)?))
 }
 
-/// A blocking atomic `op` on the `T` at `(rank, offset)`, the old value of a fetching
-/// one written to `*old` unless it is NULL.
+/// An atomic `op` on the `T` at `(rank, offset)`, completing as `mode` says: a
+/// fetched value written to `*old` (unless NULL) before it returns (blocking) or when
+/// its event completes (`Mode::Nb`), discarded with `Mode::Nbi`.
 ///
 /// # Safety
-/// As the family's blocking function.
+/// As the family's function of `mode` (`old` is not read with `Mode::Nbi`).
 #[allow(clippy::too_many_arguments)]
-unsafe fn op_blocking<T: CAtomic>(
+unsafe fn atomic_op<T: CAtomic>(
     ep: *const gex_ep_t,
     ad: *const gex_atomic_domain_t,
     rank: u32,
@@ -304,115 +305,58 @@ unsafe fn op_blocking<T: CAtomic>(
     b: T,
     flags: u32,
     old: *mut T,
+    mode: Mode,
 ) -> c_int {
     entry(|| {
         // SAFETY: the caller's promises, as `target` states them.
         let (h, d, p) = unsafe { target::<T>(ep, ad, rank, offset) }?;
         let (fetching, op) = aop(op, a, b)?;
-        let f = aflags(flags)?;
-        if !fetching {
-            h.with(|s| Ok(s.ep.atomic(d, p, op, f, Blocking)?))?;
-            return Ok(gex_status_t::GEX_OK);
+        match mode {
+            Mode::Blocking => {
+                let f = aflags(flags)?;
+                if !fetching {
+                    h.with(|s| Ok(s.ep.atomic(d, p, op, f, Blocking)?))?;
+                    return Ok(gex_status_t::GEX_OK);
+                }
+                let v = h.with(|s| Ok(s.ep.fetch_atomic(d, p, op, f, Blocking)?))?;
+                if !old.is_null() {
+                    // SAFETY: non-null and writable (the caller's promise).
+                    unsafe { ptr::write(old, v, "old") }?;
+                }
+                Ok(gex_status_t::GEX_OK)
+            }
+            Mode::Nb(ev) => {
+                mode.check()?;
+                let n = usize::from(!old.is_null() && fetching);
+                // SAFETY: `old` is NULL or stays writable until the event completes or
+                // is freed (the caller's promise); nothing is lent when it is NULL.
+                let out = unsafe { Lent::new(old, n, "old") }?;
+                let f = aflags(flags)?;
+                let o = if fetching {
+                    let e = h.with(|s| Ok(s.ep.fetch_atomic(d, p, op, f, Nb)?))?;
+                    Op::Dyn(Box::new(Fetched(e, out)))
+                } else {
+                    let e = h.with(|s| Ok(s.ep.atomic(d, p, op, f, Nb)?))?;
+                    Op::Dyn(Box::new(Done(e)))
+                };
+                // SAFETY: `ev` is non-null (checked) and writable (the caller's promise).
+                unsafe { hand_out(ev, o) }
+            }
+            Mode::Nbi => {
+                let f = aflags(flags)?;
+                if fetching {
+                    // The fetching form, its value discarded (the op set names it).
+                    h.with(|s| Ok(s.ep.fetch_atomic(d, p, op, f, Nbi)?))?;
+                } else {
+                    h.with(|s| Ok(s.ep.atomic(d, p, op, f, Nbi)?))?;
+                }
+                Ok(gex_status_t::GEX_OK)
+            }
         }
-        let v = h.with(|s| Ok(s.ep.fetch_atomic(d, p, op, f, Blocking)?))?;
-        if !old.is_null() {
-            // SAFETY: non-null and writable (the caller's promise).
-            unsafe { ptr::write(old, v, "old") }?;
-        }
-        Ok(gex_status_t::GEX_OK)
     })
 }
 
-/// A nonblocking atomic: its event to `*ev`, a fetched value to `*old` (unless NULL)
-/// when the event completes.
-///
-/// # Safety
-/// As the family's `_nb` function.
-#[allow(clippy::too_many_arguments)]
-unsafe fn op_nb<T: CAtomic>(
-    ep: *const gex_ep_t,
-    ad: *const gex_atomic_domain_t,
-    rank: u32,
-    offset: usize,
-    op: c_int,
-    a: T,
-    b: T,
-    flags: u32,
-    old: *mut T,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `target` states them.
-        let (h, d, p) = unsafe { target::<T>(ep, ad, rank, offset) }?;
-        let (fetching, op) = aop(op, a, b)?;
-        if ev.is_null() {
-            return Err(Error::null("ev"));
-        }
-        let n = usize::from(!old.is_null() && fetching);
-        // SAFETY: `old` is NULL or stays writable until the event completes or is
-        // freed (the caller's promise); nothing is lent when it is NULL.
-        let out = unsafe { Lent::new(old, n, "old") }?;
-        let f = aflags(flags)?;
-        let o = if fetching {
-            let e = h.with(|s| Ok(s.ep.fetch_atomic(d, p, op, f, Nb)?))?;
-            Op::Dyn(Box::new(Fetched(e, out)))
-        } else {
-            let e = h.with(|s| Ok(s.ep.atomic(d, p, op, f, Nb)?))?;
-            Op::Dyn(Box::new(Done(e)))
-        };
-        // SAFETY: `ev` is non-null and writable (the caller's promise).
-        unsafe { hand_out(ev, o) }
-    })
-}
-
-/// An implicit-event atomic (a fetched value is discarded).
-///
-/// # Safety
-/// As the family's `_nbi` function.
-#[allow(clippy::too_many_arguments)]
-unsafe fn op_nbi<T: CAtomic>(
-    ep: *const gex_ep_t,
-    ad: *const gex_atomic_domain_t,
-    rank: u32,
-    offset: usize,
-    op: c_int,
-    a: T,
-    b: T,
-    flags: u32,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `target` states them.
-        let (h, d, p) = unsafe { target::<T>(ep, ad, rank, offset) }?;
-        let (fetching, op) = aop(op, a, b)?;
-        let f = aflags(flags)?;
-        if fetching {
-            // The fetching form, its value discarded (the op set names it).
-            h.with(|s| Ok(s.ep.fetch_atomic(d, p, op, f, Nbi)?))?;
-        } else {
-            h.with(|s| Ok(s.ep.atomic(d, p, op, f, Nbi)?))?;
-        }
-        Ok(gex_status_t::GEX_OK)
-    })
-}
-
-/// Emits C entry points (`emit`) or their declarations as Rust source text
-/// (`declare`, an expression: a string), from the same tokens.
-macro_rules! c_fns {
-    (emit $( $(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block )*) => {$(
-        $(#[$m])*
-        #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int $body
-    )*};
-    (declare $( $(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block )*) => {
-        concat!($(
-            stringify!($(#[$m])* #[unsafe(no_mangle)] pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {}),
-            "\n",
-        )*)
-    };
-}
-
-/// The three functions of one element type `$t` (`emit` or `declare`, as [`c_fns!`]).
+/// The three functions of one element type `$t` (`emit` or `declare`, as `c_fns!`).
 macro_rules! atomic_family {
     ($mode:ident; $t:ty, $op:ident, $nb:ident, $nbi:ident) => {
         c_fns! { $mode
@@ -445,7 +389,7 @@ macro_rules! atomic_family {
                 old: *mut $t,
             ) {
                 // SAFETY: the caller's promises, passed on.
-                unsafe { op_blocking::<$t>(ep, ad, rank, offset, op, a, b, flags, old) }
+                unsafe { atomic_op::<$t>(ep, ad, rank, offset, op, a, b, flags, old, Mode::Blocking) }
             }
 
             /// Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
@@ -472,7 +416,7 @@ macro_rules! atomic_family {
                 ev: *mut *mut gex_event_t,
             ) {
                 // SAFETY: the caller's promises, passed on.
-                unsafe { op_nb::<$t>(ep, ad, rank, offset, op, a, b, flags, old, ev) }
+                unsafe { atomic_op::<$t>(ep, ad, rank, offset, op, a, b, flags, old, Mode::Nb(ev)) }
             }
 
             /// Starts the atomic operation `op` (as the blocking form) with an implicit
@@ -493,8 +437,9 @@ macro_rules! atomic_family {
                 b: $t,
                 flags: u32,
             ) {
+                let old = std::ptr::null_mut();
                 // SAFETY: the caller's promises, passed on.
-                unsafe { op_nbi::<$t>(ep, ad, rank, offset, op, a, b, flags) }
+                unsafe { atomic_op::<$t>(ep, ad, rank, offset, op, a, b, flags, old, Mode::Nbi) }
             }
         }
     };
@@ -543,7 +488,7 @@ pub unsafe extern "C" fn gex_atomic_fetch_add_u64(
 ) -> c_int {
     let op = gex_aop_t::GEX_AOP_FADD as c_int;
     // SAFETY: the caller's promises, passed on.
-    unsafe { op_blocking::<u64>(ep, ad, rank, offset, op, value, 0, 0, old) }
+    unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, value, 0, 0, old, Mode::Blocking) }
 }
 
 /// Atomically replaces the `uint64_t` at `offset` in `rank`'s segment by `desired` if
@@ -566,8 +511,9 @@ pub unsafe extern "C" fn gex_atomic_compare_swap_u64(
     old: *mut u64,
 ) -> c_int {
     let op = gex_aop_t::GEX_AOP_FCSWAP as c_int;
+    let (a, b) = (expected, desired);
     // SAFETY: the caller's promises, passed on.
-    unsafe { op_blocking::<u64>(ep, ad, rank, offset, op, expected, desired, 0, old) }
+    unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, a, b, 0, old, Mode::Blocking) }
 }
 
 /// Atomically reads the `uint64_t` at `offset` in `rank`'s segment into `*value`.
@@ -589,7 +535,7 @@ pub unsafe extern "C" fn gex_atomic_get_u64(
     }
     let op = gex_aop_t::GEX_AOP_GET as c_int;
     // SAFETY: the caller's promises, passed on.
-    unsafe { op_blocking::<u64>(ep, ad, rank, offset, op, 0, 0, 0, value) }
+    unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, 0, 0, 0, value, Mode::Blocking) }
 }
 
 /// Starts an atomic fetch-add (as [`gex_atomic_fetch_add_u64`]) and writes its event
@@ -614,5 +560,5 @@ pub unsafe extern "C" fn gex_atomic_fetch_add_u64_nb(
     }
     let op = gex_aop_t::GEX_AOP_FADD as c_int;
     // SAFETY: the caller's promises, passed on.
-    unsafe { op_nb::<u64>(ep, ad, rank, offset, op, value, 0, 0, old, ev) }
+    unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, value, 0, 0, old, Mode::Nb(ev)) }
 }

@@ -12,7 +12,7 @@
 #![allow(unsafe_code)]
 
 use crate::event::{Done, Filled, Op, gex_event_t};
-use crate::handle::{gex_ep_t, gex_team_t};
+use crate::handle::{EpState, gex_ep_t, gex_team_t};
 use crate::ptr::{self, Lent};
 use crate::status::{Error, entry, gex_status_t};
 use gex_facade::coll::{BarrierFlags, BitOp, Elem, Exscan, ReduceOp};
@@ -252,6 +252,38 @@ unsafe fn broadcast<T: CElem>(
     }
 }
 
+/// The element type ([`gex_dt_t`]) and reduction operator ([`gex_op_t`], 0 for a
+/// collective that does not reduce) of a typed collective's C call.
+struct DtOp(c_int, c_int);
+
+impl From<(c_int,)> for DtOp {
+    fn from((dt,): (c_int,)) -> Self {
+        DtOp(dt, 0)
+    }
+}
+
+impl From<(c_int, c_int)> for DtOp {
+    fn from((dt, op): (c_int, c_int)) -> Self {
+        DtOp(dt, op)
+    }
+}
+
+/// The root (team rank 0 for an unrooted collective), buffers, element count and
+/// event slot (`None`: blocking) of a data collective's call.
+#[derive(Clone, Copy)]
+pub(crate) struct Call {
+    /// The root's team rank.
+    pub(crate) root: u32,
+    /// The input.
+    pub(crate) src: *const c_void,
+    /// The output.
+    pub(crate) dst: *mut c_void,
+    /// The block's element count.
+    pub(crate) count: usize,
+    /// The event slot of a nonblocking call.
+    pub(crate) nb: Option<*mut *mut gex_event_t>,
+}
+
 /// The reduction operator of a data collective: a C [`gex_op_t`] value (ignored by
 /// the collectives that do not reduce) or a ready operator (a user-defined one).
 pub(crate) enum Red<T> {
@@ -297,7 +329,8 @@ impl Shape {
         )
     }
     /// The body of the entry points of this data collective: the handles checked,
-    /// then [`combine`] for the element type `dt` (a [`gex_dt_t`]).
+    /// then [`combine`] for the element type and operator `dt_op` (a [`gex_dt_t`] and a
+    /// [`gex_op_t`]: `(dt,)` for a collective that does not reduce).
     ///
     /// # Safety
     /// As the entry point of `self` (and its `_nb` form with `nb`).
@@ -306,24 +339,15 @@ impl Shape {
         self,
         ep: *const gex_ep_t,
         team: *const gex_team_t,
-        root: u32,
-        src: *const c_void,
-        dst: *mut c_void,
-        count: usize,
-        dt: c_int,
-        op: c_int,
-        nb: Option<*mut *mut gex_event_t>,
+        call: Call,
+        dt_op: impl Into<DtOp>,
     ) -> c_int {
+        let DtOp(dt, op) = dt_op.into();
         entry(|| {
             // SAFETY: the caller's promises, as `args` states them.
             let (h, t) = unsafe { args(ep, team) }?;
             // SAFETY: the caller's promises, passed on.
-            unsafe {
-                by_dt!(
-                    dt,
-                    combine(self, h, &t, root, src, dst, count, Red::C(op), nb)
-                )
-            }
+            unsafe { by_dt!(dt, combine(self, h, &t, call, Red::C(op))) }
         })
     }
     /// (input, output) element counts of a member for blocks of `n` (`pn` = `P × n`)
@@ -353,13 +377,16 @@ pub(crate) unsafe fn combine<T: CElem>(
     shape: Shape,
     h: &gex_ep_t,
     team: &Team,
-    root: u32,
-    src: *const c_void,
-    dst: *mut c_void,
-    n: usize,
+    call: Call,
     op: Red<T>,
-    nb: Option<*mut *mut gex_event_t>,
 ) -> Result<gex_status_t, Error> {
+    let Call {
+        root,
+        src,
+        dst,
+        count: n,
+        nb,
+    } = call;
     if shape.rooted() && root >= team.size() {
         return Err(Error::invalid(format!(
             "no team rank {root} (the team has {} members)",
@@ -453,17 +480,15 @@ unsafe fn allreduce<T: CElem>(
         let world = h.with(|s| Ok(s.world.clone()))?;
         // SAFETY: the caller's promises, passed on.
         unsafe {
-            combine::<T>(
-                Shape::Allreduce,
-                h,
-                &world,
-                0,
-                src.cast(),
-                dst.cast(),
-                n,
-                Red::C(op),
-                None,
-            )
+            let (src, dst) = (src.cast(), dst.cast());
+            let call = Call {
+                root: 0,
+                src,
+                dst,
+                count: n,
+                nb: None,
+            };
+            combine::<T>(Shape::Allreduce, h, &world, call, Red::C(op))
         }
     })
 }
@@ -558,6 +583,23 @@ fn barrier_flags(flags: u32) -> Result<BarrierFlags, Error> {
         .ok_or_else(|| Error::invalid(format!("unknown barrier flags {flags:#x}")))
 }
 
+/// The body of the split-phase barrier calls: the handles and `flags` checked, then
+/// `f` on the endpoint's state, the team and the gex-coll flags.
+///
+/// # Safety
+/// As [`gex_team_barrier_notify`].
+unsafe fn split_phase<R>(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    flags: u32,
+    f: impl FnOnce(&mut EpState, &Team, BarrierFlags) -> Result<R, Error>,
+) -> Result<R, Error> {
+    // SAFETY: the caller's promises, as `args` states them.
+    let (h, t) = unsafe { args(ep, team) }?;
+    let flags = barrier_flags(flags)?;
+    h.with(|s| f(s, &t, flags))
+}
+
 /// Notifies this member's split-phase barrier of `team` with the name `id` (or an
 /// anonymous entry with `GEX_BARRIER_ANONYMOUS`). Must be followed by
 /// `gex_team_barrier_wait` (or a `gex_team_barrier_try` that returns `GEX_OK`) with
@@ -577,10 +619,12 @@ pub unsafe extern "C" fn gex_team_barrier_notify(
     flags: u32,
 ) -> c_int {
     entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let f = barrier_flags(flags)?;
-        h.with(|s| Ok(s.ep.barrier_notify(&t, id, f)?))?;
+        // SAFETY: the caller's promises, passed on.
+        unsafe {
+            split_phase(ep, team, flags, |s, t, f| {
+                Ok(s.ep.barrier_notify(t, id, f)?)
+            })
+        }?;
         Ok(gex_status_t::GEX_OK)
     })
 }
@@ -601,10 +645,12 @@ pub unsafe extern "C" fn gex_team_barrier_wait(
     flags: u32,
 ) -> c_int {
     entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let f = barrier_flags(flags)?;
-        h.with(|s| Ok(s.ep.barrier_wait(&t, id, f)?))?;
+        // SAFETY: the caller's promises, passed on.
+        unsafe {
+            split_phase(ep, team, flags, |s, t, f| {
+                Ok(s.ep.barrier_wait(t, id, f)?)
+            })
+        }?;
         Ok(gex_status_t::GEX_OK)
     })
 }
@@ -625,10 +671,9 @@ pub unsafe extern "C" fn gex_team_barrier_try(
     flags: u32,
 ) -> c_int {
     entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let f = barrier_flags(flags)?;
-        let done = h.with(|s| Ok(s.ep.barrier_try(&t, id, f)?))?;
+        // SAFETY: the caller's promises, passed on.
+        let done =
+            unsafe { split_phase(ep, team, flags, |s, t, f| Ok(s.ep.barrier_try(t, id, f)?)) }?;
         Ok(if done {
             gex_status_t::GEX_OK
         } else {
@@ -692,413 +737,193 @@ pub unsafe extern "C" fn gex_broadcast_nb(
     })
 }
 
-/// Gathers the `count` elements of type `dt` at every member's `src` into the `dst` of
-/// team rank `root`, in team-rank order (`size × count` elements there; `dst` is
-/// ignored elsewhere and may be NULL).
-///
-/// Returns as [`gex_broadcast`], and `GEX_ERR_INVALID` for overlapping buffers.
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
-/// reading `count` elements of `dt`; at the root `dst` is valid for writing
-/// `size × count` elements and does not overlap `src` (any pointers for 0 elements);
-/// both suitably aligned.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_gather(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    root: u32,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::Gather.entry(ep, team, root, src, dst, count, dt, 0, None) }
-}
+team_data_fns! { Shape::entry;
+    /// Gathers the `count` elements of type `dt` at every member's `src` into the `dst` of
+    /// team rank `root`, in team-rank order (`size × count` elements there; `dst` is
+    /// ignored elsewhere and may be NULL).
+    ///
+    /// Returns as [`gex_broadcast`], and `GEX_ERR_INVALID` for overlapping buffers.
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
+    /// reading `count` elements of `dt`; at the root `dst` is valid for writing
+    /// `size × count` elements and does not overlap `src` (any pointers for 0 elements);
+    /// both suitably aligned.
+    fn gex_gather = Gather [root] (dt: c_int) [];
 
-/// Starts a gather (as [`gex_gather`]) and writes its event to `*ev`: `src` is copied
-/// before the call returns; the root's `dst` is written by the call that completes the
-/// event (never if the event is freed first).
-///
-/// Returns as [`gex_gather`]; `GEX_ERR_NULL` if `ev` is NULL.
-///
-/// # Safety
-/// As [`gex_gather`], with the root's `dst` valid for writing until the event is
-/// completed or freed; `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_gather_nb(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    root: u32,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::Gather.entry(ep, team, root, src, dst, count, dt, 0, Some(ev)) }
-}
+    /// Starts a gather (as [`gex_gather`]) and writes its event to `*ev`: `src` is copied
+    /// before the call returns; the root's `dst` is written by the call that completes the
+    /// event (never if the event is freed first).
+    ///
+    /// Returns as [`gex_gather`]; `GEX_ERR_NULL` if `ev` is NULL.
+    ///
+    /// # Safety
+    /// As [`gex_gather`], with the root's `dst` valid for writing until the event is
+    /// completed or freed; `ev` is NULL or valid for writing one pointer.
+    fn gex_gather_nb = Gather [root] (dt: c_int) [ev];
 
-/// Gathers the `count` elements of type `dt` at every member's `src` into every
-/// member's `dst` (`size × count` elements, in team-rank order).
-///
-/// Returns as [`gex_gather`].
-///
-/// # Safety
-/// As [`gex_gather`], with `dst` valid for writing `size × count` elements on every
-/// member.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_gather_all(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::GatherAll.entry(ep, team, 0, src, dst, count, dt, 0, None) }
-}
+    /// Gathers the `count` elements of type `dt` at every member's `src` into every
+    /// member's `dst` (`size × count` elements, in team-rank order).
+    ///
+    /// Returns as [`gex_gather`].
+    ///
+    /// # Safety
+    /// As [`gex_gather`], with `dst` valid for writing `size × count` elements on every
+    /// member.
+    fn gex_gather_all = GatherAll [] (dt: c_int) [];
 
-/// Starts a gather_all (as [`gex_gather_all`]) and writes its event to `*ev`; `dst` is
-/// written by the call that completes the event.
-///
-/// Returns as [`gex_gather_nb`].
-///
-/// # Safety
-/// As [`gex_gather_all`], with `dst` valid for writing until the event is completed
-/// or freed; `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_gather_all_nb(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::GatherAll.entry(ep, team, 0, src, dst, count, dt, 0, Some(ev)) }
-}
+    /// Starts a gather_all (as [`gex_gather_all`]) and writes its event to `*ev`; `dst` is
+    /// written by the call that completes the event.
+    ///
+    /// Returns as [`gex_gather_nb`].
+    ///
+    /// # Safety
+    /// As [`gex_gather_all`], with `dst` valid for writing until the event is completed
+    /// or freed; `ev` is NULL or valid for writing one pointer.
+    fn gex_gather_all_nb = GatherAll [] (dt: c_int) [ev];
 
-/// Reduces the `count` elements of type `dt` at every member's `src` element-wise
-/// with `op` (a [`gex_op_t`]; the bitwise and logical ones on integer types only) into
-/// the `dst` of team rank `root` (`dst` is ignored elsewhere and may be NULL).
-///
-/// Returns as [`gex_gather`], and `GEX_ERR_INVALID` for an unknown `op` or a bitwise
-/// one on a float type.
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
-/// reading `count` elements of `dt`; at the root `dst` is valid for writing `count`
-/// elements and does not overlap `src`; both suitably aligned.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_reduce(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    root: u32,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-    op: c_int,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::Reduce.entry(ep, team, root, src, dst, count, dt, op, None) }
-}
+    /// Reduces the `count` elements of type `dt` at every member's `src` element-wise
+    /// with `op` (a [`gex_op_t`]; the bitwise and logical ones on integer types only) into
+    /// the `dst` of team rank `root` (`dst` is ignored elsewhere and may be NULL).
+    ///
+    /// Returns as [`gex_gather`], and `GEX_ERR_INVALID` for an unknown `op` or a bitwise
+    /// one on a float type.
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
+    /// reading `count` elements of `dt`; at the root `dst` is valid for writing `count`
+    /// elements and does not overlap `src`; both suitably aligned.
+    fn gex_reduce = Reduce [root] (dt: c_int, op: c_int) [];
 
-/// Starts a reduce (as [`gex_reduce`]) and writes its event to `*ev`; the root's `dst`
-/// is written by the call that completes the event.
-///
-/// Returns as [`gex_reduce`]; `GEX_ERR_NULL` if `ev` is NULL.
-///
-/// # Safety
-/// As [`gex_reduce`], with the root's `dst` valid for writing until the event is
-/// completed or freed; `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_reduce_nb(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    root: u32,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-    op: c_int,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::Reduce.entry(ep, team, root, src, dst, count, dt, op, Some(ev)) }
-}
+    /// Starts a reduce (as [`gex_reduce`]) and writes its event to `*ev`; the root's `dst`
+    /// is written by the call that completes the event.
+    ///
+    /// Returns as [`gex_reduce`]; `GEX_ERR_NULL` if `ev` is NULL.
+    ///
+    /// # Safety
+    /// As [`gex_reduce`], with the root's `dst` valid for writing until the event is
+    /// completed or freed; `ev` is NULL or valid for writing one pointer.
+    fn gex_reduce_nb = Reduce [root] (dt: c_int, op: c_int) [ev];
 
-/// Reduces as [`gex_reduce`] into every member's `dst` (`count` elements).
-///
-/// Returns as [`gex_reduce`].
-///
-/// # Safety
-/// As [`gex_reduce`], with `dst` valid for writing `count` elements on every member.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_allreduce(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-    op: c_int,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::Allreduce.entry(ep, team, 0, src, dst, count, dt, op, None) }
-}
+    /// Reduces as [`gex_reduce`] into every member's `dst` (`count` elements).
+    ///
+    /// Returns as [`gex_reduce`].
+    ///
+    /// # Safety
+    /// As [`gex_reduce`], with `dst` valid for writing `count` elements on every member.
+    fn gex_allreduce = Allreduce [] (dt: c_int, op: c_int) [];
 
-/// Starts an allreduce (as [`gex_allreduce`]) and writes its event to `*ev`: `src` is
-/// copied before the call returns; `dst` is written by the call that completes the
-/// event (never if the event is freed first).
-///
-/// Returns as [`gex_reduce_nb`].
-///
-/// # Safety
-/// As [`gex_allreduce`], with `dst` valid for writing until the event is completed or
-/// freed; `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_allreduce_nb(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-    op: c_int,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::Allreduce.entry(ep, team, 0, src, dst, count, dt, op, Some(ev)) }
-}
+    /// Starts an allreduce (as [`gex_allreduce`]) and writes its event to `*ev`: `src` is
+    /// copied before the call returns; `dst` is written by the call that completes the
+    /// event (never if the event is freed first).
+    ///
+    /// Returns as [`gex_reduce_nb`].
+    ///
+    /// # Safety
+    /// As [`gex_allreduce`], with `dst` valid for writing until the event is completed or
+    /// freed; `ev` is NULL or valid for writing one pointer.
+    fn gex_allreduce_nb = Allreduce [] (dt: c_int, op: c_int) [ev];
 
-/// Scatters the `size × count` elements of type `dt` at the `src` of team rank `root`:
-/// block `i` (`count` elements) goes to the `dst` of team rank `i` (`src` is ignored
-/// elsewhere and may be NULL).
-///
-/// Returns as [`gex_gather`].
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint, `team` NULL or a live team; at the root `src` is
-/// valid for reading `size × count` elements of `dt`; `dst` is valid for writing
-/// `count` elements and does not overlap `src`; both suitably aligned.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_scatter(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    root: u32,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::Scatter.entry(ep, team, root, src, dst, count, dt, 0, None) }
-}
+    /// Scatters the `size × count` elements of type `dt` at the `src` of team rank `root`:
+    /// block `i` (`count` elements) goes to the `dst` of team rank `i` (`src` is ignored
+    /// elsewhere and may be NULL).
+    ///
+    /// Returns as [`gex_gather`].
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint, `team` NULL or a live team; at the root `src` is
+    /// valid for reading `size × count` elements of `dt`; `dst` is valid for writing
+    /// `count` elements and does not overlap `src`; both suitably aligned.
+    fn gex_scatter = Scatter [root] (dt: c_int) [];
 
-/// Starts a scatter (as [`gex_scatter`]) and writes its event to `*ev`: the root's
-/// `src` is copied before the call returns; `dst` is written by the call that
-/// completes the event (never if the event is freed first).
-///
-/// Returns as [`gex_gather_nb`].
-///
-/// # Safety
-/// As [`gex_scatter`], with `dst` valid for writing until the event is completed or
-/// freed; `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_scatter_nb(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    root: u32,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::Scatter.entry(ep, team, root, src, dst, count, dt, 0, Some(ev)) }
-}
+    /// Starts a scatter (as [`gex_scatter`]) and writes its event to `*ev`: the root's
+    /// `src` is copied before the call returns; `dst` is written by the call that
+    /// completes the event (never if the event is freed first).
+    ///
+    /// Returns as [`gex_gather_nb`].
+    ///
+    /// # Safety
+    /// As [`gex_scatter`], with `dst` valid for writing until the event is completed or
+    /// freed; `ev` is NULL or valid for writing one pointer.
+    fn gex_scatter_nb = Scatter [root] (dt: c_int) [ev];
 
-/// All-to-all exchange: block `j` (`count` elements of type `dt`) of member `i`'s `src`
-/// becomes block `i` of member `j`'s `dst` (both `size × count` elements).
-///
-/// Returns as [`gex_gather`].
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
-/// reading and `dst` for writing `size × count` elements of `dt`, not overlapping, both
-/// suitably aligned.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_exchange(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::Exchange.entry(ep, team, 0, src, dst, count, dt, 0, None) }
-}
+    /// All-to-all exchange: block `j` (`count` elements of type `dt`) of member `i`'s `src`
+    /// becomes block `i` of member `j`'s `dst` (both `size × count` elements).
+    ///
+    /// Returns as [`gex_gather`].
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
+    /// reading and `dst` for writing `size × count` elements of `dt`, not overlapping, both
+    /// suitably aligned.
+    fn gex_exchange = Exchange [] (dt: c_int) [];
 
-/// Starts an exchange (as [`gex_exchange`]) and writes its event to `*ev`; `src` is
-/// copied before the call returns, `dst` written by the call that completes the event.
-///
-/// Returns as [`gex_gather_nb`].
-///
-/// # Safety
-/// As [`gex_exchange`], with `dst` valid for writing until the event is completed or
-/// freed; `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_exchange_nb(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::Exchange.entry(ep, team, 0, src, dst, count, dt, 0, Some(ev)) }
-}
+    /// Starts an exchange (as [`gex_exchange`]) and writes its event to `*ev`; `src` is
+    /// copied before the call returns, `dst` written by the call that completes the event.
+    ///
+    /// Returns as [`gex_gather_nb`].
+    ///
+    /// # Safety
+    /// As [`gex_exchange`], with `dst` valid for writing until the event is completed or
+    /// freed; `ev` is NULL or valid for writing one pointer.
+    fn gex_exchange_nb = Exchange [] (dt: c_int) [ev];
 
-/// Reduce_scatter: reduces every member's `src` (`size × count` elements of type `dt`)
-/// element-wise with `op`; team rank `i`'s `dst` receives block `i` (`count` elements)
-/// of the result.
-///
-/// Returns as [`gex_reduce`].
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
-/// reading `size × count` and `dst` for writing `count` elements of `dt`, not
-/// overlapping, both suitably aligned.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_reduce_scatter(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-    op: c_int,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::ReduceScatter.entry(ep, team, 0, src, dst, count, dt, op, None) }
-}
+    /// Reduce_scatter: reduces every member's `src` (`size × count` elements of type `dt`)
+    /// element-wise with `op`; team rank `i`'s `dst` receives block `i` (`count` elements)
+    /// of the result.
+    ///
+    /// Returns as [`gex_reduce`].
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint, `team` NULL or a live team; `src` is valid for
+    /// reading `size × count` and `dst` for writing `count` elements of `dt`, not
+    /// overlapping, both suitably aligned.
+    fn gex_reduce_scatter = ReduceScatter [] (dt: c_int, op: c_int) [];
 
-/// Starts a reduce_scatter (as [`gex_reduce_scatter`]) and writes its event to `*ev`;
-/// `dst` is written by the call that completes the event.
-///
-/// Returns as [`gex_reduce_nb`].
-///
-/// # Safety
-/// As [`gex_reduce_scatter`], with `dst` valid for writing until the event is completed
-/// or freed; `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_reduce_scatter_nb(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-    op: c_int,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::ReduceScatter.entry(ep, team, 0, src, dst, count, dt, op, Some(ev)) }
-}
+    /// Starts a reduce_scatter (as [`gex_reduce_scatter`]) and writes its event to `*ev`;
+    /// `dst` is written by the call that completes the event.
+    ///
+    /// Returns as [`gex_reduce_nb`].
+    ///
+    /// # Safety
+    /// As [`gex_reduce_scatter`], with `dst` valid for writing until the event is completed
+    /// or freed; `ev` is NULL or valid for writing one pointer.
+    fn gex_reduce_scatter_nb = ReduceScatter [] (dt: c_int, op: c_int) [ev];
 
-/// Inclusive scan: team rank `i`'s `dst` receives the element-wise reduction with `op`
-/// of the `src` of team ranks `0..=i` (`count` elements of type `dt`).
-///
-/// Returns as [`gex_reduce`].
-///
-/// # Safety
-/// As [`gex_allreduce`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_scan(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-    op: c_int,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::Scan.entry(ep, team, 0, src, dst, count, dt, op, None) }
-}
+    /// Inclusive scan: team rank `i`'s `dst` receives the element-wise reduction with `op`
+    /// of the `src` of team ranks `0..=i` (`count` elements of type `dt`).
+    ///
+    /// Returns as [`gex_reduce`].
+    ///
+    /// # Safety
+    /// As [`gex_allreduce`].
+    fn gex_scan = Scan [] (dt: c_int, op: c_int) [];
 
-/// Starts an inclusive scan (as [`gex_scan`]) and writes its event to `*ev`; `dst` is
-/// written by the call that completes the event.
-///
-/// Returns as [`gex_reduce_nb`].
-///
-/// # Safety
-/// As [`gex_allreduce_nb`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_scan_nb(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-    op: c_int,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::Scan.entry(ep, team, 0, src, dst, count, dt, op, Some(ev)) }
-}
+    /// Starts an inclusive scan (as [`gex_scan`]) and writes its event to `*ev`; `dst` is
+    /// written by the call that completes the event.
+    ///
+    /// Returns as [`gex_reduce_nb`].
+    ///
+    /// # Safety
+    /// As [`gex_allreduce_nb`].
+    fn gex_scan_nb = Scan [] (dt: c_int, op: c_int) [ev];
 
-/// Exclusive scan: team rank `i > 0`'s `dst` receives the reduction with `op` of the
-/// `src` of team ranks `0..i`; team rank 0's `dst` is not written.
-///
-/// Returns as [`gex_reduce`].
-///
-/// # Safety
-/// As [`gex_allreduce`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_exscan(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-    op: c_int,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::Exscan.entry(ep, team, 0, src, dst, count, dt, op, None) }
-}
+    /// Exclusive scan: team rank `i > 0`'s `dst` receives the reduction with `op` of the
+    /// `src` of team ranks `0..i`; team rank 0's `dst` is not written.
+    ///
+    /// Returns as [`gex_reduce`].
+    ///
+    /// # Safety
+    /// As [`gex_allreduce`].
+    fn gex_exscan = Exscan [] (dt: c_int, op: c_int) [];
 
-/// Starts an exclusive scan (as [`gex_exscan`]) and writes its event to `*ev`; `dst`
-/// (not team rank 0's) is written by the call that completes the event.
-///
-/// Returns as [`gex_reduce_nb`].
-///
-/// # Safety
-/// As [`gex_allreduce_nb`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_exscan_nb(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    dt: c_int,
-    op: c_int,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { Shape::Exscan.entry(ep, team, 0, src, dst, count, dt, op, Some(ev)) }
+    /// Starts an exclusive scan (as [`gex_exscan`]) and writes its event to `*ev`; `dst`
+    /// (not team rank 0's) is written by the call that completes the event.
+    ///
+    /// Returns as [`gex_reduce_nb`].
+    ///
+    /// # Safety
+    /// As [`gex_allreduce_nb`].
+    fn gex_exscan_nb = Exscan [] (dt: c_int, op: c_int) [ev];
+
 }

@@ -72,9 +72,10 @@
 //! crate (a dev-dependency: it comes from the crate registry, like every other
 //! dependency, and costs nothing to a release build) and fails if the checked-in file
 //! differs; `BLESS=1 cargo test -p gex-capi --lib gex_h` rewrites it. cbindgen does not
-//! expand macros, so the macro-generated atomic families also write their declarations
-//! as Rust source (`atomic::DECLS`, test builds only), which the test hands to cbindgen
-//! with the crate's source. A build script writing the header on every build was the
+//! expand macros, so the macro-generated entry points (the atomic families, the typed
+//! and user-operator collectives, the RMA and VIS families: `c_fns!`) also write their
+//! declarations as Rust source (`DECLS`, test builds only), which the test hands to
+//! cbindgen with the crate's source. A build script writing the header on every build was the
 //! other choice: it would put cbindgen and its parse of the whole crate into every
 //! build of the library, for a file that changes only with the API.
 //!
@@ -88,6 +89,115 @@
 #![warn(missing_docs)]
 // C names: the types keep the `gex_*_t` spelling of the header.
 #![allow(non_camel_case_types)]
+
+/// Emits C entry points (`emit`) or their declarations as Rust source text
+/// (`declare`, an expression: a string), from the same tokens. cbindgen does not expand
+/// macros: the header check hands it the declarations (`DECLS`) of every
+/// macro-generated entry point with the crate's source.
+macro_rules! c_fns {
+    (emit $( $(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block )*) => {$(
+        $(#[$m])*
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int $body
+    )*};
+    (declare $( $(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block )*) => {
+        concat!($(
+            stringify!($(#[$m])* #[unsafe(no_mangle)] pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {}),
+            "\n",
+        )*)
+    };
+}
+
+/// Families of three C entry points that differ only in their completion, and their
+/// declarations (`DECLS`, as [`c_fns!`]): each family is the blocking function, the
+/// `_nb` one (its parameters and `ev: *mut *mut gex_event_t`) and the `_nbi` one, each
+/// with its own documentation, then one parameter list and one body, which sees
+/// `$mode` bound to `Mode::Blocking`, `Mode::Nb(ev)` or `Mode::Nbi` (`rma::Mode`).
+macro_rules! c_families {
+    (@fns $emit:ident; $(
+        $(#[$mb:meta])* fn $blocking:ident,
+        $(#[$mn:meta])* fn $nb:ident,
+        $(#[$mi:meta])* fn $nbi:ident;
+        ($($arg:ident: $ty:ty),* $(,)?) |$mode:ident| $body:block
+    )*) => {
+        c_fns! { $emit $(
+            $(#[$mb])*
+            fn $blocking($($arg: $ty),*) {
+                let $mode = Mode::Blocking;
+                $body
+            }
+            $(#[$mn])*
+            fn $nb($($arg: $ty,)* ev: *mut *mut gex_event_t) {
+                let $mode = Mode::Nb(ev);
+                $body
+            }
+            $(#[$mi])*
+            fn $nbi($($arg: $ty),*) {
+                let $mode = Mode::Nbi;
+                $body
+            }
+        )* }
+    };
+    ($($families:tt)*) => {
+        c_families!(@fns emit; $($families)*);
+
+        /// The declarations of this module's macro-generated entry points as Rust
+        /// source, for cbindgen.
+        #[cfg(test)]
+        pub(crate) const DECLS: &str = c_families!(@fns declare; $($families)*);
+    };
+}
+
+/// `$x`, or the default value of its type where it is absent (a macro's optional
+/// argument: no root is team rank 0, no operator 0, no event slot `None`).
+macro_rules! or_default {
+    () => {
+        Default::default()
+    };
+    ($x:expr) => {
+        $x
+    };
+}
+
+/// The C entry points of the data collectives over a team and their declarations
+/// (`DECLS`, as [`c_fns!`]), from one list: `fn name = Shape [root] (args) [ev];` takes
+/// `ep`, `team`, `root: u32` (when named), `src`, `dst`, `count`, the `args` and
+/// `ev: *mut *mut gex_event_t` (when named), and passes them to `$run` as the
+/// `coll::Shape`, the handles, a `coll::Call` (the root, 0 without one; the buffers
+/// and count; the event slot, `None` without one) and the `args` as a tuple.
+macro_rules! team_data_fns {
+    ($run:path; $($list:tt)*) => {
+        team_data_fns!(@fns emit, $run; $($list)*);
+
+        /// The declarations of this module's macro-generated entry points as Rust
+        /// source, for cbindgen.
+        #[cfg(test)]
+        pub(crate) const DECLS: &str = team_data_fns!(@fns declare, $run; $($list)*);
+    };
+    (@fns $emit:ident, $run:path;
+     $( $(#[$m:meta])* fn $name:ident = $shape:ident [$($root:ident)?]
+        ($($arg:ident: $ty:ty),*) [$($ev:ident)?]; )*) => {
+        c_fns! { $emit $(
+            $(#[$m])*
+            fn $name(
+                ep: *const gex_ep_t,
+                team: *const gex_team_t,
+                $($root: u32,)?
+                src: *const c_void,
+                dst: *mut c_void,
+                count: usize,
+                $($arg: $ty,)*
+                $($ev: *mut *mut gex_event_t,)?
+            ) {
+                let (root, nb) = (or_default!($($root)?), or_default!($(Some($ev))?));
+                let call = $crate::coll::Call { root, src, dst, count, nb };
+                // SAFETY: the caller's promises, passed on.
+                unsafe { $run(Shape::$shape, ep, team, call, ($($arg,)*)) }
+            }
+        )* }
+    };
+}
 
 pub mod am;
 pub mod atomic;
@@ -103,6 +213,17 @@ pub mod userop;
 pub mod vis;
 
 pub use status::gex_status_t;
+
+/// The declarations of every macro-generated entry point as Rust source, for cbindgen
+/// (which does not expand macros): the header check parses them with the crate's source.
+#[cfg(test)]
+pub(crate) const DECLS: [&str; 5] = [
+    atomic::DECLS,
+    coll::DECLS,
+    userop::DECLS,
+    rma::DECLS,
+    vis::DECLS,
+];
 
 #[cfg(test)]
 mod tests;

@@ -24,203 +24,196 @@ pub(crate) fn gptr<T>(h: &gex_ep_t, rank: u32, offset: usize) -> Result<GlobalPt
     Ok(GlobalPtr::new(EpAddr::new(rank, h.index), offset))
 }
 
-/// Puts `len` bytes from `src` at `offset` in `rank`'s segment and returns once they
-/// are there (remote completion).
-///
-/// Returns `GEX_OK`; `GEX_ERR_RMA` if the range is outside the target's segment or the
-/// conduit failed; `GEX_ERR_INVALID` for a rank out of range.
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint; `src` is valid for reading `len` bytes (any pointer
-/// when `len` is 0).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_put(
-    ep: *const gex_ep_t,
-    rank: u32,
-    offset: usize,
-    src: *const c_void,
-    len: usize,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::slice` state them.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `src` is readable for the given count (this function's `# Safety`).
-        let src = unsafe { ptr::slice(src.cast::<u8>(), len, "src") }?;
-        let p = gptr::<u8>(h, rank, offset)?;
-        h.with(|s| Ok(s.ep.put(p, src, Blocking)?))?;
-        Ok(gex_status_t::GEX_OK)
-    })
+/// How a call completes: before it returns, through an event handed out, or by
+/// `gex_nbi_sync` (puts: of `GEX_NBI_PUTS`; gets: of `GEX_NBI_GETS`).
+#[derive(Clone, Copy)]
+pub(crate) enum Mode {
+    /// Before the call returns.
+    Blocking,
+    /// Through an event written to the slot.
+    Nb(*mut *mut gex_event_t),
+    /// By the NBI sync of its category.
+    Nbi,
 }
 
-/// Starts a put of `len` bytes from `src` to `offset` in `rank`'s segment and writes
-/// its event to `*ev`. `src` may be reused as soon as the call returns (gex has copied
-/// what it still needs); the event completes when the bytes are at the target.
-///
-/// Returns as [`gex_put`] (no event is made on error); `GEX_ERR_NULL` if `ev` is NULL.
-///
-/// # Safety
-/// As [`gex_put`], and `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_put_nb(
-    ep: *const gex_ep_t,
-    rank: u32,
-    offset: usize,
-    src: *const c_void,
-    len: usize,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::slice` state them.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `src` is readable for the given count (this function's `# Safety`).
-        let src = unsafe { ptr::slice(src.cast::<u8>(), len, "src") }?;
-        if ev.is_null() {
-            return Err(Error::null("ev"));
+impl Mode {
+    /// `GEX_ERR_NULL` for a NULL event slot.
+    pub(crate) fn check(self) -> Result<(), Error> {
+        match self {
+            Mode::Nb(ev) if ev.is_null() => Err(Error::null("ev")),
+            _ => Ok(()),
         }
-        let p = gptr::<u8>(h, rank, offset)?;
-        let e = h.with(|s| Ok(s.ep.put(p, src, Nb)?))?;
-        // SAFETY: `ev` is non-null and writable (the caller's promise).
-        unsafe { hand_out(ev, Op::Unit(e)) }
-    })
+    }
 }
 
-/// Gets `len` bytes from `offset` in `rank`'s segment into `dst` and returns once they
-/// are there.
-///
-/// Returns as [`gex_put`].
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint; `dst` is valid for writing `len` bytes (any
-/// pointer when `len` is 0) and not accessed by anything else during the call.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_get(
-    ep: *const gex_ep_t,
-    dst: *mut c_void,
-    rank: u32,
-    offset: usize,
-    len: usize,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::slice_mut` state them.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `dst` is writable for the given count (this function's `# Safety`).
-        let dst = unsafe { ptr::slice_mut(dst.cast::<u8>(), len, "dst") }?;
-        let p = gptr::<u8>(h, rank, offset)?;
-        h.with(|s| Ok(s.ep.get(dst, p, Blocking)?))?;
-        Ok(gex_status_t::GEX_OK)
-    })
-}
-
-/// Starts a get of `len` bytes from `offset` in `rank`'s segment into `dst` and writes
-/// its event to `*ev`. The bytes are written to `dst` by the call that completes the
-/// event (`gex_event_test` returning `GEX_OK`, or a wait): not before, and never if
-/// the event is freed first.
-///
-/// Returns as [`gex_put_nb`].
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint; `ev` is NULL or valid for writing one pointer;
-/// `dst` is valid for writing `len` bytes (any pointer when `len` is 0) until the event
-/// is completed or freed.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_get_nb(
-    ep: *const gex_ep_t,
-    dst: *mut c_void,
-    rank: u32,
-    offset: usize,
-    len: usize,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `Lent::new` state them.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `dst` stays writable until the event completes or is freed (this function's `# Safety`).
-        let dst = unsafe { Lent::new(dst.cast::<u8>(), len, "dst") }?;
-        if ev.is_null() {
-            return Err(Error::null("ev"));
+/// Issues the operation `$call` without a value (`$ep` the endpoint, `$c` the
+/// completion) on endpoint `$h` as `$mode` says; the event of `Mode::Nb` to its slot,
+/// checked non-null by `Mode::check` before.
+macro_rules! issue {
+    (@on $h:expr, $completion:expr, |$ep:ident, $c:ident| $call:expr) => {
+        $h.with(|s| {
+            let ($ep, $c) = (&mut s.ep, $completion);
+            Ok($call?)
+        })
+    };
+    ($h:expr, $mode:expr, |$ep:ident, $c:ident| $call:expr) => {
+        match $mode {
+            Mode::Blocking => {
+                issue!(@on $h, Blocking, |$ep, $c| $call)?;
+                Ok(gex_status_t::GEX_OK)
+            }
+            Mode::Nbi => {
+                issue!(@on $h, Nbi, |$ep, $c| $call)?;
+                Ok(gex_status_t::GEX_OK)
+            }
+            Mode::Nb(ev) => {
+                let e = issue!(@on $h, Nb, |$ep, $c| $call)?;
+                // SAFETY: `ev` is non-null (`Mode::check`) and writable (the caller's
+                // promise).
+                unsafe { hand_out(ev, Op::Unit(e)) }
+            }
         }
-        let p = gptr::<u8>(h, rank, offset)?;
-        let e = h.with(|s| Ok(s.ep.get(vec![0u8; len], p, Nb)?))?;
-        // SAFETY: `ev` is non-null and writable (the caller's promise).
-        unsafe { hand_out(ev, Op::Get(e, dst)) }
-    })
+    };
 }
 
-/// Sets `len` bytes at `offset` in `rank`'s segment to `value` and returns once they
-/// are set (remote completion).
-///
-/// Returns as [`gex_put`].
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_memset(
-    ep: *const gex_ep_t,
-    rank: u32,
-    offset: usize,
-    value: u8,
-    len: usize,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promise, as `ptr::handle` states it.
-        let h = unsafe { ptr::handle(ep) }?;
-        let p = gptr::<u8>(h, rank, offset)?;
-        h.with(|s| Ok(s.ep.memset(p, value, len, Blocking)?))?;
-        Ok(gex_status_t::GEX_OK)
-    })
-}
+c_families! {
+    /// Puts `len` bytes from `src` at `offset` in `rank`'s segment and returns once they
+    /// are there (remote completion).
+    ///
+    /// Returns `GEX_OK`; `GEX_ERR_RMA` if the range is outside the target's segment or the
+    /// conduit failed; `GEX_ERR_INVALID` for a rank out of range.
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint; `src` is valid for reading `len` bytes (any pointer
+    /// when `len` is 0).
+    fn gex_put,
+    /// Starts a put of `len` bytes from `src` to `offset` in `rank`'s segment and writes
+    /// its event to `*ev`. `src` may be reused as soon as the call returns (gex has copied
+    /// what it still needs); the event completes when the bytes are at the target.
+    ///
+    /// Returns as [`gex_put`] (no event is made on error); `GEX_ERR_NULL` if `ev` is NULL.
+    ///
+    /// # Safety
+    /// As [`gex_put`], and `ev` is NULL or valid for writing one pointer.
+    fn gex_put_nb,
+    /// Starts a put of `len` bytes from `src` to `offset` in `rank`'s segment with an
+    /// implicit event: `src` may be reused as soon as the call returns; the put is
+    /// complete (its bytes at the target) once `gex_nbi_sync` of `GEX_NBI_PUTS` returns
+    /// (or `gex_nbi_test` of it returns `GEX_OK`).
+    ///
+    /// Returns as [`gex_put`] (nothing is started on error).
+    ///
+    /// # Safety
+    /// As [`gex_put`].
+    fn gex_put_nbi;
+    (ep: *const gex_ep_t, rank: u32, offset: usize, src: *const c_void, len: usize) |mode| {
+        entry(|| {
+            // SAFETY: the caller's promises, as `ptr::handle` and `ptr::slice` state them.
+            let h = unsafe { ptr::handle(ep) }?;
+            // SAFETY: `src` is readable for the given count (this function's `# Safety`).
+            let src = unsafe { ptr::slice(src.cast::<u8>(), len, "src") }?;
+            mode.check()?;
+            let p = gptr::<u8>(h, rank, offset)?;
+            issue!(h, mode, |ep, c| ep.put(p, src, c))
+        })
+    }
 
-/// Starts a memset (as [`gex_memset`]) and writes its event to `*ev`: it completes
-/// when the bytes are set.
-///
-/// Returns as [`gex_put_nb`].
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint; `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_memset_nb(
-    ep: *const gex_ep_t,
-    rank: u32,
-    offset: usize,
-    value: u8,
-    len: usize,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promise, as `ptr::handle` states it.
-        let h = unsafe { ptr::handle(ep) }?;
-        if ev.is_null() {
-            return Err(Error::null("ev"));
-        }
-        let p = gptr::<u8>(h, rank, offset)?;
-        let e = h.with(|s| Ok(s.ep.memset(p, value, len, Nb)?))?;
-        // SAFETY: `ev` is non-null and writable (the caller's promise).
-        unsafe { hand_out(ev, Op::Unit(e)) }
-    })
-}
+    /// Gets `len` bytes from `offset` in `rank`'s segment into `dst` and returns once they
+    /// are there.
+    ///
+    /// Returns as [`gex_put`].
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint; `dst` is valid for writing `len` bytes (any
+    /// pointer when `len` is 0) and not accessed by anything else during the call.
+    fn gex_get,
+    /// Starts a get of `len` bytes from `offset` in `rank`'s segment into `dst` and writes
+    /// its event to `*ev`. The bytes are written to `dst` by the call that completes the
+    /// event (`gex_event_test` returning `GEX_OK`, or a wait): not before, and never if
+    /// the event is freed first.
+    ///
+    /// Returns as [`gex_put_nb`].
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint; `ev` is NULL or valid for writing one pointer;
+    /// `dst` is valid for writing `len` bytes (any pointer when `len` is 0) until the event
+    /// is completed or freed.
+    fn gex_get_nb,
+    /// Starts a get of `len` bytes from `offset` in `rank`'s segment into `dst` with an
+    /// implicit event: the bytes are in `dst` once `gex_nbi_sync` of `GEX_NBI_GETS`
+    /// returns (or `gex_nbi_test` of it returns `GEX_OK`), written by that call.
+    ///
+    /// Returns as [`gex_get`] (nothing is started on error).
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint; `dst` is valid for writing `len` bytes (any
+    /// pointer when `len` is 0) until the sync of the gets that completes it (or until the
+    /// endpoint is closed), and not accessed by anything else meanwhile.
+    fn gex_get_nbi;
+    (ep: *const gex_ep_t, dst: *mut c_void, rank: u32, offset: usize, len: usize) |mode| {
+        entry(|| {
+            // SAFETY: the caller's promises, as `ptr::handle`, `ptr::slice_mut` and
+            // `Lent::new` state them.
+            let h = unsafe { ptr::handle(ep) }?;
+            if let Mode::Blocking = mode {
+                // SAFETY: `dst` is writable for the given count (this function's `# Safety`).
+                let dst = unsafe { ptr::slice_mut(dst.cast::<u8>(), len, "dst") }?;
+                let p = gptr::<u8>(h, rank, offset)?;
+                h.with(|s| Ok(s.ep.get(dst, p, Blocking)?))?;
+                return Ok(gex_status_t::GEX_OK);
+            }
+            // SAFETY: `dst` stays writable until the event completes or is freed, or
+            // until the sync of the gets (this function's `# Safety`).
+            let dst = unsafe { Lent::new(dst.cast::<u8>(), len, "dst") }?;
+            mode.check()?;
+            let p = gptr::<u8>(h, rank, offset)?;
+            if let Mode::Nb(ev) = mode {
+                let e = h.with(|s| Ok(s.ep.get(vec![0u8; len], p, Nb)?))?;
+                // SAFETY: `ev` is non-null (checked) and writable (the caller's promise).
+                return unsafe { hand_out(ev, Op::Get(e, dst)) };
+            }
+            h.with(|s| {
+                let ev = s.ep.get(vec![0u8; len], p, Nb)?;
+                s.nbi_gets.push(Box::new(Filled { ev, dst }));
+                Ok(())
+            })?;
+            Ok(gex_status_t::GEX_OK)
+        })
+    }
 
-/// Starts a memset (as [`gex_memset`]) with an implicit event, counted with the puts:
-/// the bytes are set once `gex_nbi_sync` of `GEX_NBI_PUTS` returns.
-///
-/// Returns as [`gex_put_nbi`].
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_memset_nbi(
-    ep: *const gex_ep_t,
-    rank: u32,
-    offset: usize,
-    value: u8,
-    len: usize,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promise, as `ptr::handle` states it.
-        let h = unsafe { ptr::handle(ep) }?;
-        let p = gptr::<u8>(h, rank, offset)?;
-        h.with(|s| Ok(s.ep.memset(p, value, len, Nbi)?))?;
-        Ok(gex_status_t::GEX_OK)
-    })
+    /// Sets `len` bytes at `offset` in `rank`'s segment to `value` and returns once they
+    /// are set (remote completion).
+    ///
+    /// Returns as [`gex_put`].
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint.
+    fn gex_memset,
+    /// Starts a memset (as [`gex_memset`]) and writes its event to `*ev`: it completes
+    /// when the bytes are set.
+    ///
+    /// Returns as [`gex_put_nb`].
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint; `ev` is NULL or valid for writing one pointer.
+    fn gex_memset_nb,
+    /// Starts a memset (as [`gex_memset`]) with an implicit event, counted with the puts:
+    /// the bytes are set once `gex_nbi_sync` of `GEX_NBI_PUTS` returns.
+    ///
+    /// Returns as [`gex_put_nbi`].
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint.
+    fn gex_memset_nbi;
+    (ep: *const gex_ep_t, rank: u32, offset: usize, value: u8, len: usize) |mode| {
+        entry(|| {
+            // SAFETY: the caller's promise, as `ptr::handle` states it.
+            let h = unsafe { ptr::handle(ep) }?;
+            mode.check()?;
+            let p = gptr::<u8>(h, rank, offset)?;
+            issue!(h, mode, |ep, c| ep.memset(p, value, len, c))
+        })
+    }
 }
 
 /// `gex_nbi_sync` / `gex_nbi_test` category: implicit-event puts (and memsets).
@@ -231,67 +224,6 @@ pub const GEX_NBI_GETS: u32 = 2;
 pub const GEX_NBI_ATOMICS: u32 = 4;
 /// `gex_nbi_sync` / `gex_nbi_test`: every category.
 pub const GEX_NBI_ALL: u32 = 7;
-
-/// Starts a put of `len` bytes from `src` to `offset` in `rank`'s segment with an
-/// implicit event: `src` may be reused as soon as the call returns; the put is
-/// complete (its bytes at the target) once `gex_nbi_sync` of `GEX_NBI_PUTS` returns
-/// (or `gex_nbi_test` of it returns `GEX_OK`).
-///
-/// Returns as [`gex_put`] (nothing is started on error).
-///
-/// # Safety
-/// As [`gex_put`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_put_nbi(
-    ep: *const gex_ep_t,
-    rank: u32,
-    offset: usize,
-    src: *const c_void,
-    len: usize,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::slice` state them.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `src` is readable for the given count (this function's `# Safety`).
-        let src = unsafe { ptr::slice(src.cast::<u8>(), len, "src") }?;
-        let p = gptr::<u8>(h, rank, offset)?;
-        h.with(|s| Ok(s.ep.put(p, src, Nbi)?))?;
-        Ok(gex_status_t::GEX_OK)
-    })
-}
-
-/// Starts a get of `len` bytes from `offset` in `rank`'s segment into `dst` with an
-/// implicit event: the bytes are in `dst` once `gex_nbi_sync` of `GEX_NBI_GETS`
-/// returns (or `gex_nbi_test` of it returns `GEX_OK`), written by that call.
-///
-/// Returns as [`gex_get`] (nothing is started on error).
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint; `dst` is valid for writing `len` bytes (any
-/// pointer when `len` is 0) until the sync of the gets that completes it (or until the
-/// endpoint is closed), and not accessed by anything else meanwhile.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_get_nbi(
-    ep: *const gex_ep_t,
-    dst: *mut c_void,
-    rank: u32,
-    offset: usize,
-    len: usize,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `Lent::new` state them.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `dst` stays writable until the sync of the gets (this function's `# Safety`).
-        let dst = unsafe { Lent::new(dst.cast::<u8>(), len, "dst") }?;
-        let p = gptr::<u8>(h, rank, offset)?;
-        h.with(|s| {
-            let ev = s.ep.get(vec![0u8; len], p, Nb)?;
-            s.nbi_gets.push(Box::new(Filled { ev, dst }));
-            Ok(())
-        })?;
-        Ok(gex_status_t::GEX_OK)
-    })
-}
 
 /// The gex-rma categories of the C categories `cats`.
 fn categories(cats: u32) -> Result<NbiCategories, Error> {

@@ -24,21 +24,27 @@ fn last() -> String {
         .into_owned()
 }
 
+/// Asserts that an entry point returned `GEX_OK`, with the last error message if not.
+#[track_caller]
+fn ok(rc: c_int) {
+    assert_eq!(rc, 0, "{}", last());
+}
+
 /// A client of one rank with endpoint 0 open.
 fn open() -> (*mut gex_client_t, *mut gex_ep_t) {
     let (mut c, mut e) = (null_mut(), null_mut());
     // SAFETY: valid output slots.
-    assert_eq!(unsafe { gex_client_init(1 << 16, &mut c) }, 0, "{}", last());
+    ok(unsafe { gex_client_init(1 << 16, &mut c) });
     // SAFETY: a live client, a valid output slot.
-    assert_eq!(unsafe { gex_ep_open(c, 0, &mut e) }, 0, "{}", last());
+    ok(unsafe { gex_ep_open(c, 0, &mut e) });
     (c, e)
 }
 
 fn close(c: *mut gex_client_t, e: *mut gex_ep_t) {
     // SAFETY: live handles, given up here.
-    assert_eq!(unsafe { gex_ep_close(e) }, 0, "{}", last());
+    ok(unsafe { gex_ep_close(e) });
     // SAFETY: as above.
-    assert_eq!(unsafe { gex_client_finalize(c) }, 0, "{}", last());
+    ok(unsafe { gex_client_finalize(c) });
 }
 
 #[test]
@@ -231,8 +237,8 @@ fn allreduce_and_atomics_on_one_rank() {
 }
 
 /// include/gex.h is what cbindgen generates from the crate's source, with the
-/// declarations of the macro-generated atomic families (`crate::atomic::DECLS`: cbindgen
-/// does not expand macros): regenerates it and fails if the checked-in file differs
+/// declarations of the macro-generated entry points (`crate::DECLS`: cbindgen does not
+/// expand macros): regenerates it and fails if the checked-in file differs
 /// (`BLESS=1` rewrites it instead).
 #[test]
 fn gex_h_matches_the_source() {
@@ -240,7 +246,7 @@ fn gex_h_matches_the_source() {
     let config =
         cbindgen::Config::from_file(format!("{dir}/cbindgen.toml")).expect("cbindgen.toml");
     let decls = std::env::temp_dir().join(format!("gex-capi-decls-{}.rs", std::process::id()));
-    std::fs::write(&decls, crate::atomic::DECLS).expect("write the declarations");
+    std::fs::write(&decls, crate::DECLS.concat()).expect("write the declarations");
     let mut generated = Vec::new();
     let built = cbindgen::Builder::new()
         .with_config(config)
@@ -256,6 +262,8 @@ fn gex_h_matches_the_source() {
         "gex_atomic_op_nb_f32",
         "gex_atomic_op_nbi_i64",
         "gex_atomic_op_u32",
+        "gex_gather_nb",
+        "gex_exscan_user",
     ] {
         assert!(
             text.contains(&format!("int {f}(")),
@@ -282,14 +290,14 @@ fn teams_and_typed_collectives_on_one_rank() {
     // alive until their events complete.
     unsafe {
         let (mut w, mut sub, mut none) = (null_mut(), null_mut(), null_mut());
-        assert_eq!(gex_team_world(e, &mut w), 0, "{}", last());
+        ok(gex_team_world(e, &mut w));
         let (mut r, mut n, mut j) = (9, 9, 9);
         assert_eq!(gex_team_rank(w, &mut r, &mut n), 0);
         assert_eq!((r, n), (0, 1));
         assert_eq!(gex_team_translate(w, 0, &mut j), 0);
         assert_eq!(j, 0);
         assert_eq!(gex_team_translate(w, 1, &mut j), GEX_ERR_INVALID.code());
-        assert_eq!(gex_team_split(e, w, 5, 0, &mut sub), 0, "{}", last());
+        ok(gex_team_split(e, w, 5, 0, &mut sub));
         assert!(!sub.is_null());
         assert_eq!(
             gex_team_split(e, w, crate::team::GEX_COLOR_NONE, 0, &mut none),
@@ -298,7 +306,7 @@ fn teams_and_typed_collectives_on_one_rank() {
         assert!(none.is_null());
         assert_eq!(gex_team_barrier(e, sub), 0);
         // The split-phase barrier: named, anonymous, and its misuses.
-        assert_eq!(gex_team_barrier_notify(e, w, 7, 0), 0, "{}", last());
+        ok(gex_team_barrier_notify(e, w, 7, 0));
         assert_eq!(gex_team_barrier_notify(e, w, 7, 0), GEX_ERR_COLL.code());
         let rc = loop {
             match gex_team_barrier_try(e, w, 7, 0) {
@@ -306,19 +314,14 @@ fn teams_and_typed_collectives_on_one_rank() {
                 x => break x,
             }
         };
-        assert_eq!(rc, 0, "{}", last());
+        ok(rc);
         assert_eq!(gex_team_barrier_wait(e, w, 7, 0), GEX_ERR_COLL.code());
         let anon = crate::coll::GEX_BARRIER_ANONYMOUS;
         assert_eq!(gex_team_barrier_notify(e, w, 0, anon), 0);
-        assert_eq!(gex_team_barrier_wait(e, w, 0, anon), 0, "{}", last());
+        ok(gex_team_barrier_wait(e, w, 0, anon));
         assert_eq!(gex_team_barrier_notify(e, w, 0, 4), GEX_ERR_INVALID.code());
         let (mut listed, zero) = (null_mut(), [0u32]);
-        assert_eq!(
-            gex_team_create(e, sub, zero.as_ptr(), 1, &mut listed),
-            0,
-            "{}",
-            last()
-        );
+        ok(gex_team_create(e, sub, zero.as_ptr(), 1, &mut listed));
         assert_eq!(gex_team_rank(listed, &mut r, &mut n), 0);
         assert_eq!((r, n), (0, 1));
         let twice = [0u32, 0];
@@ -429,53 +432,49 @@ fn teams_and_typed_collectives_on_one_rank() {
         let v = [4i64, -5];
         let mut out = [0i64; 2];
         let vs = v.as_ptr().cast();
-        assert_eq!(
-            gex_scatter(e, w, 0, vs, out.as_mut_ptr().cast(), 2, i64t),
-            0,
-            "{}",
-            last()
-        );
+        ok(gex_scatter(e, w, 0, vs, out.as_mut_ptr().cast(), 2, i64t));
         assert_eq!(out, v);
         out = [0; 2];
-        assert_eq!(
-            gex_exchange(e, w, vs, out.as_mut_ptr().cast(), 2, i64t),
-            0,
-            "{}",
-            last()
-        );
+        ok(gex_exchange(e, w, vs, out.as_mut_ptr().cast(), 2, i64t));
         assert_eq!(out, v);
         out = [0; 2];
-        assert_eq!(
-            gex_reduce_scatter(e, w, vs, out.as_mut_ptr().cast(), 2, i64t, sum),
-            0,
-            "{}",
-            last()
-        );
+        ok(gex_reduce_scatter(
+            e,
+            w,
+            vs,
+            out.as_mut_ptr().cast(),
+            2,
+            i64t,
+            sum,
+        ));
         assert_eq!(out, v);
         out = [0; 2];
-        assert_eq!(
-            gex_scan(e, w, vs, out.as_mut_ptr().cast(), 2, i64t, sum),
-            0,
-            "{}",
-            last()
-        );
+        ok(gex_scan(e, w, vs, out.as_mut_ptr().cast(), 2, i64t, sum));
         assert_eq!(out, v);
         out = [9; 2];
         let mut ev = null_mut();
-        assert_eq!(
-            gex_exscan_nb(e, w, vs, out.as_mut_ptr().cast(), 2, i64t, sum, &mut ev),
-            0,
-            "{}",
-            last()
-        );
+        ok(gex_exscan_nb(
+            e,
+            w,
+            vs,
+            out.as_mut_ptr().cast(),
+            2,
+            i64t,
+            sum,
+            &mut ev,
+        ));
         assert_eq!(gex_event_wait(e, &mut ev), 0);
         assert_eq!(out, [9, 9], "team rank 0's dst is not written");
-        assert_eq!(
-            gex_scatter_nb(e, w, 0, vs, out.as_mut_ptr().cast(), 2, i64t, &mut ev),
+        ok(gex_scatter_nb(
+            e,
+            w,
             0,
-            "{}",
-            last()
-        );
+            vs,
+            out.as_mut_ptr().cast(),
+            2,
+            i64t,
+            &mut ev,
+        ));
         assert_eq!(gex_event_wait(e, &mut ev), 0);
         assert_eq!(out, v);
 
@@ -543,12 +542,7 @@ fn nbi_and_atomic_families_on_one_rank() {
         let arith = crate::atomic::GEX_AOPS_ARITH;
         let u32t = gex_dt_t::GEX_DT_U32 as i32;
         let f64t = gex_dt_t::GEX_DT_F64 as i32;
-        assert_eq!(
-            gex_atomic_domain_create_ex(e, w, u32t, all, &mut du32),
-            0,
-            "{}",
-            last()
-        );
+        ok(gex_atomic_domain_create_ex(e, w, u32t, all, &mut du32));
         assert_eq!(
             gex_atomic_domain_create_ex(e, w, f64t, all, &mut bad),
             GEX_ERR_RMA.code()
@@ -557,12 +551,7 @@ fn nbi_and_atomic_families_on_one_rank() {
             gex_atomic_domain_create_ex(e, w, 6, all, &mut bad),
             GEX_ERR_INVALID.code()
         );
-        assert_eq!(
-            gex_atomic_domain_create_ex(e, w, f64t, arith, &mut df64),
-            0,
-            "{}",
-            last()
-        );
+        ok(gex_atomic_domain_create_ex(e, w, f64t, arith, &mut df64));
         use gex_aop_t::*;
         let mut old = 0u32;
         assert_eq!(
@@ -796,30 +785,20 @@ fn endpoints_made_at_run_time_carry_rma_and_are_never_reused() {
     let (mut e1, mut i1) = (null_mut(), 0u16);
     // SAFETY: a live client, valid output slots.
     let r = unsafe { gex_ep_create(c, &mut e1, &mut i1) };
-    assert_eq!(r, 0, "{}", last());
+    ok(r);
     assert_eq!(i1, 1);
     // A put through the new endpoint lands in the segment of endpoint 1 (its index),
     // not endpoint 0's.
     let (word, mut back, mut zero) = (0x5eed_u64.to_le_bytes(), [0u8; 8], [9u8; 8]);
     // SAFETY: live endpoints; 8 readable / writable bytes.
     unsafe {
-        assert_eq!(gex_put(e1, 0, 64, word.as_ptr().cast(), 8), 0, "{}", last());
-        assert_eq!(
-            gex_get(e1, back.as_mut_ptr().cast(), 0, 64, 8),
-            0,
-            "{}",
-            last()
-        );
-        assert_eq!(
-            gex_get(e0, zero.as_mut_ptr().cast(), 0, 64, 8),
-            0,
-            "{}",
-            last()
-        );
+        ok(gex_put(e1, 0, 64, word.as_ptr().cast(), 8));
+        ok(gex_get(e1, back.as_mut_ptr().cast(), 0, 64, 8));
+        ok(gex_get(e0, zero.as_mut_ptr().cast(), 0, 64, 8));
     }
     assert_eq!((back, zero), (word, [0; 8]));
     // SAFETY: a live endpoint, given up.
-    assert_eq!(unsafe { gex_ep_close(e1) }, 0, "{}", last());
+    ok(unsafe { gex_ep_close(e1) });
     // Indices are not reused; the index output may be NULL; capacity runs out.
     let mut made = Vec::new();
     loop {
@@ -845,7 +824,7 @@ fn endpoints_made_at_run_time_carry_rma_and_are_never_reused() {
     assert_eq!(nulls, (GEX_ERR_NULL as c_int, GEX_ERR_NULL as c_int));
     for e in made {
         // SAFETY: live endpoints, given up.
-        assert_eq!(unsafe { gex_ep_close(e) }, 0, "{}", last());
+        ok(unsafe { gex_ep_close(e) });
     }
     close(c, e0);
 }

@@ -15,7 +15,7 @@
 //! (`x0 ⊕ x1 ⊕ …`) unless the operator is commutative.
 #![allow(unsafe_code)]
 
-use crate::coll::{CElem, Red, Shape, args, combine, slot};
+use crate::coll::{CElem, Call, Red, Shape, args, combine, slot};
 use crate::event::gex_event_t;
 use crate::handle::{gex_ep_t, gex_team_t};
 use crate::ptr;
@@ -214,264 +214,137 @@ fn reduce_op<E: Opaque>(u: &gex_user_op_t) -> ReduceOp<E> {
     ReduceOp::user(u.commutative, move |l: &E, r: &E| f.apply(l, r))
 }
 
-/// The root and the buffers of a call: `(root, src, dst, count)`.
-struct Io(u32, *const c_void, *mut c_void, usize);
-
 /// The body of the user-operator entry points.
 ///
 /// # Safety
 /// As the entry point of `shape` (its `_nb` form with `nb`).
+#[allow(clippy::too_many_arguments)]
 unsafe fn run(
     shape: Shape,
     ep: *const gex_ep_t,
     team: *const gex_team_t,
-    io: Io,
-    op: *const gex_user_op_t,
-    nb: Option<*mut *mut gex_event_t>,
+    call: Call,
+    (op,): (*const gex_user_op_t,),
 ) -> c_int {
     entry(|| {
         // SAFETY: the caller's promises, as `args` states them.
         let (h, t) = unsafe { args(ep, team) }?;
         // SAFETY: the caller's promise, as `ptr::handle` states it.
         let u = unsafe { ptr::handle(op) }?;
-        slot(nb)?;
+        slot(call.nb)?;
         by_size!(u.elem_size, |E| {
             let r = Red::Op(reduce_op::<E>(u));
             // SAFETY: the caller's promises, passed on.
-            unsafe { combine::<E>(shape, h, &t, io.0, io.1, io.2, io.3, r, nb) }
+            unsafe { combine::<E>(shape, h, &t, call, r) }
         })
     })
 }
 
-/// Reduces the `count` elements (of `op`'s `elem_size` bytes) of every member's `src`
-/// element-wise with the user operator `op`, in team-rank order unless `op` is
-/// commutative, and writes the result to every member's `dst`. Every member passes
-/// the same `count` and an operator of the same function, size and commutativity.
-///
-/// Returns `GEX_OK`; `GEX_ERR_INVALID` for overlapping buffers, a team of another
-/// endpoint or an `op` that is not a live operator; `GEX_ERR_NULL` for a NULL `op`;
-/// `GEX_ERR_COLL` if it failed (e.g. the members passed different counts).
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint, `team` NULL or a live team, `op` NULL or a live
-/// operator; `src` is valid for reading and `dst` for writing `count` elements (any
-/// pointers when `count` is 0), not overlapping.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_allreduce_user(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    op: *const gex_user_op_t,
-) -> c_int {
-    let io = Io(0, src, dst, count);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { run(Shape::Allreduce, ep, team, io, op, None) }
-}
+team_data_fns! { run;
+    /// Reduces the `count` elements (of `op`'s `elem_size` bytes) of every member's `src`
+    /// element-wise with the user operator `op`, in team-rank order unless `op` is
+    /// commutative, and writes the result to every member's `dst`. Every member passes
+    /// the same `count` and an operator of the same function, size and commutativity.
+    ///
+    /// Returns `GEX_OK`; `GEX_ERR_INVALID` for overlapping buffers, a team of another
+    /// endpoint or an `op` that is not a live operator; `GEX_ERR_NULL` for a NULL `op`;
+    /// `GEX_ERR_COLL` if it failed (e.g. the members passed different counts).
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint, `team` NULL or a live team, `op` NULL or a live
+    /// operator; `src` is valid for reading and `dst` for writing `count` elements (any
+    /// pointers when `count` is 0), not overlapping.
+    fn gex_allreduce_user = Allreduce [] (op: *const gex_user_op_t) [];
 
-/// Starts an allreduce with a user operator (as [`gex_allreduce_user`]) and writes its
-/// event to `*ev`: `src` is copied before the call returns, `dst` written by the call
-/// that completes the event (never if the event is freed first).
-///
-/// Returns as [`gex_allreduce_user`]; `GEX_ERR_NULL` if `ev` is NULL.
-///
-/// # Safety
-/// As [`gex_allreduce_user`], with `dst` valid for writing until the event is
-/// completed or freed; `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_allreduce_user_nb(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    op: *const gex_user_op_t,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    let io = Io(0, src, dst, count);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { run(Shape::Allreduce, ep, team, io, op, Some(ev)) }
-}
+    /// Starts an allreduce with a user operator (as [`gex_allreduce_user`]) and writes its
+    /// event to `*ev`: `src` is copied before the call returns, `dst` written by the call
+    /// that completes the event (never if the event is freed first).
+    ///
+    /// Returns as [`gex_allreduce_user`]; `GEX_ERR_NULL` if `ev` is NULL.
+    ///
+    /// # Safety
+    /// As [`gex_allreduce_user`], with `dst` valid for writing until the event is
+    /// completed or freed; `ev` is NULL or valid for writing one pointer.
+    fn gex_allreduce_user_nb = Allreduce [] (op: *const gex_user_op_t) [ev];
 
-/// Reduces as [`gex_allreduce_user`] into the `dst` of team rank `root` only (`dst` is
-/// ignored elsewhere and may be NULL).
-///
-/// Returns as [`gex_allreduce_user`], and `GEX_ERR_INVALID` for a `root` out of range.
-///
-/// # Safety
-/// As [`gex_allreduce_user`], with `dst` valid for writing `count` elements at the
-/// root only.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_reduce_user(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    root: u32,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    op: *const gex_user_op_t,
-) -> c_int {
-    let io = Io(root, src, dst, count);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { run(Shape::Reduce, ep, team, io, op, None) }
-}
+    /// Reduces as [`gex_allreduce_user`] into the `dst` of team rank `root` only (`dst` is
+    /// ignored elsewhere and may be NULL).
+    ///
+    /// Returns as [`gex_allreduce_user`], and `GEX_ERR_INVALID` for a `root` out of range.
+    ///
+    /// # Safety
+    /// As [`gex_allreduce_user`], with `dst` valid for writing `count` elements at the
+    /// root only.
+    fn gex_reduce_user = Reduce [root] (op: *const gex_user_op_t) [];
 
-/// Starts a reduce with a user operator (as [`gex_reduce_user`]) and writes its event
-/// to `*ev`; the root's `dst` is written by the call that completes the event.
-///
-/// Returns as [`gex_reduce_user`]; `GEX_ERR_NULL` if `ev` is NULL.
-///
-/// # Safety
-/// As [`gex_reduce_user`], with the root's `dst` valid for writing until the event is
-/// completed or freed; `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_reduce_user_nb(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    root: u32,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    op: *const gex_user_op_t,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    let io = Io(root, src, dst, count);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { run(Shape::Reduce, ep, team, io, op, Some(ev)) }
-}
+    /// Starts a reduce with a user operator (as [`gex_reduce_user`]) and writes its event
+    /// to `*ev`; the root's `dst` is written by the call that completes the event.
+    ///
+    /// Returns as [`gex_reduce_user`]; `GEX_ERR_NULL` if `ev` is NULL.
+    ///
+    /// # Safety
+    /// As [`gex_reduce_user`], with the root's `dst` valid for writing until the event is
+    /// completed or freed; `ev` is NULL or valid for writing one pointer.
+    fn gex_reduce_user_nb = Reduce [root] (op: *const gex_user_op_t) [ev];
 
-/// Inclusive scan with a user operator: team rank `i`'s `dst` receives
-/// `src_0 ⊕ src_1 ⊕ … ⊕ src_i` element-wise (`count` elements).
-///
-/// Returns as [`gex_allreduce_user`].
-///
-/// # Safety
-/// As [`gex_allreduce_user`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_scan_user(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    op: *const gex_user_op_t,
-) -> c_int {
-    let io = Io(0, src, dst, count);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { run(Shape::Scan, ep, team, io, op, None) }
-}
+    /// Inclusive scan with a user operator: team rank `i`'s `dst` receives
+    /// `src_0 ⊕ src_1 ⊕ … ⊕ src_i` element-wise (`count` elements).
+    ///
+    /// Returns as [`gex_allreduce_user`].
+    ///
+    /// # Safety
+    /// As [`gex_allreduce_user`].
+    fn gex_scan_user = Scan [] (op: *const gex_user_op_t) [];
 
-/// Starts an inclusive scan with a user operator (as [`gex_scan_user`]) and writes its
-/// event to `*ev`; `dst` is written by the call that completes the event.
-///
-/// Returns as [`gex_allreduce_user_nb`].
-///
-/// # Safety
-/// As [`gex_allreduce_user_nb`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_scan_user_nb(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    op: *const gex_user_op_t,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    let io = Io(0, src, dst, count);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { run(Shape::Scan, ep, team, io, op, Some(ev)) }
-}
+    /// Starts an inclusive scan with a user operator (as [`gex_scan_user`]) and writes its
+    /// event to `*ev`; `dst` is written by the call that completes the event.
+    ///
+    /// Returns as [`gex_allreduce_user_nb`].
+    ///
+    /// # Safety
+    /// As [`gex_allreduce_user_nb`].
+    fn gex_scan_user_nb = Scan [] (op: *const gex_user_op_t) [ev];
 
-/// Reduce_scatter with a user operator: reduces every member's `src` (`size × count`
-/// elements) element-wise with `op` (in team-rank order unless `op` is commutative);
-/// team rank `i`'s `dst` receives block `i` (`count` elements) of the result.
-///
-/// Returns as [`gex_allreduce_user`].
-///
-/// # Safety
-/// As [`gex_allreduce_user`], with `src` valid for reading `size × count` elements.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_reduce_scatter_user(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    op: *const gex_user_op_t,
-) -> c_int {
-    let io = Io(0, src, dst, count);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { run(Shape::ReduceScatter, ep, team, io, op, None) }
-}
+    /// Reduce_scatter with a user operator: reduces every member's `src` (`size × count`
+    /// elements) element-wise with `op` (in team-rank order unless `op` is commutative);
+    /// team rank `i`'s `dst` receives block `i` (`count` elements) of the result.
+    ///
+    /// Returns as [`gex_allreduce_user`].
+    ///
+    /// # Safety
+    /// As [`gex_allreduce_user`], with `src` valid for reading `size × count` elements.
+    fn gex_reduce_scatter_user = ReduceScatter [] (op: *const gex_user_op_t) [];
 
-/// Starts a reduce_scatter with a user operator (as [`gex_reduce_scatter_user`]) and
-/// writes its event to `*ev`; `dst` is written by the call that completes the event.
-///
-/// Returns as [`gex_allreduce_user_nb`].
-///
-/// # Safety
-/// As [`gex_reduce_scatter_user`], with `dst` valid for writing until the event is
-/// completed or freed; `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_reduce_scatter_user_nb(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    op: *const gex_user_op_t,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    let io = Io(0, src, dst, count);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { run(Shape::ReduceScatter, ep, team, io, op, Some(ev)) }
-}
+    /// Starts a reduce_scatter with a user operator (as [`gex_reduce_scatter_user`]) and
+    /// writes its event to `*ev`; `dst` is written by the call that completes the event.
+    ///
+    /// Returns as [`gex_allreduce_user_nb`].
+    ///
+    /// # Safety
+    /// As [`gex_reduce_scatter_user`], with `dst` valid for writing until the event is
+    /// completed or freed; `ev` is NULL or valid for writing one pointer.
+    fn gex_reduce_scatter_user_nb = ReduceScatter [] (op: *const gex_user_op_t) [ev];
 
-/// Exclusive scan with a user operator: team rank `i > 0`'s `dst` receives
-/// `src_0 ⊕ … ⊕ src_{i-1}` element-wise (`count` elements); team rank 0's `dst` is
-/// not written.
-///
-/// Returns as [`gex_allreduce_user`].
-///
-/// # Safety
-/// As [`gex_allreduce_user`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_exscan_user(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    op: *const gex_user_op_t,
-) -> c_int {
-    let io = Io(0, src, dst, count);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { run(Shape::Exscan, ep, team, io, op, None) }
-}
+    /// Exclusive scan with a user operator: team rank `i > 0`'s `dst` receives
+    /// `src_0 ⊕ … ⊕ src_{i-1}` element-wise (`count` elements); team rank 0's `dst` is
+    /// not written.
+    ///
+    /// Returns as [`gex_allreduce_user`].
+    ///
+    /// # Safety
+    /// As [`gex_allreduce_user`].
+    fn gex_exscan_user = Exscan [] (op: *const gex_user_op_t) [];
 
-/// Starts an exclusive scan with a user operator (as [`gex_exscan_user`]) and writes
-/// its event to `*ev`; `dst` (not team rank 0's) is written by the call that completes
-/// the event.
-///
-/// Returns as [`gex_allreduce_user_nb`].
-///
-/// # Safety
-/// As [`gex_allreduce_user_nb`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_exscan_user_nb(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    src: *const c_void,
-    dst: *mut c_void,
-    count: usize,
-    op: *const gex_user_op_t,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    let io = Io(0, src, dst, count);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { run(Shape::Exscan, ep, team, io, op, Some(ev)) }
+    /// Starts an exclusive scan with a user operator (as [`gex_exscan_user`]) and writes
+    /// its event to `*ev`; `dst` (not team rank 0's) is written by the call that completes
+    /// the event.
+    ///
+    /// Returns as [`gex_allreduce_user_nb`].
+    ///
+    /// # Safety
+    /// As [`gex_allreduce_user_nb`].
+    fn gex_exscan_user_nb = Exscan [] (op: *const gex_user_op_t) [ev];
+
 }
 
 /// The byte-level function gex-coll applies for `u` (tests: operand order).

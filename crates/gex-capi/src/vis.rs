@@ -27,7 +27,7 @@
 use crate::event::{Filled, Op, Pending, gex_event_t, hand_out};
 use crate::handle::gex_ep_t;
 use crate::ptr::{self, Lent};
-use crate::rma::gptr;
+use crate::rma::{Mode, gptr};
 use crate::status::{Error, entry, gex_status_t};
 use gex_facade::prelude::*;
 use std::ffi::{c_int, c_void};
@@ -310,15 +310,6 @@ unsafe fn get_pieces(
     })
 }
 
-/// How a VIS call completes: before it returns, through an event handed out, or by
-/// `gex_nbi_sync` (puts: of `GEX_NBI_PUTS`; gets: of `GEX_NBI_GETS`).
-#[derive(Clone, Copy)]
-enum Mode {
-    Blocking,
-    Nb(*mut *mut gex_event_t),
-    Nbi,
-}
-
 /// A VIS put of `src` to `remote`.
 ///
 /// # Safety
@@ -491,93 +482,6 @@ unsafe fn put_strided(
     })
 }
 
-/// Puts a strided region: `ndims` dimensions of `counts[d]` elements of `elem_size`
-/// bytes, dimension 0 innermost. Element `(i_0, .., i_{n-1})` is read at byte
-/// `src + Σ i_d * src_strides[d]` and written at byte `offset + Σ i_d * dst_strides[d]`
-/// of `rank`'s segment (strides in bytes, negative or zero allowed; zero destination
-/// strides make elements overwrite each other in an unspecified order). `ndims` 0 moves
-/// one element; a count or `elem_size` of 0 moves nothing. Returns once the bytes are
-/// at the target.
-///
-/// Returns `GEX_OK`; `GEX_ERR_RMA` if an element is outside the target's segment or the
-/// conduit failed (nothing moves); `GEX_ERR_INVALID` for a rank out of range or an
-/// offset that overflows; `GEX_ERR_NULL` for a NULL array with `ndims > 0` or a NULL
-/// `src` with something to move.
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint; `dst_strides`, `src_strides` and `counts` are valid
-/// for reading `ndims` elements (any pointers when `ndims` is 0); every byte from the
-/// lowest to the highest the shape addresses from `src` (the gaps between elements
-/// included) is in one object, readable and not written during the call.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_put_strided(
-    ep: *const gex_ep_t,
-    rank: u32,
-    offset: usize,
-    dst_strides: *const isize,
-    src: *const c_void,
-    src_strides: *const isize,
-    elem_size: usize,
-    counts: *const usize,
-    ndims: usize,
-) -> c_int {
-    let d = dims(dst_strides, src_strides, elem_size, counts, ndims);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { put_strided(ep, rank, offset, src, d, Mode::Blocking) }
-}
-
-/// Starts a strided put (as [`gex_put_strided`]) and writes its event to `*ev`; `src`
-/// may be reused as soon as the call returns, the event completes when the bytes are
-/// at the target.
-///
-/// Returns as [`gex_put_strided`] (no event is made on error); `GEX_ERR_NULL` if `ev`
-/// is NULL.
-///
-/// # Safety
-/// As [`gex_put_strided`], and `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_put_strided_nb(
-    ep: *const gex_ep_t,
-    rank: u32,
-    offset: usize,
-    dst_strides: *const isize,
-    src: *const c_void,
-    src_strides: *const isize,
-    elem_size: usize,
-    counts: *const usize,
-    ndims: usize,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    let d = dims(dst_strides, src_strides, elem_size, counts, ndims);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { put_strided(ep, rank, offset, src, d, Mode::Nb(ev)) }
-}
-
-/// Starts a strided put (as [`gex_put_strided`]) with an implicit event: the bytes are
-/// at the target once `gex_nbi_sync` of `GEX_NBI_PUTS` returns. `src` may be reused as
-/// soon as the call returns.
-///
-/// Returns as [`gex_put_strided`] (nothing is started on error).
-///
-/// # Safety
-/// As [`gex_put_strided`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_put_strided_nbi(
-    ep: *const gex_ep_t,
-    rank: u32,
-    offset: usize,
-    dst_strides: *const isize,
-    src: *const c_void,
-    src_strides: *const isize,
-    elem_size: usize,
-    counts: *const usize,
-    ndims: usize,
-) -> c_int {
-    let d = dims(dst_strides, src_strides, elem_size, counts, ndims);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { put_strided(ep, rank, offset, src, d, Mode::Nbi) }
-}
-
 /// The body of the strided gets.
 ///
 /// # Safety
@@ -609,11 +513,7 @@ unsafe fn get_strided(
         // completes or is freed, or until the gets' NBI sync (contract); only they are
         // written (`StridedGet`).
         let d = unsafe { Lent::new(base, sh.span, "dst") }?;
-        if let Mode::Nb(ev) = mode
-            && ev.is_null()
-        {
-            return Err(Error::null("ev"));
-        }
+        mode.check()?;
         let shape = sh.strided();
         let vis = Vis::Strided { ptr: p, shape };
         let e = h.with(|s| Ok(s.ep.get_vis(vec![0u8; sh.span], vis, Nb)?))?;
@@ -633,367 +533,282 @@ unsafe fn get_strided(
     })
 }
 
-/// Gets a strided region: element `(i_0, .., i_{n-1})` (`elem_size` bytes, dimension 0
-/// innermost) is read at byte `offset + Σ i_d * src_strides[d]` of `rank`'s segment and
-/// written at byte `dst + Σ i_d * dst_strides[d]` (strides in bytes, negative or zero
-/// allowed). `ndims` 0 moves one element; a count or `elem_size` of 0 moves nothing.
-/// Returns once the bytes are in `dst`; only the addressed bytes are written.
-///
-/// Returns as [`gex_put_strided`] (NULL `dst` with something to move: `GEX_ERR_NULL`).
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint; `dst_strides`, `src_strides` and `counts` are valid
-/// for reading `ndims` elements (any pointers when `ndims` is 0); every byte from the
-/// lowest to the highest the shape addresses from `dst` (the gaps between elements
-/// included) is in one object, writable and not accessed by anything else during the
-/// call.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_get_strided(
-    ep: *const gex_ep_t,
-    dst: *mut c_void,
-    dst_strides: *const isize,
-    rank: u32,
-    offset: usize,
-    src_strides: *const isize,
-    elem_size: usize,
-    counts: *const usize,
-    ndims: usize,
-) -> c_int {
-    let d = dims(src_strides, dst_strides, elem_size, counts, ndims);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { get_strided(ep, dst, rank, offset, d, Mode::Blocking) }
-}
+c_families! {
+    /// Puts a strided region: `ndims` dimensions of `counts[d]` elements of `elem_size`
+    /// bytes, dimension 0 innermost. Element `(i_0, .., i_{n-1})` is read at byte
+    /// `src + Σ i_d * src_strides[d]` and written at byte `offset + Σ i_d * dst_strides[d]`
+    /// of `rank`'s segment (strides in bytes, negative or zero allowed; zero destination
+    /// strides make elements overwrite each other in an unspecified order). `ndims` 0 moves
+    /// one element; a count or `elem_size` of 0 moves nothing. Returns once the bytes are
+    /// at the target.
+    ///
+    /// Returns `GEX_OK`; `GEX_ERR_RMA` if an element is outside the target's segment or the
+    /// conduit failed (nothing moves); `GEX_ERR_INVALID` for a rank out of range or an
+    /// offset that overflows; `GEX_ERR_NULL` for a NULL array with `ndims > 0` or a NULL
+    /// `src` with something to move.
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint; `dst_strides`, `src_strides` and `counts` are valid
+    /// for reading `ndims` elements (any pointers when `ndims` is 0); every byte from the
+    /// lowest to the highest the shape addresses from `src` (the gaps between elements
+    /// included) is in one object, readable and not written during the call.
+    fn gex_put_strided,
+    /// Starts a strided put (as [`gex_put_strided`]) and writes its event to `*ev`; `src`
+    /// may be reused as soon as the call returns, the event completes when the bytes are
+    /// at the target.
+    ///
+    /// Returns as [`gex_put_strided`] (no event is made on error); `GEX_ERR_NULL` if `ev`
+    /// is NULL.
+    ///
+    /// # Safety
+    /// As [`gex_put_strided`], and `ev` is NULL or valid for writing one pointer.
+    fn gex_put_strided_nb,
+    /// Starts a strided put (as [`gex_put_strided`]) with an implicit event: the bytes are
+    /// at the target once `gex_nbi_sync` of `GEX_NBI_PUTS` returns. `src` may be reused as
+    /// soon as the call returns.
+    ///
+    /// Returns as [`gex_put_strided`] (nothing is started on error).
+    ///
+    /// # Safety
+    /// As [`gex_put_strided`].
+    fn gex_put_strided_nbi;
+    (
+        ep: *const gex_ep_t,
+        rank: u32,
+        offset: usize,
+        dst_strides: *const isize,
+        src: *const c_void,
+        src_strides: *const isize,
+        elem_size: usize,
+        counts: *const usize,
+        ndims: usize,
+    ) |mode| {
+        let d = dims(dst_strides, src_strides, elem_size, counts, ndims);
+        // SAFETY: the caller's promises, passed on.
+        unsafe { put_strided(ep, rank, offset, src, d, mode) }
+    }
 
-/// Starts a strided get (as [`gex_get_strided`]) and writes its event to `*ev`. The
-/// elements are written to `dst` by the call that completes the event (not before,
-/// and never if the event is freed first); only the elements the shape addresses are
-/// written, so the gaps between them may be used meanwhile.
-///
-/// Returns as [`gex_get_strided`] (no event is made on error); `GEX_ERR_NULL` if `ev`
-/// is NULL.
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint; `ev` is NULL or valid for writing one pointer;
-/// the arrays are valid for reading `ndims` elements; every byte from the lowest to the
-/// highest the shape addresses from `dst` is in one object, and the bytes of the
-/// addressed elements are writable and not accessed by anything else until the event
-/// is completed or freed.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_get_strided_nb(
-    ep: *const gex_ep_t,
-    dst: *mut c_void,
-    dst_strides: *const isize,
-    rank: u32,
-    offset: usize,
-    src_strides: *const isize,
-    elem_size: usize,
-    counts: *const usize,
-    ndims: usize,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    let d = dims(src_strides, dst_strides, elem_size, counts, ndims);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { get_strided(ep, dst, rank, offset, d, Mode::Nb(ev)) }
-}
+    /// Gets a strided region: element `(i_0, .., i_{n-1})` (`elem_size` bytes, dimension 0
+    /// innermost) is read at byte `offset + Σ i_d * src_strides[d]` of `rank`'s segment and
+    /// written at byte `dst + Σ i_d * dst_strides[d]` (strides in bytes, negative or zero
+    /// allowed). `ndims` 0 moves one element; a count or `elem_size` of 0 moves nothing.
+    /// Returns once the bytes are in `dst`; only the addressed bytes are written.
+    ///
+    /// Returns as [`gex_put_strided`] (NULL `dst` with something to move: `GEX_ERR_NULL`).
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint; `dst_strides`, `src_strides` and `counts` are valid
+    /// for reading `ndims` elements (any pointers when `ndims` is 0); every byte from the
+    /// lowest to the highest the shape addresses from `dst` (the gaps between elements
+    /// included) is in one object, writable and not accessed by anything else during the
+    /// call.
+    fn gex_get_strided,
+    /// Starts a strided get (as [`gex_get_strided`]) and writes its event to `*ev`. The
+    /// elements are written to `dst` by the call that completes the event (not before,
+    /// and never if the event is freed first); only the elements the shape addresses are
+    /// written, so the gaps between them may be used meanwhile.
+    ///
+    /// Returns as [`gex_get_strided`] (no event is made on error); `GEX_ERR_NULL` if `ev`
+    /// is NULL.
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint; `ev` is NULL or valid for writing one pointer;
+    /// the arrays are valid for reading `ndims` elements; every byte from the lowest to the
+    /// highest the shape addresses from `dst` is in one object, and the bytes of the
+    /// addressed elements are writable and not accessed by anything else until the event
+    /// is completed or freed.
+    fn gex_get_strided_nb,
+    /// Starts a strided get (as [`gex_get_strided`]) with an implicit event: the elements
+    /// are written to `dst` by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done)
+    /// of `GEX_NBI_GETS` that completes it; only the elements the shape addresses are
+    /// written.
+    ///
+    /// Returns as [`gex_get_strided`] (nothing is started on error).
+    ///
+    /// # Safety
+    /// As [`gex_get_strided_nb`] without `ev`, with the addressed elements writable and
+    /// not accessed by anything else until the gets' NBI sync (or the endpoint's close).
+    fn gex_get_strided_nbi;
+    (
+        ep: *const gex_ep_t,
+        dst: *mut c_void,
+        dst_strides: *const isize,
+        rank: u32,
+        offset: usize,
+        src_strides: *const isize,
+        elem_size: usize,
+        counts: *const usize,
+        ndims: usize,
+    ) |mode| {
+        let d = dims(src_strides, dst_strides, elem_size, counts, ndims);
+        // SAFETY: the caller's promises, passed on.
+        unsafe { get_strided(ep, dst, rank, offset, d, mode) }
+    }
 
-/// Starts a strided get (as [`gex_get_strided`]) with an implicit event: the elements
-/// are written to `dst` by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done)
-/// of `GEX_NBI_GETS` that completes it; only the elements the shape addresses are
-/// written.
-///
-/// Returns as [`gex_get_strided`] (nothing is started on error).
-///
-/// # Safety
-/// As [`gex_get_strided_nb`] without `ev`, with the addressed elements writable and
-/// not accessed by anything else until the gets' NBI sync (or the endpoint's close).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_get_strided_nbi(
-    ep: *const gex_ep_t,
-    dst: *mut c_void,
-    dst_strides: *const isize,
-    rank: u32,
-    offset: usize,
-    src_strides: *const isize,
-    elem_size: usize,
-    counts: *const usize,
-    ndims: usize,
-) -> c_int {
-    let d = dims(src_strides, dst_strides, elem_size, counts, ndims);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { get_strided(ep, dst, rank, offset, d, Mode::Nbi) }
-}
+    /// Puts `npieces` pieces to `rank`'s segment: piece `i` is `pieces[i].len` bytes at
+    /// byte `pieces[i].offset`, taken from `src` in order (packed, piece after piece;
+    /// `src_len` must be the pieces' total length). Returns once the bytes are at the
+    /// target.
+    ///
+    /// Returns `GEX_OK`; `GEX_ERR_RMA` if a piece is outside the target's segment or the
+    /// conduit failed (nothing moves); `GEX_ERR_INVALID` for a rank out of range or a
+    /// `src_len` that is not the total; `GEX_ERR_NULL` for a NULL `pieces` with
+    /// `npieces > 0` or a NULL `src` with `src_len > 0`.
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint; `pieces` is valid for reading `npieces` pieces and
+    /// `src` for reading `src_len` bytes (any pointers for 0).
+    fn gex_put_vector,
+    /// Starts a vector put (as [`gex_put_vector`]) and writes its event to `*ev`; `src`
+    /// may be reused as soon as the call returns.
+    ///
+    /// Returns as [`gex_put_vector`]; `GEX_ERR_NULL` if `ev` is NULL.
+    ///
+    /// # Safety
+    /// As [`gex_put_vector`], and `ev` is NULL or valid for writing one pointer.
+    fn gex_put_vector_nb,
+    /// Starts a vector put (as [`gex_put_vector`]) with an implicit event (completed by
+    /// `gex_nbi_sync` of `GEX_NBI_PUTS`); `src` may be reused as soon as the call returns.
+    ///
+    /// Returns as [`gex_put_vector`].
+    ///
+    /// # Safety
+    /// As [`gex_put_vector`].
+    fn gex_put_vector_nbi;
+    (
+        ep: *const gex_ep_t,
+        rank: u32,
+        pieces: *const gex_piece_t,
+        npieces: usize,
+        src: *const c_void,
+        src_len: usize,
+    ) |mode| {
+        let pc = Pieces::Vector(pieces, npieces);
+        // SAFETY: the caller's promises, passed on.
+        unsafe { put_pieces(ep, rank, pc, src, Some(src_len), mode) }
+    }
 
-/// Puts `npieces` pieces to `rank`'s segment: piece `i` is `pieces[i].len` bytes at
-/// byte `pieces[i].offset`, taken from `src` in order (packed, piece after piece;
-/// `src_len` must be the pieces' total length). Returns once the bytes are at the
-/// target.
-///
-/// Returns `GEX_OK`; `GEX_ERR_RMA` if a piece is outside the target's segment or the
-/// conduit failed (nothing moves); `GEX_ERR_INVALID` for a rank out of range or a
-/// `src_len` that is not the total; `GEX_ERR_NULL` for a NULL `pieces` with
-/// `npieces > 0` or a NULL `src` with `src_len > 0`.
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint; `pieces` is valid for reading `npieces` pieces and
-/// `src` for reading `src_len` bytes (any pointers for 0).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_put_vector(
-    ep: *const gex_ep_t,
-    rank: u32,
-    pieces: *const gex_piece_t,
-    npieces: usize,
-    src: *const c_void,
-    src_len: usize,
-) -> c_int {
-    let pc = Pieces::Vector(pieces, npieces);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { put_pieces(ep, rank, pc, src, Some(src_len), Mode::Blocking) }
-}
+    /// Gets `npieces` pieces from `rank`'s segment into `dst`, packed in order (`dst_len`
+    /// must be the pieces' total length). Returns once the bytes are in `dst`.
+    ///
+    /// Returns as [`gex_put_vector`] (`dst`, `dst_len` in place of `src`, `src_len`).
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint; `pieces` is valid for reading `npieces` pieces;
+    /// `dst` is valid for writing `dst_len` bytes (any pointers for 0) and not accessed by
+    /// anything else during the call.
+    fn gex_get_vector,
+    /// Starts a vector get (as [`gex_get_vector`]) and writes its event to `*ev`; `dst`
+    /// is written by the call that completes the event (never if it is freed first).
+    ///
+    /// Returns as [`gex_get_vector`]; `GEX_ERR_NULL` if `ev` is NULL.
+    ///
+    /// # Safety
+    /// As [`gex_get_vector`], with `dst` writable until the event is completed or freed;
+    /// `ev` is NULL or valid for writing one pointer.
+    fn gex_get_vector_nb,
+    /// Starts a vector get (as [`gex_get_vector`]) with an implicit event: `dst` is
+    /// written by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done) of
+    /// `GEX_NBI_GETS` that completes it.
+    ///
+    /// Returns as [`gex_get_vector`] (nothing is started on error).
+    ///
+    /// # Safety
+    /// As [`gex_get_vector`], with `dst` writable and not accessed by anything else until
+    /// the gets' NBI sync (or the endpoint's close).
+    fn gex_get_vector_nbi;
+    (
+        ep: *const gex_ep_t,
+        dst: *mut c_void,
+        dst_len: usize,
+        rank: u32,
+        pieces: *const gex_piece_t,
+        npieces: usize,
+    ) |mode| {
+        let pc = Pieces::Vector(pieces, npieces);
+        // SAFETY: the caller's promises, passed on.
+        unsafe { get_pieces(ep, dst, Some(dst_len), rank, pc, mode) }
+    }
 
-/// Starts a vector put (as [`gex_put_vector`]) and writes its event to `*ev`; `src`
-/// may be reused as soon as the call returns.
-///
-/// Returns as [`gex_put_vector`]; `GEX_ERR_NULL` if `ev` is NULL.
-///
-/// # Safety
-/// As [`gex_put_vector`], and `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_put_vector_nb(
-    ep: *const gex_ep_t,
-    rank: u32,
-    pieces: *const gex_piece_t,
-    npieces: usize,
-    src: *const c_void,
-    src_len: usize,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    let pc = Pieces::Vector(pieces, npieces);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { put_pieces(ep, rank, pc, src, Some(src_len), Mode::Nb(ev)) }
-}
+    /// Puts `n` pieces of `each` bytes to `rank`'s segment, piece `i` at byte
+    /// `offsets[i]`, taken from `src` in order (packed: `n × each` bytes). Returns once
+    /// the bytes are at the target.
+    ///
+    /// Returns as [`gex_put_vector`] (`GEX_ERR_INVALID` if `n × each` overflows).
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint; `offsets` is valid for reading `n` offsets and
+    /// `src` for reading `n × each` bytes (any pointers for 0).
+    fn gex_put_indexed,
+    /// Starts an indexed put (as [`gex_put_indexed`]) and writes its event to `*ev`; `src`
+    /// may be reused as soon as the call returns.
+    ///
+    /// Returns as [`gex_put_indexed`]; `GEX_ERR_NULL` if `ev` is NULL.
+    ///
+    /// # Safety
+    /// As [`gex_put_indexed`], and `ev` is NULL or valid for writing one pointer.
+    fn gex_put_indexed_nb,
+    /// Starts an indexed put (as [`gex_put_indexed`]) with an implicit event (completed by
+    /// `gex_nbi_sync` of `GEX_NBI_PUTS`); `src` may be reused as soon as the call returns.
+    ///
+    /// Returns as [`gex_put_indexed`].
+    ///
+    /// # Safety
+    /// As [`gex_put_indexed`].
+    fn gex_put_indexed_nbi;
+    (
+        ep: *const gex_ep_t,
+        rank: u32,
+        offsets: *const usize,
+        n: usize,
+        each: usize,
+        src: *const c_void,
+    ) |mode| {
+        let pc = Pieces::Indexed(offsets, n, each);
+        // SAFETY: the caller's promises, passed on.
+        unsafe { put_pieces(ep, rank, pc, src, None, mode) }
+    }
 
-/// Starts a vector put (as [`gex_put_vector`]) with an implicit event (completed by
-/// `gex_nbi_sync` of `GEX_NBI_PUTS`); `src` may be reused as soon as the call returns.
-///
-/// Returns as [`gex_put_vector`].
-///
-/// # Safety
-/// As [`gex_put_vector`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_put_vector_nbi(
-    ep: *const gex_ep_t,
-    rank: u32,
-    pieces: *const gex_piece_t,
-    npieces: usize,
-    src: *const c_void,
-    src_len: usize,
-) -> c_int {
-    let pc = Pieces::Vector(pieces, npieces);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { put_pieces(ep, rank, pc, src, Some(src_len), Mode::Nbi) }
-}
-
-/// Gets `npieces` pieces from `rank`'s segment into `dst`, packed in order (`dst_len`
-/// must be the pieces' total length). Returns once the bytes are in `dst`.
-///
-/// Returns as [`gex_put_vector`] (`dst`, `dst_len` in place of `src`, `src_len`).
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint; `pieces` is valid for reading `npieces` pieces;
-/// `dst` is valid for writing `dst_len` bytes (any pointers for 0) and not accessed by
-/// anything else during the call.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_get_vector(
-    ep: *const gex_ep_t,
-    dst: *mut c_void,
-    dst_len: usize,
-    rank: u32,
-    pieces: *const gex_piece_t,
-    npieces: usize,
-) -> c_int {
-    let pc = Pieces::Vector(pieces, npieces);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { get_pieces(ep, dst, Some(dst_len), rank, pc, Mode::Blocking) }
-}
-
-/// Starts a vector get (as [`gex_get_vector`]) and writes its event to `*ev`; `dst`
-/// is written by the call that completes the event (never if it is freed first).
-///
-/// Returns as [`gex_get_vector`]; `GEX_ERR_NULL` if `ev` is NULL.
-///
-/// # Safety
-/// As [`gex_get_vector`], with `dst` writable until the event is completed or freed;
-/// `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_get_vector_nb(
-    ep: *const gex_ep_t,
-    dst: *mut c_void,
-    dst_len: usize,
-    rank: u32,
-    pieces: *const gex_piece_t,
-    npieces: usize,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    let pc = Pieces::Vector(pieces, npieces);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { get_pieces(ep, dst, Some(dst_len), rank, pc, Mode::Nb(ev)) }
-}
-
-/// Starts a vector get (as [`gex_get_vector`]) with an implicit event: `dst` is
-/// written by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done) of
-/// `GEX_NBI_GETS` that completes it.
-///
-/// Returns as [`gex_get_vector`] (nothing is started on error).
-///
-/// # Safety
-/// As [`gex_get_vector`], with `dst` writable and not accessed by anything else until
-/// the gets' NBI sync (or the endpoint's close).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_get_vector_nbi(
-    ep: *const gex_ep_t,
-    dst: *mut c_void,
-    dst_len: usize,
-    rank: u32,
-    pieces: *const gex_piece_t,
-    npieces: usize,
-) -> c_int {
-    let pc = Pieces::Vector(pieces, npieces);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { get_pieces(ep, dst, Some(dst_len), rank, pc, Mode::Nbi) }
-}
-
-/// Puts `n` pieces of `each` bytes to `rank`'s segment, piece `i` at byte
-/// `offsets[i]`, taken from `src` in order (packed: `n × each` bytes). Returns once
-/// the bytes are at the target.
-///
-/// Returns as [`gex_put_vector`] (`GEX_ERR_INVALID` if `n × each` overflows).
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint; `offsets` is valid for reading `n` offsets and
-/// `src` for reading `n × each` bytes (any pointers for 0).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_put_indexed(
-    ep: *const gex_ep_t,
-    rank: u32,
-    offsets: *const usize,
-    n: usize,
-    each: usize,
-    src: *const c_void,
-) -> c_int {
-    let pc = Pieces::Indexed(offsets, n, each);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { put_pieces(ep, rank, pc, src, None, Mode::Blocking) }
-}
-
-/// Starts an indexed put (as [`gex_put_indexed`]) and writes its event to `*ev`; `src`
-/// may be reused as soon as the call returns.
-///
-/// Returns as [`gex_put_indexed`]; `GEX_ERR_NULL` if `ev` is NULL.
-///
-/// # Safety
-/// As [`gex_put_indexed`], and `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_put_indexed_nb(
-    ep: *const gex_ep_t,
-    rank: u32,
-    offsets: *const usize,
-    n: usize,
-    each: usize,
-    src: *const c_void,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    let pc = Pieces::Indexed(offsets, n, each);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { put_pieces(ep, rank, pc, src, None, Mode::Nb(ev)) }
-}
-
-/// Starts an indexed put (as [`gex_put_indexed`]) with an implicit event (completed by
-/// `gex_nbi_sync` of `GEX_NBI_PUTS`); `src` may be reused as soon as the call returns.
-///
-/// Returns as [`gex_put_indexed`].
-///
-/// # Safety
-/// As [`gex_put_indexed`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_put_indexed_nbi(
-    ep: *const gex_ep_t,
-    rank: u32,
-    offsets: *const usize,
-    n: usize,
-    each: usize,
-    src: *const c_void,
-) -> c_int {
-    let pc = Pieces::Indexed(offsets, n, each);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { put_pieces(ep, rank, pc, src, None, Mode::Nbi) }
-}
-
-/// Gets `n` pieces of `each` bytes from `rank`'s segment, piece `i` from byte
-/// `offsets[i]`, into `dst` packed in order (`n × each` bytes). Returns once the bytes
-/// are in `dst`.
-///
-/// Returns as [`gex_put_indexed`].
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint; `offsets` is valid for reading `n` offsets; `dst`
-/// is valid for writing `n × each` bytes (any pointers for 0) and not accessed by
-/// anything else during the call.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_get_indexed(
-    ep: *const gex_ep_t,
-    dst: *mut c_void,
-    rank: u32,
-    offsets: *const usize,
-    n: usize,
-    each: usize,
-) -> c_int {
-    let pc = Pieces::Indexed(offsets, n, each);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { get_pieces(ep, dst, None, rank, pc, Mode::Blocking) }
-}
-
-/// Starts an indexed get (as [`gex_get_indexed`]) and writes its event to `*ev`; `dst`
-/// is written by the call that completes the event (never if it is freed first).
-///
-/// Returns as [`gex_get_indexed`]; `GEX_ERR_NULL` if `ev` is NULL.
-///
-/// # Safety
-/// As [`gex_get_indexed`], with `dst` writable until the event is completed or freed;
-/// `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_get_indexed_nb(
-    ep: *const gex_ep_t,
-    dst: *mut c_void,
-    rank: u32,
-    offsets: *const usize,
-    n: usize,
-    each: usize,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    let pc = Pieces::Indexed(offsets, n, each);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { get_pieces(ep, dst, None, rank, pc, Mode::Nb(ev)) }
-}
-
-/// Starts an indexed get (as [`gex_get_indexed`]) with an implicit event: `dst` is
-/// written by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done) of
-/// `GEX_NBI_GETS` that completes it.
-///
-/// Returns as [`gex_get_indexed`] (nothing is started on error).
-///
-/// # Safety
-/// As [`gex_get_indexed`], with `dst` writable and not accessed by anything else until
-/// the gets' NBI sync (or the endpoint's close).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_get_indexed_nbi(
-    ep: *const gex_ep_t,
-    dst: *mut c_void,
-    rank: u32,
-    offsets: *const usize,
-    n: usize,
-    each: usize,
-) -> c_int {
-    let pc = Pieces::Indexed(offsets, n, each);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { get_pieces(ep, dst, None, rank, pc, Mode::Nbi) }
+    /// Gets `n` pieces of `each` bytes from `rank`'s segment, piece `i` from byte
+    /// `offsets[i]`, into `dst` packed in order (`n × each` bytes). Returns once the bytes
+    /// are in `dst`.
+    ///
+    /// Returns as [`gex_put_indexed`].
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint; `offsets` is valid for reading `n` offsets; `dst`
+    /// is valid for writing `n × each` bytes (any pointers for 0) and not accessed by
+    /// anything else during the call.
+    fn gex_get_indexed,
+    /// Starts an indexed get (as [`gex_get_indexed`]) and writes its event to `*ev`; `dst`
+    /// is written by the call that completes the event (never if it is freed first).
+    ///
+    /// Returns as [`gex_get_indexed`]; `GEX_ERR_NULL` if `ev` is NULL.
+    ///
+    /// # Safety
+    /// As [`gex_get_indexed`], with `dst` writable until the event is completed or freed;
+    /// `ev` is NULL or valid for writing one pointer.
+    fn gex_get_indexed_nb,
+    /// Starts an indexed get (as [`gex_get_indexed`]) with an implicit event: `dst` is
+    /// written by the `gex_nbi_sync` (or a `gex_nbi_test` that finds it done) of
+    /// `GEX_NBI_GETS` that completes it.
+    ///
+    /// Returns as [`gex_get_indexed`] (nothing is started on error).
+    ///
+    /// # Safety
+    /// As [`gex_get_indexed`], with `dst` writable and not accessed by anything else until
+    /// the gets' NBI sync (or the endpoint's close).
+    fn gex_get_indexed_nbi;
+    (
+        ep: *const gex_ep_t,
+        dst: *mut c_void,
+        rank: u32,
+        offsets: *const usize,
+        n: usize,
+        each: usize,
+    ) |mode| {
+        let pc = Pieces::Indexed(offsets, n, each);
+        // SAFETY: the caller's promises, passed on.
+        unsafe { get_pieces(ep, dst, None, rank, pc, mode) }
+    }
 }

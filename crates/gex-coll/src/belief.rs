@@ -40,6 +40,21 @@ impl Desc {
         Desc([bytes as u64, w1, elem as u64, 0])
     }
 
+    /// The descriptor of a call of operation `kind` from `root` over `count` elements
+    /// of `elem` bytes, with `(type, reduction)` codes `codes` and sync modes `sync` (as
+    /// [`Desc::new`], blocks of `elem × count` bytes).
+    #[inline(always)]
+    pub(crate) fn of_call(
+        kind: OpKind,
+        root: u32,
+        codes: (u8, u8),
+        (elem, count): (usize, usize),
+        sync: SyncModes,
+    ) -> Desc {
+        let (ty, red) = codes;
+        Desc::new(kind, root, (ty, elem), elem * count, red, sync)
+    }
+
     /// The key of a small broadcast's descriptor in the ring's cache
     /// ([`Coll::ring_base`](crate::layer::Coll)): a broadcast from `root` of `n`
     /// bytes, elements of type code and size `(ty, elem)`, sync modes `sync`, no

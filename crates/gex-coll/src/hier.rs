@@ -123,6 +123,18 @@ pub(crate) struct Hier {
 }
 
 impl Hier {
+    /// The hierarchy of a member: its host team, the leaders team (on leaders only)
+    /// and the layout, whose [`Layout::ranges`] it computes once.
+    pub(crate) fn new(host: Team, leaders: Option<Team>, layout: Layout) -> Hier {
+        let ranges = layout.ranges();
+        Hier {
+            host,
+            leaders,
+            layout,
+            ranges,
+        }
+    }
+
     /// Number of hosts.
     pub(crate) fn hosts(&self) -> u32 {
         self.layout.hosts.len() as u32

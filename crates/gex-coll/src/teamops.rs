@@ -195,13 +195,7 @@ fn setup_hier<C: Conduit>(ep: &mut Endpoint<C>, t: &Team) -> Result<(), CollErro
     } else {
         None
     };
-    let ranges = layout.ranges();
-    let _ = ext(t).hier.set(Hier {
-        host,
-        leaders,
-        layout,
-        ranges,
-    });
+    let _ = ext(t).hier.set(Hier::new(host, leaders, layout));
     Ok(())
 }
 

@@ -300,13 +300,7 @@ pub(crate) fn setup_world_hier<C: Conduit>(
             CollTeam::new(owner, Vec::new(), None, None),
         )
     });
-    let ranges = layout.ranges();
-    let _ = ext(w).hier.set(Hier {
-        host,
-        leaders,
-        layout,
-        ranges,
-    });
+    let _ = ext(w).hier.set(Hier::new(host, leaders, layout));
 }
 
 /// The layer's team registry (a component of [`Coll`](crate::Coll)): this endpoint's

@@ -5,7 +5,8 @@ use super::cost::Cost;
 use super::family::{Family, any_radix};
 use super::{Builtin, Kind, PlanCtx, Query};
 use crate::op::OpKind;
-use crate::sched::{Action, RecvStep, Schedule, SendStep};
+use crate::sched::{Action, RecvStep, Round, Schedule, SendStep};
+use std::ops::Range;
 
 /// The family.
 pub(crate) const FAMILY: Family = Family {
@@ -56,22 +57,8 @@ fn gather_all(c: &PlanCtx) -> Schedule {
     let rn = r as usize * n;
     s.input.push((0..n, rn));
     let rd = s.round();
-    for j in (1..p).map(|i| (r + i) % p) {
-        rd.sends.push(SendStep {
-            peer: j,
-            tag: 0,
-            ranges: vec![rn..rn + n],
-        });
-    }
-    for j in (1..p).map(|i| (r + p - i) % p) {
-        let jn = j as usize * n;
-        rd.recvs.push(RecvStep {
-            peer: j,
-            tag: 0,
-            ranges: vec![jn..jn + n],
-            action: Action::Copy,
-        });
-    }
+    send_to_all(rd, r, p, |_| rn..rn + n);
+    recv_from_all(rd, r, p, |j| j * n..(j + 1) * n);
     s.output.push((0..pn, 0));
     s.symmetric = true;
     s
@@ -83,26 +70,54 @@ fn exchange(c: &PlanCtx) -> Schedule {
     let pn = p as usize * n;
     let mut s = super::pairwise::exchange_frame(c);
     let rd = s.round();
-    for j in (1..p).map(|i| (r + i) % p) {
-        let jn = j as usize * n;
-        rd.sends.push(SendStep {
-            peer: j,
-            tag: 0,
-            ranges: vec![jn..jn + n],
-        });
-    }
-    for j in (1..p).map(|i| (r + p - i) % p) {
-        let jn = j as usize * n;
-        rd.recvs.push(RecvStep {
-            peer: j,
-            tag: 0,
-            ranges: vec![pn + jn..pn + jn + n],
-            action: Action::Copy,
-        });
-    }
+    send_to_all(rd, r, p, |j| j * n..(j + 1) * n);
+    recv_from_all(rd, r, p, |j| pn + j * n..pn + (j + 1) * n);
 
     s.output.push((pn..2 * pn, 0));
     s
+}
+
+/// Sends to every member of `0..p` but `me`, from `me + 1` on and wrapping, the range
+/// `range(j)` to member `j`.
+fn send_to_all(rd: &mut Round, me: u32, p: u32, range: impl Fn(usize) -> Range<usize>) {
+    for j in (1..p).map(|i| (me + i) % p) {
+        rd.sends.push(SendStep {
+            peer: j,
+            tag: 0,
+            ranges: vec![range(j as usize)],
+        });
+    }
+}
+
+/// Receives from every member of `0..p` but `me`, from `me - 1` down and wrapping,
+/// into `range(j)` for member `j` (copied).
+fn recv_from_all(rd: &mut Round, me: u32, p: u32, range: impl Fn(usize) -> Range<usize>) {
+    for j in (1..p).map(|i| (me + p - i) % p) {
+        rd.recvs.push(RecvStep {
+            peer: j,
+            tag: 0,
+            ranges: vec![range(j as usize)],
+            action: Action::Copy,
+        });
+    }
+}
+
+/// Receives into `range` the input of every member of `0..p` but `me` and combines it
+/// in rank order: the lower ranks from the left (the nearest first), the higher from
+/// the right.
+fn combine_in_order(rd: &mut Round, me: u32, p: u32, range: Range<usize>) {
+    let step = |peer, action| RecvStep {
+        peer,
+        tag: 0,
+        ranges: vec![range.clone()],
+        action,
+    };
+    for j in (0..me).rev() {
+        rd.recvs.push(step(j, Action::ReduceLeft));
+    }
+    for j in me + 1..p {
+        rd.recvs.push(step(j, Action::ReduceRight));
+    }
 }
 
 /// The root receives everyone's input into its own slot and combines in rank
@@ -114,23 +129,7 @@ fn reduce(c: &PlanCtx) -> Schedule {
     let mut s = Schedule::new(n, if r == root { n } else { 0 });
     s.input.push((0..n, 0));
     if r == root {
-        let rd = s.round();
-        for j in (0..root).rev() {
-            rd.recvs.push(RecvStep {
-                peer: j,
-                tag: 0,
-                ranges: vec![0..n],
-                action: Action::ReduceLeft,
-            });
-        }
-        for j in root + 1..p {
-            rd.recvs.push(RecvStep {
-                peer: j,
-                tag: 0,
-                ranges: vec![0..n],
-                action: Action::ReduceRight,
-            });
-        }
+        combine_in_order(s.round(), root, p, 0..n);
         s.output.push((0..n, 0));
     } else {
         s.round().sends.push(SendStep {
@@ -148,29 +147,8 @@ fn allreduce(c: &PlanCtx) -> Schedule {
     let mut s = Schedule::new(n, n);
     s.input.push((0..n, 0));
     let rd = s.round();
-    for j in (1..p).map(|i| (r + i) % p) {
-        rd.sends.push(SendStep {
-            peer: j,
-            tag: 0,
-            ranges: vec![0..n],
-        });
-    }
-    for j in (0..r).rev() {
-        rd.recvs.push(RecvStep {
-            peer: j,
-            tag: 0,
-            ranges: vec![0..n],
-            action: Action::ReduceLeft,
-        });
-    }
-    for j in r + 1..p {
-        rd.recvs.push(RecvStep {
-            peer: j,
-            tag: 0,
-            ranges: vec![0..n],
-            action: Action::ReduceRight,
-        });
-    }
+    send_to_all(rd, r, p, |_| 0..n);
+    combine_in_order(rd, r, p, 0..n);
     s.output.push((0..n, 0));
     s
 }
@@ -183,30 +161,8 @@ fn reduce_scatter(c: &PlanCtx) -> Schedule {
     s.input.push((0..pn, 0));
     let rn = r as usize * n;
     let rd = s.round();
-    for j in (1..p).map(|i| (r + i) % p) {
-        let jn = j as usize * n;
-        rd.sends.push(SendStep {
-            peer: j,
-            tag: 0,
-            ranges: vec![jn..jn + n],
-        });
-    }
-    for j in (0..r).rev() {
-        rd.recvs.push(RecvStep {
-            peer: j,
-            tag: 0,
-            ranges: vec![rn..rn + n],
-            action: Action::ReduceLeft,
-        });
-    }
-    for j in r + 1..p {
-        rd.recvs.push(RecvStep {
-            peer: j,
-            tag: 0,
-            ranges: vec![rn..rn + n],
-            action: Action::ReduceRight,
-        });
-    }
+    send_to_all(rd, r, p, |j| j * n..(j + 1) * n);
+    combine_in_order(rd, r, p, rn..rn + n);
     s.output.push((rn..rn + n, 0));
     s
 }

@@ -282,15 +282,13 @@ pub(crate) fn run_owned<C: Conduit, T: Elem, M: Mode>(
                 }
                 Direct::Trial => {
                     trial = false;
-                    let team = resolve(ep, team)?;
-                    online_trial(ep, &team, &l, spec.reduce.as_deref())?;
+                    online_trial(ep, team, &l, spec.reduce.as_deref())?;
                 }
                 Direct::Declined => break,
             }
         }
     }
-    let team = resolve(ep, team)?;
-    online_trial(ep, &team, &l, spec.reduce.as_deref())?;
+    let team = online_trial(ep, team, &l, spec.reduce.as_deref())?;
     let s = Start {
         kind: l.kind,
         root: l.root,
@@ -418,14 +416,12 @@ fn run_borrowed_slow<C: Conduit, T: Elem>(
             Direct::Done(_) => return Ok(()),
             Direct::Trial => {
                 trial = false;
-                let team = resolve(ep, team)?;
-                online_trial(ep, &team, &l, spec.reduce.as_deref())?;
+                online_trial(ep, team, &l, spec.reduce.as_deref())?;
             }
             Direct::Declined => break,
         }
     }
-    let team = resolve(ep, team)?;
-    online_trial(ep, &team, &l, spec.reduce.as_deref())?;
+    let team = online_trial(ep, team, &l, spec.reduce.as_deref())?;
     let (input, _) = spec.data.io(l.kind, p, me, l.root, &mut tmp);
     let s = Start {
         kind: l.kind,
@@ -646,25 +642,26 @@ pub(crate) fn run_single<C: Conduit, T: Elem, M: Mode>(
     layer::finish::<(), CollError, M, C>(ep, ev, COLL_TAG)
 }
 
-/// Times the surviving candidates of a call's cell on `team` if the online tuner
-/// decides it and has not yet (every member does the same calls in the same order,
-/// so this is collective), agrees on the slowest member's time per candidate and
-/// records the fastest.
+/// Resolves `team` ([`resolve`]), then times the surviving candidates of a call's
+/// cell on it if the online tuner decides it and has not yet (every member does the
+/// same calls in the same order, so this is collective), agrees on the slowest
+/// member's time per candidate and records the fastest. Returns the resolved team.
 fn online_trial<C: Conduit, T: Elem>(
     ep: &mut Endpoint<C>,
     team: &Team,
     l: &Lowered<'_>,
     reduce: Option<&ReduceOp<T>>,
-) -> Result<(), CollError> {
+) -> Result<Team, CollError> {
+    let team = resolve(ep, team)?;
     let n = l.elem * l.count;
-    let q = query(team, l.kind, n, AddrMode::Local, &l.opts, l.commutative);
+    let q = query(&team, l.kind, n, AddrMode::Local, &l.opts, l.commutative);
     let need = coll(ep, |c, _| {
         c.tuning.online_applies(&q, &l.opts)
             && c.tuning.tuner().online_choice(team.id(), &q).is_none()
     })?;
     if need {
         let reduce = owned_reduce(reduce);
-        online::trial(ep, team, &q, l.root, l.elem, l.count, &reduce, &l.opts)?;
+        online::trial(ep, &team, &q, l.root, l.elem, l.count, &reduce, &l.opts)?;
     }
-    Ok(())
+    Ok(team)
 }

@@ -71,16 +71,8 @@ impl Start<'_> {
     /// The descriptor members compare ([`Desc`]).
     pub(crate) fn desc(&self) -> Desc {
         self.desc.unwrap_or_else(|| {
-            let (ty, red) = self.codes;
-            let n = self.elem * self.count;
-            Desc::new(
-                self.kind,
-                self.root,
-                (ty, self.elem),
-                n,
-                red,
-                self.opts.sync,
-            )
+            let size = (self.elem, self.count);
+            Desc::of_call(self.kind, self.root, self.codes, size, self.opts.sync)
         })
     }
 }

@@ -488,6 +488,23 @@ impl ShmOp {
         }
     }
 
+    /// Whether the readers of slot `s` of channel `ch` of this member's area `own`
+    /// acknowledged it as `expected` says; if not, waits on them (and false).
+    #[inline]
+    fn acked(&mut self, own: Area, ch: usize, s: usize, expected: &Expected) -> bool {
+        if own.acks(ch, s) < expected.n[ch][s] {
+            self.wait = Some(WaitOn::Acks {
+                area: own,
+                ch,
+                slot: s,
+                n: expected.n[ch][s],
+                seq: expected.seq[ch][s],
+            });
+            return false;
+        }
+        true
+    }
+
     /// Publishes this member's part of the current round in slot `s` with `tag` (data
     /// round `data`, or an empty synchronisation round) once the slot's previous
     /// readers acknowledged; false if it has to wait for them.
@@ -506,14 +523,7 @@ impl ShmOp {
             u64::from(self.p) - 1
         };
         if readers > 0 {
-            if own.acks(ch, s) < expected.n[ch][s] {
-                self.wait = Some(WaitOn::Acks {
-                    area: own,
-                    ch,
-                    slot: s,
-                    n: expected.n[ch][s],
-                    seq: expected.seq[ch][s],
-                });
+            if !self.acked(own, ch, s, expected) {
                 return false;
             }
             match data {
@@ -627,14 +637,7 @@ impl ShmOp {
         // it completes once they all acknowledged.
         while self.byref_slots != 0 {
             let s = self.byref_slots.trailing_zeros() as usize;
-            if own.acks(ch, s) < expected.n[ch][s] {
-                self.wait = Some(WaitOn::Acks {
-                    area: own,
-                    ch,
-                    slot: s,
-                    n: expected.n[ch][s],
-                    seq: expected.seq[ch][s],
-                });
+            if !self.acked(own, ch, s, expected) {
                 return false;
             }
             self.byref_slots &= !(1 << s);

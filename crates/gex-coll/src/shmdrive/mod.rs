@@ -138,16 +138,8 @@ impl DirectReq<'_> {
     /// The descriptor members compare ([`crate::rootcheck`]).
     #[inline]
     pub(crate) fn desc(&self) -> Desc {
-        let (ty, red) = self.codes;
-        let n = self.elem * self.count;
-        Desc::new(
-            self.kind,
-            self.root,
-            (ty, self.elem),
-            n,
-            red,
-            self.opts.sync,
-        )
+        let size = (self.elem, self.count);
+        Desc::of_call(self.kind, self.root, self.codes, size, self.opts.sync)
     }
 }
 
