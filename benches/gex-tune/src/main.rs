@@ -216,28 +216,15 @@ fn write_atomic(path: &str, text: &str) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-#[allow(unsafe_code)] // time_interleaved over the segment: see the SAFETY note
-fn tune<C: Conduit>(args: &TuneArgs, client: &Client<C>) -> Res<i32> {
-    let me = client.rank();
+/// The tuning state: the one of an interrupted run at `state_path` (unless `--fresh`),
+/// refused if it was for another job size; otherwise a new one naming this machine.
+fn load_state<C: Conduit>(args: &TuneArgs, client: &Client<C>, state_path: &str) -> Res<Profile> {
     let p = client.size();
-    // The plain catalogue: no profile, no overrides, no online trials (the client's
-    // configuration has no GEX_COLL_* variable, see `main`; every candidate is forced
-    // anyway).
-    let mut c = client.endpoint(0)?;
-    let budget = if args.quick {
-        Budget::QUICK
-    } else {
-        Budget::TUNE
-    };
-    let state_path = args
-        .state
-        .clone()
-        .unwrap_or_else(|| format!("{}.state", args.out));
     // Every rank reads the state (rank 0 rewrites it only after a cell every rank
     // took part in, so all ranks see the same file).
-    let mut prof = match std::fs::metadata(&state_path) {
+    let prof = match std::fs::metadata(&state_path) {
         Ok(_) if !args.fresh => {
-            let s = Profile::load(&state_path)?;
+            let s = Profile::load(state_path)?;
             let ranks = s
                 .machine
                 .iter()
@@ -275,29 +262,17 @@ fn tune<C: Conduit>(args: &TuneArgs, client: &Client<C>) -> Res<i32> {
             cells: Vec::new(),
         },
     };
-    let resumed = prof.cells.len();
-    let t_start = Instant::now();
-    if prof.loggp.is_none() {
-        let m = calibrate(&mut c, budget, args.buffers)?;
-        // Rank 0's figures, on every rank: the tuner's choices (of the barriers and
-        // allreduces inside the timing loop too) must be the same everywhere.
-        let mut v = [m.l, m.o, m.g, m.big_g, m.copy];
-        let w = c.world();
-        c.collective(&w, Broadcast::in_place(0, &mut v), Blocking)?;
-        let [l, o, g, big_g, copy] = v;
-        prof.loggp = Some(LogGP {
-            l,
-            o,
-            g,
-            big_g,
-            copy,
-        });
-        if me == 0 {
-            write_atomic(&state_path, &prof.to_toml())?;
-        }
-    }
-    let model = prof.loggp.expect("set above");
-    c.tuner(|t| t.set_model(model))?;
+    Ok(prof)
+}
+
+/// The cells still to time and each one's candidates, in a fixed order on every rank
+/// (the operations and sizes asked, less the cells `prof` already has).
+fn cells_to_time<C: Conduit>(
+    args: &TuneArgs,
+    c: &mut Endpoint<C>,
+    prof: &Profile,
+) -> Res<Vec<(OpKind, usize, Vec<String>)>> {
+    let p = c.world().size();
     let ops: Vec<OpKind> = if args.ops.is_empty() {
         OpKind::ALL.to_vec()
     } else {
@@ -331,6 +306,51 @@ fn tune<C: Conduit>(args: &TuneArgs, client: &Client<C>) -> Res<i32> {
             todo.push((op, bytes, cands));
         }
     }
+    Ok(todo)
+}
+
+#[allow(unsafe_code)] // time_interleaved over the segment: see the SAFETY note
+fn tune<C: Conduit>(args: &TuneArgs, client: &Client<C>) -> Res<i32> {
+    let me = client.rank();
+    let p = client.size();
+    // The plain catalogue: no profile, no overrides, no online trials (the client's
+    // configuration has no GEX_COLL_* variable, see `main`; every candidate is forced
+    // anyway).
+    let mut c = client.endpoint(0)?;
+    let budget = if args.quick {
+        Budget::QUICK
+    } else {
+        Budget::TUNE
+    };
+    let state_path = args
+        .state
+        .clone()
+        .unwrap_or_else(|| format!("{}.state", args.out));
+    let mut prof = load_state(args, client, &state_path)?;
+    let resumed = prof.cells.len();
+    let t_start = Instant::now();
+    if prof.loggp.is_none() {
+        let m = calibrate(&mut c, budget, args.buffers)?;
+        // Rank 0's figures, on every rank: the tuner's choices (of the barriers and
+        // allreduces inside the timing loop too) must be the same everywhere.
+        let mut v = [m.l, m.o, m.g, m.big_g, m.copy];
+        let w = c.world();
+        c.collective(&w, Broadcast::in_place(0, &mut v), Blocking)?;
+        let [l, o, g, big_g, copy] = v;
+        prof.loggp = Some(LogGP {
+            l,
+            o,
+            g,
+            big_g,
+            copy,
+        });
+        if me == 0 {
+            write_atomic(&state_path, &prof.to_toml())?;
+        }
+    }
+    let model = prof.loggp.expect("set above");
+    c.tuner(|t| t.set_model(model))?;
+    let todo = cells_to_time(args, &mut c, &prof)?;
     let total: usize = todo.iter().map(|t| t.2.len()).sum();
     if me == 0 && resumed > 0 {
         complain(&format!(
