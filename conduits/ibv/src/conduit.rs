@@ -776,6 +776,58 @@ fn decode_blob(
     Ok((infos, qpaddrs))
 }
 
+/// `GEX_IBV_DEVICE` (none: the first device) and `GEX_IBV_PORT` (1..=255).
+fn device_and_port(c: &gex_core::config::Config) -> Result<(Option<String>, u8), InitError> {
+    let device = c
+        .get("GEX_IBV_DEVICE")
+        .filter(|d| !d.is_empty())
+        .map(str::to_owned);
+    let port = c.size("GEX_IBV_PORT", 1)?;
+    let port = u8::try_from(port)
+        .ok()
+        .filter(|p| *p >= 1)
+        .ok_or_else(|| InitError::Config(format!("GEX_IBV_PORT={port}: must be within 1..=255")))?;
+    Ok((device, port))
+}
+
+/// An endpoint's segment: its start and length.
+type SegPtr = (NonNull<u8>, usize);
+
+/// This rank's `neps` segments of `seg_len` bytes: allocated here (owned: the first
+/// vector), or, as the far part of a hybrid conduit, the near part's segments
+/// (zero-filled, mapped by the neighbours), checked against the layout.
+fn segments(
+    shared: Option<&SharedSegments>,
+    neps: usize,
+    seg_len: usize,
+) -> Result<(Vec<Mem>, Vec<SegPtr>), InitError> {
+    let segs = match shared {
+        Some(_) => Vec::new(),
+        None => (0..neps)
+            .map(|_| {
+                Mem::new(seg_len).ok_or_else(|| {
+                    conduit_err(format!("cannot allocate a segment of {seg_len} bytes"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let seg_ptrs: Vec<SegPtr> = match shared {
+        Some(sh) => (0..neps)
+            .map(|i| {
+                let (p, len) = sh.segment(i);
+                if len < seg_len {
+                    return Err(conduit_err(format!(
+                        "the near part's segment of endpoint {i} has {len} bytes, the layout says {seg_len}"
+                    )));
+                }
+                Ok((p, seg_len))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        None => segs.iter().map(|m| (m.ptr(), seg_len)).collect(),
+    };
+    Ok((segs, seg_ptrs))
+}
+
 fn open_with<V: Verbs>(
     boot: &mut dyn Bootstrap,
     params: &OpenParams<'_>,
@@ -788,16 +840,7 @@ fn open_with<V: Verbs>(
     let rank = params.rank;
     let size = layout.size() as usize;
     let shape = shape(params)?;
-    let c = params.config;
-    let device = c
-        .get("GEX_IBV_DEVICE")
-        .filter(|d| !d.is_empty())
-        .map(str::to_owned);
-    let port = c.size("GEX_IBV_PORT", 1)?;
-    let port = u8::try_from(port)
-        .ok()
-        .filter(|p| *p >= 1)
-        .ok_or_else(|| InitError::Config(format!("GEX_IBV_PORT={port}: must be within 1..=255")))?;
+    let (device, port) = device_and_port(params.config)?;
     let gid_index = shape.gid_index;
 
     let mut base = Vec::with_capacity(size);
@@ -817,32 +860,7 @@ fn open_with<V: Verbs>(
     let seg_len = layout.seg_len[rank as usize];
 
     // Segments, then per endpoint the device, registrations and queue pairs.
-    // As the far part of a hybrid conduit, the near part's segments (zero-filled,
-    // mapped by the neighbours) are this conduit's: checked against the layout.
-    let segs = match &shared {
-        Some(_) => Vec::new(),
-        None => (0..neps)
-            .map(|_| {
-                Mem::new(seg_len).ok_or_else(|| {
-                    conduit_err(format!("cannot allocate a segment of {seg_len} bytes"))
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?,
-    };
-    let seg_ptrs: Vec<(NonNull<u8>, usize)> = match &shared {
-        Some(sh) => (0..neps)
-            .map(|i| {
-                let (p, len) = sh.segment(i);
-                if len < seg_len {
-                    return Err(conduit_err(format!(
-                        "the near part's segment of endpoint {i} has {len} bytes, the layout says {seg_len}"
-                    )));
-                }
-                Ok((p, seg_len))
-            })
-            .collect::<Result<Vec<_>, _>>()?,
-        None => segs.iter().map(|m| (m.ptr(), seg_len)).collect(),
-    };
+    let (segs, seg_ptrs) = segments(shared.as_ref(), neps, seg_len)?;
     let (uncon, device_name) = open_endpoints::<V>(
         device.as_deref(),
         port,

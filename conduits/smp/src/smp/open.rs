@@ -16,23 +16,7 @@ impl Smp {
         let jl = params.layout;
         let n = jl.size() as usize;
         let rank = params.rank as usize;
-        let ring_cap = params.config.size("GEX_SMP_RING_SIZE", DEFAULT_RING_SIZE)?;
-        if !ring::is_valid_capacity(ring_cap) || ring_cap < region::MIN_RING {
-            return Err(InitError::Config(format!(
-                "GEX_SMP_RING_SIZE={ring_cap}: must be a power of two between {} and {}",
-                region::MIN_RING,
-                ring::MAX_CAPACITY
-            )));
-        }
-        let max_medium = params
-            .config
-            .size("GEX_SMP_MAX_MEDIUM", DEFAULT_MAX_MEDIUM)?;
-        let room = ring::max_body(ring_cap) - NP_ARGS_AREA;
-        if max_medium > room {
-            return Err(InitError::Config(format!(
-                "GEX_SMP_MAX_MEDIUM={max_medium} does not fit a {ring_cap}-byte ring (at most {room}); raise GEX_SMP_RING_SIZE"
-            )));
-        }
+        let (ring_cap, max_medium) = ring_settings(params.config)?;
         // The ranks of this host, in rank order, and their global EP numbering.
         let overflow = params.config.size("GEX_SMP_OVERFLOW", DEFAULT_OVERFLOW)?;
         let ranks: Vec<u32> = jl.neighbours(params.rank);
@@ -103,22 +87,7 @@ impl Smp {
                 max_med.push(max);
                 continue;
             }
-            let b = &all[r];
-            if b.len() != 16 {
-                return Err(InitError::Conduit {
-                    conduit: "smp",
-                    msg: format!("rank {r} sent a {}-byte region blob, not 16", b.len()),
-                });
-            }
-            let pid = u32::from_le_bytes(b[0..4].try_into().expect("4"));
-            let pfd = u32::from_le_bytes(b[4..8].try_into().expect("4"));
-            let len = u64::from_le_bytes(b[8..16].try_into().expect("8"));
-            let len = usize::try_from(len).map_err(|_| InitError::Conduit {
-                conduit: "smp",
-                msg: format!(
-                    "rank {r}'s region blob says {len} bytes, more than this machine maps"
-                ),
-            })?;
+            let (pid, pfd, len) = region_blob(r, &all[r])?;
             // The pidfd first: mapping the region through /proc/<pid> then proves that
             // the pidfd names the process that owns it. A thread rank of this very
             // process is not watched: its process ends only with this one (a thread
@@ -331,4 +300,44 @@ impl Smp {
             conduit: self.clone(),
         }
     }
+}
+
+/// `GEX_SMP_RING_SIZE` (a power of two the ring supports) and `GEX_SMP_MAX_MEDIUM`
+/// (fits a ring of that size): (ring capacity, largest Medium payload).
+fn ring_settings(config: &gex_core::config::Config) -> Result<(usize, usize), InitError> {
+    let ring_cap = config.size("GEX_SMP_RING_SIZE", DEFAULT_RING_SIZE)?;
+    if !ring::is_valid_capacity(ring_cap) || ring_cap < region::MIN_RING {
+        return Err(InitError::Config(format!(
+            "GEX_SMP_RING_SIZE={ring_cap}: must be a power of two between {} and {}",
+            region::MIN_RING,
+            ring::MAX_CAPACITY
+        )));
+    }
+    let max_medium = config.size("GEX_SMP_MAX_MEDIUM", DEFAULT_MAX_MEDIUM)?;
+    let room = ring::max_body(ring_cap) - NP_ARGS_AREA;
+    if max_medium > room {
+        return Err(InitError::Config(format!(
+            "GEX_SMP_MAX_MEDIUM={max_medium} does not fit a {ring_cap}-byte ring (at most {room}); raise GEX_SMP_RING_SIZE"
+        )));
+    }
+    Ok((ring_cap, max_medium))
+}
+
+/// Rank `r`'s region blob of the bootstrap exchange, checked: (its pid, its region's
+/// descriptor number in that process, the region's length).
+fn region_blob(r: usize, b: &[u8]) -> Result<(u32, u32, usize), InitError> {
+    if b.len() != 16 {
+        return Err(InitError::Conduit {
+            conduit: "smp",
+            msg: format!("rank {r} sent a {}-byte region blob, not 16", b.len()),
+        });
+    }
+    let pid = u32::from_le_bytes(b[0..4].try_into().expect("4"));
+    let pfd = u32::from_le_bytes(b[4..8].try_into().expect("4"));
+    let len = u64::from_le_bytes(b[8..16].try_into().expect("8"));
+    let len = usize::try_from(len).map_err(|_| InitError::Conduit {
+        conduit: "smp",
+        msg: format!("rank {r}'s region blob says {len} bytes, more than this machine maps"),
+    })?;
+    Ok((pid, pfd, len))
 }

@@ -1,0 +1,262 @@
+//! The primitives of the entry points on the published [`Pe`]: the lock-free put, get
+//! and atomic to a mapped heap (the fast paths), the checked paths through the
+//! endpoint or to static data, and quiet.
+
+use super::*;
+
+/// The lock-free put (issue 27 point 4: the entry points' fast path, inlined into
+/// them): `len` bytes from `src` to symmetric address `dst` of PE `pe` when the
+/// conduit maps its heap here; `false` (nothing done) otherwise, for the checked path.
+///
+/// # Safety
+/// `src` is valid for reads of `len` bytes (or null: `false`).
+#[inline(always)]
+pub(crate) unsafe fn put_direct(dst: usize, src: *const u8, len: usize, pe: c_int) -> bool {
+    let Some(p) = published() else {
+        return false;
+    };
+    if len == 0 || src.is_null() {
+        return false;
+    }
+    let Some(at) = p.direct(dst, len, pe as usize) else {
+        return false;
+    };
+    // SAFETY: `at .. at + len` is inside the mapping of `pe`'s segment (checked against
+    // the reachable length), mapped for the life of the process (module documentation);
+    // `src` the caller's; byte-wise atomic stores on the shared side.
+    unsafe { gex_sync::copy::atomic_write(at, std::slice::from_raw_parts(src, len)) };
+    true
+}
+
+/// The lock-free get, as [`put_direct`].
+///
+/// # Safety
+/// `dst` is valid for writes of `len` bytes and not otherwise accessed meanwhile (or
+/// null: `false`).
+#[inline(always)]
+pub(crate) unsafe fn get_direct(dst: *mut u8, src: usize, len: usize, pe: c_int) -> bool {
+    let Some(p) = published() else {
+        return false;
+    };
+    if len == 0 || dst.is_null() {
+        return false;
+    }
+    let Some(at) = p.direct(src, len, pe as usize) else {
+        return false;
+    };
+    if pe as u32 == p.me {
+        // Programs spin on gets of their own PE's data: serve the others.
+        serve();
+    }
+    // SAFETY: inside the mapping of `pe`'s segment (checked), mapped for the life of the
+    // process; byte-wise atomic loads; `dst` is the caller's.
+    unsafe { gex_sync::copy::atomic_read(at, std::slice::from_raw_parts_mut(dst, len)) };
+    true
+}
+
+/// The lock-free atomic, as [`put_direct`]: `Some(old value)` when done (CPU atomic
+/// domains, mapped heap, aligned word), `None` for the checked path.
+#[inline(always)]
+pub(crate) fn amo_direct(
+    addr: usize,
+    pe: c_int,
+    width: u32,
+    op: Amo,
+    a: u64,
+    b: u64,
+) -> Option<u64> {
+    let p = published()?;
+    let w = width as usize;
+    let mask = w.wrapping_sub(1);
+    if !p.cpu_atomics || !w.is_power_of_two() || addr & mask != 0 {
+        return None;
+    }
+    let at = p.direct(addr, w, pe as usize)?;
+    if at as usize & mask != 0 {
+        return None;
+    }
+    if pe as u32 == p.me {
+        // Programs spin on atomics of their own PE's words: serve the others.
+        serve();
+    }
+    // SAFETY: inside the mapping of `pe`'s segment (checked), mapped for the life of
+    // the process, aligned to its width (checked); every other access to the word is a
+    // `gex_sync::word` operation or a byte-wise copy (gex-rma's rule).
+    Some(unsafe { word_amo(at, width, op, a, b) })
+}
+
+/// `shmem_quiet`'s fast path: a full barrier, done when nothing went through the
+/// endpoint since the last quiet; `false`: take [`quiet`].
+#[inline(always)]
+pub(crate) fn quiet_direct() -> bool {
+    if published().is_none() {
+        return false;
+    }
+    gex_sync::word::full_fence();
+    !EP_NBI.load(Ordering::Acquire) && OUTSTANDING.load(Ordering::Acquire) == 0
+}
+
+/// Polls the endpoint once if no other thread holds the state (that one polls): calls
+/// that may be spun on serve the others' active messages.
+pub(super) fn serve() {
+    if let Ok(mut g) = STATE.try_lock() {
+        if let Some(s) = g.as_mut() {
+            s.ep.poll();
+        }
+    }
+}
+
+/// Puts `src` at symmetric address `dst` of `pe` (a PE number, checked) on context
+/// index `ctx` (`None`: the default context). `nbi`: the put may complete later (at the
+/// next quiet); else it is complete at its target on return. What does not take the
+/// direct path goes through the context's own endpoint when it has one ([`ctx_put`]).
+///
+/// # Errors
+/// As [`State::put`].
+#[inline]
+pub(crate) fn put_on(
+    ctx: Option<usize>,
+    dst: usize,
+    src: &[u8],
+    pe: i32,
+    nbi: bool,
+) -> Result<(), ShmemError> {
+    let p = self::pe()?;
+    let pe = p.pe(pe)?;
+    if let Some(at) = p.direct(dst, src.len(), pe as usize) {
+        // SAFETY: `at .. at + len` is inside the mapping of `pe`'s segment (checked
+        // against the mapped length), which stays mapped for the life of the process
+        // (module documentation); byte-wise atomic stores, so other PEs' and threads'
+        // concurrent accesses give unspecified bytes, not a data race.
+        unsafe { gex_sync::copy::atomic_write(at, src) };
+        return Ok(());
+    }
+    if let Some(r) = ctx.and_then(|i| ctx_put(i, dst, src, pe, nbi)) {
+        return r;
+    }
+    with(|s| s.put(dst, src, pe, nbi))
+}
+
+/// Gets `dst.len()` bytes from symmetric address `src` of `pe` (checked) on context
+/// index `ctx`, as [`put_on`].
+///
+/// # Errors
+/// As [`State::get`].
+#[inline]
+pub(crate) fn get_on(
+    ctx: Option<usize>,
+    dst: &mut [u8],
+    src: usize,
+    pe: i32,
+) -> Result<(), ShmemError> {
+    let p = self::pe()?;
+    let pe = p.pe(pe)?;
+    if let Some(at) = p.direct(src, dst.len(), pe as usize) {
+        if pe == p.me {
+            // Programs spin on gets of their own PE's data: serve the others.
+            serve();
+        }
+        // SAFETY: inside the mapping of `pe`'s segment (checked), mapped for the life of
+        // the process; byte-wise atomic loads; `dst` is the caller's own slice.
+        unsafe { gex_sync::copy::atomic_read(at, dst) };
+        return Ok(());
+    }
+    if !dst.is_empty() {
+        if let Some(r) = ctx.and_then(|i| ctx_get(i, &mut *dst, src, pe)) {
+            return r;
+        }
+    }
+    with(|s| s.get(dst, src, pe))
+}
+
+/// Atomic `op` on the `width`-byte word at symmetric address `addr` of `pe` (checked);
+/// returns the old value (0 for a non-fetching op on the heap, where `fetch` is false).
+///
+/// # Errors
+/// As [`State::amo`].
+#[inline]
+pub(crate) fn amo(
+    addr: usize,
+    pe: i32,
+    width: u32,
+    op: Amo,
+    a: u64,
+    b: u64,
+    fetch: bool,
+) -> Result<u64, ShmemError> {
+    let p = self::pe()?;
+    let pe = p.pe(pe)?;
+    // 4 or 8: alignment by mask (a `%` by a run-time width is a division, which was
+    // half of the time of a fetch-inc).
+    let w = width as usize;
+    let mask = w.wrapping_sub(1);
+    if p.cpu_atomics && w.is_power_of_two() && addr & mask == 0 {
+        if let Some(at) = p
+            .direct(addr, w, pe as usize)
+            .filter(|&at| at as usize & mask == 0)
+        {
+            if pe == p.me {
+                // Programs spin on atomics of their own PE's words: serve the others.
+                serve();
+            }
+            // SAFETY: inside the mapping of `pe`'s segment (checked), mapped for the life
+            // of the process, aligned to its width (checked); every other access to the
+            // word is a `gex_sync::word` operation or a byte-wise copy (gex-rma's rule).
+            return Ok(unsafe { word_amo(at, width, op, a, b) });
+        }
+    }
+    with(|s| s.amo(addr, pe, width, op, a, b, fetch))
+}
+
+/// Performs `op` on the `width`-byte (4 or 8) word at `at` with [`gex_sync::word`]
+/// (as gex-rma's CPU atomic domains do) and returns the old value, zero-extended.
+///
+/// # Safety
+/// `at` is valid for reads and writes of `width` bytes for the call and aligned to it;
+/// every concurrent access to it is a `gex_sync::word` operation or a `gex_sync::copy`.
+#[inline(always)]
+unsafe fn word_amo(at: *mut u8, width: u32, op: Amo, a: u64, b: u64) -> u64 {
+    use gex_sync::word;
+    macro_rules! run {
+        ($t:ty, $load:ident, $store:ident, $swap:ident, $cas:ident, $add:ident, $update:ident) => {{
+            let (x, y) = (a as $t, b as $t);
+            // SAFETY: the caller's promise.
+            u64::from(unsafe {
+                match op {
+                    Amo::Fetch => word::$load(at, Ordering::Acquire),
+                    Amo::Set => {
+                        word::$store(at, x, Ordering::Release);
+                        0
+                    }
+                    Amo::Swap => word::$swap(at, x),
+                    Amo::Cswap => word::$cas(at, x, y),
+                    Amo::Add => word::$add(at, x),
+                    Amo::And => word::$update(at, |o| Some(o & x)),
+                    Amo::Or => word::$update(at, |o| Some(o | x)),
+                    Amo::Xor => word::$update(at, |o| Some(o ^ x)),
+                }
+            })
+        }};
+    }
+    if width == 4 {
+        run!(u32, load32, store32, swap32, cas32, fetch_add32, update32)
+    } else {
+        run!(u64, load64, store64, swap64, cas64, fetch_add64, update64)
+    }
+}
+
+/// Completes every put, get and atomic issued so far: the direct ones are complete
+/// already (a fence orders them before what follows); the endpoint is synced only when
+/// an operation went through it.
+///
+/// # Errors
+/// [`ShmemError::NotInitialized`], or as [`State::quiet`].
+#[inline]
+pub(crate) fn quiet() -> Result<(), ShmemError> {
+    self::pe()?;
+    gex_sync::word::full_fence();
+    if EP_NBI.load(Ordering::Acquire) || OUTSTANDING.load(Ordering::Acquire) != 0 {
+        return with(|s| s.quiet());
+    }
+    Ok(())
+}
