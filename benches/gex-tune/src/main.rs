@@ -222,7 +222,7 @@ fn load_state<C: Conduit>(args: &TuneArgs, client: &Client<C>, state_path: &str)
     let p = client.size();
     // Every rank reads the state (rank 0 rewrites it only after a cell every rank
     // took part in, so all ranks see the same file).
-    let prof = match std::fs::metadata(&state_path) {
+    let prof = match std::fs::metadata(state_path) {
         Ok(_) if !args.fresh => {
             let s = Profile::load(state_path)?;
             let ranks = s

@@ -8,7 +8,7 @@ use crate::atomic::*;
 use crate::client::*;
 use crate::coll::*;
 use crate::event::*;
-use crate::handle::{HandlerMark, gex_client_t, gex_ep_t};
+use crate::handle::{HandlerMark, gex_client_t, gex_ep_t, gex_team_t};
 use crate::rma::*;
 use crate::status::*;
 use crate::team::*;
@@ -283,11 +283,13 @@ fn gex_h_matches_the_source() {
     );
 }
 
-#[test]
-fn teams_and_typed_collectives_on_one_rank() {
-    let (c, e) = open();
-    // SAFETY: every call below has live handles and buffers valid for the counts given,
-    // alive until their events complete.
+/// Team creation, queries, splits and the barriers of one rank's job; returns the world
+/// team and a split of it.
+///
+/// # Safety
+/// `e` is a live endpoint.
+unsafe fn one_rank_teams(e: *mut gex_ep_t) -> (*mut gex_team_t, *mut gex_team_t) {
+    // SAFETY: the caller's endpoint; every out-pointer below is a local.
     unsafe {
         let (mut w, mut sub, mut none) = (null_mut(), null_mut(), null_mut());
         ok(gex_team_world(e, &mut w));
@@ -329,7 +331,18 @@ fn teams_and_typed_collectives_on_one_rank() {
         assert_eq!(rc, GEX_ERR_COLL.code(), "{}", last());
         assert!(none.is_null());
         assert_eq!(gex_team_free(e, listed), 0);
+        (w, sub)
+    }
+}
 
+/// Allreduce of several types and operators, blocking and nonblocking, on one rank.
+///
+/// # Safety
+/// `e` is a live endpoint and the teams are live teams of it.
+unsafe fn one_rank_allreduces(e: *mut gex_ep_t, w: *mut gex_team_t, sub: *mut gex_team_t) {
+    // SAFETY: the caller's handles; every buffer below is a local valid for the
+    // counts given, alive until its event completes.
+    unsafe {
         // Allreduce of several types and operators, blocking and nonblocking.
         let src = [6i32, -3];
         let mut dst = [0i32; 2];
@@ -360,7 +373,17 @@ fn teams_and_typed_collectives_on_one_rank() {
         assert_eq!(gex_event_wait(e, &mut ev), 0);
         assert!(ev.is_null());
         assert_eq!(g, f);
+    }
+}
 
+/// Broadcast, gather, gather_all and reduce on one rank, with bad roots.
+///
+/// # Safety
+/// `e` is a live endpoint and the teams are live teams of it.
+unsafe fn one_rank_rooted(e: *mut gex_ep_t, w: *mut gex_team_t, sub: *mut gex_team_t) {
+    // SAFETY: the caller's handles; every buffer below is a local valid for the
+    // counts given, alive until its event completes.
+    unsafe {
         // Broadcast, gather, gather_all, reduce.
         let mut b = [7u64, 8, 9];
         let u64t = gex_dt_t::GEX_DT_U64 as i32;
@@ -426,8 +449,19 @@ fn teams_and_typed_collectives_on_one_rank() {
             gex_broadcast_nb(e, w, 0, b.as_mut_ptr().cast(), 3, u64t, null_mut()),
             GEX_ERR_NULL.code()
         );
+    }
+}
 
+/// Scatter, exchange, reduce_scatter, scan and exscan on one rank (identities).
+///
+/// # Safety
+/// `e` is a live endpoint and the teams are live teams of it.
+unsafe fn one_rank_scatter_scan(e: *mut gex_ep_t, w: *mut gex_team_t) {
+    // SAFETY: the caller's handles; every buffer below is a local valid for the
+    // counts given, alive until its event completes.
+    unsafe {
         // Scatter, exchange, reduce_scatter, scan, exscan (one member: identities).
+        let sum = gex_op_t::GEX_OP_SUM as i32;
         let i64t = gex_dt_t::GEX_DT_I64 as i32;
         let v = [4i64, -5];
         let mut out = [0i64; 2];
@@ -477,7 +511,19 @@ fn teams_and_typed_collectives_on_one_rank() {
         ));
         assert_eq!(gex_event_wait(e, &mut ev), 0);
         assert_eq!(out, v);
+    }
+}
 
+#[test]
+fn teams_and_typed_collectives_on_one_rank() {
+    let (c, e) = open();
+    // SAFETY: every call below has live handles and buffers valid for the counts given,
+    // alive until their events complete.
+    unsafe {
+        let (w, sub) = one_rank_teams(e);
+        one_rank_allreduces(e, w, sub);
+        one_rank_rooted(e, w, sub);
+        one_rank_scatter_scan(e, w);
         assert_eq!(gex_team_free(e, sub), 0);
         assert_eq!(gex_team_barrier(e, sub), GEX_ERR_INVALID.code());
         assert_eq!(gex_team_free(e, w), 0);
@@ -486,11 +532,13 @@ fn teams_and_typed_collectives_on_one_rank() {
     close(c, e);
 }
 
-#[test]
-fn nbi_and_atomic_families_on_one_rank() {
-    let (c, e) = open();
-    // SAFETY: every call below has live handles and buffers valid for the lengths given,
-    // alive until the syncs that complete them.
+/// NBI puts and gets, the three memsets, and `gex_nbi_sync`/`gex_nbi_test` on one rank.
+///
+/// # Safety
+/// `e` is a live endpoint whose segment holds at least 4 KiB.
+unsafe fn one_rank_nbi_and_memset(e: *mut gex_ep_t) {
+    // SAFETY: the caller's endpoint; every buffer below is a local valid for the lengths
+    // given, alive until the syncs that complete them.
     unsafe {
         let data: Vec<u8> = (0..200u8).collect();
         for k in 0..4 {
@@ -533,7 +581,18 @@ fn nbi_and_atomic_families_on_one_rank() {
             gex_get_nbi(e, back.as_mut_ptr().cast(), 0, 1 << 30, 8),
             GEX_ERR_RMA.code()
         );
+    }
+}
 
+/// Typed atomic domains over the world team (u32 with every operation, f64 arithmetic),
+/// blocking, NB and NBI, and their misuses, on one rank.
+///
+/// # Safety
+/// `e` is a live endpoint whose segment holds at least 1 KiB.
+unsafe fn one_rank_atomics(e: *mut gex_ep_t) {
+    // SAFETY: the caller's endpoint; every out-pointer below is a local, alive until the
+    // event or sync that completes it.
+    unsafe {
         // Typed atomic domains over the world team.
         let mut w = null_mut();
         assert_eq!(gex_team_world(e, &mut w), 0);
@@ -641,6 +700,17 @@ fn nbi_and_atomic_families_on_one_rank() {
         assert_eq!(gex_atomic_domain_free(du32), 0);
         assert_eq!(gex_atomic_domain_free(df64), 0);
         assert_eq!(gex_team_free(e, w), 0);
+    }
+}
+
+#[test]
+fn nbi_and_atomic_families_on_one_rank() {
+    let (c, e) = open();
+    // SAFETY: every call below has live handles and buffers valid for the lengths given,
+    // alive until the syncs that complete them.
+    unsafe {
+        one_rank_nbi_and_memset(e);
+        one_rank_atomics(e);
     }
     close(c, e);
 }

@@ -48,61 +48,15 @@ fn wait(e: *mut gex_ep_t, mut ev: *mut gex_event_t) {
     assert!(ev.is_null());
 }
 
-#[test]
-fn strided_put_and_get_with_byte_strides() {
-    let (c, e, seg) = open();
-    let m: Vec<u16> = (0..20).collect(); // a 4 x 5 matrix of u16, row-major
-    let (counts, src_st) = ([3usize, 2], [2isize, -10]);
-    // Rows 3 then 2 (negative row stride), columns 1..4: element (i, j) at m[(3 - j) * 5 + 1 + i].
-    let src = m[3 * 5 + 1..].as_ptr().cast::<c_void>();
-    let dst_st = [2isize, 6];
-    // SAFETY: every call has a live endpoint and arrays/buffers valid for the shapes.
+/// The nonblocking and NBI strided gets of the shape `strided_put_and_get_with_byte_strides`
+/// put at offset 8: only the addressed elements are written, at completion.
+///
+/// # Safety
+/// `e` is a live endpoint whose segment holds that put's elements.
+unsafe fn strided_gets_nb_nbi(e: *mut gex_ep_t, dst_st: &[isize], counts: &[usize]) {
+    // SAFETY: the caller's endpoint; the buffers are locals of the shapes given, alive
+    // until the event or sync that completes them.
     unsafe {
-        seg[..64].fill(0xee);
-        assert_eq!(
-            gex_put_strided(
-                e,
-                0,
-                8,
-                dst_st.as_ptr(),
-                src,
-                src_st.as_ptr(),
-                2,
-                counts.as_ptr(),
-                2
-            ),
-            0,
-            "{}",
-            last()
-        );
-        let got: Vec<u16> = seg[8..20]
-            .chunks(2)
-            .map(|b| u16::from_ne_bytes([b[0], b[1]]))
-            .collect();
-        assert_eq!(got, [16, 17, 18, 11, 12, 13]);
-        assert_eq!(seg[7], 0xee);
-        assert_eq!(seg[20], 0xee);
-        // Back with a transposed, reflected layout: element (i, j) to out[(2 - i) * 2 + j].
-        let mut out = [0xffffu16; 6];
-        let out_st = [-4isize, 2];
-        let dst = out.as_mut_ptr().add(4).cast::<c_void>();
-        assert_eq!(
-            gex_get_strided(
-                e,
-                dst,
-                out_st.as_ptr(),
-                0,
-                8,
-                dst_st.as_ptr(),
-                2,
-                counts.as_ptr(),
-                2
-            ),
-            0,
-            "{}",
-            last()
-        );
-        assert_eq!(out, [18, 13, 17, 12, 16, 11]);
         // Nonblocking get: only the addressed elements are written, the gaps are kept.
         let mut gappy = [0xaaaau16; 12];
         let gap_st = [4isize, 12];
@@ -159,6 +113,25 @@ fn strided_put_and_get_with_byte_strides() {
                 16, 0xaaaa, 17, 0xaaaa, 18, 0xaaaa, 11, 0xaaaa, 12, 0xaaaa, 13, 0xaaaa
             ]
         );
+    }
+}
+
+/// The nonblocking and NBI strided puts of the same shape, then the degenerate shapes
+/// (ndims 0: one element; a count of 0: nothing moves, NULL pointers allowed).
+///
+/// # Safety
+/// `e` is a live endpoint, `seg` its segment (touched only between gex calls), `src`
+/// valid for the shape `src_st`/`counts`.
+unsafe fn strided_puts_nb_nbi_degenerate(
+    e: *mut gex_ep_t,
+    seg: &mut [u8],
+    src: *const c_void,
+    src_st: &[isize],
+    dst_st: &[isize],
+    counts: &[usize],
+) {
+    // SAFETY: as the caller promised; the other buffers are locals.
+    unsafe {
         // Nonblocking and NBI puts of the same shape.
         seg[..64].fill(0);
         let mut ev = null_mut();
@@ -230,6 +203,66 @@ fn strided_put_and_get_with_byte_strides() {
             last()
         );
         assert_eq!(&seg[8..10], 16u16.to_ne_bytes());
+    }
+}
+
+#[test]
+fn strided_put_and_get_with_byte_strides() {
+    let (c, e, seg) = open();
+    let m: Vec<u16> = (0..20).collect(); // a 4 x 5 matrix of u16, row-major
+    let (counts, src_st) = ([3usize, 2], [2isize, -10]);
+    // Rows 3 then 2 (negative row stride), columns 1..4: element (i, j) at m[(3 - j) * 5 + 1 + i].
+    let src = m[3 * 5 + 1..].as_ptr().cast::<c_void>();
+    let dst_st = [2isize, 6];
+    // SAFETY: every call has a live endpoint and arrays/buffers valid for the shapes.
+    unsafe {
+        seg[..64].fill(0xee);
+        assert_eq!(
+            gex_put_strided(
+                e,
+                0,
+                8,
+                dst_st.as_ptr(),
+                src,
+                src_st.as_ptr(),
+                2,
+                counts.as_ptr(),
+                2
+            ),
+            0,
+            "{}",
+            last()
+        );
+        let got: Vec<u16> = seg[8..20]
+            .chunks(2)
+            .map(|b| u16::from_ne_bytes([b[0], b[1]]))
+            .collect();
+        assert_eq!(got, [16, 17, 18, 11, 12, 13]);
+        assert_eq!(seg[7], 0xee);
+        assert_eq!(seg[20], 0xee);
+        // Back with a transposed, reflected layout: element (i, j) to out[(2 - i) * 2 + j].
+        let mut out = [0xffffu16; 6];
+        let out_st = [-4isize, 2];
+        let dst = out.as_mut_ptr().add(4).cast::<c_void>();
+        assert_eq!(
+            gex_get_strided(
+                e,
+                dst,
+                out_st.as_ptr(),
+                0,
+                8,
+                dst_st.as_ptr(),
+                2,
+                counts.as_ptr(),
+                2
+            ),
+            0,
+            "{}",
+            last()
+        );
+        assert_eq!(out, [18, 13, 17, 12, 16, 11]);
+        strided_gets_nb_nbi(e, &dst_st, &counts);
+        strided_puts_nb_nbi_degenerate(e, seg, src, &src_st, &dst_st, &counts);
         close(c, e);
     }
 }
