@@ -6,20 +6,78 @@
 //! the same path with random exchanges; the conduits' checks of what peers publish
 //! are tested in their crates (`conduits/smp/tests/peer_trust.rs`, ...).
 
-use gex_core::boot::BootError;
+use gex_core::boot::{BootError, Bootstrap};
 use gex_core::loopback::Loopback;
 use gex_core::{ClientBuilder, Config, InitError};
-use gex_testkit::boot::{Exchange, ScriptedBoot, layout_blob};
+
+/// A bootstrap of `size` ranks (this one `rank`) whose exchange returns `blobs`.
+#[derive(Debug)]
+struct Corrupt {
+    rank: u32,
+    size: u32,
+    hosts: Vec<u32>,
+    blobs: Vec<Vec<u8>>,
+}
+
+impl Bootstrap for Corrupt {
+    fn name(&self) -> &'static str {
+        "corrupt"
+    }
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+    fn size(&self) -> u32 {
+        self.size
+    }
+    fn host_ids(&self) -> &[u32] {
+        &self.hosts
+    }
+    fn exchange(&mut self, _mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
+        Ok(self.blobs.clone())
+    }
+    fn barrier(&mut self) -> Result<(), BootError> {
+        Ok(())
+    }
+    fn broadcast(&mut self, _root: u32, data: &[u8]) -> Result<Vec<u8>, BootError> {
+        Ok(data.to_vec())
+    }
+    fn abort(&mut self, code: i32, msg: &str) -> ! {
+        panic!("abort({code}): {msg}")
+    }
+    fn finalize(&mut self, _code: i32) -> Result<(), BootError> {
+        Ok(())
+    }
+    fn request_exit(&mut self, _code: i32) {}
+}
+
+/// A layout blob as rank `rank` of a job of `size` ranks on host 0 publishes it: rank,
+/// size, endpoints, segment length, host, process id, endpoint capacity (the default
+/// `GEX_MAX_ENDPOINTS`, 16, or `eps` if more) (little-endian).
+fn blob_of(rank: u32, size: u32, eps: u16, seg: u64, host: u32) -> Vec<u8> {
+    let mut b = rank.to_le_bytes().to_vec();
+    b.extend(size.to_le_bytes());
+    b.extend(eps.to_le_bytes());
+    b.extend(seg.to_le_bytes());
+    b.extend(host.to_le_bytes());
+    b.extend(std::process::id().to_le_bytes());
+    b.extend(eps.max(16).to_le_bytes());
+    b
+}
 
 /// Rank `rank`'s blob in a job of `size` ranks, on host 0.
 fn blob(rank: u32, size: u32, eps: u16, seg: u64) -> Vec<u8> {
-    layout_blob(rank, size, eps, seg, 0)
+    blob_of(rank, size, eps, seg, 0)
 }
 
 /// `init` of rank `rank` of `size` ranks (all on host 0) whose exchange returns
 /// `blobs`; the text of a `BootError::Protocol`.
 fn init_as(rank: u32, size: u32, blobs: Vec<Vec<u8>>) -> Result<(), String> {
-    let boot = Box::new(ScriptedBoot::new(rank, size, Exchange::Blobs(blobs)));
+    let boot = Box::new(Corrupt {
+        rank,
+        size,
+        hosts: vec![0; size as usize],
+        blobs,
+    });
     ClientBuilder::new()
         .segment_size(4096)
         .config(Config::default())
@@ -111,7 +169,7 @@ fn a_blob_with_another_job_size_is_an_error() {
 /// (so one would map the other's memory while the other does not expect it).
 #[test]
 fn a_blob_on_another_host_is_an_error() {
-    let e = init(2, vec![blob(0, 2, 1, 4096), layout_blob(1, 2, 1, 4096, 7)]).unwrap_err();
+    let e = init(2, vec![blob(0, 2, 1, 4096), blob_of(1, 2, 1, 4096, 7)]).unwrap_err();
     assert!(
         e.contains("rank 1's layout blob says it is on host 7, this rank's bootstrap says host 0"),
         "{e}"
