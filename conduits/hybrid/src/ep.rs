@@ -314,15 +314,9 @@ unsafe impl<N: NearConduit, F: FarConduit> ConduitEp for HybridEp<N, F> {
     }
 
     #[inline]
-    unsafe fn native_atomic(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        op: &NativeAtomic,
-        result: *mut u64,
-    ) -> Result<Native, ConduitError> {
+    unsafe fn native_atomic(&mut self, op: &NativeAtomic, result: *mut u64) -> NativeResult {
         // SAFETY: forwarded contract of `native_atomic`.
-        unsafe { self.far.native_atomic(dst, offset, op, result) }
+        unsafe { self.far.native_atomic(op, result) }
     }
 
     #[inline]

@@ -22,8 +22,8 @@ use gex_core::boot::{BootError, Bootstrap};
 use gex_core::config::EnvVar;
 use gex_core::spi::{
     AtomicBase, AtomicKind, Capabilities, Conduit, ConduitEp, ConduitError, Deliver, FarConduit,
-    FarEp, FarPoll, JobLayout, Limits, Native, NativeAtomic, NativeResult, OpenParams, OutMsg,
-    SegRange, SharedSegments,
+    FarEp, FarPoll, JobLayout, Limits, NativeAtomic, NativeResult, OpenParams, OutMsg, SegRange,
+    SharedSegments,
 };
 use gex_core::{EpAddr, EpIndex, InitError, Injected};
 use std::any::Any;
@@ -1000,15 +1000,9 @@ unsafe impl ConduitEp for IbvEp {
     fn native_atomic_supported(&self, kind: AtomicKind, base: AtomicBase, fetch: bool) -> bool {
         dispatch_ref!(self, e => e.native_atomic_supported(kind, base, fetch))
     }
-    unsafe fn native_atomic(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        op: &NativeAtomic,
-        result: *mut u64,
-    ) -> Result<Native, ConduitError> {
+    unsafe fn native_atomic(&mut self, op: &NativeAtomic, result: *mut u64) -> NativeResult {
         // SAFETY: forwarded contract.
-        dispatch!(self, e => unsafe { e.native_atomic(dst, offset, op, result) })
+        dispatch!(self, e => unsafe { e.native_atomic(op, result) })
     }
     fn native_test(&mut self, ticket: u64) -> bool {
         dispatch!(self, e => e.native_test(ticket))

@@ -323,11 +323,10 @@ impl OfiEp {
     /// others, until completion (or null when the operation does not fetch).
     pub(crate) unsafe fn post_atomic(
         &mut self,
-        dst: EpAddr,
-        offset: usize,
         op: &NativeAtomic,
         result: *mut u64,
-    ) -> Result<Native, ConduitError> {
+    ) -> NativeResult {
+        let (dst, offset) = (op.dst, op.offset);
         if !self.rma.atomics {
             return Ok(Native::Unsupported);
         }

@@ -319,10 +319,17 @@ pub enum AtomicBase {
     Xor,
 }
 
-/// One native atomic operation: `kind`, `base`, whether the old value is fetched, and
-/// the operands as bit patterns in the low bits (`a`, `b`; unused ones are zero).
+/// One native atomic operation: the word it acts on (`dst`, `offset`), `kind`, `base`,
+/// whether the old value is fetched, and the operands as bit patterns in the low bits
+/// (`a`, `b`; unused ones are zero). The caller of [`ConduitEp::native_atomic`] has
+/// checked that the word lies, naturally aligned, in `dst`'s segment; building one
+/// checks nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NativeAtomic {
+    /// The endpoint whose segment holds the word (any peer, this rank included).
+    pub dst: EpAddr,
+    /// Offset of the word in `dst`'s segment.
+    pub offset: usize,
     /// Element type.
     pub kind: AtomicKind,
     /// Operation.
@@ -337,6 +344,26 @@ pub struct NativeAtomic {
     pub acquire: bool,
     /// Release semantics at the target word.
     pub release: bool,
+}
+
+impl NativeAtomic {
+    /// The word's bytes as a range of `dst`'s segment (`kind.size()` bytes at `offset`).
+    ///
+    /// ```
+    /// use gex_core::spi::{AtomicBase, AtomicKind, NativeAtomic, SegRange};
+    /// use gex_core::EpAddr;
+    ///
+    /// let dst = EpAddr::new(1, 0);
+    /// let (kind, base, fetch) = (AtomicKind::U32, AtomicBase::Add, false);
+    /// let (a, b, acquire, release) = (1, 0, false, false);
+    /// let op = NativeAtomic { dst, offset: 64, kind, base, fetch, a, b, acquire, release };
+    /// assert_eq!(op.word(), SegRange::new(dst, 64, 4));
+    /// ```
+    #[inline]
+    #[must_use]
+    pub fn word(&self) -> SegRange {
+        SegRange::new(self.dst, self.offset, self.kind.size())
+    }
 }
 
 /// Answer of the native operations ([`ConduitEp::native_put`], ...).
@@ -1037,25 +1064,19 @@ pub unsafe trait ConduitEp: Send + 'static {
         let _ = (kind, base, fetch);
         false
     }
-    /// Starts an atomic on the naturally aligned word at offset `offset` of `dst`'s
-    /// segment (any peer, this rank included). For fetching operations the old value
-    /// (bit pattern, zero-extended) is written to `result` before completion.
+    /// Starts the atomic `op` on the naturally aligned word at offset `op.offset` of
+    /// `op.dst`'s segment (any peer, this rank included). For fetching operations the
+    /// old value (bit pattern, zero-extended) is written to `result` before completion.
     ///
     /// # Safety
     /// `result` must be valid for a write of a `u64`, and not be accessed by anyone
     /// else, until completion (it may be null when `op.fetch` is false); the word was
-    /// checked by the caller to lie, naturally aligned, in `dst`'s segment.
+    /// checked by the caller to lie, naturally aligned, in `op.dst`'s segment.
     ///
     /// # Errors
     /// [`ConduitError`] if the peer or the network failed.
-    unsafe fn native_atomic(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        op: &NativeAtomic,
-        result: *mut u64,
-    ) -> Result<Native, ConduitError> {
-        let _ = (dst, offset, op, result);
+    unsafe fn native_atomic(&mut self, op: &NativeAtomic, result: *mut u64) -> NativeResult {
+        let _ = (op, result);
         Ok(Native::Unsupported)
     }
     /// The conduit's state of this endpoint for a hang report (queue occupancy,

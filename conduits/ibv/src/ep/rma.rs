@@ -408,11 +408,10 @@ impl<V: Verbs> Ep<V> {
     /// `result` valid for a u64 write until completion (or null when not fetching).
     pub(crate) unsafe fn native_atomic(
         &mut self,
-        dst: EpAddr,
-        offset: usize,
         op: &NativeAtomic,
         result: *mut u64,
-    ) -> Result<Native, ConduitError> {
+    ) -> NativeResult {
+        let (dst, offset) = (op.dst, op.offset);
         if !self.native_atomic_supported(op.kind, op.base, op.fetch) {
             return Ok(Native::Unsupported);
         }

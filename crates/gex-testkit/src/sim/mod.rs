@@ -633,13 +633,8 @@ unsafe impl ConduitEp for SimEp {
     }
 
     #[allow(unsafe_code)]
-    unsafe fn native_atomic(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        op: &NativeAtomic,
-        result: *mut u64,
-    ) -> Result<Native, ConduitError> {
+    unsafe fn native_atomic(&mut self, op: &NativeAtomic, result: *mut u64) -> NativeResult {
+        let (dst, offset) = (op.dst, op.offset);
         let fab = &*self.fabric;
         fab.check_alive();
         if !self.native_atomic_supported(op.kind, op.base, op.fetch) {
