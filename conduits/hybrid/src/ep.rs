@@ -177,11 +177,7 @@ unsafe impl<N: NearConduit, F: FarConduit> ConduitEp for HybridEp<N, F> {
             return r;
         }
         let sent = self.inject(&msg.msg(), imm)?;
-        let payload = msg.into_payload();
-        Ok(match sent {
-            Injected::Sent => OwnedInjected::Done(payload),
-            Injected::WouldBlock => OwnedInjected::WouldBlock(payload),
-        })
+        Ok(OwnedInjected::copied(sent, msg.into_payload()))
     }
 
     fn lc_test(&mut self, ticket: u64) -> Option<Vec<u8>> {

@@ -446,6 +446,30 @@ pub enum OwnedInjected {
     WouldBlock(Vec<u8>),
 }
 
+impl OwnedInjected {
+    /// The answer of an owned injection done by copying the payload (as the default
+    /// [`ConduitEp::inject_owned`] does through [`ConduitEp::inject`], which answered
+    /// `sent`): the buffer is free again at once, `Done` if the message was sent,
+    /// handed back as `WouldBlock` if not.
+    ///
+    /// ```
+    /// use gex_core::spi::OwnedInjected;
+    /// use gex_core::Injected;
+    ///
+    /// assert_eq!(OwnedInjected::copied(Injected::Sent, vec![1]), OwnedInjected::Done(vec![1]));
+    /// let back = OwnedInjected::copied(Injected::WouldBlock, vec![2]);
+    /// assert_eq!(back, OwnedInjected::WouldBlock(vec![2]));
+    /// ```
+    #[inline]
+    #[must_use]
+    pub fn copied(sent: Injected, payload: Vec<u8>) -> Self {
+        match sent {
+            Injected::Sent => OwnedInjected::Done(payload),
+            Injected::WouldBlock => OwnedInjected::WouldBlock(payload),
+        }
+    }
+}
+
 /// One outgoing message, validated by the core: only gex-core can build one, so a
 /// conduit may rely on every field without checking it again.
 ///
@@ -903,11 +927,7 @@ pub unsafe trait ConduitEp: Send + 'static {
         imm: bool,
     ) -> Result<OwnedInjected, ConduitError> {
         let sent = self.inject(&msg.msg(), imm)?;
-        let payload = msg.into_payload();
-        Ok(match sent {
-            Injected::Sent => OwnedInjected::Done(payload),
-            Injected::WouldBlock => OwnedInjected::WouldBlock(payload),
-        })
+        Ok(OwnedInjected::copied(sent, msg.into_payload()))
     }
     /// Returns the buffer of a [`OwnedInjected::Pending`] injection once it is locally
     /// complete (`None`: not yet; call [`poll`](ConduitEp::poll) and ask again). Each
