@@ -294,22 +294,25 @@ impl std::fmt::Debug for IbvEp {
     }
 }
 
-macro_rules! dispatch {
-    ($self:expr, $e:ident => $body:expr) => {
-        match $self.ep.as_mut().expect("endpoint alive") {
+/// `$body` on the provider's endpoint `$e` of `$ep` (an `Option<&AnyEp>` or
+/// `Option<&mut AnyEp>`, `None` once closed).
+macro_rules! dispatch_on {
+    ($ep:expr, $e:ident => $body:expr) => {
+        match $ep.expect("endpoint alive") {
             AnyEp::Emu($e) => $body,
             #[cfg(feature = "verbs")]
             AnyEp::Verbs($e) => $body,
         }
     };
 }
+macro_rules! dispatch {
+    ($self:expr, $e:ident => $body:expr) => {
+        dispatch_on!($self.ep.as_mut(), $e => $body)
+    };
+}
 macro_rules! dispatch_ref {
     ($self:expr, $e:ident => $body:expr) => {
-        match $self.ep.as_ref().expect("endpoint alive") {
-            AnyEp::Emu($e) => $body,
-            #[cfg(feature = "verbs")]
-            AnyEp::Verbs($e) => $body,
-        }
+        dispatch_on!($self.ep.as_ref(), $e => $body)
     };
 }
 

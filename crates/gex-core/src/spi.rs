@@ -559,42 +559,33 @@ impl<'a> OutMsg<'a> {
 /// ([`ConduitEp::inject_owned`]); built only by gex-core, like [`OutMsg`].
 #[derive(Debug)]
 pub struct OwnedMsg<'a> {
-    dst: EpAddr,
-    handler: HandlerIndex,
-    category: Category,
-    args: &'a [u32],
-    payload: Vec<u8>,
-    offset: usize,
+    pub(crate) dst: EpAddr,
+    pub(crate) handler: HandlerIndex,
+    pub(crate) category: Category,
+    pub(crate) args: &'a [u32],
+    pub(crate) payload: Vec<u8>,
+    pub(crate) offset: usize,
 }
 
 impl<'a> OwnedMsg<'a> {
-    pub(crate) fn new(
-        dst: EpAddr,
-        handler: HandlerIndex,
-        category: Category,
-        args: &'a [u32],
-        payload: Vec<u8>,
-        offset: usize,
-    ) -> Self {
-        OwnedMsg {
-            dst,
-            handler,
-            category,
-            args,
-            payload,
-            offset,
-        }
-    }
     /// The message, with the owned buffer as its payload.
     #[inline]
     pub fn msg(&self) -> OutMsg<'_> {
+        self.with_payload(&self.payload)
+    }
+    /// The message with `payload` for its payload.
+    #[inline]
+    fn with_payload<'p>(&self, payload: &'p [u8]) -> OutMsg<'p>
+    where
+        'a: 'p,
+    {
         OutMsg {
             dst: self.dst,
             handler: self.handler,
             kind: Kind::Request,
             category: self.category,
             args: self.args,
-            payload: &self.payload,
+            payload,
             offset: self.offset,
         }
     }
@@ -605,16 +596,7 @@ impl<'a> OwnedMsg<'a> {
     /// Splits the message into its header (the same message with an empty payload) and
     /// the payload buffer, for conduits that send the buffer itself.
     pub fn into_parts(self) -> (OutMsg<'a>, Vec<u8>) {
-        let header = OutMsg {
-            dst: self.dst,
-            handler: self.handler,
-            kind: Kind::Request,
-            category: self.category,
-            args: self.args,
-            payload: &[],
-            offset: self.offset,
-        };
-        (header, self.payload)
+        (self.with_payload(&[]), self.payload)
     }
 }
 

@@ -445,42 +445,31 @@ impl<V: Verbs> Ep<V> {
             Err(n) => return Ok(n),
         };
         let (remote_addr, rkey) = (p.seg_addr + offset as u64, p.seg_rkey);
-        let vop = match op.base {
-            AtomicBase::Add => SendOp::FetchAdd {
+        // Every operation but `Cswap` is a fetch-and-add (of 0 for `Get`).
+        let add = match op.base {
+            AtomicBase::Cswap => None,
+            AtomicBase::Add => Some(op.a),
+            AtomicBase::Sub => Some(op.a.wrapping_neg()),
+            AtomicBase::Inc => Some(1),
+            AtomicBase::Dec => Some(u64::MAX),
+            AtomicBase::Get => Some(0),
+            _ => {
+                self.release_slot(slot);
+                return Ok(Native::Unsupported);
+            }
+        };
+        let vop = match add {
+            Some(add) => SendOp::FetchAdd {
                 remote_addr,
                 rkey,
-                add: op.a,
+                add,
             },
-            AtomicBase::Sub => SendOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add: op.a.wrapping_neg(),
-            },
-            AtomicBase::Inc => SendOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add: 1,
-            },
-            AtomicBase::Dec => SendOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add: u64::MAX,
-            },
-            AtomicBase::Get => SendOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add: 0,
-            },
-            AtomicBase::Cswap => SendOp::CmpSwap {
+            None => SendOp::CmpSwap {
                 remote_addr,
                 rkey,
                 compare: op.a,
                 swap: op.b,
             },
-            _ => {
-                self.release_slot(slot);
-                return Ok(Native::Unsupported);
-            }
         };
         let sge = self.bounce(slot, 8);
         let t = match self.rma_post_one(g, slot, vop, sge, dst, "atomic")? {
