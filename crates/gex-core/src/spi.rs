@@ -665,6 +665,83 @@ pub struct Incoming<'a> {
     pub len: usize,
 }
 
+/// A message as a conduit that queues messages in process memory keeps it until
+/// delivery (the loopback conduit, test conduits): the fields of [`Incoming`], owned.
+///
+/// ```
+/// use gex_core::spi::QueuedMsg;
+/// use gex_core::{Category, EpAddr, Kind};
+///
+/// let q = QueuedMsg {
+///     src: EpAddr::new(0, 1),
+///     handler: 200,
+///     kind: Kind::Request,
+///     category: Category::Long,
+///     args: vec![7],
+///     payload: Vec::new(),
+///     offset: 64,
+///     len: 16,
+/// };
+/// let inc = q.incoming(&[]);
+/// assert_eq!((inc.src, inc.args, inc.offset, inc.len), (q.src, &[7][..], 64, 16));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueuedMsg {
+    /// Sending endpoint.
+    pub src: EpAddr,
+    /// Handler index.
+    pub handler: HandlerIndex,
+    /// Request or reply.
+    pub kind: Kind,
+    /// Category.
+    pub category: Category,
+    /// Arguments.
+    pub args: Vec<u32>,
+    /// The bytes the conduit keeps with the message: a Medium's payload (and, at the
+    /// conduit's choice, a Long payload the receiver places).
+    pub payload: Vec<u8>,
+    /// Long: the offset of the payload in the destination's segment.
+    pub offset: usize,
+    /// Long: the payload length.
+    pub len: usize,
+}
+
+impl QueuedMsg {
+    /// `m` sent by `src`, keeping `payload` and recording a Long payload of `len`
+    /// bytes at `m.offset()`.
+    #[must_use]
+    pub fn new(src: EpAddr, m: &OutMsg<'_>, payload: Vec<u8>, len: usize) -> Self {
+        QueuedMsg {
+            src,
+            handler: m.handler(),
+            kind: m.kind(),
+            category: m.category(),
+            args: m.args().to_vec(),
+            payload,
+            offset: m.offset(),
+            len,
+        }
+    }
+    /// The message as [`Deliver::deliver`] takes it, with `payload` (normally
+    /// `&self.payload`) as a Medium's payload. A Long has an empty payload, `offset`
+    /// and `len`; the others have zero for both.
+    #[inline]
+    #[must_use]
+    pub fn incoming<'a>(&'a self, payload: &'a [u8]) -> Incoming<'a> {
+        let long = self.category == Category::Long;
+        Incoming {
+            src: self.src,
+            handler: self.handler,
+            kind: self.kind,
+            category: self.category,
+            args: &self.args,
+            payload: if long { &[] } else { payload },
+            offset: if long { self.offset } else { 0 },
+            len: if long { self.len } else { 0 },
+        }
+    }
+}
+
 /// The reply half of a conduit endpoint, handed to [`Deliver::deliver`] so request
 /// handlers can reply while the conduit is iterating its receive queues.
 pub trait ReplyTx {
