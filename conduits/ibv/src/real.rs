@@ -275,6 +275,29 @@ fn post_result(r: i32) -> Result<(), VerbsError> {
     }
 }
 
+/// Posts one receive of `sge` under `wr_id` through `post` (`ibv_post_srq_recv` or
+/// `ibv_post_recv`), handed the work request and the bad-request output, locals live
+/// for the call.
+fn post_one_recv(
+    wr_id: u64,
+    sge: Sge,
+    post: impl FnOnce(&mut ib::ibv_recv_wr, &mut *mut ib::ibv_recv_wr) -> i32,
+) -> Result<(), VerbsError> {
+    let mut s = ib::ibv_sge {
+        addr: sge.addr,
+        length: sge.len,
+        lkey: sge.lkey,
+    };
+    let mut w = ib::ibv_recv_wr {
+        wr_id,
+        next: ptr::null_mut(),
+        sg_list: &mut s,
+        num_sge: 1,
+    };
+    let mut bad = ptr::null_mut();
+    post_result(post(&mut w, &mut bad))
+}
+
 impl Verbs for RdmaVerbs {
     type Mr = RdmaMr;
     type Cq = RdmaCq;
@@ -621,26 +644,11 @@ impl Verbs for RdmaVerbs {
     }
 
     unsafe fn post_srq_recv(&self, srq: &RdmaSrq, wr_id: u64, sge: Sge) -> Result<(), VerbsError> {
-        let mut s = ib::ibv_sge {
-            addr: sge.addr,
-            length: sge.len,
-            lkey: sge.lkey,
-        };
-        let mut w = ib::ibv_recv_wr {
-            wr_id,
-            next: ptr::null_mut(),
-            sg_list: &mut s,
-            num_sge: 1,
-        };
-        let mut bad = ptr::null_mut();
-        // SAFETY: a live queue; locals copied during the call; the buffer is the caller's promise.
-        match unsafe { ib::ibv_post_srq_recv(srq.srq.as_ptr(), &mut w, &mut bad) } {
-            0 => Ok(()),
-            libc::ENOMEM => Err(VerbsError::QueueFull),
-            e => Err(VerbsError::Invalid(
-                std::io::Error::from_raw_os_error(e).to_string(),
-            )),
-        }
+        post_one_recv(wr_id, sge, |w, bad| {
+            // SAFETY: a live queue; the request and its scatter entry are live locals
+            // for the call; the buffer is the caller's promise.
+            unsafe { ib::ibv_post_srq_recv(srq.srq.as_ptr(), w, bad) }
+        })
     }
 
     fn poll_cq(&self, cq: &RdmaCq, out: &mut [Wc]) -> Result<usize, VerbsError> {
@@ -818,20 +826,10 @@ impl Verbs for RdmaVerbs {
     }
 
     unsafe fn post_ud_recv(&self, qp: &RdmaUdQp, wr_id: u64, sge: Sge) -> Result<(), VerbsError> {
-        let mut s = ib::ibv_sge {
-            addr: sge.addr,
-            length: sge.len,
-            lkey: sge.lkey,
-        };
-        let mut w = ib::ibv_recv_wr {
-            wr_id,
-            next: ptr::null_mut(),
-            sg_list: &mut s,
-            num_sge: 1,
-        };
-        let mut bad = ptr::null_mut();
-        // SAFETY: a live queue pair; locals copied during the call; the buffer is the
-        // caller's promise.
-        post_result(unsafe { ib::ibv_post_recv(qp.qp.as_ptr(), &mut w, &mut bad) })
+        post_one_recv(wr_id, sge, |w, bad| {
+            // SAFETY: a live queue pair; the request and its scatter entry are live
+            // locals for the call; the buffer is the caller's promise.
+            unsafe { ib::ibv_post_recv(qp.qp.as_ptr(), w, bad) }
+        })
     }
 }
