@@ -177,11 +177,7 @@ unsafe impl<N: NearConduit, F: FarConduit> ConduitEp for HybridEp<N, F> {
             return r;
         }
         let sent = self.inject(&msg.msg(), imm)?;
-        let payload = msg.into_payload();
-        Ok(match sent {
-            Injected::Sent => OwnedInjected::Done(payload),
-            Injected::WouldBlock => OwnedInjected::WouldBlock(payload),
-        })
+        Ok(OwnedInjected::copied(sent, msg.into_payload()))
     }
 
     fn lc_test(&mut self, ticket: u64) -> Option<Vec<u8>> {
@@ -314,15 +310,9 @@ unsafe impl<N: NearConduit, F: FarConduit> ConduitEp for HybridEp<N, F> {
     }
 
     #[inline]
-    unsafe fn native_atomic(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        op: &NativeAtomic,
-        result: *mut u64,
-    ) -> Result<Native, ConduitError> {
+    unsafe fn native_atomic(&mut self, op: &NativeAtomic, result: *mut u64) -> NativeResult {
         // SAFETY: forwarded contract of `native_atomic`.
-        unsafe { self.far.native_atomic(dst, offset, op, result) }
+        unsafe { self.far.native_atomic(op, result) }
     }
 
     #[inline]

@@ -165,73 +165,45 @@ fn runner(
     first_error(r)?.into_iter().collect()
 }
 
-/// 4 ranks on two hosts, one endpoint each.
-mod conformance_two_hosts {
-    use super::*;
-    fn run(job: &Job<'_>, case: &Case<H>) -> Result<(), String> {
-        runner(job, case, two_hosts, &[])
-    }
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: H,
-        runner: run,
-        ranks: 4,
-        exclude: {
-            back_pressure: "the mock parts' queues are unbounded: a non-waiting flood never reports WouldBlock",
-        },
-    }
+/// A module of the core conformance suite over the mock parts, its ranks placed by
+/// `hosts` with every rank's settings `pairs` (`endpoints` per rank if given).
+macro_rules! conformance_on {
+    ($(#[$doc:meta])* $name:ident: ranks $ranks:literal, $(endpoints $eps:literal,)? hosts $hosts:expr, pairs $pairs:expr) => {
+        $(#[$doc])*
+        mod $name {
+            use super::*;
+            fn run(job: &Job<'_>, case: &Case<H>) -> Result<(), String> {
+                runner(job, case, $hosts, $pairs)
+            }
+            gex_testkit::suite_tests! {
+                suite: core,
+                conduit: H,
+                runner: run,
+                ranks: $ranks,
+                $(endpoints: $eps,)?
+                exclude: {
+                    back_pressure: "the mock parts' queues are unbounded: a non-waiting flood never reports WouldBlock",
+                },
+            }
+        }
+    };
 }
 
-/// 4 ranks on two hosts, two endpoints each.
-mod conformance_two_hosts_two_eps {
-    use super::*;
-    fn run(job: &Job<'_>, case: &Case<H>) -> Result<(), String> {
-        runner(job, case, two_hosts, &[])
-    }
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: H,
-        runner: run,
-        ranks: 4,
-        endpoints: 2,
-        exclude: {
-            back_pressure: "the mock parts' queues are unbounded: a non-waiting flood never reports WouldBlock",
-        },
-    }
+conformance_on! {
+    /// 4 ranks on two hosts, one endpoint each.
+    conformance_two_hosts: ranks 4, hosts two_hosts, pairs &[]
 }
-
-/// 3 ranks on one host with `GEX_HYBRID=1`: every peer through the near part.
-mod conformance_one_host_forced {
-    use super::*;
-    fn run(job: &Job<'_>, case: &Case<H>) -> Result<(), String> {
-        runner(job, case, |n| vec![0; n as usize], &[("GEX_HYBRID", "1")])
-    }
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: H,
-        runner: run,
-        ranks: 3,
-        exclude: {
-            back_pressure: "the mock parts' queues are unbounded: a non-waiting flood never reports WouldBlock",
-        },
-    }
+conformance_on! {
+    /// 4 ranks on two hosts, two endpoints each.
+    conformance_two_hosts_two_eps: ranks 4, endpoints 2, hosts two_hosts, pairs &[]
 }
-
-/// 4 ranks on two hosts with `GEX_HYBRID=0`: the far part alone, every call forwarded.
-mod conformance_off {
-    use super::*;
-    fn run(job: &Job<'_>, case: &Case<H>) -> Result<(), String> {
-        runner(job, case, two_hosts, &[("GEX_HYBRID", "0")])
-    }
-    gex_testkit::suite_tests! {
-        suite: core,
-        conduit: H,
-        runner: run,
-        ranks: 4,
-        exclude: {
-            back_pressure: "the mock parts' queues are unbounded: a non-waiting flood never reports WouldBlock",
-        },
-    }
+conformance_on! {
+    /// 3 ranks on one host with `GEX_HYBRID=1`: every peer through the near part.
+    conformance_one_host_forced: ranks 3, hosts |n| vec![0; n as usize], pairs &[("GEX_HYBRID", "1")]
+}
+conformance_on! {
+    /// 4 ranks on two hosts with `GEX_HYBRID=0`: the far part alone, every call forwarded.
+    conformance_off: ranks 4, hosts two_hosts, pairs &[("GEX_HYBRID", "0")]
 }
 
 /// Requests each rank sends to every rank in [`paths`].

@@ -22,8 +22,8 @@ use gex_core::boot::{BootError, Bootstrap};
 use gex_core::config::EnvVar;
 use gex_core::spi::{
     AtomicBase, AtomicKind, Capabilities, Conduit, ConduitEp, ConduitError, Deliver, FarConduit,
-    FarEp, FarPoll, JobLayout, Limits, Native, NativeAtomic, NativeResult, OpenParams, OutMsg,
-    SegRange, SharedSegments,
+    FarEp, FarPoll, JobLayout, Limits, NativeAtomic, NativeResult, OpenParams, OutMsg, SegRange,
+    SharedSegments,
 };
 use gex_core::{EpAddr, EpIndex, InitError, Injected};
 use std::any::Any;
@@ -294,22 +294,25 @@ impl std::fmt::Debug for IbvEp {
     }
 }
 
-macro_rules! dispatch {
-    ($self:expr, $e:ident => $body:expr) => {
-        match $self.ep.as_mut().expect("endpoint alive") {
+/// `$body` on the provider's endpoint `$e` of `$ep` (an `Option<&AnyEp>` or
+/// `Option<&mut AnyEp>`, `None` once closed).
+macro_rules! dispatch_on {
+    ($ep:expr, $e:ident => $body:expr) => {
+        match $ep.expect("endpoint alive") {
             AnyEp::Emu($e) => $body,
             #[cfg(feature = "verbs")]
             AnyEp::Verbs($e) => $body,
         }
     };
 }
+macro_rules! dispatch {
+    ($self:expr, $e:ident => $body:expr) => {
+        dispatch_on!($self.ep.as_mut(), $e => $body)
+    };
+}
 macro_rules! dispatch_ref {
     ($self:expr, $e:ident => $body:expr) => {
-        match $self.ep.as_ref().expect("endpoint alive") {
-            AnyEp::Emu($e) => $body,
-            #[cfg(feature = "verbs")]
-            AnyEp::Verbs($e) => $body,
-        }
+        dispatch_on!($self.ep.as_ref(), $e => $body)
     };
 }
 
@@ -1000,15 +1003,9 @@ unsafe impl ConduitEp for IbvEp {
     fn native_atomic_supported(&self, kind: AtomicKind, base: AtomicBase, fetch: bool) -> bool {
         dispatch_ref!(self, e => e.native_atomic_supported(kind, base, fetch))
     }
-    unsafe fn native_atomic(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        op: &NativeAtomic,
-        result: *mut u64,
-    ) -> Result<Native, ConduitError> {
+    unsafe fn native_atomic(&mut self, op: &NativeAtomic, result: *mut u64) -> NativeResult {
         // SAFETY: forwarded contract.
-        dispatch!(self, e => unsafe { e.native_atomic(dst, offset, op, result) })
+        dispatch!(self, e => unsafe { e.native_atomic(op, result) })
     }
     fn native_test(&mut self, ticket: u64) -> bool {
         dispatch!(self, e => e.native_test(ticket))

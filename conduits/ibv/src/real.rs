@@ -69,109 +69,58 @@ pub(crate) struct RdmaVerbs {
     gid: [u8; 16],
 }
 
-/// A registered memory region.
-pub(crate) struct RdmaMr {
-    mr: NonNull<ib::ibv_mr>,
-    _ctx: Arc<Ctx>,
-}
-// SAFETY: a registration is usable from any thread.
-unsafe impl Send for RdmaMr {}
-// SAFETY: as above (only its keys are read).
-unsafe impl Sync for RdmaMr {}
-impl Drop for RdmaMr {
-    fn drop(&mut self) {
-        // SAFETY: registered by `reg_mr`, deregistered once.
-        unsafe { ib::ibv_dereg_mr(self.mr.as_ptr()) };
-    }
-}
-
-/// A completion queue with its completion channel.
-pub(crate) struct RdmaCq {
-    cq: NonNull<ib::ibv_cq>,
-    channel: NonNull<ib::ibv_comp_channel>,
-    _ctx: Arc<Ctx>,
-}
-// SAFETY: libibverbs locks its completion queues.
-unsafe impl Send for RdmaCq {}
-// SAFETY: as above.
-unsafe impl Sync for RdmaCq {}
-impl Drop for RdmaCq {
-    fn drop(&mut self) {
-        // SAFETY: created by `create_cq`; its queue pairs are destroyed (they are dropped
-        // first: the conduit's field order).
-        unsafe {
-            ib::ibv_destroy_cq(self.cq.as_ptr());
-            ib::ibv_destroy_comp_channel(self.channel.as_ptr());
+/// Handle types of verbs objects: each owns one object, made from a live context by
+/// `RdmaVerbs` (field `$ptr`, with `$field`s of its own), and holds an `Arc` of the
+/// context; `Send + Sync`, and destroyed once when dropped by `$destroy`, in order.
+macro_rules! verbs_handles {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident { $($field:ident: $ty:ty),* $(,)? } drop $($destroy:ident($ptr:ident)),+;
+    )+) => {$(
+        $(#[$doc])*
+        pub(crate) struct $name {
+            $($field: $ty,)*
+            _ctx: Arc<Ctx>,
         }
-    }
+        // SAFETY: libibverbs objects may be used from any thread: it locks its queue
+        // pairs, receive and completion queues internally, and registrations and
+        // address handles are immutable once made (only their keys are read).
+        unsafe impl Send for $name {}
+        // SAFETY: as above.
+        unsafe impl Sync for $name {}
+        impl Drop for $name {
+            fn drop(&mut self) {
+                // SAFETY: made by `RdmaVerbs` from a live context (this handle's `Arc`
+                // keeps it open) and destroyed once, here, after the objects that use it
+                // (the field orders the type's documentation names).
+                unsafe { $(ib::$destroy(self.$ptr.as_ptr());)+ }
+            }
+        }
+    )+};
 }
 
-/// A shared receive queue.
-pub(crate) struct RdmaSrq {
-    srq: NonNull<ib::ibv_srq>,
-    _ctx: Arc<Ctx>,
-}
-// SAFETY: libibverbs locks its receive queues.
-unsafe impl Send for RdmaSrq {}
-// SAFETY: as above.
-unsafe impl Sync for RdmaSrq {}
-impl Drop for RdmaSrq {
-    fn drop(&mut self) {
-        // SAFETY: created by `create_srq`, destroyed once.
-        unsafe { ib::ibv_destroy_srq(self.srq.as_ptr()) };
-    }
-}
-
-/// An RC queue pair.
-pub(crate) struct RdmaQp {
-    qp: NonNull<ib::ibv_qp>,
-    port: u8,
-    mtu: u32,
-    _ctx: Arc<Ctx>,
-}
-// SAFETY: libibverbs locks its queue pairs.
-unsafe impl Send for RdmaQp {}
-// SAFETY: as above.
-unsafe impl Sync for RdmaQp {}
-impl Drop for RdmaQp {
-    fn drop(&mut self) {
-        // SAFETY: created by `create_qp`, destroyed once.
-        unsafe { ib::ibv_destroy_qp(self.qp.as_ptr()) };
-    }
-}
-
-/// An unreliable-datagram queue pair.
-pub(crate) struct RdmaUdQp {
-    qp: NonNull<ib::ibv_qp>,
-    _ctx: Arc<Ctx>,
-}
-// SAFETY: libibverbs locks its queue pairs.
-unsafe impl Send for RdmaUdQp {}
-// SAFETY: as above.
-unsafe impl Sync for RdmaUdQp {}
-impl Drop for RdmaUdQp {
-    fn drop(&mut self) {
-        // SAFETY: created by `create_ud_qp`, destroyed once.
-        unsafe { ib::ibv_destroy_qp(self.qp.as_ptr()) };
-    }
-}
-
-/// An address handle.
-pub(crate) struct RdmaAh {
-    ah: NonNull<ib::ibv_ah>,
-    _ctx: Arc<Ctx>,
-}
-// SAFETY: an address handle is immutable once created; libibverbs allows its use from
-// any thread.
-unsafe impl Send for RdmaAh {}
-// SAFETY: as above.
-unsafe impl Sync for RdmaAh {}
-impl Drop for RdmaAh {
-    fn drop(&mut self) {
-        // SAFETY: created by `create_ah`, destroyed once, after the UD queue pair that
-        // sends through it (the conduit's field order), so no posted send refers to it.
-        unsafe { ib::ibv_destroy_ah(self.ah.as_ptr()) };
-    }
+verbs_handles! {
+    /// A registered memory region (registered by `reg_mr`).
+    RdmaMr { mr: NonNull<ib::ibv_mr> } drop ibv_dereg_mr(mr);
+    /// A completion queue with its completion channel (made by `create_cq`); its queue
+    /// pairs are destroyed first (they are dropped first: the conduit's field order).
+    RdmaCq {
+        cq: NonNull<ib::ibv_cq>,
+        channel: NonNull<ib::ibv_comp_channel>,
+    } drop ibv_destroy_cq(cq), ibv_destroy_comp_channel(channel);
+    /// A shared receive queue (made by `create_srq`).
+    RdmaSrq { srq: NonNull<ib::ibv_srq> } drop ibv_destroy_srq(srq);
+    /// An RC queue pair (made by `create_qp`).
+    RdmaQp {
+        qp: NonNull<ib::ibv_qp>,
+        port: u8,
+        mtu: u32,
+    } drop ibv_destroy_qp(qp);
+    /// An unreliable-datagram queue pair (made by `create_ud_qp`).
+    RdmaUdQp { qp: NonNull<ib::ibv_qp> } drop ibv_destroy_qp(qp);
+    /// An address handle (made by `create_ah`), destroyed after the UD queue pair that
+    /// sends through it (the conduit's field order), so no posted send refers to it.
+    RdmaAh { ah: NonNull<ib::ibv_ah> } drop ibv_destroy_ah(ah);
 }
 
 fn link_layer(code: u8) -> LinkLayer {
@@ -324,6 +273,29 @@ fn post_result(r: i32) -> Result<(), VerbsError> {
             std::io::Error::from_raw_os_error(e).to_string(),
         )),
     }
+}
+
+/// Posts one receive of `sge` under `wr_id` through `post` (`ibv_post_srq_recv` or
+/// `ibv_post_recv`), handed the work request and the bad-request output, locals live
+/// for the call.
+fn post_one_recv(
+    wr_id: u64,
+    sge: Sge,
+    post: impl FnOnce(&mut ib::ibv_recv_wr, &mut *mut ib::ibv_recv_wr) -> i32,
+) -> Result<(), VerbsError> {
+    let mut s = ib::ibv_sge {
+        addr: sge.addr,
+        length: sge.len,
+        lkey: sge.lkey,
+    };
+    let mut w = ib::ibv_recv_wr {
+        wr_id,
+        next: ptr::null_mut(),
+        sg_list: &mut s,
+        num_sge: 1,
+    };
+    let mut bad = ptr::null_mut();
+    post_result(post(&mut w, &mut bad))
 }
 
 impl Verbs for RdmaVerbs {
@@ -672,26 +644,11 @@ impl Verbs for RdmaVerbs {
     }
 
     unsafe fn post_srq_recv(&self, srq: &RdmaSrq, wr_id: u64, sge: Sge) -> Result<(), VerbsError> {
-        let mut s = ib::ibv_sge {
-            addr: sge.addr,
-            length: sge.len,
-            lkey: sge.lkey,
-        };
-        let mut w = ib::ibv_recv_wr {
-            wr_id,
-            next: ptr::null_mut(),
-            sg_list: &mut s,
-            num_sge: 1,
-        };
-        let mut bad = ptr::null_mut();
-        // SAFETY: a live queue; locals copied during the call; the buffer is the caller's promise.
-        match unsafe { ib::ibv_post_srq_recv(srq.srq.as_ptr(), &mut w, &mut bad) } {
-            0 => Ok(()),
-            libc::ENOMEM => Err(VerbsError::QueueFull),
-            e => Err(VerbsError::Invalid(
-                std::io::Error::from_raw_os_error(e).to_string(),
-            )),
-        }
+        post_one_recv(wr_id, sge, |w, bad| {
+            // SAFETY: a live queue; the request and its scatter entry are live locals
+            // for the call; the buffer is the caller's promise.
+            unsafe { ib::ibv_post_srq_recv(srq.srq.as_ptr(), w, bad) }
+        })
     }
 
     fn poll_cq(&self, cq: &RdmaCq, out: &mut [Wc]) -> Result<usize, VerbsError> {
@@ -869,20 +826,10 @@ impl Verbs for RdmaVerbs {
     }
 
     unsafe fn post_ud_recv(&self, qp: &RdmaUdQp, wr_id: u64, sge: Sge) -> Result<(), VerbsError> {
-        let mut s = ib::ibv_sge {
-            addr: sge.addr,
-            length: sge.len,
-            lkey: sge.lkey,
-        };
-        let mut w = ib::ibv_recv_wr {
-            wr_id,
-            next: ptr::null_mut(),
-            sg_list: &mut s,
-            num_sge: 1,
-        };
-        let mut bad = ptr::null_mut();
-        // SAFETY: a live queue pair; locals copied during the call; the buffer is the
-        // caller's promise.
-        post_result(unsafe { ib::ibv_post_recv(qp.qp.as_ptr(), &mut w, &mut bad) })
+        post_one_recv(wr_id, sge, |w, bad| {
+            // SAFETY: a live queue pair; the request and its scatter entry are live
+            // locals for the call; the buffer is the caller's promise.
+            unsafe { ib::ibv_post_recv(qp.qp.as_ptr(), w, bad) }
+        })
     }
 }

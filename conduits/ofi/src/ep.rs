@@ -159,15 +159,9 @@ unsafe impl ConduitEp for OfiEp {
     /// `result` (so every local word of the operation lies in memory registered at
     /// open, which `FI_MR_LOCAL` needs).
     #[inline]
-    unsafe fn native_atomic(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        op: &NativeAtomic,
-        result: *mut u64,
-    ) -> Result<Native, ConduitError> {
+    unsafe fn native_atomic(&mut self, op: &NativeAtomic, result: *mut u64) -> NativeResult {
         // SAFETY: forwarded contract of `native_atomic`.
-        unsafe { self.post_atomic(dst, offset, op, result) }
+        unsafe { self.post_atomic(op, result) }
     }
 
     /// True once the completion of `ticket` has been read from the CQ (by `poll` or

@@ -320,16 +320,17 @@ impl<T> fmt::Debug for MemRegion<T> {
     }
 }
 
-/// Counters of one endpoint's registrations of local buffers (see
-/// [`OfiStats`](crate::OfiStats)).
-#[derive(Debug, Default)]
-pub(crate) struct MrCounters {
-    pub(crate) hits: AtomicU64,
-    pub(crate) region_regs: AtomicU64,
-    pub(crate) op_regs: AtomicU64,
-    pub(crate) evictions: AtomicU64,
-    pub(crate) closed: AtomicU64,
-    pub(crate) failures: AtomicU64,
+crate::stats::counters! {
+    /// Counters of one endpoint's registrations of local buffers (see
+    /// [`OfiStats`](crate::OfiStats)).
+    MrCounters {
+        hits => mr_cache_hits,
+        region_regs => mr_region_registrations,
+        op_regs => mr_op_registrations,
+        evictions => mr_evictions,
+        closed => mr_closed,
+        failures => mr_failures,
+    }
 }
 
 impl MrCounters {

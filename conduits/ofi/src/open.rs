@@ -554,26 +554,22 @@ fn register_memory(
     let mut fixed = Vec::new();
     if plan.mr_local {
         // The pools may also be the local side of RMA (READ/WRITE).
-        let mr = reg.register(
-            tx_pool.mem.base(),
-            tx_pool.len(),
-            flags::SEND | flags::READ | flags::WRITE,
-            key_base | 1,
-            "send buffers",
-        )?;
-        tx_pool.desc = mr.desc();
-        fixed.push((tx_pool.mem.base() as usize, tx_pool.len(), mr.desc()));
-        mrs.push(mr);
-        let mr = reg.register(
-            rx_pool.mem.base(),
-            rx_pool.len(),
-            flags::RECV | flags::READ | flags::WRITE,
-            key_base | 2,
-            "receive buffers",
-        )?;
-        rx_pool.desc = mr.desc();
-        fixed.push((rx_pool.mem.base() as usize, rx_pool.len(), mr.desc()));
-        mrs.push(mr);
+        for (pool, access, key, what) in [
+            (tx_pool, flags::SEND, 1, "send buffers"),
+            (rx_pool, flags::RECV, 2, "receive buffers"),
+        ] {
+            let (base, len) = (pool.mem.base(), pool.len());
+            let mr = reg.register(
+                base,
+                len,
+                access | flags::READ | flags::WRITE,
+                key_base | key,
+                what,
+            )?;
+            pool.desc = mr.desc();
+            fixed.push((base as usize, len, mr.desc()));
+            mrs.push(mr);
+        }
         if plan.rma {
             // The slots' operand, compare and result words (atomics), and the
             // landing word of a flush's read.
@@ -596,33 +592,26 @@ fn register_memory(
             | flags::REMOTE_WRITE
             | flags::SEND
             | flags::RECV;
-        for (j, sm) in env.segs.iter().enumerate() {
-            let mr = reg.register(
-                sm.base(),
-                env.job.seg_len,
-                access,
-                key_base | (16 + j as u64),
-                &format!("segment of EP {j}"),
-            )?;
-            if j == reg.e {
-                own_key = mr.key();
-            }
-            // Segments first: the most common local buffers.
-            fixed.insert(j, (sm.base() as usize, env.job.seg_len, mr.desc()));
+        // The segment of EP `e`, at `at` in the table: segments first, the most common
+        // local buffers.
+        let mut segment = |e: usize, sm: &Mem, at: usize| {
+            let len = env.job.seg_len;
+            let key = key_base | (16 + e as u64);
+            let mr = reg.register(sm.base(), len, access, key, &format!("segment of EP {e}"))?;
+            fixed.insert(at, (sm.base() as usize, len, mr.desc()));
+            let key = mr.key();
             mrs.push(mr);
+            Ok::<_, InitError>(key)
+        };
+        for (j, sm) in env.segs.iter().enumerate() {
+            let key = segment(j, sm, j)?;
+            if j == reg.e {
+                own_key = key;
+            }
         }
         if let Some((e, sm)) = env.extra {
             // An endpoint made at run time: its own segment, in its own domain only.
-            let mr = reg.register(
-                sm.base(),
-                env.job.seg_len,
-                access,
-                key_base | (16 + e as u64),
-                &format!("segment of EP {e}"),
-            )?;
-            own_key = mr.key();
-            fixed.insert(0, (sm.base() as usize, env.job.seg_len, mr.desc()));
-            mrs.push(mr);
+            own_key = segment(e, sm, 0)?;
         }
     }
     Ok((mrs, fixed, own_key))

@@ -197,7 +197,7 @@ impl OfiEp {
         };
         if r.is_ok() {
             self.rma.tag[i] = tag;
-            let c = &self.conduit.counters[self.index as usize];
+            let c = self.counters();
             match dir {
                 Dir::Write => EpCounters::add(&c.puts, &c.put_bytes, len),
                 Dir::Read => EpCounters::add(&c.gets, &c.get_bytes, len),
@@ -216,6 +216,12 @@ impl OfiEp {
             };
             format!("{what} rank {} EP {} ({len} bytes)", dst.rank, dst.ep)
         })
+    }
+
+    /// This endpoint's counters of native operations (read by `Ofi::stats`).
+    #[inline]
+    fn counters(&self) -> &EpCounters {
+        &self.conduit.counters[self.index as usize]
     }
 
     /// The answer for the operation just posted in `slot` (result `r`): `Pending` with
@@ -293,8 +299,7 @@ impl OfiEp {
         };
         if r.is_ok() {
             self.rma.unflushed[g] = false;
-            let c = &self.conduit.counters[self.index as usize];
-            EpCounters::bump(&c.flushes, 1);
+            EpCounters::bump(&self.counters().flushes, 1);
         }
         self.slot_posted(slot, r, || {
             format!(
@@ -323,11 +328,10 @@ impl OfiEp {
     /// others, until completion (or null when the operation does not fetch).
     pub(crate) unsafe fn post_atomic(
         &mut self,
-        dst: EpAddr,
-        offset: usize,
         op: &NativeAtomic,
         result: *mut u64,
-    ) -> Result<Native, ConduitError> {
+    ) -> NativeResult {
+        let (dst, offset) = (op.dst, op.offset);
         if !self.rma.atomics {
             return Ok(Native::Unsupported);
         }
@@ -381,8 +385,7 @@ impl OfiEp {
         };
         if rc.is_ok() {
             self.rma.res[i] = result;
-            let c = &self.conduit.counters[self.index as usize];
-            EpCounters::bump(&c.atomics, 1);
+            EpCounters::bump(&self.counters().atomics, 1);
         }
         self.slot_posted(slot, rc, || {
             format!(

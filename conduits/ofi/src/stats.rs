@@ -6,19 +6,41 @@
 use crate::Ofi;
 use gex_sync::atomic::{AtomicU64, Ordering};
 
-/// Counters of one endpoint's native operations (written only by the thread driving
-/// that endpoint; read by [`Ofi::stats`]). A cache line each, so that endpoints driven
-/// by different threads do not share one.
-#[derive(Debug, Default)]
-#[repr(align(64))]
-pub(crate) struct EpCounters {
-    pub(crate) puts: AtomicU64,
-    pub(crate) relaxed_puts: AtomicU64,
-    pub(crate) flushes: AtomicU64,
-    pub(crate) gets: AtomicU64,
-    pub(crate) put_bytes: AtomicU64,
-    pub(crate) get_bytes: AtomicU64,
-    pub(crate) atomics: AtomicU64,
+/// Declares a struct of counters (`AtomicU64`s, `Debug`, `Default`) and its
+/// `add_to(&self, &mut OfiStats)`, which adds each counter to the [`OfiStats`] field
+/// it is paired with (`counter => field`).
+macro_rules! counters {
+    ($(#[$m:meta])* $name:ident { $($f:ident => $stat:ident),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Default)]
+        pub(crate) struct $name {
+            $(pub(crate) $f: gex_sync::atomic::AtomicU64,)+
+        }
+
+        impl $name {
+            /// Adds these counts to the rank's sums `s`.
+            pub(crate) fn add_to(&self, s: &mut $crate::stats::OfiStats) {
+                $(s.$stat += self.$f.load(gex_sync::atomic::Ordering::Relaxed);)+
+            }
+        }
+    };
+}
+pub(crate) use counters;
+
+counters! {
+    /// Counters of one endpoint's native operations (written only by the thread driving
+    /// that endpoint; read by [`Ofi::stats`]). A cache line each, so that endpoints driven
+    /// by different threads do not share one.
+    #[repr(align(64))]
+    EpCounters {
+        puts => native_puts,
+        relaxed_puts => native_relaxed_puts,
+        flushes => native_flushes,
+        gets => native_gets,
+        put_bytes => native_put_bytes,
+        get_bytes => native_get_bytes,
+        atomics => native_atomics,
+    }
 }
 
 impl EpCounters {
@@ -84,21 +106,10 @@ impl Ofi {
     pub fn stats(&self) -> OfiStats {
         let mut s = OfiStats::default();
         for c in &self.counters {
-            s.native_puts += c.puts.load(Ordering::Relaxed);
-            s.native_relaxed_puts += c.relaxed_puts.load(Ordering::Relaxed);
-            s.native_flushes += c.flushes.load(Ordering::Relaxed);
-            s.native_gets += c.gets.load(Ordering::Relaxed);
-            s.native_put_bytes += c.put_bytes.load(Ordering::Relaxed);
-            s.native_get_bytes += c.get_bytes.load(Ordering::Relaxed);
-            s.native_atomics += c.atomics.load(Ordering::Relaxed);
+            c.add_to(&mut s);
         }
         for c in &self.mr_counters {
-            s.mr_cache_hits += c.hits.load(Ordering::Relaxed);
-            s.mr_region_registrations += c.region_regs.load(Ordering::Relaxed);
-            s.mr_op_registrations += c.op_regs.load(Ordering::Relaxed);
-            s.mr_evictions += c.evictions.load(Ordering::Relaxed);
-            s.mr_closed += c.closed.load(Ordering::Relaxed);
-            s.mr_failures += c.failures.load(Ordering::Relaxed);
+            c.add_to(&mut s);
         }
         s
     }

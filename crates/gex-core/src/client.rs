@@ -135,6 +135,20 @@ impl ClientBuilder<()> {
     }
 }
 
+/// Builder methods of [`ClientBuilder`] that set one optional field:
+/// `name(value) -> Self` stores `Some(value)` in `field` (`name` unless given).
+macro_rules! option_setters {
+    ($($(#[$doc:meta])* $name:ident $(=> $field:ident)?: $ty:ty;)+) => {$(
+        $(#[$doc])*
+        pub fn $name(mut self, value: $ty) -> Self {
+            option_setters!(@set self, $name $($field)?) = Some(value);
+            self
+        }
+    )+};
+    (@set $s:ident, $name:ident) => { $s.$name };
+    (@set $s:ident, $name:ident $field:ident) => { $s.$field };
+}
+
 impl<L: LayerSet> ClientBuilder<L> {
     /// Adds layer `X` after the layers added before (the order must be the same on
     /// every rank; a layer that uses another is added after it).
@@ -170,57 +184,44 @@ impl<L: LayerSet> ClientBuilder<L> {
         self.segment_size = Some(SegSize::Per(Box::new(f)));
         self
     }
-    /// Number of endpoints provisioned (EP 0 plus extra communication domains).
-    pub fn endpoints(mut self, n: u16) -> Self {
-        self.endpoints = Some(n);
-        self
-    }
-    /// Endpoint capacity of this rank: the endpoints made at init plus those
-    /// [`Client::create_endpoint`] may make over the client's life (`GEX_MAX_ENDPOINTS`,
-    /// when set, overrides it; default [`DEFAULT_MAX_ENDPOINTS`]; never below
-    /// [`endpoints`](Self::endpoints)).
-    ///
-    /// ```
-    /// use gex_core::{ClientBuilder, boot::Singleton, loopback::Loopback};
-    /// let client = ClientBuilder::new()
-    ///     .segment_size(4096)
-    ///     .max_endpoints(3)
-    ///     .init::<Loopback>(Box::new(Singleton::new()))?;
-    /// let (_a, _b) = (client.create_endpoint()?, client.create_endpoint()?);
-    /// assert!(client.create_endpoint().is_err()); // 1 at init + 2 at run time
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn max_endpoints(mut self, n: u16) -> Self {
-        self.max_endpoints = Some(n);
-        self
-    }
-    /// Sets the wait policy (`GEX_WAIT`, when set, overrides it; default automatic).
-    pub fn wait_policy(mut self, p: WaitPolicy) -> Self {
-        self.wait = Some(p);
-        self
-    }
-    /// Gives every endpoint a progress thread that polls it while the rank computes
-    /// outside gex, so peers' AM-path operations are served (`GEX_PROGRESS_THREAD`
-    /// overrides it). Endpoint calls then take a lock word the thread shares.
-    pub fn progress_thread(mut self, on: bool) -> Self {
-        self.progress_thread = Some(on);
-        self
-    }
-    /// Uses this configuration **instead of** the process environment: no `GEX_*`
-    /// variable of the environment is read (tests and embedders that want a fixed
-    /// configuration). To change a few settings and keep the environment's, use
-    /// [`setting`](Self::setting), or start from [`Config::from_env`] and
-    /// [`Config::set`].
-    ///
-    /// ```
-    /// use gex_core::{ClientBuilder, Config};
-    /// // Only GEX_WAIT is set: a GEX_SPIN in the environment is ignored.
-    /// let b = ClientBuilder::new().config(Config::from_pairs([("GEX_WAIT", "block")]));
-    /// # let _ = b;
-    /// ```
-    pub fn config(mut self, c: Config) -> Self {
-        self.config = Some(c);
-        self
+    option_setters! {
+        /// Number of endpoints provisioned (EP 0 plus extra communication domains).
+        endpoints: u16;
+        /// Endpoint capacity of this rank: the endpoints made at init plus those
+        /// [`Client::create_endpoint`] may make over the client's life (`GEX_MAX_ENDPOINTS`,
+        /// when set, overrides it; default [`DEFAULT_MAX_ENDPOINTS`]; never below
+        /// [`endpoints`](Self::endpoints)).
+        ///
+        /// ```
+        /// use gex_core::{ClientBuilder, boot::Singleton, loopback::Loopback};
+        /// let client = ClientBuilder::new()
+        ///     .segment_size(4096)
+        ///     .max_endpoints(3)
+        ///     .init::<Loopback>(Box::new(Singleton::new()))?;
+        /// let (_a, _b) = (client.create_endpoint()?, client.create_endpoint()?);
+        /// assert!(client.create_endpoint().is_err()); // 1 at init + 2 at run time
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        max_endpoints: u16;
+        /// Sets the wait policy (`GEX_WAIT`, when set, overrides it; default automatic).
+        wait_policy => wait: WaitPolicy;
+        /// Gives every endpoint a progress thread that polls it while the rank computes
+        /// outside gex, so peers' AM-path operations are served (`GEX_PROGRESS_THREAD`
+        /// overrides it). Endpoint calls then take a lock word the thread shares.
+        progress_thread: bool;
+        /// Uses this configuration **instead of** the process environment: no `GEX_*`
+        /// variable of the environment is read (tests and embedders that want a fixed
+        /// configuration). To change a few settings and keep the environment's, use
+        /// [`setting`](Self::setting), or start from [`Config::from_env`] and
+        /// [`Config::set`].
+        ///
+        /// ```
+        /// use gex_core::{ClientBuilder, Config};
+        /// // Only GEX_WAIT is set: a GEX_SPIN in the environment is ignored.
+        /// let b = ClientBuilder::new().config(Config::from_pairs([("GEX_WAIT", "block")]));
+        /// # let _ = b;
+        /// ```
+        config: Config;
     }
     /// Sets one `GEX_*` setting over the configuration: the process environment's (read
     /// now, at the first `setting`) unless [`config`](Self::config) gave one before.
@@ -240,11 +241,10 @@ impl<L: LayerSet> ClientBuilder<L> {
             .set(name, value);
         self
     }
-    /// Hands a conduit-specific object to [`Conduit::open`] (e.g. the simulated fabric
-    /// of the test kit).
-    pub fn conduit_context(mut self, ctx: Arc<dyn Any + Send + Sync>) -> Self {
-        self.context = Some(ctx);
-        self
+    option_setters! {
+        /// Hands a conduit-specific object to [`Conduit::open`] (e.g. the simulated fabric
+        /// of the test kit).
+        conduit_context => context: Arc<dyn Any + Send + Sync>;
     }
 
     /// Every `GEX_*` registry a client of conduit `C` built by this builder reads:

@@ -571,20 +571,14 @@ impl<'a, C: Conduit> Cx<'a, C> {
     /// # Safety
     /// As [`ConduitEp::native_atomic`]: `result` is valid for a write of a `u64`, and
     /// not accessed by anyone else, until completion (null when `op.fetch` is false);
-    /// the word was checked to lie, aligned, in `dst`'s segment.
+    /// the word was checked to lie, aligned, in `op.dst`'s segment.
     ///
     /// # Errors
     /// The conduit's.
     #[inline]
-    pub unsafe fn native_atomic(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        op: &NativeAtomic,
-        result: *mut u64,
-    ) -> Result<Native, ConduitError> {
+    pub unsafe fn native_atomic(&mut self, op: &NativeAtomic, result: *mut u64) -> NativeResult {
         // SAFETY: forwarded contract.
-        unsafe { self.core.cep.native_atomic(dst, offset, op, result) }
+        unsafe { self.core.cep.native_atomic(op, result) }
     }
     /// [`ConduitEp::native_flush`] of the conduit underneath.
     ///

@@ -29,10 +29,10 @@
 use crate::boot::Bootstrap;
 use crate::error::InitError;
 use crate::spi::{
-    Capabilities, Conduit, ConduitEp, ConduitError, Deliver, Incoming, JobLayout, Limits,
-    OpenParams, OutMsg, OwnedInjected, OwnedMsg, ReplyTx,
+    Capabilities, Conduit, ConduitEp, ConduitError, Deliver, JobLayout, Limits, OpenParams, OutMsg,
+    OwnedInjected, OwnedMsg, QueuedMsg, ReplyTx,
 };
-use crate::types::{Category, EpAddr, EpIndex, HandlerIndex, Injected, Kind};
+use crate::types::{Category, EpAddr, EpIndex, Injected};
 use gex_sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::collections::HashMap;
 use std::collections::VecDeque;
@@ -48,15 +48,8 @@ const LIMITS: Limits = Limits {
 
 #[derive(Debug)]
 struct Msg {
-    src: EpAddr,
-    handler: HandlerIndex,
-    kind: Kind,
-    category: Category,
-    args: Vec<u32>,
-    payload: Vec<u8>,
-    offset: usize,
-    len: usize,
-    /// Deferred local completion: hand `payload` back under this ticket once delivered.
+    m: QueuedMsg,
+    /// Deferred local completion: hand `m.payload` back under this ticket once delivered.
     ticket: Option<u64>,
 }
 
@@ -272,14 +265,7 @@ impl LoopbackEp {
             (msg.payload().to_vec(), msg.payload().len())
         };
         let m = Msg {
-            src: EpAddr::new(0, self.index),
-            handler: msg.handler(),
-            kind: msg.kind(),
-            category: msg.category(),
-            args: msg.args().to_vec(),
-            payload,
-            offset: msg.offset(),
-            len,
+            m: QueuedMsg::new(EpAddr::new(0, self.index), msg, payload, len),
             ticket,
         };
         self.conduit.inboxes[dst.ep as usize]
@@ -350,20 +336,17 @@ unsafe impl ConduitEp for LoopbackEp {
         self.conduit.open_seg(msg.msg().dst())?;
         let ticket = self.conduit.next_ticket.fetch_add(1, Ordering::Relaxed);
         // The buffer itself travels with the message: no copy.
-        let (dst, handler, args) = {
-            let m = msg.msg();
-            (m.dst(), m.handler(), m.args().to_vec())
+        let (dst, mut m) = {
+            let out = msg.msg();
+            let len = out.payload().len();
+            (
+                out.dst(),
+                QueuedMsg::new(EpAddr::new(0, self.index), &out, Vec::new(), len),
+            )
         };
-        let payload = msg.into_payload();
+        m.payload = msg.into_payload();
         let m = Msg {
-            src: EpAddr::new(0, self.index),
-            handler,
-            kind: Kind::Request,
-            category: Category::Medium,
-            args,
-            len: payload.len(),
-            payload,
-            offset: 0,
+            m,
             ticket: Some(ticket),
         };
         self.conduit.inboxes[dst.ep as usize]
@@ -388,19 +371,9 @@ unsafe impl ConduitEp for LoopbackEp {
             let Some(m) = inbox.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else {
                 break;
             };
-            let long = m.category == Category::Long;
-            let inc = Incoming {
-                src: m.src,
-                handler: m.handler,
-                kind: m.kind,
-                category: m.category,
-                args: &m.args,
-                payload: if long { &[] } else { &m.payload },
-                offset: if long { m.offset } else { 0 },
-                len: if long { m.len } else { 0 },
-            };
-            d.deliver(&inc, self);
-            if let Some(t) = m.ticket {
+            let Msg { m, ticket } = m;
+            d.deliver(&m.incoming(&m.payload), self);
+            if let Some(t) = ticket {
                 self.conduit
                     .completed
                     .lock()

@@ -319,10 +319,17 @@ pub enum AtomicBase {
     Xor,
 }
 
-/// One native atomic operation: `kind`, `base`, whether the old value is fetched, and
-/// the operands as bit patterns in the low bits (`a`, `b`; unused ones are zero).
+/// One native atomic operation: the word it acts on (`dst`, `offset`), `kind`, `base`,
+/// whether the old value is fetched, and the operands as bit patterns in the low bits
+/// (`a`, `b`; unused ones are zero). The caller of [`ConduitEp::native_atomic`] has
+/// checked that the word lies, naturally aligned, in `dst`'s segment; building one
+/// checks nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NativeAtomic {
+    /// The endpoint whose segment holds the word (any peer, this rank included).
+    pub dst: EpAddr,
+    /// Offset of the word in `dst`'s segment.
+    pub offset: usize,
     /// Element type.
     pub kind: AtomicKind,
     /// Operation.
@@ -337,6 +344,26 @@ pub struct NativeAtomic {
     pub acquire: bool,
     /// Release semantics at the target word.
     pub release: bool,
+}
+
+impl NativeAtomic {
+    /// The word's bytes as a range of `dst`'s segment (`kind.size()` bytes at `offset`).
+    ///
+    /// ```
+    /// use gex_core::spi::{AtomicBase, AtomicKind, NativeAtomic, SegRange};
+    /// use gex_core::EpAddr;
+    ///
+    /// let dst = EpAddr::new(1, 0);
+    /// let (kind, base, fetch) = (AtomicKind::U32, AtomicBase::Add, false);
+    /// let (a, b, acquire, release) = (1, 0, false, false);
+    /// let op = NativeAtomic { dst, offset: 64, kind, base, fetch, a, b, acquire, release };
+    /// assert_eq!(op.word(), SegRange::new(dst, 64, 4));
+    /// ```
+    #[inline]
+    #[must_use]
+    pub fn word(&self) -> SegRange {
+        SegRange::new(self.dst, self.offset, self.kind.size())
+    }
 }
 
 /// Answer of the native operations ([`ConduitEp::native_put`], ...).
@@ -417,6 +444,30 @@ pub enum OwnedInjected {
     Pending(u64),
     /// Not sent for lack of resources; the buffer is handed back.
     WouldBlock(Vec<u8>),
+}
+
+impl OwnedInjected {
+    /// The answer of an owned injection done by copying the payload (as the default
+    /// [`ConduitEp::inject_owned`] does through [`ConduitEp::inject`], which answered
+    /// `sent`): the buffer is free again at once, `Done` if the message was sent,
+    /// handed back as `WouldBlock` if not.
+    ///
+    /// ```
+    /// use gex_core::spi::OwnedInjected;
+    /// use gex_core::Injected;
+    ///
+    /// assert_eq!(OwnedInjected::copied(Injected::Sent, vec![1]), OwnedInjected::Done(vec![1]));
+    /// let back = OwnedInjected::copied(Injected::WouldBlock, vec![2]);
+    /// assert_eq!(back, OwnedInjected::WouldBlock(vec![2]));
+    /// ```
+    #[inline]
+    #[must_use]
+    pub fn copied(sent: Injected, payload: Vec<u8>) -> Self {
+        match sent {
+            Injected::Sent => OwnedInjected::Done(payload),
+            Injected::WouldBlock => OwnedInjected::WouldBlock(payload),
+        }
+    }
 }
 
 /// One outgoing message, validated by the core: only gex-core can build one, so a
@@ -508,42 +559,33 @@ impl<'a> OutMsg<'a> {
 /// ([`ConduitEp::inject_owned`]); built only by gex-core, like [`OutMsg`].
 #[derive(Debug)]
 pub struct OwnedMsg<'a> {
-    dst: EpAddr,
-    handler: HandlerIndex,
-    category: Category,
-    args: &'a [u32],
-    payload: Vec<u8>,
-    offset: usize,
+    pub(crate) dst: EpAddr,
+    pub(crate) handler: HandlerIndex,
+    pub(crate) category: Category,
+    pub(crate) args: &'a [u32],
+    pub(crate) payload: Vec<u8>,
+    pub(crate) offset: usize,
 }
 
 impl<'a> OwnedMsg<'a> {
-    pub(crate) fn new(
-        dst: EpAddr,
-        handler: HandlerIndex,
-        category: Category,
-        args: &'a [u32],
-        payload: Vec<u8>,
-        offset: usize,
-    ) -> Self {
-        OwnedMsg {
-            dst,
-            handler,
-            category,
-            args,
-            payload,
-            offset,
-        }
-    }
     /// The message, with the owned buffer as its payload.
     #[inline]
     pub fn msg(&self) -> OutMsg<'_> {
+        self.with_payload(&self.payload)
+    }
+    /// The message with `payload` for its payload.
+    #[inline]
+    fn with_payload<'p>(&self, payload: &'p [u8]) -> OutMsg<'p>
+    where
+        'a: 'p,
+    {
         OutMsg {
             dst: self.dst,
             handler: self.handler,
             kind: Kind::Request,
             category: self.category,
             args: self.args,
-            payload: &self.payload,
+            payload,
             offset: self.offset,
         }
     }
@@ -554,16 +596,7 @@ impl<'a> OwnedMsg<'a> {
     /// Splits the message into its header (the same message with an empty payload) and
     /// the payload buffer, for conduits that send the buffer itself.
     pub fn into_parts(self) -> (OutMsg<'a>, Vec<u8>) {
-        let header = OutMsg {
-            dst: self.dst,
-            handler: self.handler,
-            kind: Kind::Request,
-            category: self.category,
-            args: self.args,
-            payload: &[],
-            offset: self.offset,
-        };
-        (header, self.payload)
+        (self.with_payload(&[]), self.payload)
     }
 }
 
@@ -630,6 +663,83 @@ pub struct Incoming<'a> {
     /// Long only: the payload length (the bytes at `offset` were written before the
     /// message was published).
     pub len: usize,
+}
+
+/// A message as a conduit that queues messages in process memory keeps it until
+/// delivery (the loopback conduit, test conduits): the fields of [`Incoming`], owned.
+///
+/// ```
+/// use gex_core::spi::QueuedMsg;
+/// use gex_core::{Category, EpAddr, Kind};
+///
+/// let q = QueuedMsg {
+///     src: EpAddr::new(0, 1),
+///     handler: 200,
+///     kind: Kind::Request,
+///     category: Category::Long,
+///     args: vec![7],
+///     payload: Vec::new(),
+///     offset: 64,
+///     len: 16,
+/// };
+/// let inc = q.incoming(&[]);
+/// assert_eq!((inc.src, inc.args, inc.offset, inc.len), (q.src, &[7][..], 64, 16));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueuedMsg {
+    /// Sending endpoint.
+    pub src: EpAddr,
+    /// Handler index.
+    pub handler: HandlerIndex,
+    /// Request or reply.
+    pub kind: Kind,
+    /// Category.
+    pub category: Category,
+    /// Arguments.
+    pub args: Vec<u32>,
+    /// The bytes the conduit keeps with the message: a Medium's payload (and, at the
+    /// conduit's choice, a Long payload the receiver places).
+    pub payload: Vec<u8>,
+    /// Long: the offset of the payload in the destination's segment.
+    pub offset: usize,
+    /// Long: the payload length.
+    pub len: usize,
+}
+
+impl QueuedMsg {
+    /// `m` sent by `src`, keeping `payload` and recording a Long payload of `len`
+    /// bytes at `m.offset()`.
+    #[must_use]
+    pub fn new(src: EpAddr, m: &OutMsg<'_>, payload: Vec<u8>, len: usize) -> Self {
+        QueuedMsg {
+            src,
+            handler: m.handler(),
+            kind: m.kind(),
+            category: m.category(),
+            args: m.args().to_vec(),
+            payload,
+            offset: m.offset(),
+            len,
+        }
+    }
+    /// The message as [`Deliver::deliver`] takes it, with `payload` (normally
+    /// `&self.payload`) as a Medium's payload. A Long has an empty payload, `offset`
+    /// and `len`; the others have zero for both.
+    #[inline]
+    #[must_use]
+    pub fn incoming<'a>(&'a self, payload: &'a [u8]) -> Incoming<'a> {
+        let long = self.category == Category::Long;
+        Incoming {
+            src: self.src,
+            handler: self.handler,
+            kind: self.kind,
+            category: self.category,
+            args: &self.args,
+            payload: if long { &[] } else { payload },
+            offset: if long { self.offset } else { 0 },
+            len: if long { self.len } else { 0 },
+        }
+    }
 }
 
 /// The reply half of a conduit endpoint, handed to [`Deliver::deliver`] so request
@@ -876,11 +986,7 @@ pub unsafe trait ConduitEp: Send + 'static {
         imm: bool,
     ) -> Result<OwnedInjected, ConduitError> {
         let sent = self.inject(&msg.msg(), imm)?;
-        let payload = msg.into_payload();
-        Ok(match sent {
-            Injected::Sent => OwnedInjected::Done(payload),
-            Injected::WouldBlock => OwnedInjected::WouldBlock(payload),
-        })
+        Ok(OwnedInjected::copied(sent, msg.into_payload()))
     }
     /// Returns the buffer of a [`OwnedInjected::Pending`] injection once it is locally
     /// complete (`None`: not yet; call [`poll`](ConduitEp::poll) and ask again). Each
@@ -1037,25 +1143,19 @@ pub unsafe trait ConduitEp: Send + 'static {
         let _ = (kind, base, fetch);
         false
     }
-    /// Starts an atomic on the naturally aligned word at offset `offset` of `dst`'s
-    /// segment (any peer, this rank included). For fetching operations the old value
-    /// (bit pattern, zero-extended) is written to `result` before completion.
+    /// Starts the atomic `op` on the naturally aligned word at offset `op.offset` of
+    /// `op.dst`'s segment (any peer, this rank included). For fetching operations the
+    /// old value (bit pattern, zero-extended) is written to `result` before completion.
     ///
     /// # Safety
     /// `result` must be valid for a write of a `u64`, and not be accessed by anyone
     /// else, until completion (it may be null when `op.fetch` is false); the word was
-    /// checked by the caller to lie, naturally aligned, in `dst`'s segment.
+    /// checked by the caller to lie, naturally aligned, in `op.dst`'s segment.
     ///
     /// # Errors
     /// [`ConduitError`] if the peer or the network failed.
-    unsafe fn native_atomic(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        op: &NativeAtomic,
-        result: *mut u64,
-    ) -> Result<Native, ConduitError> {
-        let _ = (dst, offset, op, result);
+    unsafe fn native_atomic(&mut self, op: &NativeAtomic, result: *mut u64) -> NativeResult {
+        let _ = (op, result);
         Ok(Native::Unsupported)
     }
     /// The conduit's state of this endpoint for a hang report (queue occupancy,

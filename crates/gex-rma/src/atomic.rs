@@ -361,6 +361,8 @@ impl Rma {
         if nic && !self.t.force_am {
             let (base, fetch) = op.native();
             let na = NativeAtomic {
+                dst,
+                offset: p.offset,
                 kind: T::KIND,
                 base,
                 fetch,
@@ -372,7 +374,7 @@ impl Rma {
             let land = self.ops.get(&i).map_or(std::ptr::null_mut(), |e| e.land);
             // SAFETY: the word was checked; `land` is owned by the entry until it
             // completes.
-            return match unsafe { self.native_atomic(cx, i, dst, p.offset, &na, land) }? {
+            return match unsafe { self.native_atomic(cx, i, &na, land) }? {
                 NativeStep::Done => Ok(true),
                 NativeStep::Blocked => Ok(false),
                 NativeStep::Unsupported => Err(RmaError::Am(gex_core::AmError::Conduit(

@@ -206,9 +206,9 @@ macro_rules! any_conduit {
                 match self { $( $(#[$m])* AnyEp::$v(e) => e.native_atomic_supported(kind, base, fetch), )+ }
             }
             #[inline]
-            unsafe fn native_atomic(&mut self, dst: EpAddr, offset: usize, op: &NativeAtomic, result: *mut u64) -> Result<Native, ConduitError> {
+            unsafe fn native_atomic(&mut self, op: &NativeAtomic, result: *mut u64) -> NativeResult {
                 // SAFETY: forwarded contract.
-                match self { $( $(#[$m])* AnyEp::$v(e) => unsafe { e.native_atomic(dst, offset, op, result) }, )+ }
+                match self { $( $(#[$m])* AnyEp::$v(e) => unsafe { e.native_atomic(op, result) }, )+ }
             }
             #[inline]
             fn native_test(&mut self, ticket: u64) -> bool {

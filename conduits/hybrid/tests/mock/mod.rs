@@ -10,49 +10,30 @@
 
 use gex_core::boot::{BootError, Bootstrap};
 use gex_core::spi::{
-    Capabilities, Conduit, ConduitEp, ConduitError, Deliver, FarConduit, FarEp, FarPoll, Incoming,
-    Limits, Native, NativeResult, NearConduit, OpenParams, OutMsg, ReplyTx, SegRange,
+    Capabilities, Conduit, ConduitEp, ConduitError, Deliver, FarConduit, FarEp, FarPoll, Limits,
+    Native, NativeResult, NearConduit, OpenParams, OutMsg, QueuedMsg, ReplyTx, SegRange,
     SharedSegments,
 };
-use gex_core::{Category, EpAddr, EpIndex, InitError, Injected, Kind};
+use gex_core::{Category, EpAddr, EpIndex, InitError, Injected};
 use std::collections::{HashMap, VecDeque};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-/// One message in a queue.
-#[derive(Debug)]
-struct Msg {
-    src: EpAddr,
-    handler: u8,
-    kind: Kind,
-    category: Category,
-    args: Vec<u32>,
-    /// Medium: the payload; Long over the far part: the payload to place.
-    payload: Vec<u8>,
-    offset: usize,
-    len: usize,
-}
+/// One message in a queue: Medium: the payload; Long over the far part: the payload
+/// to place.
+type Msg = QueuedMsg;
 
-impl Msg {
-    fn of(src: EpAddr, m: &OutMsg<'_>, carry_long: bool) -> Msg {
-        let long = m.category() == Category::Long;
-        Msg {
-            src,
-            handler: m.handler(),
-            kind: m.kind(),
-            category: m.category(),
-            args: m.args().to_vec(),
-            payload: if !long || carry_long {
-                m.payload().to_vec()
-            } else {
-                Vec::new()
-            },
-            offset: m.offset(),
-            len: m.payload().len(),
-        }
-    }
+/// `m` sent by `src`, with a Long payload carried in the message if `carry_long`.
+fn queued(src: EpAddr, m: &OutMsg<'_>, carry_long: bool) -> Msg {
+    let long = m.category() == Category::Long;
+    let payload = if !long || carry_long {
+        m.payload().to_vec()
+    } else {
+        Vec::new()
+    };
+    QueuedMsg::new(src, m, payload, m.payload().len())
 }
 
 /// An endpoint's queue and wake-up flag.
@@ -186,22 +167,7 @@ fn deliver_one<D: Deliver>(m: Msg, seg: (usize, usize), d: &mut D, tx: &mut dyn 
             )
         };
     }
-    let long = m.category == Category::Long;
-    let inc = Incoming {
-        src: m.src,
-        handler: m.handler,
-        kind: m.kind,
-        category: m.category,
-        args: &m.args,
-        payload: if m.category == Category::Medium {
-            &m.payload
-        } else {
-            &[]
-        },
-        offset: if long { m.offset } else { 0 },
-        len: if long { m.len } else { 0 },
-    };
-    d.deliver(&inc, tx);
+    d.deliver(&m.incoming(&m.payload), tx);
 }
 
 // ---------------------------------------------------------------------------------
@@ -344,7 +310,7 @@ fn near_send(me: EpAddr, peer: &NearSlot, msg: &OutMsg<'_>) {
             )
         };
     }
-    peer.inbox.push(Msg::of(me, msg, false));
+    peer.inbox.push(queued(me, msg, false));
 }
 
 /// Replies through the near part.
@@ -376,7 +342,7 @@ impl ReplyTx for FarTx<'_> {
             .peers
             .get(&(msg.dst().rank, msg.dst().ep))
             .ok_or_else(|| ConduitError::Contract(format!("no far endpoint {}", msg.dst())))?;
-        peer.inbox.push(Msg::of(self.me, msg, true));
+        peer.inbox.push(queued(self.me, msg, true));
         Ok(())
     }
 }
@@ -628,7 +594,7 @@ unsafe impl ConduitEp for MockFarEp {
     }
     fn inject(&mut self, msg: &OutMsg<'_>, _imm: bool) -> Result<Injected, ConduitError> {
         let peer = &self.peers[&(msg.dst().rank, msg.dst().ep)];
-        peer.inbox.push(Msg::of(self.me, msg, true));
+        peer.inbox.push(queued(self.me, msg, true));
         self.counts.far_sent.fetch_add(1, Ordering::Relaxed);
         Ok(Injected::Sent)
     }

@@ -178,6 +178,17 @@ struct Dev {
 }
 
 impl Dev {
+    /// The address of this device's queue pair `qpn` (RC or UD): the device's GID, no
+    /// LID, starting packet number 0.
+    fn addr(&self, qpn: u32) -> QpAddr {
+        QpAddr {
+            lid: 0,
+            gid: self.gid,
+            qpn,
+            psn: 0,
+        }
+    }
+
     /// Checks `[addr, addr+len)` against region `key` with `need`; runs `f` on the
     /// address under the table's read lock (a region cannot be deregistered meanwhile).
     fn with_region<R>(

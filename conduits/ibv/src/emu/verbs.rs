@@ -186,12 +186,7 @@ impl Verbs for EmuVerbs {
     }
 
     fn qp_addr(&self, qp: &Self::Qp) -> QpAddr {
-        QpAddr {
-            lid: 0,
-            gid: self.dev.gid,
-            qpn: qp.inner.qpn,
-            psn: 0,
-        }
+        self.dev.addr(qp.inner.qpn)
     }
 
     fn connect(
@@ -459,12 +454,7 @@ impl Verbs for EmuVerbs {
     }
 
     fn ud_addr(&self, qp: &Self::UdQp) -> QpAddr {
-        QpAddr {
-            lid: 0,
-            gid: self.dev.gid,
-            qpn: qp.inner.qpn,
-            psn: 0,
-        }
+        self.dev.addr(qp.inner.qpn)
     }
 
     fn create_ah(&self, remote: &QpAddr, _gid_index: u8) -> Result<Self::Ah, VerbsError> {

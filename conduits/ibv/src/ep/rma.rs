@@ -33,7 +33,8 @@ impl<V: Verbs> Ep<V> {
     }
 
     /// Registers the caller's buffer of a transfer larger than a bounce buffer, for
-    /// the operation in `slot` (deregistered at its completion); `None` if that fails.
+    /// the operation in `slot` (deregistered at its completion); `None` if that fails,
+    /// with `slot` released (the caller answers `Unsupported`: its AM path).
     ///
     /// # Safety
     /// `ptr..ptr+len` valid until the operation completes.
@@ -51,7 +52,10 @@ impl<V: Verbs> Ep<V> {
         }
         // SAFETY: the caller keeps the buffer valid until completion, and the region is
         // dropped at completion (`rma_done`).
-        let mr = unsafe { self.res.v.reg_mr(ptr, len, access) }.ok()?;
+        let Ok(mr) = (unsafe { self.res.v.reg_mr(ptr, len, access) }) else {
+            self.release_slot(slot);
+            return None;
+        };
         let sge = Sge {
             addr: ptr as u64,
             len: len as u32,
@@ -270,6 +274,24 @@ impl<V: Verbs> Ep<V> {
         Ok(Ok((g, p, slot)))
     }
 
+    /// [`rma_begin`](Self::rma_begin) of a put or get of the range `at`: native when the
+    /// endpoint does native RMA, the transfer is at most [`MAX_TRANSFER`] long and the
+    /// range lies in the peer's segment.
+    ///
+    /// # Errors
+    /// As `rma_begin`.
+    #[inline]
+    fn rma_begin_range(
+        &mut self,
+        at: SegRange,
+    ) -> Result<Result<(u32, PeerInfo, u32), Native>, ConduitError> {
+        let SegRange { dst, offset, len } = at;
+        let native = self.shape.native_rma && len <= MAX_TRANSFER;
+        self.rma_begin(dst, |p| {
+            native && offset.checked_add(len).is_some_and(|e| e <= p.seg_len)
+        })
+    }
+
     /// Posts the one work request of a native operation on `slot` and starts it:
     /// its ticket, or `Ok(Err(WouldBlock))` if the send queue is full (the slot is
     /// released in both failures).
@@ -303,83 +325,84 @@ impl<V: Verbs> Ep<V> {
     ///
     /// # Safety
     /// `src..src+to.len` valid for reads during the call.
+    #[inline]
     pub(crate) unsafe fn native_put(&mut self, to: SegRange, src: *const u8) -> NativeResult {
-        let SegRange { dst, offset, len } = to;
-        let native = self.shape.native_rma && len <= MAX_TRANSFER;
-        let (g, p, slot) = match self.rma_begin(dst, |p| {
-            native && offset.checked_add(len).is_some_and(|e| e <= p.seg_len)
-        })? {
-            Ok(v) => v,
-            Err(n) => return Ok(n),
-        };
-        let sge = if len <= RMA_CHUNK {
-            // SAFETY: the caller's buffer is readable (contract); the slot's bounce
-            // buffer is free and RMA_CHUNK long.
-            unsafe {
-                std::ptr::copy_nonoverlapping(src, self.res.rma.at(slot as usize * RMA_CHUNK), len)
-            };
-            self.bounce(slot, len)
-        } else {
-            // SAFETY: the caller keeps `src` valid and unmodified until completion.
-            match unsafe { self.direct(slot, src.cast_mut(), len, Access::empty()) } {
-                Some(sge) => sge,
-                None => {
-                    self.release_slot(slot);
-                    return Ok(Native::Unsupported);
-                }
-            }
-        };
-        let op = SendOp::Write {
-            remote_addr: p.seg_addr + offset as u64,
-            rkey: p.seg_rkey,
-        };
-        let t = match self.rma_post_one(g, slot, op, sge, dst, "RDMA WRITE")? {
-            Ok(t) => t,
-            Err(n) => return Ok(n),
-        };
-        self.stats.puts.fetch_add(1, Ordering::Relaxed);
-        Ok(Native::Pending(t))
+        // SAFETY: forwarded contract.
+        unsafe { self.native_rw(to, src.cast_mut(), true) }
     }
 
     /// A get of at most one chunk.
     ///
     /// # Safety
     /// `out..out+from.len` valid for writes and unaccessed until completion.
+    #[inline]
     pub(crate) unsafe fn native_get(&mut self, from: SegRange, out: *mut u8) -> NativeResult {
-        let SegRange { dst, offset, len } = from;
-        let native = self.shape.native_rma && len <= MAX_TRANSFER;
-        let (g, p, slot) = match self.rma_begin(dst, |p| {
-            native && offset.checked_add(len).is_some_and(|e| e <= p.seg_len)
-        })? {
+        // SAFETY: forwarded contract.
+        unsafe { self.native_rw(from, out, false) }
+    }
+
+    /// One RDMA WRITE (`write`: from `buf` to the range `at`) or READ (from `at` into
+    /// `buf`) of at most one chunk, through the slot's bounce buffer up to
+    /// [`RMA_CHUNK`] bytes (a put's bytes copied in now, a get's copied out at its
+    /// completion), else through a registration of `buf`.
+    ///
+    /// # Safety
+    /// A put: `buf..buf+at.len` valid for reads during the call (bounce) or until
+    /// completion (direct), and unmodified meanwhile. A get: valid for writes and
+    /// unaccessed until completion.
+    #[inline]
+    unsafe fn native_rw(&mut self, at: SegRange, buf: *mut u8, write: bool) -> NativeResult {
+        let SegRange { dst, offset, len } = at;
+        let (g, p, slot) = match self.rma_begin_range(at)? {
             Ok(v) => v,
             Err(n) => return Ok(n),
         };
         let bounced = len <= RMA_CHUNK;
         let sge = if bounced {
+            if write {
+                // SAFETY: the caller's buffer is readable (contract); the slot's bounce
+                // buffer is free and RMA_CHUNK long.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        buf,
+                        self.res.rma.at(slot as usize * RMA_CHUNK),
+                        len,
+                    )
+                };
+            }
             self.bounce(slot, len)
         } else {
-            // SAFETY: the caller keeps `out` valid and unaccessed until completion.
-            match unsafe { self.direct(slot, out, len, Access::LOCAL_WRITE) } {
+            let access = if write {
+                Access::empty()
+            } else {
+                Access::LOCAL_WRITE
+            };
+            // SAFETY: the caller keeps `buf` valid (and unmodified, or unaccessed) until
+            // completion.
+            match unsafe { self.direct(slot, buf, len, access) } {
                 Some(sge) => sge,
-                None => {
-                    self.release_slot(slot);
-                    return Ok(Native::Unsupported);
-                }
+                None => return Ok(Native::Unsupported),
             }
         };
-        let op = SendOp::Read {
-            remote_addr: p.seg_addr + offset as u64,
-            rkey: p.seg_rkey,
+        let (remote_addr, rkey) = (p.seg_addr + offset as u64, p.seg_rkey);
+        let (op, what) = if write {
+            (SendOp::Write { remote_addr, rkey }, "RDMA WRITE")
+        } else {
+            (SendOp::Read { remote_addr, rkey }, "RDMA READ")
         };
-        let t = match self.rma_post_one(g, slot, op, sge, dst, "RDMA READ")? {
+        let t = match self.rma_post_one(g, slot, op, sge, dst, what)? {
             Ok(t) => t,
             Err(n) => return Ok(n),
         };
-        self.stats.gets.fetch_add(1, Ordering::Relaxed);
-        let o = &mut self.rma_ops[slot as usize];
-        if bounced {
-            o.out = out as usize;
-            o.len = len;
+        if write {
+            self.stats.puts.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.stats.gets.fetch_add(1, Ordering::Relaxed);
+            if bounced {
+                let o = &mut self.rma_ops[slot as usize];
+                o.out = buf as usize;
+                o.len = len;
+            }
         }
         Ok(Native::Pending(t))
     }
@@ -408,11 +431,10 @@ impl<V: Verbs> Ep<V> {
     /// `result` valid for a u64 write until completion (or null when not fetching).
     pub(crate) unsafe fn native_atomic(
         &mut self,
-        dst: EpAddr,
-        offset: usize,
         op: &NativeAtomic,
         result: *mut u64,
-    ) -> Result<Native, ConduitError> {
+    ) -> NativeResult {
+        let (dst, offset) = (op.dst, op.offset);
         if !self.native_atomic_supported(op.kind, op.base, op.fetch) {
             return Ok(Native::Unsupported);
         }
@@ -423,42 +445,31 @@ impl<V: Verbs> Ep<V> {
             Err(n) => return Ok(n),
         };
         let (remote_addr, rkey) = (p.seg_addr + offset as u64, p.seg_rkey);
-        let vop = match op.base {
-            AtomicBase::Add => SendOp::FetchAdd {
+        // Every operation but `Cswap` is a fetch-and-add (of 0 for `Get`).
+        let add = match op.base {
+            AtomicBase::Cswap => None,
+            AtomicBase::Add => Some(op.a),
+            AtomicBase::Sub => Some(op.a.wrapping_neg()),
+            AtomicBase::Inc => Some(1),
+            AtomicBase::Dec => Some(u64::MAX),
+            AtomicBase::Get => Some(0),
+            _ => {
+                self.release_slot(slot);
+                return Ok(Native::Unsupported);
+            }
+        };
+        let vop = match add {
+            Some(add) => SendOp::FetchAdd {
                 remote_addr,
                 rkey,
-                add: op.a,
+                add,
             },
-            AtomicBase::Sub => SendOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add: op.a.wrapping_neg(),
-            },
-            AtomicBase::Inc => SendOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add: 1,
-            },
-            AtomicBase::Dec => SendOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add: u64::MAX,
-            },
-            AtomicBase::Get => SendOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add: 0,
-            },
-            AtomicBase::Cswap => SendOp::CmpSwap {
+            None => SendOp::CmpSwap {
                 remote_addr,
                 rkey,
                 compare: op.a,
                 swap: op.b,
             },
-            _ => {
-                self.release_slot(slot);
-                return Ok(Native::Unsupported);
-            }
         };
         let sge = self.bounce(slot, 8);
         let t = match self.rma_post_one(g, slot, vop, sge, dst, "atomic")? {

@@ -639,7 +639,14 @@ impl<C: Conduit> Inner<C> {
         let mut retry = super::progress::Retry::default();
         let mut retried = false;
         let ev = loop {
-            let msg = OwnedMsg::new(dst, handler, category, args, payload, offset);
+            let msg = OwnedMsg {
+                dst,
+                handler,
+                category,
+                args,
+                payload,
+                offset,
+            };
             match self.core.cep.inject_owned(msg, false)? {
                 OwnedInjected::Done(buf) => {
                     self.core.stats.sent[dst.rank as usize] += 1;

@@ -459,6 +459,18 @@ impl<C: Conduit> Handle<C> {
 
     #[cold]
     fn lock_slow(&mut self) -> Guard<'_, C> {
+        self.acquire();
+        Guard {
+            cell: &self.cell,
+            locked: true,
+        }
+    }
+
+    /// Takes the lock word for this handle (`FREE` to `HANDLE`), spinning, then
+    /// yielding, while the progress thread holds it. The caller builds the locked
+    /// [`Guard`] that releases it.
+    #[inline]
+    fn acquire(&self) {
         let mut spins = 0u32;
         while self
             .cell
@@ -472,10 +484,6 @@ impl<C: Conduit> Handle<C> {
             } else {
                 std::thread::yield_now();
             }
-        }
-        Guard {
-            cell: &self.cell,
-            locked: true,
         }
     }
 
@@ -487,20 +495,7 @@ impl<C: Conduit> Handle<C> {
             // excludes a `&mut self` access meanwhile.
             return f(unsafe { &*self.cell.inner.get() });
         }
-        let mut spins = 0u32;
-        while self
-            .cell
-            .lock
-            .compare_exchange_weak(FREE, HANDLE, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins < 64 {
-                gex_sync::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        self.acquire();
         let g = Guard {
             cell: &self.cell,
             locked: true,

@@ -124,7 +124,7 @@ impl Rma {
         Ok(NativeStep::Done)
     }
 
-    /// Issues one native atomic on the word at `offset` of `dst`; a fetched value lands
+    /// Issues one native atomic on the word at `op.offset` of `op.dst`; a fetched value lands
     /// in `land`, which is null exactly when `op.fetch` is false (the conduit's
     /// contract), whether or not the value is wanted.
     ///
@@ -135,14 +135,12 @@ impl Rma {
         &mut self,
         cx: &mut Cx<'_, C>,
         id: u32,
-        dst: EpAddr,
-        offset: usize,
         op: &NativeAtomic,
         land: *mut u64,
     ) -> Result<NativeStep, RmaError> {
         debug_assert_eq!(op.fetch, !land.is_null(), "a landing word iff fetching");
         // SAFETY: forwarded contract.
-        match unsafe { cx.native_atomic(dst, offset, op, land) }? {
+        match unsafe { cx.native_atomic(op, land) }? {
             Native::Done => Ok(NativeStep::Done),
             Native::Pending(t) => {
                 self.track_native(cx, id, t, 1, None);

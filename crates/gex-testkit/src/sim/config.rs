@@ -204,6 +204,17 @@ impl Default for SimConfig {
     }
 }
 
+/// Builder methods of [`SimConfig`] that set one field: `name(value) -> Self`.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty;)+) => {$(
+        $(#[$doc])*
+        pub fn $field(mut self, $field: $ty) -> Self {
+            self.$field = $field;
+            self
+        }
+    )+};
+}
+
 impl SimConfig {
     /// The defaults overridden by `GEX_SIM_SEED`, `GEX_SIM_LATENCY_NS` and
     /// `GEX_SIM_REORDER` from the process environment.
@@ -231,40 +242,21 @@ impl SimConfig {
         Ok(self)
     }
 
-    /// Sets the seed.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
-    /// Sets the latency.
-    pub fn latency(mut self, d: Delay) -> Self {
-        self.latency = d;
-        self
-    }
-    /// Sets the jitter.
-    pub fn jitter(mut self, d: Delay) -> Self {
-        self.jitter = d;
-        self
-    }
-    /// Switches reordering on or off.
-    pub fn reorder(mut self, on: bool) -> Self {
-        self.reorder = on;
-        self
-    }
-    /// Sets the request capacity per endpoint pair, in bytes.
-    pub fn ring_capacity(mut self, bytes: usize) -> Self {
-        self.ring_capacity = bytes;
-        self
-    }
-    /// Sets the number of ranks per simulated host (0: one host).
-    pub fn ranks_per_host(mut self, n: u32) -> Self {
-        self.ranks_per_host = n;
-        self
-    }
-    /// Places rank `r` on host `hosts[r]` (instead of `ranks_per_host`).
-    pub fn placement(mut self, hosts: Vec<u32>) -> Self {
-        self.placement = hosts;
-        self
+    setters! {
+        /// Sets the seed.
+        seed: u64;
+        /// Sets the latency.
+        latency: Delay;
+        /// Sets the jitter.
+        jitter: Delay;
+        /// Switches reordering on or off.
+        reorder: bool;
+        /// Sets the request capacity per endpoint pair, in bytes.
+        ring_capacity: usize;
+        /// Sets the number of ranks per simulated host (0: one host).
+        ranks_per_host: u32;
+        /// Places rank `r` on host `hosts[r]` (instead of `ranks_per_host`).
+        placement: Vec<u32>;
     }
     /// Switches the simulated NIC (native RMA and NIC atomics) on or off.
     pub fn native(mut self, rma: bool, atomics: bool) -> Self {
@@ -277,10 +269,9 @@ impl SimConfig {
         self.nap = Some(nap);
         self
     }
-    /// Sets the watchdog timeout.
-    pub fn timeout(mut self, t: Duration) -> Self {
-        self.timeout = t;
-        self
+    setters! {
+        /// Sets the watchdog timeout.
+        timeout: Duration;
     }
 
     /// Host id of every rank of a job of `ranks` ranks, from `placement` or

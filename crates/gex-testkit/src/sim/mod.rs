@@ -63,13 +63,11 @@ pub use run::{SimRunner, run_sim};
 use crate::rng::{SplitMix64, hash_words};
 use gex_core::boot::Bootstrap;
 use gex_core::spi::{
-    AtomicBase, AtomicKind, Conduit, ConduitEp, ConduitError, Deliver, Incoming, JobLayout, Native,
+    AtomicBase, AtomicKind, Conduit, ConduitEp, ConduitError, Deliver, JobLayout, Native,
     NativeAtomic, NativeResult, OpenParams, OutMsg, OwnedInjected, OwnedMsg, Prepare, PrepareReq,
-    ReplyTx, SegRange,
+    QueuedMsg, ReplyTx, SegRange,
 };
-use gex_core::{
-    Capabilities, Category, EpAddr, EpIndex, HandlerIndex, InitError, Injected, Kind, Limits,
-};
+use gex_core::{Capabilities, Category, EpAddr, EpIndex, InitError, Injected, Kind, Limits};
 use gex_sync::wait::{Doorbell, WaitPolicy};
 use seg::SegMem;
 use std::any::Any;
@@ -87,16 +85,9 @@ pub const MSG_OVERHEAD: usize = 64;
 /// One queued message.
 #[derive(Debug)]
 struct Msg {
-    src: EpAddr,
+    /// The message; its payload a Medium's (Long payloads are already in the segment).
+    q: QueuedMsg,
     src_gid: usize,
-    handler: HandlerIndex,
-    kind: Kind,
-    category: Category,
-    args: Box<[u32]>,
-    /// Medium payload (Long payloads are already in the segment).
-    payload: Vec<u8>,
-    offset: usize,
-    len: usize,
     due_poll: u64,
     due_ns: u64,
     key: u64,
@@ -104,7 +95,7 @@ struct Msg {
     seq: u64,
     /// Bytes charged to the request lane (0 for replies).
     cost: usize,
-    /// Deferred local completion: hand `payload` back to the sender under this ticket
+    /// Deferred local completion: hand `q.payload` back to the sender under this ticket
     /// once delivered.
     ticket: Option<u64>,
 }
@@ -633,13 +624,8 @@ unsafe impl ConduitEp for SimEp {
     }
 
     #[allow(unsafe_code)]
-    unsafe fn native_atomic(
-        &mut self,
-        dst: EpAddr,
-        offset: usize,
-        op: &NativeAtomic,
-        result: *mut u64,
-    ) -> Result<Native, ConduitError> {
+    unsafe fn native_atomic(&mut self, op: &NativeAtomic, result: *mut u64) -> NativeResult {
+        let (dst, offset) = (op.dst, op.offset);
         let fab = &*self.fabric;
         fab.check_alive();
         if !self.native_atomic_supported(op.kind, op.base, op.fetch) {
@@ -813,34 +799,25 @@ unsafe impl ConduitEp for SimEp {
             slot.delivered.fetch_add(1, Ordering::Relaxed);
             n += 1;
             let corrupted: Vec<u8>;
-            let payload: &[u8] = match m.category {
+            let payload: &[u8] = match m.q.category {
                 Category::Long => &[],
                 Category::Medium
-                    if fab.cfg.fault == Fault::CorruptMedium && m.payload.len() >= 2 =>
+                    if fab.cfg.fault == Fault::CorruptMedium && m.q.payload.len() >= 2 =>
                 {
-                    corrupted = m
-                        .payload
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &b)| if i + 1 == m.payload.len() { !b } else { b })
-                        .collect();
+                    corrupted =
+                        m.q.payload
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &b)| if i + 1 == m.q.payload.len() { !b } else { b })
+                            .collect();
                     &corrupted
                 }
-                _ => &m.payload,
+                _ => &m.q.payload,
             };
-            let inc = Incoming {
-                src: m.src,
-                handler: m.handler,
-                kind: m.kind,
-                category: m.category,
-                args: &m.args,
-                payload,
-                offset: m.offset,
-                len: m.len,
-            };
+            let inc = m.q.incoming(payload);
             d.deliver(&inc, &mut tx);
             if let Some(t) = m.ticket {
-                lock_map(&net.slots[m.src_gid].completed).insert(t, m.payload);
+                lock_map(&net.slots[m.src_gid].completed).insert(t, m.q.payload);
             }
         }
         if n == 0 && nic_done == 0 {

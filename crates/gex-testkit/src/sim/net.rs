@@ -207,20 +207,14 @@ pub(super) fn push(
         let key = rng.next_u64();
         let seq = ib.seq;
         ib.seq += 1;
+        let payload = if copy + 1 == copies {
+            std::mem::take(&mut body)
+        } else {
+            body.clone()
+        };
         let m = Msg {
-            src,
+            q: QueuedMsg::new(src, msg, payload, len),
             src_gid,
-            handler: msg.handler(),
-            kind: msg.kind(),
-            category: msg.category(),
-            args: msg.args().into(),
-            payload: if copy + 1 == copies {
-                std::mem::take(&mut body)
-            } else {
-                body.clone()
-            },
-            offset: msg.offset(),
-            len,
             due_poll: ib
                 .clock
                 .saturating_add(cfg.latency.polls)

@@ -340,6 +340,8 @@ mod tests {
 
     fn op(kind: AtomicKind, base: AtomicBase, a: u64, b: u64) -> NativeAtomic {
         NativeAtomic {
+            dst: gex_core::EpAddr::new(0, 0),
+            offset: 0,
             kind,
             base,
             fetch: true,
