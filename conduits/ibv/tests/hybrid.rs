@@ -17,22 +17,9 @@ use gex_conduit_smp::Smp;
 use gex_core::layer::LayerSet;
 use gex_core::{Client, ClientBuilder, Config};
 use gex_testkit::conformance;
-use gex_testkit::procs::ProcRunner;
+use gex_testkit::procs::{self, ProcRunner};
 
 type IbvHybrid = gex_conduit_hybrid::Hybrid<Smp, Ibv>;
-
-fn hosts(ranks: u32) -> Vec<&'static str> {
-    (0..ranks)
-        .map(|r| if r < ranks / 2 { "a" } else { "b" })
-        .collect()
-}
-
-fn neighbours(ranks: u32, rank: u32) -> Vec<u32> {
-    let h = hosts(ranks);
-    (0..ranks)
-        .filter(|&r| h[r as usize] == h[rank as usize])
-        .collect()
-}
 
 fn shared_memory_peers(client: &Client<IbvHybrid>, want: &[u32]) -> Result<(), String> {
     let got = client.conduit().shared_memory_peers();
@@ -56,10 +43,15 @@ fn two_hosts_runner<L: LayerSet>(
                 .segment_size(segment)
         })
         .procs(|p, job| {
-            p.hosts(hosts(job.ranks))
+            p.hosts(procs::two_hosts(job.ranks))
                 .timeout(std::time::Duration::from_secs(180))
         })
-        .check(|client, job| shared_memory_peers(client, &neighbours(job.ranks, client.rank())))
+        .check(|client, job| {
+            shared_memory_peers(
+                client,
+                &procs::two_hosts_neighbours(job.ranks, client.rank()),
+            )
+        })
 }
 
 mod two_hosts {

@@ -231,23 +231,29 @@ fn netns_exists(name: &str) -> bool {
     std::path::Path::new("/run/netns").join(name).exists()
 }
 
-fn runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
-    launch(
-        job,
-        conformance::builder,
-        |client| conformance::run_on_rank(client, case),
-        256 << 10,
-    )
+/// `fn $name(job, case)`: a job running `case` through `$launch`, each rank's client
+/// built by `$builder` with `$segment`-byte segments (a runner of `suite_modules!`).
+macro_rules! case_runner {
+    ($name:ident, $launch:ident, $builder:path, $segment:expr) => {
+        fn $name(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
+            $launch(
+                job,
+                $builder,
+                |client| conformance::run_on_rank(client, case),
+                $segment,
+            )
+        }
+    };
 }
 
-fn rma_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
-    launch(
-        job,
-        gex_testkit::rma::client_builder,
-        |client| conformance::run_on_rank(client, case),
-        2 << 20,
-    )
-}
+case_runner!(runner, launch, conformance::builder, 256 << 10);
+
+case_runner!(
+    rma_runner,
+    launch,
+    gex_testkit::rma::client_builder,
+    2 << 20
+);
 
 /// One namespace job at a time in this test process. Each job is 4 rank processes on
 /// the 2 cores of the CI machine; with the test harness's 2 threads, 8 ranks (and two
@@ -583,23 +589,19 @@ fn loopback_only_is_a_clear_error() {
     }
 }
 
-fn mpiexec_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
-    launch_mpiexec(
-        job,
-        conformance::builder,
-        |client| conformance::run_on_rank(client, case),
-        256 << 10,
-    )
-}
+case_runner!(
+    mpiexec_runner,
+    launch_mpiexec,
+    conformance::builder,
+    256 << 10
+);
 
-fn mpiexec_rma_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
-    launch_mpiexec(
-        job,
-        gex_testkit::rma::client_builder,
-        |client| conformance::run_on_rank(client, case),
-        2 << 20,
-    )
-}
+case_runner!(
+    mpiexec_rma_runner,
+    launch_mpiexec,
+    gex_testkit::rma::client_builder,
+    2 << 20
+);
 
 gex_testkit::suite_modules! {
     suite: core,

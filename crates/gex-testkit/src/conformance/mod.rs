@@ -114,6 +114,10 @@ use std::time::{Duration, Instant};
 pub use probe::{Probe, builder};
 pub use util::CASE_WAIT;
 
+/// The client builder of the conformance suite (its probe layer), as
+/// [`builder`] makes it.
+pub type Builder = gex_core::ClientBuilder<((), Probe)>;
+
 /// One conformance case.
 pub struct Case<C: Conduit> {
     /// Name (also the name of the generated test function).

@@ -81,6 +81,24 @@ impl<C: Conduit, L: LayerSet> ProcRunner<C, L> {
         }
     }
 
+    /// [`builder`](Self::builder) with `builder`'s clients given `segment` bytes of
+    /// segment.
+    pub fn sized<L2: LayerSet>(
+        self,
+        builder: impl Fn() -> ClientBuilder<L2> + 'static,
+        segment: usize,
+    ) -> ProcRunner<C, L2> {
+        self.builder(move || builder().segment_size(segment))
+    }
+
+    /// Every job is ended, and fails, once it has run for `limit` (on top of the shape
+    /// [`procs`](Self::procs) gave it, if called before).
+    pub fn timeout(mut self, limit: std::time::Duration) -> Self {
+        let shape = self.procs;
+        self.procs = Box::new(move |p, job| shape(p, job).timeout(limit));
+        self
+    }
+
     /// Shapes each job: `f` gets the [`Procs`] of `job.ranks` ranks running the
     /// case's test and returns the one to run (host layout, environment, timeout,
     /// launcher).
