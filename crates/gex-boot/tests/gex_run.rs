@@ -2,7 +2,7 @@
 //! this test binary that open the smp conduit (`smp_rank`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const GEX_RUN: &str = env!("CARGO_BIN_EXE_gex-run");
@@ -58,6 +58,35 @@ fn read_pids(dir: &Path, ranks: &[u32]) -> Vec<u32> {
             s.trim().parse().unwrap()
         })
         .collect()
+}
+
+/// Starts `gex-run -n <ranks> sh -c '<record its pid in dir>; <then>'` (stderr as
+/// `stderr`), and waits until every rank has recorded its pid (in `pid.<rank>`;
+/// the launcher is killed and the test fails if they do not within 5 s): the
+/// launcher, and the ranks' pids.
+fn start_recording(dir: &TempDir, ranks: u32, then: &str, stderr: Stdio) -> (Child, Vec<u32>) {
+    let d = dir.s();
+    let script = format!(
+        "echo $$ > {d}/pid.tmp.$GEX_RANK && mv {d}/pid.tmp.$GEX_RANK {d}/pid.$GEX_RANK; {then}"
+    );
+    let mut launcher = Command::new(GEX_RUN)
+        .args(["-n", &ranks.to_string(), "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let ready = wait_until(Duration::from_secs(5), || {
+        (0..ranks).all(|r| dir.path().join(format!("pid.{r}")).exists())
+    });
+    if !ready {
+        let _ = launcher.kill();
+        let _ = launcher.wait();
+        panic!("the ranks did not start");
+    }
+    let all: Vec<u32> = (0..ranks).collect();
+    let pids = read_pids(dir.path(), &all);
+    (launcher, pids)
 }
 
 #[test]
@@ -255,28 +284,9 @@ fn a_non_gex_program_exiting_nonzero_is_named() {
 #[test]
 fn killing_the_launcher_kills_every_rank() {
     let dir = TempDir::new("pdeathsig");
-    let d = dir.s();
     // `exec` so that the recorded pid is the process that runs until the end
     // (a shell's children do not inherit PR_SET_PDEATHSIG).
-    let script = format!(
-        "echo $$ > {d}/pid.tmp.$GEX_RANK && mv {d}/pid.tmp.$GEX_RANK {d}/pid.$GEX_RANK; exec sleep 60"
-    );
-    let mut launcher = Command::new(GEX_RUN)
-        .args(["-n", "3", "sh", "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let ready = wait_until(Duration::from_secs(5), || {
-        (0..3).all(|r| dir.path().join(format!("pid.{r}")).exists())
-    });
-    if !ready {
-        let _ = launcher.kill();
-        let _ = launcher.wait();
-        panic!("the ranks did not start");
-    }
-    let pids = read_pids(dir.path(), &[0, 1, 2]);
+    let (mut launcher, pids) = start_recording(&dir, 3, "exec sleep 60", Stdio::null());
     launcher.kill().unwrap(); // SIGKILL
     launcher.wait().unwrap();
     let gone = wait_until(Duration::from_secs(2), || pids.iter().all(|&p| is_gone(p)));
@@ -294,27 +304,8 @@ fn killing_the_launcher_kills_every_rank() {
 #[test]
 fn sigterm_to_the_launcher_ends_the_ranks() {
     let dir = TempDir::new("sigterm");
-    let d = dir.s();
-    let script = format!(
-        "echo $$ > {d}/pid.tmp.$GEX_RANK && mv {d}/pid.tmp.$GEX_RANK {d}/pid.$GEX_RANK; sleep 30"
-    );
-    let mut launcher = Command::new(GEX_RUN)
-        .args(["-n", "2", "sh", "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let ready = wait_until(Duration::from_secs(5), || {
-        (0..2).all(|r| dir.path().join(format!("pid.{r}")).exists())
-    });
+    let (launcher, pids) = start_recording(&dir, 2, "sleep 30", Stdio::piped());
     let pid = rustix::process::Pid::from_child(&launcher);
-    if !ready {
-        let _ = launcher.kill();
-        let _ = launcher.wait();
-        panic!("the ranks did not start");
-    }
-    let pids = read_pids(dir.path(), &[0, 1]);
     let start = Instant::now();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     let out = launcher.wait_with_output().unwrap();
