@@ -552,25 +552,37 @@ pub(crate) fn exit_codes(l: Launcher, name: &str) {
     job.assert_no_rank_left(4);
 }
 
-/// In a rank the launcher must end: wait for the others in a barrier (which some
-/// never reach), then sleep.
-fn linger(mut boot: Box<dyn Bootstrap>) {
+/// The rank side of a case in which rank `who` ends the job: false in the test
+/// process. In a rank, after a first barrier, rank `who` stamps `event` and runs
+/// `end` (which does not come back); the others wait for it in a barrier, then sleep
+/// until the launcher ends them.
+fn in_rank_one_ends_the_job(
+    l: Launcher,
+    who: u32,
+    event: &str,
+    end: impl FnOnce(&mut Box<dyn Bootstrap>),
+) -> bool {
+    let Some(dir) = rank_dir() else {
+        return false;
+    };
+    let mut boot = rank_start(&dir, l);
+    boot.barrier().unwrap();
+    if boot.rank() == who {
+        stamp(&dir, event);
+        end(&mut boot);
+    }
     let _ = boot.barrier();
     std::thread::sleep(Duration::from_secs(300));
+    true
 }
 
 /// Rank 1 is killed by SIGKILL while the others wait in a barrier: the launcher
 /// ends the job promptly, says which rank died, exits non-zero.
 pub(crate) fn kill9(l: Launcher, name: &str) {
-    if let Some(dir) = rank_dir() {
-        let mut boot = rank_start(&dir, l);
-        boot.barrier().unwrap();
-        if boot.rank() == 1 {
-            stamp(&dir, "kill-time");
-            let me = rustix::process::getpid();
-            rustix::process::kill_process(me, rustix::process::Signal::KILL).unwrap();
-        }
-        linger(boot);
+    if in_rank_one_ends_the_job(l, 1, "kill-time", |_| {
+        let me = rustix::process::getpid();
+        rustix::process::kill_process(me, rustix::process::Signal::KILL).unwrap();
+    }) {
         return;
     }
     let job = run_job(l, 4, name, Opts::default());
@@ -585,14 +597,9 @@ pub(crate) fn kill9(l: Launcher, name: &str) {
 /// Rank 1 aborts with code 3 while the others wait in a barrier: gex prints the
 /// message, the launcher ends the job promptly with its rule's code.
 pub(crate) fn abort(l: Launcher, name: &str) {
-    if let Some(dir) = rank_dir() {
-        let mut boot = rank_start(&dir, l);
-        boot.barrier().unwrap();
-        if boot.rank() == 1 {
-            stamp(&dir, "abort-time");
-            boot.abort(3, "rank 1 gives up on purpose");
-        }
-        linger(boot);
+    if in_rank_one_ends_the_job(l, 1, "abort-time", |boot| {
+        boot.abort(3, "rank 1 gives up on purpose")
+    }) {
         return;
     }
     let job = run_job(l, 4, name, Opts::default());
@@ -605,15 +612,10 @@ pub(crate) fn abort(l: Launcher, name: &str) {
 /// Rank 0 asks to end the job with code 5 (`Bootstrap::request_exit`, what
 /// `Client::exit` does) and exits: the launcher ends the others promptly.
 pub(crate) fn exit_request(l: Launcher, name: &str) {
-    if let Some(dir) = rank_dir() {
-        let mut boot = rank_start(&dir, l);
-        boot.barrier().unwrap();
-        if boot.rank() == 0 {
-            stamp(&dir, "exit-time");
-            boot.request_exit(5);
-            std::process::exit(5);
-        }
-        linger(boot);
+    if in_rank_one_ends_the_job(l, 0, "exit-time", |boot| {
+        boot.request_exit(5);
+        std::process::exit(5);
+    }) {
         return;
     }
     let job = run_job(l, 3, name, Opts::default());
