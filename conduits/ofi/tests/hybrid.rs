@@ -56,12 +56,8 @@ fn two_hosts_runner<L: LayerSet>(
 ) -> ProcRunner<OfiHybrid, L> {
     ProcRunner::new()
         .builder(move || builder().config(config(&[])).segment_size(segment))
-        .procs(|p, job| p.hosts(procs::two_hosts(job.ranks)))
-        .check(|client, job| {
-            shared_memory_peers(
-                client,
-                &procs::two_hosts_neighbours(job.ranks, client.rank()),
-            )
+        .on_two_hosts(|client: &Client<OfiHybrid>| {
+            Ok(client.conduit().shared_memory_peers().to_vec())
         })
 }
 
