@@ -36,6 +36,11 @@ fn send(ep: &mut gex_core::OwnedEndpoint<Ibv>, to: u32, n: u64) {
     }
 }
 
+/// What the emulated device of `client`'s endpoint 0 counted.
+fn emu_counts(client: &gex_core::Client<Ibv>) -> gex_conduit_ibv::emu::EmuCounts {
+    client.conduit().emu_counts(0).expect("emulated device")
+}
+
 fn wait_for(ep: &mut gex_core::OwnedEndpoint<Ibv>, got: &AtomicU64, n: u64) {
     common::wait_for_count(ep, got, n, Duration::from_secs(30), "requests");
 }
@@ -56,7 +61,7 @@ fn only_the_peers_talked_with_get_queue_pairs() {
             let partner = rank ^ 1;
             send(&mut ep, partner, 10);
             wait_for(&mut ep, &got, 10);
-            let c = client.conduit().emu_counts(0).expect("emulated device");
+            let c = emu_counts(&client);
             assert_eq!(
                 (c.rc_qps, c.ud_qps),
                 (rc, ud),
@@ -85,7 +90,7 @@ fn simultaneous_first_contact() {
             start.wait();
             send(&mut ep, 1 - rank, 50);
             wait_for(&mut ep, &got, 50);
-            let c = client.conduit().emu_counts(0).expect("emulated device");
+            let c = emu_counts(&client);
             assert_eq!(c.rc_qps, 1, "round {round}: rank {rank}: {c:?}");
             start.wait();
             gex_testkit::finalize(ep, client).expect("finalize");
@@ -106,13 +111,9 @@ fn lost_and_duplicated_connection_datagrams() {
         let client = init(boot, &[]);
         let (mut ep, got) = counting_ep(&client);
         let ibv = client.conduit().clone();
-        if rank == 0 {
-            assert!(ibv.emu_inject(0, Fault::LoseDatagrams { count: 2 }));
-            assert!(ibv.emu_inject(0, Fault::DuplicateDatagrams { count: 4 }));
-        } else {
-            assert!(ibv.emu_inject(0, Fault::LoseDatagrams { count: 1 }));
-            assert!(ibv.emu_inject(0, Fault::DuplicateDatagrams { count: 4 }));
-        }
+        let lost = if rank == 0 { 2 } else { 1 };
+        assert!(ibv.emu_inject(0, Fault::LoseDatagrams { count: lost }));
+        assert!(ibv.emu_inject(0, Fault::DuplicateDatagrams { count: 4 }));
         start.wait();
         if rank == 0 {
             send(&mut ep, 1, 5);
@@ -239,7 +240,7 @@ fn finalize_with_a_pending_connection() {
             assert_eq!(r, Injected::WouldBlock);
             // The queue pair is made and CONNECT sent (rank 1's connection thread may
             // already be answering).
-            let c = client.conduit().emu_counts(0).expect("emulated device");
+            let c = emu_counts(&client);
             assert!(c.rc_qps == 1 && c.datagrams >= 1, "{c:?}");
         }
         gex_testkit::finalize(ep, client).expect("finalize");
