@@ -20,7 +20,7 @@ use crate::{AmArgs, PinMode, TestName, complain};
 use gex::coll::CollExt;
 use gex::core::{Client, Endpoint};
 use gex::spi::Conduit;
-use gex::{Am, Body, ClientBuilder, EpAddr, HandlerId, Job, Token, WaitPolicy};
+use gex::{Am, Body, ClientBuilder, EpAddr, HandlerId, Token, WaitPolicy};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -164,14 +164,7 @@ impl AmJob {
     }
 }
 
-impl Job for AmJob {
-    type Output = crate::RankEnd;
-
-    fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
-        let r = run_am(&self, &client);
-        crate::end_job(client, "gex-perf", r)
-    }
-}
+rank_job!(AmJob, run_am, "gex-perf");
 
 fn register<C: Conduit>(ep: &mut Endpoint<C>, c: &Arc<Counters>) -> Res<()> {
     ep.register_at(H_PING_SHORT.index(), |t: &mut Token<'_>, _am: Am<'_>| {

@@ -21,10 +21,10 @@
 
 use crate::PinMode;
 use crate::report::{Record, Reporter, median};
+use gex::ClientBuilder;
 use gex::coll::{CollExt, OpKind, Opts, Query};
 use gex::core::Client;
 use gex::spi::Conduit;
-use gex::{ClientBuilder, Job};
 use gex_tune::measure::{Budget, Placement};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -89,13 +89,7 @@ impl CollJob {
     }
 }
 
-impl Job for CollJob {
-    type Output = crate::RankEnd;
-    fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
-        let r = run(&self, &client);
-        crate::end_job(client, "gex-perf", r)
-    }
-}
+rank_job!(CollJob, run, "gex-perf");
 
 /// The JSON name of an operation's latency.
 fn record_name(op: OpKind) -> &'static str {

@@ -22,7 +22,7 @@ use crate::report::{Record, Reporter};
 use crate::{PinMode, complain};
 use gex::core::Client;
 use gex::spi::Conduit;
-use gex::{Am, Body, ClientBuilder, EpAddr, Injected, Job, Token};
+use gex::{Am, Body, ClientBuilder, EpAddr, Injected, Token};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -83,13 +83,7 @@ impl DomainsJob {
     }
 }
 
-impl Job for DomainsJob {
-    type Output = crate::RankEnd;
-    fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
-        let r = run(&self, &client);
-        crate::end_job(client, "gex-perf domains", r)
-    }
-}
+rank_job!(DomainsJob, run, "gex-perf domains");
 
 /// One worker: drives endpoint `ep` for `secs`; returns (messages, seconds).
 fn worker<C: Conduit>(

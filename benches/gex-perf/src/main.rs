@@ -15,6 +15,20 @@
 //! rank 0 prints the median over pairs. See `--help` and the `am` module for what
 //! each test measures.
 
+/// `impl gex::Job for $job`: each rank runs `$run(&job, &client)`, then ends the job
+/// through [`end_job`] as `$who`.
+macro_rules! rank_job {
+    ($job:ty, $run:ident, $who:literal) => {
+        impl gex::Job for $job {
+            type Output = crate::RankEnd;
+            fn run<C: gex::spi::Conduit>(self, client: gex::core::Client<C>) -> Self::Output {
+                let r = $run(&self, &client);
+                crate::end_job(client, $who, r)
+            }
+        }
+    };
+}
+
 mod am;
 mod coll;
 mod domains;
@@ -363,6 +377,23 @@ pub(crate) fn complain(msg: &str) {
     use std::io::Write;
     let line = format!("gex-perf: {msg}\n");
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// Endpoint 0 of `client` and its world team, for the benchmark `what`, which needs
+/// 2 ranks or more.
+///
+/// # Errors
+/// A job of one rank, or the endpoint's error.
+pub(crate) fn two_or_more<C: gex::spi::Conduit>(
+    client: &gex::core::Client<C>,
+    what: &str,
+) -> Result<(gex::core::OwnedEndpoint<C>, gex::core::Team), Box<dyn std::error::Error>> {
+    if client.size() < 2 {
+        return Err(format!("{what} needs at least 2 ranks").into());
+    }
+    let ep = client.endpoint(0)?;
+    let world = ep.world();
+    Ok((ep, world))
 }
 
 /// Ends a rank's part of a job: finalizes after `r` succeeded, or aborts the job with

@@ -32,7 +32,7 @@ use gex::coll::CollExt;
 use gex::core::{Client, Endpoint};
 use gex::msg::{Comm, MsgExt};
 use gex::spi::Conduit;
-use gex::{ClientBuilder, DefaultLayers, Job};
+use gex::{ClientBuilder, DefaultLayers};
 use std::time::Duration;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -97,13 +97,7 @@ impl MsgJob {
     }
 }
 
-impl Job for MsgJob {
-    type Output = crate::RankEnd;
-    fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
-        let r = run(&self, &client);
-        crate::end_job(client, "gex-perf msg", r)
-    }
-}
+rank_job!(MsgJob, run, "gex-perf msg");
 
 /// What a command asks the served ranks to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

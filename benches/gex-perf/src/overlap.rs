@@ -162,10 +162,7 @@ fn stream(data: &[u8], page: usize, work: u64) -> u64 {
 
 /// The halo kernel (`crate::overlap_halo`).
 fn run_halo<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
-    if client.size() < 2 {
-        return Err("the halo kernel needs at least 2 ranks".into());
-    }
-    let mut ep = client.endpoint(0)?;
+    let (mut ep, _) = crate::two_or_more(client, "the halo kernel")?;
     crate::pin::pin_rank(client, job.pin)?;
     crate::overlap_halo::run(&job.args, client, &mut ep)
 }
@@ -187,11 +184,7 @@ fn run_delta<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
 
 fn run<C: Conduit>(job: &OverlapJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
-    if n < 2 {
-        return Err("overlap needs at least 2 ranks".into());
-    }
-    let mut ep = client.endpoint(0)?;
-    let world = ep.world();
+    let (mut ep, world) = crate::two_or_more(client, "overlap")?;
     crate::pin::pin_rank(client, job.pin)?;
     let len = job.args.size;
     let work = job.args.work.unwrap_or(64);

@@ -32,7 +32,7 @@ use gex::coll::CollExt;
 use gex::core::Client;
 use gex::rma::{GlobalPtr, RmaExt};
 use gex::spi::Conduit;
-use gex::{Blocking, ClientBuilder, EpAddr, Job};
+use gex::{Blocking, ClientBuilder, EpAddr};
 use std::time::{Duration, Instant};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -74,13 +74,7 @@ impl ProgressJob {
     }
 }
 
-impl Job for ProgressJob {
-    type Output = crate::RankEnd;
-    fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
-        let r = run(&self, &client);
-        crate::end_job(client, "gex-perf", r)
-    }
-}
+rank_job!(ProgressJob, run, "gex-perf");
 
 /// `iters` steps of a dependent multiply-add chain: work the optimiser cannot remove.
 #[inline(never)]
@@ -111,11 +105,7 @@ fn compute_for(d: Duration) -> (Duration, u64) {
 
 fn run<C: Conduit>(job: &ProgressJob, client: &Client<C>) -> Res<()> {
     let (me, n) = (client.rank(), client.size());
-    if n < 2 {
-        return Err("progress needs at least 2 ranks".into());
-    }
-    let mut ep = client.endpoint(0)?;
-    let world = ep.world();
+    let (mut ep, world) = crate::two_or_more(client, "progress")?;
     // Pins this (the main) thread only: the progress thread, started by the client,
     // keeps the process's full mask.
     crate::pin::pin_rank(client, job.pin)?;

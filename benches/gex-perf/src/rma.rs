@@ -41,7 +41,7 @@ use gex::rma::{
     AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaError, RmaExt, ScopeRmaExt,
 };
 use gex::spi::Conduit;
-use gex::{Am, Blocking, Body, ClientBuilder, EpAddr, HandlerId, Job, Nbi, Token};
+use gex::{Am, Blocking, Body, ClientBuilder, EpAddr, HandlerId, Nbi, Token};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -115,13 +115,7 @@ impl RmaJob {
     }
 }
 
-impl Job for RmaJob {
-    type Output = crate::RankEnd;
-    fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
-        let r = run(&self, &client);
-        crate::end_job(client, "gex-perf", r)
-    }
-}
+rank_job!(RmaJob, run, "gex-perf");
 
 /// Runs `op(k)` in batches sized to about `batch` each; returns seconds per iteration
 /// of every batch (warm-up doubling `k` first). Also gex-perf msg's.

@@ -35,7 +35,7 @@ use gex::rma::{
     ScopeRmaExt,
 };
 use gex::spi::Conduit;
-use gex::{Am, Blocking, Body, ClientBuilder, EpAddr, Job, Nb, Nbi, Team, Token};
+use gex::{Am, Blocking, Body, ClientBuilder, EpAddr, Nb, Nbi, Team, Token};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::sync::Arc;
@@ -92,13 +92,7 @@ impl SoakJob {
     }
 }
 
-impl Job for SoakJob {
-    type Output = crate::RankEnd;
-    fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
-        let r = run(&self, &client);
-        crate::end_job(client, "gex-perf soak", r)
-    }
-}
+rank_job!(SoakJob, run, "gex-perf soak");
 
 /// SplitMix64's output function: the byte pattern of message `(src, seq)`.
 fn mix(mut z: u64) -> u64 {

@@ -25,7 +25,7 @@ use gex::coll::{Allreduce, BuiltinOp, CollExt};
 use gex::core::layer::{self, Retry};
 use gex::core::{Client, Endpoint};
 use gex::spi::Conduit;
-use gex::{Am, Blocking, Body, ClientBuilder, EpAddr, Injected, Job, Team, Token};
+use gex::{Am, Blocking, Body, ClientBuilder, EpAddr, Injected, Team, Token};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::sync::Arc;
@@ -81,13 +81,7 @@ impl StormJob {
     }
 }
 
-impl Job for StormJob {
-    type Output = crate::RankEnd;
-    fn run<C: Conduit>(self, client: Client<C>) -> Self::Output {
-        let r = run(&self, &client);
-        crate::end_job(client, "gex-perf storm", r)
-    }
-}
+rank_job!(StormJob, run, "gex-perf storm");
 
 /// Messages in a rank's table (sent in turn, to random peers).
 const TABLE: usize = 4096;

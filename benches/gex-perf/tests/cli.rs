@@ -117,6 +117,11 @@ fn unknown_conduit_fails_with_a_message() {
 }
 
 #[cfg(feature = "smp")]
+/// The `name` of every row that has one, in order.
+fn row_names(rows: &[serde_json::Value]) -> Vec<&str> {
+    rows.iter().filter_map(|r| r["name"].as_str()).collect()
+}
+
 fn rows(args: &[&str]) -> Vec<serde_json::Value> {
     stdout_ok(gex_perf().args(args))
         .lines()
@@ -284,7 +289,7 @@ fn json_lines_over_ofi_carry_conduit_and_provider() {
 #[test]
 fn coll_reports_latency_and_algorithm_per_op_and_size() {
     let all = rows(&["-n", "3", "coll", "--quick", "--json"]);
-    let names: Vec<&str> = all.iter().filter_map(|r| r["name"].as_str()).collect();
+    let names = row_names(&all);
     for op in [
         "barrier",
         "broadcast",
@@ -433,7 +438,7 @@ fn progress_thread_serves_the_get_while_the_target_computes() {
             args.push("--thread");
         }
         let rows = rows(&args);
-        let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+        let names = row_names(&rows);
         assert_eq!(
             names,
             [
@@ -778,7 +783,7 @@ fn overlap_kernel_reports_both_sides_and_the_speedup() {
     let rows = rows(&[
         "-n", "2", "overlap", "--json", "--size", "1M", "--rounds", "3", "--work", "8",
     ]);
-    let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+    let names = row_names(&rows);
     assert_eq!(
         names,
         [
@@ -815,7 +820,7 @@ fn overlap_halo_kernel_reports_every_mode_and_its_speedup() {
         "-n", "3", "overlap", "--json", "--kernel", "halo", "--puts", "8", "--iters", "5",
         "--rounds", "2",
     ]);
-    let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+    let names = row_names(&rows);
     assert_eq!(
         names,
         [
@@ -854,7 +859,7 @@ fn overlap_delta_kernels_report_both_sides_and_the_speedups() {
         "-n", "4", "overlap", "--json", "--kernel", "delta", "--size", "64K", "--rounds", "2",
         "--work", "16",
     ]);
-    let names: Vec<&str> = all.iter().filter_map(|r| r["name"].as_str()).collect();
+    let names = row_names(&all);
     let mut want = Vec::new();
     for k in ["pair", "cascade", "ring", "reduce"] {
         let base = if k == "pair" { "whole" } else { "blocking" };
@@ -882,7 +887,7 @@ fn overlap_delta_kernels_report_both_sides_and_the_speedups() {
         "--fraction",
         "4",
     ]);
-    let names: Vec<&str> = os.iter().filter_map(|r| r["name"].as_str()).collect();
+    let names = row_names(&os);
     assert_eq!(
         names,
         [

@@ -6,20 +6,17 @@
 //! Exclusions: none.
 
 use gex_conduit_ibv::Ibv;
-use gex_core::{ClientBuilder, Config, WaitPolicy};
-use gex_testkit::conformance::{self, Probe};
+use gex_core::{Config, WaitPolicy};
+use gex_testkit::conformance::{self, Builder};
 use gex_testkit::procs::ProcRunner;
-
-/// The conformance suite's client builder (its probe layer).
-type Builder = ClientBuilder<((), Probe)>;
 
 /// Longest one case may run (they take a few seconds here).
 const CASE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 fn runner(builder: impl Fn() -> Builder + 'static) -> ProcRunner<Ibv> {
     ProcRunner::new()
-        .builder(move || builder().segment_size(256 << 10))
-        .procs(|p, _| p.timeout(CASE_LIMIT))
+        .sized(builder, 256 << 10)
+        .timeout(CASE_LIMIT)
 }
 
 fn emu() -> Builder {

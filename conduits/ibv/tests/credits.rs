@@ -4,13 +4,14 @@
 //! Thread ranks of one process (gex-testkit's `ThreadJob`), each with its own emulated
 //! device.
 
-use gex_conduit_ibv::Ibv;
 use gex_core::boot::Bootstrap;
-use gex_core::{Am, Body, ClientBuilder, Config, EpAddr, HandlerId, Injected, Token};
+use gex_core::{Am, Body, ClientBuilder, EpAddr, HandlerId, Injected, Token};
 use gex_testkit::boot::ThreadJob;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
+
+mod common;
 
 const REQ: HandlerId = HandlerId::at(200);
 const REP: HandlerId = HandlerId::at(201);
@@ -32,17 +33,14 @@ fn replies_queued_at_a_dropped_endpoint_still_leave() {
     let handled = Barrier::new(2);
     job.run(|boot| {
         let rank = boot.rank();
-        let client = ClientBuilder::new()
-            .config(Config::from_pairs([
-                ("GEX_IBV_PROVIDER", "emu"),
-                ("GEX_IBV_CONNECT", "eager"),
-                ("GEX_IBV_CREDITS", "2"),
-            ]))
-            .segment_size(64 << 10)
-            .init::<Ibv>(Box::new(boot))
-            .expect("init over the emulation");
+        let client = common::emu_client(
+            ClientBuilder::new(),
+            boot,
+            &[("GEX_IBV_CONNECT", "eager"), ("GEX_IBV_CREDITS", "2")],
+            64 << 10,
+        );
         let mut ep = client.endpoint(0).expect("ep");
-        let count = Arc::new(AtomicUsize::new(0));
+        let count = Arc::new(AtomicU64::new(0));
         // Handler tables are the same on every rank: rank 1 counts requests (and
         // replies to each), rank 0 counts replies.
         let c = count.clone();
@@ -70,26 +68,15 @@ fn replies_queued_at_a_dropped_endpoint_still_leave() {
                 }
             }
             handled.wait();
-            let ok = ep.wait_until_timeout(
-                || count.load(Ordering::Relaxed) >= 4,
+            common::wait_for_count(
+                &mut ep,
+                &count,
+                4,
                 Duration::from_secs(20),
-            );
-            assert!(
-                ok,
-                "only {} of 4 replies arrived: the replies queued at the dropped endpoint \
-                 never left",
-                count.load(Ordering::Relaxed)
+                "replies (the replies queued at the dropped endpoint never left?)",
             );
         } else {
-            let ok = ep.wait_until_timeout(
-                || count.load(Ordering::Relaxed) >= 4,
-                Duration::from_secs(30),
-            );
-            assert!(
-                ok,
-                "only {} of 4 requests arrived",
-                count.load(Ordering::Relaxed)
-            );
+            common::wait_for_count(&mut ep, &count, 4, Duration::from_secs(30), "requests");
             let report = ep.report();
             assert!(
                 report.contains("2 replies queued"),
@@ -98,8 +85,7 @@ fn replies_queued_at_a_dropped_endpoint_still_leave() {
             handled.wait();
         }
         // Rank 1: the endpoint goes with 2 replies queued.
-        drop(ep);
-        client.finalize().expect("finalize");
+        gex_testkit::finalize(ep, client).expect("finalize");
     })
     .expect("job");
 }

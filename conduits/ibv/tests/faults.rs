@@ -7,18 +7,16 @@
 use gex_conduit_ibv::Ibv;
 use gex_conduit_ibv::emu::Fault;
 use gex_core::boot::Singleton;
-use gex_core::{Am, Blocking, Body, ClientBuilder, Config, EpAddr, HandlerId, Token};
+use gex_core::{Blocking, Body, ClientBuilder, Config, EpAddr, HandlerId};
 use gex_rma::{GlobalPtr, RmaExt};
+use gex_testkit::barrier_endpoint;
 use gex_testkit::boot::{ThreadBoot, ThreadJob};
-use gex_testkit::exchange_barrier;
 use std::time::{Duration, Instant};
 
+mod common;
+
 fn init(boot: ThreadBoot) -> gex_core::Client<Ibv> {
-    gex_testkit::rma::client_builder()
-        .config(Config::from_pairs([("GEX_IBV_PROVIDER", "emu")]))
-        .segment_size(64 << 10)
-        .init::<Ibv>(Box::new(boot))
-        .expect("init over the emulation")
+    common::emu_client(gex_testkit::rma::client_builder(), boot, &[], 64 << 10)
 }
 
 fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
@@ -35,10 +33,7 @@ fn rank0_fails(fail: impl FnOnce(&Ibv, &mut gex_core::OwnedEndpoint<Ibv>)) -> (S
     let b1 = job.boot(1);
     let peer = std::thread::spawn(move || {
         let client = init(b1);
-        let mut ep = client.endpoint(0).expect("ep");
-        ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
-            .expect("register");
-        exchange_barrier(&mut ep).expect("barrier");
+        let mut ep = barrier_endpoint(&client, 200);
         // Keep serving until rank 0 has failed and the job is poisoned.
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(60) && !job_poisoned() {
@@ -49,10 +44,7 @@ fn rank0_fails(fail: impl FnOnce(&Ibv, &mut gex_core::OwnedEndpoint<Ibv>)) -> (S
         std::mem::forget(client);
     });
     let client = init(job.boot(0));
-    let mut ep = client.endpoint(0).expect("ep");
-    ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
-        .expect("register");
-    exchange_barrier(&mut ep).expect("barrier");
+    let mut ep = barrier_endpoint(&client, 200);
     let t0 = Instant::now();
     let conduit = client.conduit().clone();
     let outcome =
@@ -67,6 +59,19 @@ fn rank0_fails(fail: impl FnOnce(&Ibv, &mut gex_core::OwnedEndpoint<Ibv>)) -> (S
         Ok(()) => ("no failure".into(), took),
         Err(p) => (panic_text(p), took),
     }
+}
+
+/// Rank 0's failure `msg` (case `what`), after `took`, names both endpoints and
+/// `error`, and came in bounded time.
+fn assert_names_both_endpoints(what: &str, msg: &str, took: Duration, error: &str) {
+    eprintln!("{what}: after {took:?}: {msg}");
+    assert!(
+        msg.contains("rank 0 endpoint 0")
+            && msg.contains("to rank 1 endpoint 0")
+            && msg.contains(error),
+        "{what}: names both endpoints and the error: {msg}"
+    );
+    assert!(took < Duration::from_secs(20), "{what}: took {took:?}");
 }
 
 static POISONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -88,14 +93,7 @@ fn faults() {
         )
         .expect("the put starts");
     });
-    eprintln!("wrong rkey: after {took:?}: {msg}");
-    assert!(
-        msg.contains("rank 0 endpoint 0")
-            && msg.contains("to rank 1 endpoint 0")
-            && msg.contains("remote access error"),
-        "names both endpoints and the error: {msg}"
-    );
-    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert_names_both_endpoints("wrong rkey", &msg, took, "remote access error");
     POISONED.store(false, std::sync::atomic::Ordering::Release);
 
     // The network goes away: the request's SEND completes in error.
@@ -108,14 +106,7 @@ fn faults() {
             ep.wait_until(|| t0.elapsed() > Duration::from_secs(30));
         }
     });
-    eprintln!("network gone: after {took:?}: {msg}");
-    assert!(
-        msg.contains("rank 0 endpoint 0")
-            && msg.contains("to rank 1 endpoint 0")
-            && msg.contains("retry counter exceeded"),
-        "names the peer and the error: {msg}"
-    );
-    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert_names_both_endpoints("network gone", &msg, took, "retry counter exceeded");
 }
 
 #[test]

@@ -9,41 +9,40 @@
 use gex_conduit_ibv::Ibv;
 use gex_conduit_ibv::emu::Fault;
 use gex_core::boot::Bootstrap;
-use gex_core::{Am, Body, ClientBuilder, Config, EpAddr, HandlerId, Injected, Token};
+use gex_core::{Body, ClientBuilder, Config, EpAddr, HandlerId, Injected};
 use gex_testkit::boot::{ThreadBoot, ThreadJob};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+mod common;
+
 fn init(boot: ThreadBoot, extra: &[(&str, &str)]) -> gex_core::Client<Ibv> {
-    let mut pairs = vec![("GEX_IBV_PROVIDER", "emu")];
-    pairs.extend_from_slice(extra);
-    ClientBuilder::new()
-        .config(Config::from_pairs(pairs))
-        .segment_size(64 << 10)
-        .init::<Ibv>(Box::new(boot))
-        .expect("init over the emulation")
+    common::emu_client(ClientBuilder::new(), boot, extra, 64 << 10)
 }
 
 /// An endpoint with handler 200 counting the requests it got.
-fn counting_ep(client: &gex_core::Client<Ibv>) -> (gex_core::OwnedEndpoint<Ibv>, Arc<AtomicUsize>) {
+fn counting_ep(client: &gex_core::Client<Ibv>) -> (gex_core::OwnedEndpoint<Ibv>, Arc<AtomicU64>) {
     let mut ep = client.endpoint(0).expect("ep");
-    let got = Arc::new(AtomicUsize::new(0));
-    let g = got.clone();
-    ep.register_at(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
-        g.fetch_add(1, Ordering::Relaxed);
-    })
-    .expect("register");
+    let got = gex_testkit::counting_handler(&mut ep, 200);
     (ep, got)
 }
 
-fn wait_for(ep: &mut gex_core::OwnedEndpoint<Ibv>, got: &AtomicUsize, n: usize) {
-    let ok = ep.wait_until_timeout(|| got.load(Ordering::Relaxed) >= n, Duration::from_secs(30));
-    assert!(
-        ok,
-        "only {} of {n} requests arrived",
-        got.load(Ordering::Relaxed)
-    );
+/// `n` requests from `ep` to handler 200 of rank `to`.
+fn send(ep: &mut gex_core::OwnedEndpoint<Ibv>, to: u32, n: u64) {
+    for _ in 0..n {
+        ep.request(EpAddr::rank(to), HandlerId::at(200), Body::short(&[]))
+            .expect("request");
+    }
+}
+
+/// What the emulated device of `client`'s endpoint 0 counted.
+fn emu_counts(client: &gex_core::Client<Ibv>) -> gex_conduit_ibv::emu::EmuCounts {
+    client.conduit().emu_counts(0).expect("emulated device")
+}
+
+fn wait_for(ep: &mut gex_core::OwnedEndpoint<Ibv>, got: &AtomicU64, n: u64) {
+    common::wait_for_count(ep, got, n, Duration::from_secs(30), "requests");
 }
 
 /// Ranks talk in pairs (0 with 1, 2 with 3): lazily each endpoint makes one RC queue
@@ -60,12 +59,9 @@ fn only_the_peers_talked_with_get_queue_pairs() {
             let (mut ep, got) = counting_ep(&client);
             start.wait();
             let partner = rank ^ 1;
-            for _ in 0..10 {
-                ep.request(EpAddr::rank(partner), HandlerId::at(200), Body::short(&[]))
-                    .expect("request");
-            }
+            send(&mut ep, partner, 10);
             wait_for(&mut ep, &got, 10);
-            let c = client.conduit().emu_counts(0).expect("emulated device");
+            let c = emu_counts(&client);
             assert_eq!(
                 (c.rc_qps, c.ud_qps),
                 (rc, ud),
@@ -74,8 +70,7 @@ fn only_the_peers_talked_with_get_queue_pairs() {
             // Nobody leaves before everyone has counted (a late message would not
             // make a queue pair, but keep the counts exact).
             start.wait();
-            drop(ep);
-            client.finalize().expect("finalize");
+            gex_testkit::finalize(ep, client).expect("finalize");
         })
         .expect("job");
     }
@@ -93,16 +88,12 @@ fn simultaneous_first_contact() {
             let client = init(boot, &[]);
             let (mut ep, got) = counting_ep(&client);
             start.wait();
-            for _ in 0..50 {
-                ep.request(EpAddr::rank(1 - rank), HandlerId::at(200), Body::short(&[]))
-                    .expect("request");
-            }
+            send(&mut ep, 1 - rank, 50);
             wait_for(&mut ep, &got, 50);
-            let c = client.conduit().emu_counts(0).expect("emulated device");
+            let c = emu_counts(&client);
             assert_eq!(c.rc_qps, 1, "round {round}: rank {rank}: {c:?}");
             start.wait();
-            drop(ep);
-            client.finalize().expect("finalize");
+            gex_testkit::finalize(ep, client).expect("finalize");
         })
         .expect("job");
     }
@@ -120,24 +111,16 @@ fn lost_and_duplicated_connection_datagrams() {
         let client = init(boot, &[]);
         let (mut ep, got) = counting_ep(&client);
         let ibv = client.conduit().clone();
-        if rank == 0 {
-            assert!(ibv.emu_inject(0, Fault::LoseDatagrams { count: 2 }));
-            assert!(ibv.emu_inject(0, Fault::DuplicateDatagrams { count: 4 }));
-        } else {
-            assert!(ibv.emu_inject(0, Fault::LoseDatagrams { count: 1 }));
-            assert!(ibv.emu_inject(0, Fault::DuplicateDatagrams { count: 4 }));
-        }
+        let lost = if rank == 0 { 2 } else { 1 };
+        assert!(ibv.emu_inject(0, Fault::LoseDatagrams { count: lost }));
+        assert!(ibv.emu_inject(0, Fault::DuplicateDatagrams { count: 4 }));
         start.wait();
         if rank == 0 {
-            for _ in 0..5 {
-                ep.request(EpAddr::rank(1), HandlerId::at(200), Body::short(&[]))
-                    .expect("request");
-            }
+            send(&mut ep, 1, 5);
             wait_for(&mut ep, &got, 1);
         } else {
             wait_for(&mut ep, &got, 5);
-            ep.request(EpAddr::rank(0), HandlerId::at(200), Body::short(&[]))
-                .expect("request");
+            send(&mut ep, 0, 1);
         }
         let c = ibv.emu_counts(0).expect("emulated device");
         assert_eq!(c.datagrams_lost, if rank == 0 { 2 } else { 1 }, "{c:?}");
@@ -147,8 +130,7 @@ fn lost_and_duplicated_connection_datagrams() {
         // Exactly the messages sent arrived (a duplicated datagram is not a message).
         ep.poll();
         assert_eq!(got.load(Ordering::Relaxed), if rank == 0 { 1 } else { 5 });
-        drop(ep);
-        client.finalize().expect("finalize");
+        gex_testkit::finalize(ep, client).expect("finalize");
     })
     .expect("job");
 }
@@ -162,26 +144,13 @@ fn a_passive_target_is_connected() {
     let phase = Barrier::new(2);
     job.run(|boot| {
         let rank = boot.rank();
-        let client = gex_testkit::rma::client_builder()
-            .config(Config::from_pairs([("GEX_IBV_PROVIDER", "emu")]))
-            .segment_size(1 << 20)
-            .init::<Ibv>(Box::new(boot))
-            .expect("init");
-        let mut ep = client.endpoint(0).expect("ep");
-        let got = Arc::new(AtomicUsize::new(0));
-        let g = got.clone();
-        ep.register_at(200, move |_t: &mut Token<'_>, _am: Am<'_>| {
-            g.fetch_add(1, Ordering::Relaxed);
-        })
-        .expect("register");
+        let client = common::emu_client(gex_testkit::rma::client_builder(), boot, &[], 1 << 20);
+        let (mut ep, got) = counting_ep(&client);
         phase.wait();
         let bytes: Vec<u8> = (0..300_000u32).map(|i| (i * 13) as u8).collect();
         if rank == 0 {
             use gex_rma::{GlobalPtr, RmaExt};
-            for _ in 0..5 {
-                ep.request(EpAddr::rank(1), HandlerId::at(200), Body::short(&[]))
-                    .expect("request");
-            }
+            send(&mut ep, 1, 5);
             let dst = GlobalPtr::<u8>::new(EpAddr::rank(1), 4096);
             ep.put(dst, &bytes, gex_core::Blocking).expect("put");
             let mut back = vec![0u8; bytes.len()];
@@ -191,16 +160,13 @@ fn a_passive_target_is_connected() {
         // Rank 1 has not polled until here.
         phase.wait();
         if rank == 1 {
-            assert!(
-                ep.wait_until_timeout(|| got.load(Ordering::Relaxed) >= 5, Duration::from_secs(30))
-            );
+            wait_for(&mut ep, &got, 5);
             let mut mine = vec![0u8; bytes.len()];
             ep.segment().read(4096, &mut mine).expect("read");
             assert!(mine == bytes, "the put's bytes are in rank 1's segment");
         }
         phase.wait();
-        drop(ep);
-        client.finalize().expect("finalize");
+        gex_testkit::finalize(ep, client).expect("finalize");
     })
     .expect("job");
 }
@@ -251,8 +217,7 @@ fn a_peer_that_never_answers_is_named() {
             assert!(t1.elapsed() < Duration::from_millis(500));
         }
         done.wait();
-        drop(ep);
-        client.finalize().expect("finalize");
+        gex_testkit::finalize(ep, client).expect("finalize");
     })
     .expect("job");
 }
@@ -275,11 +240,10 @@ fn finalize_with_a_pending_connection() {
             assert_eq!(r, Injected::WouldBlock);
             // The queue pair is made and CONNECT sent (rank 1's connection thread may
             // already be answering).
-            let c = client.conduit().emu_counts(0).expect("emulated device");
+            let c = emu_counts(&client);
             assert!(c.rc_qps == 1 && c.datagrams >= 1, "{c:?}");
         }
-        drop(ep);
-        client.finalize().expect("finalize");
+        gex_testkit::finalize(ep, client).expect("finalize");
     })
     .expect("job");
     assert!(t0.elapsed() < Duration::from_secs(20));

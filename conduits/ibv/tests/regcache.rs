@@ -5,12 +5,13 @@
 //! address that was registered before); the cache is bounded (`GEX_IBV_REG_CACHE`,
 //! least recently used evicted); dropping the guard drops the registrations.
 
-use gex_conduit_ibv::Ibv;
 use gex_core::boot::Bootstrap;
-use gex_core::{Blocking, Config, EpAddr};
+use gex_core::{Blocking, EpAddr};
 use gex_rma::{GlobalPtr, RmaExt};
 use gex_testkit::boot::ThreadJob;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+mod common;
 
 const BIG: usize = 256 << 10;
 
@@ -24,14 +25,12 @@ fn registered_buffers_hit_the_cache_and_stay_bounded() {
     let done = AtomicBool::new(false);
     job.run(|boot| {
         let rank = boot.rank();
-        let client = gex_testkit::rma::client_builder()
-            .config(Config::from_pairs([
-                ("GEX_IBV_PROVIDER", "emu"),
-                ("GEX_IBV_REG_CACHE", "2"),
-            ]))
-            .segment_size(1 << 20)
-            .init::<Ibv>(Box::new(boot))
-            .expect("init");
+        let client = common::emu_client(
+            gex_testkit::rma::client_builder(),
+            boot,
+            &[("GEX_IBV_REG_CACHE", "2")],
+            1 << 20,
+        );
         let mut ep = client.endpoint(0).expect("ep");
         if rank == 0 {
             let ibv = client.conduit().clone();
@@ -115,8 +114,7 @@ fn registered_buffers_hit_the_cache_and_stay_bounded() {
             // to answer once; RDMA needs nothing more from it.
             ep.wait_until(|| done.load(Ordering::Acquire));
         }
-        drop(ep);
-        client.finalize().expect("finalize");
+        gex_testkit::finalize(ep, client).expect("finalize");
     })
     .expect("job");
 }

@@ -16,8 +16,8 @@ type Builder = ClientBuilder<((), Rma)>;
 
 fn runner(builder: impl Fn() -> Builder + 'static) -> ProcRunner<Ibv, ((), Rma)> {
     ProcRunner::new()
-        .builder(move || builder().segment_size(SEGMENT))
-        .procs(|p, _| p.timeout(std::time::Duration::from_secs(180)))
+        .sized(builder, SEGMENT)
+        .timeout(std::time::Duration::from_secs(180))
 }
 
 fn config(rma: &'static str) -> impl Fn() -> Builder {
@@ -55,7 +55,7 @@ gex_testkit::suite_modules! {
 /// values arrive either way.
 fn native_rank(boot: Box<dyn gex_core::boot::Bootstrap>, rma: &'static str) -> Result<(), String> {
     use gex_core::{Blocking, EpAddr};
-    use gex_rma::{AtomicOps, GlobalPtr, RmaError, RmaExt};
+    use gex_rma::{GlobalPtr, RmaError, RmaExt};
     use gex_testkit::exchange_barrier;
     let native = rma == "1";
     let client = config(rma)()
@@ -96,35 +96,27 @@ fn native_rank(boot: Box<dyn gex_core::boot::Bootstrap>, rma: &'static str) -> R
         }
     }
     exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
-    let world = ep.world();
-    let ad = ep
-        .atomic_domain::<u64>(&world, AtomicOps::FADD | AtomicOps::GET)
-        .map_err(es)?;
-    if ad.is_native() != native {
-        return Err(format!(
-            "GEX_IBV_RMA={rma}: atomic domain native = {}",
-            ad.is_native()
-        ));
-    }
-    gex_testkit::rma::hundred_fetch_adds(&mut ep, &ad, native, || {
+    gex_testkit::rma::hundred_fetch_adds(&mut ep, native, || {
         client.conduit().stats().native_atomics
-    })?;
-    drop(ep);
-    client.finalize().map_err(|e| e.to_string())
+    })
+    .map_err(|e| format!("GEX_IBV_RMA={rma}: {e}"))?;
+    gex_testkit::finalize(ep, client)
+}
+
+/// A 2-rank job of the test `test` running [`native_rank`] with `GEX_IBV_RMA=rma`.
+fn native_job(test: &str, rma: &'static str) {
+    gex_testkit::procs::Procs::new(2)
+        .test(test)
+        .run(|boot| native_rank(boot, rma))
+        .assert_success();
 }
 
 #[test]
 fn native_path_is_taken() {
-    gex_testkit::procs::Procs::new(2)
-        .test("native_path_is_taken")
-        .run(|boot| native_rank(boot, "1"))
-        .assert_success();
+    native_job("native_path_is_taken", "1");
 }
 
 #[test]
 fn am_path_with_rma_off() {
-    gex_testkit::procs::Procs::new(2)
-        .test("am_path_with_rma_off")
-        .run(|boot| native_rank(boot, "0"))
-        .assert_success();
+    native_job("am_path_with_rma_off", "0");
 }

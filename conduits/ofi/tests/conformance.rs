@@ -5,12 +5,9 @@
 //! Exclusions: none. Every case passes on both providers.
 
 use gex_conduit_ofi::Ofi;
-use gex_core::{ClientBuilder, Config, WaitPolicy};
-use gex_testkit::conformance::{self, Probe};
+use gex_core::{Config, WaitPolicy};
+use gex_testkit::conformance::{self, Builder};
 use gex_testkit::procs::ProcRunner;
-
-/// The conformance suite's client builder (its probe layer).
-type Builder = ClientBuilder<((), Probe)>;
 
 /// Longest one case may run (they take well under a few seconds here).
 const CASE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
@@ -20,8 +17,8 @@ const CASE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 /// [`CASE_LIMIT`] is ended and fails.
 fn runner(builder: impl Fn() -> Builder + 'static) -> ProcRunner<Ofi> {
     ProcRunner::new()
-        .builder(move || builder().segment_size(256 << 10))
-        .procs(|p, _| p.timeout(CASE_LIMIT))
+        .sized(builder, 256 << 10)
+        .timeout(CASE_LIMIT)
 }
 
 fn provider(p: &'static str) -> impl Fn() -> Builder {

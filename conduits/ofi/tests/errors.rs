@@ -237,19 +237,13 @@ fn vanished_peer_over_tcp_is_a_clear_error() {
     let b1 = job.boot(1);
     let peer = std::thread::spawn(move || {
         let client = tcp_thread_client(b1);
-        let mut ep = client.endpoint(0).expect("ep");
-        ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
-            .expect("register");
-        exchange_barrier(&mut ep).expect("barrier");
+        let _ep = gex_testkit::barrier_endpoint(&client, 200);
         // Vanish: unwinding drops endpoint and client without finalizing.
         let _ = gone_tx.send(());
         std::panic::resume_unwind(Box::new("rank 1 vanishes (on purpose)"));
     });
     let client = tcp_thread_client(job.boot(0));
-    let mut ep = client.endpoint(0).expect("ep");
-    ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
-        .expect("register");
-    exchange_barrier(&mut ep).expect("barrier");
+    let mut ep = gex_testkit::barrier_endpoint(&client, 200);
     gone_rx.recv().expect("rank 1 reached the barrier");
     assert!(peer.join().is_err(), "rank 1 panicked on purpose");
     std::thread::sleep(Duration::from_millis(100));
@@ -315,12 +309,7 @@ fn waiting_on_a_vanished_peer_over_tcp_is_a_clear_error() {
     });
     let client = tcp_thread_client(job.boot(0));
     let mut ep = client.endpoint(0).expect("ep");
-    let replies = Arc::new(AtomicU64::new(0));
-    let r = replies.clone();
-    ep.register_at(201, move |_t: &mut Token<'_>, _am: Am<'_>| {
-        r.fetch_add(1, Ordering::Relaxed);
-    })
-    .expect("register");
+    let replies = gex_testkit::counting_handler(&mut ep, 201);
     ep.register_at(200, |_t: &mut Token<'_>, _am: Am<'_>| {})
         .expect("register");
     exchange_barrier(&mut ep).expect("barrier");

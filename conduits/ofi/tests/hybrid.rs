@@ -22,21 +22,6 @@ use gex_testkit::conformance;
 use gex_testkit::procs::{self, ProcRunner, Procs};
 use hybrid_common::OfiHybrid;
 
-/// The host of every rank: the first half on `a`, the others on `b`.
-fn hosts(ranks: u32) -> Vec<&'static str> {
-    (0..ranks)
-        .map(|r| if r < ranks / 2 { "a" } else { "b" })
-        .collect()
-}
-
-/// The ranks on `rank`'s host.
-fn neighbours(ranks: u32, rank: u32) -> Vec<u32> {
-    let h = hosts(ranks);
-    (0..ranks)
-        .filter(|&r| h[r as usize] == h[rank as usize])
-        .collect()
-}
-
 fn config(extra: &[(&'static str, &'static str)]) -> Config {
     // Spin-then-block, not the `auto` policy's spinning (2 ranks per "host" on a
     // 2-core machine): the test harness runs two of these 4-rank jobs at once, and
@@ -71,8 +56,9 @@ fn two_hosts_runner<L: LayerSet>(
 ) -> ProcRunner<OfiHybrid, L> {
     ProcRunner::new()
         .builder(move || builder().config(config(&[])).segment_size(segment))
-        .procs(|p, job| p.hosts(hosts(job.ranks)))
-        .check(|client, job| shared_memory_peers(client, &neighbours(job.ranks, client.rank())))
+        .on_two_hosts(|client: &Client<OfiHybrid>| {
+            Ok(client.conduit().shared_memory_peers().to_vec())
+        })
 }
 
 /// 4 ranks on two "hosts", one endpoint each.
@@ -149,7 +135,7 @@ fn four_rank_job(
     Procs::new(4)
         .test(test)
         .timeout(std::time::Duration::from_secs(600))
-        .hosts(hosts(4))
+        .hosts(procs::two_hosts(4))
         .run(|boot| {
             let client = hybrid_common::builder()
                 .config(config(extra))
@@ -169,7 +155,7 @@ fn four_rank_job(
 fn paths_job(test: &str, extra: &'static [(&'static str, &'static str)], hybrid: bool) {
     four_rank_job(test, extra, |client| {
         let me = client.rank();
-        hybrid_common::check_paths(client, hybrid, &neighbours(4, me))
+        hybrid_common::check_paths(client, hybrid, &procs::two_hosts_neighbours(4, me))
     });
 }
 

@@ -231,23 +231,31 @@ fn netns_exists(name: &str) -> bool {
     std::path::Path::new("/run/netns").join(name).exists()
 }
 
-fn runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
-    launch(
-        job,
-        conformance::builder,
-        |client| conformance::run_on_rank(client, case),
-        256 << 10,
-    )
+/// `fn $name(job, case)`: a job running `case`, started as `$how` says, each rank's
+/// client built by `$builder` with `$segment`-byte segments (a runner of
+/// `suite_modules!`).
+macro_rules! case_runner {
+    ($name:ident, $how:expr, $builder:path, $segment:expr) => {
+        fn $name(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
+            launch(
+                $how,
+                job,
+                $builder,
+                |client| conformance::run_on_rank(client, case),
+                $segment,
+            )
+        }
+    };
 }
 
-fn rma_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
-    launch(
-        job,
-        gex_testkit::rma::client_builder,
-        |client| conformance::run_on_rank(client, case),
-        2 << 20,
-    )
-}
+case_runner!(runner, How::Fork, conformance::builder, 256 << 10);
+
+case_runner!(
+    rma_runner,
+    How::Fork,
+    gex_testkit::rma::client_builder,
+    2 << 20
+);
 
 /// One namespace job at a time in this test process. Each job is 4 rank processes on
 /// the 2 cores of the CI machine; with the test harness's 2 threads, 8 ranks (and two
@@ -273,10 +281,53 @@ fn skip(what: &str) -> Option<Result<(), String>> {
     )))
 }
 
+/// After a namespace job: reads what the veth ends sent, removes the namespaces
+/// (`pair`) and runs `clean_up`; then no namespace may be left, the job (`report`)
+/// must have passed, and both veth ends must have carried traffic. The packets each
+/// sent.
+fn after_job(
+    pair: NetnsPair,
+    report: procs::Report,
+    clean_up: impl FnOnce(),
+) -> Result<(u64, u64), String> {
+    let names = pair.names.clone();
+    let tx = [
+        tx_packets(&names[0], &pair.veth[0]),
+        tx_packets(&names[1], &pair.veth[1]),
+    ];
+    drop(pair);
+    clean_up();
+    for n in &names {
+        if netns_exists(n) {
+            return Err(format!("network namespace {n} is left after the test"));
+        }
+    }
+    report.result()?;
+    let [ta, tb] = tx;
+    let (ta, tb) = (ta?, tb?);
+    if ta == 0 || tb == 0 {
+        return Err(format!(
+            "the job passed but the veth pair carried no traffic ({ta} and {tb} packets sent)"
+        ));
+    }
+    Ok((ta, tb))
+}
+
+/// How a namespace job is started.
+#[derive(Clone, Copy)]
+enum How {
+    /// By gex-testkit's fork launcher, each rank through `ip netns exec`
+    /// ([`fork_job`]).
+    Fork,
+    /// By Hydra's `mpiexec` ([`hydra_job`]).
+    Hydra,
+}
+
 /// Runs `body` on every rank of a job of `job.ranks` ranks, half in each of two
-/// namespaces joined by a veth pair, after the checks of [`rank`]; the clients come
-/// from `builder` (the layers the body needs).
+/// namespaces joined by a veth pair, started as `how` says, after the checks of
+/// [`rank`]; the clients come from `builder` (the layers the body needs).
 fn launch<L: LayerSet>(
+    how: How,
     job: &Job<'_>,
     builder: fn() -> ClientBuilder<L>,
     body: impl FnOnce(&Client<OfiHybrid>) -> Result<(), String>,
@@ -291,6 +342,18 @@ fn launch<L: LayerSet>(
         return r;
     }
     let _turn = one_job_at_a_time();
+    match how {
+        How::Fork => fork_job(job, rank_body),
+        How::Hydra => hydra_job(job, rank_body),
+    }
+}
+
+/// The test process's part of a [`How::Fork`] job whose ranks run `rank_body`.
+fn fork_job<B, O>(job: &Job<'_>, rank_body: B) -> Result<(), String>
+where
+    B: FnOnce(Box<dyn gex_core::boot::Bootstrap>) -> O,
+    O: procs::RankResult,
+{
     let pair = NetnsPair::new()?;
     let names = pair.names.clone();
     let (a, b) = (names[0].as_str(), names[1].as_str());
@@ -301,21 +364,7 @@ fn launch<L: LayerSet>(
         .hosts(hosts)
         .host_exec(["ip", "netns", "exec", "{host}"])
         .run(rank_body);
-    let tx = [tx_packets(a, &pair.veth[0]), tx_packets(b, &pair.veth[1])];
-    drop(pair);
-    for n in &names {
-        if netns_exists(n) {
-            return Err(format!("network namespace {n} is left after the test"));
-        }
-    }
-    report.result()?;
-    let [ta, tb] = tx;
-    let (ta, tb) = (ta?, tb?);
-    if ta == 0 || tb == 0 {
-        return Err(format!(
-            "the job passed but the veth pair carried no traffic ({ta} and {tb} packets sent)"
-        ));
-    }
+    let (ta, tb) = after_job(pair, report, || ())?;
     eprintln!(
         "netns test {}: the veth ends sent {ta} and {tb} packets",
         job.case
@@ -323,27 +372,18 @@ fn launch<L: LayerSet>(
     Ok(())
 }
 
-/// Like [`launch`], but the job is started by Hydra: `mpiexec.hydra` runs inside the
-/// first namespace with the two veth addresses as its hosts (`-hosts
-/// 10.77.0.1:2,10.77.0.2:2`), its control socket on the first veth end (`-iface`), and
-/// the `rsh` launcher pointed (`-launcher-exec`) at a small script that starts Hydra's
-/// proxy for the second address with `ip netns exec <second namespace>`. The ranks
-/// bootstrap through PMI-1; their host layout comes from Hydra's
-/// `PMI_process_mapping`.
-fn launch_mpiexec<L: LayerSet>(
-    job: &Job<'_>,
-    builder: fn() -> ClientBuilder<L>,
-    body: impl FnOnce(&Client<OfiHybrid>) -> Result<(), String>,
-    segment: usize,
-) -> Result<(), String> {
-    let rank_body = |boot| rank(boot, job, builder, body, segment);
-    if procs::is_rank() {
-        return Procs::new(job.ranks).run(rank_body).result();
-    }
-    if let Some(r) = skip(job.case) {
-        return r;
-    }
-    let _turn = one_job_at_a_time();
+/// The test process's part of a [`How::Hydra`] job whose ranks run `rank_body`:
+/// `mpiexec.hydra` runs inside the first namespace with the two veth addresses as its
+/// hosts (`-hosts 10.77.0.1:2,10.77.0.2:2`), its control socket on the first veth end
+/// (`-iface`), and the `rsh` launcher pointed (`-launcher-exec`) at a small script
+/// that starts Hydra's proxy for the second address with `ip netns exec <second
+/// namespace>`. The ranks bootstrap through PMI-1; their host layout comes from
+/// Hydra's `PMI_process_mapping`.
+fn hydra_job<B, O>(job: &Job<'_>, rank_body: B) -> Result<(), String>
+where
+    B: FnOnce(Box<dyn gex_core::boot::Bootstrap>) -> O,
+    O: procs::RankResult,
+{
     let Some(mpiexec) = procs::mpiexec(job.case)? else {
         eprintln!(
             "netns test {} NOT RUN ({}=1): no mpiexec.hydra",
@@ -393,21 +433,9 @@ fn launch_mpiexec<L: LayerSet>(
             hosts.as_ref(),
         ])
         .run(rank_body);
-    let tx = [tx_packets(a, &pair.veth[0]), tx_packets(b, &pair.veth[1])];
-    drop(pair);
-    let _ = std::fs::remove_dir_all(&dir);
-    for n in &names {
-        if netns_exists(n) {
-            return Err(format!("network namespace {n} is left after the test"));
-        }
-    }
-    report.result()?;
-    let (ta, tb) = (tx[0].clone()?, tx[1].clone()?);
-    if ta == 0 || tb == 0 {
-        return Err(format!(
-            "the job passed but the veth pair carried no traffic ({ta} and {tb} packets sent)"
-        ));
-    }
+    let (ta, tb) = after_job(pair, report, || {
+        let _ = std::fs::remove_dir_all(&dir);
+    })?;
     eprintln!(
         "netns test {} under mpiexec: {:?}, the veth ends sent {ta} and {tb} packets",
         job.case,
@@ -497,24 +525,30 @@ gex_testkit::suite_modules! {
 /// libfabric over the veth; puts across are native, puts to a neighbour plain copies.
 #[test]
 fn paths_are_counted() {
+    paths_job(How::Fork, "paths_are_counted", |me| {
+        host_ids(4)
+            .enumerate()
+            .filter(|&(_, h)| h == u32::from(me >= 2))
+            .map(|(r, _)| r as u32)
+            .collect()
+    });
+}
+
+/// The test `name`: a 4-rank job started as `how` says, whose ranks check
+/// (`hybrid_common::check_paths`) which path their traffic to each peer took, the
+/// ranks of rank `me`'s namespace being `near(me)`.
+fn paths_job(how: How, name: &str, near: fn(u32) -> Vec<u32>) {
     let job = Job {
-        case: "paths_are_counted",
-        test_path: "paths_are_counted",
+        case: name,
+        test_path: name,
         ranks: 4,
         endpoints: 1,
     };
     let r = launch(
+        how,
         &job,
         hybrid_common::builder,
-        |client| {
-            let me = client.rank();
-            let near: Vec<u32> = host_ids(4)
-                .enumerate()
-                .filter(|&(_, h)| h == u32::from(me >= 2))
-                .map(|(r, _)| r as u32)
-                .collect();
-            hybrid_common::check_paths(client, true, &near)
-        },
+        |client| hybrid_common::check_paths(client, true, &near(client.rank())),
         1 << 20,
     );
     if let Err(e) = r {
@@ -583,23 +617,14 @@ fn loopback_only_is_a_clear_error() {
     }
 }
 
-fn mpiexec_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
-    launch_mpiexec(
-        job,
-        conformance::builder,
-        |client| conformance::run_on_rank(client, case),
-        256 << 10,
-    )
-}
+case_runner!(mpiexec_runner, How::Hydra, conformance::builder, 256 << 10);
 
-fn mpiexec_rma_runner(job: &Job<'_>, case: &Case<OfiHybrid>) -> Result<(), String> {
-    launch_mpiexec(
-        job,
-        gex_testkit::rma::client_builder,
-        |client| conformance::run_on_rank(client, case),
-        2 << 20,
-    )
-}
+case_runner!(
+    mpiexec_rma_runner,
+    How::Hydra,
+    gex_testkit::rma::client_builder,
+    2 << 20
+);
 
 gex_testkit::suite_modules! {
     suite: core,
@@ -621,23 +646,7 @@ gex_testkit::suite_modules! {
 /// `PMI_process_mapping`.
 #[test]
 fn mpiexec_paths_are_counted() {
-    let job = Job {
-        case: "mpiexec_paths_are_counted",
-        test_path: "mpiexec_paths_are_counted",
-        ranks: 4,
-        endpoints: 1,
-    };
-    let r = launch_mpiexec(
-        &job,
-        hybrid_common::builder,
-        |client| {
-            let me = client.rank();
-            let near: Vec<u32> = (0..4).filter(|&r| (r >= 2) == (me >= 2)).collect();
-            hybrid_common::check_paths(client, true, &near)
-        },
-        1 << 20,
-    );
-    if let Err(e) = r {
-        panic!("{e}");
-    }
+    paths_job(How::Hydra, "mpiexec_paths_are_counted", |me| {
+        (0..4).filter(|&r| (r >= 2) == (me >= 2)).collect()
+    });
 }

@@ -120,8 +120,7 @@ fn leak_rank(boot: Box<dyn gex_core::boot::Bootstrap>) -> Result<(), String> {
         Ok(())
     };
     exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
-    drop(ep);
-    client.finalize().map_err(|e| e.to_string())?;
+    gex_testkit::finalize(ep, client)?;
     found
 }
 

@@ -35,7 +35,7 @@ fn ams_sent(ep: &Endpoint<Ofi>) -> u64 {
 /// registration is left open ([`no_registration_left`]).
 fn runner(builder: impl Fn() -> Builder + 'static) -> ProcRunner<Ofi, ((), Rma)> {
     ProcRunner::new()
-        .builder(move || builder().segment_size(SEGMENT))
+        .sized(builder, SEGMENT)
         .after_finalize(no_registration_left)
 }
 
@@ -171,10 +171,6 @@ fn native_rank(
         }
     }
     exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
-    let world = ep.world();
-    let ad = ep
-        .atomic_domain::<u64>(&world, AtomicOps::FADD | AtomicOps::GET)
-        .map_err(es)?;
     // Both tested providers grant FI_ATOMIC (tcp;ofi_rxm emulates it in the target's
     // provider progress); the report says whether it is used.
     let want_native = native && atomics == "1";
@@ -186,17 +182,11 @@ fn native_rank(
             "{provider} GEX_OFI_RMA={rma} GEX_OFI_ATOMICS={atomics}: report says {apath:?}"
         ));
     }
-    if ad.is_native() != want_native {
-        return Err(format!(
-            "{provider} GEX_OFI_RMA={rma}: atomic domain native = {}, expected {want_native}",
-            ad.is_native()
-        ));
-    }
-    gex_testkit::rma::hundred_fetch_adds(&mut ep, &ad, want_native, || {
+    gex_testkit::rma::hundred_fetch_adds(&mut ep, want_native, || {
         client.conduit().stats().native_atomics
-    })?;
-    drop(ep);
-    client.finalize().map_err(|e| e.to_string())
+    })
+    .map_err(|e| format!("{provider} GEX_OFI_RMA={rma}: {e}"))?;
+    gex_testkit::finalize(ep, client)
 }
 
 fn native_job(test: &str, provider: &str, rma: &str, atomics: &str) {
@@ -341,8 +331,7 @@ fn relaxed_rank(
         }
     }
     exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
-    drop(ep);
-    client.finalize().map_err(|e| e.to_string())
+    gex_testkit::finalize(ep, client)
 }
 
 fn relaxed_job(test: &str, provider: &str, relaxed: &str, mr_local: &str, expect: bool) {
@@ -576,8 +565,7 @@ fn mr_cache_rank(boot: Box<dyn gex_core::boot::Bootstrap>, provider: &str) -> Re
         return Err(format!("word holds {total} after 50 fetch-adds per rank"));
     }
     exchange_barrier(&mut ep).map_err(|e| e.to_string())?;
-    drop(ep);
-    client.finalize().map_err(|e| e.to_string())?;
+    gex_testkit::finalize(ep, client)?;
     // Every registration made on demand is closed with the endpoints.
     let s = ofi.stats();
     eprintln!("{provider}: after finalize: {s:?}");

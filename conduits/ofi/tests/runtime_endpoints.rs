@@ -34,7 +34,7 @@ use gex_core::boot::Bootstrap;
 use gex_core::spi::{Capabilities, ConduitError};
 use gex_core::{Am, Body, ClientBuilder, Config, EpAddr, EpError, HandlerId, Token};
 use gex_testkit::procs::Procs;
-use gex_testkit::{assert_absent_and_beyond, assert_not_open, lockstep_round_trips};
+use gex_testkit::{assert_absent_and_beyond, assert_not_open};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -211,26 +211,10 @@ fn polling<T>(ep: &mut gex_core::Endpoint<Ofi>, f: impl FnOnce() -> T) -> T {
 fn two_threads_two_endpoints(boot: Box<dyn Bootstrap>) {
     let c = client(boot, 2, "tcp");
     let peer = 1 - c.rank();
-    let ep0 = c.endpoint(0).unwrap();
-    let ep1 = c.create_endpoint().unwrap();
-    let (a, b) = (AtomicU64::new(0), AtomicU64::new(0));
-    std::thread::scope(|s| {
-        let (a, b) = (&a, &b);
-        let t0 = s.spawn(move || {
-            let mut ep0 = ep0;
-            lockstep_round_trips(&mut ep0, (PING, PONG), peer, ROUNDS, (a, b));
-            ep0
-        });
-        s.spawn(move || lockstep_round_trips(&mut { ep1 }, (PING, PONG), peer, ROUNDS, (b, a)));
-        let mut ep0 = t0.join().unwrap();
-        // Endpoint 1 (dropped by its thread) is closed; the peer's may still be
-        // sending: the final barrier (with every endpoint 1 dropped) is on ep0.
-        gex_testkit::exchange_barrier(&mut ep0).unwrap();
-    });
-    assert_eq!(
-        (a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)),
-        (ROUNDS, ROUNDS)
-    );
+    let mut ep0 = gex_testkit::two_threads_two_endpoints(&c, (PING, PONG), peer, ROUNDS);
+    // Endpoint 1 (dropped by its thread) is closed; the peer's may still be
+    // sending: the final barrier (with every endpoint 1 dropped) is on ep0.
+    gex_testkit::exchange_barrier(&mut ep0).unwrap();
 }
 
 fn shm_refuses(boot: Box<dyn Bootstrap>) {

@@ -4,17 +4,14 @@
 //! Exclusions: none. Every case of the suite passes on smp.
 
 use gex_conduit_smp::Smp;
-use gex_core::{ClientBuilder, Config, WaitPolicy};
-use gex_testkit::conformance::{self, Probe};
+use gex_core::{Config, WaitPolicy};
+use gex_testkit::conformance::{self, Builder};
 use gex_testkit::procs::ProcRunner;
-
-/// The conformance suite's client builder (its probe layer), 1 MiB segments.
-type Builder = ClientBuilder<((), Probe)>;
 
 /// The runner of every shape: each rank builds its client with `builder`, 1 MiB
 /// segments.
 fn runner(builder: fn() -> Builder) -> ProcRunner<Smp> {
-    ProcRunner::new().builder(move || builder().segment_size(1 << 20))
+    ProcRunner::new().sized(builder, 1 << 20)
 }
 
 /// The clients of `small_rings`.

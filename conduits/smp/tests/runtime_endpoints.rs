@@ -21,7 +21,7 @@ use gex_core::boot::Bootstrap;
 
 use gex_core::{Body, ClientBuilder, Config, EpAddr, HandlerId};
 use gex_testkit::procs::Procs;
-use gex_testkit::{assert_absent_and_beyond, assert_not_open, lockstep_round_trips};
+use gex_testkit::{assert_absent_and_beyond, assert_not_open};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -142,18 +142,7 @@ fn poll_mask(boot: Box<dyn Bootstrap>) {
 fn two_threads_two_endpoints(boot: Box<dyn Bootstrap>) {
     let c = client(boot, 2);
     let peer = 1 - c.rank();
-    let ep0 = c.endpoint(0).unwrap();
-    let ep1 = c.create_endpoint().unwrap();
-    let (a, b) = (AtomicU64::new(0), AtomicU64::new(0));
-    std::thread::scope(|s| {
-        let (a, b) = (&a, &b);
-        s.spawn(move || lockstep_round_trips(&mut { ep0 }, (PING, PONG), peer, ROUNDS, (a, b)));
-        s.spawn(move || lockstep_round_trips(&mut { ep1 }, (PING, PONG), peer, ROUNDS, (b, a)));
-    });
-    assert_eq!(
-        (a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)),
-        (ROUNDS, ROUNDS)
-    );
+    gex_testkit::two_threads_two_endpoints(&c, (PING, PONG), peer, ROUNDS);
 }
 
 fn procs(body: fn(Box<dyn Bootstrap>)) {

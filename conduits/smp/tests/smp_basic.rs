@@ -20,10 +20,12 @@ fn job(n: u32, body: impl FnOnce(Box<dyn Bootstrap>)) {
 
 /// A client of `seg`-byte segments (default config) on `boot`.
 fn client(boot: Box<dyn Bootstrap>, seg: usize) -> gex_core::Client<Smp> {
-    ClientBuilder::new()
-        .segment_size(seg)
-        .init::<Smp>(boot)
-        .unwrap()
+    init(ClientBuilder::new().segment_size(seg), boot)
+}
+
+/// The client `builder` makes on `boot`.
+fn init(builder: ClientBuilder, boot: Box<dyn Bootstrap>) -> gex_core::Client<Smp> {
+    builder.init::<Smp>(boot).unwrap()
 }
 
 /// Registers at `at` on `ep` a handler that answers each request with a reply to
@@ -124,11 +126,7 @@ fn replies_survive_full_rings() {
             ("GEX_SMP_RING_SIZE", "4096"),
             ("GEX_SMP_MAX_MEDIUM", "1024"),
         ]);
-        let c = ClientBuilder::new()
-            .segment_size(4096)
-            .config(cfg)
-            .init::<Smp>(boot)
-            .unwrap();
+        let c = init(ClientBuilder::new().segment_size(4096).config(cfg), boot);
         let mut ep = c.endpoint(0).unwrap();
         echo(&mut ep, 150, 151, true);
         let replies = counted(&mut ep, 151, |_, am| assert_eq!(am.payload().len(), 1000));
@@ -162,11 +160,12 @@ fn replies_survive_full_rings() {
 #[test]
 fn blocking_waits_wake() {
     job(4, |boot| {
-        let c = ClientBuilder::new()
-            .segment_size(4096)
-            .wait_policy(WaitPolicy::Block)
-            .init::<Smp>(boot)
-            .unwrap();
+        let c = init(
+            ClientBuilder::new()
+                .segment_size(4096)
+                .wait_policy(WaitPolicy::Block),
+            boot,
+        );
         let mut ep = c.endpoint(0).unwrap();
         assert_eq!(ep.wait_policy(), WaitPolicy::Block);
         echo(&mut ep, 160, 161, false);
@@ -186,11 +185,7 @@ fn blocking_waits_wake() {
 #[test]
 fn endpoints_on_threads() {
     job(2, |boot| {
-        let c = ClientBuilder::new()
-            .segment_size(4096)
-            .endpoints(3)
-            .init::<Smp>(boot)
-            .unwrap();
+        let c = init(ClientBuilder::new().segment_size(4096).endpoints(3), boot);
         let peer_rank = 1 - c.rank();
         std::thread::scope(|s| {
             for e in 0..3u16 {
@@ -323,11 +318,12 @@ fn thread_cpu_ticks(name: &str) -> Option<u64> {
 #[test]
 fn the_progress_thread_sleeps_on_the_doorbell_and_serves_a_computing_rank() {
     job(2, |boot| {
-        let c = ClientBuilder::new()
-            .segment_size(1 << 16)
-            .progress_thread(true)
-            .init::<Smp>(boot)
-            .unwrap();
+        let c = init(
+            ClientBuilder::new()
+                .segment_size(1 << 16)
+                .progress_thread(true),
+            boot,
+        );
         let mut ep = c.endpoint(0).unwrap();
         assert!(ep.has_progress_thread());
         let pongs = Arc::new(AtomicU64::new(0));

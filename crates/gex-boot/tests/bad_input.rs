@@ -51,6 +51,14 @@ fn child_bootstrap() {
     println!("RESULT {line}");
 }
 
+/// A call of `child_bootstrap` (`detect`, `from_env`), its environment, and what its
+/// error mentions.
+type Case = (
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+    &'static str,
+);
+
 fn expect(what: &str, env: &[(&str, &str)], want: &str, mentions: &str) {
     gex_testkit::child::expect("child_bootstrap", what, env, want, mentions);
 }
@@ -59,79 +67,63 @@ fn expect(what: &str, env: &[(&str, &str)], want: &str, mentions: &str) {
 /// malformed: `BootError::Environment` naming the variable.
 #[test]
 fn malformed_launcher_environments_are_environment_errors() {
-    let env = "err Environment";
-    expect("detect", &[("GEX_BOOT", "mpi")], env, "GEX_BOOT");
-    expect("from_env", &[("GEX_BOOT", "Fork")], env, "GEX_BOOT");
-    expect("from_env", &[("GEX_BOOT", "fork")], env, "GEX_BOOT_FD");
     let fork = |fd: &'static str, rank: &'static str, size: &'static str| {
-        [
+        vec![
             ("GEX_BOOT", "fork"),
             ("GEX_BOOT_FD", fd),
             ("GEX_RANK", rank),
             ("GEX_SIZE", size),
         ]
     };
-    expect("from_env", &fork("three", "0", "1"), env, "GEX_BOOT_FD");
-    expect("from_env", &fork("-1", "0", "1"), env, "GEX_BOOT_FD");
-    expect(
-        "from_env",
-        &fork("99999999999", "0", "1"),
-        env,
-        "GEX_BOOT_FD",
-    );
-    expect("from_env", &fork("5", "x", "1"), env, "GEX_RANK");
-    expect("from_env", &fork("5", "0", ""), env, "GEX_SIZE");
-    // Standard streams, out-of-range and closed descriptors are not the launcher's
-    // socket.
-    expect("from_env", &fork("1", "0", "1"), env, "standard stream");
-    expect(
-        "from_env",
-        &fork("4294967295", "0", "1"),
-        env,
-        "GEX_BOOT_FD",
-    );
-    expect(
-        "from_env",
-        &fork("1000", "0", "1"),
-        env,
-        "not an open descriptor",
-    );
-    // PMI-1 and PMI-2 without (or with malformed) launcher variables.
-    expect("from_env", &[("GEX_BOOT", "pmi")], env, "PMI_FD");
-    expect("from_env", &[("GEX_BOOT", "pmi2")], env, "PMI_FD");
-    expect(
-        "from_env",
-        &[("GEX_BOOT", "pmi1"), ("PMI_FD", "seven")],
-        env,
-        "PMI_FD",
-    );
-    expect(
-        "from_env",
-        &[("PMI_FD", "1000"), ("PMI_RANK", "0"), ("PMI_SIZE", "1")],
-        env,
-        "PMI_FD",
-    );
-    expect(
-        "from_env",
-        &[("PMI_FD", "1000"), ("PMI_JOBID", "1.0"), ("PMI_RANK", "0")],
-        env,
-        "PMI_FD",
-    );
-    expect(
-        "from_env",
-        &[("PMI_PORT", "127.0.0.1:1"), ("PMI_RANK", "0")],
-        env,
-        "PMI_PORT",
-    );
-    expect("from_env", &[("PMI_PORT", "nowhere")], env, "PMI");
-    if !gex_boot::PMIX_BUILT {
-        expect("from_env", &[("GEX_BOOT", "pmix")], env, "pmix");
-        expect(
+    let mut cases: Vec<Case> = vec![
+        ("detect", vec![("GEX_BOOT", "mpi")], "GEX_BOOT"),
+        ("from_env", vec![("GEX_BOOT", "Fork")], "GEX_BOOT"),
+        ("from_env", vec![("GEX_BOOT", "fork")], "GEX_BOOT_FD"),
+        ("from_env", fork("three", "0", "1"), "GEX_BOOT_FD"),
+        ("from_env", fork("-1", "0", "1"), "GEX_BOOT_FD"),
+        ("from_env", fork("99999999999", "0", "1"), "GEX_BOOT_FD"),
+        ("from_env", fork("5", "x", "1"), "GEX_RANK"),
+        ("from_env", fork("5", "0", ""), "GEX_SIZE"),
+        // Standard streams, out-of-range and closed descriptors are not the
+        // launcher's socket.
+        ("from_env", fork("1", "0", "1"), "standard stream"),
+        ("from_env", fork("4294967295", "0", "1"), "GEX_BOOT_FD"),
+        ("from_env", fork("1000", "0", "1"), "not an open descriptor"),
+        // PMI-1 and PMI-2 without (or with malformed) launcher variables.
+        ("from_env", vec![("GEX_BOOT", "pmi")], "PMI_FD"),
+        ("from_env", vec![("GEX_BOOT", "pmi2")], "PMI_FD"),
+        (
             "from_env",
-            &[("PMIX_NAMESPACE", "ns"), ("PMIX_RANK", "0")],
-            env,
+            vec![("GEX_BOOT", "pmi1"), ("PMI_FD", "seven")],
+            "PMI_FD",
+        ),
+        (
+            "from_env",
+            vec![("PMI_FD", "1000"), ("PMI_RANK", "0"), ("PMI_SIZE", "1")],
+            "PMI_FD",
+        ),
+        (
+            "from_env",
+            vec![("PMI_FD", "1000"), ("PMI_JOBID", "1.0"), ("PMI_RANK", "0")],
+            "PMI_FD",
+        ),
+        (
+            "from_env",
+            vec![("PMI_PORT", "127.0.0.1:1"), ("PMI_RANK", "0")],
+            "PMI_PORT",
+        ),
+        ("from_env", vec![("PMI_PORT", "nowhere")], "PMI"),
+    ];
+    if !gex_boot::PMIX_BUILT {
+        cases.push(("from_env", vec![("GEX_BOOT", "pmix")], "pmix"));
+        cases.push((
+            "from_env",
+            vec![("PMIX_NAMESPACE", "ns"), ("PMIX_RANK", "0")],
             "pmix",
-        );
+        ));
+    }
+    for (what, env, mentions) in &cases {
+        expect(what, env, "err Environment", mentions);
     }
     // Empty values count as unset: a job of one rank.
     expect(

@@ -21,45 +21,14 @@ fn hydra_or_skip(test: &str) -> bool {
     common::rank_dir().is_some() || gex_testkit::procs::mpiexec(test).unwrap().is_some()
 }
 
-#[test]
-fn four_ranks_collectives() {
-    const NAME: &str = "four_ranks_collectives";
-    if hydra_or_skip(NAME) {
-        common::collectives(Hydra, NAME);
-    }
-}
-
-#[test]
-fn exit_codes_follow_hydras_rule() {
-    const NAME: &str = "exit_codes_follow_hydras_rule";
-    if hydra_or_skip(NAME) {
-        common::exit_codes(Hydra, NAME);
-    }
-}
-
-#[test]
-fn abort_ends_the_job_promptly() {
-    const NAME: &str = "abort_ends_the_job_promptly";
-    if hydra_or_skip(NAME) {
-        common::abort(Hydra, NAME);
-    }
-}
-
-#[test]
-fn exit_request_ends_the_job_with_its_code() {
-    const NAME: &str = "exit_request_ends_the_job_with_its_code";
-    if hydra_or_skip(NAME) {
-        common::exit_request(Hydra, NAME);
-    }
-}
-
-/// Under mpiexec a dying rank is Hydra's business: it must end the job.
-#[test]
-fn sigkill_of_a_rank_ends_the_job() {
-    const NAME: &str = "sigkill_of_a_rank_ends_the_job";
-    if hydra_or_skip(NAME) {
-        common::kill9(Hydra, NAME);
-    }
+common::launcher_cases! {
+    Hydra, if hydra_or_skip;
+    four_ranks_collectives: collectives;
+    exit_codes_follow_hydras_rule: exit_codes;
+    abort_ends_the_job_promptly: abort;
+    exit_request_ends_the_job_with_its_code: exit_request;
+    /// Under mpiexec a dying rank is Hydra's business: it must end the job.
+    sigkill_of_a_rank_ends_the_job: kill9;
 }
 
 /// Hydra's other mode (`PMI_PORT` and `PMI_ID` instead of an inherited socket), with

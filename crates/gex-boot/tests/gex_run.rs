@@ -2,7 +2,7 @@
 //! this test binary that open the smp conduit (`smp_rank`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const GEX_RUN: &str = env!("CARGO_BIN_EXE_gex-run");
@@ -19,6 +19,26 @@ fn gex_run(args: &[&str]) -> (Output, Duration) {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The arguments of `gex-run <opts> -- sh -c <script> sh -x`: every rank runs
+/// `script` with `-x` as its `$1` (what follows the program reaches the ranks).
+fn with_x<'a>(opts: &[&'a str], script: &'a str) -> Vec<&'a str> {
+    let mut args = opts.to_vec();
+    args.extend(["--", "sh", "-c", script, "sh", "-x"]);
+    args
+}
+
+/// Runs `gex-run args`, which must exit with `code` and say each of `mentions` on
+/// stderr (failures name `args`); how long it took.
+fn gex_run_says(args: &[&str], code: i32, mentions: &[&str]) -> Duration {
+    let (out, took) = gex_run(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+    for m in mentions {
+        assert!(err.contains(m), "{args:?}: no {m:?} in: {err}");
+    }
+    took
 }
 
 /// A fresh directory for one test, removed on drop.
@@ -60,6 +80,35 @@ fn read_pids(dir: &Path, ranks: &[u32]) -> Vec<u32> {
         .collect()
 }
 
+/// Starts `gex-run -n <ranks> sh -c '<record its pid in dir>; <then>'` (stderr as
+/// `stderr`), and waits until every rank has recorded its pid (in `pid.<rank>`;
+/// the launcher is killed and the test fails if they do not within 5 s): the
+/// launcher, and the ranks' pids.
+fn start_recording(dir: &TempDir, ranks: u32, then: &str, stderr: Stdio) -> (Child, Vec<u32>) {
+    let d = dir.s();
+    let script = format!(
+        "echo $$ > {d}/pid.tmp.$GEX_RANK && mv {d}/pid.tmp.$GEX_RANK {d}/pid.$GEX_RANK; {then}"
+    );
+    let mut launcher = Command::new(GEX_RUN)
+        .args(["-n", &ranks.to_string(), "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let ready = wait_until(Duration::from_secs(5), || {
+        (0..ranks).all(|r| dir.path().join(format!("pid.{r}")).exists())
+    });
+    if !ready {
+        let _ = launcher.kill();
+        let _ = launcher.wait();
+        panic!("the ranks did not start");
+    }
+    let all: Vec<u32> = (0..ranks).collect();
+    let pids = read_pids(dir.path(), &all);
+    (launcher, pids)
+}
+
 #[test]
 fn all_ranks_exit_zero() {
     let (out, _) = gex_run(&["-n", "3", "sh", "-c", "exit 0"]);
@@ -81,19 +130,7 @@ fn ranks_get_their_environment() {
         test "$1" = "-x" || exit 19
         exit 0
     "#;
-    let (out, _) = gex_run(&[
-        "-n",
-        "3",
-        "--conduit",
-        "smp",
-        "--",
-        "sh",
-        "-c",
-        script,
-        "sh",
-        "-x",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    gex_run_says(&with_x(&["-n", "3", "--conduit", "smp"], script), 0, &[]);
 }
 
 #[test]
@@ -127,12 +164,10 @@ fn a_rank_killed_by_sigkill_ends_the_job() {
         sleep 30
     "#
     );
-    let (out, took) = gex_run(&["-n", "4", "sh", "-c", &script]);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(137), "{err}");
-    assert!(
-        err.contains("rank 1 (pid ") && err.contains("killed by signal 9 (SIGKILL)"),
-        "{err}"
+    let took = gex_run_says(
+        &["-n", "4", "sh", "-c", &script],
+        137,
+        &["rank 1 (pid ", "killed by signal 9 (SIGKILL)"],
     );
     assert!(took < Duration::from_secs(8), "gex-run took {took:?}");
     for pid in read_pids(dir.path(), &[0, 2, 3]) {
@@ -150,32 +185,35 @@ fn hosts_and_host_exec_prefix() {
             *) echo "unexpected $GEX_RANK:$BOOT_TEST_HOST:$GEX_LOCAL_RANK:$GEX_LOCAL_SIZE:$1" >&2; exit 9 ;;
         esac
     "#;
-    let (out, _) = gex_run(&[
-        "-n",
-        "4",
-        "--hosts",
-        "a*2,b,c",
-        "--host-exec",
-        "env BOOT_TEST_HOST={host}",
-        "--",
-        "sh",
-        "-c",
-        script,
-        "sh",
-        "-x",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    gex_run_says(
+        &with_x(
+            &[
+                "-n",
+                "4",
+                "--hosts",
+                "a*2,b,c",
+                "--host-exec",
+                "env BOOT_TEST_HOST={host}",
+            ],
+            script,
+        ),
+        0,
+        &[],
+    );
     // Without a prefix the names still shape GEX_LOCAL_*.
-    let (out, _) = gex_run(&[
-        "-n",
-        "3",
-        "--hosts",
-        "p,q,p",
-        "sh",
-        "-c",
-        r#"case "$GEX_RANK:$GEX_LOCAL_RANK:$GEX_LOCAL_SIZE" in 0:0:2|1:0:1|2:1:2) exit 0 ;; *) exit 9 ;; esac"#,
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    gex_run_says(
+        &[
+            "-n",
+            "3",
+            "--hosts",
+            "p,q,p",
+            "sh",
+            "-c",
+            r#"case "$GEX_RANK:$GEX_LOCAL_RANK:$GEX_LOCAL_SIZE" in 0:0:2|1:0:1|2:1:2) exit 0 ;; *) exit 9 ;; esac"#,
+        ],
+        0,
+        &[],
+    );
 }
 
 #[test]
@@ -196,87 +234,56 @@ fn bad_host_lists_are_usage_errors() {
             "empty command prefix",
         ),
     ] {
-        let (out, _) = gex_run(args);
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(want), "{args:?}: {err}");
+        gex_run_says(args, 2, &[want]);
     }
 }
 
 #[test]
 fn missing_host_prefix_program_exits_127() {
-    let (out, _) = gex_run(&[
-        "-n",
-        "2",
-        "--hosts",
-        "a,b",
-        "--host-exec",
-        "gex-boot-no-such-prefix {host}",
-        "true",
-    ]);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(127), "{err}");
-    assert!(
-        err.contains("cannot execute gex-boot-no-such-prefix"),
-        "{err}"
+    gex_run_says(
+        &[
+            "-n",
+            "2",
+            "--hosts",
+            "a,b",
+            "--host-exec",
+            "gex-boot-no-such-prefix {host}",
+            "true",
+        ],
+        127,
+        &["cannot execute gex-boot-no-such-prefix"],
     );
 }
 
 #[test]
 fn zero_ranks_is_a_usage_error() {
-    let (out, _) = gex_run(&["-n", "0", "true"]);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("at least 1"), "{err}");
+    gex_run_says(&["-n", "0", "true"], 2, &["at least 1"]);
 }
 
 #[test]
 fn missing_program_exits_127() {
-    let (out, _) = gex_run(&["-n", "2", "gex-boot-no-such-program"]);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(127), "{err}");
-    assert!(
-        err.contains("cannot execute gex-boot-no-such-program"),
-        "{err}"
+    gex_run_says(
+        &["-n", "2", "gex-boot-no-such-program"],
+        127,
+        &["cannot execute gex-boot-no-such-program"],
     );
 }
 
 #[test]
 fn a_non_gex_program_exiting_nonzero_is_named() {
-    let (out, _) = gex_run(&["-n", "1", "sh", "-c", "exit 3"]);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(3), "{err}");
-    assert!(
-        err.contains("rank 0 (pid ") && err.contains("exited with code 3"),
-        "{err}"
+    gex_run_says(
+        &["-n", "1", "sh", "-c", "exit 3"],
+        3,
+        &["rank 0 (pid ", "exited with code 3"],
     );
 }
 
 #[test]
 fn killing_the_launcher_kills_every_rank() {
     let dir = TempDir::new("pdeathsig");
-    let d = dir.s();
     // `exec` so that the recorded pid is the process that runs until the end
     // (a shell's children do not inherit PR_SET_PDEATHSIG).
-    let script = format!(
-        "echo $$ > {d}/pid.tmp.$GEX_RANK && mv {d}/pid.tmp.$GEX_RANK {d}/pid.$GEX_RANK; exec sleep 60"
-    );
-    let mut launcher = Command::new(GEX_RUN)
-        .args(["-n", "3", "sh", "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let ready = wait_until(Duration::from_secs(5), || {
-        (0..3).all(|r| dir.path().join(format!("pid.{r}")).exists())
-    });
-    if !ready {
-        let _ = launcher.kill();
-        let _ = launcher.wait();
-        panic!("the ranks did not start");
-    }
-    let pids = read_pids(dir.path(), &[0, 1, 2]);
+    let (mut launcher, pids) = start_recording(&dir, 3, "exec sleep 60", Stdio::null());
     launcher.kill().unwrap(); // SIGKILL
     launcher.wait().unwrap();
     let gone = wait_until(Duration::from_secs(2), || pids.iter().all(|&p| is_gone(p)));
@@ -294,27 +301,8 @@ fn killing_the_launcher_kills_every_rank() {
 #[test]
 fn sigterm_to_the_launcher_ends_the_ranks() {
     let dir = TempDir::new("sigterm");
-    let d = dir.s();
-    let script = format!(
-        "echo $$ > {d}/pid.tmp.$GEX_RANK && mv {d}/pid.tmp.$GEX_RANK {d}/pid.$GEX_RANK; sleep 30"
-    );
-    let mut launcher = Command::new(GEX_RUN)
-        .args(["-n", "2", "sh", "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let ready = wait_until(Duration::from_secs(5), || {
-        (0..2).all(|r| dir.path().join(format!("pid.{r}")).exists())
-    });
+    let (launcher, pids) = start_recording(&dir, 2, "sleep 30", Stdio::piped());
     let pid = rustix::process::Pid::from_child(&launcher);
-    if !ready {
-        let _ = launcher.kill();
-        let _ = launcher.wait();
-        panic!("the ranks did not start");
-    }
-    let pids = read_pids(dir.path(), &[0, 1]);
     let start = Instant::now();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     let out = launcher.wait_with_output().unwrap();
@@ -472,13 +460,16 @@ fn ranks_start_with_a_clean_signal_mask() {
         );
     }
     // And a SIGTERM really ends a rank at once (not the SIGKILL a second later).
-    let (out, took) = gex_run(&[
-        "-n",
-        "2",
-        "sh",
-        "-c",
-        r#"[ "$GEX_RANK" = 1 ] && kill -TERM $$; sleep 5"#,
-    ]);
-    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    let took = gex_run_says(
+        &[
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            r#"[ "$GEX_RANK" = 1 ] && kill -TERM $$; sleep 5"#,
+        ],
+        143,
+        &[],
+    );
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use common::Launcher::HydraPmi2;
 
-#[test]
-fn hydra_pmi2_collectives() {
-    common::collectives(HydraPmi2, "hydra_pmi2_collectives");
+common::launcher_cases! {
+    HydraPmi2;
+    hydra_pmi2_collectives: collectives;
 }
 
 /// Rank 0 enters the barrier 2 s after the others: under Hydra 4.0's PMI-2 the

@@ -10,27 +10,11 @@ mod common;
 
 use common::Launcher::Mpirun;
 
-#[test]
-fn mpirun_collectives() {
-    common::collectives(Mpirun, "mpirun_collectives");
-}
-
-#[test]
-fn mpirun_exit_codes() {
-    common::exit_codes(Mpirun, "mpirun_exit_codes");
-}
-
-#[test]
-fn mpirun_kill9() {
-    common::kill9(Mpirun, "mpirun_kill9");
-}
-
-#[test]
-fn mpirun_abort() {
-    common::abort(Mpirun, "mpirun_abort");
-}
-
-#[test]
-fn mpirun_exit_request() {
-    common::exit_request(Mpirun, "mpirun_exit_request");
+common::launcher_cases! {
+    Mpirun;
+    mpirun_collectives: collectives;
+    mpirun_exit_codes: exit_codes;
+    mpirun_kill9: kill9;
+    mpirun_abort: abort;
+    mpirun_exit_request: exit_request;
 }

@@ -11,73 +11,22 @@ use common::Launcher::SrunPmi2;
 #[cfg(feature = "pmix")]
 use common::Launcher::SrunPmix;
 
-#[test]
-#[ignore = "needs a running Slurm: ci/slurm.sh test"]
-fn srun_pmi2_collectives() {
-    common::collectives(SrunPmi2, "srun_pmi2_collectives");
-}
-
-#[test]
-#[ignore = "needs a running Slurm: ci/slurm.sh test"]
-fn srun_pmi2_exit_codes() {
-    common::exit_codes(SrunPmi2, "srun_pmi2_exit_codes");
-}
-
-#[test]
-#[ignore = "needs a running Slurm: ci/slurm.sh test"]
-fn srun_pmi2_kill9() {
-    common::kill9(SrunPmi2, "srun_pmi2_kill9");
-}
-
-#[test]
-#[ignore = "needs a running Slurm: ci/slurm.sh test"]
-fn srun_pmi2_abort() {
-    common::abort(SrunPmi2, "srun_pmi2_abort");
-}
-
-#[test]
-#[ignore = "needs a running Slurm: ci/slurm.sh test"]
-fn srun_pmi2_exit_request() {
-    common::exit_request(SrunPmi2, "srun_pmi2_exit_request");
-}
-
-#[test]
-#[ignore = "needs a running Slurm: ci/slurm.sh test"]
-fn srun_pmi2_time_limit() {
-    common::time_limit(SrunPmi2, "srun_pmi2_time_limit");
+common::launcher_cases! {
+    SrunPmi2, each #[ignore = "needs a running Slurm: ci/slurm.sh test"];
+    srun_pmi2_collectives: collectives;
+    srun_pmi2_exit_codes: exit_codes;
+    srun_pmi2_kill9: kill9;
+    srun_pmi2_abort: abort;
+    srun_pmi2_exit_request: exit_request;
+    srun_pmi2_time_limit: time_limit;
 }
 
 #[cfg(feature = "pmix")]
-#[test]
-#[ignore = "needs a running Slurm: ci/slurm.sh test"]
-fn srun_pmix_collectives() {
-    common::collectives(SrunPmix, "srun_pmix_collectives");
-}
-
-#[cfg(feature = "pmix")]
-#[test]
-#[ignore = "needs a running Slurm: ci/slurm.sh test"]
-fn srun_pmix_exit_codes() {
-    common::exit_codes(SrunPmix, "srun_pmix_exit_codes");
-}
-
-#[cfg(feature = "pmix")]
-#[test]
-#[ignore = "needs a running Slurm: ci/slurm.sh test"]
-fn srun_pmix_kill9() {
-    common::kill9(SrunPmix, "srun_pmix_kill9");
-}
-
-#[cfg(feature = "pmix")]
-#[test]
-#[ignore = "needs a running Slurm: ci/slurm.sh test"]
-fn srun_pmix_abort() {
-    common::abort(SrunPmix, "srun_pmix_abort");
-}
-
-#[cfg(feature = "pmix")]
-#[test]
-#[ignore = "needs a running Slurm: ci/slurm.sh test"]
-fn srun_pmix_exit_request() {
-    common::exit_request(SrunPmix, "srun_pmix_exit_request");
+common::launcher_cases! {
+    SrunPmix, each #[ignore = "needs a running Slurm: ci/slurm.sh test"];
+    srun_pmix_collectives: collectives;
+    srun_pmix_exit_codes: exit_codes;
+    srun_pmix_kill9: kill9;
+    srun_pmix_abort: abort;
+    srun_pmix_exit_request: exit_request;
 }

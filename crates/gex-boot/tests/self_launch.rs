@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use gex_boot::{Role, spawn_self_test, spawn_self_test_with};
+use gex_core::boot::Bootstrap;
 
 /// In a rank: end the process if the launcher has not ended the job in time, so a
 /// broken launcher makes the test fail instead of hang.
@@ -33,12 +34,50 @@ fn blob_of(rank: u32) -> Vec<u8> {
     (0..rank * 3).map(|i| (rank * 16 + i) as u8).collect()
 }
 
+/// Both sides of a job of `ranks` copies of the test `name`: in the launcher,
+/// `launcher` checks the job's exit code; in each rank, `rank` runs (the
+/// [`watchdog`] started).
+fn self_job(
+    ranks: u32,
+    name: &str,
+    launcher: impl FnOnce(i32),
+    rank: impl FnOnce(Box<dyn Bootstrap>),
+) {
+    on_role(spawn_self_test(ranks, name).unwrap(), launcher, rank);
+}
+
+/// [`self_job`] for a job already started (`role`).
+fn on_role(role: Role, launcher: impl FnOnce(i32), rank: impl FnOnce(Box<dyn Bootstrap>)) {
+    match role {
+        Role::Launcher(code) => launcher(code),
+        Role::Rank(boot) => {
+            watchdog();
+            rank(boot);
+        }
+    }
+}
+
+/// In the launcher: the job ended with `code`, and within 5 s of `start`.
+fn ended_promptly(code: i32, want: i32, start: Instant) {
+    assert_eq!(code, want);
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(5), "job took {took:?}");
+}
+
+/// In a rank the job should lose: wait for the others in a barrier, then linger
+/// until the launcher ends the job.
+fn linger(mut boot: Box<dyn Bootstrap>) {
+    let _ = boot.barrier();
+    std::thread::sleep(Duration::from_secs(30));
+}
+
 #[test]
 fn four_ranks_exchange_barrier_broadcast() {
-    match spawn_self_test(4, "four_ranks_exchange_barrier_broadcast").unwrap() {
-        Role::Launcher(code) => assert_eq!(code, 0),
-        Role::Rank(mut boot) => {
-            watchdog();
+    self_job(
+        4,
+        "four_ranks_exchange_barrier_broadcast",
+        |code| assert_eq!(code, 0),
+        |mut boot| {
             let (rank, size) = (boot.rank(), boot.size());
             assert_eq!(size, 4);
             assert_eq!(boot.name(), "fork");
@@ -67,8 +106,8 @@ fn four_ranks_exchange_barrier_broadcast() {
             assert_eq!(all, want);
             boot.barrier().unwrap();
             boot.finalize(0).unwrap();
-        }
-    }
+        },
+    );
 }
 
 /// Host names given to the launcher reach the ranks as host ids (WELCOME), and every
@@ -79,10 +118,10 @@ fn hosts_reach_the_ranks() {
         s.hosts(["x", "y", "x", "y"])
             .host_exec(["env", "BOOT_TEST_HOST=host-{host}"])
     });
-    match job.unwrap() {
-        Role::Launcher(code) => assert_eq!(code, 0),
-        Role::Rank(mut boot) => {
-            watchdog();
+    on_role(
+        job.unwrap(),
+        |code| assert_eq!(code, 0),
+        |mut boot| {
             let rank = boot.rank();
             assert_eq!(boot.host_ids(), &[0, 1, 0, 1]);
             let host = if rank % 2 == 0 { "host-x" } else { "host-y" };
@@ -96,15 +135,17 @@ fn hosts_reach_the_ranks() {
             let launcher = boot.broadcast(0, &parent_pid().to_le_bytes()).unwrap();
             assert_eq!(launcher, parent_pid().to_le_bytes());
             boot.finalize(0).unwrap();
-        }
-    }
+        },
+    );
 }
 
 #[test]
 fn panic_after_hello_ends_the_job() {
     let me = std::process::id();
-    match spawn_self_test(3, "panic_after_hello_ends_the_job").unwrap() {
-        Role::Launcher(code) => {
+    self_job(
+        3,
+        "panic_after_hello_ends_the_job",
+        |code| {
             let ended = SystemTime::now();
             let path = shared_file("panic", me);
             let stamp = std::fs::read_to_string(&path).expect("rank 1 wrote its panic time");
@@ -117,9 +158,8 @@ fn panic_after_hello_ends_the_job() {
                 took < Duration::from_secs(2),
                 "ranks were ended {took:?} after the panic"
             );
-        }
-        Role::Rank(mut boot) => {
-            watchdog();
+        },
+        |mut boot| {
             boot.barrier().unwrap();
             if boot.rank() == 1 {
                 let now = SystemTime::now()
@@ -133,99 +173,92 @@ fn panic_after_hello_ends_the_job() {
                 panic!("rank 1 panics on purpose");
             }
             // The others wait for rank 1, which never comes: the launcher must end them.
-            let _ = boot.barrier();
-            std::thread::sleep(Duration::from_secs(30));
-        }
-    }
+            linger(boot);
+        },
+    );
 }
 
 #[test]
 fn sigkill_of_a_gex_rank_ends_the_job() {
     let start = Instant::now();
-    match spawn_self_test(3, "sigkill_of_a_gex_rank_ends_the_job").unwrap() {
-        Role::Launcher(code) => {
-            assert_eq!(code, 128 + 9);
-            let took = start.elapsed();
-            assert!(took < Duration::from_secs(5), "job took {took:?}");
-        }
-        Role::Rank(mut boot) => {
-            watchdog();
+    self_job(
+        3,
+        "sigkill_of_a_gex_rank_ends_the_job",
+        |code| ended_promptly(code, 128 + 9, start),
+        |mut boot| {
             boot.barrier().unwrap();
             if boot.rank() == 2 {
                 let me = rustix::process::getpid();
                 rustix::process::kill_process(me, rustix::process::Signal::KILL).unwrap();
             }
-            let _ = boot.barrier();
-            std::thread::sleep(Duration::from_secs(30));
-        }
-    }
+            linger(boot);
+        },
+    );
 }
 
 #[test]
 fn exit_request_ends_the_job() {
     let start = Instant::now();
-    match spawn_self_test(3, "exit_request_ends_the_job").unwrap() {
-        Role::Launcher(code) => {
-            assert_eq!(code, 5);
-            let took = start.elapsed();
-            assert!(took < Duration::from_secs(5), "job took {took:?}");
-        }
-        Role::Rank(mut boot) => {
-            watchdog();
+    self_job(
+        3,
+        "exit_request_ends_the_job",
+        |code| ended_promptly(code, 5, start),
+        |mut boot| {
             boot.barrier().unwrap();
             if boot.rank() == 0 {
                 boot.request_exit(5);
                 std::process::exit(5);
             }
-            let _ = boot.barrier();
-            std::thread::sleep(Duration::from_secs(30));
-        }
-    }
+            linger(boot);
+        },
+    );
 }
 
 #[test]
 fn abort_ends_the_job_with_its_code() {
-    match spawn_self_test(3, "abort_ends_the_job_with_its_code").unwrap() {
-        Role::Launcher(code) => assert_eq!(code, 3),
-        Role::Rank(mut boot) => {
-            watchdog();
+    self_job(
+        3,
+        "abort_ends_the_job_with_its_code",
+        |code| assert_eq!(code, 3),
+        |mut boot| {
             if boot.rank() == 2 {
                 boot.abort(3, "rank 2 gives up on purpose");
             }
-            let _ = boot.barrier();
-            std::thread::sleep(Duration::from_secs(30));
-        }
-    }
+            linger(boot);
+        },
+    );
 }
 
 #[test]
 fn mismatched_collectives_end_the_job() {
-    match spawn_self_test(2, "mismatched_collectives_end_the_job").unwrap() {
-        Role::Launcher(code) => assert_eq!(code, 1),
-        Role::Rank(mut boot) => {
-            watchdog();
+    self_job(
+        2,
+        "mismatched_collectives_end_the_job",
+        |code| assert_eq!(code, 1),
+        |mut boot| {
             if boot.rank() == 0 {
                 let _ = boot.barrier();
             } else {
                 let _ = boot.exchange(b"x");
             }
             std::thread::sleep(Duration::from_secs(30));
-        }
-    }
+        },
+    );
 }
 
 #[test]
 fn nonzero_exit_after_finalize_is_the_job_code() {
-    match spawn_self_test(2, "nonzero_exit_after_finalize_is_the_job_code").unwrap() {
-        Role::Launcher(code) => assert_eq!(code, 9),
-        Role::Rank(mut boot) => {
-            watchdog();
+    self_job(
+        2,
+        "nonzero_exit_after_finalize_is_the_job_code",
+        |code| assert_eq!(code, 9),
+        |mut boot| {
             boot.barrier().unwrap();
             let code = if boot.rank() == 1 { 9 } else { 0 };
             boot.finalize(code).unwrap();
             std::process::exit(code);
-        }
-    }
+        },
+    );
 }
 
 #[test]

@@ -6,49 +6,11 @@
 //! the same path with random exchanges; the conduits' checks of what peers publish
 //! are tested in their crates (`conduits/smp/tests/peer_trust.rs`, ...).
 
-use gex_core::boot::{BootError, Bootstrap};
-use gex_core::loopback::Loopback;
-use gex_core::{ClientBuilder, Config, InitError};
+mod common;
 
-/// A bootstrap of `size` ranks (this one `rank`) whose exchange returns `blobs`.
-#[derive(Debug)]
-struct Corrupt {
-    rank: u32,
-    size: u32,
-    hosts: Vec<u32>,
-    blobs: Vec<Vec<u8>>,
-}
-
-impl Bootstrap for Corrupt {
-    fn name(&self) -> &'static str {
-        "corrupt"
-    }
-    fn rank(&self) -> u32 {
-        self.rank
-    }
-    fn size(&self) -> u32 {
-        self.size
-    }
-    fn host_ids(&self) -> &[u32] {
-        &self.hosts
-    }
-    fn exchange(&mut self, _mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
-        Ok(self.blobs.clone())
-    }
-    fn barrier(&mut self) -> Result<(), BootError> {
-        Ok(())
-    }
-    fn broadcast(&mut self, _root: u32, data: &[u8]) -> Result<Vec<u8>, BootError> {
-        Ok(data.to_vec())
-    }
-    fn abort(&mut self, code: i32, msg: &str) -> ! {
-        panic!("abort({code}): {msg}")
-    }
-    fn finalize(&mut self, _code: i32) -> Result<(), BootError> {
-        Ok(())
-    }
-    fn request_exit(&mut self, _code: i32) {}
-}
+use common::TestBoot;
+use gex_core::InitError;
+use gex_core::boot::BootError;
 
 /// A layout blob as rank `rank` of a job of `size` ranks on host 0 publishes it: rank,
 /// size, endpoints, segment length, host, process id, endpoint capacity (the default
@@ -72,16 +34,8 @@ fn blob(rank: u32, size: u32, eps: u16, seg: u64) -> Vec<u8> {
 /// `init` of rank `rank` of `size` ranks (all on host 0) whose exchange returns
 /// `blobs`; the text of a `BootError::Protocol`.
 fn init_as(rank: u32, size: u32, blobs: Vec<Vec<u8>>) -> Result<(), String> {
-    let boot = Box::new(Corrupt {
-        rank,
-        size,
-        hosts: vec![0; size as usize],
-        blobs,
-    });
-    ClientBuilder::new()
-        .segment_size(4096)
-        .config(Config::default())
-        .init::<Loopback>(boot)
+    TestBoot::with_blobs(rank, size, blobs)
+        .init()
         .map(|c| c.finalize().unwrap())
         .map_err(|e| match e {
             InitError::Boot(BootError::Protocol(m)) => m,

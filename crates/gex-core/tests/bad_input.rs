@@ -5,42 +5,26 @@
 //! `GEX_*` values, a failing bootstrap). Each must be the documented error, never a
 //! panic, a hang or a message sent. One rank on the loopback conduit.
 
-use gex_core::boot::{BootError, Bootstrap, Singleton};
+use gex_core::boot::{BootError, Singleton};
 use gex_core::layer::Layer;
 use gex_core::loopback::Loopback;
 use gex_core::spi::Conduit;
 use gex_core::{
-    Am, AmError, Blocking, Body, Client, ClientBuilder, Config, Endpoint, EpAddr, EpError,
-    EventError, HandlerId, InitError, Mode, Nb, Nbi, Team, Token,
+    AmError, Blocking, Body, Client, ClientBuilder, Config, Endpoint, EpAddr, EpError, EventError,
+    HandlerId, InitError, Mode, Nb, Nbi, Team,
 };
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-const SEG: usize = 4096;
+mod common;
+
+use common::{SEG, TestBoot, counting};
 
 /// A loopback client of `eps` endpoints and no room for endpoints made at run time
 /// (`GEX_MAX_ENDPOINTS=0`: the capacity is `eps`), so the indices from `eps` on are the
 /// core's `AmError::BadEndpoint`.
 fn client(eps: u16) -> Client<Loopback> {
-    ClientBuilder::new()
-        .segment_size(SEG)
-        .endpoints(eps)
-        .config(Config::from_pairs([("GEX_MAX_ENDPOINTS", "0")]))
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap()
-}
-
-/// A handler counting its calls, and the counter.
-fn counting(ep: &mut Endpoint<Loopback>) -> (HandlerId, Arc<AtomicU32>) {
-    let n = Arc::new(AtomicU32::new(0));
-    let m = n.clone();
-    let h = ep
-        .register(move |_t: &mut Token<'_>, _a: Am<'_>| {
-            m.fetch_add(1, Ordering::Relaxed);
-        })
-        .unwrap();
-    (h, n)
+    common::loopback(eps, Config::from_pairs([("GEX_MAX_ENDPOINTS", "0")]))
 }
 
 /// Nothing was sent and nothing arrives.
@@ -641,32 +625,37 @@ fn a_segment_too_large_to_allocate_is_a_conduit_error() {
 
 // ---------------------------------------------------------------- layers
 
-/// A layer asking for more handler indices than the reserved range has.
-#[derive(Debug)]
-struct Greedy;
+/// A layer `$ty` named `$name` with one associated constant set, which attaches.
+macro_rules! layer_with {
+    ($(#[$m:meta])* $ty:ident, $name:literal, $c:ident: $t:ty = $v:expr) => {
+        $(#[$m])*
+        #[derive(Debug)]
+        struct $ty;
 
-impl Layer for Greedy {
-    const NAME: &'static str = "greedy";
-    const HANDLERS: u8 = 113;
-    fn attach<C: Conduit>(
-        _cx: &mut gex_core::layer::Attach<'_, C, Self>,
-    ) -> Result<Self, InitError> {
-        Ok(Greedy)
-    }
+        impl Layer for $ty {
+            const NAME: &'static str = $name;
+            const $c: $t = $v;
+            fn attach<C: Conduit>(
+                _cx: &mut gex_core::layer::Attach<'_, C, Self>,
+            ) -> Result<Self, InitError> {
+                Ok($ty)
+            }
+        }
+    };
 }
 
-/// A layer asking for an auxiliary area no address space has.
-#[derive(Debug)]
-struct Vast;
+layer_with!(
+    /// A layer asking for more handler indices than the reserved range has.
+    Greedy, "greedy", HANDLERS: u8 = 113
+);
+layer_with!(
+    /// A layer asking for an auxiliary area no address space has.
+    Vast, "vast", AUX_BYTES: usize = usize::MAX
+);
 
-impl Layer for Vast {
-    const NAME: &'static str = "vast";
-    const AUX_BYTES: usize = usize::MAX;
-    fn attach<C: Conduit>(
-        _cx: &mut gex_core::layer::Attach<'_, C, Self>,
-    ) -> Result<Self, InitError> {
-        Ok(Vast)
-    }
+/// `init` of a loopback client with the layer `L`.
+fn with_layer<L: Layer>() -> Result<Client<Loopback>, InitError> {
+    common::try_build(ClientBuilder::new().layer::<L>(), Config::default())
 }
 
 /// A layer that refuses to attach.
@@ -685,42 +674,30 @@ impl Layer for Refuses {
     }
 }
 
-#[test]
-fn layers_that_do_not_fit_the_handler_range_are_config_errors() {
-    let r = ClientBuilder::new()
-        .layer::<Greedy>()
-        .segment_size(SEG)
-        .config(Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()));
+/// `init` with the layer `L` is an `InitError::Config` naming the layer and `what`.
+fn a_config_error_with<L: Layer>(what: &str) {
+    let r = with_layer::<L>();
     assert!(
-        matches!(&r, Err(InitError::Config(m)) if m.contains("greedy") && m.contains("handler")),
+        matches!(&r, Err(InitError::Config(m)) if m.contains(L::NAME) && m.contains(what)),
         "{r:?}"
     );
+}
+
+#[test]
+fn layers_that_do_not_fit_the_handler_range_are_config_errors() {
+    a_config_error_with::<Greedy>("handler");
 }
 
 /// Regression: rounding a layer's `AUX_BYTES` up to 64 overflowed (a panic in
 /// `ClientBuilder::init`), and the layers' total was not checked.
 #[test]
 fn an_auxiliary_area_no_address_space_holds_is_a_config_error() {
-    let r = ClientBuilder::new()
-        .layer::<Vast>()
-        .segment_size(SEG)
-        .config(Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()));
-    assert!(
-        matches!(&r, Err(InitError::Config(m)) if m.contains("vast") && m.contains("auxiliary")),
-        "{r:?}"
-    );
+    a_config_error_with::<Vast>("auxiliary");
 }
 
 #[test]
 fn a_layer_that_refuses_to_attach_is_an_endpoint_layer_error() {
-    let c = ClientBuilder::new()
-        .layer::<Refuses>()
-        .segment_size(SEG)
-        .config(Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = with_layer::<Refuses>().unwrap();
     match c.endpoint(0) {
         Err(EpError::Layer(m)) => assert!(m.contains("refuses") && m.contains("not today")),
         other => panic!("{other:?}"),
@@ -729,84 +706,9 @@ fn a_layer_that_refuses_to_attach_is_an_endpoint_layer_error() {
 
 // ---------------------------------------------------------------- bootstrap
 
-/// A bootstrap of `size` ranks (this one rank 0) whose collectives succeed or fail as
-/// configured.
-#[derive(Debug)]
-struct Fake {
-    size: u32,
-    hosts: Vec<u32>,
-    fail_exchange: bool,
-    fail_barrier: bool,
-}
-
-impl Fake {
-    fn new(size: u32) -> Self {
-        Fake {
-            size,
-            hosts: vec![0; size as usize],
-            fail_exchange: false,
-            fail_barrier: false,
-        }
-    }
-}
-
-impl Bootstrap for Fake {
-    fn name(&self) -> &'static str {
-        "fake"
-    }
-    fn rank(&self) -> u32 {
-        0
-    }
-    fn size(&self) -> u32 {
-        self.size
-    }
-    fn host_ids(&self) -> &[u32] {
-        &self.hosts
-    }
-    fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootError> {
-        if self.fail_exchange {
-            return Err(BootError::Lost("the launcher is gone".into()));
-        }
-        // Every rank's blob as that rank would publish it: the same as this one's, but
-        // for the sender's rank, which the core's layout blob starts with (and checks).
-        Ok((0..self.size)
-            .map(|r| {
-                let mut b = mine.to_vec();
-                if let Some(head) = b.get_mut(..4) {
-                    head.copy_from_slice(&r.to_le_bytes());
-                }
-                b
-            })
-            .collect())
-    }
-    fn barrier(&mut self) -> Result<(), BootError> {
-        if self.fail_barrier {
-            return Err(BootError::Lost("the launcher is gone".into()));
-        }
-        Ok(())
-    }
-    fn broadcast(&mut self, _root: u32, data: &[u8]) -> Result<Vec<u8>, BootError> {
-        Ok(data.to_vec())
-    }
-    fn abort(&mut self, code: i32, msg: &str) -> ! {
-        panic!("abort({code}): {msg}")
-    }
-    fn finalize(&mut self, _code: i32) -> Result<(), BootError> {
-        Ok(())
-    }
-    fn request_exit(&mut self, _code: i32) {}
-}
-
-fn init_with(boot: Fake) -> Result<Client<Loopback>, InitError> {
-    ClientBuilder::new()
-        .segment_size(SEG)
-        .config(Config::default())
-        .init::<Loopback>(Box::new(boot))
-}
-
 #[test]
 fn a_conduit_that_cannot_run_the_job_is_a_conduit_error() {
-    match init_with(Fake::new(2)) {
+    match TestBoot::new(2).init() {
         Err(InitError::Conduit { conduit, msg }) => {
             assert_eq!(conduit, "loopback");
             assert!(msg.contains("one rank"), "{msg}");
@@ -817,9 +719,9 @@ fn a_conduit_that_cannot_run_the_job_is_a_conduit_error() {
 
 #[test]
 fn a_bootstrap_with_too_few_host_ids_is_a_config_error() {
-    let mut b = Fake::new(2);
+    let mut b = TestBoot::new(2);
     b.hosts.pop();
-    match init_with(b) {
+    match b.init() {
         Err(InitError::Config(m)) => assert!(m.contains("host ids"), "{m}"),
         other => panic!("{other:?}"),
     }
@@ -827,15 +729,12 @@ fn a_bootstrap_with_too_few_host_ids_is_a_config_error() {
 
 #[test]
 fn bootstrap_failures_are_boot_errors() {
-    let mut b = Fake::new(1);
+    let mut b = TestBoot::new(1);
     b.fail_exchange = true;
-    assert!(matches!(
-        init_with(b),
-        Err(InitError::Boot(BootError::Lost(_)))
-    ));
-    let mut b = Fake::new(1);
+    assert!(matches!(b.init(), Err(InitError::Boot(BootError::Lost(_)))));
+    let mut b = TestBoot::new(1);
     b.fail_barrier = true;
-    let c = init_with(b).unwrap();
+    let c = b.init().unwrap();
     assert!(matches!(
         c.boot_barrier(),
         Err(InitError::Boot(BootError::Lost(_)))

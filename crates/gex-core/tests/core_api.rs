@@ -14,13 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod common;
+
 fn client(eps: u16) -> gex_core::Client<Loopback> {
-    ClientBuilder::new()
-        .segment_size(4096)
-        .endpoints(eps)
-        .config(gex_core::Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap()
+    common::loopback(eps, gex_core::Config::default())
 }
 
 #[test]
@@ -352,13 +349,7 @@ fn exchange_gathers_every_blob() {
 fn a_scope_completes_its_operations_before_returning() {
     let c = client(1);
     let mut ep = c.endpoint(0).unwrap();
-    let n = Arc::new(AtomicU64::new(0));
-    let m = n.clone();
-    let h = ep
-        .register(move |_t: &mut Token<'_>, _a: Am<'_>| {
-            m.fetch_add(1, Ordering::Relaxed);
-        })
-        .unwrap();
+    let (h, n) = common::counting(&mut ep);
     let me = ep.addr();
     ep.scope(|s| {
         for _ in 0..3 {
@@ -453,13 +444,10 @@ impl Layer for Second {
 
 #[test]
 fn layers_get_handler_blocks_aux_slices_settings_and_progress() {
-    let c = ClientBuilder::new()
-        .layer::<Pinger>()
-        .layer::<Second>()
-        .segment_size(4096)
-        .config(gex_core::Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = common::build(
+        ClientBuilder::new().layer::<Pinger>().layer::<Second>(),
+        gex_core::Config::default(),
+    );
     assert_eq!(
         c.layers().iter().map(|l| l.name).collect::<Vec<_>>(),
         ["pinger", "second"]
@@ -523,12 +511,10 @@ fn layers_get_handler_blocks_aux_slices_settings_and_progress() {
 
 #[test]
 fn a_layer_that_refuses_to_attach_fails_the_endpoint() {
-    let c = ClientBuilder::new()
-        .layer::<Pinger>()
-        .segment_size(4096)
-        .config(gex_core::Config::from_pairs([("PINGER_TEST_KNOB", "1")]))
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = common::build(
+        ClientBuilder::new().layer::<Pinger>(),
+        gex_core::Config::from_pairs([("PINGER_TEST_KNOB", "1")]),
+    );
     let e = c.endpoint(0).unwrap_err();
     assert!(
         e.to_string().contains("pinger") && e.to_string().contains("refused"),
@@ -540,13 +526,10 @@ fn a_layer_that_refuses_to_attach_fails_the_endpoint() {
 
 #[test]
 fn a_progress_thread_serves_requests_while_the_owner_computes() {
-    let c = ClientBuilder::new()
-        .endpoints(2)
-        .segment_size(4096)
-        .progress_thread(true)
-        .config(gex_core::Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = common::build(
+        ClientBuilder::new().endpoints(2).progress_thread(true),
+        gex_core::Config::default(),
+    );
     let mut target = c.endpoint(0).unwrap();
     let mut peer = c.endpoint(1).unwrap();
     assert!(target.has_progress_thread());
@@ -588,12 +571,10 @@ fn a_progress_thread_serves_requests_while_the_owner_computes() {
 #[test]
 fn a_layer_takes_a_completed_event_without_waiting() {
     use gex_core::event::Data;
-    let c = ClientBuilder::new()
-        .layer::<Pinger>()
-        .segment_size(4096)
-        .config(gex_core::Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = common::build(
+        ClientBuilder::new().layer::<Pinger>(),
+        gex_core::Config::default(),
+    );
     let mut ep = c.endpoint(0).unwrap();
     let got = layer::with::<Pinger, _, _>(&mut *ep, |_p, cx| {
         let (ev, done) = cx.pending::<u64, AmError>(None, |d, _| match d {
@@ -610,12 +591,10 @@ fn a_layer_takes_a_completed_event_without_waiting() {
 
 #[test]
 fn a_layer_whose_handler_ran_is_busy() {
-    let c = ClientBuilder::new()
-        .layer::<Pinger>()
-        .segment_size(4096)
-        .config(gex_core::Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = common::build(
+        ClientBuilder::new().layer::<Pinger>(),
+        gex_core::Config::default(),
+    );
     let mut ep = c.endpoint(0).unwrap();
     let me = ep.addr();
     ep.poll();
@@ -656,12 +635,7 @@ impl Layer for Stuck {
 }
 
 fn stuck_client(cfg: gex_core::Config) -> gex_core::Client<Loopback> {
-    ClientBuilder::new()
-        .layer::<Stuck>()
-        .segment_size(4096)
-        .config(cfg)
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap()
+    common::build(ClientBuilder::new().layer::<Stuck>(), cfg)
 }
 
 #[test]
@@ -675,81 +649,6 @@ fn the_report_names_counters_layers_and_the_conduit() {
     assert!(r.contains("state of rank 0 ep 0"), "{r}");
     assert!(r.contains("0: sent 1 received 1"), "{r}");
     assert!(r.contains("stuck: 3 operations pending to rank 7"), "{r}");
-}
-
-/// Runs this test binary again for one `child_*` test with `env`, returning its stderr.
-fn child_stderr(test: &str, env: &[(&str, &str)]) -> String {
-    let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new(exe)
-        .args([test, "--exact", "--nocapture", "--ignored"])
-        .envs(env.iter().copied())
-        .env("CORE_API_TEST_CHILD", "1")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "child {test} failed: {out:?}");
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-#[test]
-#[ignore = "run by stalled_waits_print_the_report in a child process"]
-fn child_stalls() {
-    if std::env::var("CORE_API_TEST_CHILD").is_err() {
-        return;
-    }
-    let c = stuck_client(gex_core::Config::from_env());
-    let mut ep = c.endpoint(0).unwrap();
-    assert!(!ep.wait_until_timeout(|| false, Duration::from_millis(2500)));
-}
-
-#[test]
-#[cfg_attr(
-    miri,
-    ignore = "runs this test binary in a child process: Miri cannot start processes"
-)]
-fn stalled_waits_print_the_report() {
-    let err = child_stderr("child_stalls", &[("GEX_STALL_REPORT", "1")]);
-    assert!(err.contains("without progress"), "{err}");
-    assert!(
-        err.contains("stuck: 3 operations pending to rank 7"),
-        "{err}"
-    );
-    // Not printed at all when disabled.
-    let err = child_stderr("child_stalls", &[("GEX_STALL_REPORT", "0")]);
-    assert!(!err.contains("without progress"), "{err}");
-}
-
-#[test]
-#[ignore = "run by sigusr1_prints_the_report in a child process"]
-fn child_signalled() {
-    if std::env::var("CORE_API_TEST_CHILD").is_err() {
-        return;
-    }
-    let c = stuck_client(gex_core::Config::from_env());
-    let mut ep = c.endpoint(0).unwrap();
-    let pid = std::process::id();
-    let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(200));
-        std::process::Command::new("kill")
-            .args(["-USR1", &pid.to_string()])
-            .status()
-            .unwrap();
-    });
-    assert!(!ep.wait_until_timeout(|| false, Duration::from_millis(1000)));
-    t.join().unwrap();
-}
-
-#[test]
-#[cfg_attr(
-    miri,
-    ignore = "runs this test binary in a child process: Miri cannot start processes"
-)]
-fn sigusr1_prints_the_report() {
-    let err = child_stderr("child_signalled", &[("GEX_STALL_REPORT", "0")]);
-    assert!(err.contains("gex: state of rank 0 ep 0"), "{err}");
-    assert!(
-        err.contains("stuck: 3 operations pending to rank 7"),
-        "{err}"
-    );
 }
 
 #[test]
@@ -783,8 +682,9 @@ fn members_at_different_exchanges_get_an_error_not_a_hang() {
     );
 }
 
-/// Like [`child_stderr`], for a child expected to fail: its exit code and stderr.
-fn child_failure(test: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
+/// Runs this test binary again for one `child_*` test with `env`: its exit code and
+/// stderr.
+fn run_child(test: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
     let exe = std::env::current_exe().unwrap();
     let out = std::process::Command::new(exe)
         .args([test, "--exact", "--nocapture", "--ignored"])
@@ -798,81 +698,133 @@ fn child_failure(test: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
     )
 }
 
-#[test]
-#[ignore = "run by a_retry_that_stalls_prints_the_report in a child process"]
-fn child_retries() {
-    if std::env::var("CORE_API_TEST_CHILD").is_err() {
-        return;
-    }
-    let c = stuck_client(gex_core::Config::from_env());
-    let mut ep = c.endpoint(0).unwrap();
-    // An operation the conduit keeps refusing (back-pressure that never clears).
-    let mut r = layer::Retry::default();
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_millis(2500) {
-        layer::retry(&mut *ep, &mut r);
-    }
+/// Like [`run_child`], for a child expected to succeed: its stderr.
+fn child_stderr(test: &str, env: &[(&str, &str)]) -> String {
+    let (code, err) = run_child(test, env);
+    assert_eq!(code, Some(0), "child {test} failed: {err}");
+    err
 }
 
-#[test]
-#[cfg_attr(
-    miri,
-    ignore = "runs this test binary in a child process: Miri cannot start processes"
-)]
-fn a_retry_that_stalls_prints_the_report() {
-    let err = child_stderr("child_retries", &[("GEX_STALL_REPORT", "1")]);
-    assert!(err.contains("without progress"), "{err}");
+/// The stderr of the `child_*` test `child` run with `env`, which must hold the
+/// `Stuck` layer's part of the state report.
+fn stuck_report(child: &str, env: &[(&str, &str)]) -> String {
+    let err = child_stderr(child, env);
     assert!(
         err.contains("stuck: 3 operations pending to rank 7"),
         "{err}"
     );
+    err
 }
 
-#[test]
-#[ignore = "run by a_handler_panic_on_the_progress_thread_ends_the_rank in a child process"]
-fn child_thread_handler_panics() {
-    if std::env::var("CORE_API_TEST_CHILD").is_err() {
-        return;
+/// A test in two halves: `$child`, ignored, which does its work only in the child
+/// process [`run_child`] starts (`CORE_API_TEST_CHILD` set), and `$parent`, which
+/// starts it and checks what it printed (not under Miri, which cannot start processes).
+macro_rules! in_child {
+    (fn $child:ident() $cbody:block fn $parent:ident() $pbody:block) => {
+        #[test]
+        #[ignore = concat!("run by ", stringify!($parent), " in a child process")]
+        fn $child() {
+            if std::env::var("CORE_API_TEST_CHILD").is_err() {
+                return;
+            }
+            $cbody
+        }
+
+        #[test]
+        #[cfg_attr(
+            miri,
+            ignore = "runs this test binary in a child process: Miri cannot start processes"
+        )]
+        fn $parent() $pbody
+    };
+}
+
+in_child! {
+    fn child_stalls() {
+        let c = stuck_client(gex_core::Config::from_env());
+        let mut ep = c.endpoint(0).unwrap();
+        assert!(!ep.wait_until_timeout(|| false, Duration::from_millis(2500)));
     }
-    let c = ClientBuilder::new()
-        .endpoints(2)
-        .segment_size(4096)
-        .progress_thread(true)
-        .config(gex_core::Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
-    let mut target = c.endpoint(0).unwrap();
-    let mut peer = c.endpoint(1).unwrap();
-    let boom = target
-        .register(|_t: &mut Token<'_>, _a: Am<'_>| panic!("a handler panics on purpose"))
-        .unwrap();
-    let _ = peer.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
-    peer.request(target.addr(), boom, Body::short(&[])).unwrap();
-    // The owner computes; the progress thread runs the handler, which panics.
-    std::thread::sleep(Duration::from_secs(5));
-    drop(target);
-    unreachable!("the rank should have ended");
+    fn stalled_waits_print_the_report() {
+        let err = stuck_report("child_stalls", &[("GEX_STALL_REPORT", "1")]);
+        assert!(err.contains("without progress"), "{err}");
+        // Not printed at all when disabled.
+        let err = child_stderr("child_stalls", &[("GEX_STALL_REPORT", "0")]);
+        assert!(!err.contains("without progress"), "{err}");
+    }
 }
 
-#[test]
-#[cfg_attr(
-    miri,
-    ignore = "runs this test binary in a child process: Miri cannot start processes"
-)]
-fn a_handler_panic_on_the_progress_thread_ends_the_rank() {
-    let t0 = Instant::now();
-    let (code, err) = child_failure("child_thread_handler_panics", &[]);
-    assert_eq!(code, Some(101), "{err}");
-    assert!(err.contains("a handler panics on purpose"), "{err}");
-    assert!(
-        err.contains("panicked on the progress thread of rank 0 ep 0"),
-        "{err}"
-    );
-    assert!(
-        t0.elapsed() < Duration::from_secs(4),
-        "took {:?}",
-        t0.elapsed()
-    );
+in_child! {
+    fn child_signalled() {
+        let c = stuck_client(gex_core::Config::from_env());
+        let mut ep = c.endpoint(0).unwrap();
+        let pid = std::process::id();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            std::process::Command::new("kill")
+                .args(["-USR1", &pid.to_string()])
+                .status()
+                .unwrap();
+        });
+        assert!(!ep.wait_until_timeout(|| false, Duration::from_millis(1000)));
+        t.join().unwrap();
+    }
+    fn sigusr1_prints_the_report() {
+        let err = stuck_report("child_signalled", &[("GEX_STALL_REPORT", "0")]);
+        assert!(err.contains("gex: state of rank 0 ep 0"), "{err}");
+    }
+}
+
+in_child! {
+    fn child_retries() {
+        let c = stuck_client(gex_core::Config::from_env());
+        let mut ep = c.endpoint(0).unwrap();
+        // An operation the conduit keeps refusing (back-pressure that never clears).
+        let mut r = layer::Retry::default();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(2500) {
+            layer::retry(&mut *ep, &mut r);
+        }
+    }
+    fn a_retry_that_stalls_prints_the_report() {
+        let err = stuck_report("child_retries", &[("GEX_STALL_REPORT", "1")]);
+        assert!(err.contains("without progress"), "{err}");
+    }
+}
+
+in_child! {
+    fn child_thread_handler_panics() {
+        let c = common::build(
+            ClientBuilder::new().endpoints(2).progress_thread(true),
+            gex_core::Config::default(),
+        );
+        let mut target = c.endpoint(0).unwrap();
+        let mut peer = c.endpoint(1).unwrap();
+        let boom = target
+            .register(|_t: &mut Token<'_>, _a: Am<'_>| panic!("a handler panics on purpose"))
+            .unwrap();
+        let _ = peer.register(|_t: &mut Token<'_>, _a: Am<'_>| {}).unwrap();
+        peer.request(target.addr(), boom, Body::short(&[])).unwrap();
+        // The owner computes; the progress thread runs the handler, which panics.
+        std::thread::sleep(Duration::from_secs(5));
+        drop(target);
+        unreachable!("the rank should have ended");
+    }
+    fn a_handler_panic_on_the_progress_thread_ends_the_rank() {
+        let t0 = Instant::now();
+        let (code, err) = run_child("child_thread_handler_panics", &[]);
+        assert_eq!(code, Some(101), "{err}");
+        assert!(err.contains("a handler panics on purpose"), "{err}");
+        assert!(
+            err.contains("panicked on the progress thread of rank 0 ep 0"),
+            "{err}"
+        );
+        assert!(
+            t0.elapsed() < Duration::from_secs(4),
+            "took {:?}",
+            t0.elapsed()
+        );
+    }
 }
 
 /// A layer type per `N`, to attach more layers than the handle caches.
@@ -890,16 +842,15 @@ impl<const N: usize> Layer for Nth<N> {
 
 #[test]
 fn layer_state_access_reaches_the_same_state_for_every_layer() {
-    let c = ClientBuilder::new()
-        .layer::<Nth<0>>()
-        .layer::<Nth<1>>()
-        .layer::<Nth<2>>()
-        .layer::<Nth<3>>()
-        .layer::<Nth<4>>()
-        .segment_size(4096)
-        .config(gex_core::Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = common::build(
+        ClientBuilder::new()
+            .layer::<Nth<0>>()
+            .layer::<Nth<1>>()
+            .layer::<Nth<2>>()
+            .layer::<Nth<3>>()
+            .layer::<Nth<4>>(),
+        gex_core::Config::default(),
+    );
     let mut ep = c.endpoint(0).unwrap();
     fn check<const N: usize>(ep: &mut gex_core::Endpoint<Loopback>) {
         for k in 1..=3u32 {
@@ -923,13 +874,10 @@ fn layer_state_access_reaches_the_same_state_for_every_layer() {
     assert!(layer::with::<Pinger, _, _>(&mut ep, |_, _| ()).is_none());
     // The same through a progress thread's lock: `state` is not a fallback-to-`None`
     // fast path, it takes the lock and holds it while `f` runs.
-    let c = ClientBuilder::new()
-        .layer::<Nth<0>>()
-        .progress_thread(true)
-        .segment_size(4096)
-        .config(gex_core::Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = common::build(
+        ClientBuilder::new().layer::<Nth<0>>().progress_thread(true),
+        gex_core::Config::default(),
+    );
     let mut ep = c.endpoint(0).unwrap();
     for _ in 0..1000 {
         layer::state::<Nth<0>, _, _>(&mut ep, |mut l| l.hits += 1).expect("attached");
@@ -962,13 +910,12 @@ impl Layer for Counting {
 
 /// A client with the [`Counting`] layer and a progress thread.
 fn counting_with_thread() -> gex_core::Client<Loopback> {
-    ClientBuilder::new()
-        .layer::<Counting>()
-        .progress_thread(true)
-        .segment_size(4096)
-        .config(gex_core::Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap()
+    common::build(
+        ClientBuilder::new()
+            .layer::<Counting>()
+            .progress_thread(true),
+        gex_core::Config::default(),
+    )
 }
 
 /// Makes `ep`'s [`Counting`] layer busy, so the thread polls it on its own (it stays
@@ -1106,12 +1053,10 @@ impl Layer for Flusher {
 
 #[test]
 fn a_scope_waits_for_what_its_layers_track_at_its_end() {
-    let c = ClientBuilder::new()
-        .layer::<Flusher>()
-        .segment_size(4096)
-        .config(gex_core::Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = common::build(
+        ClientBuilder::new().layer::<Flusher>(),
+        gex_core::Config::default(),
+    );
     let mut ep = c.endpoint(0).unwrap();
     let tag = ep.scope(|s| Ok::<u32, EventError>(s.tag())).unwrap();
     let (ended, pending, polls) = layer::with::<Flusher, _, _>(&mut *ep, |f, _| {

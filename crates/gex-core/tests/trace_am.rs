@@ -3,8 +3,8 @@
 //! then has no tests). Run: `cargo test -p gex-core --features trace-am --test trace_am`.
 #![cfg(feature = "trace-am")]
 
-use gex_core::boot::Singleton;
-use gex_core::loopback::Loopback;
+mod common;
+
 use gex_core::{Am, Body, ClientBuilder, EpAddr, Token};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,19 +36,9 @@ impl Subscriber for Counter {
 fn am_path_emits_events() {
     let n = Arc::new(AtomicUsize::new(0));
     let _guard = tracing::subscriber::set_default(Counter(n.clone()));
-    let c = ClientBuilder::new()
-        .segment_size(4096)
-        .config(gex_core::Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = common::loopback(1, gex_core::Config::default());
     let mut ep = c.endpoint(0).unwrap();
-    let done = Arc::new(AtomicUsize::new(0));
-    let d = done.clone();
-    let pong = ep
-        .register(move |_t: &mut Token<'_>, _am: Am<'_>| {
-            d.fetch_add(1, Ordering::Relaxed);
-        })
-        .unwrap();
+    let (pong, done) = common::counting(&mut ep);
     let ping = ep
         .register(move |t: &mut Token<'_>, _am: Am<'_>| t.reply(pong, Body::short(&[])).unwrap())
         .unwrap();
@@ -87,12 +77,10 @@ impl gex_core::layer::Layer for Echo {
 fn a_layers_requests_are_traced_too() {
     let n = Arc::new(AtomicUsize::new(0));
     let _guard = tracing::subscriber::set_default(Counter(n.clone()));
-    let c = ClientBuilder::new()
-        .layer::<Echo>()
-        .segment_size(4096)
-        .config(gex_core::Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = common::build(
+        ClientBuilder::new().layer::<Echo>(),
+        gex_core::Config::default(),
+    );
     let mut ep = c.endpoint(0).unwrap();
     let me = ep.addr();
     let r = gex_core::layer::with::<Echo, _, _>(&mut *ep, |p, cx| {

@@ -124,6 +124,34 @@ pub fn exchange_barrier<C: gex_core::spi::Conduit>(
     ep.exchange_tagged(&w, crate::BARRIER_TAG, &[]).map(drop)
 }
 
+/// Endpoint 0 of `client` with a handler at `index` that does nothing, returned once
+/// every rank has one (an [`exchange_barrier`]): a target other ranks may send to.
+///
+/// # Panics
+/// If the endpoint cannot be taken, the handler registered or the barrier fails.
+pub fn barrier_endpoint<C: gex_core::spi::Conduit>(
+    client: &gex_core::Client<C>,
+    index: gex_core::HandlerIndex,
+) -> gex_core::OwnedEndpoint<C> {
+    let mut ep = client.endpoint(0).expect("ep");
+    ep.register_at(index, |_: &mut gex_core::Token<'_>, _: gex_core::Am<'_>| {})
+        .expect("register");
+    exchange_barrier(&mut ep).expect("barrier");
+    ep
+}
+
+/// The end of a rank's body: drops `ep`, then finalizes `client`.
+///
+/// # Errors
+/// [`Client::finalize`](gex_core::Client::finalize)'s error, as text.
+pub fn finalize<C: gex_core::spi::Conduit>(
+    ep: gex_core::OwnedEndpoint<C>,
+    client: gex_core::Client<C>,
+) -> Result<(), String> {
+    drop(ep);
+    client.finalize().map_err(|e| e.to_string())
+}
+
 /// Registers at `index` on `ep` a handler that counts the messages it runs for, and
 /// returns the count.
 ///
@@ -217,6 +245,36 @@ pub fn lockstep_round_trips<C: gex_core::spi::Conduit>(
     }
     // Serve the peer's last requests before closing.
     ep.wait_until(|| served.load(Ordering::Relaxed) == rounds + 1);
+}
+
+/// Endpoint 0 of `c` and an endpoint made at run time (index 1), each on a thread of
+/// its own, make `rounds` [`lockstep_round_trips`] with the endpoint of the same index
+/// on rank `peer` (each thread's progress waiting for the other's). Endpoint 1 is
+/// dropped by its thread; endpoint 0 is returned.
+///
+/// # Panics
+/// If an endpoint cannot be had, a round trip fails, or a thread did not make every
+/// round.
+pub fn two_threads_two_endpoints<C: gex_core::spi::Conduit>(
+    c: &gex_core::Client<C>,
+    handlers: (gex_core::HandlerId, gex_core::HandlerId),
+    peer: u32,
+    rounds: u64,
+) -> gex_core::OwnedEndpoint<C> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let mut ep0 = c.endpoint(0).unwrap();
+    let ep1 = c.create_endpoint().unwrap();
+    let (a, b) = (AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|s| {
+        let (a, b, ep0) = (&a, &b, &mut ep0);
+        s.spawn(move || lockstep_round_trips(ep0, handlers, peer, rounds, (a, b)));
+        s.spawn(move || lockstep_round_trips(&mut { ep1 }, handlers, peer, rounds, (b, a)));
+    });
+    assert_eq!(
+        (a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)),
+        (rounds, rounds)
+    );
+    ep0
 }
 
 /// Asserts that `r`, a request to `dst`, failed with the conduit's

@@ -14,7 +14,7 @@
 //! (docs/soundness.md, class 4).
 #![cfg(feature = "rma")]
 
-use gex_core::{Blocking, ClientBuilder, EpAddr};
+use gex_core::{Blocking, EpAddr};
 use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, RmaExt};
 use gex_testkit::sim::{SimConfig, run_sim};
 
@@ -22,11 +22,7 @@ fn atomics_against_reads(cfg: SimConfig, native: bool) {
     run_sim(
         2,
         cfg,
-        || {
-            ClientBuilder::new()
-                .segment_size(4096)
-                .layer::<gex_rma::Rma>()
-        },
+        || gex_testkit::rma::client_builder().segment_size(4096),
         move |client| {
             let mut ep = client.endpoint(0).unwrap();
             let world = ep.world();

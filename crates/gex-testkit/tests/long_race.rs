@@ -57,11 +57,7 @@ fn a_native_put_and_a_segment_read_do_not_race() {
     run_sim(
         2,
         cfg,
-        || {
-            ClientBuilder::new()
-                .segment_size(4096)
-                .layer::<gex_rma::Rma>()
-        },
+        || gex_testkit::rma::client_builder().segment_size(4096),
         |client| {
             use gex_rma::{GlobalPtr, RmaExt};
             let mut ep = client.endpoint(0).unwrap();

@@ -26,6 +26,34 @@ use std::time::{Duration, Instant, SystemTime};
 use gex_core::boot::Bootstrap;
 use gex_testkit::procs::{is_gone, recorded_pids, shm_names, signal, wait_until};
 
+/// One `#[test]` per `name: case;` (with its attributes, and those given with `each`):
+/// `fn name()` runs `common::case(launcher, "name")`, unless `guard("name")` (if
+/// given) says to skip it.
+macro_rules! launcher_cases {
+    (@each $launcher:expr, [$($guard:ident)?], [$($all:tt)*],
+        $(#[$m:meta])* $name:ident: $case:ident; $($rest:tt)*) => {
+        $($all)*
+        $(#[$m])*
+        #[test]
+        fn $name() {
+            const NAME: &str = stringify!($name);
+            $(
+                if !$guard(NAME) {
+                    return;
+                }
+            )?
+            $crate::common::$case($launcher, NAME);
+        }
+        $crate::common::launcher_cases!(@each $launcher, [$($guard)?], [$($all)*], $($rest)*);
+    };
+    (@each $launcher:expr, [$($guard:ident)?], [$($all:tt)*],) => {};
+    ($launcher:expr $(, if $guard:ident)? $(, each #[$all:meta])*; $($cases:tt)*) => {
+        $crate::common::launcher_cases!(@each $launcher, [$($guard)?], [$(#[$all])*], $($cases)*);
+    };
+}
+#[allow(unused_imports)] // not every test file generates its cases
+pub(crate) use launcher_cases;
+
 /// Set in the ranks: the job's scratch directory. Its presence is the rank marker.
 pub(crate) const RANK_DIR: &str = "GEXTEST_LAUNCH_DIR";
 /// Longest a job may take before the test kills it and fails.
@@ -247,6 +275,23 @@ impl Job {
     }
     fn pids(&self) -> Vec<u32> {
         recorded_pids(self.dir.path())
+    }
+    /// Asserts that the job failed, and not by a rank's watchdog (exit code 99).
+    pub(crate) fn assert_failed(&self) {
+        assert!(
+            !self.status.success() && self.code() != Some(99),
+            "{}",
+            self.report()
+        );
+    }
+    /// Asserts the exit code of a job a rank of which aborted with `code` under `l`
+    /// ([`Launcher::code_of_abort`]; where the launcher does not keep it, that the
+    /// job failed).
+    pub(crate) fn assert_code_of_abort(&self, l: Launcher, code: i32) {
+        match l.code_of_abort(code) {
+            Some(c) => assert_eq!(self.code(), Some(c), "{}", self.report()),
+            None => self.assert_failed(),
+        }
     }
     /// Asserts that `n` rank processes started and none of them is still running
     /// (allowing a moment for the kernel to finish the kills).
@@ -507,27 +552,41 @@ pub(crate) fn exit_codes(l: Launcher, name: &str) {
     job.assert_no_rank_left(4);
 }
 
+/// The rank side of a case in which rank `who` ends the job: false in the test
+/// process. In a rank, after a first barrier, rank `who` stamps `event` and runs
+/// `end` (which does not come back); the others wait for it in a barrier, then sleep
+/// until the launcher ends them.
+fn in_rank_one_ends_the_job(
+    l: Launcher,
+    who: u32,
+    event: &str,
+    end: impl FnOnce(&mut Box<dyn Bootstrap>),
+) -> bool {
+    let Some(dir) = rank_dir() else {
+        return false;
+    };
+    let mut boot = rank_start(&dir, l);
+    boot.barrier().unwrap();
+    if boot.rank() == who {
+        stamp(&dir, event);
+        end(&mut boot);
+    }
+    let _ = boot.barrier();
+    std::thread::sleep(Duration::from_secs(300));
+    true
+}
+
 /// Rank 1 is killed by SIGKILL while the others wait in a barrier: the launcher
 /// ends the job promptly, says which rank died, exits non-zero.
 pub(crate) fn kill9(l: Launcher, name: &str) {
-    if let Some(dir) = rank_dir() {
-        let mut boot = rank_start(&dir, l);
-        boot.barrier().unwrap();
-        if boot.rank() == 1 {
-            stamp(&dir, "kill-time");
-            let me = rustix::process::getpid();
-            rustix::process::kill_process(me, rustix::process::Signal::KILL).unwrap();
-        }
-        let _ = boot.barrier();
-        std::thread::sleep(Duration::from_secs(300));
+    if in_rank_one_ends_the_job(l, 1, "kill-time", |_| {
+        let me = rustix::process::getpid();
+        rustix::process::kill_process(me, rustix::process::Signal::KILL).unwrap();
+    }) {
         return;
     }
     let job = run_job(l, 4, name, Opts::default());
-    assert!(
-        !job.status.success() && job.code() != Some(99),
-        "{}",
-        job.report()
-    );
+    job.assert_failed();
     job.assert_ended_promptly_after("kill-time");
     if let Some(m) = l.kill_message(1) {
         job.assert_stderr_has(&m);
@@ -538,26 +597,13 @@ pub(crate) fn kill9(l: Launcher, name: &str) {
 /// Rank 1 aborts with code 3 while the others wait in a barrier: gex prints the
 /// message, the launcher ends the job promptly with its rule's code.
 pub(crate) fn abort(l: Launcher, name: &str) {
-    if let Some(dir) = rank_dir() {
-        let mut boot = rank_start(&dir, l);
-        boot.barrier().unwrap();
-        if boot.rank() == 1 {
-            stamp(&dir, "abort-time");
-            boot.abort(3, "rank 1 gives up on purpose");
-        }
-        let _ = boot.barrier();
-        std::thread::sleep(Duration::from_secs(300));
+    if in_rank_one_ends_the_job(l, 1, "abort-time", |boot| {
+        boot.abort(3, "rank 1 gives up on purpose")
+    }) {
         return;
     }
     let job = run_job(l, 4, name, Opts::default());
-    match l.code_of_abort(3) {
-        Some(c) => assert_eq!(job.code(), Some(c), "{}", job.report()),
-        None => assert!(
-            !job.status.success() && job.code() != Some(99),
-            "{}",
-            job.report()
-        ),
-    }
+    job.assert_code_of_abort(l, 3);
     job.assert_ended_promptly_after("abort-time");
     job.assert_stderr_has("gex: rank 1 aborted the job (code 3): rank 1 gives up on purpose");
     job.assert_no_rank_left(4);
@@ -566,27 +612,14 @@ pub(crate) fn abort(l: Launcher, name: &str) {
 /// Rank 0 asks to end the job with code 5 (`Bootstrap::request_exit`, what
 /// `Client::exit` does) and exits: the launcher ends the others promptly.
 pub(crate) fn exit_request(l: Launcher, name: &str) {
-    if let Some(dir) = rank_dir() {
-        let mut boot = rank_start(&dir, l);
-        boot.barrier().unwrap();
-        if boot.rank() == 0 {
-            stamp(&dir, "exit-time");
-            boot.request_exit(5);
-            std::process::exit(5);
-        }
-        let _ = boot.barrier();
-        std::thread::sleep(Duration::from_secs(300));
+    if in_rank_one_ends_the_job(l, 0, "exit-time", |boot| {
+        boot.request_exit(5);
+        std::process::exit(5);
+    }) {
         return;
     }
     let job = run_job(l, 3, name, Opts::default());
-    match l.code_of_abort(5) {
-        Some(c) => assert_eq!(job.code(), Some(c), "{}", job.report()),
-        None => assert!(
-            !job.status.success() && job.code() != Some(99),
-            "{}",
-            job.report()
-        ),
-    }
+    job.assert_code_of_abort(l, 5);
     job.assert_ended_promptly_after("exit-time");
     job.assert_no_rank_left(3);
 }
@@ -613,11 +646,7 @@ pub(crate) fn time_limit(l: Launcher, name: &str) {
         ..Opts::default()
     };
     let job = run_job(l, 2, name, opts);
-    assert!(
-        !job.status.success() && job.code() != Some(99),
-        "{}",
-        job.report()
-    );
+    job.assert_failed();
     assert!(job.took >= Duration::from_secs(55), "{}", job.report());
     job.assert_stderr_has("DUE TO TIME LIMIT");
     job.assert_no_rank_left(2);

@@ -348,54 +348,32 @@ fn print_outcome(o: &Outcome, show: bool) {
     }
 }
 
+/// The median and largest times of `rows` (those that have one), and how many, under
+/// `name`; nothing when none has a time.
+fn print_stats<'a>(name: &str, rows: impl Iterator<Item = &'a Outcome>) {
+    let mut v: Vec<Duration> = rows.filter_map(|o| o.took).collect();
+    if v.is_empty() {
+        return;
+    }
+    v.sort();
+    println!(
+        "    {:<8} {:.3} s / {:.3} s ({} rows)",
+        name,
+        v[v.len() / 2].as_secs_f64(),
+        v[v.len() - 1].as_secs_f64(),
+        v.len()
+    );
+}
+
 fn print_times(outcomes: &[Outcome]) {
-    let stats = |mut v: Vec<Duration>| -> Option<(Duration, Duration, usize)> {
-        if v.is_empty() {
-            return None;
-        }
-        v.sort();
-        Some((v[v.len() / 2], v[v.len() - 1], v.len()))
-    };
     println!("\ntime from the event to the end of the job (median / max over the rows):");
-    let all: Vec<Duration> = outcomes.iter().filter_map(|o| o.took).collect();
     for l in Launcher::ALL {
-        let v: Vec<Duration> = outcomes
-            .iter()
-            .filter(|o| o.launcher == l)
-            .filter_map(|o| o.took)
-            .collect();
-        if let Some((med, max, n)) = stats(v) {
-            println!(
-                "    {:<8} {:.3} s / {:.3} s ({n} rows)",
-                l.name(),
-                med.as_secs_f64(),
-                max.as_secs_f64()
-            );
-        }
+        print_stats(l.name(), outcomes.iter().filter(|o| o.launcher == l));
     }
     for c in Conduit::ALL {
-        let v: Vec<Duration> = outcomes
-            .iter()
-            .filter(|o| o.conduit == c)
-            .filter_map(|o| o.took)
-            .collect();
-        if let Some((med, max, n)) = stats(v) {
-            println!(
-                "    {:<8} {:.3} s / {:.3} s ({n} rows)",
-                c.name(),
-                med.as_secs_f64(),
-                max.as_secs_f64()
-            );
-        }
+        print_stats(c.name(), outcomes.iter().filter(|o| o.conduit == c));
     }
-    if let Some((med, max, n)) = stats(all) {
-        println!(
-            "    {:<8} {:.3} s / {:.3} s ({n} rows)",
-            "all",
-            med.as_secs_f64(),
-            max.as_secs_f64()
-        );
-    }
+    print_stats("all", outcomes.iter());
 }
 
 /// A rank process as it reported itself.

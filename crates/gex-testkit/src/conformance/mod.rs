@@ -114,6 +114,10 @@ use std::time::{Duration, Instant};
 pub use probe::{Probe, builder};
 pub use util::CASE_WAIT;
 
+/// The client builder of the conformance suite (its probe layer), as
+/// [`builder`] makes it.
+pub type Builder = gex_core::ClientBuilder<((), Probe)>;
+
 /// One conformance case.
 pub struct Case<C: Conduit> {
     /// Name (also the name of the generated test function).
@@ -378,22 +382,22 @@ where
 /// The case's failure, prefixed with the rank and case name.
 pub fn run_on_rank<C: Conduit>(client: &Client<C>, case: &Case<C>) -> Result<(), String> {
     let me = client.rank();
-    if client.size() < case.min_ranks {
-        return Err(format!(
-            "rank {me}: case {} needs {} ranks, the job has {}",
-            case.name,
-            case.min_ranks,
-            client.size()
-        ));
-    }
-    if client.endpoint_count() < case.min_eps {
-        return Err(format!(
-            "rank {me}: case {} needs {} endpoints, the client has {}",
-            case.name,
-            case.min_eps,
-            client.endpoint_count()
-        ));
-    }
+    let needs = |what: &str, need: u32, has: u32| {
+        if has < need {
+            Err(format!(
+                "rank {me}: case {} needs {need} {what} {has}",
+                case.name
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    needs("ranks, the job has", case.min_ranks, client.size())?;
+    needs(
+        "endpoints, the client has",
+        case.min_eps.into(),
+        client.endpoint_count().into(),
+    )?;
     (case.run)(client).map_err(|e| {
         format!(
             "rank {me}: case {} on {}: {e}",

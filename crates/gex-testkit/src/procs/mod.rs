@@ -106,6 +106,22 @@ pub const LAUNCHER_GRACE: Duration = Duration::from_secs(15);
 /// Lines of a rank's log a [`Report`] prints (the last ones).
 const LOG_TAIL_LINES: usize = 150;
 
+/// The host of every rank of a job of `ranks` ranks on two "hosts" (a host list for
+/// [`Procs::hosts`]): the first half on `a`, the others on `b`.
+pub fn two_hosts(ranks: u32) -> Vec<&'static str> {
+    (0..ranks)
+        .map(|r| if r < ranks / 2 { "a" } else { "b" })
+        .collect()
+}
+
+/// The ranks on `rank`'s host in a [`two_hosts`] job of `ranks` ranks.
+pub fn two_hosts_neighbours(ranks: u32, rank: u32) -> Vec<u32> {
+    let h = two_hosts(ranks);
+    (0..ranks)
+        .filter(|&r| h[r as usize] == h[rank as usize])
+        .collect()
+}
+
 /// Whether this process is a rank of a job started by [`Procs::run`].
 pub fn is_rank() -> bool {
     std::env::var_os(DIR_VAR).is_some()

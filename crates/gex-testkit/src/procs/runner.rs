@@ -81,6 +81,46 @@ impl<C: Conduit, L: LayerSet> ProcRunner<C, L> {
         }
     }
 
+    /// [`builder`](Self::builder) with `builder`'s clients given `segment` bytes of
+    /// segment.
+    pub fn sized<L2: LayerSet>(
+        self,
+        builder: impl Fn() -> ClientBuilder<L2> + 'static,
+        segment: usize,
+    ) -> ProcRunner<C, L2> {
+        self.builder(move || builder().segment_size(segment))
+    }
+
+    /// Every job is ended, and fails, once it has run for `limit` (on top of the shape
+    /// [`procs`](Self::procs) gave it, if called before).
+    pub fn timeout(mut self, limit: std::time::Duration) -> Self {
+        let shape = self.procs;
+        self.procs = Box::new(move |p, job| shape(p, job).timeout(limit));
+        self
+    }
+
+    /// Jobs on two "hosts" ([`two_hosts`](super::two_hosts)): before the case, each rank
+    /// checks that `peers` (the ranks its client reaches through shared memory, or an
+    /// error) are exactly the ranks of its host. Sets the jobs' shape (call
+    /// [`timeout`](Self::timeout) after it).
+    pub fn on_two_hosts(
+        self,
+        peers: impl Fn(&Client<C>) -> Result<Vec<u32>, String> + 'static,
+    ) -> Self {
+        self.procs(|p, job| p.hosts(super::two_hosts(job.ranks)))
+            .check(move |client, job| {
+                let want = super::two_hosts_neighbours(job.ranks, client.rank());
+                let got = peers(client)?;
+                if got != want {
+                    return Err(format!(
+                        "rank {}: shared-memory peers {got:?}, want {want:?}",
+                        client.rank()
+                    ));
+                }
+                Ok(())
+            })
+    }
+
     /// Shapes each job: `f` gets the [`Procs`] of `job.ranks` ranks running the
     /// case's test and returns the one to run (host layout, environment, timeout,
     /// launcher).

@@ -63,8 +63,9 @@ pub fn client_builder() -> gex_core::ClientBuilder<((), gex_rma::Rma)> {
 }
 
 /// The atomics half of the conduits' `native_path_is_taken` tests, on every rank:
-/// 100 blocking fetch-adds of 1 on the `u64` word at offset 64 of rank 1's segment
-/// through `ad` (fetch-add and get); the conduit's count of native atomics
+/// a `u64` atomic domain (fetch-add and get) on the world team, which must be native
+/// exactly when `native`; 100 blocking fetch-adds of 1 on the word at offset 64 of
+/// rank 1's segment through it; the conduit's count of native atomics
 /// (`native_atomics`, read before and after) must grow by 100 exactly when
 /// `native`, and after a barrier the word must hold 100 per rank. Ends with a
 /// barrier.
@@ -73,12 +74,21 @@ pub fn client_builder() -> gex_core::ClientBuilder<((), gex_rma::Rma)> {
 /// A message saying which check failed, or an RMA or barrier error.
 pub fn hundred_fetch_adds<C: Conduit>(
     ep: &mut gex_core::Endpoint<C>,
-    ad: &gex_rma::AtomicDomain<u64>,
     native: bool,
     native_atomics: impl Fn() -> u64,
 ) -> Result<(), String> {
     use gex_core::{Blocking, EpAddr};
-    use gex_rma::{AtomicFlags, AtomicOp, GlobalPtr, RmaExt};
+    use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, RmaExt};
+    let world = ep.world();
+    let ad = &ep
+        .atomic_domain::<u64>(&world, AtomicOps::FADD | AtomicOps::GET)
+        .map_err(|e| e.to_string())?;
+    if ad.is_native() != native {
+        return Err(format!(
+            "atomic domain native = {}, expected {native}",
+            ad.is_native()
+        ));
+    }
     let word = GlobalPtr::<u64>::new(EpAddr::rank(1), 64);
     let f = AtomicFlags::empty();
     let before = native_atomics();
