@@ -237,69 +237,6 @@ extern "C" {
 // (and on its progress thread if it has one) for as long as the endpoint is open.
 int gex_am_register(const gex_ep_t *ep, gex_am_handler_t handler, void *user_data, uint32_t *index);
 
-// Sends a Short request (`nargs` arguments, no payload) to handler `index` of
-// `rank`'s endpoint of this endpoint's index, polling while the conduit lacks
-// resources (handlers may run meanwhile).
-//
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for a rank out of range, an unregistered index,
-// or more than `gex_am_max_args` arguments; `GEX_ERR_AM` if the conduit failed.
-//
-// # Safety
-// `ep` is NULL or a live endpoint; `args` is valid for reading `nargs` `uint32_t`s
-// (any pointer when `nargs` is 0).
-int gex_am_request_short(const gex_ep_t *ep, uint32_t rank, uint32_t index, const uint32_t *args, size_t nargs);
-
-// Sends a Medium request: as [`gex_am_request_short`] with `len` bytes of payload,
-// copied before the call returns (the buffer may be reused at once).
-//
-// Returns as [`gex_am_request_short`], and `GEX_ERR_AM` if `len` is over
-// `gex_am_max_medium`.
-//
-// # Safety
-// As [`gex_am_request_short`], and `payload` is valid for reading `len` bytes (any
-// pointer when `len` is 0).
-int gex_am_request_medium(const gex_ep_t *ep, uint32_t rank, uint32_t index, const uint32_t *args, size_t nargs, const void *payload, size_t len);
-
-// Sends a Long request: as [`gex_am_request_medium`], with the `len` bytes of
-// `payload` written at `offset` in `rank`'s segment before the handler runs there
-// (the handler's `payload` points to them). The source may be reused once the call
-// returns.
-//
-// Returns as [`gex_am_request_medium`], with `GEX_ERR_AM` if `len` is over
-// `gex_am_max_long` or the range is outside the target's segment.
-//
-// # Safety
-// As [`gex_am_request_medium`].
-int gex_am_request_long(const gex_ep_t *ep, uint32_t rank, uint32_t index, const uint32_t *args, size_t nargs, const void *payload, size_t len, size_t offset);
-
-// Replies to the request being handled with a Short AM to handler `index` of the
-// requester. At most once, from a request handler only.
-//
-// Returns `GEX_OK`; `GEX_ERR_INVALID` if `token` is not the current handler's (or for
-// a bad index or too many arguments); `GEX_ERR_AM` for a second reply or a reply from
-// a reply handler.
-//
-// # Safety
-// `args` is valid for reading `nargs` `uint32_t`s (any pointer when `nargs` is 0).
-// `token` may be any value: only the running handler's token is accepted.
-int gex_am_reply_short(gex_token_t *token, uint32_t index, const uint32_t *args, size_t nargs);
-
-// Replies with a Medium AM (`len` bytes of payload, copied before the call returns):
-// as [`gex_am_reply_short`], and `GEX_ERR_AM` if `len` is over the reply limit.
-//
-// # Safety
-// As [`gex_am_reply_short`], and `payload` is valid for reading `len` bytes (any
-// pointer when `len` is 0).
-int gex_am_reply_medium(gex_token_t *token, uint32_t index, const uint32_t *args, size_t nargs, const void *payload, size_t len);
-
-// Replies with a Long AM: the `len` bytes of `payload` are written at `offset` in the
-// requester's segment before its handler runs. As [`gex_am_reply_medium`], and
-// `GEX_ERR_AM` if the range is outside the requester's segment or over its Long limit.
-//
-// # Safety
-// As [`gex_am_reply_medium`].
-int gex_am_reply_long(gex_token_t *token, uint32_t index, const uint32_t *args, size_t nargs, const void *payload, size_t len, size_t offset);
-
 // Writes the rank that sent the AM being handled to `*rank`.
 //
 // # Safety
@@ -817,6 +754,69 @@ int gex_op_create(gex_reduce_fn_t fn, size_t elem_size, int commutative, void *a
 // # Safety
 // `op` is NULL or a live operator, used by no other thread during or after the call.
 int gex_op_free(gex_user_op_t *op);
+
+// Sends a Short request (`nargs` arguments, no payload) to handler `index` of
+// `rank`'s endpoint of this endpoint's index, polling while the conduit lacks
+// resources (handlers may run meanwhile).
+//
+// Returns `GEX_OK`; `GEX_ERR_INVALID` for a rank out of range, an unregistered index,
+// or more than `gex_am_max_args` arguments; `GEX_ERR_AM` if the conduit failed.
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `args` is valid for reading `nargs` `uint32_t`s
+// (any pointer when `nargs` is 0).
+int gex_am_request_short(const gex_ep_t *ep, uint32_t rank, uint32_t index, const uint32_t *args, size_t nargs);
+
+// Sends a Medium request: as [`gex_am_request_short`] with `len` bytes of payload,
+// copied before the call returns (the buffer may be reused at once).
+//
+// Returns as [`gex_am_request_short`], and `GEX_ERR_AM` if `len` is over
+// `gex_am_max_medium`.
+//
+// # Safety
+// As [`gex_am_request_short`], and `payload` is valid for reading `len` bytes (any
+// pointer when `len` is 0).
+int gex_am_request_medium(const gex_ep_t *ep, uint32_t rank, uint32_t index, const uint32_t *args, size_t nargs, const void *payload, size_t len);
+
+// Sends a Long request: as [`gex_am_request_medium`], with the `len` bytes of
+// `payload` written at `offset` in `rank`'s segment before the handler runs there
+// (the handler's `payload` points to them). The source may be reused once the call
+// returns.
+//
+// Returns as [`gex_am_request_medium`], with `GEX_ERR_AM` if `len` is over
+// `gex_am_max_long` or the range is outside the target's segment.
+//
+// # Safety
+// As [`gex_am_request_medium`].
+int gex_am_request_long(const gex_ep_t *ep, uint32_t rank, uint32_t index, const uint32_t *args, size_t nargs, const void *payload, size_t len, size_t offset);
+
+// Replies to the request being handled with a Short AM to handler `index` of the
+// requester. At most once, from a request handler only.
+//
+// Returns `GEX_OK`; `GEX_ERR_INVALID` if `token` is not the current handler's (or for
+// a bad index or too many arguments); `GEX_ERR_AM` for a second reply or a reply from
+// a reply handler.
+//
+// # Safety
+// `args` is valid for reading `nargs` `uint32_t`s (any pointer when `nargs` is 0).
+// `token` may be any value: only the running handler's token is accepted.
+int gex_am_reply_short(gex_token_t *token, uint32_t index, const uint32_t *args, size_t nargs);
+
+// Replies with a Medium AM (`len` bytes of payload, copied before the call returns):
+// as [`gex_am_reply_short`], and `GEX_ERR_AM` if `len` is over the reply limit.
+//
+// # Safety
+// As [`gex_am_reply_short`], and `payload` is valid for reading `len` bytes (any
+// pointer when `len` is 0).
+int gex_am_reply_medium(gex_token_t *token, uint32_t index, const uint32_t *args, size_t nargs, const void *payload, size_t len);
+
+// Replies with a Long AM: the `len` bytes of `payload` are written at `offset` in the
+// requester's segment before its handler runs. As [`gex_am_reply_medium`], and
+// `GEX_ERR_AM` if the range is outside the requester's segment or over its Long limit.
+//
+// # Safety
+// As [`gex_am_reply_medium`].
+int gex_am_reply_long(gex_token_t *token, uint32_t index, const uint32_t *args, size_t nargs, const void *payload, size_t len, size_t offset);
 
 // Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
 // on the element at `offset` (a multiple of its size) in `rank`'s segment

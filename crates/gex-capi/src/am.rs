@@ -9,7 +9,7 @@
 //! read.
 #![allow(unsafe_code)]
 
-use crate::handle::{HandlerMark, gex_ep_t};
+use crate::handle::{EpState, HandlerMark, gex_ep_t};
 use crate::ptr;
 use crate::status::{Error, entry, gex_status_t};
 use gex_facade::{Am, Body, EpAddr, HandlerId, Token};
@@ -245,140 +245,124 @@ unsafe fn reply(token: *mut gex_token_t, index: u32, msg: Msg) -> Result<gex_sta
     Ok(gex_status_t::GEX_OK)
 }
 
-/// Sends a Short request (`nargs` arguments, no payload) to handler `index` of
-/// `rank`'s endpoint of this endpoint's index, polling while the conduit lacks
-/// resources (handlers may run meanwhile).
-///
-/// Returns `GEX_OK`; `GEX_ERR_INVALID` for a rank out of range, an unregistered index,
-/// or more than `gex_am_max_args` arguments; `GEX_ERR_AM` if the conduit failed.
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint; `args` is valid for reading `nargs` `uint32_t`s
-/// (any pointer when `nargs` is 0).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_am_request_short(
-    ep: *const gex_ep_t,
-    rank: u32,
-    index: u32,
-    args: *const u32,
-    nargs: usize,
-) -> c_int {
-    let msg = Msg(args, nargs, std::ptr::null(), 0, Kind::Short);
-    // SAFETY: the caller's promises, passed on (no payload is read for a Short).
-    entry(|| unsafe { request(ep, rank, index, msg) })
+/// The AM entry points and their declarations (`DECLS`, as `c_fns!`): per sender, the
+/// Short, Medium and Long calls, which take the sender's parameters (`$who`), the
+/// handler `index` and the arguments, then (Medium, Long) the payload and (Long) its
+/// offset, and pass them as a [`Msg`] to `$send`.
+macro_rules! am_families {
+    (@fns $mode:ident; $(
+        ($($who:ident: $wty:ty),*) => $send:ident;
+        $(#[$ms:meta])* fn $short:ident;
+        $(#[$mm:meta])* fn $medium:ident;
+        $(#[$ml:meta])* fn $long:ident;
+    )*) => {
+        c_fns! { $mode $(
+            $(#[$ms])*
+            fn $short($($who: $wty,)* index: u32, args: *const u32, nargs: usize) {
+                let msg = Msg(args, nargs, std::ptr::null(), 0, Kind::Short);
+                // SAFETY: the caller's promises, passed on (no payload is read for a Short).
+                entry(|| unsafe { $send($($who,)* index, msg) })
+            }
+            $(#[$mm])*
+            fn $medium(
+                $($who: $wty,)*
+                index: u32,
+                args: *const u32,
+                nargs: usize,
+                payload: *const c_void,
+                len: usize,
+            ) {
+                let msg = Msg(args, nargs, payload, len, Kind::Medium);
+                // SAFETY: the caller's promises, passed on.
+                entry(|| unsafe { $send($($who,)* index, msg) })
+            }
+            $(#[$ml])*
+            fn $long(
+                $($who: $wty,)*
+                index: u32,
+                args: *const u32,
+                nargs: usize,
+                payload: *const c_void,
+                len: usize,
+                offset: usize,
+            ) {
+                let msg = Msg(args, nargs, payload, len, Kind::Long(offset));
+                // SAFETY: the caller's promises, passed on.
+                entry(|| unsafe { $send($($who,)* index, msg) })
+            }
+        )* }
+    };
+    ($($families:tt)*) => {
+        am_families!(@fns emit; $($families)*);
+
+        /// The declarations of this module's macro-generated entry points as Rust
+        /// source, for cbindgen.
+        #[cfg(test)]
+        pub(crate) const DECLS: &str = am_families!(@fns declare; $($families)*);
+    };
 }
 
-/// Sends a Medium request: as [`gex_am_request_short`] with `len` bytes of payload,
-/// copied before the call returns (the buffer may be reused at once).
-///
-/// Returns as [`gex_am_request_short`], and `GEX_ERR_AM` if `len` is over
-/// `gex_am_max_medium`.
-///
-/// # Safety
-/// As [`gex_am_request_short`], and `payload` is valid for reading `len` bytes (any
-/// pointer when `len` is 0).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_am_request_medium(
-    ep: *const gex_ep_t,
-    rank: u32,
-    index: u32,
-    args: *const u32,
-    nargs: usize,
-    payload: *const c_void,
-    len: usize,
-) -> c_int {
-    let msg = Msg(args, nargs, payload, len, Kind::Medium);
-    // SAFETY: the caller's promises, passed on.
-    entry(|| unsafe { request(ep, rank, index, msg) })
-}
+am_families! {
+    (ep: *const gex_ep_t, rank: u32) => request;
+    /// Sends a Short request (`nargs` arguments, no payload) to handler `index` of
+    /// `rank`'s endpoint of this endpoint's index, polling while the conduit lacks
+    /// resources (handlers may run meanwhile).
+    ///
+    /// Returns `GEX_OK`; `GEX_ERR_INVALID` for a rank out of range, an unregistered index,
+    /// or more than `gex_am_max_args` arguments; `GEX_ERR_AM` if the conduit failed.
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint; `args` is valid for reading `nargs` `uint32_t`s
+    /// (any pointer when `nargs` is 0).
+    fn gex_am_request_short;
+    /// Sends a Medium request: as [`gex_am_request_short`] with `len` bytes of payload,
+    /// copied before the call returns (the buffer may be reused at once).
+    ///
+    /// Returns as [`gex_am_request_short`], and `GEX_ERR_AM` if `len` is over
+    /// `gex_am_max_medium`.
+    ///
+    /// # Safety
+    /// As [`gex_am_request_short`], and `payload` is valid for reading `len` bytes (any
+    /// pointer when `len` is 0).
+    fn gex_am_request_medium;
+    /// Sends a Long request: as [`gex_am_request_medium`], with the `len` bytes of
+    /// `payload` written at `offset` in `rank`'s segment before the handler runs there
+    /// (the handler's `payload` points to them). The source may be reused once the call
+    /// returns.
+    ///
+    /// Returns as [`gex_am_request_medium`], with `GEX_ERR_AM` if `len` is over
+    /// `gex_am_max_long` or the range is outside the target's segment.
+    ///
+    /// # Safety
+    /// As [`gex_am_request_medium`].
+    fn gex_am_request_long;
 
-/// Sends a Long request: as [`gex_am_request_medium`], with the `len` bytes of
-/// `payload` written at `offset` in `rank`'s segment before the handler runs there
-/// (the handler's `payload` points to them). The source may be reused once the call
-/// returns.
-///
-/// Returns as [`gex_am_request_medium`], with `GEX_ERR_AM` if `len` is over
-/// `gex_am_max_long` or the range is outside the target's segment.
-///
-/// # Safety
-/// As [`gex_am_request_medium`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_am_request_long(
-    ep: *const gex_ep_t,
-    rank: u32,
-    index: u32,
-    args: *const u32,
-    nargs: usize,
-    payload: *const c_void,
-    len: usize,
-    offset: usize,
-) -> c_int {
-    let msg = Msg(args, nargs, payload, len, Kind::Long(offset));
-    // SAFETY: the caller's promises, passed on.
-    entry(|| unsafe { request(ep, rank, index, msg) })
-}
-
-/// Replies to the request being handled with a Short AM to handler `index` of the
-/// requester. At most once, from a request handler only.
-///
-/// Returns `GEX_OK`; `GEX_ERR_INVALID` if `token` is not the current handler's (or for
-/// a bad index or too many arguments); `GEX_ERR_AM` for a second reply or a reply from
-/// a reply handler.
-///
-/// # Safety
-/// `args` is valid for reading `nargs` `uint32_t`s (any pointer when `nargs` is 0).
-/// `token` may be any value: only the running handler's token is accepted.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_am_reply_short(
-    token: *mut gex_token_t,
-    index: u32,
-    args: *const u32,
-    nargs: usize,
-) -> c_int {
-    let msg = Msg(args, nargs, std::ptr::null(), 0, Kind::Short);
-    // SAFETY: the caller's promises, passed on (no payload is read for a Short).
-    entry(|| unsafe { reply(token, index, msg) })
-}
-
-/// Replies with a Medium AM (`len` bytes of payload, copied before the call returns):
-/// as [`gex_am_reply_short`], and `GEX_ERR_AM` if `len` is over the reply limit.
-///
-/// # Safety
-/// As [`gex_am_reply_short`], and `payload` is valid for reading `len` bytes (any
-/// pointer when `len` is 0).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_am_reply_medium(
-    token: *mut gex_token_t,
-    index: u32,
-    args: *const u32,
-    nargs: usize,
-    payload: *const c_void,
-    len: usize,
-) -> c_int {
-    let msg = Msg(args, nargs, payload, len, Kind::Medium);
-    // SAFETY: the caller's promises, passed on.
-    entry(|| unsafe { reply(token, index, msg) })
-}
-
-/// Replies with a Long AM: the `len` bytes of `payload` are written at `offset` in the
-/// requester's segment before its handler runs. As [`gex_am_reply_medium`], and
-/// `GEX_ERR_AM` if the range is outside the requester's segment or over its Long limit.
-///
-/// # Safety
-/// As [`gex_am_reply_medium`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_am_reply_long(
-    token: *mut gex_token_t,
-    index: u32,
-    args: *const u32,
-    nargs: usize,
-    payload: *const c_void,
-    len: usize,
-    offset: usize,
-) -> c_int {
-    let msg = Msg(args, nargs, payload, len, Kind::Long(offset));
-    // SAFETY: the caller's promises, passed on.
-    entry(|| unsafe { reply(token, index, msg) })
+    (token: *mut gex_token_t) => reply;
+    /// Replies to the request being handled with a Short AM to handler `index` of the
+    /// requester. At most once, from a request handler only.
+    ///
+    /// Returns `GEX_OK`; `GEX_ERR_INVALID` if `token` is not the current handler's (or for
+    /// a bad index or too many arguments); `GEX_ERR_AM` for a second reply or a reply from
+    /// a reply handler.
+    ///
+    /// # Safety
+    /// `args` is valid for reading `nargs` `uint32_t`s (any pointer when `nargs` is 0).
+    /// `token` may be any value: only the running handler's token is accepted.
+    fn gex_am_reply_short;
+    /// Replies with a Medium AM (`len` bytes of payload, copied before the call returns):
+    /// as [`gex_am_reply_short`], and `GEX_ERR_AM` if `len` is over the reply limit.
+    ///
+    /// # Safety
+    /// As [`gex_am_reply_short`], and `payload` is valid for reading `len` bytes (any
+    /// pointer when `len` is 0).
+    fn gex_am_reply_medium;
+    /// Replies with a Long AM: the `len` bytes of `payload` are written at `offset` in the
+    /// requester's segment before its handler runs. As [`gex_am_reply_medium`], and
+    /// `GEX_ERR_AM` if the range is outside the requester's segment or over its Long limit.
+    ///
+    /// # Safety
+    /// As [`gex_am_reply_medium`].
+    fn gex_am_reply_long;
 }
 
 /// Writes the rank that sent the AM being handled to `*rank`.
@@ -424,15 +408,8 @@ pub unsafe extern "C" fn gex_am_max_medium(
     rank: u32,
     max: *mut usize,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::write` state them.
-        let h = unsafe { ptr::handle(ep) }?;
-        let d = dst(h, rank)?;
-        let m = h.with(|s| Ok(s.ep.max_medium(d)))?;
-        // SAFETY: `max` is NULL or writable (this function's `# Safety`).
-        unsafe { ptr::write(max, m, "max") }?;
-        Ok(gex_status_t::GEX_OK)
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { write_max(ep, rank, max, |s, d| s.ep.max_medium(d)) }
 }
 
 /// Writes the largest Long payload to `rank` (in bytes; also bounded by its segment)
@@ -442,12 +419,27 @@ pub unsafe extern "C" fn gex_am_max_medium(
 /// As [`gex_am_max_args`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gex_am_max_long(ep: *const gex_ep_t, rank: u32, max: *mut usize) -> c_int {
+    // SAFETY: the caller's promises, passed on.
+    unsafe { write_max(ep, rank, max, |s, d| s.ep.max_long(d)) }
+}
+
+/// The body of the payload limits to a rank: the endpoint and `rank` checked, then
+/// `limit` of the endpoint's state and `rank`'s address written to `*max`.
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint; `max` NULL or valid for writing one `size_t`.
+unsafe fn write_max(
+    ep: *const gex_ep_t,
+    rank: u32,
+    max: *mut usize,
+    limit: impl FnOnce(&mut EpState, EpAddr) -> usize,
+) -> c_int {
     entry(|| {
         // SAFETY: the caller's promises, as `ptr::handle` and `ptr::write` state them.
         let h = unsafe { ptr::handle(ep) }?;
         let d = dst(h, rank)?;
-        let m = h.with(|s| Ok(s.ep.max_long(d)))?;
-        // SAFETY: `max` is NULL or writable (this function's `# Safety`).
+        let m = h.with(|s| Ok(limit(s, d)))?;
+        // SAFETY: `max` is NULL or writable (the caller's promise).
         unsafe { ptr::write(max, m, "max") }?;
         Ok(gex_status_t::GEX_OK)
     })

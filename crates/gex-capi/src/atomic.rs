@@ -356,10 +356,12 @@ unsafe fn atomic_op<T: CAtomic>(
     })
 }
 
-/// The three functions of one element type `$t` (`emit` or `declare`, as `c_fns!`).
+/// The three functions of one element type `$t` (`emit` or `declare`, as `c_fns!`),
+/// from one parameter list: each function names whether it takes `old` and `ev`, and
+/// the completion `Mode` it passes to [`atomic_op`] (a NULL `old` without one).
 macro_rules! atomic_family {
     ($mode:ident; $t:ty, $op:ident, $nb:ident, $nbi:ident) => {
-        c_fns! { $mode
+        atomic_family! { @fns $mode; $t;
             /// Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
             /// on the element at `offset` (a multiple of its size) in `rank`'s segment
             /// (`rank` a job rank that is a member of the domain's team) and returns
@@ -377,20 +379,7 @@ macro_rules! atomic_family {
             /// # Safety
             /// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain; `old`
             /// is NULL or valid for writing one element.
-            fn $op(
-                ep: *const gex_ep_t,
-                ad: *const gex_atomic_domain_t,
-                rank: u32,
-                offset: usize,
-                op: c_int,
-                a: $t,
-                b: $t,
-                flags: u32,
-                old: *mut $t,
-            ) {
-                // SAFETY: the caller's promises, passed on.
-                unsafe { atomic_op::<$t>(ep, ad, rank, offset, op, a, b, flags, old, Mode::Blocking) }
-            }
+            fn $op [old] [] Mode::Blocking;
 
             /// Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
             /// and writes its event to `*ev`; a fetching operation's old value is
@@ -403,21 +392,7 @@ macro_rules! atomic_family {
             /// # Safety
             /// As the blocking form, with `old` valid for writing until the event is
             /// completed or freed; `ev` is NULL or valid for writing one pointer.
-            fn $nb(
-                ep: *const gex_ep_t,
-                ad: *const gex_atomic_domain_t,
-                rank: u32,
-                offset: usize,
-                op: c_int,
-                a: $t,
-                b: $t,
-                flags: u32,
-                old: *mut $t,
-                ev: *mut *mut gex_event_t,
-            ) {
-                // SAFETY: the caller's promises, passed on.
-                unsafe { atomic_op::<$t>(ep, ad, rank, offset, op, a, b, flags, old, Mode::Nb(ev)) }
-            }
+            fn $nb [old] [ev] Mode::Nb(ev);
 
             /// Starts the atomic operation `op` (as the blocking form) with an implicit
             /// event: it is done once `gex_nbi_sync(ep, GEX_NBI_ATOMICS)` returns. A
@@ -427,7 +402,15 @@ macro_rules! atomic_family {
             ///
             /// # Safety
             /// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
-            fn $nbi(
+            fn $nbi [] [] Mode::Nbi;
+        }
+    };
+    (@fns $mode:ident; $t:ty; $(
+        $(#[$m:meta])* fn $name:ident [$($old:ident)?] [$($ev:ident)?] $how:expr;
+    )*) => {
+        c_fns! { $mode $(
+            $(#[$m])*
+            fn $name(
                 ep: *const gex_ep_t,
                 ad: *const gex_atomic_domain_t,
                 rank: u32,
@@ -436,12 +419,25 @@ macro_rules! atomic_family {
                 a: $t,
                 b: $t,
                 flags: u32,
+                $($old: *mut $t,)?
+                $($ev: *mut *mut gex_event_t,)?
             ) {
-                let old = std::ptr::null_mut();
                 // SAFETY: the caller's promises, passed on.
-                unsafe { atomic_op::<$t>(ep, ad, rank, offset, op, a, b, flags, old, Mode::Nbi) }
+                unsafe {
+                    atomic_op::<$t>(ep, ad, rank, offset, op, a, b, flags, or_null!($($old)?), $how)
+                }
             }
-        }
+        )* }
+    };
+}
+
+/// `$x`, or a NULL pointer where it is absent (the `old` of a function without one).
+macro_rules! or_null {
+    () => {
+        std::ptr::null_mut()
+    };
+    ($x:expr) => {
+        $x
     };
 }
 

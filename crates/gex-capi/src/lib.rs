@@ -217,7 +217,8 @@ pub use status::gex_status_t;
 /// The declarations of every macro-generated entry point as Rust source, for cbindgen
 /// (which does not expand macros): the header check parses them with the crate's source.
 #[cfg(test)]
-pub(crate) const DECLS: [&str; 5] = [
+pub(crate) const DECLS: [&str; 6] = [
+    am::DECLS,
     atomic::DECLS,
     coll::DECLS,
     userop::DECLS,
