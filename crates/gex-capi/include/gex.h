@@ -464,101 +464,6 @@ int gex_ep_poll(const gex_ep_t *ep, size_t *handled);
 // `ep` is NULL or a live endpoint.
 int gex_barrier(const gex_ep_t *ep);
 
-// Reduces the `n` elements of every rank's `src` element-wise with `op` (a
-// [`gex_op_t`]) and writes the result to every rank's `dst`. Every rank passes the
-// same `n` and `op`.
-//
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` (or a bitwise one on
-// `double`) or overlapping buffers; `GEX_ERR_COLL` if it failed (e.g. the ranks
-// passed different counts).
-//
-// # Safety
-// `ep` is NULL or a live endpoint; `src` is valid for reading and `dst` for writing
-// `n` elements (any pointers when `n` is 0), and the two do not overlap.
-int gex_allreduce_u64(const gex_ep_t *ep, const uint64_t *src, uint64_t *dst, size_t n, int op);
-
-// As [`gex_allreduce_u64`] for `double`s (the sum's rounding depends on the order
-// gex adds them in, the same on every rank).
-//
-// # Safety
-// As [`gex_allreduce_u64`].
-int gex_allreduce_f64(const gex_ep_t *ep, const double *src, double *dst, size_t n, int op);
-
-// Blocks until every member of `team` has entered the barrier.
-//
-// Returns `GEX_OK`; `GEX_ERR_COLL` if it failed; `GEX_ERR_INVALID` if `team` is not
-// a team of `ep`.
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `team` NULL or a live team.
-int gex_team_barrier(const gex_ep_t *ep, const gex_team_t *team);
-
-// Enters the barrier of `team` and writes its event to `*ev`: the event completes
-// once every member has entered.
-//
-// Returns as [`gex_team_barrier`]; `GEX_ERR_NULL` if `ev` is NULL.
-//
-// # Safety
-// As [`gex_team_barrier`], and `ev` is NULL or valid for writing one pointer.
-int gex_team_barrier_nb(const gex_ep_t *ep, const gex_team_t *team, gex_event_t **ev);
-
-// Notifies this member's split-phase barrier of `team` with the name `id` (or an
-// anonymous entry with `GEX_BARRIER_ANONYMOUS`). Must be followed by
-// `gex_team_barrier_wait` (or a `gex_team_barrier_try` that returns `GEX_OK`) with
-// the same `id` and `flags` before the next notify on the team; other collectives of
-// the team may run in between (the barrier is ordered among them like any other).
-//
-// Returns `GEX_OK`; `GEX_ERR_COLL` if a barrier of the team is already notified here;
-// `GEX_ERR_INVALID` for an unknown flag or a team of another endpoint.
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `team` NULL or a live team.
-int gex_team_barrier_notify(const gex_ep_t *ep, const gex_team_t *team, uint64_t id, uint32_t flags);
-
-// Waits (polling the endpoint) for the split-phase barrier notified on `team`; `id`
-// and `flags` are those of the notify.
-//
-// Returns `GEX_OK`; `GEX_ERR_COLL` if two members notified different names (on every
-// member), if `id`/`flags` differ from this member's notify, or without a notify.
-//
-// # Safety
-// As [`gex_team_barrier_notify`].
-int gex_team_barrier_wait(const gex_ep_t *ep, const gex_team_t *team, uint64_t id, uint32_t flags);
-
-// Polls the endpoint once: `GEX_OK` once the split-phase barrier notified on `team`
-// is complete (it is then over), `GEX_PENDING` while it is not.
-//
-// Returns as [`gex_team_barrier_wait`] (an error also ends the barrier), and
-// `GEX_PENDING`.
-//
-// # Safety
-// As [`gex_team_barrier_notify`].
-int gex_team_barrier_try(const gex_ep_t *ep, const gex_team_t *team, uint64_t id, uint32_t flags);
-
-// Broadcasts the `count` elements of type `dt` (a [`gex_dt_t`]) at `buf` of team
-// rank `root` to the `buf` of every member of `team`.
-//
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `dt`, a `root` out of range or a
-// team of another endpoint; `GEX_ERR_COLL` if it failed (e.g. the members passed
-// different counts or roots).
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `team` NULL or a live team; `buf` is valid for
-// reading (at the root) and writing (elsewhere) `count` elements of `dt` (any
-// pointer when `count` is 0), and suitably aligned.
-int gex_broadcast(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, void *buf, size_t count, int dt);
-
-// Starts a broadcast (as [`gex_broadcast`]) and writes its event to `*ev`. The root's
-// `buf` is copied before the call returns; every member's `buf` receives the data when
-// the call that completes the event returns (never if the event is freed first).
-//
-// Returns as [`gex_broadcast`]; `GEX_ERR_NULL` if `ev` is NULL.
-//
-// # Safety
-// As [`gex_broadcast`], with `buf` valid for writing until the event is completed or
-// freed; `ev` is NULL or valid for writing one pointer.
-int gex_broadcast_nb(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, void *buf, size_t count, int dt, gex_event_t **ev);
-
 // Polls the endpoint once and reports whether the event in `*ev` is complete.
 //
 // Returns `GEX_PENDING` if not (nothing changes); once complete, the operation's
@@ -1257,6 +1162,101 @@ int gex_exscan(const gex_ep_t *ep, const gex_team_t *team, const void *src, void
 // # Safety
 // As [`gex_allreduce_nb`].
 int gex_exscan_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op, gex_event_t **ev);
+
+// Reduces the `n` elements of every rank's `src` element-wise with `op` (a
+// [`gex_op_t`]) and writes the result to every rank's `dst`. Every rank passes the
+// same `n` and `op`.
+//
+// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` (or a bitwise one on
+// `double`) or overlapping buffers; `GEX_ERR_COLL` if it failed (e.g. the ranks
+// passed different counts).
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `src` is valid for reading and `dst` for writing
+// `n` elements (any pointers when `n` is 0), and the two do not overlap.
+int gex_allreduce_u64(const gex_ep_t *ep, const uint64_t *src, uint64_t *dst, size_t n, int op);
+
+// As [`gex_allreduce_u64`] for `double`s (the sum's rounding depends on the order
+// gex adds them in, the same on every rank).
+//
+// # Safety
+// As [`gex_allreduce_u64`].
+int gex_allreduce_f64(const gex_ep_t *ep, const double *src, double *dst, size_t n, int op);
+
+// Blocks until every member of `team` has entered the barrier.
+//
+// Returns `GEX_OK`; `GEX_ERR_COLL` if it failed; `GEX_ERR_INVALID` if `team` is not
+// a team of `ep`.
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team.
+int gex_team_barrier(const gex_ep_t *ep, const gex_team_t *team);
+
+// Enters the barrier of `team` and writes its event to `*ev`: the event completes
+// once every member has entered.
+//
+// Returns as [`gex_team_barrier`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_team_barrier`], and `ev` is NULL or valid for writing one pointer.
+int gex_team_barrier_nb(const gex_ep_t *ep, const gex_team_t *team, gex_event_t **ev);
+
+// Notifies this member's split-phase barrier of `team` with the name `id` (or an
+// anonymous entry with `GEX_BARRIER_ANONYMOUS`). Must be followed by
+// `gex_team_barrier_wait` (or a `gex_team_barrier_try` that returns `GEX_OK`) with
+// the same `id` and `flags` before the next notify on the team; other collectives of
+// the team may run in between (the barrier is ordered among them like any other).
+//
+// Returns `GEX_OK`; `GEX_ERR_COLL` if a barrier of the team is already notified here;
+// `GEX_ERR_INVALID` for an unknown flag or a team of another endpoint.
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team.
+int gex_team_barrier_notify(const gex_ep_t *ep, const gex_team_t *team, uint64_t id, uint32_t flags);
+
+// Waits (polling the endpoint) for the split-phase barrier notified on `team`; `id`
+// and `flags` are those of the notify.
+//
+// Returns `GEX_OK`; `GEX_ERR_COLL` if two members notified different names (on every
+// member), if `id`/`flags` differ from this member's notify, or without a notify.
+//
+// # Safety
+// As [`gex_team_barrier_notify`].
+int gex_team_barrier_wait(const gex_ep_t *ep, const gex_team_t *team, uint64_t id, uint32_t flags);
+
+// Polls the endpoint once: `GEX_OK` once the split-phase barrier notified on `team`
+// is complete (it is then over), `GEX_PENDING` while it is not.
+//
+// Returns as [`gex_team_barrier_wait`] (an error also ends the barrier), and
+// `GEX_PENDING`.
+//
+// # Safety
+// As [`gex_team_barrier_notify`].
+int gex_team_barrier_try(const gex_ep_t *ep, const gex_team_t *team, uint64_t id, uint32_t flags);
+
+// Broadcasts the `count` elements of type `dt` (a [`gex_dt_t`]) at `buf` of team
+// rank `root` to the `buf` of every member of `team`.
+//
+// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `dt`, a `root` out of range or a
+// team of another endpoint; `GEX_ERR_COLL` if it failed (e.g. the members passed
+// different counts or roots).
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team; `buf` is valid for
+// reading (at the root) and writing (elsewhere) `count` elements of `dt` (any
+// pointer when `count` is 0), and suitably aligned.
+int gex_broadcast(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, void *buf, size_t count, int dt);
+
+// Starts a broadcast (as [`gex_broadcast`]) and writes its event to `*ev`. The root's
+// `buf` is copied before the call returns; every member's `buf` receives the data when
+// the call that completes the event returns (never if the event is freed first).
+//
+// Returns as [`gex_broadcast`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_broadcast`], with `buf` valid for writing until the event is completed or
+// freed; `ev` is NULL or valid for writing one pointer.
+int gex_broadcast_nb(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, void *buf, size_t count, int dt, gex_event_t **ev);
 
 // Reduces the `count` elements (of `op`'s `elem_size` bytes) of every member's `src`
 // element-wise with the user operator `op`, in team-rank order unless `op` is

@@ -388,14 +388,8 @@ pub unsafe extern "C" fn gex_token_src(token: *mut gex_token_t, rank: *mut u32) 
 /// `ep` is NULL or a live endpoint; `max` NULL or valid for writing one `size_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gex_am_max_args(ep: *const gex_ep_t, max: *mut usize) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::write` state them.
-        let h = unsafe { ptr::handle(ep) }?;
-        let m = h.with(|s| Ok(s.ep.max_args()))?;
-        // SAFETY: `max` is NULL or writable (this function's `# Safety`).
-        unsafe { ptr::write(max, m, "max") }?;
-        Ok(gex_status_t::GEX_OK)
-    })
+    // SAFETY: the caller's promises, as `ptr::write_of` states them.
+    entry(|| unsafe { ptr::write_of(ep, max, "max", |h| h.with(|s| Ok(s.ep.max_args()))) })
 }
 
 /// Writes the largest Medium payload to `rank` (in bytes) to `*max`.
@@ -434,13 +428,10 @@ unsafe fn write_max(
     max: *mut usize,
     limit: impl FnOnce(&mut EpState, EpAddr) -> usize,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::write` state them.
-        let h = unsafe { ptr::handle(ep) }?;
+    let of = |h: &gex_ep_t| {
         let d = dst(h, rank)?;
-        let m = h.with(|s| Ok(limit(s, d)))?;
-        // SAFETY: `max` is NULL or writable (the caller's promise).
-        unsafe { ptr::write(max, m, "max") }?;
-        Ok(gex_status_t::GEX_OK)
-    })
+        h.with(|s| Ok(limit(s, d)))
+    };
+    // SAFETY: the caller's promises, as `ptr::write_of` states them.
+    entry(|| unsafe { ptr::write_of(ep, max, "max", of) })
 }

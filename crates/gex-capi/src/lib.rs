@@ -217,10 +217,11 @@ pub use status::gex_status_t;
 /// The declarations of every macro-generated entry point as Rust source, for cbindgen
 /// (which does not expand macros): the header check parses them with the crate's source.
 #[cfg(test)]
-pub(crate) const DECLS: [&str; 6] = [
+pub(crate) const DECLS: [&str; 7] = [
     am::DECLS,
     atomic::DECLS,
     coll::DECLS,
+    coll::FN_DECLS,
     userop::DECLS,
     rma::DECLS,
     vis::DECLS,
