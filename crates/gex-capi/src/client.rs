@@ -155,9 +155,10 @@ pub unsafe extern "C" fn gex_ep_open(
     index: u16,
     ep: *mut *mut gex_ep_t,
 ) -> c_int {
-    // SAFETY: the caller's promises, passed on.
     entry(|| {
-        unsafe { new_ep(client, ep, |c| Ok(c.endpoint(index)?)) }.map(|_| gex_status_t::GEX_OK)
+        // SAFETY: the caller's promises, passed on.
+        unsafe { new_ep(client, ep, |c| Ok(c.endpoint(index)?)) }?;
+        Ok(gex_status_t::GEX_OK)
     })
 }
 
