@@ -406,24 +406,32 @@ impl<T: Pod + Send + Sync + 'static> ReduceOp<T> {
     }
 }
 
+/// The element-wise function and name of the built-in operator `$op` (of the enum
+/// `$kind`, one of the variants listed), combining two elements with `T::$apply`: one
+/// closure per operator, so the operator is a constant inside the loop (no
+/// per-element dispatch; the loop vectorises).
+macro_rules! per_op {
+    ($op:expr, $kind:ident, $apply:ident; $($o:ident),*) => {
+        match $op {
+            $($kind::$o => (elementwise::<T>(|l, r| T::$apply($kind::$o, l, r)), stringify!($o)),)*
+        }
+    };
+}
+
 impl<T: Elem> ReduceOp<T> {
     /// An arithmetic built-in operator (defined on every element type).
     pub fn builtin(op: BuiltinOp) -> Self {
-        // One closure per operator, so the operator is a constant inside the loop
-        // (no per-element dispatch; the loop vectorises).
-        macro_rules! per_op {
-            ($($o:ident),*) => {
-                match op {
-                    $(BuiltinOp::$o => (elementwise::<T>(|l, r| T::builtin(BuiltinOp::$o, l, r)), stringify!($o)),)*
-                }
-            };
-        }
-        let (f, name) = per_op!(Sum, Prod, Min, Max);
+        let (f, name) = per_op!(op, BuiltinOp, builtin; Sum, Prod, Min, Max);
+        Self::built_in(f, name, 1 + op as u8)
+    }
+
+    /// A commutative built-in operator: element-wise `f`, its `name` and wire `code`.
+    fn built_in(f: ReduceFn, name: &'static str, code: u8) -> Self {
         ReduceOp {
             f,
             commutative: true,
             name,
-            code: 1 + op as u8,
+            code,
             _t: std::marker::PhantomData,
         }
     }
@@ -432,21 +440,8 @@ impl<T: Elem> ReduceOp<T> {
 impl<T: IntElem> ReduceOp<T> {
     /// A bitwise or logical built-in operator (integer element types only).
     pub fn bitwise(op: BitOp) -> Self {
-        macro_rules! per_op {
-            ($($o:ident),*) => {
-                match op {
-                    $(BitOp::$o => (elementwise::<T>(|l, r| T::bitop(BitOp::$o, l, r)), stringify!($o)),)*
-                }
-            };
-        }
-        let (f, name) = per_op!(Band, Bor, Bxor, Land, Lor);
-        ReduceOp {
-            f,
-            commutative: true,
-            name,
-            code: 1 + BuiltinOp::ALL.len() as u8 + op as u8,
-            _t: std::marker::PhantomData,
-        }
+        let (f, name) = per_op!(op, BitOp, bitop; Band, Bor, Bxor, Land, Lor);
+        Self::built_in(f, name, 1 + BuiltinOp::ALL.len() as u8 + op as u8)
     }
 }
 
