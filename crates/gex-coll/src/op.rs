@@ -215,19 +215,29 @@ pub trait IntElem: Elem {
     fn bitop(op: BitOp, a: Self, b: Self) -> Self;
 }
 
-macro_rules! int_elem {
-    ($($t:ty),*) => {$(
+/// [`Elem`] for the types listed, the sum and product of `$a` and `$b` as given (min
+/// and max are the types' own).
+macro_rules! elem {
+    (|$a:ident, $b:ident| sum: $sum:expr, prod: $prod:expr; $($t:ty),*) => {$(
         impl Elem for $t {
             #[inline]
-            fn builtin(op: BuiltinOp, a: Self, b: Self) -> Self {
+            fn builtin(op: BuiltinOp, $a: Self, $b: Self) -> Self {
                 match op {
-                    BuiltinOp::Sum => a.wrapping_add(b),
-                    BuiltinOp::Prod => a.wrapping_mul(b),
-                    BuiltinOp::Min => a.min(b),
-                    BuiltinOp::Max => a.max(b),
+                    BuiltinOp::Sum => $sum,
+                    BuiltinOp::Prod => $prod,
+                    BuiltinOp::Min => $a.min($b),
+                    BuiltinOp::Max => $a.max($b),
                 }
             }
         }
+    )*};
+}
+
+/// [`Elem`] (wrapping sum and product) and [`IntElem`] for the integer types listed.
+macro_rules! int_elem {
+    ($($t:ty),*) => {
+        elem!(|a, b| sum: a.wrapping_add(b), prod: a.wrapping_mul(b); $($t),*);
+        $(
         impl IntElem for $t {
             #[inline]
             fn bitop(op: BitOp, a: Self, b: Self) -> Self {
@@ -240,28 +250,13 @@ macro_rules! int_elem {
                 }
             }
         }
-    )*};
+        )*
+    };
 }
 int_elem!(
     u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize
 );
-
-macro_rules! float_elem {
-    ($($t:ty),*) => {$(
-        impl Elem for $t {
-            #[inline]
-            fn builtin(op: BuiltinOp, a: Self, b: Self) -> Self {
-                match op {
-                    BuiltinOp::Sum => a + b,
-                    BuiltinOp::Prod => a * b,
-                    BuiltinOp::Min => a.min(b),
-                    BuiltinOp::Max => a.max(b),
-                }
-            }
-        }
-    )*};
-}
-float_elem!(f32, f64);
+elem!(|a, b| sum: a + b, prod: a * b; f32, f64);
 
 /// Arithmetic built-in reduction operators, defined on every element type ([`Elem`]).
 /// All are commutative and associative (floating point sums and products only up to

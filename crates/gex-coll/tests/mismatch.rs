@@ -10,16 +10,16 @@
 //! and hierarchical teams (two hosts of two); processes on smp. Also: a collective
 //! that waits for a member that never calls it is covered by `GEX_STALL_REPORT`.
 
+#[macro_use]
 mod common;
 
 use common::layers;
-use gex::Job;
 use gex::spi::Conduit;
 use gex_coll::{
     Barrier, Broadcast, BuiltinOp, ByKind, CollError, CollExt, Elem, Field, OpKind, Opts, ReduceOp,
     Scratch, SyncMode, SyncModes, Team,
 };
-use gex_core::{Blocking, Client, Endpoint, Nb};
+use gex_core::{Blocking, Endpoint, Nb};
 use gex_testkit::procs::Procs;
 use gex_testkit::sim::{SimConfig, run_sim};
 use std::time::Duration;
@@ -375,14 +375,10 @@ fn a_replayed_call_against_another_length() {
     );
 }
 
-/// Processes on smp: the cases (4096 against 8 elements, 16 against 8) and a
-/// small broadcast through the ring, with the runner's watchdog.
-struct Procs2;
-
-impl Job for Procs2 {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = client.endpoint(0).unwrap();
+endpoint_jobs! {
+    /// Processes on smp: the cases (4096 against 8 elements, 16 against 8) and a
+    /// small broadcast through the ring, with the runner's watchdog.
+    struct Procs2 |c| {
         let w = c.world();
         let me = w.rank();
         let mut v: Vec<Case> = Vec::new();
@@ -411,8 +407,6 @@ impl Job for Procs2 {
             check(me, case, &seen);
             c.barrier(&w).unwrap();
         }
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 
@@ -424,15 +418,11 @@ fn procs_mismatched_lengths_2() {
         .assert_success();
 }
 
-/// A collective waiting for a member that calls it only 2.5 s later: rank 0's wait
-/// prints the endpoint's report under `GEX_STALL_REPORT=1` (direct path, replayed
-/// call, the small-broadcast ring, the barrier, the layer's table).
-struct Late;
-
-impl Job for Late {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = client.endpoint(0).unwrap();
+endpoint_jobs! {
+    /// A collective waiting for a member that calls it only 2.5 s later: rank 0's wait
+    /// prints the endpoint's report under `GEX_STALL_REPORT=1` (direct path, replayed
+    /// call, the small-broadcast ring, the barrier, the layer's table).
+    struct Late |c| {
         let w = c.world();
         let me = w.rank();
         gex_testkit::procs::note("shm", if c.shared_memory(&w) { "1" } else { "0" });
@@ -479,8 +469,6 @@ impl Job for Late {
             )
             .unwrap();
         assert_eq!(c.wait(ev).unwrap(), vec![6; 4]);
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 

@@ -14,6 +14,7 @@
 //! ranks than cores) and the sleepers' wake-ups under `Block`; and on a mixed job of
 //! 2 processes × 2 thread ranks (`mixed_matrix_2x2`).
 
+#[macro_use]
 mod common;
 
 use common::{
@@ -21,19 +22,14 @@ use common::{
     matrix_mode, reference, ring_workload, ring_workload_upto, segment_matrix,
 };
 use gex::Job;
-use gex::spi::Conduit;
 use gex_coll::{
     Barrier, Broadcast, CollError, CollExt, InSegments, OpKind, Opts, Scratch, Single, SyncMode,
 };
-use gex_core::{Blocking, Client, Nb};
+use gex_core::{Blocking, Nb};
 use gex_testkit::procs::Procs;
 
-struct Matrix;
-
-impl Job for Matrix {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = client.endpoint(0).unwrap();
+endpoint_jobs! {
+    struct Matrix |c| {
         let w = c.world().clone();
         let ran = matrix(&mut c, &w, &[1, 9000]);
         assert!(ran > 100, "{ran}");
@@ -65,17 +61,11 @@ impl Job for Matrix {
         );
         c.barrier(&w).unwrap();
         assert_eq!(c.coll_stats().dropped_messages, 0);
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 
-struct SingleMode;
-
-impl Job for SingleMode {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = client.endpoint(0).unwrap();
+endpoint_jobs! {
+    struct SingleMode |c| {
         let w = c.world().clone();
         let (p, me) = (w.size(), w.rank() as usize);
         let mut salt = 0;
@@ -119,25 +109,19 @@ impl Job for SingleMode {
                 }
             }
         }
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 
-/// Root and barrier-name mismatches in real processes (shared memory on `smp`): errors
-/// on the members that see them, never a hang (a watchdog in every rank turns a hang
-/// into a failed job: the code before the layer hung in the first case).
-struct Mismatch;
-
-impl Job for Mismatch {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
+endpoint_jobs! {
+    /// Root and barrier-name mismatches in real processes (shared memory on `smp`): errors
+    /// on the members that see them, never a hang (a watchdog in every rank turns a hang
+    /// into a failed job: the code before the layer hung in the first case).
+    struct Mismatch |c| {
         std::thread::spawn(|| {
             std::thread::sleep(std::time::Duration::from_secs(120));
             eprintln!("procs mismatch: still running after 120 s (a hang)");
             std::process::exit(3);
         });
-        let mut c = client.endpoint(0).unwrap();
         let w = c.world();
         let me = w.rank();
         fn mismatch<T>(r: &Result<T, CollError>) -> bool {
@@ -166,22 +150,16 @@ impl Job for Mismatch {
             .unwrap();
         assert_eq!(c.wait(ev), Err(CollError::BarrierMismatch), "rank {me}");
         c.barrier(&w).unwrap();
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 
-/// Small broadcasts through the ring across processes: the ring workload
-/// (`common::ring_workload`: rotating and fixed roots, 1..=56 bytes, every form,
-/// wrap-around, every byte checked; then 1..=8 bytes, the packed ring) on the world
-/// team and on two split halves at
-/// once, every broadcast through the ring where the team shares memory.
-struct Ring;
-
-impl Job for Ring {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = client.endpoint(0).unwrap();
+endpoint_jobs! {
+    /// Small broadcasts through the ring across processes: the ring workload
+    /// (`common::ring_workload`: rotating and fixed roots, 1..=56 bytes, every form,
+    /// wrap-around, every byte checked; then 1..=8 bytes, the packed ring) on the world
+    /// team and on two split halves at
+    /// once, every broadcast through the ring where the team shares memory.
+    struct Ring |c| {
         let w = c.world().clone();
         let (p, me) = (w.size(), w.rank());
         let r0 = c.coll_stats().ring_calls;
@@ -213,64 +191,44 @@ impl Job for Ring {
         }
         c.barrier(&w).unwrap();
         assert_eq!(c.coll_stats().dropped_messages, 0);
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 
-/// The ring's sleepers are woken across processes (`common::assert_woken` under
-/// `Block`: readers sleeping on a root that pauses, a root sleeping on readers that
-/// pause; the endpoint naps 10 ms, so a lost wake-up shows as a call of 10 ms).
-struct RingWake;
-
-impl Job for RingWake {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = client.endpoint(0).unwrap();
+endpoint_jobs! {
+    /// The ring's sleepers are woken across processes (`common::assert_woken` under
+    /// `Block`: readers sleeping on a root that pauses, a root sleeping on readers that
+    /// pause; the endpoint naps 10 ms, so a lost wake-up shows as a call of 10 ms).
+    struct RingWake |c| {
         assert_eq!(c.wait_policy(), gex_core::WaitPolicy::Block);
         let w = c.world().clone();
         assert_woken(&mut c, &w, 40);
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 
-/// The slot protocol's sleepers are woken by replayed calls across processes
-/// (`common::assert_slot_woken` under `Block`: members sleeping on a publisher that
-/// pauses; a lost wake-up shows as a call of 10 ms).
-struct SlotWake;
-
-impl Job for SlotWake {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = client.endpoint(0).unwrap();
+endpoint_jobs! {
+    /// The slot protocol's sleepers are woken by replayed calls across processes
+    /// (`common::assert_slot_woken` under `Block`: members sleeping on a publisher that
+    /// pauses; a lost wake-up shows as a call of 10 ms).
+    struct SlotWake |c| {
         assert_eq!(c.wait_policy(), gex_core::WaitPolicy::Block);
         let w = c.world().clone();
         assert_slot_woken(&mut c, &w, 40);
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 
-/// Under spin-then-block, members waiting long for a slot publication sleep
-/// (`common::slot_sleeps`): they announce `MAYSLEEP` at their first sleep, their
-/// writers start fencing when they notice, and from then on the layer lets the
-/// endpoint sleep in such waits (a member whose writers never fenced would yield
-/// through every pause without sleeping: `common::assert_slot_sleeps`).
-struct SlotSleeps;
-
-impl Job for SlotSleeps {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = client.endpoint(0).unwrap();
+endpoint_jobs! {
+    /// Under spin-then-block, members waiting long for a slot publication sleep
+    /// (`common::slot_sleeps`): they announce `MAYSLEEP` at their first sleep, their
+    /// writers start fencing when they notice, and from then on the layer lets the
+    /// endpoint sleep in such waits (a member whose writers never fenced would yield
+    /// through every pause without sleeping: `common::assert_slot_sleeps`).
+    struct SlotSleeps |c| {
         assert!(matches!(
             c.wait_policy(),
             gex_core::WaitPolicy::SpinThenBlock { .. }
         ));
         let w = c.world().clone();
         assert_slot_sleeps(&mut c, &w);
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 

@@ -9,6 +9,27 @@ use gex_coll::{
 use gex_core::spi::Conduit;
 use gex_core::{Blocking, Endpoint, Nb};
 
+/// Jobs (`gex::Job` with output `()`) of the multi-process and thread-rank tests, each
+/// with its docs: `$body` runs with endpoint 0 of the client as `$c`, which is then
+/// closed before the client is finalised.
+#[allow(unused_macros)]
+macro_rules! endpoint_jobs {
+    ($( $(#[$m:meta])* struct $name:ident |$c:ident| $body:block )*) => {$(
+        $(#[$m])*
+        struct $name;
+
+        impl gex::Job for $name {
+            type Output = ();
+            fn run<C: gex::spi::Conduit>(self, client: gex_core::Client<C>) {
+                let mut $c = client.endpoint(0).unwrap();
+                $body
+                drop($c);
+                client.finalize().unwrap();
+            }
+        }
+    )*};
+}
+
 /// A client builder with the RMA and collectives layers.
 pub fn layers() -> gex_core::ClientBuilder<(((), gex_rma::Rma), gex_coll::Coll)> {
     gex_core::ClientBuilder::new()
