@@ -6,6 +6,8 @@
 //! hang or corrupted state. One rank on the loopback conduit, or a few thread ranks
 //! on the simulator where members must disagree.
 
+mod common;
+
 use gex_coll::{
     Allreduce, Barrier, BarrierFlags, Broadcast, BuiltinOp, ByKind, Coll, CollError, CollExt,
     Exchange, Gather, GatherAll, InSegments, LogGP, OpKind, Opts, Profile, Query, Reduce, Scatter,
@@ -16,7 +18,7 @@ use gex_core::loopback::Loopback;
 use gex_core::{
     Blocking, Client, ClientBuilder, Config, EpAddr, EpError, EventError, Nb, Nbi, Team,
 };
-use gex_testkit::sim::{SimConfig, run_sim};
+use gex_testkit::sim::SimConfig;
 use std::sync::Arc;
 
 const SEG: usize = 1 << 16;
@@ -156,22 +158,15 @@ fn team_lists_are_checked() {
 /// listed (the listed ones form their team without them).
 #[test]
 fn a_list_without_the_caller_is_not_member() {
-    run_sim(
-        2,
-        SimConfig::default(),
-        || layers().segment_size(SEG),
-        |client| {
-            let mut ep = client.endpoint(0).unwrap();
-            let w = ep.world();
-            let r = ep.create_team(&w, &[1], Scratch::None).map(|t| t.size());
-            if w.rank() == 0 {
-                assert!(matches!(r, Err(CollError::NotMember { .. })), "{r:?}");
-            } else {
-                assert_eq!(r, Ok(1));
-            }
-            ep.barrier(&w).unwrap();
-        },
-    );
+    common::on_sim(2, SimConfig::default(), SEG, |mut ep, w| {
+        let r = ep.create_team(&w, &[1], Scratch::None).map(|t| t.size());
+        if w.rank() == 0 {
+            assert!(matches!(r, Err(CollError::NotMember { .. })), "{r:?}");
+        } else {
+            assert_eq!(r, Ok(1));
+        }
+        ep.barrier(&w).unwrap();
+    });
 }
 
 /// Scratch space: regions outside the segment, given ranges outside it, allocations
@@ -441,72 +436,65 @@ fn counts_that_overflow_a_block_are_errors() {
 /// has.
 #[test]
 fn forced_algorithms_are_checked() {
-    run_sim(
-        3,
-        SimConfig::default(),
-        || layers().segment_size(SEG),
-        |client| {
-            let mut ep = client.endpoint(0).unwrap();
-            let w = ep.world();
-            let r = ep
-                .collective(&w, Exchange::new(vec![1u8; 3]).algorithm("no-such"), Nb)
-                .map(drop);
-            assert!(
-                matches!(r, Err(CollError::UnknownAlgorithm { .. })),
-                "{r:?}"
-            );
-            // "ring" implements gather_all, not barrier.
-            let r = ep.collective(&w, Barrier::new().algorithm("ring"), Blocking);
-            assert!(
-                matches!(r, Err(CollError::UnknownAlgorithm { .. })),
-                "{r:?}"
-            );
-            // Recursive doubling needs a power of two.
-            let r = ep.collective(&w, GatherAll::new(vec![1u8]).algorithm("recdbl"), Nbi);
-            assert!(matches!(r, Err(CollError::Unsupported { .. })), "{r:?}");
-            let r = ep.tuner(|t| {
-                t.select(&query(OpKind::GatherAll, 3, 1), Some("recdbl"))
-                    .map(|a| a.name().to_string())
-            });
-            assert!(matches!(r, Ok(Err(CollError::Unsupported { .. }))), "{r:?}");
-            // An algorithm moving data through the team's scratch space, on a team
-            // without any: the error says how much is needed.
-            let scratchy = ep
-                .algorithms(OpKind::GatherAll)
-                .into_iter()
-                .find(|name| {
-                    let q = Query {
-                        scratch: true,
-                        ..query(OpKind::GatherAll, 3, 64)
-                    };
-                    ep.tuner(|t| t.select(&q, Some(name)).is_ok()).unwrap()
-                        && ep
-                            .tuner(|t| {
-                                t.select(&query(OpKind::GatherAll, 3, 64), Some(name))
-                                    .is_err()
-                            })
-                            .unwrap()
+    common::on_sim(3, SimConfig::default(), SEG, |mut ep, w| {
+        let r = ep
+            .collective(&w, Exchange::new(vec![1u8; 3]).algorithm("no-such"), Nb)
+            .map(drop);
+        assert!(
+            matches!(r, Err(CollError::UnknownAlgorithm { .. })),
+            "{r:?}"
+        );
+        // "ring" implements gather_all, not barrier.
+        let r = ep.collective(&w, Barrier::new().algorithm("ring"), Blocking);
+        assert!(
+            matches!(r, Err(CollError::UnknownAlgorithm { .. })),
+            "{r:?}"
+        );
+        // Recursive doubling needs a power of two.
+        let r = ep.collective(&w, GatherAll::new(vec![1u8]).algorithm("recdbl"), Nbi);
+        assert!(matches!(r, Err(CollError::Unsupported { .. })), "{r:?}");
+        let r = ep.tuner(|t| {
+            t.select(&query(OpKind::GatherAll, 3, 1), Some("recdbl"))
+                .map(|a| a.name().to_string())
+        });
+        assert!(matches!(r, Ok(Err(CollError::Unsupported { .. }))), "{r:?}");
+        // An algorithm moving data through the team's scratch space, on a team
+        // without any: the error says how much is needed.
+        let scratchy = ep
+            .algorithms(OpKind::GatherAll)
+            .into_iter()
+            .find(|name| {
+                let q = Query {
+                    scratch: true,
+                    ..query(OpKind::GatherAll, 3, 64)
+                };
+                ep.tuner(|t| t.select(&q, Some(name)).is_ok()).unwrap()
+                    && ep
+                        .tuner(|t| {
+                            t.select(&query(OpKind::GatherAll, 3, 64), Some(name))
+                                .is_err()
+                        })
+                        .unwrap()
+            })
+            .expect("an algorithm that needs scratch space");
+        let r = ep
+            .collective(&w, GatherAll::new(vec![1u8; 64]).algorithm(&scratchy), Nb)
+            .map(drop);
+        assert!(
+            matches!(
+                &r,
+                Err(CollError::ScratchTooSmall {
+                    needed: 192,
+                    available: 0,
+                    size: 3,
+                    block: 64,
+                    ..
                 })
-                .expect("an algorithm that needs scratch space");
-            let r = ep
-                .collective(&w, GatherAll::new(vec![1u8; 64]).algorithm(&scratchy), Nb)
-                .map(drop);
-            assert!(
-                matches!(
-                    &r,
-                    Err(CollError::ScratchTooSmall {
-                        needed: 192,
-                        available: 0,
-                        size: 3,
-                        block: 64,
-                        ..
-                    })
-                ),
-                "{scratchy}: {r:?}"
-            );
-            ep.barrier(&w).unwrap();
-        },
-    );
+            ),
+            "{scratchy}: {r:?}"
+        );
+        ep.barrier(&w).unwrap();
+    });
 }
 
 /// Opts naming an algorithm through `Opts::with_algorithm`, and explain on queries no
