@@ -16,7 +16,8 @@ use gex_coll::{
 use gex_core::boot::Singleton;
 use gex_core::loopback::Loopback;
 use gex_core::{
-    Blocking, Client, ClientBuilder, Config, EpAddr, EpError, EventError, Nb, Nbi, Team,
+    Blocking, Client, ClientBuilder, Config, EpAddr, EpError, EventError, Nb, Nbi, OwnedEndpoint,
+    Team,
 };
 use gex_testkit::sim::SimConfig;
 use std::sync::Arc;
@@ -34,6 +35,25 @@ fn client(eps: u16) -> Client<Loopback> {
         .config(Config::default())
         .init::<Loopback>(Box::new(Singleton::new()))
         .unwrap()
+}
+
+/// A one-rank client of one endpoint, its endpoint 0 and that endpoint's world team.
+fn one_rank() -> (Client<Loopback>, OwnedEndpoint<Loopback>, Team) {
+    let c = client(1);
+    let ep = c.endpoint(0).unwrap();
+    let w = ep.world();
+    (c, ep, w)
+}
+
+/// A one-rank client of two endpoints and its endpoints 0 and 1.
+fn two_endpoints() -> (
+    Client<Loopback>,
+    OwnedEndpoint<Loopback>,
+    OwnedEndpoint<Loopback>,
+) {
+    let c = client(2);
+    let (a, b) = (c.endpoint(0).unwrap(), c.endpoint(1).unwrap());
+    (c, a, b)
 }
 
 fn query(op: OpKind, size: u32, bytes: usize) -> Query {
@@ -90,9 +110,7 @@ fn every_call_without_the_layer_is_a_layer_error() {
 /// value built by hand, a team another endpoint's layer made.
 #[test]
 fn a_team_of_another_endpoint_is_not_member() {
-    let c = client(2);
-    let mut a = c.endpoint(0).unwrap();
-    let mut b = c.endpoint(1).unwrap();
+    let (_c, mut a, mut b) = two_endpoints();
     let bw = b.world();
     let not_member = |r: Result<(), CollError>| {
         assert!(matches!(r, Err(CollError::NotMember { .. })), "{r:?}");
@@ -124,9 +142,7 @@ fn a_team_of_another_endpoint_is_not_member() {
 
 #[test]
 fn team_lists_are_checked() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let w = ep.world();
+    let (_c, mut ep, w) = one_rank();
     assert!(matches!(
         ep.create_team(&w, &[], Scratch::None),
         Err(CollError::BadMembers(_))
@@ -173,9 +189,7 @@ fn a_list_without_the_caller_is_not_member() {
 /// without a region or larger than it.
 #[test]
 fn scratch_outside_the_segment_is_a_scratch_error() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let w = ep.world();
+    let (_c, mut ep, w) = one_rank();
     let scratch = |r: Result<(), CollError>| {
         assert!(matches!(r, Err(CollError::Scratch(_))), "{r:?}");
     };
@@ -210,9 +224,7 @@ fn scratch_outside_the_segment_is_a_scratch_error() {
 /// teams got the same scratch space.
 #[test]
 fn destroying_another_endpoints_team_or_a_team_twice_corrupts_nothing() {
-    let c = client(2);
-    let mut a = c.endpoint(0).unwrap();
-    let mut b = c.endpoint(1).unwrap();
+    let (_c, mut a, mut b) = two_endpoints();
     let (aw, bw) = (a.world(), b.world());
     a.set_scratch_region(0..1024).unwrap();
     let t = a
@@ -256,9 +268,7 @@ fn destroying_another_endpoints_team_or_a_team_twice_corrupts_nothing() {
 /// Reducing operations named by kind without an operator.
 #[test]
 fn a_reduction_without_an_operator_is_unsupported_op() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let w = ep.world();
+    let (_c, mut ep, w) = one_rank();
     for kind in [
         OpKind::Reduce,
         OpKind::Allreduce,
@@ -296,9 +306,7 @@ fn a_reduction_without_an_operator_is_unsupported_op() {
 /// `BadAddress`, not an overflow.
 #[test]
 fn lengths_and_counts_are_checked_before_anything_moves() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let w = ep.world();
+    let (_c, mut ep, w) = one_rank();
     let bad_len = |r: Result<(), CollError>| {
         assert!(matches!(r, Err(CollError::BadLength { .. })), "{r:?}");
     };
@@ -369,9 +377,7 @@ fn lengths_and_counts_are_checked_before_anything_moves() {
 /// bytes (a panic in `split`/`create_team`).
 #[test]
 fn a_scratch_allocation_no_segment_holds_is_a_scratch_error() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let w = ep.world();
+    let (_c, mut ep, w) = one_rank();
     ep.set_scratch_region(SEG / 2..SEG).unwrap();
     for len in [usize::MAX, usize::MAX - 62] {
         let r = ep.split(&w, Some(0), 0, Scratch::Alloc(len)).map(drop);
@@ -386,46 +392,29 @@ fn a_scratch_allocation_no_segment_holds_is_a_scratch_error() {
 /// mode).
 #[test]
 fn counts_that_overflow_a_block_are_errors() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let w = ep.world();
+    let (_c, mut ep, w) = one_rank();
     // Counts that overflow the byte length of a block.
+    let overflow = |r: Result<(), CollError>, what: &str| {
+        assert!(
+            matches!(
+                r,
+                Err(CollError::BadLength { .. } | CollError::BadAddress(_))
+            ),
+            "{what}: {r:?}"
+        );
+    };
     for count in [usize::MAX, usize::MAX / 2 + 1] {
-        let r = ep
-            .collective(&w, Scatter::new(0, vec![1u64; 2], count), Nb)
-            .map(drop);
-        assert!(
-            matches!(
-                r,
-                Err(CollError::BadLength { .. } | CollError::BadAddress(_))
-            ),
-            "scatter count {count}: {r:?}"
+        let r = ep.collective(&w, Scatter::new(0, vec![1u64; 2], count), Nb);
+        overflow(r.map(drop), &format!("scatter count {count}"));
+        let d = ByKind::new(OpKind::Broadcast, vec![1u32; 2]).count(count);
+        overflow(
+            ep.collective(&w, d, Nb).map(drop),
+            &format!("broadcast count {count}"),
         );
-        let r = ep
-            .collective(
-                &w,
-                ByKind::new(OpKind::Broadcast, vec![1u32; 2]).count(count),
-                Nb,
-            )
-            .map(drop);
-        assert!(
-            matches!(
-                r,
-                Err(CollError::BadLength { .. } | CollError::BadAddress(_))
-            ),
-            "broadcast count {count}: {r:?}"
-        );
-        let r = ep.collective(
-            &w,
-            InSegments::<u64>::new(OpKind::Broadcast, count, Single::uniform(1, 0, 64)).root(0),
-            Blocking,
-        );
-        assert!(
-            matches!(
-                r,
-                Err(CollError::BadAddress(_) | CollError::BadLength { .. })
-            ),
-            "single-mode count {count}: {r:?}"
+        let d = InSegments::<u64>::new(OpKind::Broadcast, count, Single::uniform(1, 0, 64)).root(0);
+        overflow(
+            ep.collective(&w, d, Blocking),
+            &format!("single-mode count {count}"),
         );
     }
     ep.barrier(&w).unwrap();
@@ -501,9 +490,7 @@ fn forced_algorithms_are_checked() {
 /// job makes (empty teams, huge blocks): errors or answers, never panics.
 #[test]
 fn the_tuner_answers_odd_queries_without_panicking() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let w = ep.world();
+    let (_c, mut ep, w) = one_rank();
     let r = ep.collective(
         &w,
         Broadcast::new(0, vec![1u8]).opts(Opts::default().with_algorithm("nonesuch")),
@@ -550,22 +537,15 @@ fn tuner_configuration_errors_have_their_variants() {
         let mut t = Tuner::new(gex_coll::catalog(), LogGP::default());
         t.configure(|x| (x == k).then(|| v.to_string()))
     };
-    assert!(matches!(
-        conf("GEX_COLL_TUNE", "sometimes"),
-        Err(CollError::Config(_))
-    ));
-    assert!(matches!(
-        conf("GEX_COLL_LOGGP", "1,2"),
-        Err(CollError::Config(_))
-    ));
-    assert!(matches!(
-        conf("GEX_COLL_LOGGP", "1,2,3,-4"),
-        Err(CollError::Config(_))
-    ));
-    assert!(matches!(
-        conf("GEX_COLL_LOGGP", "1,2,3,NaN"),
-        Err(CollError::Config(_))
-    ));
+    for (k, v) in [
+        ("GEX_COLL_TUNE", "sometimes"),
+        ("GEX_COLL_LOGGP", "1,2"),
+        ("GEX_COLL_LOGGP", "1,2,3,-4"),
+        ("GEX_COLL_LOGGP", "1,2,3,NaN"),
+    ] {
+        let r = conf(k, v);
+        assert!(matches!(r, Err(CollError::Config(_))), "{k}={v}: {r:?}");
+    }
     assert!(matches!(
         conf("GEX_COLL_ALLREDUCE", "no-such"),
         Err(CollError::UnknownAlgorithm { .. })
@@ -634,9 +614,7 @@ fn every_bad_coll_setting_fails_the_endpoint_naming_it() {
 
 #[test]
 fn a_collective_event_waited_on_another_endpoint_is_an_event_error() {
-    let c = client(2);
-    let mut a = c.endpoint(0).unwrap();
-    let mut b = c.endpoint(1).unwrap();
+    let (_c, mut a, mut b) = two_endpoints();
     let w = a.world();
     let ev = a
         .collective(&w, Allreduce::new(vec![1u64, 2], BuiltinOp::Sum), Nb)
@@ -675,27 +653,15 @@ fn a_collective_event_waited_on_another_endpoint_is_an_event_error() {
 /// differs from the notify on a one-member team.
 #[test]
 fn split_phase_misuse_on_one_member() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let w = ep.world();
+    let (_c, mut ep, w) = one_rank();
     let named = BarrierFlags::empty();
-    assert_eq!(
-        ep.barrier_try(&w, 1, named),
-        Err(CollError::BarrierNotNotified)
-    );
-    assert_eq!(
-        ep.barrier_wait(&w, 1, named),
-        Err(CollError::BarrierNotNotified)
-    );
+    let refused = |r: Result<(), CollError>, want| assert_eq!(r, Err(want));
+    use CollError::{BarrierAlreadyNotified, BarrierMismatch, BarrierNotNotified};
+    refused(ep.barrier_try(&w, 1, named).map(drop), BarrierNotNotified);
+    refused(ep.barrier_wait(&w, 1, named), BarrierNotNotified);
     ep.barrier_notify(&w, 1, named).unwrap();
-    assert_eq!(
-        ep.barrier_notify(&w, 1, named),
-        Err(CollError::BarrierAlreadyNotified)
-    );
-    assert_eq!(
-        ep.barrier_wait(&w, 2, named),
-        Err(CollError::BarrierMismatch)
-    );
+    refused(ep.barrier_notify(&w, 1, named), BarrierAlreadyNotified);
+    refused(ep.barrier_wait(&w, 2, named), BarrierMismatch);
     ep.barrier_notify(&w, 3, named).unwrap();
     let mut r = ep.barrier_try(&w, 3, BarrierFlags::ANONYMOUS);
     while r == Ok(false) {
