@@ -3,56 +3,54 @@
 //! operation for families that do not declare it).
 
 use super::cost::Cost;
-use super::family::{Family, any_radix};
+use super::family::Family;
 use super::tree::{Tree, k_bcast, k_gather, k_reduce_ordered, k_scatter, subtree_end};
 use super::{Builtin, Kind, PlanCtx, Query};
 use crate::op::OpKind;
 use crate::sched::Schedule;
 
+/// The family of a composition for the operation `$op` alone, named `$name`, costed by
+/// `$cost` and planned by `$plan` (the fallback for any other operation).
+macro_rules! composition {
+    ($kind:ident, $op:ident, $name:literal, $cost:expr, $plan:ident) => {
+        Family::new(
+            Kind::$kind,
+            &[OpKind::$op],
+            |_, _, _| $name.to_string(),
+            ($cost, |a, c| match c.op {
+                OpKind::$op => $plan(c),
+                _ => super::fallback(a, c),
+            }),
+        )
+    };
+}
+
 /// allreduce = reduce + broadcast.
-pub(crate) const REDUCE_BCAST: Family = Family {
-    kind: Kind::ReduceBcast,
-    radix: any_radix,
-    name: |_, _, _| "reduce+bcast".to_string(),
-    ops: &[OpKind::Allreduce],
-    put_gather_all: false,
-    supports: super::family::always,
-    cost: |_, _, c| 2.0 * c.tree(Tree::Knomial(2), c.nf, 0),
-    plan: |a, c| match c.op {
-        OpKind::Allreduce => reduce_bcast(c),
-        _ => super::fallback(a, c),
-    },
-};
+pub(crate) const REDUCE_BCAST: Family = composition!(
+    ReduceBcast,
+    Allreduce,
+    "reduce+bcast",
+    |_, _, c| 2.0 * c.tree(Tree::Knomial(2), c.nf, 0),
+    reduce_bcast
+);
 
 /// gather_all = gather + broadcast.
-pub(crate) const GATHER_BCAST: Family = Family {
-    kind: Kind::GatherBcast,
-    radix: any_radix,
-    name: |_, _, _| "gather+bcast".to_string(),
-    ops: &[OpKind::GatherAll],
-    put_gather_all: false,
-    supports: super::family::always,
-    cost: gather_bcast_cost,
-    plan: |a, c| match c.op {
-        OpKind::GatherAll => gather_bcast(c),
-        _ => super::fallback(a, c),
-    },
-};
+pub(crate) const GATHER_BCAST: Family = composition!(
+    GatherBcast,
+    GatherAll,
+    "gather+bcast",
+    gather_bcast_cost,
+    gather_bcast
+);
 
 /// reduce_scatter = reduce + scatter.
-pub(crate) const REDUCE_SCATTER: Family = Family {
-    kind: Kind::ReduceScatter,
-    radix: any_radix,
-    name: |_, _, _| "reduce+scatter".to_string(),
-    ops: &[OpKind::ReduceScatter],
-    put_gather_all: false,
-    supports: super::family::always,
-    cost: reduce_scatter_cost,
-    plan: |a, c| match c.op {
-        OpKind::ReduceScatter => reduce_scatter(c),
-        _ => super::fallback(a, c),
-    },
-};
+pub(crate) const REDUCE_SCATTER: Family = composition!(
+    ReduceScatter,
+    ReduceScatter,
+    "reduce+scatter",
+    reduce_scatter_cost,
+    reduce_scatter
+);
 
 fn gather_bcast_cost(_a: &Builtin, _q: &Query, c: &Cost<'_>) -> f64 {
     let m = c.m;

@@ -11,41 +11,36 @@ use crate::sched::{Action, RecvStep, Schedule, SendStep};
 use std::ops::Range;
 
 /// k-nomial trees (binomial for radix 2).
-pub(crate) const KNOMIAL: Family = Family {
-    kind: Kind::Knomial,
-    radix: |k| k.max(2),
-    name: |k, _, _| {
+pub(crate) const KNOMIAL: Family = Family::new(
+    Kind::Knomial,
+    ROOTED,
+    |k, _, _| {
         if k == 2 {
             "binomial".to_string()
         } else {
             format!("knomial{k}")
         }
     },
-    ops: ROOTED,
-    put_gather_all: false,
-    supports: super::family::always,
-    cost,
-    plan,
-};
+    (cost, plan),
+)
+.with_radix(|k| k.max(2));
 
 /// k-ary trees (heap numbering).
-pub(crate) const KARY: Family = Family {
-    kind: Kind::Kary,
-    radix: |k| k.max(1),
-    name: |k, _, _| format!("kary{k}"),
-    ops: &[OpKind::Broadcast, OpKind::Reduce],
-    put_gather_all: false,
-    // Subtrees are not rank ranges: reductions only for commutative operators.
-    supports: |_, q| q.op != OpKind::Reduce || q.commutative,
-    cost,
-    plan,
-};
+pub(crate) const KARY: Family = Family::new(
+    Kind::Kary,
+    &[OpKind::Broadcast, OpKind::Reduce],
+    |k, _, _| format!("kary{k}"),
+    (cost, plan),
+)
+.with_radix(|k| k.max(1))
+// Subtrees are not rank ranges: reductions only for commutative operators.
+.with_supports(|_, q| q.op != OpKind::Reduce || q.commutative);
 
 /// Fork trees.
-pub(crate) const FORK: Family = Family {
-    kind: Kind::Fork,
-    radix: |k| k.clamp(1, MAX_FORK_DIMS as u32),
-    name: |k, _, dims| {
+pub(crate) const FORK: Family = Family::new(
+    Kind::Fork,
+    ROOTED,
+    |k, _, dims| {
         if dims.is_empty() {
             format!("fork{k}d")
         } else {
@@ -53,12 +48,9 @@ pub(crate) const FORK: Family = Family {
             format!("fork{}", d.join("x"))
         }
     },
-    ops: ROOTED,
-    put_gather_all: false,
-    supports: super::family::always,
-    cost,
-    plan,
-};
+    (cost, plan),
+)
+.with_radix(|k| k.clamp(1, MAX_FORK_DIMS as u32));
 
 /// The operations every contiguous tree runs.
 const ROOTED: &[OpKind] = &[
