@@ -245,65 +245,55 @@ unsafe fn reply(token: *mut gex_token_t, index: u32, msg: Msg) -> Result<gex_sta
     Ok(gex_status_t::GEX_OK)
 }
 
-/// The AM entry points and their declarations (`DECLS`, as `c_fns!`): per sender, the
-/// Short, Medium and Long calls, which take the sender's parameters (`$who`), the
-/// handler `index` and the arguments, then (Medium, Long) the payload and (Long) its
-/// offset, and pass them as a [`Msg`] to `$send`.
+/// The message of an AM call: its arguments, then (Medium) its payload or (Long) its
+/// payload and the offset to write it at.
+macro_rules! am_msg {
+    ($args:ident, $nargs:ident) => {
+        Msg($args, $nargs, std::ptr::null(), 0, Kind::Short)
+    };
+    ($args:ident, $nargs:ident, $payload:ident, $len:ident) => {
+        Msg($args, $nargs, $payload, $len, Kind::Medium)
+    };
+    ($args:ident, $nargs:ident, $payload:ident, $len:ident, $offset:ident) => {
+        Msg($args, $nargs, $payload, $len, Kind::Long($offset))
+    };
+}
+
+/// The AM entry points and their declarations (`DECLS`, as `c_fns!`): each takes the
+/// sender's parameters (`$who`), the handler `index` and the arguments, then
+/// (`[payload]`, Medium) the payload or (`[payload offset]`, Long) the payload and its
+/// offset, and passes them as a [`Msg`] to `$send` (no payload is read for a Short).
 macro_rules! am_families {
     (@fns $mode:ident; $(
-        ($($who:ident: $wty:ty),*) => $send:ident;
-        $(#[$ms:meta])* fn $short:ident;
-        $(#[$mm:meta])* fn $medium:ident;
-        $(#[$ml:meta])* fn $long:ident;
+        $(#[$m:meta])*
+        fn $name:ident($($who:ident: $wty:ty),*) => $send:ident [$($payload:ident $($offset:ident)?)?];
     )*) => {
         c_fns! { $mode $(
-            $(#[$ms])*
-            fn $short($($who: $wty,)* index: u32, args: *const u32, nargs: usize) {
-                let msg = Msg(args, nargs, std::ptr::null(), 0, Kind::Short);
-                // SAFETY: the caller's promises, passed on (no payload is read for a Short).
-                entry(|| unsafe { $send($($who,)* index, msg) })
-            }
-            $(#[$mm])*
-            fn $medium(
+            $(#[$m])*
+            fn $name(
                 $($who: $wty,)*
                 index: u32,
                 args: *const u32,
                 nargs: usize,
-                payload: *const c_void,
-                len: usize,
+                $($payload: *const c_void, len: usize, $($offset: usize,)?)?
             ) {
-                let msg = Msg(args, nargs, payload, len, Kind::Medium);
-                // SAFETY: the caller's promises, passed on.
-                entry(|| unsafe { $send($($who,)* index, msg) })
-            }
-            $(#[$ml])*
-            fn $long(
-                $($who: $wty,)*
-                index: u32,
-                args: *const u32,
-                nargs: usize,
-                payload: *const c_void,
-                len: usize,
-                offset: usize,
-            ) {
-                let msg = Msg(args, nargs, payload, len, Kind::Long(offset));
+                let msg = am_msg!(args, nargs $(, $payload, len $(, $offset)?)?);
                 // SAFETY: the caller's promises, passed on.
                 entry(|| unsafe { $send($($who,)* index, msg) })
             }
         )* }
     };
-    ($($families:tt)*) => {
-        am_families!(@fns emit; $($families)*);
+    ($($list:tt)*) => {
+        am_families!(@fns emit; $($list)*);
 
         /// The declarations of this module's macro-generated entry points as Rust
         /// source, for cbindgen.
         #[cfg(test)]
-        pub(crate) const DECLS: &str = am_families!(@fns declare; $($families)*);
+        pub(crate) const DECLS: &str = am_families!(@fns declare; $($list)*);
     };
 }
 
 am_families! {
-    (ep: *const gex_ep_t, rank: u32) => request;
     /// Sends a Short request (`nargs` arguments, no payload) to handler `index` of
     /// `rank`'s endpoint of this endpoint's index, polling while the conduit lacks
     /// resources (handlers may run meanwhile).
@@ -314,7 +304,7 @@ am_families! {
     /// # Safety
     /// `ep` is NULL or a live endpoint; `args` is valid for reading `nargs` `uint32_t`s
     /// (any pointer when `nargs` is 0).
-    fn gex_am_request_short;
+    fn gex_am_request_short(ep: *const gex_ep_t, rank: u32) => request [];
     /// Sends a Medium request: as [`gex_am_request_short`] with `len` bytes of payload,
     /// copied before the call returns (the buffer may be reused at once).
     ///
@@ -324,7 +314,7 @@ am_families! {
     /// # Safety
     /// As [`gex_am_request_short`], and `payload` is valid for reading `len` bytes (any
     /// pointer when `len` is 0).
-    fn gex_am_request_medium;
+    fn gex_am_request_medium(ep: *const gex_ep_t, rank: u32) => request [payload];
     /// Sends a Long request: as [`gex_am_request_medium`], with the `len` bytes of
     /// `payload` written at `offset` in `rank`'s segment before the handler runs there
     /// (the handler's `payload` points to them). The source may be reused once the call
@@ -335,9 +325,8 @@ am_families! {
     ///
     /// # Safety
     /// As [`gex_am_request_medium`].
-    fn gex_am_request_long;
+    fn gex_am_request_long(ep: *const gex_ep_t, rank: u32) => request [payload offset];
 
-    (token: *mut gex_token_t) => reply;
     /// Replies to the request being handled with a Short AM to handler `index` of the
     /// requester. At most once, from a request handler only.
     ///
@@ -348,21 +337,21 @@ am_families! {
     /// # Safety
     /// `args` is valid for reading `nargs` `uint32_t`s (any pointer when `nargs` is 0).
     /// `token` may be any value: only the running handler's token is accepted.
-    fn gex_am_reply_short;
+    fn gex_am_reply_short(token: *mut gex_token_t) => reply [];
     /// Replies with a Medium AM (`len` bytes of payload, copied before the call returns):
     /// as [`gex_am_reply_short`], and `GEX_ERR_AM` if `len` is over the reply limit.
     ///
     /// # Safety
     /// As [`gex_am_reply_short`], and `payload` is valid for reading `len` bytes (any
     /// pointer when `len` is 0).
-    fn gex_am_reply_medium;
+    fn gex_am_reply_medium(token: *mut gex_token_t) => reply [payload];
     /// Replies with a Long AM: the `len` bytes of `payload` are written at `offset` in the
     /// requester's segment before its handler runs. As [`gex_am_reply_medium`], and
     /// `GEX_ERR_AM` if the range is outside the requester's segment or over its Long limit.
     ///
     /// # Safety
     /// As [`gex_am_reply_medium`].
-    fn gex_am_reply_long;
+    fn gex_am_reply_long(token: *mut gex_token_t) => reply [payload offset];
 }
 
 /// Writes the rank that sent the AM being handled to `*rank`.
