@@ -93,6 +93,25 @@ pub struct Round {
     pub post: Vec<Local>,
 }
 
+impl Round {
+    /// Adds a send of `ranges` of the work buffer to `peer` with `tag`.
+    #[inline]
+    pub(crate) fn send(&mut self, peer: u32, tag: u32, ranges: Vec<Range<usize>>) {
+        self.sends.push(SendStep { peer, tag, ranges });
+    }
+
+    /// Adds a receive from `peer` with `tag` into `ranges`, applied by `action`.
+    #[inline]
+    pub(crate) fn recv(&mut self, peer: u32, tag: u32, ranges: Vec<Range<usize>>, action: Action) {
+        self.recvs.push(RecvStep {
+            peer,
+            tag,
+            ranges,
+            action,
+        });
+    }
+}
+
 /// What one rank does in one collective.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Schedule {

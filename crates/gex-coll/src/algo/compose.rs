@@ -4,7 +4,7 @@
 
 use super::cost::Cost;
 use super::family::Family;
-use super::tree::{Tree, k_bcast, k_gather, k_reduce_ordered, k_scatter, subtree_end};
+use super::tree::{Tree, at, k_bcast, k_gather, k_reduce_ordered, k_scatter, subtree_end};
 use super::{Builtin, Kind, PlanCtx, Query};
 use crate::op::OpKind;
 use crate::sched::Schedule;
@@ -69,8 +69,8 @@ pub(crate) fn reduce_bcast(c: &PlanCtx) -> Schedule {
     // reduce + broadcast over binomial trees rooted at 0.
     let mut s = Schedule::new(n, n);
     s.input.push((0..n, 0));
-    k_reduce_ordered(&mut s, Tree::Knomial(2), p, r, 0, 0..n, 0);
-    k_bcast(&mut s, Tree::Knomial(2), p, r, 0, 0..n, 0, 2);
+    k_reduce_ordered(&mut s, at(Tree::Knomial(2), p, r, 0), 0..n, 0);
+    k_bcast(&mut s, at(Tree::Knomial(2), p, r, 0), 0..n, 0, 2);
     s.output.push((0..n, 0));
     s
 }
@@ -84,9 +84,9 @@ pub(crate) fn gather_bcast(c: &PlanCtx) -> Schedule {
     let sub = subtree_end(t2, r, p) - r;
     let mut g = Schedule::new(sub as usize * n, 0);
     g.input.push((0..n, 0));
-    k_gather(&mut g, t2, p, r, 0, n, 0);
+    k_gather(&mut g, at(t2, p, r, 0), n, 0);
     let mut bsch = Schedule::new(pn, pn);
-    k_bcast(&mut bsch, t2, p, r, 0, 0..pn, 0, 0);
+    k_bcast(&mut bsch, at(t2, p, r, 0), 0..pn, 0, 0);
     let mut s = g.then(bsch, 1);
     s.out_len = pn;
     s.output.push((0..pn, 0));
@@ -100,8 +100,8 @@ pub(crate) fn reduce_scatter(c: &PlanCtx) -> Schedule {
     // reduce (ordered binomial to 0) + binomial scatter from 0.
     let mut s = Schedule::new(pn, n);
     s.input.push((0..pn, 0));
-    k_reduce_ordered(&mut s, Tree::Knomial(2), p, r, 0, 0..pn, 0);
-    k_scatter(&mut s, Tree::Knomial(2), p, r, 0, n, 2);
+    k_reduce_ordered(&mut s, at(Tree::Knomial(2), p, r, 0), 0..pn, 0);
+    k_scatter(&mut s, at(Tree::Knomial(2), p, r, 0), n, 2);
     s.output.push((0..n, 0));
     s
 }
