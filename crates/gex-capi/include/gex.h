@@ -297,45 +297,6 @@ int gex_atomic_domain_create_ex(const gex_ep_t *ep, const gex_team_t *team, int 
 // call.
 int gex_atomic_domain_free(gex_atomic_domain_t *ad);
 
-// Atomically adds `value` to the `uint64_t` at `offset` in `rank`'s segment
-// (wrapping) and writes the value it had before to `*old` (unless `old` is NULL).
-// `offset` must be a multiple of 8. (`gex_atomic_op_u64` with `GEX_AOP_FADD`.)
-//
-// Returns `GEX_OK`; `GEX_ERR_RMA` if the word is outside the segment or misaligned.
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain created on it;
-// `old` NULL or valid for writing one `uint64_t`.
-int gex_atomic_fetch_add_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, uint64_t value, uint64_t *old);
-
-// Atomically replaces the `uint64_t` at `offset` in `rank`'s segment by `desired` if
-// it equals `expected`, and writes the value it had before to `*old` (unless NULL):
-// the swap happened if `*old == expected`. (`gex_atomic_op_u64` with
-// `GEX_AOP_FCSWAP`.)
-//
-// Returns as [`gex_atomic_fetch_add_u64`].
-//
-// # Safety
-// As [`gex_atomic_fetch_add_u64`].
-int gex_atomic_compare_swap_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, uint64_t expected, uint64_t desired, uint64_t *old);
-
-// Atomically reads the `uint64_t` at `offset` in `rank`'s segment into `*value`.
-//
-// Returns as [`gex_atomic_fetch_add_u64`]; `GEX_ERR_NULL` if `value` is NULL.
-//
-// # Safety
-// As [`gex_atomic_fetch_add_u64`], `value` NULL or valid for writing one `uint64_t`.
-int gex_atomic_get_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, uint64_t *value);
-
-// Starts an atomic fetch-add (as [`gex_atomic_fetch_add_u64`]) and writes its event
-// to `*ev`; the old value is written to `*old` by the call that completes the event
-// (never if the event is freed first).
-//
-// # Safety
-// As [`gex_atomic_fetch_add_u64`], with `old` valid for writing one `uint64_t` until
-// the event is completed or freed; `ev` NULL or valid for writing one pointer.
-int gex_atomic_fetch_add_u64_nb(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, uint64_t value, uint64_t *old, gex_event_t **ev);
-
 // Initialises this process's rank of the job and writes its client to `*client`.
 //
 // Collective over every rank. The bootstrap comes from the environment, as for a
@@ -974,6 +935,45 @@ int gex_atomic_op_nb_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint
 // # Safety
 // `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
 int gex_atomic_op_nbi_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, float a, float b, uint32_t flags);
+
+// Atomically adds `value` to the `uint64_t` at `offset` in `rank`'s segment
+// (wrapping) and writes the value it had before to `*old` (unless `old` is NULL).
+// `offset` must be a multiple of 8. (`gex_atomic_op_u64` with `GEX_AOP_FADD`.)
+//
+// Returns `GEX_OK`; `GEX_ERR_RMA` if the word is outside the segment or misaligned.
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain created on it;
+// `old` NULL or valid for writing one `uint64_t`.
+int gex_atomic_fetch_add_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, uint64_t value, uint64_t *old);
+
+// Atomically replaces the `uint64_t` at `offset` in `rank`'s segment by `desired` if
+// it equals `expected`, and writes the value it had before to `*old` (unless NULL):
+// the swap happened if `*old == expected`. (`gex_atomic_op_u64` with
+// `GEX_AOP_FCSWAP`.)
+//
+// Returns as [`gex_atomic_fetch_add_u64`].
+//
+// # Safety
+// As [`gex_atomic_fetch_add_u64`].
+int gex_atomic_compare_swap_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, uint64_t expected, uint64_t desired, uint64_t *old);
+
+// Atomically reads the `uint64_t` at `offset` in `rank`'s segment into `*value`.
+//
+// Returns as [`gex_atomic_fetch_add_u64`]; `GEX_ERR_NULL` if `value` is NULL.
+//
+// # Safety
+// As [`gex_atomic_fetch_add_u64`], `value` NULL or valid for writing one `uint64_t`.
+int gex_atomic_get_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, uint64_t *value);
+
+// Starts an atomic fetch-add (as [`gex_atomic_fetch_add_u64`]) and writes its event
+// to `*ev`; the old value is written to `*old` by the call that completes the event
+// (never if the event is freed first).
+//
+// # Safety
+// As [`gex_atomic_fetch_add_u64`], with `old` valid for writing one `uint64_t` until
+// the event is completed or freed; `ev` NULL or valid for writing one pointer.
+int gex_atomic_fetch_add_u64_nb(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, uint64_t value, uint64_t *old, gex_event_t **ev);
 
 // Gathers the `count` elements of type `dt` at every member's `src` into the `dst` of
 // team rank `root`, in team-rank order (`size × count` elements there; `dst` is

@@ -464,97 +464,93 @@ atomic_families! {
     f32 => gex_atomic_op_f32, gex_atomic_op_nb_f32, gex_atomic_op_nbi_f32;
 }
 
-/// Atomically adds `value` to the `uint64_t` at `offset` in `rank`'s segment
-/// (wrapping) and writes the value it had before to `*old` (unless `old` is NULL).
-/// `offset` must be a multiple of 8. (`gex_atomic_op_u64` with `GEX_AOP_FADD`.)
-///
-/// Returns `GEX_OK`; `GEX_ERR_RMA` if the word is outside the segment or misaligned.
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain created on it;
-/// `old` NULL or valid for writing one `uint64_t`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_atomic_fetch_add_u64(
-    ep: *const gex_ep_t,
-    ad: *const gex_atomic_domain_t,
-    rank: u32,
-    offset: usize,
-    value: u64,
-    old: *mut u64,
-) -> c_int {
-    let op = gex_aop_t::GEX_AOP_FADD as c_int;
-    // SAFETY: the caller's promises, passed on.
-    unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, value, 0, 0, old, Mode::Blocking) }
+/// The `uint64_t` shorthands of [`gex_atomic_op_u64`] and their declarations
+/// (`U64_DECLS`, as `c_fns!`): each takes `ep`, `ad`, `rank` and `offset` (named by
+/// the list's first line), then its own parameters, and is its body.
+macro_rules! u64_shorthands {
+    (@fns $mode:ident; |$ep:ident, $ad:ident, $rank:ident, $offset:ident|
+     $( $(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),*) $body:block )*) => {
+        c_fns! { $mode $(
+            $(#[$m])*
+            fn $name(
+                $ep: *const gex_ep_t,
+                $ad: *const gex_atomic_domain_t,
+                $rank: u32,
+                $offset: usize,
+                $($arg: $ty),*
+            ) $body
+        )* }
+    };
+    ($($list:tt)*) => {
+        u64_shorthands!(@fns emit; $($list)*);
+
+        /// The declarations of this module's shorthands as Rust source, for cbindgen.
+        #[cfg(test)]
+        pub(crate) const U64_DECLS: &str = u64_shorthands!(@fns declare; $($list)*);
+    };
 }
 
-/// Atomically replaces the `uint64_t` at `offset` in `rank`'s segment by `desired` if
-/// it equals `expected`, and writes the value it had before to `*old` (unless NULL):
-/// the swap happened if `*old == expected`. (`gex_atomic_op_u64` with
-/// `GEX_AOP_FCSWAP`.)
-///
-/// Returns as [`gex_atomic_fetch_add_u64`].
-///
-/// # Safety
-/// As [`gex_atomic_fetch_add_u64`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_atomic_compare_swap_u64(
-    ep: *const gex_ep_t,
-    ad: *const gex_atomic_domain_t,
-    rank: u32,
-    offset: usize,
-    expected: u64,
-    desired: u64,
-    old: *mut u64,
-) -> c_int {
-    let op = gex_aop_t::GEX_AOP_FCSWAP as c_int;
-    let (a, b) = (expected, desired);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, a, b, 0, old, Mode::Blocking) }
-}
-
-/// Atomically reads the `uint64_t` at `offset` in `rank`'s segment into `*value`.
-///
-/// Returns as [`gex_atomic_fetch_add_u64`]; `GEX_ERR_NULL` if `value` is NULL.
-///
-/// # Safety
-/// As [`gex_atomic_fetch_add_u64`], `value` NULL or valid for writing one `uint64_t`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_atomic_get_u64(
-    ep: *const gex_ep_t,
-    ad: *const gex_atomic_domain_t,
-    rank: u32,
-    offset: usize,
-    value: *mut u64,
-) -> c_int {
-    if value.is_null() {
-        return entry(|| Err(Error::null("value")));
+u64_shorthands! {
+    |ep, ad, rank, offset|
+    /// Atomically adds `value` to the `uint64_t` at `offset` in `rank`'s segment
+    /// (wrapping) and writes the value it had before to `*old` (unless `old` is NULL).
+    /// `offset` must be a multiple of 8. (`gex_atomic_op_u64` with `GEX_AOP_FADD`.)
+    ///
+    /// Returns `GEX_OK`; `GEX_ERR_RMA` if the word is outside the segment or misaligned.
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain created on it;
+    /// `old` NULL or valid for writing one `uint64_t`.
+    fn gex_atomic_fetch_add_u64(value: u64, old: *mut u64) {
+        let op = gex_aop_t::GEX_AOP_FADD as c_int;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, value, 0, 0, old, Mode::Blocking) }
     }
-    let op = gex_aop_t::GEX_AOP_GET as c_int;
-    // SAFETY: the caller's promises, passed on.
-    unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, 0, 0, 0, value, Mode::Blocking) }
-}
 
-/// Starts an atomic fetch-add (as [`gex_atomic_fetch_add_u64`]) and writes its event
-/// to `*ev`; the old value is written to `*old` by the call that completes the event
-/// (never if the event is freed first).
-///
-/// # Safety
-/// As [`gex_atomic_fetch_add_u64`], with `old` valid for writing one `uint64_t` until
-/// the event is completed or freed; `ev` NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_atomic_fetch_add_u64_nb(
-    ep: *const gex_ep_t,
-    ad: *const gex_atomic_domain_t,
-    rank: u32,
-    offset: usize,
-    value: u64,
-    old: *mut u64,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    if old.is_null() {
-        return entry(|| Err(Error::null("old")));
+    /// Atomically replaces the `uint64_t` at `offset` in `rank`'s segment by `desired` if
+    /// it equals `expected`, and writes the value it had before to `*old` (unless NULL):
+    /// the swap happened if `*old == expected`. (`gex_atomic_op_u64` with
+    /// `GEX_AOP_FCSWAP`.)
+    ///
+    /// Returns as [`gex_atomic_fetch_add_u64`].
+    ///
+    /// # Safety
+    /// As [`gex_atomic_fetch_add_u64`].
+    fn gex_atomic_compare_swap_u64(expected: u64, desired: u64, old: *mut u64) {
+        let op = gex_aop_t::GEX_AOP_FCSWAP as c_int;
+        let (a, b) = (expected, desired);
+        // SAFETY: the caller's promises, passed on.
+        unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, a, b, 0, old, Mode::Blocking) }
     }
-    let op = gex_aop_t::GEX_AOP_FADD as c_int;
-    // SAFETY: the caller's promises, passed on.
-    unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, value, 0, 0, old, Mode::Nb(ev)) }
+
+    /// Atomically reads the `uint64_t` at `offset` in `rank`'s segment into `*value`.
+    ///
+    /// Returns as [`gex_atomic_fetch_add_u64`]; `GEX_ERR_NULL` if `value` is NULL.
+    ///
+    /// # Safety
+    /// As [`gex_atomic_fetch_add_u64`], `value` NULL or valid for writing one `uint64_t`.
+    fn gex_atomic_get_u64(value: *mut u64) {
+        if value.is_null() {
+            return entry(|| Err(Error::null("value")));
+        }
+        let op = gex_aop_t::GEX_AOP_GET as c_int;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, 0, 0, 0, value, Mode::Blocking) }
+    }
+
+    /// Starts an atomic fetch-add (as [`gex_atomic_fetch_add_u64`]) and writes its event
+    /// to `*ev`; the old value is written to `*old` by the call that completes the event
+    /// (never if the event is freed first).
+    ///
+    /// # Safety
+    /// As [`gex_atomic_fetch_add_u64`], with `old` valid for writing one `uint64_t` until
+    /// the event is completed or freed; `ev` NULL or valid for writing one pointer.
+    fn gex_atomic_fetch_add_u64_nb(value: u64, old: *mut u64, ev: *mut *mut gex_event_t) {
+        if old.is_null() {
+            return entry(|| Err(Error::null("old")));
+        }
+        let op = gex_aop_t::GEX_AOP_FADD as c_int;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, value, 0, 0, old, Mode::Nb(ev)) }
+    }
 }

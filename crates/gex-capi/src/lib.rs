@@ -217,9 +217,10 @@ pub use status::gex_status_t;
 /// The declarations of every macro-generated entry point as Rust source, for cbindgen
 /// (which does not expand macros): the header check parses them with the crate's source.
 #[cfg(test)]
-pub(crate) const DECLS: [&str; 7] = [
+pub(crate) const DECLS: [&str; 8] = [
     am::DECLS,
     atomic::DECLS,
+    atomic::U64_DECLS,
     coll::DECLS,
     coll::FN_DECLS,
     userop::DECLS,
