@@ -18,13 +18,11 @@
 mod common;
 
 use common::{
-    assert_slot_sleeps, assert_slot_woken, assert_woken, buffer_matrix, bytes, layers, matrix,
-    matrix_mode, reference, ring_workload, ring_workload_upto, segment_matrix,
+    assert_slot_sleeps, assert_slot_woken, assert_woken, buffer_matrix, layers, matrix,
+    matrix_mode, ring_workload, ring_workload_upto, segment_matrix, single_mode_call,
 };
 use gex::Job;
-use gex_coll::{
-    Barrier, Broadcast, CollError, CollExt, InSegments, OpKind, Opts, Scratch, Single, SyncMode,
-};
+use gex_coll::{Barrier, Broadcast, CollError, CollExt, OpKind, Scratch, SyncMode};
 use gex_core::{Blocking, Nb};
 use gex_testkit::procs::Procs;
 
@@ -67,7 +65,7 @@ endpoint_jobs! {
 endpoint_jobs! {
     struct SingleMode |c| {
         let w = c.world().clone();
-        let (p, me) = (w.size(), w.rank() as usize);
+        let p = w.size();
         let mut salt = 0;
         for op in [OpKind::Broadcast, OpKind::GatherAll] {
             for alg in c.algorithms(op).into_iter().filter(|a| a.contains('+')) {
@@ -77,35 +75,10 @@ endpoint_jobs! {
                     (SyncMode::All, SyncMode::All),
                 ] {
                     salt += 1;
-                    let n = 40_000usize;
                     let root = salt % p;
                     let dst: Vec<usize> = (0..p as usize).map(|r| 300_000 + 128 * r).collect();
-                    let inputs: Vec<Vec<u8>> = (0..p as usize)
-                        .map(|r| bytes(r, u64::from(salt), n))
-                        .collect();
-                    c.segment().write(0, &inputs[me]).unwrap();
-                    c.barrier(&w).unwrap();
-                    let addrs = Single {
-                        src: Some(vec![0; p as usize]),
-                        dst: dst.clone(),
-                    };
-                    let opts = Opts::sync(i, o).with_algorithm(&alg);
-                    let h = match c.collective(
-                        &w,
-                        InSegments::<u8>::new(op, n, addrs.clone())
-                            .root(root)
-                            .opts(opts),
-                        Nb,
-                    ) {
-                        Err(gex_coll::CollError::Unsupported { .. }) => continue,
-                        x => x.unwrap(),
-                    };
-                    c.wait(h).unwrap();
-                    let want = reference(op, root as usize, n, &inputs, None);
-                    let mut got = vec![0u8; want[me].len()];
-                    c.segment().read(dst[me], &mut got).unwrap();
-                    assert!(got == want[me], "{op} {alg} {i:?} {o:?}");
-                    c.barrier(&w).unwrap();
+                    let call = (op, alg.as_str(), (i, o));
+                    single_mode_call::<_, u8>(&mut c, &w, call, (root, 40_000), &dst, salt.into());
                 }
             }
         }

@@ -9,7 +9,7 @@ mod common;
 
 use common::{
     affine, buffer_matrix, bytes, layers, matrix, matrix_mode, on_sim, reference, run_one,
-    segment_matrix,
+    segment_matrix, single_mode_call,
 };
 use gex_coll::{
     Allreduce, Barrier, BitOp, Broadcast, BuiltinOp, CollError, CollExt, Exchange, GatherAll,
@@ -143,7 +143,7 @@ fn single_mode_small_limits() {
 
 fn single_mode_job(p: u32, cfg: SimConfig) {
     on_sim(p, cfg, SEG, |mut c, w| {
-        let (p, me) = (w.size(), w.rank());
+        let p = w.size();
         let modes = [SyncMode::No, SyncMode::My, SyncMode::All];
         let mut salt = 0u64;
         let mut by_transport = [0usize; 3];
@@ -164,45 +164,17 @@ fn single_mode_job(p: u32, cfg: SimConfig) {
                                 continue;
                             }
                             salt += 1;
-                            let n = count * 4;
                             let root = (salt % u64::from(p)) as u32;
                             // Source at 0, destinations at rank-dependent offsets.
                             let dst: Vec<usize> =
                                 (0..p as usize).map(|r| 200_000 + 64 * r).collect();
-                            let src_len = n;
-                            let inputs: Vec<Vec<u8>> =
-                                (0..p as usize).map(|r| bytes(r, salt, src_len)).collect();
-                            c.segment().write(0, &inputs[me as usize]).unwrap();
-                            c.segment()
-                                .write(dst[me as usize], &vec![0xEE; p as usize * n])
-                                .unwrap();
-                            c.barrier(&w).unwrap();
-                            let addrs = Single {
-                                src: Some(vec![0; p as usize]),
-                                dst: dst.clone(),
-                            };
-                            let opts = Opts::sync(i, o).with_algorithm(&alg);
-                            let h = match c.collective(
-                                &w,
-                                InSegments::<u32>::new(op, count, addrs.clone())
-                                    .root(root)
-                                    .opts(opts),
-                                Nb,
-                            ) {
-                                Err(CollError::Unsupported { .. }) => continue,
-                                r => r.unwrap(),
-                            };
-                            c.wait(h).unwrap();
-                            let want = reference(op, root as usize, n, &inputs, None);
-                            let mut got = vec![0u8; want[me as usize].len()];
-                            c.segment().read(dst[me as usize], &mut got).unwrap();
-                            assert_eq!(
-                                got, want[me as usize],
-                                "{op} {alg} in={i:?} out={o:?} count={count}"
-                            );
+                            let call = (op, alg.as_str(), (i, o));
+                            let at = (root, count);
+                            if !single_mode_call::<_, u32>(&mut c, &w, call, at, &dst, salt) {
+                                continue;
+                            }
                             by_transport[usize::from(alg.ends_with("+put"))
                                 + 2 * usize::from(alg.ends_with("+rdv"))] += 1;
-                            c.barrier(&w).unwrap();
                         }
                     }
                 }

@@ -3,8 +3,8 @@
 
 use gex_coll::{
     Allreduce, Barrier, BitOp, Broadcast, BuiltinOp, ByKind, CollError, CollExt, Elem, Exchange,
-    Exscan, Gather, GatherAll, OpKind, Opts, Reduce, ReduceFn, ReduceOp, ReduceScatter, Scan,
-    Scatter, Team,
+    Exscan, Gather, GatherAll, InSegments, OpKind, Opts, Reduce, ReduceFn, ReduceOp, ReduceScatter,
+    Scan, Scatter, Single, SyncMode, Team,
 };
 use gex_core::spi::Conduit;
 use gex_core::{Blocking, Endpoint, Nb};
@@ -35,6 +35,48 @@ pub fn layers() -> gex_core::ClientBuilder<(((), gex_rma::Rma), gex_coll::Coll)>
     gex_core::ClientBuilder::new()
         .layer::<gex_rma::Rma>()
         .layer::<gex_coll::Coll>()
+}
+
+/// One call of `op` (a broadcast or a gather_all) in single address mode by the
+/// algorithm `alg` with the entry and exit sync modes `sync`, `count` elements of `T` a
+/// block from team rank `root`: every member's input (`bytes` of `salt`) at offset 0
+/// of its segment, its output at `dst[rank]` (filled with 0xEE first). Checks this
+/// member's output against the reference; false if the algorithm cannot run the call.
+pub fn single_mode_call<C: Conduit, T: Elem>(
+    c: &mut Endpoint<C>,
+    w: &Team,
+    (op, alg, sync): (OpKind, &str, (SyncMode, SyncMode)),
+    (root, count): (u32, usize),
+    dst: &[usize],
+    salt: u64,
+) -> bool {
+    let (p, me) = (w.size() as usize, w.rank() as usize);
+    let n = count * size_of::<T>();
+    let inputs: Vec<Vec<u8>> = (0..p).map(|r| bytes(r, salt, n)).collect();
+    c.segment().write(0, &inputs[me]).unwrap();
+    c.segment().write(dst[me], &vec![0xEE; p * n]).unwrap();
+    c.barrier(w).unwrap();
+    let addrs = Single {
+        src: Some(vec![0; p]),
+        dst: dst.to_vec(),
+    };
+    let opts = Opts::sync(sync.0, sync.1).with_algorithm(alg);
+    let d = InSegments::<T>::new(op, count, addrs).root(root).opts(opts);
+    let h = match c.collective(w, d, Nb) {
+        Err(CollError::Unsupported { .. }) => return false,
+        r => r.unwrap(),
+    };
+    c.wait(h).unwrap();
+    let want = reference_of(me, op, root as usize, n, &inputs, None);
+    let mut got = vec![0u8; want.len()];
+    c.segment().read(dst[me], &mut got).unwrap();
+    assert_eq!(
+        got, want,
+        "{op} {alg} in={:?} out={:?} count={count}",
+        sync.0, sync.1
+    );
+    c.barrier(w).unwrap();
+    true
 }
 
 /// Runs `f` on `p` thread ranks of the simulated fabric `cfg`, a client with the
