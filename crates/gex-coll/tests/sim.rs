@@ -15,7 +15,7 @@ use gex_coll::{
     Allreduce, Barrier, BitOp, Broadcast, BuiltinOp, CollError, CollExt, Exchange, GatherAll,
     InSegments, OpKind, Opts, Reduce, ReduceOp, Scratch, Single, SyncMode, Team, TeamExt,
 };
-use gex_core::{Blocking, Endpoint, Nb};
+use gex_core::{Blocking, Endpoint, Nb, OwnedEndpoint};
 use gex_testkit::sim::{Delay, Sim, SimConfig, run_sim};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -1149,6 +1149,19 @@ fn replayed_calls_keep_the_checks_and_results() {
 /// there is no hierarchy: one message-algorithm matrix instead).
 const HIER_MIN_CASES: usize = if cfg!(gex_force_am_rma) { 50 } else { 100 };
 
+/// Runs the hierarchical job `f` on `p` thread ranks placed by `cfg`, with messages
+/// reordered, `4 × SEG`-byte segments and a watchdog of 10 minutes (nine debug-built
+/// thread ranks running every algorithm are slow on a busy machine); the results in
+/// rank order.
+fn hier_sim<R: Send>(
+    p: u32,
+    cfg: SimConfig,
+    f: impl Fn(OwnedEndpoint<Sim>, Team) -> R + Send + Sync,
+) -> Vec<R> {
+    let cfg = cfg.reorder(true).timeout(Duration::from_secs(600));
+    on_sim(p, cfg, 4 * SEG, f)
+}
+
 /// `hier` on `team`: every operation × every root (rooted ones; the largest count
 /// with two roots) × `counts`, forced and tuned, u32 sums; the non-commutative affine
 /// map forced (run where `hier` takes it: host ranges, or scan/exscan; refused
@@ -1236,15 +1249,9 @@ fn hier_choices(c: &mut Endpoint<Sim>, team: &Team, hosts: u32, ranges: bool, ro
 /// the world; forced broadcast, reduce, allreduce and barrier spelled out.
 #[test]
 fn hier_equal_hosts_world_and_round_robin() {
-    let ran = on_sim(
+    let ran = hier_sim(
         9,
-        SimConfig::default()
-            .reorder(true)
-            .seed(13)
-            .ranks_per_host(3)
-            // Nine debug-built thread ranks, every algorithm: slow on a busy machine.
-            .timeout(Duration::from_secs(600)),
-        4 * SEG,
+        SimConfig::default().seed(13).ranks_per_host(3),
         |mut c, w| {
             let r = w.rank();
             let on = !cfg!(gex_force_am_rma);
@@ -1308,14 +1315,9 @@ fn hier_equal_hosts_world_and_round_robin() {
 /// 3, 3 and 1 interleaved members; then a world of 5 ranks on hosts of 2, 2 and 1.
 #[test]
 fn hier_unequal_hosts() {
-    let ran = on_sim(
+    let ran = hier_sim(
         9,
-        SimConfig::default()
-            .reorder(true)
-            .seed(17)
-            .ranks_per_host(3)
-            .timeout(Duration::from_secs(600)),
-        4 * SEG,
+        SimConfig::default().seed(17).ranks_per_host(3),
         |mut c, w| {
             let r = w.rank();
             let on = !cfg!(gex_force_am_rma);
@@ -1357,14 +1359,9 @@ fn hier_unequal_hosts() {
     // Ranks 7 and 8 are in neither team.
     let (in_teams, _) = ran.split_at(7);
     assert!(in_teams.iter().all(|&n| n > HIER_MIN_CASES), "{ran:?}");
-    let ran = on_sim(
+    let ran = hier_sim(
         5,
-        SimConfig::default()
-            .reorder(true)
-            .seed(19)
-            .ranks_per_host(2)
-            .timeout(Duration::from_secs(600)),
-        4 * SEG,
+        SimConfig::default().seed(19).ranks_per_host(2),
         |mut c, w| {
             let on = !cfg!(gex_force_am_rma);
             assert_eq!(c.hierarchical(&w), on);
@@ -1388,14 +1385,11 @@ fn hier_unequal_hosts() {
 /// `hier` and the tuner runs another algorithm for them; teams split from it work.
 #[test]
 fn hier_world_round_robin() {
-    let ran = on_sim(
+    let ran = hier_sim(
         8,
         SimConfig::default()
-            .reorder(true)
             .seed(23)
-            .placement((0..8).map(|r| r % 3).collect())
-            .timeout(Duration::from_secs(600)),
-        4 * SEG,
+            .placement((0..8).map(|r| r % 3).collect()),
         |mut c, w| {
             let r = w.rank();
             let on = !cfg!(gex_force_am_rma);
