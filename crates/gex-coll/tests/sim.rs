@@ -277,15 +277,7 @@ fn in_my_sync_is_honoured() {
             };
             let opts = Opts::sync(mode, SyncMode::My).with_algorithm("flat+put");
             if me == 0 {
-                let h = c
-                    .collective(
-                        &w,
-                        InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
-                            .root(0)
-                            .opts(opts),
-                        Nb,
-                    )
-                    .unwrap();
+                let h = bcast_from_0(&mut c, &w, n, &addrs, opts);
                 for _ in 0..10 {
                     c.test(&h).unwrap();
                 }
@@ -315,15 +307,7 @@ fn in_my_sync_is_honoured() {
                         "{mode:?}: data landed before rank 1 entered"
                     ),
                 }
-                let h = c
-                    .collective(
-                        &w,
-                        InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
-                            .root(0)
-                            .opts(opts),
-                        Nb,
-                    )
-                    .unwrap();
+                let h = bcast_from_0(&mut c, &w, n, &addrs, opts);
                 c.wait(h).unwrap();
                 c.segment().read(dst, &mut buf).unwrap();
                 assert_eq!(buf, [7u8; 256]);
@@ -636,15 +620,7 @@ fn out_sync_modes() {
             };
             let opts = Opts::sync(SyncMode::No, out).with_algorithm(alg);
             if w.rank() == 0 {
-                let h = c
-                    .collective(
-                        &w,
-                        InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
-                            .root(0)
-                            .opts(opts),
-                        Nb,
-                    )
-                    .unwrap();
+                let h = bcast_from_0(&mut c, &w, n, &addrs, opts);
                 let t0 = Instant::now();
                 let mut done = false;
                 while t0.elapsed() < Duration::from_millis(100) && !done {
@@ -657,15 +633,7 @@ fn out_sync_modes() {
                 while !entered.load(Ordering::SeqCst) {
                     std::thread::yield_now();
                 }
-                let h = c
-                    .collective(
-                        &w,
-                        InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
-                            .root(0)
-                            .opts(opts),
-                        Nb,
-                    )
-                    .unwrap();
+                let h = bcast_from_0(&mut c, &w, n, &addrs, opts);
                 c.wait(h).unwrap();
                 let mut buf = [0u8; 1000];
                 c.segment().read(8192, &mut buf).unwrap();
@@ -976,6 +944,19 @@ fn blocking_calls_mix_direct_and_queued_paths() {
         assert_eq!(c.coll_stats().direct_calls - before, all);
         assert_eq!(c.coll_stats().in_flight, 0);
     });
+}
+
+/// Starts a broadcast in single address mode from rank 0 of `w`: `n` bytes at the
+/// offsets of `addrs`, with the options `opts`.
+fn bcast_from_0(
+    c: &mut Endpoint<Sim>,
+    w: &Team,
+    n: usize,
+    addrs: &Single,
+    opts: Opts<'_>,
+) -> gex_core::Event<(), CollError> {
+    let d = InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone());
+    c.collective(w, d.root(0).opts(opts), Nb).unwrap()
 }
 
 /// Calls (and barriers) that replayed the previous one's decisions so far.
