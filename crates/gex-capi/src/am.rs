@@ -284,12 +284,7 @@ macro_rules! am_families {
         )* }
     };
     ($($list:tt)*) => {
-        am_families!(@fns emit; $($list)*);
-
-        /// The declarations of this module's macro-generated entry points as Rust
-        /// source, for cbindgen.
-        #[cfg(test)]
-        pub(crate) const DECLS: &str = am_families!(@fns declare; $($list)*);
+        with_decls!(DECLS = am_families[@fns][;] $($list)*);
     };
 }
 

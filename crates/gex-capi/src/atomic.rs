@@ -482,11 +482,7 @@ macro_rules! u64_shorthands {
         )* }
     };
     ($($list:tt)*) => {
-        u64_shorthands!(@fns emit; $($list)*);
-
-        /// The declarations of this module's shorthands as Rust source, for cbindgen.
-        #[cfg(test)]
-        pub(crate) const U64_DECLS: &str = u64_shorthands!(@fns declare; $($list)*);
+        with_decls!(U64_DECLS = u64_shorthands[@fns][;] $($list)*);
     };
 }
 

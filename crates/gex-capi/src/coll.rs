@@ -569,12 +569,7 @@ unsafe fn broadcast_entry(
 /// [`c_fns!`].
 macro_rules! coll_fns {
     ($($fns:tt)*) => {
-        c_fns! { emit $($fns)* }
-
-        /// The declarations of this module's [`coll_fns!`] entry points as Rust source,
-        /// for cbindgen.
-        #[cfg(test)]
-        pub(crate) const FN_DECLS: &str = c_fns! { declare $($fns)* };
+        with_decls!(FN_DECLS = c_fns[][] $($fns)*);
     };
 }
 
