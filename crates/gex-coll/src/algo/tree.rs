@@ -394,13 +394,13 @@ pub(crate) fn abs(v: u32, root: u32, p: u32) -> u32 {
 }
 
 /// Where this rank stands in a tree ([`at`]): the tree over `p` ranks rooted at
-/// `root`, and this rank `r`; the planners of this module take it apart.
+/// `root`, and this rank `r`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Node {
-    tree: Tree,
-    p: u32,
-    r: u32,
-    root: u32,
+    pub(crate) tree: Tree,
+    pub(crate) p: u32,
+    pub(crate) r: u32,
+    pub(crate) root: u32,
 }
 
 /// Rank `r` of `tree` over `p` ranks rooted at `root`.
