@@ -237,69 +237,6 @@ extern "C" {
 // (and on its progress thread if it has one) for as long as the endpoint is open.
 int gex_am_register(const gex_ep_t *ep, gex_am_handler_t handler, void *user_data, uint32_t *index);
 
-// Sends a Short request (`nargs` arguments, no payload) to handler `index` of
-// `rank`'s endpoint of this endpoint's index, polling while the conduit lacks
-// resources (handlers may run meanwhile).
-//
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for a rank out of range, an unregistered index,
-// or more than `gex_am_max_args` arguments; `GEX_ERR_AM` if the conduit failed.
-//
-// # Safety
-// `ep` is NULL or a live endpoint; `args` is valid for reading `nargs` `uint32_t`s
-// (any pointer when `nargs` is 0).
-int gex_am_request_short(const gex_ep_t *ep, uint32_t rank, uint32_t index, const uint32_t *args, size_t nargs);
-
-// Sends a Medium request: as [`gex_am_request_short`] with `len` bytes of payload,
-// copied before the call returns (the buffer may be reused at once).
-//
-// Returns as [`gex_am_request_short`], and `GEX_ERR_AM` if `len` is over
-// `gex_am_max_medium`.
-//
-// # Safety
-// As [`gex_am_request_short`], and `payload` is valid for reading `len` bytes (any
-// pointer when `len` is 0).
-int gex_am_request_medium(const gex_ep_t *ep, uint32_t rank, uint32_t index, const uint32_t *args, size_t nargs, const void *payload, size_t len);
-
-// Sends a Long request: as [`gex_am_request_medium`], with the `len` bytes of
-// `payload` written at `offset` in `rank`'s segment before the handler runs there
-// (the handler's `payload` points to them). The source may be reused once the call
-// returns.
-//
-// Returns as [`gex_am_request_medium`], with `GEX_ERR_AM` if `len` is over
-// `gex_am_max_long` or the range is outside the target's segment.
-//
-// # Safety
-// As [`gex_am_request_medium`].
-int gex_am_request_long(const gex_ep_t *ep, uint32_t rank, uint32_t index, const uint32_t *args, size_t nargs, const void *payload, size_t len, size_t offset);
-
-// Replies to the request being handled with a Short AM to handler `index` of the
-// requester. At most once, from a request handler only.
-//
-// Returns `GEX_OK`; `GEX_ERR_INVALID` if `token` is not the current handler's (or for
-// a bad index or too many arguments); `GEX_ERR_AM` for a second reply or a reply from
-// a reply handler.
-//
-// # Safety
-// `args` is valid for reading `nargs` `uint32_t`s (any pointer when `nargs` is 0).
-// `token` may be any value: only the running handler's token is accepted.
-int gex_am_reply_short(gex_token_t *token, uint32_t index, const uint32_t *args, size_t nargs);
-
-// Replies with a Medium AM (`len` bytes of payload, copied before the call returns):
-// as [`gex_am_reply_short`], and `GEX_ERR_AM` if `len` is over the reply limit.
-//
-// # Safety
-// As [`gex_am_reply_short`], and `payload` is valid for reading `len` bytes (any
-// pointer when `len` is 0).
-int gex_am_reply_medium(gex_token_t *token, uint32_t index, const uint32_t *args, size_t nargs, const void *payload, size_t len);
-
-// Replies with a Long AM: the `len` bytes of `payload` are written at `offset` in the
-// requester's segment before its handler runs. As [`gex_am_reply_medium`], and
-// `GEX_ERR_AM` if the range is outside the requester's segment or over its Long limit.
-//
-// # Safety
-// As [`gex_am_reply_medium`].
-int gex_am_reply_long(gex_token_t *token, uint32_t index, const uint32_t *args, size_t nargs, const void *payload, size_t len, size_t offset);
-
 // Writes the rank that sent the AM being handled to `*rank`.
 //
 // # Safety
@@ -359,45 +296,6 @@ int gex_atomic_domain_create_ex(const gex_ep_t *ep, const gex_team_t *team, int 
 // `ad` is NULL or a live atomic domain, used by no other thread during or after the
 // call.
 int gex_atomic_domain_free(gex_atomic_domain_t *ad);
-
-// Atomically adds `value` to the `uint64_t` at `offset` in `rank`'s segment
-// (wrapping) and writes the value it had before to `*old` (unless `old` is NULL).
-// `offset` must be a multiple of 8. (`gex_atomic_op_u64` with `GEX_AOP_FADD`.)
-//
-// Returns `GEX_OK`; `GEX_ERR_RMA` if the word is outside the segment or misaligned.
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain created on it;
-// `old` NULL or valid for writing one `uint64_t`.
-int gex_atomic_fetch_add_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, uint64_t value, uint64_t *old);
-
-// Atomically replaces the `uint64_t` at `offset` in `rank`'s segment by `desired` if
-// it equals `expected`, and writes the value it had before to `*old` (unless NULL):
-// the swap happened if `*old == expected`. (`gex_atomic_op_u64` with
-// `GEX_AOP_FCSWAP`.)
-//
-// Returns as [`gex_atomic_fetch_add_u64`].
-//
-// # Safety
-// As [`gex_atomic_fetch_add_u64`].
-int gex_atomic_compare_swap_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, uint64_t expected, uint64_t desired, uint64_t *old);
-
-// Atomically reads the `uint64_t` at `offset` in `rank`'s segment into `*value`.
-//
-// Returns as [`gex_atomic_fetch_add_u64`]; `GEX_ERR_NULL` if `value` is NULL.
-//
-// # Safety
-// As [`gex_atomic_fetch_add_u64`], `value` NULL or valid for writing one `uint64_t`.
-int gex_atomic_get_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, uint64_t *value);
-
-// Starts an atomic fetch-add (as [`gex_atomic_fetch_add_u64`]) and writes its event
-// to `*ev`; the old value is written to `*old` by the call that completes the event
-// (never if the event is freed first).
-//
-// # Safety
-// As [`gex_atomic_fetch_add_u64`], with `old` valid for writing one `uint64_t` until
-// the event is completed or freed; `ev` NULL or valid for writing one pointer.
-int gex_atomic_fetch_add_u64_nb(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, uint64_t value, uint64_t *old, gex_event_t **ev);
 
 // Initialises this process's rank of the job and writes its client to `*client`.
 //
@@ -526,101 +424,6 @@ int gex_ep_poll(const gex_ep_t *ep, size_t *handled);
 // # Safety
 // `ep` is NULL or a live endpoint.
 int gex_barrier(const gex_ep_t *ep);
-
-// Reduces the `n` elements of every rank's `src` element-wise with `op` (a
-// [`gex_op_t`]) and writes the result to every rank's `dst`. Every rank passes the
-// same `n` and `op`.
-//
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` (or a bitwise one on
-// `double`) or overlapping buffers; `GEX_ERR_COLL` if it failed (e.g. the ranks
-// passed different counts).
-//
-// # Safety
-// `ep` is NULL or a live endpoint; `src` is valid for reading and `dst` for writing
-// `n` elements (any pointers when `n` is 0), and the two do not overlap.
-int gex_allreduce_u64(const gex_ep_t *ep, const uint64_t *src, uint64_t *dst, size_t n, int op);
-
-// As [`gex_allreduce_u64`] for `double`s (the sum's rounding depends on the order
-// gex adds them in, the same on every rank).
-//
-// # Safety
-// As [`gex_allreduce_u64`].
-int gex_allreduce_f64(const gex_ep_t *ep, const double *src, double *dst, size_t n, int op);
-
-// Blocks until every member of `team` has entered the barrier.
-//
-// Returns `GEX_OK`; `GEX_ERR_COLL` if it failed; `GEX_ERR_INVALID` if `team` is not
-// a team of `ep`.
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `team` NULL or a live team.
-int gex_team_barrier(const gex_ep_t *ep, const gex_team_t *team);
-
-// Enters the barrier of `team` and writes its event to `*ev`: the event completes
-// once every member has entered.
-//
-// Returns as [`gex_team_barrier`]; `GEX_ERR_NULL` if `ev` is NULL.
-//
-// # Safety
-// As [`gex_team_barrier`], and `ev` is NULL or valid for writing one pointer.
-int gex_team_barrier_nb(const gex_ep_t *ep, const gex_team_t *team, gex_event_t **ev);
-
-// Notifies this member's split-phase barrier of `team` with the name `id` (or an
-// anonymous entry with `GEX_BARRIER_ANONYMOUS`). Must be followed by
-// `gex_team_barrier_wait` (or a `gex_team_barrier_try` that returns `GEX_OK`) with
-// the same `id` and `flags` before the next notify on the team; other collectives of
-// the team may run in between (the barrier is ordered among them like any other).
-//
-// Returns `GEX_OK`; `GEX_ERR_COLL` if a barrier of the team is already notified here;
-// `GEX_ERR_INVALID` for an unknown flag or a team of another endpoint.
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `team` NULL or a live team.
-int gex_team_barrier_notify(const gex_ep_t *ep, const gex_team_t *team, uint64_t id, uint32_t flags);
-
-// Waits (polling the endpoint) for the split-phase barrier notified on `team`; `id`
-// and `flags` are those of the notify.
-//
-// Returns `GEX_OK`; `GEX_ERR_COLL` if two members notified different names (on every
-// member), if `id`/`flags` differ from this member's notify, or without a notify.
-//
-// # Safety
-// As [`gex_team_barrier_notify`].
-int gex_team_barrier_wait(const gex_ep_t *ep, const gex_team_t *team, uint64_t id, uint32_t flags);
-
-// Polls the endpoint once: `GEX_OK` once the split-phase barrier notified on `team`
-// is complete (it is then over), `GEX_PENDING` while it is not.
-//
-// Returns as [`gex_team_barrier_wait`] (an error also ends the barrier), and
-// `GEX_PENDING`.
-//
-// # Safety
-// As [`gex_team_barrier_notify`].
-int gex_team_barrier_try(const gex_ep_t *ep, const gex_team_t *team, uint64_t id, uint32_t flags);
-
-// Broadcasts the `count` elements of type `dt` (a [`gex_dt_t`]) at `buf` of team
-// rank `root` to the `buf` of every member of `team`.
-//
-// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `dt`, a `root` out of range or a
-// team of another endpoint; `GEX_ERR_COLL` if it failed (e.g. the members passed
-// different counts or roots).
-//
-// # Safety
-// `ep` is NULL or a live endpoint, `team` NULL or a live team; `buf` is valid for
-// reading (at the root) and writing (elsewhere) `count` elements of `dt` (any
-// pointer when `count` is 0), and suitably aligned.
-int gex_broadcast(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, void *buf, size_t count, int dt);
-
-// Starts a broadcast (as [`gex_broadcast`]) and writes its event to `*ev`. The root's
-// `buf` is copied before the call returns; every member's `buf` receives the data when
-// the call that completes the event returns (never if the event is freed first).
-//
-// Returns as [`gex_broadcast`]; `GEX_ERR_NULL` if `ev` is NULL.
-//
-// # Safety
-// As [`gex_broadcast`], with `buf` valid for writing until the event is completed or
-// freed; `ev` is NULL or valid for writing one pointer.
-int gex_broadcast_nb(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, void *buf, size_t count, int dt, gex_event_t **ev);
 
 // Polls the endpoint once and reports whether the event in `*ev` is complete.
 //
@@ -817,6 +620,69 @@ int gex_op_create(gex_reduce_fn_t fn, size_t elem_size, int commutative, void *a
 // # Safety
 // `op` is NULL or a live operator, used by no other thread during or after the call.
 int gex_op_free(gex_user_op_t *op);
+
+// Sends a Short request (`nargs` arguments, no payload) to handler `index` of
+// `rank`'s endpoint of this endpoint's index, polling while the conduit lacks
+// resources (handlers may run meanwhile).
+//
+// Returns `GEX_OK`; `GEX_ERR_INVALID` for a rank out of range, an unregistered index,
+// or more than `gex_am_max_args` arguments; `GEX_ERR_AM` if the conduit failed.
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `args` is valid for reading `nargs` `uint32_t`s
+// (any pointer when `nargs` is 0).
+int gex_am_request_short(const gex_ep_t *ep, uint32_t rank, uint32_t index, const uint32_t *args, size_t nargs);
+
+// Sends a Medium request: as [`gex_am_request_short`] with `len` bytes of payload,
+// copied before the call returns (the buffer may be reused at once).
+//
+// Returns as [`gex_am_request_short`], and `GEX_ERR_AM` if `len` is over
+// `gex_am_max_medium`.
+//
+// # Safety
+// As [`gex_am_request_short`], and `payload` is valid for reading `len` bytes (any
+// pointer when `len` is 0).
+int gex_am_request_medium(const gex_ep_t *ep, uint32_t rank, uint32_t index, const uint32_t *args, size_t nargs, const void *payload, size_t len);
+
+// Sends a Long request: as [`gex_am_request_medium`], with the `len` bytes of
+// `payload` written at `offset` in `rank`'s segment before the handler runs there
+// (the handler's `payload` points to them). The source may be reused once the call
+// returns.
+//
+// Returns as [`gex_am_request_medium`], with `GEX_ERR_AM` if `len` is over
+// `gex_am_max_long` or the range is outside the target's segment.
+//
+// # Safety
+// As [`gex_am_request_medium`].
+int gex_am_request_long(const gex_ep_t *ep, uint32_t rank, uint32_t index, const uint32_t *args, size_t nargs, const void *payload, size_t len, size_t offset);
+
+// Replies to the request being handled with a Short AM to handler `index` of the
+// requester. At most once, from a request handler only.
+//
+// Returns `GEX_OK`; `GEX_ERR_INVALID` if `token` is not the current handler's (or for
+// a bad index or too many arguments); `GEX_ERR_AM` for a second reply or a reply from
+// a reply handler.
+//
+// # Safety
+// `args` is valid for reading `nargs` `uint32_t`s (any pointer when `nargs` is 0).
+// `token` may be any value: only the running handler's token is accepted.
+int gex_am_reply_short(gex_token_t *token, uint32_t index, const uint32_t *args, size_t nargs);
+
+// Replies with a Medium AM (`len` bytes of payload, copied before the call returns):
+// as [`gex_am_reply_short`], and `GEX_ERR_AM` if `len` is over the reply limit.
+//
+// # Safety
+// As [`gex_am_reply_short`], and `payload` is valid for reading `len` bytes (any
+// pointer when `len` is 0).
+int gex_am_reply_medium(gex_token_t *token, uint32_t index, const uint32_t *args, size_t nargs, const void *payload, size_t len);
+
+// Replies with a Long AM: the `len` bytes of `payload` are written at `offset` in the
+// requester's segment before its handler runs. As [`gex_am_reply_medium`], and
+// `GEX_ERR_AM` if the range is outside the requester's segment or over its Long limit.
+//
+// # Safety
+// As [`gex_am_reply_medium`].
+int gex_am_reply_long(gex_token_t *token, uint32_t index, const uint32_t *args, size_t nargs, const void *payload, size_t len, size_t offset);
 
 // Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
 // on the element at `offset` (a multiple of its size) in `rank`'s segment
@@ -1070,6 +936,45 @@ int gex_atomic_op_nb_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint
 // `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
 int gex_atomic_op_nbi_f32(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, int op, float a, float b, uint32_t flags);
 
+// Atomically adds `value` to the `uint64_t` at `offset` in `rank`'s segment
+// (wrapping) and writes the value it had before to `*old` (unless `old` is NULL).
+// `offset` must be a multiple of 8. (`gex_atomic_op_u64` with `GEX_AOP_FADD`.)
+//
+// Returns `GEX_OK`; `GEX_ERR_RMA` if the word is outside the segment or misaligned.
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain created on it;
+// `old` NULL or valid for writing one `uint64_t`.
+int gex_atomic_fetch_add_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, uint64_t value, uint64_t *old);
+
+// Atomically replaces the `uint64_t` at `offset` in `rank`'s segment by `desired` if
+// it equals `expected`, and writes the value it had before to `*old` (unless NULL):
+// the swap happened if `*old == expected`. (`gex_atomic_op_u64` with
+// `GEX_AOP_FCSWAP`.)
+//
+// Returns as [`gex_atomic_fetch_add_u64`].
+//
+// # Safety
+// As [`gex_atomic_fetch_add_u64`].
+int gex_atomic_compare_swap_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, uint64_t expected, uint64_t desired, uint64_t *old);
+
+// Atomically reads the `uint64_t` at `offset` in `rank`'s segment into `*value`.
+//
+// Returns as [`gex_atomic_fetch_add_u64`]; `GEX_ERR_NULL` if `value` is NULL.
+//
+// # Safety
+// As [`gex_atomic_fetch_add_u64`], `value` NULL or valid for writing one `uint64_t`.
+int gex_atomic_get_u64(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, uint64_t *value);
+
+// Starts an atomic fetch-add (as [`gex_atomic_fetch_add_u64`]) and writes its event
+// to `*ev`; the old value is written to `*old` by the call that completes the event
+// (never if the event is freed first).
+//
+// # Safety
+// As [`gex_atomic_fetch_add_u64`], with `old` valid for writing one `uint64_t` until
+// the event is completed or freed; `ev` NULL or valid for writing one pointer.
+int gex_atomic_fetch_add_u64_nb(const gex_ep_t *ep, const gex_atomic_domain_t *ad, uint32_t rank, size_t offset, uint64_t value, uint64_t *old, gex_event_t **ev);
+
 // Gathers the `count` elements of type `dt` at every member's `src` into the `dst` of
 // team rank `root`, in team-rank order (`size × count` elements there; `dst` is
 // ignored elsewhere and may be NULL).
@@ -1257,6 +1162,101 @@ int gex_exscan(const gex_ep_t *ep, const gex_team_t *team, const void *src, void
 // # Safety
 // As [`gex_allreduce_nb`].
 int gex_exscan_nb(const gex_ep_t *ep, const gex_team_t *team, const void *src, void *dst, size_t count, int dt, int op, gex_event_t **ev);
+
+// Reduces the `n` elements of every rank's `src` element-wise with `op` (a
+// [`gex_op_t`]) and writes the result to every rank's `dst`. Every rank passes the
+// same `n` and `op`.
+//
+// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` (or a bitwise one on
+// `double`) or overlapping buffers; `GEX_ERR_COLL` if it failed (e.g. the ranks
+// passed different counts).
+//
+// # Safety
+// `ep` is NULL or a live endpoint; `src` is valid for reading and `dst` for writing
+// `n` elements (any pointers when `n` is 0), and the two do not overlap.
+int gex_allreduce_u64(const gex_ep_t *ep, const uint64_t *src, uint64_t *dst, size_t n, int op);
+
+// As [`gex_allreduce_u64`] for `double`s (the sum's rounding depends on the order
+// gex adds them in, the same on every rank).
+//
+// # Safety
+// As [`gex_allreduce_u64`].
+int gex_allreduce_f64(const gex_ep_t *ep, const double *src, double *dst, size_t n, int op);
+
+// Blocks until every member of `team` has entered the barrier.
+//
+// Returns `GEX_OK`; `GEX_ERR_COLL` if it failed; `GEX_ERR_INVALID` if `team` is not
+// a team of `ep`.
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team.
+int gex_team_barrier(const gex_ep_t *ep, const gex_team_t *team);
+
+// Enters the barrier of `team` and writes its event to `*ev`: the event completes
+// once every member has entered.
+//
+// Returns as [`gex_team_barrier`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_team_barrier`], and `ev` is NULL or valid for writing one pointer.
+int gex_team_barrier_nb(const gex_ep_t *ep, const gex_team_t *team, gex_event_t **ev);
+
+// Notifies this member's split-phase barrier of `team` with the name `id` (or an
+// anonymous entry with `GEX_BARRIER_ANONYMOUS`). Must be followed by
+// `gex_team_barrier_wait` (or a `gex_team_barrier_try` that returns `GEX_OK`) with
+// the same `id` and `flags` before the next notify on the team; other collectives of
+// the team may run in between (the barrier is ordered among them like any other).
+//
+// Returns `GEX_OK`; `GEX_ERR_COLL` if a barrier of the team is already notified here;
+// `GEX_ERR_INVALID` for an unknown flag or a team of another endpoint.
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team.
+int gex_team_barrier_notify(const gex_ep_t *ep, const gex_team_t *team, uint64_t id, uint32_t flags);
+
+// Waits (polling the endpoint) for the split-phase barrier notified on `team`; `id`
+// and `flags` are those of the notify.
+//
+// Returns `GEX_OK`; `GEX_ERR_COLL` if two members notified different names (on every
+// member), if `id`/`flags` differ from this member's notify, or without a notify.
+//
+// # Safety
+// As [`gex_team_barrier_notify`].
+int gex_team_barrier_wait(const gex_ep_t *ep, const gex_team_t *team, uint64_t id, uint32_t flags);
+
+// Polls the endpoint once: `GEX_OK` once the split-phase barrier notified on `team`
+// is complete (it is then over), `GEX_PENDING` while it is not.
+//
+// Returns as [`gex_team_barrier_wait`] (an error also ends the barrier), and
+// `GEX_PENDING`.
+//
+// # Safety
+// As [`gex_team_barrier_notify`].
+int gex_team_barrier_try(const gex_ep_t *ep, const gex_team_t *team, uint64_t id, uint32_t flags);
+
+// Broadcasts the `count` elements of type `dt` (a [`gex_dt_t`]) at `buf` of team
+// rank `root` to the `buf` of every member of `team`.
+//
+// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `dt`, a `root` out of range or a
+// team of another endpoint; `GEX_ERR_COLL` if it failed (e.g. the members passed
+// different counts or roots).
+//
+// # Safety
+// `ep` is NULL or a live endpoint, `team` NULL or a live team; `buf` is valid for
+// reading (at the root) and writing (elsewhere) `count` elements of `dt` (any
+// pointer when `count` is 0), and suitably aligned.
+int gex_broadcast(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, void *buf, size_t count, int dt);
+
+// Starts a broadcast (as [`gex_broadcast`]) and writes its event to `*ev`. The root's
+// `buf` is copied before the call returns; every member's `buf` receives the data when
+// the call that completes the event returns (never if the event is freed first).
+//
+// Returns as [`gex_broadcast`]; `GEX_ERR_NULL` if `ev` is NULL.
+//
+// # Safety
+// As [`gex_broadcast`], with `buf` valid for writing until the event is completed or
+// freed; `ev` is NULL or valid for writing one pointer.
+int gex_broadcast_nb(const gex_ep_t *ep, const gex_team_t *team, uint32_t root, void *buf, size_t count, int dt, gex_event_t **ev);
 
 // Reduces the `count` elements (of `op`'s `elem_size` bytes) of every member's `src`
 // element-wise with the user operator `op`, in team-rank order unless `op` is

@@ -9,7 +9,7 @@
 //! read.
 #![allow(unsafe_code)]
 
-use crate::handle::{HandlerMark, gex_ep_t};
+use crate::handle::{EpState, HandlerMark, gex_ep_t};
 use crate::ptr;
 use crate::status::{Error, entry, gex_status_t};
 use gex_facade::{Am, Body, EpAddr, HandlerId, Token};
@@ -245,140 +245,108 @@ unsafe fn reply(token: *mut gex_token_t, index: u32, msg: Msg) -> Result<gex_sta
     Ok(gex_status_t::GEX_OK)
 }
 
-/// Sends a Short request (`nargs` arguments, no payload) to handler `index` of
-/// `rank`'s endpoint of this endpoint's index, polling while the conduit lacks
-/// resources (handlers may run meanwhile).
-///
-/// Returns `GEX_OK`; `GEX_ERR_INVALID` for a rank out of range, an unregistered index,
-/// or more than `gex_am_max_args` arguments; `GEX_ERR_AM` if the conduit failed.
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint; `args` is valid for reading `nargs` `uint32_t`s
-/// (any pointer when `nargs` is 0).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_am_request_short(
-    ep: *const gex_ep_t,
-    rank: u32,
-    index: u32,
-    args: *const u32,
-    nargs: usize,
-) -> c_int {
-    let msg = Msg(args, nargs, std::ptr::null(), 0, Kind::Short);
-    // SAFETY: the caller's promises, passed on (no payload is read for a Short).
-    entry(|| unsafe { request(ep, rank, index, msg) })
+/// The message of an AM call: its arguments, then (Medium) its payload or (Long) its
+/// payload and the offset to write it at.
+macro_rules! am_msg {
+    ($args:ident, $nargs:ident) => {
+        Msg($args, $nargs, std::ptr::null(), 0, Kind::Short)
+    };
+    ($args:ident, $nargs:ident, $payload:ident, $len:ident) => {
+        Msg($args, $nargs, $payload, $len, Kind::Medium)
+    };
+    ($args:ident, $nargs:ident, $payload:ident, $len:ident, $offset:ident) => {
+        Msg($args, $nargs, $payload, $len, Kind::Long($offset))
+    };
 }
 
-/// Sends a Medium request: as [`gex_am_request_short`] with `len` bytes of payload,
-/// copied before the call returns (the buffer may be reused at once).
-///
-/// Returns as [`gex_am_request_short`], and `GEX_ERR_AM` if `len` is over
-/// `gex_am_max_medium`.
-///
-/// # Safety
-/// As [`gex_am_request_short`], and `payload` is valid for reading `len` bytes (any
-/// pointer when `len` is 0).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_am_request_medium(
-    ep: *const gex_ep_t,
-    rank: u32,
-    index: u32,
-    args: *const u32,
-    nargs: usize,
-    payload: *const c_void,
-    len: usize,
-) -> c_int {
-    let msg = Msg(args, nargs, payload, len, Kind::Medium);
-    // SAFETY: the caller's promises, passed on.
-    entry(|| unsafe { request(ep, rank, index, msg) })
+/// The AM entry points and their declarations (`DECLS`, as `c_fns!`): each takes the
+/// sender's parameters (`$who`), the handler `index` and the arguments, then
+/// (`[payload]`, Medium) the payload or (`[payload offset]`, Long) the payload and its
+/// offset, and passes them as a [`Msg`] to `$send` (no payload is read for a Short).
+macro_rules! am_families {
+    (@fns $mode:ident; $(
+        $(#[$m:meta])*
+        fn $name:ident($($who:ident: $wty:ty),*) => $send:ident [$($payload:ident $($offset:ident)?)?];
+    )*) => {
+        c_fns! { $mode $(
+            $(#[$m])*
+            fn $name(
+                $($who: $wty,)*
+                index: u32,
+                args: *const u32,
+                nargs: usize,
+                $($payload: *const c_void, len: usize, $($offset: usize,)?)?
+            ) {
+                let msg = am_msg!(args, nargs $(, $payload, len $(, $offset)?)?);
+                // SAFETY: the caller's promises, passed on.
+                entry(|| unsafe { $send($($who,)* index, msg) })
+            }
+        )* }
+    };
+    ($($list:tt)*) => {
+        with_decls!(DECLS = am_families[@fns][;] $($list)*);
+    };
 }
 
-/// Sends a Long request: as [`gex_am_request_medium`], with the `len` bytes of
-/// `payload` written at `offset` in `rank`'s segment before the handler runs there
-/// (the handler's `payload` points to them). The source may be reused once the call
-/// returns.
-///
-/// Returns as [`gex_am_request_medium`], with `GEX_ERR_AM` if `len` is over
-/// `gex_am_max_long` or the range is outside the target's segment.
-///
-/// # Safety
-/// As [`gex_am_request_medium`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_am_request_long(
-    ep: *const gex_ep_t,
-    rank: u32,
-    index: u32,
-    args: *const u32,
-    nargs: usize,
-    payload: *const c_void,
-    len: usize,
-    offset: usize,
-) -> c_int {
-    let msg = Msg(args, nargs, payload, len, Kind::Long(offset));
-    // SAFETY: the caller's promises, passed on.
-    entry(|| unsafe { request(ep, rank, index, msg) })
-}
+am_families! {
+    /// Sends a Short request (`nargs` arguments, no payload) to handler `index` of
+    /// `rank`'s endpoint of this endpoint's index, polling while the conduit lacks
+    /// resources (handlers may run meanwhile).
+    ///
+    /// Returns `GEX_OK`; `GEX_ERR_INVALID` for a rank out of range, an unregistered index,
+    /// or more than `gex_am_max_args` arguments; `GEX_ERR_AM` if the conduit failed.
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint; `args` is valid for reading `nargs` `uint32_t`s
+    /// (any pointer when `nargs` is 0).
+    fn gex_am_request_short(ep: *const gex_ep_t, rank: u32) => request [];
+    /// Sends a Medium request: as [`gex_am_request_short`] with `len` bytes of payload,
+    /// copied before the call returns (the buffer may be reused at once).
+    ///
+    /// Returns as [`gex_am_request_short`], and `GEX_ERR_AM` if `len` is over
+    /// `gex_am_max_medium`.
+    ///
+    /// # Safety
+    /// As [`gex_am_request_short`], and `payload` is valid for reading `len` bytes (any
+    /// pointer when `len` is 0).
+    fn gex_am_request_medium(ep: *const gex_ep_t, rank: u32) => request [payload];
+    /// Sends a Long request: as [`gex_am_request_medium`], with the `len` bytes of
+    /// `payload` written at `offset` in `rank`'s segment before the handler runs there
+    /// (the handler's `payload` points to them). The source may be reused once the call
+    /// returns.
+    ///
+    /// Returns as [`gex_am_request_medium`], with `GEX_ERR_AM` if `len` is over
+    /// `gex_am_max_long` or the range is outside the target's segment.
+    ///
+    /// # Safety
+    /// As [`gex_am_request_medium`].
+    fn gex_am_request_long(ep: *const gex_ep_t, rank: u32) => request [payload offset];
 
-/// Replies to the request being handled with a Short AM to handler `index` of the
-/// requester. At most once, from a request handler only.
-///
-/// Returns `GEX_OK`; `GEX_ERR_INVALID` if `token` is not the current handler's (or for
-/// a bad index or too many arguments); `GEX_ERR_AM` for a second reply or a reply from
-/// a reply handler.
-///
-/// # Safety
-/// `args` is valid for reading `nargs` `uint32_t`s (any pointer when `nargs` is 0).
-/// `token` may be any value: only the running handler's token is accepted.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_am_reply_short(
-    token: *mut gex_token_t,
-    index: u32,
-    args: *const u32,
-    nargs: usize,
-) -> c_int {
-    let msg = Msg(args, nargs, std::ptr::null(), 0, Kind::Short);
-    // SAFETY: the caller's promises, passed on (no payload is read for a Short).
-    entry(|| unsafe { reply(token, index, msg) })
-}
-
-/// Replies with a Medium AM (`len` bytes of payload, copied before the call returns):
-/// as [`gex_am_reply_short`], and `GEX_ERR_AM` if `len` is over the reply limit.
-///
-/// # Safety
-/// As [`gex_am_reply_short`], and `payload` is valid for reading `len` bytes (any
-/// pointer when `len` is 0).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_am_reply_medium(
-    token: *mut gex_token_t,
-    index: u32,
-    args: *const u32,
-    nargs: usize,
-    payload: *const c_void,
-    len: usize,
-) -> c_int {
-    let msg = Msg(args, nargs, payload, len, Kind::Medium);
-    // SAFETY: the caller's promises, passed on.
-    entry(|| unsafe { reply(token, index, msg) })
-}
-
-/// Replies with a Long AM: the `len` bytes of `payload` are written at `offset` in the
-/// requester's segment before its handler runs. As [`gex_am_reply_medium`], and
-/// `GEX_ERR_AM` if the range is outside the requester's segment or over its Long limit.
-///
-/// # Safety
-/// As [`gex_am_reply_medium`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_am_reply_long(
-    token: *mut gex_token_t,
-    index: u32,
-    args: *const u32,
-    nargs: usize,
-    payload: *const c_void,
-    len: usize,
-    offset: usize,
-) -> c_int {
-    let msg = Msg(args, nargs, payload, len, Kind::Long(offset));
-    // SAFETY: the caller's promises, passed on.
-    entry(|| unsafe { reply(token, index, msg) })
+    /// Replies to the request being handled with a Short AM to handler `index` of the
+    /// requester. At most once, from a request handler only.
+    ///
+    /// Returns `GEX_OK`; `GEX_ERR_INVALID` if `token` is not the current handler's (or for
+    /// a bad index or too many arguments); `GEX_ERR_AM` for a second reply or a reply from
+    /// a reply handler.
+    ///
+    /// # Safety
+    /// `args` is valid for reading `nargs` `uint32_t`s (any pointer when `nargs` is 0).
+    /// `token` may be any value: only the running handler's token is accepted.
+    fn gex_am_reply_short(token: *mut gex_token_t) => reply [];
+    /// Replies with a Medium AM (`len` bytes of payload, copied before the call returns):
+    /// as [`gex_am_reply_short`], and `GEX_ERR_AM` if `len` is over the reply limit.
+    ///
+    /// # Safety
+    /// As [`gex_am_reply_short`], and `payload` is valid for reading `len` bytes (any
+    /// pointer when `len` is 0).
+    fn gex_am_reply_medium(token: *mut gex_token_t) => reply [payload];
+    /// Replies with a Long AM: the `len` bytes of `payload` are written at `offset` in the
+    /// requester's segment before its handler runs. As [`gex_am_reply_medium`], and
+    /// `GEX_ERR_AM` if the range is outside the requester's segment or over its Long limit.
+    ///
+    /// # Safety
+    /// As [`gex_am_reply_medium`].
+    fn gex_am_reply_long(token: *mut gex_token_t) => reply [payload offset];
 }
 
 /// Writes the rank that sent the AM being handled to `*rank`.
@@ -404,14 +372,8 @@ pub unsafe extern "C" fn gex_token_src(token: *mut gex_token_t, rank: *mut u32) 
 /// `ep` is NULL or a live endpoint; `max` NULL or valid for writing one `size_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gex_am_max_args(ep: *const gex_ep_t, max: *mut usize) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::write` state them.
-        let h = unsafe { ptr::handle(ep) }?;
-        let m = h.with(|s| Ok(s.ep.max_args()))?;
-        // SAFETY: `max` is NULL or writable (this function's `# Safety`).
-        unsafe { ptr::write(max, m, "max") }?;
-        Ok(gex_status_t::GEX_OK)
-    })
+    // SAFETY: the caller's promises, as `ptr::write_of` states them.
+    entry(|| unsafe { ptr::write_of(ep, max, "max", |h| h.with(|s| Ok(s.ep.max_args()))) })
 }
 
 /// Writes the largest Medium payload to `rank` (in bytes) to `*max`.
@@ -424,15 +386,8 @@ pub unsafe extern "C" fn gex_am_max_medium(
     rank: u32,
     max: *mut usize,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::write` state them.
-        let h = unsafe { ptr::handle(ep) }?;
-        let d = dst(h, rank)?;
-        let m = h.with(|s| Ok(s.ep.max_medium(d)))?;
-        // SAFETY: `max` is NULL or writable (this function's `# Safety`).
-        unsafe { ptr::write(max, m, "max") }?;
-        Ok(gex_status_t::GEX_OK)
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { write_max(ep, rank, max, |s, d| s.ep.max_medium(d)) }
 }
 
 /// Writes the largest Long payload to `rank` (in bytes; also bounded by its segment)
@@ -442,13 +397,25 @@ pub unsafe extern "C" fn gex_am_max_medium(
 /// As [`gex_am_max_args`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gex_am_max_long(ep: *const gex_ep_t, rank: u32, max: *mut usize) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::write` state them.
-        let h = unsafe { ptr::handle(ep) }?;
+    // SAFETY: the caller's promises, passed on.
+    unsafe { write_max(ep, rank, max, |s, d| s.ep.max_long(d)) }
+}
+
+/// The body of the payload limits to a rank: the endpoint and `rank` checked, then
+/// `limit` of the endpoint's state and `rank`'s address written to `*max`.
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint; `max` NULL or valid for writing one `size_t`.
+unsafe fn write_max(
+    ep: *const gex_ep_t,
+    rank: u32,
+    max: *mut usize,
+    limit: impl FnOnce(&mut EpState, EpAddr) -> usize,
+) -> c_int {
+    let of = |h: &gex_ep_t| {
         let d = dst(h, rank)?;
-        let m = h.with(|s| Ok(s.ep.max_long(d)))?;
-        // SAFETY: `max` is NULL or writable (this function's `# Safety`).
-        unsafe { ptr::write(max, m, "max") }?;
-        Ok(gex_status_t::GEX_OK)
-    })
+        h.with(|s| Ok(limit(s, d)))
+    };
+    // SAFETY: the caller's promises, as `ptr::write_of` states them.
+    entry(|| unsafe { ptr::write_of(ep, max, "max", of) })
 }

@@ -356,10 +356,12 @@ unsafe fn atomic_op<T: CAtomic>(
     })
 }
 
-/// The three functions of one element type `$t` (`emit` or `declare`, as `c_fns!`).
+/// The three functions of one element type `$t` (`emit` or `declare`, as `c_fns!`),
+/// from one parameter list: each function names whether it takes `old` and `ev`, and
+/// the completion `Mode` it passes to [`atomic_op`] (a NULL `old` without one).
 macro_rules! atomic_family {
     ($mode:ident; $t:ty, $op:ident, $nb:ident, $nbi:ident) => {
-        c_fns! { $mode
+        atomic_family! { @fns $mode; $t;
             /// Performs the atomic operation `op` (a `gex_aop_t`) with operands `a`, `b`
             /// on the element at `offset` (a multiple of its size) in `rank`'s segment
             /// (`rank` a job rank that is a member of the domain's team) and returns
@@ -377,20 +379,7 @@ macro_rules! atomic_family {
             /// # Safety
             /// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain; `old`
             /// is NULL or valid for writing one element.
-            fn $op(
-                ep: *const gex_ep_t,
-                ad: *const gex_atomic_domain_t,
-                rank: u32,
-                offset: usize,
-                op: c_int,
-                a: $t,
-                b: $t,
-                flags: u32,
-                old: *mut $t,
-            ) {
-                // SAFETY: the caller's promises, passed on.
-                unsafe { atomic_op::<$t>(ep, ad, rank, offset, op, a, b, flags, old, Mode::Blocking) }
-            }
+            fn $op [old] [] Mode::Blocking;
 
             /// Starts the atomic operation `op` (as the blocking form, `gex_atomic_op_*`)
             /// and writes its event to `*ev`; a fetching operation's old value is
@@ -403,21 +392,7 @@ macro_rules! atomic_family {
             /// # Safety
             /// As the blocking form, with `old` valid for writing until the event is
             /// completed or freed; `ev` is NULL or valid for writing one pointer.
-            fn $nb(
-                ep: *const gex_ep_t,
-                ad: *const gex_atomic_domain_t,
-                rank: u32,
-                offset: usize,
-                op: c_int,
-                a: $t,
-                b: $t,
-                flags: u32,
-                old: *mut $t,
-                ev: *mut *mut gex_event_t,
-            ) {
-                // SAFETY: the caller's promises, passed on.
-                unsafe { atomic_op::<$t>(ep, ad, rank, offset, op, a, b, flags, old, Mode::Nb(ev)) }
-            }
+            fn $nb [old] [ev] Mode::Nb(ev);
 
             /// Starts the atomic operation `op` (as the blocking form) with an implicit
             /// event: it is done once `gex_nbi_sync(ep, GEX_NBI_ATOMICS)` returns. A
@@ -427,7 +402,15 @@ macro_rules! atomic_family {
             ///
             /// # Safety
             /// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain.
-            fn $nbi(
+            fn $nbi [] [] Mode::Nbi;
+        }
+    };
+    (@fns $mode:ident; $t:ty; $(
+        $(#[$m:meta])* fn $name:ident [$($old:ident)?] [$($ev:ident)?] $how:expr;
+    )*) => {
+        c_fns! { $mode $(
+            $(#[$m])*
+            fn $name(
                 ep: *const gex_ep_t,
                 ad: *const gex_atomic_domain_t,
                 rank: u32,
@@ -436,12 +419,25 @@ macro_rules! atomic_family {
                 a: $t,
                 b: $t,
                 flags: u32,
+                $($old: *mut $t,)?
+                $($ev: *mut *mut gex_event_t,)?
             ) {
-                let old = std::ptr::null_mut();
                 // SAFETY: the caller's promises, passed on.
-                unsafe { atomic_op::<$t>(ep, ad, rank, offset, op, a, b, flags, old, Mode::Nbi) }
+                unsafe {
+                    atomic_op::<$t>(ep, ad, rank, offset, op, a, b, flags, or_null!($($old)?), $how)
+                }
             }
-        }
+        )* }
+    };
+}
+
+/// `$x`, or a NULL pointer where it is absent (the `old` of a function without one).
+macro_rules! or_null {
+    () => {
+        std::ptr::null_mut()
+    };
+    ($x:expr) => {
+        $x
     };
 }
 
@@ -468,97 +464,89 @@ atomic_families! {
     f32 => gex_atomic_op_f32, gex_atomic_op_nb_f32, gex_atomic_op_nbi_f32;
 }
 
-/// Atomically adds `value` to the `uint64_t` at `offset` in `rank`'s segment
-/// (wrapping) and writes the value it had before to `*old` (unless `old` is NULL).
-/// `offset` must be a multiple of 8. (`gex_atomic_op_u64` with `GEX_AOP_FADD`.)
-///
-/// Returns `GEX_OK`; `GEX_ERR_RMA` if the word is outside the segment or misaligned.
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain created on it;
-/// `old` NULL or valid for writing one `uint64_t`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_atomic_fetch_add_u64(
-    ep: *const gex_ep_t,
-    ad: *const gex_atomic_domain_t,
-    rank: u32,
-    offset: usize,
-    value: u64,
-    old: *mut u64,
-) -> c_int {
-    let op = gex_aop_t::GEX_AOP_FADD as c_int;
-    // SAFETY: the caller's promises, passed on.
-    unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, value, 0, 0, old, Mode::Blocking) }
+/// The `uint64_t` shorthands of [`gex_atomic_op_u64`] and their declarations
+/// (`U64_DECLS`, as `c_fns!`): each takes `ep`, `ad`, `rank` and `offset` (named by
+/// the list's first line), then its own parameters, and is its body.
+macro_rules! u64_shorthands {
+    (@fns $mode:ident; |$ep:ident, $ad:ident, $rank:ident, $offset:ident|
+     $( $(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),*) $body:block )*) => {
+        c_fns! { $mode $(
+            $(#[$m])*
+            fn $name(
+                $ep: *const gex_ep_t,
+                $ad: *const gex_atomic_domain_t,
+                $rank: u32,
+                $offset: usize,
+                $($arg: $ty),*
+            ) $body
+        )* }
+    };
+    ($($list:tt)*) => {
+        with_decls!(U64_DECLS = u64_shorthands[@fns][;] $($list)*);
+    };
 }
 
-/// Atomically replaces the `uint64_t` at `offset` in `rank`'s segment by `desired` if
-/// it equals `expected`, and writes the value it had before to `*old` (unless NULL):
-/// the swap happened if `*old == expected`. (`gex_atomic_op_u64` with
-/// `GEX_AOP_FCSWAP`.)
-///
-/// Returns as [`gex_atomic_fetch_add_u64`].
-///
-/// # Safety
-/// As [`gex_atomic_fetch_add_u64`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_atomic_compare_swap_u64(
-    ep: *const gex_ep_t,
-    ad: *const gex_atomic_domain_t,
-    rank: u32,
-    offset: usize,
-    expected: u64,
-    desired: u64,
-    old: *mut u64,
-) -> c_int {
-    let op = gex_aop_t::GEX_AOP_FCSWAP as c_int;
-    let (a, b) = (expected, desired);
-    // SAFETY: the caller's promises, passed on.
-    unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, a, b, 0, old, Mode::Blocking) }
-}
-
-/// Atomically reads the `uint64_t` at `offset` in `rank`'s segment into `*value`.
-///
-/// Returns as [`gex_atomic_fetch_add_u64`]; `GEX_ERR_NULL` if `value` is NULL.
-///
-/// # Safety
-/// As [`gex_atomic_fetch_add_u64`], `value` NULL or valid for writing one `uint64_t`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_atomic_get_u64(
-    ep: *const gex_ep_t,
-    ad: *const gex_atomic_domain_t,
-    rank: u32,
-    offset: usize,
-    value: *mut u64,
-) -> c_int {
-    if value.is_null() {
-        return entry(|| Err(Error::null("value")));
+u64_shorthands! {
+    |ep, ad, rank, offset|
+    /// Atomically adds `value` to the `uint64_t` at `offset` in `rank`'s segment
+    /// (wrapping) and writes the value it had before to `*old` (unless `old` is NULL).
+    /// `offset` must be a multiple of 8. (`gex_atomic_op_u64` with `GEX_AOP_FADD`.)
+    ///
+    /// Returns `GEX_OK`; `GEX_ERR_RMA` if the word is outside the segment or misaligned.
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint, `ad` NULL or a live atomic domain created on it;
+    /// `old` NULL or valid for writing one `uint64_t`.
+    fn gex_atomic_fetch_add_u64(value: u64, old: *mut u64) {
+        let op = gex_aop_t::GEX_AOP_FADD as c_int;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, value, 0, 0, old, Mode::Blocking) }
     }
-    let op = gex_aop_t::GEX_AOP_GET as c_int;
-    // SAFETY: the caller's promises, passed on.
-    unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, 0, 0, 0, value, Mode::Blocking) }
-}
 
-/// Starts an atomic fetch-add (as [`gex_atomic_fetch_add_u64`]) and writes its event
-/// to `*ev`; the old value is written to `*old` by the call that completes the event
-/// (never if the event is freed first).
-///
-/// # Safety
-/// As [`gex_atomic_fetch_add_u64`], with `old` valid for writing one `uint64_t` until
-/// the event is completed or freed; `ev` NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_atomic_fetch_add_u64_nb(
-    ep: *const gex_ep_t,
-    ad: *const gex_atomic_domain_t,
-    rank: u32,
-    offset: usize,
-    value: u64,
-    old: *mut u64,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    if old.is_null() {
-        return entry(|| Err(Error::null("old")));
+    /// Atomically replaces the `uint64_t` at `offset` in `rank`'s segment by `desired` if
+    /// it equals `expected`, and writes the value it had before to `*old` (unless NULL):
+    /// the swap happened if `*old == expected`. (`gex_atomic_op_u64` with
+    /// `GEX_AOP_FCSWAP`.)
+    ///
+    /// Returns as [`gex_atomic_fetch_add_u64`].
+    ///
+    /// # Safety
+    /// As [`gex_atomic_fetch_add_u64`].
+    fn gex_atomic_compare_swap_u64(expected: u64, desired: u64, old: *mut u64) {
+        let op = gex_aop_t::GEX_AOP_FCSWAP as c_int;
+        let (a, b) = (expected, desired);
+        // SAFETY: the caller's promises, passed on.
+        unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, a, b, 0, old, Mode::Blocking) }
     }
-    let op = gex_aop_t::GEX_AOP_FADD as c_int;
-    // SAFETY: the caller's promises, passed on.
-    unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, value, 0, 0, old, Mode::Nb(ev)) }
+
+    /// Atomically reads the `uint64_t` at `offset` in `rank`'s segment into `*value`.
+    ///
+    /// Returns as [`gex_atomic_fetch_add_u64`]; `GEX_ERR_NULL` if `value` is NULL.
+    ///
+    /// # Safety
+    /// As [`gex_atomic_fetch_add_u64`], `value` NULL or valid for writing one `uint64_t`.
+    fn gex_atomic_get_u64(value: *mut u64) {
+        if value.is_null() {
+            return entry(|| Err(Error::null("value")));
+        }
+        let op = gex_aop_t::GEX_AOP_GET as c_int;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, 0, 0, 0, value, Mode::Blocking) }
+    }
+
+    /// Starts an atomic fetch-add (as [`gex_atomic_fetch_add_u64`]) and writes its event
+    /// to `*ev`; the old value is written to `*old` by the call that completes the event
+    /// (never if the event is freed first).
+    ///
+    /// # Safety
+    /// As [`gex_atomic_fetch_add_u64`], with `old` valid for writing one `uint64_t` until
+    /// the event is completed or freed; `ev` NULL or valid for writing one pointer.
+    fn gex_atomic_fetch_add_u64_nb(value: u64, old: *mut u64, ev: *mut *mut gex_event_t) {
+        if old.is_null() {
+            return entry(|| Err(Error::null("old")));
+        }
+        let op = gex_aop_t::GEX_AOP_FADD as c_int;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { atomic_op::<u64>(ep, ad, rank, offset, op, value, 0, 0, old, Mode::Nb(ev)) }
+    }
 }

@@ -86,13 +86,8 @@ pub unsafe extern "C" fn gex_client_init_ex(
 /// NULL or valid for writing one `uint32_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gex_client_rank(client: *const gex_client_t, rank: *mut u32) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::write` state them.
-        let c = unsafe { ptr::handle(client) }?;
-        // SAFETY: `rank` is NULL or writable (this function's `# Safety`).
-        unsafe { ptr::write(rank, c.client.rank(), "rank") }?;
-        Ok(gex_status_t::GEX_OK)
-    })
+    // SAFETY: the caller's promises, as `ptr::write_of` states them.
+    entry(|| unsafe { ptr::write_of(client, rank, "rank", |c| Ok(c.client.rank())) })
 }
 
 /// Writes the number of ranks of the job to `*size`.
@@ -101,13 +96,8 @@ pub unsafe extern "C" fn gex_client_rank(client: *const gex_client_t, rank: *mut
 /// As [`gex_client_rank`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gex_client_size(client: *const gex_client_t, size: *mut u32) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `ptr::write` state them.
-        let c = unsafe { ptr::handle(client) }?;
-        // SAFETY: `size` is NULL or writable (this function's `# Safety`).
-        unsafe { ptr::write(size, c.client.size(), "size") }?;
-        Ok(gex_status_t::GEX_OK)
-    })
+    // SAFETY: the caller's promises, as `ptr::write_of` states them.
+    entry(|| unsafe { ptr::write_of(client, size, "size", |c| Ok(c.client.size())) })
 }
 
 /// Finalises the client (collective over every rank) and frees it: every rank waits
@@ -166,17 +156,34 @@ pub unsafe extern "C" fn gex_ep_open(
     ep: *mut *mut gex_ep_t,
 ) -> c_int {
     entry(|| {
-        // SAFETY: the caller's promise, as `ptr::handle` states it.
-        let c = unsafe { ptr::handle(client) }?;
-        if ep.is_null() {
-            return Err(Error::null("ep"));
-        }
-        let e = c.client.endpoint(index)?;
-        let h = ptr::into_raw(Box::new(gex_ep_t::new(e, c.open.clone())));
-        // SAFETY: `ep` is non-null and writable (the caller's promise).
-        unsafe { ptr::write(ep, h, "ep") }?;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { new_ep(client, ep, |c| Ok(c.endpoint(index)?)) }?;
         Ok(gex_status_t::GEX_OK)
     })
+}
+
+/// The body of the endpoint constructors: the client checked and `ep` non-null, then
+/// `make` on the client; the new endpoint's handle written to `*ep` and its index
+/// returned.
+///
+/// # Safety
+/// `client` is NULL or a live client; `ep` is NULL or valid for writing one pointer.
+unsafe fn new_ep(
+    client: *const gex_client_t,
+    ep: *mut *mut gex_ep_t,
+    make: impl FnOnce(&gex_facade::Client) -> Result<gex_facade::OwnedEndpoint, Error>,
+) -> Result<u16, Error> {
+    // SAFETY: the caller's promise, as `ptr::handle` states it.
+    let c = unsafe { ptr::handle(client) }?;
+    if ep.is_null() {
+        return Err(Error::null("ep"));
+    }
+    let e = make(&c.client)?;
+    let i = e.addr().ep;
+    let h = ptr::into_raw(Box::new(gex_ep_t::new(e, c.open.clone())));
+    // SAFETY: `ep` is non-null and writable (the caller's promise).
+    unsafe { ptr::write(ep, h, "ep") }?;
+    Ok(i)
 }
 
 /// Makes a new endpoint of the client at run time, with the RMA and collectives
@@ -203,16 +210,8 @@ pub unsafe extern "C" fn gex_ep_create(
     index: *mut u16,
 ) -> c_int {
     entry(|| {
-        // SAFETY: the caller's promise, as `ptr::handle` states it.
-        let c = unsafe { ptr::handle(client) }?;
-        if ep.is_null() {
-            return Err(Error::null("ep"));
-        }
-        let e = c.client.create_endpoint()?;
-        let i = e.addr().ep;
-        let h = ptr::into_raw(Box::new(gex_ep_t::new(e, c.open.clone())));
-        // SAFETY: `ep` is non-null and writable (the caller's promise).
-        unsafe { ptr::write(ep, h, "ep") }?;
+        // SAFETY: the caller's promises, passed on.
+        let i = unsafe { new_ep(client, ep, |c| Ok(c.create_endpoint()?)) }?;
         if !index.is_null() {
             // SAFETY: non-null and writable (the caller's promise).
             unsafe { index.write(i) };

@@ -493,86 +493,6 @@ unsafe fn allreduce<T: CElem>(
     })
 }
 
-/// Reduces the `n` elements of every rank's `src` element-wise with `op` (a
-/// [`gex_op_t`]) and writes the result to every rank's `dst`. Every rank passes the
-/// same `n` and `op`.
-///
-/// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` (or a bitwise one on
-/// `double`) or overlapping buffers; `GEX_ERR_COLL` if it failed (e.g. the ranks
-/// passed different counts).
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint; `src` is valid for reading and `dst` for writing
-/// `n` elements (any pointers when `n` is 0), and the two do not overlap.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_allreduce_u64(
-    ep: *const gex_ep_t,
-    src: *const u64,
-    dst: *mut u64,
-    n: usize,
-    op: c_int,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { allreduce(ep, src, dst, n, op) }
-}
-
-/// As [`gex_allreduce_u64`] for `double`s (the sum's rounding depends on the order
-/// gex adds them in, the same on every rank).
-///
-/// # Safety
-/// As [`gex_allreduce_u64`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_allreduce_f64(
-    ep: *const gex_ep_t,
-    src: *const f64,
-    dst: *mut f64,
-    n: usize,
-    op: c_int,
-) -> c_int {
-    // SAFETY: the caller's promises, passed on.
-    unsafe { allreduce(ep, src, dst, n, op) }
-}
-
-/// Blocks until every member of `team` has entered the barrier.
-///
-/// Returns `GEX_OK`; `GEX_ERR_COLL` if it failed; `GEX_ERR_INVALID` if `team` is not
-/// a team of `ep`.
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint, `team` NULL or a live team.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_team_barrier(ep: *const gex_ep_t, team: *const gex_team_t) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        h.with(|s| Ok(s.ep.barrier(&t)?))?;
-        Ok(gex_status_t::GEX_OK)
-    })
-}
-
-/// Enters the barrier of `team` and writes its event to `*ev`: the event completes
-/// once every member has entered.
-///
-/// Returns as [`gex_team_barrier`]; `GEX_ERR_NULL` if `ev` is NULL.
-///
-/// # Safety
-/// As [`gex_team_barrier`], and `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_team_barrier_nb(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
-        let ev = slot(Some(ev))?.unwrap_or(ev);
-        let e = h.with(|s| Ok(s.ep.collective(&t, Barrier::new(), Nb)?))?;
-        // SAFETY: `ev` is non-null (checked) and writable (the caller's promise).
-        unsafe { crate::event::hand_out(ev, Op::Dyn(Box::new(Done(e)))) }
-    })
-}
-
 /// Flag of the split-phase barrier: an anonymous entry, which matches any id (the id
 /// argument is ignored).
 pub const GEX_BARRIER_ANONYMOUS: u32 = 1;
@@ -583,158 +503,220 @@ fn barrier_flags(flags: u32) -> Result<BarrierFlags, Error> {
         .ok_or_else(|| Error::invalid(format!("unknown barrier flags {flags:#x}")))
 }
 
+/// The body of the team barrier calls: the handles checked, then `f` on the
+/// endpoint's state and the team.
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint, `team` NULL or a live team.
+unsafe fn on_team(
+    ep: *const gex_ep_t,
+    team: *const gex_team_t,
+    f: impl FnOnce(&mut EpState, &Team) -> Result<gex_status_t, Error>,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `args` states them.
+        let (h, t) = unsafe { args(ep, team) }?;
+        h.with(|s| f(s, &t))
+    })
+}
+
 /// The body of the split-phase barrier calls: the handles and `flags` checked, then
 /// `f` on the endpoint's state, the team and the gex-coll flags.
 ///
 /// # Safety
 /// As [`gex_team_barrier_notify`].
-unsafe fn split_phase<R>(
+unsafe fn split_phase(
     ep: *const gex_ep_t,
     team: *const gex_team_t,
     flags: u32,
-    f: impl FnOnce(&mut EpState, &Team, BarrierFlags) -> Result<R, Error>,
-) -> Result<R, Error> {
-    // SAFETY: the caller's promises, as `args` states them.
-    let (h, t) = unsafe { args(ep, team) }?;
-    let flags = barrier_flags(flags)?;
-    h.with(|s| f(s, &t, flags))
-}
-
-/// Notifies this member's split-phase barrier of `team` with the name `id` (or an
-/// anonymous entry with `GEX_BARRIER_ANONYMOUS`). Must be followed by
-/// `gex_team_barrier_wait` (or a `gex_team_barrier_try` that returns `GEX_OK`) with
-/// the same `id` and `flags` before the next notify on the team; other collectives of
-/// the team may run in between (the barrier is ordered among them like any other).
-///
-/// Returns `GEX_OK`; `GEX_ERR_COLL` if a barrier of the team is already notified here;
-/// `GEX_ERR_INVALID` for an unknown flag or a team of another endpoint.
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint, `team` NULL or a live team.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_team_barrier_notify(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    id: u64,
-    flags: u32,
+    f: impl FnOnce(&mut EpState, &Team, BarrierFlags) -> Result<gex_status_t, Error>,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, passed on.
-        unsafe {
-            split_phase(ep, team, flags, |s, t, f| {
-                Ok(s.ep.barrier_notify(t, id, f)?)
-            })
-        }?;
-        Ok(gex_status_t::GEX_OK)
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { on_team(ep, team, |s, t| f(s, t, barrier_flags(flags)?)) }
 }
 
-/// Waits (polling the endpoint) for the split-phase barrier notified on `team`; `id`
-/// and `flags` are those of the notify.
-///
-/// Returns `GEX_OK`; `GEX_ERR_COLL` if two members notified different names (on every
-/// member), if `id`/`flags` differ from this member's notify, or without a notify.
-///
-/// # Safety
-/// As [`gex_team_barrier_notify`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_team_barrier_wait(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    id: u64,
-    flags: u32,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, passed on.
-        unsafe {
-            split_phase(ep, team, flags, |s, t, f| {
-                Ok(s.ep.barrier_wait(t, id, f)?)
-            })
-        }?;
-        Ok(gex_status_t::GEX_OK)
-    })
+/// `GEX_OK` once `done`, else `GEX_PENDING`.
+fn ok_or_pending(done: bool) -> gex_status_t {
+    if done {
+        gex_status_t::GEX_OK
+    } else {
+        gex_status_t::GEX_PENDING
+    }
 }
 
-/// Polls the endpoint once: `GEX_OK` once the split-phase barrier notified on `team`
-/// is complete (it is then over), `GEX_PENDING` while it is not.
-///
-/// Returns as [`gex_team_barrier_wait`] (an error also ends the barrier), and
-/// `GEX_PENDING`.
+/// The body of the broadcast entry points: the handles checked, then [`broadcast`]
+/// for the element type `dt`.
 ///
 /// # Safety
-/// As [`gex_team_barrier_notify`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_team_barrier_try(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    id: u64,
-    flags: u32,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, passed on.
-        let done =
-            unsafe { split_phase(ep, team, flags, |s, t, f| Ok(s.ep.barrier_try(t, id, f)?)) }?;
-        Ok(if done {
-            gex_status_t::GEX_OK
-        } else {
-            gex_status_t::GEX_PENDING
-        })
-    })
-}
-
-/// Broadcasts the `count` elements of type `dt` (a [`gex_dt_t`]) at `buf` of team
-/// rank `root` to the `buf` of every member of `team`.
-///
-/// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `dt`, a `root` out of range or a
-/// team of another endpoint; `GEX_ERR_COLL` if it failed (e.g. the members passed
-/// different counts or roots).
-///
-/// # Safety
-/// `ep` is NULL or a live endpoint, `team` NULL or a live team; `buf` is valid for
-/// reading (at the root) and writing (elsewhere) `count` elements of `dt` (any
-/// pointer when `count` is 0), and suitably aligned.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_broadcast(
+/// As [`gex_broadcast`] (and [`gex_broadcast_nb`] with `nb`).
+unsafe fn broadcast_entry(
     ep: *const gex_ep_t,
     team: *const gex_team_t,
     root: u32,
     buf: *mut c_void,
-    count: usize,
-    dt: c_int,
+    (count, dt): (usize, c_int),
+    nb: Option<*mut *mut gex_event_t>,
 ) -> c_int {
     entry(|| {
         // SAFETY: the caller's promises, as `args` states them.
         let (h, t) = unsafe { args(ep, team) }?;
         // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, broadcast(h, &t, root, buf, count, None)) }
+        unsafe { by_dt!(dt, broadcast(h, &t, root, buf, count, nb)) }
     })
 }
 
-/// Starts a broadcast (as [`gex_broadcast`]) and writes its event to `*ev`. The root's
-/// `buf` is copied before the call returns; every member's `buf` receives the data when
-/// the call that completes the event returns (never if the event is freed first).
-///
-/// Returns as [`gex_broadcast`]; `GEX_ERR_NULL` if `ev` is NULL.
-///
-/// # Safety
-/// As [`gex_broadcast`], with `buf` valid for writing until the event is completed or
-/// freed; `ev` is NULL or valid for writing one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gex_broadcast_nb(
-    ep: *const gex_ep_t,
-    team: *const gex_team_t,
-    root: u32,
-    buf: *mut c_void,
-    count: usize,
-    dt: c_int,
-    ev: *mut *mut gex_event_t,
-) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `args` states them.
-        let (h, t) = unsafe { args(ep, team) }?;
+/// The hand-written collective entry points and their declarations (`FN_DECLS`), as
+/// [`c_fns!`].
+macro_rules! coll_fns {
+    ($($fns:tt)*) => {
+        with_decls!(FN_DECLS = c_fns[][] $($fns)*);
+    };
+}
+
+coll_fns! {
+    /// Reduces the `n` elements of every rank's `src` element-wise with `op` (a
+    /// [`gex_op_t`]) and writes the result to every rank's `dst`. Every rank passes the
+    /// same `n` and `op`.
+    ///
+    /// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `op` (or a bitwise one on
+    /// `double`) or overlapping buffers; `GEX_ERR_COLL` if it failed (e.g. the ranks
+    /// passed different counts).
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint; `src` is valid for reading and `dst` for writing
+    /// `n` elements (any pointers when `n` is 0), and the two do not overlap.
+    fn gex_allreduce_u64(ep: *const gex_ep_t, src: *const u64, dst: *mut u64, n: usize, op: c_int) {
         // SAFETY: the caller's promises, passed on.
-        unsafe { by_dt!(dt, broadcast(h, &t, root, buf, count, Some(ev))) }
-    })
+        unsafe { allreduce(ep, src, dst, n, op) }
+    }
+
+    /// As [`gex_allreduce_u64`] for `double`s (the sum's rounding depends on the order
+    /// gex adds them in, the same on every rank).
+    ///
+    /// # Safety
+    /// As [`gex_allreduce_u64`].
+    fn gex_allreduce_f64(ep: *const gex_ep_t, src: *const f64, dst: *mut f64, n: usize, op: c_int) {
+        // SAFETY: the caller's promises, passed on.
+        unsafe { allreduce(ep, src, dst, n, op) }
+    }
+
+    /// Blocks until every member of `team` has entered the barrier.
+    ///
+    /// Returns `GEX_OK`; `GEX_ERR_COLL` if it failed; `GEX_ERR_INVALID` if `team` is not
+    /// a team of `ep`.
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint, `team` NULL or a live team.
+    fn gex_team_barrier(ep: *const gex_ep_t, team: *const gex_team_t) {
+        // SAFETY: the caller's promises, passed on.
+        unsafe { on_team(ep, team, |s, t| {
+            s.ep.barrier(t)?;
+            Ok(gex_status_t::GEX_OK)
+        }) }
+    }
+
+    /// Enters the barrier of `team` and writes its event to `*ev`: the event completes
+    /// once every member has entered.
+    ///
+    /// Returns as [`gex_team_barrier`]; `GEX_ERR_NULL` if `ev` is NULL.
+    ///
+    /// # Safety
+    /// As [`gex_team_barrier`], and `ev` is NULL or valid for writing one pointer.
+    fn gex_team_barrier_nb(ep: *const gex_ep_t, team: *const gex_team_t, ev: *mut *mut gex_event_t) {
+        // SAFETY: the caller's promises, passed on; `hand_out` gets `ev` non-null
+        // (checked by `slot`) and writable (the caller's promise).
+        unsafe { on_team(ep, team, |s, t| {
+            let ev = slot(Some(ev))?.unwrap_or(ev);
+            let e = s.ep.collective(t, Barrier::new(), Nb)?;
+            crate::event::hand_out(ev, Op::Dyn(Box::new(Done(e))))
+        }) }
+    }
+
+    /// Notifies this member's split-phase barrier of `team` with the name `id` (or an
+    /// anonymous entry with `GEX_BARRIER_ANONYMOUS`). Must be followed by
+    /// `gex_team_barrier_wait` (or a `gex_team_barrier_try` that returns `GEX_OK`) with
+    /// the same `id` and `flags` before the next notify on the team; other collectives of
+    /// the team may run in between (the barrier is ordered among them like any other).
+    ///
+    /// Returns `GEX_OK`; `GEX_ERR_COLL` if a barrier of the team is already notified here;
+    /// `GEX_ERR_INVALID` for an unknown flag or a team of another endpoint.
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint, `team` NULL or a live team.
+    fn gex_team_barrier_notify(ep: *const gex_ep_t, team: *const gex_team_t, id: u64, flags: u32) {
+        // SAFETY: the caller's promises, passed on.
+        unsafe { split_phase(ep, team, flags, |s, t, f| {
+            s.ep.barrier_notify(t, id, f)?;
+            Ok(gex_status_t::GEX_OK)
+        }) }
+    }
+
+    /// Waits (polling the endpoint) for the split-phase barrier notified on `team`; `id`
+    /// and `flags` are those of the notify.
+    ///
+    /// Returns `GEX_OK`; `GEX_ERR_COLL` if two members notified different names (on every
+    /// member), if `id`/`flags` differ from this member's notify, or without a notify.
+    ///
+    /// # Safety
+    /// As [`gex_team_barrier_notify`].
+    fn gex_team_barrier_wait(ep: *const gex_ep_t, team: *const gex_team_t, id: u64, flags: u32) {
+        // SAFETY: the caller's promises, passed on.
+        unsafe { split_phase(ep, team, flags, |s, t, f| {
+            s.ep.barrier_wait(t, id, f)?;
+            Ok(gex_status_t::GEX_OK)
+        }) }
+    }
+
+    /// Polls the endpoint once: `GEX_OK` once the split-phase barrier notified on `team`
+    /// is complete (it is then over), `GEX_PENDING` while it is not.
+    ///
+    /// Returns as [`gex_team_barrier_wait`] (an error also ends the barrier), and
+    /// `GEX_PENDING`.
+    ///
+    /// # Safety
+    /// As [`gex_team_barrier_notify`].
+    fn gex_team_barrier_try(ep: *const gex_ep_t, team: *const gex_team_t, id: u64, flags: u32) {
+        // SAFETY: the caller's promises, passed on.
+        unsafe { split_phase(ep, team, flags, |s, t, f| Ok(ok_or_pending(s.ep.barrier_try(t, id, f)?))) }
+    }
+
+    /// Broadcasts the `count` elements of type `dt` (a [`gex_dt_t`]) at `buf` of team
+    /// rank `root` to the `buf` of every member of `team`.
+    ///
+    /// Returns `GEX_OK`; `GEX_ERR_INVALID` for an unknown `dt`, a `root` out of range or a
+    /// team of another endpoint; `GEX_ERR_COLL` if it failed (e.g. the members passed
+    /// different counts or roots).
+    ///
+    /// # Safety
+    /// `ep` is NULL or a live endpoint, `team` NULL or a live team; `buf` is valid for
+    /// reading (at the root) and writing (elsewhere) `count` elements of `dt` (any
+    /// pointer when `count` is 0), and suitably aligned.
+    fn gex_broadcast(ep: *const gex_ep_t, team: *const gex_team_t, root: u32, buf: *mut c_void, count: usize, dt: c_int) {
+        // SAFETY: the caller's promises, passed on.
+        unsafe { broadcast_entry(ep, team, root, buf, (count, dt), None) }
+    }
+
+    /// Starts a broadcast (as [`gex_broadcast`]) and writes its event to `*ev`. The root's
+    /// `buf` is copied before the call returns; every member's `buf` receives the data when
+    /// the call that completes the event returns (never if the event is freed first).
+    ///
+    /// Returns as [`gex_broadcast`]; `GEX_ERR_NULL` if `ev` is NULL.
+    ///
+    /// # Safety
+    /// As [`gex_broadcast`], with `buf` valid for writing until the event is completed or
+    /// freed; `ev` is NULL or valid for writing one pointer.
+    fn gex_broadcast_nb(
+        ep: *const gex_ep_t,
+        team: *const gex_team_t,
+        root: u32,
+        buf: *mut c_void,
+        count: usize,
+        dt: c_int,
+        ev: *mut *mut gex_event_t,
+    ) {
+        // SAFETY: the caller's promises, passed on.
+        unsafe { broadcast_entry(ep, team, root, buf, (count, dt), Some(ev)) }
+    }
 }
 
 team_data_fns! { Shape::entry;

@@ -200,18 +200,36 @@ unsafe fn consume(slot: *mut *mut gex_event_t, ep: &mut gex_facade::Endpoint) ->
 /// pointer, which is NULL or a live event used by no other thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gex_event_test(ep: *const gex_ep_t, ev: *mut *mut gex_event_t) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `peek` state them.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `ev` is a readable slot holding NULL or a live event (this function's `# Safety`).
-        let e = unsafe { peek(ev) }?;
-        h.with(|s| {
-            let done = match &e.op {
+    // SAFETY: the caller's promises, passed on.
+    unsafe {
+        complete(ep, ev, |s, e| {
+            Ok(match &e.op {
                 Op::Unit(x) => s.ep.test(x)?,
                 Op::Get(x, _) => s.ep.test(x)?,
                 Op::Dyn(p) => p.test(&mut s.ep)?,
-            };
-            if !done {
+            })
+        })
+    }
+}
+
+/// The body of `gex_event_test` and `gex_event_wait`: the endpoint and the event in
+/// `*ev` checked, then `done` on the endpoint's state and the event; once it returns
+/// true the event is consumed (`GEX_OK` or the operation's error), else `GEX_PENDING`.
+///
+/// # Safety
+/// As [`gex_event_test`].
+unsafe fn complete(
+    ep: *const gex_ep_t,
+    ev: *mut *mut gex_event_t,
+    done: impl FnOnce(&mut crate::handle::EpState, &gex_event_t) -> Result<bool, Error>,
+) -> c_int {
+    entry(|| {
+        // SAFETY: the caller's promises, as `ptr::handle` and `peek` state them.
+        let h = unsafe { ptr::handle(ep) }?;
+        // SAFETY: `ev` is a readable slot holding NULL or a live event (the caller's promise).
+        let e = unsafe { peek(ev) }?;
+        h.with(|s| {
+            if !done(s, e)? {
                 return Ok(gex_status_t::GEX_PENDING);
             }
             // SAFETY: `peek` checked the slot and the event; the caller gives it up.
@@ -230,18 +248,13 @@ pub unsafe extern "C" fn gex_event_test(ep: *const gex_ep_t, ev: *mut *mut gex_e
 /// As [`gex_event_test`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gex_event_wait(ep: *const gex_ep_t, ev: *mut *mut gex_event_t) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` and `peek` state them.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `ev` is a readable slot holding NULL or a live event (this function's `# Safety`).
-        let e = unsafe { peek(ev) }?;
-        h.with(|s| {
+    // SAFETY: the caller's promises, passed on.
+    unsafe {
+        complete(ep, ev, |s, e| {
             s.ep.wait_all(&[e.any()])?;
-            // SAFETY: `peek` checked the slot and the event; the caller gives it up.
-            unsafe { consume(ev, &mut s.ep) }?;
-            Ok(gex_status_t::GEX_OK)
+            Ok(true)
         })
-    })
+    }
 }
 
 /// The live events of the caller's array `evs` of `n` slots, with their indices

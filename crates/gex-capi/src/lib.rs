@@ -109,6 +109,21 @@ macro_rules! c_fns {
     };
 }
 
+/// The entry points of the list `$list` by the generator `$gen` (a macro with an `emit`
+/// and a `declare` form, as [`c_fns!`], called as `$gen!($pre emit $post $list)`), and
+/// their declarations as Rust source in the constant `$decls` (test builds only), which
+/// the header check hands to cbindgen.
+macro_rules! with_decls {
+    ($decls:ident = $gen:ident[$($pre:tt)*][$($post:tt)*] $($list:tt)*) => {
+        $gen!($($pre)* emit $($post)* $($list)*);
+
+        /// The declarations of this module's macro-generated entry points as Rust
+        /// source, for cbindgen.
+        #[cfg(test)]
+        pub(crate) const $decls: &str = $gen!($($pre)* declare $($post)* $($list)*);
+    };
+}
+
 /// Families of three C entry points that differ only in their completion, and their
 /// declarations (`DECLS`, as [`c_fns!`]): each family is the blocking function, the
 /// `_nb` one (its parameters and `ev: *mut *mut gex_event_t`) and the `_nbi` one, each
@@ -140,12 +155,7 @@ macro_rules! c_families {
         )* }
     };
     ($($families:tt)*) => {
-        c_families!(@fns emit; $($families)*);
-
-        /// The declarations of this module's macro-generated entry points as Rust
-        /// source, for cbindgen.
-        #[cfg(test)]
-        pub(crate) const DECLS: &str = c_families!(@fns declare; $($families)*);
+        with_decls!(DECLS = c_families[@fns][;] $($families)*);
     };
 }
 
@@ -168,12 +178,7 @@ macro_rules! or_default {
 /// and count; the event slot, `None` without one) and the `args` as a tuple.
 macro_rules! team_data_fns {
     ($run:path; $($list:tt)*) => {
-        team_data_fns!(@fns emit, $run; $($list)*);
-
-        /// The declarations of this module's macro-generated entry points as Rust
-        /// source, for cbindgen.
-        #[cfg(test)]
-        pub(crate) const DECLS: &str = team_data_fns!(@fns declare, $run; $($list)*);
+        with_decls!(DECLS = team_data_fns[@fns][, $run;] $($list)*);
     };
     (@fns $emit:ident, $run:path;
      $( $(#[$m:meta])* fn $name:ident = $shape:ident [$($root:ident)?]
@@ -217,9 +222,12 @@ pub use status::gex_status_t;
 /// The declarations of every macro-generated entry point as Rust source, for cbindgen
 /// (which does not expand macros): the header check parses them with the crate's source.
 #[cfg(test)]
-pub(crate) const DECLS: [&str; 5] = [
+pub(crate) const DECLS: [&str; 8] = [
+    am::DECLS,
     atomic::DECLS,
+    atomic::U64_DECLS,
     coll::DECLS,
+    coll::FN_DECLS,
     userop::DECLS,
     rma::DECLS,
     vis::DECLS,

@@ -138,6 +138,27 @@ pub unsafe fn write<T>(p: *mut T, v: T, what: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Writes `value` of the live handle `h` to the caller's output slot `out`: the body
+/// of the entry points that report one value of a handle.
+///
+/// # Errors
+/// As [`handle`] and [`write`], and `value`'s.
+///
+/// # Safety
+/// `h` is NULL or a live handle; `out` is NULL or valid for a write of one `T`.
+pub unsafe fn write_of<H: Magic, T>(
+    h: *const H,
+    out: *mut T,
+    what: &str,
+    value: impl FnOnce(&H) -> Result<T, Error>,
+) -> Result<crate::status::gex_status_t, Error> {
+    // SAFETY: `h` is NULL or a live handle (the caller's promise).
+    let v = value(unsafe { handle(h) }?)?;
+    // SAFETY: `out` is NULL or writable (the caller's promise).
+    unsafe { write(out, v, what) }?;
+    Ok(crate::status::gex_status_t::GEX_OK)
+}
+
 /// Checks that `n` elements at `p` make a possible slice.
 fn check<T>(p: *const T, n: usize, what: &str) -> Result<(), Error> {
     if p.is_null() {

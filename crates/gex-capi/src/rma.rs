@@ -236,9 +236,17 @@ fn categories(cats: u32) -> Result<NbiCategories, Error> {
 }
 
 /// Completes the C layer's NBI gets whose events are complete (all of them, waiting,
-/// with `wait`): their bytes go to the callers' buffers. Returns the first error and
-/// whether none is left.
-fn finish_gets(s: &mut crate::handle::EpState, wait: bool) -> (Result<(), Error>, bool) {
+/// with `wait`) if the categories `c` include gets: their bytes go to the callers'
+/// buffers. Returns the first error and whether none is left (nothing to do, and true,
+/// without gets in `c`).
+fn finish_gets(
+    s: &mut crate::handle::EpState,
+    c: NbiCategories,
+    wait: bool,
+) -> (Result<(), Error>, bool) {
+    if !c.contains(NbiCategories::GETS) {
+        return (Ok(()), true);
+    }
     let mut first = Ok(());
     let mut i = 0;
     while i < s.nbi_gets.len() {
@@ -267,21 +275,33 @@ fn finish_gets(s: &mut crate::handle::EpState, wait: bool) -> (Result<(), Error>
 /// `ep` is NULL or a live endpoint.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gex_nbi_sync(ep: *const gex_ep_t, cats: u32) -> c_int {
+    // SAFETY: the caller's promise, passed on.
+    unsafe {
+        nbi(ep, cats, |s, c| {
+            let synced = s.ep.sync_nbi(c);
+            let (gets, _) = finish_gets(s, c, true);
+            synced?;
+            gets?;
+            Ok(gex_status_t::GEX_OK)
+        })
+    }
+}
+
+/// The body of the NBI calls: the endpoint and the categories `cats` checked, then
+/// `f` on the endpoint's state and the categories.
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint.
+unsafe fn nbi(
+    ep: *const gex_ep_t,
+    cats: u32,
+    f: impl FnOnce(&mut crate::handle::EpState, NbiCategories) -> Result<gex_status_t, Error>,
+) -> c_int {
     entry(|| {
         // SAFETY: the caller's promise, as `ptr::handle` states it.
         let h = unsafe { ptr::handle(ep) }?;
         let c = categories(cats)?;
-        h.with(|s| {
-            let synced = s.ep.sync_nbi(c);
-            let (gets, _) = if c.contains(NbiCategories::GETS) {
-                finish_gets(s, true)
-            } else {
-                (Ok(()), true)
-            };
-            synced?;
-            gets
-        })?;
-        Ok(gex_status_t::GEX_OK)
+        h.with(|s| f(s, c))
     })
 }
 
@@ -295,17 +315,11 @@ pub unsafe extern "C" fn gex_nbi_sync(ep: *const gex_ep_t, cats: u32) -> c_int {
 /// `ep` is NULL or a live endpoint.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gex_nbi_test(ep: *const gex_ep_t, cats: u32) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promise, as `ptr::handle` states it.
-        let h = unsafe { ptr::handle(ep) }?;
-        let c = categories(cats)?;
-        h.with(|s| {
+    // SAFETY: the caller's promise, passed on.
+    unsafe {
+        nbi(ep, cats, |s, c| {
             let quiet = s.ep.test_nbi(c)?;
-            let (gets, none_left) = if c.contains(NbiCategories::GETS) {
-                finish_gets(s, false)
-            } else {
-                (Ok(()), true)
-            };
+            let (gets, none_left) = finish_gets(s, c, false);
             gets?;
             Ok(if quiet && none_left {
                 gex_status_t::GEX_OK
@@ -313,5 +327,5 @@ pub unsafe extern "C" fn gex_nbi_test(ep: *const gex_ep_t, cats: u32) -> c_int {
                 gex_status_t::GEX_PENDING
             })
         })
-    })
+    }
 }

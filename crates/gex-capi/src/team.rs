@@ -7,7 +7,7 @@
 //! called with that endpoint; another endpoint's team is refused (`GEX_ERR_INVALID`).
 #![allow(unsafe_code)]
 
-use crate::handle::{gex_ep_t, gex_team_t};
+use crate::handle::{EpState, gex_ep_t, gex_team_t};
 use crate::ptr;
 use crate::status::{Error, entry, gex_status_t};
 use gex_facade::coll::Scratch;
@@ -63,25 +63,43 @@ pub unsafe extern "C" fn gex_team_split(
     key: u32,
     team: *mut *mut gex_team_t,
 ) -> c_int {
-    entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` states them.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `parent` is NULL or a live team (this function's `# Safety`).
-        let p = unsafe { ptr::handle(parent) }?;
-        if team.is_null() {
-            return Err(Error::null("team"));
-        }
-        let parent = p.of(h)?.clone();
-        let color = (color != GEX_COLOR_NONE).then_some(color);
-        let t = h.with(|s| Ok(s.ep.split(&parent, color, key, Scratch::None)?))?;
-        let out = match t {
-            Some(t) => ptr::into_raw(Box::new(gex_team_t::new(t, false))),
-            None => std::ptr::null_mut(),
-        };
-        // SAFETY: `team` is non-null and writable (the caller's promise).
-        unsafe { ptr::write(team, out, "team") }?;
-        Ok(gex_status_t::GEX_OK)
+    let color = (color != GEX_COLOR_NONE).then_some(color);
+    // SAFETY: the caller's promises, passed on.
+    entry(|| unsafe {
+        new_team(ep, parent, team, |s, p| {
+            Ok(s.ep.split(p, color, key, Scratch::None)?)
+        })
     })
+}
+
+/// The body of the team constructors: the handles checked and `team` non-null, then
+/// `make` on the endpoint's state and the parent team; the new team's handle (NULL for
+/// `None`) written to `*team`.
+///
+/// # Safety
+/// `ep` is NULL or a live endpoint, `parent` NULL or a live team; `team` is NULL or
+/// valid for writing one pointer.
+unsafe fn new_team(
+    ep: *const gex_ep_t,
+    parent: *const gex_team_t,
+    team: *mut *mut gex_team_t,
+    make: impl FnOnce(&mut EpState, &Team) -> Result<Option<Team>, Error>,
+) -> Result<gex_status_t, Error> {
+    // SAFETY: the caller's promises, as `ptr::handle` states them.
+    let h = unsafe { ptr::handle(ep) }?;
+    // SAFETY: `parent` is NULL or a live team (the caller's promise).
+    let p = unsafe { ptr::handle(parent) }?;
+    if team.is_null() {
+        return Err(Error::null("team"));
+    }
+    let parent = p.of(h)?.clone();
+    let out = match h.with(|s| make(s, &parent))? {
+        Some(t) => ptr::into_raw(Box::new(gex_team_t::new(t, false))),
+        None => std::ptr::null_mut(),
+    };
+    // SAFETY: `team` is non-null and writable (the caller's promise).
+    unsafe { ptr::write(team, out, "team") }?;
+    Ok(gex_status_t::GEX_OK)
 }
 
 /// Creates a team of the members of `parent` whose team ranks in `parent` are the `n`
@@ -108,21 +126,14 @@ pub unsafe extern "C" fn gex_team_create(
     team: *mut *mut gex_team_t,
 ) -> c_int {
     entry(|| {
-        // SAFETY: the caller's promises, as `ptr::handle` states them.
-        let h = unsafe { ptr::handle(ep) }?;
-        // SAFETY: `parent` is NULL or a live team (this function's `# Safety`).
-        let p = unsafe { ptr::handle(parent) }?;
         // SAFETY: `members` is readable for `n` elements (this function's `# Safety`).
         let list = unsafe { ptr::slice(members, n, "members") }?;
-        if team.is_null() {
-            return Err(Error::null("team"));
+        // SAFETY: the caller's promises, passed on.
+        unsafe {
+            new_team(ep, parent, team, |s, p| {
+                Ok(Some(s.ep.create_team(p, list, Scratch::None)?))
+            })
         }
-        let parent = p.of(h)?.clone();
-        let t = h.with(|s| Ok(s.ep.create_team(&parent, list, Scratch::None)?))?;
-        let out = ptr::into_raw(Box::new(gex_team_t::new(t, false)));
-        // SAFETY: `team` is non-null and writable (the caller's promise).
-        unsafe { ptr::write(team, out, "team") }?;
-        Ok(gex_status_t::GEX_OK)
     })
 }
 

@@ -418,33 +418,11 @@ unsafe fn one_rank_rooted(e: *mut gex_ep_t, w: *mut gex_team_t, sub: *mut gex_te
         assert_eq!(one, b);
         let mut red = [0u64; 3];
         let sum = gex_op_t::GEX_OP_SUM as i32;
-        assert_eq!(
-            gex_reduce(
-                e,
-                w,
-                0,
-                b.as_ptr().cast(),
-                red.as_mut_ptr().cast(),
-                3,
-                u64t,
-                sum
-            ),
-            0
-        );
+        let (src, dst) = (b.as_ptr().cast(), red.as_mut_ptr().cast());
+        let reduce_at = |root| gex_reduce(e, w, root, src, dst, 3, u64t, sum);
+        assert_eq!(reduce_at(0), 0);
         assert_eq!(red, b);
-        assert_eq!(
-            gex_reduce(
-                e,
-                w,
-                3,
-                b.as_ptr().cast(),
-                red.as_mut_ptr().cast(),
-                3,
-                u64t,
-                sum
-            ),
-            GEX_ERR_INVALID.code()
-        );
+        assert_eq!(reduce_at(3), GEX_ERR_INVALID.code());
         assert_eq!(
             gex_broadcast_nb(e, w, 0, b.as_mut_ptr().cast(), 3, u64t, null_mut()),
             GEX_ERR_NULL.code()
@@ -617,26 +595,16 @@ unsafe fn one_rank_atomics(e: *mut gex_ep_t) {
             gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_SET as i32, 0xF0, 0, 0, null_mut()),
             0
         );
-        assert_eq!(
-            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_FOR as i32, 0x0F, 0, 0, &mut old),
-            0
-        );
-        assert_eq!(old, 0xF0);
-        assert_eq!(
-            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_FAND as i32, 0x3C, 0, 0, &mut old),
-            0
-        );
-        assert_eq!(old, 0xFF);
-        assert_eq!(
-            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_FXOR as i32, 0xFF, 0, 0, &mut old),
-            0
-        );
-        assert_eq!(old, 0x3C);
-        assert_eq!(
-            gex_atomic_op_u32(e, du32, 0, 256, GEX_AOP_SWAP as i32, 5, 0, 0, &mut old),
-            0
-        );
-        assert_eq!(old, 0xC3);
+        // (operation, operand, the word's value before it)
+        for (op, a, before) in [
+            (GEX_AOP_FOR, 0x0F, 0xF0),
+            (GEX_AOP_FAND, 0x3C, 0xFF),
+            (GEX_AOP_FXOR, 0xFF, 0x3C),
+            (GEX_AOP_SWAP, 5, 0xC3),
+        ] {
+            let rc = gex_atomic_op_u32(e, du32, 0, 256, op as i32, a, 0, 0, &mut old);
+            assert_eq!((rc, old), (0, before), "{op:?} {a:#x}");
+        }
         let mut ev = null_mut();
         assert_eq!(
             gex_atomic_op_nb_u32(
@@ -679,23 +647,14 @@ unsafe fn one_rank_atomics(e: *mut gex_ep_t) {
             GEX_ERR_RMA.code()
         );
         let mut x = 0f64;
-        assert_eq!(
-            gex_atomic_op_f64(e, df64, 0, 512, GEX_AOP_SET as i32, 2.5, 0.0, 0, null_mut()),
-            0
-        );
-        assert_eq!(
-            gex_atomic_op_f64(e, df64, 0, 512, GEX_AOP_FMAX as i32, 1.0, 0.0, 0, &mut x),
-            0
-        );
+        let op64 = |op: gex_aop_t, a, b, old: *mut f64| {
+            gex_atomic_op_f64(e, df64, 0, 512, op as i32, a, b, 0, old)
+        };
+        assert_eq!(op64(GEX_AOP_SET, 2.5, 0.0, null_mut()), 0);
+        assert_eq!(op64(GEX_AOP_FMAX, 1.0, 0.0, &mut x), 0);
         assert_eq!(x, 2.5);
-        assert_eq!(
-            gex_atomic_op_f64(e, df64, 0, 512, GEX_AOP_FCSWAP as i32, 2.5, -1.0, 0, &mut x),
-            0
-        );
-        assert_eq!(
-            gex_atomic_op_f64(e, df64, 0, 512, GEX_AOP_GET as i32, 0.0, 0.0, 0, &mut x),
-            0
-        );
+        assert_eq!(op64(GEX_AOP_FCSWAP, 2.5, -1.0, &mut x), 0);
+        assert_eq!(op64(GEX_AOP_GET, 0.0, 0.0, &mut x), 0);
         assert_eq!(x, -1.0);
         assert_eq!(gex_atomic_domain_free(du32), 0);
         assert_eq!(gex_atomic_domain_free(df64), 0);

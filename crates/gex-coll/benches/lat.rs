@@ -2,10 +2,12 @@
 //! each operation at a few sizes with the tuner's choice, rank 0 prints µs per call.
 //! `cargo bench -p gex-coll --bench lat -- [ranks]` (default 2; the conduit is the
 //! facade's choice, `GEX_CONDUIT`, default smp; `GEX_COLL_<OP>` overrides apply).
+mod support;
+
 use gex::Job;
 use gex::spi::Conduit;
 use gex_coll::{Allreduce, Broadcast, BuiltinOp, CollExt, Exchange, GatherAll, OpKind, ReduceOp};
-use gex_core::{Blocking, Client, ClientBuilder, Endpoint};
+use gex_core::{Blocking, Client, Endpoint};
 use std::time::Instant;
 
 struct Lat;
@@ -88,14 +90,5 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse::<u32>().ok())
         .unwrap_or(2);
-    match gex_boot::spawn_self(ranks).expect("launch") {
-        gex_boot::Role::Launcher(code) => std::process::exit(code),
-        gex_boot::Role::Rank(boot) => {
-            let b = ClientBuilder::new()
-                .layer::<gex_rma::Rma>()
-                .layer::<gex_coll::Coll>()
-                .segment_size(16 << 20);
-            gex::init_with_boot(b, boot, None, Lat).expect("init");
-        }
-    }
+    support::launch(ranks, 16 << 20, Lat);
 }

@@ -10,10 +10,12 @@
 //! call and its `CollStats`.
 #![allow(unsafe_code)]
 
+mod support;
+
 use gex::Job;
 use gex::spi::Conduit;
 use gex_coll::{Broadcast, CollExt};
-use gex_core::{Blocking, Client, ClientBuilder};
+use gex_core::{Blocking, Client};
 use std::time::Instant;
 
 #[derive(Clone, Copy)]
@@ -106,12 +108,7 @@ fn main() {
     if args.get(4).is_some_and(|a| a == "sim") {
         // Thread ranks in this process (one simulated host), for tools that follow
         // one process only (callgrind: instructions per call).
-        let b = || {
-            ClientBuilder::new()
-                .layer::<gex_rma::Rma>()
-                .layer::<gex_coll::Coll>()
-                .segment_size(1 << 20)
-        };
+        let b = || support::layers(1 << 20);
         let cfg = gex_testkit::sim::SimConfig::default()
             .ranks_per_host(ranks)
             .timeout(std::time::Duration::from_secs(3600));
@@ -120,14 +117,5 @@ fn main() {
         });
         return;
     }
-    match gex_boot::spawn_self(ranks).expect("launch") {
-        gex_boot::Role::Launcher(code) => std::process::exit(code),
-        gex_boot::Role::Rank(boot) => {
-            let b = ClientBuilder::new()
-                .layer::<gex_rma::Rma>()
-                .layer::<gex_coll::Coll>()
-                .segment_size(1 << 20);
-            gex::init_with_boot(b, boot, None, bench).expect("init");
-        }
-    }
+    support::launch(ranks, 1 << 20, bench);
 }

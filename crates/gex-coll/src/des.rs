@@ -446,14 +446,7 @@ impl<'a> Sim<'a> {
         let scheds = self.scheds;
         let outputs = self.work.map(|w| {
             (0..scheds.len())
-                .map(|r| {
-                    let s = &scheds[r];
-                    let mut out = vec![0u8; s.out_len];
-                    for (src, dst) in &s.output {
-                        out[*dst..*dst + src.len()].copy_from_slice(&w[r][src.clone()]);
-                    }
-                    out
-                })
+                .map(|r| scheds[r].output_of(&w[r]))
                 .collect()
         });
         Ok(Outcome {

@@ -84,8 +84,21 @@ pub struct Owned;
 #[derive(Clone, Copy, Debug)]
 pub struct Borrowed;
 
-/// Builder methods every data descriptor has.
+/// Builder methods every data descriptor has; with `by_kind`, the root and the
+/// reduction operator of the descriptors whose operation is chosen at run time.
 macro_rules! options {
+    (by_kind) => {
+        /// The root (rooted operations).
+        pub fn root(mut self, root: impl Into<Root>) -> Self {
+            self.0.root = root.into();
+            self
+        }
+        /// The reduction operator (reducing operations).
+        pub fn reduce(mut self, op: impl Into<ReduceArg<'a, T>>) -> Self {
+            self.0.reduce = Some(op.into());
+            self
+        }
+    };
     () => {
         /// Entry and exit synchronisation (default: in-my × out-my).
         pub fn sync(mut self, input: SyncMode, output: SyncMode) -> Self {
@@ -106,9 +119,28 @@ macro_rules! options {
     };
 }
 
-/// Declares a data descriptor and its [`Collective`] implementations.
-macro_rules! descriptor {
-    ($(#[$m:meta])* $name:ident) => {
+/// Implements [`Collective`] in mode `$mode` for the descriptor type `$ty` (output
+/// `$out`): `run` is `$run` of the descriptor, the endpoint and the team.
+macro_rules! collective {
+    ([$($g:tt)*] $mode:ty, $ty:ty => $out:ty, |$d:ident, $ep:ident, $team:ident| $run:expr) => {
+        impl<$($g)*> Collective<$mode> for $ty {
+            type Output = $out;
+            fn run<C: Conduit>(
+                self,
+                $ep: &mut Endpoint<C>,
+                $team: &Team,
+                _mode: $mode,
+            ) -> Result<<$mode as Mode>::Out<$out, CollError>, CollError> {
+                let $d = self;
+                $run
+            }
+        }
+    };
+}
+
+/// Declares the data descriptors and their [`Collective`] implementations.
+macro_rules! descriptors {
+    ($( $(#[$m:meta])* $name:ident; )*) => {$(
         $(#[$m])*
         pub struct $name<'a, T: Elem, F = Owned>(Spec<'a, T>, PhantomData<F>);
 
@@ -127,81 +159,43 @@ macro_rules! descriptor {
 
         impl<T: Elem, F> sealed::Sealed for $name<'_, T, F> {}
 
-        impl<T: Elem, M: Mode> Collective<M> for $name<'_, T, Owned> {
-            type Output = Vec<T>;
-            fn run<C: Conduit>(
-                self,
-                ep: &mut Endpoint<C>,
-                team: &Team,
-                _mode: M,
-            ) -> Result<M::Out<Vec<T>, CollError>, CollError> {
-                run_owned::<C, T, M>(ep, team, self.0)
-            }
-        }
+        collective!([T: Elem, M: Mode] M, $name<'_, T, Owned> => Vec<T>,
+            |d, ep, team| run_owned::<C, T, M>(ep, team, d.0));
 
-        impl<T: Elem> Collective<Blocking> for $name<'_, T, Borrowed> {
-            type Output = ();
-            fn run<C: Conduit>(
-                self,
-                ep: &mut Endpoint<C>,
-                team: &Team,
-                _mode: Blocking,
-            ) -> Result<(), CollError> {
-                run_borrowed::<C, T>(ep, team, self.0)
-            }
-        }
-    };
+        collective!([T: Elem] Blocking, $name<'_, T, Borrowed> => (),
+            |d, ep, team| run_borrowed::<C, T>(ep, team, d.0));
+    )*};
 }
 
-descriptor!(
+descriptors! {
     /// Broadcast of the root's block to every member.
-    Broadcast
-);
-descriptor!(
+    Broadcast;
     /// Scatter: block `i` of the root's `P` blocks to member `i`.
-    Scatter
-);
-descriptor!(
+    Scatter;
     /// Gather: every member's block to the root, in team-rank order.
-    Gather
-);
-descriptor!(
+    Gather;
     /// Gather_all (all-gather): every member's block to every member, in team-rank
     /// order.
-    GatherAll
-);
-descriptor!(
+    GatherAll;
     /// Exchange (all-to-all): block `j` of member `i`'s input becomes block `i` of
     /// member `j`'s output.
-    Exchange
-);
-descriptor!(
+    Exchange;
     /// Reduction of every member's block to the root.
-    Reduce
-);
-descriptor!(
+    Reduce;
     /// Reduction of every member's block to every member.
-    Allreduce
-);
-descriptor!(
+    Allreduce;
     /// Reduce_scatter: block `i` of the reduction of every member's `P` blocks to
     /// member `i`.
-    ReduceScatter
-);
-descriptor!(
+    ReduceScatter;
     /// Inclusive scan: member `i` gets the reduction of members `0..=i`'s blocks.
-    Scan
-);
-descriptor!(
+    Scan;
     /// Exclusive scan: member `i > 0` gets the reduction of members `0..i`'s blocks
     /// (member 0 gets nothing).
-    Exscan
-);
-descriptor!(
+    Exscan;
     /// Any operation, chosen at run time by its [`OpKind`] (for drivers that iterate
     /// over operations: benchmarks, tuners, tests).
-    ByKind
-);
+    ByKind;
+}
 
 fn owned<'a, T: Elem>(
     kind: OpKind,
@@ -226,7 +220,7 @@ impl<'a, T: Elem> Broadcast<'a, T, Owned> {
     /// The root's `data` to every member (every member passes a buffer of the same
     /// length; non-roots' contents are ignored). Output: the root's data.
     pub fn new(root: impl Into<Root>, data: Vec<T>) -> Self {
-        Broadcast(
+        Self(
             owned(OpKind::Broadcast, root.into(), data, None),
             PhantomData,
         )
@@ -235,8 +229,10 @@ impl<'a, T: Elem> Broadcast<'a, T, Owned> {
 impl<'a, T: Elem> Broadcast<'a, T, Borrowed> {
     /// In place: non-roots' `buf` is overwritten with the root's.
     pub fn in_place(root: impl Into<Root>, buf: &'a mut [T]) -> Self {
-        let s = Spec::new(OpKind::Broadcast, root.into(), SpecData::InPlace(buf), None);
-        Broadcast(s, PhantomData)
+        Self(
+            Spec::new(OpKind::Broadcast, root.into(), SpecData::InPlace(buf), None),
+            PhantomData,
+        )
     }
 }
 
@@ -252,140 +248,86 @@ impl<'a, T: Elem> Scatter<'a, T, Owned> {
 impl<'a, T: Elem> Scatter<'a, T, Borrowed> {
     /// `dst` receives this member's block of the root's `src` (`P × dst.len()`).
     pub fn slices(root: impl Into<Root>, src: &'a [T], dst: &'a mut [T]) -> Self {
-        Scatter(
+        Self(
             slices(OpKind::Scatter, root.into(), src, dst, None),
             PhantomData,
         )
     }
 }
 
-impl<'a, T: Elem> Gather<'a, T, Owned> {
-    /// Every member's `data` (same length everywhere) to the root, which gets `P`
-    /// blocks in team-rank order (others get none).
-    pub fn new(root: impl Into<Root>, data: Vec<T>) -> Self {
-        Gather(owned(OpKind::Gather, root.into(), data, None), PhantomData)
-    }
-}
-impl<'a, T: Elem> Gather<'a, T, Borrowed> {
-    /// At the root `dst` (`P × src.len()`) receives every block; elsewhere `dst` is
-    /// untouched (may be empty).
-    pub fn slices(root: impl Into<Root>, src: &'a [T], dst: &'a mut [T]) -> Self {
-        Gather(
-            slices(OpKind::Gather, root.into(), src, dst, None),
-            PhantomData,
-        )
-    }
+/// `Some` reduction operator `op` of a constructor that takes one, else `None`.
+macro_rules! reduce_arg {
+    () => {
+        None
+    };
+    ($op:ident) => {
+        Some($op.into())
+    };
 }
 
-impl<'a, T: Elem> GatherAll<'a, T, Owned> {
-    /// Every member gets every member's `data` in team-rank order.
-    pub fn new(data: Vec<T>) -> Self {
-        GatherAll(
-            owned(OpKind::GatherAll, Root::Rank(0), data, None),
-            PhantomData,
-        )
-    }
-}
-impl<'a, T: Elem> GatherAll<'a, T, Borrowed> {
-    /// `dst` (`P × src.len()`) receives every member's `src`.
-    pub fn slices(src: &'a [T], dst: &'a mut [T]) -> Self {
-        GatherAll(
-            slices(OpKind::GatherAll, Root::Rank(0), src, dst, None),
-            PhantomData,
-        )
-    }
+/// The root of a constructor that takes one (`root`), else team rank 0.
+macro_rules! root_arg {
+    () => {
+        Root::Rank(0)
+    };
+    ($root:ident) => {
+        $root.into()
+    };
 }
 
-impl<'a, T: Elem> Exchange<'a, T, Owned> {
-    /// `P` blocks of `data.len() / P` elements.
-    pub fn new(data: Vec<T>) -> Self {
-        Exchange(
-            owned(OpKind::Exchange, Root::Rank(0), data, None),
-            PhantomData,
-        )
-    }
-}
-impl<'a, T: Elem> Exchange<'a, T, Borrowed> {
-    /// `src` and `dst` have `P` blocks.
-    pub fn slices(src: &'a [T], dst: &'a mut [T]) -> Self {
-        Exchange(
-            slices(OpKind::Exchange, Root::Rank(0), src, dst, None),
-            PhantomData,
-        )
-    }
-}
-
-impl<'a, T: Elem> Reduce<'a, T, Owned> {
-    /// The reduction of every member's `data` to the root (the others get an empty
-    /// vector).
-    pub fn new(root: impl Into<Root>, data: Vec<T>, op: impl Into<ReduceArg<'a, T>>) -> Self {
-        Reduce(
-            owned(OpKind::Reduce, root.into(), data, Some(op.into())),
-            PhantomData,
-        )
-    }
-}
-impl<'a, T: Elem> Reduce<'a, T, Borrowed> {
-    /// The root's `dst` gets the reduction; elsewhere untouched.
-    pub fn slices(
-        root: impl Into<Root>,
-        src: &'a [T],
-        dst: &'a mut [T],
-        op: impl Into<ReduceArg<'a, T>>,
-    ) -> Self {
-        let s = slices(OpKind::Reduce, root.into(), src, dst, Some(op.into()));
-        Reduce(s, PhantomData)
-    }
-}
-
-/// Constructors of the symmetric reductions (allreduce, reduce_scatter, scan, exscan).
-macro_rules! symmetric_reduction {
-    ($name:ident, $kind:expr, $new:literal, $slices:literal) => {
+/// The constructors `new` (owned data) and `slices` (borrowed) of the data
+/// descriptors, each with its docs: `[root]` for the rooted ones, `[op]` for those
+/// that take a reduction operator.
+macro_rules! data_ctors {
+    ($( $name:ident [$($root:ident)?] [$($op:ident)?] $new:literal, $slices:literal; )*) => {$(
         impl<'a, T: Elem> $name<'a, T, Owned> {
             #[doc = $new]
-            pub fn new(data: Vec<T>, op: impl Into<ReduceArg<'a, T>>) -> Self {
-                $name(
-                    owned($kind, Root::Rank(0), data, Some(op.into())),
-                    PhantomData,
-                )
+            pub fn new(
+                $($root: impl Into<Root>,)?
+                data: Vec<T>
+                $(, $op: impl Into<ReduceArg<'a, T>>)?
+            ) -> Self {
+                let s = owned(OpKind::$name, root_arg!($($root)?), data, reduce_arg!($($op)?));
+                $name(s, PhantomData)
             }
         }
         impl<'a, T: Elem> $name<'a, T, Borrowed> {
             #[doc = $slices]
-            pub fn slices(src: &'a [T], dst: &'a mut [T], op: impl Into<ReduceArg<'a, T>>) -> Self {
-                $name(
-                    slices($kind, Root::Rank(0), src, dst, Some(op.into())),
-                    PhantomData,
-                )
+            pub fn slices(
+                $($root: impl Into<Root>,)?
+                src: &'a [T],
+                dst: &'a mut [T]
+                $(, $op: impl Into<ReduceArg<'a, T>>)?
+            ) -> Self {
+                let s = slices(OpKind::$name, root_arg!($($root)?), src, dst, reduce_arg!($($op)?));
+                $name(s, PhantomData)
             }
         }
-    };
+    )*};
 }
 
-symmetric_reduction!(
-    Allreduce,
-    OpKind::Allreduce,
-    "The reduction of every member's `data`.",
-    "`dst` (the length of `src`) gets the reduction."
-);
-symmetric_reduction!(
-    ReduceScatter,
-    OpKind::ReduceScatter,
-    "`P` blocks of `data.len() / P` elements: member `i` gets block `i` of the reduction.",
-    "`src` has `P × dst.len()` elements; `dst` gets this member's block of the reduction."
-);
-symmetric_reduction!(
-    Scan,
-    OpKind::Scan,
-    "Inclusive scan of `data` in team-rank order.",
-    "`dst` (the length of `src`) gets the inclusive scan."
-);
-symmetric_reduction!(
-    Exscan,
-    OpKind::Exscan,
-    "Exclusive scan of `data`; team rank 0 gets an empty vector.",
-    "`dst` gets the exclusive scan; team rank 0's `dst` is untouched."
-);
+data_ctors! {
+    Gather [root] [] "Every member's `data` (same length everywhere) to the root, which gets \
+        `P` blocks in team-rank order (others get none).",
+        "At the root `dst` (`P × src.len()`) receives every block; elsewhere `dst` is \
+        untouched (may be empty).";
+    Reduce [root] [op] "The reduction of every member's `data` to the root (the others get an \
+        empty vector).",
+        "The root's `dst` gets the reduction; elsewhere untouched.";
+    GatherAll [] [] "Every member gets every member's `data` in team-rank order.",
+        "`dst` (`P × src.len()`) receives every member's `src`.";
+    Exchange [] [] "`P` blocks of `data.len() / P` elements.",
+        "`src` and `dst` have `P` blocks.";
+    Allreduce [] [op] "The reduction of every member's `data`.",
+        "`dst` (the length of `src`) gets the reduction.";
+    ReduceScatter [] [op]
+        "`P` blocks of `data.len() / P` elements: member `i` gets block `i` of the reduction.",
+        "`src` has `P × dst.len()` elements; `dst` gets this member's block of the reduction.";
+    Scan [] [op] "Inclusive scan of `data` in team-rank order.",
+        "`dst` (the length of `src`) gets the inclusive scan.";
+    Exscan [] [op] "Exclusive scan of `data`; team rank 0 gets an empty vector.",
+        "`dst` gets the exclusive scan; team rank 0's `dst` is untouched.";
+}
 
 impl<'a, T: Elem> Allreduce<'a, T, Borrowed> {
     /// In place: `buf` is replaced by the reduction of every member's `buf`.
@@ -417,19 +359,10 @@ impl<'a, T: Elem> ByKind<'a, T, Borrowed> {
     }
 }
 impl<'a, T: Elem, F> ByKind<'a, T, F> {
-    /// The root (rooted operations).
-    pub fn root(mut self, root: impl Into<Root>) -> Self {
-        self.0.root = root.into();
-        self
-    }
+    options!(by_kind);
     /// Elements per block (scatter with owned data).
     pub fn count(mut self, count: usize) -> Self {
         self.0.count = Some(count);
-        self
-    }
-    /// The reduction operator (reducing operations).
-    pub fn reduce(mut self, op: impl Into<ReduceArg<'a, T>>) -> Self {
-        self.0.reduce = Some(op.into());
         self
     }
 }
@@ -473,17 +406,8 @@ impl<'a> Barrier<'a> {
 
 impl sealed::Sealed for Barrier<'_> {}
 
-impl<M: Mode> Collective<M> for Barrier<'_> {
-    type Output = ();
-    fn run<C: Conduit>(
-        self,
-        ep: &mut Endpoint<C>,
-        team: &Team,
-        _mode: M,
-    ) -> Result<M::Out<(), CollError>, CollError> {
-        run_barrier::<C, M>(ep, team, self.entry, &self.opts)
-    }
-}
+collective!([M: Mode] M, Barrier<'_> => (),
+    |d, ep, team| run_barrier::<C, M>(ep, team, d.entry, &d.opts));
 
 /// A collective in single address mode: inputs and outputs live in the members'
 /// segments at the offsets of a [`Single`], `count` elements of `T` per block. Output
@@ -530,16 +454,7 @@ impl<'a, T: Elem> InSegments<'a, T> {
         s.count = Some(count);
         InSegments(s)
     }
-    /// The root (rooted operations).
-    pub fn root(mut self, root: impl Into<Root>) -> Self {
-        self.0.root = root.into();
-        self
-    }
-    /// The reduction operator (reducing operations).
-    pub fn reduce(mut self, op: impl Into<ReduceArg<'a, T>>) -> Self {
-        self.0.reduce = Some(op.into());
-        self
-    }
+    options!(by_kind);
     options!();
 }
 
@@ -554,14 +469,5 @@ impl<T: Elem> std::fmt::Debug for InSegments<'_, T> {
 
 impl<T: Elem> sealed::Sealed for InSegments<'_, T> {}
 
-impl<T: Elem, M: Mode> Collective<M> for InSegments<'_, T> {
-    type Output = ();
-    fn run<C: Conduit>(
-        self,
-        ep: &mut Endpoint<C>,
-        team: &Team,
-        _mode: M,
-    ) -> Result<M::Out<(), CollError>, CollError> {
-        run_single::<C, T, M>(ep, team, self.0)
-    }
-}
+collective!([T: Elem, M: Mode] M, InSegments<'_, T> => (),
+    |d, ep, team| run_single::<C, T, M>(ep, team, d.0));

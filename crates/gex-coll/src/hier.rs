@@ -145,15 +145,9 @@ impl Hier {
 #[derive(Debug, Default)]
 pub struct HierAlgo;
 
-const OPS: [OpKind; 11] = OpKind::ALL;
-
 impl Algorithm for HierAlgo {
     fn name(&self) -> &str {
         "hier"
-    }
-
-    fn ops(&self) -> &[OpKind] {
-        &OPS
     }
 
     fn supports(&self, q: &Query) -> bool {

@@ -215,19 +215,29 @@ pub trait IntElem: Elem {
     fn bitop(op: BitOp, a: Self, b: Self) -> Self;
 }
 
-macro_rules! int_elem {
-    ($($t:ty),*) => {$(
+/// [`Elem`] for the types listed, the sum and product of `$a` and `$b` as given (min
+/// and max are the types' own).
+macro_rules! elem {
+    (|$a:ident, $b:ident| sum: $sum:expr, prod: $prod:expr; $($t:ty),*) => {$(
         impl Elem for $t {
             #[inline]
-            fn builtin(op: BuiltinOp, a: Self, b: Self) -> Self {
+            fn builtin(op: BuiltinOp, $a: Self, $b: Self) -> Self {
                 match op {
-                    BuiltinOp::Sum => a.wrapping_add(b),
-                    BuiltinOp::Prod => a.wrapping_mul(b),
-                    BuiltinOp::Min => a.min(b),
-                    BuiltinOp::Max => a.max(b),
+                    BuiltinOp::Sum => $sum,
+                    BuiltinOp::Prod => $prod,
+                    BuiltinOp::Min => $a.min($b),
+                    BuiltinOp::Max => $a.max($b),
                 }
             }
         }
+    )*};
+}
+
+/// [`Elem`] (wrapping sum and product) and [`IntElem`] for the integer types listed.
+macro_rules! int_elem {
+    ($($t:ty),*) => {
+        elem!(|a, b| sum: a.wrapping_add(b), prod: a.wrapping_mul(b); $($t),*);
+        $(
         impl IntElem for $t {
             #[inline]
             fn bitop(op: BitOp, a: Self, b: Self) -> Self {
@@ -240,28 +250,13 @@ macro_rules! int_elem {
                 }
             }
         }
-    )*};
+        )*
+    };
 }
 int_elem!(
     u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize
 );
-
-macro_rules! float_elem {
-    ($($t:ty),*) => {$(
-        impl Elem for $t {
-            #[inline]
-            fn builtin(op: BuiltinOp, a: Self, b: Self) -> Self {
-                match op {
-                    BuiltinOp::Sum => a + b,
-                    BuiltinOp::Prod => a * b,
-                    BuiltinOp::Min => a.min(b),
-                    BuiltinOp::Max => a.max(b),
-                }
-            }
-        }
-    )*};
-}
-float_elem!(f32, f64);
+elem!(|a, b| sum: a + b, prod: a * b; f32, f64);
 
 /// Arithmetic built-in reduction operators, defined on every element type ([`Elem`]).
 /// All are commutative and associative (floating point sums and products only up to
@@ -406,24 +401,32 @@ impl<T: Pod + Send + Sync + 'static> ReduceOp<T> {
     }
 }
 
+/// The element-wise function and name of the built-in operator `$op` (of the enum
+/// `$kind`, one of the variants listed), combining two elements with `T::$apply`: one
+/// closure per operator, so the operator is a constant inside the loop (no
+/// per-element dispatch; the loop vectorises).
+macro_rules! per_op {
+    ($op:expr, $kind:ident, $apply:ident; $($o:ident),*) => {
+        match $op {
+            $($kind::$o => (elementwise::<T>(|l, r| T::$apply($kind::$o, l, r)), stringify!($o)),)*
+        }
+    };
+}
+
 impl<T: Elem> ReduceOp<T> {
     /// An arithmetic built-in operator (defined on every element type).
     pub fn builtin(op: BuiltinOp) -> Self {
-        // One closure per operator, so the operator is a constant inside the loop
-        // (no per-element dispatch; the loop vectorises).
-        macro_rules! per_op {
-            ($($o:ident),*) => {
-                match op {
-                    $(BuiltinOp::$o => (elementwise::<T>(|l, r| T::builtin(BuiltinOp::$o, l, r)), stringify!($o)),)*
-                }
-            };
-        }
-        let (f, name) = per_op!(Sum, Prod, Min, Max);
+        let (f, name) = per_op!(op, BuiltinOp, builtin; Sum, Prod, Min, Max);
+        Self::built_in(f, name, 1 + op as u8)
+    }
+
+    /// A commutative built-in operator: element-wise `f`, its `name` and wire `code`.
+    fn built_in(f: ReduceFn, name: &'static str, code: u8) -> Self {
         ReduceOp {
             f,
             commutative: true,
             name,
-            code: 1 + op as u8,
+            code,
             _t: std::marker::PhantomData,
         }
     }
@@ -432,21 +435,8 @@ impl<T: Elem> ReduceOp<T> {
 impl<T: IntElem> ReduceOp<T> {
     /// A bitwise or logical built-in operator (integer element types only).
     pub fn bitwise(op: BitOp) -> Self {
-        macro_rules! per_op {
-            ($($o:ident),*) => {
-                match op {
-                    $(BitOp::$o => (elementwise::<T>(|l, r| T::bitop(BitOp::$o, l, r)), stringify!($o)),)*
-                }
-            };
-        }
-        let (f, name) = per_op!(Band, Bor, Bxor, Land, Lor);
-        ReduceOp {
-            f,
-            commutative: true,
-            name,
-            code: 1 + BuiltinOp::ALL.len() as u8 + op as u8,
-            _t: std::marker::PhantomData,
-        }
+        let (f, name) = per_op!(op, BitOp, bitop; Band, Bor, Bxor, Land, Lor);
+        Self::built_in(f, name, 1 + BuiltinOp::ALL.len() as u8 + op as u8)
     }
 }
 

@@ -254,6 +254,21 @@ struct PartCell {
     line: usize,
 }
 
+/// The name of the table header `t` opened by `open` and closed by `close` (`[name]`,
+/// `[[name]]`; a comment may follow), `None` if `t` is not one, or the problem.
+fn header<'t>(t: &'t str, open: &str, close: &str) -> Result<Option<&'t str>, String> {
+    let Some(name) = t.strip_prefix(open) else {
+        return Ok(None);
+    };
+    let Some((name, rest)) = name.split_once(close) else {
+        return Err(format!("{open}{name} lacks its closing {close}"));
+    };
+    if !(rest.trim().is_empty() || rest.trim_start().starts_with('#')) {
+        return Err(format!("unexpected {rest:?} after {open}{name}{close}"));
+    }
+    Ok(Some(name.trim()))
+}
+
 impl Profile {
     /// Parses a profile; `what` names the source in errors (a path).
     ///
@@ -282,14 +297,7 @@ impl Profile {
             if t.is_empty() || t.starts_with('#') {
                 continue;
             }
-            if let Some(name) = t.strip_prefix("[[") {
-                let Some((name, rest)) = name.split_once("]]") else {
-                    return Err(err(line, format!("[[{name} lacks its closing ]]")));
-                };
-                if !(rest.trim().is_empty() || rest.trim_start().starts_with('#')) {
-                    return Err(err(line, format!("unexpected {rest:?} after [[{name}]]")));
-                }
-                let name = name.trim();
+            if let Some(name) = header(t, "[[", "]]").map_err(|e| err(line, e))? {
                 if name != "cell" {
                     return Err(err(line, format!("unknown array of tables [[{name}]]")));
                 }
@@ -300,14 +308,7 @@ impl Profile {
                 });
                 continue;
             }
-            if let Some(name) = t.strip_prefix('[') {
-                let Some((name, rest)) = name.split_once(']') else {
-                    return Err(err(line, format!("[{name} lacks its closing ]")));
-                };
-                if !(rest.trim().is_empty() || rest.trim_start().starts_with('#')) {
-                    return Err(err(line, format!("unexpected {rest:?} after [{name}]")));
-                }
-                let name = name.trim();
+            if let Some(name) = header(t, "[", "]").map_err(|e| err(line, e))? {
                 if !matches!(name, "machine" | "loggp") {
                     return Err(err(line, format!("unknown table [{name}]")));
                 }

@@ -93,6 +93,25 @@ pub struct Round {
     pub post: Vec<Local>,
 }
 
+impl Round {
+    /// Adds a send of `ranges` of the work buffer to `peer` with `tag`.
+    #[inline]
+    pub(crate) fn send(&mut self, peer: u32, tag: u32, ranges: Vec<Range<usize>>) {
+        self.sends.push(SendStep { peer, tag, ranges });
+    }
+
+    /// Adds a receive from `peer` with `tag` into `ranges`, applied by `action`.
+    #[inline]
+    pub(crate) fn recv(&mut self, peer: u32, tag: u32, ranges: Vec<Range<usize>>, action: Action) {
+        self.recvs.push(RecvStep {
+            peer,
+            tag,
+            ranges,
+            action,
+        });
+    }
+}
+
 /// What one rank does in one collective.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Schedule {
@@ -113,6 +132,16 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// The output this schedule assembles from its final work buffer `work`.
+    #[cfg(feature = "internals")]
+    pub(crate) fn output_of(&self, work: &[u8]) -> Vec<u8> {
+        let mut out = vec![0u8; self.out_len];
+        for (src, dst) in &self.output {
+            out[*dst..*dst + src.len()].copy_from_slice(&work[src.clone()]);
+        }
+        out
+    }
+
     /// A schedule with the given buffer sizes and no rounds.
     pub fn new(work_len: usize, out_len: usize) -> Schedule {
         Schedule {
@@ -341,16 +370,7 @@ pub mod model {
             k.sort_unstable();
             return Err(ModelError::Unreceived(k));
         }
-        Ok((0..p)
-            .map(|r| {
-                let s = &scheds[r];
-                let mut out = vec![0u8; s.out_len];
-                for (src, dst) in &s.output {
-                    out[*dst..*dst + src.len()].copy_from_slice(&work[r][src.clone()]);
-                }
-                out
-            })
-            .collect())
+        Ok((0..p).map(|r| scheds[r].output_of(&work[r])).collect())
     }
 
     /// Predicted completion time (µs, the slowest rank) of a set of consistent

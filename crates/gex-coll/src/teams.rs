@@ -196,27 +196,41 @@ pub(crate) fn world_team<C: Conduit>(
     let me = cx.addr();
     let size = cx.size();
     let members: Vec<EpAddr> = (0..size).map(|r| EpAddr::new(r, me.ep)).collect();
-    let world_shm = (generation > 0 && size > 1)
-        .then(|| shm_areas(cx, &members))
-        .flatten()
-        .map(|areas| {
-            ShmTeam::new(
-                0,
-                areas,
-                shm_segments(cx, &members),
-                generation,
-                used.clone(),
-                members.clone(),
-                me.rank,
-                0,
-            )
-        });
+    let world_shm = (generation > 0)
+        .then(|| channel_0(cx, &members, (generation, used), (me.rank, 0)))
+        .flatten();
     with_ext(
         0,
         members,
         me.rank,
         CollTeam::new(owner, Vec::new(), None, world_shm),
     )
+}
+
+/// The shared-memory extension on channel 0 of a team of more than one member
+/// (`members`; this member's team rank and the team's id `(me, id)`) whose areas
+/// every member maps, for layer generation `generation` and channels in use `used`.
+fn channel_0<C: Conduit>(
+    cx: &Cx<'_, C>,
+    members: &[EpAddr],
+    (generation, used): (u64, &Arc<AtomicU32>),
+    (me, id): (u32, u64),
+) -> Option<ShmTeam> {
+    let areas = (members.len() > 1)
+        .then(|| shm_areas(cx, members))
+        .flatten()?;
+    let segs = shm_segments(cx, members);
+    let used = used.clone();
+    Some(ShmTeam::new(
+        0,
+        areas,
+        segs,
+        generation,
+        used,
+        members.to_vec(),
+        me,
+        id,
+    ))
 }
 
 /// A team that stands in for the world team while the layer lends it out
@@ -265,21 +279,7 @@ pub(crate) fn setup_world_hier<C: Conduit>(
     let addrs: Vec<EpAddr> = ranks.iter().map(|&r| w.members()[r as usize]).collect();
     let host_rank = layout.place[me as usize].1;
     let hid = mix_all(&[w.id(), 0x4057, u64::from(my_host)]);
-    let shm = (addrs.len() > 1)
-        .then(|| shm_areas(cx, &addrs))
-        .flatten()
-        .map(|areas| {
-            ShmTeam::new(
-                0,
-                areas,
-                shm_segments(cx, &addrs),
-                generation,
-                used.clone(),
-                addrs.clone(),
-                host_rank,
-                hid,
-            )
-        });
+    let shm = channel_0(cx, &addrs, (generation, used), (host_rank, hid));
     let host = with_ext(
         hid,
         addrs,

@@ -6,6 +6,8 @@
 //! hang or corrupted state. One rank on the loopback conduit, or a few thread ranks
 //! on the simulator where members must disagree.
 
+mod common;
+
 use gex_coll::{
     Allreduce, Barrier, BarrierFlags, Broadcast, BuiltinOp, ByKind, Coll, CollError, CollExt,
     Exchange, Gather, GatherAll, InSegments, LogGP, OpKind, Opts, Profile, Query, Reduce, Scatter,
@@ -14,9 +16,10 @@ use gex_coll::{
 use gex_core::boot::Singleton;
 use gex_core::loopback::Loopback;
 use gex_core::{
-    Blocking, Client, ClientBuilder, Config, EpAddr, EpError, EventError, Nb, Nbi, Team,
+    Blocking, Client, ClientBuilder, Config, EpAddr, EpError, EventError, Nb, Nbi, OwnedEndpoint,
+    Team,
 };
-use gex_testkit::sim::{SimConfig, run_sim};
+use gex_testkit::sim::SimConfig;
 use std::sync::Arc;
 
 const SEG: usize = 1 << 16;
@@ -32,6 +35,25 @@ fn client(eps: u16) -> Client<Loopback> {
         .config(Config::default())
         .init::<Loopback>(Box::new(Singleton::new()))
         .unwrap()
+}
+
+/// A one-rank client of one endpoint, its endpoint 0 and that endpoint's world team.
+fn one_rank() -> (Client<Loopback>, OwnedEndpoint<Loopback>, Team) {
+    let c = client(1);
+    let ep = c.endpoint(0).unwrap();
+    let w = ep.world();
+    (c, ep, w)
+}
+
+/// A one-rank client of two endpoints and its endpoints 0 and 1.
+fn two_endpoints() -> (
+    Client<Loopback>,
+    OwnedEndpoint<Loopback>,
+    OwnedEndpoint<Loopback>,
+) {
+    let c = client(2);
+    let (a, b) = (c.endpoint(0).unwrap(), c.endpoint(1).unwrap());
+    (c, a, b)
 }
 
 fn query(op: OpKind, size: u32, bytes: usize) -> Query {
@@ -88,9 +110,7 @@ fn every_call_without_the_layer_is_a_layer_error() {
 /// value built by hand, a team another endpoint's layer made.
 #[test]
 fn a_team_of_another_endpoint_is_not_member() {
-    let c = client(2);
-    let mut a = c.endpoint(0).unwrap();
-    let mut b = c.endpoint(1).unwrap();
+    let (_c, mut a, mut b) = two_endpoints();
     let bw = b.world();
     let not_member = |r: Result<(), CollError>| {
         assert!(matches!(r, Err(CollError::NotMember { .. })), "{r:?}");
@@ -122,9 +142,7 @@ fn a_team_of_another_endpoint_is_not_member() {
 
 #[test]
 fn team_lists_are_checked() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let w = ep.world();
+    let (_c, mut ep, w) = one_rank();
     assert!(matches!(
         ep.create_team(&w, &[], Scratch::None),
         Err(CollError::BadMembers(_))
@@ -156,31 +174,22 @@ fn team_lists_are_checked() {
 /// listed (the listed ones form their team without them).
 #[test]
 fn a_list_without_the_caller_is_not_member() {
-    run_sim(
-        2,
-        SimConfig::default(),
-        || layers().segment_size(SEG),
-        |client| {
-            let mut ep = client.endpoint(0).unwrap();
-            let w = ep.world();
-            let r = ep.create_team(&w, &[1], Scratch::None).map(|t| t.size());
-            if w.rank() == 0 {
-                assert!(matches!(r, Err(CollError::NotMember { .. })), "{r:?}");
-            } else {
-                assert_eq!(r, Ok(1));
-            }
-            ep.barrier(&w).unwrap();
-        },
-    );
+    common::on_sim(2, SimConfig::default(), SEG, |mut ep, w| {
+        let r = ep.create_team(&w, &[1], Scratch::None).map(|t| t.size());
+        if w.rank() == 0 {
+            assert!(matches!(r, Err(CollError::NotMember { .. })), "{r:?}");
+        } else {
+            assert_eq!(r, Ok(1));
+        }
+        ep.barrier(&w).unwrap();
+    });
 }
 
 /// Scratch space: regions outside the segment, given ranges outside it, allocations
 /// without a region or larger than it.
 #[test]
 fn scratch_outside_the_segment_is_a_scratch_error() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let w = ep.world();
+    let (_c, mut ep, w) = one_rank();
     let scratch = |r: Result<(), CollError>| {
         assert!(matches!(r, Err(CollError::Scratch(_))), "{r:?}");
     };
@@ -215,9 +224,7 @@ fn scratch_outside_the_segment_is_a_scratch_error() {
 /// teams got the same scratch space.
 #[test]
 fn destroying_another_endpoints_team_or_a_team_twice_corrupts_nothing() {
-    let c = client(2);
-    let mut a = c.endpoint(0).unwrap();
-    let mut b = c.endpoint(1).unwrap();
+    let (_c, mut a, mut b) = two_endpoints();
     let (aw, bw) = (a.world(), b.world());
     a.set_scratch_region(0..1024).unwrap();
     let t = a
@@ -261,9 +268,7 @@ fn destroying_another_endpoints_team_or_a_team_twice_corrupts_nothing() {
 /// Reducing operations named by kind without an operator.
 #[test]
 fn a_reduction_without_an_operator_is_unsupported_op() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let w = ep.world();
+    let (_c, mut ep, w) = one_rank();
     for kind in [
         OpKind::Reduce,
         OpKind::Allreduce,
@@ -301,9 +306,7 @@ fn a_reduction_without_an_operator_is_unsupported_op() {
 /// `BadAddress`, not an overflow.
 #[test]
 fn lengths_and_counts_are_checked_before_anything_moves() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let w = ep.world();
+    let (_c, mut ep, w) = one_rank();
     let bad_len = |r: Result<(), CollError>| {
         assert!(matches!(r, Err(CollError::BadLength { .. })), "{r:?}");
     };
@@ -374,9 +377,7 @@ fn lengths_and_counts_are_checked_before_anything_moves() {
 /// bytes (a panic in `split`/`create_team`).
 #[test]
 fn a_scratch_allocation_no_segment_holds_is_a_scratch_error() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let w = ep.world();
+    let (_c, mut ep, w) = one_rank();
     ep.set_scratch_region(SEG / 2..SEG).unwrap();
     for len in [usize::MAX, usize::MAX - 62] {
         let r = ep.split(&w, Some(0), 0, Scratch::Alloc(len)).map(drop);
@@ -391,46 +392,29 @@ fn a_scratch_allocation_no_segment_holds_is_a_scratch_error() {
 /// mode).
 #[test]
 fn counts_that_overflow_a_block_are_errors() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let w = ep.world();
+    let (_c, mut ep, w) = one_rank();
     // Counts that overflow the byte length of a block.
+    let overflow = |r: Result<(), CollError>, what: &str| {
+        assert!(
+            matches!(
+                r,
+                Err(CollError::BadLength { .. } | CollError::BadAddress(_))
+            ),
+            "{what}: {r:?}"
+        );
+    };
     for count in [usize::MAX, usize::MAX / 2 + 1] {
-        let r = ep
-            .collective(&w, Scatter::new(0, vec![1u64; 2], count), Nb)
-            .map(drop);
-        assert!(
-            matches!(
-                r,
-                Err(CollError::BadLength { .. } | CollError::BadAddress(_))
-            ),
-            "scatter count {count}: {r:?}"
+        let r = ep.collective(&w, Scatter::new(0, vec![1u64; 2], count), Nb);
+        overflow(r.map(drop), &format!("scatter count {count}"));
+        let d = ByKind::new(OpKind::Broadcast, vec![1u32; 2]).count(count);
+        overflow(
+            ep.collective(&w, d, Nb).map(drop),
+            &format!("broadcast count {count}"),
         );
-        let r = ep
-            .collective(
-                &w,
-                ByKind::new(OpKind::Broadcast, vec![1u32; 2]).count(count),
-                Nb,
-            )
-            .map(drop);
-        assert!(
-            matches!(
-                r,
-                Err(CollError::BadLength { .. } | CollError::BadAddress(_))
-            ),
-            "broadcast count {count}: {r:?}"
-        );
-        let r = ep.collective(
-            &w,
-            InSegments::<u64>::new(OpKind::Broadcast, count, Single::uniform(1, 0, 64)).root(0),
-            Blocking,
-        );
-        assert!(
-            matches!(
-                r,
-                Err(CollError::BadAddress(_) | CollError::BadLength { .. })
-            ),
-            "single-mode count {count}: {r:?}"
+        let d = InSegments::<u64>::new(OpKind::Broadcast, count, Single::uniform(1, 0, 64)).root(0);
+        overflow(
+            ep.collective(&w, d, Blocking),
+            &format!("single-mode count {count}"),
         );
     }
     ep.barrier(&w).unwrap();
@@ -441,81 +425,72 @@ fn counts_that_overflow_a_block_are_errors() {
 /// has.
 #[test]
 fn forced_algorithms_are_checked() {
-    run_sim(
-        3,
-        SimConfig::default(),
-        || layers().segment_size(SEG),
-        |client| {
-            let mut ep = client.endpoint(0).unwrap();
-            let w = ep.world();
-            let r = ep
-                .collective(&w, Exchange::new(vec![1u8; 3]).algorithm("no-such"), Nb)
-                .map(drop);
-            assert!(
-                matches!(r, Err(CollError::UnknownAlgorithm { .. })),
-                "{r:?}"
-            );
-            // "ring" implements gather_all, not barrier.
-            let r = ep.collective(&w, Barrier::new().algorithm("ring"), Blocking);
-            assert!(
-                matches!(r, Err(CollError::UnknownAlgorithm { .. })),
-                "{r:?}"
-            );
-            // Recursive doubling needs a power of two.
-            let r = ep.collective(&w, GatherAll::new(vec![1u8]).algorithm("recdbl"), Nbi);
-            assert!(matches!(r, Err(CollError::Unsupported { .. })), "{r:?}");
-            let r = ep.tuner(|t| {
-                t.select(&query(OpKind::GatherAll, 3, 1), Some("recdbl"))
-                    .map(|a| a.name().to_string())
-            });
-            assert!(matches!(r, Ok(Err(CollError::Unsupported { .. }))), "{r:?}");
-            // An algorithm moving data through the team's scratch space, on a team
-            // without any: the error says how much is needed.
-            let scratchy = ep
-                .algorithms(OpKind::GatherAll)
-                .into_iter()
-                .find(|name| {
-                    let q = Query {
-                        scratch: true,
-                        ..query(OpKind::GatherAll, 3, 64)
-                    };
-                    ep.tuner(|t| t.select(&q, Some(name)).is_ok()).unwrap()
-                        && ep
-                            .tuner(|t| {
-                                t.select(&query(OpKind::GatherAll, 3, 64), Some(name))
-                                    .is_err()
-                            })
-                            .unwrap()
+    common::on_sim(3, SimConfig::default(), SEG, |mut ep, w| {
+        let r = ep
+            .collective(&w, Exchange::new(vec![1u8; 3]).algorithm("no-such"), Nb)
+            .map(drop);
+        assert!(
+            matches!(r, Err(CollError::UnknownAlgorithm { .. })),
+            "{r:?}"
+        );
+        // "ring" implements gather_all, not barrier.
+        let r = ep.collective(&w, Barrier::new().algorithm("ring"), Blocking);
+        assert!(
+            matches!(r, Err(CollError::UnknownAlgorithm { .. })),
+            "{r:?}"
+        );
+        // Recursive doubling needs a power of two.
+        let r = ep.collective(&w, GatherAll::new(vec![1u8]).algorithm("recdbl"), Nbi);
+        assert!(matches!(r, Err(CollError::Unsupported { .. })), "{r:?}");
+        let r = ep.tuner(|t| {
+            t.select(&query(OpKind::GatherAll, 3, 1), Some("recdbl"))
+                .map(|a| a.name().to_string())
+        });
+        assert!(matches!(r, Ok(Err(CollError::Unsupported { .. }))), "{r:?}");
+        // An algorithm moving data through the team's scratch space, on a team
+        // without any: the error says how much is needed.
+        let scratchy = ep
+            .algorithms(OpKind::GatherAll)
+            .into_iter()
+            .find(|name| {
+                let q = Query {
+                    scratch: true,
+                    ..query(OpKind::GatherAll, 3, 64)
+                };
+                ep.tuner(|t| t.select(&q, Some(name)).is_ok()).unwrap()
+                    && ep
+                        .tuner(|t| {
+                            t.select(&query(OpKind::GatherAll, 3, 64), Some(name))
+                                .is_err()
+                        })
+                        .unwrap()
+            })
+            .expect("an algorithm that needs scratch space");
+        let r = ep
+            .collective(&w, GatherAll::new(vec![1u8; 64]).algorithm(&scratchy), Nb)
+            .map(drop);
+        assert!(
+            matches!(
+                &r,
+                Err(CollError::ScratchTooSmall {
+                    needed: 192,
+                    available: 0,
+                    size: 3,
+                    block: 64,
+                    ..
                 })
-                .expect("an algorithm that needs scratch space");
-            let r = ep
-                .collective(&w, GatherAll::new(vec![1u8; 64]).algorithm(&scratchy), Nb)
-                .map(drop);
-            assert!(
-                matches!(
-                    &r,
-                    Err(CollError::ScratchTooSmall {
-                        needed: 192,
-                        available: 0,
-                        size: 3,
-                        block: 64,
-                        ..
-                    })
-                ),
-                "{scratchy}: {r:?}"
-            );
-            ep.barrier(&w).unwrap();
-        },
-    );
+            ),
+            "{scratchy}: {r:?}"
+        );
+        ep.barrier(&w).unwrap();
+    });
 }
 
 /// Opts naming an algorithm through `Opts::with_algorithm`, and explain on queries no
 /// job makes (empty teams, huge blocks): errors or answers, never panics.
 #[test]
 fn the_tuner_answers_odd_queries_without_panicking() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let w = ep.world();
+    let (_c, mut ep, w) = one_rank();
     let r = ep.collective(
         &w,
         Broadcast::new(0, vec![1u8]).opts(Opts::default().with_algorithm("nonesuch")),
@@ -562,22 +537,15 @@ fn tuner_configuration_errors_have_their_variants() {
         let mut t = Tuner::new(gex_coll::catalog(), LogGP::default());
         t.configure(|x| (x == k).then(|| v.to_string()))
     };
-    assert!(matches!(
-        conf("GEX_COLL_TUNE", "sometimes"),
-        Err(CollError::Config(_))
-    ));
-    assert!(matches!(
-        conf("GEX_COLL_LOGGP", "1,2"),
-        Err(CollError::Config(_))
-    ));
-    assert!(matches!(
-        conf("GEX_COLL_LOGGP", "1,2,3,-4"),
-        Err(CollError::Config(_))
-    ));
-    assert!(matches!(
-        conf("GEX_COLL_LOGGP", "1,2,3,NaN"),
-        Err(CollError::Config(_))
-    ));
+    for (k, v) in [
+        ("GEX_COLL_TUNE", "sometimes"),
+        ("GEX_COLL_LOGGP", "1,2"),
+        ("GEX_COLL_LOGGP", "1,2,3,-4"),
+        ("GEX_COLL_LOGGP", "1,2,3,NaN"),
+    ] {
+        let r = conf(k, v);
+        assert!(matches!(r, Err(CollError::Config(_))), "{k}={v}: {r:?}");
+    }
     assert!(matches!(
         conf("GEX_COLL_ALLREDUCE", "no-such"),
         Err(CollError::UnknownAlgorithm { .. })
@@ -646,9 +614,7 @@ fn every_bad_coll_setting_fails_the_endpoint_naming_it() {
 
 #[test]
 fn a_collective_event_waited_on_another_endpoint_is_an_event_error() {
-    let c = client(2);
-    let mut a = c.endpoint(0).unwrap();
-    let mut b = c.endpoint(1).unwrap();
+    let (_c, mut a, mut b) = two_endpoints();
     let w = a.world();
     let ev = a
         .collective(&w, Allreduce::new(vec![1u64, 2], BuiltinOp::Sum), Nb)
@@ -687,27 +653,15 @@ fn a_collective_event_waited_on_another_endpoint_is_an_event_error() {
 /// differs from the notify on a one-member team.
 #[test]
 fn split_phase_misuse_on_one_member() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let w = ep.world();
+    let (_c, mut ep, w) = one_rank();
     let named = BarrierFlags::empty();
-    assert_eq!(
-        ep.barrier_try(&w, 1, named),
-        Err(CollError::BarrierNotNotified)
-    );
-    assert_eq!(
-        ep.barrier_wait(&w, 1, named),
-        Err(CollError::BarrierNotNotified)
-    );
+    let refused = |r: Result<(), CollError>, want| assert_eq!(r, Err(want));
+    use CollError::{BarrierAlreadyNotified, BarrierMismatch, BarrierNotNotified};
+    refused(ep.barrier_try(&w, 1, named).map(drop), BarrierNotNotified);
+    refused(ep.barrier_wait(&w, 1, named), BarrierNotNotified);
     ep.barrier_notify(&w, 1, named).unwrap();
-    assert_eq!(
-        ep.barrier_notify(&w, 1, named),
-        Err(CollError::BarrierAlreadyNotified)
-    );
-    assert_eq!(
-        ep.barrier_wait(&w, 2, named),
-        Err(CollError::BarrierMismatch)
-    );
+    refused(ep.barrier_notify(&w, 1, named), BarrierAlreadyNotified);
+    refused(ep.barrier_wait(&w, 2, named), BarrierMismatch);
     ep.barrier_notify(&w, 3, named).unwrap();
     let mut r = ep.barrier_try(&w, 3, BarrierFlags::ANONYMOUS);
     while r == Ok(false) {

@@ -10,18 +10,18 @@
 //! and hierarchical teams (two hosts of two); processes on smp. Also: a collective
 //! that waits for a member that never calls it is covered by `GEX_STALL_REPORT`.
 
+#[macro_use]
 mod common;
 
-use common::layers;
-use gex::Job;
+use common::{layers, on_sim};
 use gex::spi::Conduit;
 use gex_coll::{
     Barrier, Broadcast, BuiltinOp, ByKind, CollError, CollExt, Elem, Field, OpKind, Opts, ReduceOp,
     Scratch, SyncMode, SyncModes, Team,
 };
-use gex_core::{Blocking, Client, Endpoint, Nb};
+use gex_core::{Blocking, Endpoint, Nb};
 use gex_testkit::procs::Procs;
-use gex_testkit::sim::{SimConfig, run_sim};
+use gex_testkit::sim::SimConfig;
 use std::time::Duration;
 
 const SEG: usize = 1 << 20;
@@ -293,24 +293,17 @@ fn sim_job(p: u32, per_host: u32) {
         .seed(53)
         .ranks_per_host(per_host)
         .timeout(Duration::from_secs(90));
-    let named = run_sim(
-        p,
-        cfg,
-        || layers().segment_size(SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
-            let w = c.world();
-            let me = w.rank();
-            let mut named = 0;
-            let all = cases();
-            for case in &all {
-                let seen = run_case(&mut c, &w, case);
-                named += usize::from(check(me, case, &seen));
-                c.barrier(&w).unwrap();
-            }
-            (named, all.len())
-        },
-    );
+    let named = on_sim(p, cfg, SEG, |mut c, w| {
+        let me = w.rank();
+        let mut named = 0;
+        let all = cases();
+        for case in &all {
+            let seen = run_case(&mut c, &w, case);
+            named += usize::from(check(me, case, &seen));
+            c.barrier(&w).unwrap();
+        }
+        (named, all.len())
+    });
     // Every member named the field in every case (the cases are built so that the
     // member that detects it still finds the other's descriptor).
     for (me, (n, all)) in named.into_iter().enumerate() {
@@ -341,48 +334,37 @@ fn a_replayed_call_against_another_length() {
         .seed(59)
         .ranks_per_host(2)
         .timeout(Duration::from_secs(60));
-    run_sim(
-        2,
-        cfg,
-        || layers().segment_size(SEG),
-        |client| {
-            let mut c = client.endpoint(0).unwrap();
-            let w = c.world();
-            let me = w.rank();
-            for op in [OpKind::Allreduce, OpKind::Broadcast, OpKind::GatherAll] {
-                let t = c.create_team(&w, &[0, 1], Scratch::None).unwrap();
-                let s = Side::new(op, 8);
-                run_side(&mut c, &t, s, 8, Form::Slices).unwrap();
-                let replays = c.coll_stats().replayed_calls;
-                let second = Side::new(op, if me == 0 { 16 } else { 8 });
-                let r = run_side(&mut c, &t, second, 8, Form::Slices);
-                if me == 1 && c.shared_memory(&t) {
-                    assert_eq!(c.coll_stats().replayed_calls, replays + 1, "{op}");
-                }
-                let b = c.collective(&t, Barrier::new(), Blocking);
-                let case = Case {
-                    first: second,
-                    others: second,
-                    types: (8, 8),
-                    form: Form::Slices,
-                    field: Field::BlockBytes,
-                };
-                check(me, &case, &(r, b));
-                c.destroy_team(t).unwrap();
-                c.barrier(&w).unwrap();
+    on_sim(2, cfg, SEG, |mut c, w| {
+        let me = w.rank();
+        for op in [OpKind::Allreduce, OpKind::Broadcast, OpKind::GatherAll] {
+            let t = c.create_team(&w, &[0, 1], Scratch::None).unwrap();
+            let s = Side::new(op, 8);
+            run_side(&mut c, &t, s, 8, Form::Slices).unwrap();
+            let replays = c.coll_stats().replayed_calls;
+            let second = Side::new(op, if me == 0 { 16 } else { 8 });
+            let r = run_side(&mut c, &t, second, 8, Form::Slices);
+            if me == 1 && c.shared_memory(&t) {
+                assert_eq!(c.coll_stats().replayed_calls, replays + 1, "{op}");
             }
-        },
-    );
+            let b = c.collective(&t, Barrier::new(), Blocking);
+            let case = Case {
+                first: second,
+                others: second,
+                types: (8, 8),
+                form: Form::Slices,
+                field: Field::BlockBytes,
+            };
+            check(me, &case, &(r, b));
+            c.destroy_team(t).unwrap();
+            c.barrier(&w).unwrap();
+        }
+    });
 }
 
-/// Processes on smp: the cases (4096 against 8 elements, 16 against 8) and a
-/// small broadcast through the ring, with the runner's watchdog.
-struct Procs2;
-
-impl Job for Procs2 {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = client.endpoint(0).unwrap();
+endpoint_jobs! {
+    /// Processes on smp: the cases (4096 against 8 elements, 16 against 8) and a
+    /// small broadcast through the ring, with the runner's watchdog.
+    struct Procs2 |c| {
         let w = c.world();
         let me = w.rank();
         let mut v: Vec<Case> = Vec::new();
@@ -411,8 +393,6 @@ impl Job for Procs2 {
             check(me, case, &seen);
             c.barrier(&w).unwrap();
         }
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 
@@ -424,15 +404,11 @@ fn procs_mismatched_lengths_2() {
         .assert_success();
 }
 
-/// A collective waiting for a member that calls it only 2.5 s later: rank 0's wait
-/// prints the endpoint's report under `GEX_STALL_REPORT=1` (direct path, replayed
-/// call, the small-broadcast ring, the barrier, the layer's table).
-struct Late;
-
-impl Job for Late {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = client.endpoint(0).unwrap();
+endpoint_jobs! {
+    /// A collective waiting for a member that calls it only 2.5 s later: rank 0's wait
+    /// prints the endpoint's report under `GEX_STALL_REPORT=1` (direct path, replayed
+    /// call, the small-broadcast ring, the barrier, the layer's table).
+    struct Late |c| {
         let w = c.world();
         let me = w.rank();
         gex_testkit::procs::note("shm", if c.shared_memory(&w) { "1" } else { "0" });
@@ -479,8 +455,6 @@ impl Job for Late {
             )
             .unwrap();
         assert_eq!(c.wait(ev).unwrap(), vec![6; 4]);
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 

@@ -14,26 +14,20 @@
 //! ranks than cores) and the sleepers' wake-ups under `Block`; and on a mixed job of
 //! 2 processes × 2 thread ranks (`mixed_matrix_2x2`).
 
+#[macro_use]
 mod common;
 
 use common::{
-    assert_slot_sleeps, assert_slot_woken, assert_woken, buffer_matrix, bytes, layers, matrix,
-    matrix_mode, reference, ring_workload, ring_workload_upto, segment_matrix,
+    assert_slot_sleeps, assert_slot_woken, assert_woken, buffer_matrix, layers, matrix,
+    matrix_mode, ring_workload, ring_workload_upto, segment_matrix, single_mode_call,
 };
 use gex::Job;
-use gex::spi::Conduit;
-use gex_coll::{
-    Barrier, Broadcast, CollError, CollExt, InSegments, OpKind, Opts, Scratch, Single, SyncMode,
-};
-use gex_core::{Blocking, Client, Nb};
+use gex_coll::{Barrier, Broadcast, CollError, CollExt, OpKind, Scratch, SyncMode};
+use gex_core::{Blocking, Nb};
 use gex_testkit::procs::Procs;
 
-struct Matrix;
-
-impl Job for Matrix {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = client.endpoint(0).unwrap();
+endpoint_jobs! {
+    struct Matrix |c| {
         let w = c.world().clone();
         let ran = matrix(&mut c, &w, &[1, 9000]);
         assert!(ran > 100, "{ran}");
@@ -65,19 +59,13 @@ impl Job for Matrix {
         );
         c.barrier(&w).unwrap();
         assert_eq!(c.coll_stats().dropped_messages, 0);
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 
-struct SingleMode;
-
-impl Job for SingleMode {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = client.endpoint(0).unwrap();
+endpoint_jobs! {
+    struct SingleMode |c| {
         let w = c.world().clone();
-        let (p, me) = (w.size(), w.rank() as usize);
+        let p = w.size();
         let mut salt = 0;
         for op in [OpKind::Broadcast, OpKind::GatherAll] {
             for alg in c.algorithms(op).into_iter().filter(|a| a.contains('+')) {
@@ -87,57 +75,26 @@ impl Job for SingleMode {
                     (SyncMode::All, SyncMode::All),
                 ] {
                     salt += 1;
-                    let n = 40_000usize;
                     let root = salt % p;
                     let dst: Vec<usize> = (0..p as usize).map(|r| 300_000 + 128 * r).collect();
-                    let inputs: Vec<Vec<u8>> = (0..p as usize)
-                        .map(|r| bytes(r, u64::from(salt), n))
-                        .collect();
-                    c.segment().write(0, &inputs[me]).unwrap();
-                    c.barrier(&w).unwrap();
-                    let addrs = Single {
-                        src: Some(vec![0; p as usize]),
-                        dst: dst.clone(),
-                    };
-                    let opts = Opts::sync(i, o).with_algorithm(&alg);
-                    let h = match c.collective(
-                        &w,
-                        InSegments::<u8>::new(op, n, addrs.clone())
-                            .root(root)
-                            .opts(opts),
-                        Nb,
-                    ) {
-                        Err(gex_coll::CollError::Unsupported { .. }) => continue,
-                        x => x.unwrap(),
-                    };
-                    c.wait(h).unwrap();
-                    let want = reference(op, root as usize, n, &inputs, None);
-                    let mut got = vec![0u8; want[me].len()];
-                    c.segment().read(dst[me], &mut got).unwrap();
-                    assert!(got == want[me], "{op} {alg} {i:?} {o:?}");
-                    c.barrier(&w).unwrap();
+                    let call = (op, alg.as_str(), (i, o));
+                    single_mode_call::<_, u8>(&mut c, &w, call, (root, 40_000), &dst, salt.into());
                 }
             }
         }
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 
-/// Root and barrier-name mismatches in real processes (shared memory on `smp`): errors
-/// on the members that see them, never a hang (a watchdog in every rank turns a hang
-/// into a failed job: the code before the layer hung in the first case).
-struct Mismatch;
-
-impl Job for Mismatch {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
+endpoint_jobs! {
+    /// Root and barrier-name mismatches in real processes (shared memory on `smp`): errors
+    /// on the members that see them, never a hang (a watchdog in every rank turns a hang
+    /// into a failed job: the code before the layer hung in the first case).
+    struct Mismatch |c| {
         std::thread::spawn(|| {
             std::thread::sleep(std::time::Duration::from_secs(120));
             eprintln!("procs mismatch: still running after 120 s (a hang)");
             std::process::exit(3);
         });
-        let mut c = client.endpoint(0).unwrap();
         let w = c.world();
         let me = w.rank();
         fn mismatch<T>(r: &Result<T, CollError>) -> bool {
@@ -166,22 +123,16 @@ impl Job for Mismatch {
             .unwrap();
         assert_eq!(c.wait(ev), Err(CollError::BarrierMismatch), "rank {me}");
         c.barrier(&w).unwrap();
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 
-/// Small broadcasts through the ring across processes: the ring workload
-/// (`common::ring_workload`: rotating and fixed roots, 1..=56 bytes, every form,
-/// wrap-around, every byte checked; then 1..=8 bytes, the packed ring) on the world
-/// team and on two split halves at
-/// once, every broadcast through the ring where the team shares memory.
-struct Ring;
-
-impl Job for Ring {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = client.endpoint(0).unwrap();
+endpoint_jobs! {
+    /// Small broadcasts through the ring across processes: the ring workload
+    /// (`common::ring_workload`: rotating and fixed roots, 1..=56 bytes, every form,
+    /// wrap-around, every byte checked; then 1..=8 bytes, the packed ring) on the world
+    /// team and on two split halves at
+    /// once, every broadcast through the ring where the team shares memory.
+    struct Ring |c| {
         let w = c.world().clone();
         let (p, me) = (w.size(), w.rank());
         let r0 = c.coll_stats().ring_calls;
@@ -213,64 +164,44 @@ impl Job for Ring {
         }
         c.barrier(&w).unwrap();
         assert_eq!(c.coll_stats().dropped_messages, 0);
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 
-/// The ring's sleepers are woken across processes (`common::assert_woken` under
-/// `Block`: readers sleeping on a root that pauses, a root sleeping on readers that
-/// pause; the endpoint naps 10 ms, so a lost wake-up shows as a call of 10 ms).
-struct RingWake;
-
-impl Job for RingWake {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = client.endpoint(0).unwrap();
+endpoint_jobs! {
+    /// The ring's sleepers are woken across processes (`common::assert_woken` under
+    /// `Block`: readers sleeping on a root that pauses, a root sleeping on readers that
+    /// pause; the endpoint naps 10 ms, so a lost wake-up shows as a call of 10 ms).
+    struct RingWake |c| {
         assert_eq!(c.wait_policy(), gex_core::WaitPolicy::Block);
         let w = c.world().clone();
         assert_woken(&mut c, &w, 40);
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 
-/// The slot protocol's sleepers are woken by replayed calls across processes
-/// (`common::assert_slot_woken` under `Block`: members sleeping on a publisher that
-/// pauses; a lost wake-up shows as a call of 10 ms).
-struct SlotWake;
-
-impl Job for SlotWake {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = client.endpoint(0).unwrap();
+endpoint_jobs! {
+    /// The slot protocol's sleepers are woken by replayed calls across processes
+    /// (`common::assert_slot_woken` under `Block`: members sleeping on a publisher that
+    /// pauses; a lost wake-up shows as a call of 10 ms).
+    struct SlotWake |c| {
         assert_eq!(c.wait_policy(), gex_core::WaitPolicy::Block);
         let w = c.world().clone();
         assert_slot_woken(&mut c, &w, 40);
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 
-/// Under spin-then-block, members waiting long for a slot publication sleep
-/// (`common::slot_sleeps`): they announce `MAYSLEEP` at their first sleep, their
-/// writers start fencing when they notice, and from then on the layer lets the
-/// endpoint sleep in such waits (a member whose writers never fenced would yield
-/// through every pause without sleeping: `common::assert_slot_sleeps`).
-struct SlotSleeps;
-
-impl Job for SlotSleeps {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut c = client.endpoint(0).unwrap();
+endpoint_jobs! {
+    /// Under spin-then-block, members waiting long for a slot publication sleep
+    /// (`common::slot_sleeps`): they announce `MAYSLEEP` at their first sleep, their
+    /// writers start fencing when they notice, and from then on the layer lets the
+    /// endpoint sleep in such waits (a member whose writers never fenced would yield
+    /// through every pause without sleeping: `common::assert_slot_sleeps`).
+    struct SlotSleeps |c| {
         assert!(matches!(
             c.wait_policy(),
             gex_core::WaitPolicy::SpinThenBlock { .. }
         ));
         let w = c.world().clone();
         assert_slot_sleeps(&mut c, &w);
-        drop(c);
-        client.finalize().unwrap();
     }
 }
 

@@ -9,13 +9,13 @@ mod common;
 
 use common::{
     affine, buffer_matrix, bytes, layers, matrix, matrix_mode, on_sim, reference, run_one,
-    segment_matrix,
+    segment_matrix, single_mode_call,
 };
 use gex_coll::{
     Allreduce, Barrier, BitOp, Broadcast, BuiltinOp, CollError, CollExt, Exchange, GatherAll,
     InSegments, OpKind, Opts, Reduce, ReduceOp, Scratch, Single, SyncMode, Team, TeamExt,
 };
-use gex_core::{Blocking, Endpoint, Nb};
+use gex_core::{Blocking, Endpoint, Nb, OwnedEndpoint};
 use gex_testkit::sim::{Delay, Sim, SimConfig, run_sim};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -143,7 +143,7 @@ fn single_mode_small_limits() {
 
 fn single_mode_job(p: u32, cfg: SimConfig) {
     on_sim(p, cfg, SEG, |mut c, w| {
-        let (p, me) = (w.size(), w.rank());
+        let p = w.size();
         let modes = [SyncMode::No, SyncMode::My, SyncMode::All];
         let mut salt = 0u64;
         let mut by_transport = [0usize; 3];
@@ -164,45 +164,17 @@ fn single_mode_job(p: u32, cfg: SimConfig) {
                                 continue;
                             }
                             salt += 1;
-                            let n = count * 4;
                             let root = (salt % u64::from(p)) as u32;
                             // Source at 0, destinations at rank-dependent offsets.
                             let dst: Vec<usize> =
                                 (0..p as usize).map(|r| 200_000 + 64 * r).collect();
-                            let src_len = n;
-                            let inputs: Vec<Vec<u8>> =
-                                (0..p as usize).map(|r| bytes(r, salt, src_len)).collect();
-                            c.segment().write(0, &inputs[me as usize]).unwrap();
-                            c.segment()
-                                .write(dst[me as usize], &vec![0xEE; p as usize * n])
-                                .unwrap();
-                            c.barrier(&w).unwrap();
-                            let addrs = Single {
-                                src: Some(vec![0; p as usize]),
-                                dst: dst.clone(),
-                            };
-                            let opts = Opts::sync(i, o).with_algorithm(&alg);
-                            let h = match c.collective(
-                                &w,
-                                InSegments::<u32>::new(op, count, addrs.clone())
-                                    .root(root)
-                                    .opts(opts),
-                                Nb,
-                            ) {
-                                Err(CollError::Unsupported { .. }) => continue,
-                                r => r.unwrap(),
-                            };
-                            c.wait(h).unwrap();
-                            let want = reference(op, root as usize, n, &inputs, None);
-                            let mut got = vec![0u8; want[me as usize].len()];
-                            c.segment().read(dst[me as usize], &mut got).unwrap();
-                            assert_eq!(
-                                got, want[me as usize],
-                                "{op} {alg} in={i:?} out={o:?} count={count}"
-                            );
+                            let call = (op, alg.as_str(), (i, o));
+                            let at = (root, count);
+                            if !single_mode_call::<_, u32>(&mut c, &w, call, at, &dst, salt) {
+                                continue;
+                            }
                             by_transport[usize::from(alg.ends_with("+put"))
                                 + 2 * usize::from(alg.ends_with("+rdv"))] += 1;
-                            c.barrier(&w).unwrap();
                         }
                     }
                 }
@@ -305,15 +277,7 @@ fn in_my_sync_is_honoured() {
             };
             let opts = Opts::sync(mode, SyncMode::My).with_algorithm("flat+put");
             if me == 0 {
-                let h = c
-                    .collective(
-                        &w,
-                        InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
-                            .root(0)
-                            .opts(opts),
-                        Nb,
-                    )
-                    .unwrap();
+                let h = bcast_from_0(&mut c, &w, n, &addrs, opts);
                 for _ in 0..10 {
                     c.test(&h).unwrap();
                 }
@@ -343,15 +307,7 @@ fn in_my_sync_is_honoured() {
                         "{mode:?}: data landed before rank 1 entered"
                     ),
                 }
-                let h = c
-                    .collective(
-                        &w,
-                        InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
-                            .root(0)
-                            .opts(opts),
-                        Nb,
-                    )
-                    .unwrap();
+                let h = bcast_from_0(&mut c, &w, n, &addrs, opts);
                 c.wait(h).unwrap();
                 c.segment().read(dst, &mut buf).unwrap();
                 assert_eq!(buf, [7u8; 256]);
@@ -664,15 +620,7 @@ fn out_sync_modes() {
             };
             let opts = Opts::sync(SyncMode::No, out).with_algorithm(alg);
             if w.rank() == 0 {
-                let h = c
-                    .collective(
-                        &w,
-                        InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
-                            .root(0)
-                            .opts(opts),
-                        Nb,
-                    )
-                    .unwrap();
+                let h = bcast_from_0(&mut c, &w, n, &addrs, opts);
                 let t0 = Instant::now();
                 let mut done = false;
                 while t0.elapsed() < Duration::from_millis(100) && !done {
@@ -685,15 +633,7 @@ fn out_sync_modes() {
                 while !entered.load(Ordering::SeqCst) {
                     std::thread::yield_now();
                 }
-                let h = c
-                    .collective(
-                        &w,
-                        InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone())
-                            .root(0)
-                            .opts(opts),
-                        Nb,
-                    )
-                    .unwrap();
+                let h = bcast_from_0(&mut c, &w, n, &addrs, opts);
                 c.wait(h).unwrap();
                 let mut buf = [0u8; 1000];
                 c.segment().read(8192, &mut buf).unwrap();
@@ -1006,6 +946,19 @@ fn blocking_calls_mix_direct_and_queued_paths() {
     });
 }
 
+/// Starts a broadcast in single address mode from rank 0 of `w`: `n` bytes at the
+/// offsets of `addrs`, with the options `opts`.
+fn bcast_from_0(
+    c: &mut Endpoint<Sim>,
+    w: &Team,
+    n: usize,
+    addrs: &Single,
+    opts: Opts<'_>,
+) -> gex_core::Event<(), CollError> {
+    let d = InSegments::<u8>::new(OpKind::Broadcast, n, addrs.clone());
+    c.collective(w, d.root(0).opts(opts), Nb).unwrap()
+}
+
 /// Calls (and barriers) that replayed the previous one's decisions so far.
 fn replayed(c: &mut Endpoint<Sim>) -> u64 {
     c.coll_stats().replayed_calls
@@ -1177,6 +1130,19 @@ fn replayed_calls_keep_the_checks_and_results() {
 /// there is no hierarchy: one message-algorithm matrix instead).
 const HIER_MIN_CASES: usize = if cfg!(gex_force_am_rma) { 50 } else { 100 };
 
+/// Runs the hierarchical job `f` on `p` thread ranks placed by `cfg`, with messages
+/// reordered, `4 × SEG`-byte segments and a watchdog of 10 minutes (nine debug-built
+/// thread ranks running every algorithm are slow on a busy machine); the results in
+/// rank order.
+fn hier_sim<R: Send>(
+    p: u32,
+    cfg: SimConfig,
+    f: impl Fn(OwnedEndpoint<Sim>, Team) -> R + Send + Sync,
+) -> Vec<R> {
+    let cfg = cfg.reorder(true).timeout(Duration::from_secs(600));
+    on_sim(p, cfg, 4 * SEG, f)
+}
+
 /// `hier` on `team`: every operation × every root (rooted ones; the largest count
 /// with two roots) × `counts`, forced and tuned, u32 sums; the non-commutative affine
 /// map forced (run where `hier` takes it: host ranges, or scan/exscan; refused
@@ -1264,15 +1230,9 @@ fn hier_choices(c: &mut Endpoint<Sim>, team: &Team, hosts: u32, ranges: bool, ro
 /// the world; forced broadcast, reduce, allreduce and barrier spelled out.
 #[test]
 fn hier_equal_hosts_world_and_round_robin() {
-    let ran = on_sim(
+    let ran = hier_sim(
         9,
-        SimConfig::default()
-            .reorder(true)
-            .seed(13)
-            .ranks_per_host(3)
-            // Nine debug-built thread ranks, every algorithm: slow on a busy machine.
-            .timeout(Duration::from_secs(600)),
-        4 * SEG,
+        SimConfig::default().seed(13).ranks_per_host(3),
         |mut c, w| {
             let r = w.rank();
             let on = !cfg!(gex_force_am_rma);
@@ -1336,14 +1296,9 @@ fn hier_equal_hosts_world_and_round_robin() {
 /// 3, 3 and 1 interleaved members; then a world of 5 ranks on hosts of 2, 2 and 1.
 #[test]
 fn hier_unequal_hosts() {
-    let ran = on_sim(
+    let ran = hier_sim(
         9,
-        SimConfig::default()
-            .reorder(true)
-            .seed(17)
-            .ranks_per_host(3)
-            .timeout(Duration::from_secs(600)),
-        4 * SEG,
+        SimConfig::default().seed(17).ranks_per_host(3),
         |mut c, w| {
             let r = w.rank();
             let on = !cfg!(gex_force_am_rma);
@@ -1385,14 +1340,9 @@ fn hier_unequal_hosts() {
     // Ranks 7 and 8 are in neither team.
     let (in_teams, _) = ran.split_at(7);
     assert!(in_teams.iter().all(|&n| n > HIER_MIN_CASES), "{ran:?}");
-    let ran = on_sim(
+    let ran = hier_sim(
         5,
-        SimConfig::default()
-            .reorder(true)
-            .seed(19)
-            .ranks_per_host(2)
-            .timeout(Duration::from_secs(600)),
-        4 * SEG,
+        SimConfig::default().seed(19).ranks_per_host(2),
         |mut c, w| {
             let on = !cfg!(gex_force_am_rma);
             assert_eq!(c.hierarchical(&w), on);
@@ -1416,14 +1366,11 @@ fn hier_unequal_hosts() {
 /// `hier` and the tuner runs another algorithm for them; teams split from it work.
 #[test]
 fn hier_world_round_robin() {
-    let ran = on_sim(
+    let ran = hier_sim(
         8,
         SimConfig::default()
-            .reorder(true)
             .seed(23)
-            .placement((0..8).map(|r| r % 3).collect())
-            .timeout(Duration::from_secs(600)),
-        4 * SEG,
+            .placement((0..8).map(|r| r % 3).collect()),
         |mut c, w| {
             let r = w.rank();
             let on = !cfg!(gex_force_am_rma);

@@ -10,16 +10,13 @@ use crate::sched::{Action, RecvStep, Schedule, SendStep};
 use std::ops::Range;
 
 /// The family.
-pub(crate) const FAMILY: Family = Family {
-    kind: Kind::Bruck,
-    radix: |k| k.max(2),
-    name: |k, _, _| format!("bruck{k}"),
-    ops: &[OpKind::GatherAll, OpKind::Exchange],
-    put_gather_all: false,
-    supports: super::family::always,
-    cost,
-    plan,
-};
+pub(crate) const FAMILY: Family = Family::new(
+    Kind::Bruck,
+    &[OpKind::GatherAll, OpKind::Exchange],
+    |k, _, _| format!("bruck{k}"),
+    (cost, plan),
+)
+.with_radix(|k| k.max(2));
 
 fn cost(a: &Builtin, q: &Query, c: &Cost<'_>) -> f64 {
     let (m, pf, nf) = (c.m, c.pf, c.nf);

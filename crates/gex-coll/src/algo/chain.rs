@@ -2,23 +2,15 @@
 //! rooted operations run over the chain as a tree (`tree`), scans along it.
 
 use super::cost::Cost;
-use super::family::{Family, any_radix};
+use super::family::Family;
 use super::{Builtin, Kind, PlanCtx, Query};
 use crate::op::OpKind;
 use crate::sched::Schedule;
 
 /// The family.
-pub(crate) const FAMILY: Family = Family {
-    kind: Kind::Chain,
-    radix: any_radix,
-    name: |_, seg, _| {
-        if seg == 0 {
-            "chain".to_string()
-        } else {
-            format!("chain{}k", seg.div_ceil(1024))
-        }
-    },
-    ops: &[
+pub(crate) const FAMILY: Family = Family::new(
+    Kind::Chain,
+    &[
         OpKind::Broadcast,
         OpKind::Scatter,
         OpKind::Gather,
@@ -26,11 +18,15 @@ pub(crate) const FAMILY: Family = Family {
         OpKind::Scan,
         OpKind::Exscan,
     ],
-    put_gather_all: false,
-    supports: super::family::always,
-    cost,
-    plan,
-};
+    |_, seg, _| {
+        if seg == 0 {
+            "chain".to_string()
+        } else {
+            format!("chain{}k", seg.div_ceil(1024))
+        }
+    },
+    (cost, plan),
+);
 
 fn cost(a: &Builtin, q: &Query, c: &Cost<'_>) -> f64 {
     match q.op {

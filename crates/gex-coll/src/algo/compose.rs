@@ -3,56 +3,54 @@
 //! operation for families that do not declare it).
 
 use super::cost::Cost;
-use super::family::{Family, any_radix};
-use super::tree::{Tree, k_bcast, k_gather, k_reduce_ordered, k_scatter, subtree_end};
+use super::family::Family;
+use super::tree::{Tree, at, k_bcast, k_gather, k_reduce_ordered, k_scatter, subtree_end};
 use super::{Builtin, Kind, PlanCtx, Query};
 use crate::op::OpKind;
 use crate::sched::Schedule;
 
+/// The family of a composition for the operation `$op` alone, named `$name`, costed by
+/// `$cost` and planned by `$plan` (the fallback for any other operation).
+macro_rules! composition {
+    ($kind:ident, $op:ident, $name:literal, $cost:expr, $plan:ident) => {
+        Family::new(
+            Kind::$kind,
+            &[OpKind::$op],
+            |_, _, _| $name.to_string(),
+            ($cost, |a, c| match c.op {
+                OpKind::$op => $plan(c),
+                _ => super::fallback(a, c),
+            }),
+        )
+    };
+}
+
 /// allreduce = reduce + broadcast.
-pub(crate) const REDUCE_BCAST: Family = Family {
-    kind: Kind::ReduceBcast,
-    radix: any_radix,
-    name: |_, _, _| "reduce+bcast".to_string(),
-    ops: &[OpKind::Allreduce],
-    put_gather_all: false,
-    supports: super::family::always,
-    cost: |_, _, c| 2.0 * c.tree(Tree::Knomial(2), c.nf, 0),
-    plan: |a, c| match c.op {
-        OpKind::Allreduce => reduce_bcast(c),
-        _ => super::fallback(a, c),
-    },
-};
+pub(crate) const REDUCE_BCAST: Family = composition!(
+    ReduceBcast,
+    Allreduce,
+    "reduce+bcast",
+    |_, _, c| 2.0 * c.tree(Tree::Knomial(2), c.nf, 0),
+    reduce_bcast
+);
 
 /// gather_all = gather + broadcast.
-pub(crate) const GATHER_BCAST: Family = Family {
-    kind: Kind::GatherBcast,
-    radix: any_radix,
-    name: |_, _, _| "gather+bcast".to_string(),
-    ops: &[OpKind::GatherAll],
-    put_gather_all: false,
-    supports: super::family::always,
-    cost: gather_bcast_cost,
-    plan: |a, c| match c.op {
-        OpKind::GatherAll => gather_bcast(c),
-        _ => super::fallback(a, c),
-    },
-};
+pub(crate) const GATHER_BCAST: Family = composition!(
+    GatherBcast,
+    GatherAll,
+    "gather+bcast",
+    gather_bcast_cost,
+    gather_bcast
+);
 
 /// reduce_scatter = reduce + scatter.
-pub(crate) const REDUCE_SCATTER: Family = Family {
-    kind: Kind::ReduceScatter,
-    radix: any_radix,
-    name: |_, _, _| "reduce+scatter".to_string(),
-    ops: &[OpKind::ReduceScatter],
-    put_gather_all: false,
-    supports: super::family::always,
-    cost: reduce_scatter_cost,
-    plan: |a, c| match c.op {
-        OpKind::ReduceScatter => reduce_scatter(c),
-        _ => super::fallback(a, c),
-    },
-};
+pub(crate) const REDUCE_SCATTER: Family = composition!(
+    ReduceScatter,
+    ReduceScatter,
+    "reduce+scatter",
+    reduce_scatter_cost,
+    reduce_scatter
+);
 
 fn gather_bcast_cost(_a: &Builtin, _q: &Query, c: &Cost<'_>) -> f64 {
     let m = c.m;
@@ -71,8 +69,8 @@ pub(crate) fn reduce_bcast(c: &PlanCtx) -> Schedule {
     // reduce + broadcast over binomial trees rooted at 0.
     let mut s = Schedule::new(n, n);
     s.input.push((0..n, 0));
-    k_reduce_ordered(&mut s, Tree::Knomial(2), p, r, 0, 0..n, 0);
-    k_bcast(&mut s, Tree::Knomial(2), p, r, 0, 0..n, 0, 2);
+    k_reduce_ordered(&mut s, at(Tree::Knomial(2), p, r, 0), 0..n, 0);
+    k_bcast(&mut s, at(Tree::Knomial(2), p, r, 0), 0..n, 0, 2);
     s.output.push((0..n, 0));
     s
 }
@@ -86,9 +84,9 @@ pub(crate) fn gather_bcast(c: &PlanCtx) -> Schedule {
     let sub = subtree_end(t2, r, p) - r;
     let mut g = Schedule::new(sub as usize * n, 0);
     g.input.push((0..n, 0));
-    k_gather(&mut g, t2, p, r, 0, n, 0);
+    k_gather(&mut g, at(t2, p, r, 0), n, 0);
     let mut bsch = Schedule::new(pn, pn);
-    k_bcast(&mut bsch, t2, p, r, 0, 0..pn, 0, 0);
+    k_bcast(&mut bsch, at(t2, p, r, 0), 0..pn, 0, 0);
     let mut s = g.then(bsch, 1);
     s.out_len = pn;
     s.output.push((0..pn, 0));
@@ -102,8 +100,8 @@ pub(crate) fn reduce_scatter(c: &PlanCtx) -> Schedule {
     // reduce (ordered binomial to 0) + binomial scatter from 0.
     let mut s = Schedule::new(pn, n);
     s.input.push((0..pn, 0));
-    k_reduce_ordered(&mut s, Tree::Knomial(2), p, r, 0, 0..pn, 0);
-    k_scatter(&mut s, Tree::Knomial(2), p, r, 0, n, 2);
+    k_reduce_ordered(&mut s, at(Tree::Knomial(2), p, r, 0), 0..pn, 0);
+    k_scatter(&mut s, at(Tree::Knomial(2), p, r, 0), n, 2);
     s.output.push((0..n, 0));
     s
 }

@@ -8,16 +8,13 @@ use crate::op::OpKind;
 use crate::sched::{Action, RecvStep, Schedule, SendStep};
 
 /// The family.
-pub(crate) const FAMILY: Family = Family {
-    kind: Kind::Dissemination,
-    radix: |k| k.max(2),
-    name: |k, _, _| format!("dissem{k}"),
-    ops: &[OpKind::Barrier],
-    put_gather_all: false,
-    supports: super::family::always,
-    cost,
-    plan,
-};
+pub(crate) const FAMILY: Family = Family::new(
+    Kind::Dissemination,
+    &[OpKind::Barrier],
+    |k, _, _| format!("dissem{k}"),
+    (cost, plan),
+)
+.with_radix(|k| k.max(2));
 
 fn cost(a: &Builtin, _q: &Query, c: &Cost<'_>) -> f64 {
     let k = a.radix;

@@ -23,10 +23,57 @@ pub(crate) struct Family {
     /// The family's own conditions on a query whose operation it declares.
     pub(crate) supports: fn(&Builtin, &Query) -> bool,
     /// The LogGP cost without the transport's share.
-    pub(crate) cost: fn(&Builtin, &Query, &Cost<'_>) -> f64,
+    pub(crate) cost: CostFn,
     /// One rank's schedule.
-    pub(crate) plan: fn(&Builtin, &PlanCtx) -> Schedule,
+    pub(crate) plan: PlanFn,
 }
+
+impl Family {
+    /// The family of `kind` with the operations `ops`, instance names `name`, cost model
+    /// `cost` and plan `plan`: the radix as given, no condition beyond the declared
+    /// operations and gather_all by eager messages only, unless the methods below say
+    /// otherwise.
+    pub(crate) const fn new(
+        kind: Kind,
+        ops: &'static [OpKind],
+        name: fn(u32, usize, &[u32]) -> String,
+        (cost, plan): (CostFn, PlanFn),
+    ) -> Family {
+        Family {
+            kind,
+            radix: any_radix,
+            name,
+            ops,
+            put_gather_all: false,
+            supports: always,
+            cost,
+            plan,
+        }
+    }
+
+    /// With the radix used for a radix given.
+    pub(crate) const fn with_radix(mut self, radix: fn(u32) -> u32) -> Family {
+        self.radix = radix;
+        self
+    }
+
+    /// With the family's own conditions on a query.
+    pub(crate) const fn with_supports(mut self, supports: fn(&Builtin, &Query) -> bool) -> Family {
+        self.supports = supports;
+        self
+    }
+
+    /// With gather_all also by signaling put and rendezvous.
+    pub(crate) const fn with_put_gather_all(mut self) -> Family {
+        self.put_gather_all = true;
+        self
+    }
+}
+
+/// A family's cost model ([`Family::cost`]).
+pub(crate) type CostFn = fn(&Builtin, &Query, &Cost<'_>) -> f64;
+/// A family's plan ([`Family::plan`]).
+pub(crate) type PlanFn = fn(&Builtin, &PlanCtx) -> Schedule;
 
 /// Radix as given.
 pub(crate) fn any_radix(k: u32) -> u32 {

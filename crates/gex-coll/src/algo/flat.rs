@@ -2,23 +2,20 @@
 //! rooted operations run over a k-nomial tree of radix P (a star).
 
 use super::cost::Cost;
-use super::family::{Family, any_radix};
+use super::family::Family;
 use super::{Builtin, Kind, PlanCtx, Query};
 use crate::op::OpKind;
 use crate::sched::{Action, RecvStep, Round, Schedule, SendStep};
 use std::ops::Range;
 
 /// The family.
-pub(crate) const FAMILY: Family = Family {
-    kind: Kind::Flat,
-    radix: any_radix,
-    name: |_, _, _| "flat".to_string(),
-    ops: &OpKind::ALL,
-    put_gather_all: true,
-    supports: super::family::always,
-    cost,
-    plan,
-};
+pub(crate) const FAMILY: Family = Family::new(
+    Kind::Flat,
+    &OpKind::ALL,
+    |_, _, _| "flat".to_string(),
+    (cost, plan),
+)
+.with_put_gather_all();
 
 fn cost(_a: &Builtin, q: &Query, c: &Cost<'_>) -> f64 {
     use OpKind::*;

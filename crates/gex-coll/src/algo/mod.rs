@@ -136,8 +136,10 @@ pub struct PlanCtx {
 pub trait Algorithm: Send + Sync + fmt::Debug {
     /// Unique name (`binomial`, `knomial4`, `ring`, `binomial+put`, ...).
     fn name(&self) -> &str;
-    /// The operations it implements.
-    fn ops(&self) -> &[OpKind];
+    /// The operations it implements (by default every one, [`OpKind::ALL`]).
+    fn ops(&self) -> &[OpKind] {
+        &OpKind::ALL
+    }
     /// True if it can run `q` (op, team size, modes, commutativity).
     fn supports(&self, q: &Query) -> bool;
     /// Predicted time in µs under LogGP parameters `m`.

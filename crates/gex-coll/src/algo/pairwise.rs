@@ -2,22 +2,18 @@
 //! receives from `r − i`.
 
 use super::cost::Cost;
-use super::family::{Family, any_radix};
+use super::family::Family;
 use super::{Builtin, Kind, PlanCtx, Query};
 use crate::op::OpKind;
 use crate::sched::{Action, RecvStep, Schedule, SendStep};
 
 /// The family.
-pub(crate) const FAMILY: Family = Family {
-    kind: Kind::Pairwise,
-    radix: any_radix,
-    name: |_, _, _| "pairwise".to_string(),
-    ops: &[OpKind::Exchange],
-    put_gather_all: false,
-    supports: super::family::always,
-    cost,
-    plan,
-};
+pub(crate) const FAMILY: Family = Family::new(
+    Kind::Pairwise,
+    &[OpKind::Exchange],
+    |_, _, _| "pairwise".to_string(),
+    (cost, plan),
+);
 
 fn cost(_a: &Builtin, _q: &Query, c: &Cost<'_>) -> f64 {
     (c.pf - 1.0) * c.msg(c.nf)

@@ -3,34 +3,32 @@
 
 use super::blocks::{blocks, k_recdbl_ag};
 use super::cost::Cost;
-use super::family::{Family, any_radix};
+use super::family::Family;
 use super::scan::{Parts, frame};
 use super::{Builtin, Kind, PlanCtx, Query, pow2};
 use crate::op::OpKind;
 use crate::sched::{Action, Local, RecvStep, Schedule, SendStep};
 
 /// The family.
-pub(crate) const FAMILY: Family = Family {
-    kind: Kind::RecDoubling,
-    radix: any_radix,
-    name: |_, _, _| "recdbl".to_string(),
-    ops: &[
+pub(crate) const FAMILY: Family = Family::new(
+    Kind::RecDoubling,
+    &[
         OpKind::Barrier,
         OpKind::GatherAll,
         OpKind::Allreduce,
         OpKind::Scan,
         OpKind::Exscan,
     ],
-    put_gather_all: true,
-    supports: |_, q| match q.op {
-        OpKind::Barrier | OpKind::GatherAll => pow2(q.size),
-        // Non-power-of-two teams fold the extra members in: commutative only.
-        OpKind::Allreduce => pow2(q.size) || q.commutative,
-        _ => true,
-    },
-    cost,
-    plan,
-};
+    |_, _, _| "recdbl".to_string(),
+    (cost, plan),
+)
+.with_supports(|_, q| match q.op {
+    OpKind::Barrier | OpKind::GatherAll => pow2(q.size),
+    // Non-power-of-two teams fold the extra members in: commutative only.
+    OpKind::Allreduce => pow2(q.size) || q.commutative,
+    _ => true,
+})
+.with_put_gather_all();
 
 fn cost(_a: &Builtin, q: &Query, c: &Cost<'_>) -> f64 {
     let m = c.m;

@@ -3,22 +3,19 @@
 
 use super::blocks::{blocks, k_recdbl_ag, k_rechalv_rs, split};
 use super::cost::Cost;
-use super::family::{Family, any_radix};
+use super::family::Family;
 use super::{Builtin, Kind, PlanCtx, Query};
 use crate::op::OpKind;
 use crate::sched::Schedule;
 
 /// The family.
-pub(crate) const FAMILY: Family = Family {
-    kind: Kind::RecHalving,
-    radix: any_radix,
-    name: |_, _, _| "rechalv".to_string(),
-    ops: &[OpKind::ReduceScatter, OpKind::Allreduce],
-    put_gather_all: false,
-    supports: |_, q| q.commutative && q.size.is_power_of_two(),
-    cost,
-    plan,
-};
+pub(crate) const FAMILY: Family = Family::new(
+    Kind::RecHalving,
+    &[OpKind::ReduceScatter, OpKind::Allreduce],
+    |_, _, _| "rechalv".to_string(),
+    (cost, plan),
+)
+.with_supports(|_, q| q.commutative && q.size.is_power_of_two());
 
 fn cost(_a: &Builtin, q: &Query, c: &Cost<'_>) -> f64 {
     let m = c.m;

@@ -3,23 +3,21 @@
 
 use super::blocks::{blocks, k_ring_ag, k_ring_rs, split};
 use super::cost::Cost;
-use super::family::{Family, any_radix};
+use super::family::Family;
 use super::{Builtin, Kind, PlanCtx, Query};
 use crate::op::OpKind;
 use crate::sched::Schedule;
 
 /// The family.
-pub(crate) const FAMILY: Family = Family {
-    kind: Kind::Ring,
-    radix: any_radix,
-    name: |_, _, _| "ring".to_string(),
-    ops: &[OpKind::GatherAll, OpKind::ReduceScatter, OpKind::Allreduce],
-    put_gather_all: true,
-    // Blocks combine in ring order: commutative operators only.
-    supports: |_, q| !q.op.reduces() || q.commutative,
-    cost,
-    plan,
-};
+pub(crate) const FAMILY: Family = Family::new(
+    Kind::Ring,
+    &[OpKind::GatherAll, OpKind::ReduceScatter, OpKind::Allreduce],
+    |_, _, _| "ring".to_string(),
+    (cost, plan),
+)
+// Blocks combine in ring order: commutative operators only.
+.with_supports(|_, q| !q.op.reduces() || q.commutative)
+.with_put_gather_all();
 
 fn cost(_a: &Builtin, q: &Query, c: &Cost<'_>) -> f64 {
     match q.op {

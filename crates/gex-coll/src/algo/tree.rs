@@ -7,45 +7,40 @@ use super::cost::Cost;
 use super::family::Family;
 use super::{Builtin, Kind, MAX_FORK_DIMS, PlanCtx, Query, log_ceil};
 use crate::op::OpKind;
-use crate::sched::{Action, RecvStep, Schedule, SendStep};
+use crate::sched::{Action, Schedule};
 use std::ops::Range;
 
 /// k-nomial trees (binomial for radix 2).
-pub(crate) const KNOMIAL: Family = Family {
-    kind: Kind::Knomial,
-    radix: |k| k.max(2),
-    name: |k, _, _| {
+pub(crate) const KNOMIAL: Family = Family::new(
+    Kind::Knomial,
+    ROOTED,
+    |k, _, _| {
         if k == 2 {
             "binomial".to_string()
         } else {
             format!("knomial{k}")
         }
     },
-    ops: ROOTED,
-    put_gather_all: false,
-    supports: super::family::always,
-    cost,
-    plan,
-};
+    (cost, plan),
+)
+.with_radix(|k| k.max(2));
 
 /// k-ary trees (heap numbering).
-pub(crate) const KARY: Family = Family {
-    kind: Kind::Kary,
-    radix: |k| k.max(1),
-    name: |k, _, _| format!("kary{k}"),
-    ops: &[OpKind::Broadcast, OpKind::Reduce],
-    put_gather_all: false,
-    // Subtrees are not rank ranges: reductions only for commutative operators.
-    supports: |_, q| q.op != OpKind::Reduce || q.commutative,
-    cost,
-    plan,
-};
+pub(crate) const KARY: Family = Family::new(
+    Kind::Kary,
+    &[OpKind::Broadcast, OpKind::Reduce],
+    |k, _, _| format!("kary{k}"),
+    (cost, plan),
+)
+.with_radix(|k| k.max(1))
+// Subtrees are not rank ranges: reductions only for commutative operators.
+.with_supports(|_, q| q.op != OpKind::Reduce || q.commutative);
 
 /// Fork trees.
-pub(crate) const FORK: Family = Family {
-    kind: Kind::Fork,
-    radix: |k| k.clamp(1, MAX_FORK_DIMS as u32),
-    name: |k, _, dims| {
+pub(crate) const FORK: Family = Family::new(
+    Kind::Fork,
+    ROOTED,
+    |k, _, dims| {
         if dims.is_empty() {
             format!("fork{k}d")
         } else {
@@ -53,12 +48,9 @@ pub(crate) const FORK: Family = Family {
             format!("fork{}", d.join("x"))
         }
     },
-    ops: ROOTED,
-    put_gather_all: false,
-    supports: super::family::always,
-    cost,
-    plan,
-};
+    (cost, plan),
+)
+.with_radix(|k| k.clamp(1, MAX_FORK_DIMS as u32));
 
 /// The operations every contiguous tree runs.
 const ROOTED: &[OpKind] = &[
@@ -113,8 +105,8 @@ pub(crate) fn plan(a: &Builtin, c: &PlanCtx) -> Schedule {
     match c.op {
         Barrier => {
             let mut s = Schedule::new(0, 0);
-            k_reduce(&mut s, tree, p, r, 0, 0..0, Action::Copy, 0);
-            k_bcast(&mut s, tree, p, r, 0, 0..0, 0, 1);
+            k_reduce(&mut s, at(tree, p, r, 0), 0..0, Action::Copy, 0);
+            k_bcast(&mut s, at(tree, p, r, 0), 0..0, 0, 1);
             s
         }
         Broadcast => {
@@ -123,7 +115,7 @@ pub(crate) fn plan(a: &Builtin, c: &PlanCtx) -> Schedule {
                 s.input.push((0..n, 0));
             }
             let seg = if a.kind == Kind::Chain { a.seg } else { 0 };
-            k_bcast(&mut s, tree, p, r, root, 0..n, seg, 0);
+            k_bcast(&mut s, at(tree, p, r, root), 0..n, seg, 0);
             s.output.push((0..n, 0));
             s.symmetric = true;
             s
@@ -142,7 +134,7 @@ pub(crate) fn plan(a: &Builtin, c: &PlanCtx) -> Schedule {
                     s.input.push((t * n..(t + 1) * n, u as usize * n));
                 }
             }
-            k_scatter(&mut s, tree, p, r, root, n, 0);
+            k_scatter(&mut s, at(tree, p, r, root), n, 0);
             s.output.push((0..n, 0));
             s
         }
@@ -152,7 +144,7 @@ pub(crate) fn plan(a: &Builtin, c: &PlanCtx) -> Schedule {
             let pn = p as usize * n;
             let mut s = Schedule::new(sub as usize * n, if r == root { pn } else { 0 });
             s.input.push((0..n, 0));
-            k_gather(&mut s, tree, p, r, root, n, 0);
+            k_gather(&mut s, at(tree, p, r, root), n, 0);
             if r == root {
                 for u in 0..p {
                     let t = abs(u, root, p) as usize;
@@ -165,9 +157,9 @@ pub(crate) fn plan(a: &Builtin, c: &PlanCtx) -> Schedule {
             let mut s = Schedule::new(n, if r == root { n } else { 0 });
             s.input.push((0..n, 0));
             if c.commutative || !contiguous {
-                k_reduce(&mut s, tree, p, r, root, 0..n, Action::ReduceRight, 0);
+                k_reduce(&mut s, at(tree, p, r, root), 0..n, Action::ReduceRight, 0);
             } else {
-                k_reduce_ordered(&mut s, tree, p, r, root, 0..n, 0);
+                k_reduce_ordered(&mut s, at(tree, p, r, root), 0..n, 0);
             }
             if r == root {
                 s.output.push((0..n, 0));
@@ -401,6 +393,21 @@ pub(crate) fn abs(v: u32, root: u32, p: u32) -> u32 {
     ((u64::from(v) + u64::from(root)) % u64::from(p)) as u32
 }
 
+/// Where this rank stands in a tree ([`at`]): the tree over `p` ranks rooted at
+/// `root`, and this rank `r`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Node {
+    pub(crate) tree: Tree,
+    pub(crate) p: u32,
+    pub(crate) r: u32,
+    pub(crate) root: u32,
+}
+
+/// Rank `r` of `tree` over `p` ranks rooted at `root`.
+pub(crate) fn at(tree: Tree, p: u32, r: u32, root: u32) -> Node {
+    Node { tree, p, r, root }
+}
+
 pub(crate) fn rel(r: u32, root: u32, p: u32) -> u32 {
     ((u64::from(r) + u64::from(p) - u64::from(root)) % u64::from(p)) as u32
 }
@@ -408,16 +415,8 @@ pub(crate) fn rel(r: u32, root: u32, p: u32) -> u32 {
 /// Broadcast of `range` (same on every rank) from `root` along `tree`, pipelined by
 /// `seg` bytes (0: one piece). Tags `base..`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn k_bcast(
-    s: &mut Schedule,
-    tree: Tree,
-    p: u32,
-    r: u32,
-    root: u32,
-    range: Range<usize>,
-    seg: usize,
-    base: u32,
-) {
+pub(crate) fn k_bcast(s: &mut Schedule, node: Node, range: Range<usize>, seg: usize, base: u32) {
+    let Node { tree, p, r, root } = node;
     let len = range.len();
     let nseg = if seg == 0 || len == 0 {
         1
@@ -450,20 +449,16 @@ pub(crate) fn k_bcast(
         };
         if let Some(i) = send_seg.filter(|&i| i < nseg) {
             for &c in &kids {
-                rd.sends.push(SendStep {
-                    peer: abs(c, root, p),
-                    tag: base + i as u32,
-                    ranges: vec![piece(i)],
-                });
+                rd.send(abs(c, root, p), base + i as u32, vec![piece(i)]);
             }
         }
         if let Some(par) = parent.filter(|_| t < nseg) {
-            rd.recvs.push(RecvStep {
-                peer: abs(par, root, p),
-                tag: base + t as u32,
-                ranges: vec![piece(t)],
-                action: Action::Copy,
-            });
+            rd.recv(
+                abs(par, root, p),
+                base + t as u32,
+                vec![piece(t)],
+                Action::Copy,
+            );
         }
     }
 }
@@ -473,132 +468,89 @@ pub(crate) fn k_bcast(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn k_reduce(
     s: &mut Schedule,
-    tree: Tree,
-    p: u32,
-    r: u32,
-    root: u32,
+    node: Node,
     range: Range<usize>,
     action: Action,
     base: u32,
 ) {
+    let Node { tree, p, r, root } = node;
     let v = rel(r, root, p);
     let kids = tree.children(v, p);
     if !kids.is_empty() {
         let rd = s.round();
         for (c, _) in kids {
-            rd.recvs.push(RecvStep {
-                peer: abs(c, root, p),
-                tag: base,
-                ranges: vec![range.clone()],
-                action,
-            });
+            rd.recv(abs(c, root, p), base, vec![range.clone()], action);
         }
     }
     if let Some(par) = tree.parent(v) {
-        s.round().sends.push(SendStep {
-            peer: abs(par, root, p),
-            tag: base,
-            ranges: vec![range],
-        });
+        s.round().send(abs(par, root, p), base, vec![range]);
     }
 }
 
 /// Reduction to `root` honouring rank order: over absolute ranks with root 0 (the
 /// subtrees of contiguous trees are rank ranges), then 0 -> root.
-pub(crate) fn k_reduce_ordered(
-    s: &mut Schedule,
-    tree: Tree,
-    p: u32,
-    r: u32,
-    root: u32,
-    range: Range<usize>,
-    base: u32,
-) {
-    k_reduce(s, tree, p, r, 0, range.clone(), Action::ReduceRight, base);
+pub(crate) fn k_reduce_ordered(s: &mut Schedule, node: Node, range: Range<usize>, base: u32) {
+    let Node { tree, p, r, root } = node;
+    k_reduce(
+        s,
+        at(tree, p, r, 0),
+        range.clone(),
+        Action::ReduceRight,
+        base,
+    );
     if root != 0 {
         if r == 0 {
-            s.round().sends.push(SendStep {
-                peer: root,
-                tag: base + 1,
-                ranges: vec![range],
-            });
+            s.round().send(root, base + 1, vec![range]);
         } else if r == root {
-            s.round().recvs.push(RecvStep {
-                peer: 0,
-                tag: base + 1,
-                ranges: vec![range],
-                action: Action::Copy,
-            });
+            s.round().recv(0, base + 1, vec![range], Action::Copy);
         }
     }
 }
 
 /// Scatter along a contiguous tree: node `v` holds blocks of relative ranks
 /// `[v, end)` at `(u - v) * n`. Returns the work length.
-pub(crate) fn k_scatter(
-    s: &mut Schedule,
-    tree: Tree,
-    p: u32,
-    r: u32,
-    root: u32,
-    n: usize,
-    base: u32,
-) {
-    let v = rel(r, root, p);
-    let end = subtree_end(tree, v, p);
-    if let Some(par) = tree.parent(v) {
-        s.round().recvs.push(RecvStep {
-            peer: abs(par, root, p),
-            tag: base,
-            ranges: vec![0..(end - v) as usize * n],
-            action: Action::Copy,
-        });
+pub(crate) fn k_scatter(s: &mut Schedule, node: Node, n: usize, base: u32) {
+    let (parent, mut kids) = subtree_pieces(node, n);
+    if let Some((par, piece)) = parent {
+        s.round().recv(par, base, vec![piece], Action::Copy);
     }
-    let mut kids = tree.children(v, p);
     kids.reverse();
     if !kids.is_empty() {
         let rd = s.round();
-        for (c, ce) in kids {
-            rd.sends.push(SendStep {
-                peer: abs(c, root, p),
-                tag: base,
-                ranges: vec![(c - v) as usize * n..(ce - v) as usize * n],
-            });
+        for (c, piece) in kids {
+            rd.send(c, base, vec![piece]);
         }
     }
 }
 
 /// Gather along a contiguous tree (the mirror of [`k_scatter`]).
-pub(crate) fn k_gather(
-    s: &mut Schedule,
-    tree: Tree,
-    p: u32,
-    r: u32,
-    root: u32,
-    n: usize,
-    base: u32,
-) {
-    let v = rel(r, root, p);
-    let end = subtree_end(tree, v, p);
-    let kids = tree.children(v, p);
+pub(crate) fn k_gather(s: &mut Schedule, node: Node, n: usize, base: u32) {
+    let (parent, kids) = subtree_pieces(node, n);
     if !kids.is_empty() {
         let rd = s.round();
-        for (c, ce) in kids {
-            rd.recvs.push(RecvStep {
-                peer: abs(c, root, p),
-                tag: base,
-                ranges: vec![(c - v) as usize * n..(ce - v) as usize * n],
-                action: Action::Copy,
-            });
+        for (c, piece) in kids {
+            rd.recv(c, base, vec![piece], Action::Copy);
         }
     }
-    if let Some(par) = tree.parent(v) {
-        s.round().sends.push(SendStep {
-            peer: abs(par, root, p),
-            tag: base,
-            ranges: vec![0..(end - v) as usize * n],
-        });
+    if let Some((par, piece)) = parent {
+        s.round().send(par, base, vec![piece]);
     }
+}
+
+/// What node `v` of a contiguous tree holds for scatter and gather (blocks of `n`
+/// bytes, its subtree's at `(u - v) * n`): the parent's rank and this node's whole
+/// range (none at the root), and each child's rank and the child's subtree's range.
+#[allow(clippy::type_complexity)]
+fn subtree_pieces(node: Node, n: usize) -> (Option<(u32, Range<usize>)>, Vec<(u32, Range<usize>)>) {
+    let Node { tree, p, r, root } = node;
+    let v = rel(r, root, p);
+    let end = subtree_end(tree, v, p);
+    let parent = tree
+        .parent(v)
+        .map(|par| (abs(par, root, p), 0..(end - v) as usize * n));
+    let kids = tree.children(v, p).into_iter();
+    let kids = kids.map(|(c, ce)| (abs(c, root, p), (c - v) as usize * n..(ce - v) as usize * n));
+    (parent, kids.collect())
 }
 
 pub(crate) fn subtree_end(tree: Tree, v: u32, p: u32) -> u32 {

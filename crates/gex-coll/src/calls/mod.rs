@@ -74,23 +74,33 @@ pub(crate) fn start_event<C: Conduit, T: Send + 'static>(
     })?
 }
 
+/// The start of an internal call of `kind` over the owned elements `v` (root 0, the
+/// default options), reducing with `red` if given.
+pub(crate) fn owned_start<T: Elem>(
+    kind: OpKind,
+    v: Vec<T>,
+    red: Option<&ReduceOp<T>>,
+) -> Start<'static> {
+    Start {
+        kind,
+        root: 0,
+        elem: size_of::<T>(),
+        count: v.len(),
+        input: Input::Owned(into_bytes(v)),
+        reduce: red.map(|r| (r.func().clone(), r.is_commutative())),
+        opts: Opts::default(),
+        codes: (elem_code::<T>(), red.map_or(0, ReduceOp::code)),
+        desc: None,
+    }
+}
+
 /// A gather_all of `v` on `team`, waited for (team setup).
 pub(crate) fn gather_all_vec<C: Conduit, T: Elem>(
     ep: &mut Endpoint<C>,
     team: &Team,
     v: Vec<T>,
 ) -> Result<Vec<T>, CollError> {
-    let s = Start {
-        kind: OpKind::GatherAll,
-        root: 0,
-        elem: size_of::<T>(),
-        count: v.len(),
-        input: Input::Owned(into_bytes(v)),
-        reduce: None,
-        opts: Opts::default(),
-        codes: (elem_code::<T>(), 0),
-        desc: None,
-    };
+    let s = owned_start(OpKind::GatherAll, v, None);
     let ev = start_event(ep, team, s, finish_vec::<T>)?;
     ep.wait(ev)
 }

@@ -2,7 +2,7 @@
 //! size, size class, modes) on a team times the surviving candidates, collectively,
 //! and the winner is kept for the team.
 
-use super::{into_bytes, start_event, vec_from_bytes};
+use super::{owned_start, start_event, vec_from_bytes};
 use crate::algo::Query;
 use crate::engine::{Input, Start};
 use crate::error::CollError;
@@ -101,17 +101,7 @@ fn time_candidates<C: Conduit>(
         times.push(t0.elapsed().as_secs_f64() * 1e6 / f64::from(TRIAL_CALLS));
     }
     let max = ReduceOp::<f64>::builtin(BuiltinOp::Max);
-    let s = Start {
-        kind: OpKind::Allreduce,
-        root: 0,
-        elem: size_of::<f64>(),
-        count: times.len(),
-        input: Input::Owned(into_bytes(times)),
-        reduce: Some((max.func().clone(), true)),
-        opts: Opts::default(),
-        codes: (crate::op::elem_code::<f64>(), max.code()),
-        desc: None,
-    };
+    let s = owned_start(OpKind::Allreduce, times, Some(&max));
     let ev = start_event(ep, team, s, |d: Data, _: Option<Vec<f64>>| match d {
         Data::Bytes(b) => vec_from_bytes(b),
         _ => Vec::new(),

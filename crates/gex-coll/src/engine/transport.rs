@@ -5,6 +5,14 @@
 use super::*;
 
 impl Coll {
+    /// Records `peer` as the member whose descriptor digest disagreed with this
+    /// member's, and gives the mismatch error of collective `seq` of team `tid`.
+    #[cold]
+    fn disagree(&mut self, peer: u32, tid: u64, seq: u32) -> CollError {
+        self.agree.disagreeing = Some(peer);
+        mismatch(tid, seq, None)
+    }
+
     /// Sends the READY messages of a starting schedule; false while some met
     /// back-pressure.
     pub(super) fn send_readies<C: Conduit>(
@@ -124,8 +132,7 @@ impl Coll {
                 match self.wire.mb.ready.remove(&(tid, seq, peer, tag)) {
                     None => return Ok(None),
                     Some(b) if b != belief => {
-                        self.agree.disagreeing = Some(peer);
-                        return Err(mismatch(tid, seq, None));
+                        return Err(self.disagree(peer, tid, seq));
                     }
                     Some(_) => s.pending[i].ready = true,
                 }
@@ -176,8 +183,7 @@ impl Coll {
                 match self.wire.mb.long.get(&key) {
                     Some(&(got, b)) if got >= r.len() => {
                         if b != belief {
-                            self.agree.disagreeing = Some(peer);
-                            return Err(mismatch(team.id(), seq, None));
+                            return Err(self.disagree(peer, team.id(), seq));
                         }
                     }
                     _ => return Ok(None),
@@ -192,8 +198,7 @@ impl Coll {
         match self.wire.mb.eager.get(&key) {
             Some(p) if p.got == p.buf.len() => {
                 if p.belief != belief {
-                    self.agree.disagreeing = Some(peer);
-                    return Err(mismatch(team.id(), seq, None));
+                    return Err(self.disagree(peer, team.id(), seq));
                 }
                 Ok(self.wire.mb.eager.remove(&key).map(|p| p.buf))
             }
@@ -233,8 +238,7 @@ impl Coll {
             return Ok(None);
         };
         if b != belief {
-            self.agree.disagreeing = Some(peer);
-            return Err(mismatch(team.id(), seq, None));
+            return Err(self.disagree(peer, team.id(), seq));
         }
         let src = GlobalPtr::<u8>::new(team.members()[peer as usize], off);
         let got = crate::rma::try_get_owned(cx, vec![0u8; len], src)?;

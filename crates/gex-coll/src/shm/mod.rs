@@ -935,15 +935,9 @@ impl Expected {
 #[derive(Debug, Default)]
 pub struct Shm;
 
-const ALL_OPS: [OpKind; 11] = OpKind::ALL;
-
 impl Algorithm for Shm {
     fn name(&self) -> &str {
         "shm"
-    }
-
-    fn ops(&self) -> &[OpKind] {
-        &ALL_OPS
     }
 
     fn supports(&self, q: &Query) -> bool {

@@ -3,17 +3,80 @@
 
 use gex_coll::{
     Allreduce, Barrier, BitOp, Broadcast, BuiltinOp, ByKind, CollError, CollExt, Elem, Exchange,
-    Exscan, Gather, GatherAll, OpKind, Opts, Reduce, ReduceFn, ReduceOp, ReduceScatter, Scan,
-    Scatter, Team,
+    Exscan, Gather, GatherAll, InSegments, OpKind, Opts, Reduce, ReduceFn, ReduceOp, ReduceScatter,
+    Scan, Scatter, Single, SyncMode, Team,
 };
 use gex_core::spi::Conduit;
 use gex_core::{Blocking, Endpoint, Nb};
+
+/// Jobs (`gex::Job` with output `()`) of the multi-process and thread-rank tests, each
+/// with its docs: `$body` runs with endpoint 0 of the client as `$c`, which is then
+/// closed before the client is finalised.
+#[allow(unused_macros)]
+macro_rules! endpoint_jobs {
+    ($( $(#[$m:meta])* struct $name:ident |$c:ident| $body:block )*) => {$(
+        $(#[$m])*
+        struct $name;
+
+        impl gex::Job for $name {
+            type Output = ();
+            fn run<C: gex::spi::Conduit>(self, client: gex_core::Client<C>) {
+                let mut $c = client.endpoint(0).unwrap();
+                $body
+                drop($c);
+                client.finalize().unwrap();
+            }
+        }
+    )*};
+}
 
 /// A client builder with the RMA and collectives layers.
 pub fn layers() -> gex_core::ClientBuilder<(((), gex_rma::Rma), gex_coll::Coll)> {
     gex_core::ClientBuilder::new()
         .layer::<gex_rma::Rma>()
         .layer::<gex_coll::Coll>()
+}
+
+/// One call of `op` (a broadcast or a gather_all) in single address mode by the
+/// algorithm `alg` with the entry and exit sync modes `sync`, `count` elements of `T` a
+/// block from team rank `root`: every member's input (`bytes` of `salt`) at offset 0
+/// of its segment, its output at `dst[rank]` (filled with 0xEE first). Checks this
+/// member's output against the reference; false if the algorithm cannot run the call.
+pub fn single_mode_call<C: Conduit, T: Elem>(
+    c: &mut Endpoint<C>,
+    w: &Team,
+    (op, alg, sync): (OpKind, &str, (SyncMode, SyncMode)),
+    (root, count): (u32, usize),
+    dst: &[usize],
+    salt: u64,
+) -> bool {
+    let (p, me) = (w.size() as usize, w.rank() as usize);
+    let n = count * size_of::<T>();
+    let inputs: Vec<Vec<u8>> = (0..p).map(|r| bytes(r, salt, n)).collect();
+    c.segment().write(0, &inputs[me]).unwrap();
+    c.segment().write(dst[me], &vec![0xEE; p * n]).unwrap();
+    c.barrier(w).unwrap();
+    let addrs = Single {
+        src: Some(vec![0; p]),
+        dst: dst.to_vec(),
+    };
+    let opts = Opts::sync(sync.0, sync.1).with_algorithm(alg);
+    let d = InSegments::<T>::new(op, count, addrs).root(root).opts(opts);
+    let h = match c.collective(w, d, Nb) {
+        Err(CollError::Unsupported { .. }) => return false,
+        r => r.unwrap(),
+    };
+    c.wait(h).unwrap();
+    let want = reference_of(me, op, root as usize, n, &inputs, None);
+    let mut got = vec![0u8; want.len()];
+    c.segment().read(dst[me], &mut got).unwrap();
+    assert_eq!(
+        got, want,
+        "{op} {alg} in={:?} out={:?} count={count}",
+        sync.0, sync.1
+    );
+    c.barrier(w).unwrap();
+    true
 }
 
 /// Runs `f` on `p` thread ranks of the simulated fabric `cfg`, a client with the
@@ -171,177 +234,201 @@ pub fn to_vec<T: Elem>(b: &[u8]) -> Vec<T> {
     v
 }
 
-/// Runs `op` with algorithm `alg` (None: tuned) on `team` and checks the result on
-/// this rank against the reference. Returns false if the algorithm cannot run it.
-#[allow(clippy::too_many_arguments)]
-pub fn run_one<C: Conduit, T: Elem>(
-    c: &mut Endpoint<C>,
+/// Every member's input to `op` on `team` for `salt` (`n` bytes a block), and the
+/// options forcing the algorithm `alg` (None: tuned); `root` the root's team rank.
+fn inputs_and_opts<'a>(
     team: &Team,
     op: OpKind,
-    alg: Option<&str>,
-    root: u32,
-    count: usize,
-    red: &ReduceOp<T>,
+    (alg, root): (Option<&'a str>, u32),
+    n: usize,
     salt: u64,
-) -> bool {
+) -> (Vec<Vec<u8>>, Opts<'a>) {
     let p = team.size();
-    let me = team.rank();
-    let n = count * size_of::<T>();
-    let inputs: Vec<Vec<u8>> = (0..p)
+    let inputs = (0..p)
         .map(|r| bytes(r as usize, salt, op.shape(p, r, root).0.max(1) * n))
         .collect();
     let opts = Opts {
         algorithm: alg,
         ..Opts::default()
     };
-    let data: Vec<T> = to_vec(&inputs[me as usize]);
-    let d = ByKind::new(op, data)
-        .root(root)
-        .count(count)
-        .reduce(red.clone())
-        .opts(opts);
-    let got: Vec<u8> = match c.collective(team, d, Nb) {
-        Err(CollError::Unsupported { .. } | CollError::ScratchTooSmall { .. }) => return false,
-        Err(e) => panic!("{op} {alg:?}: {e}"),
-        Ok(ev) => bytemuck::cast_slice(&c.wait(ev).unwrap()).to_vec(),
-    };
-    let want = reference_of(
-        me as usize,
-        op,
-        root as usize,
-        n,
-        &inputs,
-        op.reduces().then_some(red.func()),
-    );
-    assert_eq!(
-        got, want,
-        "{op} alg={alg:?} P={p} root={root} count={count} rank {me}"
-    );
-    true
+    (inputs, opts)
 }
 
-/// As [`run_one`], through the blocking `*_with` calls over borrowed slices (the
-/// direct shared-memory path where it applies). Outputs start filled with a
-/// sentinel, and a member without output (a non-root of gather or reduce, rank 0 of
-/// exscan) must find its buffer untouched.
-#[allow(clippy::too_many_arguments)]
-pub fn run_one_blocking<C: Conduit, T: Elem>(
-    c: &mut Endpoint<C>,
-    team: &Team,
+/// The output of a call, or `None` if the algorithm cannot run it (unsupported, or
+/// not enough scratch); panics on any other error.
+fn ran<X>(res: Result<X, CollError>, op: OpKind, alg: Option<&str>) -> Option<X> {
+    match res {
+        Err(CollError::Unsupported { .. } | CollError::ScratchTooSmall { .. }) => None,
+        Err(e) => panic!("{op} {alg:?}: {e}"),
+        Ok(x) => Some(x),
+    }
+}
+
+/// The function of the reduction operator `red`, as the reference takes it (`None`
+/// for an operation that does not reduce).
+fn func_of<T: Elem>(red: &ReduceOp<T>, op: OpKind) -> Option<&ReduceFn> {
+    op.reduces().then_some(red.func())
+}
+
+/// One call of [`run_one`] and its kin: the operation, the algorithm (None: tuned),
+/// the root's team rank, the count, the reduction operator and the inputs' salt.
+struct Call<'a, T: Elem> {
     op: OpKind,
-    alg: Option<&str>,
+    alg: Option<&'a str>,
     root: u32,
     count: usize,
-    red: &ReduceOp<T>,
+    red: &'a ReduceOp<T>,
     salt: u64,
+}
+
+/// The per-call checks, from one parameter list: each takes its own leading
+/// parameters, then the endpoint `c`, the `team` and the call's `op`, `alg`, `root`,
+/// `count`, `red` and `salt`, and is `$body` of those as a [`Call`].
+macro_rules! runners {
+    ($(
+        $(#[$m:meta])*
+        $vis:vis fn $name:ident($($pre:ident: $pty:ty),*) = |$c:ident, $team:ident, $call:ident| $body:expr;
+    )*) => {$(
+        $(#[$m])*
+        #[allow(clippy::too_many_arguments)]
+        $vis fn $name<C: Conduit, T: Elem>(
+            $($pre: $pty,)*
+            $c: &mut Endpoint<C>,
+            $team: &Team,
+            op: OpKind,
+            alg: Option<&str>,
+            root: u32,
+            count: usize,
+            red: &ReduceOp<T>,
+            salt: u64,
+        ) -> bool {
+            let $call = Call { op, alg, root, count, red, salt };
+            $body
+        }
+    )*};
+}
+
+runners! {
+    /// Runs `op` with algorithm `alg` (None: tuned) on `team` and checks the result on
+    /// this rank against the reference. Returns false if the algorithm cannot run it.
+    pub fn run_one() = |c, team, call| check(c, team, call, false);
+
+    /// As [`run_one`], through the blocking `*_with` calls over borrowed slices (the
+    /// direct shared-memory path where it applies). Outputs start filled with a
+    /// sentinel, and a member without output (a non-root of gather or reduce, rank 0 of
+    /// exscan) must find its buffer untouched.
+    pub fn run_one_blocking() = |c, team, call| check(c, team, call, true);
+
+    /// [`run_one`] or [`run_one_blocking`].
+    fn one(blocking: bool) = |c, team, call| check(c, team, call, blocking);
+}
+
+/// Runs `call` on `team`, blocking (through the blocking calls over borrowed slices)
+/// or not (an owned [`ByKind`] descriptor), and checks this member's output against
+/// the reference; false if the algorithm cannot run it.
+fn check<C: Conduit, T: Elem>(
+    c: &mut Endpoint<C>,
+    team: &Team,
+    call: Call<'_, T>,
+    blocking: bool,
 ) -> bool {
-    let p = team.size();
-    let me = team.rank();
-    let n = count * size_of::<T>();
-    let inputs: Vec<Vec<u8>> = (0..p)
-        .map(|r| bytes(r as usize, salt, op.shape(p, r, root).0.max(1) * n))
-        .collect();
-    let opts = Opts {
-        algorithm: alg,
-        ..Opts::default()
-    };
-    let pn = p as usize * count;
-    let src: Vec<T> = to_vec(&inputs[me as usize]);
-    let sentinel = |len: usize| -> Vec<T> { to_vec(&vec![0xa5u8; len * size_of::<T>()]) };
-    let mut dst = sentinel(match op {
-        OpKind::Gather | OpKind::GatherAll | OpKind::Exchange => pn,
-        _ => count,
-    });
-    let res = match op {
-        OpKind::Barrier => c.collective(team, Barrier::new().opts(opts), Blocking),
-        OpKind::Broadcast => {
-            if me == root {
-                dst.copy_from_slice(&src);
-            }
-            c.collective(
-                team,
-                Broadcast::in_place(root, &mut dst).opts(opts),
-                Blocking,
-            )
-        }
-        OpKind::Scatter => c.collective(
-            team,
-            Scatter::slices(root, &src, &mut dst).opts(opts),
-            Blocking,
-        ),
-        OpKind::Gather => c.collective(
-            team,
-            Gather::slices(root, &src, &mut dst).opts(opts),
-            Blocking,
-        ),
-        OpKind::GatherAll => {
-            c.collective(team, GatherAll::slices(&src, &mut dst).opts(opts), Blocking)
-        }
-        OpKind::Exchange => {
-            c.collective(team, Exchange::slices(&src, &mut dst).opts(opts), Blocking)
-        }
-        OpKind::Reduce => c.collective(
-            team,
-            Reduce::slices(root, &src, &mut dst, red.clone()).opts(opts),
-            Blocking,
-        ),
-        OpKind::Allreduce if salt % 2 == 0 => {
-            dst.copy_from_slice(&src);
-            c.collective(
-                team,
-                Allreduce::in_place(&mut dst, red.clone()).opts(opts),
-                Blocking,
-            )
-        }
-        OpKind::Allreduce => c.collective(
-            team,
-            Allreduce::slices(&src, &mut dst, red.clone()).opts(opts),
-            Blocking,
-        ),
-        OpKind::ReduceScatter => c.collective(
-            team,
-            ReduceScatter::slices(&src, &mut dst, red.clone()).opts(opts),
-            Blocking,
-        ),
-        OpKind::Scan => c.collective(
-            team,
-            Scan::slices(&src, &mut dst, red.clone()).opts(opts),
-            Blocking,
-        ),
-        OpKind::Exscan => c.collective(
-            team,
-            Exscan::slices(&src, &mut dst, red.clone()).opts(opts),
-            Blocking,
-        ),
-    };
-    match res {
-        Err(CollError::Unsupported { .. } | CollError::ScratchTooSmall { .. }) => return false,
-        Err(e) => panic!("{op} {alg:?}: {e}"),
-        Ok(()) => {}
-    }
-    let want = reference_of(
-        me as usize,
+    let Call {
         op,
-        root as usize,
-        n,
-        &inputs,
-        op.reduces().then_some(red.func()),
-    );
-    let got: &[u8] = bytemuck::cast_slice(&dst);
-    if op == OpKind::Barrier {
+        alg,
+        root,
+        count,
+        red,
+        salt,
+    } = call;
+    let (p, me) = (team.size(), team.rank());
+    let n = count * size_of::<T>();
+    let (inputs, opts) = inputs_and_opts(team, op, (alg, root), n, salt);
+    let src: Vec<T> = to_vec(&inputs[me as usize]);
+    let got: Vec<u8> = if blocking {
+        let Some(dst) = blocking_output(c, team, &call, src, opts) else {
+            return false;
+        };
+        bytemuck::cast_slice(&dst).to_vec()
+    } else {
+        let d = ByKind::new(op, src)
+            .root(root)
+            .count(count)
+            .reduce(red.clone())
+            .opts(opts);
+        let Some(ev) = ran(c.collective(team, d, Nb), op, alg) else {
+            return false;
+        };
+        bytemuck::cast_slice(&c.wait(ev).unwrap()).to_vec()
+    };
+    let want = reference_of(me as usize, op, root as usize, n, &inputs, func_of(red, op));
+    if blocking && op == OpKind::Barrier {
         assert!(got.iter().all(|&b| b == 0xa5));
-    } else if want.is_empty() {
+    } else if blocking && want.is_empty() {
         assert!(
             got.iter().all(|&b| b == 0xa5),
             "{op} alg={alg:?} P={p} root={root} count={count} rank {me}: output touched"
         );
     } else {
+        let mode = if blocking { " (blocking)" } else { "" };
         assert_eq!(
             got, want,
-            "{op} (blocking) alg={alg:?} P={p} root={root} count={count} rank {me}"
+            "{op}{mode} alg={alg:?} P={p} root={root} count={count} rank {me}"
         );
     }
     true
+}
+
+/// The output of `call` through the blocking calls over borrowed slices, `src` this
+/// member's input: a buffer that starts filled with a sentinel (a member without
+/// output must find it untouched); `None` if the algorithm cannot run it.
+fn blocking_output<C: Conduit, T: Elem>(
+    c: &mut Endpoint<C>,
+    team: &Team,
+    call: &Call<'_, T>,
+    src: Vec<T>,
+    opts: Opts<'_>,
+) -> Option<Vec<T>> {
+    let (op, root, count, red, salt) = (call.op, call.root, call.count, call.red, call.salt);
+    let pn = team.size() as usize * count;
+    let sentinel = |len: usize| -> Vec<T> { to_vec(&vec![0xa5u8; len * size_of::<T>()]) };
+    let mut dst = sentinel(match op {
+        OpKind::Gather | OpKind::GatherAll | OpKind::Exchange => pn,
+        _ => count,
+    });
+    // The blocking call of descriptor `$d` with the options.
+    macro_rules! blocking {
+        ($d:expr) => {
+            c.collective(team, $d.opts(opts), Blocking)
+        };
+    }
+    let res = match op {
+        OpKind::Barrier => blocking!(Barrier::new()),
+        OpKind::Broadcast => {
+            if team.rank() == root {
+                dst.copy_from_slice(&src);
+            }
+            blocking!(Broadcast::in_place(root, &mut dst))
+        }
+        OpKind::Scatter => blocking!(Scatter::slices(root, &src, &mut dst)),
+        OpKind::Gather => blocking!(Gather::slices(root, &src, &mut dst)),
+        OpKind::GatherAll => {
+            blocking!(GatherAll::slices(&src, &mut dst))
+        }
+        OpKind::Exchange => {
+            blocking!(Exchange::slices(&src, &mut dst))
+        }
+        OpKind::Reduce => blocking!(Reduce::slices(root, &src, &mut dst, red.clone())),
+        OpKind::Allreduce if salt % 2 == 0 => {
+            dst.copy_from_slice(&src);
+            blocking!(Allreduce::in_place(&mut dst, red.clone()))
+        }
+        OpKind::Allreduce => blocking!(Allreduce::slices(&src, &mut dst, red.clone())),
+        OpKind::ReduceScatter => blocking!(ReduceScatter::slices(&src, &mut dst, red.clone())),
+        OpKind::Scan => blocking!(Scan::slices(&src, &mut dst, red.clone())),
+        OpKind::Exscan => blocking!(Exscan::slices(&src, &mut dst, red.clone())),
+    };
+    ran(res, op, call.alg)?;
+    Some(dst)
 }
 
 /// Every registered algorithm of every op, plus the tuned choice.
@@ -379,52 +466,20 @@ pub fn matrix_mode<C: Conduit>(
         }
         // More element types with the tuned choice.
         let root = if op.rooted() { p - 1 } else { 0 };
-        one(blocking, c, team, op, None, root, 7, &max_f64, 99);
-        one(blocking, c, team, op, None, root, 9, &bxor8, 98);
-        one(
-            blocking,
-            c,
-            team,
-            op,
-            None,
-            root,
-            3,
-            &ReduceOp::<u128>::builtin(BuiltinOp::Prod),
-            97,
-        );
-        one(
-            blocking,
-            c,
-            team,
-            op,
-            None,
-            root,
-            5,
-            &ReduceOp::<i16>::bitwise(BitOp::Land),
-            96,
-        );
+        // (count, operator, salt)
+        macro_rules! tuned {
+            ($($count:expr, $red:expr, $salt:expr;)*) => {
+                $(one(blocking, c, team, op, None, root, $count, &$red, $salt);)*
+            };
+        }
+        tuned! {
+            7, max_f64, 99;
+            9, bxor8, 98;
+            3, ReduceOp::<u128>::builtin(BuiltinOp::Prod), 97;
+            5, ReduceOp::<i16>::bitwise(BitOp::Land), 96;
+        }
     }
     ran
-}
-
-/// [`run_one`] or [`run_one_blocking`].
-#[allow(clippy::too_many_arguments)]
-fn one<C: Conduit, T: Elem>(
-    blocking: bool,
-    c: &mut Endpoint<C>,
-    team: &Team,
-    op: OpKind,
-    alg: Option<&str>,
-    root: u32,
-    count: usize,
-    red: &ReduceOp<T>,
-    salt: u64,
-) -> bool {
-    if blocking {
-        run_one_blocking(c, team, op, alg, root, count, red, salt)
-    } else {
-        run_one(c, team, op, alg, root, count, red, salt)
-    }
 }
 
 /// Every operation through the blocking calls with each member's input and output
