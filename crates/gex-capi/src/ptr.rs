@@ -142,7 +142,7 @@ pub unsafe fn write<T>(p: *mut T, v: T, what: &str) -> Result<(), Error> {
 /// of the entry points that report one value of a handle.
 ///
 /// # Errors
-/// As [`handle`] and [`write`], and `value`'s.
+/// As [`handle`] and [`write()`], and `value`'s.
 ///
 /// # Safety
 /// `h` is NULL or a live handle; `out` is NULL or valid for a write of one `T`.
