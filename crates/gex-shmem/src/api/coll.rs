@@ -119,15 +119,13 @@ unsafe fn alltoalls_bytes(
         let p = t.size() as usize;
         let mut packed = Vec::with_capacity(p * n * size);
         for j in 0..p * n {
-            let at = (src as isize)
-                .wrapping_add((j as isize).wrapping_mul(sst).wrapping_mul(size as isize));
+            let at = strided_at(src as isize, j as isize, sst, size);
             // SAFETY: element `j` of the caller's strided source.
             packed.extend_from_slice(unsafe { rd(at as *const c_void, size) }?);
         }
         let out: Vec<u8> = s.ep.collective(t, Exchange::new(packed), Blocking)?;
         for j in 0..p * n {
-            let at = (dst as isize)
-                .wrapping_add((j as isize).wrapping_mul(dst_s).wrapping_mul(size as isize));
+            let at = strided_at(dst as isize, j as isize, dst_s, size);
             // SAFETY: element `j` of the caller's strided destination.
             unsafe { wr(at as *mut c_void, size) }?.copy_from_slice(&out[j * size..(j + 1) * size]);
         }
@@ -171,75 +169,24 @@ coll_family!(
     uint8 1; uint16 2; uint32 4; uint64 8; size 8; ptrdiff 8;
 );
 
-// The untyped (`mem`) forms count bytes.
+/// The untyped (`mem`) forms, which count bytes: `$f(team, dest, source, $p..)` is
+/// `$call(team, dest, source, $a..)` under `entry`.
 macro_rules! coll_mem {
-    () => {
+    ($($f:ident $what:literal ($($p:ident: $t:ty),*) => $call:ident($($a:expr),*);)*) => { $(
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn shmem_broadcastmem(
-            team: *mut c_void,
-            dest: *mut c_void,
-            source: *const c_void,
-            nelems: usize,
-            pe_root: c_int,
-        ) -> c_int {
+        pub unsafe extern "C" fn $f(team: *mut c_void, dest: *mut c_void, source: *const c_void, $($p: $t),*) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("broadcastmem", || unsafe {
-                broadcast_bytes(team, dest, source, nelems, pe_root)
-            })
+            entry($what, || unsafe { $call(team, dest, source, $($a),*) })
         }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn shmem_collectmem(
-            team: *mut c_void,
-            dest: *mut c_void,
-            source: *const c_void,
-            nelems: usize,
-        ) -> c_int {
-            // SAFETY: the caller's promise (this module's).
-            entry("collectmem", || unsafe {
-                collect_bytes(team, dest, source, nelems)
-            })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn shmem_fcollectmem(
-            team: *mut c_void,
-            dest: *mut c_void,
-            source: *const c_void,
-            nelems: usize,
-        ) -> c_int {
-            // SAFETY: the caller's promise (this module's).
-            entry("fcollectmem", || unsafe {
-                fcollect_bytes(team, dest, source, nelems)
-            })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn shmem_alltoallmem(
-            team: *mut c_void,
-            dest: *mut c_void,
-            source: *const c_void,
-            nelems: usize,
-        ) -> c_int {
-            // SAFETY: the caller's promise (this module's).
-            entry("alltoallmem", || unsafe {
-                alltoalls_bytes(team, dest, source, 1, 1, nelems, 1)
-            })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn shmem_alltoallsmem(
-            team: *mut c_void,
-            dest: *mut c_void,
-            source: *const c_void,
-            dst: isize,
-            sst: isize,
-            nelems: usize,
-        ) -> c_int {
-            // SAFETY: the caller's promise (this module's).
-            entry("alltoallsmem", || unsafe {
-                alltoalls_bytes(team, dest, source, dst, sst, nelems, 1)
-            })
-        }
-    };
+    )* };
 }
-coll_mem!();
+coll_mem! {
+    shmem_broadcastmem "broadcastmem" (nelems: usize, pe_root: c_int) => broadcast_bytes(nelems, pe_root);
+    shmem_collectmem "collectmem" (nelems: usize) => collect_bytes(nelems);
+    shmem_fcollectmem "fcollectmem" (nelems: usize) => fcollect_bytes(nelems);
+    shmem_alltoallmem "alltoallmem" (nelems: usize) => alltoalls_bytes(1, 1, nelems, 1);
+    shmem_alltoallsmem "alltoallsmem" (dst: isize, sst: isize, nelems: usize) => alltoalls_bytes(dst, sst, nelems, 1);
+}
 
 // Reductions: the integer and float ones are gex-coll's allreduce with its built-in
 // operators (`reduce_coll`, in the caller's buffers); the complex ones and `long

@@ -65,8 +65,10 @@ unsafe fn get_n(
     state::get_on(ctx_index(ctx), dst, src as usize, pe)
 }
 
-/// Strided put: element `i` of `src` (stride `sst`) to element `i` of `dst` (stride `dst_s`).
-unsafe fn iput_n(
+/// Strided put (`get` false) or get (`get` true): element `i` of `src` (stride `sst`)
+/// to element `i` of `dst` (stride `dst_s`), strides in elements of `size` bytes.
+unsafe fn strided_n(
+    get: bool,
     ctx: *mut c_void,
     dst: *mut c_void,
     src: *const c_void,
@@ -80,38 +82,19 @@ unsafe fn iput_n(
     with(|s| {
         let pe = s.pe(pe)?;
         for i in 0..n as isize {
-            let d = (dst as isize).wrapping_add(i.wrapping_mul(dst_s).wrapping_mul(size as isize));
-            let sp = (src as isize).wrapping_add(i.wrapping_mul(sst).wrapping_mul(size as isize));
-            // SAFETY: element `i` of the caller's strided source.
-            let e = unsafe { rd(sp as *const c_void, size) }?;
-            s.put(d as usize, e, pe, true)?;
+            let d = strided_at(dst as isize, i, dst_s, size);
+            let sp = strided_at(src as isize, i, sst, size);
+            if get {
+                // SAFETY: element `i` of the caller's strided destination.
+                let e = unsafe { wr(d as *mut c_void, size) }?;
+                s.get(e, sp as usize, pe)?;
+            } else {
+                // SAFETY: element `i` of the caller's strided source.
+                let e = unsafe { rd(sp as *const c_void, size) }?;
+                s.put(d as usize, e, pe, true)?;
+            }
         }
-        s.quiet()
-    })
-}
-
-/// Strided get.
-unsafe fn iget_n(
-    ctx: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    dst_s: isize,
-    sst: isize,
-    n: usize,
-    size: usize,
-    pe: c_int,
-) -> Result<(), ShmemError> {
-    let pe = ctx_pe(ctx, pe)?;
-    with(|s| {
-        let pe = s.pe(pe)?;
-        for i in 0..n as isize {
-            let d = (dst as isize).wrapping_add(i.wrapping_mul(dst_s).wrapping_mul(size as isize));
-            let sp = (src as isize).wrapping_add(i.wrapping_mul(sst).wrapping_mul(size as isize));
-            // SAFETY: element `i` of the caller's strided destination.
-            let e = unsafe { wr(d as *mut c_void, size) }?;
-            s.get(e, sp as usize, pe)?;
-        }
-        Ok(())
+        if get { Ok(()) } else { s.quiet() }
     })
 }
 
@@ -147,245 +130,73 @@ unsafe fn put_signal_n(
     })
 }
 
-macro_rules! rma_sized {
-    ($($sz:tt $size:expr;)*) => { paste::paste! { $(
+/// The two entry points of one operation: `$cf` on a context (its first parameter,
+/// bound to `$ctx`) and `$f` on the default context, with the same body and `$ctx`
+/// bound to the constant `CTX_DEFAULT` (so the default's fast path folds as if written
+/// out).
+macro_rules! ctx_pair {
+    ($cf:ident $f:ident ($ctx:ident $(, $p:ident: $t:ty)*) $body:block) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_put $sz>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(false, ctx, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("put", || unsafe { put_n(ctx, dest, source, nelems, $size, pe, false) })
-        }
+        pub unsafe extern "C" fn $cf($ctx: *mut c_void $(, $p: $t)*) $body
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_put $sz>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(false, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("put", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, false) })
+        pub unsafe extern "C" fn $f($($p: $t),*) {
+            let $ctx = CTX_DEFAULT;
+            $body
         }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_put $sz _nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(false, ctx, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("put_nbi", || unsafe { put_n(ctx, dest, source, nelems, $size, pe, true) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_put $sz _nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(false, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("put_nbi", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, true) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_get $sz>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(true, ctx, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("get", || unsafe { get_n(ctx, dest, source, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_get $sz>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(true, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("get", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_get $sz _nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(true, ctx, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("get_nbi", || unsafe { get_n(ctx, dest, source, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_get $sz _nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(true, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("get_nbi", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_put $sz _signal>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("put_signal", || unsafe { put_signal_n(ctx, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_put $sz _signal>](dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("put_signal", || unsafe { put_signal_n(CTX_DEFAULT, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_put $sz _signal_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("put_signal_nbi", || unsafe { put_signal_n(ctx, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_put $sz _signal_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("put_signal_nbi", || unsafe { put_signal_n(CTX_DEFAULT, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
-        }
-    )* } };
+    };
 }
 
-macro_rules! rma_strided {
-    ($($sz:tt $size:expr;)*) => { paste::paste! { $(
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_iput $sz>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
+/// One operation in its two entry points (`ctx_pair!`): `contig` a put or get of
+/// `nelems` elements of `$size` bytes (the fast path `rma_fast(is_get, ..)` first, then
+/// `$slow` under `entry`), `strided` a `strided_n`, `signal` a `put_signal_n`.
+macro_rules! rma_op {
+    (contig $cf:ident $f:ident $what:literal $size:expr, $is_get:literal, $slow:ident $(, $nbi:literal)?) => {
+        ctx_pair!($cf $f (ctx, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("iput", || unsafe { iput_n(ctx, dest, source, dst, sst, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_iput $sz>](dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
+            if unsafe { rma_fast($is_get, ctx, dest, source, nelems, $size, pe) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
-            entry("iput", || unsafe { iput_n(CTX_DEFAULT, dest, source, dst, sst, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_iget $sz>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
+            entry($what, || unsafe { $slow(ctx, dest, source, nelems, $size, pe $(, $nbi)?) })
+        });
+    };
+    (strided $cf:ident $f:ident $what:literal $size:expr, $is_get:literal) => {
+        ctx_pair!($cf $f (ctx, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("iget", || unsafe { iget_n(ctx, dest, source, dst, sst, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_iget $sz>](dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
+            entry($what, || unsafe { strided_n($is_get, ctx, dest, source, dst, sst, nelems, $size, pe) })
+        });
+    };
+    (signal $cf:ident $f:ident $what:literal $size:expr) => {
+        ctx_pair!($cf $f (ctx, dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
             // SAFETY: the caller's promise (this module's).
-            entry("iget", || unsafe { iget_n(CTX_DEFAULT, dest, source, dst, sst, nelems, $size, pe) })
-        }
-    )* } };
+            entry($what, || unsafe { put_signal_n(ctx, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
+        });
+    };
 }
 
-macro_rules! rma_bulk {
-    ($($tn:ident $size:expr;)*) => { paste::paste! { $(
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _put>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(false, ctx, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("put", || unsafe { put_n(ctx, dest, source, nelems, $size, pe, false) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _put>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(false, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("put", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, false) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _put_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(false, ctx, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("put_nbi", || unsafe { put_n(ctx, dest, source, nelems, $size, pe, true) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _put_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(false, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("put_nbi", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, true) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _get>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(true, ctx, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("get", || unsafe { get_n(ctx, dest, source, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _get>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(true, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("get", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
-        }
+/// The contiguous family of one element size: put, get, their `_nbi` forms and the
+/// puts with signal. The names are `<$c>_put<$post>` (context) and `<$d>_put<$post>`
+/// (default), then `_nbi`, `_signal`, `_signal_nbi`: `shmem_ctx_putmem`,
+/// `shmem_put8_nbi`, `shmem_int_put_signal`, ...
+macro_rules! rma_contig {
+    ($size:expr; [$($c:tt)*] [$($d:tt)*] [$($post:tt)*]) => { paste::paste! {
+        rma_op!(contig [<$($c)* _put $($post)*>] [<$($d)* _put $($post)*>] "put" $size, false, put_n, false);
+        rma_op!(contig [<$($c)* _put $($post)* _nbi>] [<$($d)* _put $($post)* _nbi>] "put_nbi" $size, false, put_n, true);
+        rma_op!(contig [<$($c)* _get $($post)*>] [<$($d)* _get $($post)*>] "get" $size, true, get_n);
         // A get_nbi completes before it returns (allowed: completion at the next quiet
         // at the latest).
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _get_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(true, ctx, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("get_nbi", || unsafe { get_n(ctx, dest, source, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _get_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(true, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("get_nbi", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _iput>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("iput", || unsafe { iput_n(ctx, dest, source, dst, sst, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _iput>](dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("iput", || unsafe { iput_n(CTX_DEFAULT, dest, source, dst, sst, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _iget>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("iget", || unsafe { iget_n(ctx, dest, source, dst, sst, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _iget>](dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("iget", || unsafe { iget_n(CTX_DEFAULT, dest, source, dst, sst, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _put_signal>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("put_signal", || unsafe { put_signal_n(ctx, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _put_signal>](dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("put_signal", || unsafe { put_signal_n(CTX_DEFAULT, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _put_signal_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("put_signal_nbi", || unsafe { put_signal_n(ctx, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _put_signal_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("put_signal_nbi", || unsafe { put_signal_n(CTX_DEFAULT, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
-        }
-    )* } };
+        rma_op!(contig [<$($c)* _get $($post)* _nbi>] [<$($d)* _get $($post)* _nbi>] "get_nbi" $size, true, get_n);
+        rma_op!(signal [<$($c)* _put $($post)* _signal>] [<$($d)* _put $($post)* _signal>] "put_signal" $size);
+        rma_op!(signal [<$($c)* _put $($post)* _signal_nbi>] [<$($d)* _put $($post)* _signal_nbi>] "put_signal_nbi" $size);
+    } };
+}
+
+/// The strided family of one element size (`iput`, `iget`), named as `rma_contig!`.
+macro_rules! rma_strided {
+    ($size:expr; [$($c:tt)*] [$($d:tt)*] [$($post:tt)*]) => { paste::paste! {
+        rma_op!(strided [<$($c)* _iput $($post)*>] [<$($d)* _iput $($post)*>] "iput" $size, false);
+        rma_op!(strided [<$($c)* _iget $($post)*>] [<$($d)* _iget $($post)*>] "iget" $size, true);
+    } };
 }
 
 macro_rules! rma_scalar {
@@ -424,13 +235,28 @@ macro_rules! rma_scalar {
     )* } };
 }
 
+/// The typed families (`shmem_<type>_put`, ...): contiguous and strided.
+macro_rules! rma_bulk {
+    ($($tn:ident $size:expr;)*) => { $(
+        rma_contig!($size; [shmem_ctx_ $tn] [shmem_ $tn] []);
+        rma_strided!($size; [shmem_ctx_ $tn] [shmem_ $tn] []);
+    )* };
+}
+/// The sized families (`shmem_put8`, `shmem_putmem`, ...).
+macro_rules! rma_sized {
+    ($($sz:tt $size:expr;)*) => { $( rma_contig!($size; [shmem_ctx] [shmem] [$sz]); )* };
+}
+/// The sized strided families (`shmem_iput8`, ...).
+macro_rules! rma_sized_strided {
+    ($($sz:tt $size:expr;)*) => { $( rma_strided!($size; [shmem_ctx] [shmem] [$sz]); )* };
+}
 rma_bulk!(
     float 4; double 8; longdouble 16; char 1; schar 1; short 2; int 4; long 8; longlong 8;
     uchar 1; ushort 2; uint 4; ulong 8; ulonglong 8; int8 1; int16 2; int32 4; int64 8;
     uint8 1; uint16 2; uint32 4; uint64 8; size 8; ptrdiff 8;
 );
 rma_sized!(mem 1; 8 1; 16 2; 32 4; 64 8; 128 16;);
-rma_strided!(8 1; 16 2; 32 4; 64 8; 128 16;);
+rma_sized_strided!(8 1; 16 2; 32 4; 64 8; 128 16;);
 rma_scalar!(
     float f32; double f64; char i8; schar i8; short i16; int i32; long i64; longlong i64;
     uchar u8; ushort u16; uint u32; ulong u64; ulonglong u64; int8 i8; int16 i16;
@@ -454,9 +280,10 @@ pub unsafe extern "C" fn shmem_signal_fetch(sig_addr: *const u64) -> u64 {
     })
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn shmem_ctx_fence(ctx: *mut c_void) {
-    entry("shmem_fence", || {
+/// Fence and quiet of context `ctx` (both complete its operations; nothing for
+/// `SHMEM_CTX_INVALID`).
+fn ctx_quiet(name: &str, ctx: *mut c_void) {
+    entry(name, || {
         if !ctx_live(ctx)? {
             return Ok(());
         }
@@ -465,6 +292,11 @@ pub extern "C" fn shmem_ctx_fence(ctx: *mut c_void) {
             None => state::quiet(),
         }
     })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn shmem_ctx_fence(ctx: *mut c_void) {
+    ctx_quiet("shmem_fence", ctx)
 }
 
 #[unsafe(no_mangle)]
@@ -477,15 +309,7 @@ pub extern "C" fn shmem_fence() {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_ctx_quiet(ctx: *mut c_void) {
-    entry("shmem_quiet", || {
-        if !ctx_live(ctx)? {
-            return Ok(());
-        }
-        match ctx_index(ctx) {
-            Some(i) => state::ctx_quiet(i),
-            None => state::quiet(),
-        }
-    })
+    ctx_quiet("shmem_quiet", ctx)
 }
 
 #[unsafe(no_mangle)]

@@ -4,6 +4,24 @@
 
 use super::*;
 
+/// The published PE and where its conduit maps the `len` bytes at symmetric address
+/// `addr` of PE `pe`, for a direct copy (inlined into [`put_direct`] and
+/// [`get_direct`]); `None` (take the checked path) before publication, for an empty
+/// range, a null local buffer (`local_null`) or a range not mapped here.
+#[inline(always)]
+fn direct_range(
+    addr: usize,
+    len: usize,
+    local_null: bool,
+    pe: c_int,
+) -> Option<(&'static Pe, *mut u8)> {
+    let p = published()?;
+    if len == 0 || local_null {
+        return None;
+    }
+    Some((p, p.direct(addr, len, pe as usize)?))
+}
+
 /// The lock-free put (issue 27 point 4: the entry points' fast path, inlined into
 /// them): `len` bytes from `src` to symmetric address `dst` of PE `pe` when the
 /// conduit maps its heap here; `false` (nothing done) otherwise, for the checked path.
@@ -12,13 +30,7 @@ use super::*;
 /// `src` is valid for reads of `len` bytes (or null: `false`).
 #[inline(always)]
 pub(crate) unsafe fn put_direct(dst: usize, src: *const u8, len: usize, pe: c_int) -> bool {
-    let Some(p) = published() else {
-        return false;
-    };
-    if len == 0 || src.is_null() {
-        return false;
-    }
-    let Some(at) = p.direct(dst, len, pe as usize) else {
+    let Some((_, at)) = direct_range(dst, len, src.is_null(), pe) else {
         return false;
     };
     // SAFETY: `at .. at + len` is inside the mapping of `pe`'s segment (checked against
@@ -35,13 +47,7 @@ pub(crate) unsafe fn put_direct(dst: usize, src: *const u8, len: usize, pe: c_in
 /// null: `false`).
 #[inline(always)]
 pub(crate) unsafe fn get_direct(dst: *mut u8, src: usize, len: usize, pe: c_int) -> bool {
-    let Some(p) = published() else {
-        return false;
-    };
-    if len == 0 || dst.is_null() {
-        return false;
-    }
-    let Some(at) = p.direct(src, len, pe as usize) else {
+    let Some((p, at)) = direct_range(src, len, dst.is_null(), pe) else {
         return false;
     };
     if pe as u32 == p.me {
