@@ -124,11 +124,7 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
             return Ok(());
         }
         let tag = self.tag();
-        let chunks = [Chunk {
-            remote: off,
-            local: 0,
-            len: bytes,
-        }];
+        let chunks = [Chunk::whole(off, bytes)];
         let x = Xfer {
             peer: a,
             chunks: &chunks,

@@ -305,14 +305,7 @@ impl Rma {
                 self.ops
                     .new_op(dst, "put", std::ptr::null_mut(), 0, std::ptr::null_mut())
             };
-            *job = Some(Job {
-                path,
-                id,
-                ci: 0,
-                am: AmCursor::default(),
-                copy,
-                started: false,
-            });
+            *job = Some(Job::new(path, id, copy));
         }
         let Some(j) = job.as_mut() else {
             return Ok(Step::Blocked);
@@ -480,14 +473,7 @@ impl Rma {
                     self.ops.new_op(src, "get", land.cast(), n, land)
                 }
             };
-            *job = Some(Job {
-                path,
-                id,
-                ci: 0,
-                am: AmCursor::default(),
-                copy: None,
-                started: false,
-            });
+            *job = Some(Job::new(path, id, None));
         }
         let Some(j) = job.as_mut() else {
             return Ok(Step::Blocked);
@@ -532,14 +518,7 @@ impl Rma {
             let id = self
                 .ops
                 .new_op(dst, "memset", std::ptr::null_mut(), 0, std::ptr::null_mut());
-            *job = Some(Job {
-                path: Path::Am,
-                id,
-                ci: 0,
-                am: AmCursor::default(),
-                copy: None,
-                started: false,
-            });
+            *job = Some(Job::new(Path::Am, id, None));
         }
         let Some(j) = job.as_mut() else {
             return Ok(Step::Blocked);
@@ -580,11 +559,7 @@ impl Rma {
     ) -> Result<OwnedGet, RmaError> {
         let a = src.addr();
         self.t.check_range(a, src.offset, dst.len())?;
-        let chunks = [Chunk {
-            remote: src.offset,
-            local: 0,
-            len: dst.len(),
-        }];
+        let chunks = [Chunk::whole(src.offset, dst.len())];
         let mut dst = dst;
         let p = dst.as_mut_ptr();
         let n = dst.len();
