@@ -6,11 +6,10 @@
 
 mod common;
 
-use gex_core::boot::Singleton;
 use gex_core::loopback::Loopback;
-use gex_core::{Blocking, Client, ClientBuilder, Endpoint};
+use gex_core::{Blocking, Client, Endpoint};
 use gex_overlap::{DeltaBuf, DeltaExt, OverlapError, Tracking, page_size};
-use gex_rma::{GlobalPtr, Rma, RmaExt};
+use gex_rma::{GlobalPtr, RmaExt};
 
 const SEG: usize = 8 << 20;
 
@@ -330,11 +329,7 @@ fn bad_input_gives_documented_errors() {
     ep.delta_end(&mut buf).unwrap();
     ep.delta_wait(&mut buf).unwrap();
     // No overlap layer.
-    let plain = ClientBuilder::new()
-        .layer::<Rma>()
-        .segment_size(1 << 20)
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let plain = common::rma_only_client(1 << 20);
     let mut ep2 = plain.endpoint(0).unwrap();
     assert!(matches!(
         ep2.delta_put(GlobalPtr::new(ep2.addr(), 0), &mut buf),
