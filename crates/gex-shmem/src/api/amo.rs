@@ -4,22 +4,8 @@
 
 use super::*;
 
-fn amo(
-    ctx: *mut c_void,
-    addr: *const c_void,
-    pe: c_int,
-    width: u32,
-    op: Amo,
-    a: u64,
-    b: u64,
-    fetch: bool,
-) -> Result<u64, ShmemError> {
-    let pe = ctx_pe(ctx, pe)?;
-    state::amo(addr as usize, pe, width, op, a, b, fetch)
-}
-
 /// An atomic entry point: the lock-free CPU atomic on a mapped heap word when the
-/// context is the default one, else `amo` under `entry`.
+/// context is the default one, else `state::amo` under `entry`.
 #[inline(always)]
 fn amo_call(
     name: &str,
@@ -37,7 +23,10 @@ fn amo_call(
             return v;
         }
     }
-    entry(name, || amo(ctx, addr, pe, width, op, a, b, fetch))
+    entry(name, || {
+        let pe = ctx_pe(ctx, pe)?;
+        state::amo(addr as usize, pe, width, op, a, b, fetch)
+    })
 }
 
 /// Integer AMO types' `to_bits`/`from_bits` (the identity on their two's complement).
