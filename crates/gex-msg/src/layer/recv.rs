@@ -145,13 +145,7 @@ impl Msg {
                             }
                             // Came late: the sender has a copy; ask where it is.
                             crate::coop::Received::NotLent => {
-                                let rreq = self.recvs.insert(RecvOp {
-                                    buf,
-                                    got: 0,
-                                    env,
-                                    done,
-                                });
-                                self.queue_short(dst, h::CTS, &[sreq, rreq, 2]);
+                                self.clear_to_send(dst, sreq, (buf, env, done), 2);
                                 return;
                             }
                             crate::coop::Received::Failed => {}
@@ -159,13 +153,7 @@ impl Msg {
                     }
                     None => buf.resize(len, 0),
                 }
-                let rreq = self.recvs.insert(RecvOp {
-                    buf,
-                    got: 0,
-                    env,
-                    done,
-                });
-                self.queue_short(dst, h::CTS, &[sreq, rreq, 1]);
+                self.clear_to_send(dst, sreq, (buf, env, done), 1);
             }
         }
     }
@@ -286,6 +274,24 @@ impl Msg {
     }
 
     /// A single-copy read of send `sreq` of `dst` is complete: tell the sender.
+    /// Answers rendezvous send `sreq` of `dst` with a `CTS` (`accepted` = `accepted`)
+    /// for a receive into `buf` of message `env`, which `done` completes.
+    fn clear_to_send(
+        &mut self,
+        dst: EpAddr,
+        sreq: u32,
+        (buf, env, done): (Vec<u8>, Envelope, OpCompleter),
+        accepted: u32,
+    ) {
+        let rreq = self.recvs.insert(RecvOp {
+            buf,
+            got: 0,
+            env,
+            done,
+        });
+        self.queue_short(dst, h::CTS, &[sreq, rreq, accepted]);
+    }
+
     pub(crate) fn read_done(&mut self, dst: EpAddr, sreq: u32) {
         self.stats.rndv_single_copy += 1;
         self.queue_short(dst, h::DONE, &[sreq]);
