@@ -104,15 +104,21 @@ fn receiver(w: &World, generation: u64, fail: bool) -> Received {
     )
 }
 
+/// A fresh lender's loan raced: a receiver thread (its copies failing if `fail`)
+/// against the sender (its loan `expired` or not); their outcomes.
+fn race(w: &World, fail: bool, expired: bool) -> (Step, Received) {
+    let g = Lender::default().offer(w.block());
+    let w2 = w.clone();
+    let rx = thread::spawn(move || receiver(&w2, g, fail));
+    let s = sender(w, g, expired);
+    (s, rx.join().unwrap())
+}
+
 #[test]
 fn read_with_help() {
     loom::model(|| {
         let w = World::new();
-        let g = Lender::default().offer(w.block());
-        let w2 = w.clone();
-        let rx = thread::spawn(move || receiver(&w2, g, false));
-        let s = sender(&w, g, false);
-        let r = rx.join().unwrap();
+        let (s, r) = race(&w, false, false);
         assert_eq!((s, r), (Step::Done, Received::Read));
         assert!(w.each_once());
     });
@@ -122,11 +128,7 @@ fn read_with_help() {
 fn withdraw_races_claim() {
     loom::model(|| {
         let w = World::new();
-        let g = Lender::default().offer(w.block());
-        let w2 = w.clone();
-        let rx = thread::spawn(move || receiver(&w2, g, false));
-        let s = sender(&w, g, true);
-        let r = rx.join().unwrap();
+        let (s, r) = race(&w, false, true);
         match (s, r) {
             (Step::Withdrawn, Received::NotLent) => assert!(w.none()),
             (Step::Done, Received::Read) => assert!(w.each_once()),
@@ -139,11 +141,7 @@ fn withdraw_races_claim() {
 fn a_failed_chunk_fails_both() {
     loom::model(|| {
         let w = World::new();
-        let g = Lender::default().offer(w.block());
-        let w2 = w.clone();
-        let rx = thread::spawn(move || receiver(&w2, g, true));
-        let s = sender(&w, g, false);
-        let r = rx.join().unwrap();
+        let (s, r) = race(&w, true, false);
         // Every copy the receiver makes fails: if it made one, both sides see the
         // failure; if the sender claimed every chunk first, the loan was read.
         if w.receiver_failed.load(Ordering::Relaxed) > 0 {
