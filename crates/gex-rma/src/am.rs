@@ -119,6 +119,15 @@ pub(crate) struct AmCursor {
     pub(crate) acc: usize,
 }
 
+/// The remote offset and length of a piece header ([`AmCursor::push_piece_header`])
+/// at the start of `h` (at least [`PIECE_HDR`] bytes).
+#[inline]
+pub(crate) fn piece_header(h: &[u8]) -> (usize, usize) {
+    let off = u64::from_le_bytes(h[..8].try_into().unwrap_or_default()) as usize;
+    let len = u32::from_le_bytes(h[8..12].try_into().unwrap_or_default()) as usize;
+    (off, len)
+}
+
 /// What an AM pump does next with its cursor ([`AmCursor::next_chunk`]).
 pub(crate) enum Next {
     /// Work on this chunk (`ci`, from `off`).

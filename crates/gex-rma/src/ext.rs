@@ -447,10 +447,7 @@ impl<T: Pod + Send, M: Mode> GetDst<T, M> for Vec<T> {
         let r = unsafe {
             get_bytes(
                 ep,
-                Xfer {
-                    peer: a,
-                    chunks: &chunks,
-                },
+                Xfer::new(a, &chunks),
                 GetTo::Ptr(p, bytes),
                 How::new(M::KIND),
                 (Some(self), finish_held),
@@ -811,10 +808,7 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         let r = unsafe {
             get_bytes(
                 self,
-                Xfer {
-                    peer: a,
-                    chunks: &chunks,
-                },
+                Xfer::new(a, &chunks),
                 GetTo::Land(n),
                 How::new(M::KIND),
                 (None, val_finish::<T>),
