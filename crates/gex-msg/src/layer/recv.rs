@@ -77,10 +77,7 @@ impl Msg {
     /// A matched pair: an arrival and a posted receive.
     pub(super) fn deliver(&mut self, env: Envelope, a: ArrivalRef<'_>, recv: PostedRecv) {
         let PostedRecv { mut buf, cap, done } = recv;
-        let dst = EpAddr {
-            rank: env.src,
-            ep: self.me.ep,
-        };
+        let dst = self.peer(env.src);
         let truncated = |len: usize, capacity: usize| MsgError::Truncated {
             len,
             capacity,
@@ -298,6 +295,7 @@ impl Msg {
     }
 
     /// The endpoint address of the peer `rank` (same endpoint index as this one).
+    #[inline]
     pub(crate) fn peer(&self, rank: u32) -> EpAddr {
         EpAddr {
             rank,
@@ -322,10 +320,7 @@ impl Msg {
     /// that copied it itself (the blocking receive's fast path).
     pub(crate) fn ack_if_sync(&mut self, env: Envelope, flags: u32, sreq: u32) {
         if flags & F_SYNC != 0 {
-            let dst = EpAddr {
-                rank: env.src,
-                ep: self.me.ep,
-            };
+            let dst = self.peer(env.src);
             self.queue_short(dst, h::ACK, &[sreq]);
         }
     }
