@@ -112,6 +112,23 @@ pub(super) fn serve() {
     }
 }
 
+/// The published PE, PE number `pe` checked (its world PE), and where this process
+/// maps the `len` bytes at symmetric address `addr` of it (`None`: not mapped here);
+/// the start of [`put_on`] and [`get_on`].
+///
+/// # Errors
+/// [`ShmemError::NotInitialized`], [`ShmemError::BadPe`].
+#[inline(always)]
+fn checked_range(
+    addr: usize,
+    len: usize,
+    pe: i32,
+) -> Result<(&'static Pe, u32, Option<*mut u8>), ShmemError> {
+    let p = self::pe()?;
+    let pe = p.pe(pe)?;
+    Ok((p, pe, p.direct(addr, len, pe as usize)))
+}
+
 /// Puts `src` at symmetric address `dst` of `pe` (a PE number, checked) on context
 /// index `ctx` (`None`: the default context). `nbi`: the put may complete later (at the
 /// next quiet); else it is complete at its target on return. What does not take the
@@ -127,9 +144,8 @@ pub(crate) fn put_on(
     pe: i32,
     nbi: bool,
 ) -> Result<(), ShmemError> {
-    let p = self::pe()?;
-    let pe = p.pe(pe)?;
-    if let Some(at) = p.direct(dst, src.len(), pe as usize) {
+    let (_, pe, mapped) = checked_range(dst, src.len(), pe)?;
+    if let Some(at) = mapped {
         // SAFETY: `at .. at + len` is inside the mapping of `pe`'s segment (checked
         // against the mapped length), which stays mapped for the life of the process
         // (module documentation); byte-wise atomic stores, so other PEs' and threads'
@@ -155,9 +171,8 @@ pub(crate) fn get_on(
     src: usize,
     pe: i32,
 ) -> Result<(), ShmemError> {
-    let p = self::pe()?;
-    let pe = p.pe(pe)?;
-    if let Some(at) = p.direct(src, dst.len(), pe as usize) {
+    let (p, pe, mapped) = checked_range(src, dst.len(), pe)?;
+    if let Some(at) = mapped {
         if pe == p.me {
             // Programs spin on gets of their own PE's data: serve the others.
             serve();
