@@ -3,20 +3,25 @@
 
 use super::*;
 
-/// Put of `n` elements of `size` bytes.
-unsafe fn put_n(
+/// The operands of an entry point: `n` elements of `size` bytes from `src` to `dst` on
+/// context `ctx` with PE `pe` (of the context's team); the symmetric side is `dst` for a
+/// put, `src` for a get.
+#[derive(Clone, Copy)]
+struct Xfer {
     ctx: *mut c_void,
     dst: *mut c_void,
     src: *const c_void,
     n: usize,
     size: usize,
     pe: c_int,
-    nbi: bool,
-) -> Result<(), ShmemError> {
-    let pe = ctx_pe(ctx, pe)?;
+}
+
+/// Put of `x` (`nbi`: completion may wait for the next quiet).
+unsafe fn put_n(x: Xfer, nbi: bool) -> Result<(), ShmemError> {
+    let pe = ctx_pe(x.ctx, x.pe)?;
     // SAFETY: the caller's promise for `src`.
-    let src = unsafe { rd(src, bytes(n, size)?) }?;
-    state::put_on(ctx_index(ctx), dst as usize, src, pe, nbi)
+    let src = unsafe { rd(x.src, bytes(x.n, x.size)?) }?;
+    state::put_on(ctx_index(x.ctx), x.dst as usize, src, pe, nbi)
 }
 
 /// The fast path of a put (`get` false: `src` to symmetric `dst`) or a get (`get`
@@ -28,62 +33,37 @@ unsafe fn put_n(
 /// # Safety
 /// As `put_n` / `get_n`.
 #[inline(always)]
-unsafe fn rma_fast(
-    get: bool,
-    ctx: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    n: usize,
-    size: usize,
-    pe: c_int,
-) -> bool {
-    match n.checked_mul(size) {
+unsafe fn rma_fast(get: bool, x: Xfer) -> bool {
+    match x.n.checked_mul(x.size) {
         // SAFETY: the caller's promise for `src` (put) or `dst` (get).
-        Some(len) if ctx == CTX_DEFAULT => unsafe {
+        Some(len) if x.ctx == CTX_DEFAULT => unsafe {
             if get {
-                state::get_direct(dst.cast(), src as usize, len, pe)
+                state::get_direct(x.dst.cast(), x.src as usize, len, x.pe)
             } else {
-                state::put_direct(dst as usize, src.cast(), len, pe)
+                state::put_direct(x.dst as usize, x.src.cast(), len, x.pe)
             }
         },
         _ => false,
     }
 }
 
-/// Get of `n` elements of `size` bytes.
-unsafe fn get_n(
-    ctx: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    n: usize,
-    size: usize,
-    pe: c_int,
-) -> Result<(), ShmemError> {
-    let pe = ctx_pe(ctx, pe)?;
+/// Get of `x`.
+unsafe fn get_n(x: Xfer) -> Result<(), ShmemError> {
+    let pe = ctx_pe(x.ctx, x.pe)?;
     // SAFETY: the caller's promise for `dst`.
-    let dst = unsafe { wr(dst, bytes(n, size)?) }?;
-    state::get_on(ctx_index(ctx), dst, src as usize, pe)
+    let dst = unsafe { wr(x.dst, bytes(x.n, x.size)?) }?;
+    state::get_on(ctx_index(x.ctx), dst, x.src as usize, pe)
 }
 
-/// Strided put (`get` false) or get (`get` true): element `i` of `src` (stride `sst`)
-/// to element `i` of `dst` (stride `dst_s`), strides in elements of `size` bytes.
-unsafe fn strided_n(
-    get: bool,
-    ctx: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    dst_s: isize,
-    sst: isize,
-    n: usize,
-    size: usize,
-    pe: c_int,
-) -> Result<(), ShmemError> {
-    let pe = ctx_pe(ctx, pe)?;
+/// Strided put (`get` false) or get (`get` true) of `x`: element `i` of `src` (stride
+/// `sst`) to element `i` of `dst` (stride `dst_s`), strides in elements.
+unsafe fn strided_n(get: bool, x: Xfer, dst_s: isize, sst: isize) -> Result<(), ShmemError> {
+    let (size, pe) = (x.size, ctx_pe(x.ctx, x.pe)?);
     with(|s| {
         let pe = s.pe(pe)?;
-        for i in 0..n as isize {
-            let d = strided_at(dst as isize, i, dst_s, size);
-            let sp = strided_at(src as isize, i, sst, size);
+        for i in 0..x.n as isize {
+            let d = strided_at(x.dst as isize, i, dst_s, size);
+            let sp = strided_at(x.src as isize, i, sst, size);
             if get {
                 // SAFETY: element `i` of the caller's strided destination.
                 let e = unsafe { wr(d as *mut c_void, size) }?;
@@ -102,21 +82,12 @@ unsafe fn strided_n(
 const SIGNAL_SET: c_int = 0;
 const SIGNAL_ADD: c_int = 1;
 
-/// Put, then the signal update once the data is at the target.
-unsafe fn put_signal_n(
-    ctx: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    n: usize,
-    size: usize,
-    sig: *mut u64,
-    signal: u64,
-    op: c_int,
-    pe: c_int,
-) -> Result<(), ShmemError> {
-    let pe = ctx_pe(ctx, pe)?;
+/// Put of `x`, then the signal update (`op` with `signal` on the word at `sig`) once the
+/// data is at the target.
+unsafe fn put_signal_n(x: Xfer, sig: *mut u64, signal: u64, op: c_int) -> Result<(), ShmemError> {
+    let pe = ctx_pe(x.ctx, x.pe)?;
     // SAFETY: the caller's promise for `src`.
-    let src = unsafe { rd(src, bytes(n, size)?) }?;
+    let src = unsafe { rd(x.src, bytes(x.n, x.size)?) }?;
     let amo = match op {
         SIGNAL_SET => Amo::Set,
         SIGNAL_ADD => Amo::Add,
@@ -124,7 +95,7 @@ unsafe fn put_signal_n(
     };
     with(|s| {
         let pe = s.pe(pe)?;
-        s.put(dst as usize, src, pe, false)?;
+        s.put(x.dst as usize, src, pe, false)?;
         s.amo(sig as usize, pe, 8, amo, signal, 0, false)?;
         Ok(())
     })
@@ -152,24 +123,27 @@ macro_rules! ctx_pair {
 macro_rules! rma_op {
     (contig $cf:ident $f:ident $what:literal $size:expr, $is_get:literal, $slow:ident $(, $nbi:literal)?) => {
         ctx_pair!($cf $f (ctx, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            let x = Xfer { ctx, dst: dest, src: source, n: nelems, size: $size, pe };
             // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast($is_get, ctx, dest, source, nelems, $size, pe) } {
+            if unsafe { rma_fast($is_get, x) } {
                 return;
             }
             // SAFETY: the caller's promise (this module's).
-            entry($what, || unsafe { $slow(ctx, dest, source, nelems, $size, pe $(, $nbi)?) })
+            entry($what, || unsafe { $slow(x $(, $nbi)?) })
         });
     };
     (strided $cf:ident $f:ident $what:literal $size:expr, $is_get:literal) => {
         ctx_pair!($cf $f (ctx, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
+            let x = Xfer { ctx, dst: dest, src: source, n: nelems, size: $size, pe };
             // SAFETY: the caller's promise (this module's).
-            entry($what, || unsafe { strided_n($is_get, ctx, dest, source, dst, sst, nelems, $size, pe) })
+            entry($what, || unsafe { strided_n($is_get, x, dst, sst) })
         });
     };
     (signal $cf:ident $f:ident $what:literal $size:expr) => {
         ctx_pair!($cf $f (ctx, dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
+            let x = Xfer { ctx, dst: dest, src: source, n: nelems, size: $size, pe };
             // SAFETY: the caller's promise (this module's).
-            entry($what, || unsafe { put_signal_n(ctx, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
+            entry($what, || unsafe { put_signal_n(x, sig_addr, signal, sig_op) })
         });
     };
 }
@@ -204,12 +178,13 @@ macro_rules! rma_scalar {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _p>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
             let v = value;
+            let x = Xfer { ctx, dst: dest.cast(), src: (&raw const v).cast(), n: 1, size: size_of::<$t>(), pe };
             // SAFETY: `v` is a local of one element.
-            if unsafe { rma_fast(false, ctx, dest.cast(), (&raw const v).cast(), 1, size_of::<$t>(), pe) } {
+            if unsafe { rma_fast(false, x) } {
                 return;
             }
             // SAFETY: `v` is a local of one element.
-            entry("p", || unsafe { put_n(ctx, dest.cast(), (&raw const v).cast(), 1, size_of::<$t>(), pe, false) })
+            entry("p", || unsafe { put_n(x, false) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _p>](dest: *mut $t, value: $t, pe: c_int) {
@@ -219,12 +194,13 @@ macro_rules! rma_scalar {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _g>](ctx: *mut c_void, source: *const $t, pe: c_int) -> $t {
             let mut v: $t = Default::default();
+            let x = Xfer { ctx, dst: (&raw mut v).cast(), src: source.cast(), n: 1, size: size_of::<$t>(), pe };
             // SAFETY: `v` is a local of one element.
-            if unsafe { rma_fast(true, ctx, (&raw mut v).cast(), source.cast(), 1, size_of::<$t>(), pe) } {
+            if unsafe { rma_fast(true, x) } {
                 return v;
             }
             // SAFETY: `v` is a local of one element.
-            entry("g", || unsafe { get_n(ctx, (&raw mut v).cast(), source.cast(), 1, size_of::<$t>(), pe) });
+            entry("g", || unsafe { get_n(x) });
             v
         }
         #[unsafe(no_mangle)]
@@ -294,28 +270,25 @@ fn ctx_quiet(name: &str, ctx: *mut c_void) {
     })
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn shmem_ctx_fence(ctx: *mut c_void) {
-    ctx_quiet("shmem_fence", ctx)
+/// `shmem_ctx_<op>` and `shmem_<op>` of fence and quiet, which both complete the
+/// context's operations (`ctx_quiet`); the default context's fast path is
+/// `state::quiet_direct`.
+macro_rules! quiet_pair {
+    ($($cf:ident $f:ident $name:literal;)*) => { $(
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $cf(ctx: *mut c_void) {
+            ctx_quiet($name, ctx)
+        }
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $f() {
+            if state::quiet_direct() {
+                return;
+            }
+            $cf(CTX_DEFAULT)
+        }
+    )* };
 }
-
-#[unsafe(no_mangle)]
-pub extern "C" fn shmem_fence() {
-    if state::quiet_direct() {
-        return;
-    }
-    shmem_ctx_fence(CTX_DEFAULT)
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn shmem_ctx_quiet(ctx: *mut c_void) {
-    ctx_quiet("shmem_quiet", ctx)
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn shmem_quiet() {
-    if state::quiet_direct() {
-        return;
-    }
-    shmem_ctx_quiet(CTX_DEFAULT)
+quiet_pair! {
+    shmem_ctx_fence shmem_fence "shmem_fence";
+    shmem_ctx_quiet shmem_quiet "shmem_quiet";
 }
