@@ -2,6 +2,14 @@
 
 use super::*;
 
+/// A collective's team handle and the caller's destination and source.
+#[derive(Clone, Copy)]
+struct Buffers {
+    team: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+}
+
 /// Runs a collective of `team` on bytes.
 fn coll_team<R>(
     name: &str,
@@ -16,13 +24,8 @@ fn coll_team<R>(
 }
 
 /// Broadcast of `n` bytes from team rank `root`'s `src` to every member's `dst`.
-unsafe fn broadcast_bytes(
-    team: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    n: usize,
-    root: c_int,
-) -> Result<c_int, ShmemError> {
+unsafe fn broadcast_bytes(b: Buffers, n: usize, root: c_int) -> Result<c_int, ShmemError> {
+    let Buffers { team, dst, src } = b;
     coll_team("broadcast", team, |s, t| {
         let root = u32::try_from(root)
             .ok()
@@ -50,12 +53,8 @@ fn gather_all(s: &mut state::State, t: &Team, mine: Vec<u8>) -> Result<Vec<u8>, 
     Ok(s.ep.collective(t, GatherAll::new(mine), Blocking)?)
 }
 
-unsafe fn fcollect_bytes(
-    team: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    n: usize,
-) -> Result<c_int, ShmemError> {
+unsafe fn fcollect_bytes(b: Buffers, n: usize) -> Result<c_int, ShmemError> {
+    let Buffers { team, dst, src } = b;
     coll_team("fcollect", team, |s, t| {
         let total = bytes(n, t.size() as usize)?;
         let (a, b) = (src as usize, dst as usize);
@@ -76,12 +75,8 @@ unsafe fn fcollect_bytes(
     })
 }
 
-unsafe fn collect_bytes(
-    team: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    n: usize,
-) -> Result<c_int, ShmemError> {
+unsafe fn collect_bytes(b: Buffers, n: usize) -> Result<c_int, ShmemError> {
+    let Buffers { team, dst, src } = b;
     coll_team("collect", team, |s, t| {
         let counts = gather_all(s, t, (n as u64).to_ne_bytes().to_vec())?;
         let counts: Vec<usize> = counts
@@ -107,14 +102,13 @@ unsafe fn collect_bytes(
 
 /// Alltoall with strides in elements of `size` bytes (`dst_s`, `sst` = 1: contiguous).
 unsafe fn alltoalls_bytes(
-    team: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
+    b: Buffers,
     dst_s: isize,
     sst: isize,
     n: usize,
     size: usize,
 ) -> Result<c_int, ShmemError> {
+    let Buffers { team, dst, src } = b;
     coll_team("alltoall", team, |s, t| {
         let p = t.size() as usize;
         let mut packed = Vec::with_capacity(p * n * size);
@@ -138,27 +132,27 @@ macro_rules! coll_family {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _broadcast>](team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe_root: c_int) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("broadcast", || unsafe { broadcast_bytes(team, dest, source, bytes(nelems, $size)?, pe_root) })
+            entry("broadcast", || unsafe { broadcast_bytes(Buffers { team, dst: dest, src: source }, bytes(nelems, $size)?, pe_root) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _collect>](team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("collect", || unsafe { collect_bytes(team, dest, source, bytes(nelems, $size)?) })
+            entry("collect", || unsafe { collect_bytes(Buffers { team, dst: dest, src: source }, bytes(nelems, $size)?) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _fcollect>](team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("fcollect", || unsafe { fcollect_bytes(team, dest, source, bytes(nelems, $size)?) })
+            entry("fcollect", || unsafe { fcollect_bytes(Buffers { team, dst: dest, src: source }, bytes(nelems, $size)?) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _alltoall>](team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("alltoall", || unsafe { alltoalls_bytes(team, dest, source, 1, 1, nelems, $size) })
+            entry("alltoall", || unsafe { alltoalls_bytes(Buffers { team, dst: dest, src: source }, 1, 1, nelems, $size) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _alltoalls>](team: *mut c_void, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("alltoalls", || unsafe { alltoalls_bytes(team, dest, source, dst, sst, nelems, $size) })
+            entry("alltoalls", || unsafe { alltoalls_bytes(Buffers { team, dst: dest, src: source }, dst, sst, nelems, $size) })
         }
     )* } };
 }
@@ -176,7 +170,7 @@ macro_rules! coll_mem {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $f(team: *mut c_void, dest: *mut c_void, source: *const c_void, $($p: $t),*) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry($what, || unsafe { $call(team, dest, source, $($a),*) })
+            entry($what, || unsafe { $call(Buffers { team, dst: dest, src: source }, $($a),*) })
         }
     )* };
 }
