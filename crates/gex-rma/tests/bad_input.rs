@@ -6,15 +6,16 @@
 //! before any byte moves; never a panic or a stray write. One rank on the loopback
 //! conduit (two endpoints where a second target is needed).
 
-use gex_core::boot::Singleton;
+mod common;
+
 use gex_core::loopback::Loopback;
 use gex_core::{
     AmError, Blocking, Client, ClientBuilder, Config, Endpoint, EpAddr, EpError, Mode, Nb, Nbi,
     Team,
 };
 use gex_rma::{
-    AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, Rma, RmaError,
-    RmaExt, ScopeRmaExt, Strided, Vis,
+    AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaError, RmaExt,
+    ScopeRmaExt, Strided, Vis,
 };
 
 const SEG: usize = 1 << 12;
@@ -27,14 +28,7 @@ fn client(eps: u16) -> Client<Loopback> {
 /// A loopback client with the Rma layer, configuration `cfg` and `eps` endpoints made
 /// at init (`None`: the builder's default).
 fn client_with(eps: Option<u16>, cfg: Config) -> Client<Loopback> {
-    let mut b = ClientBuilder::new()
-        .layer::<Rma>()
-        .segment_size(SEG)
-        .config(cfg);
-    if let Some(n) = eps {
-        b = b.endpoints(n);
-    }
-    b.init::<Loopback>(Box::new(Singleton::new())).unwrap()
+    common::rma(SEG, eps, Some(cfg))
 }
 
 /// A client of `eps` endpoints, its endpoint 0, and the known contents written in
@@ -126,11 +120,7 @@ fn every_operation_without_the_layer_is_no_layer() {
     let mut rma_ep = with.endpoint(0).unwrap();
     let w = rma_ep.world();
     let ad = rma_ep.atomic_domain::<u64>(&w, AtomicOps::all()).unwrap();
-    let c = ClientBuilder::new()
-        .segment_size(SEG)
-        .config(Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = common::loopback(ClientBuilder::new(), SEG, None, Some(Config::default()));
     let mut ep = c.endpoint(0).unwrap();
     let p = GlobalPtr::<u32>::new(ep.addr(), 0);
     let n = RmaError::NoLayer;
