@@ -596,8 +596,7 @@ fn a_domain_on_a_team_without_this_endpoint_is_an_am_error() {
 #[test]
 fn a_domain_against_another_exchange_is_a_mismatch() {
     let c = client(2);
-    let mut a = c.endpoint(0).unwrap();
-    let mut b = c.endpoint(1).unwrap();
+    let (mut a, mut b) = common::two_endpoints(&c);
     let members = vec![EpAddr::new(0, 0), EpAddr::new(0, 1)];
     let (ta, tb) = (Team::new(9, members.clone(), 0), Team::new(9, members, 1));
     let t = std::thread::spawn(move || b.exchange_tagged(&tb, 77, b"x").map(drop));

@@ -167,8 +167,7 @@ fn an_endpoint_without_the_layer_says_so() {
 #[test]
 fn an_event_of_another_endpoint_is_an_error() {
     let c = client(2, "am");
-    let mut a = c.endpoint(0).unwrap();
-    let mut b = c.endpoint(1).unwrap();
+    let (mut a, mut b) = common::two_endpoints(&c);
     let p = GlobalPtr::<u8>::new(a.addr(), 0);
     a.put(p, &[7u8; 64], Blocking).unwrap();
     let ev = a.get(vec![0u8; 64], p, Nb).unwrap();
@@ -317,8 +316,7 @@ fn members_asking_for_different_op_sets_get_an_error() {
 #[test]
 fn the_hang_report_lists_operations_in_flight_by_peer() {
     let c = client(2, "am");
-    let mut a = c.endpoint(0).unwrap();
-    let mut b = c.endpoint(1).unwrap();
+    let (mut a, mut b) = common::two_endpoints(&c);
     let peer = b.addr();
     let p = GlobalPtr::<u64>::new(peer, 64);
     // On the AM path, a get and a put wait for `b`, which does not poll yet.

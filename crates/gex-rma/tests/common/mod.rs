@@ -4,7 +4,7 @@
 use gex_core::boot::Singleton;
 use gex_core::layer::LayerSet;
 use gex_core::loopback::Loopback;
-use gex_core::{Client, ClientBuilder, Config};
+use gex_core::{Client, ClientBuilder, Config, Endpoint};
 use gex_rma::Rma;
 
 /// A loopback client from builder `b` (its layers) with a segment of `seg` bytes, `eps`
@@ -28,4 +28,11 @@ pub(crate) fn loopback<L: LayerSet>(
 /// [`loopback`] with the Rma layer.
 pub(crate) fn rma(seg: usize, eps: Option<u16>, cfg: Option<Config>) -> Client<Loopback> {
     loopback(ClientBuilder::new().layer::<Rma>(), seg, eps, cfg)
+}
+
+/// Endpoints 0 and 1 of `c`.
+pub(crate) fn two_endpoints(
+    c: &Client<Loopback>,
+) -> (Box<Endpoint<Loopback>>, Box<Endpoint<Loopback>>) {
+    (c.endpoint(0).unwrap(), c.endpoint(1).unwrap())
 }
