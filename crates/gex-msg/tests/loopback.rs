@@ -46,12 +46,12 @@ fn an_event_of_another_endpoint_is_an_error() {
     ));
 }
 
-/// One `#[test]` per case, under the case's name: `ep` is endpoint 0 of a fresh
+/// The cases (each marked `#[test]`), under their names: `ep` is endpoint 0 of a fresh
 /// [`client`] with that eager maximum, `w` the world communicator; after the body, the
 /// endpoint must be [`quiet`].
 macro_rules! loopback_tests {
-    ($(fn $name:ident($ep:ident, $w:ident, eager_max = $eager:literal) $body:block)*) => {$(
-        #[test]
+    ($($(#[$m:meta])* fn $name:ident($ep:ident, $w:ident, eager_max = $eager:literal) $body:block)*) => {$(
+        $(#[$m])*
         fn $name() {
             let c = client($eager);
             let mut $ep = c.endpoint(0).unwrap();
@@ -63,6 +63,7 @@ macro_rules! loopback_tests {
 }
 
 loopback_tests! {
+#[test]
 fn eager_and_rendezvous_every_call(ep, w, eager_max = "256") {
     // 0 bytes, eager, the threshold, rendezvous of one and of several chunks.
     for (i, n) in [0usize, 1, 255, 256, 257, 5000, 200_000]
@@ -117,6 +118,7 @@ fn eager_and_rendezvous_every_call(ep, w, eager_max = "256") {
     assert!(st.eager_sent > 0 && st.rndv_sent > 0, "{st:?}");
 }
 
+#[test]
 fn non_overtaking_and_wildcards(ep, w, eager_max = "64") {
     // Mixed eager and rendezvous messages of one (source, tag) arrive in order.
     let sizes = [10usize, 1000, 3, 70_000, 64, 65, 0];
@@ -152,6 +154,7 @@ fn non_overtaking_and_wildcards(ep, w, eager_max = "64") {
     assert_eq!(ep.wait(b).unwrap().data, b"second");
 }
 
+#[test]
 fn probe_and_iprobe(ep, w, eager_max = "128") {
     assert_eq!(ep.iprobe(w, None, None).unwrap(), None);
     ep.send(w, 0, 11, &bytes(1000, 1)).unwrap(); // rendezvous: RTS only
@@ -168,6 +171,7 @@ fn probe_and_iprobe(ep, w, eager_max = "128") {
     assert_eq!(ep.iprobe(w, None, None).unwrap(), None);
 }
 
+#[test]
 fn truncation_consumes_the_message(ep, w, eager_max = "100") {
     for n in [50usize, 5000] {
         // Unexpected, blocking receive.
@@ -195,6 +199,7 @@ fn truncation_consumes_the_message(ep, w, eager_max = "100") {
     }
 }
 
+#[test]
 fn misuse_errors(ep, w, eager_max = "8192") {
     let too_big = TAG_MAX + 1;
     assert_eq!(
@@ -236,6 +241,7 @@ fn misuse_errors(ep, w, eager_max = "8192") {
     assert_eq!(p.send(w, 0, 0, b"x"), Err(MsgError::NoLayer));
 }
 
+#[test]
 fn dropped_receive_events_keep_their_buffers(ep, w, eager_max = "64") {
     // A dropped and a leaked receive event: the layer owns the buffers; the messages
     // still match them (and nothing else).
@@ -255,6 +261,7 @@ fn dropped_receive_events_keep_their_buffers(ep, w, eager_max = "64") {
 }
 
 
+#[test]
 fn persistent_requests(ep, w, eager_max = "64") {
     let tx = ep.send_init(w, 0, 3, false).unwrap();
     let stx = ep.send_init(w, 0, 3, true).unwrap();

@@ -69,7 +69,7 @@ fn marks_send_early_inside_an_epoch() {
     }
 }
 
-/// One `#[test]` per case, under the case's name: `ep` is endpoint 0 of a fresh
+/// The cases (each marked `#[test]`), under their names: `ep` is endpoint 0 of a fresh
 /// [`client`] and `pg` the page size; with more arguments, `buf` is a [`DeltaBuf`] of
 /// `len` bytes (that many pages) in that tracking mode and `dst` the destination at
 /// that offset of the endpoint's own segment.
@@ -77,7 +77,6 @@ macro_rules! delta_tests {
     () => {};
     ($(#[$m:meta])* fn $name:ident($ep:ident, $pg:ident) $body:block $($rest:tt)*) => {
         $(#[$m])*
-        #[test]
         fn $name() {
             let client = client();
             let mut $ep = client.endpoint(0).unwrap();
@@ -108,6 +107,7 @@ macro_rules! delta_tests {
 }
 
 delta_tests! {
+#[test]
 fn os_triggered_sends_only_the_pages_written(ep, pg, len = 64 pages, buf: OsTriggered, dst at 0) {
     for (i, b) in buf.iter_mut().enumerate() {
         *b = (i % 251) as u8;
@@ -148,6 +148,7 @@ fn os_triggered_sends_only_the_pages_written(ep, pg, len = 64 pages, buf: OsTrig
     }
 }
 
+#[test]
 fn os_triggered_with_four_threads_writing(ep, pg, len = 256 pages, buf: OsTriggered, dst at 1 << 20) {
     ep.delta_put(dst, &mut buf).unwrap();
     for round in 0..6u8 {
@@ -169,6 +170,7 @@ fn os_triggered_with_four_threads_writing(ep, pg, len = 256 pages, buf: OsTrigge
     }
 }
 
+#[test]
 fn annotated_sends_the_marked_bytes_only(ep, pg, len = 32 pages, buf: Annotated, dst at 0) {
     buf.fill(1);
     let s = ep.delta_put(dst, &mut buf).unwrap();
@@ -190,6 +192,7 @@ fn annotated_sends_the_marked_bytes_only(ep, pg, len = 32 pages, buf: Annotated,
     assert_eq!(d.iter().filter(|&&b| b != 0xEE).count(), 110);
 }
 
+#[test]
 fn another_destination_gets_everything(ep, pg, len = 8 pages, buf: OsTriggered, a at 0) {
     buf.fill(9);
     let b = GlobalPtr::<u8>::new(ep.addr(), 2 << 20);
@@ -203,6 +206,7 @@ fn another_destination_gets_everything(ep, pg, len = 8 pages, buf: OsTriggered, 
     assert_eq!(dest(&mut ep, 0, len), buf.to_vec());
 }
 
+#[test]
 fn most_of_the_buffer_changed_sends_it_whole(ep, pg, len = 10 pages, buf: Annotated, dst at 0) {
     ep.delta_put(dst, &mut buf).unwrap();
     // Six pages of ten, in pieces: whole (the rest of the buffer in delta-sized runs).
@@ -223,6 +227,7 @@ fn most_of_the_buffer_changed_sends_it_whole(ep, pg, len = 10 pages, buf: Annota
     assert_eq!((s.bytes, s.whole), (2, false));
 }
 
+#[test]
 fn os_triggered_flush_then_write_again_is_reported(ep, pg, len = 16 pages, buf: OsTriggered, dst at 0) {
     ep.delta_put(dst, &mut buf).unwrap();
     ep.delta_begin(&mut buf, dst).unwrap();
@@ -246,6 +251,7 @@ fn os_triggered_flush_then_write_again_is_reported(ep, pg, len = 16 pages, buf: 
     assert_eq!(dest(&mut ep, 0, len), buf.to_vec());
 }
 
+#[test]
 fn annotated_misuse_is_reported_by_mark_and_by_end(ep, pg, len = 16 pages, buf: Annotated, dst at 0) {
     ep.delta_put(dst, &mut buf).unwrap();
     // Marked again after the flush: the mark says so at once.
@@ -279,6 +285,7 @@ fn annotated_misuse_is_reported_by_mark_and_by_end(ep, pg, len = 16 pages, buf: 
     assert_eq!(dest(&mut ep, 0, len), buf.to_vec());
 }
 
+#[test]
 fn bad_input_gives_documented_errors(ep, pg) {
     let mut buf = DeltaBuf::new(4 * pg, Tracking::Annotated).unwrap();
     let dst = GlobalPtr::<u8>::new(ep.addr(), 0);
@@ -334,6 +341,7 @@ fn bad_input_gives_documented_errors(ep, pg) {
 /// receive's pages): pages sent in reverse order arrive out of order; each epoch
 /// carries only the changed pages, and the receive buffer ends equal to the sent one
 /// (pages not sent come from the shadow, even after the program wrote its copy).
+#[test]
 fn send_recv_out_of_order_and_unchanged_pages(ep, pg) {
     let len = 24 * pg + 100;
     let mut rx = ep.delta_recv_window(pg, len).unwrap();
@@ -370,6 +378,7 @@ fn send_recv_out_of_order_and_unchanged_pages(ep, pg) {
     }
 }
 
+#[test]
 fn send_recv_bad_input_gives_documented_errors(ep, pg) {
     assert!(matches!(
         ep.delta_recv_window(100, pg),
@@ -407,6 +416,7 @@ fn send_recv_bad_input_gives_documented_errors(ep, pg) {
     assert!(!tx.in_epoch());
 }
 
+#[test]
 fn relay_bad_input_gives_documented_errors(ep, pg) {
     let rx = ep.delta_recv_window(0, pg).unwrap();
     let mut out = DeltaBuf::new(2 * pg, Tracking::Annotated).unwrap();
@@ -440,6 +450,7 @@ fn relay_bad_input_gives_documented_errors(ep, pg) {
 /// Variable-size messages: a receive window for 16 pages gets messages of 16, 5 and
 /// 9 pages (plus some bytes) from three senders in turn; the receiver learns each
 /// length from `delta_recv_wait` and finds the message's bytes.
+#[test]
 fn send_recv_variable_size_messages(ep, pg) {
     let mut rx = ep.delta_recv_window(0, 16 * pg).unwrap();
     let window = GlobalPtr::<u8>::new(ep.addr(), 0);

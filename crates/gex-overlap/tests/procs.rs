@@ -126,11 +126,11 @@ fn launch_job<J: gex::Job>(ranks: u32, env: &[(&str, &str)], job: J) {
         .assert_success();
 }
 
-/// One `#[test]` per case: `name => the test's whole body;`.
+/// The cases (each marked `#[test]`): `fn name() => the test's whole body;`.
 macro_rules! job_tests {
-    ($($name:ident => $run:expr;)*) => {
+    ($($(#[$m:meta])* fn $name:ident() => $run:expr;)*) => {
         $(
-            #[test]
+            $(#[$m])*
             fn $name() {
                 $run;
             }
@@ -139,8 +139,10 @@ macro_rules! job_tests {
 }
 
 job_tests! {
-    procs_exchange_2 => launch(2);
-    procs_exchange_3 => launch(3);
+    #[test]
+    fn procs_exchange_2() => launch(2);
+    #[test]
+    fn procs_exchange_3() => launch(3);
 }
 
 /// With a progress thread: on ofi across the network, native RMA strips that the
@@ -277,9 +279,12 @@ fn launch_delta(ranks: u32, mode: gex_overlap::Tracking) {
 }
 
 job_tests! {
-    procs_delta_put_os_triggered_2 => launch_delta(2, gex_overlap::Tracking::OsTriggered);
-    procs_delta_put_os_triggered_3 => launch_delta(3, gex_overlap::Tracking::OsTriggered);
-    procs_delta_put_annotated_3 => launch_delta(3, gex_overlap::Tracking::Annotated);
+    #[test]
+    fn procs_delta_put_os_triggered_2() => launch_delta(2, gex_overlap::Tracking::OsTriggered);
+    #[test]
+    fn procs_delta_put_os_triggered_3() => launch_delta(3, gex_overlap::Tracking::OsTriggered);
+    #[test]
+    fn procs_delta_put_annotated_3() => launch_delta(3, gex_overlap::Tracking::Annotated);
 }
 
 /// Delta send-recv around a ring: every rank posts the receive of its left
@@ -381,8 +386,10 @@ fn launch_ring(ranks: u32, mode: gex_overlap::Tracking) {
 }
 
 job_tests! {
-    procs_delta_send_recv_annotated_2 => launch_ring(2, gex_overlap::Tracking::Annotated);
-    procs_delta_send_recv_os_triggered_3 => launch_ring(3, gex_overlap::Tracking::OsTriggered);
+    #[test]
+    fn procs_delta_send_recv_annotated_2() => launch_ring(2, gex_overlap::Tracking::Annotated);
+    #[test]
+    fn procs_delta_send_recv_os_triggered_3() => launch_ring(3, gex_overlap::Tracking::OsTriggered);
 }
 
 /// Cascades on 4 ranks (seed 001's chained pipelines), 3 rounds each:
@@ -488,8 +495,10 @@ fn launch_cascade(reduce: bool) {
 }
 
 job_tests! {
-    procs_delta_cascade_chain_4 => launch_cascade(false);
-    procs_delta_cascade_array_reduce_4 => launch_cascade(true);
+    #[test]
+    fn procs_delta_cascade_chain_4() => launch_cascade(false);
+    #[test]
+    fn procs_delta_cascade_array_reduce_4() => launch_cascade(true);
 }
 
 /// Delta send-recv around a ring of 3 thread ranks of this process, OS-triggered:
