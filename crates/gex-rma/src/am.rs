@@ -228,8 +228,7 @@ pub(crate) fn short_put_write(
     words: &[u32],
 ) -> bool {
     let max = crate::path::SHORT_PUT_MAX;
-    let ok =
-        len <= 4 * words.len() && len <= max && off.checked_add(len).is_some_and(|e| e <= seg_len);
+    let ok = len <= 4 * words.len() && len <= max && crate::target::in_bounds(off, len, seg_len);
     if ok {
         let mut bytes = [0u8; crate::path::SHORT_PUT_MAX];
         for (i, w) in words.iter().take(max / 4).enumerate() {

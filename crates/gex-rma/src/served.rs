@@ -58,7 +58,7 @@ impl Served {
 
     /// Whether `off..off + len` lies in this endpoint's segment.
     fn in_segment(&self, off: usize, len: usize) -> bool {
-        off.checked_add(len).is_some_and(|e| e <= self.seg_len)
+        crate::target::in_bounds(off, len, self.seg_len)
     }
 
     /// Replies to a get with the bytes in the bounce buffer (reply arguments `args`).
