@@ -336,6 +336,15 @@ mod tests {
         (0..LOAN_WORDS).map(|_| AtomicU64::new(0)).collect()
     }
 
+    /// The block over `words` with one loan offered: the block, its lender and the
+    /// loan's generation.
+    fn offered(words: &[AtomicU64]) -> (Block<'_>, Lender, u64) {
+        let b = Block::new(words).unwrap();
+        let mut lender = Lender::default();
+        let g = lender.offer(b);
+        (b, lender, g)
+    }
+
     #[test]
     fn chunking_covers_the_message_once() {
         for len in [
@@ -368,10 +377,8 @@ mod tests {
     )]
     fn a_loan_read_by_both_sides() {
         let words = block_words();
-        let b = Block::new(&words).unwrap();
+        let (b, _, g) = offered(&words);
         let src: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
-        let mut lender = Lender::default();
-        let g = lender.offer(b);
         assert_eq!(
             sender_step(b, g, src.len(), false, |_, _| true),
             Step::Ready
@@ -418,9 +425,7 @@ mod tests {
     #[test]
     fn a_withdrawn_loan_is_not_claimed_and_a_claimed_one_is_not_withdrawn() {
         let words = block_words();
-        let b = Block::new(&words).unwrap();
-        let mut lender = Lender::default();
-        let g = lender.offer(b);
+        let (b, mut lender, g) = offered(&words);
         assert_eq!(sender_step(b, g, 10, true, |_, _| true), Step::Withdrawn);
         let mut dst = [0u8; 10];
         let a = dst.as_ptr() as u64;
@@ -457,9 +462,7 @@ mod tests {
     #[test]
     fn a_failed_copy_fails_the_loan_on_both_sides() {
         let words = block_words();
-        let b = Block::new(&words).unwrap();
-        let mut lender = Lender::default();
-        let g = lender.offer(b);
+        let (b, _, g) = offered(&words);
         let mut dst = vec![0u8; 100_000];
         let a = dst.as_ptr() as u64;
         assert_eq!(
@@ -472,9 +475,7 @@ mod tests {
     #[test]
     fn a_garbled_block_fails_the_sender_without_reading() {
         let words = block_words();
-        let b = Block::new(&words).unwrap();
-        let mut lender = Lender::default();
-        let g = lender.offer(b);
+        let (b, _, g) = offered(&words);
         // A liar writes another generation, then an unknown state.
         words[W_STATE].store(word(g + 5, READY), Ordering::Relaxed);
         assert_eq!(sender_step(b, g, 10, false, |_, _| panic!()), Step::Failed);

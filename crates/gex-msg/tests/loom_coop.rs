@@ -104,15 +104,27 @@ fn receiver(w: &World, generation: u64, fail: bool) -> Received {
     )
 }
 
-#[test]
-fn read_with_help() {
-    loom::model(|| {
+/// The model of a fresh lender's loan raced: a receiver thread (its copies failing if
+/// `fail`) against the sender (its loan `expired` or not); `check` gets the world and
+/// their outcomes in every execution.
+fn race_model(
+    fail: bool,
+    expired: bool,
+    check: impl Fn(&World, Step, Received) + Send + Sync + 'static,
+) {
+    loom::model(move || {
         let w = World::new();
         let g = Lender::default().offer(w.block());
         let w2 = w.clone();
-        let rx = thread::spawn(move || receiver(&w2, g, false));
-        let s = sender(&w, g, false);
-        let r = rx.join().unwrap();
+        let rx = thread::spawn(move || receiver(&w2, g, fail));
+        let s = sender(&w, g, expired);
+        check(&w, s, rx.join().unwrap());
+    });
+}
+
+#[test]
+fn read_with_help() {
+    race_model(false, false, |w, s, r| {
         assert_eq!((s, r), (Step::Done, Received::Read));
         assert!(w.each_once());
     });
@@ -120,30 +132,16 @@ fn read_with_help() {
 
 #[test]
 fn withdraw_races_claim() {
-    loom::model(|| {
-        let w = World::new();
-        let g = Lender::default().offer(w.block());
-        let w2 = w.clone();
-        let rx = thread::spawn(move || receiver(&w2, g, false));
-        let s = sender(&w, g, true);
-        let r = rx.join().unwrap();
-        match (s, r) {
-            (Step::Withdrawn, Received::NotLent) => assert!(w.none()),
-            (Step::Done, Received::Read) => assert!(w.each_once()),
-            other => panic!("disagree: {other:?}"),
-        }
+    race_model(false, true, |w, s, r| match (s, r) {
+        (Step::Withdrawn, Received::NotLent) => assert!(w.none()),
+        (Step::Done, Received::Read) => assert!(w.each_once()),
+        other => panic!("disagree: {other:?}"),
     });
 }
 
 #[test]
 fn a_failed_chunk_fails_both() {
-    loom::model(|| {
-        let w = World::new();
-        let g = Lender::default().offer(w.block());
-        let w2 = w.clone();
-        let rx = thread::spawn(move || receiver(&w2, g, true));
-        let s = sender(&w, g, false);
-        let r = rx.join().unwrap();
+    race_model(true, false, |w, s, r| {
         // Every copy the receiver makes fails: if it made one, both sides see the
         // failure; if the sender claimed every chunk first, the loan was read.
         if w.receiver_failed.load(Ordering::Relaxed) > 0 {

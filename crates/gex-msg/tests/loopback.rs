@@ -31,10 +31,40 @@ fn bytes(n: usize, salt: u8) -> Vec<u8> {
 }
 
 #[test]
-fn eager_and_rendezvous_every_call() {
-    let c = client("256");
-    let mut ep = c.endpoint(0).unwrap();
-    let w = Comm::WORLD;
+fn an_event_of_another_endpoint_is_an_error() {
+    let c = ClientBuilder::new()
+        .layer::<Msg>()
+        .endpoints(2)
+        .init::<Loopback>(Box::new(Singleton::new()))
+        .unwrap();
+    let mut a = c.endpoint(0).unwrap();
+    let mut b = c.endpoint(1).unwrap();
+    let ev = a.irecv(Comm::WORLD, None, None, vec![0; 4]).unwrap();
+    assert!(matches!(
+        b.wait(ev),
+        Err(MsgError::Event(gex_core::EventError::WrongEndpoint { .. }))
+    ));
+}
+
+/// The cases (each marked `#[test]`), under their names: `ep` is endpoint 0 of a fresh
+/// [`client`] with that eager maximum, `w` the world communicator; after the body, the
+/// endpoint must be [`quiet`].
+macro_rules! loopback_tests {
+    ($($(#[$m:meta])* fn $name:ident($ep:ident, $w:ident, eager_max = $eager:literal) $body:block)*) => {$(
+        $(#[$m])*
+        fn $name() {
+            let c = client($eager);
+            let mut $ep = c.endpoint(0).unwrap();
+            let $w = Comm::WORLD;
+            $body
+            assert!(quiet(&mut $ep));
+        }
+    )*};
+}
+
+loopback_tests! {
+#[test]
+fn eager_and_rendezvous_every_call(ep, w, eager_max = "256") {
     // 0 bytes, eager, the threshold, rendezvous of one and of several chunks.
     for (i, n) in [0usize, 1, 255, 256, 257, 5000, 200_000]
         .into_iter()
@@ -89,10 +119,7 @@ fn eager_and_rendezvous_every_call() {
 }
 
 #[test]
-fn non_overtaking_and_wildcards() {
-    let c = client("64");
-    let mut ep = c.endpoint(0).unwrap();
-    let w = Comm::WORLD;
+fn non_overtaking_and_wildcards(ep, w, eager_max = "64") {
     // Mixed eager and rendezvous messages of one (source, tag) arrive in order.
     let sizes = [10usize, 1000, 3, 70_000, 64, 65, 0];
     for (i, &n) in sizes.iter().enumerate() {
@@ -125,14 +152,10 @@ fn non_overtaking_and_wildcards() {
     ep.send(w, 0, 4, b"second").unwrap();
     assert_eq!(ep.wait(a).unwrap().data, b"first");
     assert_eq!(ep.wait(b).unwrap().data, b"second");
-    assert!(quiet(&mut ep));
 }
 
 #[test]
-fn probe_and_iprobe() {
-    let c = client("128");
-    let mut ep = c.endpoint(0).unwrap();
-    let w = Comm::WORLD;
+fn probe_and_iprobe(ep, w, eager_max = "128") {
     assert_eq!(ep.iprobe(w, None, None).unwrap(), None);
     ep.send(w, 0, 11, &bytes(1000, 1)).unwrap(); // rendezvous: RTS only
     ep.send(w, 0, 12, &bytes(10, 2)).unwrap();
@@ -146,14 +169,10 @@ fn probe_and_iprobe() {
     assert_eq!(buf, bytes(1000, 1));
     ep.recv(w, None, None, &mut buf).unwrap();
     assert_eq!(ep.iprobe(w, None, None).unwrap(), None);
-    assert!(quiet(&mut ep));
 }
 
 #[test]
-fn truncation_consumes_the_message() {
-    let c = client("100");
-    let mut ep = c.endpoint(0).unwrap();
-    let w = Comm::WORLD;
+fn truncation_consumes_the_message(ep, w, eager_max = "100") {
     for n in [50usize, 5000] {
         // Unexpected, blocking receive.
         ep.send(w, 0, 1, &bytes(n, 0)).unwrap();
@@ -178,14 +197,10 @@ fn truncation_consumes_the_message() {
         assert!(ep.recv(w, None, None, &mut small).is_err());
         ep.wait(s).unwrap();
     }
-    assert!(quiet(&mut ep));
 }
 
 #[test]
-fn misuse_errors() {
-    let c = client("8192");
-    let mut ep = c.endpoint(0).unwrap();
-    let w = Comm::WORLD;
+fn misuse_errors(ep, w, eager_max = "8192") {
     let too_big = TAG_MAX + 1;
     assert_eq!(
         ep.send(w, 0, too_big, b"x"),
@@ -216,11 +231,7 @@ fn misuse_errors() {
     ep.recv(w, Some(0), Some(TAG_MAX), &mut buf).unwrap();
     assert_eq!(&buf, b"y");
     // A bad value of the setting fails the endpoint.
-    let bad = ClientBuilder::new()
-        .layer::<Msg>()
-        .config(Config::from_pairs([("GEX_MSG_EAGER_MAX", "lots")]))
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let bad = client("lots");
     assert!(matches!(bad.endpoint(0), Err(gex_core::EpError::Layer(_))));
     // No layer.
     let plain = ClientBuilder::new()
@@ -228,14 +239,10 @@ fn misuse_errors() {
         .unwrap();
     let mut p = plain.endpoint(0).unwrap();
     assert_eq!(p.send(w, 0, 0, b"x"), Err(MsgError::NoLayer));
-    assert!(quiet(&mut ep));
 }
 
 #[test]
-fn dropped_receive_events_keep_their_buffers() {
-    let c = client("64");
-    let mut ep = c.endpoint(0).unwrap();
-    let w = Comm::WORLD;
+fn dropped_receive_events_keep_their_buffers(ep, w, eager_max = "64") {
     // A dropped and a leaked receive event: the layer owns the buffers; the messages
     // still match them (and nothing else).
     drop(ep.irecv(w, None, Some(1), vec![0; 1000]).unwrap());
@@ -253,27 +260,9 @@ fn dropped_receive_events_keep_their_buffers() {
     ));
 }
 
-#[test]
-fn an_event_of_another_endpoint_is_an_error() {
-    let c = ClientBuilder::new()
-        .layer::<Msg>()
-        .endpoints(2)
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
-    let mut a = c.endpoint(0).unwrap();
-    let mut b = c.endpoint(1).unwrap();
-    let ev = a.irecv(Comm::WORLD, None, None, vec![0; 4]).unwrap();
-    assert!(matches!(
-        b.wait(ev),
-        Err(MsgError::Event(gex_core::EventError::WrongEndpoint { .. }))
-    ));
-}
 
 #[test]
-fn persistent_requests() {
-    let c = client("64");
-    let mut ep = c.endpoint(0).unwrap();
-    let w = Comm::WORLD;
+fn persistent_requests(ep, w, eager_max = "64") {
     let tx = ep.send_init(w, 0, 3, false).unwrap();
     let stx = ep.send_init(w, 0, 3, true).unwrap();
     let rx = ep.recv_init(w, None, Some(3)).unwrap();
@@ -305,4 +294,5 @@ fn persistent_requests() {
         &mut ep,
         Msg::is_quiet
     ));
+}
 }

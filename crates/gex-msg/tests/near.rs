@@ -18,7 +18,7 @@ use gex_msg::{Comm, Msg, MsgExt, MsgStats};
 use gex_sync::atomic::{AtomicU64, Ordering};
 use gex_testkit::exchange_barrier;
 use gex_testkit::procs::Procs;
-use gex_testkit::sim::{Delay, SimConfig, run_sim};
+use gex_testkit::sim::{Delay, Sim, SimConfig, run_sim};
 
 const W: Comm = Comm::WORLD;
 /// Messages each sender floods the receiver with: several times a queue.
@@ -139,6 +139,17 @@ fn body<C: Conduit>(ep: &mut Endpoint<C>, n: u32) {
     exchange_barrier(ep).unwrap();
 }
 
+/// Runs `f` on endpoint 0 of each of `ranks` thread ranks of the simulated fabric
+/// `cfg`, with the messaging layer.
+fn on_sim(ranks: u32, cfg: SimConfig, f: impl Fn(Box<Endpoint<Sim>>) + Send + Sync) {
+    run_sim(
+        ranks,
+        cfg,
+        || ClientBuilder::new().layer::<Msg>(),
+        |client| f(client.endpoint(0).unwrap()),
+    );
+}
+
 /// On thread ranks, with an AM path that keeps order and with one that reorders and
 /// delays (AM messages then overtake queued ones and wait for them in `Reorder`).
 #[test]
@@ -152,15 +163,9 @@ fn near_thread_ranks() {
     };
     for cfg in [SimConfig::default(), reordering] {
         for n in [2, 3] {
-            run_sim(
-                n,
-                cfg.clone(),
-                || ClientBuilder::new().layer::<Msg>(),
-                move |client| {
-                    let mut ep = client.endpoint(0).unwrap();
-                    body(&mut ep, n);
-                },
-            );
+            on_sim(n, cfg.clone(), move |mut ep| {
+                body(&mut ep, n);
+            });
         }
     }
 }
@@ -172,22 +177,16 @@ fn no_shared_memory_no_near_path() {
         shared_memory: false,
         ..SimConfig::default()
     };
-    run_sim(
-        2,
-        cfg,
-        || ClientBuilder::new().layer::<Msg>(),
-        |client| {
-            let mut ep = client.endpoint(0).unwrap();
-            let me = ep.addr().rank;
-            ep.send(W, 1 - me, 1, b"hi").unwrap();
-            let mut b = [0u8; 2];
-            ep.recv(W, Some(1 - me), Some(1), &mut b).unwrap();
-            assert_eq!(&b, b"hi");
-            let s = stats(&mut ep);
-            assert_eq!((s.near_sent, s.near_received, s.eager_sent), (0, 0, 1));
-            exchange_barrier(&mut ep).unwrap();
-        },
-    );
+    on_sim(2, cfg, |mut ep| {
+        let me = ep.addr().rank;
+        ep.send(W, 1 - me, 1, b"hi").unwrap();
+        let mut b = [0u8; 2];
+        ep.recv(W, Some(1 - me), Some(1), &mut b).unwrap();
+        assert_eq!(&b, b"hi");
+        let s = stats(&mut ep);
+        assert_eq!((s.near_sent, s.near_received, s.eager_sent), (0, 0, 1));
+        exchange_barrier(&mut ep).unwrap();
+    });
 }
 
 /// Word `k` of the layer's slice of `rank`'s auxiliary area (endpoint 0), as a liar
@@ -209,56 +208,50 @@ fn area_word<C: Conduit>(ep: &mut Endpoint<C>, rank: u32, k: usize) -> &'static 
 /// still receives the next one, whose sequence number follows the dropped one's).
 #[test]
 fn lying_peer_is_refused() {
-    run_sim(
-        2,
-        SimConfig::default(),
-        || ClientBuilder::new().layer::<Msg>(),
-        |client| {
-            let mut ep = client.endpoint(0).unwrap();
-            let me = ep.addr().rank;
-            // Both ranks' host-local index is their rank: rank 0 writes queue 0 of rank 1.
-            if me == 1 {
-                area_word(&mut ep, 1, 0).store(u64::MAX, Ordering::Relaxed);
+    on_sim(2, SimConfig::default(), |mut ep| {
+        let me = ep.addr().rank;
+        // Both ranks' host-local index is their rank: rank 0 writes queue 0 of rank 1.
+        if me == 1 {
+            area_word(&mut ep, 1, 0).store(u64::MAX, Ordering::Relaxed);
+        }
+        exchange_barrier(&mut ep).unwrap();
+        if me == 0 {
+            for i in 0..=SLOTS as u8 {
+                ep.send(W, 1, 5, &[i; 8]).unwrap();
             }
-            exchange_barrier(&mut ep).unwrap();
-            if me == 0 {
-                for i in 0..=SLOTS as u8 {
-                    ep.send(W, 1, 5, &[i; 8]).unwrap();
-                }
-                let s = stats(&mut ep);
-                assert_eq!(
-                    (s.near_sent, s.near_refused, s.eager_sent),
-                    (SLOTS as u64, 1, 1)
-                );
+            let s = stats(&mut ep);
+            assert_eq!(
+                (s.near_sent, s.near_refused, s.eager_sent),
+                (SLOTS as u64, 1, 1)
+            );
+        }
+        exchange_barrier(&mut ep).unwrap();
+        let mut b = [0u8; 8];
+        if me == 1 {
+            for i in 0..=SLOTS as u8 {
+                ep.recv(W, Some(0), Some(5), &mut b).unwrap();
+                assert_eq!(b, [i; 8]);
             }
-            exchange_barrier(&mut ep).unwrap();
-            let mut b = [0u8; 8];
-            if me == 1 {
-                for i in 0..=SLOTS as u8 {
-                    ep.recv(W, Some(0), Some(5), &mut b).unwrap();
-                    assert_eq!(b, [i; 8]);
-                }
-            }
-            exchange_barrier(&mut ep).unwrap();
-            if me == 0 {
-                // Message number SLOTS of the pair: slot 0 again; its word 1 holds the
-                // length (low half) and the tag.
-                ep.send(W, 1, 6, &[0xaa; 8]).unwrap();
-                area_word(&mut ep, 1, Queue::words_for(0) + 1).store(u64::MAX, Ordering::Relaxed);
-                ep.send(W, 1, 6, &[0xbb; 8]).unwrap();
-                assert_eq!(stats(&mut ep).near_sent, SLOTS as u64 + 2);
-            }
-            exchange_barrier(&mut ep).unwrap();
-            if me == 1 {
-                let st = ep.recv(W, Some(0), None, &mut b).unwrap();
-                assert_eq!((st.tag, b), (6, [0xbb; 8]));
-                assert_eq!(ep.iprobe(W, None, None).unwrap(), None);
-                assert_eq!(stats(&mut ep).dropped, 1);
-            }
-            exchange_barrier(&mut ep).unwrap();
-            assert_eq!(QUEUE_WORDS, Queue::words_for(SLOTS));
-        },
-    );
+        }
+        exchange_barrier(&mut ep).unwrap();
+        if me == 0 {
+            // Message number SLOTS of the pair: slot 0 again; its word 1 holds the
+            // length (low half) and the tag.
+            ep.send(W, 1, 6, &[0xaa; 8]).unwrap();
+            area_word(&mut ep, 1, Queue::words_for(0) + 1).store(u64::MAX, Ordering::Relaxed);
+            ep.send(W, 1, 6, &[0xbb; 8]).unwrap();
+            assert_eq!(stats(&mut ep).near_sent, SLOTS as u64 + 2);
+        }
+        exchange_barrier(&mut ep).unwrap();
+        if me == 1 {
+            let st = ep.recv(W, Some(0), None, &mut b).unwrap();
+            assert_eq!((st.tag, b), (6, [0xbb; 8]));
+            assert_eq!(ep.iprobe(W, None, None).unwrap(), None);
+            assert_eq!(stats(&mut ep).dropped, 1);
+        }
+        exchange_barrier(&mut ep).unwrap();
+        assert_eq!(QUEUE_WORDS, Queue::words_for(SLOTS));
+    });
 }
 
 struct Near(u32);

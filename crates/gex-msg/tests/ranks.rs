@@ -19,10 +19,11 @@
 mod common;
 mod model;
 
-use gex::Job;
+use common::{OnRank, RankJob, settle, stats};
+
 use gex::spi::Conduit;
-use gex_core::{Client, ClientBuilder, Config};
-use gex_msg::{Comm, Msg, MsgError, MsgExt, MsgStats, TAG_MAX};
+use gex_core::{Client, ClientBuilder, Config, Endpoint};
+use gex_msg::{Comm, Msg, MsgError, MsgExt, TAG_MAX};
 use gex_testkit::exchange_barrier;
 use gex_testkit::procs::Procs;
 
@@ -33,10 +34,6 @@ fn builder(eager: usize, single_copy: bool) -> ClientBuilder<((), Msg)> {
             ("GEX_MSG_EAGER_MAX", eager.to_string()),
             ("GEX_MSG_SINGLE_COPY", u8::from(single_copy).to_string()),
         ]))
-}
-
-fn stats<C: Conduit>(ep: &mut gex_core::Endpoint<C>) -> MsgStats {
-    gex_core::layer::with::<Msg, _, _>(ep, |m, _| m.stats()).unwrap()
 }
 
 /// Ends the test process if `f` takes more than 5 minutes (a hang in an in-process
@@ -58,16 +55,11 @@ fn watchdog<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Thread ranks of this process over smp.
-fn threads<J: Job<Output = ()>>(
-    ranks: u32,
-    eager: usize,
-    single_copy: bool,
-    job: impl Fn() -> J + Sync,
-) {
+fn threads<J: RankJob>(ranks: u32, eager: usize, single_copy: bool, job: impl Fn() -> J + Sync) {
     watchdog(|| threads_unguarded(ranks, eager, single_copy, job));
 }
 
-fn threads_unguarded<J: Job<Output = ()>>(
+fn threads_unguarded<J: RankJob>(
     ranks: u32,
     eager: usize,
     single_copy: bool,
@@ -78,23 +70,34 @@ fn threads_unguarded<J: Job<Output = ()>>(
             builder(eager, single_copy),
             Box::new(boot),
             Some("smp"),
-            job(),
+            OnRank(job()),
         )
         .unwrap();
     })
     .unwrap();
 }
 
+/// `ranks` processes, one rank each, on the conduit the facade selects.
+fn procs<J: RankJob>(ranks: u32, eager: usize, job: impl Fn() -> J + Sync) {
+    started(ranks)
+        .run(|boot| gex::init_with_boot(builder(eager, true), boot, None, OnRank(job())).unwrap())
+        .assert_success();
+}
+
+/// A runner of `ranks` processes that fails a job hung for 5 minutes.
+fn started(ranks: u32) -> Procs {
+    Procs::new(ranks).timeout(std::time::Duration::from_secs(300))
+}
+
 /// `procs` processes of `per` thread ranks each, smp between all.
-fn mixed<J: Job<Output = ()>>(
+fn mixed<J: RankJob>(
     procs: u32,
     per: u32,
     eager: usize,
     single_copy: bool,
     job: impl Fn() -> J + Sync,
 ) {
-    Procs::new(procs)
-        .timeout(std::time::Duration::from_secs(300))
+    started(procs)
         .run(|boot| {
             let t = gex::boot::threads::ThreadJob::within(boot, per).unwrap();
             t.run(|tb| {
@@ -102,7 +105,7 @@ fn mixed<J: Job<Output = ()>>(
                     builder(eager, single_copy),
                     Box::new(tb),
                     Some("smp"),
-                    job(),
+                    OnRank(job()),
                 )
                 .unwrap();
             })
@@ -116,12 +119,10 @@ struct Storm {
     single_copy: bool,
 }
 
-impl Job for Storm {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut ep = client.endpoint(0).unwrap();
-        common::all_to_all(&mut ep, 40, 3, 8, self.eager);
-        let st = stats(&mut ep);
+impl RankJob for Storm {
+    fn body<C: Conduit>(self, _: &Client<C>, ep: &mut Endpoint<C>) {
+        common::all_to_all(ep, 40, 3, 8, self.eager);
+        let st = stats(ep);
         // Every rank received rendezvous messages (sizes eager + 1 and 1500..4500 >
         // eager): with the single copy on, from thread ranks of its own process by
         // the lent buffer (always possible), else in chunks.
@@ -130,8 +131,6 @@ impl Job for Storm {
         } else {
             assert_eq!((st.rndv_single_copy, st.rndv_fallback), (0, 0), "{st:?}");
         }
-        drop(ep);
-        client.finalize().unwrap();
     }
 }
 
@@ -168,10 +167,8 @@ struct Protocols {
 
 const EAGER: usize = 512;
 
-impl Job for Protocols {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut ep = client.endpoint(0).unwrap();
+impl RankJob for Protocols {
+    fn body<C: Conduit>(self, client: &Client<C>, ep: &mut Endpoint<C>) {
         let w = Comm::WORLD;
         let me = ep.addr().rank;
         // Two partners: the other thread of my pair, and my rank in the other pair.
@@ -186,11 +183,11 @@ impl Job for Protocols {
                 let n = data.len();
                 // Posted first, then unexpected (blocking receive), both ways.
                 let ev = ep.irecv(w, Some(peer), Some(1), vec![0; n]).unwrap();
-                exchange_barrier(&mut ep).unwrap();
+                exchange_barrier(ep).unwrap();
                 ep.send(w, peer, 1, &data).unwrap();
                 assert_eq!(ep.wait(ev).unwrap().data, theirs);
                 ep.send(w, peer, 2, &data).unwrap();
-                exchange_barrier(&mut ep).unwrap();
+                exchange_barrier(ep).unwrap();
                 let mut buf = vec![0u8; n + 5];
                 let st = ep.recv(w, None, Some(2), &mut buf).unwrap();
                 assert_eq!((st.source, st.len, &buf[..n]), (peer, n, &theirs[..]));
@@ -219,7 +216,7 @@ impl Job for Protocols {
                     ep.poll();
                 }
                 assert!(!s.is_done(), "{n}: an issend completed before its match");
-                exchange_barrier(&mut ep).unwrap();
+                exchange_barrier(ep).unwrap();
                 let mut buf = vec![0u8; n];
                 ep.recv(w, Some(peer), Some(4), &mut buf).unwrap();
                 assert_eq!(buf, theirs);
@@ -242,7 +239,7 @@ impl Job for Protocols {
                     }
                     assert_eq!(got.data, t);
                 }
-                exchange_barrier(&mut ep).unwrap();
+                exchange_barrier(ep).unwrap();
             }
         }
         // Tags out of range.
@@ -258,12 +255,7 @@ impl Job for Protocols {
             ep.irecv(w, None, Some(big), vec![]),
             Err(MsgError::TagOutOfRange { .. })
         ));
-        exchange_barrier(&mut ep).unwrap();
-        assert!(gex_core::layer::wait_until::<Msg, _>(
-            &mut ep,
-            Msg::is_quiet
-        ));
-        let st = stats(&mut ep);
+        let st = settle(ep);
         assert_eq!(st.dropped, 0, "{st:?}");
         if self.single_copy {
             // From a thread of my own process, every rendezvous message is read
@@ -280,9 +272,7 @@ impl Job for Protocols {
         } else {
             assert_eq!((st.rndv_single_copy, st.rndv_fallback), (0, 0), "{st:?}");
         }
-        exchange_barrier(&mut ep).unwrap();
-        drop(ep);
-        client.finalize().unwrap();
+        exchange_barrier(ep).unwrap();
     }
 }
 
@@ -303,18 +293,7 @@ fn mixed_protocols_2x2() {
 
 #[test]
 fn procs_protocols_4() {
-    Procs::new(4)
-        .timeout(std::time::Duration::from_secs(300))
-        .run(|boot| {
-            gex::init_with_boot(
-                builder(EAGER, true),
-                boot,
-                None,
-                Protocols { single_copy: true },
-            )
-            .unwrap();
-        })
-        .assert_success();
+    procs(4, EAGER, || Protocols { single_copy: true });
 }
 
 struct Model {
@@ -323,13 +302,9 @@ struct Model {
 
 const MODEL_EAGER: usize = 256;
 
-impl Job for Model {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut ep = client.endpoint(0).unwrap();
-        model::play(&mut ep, self.seed, 24, 40, MODEL_EAGER);
-        drop(ep);
-        client.finalize().unwrap();
+impl RankJob for Model {
+    fn body<C: Conduit>(self, _: &Client<C>, ep: &mut Endpoint<C>) {
+        model::play(ep, self.seed, 24, 40, MODEL_EAGER);
     }
 }
 
@@ -345,12 +320,7 @@ fn mixed_model_2x2() {
 
 #[test]
 fn procs_model_3() {
-    Procs::new(3)
-        .timeout(std::time::Duration::from_secs(300))
-        .run(|boot| {
-            gex::init_with_boot(builder(MODEL_EAGER, true), boot, None, Model { seed: 3 }).unwrap();
-        })
-        .assert_success();
+    procs(3, MODEL_EAGER, || Model { seed: 3 });
 }
 
 #[test]
@@ -406,10 +376,8 @@ fn a_bad_single_copy_setting_fails_the_endpoint() {
 /// may be in place: at least one of them must be.)
 struct InPlace;
 
-impl Job for InPlace {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut ep = client.endpoint(0).unwrap();
+impl RankJob for InPlace {
+    fn body<C: Conduit>(self, _: &Client<C>, ep: &mut Endpoint<C>) {
         let w = Comm::WORLD;
         let me = ep.addr().rank;
         let peer = 1 - me;
@@ -425,12 +393,7 @@ impl Job for InPlace {
                 assert!(buf == common::payload(peer, 0, round, n), "round {round}");
             }
         }
-        exchange_barrier(&mut ep).unwrap();
-        assert!(gex_core::layer::wait_until::<Msg, _>(
-            &mut ep,
-            Msg::is_quiet
-        ));
-        let st = stats(&mut ep);
+        let st = settle(ep);
         assert_eq!(st.rndv_single_copy, 6, "{st:?}");
         assert!(st.rndv_in_place <= 6, "{st:?}");
         // Rank 0 checks that some rounds, of either rank, were read in place.
@@ -443,9 +406,7 @@ impl Job for InPlace {
             let total = st.rndv_in_place + u64::from_le_bytes(b);
             assert!(total > 0, "no round was read in place: {st:?}");
         }
-        exchange_barrier(&mut ep).unwrap();
-        drop(ep);
-        client.finalize().unwrap();
+        exchange_barrier(ep).unwrap();
     }
 }
 
@@ -462,7 +423,13 @@ fn threads_receiver_refusing_the_single_copy() {
     watchdog(|| {
         gex::boot::threads::run(2, |boot| {
             let on = gex_core::boot::Bootstrap::rank(&boot) == 0;
-            gex::init_with_boot(builder(EAGER, on), Box::new(boot), Some("smp"), Refused).unwrap();
+            gex::init_with_boot(
+                builder(EAGER, on),
+                Box::new(boot),
+                Some("smp"),
+                OnRank(Refused),
+            )
+            .unwrap();
         })
         .unwrap();
     });
@@ -470,10 +437,8 @@ fn threads_receiver_refusing_the_single_copy() {
 
 struct Refused;
 
-impl Job for Refused {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut ep = client.endpoint(0).unwrap();
+impl RankJob for Refused {
+    fn body<C: Conduit>(self, _: &Client<C>, ep: &mut Endpoint<C>) {
         let w = Comm::WORLD;
         let me = ep.addr().rank;
         for (i, n) in [EAGER + 1, 100_000].into_iter().enumerate() {
@@ -490,20 +455,13 @@ impl Job for Refused {
                 assert_eq!(ep.wait(got).unwrap().data, data);
             }
         }
-        exchange_barrier(&mut ep).unwrap();
-        assert!(gex_core::layer::wait_until::<Msg, _>(
-            &mut ep,
-            Msg::is_quiet
-        ));
-        let st = stats(&mut ep);
+        let st = settle(ep);
         if me == 1 {
             // Four offers (two blocking sends, two isends), each taken in chunks.
             assert_eq!((st.rndv_single_copy, st.rndv_fallback), (0, 4), "{st:?}");
         }
         assert_eq!(st.rndv_in_place, 0, "{st:?}");
-        exchange_barrier(&mut ep).unwrap();
-        drop(ep);
-        client.finalize().unwrap();
+        exchange_barrier(ep).unwrap();
     }
 }
 
@@ -518,10 +476,8 @@ fn threads_eager_lands_in_a_waiting_recv() {
 
 struct Landed;
 
-impl Job for Landed {
-    type Output = ();
-    fn run<C: Conduit>(self, client: Client<C>) {
-        let mut ep = client.endpoint(0).unwrap();
+impl RankJob for Landed {
+    fn body<C: Conduit>(self, _: &Client<C>, ep: &mut Endpoint<C>) {
         let w = Comm::WORLD;
         let me = ep.addr().rank;
         // Above the near path's 104 bytes, within the eager limit.
@@ -530,7 +486,7 @@ impl Job for Landed {
         // Time for rank 1 to be waiting in its `recv` before each message.
         let pause = || std::thread::sleep(std::time::Duration::from_millis(50));
         if me == 0 {
-            exchange_barrier(&mut ep).unwrap();
+            exchange_barrier(ep).unwrap();
             pause();
             // To the posted any-tag receive, then to the waiting receive.
             ep.send(w, 1, 1, &msg(0)).unwrap();
@@ -547,7 +503,7 @@ impl Job for Landed {
             ep.send(w, 1, 6, &msg(5)).unwrap();
         } else {
             let posted = ep.irecv(w, Some(0), None, vec![0; n]).unwrap();
-            exchange_barrier(&mut ep).unwrap();
+            exchange_barrier(ep).unwrap();
             let mut buf = vec![0u8; n];
             let st = ep.recv(w, Some(0), Some(1), &mut buf).unwrap();
             assert_eq!((st.source, st.tag, st.len), (0, 1, n));
@@ -566,15 +522,11 @@ impl Job for Landed {
                 matches!(err, MsgError::Truncated { len, .. } if len == n),
                 "{err:?}"
             );
-            let st = stats(&mut ep);
+            let st = stats(ep);
             // Messages 1, 2 and 4 landed; 0 went to the posted receive, 3 and 5 were
             // unexpected.
             assert_eq!((st.landed, st.matched_posted), (3, 1), "{st:?}");
         }
-        exchange_barrier(&mut ep).unwrap();
-        assert!(gex_core::layer::wait_until::<Msg, _>(
-            &mut ep,
-            Msg::is_quiet
-        ));
+        settle(ep);
     }
 }

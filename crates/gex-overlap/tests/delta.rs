@@ -6,11 +6,10 @@
 
 mod common;
 
-use gex_core::boot::Singleton;
 use gex_core::loopback::Loopback;
-use gex_core::{Blocking, Client, ClientBuilder, Endpoint};
+use gex_core::{Blocking, Client, Endpoint};
 use gex_overlap::{DeltaBuf, DeltaExt, OverlapError, Tracking, page_size};
-use gex_rma::{GlobalPtr, Rma, RmaExt};
+use gex_rma::{GlobalPtr, RmaExt};
 
 const SEG: usize = 8 << 20;
 
@@ -40,14 +39,76 @@ fn scribble(ep: &mut Endpoint<Loopback>, off: usize, len: usize) {
     ep.put(p, &vec![0xEE; len], Blocking).unwrap();
 }
 
+/// An epoch: the first part is sent (marks reaching the delta size) while the rest is
+/// computed; then `delta_end`, `delta_wait`.
 #[test]
-fn os_triggered_sends_only_the_pages_written() {
-    let client = client();
-    let mut ep = client.endpoint(0).unwrap();
+fn marks_send_early_inside_an_epoch() {
     let pg = page_size();
+    let client = client_env(Some(&(4 * pg).to_string()));
+    let mut ep = client.endpoint(0).unwrap();
     let len = 64 * pg;
     let dst = GlobalPtr::<u8>::new(ep.addr(), 0);
-    let mut buf = DeltaBuf::new(len, Tracking::OsTriggered).unwrap();
+    let mut buf = DeltaBuf::new(len, Tracking::Annotated).unwrap();
+    ep.delta_put(dst, &mut buf).unwrap();
+    for round in 1..4u8 {
+        ep.delta_begin(&mut buf, dst).unwrap();
+        assert!(buf.in_epoch());
+        // 24 pages of 64 (less than half: no whole send), page by page, marked as
+        // produced.
+        for p in 0..24 {
+            buf[p * pg..(p + 1) * pg].fill(round.wrapping_mul(p as u8 + 1));
+            ep.delta_mark(&mut buf, p * pg, pg).unwrap();
+        }
+        let s = ep.delta_end(&mut buf).unwrap();
+        assert!(!buf.in_epoch());
+        assert_eq!(s.bytes, 24 * pg);
+        // One send per delta (4 pages), all of them by the marks, before the end.
+        assert_eq!(s.sends, 6, "{s:?}");
+        ep.delta_wait(&mut buf).unwrap();
+        assert_eq!(dest(&mut ep, 0, len), buf.to_vec(), "round {round}");
+    }
+}
+
+/// The cases (each marked `#[test]`), under their names: `ep` is endpoint 0 of a fresh
+/// [`client`] and `pg` the page size; with more arguments, `buf` is a [`DeltaBuf`] of
+/// `len` bytes (that many pages) in that tracking mode and `dst` the destination at
+/// that offset of the endpoint's own segment.
+macro_rules! delta_tests {
+    () => {};
+    ($(#[$m:meta])* fn $name:ident($ep:ident, $pg:ident) $body:block $($rest:tt)*) => {
+        $(#[$m])*
+        fn $name() {
+            let client = client();
+            let mut $ep = client.endpoint(0).unwrap();
+            let $pg = page_size();
+            $body
+        }
+        delta_tests! { $($rest)* }
+    };
+    (
+        $(#[$m:meta])*
+        fn $name:ident(
+            $ep:ident, $pg:ident, $len:ident = $pages:literal pages,
+            $buf:ident: $tracking:ident, $dst:ident at $off:expr
+        ) $body:block
+        $($rest:tt)*
+    ) => {
+        delta_tests! {
+            $(#[$m])*
+            fn $name($ep, $pg) {
+                let $len = $pages * $pg;
+                let $dst = GlobalPtr::<u8>::new($ep.addr(), $off);
+                let mut $buf = DeltaBuf::new($len, Tracking::$tracking).unwrap();
+                $body
+            }
+            $($rest)*
+        }
+    };
+}
+
+delta_tests! {
+#[test]
+fn os_triggered_sends_only_the_pages_written(ep, pg, len = 64 pages, buf: OsTriggered, dst at 0) {
     for (i, b) in buf.iter_mut().enumerate() {
         *b = (i % 251) as u8;
     }
@@ -88,13 +149,7 @@ fn os_triggered_sends_only_the_pages_written() {
 }
 
 #[test]
-fn os_triggered_with_four_threads_writing() {
-    let client = client();
-    let mut ep = client.endpoint(0).unwrap();
-    let pg = page_size();
-    let len = 256 * pg;
-    let dst = GlobalPtr::<u8>::new(ep.addr(), 1 << 20);
-    let mut buf = DeltaBuf::new(len, Tracking::OsTriggered).unwrap();
+fn os_triggered_with_four_threads_writing(ep, pg, len = 256 pages, buf: OsTriggered, dst at 1 << 20) {
     ep.delta_put(dst, &mut buf).unwrap();
     for round in 0..6u8 {
         // Four threads, each writing every fourth page of its quarter (and some
@@ -116,13 +171,7 @@ fn os_triggered_with_four_threads_writing() {
 }
 
 #[test]
-fn annotated_sends_the_marked_bytes_only() {
-    let client = client();
-    let mut ep = client.endpoint(0).unwrap();
-    let pg = page_size();
-    let len = 32 * pg;
-    let dst = GlobalPtr::<u8>::new(ep.addr(), 0);
-    let mut buf = DeltaBuf::new(len, Tracking::Annotated).unwrap();
+fn annotated_sends_the_marked_bytes_only(ep, pg, len = 32 pages, buf: Annotated, dst at 0) {
     buf.fill(1);
     let s = ep.delta_put(dst, &mut buf).unwrap();
     assert_eq!(s.bytes, len);
@@ -144,14 +193,8 @@ fn annotated_sends_the_marked_bytes_only() {
 }
 
 #[test]
-fn another_destination_gets_everything() {
-    let client = client();
-    let mut ep = client.endpoint(0).unwrap();
-    let pg = page_size();
-    let len = 8 * pg;
-    let mut buf = DeltaBuf::new(len, Tracking::OsTriggered).unwrap();
+fn another_destination_gets_everything(ep, pg, len = 8 pages, buf: OsTriggered, a at 0) {
     buf.fill(9);
-    let a = GlobalPtr::<u8>::new(ep.addr(), 0);
     let b = GlobalPtr::<u8>::new(ep.addr(), 2 << 20);
     assert_eq!(ep.delta_put(a, &mut buf).unwrap().bytes, len);
     buf[0] = 1;
@@ -164,13 +207,7 @@ fn another_destination_gets_everything() {
 }
 
 #[test]
-fn most_of_the_buffer_changed_sends_it_whole() {
-    let client = client();
-    let mut ep = client.endpoint(0).unwrap();
-    let pg = page_size();
-    let len = 10 * pg;
-    let dst = GlobalPtr::<u8>::new(ep.addr(), 0);
-    let mut buf = DeltaBuf::new(len, Tracking::Annotated).unwrap();
+fn most_of_the_buffer_changed_sends_it_whole(ep, pg, len = 10 pages, buf: Annotated, dst at 0) {
     ep.delta_put(dst, &mut buf).unwrap();
     // Six pages of ten, in pieces: whole (the rest of the buffer in delta-sized runs).
     for p in [0, 2, 4, 6, 8, 9] {
@@ -190,44 +227,8 @@ fn most_of_the_buffer_changed_sends_it_whole() {
     assert_eq!((s.bytes, s.whole), (2, false));
 }
 
-/// An epoch: the first part is sent (marks reaching the delta size) while the rest is
-/// computed; then `delta_end`, `delta_wait`.
 #[test]
-fn marks_send_early_inside_an_epoch() {
-    let pg = page_size();
-    let client = client_env(Some(&(4 * pg).to_string()));
-    let mut ep = client.endpoint(0).unwrap();
-    let len = 64 * pg;
-    let dst = GlobalPtr::<u8>::new(ep.addr(), 0);
-    let mut buf = DeltaBuf::new(len, Tracking::Annotated).unwrap();
-    ep.delta_put(dst, &mut buf).unwrap();
-    for round in 1..4u8 {
-        ep.delta_begin(&mut buf, dst).unwrap();
-        assert!(buf.in_epoch());
-        // 24 pages of 64 (less than half: no whole send), page by page, marked as
-        // produced.
-        for p in 0..24 {
-            buf[p * pg..(p + 1) * pg].fill(round.wrapping_mul(p as u8 + 1));
-            ep.delta_mark(&mut buf, p * pg, pg).unwrap();
-        }
-        let s = ep.delta_end(&mut buf).unwrap();
-        assert!(!buf.in_epoch());
-        assert_eq!(s.bytes, 24 * pg);
-        // One send per delta (4 pages), all of them by the marks, before the end.
-        assert_eq!(s.sends, 6, "{s:?}");
-        ep.delta_wait(&mut buf).unwrap();
-        assert_eq!(dest(&mut ep, 0, len), buf.to_vec(), "round {round}");
-    }
-}
-
-#[test]
-fn os_triggered_flush_then_write_again_is_reported() {
-    let client = client();
-    let mut ep = client.endpoint(0).unwrap();
-    let pg = page_size();
-    let len = 16 * pg;
-    let dst = GlobalPtr::<u8>::new(ep.addr(), 0);
-    let mut buf = DeltaBuf::new(len, Tracking::OsTriggered).unwrap();
+fn os_triggered_flush_then_write_again_is_reported(ep, pg, len = 16 pages, buf: OsTriggered, dst at 0) {
     ep.delta_put(dst, &mut buf).unwrap();
     ep.delta_begin(&mut buf, dst).unwrap();
     buf[2 * pg] = 1;
@@ -251,13 +252,7 @@ fn os_triggered_flush_then_write_again_is_reported() {
 }
 
 #[test]
-fn annotated_misuse_is_reported_by_mark_and_by_end() {
-    let client = client();
-    let mut ep = client.endpoint(0).unwrap();
-    let pg = page_size();
-    let len = 16 * pg;
-    let dst = GlobalPtr::<u8>::new(ep.addr(), 0);
-    let mut buf = DeltaBuf::new(len, Tracking::Annotated).unwrap();
+fn annotated_misuse_is_reported_by_mark_and_by_end(ep, pg, len = 16 pages, buf: Annotated, dst at 0) {
     ep.delta_put(dst, &mut buf).unwrap();
     // Marked again after the flush: the mark says so at once.
     ep.delta_begin(&mut buf, dst).unwrap();
@@ -291,10 +286,7 @@ fn annotated_misuse_is_reported_by_mark_and_by_end() {
 }
 
 #[test]
-fn bad_input_gives_documented_errors() {
-    let client = client();
-    let mut ep = client.endpoint(0).unwrap();
-    let pg = page_size();
+fn bad_input_gives_documented_errors(ep, pg) {
     let mut buf = DeltaBuf::new(4 * pg, Tracking::Annotated).unwrap();
     let dst = GlobalPtr::<u8>::new(ep.addr(), 0);
     assert!(matches!(
@@ -330,11 +322,7 @@ fn bad_input_gives_documented_errors() {
     ep.delta_end(&mut buf).unwrap();
     ep.delta_wait(&mut buf).unwrap();
     // No overlap layer.
-    let plain = ClientBuilder::new()
-        .layer::<Rma>()
-        .segment_size(1 << 20)
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let plain = common::rma_only_client(1 << 20);
     let mut ep2 = plain.endpoint(0).unwrap();
     assert!(matches!(
         ep2.delta_put(GlobalPtr::new(ep2.addr(), 0), &mut buf),
@@ -354,10 +342,7 @@ fn bad_input_gives_documented_errors() {
 /// carries only the changed pages, and the receive buffer ends equal to the sent one
 /// (pages not sent come from the shadow, even after the program wrote its copy).
 #[test]
-fn send_recv_out_of_order_and_unchanged_pages() {
-    let client = client();
-    let mut ep = client.endpoint(0).unwrap();
-    let pg = page_size();
+fn send_recv_out_of_order_and_unchanged_pages(ep, pg) {
     let len = 24 * pg + 100;
     let mut rx = ep.delta_recv_window(pg, len).unwrap();
     assert_eq!(rx.window(), pg);
@@ -394,10 +379,7 @@ fn send_recv_out_of_order_and_unchanged_pages() {
 }
 
 #[test]
-fn send_recv_bad_input_gives_documented_errors() {
-    let client = client();
-    let mut ep = client.endpoint(0).unwrap();
-    let pg = page_size();
+fn send_recv_bad_input_gives_documented_errors(ep, pg) {
     assert!(matches!(
         ep.delta_recv_window(100, pg),
         Err(OverlapError::Unaligned { offset: 100, .. })
@@ -435,10 +417,7 @@ fn send_recv_bad_input_gives_documented_errors() {
 }
 
 #[test]
-fn relay_bad_input_gives_documented_errors() {
-    let client = client();
-    let mut ep = client.endpoint(0).unwrap();
-    let pg = page_size();
+fn relay_bad_input_gives_documented_errors(ep, pg) {
     let rx = ep.delta_recv_window(0, pg).unwrap();
     let mut out = DeltaBuf::new(2 * pg, Tracking::Annotated).unwrap();
     let mut calls = 0;
@@ -472,10 +451,7 @@ fn relay_bad_input_gives_documented_errors() {
 /// 9 pages (plus some bytes) from three senders in turn; the receiver learns each
 /// length from `delta_recv_wait` and finds the message's bytes.
 #[test]
-fn send_recv_variable_size_messages() {
-    let client = client();
-    let mut ep = client.endpoint(0).unwrap();
-    let pg = page_size();
+fn send_recv_variable_size_messages(ep, pg) {
     let mut rx = ep.delta_recv_window(0, 16 * pg).unwrap();
     let window = GlobalPtr::<u8>::new(ep.addr(), 0);
     for (k, n) in [16 * pg, 5 * pg + 7, 9 * pg + 100].into_iter().enumerate() {
@@ -490,6 +466,7 @@ fn send_recv_variable_size_messages() {
         assert_eq!(&rx[..n], &tx[..], "message {k}");
         assert_eq!(ep.delta_recv_wait(&mut rx).unwrap(), n);
     }
+}
 }
 
 mod model {

@@ -13,7 +13,7 @@ mod common;
 
 use gex_core::boot::Singleton;
 use gex_core::loopback::Loopback;
-use gex_core::{Blocking, Client, ClientBuilder};
+use gex_core::{Blocking, Client, ClientBuilder, Endpoint};
 use gex_overlap::{Decomp, Overlap, OverlapBuf, OverlapError, OverlapExt};
 use gex_rma::{GlobalPtr, Rma, RmaExt};
 
@@ -21,6 +21,36 @@ const SEG: usize = 8 << 20;
 
 fn client() -> Client<Loopback> {
     common::loopback_client(gex_core::config::Config::default(), SEG)
+}
+
+/// An endpoint of a fresh client (kept alive after it) in one-page strips, and the
+/// start of its segment.
+fn one_page_strips() -> (Client<Loopback>, Box<Endpoint<Loopback>>, GlobalPtr<u8>) {
+    let client = client();
+    let mut ep = client.endpoint(0).unwrap();
+    let p = GlobalPtr::<u8>::new(ep.addr(), 0);
+    ep.set_decomp(Decomp::Bytes(page()), 0).unwrap();
+    (client, ep, p)
+}
+
+/// Keeps the mover busy: gets of 8 MiB from `p` in the endpoint's strips, into the
+/// buffers returned (pending until the mover reaches them).
+fn busy_mover(ep: &mut Endpoint<Loopback>, p: GlobalPtr<u8>) -> Vec<OverlapBuf> {
+    let mut fillers: Vec<OverlapBuf> = (0..8).map(|_| OverlapBuf::new(1 << 20).unwrap()).collect();
+    for f in &mut fillers {
+        ep.get_demand(f, 0, p, 1 << 20).unwrap();
+    }
+    fillers
+}
+
+/// Puts `data` at the start of the segment and starts a demand-driven get of it into a
+/// new buffer.
+fn demand_get(ep: &mut Endpoint<Loopback>, data: &[u8]) -> OverlapBuf {
+    let p = GlobalPtr::<u8>::new(ep.addr(), 0);
+    ep.put(p, data, Blocking).unwrap();
+    let mut buf = OverlapBuf::new(data.len()).unwrap();
+    ep.get_demand(&mut buf, 0, p, data.len()).unwrap();
+    buf
 }
 
 fn pattern(i: usize) -> u8 {
@@ -99,12 +129,9 @@ fn put_demand_source_is_reusable_once_its_pages_left() {
 
 #[test]
 fn bad_input_gives_documented_errors() {
-    let client = client();
-    let mut ep = client.endpoint(0).unwrap();
+    let (_client, mut ep, p) = one_page_strips();
     let pg = page();
     let mut buf = OverlapBuf::new(16 * pg).unwrap();
-    let p = GlobalPtr::<u8>::new(ep.addr(), 0);
-    ep.set_decomp(Decomp::Bytes(pg), 0).unwrap();
     assert!(matches!(
         ep.get_demand(&mut buf, 1, p, pg),
         Err(OverlapError::Unaligned { offset: 1, .. })
@@ -140,11 +167,7 @@ fn bad_input_gives_documented_errors() {
     ep.wait_range(&buf, 0, 16 * pg).unwrap();
     ep.retire_all().unwrap();
     // Without the layer.
-    let plain = ClientBuilder::new()
-        .layer::<Rma>()
-        .segment_size(1 << 16)
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let plain = common::rma_only_client(1 << 16);
     let mut ep2 = plain.endpoint(0).unwrap();
     assert!(matches!(
         ep2.get_demand(&mut buf, 0, p, pg),
@@ -156,18 +179,11 @@ fn bad_input_gives_documented_errors() {
 fn overlapping_pending_range_is_refused() {
     // The range stays pending while the mover works through a queue of 8 MiB in
     // one-page strips given before it; retried a few times in case a round drained.
-    let client = client();
-    let mut ep = client.endpoint(0).unwrap();
+    let (_client, mut ep, p) = one_page_strips();
     let pg = page();
-    let p = GlobalPtr::<u8>::new(ep.addr(), 0);
-    ep.set_decomp(Decomp::Bytes(pg), 0).unwrap();
     let mut seen = false;
     for _ in 0..20 {
-        let mut fillers: Vec<OverlapBuf> =
-            (0..8).map(|_| OverlapBuf::new(1 << 20).unwrap()).collect();
-        for f in &mut fillers {
-            ep.get_demand(f, 0, p, 1 << 20).unwrap();
-        }
+        let _fillers = busy_mover(&mut ep, p);
         let mut buf = OverlapBuf::new(4 * pg).unwrap();
         ep.get_demand(&mut buf, 0, p, 4 * pg).unwrap();
         if let Err(e) = ep.get_demand(&mut buf, pg, p, pg) {
@@ -214,21 +230,17 @@ extern "C" fn foreign(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::
     let addr = unsafe { (*info).si_addr() } as usize;
     let pg = FOREIGN_PAGE.load(Ordering::Relaxed);
     if addr >= pg && addr < pg + 4096 {
-        FOREIGN.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the page is the test's own mapping.
-        unsafe {
-            libc::mprotect(
-                pg as *mut libc::c_void,
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-            )
-        };
+        foreign_fault(pg);
     }
 }
 
 extern "C" fn foreign_plain(_: libc::c_int) {
     // No address without SA_SIGINFO: the test's page is the only foreign fault.
-    let pg = FOREIGN_PAGE.load(Ordering::Relaxed);
+    foreign_fault(FOREIGN_PAGE.load(Ordering::Relaxed));
+}
+
+/// The foreign handlers' work: counts the fault and opens the test's page `pg`.
+fn foreign_fault(pg: usize) {
     FOREIGN.fetch_add(1, Ordering::Relaxed);
     // SAFETY: the page is the test's own mapping.
     unsafe {
@@ -288,10 +300,7 @@ fn foreign_case(name: &str, siginfo: bool) {
     // gex's handler now goes in, chained to the foreign one.
     let client = client();
     let mut ep = client.endpoint(0).unwrap();
-    let p = GlobalPtr::<u8>::new(ep.addr(), 0);
-    ep.put(p, &vec![5u8; 1 << 20], Blocking).unwrap();
-    let mut buf = OverlapBuf::new(1 << 20).unwrap();
-    ep.get_demand(&mut buf, 0, p, 1 << 20).unwrap();
+    let buf = demand_get(&mut ep, &vec![5u8; 1 << 20]);
     let pg = FOREIGN_PAGE.load(Ordering::Relaxed) as *mut u8;
     // SAFETY: the foreign handler unprotects the page on the fault.
     unsafe { pg.write_volatile(9) };
@@ -326,12 +335,7 @@ fn real_segfault_still_crashes_with_sigsegv() {
 fn fork_after_use() {
     let client = client();
     let mut ep = client.endpoint(0).unwrap();
-    let len = 1 << 20;
-    let p = GlobalPtr::<u8>::new(ep.addr(), 0);
-    let data: Vec<u8> = (0..len).map(pattern).collect();
-    ep.put(p, &data, Blocking).unwrap();
-    let mut buf = OverlapBuf::new(len).unwrap();
-    ep.get_demand(&mut buf, 0, p, len).unwrap();
+    let buf = demand_get(&mut ep, &(0..1 << 20).map(pattern).collect::<Vec<u8>>());
     ep.retire_all().unwrap();
     // SAFETY: the child only reads memory, compares and calls _exit.
     let pid = unsafe { libc::fork() };
@@ -357,10 +361,7 @@ fn syscall_after_wait_range_gets_the_bytes() {
     let client = client();
     let mut ep = client.endpoint(0).unwrap();
     let len = 1 << 20;
-    let p = GlobalPtr::<u8>::new(ep.addr(), 0);
-    ep.put(p, &vec![b'x'; len], Blocking).unwrap();
-    let mut buf = OverlapBuf::new(len).unwrap();
-    ep.get_demand(&mut buf, 0, p, len).unwrap();
+    let buf = demand_get(&mut ep, &vec![b'x'; len]);
     ep.wait_range(&buf, 0, len).unwrap();
     let mut fds = [0; 2];
     // SAFETY: a pipe; `buf` holds `len` retired bytes.
@@ -425,17 +426,11 @@ fn trace_records_the_faults_waited_for() {
 
 #[test]
 fn fork_with_a_pending_page_crashes_the_child_that_touches_it() {
-    let client = client();
-    let mut ep = client.endpoint(0).unwrap();
+    let (_client, mut ep, p) = one_page_strips();
     let pg = page();
-    let p = GlobalPtr::<u8>::new(ep.addr(), 0);
-    ep.set_decomp(Decomp::Bytes(pg), 0).unwrap();
     // Keep the mover busy (8 MiB in one-page strips), then start the get whose page
     // the child touches: it is still pending at the fork.
-    let mut fillers: Vec<OverlapBuf> = (0..8).map(|_| OverlapBuf::new(1 << 20).unwrap()).collect();
-    for f in &mut fillers {
-        ep.get_demand(f, 0, p, 1 << 20).unwrap();
-    }
+    let _fillers = busy_mover(&mut ep, p);
     let mut buf = OverlapBuf::new(4 * pg).unwrap();
     ep.get_demand(&mut buf, 0, p, 4 * pg).unwrap();
     if !buf.is_pending(0, pg).unwrap() {

@@ -35,9 +35,7 @@ impl Job for Exchange {
     type Output = ();
     fn run<C: Conduit>(self, client: Client<C>) {
         use gex_coll::CollExt;
-        let mut ep = client.endpoint(0).unwrap();
-        let w = ep.world().clone();
-        let (me, n) = (w.rank(), w.size());
+        let (mut ep, w, me, n) = start(&client);
         let len = 2 << 20;
         let data: Vec<u8> = (0..len).map(|i| pattern(me, i)).collect();
         ep.put(GlobalPtr::<u8>::new(ep.addr(), 0), &data, Blocking)
@@ -86,10 +84,25 @@ impl Job for Exchange {
         for (i, &b) in got.iter().enumerate() {
             assert_eq!(b, pattern(from + 7, i), "put byte {i}");
         }
-        ep.barrier(&w).unwrap();
-        drop(ep);
-        client.finalize().unwrap();
+        finish(client, ep, &w);
     }
+}
+
+/// A job's start: endpoint 0 of `client`, its world team, this rank and the team's
+/// size.
+fn start<C: Conduit>(client: &Client<C>) -> (Box<gex_core::Endpoint<C>>, gex_core::Team, u32, u32) {
+    let ep = client.endpoint(0).unwrap();
+    let w = ep.world().clone();
+    let (me, n) = (w.rank(), w.size());
+    (ep, w, me, n)
+}
+
+/// A job's end: a barrier of `w`, then the endpoint closed and `client` finalized.
+fn finish<C: Conduit>(client: Client<C>, mut ep: Box<gex_core::Endpoint<C>>, w: &gex_core::Team) {
+    use gex_coll::CollExt;
+    ep.barrier(w).unwrap();
+    drop(ep);
+    client.finalize().unwrap();
 }
 
 fn launch(ranks: u32) {
@@ -113,14 +126,23 @@ fn launch_job<J: gex::Job>(ranks: u32, env: &[(&str, &str)], job: J) {
         .assert_success();
 }
 
-#[test]
-fn procs_exchange_2() {
-    launch(2);
+/// The cases (each marked `#[test]`): `fn name() => the test's whole body;`.
+macro_rules! job_tests {
+    ($($(#[$m:meta])* fn $name:ident() => $run:expr;)*) => {
+        $(
+            $(#[$m])*
+            fn $name() {
+                $run;
+            }
+        )*
+    };
 }
 
-#[test]
-fn procs_exchange_3() {
-    launch(3);
+job_tests! {
+    #[test]
+    fn procs_exchange_2() => launch(2);
+    #[test]
+    fn procs_exchange_3() => launch(3);
 }
 
 /// With a progress thread: on ofi across the network, native RMA strips that the
@@ -168,9 +190,7 @@ impl Job for DeltaExchange {
     fn run<C: Conduit>(self, client: Client<C>) {
         use gex_coll::CollExt;
         use gex_overlap::{DeltaBuf, DeltaExt, OverlapError, Tracking, page_size};
-        let mut ep = client.endpoint(0).unwrap();
-        let w = ep.world().clone();
-        let (me, n) = (w.rank(), w.size());
+        let (mut ep, w, me, n) = start(&client);
         let pg = page_size();
         let len = 100 * pg;
         let peer = (me + 1) % n;
@@ -250,9 +270,7 @@ impl Job for DeltaExchange {
         )
         .unwrap();
         assert_eq!(got, [1, 2]);
-        ep.barrier(&w).unwrap();
-        drop(ep);
-        client.finalize().unwrap();
+        finish(client, ep, &w);
     }
 }
 
@@ -260,19 +278,13 @@ fn launch_delta(ranks: u32, mode: gex_overlap::Tracking) {
     launch_job(ranks, &[], DeltaExchange { mode });
 }
 
-#[test]
-fn procs_delta_put_os_triggered_2() {
-    launch_delta(2, gex_overlap::Tracking::OsTriggered);
-}
-
-#[test]
-fn procs_delta_put_os_triggered_3() {
-    launch_delta(3, gex_overlap::Tracking::OsTriggered);
-}
-
-#[test]
-fn procs_delta_put_annotated_3() {
-    launch_delta(3, gex_overlap::Tracking::Annotated);
+job_tests! {
+    #[test]
+    fn procs_delta_put_os_triggered_2() => launch_delta(2, gex_overlap::Tracking::OsTriggered);
+    #[test]
+    fn procs_delta_put_os_triggered_3() => launch_delta(3, gex_overlap::Tracking::OsTriggered);
+    #[test]
+    fn procs_delta_put_annotated_3() => launch_delta(3, gex_overlap::Tracking::Annotated);
 }
 
 /// Delta send-recv around a ring: every rank posts the receive of its left
@@ -293,9 +305,7 @@ impl Job for DeltaRing {
     fn run<C: Conduit>(self, client: Client<C>) {
         use gex_coll::CollExt;
         use gex_overlap::{DeltaBuf, DeltaExt, Tracking, page_size};
-        let mut ep = client.endpoint(0).unwrap();
-        let w = ep.world().clone();
-        let (me, n) = (w.rank(), w.size());
+        let (mut ep, w, me, n) = start(&client);
         let pg = page_size();
         let pages = 64;
         let len = pages * pg;
@@ -365,9 +375,7 @@ impl Job for DeltaRing {
             ep.delta_wait(&mut tx).unwrap();
         }
         ep.delta_recv_wait(&mut rx).unwrap();
-        ep.barrier(&w).unwrap();
-        drop(ep);
-        client.finalize().unwrap();
+        finish(client, ep, &w);
     }
 }
 
@@ -377,14 +385,11 @@ fn launch_ring(ranks: u32, mode: gex_overlap::Tracking) {
     launch_job(ranks, &[("GEX_HYBRID", "1")], DeltaRing { mode });
 }
 
-#[test]
-fn procs_delta_send_recv_annotated_2() {
-    launch_ring(2, gex_overlap::Tracking::Annotated);
-}
-
-#[test]
-fn procs_delta_send_recv_os_triggered_3() {
-    launch_ring(3, gex_overlap::Tracking::OsTriggered);
+job_tests! {
+    #[test]
+    fn procs_delta_send_recv_annotated_2() => launch_ring(2, gex_overlap::Tracking::Annotated);
+    #[test]
+    fn procs_delta_send_recv_os_triggered_3() => launch_ring(3, gex_overlap::Tracking::OsTriggered);
 }
 
 /// Cascades on 4 ranks (seed 001's chained pipelines), 3 rounds each:
@@ -407,9 +412,7 @@ impl Job for DeltaCascade {
     fn run<C: Conduit>(self, client: Client<C>) {
         use gex_coll::CollExt;
         use gex_overlap::{DeltaBuf, DeltaExt, DeltaRecv, Tracking, page_size};
-        let mut ep = client.endpoint(0).unwrap();
-        let w = ep.world().clone();
-        let (me, n) = (w.rank(), w.size());
+        let (mut ep, w, me, n) = start(&client);
         assert_eq!(n, 4);
         let pg = page_size();
         let len = 48 * pg + 40;
@@ -483,9 +486,7 @@ impl Job for DeltaCascade {
         for r in &mut rx {
             ep.delta_recv_wait(r).unwrap();
         }
-        ep.barrier(&w).unwrap();
-        drop(ep);
-        client.finalize().unwrap();
+        finish(client, ep, &w);
     }
 }
 
@@ -493,14 +494,11 @@ fn launch_cascade(reduce: bool) {
     launch_job(4, &[("GEX_HYBRID", "1")], DeltaCascade { reduce });
 }
 
-#[test]
-fn procs_delta_cascade_chain_4() {
-    launch_cascade(false);
-}
-
-#[test]
-fn procs_delta_cascade_array_reduce_4() {
-    launch_cascade(true);
+job_tests! {
+    #[test]
+    fn procs_delta_cascade_chain_4() => launch_cascade(false);
+    #[test]
+    fn procs_delta_cascade_array_reduce_4() => launch_cascade(true);
 }
 
 /// Delta send-recv around a ring of 3 thread ranks of this process, OS-triggered:

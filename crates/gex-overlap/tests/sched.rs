@@ -5,6 +5,8 @@
 //! `auto` coalesces) and between thread ranks of this process; and the documented
 //! errors.
 
+mod common;
+
 use gex::Job;
 use gex::spi::Conduit;
 use gex_coll::CollExt;
@@ -187,11 +189,7 @@ fn bad_input_gives_documented_errors() {
     assert_eq!(ep.sched_stats().unwrap(), Default::default());
     drop(ep);
     // Without the layer.
-    let client = ClientBuilder::new()
-        .layer::<Rma>()
-        .segment_size(1 << 16)
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let client = common::rma_only_client(1 << 16);
     let mut ep = client.endpoint(0).unwrap();
     let me = ep.addr();
     let e = ep.sched_put(GlobalPtr::new(me, 0), &[1]).unwrap_err();

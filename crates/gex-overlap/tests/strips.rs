@@ -193,6 +193,23 @@ fn a_bad_profile_fails_the_endpoint_naming_the_file_and_line() {
     }
 }
 
+/// The start of the lazy tests: an endpoint of a default client (kept alive after
+/// it) with `len` bytes of the pattern at the start of its segment, in 16 strips.
+fn sixteen_strips(
+    len: usize,
+) -> (
+    Client<Loopback>,
+    Box<gex_core::Endpoint<Loopback>>,
+    GlobalPtr<u8>,
+    Vec<u8>,
+) {
+    let client = client(Config::default());
+    let mut ep = client.endpoint(0).unwrap();
+    let (src, data) = source(&mut ep, len);
+    ep.set_decomp(Decomp::Count(16), 0).unwrap();
+    (client, ep, src, data)
+}
+
 /// Puts the pattern into the first `len` bytes of the segment.
 fn source(ep: &mut gex_core::Endpoint<Loopback>, len: usize) -> (GlobalPtr<u8>, Vec<u8>) {
     let data: Vec<u8> = (0..len).map(pattern).collect();
@@ -204,11 +221,8 @@ fn source(ep: &mut gex_core::Endpoint<Loopback>, len: usize) -> (GlobalPtr<u8>, 
 #[test]
 #[allow(unsafe_code)]
 fn lazy_sequential_reads_see_every_byte_with_fewer_mprotects() {
-    let client = client(Config::default());
-    let mut ep = client.endpoint(0).unwrap();
     let len = 4 << 20;
-    let (src, data) = source(&mut ep, len);
-    ep.set_decomp(Decomp::Count(16), 0).unwrap();
+    let (_client, mut ep, src, data) = sixteen_strips(len);
     // Eager: one call at issue, one per strip.
     let mut eager = OverlapBuf::new(len).unwrap();
     ep.get_demand(&mut eager, 0, src, len).unwrap();
@@ -260,11 +274,8 @@ fn lazy_sequential_reads_see_every_byte_with_fewer_mprotects() {
 #[test]
 #[allow(unsafe_code)]
 fn lazy_jump_ahead_falls_back_and_reads_every_byte() {
-    let client = client(Config::default());
-    let mut ep = client.endpoint(0).unwrap();
     let len = 4 << 20;
-    let (src, data) = source(&mut ep, len);
-    ep.set_decomp(Decomp::Count(16), 0).unwrap();
+    let (_client, mut ep, src, data) = sixteen_strips(len);
     let strip = len / 16;
     // The mover copies a long get first (jobs run in order), so that the lazy one
     // is still pending when this thread jumps; retried in case this thread was

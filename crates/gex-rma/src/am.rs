@@ -30,6 +30,7 @@
 #![allow(unsafe_code)]
 
 use crate::RmaError;
+use crate::vis::Chunk;
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
 use gex_core::{Category, EpAddr, HandlerId, Injected};
@@ -118,7 +119,69 @@ pub(crate) struct AmCursor {
     pub(crate) acc: usize,
 }
 
+/// The remote offset and length of a piece header ([`AmCursor::push_piece_header`])
+/// at the start of `h` (at least [`PIECE_HDR`] bytes).
+#[inline]
+pub(crate) fn piece_header(h: &[u8]) -> (usize, usize) {
+    let off = u64::from_le_bytes(h[..8].try_into().unwrap_or_default()) as usize;
+    let len = u32::from_le_bytes(h[8..12].try_into().unwrap_or_default()) as usize;
+    (off, len)
+}
+
+/// What an AM pump does next with its cursor ([`AmCursor::next_chunk`]).
+pub(crate) enum Next {
+    /// Work on this chunk (`ci`, from `off`).
+    Chunk(Chunk),
+    /// Loop again: an empty chunk was skipped, or the last packet was marked ready.
+    Again,
+    /// Every message is sent.
+    Done,
+}
+
 impl AmCursor {
+    /// The chunk of `chunks` to work on next: past the last one the packet being built
+    /// is marked ready (or the transfer is done when there is none); empty chunks are
+    /// skipped.
+    #[inline(always)]
+    pub(crate) fn next_chunk(&mut self, chunks: &[Chunk]) -> Next {
+        let Some(c) = chunks.get(self.ci).copied() else {
+            if self.pkt.is_empty() {
+                return Next::Done;
+            }
+            self.pkt_ready = true;
+            return Next::Again;
+        };
+        if c.len == 0 {
+            self.ci += 1;
+            return Next::Again;
+        }
+        Next::Chunk(c)
+    }
+
+    /// The ready packet was sent: start the next one.
+    #[inline(always)]
+    pub(crate) fn packet_sent(&mut self) {
+        self.pkt.clear();
+        self.pkt_ready = false;
+    }
+
+    /// Appends the piece header of chunk `c` (remote offset, length) to the packet.
+    #[inline(always)]
+    pub(crate) fn push_piece_header(&mut self, c: Chunk) {
+        self.pkt.extend_from_slice(&(c.remote as u64).to_le_bytes());
+        self.pkt.extend_from_slice(&(c.len as u32).to_le_bytes());
+    }
+
+    /// `n` more bytes of chunk `c` were sent: on to the next chunk after its last.
+    #[inline(always)]
+    pub(crate) fn advance(&mut self, n: usize, c: Chunk) {
+        self.off += n;
+        if self.off == c.len {
+            self.ci += 1;
+            self.off = 0;
+        }
+    }
+
     /// A cursor at chunk `ci`.
     pub(crate) fn at(ci: usize) -> Self {
         AmCursor {
@@ -165,8 +228,7 @@ pub(crate) fn short_put_write(
     words: &[u32],
 ) -> bool {
     let max = crate::path::SHORT_PUT_MAX;
-    let ok =
-        len <= 4 * words.len() && len <= max && off.checked_add(len).is_some_and(|e| e <= seg_len);
+    let ok = len <= 4 * words.len() && len <= max && crate::target::in_bounds(off, len, seg_len);
     if ok {
         let mut bytes = [0u8; crate::path::SHORT_PUT_MAX];
         for (i, w) in words.iter().take(max / 4).enumerate() {

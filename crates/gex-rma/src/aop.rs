@@ -476,8 +476,7 @@ fn load_order(f: AtomicFlags) -> Ordering {
 }
 
 macro_rules! exec_width {
-    ($name:ident, $t:ty, $load:ident, $store:ident, $swap:ident, $cas:ident,
-     $fetch_add:ident, $update:ident) => {
+    ($name:ident, $t:ty, $w:literal) => { paste::paste! {
         /// # Safety
         /// `p` is naturally aligned for the width, inside a mapped segment, and every
         /// concurrent access to the word is a [`gex_sync::word`] operation or a
@@ -497,7 +496,7 @@ macro_rules! exec_width {
                         if f.contains(AtomicFlags::RELEASE) {
                             fence(Ordering::Release);
                         }
-                        word::$load(p, load)
+                        word::[<load $w>](p, load)
                     }
                     Base::Set => {
                         let so = if f.contains(AtomicFlags::RELEASE) {
@@ -505,48 +504,30 @@ macro_rules! exec_width {
                         } else {
                             Ordering::Relaxed
                         };
-                        word::$store(p, x, so);
+                        word::[<store $w>](p, x, so);
                         if f.contains(AtomicFlags::ACQUIRE) {
                             fence(Ordering::Acquire);
                         }
                         0
                     }
-                    Base::Swap => word::$swap(p, x),
-                    Base::Cswap => word::$cas(p, x, y),
-                    Base::Add if int => word::$fetch_add(p, x),
-                    Base::Sub if int => word::$fetch_add(p, x.wrapping_neg()),
-                    Base::Inc if int => word::$fetch_add(p, 1),
-                    Base::Dec if int => word::$fetch_add(p, <$t>::MAX),
-                    Base::And => word::$update(p, |o| Some(o & x)),
-                    Base::Or => word::$update(p, |o| Some(o | x)),
-                    Base::Xor => word::$update(p, |o| Some(o ^ x)),
-                    _ => word::$update(p, |o| compute(k, op, u64::from(o), a, b).map(|n| n as $t)),
+                    Base::Swap => word::[<swap $w>](p, x),
+                    Base::Cswap => word::[<cas $w>](p, x, y),
+                    Base::Add if int => word::[<fetch_add $w>](p, x),
+                    Base::Sub if int => word::[<fetch_add $w>](p, x.wrapping_neg()),
+                    Base::Inc if int => word::[<fetch_add $w>](p, 1),
+                    Base::Dec if int => word::[<fetch_add $w>](p, <$t>::MAX),
+                    Base::And => word::[<update $w>](p, |o| Some(o & x)),
+                    Base::Or => word::[<update $w>](p, |o| Some(o | x)),
+                    Base::Xor => word::[<update $w>](p, |o| Some(o ^ x)),
+                    _ => word::[<update $w>](p, |o| compute(k, op, u64::from(o), a, b).map(|n| n as $t)),
                 }
             };
             u64::from(old)
         }
-    };
+    } };
 }
-exec_width!(
-    exec32,
-    u32,
-    load32,
-    store32,
-    swap32,
-    cas32,
-    fetch_add32,
-    update32
-);
-exec_width!(
-    exec64,
-    u64,
-    load64,
-    store64,
-    swap64,
-    cas64,
-    fetch_add64,
-    update64
-);
+exec_width!(exec32, u32, 32);
+exec_width!(exec64, u64, 64);
 
 /// Performs `op` on the word at `p`; returns its old bit pattern (0 for `Set`).
 ///

@@ -74,11 +74,7 @@ fn put_contiguous<C: Conduit, X>(
     how: How,
     conv: impl Fn(&Cx<'_, C>, Result<Step<()>, Fail<()>>) -> Option<X>,
 ) -> Result<X, RmaError> {
-    let chunks = [Chunk {
-        remote: off,
-        local: 0,
-        len: bytes.len(),
-    }];
+    let chunks = [Chunk::whole(off, bytes.len())];
     put_bytes(
         ep,
         a,
@@ -275,15 +271,7 @@ fn source_chunks<C: Conduit, T>(
     match src {
         Source::Ptr(p) => {
             let len = n * std::mem::size_of::<T>();
-            Ok((
-                p.addr(),
-                vec![Chunk {
-                    remote: p.offset,
-                    local: 0,
-                    len,
-                }],
-                true,
-            ))
+            Ok((p.addr(), vec![Chunk::whole(p.offset, len)], true))
         }
         Source::Vis(v) => {
             let (a, c) = vis_chunks(ep, v, n)?;
@@ -341,28 +329,9 @@ unsafe fn get_borrowed_slow<C: Conduit>(
     if crate::state::with(ep, |r, cx| unsafe { r.get_now(cx, a, off, p, bytes) }) == Some(true) {
         return Ok(());
     }
-    let chunks = [Chunk {
-        remote: off,
-        local: 0,
-        len: bytes,
-    }];
-    // SAFETY: `p` is ours until this returns (contract), and it returns only after the
-    // operation completed (or, after a failure, its units in flight did: `end`).
-    let r = unsafe {
-        get_bytes(
-            ep,
-            Xfer {
-                peer: a,
-                chunks: &chunks,
-            },
-            GetTo::Ptr(p, bytes),
-            How::new(ModeKind::Blocking),
-            (None, finish_unit),
-            |r| r.t.check_range(a, off, bytes),
-            fin::<C, (), Blocking>,
-        )
-    }?;
-    end::<C, (), Blocking>(ep, r, true)
+    let chunks = [Chunk::whole(off, bytes)];
+    // SAFETY: the contract.
+    unsafe { get_blocking(ep, a, &chunks, p, bytes, |r| r.t.check_range(a, off, bytes)) }
 }
 
 /// [`get_borrowed`] from a non-pointer source.
@@ -378,19 +347,34 @@ unsafe fn get_borrowed_rest<C: Conduit, T: Pod>(
     src: Source<'_, T>,
 ) -> Result<(), RmaError> {
     let (a, chunks, _) = source_chunks(ep, &src, n)?;
+    // SAFETY: the contract.
+    unsafe { get_blocking(ep, a, &chunks, p, bytes, |_| Ok(())) }
+}
+
+/// The blocking get of `chunks` of `a` into `p` (`bytes` bytes), `check` on its first
+/// step: the tail of [`get_borrowed_slow`] and [`get_borrowed_rest`].
+///
+/// # Safety
+/// As [`get_borrowed_slow`].
+#[inline(always)]
+unsafe fn get_blocking<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    a: EpAddr,
+    chunks: &[Chunk],
+    p: *mut u8,
+    bytes: usize,
+    check: impl Fn(&Rma) -> Result<(), RmaError>,
+) -> Result<(), RmaError> {
     // SAFETY: `p` is ours until this returns (contract), and it returns only after the
     // operation completed (or, after a failure, its units in flight did: `end`).
     let r = unsafe {
         get_bytes(
             ep,
-            Xfer {
-                peer: a,
-                chunks: &chunks,
-            },
+            Xfer { peer: a, chunks },
             GetTo::Ptr(p, bytes),
             How::new(ModeKind::Blocking),
             (None, finish_unit),
-            |_| Ok(()),
+            check,
             fin::<C, (), Blocking>,
         )
     }?;
@@ -463,10 +447,7 @@ impl<T: Pod + Send, M: Mode> GetDst<T, M> for Vec<T> {
         let r = unsafe {
             get_bytes(
                 ep,
-                Xfer {
-                    peer: a,
-                    chunks: &chunks,
-                },
+                Xfer::new(a, &chunks),
                 GetTo::Ptr(p, bytes),
                 How::new(M::KIND),
                 (Some(self), finish_held),
@@ -492,6 +473,30 @@ fn val_finish<T: Pod + Send>(d: Data, _: Option<T>) -> T {
     };
     let b = w.to_ne_bytes();
     bytemuck::pod_read_unaligned(&b[..std::mem::size_of::<T>()])
+}
+
+/// The shaped forms of [`RmaExt::put_vis`] and [`RmaExt::get_vis`] (provided methods):
+/// each takes its parameters, then the mode, and forwards to `$fwd($args.., mode)`
+/// with its [`Vis`]; their errors are those of `put_vis`.
+macro_rules! vis_forms {
+    () => {};
+    ($(#[$doc:meta])* put fn $($rest:tt)*) => {
+        vis_forms!(@fn [$(#[$doc])*] [T: Pod, M: Mode] [M::Out<(), RmaError>] $($rest)*);
+    };
+    ($(#[$doc:meta])* get fn $($rest:tt)*) => {
+        vis_forms!(@fn [$(#[$doc])*] [T: Pod + Send, D: GetDst<T, M>, M: Mode] [D::Out] $($rest)*);
+    };
+    (@fn [$($doc:tt)*] [$($g:tt)*] [$($out:tt)*]
+        $name:ident($($p:ident: $t:ty),*) => $fwd:ident($($arg:expr),*); $($rest:tt)*) => {
+        $($doc)*
+        ///
+        /// # Errors
+        /// As [`put_vis`](Self::put_vis).
+        fn $name<$($g)*>(&mut self, $($p: $t,)* mode: M) -> Result<$($out)*, RmaError> {
+            self.$fwd($($arg,)* mode)
+        }
+        vis_forms!($($rest)*);
+    };
 }
 
 /// One-sided operations on an endpoint carrying the [`Rma`] layer: `use gex_rma::RmaExt;`
@@ -627,86 +632,25 @@ pub trait RmaExt<C: Conduit> {
         mode: M,
     ) -> Result<D::Out, RmaError>;
 
-    /// Strided put (see [`Strided`]).
-    ///
-    /// # Errors
-    /// As [`put_vis`](Self::put_vis).
-    fn put_strided<T: Pod, M: Mode>(
-        &mut self,
-        dst: GlobalPtr<T>,
-        src: &[T],
-        shape: Strided<'_>,
-        mode: M,
-    ) -> Result<M::Out<(), RmaError>, RmaError> {
-        self.put_vis(Vis::Strided { ptr: dst, shape }, src, mode)
-    }
-
-    /// Strided get (see [`Strided`]).
-    ///
-    /// # Errors
-    /// As [`put_vis`](Self::put_vis).
-    fn get_strided<T: Pod + Send, D: GetDst<T, M>, M: Mode>(
-        &mut self,
-        dst: D,
-        src: GlobalPtr<T>,
-        shape: Strided<'_>,
-        mode: M,
-    ) -> Result<D::Out, RmaError> {
-        self.get_vis(dst, Vis::Strided { ptr: src, shape }, mode)
-    }
-
-    /// Vector put: pieces `(ptr, elements)`, taken from `src` in order.
-    ///
-    /// # Errors
-    /// As [`put_vis`](Self::put_vis).
-    fn put_vector<T: Pod, M: Mode>(
-        &mut self,
-        dst: &[(GlobalPtr<T>, usize)],
-        src: &[T],
-        mode: M,
-    ) -> Result<M::Out<(), RmaError>, RmaError> {
-        self.put_vis(Vis::Vector(dst), src, mode)
-    }
-
-    /// Vector get: pieces `(ptr, elements)`, stored into `dst` in order.
-    ///
-    /// # Errors
-    /// As [`put_vis`](Self::put_vis).
-    fn get_vector<T: Pod + Send, D: GetDst<T, M>, M: Mode>(
-        &mut self,
-        dst: D,
-        src: &[(GlobalPtr<T>, usize)],
-        mode: M,
-    ) -> Result<D::Out, RmaError> {
-        self.get_vis(dst, Vis::Vector(src), mode)
-    }
-
-    /// Indexed put: `each` elements at every pointer, taken from `src` in order.
-    ///
-    /// # Errors
-    /// As [`put_vis`](Self::put_vis).
-    fn put_indexed<T: Pod, M: Mode>(
-        &mut self,
-        dst: &[GlobalPtr<T>],
-        each: usize,
-        src: &[T],
-        mode: M,
-    ) -> Result<M::Out<(), RmaError>, RmaError> {
-        self.put_vis(Vis::Indexed { ptrs: dst, each }, src, mode)
-    }
-
-    /// Indexed get: `each` elements at every pointer, stored into `dst` in order.
-    ///
-    /// # Errors
-    /// As [`put_vis`](Self::put_vis).
-    fn get_indexed<T: Pod + Send, D: GetDst<T, M>, M: Mode>(
-        &mut self,
-        dst: D,
-        src: &[GlobalPtr<T>],
-        each: usize,
-        mode: M,
-    ) -> Result<D::Out, RmaError> {
-        self.get_vis(dst, Vis::Indexed { ptrs: src, each }, mode)
+    vis_forms! {
+        /// Strided put (see [`Strided`]).
+        put fn put_strided(dst: GlobalPtr<T>, src: &[T], shape: Strided<'_>)
+            => put_vis(Vis::Strided { ptr: dst, shape }, src);
+        /// Strided get (see [`Strided`]).
+        get fn get_strided(dst: D, src: GlobalPtr<T>, shape: Strided<'_>)
+            => get_vis(dst, Vis::Strided { ptr: src, shape });
+        /// Vector put: pieces `(ptr, elements)`, taken from `src` in order.
+        put fn put_vector(dst: &[(GlobalPtr<T>, usize)], src: &[T])
+            => put_vis(Vis::Vector(dst), src);
+        /// Vector get: pieces `(ptr, elements)`, stored into `dst` in order.
+        get fn get_vector(dst: D, src: &[(GlobalPtr<T>, usize)])
+            => get_vis(dst, Vis::Vector(src));
+        /// Indexed put: `each` elements at every pointer, taken from `src` in order.
+        put fn put_indexed(dst: &[GlobalPtr<T>], each: usize, src: &[T])
+            => put_vis(Vis::Indexed { ptrs: dst, each }, src);
+        /// Indexed get: `each` elements at every pointer, stored into `dst` in order.
+        get fn get_indexed(dst: D, src: &[GlobalPtr<T>], each: usize)
+            => get_vis(dst, Vis::Indexed { ptrs: src, each });
     }
 
     /// Creates an atomic domain for `T` with the operations `ops` on the members of
@@ -859,19 +803,12 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
             return crate::state::with(self, |_, cx| cx.done::<T, RmaError, M>(v))
                 .ok_or(RmaError::NoLayer);
         }
-        let chunks = [Chunk {
-            remote: off,
-            local: 0,
-            len: n,
-        }];
+        let chunks = [Chunk::whole(off, n)];
         // SAFETY: a landed get writes only the word its entry owns.
         let r = unsafe {
             get_bytes(
                 self,
-                Xfer {
-                    peer: a,
-                    chunks: &chunks,
-                },
+                Xfer::new(a, &chunks),
                 GetTo::Land(n),
                 How::new(M::KIND),
                 (None, val_finish::<T>),

@@ -24,6 +24,19 @@ pub(crate) struct Job {
 }
 
 impl Job {
+    /// A job of operation `id` on `path` at its start (`copy`: a put's source copy).
+    #[inline(always)]
+    pub(crate) fn new(path: Path, id: u32, copy: Option<Arc<[u8]>>) -> Self {
+        Job {
+            path,
+            id,
+            ci: 0,
+            am: AmCursor::default(),
+            copy,
+            started: false,
+        }
+    }
+
     /// The job's entry in the op table (none for a blocking short put, which
     /// completes by counting fast acknowledgements: id 0, never an entry's).
     #[inline(always)]

@@ -124,15 +124,8 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
             return Ok(());
         }
         let tag = self.tag();
-        let chunks = [Chunk {
-            remote: off,
-            local: 0,
-            len: bytes,
-        }];
-        let x = Xfer {
-            peer: a,
-            chunks: &chunks,
-        };
+        let chunks = [Chunk::whole(off, bytes)];
+        let x = Xfer::new(a, &chunks);
         // SAFETY: `dst` is borrowed for the scope of `tag`.
         unsafe { get_scoped(self, tag, x, (p, bytes), |r| r.t.check_range(a, off, bytes)) }
     }
@@ -146,10 +139,7 @@ impl<'env, C: Conduit> ScopeRmaExt<'env, C> for Scope<'_, 'env, C> {
         let bytes = std::mem::size_of_val(dst);
         let (a, chunks) = vis_chunks(self, &src, dst.len())?;
         let p = dst.as_mut_ptr().cast::<u8>();
-        let x = Xfer {
-            peer: a,
-            chunks: &chunks,
-        };
+        let x = Xfer::new(a, &chunks);
         // SAFETY: `dst` is borrowed for the scope of `tag`.
         unsafe { get_scoped(self, tag, x, (p, bytes), |_| Ok(())) }
     }

@@ -45,26 +45,51 @@ impl Served {
         }
     }
 
-    fn ack(&mut self, t: &mut Token<'_>, op: u32) {
-        let _ = t.reply(self.h.ack, Body::short(&[op]));
+    /// The arguments of `am` when it has at least `n`; `None` (the message dropped)
+    /// otherwise.
+    fn args<'a>(&mut self, am: &'a Am<'_>, n: usize) -> Option<&'a [u32]> {
+        let a = am.args();
+        if a.len() < n {
+            self.dropped += 1;
+            return None;
+        }
+        Some(a)
     }
 
-    /// Long put piece: the core has written the payload; acknowledge.
-    pub(crate) fn on_put_long(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
+    /// Whether `off..off + len` lies in this endpoint's segment.
+    fn in_segment(&self, off: usize, len: usize) -> bool {
+        crate::target::in_bounds(off, len, self.seg_len)
+    }
+
+    /// Replies to a get with the bytes in the bounce buffer (reply arguments `args`).
+    fn reply_bounce(&self, t: &mut Token<'_>, args: [u32; 3]) {
+        let _ = t.reply(self.h.get_reply, Body::medium(&args, &self.bounce));
+    }
+
+    /// Acknowledges the operation named by `am`'s first argument (dropped without one).
+    fn ack_first(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
         match am.args().first() {
             Some(&op) => self.ack(t, op),
             None => self.dropped += 1,
         }
     }
 
+    fn ack(&mut self, t: &mut Token<'_>, op: u32) {
+        let _ = t.reply(self.h.ack, Body::short(&[op]));
+    }
+
+    /// Long put piece: the core has written the payload; acknowledge.
+    pub(crate) fn on_put_long(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
+        self.ack_first(t, am);
+    }
+
     /// Packed put: pieces (offset, len, bytes) written into this segment.
     pub(crate) fn on_put_packed(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
         let mut p = am.payload();
         while p.len() >= crate::am::PIECE_HDR {
-            let off = u64::from_le_bytes(p[..8].try_into().unwrap_or_default()) as usize;
-            let len = u32::from_le_bytes(p[8..12].try_into().unwrap_or_default()) as usize;
+            let (off, len) = crate::am::piece_header(p);
             p = &p[crate::am::PIECE_HDR..];
-            let ok = len <= p.len() && off.checked_add(len).is_some_and(|e| e <= self.seg_len);
+            let ok = len <= p.len() && self.in_segment(off, len);
             if !ok {
                 self.dropped += 1;
                 break;
@@ -75,21 +100,16 @@ impl Served {
             unsafe { gex_sync::copy::atomic_write(self.seg.as_ptr().add(off), &p[..len]) };
             p = &p[len..];
         }
-        match am.args().first() {
-            Some(&op) => self.ack(t, op),
-            None => self.dropped += 1,
-        }
+        self.ack_first(t, am);
     }
 
     /// Get: copy from this segment into a Medium reply.
     pub(crate) fn on_get(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
-        let a = am.args();
-        if a.len() < 6 {
-            self.dropped += 1;
+        let Some(a) = self.args(am, 6) else {
             return;
-        }
+        };
         let (off, len) = (crate::am::join(a[1], a[2]), a[3] as usize);
-        if off.checked_add(len).is_none_or(|e| e > self.seg_len) {
+        if !self.in_segment(off, len) {
             self.dropped += 1;
             return;
         }
@@ -97,24 +117,18 @@ impl Served {
         // SAFETY: the range is inside this endpoint's segment (checked); the bounce
         // buffer is the layer's own. Race-free: byte-wise atomic loads from the segment.
         unsafe { gex_sync::copy::atomic_read(self.seg.as_ptr().add(off), &mut self.bounce) };
-        let _ = t.reply(
-            self.h.get_reply,
-            Body::medium(&[a[0], a[4], a[5]], &self.bounce),
-        );
+        self.reply_bounce(t, [a[0], a[4], a[5]]);
     }
 
     /// Packed get: pieces (offset, len) gathered into one reply.
     pub(crate) fn on_get_packed(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
-        let a = am.args();
-        if a.len() < 3 {
-            self.dropped += 1;
+        let Some(a) = self.args(am, 3) else {
             return;
-        }
+        };
         self.bounce.clear();
         for e in am.payload().chunks_exact(crate::am::PIECE_HDR) {
-            let off = u64::from_le_bytes(e[..8].try_into().unwrap_or_default()) as usize;
-            let len = u32::from_le_bytes(e[8..12].try_into().unwrap_or_default()) as usize;
-            if off.checked_add(len).is_none_or(|x| x > self.seg_len) {
+            let (off, len) = crate::am::piece_header(e);
+            if !self.in_segment(off, len) {
                 self.dropped += 1;
                 return;
             }
@@ -127,21 +141,16 @@ impl Served {
                 gex_sync::copy::atomic_read(self.seg.as_ptr().add(off), &mut self.bounce[at..])
             };
         }
-        let _ = t.reply(
-            self.h.get_reply,
-            Body::medium(&[a[0], a[1], a[2]], &self.bounce),
-        );
+        self.reply_bounce(t, [a[0], a[1], a[2]]);
     }
 
     /// Memset: `[op, off lo, off hi, len lo, len hi, byte]`.
     pub(crate) fn on_memset(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
-        let a = am.args();
-        if a.len() < 6 {
-            self.dropped += 1;
+        let Some(a) = self.args(am, 6) else {
             return;
-        }
+        };
         let (off, len) = (crate::am::join(a[1], a[2]), crate::am::join(a[3], a[4]));
-        if off.checked_add(len).is_some_and(|e| e <= self.seg_len) {
+        if self.in_segment(off, len) {
             // SAFETY: the range is inside this endpoint's segment (checked). Race-free:
             // byte-wise atomic stores.
             unsafe { gex_sync::copy::atomic_fill(self.seg.as_ptr().add(off), a[5] as u8, len) };
@@ -151,22 +160,22 @@ impl Served {
         self.ack(t, a[0]);
     }
 
-    /// Writes the bytes of a small put (`words` after the header, `len` bytes) at `off`;
-    /// false if the message is malformed.
-    fn short_put_write(&mut self, off: usize, len: usize, words: &[u32]) -> bool {
-        crate::am::short_put_write(self.seg.as_ptr(), self.seg_len, off, len, words)
+    /// Writes the bytes of a small put whose arguments `a` are its range (two words)
+    /// and then its bytes; a malformed one is dropped.
+    fn short_put(&mut self, a: &[u32]) {
+        let ok = a.len() >= 2 && {
+            let (off, len) = crate::am::short_put_range(a[0], a[1]);
+            crate::am::short_put_write(self.seg.as_ptr(), self.seg_len, off, len, &a[2..])
+        };
+        if !ok {
+            self.dropped += 1;
+        }
     }
 
     /// Small put, nonblocking form.
     pub(crate) fn on_put_short(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
         let a = am.args();
-        let ok = a.len() >= 3 && {
-            let (off, len) = crate::am::short_put_range(a[1], a[2]);
-            self.short_put_write(off, len, &a[3..])
-        };
-        if !ok {
-            self.dropped += 1;
-        }
+        self.short_put(a.get(1..).unwrap_or_default());
         if let Some(&op) = a.first() {
             self.ack(t, op);
         }
@@ -174,23 +183,14 @@ impl Served {
 
     /// Small put, blocking form (no op word; acknowledged by a counted reply).
     pub(crate) fn on_put_short_b(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
-        let a = am.args();
-        let ok = a.len() >= 2 && {
-            let (off, len) = crate::am::short_put_range(a[0], a[1]);
-            self.short_put_write(off, len, &a[2..])
-        };
-        if !ok {
-            self.dropped += 1;
-        }
+        self.short_put(am.args());
         let _ = t.reply(self.h.ack_fast, Body::short(&[]));
     }
     /// Atomic request: performs the CPU atomic on this segment and replies.
     pub(crate) fn on_atomic(&mut self, t: &mut Token<'_>, am: &Am<'_>) {
-        let a = am.args();
-        if a.len() < 8 {
-            self.dropped += 1;
+        let Some(a) = self.args(am, 8) else {
             return;
-        }
+        };
         let code = a[1];
         let off = crate::am::join(a[2], a[3]);
         let (Some(op), Some(k)) = (
@@ -207,8 +207,7 @@ impl Served {
         let f = crate::AtomicFlags::from_bits_truncate((code >> 16) & 0xff);
         let size = k.size();
         let seg = self.seg.as_ptr();
-        let ok = off.checked_add(size).is_some_and(|e| e <= self.seg_len)
-            && (seg as usize).wrapping_add(off) % size == 0;
+        let ok = self.in_segment(off, size) && (seg as usize).wrapping_add(off) % size == 0;
         if !ok {
             self.dropped += 1;
             return;

@@ -120,14 +120,15 @@ impl Targets {
         len: usize,
     ) -> Result<(), RmaError> {
         let seg_len = self.check_target(dst)?;
-        match offset.checked_add(len) {
-            Some(e) if e <= seg_len => Ok(()),
-            _ => Err(RmaError::OutOfSegment {
+        if in_bounds(offset, len, seg_len) {
+            Ok(())
+        } else {
+            Err(RmaError::OutOfSegment {
                 dst,
                 offset,
                 len,
                 seg_len,
-            }),
+            })
         }
     }
 
@@ -242,4 +243,11 @@ impl Targets {
             force_am: self.force_am,
         })
     }
+}
+
+/// Whether `[off, off + len)` lies in a segment of `seg_len` bytes (an overflowing end
+/// does not).
+#[inline]
+pub(crate) fn in_bounds(off: usize, len: usize, seg_len: usize) -> bool {
+    off.checked_add(len).is_some_and(|e| e <= seg_len)
 }

@@ -15,6 +15,18 @@ pub(crate) struct Chunk {
     pub(crate) len: usize,
 }
 
+impl Chunk {
+    /// The one chunk of a contiguous transfer: `len` bytes at offset `remote` of the
+    /// target, from the start of the local buffer.
+    pub(crate) const fn whole(remote: usize, len: usize) -> Self {
+        Chunk {
+            remote,
+            local: 0,
+            len,
+        }
+    }
+}
+
 /// Decomposes `vis` over a local buffer of `local_len` elements into validated chunks.
 /// `seg_len_of` checks a target and returns its segment length; `me` is the target of
 /// an empty list.

@@ -14,20 +14,15 @@
 //! probe is ignored; run it with
 //! `cargo +nightly miri test -p gex-rma --test atomic_race` (docs/soundness.md, class 4).
 
-use gex_core::boot::Singleton;
-use gex_core::loopback::Loopback;
-use gex_core::{Blocking, ClientBuilder, EpAddr};
-use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, Rma, RmaExt};
+mod common;
+
+use gex_core::{Blocking, EpAddr};
+use gex_rma::{AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, RmaExt};
 
 #[test]
 #[cfg_attr(not(miri), ignore = "proves something only under Miri")]
 fn atomics_and_puts_and_gets_of_the_same_words_do_not_race() {
-    let c = ClientBuilder::new()
-        .layer::<Rma>()
-        .segment_size(4096)
-        .endpoints(2)
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = common::rma(4096, Some(2), None);
     let mut e0 = c.endpoint(0).unwrap();
     let mut e1 = c.endpoint(1).unwrap();
     let world = e0.world();

@@ -6,27 +6,38 @@
 //! before any byte moves; never a panic or a stray write. One rank on the loopback
 //! conduit (two endpoints where a second target is needed).
 
-use gex_core::boot::Singleton;
+mod common;
+
 use gex_core::loopback::Loopback;
 use gex_core::{
-    AmError, Blocking, Client, ClientBuilder, Config, Endpoint, EpAddr, EpError, Nb, Nbi, Team,
+    AmError, Blocking, Client, ClientBuilder, Config, Endpoint, EpAddr, EpError, Mode, Nb, Nbi,
+    Team,
 };
 use gex_rma::{
-    AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, Rma, RmaError,
-    RmaExt, ScopeRmaExt, Strided, Vis,
+    AtomicDomain, AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaError, RmaExt,
+    ScopeRmaExt, Strided, Vis,
 };
 
 const SEG: usize = 1 << 12;
 const NONE: AtomicFlags = AtomicFlags::empty();
 
 fn client(eps: u16) -> Client<Loopback> {
-    ClientBuilder::new()
-        .layer::<Rma>()
-        .segment_size(SEG)
-        .endpoints(eps)
-        .config(Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap()
+    client_with(Some(eps), Config::default())
+}
+
+/// A loopback client with the Rma layer, configuration `cfg` and `eps` endpoints made
+/// at init (`None`: the builder's default).
+fn client_with(eps: Option<u16>, cfg: Config) -> Client<Loopback> {
+    common::rma(SEG, eps, Some(cfg))
+}
+
+/// A client of `eps` endpoints, its endpoint 0, and the known contents written in
+/// its whole segment (see [`fill`]).
+fn filled(eps: u16) -> (Client<Loopback>, Box<Endpoint<Loopback>>, Vec<u8>) {
+    let c = client(eps);
+    let mut ep = c.endpoint(0).unwrap();
+    let before = fill(&mut ep);
+    (c, ep, before)
 }
 
 /// Known contents in the whole segment, to prove failed operations write nothing.
@@ -53,6 +64,44 @@ fn oos(dst: EpAddr, offset: usize, len: usize) -> RmaError {
     }
 }
 
+/// A fetching atomic `op` at `q` fails with `want`, in mode `mode` and as a scoped
+/// fetch into `old` (which the caller checks stays unwritten).
+fn fetches_refused<M: Mode>(
+    ep: &mut Endpoint<Loopback>,
+    ad: &AtomicDomain<u64>,
+    q: GlobalPtr<u64>,
+    op: AtomicOp<u64>,
+    mode: M,
+    old: &mut u64,
+    want: RmaError,
+) {
+    assert_eq!(
+        ep.fetch_atomic(ad, q, op, NONE, mode).map(drop),
+        Err(want.clone()),
+        "fetch_atomic"
+    );
+    assert_eq!(
+        ep.scope(|s| s.fetch_into(ad, q, op, NONE, old)),
+        Err(want),
+        "fetch_into"
+    );
+}
+
+/// Two elements: the remote side at stride `remote`, the local side from `local_start`
+/// at stride `local`.
+const fn two(
+    remote: &'static [isize],
+    local_start: usize,
+    local: &'static [isize],
+) -> Strided<'static> {
+    Strided {
+        counts: &[2],
+        remote_strides: remote,
+        local_start,
+        local_strides: local,
+    }
+}
+
 const fn row(counts: &'static [usize], strides: &'static [isize]) -> Strided<'static> {
     Strided {
         counts,
@@ -71,11 +120,7 @@ fn every_operation_without_the_layer_is_no_layer() {
     let mut rma_ep = with.endpoint(0).unwrap();
     let w = rma_ep.world();
     let ad = rma_ep.atomic_domain::<u64>(&w, AtomicOps::all()).unwrap();
-    let c = ClientBuilder::new()
-        .segment_size(SEG)
-        .config(Config::default())
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = common::loopback(ClientBuilder::new(), SEG, None, Some(Config::default()));
     let mut ep = c.endpoint(0).unwrap();
     let p = GlobalPtr::<u32>::new(ep.addr(), 0);
     let n = RmaError::NoLayer;
@@ -142,12 +187,7 @@ fn every_operation_without_the_layer_is_no_layer() {
 
 #[test]
 fn a_bad_path_setting_is_an_endpoint_layer_error() {
-    let c = ClientBuilder::new()
-        .layer::<Rma>()
-        .segment_size(SEG)
-        .config(Config::from_pairs([("GEX_RMA_PATH", "fast")]))
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = client_with(None, Config::from_pairs([("GEX_RMA_PATH", "fast")]));
     match c.endpoint(0) {
         Err(EpError::Layer(m)) => assert!(m.contains("GEX_RMA_PATH"), "{m}"),
         other => panic!("{other:?}"),
@@ -160,9 +200,7 @@ fn a_bad_path_setting_is_an_endpoint_layer_error() {
 /// operations; nothing is written.
 #[test]
 fn vis_and_scoped_operations_check_targets_and_ranges() {
-    let c = client(1);
-    let mut ep = c.endpoint(0).unwrap();
-    let before = fill(&mut ep);
+    let (c, mut ep, before) = filled(1);
     let me = ep.addr();
     let bad_rank = GlobalPtr::<u32>::new(EpAddr::rank(3), 0);
     let rank_err = RmaError::BadRank { rank: 3, size: 1 };
@@ -280,9 +318,7 @@ fn vis_and_scoped_operations_check_targets_and_ranges() {
 /// end exactly at the segment's end succeed; nothing is written by a failure.
 #[test]
 fn contiguous_fast_paths_keep_the_range_checks_once_the_mapping_is_cached() {
-    let c = client(2);
-    let mut ep = c.endpoint(0).unwrap();
-    let before = fill(&mut ep); // a direct put: caches the mapping
+    let (_c, mut ep, before) = filled(2); // `fill`: a direct put, caches the mapping
     let me = ep.addr();
     let w = ep.world();
     let ad = ep.atomic_domain::<u64>(&w, AtomicOps::all()).unwrap();
@@ -351,9 +387,7 @@ fn contiguous_fast_paths_keep_the_range_checks_once_the_mapping_is_cached() {
 /// vector or indexed list.
 #[test]
 fn vis_gets_check_shapes_and_single_targets() {
-    let c = client(2);
-    let mut ep = c.endpoint(0).unwrap();
-    let before = fill(&mut ep);
+    let (_c, mut ep, before) = filled(2);
     let me = ep.addr();
     let p = GlobalPtr::<u16>::new(me, 64);
     let other = GlobalPtr::<u16>::new(EpAddr::new(0, 1), 64);
@@ -411,22 +445,12 @@ fn vis_gets_check_shapes_and_single_targets() {
         Err(mixed)
     );
     // Local side: a strided shape reaching before or after the local buffer.
-    let low = Strided {
-        counts: &[2],
-        remote_strides: &[1],
-        local_start: 1,
-        local_strides: &[-2],
-    };
+    let low = two(&[1], 1, &[-2]);
     assert!(matches!(
         ep.get_strided(&mut [0u16; 2], p, low, Blocking),
         Err(RmaError::LocalOutOfBounds { slice_len: 2, .. })
     ));
-    let high = Strided {
-        counts: &[2],
-        remote_strides: &[1],
-        local_start: 2,
-        local_strides: &[1],
-    };
+    let high = two(&[1], 2, &[1]);
     assert!(matches!(
         ep.get_strided(vec![0u16; 3], p, high, Nb).map(drop),
         Err(RmaError::LocalOutOfBounds { slice_len: 3, .. })
@@ -435,33 +459,18 @@ fn vis_gets_check_shapes_and_single_targets() {
         ep.put_strided(p, &[1u16; 3], high, Nbi),
         Err(RmaError::LocalOutOfBounds { slice_len: 3, .. })
     ));
-    let far = Strided {
-        counts: &[2],
-        remote_strides: &[1],
-        local_start: usize::MAX,
-        local_strides: &[1],
-    };
+    let far = two(&[1], usize::MAX, &[1]);
     assert!(matches!(
         ep.put_strided(p, &[1u16; 2], far, Blocking),
         Err(RmaError::LocalOutOfBounds { .. })
     ));
     // Huge strides are range errors, not overflows.
-    let wild = Strided {
-        counts: &[2],
-        remote_strides: &[isize::MAX],
-        local_start: 0,
-        local_strides: &[1],
-    };
+    let wild = two(&[isize::MAX], 0, &[1]);
     assert!(matches!(
         ep.put_strided(p, &[1u16; 2], wild, Blocking),
         Err(RmaError::OutOfSegment { .. })
     ));
-    let wild = Strided {
-        counts: &[2],
-        remote_strides: &[isize::MIN],
-        local_start: 0,
-        local_strides: &[1],
-    };
+    let wild = two(&[isize::MIN], 0, &[1]);
     assert!(matches!(
         ep.get_strided(&mut [0u16; 2], p, wild, Blocking),
         Err(RmaError::OutOfSegment {
@@ -494,27 +503,13 @@ fn fetches_check_like_atomics() {
     let nd = RmaError::OpNotInDomain {
         op: AtomicOps::FXOR,
     };
-    assert_eq!(
-        ep.fetch_atomic(&ad, p, AtomicOp::Xor(1), NONE, Nbi),
-        Err(nd.clone())
-    );
-    assert_eq!(
-        ep.scope(|s| s.fetch_into(&ad, p, AtomicOp::Xor(1), NONE, &mut old)),
-        Err(nd)
-    );
+    fetches_refused(&mut ep, &ad, p, AtomicOp::Xor(1), Nbi, &mut old, nd);
     // A fetching set is a swap, which the domain does not allow (it allows the set).
     let swap = RmaError::OpNotInDomain {
         op: AtomicOps::SWAP,
     };
     assert_eq!(AtomicOp::Set(1u64).fetch_flag(), AtomicOps::SWAP);
-    assert_eq!(
-        ep.scope(|s| s.fetch_into(&ad, p, AtomicOp::Set(1), NONE, &mut old)),
-        Err(swap.clone())
-    );
-    assert_eq!(
-        ep.fetch_atomic(&ad, p, AtomicOp::Set(1), NONE, Nbi),
-        Err(swap)
-    );
+    fetches_refused(&mut ep, &ad, p, AtomicOp::Set(1), Nbi, &mut old, swap);
     // The non-fetching add is not in the domain either (the fetching one is).
     assert_eq!(
         ep.atomic(&ad, p, AtomicOp::Add(1), NONE, Blocking),
@@ -522,18 +517,17 @@ fn fetches_check_like_atomics() {
     );
     // Endpoint 1 is not in endpoint 0's world team.
     let stranger = GlobalPtr::<u64>::new(EpAddr::new(0, 1), 64);
-    assert_eq!(
-        ep.fetch_atomic(&ad, stranger, AtomicOp::Add(1), NONE, Nb)
-            .map(drop),
-        Err(RmaError::NotInTeam {
-            dst: stranger.addr()
-        })
-    );
-    assert_eq!(
-        ep.scope(|s| s.fetch_into(&ad, stranger, AtomicOp::Add(1), NONE, &mut old)),
-        Err(RmaError::NotInTeam {
-            dst: stranger.addr()
-        })
+    let not_in = RmaError::NotInTeam {
+        dst: stranger.addr(),
+    };
+    fetches_refused(
+        &mut ep,
+        &ad,
+        stranger,
+        AtomicOp::Add(1),
+        Nb,
+        &mut old,
+        not_in,
     );
     for off in [65, 68] {
         let q = GlobalPtr::<u64>::new(me, off);
@@ -542,14 +536,7 @@ fn fetches_check_like_atomics() {
             offset: off,
             align: 8,
         };
-        assert_eq!(
-            ep.fetch_atomic(&ad, q, AtomicOp::Add(1), NONE, Blocking),
-            Err(mis.clone())
-        );
-        assert_eq!(
-            ep.scope(|s| s.fetch_into(&ad, q, AtomicOp::Add(1), NONE, &mut old)),
-            Err(mis)
-        );
+        fetches_refused(&mut ep, &ad, q, AtomicOp::Add(1), Blocking, &mut old, mis);
     }
     for off in [SEG, SEG - 4, usize::MAX - 7] {
         let q = GlobalPtr::<u64>::new(me, off);
@@ -609,8 +596,7 @@ fn a_domain_on_a_team_without_this_endpoint_is_an_am_error() {
 #[test]
 fn a_domain_against_another_exchange_is_a_mismatch() {
     let c = client(2);
-    let mut a = c.endpoint(0).unwrap();
-    let mut b = c.endpoint(1).unwrap();
+    let (mut a, mut b) = common::two_endpoints(&c);
     let members = vec![EpAddr::new(0, 0), EpAddr::new(0, 1)];
     let (ta, tb) = (Team::new(9, members.clone(), 0), Team::new(9, members, 1));
     let t = std::thread::spawn(move || b.exchange_tagged(&tb, 77, b"x").map(drop));
@@ -640,12 +626,7 @@ fn a_domain_against_another_exchange_is_a_mismatch() {
 /// `conduits/smp/tests/runtime_rma.rs`.
 #[test]
 fn runtime_endpoints_are_reached_once_open_and_refused_otherwise() {
-    let c = ClientBuilder::new()
-        .layer::<Rma>()
-        .segment_size(SEG)
-        .config(Config::from_pairs([("GEX_MAX_ENDPOINTS", "3")]))
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = client_with(None, Config::from_pairs([("GEX_MAX_ENDPOINTS", "3")]));
     let mut ep0 = c.endpoint(0).unwrap();
     let before = fill(&mut ep0);
     let one = EpAddr::new(0, 1);

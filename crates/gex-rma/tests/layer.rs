@@ -3,7 +3,6 @@
 //! destinations kept alive by their events, and atomic domains agreed between the
 //! members of a team (two endpoints of one rank on two threads).
 
-use gex_core::boot::Singleton;
 use gex_core::loopback::Loopback;
 use gex_core::{Blocking, ClientBuilder, Config, Endpoint, EpAddr, EventError, Nb, Nbi, Team};
 use gex_rma::{
@@ -11,14 +10,11 @@ use gex_rma::{
     Strided, Vis,
 };
 
+mod common;
+
 fn client(eps: u16, path: &str) -> gex_core::Client<Loopback> {
-    ClientBuilder::new()
-        .layer::<Rma>()
-        .segment_size(1 << 16)
-        .endpoints(eps)
-        .config(Config::from_pairs([("GEX_RMA_PATH", path)]))
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap()
+    let cfg = Config::from_pairs([("GEX_RMA_PATH", path)]);
+    common::rma(1 << 16, Some(eps), Some(cfg))
 }
 
 fn pending(ep: &mut Endpoint<Loopback>) -> usize {
@@ -157,10 +153,7 @@ fn a_bad_path_setting_fails_the_endpoint() {
 
 #[test]
 fn an_endpoint_without_the_layer_says_so() {
-    let c = ClientBuilder::new()
-        .segment_size(4096)
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap();
+    let c = common::loopback(ClientBuilder::new(), 4096, None, None);
     let mut ep = c.endpoint(0).unwrap();
     let p = GlobalPtr::<u8>::new(ep.addr(), 0);
     assert_eq!(ep.put(p, &[1], Blocking), Err(RmaError::NoLayer));
@@ -174,8 +167,7 @@ fn an_endpoint_without_the_layer_says_so() {
 #[test]
 fn an_event_of_another_endpoint_is_an_error() {
     let c = client(2, "am");
-    let mut a = c.endpoint(0).unwrap();
-    let mut b = c.endpoint(1).unwrap();
+    let (mut a, mut b) = common::two_endpoints(&c);
     let p = GlobalPtr::<u8>::new(a.addr(), 0);
     a.put(p, &[7u8; 64], Blocking).unwrap();
     let ev = a.get(vec![0u8; 64], p, Nb).unwrap();
@@ -324,8 +316,7 @@ fn members_asking_for_different_op_sets_get_an_error() {
 #[test]
 fn the_hang_report_lists_operations_in_flight_by_peer() {
     let c = client(2, "am");
-    let mut a = c.endpoint(0).unwrap();
-    let mut b = c.endpoint(1).unwrap();
+    let (mut a, mut b) = common::two_endpoints(&c);
     let peer = b.addr();
     let p = GlobalPtr::<u64>::new(peer, 64);
     // On the AM path, a get and a put wait for `b`, which does not poll yet.
@@ -373,13 +364,13 @@ impl gex_core::layer::Layer for Other {
 fn try_get_owned_runs_on_the_contexts_own_endpoint() {
     for path in ["auto", "am"] {
         let new = |seg: usize| {
-            ClientBuilder::new()
-                .layer::<Rma>()
-                .layer::<Other>()
-                .segment_size(seg)
-                .config(Config::from_pairs([("GEX_RMA_PATH", path)]))
-                .init::<Loopback>(Box::new(Singleton::new()))
-                .unwrap()
+            let b = ClientBuilder::new().layer::<Rma>().layer::<Other>();
+            common::loopback(
+                b,
+                seg,
+                None,
+                Some(Config::from_pairs([("GEX_RMA_PATH", path)])),
+            )
         };
         let (big, small) = (new(1 << 20), new(4096));
         let mut a = big.endpoint(0).unwrap();

@@ -10,18 +10,14 @@
 //! so outside Miri the probes are ignored; run them with
 //! `cargo +nightly miri test -p gex-rma --test rma_race` (docs/soundness.md, class 4).
 
-use gex_core::boot::Singleton;
 use gex_core::loopback::Loopback;
-use gex_core::{Blocking, ClientBuilder, EpAddr};
-use gex_rma::{GlobalPtr, Rma, RmaExt};
+use gex_core::{Blocking, EpAddr};
+use gex_rma::{GlobalPtr, RmaExt};
+
+mod common;
 
 fn client(eps: u16) -> gex_core::Client<Loopback> {
-    ClientBuilder::new()
-        .layer::<Rma>()
-        .segment_size(4096)
-        .endpoints(eps)
-        .init::<Loopback>(Box::new(Singleton::new()))
-        .unwrap()
+    common::rma(4096, Some(eps), None)
 }
 
 /// Every byte the reader saw is one that some writer stored (or the initial zero).

@@ -196,18 +196,30 @@ fn wait_child(child: &mut Child) -> std::process::ExitStatus {
     }
 }
 
+/// The producer of ring `tx` and the consumer of ring `rx` (each a `(ctl, data)` of
+/// [`Mapping::ring_a`]/[`Mapping::ring_b`]).
+///
+/// # Safety
+/// Both rings are initialised and outlive the endpoints; the caller's process is the
+/// only producer of `tx` and the only consumer of `rx`.
+unsafe fn ends(
+    tx: (*const RingCtl, *mut u8),
+    rx: (*const RingCtl, *mut u8),
+) -> (Producer, Consumer) {
+    // SAFETY: the caller's promise.
+    unsafe {
+        (
+            Producer::new(tx.0, tx.1, CAP),
+            Consumer::new(rx.0, rx.1, CAP),
+        )
+    }
+}
+
 fn parent(map: &Mapping, child: &mut Child) {
     let sh = map.shared();
-    let (a_ctl, a_data) = map.ring_a();
-    let (b_ctl, b_data) = map.ring_b();
     // SAFETY: initialised rings in the mapping, which outlives the endpoints; the parent is
     // the only producer of A and the only consumer of B.
-    let (mut tx, mut rx): (Producer, Consumer) = unsafe {
-        (
-            Producer::new(a_ctl, a_data, CAP),
-            Consumer::new(b_ctl, b_data, CAP),
-        )
-    };
+    let (mut tx, mut rx) = unsafe { ends(map.ring_a(), map.ring_b()) };
 
     // Phase 1: stream, echo, verify.
     let start = Instant::now();
@@ -295,16 +307,9 @@ fn child() {
     let fd = unsafe { BorrowedFd::borrow_raw(fd) };
     let map = Mapping::new(fd);
     let sh = map.shared();
-    let (a_ctl, a_data) = map.ring_a();
-    let (b_ctl, b_data) = map.ring_b();
     // SAFETY: rings initialised by the parent in the mapping, which outlives the endpoints;
     // the child is the only consumer of A and the only producer of B.
-    let (mut rx, mut tx): (Consumer, Producer) = unsafe {
-        (
-            Consumer::new(a_ctl, a_data, CAP),
-            Producer::new(b_ctl, b_data, CAP),
-        )
-    };
+    let (mut tx, mut rx) = unsafe { ends(map.ring_b(), map.ring_a()) };
 
     let mut seq = 0u64;
     loop {

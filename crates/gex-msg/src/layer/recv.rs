@@ -77,10 +77,7 @@ impl Msg {
     /// A matched pair: an arrival and a posted receive.
     pub(super) fn deliver(&mut self, env: Envelope, a: ArrivalRef<'_>, recv: PostedRecv) {
         let PostedRecv { mut buf, cap, done } = recv;
-        let dst = EpAddr {
-            rank: env.src,
-            ep: self.me.ep,
-        };
+        let dst = self.peer(env.src);
         let truncated = |len: usize, capacity: usize| MsgError::Truncated {
             len,
             capacity,
@@ -145,13 +142,7 @@ impl Msg {
                             }
                             // Came late: the sender has a copy; ask where it is.
                             crate::coop::Received::NotLent => {
-                                let rreq = self.recvs.insert(RecvOp {
-                                    buf,
-                                    got: 0,
-                                    env,
-                                    done,
-                                });
-                                self.queue_short(dst, h::CTS, &[sreq, rreq, 2]);
+                                self.clear_to_send(dst, sreq, (buf, env, done), 2);
                                 return;
                             }
                             crate::coop::Received::Failed => {}
@@ -159,13 +150,7 @@ impl Msg {
                     }
                     None => buf.resize(len, 0),
                 }
-                let rreq = self.recvs.insert(RecvOp {
-                    buf,
-                    got: 0,
-                    env,
-                    done,
-                });
-                self.queue_short(dst, h::CTS, &[sreq, rreq, 1]);
+                self.clear_to_send(dst, sreq, (buf, env, done), 1);
             }
         }
     }
@@ -286,12 +271,31 @@ impl Msg {
     }
 
     /// A single-copy read of send `sreq` of `dst` is complete: tell the sender.
+    /// Answers rendezvous send `sreq` of `dst` with a `CTS` (`accepted` = `accepted`)
+    /// for a receive into `buf` of message `env`, which `done` completes.
+    fn clear_to_send(
+        &mut self,
+        dst: EpAddr,
+        sreq: u32,
+        (buf, env, done): (Vec<u8>, Envelope, OpCompleter),
+        accepted: u32,
+    ) {
+        let rreq = self.recvs.insert(RecvOp {
+            buf,
+            got: 0,
+            env,
+            done,
+        });
+        self.queue_short(dst, h::CTS, &[sreq, rreq, accepted]);
+    }
+
     pub(crate) fn read_done(&mut self, dst: EpAddr, sreq: u32) {
         self.stats.rndv_single_copy += 1;
         self.queue_short(dst, h::DONE, &[sreq]);
     }
 
     /// The endpoint address of the peer `rank` (same endpoint index as this one).
+    #[inline]
     pub(crate) fn peer(&self, rank: u32) -> EpAddr {
         EpAddr {
             rank,
@@ -316,10 +320,7 @@ impl Msg {
     /// that copied it itself (the blocking receive's fast path).
     pub(crate) fn ack_if_sync(&mut self, env: Envelope, flags: u32, sreq: u32) {
         if flags & F_SYNC != 0 {
-            let dst = EpAddr {
-                rank: env.src,
-                ep: self.me.ep,
-            };
+            let dst = self.peer(env.src);
             self.queue_short(dst, h::ACK, &[sreq]);
         }
     }

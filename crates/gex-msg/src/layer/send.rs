@@ -102,10 +102,7 @@ impl Msg {
         ctx: u32,
         data: &[u8],
     ) -> Result<bool, MsgError> {
-        let to = EpAddr {
-            rank: dst,
-            ep: self.me.ep,
-        };
+        let to = self.peer(dst);
         if !self.outbox.is_empty() || data.len() > self.eager_max.min(cx.max_medium(to)) {
             return Ok(false);
         }
@@ -142,10 +139,7 @@ impl Msg {
         sync: bool,
         done: OpCompleter,
     ) -> Result<(), MsgError> {
-        let to = EpAddr {
-            rank: dst,
-            ep: self.me.ep,
-        };
+        let to = self.peer(dst);
         let seq = self.send_seq[dst as usize];
         let flags = if sync { F_SYNC } else { 0 };
         // Flush what is queued first, so that a send under back-pressure keeps its

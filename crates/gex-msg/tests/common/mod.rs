@@ -3,9 +3,41 @@
 #![allow(dead_code)]
 
 use gex_core::spi::Conduit;
-use gex_core::{Endpoint, Event};
-use gex_msg::{Comm, Msg, MsgError, MsgExt, Received};
+use gex_core::{Client, Endpoint, Event};
+use gex_msg::{Comm, Msg, MsgError, MsgExt, MsgStats, Received};
 use gex_testkit::exchange_barrier;
+
+/// The body of a job run on endpoint 0 of every rank (see [`OnRank`]).
+pub(crate) trait RankJob {
+    /// Runs on endpoint `ep` of `client`.
+    fn body<C: Conduit>(self, client: &Client<C>, ep: &mut Endpoint<C>);
+}
+
+/// A [`RankJob`] as a job: opens endpoint 0, runs the body on it, then drops the
+/// endpoint and finalizes the client.
+pub(crate) struct OnRank<J>(pub J);
+
+impl<J: RankJob> gex::Job for OnRank<J> {
+    type Output = ();
+    fn run<C: Conduit>(self, client: Client<C>) {
+        let mut ep = client.endpoint(0).unwrap();
+        self.0.body(&client, &mut ep);
+        drop(ep);
+        client.finalize().unwrap();
+    }
+}
+
+/// The layer's counters on `ep`.
+pub(crate) fn stats<C: Conduit>(ep: &mut Endpoint<C>) -> MsgStats {
+    gex_core::layer::with::<Msg, _, _>(ep, |m, _| m.stats()).unwrap()
+}
+
+/// A barrier, then the wait until the layer is quiet (asserted); returns its counters.
+pub(crate) fn settle<C: Conduit>(ep: &mut Endpoint<C>) -> MsgStats {
+    exchange_barrier(ep).unwrap();
+    assert!(gex_core::layer::wait_until::<Msg, _>(ep, Msg::is_quiet));
+    stats(ep)
+}
 
 /// Message `i` of `src` with tag `tag`: its length and bytes (the first 8 bytes are
 /// (src, i), then a pattern).

@@ -302,12 +302,20 @@ impl DeltaBuf {
     }
 }
 
-impl Deref for DeltaBuf {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.buf
-    }
+/// `Deref` of each type to the bytes of its `buf` (an [`OverlapBuf`]); their
+/// `DerefMut`s differ (a written [`DeltaRecv`] copies every page next time).
+macro_rules! deref_to_buf {
+    ($($ty:ty),*) => {$(
+        impl Deref for $ty {
+            type Target = [u8];
+            fn deref(&self) -> &[u8] {
+                &self.buf
+            }
+        }
+    )*};
 }
+
+deref_to_buf!(DeltaBuf, DeltaRecv);
 
 impl DerefMut for DeltaBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
@@ -398,13 +406,6 @@ impl DeltaRecv {
     /// Whether the posted receive is still incomplete (some page not arrived).
     pub fn is_pending(&self) -> bool {
         self.inflight.load(Ordering::Acquire) != 0
-    }
-}
-
-impl Deref for DeltaRecv {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.buf
     }
 }
 

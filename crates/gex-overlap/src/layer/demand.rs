@@ -4,6 +4,17 @@
 
 use super::*;
 
+/// What a demand-driven transfer moves: `len` bytes at `offset` of `buf`, to or from
+/// (`dir`) `remote`.
+#[derive(Clone, Copy)]
+struct Span<'a> {
+    dir: Dir,
+    buf: &'a OverlapBuf,
+    offset: usize,
+    remote: GlobalPtr<u8>,
+    len: usize,
+}
+
 pub(super) fn transfer<C: Conduit>(
     ep: &mut Endpoint<C>,
     dir: Dir,
@@ -33,7 +44,14 @@ pub(super) fn transfer<C: Conduit>(
     };
     let region = &buf.shared.region;
     if peer.is_none() && native && !now && len > 0 {
-        if let Some(issued) = native_transfer(ep, dir, buf, offset, remote, len, &plan)? {
+        let span = Span {
+            dir,
+            buf,
+            offset,
+            remote,
+            len,
+        };
+        if let Some(issued) = native_transfer(ep, span, &plan)? {
             return Ok(issued);
         }
     }
@@ -153,13 +171,16 @@ pub(super) fn transfer<C: Conduit>(
 /// conduit does not offer it for this peer (nothing claimed; the caller falls back).
 fn native_transfer<C: Conduit>(
     ep: &mut Endpoint<C>,
-    dir: Dir,
-    buf: &OverlapBuf,
-    offset: usize,
-    remote: GlobalPtr<u8>,
-    len: usize,
+    span: Span<'_>,
     plan: &StripPlan,
 ) -> Result<Option<Issued>, OverlapError> {
+    let Span {
+        dir,
+        buf,
+        offset,
+        remote,
+        len,
+    } = span;
     let page = sys::page_size();
     let target = remote.addr();
     let (open, seg_len) = with(ep, |_, cx| {

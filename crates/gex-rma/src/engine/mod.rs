@@ -34,6 +34,7 @@ use gex_core::event::{Data, finish_held};
 use gex_core::layer::Cx;
 use gex_core::spi::Conduit;
 use gex_core::{EpAddr, Event, ModeKind};
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// How an operation was asked for.
@@ -71,6 +72,14 @@ impl How {
 pub(crate) struct Xfer<'a> {
     pub(crate) peer: EpAddr,
     pub(crate) chunks: &'a [Chunk],
+}
+
+impl<'a> Xfer<'a> {
+    /// The transfer of `chunks` with peer `peer`.
+    #[inline(always)]
+    pub(crate) const fn new(peer: EpAddr, chunks: &'a [Chunk]) -> Self {
+        Xfer { peer, chunks }
+    }
 }
 
 /// A memset: `len` bytes set to `byte` at `offset` of `dst` (validated).
@@ -114,44 +123,42 @@ fn remote_end(chunks: &[Chunk]) -> usize {
 }
 
 impl Rma {
-    /// Opens the decision of how `j` completes (`counted`: its NBI category, if it
-    /// is counted), then seals it: the event to hand out.
-    fn finish_job<C: Conduit, O: Send + 'static>(
+    /// Where issuing `j` stands after a pump sent its messages (`sent`): not yet
+    /// (`Blocked`); everything sent, the decision of how `j` completes opened
+    /// (`counted`: its NBI category, if it is counted) and sealed: the event to hand
+    /// out; an error, a [`Fail`] (the entry abandoned if units are in flight).
+    fn settle<C: Conduit, O: Send + 'static>(
         &mut self,
         cx: &mut Cx<'_, C>,
         j: &Job,
         counted: Option<Cat>,
         mut out: Handout<'_, O>,
-    ) -> Step<O> {
-        if self.ops.get(&j.id).is_some_and(|op| op.remaining > 0) {
-            self.ops.open(cx, j.id, counted, &mut out);
-        }
-        let d = match self.ops.seal(j.id) {
-            Some(w) => Data::Word(w),
-            None => Data::Unit,
-        };
-        out.step(d)
-    }
-
-    /// Turns an error while issuing `j` into a [`Fail`] (`counted` as for
-    /// [`finish_job`](Self::finish_job)).
-    fn fail_job<C: Conduit, O: Send + 'static>(
-        &mut self,
-        cx: &mut Cx<'_, C>,
-        j: &Job,
-        counted: Option<Cat>,
-        mut out: Handout<'_, O>,
-        err: RmaError,
-    ) -> Fail<O> {
-        if !j.started {
-            self.ops.remove(&j.id);
-            return Fail { err, ev: None };
-        }
-        self.ops.open(cx, j.id, counted, &mut out);
-        let in_flight = self.abandon(j.id, err.clone());
-        Fail {
-            err,
-            ev: if in_flight { out.ev.take() } else { None },
+        sent: Result<bool, RmaError>,
+    ) -> Result<Step<O>, Fail<O>> {
+        match sent {
+            Ok(false) => Ok(Step::Blocked),
+            Ok(true) => {
+                if self.ops.get(&j.id).is_some_and(|op| op.remaining > 0) {
+                    self.ops.open(cx, j.id, counted, &mut out);
+                }
+                let d = match self.ops.seal(j.id) {
+                    Some(w) => Data::Word(w),
+                    None => Data::Unit,
+                };
+                Ok(out.step(d))
+            }
+            Err(err) if !j.started => {
+                self.ops.remove(&j.id);
+                Err(Fail { err, ev: None })
+            }
+            Err(err) => {
+                self.ops.open(cx, j.id, counted, &mut out);
+                let in_flight = self.abandon(j.id, err.clone());
+                Err(Fail {
+                    err,
+                    ev: if in_flight { out.ev.take() } else { None },
+                })
+            }
         }
     }
 
@@ -265,6 +272,25 @@ impl Rma {
     }
 
     /// One step of a put of `src` to the (validated) transfer `x`.
+    /// The path of transfer `x` (an operation of kind `kind`) and the mapping of its
+    /// peer's segment, when there is one (inlined into the steps).
+    #[inline(always)]
+    fn route<C: Conduit>(
+        &mut self,
+        cx: &mut Cx<'_, C>,
+        kind: OpKind,
+        x: Xfer<'_>,
+    ) -> Result<(Path, Option<NonNull<u8>>), RmaError> {
+        let chunks = x.chunks;
+        let total: usize = chunks.iter().map(|c| c.len).sum();
+        let offset = chunks.first().map_or(0, |c| c.remote);
+        let base = self.t.mapping(cx, x.peer, remote_end(chunks))?;
+        let path = self
+            .t
+            .path(kind, total, offset, chunks.len(), base.is_some());
+        Ok((path, base))
+    }
+
     #[inline]
     pub(crate) fn put_step<C: Conduit>(
         &mut self,
@@ -277,12 +303,7 @@ impl Rma {
     ) -> Result<Step<()>, Fail<()>> {
         let Xfer { peer: dst, chunks } = x;
         if job.is_none() {
-            let total: usize = chunks.iter().map(|c| c.len).sum();
-            let offset = chunks.first().map_or(0, |c| c.remote);
-            let base = self.t.mapping(cx, dst, remote_end(chunks))?;
-            let path = self
-                .t
-                .path(OpKind::Put, total, offset, chunks.len(), base.is_some());
+            let (path, base) = self.route(cx, OpKind::Put, x)?;
             match (path, base) {
                 (Path::Nothing, _) => return Ok(Step::Now(())),
                 (Path::Direct, Some(base)) => {
@@ -305,14 +326,7 @@ impl Rma {
                 self.ops
                     .new_op(dst, "put", std::ptr::null_mut(), 0, std::ptr::null_mut())
             };
-            *job = Some(Job {
-                path,
-                id,
-                ci: 0,
-                am: AmCursor::default(),
-                copy,
-                started: false,
-            });
+            *job = Some(Job::new(path, id, copy));
         }
         let Some(j) = job.as_mut() else {
             return Ok(Step::Blocked);
@@ -388,11 +402,7 @@ impl Rma {
                 finish: gex_core::event::finish_unit,
                 ev,
             };
-            return match r {
-                Ok(true) => Ok(self.finish_job(cx, j, how.counted(Cat::Puts), out)),
-                Ok(false) => Ok(Step::Blocked),
-                Err(e) => Err(self.fail_job(cx, j, how.counted(Cat::Puts), out, e)),
-            };
+            return self.settle(cx, j, how.counted(Cat::Puts), out, r);
         }
     }
 
@@ -448,12 +458,7 @@ impl Rma {
         let Xfer { peer: src, chunks } = x;
         let (finish, hold) = (out.finish, &mut *out.hold);
         if job.is_none() {
-            let total: usize = chunks.iter().map(|c| c.len).sum();
-            let offset = chunks.first().map_or(0, |c| c.remote);
-            let base = self.t.mapping(cx, src, remote_end(chunks))?;
-            let path = self
-                .t
-                .path(OpKind::Get, total, offset, chunks.len(), base.is_some());
+            let (path, base) = self.route(cx, OpKind::Get, x)?;
             match (path, base, to) {
                 (Path::Nothing, _, _) => {
                     return Ok(Step::Now(finish(Data::Word(0), hold.take())));
@@ -480,24 +485,14 @@ impl Rma {
                     self.ops.new_op(src, "get", land.cast(), n, land)
                 }
             };
-            *job = Some(Job {
-                path,
-                id,
-                ci: 0,
-                am: AmCursor::default(),
-                copy: None,
-                started: false,
-            });
+            *job = Some(Job::new(path, id, None));
         }
         let Some(j) = job.as_mut() else {
             return Ok(Step::Blocked);
         };
         let dst = self.ops.get(&j.id).map_or(std::ptr::null_mut(), |o| o.dst);
-        match self.get_pump(cx, j, src, chunks, dst) {
-            Ok(true) => Ok(self.finish_job(cx, j, how.counted(Cat::Gets), out)),
-            Ok(false) => Ok(Step::Blocked),
-            Err(e) => Err(self.fail_job(cx, j, how.counted(Cat::Gets), out, e)),
-        }
+        let sent = self.get_pump(cx, j, src, chunks, dst);
+        self.settle(cx, j, how.counted(Cat::Gets), out, sent)
     }
 
     /// One step of a memset of `len` bytes at `offset` of `dst` (validated).
@@ -532,14 +527,7 @@ impl Rma {
             let id = self
                 .ops
                 .new_op(dst, "memset", std::ptr::null_mut(), 0, std::ptr::null_mut());
-            *job = Some(Job {
-                path: Path::Am,
-                id,
-                ci: 0,
-                am: AmCursor::default(),
-                copy: None,
-                started: false,
-            });
+            *job = Some(Job::new(Path::Am, id, None));
         }
         let Some(j) = job.as_mut() else {
             return Ok(Step::Blocked);
@@ -558,15 +546,12 @@ impl Rma {
             finish: gex_core::event::finish_unit,
             ev,
         };
-        match crate::am::send_short(cx, dst, h, &args) {
-            Ok(true) => {
-                self.ops.bump(j.id, 1);
-                j.started = true;
-                Ok(self.finish_job(cx, j, how.counted(Cat::Puts), out))
-            }
-            Ok(false) => Ok(Step::Blocked),
-            Err(e) => Err(self.fail_job(cx, j, how.counted(Cat::Puts), out, e)),
+        let sent = crate::am::send_short(cx, dst, h, &args);
+        if let Ok(true) = sent {
+            self.ops.bump(j.id, 1);
+            j.started = true;
         }
+        self.settle(cx, j, how.counted(Cat::Puts), out, sent)
     }
 
     /// [`try_get_owned`] on the state itself, with its own endpoint's `cx` (the
@@ -580,11 +565,7 @@ impl Rma {
     ) -> Result<OwnedGet, RmaError> {
         let a = src.addr();
         self.t.check_range(a, src.offset, dst.len())?;
-        let chunks = [Chunk {
-            remote: src.offset,
-            local: 0,
-            len: dst.len(),
-        }];
+        let chunks = [Chunk::whole(src.offset, dst.len())];
         let mut dst = dst;
         let p = dst.as_mut_ptr();
         let n = dst.len();
@@ -595,10 +576,7 @@ impl Rma {
         let r = unsafe {
             self.get_step(
                 cx,
-                Xfer {
-                    peer: a,
-                    chunks: &chunks,
-                },
+                Xfer::new(a, &chunks),
                 GetTo::Ptr(p, n),
                 How::new(ModeKind::Nb),
                 &mut job,

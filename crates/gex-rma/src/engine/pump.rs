@@ -42,28 +42,20 @@ impl Rma {
                     return Ok(false);
                 }
                 self.ops.bump(id, 1);
-                cur.pkt.clear();
-                cur.pkt_ready = false;
+                cur.packet_sent();
             }
-            let Some(c) = chunks.get(cur.ci).copied() else {
-                if cur.pkt.is_empty() {
-                    return Ok(true);
-                }
-                cur.pkt_ready = true;
-                continue;
+            let c = match cur.next_chunk(chunks) {
+                Next::Chunk(c) => c,
+                Next::Again => continue,
+                Next::Done => return Ok(true),
             };
-            if c.len == 0 {
-                cur.ci += 1;
-                continue;
-            }
             let bytes = &src[c.local..c.local + c.len];
             if pack && PIECE_HDR + c.len <= max_med {
                 if cur.pkt.len() + PIECE_HDR + c.len > max_med {
                     cur.pkt_ready = true;
                     continue;
                 }
-                cur.pkt.extend_from_slice(&(c.remote as u64).to_le_bytes());
-                cur.pkt.extend_from_slice(&(c.len as u32).to_le_bytes());
+                cur.push_piece_header(c);
                 cur.pkt.extend_from_slice(bytes);
                 cur.ci += 1;
                 continue;
@@ -75,11 +67,7 @@ impl Rma {
                 return Ok(false);
             }
             self.ops.bump(id, 1);
-            cur.off += n;
-            if cur.off == c.len {
-                cur.ci += 1;
-                cur.off = 0;
-            }
+            cur.advance(n, c);
         }
     }
 
@@ -108,20 +96,13 @@ impl Rma {
                     return Ok(false);
                 }
                 self.ops.bump(id, cur.acc);
-                cur.pkt.clear();
-                cur.pkt_ready = false;
+                cur.packet_sent();
             }
-            let Some(c) = chunks.get(cur.ci).copied() else {
-                if cur.pkt.is_empty() {
-                    return Ok(true);
-                }
-                cur.pkt_ready = true;
-                continue;
+            let c = match cur.next_chunk(chunks) {
+                Next::Chunk(c) => c,
+                Next::Again => continue,
+                Next::Done => return Ok(true),
             };
-            if c.len == 0 {
-                cur.ci += 1;
-                continue;
-            }
             if pack && c.len <= max_med {
                 let fits = cur.pkt.len() + PIECE_HDR <= max_med
                     && cur.acc + c.len <= max_med
@@ -134,8 +115,7 @@ impl Rma {
                     cur.start = c.local;
                     cur.acc = 0;
                 }
-                cur.pkt.extend_from_slice(&(c.remote as u64).to_le_bytes());
-                cur.pkt.extend_from_slice(&(c.len as u32).to_le_bytes());
+                cur.push_piece_header(c);
                 cur.acc += c.len;
                 cur.ci += 1;
                 continue;
@@ -147,11 +127,7 @@ impl Rma {
                 return Ok(false);
             }
             self.ops.bump(id, n);
-            cur.off += n;
-            if cur.off == c.len {
-                cur.ci += 1;
-                cur.off = 0;
-            }
+            cur.advance(n, c);
         }
     }
 

@@ -4,22 +4,8 @@
 
 use super::*;
 
-fn amo(
-    ctx: *mut c_void,
-    addr: *const c_void,
-    pe: c_int,
-    width: u32,
-    op: Amo,
-    a: u64,
-    b: u64,
-    fetch: bool,
-) -> Result<u64, ShmemError> {
-    let pe = ctx_pe(ctx, pe)?;
-    state::amo(addr as usize, pe, width, op, a, b, fetch)
-}
-
 /// An atomic entry point: the lock-free CPU atomic on a mapped heap word when the
-/// context is the default one, else `amo` under `entry`.
+/// context is the default one, else `state::amo` under `entry`.
 #[inline(always)]
 fn amo_call(
     name: &str,
@@ -37,66 +23,10 @@ fn amo_call(
             return v;
         }
     }
-    entry(name, || amo(ctx, addr, pe, width, op, a, b, fetch))
-}
-
-macro_rules! amo_ext {
-    ($($tn:ident $t:ty, $u:ty;)*) => { paste::paste! { $(
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch>](ctx: *mut c_void, source: *const $t, pe: c_int) -> $t {
-            let w = size_of::<$t>() as u32;
-            <$t>::from_bits(amo_call("atomic_fetch", ctx, source.cast(), pe, w, Amo::Fetch, 0, 0, true) as $u)
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch>](source: *const $t, pe: c_int) -> $t {
-            // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_fetch>](CTX_DEFAULT, source, pe) }
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_set>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
-            let w = size_of::<$t>() as u32;
-            amo_call("atomic_set", ctx, dest.cast(), pe, w, Amo::Set, value.to_bits() as u64, 0, false);
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _atomic_set>](dest: *mut $t, value: $t, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_set>](CTX_DEFAULT, dest, value, pe) }
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_swap>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
-            let w = size_of::<$t>() as u32;
-            <$t>::from_bits(amo_call("atomic_swap", ctx, dest.cast(), pe, w, Amo::Swap, value.to_bits() as u64, 0, true) as $u)
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _atomic_swap>](dest: *mut $t, value: $t, pe: c_int) -> $t {
-            // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_swap>](CTX_DEFAULT, dest, value, pe) }
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_nbi>](ctx: *mut c_void, fetch: *mut $t, source: *const $t, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            let v = unsafe { [<shmem_ctx_ $tn _atomic_fetch>](ctx, source, pe) };
-            // SAFETY: the caller's fetch buffer of one element.
-            entry("atomic_fetch_nbi", || unsafe { wr(fetch.cast(), size_of::<$t>()) }.map(|b| b.copy_from_slice(&v.to_ne_bytes())));
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_nbi>](fetch: *mut $t, source: *const $t, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_fetch_nbi>](CTX_DEFAULT, fetch, source, pe) }
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_swap_nbi>](ctx: *mut c_void, fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            let v = unsafe { [<shmem_ctx_ $tn _atomic_swap>](ctx, dest, value, pe) };
-            // SAFETY: the caller's fetch buffer of one element.
-            entry("atomic_swap_nbi", || unsafe { wr(fetch.cast(), size_of::<$t>()) }.map(|b| b.copy_from_slice(&v.to_ne_bytes())));
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _atomic_swap_nbi>](fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_swap_nbi>](CTX_DEFAULT, fetch, dest, value, pe) }
-        }
-    )* } };
+    entry(name, || {
+        let pe = ctx_pe(ctx, pe)?;
+        state::amo(addr as usize, pe, width, op, a, b, fetch)
+    })
 }
 
 /// Integer AMO types' `to_bits`/`from_bits` (the identity on their two's complement).
@@ -118,138 +48,83 @@ macro_rules! bits {
 }
 bits!(i32 => u32; i64 => u64; u32 => u32; u64 => u64; usize => u64; isize => u64;);
 
+/// `$f`: entry point `$cf` on the default context (a call of it, as the C library's
+/// `shmem_<op>` is `shmem_ctx_<op>` on `SHMEM_CTX_DEFAULT`).
+macro_rules! on_default {
+    ($cf:ident $f:ident ($($p:ident: $t:ty),*) $(-> $r:ty)?) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $f($($p: $t),*) $(-> $r)? {
+            // SAFETY: the caller's promise (this module's).
+            unsafe { $cf(CTX_DEFAULT, $($p),*) }
+        }
+    };
+}
+
+/// One atomic of type `$t` (bits `$u`) named `shmem_ctx_<$tn><$name>` and
+/// `shmem_<$tn><$name>`, with the parameters `$p` before `pe`: `amo_call($what, ..)` of
+/// `$op` with operands `$a`, `$b` on the word at `$addr`. A fetching one (`fetch`)
+/// returns the old value and has its `_nbi` forms, which store it at `fetch`.
+macro_rules! amo_op {
+    ($tn:ident $t:ty, $u:ty; $name:ident $what:literal ($($p:ident: $pt:ty),*) [$addr:ident, $op:expr, $a:expr, $b:expr]) => { paste::paste! {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn [<shmem_ctx_ $tn $name>](ctx: *mut c_void, $($p: $pt,)* pe: c_int) {
+            let w = size_of::<$t>() as u32;
+            amo_call($what, ctx, $addr.cast(), pe, w, $op, $a, $b, false);
+        }
+        on_default!([<shmem_ctx_ $tn $name>] [<shmem_ $tn $name>] ($($p: $pt,)* pe: c_int));
+    } };
+    ($tn:ident $t:ty, $u:ty; $name:ident $what:literal ($($p:ident: $pt:ty),*) [$addr:ident, $op:expr, $a:expr, $b:expr] fetch $nbi_what:literal) => { paste::paste! {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn [<shmem_ctx_ $tn $name>](ctx: *mut c_void, $($p: $pt,)* pe: c_int) -> $t {
+            let w = size_of::<$t>() as u32;
+            <$t>::from_bits(amo_call($what, ctx, $addr.cast(), pe, w, $op, $a, $b, true) as $u)
+        }
+        on_default!([<shmem_ctx_ $tn $name>] [<shmem_ $tn $name>] ($($p: $pt,)* pe: c_int) -> $t);
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn [<shmem_ctx_ $tn $name _nbi>](ctx: *mut c_void, fetch: *mut $t, $($p: $pt,)* pe: c_int) {
+            // SAFETY: the caller's promise (this module's).
+            let v = unsafe { [<shmem_ctx_ $tn $name>](ctx, $($p,)* pe) };
+            // SAFETY: the caller's fetch buffer of one element.
+            entry($nbi_what, || unsafe { wr(fetch.cast(), size_of::<$t>()) }.map(|b| b.copy_from_slice(&v.to_ne_bytes())));
+        }
+        on_default!([<shmem_ctx_ $tn $name _nbi>] [<shmem_ $tn $name _nbi>] (fetch: *mut $t, $($p: $pt,)* pe: c_int));
+    } };
+}
+
+/// The atomics of every AMO type: fetch, set, swap.
+macro_rules! amo_ext {
+    ($($tn:ident $t:ty, $u:ty;)*) => { $(
+        amo_op!($tn $t, $u; _atomic_fetch "atomic_fetch" (source: *const $t) [source, Amo::Fetch, 0, 0] fetch "atomic_fetch_nbi");
+        amo_op!($tn $t, $u; _atomic_set "atomic_set" (dest: *mut $t, value: $t) [dest, Amo::Set, value.to_bits() as u64, 0]);
+        amo_op!($tn $t, $u; _atomic_swap "atomic_swap" (dest: *mut $t, value: $t) [dest, Amo::Swap, value.to_bits() as u64, 0] fetch "atomic_swap_nbi");
+    )* };
+}
+
+/// The atomics of the standard AMO types: those of `amo_ext!`, compare-and-swap, add
+/// and increment.
 macro_rules! amo_std {
     ($($tn:ident $t:ty, $u:ty;)*) => {
         amo_ext!($($tn $t, $u;)*);
-        paste::paste! { $(
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_compare_swap>](ctx: *mut c_void, dest: *mut $t, cond: $t, value: $t, pe: c_int) -> $t {
-            let w = size_of::<$t>() as u32;
-            <$t>::from_bits(amo_call("atomic_compare_swap", ctx, dest.cast(), pe, w, Amo::Cswap, cond.to_bits() as u64, value.to_bits() as u64, true) as $u)
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _atomic_compare_swap>](dest: *mut $t, cond: $t, value: $t, pe: c_int) -> $t {
-            // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_compare_swap>](CTX_DEFAULT, dest, cond, value, pe) }
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_add>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
-            let w = size_of::<$t>() as u32;
-            <$t>::from_bits(amo_call("atomic_fetch_add", ctx, dest.cast(), pe, w, Amo::Add, value.to_bits() as u64, 0, true) as $u)
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_add>](dest: *mut $t, value: $t, pe: c_int) -> $t {
-            // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_fetch_add>](CTX_DEFAULT, dest, value, pe) }
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_add>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
-            let w = size_of::<$t>() as u32;
-            amo_call("atomic_add", ctx, dest.cast(), pe, w, Amo::Add, value.to_bits() as u64, 0, false);
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _atomic_add>](dest: *mut $t, value: $t, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_add>](CTX_DEFAULT, dest, value, pe) }
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_inc>](ctx: *mut c_void, dest: *mut $t, pe: c_int) -> $t {
-            let w = size_of::<$t>() as u32;
-            <$t>::from_bits(amo_call("atomic_fetch_inc", ctx, dest.cast(), pe, w, Amo::Add, 1, 0, true) as $u)
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_inc>](dest: *mut $t, pe: c_int) -> $t {
-            // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_fetch_inc>](CTX_DEFAULT, dest, pe) }
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_inc>](ctx: *mut c_void, dest: *mut $t, pe: c_int) {
-            let w = size_of::<$t>() as u32;
-            amo_call("atomic_inc", ctx, dest.cast(), pe, w, Amo::Add, 1, 0, false);
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _atomic_inc>](dest: *mut $t, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_inc>](CTX_DEFAULT, dest, pe) }
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_compare_swap_nbi>](ctx: *mut c_void, fetch: *mut $t, dest: *mut $t, cond: $t, value: $t, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            let v = unsafe { [<shmem_ctx_ $tn _atomic_compare_swap>](ctx, dest, cond, value, pe) };
-            // SAFETY: the caller's fetch buffer of one element.
-            entry("atomic_compare_swap_nbi", || unsafe { wr(fetch.cast(), size_of::<$t>()) }.map(|b| b.copy_from_slice(&v.to_ne_bytes())));
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _atomic_compare_swap_nbi>](fetch: *mut $t, dest: *mut $t, cond: $t, value: $t, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_compare_swap_nbi>](CTX_DEFAULT, fetch, dest, cond, value, pe) }
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_add_nbi>](ctx: *mut c_void, fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            let v = unsafe { [<shmem_ctx_ $tn _atomic_fetch_add>](ctx, dest, value, pe) };
-            // SAFETY: the caller's fetch buffer of one element.
-            entry("atomic_fetch_add_nbi", || unsafe { wr(fetch.cast(), size_of::<$t>()) }.map(|b| b.copy_from_slice(&v.to_ne_bytes())));
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_add_nbi>](fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_fetch_add_nbi>](CTX_DEFAULT, fetch, dest, value, pe) }
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_inc_nbi>](ctx: *mut c_void, fetch: *mut $t, dest: *mut $t, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            let v = unsafe { [<shmem_ctx_ $tn _atomic_fetch_inc>](ctx, dest, pe) };
-            // SAFETY: the caller's fetch buffer of one element.
-            entry("atomic_fetch_inc_nbi", || unsafe { wr(fetch.cast(), size_of::<$t>()) }.map(|b| b.copy_from_slice(&v.to_ne_bytes())));
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_inc_nbi>](fetch: *mut $t, dest: *mut $t, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_fetch_inc_nbi>](CTX_DEFAULT, fetch, dest, pe) }
-        }
-    )* } };
+        $(
+        amo_op!($tn $t, $u; _atomic_compare_swap "atomic_compare_swap" (dest: *mut $t, cond: $t, value: $t) [dest, Amo::Cswap, cond.to_bits() as u64, value.to_bits() as u64] fetch "atomic_compare_swap_nbi");
+        amo_op!($tn $t, $u; _atomic_fetch_add "atomic_fetch_add" (dest: *mut $t, value: $t) [dest, Amo::Add, value.to_bits() as u64, 0] fetch "atomic_fetch_add_nbi");
+        amo_op!($tn $t, $u; _atomic_add "atomic_add" (dest: *mut $t, value: $t) [dest, Amo::Add, value.to_bits() as u64, 0]);
+        amo_op!($tn $t, $u; _atomic_fetch_inc "atomic_fetch_inc" (dest: *mut $t) [dest, Amo::Add, 1, 0] fetch "atomic_fetch_inc_nbi");
+        amo_op!($tn $t, $u; _atomic_inc "atomic_inc" (dest: *mut $t) [dest, Amo::Add, 1, 0]);
+        )*
+    };
 }
 
+/// The bitwise atomics of the bitwise AMO types: and, or, xor, fetching or not.
 macro_rules! amo_bit {
-    ($($tn:ident $t:ty, $u:ty;)*) => { paste::paste! { $(
+    ($($tn:ident $t:ty, $u:ty;)*) => { $(
         amo_bit!(@op $tn $t, $u, and And);
         amo_bit!(@op $tn $t, $u, or Or);
         amo_bit!(@op $tn $t, $u, xor Xor);
-    )* } };
+    )* };
     (@op $tn:ident $t:ty, $u:ty, $op:ident $amo:ident) => { paste::paste! {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_ $op>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) -> $t {
-            let w = size_of::<$t>() as u32;
-            amo_call("atomic_fetch_bitwise", ctx, dest.cast(), pe, w, Amo::$amo, value as $u as u64, 0, true) as $t
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_ $op>](dest: *mut $t, value: $t, pe: c_int) -> $t {
-            // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_fetch_ $op>](CTX_DEFAULT, dest, value, pe) }
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_ $op>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
-            let w = size_of::<$t>() as u32;
-            amo_call("atomic_bitwise", ctx, dest.cast(), pe, w, Amo::$amo, value as $u as u64, 0, false);
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _atomic_ $op>](dest: *mut $t, value: $t, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_ $op>](CTX_DEFAULT, dest, value, pe) }
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _atomic_fetch_ $op _nbi>](ctx: *mut c_void, fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            let v = unsafe { [<shmem_ctx_ $tn _atomic_fetch_ $op>](ctx, dest, value, pe) };
-            // SAFETY: the caller's fetch buffer of one element.
-            entry("atomic_fetch_bitwise_nbi", || unsafe { wr(fetch.cast(), size_of::<$t>()) }.map(|b| b.copy_from_slice(&v.to_ne_bytes())));
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _atomic_fetch_ $op _nbi>](fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            unsafe { [<shmem_ctx_ $tn _atomic_fetch_ $op _nbi>](CTX_DEFAULT, fetch, dest, value, pe) }
-        }
+        amo_op!($tn $t, $u; [<_atomic_fetch_ $op>] "atomic_fetch_bitwise" (dest: *mut $t, value: $t) [dest, Amo::$amo, value.to_bits() as u64, 0] fetch "atomic_fetch_bitwise_nbi");
+        amo_op!($tn $t, $u; [<_atomic_ $op>] "atomic_bitwise" (dest: *mut $t, value: $t) [dest, Amo::$amo, value.to_bits() as u64, 0]);
     } };
 }
 

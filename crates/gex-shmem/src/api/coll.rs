@@ -2,6 +2,14 @@
 
 use super::*;
 
+/// A collective's team handle and the caller's destination and source.
+#[derive(Clone, Copy)]
+struct Buffers {
+    team: *mut c_void,
+    dst: *mut c_void,
+    src: *const c_void,
+}
+
 /// Runs a collective of `team` on bytes.
 fn coll_team<R>(
     name: &str,
@@ -16,13 +24,8 @@ fn coll_team<R>(
 }
 
 /// Broadcast of `n` bytes from team rank `root`'s `src` to every member's `dst`.
-unsafe fn broadcast_bytes(
-    team: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    n: usize,
-    root: c_int,
-) -> Result<c_int, ShmemError> {
+unsafe fn broadcast_bytes(b: Buffers, n: usize, root: c_int) -> Result<c_int, ShmemError> {
+    let Buffers { team, dst, src } = b;
     coll_team("broadcast", team, |s, t| {
         let root = u32::try_from(root)
             .ok()
@@ -50,12 +53,8 @@ fn gather_all(s: &mut state::State, t: &Team, mine: Vec<u8>) -> Result<Vec<u8>, 
     Ok(s.ep.collective(t, GatherAll::new(mine), Blocking)?)
 }
 
-unsafe fn fcollect_bytes(
-    team: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    n: usize,
-) -> Result<c_int, ShmemError> {
+unsafe fn fcollect_bytes(b: Buffers, n: usize) -> Result<c_int, ShmemError> {
+    let Buffers { team, dst, src } = b;
     coll_team("fcollect", team, |s, t| {
         let total = bytes(n, t.size() as usize)?;
         let (a, b) = (src as usize, dst as usize);
@@ -76,12 +75,8 @@ unsafe fn fcollect_bytes(
     })
 }
 
-unsafe fn collect_bytes(
-    team: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    n: usize,
-) -> Result<c_int, ShmemError> {
+unsafe fn collect_bytes(b: Buffers, n: usize) -> Result<c_int, ShmemError> {
+    let Buffers { team, dst, src } = b;
     coll_team("collect", team, |s, t| {
         let counts = gather_all(s, t, (n as u64).to_ne_bytes().to_vec())?;
         let counts: Vec<usize> = counts
@@ -107,27 +102,24 @@ unsafe fn collect_bytes(
 
 /// Alltoall with strides in elements of `size` bytes (`dst_s`, `sst` = 1: contiguous).
 unsafe fn alltoalls_bytes(
-    team: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
+    b: Buffers,
     dst_s: isize,
     sst: isize,
     n: usize,
     size: usize,
 ) -> Result<c_int, ShmemError> {
+    let Buffers { team, dst, src } = b;
     coll_team("alltoall", team, |s, t| {
         let p = t.size() as usize;
         let mut packed = Vec::with_capacity(p * n * size);
         for j in 0..p * n {
-            let at = (src as isize)
-                .wrapping_add((j as isize).wrapping_mul(sst).wrapping_mul(size as isize));
+            let at = strided_at(src as isize, j as isize, sst, size);
             // SAFETY: element `j` of the caller's strided source.
             packed.extend_from_slice(unsafe { rd(at as *const c_void, size) }?);
         }
         let out: Vec<u8> = s.ep.collective(t, Exchange::new(packed), Blocking)?;
         for j in 0..p * n {
-            let at = (dst as isize)
-                .wrapping_add((j as isize).wrapping_mul(dst_s).wrapping_mul(size as isize));
+            let at = strided_at(dst as isize, j as isize, dst_s, size);
             // SAFETY: element `j` of the caller's strided destination.
             unsafe { wr(at as *mut c_void, size) }?.copy_from_slice(&out[j * size..(j + 1) * size]);
         }
@@ -140,27 +132,27 @@ macro_rules! coll_family {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _broadcast>](team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe_root: c_int) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("broadcast", || unsafe { broadcast_bytes(team, dest, source, bytes(nelems, $size)?, pe_root) })
+            entry("broadcast", || unsafe { broadcast_bytes(Buffers { team, dst: dest, src: source }, bytes(nelems, $size)?, pe_root) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _collect>](team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("collect", || unsafe { collect_bytes(team, dest, source, bytes(nelems, $size)?) })
+            entry("collect", || unsafe { collect_bytes(Buffers { team, dst: dest, src: source }, bytes(nelems, $size)?) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _fcollect>](team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("fcollect", || unsafe { fcollect_bytes(team, dest, source, bytes(nelems, $size)?) })
+            entry("fcollect", || unsafe { fcollect_bytes(Buffers { team, dst: dest, src: source }, bytes(nelems, $size)?) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _alltoall>](team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("alltoall", || unsafe { alltoalls_bytes(team, dest, source, 1, 1, nelems, $size) })
+            entry("alltoall", || unsafe { alltoalls_bytes(Buffers { team, dst: dest, src: source }, 1, 1, nelems, $size) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _alltoalls>](team: *mut c_void, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("alltoalls", || unsafe { alltoalls_bytes(team, dest, source, dst, sst, nelems, $size) })
+            entry("alltoalls", || unsafe { alltoalls_bytes(Buffers { team, dst: dest, src: source }, dst, sst, nelems, $size) })
         }
     )* } };
 }
@@ -171,75 +163,24 @@ coll_family!(
     uint8 1; uint16 2; uint32 4; uint64 8; size 8; ptrdiff 8;
 );
 
-// The untyped (`mem`) forms count bytes.
+/// The untyped (`mem`) forms, which count bytes: `$f(team, dest, source, $p..)` is
+/// `$call(team, dest, source, $a..)` under `entry`.
 macro_rules! coll_mem {
-    () => {
+    ($($f:ident $what:literal ($($p:ident: $t:ty),*) => $call:ident($($a:expr),*);)*) => { $(
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn shmem_broadcastmem(
-            team: *mut c_void,
-            dest: *mut c_void,
-            source: *const c_void,
-            nelems: usize,
-            pe_root: c_int,
-        ) -> c_int {
+        pub unsafe extern "C" fn $f(team: *mut c_void, dest: *mut c_void, source: *const c_void, $($p: $t),*) -> c_int {
             // SAFETY: the caller's promise (this module's).
-            entry("broadcastmem", || unsafe {
-                broadcast_bytes(team, dest, source, nelems, pe_root)
-            })
+            entry($what, || unsafe { $call(Buffers { team, dst: dest, src: source }, $($a),*) })
         }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn shmem_collectmem(
-            team: *mut c_void,
-            dest: *mut c_void,
-            source: *const c_void,
-            nelems: usize,
-        ) -> c_int {
-            // SAFETY: the caller's promise (this module's).
-            entry("collectmem", || unsafe {
-                collect_bytes(team, dest, source, nelems)
-            })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn shmem_fcollectmem(
-            team: *mut c_void,
-            dest: *mut c_void,
-            source: *const c_void,
-            nelems: usize,
-        ) -> c_int {
-            // SAFETY: the caller's promise (this module's).
-            entry("fcollectmem", || unsafe {
-                fcollect_bytes(team, dest, source, nelems)
-            })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn shmem_alltoallmem(
-            team: *mut c_void,
-            dest: *mut c_void,
-            source: *const c_void,
-            nelems: usize,
-        ) -> c_int {
-            // SAFETY: the caller's promise (this module's).
-            entry("alltoallmem", || unsafe {
-                alltoalls_bytes(team, dest, source, 1, 1, nelems, 1)
-            })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn shmem_alltoallsmem(
-            team: *mut c_void,
-            dest: *mut c_void,
-            source: *const c_void,
-            dst: isize,
-            sst: isize,
-            nelems: usize,
-        ) -> c_int {
-            // SAFETY: the caller's promise (this module's).
-            entry("alltoallsmem", || unsafe {
-                alltoalls_bytes(team, dest, source, dst, sst, nelems, 1)
-            })
-        }
-    };
+    )* };
 }
-coll_mem!();
+coll_mem! {
+    shmem_broadcastmem "broadcastmem" (nelems: usize, pe_root: c_int) => broadcast_bytes(nelems, pe_root);
+    shmem_collectmem "collectmem" (nelems: usize) => collect_bytes(nelems);
+    shmem_fcollectmem "fcollectmem" (nelems: usize) => fcollect_bytes(nelems);
+    shmem_alltoallmem "alltoallmem" (nelems: usize) => alltoalls_bytes(1, 1, nelems, 1);
+    shmem_alltoallsmem "alltoallsmem" (dst: isize, sst: isize, nelems: usize) => alltoalls_bytes(dst, sst, nelems, 1);
+}
 
 // Reductions: the integer and float ones are gex-coll's allreduce with its built-in
 // operators (`reduce_coll`, in the caller's buffers); the complex ones and `long

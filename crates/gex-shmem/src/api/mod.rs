@@ -77,6 +77,14 @@ fn bytes(n: usize, size: usize) -> Result<usize, ShmemError> {
         .ok_or_else(|| ShmemError::Invalid(format!("{n} elements of {size} bytes overflow")))
 }
 
+/// The address of element `i` of the strided array at `base` (a stride of `stride`
+/// elements of `size` bytes), wrapping: the caller's promise makes it valid, or the
+/// access refuses it.
+#[inline]
+fn strided_at(base: isize, i: isize, stride: isize, size: usize) -> isize {
+    base.wrapping_add(i.wrapping_mul(stride).wrapping_mul(size as isize))
+}
+
 /// The world PE of `pe`, a PE number of context `ctx`'s team.
 #[inline]
 fn ctx_pe(ctx: *mut c_void, pe: c_int) -> Result<c_int, ShmemError> {

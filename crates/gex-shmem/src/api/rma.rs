@@ -3,20 +3,25 @@
 
 use super::*;
 
-/// Put of `n` elements of `size` bytes.
-unsafe fn put_n(
+/// The operands of an entry point: `n` elements of `size` bytes from `src` to `dst` on
+/// context `ctx` with PE `pe` (of the context's team); the symmetric side is `dst` for a
+/// put, `src` for a get.
+#[derive(Clone, Copy)]
+struct Xfer {
     ctx: *mut c_void,
     dst: *mut c_void,
     src: *const c_void,
     n: usize,
     size: usize,
     pe: c_int,
-    nbi: bool,
-) -> Result<(), ShmemError> {
-    let pe = ctx_pe(ctx, pe)?;
+}
+
+/// Put of `x` (`nbi`: completion may wait for the next quiet).
+unsafe fn put_n(x: Xfer, nbi: bool) -> Result<(), ShmemError> {
+    let pe = ctx_pe(x.ctx, x.pe)?;
     // SAFETY: the caller's promise for `src`.
-    let src = unsafe { rd(src, bytes(n, size)?) }?;
-    state::put_on(ctx_index(ctx), dst as usize, src, pe, nbi)
+    let src = unsafe { rd(x.src, bytes(x.n, x.size)?) }?;
+    state::put_on(ctx_index(x.ctx), x.dst as usize, src, pe, nbi)
 }
 
 /// The fast path of a put (`get` false: `src` to symmetric `dst`) or a get (`get`
@@ -28,90 +33,48 @@ unsafe fn put_n(
 /// # Safety
 /// As `put_n` / `get_n`.
 #[inline(always)]
-unsafe fn rma_fast(
-    get: bool,
-    ctx: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    n: usize,
-    size: usize,
-    pe: c_int,
-) -> bool {
-    match n.checked_mul(size) {
+unsafe fn rma_fast(get: bool, x: Xfer) -> bool {
+    match x.n.checked_mul(x.size) {
         // SAFETY: the caller's promise for `src` (put) or `dst` (get).
-        Some(len) if ctx == CTX_DEFAULT => unsafe {
+        Some(len) if x.ctx == CTX_DEFAULT => unsafe {
             if get {
-                state::get_direct(dst.cast(), src as usize, len, pe)
+                state::get_direct(x.dst.cast(), x.src as usize, len, x.pe)
             } else {
-                state::put_direct(dst as usize, src.cast(), len, pe)
+                state::put_direct(x.dst as usize, x.src.cast(), len, x.pe)
             }
         },
         _ => false,
     }
 }
 
-/// Get of `n` elements of `size` bytes.
-unsafe fn get_n(
-    ctx: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    n: usize,
-    size: usize,
-    pe: c_int,
-) -> Result<(), ShmemError> {
-    let pe = ctx_pe(ctx, pe)?;
+/// Get of `x`.
+unsafe fn get_n(x: Xfer) -> Result<(), ShmemError> {
+    let pe = ctx_pe(x.ctx, x.pe)?;
     // SAFETY: the caller's promise for `dst`.
-    let dst = unsafe { wr(dst, bytes(n, size)?) }?;
-    state::get_on(ctx_index(ctx), dst, src as usize, pe)
+    let dst = unsafe { wr(x.dst, bytes(x.n, x.size)?) }?;
+    state::get_on(ctx_index(x.ctx), dst, x.src as usize, pe)
 }
 
-/// Strided put: element `i` of `src` (stride `sst`) to element `i` of `dst` (stride `dst_s`).
-unsafe fn iput_n(
-    ctx: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    dst_s: isize,
-    sst: isize,
-    n: usize,
-    size: usize,
-    pe: c_int,
-) -> Result<(), ShmemError> {
-    let pe = ctx_pe(ctx, pe)?;
+/// Strided put (`get` false) or get (`get` true) of `x`: element `i` of `src` (stride
+/// `sst`) to element `i` of `dst` (stride `dst_s`), strides in elements.
+unsafe fn strided_n(get: bool, x: Xfer, dst_s: isize, sst: isize) -> Result<(), ShmemError> {
+    let (size, pe) = (x.size, ctx_pe(x.ctx, x.pe)?);
     with(|s| {
         let pe = s.pe(pe)?;
-        for i in 0..n as isize {
-            let d = (dst as isize).wrapping_add(i.wrapping_mul(dst_s).wrapping_mul(size as isize));
-            let sp = (src as isize).wrapping_add(i.wrapping_mul(sst).wrapping_mul(size as isize));
-            // SAFETY: element `i` of the caller's strided source.
-            let e = unsafe { rd(sp as *const c_void, size) }?;
-            s.put(d as usize, e, pe, true)?;
+        for i in 0..x.n as isize {
+            let d = strided_at(x.dst as isize, i, dst_s, size);
+            let sp = strided_at(x.src as isize, i, sst, size);
+            if get {
+                // SAFETY: element `i` of the caller's strided destination.
+                let e = unsafe { wr(d as *mut c_void, size) }?;
+                s.get(e, sp as usize, pe)?;
+            } else {
+                // SAFETY: element `i` of the caller's strided source.
+                let e = unsafe { rd(sp as *const c_void, size) }?;
+                s.put(d as usize, e, pe, true)?;
+            }
         }
-        s.quiet()
-    })
-}
-
-/// Strided get.
-unsafe fn iget_n(
-    ctx: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    dst_s: isize,
-    sst: isize,
-    n: usize,
-    size: usize,
-    pe: c_int,
-) -> Result<(), ShmemError> {
-    let pe = ctx_pe(ctx, pe)?;
-    with(|s| {
-        let pe = s.pe(pe)?;
-        for i in 0..n as isize {
-            let d = (dst as isize).wrapping_add(i.wrapping_mul(dst_s).wrapping_mul(size as isize));
-            let sp = (src as isize).wrapping_add(i.wrapping_mul(sst).wrapping_mul(size as isize));
-            // SAFETY: element `i` of the caller's strided destination.
-            let e = unsafe { wr(d as *mut c_void, size) }?;
-            s.get(e, sp as usize, pe)?;
-        }
-        Ok(())
+        if get { Ok(()) } else { s.quiet() }
     })
 }
 
@@ -119,21 +82,12 @@ unsafe fn iget_n(
 const SIGNAL_SET: c_int = 0;
 const SIGNAL_ADD: c_int = 1;
 
-/// Put, then the signal update once the data is at the target.
-unsafe fn put_signal_n(
-    ctx: *mut c_void,
-    dst: *mut c_void,
-    src: *const c_void,
-    n: usize,
-    size: usize,
-    sig: *mut u64,
-    signal: u64,
-    op: c_int,
-    pe: c_int,
-) -> Result<(), ShmemError> {
-    let pe = ctx_pe(ctx, pe)?;
+/// Put of `x`, then the signal update (`op` with `signal` on the word at `sig`) once the
+/// data is at the target.
+unsafe fn put_signal_n(x: Xfer, sig: *mut u64, signal: u64, op: c_int) -> Result<(), ShmemError> {
+    let pe = ctx_pe(x.ctx, x.pe)?;
     // SAFETY: the caller's promise for `src`.
-    let src = unsafe { rd(src, bytes(n, size)?) }?;
+    let src = unsafe { rd(x.src, bytes(x.n, x.size)?) }?;
     let amo = match op {
         SIGNAL_SET => Amo::Set,
         SIGNAL_ADD => Amo::Add,
@@ -141,251 +95,82 @@ unsafe fn put_signal_n(
     };
     with(|s| {
         let pe = s.pe(pe)?;
-        s.put(dst as usize, src, pe, false)?;
+        s.put(x.dst as usize, src, pe, false)?;
         s.amo(sig as usize, pe, 8, amo, signal, 0, false)?;
         Ok(())
     })
 }
 
-macro_rules! rma_sized {
-    ($($sz:tt $size:expr;)*) => { paste::paste! { $(
+/// The two entry points of one operation: `$cf` on a context (its first parameter,
+/// bound to `$ctx`) and `$f` on the default context, with the same body and `$ctx`
+/// bound to the constant `CTX_DEFAULT` (so the default's fast path folds as if written
+/// out).
+macro_rules! ctx_pair {
+    ($cf:ident $f:ident ($ctx:ident $(, $p:ident: $t:ty)*) $body:block) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_put $sz>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(false, ctx, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("put", || unsafe { put_n(ctx, dest, source, nelems, $size, pe, false) })
-        }
+        pub unsafe extern "C" fn $cf($ctx: *mut c_void $(, $p: $t)*) $body
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_put $sz>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(false, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("put", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, false) })
+        pub unsafe extern "C" fn $f($($p: $t),*) {
+            let $ctx = CTX_DEFAULT;
+            $body
         }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_put $sz _nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(false, ctx, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("put_nbi", || unsafe { put_n(ctx, dest, source, nelems, $size, pe, true) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_put $sz _nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(false, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("put_nbi", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, true) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_get $sz>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(true, ctx, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("get", || unsafe { get_n(ctx, dest, source, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_get $sz>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(true, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("get", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_get $sz _nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(true, ctx, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("get_nbi", || unsafe { get_n(ctx, dest, source, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_get $sz _nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(true, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("get_nbi", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_put $sz _signal>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("put_signal", || unsafe { put_signal_n(ctx, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_put $sz _signal>](dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("put_signal", || unsafe { put_signal_n(CTX_DEFAULT, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_put $sz _signal_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("put_signal_nbi", || unsafe { put_signal_n(ctx, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_put $sz _signal_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("put_signal_nbi", || unsafe { put_signal_n(CTX_DEFAULT, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
-        }
-    )* } };
+    };
 }
 
-macro_rules! rma_strided {
-    ($($sz:tt $size:expr;)*) => { paste::paste! { $(
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_iput $sz>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
+/// One operation in its two entry points (`ctx_pair!`): `contig` a put or get of
+/// `nelems` elements of `$size` bytes (the fast path `rma_fast(is_get, ..)` first, then
+/// `$slow` under `entry`), `strided` a `strided_n`, `signal` a `put_signal_n`.
+macro_rules! rma_op {
+    (contig $cf:ident $f:ident $what:literal $size:expr, $is_get:literal, $slow:ident $(, $nbi:literal)?) => {
+        ctx_pair!($cf $f (ctx, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+            let x = Xfer { ctx, dst: dest, src: source, n: nelems, size: $size, pe };
             // SAFETY: the caller's promise (this module's).
-            entry("iput", || unsafe { iput_n(ctx, dest, source, dst, sst, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_iput $sz>](dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
+            if unsafe { rma_fast($is_get, x) } {
+                return;
+            }
             // SAFETY: the caller's promise (this module's).
-            entry("iput", || unsafe { iput_n(CTX_DEFAULT, dest, source, dst, sst, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_iget $sz>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
+            entry($what, || unsafe { $slow(x $(, $nbi)?) })
+        });
+    };
+    (strided $cf:ident $f:ident $what:literal $size:expr, $is_get:literal) => {
+        ctx_pair!($cf $f (ctx, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
+            let x = Xfer { ctx, dst: dest, src: source, n: nelems, size: $size, pe };
             // SAFETY: the caller's promise (this module's).
-            entry("iget", || unsafe { iget_n(ctx, dest, source, dst, sst, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_iget $sz>](dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
+            entry($what, || unsafe { strided_n($is_get, x, dst, sst) })
+        });
+    };
+    (signal $cf:ident $f:ident $what:literal $size:expr) => {
+        ctx_pair!($cf $f (ctx, dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
+            let x = Xfer { ctx, dst: dest, src: source, n: nelems, size: $size, pe };
             // SAFETY: the caller's promise (this module's).
-            entry("iget", || unsafe { iget_n(CTX_DEFAULT, dest, source, dst, sst, nelems, $size, pe) })
-        }
-    )* } };
+            entry($what, || unsafe { put_signal_n(x, sig_addr, signal, sig_op) })
+        });
+    };
 }
 
-macro_rules! rma_bulk {
-    ($($tn:ident $size:expr;)*) => { paste::paste! { $(
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _put>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(false, ctx, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("put", || unsafe { put_n(ctx, dest, source, nelems, $size, pe, false) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _put>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(false, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("put", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, false) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _put_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(false, ctx, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("put_nbi", || unsafe { put_n(ctx, dest, source, nelems, $size, pe, true) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _put_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(false, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("put_nbi", || unsafe { put_n(CTX_DEFAULT, dest, source, nelems, $size, pe, true) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _get>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(true, ctx, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("get", || unsafe { get_n(ctx, dest, source, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _get>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(true, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("get", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
-        }
+/// The contiguous family of one element size: put, get, their `_nbi` forms and the
+/// puts with signal. The names are `<$c>_put<$post>` (context) and `<$d>_put<$post>`
+/// (default), then `_nbi`, `_signal`, `_signal_nbi`: `shmem_ctx_putmem`,
+/// `shmem_put8_nbi`, `shmem_int_put_signal`, ...
+macro_rules! rma_contig {
+    ($size:expr; [$($c:tt)*] [$($d:tt)*] [$($post:tt)*]) => { paste::paste! {
+        rma_op!(contig [<$($c)* _put $($post)*>] [<$($d)* _put $($post)*>] "put" $size, false, put_n, false);
+        rma_op!(contig [<$($c)* _put $($post)* _nbi>] [<$($d)* _put $($post)* _nbi>] "put_nbi" $size, false, put_n, true);
+        rma_op!(contig [<$($c)* _get $($post)*>] [<$($d)* _get $($post)*>] "get" $size, true, get_n);
         // A get_nbi completes before it returns (allowed: completion at the next quiet
         // at the latest).
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _get_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(true, ctx, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("get_nbi", || unsafe { get_n(ctx, dest, source, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _get_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            if unsafe { rma_fast(true, CTX_DEFAULT, dest, source, nelems, $size, pe) } {
-                return;
-            }
-            // SAFETY: the caller's promise (this module's).
-            entry("get_nbi", || unsafe { get_n(CTX_DEFAULT, dest, source, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _iput>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("iput", || unsafe { iput_n(ctx, dest, source, dst, sst, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _iput>](dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("iput", || unsafe { iput_n(CTX_DEFAULT, dest, source, dst, sst, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _iget>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("iget", || unsafe { iget_n(ctx, dest, source, dst, sst, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _iget>](dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("iget", || unsafe { iget_n(CTX_DEFAULT, dest, source, dst, sst, nelems, $size, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _put_signal>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("put_signal", || unsafe { put_signal_n(ctx, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _put_signal>](dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("put_signal", || unsafe { put_signal_n(CTX_DEFAULT, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ctx_ $tn _put_signal_nbi>](ctx: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("put_signal_nbi", || unsafe { put_signal_n(ctx, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
-        }
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn [<shmem_ $tn _put_signal_nbi>](dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-            // SAFETY: the caller's promise (this module's).
-            entry("put_signal_nbi", || unsafe { put_signal_n(CTX_DEFAULT, dest, source, nelems, $size, sig_addr, signal, sig_op, pe) })
-        }
-    )* } };
+        rma_op!(contig [<$($c)* _get $($post)* _nbi>] [<$($d)* _get $($post)* _nbi>] "get_nbi" $size, true, get_n);
+        rma_op!(signal [<$($c)* _put $($post)* _signal>] [<$($d)* _put $($post)* _signal>] "put_signal" $size);
+        rma_op!(signal [<$($c)* _put $($post)* _signal_nbi>] [<$($d)* _put $($post)* _signal_nbi>] "put_signal_nbi" $size);
+    } };
+}
+
+/// The strided family of one element size (`iput`, `iget`), named as `rma_contig!`.
+macro_rules! rma_strided {
+    ($size:expr; [$($c:tt)*] [$($d:tt)*] [$($post:tt)*]) => { paste::paste! {
+        rma_op!(strided [<$($c)* _iput $($post)*>] [<$($d)* _iput $($post)*>] "iput" $size, false);
+        rma_op!(strided [<$($c)* _iget $($post)*>] [<$($d)* _iget $($post)*>] "iget" $size, true);
+    } };
 }
 
 macro_rules! rma_scalar {
@@ -393,12 +178,13 @@ macro_rules! rma_scalar {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _p>](ctx: *mut c_void, dest: *mut $t, value: $t, pe: c_int) {
             let v = value;
+            let x = Xfer { ctx, dst: dest.cast(), src: (&raw const v).cast(), n: 1, size: size_of::<$t>(), pe };
             // SAFETY: `v` is a local of one element.
-            if unsafe { rma_fast(false, ctx, dest.cast(), (&raw const v).cast(), 1, size_of::<$t>(), pe) } {
+            if unsafe { rma_fast(false, x) } {
                 return;
             }
             // SAFETY: `v` is a local of one element.
-            entry("p", || unsafe { put_n(ctx, dest.cast(), (&raw const v).cast(), 1, size_of::<$t>(), pe, false) })
+            entry("p", || unsafe { put_n(x, false) })
         }
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ $tn _p>](dest: *mut $t, value: $t, pe: c_int) {
@@ -408,12 +194,13 @@ macro_rules! rma_scalar {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn [<shmem_ctx_ $tn _g>](ctx: *mut c_void, source: *const $t, pe: c_int) -> $t {
             let mut v: $t = Default::default();
+            let x = Xfer { ctx, dst: (&raw mut v).cast(), src: source.cast(), n: 1, size: size_of::<$t>(), pe };
             // SAFETY: `v` is a local of one element.
-            if unsafe { rma_fast(true, ctx, (&raw mut v).cast(), source.cast(), 1, size_of::<$t>(), pe) } {
+            if unsafe { rma_fast(true, x) } {
                 return v;
             }
             // SAFETY: `v` is a local of one element.
-            entry("g", || unsafe { get_n(ctx, (&raw mut v).cast(), source.cast(), 1, size_of::<$t>(), pe) });
+            entry("g", || unsafe { get_n(x) });
             v
         }
         #[unsafe(no_mangle)]
@@ -424,13 +211,28 @@ macro_rules! rma_scalar {
     )* } };
 }
 
+/// The typed families (`shmem_<type>_put`, ...): contiguous and strided.
+macro_rules! rma_bulk {
+    ($($tn:ident $size:expr;)*) => { $(
+        rma_contig!($size; [shmem_ctx_ $tn] [shmem_ $tn] []);
+        rma_strided!($size; [shmem_ctx_ $tn] [shmem_ $tn] []);
+    )* };
+}
+/// The sized families (`shmem_put8`, `shmem_putmem`, ...).
+macro_rules! rma_sized {
+    ($($sz:tt $size:expr;)*) => { $( rma_contig!($size; [shmem_ctx] [shmem] [$sz]); )* };
+}
+/// The sized strided families (`shmem_iput8`, ...).
+macro_rules! rma_sized_strided {
+    ($($sz:tt $size:expr;)*) => { $( rma_strided!($size; [shmem_ctx] [shmem] [$sz]); )* };
+}
 rma_bulk!(
     float 4; double 8; longdouble 16; char 1; schar 1; short 2; int 4; long 8; longlong 8;
     uchar 1; ushort 2; uint 4; ulong 8; ulonglong 8; int8 1; int16 2; int32 4; int64 8;
     uint8 1; uint16 2; uint32 4; uint64 8; size 8; ptrdiff 8;
 );
 rma_sized!(mem 1; 8 1; 16 2; 32 4; 64 8; 128 16;);
-rma_strided!(8 1; 16 2; 32 4; 64 8; 128 16;);
+rma_sized_strided!(8 1; 16 2; 32 4; 64 8; 128 16;);
 rma_scalar!(
     float f32; double f64; char i8; schar i8; short i16; int i32; long i64; longlong i64;
     uchar u8; ushort u16; uint u32; ulong u64; ulonglong u64; int8 i8; int16 i16;
@@ -454,9 +256,10 @@ pub unsafe extern "C" fn shmem_signal_fetch(sig_addr: *const u64) -> u64 {
     })
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn shmem_ctx_fence(ctx: *mut c_void) {
-    entry("shmem_fence", || {
+/// Fence and quiet of context `ctx` (both complete its operations; nothing for
+/// `SHMEM_CTX_INVALID`).
+fn ctx_quiet(name: &str, ctx: *mut c_void) {
+    entry(name, || {
         if !ctx_live(ctx)? {
             return Ok(());
         }
@@ -467,31 +270,25 @@ pub extern "C" fn shmem_ctx_fence(ctx: *mut c_void) {
     })
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn shmem_fence() {
-    if state::quiet_direct() {
-        return;
-    }
-    shmem_ctx_fence(CTX_DEFAULT)
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn shmem_ctx_quiet(ctx: *mut c_void) {
-    entry("shmem_quiet", || {
-        if !ctx_live(ctx)? {
-            return Ok(());
+/// `shmem_ctx_<op>` and `shmem_<op>` of fence and quiet, which both complete the
+/// context's operations (`ctx_quiet`); the default context's fast path is
+/// `state::quiet_direct`.
+macro_rules! quiet_pair {
+    ($($cf:ident $f:ident $name:literal;)*) => { $(
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $cf(ctx: *mut c_void) {
+            ctx_quiet($name, ctx)
         }
-        match ctx_index(ctx) {
-            Some(i) => state::ctx_quiet(i),
-            None => state::quiet(),
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $f() {
+            if state::quiet_direct() {
+                return;
+            }
+            $cf(CTX_DEFAULT)
         }
-    })
+    )* };
 }
-
-#[unsafe(no_mangle)]
-pub extern "C" fn shmem_quiet() {
-    if state::quiet_direct() {
-        return;
-    }
-    shmem_ctx_quiet(CTX_DEFAULT)
+quiet_pair! {
+    shmem_ctx_fence shmem_fence "shmem_fence";
+    shmem_ctx_quiet shmem_quiet "shmem_quiet";
 }

@@ -30,24 +30,21 @@ pub extern "C" fn shmem_team_sync(team: *mut c_void) -> c_int {
     })
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn shmem_team_my_pe(team: *mut c_void) -> c_int {
-    entry("shmem_team_my_pe", || {
-        with(|s| {
-            Ok(s.team(team_index(team))
-                .map_or(-1, |t| t.team.rank() as c_int))
-        })
+/// A number `f` reads off team handle `team`'s entry; -1 for an invalid handle.
+fn team_number(name: &str, team: *mut c_void, f: impl FnOnce(&TeamEntry) -> u32) -> c_int {
+    entry(name, || {
+        with(|s| Ok(s.team(team_index(team)).map_or(-1, |t| f(t) as c_int)))
     })
 }
 
 #[unsafe(no_mangle)]
+pub extern "C" fn shmem_team_my_pe(team: *mut c_void) -> c_int {
+    team_number("shmem_team_my_pe", team, |t| t.team.rank())
+}
+
+#[unsafe(no_mangle)]
 pub extern "C" fn shmem_team_n_pes(team: *mut c_void) -> c_int {
-    entry("shmem_team_n_pes", || {
-        with(|s| {
-            Ok(s.team(team_index(team))
-                .map_or(-1, |t| t.team.size() as c_int))
-        })
-    })
+    team_number("shmem_team_n_pes", team, |t| t.team.size())
 }
 
 #[unsafe(no_mangle)]

@@ -151,6 +151,27 @@ fn with_slot_ep<R>(
     Some(f(unsafe { &mut *cell.ep.get() }, slot))
 }
 
+/// One operation `f` on the `len` bytes at heap address `addr` of (world) PE `pe` (the
+/// global pointer `f` gets) through context index `i`'s own endpoint, once `pe` is
+/// reached, counted in the slot's operations when it succeeds; `None` as
+/// [`with_slot_ep`], or when the range is not in the heap.
+fn with_heap_op(
+    i: usize,
+    addr: usize,
+    len: usize,
+    pe: u32,
+    f: impl FnOnce(&mut CtxEp, &Slot, GlobalPtr<u8>) -> Result<(), ShmemError>,
+) -> Option<Result<(), ShmemError>> {
+    let p = published()?;
+    let g = p.remote_heap(addr, len, pe)?;
+    with_slot_ep(i, |c, slot| {
+        c.reach(pe, p.hello)?;
+        f(c, slot, g)?;
+        slot.ops.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
 /// The put of `src` to heap address `dst` of (world) PE `pe` on context index `i`'s own
 /// endpoint, to `pe`'s endpoint 0; `None`: the context has no endpoint, or `dst` is not
 /// in the heap (the PE's path decides).
@@ -161,10 +182,7 @@ pub(crate) fn ctx_put(
     pe: u32,
     nbi: bool,
 ) -> Option<Result<(), ShmemError>> {
-    let p = published()?;
-    let g = p.remote_heap(dst, src.len(), pe)?;
-    with_slot_ep(i, |c, slot| {
-        c.reach(pe, p.hello)?;
+    with_heap_op(i, dst, src.len(), pe, |c, slot, g| {
         if nbi {
             c.ep.put(g, src, Nbi)?;
             slot.nbi.store(true, Ordering::Release);
@@ -172,7 +190,6 @@ pub(crate) fn ctx_put(
             let ev = c.ep.put(g, src, Nb)?;
             c.wait(ev)?;
         }
-        slot.ops.fetch_add(1, Ordering::Relaxed);
         Ok(())
     })
 }
@@ -185,10 +202,7 @@ pub(crate) fn ctx_get(
     src: usize,
     pe: u32,
 ) -> Option<Result<(), ShmemError>> {
-    let p = published()?;
-    let g = p.remote_heap(src, dst.len(), pe)?;
-    with_slot_ep(i, |c, slot| {
-        c.reach(pe, p.hello)?;
+    with_heap_op(i, src, dst.len(), pe, |c, _, g| {
         let mut buf = std::mem::take(&mut c.buf);
         buf.clear();
         buf.resize(dst.len(), 0);
@@ -196,7 +210,6 @@ pub(crate) fn ctx_get(
         let buf = c.wait(ev)?;
         dst.copy_from_slice(&buf);
         c.buf = buf;
-        slot.ops.fetch_add(1, Ordering::Relaxed);
         Ok(())
     })
 }

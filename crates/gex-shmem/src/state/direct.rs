@@ -4,6 +4,24 @@
 
 use super::*;
 
+/// The published PE and where its conduit maps the `len` bytes at symmetric address
+/// `addr` of PE `pe`, for a direct copy (inlined into [`put_direct`] and
+/// [`get_direct`]); `None` (take the checked path) before publication, for an empty
+/// range, a null local buffer (`local_null`) or a range not mapped here.
+#[inline(always)]
+fn direct_range(
+    addr: usize,
+    len: usize,
+    local_null: bool,
+    pe: c_int,
+) -> Option<(&'static Pe, *mut u8)> {
+    let p = published()?;
+    if len == 0 || local_null {
+        return None;
+    }
+    Some((p, p.direct(addr, len, pe as usize)?))
+}
+
 /// The lock-free put (issue 27 point 4: the entry points' fast path, inlined into
 /// them): `len` bytes from `src` to symmetric address `dst` of PE `pe` when the
 /// conduit maps its heap here; `false` (nothing done) otherwise, for the checked path.
@@ -12,13 +30,7 @@ use super::*;
 /// `src` is valid for reads of `len` bytes (or null: `false`).
 #[inline(always)]
 pub(crate) unsafe fn put_direct(dst: usize, src: *const u8, len: usize, pe: c_int) -> bool {
-    let Some(p) = published() else {
-        return false;
-    };
-    if len == 0 || src.is_null() {
-        return false;
-    }
-    let Some(at) = p.direct(dst, len, pe as usize) else {
+    let Some((_, at)) = direct_range(dst, len, src.is_null(), pe) else {
         return false;
     };
     // SAFETY: `at .. at + len` is inside the mapping of `pe`'s segment (checked against
@@ -35,13 +47,7 @@ pub(crate) unsafe fn put_direct(dst: usize, src: *const u8, len: usize, pe: c_in
 /// null: `false`).
 #[inline(always)]
 pub(crate) unsafe fn get_direct(dst: *mut u8, src: usize, len: usize, pe: c_int) -> bool {
-    let Some(p) = published() else {
-        return false;
-    };
-    if len == 0 || dst.is_null() {
-        return false;
-    }
-    let Some(at) = p.direct(src, len, pe as usize) else {
+    let Some((p, at)) = direct_range(src, len, dst.is_null(), pe) else {
         return false;
     };
     if pe as u32 == p.me {
@@ -106,6 +112,23 @@ pub(super) fn serve() {
     }
 }
 
+/// The published PE, PE number `pe` checked (its world PE), and where this process
+/// maps the `len` bytes at symmetric address `addr` of it (`None`: not mapped here);
+/// the start of [`put_on`] and [`get_on`].
+///
+/// # Errors
+/// [`ShmemError::NotInitialized`], [`ShmemError::BadPe`].
+#[inline(always)]
+fn checked_range(
+    addr: usize,
+    len: usize,
+    pe: i32,
+) -> Result<(&'static Pe, u32, Option<*mut u8>), ShmemError> {
+    let p = self::pe()?;
+    let pe = p.pe(pe)?;
+    Ok((p, pe, p.direct(addr, len, pe as usize)))
+}
+
 /// Puts `src` at symmetric address `dst` of `pe` (a PE number, checked) on context
 /// index `ctx` (`None`: the default context). `nbi`: the put may complete later (at the
 /// next quiet); else it is complete at its target on return. What does not take the
@@ -121,9 +144,8 @@ pub(crate) fn put_on(
     pe: i32,
     nbi: bool,
 ) -> Result<(), ShmemError> {
-    let p = self::pe()?;
-    let pe = p.pe(pe)?;
-    if let Some(at) = p.direct(dst, src.len(), pe as usize) {
+    let (_, pe, mapped) = checked_range(dst, src.len(), pe)?;
+    if let Some(at) = mapped {
         // SAFETY: `at .. at + len` is inside the mapping of `pe`'s segment (checked
         // against the mapped length), which stays mapped for the life of the process
         // (module documentation); byte-wise atomic stores, so other PEs' and threads'
@@ -149,9 +171,8 @@ pub(crate) fn get_on(
     src: usize,
     pe: i32,
 ) -> Result<(), ShmemError> {
-    let p = self::pe()?;
-    let pe = p.pe(pe)?;
-    if let Some(at) = p.direct(src, dst.len(), pe as usize) {
+    let (p, pe, mapped) = checked_range(src, dst.len(), pe)?;
+    if let Some(at) = mapped {
         if pe == p.me {
             // Programs spin on gets of their own PE's data: serve the others.
             serve();
