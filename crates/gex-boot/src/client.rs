@@ -78,6 +78,45 @@ macro_rules! kvs_collectives {
     };
 }
 
+/// `abort` and `request_exit` of a `Bootstrap` impl for a process-manager client
+/// (PMI-1, PMI-2, PMIx), over its inherent `send_abort(code, reason)`: `abort`
+/// prints the message itself (no process manager does), asks the manager to end the
+/// job and exits with the code; `request_exit` asks the same with the
+/// [`exit_reason`]. A request that cannot be delivered is logged (`$what` names the
+/// protocol) and otherwise ignored. With `finalize`, also a `finalize` that sends the
+/// inherent `send_finalize()` once (the `finalized` field), until it succeeds.
+macro_rules! abort_by_request {
+    ($what:literal) => {
+        fn abort(&mut self, code: i32, msg: &str) -> ! {
+            let code = $crate::client::abort_code(code);
+            $crate::client::print_abort(self.rank, code, msg);
+            let why = $crate::client::abort_reason(self.rank, code, msg);
+            if let Err(e) = self.send_abort(code, &why) {
+                tracing::debug!(rank = self.rank, code, error = %e, concat!($what, " abort not delivered"));
+            }
+            std::process::exit(code)
+        }
+        fn request_exit(&mut self, code: i32) {
+            let why = $crate::client::exit_reason(self.rank, code);
+            if let Err(e) = self.send_abort(code, &why) {
+                tracing::debug!(rank = self.rank, code, error = %e, "exit request not delivered");
+            }
+        }
+    };
+    ($what:literal, finalize) => {
+        abort_by_request!($what);
+
+        fn finalize(&mut self, _code: i32) -> Result<(), BootError> {
+            if self.finalized {
+                return Ok(());
+            }
+            self.send_finalize()?;
+            self.finalized = true;
+            Ok(())
+        }
+    };
+}
+
 /// Sends all of `bytes` on `sock` (retrying on `EINTR`, without `SIGPIPE`); a
 /// failure is told by `lost_or_io(errno, "send")`.
 pub(crate) fn send_all(

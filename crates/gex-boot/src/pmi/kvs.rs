@@ -22,6 +22,22 @@ pub(crate) const COUNT_PREFIX: usize = 11;
 /// Smallest number of base64 characters per chunk a client accepts to work with.
 pub(crate) const MIN_CHUNK: usize = 16;
 
+/// `kvs_rank`, `kvs_size` and `chunk` of a [`Kvs`] impl, read from the client's
+/// `rank`, `size` and `chunk` fields.
+macro_rules! kvs_fields {
+    () => {
+        fn kvs_rank(&self) -> u32 {
+            self.rank
+        }
+        fn kvs_size(&self) -> u32 {
+            self.size
+        }
+        fn chunk(&self) -> usize {
+            self.chunk
+        }
+    };
+}
+
 /// A job's key-value space, as one PMI client sees it.
 pub(crate) trait Kvs {
     /// This process's rank.

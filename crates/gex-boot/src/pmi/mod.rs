@@ -127,6 +127,7 @@
 //! module has no `unsafe` code.
 
 mod b64;
+#[macro_use]
 mod kvs;
 mod mapping;
 #[cfg(test)]
@@ -149,7 +150,7 @@ use std::time::{Duration, Instant};
 
 use gex_core::boot::{BootError, Bootstrap};
 
-use crate::{client, env};
+use crate::env;
 use wire::{Attrs, Conn, MAX_REQUEST_LINE, Msg};
 
 /// Upper bound on the length of the keys this client makes (`gex.<seq>.<rank>.<chunk>`
@@ -466,24 +467,23 @@ impl PmiClient {
 
     collective_seq!(finalized);
 
-    /// Sends `cmd=abort exitcode=code` (the server sends no reply), after letting
-    /// the launcher read this rank's pending output ([`drain_output`]).
-    fn send_abort(&mut self, code: i32) -> Result<(), BootError> {
+    /// Sends `cmd=abort exitcode=code` (the server sends no reply; PMI-1 carries no
+    /// reason), after letting the launcher read this rank's pending output
+    /// ([`drain_output`]).
+    fn send_abort(&mut self, code: i32, _why: &str) -> Result<(), BootError> {
         drain_output();
         self.conn.send_line(&format!("cmd=abort exitcode={code}\n"))
+    }
+
+    /// Sends `cmd=finalize` and waits for its acknowledgement.
+    fn send_finalize(&mut self) -> Result<(), BootError> {
+        self.conn.call("cmd=finalize\n", "finalize_ack")?;
+        Ok(())
     }
 }
 
 impl Kvs for PmiClient {
-    fn kvs_rank(&self) -> u32 {
-        self.rank
-    }
-    fn kvs_size(&self) -> u32 {
-        self.size
-    }
-    fn chunk(&self) -> usize {
-        self.chunk
-    }
+    kvs_fields!();
     fn key(&self, seq: u64, rank: u32, chunk: usize) -> Result<String, BootError> {
         let k = format!("gex.{seq}.{rank}.{chunk}");
         if k.len() >= self.keylen_max {
@@ -563,28 +563,8 @@ pub(crate) fn fuzz_connect(
 impl Bootstrap for PmiClient {
     bootstrap_identity!("pmi");
     kvs_collectives!();
-    fn abort(&mut self, code: i32, msg: &str) -> ! {
-        let code = client::abort_code(code);
-        // Hydra does not print abort messages: say it here, once.
-        client::print_abort(self.rank, code, msg);
-        if let Err(e) = self.send_abort(code) {
-            tracing::debug!(rank = self.rank, code, error = %e, "PMI abort not delivered");
-        }
-        std::process::exit(code)
-    }
-    fn finalize(&mut self, _code: i32) -> Result<(), BootError> {
-        if self.finalized {
-            return Ok(());
-        }
-        self.conn.call("cmd=finalize\n", "finalize_ack")?;
-        self.finalized = true;
-        Ok(())
-    }
-    fn request_exit(&mut self, code: i32) {
-        if let Err(e) = self.send_abort(code) {
-            tracing::debug!(rank = self.rank, code, error = %e, "exit request not delivered");
-        }
-    }
+    // Hydra does not print abort messages: `abort` says it here, once.
+    abort_by_request!("PMI", finalize);
 }
 
 #[cfg(test)]
@@ -602,6 +582,19 @@ mod tests {
         vallen_max: usize,
         mapping: Option<String>,
         handshake: bool,
+    }
+
+    impl Server {
+        /// A server for `size` clients with the process mapping `mapping`, values of
+        /// up to 1024 bytes and no port handshake.
+        fn new(size: u32, mapping: Option<&str>) -> Self {
+            Server {
+                size,
+                vallen_max: 1024,
+                mapping: mapping.map(Into::into),
+                handshake: false,
+            }
+        }
     }
 
     /// What the fake server saw.
@@ -713,10 +706,8 @@ mod tests {
     #[test]
     fn collectives_with_small_values_need_many_chunks() {
         let cfg = Server {
-            size: 3,
             vallen_max: 40,
-            mapping: Some("(vector,(0,1,3))".into()),
-            handshake: false,
+            ..Server::new(3, Some("(vector,(0,1,3))"))
         };
         let (chunks, _) = job(cfg, |mut c| {
             assert_eq!(c.name(), "pmi");
@@ -747,10 +738,8 @@ mod tests {
     #[test]
     fn put_lines_fit_the_line_limit() {
         let cfg = Server {
-            size: 2,
             vallen_max: 1 << 20,
-            mapping: Some("(vector,(0,2,1))".into()),
-            handshake: false,
+            ..Server::new(2, Some("(vector,(0,2,1))"))
         };
         let (_, seen) = job(cfg, |mut c| {
             assert_eq!(c.host_ids(), &[0, 1]);
@@ -772,10 +761,8 @@ mod tests {
     #[test]
     fn port_handshake_gives_rank_and_size() {
         let cfg = Server {
-            size: 2,
-            vallen_max: 1024,
-            mapping: Some("(vector,(0,1,2))".into()),
             handshake: true,
+            ..Server::new(2, Some("(vector,(0,1,2))"))
         };
         let (ranks, seen) = job(cfg, |mut c| {
             let r = (c.rank(), c.size());
@@ -790,12 +777,7 @@ mod tests {
 
     #[test]
     fn without_a_mapping_host_names_are_exchanged() {
-        let cfg = Server {
-            size: 3,
-            vallen_max: 1024,
-            mapping: None,
-            handshake: false,
-        };
+        let cfg = Server::new(3, None);
         let (hosts, seen) = job(cfg, |mut c| {
             let h = c.host_ids().to_vec();
             // The exchange of host names used sequence number 0.
@@ -826,24 +808,14 @@ mod tests {
 
     #[test]
     fn request_exit_sends_abort_with_the_code() {
-        let cfg = Server {
-            size: 1,
-            vallen_max: 1024,
-            mapping: Some("(vector,(0,1,1))".into()),
-            handshake: false,
-        };
+        let cfg = Server::new(1, Some("(vector,(0,1,1))"));
         let (_, seen) = job(cfg, |mut c| c.request_exit(5));
         assert_eq!(seen.lock().unwrap().aborts, [5]);
     }
 
     #[test]
     fn mismatched_collectives_are_protocol_errors() {
-        let cfg = Server {
-            size: 2,
-            vallen_max: 1024,
-            mapping: Some("(vector,(0,1,1))".into()),
-            handshake: false,
-        };
+        let cfg = Server::new(2, Some("(vector,(0,1,1))"));
         let (res, _) = job(cfg, |mut c| {
             let r = if c.rank() == 0 {
                 c.barrier().map(|_| Vec::new())

@@ -36,7 +36,7 @@ use super::kvs::{COUNT_PREFIX, Kvs, host_ids_from_names, node_name};
 use super::wire::{Attrs, Conn};
 use super::wire2;
 use super::{PmiClient, check_rank, drain_output, env_str, env_u32, parse_process_mapping};
-use crate::{client, env};
+use crate::env;
 
 /// `PMI2_MAX_VALLEN`: the longest value the reference client and servers accept.
 const MAX_VALUE: usize = 1024;
@@ -245,7 +245,7 @@ impl Pmi2Client {
     /// Sends `abort;isworld=TRUE;msg=…` (no reply comes), after letting the launcher
     /// read this rank's pending output. `;` in the message becomes `,` (Slurm does
     /// not undo the protocol's `;;` escape).
-    fn send_abort(&mut self, msg: &str) -> Result<(), BootError> {
+    fn send_abort(&mut self, _code: i32, msg: &str) -> Result<(), BootError> {
         drain_output();
         let msg: String = msg
             .chars()
@@ -258,18 +258,16 @@ impl Pmi2Client {
             &[("isworld", "TRUE"), ("msg", &msg)],
         )
     }
+
+    /// Sends `finalize` and waits for its response.
+    fn send_finalize(&mut self) -> Result<(), BootError> {
+        wire2::call(&mut self.conn, "finalize", &[], "finalize-response")?;
+        Ok(())
+    }
 }
 
 impl Kvs for Pmi2Client {
-    fn kvs_rank(&self) -> u32 {
-        self.rank
-    }
-    fn kvs_size(&self) -> u32 {
-        self.size
-    }
-    fn chunk(&self) -> usize {
-        self.chunk
-    }
+    kvs_fields!();
     fn key(&self, seq: u64, rank: u32, chunk: usize) -> Result<String, BootError> {
         let k = format!("gex.{seq}.{rank}.{chunk}");
         debug_assert!(k.len() < MAX_KEY);
@@ -307,30 +305,8 @@ impl Kvs for Pmi2Client {
 impl Bootstrap for Pmi2Client {
     bootstrap_identity!("pmi2");
     kvs_collectives!();
-    fn abort(&mut self, code: i32, msg: &str) -> ! {
-        let code = client::abort_code(code);
-        // Neither Slurm nor Hydra prints the abort message: say it here, once.
-        client::print_abort(self.rank, code, msg);
-        let why = client::abort_reason(self.rank, code, msg);
-        if let Err(e) = self.send_abort(&why) {
-            tracing::debug!(rank = self.rank, code, error = %e, "PMI-2 abort not delivered");
-        }
-        std::process::exit(code)
-    }
-    fn finalize(&mut self, _code: i32) -> Result<(), BootError> {
-        if self.finalized {
-            return Ok(());
-        }
-        wire2::call(&mut self.conn, "finalize", &[], "finalize-response")?;
-        self.finalized = true;
-        Ok(())
-    }
-    fn request_exit(&mut self, code: i32) {
-        let why = client::exit_reason(self.rank, code);
-        if let Err(e) = self.send_abort(&why) {
-            tracing::debug!(rank = self.rank, code, error = %e, "exit request not delivered");
-        }
-    }
+    // Neither Slurm nor Hydra prints the abort message: `abort` says it here, once.
+    abort_by_request!("PMI-2", finalize);
 }
 
 #[cfg(test)]
@@ -350,6 +326,19 @@ mod tests {
         pmi1_only: bool,
         /// Require `pmijobid` in `fullinit`, as Slurm does.
         want_jobid: bool,
+    }
+
+    impl Server {
+        /// A PMI-2 server for `size` clients with the process mapping `mapping`, not
+        /// requiring `pmijobid`.
+        fn new(size: u32, mapping: Option<&'static str>) -> Self {
+            Server {
+                size,
+                mapping,
+                pmi1_only: false,
+                want_jobid: false,
+            }
+        }
     }
 
     #[derive(Default)]
@@ -493,10 +482,8 @@ mod tests {
     #[test]
     fn collectives_chunk_blobs_into_kvs_values() {
         let cfg = Server {
-            size: 3,
-            mapping: Some("(vector,(0,1,3))"),
-            pmi1_only: false,
             want_jobid: true,
+            ..Server::new(3, Some("(vector,(0,1,3))"))
         };
         let (_, seen) = job(cfg, |mut c| {
             assert_eq!((c.name(), c.job_id(), c.appnum()), ("pmi2", "7.0", -1));
@@ -527,12 +514,7 @@ mod tests {
 
     #[test]
     fn without_a_mapping_host_names_are_exchanged() {
-        let cfg = Server {
-            size: 2,
-            mapping: None,
-            pmi1_only: false,
-            want_jobid: false,
-        };
+        let cfg = Server::new(2, None);
         let (hosts, _) = job(cfg, |mut c| {
             let h = c.host_ids().to_vec();
             assert_eq!(c.seq, 1);
@@ -544,12 +526,7 @@ mod tests {
 
     #[test]
     fn mapping_gives_host_ids() {
-        let cfg = Server {
-            size: 4,
-            mapping: Some("(vector,(0,2,2))"),
-            pmi1_only: false,
-            want_jobid: false,
-        };
+        let cfg = Server::new(4, Some("(vector,(0,2,2))"));
         let (hosts, _) = job(cfg, |mut c| {
             let h = c.host_ids().to_vec();
             c.finalize(0).unwrap();
@@ -560,23 +537,16 @@ mod tests {
 
     #[test]
     fn abort_message_travels_without_semicolons() {
-        let cfg = Server {
-            size: 1,
-            mapping: Some("(vector,(0,1,1))"),
-            pmi1_only: false,
-            want_jobid: false,
-        };
-        let (_, seen) = job(cfg, |mut c| c.send_abort("a;b\nc").unwrap());
+        let cfg = Server::new(1, Some("(vector,(0,1,1))"));
+        let (_, seen) = job(cfg, |mut c| c.send_abort(1, "a;b\nc").unwrap());
         assert_eq!(seen.lock().unwrap().aborts, ["a,b,c"]);
     }
 
     #[test]
     fn missing_jobid_is_refused_like_slurm_does() {
         let cfg = Server {
-            size: 1,
-            mapping: None,
-            pmi1_only: false,
             want_jobid: true,
+            ..Server::new(1, None)
         };
         let (mut clients, servers, _) = serve(cfg);
         let Hello::Accepted(conn) = hello(Conn::new(clients.remove(0))).unwrap() else {
@@ -593,10 +563,8 @@ mod tests {
     #[test]
     fn refusal_leaves_the_connection_for_pmi1() {
         let cfg = Server {
-            size: 1,
-            mapping: None,
             pmi1_only: true,
-            want_jobid: false,
+            ..Server::new(1, None)
         };
         let (mut clients, servers, seen) = serve(cfg);
         let Hello::Refused(mut conn, why) = hello(Conn::new(clients.remove(0))).unwrap() else {
@@ -618,12 +586,7 @@ mod tests {
 
     #[test]
     fn rank_disagreement_is_a_protocol_error() {
-        let cfg = Server {
-            size: 2,
-            mapping: None,
-            pmi1_only: false,
-            want_jobid: false,
-        };
+        let cfg = Server::new(2, None);
         let (clients, _servers, _) = serve(cfg);
         let mut it = clients.into_iter();
         let first = it.next().unwrap();
