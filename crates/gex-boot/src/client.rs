@@ -10,8 +10,12 @@ use gex_core::boot::BootError;
 use rustix::io::Errno;
 use rustix::net::SendFlags;
 
-/// `name`, `rank`, `size` and `host_ids` of a `Bootstrap` impl, read from the
-/// client's `rank`, `size` and `hosts` fields.
+/// `name`, `rank`, `size` and `host_ids` of a
+/// [`Bootstrap`](gex_core::boot::Bootstrap) impl, read from the implementing struct's
+/// `rank: u32`, `size: u32` and `hosts: Vec<u32>` fields; `name` returns the
+/// literal given. Used by this crate's clients and by test bootstraps (the test
+/// kit's scripted one).
+#[macro_export]
 macro_rules! bootstrap_identity {
     ($name:literal) => {
         fn name(&self) -> &'static str {
