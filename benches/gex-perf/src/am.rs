@@ -17,7 +17,6 @@
 
 use crate::report::{Record, Reporter, median};
 use crate::{AmArgs, PinMode, TestName, complain};
-use gex::coll::CollExt;
 use gex::core::{Client, Endpoint};
 use gex::spi::Conduit;
 use gex::{Am, Body, ClientBuilder, EpAddr, HandlerId, Token, WaitPolicy};
@@ -474,12 +473,31 @@ fn wait<C: Conduit>(ep: &mut Endpoint<C>, _spin: bool, cond: impl FnMut() -> boo
     ep.wait_until(cond);
 }
 
+/// `k` round trips to `peer`: each sends `body` to `handler` and waits for the pong
+/// it answers (counted in `c.pong`). Inlined into each caller, so every loop is
+/// compiled with its own handler and category, as when each was written out.
+#[inline(always)]
+fn round_trips<C: Conduit>(
+    ep: &mut Endpoint<C>,
+    c: &Counters,
+    spin: bool,
+    peer: EpAddr,
+    handler: HandlerId,
+    body: Body<'_>,
+    k: u64,
+) -> Res<()> {
+    let start = c.pong.load(Relaxed);
+    for want in start + 1..=start + k {
+        ep.request(peer, handler, body)?;
+        wait(ep, spin, || c.pong.load(Relaxed) >= want);
+    }
+    Ok(())
+}
+
 impl<C: Conduit> Bench<C> {
     /// The collectives layer's barrier over every rank (separates test points).
     fn barrier(&mut self) -> Res<()> {
-        let world = self.ep.world();
-        self.ep.barrier(&world)?;
-        Ok(())
+        crate::world_barrier(&mut self.ep)
     }
 
     /// Measures one point against `peer`; values in the test's unit.
@@ -541,37 +559,24 @@ impl<C: Conduit> Bench<C> {
     }
 
     fn short_rtt(&mut self, peer: EpAddr, k: u64) -> Res<()> {
-        let c = &*self.c;
-        let start = c.pong.load(Relaxed);
-        for want in start + 1..=start + k {
-            self.ep.request(peer, H_PING_SHORT, Body::short(&[]))?;
-            wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
-        }
-        Ok(())
+        let Bench { ep, c, spin, .. } = self;
+        round_trips(ep, c, *spin, peer, H_PING_SHORT, Body::short(&[]), k)
     }
 
     fn medium_rtt(&mut self, peer: EpAddr, size: usize, k: u64) -> Res<()> {
-        let c = &*self.c;
-        let payload = &self.buf[..size];
-        let start = c.pong.load(Relaxed);
-        for want in start + 1..=start + k {
-            self.ep
-                .request(peer, H_PING_MEDIUM, Body::medium(&[], payload))?;
-            wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
-        }
-        Ok(())
+        let Bench {
+            ep, c, buf, spin, ..
+        } = self;
+        let body = Body::medium(&[], &buf[..size]);
+        round_trips(ep, c, *spin, peer, H_PING_MEDIUM, body, k)
     }
 
     fn long_rtt(&mut self, peer: EpAddr, size: usize, k: u64) -> Res<()> {
-        let c = &*self.c;
-        let payload = &self.buf[..size];
-        let start = c.pong.load(Relaxed);
-        for want in start + 1..=start + k {
-            self.ep
-                .request(peer, H_PING_LONG, Body::long(&[], payload, 0))?;
-            wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
-        }
-        Ok(())
+        let Bench {
+            ep, c, buf, spin, ..
+        } = self;
+        let body = Body::long(&[], &buf[..size], 0);
+        round_trips(ep, c, *spin, peer, H_PING_LONG, body, k)
     }
 
     /// `k` back-to-back requests of one category, then a flood end and its ack.
