@@ -168,6 +168,15 @@ pub(crate) fn host_ids_from_names(names: &[Vec<u8>]) -> Vec<u32> {
         .collect()
 }
 
+/// Host ids found by exchanging every rank's [`node_name`] over `boot` (a collective
+/// of the job: for when the launcher says nothing of the placement).
+pub(crate) fn exchange_host_ids(
+    boot: &mut impl gex_core::boot::Bootstrap,
+) -> Result<Vec<u32>, BootError> {
+    let names = boot.exchange(&node_name())?;
+    Ok(host_ids_from_names(&names))
+}
+
 /// This host's name (`uname` node name), as the ranks exchange it when the launcher
 /// publishes no process mapping.
 pub(crate) fn node_name() -> Vec<u8> {

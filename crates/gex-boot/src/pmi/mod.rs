@@ -141,9 +141,9 @@ mod wire2;
 pub use mapping::parse_process_mapping;
 pub use pmi2::Pmi2Client;
 
-use kvs::{COUNT_PREFIX, Kvs, MIN_CHUNK, host_ids_from_names};
+use kvs::{COUNT_PREFIX, Kvs, MIN_CHUNK};
 #[cfg_attr(not(feature = "pmix"), allow(unused_imports))]
-pub(crate) use kvs::{host_ids_from_names as kvs_host_ids, node_name};
+pub(crate) use kvs::{exchange_host_ids, host_ids_from_names as kvs_host_ids};
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -403,17 +403,7 @@ impl PmiClient {
             finalized: false,
         };
         let mapping = Kvs::get(&mut me, "PMI_process_mapping")?;
-        let from_mapping = match &mapping {
-            Some(v) => parse_process_mapping(v, size)?,
-            None => None,
-        };
-        me.hosts = match from_mapping {
-            Some(ids) => ids,
-            None => {
-                let names = me.exchange(&node_name())?;
-                host_ids_from_names(&names)
-            }
-        };
+        me.hosts = hosts_of(&mut me, mapping.as_deref(), size)?;
         tracing::debug!(
             rank,
             size,
@@ -560,6 +550,23 @@ pub(crate) fn fuzz_connect(
     PmiClient::connect(sock, ident)
 }
 
+/// The host id of every rank of a PMI client `me`: from the launcher's
+/// `PMI_process_mapping` value when it has one that describes the job's `size`
+/// ranks, else by exchanging host names (then the job's first collective).
+fn hosts_of(
+    me: &mut impl Bootstrap,
+    mapping: Option<&str>,
+    size: u32,
+) -> Result<Vec<u32>, BootError> {
+    match mapping
+        .map(|v| parse_process_mapping(v, size))
+        .transpose()?
+    {
+        Some(Some(ids)) => Ok(ids),
+        _ => exchange_host_ids(me),
+    }
+}
+
 impl Bootstrap for PmiClient {
     bootstrap_identity!("pmi");
     kvs_collectives!();
@@ -569,6 +576,7 @@ impl Bootstrap for PmiClient {
 
 #[cfg(test)]
 mod tests {
+    use super::kvs::host_ids_from_names;
     use super::mock::{self, Served, Shared, blob};
     use super::*;
     use std::io::{BufRead, BufReader, Write};

@@ -32,10 +32,10 @@ use std::os::fd::OwnedFd;
 
 use gex_core::boot::{BootError, Bootstrap};
 
-use super::kvs::{COUNT_PREFIX, Kvs, host_ids_from_names, node_name};
+use super::kvs::{COUNT_PREFIX, Kvs};
 use super::wire::{Attrs, Conn};
 use super::wire2;
-use super::{PmiClient, check_rank, drain_output, env_str, env_u32, parse_process_mapping};
+use super::{PmiClient, check_rank, drain_output, env_str, env_u32, hosts_of};
 use crate::env;
 
 /// `PMI2_MAX_VALLEN`: the longest value the reference client and servers accept.
@@ -207,17 +207,7 @@ impl Pmi2Client {
             seq: 0,
             finalized: false,
         };
-        let from_mapping = match &mapping {
-            Some(v) => parse_process_mapping(v, size)?,
-            None => None,
-        };
-        me.hosts = match from_mapping {
-            Some(ids) => ids,
-            None => {
-                let names = me.exchange(&node_name())?;
-                host_ids_from_names(&names)
-            }
-        };
+        me.hosts = hosts_of(&mut me, mapping.as_deref(), size)?;
         tracing::debug!(
             rank,
             size,

@@ -231,8 +231,7 @@ impl PmixClient {
         }
         c.hosts = c.host_ids_from_server()?;
         if c.hosts.is_empty() {
-            let names = c.exchange(&crate::pmi::node_name())?;
-            c.hosts = kvs_host_ids(&names);
+            c.hosts = crate::pmi::exchange_host_ids(&mut c)?;
         }
         tracing::debug!(
             namespace = c.namespace.as_str(),
