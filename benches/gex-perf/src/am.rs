@@ -473,27 +473,6 @@ fn wait<C: Conduit>(ep: &mut Endpoint<C>, _spin: bool, cond: impl FnMut() -> boo
     ep.wait_until(cond);
 }
 
-/// `k` round trips to `peer`: each sends `body` to `handler` and waits for the pong
-/// it answers (counted in `c.pong`). Inlined into each caller, so every loop is
-/// compiled with its own handler and category, as when each was written out.
-#[inline(always)]
-fn round_trips<C: Conduit>(
-    ep: &mut Endpoint<C>,
-    c: &Counters,
-    spin: bool,
-    peer: EpAddr,
-    handler: HandlerId,
-    body: Body<'_>,
-    k: u64,
-) -> Res<()> {
-    let start = c.pong.load(Relaxed);
-    for want in start + 1..=start + k {
-        ep.request(peer, handler, body)?;
-        wait(ep, spin, || c.pong.load(Relaxed) >= want);
-    }
-    Ok(())
-}
-
 impl<C: Conduit> Bench<C> {
     /// The collectives layer's barrier over every rank (separates test points).
     fn barrier(&mut self) -> Res<()> {
@@ -559,24 +538,38 @@ impl<C: Conduit> Bench<C> {
     }
 
     fn short_rtt(&mut self, peer: EpAddr, k: u64) -> Res<()> {
-        let Bench { ep, c, spin, .. } = self;
-        round_trips(ep, c, *spin, peer, H_PING_SHORT, Body::short(&[]), k)
+        self.round_trips(peer, H_PING_SHORT, 0, k, |_| Body::short(&[]))
     }
 
     fn medium_rtt(&mut self, peer: EpAddr, size: usize, k: u64) -> Res<()> {
-        let Bench {
-            ep, c, buf, spin, ..
-        } = self;
-        let body = Body::medium(&[], &buf[..size]);
-        round_trips(ep, c, *spin, peer, H_PING_MEDIUM, body, k)
+        self.round_trips(peer, H_PING_MEDIUM, size, k, |p| Body::medium(&[], p))
     }
 
     fn long_rtt(&mut self, peer: EpAddr, size: usize, k: u64) -> Res<()> {
-        let Bench {
-            ep, c, buf, spin, ..
-        } = self;
-        let body = Body::long(&[], &buf[..size], 0);
-        round_trips(ep, c, *spin, peer, H_PING_LONG, body, k)
+        self.round_trips(peer, H_PING_LONG, size, k, |p| Body::long(&[], p, 0))
+    }
+
+    /// `k` round trips to `peer`: each sends `body` of the first `size` bytes of the
+    /// buffer to `handler` and waits for the pong it answers. Inlined into each caller,
+    /// so every loop is compiled with its own handler and category, as when each was
+    /// written out.
+    #[inline(always)]
+    fn round_trips(
+        &mut self,
+        peer: EpAddr,
+        handler: HandlerId,
+        size: usize,
+        k: u64,
+        body: impl for<'b> Fn(&'b [u8]) -> Body<'b>,
+    ) -> Res<()> {
+        let c = &*self.c;
+        let body = body(&self.buf[..size]);
+        let start = c.pong.load(Relaxed);
+        for want in start + 1..=start + k {
+            self.ep.request(peer, handler, body)?;
+            wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
+        }
+        Ok(())
     }
 
     /// `k` back-to-back requests of one category, then a flood end and its ack.
