@@ -857,6 +857,15 @@ mod tests {
         OwnedFd::from(a)
     }
 
+    /// Connecting rank 0 of a job of one to a server scripted with `replies` fails with
+    /// a protocol error.
+    #[track_caller]
+    fn assert_protocol_error(replies: &'static [&'static str]) {
+        let e =
+            PmiClient::connect(scripted(replies), Ident::Known { rank: 0, size: 1 }).unwrap_err();
+        assert!(matches!(e, BootError::Protocol(_)), "{e:?}");
+    }
+
     const HELLO: [&str; 4] = [
         "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n",
         "cmd=maxes kvsname_max=256 keylen_max=64 vallen_max=1024\n",
@@ -883,15 +892,13 @@ mod tests {
     #[test]
     fn version_refusal_is_a_protocol_error() {
         static R: [&str; 1] = ["cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=-1\n"];
-        let e = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 1 }).unwrap_err();
-        assert!(matches!(e, BootError::Protocol(_)), "{e:?}");
+        assert_protocol_error(&R);
     }
 
     #[test]
     fn wrong_reply_is_a_protocol_error() {
         static R: [&str; 1] = ["cmd=barrier_out\n"];
-        let e = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 1 }).unwrap_err();
-        assert!(matches!(e, BootError::Protocol(_)), "{e:?}");
+        assert_protocol_error(&R);
     }
 
     #[test]
@@ -902,8 +909,7 @@ mod tests {
             HELLO[2],
             HELLO[3],
         ];
-        let e = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 1 }).unwrap_err();
-        assert!(matches!(e, BootError::Protocol(_)), "{e:?}");
+        assert_protocol_error(&R);
     }
 
     #[test]
@@ -915,8 +921,7 @@ mod tests {
             HELLO[3],
             "cmd=get_result rc=0 msg=success value=(vector,(0,1))\n",
         ];
-        let e = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 1 }).unwrap_err();
-        assert!(matches!(e, BootError::Protocol(_)), "{e:?}");
+        assert_protocol_error(&R);
     }
 
     /// Regression (found while writing the `pmi-client` fuzz target): a size of
