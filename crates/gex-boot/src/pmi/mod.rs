@@ -218,19 +218,11 @@ pub(crate) fn env_u32(name: &str, why: &str) -> Result<u32, BootError> {
         })
 }
 
-fn to_u32(m: &Msg, key: &str) -> Result<u32, BootError> {
+/// The integer attribute `key` of reply `m` as a `T` (`u32`, `usize`): a protocol
+/// error when it is missing, not an integer or out of `T`'s range.
+fn to_int<T: TryFrom<i64>>(m: &Msg, key: &str) -> Result<T, BootError> {
     let v = m.int(key)?;
-    u32::try_from(v).map_err(|_| {
-        BootError::Protocol(format!(
-            "PMI reply cmd={}: {key}={v} is out of range",
-            m.cmd
-        ))
-    })
-}
-
-fn to_usize(m: &Msg, key: &str) -> Result<usize, BootError> {
-    let v = m.int(key)?;
-    usize::try_from(v).map_err(|_| {
+    T::try_from(v).map_err(|_| {
         BootError::Protocol(format!(
             "PMI reply cmd={}: {key}={v} is out of range",
             m.cmd
@@ -366,9 +358,9 @@ impl PmiClient {
     pub(crate) fn after_init(mut conn: Conn, rank: u32, size: u32) -> Result<Self, BootError> {
         check_rank(rank, size)?;
         let m = conn.call("cmd=get_maxes\n", "maxes")?;
-        let kvsname_max = to_usize(&m, "kvsname_max")?;
-        let keylen_max = to_usize(&m, "keylen_max")?;
-        let vallen_max = to_usize(&m, "vallen_max")?;
+        let kvsname_max = to_int::<usize>(&m, "kvsname_max")?;
+        let keylen_max = to_int::<usize>(&m, "keylen_max")?;
+        let vallen_max = to_int::<usize>(&m, "vallen_max")?;
         let m = conn.call("cmd=get_appnum\n", "appnum")?;
         let appnum = m.int("appnum")?;
         let m = conn.call("cmd=get_my_kvsname\n", "my_kvsname")?;
@@ -430,10 +422,10 @@ impl PmiClient {
                 )));
             }
             if m.get("size").is_some() {
-                size = Some(to_u32(&m, "size")?);
+                size = Some(to_int::<u32>(&m, "size")?);
             }
             if m.get("rank").is_some() {
-                rank = Some(to_u32(&m, "rank")?);
+                rank = Some(to_int::<u32>(&m, "rank")?);
             }
         }
         match (rank, size) {
