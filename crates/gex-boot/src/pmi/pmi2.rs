@@ -456,16 +456,22 @@ mod tests {
         )
     }
 
+    /// The connection `sock` after the PMI-2 `init` handshake, which the server must
+    /// accept.
+    #[track_caller]
+    fn accepted(sock: OwnedFd) -> Conn {
+        let Hello::Accepted(conn) = hello(Conn::new(sock)).unwrap() else {
+            panic!("PMI-2 refused");
+        };
+        conn
+    }
+
     fn job<T: Send + 'static>(
         cfg: Server,
         body: impl Fn(Pmi2Client) -> T + Send + Sync + 'static,
     ) -> (Vec<T>, Arc<Mutex<Seen>>) {
-        let connect = |r, sock| {
-            let Hello::Accepted(conn) = hello(Conn::new(sock)).unwrap() else {
-                panic!("PMI-2 refused");
-            };
-            Pmi2Client::after_init(conn, r, Some("7".into())).unwrap()
-        };
+        let connect =
+            |r, sock| Pmi2Client::after_init(accepted(sock), r, Some("7".into())).unwrap();
         mock::job(serve(cfg), connect, body)
     }
 
@@ -539,9 +545,7 @@ mod tests {
             ..Server::new(1, None)
         };
         let (mut clients, servers, _) = serve(cfg);
-        let Hello::Accepted(conn) = hello(Conn::new(clients.remove(0))).unwrap() else {
-            panic!("refused");
-        };
+        let conn = accepted(clients.remove(0));
         let e = Pmi2Client::after_init(conn, 0, None).unwrap_err();
         assert!(
             matches!(&e, BootError::Protocol(m) if m.contains("rc=3")),
@@ -579,10 +583,7 @@ mod tests {
         let cfg = Server::new(2, None);
         let (clients, _servers, _) = serve(cfg);
         let mut it = clients.into_iter();
-        let first = it.next().unwrap();
-        let Hello::Accepted(conn) = hello(Conn::new(first)).unwrap() else {
-            panic!("refused");
-        };
+        let conn = accepted(it.next().unwrap());
         // The server serves rank 0 on this connection; claim rank 1.
         let e = Pmi2Client::after_init(conn, 1, None);
         assert!(matches!(e, Err(BootError::Protocol(_))), "{e:?}");
