@@ -17,7 +17,6 @@
 
 use crate::report::{Record, Reporter, median};
 use crate::{AmArgs, PinMode, TestName, complain};
-use gex::coll::CollExt;
 use gex::core::{Client, Endpoint};
 use gex::spi::Conduit;
 use gex::{Am, Body, ClientBuilder, EpAddr, HandlerId, Token, WaitPolicy};
@@ -477,9 +476,7 @@ fn wait<C: Conduit>(ep: &mut Endpoint<C>, _spin: bool, cond: impl FnMut() -> boo
 impl<C: Conduit> Bench<C> {
     /// The collectives layer's barrier over every rank (separates test points).
     fn barrier(&mut self) -> Res<()> {
-        let world = self.ep.world();
-        self.ep.barrier(&world)?;
-        Ok(())
+        crate::world_barrier(&mut self.ep)
     }
 
     /// Measures one point against `peer`; values in the test's unit.
@@ -541,34 +538,35 @@ impl<C: Conduit> Bench<C> {
     }
 
     fn short_rtt(&mut self, peer: EpAddr, k: u64) -> Res<()> {
-        let c = &*self.c;
-        let start = c.pong.load(Relaxed);
-        for want in start + 1..=start + k {
-            self.ep.request(peer, H_PING_SHORT, Body::short(&[]))?;
-            wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
-        }
-        Ok(())
+        self.round_trips(peer, H_PING_SHORT, 0, k, |_| Body::short(&[]))
     }
 
     fn medium_rtt(&mut self, peer: EpAddr, size: usize, k: u64) -> Res<()> {
-        let c = &*self.c;
-        let payload = &self.buf[..size];
-        let start = c.pong.load(Relaxed);
-        for want in start + 1..=start + k {
-            self.ep
-                .request(peer, H_PING_MEDIUM, Body::medium(&[], payload))?;
-            wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
-        }
-        Ok(())
+        self.round_trips(peer, H_PING_MEDIUM, size, k, |p| Body::medium(&[], p))
     }
 
     fn long_rtt(&mut self, peer: EpAddr, size: usize, k: u64) -> Res<()> {
+        self.round_trips(peer, H_PING_LONG, size, k, |p| Body::long(&[], p, 0))
+    }
+
+    /// `k` round trips to `peer`: each sends `body` of the first `size` bytes of the
+    /// buffer to `handler` and waits for the pong it answers. Inlined into each caller,
+    /// so every loop is compiled with its own handler and category, as when each was
+    /// written out.
+    #[inline(always)]
+    fn round_trips(
+        &mut self,
+        peer: EpAddr,
+        handler: HandlerId,
+        size: usize,
+        k: u64,
+        body: impl for<'b> Fn(&'b [u8]) -> Body<'b>,
+    ) -> Res<()> {
         let c = &*self.c;
-        let payload = &self.buf[..size];
+        let body = body(&self.buf[..size]);
         let start = c.pong.load(Relaxed);
         for want in start + 1..=start + k {
-            self.ep
-                .request(peer, H_PING_LONG, Body::long(&[], payload, 0))?;
+            self.ep.request(peer, handler, body)?;
             wait(&mut self.ep, self.spin, || c.pong.load(Relaxed) >= want);
         }
         Ok(())

@@ -86,17 +86,6 @@ impl DomainsJob {
 rank_job!(DomainsJob, run, "gex-perf domains");
 
 /// One worker: drives endpoint `ep` for `secs`; returns (messages, seconds).
-fn worker<C: Conduit>(
-    ep: &mut gex::core::Endpoint<C>,
-    me: u32,
-    window: u32,
-    secs: Duration,
-    start: &std::sync::Barrier,
-) -> Result<(u64, f64), String> {
-    let r = drive(ep, me, window, secs, start);
-    r.map_err(|e| e.to_string())
-}
-
 fn drive<C: Conduit>(
     ep: &mut gex::core::Endpoint<C>,
     me: u32,
@@ -183,7 +172,7 @@ fn run<C: Conduit>(job: &DomainsJob, client: &Client<C>) -> Res<()> {
                         if pin != PinMode::Off {
                             crate::pin::pin_to_nth_allowed(i as u32)?;
                         }
-                        worker(ep, me, window, secs, start)
+                        drive(ep, me, window, secs, start).map_err(|e| e.to_string())
                     })
                 })
                 .collect();

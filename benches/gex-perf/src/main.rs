@@ -396,6 +396,17 @@ pub(crate) fn two_or_more<C: gex::spi::Conduit>(
     Ok((ep, world))
 }
 
+/// The collectives layer's barrier over every rank of `ep`'s job (separates test
+/// points and phases).
+pub(crate) fn world_barrier<C: gex::spi::Conduit>(
+    ep: &mut gex::core::Endpoint<C>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use gex::coll::CollExt;
+    let world = ep.world();
+    ep.barrier(&world)?;
+    Ok(())
+}
+
 /// Ends a rank's part of a job: finalizes after `r` succeeded, or aborts the job with
 /// `who: rank R: error`. A failed finalisation is returned (and printed), not turned
 /// into `std::process::exit`, so that the other thread ranks of this process finish

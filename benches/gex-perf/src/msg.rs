@@ -27,8 +27,8 @@
 //! 3) timed batches; value = median batch, min/max = extreme batches.
 
 use crate::report::{Record, Reporter};
+use crate::world_barrier as barrier;
 use crate::{PinMode, complain};
-use gex::coll::CollExt;
 use gex::core::{Client, Endpoint};
 use gex::msg::{Comm, MsgExt};
 use gex::spi::Conduit;
@@ -268,12 +268,6 @@ fn serve<C: Conduit>(ep: &mut Endpoint<C>, b: &mut Bufs, driver: u32) -> Res<()>
 
 fn command<C: Conduit>(ep: &mut Endpoint<C>, to: u32, c: Cmd) -> Res<()> {
     ep.send(W, to, TAG_CMD, &c.encode())?;
-    Ok(())
-}
-
-fn barrier<C: Conduit>(ep: &mut Endpoint<C>) -> Res<()> {
-    let world = ep.world();
-    ep.barrier(&world)?;
     Ok(())
 }
 

@@ -35,7 +35,7 @@
 
 use crate::PinMode;
 use crate::report::{Record, Reporter, median};
-use gex::coll::CollExt;
+use crate::world_barrier as barrier;
 use gex::core::{Client, Endpoint};
 use gex::rma::{
     AtomicFlags, AtomicOp, AtomicOps, GlobalPtr, NbiCategories, RmaError, RmaExt, ScopeRmaExt,
@@ -147,13 +147,6 @@ pub(crate) fn batches(
 /// Client handlers of the `--am-ref` round trip.
 const H_REF_PING: HandlerId = HandlerId::at(200);
 const H_REF_PONG: HandlerId = HandlerId::at(201);
-
-/// The barrier on the world team.
-fn barrier<C: Conduit>(ep: &mut Endpoint<C>) -> Res<()> {
-    let world = ep.world();
-    ep.barrier(&world)?;
-    Ok(())
-}
 
 /// `--am-ref`: batches of Short AM round trips and of 8-byte blocking puts, alternating
 /// (same iteration count per batch); seconds per operation of each batch.

@@ -10,8 +10,12 @@ use gex_core::boot::BootError;
 use rustix::io::Errno;
 use rustix::net::SendFlags;
 
-/// `name`, `rank`, `size` and `host_ids` of a `Bootstrap` impl, read from the
-/// client's `rank`, `size` and `hosts` fields.
+/// `name`, `rank`, `size` and `host_ids` of a
+/// [`Bootstrap`](gex_core::boot::Bootstrap) impl, read from the implementing struct's
+/// `rank: u32`, `size: u32` and `hosts: Vec<u32>` fields; `name` returns the
+/// literal given. Used by this crate's clients and by test bootstraps (the test
+/// kit's scripted one).
+#[macro_export]
 macro_rules! bootstrap_identity {
     ($name:literal) => {
         fn name(&self) -> &'static str {
@@ -74,6 +78,45 @@ macro_rules! kvs_collectives {
             self.check_open("broadcast")?;
             let seq = self.next_seq();
             self.kvs_broadcast(seq, root, data)
+        }
+    };
+}
+
+/// `abort` and `request_exit` of a `Bootstrap` impl for a process-manager client
+/// (PMI-1, PMI-2, PMIx), over its inherent `send_abort(code, reason)`: `abort`
+/// prints the message itself (no process manager does), asks the manager to end the
+/// job and exits with the code; `request_exit` asks the same with the
+/// [`exit_reason`]. A request that cannot be delivered is logged (`$what` names the
+/// protocol) and otherwise ignored. With `finalize`, also a `finalize` that sends the
+/// inherent `send_finalize()` once (the `finalized` field), until it succeeds.
+macro_rules! abort_by_request {
+    ($what:literal) => {
+        fn abort(&mut self, code: i32, msg: &str) -> ! {
+            let code = $crate::client::abort_code(code);
+            $crate::client::print_abort(self.rank, code, msg);
+            let why = $crate::client::abort_reason(self.rank, code, msg);
+            if let Err(e) = self.send_abort(code, &why) {
+                tracing::debug!(rank = self.rank, code, error = %e, concat!($what, " abort not delivered"));
+            }
+            std::process::exit(code)
+        }
+        fn request_exit(&mut self, code: i32) {
+            let why = $crate::client::exit_reason(self.rank, code);
+            if let Err(e) = self.send_abort(code, &why) {
+                tracing::debug!(rank = self.rank, code, error = %e, "exit request not delivered");
+            }
+        }
+    };
+    ($what:literal, finalize) => {
+        abort_by_request!($what);
+
+        fn finalize(&mut self, _code: i32) -> Result<(), BootError> {
+            if self.finalized {
+                return Ok(());
+            }
+            self.send_finalize()?;
+            self.finalized = true;
+            Ok(())
         }
     };
 }

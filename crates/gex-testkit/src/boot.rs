@@ -138,18 +138,7 @@ fn lost() -> gex_core::boot::BootError {
 }
 
 impl gex_core::boot::Bootstrap for ScriptedBoot {
-    fn name(&self) -> &'static str {
-        "scripted"
-    }
-    fn rank(&self) -> u32 {
-        self.rank
-    }
-    fn size(&self) -> u32 {
-        self.size
-    }
-    fn host_ids(&self) -> &[u32] {
-        &self.hosts
-    }
+    gex_boot::bootstrap_identity!("scripted");
     fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, gex_core::boot::BootError> {
         match &self.exchange {
             Exchange::Blobs(b) => Ok(b.clone()),

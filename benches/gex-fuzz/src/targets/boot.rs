@@ -186,16 +186,13 @@ pub(crate) fn coord(d: &[u8]) -> u64 {
 // ---- pmi-line ------------------------------------------------------------------------
 
 pub(crate) fn pmi_line_seeds() -> Vec<Vec<u8>> {
-    [
+    super::text_seeds(&[
         "cmd=get_result rc=0 msg=success value=(vector,(0,1,4))",
         "cmd=put_result rc=-1 msg=duplicate key  given",
         "cmd=x a=b=c",
         "cmd=maxes kvsname_max=256 keylen_max=64 vallen_max=1024",
         "cmd=barrier_out",
-    ]
-    .iter()
-    .map(|s| s.as_bytes().to_vec())
-    .collect()
+    ])
 }
 
 /// A reply line (what `recv_line` returns: no newline).

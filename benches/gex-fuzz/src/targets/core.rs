@@ -11,14 +11,11 @@ use gex_core::{ClientBuilder, InitError};
 use gex_testkit::boot::{Exchange, LAYOUT_BLOB_LEN, ScriptedBoot, layout_blob};
 
 pub(crate) fn config_seeds() -> Vec<Vec<u8>> {
-    [
+    super::text_seeds(&[
         "GEX_SEGMENT_SIZE=16M\nGEX_WAIT=spin-then-block\nGEX_SPIN=100\nGEX_VERBOSEENV=yes",
         "GEX_COLL_LOGGP=6.2,0.5,0.5,0.0001\nGEX_COLL_TUNE=online\nGEX_COLL_BARRIER=dissem2",
         "GEX_ENDPOINTS=4\nGEX_SMP_RING_SIZE=64K\nGEX_COLL_ALLREDUCE=auto",
-    ]
-    .iter()
-    .map(|s| s.as_bytes().to_vec())
-    .collect()
+    ])
 }
 
 /// Lines `NAME=value`: every typed getter of the configuration, `GEX_COLL_LOGGP` and

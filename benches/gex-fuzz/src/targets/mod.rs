@@ -25,6 +25,11 @@ pub(crate) fn tag(b: u8) -> String {
     )
 }
 
+/// Seeds of a target whose inputs are text: each string's bytes.
+pub(crate) fn text_seeds(texts: &[&str]) -> Vec<Vec<u8>> {
+    texts.iter().map(|s| s.as_bytes().to_vec()).collect()
+}
+
 /// Every target.
 pub(crate) fn all() -> Vec<Target> {
     vec![

@@ -22,6 +22,22 @@ pub(crate) const COUNT_PREFIX: usize = 11;
 /// Smallest number of base64 characters per chunk a client accepts to work with.
 pub(crate) const MIN_CHUNK: usize = 16;
 
+/// `kvs_rank`, `kvs_size` and `chunk` of a [`Kvs`] impl, read from the client's
+/// `rank`, `size` and `chunk` fields.
+macro_rules! kvs_fields {
+    () => {
+        fn kvs_rank(&self) -> u32 {
+            self.rank
+        }
+        fn kvs_size(&self) -> u32 {
+            self.size
+        }
+        fn chunk(&self) -> usize {
+            self.chunk
+        }
+    };
+}
+
 /// A job's key-value space, as one PMI client sees it.
 pub(crate) trait Kvs {
     /// This process's rank.
@@ -150,6 +166,15 @@ pub(crate) fn host_ids_from_names(names: &[Vec<u8>]) -> Vec<u32> {
             }
         })
         .collect()
+}
+
+/// Host ids found by exchanging every rank's [`node_name`] over `boot` (a collective
+/// of the job: for when the launcher says nothing of the placement).
+pub(crate) fn exchange_host_ids(
+    boot: &mut impl gex_core::boot::Bootstrap,
+) -> Result<Vec<u32>, BootError> {
+    let names = boot.exchange(&node_name())?;
+    Ok(host_ids_from_names(&names))
 }
 
 /// This host's name (`uname` node name), as the ranks exchange it when the launcher

@@ -127,6 +127,7 @@
 //! module has no `unsafe` code.
 
 mod b64;
+#[macro_use]
 mod kvs;
 mod mapping;
 #[cfg(test)]
@@ -140,16 +141,16 @@ mod wire2;
 pub use mapping::parse_process_mapping;
 pub use pmi2::Pmi2Client;
 
-use kvs::{COUNT_PREFIX, Kvs, MIN_CHUNK, host_ids_from_names};
+use kvs::{COUNT_PREFIX, Kvs, MIN_CHUNK};
 #[cfg_attr(not(feature = "pmix"), allow(unused_imports))]
-pub(crate) use kvs::{host_ids_from_names as kvs_host_ids, node_name};
+pub(crate) use kvs::{exchange_host_ids, host_ids_from_names as kvs_host_ids};
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use gex_core::boot::{BootError, Bootstrap};
 
-use crate::{client, env};
+use crate::env;
 use wire::{Attrs, Conn, MAX_REQUEST_LINE, Msg};
 
 /// Upper bound on the length of the keys this client makes (`gex.<seq>.<rank>.<chunk>`
@@ -217,19 +218,11 @@ pub(crate) fn env_u32(name: &str, why: &str) -> Result<u32, BootError> {
         })
 }
 
-fn to_u32(m: &Msg, key: &str) -> Result<u32, BootError> {
+/// The integer attribute `key` of reply `m` as a `T` (`u32`, `usize`): a protocol
+/// error when it is missing, not an integer or out of `T`'s range.
+fn to_int<T: TryFrom<i64>>(m: &Msg, key: &str) -> Result<T, BootError> {
     let v = m.int(key)?;
-    u32::try_from(v).map_err(|_| {
-        BootError::Protocol(format!(
-            "PMI reply cmd={}: {key}={v} is out of range",
-            m.cmd
-        ))
-    })
-}
-
-fn to_usize(m: &Msg, key: &str) -> Result<usize, BootError> {
-    let v = m.int(key)?;
-    usize::try_from(v).map_err(|_| {
+    T::try_from(v).map_err(|_| {
         BootError::Protocol(format!(
             "PMI reply cmd={}: {key}={v} is out of range",
             m.cmd
@@ -365,9 +358,9 @@ impl PmiClient {
     pub(crate) fn after_init(mut conn: Conn, rank: u32, size: u32) -> Result<Self, BootError> {
         check_rank(rank, size)?;
         let m = conn.call("cmd=get_maxes\n", "maxes")?;
-        let kvsname_max = to_usize(&m, "kvsname_max")?;
-        let keylen_max = to_usize(&m, "keylen_max")?;
-        let vallen_max = to_usize(&m, "vallen_max")?;
+        let kvsname_max = to_int::<usize>(&m, "kvsname_max")?;
+        let keylen_max = to_int::<usize>(&m, "keylen_max")?;
+        let vallen_max = to_int::<usize>(&m, "vallen_max")?;
         let m = conn.call("cmd=get_appnum\n", "appnum")?;
         let appnum = m.int("appnum")?;
         let m = conn.call("cmd=get_my_kvsname\n", "my_kvsname")?;
@@ -402,17 +395,7 @@ impl PmiClient {
             finalized: false,
         };
         let mapping = Kvs::get(&mut me, "PMI_process_mapping")?;
-        let from_mapping = match &mapping {
-            Some(v) => parse_process_mapping(v, size)?,
-            None => None,
-        };
-        me.hosts = match from_mapping {
-            Some(ids) => ids,
-            None => {
-                let names = me.exchange(&node_name())?;
-                host_ids_from_names(&names)
-            }
-        };
+        me.hosts = hosts_of(&mut me, mapping.as_deref(), size)?;
         tracing::debug!(
             rank,
             size,
@@ -439,10 +422,10 @@ impl PmiClient {
                 )));
             }
             if m.get("size").is_some() {
-                size = Some(to_u32(&m, "size")?);
+                size = Some(to_int::<u32>(&m, "size")?);
             }
             if m.get("rank").is_some() {
-                rank = Some(to_u32(&m, "rank")?);
+                rank = Some(to_int::<u32>(&m, "rank")?);
             }
         }
         match (rank, size) {
@@ -466,24 +449,23 @@ impl PmiClient {
 
     collective_seq!(finalized);
 
-    /// Sends `cmd=abort exitcode=code` (the server sends no reply), after letting
-    /// the launcher read this rank's pending output ([`drain_output`]).
-    fn send_abort(&mut self, code: i32) -> Result<(), BootError> {
+    /// Sends `cmd=abort exitcode=code` (the server sends no reply; PMI-1 carries no
+    /// reason), after letting the launcher read this rank's pending output
+    /// ([`drain_output`]).
+    fn send_abort(&mut self, code: i32, _why: &str) -> Result<(), BootError> {
         drain_output();
         self.conn.send_line(&format!("cmd=abort exitcode={code}\n"))
+    }
+
+    /// Sends `cmd=finalize` and waits for its acknowledgement.
+    fn send_finalize(&mut self) -> Result<(), BootError> {
+        self.conn.call("cmd=finalize\n", "finalize_ack")?;
+        Ok(())
     }
 }
 
 impl Kvs for PmiClient {
-    fn kvs_rank(&self) -> u32 {
-        self.rank
-    }
-    fn kvs_size(&self) -> u32 {
-        self.size
-    }
-    fn chunk(&self) -> usize {
-        self.chunk
-    }
+    kvs_fields!();
     fn key(&self, seq: u64, rank: u32, chunk: usize) -> Result<String, BootError> {
         let k = format!("gex.{seq}.{rank}.{chunk}");
         if k.len() >= self.keylen_max {
@@ -560,35 +542,33 @@ pub(crate) fn fuzz_connect(
     PmiClient::connect(sock, ident)
 }
 
+/// The host id of every rank of a PMI client `me`: from the launcher's
+/// `PMI_process_mapping` value when it has one that describes the job's `size`
+/// ranks, else by exchanging host names (then the job's first collective).
+fn hosts_of(
+    me: &mut impl Bootstrap,
+    mapping: Option<&str>,
+    size: u32,
+) -> Result<Vec<u32>, BootError> {
+    match mapping
+        .map(|v| parse_process_mapping(v, size))
+        .transpose()?
+    {
+        Some(Some(ids)) => Ok(ids),
+        _ => exchange_host_ids(me),
+    }
+}
+
 impl Bootstrap for PmiClient {
     bootstrap_identity!("pmi");
     kvs_collectives!();
-    fn abort(&mut self, code: i32, msg: &str) -> ! {
-        let code = client::abort_code(code);
-        // Hydra does not print abort messages: say it here, once.
-        client::print_abort(self.rank, code, msg);
-        if let Err(e) = self.send_abort(code) {
-            tracing::debug!(rank = self.rank, code, error = %e, "PMI abort not delivered");
-        }
-        std::process::exit(code)
-    }
-    fn finalize(&mut self, _code: i32) -> Result<(), BootError> {
-        if self.finalized {
-            return Ok(());
-        }
-        self.conn.call("cmd=finalize\n", "finalize_ack")?;
-        self.finalized = true;
-        Ok(())
-    }
-    fn request_exit(&mut self, code: i32) {
-        if let Err(e) = self.send_abort(code) {
-            tracing::debug!(rank = self.rank, code, error = %e, "exit request not delivered");
-        }
-    }
+    // Hydra does not print abort messages: `abort` says it here, once.
+    abort_by_request!("PMI", finalize);
 }
 
 #[cfg(test)]
 mod tests {
+    use super::kvs::host_ids_from_names;
     use super::mock::{self, Served, Shared, blob};
     use super::*;
     use std::io::{BufRead, BufReader, Write};
@@ -602,6 +582,19 @@ mod tests {
         vallen_max: usize,
         mapping: Option<String>,
         handshake: bool,
+    }
+
+    impl Server {
+        /// A server for `size` clients with the process mapping `mapping`, values of
+        /// up to 1024 bytes and no port handshake.
+        fn new(size: u32, mapping: Option<&str>) -> Self {
+            Server {
+                size,
+                vallen_max: 1024,
+                mapping: mapping.map(Into::into),
+                handshake: false,
+            }
+        }
     }
 
     /// What the fake server saw.
@@ -713,10 +706,8 @@ mod tests {
     #[test]
     fn collectives_with_small_values_need_many_chunks() {
         let cfg = Server {
-            size: 3,
             vallen_max: 40,
-            mapping: Some("(vector,(0,1,3))".into()),
-            handshake: false,
+            ..Server::new(3, Some("(vector,(0,1,3))"))
         };
         let (chunks, _) = job(cfg, |mut c| {
             assert_eq!(c.name(), "pmi");
@@ -747,10 +738,8 @@ mod tests {
     #[test]
     fn put_lines_fit_the_line_limit() {
         let cfg = Server {
-            size: 2,
             vallen_max: 1 << 20,
-            mapping: Some("(vector,(0,2,1))".into()),
-            handshake: false,
+            ..Server::new(2, Some("(vector,(0,2,1))"))
         };
         let (_, seen) = job(cfg, |mut c| {
             assert_eq!(c.host_ids(), &[0, 1]);
@@ -772,10 +761,8 @@ mod tests {
     #[test]
     fn port_handshake_gives_rank_and_size() {
         let cfg = Server {
-            size: 2,
-            vallen_max: 1024,
-            mapping: Some("(vector,(0,1,2))".into()),
             handshake: true,
+            ..Server::new(2, Some("(vector,(0,1,2))"))
         };
         let (ranks, seen) = job(cfg, |mut c| {
             let r = (c.rank(), c.size());
@@ -790,12 +777,7 @@ mod tests {
 
     #[test]
     fn without_a_mapping_host_names_are_exchanged() {
-        let cfg = Server {
-            size: 3,
-            vallen_max: 1024,
-            mapping: None,
-            handshake: false,
-        };
+        let cfg = Server::new(3, None);
         let (hosts, seen) = job(cfg, |mut c| {
             let h = c.host_ids().to_vec();
             // The exchange of host names used sequence number 0.
@@ -826,24 +808,14 @@ mod tests {
 
     #[test]
     fn request_exit_sends_abort_with_the_code() {
-        let cfg = Server {
-            size: 1,
-            vallen_max: 1024,
-            mapping: Some("(vector,(0,1,1))".into()),
-            handshake: false,
-        };
+        let cfg = Server::new(1, Some("(vector,(0,1,1))"));
         let (_, seen) = job(cfg, |mut c| c.request_exit(5));
         assert_eq!(seen.lock().unwrap().aborts, [5]);
     }
 
     #[test]
     fn mismatched_collectives_are_protocol_errors() {
-        let cfg = Server {
-            size: 2,
-            vallen_max: 1024,
-            mapping: Some("(vector,(0,1,1))".into()),
-            handshake: false,
-        };
+        let cfg = Server::new(2, Some("(vector,(0,1,1))"));
         let (res, _) = job(cfg, |mut c| {
             let r = if c.rank() == 0 {
                 c.barrier().map(|_| Vec::new())
@@ -877,6 +849,15 @@ mod tests {
         OwnedFd::from(a)
     }
 
+    /// Connecting rank 0 of a job of one to a server scripted with `replies` fails with
+    /// a protocol error.
+    #[track_caller]
+    fn assert_protocol_error(replies: &'static [&'static str]) {
+        let e =
+            PmiClient::connect(scripted(replies), Ident::Known { rank: 0, size: 1 }).unwrap_err();
+        assert!(matches!(e, BootError::Protocol(_)), "{e:?}");
+    }
+
     const HELLO: [&str; 4] = [
         "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n",
         "cmd=maxes kvsname_max=256 keylen_max=64 vallen_max=1024\n",
@@ -903,15 +884,13 @@ mod tests {
     #[test]
     fn version_refusal_is_a_protocol_error() {
         static R: [&str; 1] = ["cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=-1\n"];
-        let e = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 1 }).unwrap_err();
-        assert!(matches!(e, BootError::Protocol(_)), "{e:?}");
+        assert_protocol_error(&R);
     }
 
     #[test]
     fn wrong_reply_is_a_protocol_error() {
         static R: [&str; 1] = ["cmd=barrier_out\n"];
-        let e = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 1 }).unwrap_err();
-        assert!(matches!(e, BootError::Protocol(_)), "{e:?}");
+        assert_protocol_error(&R);
     }
 
     #[test]
@@ -922,8 +901,7 @@ mod tests {
             HELLO[2],
             HELLO[3],
         ];
-        let e = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 1 }).unwrap_err();
-        assert!(matches!(e, BootError::Protocol(_)), "{e:?}");
+        assert_protocol_error(&R);
     }
 
     #[test]
@@ -935,8 +913,7 @@ mod tests {
             HELLO[3],
             "cmd=get_result rc=0 msg=success value=(vector,(0,1))\n",
         ];
-        let e = PmiClient::connect(scripted(&R), Ident::Known { rank: 0, size: 1 }).unwrap_err();
-        assert!(matches!(e, BootError::Protocol(_)), "{e:?}");
+        assert_protocol_error(&R);
     }
 
     /// Regression (found while writing the `pmi-client` fuzz target): a size of

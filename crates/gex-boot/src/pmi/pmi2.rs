@@ -32,11 +32,11 @@ use std::os::fd::OwnedFd;
 
 use gex_core::boot::{BootError, Bootstrap};
 
-use super::kvs::{COUNT_PREFIX, Kvs, host_ids_from_names, node_name};
+use super::kvs::{COUNT_PREFIX, Kvs};
 use super::wire::{Attrs, Conn};
 use super::wire2;
-use super::{PmiClient, check_rank, drain_output, env_str, env_u32, parse_process_mapping};
-use crate::{client, env};
+use super::{PmiClient, check_rank, drain_output, env_str, env_u32, hosts_of};
+use crate::env;
 
 /// `PMI2_MAX_VALLEN`: the longest value the reference client and servers accept.
 const MAX_VALUE: usize = 1024;
@@ -207,17 +207,7 @@ impl Pmi2Client {
             seq: 0,
             finalized: false,
         };
-        let from_mapping = match &mapping {
-            Some(v) => parse_process_mapping(v, size)?,
-            None => None,
-        };
-        me.hosts = match from_mapping {
-            Some(ids) => ids,
-            None => {
-                let names = me.exchange(&node_name())?;
-                host_ids_from_names(&names)
-            }
-        };
+        me.hosts = hosts_of(&mut me, mapping.as_deref(), size)?;
         tracing::debug!(
             rank,
             size,
@@ -245,7 +235,7 @@ impl Pmi2Client {
     /// Sends `abort;isworld=TRUE;msg=…` (no reply comes), after letting the launcher
     /// read this rank's pending output. `;` in the message becomes `,` (Slurm does
     /// not undo the protocol's `;;` escape).
-    fn send_abort(&mut self, msg: &str) -> Result<(), BootError> {
+    fn send_abort(&mut self, _code: i32, msg: &str) -> Result<(), BootError> {
         drain_output();
         let msg: String = msg
             .chars()
@@ -258,18 +248,16 @@ impl Pmi2Client {
             &[("isworld", "TRUE"), ("msg", &msg)],
         )
     }
+
+    /// Sends `finalize` and waits for its response.
+    fn send_finalize(&mut self) -> Result<(), BootError> {
+        wire2::call(&mut self.conn, "finalize", &[], "finalize-response")?;
+        Ok(())
+    }
 }
 
 impl Kvs for Pmi2Client {
-    fn kvs_rank(&self) -> u32 {
-        self.rank
-    }
-    fn kvs_size(&self) -> u32 {
-        self.size
-    }
-    fn chunk(&self) -> usize {
-        self.chunk
-    }
+    kvs_fields!();
     fn key(&self, seq: u64, rank: u32, chunk: usize) -> Result<String, BootError> {
         let k = format!("gex.{seq}.{rank}.{chunk}");
         debug_assert!(k.len() < MAX_KEY);
@@ -307,30 +295,8 @@ impl Kvs for Pmi2Client {
 impl Bootstrap for Pmi2Client {
     bootstrap_identity!("pmi2");
     kvs_collectives!();
-    fn abort(&mut self, code: i32, msg: &str) -> ! {
-        let code = client::abort_code(code);
-        // Neither Slurm nor Hydra prints the abort message: say it here, once.
-        client::print_abort(self.rank, code, msg);
-        let why = client::abort_reason(self.rank, code, msg);
-        if let Err(e) = self.send_abort(&why) {
-            tracing::debug!(rank = self.rank, code, error = %e, "PMI-2 abort not delivered");
-        }
-        std::process::exit(code)
-    }
-    fn finalize(&mut self, _code: i32) -> Result<(), BootError> {
-        if self.finalized {
-            return Ok(());
-        }
-        wire2::call(&mut self.conn, "finalize", &[], "finalize-response")?;
-        self.finalized = true;
-        Ok(())
-    }
-    fn request_exit(&mut self, code: i32) {
-        let why = client::exit_reason(self.rank, code);
-        if let Err(e) = self.send_abort(&why) {
-            tracing::debug!(rank = self.rank, code, error = %e, "exit request not delivered");
-        }
-    }
+    // Neither Slurm nor Hydra prints the abort message: `abort` says it here, once.
+    abort_by_request!("PMI-2", finalize);
 }
 
 #[cfg(test)]
@@ -350,6 +316,19 @@ mod tests {
         pmi1_only: bool,
         /// Require `pmijobid` in `fullinit`, as Slurm does.
         want_jobid: bool,
+    }
+
+    impl Server {
+        /// A PMI-2 server for `size` clients with the process mapping `mapping`, not
+        /// requiring `pmijobid`.
+        fn new(size: u32, mapping: Option<&'static str>) -> Self {
+            Server {
+                size,
+                mapping,
+                pmi1_only: false,
+                want_jobid: false,
+            }
+        }
     }
 
     #[derive(Default)]
@@ -477,26 +456,30 @@ mod tests {
         )
     }
 
+    /// The connection `sock` after the PMI-2 `init` handshake, which the server must
+    /// accept.
+    #[track_caller]
+    fn accepted(sock: OwnedFd) -> Conn {
+        let Hello::Accepted(conn) = hello(Conn::new(sock)).unwrap() else {
+            panic!("PMI-2 refused");
+        };
+        conn
+    }
+
     fn job<T: Send + 'static>(
         cfg: Server,
         body: impl Fn(Pmi2Client) -> T + Send + Sync + 'static,
     ) -> (Vec<T>, Arc<Mutex<Seen>>) {
-        let connect = |r, sock| {
-            let Hello::Accepted(conn) = hello(Conn::new(sock)).unwrap() else {
-                panic!("PMI-2 refused");
-            };
-            Pmi2Client::after_init(conn, r, Some("7".into())).unwrap()
-        };
+        let connect =
+            |r, sock| Pmi2Client::after_init(accepted(sock), r, Some("7".into())).unwrap();
         mock::job(serve(cfg), connect, body)
     }
 
     #[test]
     fn collectives_chunk_blobs_into_kvs_values() {
         let cfg = Server {
-            size: 3,
-            mapping: Some("(vector,(0,1,3))"),
-            pmi1_only: false,
             want_jobid: true,
+            ..Server::new(3, Some("(vector,(0,1,3))"))
         };
         let (_, seen) = job(cfg, |mut c| {
             assert_eq!((c.name(), c.job_id(), c.appnum()), ("pmi2", "7.0", -1));
@@ -527,12 +510,7 @@ mod tests {
 
     #[test]
     fn without_a_mapping_host_names_are_exchanged() {
-        let cfg = Server {
-            size: 2,
-            mapping: None,
-            pmi1_only: false,
-            want_jobid: false,
-        };
+        let cfg = Server::new(2, None);
         let (hosts, _) = job(cfg, |mut c| {
             let h = c.host_ids().to_vec();
             assert_eq!(c.seq, 1);
@@ -544,12 +522,7 @@ mod tests {
 
     #[test]
     fn mapping_gives_host_ids() {
-        let cfg = Server {
-            size: 4,
-            mapping: Some("(vector,(0,2,2))"),
-            pmi1_only: false,
-            want_jobid: false,
-        };
+        let cfg = Server::new(4, Some("(vector,(0,2,2))"));
         let (hosts, _) = job(cfg, |mut c| {
             let h = c.host_ids().to_vec();
             c.finalize(0).unwrap();
@@ -560,28 +533,19 @@ mod tests {
 
     #[test]
     fn abort_message_travels_without_semicolons() {
-        let cfg = Server {
-            size: 1,
-            mapping: Some("(vector,(0,1,1))"),
-            pmi1_only: false,
-            want_jobid: false,
-        };
-        let (_, seen) = job(cfg, |mut c| c.send_abort("a;b\nc").unwrap());
+        let cfg = Server::new(1, Some("(vector,(0,1,1))"));
+        let (_, seen) = job(cfg, |mut c| c.send_abort(1, "a;b\nc").unwrap());
         assert_eq!(seen.lock().unwrap().aborts, ["a,b,c"]);
     }
 
     #[test]
     fn missing_jobid_is_refused_like_slurm_does() {
         let cfg = Server {
-            size: 1,
-            mapping: None,
-            pmi1_only: false,
             want_jobid: true,
+            ..Server::new(1, None)
         };
         let (mut clients, servers, _) = serve(cfg);
-        let Hello::Accepted(conn) = hello(Conn::new(clients.remove(0))).unwrap() else {
-            panic!("refused");
-        };
+        let conn = accepted(clients.remove(0));
         let e = Pmi2Client::after_init(conn, 0, None).unwrap_err();
         assert!(
             matches!(&e, BootError::Protocol(m) if m.contains("rc=3")),
@@ -593,10 +557,8 @@ mod tests {
     #[test]
     fn refusal_leaves_the_connection_for_pmi1() {
         let cfg = Server {
-            size: 1,
-            mapping: None,
             pmi1_only: true,
-            want_jobid: false,
+            ..Server::new(1, None)
         };
         let (mut clients, servers, seen) = serve(cfg);
         let Hello::Refused(mut conn, why) = hello(Conn::new(clients.remove(0))).unwrap() else {
@@ -618,18 +580,10 @@ mod tests {
 
     #[test]
     fn rank_disagreement_is_a_protocol_error() {
-        let cfg = Server {
-            size: 2,
-            mapping: None,
-            pmi1_only: false,
-            want_jobid: false,
-        };
+        let cfg = Server::new(2, None);
         let (clients, _servers, _) = serve(cfg);
         let mut it = clients.into_iter();
-        let first = it.next().unwrap();
-        let Hello::Accepted(conn) = hello(Conn::new(first)).unwrap() else {
-            panic!("refused");
-        };
+        let conn = accepted(it.next().unwrap());
         // The server serves rank 0 on this connection; claim rank 1.
         let e = Pmi2Client::after_init(conn, 1, None);
         assert!(matches!(e, Err(BootError::Protocol(_))), "{e:?}");

@@ -59,7 +59,6 @@ use std::ffi::{CStr, CString, c_char};
 
 use gex_core::boot::{BootError, Bootstrap};
 
-use crate::client;
 use crate::pmi::kvs_host_ids;
 use ffi::{Status, pmix_proc_t, pmix_value_t};
 
@@ -232,8 +231,7 @@ impl PmixClient {
         }
         c.hosts = c.host_ids_from_server()?;
         if c.hosts.is_empty() {
-            let names = c.exchange(&crate::pmi::node_name())?;
-            c.hosts = kvs_host_ids(&names);
+            c.hosts = crate::pmi::exchange_host_ids(&mut c)?;
         }
         tracing::debug!(
             namespace = c.namespace.as_str(),
@@ -447,15 +445,7 @@ impl Bootstrap for PmixClient {
             self.get_blob(&key, seq, root)
         }
     }
-    fn abort(&mut self, code: i32, msg: &str) -> ! {
-        let code = client::abort_code(code);
-        client::print_abort(self.rank, code, msg);
-        let why = client::abort_reason(self.rank, code, msg);
-        if let Err(e) = self.send_abort(code, &why) {
-            tracing::debug!(rank = self.rank, code, error = %e, "PMIx abort not delivered");
-        }
-        std::process::exit(code)
-    }
+    abort_by_request!("PMIx");
     fn finalize(&mut self, _code: i32) -> Result<(), BootError> {
         if self.finalized {
             return Ok(());
@@ -464,11 +454,5 @@ impl Bootstrap for PmixClient {
         // SAFETY: no info array; called once per successful PMIx_Init (this client's).
         ffi::check(unsafe { ffi::PMIx_Finalize(std::ptr::null(), 0) })
             .map_err(|st| error("PMIx_Finalize", st))
-    }
-    fn request_exit(&mut self, code: i32) {
-        let why = client::exit_reason(self.rank, code);
-        if let Err(e) = self.send_abort(code, &why) {
-            tracing::debug!(rank = self.rank, code, error = %e, "exit request not delivered");
-        }
     }
 }

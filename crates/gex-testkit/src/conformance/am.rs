@@ -9,6 +9,21 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// Registers `handler` at `id`, run on the handlers' shared state `st`.
+fn register_on<C: Conduit, S: Send + Sync + 'static>(
+    ep: &mut gex_core::Endpoint<C>,
+    id: HandlerId,
+    st: &Arc<S>,
+    handler: fn(&S, &mut Token<'_>, Am<'_>),
+) -> Result<(), String> {
+    let st = st.clone();
+    ep.register_at(id.index(), move |t: &mut Token<'_>, am: Am<'_>| {
+        handler(&st, t, am)
+    })
+    .map_err(err)?;
+    Ok(())
+}
+
 fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
@@ -175,6 +190,35 @@ impl View {
             seg_base: ep.segment().as_ptr() as usize,
         }
     }
+    /// What message `i` of [`am_categories`], of `spec` and `kind`, from `src` to this
+    /// rank must look like: its length within the limits from `src` into this rank's
+    /// segment, its seed, and for a Long the offset the sender chose (stride 61 for
+    /// requests, 37 for replies).
+    fn expect(&self, kind: Kind, src: EpAddr, spec: Spec, i: usize) -> Expect {
+        let (dir, stride) = match kind {
+            Kind::Request => (0, 61),
+            Kind::Reply => (1, 37),
+        };
+        let my_seg = self.seg[self.me as usize];
+        let len = len_of(
+            spec.size,
+            max_for(spec.cat, &self.limits[src.rank as usize], my_seg),
+        );
+        Expect {
+            kind,
+            src,
+            cat: spec.cat,
+            nargs: spec.nargs,
+            seed: cat_seed(src.rank, self.me, i, dir),
+            len,
+            offset: if spec.cat == Category::Long {
+                long_offset(i, stride, my_seg, len)
+            } else {
+                0
+            },
+            seg_base: self.seg_base,
+        }
+    }
     fn largest(&self) -> usize {
         let mut m = 0;
         for (l, s) in self.limits.iter().zip(&self.seg) {
@@ -232,22 +276,7 @@ impl Cats {
         if !t.is_request() || t.has_replied() || t.src() != src {
             errs.push("request token in a wrong state".to_string());
         }
-        let my_seg = view.seg[view.me as usize];
-        let len = len_of(rq.size, max_for(rq.cat, &view.limits[s], my_seg));
-        let x = Expect {
-            kind: Kind::Request,
-            src,
-            cat: rq.cat,
-            nargs: rq.nargs,
-            seed: cat_seed(src.rank, view.me, i, 0),
-            len,
-            offset: if rq.cat == Category::Long {
-                long_offset(i, 61, my_seg, len)
-            } else {
-                0
-            },
-            seg_base: view.seg_base,
-        };
+        let x = view.expect(Kind::Request, src, rq, i);
         if let Some(d) = verify(&am, &x, pat) {
             errs.push(format!("iteration {i} request from {src}: {d}"));
         }
@@ -294,23 +323,7 @@ impl Cats {
             errs.push("reply token claims to be a request".to_string());
         }
         let rp = sched[i].1;
-        let d = dst.rank as usize;
-        let my_seg = view.seg[view.me as usize];
-        let len = len_of(rp.size, max_for(rp.cat, &view.limits[d], my_seg));
-        let x = Expect {
-            kind: Kind::Reply,
-            src: dst,
-            cat: rp.cat,
-            nargs: rp.nargs,
-            seed: cat_seed(dst.rank, view.me, i, 1),
-            len,
-            offset: if rp.cat == Category::Long {
-                long_offset(i, 37, my_seg, len)
-            } else {
-                0
-            },
-            seg_base: view.seg_base,
-        };
+        let x = view.expect(Kind::Reply, dst, rp, i);
         if let Some(e) = verify(&am, &x, pat) {
             errs.push(format!("iteration {i} reply from {dst}: {e}"));
         }
@@ -340,20 +353,8 @@ pub(crate) fn am_categories<C: Conduit>(client: &Client<C>) -> Result<(), String
         &st.view, &st.sched, &st.pat, &st.errs, &st.next, &st.cur, &st.done,
     );
     let seed = cat_seed;
-    {
-        let st = st.clone();
-        ep.register_at(CAT_RQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
-            st.on_request(t, am)
-        })
-        .map_err(err)?;
-    }
-    {
-        let st = st.clone();
-        ep.register_at(CAT_RP.index(), move |t: &mut Token<'_>, am: Am<'_>| {
-            st.on_reply(t, am)
-        })
-        .map_err(err)?;
-    }
+    register_on(&mut ep, CAT_RQ, &st, Cats::on_request)?;
+    register_on(&mut ep, CAT_RP, &st, Cats::on_reply)?;
     barrier(&mut ep)?;
     // The right neighbour, and this rank itself (not under Miri, where self-sends are
     // left to `ping_pong_all_pairs`).
@@ -569,20 +570,8 @@ pub(crate) fn ping_pong_all_pairs<C: Conduit>(client: &Client<C>) -> Result<(), 
     let slot = |seg: usize| seg / 2 / n as usize;
     let cats = PP_CATS;
     // Lengths travel in the arguments: [sender, round, category, len].
-    {
-        let st = st.clone();
-        ep.register_at(PP_RQ.index(), move |t: &mut Token<'_>, am: Am<'_>| {
-            st.on_ping(t, am)
-        })
-        .map_err(err)?;
-    }
-    {
-        let st = st.clone();
-        ep.register_at(PP_RP.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
-            st.on_pong(am)
-        })
-        .map_err(err)?;
-    }
+    register_on(&mut ep, PP_RQ, &st, PingPong::on_ping)?;
+    register_on(&mut ep, PP_RP, &st, |st, _, am| st.on_pong(am))?;
     barrier(&mut ep)?;
     let mut expected_replies = 0;
     for round in 0..ROUNDS {
