@@ -14,7 +14,9 @@ use rustix::net::SendFlags;
 /// [`Bootstrap`](gex_core::boot::Bootstrap) impl, read from the implementing struct's
 /// `rank: u32`, `size: u32` and `hosts: Vec<u32>` fields; `name` returns the
 /// literal given. Used by this crate's clients and by test bootstraps (the test
-/// kit's scripted one).
+/// kit's scripted one): exported for that reason only, hidden from the docs and
+/// not part of gex-boot's API.
+#[doc(hidden)]
 #[macro_export]
 macro_rules! bootstrap_identity {
     ($name:literal) => {
