@@ -67,14 +67,16 @@ mod stats;
 
 pub use conduit::Hybrid;
 
+use gex_core::config::EnvVar;
+
 /// The `GEX_*` settings of the hybrid conduit.
-pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
-    gex_core::config::EnvVar {
+pub const ENV_VARS: &[EnvVar] = &[
+    EnvVar {
         name: "GEX_HYBRID",
         default: "auto",
         doc: "hybrid conduit (GEX_CONDUIT=ofi runs one): shared memory between ranks of one host, the network between hosts. auto: when the job spans several hosts and a host has several ranks; 1: whenever a host has several ranks; 0: never (network only). Must agree on every rank.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_OFI_HYBRID",
         default: "",
         doc: "Old name of GEX_HYBRID (from when hybrid jobs were the ofi conduit's), read when GEX_HYBRID is unset.",

@@ -7,6 +7,7 @@ use gex_core::spi::OpenParams;
 use std::time::Duration;
 
 use crate::mr::{DEFAULT_MR_CACHE_BYTES, DEFAULT_MR_CACHE_ENTRIES};
+use gex_core::config::EnvVar;
 
 /// Default provider (`GEX_OFI_PROVIDER`): libfabric's `tcp`, which offers RDM endpoints
 /// through the `ofi_rxm` utility provider (`tcp;ofi_rxm`).
@@ -126,58 +127,58 @@ pub(crate) fn settings(params: &OpenParams<'_>) -> Result<Settings, InitError> {
 
 /// The `GEX_*` settings of the ofi conduit (hybrid jobs are the hybrid conduit's:
 /// `GEX_HYBRID`).
-pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
-    gex_core::config::EnvVar {
+pub const ENV_VARS: &[EnvVar] = &[
+    EnvVar {
         name: "GEX_OFI_PROVIDER",
         default: "tcp",
         doc: "ofi conduit: libfabric provider for RDM endpoints (tcp = tcp;ofi_rxm, shm, verbs, ...); auto lets libfabric choose (its FI_PROVIDER applies, and is used when this is unset).",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_OFI_DOMAIN",
         default: "",
         doc: "ofi conduit: libfabric domain or fabric name (lo, eth0, shm, ...); unset: lo when all ranks share a host, else the provider's first offer.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_OFI_MAX_MEDIUM",
         default: "8192",
         doc: "ofi conduit: largest Medium (and, until native RMA, Long) payload, 512..=1048576; the job uses the smallest value of all ranks.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_OFI_CREDITS",
         default: "64",
         doc: "ofi conduit: request credits per ordered endpoint pair (2..=4096); bounds unprocessed requests at a receiver and queued replies at a sender.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_OFI_MULTI_RECV",
         default: "1",
         doc: "ofi conduit: 0 posts single receive buffers even when the provider offers FI_MULTI_RECV.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_OFI_RMA",
         default: "1",
         doc: "ofi conduit: 0 leaves native RMA (fi_writemsg/fi_read) and atomics (fi_atomic) off, so gex-rma uses its AM reference path even when the provider offers FI_RMA/FI_ATOMIC.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_OFI_ATOMICS",
         default: "1",
         doc: "ofi conduit: 0 leaves native atomics (fi_atomic) off while native RMA stays on, so gex-rma's atomic domains use AMs.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_OFI_RELAXED_PUTS",
         default: "1",
         doc: "ofi conduit: 0 makes implicit-event puts ask for FI_DELIVERY_COMPLETE one by one, instead of transmit-complete writes flushed by one ordered read per destination at the sync (used only where the provider orders reads after writes).",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_OFI_MR_LOCAL",
         default: "0",
         doc: "ofi conduit, testing aid: 1 acts as if the provider required FI_MR_LOCAL (descriptors passed, local RMA buffers outside the segments registered on demand and cached) although it does not, so tcp and shm exercise that path.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_OFI_MR_CACHE_ENTRIES",
         default: "256",
         doc: "ofi conduit, under FI_MR_LOCAL: registrations of local RMA buffers an endpoint keeps (0 to 65536); beyond it the least recently used idle client-region registrations are closed. 0 keeps none once idle.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_OFI_MR_CACHE_BYTES",
         default: "1G",
         doc: "ofi conduit, under FI_MR_LOCAL: bytes of local RMA buffers an endpoint keeps registered (LRU eviction beyond it); a client region larger than this is not cached.",

@@ -136,45 +136,47 @@ pub(crate) fn boot() -> Option<std::ffi::OsString> {
     std::env::var_os(BOOT).filter(|v| !v.is_empty())
 }
 
+use gex_core::config::EnvVar;
+
 /// The registry of the `GEX_*` variables gex-boot sets or reads (collected with the
 /// other crates' by the facade; `ci/check-env-docs` keeps `docs/env.md` in step).
-pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
-    gex_core::config::EnvVar {
+pub const ENV_VARS: &[EnvVar] = &[
+    EnvVar {
         name: "GEX_BOOT",
         default: "",
         doc: "Bootstrap backend: fork (set by the gex fork launcher), or forced: pmix, pmi2, pmi1 (or pmi), singleton. Unset: detected in the order PMIx (PMIX_NAMESPACE+PMIX_RANK), PMI-2 (PMI_FD+PMI_JOBID), PMI-1 (PMI_FD or PMI_PORT), singleton; gex-info boot says which.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_THREADS",
         default: "1",
         doc: "Thread ranks per process for programs started through gex_boot::threads::run_from_env (gex-run --threads T sets it); the job has processes x threads ranks. A process that makes a single rank while it is above 1 fails at init (InitError::Config), instead of running a job of fewer ranks than asked.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_BOOT_FD",
         default: "",
         doc: "Set by the fork launcher: inherited socket to the launcher.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_RANK",
         default: "",
         doc: "Set by the launcher: this process's rank.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_SIZE",
         default: "",
         doc: "Set by the launcher: number of ranks.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_JOB_ID",
         default: "",
         doc: "Set by the launcher: unique job identifier.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_LOCAL_RANK",
         default: "",
         doc: "Set by the launcher: rank among the ranks of this host.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_LOCAL_SIZE",
         default: "",
         doc: "Set by the launcher: ranks on this host.",

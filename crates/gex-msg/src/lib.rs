@@ -148,26 +148,28 @@ pub use error::MsgError;
 pub use ext::{Comm, MsgExt, PersistentRecv, PersistentSend, Received, TAG_MAX};
 pub use layer::{Msg, MsgStats, Status};
 
+use gex_core::config::EnvVar;
+
 /// The `GEX_*` settings of the messaging layer ([`Layer::ENV_VARS`](gex_core::layer::Layer::ENV_VARS)
 /// of [`Msg`]), collected into the registry that `GEX_VERBOSEENV=1` and `gex-info env`
 /// print.
-pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
-    gex_core::config::EnvVar {
+pub const ENV_VARS: &[EnvVar] = &[
+    EnvVar {
         name: "GEX_MSG_EAGER_MAX",
         default: "8192",
         doc: "gex-msg: largest message (bytes) sent eagerly in one Medium AM (also bounded by the conduit's Medium limit toward the peer); larger messages use the rendezvous protocol (request to send, then a single copy by the receiver or chunks).",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_MSG_SINGLE_COPY",
         default: "1",
         doc: "gex-msg: 1 lets the receiver of a rendezvous message copy it straight from the sender's buffer when the sender is a thread rank of its process or (with CMA, process_vm_readv) a process of its host; 0 always streams chunks as Medium AMs (as between hosts).",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_MSG_LEND_WAIT",
         default: "20",
         doc: "gex-msg: microseconds a blocking send of a rendezvous message to a thread rank of its process or a process of its host lends the caller's buffer to a receiver that has not taken it yet (plus about the time a copy of the message takes), before it copies the message and returns.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_MSG_NEAR",
         default: "1",
         doc: "gex-msg: send small standard messages (up to 104 bytes) to same-host ranks through per-pair queues in the receiver's auxiliary area (the near path); 0 sends everything by AM (receivers still take what the queues hold, so ranks may differ).",

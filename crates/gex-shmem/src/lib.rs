@@ -38,19 +38,20 @@ pub use error::ShmemError;
 /// The `GEX_*` settings gex-shmem reads (at `shmem_init`), beside every setting of gex
 /// (docs/env.md), and the one its test-suite runner reads. `SHMEM_SYMMETRIC_SIZE`, the name other OpenSHMEM libraries read, is
 /// honoured when `GEX_SHMEM_HEAP` is unset.
-pub const ENV_VARS: &[gex_facade::config::EnvVar] = &[
-    gex_facade::config::EnvVar {
+pub const ENV_VARS: &[EnvVar] = &[
+    EnvVar {
         name: "GEX_SHMEM_HEAP",
         default: "64M",
         doc: "gex-shmem: bytes of symmetric heap per PE (K/M/G suffixes); SHMEM_SYMMETRIC_SIZE when unset.",
     },
-    gex_facade::config::EnvVar {
+    EnvVar {
         name: "GEX_SOS_TESTS",
         default: "/work/shared/suites/sos-tests",
         doc: "crates/gex-shmem/sos/run (not the library): where Sandia OpenSHMEM's test suite is.",
     },
 ];
 
+use gex_facade::config::EnvVar;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Reports a failed call and ends the process (OpenSHMEM calls have no error results).

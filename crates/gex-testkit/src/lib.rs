@@ -82,24 +82,26 @@ pub mod sim;
 pub mod tamper;
 pub mod threads;
 
+use gex_core::config::EnvVar;
+
 /// The `GEX_*` settings of the test kit (the simulated fabric, and test switches).
-pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
-    gex_core::config::EnvVar {
+pub const ENV_VARS: &[EnvVar] = &[
+    EnvVar {
         name: "GEX_SIM_SEED",
         default: "0",
         doc: "sim conduit: seed of the deterministic delivery schedule.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_SIM_LATENCY_NS",
         default: "0",
         doc: "sim conduit: modelled one-way latency in nanoseconds.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_SIM_REORDER",
         default: "0",
         doc: "sim conduit: 1 to let messages from different senders overtake each other.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_SKIP_NETNS",
         default: "0",
         doc: "Tests: 1 lets the network-namespace tests pass without running (printing why) when namespaces cannot be made here.",

@@ -31,6 +31,7 @@ mod open;
 mod rx;
 mod tx;
 
+use gex_core::config::EnvVar;
 use tx::{put, user_word};
 
 /// Default bytes per ring.
@@ -196,18 +197,18 @@ impl Drop for SmpEp {
 }
 
 /// The `GEX_*` settings of the smp conduit.
-pub const ENV_VARS: &[gex_core::config::EnvVar] = &[
-    gex_core::config::EnvVar {
+pub const ENV_VARS: &[EnvVar] = &[
+    EnvVar {
         name: "GEX_SMP_RING_SIZE",
         default: "262144",
         doc: "smp conduit: bytes per AM ring (one request and one reply ring per ordered endpoint pair); power of two.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_SMP_MAX_MEDIUM",
         default: "65536",
         doc: "smp conduit: largest Medium payload; must fit a ring record.",
     },
-    gex_core::config::EnvVar {
+    EnvVar {
         name: "GEX_SMP_OVERFLOW",
         default: "0",
         doc: "smp conduit: bytes of requests per destination endpoint that the sender keeps when the destination's request ring is full (sent in order by later calls on the endpoint); 0 (the default) reports back-pressure at once.",
@@ -229,7 +230,7 @@ pub const DEFAULT_OVERFLOW: usize = 0;
 unsafe impl Conduit for Smp {
     type Ep = SmpEp;
     const NAME: &'static str = "smp";
-    const ENV_VARS: &'static [gex_core::config::EnvVar] = ENV_VARS;
+    const ENV_VARS: &'static [EnvVar] = ENV_VARS;
 
     fn open(
         boot: &mut dyn Bootstrap,
