@@ -886,17 +886,7 @@ pub fn state<L: Layer, C: Conduit, R>(
     ep: &mut Endpoint<C>,
     f: impl FnOnce(Pin<&mut L>) -> R,
 ) -> Option<R> {
-    let want = TypeId::of::<L>();
-    // The cache is empty with a progress thread (`endpoint::open`): then the slow path
-    // takes the lock word.
-    if let Some(a) = ep.h().fast.iter().find(|f| f.0 == want).map(|f| f.1) {
-        // SAFETY: `a` is the address of the state of a slot whose `type_id` is `L`'s,
-        // made from an `L` (`attach_one`); its `LayerBox` lives as long as the endpoint,
-        // never moves the state, and every access derives from the same pointer. The
-        // cache is filled only without a progress thread, where this handle, borrowed
-        // mutably for the call, is the only way to the state (module
-        // `crate::endpoint`).
-        let l = unsafe { Pin::new_unchecked(&mut *a.as_ptr().cast::<L>()) };
+    if let Some(l) = state_cached::<L, C>(ep) {
         return Some(f(l));
     }
     if std::mem::size_of_val(&f) <= INLINE_BOTH_MAX {
@@ -911,6 +901,48 @@ pub fn state<L: Layer, C: Conduit, R>(
         return Some(r);
     }
     state_locked(ep, f)
+}
+
+/// Layer `L`'s state through the endpoint's cache of layer addresses alone (the way
+/// [`state`] tries first): `None` where the state is not cached — an endpoint with a
+/// progress thread (whose cache stays empty), or a layer past the cached ones — and
+/// [`state`] (or [`with`]) must take the lock word. For a fast path with a general way
+/// behind it: no closure, so the compiler inlines the caller's work once and builds
+/// nothing for the other way (gex-rma's atomics, whose request is larger than
+/// [`state`] inlines into both ways: passed to the out-of-line way, its captures were
+/// stored to memory on every call; docs/performance.md, issue 29's A/B). The state is
+/// borrowed from `ep`, mutably, for as long as the result lives.
+///
+/// ```
+/// use gex_core::layer::{self, Layer};
+/// # use gex_core::{boot::Singleton, loopback::Loopback, ClientBuilder, InitError};
+/// #[derive(Debug, Default)]
+/// struct Mine { hits: u64 }
+/// # impl Layer for Mine {
+/// #     const NAME: &'static str = "mine";
+/// #     fn attach<C: gex_core::spi::Conduit>(_: &mut layer::Attach<'_, C, Self>) -> Result<Self, InitError> {
+/// #         Ok(Mine::default())
+/// #     }
+/// # }
+/// # let client = ClientBuilder::new().layer::<Mine>().init::<Loopback>(Box::new(Singleton::new()))?;
+/// # let mut ep = client.endpoint(0)?;
+/// // No progress thread: the state is cached.
+/// let mut m = layer::state_cached::<Mine, _>(&mut ep).expect("cached");
+/// m.hits += 1;
+/// assert_eq!(layer::state::<Mine, _, _>(&mut ep, |m| m.hits), Some(1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[inline(always)]
+pub fn state_cached<L: Layer, C: Conduit>(ep: &mut Endpoint<C>) -> Option<Pin<&mut L>> {
+    let want = TypeId::of::<L>();
+    let a = ep.h().fast.iter().find(|f| f.0 == want).map(|f| f.1)?;
+    // SAFETY: `a` is the address of the state of a slot whose `type_id` is `L`'s, made
+    // from an `L` (`attach_one`); its `LayerBox` lives as long as the endpoint, never
+    // moves the state, and every access derives from the same pointer. The cache is
+    // filled only without a progress thread, where this handle, borrowed mutably for
+    // as long as the result lives, is the only way to the state (module
+    // `crate::endpoint`).
+    Some(unsafe { Pin::new_unchecked(&mut *a.as_ptr().cast::<L>()) })
 }
 
 /// The largest closure (its captures, in bytes) that [`state`] inlines into both of

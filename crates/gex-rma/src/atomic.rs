@@ -254,7 +254,7 @@ impl Rma {
     pub(crate) fn atomic_fast<T: AtomicType>(
         &self,
         ad: &AtomicDomain<T>,
-        req: AtomicReq<T>,
+        req: &AtomicReq<T>,
     ) -> Option<u64> {
         let size = std::mem::size_of::<T>();
         let p = req.ptr;

@@ -901,8 +901,14 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         _mode: M,
     ) -> Result<M::Out<(), RmaError>, RmaError> {
         let req = AtomicReq::new(p, op, false, f);
-        // The direct path to a cached mapping: a CPU atomic, no event.
-        if let Some(Some(_)) = crate::state::fast(self, move |r| r.atomic_fast(ad, req)) {
+        // The direct path to a cached mapping: a CPU atomic, no event. (Through the
+        // cache alone: the request is too large to pass to `state::fast`'s closure
+        // without storing it on every call; with a progress thread the slow path
+        // takes the direct path under the lock.)
+        if crate::state::cached(self)
+            .and_then(|r| r.atomic_fast(ad, &req))
+            .is_some()
+        {
             return Ok(layer::done::<(), RmaError, M, C>(self, ()));
         }
         atomic_slow::<C, T, M, ()>(self, ad, req, false, finish_unit)
@@ -918,8 +924,8 @@ impl<C: Conduit> RmaExt<C> for Endpoint<C> {
         _mode: M,
     ) -> Result<M::Out<T, RmaError>, RmaError> {
         let req = AtomicReq::new(p, op, true, f);
-        // The direct path to a cached mapping: a CPU atomic, no event.
-        if let Some(Some(old)) = crate::state::fast(self, move |r| r.atomic_fast(ad, req)) {
+        // The direct path to a cached mapping: a CPU atomic, no event (as in `atomic`).
+        if let Some(old) = crate::state::cached(self).and_then(|r| r.atomic_fast(ad, &req)) {
             return Ok(layer::done::<T, RmaError, M, C>(self, T::from_bits(old)));
         }
         let want = M::KIND != ModeKind::Nbi;

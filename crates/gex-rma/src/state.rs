@@ -119,6 +119,14 @@ pub(crate) fn fast<C: Conduit, R>(
     gex_core::layer::state::<Rma, C, R>(ep, |p| f(Rma::unpin(p)))
 }
 
+/// `ep`'s RMA state through the endpoint's cache alone
+/// ([`layer::state_cached`](gex_core::layer::state_cached)): `None` without the layer
+/// or with a progress thread (the caller's general way then decides).
+#[inline(always)]
+pub(crate) fn cached<C: Conduit>(ep: &mut gex_core::Endpoint<C>) -> Option<&mut Rma> {
+    gex_core::layer::state_cached::<Rma, C>(ep).map(Rma::unpin)
+}
+
 /// Runs `f` with `ep`'s RMA state and a [`Cx`]; `None` without the layer.
 #[inline(always)]
 pub(crate) fn with<C: Conduit, R>(
