@@ -55,15 +55,10 @@ impl Msg {
 
     pub(super) fn arrive_in_order(&mut self, env: Envelope, a: ArrivalRef<'_>) {
         // A waiting blocking receive takes an eager message no posted receive wants
-        // straight into its slice (no unexpected copy, no allocation).
-        if let (Some(l), ArrivalRef::Eager { data, flags, sreq }) = (&mut self.landing, &a) {
-            if l.takes(&env, data.len()) && !self.matcher.has_posted_for(&env) {
-                l.land(env, data);
-                self.stats.landed += 1;
-                let (flags, sreq) = (*flags, *sreq);
-                self.ack_if_sync(env, flags, sreq);
-                return;
-            }
+        // straight into its slice (no unexpected copy, no allocation). Out of line:
+        // only a blocking receive's wait arms it.
+        if self.landing.is_some() && self.try_land(env, &a) {
+            return;
         }
         match self.matcher.arrive_with(env, || a.to_owned()) {
             Some(recv) => {
@@ -72,6 +67,24 @@ impl Msg {
             }
             None => self.stats.unexpected += 1,
         }
+    }
+
+    /// The landing's part of [`arrive_in_order`](Self::arrive_in_order): true if the
+    /// armed landing took the message.
+    #[cold]
+    #[inline(never)]
+    fn try_land(&mut self, env: Envelope, a: &ArrivalRef<'_>) -> bool {
+        let (Some(l), ArrivalRef::Eager { data, flags, sreq }) = (&mut self.landing, a) else {
+            return false;
+        };
+        if !l.takes(&env, data.len()) || self.matcher.has_posted_for(&env) {
+            return false;
+        }
+        l.land(env, data);
+        self.stats.landed += 1;
+        let (flags, sreq) = (*flags, *sreq);
+        self.ack_if_sync(env, flags, sreq);
+        true
     }
 
     /// A matched pair: an arrival and a posted receive.
