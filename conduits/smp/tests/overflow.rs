@@ -36,7 +36,9 @@ fn wait_file(f: &Path, what: &str) {
 /// take without any poll of rank 1; returns how many that was (on rank 0), after
 /// `total` requests reached rank 1 in order. `drop_early`: rank 0 drops its endpoint
 /// right after the last request (the drop must hand the kept ones over).
-fn run(test: &'static str, overflow: &str, total: u32, drop_early: bool) -> u32 {
+/// `empty`: Short requests without arguments or payload (an empty body) instead of
+/// numbered Medium ones of `LEN` bytes (counted, not checked for order).
+fn run(test: &'static str, overflow: &str, total: u32, drop_early: bool, empty: bool) -> u32 {
     let cfg = Config::from_pairs([
         ("GEX_SMP_RING_SIZE", "4096"),
         ("GEX_SMP_MAX_MEDIUM", "1024"),
@@ -52,13 +54,16 @@ fn run(test: &'static str, overflow: &str, total: u32, drop_early: bool) -> u32 
         let seen = Arc::new(AtomicU64::new(0));
         let s = seen.clone();
         ep.register_at(H.index(), move |_t: &mut Token<'_>, am: Am<'_>| {
-            let i = am.args()[0];
-            assert_eq!(
-                u64::from(i),
-                s.load(Ordering::Relaxed),
-                "requests out of order"
-            );
-            assert!(am.payload().len() == LEN && am.payload().iter().all(|&b| b == i as u8));
+            if let Some(&i) = am.args().first() {
+                assert_eq!(
+                    u64::from(i),
+                    s.load(Ordering::Relaxed),
+                    "requests out of order"
+                );
+                assert!(am.payload().len() == LEN && am.payload().iter().all(|&b| b == i as u8));
+            } else {
+                assert!(empty && am.payload().is_empty());
+            }
             s.fetch_add(1, Ordering::Relaxed);
         })
         .unwrap();
@@ -69,23 +74,31 @@ fn run(test: &'static str, overflow: &str, total: u32, drop_early: bool) -> u32 
             let _ = std::fs::remove_file(&ready);
             let mut n = 0u32;
             while n < total {
-                let r = ep
-                    .try_request(EpAddr::rank(1), H, Body::medium(&[n], &[n as u8; LEN]))
-                    .unwrap();
+                let r = if empty {
+                    ep.try_request(EpAddr::rank(1), H, Body::short(&[]))
+                } else {
+                    ep.try_request(EpAddr::rank(1), H, Body::medium(&[n], &[n as u8; LEN]))
+                }
+                .unwrap();
                 if r == Injected::WouldBlock {
                     break;
                 }
                 n += 1;
             }
             gex_testkit::procs::note("accepted", &n.to_string());
-            if n > 3 {
-                let report = ep.report();
+            let report = ep.report();
+            if !empty && n > 3 {
                 assert!(report.contains("requests kept"), "{report}");
             }
+            gex_testkit::procs::note("kept", &kept_in(&report).to_string());
             std::fs::write(&sent, b"").unwrap();
             for i in n..total {
-                ep.request(EpAddr::rank(1), H, Body::medium(&[i], &[i as u8; LEN]))
-                    .unwrap();
+                if empty {
+                    ep.request(EpAddr::rank(1), H, Body::short(&[])).unwrap();
+                } else {
+                    ep.request(EpAddr::rank(1), H, Body::medium(&[i], &[i as u8; LEN]))
+                        .unwrap();
+                }
             }
             if drop_early {
                 drop(ep);
@@ -108,10 +121,38 @@ fn run(test: &'static str, overflow: &str, total: u32, drop_early: bool) -> u32 
         gex_testkit::exchange_barrier(&mut ep).unwrap();
     });
     r.assert_success();
-    r.notes("accepted")
-        .first()
-        .and_then(|n| n.trim().parse().ok())
-        .expect("rank 0 said how many it sent")
+    let note = |what: &str| -> u32 {
+        r.notes(what)
+            .first()
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("rank 0 noted no {what}"))
+    };
+    let kept = note("kept");
+    if overflow == "0" {
+        assert_eq!(kept, 0, "requests kept with GEX_SMP_OVERFLOW=0");
+    }
+    if empty {
+        // Each empty request counts one byte of the overflow.
+        let cap: u32 = overflow.parse().expect("a plain number of bytes");
+        assert_eq!(
+            kept, cap,
+            "empty requests kept with {cap} bytes of overflow"
+        );
+    }
+    note("accepted")
+}
+
+/// The requests the endpoint report says are kept (the number before each
+/// "requests kept"), summed over destinations.
+fn kept_in(report: &str) -> u64 {
+    report
+        .match_indices(" requests kept")
+        .map(|(at, _)| {
+            let word = report[..at].rsplit(' ').next().unwrap_or("");
+            word.parse::<u64>()
+                .unwrap_or_else(|_| panic!("no count before \"requests kept\": {report}"))
+        })
+        .sum()
 }
 
 /// Rank 0 got `n` requests accepted without a poll of rank 1, within `want`.
@@ -125,12 +166,12 @@ fn assert_accepted(n: u32, want: std::ops::RangeInclusive<u32>) {
 #[test]
 fn a_full_ring_keeps_requests_in_the_overflow_and_delivers_them_in_order() {
     // Ring: 3 records of ~1 KiB; overflow: 16 KiB, 15 more.
-    assert_accepted(run("keep", "16384", 100, false), 17..=20);
+    assert_accepted(run("keep", "16384", 100, false, false), 17..=20);
 }
 
 #[test]
 fn without_an_overflow_a_full_ring_pushes_back_at_once() {
-    assert_accepted(run("none", "0", 100, false), 2..=4);
+    assert_accepted(run("none", "0", 100, false, false), 2..=4);
 }
 
 #[test]
@@ -138,5 +179,29 @@ fn dropping_the_endpoint_hands_the_kept_requests_over() {
     // All 60 fit the ring and the 64 KiB overflow without a poll of rank 1, which
     // starts polling only when rank 0 is about to drop its endpoint: the drop must wait
     // for the 57 or so kept requests to be handed over.
-    assert_accepted(run("drop", "65536", 60, true), 60..=60);
+    assert_accepted(run("drop", "65536", 60, true, false), 60..=60);
+}
+
+#[test]
+fn without_an_overflow_empty_requests_push_back_at_once_too() {
+    // A Short request without arguments has an empty body: it must count against the
+    // overflow like any other (with 0, none is kept: `run` checks the report), not
+    // slip in without bound. The 4 KiB ring takes a few hundred such records; 5000 do
+    // not fit.
+    let n = run("empty", "0", 5000, false, true);
+    assert!(
+        (1..1000).contains(&n),
+        "accepted without a poll of the peer: {n}"
+    );
+}
+
+#[test]
+fn an_overflow_keeps_a_bounded_number_of_empty_requests() {
+    // 64 bytes of overflow keep exactly 64 empty requests (`run` checks the report)
+    // beyond what the ring takes.
+    let n = run("empty-keep", "64", 5000, false, true);
+    assert!(
+        (65..1064).contains(&n),
+        "accepted without a poll of the peer: {n}"
+    );
 }

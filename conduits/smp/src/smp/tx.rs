@@ -54,6 +54,14 @@ unsafe fn encode(body: *mut u8, msg: &OutMsg<'_>, seg: Seg) {
     }
 }
 
+/// What a kept request of `len` body bytes counts against `GEX_SMP_OVERFLOW`: at least
+/// one byte, so that an overflow of 0 keeps nothing and requests with an empty body
+/// (a Short AM without arguments) cannot be kept without bound. (Counted as 0 they
+/// were: a flood of them to a busy peer grew the queue for as long as it lasted.)
+fn kept_len(len: usize) -> usize {
+    len.max(1)
+}
+
 #[inline(always)]
 fn body_len(msg: &OutMsg<'_>) -> usize {
     let area = args_area(msg.args().len());
@@ -166,7 +174,7 @@ impl Tx {
     /// Whether the overflow to `g` can take `len` more bytes.
     #[inline]
     pub(super) fn ovf_room(&self, g: usize, len: usize) -> bool {
-        self.ovf_bytes[g].saturating_add(len) <= self.ovf_cap
+        self.ovf_bytes[g].saturating_add(kept_len(len)) <= self.ovf_cap
     }
 
     /// A request whose ring is full, or which must wait behind earlier ones kept for
@@ -193,7 +201,7 @@ impl Tx {
         }
         let bytes = self.encoded(g, msg);
         self.ovf[g].push_back((user_word(msg), bytes));
-        self.ovf_bytes[g] += len;
+        self.ovf_bytes[g] += kept_len(len);
         self.novf += 1;
         Ok(Injected::Sent)
     }
@@ -217,7 +225,7 @@ impl Tx {
             if !req.push(*user, &[body]) {
                 break;
             }
-            self.ovf_bytes[g] -= body.len();
+            self.ovf_bytes[g] -= kept_len(body.len());
             self.ovf[g].pop_front();
             self.novf -= 1;
             sent = true;
